@@ -1,0 +1,1 @@
+"""servesim profiler: time real kernels with torch (optional extra)."""

@@ -1,0 +1,8 @@
+"""``simulate`` command line. Each submodule adds its commands to :data:`app`."""
+
+from simulator.cli.app import app, main
+
+# Importing a command module registers its commands; one line per module.
+from simulator.cli import catalog as _catalog  # noqa: E402,F401
+
+__all__ = ["app", "main"]

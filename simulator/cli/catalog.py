@@ -1,0 +1,30 @@
+"""``simulate models`` and ``simulate gpus``: list the catalogs."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from simulator.catalog import GPUS, MODELS
+from simulator.cli.app import app
+
+
+@app.command()
+def models() -> None:
+    """List the catalog's models (short name, Hugging Face id, shape)."""
+    table = Table("name", "hf id", "layers", "hidden", "heads", "kv heads", "ffn", "vocab", "max len", "params (B)")
+    for m in MODELS.values():
+        table.add_row(m.name, m.hf_id, str(m.num_layers), str(m.hidden_size), str(m.num_heads), str(m.num_kv_heads),
+                      str(m.ffn_size), str(m.vocab_size), str(m.max_model_len), f"{m.num_params / 1e9:.1f}")
+    Console().print(table)
+
+
+@app.command()
+def gpus() -> None:
+    """List the catalog's GPUs (dense bf16 peak, HBM bandwidth and size, links)."""
+    table = Table("name", "bf16 TFLOP/s", "HBM GB/s", "memory GiB", "NVLink GB/s/dir", "PCIe GB/s/dir", "aliases")
+    for g in GPUS.values():
+        table.add_row(g.name, f"{g.bf16_flops / 1e12:.0f}", f"{g.hbm_bytes_per_s / 1e9:.0f}",
+                      f"{g.memory_bytes / 2**30:.0f}", f"{g.nvlink_bytes_per_s / 1e9:.0f}",
+                      f"{g.pcie_bytes_per_s / 1e9:.0f}", ", ".join(g.aliases))
+    Console().print(table)

@@ -1,0 +1,31 @@
+"""Cost models: predict an iteration's time for a replica and a batch shape.
+
+``load_cost_model(spec, replica)`` is the one place that turns the ``cost_model`` field
+of a run config into an object: ``"roofline"`` gives the calibrated roofline; any other
+value is the path of a fitted artifact (see :mod:`simulator.costmodel.learned`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simulator.config import ReplicaConfig
+from simulator.costmodel.base import BatchShape, CostModel, split_layers
+from simulator.costmodel.roofline import RooflineCostModel
+from simulator.errors import ConfigError
+
+__all__ = ["BatchShape", "CostModel", "RooflineCostModel", "load_cost_model", "split_layers"]
+
+
+def load_cost_model(spec: str, replica: ReplicaConfig) -> CostModel:
+    if spec == "roofline":
+        return RooflineCostModel(replica)
+    path = Path(spec)
+    if not path.exists():
+        raise ConfigError("cost_model", f"{spec!r} is neither 'roofline' nor an existing artifact",
+                          "pass --cost-model roofline or the path written by `simulate fit`")
+    try:
+        from simulator.costmodel.learned import load_artifact
+    except ImportError as exc:  # pragma: no cover - until the learned model lands
+        raise ConfigError("cost_model", "learned cost models are not available in this build") from exc
+    return load_artifact(path, replica)

@@ -1,0 +1,145 @@
+"""The cost-model interface: a batch's shape in, seconds out.
+
+The engine describes each iteration by a :class:`BatchShape`: token counts plus a few
+sums that capture the *distribution* of attention work (a batch of one 4K-token
+prefill and one of sixteen 256-token prefills have equal token totals and very
+different attention cost). The scheduler fills it while it builds the batch, so the
+hot loop never looks at individual requests twice.
+
+A :class:`CostModel` turns a shape into time, per pipeline stage:
+
+``stage_time(shape, s) = [overhead if s == 0] + [pre if s == 0]
+                         + layers(s) * layer_time + [post if s == last]``
+
+Implementations provide four cheap functions (``layer_time``, ``pre_time``,
+``post_time``, ``overhead_time``) that are called once per iteration and must not call
+a regression ``predict``: precompute onto token grids instead. ``breakdown`` is the
+slow, per-op path for ``simulate predict`` and analysis.
+
+Extension point: subclass :class:`CostModel`, implement the four functions and
+``breakdown``, and make :func:`simulator.costmodel.load_cost_model` return it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from simulator.config import ReplicaConfig
+
+
+@dataclass(slots=True)
+class BatchShape:
+    """What the cost model needs to know about one iteration's batch.
+
+    A prefill chunk of ``c`` tokens over ``p`` tokens already in the KV cache attends
+    to ``p + c`` keys; causally that is ``c * p + c * (c + 1) / 2`` query-key pairs.
+    A decode over a KV cache of ``k`` tokens (the new token included) reads ``k`` keys.
+    """
+
+    num_prefill_tokens: int = 0  # sum of chunk sizes
+    num_prefills: int = 0  # prefill chunks in the batch
+    prefill_attn_pairs: float = 0.0  # sum over chunks of c*p + c*(c+1)/2
+    prefill_kv_tokens: int = 0  # sum over chunks of p + c (keys read)
+    prefill_chunk_sq_sum: float = 0.0  # sum of c**2
+    prefill_max_kv: int = 0  # max over chunks of p + c
+    num_decodes: int = 0
+    decode_kv_tokens: int = 0  # sum of decode KV lengths
+    decode_kv_sq_sum: float = 0.0  # sum of squared decode KV lengths
+    decode_max_kv: int = 0
+    num_logits: int = 0  # entries that produce an output token this iteration
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decodes
+
+    def add_prefill(self, chunk: int, kv_before: int, produces_token: bool) -> None:
+        self.num_prefill_tokens += chunk
+        self.num_prefills += 1
+        self.prefill_attn_pairs += chunk * kv_before + chunk * (chunk + 1) / 2
+        kv = kv_before + chunk
+        self.prefill_kv_tokens += kv
+        self.prefill_chunk_sq_sum += chunk * chunk
+        if kv > self.prefill_max_kv:
+            self.prefill_max_kv = kv
+        if produces_token:
+            self.num_logits += 1
+
+    def add_decode(self, kv_len: int) -> None:
+        self.num_decodes += 1
+        self.decode_kv_tokens += kv_len
+        self.decode_kv_sq_sum += kv_len * kv_len
+        if kv_len > self.decode_max_kv:
+            self.decode_max_kv = kv_len
+        self.num_logits += 1
+
+    @classmethod
+    def from_requests(cls, prefills: list[tuple[int, int]] = (), decodes: list[int] = ()) -> BatchShape:
+        """Build a shape from (chunk, kv_before) prefills and decode KV lengths; each chunk
+        is assumed to finish its prompt (produce a token)."""
+        shape = cls()
+        for chunk, kv_before in prefills:
+            shape.add_prefill(chunk, kv_before, True)
+        for kv in decodes:
+            shape.add_decode(kv)
+        return shape
+
+
+def split_layers(num_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage: as even as possible, the earlier stages take the remainder."""
+    base, extra = divmod(num_layers, pp)
+    return [base + (1 if s < extra else 0) for s in range(pp)]
+
+
+class CostModel(ABC):
+    """Predicts iteration time for a replica (model, GPU, TP, PP) and a batch shape.
+
+    Contract: every function is deterministic and non-negative, grows (weakly) with
+    every field of the shape, and is cheap enough to call once per iteration.
+    """
+
+    name: str = "abstract"
+
+    def __init__(self, replica: ReplicaConfig) -> None:
+        self.replica = replica
+        self.model = replica.model_spec
+        self.gpu = replica.gpu_spec
+        self.layers_per_stage = split_layers(self.model.num_layers, replica.pp)
+
+    @abstractmethod
+    def layer_time(self, shape: BatchShape) -> float:
+        """One transformer layer on one GPU of the TP group, TP all-reduces included."""
+
+    @abstractmethod
+    def pre_time(self, shape: BatchShape) -> float:
+        """Embedding lookup (first pipeline stage)."""
+
+    @abstractmethod
+    def post_time(self, shape: BatchShape) -> float:
+        """Final norm, LM head and sampling (last pipeline stage)."""
+
+    @abstractmethod
+    def overhead_time(self, shape: BatchShape) -> float:
+        """CPU-side per-iteration work: scheduling, input preparation, output processing."""
+
+    @abstractmethod
+    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+        """Seconds per op for the whole iteration (all layers, PP=1 view); sums to
+        ``iteration_time`` up to floating-point rounding."""
+
+    def send_recv_time(self, num_tokens: int) -> float:
+        """Activation transfer between two pipeline stages; overridden where PP is modelled."""
+        return 0.0
+
+    def stage_time(self, shape: BatchShape, stage: int) -> float:
+        t = self.layers_per_stage[stage] * self.layer_time(shape)
+        if stage == 0:
+            t += self.overhead_time(shape) + self.pre_time(shape)
+        if stage == len(self.layers_per_stage) - 1:
+            t += self.post_time(shape)
+        return t
+
+    def iteration_time(self, shape: BatchShape) -> float:
+        """Wall time of one iteration with all stages back to back (PP=1 latency)."""
+        return (self.overhead_time(shape) + self.pre_time(shape)
+                + self.model.num_layers * self.layer_time(shape) + self.post_time(shape))

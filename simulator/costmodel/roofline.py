@@ -1,0 +1,188 @@
+"""Roofline cost model: spec-sheet peaks times calibrated efficiencies.
+
+Each op of a transformer layer is priced on one GPU of the TP group (the shapes it
+really runs: heads and FFN sharded by ``tp``) as
+
+    time = max(flops / (peak * eff_compute), bytes / (hbm_bw * eff_memory)) + floor
+
+with the efficiency factors of :mod:`simulator.costmodel.calibration`. Ops whose
+cost depends only on the iteration's token count (projections, MLP, norms,
+activation, rotary, residual adds, TP all-reduces) are summed into one table indexed
+by token count, built once; the hot path is a list lookup plus a closed-form
+attention term computed from the :class:`BatchShape` sums.
+
+Assumptions, stated once:
+- bf16 weights and KV cache (``dtype_bytes``), weights read once per GEMM, activations
+  read and written once;
+- attention prefill is FlashAttention-like (compute-bound, causal pairs counted
+  exactly); decode attention is paged and memory-bound (reads every KV byte once) with
+  a small per-sequence cost;
+- TP all-reduce is a ring over the intra-node link: ``2 (tp-1)/tp * bytes / bw``;
+  two per layer (one for parallel attention/MLP blocks such as Falcon's);
+- the LM head runs only for rows that sample a token; sampling and CPU-side work are
+  a per-iteration constant plus a per-sequence term.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.config import ReplicaConfig
+from simulator.costmodel.base import BatchShape, CostModel
+from simulator.costmodel.calibration import RooflineCalibration, calibration_for
+
+# Layer ops whose cost depends only on the number of tokens in the iteration.
+TOKEN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down",
+             "norms", "rotary", "residual_add", "tp_all_reduce")
+
+
+class RooflineCostModel(CostModel):
+    """Analytical cost model for any catalog GPU; the default when no profile exists."""
+
+    name = "roofline"
+
+    def __init__(self, replica: ReplicaConfig, calibration: RooflineCalibration | None = None,
+                 table_tokens: int = 16384) -> None:
+        super().__init__(replica)
+        self.cal = calibration or calibration_for(replica.gpu)
+        m, tp, db = self.model, replica.tp, replica.dtype_bytes
+        self.dtype_bytes = db
+        self.heads_per_gpu = m.num_heads // tp
+        self.kv_heads_per_gpu = max(1, m.num_kv_heads // tp)
+        self.q_per_gpu = self.heads_per_gpu * m.head_dim
+        self.kv_per_gpu = self.kv_heads_per_gpu * m.head_dim
+        self.ffn_per_gpu = m.ffn_size // tp
+        self.kv_bytes_per_token = 2 * self.kv_per_gpu * db  # per layer, per GPU
+        self.tp_link_bytes_per_s = self._tp_link_bandwidth()
+        self._table: list[float] = []
+        self._extend_table(table_tokens)
+
+    # -- primitive pricing -------------------------------------------------------------
+    def _tp_link_bandwidth(self) -> float:
+        gpu = self.gpu
+        return gpu.nvlink_bytes_per_s if gpu.nvlink_bytes_per_s > 0 else gpu.pcie_bytes_per_s
+
+    def gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
+        """Time of ``[tokens, k] @ [k, n]`` in bf16 on one GPU."""
+        c, g = self.cal, self.gpu
+        t = np.asarray(tokens, dtype=np.float64)
+        flops = 2.0 * t * k * n
+        nbytes = (k * n + t * k + t * n) * self.dtype_bytes
+        eff_c = c.gemm_compute_eff * t / (t + c.gemm_half_tokens)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            compute = np.where(t > 0, flops / (g.bf16_flops * eff_c), 0.0)
+        memory = nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff)
+        return np.where(t > 0, np.maximum(compute, memory) + c.kernel_floor_s, 0.0)
+
+    def elementwise(self, tokens: np.ndarray, bytes_per_token: float, kernels: int = 1) -> np.ndarray:
+        c = self.cal
+        t = np.asarray(tokens, dtype=np.float64)
+        mem = t * bytes_per_token / (self.gpu.hbm_bytes_per_s * c.elementwise_memory_eff)
+        return np.where(t > 0, mem + kernels * c.kernel_floor_s, 0.0)
+
+    def all_reduce(self, tokens: np.ndarray) -> np.ndarray:
+        """One ring all-reduce of the hidden states across the TP group."""
+        tp = self.replica.tp
+        t = np.asarray(tokens, dtype=np.float64)
+        if tp == 1:
+            return np.zeros_like(t)
+        nbytes = t * self.model.hidden_size * self.dtype_bytes
+        bw = self.tp_link_bytes_per_s * self.cal.allreduce_bus_eff
+        return np.where(t > 0, 2.0 * (tp - 1) / tp * nbytes / bw + self.cal.allreduce_latency_s, 0.0)
+
+    # -- per-op view ----------------------------------------------------------------------
+    def token_ops(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-layer time of each token-count op, vectorised over token counts."""
+        m, db = self.model, self.dtype_bytes
+        h = m.hidden_size
+        up_width = (2 if m.gated_mlp else 1) * self.ffn_per_gpu
+        act_bytes = (up_width + self.ffn_per_gpu) * db
+        num_all_reduce = 1 if m.parallel_attn_mlp else 2
+        num_norms = 1 if m.parallel_attn_mlp else 2
+        return {
+            "qkv_proj": self.gemm(tokens, h, self.q_per_gpu + 2 * self.kv_per_gpu),
+            "attn_out_proj": self.gemm(tokens, self.q_per_gpu, h),
+            "mlp_up_gate": self.gemm(tokens, h, up_width),
+            "mlp_act": self.elementwise(tokens, act_bytes),
+            "mlp_down": self.gemm(tokens, self.ffn_per_gpu, h),
+            "norms": self.elementwise(tokens, num_norms * 2 * h * db, kernels=num_norms),
+            "rotary": self.elementwise(tokens, 2 * (self.q_per_gpu + self.kv_per_gpu) * db) if m.rotary
+            else np.zeros_like(np.asarray(tokens, dtype=np.float64)),
+            "residual_add": self.elementwise(tokens, 2 * 3 * h * db, kernels=2),
+            "tp_all_reduce": num_all_reduce * self.all_reduce(tokens),
+        }
+
+    def attention_prefill(self, shape: BatchShape) -> float:
+        if shape.num_prefills == 0:
+            return 0.0
+        c, g, d, db = self.cal, self.gpu, self.model.head_dim, self.dtype_bytes
+        flops = 4.0 * self.heads_per_gpu * d * shape.prefill_attn_pairs
+        nbytes = shape.prefill_kv_tokens * self.kv_bytes_per_token + 2 * shape.num_prefill_tokens * self.q_per_gpu * db
+        return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
+                + c.kernel_floor_s)
+
+    def attention_decode(self, shape: BatchShape) -> float:
+        if shape.num_decodes == 0:
+            return 0.0
+        c, g = self.cal, self.gpu
+        nbytes = shape.decode_kv_tokens * self.kv_bytes_per_token + 2 * shape.num_decodes * self.q_per_gpu * self.dtype_bytes
+        return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
+                + shape.num_decodes * c.attn_decode_per_seq_s + c.kernel_floor_s)
+
+    def _extend_table(self, max_tokens: int) -> None:
+        tokens = np.arange(max_tokens + 1)
+        self._table = sum(self.token_ops(tokens).values()).tolist()
+        self._pre_table = self._embedding(tokens).tolist()
+        self._post_table = self._lm_head(tokens).tolist()
+
+    def _grow(self, num_tokens: int) -> None:
+        self._extend_table(max(num_tokens, 2 * len(self._table)))
+
+    def token_time(self, num_tokens: int) -> float:
+        """Per-layer time of all token-count ops; grows the table on demand."""
+        if num_tokens >= len(self._table):
+            self._grow(num_tokens)
+        return self._table[num_tokens]
+
+    def _embedding(self, tokens: np.ndarray) -> np.ndarray:
+        return self.elementwise(tokens, 2 * self.model.hidden_size * self.dtype_bytes)
+
+    def _lm_head(self, num_logits: np.ndarray) -> np.ndarray:
+        m, n = self.model, np.asarray(num_logits, dtype=np.float64)
+        lm_head = self.gemm(n, m.hidden_size, m.vocab_size // self.replica.tp)
+        # Gathering the vocab-sharded logits, then sampling.
+        gather = self.all_reduce(n) * (m.vocab_size / m.hidden_size / 2)
+        norm = self.elementwise(n, 2 * m.hidden_size * self.dtype_bytes)
+        return np.where(n > 0, lm_head + gather + norm + self.cal.kernel_floor_s, 0.0)
+
+    # -- CostModel interface ------------------------------------------------------------------
+    def layer_time(self, shape: BatchShape) -> float:
+        return self.token_time(shape.num_prefill_tokens + shape.num_decodes) + \
+            self.attention_prefill(shape) + self.attention_decode(shape)
+
+    def pre_time(self, shape: BatchShape) -> float:
+        t = shape.num_prefill_tokens + shape.num_decodes
+        if t >= len(self._pre_table):
+            self._grow(t)
+        return self._pre_table[t]
+
+    def post_time(self, shape: BatchShape) -> float:
+        n = shape.num_logits
+        if n >= len(self._post_table):
+            self._grow(n)
+        return self._post_table[n]
+
+    def overhead_time(self, shape: BatchShape) -> float:
+        c = self.cal
+        return c.cpu_overhead_s + c.cpu_overhead_per_seq_s * (shape.num_prefills + shape.num_decodes)
+
+    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+        layers = self.model.num_layers
+        t = shape.num_prefill_tokens + shape.num_decodes
+        out = {"cpu_overhead": self.overhead_time(shape), "embedding": self.pre_time(shape)}
+        for op, value in self.token_ops(np.array([t])).items():
+            out[op] = layers * float(value[0])
+        out["attn_prefill"] = layers * self.attention_prefill(shape)
+        out["attn_decode"] = layers * self.attention_decode(shape)
+        out["lm_head_sampling"] = self.post_time(shape)
+        return out

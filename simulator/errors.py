@@ -1,0 +1,22 @@
+"""User-facing errors.
+
+Every mistake a user can make (an unknown model name, a malformed trace, a layout
+that does not fit) raises :class:`ConfigError` with a single-line message that names
+the field at fault and how to fix it. The CLI prints that line and exits non-zero;
+nothing user-caused should ever surface as a traceback.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A user input is invalid. ``str(err)`` is one line: the problem and the fix."""
+
+    def __init__(self, field: str, problem: str, fix: str | None = None) -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        message = f"{field}: {problem}"
+        if fix:
+            message += f" ({fix})"
+        super().__init__(message)

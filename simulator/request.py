@@ -1,0 +1,85 @@
+"""A request's life inside the simulator.
+
+The scheduler contract follows vLLM v1: prefill and decode are just token counts.
+A request *knows* ``num_prompt_tokens + num_generated`` tokens; ``num_computed``
+of them are in its KV cache. An iteration that schedules ``n`` of the missing
+tokens advances ``num_computed`` by ``n``; when that makes the KV cache whole, the
+iteration produces one new output token. So:
+
+- prefill = ``num_missing > 1`` (possibly split into chunks); the chunk that completes
+  the prompt produces the first output token;
+- decode = ``num_missing == 1``: the last output token is fed back in;
+- preemption by recompute resets ``num_computed`` to 0, so the request re-prefills its
+  prompt *and* the tokens it had generated, then produces the next token.
+
+Token timestamps are kept in a compact ``array('d')`` so metrics can recover every
+time-between-tokens gap after the run without per-token Python objects.
+"""
+
+from __future__ import annotations
+
+from array import array
+from enum import Enum
+
+
+class Status(str, Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+class Request:
+    """Mutable runtime state of one request. Only the replica/scheduler mutate it.
+
+    Invariants: ``0 <= num_computed <= num_known``; ``num_generated <= num_output_tokens``;
+    ``len(token_times) == num_generated``; ``token_times`` is non-decreasing.
+    """
+
+    __slots__ = (
+        "request_id", "arrival_at", "num_prompt_tokens", "num_output_tokens",
+        "num_computed", "num_generated", "num_blocks", "status", "in_flight",
+        "replica_id", "first_scheduled_at", "completed_at", "num_preemptions",
+        "token_times", "reject_reason", "admitted_seq",
+    )
+
+    def __init__(self, request_id: int, arrival_at: float, num_prompt_tokens: int, num_output_tokens: int) -> None:
+        self.request_id = request_id
+        self.arrival_at = arrival_at
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_output_tokens = num_output_tokens
+        self.num_computed = 0
+        self.num_generated = 0
+        self.num_blocks = 0  # KV blocks currently held
+        self.status = Status.WAITING
+        self.in_flight = False  # part of a batch that has not finished (pipeline parallelism)
+        self.replica_id = -1
+        self.first_scheduled_at: float | None = None
+        self.completed_at: float | None = None
+        self.num_preemptions = 0
+        self.token_times = array("d")
+        self.reject_reason: str | None = None
+        self.admitted_seq = -1  # order of (re)admission; the newest running request is the preemption victim
+
+    @property
+    def num_known(self) -> int:
+        """Tokens the model has seen or produced: prompt plus generated output."""
+        return self.num_prompt_tokens + self.num_generated
+
+    @property
+    def num_missing(self) -> int:
+        """Tokens still to run through the model before the next output token."""
+        return self.num_prompt_tokens + self.num_generated - self.num_computed
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.num_prompt_tokens + self.num_generated - self.num_computed > 1
+
+    @property
+    def max_num_tokens(self) -> int:
+        """KV footprint at completion: the last output token is never fed back."""
+        return self.num_prompt_tokens + self.num_output_tokens - 1
+
+    def __repr__(self) -> str:
+        return (f"Request(id={self.request_id}, prompt={self.num_prompt_tokens}, out={self.num_output_tokens}, "
+                f"computed={self.num_computed}, generated={self.num_generated}, status={self.status.value})")

@@ -1,0 +1,73 @@
+"""``simulate run``: one simulation, a summary table, and tidy output files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simulator.cli.app import app
+from simulator.cli.options import run_options
+from simulator.config import RunConfig
+from simulator.engine import RunResult, simulate
+from simulator.metrics import request_frame, summarize
+from simulator.output import FORMATS, _jsonable, write_run
+
+
+def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
+                   ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> tuple[RunResult, dict[str, Any]]:
+    """Simulate ``config``; write outputs to ``out`` if given; return the result and summary."""
+    result = simulate(config, progress=progress)
+    requests = request_frame(result)
+    summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
+    if out is not None:
+        write_run(result, out, fmt, summary, requests)
+    return result, summary
+
+
+def _ms(value: float) -> str:
+    return "-" if value != value else f"{value * 1e3:,.1f}"  # NaN check without math
+
+
+def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, console: Console) -> None:
+    r, s = config.replica, config.scheduler
+    title = f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) x{config.num_replicas} replica(s) · {s.name}"
+    table = Table("metric (ms)", "p50", "p90", "p99", "max", title=title, title_justify="left")
+    for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
+                       ("sched_delay_s", "scheduling delay")):
+        table.add_row(label, *(_ms(summary[f"{key}_{q}"]) for q in ("p50", "p90", "p99", "max")))
+    console.print(f"workload: {summary['workload']}")
+    console.print(table)
+    console.print(
+        f"requests: {summary['num_finished']} finished, {summary['num_rejected']} rejected, "
+        f"{summary['num_preemptions']} preemptions · throughput {summary['throughput_rps']:.2f} req/s, "
+        f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
+        f"(TTFT<={summary['ttft_slo_s']}s, TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
+        f"tokens · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
+
+
+@app.command()
+@run_options
+def run(
+    config: RunConfig,
+    out: Annotated[Path | None, typer.Option(help="Folder for requests/iterations tables, summary.json, config.json.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help=f"Table format: {', '.join(FORMATS)}.")] = "parquet",
+    ttft_slo: Annotated[float, typer.Option(help="TTFT SLO (s) for goodput.")] = 2.0,
+    tbt_slo: Annotated[float, typer.Option(help="TBT SLO (s) for goodput.")] = 0.2,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, sarathi, ShareGPT)."""
+    result, summary = run_simulation(config, out, fmt, progress=progress and not json_out,
+                                     ttft_slo_s=ttft_slo, tbt_slo_s=tbt_slo)
+    if json_out:
+        typer.echo(json.dumps(_jsonable(summary), indent=2, sort_keys=True))
+        return
+    console = Console()
+    print_summary(config, summary, result.wall_s, console)
+    if out is not None:
+        console.print(f"wrote {out}/ (requests, iterations, summary.json, config.json)")

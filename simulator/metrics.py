@@ -1,0 +1,142 @@
+"""Serving metrics, computed after the run from per-request token timestamps.
+
+Definitions (DESIGN.md):
+
+- TTFT = first output token time - arrival; scheduling delay = first scheduled - arrival;
+- TBT = every gap between consecutive output tokens of a request, stalls and
+  preemptions included; the first token is not a TBT sample (that is TTFT). P99 TBT is
+  taken over all gaps of all requests;
+- TPOT = (completion - first token) / (output tokens - 1), for requests with more than
+  one output token; E2E = completion - arrival;
+- goodput = share of all requests (rejected ones count as misses) whose TTFT <=
+  ``ttft_slo_s`` and whose largest TBT gap <= ``tbt_slo_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from simulator.engine import RunResult
+
+QUANTILES = (50, 90, 99)
+
+
+def _token_times(result: RunResult) -> tuple[np.ndarray, np.ndarray]:
+    """All token timestamps concatenated, and each request's offset into them."""
+    arrays = [np.frombuffer(r.token_times, dtype=np.float64) if len(r.token_times) else np.empty(0)
+              for r in result.requests]
+    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    flat = np.concatenate(arrays) if arrays else np.empty(0)
+    return flat, offsets
+
+
+def tbt_samples(result: RunResult) -> np.ndarray:
+    """Every time-between-tokens gap of every request, in request order."""
+    flat, offsets = _token_times(result)
+    if len(flat) < 2:
+        return np.empty(0)
+    gaps = np.diff(flat)
+    # A gap that crosses from one request's last token to the next request's first is not a TBT.
+    boundary = offsets[1:-1] - 1
+    keep = np.ones(len(gaps), dtype=bool)
+    keep[boundary[(boundary >= 0) & (boundary < len(gaps))]] = False
+    return gaps[keep]
+
+
+def request_frame(result: RunResult) -> pd.DataFrame:
+    """One row per request, finished or rejected, with its timeline and latencies."""
+    reqs = result.requests
+    flat, offsets = _token_times(result)
+    n = len(reqs)
+    lengths = np.diff(offsets)
+    first_token = np.full(n, np.nan)
+    has = lengths > 0
+    first_token[has] = flat[offsets[:-1][has]]
+    max_tbt = np.full(n, np.nan)
+    multi = lengths > 1
+    if multi.any():
+        gaps = np.diff(flat)
+        # Gaps that cross from one request to the next are not TBTs: make them neutral for max.
+        boundary = offsets[1:-1] - 1
+        gaps[boundary[(boundary >= 0) & (boundary < len(gaps))]] = -np.inf
+        # Each multi-token request's gaps start at its first token; reduceat runs to the next start.
+        max_tbt[multi] = np.maximum.reduceat(gaps, offsets[:-1][multi])
+    df = pd.DataFrame({
+        "request_id": np.fromiter((r.request_id for r in reqs), dtype=np.int64, count=n),
+        "replica_id": np.fromiter((r.replica_id for r in reqs), dtype=np.int64, count=n),
+        "arrival_at": np.fromiter((r.arrival_at for r in reqs), dtype=np.float64, count=n),
+        "num_prompt_tokens": np.fromiter((r.num_prompt_tokens for r in reqs), dtype=np.int64, count=n),
+        "num_output_tokens": np.fromiter((r.num_output_tokens for r in reqs), dtype=np.int64, count=n),
+        "first_scheduled_at": np.array([np.nan if r.first_scheduled_at is None else r.first_scheduled_at for r in reqs]),
+        "first_token_at": first_token,
+        "completed_at": np.array([np.nan if r.completed_at is None else r.completed_at for r in reqs]),
+        "num_preemptions": np.fromiter((r.num_preemptions for r in reqs), dtype=np.int64, count=n),
+        "status": [r.status.value for r in reqs],
+        "reject_reason": [r.reject_reason or "" for r in reqs],
+    })
+    df["ttft_s"] = df["first_token_at"] - df["arrival_at"]
+    df["sched_delay_s"] = df["first_scheduled_at"] - df["arrival_at"]
+    df["e2e_s"] = df["completed_at"] - df["arrival_at"]
+    denom = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] > 1)
+    df["tpot_s"] = (df["completed_at"] - df["first_token_at"]) / denom
+    df["max_tbt_s"] = max_tbt
+    return df
+
+
+def _stats(values: np.ndarray, prefix: str) -> dict[str, float]:
+    values = values[~np.isnan(values)]
+    out: dict[str, float] = {}
+    if len(values) == 0:
+        for q in QUANTILES:
+            out[f"{prefix}_p{q}"] = math.nan
+        out[f"{prefix}_mean"] = math.nan
+        out[f"{prefix}_max"] = math.nan
+        return out
+    for q, v in zip(QUANTILES, np.percentile(values, QUANTILES), strict=True):
+        out[f"{prefix}_p{q}"] = float(v)
+    out[f"{prefix}_mean"] = float(values.mean())
+    out[f"{prefix}_max"] = float(values.max())
+    return out
+
+
+def summarize(result: RunResult, requests: pd.DataFrame | None = None, ttft_slo_s: float = 2.0,
+              tbt_slo_s: float = 0.2) -> dict[str, Any]:
+    """Headline numbers of a run: latency quantiles, throughput, goodput, utilisation."""
+    df = request_frame(result) if requests is None else requests
+    finished = df[df["status"] == "finished"]
+    tbt = tbt_samples(result)
+    out: dict[str, Any] = {
+        "num_requests": int(len(df)),
+        "num_finished": int(len(finished)),
+        "num_rejected": int((df["status"] == "rejected").sum()),
+        "num_preemptions": int(df["num_preemptions"].sum()),
+        "num_iterations": len(result.iterations),
+        "num_tbt_samples": int(len(tbt)),
+    }
+    out.update(_stats(finished["ttft_s"].to_numpy(), "ttft_s"))
+    out.update(_stats(tbt, "tbt_s"))
+    out.update(_stats(finished["tpot_s"].to_numpy(), "tpot_s"))
+    out.update(_stats(finished["e2e_s"].to_numpy(), "e2e_s"))
+    out.update(_stats(finished["sched_delay_s"].to_numpy(), "sched_delay_s"))
+    start = float(df["arrival_at"].min()) if len(df) else 0.0
+    span = max(result.sim_end_at - start, 1e-12)
+    out["duration_s"] = span
+    out["throughput_rps"] = len(finished) / span
+    out["output_tokens_per_s"] = float(finished["num_output_tokens"].sum()) / span
+    out["prefill_tokens_per_s"] = float(finished["num_prompt_tokens"].sum()) / span
+    good = (df["status"] == "finished") & (df["ttft_s"] <= ttft_slo_s) & (df["max_tbt_s"].fillna(0.0) <= tbt_slo_s)
+    out["ttft_slo_s"] = ttft_slo_s
+    out["tbt_slo_s"] = tbt_slo_s
+    out["goodput_fraction"] = float(good.mean()) if len(df) else math.nan
+    out["goodput_rps"] = float(good.sum()) / span
+    out["replica_busy_fraction"] = [b / span for b in result.replica_busy_s]
+    out["kv_cache_tokens"] = result.memory.num_kv_tokens
+    out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
+    out["workload"] = result.workload_source
+    return out

@@ -1,0 +1,64 @@
+"""Writing a run's results: tidy tables plus the config that reproduces them.
+
+An output folder holds ``requests.{parquet,csv}`` (one row per request),
+``iterations.{parquet,csv}`` (one row per iteration), ``summary.json`` (headline
+metrics) and ``config.json`` (the exact :class:`~simulator.config.RunConfig`; pass it
+back with ``simulate run --config`` to reproduce the run bit for bit).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from simulator.engine import RunResult
+from simulator.errors import ConfigError
+from simulator.metrics import request_frame, summarize
+
+FORMATS = ("parquet", "csv")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def write_table(df: pd.DataFrame, path_stem: Path, fmt: str) -> Path:
+    path = path_stem.with_suffix(f".{fmt}")
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    if fmt == "parquet":
+        df.to_parquet(tmp, index=False)
+    else:
+        df.to_csv(tmp, index=False)
+    tmp.replace(path)  # never leave a half-written table under the final name
+    return path
+
+
+def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: dict[str, Any] | None = None,
+              requests: pd.DataFrame | None = None) -> dict[str, Path]:
+    if fmt not in FORMATS:
+        raise ConfigError("--format", f"unknown format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError("--out", f"{out_dir} exists and is not a folder", "pass a folder path")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    requests = request_frame(result) if requests is None else requests
+    summary = summarize(result, requests) if summary is None else summary
+    paths = {
+        "requests": write_table(requests, out_dir / "requests", fmt),
+        "iterations": write_table(result.iteration_frame(), out_dir / "iterations", fmt),
+    }
+    paths["summary"] = out_dir / "summary.json"
+    paths["summary"].write_text(json.dumps(_jsonable(summary), indent=2, sort_keys=True) + "\n")
+    paths["config"] = out_dir / "config.json"
+    paths["config"].write_text(json.dumps(result.config.to_dict(), indent=2, sort_keys=True) + "\n")
+    return paths

@@ -1,0 +1,111 @@
+"""A model replica as a SimPy process: schedule, price, wait, apply.
+
+The loop is the only place where simulated time passes for a replica:
+
+1. ask the scheduler (a pure policy) for a batch;
+2. ask the cost model how long that batch takes;
+3. ``yield env.timeout(duration)``;
+4. let the scheduler apply the outcome at the new ``env.now`` (tokens, completions).
+
+An idle replica sleeps on an event that :meth:`Replica.submit` fires, so idle periods
+cost no simulation events. Tensor parallelism enters through the cost model and the
+memory plan. Pipeline parallelism replaces step 2-4 with stage processes
+(:mod:`simulator.pipeline`); this module is the PP=1 replica and the shared base.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import simpy
+
+from simulator.config import RunConfig
+from simulator.costmodel.base import CostModel
+from simulator.kvcache import BlockManager, MemoryPlan, plan_memory
+from simulator.request import Request, Status
+from simulator.schedulers import SCHEDULERS, Batch, Scheduler
+
+if TYPE_CHECKING:
+    from simulator.engine import Recorder
+
+from simulator.errors import ConfigError
+
+
+def build_scheduler(config: RunConfig) -> tuple[Scheduler, MemoryPlan]:
+    """Scheduler and KV cache for one replica of ``config``; refuses impossible layouts."""
+    replica, sched = config.replica, config.scheduler
+    max_model_len = replica.effective_max_model_len
+    budget = sched.token_budget(max_model_len)
+    plan = plan_memory(replica, budget, sched.max_num_seqs)
+    blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark)
+    if blocks.num_usable_blocks * replica.block_size < max_model_len:
+        raise ConfigError(
+            "replica.max_model_len",
+            f"the KV cache holds {blocks.num_usable_blocks * replica.block_size} tokens per replica, fewer than "
+            f"max_model_len {max_model_len}", "lower --max-model-len or add GPUs (--tp/--pp)")
+    scheduler = SCHEDULERS[sched.name](sched, blocks, max_model_len)
+    return scheduler, plan
+
+
+class Replica:
+    """One replica: a scheduler, its KV cache and a cost model, driven by a SimPy process.
+
+    Contract: every submitted request is either rejected at once (``status`` REJECTED,
+    ``reject_reason`` set) or eventually finishes; ``recorder`` sees every iteration.
+    """
+
+    def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
+                 cost_model: CostModel, recorder: Recorder) -> None:
+        self.env = env
+        self.replica_id = replica_id
+        self.scheduler = scheduler
+        self.cost_model = cost_model
+        self.recorder = recorder
+        self._wakeup: simpy.Event | None = None
+        self.num_busy_s = 0.0
+        self.process = env.process(self.run())
+
+    @property
+    def num_outstanding(self) -> int:
+        return self.scheduler.num_outstanding
+
+    def submit(self, req: Request) -> None:
+        req.replica_id = self.replica_id
+        reason = self.scheduler.rejection_reason(req)
+        if reason is not None:
+            req.status = Status.REJECTED
+            req.reject_reason = reason
+            self.recorder.on_reject(req)
+            return
+        self.scheduler.add_request(req)
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _sleep(self) -> simpy.Event:
+        self._wakeup = self.env.event()
+        return self._wakeup
+
+    def _on_scheduled(self, batch: Batch, now: float) -> None:
+        for req in batch.admitted:
+            if req.first_scheduled_at is None:
+                req.first_scheduled_at = now
+
+    def run(self):  # noqa: ANN201 - SimPy generator
+        env, scheduler, cost, recorder = self.env, self.scheduler, self.cost_model, self.recorder
+        while True:
+            batch = scheduler.schedule()
+            if not batch.requests:
+                if scheduler.waiting and not scheduler.running:
+                    raise RuntimeError("scheduler returned an empty batch with only waiting requests")  # invariant
+                yield self._sleep()
+                continue
+            started_at = env.now
+            if batch.admitted:
+                self._on_scheduled(batch, started_at)
+            duration = cost.iteration_time(batch.shape)
+            yield env.timeout(duration)
+            self.num_busy_s += duration
+            finished = scheduler.complete(batch, env.now)
+            recorder.on_iteration(self.replica_id, started_at, duration, batch, scheduler.blocks.num_used_blocks)
+            if finished:
+                recorder.on_finish(finished)

@@ -1,0 +1,166 @@
+"""Scheduler contract: queues in, one batch out.
+
+A scheduler owns a FCFS ``waiting`` deque and a ``running`` list (in admission order)
+and a :class:`~simulator.kvcache.BlockManager`. ``schedule()`` is the policy: it picks
+the next batch — which requests run and how many tokens each contributes — allocating
+KV blocks and preempting as it goes. It reads no clock and does no I/O, so tests drive
+it with hand-made queues. ``complete(batch, now)`` is the shared mechanism that applies
+a finished iteration: advance prefill progress, emit tokens, free finished requests.
+
+Token accounting (vLLM v1's contract, see :mod:`simulator.request`): an entry of
+``n`` tokens advances ``num_computed`` by ``n``; it produces a token iff that makes the
+request's KV cache whole.
+
+Common rules (DESIGN.md): preemption is by recompute; the victim is the newest running
+request that is not in flight, re-queued at the front of ``waiting``. With pipeline
+parallelism several batches may be in flight, but a request is in at most one
+(``Request.in_flight``); policies skip in-flight requests.
+
+Extension point: subclass :class:`Scheduler`, implement ``schedule`` (and
+``reserve_tokens`` if the policy reserves memory up front), and add one line to
+``simulator.schedulers.SCHEDULERS``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from simulator.config import SchedulerConfig
+from simulator.costmodel.base import BatchShape
+from simulator.kvcache import BlockManager
+from simulator.request import Request, Status
+
+
+@dataclass(slots=True)
+class Batch:
+    """One iteration's work. ``requests[i]`` contributes ``num_tokens[i]`` tokens."""
+
+    requests: list[Request] = field(default_factory=list)
+    num_tokens: list[int] = field(default_factory=list)
+    shape: BatchShape = field(default_factory=BatchShape)
+    preempted: list[Request] = field(default_factory=list)  # preempted while building this batch
+    admitted: list[Request] = field(default_factory=list)  # (re)admitted from waiting by this batch
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def add(self, req: Request, num_tokens: int) -> None:
+        """Append an entry and account its attention work in the shape."""
+        self.requests.append(req)
+        self.num_tokens.append(num_tokens)
+        req.in_flight = True
+        kv_before = req.num_computed
+        if num_tokens == 1 and req.num_prompt_tokens + req.num_generated - kv_before == 1:
+            self.shape.add_decode(kv_before + 1)
+        else:
+            produces = kv_before + num_tokens == req.num_prompt_tokens + req.num_generated
+            self.shape.add_prefill(num_tokens, kv_before, produces)
+
+
+class Scheduler:
+    """Base policy. Subclasses implement :meth:`schedule`."""
+
+    name = "base"
+
+    def __init__(self, config: SchedulerConfig, blocks: BlockManager, max_model_len: int) -> None:
+        self.config = config
+        self.blocks = blocks
+        self.max_model_len = max_model_len
+        self.max_num_seqs = config.max_num_seqs
+        self.token_budget = config.token_budget(max_model_len)
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self._admission_counter = 0  # per-scheduler sequence, not a global
+
+    # -- queue management --------------------------------------------------------------
+    def add_request(self, req: Request) -> None:
+        req.status = Status.WAITING
+        self.waiting.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    @property
+    def num_outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def reserve_tokens(self, req: Request) -> int:
+        """KV tokens a request must hold to be admitted. Default: everything it knows."""
+        return req.num_prompt_tokens + req.num_generated
+
+    def max_reserve_tokens(self, req: Request) -> int:
+        """The most KV tokens the request will ever hold under this policy."""
+        return max(self.reserve_tokens(req), req.max_num_tokens)
+
+    def rejection_reason(self, req: Request) -> str | None:
+        """Why a request can never be served by this policy, or None."""
+        if req.num_prompt_tokens + req.num_output_tokens > self.max_model_len:
+            return (f"prompt+output = {req.num_prompt_tokens + req.num_output_tokens} tokens exceeds "
+                    f"max_model_len {self.max_model_len}")
+        if self.blocks.blocks_for(self.max_reserve_tokens(req)) > self.blocks.num_usable_blocks:
+            return (f"needs {self.max_reserve_tokens(req)} KV tokens but the cache holds "
+                    f"{self.blocks.num_usable_blocks * self.blocks.block_size}")
+        return None
+
+    def _admit(self, batch: Batch) -> Request:
+        """Move the head of ``waiting`` to ``running`` with its reservation allocated."""
+        req = self.waiting.popleft()
+        self.blocks.reserve(req, self.reserve_tokens(req))
+        req.status = Status.RUNNING
+        self._admission_counter += 1
+        req.admitted_seq = self._admission_counter
+        self.running.append(req)
+        batch.admitted.append(req)
+        return req
+
+    def _preempt(self, req: Request, batch: Batch) -> None:
+        """Preempt by recompute: drop the KV cache, re-queue at the front."""
+        self.running.remove(req)
+        self.blocks.free(req)
+        req.num_computed = 0
+        req.num_preemptions += 1
+        req.status = Status.WAITING
+        self.waiting.appendleft(req)
+        batch.preempted.append(req)
+
+    def _newest_victim(self) -> Request | None:
+        for req in reversed(self.running):
+            if not req.in_flight:
+                return req
+        return None
+
+    def _grow_or_preempt(self, req: Request, num_tokens: int, batch: Batch) -> bool:
+        """Make room for ``req`` to hold ``num_tokens``, preempting the newest running
+        requests as needed. Returns False if ``req`` itself had to be preempted."""
+        while not self.blocks.try_grow(req, num_tokens):
+            victim = self._newest_victim()
+            if victim is None or victim is req:
+                self._preempt(req, batch)
+                return False
+            self._preempt(victim, batch)
+        return True
+
+    # -- policy --------------------------------------------------------------------------
+    def schedule(self) -> Batch:
+        raise NotImplementedError
+
+    # -- mechanism -------------------------------------------------------------------------
+    def complete(self, batch: Batch, now: float) -> list[Request]:
+        """Apply a finished iteration at simulated time ``now``; return finished requests."""
+        finished: list[Request] = []
+        for req, n in zip(batch.requests, batch.num_tokens, strict=True):
+            req.in_flight = False
+            req.num_computed += n
+            if req.num_computed == req.num_prompt_tokens + req.num_generated:
+                req.num_generated += 1
+                req.token_times.append(now)
+                if req.num_generated == req.num_output_tokens:
+                    finished.append(req)
+        if finished:
+            for req in finished:
+                self.blocks.free(req)
+                req.status = Status.FINISHED
+                req.completed_at = now
+            self.running = [r for r in self.running if r.status is Status.RUNNING]
+        return finished

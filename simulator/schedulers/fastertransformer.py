@@ -1,0 +1,31 @@
+"""FasterTransformer: request-level batching.
+
+A batch of up to ``max_num_seqs`` waiting requests is admitted only when nothing is
+running; its prompts run together in one iteration, then the batch decodes until its
+last request finishes. Memory is reserved for ``max_model_len`` per request up front.
+Requests that finish early leave their slot idle until the whole batch is done.
+"""
+
+from __future__ import annotations
+
+from simulator.schedulers.base import Batch, Scheduler
+
+
+class FasterTransformerScheduler(Scheduler):
+    name = "fastertransformer"
+
+    def reserve_tokens(self, req) -> int:  # type: ignore[override]
+        return self.max_model_len
+
+    def schedule(self) -> Batch:
+        batch = Batch()
+        if self.running:
+            for req in self.running:
+                if not req.in_flight:
+                    batch.add(req, 1)
+            return batch
+        waiting = self.waiting
+        while waiting and len(self.running) < self.max_num_seqs and self.blocks.can_admit(self.max_model_len):
+            req = self._admit(batch)
+            batch.add(req, req.num_prompt_tokens + req.num_generated)
+        return batch

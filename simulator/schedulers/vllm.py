@@ -1,0 +1,51 @@
+"""vLLM v0 (prefill-prioritising, no chunked prefill).
+
+Each iteration first admits waiting requests, in FCFS order, while KV blocks (above
+the watermark), ``max_num_seqs`` and ``max_num_batched_tokens`` allow; a request's
+whole prompt (plus, after a preemption, its generated tokens) runs in one piece. If
+anything was admitted the iteration is *prefill-only*: every running decode waits,
+which is the generation stall Sarathi-Serve removes. Otherwise every running request
+decodes one token; when blocks run out the newest running request is preempted.
+"""
+
+from __future__ import annotations
+
+from simulator.schedulers.base import Batch, Scheduler
+
+
+class VLLMScheduler(Scheduler):
+    name = "vllm"
+
+    def rejection_reason(self, req):  # type: ignore[override]
+        if req.num_prompt_tokens + req.num_output_tokens - 1 > self.token_budget:
+            return (f"prompt+output = {req.num_prompt_tokens + req.num_output_tokens} tokens exceeds "
+                    f"max_num_batched_tokens {self.token_budget} (vllm runs a recomputed prompt in one piece)")
+        return super().rejection_reason(req)
+
+    def schedule(self) -> Batch:
+        batch = Batch()
+        blocks, waiting, running = self.blocks, self.waiting, self.running
+        num_batched = 0
+        num_seqs = len(running)
+        while waiting:
+            req = waiting[0]
+            n = req.num_prompt_tokens + req.num_generated
+            if num_batched + n > self.token_budget or num_seqs >= self.max_num_seqs or not blocks.can_admit(n):
+                break
+            self._admit(batch)
+            batch.add(req, n)
+            num_batched += n
+            num_seqs += 1
+        if batch.requests:
+            return batch  # prefill-only iteration: running decodes stall
+        i = 0
+        while i < len(running):
+            req = running[i]
+            if req.in_flight:
+                i += 1
+                continue
+            if not self._grow_or_preempt(req, req.num_computed + 1, batch):
+                break  # req was the newest: everything after it is gone too
+            batch.add(req, 1)
+            i += 1
+        return batch

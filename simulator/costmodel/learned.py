@@ -1,0 +1,213 @@
+"""Learned cost model: fitted profile curves, evaluated by table lookup.
+
+``simulate fit`` (:mod:`simulator.costmodel.fit`) writes a JSON artifact with, per op, a
+monotone piecewise-linear curve over token count (or message bytes for collectives), a
+per-batch-size table of decode-attention coefficients and a linear model for prefill
+attention. :func:`load_artifact` checks that the artifact is for the run's replica
+(model, TP; GPU) and builds a :class:`LearnedCostModel`, which at load time
+
+- sums every per-layer token op onto one dense table ``0..max_tokens`` (ops the artifact
+  lacks come from the calibrated roofline for the same replica, so a Vidur ``mlp.csv``
+  alone still gives a complete model), likewise for embedding and LM head;
+- keeps decode attention as two lists ``a[n]``, ``b[n]`` and prefill attention as a few
+  coefficients.
+
+So one iteration costs three list lookups, one square root and a handful of
+multiplications: no regression ``predict`` in the hot loop.
+
+**Out of range.** Past the largest token count, batch size or context length the profiles
+cover, curves continue linearly (slope of the top quarter of the fitted range, see
+:class:`~simulator.costmodel.fit.Curve`), the decode coefficients likewise, and the prefill
+model is linear anyway. Every call that needed such an extrapolation increments
+``num_extrapolations`` (per op in ``extrapolations_by_op``), which the engine reports in the
+run summary: the numbers are a documented guess, never a silent one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.config import ReplicaConfig
+from simulator.costmodel.base import BatchShape, CostModel
+from simulator.costmodel.fit import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
+from simulator.costmodel.roofline import TOKEN_OPS, RooflineCostModel
+from simulator.errors import ConfigError
+
+MIN_TABLE_TOKENS = 16384
+
+
+def read_artifact(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError("cost_model", f"{path} is not a readable cost-model artifact ({type(exc).__name__})",
+                          "pass a file written by `simulate fit`") from None
+    if not isinstance(data, dict) or data.get("kind") != "servesim-learned-cost-model":
+        raise ConfigError("cost_model", f"{path} is not a servesim cost-model artifact", "pass a file written by `simulate fit`")
+    if data.get("format_version") != FORMAT_VERSION:
+        raise ConfigError("cost_model", f"{path} has format_version {data.get('format_version')}, this build reads "
+                          f"{FORMAT_VERSION}", "re-run `simulate fit` with this version")
+    return data
+
+
+def load_artifact(path: str | Path, replica: ReplicaConfig) -> LearnedCostModel:
+    """Load a fitted artifact for ``replica``; a model/TP/GPU mismatch is a ConfigError."""
+    return LearnedCostModel(replica, read_artifact(path), source=str(path))
+
+
+class LearnedCostModel(CostModel):
+    """Cost model from fitted profile curves; same interface and contract as the roofline."""
+
+    name = "learned"
+
+    def __init__(self, replica: ReplicaConfig, artifact: dict[str, Any], source: str = "<memory>") -> None:
+        super().__init__(replica)
+        for key, want in (("model", replica.model), ("tp", replica.tp), ("gpu", replica.gpu)):
+            if artifact.get(key) != want:
+                raise ConfigError("cost_model", f"{source} was fitted for {key}={artifact.get(key)}, the run has "
+                                  f"{key}={want}", f"fit an artifact for {key}={want} or use --cost-model roofline")
+        if artifact.get("dtype_bytes", 2) != replica.dtype_bytes:
+            raise ConfigError("cost_model", f"{source} was fitted for dtype_bytes={artifact.get('dtype_bytes')}",
+                              f"fit one for dtype_bytes={replica.dtype_bytes}")
+        self.artifact = artifact
+        self.source = source
+        self.roofline = RooflineCostModel(replica, table_tokens=1)
+        self.curves = {op: Curve.from_json(c) for op, c in artifact.get("curves", {}).items()}
+        self.decode = DecodeModel.from_json(artifact["attn_decode"]) if "attn_decode" in artifact else None
+        self.prefill = PrefillModel.from_json(artifact["attn_prefill"]) if "attn_prefill" in artifact else None
+        self.learned_ops = list(artifact.get("learned_ops", []))
+        self.roofline_ops = list(artifact.get("roofline_ops", []))
+        self.num_extrapolations = 0
+        self.extrapolations_by_op: dict[str, int] = {}
+        layer_ops = [op for op in TOKEN_OPS if op in self.curves]
+        # Largest token count every learned token op covers (inf where nothing is learned).
+        token_ranges = [self.curves[op].x_max for op in layer_ops + ["embedding"] if op in self.curves]
+        self.max_fitted_tokens = min(token_ranges) if token_ranges else math.inf
+        if "all_reduce" in self.curves:
+            self.max_fitted_tokens = min(self.max_fitted_tokens, self.curves["all_reduce"].x_max / self._bytes_per_token)
+        self.max_fitted_logits = self.curves["lm_head"].x_max if "lm_head" in self.curves else math.inf
+        self._num_all_reduce = 1 if self.model.parallel_attn_mlp else 2
+        if self.prefill is not None:
+            p = self.prefill
+            self._pre_intercept = p.intercept
+            self._pre_coef = [(field, c) for field, c in p.coef.items() if c != 0.0]
+        if self.decode is not None:
+            self._dec_a = self.decode.a.tolist()
+            self._dec_b = self.decode.b.tolist()
+            self._dec_max_batch = self.decode.max_batch
+        self._extend_tables(max(MIN_TABLE_TOKENS, int(min(self.max_fitted_tokens, 1 << 20)) + 1))
+
+    # -- tables ------------------------------------------------------------------------------------------
+    @property
+    def _bytes_per_token(self) -> float:
+        return float(self.model.hidden_size * self.replica.dtype_bytes)
+
+    def token_ops(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-layer time of each token op (learned where the artifact has it, else roofline)."""
+        tokens = np.asarray(tokens, dtype=np.float64)
+        out = self.roofline.token_ops(tokens)
+        for op in TOKEN_OPS:
+            if op in self.curves:
+                out[op] = self.curves[op](tokens)
+        if "all_reduce" in self.curves and self.replica.tp > 1:
+            out["tp_all_reduce"] = self._num_all_reduce * self.curves["all_reduce"](tokens * self._bytes_per_token)
+        return out
+
+    def _embedding(self, tokens: np.ndarray) -> np.ndarray:
+        if "embedding" in self.curves:
+            return self.curves["embedding"](tokens)
+        return self.roofline._embedding(tokens)
+
+    def _lm_head(self, num_logits: np.ndarray) -> np.ndarray:
+        if "lm_head" in self.curves:
+            return self.curves["lm_head"](num_logits)
+        return self.roofline._lm_head(num_logits)
+
+    def _extend_tables(self, size: int) -> None:
+        tokens = np.arange(size, dtype=np.float64)
+        self._table = sum(self.token_ops(tokens).values()).tolist()
+        self._pre_table = self._embedding(tokens).tolist()
+        self._post_table = self._lm_head(tokens).tolist()
+
+    def _grow(self, n: int) -> None:
+        self._extend_tables(max(n + 1, 2 * len(self._table)))
+
+    def _count(self, op: str) -> None:
+        self.num_extrapolations += 1
+        self.extrapolations_by_op[op] = self.extrapolations_by_op.get(op, 0) + 1
+
+    # -- attention -------------------------------------------------------------------------------------------
+    def attention_prefill(self, shape: BatchShape) -> float:
+        if shape.num_prefills == 0:
+            return 0.0
+        if self.prefill is None:
+            return self.roofline.attention_prefill(shape)
+        if shape.prefill_max_kv > self.prefill.max_kv:
+            self._count("attn_prefill")
+        t = self._pre_intercept
+        for field, c in self._pre_coef:
+            t += c * getattr(shape, field)
+        return t
+
+    def attention_decode(self, shape: BatchShape) -> float:
+        n = shape.num_decodes
+        if n == 0:
+            return 0.0
+        if self.decode is None:
+            return self.roofline.attention_decode(shape)
+        k_rms = math.sqrt(shape.decode_kv_sq_sum / n)
+        if n <= self._dec_max_batch:
+            if shape.decode_max_kv > self.decode.max_context:
+                self._count("attn_decode")
+            return self._dec_a[n] + self._dec_b[n] * k_rms
+        self._count("attn_decode")
+        return float(self.decode.predict(np.array([n]), np.array([k_rms]))[0])
+
+    # -- CostModel interface ------------------------------------------------------------------------------
+    def layer_time(self, shape: BatchShape) -> float:
+        t = shape.num_prefill_tokens + shape.num_decodes
+        if t > self.max_fitted_tokens:
+            self._count("token_ops")
+            if t >= len(self._table):
+                self._grow(t)
+        return self._table[t] + self.attention_prefill(shape) + self.attention_decode(shape)
+
+    def pre_time(self, shape: BatchShape) -> float:
+        t = shape.num_prefill_tokens + shape.num_decodes
+        if t >= len(self._pre_table):
+            self._grow(t)
+        return self._pre_table[t]
+
+    def post_time(self, shape: BatchShape) -> float:
+        n = shape.num_logits
+        if n > self.max_fitted_logits:
+            self._count("lm_head")
+        if n >= len(self._post_table):
+            self._grow(n)
+        return self._post_table[n]
+
+    def overhead_time(self, shape: BatchShape) -> float:
+        return self.roofline.overhead_time(shape)
+
+    def send_recv_time(self, num_tokens: int) -> float:
+        if "send_recv" in self.curves:
+            return float(self.curves["send_recv"](np.array([num_tokens * self._bytes_per_token]))[0])
+        return self.roofline.send_recv_time(num_tokens)
+
+    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+        layers = self.model.num_layers
+        t = shape.num_prefill_tokens + shape.num_decodes
+        out = {"cpu_overhead": self.overhead_time(shape), "embedding": self.pre_time(shape)}
+        ops = self.token_ops(np.array([t], dtype=np.float64))
+        for op, value in ops.items():
+            out[op] = layers * float(value[0])
+        out["attn_prefill"] = layers * self.attention_prefill(shape)
+        out["attn_decode"] = layers * self.attention_decode(shape)
+        out["lm_head_sampling"] = self.post_time(shape)
+        return out

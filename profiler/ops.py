@@ -1,0 +1,215 @@
+"""Real torch kernels for each compute op, on the shapes one TP rank runs.
+
+:func:`make_case` turns a :class:`~profiler.grid.Point` into an :class:`OpCase`: a
+closure that runs the op on preallocated tensors, plus the op's useful FLOPs and bytes
+(for achieved throughput and the ``suspect`` check). All tensors are allocated once per
+point, outside the timed region.
+
+* linear ops: ``torch.nn.functional.linear`` on ``[T, K]`` activations and an
+  ``[N, K]`` weight (bytes: weight + input + output, each once);
+* elementwise: RMSNorm/LayerNorm (``num_norms`` calls), SiLU-and-mul or GeLU, rotary
+  embedding (NeoX style on Q and K), the layer's two residual adds, and the embedding
+  lookup on a vocab shard;
+* attention with ``torch.nn.functional.scaled_dot_product_attention`` (GQA via
+  ``enable_gqa``): prefill chunks attend causally with the mask aligned bottom-right
+  (query ``i`` sees ``kv_context + i + 1`` keys); decode batches pad K/V to the longest
+  sequence and mask the padding. With ``flash_attn`` importable on CUDA, the same
+  points are also timed with ``flash_attn_func`` / ``flash_attn_with_kvcache`` (true
+  variable-length KV, no padding) as backend ``flash_attn``.
+
+FLOPs count multiply-adds as two; attention counts only causal/unpadded pairs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from profiler.grid import Point
+from profiler.schema import ATTN_DECODE, ATTN_PREFILL, EMBEDDING, LINEAR_OPS, MLP_ACT, NORMS, RESIDUAL_ADD, ROTARY
+from profiler.shapes import ShardedShapes
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+ATTENTION_BACKENDS = ("sdpa", "flash_attn")
+
+
+@dataclass
+class OpCase:
+    """A ready-to-time op: ``fn()`` does the work; ``flops``/``bytes`` its useful work."""
+
+    fn: Callable[[], object]
+    flops: float
+    bytes: float
+    num_calls: int = 1
+
+
+def torch_dtype(name: str):  # noqa: ANN201 - torch is imported lazily
+    import torch
+
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
+
+
+def available_attention_backends(device: str) -> list[str]:
+    """``sdpa`` always; ``flash_attn`` on CUDA when the package is importable."""
+    backends = ["sdpa"]
+    if device == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        backends.append("flash_attn")
+    return backends
+
+
+def make_case(point: Point, shapes: ShardedShapes, dtype: str, device: str, backend: str = "sdpa") -> OpCase:
+
+    dt = torch_dtype(dtype)
+    db = DTYPE_BYTES[dtype]
+    op = point.op
+    if op in LINEAR_OPS:
+        return _linear(point.num_tokens, *shapes.linear_shape(op), dt, db, device)
+    if op in (NORMS, MLP_ACT, ROTARY, RESIDUAL_ADD, EMBEDDING):
+        return _elementwise(op, point.num_tokens, shapes, dt, db, device)
+    if op == ATTN_PREFILL:
+        return _prefill(point, shapes, dt, db, device, backend)
+    if op == ATTN_DECODE:
+        return _decode(point, shapes, dt, db, device, backend)
+    raise ValueError(f"not a compute op: {op}")
+
+
+def _linear(t: int, k: int, n: int, dt, db: int, device: str) -> OpCase:  # noqa: ANN001
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.randn(t, k, dtype=dt, device=device)
+    w = torch.randn(n, k, dtype=dt, device=device) * k ** -0.5
+    return OpCase(lambda: F.linear(x, w), flops=2.0 * t * k * n, bytes=float((k * n + t * k + t * n) * db))
+
+
+def _elementwise(op: str, t: int, s: ShardedShapes, dt, db: int, device: str) -> OpCase:  # noqa: ANN001
+    import torch
+    import torch.nn.functional as F
+
+    h = s.hidden
+    if op == NORMS:
+        x = torch.randn(t, h, dtype=dt, device=device)
+        w = torch.ones(h, dtype=dt, device=device)
+        b = torch.zeros(h, dtype=dt, device=device)
+        n = s.num_norms
+        if s.model.norm == "layernorm":
+            def norm() -> object:
+                return F.layer_norm(x, (h,), w, b, 1e-5)
+        else:
+            def norm() -> object:
+                return F.rms_norm(x, (h,), w, 1e-6)
+
+        def run() -> None:
+            for _ in range(n):
+                norm()
+        return OpCase(run, flops=n * 4.0 * t * h, bytes=float(n * (2 * t * h + h) * db), num_calls=n)
+    if op == MLP_ACT:
+        f = s.ffn
+        if s.model.gated_mlp:
+            x = torch.randn(t, 2 * f, dtype=dt, device=device)
+            act = F.silu if s.model.activation == "silu" else (lambda v: F.gelu(v, approximate="tanh"))
+
+            def run() -> object:
+                return act(x[:, :f]) * x[:, f:]
+            return OpCase(run, flops=5.0 * t * f, bytes=float(3 * t * f * db))
+        x = torch.randn(t, f, dtype=dt, device=device)
+        return OpCase(lambda: F.gelu(x, approximate="tanh"), flops=8.0 * t * f, bytes=float(2 * t * f * db))
+    if op == ROTARY:
+        d = s.head_dim
+        q = torch.randn(t, s.heads, d, dtype=dt, device=device)
+        k = torch.randn(t, s.kv_heads, d, dtype=dt, device=device)
+        pos = torch.arange(t, device=device, dtype=torch.float32)
+        inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=device, dtype=torch.float32) / d))
+        ang = torch.outer(pos, inv)
+        cos, sin = ang.cos().to(dt)[:, None, :], ang.sin().to(dt)[:, None, :]
+
+        def rope(x):  # noqa: ANN001, ANN202
+            x1, x2 = x.chunk(2, dim=-1)
+            return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+        def run() -> object:
+            return rope(q), rope(k)
+        width = (s.heads + s.kv_heads) * d
+        return OpCase(run, flops=3.0 * t * width, bytes=float((2 * t * width + t * d) * db))
+    if op == RESIDUAL_ADD:
+        x = torch.randn(t, h, dtype=dt, device=device)
+        y = torch.randn(t, h, dtype=dt, device=device)
+        z = torch.randn(t, h, dtype=dt, device=device)
+
+        def run() -> object:
+            return (x + y) + z  # the two residual adds of a layer
+        return OpCase(run, flops=2.0 * t * h, bytes=float(2 * 3 * t * h * db), num_calls=2)
+    if op == EMBEDDING:
+        w = torch.randn(s.vocab, h, dtype=dt, device=device)
+        ids = torch.randint(0, s.vocab, (t,), device=device)
+        return OpCase(lambda: F.embedding(ids, w), flops=0.0, bytes=float(2 * t * h * db + 8 * t))
+    raise ValueError(op)
+
+
+def _prefill(p: Point, s: ShardedShapes, dt, db: int, device: str, backend: str) -> OpCase:  # noqa: ANN001
+    import torch
+    import torch.nn.functional as F
+
+    b, c, k_ctx, d = p.batch_size, p.chunk_size, p.kv_context, s.head_dim
+    keys = k_ctx + c
+    pairs = b * (c * k_ctx + c * (c + 1) / 2)
+    flops = 4.0 * s.heads * d * pairs
+    nbytes = float((2 * b * c * s.heads * d + 2 * b * keys * s.kv_heads * d) * db)
+    if backend == "flash_attn":
+        from flash_attn import flash_attn_func
+
+        q = torch.randn(b, c, s.heads, d, dtype=dt, device=device)
+        kk = torch.randn(b, keys, s.kv_heads, d, dtype=dt, device=device)
+        vv = torch.randn(b, keys, s.kv_heads, d, dtype=dt, device=device)
+        # flash-attn >= 2.1 aligns the causal mask bottom-right, as chunked prefill needs.
+        return OpCase(lambda: flash_attn_func(q, kk, vv, causal=True), flops, nbytes)
+    q = torch.randn(b, s.heads, c, d, dtype=dt, device=device)
+    kk = torch.randn(b, s.kv_heads, keys, d, dtype=dt, device=device)
+    vv = torch.randn(b, s.kv_heads, keys, d, dtype=dt, device=device)
+    gqa = s.heads != s.kv_heads
+    if k_ctx == 0:
+        def run() -> object:
+            return F.scaled_dot_product_attention(q, kk, vv, is_causal=True, enable_gqa=gqa)
+    else:
+        from torch.nn.attention.bias import causal_lower_right
+
+        mask = causal_lower_right(c, keys)
+        if gqa:  # CausalBias does not forward enable_gqa everywhere: expand K/V heads once.
+            rep = s.heads // s.kv_heads
+            kk, vv = kk.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
+
+        def run() -> object:
+            return F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask)
+    return OpCase(run, flops, nbytes)
+
+
+def _decode(p: Point, s: ShardedShapes, dt, db: int, device: str, backend: str) -> OpCase:  # noqa: ANN001
+    import torch
+    import torch.nn.functional as F
+
+    lens = p.context_lens
+    b, lmax, d = len(lens), max(lens), s.head_dim
+    total = sum(lens)
+    flops = 4.0 * s.heads * d * total
+    nbytes = float((2 * total * s.kv_heads * d + 2 * b * s.heads * d) * db)
+    if backend == "flash_attn":
+        from flash_attn import flash_attn_with_kvcache
+
+        q = torch.randn(b, 1, s.heads, d, dtype=dt, device=device)
+        kc = torch.randn(b, lmax, s.kv_heads, d, dtype=dt, device=device)
+        vc = torch.randn(b, lmax, s.kv_heads, d, dtype=dt, device=device)
+        seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
+        return OpCase(lambda: flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens), flops, nbytes)
+    q = torch.randn(b, s.heads, 1, d, dtype=dt, device=device)
+    kk = torch.randn(b, s.kv_heads, lmax, d, dtype=dt, device=device)
+    vv = torch.randn(b, s.kv_heads, lmax, d, dtype=dt, device=device)
+    gqa = s.heads != s.kv_heads
+    mask = None
+    if min(lens) != lmax:  # mixed lengths: mask each sequence's padding
+        lengths = torch.tensor(lens, device=device)
+        mask = (torch.arange(lmax, device=device)[None, :] < lengths[:, None])[:, None, None, :]
+
+    def run() -> object:
+        return F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, enable_gqa=gqa)
+    return OpCase(run, flops, nbytes)

@@ -1,0 +1,359 @@
+"""A profile run: validate, sweep the grid, write a resumable tidy table.
+
+:class:`ProfileConfig` describes a run (model, TP degrees, device, op families, grid
+size, dtype, output folder) and is validated on construction, without torch.
+:func:`run_profile` executes it:
+
+1. refuse a CUDA run without CUDA, and an output folder holding another model's (or
+   another device's) table;
+2. build the grid (:mod:`profiler.grid`), drop the points already in
+   ``<out>/profile.csv`` (resume), time the rest: compute ops in this process,
+   communication ops in spawned process groups, one group per world size;
+3. write the table atomically (temporary file, then rename) at least every
+   :data:`FLUSH_EVERY_S` seconds and when the run ends or is interrupted, so a killed
+   run loses at most the last few points. ``metadata.json`` says ``"complete": false``
+   until every point of the grid is in the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from profiler.grid import Point, build_points
+from profiler.schema import (
+    ALL_OPS,
+    COMM_OPS,
+    FAMILY_OF_OP,
+    METADATA_FILE,
+    OP_FAMILIES,
+    SCHEMA,
+    TABLE_FILE,
+    conform,
+    empty_table,
+    key_of,
+    read_table,
+    with_achieved,
+)
+from profiler.shapes import ShardedShapes, load_model
+from simulator.catalog import ModelSpec
+from simulator.errors import ConfigError
+
+FLUSH_EVERY_S = 2.0
+DEVICES = ("cpu", "cuda")
+DTYPES = ("bfloat16", "float16", "float32")
+DEFAULT_MAX_TOKENS = {"cuda": 16384, "cpu": 2048}
+QUICK_MAX_TOKENS = 256
+MAX_CPU_WORLD_SIZE = 8
+
+
+def resolve_ops(ops: tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """Expand family names (linear, attention, elementwise, comm) and op names, in schema order."""
+    if not ops:
+        return ALL_OPS
+    wanted: set[str] = set()
+    for item in ops:
+        for name in (x.strip().lower() for x in item.split(",")):
+            if not name:
+                continue
+            if name in OP_FAMILIES:
+                wanted.update(OP_FAMILIES[name])
+            elif name in FAMILY_OF_OP:
+                wanted.add(name)
+            else:
+                raise ConfigError("ops", f"unknown op or op family {name!r}",
+                                  f"families: {', '.join(OP_FAMILIES)}; ops: {', '.join(ALL_OPS)}")
+    return tuple(op for op in ALL_OPS if op in wanted)
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """One profiling run. Validated on construction (torch is not needed for that)."""
+
+    model: str
+    out: Path
+    tp: tuple[int, ...] = (1,)
+    device: str = "cpu"
+    ops: tuple[str, ...] = field(default=ALL_OPS)
+    max_tokens: int | None = None  # default: DEFAULT_MAX_TOKENS[device], QUICK_MAX_TOKENS with quick
+    quick: bool = False
+    dtype: str = "bfloat16"
+    world_sizes: tuple[int, ...] | None = None  # comm; default: 2 on CPU, 2/4/8 GPUs that exist on CUDA
+    num_threads: int | None = None  # CPU threads; default: the CPUs this process may use
+    seed: int = 0
+    cuda_graphs: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out", Path(self.out))
+        object.__setattr__(self, "ops", resolve_ops(self.ops))
+        object.__setattr__(self, "tp", tuple(int(t) for t in self.tp))
+        if self.device not in DEVICES:
+            raise ConfigError("device", f"unknown device {self.device!r}", "use --device cpu or --device cuda")
+        if self.dtype not in DTYPES:
+            raise ConfigError("dtype", f"unknown dtype {self.dtype!r}", f"use one of {', '.join(DTYPES)}")
+        if not self.tp:
+            raise ConfigError("tp", "no TP degree given", "pass --tp 1 (repeat --tp for several)")
+        spec = self.model_spec  # raises for an unknown model
+        for tp in self.tp:
+            ShardedShapes(spec, tp)  # raises when tp does not divide the heads
+        if self.max_tokens is not None and self.max_tokens <= 0:
+            raise ConfigError("max_tokens", f"must be positive, got {self.max_tokens}", "pass --max-tokens > 0")
+        if self.world_sizes is not None:
+            bad = [w for w in self.world_sizes if w < 2]
+            if bad:
+                raise ConfigError("world_sizes", f"world sizes must be >= 2, got {bad}")
+            if self.device == "cpu" and max(self.world_sizes, default=0) > MAX_CPU_WORLD_SIZE:
+                raise ConfigError("world_sizes", f"at most {MAX_CPU_WORLD_SIZE} CPU processes")
+        if self.num_threads is not None and self.num_threads <= 0:
+            raise ConfigError("num_threads", f"must be positive, got {self.num_threads}")
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        return load_model(self.model)
+
+    @property
+    def effective_max_tokens(self) -> int:
+        if self.max_tokens is not None:
+            return self.max_tokens
+        return QUICK_MAX_TOKENS if self.quick else DEFAULT_MAX_TOKENS[self.device]
+
+    @property
+    def effective_num_threads(self) -> int:
+        if self.num_threads is not None:
+            return self.num_threads
+        try:
+            return len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - non-Linux
+            return os.cpu_count() or 1
+
+    def to_dict(self) -> dict:
+        return {"model": self.model_spec.name, "model_arg": self.model, "out": str(self.out), "tp": list(self.tp),
+                "device": self.device, "ops": list(self.ops), "max_tokens": self.effective_max_tokens,
+                "quick": self.quick, "dtype": self.dtype,
+                "world_sizes": list(self.world_sizes) if self.world_sizes is not None else None,
+                "num_threads": self.effective_num_threads, "seed": self.seed, "cuda_graphs": self.cuda_graphs}
+
+
+# -- storage --------------------------------------------------------------------------------
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Write via a temporary sibling and rename, so readers never see a torn file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_table(df: pd.DataFrame, path: Path) -> None:
+    write_atomic(path, lambda tmp: conform(df).to_csv(tmp, index=False))
+
+
+def write_metadata(meta: dict, path: Path) -> None:
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n"))
+
+
+def _check_out_folder(out: Path, model_name: str, device: str) -> tuple[pd.DataFrame, dict]:
+    """Existing rows and metadata of ``out``; refuse a folder holding another model or device."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError("out", f"{out} is a file, not a folder", "pass a folder for --out")
+    table_path, meta_path = out / TABLE_FILE, out / METADATA_FILE
+    meta: dict = {}
+    if meta_path.exists():
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            raise ConfigError("out", f"{meta_path} is not valid JSON", "remove it or choose another --out") from None
+    table = read_table(table_path) if table_path.exists() else empty_table()
+    models = set(table["model"].dropna().unique())
+    if meta.get("config", {}).get("model"):
+        models.add(meta["config"]["model"])
+    others = sorted(m for m in models if m != model_name)
+    if others:
+        raise ConfigError("out", f"{out} holds a profile of {', '.join(others)}, not {model_name}",
+                          "choose another --out folder (one model per folder)")
+    devices = set(table["device"].dropna().unique())
+    if meta.get("config", {}).get("device"):
+        devices.add(meta["config"]["device"])
+    if devices - {device}:
+        raise ConfigError("out", f"{out} holds a {', '.join(sorted(devices))} profile, not {device}",
+                          "choose another --out folder (one device per folder)")
+    return table, meta
+
+
+# -- the run --------------------------------------------------------------------------------
+@dataclass
+class RunSummary:
+    table: pd.DataFrame
+    measured: int
+    skipped: int
+    failed: list[str]
+    elapsed_s: float
+    out: Path
+
+
+def _skeleton(point: Point, cfg: ProfileConfig, model_name: str, topology: str | None) -> dict:
+    row: dict = {name: None for name in SCHEMA}
+    row.update(point.shape_columns())
+    row.update(model=model_name, op=point.op, dtype=cfg.dtype, device=cfg.device, backend=point.backend,
+               topology=topology if point.op in COMM_OPS else None, source="servesim")
+    return row
+
+
+def run_profile(cfg: ProfileConfig, *, progress: bool = True,
+                on_point: Callable[[int, dict], None] | None = None) -> RunSummary:
+    """Run ``cfg``; see the module docstring. ``on_point(i, row)`` is called after each point."""
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("profile", "torch is not installed",
+                          "install the profile extra: pip install 'servesim[profile]'") from None
+    from profiler import comm
+    from profiler import device as devmod
+    from profiler.ops import DTYPE_BYTES, available_attention_backends, make_case
+    from profiler.timing import BenchSettings, bench
+
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", "CUDA requested but torch finds no CUDA device",
+                          "use --device cpu, or install a CUDA build of torch on a GPU machine")
+    spec = cfg.model_spec
+    started = time.perf_counter()
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    existing, _old_meta = _check_out_folder(cfg.out, spec.name, cfg.device)
+
+    threads = cfg.effective_num_threads
+    torch.set_num_threads(threads)
+    info = devmod.detect(cfg.device, threads)
+    world_sizes = cfg.world_sizes
+    notes: list[str] = []
+    if world_sizes is None:
+        if cfg.device == "cpu":
+            world_sizes = (2,)
+        else:
+            world_sizes = tuple(sorted({w for w in (2, 4, 8, *cfg.tp) if 2 <= w <= info.count}))
+    if cfg.device == "cuda":
+        too_big = [w for w in world_sizes if w > info.count]
+        if too_big:
+            raise ConfigError("world_sizes", f"{too_big} exceed the {info.count} visible GPUs",
+                              "pass --world-size no larger than the GPU count")
+    if not world_sizes and any(op in COMM_OPS for op in cfg.ops):
+        notes.append(f"communication skipped: {info.count} GPU(s) visible, a group needs 2")
+
+    shapes_by_tp = {tp: ShardedShapes(spec, tp) for tp in cfg.tp}
+    attention_backends = available_attention_backends(cfg.device)
+    points = build_points(cfg.ops, shapes_by_tp, world_sizes, cfg.effective_max_tokens, DTYPE_BYTES[cfg.dtype],
+                          np.random.default_rng(cfg.seed), cfg.quick, tuple(attention_backends),
+                          comm.comm_backend(cfg.device))
+    topology = "localhost" if cfg.device == "cpu" else f"single-node:{info.count}x{info.name}"
+    done = {key_of(r) for r in existing.to_dict("records")}
+    todo = [(p, _skeleton(p, cfg, spec.name, topology)) for p in points]
+    todo = [(p, row) for p, row in todo if key_of(row) not in done]
+    skipped = len(points) - len(todo)
+
+    settings = BenchSettings.quick() if cfg.quick else BenchSettings()
+    settings = BenchSettings(**{**settings.__dict__, "cuda_graphs": cfg.cuda_graphs})
+    meta = {
+        "config": cfg.to_dict(),
+        "world_sizes": list(world_sizes),
+        "bench": settings.__dict__,
+        "environment": devmod.environment(info, threads, attention_backends),
+        "num_points": len(points),
+        "complete": False,
+        "notes": notes,
+        "failed_points": [],
+        "schema_columns": list(SCHEMA),
+    }
+    table_path, meta_path = cfg.out / TABLE_FILE, cfg.out / METADATA_FILE
+    write_metadata(meta, meta_path)
+
+    new_rows: list[dict] = []
+    failed: list[str] = []
+    last_flush = time.perf_counter()
+
+    def flush() -> None:
+        nonlocal last_flush
+        table = existing if not new_rows else pd.concat([existing, _finish(new_rows, info)], ignore_index=True)
+        write_table(table, table_path)
+        meta["failed_points"] = failed
+        meta["elapsed_s"] = round(time.perf_counter() - started, 3)
+        write_metadata(meta, meta_path)
+        last_flush = time.perf_counter()
+
+    def record(row: dict) -> None:
+        new_rows.append(row)
+        if on_point is not None:
+            on_point(len(new_rows), row)
+        if time.perf_counter() - last_flush > FLUSH_EVERY_S:
+            flush()
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("[bold]{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   disable=not progress, transient=False)
+    completed = False
+    try:
+        with bar:
+            task = bar.add_task("profiling", total=len(todo))
+            compute = [(p, r) for p, r in todo if p.op not in COMM_OPS]
+            for point, row in compute:
+                bar.update(task, description=f"{point.op} tp={point.tp}")
+                case = None
+                try:
+                    case = make_case(point, shapes_by_tp[point.tp], cfg.dtype, cfg.device, point.backend)
+                    timing = bench(case.fn, device=cfg.device, settings=settings)
+                except torch.OutOfMemoryError:
+                    failed.append(f"{point.op} {point.shape_columns()}: out of memory")
+                    del case
+                    if cfg.device == "cuda":
+                        torch.cuda.empty_cache()
+                    bar.advance(task)
+                    continue
+                row = {**row, "median_s": timing.median_s, "p20_s": timing.p20_s, "p80_s": timing.p80_s,
+                       "repeats": timing.repeats, "launch_overhead_s": timing.launch_overhead_s,
+                       "flops": case.flops, "bytes": case.bytes, "num_calls": case.num_calls}
+                del case
+                record(row)
+                bar.advance(task)
+            for ws in world_sizes:
+                group = [(p, r) for p, r in todo if p.op in COMM_OPS and p.world_size == ws]
+                if not group:
+                    continue
+                bar.update(task, description=f"comm world_size={ws}")
+                results = comm.measure_comm([p for p, _ in group], ws, cfg.device, cfg.dtype, settings)
+                for res in results:
+                    point, row = group[res["index"]]
+                    nbytes = float(point.message_bytes)
+                    # Bus bytes (NCCL-tests convention) make the bandwidth comparable across ops.
+                    bus = {"all_reduce": 2 * (ws - 1) / ws, "all_gather": (ws - 1) / ws}.get(point.op, 1.0)
+                    record({**row, "median_s": res["median_s"], "p20_s": res["p20_s"], "p80_s": res["p80_s"],
+                            "repeats": res["repeats"], "flops": 0.0, "bytes": nbytes * bus, "num_calls": 1})
+                bar.advance(task, len(group))
+        completed = True
+    finally:
+        meta["complete"] = completed and not failed
+        flush()
+    table = read_table(table_path)
+    return RunSummary(table, len(new_rows), skipped, failed, time.perf_counter() - started, cfg.out)
+
+
+def _finish(rows: list[dict], info) -> pd.DataFrame:  # noqa: ANN001 - DeviceInfo, imported lazily
+    df = pd.DataFrame(rows)
+    df["device_name"] = info.name
+    df = with_achieved(df)
+    t = df["median_s"].astype("float64")
+    # Comm rows are held to the link's ceiling (where known), compute rows to HBM/compute.
+    is_comm = df["op"].isin(COMM_OPS)
+    over = ~is_comm & ((df["achieved_flops_per_s"] > info.peak_flops_per_s)
+                       | (df["achieved_bytes_per_s"] > info.peak_bytes_per_s))
+    if info.peak_link_bytes_per_s:
+        over |= is_comm & (df["achieved_bytes_per_s"] > info.peak_link_bytes_per_s)
+    df["suspect"] = (over | ~(t > 0)).astype(bool)
+    return conform(df)

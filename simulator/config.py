@@ -16,6 +16,7 @@ from typing import Any
 
 from simulator.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from simulator.errors import ConfigError
+from simulator.topology import build_topology
 
 SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
@@ -69,6 +70,9 @@ class ReplicaConfig:
         if self.pp > spec.num_layers:
             raise ConfigError("replica.pp", f"pp={self.pp} exceeds {spec.name}'s {spec.num_layers} layers",
                               f"use --pp <= {spec.num_layers}")
+        # Layout: TP x PP GPUs on num_nodes nodes, TP groups inside nodes, known link names.
+        build_topology(self.gpu_spec, self.tp, self.pp, self.num_nodes, self.intra_node_link,
+                       self.inter_node_link, self.allow_tp_across_nodes)
 
     @property
     def model_spec(self) -> ModelSpec:

@@ -30,6 +30,7 @@ import numpy as np
 from simulator.config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, CostModel
 from simulator.costmodel.calibration import RooflineCalibration, calibration_for
+from simulator.topology import topology_for
 
 # Layer ops whose cost depends only on the number of tokens in the iteration.
 TOKEN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down",
@@ -59,8 +60,21 @@ class RooflineCostModel(CostModel):
 
     # -- primitive pricing -------------------------------------------------------------
     def _tp_link_bandwidth(self) -> float:
-        gpu = self.gpu
-        return gpu.nvlink_bytes_per_s if gpu.nvlink_bytes_per_s > 0 else gpu.pcie_bytes_per_s
+        """Bandwidth of the TP ring's slowest hop (:mod:`simulator.topology`): NVLink, PCIe
+        where pairwise NVLink rings cross it, or the inter-node link for TP across nodes."""
+        self.topology = topology_for(self.replica)
+        return self.topology.tp_ring_bytes_per_s
+
+    def send_recv_time(self, num_tokens: int, hop: int | None = None) -> float:
+        """Activations of ``num_tokens`` tokens from stage ``hop`` to ``hop + 1`` over that hop's
+        link (intra- or inter-node); ``hop=None`` prices the slowest hop."""
+        topo = self.topology
+        if topo.pp == 1 or num_tokens <= 0:
+            return 0.0
+        nbytes = num_tokens * self.model.hidden_size * self.dtype_bytes
+        if hop is None:
+            return max(topo.hop_time(nbytes, h) for h in range(topo.pp - 1))
+        return topo.hop_time(nbytes, hop)
 
     def gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
         """Time of ``[tokens, k] @ [k, n]`` in bf16 on one GPU."""

@@ -149,11 +149,23 @@ def make_requests(table) -> list[Request]:  # noqa: ANN001 - RequestTable duck t
         raise ConfigError("workload", "prompt and output lengths must be positive")
     if (np.diff(arrival) < 0).any() or arrival[0] < 0:
         raise ConfigError("workload", "arrival times must be non-negative and non-decreasing")
-    return [Request(i, a, p, o) for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist()))]
+    return [Request(i, a, p, o) for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist(), strict=False))]
 
 
-def simulate(config: RunConfig, table=None, progress: bool = False) -> RunResult:  # noqa: ANN001
-    """Run one simulation. ``table`` (a RequestTable) overrides the config's workload."""
+class StopRun(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a ``watch`` process to end a run early; its message is the reason."""
+
+
+def simulate(config: RunConfig, table=None, progress: bool = False,  # noqa: ANN001
+             watch: Callable[[simpy.Environment, list[Request]], Any] | None = None) -> RunResult:
+    """Run one simulation. ``table`` (a RequestTable) overrides the config's workload.
+
+    ``watch(env, requests)``, if given, returns a SimPy generator started beside the
+    arrivals (it must not outlive them needlessly: its timeouts extend ``sim_end_at``);
+    raising :class:`StopRun` from it ends the run early, leaving unfinished requests as
+    they are and the reason in ``extra["stopped"]``. Capacity search uses it to abandon
+    trials that are certain to fail; the replica loop itself is untouched.
+    """
     wall_start = time.perf_counter()
     root = np.random.default_rng(config.seed)
     workload_rng, router_rng = (np.random.Generator(np.random.PCG64(s)) for s in root.bit_generator.seed_seq.spawn(2))
@@ -174,20 +186,26 @@ def simulate(config: RunConfig, table=None, progress: bool = False) -> RunResult
     recorder = Recorder(on_progress=bar.update if bar else None, report_every=max(1, len(requests) // 200))
     cluster = Cluster(env, config, recorder, router_rng)
     env.process(_arrivals(env, requests, cluster))
+    if watch is not None:
+        env.process(watch(env, requests))
+    stopped: str | None = None
     try:
         env.run()
+    except StopRun as stop:
+        stopped = str(stop)
     finally:
         if bar is not None:
             bar.close()
     unfinished = [r for r in requests if r.completed_at is None and r.reject_reason is None]
-    if unfinished:  # invariant: every request completes or is reported
+    if unfinished and stopped is None:  # invariant: every request completes or is reported
         raise RuntimeError(f"{len(unfinished)} requests neither finished nor were rejected, e.g. {unfinished[0]}")
     assert cluster.memory is not None
     return RunResult(
         config=config, requests=requests, iterations=recorder.iterations, memory=cluster.memory,
         workload_source=source, sim_end_at=env.now, wall_s=time.perf_counter() - wall_start,
         replica_busy_s=[r.num_busy_s for r in cluster.replicas],
-        extra={"cost_model_extrapolations": sum(getattr(c, "num_extrapolations", 0) for c in cluster.cost_models)},
+        extra={"cost_model_extrapolations": sum(getattr(c, "num_extrapolations", 0) for c in cluster.cost_models),
+               **({"stopped": stopped} if stopped is not None else {})},
     )
 
 

@@ -19,10 +19,10 @@ time-between-tokens gap after the run without per-token Python objects.
 from __future__ import annotations
 
 from array import array
-from enum import Enum
+from enum import StrEnum
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.console import Console
 
 from simulator.errors import ConfigError
 
@@ -21,6 +22,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console; wide when output goes to a file or pipe so tables are not folded."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 160)
 
 
 def fail(message: str, code: int = 2) -> None:

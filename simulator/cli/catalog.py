@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
 from simulator.catalog import GPUS, MODELS
-from simulator.cli.app import app
+from simulator.cli.app import app, console
 
 
 @app.command()
@@ -16,7 +15,7 @@ def models() -> None:
     for m in MODELS.values():
         table.add_row(m.name, m.hf_id, str(m.num_layers), str(m.hidden_size), str(m.num_heads), str(m.num_kv_heads),
                       str(m.ffn_size), str(m.vocab_size), str(m.max_model_len), f"{m.num_params / 1e9:.1f}")
-    Console().print(table)
+    console().print(table)
 
 
 @app.command()
@@ -27,4 +26,4 @@ def gpus() -> None:
         table.add_row(g.name, f"{g.bf16_flops / 1e12:.0f}", f"{g.hbm_bytes_per_s / 1e9:.0f}",
                       f"{g.memory_bytes / 2**30:.0f}", f"{g.nvlink_bytes_per_s / 1e9:.0f}",
                       f"{g.pcie_bytes_per_s / 1e9:.0f}", ", ".join(g.aliases))
-    Console().print(table)
+    console().print(table)

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from simulator.cli.app import app
+from simulator.cli.app import app, console
 from simulator.cli.options import run_options
 from simulator.config import RunConfig
 from simulator.engine import RunResult, simulate
@@ -67,7 +67,7 @@ def run(
     if json_out:
         typer.echo(json.dumps(_jsonable(summary), indent=2, sort_keys=True))
         return
-    console = Console()
-    print_summary(config, summary, result.wall_s, console)
+    out_console = console()
+    print_summary(config, summary, result.wall_s, out_console)
     if out is not None:
-        console.print(f"wrote {out}/ (requests, iterations, summary.json, config.json)")
+        out_console.print(f"wrote {out}/ (requests, iterations, summary.json, config.json)")

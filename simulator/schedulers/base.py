@@ -51,7 +51,8 @@ class Batch:
         self.num_tokens.append(num_tokens)
         req.in_flight = True
         kv_before = req.num_computed
-        if num_tokens == 1 and req.num_prompt_tokens + req.num_generated - kv_before == 1:
+        # A decode feeds back the last output token; a prompt's 1-token chunk is still prefill.
+        if num_tokens == 1 and req.num_generated and req.num_prompt_tokens + req.num_generated - kv_before == 1:
             self.shape.add_decode(kv_before + 1)
         else:
             produces = kv_before + num_tokens == req.num_prompt_tokens + req.num_generated

@@ -1,0 +1,5 @@
+"""``python -m simulator`` is the ``simulate`` command."""
+
+from simulator.cli import main
+
+main()

@@ -1,0 +1,45 @@
+"""Catalog lookups and the KV capacity formula."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.catalog import GPUS, MODELS, get_gpu, get_model
+from simulator.config import ReplicaConfig, SchedulerConfig
+from simulator.errors import ConfigError
+
+
+def test_exact_lookup_and_aliases():
+    assert get_model("meta-llama/Llama-2-7b-hf").name == "llama-2-7b"
+    assert get_model("LLAMA-2-7B").name == "llama-2-7b"
+    assert get_gpu("h100").name == "h100-sxm"
+    with pytest.raises(ConfigError, match="known: "):
+        get_model("llama-2")  # no prefix matching
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_shapes_are_consistent(name):
+    m = MODELS[name]
+    assert m.head_dim * m.num_heads == m.hidden_size
+    assert m.num_heads % m.num_kv_heads == 0
+
+
+def test_parameter_counts_match_published_sizes():
+    expected_b = {"llama-2-7b": 6.7, "llama-2-13b": 13.0, "llama-2-70b": 69.0, "mistral-7b": 7.2, "yi-34b": 34.4,
+                  "falcon-180b": 179.5, "llama-3-8b": 8.0, "codellama-34b": 33.7}
+    for name, billions in expected_b.items():
+        assert MODELS[name].num_params / 1e9 == pytest.approx(billions, rel=0.03), name
+
+
+def test_gpu_ridge_points():
+    assert GPUS["a100-80gb"].ridge_flops_per_byte == pytest.approx(153, rel=0.01)
+    assert GPUS["h100-sxm"].ridge_flops_per_byte == pytest.approx(295, rel=0.01)
+
+
+def test_config_validation_messages():
+    with pytest.raises(ConfigError, match="replica.tp"):
+        ReplicaConfig("yi-34b", tp=3)
+    with pytest.raises(ConfigError, match="give only one"):
+        SchedulerConfig("sarathi", chunk_size=512, max_num_batched_tokens=1024)
+    assert SchedulerConfig("vllm").token_budget(4096) == 4096
+    assert SchedulerConfig("sarathi").token_budget(4096) == 512

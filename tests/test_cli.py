@@ -1,0 +1,83 @@
+"""The ``simulate`` CLI: default run, reproducible outputs, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+
+runner = CliRunner()
+
+
+def simulate_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_default_run_prints_ttft_and_tbt_quantiles():
+    result = runner.invoke(app, ["run", "--num-requests", "40", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    for word in ("TTFT", "TBT", "p50", "p99", "finished"):
+        assert word in result.output
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_same_seed_same_files_and_config_reproduces(tmp_path: Path, fmt: str):
+    args = ["run", "--num-requests", "50", "--qps", "3", "--seed", "11", "--format", fmt, "--no-progress"]
+    for name in ("a", "b"):
+        assert runner.invoke(app, [*args, "--out", str(tmp_path / name)]).exit_code == 0
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == sorted(["config.json", "summary.json", f"requests.{fmt}", f"iterations.{fmt}"])
+    for name in files:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    # config.json fed back reproduces the run
+    res = runner.invoke(app, ["run", "--config", str(tmp_path / "a" / "config.json"), "--format", fmt,
+                              "--out", str(tmp_path / "c"), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "c" / f"requests.{fmt}").read_bytes() == (tmp_path / "a" / f"requests.{fmt}").read_bytes()
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    reader = pd.read_csv if fmt == "csv" else pd.read_parquet
+    assert summary["num_finished"] == (reader(tmp_path / "a" / f"requests.{fmt}")["status"] == "finished").sum()
+
+
+def test_json_summary(tmp_path: Path):
+    res = runner.invoke(app, ["run", "--num-requests", "20", "--json", "--scheduler", "vllm"])
+    assert res.exit_code == 0
+    data = json.loads(res.output)
+    assert data["num_requests"] == 20 and data["tbt_s_p99"] > 0
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--model", "gpt-5"], "unknown model"),
+    (["--gpu", "tpu-v5"], "unknown GPU"),
+    (["--scheduler", "fifo"], "unknown scheduler"),
+    (["--tp", "3"], "does not divide"),
+    (["--model", "llama-2-70b", "--gpu", "a100-40gb"], "does not fit"),
+    (["--qps", "-1"], "qps"),
+    (["--num-requests", "0"], "num_requests"),
+    (["--trace", "/nonexistent/trace.csv"], "trace"),
+])
+def test_bad_input_is_one_line_and_nonzero(args, needle):
+    proc = simulate_cli("run", "--no-progress", *args)
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_models_and_gpus_list_catalogs():
+    assert "mistral-7b" in runner.invoke(app, ["models"]).output
+    assert "h100-sxm" in runner.invoke(app, ["gpus"]).output
+
+
+def test_hf_id_alias_gives_same_config(tmp_path: Path):
+    for name, model in (("a", "mistral-7b"), ("b", "mistralai/Mistral-7B-v0.1")):
+        assert runner.invoke(app, ["run", "--model", model, "--num-requests", "5", "--format", "csv",
+                                   "--out", str(tmp_path / name), "--no-progress"]).exit_code == 0
+    assert (tmp_path / "a" / "config.json").read_text() == (tmp_path / "b" / "config.json").read_text()

@@ -1,0 +1,199 @@
+"""Batch composition rules of each policy, driven with hand-made queues (no SimPy)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.config import SchedulerConfig
+from simulator.kvcache import BlockManager
+from simulator.request import Request, Status
+from simulator.schedulers import SCHEDULERS
+
+
+def make(name: str, num_blocks: int = 1000, max_model_len: int = 4096, **kw):
+    cfg = SchedulerConfig(name, watermark=0.0, **kw)
+    return SCHEDULERS[name](cfg, BlockManager(num_blocks, 16, cfg.watermark), max_model_len)
+
+
+def decoding(sched, rid: int, prompt: int, generated: int, output: int = 1000) -> Request:
+    """A running request in decode: its prompt and all but the last generated token are cached."""
+    req = Request(rid, 0.0, prompt, output)
+    req.num_generated = generated
+    req.num_computed = prompt + generated - 1
+    req.status = Status.RUNNING
+    sched.blocks.reserve(req, req.num_computed)
+    sched._admission_counter += 1
+    req.admitted_seq = sched._admission_counter
+    sched.running.append(req)
+    return req
+
+
+def waiting(sched, rid: int, prompt: int, output: int = 10) -> Request:
+    req = Request(rid, 0.0, prompt, output)
+    sched.add_request(req)
+    return req
+
+
+def entries(batch) -> list[tuple[int, int]]:
+    return [(r.request_id, n) for r, n in zip(batch.requests, batch.num_tokens, strict=True)]
+
+
+def finish_batch(sched, batch, now: float = 1.0):
+    return sched.complete(batch, now)
+
+
+# -- vllm ------------------------------------------------------------------------------------
+def test_vllm_prefill_only_iteration_stalls_decodes():
+    s = make("vllm")
+    decoding(s, 0, 100, 5)
+    decoding(s, 1, 100, 5)
+    waiting(s, 2, 300)
+    batch = s.schedule()
+    assert entries(batch) == [(2, 300)]  # decodes paused
+    assert batch.shape.num_decodes == 0 and batch.shape.num_prefill_tokens == 300
+    finish_batch(s, batch)
+    nxt = s.schedule()
+    assert entries(nxt) == [(0, 1), (1, 1), (2, 1)]
+
+
+def test_vllm_admission_respects_token_budget_and_max_num_seqs():
+    s = make("vllm", max_num_batched_tokens=1000, max_num_seqs=3)
+    waiting(s, 0, 400)
+    waiting(s, 1, 400)
+    waiting(s, 2, 400)  # would exceed 1000 tokens
+    assert entries(s.schedule()) == [(0, 400), (1, 400)]
+    s2 = make("vllm", max_num_seqs=2)
+    for i in range(3):
+        waiting(s2, i, 10)
+    assert [r.request_id for r in s2.schedule().requests] == [0, 1]
+
+
+def test_vllm_admission_respects_blocks():
+    s = make("vllm", num_blocks=20)  # 320 tokens
+    waiting(s, 0, 200)
+    waiting(s, 1, 200)
+    assert entries(s.schedule()) == [(0, 200)]
+    assert s.blocks.num_free_blocks == 20 - 13
+
+
+def test_vllm_preempts_newest_when_blocks_run_out():
+    s = make("vllm", num_blocks=3)  # 48 tokens
+    old = decoding(s, 0, 16, 1)  # holds 16 tokens (1 block), needs a 2nd block to decode
+    new = decoding(s, 1, 32, 1)  # holds 32 tokens (2 blocks), needs a 3rd
+    assert s.blocks.num_free_blocks == 0
+    batch = s.schedule()
+    assert entries(batch) == [(0, 1)]
+    assert batch.preempted == [new]
+    assert s.waiting[0] is new and new.num_computed == 0 and new.num_blocks == 0 and new.num_preemptions == 1
+    assert old.num_blocks == 2
+
+
+# -- sarathi ------------------------------------------------------------------------------------
+def test_sarathi_decodes_first_then_chunks_under_budget():
+    s = make("sarathi", chunk_size=512)
+    decoding(s, 0, 100, 3)
+    decoding(s, 1, 100, 3)
+    waiting(s, 2, 1000)
+    waiting(s, 3, 1000)
+    batch = s.schedule()
+    # two decodes, then a 510-token chunk of request 2; request 3 gets nothing (budget used)
+    assert entries(batch) == [(0, 1), (1, 1), (2, 510)]
+    assert batch.shape.num_tokens == 512
+    finish_batch(s, batch)
+    batch = s.schedule()
+    # continuing partial prefill before any new admission
+    assert entries(batch) == [(0, 1), (1, 1), (2, 490), (3, 20)]
+
+
+def test_sarathi_admits_only_if_whole_prompt_fits():
+    s = make("sarathi", chunk_size=512, num_blocks=50)  # 800 tokens
+    waiting(s, 0, 600)
+    waiting(s, 1, 300)  # 600+300 > 800: not admitted even though the budget has room
+    batch = s.schedule()
+    assert entries(batch) == [(0, 512)]
+    finish_batch(s, batch)
+    assert entries(s.schedule()) == [(0, 88)]
+
+
+def test_sarathi_prefill_chunk_produces_first_token_only_at_prompt_end():
+    s = make("sarathi", chunk_size=256)
+    req = waiting(s, 0, 600, output=3)
+    t = 0.0
+    for expected in (256, 256, 88):
+        batch = s.schedule()
+        assert entries(batch) == [(0, expected)]
+        t += 1
+        finish_batch(s, batch, t)
+    assert list(req.token_times) == [3.0]
+    assert entries(s.schedule()) == [(0, 1)]
+
+
+def test_sarathi_preemption_victim_is_newest_and_requeued_first():
+    s = make("sarathi", chunk_size=512, num_blocks=2)
+    a = decoding(s, 0, 16, 1)  # needs a 2nd block
+    b = decoding(s, 1, 8, 1)  # newest, 1 block
+    batch = s.schedule()
+    assert batch.preempted == [b]
+    assert entries(batch) == [(0, 1)]
+    assert s.waiting[0] is b and a.num_blocks == 2
+
+
+def test_vllm_v1_is_sarathi_with_vllm_budget():
+    s = make("vllm-v1")
+    assert type(s) is type(make("sarathi"))
+    assert s.token_budget == 2048
+
+
+# -- orca and fastertransformer -----------------------------------------------------------------
+def test_orca_runs_decodes_and_whole_prompts_together():
+    s = make("orca", max_model_len=1024)
+    decoding(s, 0, 100, 2)
+    waiting(s, 1, 900)
+    waiting(s, 2, 50)
+    batch = s.schedule()
+    assert entries(batch) == [(0, 1), (1, 900), (2, 50)]  # no chunking, no budget
+
+
+def test_orca_reserves_max_model_len_so_never_preempts():
+    s = make("orca", num_blocks=128, max_model_len=1024)  # room for exactly 2 reservations
+    for i in range(3):
+        waiting(s, i, 10, output=500)
+    batch = s.schedule()
+    assert [r.request_id for r in batch.requests] == [0, 1]
+    assert all(r.num_blocks == 64 for r in batch.requests)
+    for step in range(499):
+        finish_batch(s, batch, float(step))
+        batch = s.schedule()
+        assert not batch.preempted
+    assert s.blocks.num_free_blocks + sum(r.num_blocks for r in s.running) == 128
+
+
+def test_fastertransformer_admits_only_when_idle():
+    s = make("fastertransformer", max_model_len=512)
+    waiting(s, 0, 10, output=2)
+    waiting(s, 1, 10, output=5)
+    batch = s.schedule()
+    assert entries(batch) == [(0, 10), (1, 10)]
+    finish_batch(s, batch)
+    waiting(s, 2, 10)
+    batch = s.schedule()
+    assert entries(batch) == [(0, 1), (1, 1)]  # request 2 waits for the whole batch
+    finish_batch(s, batch)  # request 0 done
+    for _ in range(3):
+        batch = s.schedule()
+        assert [r.request_id for r in batch.requests] == [1]
+        finish_batch(s, batch)
+    assert entries(s.schedule()) == [(2, 10)]
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_empty_queues_give_empty_batch(name):
+    assert len(make(name).schedule()) == 0
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_in_flight_requests_are_skipped(name):
+    s = make(name, max_model_len=1024)
+    r = decoding(s, 0, 100, 2)
+    r.in_flight = True
+    assert r not in s.schedule().requests

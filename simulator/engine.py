@@ -34,16 +34,19 @@ ITERATION_COLUMNS = (
     "replica_id", "started_at", "duration_s", "num_prefill_tokens", "num_decode_tokens",
     "num_prefills", "num_decodes", "kv_blocks_used", "num_preempted", "num_admitted",
 )
+# One row per (micro-batch, pipeline stage) execution; only replicas with pp > 1 write them.
+STAGE_COLUMNS = ("replica_id", "micro_batch_id", "stage", "started_at", "duration_s")
 
 
 class Recorder:
     """Collects per-iteration records as tuples (cheap to append, tidy to export) and
     counts terminal request events for progress reporting."""
 
-    __slots__ = ("iterations", "num_done", "rejected", "_on_progress", "_next_report", "_report_every")
+    __slots__ = ("iterations", "stages", "num_done", "rejected", "_on_progress", "_next_report", "_report_every")
 
     def __init__(self, on_progress: Callable[[int], None] | None = None, report_every: int = 1) -> None:
         self.iterations: list[tuple] = []
+        self.stages: list[tuple] = []  # STAGE_COLUMNS rows, pipelined replicas only
         self.num_done = 0
         self.rejected: list[Request] = []
         self._on_progress = on_progress
@@ -55,6 +58,9 @@ class Recorder:
         self.iterations.append((replica_id, started_at, duration, s.num_prefill_tokens, s.num_decodes,
                                 s.num_prefills, s.num_decodes, kv_blocks_used, len(batch.preempted),
                                 len(batch.admitted)))
+
+    def on_stage(self, replica_id: int, micro_batch_id: int, stage: int, started_at: float, duration: float) -> None:
+        self.stages.append((replica_id, micro_batch_id, stage, started_at, duration))
 
     def _count(self, n: int) -> None:
         self.num_done += n
@@ -83,11 +89,20 @@ class RunResult:
     wall_s: float
     replica_busy_s: list[float]
     extra: dict[str, Any] = field(default_factory=dict)
+    stages: list[tuple] = field(default_factory=list)  # STAGE_COLUMNS rows (pp > 1)
+    stage_busy_s: list[list[float]] = field(default_factory=list)  # per replica, per pipeline stage
 
     def iteration_frame(self):  # noqa: ANN201 - pandas imported lazily off the hot path
         import pandas as pd
 
-        return pd.DataFrame.from_records(self.iterations, columns=list(ITERATION_COLUMNS))
+        df = pd.DataFrame.from_records(self.iterations, columns=list(ITERATION_COLUMNS))
+        df.insert(5, "batch_size", df["num_prefills"] + df["num_decodes"])
+        return df
+
+    def stage_frame(self):  # noqa: ANN201
+        import pandas as pd
+
+        return pd.DataFrame.from_records(self.stages, columns=list(STAGE_COLUMNS))
 
 
 class Cluster:
@@ -136,6 +151,9 @@ def _arrivals(env: simpy.Environment, requests: list[Request], cluster: Cluster)
         gap = req.arrival_at - env.now
         if gap > 0:
             yield env.timeout(gap)
+        # now + (t - now) may differ from t in the last bit: take the clock's value so every
+        # timestamp of a request comes from the same clock (first_scheduled_at >= arrival_at).
+        req.arrival_at = env.now
         cluster.submit(req)
 
 
@@ -204,6 +222,8 @@ def simulate(config: RunConfig, table=None, progress: bool = False,  # noqa: ANN
         config=config, requests=requests, iterations=recorder.iterations, memory=cluster.memory,
         workload_source=source, sim_end_at=env.now, wall_s=time.perf_counter() - wall_start,
         replica_busy_s=[r.num_busy_s for r in cluster.replicas],
+        stages=recorder.stages,
+        stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in cluster.replicas],
         extra={"cost_model_extrapolations": sum(getattr(c, "num_extrapolations", 0) for c in cluster.cost_models),
                **({"stopped": stopped} if stopped is not None else {})},
     )

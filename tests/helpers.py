@@ -56,6 +56,7 @@ def run_requests(scheduler_name: str, specs: list[tuple[float, int, int]], *, nu
         for req in requests:
             if req.arrival_at > env.now:
                 yield env.timeout(req.arrival_at - env.now)
+            req.arrival_at = env.now
             rep.submit(req)
 
     env.process(arrivals())

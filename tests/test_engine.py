@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -63,7 +64,7 @@ request_specs = st.lists(
     st.tuples(st.floats(0, 5, allow_nan=False), st.integers(1, 300), st.integers(1, 60)), min_size=1, max_size=25)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("SERVESIM_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=request_specs, name=st.sampled_from(sorted(SCHEDULERS)), num_blocks=st.integers(24, 80),
        budget=st.integers(16, 600))
 def test_invariants_hold_for_random_workloads(specs, name, num_blocks, budget):

@@ -136,7 +136,65 @@ def summarize(result: RunResult, requests: pd.DataFrame | None = None, ttft_slo_
     out["goodput_fraction"] = float(good.mean()) if len(df) else math.nan
     out["goodput_rps"] = float(good.sum()) / span
     out["replica_busy_fraction"] = [b / span for b in result.replica_busy_s]
+    if any(len(stages) > 1 for stages in result.stage_busy_s):
+        out.update(bubble_summary(result, span))
+    if len(result.replica_busy_s) > 1:
+        out["per_replica"] = replica_frame(result, df, span).to_dict("records")
     out["kv_cache_tokens"] = result.memory.num_kv_tokens
     out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
     out["workload"] = result.workload_source
     return out
+
+
+def bubble_summary(result: RunResult, span: float) -> dict[str, Any]:
+    """Pipeline bubbles: per stage, busy = compute time / span of the run and
+    bubble = 1 - busy (idle while work waits upstream, on the wire, or for requests in
+    flight); ``bubble_fraction_sum`` sums over every stage of every replica."""
+    busy = [[b / span for b in stages] for stages in result.stage_busy_s]
+    bubble = [[1.0 - b for b in row] for row in busy]
+    flat = [b for row in bubble for b in row]
+    return {
+        "stage_busy_fraction": busy,
+        "stage_bubble_fraction": bubble,
+        "bubble_fraction_sum": float(sum(flat)),
+        "bubble_fraction_mean": float(sum(flat) / len(flat)),
+    }
+
+
+def replica_frame(result: RunResult, requests: pd.DataFrame | None = None, span: float | None = None) -> pd.DataFrame:
+    """One row per replica of a cluster: request counts, throughput, TTFT/TBT quantiles, busy
+    and (with pipeline parallelism) mean bubble fraction. Same definitions as :func:`summarize`."""
+    df = request_frame(result) if requests is None else requests
+    if span is None:
+        start = float(df["arrival_at"].min()) if len(df) else 0.0
+        span = max(result.sim_end_at - start, 1e-12)
+    # Each TBT gap belongs to the request (hence replica) of the token that ends it.
+    flat, offsets = _token_times(result)
+    lengths = np.diff(offsets)
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    same = owner[1:] == owner[:-1] if len(owner) > 1 else np.zeros(0, dtype=bool)
+    gaps = np.diff(flat)[same] if len(flat) > 1 else np.empty(0)
+    replica_ids = df["replica_id"].to_numpy()
+    gap_replica = replica_ids[owner[1:][same]] if len(owner) > 1 else np.empty(0, dtype=np.int64)
+    rows = []
+    for rid in range(len(result.replica_busy_s)):
+        mine = df[df["replica_id"] == rid]
+        done = mine[mine["status"] == "finished"]
+        row: dict[str, Any] = {
+            "replica_id": rid,
+            "num_requests": int(len(mine)),
+            "num_finished": int(len(done)),
+            "num_rejected": int((mine["status"] == "rejected").sum()),
+            "throughput_rps": len(done) / span,
+            "output_tokens_per_s": float(done["num_output_tokens"].sum()) / span,
+            "busy_fraction": result.replica_busy_s[rid] / span,
+        }
+        ttft = _stats(done["ttft_s"].to_numpy(), "ttft_s")
+        tbt = _stats(gaps[gap_replica == rid], "tbt_s")
+        row.update({k: ttft[k] for k in ("ttft_s_p50", "ttft_s_p99")})
+        row.update({k: tbt[k] for k in ("tbt_s_p50", "tbt_s_p99")})
+        if result.stage_busy_s and len(result.stage_busy_s[rid]) > 1:
+            stages = result.stage_busy_s[rid]
+            row["bubble_fraction_mean"] = 1.0 - sum(stages) / len(stages) / span
+        rows.append(row)
+    return pd.DataFrame(rows)

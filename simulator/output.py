@@ -1,7 +1,8 @@
 """Writing a run's results: tidy tables plus the config that reproduces them.
 
 An output folder holds ``requests.{parquet,csv}`` (one row per request),
-``iterations.{parquet,csv}`` (one row per iteration), ``summary.json`` (headline
+``iterations.{parquet,csv}`` (one row per iteration; per micro-batch with pipeline
+parallelism, plus ``stages.{parquet,csv}``: one row per micro-batch and stage), ``summary.json`` (headline
 metrics) and ``config.json`` (the exact :class:`~simulator.config.RunConfig`; pass it
 back with ``simulate run --config`` to reproduce the run bit for bit).
 """
@@ -57,6 +58,8 @@ def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: d
         "requests": write_table(requests, out_dir / "requests", fmt),
         "iterations": write_table(result.iteration_frame(), out_dir / "iterations", fmt),
     }
+    if result.config.replica.pp > 1:  # one row per (micro-batch, pipeline stage)
+        paths["stages"] = write_table(result.stage_frame(), out_dir / "stages", fmt)
     paths["summary"] = out_dir / "summary.json"
     paths["summary"].write_text(json.dumps(_jsonable(summary), indent=2, sort_keys=True) + "\n")
     paths["config"] = out_dir / "config.json"

@@ -17,7 +17,7 @@ point, outside the timed region.
   points are also timed with ``flash_attn_func`` / ``flash_attn_with_kvcache`` (true
   variable-length KV, no padding) as backend ``flash_attn``.
 
-FLOPs count multiply-adds as two; attention counts only causal/unpadded pairs.
+FLOPs and bytes come from :mod:`profiler.work` (shared with the importer).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from profiler.grid import Point
 from profiler.schema import ATTN_DECODE, ATTN_PREFILL, EMBEDDING, LINEAR_OPS, MLP_ACT, NORMS, RESIDUAL_ADD, ROTARY
 from profiler.shapes import ShardedShapes
+from profiler.work import decode_work, prefill_work, token_op_work
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 ATTENTION_BACKENDS = ("sdpa", "flash_attn")
@@ -59,31 +60,36 @@ def available_attention_backends(device: str) -> list[str]:
 
 
 def make_case(point: Point, shapes: ShardedShapes, dtype: str, device: str, backend: str = "sdpa") -> OpCase:
-
     dt = torch_dtype(dtype)
     db = DTYPE_BYTES[dtype]
     op = point.op
     if op in LINEAR_OPS:
-        return _linear(point.num_tokens, *shapes.linear_shape(op), dt, db, device)
-    if op in (NORMS, MLP_ACT, ROTARY, RESIDUAL_ADD, EMBEDDING):
-        return _elementwise(op, point.num_tokens, shapes, dt, db, device)
-    if op == ATTN_PREFILL:
-        return _prefill(point, shapes, dt, db, device, backend)
-    if op == ATTN_DECODE:
-        return _decode(point, shapes, dt, db, device, backend)
-    raise ValueError(f"not a compute op: {op}")
+        fn = _linear(point.num_tokens, *shapes.linear_shape(op), dt, device)
+        w = token_op_work(op, point.num_tokens, shapes, db)
+    elif op in (NORMS, MLP_ACT, ROTARY, RESIDUAL_ADD, EMBEDDING):
+        fn = _elementwise(op, point.num_tokens, shapes, dt, device)
+        w = token_op_work(op, point.num_tokens, shapes, db)
+    elif op == ATTN_PREFILL:
+        fn = _prefill(point, shapes, dt, device, backend)
+        w = prefill_work(point.batch_size, point.chunk_size, point.kv_context, shapes, db)
+    elif op == ATTN_DECODE:
+        fn = _decode(point, shapes, dt, device, backend)
+        w = decode_work(point.context_lens, shapes, db)
+    else:
+        raise ValueError(f"not a compute op: {op}")
+    return OpCase(fn, w.flops, w.bytes, w.num_calls)
 
 
-def _linear(t: int, k: int, n: int, dt, db: int, device: str) -> OpCase:  # noqa: ANN001
+def _linear(t: int, k: int, n: int, dt, device: str) -> Callable[[], object]:  # noqa: ANN001
     import torch
     import torch.nn.functional as F
 
     x = torch.randn(t, k, dtype=dt, device=device)
     w = torch.randn(n, k, dtype=dt, device=device) * k ** -0.5
-    return OpCase(lambda: F.linear(x, w), flops=2.0 * t * k * n, bytes=float((k * n + t * k + t * n) * db))
+    return lambda: F.linear(x, w)
 
 
-def _elementwise(op: str, t: int, s: ShardedShapes, dt, db: int, device: str) -> OpCase:  # noqa: ANN001
+def _elementwise(op: str, t: int, s: ShardedShapes, dt, device: str) -> Callable[[], object]:  # noqa: ANN001
     import torch
     import torch.nn.functional as F
 
@@ -103,7 +109,7 @@ def _elementwise(op: str, t: int, s: ShardedShapes, dt, db: int, device: str) ->
         def run() -> None:
             for _ in range(n):
                 norm()
-        return OpCase(run, flops=n * 4.0 * t * h, bytes=float(n * (2 * t * h + h) * db), num_calls=n)
+        return run
     if op == MLP_ACT:
         f = s.ffn
         if s.model.gated_mlp:
@@ -112,9 +118,9 @@ def _elementwise(op: str, t: int, s: ShardedShapes, dt, db: int, device: str) ->
 
             def run() -> object:
                 return act(x[:, :f]) * x[:, f:]
-            return OpCase(run, flops=5.0 * t * f, bytes=float(3 * t * f * db))
+            return run
         x = torch.randn(t, f, dtype=dt, device=device)
-        return OpCase(lambda: F.gelu(x, approximate="tanh"), flops=8.0 * t * f, bytes=float(2 * t * f * db))
+        return lambda: F.gelu(x, approximate="tanh")
     if op == ROTARY:
         d = s.head_dim
         q = torch.randn(t, s.heads, d, dtype=dt, device=device)
@@ -130,8 +136,7 @@ def _elementwise(op: str, t: int, s: ShardedShapes, dt, db: int, device: str) ->
 
         def run() -> object:
             return rope(q), rope(k)
-        width = (s.heads + s.kv_heads) * d
-        return OpCase(run, flops=3.0 * t * width, bytes=float((2 * t * width + t * d) * db))
+        return run
     if op == RESIDUAL_ADD:
         x = torch.randn(t, h, dtype=dt, device=device)
         y = torch.randn(t, h, dtype=dt, device=device)
@@ -139,23 +144,20 @@ def _elementwise(op: str, t: int, s: ShardedShapes, dt, db: int, device: str) ->
 
         def run() -> object:
             return (x + y) + z  # the two residual adds of a layer
-        return OpCase(run, flops=2.0 * t * h, bytes=float(2 * 3 * t * h * db), num_calls=2)
+        return run
     if op == EMBEDDING:
         w = torch.randn(s.vocab, h, dtype=dt, device=device)
         ids = torch.randint(0, s.vocab, (t,), device=device)
-        return OpCase(lambda: F.embedding(ids, w), flops=0.0, bytes=float(2 * t * h * db + 8 * t))
+        return lambda: F.embedding(ids, w)
     raise ValueError(op)
 
 
-def _prefill(p: Point, s: ShardedShapes, dt, db: int, device: str, backend: str) -> OpCase:  # noqa: ANN001
+def _prefill(p: Point, s: ShardedShapes, dt, device: str, backend: str) -> Callable[[], object]:  # noqa: ANN001
     import torch
     import torch.nn.functional as F
 
     b, c, k_ctx, d = p.batch_size, p.chunk_size, p.kv_context, s.head_dim
     keys = k_ctx + c
-    pairs = b * (c * k_ctx + c * (c + 1) / 2)
-    flops = 4.0 * s.heads * d * pairs
-    nbytes = float((2 * b * c * s.heads * d + 2 * b * keys * s.kv_heads * d) * db)
     if backend == "flash_attn":
         from flash_attn import flash_attn_func
 
@@ -163,7 +165,7 @@ def _prefill(p: Point, s: ShardedShapes, dt, db: int, device: str, backend: str)
         kk = torch.randn(b, keys, s.kv_heads, d, dtype=dt, device=device)
         vv = torch.randn(b, keys, s.kv_heads, d, dtype=dt, device=device)
         # flash-attn >= 2.1 aligns the causal mask bottom-right, as chunked prefill needs.
-        return OpCase(lambda: flash_attn_func(q, kk, vv, causal=True), flops, nbytes)
+        return lambda: flash_attn_func(q, kk, vv, causal=True)
     q = torch.randn(b, s.heads, c, d, dtype=dt, device=device)
     kk = torch.randn(b, s.kv_heads, keys, d, dtype=dt, device=device)
     vv = torch.randn(b, s.kv_heads, keys, d, dtype=dt, device=device)
@@ -181,18 +183,15 @@ def _prefill(p: Point, s: ShardedShapes, dt, db: int, device: str, backend: str)
 
         def run() -> object:
             return F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask)
-    return OpCase(run, flops, nbytes)
+    return run
 
 
-def _decode(p: Point, s: ShardedShapes, dt, db: int, device: str, backend: str) -> OpCase:  # noqa: ANN001
+def _decode(p: Point, s: ShardedShapes, dt, device: str, backend: str) -> Callable[[], object]:  # noqa: ANN001
     import torch
     import torch.nn.functional as F
 
     lens = p.context_lens
     b, lmax, d = len(lens), max(lens), s.head_dim
-    total = sum(lens)
-    flops = 4.0 * s.heads * d * total
-    nbytes = float((2 * total * s.kv_heads * d + 2 * b * s.heads * d) * db)
     if backend == "flash_attn":
         from flash_attn import flash_attn_with_kvcache
 
@@ -200,7 +199,7 @@ def _decode(p: Point, s: ShardedShapes, dt, db: int, device: str, backend: str) 
         kc = torch.randn(b, lmax, s.kv_heads, d, dtype=dt, device=device)
         vc = torch.randn(b, lmax, s.kv_heads, d, dtype=dt, device=device)
         seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
-        return OpCase(lambda: flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens), flops, nbytes)
+        return lambda: flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens)
     q = torch.randn(b, s.heads, 1, d, dtype=dt, device=device)
     kk = torch.randn(b, s.kv_heads, lmax, d, dtype=dt, device=device)
     vv = torch.randn(b, s.kv_heads, lmax, d, dtype=dt, device=device)
@@ -212,4 +211,4 @@ def _decode(p: Point, s: ShardedShapes, dt, db: int, device: str, backend: str) 
 
     def run() -> object:
         return F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, enable_gqa=gqa)
-    return OpCase(run, flops, nbytes)
+    return run

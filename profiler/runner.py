@@ -43,6 +43,7 @@ from profiler.schema import (
     with_achieved,
 )
 from profiler.shapes import ShardedShapes, load_model
+from profiler.work import comm_work
 from simulator.catalog import ModelSpec
 from simulator.errors import ConfigError
 
@@ -161,8 +162,18 @@ def write_metadata(meta: dict, path: Path) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n"))
 
 
-def _check_out_folder(out: Path, model_name: str, device: str) -> tuple[pd.DataFrame, dict]:
-    """Existing rows and metadata of ``out``; refuse a folder holding another model or device."""
+def device_label(info) -> str:  # noqa: ANN001 - DeviceInfo, imported lazily
+    """The ``device`` column: the catalog GPU where known (what cost models key on)."""
+    if info.device == "cpu":
+        return "cpu"
+    return info.catalog_gpu or info.name.lower()
+
+
+def _check_out_folder(out: Path, model_name: str | None, device: str | None) -> tuple[pd.DataFrame, dict]:
+    """Existing rows and metadata of ``out``; refuse a folder holding another model or device.
+
+    ``None`` skips a check (model-independent rows, e.g. imported collectives).
+    """
     if out.exists() and not out.is_dir():
         raise ConfigError("out", f"{out} is a file, not a folder", "pass a folder for --out")
     table_path, meta_path = out / TABLE_FILE, out / METADATA_FILE
@@ -174,16 +185,16 @@ def _check_out_folder(out: Path, model_name: str, device: str) -> tuple[pd.DataF
             raise ConfigError("out", f"{meta_path} is not valid JSON", "remove it or choose another --out") from None
     table = read_table(table_path) if table_path.exists() else empty_table()
     models = set(table["model"].dropna().unique())
-    if meta.get("config", {}).get("model"):
-        models.add(meta["config"]["model"])
+    if meta.get("model"):
+        models.add(meta["model"])
     others = sorted(m for m in models if m != model_name)
-    if others:
+    if model_name is not None and others:
         raise ConfigError("out", f"{out} holds a profile of {', '.join(others)}, not {model_name}",
                           "choose another --out folder (one model per folder)")
     devices = set(table["device"].dropna().unique())
-    if meta.get("config", {}).get("device"):
-        devices.add(meta["config"]["device"])
-    if devices - {device}:
+    if meta.get("device"):
+        devices.add(meta["device"])
+    if device is not None and devices - {device}:
         raise ConfigError("out", f"{out} holds a {', '.join(sorted(devices))} profile, not {device}",
                           "choose another --out folder (one device per folder)")
     return table, meta
@@ -200,10 +211,10 @@ class RunSummary:
     out: Path
 
 
-def _skeleton(point: Point, cfg: ProfileConfig, model_name: str, topology: str | None) -> dict:
+def _skeleton(point: Point, cfg: ProfileConfig, model_name: str, device: str, topology: str | None) -> dict:
     row: dict = {name: None for name in SCHEMA}
     row.update(point.shape_columns())
-    row.update(model=model_name, op=point.op, dtype=cfg.dtype, device=cfg.device, backend=point.backend,
+    row.update(model=model_name, op=point.op, dtype=cfg.dtype, device=device, backend=point.backend,
                topology=topology if point.op in COMM_OPS else None, source="servesim")
     return row
 
@@ -227,11 +238,11 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
     spec = cfg.model_spec
     started = time.perf_counter()
     cfg.out.mkdir(parents=True, exist_ok=True)
-    existing, _old_meta = _check_out_folder(cfg.out, spec.name, cfg.device)
-
     threads = cfg.effective_num_threads
     torch.set_num_threads(threads)
     info = devmod.detect(cfg.device, threads)
+    label = device_label(info)
+    existing, _old_meta = _check_out_folder(cfg.out, spec.name, label)
     world_sizes = cfg.world_sizes
     notes: list[str] = []
     if world_sizes is None:
@@ -254,13 +265,15 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
                           comm.comm_backend(cfg.device))
     topology = "localhost" if cfg.device == "cpu" else f"single-node:{info.count}x{info.name}"
     done = {key_of(r) for r in existing.to_dict("records")}
-    todo = [(p, _skeleton(p, cfg, spec.name, topology)) for p in points]
+    todo = [(p, _skeleton(p, cfg, spec.name, label, topology)) for p in points]
     todo = [(p, row) for p, row in todo if key_of(row) not in done]
     skipped = len(points) - len(todo)
 
     settings = BenchSettings.quick() if cfg.quick else BenchSettings()
     settings = BenchSettings(**{**settings.__dict__, "cuda_graphs": cfg.cuda_graphs})
     meta = {
+        "model": spec.name,
+        "device": label,
         "config": cfg.to_dict(),
         "world_sizes": list(world_sizes),
         "bench": settings.__dict__,
@@ -330,11 +343,9 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
                 results = comm.measure_comm([p for p, _ in group], ws, cfg.device, cfg.dtype, settings)
                 for res in results:
                     point, row = group[res["index"]]
-                    nbytes = float(point.message_bytes)
-                    # Bus bytes (NCCL-tests convention) make the bandwidth comparable across ops.
-                    bus = {"all_reduce": 2 * (ws - 1) / ws, "all_gather": (ws - 1) / ws}.get(point.op, 1.0)
+                    w = comm_work(point.op, point.message_bytes, ws)
                     record({**row, "median_s": res["median_s"], "p20_s": res["p20_s"], "p80_s": res["p80_s"],
-                            "repeats": res["repeats"], "flops": 0.0, "bytes": nbytes * bus, "num_calls": 1})
+                            "repeats": res["repeats"], "flops": w.flops, "bytes": w.bytes, "num_calls": 1})
                 bar.advance(task, len(group))
         completed = True
     finally:

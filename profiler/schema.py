@@ -95,8 +95,8 @@ SCHEMA: dict[str, str] = {
     "world_size": "Int64",
     "tp": "Int64",
     "dtype": "string",
-    "device": "string",  # "cpu" or "cuda"
-    "device_name": "string",  # e.g. "NVIDIA H200", the CPU model, or "a100" for imports
+    "device": "string",  # catalog GPU name ("h200", "a100-80gb"), else the lowercased device name, or "cpu"
+    "device_name": "string",  # as the device reports it: "NVIDIA H200", the CPU model; "a100" for imports
     "backend": "string",
     "topology": "string",
     "num_calls": "Int64",

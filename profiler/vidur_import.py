@@ -1,0 +1,375 @@
+"""Import Vidur-format profiling CSVs into the tidy schema (:mod:`profiler.schema`).
+
+Vidur (microsoft/vidur, ``data/profiling/``) stores per-op latencies in **milliseconds**
+(``time_stats.<op>.{min,max,mean,median,std}``); the tidy table holds **seconds**. Only
+medians are imported (Vidur keeps no percentiles, so ``p20_s``/``p80_s``/``repeats``
+are NA). Files are recognised by their columns, not their names.
+
+``mlp.csv`` (one row per ``num_tokens`` x ``num_tensor_parallel_workers``; shapes in
+``n_head``, ``n_kv_head``, ``n_embd``, ``n_expanded_embd``, ``vocab_size``,
+``use_gated_mlp``) maps Vidur's ops to ours, per layer as the roofline prices them:
+
+=============================================  ===============  =========
+Vidur op                                       our op           num_calls
+=============================================  ===============  =========
+``emb``                                        ``embedding``    1
+``input_layernorm`` + ``post_attention_layernorm``  ``norms`` (summed)  2 (1 if only one)
+``attn_pre_proj``                              ``qkv_proj``     1
+``attn_rope``                                  ``rotary``       1
+``attn_post_proj``                             ``attn_out_proj``  1
+``mlp_up_proj`` (gate and up fused)            ``mlp_up_gate``  1
+``mlp_act``                                    ``mlp_act``      1
+``mlp_down_proj``                              ``mlp_down``     1
+``add`` (one residual add, x2 per layer)       ``residual_add`` 2
+=============================================  ===============  =========
+
+``attention.csv`` (``is_prefill``, ``batch_size``, ``prefill_chunk_size``,
+``kv_cache_size``; heads are the model's, sharded by ``num_tensor_parallel_workers``):
+prefill rows -> ``attn_prefill`` with ``chunk_size = prefill_chunk_size`` and
+``kv_context = kv_cache_size`` (tokens cached before the chunk); decode rows ->
+``attn_decode`` with ``context_len = kv_cache_size`` per sequence (uniform batches).
+Only the attention kernel (``attn_prefill``/``attn_decode``) is imported, not Vidur's
+separate input/output reshapes. ``backend`` keeps Vidur's ``attention_backend``.
+
+``all_reduce.csv`` / ``send_recv.csv`` (``size`` in bytes, ``num_workers``,
+``devices_per_node``) -> ``all_reduce`` / ``send_recv`` with ``message_bytes = size``
+and ``world_size = num_workers``; ``topology`` records the folder and devices per node.
+By default only single-node rows are kept (``devices_per_node >= num_workers``: the TP
+and intra-node PP case); ``all_topologies=True`` keeps the cross-node rows too.
+
+Model and GPU come from Vidur's folder layout (``compute/<gpu>/<org>/<model>/``,
+``network/<gpu>_<topology>/``, ``<anything>/<gpu>/attention.csv``) unless given. An
+attention file names no model; it is matched to the catalog by its shape only when one
+model fits. dtype is ``float16`` (Vidur profiles fp16). Achieved FLOP/s and bytes/s come
+from :mod:`profiler.work`, and ``suspect`` compares them with the catalog GPU's peaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from profiler.schema import (
+    ALL_REDUCE,
+    ATTN_DECODE,
+    ATTN_OUT_PROJ,
+    ATTN_PREFILL,
+    COMM_OPS,
+    EMBEDDING,
+    MLP_ACT,
+    MLP_DOWN,
+    MLP_UP_GATE,
+    NORMS,
+    QKV_PROJ,
+    RESIDUAL_ADD,
+    ROTARY,
+    SEND_RECV,
+    conform,
+    with_achieved,
+)
+from profiler.shapes import ShardedShapes
+from profiler.work import comm_work, decode_work, prefill_work, token_op_work
+from simulator.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
+from simulator.errors import ConfigError
+
+MS = 1e-3
+VIDUR_DTYPE = "float16"
+VIDUR_DTYPE_BYTES = 2
+
+# Vidur mlp.csv op -> (our op, how many of these kernels one layer runs).
+MLP_OP_MAP: dict[str, tuple[str, int]] = {
+    "emb": (EMBEDDING, 1),
+    "input_layernorm": (NORMS, 1),
+    "post_attention_layernorm": (NORMS, 1),
+    "attn_pre_proj": (QKV_PROJ, 1),
+    "attn_rope": (ROTARY, 1),
+    "attn_post_proj": (ATTN_OUT_PROJ, 1),
+    "mlp_up_proj": (MLP_UP_GATE, 1),
+    "mlp_act": (MLP_ACT, 1),
+    "mlp_down_proj": (MLP_DOWN, 1),
+    "add": (RESIDUAL_ADD, 2),
+}
+NETWORK_OPS = (ALL_REDUCE, SEND_RECV)
+
+
+def _bad(path: Path, problem: str, fix: str | None = None) -> ConfigError:
+    return ConfigError("vidur", f"{path}: {problem}", fix)
+
+
+def _gpu_from_path(path: Path) -> tuple[str | None, GPUSpec | None]:
+    """(folder name, catalog GPU) from Vidur's layout; (None, None) where it says nothing."""
+    parts = path.resolve().parts
+    folder = None
+    if "compute" in parts and parts.index("compute") + 1 < len(parts) - 1:
+        folder = parts[parts.index("compute") + 1]
+    elif "network" in parts and parts.index("network") + 1 < len(parts) - 1:
+        folder = parts[parts.index("network") + 1]
+    elif len(parts) >= 2:
+        folder = parts[-2]
+    if folder is None:
+        return None, None
+    try:
+        return folder, get_gpu(folder.split("_")[0])
+    except ConfigError:
+        return folder, None
+
+
+def _model_from_path(path: Path) -> ModelSpec | None:
+    parts = path.resolve().parts
+    if "compute" in parts:
+        i = parts.index("compute")
+        if len(parts) > i + 4:
+            try:
+                return get_model(f"{parts[i + 2]}/{parts[i + 3]}")
+            except ConfigError:
+                return None
+    return None
+
+
+def _shape_model(name: str, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int, gated: bool) -> ModelSpec:
+    return ModelSpec(name=name or "vidur-shape", hf_id=name or "vidur-shape", num_layers=1, hidden_size=hidden,
+                     num_heads=heads, num_kv_heads=kv_heads, ffn_size=ffn, vocab_size=vocab, max_model_len=1 << 20,
+                     gated_mlp=gated)
+
+
+def _require(df: pd.DataFrame, path: Path, cols: Iterable[str]) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise _bad(path, f"missing Vidur column(s) {', '.join(missing)}", "pass an unmodified Vidur profiling CSV")
+
+
+def _ms(df: pd.DataFrame, op: str) -> np.ndarray:
+    return pd.to_numeric(df[f"time_stats.{op}.median"], errors="coerce").to_numpy(dtype=float) * MS
+
+
+def _read_mlp(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> list[dict]:
+    _require(df, path, ("num_tokens", "num_tensor_parallel_workers", "n_head", "n_kv_head", "n_embd",
+                        "n_expanded_embd", "vocab_size"))
+    present = [op for op in MLP_OP_MAP if f"time_stats.{op}.median" in df.columns]
+    if not present:
+        raise _bad(path, "no time_stats.<op>.median column of a known op", f"known: {', '.join(MLP_OP_MAP)}")
+    ms = {op: _ms(df, op) for op in present}
+    rows: list[dict] = []
+    name = model.name if model else ""
+    for i, rec in enumerate(df.to_dict("records")):
+        tp = int(rec["num_tensor_parallel_workers"])
+        gated = str(rec.get("use_gated_mlp", True)).lower() in ("true", "1")
+        # Vidur's n_expanded_embd is the full FFN width (before TP); heads are the model's.
+        spec = _shape_model(name, int(rec["n_embd"]), int(rec["n_head"]), int(rec["n_kv_head"]),
+                            int(rec["n_expanded_embd"]), int(rec["vocab_size"]), gated)
+        try:
+            shapes = ShardedShapes(spec, tp)
+        except ConfigError as err:
+            raise _bad(path, f"row {i}: {err}") from None
+        tokens = int(rec["num_tokens"])
+        by_op: dict[str, tuple[float, int]] = {}
+        for vop in present:
+            op, calls = MLP_OP_MAP[vop]
+            t = ms[vop][i] * calls
+            if not np.isfinite(t):
+                continue
+            prev_t, prev_calls = by_op.get(op, (0.0, 0))
+            by_op[op] = (prev_t + t, prev_calls + calls)
+        for op, (t, calls) in by_op.items():
+            w = token_op_work(op, tokens, shapes, VIDUR_DTYPE_BYTES)
+            # Scale per-layer work by the kernels Vidur actually timed (e.g. one norm for phi-2).
+            scale = calls / w.num_calls
+            rows.append({"op": op, "num_tokens": tokens, "tp": tp, "num_calls": calls, "median_s": t,
+                         "flops": w.flops * scale, "bytes": w.bytes * scale, "backend": "torch"})
+    return rows
+
+
+def _infer_attention_model(hidden: int, heads: int, kv_heads: int) -> ModelSpec | None:
+    fits = [m for m in MODELS.values()
+            if (m.hidden_size, m.num_heads, m.num_kv_heads) == (hidden, heads, kv_heads)]
+    return fits[0] if len(fits) == 1 else None
+
+
+def _read_attention(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> list[dict]:
+    _require(df, path, ("is_prefill", "batch_size", "prefill_chunk_size", "kv_cache_size",
+                        "num_tensor_parallel_workers", "n_embd", "n_q_head", "n_kv_head"))
+    prefill_ms = _ms(df, "attn_prefill") if "time_stats.attn_prefill.median" in df else np.full(len(df), np.nan)
+    decode_ms = _ms(df, "attn_decode") if "time_stats.attn_decode.median" in df else np.full(len(df), np.nan)
+    rows: list[dict] = []
+    shapes_cache: dict[tuple, ShardedShapes] = {}
+    for i, rec in enumerate(df.to_dict("records")):
+        key = (int(rec["n_embd"]), int(rec["n_q_head"]), int(rec["n_kv_head"]), int(rec["num_tensor_parallel_workers"]))
+        if key not in shapes_cache:
+            hidden, heads, kv_heads, tp = key
+            found = model if model is not None else _infer_attention_model(hidden, heads, kv_heads)
+            if found is None or (found.hidden_size, found.num_heads, found.num_kv_heads) != (hidden, heads, kv_heads) \
+                    or found.ffn_size % tp:
+                # Only the attention shape matters here; the FFN width is a placeholder tp divides.
+                found = _shape_model("", hidden, heads, kv_heads, tp * hidden, 32000, True)
+            try:
+                shapes_cache[key] = ShardedShapes(found, tp)
+            except ConfigError as err:
+                raise _bad(path, f"row {i}: {err}") from None
+        shapes = shapes_cache[key]
+        model_name = shapes.model.name if shapes.model.name in MODELS else ""
+        batch, kv = int(rec["batch_size"]), int(rec["kv_cache_size"])
+        backend = str(rec.get("attention_backend", "vidur")).replace("AttentionBackend.", "").lower()
+        base = {"model": model_name, "tp": shapes.tp, "batch_size": batch, "backend": backend, "num_calls": 1}
+        if str(rec["is_prefill"]).lower() in ("true", "1"):
+            t = prefill_ms[i]
+            if not np.isfinite(t):
+                continue
+            chunk = int(rec["prefill_chunk_size"])
+            ctx = kv + chunk
+            w = prefill_work(batch, chunk, kv, shapes, VIDUR_DTYPE_BYTES)
+            rows.append({**base, "op": ATTN_PREFILL, "num_tokens": batch * chunk, "chunk_size": chunk,
+                         "kv_context": kv, "context_len": ctx, "context_len_max": ctx, "kv_tokens": batch * ctx,
+                         "kv_sq_sum": batch * ctx * ctx, "median_s": t, "flops": w.flops, "bytes": w.bytes})
+        else:
+            t = decode_ms[i]
+            if not np.isfinite(t):
+                continue
+            w = decode_work([kv] * batch, shapes, VIDUR_DTYPE_BYTES)
+            rows.append({**base, "op": ATTN_DECODE, "num_tokens": batch, "chunk_size": 1, "kv_context": kv,
+                         "context_len": kv, "context_len_max": kv, "kv_tokens": batch * kv,
+                         "kv_sq_sum": batch * kv * kv, "median_s": t, "flops": w.flops, "bytes": w.bytes})
+    return rows
+
+
+def _read_network(df: pd.DataFrame, path: Path, folder: str | None, model: ModelSpec | None,
+                  all_topologies: bool) -> list[dict]:
+    _require(df, path, ("size", "num_workers", "collective"))
+    ops = sorted(set(map(str, df["collective"])))
+    unknown = [op for op in ops if op not in NETWORK_OPS]
+    if unknown:
+        raise _bad(path, f"unsupported collective(s) {unknown}", f"supported: {', '.join(NETWORK_OPS)}")
+    rows: list[dict] = []
+    per_node_col = "devices_per_node" in df.columns
+    for op in ops:
+        sub = df[df["collective"] == op]
+        _require(sub, path, (f"time_stats.{op}.median",))
+        times = _ms(sub, op)
+        for t, rec in zip(times, sub.to_dict("records"), strict=True):
+            world, size = int(rec["num_workers"]), int(rec["size"])
+            per_node = int(rec["devices_per_node"]) if per_node_col else world
+            if not all_topologies and per_node < world:
+                continue
+            if not np.isfinite(t):
+                continue
+            w = comm_work(op, size, world)
+            tokens = size // (model.hidden_size * VIDUR_DTYPE_BYTES) if model is not None else None
+            rows.append({"op": op, "message_bytes": size, "world_size": world, "num_tokens": tokens,
+                         "median_s": t, "flops": w.flops, "bytes": w.bytes, "num_calls": 1, "backend": "nccl",
+                         "topology": f"{folder or 'vidur'}:devices_per_node={per_node}",
+                         "_cross_node": per_node < world})
+    return rows
+
+
+def import_vidur_file(path: str | Path, *, model: str | None = None, gpu: str | None = None,
+                      all_topologies: bool = False) -> pd.DataFrame:
+    """One Vidur CSV (``mlp.csv``, ``attention.csv``, ``all_reduce.csv``, ``send_recv.csv``) as a tidy table."""
+    path = Path(path)
+    if not path.is_file():
+        raise _bad(path, "no such file", "pass a Vidur mlp.csv, attention.csv, all_reduce.csv or send_recv.csv")
+    try:
+        df = pd.read_csv(path)
+    except (ValueError, OSError) as err:
+        raise _bad(path, f"not a CSV file ({type(err).__name__})") from None
+    folder, spec_gpu = _gpu_from_path(path)
+    if gpu is not None:
+        spec_gpu, folder = get_gpu(gpu), folder or gpu
+    model_spec = get_model(model) if model else _model_from_path(path)
+    cols = set(df.columns)
+    if "is_prefill" in cols:
+        rows = _read_attention(df, path, model_spec)
+    elif "collective" in cols:
+        rows = _read_network(df, path, folder, model_spec, all_topologies)
+    elif "num_tokens" in cols and any(c.startswith("time_stats.") for c in cols):
+        rows = _read_mlp(df, path, model_spec)
+    else:
+        raise _bad(path, "not a Vidur profile (expected mlp.csv, attention.csv, all_reduce.csv or send_recv.csv)")
+    if not rows:
+        return conform(pd.DataFrame(columns=["op"]))
+    out = pd.DataFrame(rows)
+    if "model" not in out.columns:
+        out["model"] = model_spec.name if model_spec is not None and not out["op"].isin(COMM_OPS).all() else ""
+    out["model"] = out["model"].replace("", pd.NA)
+    out["dtype"] = VIDUR_DTYPE
+    out["device"] = spec_gpu.name if spec_gpu is not None else (folder or pd.NA)
+    out["device_name"] = folder
+    out["source"] = f"vidur:{path.name}"
+    out = with_achieved(out)
+    t = out["median_s"].astype(float)
+    suspect = ~(t > 0)
+    if spec_gpu is not None:
+        link = spec_gpu.nvlink_bytes_per_s or spec_gpu.pcie_bytes_per_s
+        comm = out["op"].isin(COMM_OPS)
+        # Cross-node rows run over the network, not NVLink: only single-node rows are checked.
+        single = ~out["_cross_node"].fillna(False).astype(bool) if "_cross_node" in out else True
+        suspect |= ~comm & ((out["achieved_flops_per_s"] > spec_gpu.bf16_flops * 1.05)
+                            | (out["achieved_bytes_per_s"] > spec_gpu.hbm_bytes_per_s * 1.05))
+        suspect |= comm & single & (out["achieved_bytes_per_s"] > link * 1.05)
+    out["suspect"] = suspect
+    return conform(out.drop(columns=["_cross_node"], errors="ignore"))
+
+
+def import_vidur(paths: Iterable[str | Path], *, model: str | None = None, gpu: str | None = None,
+                 all_topologies: bool = False) -> pd.DataFrame:
+    """Several Vidur CSVs (or folders searched for them) as one tidy table."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for name in ("mlp.csv", "attention.csv", "all_reduce.csv", "send_recv.csv")
+                           for f in p.rglob(name))
+            if not found:
+                raise _bad(p, "holds no mlp.csv, attention.csv, all_reduce.csv or send_recv.csv")
+            files += found
+        else:
+            files.append(p)
+    if not files:
+        raise ConfigError("vidur", "no file given", "pass Vidur CSV files or folders")
+    frames = [import_vidur_file(f, model=model, gpu=gpu, all_topologies=all_topologies) for f in files]
+    return conform(pd.concat(frames, ignore_index=True))
+
+
+def import_to_folder(paths: Iterable[str | Path], out: str | Path, *, model: str | None = None,
+                     gpu: str | None = None, all_topologies: bool = False) -> pd.DataFrame:
+    """Import into ``<out>/profile.csv`` (merged with rows already there, new ones win) plus metadata."""
+    import datetime as dt
+    import json
+    import sys
+
+    from profiler.runner import _check_out_folder, write_metadata, write_table
+    from profiler.schema import KEY_COLUMNS, METADATA_FILE, TABLE_FILE, key_of
+
+    paths = [Path(p) for p in paths]
+    table = import_vidur(paths, model=model, gpu=gpu, all_topologies=all_topologies)
+    models = sorted(set(table["model"].dropna()))
+    if len(models) > 1:
+        raise ConfigError("model", f"the files hold several models ({', '.join(models)})",
+                          "import one model per --out folder")
+    devices = sorted(set(table["device"].dropna()))
+    if len(devices) > 1:
+        raise ConfigError("gpu", f"the files come from several GPUs ({', '.join(devices)})",
+                          "import one GPU per --out folder")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    existing, meta = _check_out_folder(out, models[0] if models else None, devices[0] if devices else None)
+    new_keys = {key_of(r) for r in table[list(KEY_COLUMNS)].to_dict("records")}
+    keep = [key_of(r) not in new_keys for r in existing[list(KEY_COLUMNS)].to_dict("records")]
+    merged = conform(pd.concat([existing[keep], table], ignore_index=True)) if len(existing) else table
+    write_table(merged, out / TABLE_FILE)
+    sources = sorted(set(meta.get("sources", [])) | {str(p) for p in paths})
+    meta.update({
+        "model": models[0] if models else meta.get("model"),
+        "device": devices[0] if devices else meta.get("device"),
+        "importer": "profiler.vidur_import",
+        "sources": sources,
+        "units": "seconds (Vidur milliseconds x 1e-3)",
+        "dtype": VIDUR_DTYPE,
+        "all_topologies": all_topologies,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command_line": " ".join(sys.argv),
+        "complete": True,
+        "num_rows": len(merged),
+    })
+    write_metadata(json.loads(json.dumps(meta, default=str)), out / METADATA_FILE)
+    return merged

@@ -1,0 +1,89 @@
+"""``simulate profile`` and ``simulate import-vidur``: measure kernels, or bring measurements.
+
+Thin wrappers: :func:`profiler.runner.run_profile` and
+:func:`profiler.vidur_import.import_to_folder` do the work. torch is needed only by
+``profile`` and is checked before anything else, with a one-line hint to install it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simulator.cli.app import app, console, fail
+
+TORCH_HINT = "install the profile extra: pip install 'servesim[profile]'"
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+@app.command()
+def profile(
+    model: Annotated[str, typer.Option(help="Catalog model (e.g. tiny-llama-1b, llama-3-8b) or a config.json path.")],
+    tp: Annotated[list[int] | None, typer.Option(help="TP degree(s) to shard shapes for; repeat for several.")] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    ops: Annotated[list[str] | None, typer.Option(
+        help="Op families (linear, attention, elementwise, comm) or op names; repeat or comma-separate.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Largest token count (default 16384 on CUDA, 2048 on CPU).")]
+    = None,
+    quick: Annotated[bool, typer.Option(help="Tiny grid and few repeats: a smoke test.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Output folder (default ./profile_<model>_<device>).")] = None,
+    dtype: Annotated[str, typer.Option(help="bfloat16, float16 or float32.")] = "bfloat16",
+    world_size: Annotated[list[int] | None, typer.Option(
+        help="Process-group sizes for comm ops (default 2 on CPU; 2/4/8 up to the GPU count on CUDA).")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads (default: all this process may use).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the mixed decode-batch lengths.")] = 0,
+    cuda_graphs: Annotated[bool, typer.Option(help="Replay ops as CUDA graphs; report launch overhead apart.")]
+    = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Time real linear, attention, elementwise and communication kernels into a tidy table.
+
+    Writes <out>/profile.csv (one measurement per row, seconds) and <out>/metadata.json.
+    Rerunning the same command resumes: points already in the table are skipped.
+    """
+    if not torch_available():
+        fail(TORCH_HINT)
+    from profiler.runner import ProfileConfig, run_profile
+
+    folder = out or Path(f"profile_{Path(model).stem if model.endswith('.json') else model.replace('/', '_')}_{device}")
+    cfg = ProfileConfig(model=model, out=folder, tp=tuple(tp or (1,)), device=device, ops=tuple(ops or ()),
+                        max_tokens=max_tokens, quick=quick, dtype=dtype,
+                        world_sizes=tuple(world_size) if world_size else None, num_threads=threads, seed=seed,
+                        cuda_graphs=cuda_graphs)
+    try:
+        summary = run_profile(cfg, progress=progress)
+    except KeyboardInterrupt:
+        fail(f"interrupted; measured points are saved in {folder}; rerun the same command to resume", code=130)
+    table = summary.table
+    suspect = int(table["suspect"].fillna(False).sum())
+    console().print(f"{len(table)} rows in {folder / 'profile.csv'} ({summary.measured} measured, {summary.skipped} "
+                    f"already there) in {summary.elapsed_s:.1f}s; {suspect} suspect; ops: "
+                    f"{', '.join(sorted(set(table['op'].dropna())))}")
+    if summary.failed:
+        fail(f"{len(summary.failed)} point(s) failed (see failed_points in {folder / 'metadata.json'}); "
+             "the table is marked incomplete", code=1)
+
+
+@app.command("import-vidur")
+def import_vidur(
+    paths: Annotated[list[Path], typer.Argument(help="Vidur mlp.csv / attention.csv / all_reduce.csv / send_recv.csv "
+                                                     "files, or folders searched for them.")],
+    out: Annotated[Path, typer.Option(help="Output folder for profile.csv and metadata.json.")],
+    model: Annotated[str | None, typer.Option(help="Model the files profile (default: from Vidur's folder layout).")]
+    = None,
+    gpu: Annotated[str | None, typer.Option(help="Catalog GPU (default: from Vidur's folder layout).")] = None,
+    all_topologies: Annotated[bool, typer.Option(help="Keep cross-node collective rows too.")] = False,
+) -> None:
+    """Convert Vidur-format profiling CSVs (milliseconds) into the tidy profile table (seconds)."""
+    from profiler.vidur_import import import_to_folder
+
+    table = import_to_folder(paths, out, model=model, gpu=gpu, all_topologies=all_topologies)
+    counts = table["op"].value_counts().sort_index()
+    console().print(f"{len(table)} rows in {out / 'profile.csv'}: "
+                    + ", ".join(f"{op} {n}" for op, n in counts.items()))

@@ -1,0 +1,283 @@
+"""Profiler harness on CPU: schema, shapes, grids, timing, resume, bad input.
+
+Runs on tiny models (a config.json written per test) so the file stays well under a
+minute on a shared 2-core machine; communication uses 2 real gloo processes once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from profiler.grid import Point, decode_grid, token_grid
+from profiler.runner import ProfileConfig, resolve_ops
+from profiler.schema import ALL_OPS, COLUMNS, COMM_OPS, KEY_COLUMNS, METADATA_FILE, OP_FAMILIES, TABLE_FILE, read_table
+from profiler.shapes import ShardedShapes, load_model
+from simulator.catalog import get_model
+from simulator.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SIMULATE = [sys.executable, "-c", "from simulator.cli import main; main()"]
+
+torch = pytest.importorskip("torch")
+
+
+def tiny_config(tmp_path: Path, name: str = "tiny-test", **overrides: int) -> Path:
+    cfg = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "intermediate_size": 512, "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 1024,
+           "hidden_act": "silu", "_name_or_path": name, **overrides}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SIMULATE, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+# -- shapes and grids ------------------------------------------------------------------------
+def test_sharded_shapes_follow_megatron_sharding() -> None:
+    m = get_model("tiny-llama-1b")  # 32 heads, 4 KV heads, head_dim 64, ffn 5632
+    s = ShardedShapes(m, 2)
+    assert s.linear_shape("qkv_proj") == (2048, (16 + 2 * 2) * 64)
+    assert s.linear_shape("attn_out_proj") == (16 * 64, 2048)
+    assert s.linear_shape("mlp_up_gate") == (2048, 2 * 5632 // 2)
+    assert s.linear_shape("mlp_down") == (5632 // 2, 2048)
+    assert s.linear_shape("lm_head") == (2048, 16000)
+    # More ranks than KV heads: each rank keeps one replicated KV head.
+    s8 = ShardedShapes(m, 8)
+    assert s8.kv_heads == 1 and s8.qkv_width == (4 + 2) * 64
+
+
+@pytest.mark.parametrize("tp", [3, 5, 64])
+def test_tp_not_dividing_heads_is_a_config_error(tp: int) -> None:
+    with pytest.raises(ConfigError, match="tp"):
+        ShardedShapes(get_model("tiny-llama-1b"), tp)
+
+
+def test_hf_config_path_is_parsed(tmp_path: Path) -> None:
+    path = tiny_config(tmp_path, num_key_value_heads=1)
+    m = load_model(str(path))
+    assert (m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_size, m.vocab_size, m.max_model_len) == \
+        (256, 4, 1, 512, 1000, 1024)
+    assert m.gated_mlp and m.name == "tiny-test"
+    # A folder holding config.json works too.
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(path.read_text())
+    assert load_model(str(tmp_path / "m")).hidden_size == 256
+
+
+def test_bad_hf_config_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"hidden_size": 64}))
+    with pytest.raises(ConfigError, match="num_attention_heads"):
+        load_model(str(bad))
+    with pytest.raises(ConfigError, match="no such config"):
+        load_model(str(tmp_path / "missing.json"))
+
+
+def test_token_grid_is_dense_then_geometric_up_to_max() -> None:
+    grid = token_grid(16384)
+    assert grid[:8] == list(range(1, 9))
+    assert grid == sorted(set(grid)) and grid[-1] == 16384
+    ratios = np.diff(grid[grid.index(512):]) / np.array(grid[grid.index(512):-1])
+    assert ratios.max() < 0.25  # geometric steps of ~2**(1/4), no big holes
+    assert token_grid(100)[-1] == 100
+
+
+def test_decode_grid_is_seeded_and_has_mixed_batches() -> None:
+    a = decode_grid(4096, np.random.default_rng(7), quick=True)
+    b = decode_grid(4096, np.random.default_rng(7), quick=True)
+    c = decode_grid(4096, np.random.default_rng(8), quick=True)
+    assert a == b and a != c
+    mixed = [lens for lens in a if len(set(lens)) > 1]
+    assert mixed and all(1 <= x <= 4096 for lens in mixed for x in lens)
+
+
+def test_resolve_ops_accepts_families_and_names() -> None:
+    assert resolve_ops(["comm"]) == OP_FAMILIES["comm"]
+    assert resolve_ops(["linear,attn_decode"]) == (*OP_FAMILIES["linear"], "attn_decode")
+    assert resolve_ops(None) == ALL_OPS
+    with pytest.raises(ConfigError, match="unknown op"):
+        resolve_ops(["linear", "matmul"])
+
+
+def test_point_columns_describe_mixed_decode_batches() -> None:
+    cols = Point("attn_decode", tp=1, num_tokens=3, batch_size=3, context_lens=(10, 20, 60)).shape_columns()
+    assert (cols["context_len"], cols["context_len_max"], cols["kv_tokens"], cols["kv_sq_sum"]) == \
+        (30, 60, 90, 100 + 400 + 3600)
+    pre = Point("attn_prefill", tp=1, num_tokens=16, batch_size=1, chunk_size=16, kv_context=100).shape_columns()
+    assert pre["context_len"] == 116
+
+
+# -- timing ---------------------------------------------------------------------------------
+def test_bench_fixed_repeats_and_percentile_order() -> None:
+    from profiler.timing import BenchSettings, bench
+
+    calls = []
+    t = bench(lambda: calls.append(1), settings=BenchSettings(warmup=2), repeats=7)
+    assert t.repeats == 7 and len(t.samples_s) == 7 and len(calls) == 2 + 7
+    assert 0 < t.p20_s <= t.median_s <= t.p80_s
+
+
+def test_large_gemm_time_grows_with_tokens() -> None:
+    from profiler.ops import make_case
+    from profiler.timing import BenchSettings, bench
+
+    torch.set_num_threads(1)
+    spec = load_model("llama-2-7b")
+    shapes = ShardedShapes(spec, 8)  # mlp_up_gate: [T, 4096] x [4096, 2752]
+    settings = BenchSettings(warmup=1, min_repeats=3, max_repeats=5, target_s=0.05)
+    times = []
+    for tokens in (32, 128, 512):
+        case = make_case(Point("mlp_up_gate", tp=8, num_tokens=tokens), shapes, "float32", "cpu")
+        times.append(bench(case.fn, settings=settings).median_s)
+    assert times[0] < times[1] < times[2], times
+    assert times[2] > 2 * times[0]
+
+
+# -- full runs -------------------------------------------------------------------------------
+def test_quick_run_covers_every_op_family_with_the_schema(tmp_path: Path) -> None:
+    cfg = ProfileConfig(model=str(tiny_config(tmp_path)), out=tmp_path / "out", quick=True, max_tokens=64,
+                        num_threads=1)
+    summary = run_profile_quiet(cfg)
+    table = summary.table
+    assert tuple(table.columns) == COLUMNS
+    assert set(table["op"]) == set(ALL_OPS)
+    assert not table.duplicated(list(KEY_COLUMNS)).any()
+    assert (table["median_s"] > 0).all() and (table["p20_s"] <= table["median_s"]).all()
+    assert (table["median_s"] <= table["p80_s"]).all() and (table["repeats"] >= 1).all()
+    assert set(table["model"]) == {"tiny-test"} and set(table["device"]) == {"cpu"}
+    comm = table[table["op"].isin(COMM_OPS)]
+    assert set(comm["world_size"]) == {2} and set(comm["backend"]) == {"gloo"}
+    assert (comm["message_bytes"] == comm["num_tokens"] * 256 * 2).all()
+    compute = table[~table["op"].isin(COMM_OPS)]
+    assert (compute["tp"] == 1).all()
+    np.testing.assert_allclose(compute["achieved_flops_per_s"], compute["flops"] / compute["median_s"])
+    decode = table[table["op"] == "attn_decode"]
+    assert (decode["context_len_max"] > decode["context_len"]).any()  # mixed batches are there
+    meta = json.loads((tmp_path / "out" / METADATA_FILE).read_text())
+    assert meta["complete"] is True and meta["model"] == "tiny-test"
+    env = meta["environment"]
+    for key in ("torch_version", "device_name", "device_count", "date", "git_revision", "command_line",
+                "num_threads", "driver_version", "cuda_version"):
+        assert key in env
+    # The CSV on disk reads back identically.
+    pd.testing.assert_frame_equal(read_table(tmp_path / "out" / TABLE_FILE), table)
+
+
+def run_profile_quiet(cfg: ProfileConfig, **kw):  # noqa: ANN201
+    from profiler.runner import run_profile
+
+    return run_profile(cfg, progress=False, **kw)
+
+
+def test_interrupted_run_resumes_without_remeasuring(tmp_path: Path) -> None:
+    cfg = ProfileConfig(model=str(tiny_config(tmp_path)), out=tmp_path / "out", quick=True, max_tokens=64,
+                        ops=("linear", "elementwise"), num_threads=1)
+
+    def interrupt_after_five(i: int, row: dict) -> None:
+        if i == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_profile_quiet(cfg, on_point=interrupt_after_five)
+    partial = read_table(tmp_path / "out" / TABLE_FILE)
+    assert len(partial) == 5
+    assert json.loads((tmp_path / "out" / METADATA_FILE).read_text())["complete"] is False
+    assert not list((tmp_path / "out").glob(".*tmp*"))  # no temporary files left behind
+
+    resumed = run_profile_quiet(cfg)
+    assert resumed.skipped == 5 and resumed.measured == len(resumed.table) - 5
+    kept = resumed.table.merge(partial, on=list(KEY_COLUMNS), suffixes=("", "_old"))
+    assert len(kept) == 5 and (kept["median_s"] == kept["median_s_old"]).all()
+    assert json.loads((tmp_path / "out" / METADATA_FILE).read_text())["complete"] is True
+
+    again = run_profile_quiet(cfg)
+    assert again.measured == 0 and len(again.table) == len(resumed.table)
+
+
+def test_folder_with_another_models_table_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cfg = ProfileConfig(model=str(tiny_config(tmp_path)), out=out, quick=True, max_tokens=8, ops=("mlp_act",),
+                        num_threads=1)
+    before = run_profile_quiet(cfg).table
+    other = ProfileConfig(model=str(tiny_config(tmp_path, name="other-model")), out=out, quick=True, max_tokens=8,
+                          ops=("mlp_act",), num_threads=1)
+    with pytest.raises(ConfigError, match="holds a profile of tiny-test"):
+        run_profile_quiet(other)
+    pd.testing.assert_frame_equal(read_table(out / TABLE_FILE), before)
+
+
+def test_cuda_requested_without_cuda_is_refused(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    cfg = ProfileConfig(model="tiny-llama-1b", out=tmp_path / "out", device="cuda", quick=True)
+    with pytest.raises(ConfigError, match="CUDA requested"):
+        run_profile_quiet(cfg)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"model": "no-such-model"}, "model"),
+    ({"model": "tiny-llama-1b", "tp": (3,)}, "tp"),
+    ({"model": "tiny-llama-1b", "ops": ("gemm",)}, "ops"),
+    ({"model": "tiny-llama-1b", "device": "tpu"}, "device"),
+    ({"model": "tiny-llama-1b", "dtype": "int8"}, "dtype"),
+    ({"model": "tiny-llama-1b", "max_tokens": 0}, "max_tokens"),
+    ({"model": "tiny-llama-1b", "world_sizes": (1,)}, "world_sizes"),
+])
+def test_bad_config_is_a_one_line_config_error(tmp_path: Path, kwargs: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        ProfileConfig(out=tmp_path, **kwargs)
+    assert str(err.value).startswith(field) and "\n" not in str(err.value)
+
+
+# -- command line ----------------------------------------------------------------------------
+@pytest.mark.parametrize("args, needle", [
+    (["--model", "no-such-model"], "unknown model"),
+    (["--model", "tiny-llama-1b", "--tp", "3"], "does not divide"),
+    (["--model", "tiny-llama-1b", "--ops", "matmul"], "unknown op"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    res = run_cli("profile", "--quick", "--out", str(tmp_path / "o"), *args)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in res.stderr
+
+
+def test_cli_without_torch_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from simulator.cli import app
+    from simulator.cli import profile as profile_cli
+
+    monkeypatch.setattr(profile_cli, "torch_available", lambda: False)
+    res = CliRunner().invoke(app, ["profile", "--model", "tiny-llama-1b", "--out", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "install the profile extra: pip install 'servesim[profile]'" in res.output
+
+
+def test_cli_writes_table_and_resumes(tmp_path: Path) -> None:
+    args = ["profile", "--model", str(tiny_config(tmp_path)), "--quick", "--max-tokens", "8", "--ops", "linear",
+            "--threads", "1", "--no-progress", "--out", str(tmp_path / "o")]
+    first = run_cli(*args)
+    assert first.returncode == 0, first.stderr
+    n = len(read_table(tmp_path / "o" / TABLE_FILE))
+    assert n == len(OP_FAMILIES["linear"]) * 2  # tokens 1 and 8
+    second = run_cli(*args)
+    assert second.returncode == 0 and f"0 measured, {n} already there" in " ".join(second.stdout.split())
+
+
+def test_profiler_imports_without_torch() -> None:
+    code = ("import sys, profiler, profiler.schema, profiler.grid, profiler.shapes, profiler.work, "
+            "profiler.runner, profiler.vidur_import, profiler.timing, profiler.ops, profiler.comm, "
+            "profiler.device, simulator.cli; profiler.COLUMNS; "
+            "assert 'torch' not in sys.modules, 'torch imported eagerly'")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr

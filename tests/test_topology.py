@@ -1,0 +1,169 @@
+"""Interconnect model: named links, placement, collective costs, layout validation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from simulator.catalog import get_gpu
+from simulator.config import ReplicaConfig
+from simulator.costmodel.base import BatchShape
+from simulator.costmodel.roofline import RooflineCostModel
+from simulator.errors import ConfigError
+from simulator.topology import (
+    LINK_NAMES,
+    build_topology,
+    get_link,
+    ring_all_reduce_time,
+    send_recv_time,
+)
+
+
+def test_named_links_have_their_line_rates():
+    a100 = get_gpu("a100-80gb")
+    assert get_link("ethernet-100g", a100).bytes_per_s == 12.5e9
+    assert get_link("ethernet-10g", a100).bytes_per_s == 1.25e9
+    assert get_link("infiniband-400g", a100).bytes_per_s == 50e9
+    assert get_link("nvlink", a100).bytes_per_s == a100.nvlink_bytes_per_s
+    assert get_link("pcie", a100).bytes_per_s == a100.pcie_bytes_per_s
+    assert not get_link("nvlink", a100).pairwise  # A100 SXM sits on NVSwitch
+    assert get_link("nvlink", get_gpu("a40")).pairwise  # A40 has pairwise bridges
+    assert get_link("nvlink-pairwise", a100).pairwise
+    assert get_link("infiniband-100g", a100).latency_s < get_link("ethernet-100g", a100).latency_s
+
+
+@pytest.mark.parametrize("name", ["eth-100g", "nvlink4", "infiniband-50g", ""])
+def test_unknown_link_names_are_refused_with_the_known_ones(name):
+    with pytest.raises(ConfigError, match="known: .*ethernet-100g"):
+        get_link(name, get_gpu("a100-80gb"))
+
+
+def test_nvlink_on_a_gpu_without_it_is_refused():
+    with pytest.raises(ConfigError, match="no NVLink.*pcie"):
+        ReplicaConfig("llama-2-7b", "l40s", tp=2, intra_node_link="nvlink")
+    assert build_topology("l40s", 2, 1).intra.name == "pcie"  # the default falls back to PCIe
+
+
+def test_ring_all_reduce_and_send_recv_follow_the_alpha_beta_formulas():
+    # 4 GPUs, 64 MB, 100 GB/s, 10 us: 6 steps of latency + 2*3/4 * 64e6 / 100e9 seconds.
+    assert ring_all_reduce_time(64e6, 4, 100e9, 10e-6) == pytest.approx(6 * 10e-6 + 1.5 * 64e6 / 100e9)
+    assert ring_all_reduce_time(64e6, 1, 100e9, 10e-6) == 0.0
+    link = get_link("ethernet-100g", get_gpu("a100-80gb"))
+    assert send_recv_time(1e6, link) == pytest.approx(link.latency_s + 1e6 / (12.5e9 * link.efficiency))
+    assert send_recv_time(0, link) == 0.0
+
+
+def test_stages_fill_nodes_in_order_and_hops_cross_nodes_only_between_them():
+    topo = build_topology("a100-80gb", tp=4, pp=2, num_nodes=2, inter_node_link="ethernet-100g")
+    assert topo.gpus_per_node == 4
+    assert topo.stage_nodes(0) == (0,) and topo.stage_nodes(1) == (1,)
+    assert [link.name for link in topo.hop_links] == ["ethernet-100g"]
+    topo = build_topology("a100-80gb", tp=2, pp=4, num_nodes=2, inter_node_link="infiniband-200g")
+    assert [link.is_inter_node for link in topo.hop_links] == [False, True, False]
+    assert build_topology("a100-80gb", tp=4, pp=2).hop_links[0].kind == "nvlink"
+
+
+def test_tp_ring_speed_depends_on_the_fabric():
+    a40, a100 = get_gpu("a40"), get_gpu("a100-80gb")
+    # Pairwise NVLink: two GPUs share a bridge; a ring over four also crosses PCIe.
+    assert build_topology(a40, 2, 1).tp_ring_bytes_per_s == a40.nvlink_bytes_per_s
+    assert build_topology(a40, 4, 1).tp_ring_bytes_per_s == a40.pcie_bytes_per_s
+    assert build_topology(a100, 8, 1).tp_ring_bytes_per_s == a100.nvlink_bytes_per_s  # NVSwitch
+    spanning = build_topology(a100, 8, 1, num_nodes=2, inter_node_link="ethernet-100g", allow_tp_across_nodes=True)
+    assert spanning.tp_spans_nodes and spanning.tp_ring_bytes_per_s == 12.5e9
+
+
+def test_roofline_uses_the_topology_for_all_reduce_and_hops():
+    shape = BatchShape.from_requests(prefills=[(2048, 0)])
+    inside = RooflineCostModel(ReplicaConfig("llama-2-70b", "a100-80gb", tp=8, pp=1, num_nodes=1))
+    across = RooflineCostModel(ReplicaConfig("llama-2-70b", "a100-80gb", tp=8, pp=1, num_nodes=2,
+                                             allow_tp_across_nodes=True))
+    assert across.layer_time(shape) > inside.layer_time(shape)
+    one = RooflineCostModel(ReplicaConfig("falcon-180b", "a100-80gb", tp=4, pp=2))
+    two = RooflineCostModel(ReplicaConfig("falcon-180b", "a100-80gb", tp=4, pp=2, num_nodes=2,
+                                          inter_node_link="ethernet-100g"))
+    assert two.send_recv_time(2048, 0) > 3 * one.send_recv_time(2048, 0) > 0
+    assert two.send_recv_time(2048) == two.send_recv_time(2048, 0)  # hop=None: the slowest hop
+    assert RooflineCostModel(ReplicaConfig("llama-2-7b")).send_recv_time(2048) == 0.0  # no pipeline, no hop
+
+
+@pytest.mark.parametrize(("kwargs", "field", "needle"), [
+    ({"model": "llama-2-7b", "pp": 33}, "replica.pp", "exceeds"),
+    ({"model": "llama-2-70b", "tp": 8, "pp": 2}, "replica.num_nodes", "hold only 8"),
+    ({"model": "falcon-180b", "tp": 8, "pp": 1, "num_nodes": 2}, "replica.tp", "span nodes"),
+    ({"model": "llama-2-7b", "tp": 1, "pp": 3, "num_nodes": 2}, "replica.num_nodes", "split evenly"),
+    ({"model": "llama-2-70b", "tp": 4, "pp": 3, "num_nodes": 2}, "replica.tp", "span nodes"),
+    ({"model": "llama-2-70b", "tp": 4, "pp": 2, "num_nodes": 2, "inter_node_link": "ethernet-1g"},
+     "replica.inter_node_link", "unknown link"),
+    ({"model": "llama-2-70b", "tp": 4, "intra_node_link": "ethernet-100g"}, "replica.intra_node_link", "links nodes"),
+    ({"model": "llama-2-7b", "num_nodes": 2}, "replica.num_nodes", "empty"),
+])
+def test_impossible_layouts_are_one_line_config_errors(kwargs, field, needle):
+    with pytest.raises(ConfigError) as err:
+        ReplicaConfig(gpu="a100-80gb", **kwargs)
+    assert err.value.field == field and needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--pp", "33"], "exceeds"),
+    (["--model", "llama-2-70b", "--tp", "8", "--pp", "2"], "hold only 8"),
+    (["--model", "falcon-180b", "--tp", "8", "--nodes", "2"], "span nodes"),
+    (["--model", "llama-2-70b", "--tp", "4", "--pp", "2", "--nodes", "2", "--inter-node-link", "eth100"],
+     "unknown link"),
+])
+def test_bad_layouts_exit_non_zero_with_one_line(args, needle):
+    proc = subprocess.run([sys.executable, "-m", "simulator", "run", "--no-progress", "--num-requests", "5", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_link_names_are_unique_and_resolve():
+    assert len(set(LINK_NAMES)) == len(LINK_NAMES)
+    for name in LINK_NAMES:
+        assert get_link(name, get_gpu("h100-sxm")).bytes_per_s > 0
+
+
+# -- against measured NCCL tables (Vidur's data/profiling/network), where present ----------------
+
+def _median_ms(path, workers: int, devices_per_node: int, size: int, op: str) -> float:
+    df = pd.read_csv(path)
+    rows = df[(df["num_workers"] == workers) & (df["devices_per_node"] == devices_per_node) & (df["size"] == size)]
+    assert len(rows), f"no {workers}-worker rows of {size} bytes in {path}"
+    return float(rows[f"time_stats.{op}.median"].median())
+
+
+@pytest.mark.parametrize(("folder", "gpu", "link"), [
+    ("a100_dgx", "a100-80gb", "nvlink-switch"),
+    ("h100_dgx", "h100-sxm", "nvlink-switch"),
+    ("a100_pairwise_nvlink", "a100-80gb", "nvlink-pairwise"),
+])
+def test_intra_node_send_recv_is_near_measured_nccl(shared_data, folder, gpu, link):
+    path = shared_data / "profiles" / "vidur" / "network" / folder / "send_recv.csv"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    size = 64 * 2**20  # large messages: bandwidth-bound
+    measured = _median_ms(path, 2, 2, size, "send_recv") / 1e3
+    predicted = send_recv_time(size, get_link(link, get_gpu(gpu)))
+    assert predicted == pytest.approx(measured, rel=0.35), (predicted, measured)
+    small = _median_ms(path, 2, 2, 2048, "send_recv") / 1e3
+    assert send_recv_time(2048, get_link(link, get_gpu(gpu))) == pytest.approx(small, abs=10e-6)
+
+
+def test_pairwise_nvlink_ring_over_four_gpus_runs_at_pcie_speed_as_measured(shared_data):
+    path = shared_data / "profiles" / "vidur" / "network" / "a100_pairwise_nvlink" / "all_reduce.csv"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    df = pd.read_csv(path)
+    size = int(df[(df["num_workers"] == 4)]["size"].max())
+    measured = _median_ms(path, 4, 4, size, "all_reduce") / 1e3
+    topo = build_topology("a100-80gb", 4, 1, intra_node_link="nvlink-pairwise")
+    predicted = topo.all_reduce_time(size)
+    assert predicted == pytest.approx(measured, rel=0.5), (predicted, measured)
+    # ... and an NVLink-speed ring would have been off by an order of magnitude.
+    nvlink_ring = ring_all_reduce_time(size, 4, get_gpu("a100-80gb").nvlink_bytes_per_s, 5e-6)
+    assert measured > 5 * nvlink_ring

@@ -1,0 +1,171 @@
+"""Memory per stage: weights, activation reserve and KV capacity against hand calculations.
+
+DESIGN.md: capacity per replica = (GPU memory x utilisation - weights/TP/PP - activation
+reserve) / KV bytes per token per GPU, with KV bytes per token per layer =
+2 x kv_heads x head_dim x dtype bytes, sharded by TP, layers split by PP; the tightest
+stage decides. Below, model dimensions are typed in from each model's Hugging Face
+``config.json`` (not read from the catalog, so a catalog typo fails here), and the
+arithmetic is written out step by step.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.config import ReplicaConfig, RunConfig, WorkloadConfig
+from simulator.engine import simulate
+from simulator.errors import ConfigError
+from simulator.kvcache import plan_memory
+
+GiB = 2**30
+BUDGET, SEQS, BLOCK = 512, 128, 16  # max_num_batched_tokens, max_num_seqs, block size
+
+# model: (layers, hidden, heads, kv_heads, ffn, vocab, gated_mlp, tied_embeddings) from config.json
+HF_DIMS = {
+    "llama-2-7b": (32, 4096, 32, 32, 11008, 32000, True, False),
+    "llama-2-13b": (40, 5120, 40, 40, 13824, 32000, True, False),
+    "llama-2-70b": (80, 8192, 64, 8, 28672, 32000, True, False),
+    "llama-3-8b": (32, 4096, 32, 8, 14336, 128256, True, False),
+    "llama-3-70b": (80, 8192, 64, 8, 28672, 128256, True, False),
+    "mistral-7b": (32, 4096, 32, 8, 14336, 32000, True, False),
+    "yi-34b": (60, 7168, 56, 8, 20480, 64000, True, False),
+    "yi-34b-200k": (60, 7168, 56, 8, 20480, 64000, True, False),
+    "codellama-34b": (48, 8192, 64, 8, 22016, 32000, True, False),
+    "qwen-72b": (80, 8192, 64, 64, 24576, 152064, True, False),
+    "internlm-20b": (60, 5120, 40, 40, 13824, 103168, True, False),
+    "phi-2": (32, 2560, 32, 32, 10240, 51200, False, False),
+    "falcon-180b": (80, 14848, 232, 8, 59392, 65024, False, True),
+    "tiny-llama-1b": (22, 2048, 32, 4, 5632, 32000, True, False),
+}
+
+# Reference layouts: the papers' (Sarathi-Serve: Mistral-7B 1xA100, Yi-34B TP2, LLaMA2-70B
+# TP4-PP2 on A40, Falcon-180B TP4-PP2 on 2 nodes), else the smallest usual one that fits.
+# model: (gpu, memory GiB, tp, pp, nodes)
+LAYOUTS = {
+    "llama-2-7b": ("a100-80gb", 80, 1, 1, 1),
+    "llama-2-13b": ("a100-80gb", 80, 1, 1, 1),
+    "llama-2-70b": ("a40", 48, 4, 2, 1),
+    "llama-3-8b": ("a100-80gb", 80, 1, 1, 1),
+    "llama-3-70b": ("a100-80gb", 80, 4, 1, 1),
+    "mistral-7b": ("a100-80gb", 80, 1, 1, 1),
+    "yi-34b": ("a100-80gb", 80, 2, 1, 1),
+    "yi-34b-200k": ("a100-80gb", 80, 2, 1, 1),
+    "codellama-34b": ("a100-80gb", 80, 2, 1, 1),
+    "qwen-72b": ("a100-80gb", 80, 4, 1, 1),
+    "internlm-20b": ("a100-80gb", 80, 1, 1, 1),
+    "phi-2": ("a100-80gb", 80, 1, 1, 1),
+    "falcon-180b": ("a100-80gb", 80, 4, 2, 2),
+    "tiny-llama-1b": ("a40", 48, 1, 1, 1),
+}
+
+
+def hand_kv_tokens(model: str) -> tuple[int, list[float]]:
+    """KV tokens of one replica and per-GPU weight bytes per stage, by the DESIGN.md formula."""
+    layers, h, heads, kv_heads, ffn, vocab, gated, tied = HF_DIMS[model]
+    _, mem_gib, tp, pp, _ = LAYOUTS[model]
+    head_dim = h // heads
+    q = heads * head_dim
+    kv = kv_heads * head_dim
+    params_per_layer = h * (q + 2 * kv) + q * h + (3 if gated else 2) * h * ffn + 2 * h  # QKV, O, MLP, norms
+    kv_heads_per_gpu = max(1, kv_heads // tp)  # a GPU keeps at least one KV head
+    # vLLM's profiling run: widest intermediates for BUDGET tokens, fp32 logits per sequence, 1 GiB non-torch.
+    act_per_token = (q // tp + 2 * kv_heads_per_gpu * head_dim + (3 if gated else 2) * ffn // tp + 4 * h) * 2
+    activation = GiB + BUDGET * act_per_token + min(SEQS, BUDGET) * vocab * 4
+    usable = mem_gib * GiB * 0.9
+    base, extra = divmod(layers, pp)
+    tokens, weights = [], []
+    for s in range(pp):
+        n = base + (1 if s < extra else 0)
+        params = n * params_per_layer
+        if s == 0:
+            params += vocab * h  # embedding
+        if s == pp - 1 and (not tied or pp > 1):
+            params += vocab * h  # LM head (its own copy when it sits on another stage)
+        w = params * 2 / tp
+        weights.append(w)
+        kv_bytes_per_token = n * 2 * kv_heads_per_gpu * head_dim * 2
+        tokens.append((usable - w - activation) / kv_bytes_per_token)
+    return int(min(tokens)) // BLOCK * BLOCK, weights
+
+
+def _plan(model: str):
+    gpu, _, tp, pp, nodes = LAYOUTS[model]
+    return plan_memory(ReplicaConfig(model, gpu, tp=tp, pp=pp, num_nodes=nodes), BUDGET, SEQS)
+
+
+def test_every_catalog_model_has_a_reference_layout():
+    from simulator.catalog import MODELS
+
+    assert set(MODELS) == set(LAYOUTS) == set(HF_DIMS)
+
+
+@pytest.mark.parametrize("model", sorted(LAYOUTS))
+def test_kv_capacity_matches_the_hand_calculation(model):
+    plan = _plan(model)
+    tokens, weights = hand_kv_tokens(model)
+    assert plan.weights_bytes == pytest.approx(weights, rel=1e-12)
+    assert abs(plan.num_kv_tokens - tokens) <= BLOCK  # float rounding may move one block at most
+    assert plan.num_blocks * BLOCK == plan.num_kv_tokens
+
+
+def test_llama_2_7b_on_one_a100_worked_by_hand():
+    # per layer: QKV 4096*(4096+2*4096) = 50,331,648; O 4096*4096 = 16,777,216;
+    # MLP 3*4096*11008 = 135,266,304; norms 2*4096 = 8,192  -> 202,383,360 parameters
+    # weights: (32 * 202,383,360 + 2 * 32000 * 4096) * 2 bytes = 13,476,823,040 B
+    # activation: 2^30 + 512 * (4096 + 2*4096 + 3*11008 + 4*4096) * 2 + 128 * 32000 * 4
+    #           = 1,073,741,824 + 63,176,704 + 16,384,000 = 1,153,302,528 B
+    # usable: 0.9 * 80 GiB = 77,309,411,328 B; KV budget = 62,679,285,760 B
+    # KV per token: 32 layers * 2 * 32 heads * 128 * 2 B = 524,288 B -> 119,551.7 tokens
+    # -> 7,471 blocks of 16 = 119,536 tokens
+    plan = _plan("llama-2-7b")
+    assert plan.weights_bytes == (13_476_823_040,)
+    assert plan.activation_bytes == 1_153_302_528
+    assert plan.kv_bytes_per_token == (524_288,)
+    assert plan.num_kv_tokens == 119_536 and plan.num_blocks == 7_471
+
+
+def test_llama_2_70b_tp4_pp2_on_a40_worked_by_hand():
+    # per layer: 8192*(8192+2*1024) + 8192*8192 + 3*8192*28672 + 2*8192 = 855,654,400 parameters
+    # each stage: 40 layers + either the embedding or the LM head (32000*8192 each), / TP 4, 2 B:
+    #   (40 * 855,654,400 + 262,144,000) * 2 / 4 = 17,244,160,000 B per GPU
+    # activation: 2^30 + 512 * (8192/4 + 2*(8/4)*128 + 3*28672/4 + 4*8192) * 2 + 128 * 32000 * 4
+    #           = 1,073,741,824 + 512 * 113,664 + 16,384,000 = 1,148,321,792 B
+    # usable: 0.9 * 48 GiB = 46,385,646,796.8 B; KV budget = 27,993,165,004.8 B per GPU
+    # KV per token per GPU: 40 layers * 2 * (8/4 heads) * 128 * 2 B = 40,960 B -> 683,426.9 tokens
+    # -> 42,714 blocks = 683,424 tokens
+    plan = _plan("llama-2-70b")
+    assert plan.weights_bytes == (17_244_160_000, 17_244_160_000)
+    assert plan.activation_bytes == 1_148_321_792
+    assert plan.kv_bytes_per_token == (40_960, 40_960)
+    assert plan.num_kv_tokens == 683_424
+
+
+def test_pipeline_stages_split_weights_and_the_tightest_stage_decides():
+    one = plan_memory(ReplicaConfig("llama-2-13b", "a100-80gb", tp=1, pp=1), BUDGET, SEQS)
+    two = plan_memory(ReplicaConfig("llama-2-13b", "a100-80gb", tp=1, pp=2), BUDGET, SEQS)
+    assert max(two.weights_bytes) < 0.55 * one.weights_bytes[0]
+    assert two.num_kv_tokens > 2 * one.num_kv_tokens  # half the layers per GPU and more free memory
+    three = plan_memory(ReplicaConfig("llama-2-13b", "a100-80gb", tp=1, pp=3), BUDGET, SEQS)  # 14/13/13 layers
+    assert three.kv_bytes_per_token[0] > three.kv_bytes_per_token[1]
+    assert three.num_kv_tokens == min(int(b / t) for b, t in zip(three.kv_budget_bytes, three.kv_bytes_per_token,
+                                                                  strict=True)) // BLOCK * BLOCK
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp", "pp", "nodes"), [
+    ("falcon-180b", "a100-80gb", 4, 1, 1),  # 90 GB of weights per GPU
+    ("llama-2-70b", "a40", 1, 1, 1),
+    ("llama-2-70b", "a40", 2, 1, 1),
+])
+def test_layouts_that_do_not_fit_are_refused_naming_the_shortfall(model, gpu, tp, pp, nodes):
+    config = RunConfig(replica=ReplicaConfig(model, gpu, tp=tp, pp=pp, num_nodes=nodes),
+                       workload=WorkloadConfig("fixed", num_requests=1))
+    with pytest.raises(ConfigError, match=r"does not fit: stage 0 needs .* GiB .*short by \d+\.\d GiB") as err:
+        simulate(config)
+    assert "\n" not in str(err.value) and "--tp/--pp" in str(err.value)
+
+
+def test_falcon_fits_once_split_over_two_nodes():
+    # The same model refused at TP4 runs at TP4 x PP2 on 2 x 4 A100-80GB.
+    result = simulate(RunConfig(replica=ReplicaConfig("falcon-180b", "a100-80gb", tp=4, pp=2, num_nodes=2),
+                                workload=WorkloadConfig("fixed", prompt_tokens=128, output_tokens=4, num_requests=4)))
+    assert result.memory.num_kv_tokens == _plan("falcon-180b").num_kv_tokens

@@ -115,7 +115,8 @@ SCHEMA: dict[str, str] = {
 COLUMNS: tuple[str, ...] = tuple(SCHEMA)
 
 # Columns that identify a measurement point: a resumed run skips rows whose key is
-# already in the table.
+# already in the table (our own runs hold one row per key; imported tables may repeat
+# a key where the source measured a point twice).
 KEY_COLUMNS: tuple[str, ...] = ("model", "op", "num_tokens", "batch_size", "context_len", "context_len_max",
                                 "chunk_size", "kv_context", "kv_tokens", "message_bytes", "world_size", "tp",
                                 "dtype", "device", "backend", "topology")

@@ -3,7 +3,9 @@
 Vidur (microsoft/vidur, ``data/profiling/``) stores per-op latencies in **milliseconds**
 (``time_stats.<op>.{min,max,mean,median,std}``); the tidy table holds **seconds**. Only
 medians are imported (Vidur keeps no percentiles, so ``p20_s``/``p80_s``/``repeats``
-are NA). Files are recognised by their columns, not their names.
+are NA). Files are recognised by their columns, not their names. Vidur files repeat
+some points (e.g. 2048 and 4096 tokens in ``mlp.csv``); every measurement is kept as
+its own row, so imported tables may hold several rows per key.
 
 ``mlp.csv`` (one row per ``num_tokens`` x ``num_tensor_parallel_workers``; shapes in
 ``n_head``, ``n_kv_head``, ``n_embd``, ``n_expanded_embd``, ``vocab_size``,

@@ -188,6 +188,17 @@ class DecodeModel:
                    int(data["max_batch"]), float(data["max_context"]))
 
 
+def decode_rms_context(rows: pd.DataFrame) -> np.ndarray:
+    """RMS KV length per row: ``sqrt(kv_sq_sum / batch)`` where the table has the exact sum of
+    squares (mixed batches, profiler schema), else the (uniform) ``context_len``."""
+    k = rows["context_len"].to_numpy(dtype=float)
+    if "kv_sq_sum" in rows:
+        sq = pd.to_numeric(rows["kv_sq_sum"], errors="coerce").to_numpy(dtype=float)
+        b = rows["batch_size"].to_numpy(dtype=float)
+        k = np.where(np.isfinite(sq) & (sq > 0), np.sqrt(sq / b), k)
+    return k
+
+
 def _decode_design(n: np.ndarray, k: np.ndarray, st: SplineTransformer | None) -> np.ndarray:
     basis = st.transform(n[:, None]) if st is not None else np.ones((len(n), 1))
     return np.hstack([basis, basis * k[:, None]])
@@ -379,7 +390,7 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
     if not rows.empty:
         _check_shape(rows, model, tp)
         n = rows["batch_size"].to_numpy(dtype=float)
-        k = rows["context_len"].to_numpy(dtype=float)
+        k = decode_rms_context(rows)
         y = rows["median_s"].to_numpy(dtype=float)
         if len(rows[["batch_size", "context_len"]].drop_duplicates()) < MIN_POINTS:
             raise _too_few("attn_decode", len(rows))

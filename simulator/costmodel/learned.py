@@ -195,10 +195,11 @@ class LearnedCostModel(CostModel):
     def overhead_time(self, shape: BatchShape) -> float:
         return self.roofline.overhead_time(shape)
 
-    def send_recv_time(self, num_tokens: int) -> float:
-        if "send_recv" in self.curves:
+    def send_recv_time(self, num_tokens: int, hop: int | None = None) -> float:
+        """Learned intra-node send/recv where the artifact has it (and PP > 1), else the roofline's."""
+        if "send_recv" in self.curves and self.replica.pp > 1:
             return float(self.curves["send_recv"](np.array([num_tokens * self._bytes_per_token]))[0])
-        return self.roofline.send_recv_time(num_tokens)
+        return self.roofline.send_recv_time(num_tokens, hop)
 
     def breakdown(self, shape: BatchShape) -> dict[str, float]:
         layers = self.model.num_layers

@@ -88,10 +88,11 @@ class RooflineCostModel(CostModel):
         memory = nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff)
         return np.where(t > 0, np.maximum(compute, memory) + c.kernel_floor_s, 0.0)
 
-    def elementwise(self, tokens: np.ndarray, bytes_per_token: float, kernels: int = 1) -> np.ndarray:
+    def elementwise(self, tokens: np.ndarray, bytes_per_token: float, kernels: int = 1,
+                    eff: float | None = None) -> np.ndarray:
         c = self.cal
         t = np.asarray(tokens, dtype=np.float64)
-        mem = t * bytes_per_token / (self.gpu.hbm_bytes_per_s * c.elementwise_memory_eff)
+        mem = t * bytes_per_token / (self.gpu.hbm_bytes_per_s * (eff or c.elementwise_memory_eff))
         return np.where(t > 0, mem + kernels * c.kernel_floor_s, 0.0)
 
     def all_reduce(self, tokens: np.ndarray) -> np.ndarray:
@@ -122,7 +123,7 @@ class RooflineCostModel(CostModel):
             "norms": self.elementwise(tokens, num_norms * 2 * h * db, kernels=num_norms),
             "rotary": self.elementwise(tokens, 2 * (self.q_per_gpu + self.kv_per_gpu) * db) if m.rotary
             else np.zeros_like(np.asarray(tokens, dtype=np.float64)),
-            "residual_add": self.elementwise(tokens, 2 * 3 * h * db, kernels=2),
+            "residual_add": self.elementwise(tokens, 2 * 3 * h * db, kernels=2, eff=self.cal.residual_add_memory_eff),
             "tp_all_reduce": num_all_reduce * self.all_reduce(tokens),
         }
 
@@ -159,7 +160,7 @@ class RooflineCostModel(CostModel):
         return self._table[num_tokens]
 
     def _embedding(self, tokens: np.ndarray) -> np.ndarray:
-        return self.elementwise(tokens, 2 * self.model.hidden_size * self.dtype_bytes)
+        return self.elementwise(tokens, 2 * self.model.hidden_size * self.dtype_bytes, eff=self.cal.embedding_memory_eff)
 
     def _lm_head(self, num_logits: np.ndarray) -> np.ndarray:
         m, n = self.model, np.asarray(num_logits, dtype=np.float64)

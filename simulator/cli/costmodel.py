@@ -1,0 +1,189 @@
+"""Cost-model commands: ``simulate fit``, ``predict``, ``calibrate`` and ``fidelity``.
+
+Each command parses options and calls a plain function (:func:`fit_command`,
+:func:`predict`, ...) that tests call directly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simulator.cli.app import app
+from simulator.config import ReplicaConfig
+from simulator.costmodel import BatchShape, CostModel, load_cost_model
+from simulator.errors import ConfigError
+
+
+# -- fit -----------------------------------------------------------------------------------------------------
+def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: str | None = None,
+                tp: int | None = None, holdout: float = 0.2, seed: int = 0, quiet: bool = True) -> dict[str, Any]:
+    """Read ``profiles``, fit, write the artifact to ``out``; return the artifact."""
+    from simulator.costmodel.fit import fit_tables, save_artifact
+    from simulator.costmodel.fit_data import read_profiles
+
+    console = Console(stderr=True, quiet=quiet)
+    table = read_profiles(profiles, device=gpu, model=model)
+    with console.status("fitting") as status:
+        artifact = fit_tables(table, model=model, gpu=gpu, tp=tp, holdout=holdout, seed=seed,
+                              sources=[str(p) for p in profiles], progress=lambda op: status.update(f"fitting {op}"))
+    save_artifact(artifact, out)
+    return artifact
+
+
+@app.command()
+def fit(
+    profile: Annotated[list[Path], typer.Option("--profile", help="profile table (tidy, Vidur or LLMServingSim CSV); repeatable")],
+    out: Annotated[Path, typer.Option(help="artifact path to write (JSON)")],
+    model: Annotated[str | None, typer.Option(help="model, if the tables do not say")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU, if the tables do not say")] = None,
+    tp: Annotated[int | None, typer.Option(help="TP degree to fit (tables may hold several)")] = None,
+    holdout: Annotated[float, typer.Option(help="fraction of rows held out for the report")] = 0.2,
+    seed: Annotated[int, typer.Option(help="seed of the hold-out split and CV folds")] = 0,
+) -> None:
+    """Fit a learned cost model to profile tables and write a versioned artifact."""
+    artifact = fit_command(profile, out, model, gpu, tp, holdout, seed, quiet=False)
+    table = Table("op", "family", "train", "held out", "median APE", "P95 APE",
+                  title=f"{artifact['model']} on {artifact['gpu']}, tp={artifact['tp']} -> {out}", title_justify="left")
+    for r in artifact["report"]:
+        med, p95 = r["holdout_median_ape"], r["holdout_p95_ape"]
+        table.add_row(r["op"], r["family"], str(r["num_train"]), str(r["num_holdout"]),
+                      "-" if med is None else f"{100 * med:.1f}%", "-" if p95 is None else f"{100 * p95:.1f}%")
+    console = Console()
+    console.print(table)
+    console.print(f"roofline fallback for: {', '.join(artifact['roofline_ops']) or 'nothing'}")
+
+
+# -- predict -------------------------------------------------------------------------------------------------
+def _expand(values: list[int], n: int, name: str) -> list[int]:
+    if len(values) == n:
+        return values
+    if len(values) == 1:
+        return values * n
+    raise ConfigError(name, f"got {len(values)} values for {n} requests", "give one value or one per request")
+
+
+def build_shape(prefill: list[int], prefill_context: list[int], decode: int, context: list[int]) -> BatchShape:
+    """A batch of prefill chunks (each over its cached context) and ``decode`` decodes.
+
+    ``prefill_context`` gives each chunk's already-cached tokens (default 0); ``context``
+    gives the decodes' KV lengths: one value for all, or one per decode.
+    """
+    if any(p <= 0 for p in prefill):
+        raise ConfigError("prefill", "chunk sizes must be positive", "pass --prefill N with N > 0")
+    if decode < 0:
+        raise ConfigError("decode", f"must be >= 0, got {decode}")
+    if not prefill and decode == 0:
+        raise ConfigError("batch", "the batch is empty", "pass --prefill N and/or --decode N")
+    pctx = _expand(prefill_context or [0], len(prefill), "prefill-context") if prefill else []
+    if any(c < 0 for c in pctx):
+        raise ConfigError("prefill-context", "must be >= 0")
+    dctx = _expand(context or [], decode, "context") if decode else []
+    if decode and not context:
+        raise ConfigError("context", "decodes need their KV length", "pass --context N (one, or one per decode)")
+    if any(c <= 0 for c in dctx):
+        raise ConfigError("context", "KV lengths must be positive")
+    return BatchShape.from_requests(list(zip(prefill, pctx, strict=True)), dctx)
+
+
+def predict(replica: ReplicaConfig, shape: BatchShape, cost_model: str = "roofline") -> dict[str, Any]:
+    """Iteration time and per-op breakdown of one batch."""
+    cm: CostModel = load_cost_model(cost_model, replica)
+    breakdown = cm.breakdown(shape)
+    total = cm.iteration_time(shape)
+    return {"model": replica.model, "gpu": replica.gpu, "tp": replica.tp, "pp": replica.pp,
+            "cost_model": cm.name, "num_tokens": shape.num_tokens, "num_prefills": shape.num_prefills,
+            "num_decodes": shape.num_decodes, "iteration_time_s": total, "breakdown_s": breakdown,
+            "learned_ops": getattr(cm, "learned_ops", []), "num_extrapolations": getattr(cm, "num_extrapolations", 0)}
+
+
+def _split_ints(values: list[str] | None, name: str) -> list[int]:
+    out: list[int] = []
+    for v in values or []:
+        for part in str(v).split(","):
+            if part.strip():
+                try:
+                    out.append(int(part))
+                except ValueError:
+                    raise ConfigError(name, f"{part!r} is not an integer", f"pass --{name} 512 or --{name} 512,1024") from None
+    return out
+
+
+@app.command(name="predict")
+def predict_cmd(
+    model: Annotated[str, typer.Option(help="catalog model")] = "llama-2-7b",
+    gpu: Annotated[str, typer.Option(help="catalog GPU")] = "a100-80gb",
+    tp: Annotated[int, typer.Option(help="tensor-parallel degree")] = 1,
+    pp: Annotated[int, typer.Option(help="pipeline-parallel degree")] = 1,
+    prefill: Annotated[list[str] | None, typer.Option(help="prefill chunk tokens; repeatable or comma list")] = None,
+    prefill_context: Annotated[list[str] | None, typer.Option(help="tokens cached before each chunk")] = None,
+    decode: Annotated[int, typer.Option(help="number of decodes")] = 0,
+    context: Annotated[list[str] | None, typer.Option(help="decode KV length(s): one, or one per decode")] = None,
+    cost_model: Annotated[str, typer.Option("--cost-model", help="'roofline' or an artifact path")] = "roofline",
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON object")] = False,
+) -> None:
+    """Predict one iteration's time and per-op breakdown for a described batch."""
+    replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp)
+    shape = build_shape(_split_ints(prefill, "prefill"), _split_ints(prefill_context, "prefill-context"), decode,
+                        _split_ints(context, "context"))
+    result = predict(replica, shape, cost_model)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    total = result["iteration_time_s"]
+    table = Table("op", "ms", "share", "from",
+                  title=f"{model} on {gpu} tp={tp} pp={pp} · {shape.num_prefills} prefill(s), "
+                        f"{shape.num_decodes} decode(s), {shape.num_tokens} tokens · {result['cost_model']}",
+                  title_justify="left")
+    learned = set(result["learned_ops"])
+    learned |= {"tp_all_reduce"} if "all_reduce" in learned else set()
+    learned |= {"lm_head_sampling"} if "lm_head" in learned else set()
+    for op, t in result["breakdown_s"].items():
+        table.add_row(op, f"{t * 1e3:.3f}", f"{100 * t / total:.1f}%" if total else "-",
+                      "learned" if op in learned else "roofline")
+    table.add_row("iteration", f"{total * 1e3:.3f}", "100%", "", style="bold")
+    console = Console()
+    console.print(table)
+    if result["num_extrapolations"]:
+        console.print(f"[yellow]warning: {result['num_extrapolations']} lookup(s) outside the profiled range "
+                      "were extrapolated[/yellow]")
+
+
+# -- calibrate and fidelity -------------------------------------------------------------------------------------
+@app.command()
+def calibrate(
+    data: Annotated[Path | None, typer.Option(help="profiles folder (default ../shared/data/profiles)")] = None,
+    write: Annotated[bool, typer.Option(help="rewrite the calibrated block of simulator/costmodel/calibration.py")] = False,
+) -> None:
+    """Fit the roofline's efficiency constants to the public measured profiles."""
+    from simulator.costmodel import calibration as calibration_module
+    from simulator.costmodel.fit_calibration import calibrate_all, render, write_calibration
+
+    console = Console(stderr=True)
+    with console.status("calibrating") as status:
+        cals = calibrate_all(data, progress=lambda gpu: status.update(f"calibrating {gpu}"))
+    block = render(cals)
+    if write:
+        write_calibration(cals, calibration_module.__file__)
+        console.print(f"wrote {len(cals)} GPUs to {calibration_module.__file__}")
+    else:
+        typer.echo(block)
+
+
+@app.command()
+def fidelity(
+    out: Annotated[Path, typer.Option(help="report folder")] = Path("results/fidelity"),
+    data: Annotated[Path | None, typer.Option(help="profiles folder (default ../shared/data/profiles)")] = None,
+) -> None:
+    """Held-out error of the learned model and the calibrated roofline vs measured profiles."""
+    from simulator.costmodel.fit_fidelity import write_report
+
+    console = Console(stderr=True)
+    with console.status("fidelity") as status:
+        summary = write_report(out, data, progress=lambda msg: status.update(f"fidelity: {msg}"))
+    console.print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")

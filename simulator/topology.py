@@ -217,7 +217,7 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
         raise ConfigError("replica.tp", f"a tp={tp} group would span nodes ({gpus_per_node} GPUs per node with "
                           f"pp={pp} on {num_nodes} nodes)",
                           "keep TP inside a node (tp dividing GPUs per node, pp a multiple of --nodes) "
-                          "or set replica.allow_tp_across_nodes in --config")
+                          "or pass --allow-tp-across-nodes")
     if tp_spans_nodes:
         ring_bw, ring_latency = inter.bytes_per_s, inter.latency_s
     elif intra.pairwise and tp > 2:

@@ -32,6 +32,7 @@ _SPECS: dict[str, tuple[str, type, str]] = {
     "nodes": ("replica__num_nodes", int, "Nodes a replica spans (PP stages across nodes)."),
     "inter_node_link": ("replica__inter_node_link", str, "Link between nodes, e.g. ethernet-100g, infiniband-200g."),
     "intra_node_link": ("replica__intra_node_link", str, "Link inside a node (default: NVLink if present, else PCIe)."),
+    "allow_tp_across_nodes": ("replica__allow_tp_across_nodes", bool, "Let a TP group span nodes."),
     "max_model_len": ("replica__max_model_len", int, "Context limit (default: the model's)."),
     "gpu_memory_utilization": ("replica__gpu_memory_utilization", float, "Fraction of GPU memory to use."),
     "block_size": ("replica__block_size", int, "KV cache block size in tokens."),

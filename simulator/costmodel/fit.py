@@ -44,7 +44,7 @@ from sklearn.model_selection import KFold
 from sklearn.preprocessing import PolynomialFeatures, SplineTransformer
 
 from simulator.catalog import get_gpu, get_model
-from simulator.costmodel.fit_data import REQUIRED_BY_OP
+from simulator.costmodel.fit_data import REQUIRED_BY_OP, TIDY_COLUMNS, validate
 from simulator.errors import ConfigError
 
 FORMAT_VERSION = 1
@@ -325,6 +325,13 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
     """Fit every op the table covers for one (model, GPU, TP); return the artifact dict."""
     if not 0 <= holdout < 1:
         raise ConfigError("holdout", f"must be in [0, 1), got {holdout}")
+    validate(table, "profile table")
+    table = table.copy()
+    for column in TIDY_COLUMNS:
+        if column not in table:
+            table[column] = np.nan
+    for column in ("model", "device"):
+        table[column] = table[column].astype(object).where(table[column].notna(), "").astype(str)
     models = sorted({m for m in table["model"].astype(str) if m and m != "nan"})
     model = get_model(model).name if model else (models[0] if len(models) == 1 else None)
     if model is None:
@@ -350,7 +357,7 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         "format_version": FORMAT_VERSION, "kind": "servesim-learned-cost-model", "model": model, "gpu": gpu, "tp": tp,
         "dtype_bytes": 2, "sklearn_version": sklearn.__version__, "numpy_version": np.__version__,
         "python_version": platform.python_version(), "holdout_fraction": holdout, "seed": seed,
-        "sources": sorted(set(sources or map(str, table["source"].dropna().unique()))),
+        "sources": sources or (sorted(map(str, table["source"].dropna().unique())) if "source" in table else []),
         "curves": {}, "report": [],
     }
     report = artifact["report"]

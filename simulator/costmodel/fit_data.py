@@ -23,9 +23,13 @@ median_s        median time of the op, seconds; ``p20_s``/``p80_s`` where known
 
 Readers, chosen by the file's columns:
 
-- **tidy** tables (this schema; what ``simulate profile`` and the profiler's Vidur importer
-  write) are read as they are, when ``profiler.vidur_import`` is installed it is preferred
-  for Vidur files;
+- **tidy** tables (:mod:`profiler.schema`; what ``simulate profile`` and
+  ``simulate import-vidur`` write) are read as they are;
+- Vidur ``mlp.csv`` and network files go through the profiler's importer
+  (:mod:`profiler.vidur_import`), the project's one reading of them, where that package is
+  importable; the fallback readers below map them identically. Attention tables are read
+  here, because LLMServingSim's share Vidur's columns with different meanings and the
+  fit checks their head shape;
 - **Vidur** ``mlp.csv`` (``time_stats.<op>.median`` in ms vs ``num_tokens`` and TP), mapped
   to our op names: ``attn_pre_proj`` -> ``qkv_proj``, ``attn_post_proj`` ->
   ``attn_out_proj``, ``mlp_up_proj`` (gate and up fused) -> ``mlp_up_gate``, ``mlp_down_proj``
@@ -240,8 +244,13 @@ def read_profile(path: str | Path, *, device: str | None = None, model: str | No
     device = _catalog_gpu(device) if device else guessed_device
     model = _catalog_model(model) if model else guessed_model
     cols = set(df.columns)
+    importer = _vidur_importer()
     if {"op", "median_s"} <= cols:
         out = _tidy(df, path, device, model)
+    elif importer is not None and any(c.startswith("time_stats.") for c in cols) and (
+            "collective" in cols or ("num_tokens" in cols and "is_prefill" not in cols)):
+        # The profiler's importer is the project's one reading of Vidur mlp/network files.
+        out = _tidy(importer(path, model=model or None, gpu=device or None), path, device, model)
     elif "num_tokens" in cols and any(c.startswith("time_stats.") for c in cols):
         _require(df, path, ("num_tensor_parallel_workers", "time_stats.mlp_up_proj.median"))
         out = _vidur_mlp(df, path, device, model)
@@ -262,8 +271,19 @@ def read_profile(path: str | Path, *, device: str | None = None, model: str | No
     else:
         raise _bad(path, "unrecognised columns (not tidy, Vidur or LLMServingSim)",
                    "a tidy table needs at least op and median_s")
+    for c in ("model", "device"):
+        out[c] = out[c].astype(object).where(out[c].notna(), "").astype(str)
     validate(out, path)
     return out.reset_index(drop=True)
+
+
+def _vidur_importer():  # noqa: ANN202 - a function or None
+    """``profiler.vidur_import.import_vidur_file`` where the profiler package is installed."""
+    try:
+        from profiler.vidur_import import import_vidur_file
+    except ImportError:  # pragma: no cover - the simulator runs without the profiler
+        return None
+    return import_vidur_file
 
 
 def _require(df: pd.DataFrame, path: Path, columns: Iterable[str]) -> None:

@@ -1,0 +1,247 @@
+"""Learned cost model: fit/save/load round trip, monotonicity, extrapolation, refusals, predict."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.cli.costmodel import build_shape, fit_command, predict
+from simulator.config import ReplicaConfig
+from simulator.costmodel import BatchShape, CostModel, RooflineCostModel, load_cost_model
+from simulator.costmodel.fit import fit_tables, save_artifact
+from simulator.costmodel.fit_data import read_profile, read_profiles
+from simulator.costmodel.learned import LearnedCostModel, load_artifact
+from simulator.errors import ConfigError
+
+MODEL, GPU, TP = "llama-2-7b", "a100-80gb", 1
+TOKEN_COST = {  # op -> (fixed s, s per token): roughly a 7B layer on an A100
+    "qkv_proj": (8e-6, 1.1e-7), "attn_out_proj": (6e-6, 4e-8), "mlp_up_gate": (1.5e-5, 2.6e-7),
+    "mlp_act": (3e-6, 2e-8), "mlp_down": (1e-5, 1.3e-7), "norms": (6e-6, 1.2e-8), "rotary": (4e-6, 1e-8),
+    "residual_add": (5e-6, 1.4e-8), "embedding": (3e-6, 1e-8),
+}
+
+
+def synthetic_table(seed: int = 0, model: str = MODEL) -> pd.DataFrame:
+    """A tidy profile with 2% multiplicative noise: token ops, decode and prefill attention."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    tokens = np.unique(np.concatenate([np.arange(1, 16), np.arange(16, 4097, 16)]))
+    for op, (a, b) in TOKEN_COST.items():
+        for t in tokens:
+            rows.append({"op": op, "num_tokens": t, "tp": TP, "median_s": (a + b * t) * rng.lognormal(0, 0.02)})
+    for n in range(1, 65, 3):
+        for k in range(64, 4097, 256):
+            t = 8e-6 + 2e-7 * n + 1.2e-9 * n * k
+            rows.append({"op": "attn_decode", "batch_size": n, "context_len": k, "num_tokens": n, "tp": TP,
+                         "median_s": t * rng.lognormal(0, 0.02)})
+    for c in (64, 128, 256, 512, 1024, 2048):
+        for kv in range(0, 4096 - c + 1, 256):
+            pairs = c * kv + c * (c + 1) / 2
+            rows.append({"op": "attn_prefill", "batch_size": 1, "chunk_size": c, "kv_context": kv, "num_tokens": c,
+                         "tp": TP, "median_s": (1e-5 + 4e-9 * c + 1.3e-10 * pairs) * rng.lognormal(0, 0.02)})
+    df = pd.DataFrame(rows)
+    df["model"] = model
+    df["device"] = GPU
+    return df
+
+
+@pytest.fixture(scope="module")
+def artifact() -> dict:
+    return fit_tables(synthetic_table(), seed=0)
+
+
+@pytest.fixture(scope="module")
+def replica() -> ReplicaConfig:
+    return ReplicaConfig(model=MODEL, gpu=GPU, tp=TP)
+
+
+SHAPES = [
+    BatchShape.from_requests([(512, 0)]),
+    BatchShape.from_requests([], [1000] * 17),
+    BatchShape.from_requests([(300, 700), (64, 0)], [100, 2000, 3500]),
+    BatchShape.from_requests([(2048, 1024)], [64] * 40),
+]
+
+
+def test_round_trip_predicts_identically(artifact, replica, tmp_path):
+    path = save_artifact(artifact, tmp_path / "cm.json")
+    in_memory = LearnedCostModel(replica, artifact)
+    loaded = load_cost_model(str(path), replica)
+    assert isinstance(loaded, LearnedCostModel)
+    for shape in SHAPES:
+        assert loaded.iteration_time(shape) == in_memory.iteration_time(shape)
+        assert loaded.breakdown(shape) == in_memory.breakdown(shape)
+
+
+def test_artifact_is_versioned_and_says_what_it_learned(artifact):
+    assert artifact["format_version"] == 1 and artifact["sklearn_version"]
+    assert (artifact["model"], artifact["gpu"], artifact["tp"]) == (MODEL, GPU, TP)
+    assert set(artifact["learned_ops"]) >= set(TOKEN_COST) | {"attn_decode", "attn_prefill"}
+    assert "lm_head_sampling" in artifact["roofline_ops"] and "cpu_overhead" in artifact["roofline_ops"]
+    for row in artifact["report"]:
+        assert row["num_holdout"] > 0
+        assert row["holdout_median_ape"] < 0.05, row  # 2% noise: a sound fit is well inside 5%
+
+
+def test_learned_tracks_the_generating_costs(artifact, replica):
+    cm = LearnedCostModel(replica, artifact)
+    for t in (1, 100, 1000, 3000):
+        want = sum(a + b * t for op, (a, b) in TOKEN_COST.items() if op != "embedding")
+        got = cm.layer_time(BatchShape(num_prefill_tokens=t, num_prefills=0))
+        assert got == pytest.approx(want, rel=0.05)
+    shape = BatchShape.from_requests([], [2000] * 32)
+    want = 8e-6 + 2e-7 * 32 + 1.2e-9 * 32 * 2000
+    assert cm.attention_decode(shape) == pytest.approx(want, rel=0.08)
+
+
+def test_fitted_model_is_monotone_in_tokens(artifact, replica):
+    cm = LearnedCostModel(replica, artifact)
+    table = np.array(cm._table[: 4097])
+    assert (np.diff(table) >= 0).all()
+    shape_times = [cm.layer_time(BatchShape(num_prefill_tokens=t)) for t in range(1, 4097, 7)]
+    assert (np.diff(shape_times) >= 0).all()
+
+
+def test_learned_satisfies_the_interface(artifact, replica):
+    cm = LearnedCostModel(replica, artifact)
+    assert isinstance(cm, CostModel)
+    for shape in SHAPES:
+        parts = cm.breakdown(shape)
+        assert all(v >= 0 for v in parts.values())
+        assert sum(parts.values()) == pytest.approx(cm.iteration_time(shape), rel=1e-12)
+        assert cm.stage_time(shape, 0) == pytest.approx(cm.iteration_time(shape))
+    assert cm.num_extrapolations == 0
+
+
+def test_roofline_fills_ops_the_profile_lacks(replica):
+    table = synthetic_table()
+    table = table[table["op"].isin(["mlp_up_gate", "mlp_down"])]
+    art = fit_tables(table)
+    cm = LearnedCostModel(replica, art)
+    rf = RooflineCostModel(replica)
+    shape = BatchShape.from_requests([(256, 0)], [500] * 8)
+    learned, roof = cm.breakdown(shape), rf.breakdown(shape)
+    for op in ("qkv_proj", "norms", "attn_decode", "attn_prefill", "lm_head_sampling", "cpu_overhead"):
+        assert learned[op] == pytest.approx(roof[op], rel=1e-12)
+    assert learned["mlp_up_gate"] != pytest.approx(roof["mlp_up_gate"], rel=1e-3)
+    assert "qkv_proj" in art["roofline_ops"] and "mlp_up_gate" not in art["roofline_ops"]
+
+
+def test_out_of_range_extrapolates_linearly_and_counts(artifact, replica):
+    cm = LearnedCostModel(replica, artifact)
+    top = int(cm.max_fitted_tokens)  # the largest token count left in training (4096 may be held out)
+    at_max = cm.layer_time(BatchShape(num_prefill_tokens=top))
+    assert cm.num_extrapolations == 0
+    beyond = [cm.layer_time(BatchShape(num_prefill_tokens=t)) for t in (6000, 8000, 20000)]
+    assert cm.num_extrapolations == 3 and cm.extrapolations_by_op["token_ops"] == 3
+    assert at_max < beyond[0] < beyond[1] < beyond[2]
+    # Linear: equal steps in tokens give equal steps in time.
+    assert (beyond[1] - beyond[0]) / 2000 == pytest.approx((beyond[2] - beyond[1]) / 12000, rel=1e-6)
+    big_batch = BatchShape.from_requests([], [8000] * 100)
+    assert math.isfinite(cm.attention_decode(big_batch))
+    assert cm.extrapolations_by_op["attn_decode"] == 1
+
+
+def test_artifact_for_another_replica_is_refused(artifact, tmp_path):
+    path = save_artifact(artifact, tmp_path / "cm.json")
+    for bad in (ReplicaConfig(model=MODEL, gpu=GPU, tp=2), ReplicaConfig(model="mistral-7b", gpu=GPU),
+                ReplicaConfig(model=MODEL, gpu="h100-sxm")):
+        with pytest.raises(ConfigError) as err:
+            load_artifact(path, bad)
+        assert "\n" not in str(err.value) and "cost_model" in str(err.value)
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not a readable"):
+        load_artifact(tmp_path / "junk.json", ReplicaConfig(model=MODEL, gpu=GPU))
+
+
+# -- bad tables ---------------------------------------------------------------------------------------------
+def _write(df: pd.DataFrame, path) -> str:
+    df.to_csv(path, index=False)
+    return str(path)
+
+
+def test_missing_columns_refused(tmp_path):
+    df = synthetic_table().drop(columns=["median_s"]).rename(columns={"op": "kernel"})
+    with pytest.raises(ConfigError, match="unrecognised columns"):
+        read_profile(_write(df, tmp_path / "p.csv"))
+    df = synthetic_table()
+    df = df[df["op"] == "attn_decode"].drop(columns=["context_len"])
+    with pytest.raises(ConfigError, match="attn_decode rows need column context_len"):
+        read_profile(_write(df, tmp_path / "q.csv"))
+
+
+def test_mixed_models_or_units_refused(tmp_path):
+    a = _write(synthetic_table(model="llama-2-7b"), tmp_path / "a.csv")
+    b = _write(synthetic_table(model="mistral-7b"), tmp_path / "b.csv")
+    with pytest.raises(ConfigError, match="different models"):
+        read_profiles([a, b])
+    ms = synthetic_table()
+    ms["median_s"] *= 1e3  # milliseconds mislabelled as seconds
+    with pytest.raises(ConfigError, match="implausible"):
+        read_profile(_write(ms, tmp_path / "ms.csv"))
+    mixed = synthetic_table()
+    mixed["unit"] = np.where(np.arange(len(mixed)) % 2, "s", "ms")
+    with pytest.raises(ConfigError, match="mixed time units"):
+        read_profile(_write(mixed, tmp_path / "mixed.csv"))
+
+
+def test_too_few_points_refused():
+    df = synthetic_table()
+    df = df[(df["op"] == "qkv_proj") & (df["num_tokens"] <= 5)]
+    with pytest.raises(ConfigError, match="too few to fit") as err:
+        fit_tables(df)
+    assert "\n" not in str(err.value)
+
+
+def test_attention_of_another_shape_refused():
+    df = synthetic_table()
+    df["hidden_size"], df["num_heads"], df["num_kv_heads"] = 8192, 64, 8
+    with pytest.raises(ConfigError, match="not llama-2-7b"):
+        fit_tables(df)
+
+
+# -- predict and fit commands --------------------------------------------------------------------------------
+def test_predict_json_total_is_the_sum(artifact, tmp_path):
+    path = save_artifact(artifact, tmp_path / "cm.json")
+    runner = CliRunner()
+    args = ["predict", "--model", MODEL, "--gpu", GPU, "--prefill", "512,128", "--prefill-context", "0,256",
+            "--decode", "3", "--context", "100,200,300", "--json"]
+    for extra in ([], ["--cost-model", str(path)]):
+        res = runner.invoke(app, args + extra)
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output)
+        assert out["iteration_time_s"] == pytest.approx(sum(out["breakdown_s"].values()), rel=1e-12)
+        assert out["num_prefills"] == 2 and out["num_decodes"] == 3 and out["num_tokens"] == 643
+    res = runner.invoke(app, ["predict", "--model", "yi-34b", "--tp", "2", "--prefill", "1024", "--decode", "32",
+                              "--context", "2048"])
+    assert res.exit_code == 0 and "iteration" in res.output
+
+
+def test_learned_decode_attention_sees_the_spread(artifact, replica, tmp_path):
+    """Equal KV totals, different length distributions: the long sequence costs more (RMS length)."""
+    path = str(save_artifact(artifact, tmp_path / "cm.json"))
+    uniform = predict(replica, build_shape([], [], 4, [1000]), path)
+    skewed = predict(replica, build_shape([], [], 4, [100, 100, 100, 3700]), path)
+    assert skewed["breakdown_s"]["attn_decode"] > uniform["breakdown_s"]["attn_decode"]
+
+
+def test_predict_bad_batches_refused():
+    with pytest.raises(ConfigError, match="empty"):
+        build_shape([], [], 0, [])
+    with pytest.raises(ConfigError, match="context"):
+        build_shape([], [], 3, [])
+    with pytest.raises(ConfigError, match="one per request"):
+        build_shape([], [], 3, [1, 2])
+
+
+def test_fit_command_writes_a_loadable_artifact(tmp_path, replica):
+    src = _write(synthetic_table(), tmp_path / "profile.csv")
+    art = fit_command([src], tmp_path / "out" / "cm.json")
+    cm = load_artifact(tmp_path / "out" / "cm.json", replica)
+    assert art["sources"] == [src] and cm.name == "learned"

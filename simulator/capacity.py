@@ -1,0 +1,435 @@
+"""Capacity search: the largest Poisson request rate a configuration serves within its SLO.
+
+Definition (DESIGN.md, after Sarathi-Serve): the capacity of a configuration is the
+largest QPS at which
+
+- the ``tbt_quantile`` (default P99) of *all* time-between-tokens gaps is <= ``tbt_s``, and
+- the ``sched_delay_quantile`` (default P50) of the scheduling delay is <= ``sched_delay_s``
+  (2 s: a system whose queue grows without bound fails this however fast it decodes);
+
+optionally also a TTFT quantile limit and a goodput criterion (the share of requests whose
+TTFT <= ``goodput_ttft_s`` and whose largest TBT gap <= ``tbt_s``, DistServe-style, must be
+>= ``min_goodput``). Quantiles are over finished requests, as :mod:`simulator.metrics`
+computes them; rejected requests only count (as misses) in goodput.
+
+Search: one *trial* simulates ``num_requests`` (2048 by default at the CLI) Poisson arrivals
+at a QPS and checks the SLO. Trials are bracketed by doubling/halving from a start QPS, then
+bisected until the bracket's relative gap ``(fail - pass) / fail`` is <= ``rel_tol``
+(2.5%); the capacity is the largest passing QPS. Every trial of one seed uses the same
+request lengths and the same unit-rate arrival draws scaled by 1/QPS (the workload draws
+lengths first, then arrivals), so trials differ only in load: common random numbers keep
+the pass/fail boundary sharp. One 2048-request trial is still noisy; ``num_seeds > 1``
+repeats the whole search with seeds ``seed, seed+1, ...`` and reports the spread.
+
+Early exit: a trial whose scheduling-delay quantile is already certain to exceed its limit
+is stopped (via the engine's ``watch`` hook) as soon as enough requests have waited longer
+than the limit: the verdict is the same as running it to the end, only cheaper. Checks run
+at arrival instants only, so a watch never extends a run.
+
+Zero capacity: if the TBT limit is below the time of the cheapest possible iteration (one
+decode, no prefill) no load can meet it, and the search says so without running trials; if
+trials fail down to ``min_qps``, capacity is 0 with the last failure's reason.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from simulator import engine
+from simulator.config import RunConfig
+from simulator.costmodel.base import BatchShape
+from simulator.errors import ConfigError
+from simulator.metrics import request_frame, tbt_samples
+from simulator.request import Request, Status
+
+RATE_ARRIVALS = ("poisson", "gamma", "fixed")
+
+
+@dataclass(frozen=True)
+class SLO:
+    """What a trial must meet. Limits in seconds, quantiles in percent (0, 100]."""
+
+    tbt_s: float = 0.2
+    tbt_quantile: float = 99.0
+    sched_delay_s: float = 2.0
+    sched_delay_quantile: float = 50.0
+    ttft_s: float | None = None  # optional limit on the ttft_quantile of TTFT
+    ttft_quantile: float = 99.0
+    min_goodput: float | None = None  # optional: share of requests meeting goodput_ttft_s and tbt_s
+    goodput_ttft_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("tbt_s", "sched_delay_s", "goodput_ttft_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}")
+        if self.ttft_s is not None and not (math.isfinite(self.ttft_s) and self.ttft_s > 0):
+            raise ConfigError("slo.ttft_s", f"must be a positive number of seconds, got {self.ttft_s}")
+        for name in ("tbt_quantile", "sched_delay_quantile", "ttft_quantile"):
+            value = getattr(self, name)
+            if not 0 < value <= 100:
+                raise ConfigError(f"slo.{name}", f"must be a percentile in (0, 100], got {value}", "e.g. 99 for P99")
+        if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
+            raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
+
+    def describe(self) -> str:
+        parts = [f"P{self.tbt_quantile:g} TBT <= {self.tbt_s:g}s",
+                 f"P{self.sched_delay_quantile:g} scheduling delay <= {self.sched_delay_s:g}s"]
+        if self.ttft_s is not None:
+            parts.append(f"P{self.ttft_quantile:g} TTFT <= {self.ttft_s:g}s")
+        if self.min_goodput is not None:
+            parts.append(f"goodput >= {self.min_goodput:.0%} (TTFT <= {self.goodput_ttft_s:g}s, max TBT <= {self.tbt_s:g}s)")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the bisection runs. ``qps_start=None`` starts from the config's ``workload.qps``."""
+
+    rel_tol: float = 0.025
+    qps_start: float | None = None
+    min_qps: float = 0.01
+    max_qps: float = 1000.0
+    max_trials: int = 40
+    early_exit: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rel_tol < 1:
+            raise ConfigError("capacity.rel_tol", f"must be in (0, 1), got {self.rel_tol}", "e.g. 0.025")
+        if self.qps_start is not None and not self.qps_start > 0:
+            raise ConfigError("capacity.qps_start", f"must be positive, got {self.qps_start}")
+        if not 0 < self.min_qps < self.max_qps:
+            raise ConfigError("capacity.min_qps", f"need 0 < min_qps < max_qps, got {self.min_qps}, {self.max_qps}")
+        if self.max_trials < 2:
+            raise ConfigError("capacity.max_trials", f"must be >= 2, got {self.max_trials}")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One simulated load level and its verdict. Latencies in seconds (NaN when unknown)."""
+
+    seed: int
+    qps: float
+    passed: bool
+    reason: str  # why it failed; "" when it passed
+    tbt_s_q: float  # the SLO's TBT quantile
+    sched_delay_s_q: float  # the SLO's scheduling-delay quantile
+    tbt_s_p99: float
+    ttft_s_p50: float
+    ttft_s_p99: float
+    goodput_fraction: float
+    num_finished: int
+    num_rejected: int
+    stopped_early: bool
+    wall_s: float
+
+
+@dataclass
+class SeedResult:
+    """The search for one seed: its trials in the order run, and the answer."""
+
+    seed: int
+    capacity_qps: float
+    reason: str  # how the search ended (converged, capacity 0 because ..., max trials, ...)
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def at_capacity(self) -> Trial | None:
+        passing = [t for t in self.trials if t.passed and t.qps == self.capacity_qps]
+        return passing[-1] if passing else None
+
+
+@dataclass
+class CapacityReport:
+    """Capacity over one or more seeds; ``capacity_qps`` is their mean."""
+
+    config: RunConfig
+    slo: SLO
+    settings: SearchSettings
+    seeds: list[SeedResult]
+    wall_s: float = 0.0
+
+    @property
+    def capacities(self) -> np.ndarray:
+        return np.array([s.capacity_qps for s in self.seeds], dtype=np.float64)
+
+    @property
+    def capacity_qps(self) -> float:
+        return float(self.capacities.mean())
+
+    @property
+    def capacity_qps_std(self) -> float:
+        return float(self.capacities.std(ddof=1)) if len(self.seeds) > 1 else 0.0
+
+    def trials_frame(self) -> pd.DataFrame:
+        rows = [asdict(t) for s in self.seeds for t in s.trials]
+        columns = [f.name for f in Trial.__dataclass_fields__.values()]
+        return pd.DataFrame(rows, columns=columns)
+
+    def at_capacity_mean(self, key: str) -> float:
+        values = [getattr(s.at_capacity, key) for s in self.seeds if s.at_capacity is not None]
+        return float(np.mean(values)) if values else math.nan
+
+    def summary(self, include_wall: bool = True) -> dict[str, Any]:
+        """Flat headline numbers (what ``--json`` prints, one sweep row)."""
+        caps = self.capacities
+        out: dict[str, Any] = {
+            "capacity_qps": self.capacity_qps,
+            "capacity_qps_std": self.capacity_qps_std,
+            "capacity_qps_min": float(caps.min()),
+            "capacity_qps_max": float(caps.max()),
+            "num_seeds": len(self.seeds),
+            "num_trials": sum(len(s.trials) for s in self.seeds),
+            "tbt_s_q_at_capacity": self.at_capacity_mean("tbt_s_q"),
+            "tbt_s_p99_at_capacity": self.at_capacity_mean("tbt_s_p99"),
+            "ttft_s_p50_at_capacity": self.at_capacity_mean("ttft_s_p50"),
+            "ttft_s_p99_at_capacity": self.at_capacity_mean("ttft_s_p99"),
+            "sched_delay_s_q_at_capacity": self.at_capacity_mean("sched_delay_s_q"),
+            "reason": "; ".join(sorted({s.reason for s in self.seeds})),
+            "slo": self.slo.describe(),
+        }
+        if include_wall:
+            out["wall_s"] = self.wall_s
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.summary()
+        out["slo_settings"] = asdict(self.slo)
+        out["search_settings"] = asdict(self.settings)
+        out["per_seed"] = [{"seed": s.seed, "capacity_qps": s.capacity_qps, "reason": s.reason,
+                            "at_capacity": asdict(s.at_capacity) if s.at_capacity else None} for s in self.seeds]
+        out["trials"] = [asdict(t) for s in self.seeds for t in s.trials]
+        out["config"] = self.config.to_dict()
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One trial
+
+
+def sched_delay_certain_fail_count(num_requests: int, quantile: float) -> int:
+    """How many requests must exceed the delay limit for the quantile to exceed it for sure.
+
+    ``np.percentile`` (linear) at ``q`` over ``m`` values interpolates between the sorted
+    values at ``floor(p)`` and ``ceil(p)``, ``p = (m - 1) q / 100``; it exceeds the limit if
+    the value at ``floor(p)`` does, i.e. if at least ``m - floor(p)`` values exceed it. That
+    count never decreases with ``m``, so using the number of submitted requests is safe even
+    if some are rejected (and so left out of the finished set).
+    """
+    return num_requests - math.floor((num_requests - 1) * quantile / 100.0)
+
+
+class OverloadWatch:
+    """A ``simulate(watch=...)`` process that stops a trial once its scheduling-delay
+    quantile is certain to exceed the limit.
+
+    At every ``every``-th arrival instant it counts requests whose delay already exceeds
+    the limit: scheduled ones by their real delay, waiting ones by how long they have
+    waited (their delay can only grow). Checks run at arrival instants only, which the run
+    reaches anyway, so watching never changes a run that is not stopped.
+    """
+
+    def __init__(self, limit_s: float, quantile: float, num_checks: int = 64) -> None:
+        self.limit_s = limit_s
+        self.quantile = quantile
+        self.num_checks = num_checks
+
+    def __call__(self, env: simpy.Environment, requests: list[Request]) -> Iterator[simpy.Event]:
+        n = len(requests)
+        needed = sched_delay_certain_fail_count(n, self.quantile)
+        every = max(1, n // self.num_checks)
+        limit = self.limit_s
+        for index in range(every - 1, n, every):
+            now_at = requests[index].arrival_at
+            if now_at > env.now:
+                yield env.timeout(now_at - env.now)
+            late = 0
+            for req in requests:
+                if req.arrival_at > now_at:
+                    break  # arrival order
+                first = req.first_scheduled_at
+                if first is not None:
+                    if first - req.arrival_at > limit:
+                        late += 1
+                elif req.status is not Status.REJECTED and now_at - req.arrival_at > limit:
+                    late += 1
+            if late >= needed:
+                raise engine.StopRun(
+                    f"overloaded: {late} of {n} requests already waited > {limit:g}s to be scheduled "
+                    f"(stopped at t={now_at:.1f}s)")
+
+
+def _quantile(values: np.ndarray, q: float) -> float:
+    values = values[~np.isnan(values)]
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True) -> Trial:
+    """Simulate ``config`` at ``qps`` and judge it against ``slo``."""
+    start = time.perf_counter()
+    cfg = config.replace(workload__qps=qps)
+    watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile) if early_exit else None
+    result = engine.simulate(cfg, watch=watch)
+    df = request_frame(result)
+    num_rejected = int((df["status"] == Status.REJECTED.value).sum())
+    stopped = result.extra.get("stopped")
+    if stopped is not None:
+        nan = math.nan
+        return Trial(cfg.seed, qps, False, str(stopped), nan, nan, nan, nan, nan, nan,
+                     int((df["status"] == Status.FINISHED.value).sum()), num_rejected, True,
+                     time.perf_counter() - start)
+    finished = df[df["status"] == Status.FINISHED.value]
+    tbt = tbt_samples(result)
+    # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
+    tbt_q = _quantile(tbt, slo.tbt_quantile) if len(tbt) else 0.0
+    tbt_p99 = _quantile(tbt, 99.0) if len(tbt) else 0.0
+    sched_q = _quantile(finished["sched_delay_s"].to_numpy(), slo.sched_delay_quantile)
+    ttft = finished["ttft_s"].to_numpy()
+    ttft_q = _quantile(ttft, slo.ttft_quantile)
+    good = ((df["status"] == Status.FINISHED.value) & (df["ttft_s"] <= slo.goodput_ttft_s)
+            & (df["max_tbt_s"].fillna(0.0) <= slo.tbt_s))
+    goodput = float(good.mean())
+    reasons = []
+    if len(finished) == 0:
+        first = df["reject_reason"].iloc[0] if len(df) else ""
+        reasons.append(f"every request was rejected ({first})")
+    else:
+        if tbt_q > slo.tbt_s:
+            reasons.append(f"P{slo.tbt_quantile:g} TBT {tbt_q:.3g}s > {slo.tbt_s:g}s")
+        if sched_q > slo.sched_delay_s:
+            reasons.append(f"P{slo.sched_delay_quantile:g} scheduling delay {sched_q:.3g}s > {slo.sched_delay_s:g}s")
+        if slo.ttft_s is not None and ttft_q > slo.ttft_s:
+            reasons.append(f"P{slo.ttft_quantile:g} TTFT {ttft_q:.3g}s > {slo.ttft_s:g}s")
+        if slo.min_goodput is not None and goodput < slo.min_goodput:
+            reasons.append(f"goodput {goodput:.1%} < {slo.min_goodput:.0%}")
+    return Trial(cfg.seed, qps, not reasons, "; ".join(reasons), tbt_q, sched_q, tbt_p99,
+                 _quantile(ttft, 50.0), _quantile(ttft, 99.0), goodput, int(len(finished)), num_rejected, False,
+                 time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+
+
+def min_iteration_s(config: RunConfig) -> float:
+    """The cheapest iteration that can separate two tokens: one decode over a 2-token cache.
+
+    The cost model is (weakly) monotone in every field of a batch shape, so every TBT gap
+    lasts at least this long.
+    """
+    cost = engine.load_cost_model(config.cost_model, config.replica)
+    return float(cost.iteration_time(BatchShape.from_requests(decodes=[2])))
+
+
+def impossible_reason(config: RunConfig, slo: SLO) -> str | None:
+    """Why no QPS can meet ``slo`` on ``config``, when that is certain before any trial."""
+    floor = min_iteration_s(config)
+    if floor > slo.tbt_s:
+        return (f"capacity 0: the TBT SLO {slo.tbt_s:g}s is below the fastest possible iteration "
+                f"({floor * 1e3:.3g} ms for a lone decode on {config.replica.model}/{config.replica.gpu} "
+                f"tp={config.replica.tp} pp={config.replica.pp}), so no QPS can meet it")
+    return None
+
+
+def check_searchable(config: RunConfig) -> None:
+    if config.workload.arrival not in RATE_ARRIVALS:
+        raise ConfigError("workload.arrival", f"capacity search varies the request rate; {config.workload.arrival!r} "
+                          "arrivals have none", f"use --arrival {' or '.join(RATE_ARRIVALS)}")
+
+
+def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings()) -> SeedResult:  # noqa: B008
+    """Bisection for one seed (``config.seed``)."""
+    check_searchable(config)
+    reason = impossible_reason(config, slo)
+    if reason is not None:
+        return SeedResult(config.seed, 0.0, reason)
+    result = SeedResult(config.seed, 0.0, "")
+    trials = result.trials
+
+    def trial(qps: float) -> Trial:
+        t = run_trial(config, qps, slo, settings.early_exit)
+        trials.append(t)
+        return t
+
+    qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
+    first = trial(qps)
+    passed: Trial | None = first if first.passed else None
+    failed: Trial | None = None if first.passed else first
+    # Bracket: double up from a pass, halve down from a failure.
+    while passed is None:
+        assert failed is not None
+        if failed.qps / 2 < settings.min_qps or len(trials) >= settings.max_trials:
+            result.reason = (f"capacity 0: no QPS down to {failed.qps:.3g} meets {slo.describe()} "
+                             f"(last failure: {failed.reason})")
+            return result
+        t = trial(failed.qps / 2)
+        if t.passed:
+            passed = t
+        else:
+            failed = t
+    while failed is None:
+        if passed.qps * 2 > settings.max_qps or len(trials) >= settings.max_trials:
+            result.capacity_qps = passed.qps
+            result.reason = f"still meets the SLO at {passed.qps:.3g} QPS (the search limit; raise max_qps)"
+            return result
+        t = trial(passed.qps * 2)
+        if t.passed:
+            passed = t
+        else:
+            failed = t
+    # Bisect: invariant passed.qps < failed.qps (assuming pass/fail is monotone in load).
+    while (failed.qps - passed.qps) / failed.qps > settings.rel_tol:
+        if len(trials) >= settings.max_trials:
+            result.capacity_qps = passed.qps
+            result.reason = f"stopped after {len(trials)} trials with the bracket [{passed.qps:.3g}, {failed.qps:.3g}]"
+            return result
+        t = trial((passed.qps + failed.qps) / 2)
+        if t.passed:
+            passed = t
+        else:
+            failed = t
+    result.capacity_qps = passed.qps
+    result.reason = f"converged: passes at {passed.qps:.4g}, fails at {failed.qps:.4g} QPS ({failed.reason})"
+    return result
+
+
+def _search_job(args: tuple[RunConfig, SLO, SearchSettings]) -> SeedResult:
+    return search_seed(*args)
+
+
+def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
+                  num_seeds: int = 1, workers: int = 1, on_seed_done=None) -> CapacityReport:  # noqa: ANN001
+    """Capacity of ``config`` under ``slo`` for seeds ``config.seed .. config.seed + num_seeds - 1``.
+
+    Seeds are independent searches; ``workers > 1`` runs them in a process pool (results do
+    not depend on ``workers``). ``on_seed_done(SeedResult)`` is called as each finishes.
+    """
+    if num_seeds < 1:
+        raise ConfigError("capacity.num_seeds", f"must be >= 1, got {num_seeds}")
+    if workers < 1:
+        raise ConfigError("capacity.workers", f"must be >= 1, got {workers}")
+    check_searchable(config)
+    start = time.perf_counter()
+    jobs = [(config.replace(seed=config.seed + i), slo, settings) for i in range(num_seeds)]
+    results: list[SeedResult] = []
+    if workers == 1 or num_seeds == 1:
+        for job in jobs:
+            results.append(_search_job(job))
+            if on_seed_done:
+                on_seed_done(results[-1])
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, num_seeds)) as pool:
+            for res in pool.map(_search_job, jobs):
+                results.append(res)
+                if on_seed_done:
+                    on_seed_done(res)
+    return CapacityReport(config, slo, settings, results, wall_s=time.perf_counter() - start)

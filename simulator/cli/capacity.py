@@ -1,0 +1,228 @@
+"""``simulate capacity``, ``simulate tau``, ``simulate sweep`` and ``simulate plot``: capacity planning.
+
+Thin typer commands over :mod:`simulator.capacity`, :mod:`simulator.tau`,
+:mod:`simulator.sweep` and :mod:`simulator.plots`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simulator.cli.app import app
+from simulator.cli.options import run_options
+from simulator.config import RunConfig
+from simulator.errors import ConfigError
+from simulator.output import _jsonable
+
+
+def default_option(name: str, value: Any):  # noqa: ANN201
+    """Give run option ``name`` a command-specific default (unless ``--config`` is given)."""
+
+    def decorate(fn):  # noqa: ANN001, ANN202
+        @functools.wraps(fn)
+        def wrapper(**kwargs: Any):  # noqa: ANN202
+            if kwargs.get(name) is None and kwargs.get("config_file") is None:
+                kwargs[name] = value
+            return fn(**kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def _s(value: float, digits: int = 3) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
+
+
+def _slo_options(tbt_slo: float, tbt_quantile: float, sched_delay_slo: float, sched_delay_quantile: float,
+                 ttft_slo: float | None, ttft_quantile: float, min_goodput: float | None, goodput_ttft_slo: float):  # noqa: ANN202
+    from simulator.capacity import SLO
+
+    return SLO(tbt_s=tbt_slo, tbt_quantile=tbt_quantile, sched_delay_s=sched_delay_slo,
+               sched_delay_quantile=sched_delay_quantile, ttft_s=ttft_slo, ttft_quantile=ttft_quantile,
+               min_goodput=min_goodput, goodput_ttft_s=goodput_ttft_slo)
+
+
+SLO_PANEL = "SLO"
+SEARCH_PANEL = "Search"
+
+
+@app.command()
+@default_option("num_requests", 2048)
+@run_options
+def capacity(
+    config: RunConfig,
+    tbt_slo: Annotated[float, typer.Option(help="TBT limit (s) on the --tbt-quantile of all TBT gaps.", rich_help_panel=SLO_PANEL)] = 0.2,
+    tbt_quantile: Annotated[float, typer.Option(help="Percentile of TBT held to --tbt-slo.", rich_help_panel=SLO_PANEL)] = 99.0,
+    sched_delay_slo: Annotated[float, typer.Option(help="Limit (s) on the scheduling-delay percentile.", rich_help_panel=SLO_PANEL)] = 2.0,
+    sched_delay_quantile: Annotated[float, typer.Option(help="Percentile of scheduling delay.", rich_help_panel=SLO_PANEL)] = 50.0,
+    ttft_slo: Annotated[float | None, typer.Option(help="Optional limit (s) on the --ttft-quantile of TTFT.", rich_help_panel=SLO_PANEL)] = None,
+    ttft_quantile: Annotated[float, typer.Option(help="Percentile of TTFT held to --ttft-slo.", rich_help_panel=SLO_PANEL)] = 99.0,
+    min_goodput: Annotated[float | None, typer.Option(help="Optional: minimum share of requests with TTFT <= --goodput-ttft-slo and max TBT <= --tbt-slo.", rich_help_panel=SLO_PANEL)] = None,
+    goodput_ttft_slo: Annotated[float, typer.Option(help="TTFT (s) for the goodput criterion.", rich_help_panel=SLO_PANEL)] = 2.0,
+    seeds: Annotated[int, typer.Option(help="Independent searches (seeds seed..seed+n-1); the spread is reported.", rich_help_panel=SEARCH_PANEL)] = 1,
+    workers: Annotated[int, typer.Option(help="Processes for several seeds.", rich_help_panel=SEARCH_PANEL)] = 1,
+    rel_tol: Annotated[float, typer.Option(help="Stop bisecting at this relative gap.", rich_help_panel=SEARCH_PANEL)] = 0.025,
+    qps_start: Annotated[float | None, typer.Option(help="First trial's QPS (default: --qps).", rich_help_panel=SEARCH_PANEL)] = None,
+    min_qps: Annotated[float, typer.Option(help="Report capacity 0 below this QPS.", rich_help_panel=SEARCH_PANEL)] = 0.01,
+    max_qps: Annotated[float, typer.Option(help="Search ceiling.", rich_help_panel=SEARCH_PANEL)] = 1000.0,
+    max_trials: Annotated[int, typer.Option(help="Trials per seed at most.", rich_help_panel=SEARCH_PANEL)] = 40,
+    early_exit: Annotated[bool, typer.Option(help="Stop trials that are certain to miss the scheduling-delay limit.", rich_help_panel=SEARCH_PANEL)] = True,
+    out: Annotated[Path | None, typer.Option(help="Folder for capacity.json and trials.csv.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON (with capacity_qps).")] = False,
+) -> None:
+    """Largest Poisson QPS meeting the SLO (P99 TBT <= --tbt-slo, P50 scheduling delay <= 2 s), by bisection over 2048-request trials."""
+    from simulator.capacity import SearchSettings, find_capacity
+
+    slo = _slo_options(tbt_slo, tbt_quantile, sched_delay_slo, sched_delay_quantile, ttft_slo, ttft_quantile,
+                       min_goodput, goodput_ttft_slo)
+    settings = SearchSettings(rel_tol=rel_tol, qps_start=qps_start, min_qps=min_qps, max_qps=max_qps,
+                              max_trials=max_trials, early_exit=early_exit)
+    console = Console(stderr=True)
+    with console.status("searching capacity...", spinner="dots") if not json_out else _Null():
+        report = find_capacity(config, slo, settings, num_seeds=seeds, workers=workers)
+    data = report.to_dict()
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "capacity.json").write_text(json.dumps(_jsonable(data), indent=2, sort_keys=True))
+        report.trials_frame().to_csv(out / "trials.csv", index=False)
+    if json_out:
+        typer.echo(json.dumps(_jsonable(data), indent=2, sort_keys=True))
+        return
+    print_capacity(report, Console())
+    if out is not None:
+        Console().print(f"wrote {out}/ (capacity.json, trials.csv)")
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *args: object) -> None:
+        return None
+
+
+def print_capacity(report, console: Console) -> None:  # noqa: ANN001
+    r, s = report.config.replica, report.config.scheduler
+    table = Table("seed", "QPS", "pass", "P-TBT (s)", "P-sched (s)", "TTFT p50 (s)", "TTFT p99 (s)", "goodput", "note",
+                  title=f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {report.slo.describe()}",
+                  title_justify="left")
+    for seed in report.seeds:
+        for t in seed.trials:
+            table.add_row(str(t.seed), f"{t.qps:.4g}", "yes" if t.passed else "no", _s(t.tbt_s_q), _s(t.sched_delay_s_q),
+                          _s(t.ttft_s_p50), _s(t.ttft_s_p99), _s(t.goodput_fraction), t.reason[:70])
+    console.print(f"workload: {report.config.workload.name}, {report.config.workload.num_requests} requests per trial")
+    console.print(table)
+    summary = report.summary()
+    spread = (f" ± {summary['capacity_qps_std']:.3g} (min {summary['capacity_qps_min']:.4g}, max "
+              f"{summary['capacity_qps_max']:.4g}, {len(report.seeds)} seeds)") if len(report.seeds) > 1 else ""
+    console.print(f"[bold]capacity {summary['capacity_qps']:.4g} QPS{spread}[/bold] · at capacity: P99 TBT "
+                  f"{_s(summary['tbt_s_p99_at_capacity'])} s, TTFT p50 {_s(summary['ttft_s_p50_at_capacity'])} s / p99 "
+                  f"{_s(summary['ttft_s_p99_at_capacity'])} s · {summary['num_trials']} trials in {report.wall_s:.1f}s")
+    for seed in report.seeds:
+        console.print(f"seed {seed.seed}: {seed.reason}")
+
+
+@app.command()
+@run_options
+def tau(
+    config: RunConfig,
+    tbt_slo: Annotated[float, typer.Option(help="TBT SLO (s) one hybrid iteration must fit.")] = 0.2,
+    num_decodes: Annotated[int | None, typer.Option(help="Decodes in the batch (default: the most the replica holds for the workload).")] = None,
+    decode_context: Annotated[int | None, typer.Option(help="KV tokens per decode (default: workload mean prompt + output/2).")] = None,
+    chunk_context: Annotated[int | None, typer.Option(help="Tokens of the prompt before the chunk (default: half the mean prompt).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Largest budget considered.")] = 8192,
+    plot: Annotated[Path | None, typer.Option(help="Write the plot to PATH.png and PATH.svg.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Largest token budget (tau) whose predicted hybrid iteration fits the TBT SLO, and the linear layers' knee."""
+    from simulator.tau import choose_tau, workload_mix
+
+    mix = workload_mix(config, num_decodes, decode_context, chunk_context)
+    result = choose_tau(config, tbt_slo, mix, max_tokens=max_tokens)
+    paths = []
+    if plot is not None:
+        from simulator.plots import tau_plot
+
+        paths = tau_plot(result, plot)
+    summary = result.summary()
+    if json_out:
+        typer.echo(json.dumps(_jsonable(summary), indent=2, sort_keys=True))
+        return
+    console = Console()
+    r = config.replica
+    console.print(f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}); decode batch: {mix.num_decodes} decodes "
+                  f"x {mix.decode_context} KV tokens, chunk after {mix.chunk_context} prompt tokens ({mix.source})")
+    table = Table("tokens/iteration", "iteration (ms)", "throughput (tok/s)", "linear layers (ms)")
+    marks = sorted({64, 128, 256, 512, 1024, 2048, 4096, 8192, result.tau, result.knee_tokens} & set(result.table["num_tokens"]))
+    rows = result.table.set_index("num_tokens")
+    for t in marks:
+        row = rows.loc[t]
+        note = " (tau)" if t == result.tau else (" (knee)" if t == result.knee_tokens else "")
+        table.add_row(f"{t}{note}", f"{row['iteration_s'] * 1e3:.1f}", f"{row['throughput_tokens_per_s']:,.0f}",
+                      f"{row['linear_layers_s'] * 1e3:.1f}")
+    console.print(table)
+    console.print(f"[bold]tau = {result.tau}[/bold] for TBT SLO {tbt_slo:g}s ({result.reason}); "
+                  f"linear-layer compute/memory knee at ~{result.knee_tokens} tokens")
+    for p in paths:
+        console.print(f"wrote {p}")
+
+
+@app.command()
+@run_options
+def sweep(
+    config: RunConfig,
+    file: Annotated[Path | None, typer.Argument(help="Sweep file (TOML, or YAML with PyYAML): mode, \\[base], \\[grid].")] = None,
+    grid: Annotated[list[str] | None, typer.Option("--grid", help="NAME=V1,V2,... (repeatable); adds to the file's grid.")] = None,
+    mode: Annotated[str | None, typer.Option(help="run or capacity (default: the file's, else run).")] = None,
+    out: Annotated[Path, typer.Option(help="Sweep folder: points/<key>.json and results.csv.")] = Path("sweep-out"),
+    workers: Annotated[int, typer.Option(help="Local worker processes.")] = 1,
+    ray_address: Annotated[str | None, typer.Option(help="Run on Ray: a cluster address, or 'local' to start one.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="Results table format: csv or parquet.")] = "csv",
+    retry_failed: Annotated[bool, typer.Option(help="Rerun points that failed before.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Run a grid of configurations (resumable); run options given here override the file's \\[base]."""
+    from simulator.sweep import build_spec, config_overrides, load_sweep_file, parse_cli_grid, run_sweep
+
+    data = load_sweep_file(file) if file is not None else {}
+    spec = build_spec(data, mode=mode, base_overrides=config_overrides(config), grid_overrides=parse_cli_grid(grid or []))
+    console = Console()
+    console.print(f"sweep: {len(spec.points)} points ({spec.mode}), varying {', '.join(spec.varied) or 'nothing'} -> {out}/")
+    result = run_sweep(spec, out, workers=workers, ray_address=ray_address, fmt=fmt, progress=progress,
+                       retry_failed=retry_failed)
+    console.print(f"ran {result.num_run} points ({result.num_failed} failed), {result.num_skipped} already done; "
+                  f"wrote {result.table_path}")
+    if result.num_failed:
+        for _, row in result.table[result.table["status"] != "ok"].iterrows():
+            console.print(f"  point {row['point']}: {row['error']}")
+
+
+@app.command()
+def plot(
+    what: Annotated[str, typer.Argument(help="'sweep' (a sweep folder) or 'run' (a config.json from `simulate run --out`).")],
+    path: Annotated[Path, typer.Argument(help="Sweep folder, or a run folder / config.json.")],
+    out: Annotated[Path | None, typer.Option(help="Folder for the figures (default: beside the input).")] = None,
+    hue: Annotated[str, typer.Option(help="Sweep column that colours the series.")] = "scheduler",
+    x: Annotated[str, typer.Option(help="Sweep column on the x axis (run mode) or bar groups (capacity mode).")] = "qps",
+) -> None:
+    """Figures (PNG + SVG) from a sweep's results or a reproduced run."""
+    from simulator import plots
+
+    console = Console()
+    if what == "sweep":
+        written = plots.plot_sweep(path, out or path, x=x, hue=hue)
+    elif what == "run":
+        written = plots.plot_run(path, out or (path if path.is_dir() else path.parent))
+    else:
+        raise ConfigError("plot", f"unknown plot target {what!r}", "use 'sweep' or 'run'")
+    for p in written:
+        console.print(f"wrote {p}")

@@ -1,0 +1,326 @@
+"""Figures for capacity planning and P99 TBT analysis (matplotlib, PNG and SVG).
+
+Every function takes tidy tables (or a run result), draws on a fresh
+:class:`matplotlib.figure.Figure` (never pyplot state, so importing this module changes no
+backend and works headless), writes ``<stem>.png`` and ``<stem>.svg`` when given a stem,
+and returns the paths written (``*_figure`` variants return the figure for notebooks).
+
+- :func:`capacity_bars`: capacity per scheduler as grouped bars (Sarathi-Serve Figs. 10-11);
+- :func:`latency_vs_qps`: P99 TBT and P50 TTFT against load, one line per scheduler;
+- :func:`tbt_cdf`: CDFs of all TBT gaps, one line per run, the SLO marked;
+- :func:`iteration_timeline`: prefill vs decode tokens of each iteration over time, with
+  decode *stalls* (prefill-only iterations while requests are mid-decode) shaded;
+- :func:`pp_gantt`: pipeline stages over time, one row per stage, one colour per
+  micro-batch; bubbles are the gaps. Input: a stage table with columns ``stage``,
+  ``started_at``, ``duration_s`` and ``micro_batch_id`` (optionally ``replica_id``), as
+  :meth:`simulator.engine.RunResult.stage_frame` returns for PP > 1;
+- :func:`tau_plot`: iteration time and throughput against tokens per iteration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+SCHEDULER_COLORS = {"vllm": "#d62728", "orca": "#ff7f0e", "fastertransformer": "#8c564b", "sarathi": "#2ca02c",
+                    "vllm-v1": "#1f77b4"}
+FORMATS = ("png", "svg")
+
+
+def _color(name: Any, index: int) -> str:
+    return SCHEDULER_COLORS.get(str(name), f"C{index % 10}")
+
+
+def save(fig: Figure, stem: str | Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+    """Write ``fig`` as ``stem.png`` and ``stem.svg`` (folders created); return the paths."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = stem.with_name(f"{stem.name}.{fmt}")
+        # SVG without a date stamp so regenerated figures only differ when their content does.
+        fig.savefig(path, dpi=130, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
+        paths.append(path)
+    return paths
+
+
+def _maybe_save(fig: Figure, stem: str | Path | None) -> list[Path]:
+    return save(fig, stem) if stem is not None else []
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacity and load curves
+
+
+def capacity_bars_figure(df: pd.DataFrame, group: str, hue: str = "scheduler", value: str = "capacity_qps",
+                         err: str | None = "capacity_qps_std", facet: str | None = None, title: str = "",
+                         ylabel: str = "capacity (QPS)") -> Figure:
+    """Grouped bars: one group per ``group`` value, one bar per ``hue`` value, one panel per ``facet``."""
+    facets = list(dict.fromkeys(df[facet])) if facet else [None]
+    hues = list(dict.fromkeys(df[hue]))
+    fig = Figure(figsize=(max(4.0, 3.6 * len(facets)), 3.4))
+    axes = fig.subplots(1, len(facets), squeeze=False)[0]
+    width = 0.8 / max(1, len(hues))
+    for ax, fv in zip(axes, facets, strict=True):
+        sub = df if fv is None else df[df[facet] == fv]
+        groups = list(dict.fromkeys(sub[group]))
+        x = np.arange(len(groups))
+        for i, hv in enumerate(hues):
+            rows = sub[sub[hue] == hv].set_index(group).reindex(groups)
+            heights = rows[value].to_numpy(dtype=float)
+            yerr = rows[err].to_numpy(dtype=float) if err and err in rows else None
+            bars = ax.bar(x + (i - (len(hues) - 1) / 2) * width, np.nan_to_num(heights), width, yerr=yerr,
+                          capsize=2, label=str(hv), color=_color(hv, i))
+            for bar, h in zip(bars, heights, strict=True):
+                if np.isfinite(h):
+                    ax.annotate(f"{h:.2g}", (bar.get_x() + bar.get_width() / 2, h), ha="center", va="bottom",
+                                fontsize=7, xytext=(0, 2), textcoords="offset points")
+        ax.set_xticks(x, [str(g) for g in groups])
+        ax.set_title(str(fv) if fv is not None else title, fontsize=9)
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title and facet:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def capacity_bars(df: pd.DataFrame, stem: str | Path | None, **kwargs: Any) -> list[Path]:
+    return _maybe_save(capacity_bars_figure(df, **kwargs), stem)
+
+
+def latency_vs_qps_figure(df: pd.DataFrame, x: str = "qps", hue: str = "scheduler",
+                          metrics: Sequence[tuple[str, str]] = (("tbt_s_p99", "P99 TBT (s)"), ("ttft_s_p50", "P50 TTFT (s)")),
+                          slo: Mapping[str, float] | None = None, title: str = "", logy: bool = True) -> Figure:
+    """One panel per metric, metric against ``x``, one line per ``hue`` value; SLO lines dashed."""
+    fig = Figure(figsize=(4.2 * len(metrics), 3.3))
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, (col, label) in zip(axes, metrics, strict=True):
+        for i, hv in enumerate(dict.fromkeys(df[hue])):
+            sub = df[(df[hue] == hv) & df[col].notna()].sort_values(x)
+            ax.plot(sub[x], sub[col], marker="o", ms=3, label=str(hv), color=_color(hv, i))
+        if slo and col in slo:
+            ax.axhline(slo[col], ls="--", color="k", lw=1, label="SLO")
+        ax.set_xlabel(x)
+        ax.set_ylabel(label)
+        if logy:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def latency_vs_qps(df: pd.DataFrame, stem: str | Path | None, **kwargs: Any) -> list[Path]:
+    return _maybe_save(latency_vs_qps_figure(df, **kwargs), stem)
+
+
+# ---------------------------------------------------------------------------------------------
+# TBT and iterations
+
+
+def tbt_cdf_figure(samples: Mapping[str, np.ndarray], slo_s: float | None = None, title: str = "TBT CDF") -> Figure:
+    """Empirical CDF of every TBT gap per label (log x); the P99 of each marked."""
+    fig = Figure(figsize=(5.0, 3.4))
+    ax = fig.subplots()
+    for i, (label, values) in enumerate(samples.items()):
+        v = np.sort(np.asarray(values, dtype=float))
+        if len(v) == 0:
+            continue
+        y = np.arange(1, len(v) + 1) / len(v)
+        color = _color(label, i)
+        ax.plot(v, y, label=f"{label} (P99 {np.percentile(v, 99) * 1e3:.0f} ms)", color=color)
+    if slo_s is not None:
+        ax.axvline(slo_s, ls="--", color="k", lw=1, label=f"SLO {slo_s:g}s")
+    ax.axhline(0.99, ls=":", color="grey", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("time between tokens (s)")
+    ax.set_ylabel("fraction of gaps")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def tbt_cdf(samples: Mapping[str, np.ndarray], stem: str | Path | None, **kwargs: Any) -> list[Path]:
+    return _maybe_save(tbt_cdf_figure(samples, **kwargs), stem)
+
+
+def stall_mask(iterations: pd.DataFrame) -> np.ndarray:
+    """Iterations that stall decoding: prefill-only (no decode tokens) while the previous
+    iteration of the same replica carried decodes, so those requests wait out a prefill."""
+    it = iterations
+    prev_decodes = it.groupby("replica_id")["num_decode_tokens"].shift(1).fillna(0).to_numpy()
+    return ((it["num_decode_tokens"].to_numpy() == 0) & (it["num_prefill_tokens"].to_numpy() > 0)
+            & (prev_decodes > 0))
+
+
+def iteration_timeline_figure(iterations: pd.DataFrame, start_at: float | None = None, end_at: float | None = None,
+                              replica_id: int = 0, title: str = "") -> Figure:
+    """Tokens per iteration over time (stacked prefill / decode) above iteration duration;
+    stall iterations shaded. ``iterations`` is :meth:`RunResult.iteration_frame`."""
+    it = iterations[iterations["replica_id"] == replica_id].reset_index(drop=True)
+    stalls = stall_mask(it)
+    keep = np.ones(len(it), dtype=bool)
+    if start_at is not None:
+        keep &= it["started_at"].to_numpy() >= start_at
+    if end_at is not None:
+        keep &= it["started_at"].to_numpy() <= end_at
+    it, stalls = it[keep], stalls[keep]
+    fig = Figure(figsize=(9.0, 4.6))
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    t, w = it["started_at"].to_numpy(), it["duration_s"].to_numpy()
+    dec, pre = it["num_decode_tokens"].to_numpy(), it["num_prefill_tokens"].to_numpy()
+    top.bar(t, dec, width=w, align="edge", color="#1f77b4", label="decode tokens", linewidth=0)
+    top.bar(t, pre, width=w, bottom=dec, align="edge", color="#ff7f0e", label="prefill tokens", linewidth=0)
+    bottom.bar(t, w * 1e3, width=w, align="edge", color=np.where(stalls, "#d62728", "#7f7f7f"), linewidth=0)
+    for ax in (top, bottom):
+        for s_at, s_w in zip(t[stalls], w[stalls], strict=True):
+            ax.axvspan(s_at, s_at + s_w, color="#d62728", alpha=0.12, lw=0)
+    top.set_ylabel("tokens / iteration")
+    top.legend(fontsize=8, loc="upper right")
+    top.set_title(title or f"replica {replica_id}: {int(stalls.sum())} decode stalls (shaded)", fontsize=10)
+    bottom.set_ylabel("iteration (ms)")
+    bottom.set_xlabel("simulated time (s)")
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def iteration_timeline(iterations: pd.DataFrame, stem: str | Path | None, **kwargs: Any) -> list[Path]:
+    return _maybe_save(iteration_timeline_figure(iterations, **kwargs), stem)
+
+
+def pp_gantt_figure(stages: pd.DataFrame, start_at: float | None = None, end_at: float | None = None,
+                    replica_id: int = 0, title: str = "") -> Figure:
+    """Stage x time chart: each (micro-batch, stage) execution a box; white gaps are bubbles.
+
+    ``stages`` columns: ``stage``, ``started_at``, ``duration_s``, ``micro_batch_id``, and
+    optionally ``replica_id`` (rows of other replicas are dropped).
+    """
+    missing = {"stage", "started_at", "duration_s", "micro_batch_id"} - set(stages.columns)
+    if missing:
+        raise ValueError(f"stage table lacks columns {sorted(missing)}")
+    st = stages
+    if "replica_id" in st:
+        st = st[st["replica_id"] == replica_id]
+    if start_at is not None:
+        st = st[st["started_at"] + st["duration_s"] >= start_at]
+    if end_at is not None:
+        st = st[st["started_at"] <= end_at]
+    num_stages = int(stages["stage"].max()) + 1 if len(stages) else 1
+    fig = Figure(figsize=(9.0, 0.6 * num_stages + 1.4))
+    ax = fig.subplots()
+    for s in range(num_stages):
+        rows = st[st["stage"] == s]
+        colors = [f"C{int(b) % 10}" for b in rows["micro_batch_id"]]
+        ax.broken_barh(list(zip(rows["started_at"], rows["duration_s"], strict=True)), (s - 0.4, 0.8),
+                       facecolors=colors, edgecolors="white", linewidth=0.3)
+    span = (st["started_at"].min(), (st["started_at"] + st["duration_s"]).max()) if len(st) else (0.0, 1.0)
+    busy = st.groupby("stage")["duration_s"].sum() if len(st) else pd.Series(dtype=float)
+    width = max(span[1] - span[0], 1e-12)
+    labels = [f"stage {s} ({busy.get(s, 0.0) / width:.0%} busy)" for s in range(num_stages)]
+    ax.set_yticks(range(num_stages), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("simulated time (s)")
+    ax.set_title(title or "pipeline stages (colour = micro-batch; gaps = bubbles)", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def pp_gantt(stages: pd.DataFrame, stem: str | Path | None, **kwargs: Any) -> list[Path]:
+    return _maybe_save(pp_gantt_figure(stages, **kwargs), stem)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token budget
+
+
+def tau_figure(result: Any) -> Figure:
+    """Iteration time and throughput against tokens per iteration for a :class:`TauResult`."""
+    tab = result.table
+    fig = Figure(figsize=(9.0, 3.4))
+    left, right = fig.subplots(1, 2)
+    left.plot(tab["num_tokens"], tab["iteration_s"] * 1e3, label=f"hybrid iteration ({result.mix.num_decodes} decodes)")
+    left.plot(tab["num_tokens"], tab["linear_layers_s"] * 1e3, label="linear layers only", ls="-.")
+    left.axhline(result.tbt_slo_s * 1e3, ls="--", color="k", lw=1, label=f"TBT SLO {result.tbt_slo_s:g}s")
+    right.plot(tab["num_tokens"], tab["throughput_tokens_per_s"], label="hybrid iteration")
+    right.plot(tab["num_tokens"], tab["linear_tokens_per_s"], label="linear layers only", ls="-.")
+    for ax in (left, right):
+        if result.tau:
+            ax.axvline(result.tau, color="#2ca02c", lw=1.2, label=f"tau = {result.tau}")
+        ax.axvline(result.knee_tokens, color="#9467bd", lw=1, ls=":", label=f"knee ~ {result.knee_tokens}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per iteration")
+        ax.grid(alpha=0.3)
+    left.set_yscale("log")
+    left.set_ylabel("time (ms)")
+    right.set_ylabel("tokens / s")
+    left.legend(fontsize=7)
+    right.legend(fontsize=7)
+    r = result.config.replica
+    fig.suptitle(f"token budget: {r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def tau_plot(result: Any, stem: str | Path | None) -> list[Path]:
+    return _maybe_save(tau_figure(result), stem)
+
+
+# ---------------------------------------------------------------------------------------------
+# From files (``simulate plot``)
+
+
+def plot_sweep(folder: Path, out: Path, x: str = "qps", hue: str = "scheduler") -> list[Path]:
+    """Figures for a sweep folder: capacity bars (capacity mode) or latency curves (run mode)."""
+    folder = Path(folder)
+    info = json.loads((folder / "sweep.json").read_text())
+    table = pd.read_parquet(folder / "results.parquet") if (folder / "results.parquet").exists() \
+        else pd.read_csv(folder / "results.csv")
+    table = table[table["status"] == "ok"]
+    varied = [n for names in info["grid"] for n in names.split(",")]
+    if hue not in table:
+        hue = varied[0] if varied else "point"
+    if info["mode"] == "capacity":
+        others = [n for n in varied if n != hue]
+        table = table.assign(setting=table[others].astype(str).agg(" ".join, axis=1) if others else "all")
+        return capacity_bars(table, Path(out) / "capacity", group="setting", hue=hue)
+    if x not in table:
+        x = next((n for n in varied if n != hue), "point")
+    return latency_vs_qps(table, Path(out) / "latency_vs_qps", x=x, hue=hue)
+
+
+def plot_run(path: Path, out: Path) -> list[Path]:
+    """Re-simulate a run from its ``config.json`` (bit-for-bit) and draw TBT CDF, timeline and PP Gantt."""
+    from simulator.cli.options import load_config_file
+    from simulator.engine import simulate
+    from simulator.metrics import tbt_samples
+
+    path = Path(path)
+    config = load_config_file(path / "config.json" if path.is_dir() else path)
+    result = simulate(config)
+    out = Path(out)
+    label = config.scheduler.name
+    written = tbt_cdf({label: tbt_samples(result)}, out / "tbt_cdf", title=f"TBT CDF: {config.replica.model}, {label}")
+    iters = result.iteration_frame()
+    mid = float(iters["started_at"].median()) if len(iters) else 0.0
+    written += iteration_timeline(iters, out / "iteration_timeline", start_at=mid, end_at=mid + 10.0)
+    if config.replica.pp > 1 and hasattr(result, "stage_frame"):
+        stages = result.stage_frame()
+        if len(stages):
+            t0 = float(stages["started_at"].median())
+            written += pp_gantt(stages, out / "pp_gantt", start_at=t0, end_at=t0 + 2.0)
+    return written

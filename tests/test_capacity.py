@@ -1,0 +1,201 @@
+"""Capacity search: a bracketable answer, exact early exit, capacity 0 with a reason, tau, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from helpers import ConstantCostModel
+from typer.testing import CliRunner
+
+from simulator import engine
+from simulator.capacity import (
+    SLO,
+    OverloadWatch,
+    SearchSettings,
+    find_capacity,
+    run_trial,
+    sched_delay_certain_fail_count,
+    search_seed,
+)
+from simulator.cli import app
+from simulator.config import RunConfig
+from simulator.errors import ConfigError
+from simulator.tau import DecodeMix, choose_tau, knee_tokens
+
+runner = CliRunner()
+
+ITERATION_S = 0.01
+NUM_SLOTS = 4
+NUM_OUTPUT = 10
+
+
+@pytest.fixture
+def constant_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every iteration takes ITERATION_S whatever its batch."""
+    monkeypatch.setattr(engine, "load_cost_model", lambda spec, replica: ConstantCostModel(replica, ITERATION_S))
+
+
+def slots_config(num_requests: int = 512, **changes) -> RunConfig:
+    """NUM_SLOTS requests at a time, each needing exactly NUM_OUTPUT iterations (one prefill of
+    16 tokens that yields the first token, then NUM_OUTPUT - 1 decodes): with constant
+    iterations this is a queue with NUM_SLOTS servers of deterministic service
+    NUM_OUTPUT * ITERATION_S, i.e. saturated at MU requests/s."""
+    return RunConfig().replace(
+        replica__model="mistral-7b", scheduler__name="sarathi", scheduler__max_num_seqs=NUM_SLOTS,
+        scheduler__chunk_size=64, workload__name="fixed", workload__prompt_tokens=16,
+        workload__output_tokens=NUM_OUTPUT, workload__num_requests=num_requests, workload__qps=10.0, **changes)
+
+
+MU = NUM_SLOTS / (NUM_OUTPUT * ITERATION_S)  # 40 requests/s
+
+
+def test_capacity_brackets_the_service_rate(constant_cost):
+    # Scheduling delay limit 0.2 s. Below MU the queue is stable (waits of a few iterations at
+    # moderate load); above it the backlog grows at (qps - MU) and the median request, which
+    # arrives at n / (2 qps), waits ~(1 - MU/qps) n / (2 MU) -- over 0.2 s once
+    # qps > MU / (1 - 0.4 MU / n) = 41.3 for n = 512. So capacity lies in [0.75 MU, 1.04 MU].
+    slo = SLO(tbt_s=0.05, sched_delay_s=0.2)
+    result = search_seed(slots_config(), slo, SearchSettings(qps_start=10.0))
+    assert 0.75 * MU <= result.capacity_qps <= MU / (1 - 0.4 * MU / 512) + 0.5
+    passed = [t for t in result.trials if t.passed]
+    failed = [t for t in result.trials if not t.passed]
+    assert passed and failed
+    assert max(t.qps for t in passed) == result.capacity_qps
+    assert min(t.qps for t in failed) > result.capacity_qps
+    gap = (min(t.qps for t in failed) - result.capacity_qps) / min(t.qps for t in failed)
+    assert gap <= 0.025
+    # TBT is one constant iteration everywhere, so only the queue can fail a trial.
+    assert all("scheduling delay" in t.reason or "overloaded" in t.reason for t in failed)
+    assert result.at_capacity is not None and result.at_capacity.tbt_s_p99 == pytest.approx(ITERATION_S)
+
+
+def test_early_exit_gives_the_same_verdicts_and_capacity(constant_cost):
+    slo = SLO(tbt_s=0.05, sched_delay_s=0.2)
+    fast = search_seed(slots_config(), slo, SearchSettings(qps_start=10.0, early_exit=True))
+    slow = search_seed(slots_config(), slo, SearchSettings(qps_start=10.0, early_exit=False))
+    assert fast.capacity_qps == slow.capacity_qps
+    assert [(t.qps, t.passed) for t in fast.trials] == [(t.qps, t.passed) for t in slow.trials]
+    stopped = [t for t in fast.trials if t.stopped_early]
+    assert stopped, "an overloaded trial at 80 QPS should be stopped early"
+    by_qps = {t.qps: t for t in slow.trials}
+    for t in stopped:  # what early exit declared certain really happened when run to the end
+        assert by_qps[t.qps].sched_delay_s_q > slo.sched_delay_s
+
+
+def test_watch_does_not_change_a_run_it_does_not_stop(constant_cost):
+    config = slots_config(num_requests=200).replace(workload__qps=20.0)
+    plain = engine.simulate(config)
+    watched = engine.simulate(config, watch=OverloadWatch(2.0, 50.0))
+    assert "stopped" not in watched.extra
+    assert watched.sim_end_at == plain.sim_end_at
+    assert [r.token_times for r in watched.requests] == [r.token_times for r in plain.requests]
+
+
+@pytest.mark.parametrize("n,q", [(2048, 50.0), (2047, 50.0), (1000, 99.0), (10, 90.0), (1, 50.0)])
+def test_certain_fail_count_is_the_exact_threshold(n, q):
+    k = sched_delay_certain_fail_count(n, q)
+    # k values above the limit (1.0) and the rest at 0: the percentile exceeds 1.0 ...
+    values = np.r_[np.zeros(n - k), np.full(k, 2.0)]
+    assert np.percentile(values, q) > 1.0
+    # ... but with one fewer it need not.
+    values = np.r_[np.zeros(n - k + 1), np.full(k - 1, 2.0)]
+    assert np.percentile(values, q) <= 1.0
+
+
+def test_slo_below_a_lone_decode_is_capacity_zero_without_trials(constant_cost):
+    report = find_capacity(slots_config(), SLO(tbt_s=ITERATION_S / 2))
+    assert report.capacity_qps == 0.0
+    assert report.seeds[0].trials == []
+    assert "no QPS can meet it" in report.seeds[0].reason
+
+
+def test_unmeetable_goodput_ends_at_min_qps_with_the_reason(constant_cost):
+    # A TTFT of 1 ms is shorter than the first iteration: every request misses goodput.
+    slo = SLO(tbt_s=0.05, min_goodput=0.5, goodput_ttft_s=0.001)
+    result = search_seed(slots_config(num_requests=64), slo, SearchSettings(qps_start=1.0, min_qps=0.2))
+    assert result.capacity_qps == 0.0
+    assert [t.qps for t in result.trials] == [1.0, 0.5, 0.25]
+    assert "capacity 0" in result.reason and "goodput" in result.reason
+
+
+def test_quantiles_are_configurable(constant_cost):
+    config = slots_config(num_requests=256).replace(workload__qps=45.0)
+    loose = run_trial(config, 45.0, SLO(tbt_s=0.05, sched_delay_s=0.3, sched_delay_quantile=10.0), early_exit=False)
+    tight = run_trial(config, 45.0, SLO(tbt_s=0.05, sched_delay_s=0.3, sched_delay_quantile=99.0), early_exit=False)
+    assert loose.sched_delay_s_q < tight.sched_delay_s_q
+    assert loose.passed and not tight.passed
+
+
+def test_seeds_report_spread(constant_cost):
+    report = find_capacity(slots_config(num_requests=256), SLO(tbt_s=0.05, sched_delay_s=0.2),
+                           SearchSettings(qps_start=20.0), num_seeds=3)
+    assert [s.seed for s in report.seeds] == [0, 1, 2]
+    caps = report.capacities
+    assert report.capacity_qps == pytest.approx(caps.mean())
+    assert report.summary()["capacity_qps_min"] == caps.min() <= caps.max() == report.summary()["capacity_qps_max"]
+    assert report.capacity_qps_std == pytest.approx(caps.std(ddof=1))
+    assert set(report.trials_frame()["seed"]) == {0, 1, 2}
+
+
+def test_bad_inputs_are_config_errors():
+    with pytest.raises(ConfigError, match="slo.tbt_quantile"):
+        SLO(tbt_quantile=0)
+    with pytest.raises(ConfigError, match="slo.tbt_s"):
+        SLO(tbt_s=-1)
+    with pytest.raises(ConfigError, match="rel_tol"):
+        SearchSettings(rel_tol=0)
+    with pytest.raises(ConfigError, match="workload.arrival"):
+        find_capacity(RunConfig().replace(workload__arrival="burst"), SLO())
+
+
+def test_cli_capacity_json_reports_zero_for_an_impossible_slo():
+    result = runner.invoke(app, ["capacity", "--model", "mistral-7b", "--tbt-slo", "0.0005", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["capacity_qps"] == 0.0
+    assert "no QPS can meet it" in data["reason"]
+    assert data["config"]["workload"]["num_requests"] == 2048  # capacity's own default trial size
+
+
+def test_cli_capacity_small_search(tmp_path):
+    result = runner.invoke(app, ["capacity", "--model", "mistral-7b", "--num-requests", "128", "--qps", "2",
+                                 "--tbt-slo", "0.5", "--rel-tol", "0.2", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["capacity_qps"] > 0
+    assert math.isfinite(data["tbt_s_p99_at_capacity"]) and data["tbt_s_p99_at_capacity"] <= 0.5
+    assert (tmp_path / "trials.csv").exists() and json.loads((tmp_path / "capacity.json").read_text())["trials"]
+
+
+def test_cli_capacity_bad_quantile_is_one_line():
+    result = runner.invoke(app, ["capacity", "--tbt-quantile", "150"])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, ConfigError) or "tbt_quantile" in result.output
+
+
+def test_tau_fits_the_slo_and_grows_with_it():
+    config = RunConfig().replace(replica__model="mistral-7b")
+    mix = DecodeMix(num_decodes=32, decode_context=1024, chunk_context=512, source="test")
+    strict, relaxed = choose_tau(config, 0.1, mix), choose_tau(config, 0.5, mix)
+    assert 32 < strict.tau < relaxed.tau
+    from simulator.costmodel import load_cost_model
+    from simulator.tau import hybrid_shape
+
+    cost = load_cost_model("roofline", config.replica)
+    assert cost.iteration_time(hybrid_shape(mix, strict.tau)) <= 0.1 < cost.iteration_time(hybrid_shape(mix, strict.tau + 1))
+    # The knee sits where the GEMMs' arithmetic intensity meets the GPU's ridge: tens to a few hundred tokens.
+    assert 16 <= knee_tokens(cost) <= 1024
+    impossible = choose_tau(config, 0.001, mix)
+    assert impossible.tau == 0 and "decodes alone" in impossible.reason
+
+
+def test_cli_tau_json_and_plot(tmp_path):
+    result = runner.invoke(app, ["tau", "--model", "mistral-7b", "--tbt-slo", "0.2", "--num-decodes", "16",
+                                 "--plot", str(tmp_path / "tau"), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["tau"] > 16 and data["iteration_s_at_tau"] <= 0.2 and data["knee_tokens"] > 0
+    assert (tmp_path / "tau.png").stat().st_size > 0 and (tmp_path / "tau.svg").stat().st_size > 0

@@ -1,0 +1,177 @@
+"""Sweeps: validation before running, per-point files, resume, failures recorded, backends agree."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.errors import ConfigError
+from simulator.sweep import build_spec, load_sweep_file, parse_cli_grid, point_path, run_sweep
+
+runner = CliRunner()
+
+SMALL = {"model": "mistral-7b", "num_requests": 24, "workload": "fixed", "prompt_tokens": 64, "output_tokens": 8}
+
+
+def small_spec(grid: dict | None = None, mode: str = "run", **base):
+    return build_spec({"mode": mode, "base": {**SMALL, **base},
+                       "grid": grid or {"scheduler": ["vllm", "sarathi"], "qps": [2.0, 8.0]}})
+
+
+def point_files(out: Path) -> dict[str, float]:
+    return {p.name: p.stat().st_mtime_ns for p in (out / "points").glob("*.json")}
+
+
+def test_points_are_the_grid_product_and_keys_are_semantic():
+    spec = small_spec()
+    assert len(spec.points) == 4
+    assert [(p.params["scheduler"], p.params["qps"]) for p in spec.points] == [
+        ("vllm", 2.0), ("vllm", 8.0), ("sarathi", 2.0), ("sarathi", 8.0)]
+    # Spelling a default explicitly, or an int for a float, does not change a point's identity.
+    same = small_spec(grid={"scheduler": ["vllm", "sarathi"], "qps": [2, 8]}, seed=0, max_num_seqs=128)
+    assert [p.key for p in same.points] == [p.key for p in spec.points]
+
+
+def test_zipped_keys_vary_together():
+    spec = small_spec(grid={"tbt_slo,chunk_size": [[0.1, 256], [0.5, 1024]], "scheduler": ["sarathi"]})
+    assert [(p.options["tbt_slo"], p.config.scheduler.chunk_size) for p in spec.points] == [(0.1, 256), (0.5, 1024)]
+
+
+@pytest.mark.parametrize("data,key", [
+    ({"grid": {"schedular": ["vllm"]}}, "sweep.grid.schedular"),
+    ({"base": {"modle": "mistral-7b"}}, "sweep.base.modle"),
+    ({"gird": {"qps": [1]}}, "sweep.gird"),
+    ({"grid": {"scheduler": ["vllm", "fifo"]}}, "sweep.grid.scheduler"),
+    ({"grid": {"qps": [1, "fast"]}}, "sweep.grid.qps"),
+    ({"grid": {"tp": [1, 3]}, "base": {"model": "mistral-7b"}}, "sweep.grid.tp"),
+    ({"grid": {"qps": []}}, "sweep.grid.qps"),
+    ({"grid": {"tbt_slo,chunk_size": [[0.1]]}}, "sweep.grid.tbt_slo,chunk_size"),
+    ({"mode": "run", "grid": {"num_seeds": [2]}}, "sweep.grid.num_seeds"),
+    ({"mode": "capacity", "grid": {"tbt_quantile": [99, 0]}}, "tbt_quantile"),
+    ({"mode": "fast"}, "sweep.mode"),
+])
+def test_bad_sweeps_are_refused_naming_the_key(data, key):
+    with pytest.raises(ConfigError) as err:
+        build_spec(data)
+    assert key in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_key_refused_before_any_point_runs(tmp_path: Path):
+    sweep = tmp_path / "bad.toml"
+    sweep.write_text('mode = "run"\n[base]\nnum_requests = 10\n[grid]\nqps = [1, 2]\nchunksize = [256]\n')
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["sweep", str(sweep), "--out", str(out), "--no-progress"])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, ConfigError) and "sweep.grid.chunksize" in str(result.exception)
+    assert not out.exists()
+
+
+def test_resume_runs_only_missing_points(tmp_path: Path):
+    out = tmp_path / "out"
+    # A "killed" sweep: only the qps=2 half finished.
+    partial = run_sweep(small_spec(grid={"scheduler": ["vllm", "sarathi"], "qps": [2.0]}), out)
+    assert partial.num_run == 2
+    before = point_files(out)
+    (out / "points" / "deadbeef.json.tmp").write_text("{half a point")  # debris of a kill mid-write
+    full = run_sweep(small_spec(), out)
+    assert (full.num_run, full.num_skipped, full.num_failed) == (2, 2, 0)
+    after = point_files(out)
+    assert {k: after[k] for k in before} == before  # finished points were not rerun
+    again = run_sweep(small_spec(), out)
+    assert again.num_run == 0 and point_files(out) == after
+    fresh = run_sweep(small_spec(), tmp_path / "fresh")
+    pd.testing.assert_frame_equal(full.table, fresh.table)
+    assert list(full.table["status"]) == ["ok"] * 4
+    assert full.table_path.exists() and len(pd.read_csv(full.table_path)) == 4
+
+
+def test_failing_point_records_its_error_and_the_sweep_goes_on(tmp_path: Path):
+    # Llama-2-70B does not fit one A100-40GB: that point fails at run time, the others run.
+    spec = small_spec(grid={"model": ["mistral-7b", "llama-2-70b"], "qps": [2.0]}, gpu="a100-40gb")
+    result = run_sweep(spec, tmp_path)
+    assert result.num_failed == 1
+    table = result.table.set_index("model")
+    assert table.loc["mistral-7b", "status"] == "ok" and table.loc["llama-2-70b", "status"] == "error"
+    assert "does not fit" in table.loc["llama-2-70b", "error"]
+    doc = json.loads(point_path(tmp_path, spec.points[1].key).read_text())
+    assert doc["status"] == "error" and doc["params"]["model"] == "llama-2-70b"
+    # A rerun does not retry it unless asked.
+    assert run_sweep(spec, tmp_path).num_run == 0
+    assert run_sweep(spec, tmp_path, retry_failed=True).num_run == 1
+
+
+def test_worker_count_does_not_change_the_table(tmp_path: Path):
+    one = run_sweep(small_spec(), tmp_path / "one", workers=1)
+    two = run_sweep(small_spec(), tmp_path / "two", workers=2)
+    pd.testing.assert_frame_equal(one.table, two.table)
+
+
+def test_capacity_mode_records_capacity_and_trials(tmp_path: Path):
+    spec = small_spec(grid={"scheduler": ["sarathi"]}, mode="capacity", qps_start=4.0, rel_tol=0.3, tbt_slo=0.5)
+    assert spec.points[0].config.workload.num_requests == SMALL["num_requests"]  # the base's own value wins
+    result = run_sweep(spec, tmp_path)
+    row = result.table.iloc[0]
+    assert row["status"] == "ok" and row["capacity_qps"] > 0
+    doc = json.loads(point_path(tmp_path, spec.points[0].key).read_text())
+    assert doc["trials"] and {"qps", "passed", "tbt_s_p99"} <= set(doc["trials"][0])
+    assert build_spec({"mode": "capacity"}).points[0].config.workload.num_requests == 2048
+
+
+def test_yaml_and_cli_grid(tmp_path: Path):
+    assert parse_cli_grid(["scheduler=vllm,sarathi", "qps=1"]) == {"scheduler": ["vllm", "sarathi"], "qps": ["1"]}
+    with pytest.raises(ConfigError, match="--grid"):
+        parse_cli_grid(["qps"])
+    if importlib.util.find_spec("yaml") is not None:
+        path = tmp_path / "s.yaml"
+        path.write_text("mode: run\nbase:\n  num_requests: 10\ngrid:\n  qps: [1, 2]\n")
+        assert len(build_spec(load_sweep_file(path)).points) == 2
+
+
+def test_cli_sweep_with_grid_lists_and_run_options(tmp_path: Path):
+    out = tmp_path / "out"
+    args = ["sweep", "--grid", "scheduler=vllm,sarathi", "--grid", "qps=2,4", "--model", "mistral-7b",
+            "--num-requests", "16", "--workload", "fixed", "--prompt-tokens", "32", "--output-tokens", "4",
+            "--out", str(out), "--workers", "2", "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "results.csv")
+    assert len(table) == 4 and set(table["model"]) == {"mistral-7b"} and (table["status"] == "ok").all()
+    rerun = runner.invoke(app, args)
+    assert "ran 0 points" in rerun.output
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+def test_ray_and_local_give_identical_tables(tmp_path: Path):
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = run_sweep(small_spec(), tmp_path / "ray", ray_address="local")
+    finally:
+        ray.shutdown()
+    local = run_sweep(small_spec(), tmp_path / "local", workers=2)
+    pd.testing.assert_frame_equal(remote.table, local.table)
+
+
+def test_missing_ray_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("no ray")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(ConfigError, match="Ray is not installed"):
+        run_sweep(small_spec(), tmp_path, ray_address="local")

@@ -1,0 +1,111 @@
+"""Plots: every figure is written as PNG and SVG; stall detection and the Gantt's input contract."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulator import plots
+from simulator.config import RunConfig
+from simulator.engine import ITERATION_COLUMNS, simulate
+from simulator.metrics import tbt_samples
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_written(paths: list[Path], stem: Path) -> None:
+    assert sorted(p.name for p in paths) == sorted([f"{stem.name}.png", f"{stem.name}.svg"])
+    png = stem.with_name(stem.name + ".png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 2000
+    root = ET.parse(stem.with_name(stem.name + ".svg")).getroot()
+    assert root.tag.endswith("svg")
+
+
+@pytest.fixture(scope="module")
+def vllm_run():
+    config = RunConfig().replace(replica__model="mistral-7b", scheduler__name="vllm", workload__qps=2.0,
+                                 workload__num_requests=60)
+    return simulate(config)
+
+
+def test_capacity_bars_and_latency_curves(tmp_path: Path):
+    df = pd.DataFrame({
+        "scheduler": ["vllm", "orca", "sarathi"] * 2,
+        "setting": ["strict"] * 3 + ["relaxed"] * 3,
+        "workload": ["sharegpt"] * 6,
+        "capacity_qps": [0.5, 0.4, 1.2, 1.0, np.nan, 2.0],
+        "capacity_qps_std": [0.01, 0.02, 0.03, 0.0, np.nan, 0.1],
+    })
+    stem = tmp_path / "bars"
+    assert_written(plots.capacity_bars(df, stem, group="setting", facet="workload"), stem)
+    curves = pd.DataFrame({"scheduler": ["vllm"] * 3 + ["sarathi"] * 3, "qps": [0.5, 1, 2] * 2,
+                           "tbt_s_p99": [0.05, 0.2, 0.9, 0.04, 0.05, 0.08], "ttft_s_p50": [0.1, 0.2, 5, 0.1, 0.3, 0.6]})
+    stem = tmp_path / "curves"
+    assert_written(plots.latency_vs_qps(curves, stem, slo={"tbt_s_p99": 0.1}), stem)
+
+
+def test_tbt_cdf_and_iteration_timeline_from_a_run(tmp_path: Path, vllm_run):
+    stem = tmp_path / "cdf"
+    assert_written(plots.tbt_cdf({"vllm": tbt_samples(vllm_run)}, stem, slo_s=0.1), stem)
+    stem = tmp_path / "timeline"
+    assert_written(plots.iteration_timeline(vllm_run.iteration_frame(), stem, start_at=5.0, end_at=20.0), stem)
+
+
+def test_stall_mask_marks_prefill_only_iterations_that_interrupt_decodes():
+    rows = [  # replica, prefill tokens, decode tokens
+        (0, 100, 0),  # first prefill: nobody was decoding
+        (0, 0, 1),
+        (0, 200, 0),  # stall: the decode above waits
+        (0, 50, 0),   # prefill after a prefill: no decode was running in the previous iteration
+        (0, 0, 2),
+        (0, 10, 2),   # hybrid (Sarathi) iteration: decodes continue, no stall
+        (1, 30, 0),   # another replica's first prefill is not a stall of replica 0
+    ]
+    it = pd.DataFrame([(r, 0.0, 0.01, p, d, 0, d, 0, 0, 0) for r, p, d in rows], columns=list(ITERATION_COLUMNS))
+    assert plots.stall_mask(it).tolist() == [False, False, True, False, False, False, False]
+
+
+def test_vllm_shows_stalls_and_sarathi_does_not():
+    base = RunConfig().replace(replica__model="mistral-7b", workload__qps=3.0, workload__num_requests=60)
+    vllm = simulate(base.replace(scheduler__name="vllm")).iteration_frame()
+    sarathi = simulate(base.replace(scheduler__name="sarathi")).iteration_frame()
+    assert plots.stall_mask(vllm).sum() > 0
+    assert plots.stall_mask(sarathi).sum() == 0
+
+
+def test_pp_gantt_from_a_documented_stage_table(tmp_path: Path):
+    # Two stages, three micro-batches flowing through with a bubble on stage 1 at the start.
+    stages = pd.DataFrame({
+        "replica_id": [0] * 6,
+        "micro_batch_id": [0, 0, 1, 1, 2, 2],
+        "stage": [0, 1, 0, 1, 0, 1],
+        "started_at": [0.0, 1.0, 1.0, 2.0, 2.0, 3.0],
+        "duration_s": [1.0] * 6,
+    })
+    stem = tmp_path / "gantt"
+    assert_written(plots.pp_gantt(stages, stem), stem)
+    with pytest.raises(ValueError, match="micro_batch_id"):
+        plots.pp_gantt_figure(stages.drop(columns=["micro_batch_id"]))
+
+
+def test_pp_gantt_from_a_pipelined_run(tmp_path: Path):
+    result = simulate(RunConfig().replace(replica__model="llama-2-7b", replica__pp=2, workload__num_requests=20))
+    stages = result.stage_frame()
+    assert set(stages["stage"]) == {0, 1}
+    stem = tmp_path / "gantt_run"
+    assert_written(plots.pp_gantt(stages, stem), stem)
+
+
+def test_plot_sweep_folder(tmp_path: Path):
+    from simulator.sweep import build_spec, run_sweep
+
+    spec = build_spec({"base": {"model": "mistral-7b", "num_requests": 16, "workload": "fixed", "prompt_tokens": 32,
+                                "output_tokens": 4},
+                       "grid": {"scheduler": ["vllm", "sarathi"], "qps": [1.0, 4.0]}})
+    run_sweep(spec, tmp_path)
+    written = plots.plot_sweep(tmp_path, tmp_path / "figs")
+    assert sorted(p.name for p in written) == ["latency_vs_qps.png", "latency_vs_qps.svg"]

@@ -120,7 +120,8 @@ def print_capacity(report, console: Console) -> None:  # noqa: ANN001
             table.add_row(str(t.seed), f"{t.qps:.4g}", "yes" if t.passed else "no", _s(t.tbt_s_q), _s(t.sched_delay_s_q),
                           _s(t.ttft_s_p50), _s(t.ttft_s_p99), _s(t.goodput_fraction), t.reason[:70])
     console.print(f"workload: {report.config.workload.name}, {report.config.workload.num_requests} requests per trial")
-    console.print(table)
+    if table.row_count:
+        console.print(table)
     summary = report.summary()
     spread = (f" ± {summary['capacity_qps_std']:.3g} (min {summary['capacity_qps_min']:.4g}, max "
               f"{summary['capacity_qps_max']:.4g}, {len(report.seeds)} seeds)") if len(report.seeds) > 1 else ""

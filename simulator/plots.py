@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter
 
 SCHEDULER_COLORS = {"vllm": "#d62728", "orca": "#ff7f0e", "fastertransformer": "#8c564b", "sarathi": "#2ca02c",
                     "vllm-v1": "#1f77b4"}
@@ -112,6 +113,9 @@ def latency_vs_qps_figure(df: pd.DataFrame, x: str = "qps", hue: str = "schedule
         ax.set_ylabel(label)
         if logy:
             ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+            ax.tick_params(axis="y", which="minor", labelsize=7)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     if title:

@@ -89,9 +89,8 @@ def ratio_table(cap: pd.DataFrame) -> pd.DataFrame:
         out[f"sarathi_vs_{other}_low"] = lo["sarathi"] / hi[other]
         out[f"sarathi_vs_{other}_high"] = hi["sarathi"] / lo[other]
     out["paper_sarathi_vs_vllm_headline"] = out["model"].map(PAPER_VS_VLLM)
-    order = {"mistral-7b": 0, "yi-34b": 1}
-    return out.sort_values(["model", "workload", "slo"], key=lambda s: s.map(order) if s.name == "model" else s,
-                           ignore_index=True)
+    order = {"mistral-7b": 0, "yi-34b": 1, "sharegpt": 0, "arxiv": 1, "strict": 0, "relaxed": 1}
+    return out.sort_values(["model", "workload", "slo"], key=lambda s: s.map(order), ignore_index=True)
 
 
 def figures(cap: pd.DataFrame, spec, out: Path) -> list[Path]:  # noqa: ANN001

@@ -146,6 +146,8 @@ _GPUS: tuple[GPUSpec, ...] = (
     GPUSpec("h100-sxm", 989 * TFLOPS, 3350 * GB, 80 * GiB, 450 * GB, 64 * GB, aliases=("h100", "h100-sxm5-80gb")),
     GPUSpec("h100-pcie", 756 * TFLOPS, 2000 * GB, 80 * GiB, 300 * GB, 64 * GB),
     GPUSpec("h200", 989 * TFLOPS, 4800 * GB, 141 * GB, 450 * GB, 64 * GB, aliases=("h200-sxm",)),
+    # A generic host CPU, so the profile -> fit -> simulate path runs (and is tested) without a GPU.
+    GPUSpec("cpu", 1 * TFLOPS, 50 * GB, 16 * GiB, 0.0, 16 * GB),
 )
 
 

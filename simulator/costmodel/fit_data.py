@@ -67,12 +67,13 @@ TIDY_COLUMNS = ("op", "num_tokens", "batch_size", "chunk_size", "kv_context", "c
                 "world_size", "tp", "device", "model", "median_s", "p20_s", "p80_s", "source")
 SHAPE_COLUMNS = ("hidden_size", "num_heads", "num_kv_heads")
 KNOWN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary", "residual_add",
-             "tp_all_reduce", "embedding", "lm_head", "attn_prefill", "attn_decode", "all_reduce", "send_recv")
+             "tp_all_reduce", "embedding", "lm_head", "attn_prefill", "attn_decode", "all_reduce", "all_gather", "send_recv")
 # Columns each op needs besides op/median_s.
 REQUIRED_BY_OP = {
     "attn_prefill": ("batch_size", "chunk_size", "kv_context"),
     "attn_decode": ("batch_size", "context_len"),
     "all_reduce": ("message_bytes", "world_size"),
+    "all_gather": ("message_bytes", "world_size"),
     "send_recv": ("message_bytes", "world_size"),
 }
 # A kernel slower than this is not a kernel: the table's unit is wrong (ms or ns read as s).

@@ -1,0 +1,39 @@
+"""The whole path a user takes without a GPU: profile real kernels -> fit -> simulate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+def simulate_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_profile_fit_simulate_on_cpu(tmp_path: Path):
+    prof, art = tmp_path / "prof", tmp_path / "tiny.json"
+    p = simulate_cli("profile", "--device", "cpu", "--model", "tiny-llama-1b", "--ops", "linear", "--max-tokens", "32",
+                     "--threads", "1", "--no-progress", "--out", str(prof))
+    assert p.returncode == 0, p.stderr
+    f = simulate_cli("fit", "--profile", str(prof / "profile.csv"), "--out", str(art))
+    assert f.returncode == 0, f.stderr
+    artifact = json.loads(art.read_text())
+    assert {"qkv_proj", "mlp_down", "lm_head"} <= set(artifact["learned_ops"])
+    common = ["run", "--model", "tiny-llama-1b", "--gpu", "cpu", "--workload", "fixed", "--prompt-tokens", "24",
+              "--output-tokens", "8", "--num-requests", "12", "--qps", "0.5", "--max-model-len", "1024", "--json"]
+    learned = simulate_cli(*common, "--cost-model", str(art))
+    roofline = simulate_cli(*common)
+    assert learned.returncode == 0 and roofline.returncode == 0, learned.stderr + roofline.stderr
+    s_learned, s_roof = json.loads(learned.stdout), json.loads(roofline.stdout)
+    assert s_learned["num_finished"] == 12
+    # The measured CPU kernels, not the spec-sheet roofline, set the pace.
+    assert s_learned["tpot_s_p50"] != pytest.approx(s_roof["tpot_s_p50"], rel=0.05)
+    # An artifact is for one model: another model is refused in one line.
+    bad = simulate_cli("run", "--model", "llama-2-7b", "--gpu", "cpu", "--cost-model", str(art), "--num-requests", "2")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -23,13 +23,13 @@ from simulator.metrics import request_frame, summarize
 FORMATS = ("parquet", "csv")
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return value
 
 
@@ -61,7 +61,7 @@ def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: d
     if result.config.replica.pp > 1:  # one row per (micro-batch, pipeline stage)
         paths["stages"] = write_table(result.stage_frame(), out_dir / "stages", fmt)
     paths["summary"] = out_dir / "summary.json"
-    paths["summary"].write_text(json.dumps(_jsonable(summary), indent=2, sort_keys=True) + "\n")
+    paths["summary"].write_text(json.dumps(jsonable(summary), indent=2, sort_keys=True) + "\n")
     paths["config"] = out_dir / "config.json"
     paths["config"].write_text(json.dumps(result.config.to_dict(), indent=2, sort_keys=True) + "\n")
     return paths

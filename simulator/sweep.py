@@ -48,9 +48,10 @@ from typing import Any
 
 import pandas as pd
 
-from simulator.cli.options import _SPECS as RUN_OPTIONS
+from simulator.cli.options import RUN_OPTIONS
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
+from simulator.output import jsonable
 
 MODES = ("run", "capacity")
 TOP_LEVEL_KEYS = ("mode", "base", "grid")
@@ -379,22 +380,12 @@ def point_path(out: Path, key: str) -> Path:
     return Path(out) / "points" / f"{key}.json"
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def _write_point(out: Path, mode: str, point: Point, record: dict[str, Any]) -> None:
     path = point_path(out, point.key)
     doc = {"key": point.key, "mode": mode, "params": point.params, "options": point.options,
            "config": point.config.to_dict(), **record}
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_jsonable(doc), indent=1, sort_keys=True))
+    tmp.write_text(json.dumps(jsonable(doc), indent=1, sort_keys=True))
     tmp.replace(path)  # atomic: a killed sweep never leaves half a point
 
 
@@ -476,7 +467,7 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
         raise ConfigError("--out", f"{out} exists and is not a folder")
     (out / "points").mkdir(parents=True, exist_ok=True)
     todo = _pending(spec, out, retry_failed)
-    (out / "sweep.json").write_text(json.dumps(_jsonable({
+    (out / "sweep.json").write_text(json.dumps(jsonable({
         "mode": spec.mode, "base": spec.base,
         "grid": {",".join(k): [list(r) for r in v] for k, v in spec.grid.items()},
         "points": [{"index": p.index, "key": p.key, "params": p.params} for p in spec.points]}), indent=1))

@@ -20,7 +20,7 @@ from simulator.cli.app import app
 from simulator.cli.options import run_options
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
-from simulator.output import _jsonable
+from simulator.output import jsonable
 
 
 def default_option(name: str, value: Any):  # noqa: ANN201
@@ -92,10 +92,10 @@ def capacity(
     data = report.to_dict()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "capacity.json").write_text(json.dumps(_jsonable(data), indent=2, sort_keys=True))
+        (out / "capacity.json").write_text(json.dumps(jsonable(data), indent=2, sort_keys=True))
         report.trials_frame().to_csv(out / "trials.csv", index=False)
     if json_out:
-        typer.echo(json.dumps(_jsonable(data), indent=2, sort_keys=True))
+        typer.echo(json.dumps(jsonable(data), indent=2, sort_keys=True))
         return
     print_capacity(report, Console())
     if out is not None:
@@ -156,7 +156,7 @@ def tau(
         paths = tau_plot(result, plot)
     summary = result.summary()
     if json_out:
-        typer.echo(json.dumps(_jsonable(summary), indent=2, sort_keys=True))
+        typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
         return
     console = Console()
     r = config.replica

@@ -23,8 +23,8 @@ import typer
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 
-# option name -> (RunConfig field path, type, help)
-_SPECS: dict[str, tuple[str, type, str]] = {
+# option name -> (RunConfig field path, type, help); sweep files use the same names.
+RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "model": ("replica__model", str, "Model: a catalog name (llama-2-7b, mistral-7b, yi-34b, ...) or HF id."),
     "gpu": ("replica__gpu", str, "GPU: a100-80gb, a100-40gb, a40, l40s, h100-sxm, h100-pcie, h200."),
     "tp": ("replica__tp", int, "Tensor-parallel degree."),
@@ -61,7 +61,7 @@ _SPECS: dict[str, tuple[str, type, str]] = {
 
 def _parameters() -> list[inspect.Parameter]:
     params = []
-    for name, (_, typ, help_text) in _SPECS.items():
+    for name, (_, typ, help_text) in RUN_OPTIONS.items():
         annotation = Annotated[typ | None, typer.Option(help=help_text, rich_help_panel="Run options")]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     params.append(inspect.Parameter(
@@ -86,7 +86,7 @@ def load_config_file(path: Path) -> RunConfig:
 def build_config(config_file: Path | None = None, **options: Any) -> RunConfig:
     """A RunConfig from a base (``--config`` or defaults) plus the options that were given."""
     base = load_config_file(config_file) if config_file else RunConfig()
-    changes = {_SPECS[k][0]: v for k, v in options.items() if v is not None}
+    changes = {RUN_OPTIONS[k][0]: v for k, v in options.items() if v is not None}
     try:
         return base.replace(**changes)
     except TypeError as exc:  # a field the dataclass does not have
@@ -100,7 +100,7 @@ def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any):  # noqa: ANN202
-        run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in _SPECS or k == "config_file"}
+        run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k == "config_file"}
         return fn(config=build_config(**run_kwargs), **kwargs)
 
     merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + _parameters()

@@ -15,7 +15,7 @@ from simulator.cli.options import run_options
 from simulator.config import RunConfig
 from simulator.engine import RunResult, simulate
 from simulator.metrics import request_frame, summarize
-from simulator.output import FORMATS, _jsonable, write_run
+from simulator.output import FORMATS, jsonable, write_run
 
 
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
@@ -65,7 +65,7 @@ def run(
     result, summary = run_simulation(config, out, fmt, progress=progress and not json_out,
                                      ttft_slo_s=ttft_slo, tbt_slo_s=tbt_slo)
     if json_out:
-        typer.echo(json.dumps(_jsonable(summary), indent=2, sort_keys=True))
+        typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
         return
     out_console = console()
     print_summary(config, summary, result.wall_s, out_console)

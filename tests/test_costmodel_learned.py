@@ -245,3 +245,24 @@ def test_fit_command_writes_a_loadable_artifact(tmp_path, replica):
     art = fit_command([src], tmp_path / "out" / "cm.json")
     cm = load_artifact(tmp_path / "out" / "cm.json", replica)
     assert art["sources"] == [src] and cm.name == "learned"
+
+
+def test_learned_send_recv_only_prices_intra_node_hops(tmp_path):
+    # A send/recv table measured inside a node (fast): it must not price an Ethernet hop.
+    df = synthetic_table()
+    sizes = 2 ** np.arange(10, 28)
+    sr = pd.DataFrame({"op": "send_recv", "message_bytes": sizes, "world_size": 2, "tp": TP, "model": MODEL,
+                       "device": GPU, "median_s": 5e-6 + sizes / 200e9})
+    art = fit_tables(pd.concat([df, sr], ignore_index=True), seed=0)
+    assert "send_recv" in art["learned_ops"]
+    path = tmp_path / "sr.json"
+    save_artifact(art, path)
+    one_node = load_artifact(path, ReplicaConfig(MODEL, GPU, tp=TP, pp=2))
+    two_nodes = load_artifact(path, ReplicaConfig(MODEL, GPU, tp=TP, pp=2, num_nodes=2,
+                                                  inter_node_link="ethernet-100g"))
+    tokens = 4096
+    nbytes = tokens * 4096 * 2
+    assert one_node.send_recv_time(tokens, 0) == pytest.approx(5e-6 + nbytes / 200e9, rel=0.1)
+    ethernet = two_nodes.send_recv_time(tokens, 0)
+    assert ethernet == pytest.approx(RooflineCostModel(two_nodes.replica).send_recv_time(tokens, 0))
+    assert ethernet > 5 * one_node.send_recv_time(tokens, 0)

@@ -196,9 +196,13 @@ class LearnedCostModel(CostModel):
         return self.roofline.overhead_time(shape)
 
     def send_recv_time(self, num_tokens: int, hop: int | None = None) -> float:
-        """Learned intra-node send/recv where the artifact has it (and PP > 1), else the roofline's."""
+        """Learned send/recv for hops inside a node (where the profile measured it), else the
+        roofline's topology model: an inter-node hop is priced by its network link, not NVLink."""
         if "send_recv" in self.curves and self.replica.pp > 1:
-            return float(self.curves["send_recv"](np.array([num_tokens * self._bytes_per_token]))[0])
+            topo = self.roofline.topology
+            hops = range(topo.pp - 1) if hop is None else (hop,)
+            if all(topo.hop_links[h] == topo.intra for h in hops):
+                return float(self.curves["send_recv"](np.array([num_tokens * self._bytes_per_token]))[0])
         return self.roofline.send_recv_time(num_tokens, hop)
 
     def breakdown(self, shape: BatchShape) -> dict[str, float]:

@@ -191,7 +191,9 @@ def iteration_timeline_figure(iterations: pd.DataFrame, start_at: float | None =
     for ax in (top, bottom):
         for s_at, s_w in zip(t[stalls], w[stalls], strict=True):
             ax.axvspan(s_at, s_at + s_w, color="#d62728", alpha=0.12, lw=0)
-    top.set_ylabel("tokens / iteration")
+    # Symlog: a few dozen decode tokens stay visible beside multi-thousand-token prefills.
+    top.set_yscale("symlog", linthresh=32)
+    top.set_ylabel("tokens / iteration (symlog)")
     top.legend(fontsize=8, loc="upper right")
     top.set_title(title or f"replica {replica_id}: {int(stalls.sum())} decode stalls (shaded)", fontsize=10)
     bottom.set_ylabel("iteration (ms)")

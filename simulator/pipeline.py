@@ -91,21 +91,17 @@ class PipelinedReplica(Replica):
 
     # -- stage 0: scheduling -----------------------------------------------------------------
     def run(self):  # noqa: ANN201 - SimPy generator
-        env, scheduler, cost, recorder, pp = self.env, self.scheduler, self.cost_model, self.recorder, self.pp
+        env, cost, recorder, pp = self.env, self.cost_model, self.recorder, self.pp
         rid = self.replica_id
         while True:
             if self.num_in_flight >= pp:
                 yield self._sleep()  # woken by a completion (or an arrival: then re-check)
                 continue
-            batch = scheduler.schedule()
-            if not batch.requests:
-                if scheduler.waiting and not scheduler.running:
-                    raise RuntimeError("scheduler returned an empty batch with only waiting requests")  # invariant
+            batch = self._take_batch()
+            if batch is None:
                 yield self._sleep()
                 continue
             started_at = env.now
-            if batch.admitted:
-                self._on_scheduled(batch, started_at)
             mb: MicroBatch = (self.num_micro_batches, batch, started_at)
             self.num_micro_batches += 1
             self.num_in_flight += 1

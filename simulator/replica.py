@@ -85,23 +85,30 @@ class Replica:
         self._wakeup = self.env.event()
         return self._wakeup
 
-    def _on_scheduled(self, batch: Batch, now: float) -> None:
-        for req in batch.admitted:
-            if req.first_scheduled_at is None:
-                req.first_scheduled_at = now
+    def _take_batch(self) -> Batch | None:
+        """The policy's next batch, stamped with its admissions' first-scheduled time; None
+        when there is nothing to run until a request arrives or a batch completes."""
+        scheduler = self.scheduler
+        batch = scheduler.schedule()
+        if not batch.requests:
+            if scheduler.waiting and not scheduler.running:
+                raise RuntimeError("scheduler returned an empty batch with only waiting requests")  # invariant
+            return None
+        if batch.admitted:
+            now = self.env.now
+            for req in batch.admitted:
+                if req.first_scheduled_at is None:
+                    req.first_scheduled_at = now
+        return batch
 
     def run(self):  # noqa: ANN201 - SimPy generator
         env, scheduler, cost, recorder = self.env, self.scheduler, self.cost_model, self.recorder
         while True:
-            batch = scheduler.schedule()
-            if not batch.requests:
-                if scheduler.waiting and not scheduler.running:
-                    raise RuntimeError("scheduler returned an empty batch with only waiting requests")  # invariant
+            batch = self._take_batch()
+            if batch is None:
                 yield self._sleep()
                 continue
             started_at = env.now
-            if batch.admitted:
-                self._on_scheduled(batch, started_at)
             duration = cost.iteration_time(batch.shape)
             yield env.timeout(duration)
             self.num_busy_s += duration

@@ -30,8 +30,14 @@ from simulator.request import Request
 from simulator.routers import ROUTERS
 from simulator.schedulers import Batch
 
+# Recorded per iteration. A decode contributes exactly one token, so ``num_decodes`` is also
+# the decode-token count; iteration_frame() derives that column and ``batch_size``.
 ITERATION_COLUMNS = (
-    "replica_id", "started_at", "duration_s", "num_prefill_tokens", "num_decode_tokens",
+    "replica_id", "started_at", "duration_s", "num_prefill_tokens", "num_decodes",
+    "num_prefills", "kv_blocks_used", "num_preempted", "num_admitted",
+)
+FRAME_COLUMNS = (
+    "replica_id", "started_at", "duration_s", "num_prefill_tokens", "num_decode_tokens", "batch_size",
     "num_prefills", "num_decodes", "kv_blocks_used", "num_preempted", "num_admitted",
 )
 # One row per (micro-batch, pipeline stage) execution; only replicas with pp > 1 write them.
@@ -56,8 +62,7 @@ class Recorder:
     def on_iteration(self, replica_id: int, started_at: float, duration: float, batch: Batch, kv_blocks_used: int) -> None:
         s = batch.shape
         self.iterations.append((replica_id, started_at, duration, s.num_prefill_tokens, s.num_decodes,
-                                s.num_prefills, s.num_decodes, kv_blocks_used, len(batch.preempted),
-                                len(batch.admitted)))
+                                s.num_prefills, kv_blocks_used, len(batch.preempted), len(batch.admitted)))
 
     def on_stage(self, replica_id: int, micro_batch_id: int, stage: int, started_at: float, duration: float) -> None:
         self.stages.append((replica_id, micro_batch_id, stage, started_at, duration))
@@ -96,8 +101,9 @@ class RunResult:
         import pandas as pd
 
         df = pd.DataFrame.from_records(self.iterations, columns=list(ITERATION_COLUMNS))
-        df.insert(5, "batch_size", df["num_prefills"] + df["num_decodes"])
-        return df
+        df["num_decode_tokens"] = df["num_decodes"]
+        df["batch_size"] = df["num_prefills"] + df["num_decodes"]
+        return df[list(FRAME_COLUMNS)]
 
     def stage_frame(self):  # noqa: ANN201
         import pandas as pd

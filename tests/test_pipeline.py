@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import simpy
+from helpers import ConstantCostModel
 
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-from simulator.costmodel.base import BatchShape, CostModel
+from simulator.costmodel.base import BatchShape
 from simulator.engine import Recorder, simulate
 from simulator.kvcache import BlockManager
 from simulator.metrics import summarize
@@ -16,30 +17,15 @@ from simulator.request import Request
 from simulator.schedulers import SCHEDULERS
 
 
-class FixedStageCost(CostModel):
+class FixedStageCost(ConstantCostModel):
     """Stage ``s`` always takes ``stage_s[s]`` seconds; every hop takes ``hop_s``."""
 
     name = "fixed-stage"
 
     def __init__(self, replica: ReplicaConfig, stage_s: list[float], hop_s: float = 0.0) -> None:
-        super().__init__(replica)
+        super().__init__(replica, seconds=sum(stage_s))
         self.stage_s = stage_s
         self.hop_s = hop_s
-
-    def layer_time(self, shape: BatchShape) -> float:
-        return 0.0
-
-    def pre_time(self, shape: BatchShape) -> float:
-        return 0.0
-
-    def post_time(self, shape: BatchShape) -> float:
-        return 0.0
-
-    def overhead_time(self, shape: BatchShape) -> float:
-        return 0.0
-
-    def breakdown(self, shape: BatchShape) -> dict[str, float]:
-        return {"total": sum(self.stage_s)}
 
     def stage_time(self, shape: BatchShape, stage: int) -> float:
         return self.stage_s[stage]

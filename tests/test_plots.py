@@ -11,7 +11,7 @@ import pytest
 
 from simulator import plots
 from simulator.config import RunConfig
-from simulator.engine import ITERATION_COLUMNS, simulate
+from simulator.engine import FRAME_COLUMNS, simulate
 from simulator.metrics import tbt_samples
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -65,7 +65,8 @@ def test_stall_mask_marks_prefill_only_iterations_that_interrupt_decodes():
         (0, 10, 2),   # hybrid (Sarathi) iteration: decodes continue, no stall
         (1, 30, 0),   # another replica's first prefill is not a stall of replica 0
     ]
-    it = pd.DataFrame([(r, 0.0, 0.01, p, d, 0, d, 0, 0, 0) for r, p, d in rows], columns=list(ITERATION_COLUMNS))
+    it = pd.DataFrame([(r, 0.0, 0.01, p, d, d + (p > 0), int(p > 0), d, 0, 0, 0) for r, p, d in rows],
+                      columns=list(FRAME_COLUMNS))
     assert plots.stall_mask(it).tolist() == [False, False, True, False, False, False, False]
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import numpy as np
+
 from simulator.config import ReplicaConfig
 
 
@@ -143,3 +145,74 @@ class CostModel(ABC):
         """Wall time of one iteration with all stages back to back (PP=1 latency)."""
         return (self.overhead_time(shape) + self.pre_time(shape)
                 + self.model.num_layers * self.layer_time(shape) + self.post_time(shape))
+
+
+class TabulatedCostModel(CostModel):
+    """A cost model whose token-count ops are precomputed onto a grid indexed by tokens.
+
+    Subclasses provide vectorised pricing (``token_ops``, ``embedding_time``,
+    ``lm_head_time``) and the two attention terms; this class owns the tables, grows them
+    on demand, and answers the per-iteration calls with list lookups.
+    """
+
+    @abstractmethod
+    def token_ops(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-layer seconds of each token-count op, vectorised over token counts."""
+
+    @abstractmethod
+    def embedding_time(self, tokens: np.ndarray) -> np.ndarray:
+        """Embedding lookup, vectorised over token counts."""
+
+    @abstractmethod
+    def lm_head_time(self, num_logits: np.ndarray) -> np.ndarray:
+        """Final norm, LM head and sampling, vectorised over sampled rows."""
+
+    @abstractmethod
+    def attention_prefill(self, shape: BatchShape) -> float:
+        """One layer's prefill attention for the batch's chunks."""
+
+    @abstractmethod
+    def attention_decode(self, shape: BatchShape) -> float:
+        """One layer's decode attention for the batch's decodes."""
+
+    def _build_tables(self, size: int) -> None:
+        tokens = np.arange(size, dtype=np.float64)
+        self._table: list[float] = sum(self.token_ops(tokens).values()).tolist()
+        self._pre_table: list[float] = self.embedding_time(tokens).tolist()
+        self._post_table: list[float] = self.lm_head_time(tokens).tolist()
+
+    def _grow(self, num_tokens: int) -> None:
+        self._build_tables(max(num_tokens + 1, 2 * len(self._table)))
+
+    def token_time(self, num_tokens: int) -> float:
+        """Per-layer time of all token-count ops."""
+        if num_tokens >= len(self._table):
+            self._grow(num_tokens)
+        return self._table[num_tokens]
+
+    def layer_time(self, shape: BatchShape) -> float:
+        return (self.token_time(shape.num_prefill_tokens + shape.num_decodes)
+                + self.attention_prefill(shape) + self.attention_decode(shape))
+
+    def pre_time(self, shape: BatchShape) -> float:
+        t = shape.num_prefill_tokens + shape.num_decodes
+        if t >= len(self._pre_table):
+            self._grow(t)
+        return self._pre_table[t]
+
+    def post_time(self, shape: BatchShape) -> float:
+        n = shape.num_logits
+        if n >= len(self._post_table):
+            self._grow(n)
+        return self._post_table[n]
+
+    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+        layers = self.model.num_layers
+        t = shape.num_prefill_tokens + shape.num_decodes
+        out = {"cpu_overhead": self.overhead_time(shape), "embedding": self.pre_time(shape)}
+        for op, value in self.token_ops(np.array([t], dtype=np.float64)).items():
+            out[op] = layers * float(value[0])
+        out["attn_prefill"] = layers * self.attention_prefill(shape)
+        out["attn_decode"] = layers * self.attention_decode(shape)
+        out["lm_head_sampling"] = self.post_time(shape)
+        return out

@@ -366,33 +366,30 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         if progress:
             progress(msg)
 
+    def fit_one(op: str, rows: pd.DataFrame, x_column: str, extra: dict[str, Any]) -> None:
+        """Fit one op's curve on the training split; record it and its held-out error."""
+        x = rows[x_column].to_numpy(dtype=float)
+        y = rows["median_s"].to_numpy(dtype=float)
+        if len(np.unique(x)) < MIN_POINTS:
+            raise _too_few(op, len(np.unique(x)))
+        tr, te = split_holdout(len(x), holdout, rng)
+        curve, family, scores = fit_curve(x[tr], y[tr], seed)
+        artifact["curves"][op] = {"x": x_column, "family": family, **extra, **curve.to_json()}
+        report.append(_report_row(op, family, scores, len(tr), ape(curve(x[te]), y[te])))
+
     for op in TOKEN_FAMILY_OPS:
         rows = table[(table["op"] == op) & (table["tp"].isna() | (table["tp"] == tp))]
         if rows.empty:
             continue
-        x = rows["num_tokens"].to_numpy(dtype=float)
-        y = rows["median_s"].to_numpy(dtype=float)
-        if len(np.unique(x)) < MIN_POINTS:
-            raise _too_few(op, len(np.unique(x)))
         say(op)
-        tr, te = split_holdout(len(x), holdout, rng)
-        curve, family, scores = fit_curve(x[tr], y[tr], seed)
-        artifact["curves"][op] = {"x": "num_tokens", "family": family, **curve.to_json()}
-        report.append(_report_row(op, family, scores, len(tr), ape(curve(x[te]), y[te])))
+        fit_one(op, rows, "num_tokens", {})
     for op in COLLECTIVE_OPS:
         world = tp if op == "all_reduce" else 2
         rows = table[(table["op"] == op) & (table["world_size"] == world)]
         if rows.empty or (op == "all_reduce" and tp == 1):
             continue
-        x = rows["message_bytes"].to_numpy(dtype=float)
-        y = rows["median_s"].to_numpy(dtype=float)
-        if len(np.unique(x)) < MIN_POINTS:
-            raise _too_few(op, len(np.unique(x)))
         say(op)
-        tr, te = split_holdout(len(x), holdout, rng)
-        curve, family, scores = fit_curve(x[tr], y[tr], seed)
-        artifact["curves"][op] = {"x": "message_bytes", "family": family, "world_size": world, **curve.to_json()}
-        report.append(_report_row(op, family, scores, len(tr), ape(curve(x[te]), y[te])))
+        fit_one(op, rows, "message_bytes", {"world_size": world})
     rows = table[(table["op"] == "attn_decode") & (table["tp"].isna() | (table["tp"] == tp))]
     if not rows.empty:
         _check_shape(rows, model, tp)

@@ -103,8 +103,8 @@ def roofline_token_predictions(rows: pd.DataFrame, gpu: str, cal: RooflineCalibr
         rf = RooflineCostModel(ReplicaConfig(model=model, gpu=gpu, tp=int(tp)), cal, table_tokens=1)
         for op, h in g.groupby("op"):
             tokens = h["num_tokens"].to_numpy(dtype=float)
-            pred = rf._embedding(tokens) if op == "embedding" else (
-                rf._lm_head(tokens) if op == "lm_head" else rf.token_ops(tokens)[op])
+            pred = rf.embedding_time(tokens) if op == "embedding" else (
+                rf.lm_head_time(tokens) if op == "lm_head" else rf.token_ops(tokens)[op])
             out[rows.index.get_indexer(h.index)] = pred
     return out
 
@@ -265,7 +265,12 @@ BEGIN, END = "# BEGIN CALIBRATED (written by `simulate calibrate`)", "# END CALI
 def render(cals: dict[str, RooflineCalibration]) -> str:
     defaults = {f.name: getattr(DEFAULT, f.name) for f in dataclasses.fields(RooflineCalibration)}
     lines = [BEGIN, "BY_GPU: dict[str, RooflineCalibration] = {"]
+    # A GPU that takes its sibling's constants is written as a reference to it, not a copy.
+    transfers = [gpu for gpu, parent in TRANSFERS.items()
+                 if gpu in cals and parent in cals and replace(cals[gpu], source="") == replace(cals[parent], source="")]
     for gpu, cal in cals.items():
+        if gpu in transfers:
+            continue
         fields = [f"{k}={getattr(cal, k)!r}" for k in defaults if k != "source" and getattr(cal, k) != defaults[k]]
         lines.append(f"    {gpu!r}: replace(")
         lines.append("        DEFAULT,")
@@ -273,7 +278,10 @@ def render(cals: dict[str, RooflineCalibration]) -> str:
             lines.append(f"        {f},")
         lines.append(f"        source={cal.source!r},")
         lines.append("    ),")
-    lines += ["}", END]
+    lines.append("}")
+    for gpu in transfers:
+        lines.append(f"BY_GPU[{gpu!r}] = replace(BY_GPU[{TRANSFERS[gpu]!r}], source={cals[gpu].source!r})")
+    lines.append(END)
     return "\n".join(lines)
 
 

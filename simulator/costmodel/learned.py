@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from simulator.config import ReplicaConfig
-from simulator.costmodel.base import BatchShape, CostModel
+from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.fit import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
 from simulator.costmodel.roofline import TOKEN_OPS, RooflineCostModel
 from simulator.errors import ConfigError
@@ -61,7 +61,7 @@ def load_artifact(path: str | Path, replica: ReplicaConfig) -> LearnedCostModel:
     return LearnedCostModel(replica, read_artifact(path), source=str(path))
 
 
-class LearnedCostModel(CostModel):
+class LearnedCostModel(TabulatedCostModel):
     """Cost model from fitted profile curves; same interface and contract as the roofline."""
 
     name = "learned"
@@ -101,7 +101,7 @@ class LearnedCostModel(CostModel):
             self._dec_a = self.decode.a.tolist()
             self._dec_b = self.decode.b.tolist()
             self._dec_max_batch = self.decode.max_batch
-        self._extend_tables(max(MIN_TABLE_TOKENS, int(min(self.max_fitted_tokens, 1 << 20)) + 1))
+        self._build_tables(max(MIN_TABLE_TOKENS, int(min(self.max_fitted_tokens, 1 << 20)) + 1))
 
     # -- tables ------------------------------------------------------------------------------------------
     @property
@@ -119,24 +119,15 @@ class LearnedCostModel(CostModel):
             out["tp_all_reduce"] = self._num_all_reduce * self.curves["all_reduce"](tokens * self._bytes_per_token)
         return out
 
-    def _embedding(self, tokens: np.ndarray) -> np.ndarray:
+    def embedding_time(self, tokens: np.ndarray) -> np.ndarray:
         if "embedding" in self.curves:
             return self.curves["embedding"](tokens)
-        return self.roofline._embedding(tokens)
+        return self.roofline.embedding_time(tokens)
 
-    def _lm_head(self, num_logits: np.ndarray) -> np.ndarray:
+    def lm_head_time(self, num_logits: np.ndarray) -> np.ndarray:
         if "lm_head" in self.curves:
             return self.curves["lm_head"](num_logits)
-        return self.roofline._lm_head(num_logits)
-
-    def _extend_tables(self, size: int) -> None:
-        tokens = np.arange(size, dtype=np.float64)
-        self._table = sum(self.token_ops(tokens).values()).tolist()
-        self._pre_table = self._embedding(tokens).tolist()
-        self._post_table = self._lm_head(tokens).tolist()
-
-    def _grow(self, n: int) -> None:
-        self._extend_tables(max(n + 1, 2 * len(self._table)))
+        return self.roofline.lm_head_time(num_logits)
 
     def _count(self, op: str) -> None:
         self.num_extrapolations += 1
@@ -169,28 +160,16 @@ class LearnedCostModel(CostModel):
         self._count("attn_decode")
         return float(self.decode.predict(np.array([n]), np.array([k_rms]))[0])
 
-    # -- CostModel interface ------------------------------------------------------------------------------
+    # -- CostModel interface: the tables live in TabulatedCostModel; here only the range checks -------------
     def layer_time(self, shape: BatchShape) -> float:
-        t = shape.num_prefill_tokens + shape.num_decodes
-        if t > self.max_fitted_tokens:
+        if shape.num_prefill_tokens + shape.num_decodes > self.max_fitted_tokens:
             self._count("token_ops")
-            if t >= len(self._table):
-                self._grow(t)
-        return self._table[t] + self.attention_prefill(shape) + self.attention_decode(shape)
-
-    def pre_time(self, shape: BatchShape) -> float:
-        t = shape.num_prefill_tokens + shape.num_decodes
-        if t >= len(self._pre_table):
-            self._grow(t)
-        return self._pre_table[t]
+        return super().layer_time(shape)
 
     def post_time(self, shape: BatchShape) -> float:
-        n = shape.num_logits
-        if n > self.max_fitted_logits:
+        if shape.num_logits > self.max_fitted_logits:
             self._count("lm_head")
-        if n >= len(self._post_table):
-            self._grow(n)
-        return self._post_table[n]
+        return super().post_time(shape)
 
     def overhead_time(self, shape: BatchShape) -> float:
         return self.roofline.overhead_time(shape)
@@ -204,15 +183,3 @@ class LearnedCostModel(CostModel):
             if all(topo.hop_links[h] == topo.intra for h in hops):
                 return float(self.curves["send_recv"](np.array([num_tokens * self._bytes_per_token]))[0])
         return self.roofline.send_recv_time(num_tokens, hop)
-
-    def breakdown(self, shape: BatchShape) -> dict[str, float]:
-        layers = self.model.num_layers
-        t = shape.num_prefill_tokens + shape.num_decodes
-        out = {"cpu_overhead": self.overhead_time(shape), "embedding": self.pre_time(shape)}
-        ops = self.token_ops(np.array([t], dtype=np.float64))
-        for op, value in ops.items():
-            out[op] = layers * float(value[0])
-        out["attn_prefill"] = layers * self.attention_prefill(shape)
-        out["attn_decode"] = layers * self.attention_decode(shape)
-        out["lm_head_sampling"] = self.post_time(shape)
-        return out

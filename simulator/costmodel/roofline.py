@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.config import ReplicaConfig
-from simulator.costmodel.base import BatchShape, CostModel
+from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.calibration import RooflineCalibration, calibration_for
 from simulator.topology import topology_for
 
@@ -37,7 +37,7 @@ TOKEN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down",
              "norms", "rotary", "residual_add", "tp_all_reduce")
 
 
-class RooflineCostModel(CostModel):
+class RooflineCostModel(TabulatedCostModel):
     """Analytical cost model for any catalog GPU; the default when no profile exists."""
 
     name = "roofline"
@@ -55,8 +55,7 @@ class RooflineCostModel(CostModel):
         self.ffn_per_gpu = m.ffn_size // tp
         self.kv_bytes_per_token = 2 * self.kv_per_gpu * db  # per layer, per GPU
         self.tp_link_bytes_per_s = self._tp_link_bandwidth()
-        self._table: list[float] = []
-        self._extend_table(table_tokens)
+        self._build_tables(table_tokens + 1)
 
     # -- primitive pricing -------------------------------------------------------------
     def _tp_link_bandwidth(self) -> float:
@@ -144,25 +143,10 @@ class RooflineCostModel(CostModel):
         return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
                 + shape.num_decodes * c.attn_decode_per_seq_s + c.kernel_floor_s)
 
-    def _extend_table(self, max_tokens: int) -> None:
-        tokens = np.arange(max_tokens + 1)
-        self._table = sum(self.token_ops(tokens).values()).tolist()
-        self._pre_table = self._embedding(tokens).tolist()
-        self._post_table = self._lm_head(tokens).tolist()
-
-    def _grow(self, num_tokens: int) -> None:
-        self._extend_table(max(num_tokens, 2 * len(self._table)))
-
-    def token_time(self, num_tokens: int) -> float:
-        """Per-layer time of all token-count ops; grows the table on demand."""
-        if num_tokens >= len(self._table):
-            self._grow(num_tokens)
-        return self._table[num_tokens]
-
-    def _embedding(self, tokens: np.ndarray) -> np.ndarray:
+    def embedding_time(self, tokens: np.ndarray) -> np.ndarray:
         return self.elementwise(tokens, 2 * self.model.hidden_size * self.dtype_bytes, eff=self.cal.embedding_memory_eff)
 
-    def _lm_head(self, num_logits: np.ndarray) -> np.ndarray:
+    def lm_head_time(self, num_logits: np.ndarray) -> np.ndarray:
         m, n = self.model, np.asarray(num_logits, dtype=np.float64)
         lm_head = self.gemm(n, m.hidden_size, m.vocab_size // self.replica.tp)
         # Gathering the vocab-sharded logits, then sampling.
@@ -171,33 +155,6 @@ class RooflineCostModel(CostModel):
         return np.where(n > 0, lm_head + gather + norm + self.cal.kernel_floor_s, 0.0)
 
     # -- CostModel interface ------------------------------------------------------------------
-    def layer_time(self, shape: BatchShape) -> float:
-        return self.token_time(shape.num_prefill_tokens + shape.num_decodes) + \
-            self.attention_prefill(shape) + self.attention_decode(shape)
-
-    def pre_time(self, shape: BatchShape) -> float:
-        t = shape.num_prefill_tokens + shape.num_decodes
-        if t >= len(self._pre_table):
-            self._grow(t)
-        return self._pre_table[t]
-
-    def post_time(self, shape: BatchShape) -> float:
-        n = shape.num_logits
-        if n >= len(self._post_table):
-            self._grow(n)
-        return self._post_table[n]
-
     def overhead_time(self, shape: BatchShape) -> float:
         c = self.cal
         return c.cpu_overhead_s + c.cpu_overhead_per_seq_s * (shape.num_prefills + shape.num_decodes)
-
-    def breakdown(self, shape: BatchShape) -> dict[str, float]:
-        layers = self.model.num_layers
-        t = shape.num_prefill_tokens + shape.num_decodes
-        out = {"cpu_overhead": self.overhead_time(shape), "embedding": self.pre_time(shape)}
-        for op, value in self.token_ops(np.array([t])).items():
-            out[op] = layers * float(value[0])
-        out["attn_prefill"] = layers * self.attention_prefill(shape)
-        out["attn_decode"] = layers * self.attention_decode(shape)
-        out["lm_head_sampling"] = self.post_time(shape)
-        return out

@@ -44,7 +44,7 @@ from simulator.replica import Replica
 from simulator.schedulers import Batch, Scheduler
 
 if TYPE_CHECKING:
-    from simulator.engine import Recorder
+    from simulator.records import Recorder
 
 # A micro-batch in flight: (micro_batch_id, batch, started_at on stage 0).
 MicroBatch = tuple[int, Batch, float]

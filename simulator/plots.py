@@ -311,9 +311,9 @@ def plot_sweep(folder: Path, out: Path, x: str = "qps", hue: str = "scheduler") 
 
 def plot_run(path: Path, out: Path) -> list[Path]:
     """Re-simulate a run from its ``config.json`` (bit-for-bit) and draw TBT CDF, timeline and PP Gantt."""
-    from simulator.cli.options import load_config_file
     from simulator.engine import simulate
     from simulator.metrics import tbt_samples
+    from simulator.options import load_config_file
 
     path = Path(path)
     config = load_config_file(path / "config.json" if path.is_dir() else path)

@@ -26,7 +26,7 @@ from simulator.request import Request, Status
 from simulator.schedulers import SCHEDULERS, Batch, Scheduler
 
 if TYPE_CHECKING:
-    from simulator.engine import Recorder
+    from simulator.records import Recorder
 
 from simulator.errors import ConfigError
 

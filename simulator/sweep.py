@@ -48,9 +48,9 @@ from typing import Any
 
 import pandas as pd
 
-from simulator.cli.options import RUN_OPTIONS
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
+from simulator.options import RUN_OPTIONS
 from simulator.output import jsonable
 
 MODES = ("run", "capacity")

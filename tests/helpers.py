@@ -7,8 +7,8 @@ import simpy
 from simulator.config import ReplicaConfig, SchedulerConfig
 from simulator.costmodel.base import BatchShape, CostModel
 from simulator.costmodel.roofline import RooflineCostModel
-from simulator.engine import Recorder
 from simulator.kvcache import BlockManager
+from simulator.records import Recorder
 from simulator.replica import Replica
 from simulator.request import Request
 from simulator.schedulers import SCHEDULERS

@@ -9,10 +9,11 @@ from helpers import ConstantCostModel
 
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel.base import BatchShape
-from simulator.engine import Recorder, simulate
+from simulator.engine import simulate
 from simulator.kvcache import BlockManager
 from simulator.metrics import summarize
 from simulator.pipeline import PipelinedReplica
+from simulator.records import Recorder
 from simulator.request import Request
 from simulator.schedulers import SCHEDULERS
 

@@ -3,8 +3,8 @@
 ``@run_options`` adds the run options (model, GPU, layout, scheduler knobs, workload,
 cost model, cluster, seed, ``--config``) to a typer command's signature and hands the
 command a validated :class:`~simulator.config.RunConfig` as its ``config`` argument.
-``simulate run``, ``capacity`` and ``sweep`` all take it, so an option added here
-exists everywhere with the same name and meaning.
+``simulate run``, ``capacity`` and ``sweep`` all take it, so an option added to
+:data:`simulator.options.RUN_OPTIONS` exists everywhere with the same name and meaning.
 
 Every option defaults to ``None`` meaning "not given": the value then comes from
 ``--config FILE`` (a ``config.json`` written by an earlier run) or the dataclass default.
@@ -14,49 +14,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from simulator.config import RunConfig
-from simulator.errors import ConfigError
-
-# option name -> (RunConfig field path, type, help); sweep files use the same names.
-RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
-    "model": ("replica__model", str, "Model: a catalog name (llama-2-7b, mistral-7b, yi-34b, ...) or HF id."),
-    "gpu": ("replica__gpu", str, "GPU: a100-80gb, a100-40gb, a40, l40s, h100-sxm, h100-pcie, h200."),
-    "tp": ("replica__tp", int, "Tensor-parallel degree."),
-    "pp": ("replica__pp", int, "Pipeline-parallel degree."),
-    "nodes": ("replica__num_nodes", int, "Nodes a replica spans (PP stages across nodes)."),
-    "inter_node_link": ("replica__inter_node_link", str, "Link between nodes, e.g. ethernet-100g, infiniband-200g."),
-    "intra_node_link": ("replica__intra_node_link", str, "Link inside a node (default: NVLink if present, else PCIe)."),
-    "allow_tp_across_nodes": ("replica__allow_tp_across_nodes", bool, "Let a TP group span nodes."),
-    "max_model_len": ("replica__max_model_len", int, "Context limit (default: the model's)."),
-    "gpu_memory_utilization": ("replica__gpu_memory_utilization", float, "Fraction of GPU memory to use."),
-    "block_size": ("replica__block_size", int, "KV cache block size in tokens."),
-    "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi or vllm-v1."),
-    "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
-    "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
-    "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
-    "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, fixed, uniform."),
-    "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL)."),
-    "arrival": ("workload__arrival", str, "poisson, gamma, fixed, burst or trace."),
-    "qps": ("workload__qps", float, "Mean request rate (requests/s)."),
-    "cv": ("workload__cv", float, "Coefficient of variation of gaps (gamma arrivals)."),
-    "num_requests": ("workload__num_requests", int, "Requests to simulate."),
-    "prompt_tokens": ("workload__prompt_tokens", int, "Prompt length (fixed) or lower bound (uniform)."),
-    "output_tokens": ("workload__output_tokens", int, "Output length (fixed) or lower bound (uniform)."),
-    "prompt_tokens_max": ("workload__prompt_tokens_max", int, "Upper bound of prompt length (uniform)."),
-    "output_tokens_max": ("workload__output_tokens_max", int, "Upper bound of output length (uniform)."),
-    "max_total_tokens": ("workload__max_total_tokens", int, "Drop source requests longer than this."),
-    "time_scale": ("workload__time_scale", float, "Divide trace timestamps by this (trace arrivals)."),
-    "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
-    "replicas": ("num_replicas", int, "Replicas behind the router."),
-    "router": ("router", str, "round_robin, least_outstanding or random."),
-    "seed": ("seed", int, "Random seed."),
-}
+from simulator.options import RUN_OPTIONS, build_config
 
 
 def _parameters() -> list[inspect.Parameter]:
@@ -69,28 +32,6 @@ def _parameters() -> list[inspect.Parameter]:
         annotation=Annotated[Path | None, typer.Option("--config", help="Start from a config.json of an earlier run.",
                                                        rich_help_panel="Run options")]))
     return params
-
-
-def load_config_file(path: Path) -> RunConfig:
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError("--config", f"{path} does not exist", "pass the config.json a run wrote") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError("--config", f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError("--config", f"{path} must hold a JSON object")
-    return RunConfig.from_dict(data)
-
-
-def build_config(config_file: Path | None = None, **options: Any) -> RunConfig:
-    """A RunConfig from a base (``--config`` or defaults) plus the options that were given."""
-    base = load_config_file(config_file) if config_file else RunConfig()
-    changes = {RUN_OPTIONS[k][0]: v for k, v in options.items() if v is not None}
-    try:
-        return base.replace(**changes)
-    except TypeError as exc:  # a field the dataclass does not have
-        raise ConfigError("options", str(exc)) from None
 
 
 def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands

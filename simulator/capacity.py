@@ -326,7 +326,7 @@ def min_iteration_s(config: RunConfig) -> float:
     The cost model is (weakly) monotone in every field of a batch shape, so every TBT gap
     lasts at least this long.
     """
-    cost = engine.load_cost_model(config.cost_model, config.replica)
+    cost = engine.load_cost_model(config.cost_model, config.replica, config.engine)
     return float(cost.iteration_time(BatchShape.from_requests(decodes=[2])))
 
 

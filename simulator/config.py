@@ -179,6 +179,7 @@ class RunConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     cost_model: str = "roofline"  # "roofline" or the path of a fitted cost-model artifact
+    engine: str = "vllm-2023-splitwise"  # engine overheads: a preset name or a calibrate-engine artifact
     num_replicas: int = 1
     router: str = "round_robin"
     seed: int = 0
@@ -189,6 +190,9 @@ class RunConfig:
             raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
         if self.seed < 0:
             raise ConfigError("seed", f"must be >= 0, got {self.seed}")
+        from simulator.costmodel.engine_model import check_engine  # late: costmodel imports config
+
+        check_engine(self.engine)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -74,7 +74,7 @@ class Cluster:
         self._step = 0
         for replica_id in range(config.num_replicas):
             scheduler, plan = build_scheduler(config)
-            cost = load_cost_model(config.cost_model, config.replica)
+            cost = load_cost_model(config.cost_model, config.replica, config.engine)
             self.memory = plan
             self.cost_models.append(cost)
             self.replicas.append(make_replica(env, replica_id, scheduler, cost, recorder, config))

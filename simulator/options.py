@@ -45,6 +45,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "max_total_tokens": ("workload__max_total_tokens", int, "Drop source requests longer than this."),
     "time_scale": ("workload__time_scale", float, "Divide trace timestamps by this (trace arrivals)."),
     "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
+    "engine": ("engine", str, "Engine overheads: a preset (vllm-2023-splitwise, sarathi-2023-vidur, vllm-v1, ideal, "
+               "handset) or an artifact from `simulate calibrate-engine`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),
     "router": ("router", str, "round_robin, least_outstanding or random."),
     "seed": ("seed", int, "Random seed."),

@@ -17,6 +17,7 @@ from rich.table import Table
 from simulator.cli.app import app
 from simulator.config import ReplicaConfig
 from simulator.costmodel import BatchShape, CostModel, load_cost_model
+from simulator.costmodel.engine_model import DEFAULT_ENGINE
 from simulator.errors import ConfigError
 
 
@@ -91,13 +92,15 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
     return BatchShape.from_requests(list(zip(prefill, pctx, strict=True)), dctx)
 
 
-def predict(replica: ReplicaConfig, shape: BatchShape, cost_model: str = "roofline") -> dict[str, Any]:
-    """Iteration time and per-op breakdown of one batch."""
-    cm: CostModel = load_cost_model(cost_model, replica)
+def predict(replica: ReplicaConfig, shape: BatchShape, cost_model: str = "roofline",
+            engine: str | None = None) -> dict[str, Any]:
+    """Iteration time and per-op breakdown of one batch (``engine=None``: kernels and the
+    kernel model's own CPU constant, as before engine models)."""
+    cm: CostModel = load_cost_model(cost_model, replica, engine)
     breakdown = cm.breakdown(shape)
     total = cm.iteration_time(shape)
     return {"model": replica.model, "gpu": replica.gpu, "tp": replica.tp, "pp": replica.pp,
-            "cost_model": cm.name, "num_tokens": shape.num_tokens, "num_prefills": shape.num_prefills,
+            "cost_model": cm.name, "engine": getattr(getattr(cm, "engine", None), "name", None), "num_tokens": shape.num_tokens, "num_prefills": shape.num_prefills,
             "num_decodes": shape.num_decodes, "iteration_time_s": total, "breakdown_s": breakdown,
             "learned_ops": getattr(cm, "learned_ops", []), "num_extrapolations": getattr(cm, "num_extrapolations", 0)}
 
@@ -125,13 +128,14 @@ def predict_cmd(
     decode: Annotated[int, typer.Option(help="number of decodes")] = 0,
     context: Annotated[list[str] | None, typer.Option(help="decode KV length(s): one, or one per decode")] = None,
     cost_model: Annotated[str, typer.Option("--cost-model", help="'roofline' or an artifact path")] = "roofline",
+    engine: Annotated[str, typer.Option(help="engine overheads: a preset or a calibrate-engine artifact")] = DEFAULT_ENGINE,
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON object")] = False,
 ) -> None:
     """Predict one iteration's time and per-op breakdown for a described batch."""
     replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp)
     shape = build_shape(_split_ints(prefill, "prefill"), _split_ints(prefill_context, "prefill-context"), decode,
                         _split_ints(context, "context"))
-    result = predict(replica, shape, cost_model)
+    result = predict(replica, shape, cost_model, engine)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
@@ -145,7 +149,7 @@ def predict_cmd(
     learned |= {"lm_head_sampling"} if "lm_head" in learned else set()
     for op, t in result["breakdown_s"].items():
         table.add_row(op, f"{t * 1e3:.3f}", f"{100 * t / total:.1f}%" if total else "-",
-                      "learned" if op in learned else "roofline")
+                      "engine" if op.startswith("engine_") else "learned" if op in learned else "roofline")
     table.add_row("iteration", f"{total * 1e3:.3f}", "100%", "", style="bold")
     console = Console()
     console.print(table)

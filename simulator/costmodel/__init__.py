@@ -2,7 +2,10 @@
 
 ``load_cost_model(spec, replica)`` is the one place that turns the ``cost_model`` field
 of a run config into an object: ``"roofline"`` gives the calibrated roofline; any other
-value is the path of a fitted artifact (see :mod:`simulator.costmodel.learned`).
+value is the path of a fitted artifact (see :mod:`simulator.costmodel.learned`). With
+``engine`` (a preset name, an artifact path or an :class:`EngineModel`) the kernel model is
+wrapped in that engine's overheads (:mod:`simulator.costmodel.engine_model`); without it the
+bare kernel model is returned, as analysis of kernel tables wants.
 """
 
 from __future__ import annotations
@@ -11,13 +14,20 @@ from pathlib import Path
 
 from simulator.config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, CostModel, split_layers
+from simulator.costmodel.engine_model import ENGINES, EngineCostModel, EngineModel, load_engine
 from simulator.costmodel.roofline import RooflineCostModel
 from simulator.errors import ConfigError
 
-__all__ = ["BatchShape", "CostModel", "RooflineCostModel", "load_cost_model", "split_layers"]
+__all__ = ["ENGINES", "BatchShape", "CostModel", "EngineCostModel", "EngineModel", "RooflineCostModel",
+           "load_cost_model", "load_engine", "split_layers"]
 
 
-def load_cost_model(spec: str, replica: ReplicaConfig) -> CostModel:
+def load_cost_model(spec: str, replica: ReplicaConfig, engine: str | EngineModel | None = None) -> CostModel:
+    kernels = _load_kernels(spec, replica)
+    return kernels if engine is None else EngineCostModel(kernels, load_engine(engine))
+
+
+def _load_kernels(spec: str, replica: ReplicaConfig) -> CostModel:
     if spec == "roofline":
         return RooflineCostModel(replica)
     path = Path(spec)

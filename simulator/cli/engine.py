@@ -1,0 +1,114 @@
+"""Engine-model commands: ``simulate engines``, ``calibrate-engine`` and ``validate``.
+
+Each command parses options and calls a plain function in
+:mod:`simulator.costmodel.engine_fit` or :mod:`simulator.costmodel.validation`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simulator.cli.app import app
+from simulator.cli.options import run_options
+from simulator.config import RunConfig
+from simulator.costmodel.engine_model import DEFAULT_ENGINE, ENGINES, save_engine_artifact, tp_lookup
+from simulator.errors import ConfigError
+
+
+@app.command()
+def engines() -> None:
+    """The engine presets: their terms, where they were measured and how they were fitted."""
+    table = Table("engine", "async", "CUDA graphs", "CPU/step ms", "CPU/req us", "collective +us (tp 2/4/8)",
+                  title=f"engine presets (default: {DEFAULT_ENGINE})", title_justify="left")
+    for name, e in ENGINES.items():
+        coll = "/".join(f"{tp_lookup(e.collective_extra_s, t) * 1e6:.0f}" for t in (2, 4, 8))
+        table.add_row(name, "yes" if e.overlap_cpu else "no", "yes" if e.cuda_graphs else "no",
+                      f"{e.cpu_iteration_s * 1e3:.2f}", f"{e.cpu_per_seq_s * 1e6:.0f}", coll)
+    console = Console()
+    console.print(table)
+    for name, e in ENGINES.items():
+        console.print(f"[bold]{name}[/bold]: {e.source}. Fitted: {e.fitted}.")
+
+
+def _fmt(report: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {100 * v:.1f}%" if isinstance(v, float) else f"{k} {v}" for k, v in report.items())
+
+
+def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = None, bench: Path | None = None,
+                             holdout: float = 0.25, seed: int = 0, name: str | None = None,
+                             max_evals: int = 40, quiet: bool = True) -> dict[str, Any]:
+    """Fit engine terms to an iteration table or a vLLM bench result and write the artifact."""
+    from simulator.costmodel import engine_fit
+
+    if (table is None) == (bench is None):
+        raise ConfigError("calibrate-engine", "give exactly one of --table and --bench")
+    if not 0 < holdout < 1:
+        raise ConfigError("holdout", f"must be in (0, 1), got {holdout}")
+    console = Console(stderr=True, quiet=quiet)
+    label = name or Path(out).stem
+    replica = config.replica
+    if table is not None:
+        df = engine_fit.read_iteration_table(table)
+        result = engine_fit.calibrate_table(df, replica.model, replica.gpu, config.cost_model, config.engine,
+                                            holdout, seed, name=label, source=f"iteration table {table}")
+    else:
+        run = engine_fit.read_bench(bench)
+        with console.status("calibrating") as status:
+            result = engine_fit.calibrate_bench(run, config, config.engine, holdout, seed, max_evals,
+                                                progress=lambda msg: status.update(f"calibrating: {msg}"))
+        result["engine"] = result["engine"].with_terms(
+            name=label, source=f"vllm bench serve result {bench} ({replica.model}, {replica.gpu}, tp={replica.tp}, "
+                               f"scheduler {config.scheduler.name})",
+            fitted=f"Nelder-Mead over the exposed CPU terms (fixed, per request) matching TTFT and ITL quantiles "
+                   f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests")
+    save_engine_artifact(result["engine"], out, {"model": replica.model, "gpu": replica.gpu,
+                                                 "cost_model": config.cost_model, "report": result["report"]})
+    return result
+
+
+@app.command(name="calibrate-engine")
+@run_options
+def calibrate_engine(
+    config: RunConfig,
+    out: Annotated[Path, typer.Option(help="engine artifact to write (JSON); pass it to --engine")],
+    table: Annotated[Path | None, typer.Option(help="iteration table CSV: tp, num_prefills, prefill_tokens, "
+                                                    "num_decodes, decode_context, measured_s")] = None,
+    bench: Annotated[Path | None, typer.Option(help="`vllm bench serve --save-result --save-detailed` JSON")] = None,
+    holdout: Annotated[float, typer.Option(help="fraction of rows/requests held out for the report")] = 0.25,
+    fit_seed: Annotated[int, typer.Option(help="seed of the hold-out split and bench arrivals")] = 0,
+    name: Annotated[str | None, typer.Option(help="name of the fitted engine (default: the file's stem)")] = None,
+    max_evals: Annotated[int, typer.Option(help="simulations the bench fit may run")] = 40,
+) -> None:
+    """Fit engine overheads on top of the kernel cost model; --engine is the starting preset."""
+    result = calibrate_engine_command(config, out, table, bench, holdout, fit_seed, name, max_evals, quiet=False)
+    console = Console()
+    report = result["report"]
+    console.print(f"{report['kind']}: fitted {result['engine'].name} -> {out}")
+    console.print(f"held-out error before ({report['base_engine']}): {_fmt(report['holdout_before'])}")
+    console.print(f"held-out error after:  {_fmt(report['holdout_after'])}")
+    terms = {k: v for k, v in result["engine"].to_dict().items() if k not in ("name", "source", "fitted")}
+    console.print(json.dumps(terms))
+
+
+@app.command()
+def validate(
+    out: Annotated[Path, typer.Option(help="report folder")] = Path("results/validation"),
+    data: Annotated[Path | None, typer.Option(help="profiles folder (default ../shared/data/profiles)")] = None,
+) -> None:
+    """Predicted vs measured for every public real-engine measurement at hand (tables, plots, README)."""
+    from simulator.costmodel.validation import write_report
+
+    console = Console(stderr=True)
+    with console.status("validating") as status:
+        result = write_report(out, data, progress=lambda msg: status.update(f"validating: {msg}"))
+    s = result["summary"]
+    both = s[(s.rows == "both GPUs") & (s.engine == DEFAULT_ENGINE)]
+    for r in both.itertuples():
+        console.print(f"{DEFAULT_ENGINE} {r.kind}: median {100 * r.median_abs_error:.1f}%, P95 {100 * r.p95_abs_error:.1f}%")
+    console.print(f"wrote {out}/README.md, CSV tables and plots")

@@ -1,0 +1,349 @@
+"""Engine overheads: what a real serving engine adds around the kernels.
+
+A kernel cost model (roofline or learned) prices the GPU work of an iteration. A real
+engine's iteration is longer: CPU work that grows with the batch (scheduling, building
+inputs, sampling, processing outputs), the RPC that ships each step to the TP workers, a
+latency floor on every collective that the kernel tables do not show (NCCL from Python,
+worker skew), kernel-launch latency where the engine runs without CUDA graphs, and, in the
+measurements at hand, large prefills running slower per token than the kernels predict.
+This module names those terms per engine, as a layer *on top of* any kernel cost model:
+
+    cpu   = cpu_iteration_s + cpu_per_seq_s * seqs + cpu_per_prefill_token_s * prefill_tokens
+            + [tp > 1] (rpc_s(tp) + rpc_per_seq_s * seqs)
+    gpu   = kernels + collectives * collective_extra_s(tp)
+            + prefill_excess_token_s * max(0, prefill_tokens - prefill_excess_threshold_tokens)
+    gpu   = max(gpu, launch)      where the engine has no CUDA graphs (launch-bound steps)
+    time  = cpu + gpu             synchronous engine (vLLM v0, sarathi-serve)
+    time  = max(cpu, gpu)         async scheduling (CPU work of step n+1 hides under step n)
+
+``seqs`` counts the requests in the batch (prefill chunks plus decodes), ``collectives`` the
+TP collectives of one forward pass (two all-reduces a layer, one for parallel attention/MLP
+blocks, plus the LM head's vocab gather). ``collective_extra_s`` is what the engine's
+collectives cost *beyond* the kernel model's per-call latency, so it may be negative for an
+engine with a faster collective (vLLM's custom all-reduce); a collective never costs less
+than nothing. Every term is a constant of the preset: the hot loop does a handful of
+multiply-adds on precomputed numbers, never a fit.
+
+Presets live in :data:`ENGINES`, each with the data it was measured on and how it was fitted;
+``simulate calibrate-engine`` writes the same fields to a JSON artifact that ``--engine``
+accepts wherever a preset name is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from simulator.config import ReplicaConfig
+from simulator.costmodel.base import BatchShape, CostModel
+from simulator.errors import ConfigError
+
+ARTIFACT_FORMAT = "servesim-engine"
+ARTIFACT_VERSION = 1
+KERNELS_PER_LAYER = 14  # eager decoder layer: 2 norms, 4 GEMMs, rotary, cache write, attention, act, 2 adds, 2 collectives
+
+TPTable = tuple[tuple[int, float], ...]
+
+
+def tp_lookup(table: TPTable, tp: int) -> float:
+    """Value of a ``((tp, value), ...)`` table at ``tp``: exact where listed, linear in
+    log2(tp) between listed degrees, the nearest listed degree outside them; 0 at tp=1
+    and for an empty table (a single GPU has no collectives and no TP workers)."""
+    if tp <= 1 or not table:
+        return 0.0
+    points = sorted(table)
+    for t, v in points:
+        if t == tp:
+            return v
+    if tp < points[0][0]:
+        return points[0][1]
+    if tp > points[-1][0]:
+        return points[-1][1]
+    for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
+        if t0 < tp < t1:
+            w = (math.log2(tp) - math.log2(t0)) / (math.log2(t1) - math.log2(t0))
+            return v0 + w * (v1 - v0)
+    return points[-1][1]  # unreachable: tp lies in some interval
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    """One engine's overhead terms (seconds). Contract: every time term is finite; all but
+    ``collective_extra_s`` are >= 0; ``source`` names the data, ``fitted`` the method."""
+
+    name: str
+    source: str
+    fitted: str
+    overlap_cpu: bool = False  # async scheduling: CPU work hides under GPU work
+    cpu_iteration_s: float = 0.0  # per step: schedule, prepare inputs, sampler launch, process outputs
+    cpu_per_seq_s: float = 0.0  # per request in the batch (block tables, sampling params, detokenize)
+    cpu_per_prefill_token_s: float = 0.0  # per prompt token (token lists, positions, slot mapping)
+    rpc_s: TPTable = ()  # per step, shipping the step to TP workers, by TP degree
+    rpc_per_seq_s: float = 0.0  # per request in the batch, when tp > 1
+    collective_extra_s: TPTable = ()  # per collective beyond the kernel model's latency, by TP degree
+    prefill_excess_token_s: float = 0.0  # per prompt token beyond the threshold in one step
+    prefill_excess_threshold_tokens: int = 2048
+    cuda_graphs: bool = True  # False: a step is at least kernels * launch_per_kernel_s
+    launch_per_kernel_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("rpc_s", "collective_extra_s"):
+                object.__setattr__(self, f.name, tuple(sorted((int(t), float(v)) for t, v in value)))
+                for t, v in getattr(self, f.name):
+                    if t < 1 or not math.isfinite(v) or (f.name == "rpc_s" and v < 0):
+                        raise ConfigError(f"engine.{f.name}", f"bad entry tp={t}: {v}", "use tp >= 1 and finite seconds")
+            elif isinstance(value, float) and (not math.isfinite(value) or value < 0):
+                raise ConfigError(f"engine.{f.name}", f"must be finite and >= 0, got {value}")
+        if self.prefill_excess_threshold_tokens < 0:
+            raise ConfigError("engine.prefill_excess_threshold_tokens", "must be >= 0")
+
+    def with_terms(self, **terms: Any) -> EngineModel:
+        return replace(self, **terms)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["rpc_s"] = [list(p) for p in self.rpc_s]
+        out["collective_extra_s"] = [list(p) for p in self.collective_extra_s]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineModel:
+        known = {f.name for f in fields(cls)}
+        bad = set(data) - known
+        if bad:
+            raise ConfigError("engine", f"unknown engine term {sorted(bad)[0]!r}", f"known: {', '.join(sorted(known))}")
+        data = dict(data)
+        for key in ("rpc_s", "collective_extra_s"):
+            data[key] = tuple((int(t), float(v)) for t, v in data.get(key, ()))
+        return cls(**data)
+
+
+# -- presets ------------------------------------------------------------------------------------------------------
+# Each preset names what it was measured on. The fitted numbers are reproduced by
+# simulator.costmodel.engine_fit (tests refit them from ../shared/data and compare).
+ENGINES: dict[str, EngineModel] = {
+    "ideal": EngineModel(
+        name="ideal",
+        source="none: the kernel cost model alone",
+        fitted="no overheads; use it to see what the kernels alone predict",
+        overlap_cpu=True,
+    ),
+    "handset": EngineModel(
+        name="handset",
+        source="servesim's hand-set roofline constant before engine models (1.5 ms + 25 us per request)",
+        fitted="not fitted; kept to compare against earlier results",
+        cpu_iteration_s=1.5e-3, cpu_per_seq_s=25e-6,
+    ),
+    "vllm-2023-splitwise": EngineModel(
+        name="vllm-2023-splitwise",
+        source="Splitwise's vLLM measurements of Llama-2-70B on A100-80GB and H100-80GB (DGX/NDv5, TP 2/4/8), "
+               "splitwise-sim perf_model.csv: token_time (decode steps, batches 1-64) and prompt_time "
+               "(prefills of 1-64 prompts of 512, one of 2048)",
+        fitted="non-negative least squares of relative error on top of the calibrated roofline, both GPUs, "
+               "TP2 batch-64 rows excluded (KV cache cannot hold 64 sequences there: the source ran fewer); "
+               "engine_fit.fit_splitwise_preset()",
+        cpu_iteration_s=2.99e-3, cpu_per_seq_s=0.2913e-3, cpu_per_prefill_token_s=8.247e-6,
+        collective_extra_s=((2, 0.0), (4, 39.09e-6), (8, 94.76e-6)),
+        prefill_excess_token_s=51.61e-6, prefill_excess_threshold_tokens=2048,
+        cuda_graphs=False,
+    ),
+    "sarathi-2023-vidur": EngineModel(
+        name="sarathi-2023-vidur",
+        source="Vidur's legacy_2023 cpu_overheads.csv (its vLLM/Sarathi-Serve fork on A100: schedule, sampler, "
+               "prepare inputs, process outputs and Ray RPC medians; Llama-2-7B/70B, CodeLlama-34B, TP 1/2/4, "
+               "batches 8-64)",
+        fitted="least squares per term over every row: CPU = a + b * batch; Ray RPC = c(tp) + d * batch for tp > 1; "
+               "engine_fit.fit_vidur_preset()",
+        cpu_iteration_s=1.25e-3, cpu_per_seq_s=0.145e-3,
+        rpc_s=((2, 1.1e-3), (4, 2.53e-3)), rpc_per_seq_s=99.9e-6,
+        cuda_graphs=False,
+    ),
+    "vllm-v1": EngineModel(
+        name="vllm-v1",
+        source="argued from vLLM's V1 engine source and release notes (not fitted): async scheduling "
+               "(--async-scheduling: the scheduler prepares step n+1 while step n runs), persistent batch with "
+               "incremental input updates, piecewise CUDA graphs for decode and mixed steps, custom one-shot "
+               "all-reduce for small TP messages on NVLink, chunked prefill always on",
+        fitted="not fitted: CPU work ~1 ms + 10 us/request (hidden under GPU time by async scheduling); no launch "
+               "bound (CUDA graphs); collectives 20 us below NCCL's per-call latency (custom all-reduce ~10 us vs "
+               "NCCL ~30-47 us in the calibrated roofline); no prefill excess",
+        overlap_cpu=True,
+        cpu_iteration_s=1.0e-3, cpu_per_seq_s=10e-6,
+        collective_extra_s=((2, -20e-6), (4, -20e-6), (8, -20e-6)),
+    ),
+}
+
+DEFAULT_ENGINE = "vllm-2023-splitwise"
+
+
+def engine_names() -> list[str]:
+    return list(ENGINES)
+
+
+def load_engine(spec: str | EngineModel) -> EngineModel:
+    """A preset name, an :class:`EngineModel`, or the path of a ``calibrate-engine`` artifact."""
+    if isinstance(spec, EngineModel):
+        return spec
+    if spec in ENGINES:
+        return ENGINES[spec]
+    path = Path(spec)
+    if not path.is_file():
+        raise ConfigError("engine", f"{spec!r} is neither a preset nor an engine artifact",
+                          f"presets: {', '.join(ENGINES)}; or the JSON written by `simulate calibrate-engine`")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError("engine", f"{path} is not readable JSON ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or data.get("format") != ARTIFACT_FORMAT:
+        raise ConfigError("engine", f"{path} is not a servesim engine artifact", "pass a file written by `simulate calibrate-engine`")
+    if data.get("format_version") != ARTIFACT_VERSION:
+        raise ConfigError("engine", f"{path} has format_version {data.get('format_version')}, this build reads "
+                          f"{ARTIFACT_VERSION}", "re-run `simulate calibrate-engine`")
+    return EngineModel.from_dict(data["engine"])
+
+
+def check_engine(spec: str) -> None:
+    """Validate a config's ``engine`` field early (preset name or readable artifact)."""
+    load_engine(spec)
+
+
+def save_engine_artifact(engine: EngineModel, path: Path, extra: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": ARTIFACT_FORMAT, "format_version": ARTIFACT_VERSION, "engine": engine.to_dict(), **extra}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def num_collectives(replica: ReplicaConfig) -> int:
+    """TP collectives in one forward pass: per layer two all-reduces (one for parallel
+    attention/MLP blocks), plus the LM head's vocab gather; none without TP."""
+    if replica.tp <= 1:
+        return 0
+    m = replica.model_spec
+    return (1 if m.parallel_attn_mlp else 2) * m.num_layers + 1
+
+
+def kernel_collective_latency_s(kernels: CostModel) -> float:
+    """The per-collective latency the kernel model already charges (the roofline's calibrated
+    NCCL latency; for other models, that of the roofline calibration of the same GPU)."""
+    cal = getattr(kernels, "cal", None) or getattr(getattr(kernels, "roofline", None), "cal", None)
+    if cal is None:
+        from simulator.costmodel.calibration import calibration_for
+
+        cal = calibration_for(kernels.replica.gpu)
+    return float(cal.allreduce_latency_s)
+
+
+class EngineCostModel(CostModel):
+    """A kernel cost model plus an engine's overheads (see the module docstring).
+
+    The kernel model's own ``overhead_time`` is replaced by the engine's terms. The terms
+    that depend only on the replica are folded into constants at construction, so the
+    per-iteration work is a few multiply-adds on top of the kernel model's lookups.
+    """
+
+    def __init__(self, kernels: CostModel, engine: EngineModel) -> None:
+        super().__init__(kernels.replica)
+        self.kernels = kernels
+        self.engine = engine
+        self.name = f"{kernels.name} + engine {engine.name}"
+        replica, e = kernels.replica, engine
+        self.num_collectives = num_collectives(replica)
+        # Per-collective adjustment, never below zero for the collective as a whole.
+        extra = tp_lookup(e.collective_extra_s, replica.tp)
+        if self.num_collectives:
+            extra = max(extra, -kernel_collective_latency_s(kernels))
+        self.collective_s = self.num_collectives * extra
+        self.cpu_fixed_s = e.cpu_iteration_s + (tp_lookup(e.rpc_s, replica.tp) if replica.tp > 1 else 0.0)
+        self.cpu_seq_s = e.cpu_per_seq_s + (e.rpc_per_seq_s if replica.tp > 1 else 0.0)
+        self.launch_s = 0.0 if e.cuda_graphs else (
+            e.launch_per_kernel_s * KERNELS_PER_LAYER * replica.model_spec.num_layers)
+        self.overlap = e.overlap_cpu
+        # Re-export what other code reads from a kernel model.
+        self.learned_ops = getattr(kernels, "learned_ops", [])
+
+    @property
+    def num_extrapolations(self) -> int:
+        return getattr(self.kernels, "num_extrapolations", 0)
+
+    # -- engine terms ----------------------------------------------------------------------------------------
+    def cpu_time(self, shape: BatchShape) -> float:
+        e = self.engine
+        return (self.cpu_fixed_s + self.cpu_seq_s * (shape.num_prefills + shape.num_decodes)
+                + e.cpu_per_prefill_token_s * shape.num_prefill_tokens)
+
+    def prefill_excess_time(self, shape: BatchShape) -> float:
+        e = self.engine
+        over = shape.num_prefill_tokens - e.prefill_excess_threshold_tokens
+        return e.prefill_excess_token_s * over if over > 0 else 0.0
+
+    def _kernel_time(self, shape: BatchShape) -> float:
+        k = self.kernels
+        return k.pre_time(shape) + self.model.num_layers * k.layer_time(shape) + k.post_time(shape)
+
+    def _engine_time(self, shape: BatchShape, kernel_s: float) -> float:
+        """Seconds the engine adds to ``kernel_s`` (the kernels of the whole step)."""
+        gpu = kernel_s + self.collective_s + self.prefill_excess_time(shape)
+        if gpu < self.launch_s:
+            gpu = self.launch_s
+        cpu = self.cpu_time(shape)
+        total = (gpu if gpu > cpu else cpu) if self.overlap else gpu + cpu
+        return total - kernel_s
+
+    # -- CostModel interface ---------------------------------------------------------------------------------
+    def layer_time(self, shape: BatchShape) -> float:
+        return self.kernels.layer_time(shape)
+
+    def pre_time(self, shape: BatchShape) -> float:
+        return self.kernels.pre_time(shape)
+
+    def post_time(self, shape: BatchShape) -> float:
+        return self.kernels.post_time(shape)
+
+    def send_recv_time(self, num_tokens: int, hop: int | None = None) -> float:  # type: ignore[override]
+        fn = self.kernels.send_recv_time
+        return fn(num_tokens) if hop is None else fn(num_tokens, hop)  # type: ignore[call-arg]
+
+    def overhead_time(self, shape: BatchShape) -> float:
+        return self._engine_time(shape, self._kernel_time(shape))
+
+    def iteration_time(self, shape: BatchShape) -> float:
+        kernel_s = self._kernel_time(shape)
+        return kernel_s + self._engine_time(shape, kernel_s)
+
+    def engine_breakdown(self, shape: BatchShape) -> dict[str, float]:
+        """Each engine term in seconds as it adds to the step (async: only the CPU time
+        that sticks out from under the GPU time); sums to ``overhead_time``."""
+        e, kernel_s = self.engine, self._kernel_time(shape)
+        seqs = shape.num_prefills + shape.num_decodes
+        rpc = (tp_lookup(e.rpc_s, self.replica.tp) + e.rpc_per_seq_s * seqs) if self.replica.tp > 1 else 0.0
+        cpu_terms = {"engine_cpu_iteration": e.cpu_iteration_s, "engine_cpu_per_seq": e.cpu_per_seq_s * seqs,
+                     "engine_cpu_prefill_tokens": e.cpu_per_prefill_token_s * shape.num_prefill_tokens,
+                     "engine_rpc_tp_workers": rpc}
+        gpu = kernel_s + self.collective_s + self.prefill_excess_time(shape)
+        out = {"engine_collective_floor": self.collective_s, "engine_prefill_excess": self.prefill_excess_time(shape),
+               "engine_launch_bound": max(0.0, self.launch_s - gpu)}
+        gpu = max(gpu, self.launch_s)
+        cpu = sum(cpu_terms.values())
+        if self.overlap:
+            exposed = max(0.0, cpu - gpu)
+            scale = exposed / cpu if cpu > 0 else 0.0
+            out.update({k: v * scale for k, v in cpu_terms.items()})
+        else:
+            out.update(cpu_terms)
+        return out
+
+    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+        out = {k: v for k, v in self.kernels.breakdown(shape).items() if k != "cpu_overhead"}
+        out.update(self.engine_breakdown(shape))
+        return out
+
+
+def with_engine(kernels: CostModel, engine: str | EngineModel | None) -> CostModel:
+    """Wrap ``kernels`` in the named engine (``None``: the default preset)."""
+    return EngineCostModel(kernels, load_engine(DEFAULT_ENGINE if engine is None else engine))

@@ -12,8 +12,9 @@ learned artifact), never per iteration of a simulation:
 - a **vLLM serving benchmark** result (``vllm bench serve --save-result --save-detailed``):
   ``input_lens``, ``output_lens``, ``ttfts`` (s), ``itls`` (s, one list per request),
   ``errors`` and ``request_rate`` (``request_submit_times`` when present). The simulator
-  replays the requests at that rate and two exposed per-step terms (a fixed and a
-  per-request CPU time) are searched so the simulated TTFT and ITL quantiles match.
+  replays the requests at that rate and the exposed per-step CPU time is searched so the
+  simulated TTFT, ITL and TPOT quantiles match (one benchmark at one rate pins one number
+  well; the per-request term would trade off against it, so it is kept from the base engine).
 
 Both report the error before (the base engine) and after on a held-out split, and refuse
 data they cannot use with one line. The preset numbers in
@@ -441,7 +442,8 @@ def bench_table(run: BenchRun, seed: int):  # noqa: ANN201 - a workload.RequestT
     return RequestTable(arrival, run.input_lens, run.output_lens, source=f"vLLM bench requests, arrivals {how}")
 
 
-QUANTILES = (0.1, 0.5, 0.9)
+QUANTILES = tuple(np.linspace(0.05, 0.95, 19))
+REPORT_QUANTILES = (0.1, 0.5, 0.9, 0.99)
 
 
 def _request_metrics(result: Any) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -459,22 +461,37 @@ def _request_metrics(result: Any) -> tuple[np.ndarray, list[np.ndarray]]:
 
 
 def _dist_error(ttft_sim: np.ndarray, itl_sim: list[np.ndarray], ttft: np.ndarray, itl: list[np.ndarray],
-                idx: np.ndarray) -> dict[str, float]:
-    """Relative error of TTFT and ITL quantiles (10/50/90 %) over the requests ``idx``."""
+                idx: np.ndarray, quantiles: tuple[float, ...] = REPORT_QUANTILES) -> dict[str, float]:
+    """Relative error of TTFT and ITL quantiles over the requests ``idx`` (ITL: every gap)."""
     out = {}
     ts, tm = ttft_sim[idx], ttft[idx]
     is_ = np.concatenate([itl_sim[i] for i in idx]) if len(idx) else np.zeros(0)
     im = np.concatenate([itl[i] for i in idx]) if len(idx) else np.zeros(0)
-    for q in QUANTILES:
-        for name, s, m in (("ttft", ts, tm), ("itl", is_, im)):
-            s, m = s[np.isfinite(s)], m[np.isfinite(m)]
-            if len(s) and len(m) and np.quantile(m, q) > 0:
-                out[f"{name}_p{int(q * 100)}"] = float(abs(np.quantile(s, q) - np.quantile(m, q)) / np.quantile(m, q))
+    for name, s, m in (("ttft", ts, tm), ("itl", is_, im)):
+        s, m = s[np.isfinite(s)], m[np.isfinite(m)]
+        if not (len(s) and len(m)):
+            continue
+        for q in quantiles:
+            ref = np.quantile(m, q)
+            if ref > 0:
+                out[f"{name}_p{q * 100:g}"] = float(abs(np.quantile(s, q) - ref) / ref)
     return out
 
 
-def _score(errs: dict[str, float]) -> float:
-    return float(np.mean([v * v for v in errs.values()])) if errs else float("inf")
+def _score(ttft_sim: np.ndarray, itl_sim: list[np.ndarray], ttft: np.ndarray, itl: list[np.ndarray],
+           idx: np.ndarray) -> float:
+    """Mean squared log ratio of simulated to measured TTFT and ITL quantiles."""
+    terms = []
+    ts, tm = ttft_sim[idx], ttft[idx]
+    is_ = np.concatenate([itl_sim[i] for i in idx])
+    im = np.concatenate([itl[i] for i in idx])
+    tpot_s = np.array([itl_sim[i].mean() if len(itl_sim[i]) else np.nan for i in idx])
+    tpot_m = np.array([itl[i].mean() if len(itl[i]) else np.nan for i in idx])
+    for s, m in ((ts, tm), (is_, im), (tpot_s, tpot_m)):
+        s, m = s[np.isfinite(s) & (s > 0)], m[np.isfinite(m) & (m > 0)]
+        if len(s) and len(m):
+            terms.extend(np.log(np.quantile(s, QUANTILES) / np.quantile(m, QUANTILES)) ** 2)
+    return float(np.mean(terms)) if terms else float("inf")
 
 
 def simulate_bench(run: BenchRun, config: Any, engine: EngineModel, seed: int) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -492,39 +509,41 @@ def simulate_bench(run: BenchRun, config: Any, engine: EngineModel, seed: int) -
 
 def calibrate_bench(run: BenchRun, config: Any, base: str | EngineModel, holdout: float = 0.3, seed: int = 0,
                     max_evals: int = 40, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Search the exposed per-step CPU terms (fixed, per request) so simulated TTFT and ITL
-    quantiles match the measured ones on the training requests; report on held-out ones."""
-    from scipy.optimize import minimize
+    """Search the exposed per-step CPU time (``cpu_iteration_s``, synchronous; the base
+    engine's other terms kept) so simulated TTFT, ITL and TPOT quantiles match the measured
+    ones on the training requests; report quantile errors on the held-out ones."""
+    from scipy.optimize import minimize_scalar
 
     check_bench_model(run, config.replica.model)
     base_engine = load_engine(base)
     mask = holdout_split(len(run.input_lens), holdout, seed)
     train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
-    start = np.array([max(base_engine.cpu_iteration_s, 0.5e-3), max(base_engine.cpu_per_seq_s, 10e-6)])
-    cache: dict[tuple[float, float], tuple[np.ndarray, list[np.ndarray]]] = {}
+    # One number is what one benchmark at one rate identifies well: the exposed CPU time of a step
+    # (the per-request term trades off against it along a ridge). Search it in log space: a
+    # coarse grid over 10 us - 100 ms, then a bounded Brent search between the best point's neighbours.
+    cache: dict[float, tuple[np.ndarray, list[np.ndarray]]] = {}
 
-    def engine_at(x: np.ndarray) -> EngineModel:
-        c0, cs = (float(v) for v in np.abs(x) * start)
-        return replace(base_engine, overlap_cpu=False, cpu_iteration_s=c0, cpu_per_seq_s=cs)
+    def engine_at(x: float) -> EngineModel:
+        return replace(base_engine, overlap_cpu=False, cpu_iteration_s=float(f"{math.exp(x):.4g}"))
 
-    def sim(x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-        key = tuple(round(float(v), 6) for v in np.abs(x))
+    def objective(x: float) -> float:
+        key = round(float(x), 5)
         if key not in cache:
-            cache[key] = simulate_bench(run, config, engine_at(np.array(key)), seed)
+            cache[key] = simulate_bench(run, config, engine_at(key), seed)
             if progress:
                 progress(f"simulation {len(cache)}")
-        return cache[key]
+        t, i = cache[key]
+        return _score(t, i, run.ttfts, run.itls, train)
 
-    def objective(x: np.ndarray) -> float:
-        t, i = sim(x)
-        return _score(_dist_error(t, i, run.ttfts, run.itls, train))
-
-    best = minimize(objective, np.ones(2), method="Nelder-Mead",
-                    options={"maxfev": max_evals, "xatol": 1e-3, "fatol": 1e-6, "initial_simplex":
-                             np.array([[1.0, 1.0], [3.0, 1.0], [1.0, 3.0]])})
+    grid = np.linspace(math.log(1e-5), math.log(0.1), 13)
+    scores = [objective(x) for x in grid]
+    k = int(np.argmin(scores))
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
+    best = minimize_scalar(objective, bounds=(lo, hi), method="bounded",
+                           options={"maxiter": max(5, max_evals - len(grid)), "xatol": 0.002})
     engine = engine_at(best.x)
     t0, i0 = simulate_bench(run, config, base_engine, seed)
-    t1, i1 = sim(best.x)
+    t1, i1 = simulate_bench(run, config, engine, seed)
     return {"engine": engine, "report": {
         "kind": "vllm bench serve", "requests": len(run.input_lens), "failed_requests_not_used": run.num_failed,
         "holdout_requests": len(test), "request_rate": run.request_rate, "base_engine": base_engine.name,
@@ -549,7 +568,7 @@ def make_bench_fixture(config: Any, engine: EngineModel, rate: float, num_reques
     jitter = np.random.default_rng(seed + 1)
 
     def noisy(x: np.ndarray) -> list[float]:
-        return [float(v) for v in (x * jitter.lognormal(0.0, noise, size=len(x)) if noise else x)]
+        return [float(f"{v:.6g}") for v in (x * jitter.lognormal(0.0, noise, size=len(x)) if noise else x)]
 
     return {"backend": "vllm", "model_id": run.model_id, "num_prompts": len(run.input_lens), "request_rate": rate,
             "burstiness": 1.0, "max_concurrency": None, "completed": len(run.input_lens),

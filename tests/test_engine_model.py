@@ -1,0 +1,220 @@
+"""Engine overheads: presets, overlap semantics, calibration (table and vLLM bench), refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.config import ReplicaConfig, RunConfig
+from simulator.costmodel import BatchShape, load_cost_model
+from simulator.costmodel.engine_fit import (
+    calibrate_bench,
+    calibrate_table,
+    make_bench_fixture,
+    read_bench,
+)
+from simulator.costmodel.engine_model import (
+    DEFAULT_ENGINE,
+    ENGINES,
+    EngineCostModel,
+    EngineModel,
+    load_engine,
+    tp_lookup,
+)
+from simulator.errors import ConfigError
+
+runner = CliRunner()
+FIXTURE = Path(__file__).parent / "data" / "vllm_bench_fixture.json"
+SHAPES = [BatchShape.from_requests(decodes=[700] * 8), BatchShape.from_requests([(3000, 0)], [300] * 4),
+          BatchShape.from_requests([(256, 512)], []), BatchShape.from_requests(decodes=[64])]
+
+
+def engine_model(engine: EngineModel | str, tp: int = 4, model: str = "llama-2-70b") -> EngineCostModel:
+    cm = load_cost_model("roofline", ReplicaConfig(model=model, gpu="a100-80gb", tp=tp), engine)
+    assert isinstance(cm, EngineCostModel)
+    return cm
+
+
+def test_every_preset_names_its_source_and_the_default_exists():
+    assert DEFAULT_ENGINE in ENGINES and RunConfig().engine == DEFAULT_ENGINE
+    for name, e in ENGINES.items():
+        assert e.name == name and e.source and e.fitted
+        assert load_engine(name) is e
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_breakdown_sums_to_iteration_time_and_shows_engine_terms(name):
+    cm = engine_model(name)
+    for shape in SHAPES:
+        parts = cm.breakdown(shape)
+        assert "cpu_overhead" not in parts and "engine_collective_floor" in parts
+        assert sum(parts.values()) == pytest.approx(cm.iteration_time(shape), rel=1e-9)
+        assert cm.iteration_time(shape) > 0
+
+
+def test_sync_engine_adds_cpu_async_hides_it_under_gpu():
+    sync = replace(ENGINES["ideal"], overlap_cpu=False, cpu_iteration_s=5e-3, cpu_per_seq_s=1e-4)
+    kernels = engine_model("ideal")
+    shape = SHAPES[0]
+    k = kernels.iteration_time(shape)
+    cpu = 5e-3 + 8 * 1e-4
+    assert engine_model(sync).iteration_time(shape) == pytest.approx(k + cpu)
+    assert engine_model(replace(sync, overlap_cpu=True)).iteration_time(shape) == pytest.approx(max(k, cpu))
+    huge = replace(sync, overlap_cpu=True, cpu_iteration_s=1.0)  # CPU-bound: the step is the CPU time
+    assert engine_model(huge).iteration_time(shape) == pytest.approx(1.0 + 8 * 1e-4)
+
+
+def test_launch_bound_without_cuda_graphs_and_collective_floor_by_tp():
+    launchy = replace(ENGINES["ideal"], cuda_graphs=False, launch_per_kernel_s=50e-6)
+    cm = engine_model(launchy)
+    assert cm.iteration_time(SHAPES[3]) >= 50e-6 * 14 * 80  # 80 layers, 14 kernels each
+    floors = replace(ENGINES["ideal"], collective_extra_s=((2, 10e-6), (8, 40e-6)))
+    assert tp_lookup(floors.collective_extra_s, 4) == pytest.approx(25e-6)  # linear in log2(tp)
+    assert tp_lookup(floors.collective_extra_s, 1) == 0.0
+    base = engine_model("ideal", tp=8).iteration_time(SHAPES[3])
+    assert engine_model(floors, tp=8).iteration_time(SHAPES[3]) == pytest.approx(base + 161 * 40e-6)
+    # A faster-than-NCCL collective lowers the step, but a collective never costs less than nothing.
+    fast = replace(ENGINES["ideal"], collective_extra_s=((8, -1.0),))
+    assert 0 < engine_model(fast, tp=8).iteration_time(SHAPES[3]) < base
+
+
+def test_engine_field_and_flag_reach_the_simulation(tmp_path: Path):
+    cfg = RunConfig().replace(workload__num_requests=20)
+    from simulator.engine import simulate
+
+    ends = {e: simulate(cfg.replace(engine=e)).sim_end_at for e in ("ideal", "handset", DEFAULT_ENGINE)}
+    assert ends["ideal"] < ends["handset"] < ends[DEFAULT_ENGINE]
+    res = runner.invoke(app, ["predict", "--model", "llama-2-70b", "--tp", "8", "--decode", "4", "--context", "512",
+                              "--engine", "vllm-v1", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["engine"] == "vllm-v1"
+
+
+def test_unknown_engine_is_one_line_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "simulator", "run", "--no-progress", "--engine", "vllm-1999"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "engine" in lines[0] and "Traceback" not in proc.stderr
+
+
+# -- calibration ------------------------------------------------------------------------------------------------
+def simulated_table(truth: EngineModel, n: int = 40, seed: int = 1) -> pd.DataFrame:
+    """An iteration table measured on the simulator itself, with overheads we set. TP1 rows
+    (no collectives) separate the per-step constant from the collective floors."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        tp = (1, 2, 4, 8)[i % 4]
+        prefill = i % 3 == 0
+        row = {"model": "llama-2-7b", "gpu": "a100-80gb", "tp": tp,
+               "num_prefills": int(rng.integers(1, 6)) if prefill else 0,
+               "prefill_tokens": int(rng.integers(128, 1500)) if prefill else 0,
+               "num_decodes": 0 if prefill else int(rng.integers(1, 64)),
+               "decode_context": 0 if prefill else int(rng.integers(100, 3000))}
+        shape = BatchShape.from_requests([(row["prefill_tokens"], 0)] * row["num_prefills"],
+                                         [row["decode_context"]] * row["num_decodes"])
+        row["measured_s"] = engine_model(truth, tp=tp, model="llama-2-7b").iteration_time(shape)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_table_calibration_recovers_overheads_we_set():
+    truth = replace(ENGINES["ideal"], name="truth", overlap_cpu=False, cpu_iteration_s=3e-3, cpu_per_seq_s=200e-6,
+                    cpu_per_prefill_token_s=5e-6, collective_extra_s=((2, 10e-6), (4, 40e-6), (8, 90e-6)))
+    out = calibrate_table(simulated_table(truth), "llama-2-7b", "a100-80gb", base="handset")
+    got = out["engine"]
+    for term in ("cpu_iteration_s", "cpu_per_seq_s", "cpu_per_prefill_token_s"):
+        assert getattr(got, term) == pytest.approx(getattr(truth, term), rel=0.05), term
+    for (tp, want), (tp2, value) in zip(truth.collective_extra_s, got.collective_extra_s, strict=True):
+        assert tp == tp2 and value == pytest.approx(want, rel=0.05)
+    assert out["report"]["holdout_after"]["median_ape"] < 0.01 < out["report"]["holdout_before"]["median_ape"]
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    (lambda df: df.drop(columns=["measured_s"]), "missing column"),
+    (lambda df: df.head(5), "at least"),
+    (lambda df: df.assign(model="llama-2-13b"), "the fit is for llama-2-7b"),
+    (lambda df: df.assign(tp=3), "does not match"),
+    (lambda df: df.assign(measured_s=-1.0), "negative"),
+])
+def test_table_calibration_refuses_unusable_data(change, needle):
+    df = change(simulated_table(ENGINES["handset"], n=12))
+    with pytest.raises(ConfigError, match=needle):
+        calibrate_table(df, "llama-2-7b", "a100-80gb")
+
+
+BENCH_CONFIG = RunConfig().replace(replica__model="llama-2-7b", scheduler__name="vllm-v1", workload__name="uniform",
+                                   workload__prompt_tokens=128, workload__prompt_tokens_max=1024,
+                                   workload__output_tokens=8, workload__output_tokens_max=48, engine="vllm-v1")
+
+
+def test_bench_calibration_recovers_the_step_overhead_of_a_simulated_run(tmp_path: Path):
+    truth = replace(ENGINES["vllm-v1"], overlap_cpu=False, cpu_iteration_s=4e-3)
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(make_bench_fixture(BENCH_CONFIG, truth, rate=12.0, num_requests=100, seed=0)))
+    out = calibrate_bench(read_bench(path), BENCH_CONFIG, "vllm-v1", seed=0)
+    assert out["engine"].cpu_iteration_s == pytest.approx(4e-3, rel=0.05)
+    assert out["engine"].overlap_cpu is False
+
+
+def test_calibrate_engine_cli_runs_on_the_vllm_fixture_and_run_accepts_the_artifact(tmp_path: Path):
+    art = tmp_path / "engine.json"
+    res = runner.invoke(app, ["calibrate-engine", "--bench", str(FIXTURE), "--model", "llama-2-7b", "--scheduler",
+                              "vllm-v1", "--engine", "vllm-v1", "--out", str(art)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(art.read_text())
+    assert data["format"] == "servesim-engine" and "holdout_after" in data["report"]
+    assert 3e-3 < data["engine"]["cpu_iteration_s"] < 9e-3  # the fixture was made with 6 ms and 5% noise
+    res = runner.invoke(app, ["run", "--engine", str(art), "--num-requests", "10", "--no-progress", "--json"])
+    assert res.exit_code == 0, res.output
+
+
+def test_bench_refusals(tmp_path: Path):
+    data = json.loads(FIXTURE.read_text())
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({k: v for k, v in data.items() if k != "itls"}))
+    with pytest.raises(ConfigError, match="itls"):
+        read_bench(bad)
+    few = dict(data, **{k: data[k][:5] for k in ("input_lens", "output_lens", "ttfts", "itls", "errors")})
+    bad.write_text(json.dumps(few))
+    with pytest.raises(ConfigError, match="the fit needs"):
+        read_bench(bad)
+    with pytest.raises(ConfigError, match="pass --model llama-2-7b"):
+        calibrate_bench(read_bench(FIXTURE), BENCH_CONFIG.replace(replica__model="mistral-7b"), "vllm-v1")
+
+
+# -- presets reproduce from the public data ---------------------------------------------------------------------
+def test_splitwise_preset_refits_and_meets_the_acceptance_errors(shared_data: Path):
+    from simulator.costmodel.engine_fit import fit_splitwise, splitwise_iteration_table, splitwise_rows
+    from simulator.costmodel.validation import splitwise_predictions, summarize_splitwise
+
+    table = splitwise_iteration_table(splitwise_rows(shared_data / "profiles" / "splitwise-sim" / "perf_model.csv"))
+    refit = fit_splitwise(table, ["a100-80gb", "h100-sxm"])
+    preset = ENGINES["vllm-2023-splitwise"]
+    for term in ("cpu_iteration_s", "cpu_per_seq_s", "cpu_per_prefill_token_s", "prefill_excess_token_s"):
+        assert getattr(refit, term) == pytest.approx(getattr(preset, term), rel=0.01), term
+    s = summarize_splitwise(splitwise_predictions(table)[0]).set_index(["engine", "kind", "rows"])
+    default = s.loc[(DEFAULT_ENGINE, "decode", "both GPUs")]
+    assert default.median_abs_error <= 0.10 and default.p95_abs_error <= 0.25
+    assert s.loc[(DEFAULT_ENGINE, "prompt", "both GPUs")].median_abs_error <= 0.10
+    assert s.loc[("calibrated-on-a100-80gb", "decode", "h100-sxm")].median_abs_error <= 0.15
+    assert s.loc[("ideal", "decode", "both GPUs")].median_abs_error > 0.2  # what the engine model fixes
+
+
+def test_vidur_preset_refits(shared_data: Path):
+    from simulator.costmodel.engine_fit import fit_vidur_preset
+
+    refit = fit_vidur_preset(shared_data / "profiles" / "vidur" / "legacy_2023" / "a100" / "cpu_overheads.csv")
+    preset = ENGINES["sarathi-2023-vidur"]
+    assert refit.cpu_per_seq_s == pytest.approx(preset.cpu_per_seq_s, rel=0.01)
+    assert dict(refit.rpc_s) == pytest.approx(dict(preset.rpc_s), rel=0.01)

@@ -35,7 +35,7 @@ NUM_OUTPUT = 10
 @pytest.fixture
 def constant_cost(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every iteration takes ITERATION_S whatever its batch."""
-    monkeypatch.setattr(engine, "load_cost_model", lambda spec, replica: ConstantCostModel(replica, ITERATION_S))
+    monkeypatch.setattr(engine, "load_cost_model", lambda spec, replica, engine=None: ConstantCostModel(replica, ITERATION_S))
 
 
 def slots_config(num_requests: int = 512, **changes) -> RunConfig:
@@ -184,7 +184,7 @@ def test_tau_fits_the_slo_and_grows_with_it():
     from simulator.costmodel import load_cost_model
     from simulator.tau import hybrid_shape
 
-    cost = load_cost_model("roofline", config.replica)
+    cost = load_cost_model("roofline", config.replica, config.engine)
     assert cost.iteration_time(hybrid_shape(mix, strict.tau)) <= 0.1 < cost.iteration_time(hybrid_shape(mix, strict.tau + 1))
     # The knee sits where the GEMMs' arithmetic intensity meets the GPU's ridge: tens to a few hundred tokens.
     assert 16 <= knee_tokens(cost) <= 1024

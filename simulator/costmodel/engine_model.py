@@ -264,8 +264,10 @@ class EngineCostModel(CostModel):
         self.launch_s = 0.0 if e.cuda_graphs else (
             e.launch_per_kernel_s * KERNELS_PER_LAYER * replica.model_spec.num_layers)
         self.overlap = e.overlap_cpu
-        # Re-export what other code reads from a kernel model.
+        # Re-export what other code reads from a kernel model; PP hops are the kernels' own
+        # (the instance attribute keeps their signature, which the pipeline inspects for ``hop``).
         self.learned_ops = getattr(kernels, "learned_ops", [])
+        self.send_recv_time = kernels.send_recv_time  # type: ignore[method-assign]
 
     @property
     def num_extrapolations(self) -> int:
@@ -304,10 +306,6 @@ class EngineCostModel(CostModel):
 
     def post_time(self, shape: BatchShape) -> float:
         return self.kernels.post_time(shape)
-
-    def send_recv_time(self, num_tokens: int, hop: int | None = None) -> float:  # type: ignore[override]
-        fn = self.kernels.send_recv_time
-        return fn(num_tokens) if hop is None else fn(num_tokens, hop)  # type: ignore[call-arg]
 
     def overhead_time(self, shape: BatchShape) -> float:
         return self._engine_time(shape, self._kernel_time(shape))

@@ -16,9 +16,10 @@ the report are held out for both columns.
 
 The ``decode`` scope keeps rows with at most 256 tokens (a decode step of up to 256 sequences;
 for an expert GEMM, its tokens). The ``moe_layer_decode`` family composes one MoE layer of a
-decode step of ``B`` sequences from the *measured* held-out curves the way HF runs it (gate, then
-each touched expert's w1, w3, act, w2 with ``B * k / touched`` tokens) and compares the
-roofline's ``moe_router + moe_experts + moe_act`` with it.
+decode step of ``B`` sequences from the *measured* curves the way HF runs it (gate, then each
+of the rank's ``touched / tp`` experts' w1, w3, act, w2 with ``B * k / touched`` tokens: the
+tables' expert times do not change with TP, so every rank runs whole experts) and compares the
+roofline's ``moe_router + moe_experts + moe_act`` at ``ep = tp`` with it.
 
 Run ``python -m simulator.costmodel.fit_moe --out results/fidelity`` to rewrite ``moe.csv`` and
 ``moe.md`` there (a separate report from ``simulate fidelity``'s tables).
@@ -167,7 +168,9 @@ def _decode_layer_rows(rows: pd.DataFrame, train: pd.DataFrame) -> pd.DataFrame:
     """
     out = []
     for tp in TP_DEGREES:
-        rf = _roofline(tp)
+        # The tables' expert times do not change with TP: whole experts on every rank, i.e. experts
+        # spread over the ranks (ep = tp), each rank running touched / tp of them.
+        rf = RooflineCostModel(ReplicaConfig(MODEL, GPU, tp=tp, ep=tp), table_tokens=1)
         m = rf.model
         meas = {fam: g.sort_values("tokens") for fam, g in rows[rows["tp"] == tp].groupby("family")}
         fits = {fam: fit_curve(g["tokens"].to_numpy(), g["measured_s"].to_numpy(), seed=SEED)[0]
@@ -182,8 +185,9 @@ def _decode_layer_rows(rows: pd.DataFrame, train: pd.DataFrame) -> pd.DataFrame:
                 return float(np.interp(x, g["tokens"], g["measured_s"])[0])
 
             experts = ("expert_w1", "expert_w3", "expert_act", "expert_w2")
-            measured = at("moe_gate", np.array([b])) + touched * sum(at(f, per_expert) for f in experts)
-            learned = float(fits["moe_gate"](np.array([b]))[0]) + touched * sum(
+            local = touched / tp
+            measured = at("moe_gate", np.array([b])) + local * sum(at(f, per_expert) for f in experts)
+            learned = float(fits["moe_gate"](np.array([b]))[0]) + local * sum(
                 float(fits[f](per_expert)[0]) for f in experts)
             ops = rf.token_ops(np.array([float(b)]))
             roofline = sum(float(ops[op][0]) for op in ("moe_router", "moe_experts", "moe_act"))

@@ -69,6 +69,11 @@ class RooflineCostModel(TabulatedCostModel):
         m, r = self.model, self.replica
         self.weight_bytes = r.weight_bytes
         self.gemm_peak_flops = self.gpu.fp8_flops if r.fp8_compute else self.gpu.bf16_flops
+        # The calibrated small-batch ramp of GEMM efficiency stands for the weight-streaming regime
+        # of bf16 kernels; a weight-only quantized kernel (int4, or fp8 without FP8 tensor cores)
+        # streams weight_bytes/dtype_bytes as much, so its knee moves to as many fewer tokens.
+        weight_only = r.dtype == "int4" or (r.dtype == "fp8" and not r.fp8_compute)
+        self.gemm_knee_scale = self.weight_bytes / self.dtype_bytes if weight_only else 1.0
         if r.kv_cache_dtype != "auto" or m.is_mla:
             self.kv_bytes_per_token = m.kv_bytes_per_token_per_gpu_layer(r.kv_cache_bytes, r.tp)
         # Share of layers with a dense MLP (the per-layer tables are means over layers).
@@ -101,7 +106,7 @@ class RooflineCostModel(TabulatedCostModel):
         flops = 2.0 * t * k * n
         # Weights at --dtype, activations at dtype_bytes (bit-identical to the bf16 form when equal).
         nbytes = k * n * self.weight_bytes + t * k * self.dtype_bytes + t * n * self.dtype_bytes
-        eff_c = c.gemm_compute_eff * t / (t + c.gemm_half_tokens)
+        eff_c = c.gemm_compute_eff * t / (t + c.gemm_half_tokens * self.gemm_knee_scale)
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(t > 0, flops / (self.gemm_peak_flops * eff_c), 0.0)
         memory = nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff)

@@ -220,3 +220,29 @@ def test_mixtral_h100_decode_ops_within_15_percent_of_llmservingsim(shared_data)
         curve, _, _ = fit_curve(tr["tokens"].to_numpy(), tr["measured_s"].to_numpy())
         test = held[(held["family"] == family) & (held["tp"] == 1)]
         assert np.median(ape(curve(test["tokens"].to_numpy()), test["measured_s"].to_numpy())) < 0.15
+
+
+def test_learned_cost_model_fits_and_composes_moe_ops(shared_data):
+    """`simulate fit` on LLMServingSim's Mixtral table learns the router and per-expert curves; the
+    learned model composes them over the touched experts and agrees with the roofline's MoE ops."""
+    from simulator.costmodel.fit import fit_tables
+    from simulator.costmodel.fit_data import read_profile
+    from simulator.costmodel.learned import LearnedCostModel
+
+    table = read_profile(shared_data / "profiles/llmservingsim/H100/mistralai/Mixtral-8x7B-v0.1/tp1/layers.csv")
+    table = table[table["op"].str.startswith("moe") & (table["num_tokens"] % 16 == 0)]
+    artifact = fit_tables(table)
+    assert artifact["model"] == "mixtral-8x7b" and artifact["tp"] == 1
+    assert {"moe_gate", "moe_expert_up", "moe_expert_down", "moe_expert_act"} <= set(artifact["learned_ops"])
+    assert "moe_experts" not in artifact["roofline_ops"] and "moe_router" not in artifact["roofline_ops"]
+    replica = ReplicaConfig("mixtral-8x7b", "h100-sxm")
+    learned, roofline = LearnedCostModel(replica, artifact), RooflineCostModel(replica)
+    for batch in (1, 8, 64):
+        shape = BatchShape.from_requests(decodes=[1024] * batch)
+        lb, rb = learned.breakdown(shape), roofline.breakdown(shape)
+        assert lb["moe_experts"] == pytest.approx(rb["moe_experts"], rel=0.15)
+        assert lb["moe_router"] == pytest.approx(rb["moe_router"], rel=0.3)
+    # One token, top-2: two experts' w1+w3+w2 at one token each, in all 32 layers.
+    one = learned.breakdown(BatchShape.from_requests(decodes=[1024]))["moe_experts"]
+    per_expert = sum(float(learned.curves[op](np.array([1.0]))[0]) for op in ("moe_expert_up", "moe_expert_down"))
+    assert one == pytest.approx(32 * 2 * per_expert, rel=1e-6)

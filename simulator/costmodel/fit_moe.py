@@ -33,10 +33,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from simulator.config import ReplicaConfig
 from scipy.optimize import least_squares
 
+from simulator.config import ReplicaConfig
 from simulator.costmodel.fit import ape, fit_curve, split_holdout
 from simulator.costmodel.fit_calibration import data_dir
 from simulator.costmodel.moe import EXPERT_CALIBRATION, ExpertCalibration, expected_experts_touched
@@ -51,6 +50,7 @@ FAMILIES = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "o
             "final_layernorm": "lm_head", "lm_head": "lm_head", "gate": "moe_gate", "expert.w1": "expert_w1",
             "expert.w3": "expert_w3", "expert.w2": "expert_w2", "act_fn": "expert_act"}
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MOE_FAMILIES = ("moe_gate", "expert_w1", "expert_w3", "expert_w2", "expert_act", "moe_layer_decode")
 
 
 def load_tables(root: str | Path | None = None) -> pd.DataFrame:
@@ -180,7 +180,7 @@ def _decode_layer_rows(rows: pd.DataFrame, train: pd.DataFrame) -> pd.DataFrame:
             touched = float(expected_experts_touched(b, m.num_experts, m.num_experts_per_tok))
             per_expert = np.array([b * m.num_experts_per_tok / touched])
 
-            def at(fam: str, x: np.ndarray) -> float:
+            def at(fam: str, x: np.ndarray, meas: dict[str, pd.DataFrame] = meas) -> float:
                 g = meas[fam]
                 return float(np.interp(x, g["tokens"], g["measured_s"])[0])
 
@@ -202,17 +202,29 @@ def write_report(out: str | Path, root: str | Path | None = None) -> pd.DataFram
     report, pred, ec = evaluate(root)
     report.to_csv(out / "moe.csv", index=False, float_format="%.4g")
     decode = report[report["scope"] == "decode"]
-    worst = decode[["learned_median_ape", "roofline_median_ape"]].max()
+    moe = decode[decode["op"].isin(MOE_FAMILIES)]
+    dense = decode[~decode["op"].isin(MOE_FAMILIES)]
+
+    def fmt(ec_: ExpertCalibration) -> str:
+        return (f"compute_eff {ec_.compute_eff}, half_tokens {ec_.half_tokens}, memory_eff {ec_.memory_eff}, "
+                f"router {ec_.router_overhead_s * 1e6:.1f} us")
+
     lines = [
         "# Mixture-of-experts fidelity (Mixtral-8x7B, H100)", "",
         "Held-out error of the learned curves and the calibrated roofline against LLMServingSim's H100",
         "Mixtral-8x7B `layers.csv` (TP 1, 2, 4). Method and families: `simulator/costmodel/fit_moe.py`;",
         "regenerate with `python -m simulator.costmodel.fit_moe --out results/fidelity`.", "",
-        f"Expert constants fitted on the training rows: {ec} (the committed ones in "
-        f"`simulator/costmodel/moe.py`: {EXPERT_CALIBRATION[GPU]}).", "",
-        "Acceptance: a decode step (<= 256 tokens) within 15% median APE per op family.",
-        f"Worst decode-scope median: learned {worst['learned_median_ape']:.1%}, "
-        f"roofline {worst['roofline_median_ape']:.1%}.", "",
+        f"Expert constants fitted on the training rows: {fmt(ec)}; committed in `simulator/costmodel/moe.py`: "
+        f"{fmt(EXPERT_CALIBRATION[GPU])}.", "",
+        "Acceptance: a decode step (<= 256 tokens) within 15% median APE per op family.", "",
+        f"- learned model: worst decode-scope median {decode['learned_median_ape'].max():.1%} over all families "
+        f"({'met' if decode['learned_median_ape'].max() <= 0.15 else 'not met'});",
+        f"- roofline, MoE families ({', '.join(MOE_FAMILIES)}): worst decode-scope median "
+        f"{moe['roofline_median_ape'].max():.1%};",
+        f"- roofline, attention-side families: worst {dense['roofline_median_ape'].max():.1%}. These use the dense "
+        "calibration in `calibration.py` (fitted to Vidur's H100 `mlp.csv`); LLMServingSim's HF eager kernels "
+        "(unfused RMSNorm and rotary, separate q/k/v GEMMs, LM head with its norm) take several kernel launches "
+        "where the roofline prices one fused kernel, so its small-batch times sit far below these tables.", "",
         "| scope | op | points | learned median | learned P95 | roofline median | roofline P95 |",
         "|---|---|---|---|---|---|---|",
     ]

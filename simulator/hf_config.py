@@ -68,8 +68,9 @@ _ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu
 
 
 def is_path_like(name: str) -> bool:
-    """Whether a ``--model``/``--gpu`` value names a file rather than a catalog entry."""
-    return name.endswith((".json", ".toml")) or os.sep in name or os.path.exists(name)
+    """Whether a ``--model``/``--gpu`` value names a file rather than a catalog entry: an existing
+    path, or one ending in .json/.toml (an unknown ``org/model`` id stays a catalog miss)."""
+    return name.endswith((".json", ".toml")) or os.path.exists(name)
 
 
 def _config_file(path: str) -> Path:

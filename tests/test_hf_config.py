@@ -134,3 +134,10 @@ def test_gpu_from_a_toml_file(tmp_path: Path):
     missing.write_text('{"bf16_tflops": 500, "memory_gb": 96}')
     with pytest.raises(ConfigError, match=r"gpu\.hbm_gb_per_s"):
         get_gpu(str(missing))
+
+
+def test_unknown_hf_id_is_a_catalog_miss_and_a_missing_file_names_the_path(tmp_path: Path):
+    with pytest.raises(ConfigError, match="unknown model"):
+        get_model("some-org/some-model")
+    with pytest.raises(ConfigError, match="no config file"):
+        get_model(str(tmp_path / "nowhere" / "config.json"))

@@ -80,6 +80,7 @@ class RooflineCostModel(TabulatedCostModel):
         self.dense_fraction = 1.0 - m.num_moe_layers / m.num_layers
         self.sliding_fraction = m.num_sliding_layers / m.num_layers
         self.sliding_window = m.sliding_window
+        self.mla = m.is_mla  # checked once per attention call: keep it a plain attribute
 
     # -- primitive pricing -------------------------------------------------------------
     def _tp_link_bandwidth(self) -> float:
@@ -149,17 +150,18 @@ class RooflineCostModel(TabulatedCostModel):
         ops = {
             "qkv_proj": qkv,
             "attn_out_proj": out_proj,
-            "mlp_up_gate": self.gemm(tokens, h, up_width) * dense if dense < 1 else self.gemm(tokens, h, up_width),
-            "mlp_act": self.elementwise(tokens, act_bytes) * dense if dense < 1 else self.elementwise(tokens, act_bytes),
-            "mlp_down": self.gemm(tokens, self.ffn_per_gpu, h) * dense if dense < 1
-            else self.gemm(tokens, self.ffn_per_gpu, h),
+            "mlp_up_gate": self.gemm(tokens, h, up_width),
+            "mlp_act": self.elementwise(tokens, act_bytes),
+            "mlp_down": self.gemm(tokens, self.ffn_per_gpu, h),
             "norms": self.elementwise(tokens, num_norms * 2 * h * db, kernels=num_norms),
             "rotary": self.elementwise(tokens, 2 * (self.q_per_gpu + self.kv_per_gpu) * db) if m.rotary
             else np.zeros_like(np.asarray(tokens, dtype=np.float64)),
             "residual_add": self.elementwise(tokens, 2 * 3 * h * db, kernels=2, eff=self.cal.residual_add_memory_eff),
             "tp_all_reduce": num_all_reduce * self.all_reduce(tokens),
         }
-        if m.is_moe:
+        if m.is_moe:  # per-layer means: dense MLPs in the dense layers, experts in the others
+            for op in ("mlp_up_gate", "mlp_act", "mlp_down"):
+                ops[op] = dense * ops[op]
             for op, value in moe_token_ops(self, tokens).items():
                 ops[op] = (1.0 - dense) * value
         return ops
@@ -171,12 +173,13 @@ class RooflineCostModel(TabulatedCostModel):
         if self.sliding_fraction:  # window layers: each query sees at most `window` keys
             w = self.sliding_window
             local = self._attention_prefill(min(shape.prefill_attn_pairs, shape.num_prefill_tokens * w),
-                                            min(shape.prefill_kv_tokens, shape.num_prefills * w), shape.num_prefill_tokens)
+                                            min(shape.prefill_kv_tokens, shape.num_prefill_tokens + shape.num_prefills * w),
+                                            shape.num_prefill_tokens)
             t += self.sliding_fraction * (local - t)
         return t
 
     def _attention_prefill(self, pairs: float, kv_tokens: float, num_tokens: int) -> float:
-        if self.model.is_mla:
+        if self.mla:
             return mla_attention_prefill(self, pairs, kv_tokens, num_tokens)
         c, g, d, db = self.cal, self.gpu, self.model.head_dim, self.dtype_bytes
         flops = 4.0 * self.heads_per_gpu * d * pairs
@@ -195,7 +198,7 @@ class RooflineCostModel(TabulatedCostModel):
         return t
 
     def _attention_decode(self, kv_tokens: float, num_decodes: int) -> float:
-        if self.model.is_mla:
+        if self.mla:
             return mla_attention_decode(self, kv_tokens, num_decodes)
         c, g = self.cal, self.gpu
         nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_decodes * self.q_per_gpu * self.dtype_bytes

@@ -60,14 +60,45 @@ def test_stall_mask_marks_prefill_only_iterations_that_interrupt_decodes():
         (0, 100, 0),  # first prefill: nobody was decoding
         (0, 0, 1),
         (0, 200, 0),  # stall: the decode above waits
-        (0, 50, 0),   # prefill after a prefill: no decode was running in the previous iteration
+        (0, 50, 0),   # back-to-back prefill-only iteration: the same decode still waits
+        (0, 70, 0),   # and a third
         (0, 0, 2),
         (0, 10, 2),   # hybrid (Sarathi) iteration: decodes continue, no stall
         (1, 30, 0),   # another replica's first prefill is not a stall of replica 0
     ]
     it = pd.DataFrame([(r, 0.0, 0.01, p, d, d + (p > 0), int(p > 0), d, 0, 0, 0) for r, p, d in rows],
                       columns=list(FRAME_COLUMNS))
-    assert plots.stall_mask(it).tolist() == [False, False, True, False, False, False, False]
+    assert plots.stall_mask(it).tolist() == [False, False, True, True, True, False, False, False]
+
+
+def test_stall_mask_from_request_timestamps_counts_every_back_to_back_stall():
+    # Iterations every 0.1 s: A (prefill of r0), B (prefill of r1: r0 waits), C (prefill of r2: r0, r1
+    # wait), D (decodes), E (prefill of r3 after everyone finished: nobody waits).
+    starts = [0.0, 0.1, 0.2, 0.3, 0.5]
+    tokens = [(100, 0), (80, 0), (60, 0), (0, 3), (40, 0)]
+    it = pd.DataFrame([(0, t, 0.1, p, d, 1, int(p > 0), d, 0, 0, 0) for t, (p, d) in zip(starts, tokens, strict=True)],
+                      columns=list(FRAME_COLUMNS))
+    requests = pd.DataFrame({"replica_id": [0, 0, 0, 0], "first_token_at": [0.1, 0.2, 0.3, 0.6],
+                             "completed_at": [0.4, 0.4, 0.4, np.nan]})
+    assert plots.stall_mask(it, requests).tolist() == [False, True, True, False, False]
+    # Without timestamps the estimate cannot see who is waiting: it misses B and C (no decode
+    # iteration before them) and flags E (it cannot know D's decodes all finished).
+    assert plots.stall_mask(it).tolist() == [False, False, False, False, True]
+
+
+def test_vllm_stall_count_matches_the_request_timeline(vllm_run):
+    """Exact stalls: every prefill-only iteration during which some request sits between its
+    first token and its completion; at least as many as the carried-over estimate."""
+    from simulator.metrics import request_frame
+
+    it, req = vllm_run.iteration_frame(), request_frame(vllm_run)
+    exact = plots.stall_mask(it, req)
+    prefill_only = (it["num_decode_tokens"] == 0) & (it["num_prefill_tokens"] > 0)
+    for i in np.flatnonzero(prefill_only.to_numpy()):
+        t = it["started_at"].iloc[i]
+        waiting = ((req["first_token_at"] <= t) & ~(req["completed_at"] <= t)).any()
+        assert exact[i] == waiting
+    assert exact.sum() >= plots.stall_mask(it).sum() > 0
 
 
 def test_vllm_shows_stalls_and_sarathi_does_not():

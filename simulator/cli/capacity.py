@@ -192,14 +192,29 @@ def sweep(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Run a grid of configurations (resumable); run options given here override the file's \\[base]."""
-    from simulator.sweep import build_spec, config_overrides, load_sweep_file, parse_cli_grid, run_sweep
+    from simulator.sweep import (
+        SweepInterrupted,
+        build_spec,
+        config_overrides,
+        load_sweep_file,
+        parse_cli_grid,
+        run_sweep,
+    )
 
     data = load_sweep_file(file) if file is not None else {}
     spec = build_spec(data, mode=mode, base_overrides=config_overrides(config), grid_overrides=parse_cli_grid(grid or []))
     console = Console()
     console.print(f"sweep: {len(spec.points)} points ({spec.mode}), varying {', '.join(spec.varied) or 'nothing'} -> {out}/")
-    result = run_sweep(spec, out, workers=workers, ray_address=ray_address, fmt=fmt, progress=progress,
-                       retry_failed=retry_failed)
+    try:
+        result = run_sweep(spec, out, workers=workers, ray_address=ray_address, fmt=fmt, progress=progress,
+                           retry_failed=retry_failed)
+    except SweepInterrupted as stop:
+        left = stop.num_total - stop.num_done
+        Console(stderr=True).print(
+            f"interrupted ({stop.signal_name}): {stop.num_done} of {stop.num_total} points done, kept in "
+            f"{stop.out}/points/ and {stop.table_path}; {left} left. To resume, run the same command again: "
+            "finished points are skipped.", highlight=False)
+        raise typer.Exit(130) from None
     console.print(f"ran {result.num_run} points ({result.num_failed} failed), {result.num_skipped} already done; "
                   f"wrote {result.table_path}")
     if result.num_failed:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.cli.app import app
+from simulator.cli.app import console as app_console
 from simulator.cli.options import run_options
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
@@ -210,7 +211,7 @@ def sweep(
                            retry_failed=retry_failed)
     except SweepInterrupted as stop:
         left = stop.num_total - stop.num_done
-        Console(stderr=True).print(
+        app_console(stderr=True).print(
             f"interrupted ({stop.signal_name}): {stop.num_done} of {stop.num_total} points done, kept in "
             f"{stop.out}/points/ and {stop.table_path}; {left} left. To resume, run the same command again: "
             "finished points are skipped.", highlight=False)
@@ -233,8 +234,15 @@ def plot(
     """Figures (PNG + SVG) from a sweep's results or a reproduced run."""
     from simulator import plots
 
-    console = Console()
+    console = app_console()
     if what == "sweep":
+        from simulator.sweep import read_sweep_folder
+
+        _, table = read_sweep_folder(path)
+        num_ok, num_failed, num_missing = plots.sweep_counts(table)
+        if num_ok < len(table):
+            console.print(f"{path}: {num_ok} of {len(table)} points finished ({num_missing} not run yet, "
+                          f"{num_failed} failed); plotting the {num_ok} finished")
         written = plots.plot_sweep(path, out or path, x=x, hue=hue)
     elif what == "run":
         written = plots.plot_run(path, out or (path if path.is_dir() else path.parent))

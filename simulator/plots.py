@@ -60,9 +60,12 @@ def _maybe_save(fig: Figure, stem: str | Path | None) -> list[Path]:
 # Capacity and load curves
 
 
+CHARS_PER_INCH = 12  # 8-point DejaVu Sans, with a margin
+
+
 def _wrap(text: str, width_in: float) -> str:
-    """``text`` wrapped to about ``width_in`` inches of 8-point type (about 14 characters per inch)."""
-    return textwrap.fill(text, width=max(8, int(width_in * 14)), break_long_words=False)
+    """``text`` wrapped to lines of about ``width_in`` inches of 8-point type."""
+    return textwrap.fill(text, width=max(8, int(width_in * CHARS_PER_INCH)), break_long_words=False)
 
 
 def capacity_bars_figure(df: pd.DataFrame, group: str, hue: str = "scheduler", value: str = "capacity_qps",
@@ -77,14 +80,16 @@ def capacity_bars_figure(df: pd.DataFrame, group: str, hue: str = "scheduler", v
     facets = list(dict.fromkeys(df[facet])) if facet else [None]
     hues = list(dict.fromkeys(df[hue]))
     num_groups = max(len(dict.fromkeys((df if fv is None else df[df[facet] == fv])[group])) for fv in facets)
+    longest_word = max((len(word) for g in df[group] for word in str(g).split()), default=1)
     bar_in = 0.32  # inches per bar: room for a 3-digit label over it
-    panel_in = max(3.2, num_groups * (len(hues) * bar_in + 0.35) + 0.9)
+    # A group's slot holds its bars and its label's longest word (labels wrap at spaces).
+    slot_in = max(len(hues) * bar_in + 0.35, (longest_word + 2) / CHARS_PER_INCH)
+    panel_in = max(3.2, num_groups * slot_in + 0.9)
     ncols = min(4, len(facets))
     nrows = -(-len(facets) // ncols)
     fig = Figure(figsize=(panel_in * ncols, 3.0 * nrows + 0.9), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     width = 0.8 / max(1, len(hues))
-    slot_in = (panel_in - 0.9) / max(1, num_groups)
     upright = slot_in * width < 0.3  # inches of one bar
     for ax, fv in zip(axes, facets, strict=False):
         sub = df if fv is None else df[df[facet] == fv]

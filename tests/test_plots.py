@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from simulator import plots
 from simulator.config import RunConfig
@@ -141,3 +142,63 @@ def test_plot_sweep_folder(tmp_path: Path):
     run_sweep(spec, tmp_path)
     written = plots.plot_sweep(tmp_path, tmp_path / "figs")
     assert sorted(p.name for p in written) == ["latency_vs_qps.png", "latency_vs_qps.svg"]
+
+
+def _overlapping(texts) -> list[tuple[str, str]]:
+    """Pairs of visible, non-empty texts whose rendered boxes intersect."""
+    shown = [t for t in texts if t.get_visible() and t.get_text()]
+    renderer = shown[0].figure.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in shown]
+    return [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+
+
+def test_capacity_chart_of_many_settings_has_no_colliding_labels(tmp_path: Path):
+    # The committed sweep's shape: 8 long setting names x 3 schedulers, in one panel and faceted.
+    settings = [f"{m}, tp={tp}, tbt_slo={s}, chunk_size={c}, {w}, max_model_len={n}"
+                for m, tp, s, c in [("mistral-7b", 1, 0.1, 512), ("yi-34b", 2, 1.0, 2048)]
+                for w, n in [("sharegpt", 8192), ("arxiv", 16384)] for _ in range(2)][::2] * 2
+    settings = [f"{s} #{i}" for i, s in enumerate(settings)]
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame([{"setting": s, "scheduler": h, "panel": s.split(",")[0], "capacity_qps": rng.uniform(0.1, 3),
+                        "capacity_qps_std": 0.05} for s in settings for h in ("vllm", "orca", "sarathi")])
+    for facet in (None, "panel"):
+        fig = plots.capacity_bars_figure(df, group="setting", facet=facet, title="capacity")
+        FigureCanvasAgg(fig).draw()
+        for ax in fig.axes:
+            assert not _overlapping(ax.get_xticklabels()), facet
+            assert not _overlapping([t for t in ax.texts]), facet  # value labels
+    plots.save(fig, tmp_path / "many")
+
+
+def test_latency_curves_have_a_title_and_no_colliding_tick_labels():
+    curves = pd.DataFrame({"scheduler": ["vllm"] * 4 + ["sarathi"] * 4, "qps": [0.25, 0.4, 0.5, 0.75] * 2,
+                           "tbt_s_p99": [0.018, 0.03, 0.11, 0.6, 0.017, 0.02, 0.09, 0.097],
+                           "ttft_s_p50": [0.78, 0.9, 0.95, 1.0, 0.8, 0.9, 1.4, 2.5]})
+    fig = plots.latency_vs_qps_figure(curves, slo={"tbt_s_p99": 0.1}, title="Mistral-7B, arxiv")
+    FigureCanvasAgg(fig).draw()
+    assert fig._suptitle is not None and fig._suptitle.get_text() == "Mistral-7B, arxiv"
+    for ax in fig.axes:
+        labels = ax.get_yticklabels(which="both")
+        assert len([t for t in labels if t.get_text()]) >= 2
+        assert not _overlapping(labels)
+
+
+def test_plot_sweep_on_a_partial_folder_says_so(tmp_path: Path):
+    from simulator.errors import ConfigError
+    from simulator.sweep import build_spec, point_path, run_sweep
+
+    spec = build_spec({"base": {"model": "mistral-7b", "num_requests": 16, "workload": "fixed", "prompt_tokens": 32,
+                                "output_tokens": 4},
+                       "grid": {"scheduler": ["vllm", "sarathi"], "qps": [1.0, 4.0]}})
+    run_sweep(spec, tmp_path)
+    point_path(tmp_path, spec.points[3].key).unlink()  # as if stopped before the last point
+    (tmp_path / "results.csv").unlink()  # even without the table: the point files are the truth
+    plots.plot_sweep(tmp_path, tmp_path / "figs")
+    fig_title = (tmp_path / "figs" / "latency_vs_qps.svg").read_text()
+    assert "partial: 3 of 4 points" in fig_title
+    for p in spec.points[:3]:
+        point_path(tmp_path, p.key).unlink()
+    with pytest.raises(ConfigError, match="no finished points"):
+        plots.plot_sweep(tmp_path, tmp_path / "figs")
+    with pytest.raises(ConfigError, match="sweep.json"):
+        plots.plot_sweep(tmp_path / "figs", tmp_path / "figs")

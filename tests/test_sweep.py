@@ -148,18 +148,59 @@ def test_cli_sweep_with_grid_lists_and_run_options(tmp_path: Path):
     assert "ran 0 points" in rerun.output
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
-def test_ray_and_local_give_identical_tables(tmp_path: Path):
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One local Ray instance for the Ray tests of this module (starting one takes seconds)."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        remote = run_sweep(small_spec(), tmp_path / "ray", ray_address="local")
-    finally:
-        ray.shutdown()
+    yield ray
+    ray.shutdown()
+
+
+@needs_ray
+def test_ray_and_local_give_identical_tables(tmp_path: Path, ray_local):
+    remote = run_sweep(small_spec(), tmp_path / "ray", ray_address="local")
     local = run_sweep(small_spec(), tmp_path / "local", workers=2)
     pd.testing.assert_frame_equal(remote.table, local.table)
+
+
+@needs_ray
+def test_one_sigint_stops_a_ray_sweep_and_resume_runs_the_rest(tmp_path: Path, ray_local):
+    import signal
+    import threading
+    import time
+
+    from simulator.sweep import SweepInterrupted
+
+    spec = small_spec(grid={"qps": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}, num_requests=150, prompt_tokens=256,
+                      output_tokens=256)
+
+    def interrupt_after_the_first_point() -> None:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "points").glob("*.json")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    # A signal landing after the sweep ended must not stop the test session.
+    previous = signal.signal(signal.SIGINT, lambda *args: None)
+    try:
+        threading.Thread(target=interrupt_after_the_first_point, daemon=True).start()
+        with pytest.raises(SweepInterrupted) as stop:
+            run_sweep(spec, tmp_path, ray_address="local")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    done = stop.value.num_done
+    assert stop.value.signal_name == "SIGINT" and 1 <= done < 6
+    table = pd.read_csv(tmp_path / "results.csv")
+    assert (table["status"] == "ok").sum() == done == len(point_files(tmp_path))
+    assert ray_local.is_initialized()  # a cluster the sweep did not start is left running
+    resumed = run_sweep(spec, tmp_path, ray_address="local")
+    assert (resumed.num_run, resumed.num_skipped) == (6 - done, done)
 
 
 def test_missing_ray_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -99,10 +99,11 @@ def capacity_bars_figure(df: pd.DataFrame, group: str, hue: str = "scheduler", v
         for i, hv in enumerate(hues):
             rows = sub[sub[hue] == hv].set_index(group).reindex(groups)
             heights = rows[value].to_numpy(dtype=float)
-            yerr = rows[err].to_numpy(dtype=float) if err and err in rows else np.zeros(len(groups))
+            has_err = bool(err) and err in rows
+            yerr = np.nan_to_num(rows[err].to_numpy(dtype=float)) if has_err else np.zeros(len(groups))
             bars = ax.bar(x + (i - (len(hues) - 1) / 2) * width, np.nan_to_num(heights), width,
-                          yerr=np.nan_to_num(yerr), capsize=2, label=str(hv), color=_color(hv, i))
-            for bar, h, e in zip(bars, heights, np.nan_to_num(yerr), strict=True):
+                          yerr=yerr if has_err else None, capsize=2, label=str(hv), color=_color(hv, i))
+            for bar, h, e in zip(bars, heights, yerr, strict=True):
                 if np.isfinite(h):
                     top = max(top, h + e)
                     ax.annotate(f"{h:.3g}", (bar.get_x() + bar.get_width() / 2, h + e), ha="center", va="bottom",
@@ -115,7 +116,8 @@ def capacity_bars_figure(df: pd.DataFrame, group: str, hue: str = "scheduler", v
     for ax in axes[len(facets):]:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(hues), fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(hues), fontsize=8, frameon=False, title=hue,
+               title_fontsize=8)
     if title and facet:
         fig.suptitle(_wrap(title, panel_in * ncols), fontsize=10)
     return fig

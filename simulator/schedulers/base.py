@@ -14,9 +14,11 @@ request's KV cache whole.
 Common rules (DESIGN.md): preemption is by recompute; the victim is the newest running
 request (latest arrival) that is not in flight, re-queued at the front of ``waiting``.
 ``running`` is kept in arrival order, as the sarathi-serve reference and vLLM v0 sort
-their running queue by FCFS priority every step: a preempted request, re-admitted
-later, takes its arrival place again, so its prefill chunks come before those of later
-arrivals and it is not the next victim. With pipeline
+their running queue by FCFS priority every step. Without pipelining this is admission
+order anyway (the victim is always the newest and goes back to the front of ``waiting``);
+with pipelining the newest may be in flight, and an older victim, re-admitted later,
+takes its arrival place again: its prefill chunks come before those of later arrivals
+and it is not the next victim. With pipeline
 parallelism several batches may be in flight, but a request is in at most one
 (``Request.in_flight``); policies skip in-flight requests.
 

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -40,10 +41,22 @@ def slo_label(chunk_size: int) -> str:
     return "strict" if chunk_size == 512 else "relaxed"
 
 
+def point_doc(point, out: Path) -> dict | None:  # noqa: ANN001
+    """A point's finished record: by its key, else (for --figures-only, when run options gained
+    fields since the sweep ran and so every key changed) by its parameters in ``sweep.json``."""
+    doc = read_point(out, point.key)
+    if doc is None and (out / "sweep.json").exists():
+        stored = {json.dumps(p["params"], sort_keys=True): p["key"]
+                  for p in json.loads((out / "sweep.json").read_text())["points"]}
+        key = stored.get(json.dumps(point.params, sort_keys=True))
+        doc = read_point(out, key) if key else None
+    return doc
+
+
 def capacity_table(spec, out: Path) -> pd.DataFrame:  # noqa: ANN001
     rows = []
     for point in spec.points:
-        doc = read_point(out, point.key)
+        doc = point_doc(point, out)
         if doc is None or doc["status"] != "ok":
             raise SystemExit(f"point {point.index} ({point.params}) is {'missing' if doc is None else doc['error']}")
         p, m = point.params, doc["metrics"]
@@ -136,7 +149,7 @@ def figures(cap: pd.DataFrame, spec, out: Path) -> list[Path]:  # noqa: ANN001
 def _trials(spec, out: Path) -> pd.DataFrame:  # noqa: ANN001
     frames = []
     for point in spec.points:
-        doc = read_point(out, point.key)
+        doc = point_doc(point, out)
         p = point.params
         frames.append(pd.DataFrame(doc["trials"]).assign(model=p["model"], workload=p["workload"],
                                                          slo=slo_label(p["chunk_size"]), tbt_slo_s=p["tbt_slo"],

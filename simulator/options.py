@@ -32,6 +32,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "kv_cache_dtype": ("replica__kv_cache_dtype", str, "KV cache dtype: auto (activation dtype), bf16, fp16, fp8."),
     "ep": ("replica__ep", int, "Expert-parallel degree for MoE models (divides --tp)."),
     "moe_imbalance": ("replica__moe_imbalance", float, "MoE load imbalance: busiest expert/EP rank over the mean (>= 1)."),
+    "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
+                       "(vLLM's --num-gpu-blocks-override)."),
     "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi or vllm-v1."),
     "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
@@ -48,6 +50,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "output_tokens_max": ("workload__output_tokens_max", int, "Upper bound of output length (uniform)."),
     "max_total_tokens": ("workload__max_total_tokens", int, "Drop source requests longer than this."),
     "time_scale": ("workload__time_scale", float, "Divide trace timestamps by this (trace arrivals)."),
+    "over_length": ("workload__over_length", str, "Trace rows over --max-total-tokens: drop, or clip (shorten prompt "
+                    "and output in proportion, as Vidur does)."),
     "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),
     "router": ("router", str, "round_robin, least_outstanding or random."),

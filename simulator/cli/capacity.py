@@ -113,7 +113,10 @@ class _Null:
 def print_capacity(report, console: Console) -> None:  # noqa: ANN001
     r, s = report.config.replica, report.config.scheduler
     table = Table("seed", "QPS", "pass", "P-TBT (s)", "P-sched (s)", "TTFT p50 (s)", "TTFT p99 (s)", "goodput", "note",
-                  title=f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {report.slo.describe()}",
+                  title=(f"{r.model} disaggregated: prefill {report.config.prefill_pool} + decode "
+                         f"{report.config.decode_pool} over {report.config.kv_link} · {report.slo.describe()}"
+                         if report.config.is_disaggregated else
+                         f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {report.slo.describe()}"),
                   title_justify="left")
     for seed in report.seeds:
         for t in seed.trials:

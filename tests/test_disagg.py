@@ -190,3 +190,74 @@ def test_cli_runs_a_disaggregated_layout_and_reports_bad_pools_in_one_line(tmp_p
     assert (tmp_path / "o" / "handoff.csv").exists()
     res = runner.invoke(app, ["run", "--prefill-pool", "2y", "--decode-pool", "1x"])
     assert isinstance(res.exception, ConfigError) and str(res.exception).startswith("prefill_pool: cannot read")
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning: goodput per GPU, split search, comparison, capacity and sweeps on disaggregated layouts
+
+
+def small_workload(config: RunConfig) -> RunConfig:
+    return config.replace(workload__name="fixed", workload__prompt_tokens=512, workload__output_tokens=32,
+                          workload__num_requests=60)
+
+
+def test_split_candidates_use_exactly_the_gpus_and_fit() -> None:
+    from simulator.disagg_plan import aggregated_candidates, fits, num_gpus_of, split_candidates
+
+    base = RunConfig().replace(replica__model="llama-2-13b")
+    splits = split_candidates(base, 8)
+    labels = {(c.prefill_pool, c.decode_pool) for c in splits}
+    assert ("4x(tp=1)", "1x(tp=4)") in labels and ("1x(tp=1)", "7x(tp=1)") in labels
+    assert all(num_gpus_of(c) == 8 and fits(c) for c in splits)
+    assert len(labels) == len(splits)
+    # Llama-2-70B does not fit one A100-80GB: no pool of tp=1 is offered.
+    big = split_candidates(RunConfig().replace(replica__model="llama-2-70b"), 8)
+    assert big and all("tp=1)" not in c.prefill_pool + c.decode_pool for c in big)
+    agg = aggregated_candidates(base, 8, taus=(512,))
+    assert {(f, c.num_replicas, c.replica.tp) for f, c in agg} >= {("vllm", 8, 1), ("sarathi", 4, 2)}
+
+
+def test_goodput_search_brackets_the_slo_attainment() -> None:
+    from simulator.disagg_plan import GoodputSLO, attainment_at, goodput_search
+
+    config = small_workload(disagg_config())
+    slo = GoodputSLO(ttft_s=1.0, tpot_s=0.05, attainment=0.9)
+    res = goodput_search(config, slo, qps_start=2.0, rel_tol=0.1)
+    assert res.rate_qps > 0 and res.num_gpus == 2
+    assert res.goodput_per_gpu == pytest.approx(res.rate_qps / 2)
+    passing = [q for q, a in res.trials if a >= 0.9]
+    failing = [q for q, a in res.trials if a < 0.9]
+    assert max(passing) == res.rate_qps and min(failing) > res.rate_qps
+    assert (min(failing) - res.rate_qps) / min(failing) <= 0.1
+    assert attainment_at(config, res.rate_qps, slo, early_exit=False) >= 0.9
+
+
+def test_compare_command_writes_table_and_plot(tmp_path) -> None:  # noqa: ANN001
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["disagg", "compare", "--gpus", "2", "--tps", "1", "--taus", "512", "--workload", "fixed",
+                                   "--prompt-tokens", "512", "--output-tokens", "32", "--num-requests", "40",
+                                   "--ttft-slo", "1", "--tpot-slo", "0.05", "--qps-start", "4", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(tmp_path / "results.csv")
+    assert set(df["family"]) == {"vllm", "sarathi", "disagg"}
+    assert (df["goodput_per_gpu"] > 0).all()
+    assert (tmp_path / "comparison.png").stat().st_size > 10_000
+
+
+def test_capacity_and_sweeps_accept_disaggregated_layouts(tmp_path) -> None:  # noqa: ANN001
+    from simulator.capacity import SLO, SearchSettings, find_capacity, min_iteration_s
+    from simulator.sweep import build_spec, run_sweep
+
+    config = small_workload(disagg_config(prefill="1x(tp=1)", decode="1x(tp=2)"))
+    # The TBT floor is the decode pool's lone decode, not the (default) run replica's.
+    assert min_iteration_s(config) < min_iteration_s(config.replace(prefill_pool=None, decode_pool=None))
+    report = find_capacity(config, SLO(tbt_s=0.2), SearchSettings(qps_start=4.0, rel_tol=0.1))
+    assert report.capacity_qps > 0
+    spec = build_spec({"base": {"workload": "fixed", "num_requests": 16, "prompt_tokens": 256, "output_tokens": 8},
+                       "grid": {"prefill_pool,decode_pool": [["1x(tp=1)", "1x(tp=1)"], ["2x(tp=1)", "1x(tp=2)"]]}})
+    result = run_sweep(spec, tmp_path)
+    assert result.num_failed == 0 and len(result.table) == 2

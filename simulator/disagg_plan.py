@@ -266,19 +266,21 @@ def search_all(candidates: Sequence[tuple[str, RunConfig]], slo: GoodputSLO, qps
                on_done: Callable[[GoodputResult], None] | None = None, prune: bool = True) -> list[GoodputResult]:
     """Goodput search of every candidate, in order.
 
-    ``prune`` (sequential only): each search starts at the best rate found so far and
-    bisects a layout that misses it only coarsely (branch and bound: the winner and its
-    rate are exact to ``rel_tol``, the losers' rates to 25%). ``workers > 1`` runs every
-    search in full in a process pool. Either way the results are deterministic.
+    ``prune`` (sequential only): each search starts at the best rate its family (vllm,
+    sarathi, disagg) has reached so far and bisects a layout that misses it only coarsely
+    (branch and bound: each family's best and its rate are exact to ``rel_tol``, the
+    others' rates to 25%). ``workers > 1`` runs every search in full in a process pool.
+    Either way the results are deterministic.
     """
     jobs = [(cfg, slo, family, qps_start) for family, cfg in candidates]
     results: list[GoodputResult] = []
     if workers <= 1:
-        best = 0.0
+        best: dict[str, float] = {}
         for cfg, _, family, _ in jobs:
+            incumbent = best.get(family, 0.0)
             res = goodput_search(cfg, slo, label_of(cfg), family, qps_start=qps_start,
-                                 incumbent_qps=best if prune and best > 0 else None)
-            best = max(best, res.rate_qps)
+                                 incumbent_qps=incumbent if prune and incumbent > 0 else None)
+            best[family] = max(incumbent, res.rate_qps)
             results.append(res)
             if on_done:
                 on_done(res)

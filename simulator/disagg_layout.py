@@ -19,7 +19,8 @@ KV link (``--kv-link``): a link name of :mod:`simulator.topology` (``infiniband-
 ``ethernet-100g``, ``nvlink``, ``pcie``, ...), a bandwidth ``25GB/s`` or ``100gbps``
 with an optional latency ``@10us``, or ``infinite`` (no time at all). Its effective
 bandwidth is the topology's (rated x efficiency). One link is shared by all transfers,
-which queue on it FIFO.
+which queue on it FIFO. The run's ``--router`` routes arrivals among the prefill replicas;
+``--replicas`` must stay 1 (the pools give their own counts).
 
 Parsing canonicalises the strings (``RunConfig`` stores the canonical form), so two
 spellings of one layout give the same config and the same sweep point.
@@ -186,6 +187,9 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
     if config.prefill_pool is None or config.decode_pool is None:
         missing = "prefill_pool" if config.prefill_pool is None else "decode_pool"
         raise ConfigError(missing, "a disaggregated run needs both pools", f"pass --{missing.replace('_', '-')} too")
+    if config.num_replicas != 1:
+        raise ConfigError("num_replicas", f"a disaggregated run sizes its pools itself, got --replicas {config.num_replicas}",
+                          "give the replica counts in --prefill-pool/--decode-pool, e.g. '2x(tp=2)'")
     prefill = parse_pool(config.prefill_pool, "prefill_pool")
     decode = parse_pool(config.decode_pool, "decode_pool")
     mixed = parse_pool(config.mixed_pool, "mixed_pool") if config.mixed_pool is not None else None

@@ -171,6 +171,7 @@ def test_pool_syntax_is_canonical_and_errors_name_the_field() -> None:
                           ({"prefill_pool": "1x(tp=3)", "decode_pool": "1x"}, "prefill_pool"),
                           ({"prefill_pool": "1x(foo=1)", "decode_pool": "1x"}, "prefill_pool"),
                           ({"prefill_pool": "1x"}, "decode_pool"),
+                          ({"prefill_pool": "1x", "decode_pool": "1x", "num_replicas": 2}, "num_replicas"),
                           ({"prefill_pool": "1x", "decode_pool": "1x", "kv_link": "warp"}, "kv_link")):
         with pytest.raises(ConfigError) as err:
             RunConfig().replace(**kwargs)

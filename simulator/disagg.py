@@ -225,6 +225,8 @@ class DisaggCluster:
         self.link = simpy.Resource(env, capacity=1)
         self.link_busy_s = 0.0
         self.pending: deque[tuple[Request, _KVHold, int]] = deque()
+        # request_id -> (request, prefill hold, prefill index, decode replica) while on or queued for the link
+        self.in_transit: dict[int, tuple[Request, _KVHold, int, Replica]] = {}
         self.prefill: list[Replica] = []
         self.decode: list[Replica] = []
         self.mixed: list[Replica] = []
@@ -254,6 +256,19 @@ class DisaggCluster:
     @property
     def replicas(self) -> list[Replica]:
         return self.prefill + self.decode + self.mixed
+
+    def kv_balance(self) -> list[tuple[int, int, int]]:
+        """Per replica ``(free blocks, blocks its requests and parked KV hold, total)``; the
+        invariant (checked by tests at any instant) is ``free + held == total``."""
+        held = {r.replica_id: sum(q.num_blocks for q in (*r.scheduler.running, *r.scheduler.waiting))
+                for r in self.replicas}
+        for _, hold, index in self.pending:
+            held[self.prefill[index].replica_id] += hold.num_blocks
+        for req, hold, index, decode in self.in_transit.values():
+            held[self.prefill[index].replica_id] += hold.num_blocks
+            held[decode.replica_id] += req.num_blocks
+        return [(r.scheduler.blocks.num_free_blocks, held[r.replica_id], r.scheduler.blocks.num_blocks)
+                for r in self.replicas]
 
     # -- arrivals -----------------------------------------------------------------------------
     def submit(self, req: Request) -> None:
@@ -304,6 +319,7 @@ class DisaggCluster:
             rid = req.request_id
             self.log.decode_replica_id[rid] = best.replica_id
             self.log.decode_reserved_at[rid] = self.env.now
+            self.in_transit[rid] = (req, hold, prefill_index, best)
             self.env.process(self._transfer(req, hold, prefill_index, best))
 
     def _transfer(self, req: Request, hold: _KVHold, prefill_index: int, decode: Replica):  # noqa: ANN202
@@ -318,6 +334,7 @@ class DisaggCluster:
                 yield self.env.timeout(duration)
             self.link_busy_s += duration
             self.log.transfer_end_at[rid] = self.env.now
+        del self.in_transit[rid]
         prefill = self.prefill[prefill_index]
         prefill.scheduler.blocks.free(hold)
         prefill.scheduler.num_parked -= 1

@@ -30,9 +30,37 @@ def disagg_config(prefill: str = "1x(tp=1)", decode: str = "1x(tp=1)", link: str
                                replica__gpu_memory_utilization=util, replica__max_model_len=max_model_len, **kw)
 
 
+def balanced_run(config: RunConfig, tab):  # noqa: ANN001, ANN201
+    """Simulate, checking at every arrival that each replica's KV blocks balance
+    (free + held by its requests + parked for a transfer == total)."""
+    import simulator.disagg as disagg
+
+    clusters: list = []
+    original = disagg.DisaggCluster.__init__
+
+    def register(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        original(self, *args, **kwargs)
+        clusters.append(self)
+
+    def watch(env, requests):  # noqa: ANN001, ANN202
+        for req in requests:
+            if req.arrival_at > env.now:
+                yield env.timeout(req.arrival_at - env.now)
+            for free, held, total in clusters[-1].kv_balance():
+                assert free + held == total and free >= 0
+
+    disagg.DisaggCluster.__init__ = register
+    try:
+        result = simulate(config, tab, watch=watch)
+    finally:
+        disagg.DisaggCluster.__init__ = original
+    assert all(free == total and held == 0 for free, held, total in clusters[-1].kv_balance())
+    return result
+
+
 def check_invariants(config: RunConfig, tab) -> None:  # noqa: ANN001
     """Conservation and ordering of one disaggregated run (see the module docstring)."""
-    result = simulate(config, tab)
+    result = balanced_run(config, tab)
     layout = layout_of(config)
     info, log = result.extra["disagg"], result.extra["handoff"]
     num_prefill = layout.prefill.num_replicas

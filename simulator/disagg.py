@@ -44,8 +44,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from bisect import insort
 from collections import deque
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -65,6 +67,9 @@ from simulator.schedulers import SCHEDULERS, Batch, Scheduler
 
 HANDOFF_COLUMNS = ("request_id", "prefill_replica_id", "decode_replica_id", "prefill_done_at", "decode_reserved_at",
                    "transfer_start_at", "transfer_end_at", "kv_bytes")
+
+
+_ARRIVAL_KEY = attrgetter("arrival_at", "request_id")  # the schedulers' running order
 
 
 class _KVHold:
@@ -125,7 +130,12 @@ class DecodeMixin:
             req.status = Status.RUNNING
             self._admission_counter += 1  # type: ignore[attr-defined]
             req.admitted_seq = self._admission_counter  # type: ignore[attr-defined]
-            self.running.append(req)  # type: ignore[attr-defined]
+            running = self.running  # type: ignore[attr-defined]
+            # ``running`` is kept in arrival order (FCFS priority; the victim is the latest arrival).
+            if running and _ARRIVAL_KEY(running[-1]) > _ARRIVAL_KEY(req):
+                insort(running, req, key=_ARRIVAL_KEY)
+            else:
+                running.append(req)
             return
         super().add_request(req)  # type: ignore[misc]
 

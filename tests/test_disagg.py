@@ -48,6 +48,9 @@ def balanced_run(config: RunConfig, tab):  # noqa: ANN001, ANN201
                 yield env.timeout(req.arrival_at - env.now)
             for free, held, total in clusters[-1].kv_balance():
                 assert free + held == total and free >= 0
+            for replica in clusters[-1].replicas:  # the schedulers keep running in arrival order
+                keys = [(r.arrival_at, r.request_id) for r in replica.scheduler.running]
+                assert keys == sorted(keys)
 
     disagg.DisaggCluster.__init__ = register
     try:

@@ -227,9 +227,24 @@ class RunConfig:
     num_replicas: int = 1
     router: str = "round_robin"
     seed: int = 0
+    # Disaggregated prefill/decode (simulator.disagg_layout): pools as '2x(tp=2,gpu=h100-sxm)'.
+    prefill_pool: str | None = None
+    decode_pool: str | None = None
+    mixed_pool: str | None = None
+    kv_link: str = "infiniband-200g"
 
     def __post_init__(self) -> None:
         _positive("cluster", "num_replicas", self.num_replicas)
+        if self.prefill_pool is not None or self.decode_pool is not None or self.mixed_pool is not None:
+            from simulator.disagg_layout import canonical_pool, layout_of
+
+            for name in ("prefill_pool", "decode_pool", "mixed_pool"):
+                object.__setattr__(self, name, canonical_pool(getattr(self, name), name))
+            layout_of(self)  # validates every pool and the link
+
+    @property
+    def is_disaggregated(self) -> bool:
+        return self.prefill_pool is not None
         if self.router not in ROUTERS:
             raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
         if self.seed < 0:

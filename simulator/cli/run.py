@@ -15,18 +15,23 @@ from simulator.cli.options import run_options
 from simulator.config import RunConfig
 from simulator.engine import RunResult, simulate
 from simulator.metrics import request_frame, summarize
-from simulator.output import FORMATS, jsonable, write_run
+from simulator.output import FORMATS, check_format, check_out_dir, jsonable, write_run
 
 
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
                    ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> tuple[RunResult, dict[str, Any]]:
     """Simulate ``config``; write outputs to ``out`` if given; return the result and summary."""
-    result = simulate(config, progress=progress)
-    requests = request_frame(result)
-    summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
+    result, summary, requests = _simulate_and_summarize(config, progress, ttft_slo_s, tbt_slo_s)
     if out is not None:
         write_run(result, out, fmt, summary, requests)
     return result, summary
+
+
+def _simulate_and_summarize(config: RunConfig, progress: bool, ttft_slo_s: float,
+                            tbt_slo_s: float) -> tuple[RunResult, dict[str, Any], Any]:
+    result = simulate(config, progress=progress)
+    requests = request_frame(result)
+    return result, summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s), requests
 
 
 def _ms(value: float) -> str:
@@ -40,7 +45,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
                        ("sched_delay_s", "scheduling delay")):
         table.add_row(label, *(_ms(summary[f"{key}_{q}"]) for q in ("p50", "p90", "p99", "max")))
-    console.print(f"workload: {summary['workload']}")
+    console.print(f"workload: {summary['workload']} · cost model: {config.cost_model}")
     console.print(table)
     console.print(
         f"requests: {summary['num_finished']} finished, {summary['num_rejected']} rejected, "
@@ -67,12 +72,24 @@ def run(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, sarathi, ShareGPT)."""
-    result, summary = run_simulation(config, out, fmt, progress=progress and not json_out,
-                                     ttft_slo_s=ttft_slo, tbt_slo_s=tbt_slo)
+    # Every option is checked before the run: a bad --format or --out must not cost a simulation.
+    check_format(fmt)
+    if out is not None:
+        check_out_dir(out)
+    result, summary, requests = _simulate_and_summarize(config, progress and not json_out, ttft_slo, tbt_slo)
+    write_error = None
+    if out is not None:
+        try:
+            write_run(result, out, fmt, summary, requests)
+        except OSError as exc:  # the folder was writable before the run; keep the results on screen
+            write_error = f"--out: could not write the results to {out} ({exc.strerror or exc}); the summary is above"
     if json_out:
         typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
-        return
-    out_console = console()
-    print_summary(config, summary, result.wall_s, out_console)
-    if out is not None:
-        out_console.print(f"wrote {out}/ (requests, iterations, summary.json, config.json)")
+    else:
+        out_console = console()
+        print_summary(config, summary, result.wall_s, out_console)
+        if out is not None and write_error is None:
+            out_console.print(f"wrote {out}/ (requests, iterations, summary.json, config.json)")
+    if write_error is not None:
+        typer.echo(f"error: {write_error}", err=True)
+        raise typer.Exit(1)

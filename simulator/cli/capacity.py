@@ -17,7 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.cli.app import app
+from simulator.cli.app import console as app_console
 from simulator.cli.options import run_options
+from simulator.cli.tables import print_table
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 from simulator.output import jsonable
@@ -97,7 +99,7 @@ def capacity(
     if json_out:
         typer.echo(json.dumps(jsonable(data), indent=2, sort_keys=True))
         return
-    print_capacity(report, Console())
+    print_capacity(report, app_console())
     if out is not None:
         Console().print(f"wrote {out}/ (capacity.json, trials.csv)")
 
@@ -121,7 +123,7 @@ def print_capacity(report, console: Console) -> None:  # noqa: ANN001
                           _s(t.ttft_s_p50), _s(t.ttft_s_p99), _s(t.goodput_fraction), t.reason[:70])
     console.print(f"workload: {report.config.workload.name}, {report.config.workload.num_requests} requests per trial")
     if table.row_count:
-        console.print(table)
+        print_table(console, table)
     summary = report.summary()
     spread = (f" ± {summary['capacity_qps_std']:.3g} (min {summary['capacity_qps_min']:.4g}, max "
               f"{summary['capacity_qps_max']:.4g}, {len(report.seeds)} seeds)") if len(report.seeds) > 1 else ""

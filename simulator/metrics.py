@@ -15,6 +15,7 @@ Definitions (DESIGN.md):
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +25,28 @@ if TYPE_CHECKING:
     from simulator.engine import RunResult
 
 QUANTILES = (50, 90, 99)
+
+# A rejection reason names the request's own size, then the run's limit: the kind of a reason
+# keeps the limit and drops the request's number, so reasons group into a few counted kinds.
+_REASON_KINDS = (
+    (re.compile(r"^prompt\+output = [\d,]+ tokens exceeds (.*)$"), r"prompt+output exceeds \1"),
+    (re.compile(r"^needs [\d,]+ KV tokens but the cache holds (.*)$"), r"needs more KV tokens than the cache holds (\1)"),
+)
+
+
+def rejection_kind(reason: str) -> str:
+    """The reason without the request's own figures (any other digits read as N)."""
+    for pattern, kind in _REASON_KINDS:
+        if pattern.match(reason):
+            return pattern.sub(kind, reason)
+    return re.sub(r"\d[\d,.]*", "N", reason)
+
+
+def rejections_by_kind(requests: pd.DataFrame) -> dict[str, int]:
+    """How many requests were rejected for each kind of reason, most frequent first."""
+    reasons = requests.loc[requests["status"] == "rejected", "reject_reason"]
+    counts = reasons.map(rejection_kind).value_counts(sort=False)
+    return {str(k): int(v) for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
 def _token_times(result: RunResult) -> tuple[np.ndarray, np.ndarray]:
@@ -115,6 +138,7 @@ def summarize(result: RunResult, requests: pd.DataFrame | None = None, ttft_slo_
         "num_requests": int(len(df)),
         "num_finished": int(len(finished)),
         "num_rejected": int((df["status"] == "rejected").sum()),
+        "rejected_by_reason": rejections_by_kind(df),
         "num_preemptions": int(df["num_preemptions"].sum()),
         "num_iterations": len(result.iterations),
         "num_tbt_samples": int(len(tbt)),

@@ -12,13 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simulator.catalog import GPUS
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 
 # option name -> (RunConfig field path, type, help); sweep files use the same names.
 RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "model": ("replica__model", str, "Model: a catalog name (llama-2-7b, mistral-7b, yi-34b, ...) or HF id."),
-    "gpu": ("replica__gpu", str, "GPU: a100-80gb, a100-40gb, a40, l40s, h100-sxm, h100-pcie, h200."),
+    "gpu": ("replica__gpu", str, f"GPU: {', '.join(GPUS)} (`simulate gpus`)."),
     "tp": ("replica__tp", int, "Tensor-parallel degree."),
     "pp": ("replica__pp", int, "Pipeline-parallel degree."),
     "nodes": ("replica__num_nodes", int, "Nodes a replica spans (PP stages across nodes)."),

@@ -94,3 +94,49 @@ def test_record_lines_wrap_between_pairs_only() -> None:
     assert lines[0] == "    layers 32 · hidden 4096"
     joined = " · ".join(line.strip() for line in lines)
     assert joined == " · ".join(pairs).strip()
+
+
+# -- rejected requests --------------------------------------------------------------------------
+def test_rejections_are_counted_per_reason(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    args = ["run", "--num-requests", "40", "--workload", "uniform", "--prompt-tokens", "100", "--prompt-tokens-max",
+            "1000", "--output-tokens", "10", "--max-model-len", "512", "--max-total-tokens", "100000", "--no-progress"]
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    by_reason = summary["rejected_by_reason"]
+    assert summary["num_rejected"] > 0 and sum(by_reason.values()) == summary["num_rejected"]
+    assert list(by_reason) == ["prompt+output exceeds max_model_len 512"]
+    assert f"rejected: {summary['num_rejected']} prompt+output exceeds max_model_len 512" in res.stdout
+
+
+def test_rejection_kinds_drop_the_request_figures() -> None:
+    from simulator.config import SchedulerConfig
+    from simulator.kvcache import BlockManager
+    from simulator.metrics import rejection_kind
+    from simulator.request import Request
+    from simulator.schedulers import SCHEDULERS
+
+    scheduler = SCHEDULERS["sarathi"](SchedulerConfig("sarathi"), BlockManager(10, 16, 0.0), 4096)
+    too_long = scheduler.rejection_reason(Request(0, 0.0, 5000, 10))
+    too_big = scheduler.rejection_reason(Request(1, 0.0, 1000, 10))
+    assert rejection_kind(too_long) == "prompt+output exceeds max_model_len 4096"
+    assert rejection_kind(too_big) == "needs more KV tokens than the cache holds (160)"
+    assert rejection_kind(scheduler.rejection_reason(Request(2, 0.0, 900, 20))) == rejection_kind(too_big)
+    assert rejection_kind("something else at 12.5 s") == "something else at N s"
+
+
+# -- help -----------------------------------------------------------------------------------------
+def test_run_help_shows_every_default_and_cpu() -> None:
+    out = piped("run", "--help", columns=300)
+    lines = {m.group(1): line for line in out.splitlines() if (m := re.search(r"(--[a-z-]+)\s", line))}
+    for option, default in (("--qps", "1"), ("--num-requests", "256"), ("--chunk-size", "512 for sarathi"),
+                            ("--max-num-seqs", "128"), ("--scheduler", "sarathi"), ("--model", "llama-2-7b"),
+                            ("--seed", "0"), ("--cost-model", "roofline"), ("--max-num-batched-tokens", "the token budget")):
+        assert f"default: {default}" in lines[option], lines[option]
+    assert "cpu" in lines["--gpu"] and "h200" in lines["--gpu"]

@@ -53,6 +53,9 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
         f"(TTFT<={summary['ttft_slo_s']}s, TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
         f"tokens · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
+    if summary.get("rejected_by_reason"):
+        console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()),
+                      soft_wrap=True)
     if "stage_busy_fraction" in summary:
         for replica_id, busy in enumerate(summary["stage_busy_fraction"]):
             stages = ", ".join(f"{b:.0%}" for b in busy)

@@ -164,9 +164,35 @@ def summarize(result: RunResult, requests: pd.DataFrame | None = None, ttft_slo_
         out.update(bubble_summary(result, span))
     if len(result.replica_busy_s) > 1:
         out["per_replica"] = replica_frame(result, df, span).to_dict("records")
+    out.update(overload_summary(df))
     out["kv_cache_tokens"] = result.memory.num_kv_tokens
     out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
     out["workload"] = result.workload_source
+    return out
+
+
+# A run is overloaded when scheduling delay in the last quarter of arrivals exceeds the capacity
+# criterion's bound (P50 scheduling delay <= 2 s, DESIGN.md) and has at least doubled since the
+# first quarter, with requests still queued when the last one arrives: the queue was growing.
+OVERLOAD_SCHED_DELAY_S = 2.0
+OVERLOAD_GROWTH = 2.0
+
+
+def overload_summary(requests: pd.DataFrame) -> dict[str, Any]:
+    """Whether arrivals outpaced service: ``overloaded`` plus the figures that decided it."""
+    served = requests[requests["status"] != "rejected"].sort_values("arrival_at", kind="stable")
+    out: dict[str, Any] = {"overloaded": False}
+    if len(served) < 8:
+        return out
+    delay = served["sched_delay_s"].to_numpy()
+    quarter = max(1, len(served) // 4)
+    first, last = float(np.nanmedian(delay[:quarter])), float(np.nanmedian(delay[-quarter:]))
+    last_arrival = float(served["arrival_at"].iloc[-1])
+    scheduled = served["first_scheduled_at"].to_numpy()
+    waiting = int(((scheduled > last_arrival) | np.isnan(scheduled)).sum())
+    out.update(sched_delay_s_p50_first_quarter=first, sched_delay_s_p50_last_quarter=last,
+               num_waiting_at_last_arrival=waiting)
+    out["overloaded"] = bool(last > OVERLOAD_SCHED_DELAY_S and last > OVERLOAD_GROWTH * first and waiting > 0)
     return out
 
 

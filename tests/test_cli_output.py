@@ -140,3 +140,42 @@ def test_run_help_shows_every_default_and_cpu() -> None:
                             ("--seed", "0"), ("--cost-model", "roofline"), ("--max-num-batched-tokens", "the token budget")):
         assert f"default: {default}" in lines[option], lines[option]
     assert "cpu" in lines["--gpu"] and "h200" in lines["--gpu"]
+
+
+# -- overload ----------------------------------------------------------------------------------
+def test_overloaded_run_says_so_and_flags_summary(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    heavy = ["run", "--model", "mistral-7b", "--workload", "fixed", "--prompt-tokens", "2048", "--output-tokens", "64",
+             "--qps", "20", "--num-requests", "100", "--no-progress"]
+    res = CliRunner().invoke(app, [*heavy, "--out", str(tmp_path / "heavy")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "heavy" / "summary.json").read_text())
+    assert summary["overloaded"] is True and summary["num_waiting_at_last_arrival"] > 0
+    assert summary["sched_delay_s_p50_last_quarter"] > 2 * summary["sched_delay_s_p50_first_quarter"]
+    lines = [ln for ln in res.stdout.splitlines() if "load exceeds capacity" in ln]
+    assert len(lines) == 1 and "simulate capacity" in lines[0]
+
+    light = CliRunner().invoke(app, ["run", "--num-requests", "60", "--no-progress", "--out", str(tmp_path / "light")])
+    assert light.exit_code == 0 and "load exceeds capacity" not in light.stdout
+    assert json.loads((tmp_path / "light" / "summary.json").read_text())["overloaded"] is False
+
+
+def test_steady_long_delays_are_not_called_growing() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from simulator.metrics import overload_summary
+
+    n = 40
+    arrival = np.arange(n, dtype=float)
+    frame = pd.DataFrame({"arrival_at": arrival, "first_scheduled_at": arrival + 5.0, "status": "finished",
+                          "sched_delay_s": np.full(n, 5.0)})
+    assert overload_summary(frame)["overloaded"] is False  # long but steady: not growing
+    frame["first_scheduled_at"] = arrival + arrival * 0.5  # delay grows with every arrival
+    frame["sched_delay_s"] = arrival * 0.5
+    assert overload_summary(frame)["overloaded"] is True

@@ -56,6 +56,13 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     if summary.get("rejected_by_reason"):
         console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()),
                       soft_wrap=True)
+    if summary.get("overloaded"):
+        console.print(
+            f"[bold]load exceeds capacity:[/bold] scheduling delay rose from {summary['sched_delay_s_p50_first_quarter']:.3g} s "
+            f"(P50, first quarter of arrivals) to {summary['sched_delay_s_p50_last_quarter']:.3g} s (last quarter) and "
+            f"{summary['num_waiting_at_last_arrival']:,} requests were still queued at the last arrival, so latencies "
+            "grow with the run's length; lower --qps or find the sustainable rate with `simulate capacity` "
+            "(same options)", soft_wrap=True)
     if "stage_busy_fraction" in summary:
         for replica_id, busy in enumerate(summary["stage_busy_fraction"]):
             stages = ", ".join(f"{b:.0%}" for b in busy)

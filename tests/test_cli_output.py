@@ -179,3 +179,52 @@ def test_steady_long_delays_are_not_called_growing() -> None:
     frame["first_scheduled_at"] = arrival + arrival * 0.5  # delay grows with every arrival
     frame["sched_delay_s"] = arrival * 0.5
     assert overload_summary(frame)["overloaded"] is True
+
+
+# -- huge runs: progress and memory ------------------------------------------------------------
+def test_piped_run_prints_plain_progress_from_generation_on() -> None:
+    env = {**os.environ, "COLUMNS": "80"}
+    res = subprocess.run([*SIMULATE, "run", "--num-requests", "300", "--qps", "4", "--out", "/dev/null/x"],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert res.returncode == 2 and "generating" not in res.stderr  # refused before any work
+    res = subprocess.run([*SIMULATE, "run", "--num-requests", "300", "--qps", "4"], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    phases = [line.split("] ", 1)[1] for line in res.stderr.splitlines()]
+    assert phases[:3] == ["generating 300 requests...", "building 300 requests...", "simulating: 0/300"]
+    assert "computing metrics of 300 requests..." in phases
+    assert "\x1b[" not in res.stderr  # plain lines, no terminal codes
+
+
+def test_progress_lines_carry_counts_and_eta() -> None:
+    from simulator.progress import RunProgress
+
+    buffer = io.StringIO()
+    progress = RunProgress(stream=buffer, plain=True, every_s=0.0)
+    progress.phase("generating 1,000 requests")
+    progress.start("simulating", 1000)
+    progress.update(250)
+    progress.close()
+    lines = buffer.getvalue().splitlines()
+    assert lines[0].endswith("generating 1,000 requests...") and lines[1].endswith("simulating: 0/1,000")
+    assert re.search(r"simulating: 250/1,000 \(25%\), \d+s in this step, ETA \d+s$", lines[2]), lines[2]
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_up_front() -> None:
+    from simulator.errors import ConfigError
+    from simulator.resources import BYTES_PER_REQUEST, GiB, check_run_fits, estimate_run_bytes
+
+    assert estimate_run_bytes(1000) == 1000 * BYTES_PER_REQUEST
+    assert estimate_run_bytes(1000, bytes_per_request=500) == 500_000  # one figure to update
+    assert check_run_fits(10_000, available=2 * GiB) == 10_000 * BYTES_PER_REQUEST
+    with pytest.raises(ConfigError) as err:
+        check_run_fits(10_000_000, available=4 * GiB)
+    message = str(err.value)
+    assert message.startswith("--num-requests") and "\n" not in message
+    assert f"{10_000_000 * BYTES_PER_REQUEST / GiB:.1f} GiB" in message and "4.0 GiB" in message
+    assert f"--num-requests {4 * GiB // BYTES_PER_REQUEST:,} or fewer" in message
+    # Through the CLI: refused in one line before generating anything.
+    res = subprocess.run([*SIMULATE, "run", "--num-requests", "100000000"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "GiB" in res.stderr and "generating" not in res.stderr

@@ -16,6 +16,8 @@ from simulator.config import RunConfig
 from simulator.engine import RunResult, simulate
 from simulator.metrics import request_frame, summarize
 from simulator.output import FORMATS, check_format, check_out_dir, jsonable, write_run
+from simulator.progress import RunProgress
+from simulator.resources import check_run_fits
 
 
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
@@ -27,9 +29,11 @@ def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parqu
     return result, summary
 
 
-def _simulate_and_summarize(config: RunConfig, progress: bool, ttft_slo_s: float,
+def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttft_slo_s: float,
                             tbt_slo_s: float) -> tuple[RunResult, dict[str, Any], Any]:
     result = simulate(config, progress=progress)
+    if isinstance(progress, RunProgress):
+        progress.phase(f"computing metrics of {len(result.requests):,} requests")
     requests = request_frame(result)
     return result, summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s), requests
 
@@ -86,13 +90,22 @@ def run(
     check_format(fmt)
     if out is not None:
         check_out_dir(out)
-    result, summary, requests = _simulate_and_summarize(config, progress and not json_out, ttft_slo, tbt_slo)
+    check_run_fits(config.workload.num_requests)  # refuse, with the figure, a run that cannot fit in memory
+    reporter = RunProgress() if progress and not json_out else None
     write_error = None
-    if out is not None:
-        try:
-            write_run(result, out, fmt, summary, requests)
-        except OSError as exc:  # the folder was writable before the run; keep the results on screen
-            write_error = f"--out: could not write the results to {out} ({exc.strerror or exc}); the summary is above"
+    try:
+        result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo)
+        if out is not None:
+            if reporter is not None:
+                reporter.phase(f"writing tables to {out}")
+            try:
+                write_run(result, out, fmt, summary, requests)
+            except OSError as exc:  # the folder was writable before the run; keep the results on screen
+                write_error = (f"--out: could not write the results to {out} ({exc.strerror or exc}); "
+                               "the summary is above")
+    finally:
+        if reporter is not None:
+            reporter.close()
     if json_out:
         typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
     else:

@@ -155,10 +155,10 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
             # filter their traces; a user's trace is not, and what cannot fit is reported.
             workload = dataclasses.replace(workload, max_total_tokens=config.replica.effective_max_model_len)
         if reporter is not None:
-            reporter.phase(f"generating {workload.num_requests:,} requests")
+            reporter.phase(f"generating {workload.num_requests:,} requests", workload.num_requests)
         table = generate_requests(workload, workload_rng)
     if reporter is not None:
-        reporter.phase(f"building {len(table.arrival_at):,} requests")
+        reporter.phase(f"building {len(table.arrival_at):,} requests", len(table.arrival_at))
     requests = make_requests(table)
     source = getattr(table, "source", "request table")
 

@@ -8,7 +8,9 @@ writing tables. :class:`RunProgress` shows each phase as it starts:
   of the total, elapsed time and an ETA (from the rate of finished requests so far);
 - piped or redirected, plain lines: one as each phase starts, and while simulating one
   every :data:`PLAIN_EVERY_S` seconds with the same counts and ETA, so a log or a CI job
-  shows a sign of life.
+  shows a sign of life. A short run stays silent (stderr then holds nothing but a possible
+  one-line error): a phase line is printed once the run has taken :data:`PLAIN_QUIET_S`
+  seconds, or at once for a phase over :data:`PLAIN_BIG_COUNT` requests.
 
 It only observes: the engine calls :meth:`phase`, :meth:`start` and :meth:`update`; no
 simulation state depends on it, so the same seed gives the same results with or without it.
@@ -21,6 +23,8 @@ import time
 from typing import TextIO
 
 PLAIN_EVERY_S = 10.0
+PLAIN_QUIET_S = 2.0
+PLAIN_BIG_COUNT = 100_000
 
 
 def _duration(seconds: float) -> str:
@@ -34,10 +38,11 @@ class RunProgress:
     """Phases and a request counter with ETA; rich on a terminal, plain lines otherwise."""
 
     def __init__(self, stream: TextIO | None = None, plain: bool | None = None,
-                 every_s: float = PLAIN_EVERY_S) -> None:
+                 every_s: float = PLAIN_EVERY_S, quiet_s: float = PLAIN_QUIET_S) -> None:
         self._stream = stream or sys.stderr
         self._plain = (not self._stream.isatty()) if plain is None else plain
         self._every_s = every_s
+        self._quiet_s = quiet_s
         self._started = time.perf_counter()
         self._phase = ""
         self._phase_started = self._started
@@ -62,13 +67,13 @@ class RunProgress:
             self._task = self._bar.add_task("starting", total=None)
             self._bar.start()
 
-    def phase(self, text: str) -> None:
-        """A step without a count (generating requests, writing tables)."""
+    def phase(self, text: str, count: int = 0) -> None:
+        """A step without a count (generating requests, writing tables); ``count``: requests it handles."""
         self._phase, self._total = text, None
         self._phase_started = time.perf_counter()
         if self._bar is not None:
             self._bar.update(self._task, description=text, total=None, completed=0)
-        else:
+        elif self._worth_a_line(count):
             self._line(f"{text}...")
 
     def start(self, text: str, total: int) -> None:
@@ -77,8 +82,11 @@ class RunProgress:
         self._phase_started = self._last_line = time.perf_counter()
         if self._bar is not None:
             self._bar.reset(self._task, description=text, total=total, completed=0)
-        else:
+        elif self._worth_a_line(total):
             self._line(f"{text}: 0/{total:,}")
+
+    def _worth_a_line(self, count: int) -> bool:
+        return count >= PLAIN_BIG_COUNT or time.perf_counter() - self._started >= self._quiet_s
 
     def update(self, done: int) -> None:
         if self._bar is not None:

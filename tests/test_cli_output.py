@@ -182,25 +182,34 @@ def test_steady_long_delays_are_not_called_growing() -> None:
 
 
 # -- huge runs: progress and memory ------------------------------------------------------------
-def test_piped_run_prints_plain_progress_from_generation_on() -> None:
-    env = {**os.environ, "COLUMNS": "80"}
-    res = subprocess.run([*SIMULATE, "run", "--num-requests", "300", "--qps", "4", "--out", "/dev/null/x"],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
-    assert res.returncode == 2 and "generating" not in res.stderr  # refused before any work
-    res = subprocess.run([*SIMULATE, "run", "--num-requests", "300", "--qps", "4"], capture_output=True, text=True,
-                         env=env, cwd=ROOT, timeout=120)
-    assert res.returncode == 0, res.stderr
-    phases = [line.split("] ", 1)[1] for line in res.stderr.splitlines()]
+def test_plain_progress_runs_from_generation_on() -> None:
+    from simulator.config import RunConfig
+    from simulator.engine import simulate
+    from simulator.progress import RunProgress
+
+    buffer = io.StringIO()
+    progress = RunProgress(stream=buffer, plain=True, every_s=0.0, quiet_s=0.0)
+    simulate(RunConfig().replace(workload__num_requests=300, workload__qps=4.0), progress=progress)
+    phases = [line.split("] ", 1)[1] for line in buffer.getvalue().splitlines()]
     assert phases[:3] == ["generating 300 requests...", "building 300 requests...", "simulating: 0/300"]
-    assert "computing metrics of 300 requests..." in phases
-    assert "\x1b[" not in res.stderr  # plain lines, no terminal codes
+    assert re.fullmatch(r"simulating: 300/300 \(100%\), \d+s in this step, ETA 0s", phases[-1]), phases[-1]
+    assert "\x1b[" not in buffer.getvalue()  # plain lines, no terminal codes
+
+
+def test_short_piped_run_keeps_stderr_clean_and_bad_out_is_refused_first() -> None:
+    res = subprocess.run([*SIMULATE, "run", "--num-requests", "30"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    res = subprocess.run([*SIMULATE, "run", "--num-requests", "300", "--out", "/dev/null/x"], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1 and "--out" in res.stderr
 
 
 def test_progress_lines_carry_counts_and_eta() -> None:
     from simulator.progress import RunProgress
 
     buffer = io.StringIO()
-    progress = RunProgress(stream=buffer, plain=True, every_s=0.0)
+    progress = RunProgress(stream=buffer, plain=True, every_s=0.0, quiet_s=0.0)
     progress.phase("generating 1,000 requests")
     progress.start("simulating", 1000)
     progress.update(250)

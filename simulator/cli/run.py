@@ -33,7 +33,7 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
                             tbt_slo_s: float) -> tuple[RunResult, dict[str, Any], Any]:
     result = simulate(config, progress=progress)
     if isinstance(progress, RunProgress):
-        progress.phase(f"computing metrics of {len(result.requests):,} requests")
+        progress.phase(f"computing metrics of {len(result.requests):,} requests", len(result.requests))
     requests = request_frame(result)
     return result, summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s), requests
 
@@ -97,7 +97,7 @@ def run(
         result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo)
         if out is not None:
             if reporter is not None:
-                reporter.phase(f"writing tables to {out}")
+                reporter.phase(f"writing tables to {out}", len(result.requests))
             try:
                 write_run(result, out, fmt, summary, requests)
             except OSError as exc:  # the folder was writable before the run; keep the results on screen

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from simulator.cli.app import app, console
 from simulator.cli.options import run_options
+from simulator.cli.tables import print_table
 from simulator.config import RunConfig
 from simulator.engine import RunResult, simulate
 from simulator.metrics import request_frame, summarize
@@ -50,7 +51,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
                        ("sched_delay_s", "scheduling delay")):
         table.add_row(label, *(_ms(summary[f"{key}_{q}"]) for q in ("p50", "p90", "p99", "max")))
     console.print(f"workload: {summary['workload']} · cost model: {config.cost_model}")
-    console.print(table)
+    print_table(console, table)
     console.print(
         f"requests: {summary['num_finished']} finished, {summary['num_rejected']} rejected, "
         f"{summary['num_preemptions']} preemptions · throughput {summary['throughput_rps']:.2f} req/s, "

@@ -25,6 +25,7 @@ from simulator.options import RUN_OPTIONS, build_config
 # Defaults that are a rule rather than one value (the dataclass holds None for "decide later").
 RULE_DEFAULTS = {
     "max_model_len": "the model's",
+    "num_gpu_blocks": "what the memory plan leaves for the KV cache",
     "intra_node_link": "NVLink if the GPU has it, else PCIe",
     "max_num_batched_tokens": "the token budget for sarathi/vllm-v1, else max(max_model_len, 2048)",
     "chunk_size": "512 for sarathi, 2048 for vllm-v1",

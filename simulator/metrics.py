@@ -15,6 +15,7 @@ Definitions (DESIGN.md):
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +25,28 @@ if TYPE_CHECKING:
     from simulator.engine import RunResult
 
 QUANTILES = (50, 90, 99)
+
+# A rejection reason names the request's own size, then the run's limit: the kind of a reason
+# keeps the limit and drops the request's number, so reasons group into a few counted kinds.
+_REASON_KINDS = (
+    (re.compile(r"^prompt\+output = [\d,]+ tokens exceeds (.*)$"), r"prompt+output exceeds \1"),
+    (re.compile(r"^needs [\d,]+ KV tokens but the cache holds (.*)$"), r"needs more KV tokens than the cache holds (\1)"),
+)
+
+
+def rejection_kind(reason: str) -> str:
+    """The reason without the request's own figures (any other digits read as N)."""
+    for pattern, kind in _REASON_KINDS:
+        if pattern.match(reason):
+            return pattern.sub(kind, reason)
+    return re.sub(r"\d[\d,.]*", "N", reason)
+
+
+def rejections_by_kind(requests: pd.DataFrame) -> dict[str, int]:
+    """How many requests were rejected for each kind of reason, most frequent first."""
+    reasons = requests.loc[requests["status"] == "rejected", "reject_reason"]
+    counts = reasons.map(rejection_kind).value_counts(sort=False)
+    return {str(k): int(v) for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
 def _token_times(result: RunResult) -> tuple[np.ndarray, np.ndarray]:
@@ -115,6 +138,7 @@ def summarize(result: RunResult, requests: pd.DataFrame | None = None, ttft_slo_
         "num_requests": int(len(df)),
         "num_finished": int(len(finished)),
         "num_rejected": int((df["status"] == "rejected").sum()),
+        "rejected_by_reason": rejections_by_kind(df),
         "num_preemptions": int(df["num_preemptions"].sum()),
         "num_iterations": len(result.iterations),
         "num_tbt_samples": int(len(tbt)),
@@ -140,9 +164,35 @@ def summarize(result: RunResult, requests: pd.DataFrame | None = None, ttft_slo_
         out.update(bubble_summary(result, span))
     if len(result.replica_busy_s) > 1:
         out["per_replica"] = replica_frame(result, df, span).to_dict("records")
+    out.update(overload_summary(df))
     out["kv_cache_tokens"] = result.memory.num_kv_tokens
     out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
     out["workload"] = result.workload_source
+    return out
+
+
+# A run is overloaded when scheduling delay in the last quarter of arrivals exceeds the capacity
+# criterion's bound (P50 scheduling delay <= 2 s, DESIGN.md) and has at least doubled since the
+# first quarter, with requests still queued when the last one arrives: the queue was growing.
+OVERLOAD_SCHED_DELAY_S = 2.0
+OVERLOAD_GROWTH = 2.0
+
+
+def overload_summary(requests: pd.DataFrame) -> dict[str, Any]:
+    """Whether arrivals outpaced service: ``overloaded`` plus the figures that decided it."""
+    served = requests[requests["status"] != "rejected"].sort_values("arrival_at", kind="stable")
+    out: dict[str, Any] = {"overloaded": False}
+    if len(served) < 8:
+        return out
+    delay = served["sched_delay_s"].to_numpy()
+    quarter = max(1, len(served) // 4)
+    first, last = float(np.nanmedian(delay[:quarter])), float(np.nanmedian(delay[-quarter:]))
+    last_arrival = float(served["arrival_at"].iloc[-1])
+    scheduled = served["first_scheduled_at"].to_numpy()
+    waiting = int(((scheduled > last_arrival) | np.isnan(scheduled)).sum())
+    out.update(sched_delay_s_p50_first_quarter=first, sched_delay_s_p50_last_quarter=last,
+               num_waiting_at_last_arrival=waiting)
+    out["overloaded"] = bool(last > OVERLOAD_SCHED_DELAY_S and last > OVERLOAD_GROWTH * first and waiting > 0)
     return out
 
 

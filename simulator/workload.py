@@ -32,7 +32,9 @@ Arrival processes
 Max-length filtering follows the papers: requests with ``prompt + output >
 max_total_tokens`` are removed from the *source* before sampling (trace rows are
 dropped; built-in and uniform draws are resampled until enough remain), so the sample
-is the source distribution conditioned on the limit. Nothing else is ever dropped: a
+is the source distribution conditioned on the limit. With ``over_length="clip"`` a
+trace row over the limit is instead shortened the way Vidur's trace length generator
+does it (:func:`clip_lengths`), so the same trace gives the same requests in both tools. Nothing else is ever dropped: a
 malformed trace row is a :class:`~simulator.errors.ConfigError` naming its line.
 """
 
@@ -55,7 +57,8 @@ from simulator.config import WorkloadConfig
 from simulator.errors import ConfigError
 
 BUILTIN_NAMES = ("sharegpt", "arxiv")
-LENGTH_SOURCES = ("fixed", "uniform", *BUILTIN_NAMES)
+LONG_CONTEXT = "long-context"  # prompts log-uniform in [32K, 128K - output], outputs uniform in [128, 1024]
+LENGTH_SOURCES = ("fixed", "uniform", *BUILTIN_NAMES, LONG_CONTEXT)
 BUILTIN_DATA = "builtin_workloads.json"
 
 # Accepted column / key names (matched case-insensitively), in priority order.
@@ -137,6 +140,8 @@ def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestT
         length_desc = f"fixed {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens"
     elif cfg.name == "uniform":
         prompt, output, length_desc = _lengths_uniform(cfg, rng)
+    elif cfg.name == LONG_CONTEXT:
+        prompt, output, length_desc = _lengths_long_context(cfg, rng)
     else:
         raise ConfigError("workload.name", f"unknown workload {cfg.name!r}",
                           f"known: {', '.join(LENGTH_SOURCES)}; or pass --trace PATH")
@@ -216,6 +221,21 @@ def _lengths_uniform(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.
     if cfg.max_total_tokens is not None:
         desc += f" (total <= {cfg.max_total_tokens})"
     return prompt.astype(np.int64), output.astype(np.int64), desc
+
+
+def _lengths_long_context(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
+    """Long-context planning workload (RAG, code and document QA at 128K windows): prompt lengths
+    log-uniform between 32,768 and 131,072 tokens minus the output, outputs uniform in [128, 1024];
+    ``max_total_tokens`` lowers the ceiling (e.g. for a model with a shorter context)."""
+    limit = min(cfg.max_total_tokens or 131072, 131072)
+    lo = 32768
+    _check_total(LONG_CONTEXT, lo + 128, limit)
+    output = rng.integers(128, 1024, cfg.num_requests, endpoint=True)
+    hi = limit - output  # >= lo + 128 - 1024 ... clip so every request fits
+    prompt = np.exp(rng.uniform(np.log(lo), np.log(np.maximum(hi, lo + 1)), cfg.num_requests))
+    prompt = np.minimum(np.floor(prompt), hi).astype(np.int64)
+    output = np.minimum(output, limit - prompt).astype(np.int64)
+    return prompt, output, f"long-context prompts log-uniform [{lo}, {limit} - output] / output [128, 1024] tokens"
 
 
 @functools.cache
@@ -517,6 +537,24 @@ def _read_jsonl(path: str) -> TraceData:
     return TraceData(path, "jsonl", prompt, output, arrival, tuple(k for k in keys if k is not None))
 
 
+def clip_lengths(prompt: np.ndarray, output: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Shorten rows longer than ``limit`` tokens as Vidur's trace length generator does.
+
+    The excess ``e = prompt + output - limit`` is taken from prompt and output in
+    proportion to their shares, each share rounded up (``ceil(e * (p / (p + o)))``, the
+    same float expression Vidur evaluates, so both tools get the same integers), and each
+    side keeps at least one token. Both roundings go up, so a clipped row may end one
+    token under the limit. Rows within the limit are unchanged.
+    """
+    prompt = np.asarray(prompt, dtype=np.int64)
+    output = np.asarray(output, dtype=np.int64)
+    total = prompt + output
+    excess = np.clip(total - limit, 0, None)
+    cut_prompt = np.ceil(excess * (prompt / total)).astype(np.int64)
+    cut_output = np.ceil(excess * (output / total)).astype(np.int64)
+    return np.maximum(prompt - cut_prompt, 1), np.maximum(output - cut_output, 1)
+
+
 def _lengths_from_trace(cfg: WorkloadConfig, rng: np.random.Generator
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str]:
     assert cfg.trace is not None
@@ -524,7 +562,12 @@ def _lengths_from_trace(cfg: WorkloadConfig, rng: np.random.Generator
     name = Path(cfg.trace).name
     prompt, output, arrival = trace.num_prompt_tokens, trace.num_output_tokens, trace.arrival_s
     desc = f"trace {name} ({trace.fmt}, {len(trace)} rows"
-    if cfg.max_total_tokens is not None:
+    if cfg.max_total_tokens is not None and cfg.over_length == "clip":
+        over = prompt + output > cfg.max_total_tokens
+        if over.any():
+            prompt, output = clip_lengths(prompt, output, cfg.max_total_tokens)
+            desc += f", {int(over.sum())} over max_total_tokens={cfg.max_total_tokens} clipped"
+    elif cfg.max_total_tokens is not None:
         keep = prompt + output <= cfg.max_total_tokens
         num_dropped = len(keep) - int(keep.sum())
         if num_dropped:

@@ -15,6 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.cli.app import app
+from simulator.cli.app import console as app_console
+from simulator.cli.steps import StepProgress
+from simulator.cli.tables import print_table
 from simulator.config import ReplicaConfig
 from simulator.costmodel import BatchShape, CostModel, load_cost_model
 from simulator.costmodel.engine_model import DEFAULT_ENGINE
@@ -55,8 +58,8 @@ def fit(
         med, p95 = r["holdout_median_ape"], r["holdout_p95_ape"]
         table.add_row(r["op"], r["family"], str(r["num_train"]), str(r["num_holdout"]),
                       "-" if med is None else f"{100 * med:.1f}%", "-" if p95 is None else f"{100 * p95:.1f}%")
-    console = Console()
-    console.print(table)
+    console = app_console()
+    print_table(console, table)
     console.print(f"roofline fallback for: {', '.join(artifact['roofline_ops']) or 'nothing'}")
 
 
@@ -130,9 +133,12 @@ def predict_cmd(
     cost_model: Annotated[str, typer.Option("--cost-model", help="'roofline' or an artifact path")] = "roofline",
     engine: Annotated[str, typer.Option(help="engine overheads: a preset or a calibrate-engine artifact")] = DEFAULT_ENGINE,
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON object")] = False,
+    ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE models)")] = 1,
+    dtype: Annotated[str, typer.Option(help="weight dtype: bf16, fp16, fp8, int4")] = "bf16",
+    kv_cache_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16, fp16, fp8")] = "auto",
 ) -> None:
     """Predict one iteration's time and per-op breakdown for a described batch."""
-    replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp)
+    replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp, ep=ep, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
     shape = build_shape(_split_ints(prefill, "prefill"), _split_ints(prefill_context, "prefill-context"), decode,
                         _split_ints(context, "context"))
     result = predict(replica, shape, cost_model, engine)
@@ -169,8 +175,8 @@ def calibrate(
     from simulator.costmodel.fit_calibration import calibrate_all, render, write_calibration
 
     console = Console(stderr=True)
-    with console.status("calibrating") as status:
-        cals = calibrate_all(data, progress=lambda gpu: status.update(f"calibrating {gpu}"))
+    with StepProgress("calibrate") as steps:
+        cals = calibrate_all(data, progress=lambda gpu, done, total: steps.update(f"fitting {gpu}", done, total))
     block = render(cals)
     if write:
         write_calibration(cals, calibration_module.__file__)
@@ -188,6 +194,6 @@ def fidelity(
     from simulator.costmodel.fit_fidelity import write_report
 
     console = Console(stderr=True)
-    with console.status("fidelity") as status:
-        summary = write_report(out, data, progress=lambda msg: status.update(f"fidelity: {msg}"))
+    with StepProgress("fidelity") as steps:
+        summary = write_report(out, data, progress=steps.update)
     console.print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")

@@ -46,7 +46,9 @@ Readers, chosen by the file's columns:
   rows only (``devices_per_node == num_workers``; send/recv: both ranks on one node);
 - **LLMServingSim** ``layers.csv`` (``latency(ns)`` per layer op vs ``input`` tokens);
   ``attn`` rows are prefill attention with no cached context; ``lm_head`` includes the
-  final norm.
+  final norm. MoE tables: ``gate`` -> ``moe_gate``, one expert's ``expert.w1`` + ``expert.w3``
+  -> ``moe_expert_up``, ``expert.w2`` -> ``moe_expert_down``, ``act_fn`` -> ``moe_expert_act``
+  (``num_tokens`` = the tokens routed to that expert).
 
 Model and device come from the file's path (Vidur's ``compute/<gpu>/<org>/<model>/``
 layout) unless given. Anything malformed raises a one-line :class:`ConfigError`.
@@ -67,7 +69,8 @@ TIDY_COLUMNS = ("op", "num_tokens", "batch_size", "chunk_size", "kv_context", "c
                 "world_size", "tp", "device", "model", "median_s", "p20_s", "p80_s", "source")
 SHAPE_COLUMNS = ("hidden_size", "num_heads", "num_kv_heads")
 KNOWN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary", "residual_add",
-             "tp_all_reduce", "embedding", "lm_head", "attn_prefill", "attn_decode", "all_reduce", "all_gather", "send_recv")
+             "tp_all_reduce", "embedding", "lm_head", "attn_prefill", "attn_decode", "all_reduce", "all_gather", "send_recv",
+             "moe_gate", "moe_expert_up", "moe_expert_down", "moe_expert_act")
 # Columns each op needs besides op/median_s.
 REQUIRED_BY_OP = {
     "attn_prefill": ("batch_size", "chunk_size", "kv_context"),
@@ -76,8 +79,24 @@ REQUIRED_BY_OP = {
     "all_gather": ("message_bytes", "world_size"),
     "send_recv": ("message_bytes", "world_size"),
 }
-# A kernel slower than this is not a kernel: the table's unit is wrong (ms or ns read as s).
+# On an A100-class GPU a kernel slower than this is not a kernel: the table's unit is wrong (ms or
+# ns read as s). Slower devices get a proportionally higher limit (a CPU is slow, not wrong):
+# see plausible_limit_s.
 MAX_PLAUSIBLE_S = 1.0
+_REFERENCE_FLOPS = 312e12  # A100 dense bf16, the device MAX_PLAUSIBLE_S is stated for
+
+
+def plausible_limit_s(device: str) -> float:
+    """The slowest believable kernel time on ``device`` (catalog name; blank or unknown: a GPU's).
+
+    ``MAX_PLAUSIBLE_S`` scaled by how much slower than an A100 the device's peak is, never
+    below it: 1 s on an A100 or H100, 312 s on the catalog's ``cpu`` (1 TFLOP/s peak).
+    """
+    try:
+        flops = get_gpu(device).bf16_flops if device else _REFERENCE_FLOPS
+    except ConfigError:
+        flops = _REFERENCE_FLOPS
+    return MAX_PLAUSIBLE_S * max(1.0, _REFERENCE_FLOPS / flops)
 
 _VIDUR_MLP_OPS = {  # Vidur column -> (our op, multiplicity)
     "attn_pre_proj": ("qkv_proj", 1.0), "attn_post_proj": ("attn_out_proj", 1.0),
@@ -90,6 +109,8 @@ _LSS_LAYER_OPS = {  # LLMServingSim layer_name -> our op (summed where several m
     "q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "rope": "rotary", "attn": "attn_prefill",
     "o_proj": "attn_out_proj", "gate_proj": "mlp_up_gate", "up_proj": "mlp_up_gate", "act_fn": "mlp_act",
     "down_proj": "mlp_down", "final_layernorm": "lm_head", "lm_head": "lm_head",
+    # MoE tables (Mixtral): the router, and one whole expert's GEMMs for the tokens routed to it.
+    "gate": "moe_gate", "expert.w1": "moe_expert_up", "expert.w3": "moe_expert_up", "expert.w2": "moe_expert_down",
 }
 MS, NS = 1e-3, 1e-9
 
@@ -203,6 +224,8 @@ def _lss_layers(df: pd.DataFrame, path: Path, device: str, model: str) -> pd.Dat
     unknown = sorted(set(df["layer_name"]) - set(_LSS_LAYER_OPS))
     df = df[df["layer_name"].isin(_LSS_LAYER_OPS)]
     df["op"] = df["layer_name"].map(_LSS_LAYER_OPS)
+    if (df["op"] == "moe_expert_up").any():  # in a MoE table act_fn runs on one expert's tokens
+        df.loc[df["layer_name"] == "act_fn", "op"] = "moe_expert_act"
     g = df.groupby(["op", "input", "tp_size"], as_index=False)["latency(ns)"].sum()
     out = _frame({"op": g["op"].to_numpy(), "num_tokens": g["input"].to_numpy(dtype=float),
                   "tp": g["tp_size"].to_numpy(), "median_s": g["latency(ns)"].to_numpy(dtype=float) * NS,
@@ -310,8 +333,14 @@ def validate(table: pd.DataFrame, where: Path | str = "profile") -> None:
     t = pd.to_numeric(table["median_s"], errors="coerce").to_numpy(dtype=float)
     if not np.isfinite(t).all() or (t <= 0).any():
         raise _bad(where, "median_s must be positive and finite in every row")
-    if t.max() > MAX_PLAUSIBLE_S:
-        raise _bad(where, f"a kernel time of {t.max():.3g} s is implausible",
+    devices = (table["device"].astype(object).where(table["device"].notna(), "").astype(str).to_numpy()
+               if "device" in table else np.full(len(t), "", dtype=object))
+    limits = {d: plausible_limit_s(d) for d in set(devices)}
+    over = t > np.array([limits[d] for d in devices], dtype=float)
+    if over.any():
+        i = int(np.argmax(np.where(over, t, -np.inf)))
+        on = f" on {devices[i]}" if devices[i] else ""
+        raise _bad(where, f"a kernel time of {t[i]:.3g} s is implausible{on} (limit {limits[devices[i]]:.3g} s)",
                    "median_s is in seconds; were milliseconds or nanoseconds read as seconds?")
 
 

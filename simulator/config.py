@@ -182,6 +182,9 @@ class RunConfig:
     num_replicas: int = 1
     router: str = "round_robin"
     seed: int = 0
+    # Advance decode-only stretches in one step (simulator.fastforward); results are identical
+    # either way, so this only trades speed for a step-by-step loop when debugging.
+    fast_forward: bool = True
 
     def __post_init__(self) -> None:
         _positive("cluster", "num_replicas", self.num_replicas)

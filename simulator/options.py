@@ -48,6 +48,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "replicas": ("num_replicas", int, "Replicas behind the router."),
     "router": ("router", str, "round_robin, least_outstanding or random."),
     "seed": ("seed", int, "Random seed."),
+    "fast_forward": ("fast_forward", bool, "Skip decode-only stretches in one step (same results; off = step by step)."),
 }
 
 

@@ -8,6 +8,7 @@ import cycle.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -47,6 +48,14 @@ class Recorder:
         s = batch.shape
         self.iterations.append((replica_id, started_at, duration, s.num_prefill_tokens, s.num_decodes,
                                 s.num_prefills, kv_blocks_used, len(batch.preempted), len(batch.admitted)))
+
+    def on_decode_stretch(self, replica_id: int, ends: list[float], durations: list[float], num_decodes: int,
+                          kv_blocks_used: list[int]) -> None:
+        """A skipped decode-only stretch (:mod:`simulator.fastforward`): iteration ``i`` started at
+        ``ends[i]`` and took ``durations[i]``; the rows equal those single steps would write."""
+        k = len(durations)
+        self.iterations.extend(zip(repeat(replica_id, k), ends, durations, repeat(0, k), repeat(num_decodes, k),
+                                   repeat(0, k), kv_blocks_used, repeat(0, k), repeat(0, k), strict=False))  # ends has k + 1
 
     def on_stage(self, replica_id: int, micro_batch_id: int, stage: int, started_at: float, duration: float) -> None:
         self.stages.append((replica_id, micro_batch_id, stage, started_at, duration))

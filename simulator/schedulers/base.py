@@ -146,6 +146,22 @@ class Scheduler:
     def schedule(self) -> Batch:
         raise NotImplementedError
 
+    def decode_steady(self) -> bool:
+        """Whether, until a request arrives or finishes or free KV blocks run short, every
+        ``schedule()`` would return exactly the running requests as 1-token decodes (in
+        ``running`` order, growing each one's blocks as needed) and admit or preempt
+        nobody. Event skipping (:mod:`simulator.fastforward`) relies on it to advance such
+        stretches in one step. Default False: a policy opts in by overriding it, and must
+        keep it in step with ``schedule()`` (the skipping on/off tests check it)."""
+        return False
+
+    def _all_running_decode(self) -> bool:
+        """Every running request is a decode (one missing token, at least one output) and
+        none is in flight."""
+        return bool(self.running) and all(
+            not r.in_flight and r.num_generated and r.num_prompt_tokens + r.num_generated - r.num_computed == 1
+            for r in self.running)
+
     # -- mechanism -------------------------------------------------------------------------
     def complete(self, batch: Batch, now: float) -> list[Request]:
         """Apply a finished iteration at simulated time ``now``; return finished requests."""

@@ -21,6 +21,17 @@ from simulator.schedulers.base import Batch, Scheduler
 class SarathiScheduler(Scheduler):
     name = "sarathi"
 
+    def decode_steady(self) -> bool:
+        # Every decode fits the budget; nothing is admitted: no one waits, the budget or
+        # max_num_seqs is used up, or the head does not fit (free blocks only shrink while
+        # decodes grow, so it keeps not fitting).
+        running = self.running
+        if len(running) > self.token_budget or not self._all_running_decode():
+            return False
+        waiting = self.waiting
+        return (not waiting or len(running) >= self.token_budget or len(running) >= self.max_num_seqs
+                or not self.blocks.can_admit(waiting[0].num_prompt_tokens + waiting[0].num_generated))
+
     def schedule(self) -> Batch:
         batch = Batch()
         budget = self.token_budget

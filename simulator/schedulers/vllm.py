@@ -22,6 +22,17 @@ class VLLMScheduler(Scheduler):
                     f"max_num_batched_tokens {self.token_budget} (vllm runs a recomputed prompt in one piece)")
         return super().rejection_reason(req)
 
+    def decode_steady(self) -> bool:
+        # Nothing is admitted (the admission loop breaks on the head at once) and every
+        # running request decodes; free blocks only shrink, so a head that does not fit keeps not fitting.
+        if not self._all_running_decode():
+            return False
+        if not self.waiting:
+            return True
+        head = self.waiting[0]
+        n = head.num_prompt_tokens + head.num_generated
+        return n > self.token_budget or len(self.running) >= self.max_num_seqs or not self.blocks.can_admit(n)
+
     def schedule(self) -> Batch:
         batch = Batch()
         blocks, waiting, running = self.blocks, self.waiting, self.running

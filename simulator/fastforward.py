@@ -28,6 +28,7 @@ compare whole request and iteration tables both ways.
 
 from __future__ import annotations
 
+import math
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
@@ -69,8 +70,10 @@ def _allocations(computed: np.ndarray, held: np.ndarray, block_size: int, num_it
     return np.cumsum(padded.reshape(rows, block_size), axis=0).reshape(-1)[:num_iterations]
 
 
-def plan(replica: Replica, horizon_at: float) -> Stretch | None:
-    """The decode stretch the replica can skip from now, or None (step normally)."""
+def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0) -> Stretch | None:
+    """The decode stretch the replica can skip from now, or None (step normally).
+    ``duration_hint`` (the last iteration's time) sizes the first pricing call so that
+    one call usually covers the stretch up to the horizon."""
     scheduler, env = replica.scheduler, replica.env
     now = env.now
     if horizon_at <= now or not scheduler.decode_steady():
@@ -106,6 +109,8 @@ def plan(replica: Replica, horizon_at: float) -> Stretch | None:
     ends: list[float] = [now]
     durations: list[float] = []
     num, chunk = 0, FIRST_CHUNK
+    if duration_hint > 0 and horizon_at != math.inf:
+        chunk = max(FIRST_CHUNK, int((horizon_at - now) / duration_hint) + 2)
     while num < max_iterations:
         m = min(chunk, max_iterations - num)
         priced = cost.decode_stretch_times(n, kv_sum + n * num, kv_sq_sum + 2 * num * kv_sum + n * num * num,

@@ -115,7 +115,7 @@ class Replica:
             # Try to skip only where two more iterations fit before the horizon (a cheap
             # guess from the last one; plan() decides exactly).
             if skip and horizon is not None and env.now + 2 * duration < horizon():
-                stretch = fastforward.plan(self, horizon())
+                stretch = fastforward.plan(self, horizon(), duration)
                 if stretch is not None:
                     yield env.timeout(stretch.ends[-1] - env.now)
                     fastforward.apply(self, stretch)

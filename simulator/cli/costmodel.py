@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,8 +16,10 @@ from rich.table import Table
 
 from simulator.cli.app import app
 from simulator.config import ReplicaConfig
-from simulator.costmodel import BatchShape, CostModel, load_cost_model
 from simulator.errors import ConfigError
+
+if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for --help
+    from simulator.costmodel import BatchShape, CostModel
 
 
 # -- fit -----------------------------------------------------------------------------------------------------
@@ -74,6 +76,8 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
     ``prefill_context`` gives each chunk's already-cached tokens (default 0); ``context``
     gives the decodes' KV lengths: one value for all, or one per decode.
     """
+    from simulator.costmodel import BatchShape
+
     if any(p <= 0 for p in prefill):
         raise ConfigError("prefill", "chunk sizes must be positive", "pass --prefill N with N > 0")
     if decode < 0:
@@ -93,6 +97,8 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
 
 def predict(replica: ReplicaConfig, shape: BatchShape, cost_model: str = "roofline") -> dict[str, Any]:
     """Iteration time and per-op breakdown of one batch."""
+    from simulator.costmodel import load_cost_model
+
     cm: CostModel = load_cost_model(cost_model, replica)
     breakdown = cm.breakdown(shape)
     total = cm.iteration_time(shape)

@@ -4,28 +4,37 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from simulator.cli.app import app, console
 from simulator.cli.options import run_options
 from simulator.config import RunConfig
-from simulator.engine import RunResult, simulate
-from simulator.metrics import request_frame, summarize
-from simulator.output import FORMATS, jsonable, write_run
+from simulator.output import FORMATS, jsonable
+
+if TYPE_CHECKING:  # the engine (numpy, SimPy) and rich load when a run starts, not for --help
+    from rich.console import Console
+
+    from simulator.engine import RunResult
 
 
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
                    ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> tuple[RunResult, dict[str, Any]]:
     """Simulate ``config``; write outputs to ``out`` if given; return the result and summary."""
+    from simulator.engine import simulate
+    from simulator.metrics import request_columns, summarize
+
     result = simulate(config, progress=progress)
-    requests = request_frame(result)
-    summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
-    if out is not None:
+    if out is not None:  # pandas only when tables are written
+        from simulator.metrics import request_frame
+        from simulator.output import write_run
+
+        requests = request_frame(result)
+        summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
         write_run(result, out, fmt, summary, requests)
+    else:
+        summary = summarize(result, request_columns(result), ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
     return result, summary
 
 
@@ -34,6 +43,8 @@ def _ms(value: float) -> str:
 
 
 def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, console: Console) -> None:
+    from rich.table import Table
+
     r, s = config.replica, config.scheduler
     title = f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) x{config.num_replicas} replica(s) · {s.name}"
     table = Table("metric (ms)", "p50", "p90", "p99", "max", title=title, title_justify="left")

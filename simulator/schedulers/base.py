@@ -45,6 +45,21 @@ class Batch:
     def __len__(self) -> int:
         return len(self.requests)
 
+    def add_decode(self, req: Request) -> None:
+        """``add(req, 1)`` for a request known to be a decode (one missing token, an output
+        already produced): the hot path of every policy's decode loop, inlined."""
+        self.requests.append(req)
+        self.num_tokens.append(1)
+        req.in_flight = True
+        kv = req.num_computed + 1
+        s = self.shape
+        s.num_decodes += 1
+        s.decode_kv_tokens += kv
+        s.decode_kv_sq_sum += kv * kv
+        if kv > s.decode_max_kv:
+            s.decode_max_kv = kv
+        s.num_logits += 1
+
     def add(self, req: Request, num_tokens: int) -> None:
         """Append an entry and account its attention work in the shape."""
         self.requests.append(req)

@@ -52,7 +52,7 @@ class SarathiScheduler(Scheduler):
                 break
             if not self._grow_or_preempt(req, req.num_computed + 1, batch):
                 break
-            batch.add(req, 1)
+            batch.add_decode(req) if req.num_generated else batch.add(req, 1)  # a 1-token prompt tail is a prefill
             used += 1
             i += 1
         for req in partial:

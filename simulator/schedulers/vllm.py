@@ -57,6 +57,6 @@ class VLLMScheduler(Scheduler):
                 continue
             if not self._grow_or_preempt(req, req.num_computed + 1, batch):
                 break  # req was the newest: everything after it is gone too
-            batch.add(req, 1)
+            batch.add_decode(req) if req.num_generated else batch.add(req, 1)  # a 1-token prompt tail is a prefill
             i += 1
         return batch

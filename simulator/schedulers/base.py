@@ -149,6 +149,8 @@ class Scheduler:
     def _grow_or_preempt(self, req: Request, num_tokens: int, batch: Batch) -> bool:
         """Make room for ``req`` to hold ``num_tokens``, preempting the newest running
         requests as needed. Returns False if ``req`` itself had to be preempted."""
+        if req.num_blocks * self.blocks.block_size >= num_tokens:
+            return True  # the common case: the last block has room
         while not self.blocks.try_grow(req, num_tokens):
             victim = self._newest_victim()
             if victim is None or victim is req:

@@ -26,7 +26,7 @@ from simulator.config import RunConfig
 from simulator.costmodel import CostModel, load_cost_model
 from simulator.errors import ConfigError
 from simulator.kvcache import MemoryPlan
-from simulator.records import FRAME_COLUMNS, ITERATION_COLUMNS, STAGE_COLUMNS, Recorder
+from simulator.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.replica import Replica, build_scheduler
 from simulator.request import Request
 from simulator.routers import ROUTERS
@@ -38,7 +38,7 @@ class RunResult:
 
     config: RunConfig
     requests: list[Request]
-    iterations: list[tuple]
+    iterations: IterationLog  # ITERATION_COLUMNS rows; reads as a sequence of tuples
     memory: MemoryPlan
     workload_source: str
     sim_end_at: float
@@ -51,7 +51,10 @@ class RunResult:
     def iteration_frame(self):  # noqa: ANN201 - pandas imported lazily off the hot path
         import pandas as pd
 
-        df = pd.DataFrame.from_records(self.iterations, columns=list(ITERATION_COLUMNS))
+        iterations = self.iterations
+        if not isinstance(iterations, IterationLog):  # a plain list of tuples (hand-made results)
+            iterations = IterationLog(iterations)
+        df = pd.DataFrame(iterations.columns())
         if self.config.num_replicas > 1 and len(df):
             # Rows in order of end time (replica, start break ties): replicas record skipped
             # stretches at their end, so raw completion order is not a property of the run.

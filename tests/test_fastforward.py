@@ -189,3 +189,20 @@ def test_a_cost_model_subclass_gets_the_exact_generic_path() -> None:
     model = Slower(ReplicaConfig("llama-2-7b", "a100-80gb"))
     args = (8, 8000, 9_000_000, 1500, 50)
     assert model.decode_stretch_times(*args) == CostModel.decode_stretch_times(model, *args)
+
+
+def test_iteration_log_reads_like_the_list_of_tuples_it_replaces() -> None:
+    from simulator.records import ITERATION_COLUMNS, IterationLog
+
+    rows = [(i % 3, 0.5 * i, 0.25, i, 2 * i, 1, 7, 0, i % 2) for i in range(IterationLog.BUFFER * 2 + 5)]
+    log = IterationLog()
+    for row in rows[:100]:
+        log.append(row)
+    log.extend_columns([list(col) for col in zip(*rows[100:200], strict=True)])
+    log.extend(rows[200:])
+    assert len(log) == len(rows) and log == rows and list(log) == rows
+    assert log[0] == rows[0] and log[-1] == rows[-1] and log[5:8] == rows[5:8]
+    assert log == IterationLog(rows) and log != IterationLog(rows[:-1])
+    cols = log.columns()
+    assert list(cols) == list(ITERATION_COLUMNS)
+    assert cols["started_at"].dtype.kind == "f" and cols["num_decodes"].tolist() == [r[4] for r in rows]

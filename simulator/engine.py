@@ -98,6 +98,7 @@ class Cluster:
             self.memory = plan
             self.cost_models.append(cost)
             self.replicas.append(make_replica(env, replica_id, scheduler, cost, recorder, config, horizon))
+            self.replicas[-1].horizon_is_arrival = not watched
 
     def _next_arrival_at(self) -> float:
         return self.next_arrival_at

@@ -10,13 +10,18 @@ are known in closed form: iteration ``i`` has the same ``n`` decodes, every KV l
 its end with one timeout, and then writes what ``K`` single steps would have written:
 the same iteration records, token times, request counters and KV blocks.
 
-The stretch ends before the first of:
+The stretch ends with the first of:
 
-- the iteration in which a request finishes (the normal loop runs it);
-- the iteration whose block allocations would exceed the free blocks (a preemption may
-  follow; below that every ``try_grow`` succeeds, in any order);
-- the first iteration that would end at or after the *horizon*: the next event that can
-  touch this replica (an arrival, a watch process; see :class:`~simulator.engine.Cluster`).
+- the iteration in which a request finishes (included: the finish is applied at its end);
+- the last iteration whose block allocations still fit the free blocks (beyond it a
+  preemption may follow; below it every ``try_grow`` succeeds, in any order);
+- the *horizon*, the next event that can touch this replica (an arrival, a watch; see
+  :class:`~simulator.engine.Cluster`): the stretch keeps the iterations that *start*
+  before it, since an arrival cannot change an iteration already scheduled, only the
+  next one (it joins ``waiting``; routing reads queue lengths, which decodes leave
+  alone). An iteration ending exactly at the horizon is left out (SimPy orders equal
+  times by creation), and with a watch process, which may read anything, the stretch
+  ends before the horizon.
 
 Exactness: times are accumulated iteration by iteration (``itertools.accumulate``, the
 same float additions SimPy makes), the jump lands exactly on the last end (checked), and
@@ -36,6 +41,8 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from simulator.request import Status
 
 if TYPE_CHECKING:
     from simulator.replica import Replica
@@ -70,10 +77,11 @@ def _allocations(computed: np.ndarray, held: np.ndarray, block_size: int, num_it
     return np.cumsum(padded.reshape(rows, block_size), axis=0).reshape(-1)[:num_iterations]
 
 
-def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0) -> Stretch | None:
+def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
     """The decode stretch the replica can skip from now, or None (step normally).
-    ``duration_hint`` (the last iteration's time) sizes the first pricing call so that
-    one call usually covers the stretch up to the horizon."""
+    ``straddle``: the event at the horizon is an arrival, so iterations starting before it
+    are kept (else only those ending before it). ``duration_hint`` (the last iteration's
+    time) sizes the first pricing call so that one call usually covers the stretch."""
     scheduler, env = replica.scheduler, replica.env
     now = env.now
     if horizon_at <= now or not scheduler.decode_steady():
@@ -81,7 +89,7 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0) -> Str
     running = scheduler.running
     n = len(running)
     remaining = min(r.num_output_tokens - r.num_generated for r in running)
-    max_iterations = remaining - 1  # the iteration that finishes a request runs normally
+    max_iterations = remaining  # up to the iteration in which the first request finishes
     if max_iterations < 2:
         return None
     computed = np.fromiter((r.num_computed for r in running), dtype=np.int64, count=n)
@@ -116,7 +124,12 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0) -> Str
         priced = cost.decode_stretch_times(n, kv_sum + n * num, kv_sq_sum + 2 * num * kv_sum + n * num * num,
                                            kv_max + num, m)
         new_ends = list(accumulate(priced, initial=ends[-1]))
-        within = bisect_left(new_ends, horizon_at, 1) - 1  # iterations ending before the horizon
+        if straddle:
+            within = bisect_left(new_ends, horizon_at, 0, m)  # iterations starting before the horizon
+            if within and new_ends[within] == horizon_at:
+                within -= 1
+        else:
+            within = bisect_left(new_ends, horizon_at, 1) - 1  # iterations ending before the horizon
         durations += priced[:within]
         ends += new_ends[1:within + 1]
         num += within
@@ -134,8 +147,9 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0) -> Str
     return Stretch(num, ends, durations, used.tolist(), int(per_iteration.sum()))
 
 
-def apply(replica: Replica, stretch: Stretch) -> None:
-    """Write the stretch's effects, at its end, as ``num_iterations`` single steps would have."""
+def apply(replica: Replica, stretch: Stretch) -> bool:
+    """Write the stretch's effects, at its end, as ``num_iterations`` single steps would have.
+    Returns whether requests finished (the state may allow another stretch at once)."""
     scheduler = replica.scheduler
     k = stretch.num_iterations
     token_times = array("d", stretch.ends[1:])
@@ -147,7 +161,22 @@ def apply(replica: Replica, stretch: Stretch) -> None:
         need = -(-req.num_computed // bs)
         if need > req.num_blocks:
             req.num_blocks = need
-    scheduler.blocks.num_free_blocks -= stretch.num_allocated
+    blocks = scheduler.blocks
+    blocks.num_free_blocks -= stretch.num_allocated
     replica.num_busy_s = list(accumulate(stretch.durations, initial=replica.num_busy_s))[-1]
-    replica.recorder.on_decode_stretch(replica.replica_id, stretch.ends, stretch.durations, len(scheduler.running),
+    num_decodes = len(scheduler.running)
+    # The last iteration may finish requests: as Scheduler.complete, in running order.
+    finished = [r for r in scheduler.running if r.num_generated == r.num_output_tokens]
+    if finished:
+        now = replica.env.now
+        for req in finished:
+            blocks.free(req)
+            req.status = Status.FINISHED
+            req.completed_at = now
+        scheduler.running = [r for r in scheduler.running if r.status is Status.RUNNING]
+        stretch.kv_blocks_used[-1] = blocks.num_used_blocks
+    replica.recorder.on_decode_stretch(replica.replica_id, stretch.ends, stretch.durations, num_decodes,
                                        stretch.kv_blocks_used)
+    if finished:
+        replica.recorder.on_finish(finished)
+    return bool(finished)

@@ -63,6 +63,9 @@ class Replica:
         # Event skipping (simulator.fastforward): ``horizon()`` is the time of the next event
         # that can touch this replica (an arrival, a watch); None steps one iteration at a time.
         self.horizon = horizon
+        # Whether the event at the horizon is an arrival (it cannot change an iteration that
+        # already started); False while a watch process, which may read anything, runs.
+        self.horizon_is_arrival = True
         self.replica_id = replica_id
         self.scheduler = scheduler
         self.cost_model = cost_model
@@ -115,12 +118,13 @@ class Replica:
             # Try to skip only where two more iterations fit before the horizon (a cheap
             # guess from the last one; plan() decides exactly).
             if skip and horizon is not None and env.now + 2 * duration < horizon():
-                stretch = fastforward.plan(self, horizon(), duration)
+                stretch = fastforward.plan(self, horizon(), duration, self.horizon_is_arrival)
                 if stretch is not None:
                     yield env.timeout(stretch.ends[-1] - env.now)
-                    fastforward.apply(self, stretch)
                     duration = stretch.durations[-1]
-                    skip = False  # it stopped at an event: run that iteration normally
+                    # After a finish the batch may be steady again; else the stretch stopped at an
+                    # arrival or at the free blocks' limit: run the next iteration normally.
+                    skip = fastforward.apply(self, stretch)
                     continue
             batch = self._take_batch()
             if batch is None:

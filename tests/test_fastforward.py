@@ -206,3 +206,22 @@ def test_iteration_log_reads_like_the_list_of_tuples_it_replaces() -> None:
     cols = log.columns()
     assert list(cols) == list(ITERATION_COLUMNS)
     assert cols["started_at"].dtype.kind == "f" and cols["num_decodes"].tolist() == [r[4] for r in rows]
+
+
+def test_a_watch_process_sees_the_same_state_with_skipping(count_stretches: list[int]) -> None:
+    """A watch may read any request at any time: skipping then stops before its wake-ups."""
+    config = _config("sarathi", 1, 0.9, qps=1.0, num_requests=40)
+
+    def run(fast: bool) -> list[tuple]:
+        seen: list[tuple] = []
+
+        def watch(env, requests):  # noqa: ANN001, ANN202
+            for k in range(1, 200):
+                yield env.timeout(0.37)
+                seen.append((env.now, sum(r.num_generated for r in requests), sum(len(r.token_times) for r in requests)))
+
+        simulate(config.replace(fast_forward=fast), watch=watch)
+        return seen
+
+    assert run(True) == run(False)
+    assert count_stretches

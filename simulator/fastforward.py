@@ -100,7 +100,9 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
     def allocated_by(k: int) -> int:  # blocks allocated by the first k iterations
         return int(np.maximum(0, -(-(computed + k) // bs) - held).sum())
 
-    if allocated_by(max_iterations) > blocks.num_free_blocks:
+    # Each request needs at most max_iterations // bs + 1 new blocks: skip the exact count when that fits.
+    if (n * (max_iterations // bs + 1) > blocks.num_free_blocks
+            and allocated_by(max_iterations) > blocks.num_free_blocks):
         lo, hi = 0, max_iterations  # allocated_by(lo) fits, allocated_by(hi) does not
         while hi - lo > 1:
             mid = (lo + hi) // 2

@@ -75,6 +75,17 @@ class BatchShape:
             self.decode_max_kv = kv_len
         self.num_logits += 1
 
+    def add_decodes(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> None:
+        """``add_decode`` for ``num_decodes`` decodes at once, given their KV sums (exact:
+        the sums are integers below 2**53, so their order does not matter)."""
+        if num_decodes:
+            self.num_decodes += num_decodes
+            self.decode_kv_tokens += kv_sum
+            self.decode_kv_sq_sum += kv_sq_sum
+            if kv_max > self.decode_max_kv:
+                self.decode_max_kv = kv_max
+            self.num_logits += num_decodes
+
     @classmethod
     def decode_only(cls, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> BatchShape:
         """The shape of a batch of ``num_decodes`` decodes whose KV lengths (new token

@@ -183,13 +183,16 @@ class Scheduler:
     def complete(self, batch: Batch, now: float) -> list[Request]:
         """Apply a finished iteration at simulated time ``now``; return finished requests."""
         finished: list[Request] = []
-        for req, n in zip(batch.requests, batch.num_tokens, strict=True):
+        for req, n in zip(batch.requests, batch.num_tokens):  # noqa: B905 - equal by construction
             req.in_flight = False
-            req.num_computed += n
-            if req.num_computed == req.num_prompt_tokens + req.num_generated:
-                req.num_generated += 1
+            computed = req.num_computed + n
+            req.num_computed = computed
+            generated = req.num_generated
+            if computed == req.num_prompt_tokens + generated:
+                generated += 1
+                req.num_generated = generated
                 req.token_times.append(now)
-                if req.num_generated == req.num_output_tokens:
+                if generated == req.num_output_tokens:
                     finished.append(req)
         if finished:
             for req in finished:

@@ -20,6 +20,7 @@ from simulator.topology import build_topology
 
 SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
+OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
 ROUTERS = ("round_robin", "least_outstanding", "random")
 
 
@@ -46,6 +47,7 @@ class ReplicaConfig:
     inter_node_link: str = "ethernet-100g"
     intra_node_link: str | None = None  # default: NVLink where the GPU has it, else PCIe
     allow_tp_across_nodes: bool = False
+    num_gpu_blocks: int | None = None  # KV blocks per replica, overriding the memory plan (vLLM's num_gpu_blocks_override)
 
     def __post_init__(self) -> None:
         # Canonicalise names so an HF id and the short name give identical configs.
@@ -56,6 +58,7 @@ class ReplicaConfig:
         _positive("replica", "block_size", self.block_size)
         _positive("replica", "num_nodes", self.num_nodes)
         _positive("replica", "max_model_len", self.max_model_len, allow_none=True)
+        _positive("replica", "num_gpu_blocks", self.num_gpu_blocks, allow_none=True)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError("replica.gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.dtype_bytes not in (1, 2, 4):
@@ -152,6 +155,7 @@ class WorkloadConfig:
     output_tokens_max: int | None = None
     max_total_tokens: int | None = None  # drop longer requests from the source, as the papers filter
     time_scale: float = 1.0
+    over_length: str = "drop"  # trace rows over max_total_tokens: drop them, or clip them as Vidur does
 
     def __post_init__(self) -> None:
         if self.arrival not in ARRIVALS:
@@ -169,6 +173,11 @@ class WorkloadConfig:
                 raise ConfigError(f"workload.{hi}", f"{getattr(self, hi)} is below {lo}={getattr(self, lo)}")
         if self.arrival == "trace" and self.trace is None:
             raise ConfigError("workload.arrival", "'trace' arrivals need a trace file", "pass --trace PATH or another --arrival")
+        if self.over_length not in OVER_LENGTH:
+            raise ConfigError("workload.over_length", f"unknown value {self.over_length!r}", f"use one of {', '.join(OVER_LENGTH)}")
+        if self.over_length == "clip" and (self.trace is None or self.max_total_tokens is None):
+            raise ConfigError("workload.over_length", "'clip' shortens trace rows longer than max_total_tokens, so it "
+                              "needs both", "pass --trace PATH and --max-total-tokens N (Vidur's default is 4096)")
 
 
 @dataclass(frozen=True)

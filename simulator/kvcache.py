@@ -1,7 +1,8 @@
 """Paged KV cache: memory budget and block accounting.
 
 Capacity (DESIGN.md): per GPU, ``memory * utilisation - weights - activation reserve``
-divided by the KV bytes one token costs on that GPU. KV bytes per token per layer are
+divided by the KV bytes one token costs on that GPU, unless ``num_gpu_blocks`` gives the
+block count outright (vLLM's ``num_gpu_blocks_override``). KV bytes per token per layer are
 ``2 * kv_heads * head_dim * dtype_bytes``, sharded by TP (a GPU keeps at least one KV
 head: GQA models replicate heads when ``tp > kv_heads``) and multiplied by the layers
 of the stage the GPU serves. With pipeline parallelism the tightest stage decides.
@@ -87,6 +88,10 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
         per_token.append(num_layers * kv_token_layer)
     num_tokens = int(min(b / t for b, t in zip(budgets, per_token, strict=True)))
     num_blocks = num_tokens // replica.block_size
+    if replica.num_gpu_blocks is not None:
+        # A given block count replaces the plan's (vLLM's num_gpu_blocks_override), e.g. to match
+        # another simulator's cache size; the weights must still fit, which is checked above.
+        num_blocks = replica.num_gpu_blocks
     return MemoryPlan(tuple(weights), activation, tuple(budgets), tuple(per_token),
                       num_blocks * replica.block_size, num_blocks, replica.block_size)
 

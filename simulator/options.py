@@ -28,6 +28,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "max_model_len": ("replica__max_model_len", int, "Context limit (default: the model's)."),
     "gpu_memory_utilization": ("replica__gpu_memory_utilization", float, "Fraction of GPU memory to use."),
     "block_size": ("replica__block_size", int, "KV cache block size in tokens."),
+    "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
+                       "(vLLM's --num-gpu-blocks-override)."),
     "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi or vllm-v1."),
     "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
@@ -44,6 +46,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "output_tokens_max": ("workload__output_tokens_max", int, "Upper bound of output length (uniform)."),
     "max_total_tokens": ("workload__max_total_tokens", int, "Drop source requests longer than this."),
     "time_scale": ("workload__time_scale", float, "Divide trace timestamps by this (trace arrivals)."),
+    "over_length": ("workload__over_length", str, "Trace rows over --max-total-tokens: drop, or clip (shorten prompt "
+                    "and output in proportion, as Vidur does)."),
     "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),
     "router": ("router", str, "round_robin, least_outstanding or random."),

@@ -59,7 +59,7 @@ class Request:
         self.num_preemptions = 0
         self.token_times = array("d")
         self.reject_reason: str | None = None
-        self.admitted_seq = -1  # order of (re)admission; the newest running request is the preemption victim
+        self.admitted_seq = -1  # order of (re)admission (the running list itself is in arrival order)
 
     @property
     def num_known(self) -> int:

@@ -32,7 +32,9 @@ Arrival processes
 Max-length filtering follows the papers: requests with ``prompt + output >
 max_total_tokens`` are removed from the *source* before sampling (trace rows are
 dropped; built-in and uniform draws are resampled until enough remain), so the sample
-is the source distribution conditioned on the limit. Nothing else is ever dropped: a
+is the source distribution conditioned on the limit. With ``over_length="clip"`` a
+trace row over the limit is instead shortened the way Vidur's trace length generator
+does it (:func:`clip_lengths`), so the same trace gives the same requests in both tools. Nothing else is ever dropped: a
 malformed trace row is a :class:`~simulator.errors.ConfigError` naming its line.
 """
 
@@ -565,6 +567,24 @@ def _read_jsonl(path: str) -> TraceData:
     return TraceData(path, "jsonl", prompt, output, arrival, tuple(k for k in keys if k is not None))
 
 
+def clip_lengths(prompt: np.ndarray, output: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Shorten rows longer than ``limit`` tokens as Vidur's trace length generator does.
+
+    The excess ``e = prompt + output - limit`` is taken from prompt and output in
+    proportion to their shares, each share rounded up (``ceil(e * (p / (p + o)))``, the
+    same float expression Vidur evaluates, so both tools get the same integers), and each
+    side keeps at least one token. Both roundings go up, so a clipped row may end one
+    token under the limit. Rows within the limit are unchanged.
+    """
+    prompt = np.asarray(prompt, dtype=np.int64)
+    output = np.asarray(output, dtype=np.int64)
+    total = prompt + output
+    excess = np.clip(total - limit, 0, None)
+    cut_prompt = np.ceil(excess * (prompt / total)).astype(np.int64)
+    cut_output = np.ceil(excess * (output / total)).astype(np.int64)
+    return np.maximum(prompt - cut_prompt, 1), np.maximum(output - cut_output, 1)
+
+
 def _lengths_from_trace(cfg: WorkloadConfig, rng: np.random.Generator
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str]:
     assert cfg.trace is not None
@@ -572,7 +592,12 @@ def _lengths_from_trace(cfg: WorkloadConfig, rng: np.random.Generator
     name = Path(cfg.trace).name
     prompt, output, arrival = trace.num_prompt_tokens, trace.num_output_tokens, trace.arrival_s
     desc = f"trace {name} ({trace.fmt}, {len(trace)} rows"
-    if cfg.max_total_tokens is not None:
+    if cfg.max_total_tokens is not None and cfg.over_length == "clip":
+        over = prompt + output > cfg.max_total_tokens
+        if over.any():
+            prompt, output = clip_lengths(prompt, output, cfg.max_total_tokens)
+            desc += f", {int(over.sum())} over max_total_tokens={cfg.max_total_tokens} clipped"
+    elif cfg.max_total_tokens is not None:
         keep = prompt + output <= cfg.max_total_tokens
         num_dropped = len(keep) - int(keep.sum())
         if num_dropped:

@@ -216,7 +216,7 @@ def test_a_watch_process_sees_the_same_state_with_skipping(count_stretches: list
         seen: list[tuple] = []
 
         def watch(env, requests):  # noqa: ANN001, ANN202
-            for k in range(1, 200):
+            for _ in range(1, 200):
                 yield env.timeout(0.37)
                 seen.append((env.now, sum(r.num_generated for r in requests), sum(len(r.token_times) for r in requests)))
 

@@ -1,7 +1,7 @@
 """Scheduler contract: queues in, one batch out.
 
-A scheduler owns a FCFS ``waiting`` deque and a ``running`` list (in admission order)
-and a :class:`~simulator.kvcache.BlockManager`. ``schedule()`` is the policy: it picks
+A scheduler owns a FCFS ``waiting`` deque and a ``running`` list (in arrival order: FCFS
+priority) and a :class:`~simulator.kvcache.BlockManager`. ``schedule()`` is the policy: it picks
 the next batch — which requests run and how many tokens each contributes — allocating
 KV blocks and preempting as it goes. It reads no clock and does no I/O, so tests drive
 it with hand-made queues. ``complete(batch, now)`` is the shared mechanism that applies
@@ -12,7 +12,13 @@ Token accounting (vLLM v1's contract, see :mod:`simulator.request`): an entry of
 request's KV cache whole.
 
 Common rules (DESIGN.md): preemption is by recompute; the victim is the newest running
-request that is not in flight, re-queued at the front of ``waiting``. With pipeline
+request (latest arrival) that is not in flight, re-queued at the front of ``waiting``.
+``running`` is kept in arrival order, as the sarathi-serve reference and vLLM v0 sort
+their running queue by FCFS priority every step. Without pipelining this is admission
+order anyway (the victim is always the newest and goes back to the front of ``waiting``);
+with pipelining the newest may be in flight, and an older victim, re-admitted later,
+takes its arrival place again: its prefill chunks come before those of later arrivals
+and it is not the next victim. With pipeline
 parallelism several batches may be in flight, but a request is in at most one
 (``Request.in_flight``); policies skip in-flight requests.
 
@@ -23,13 +29,17 @@ Extension point: subclass :class:`Scheduler`, implement ``schedule`` (and
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from simulator.config import SchedulerConfig
 from simulator.costmodel.base import BatchShape
 from simulator.kvcache import BlockManager
 from simulator.request import Request, Status
+
+_FCFS_KEY = attrgetter("arrival_at", "request_id")  # running order: arrival, ties by id
 
 
 @dataclass(slots=True)
@@ -126,7 +136,11 @@ class Scheduler:
         req.status = Status.RUNNING
         self._admission_counter += 1
         req.admitted_seq = self._admission_counter
-        self.running.append(req)
+        running = self.running
+        if running and _FCFS_KEY(running[-1]) > _FCFS_KEY(req):
+            insort(running, req, key=_FCFS_KEY)  # a re-admitted request goes back to its arrival place
+        else:
+            running.append(req)
         batch.admitted.append(req)
         return req
 
@@ -141,6 +155,7 @@ class Scheduler:
         batch.preempted.append(req)
 
     def _newest_victim(self) -> Request | None:
+        """The latest-arriving running request that is not in flight."""
         for req in reversed(self.running):
             if not req.in_flight:
                 return req

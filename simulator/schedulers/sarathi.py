@@ -2,7 +2,7 @@
 
 Every iteration carries, in this order: (1) one token for every running decode,
 preempting the newest running request when a decode cannot get a KV slot; (2) the
-next chunk of each partially prefilled request; (3) new requests from ``waiting``,
+next chunk of each partially prefilled request, in arrival order; (3) new requests from ``waiting``,
 admitted only if blocks for their whole prompt can be allocated. Each chunk is
 ``min(remaining prompt, budget - tokens so far)``, so an iteration never exceeds the
 token budget tau (``chunk_size``) and decodes are never paused by a prefill.

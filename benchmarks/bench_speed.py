@@ -105,6 +105,8 @@ def part_loop(args: argparse.Namespace) -> list[dict]:
     from simulator.engine import simulate
 
     rows = []
+    # Warm-up: the first simulate() of a process pays for lazy imports and cost-model tables.
+    simulate(RunConfig(workload=WorkloadConfig("sharegpt", num_requests=20)))
     with tempfile.TemporaryDirectory() as tmp:
         models = {"roofline": "roofline", "learned": _learned_artifact(Path(tmp))}
         for name, spec in models.items():

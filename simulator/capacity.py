@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -268,6 +268,20 @@ class OverloadWatch:
                     f"(stopped at t={now_at:.1f}s)")
 
 
+def format_against(value: float, limit: float, min_digits: int = 3) -> str:
+    """``value`` with the fewest significant digits (at least ``min_digits``) that keep its
+    side of ``limit`` as printed with ``:g``: 0.1004 against 0.1 is "0.1004", never "0.1",
+    so a verdict like "0.1004 > 0.1" always reads true."""
+    shown_limit = float(f"{limit:g}")
+    text = f"{value:.{min_digits}g}"
+    for digits in range(min_digits, 17):
+        text = f"{value:.{digits}g}"
+        shown = float(text)
+        if (shown > shown_limit) == (value > limit) and (shown < shown_limit) == (value < limit):
+            break
+    return text
+
+
 def _quantile(values: np.ndarray, q: float) -> float:
     values = values[~np.isnan(values)]
     return float(np.percentile(values, q)) if len(values) else math.nan
@@ -304,13 +318,15 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True) 
         reasons.append(f"every request was rejected ({first})")
     else:
         if tbt_q > slo.tbt_s:
-            reasons.append(f"P{slo.tbt_quantile:g} TBT {tbt_q:.3g}s > {slo.tbt_s:g}s")
+            reasons.append(f"P{slo.tbt_quantile:g} TBT {format_against(tbt_q, slo.tbt_s)}s > {slo.tbt_s:g}s")
         if sched_q > slo.sched_delay_s:
-            reasons.append(f"P{slo.sched_delay_quantile:g} scheduling delay {sched_q:.3g}s > {slo.sched_delay_s:g}s")
+            reasons.append(f"P{slo.sched_delay_quantile:g} scheduling delay "
+                           f"{format_against(sched_q, slo.sched_delay_s)}s > {slo.sched_delay_s:g}s")
         if slo.ttft_s is not None and ttft_q > slo.ttft_s:
-            reasons.append(f"P{slo.ttft_quantile:g} TTFT {ttft_q:.3g}s > {slo.ttft_s:g}s")
+            reasons.append(f"P{slo.ttft_quantile:g} TTFT {format_against(ttft_q, slo.ttft_s)}s > {slo.ttft_s:g}s")
         if slo.min_goodput is not None and goodput < slo.min_goodput:
-            reasons.append(f"goodput {goodput:.1%} < {slo.min_goodput:.0%}")
+            reasons.append(f"goodput {format_against(100 * goodput, 100 * slo.min_goodput)}% "
+                           f"< {100 * slo.min_goodput:g}%")
     return Trial(cfg.seed, qps, not reasons, "; ".join(reasons), tbt_q, sched_q, tbt_p99,
                  _quantile(ttft, 50.0), _quantile(ttft, 99.0), goodput, int(len(finished)), num_rejected, False,
                  time.perf_counter() - start)
@@ -335,7 +351,7 @@ def impossible_reason(config: RunConfig, slo: SLO) -> str | None:
     floor = min_iteration_s(config)
     if floor > slo.tbt_s:
         return (f"capacity 0: the TBT SLO {slo.tbt_s:g}s is below the fastest possible iteration "
-                f"({floor * 1e3:.3g} ms for a lone decode on {config.replica.model}/{config.replica.gpu} "
+                f"({format_against(floor * 1e3, slo.tbt_s * 1e3)} ms for a lone decode on {config.replica.model}/{config.replica.gpu} "
                 f"tp={config.replica.tp} pp={config.replica.pp}), so no QPS can meet it")
     return None
 
@@ -346,8 +362,9 @@ def check_searchable(config: RunConfig) -> None:
                           "arrivals have none", f"use --arrival {' or '.join(RATE_ARRIVALS)}")
 
 
-def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings()) -> SeedResult:  # noqa: B008
-    """Bisection for one seed (``config.seed``)."""
+def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
+                on_trial: Callable[[Trial], None] | None = None) -> SeedResult:
+    """Bisection for one seed (``config.seed``); ``on_trial(trial)`` as each trial ends."""
     check_searchable(config)
     reason = impossible_reason(config, slo)
     if reason is not None:
@@ -358,6 +375,8 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
     def trial(qps: float) -> Trial:
         t = run_trial(config, qps, slo, settings.early_exit)
         trials.append(t)
+        if on_trial:
+            on_trial(t)
         return t
 
     qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
@@ -407,11 +426,13 @@ def _search_job(args: tuple[RunConfig, SLO, SearchSettings]) -> SeedResult:
 
 
 def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
-                  num_seeds: int = 1, workers: int = 1, on_seed_done=None) -> CapacityReport:  # noqa: ANN001
+                  num_seeds: int = 1, workers: int = 1, on_seed_done=None,  # noqa: ANN001
+                  on_trial: Callable[[Trial], None] | None = None) -> CapacityReport:
     """Capacity of ``config`` under ``slo`` for seeds ``config.seed .. config.seed + num_seeds - 1``.
 
     Seeds are independent searches; ``workers > 1`` runs them in a process pool (results do
-    not depend on ``workers``). ``on_seed_done(SeedResult)`` is called as each finishes.
+    not depend on ``workers``). ``on_seed_done(SeedResult)`` is called as each finishes, and
+    ``on_trial(Trial)`` as each trial ends when the seeds run in this process.
     """
     if num_seeds < 1:
         raise ConfigError("capacity.num_seeds", f"must be >= 1, got {num_seeds}")
@@ -423,7 +444,7 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
     results: list[SeedResult] = []
     if workers == 1 or num_seeds == 1:
         for job in jobs:
-            results.append(_search_job(job))
+            results.append(search_seed(*job, on_trial=on_trial))
             if on_seed_done:
                 on_seed_done(results[-1])
     else:

@@ -19,7 +19,8 @@ and returns the paths written (``*_figure`` variants return the figure for noteb
 
 from __future__ import annotations
 
-import json
+import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FormatStrFormatter
+from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 SCHEDULER_COLORS = {"vllm": "#d62728", "orca": "#ff7f0e", "fastertransformer": "#8c564b", "sarathi": "#2ca02c",
                     "vllm-v1": "#1f77b4"}
@@ -59,37 +60,66 @@ def _maybe_save(fig: Figure, stem: str | Path | None) -> list[Path]:
 # Capacity and load curves
 
 
+CHARS_PER_INCH = 12  # 8-point DejaVu Sans, with a margin
+
+
+def _wrap(text: str, width_in: float) -> str:
+    """``text`` wrapped to lines of about ``width_in`` inches of 8-point type."""
+    return textwrap.fill(text, width=max(8, int(width_in * CHARS_PER_INCH)), break_long_words=False)
+
+
 def capacity_bars_figure(df: pd.DataFrame, group: str, hue: str = "scheduler", value: str = "capacity_qps",
                          err: str | None = "capacity_qps_std", facet: str | None = None, title: str = "",
                          ylabel: str = "capacity (QPS)") -> Figure:
-    """Grouped bars: one group per ``group`` value, one bar per ``hue`` value, one panel per ``facet``."""
+    """Grouped bars: one group per ``group`` value, one bar per ``hue`` value, one panel per ``facet``.
+
+    Readable at any size: panels wrap four to a row, each panel is wide enough for its bars,
+    group labels wrap to their slot, each value label sits above its error bar (turned upright
+    when the bar is too narrow for it), and the legend sits below the panels.
+    """
     facets = list(dict.fromkeys(df[facet])) if facet else [None]
     hues = list(dict.fromkeys(df[hue]))
-    fig = Figure(figsize=(max(4.0, 3.6 * len(facets)), 3.4))
-    axes = fig.subplots(1, len(facets), squeeze=False)[0]
+    num_groups = max(len(dict.fromkeys((df if fv is None else df[df[facet] == fv])[group])) for fv in facets)
+    longest_word = max((len(word) for g in df[group] for word in str(g).split()), default=1)
+    bar_in = 0.32  # inches per bar: room for a 3-digit label over it
+    # A group's slot holds its bars and its label's longest word (labels wrap at spaces).
+    slot_in = max(len(hues) * bar_in + 0.35, (longest_word + 2) / CHARS_PER_INCH)
+    panel_in = max(3.2, num_groups * slot_in + 0.9)
+    ncols = min(4, len(facets))
+    nrows = -(-len(facets) // ncols)
+    fig = Figure(figsize=(panel_in * ncols, 3.0 * nrows + 0.9), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     width = 0.8 / max(1, len(hues))
-    for ax, fv in zip(axes, facets, strict=True):
+    upright = slot_in * width < 0.3  # inches of one bar
+    for ax, fv in zip(axes, facets, strict=False):
         sub = df if fv is None else df[df[facet] == fv]
         groups = list(dict.fromkeys(sub[group]))
         x = np.arange(len(groups))
+        top = 0.0
         for i, hv in enumerate(hues):
             rows = sub[sub[hue] == hv].set_index(group).reindex(groups)
             heights = rows[value].to_numpy(dtype=float)
-            yerr = rows[err].to_numpy(dtype=float) if err and err in rows else None
-            bars = ax.bar(x + (i - (len(hues) - 1) / 2) * width, np.nan_to_num(heights), width, yerr=yerr,
-                          capsize=2, label=str(hv), color=_color(hv, i))
-            for bar, h in zip(bars, heights, strict=True):
+            has_err = bool(err) and err in rows
+            yerr = np.nan_to_num(rows[err].to_numpy(dtype=float)) if has_err else np.zeros(len(groups))
+            bars = ax.bar(x + (i - (len(hues) - 1) / 2) * width, np.nan_to_num(heights), width,
+                          yerr=yerr if has_err else None, capsize=2, label=str(hv), color=_color(hv, i))
+            for bar, h, e in zip(bars, heights, yerr, strict=True):
                 if np.isfinite(h):
-                    ax.annotate(f"{h:.2g}", (bar.get_x() + bar.get_width() / 2, h), ha="center", va="bottom",
-                                fontsize=7, xytext=(0, 2), textcoords="offset points")
-        ax.set_xticks(x, [str(g) for g in groups])
-        ax.set_title(str(fv) if fv is not None else title, fontsize=9)
+                    top = max(top, h + e)
+                    ax.annotate(f"{h:.3g}", (bar.get_x() + bar.get_width() / 2, h + e), ha="center", va="bottom",
+                                fontsize=7, rotation=90 if upright else 0, xytext=(0, 2), textcoords="offset points")
+        ax.set_xticks(x, [_wrap(str(g), slot_in) for g in groups], fontsize=8)
+        ax.set_ylim(0, top * (1.25 if upright else 1.12) if top > 0 else 1.0)
+        ax.set_title(_wrap(str(fv) if fv is not None else title, panel_in), fontsize=9)
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    for ax in axes[len(facets):]:
+        ax.set_visible(False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(hues), fontsize=8, frameon=False, title=hue,
+               title_fontsize=8)
     if title and facet:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        fig.suptitle(_wrap(title, panel_in * ncols), fontsize=10)
     return fig
 
 
@@ -101,7 +131,7 @@ def latency_vs_qps_figure(df: pd.DataFrame, x: str = "qps", hue: str = "schedule
                           metrics: Sequence[tuple[str, str]] = (("tbt_s_p99", "P99 TBT (s)"), ("ttft_s_p50", "P50 TTFT (s)")),
                           slo: Mapping[str, float] | None = None, title: str = "", logy: bool = True) -> Figure:
     """One panel per metric, metric against ``x``, one line per ``hue`` value; SLO lines dashed."""
-    fig = Figure(figsize=(4.2 * len(metrics), 3.3))
+    fig = Figure(figsize=(4.2 * len(metrics), 3.5), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, (col, label) in zip(axes, metrics, strict=True):
         for i, hv in enumerate(dict.fromkeys(df[hue])):
@@ -112,16 +142,25 @@ def latency_vs_qps_figure(df: pd.DataFrame, x: str = "qps", hue: str = "schedule
         ax.set_xlabel(x)
         ax.set_ylabel(label)
         if logy:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-            ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
-            ax.tick_params(axis="y", which="minor", labelsize=7)
+            values = df[col].to_numpy(dtype=float)
+            values = values[np.isfinite(values) & (values > 0)]
+            _log_ticks(ax, values.min() if len(values) else 1.0, values.max() if len(values) else 10.0)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        fig.suptitle(_wrap(title, fig.get_figwidth()), fontsize=10)
     return fig
+
+
+def _log_ticks(ax: Any, low: float, high: float) -> None:
+    """Plain-number labels on a log y axis, only as many as fit: 1-2-3-5 per decade over a
+    short range, 1-2-5 over a few decades, powers of ten beyond; unlabelled minor ticks."""
+    ax.set_yscale("log")
+    decades = math.log10(max(high, 1e-12) / max(low, 1e-12))
+    subs = (1.0, 2.0, 3.0, 5.0) if decades <= 1 else (1.0, 2.0, 5.0) if decades <= 3 else (1.0,)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def latency_vs_qps(df: pd.DataFrame, stem: str | Path | None, **kwargs: Any) -> list[Path]:
@@ -160,21 +199,44 @@ def tbt_cdf(samples: Mapping[str, np.ndarray], stem: str | Path | None, **kwargs
     return _maybe_save(tbt_cdf_figure(samples, **kwargs), stem)
 
 
-def stall_mask(iterations: pd.DataFrame) -> np.ndarray:
-    """Iterations that stall decoding: prefill-only (no decode tokens) while the previous
-    iteration of the same replica carried decodes, so those requests wait out a prefill."""
+def stall_mask(iterations: pd.DataFrame, requests: pd.DataFrame | None = None) -> np.ndarray:
+    """Iterations that stall decoding: prefill-only (no decode tokens) while requests of the
+    same replica are mid-decode, so they wait out the prefill. Every such iteration counts,
+    back-to-back ones included.
+
+    With ``requests`` (:func:`simulator.metrics.request_frame`) a request is mid-decode at an
+    iteration's start if its first token came before and it had not completed; this is exact
+    (a request prefilled by the previous prefill-only iteration is waiting too). Without it,
+    a prefill-only iteration stalls when the last iteration before it that was not
+    prefill-only carried decodes (those requests still wait).
+    """
     it = iterations
-    prev_decodes = it.groupby("replica_id")["num_decode_tokens"].shift(1).fillna(0).to_numpy()
-    return ((it["num_decode_tokens"].to_numpy() == 0) & (it["num_prefill_tokens"].to_numpy() > 0)
-            & (prev_decodes > 0))
+    prefill_only = (it["num_decode_tokens"].to_numpy() == 0) & (it["num_prefill_tokens"].to_numpy() > 0)
+    if requests is not None:
+        mid_decode = np.zeros(len(it), dtype=np.int64)
+        replica = it["replica_id"].to_numpy()
+        started = it["started_at"].to_numpy(dtype=float)
+        for rid in np.unique(replica):
+            reqs = requests[requests["replica_id"] == rid]
+            first = np.sort(reqs["first_token_at"].to_numpy(dtype=float))
+            done = np.sort(np.nan_to_num(reqs["completed_at"].to_numpy(dtype=float), nan=np.inf))
+            rows = replica == rid
+            # Completion never precedes the first token, so started - completed = mid-decode.
+            mid_decode[rows] = (np.searchsorted(first, started[rows], side="right")
+                                - np.searchsorted(done, started[rows], side="right"))
+        return prefill_only & (mid_decode > 0)
+    # Decodes of the latest iteration that was not prefill-only, carried over prefill-only runs.
+    carried = it["num_decode_tokens"].where(~prefill_only).groupby(it["replica_id"]).ffill()
+    return prefill_only & (carried.fillna(0).to_numpy() > 0)
 
 
 def iteration_timeline_figure(iterations: pd.DataFrame, start_at: float | None = None, end_at: float | None = None,
-                              replica_id: int = 0, title: str = "") -> Figure:
+                              replica_id: int = 0, title: str = "", requests: pd.DataFrame | None = None) -> Figure:
     """Tokens per iteration over time (stacked prefill / decode) above iteration duration;
-    stall iterations shaded. ``iterations`` is :meth:`RunResult.iteration_frame`."""
+    stall iterations shaded. ``iterations`` is :meth:`RunResult.iteration_frame`; with
+    ``requests`` (the run's request frame) stalls are exact (see :func:`stall_mask`)."""
     it = iterations[iterations["replica_id"] == replica_id].reset_index(drop=True)
-    stalls = stall_mask(it)
+    stalls = stall_mask(it, requests)
     keep = np.ones(len(it), dtype=bool)
     if start_at is not None:
         keep &= it["started_at"].to_numpy() >= start_at
@@ -195,7 +257,8 @@ def iteration_timeline_figure(iterations: pd.DataFrame, start_at: float | None =
     top.set_yscale("symlog", linthresh=32)
     top.set_ylabel("tokens / iteration (symlog)")
     top.legend(fontsize=8, loc="upper right")
-    top.set_title(title or f"replica {replica_id}: {int(stalls.sum())} decode stalls (shaded)", fontsize=10)
+    count = f"{int(stalls.sum())} decode stalls (prefill-only iterations while requests decode; shaded)"
+    top.set_title(f"{title}: {count}" if title else f"replica {replica_id}: {count}", fontsize=10)
     bottom.set_ylabel("iteration (ms)")
     bottom.set_xlabel("simulated time (s)")
     for ax in (top, bottom):
@@ -290,29 +353,65 @@ def tau_plot(result: Any, stem: str | Path | None) -> list[Path]:
 # From files (``simulate plot``)
 
 
+def _setting_label(row: pd.Series, names: Sequence[str]) -> str:
+    """``mistral-7b, tp=1, tbt_slo=0.1``: text values bare, numbers with their name."""
+    return ", ".join(str(row[n]) if isinstance(row[n], str) else f"{n}={row[n]:g}" if isinstance(row[n], float)
+                     else f"{n}={row[n]}" for n in names)
+
+
+def sweep_counts(table: pd.DataFrame) -> tuple[int, int, int]:
+    """(finished, failed, not run yet) points of a sweep table."""
+    status = table["status"]
+    return int((status == "ok").sum()), int((status == "error").sum()), int((status == "missing").sum())
+
+
 def plot_sweep(folder: Path, out: Path, x: str = "qps", hue: str = "scheduler") -> list[Path]:
-    """Figures for a sweep folder: capacity bars (capacity mode) or latency curves (run mode)."""
-    folder = Path(folder)
-    info = json.loads((folder / "sweep.json").read_text())
-    table = pd.read_parquet(folder / "results.parquet") if (folder / "results.parquet").exists() \
-        else pd.read_csv(folder / "results.csv")
+    """Figures for a sweep folder, finished or not: capacity bars (capacity mode) or latency
+    curves (run mode) of the points finished so far; a partial sweep says so in the title."""
+    from simulator.errors import ConfigError
+    from simulator.sweep import read_sweep_folder
+
+    info, table = read_sweep_folder(folder)
+    num_ok, num_failed, num_missing = sweep_counts(table)
+    if num_ok == 0:
+        raise ConfigError("plot sweep", f"{folder} has no finished points yet ({len(table)} planned, "
+                          f"{num_failed} failed)", "run or resume the sweep first")
+    note = f" [partial: {num_ok} of {len(table)} points]" if num_ok < len(table) else ""
     table = table[table["status"] == "ok"]
-    varied = [n for names in info["grid"] for n in names.split(",")]
+    entries = [names.split(",") for names in info["grid"]]  # grid keys; zipped ones vary together
+    varied = [n for names in entries for n in names]
     if hue not in table:
         hue = varied[0] if varied else "point"
+    fixed = {k: v for k, v in info["base"].items() if k in ("model", "gpu", "workload", "tp", "pp")}
+    base = ", ".join(str(v) if isinstance(v, str) else f"{k}={v}" for k, v in fixed.items())
     if info["mode"] == "capacity":
-        others = [n for n in varied if n != hue]
-        table = table.assign(setting=table[others].astype(str).agg(" ".join, axis=1) if others else "all")
-        return capacity_bars(table, Path(out) / "capacity", group="setting", hue=hue)
+        others = [names for names in entries if hue not in names]
+        facet_names: list[str] = []
+        if len(others) > 1:
+            # Many settings: one panel per value of the first grid key, bars grouped by the rest.
+            facet_names, others = others[0], others[1:]
+        group_names = [n for names in others for n in names]
+        table = table.assign(
+            setting=table.apply(_setting_label, axis=1, names=group_names) if group_names else "all",
+            panel=table.apply(_setting_label, axis=1, names=facet_names) if facet_names else "")
+        slos = list(dict.fromkeys(table["slo"].astype(str))) if "slo" in table else []
+        slo = f"at {slos[0]}" if len(slos) == 1 else "at each setting's SLO"
+        seeds = int(info["base"].get("num_seeds", 1))
+        spread = f", mean of {seeds} seeds (bars: std)" if seeds > 1 else ""
+        title = f"capacity (QPS) {slo}{spread}" + (f" · {base}" if base else "") + note
+        fig = capacity_bars_figure(table, group="setting", hue=hue, facet="panel" if facet_names else None,
+                                   title=title)
+        return save(fig, Path(out) / "capacity")
     if x not in table:
         x = next((n for n in varied if n != hue), "point")
-    return latency_vs_qps(table, Path(out) / "latency_vs_qps", x=x, hue=hue)
+    title = f"latency against {x}" + (f" · {base}" if base else "") + note
+    return latency_vs_qps(table, Path(out) / "latency_vs_qps", x=x, hue=hue, title=title)
 
 
 def plot_run(path: Path, out: Path) -> list[Path]:
     """Re-simulate a run from its ``config.json`` (bit-for-bit) and draw TBT CDF, timeline and PP Gantt."""
     from simulator.engine import simulate
-    from simulator.metrics import tbt_samples
+    from simulator.metrics import request_frame, tbt_samples
     from simulator.options import load_config_file
 
     path = Path(path)
@@ -323,7 +422,8 @@ def plot_run(path: Path, out: Path) -> list[Path]:
     written = tbt_cdf({label: tbt_samples(result)}, out / "tbt_cdf", title=f"TBT CDF: {config.replica.model}, {label}")
     iters = result.iteration_frame()
     mid = float(iters["started_at"].median()) if len(iters) else 0.0
-    written += iteration_timeline(iters, out / "iteration_timeline", start_at=mid, end_at=mid + 10.0)
+    written += iteration_timeline(iters, out / "iteration_timeline", start_at=mid, end_at=mid + 10.0,
+                                  requests=request_frame(result))
     if config.replica.pp > 1 and hasattr(result, "stage_frame"):
         stages = result.stage_frame()
         if len(stages):

@@ -24,7 +24,15 @@ and the error names the key. Each finished point is written at once to
 ``OUT/points/<key>.json``, where ``key`` hashes the point's full resolved config and point
 options, so a killed sweep rerun with the same file skips what is done and a point's
 identity does not depend on how it was spelled. A point that fails records its error
-(``status = "error"``) and the sweep goes on.
+(``status = "error"``) and the sweep goes on. ``OUT/results.csv`` is rewritten as each point
+finishes (rows of points not run yet have ``status = "missing"``), so a running or stopped
+sweep can be read and plotted.
+
+Interruption: one SIGINT (Ctrl-C) or SIGTERM cancels the queued points, stops the workers
+(local processes are terminated; Ray tasks are cancelled), keeps every finished point and
+raises :class:`SweepInterrupted`; rerunning the same sweep resumes with the points left.
+Local workers ignore SIGINT themselves (a terminal sends Ctrl-C to the whole process
+group): only the sweep's own process decides how to stop.
 
 Backends: a local process pool (``workers``; 1 runs in-process) or a Ray cluster
 (``ray_address``; ``"local"`` starts a local Ray instance). Points are pure functions of
@@ -34,14 +42,17 @@ columns, so it is identical whatever the backend or the number of workers.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import math
+import signal
+import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +62,7 @@ import pandas as pd
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 from simulator.options import RUN_OPTIONS
-from simulator.output import jsonable
+from simulator.output import jsonable, write_table
 
 MODES = ("run", "capacity")
 TOP_LEVEL_KEYS = ("mode", "base", "grid")
@@ -376,17 +387,31 @@ class SweepResult:
     table_path: Path
 
 
+class SweepInterrupted(Exception):  # noqa: N818 - it is an outcome, not an error of the sweep
+    """A sweep stopped by SIGINT or SIGTERM: finished points are kept under ``out`` and the
+    results table is current; running the same sweep again runs only the points left."""
+
+    def __init__(self, signal_name: str, num_done: int, num_total: int, out: Path, table_path: Path) -> None:
+        self.signal_name = signal_name
+        self.num_done = num_done
+        self.num_total = num_total
+        self.out = out
+        self.table_path = table_path
+        super().__init__(f"sweep interrupted by {signal_name}: {num_done} of {num_total} points done")
+
+
 def point_path(out: Path, key: str) -> Path:
     return Path(out) / "points" / f"{key}.json"
 
 
-def _write_point(out: Path, mode: str, point: Point, record: dict[str, Any]) -> None:
+def _write_point(out: Path, mode: str, point: Point, record: dict[str, Any]) -> dict[str, Any]:
     path = point_path(out, point.key)
-    doc = {"key": point.key, "mode": mode, "params": point.params, "options": point.options,
-           "config": point.config.to_dict(), **record}
+    text = json.dumps(jsonable({"key": point.key, "mode": mode, "params": point.params, "options": point.options,
+                                "config": point.config.to_dict(), **record}), indent=1, sort_keys=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(jsonable(doc), indent=1, sort_keys=True))
+    tmp.write_text(text)
     tmp.replace(path)  # atomic: a killed sweep never leaves half a point
+    return json.loads(text)  # exactly what a later read_point returns
 
 
 def read_point(out: Path, key: str) -> dict[str, Any] | None:
@@ -397,13 +422,72 @@ def read_point(out: Path, key: str) -> dict[str, Any] | None:
         return None
 
 
-def _pending(spec: SweepSpec, out: Path, retry_failed: bool) -> list[Point]:
-    todo = []
-    for point in spec.points:
-        done = read_point(out, point.key)
-        if done is None or (retry_failed and done.get("status") != "ok"):
-            todo.append(point)
-    return todo
+def _is_done(doc: dict[str, Any] | None, retry_failed: bool) -> bool:
+    return doc is not None and not (retry_failed and doc.get("status") != "ok")
+
+
+# -- stopping on a signal
+
+
+def _ignore_interrupts() -> None:
+    """Worker initializer: the parent alone handles Ctrl-C; SIGTERM (how the parent stops a
+    worker) kills. Signals were blocked while the worker started; unblock them now."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """Block SIGINT/SIGTERM in this thread while workers (and pool threads) are started, so
+    they inherit the mask and cannot be hit before :func:`_ignore_interrupts` runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(received: list[str]) -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into ``KeyboardInterrupt`` in the main thread, recording which
+    arrived in ``received``; the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            if previous is not None:
+                signal.signal(sig, previous)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """While stopping, a second Ctrl-C must not break the clean-up into a traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            if previous is not None:
+                signal.signal(sig, previous)
+
+
+# -- backends: call ``on_done(point, record)`` in this thread as each point finishes
 
 
 def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callable[[Point, dict], None]) -> None:
@@ -411,13 +495,34 @@ def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callab
         for point in todo:
             on_done(point, run_point(spec.mode, point.config.to_dict(), point.options))
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_point, spec.mode, p.config.to_dict(), p.options): p for p in todo}
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
+    futures: dict[Future, Point] = {}
+    handled: set[Future] = set()
+    try:
+        with _signals_blocked():  # workers and the pool's manager thread start on the first submit
+            for p in todo:
+                futures[pool.submit(run_point, spec.mode, p.config.to_dict(), p.options)] = p
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
+                handled.add(future)
                 on_done(futures[future], future.result())
+    except KeyboardInterrupt:
+        with _signals_ignored():
+            for future in futures:
+                future.cancel()
+            # Points that finished while we were interrupted are kept...
+            for future, point in futures.items():
+                if future not in handled and future.done() and not future.cancelled() and future.exception() is None:
+                    on_done(point, future.result())
+            # ...the ones in flight are stopped (ProcessPoolExecutor has no public way to stop a
+            # running task before Python 3.14) and rerun on resume.
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _run_ray(spec: SweepSpec, todo: list[Point], address: str, on_done: Callable[[Point, dict], None]) -> None:
@@ -426,38 +531,90 @@ def _run_ray(spec: SweepSpec, todo: list[Point], address: str, on_done: Callable
     except ImportError:
         raise ConfigError("--ray-address", "Ray is not installed",
                           "pip install 'servesim[ray]' (or ray), or drop --ray-address to use local processes") from None
-    if not ray.is_initialized():
-        if address == "local":
-            ray.init(include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
+    started_here = not ray.is_initialized()
+    if started_here:
+        with _signals_blocked():  # Ray's own processes must not take the Ctrl-C meant for the sweep
+            if address == "local":
+                ray.init(include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
     remote = ray.remote(num_cpus=1)(run_point)
     refs = {remote.remote(spec.mode, p.config.to_dict(), p.options): p for p in todo}
     pending = list(refs)
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        for ref in ready:
-            on_done(refs[ref], ray.get(ref))
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                on_done(refs[ref], ray.get(ref))
+    except KeyboardInterrupt:
+        with _signals_ignored():
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
+            for ref in ready:  # finished while we were interrupted: keep them
+                with contextlib.suppress(Exception):
+                    on_done(refs[ref], ray.get(ref, timeout=0))
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+            if started_here:
+                ray.shutdown()
+        raise
 
 
-def results_table(spec: SweepSpec, out: Path) -> pd.DataFrame:
-    """One row per point, in grid order: its parameters, status, error and metrics."""
+# -- the results table
+
+
+def _table(points: Iterable[tuple[int, str, dict[str, Any]]], param_names: list[str],
+           docs: dict[str, dict[str, Any] | None]) -> pd.DataFrame:
     rows = []
-    param_names = list(spec.base) + [n for n in spec.varied if n not in spec.base]
-    for point in spec.points:
-        doc = read_point(out, point.key) or {"status": "missing", "error": "", "metrics": {}}
-        row: dict[str, Any] = {"point": point.index, "key": point.key}
-        row.update({name: point.params.get(name) for name in param_names})
+    for index, key, params in points:
+        doc = docs.get(key) or {"status": "missing", "error": "", "metrics": {}}
+        row: dict[str, Any] = {"point": index, "key": key}
+        row.update({name: params.get(name) for name in param_names})
         row["status"] = doc.get("status", "missing")
         row["error"] = doc.get("error", "")
-        row.update(doc.get("metrics") or {})
+        for name, value in (doc.get("metrics") or {}).items():
+            # A parameter keeps its column: a summary field of the same name (``workload``: the
+            # workload's description) stays in the point's file only.
+            row.setdefault(name, value)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+def _param_names(spec: SweepSpec) -> list[str]:
+    return list(spec.base) + [n for n in spec.varied if n not in spec.base]
+
+
+def results_table(spec: SweepSpec, out: Path) -> pd.DataFrame:
+    """One row per point, in grid order: its parameters, status, error and metrics
+    (``status = "missing"`` for points not run yet)."""
+    docs = {p.key: read_point(out, p.key) for p in spec.points}
+    return _table(((p.index, p.key, p.params) for p in spec.points), _param_names(spec), docs)
+
+
+def read_sweep_folder(folder: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+    """A sweep folder's ``sweep.json`` and its current table, built from the point files (so
+    a sweep that is still running, or was stopped, reads as far as it got)."""
+    folder = Path(folder)
+    info_path = folder / "sweep.json"
+    if not info_path.is_file():
+        raise ConfigError("sweep folder", f"{folder} has no sweep.json", "pass the --out folder of `simulate sweep`")
+    try:
+        info = json.loads(info_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError("sweep folder", f"{info_path} is not valid JSON ({exc})") from None
+    points = [(p["index"], p["key"], p["params"]) for p in info.get("points", [])]
+    names = list(dict.fromkeys(n for _, _, params in points for n in params))
+    table = _table(points, names, {key: read_point(folder, key) for _, key, _ in points})
+    return info, table
+
+
 def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | None = None, fmt: str = "csv",
               progress: bool = False, retry_failed: bool = False) -> SweepResult:
-    """Run the points of ``spec`` not yet done under ``out``; write the final table."""
+    """Run the points of ``spec`` not yet done under ``out``, keeping the results table current.
+
+    Raises :class:`SweepInterrupted` on SIGINT/SIGTERM (from the main thread), after
+    stopping the workers and writing the table of the points finished so far.
+    """
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
     if fmt not in ("csv", "parquet"):
@@ -466,38 +623,58 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} exists and is not a folder")
     (out / "points").mkdir(parents=True, exist_ok=True)
-    todo = _pending(spec, out, retry_failed)
+    docs = {p.key: read_point(out, p.key) for p in spec.points}
+    todo = [p for p in spec.points if not _is_done(docs[p.key], retry_failed)]
     (out / "sweep.json").write_text(json.dumps(jsonable({
         "mode": spec.mode, "base": spec.base,
         "grid": {",".join(k): [list(r) for r in v] for k, v in spec.grid.items()},
         "points": [{"index": p.index, "key": p.key, "params": p.params} for p in spec.points]}), indent=1))
+    table_path = out / f"results.{fmt}"
+    param_names = _param_names(spec)
+
+    def current_table() -> pd.DataFrame:
+        return _table(((p.index, p.key, p.params) for p in spec.points), param_names, docs)
+
+    for doc in docs.values():  # a point being rerun (--retry-failed) is not done yet
+        if doc is not None and not _is_done(doc, retry_failed):
+            docs[doc["key"]] = None
+    write_table(current_table(), out / "results", fmt)
     failed = 0
+    num_finished = 0
     bar = _Bar(len(spec.points), len(spec.points) - len(todo)) if progress else None
 
     def on_done(point: Point, record: dict[str, Any]) -> None:
-        nonlocal failed
-        _write_point(out, spec.mode, point, record)
+        nonlocal failed, num_finished
+        docs[point.key] = _write_point(out, spec.mode, point, record)
+        num_finished += 1
         if record["status"] != "ok":
             failed += 1
+        write_table(current_table(), out / "results", fmt)
         if bar:
             bar.advance(point, record)
 
+    received: list[str] = []
     try:
-        if ray_address:
-            _run_ray(spec, todo, ray_address, on_done)
-        else:
-            _run_local(spec, todo, min(workers, max(1, len(todo))), on_done)
+        with _stop_on_signals(received):
+            if ray_address:
+                _run_ray(spec, todo, ray_address, on_done)
+            else:
+                _run_local(spec, todo, min(workers, max(1, len(todo))), on_done)
+    except KeyboardInterrupt:
+        if bar:
+            bar.close()
+            bar = None
+        # From the files: a signal may have landed between writing a point and noting it.
+        docs.update({p.key: read_point(out, p.key) for p in todo})
+        write_table(current_table(), out / "results", fmt)
+        num_done = sum(_is_done(doc, False) for doc in docs.values())
+        raise SweepInterrupted(received[0] if received else "SIGINT", num_done, len(spec.points), out,
+                               table_path) from None
     finally:
         if bar:
             bar.close()
-    table = results_table(spec, out)
-    table_path = out / f"results.{fmt}"
-    tmp = table_path.with_suffix(table_path.suffix + ".tmp")
-    if fmt == "csv":
-        table.to_csv(tmp, index=False)
-    else:
-        table.to_parquet(tmp, index=False)
-    tmp.replace(table_path)
+    table = current_table()
+    write_table(table, out / "results", fmt)
     return SweepResult(table, len(todo), len(spec.points) - len(todo), failed, out, table_path)
 
 

@@ -199,3 +199,48 @@ def test_cli_tau_json_and_plot(tmp_path):
     data = json.loads(result.output)
     assert data["tau"] > 16 and data["iteration_s_at_tau"] <= 0.2 and data["knee_tokens"] > 0
     assert (tmp_path / "tau.png").stat().st_size > 0 and (tmp_path / "tau.svg").stat().st_size > 0
+
+
+@pytest.mark.parametrize("value,limit,text", [
+    (0.10004, 0.1, "0.10004"),   # above the limit: never printed as "0.1"
+    (0.09996, 0.1, "0.09996"),   # below it: never printed as "0.1" either
+    (0.1, 0.1, "0.1"),
+    (0.0722, 0.05, "0.0722"),    # far from it: three digits
+    (89.96, 90.0, "89.96"),
+    (1.0052083, 1.0, "1.01"),
+])
+def test_figures_keep_their_side_of_the_limit(value, limit, text):
+    from simulator.capacity import format_against
+
+    assert format_against(value, limit) == text
+
+
+def test_failure_reasons_read_true_and_progress_sees_every_trial(monkeypatch: pytest.MonkeyPatch):
+    # Every gap lasts 10.04 ms against a 10 ms limit: "P99 TBT 0.01s > 0.01s" is what 3 digits would say.
+    monkeypatch.setattr(engine, "load_cost_model", lambda spec, replica: ConstantCostModel(replica, 0.01004))
+    slo = SLO(tbt_s=0.01)
+    trial = run_trial(slots_config(num_requests=32), 2.0, slo)
+    assert not trial.passed and trial.reason == "P99 TBT 0.01004s > 0.01s"
+    seed = search_seed(slots_config(num_requests=32), slo)
+    assert seed.capacity_qps == 0 and "(10.04 ms for a lone decode" in seed.reason
+
+    monkeypatch.setattr(engine, "load_cost_model", lambda spec, replica: ConstantCostModel(replica, ITERATION_S))
+    seen = []
+    report = find_capacity(slots_config(num_requests=64), SLO(tbt_s=0.05, sched_delay_s=0.2),
+                           SearchSettings(qps_start=10.0, rel_tol=0.2), num_seeds=2, on_trial=seen.append)
+    assert seen == [t for s in report.seeds for t in s.trials] and len(seen) >= 4
+
+
+def test_cli_capacity_table_defines_each_column_and_shows_progress(constant_cost):
+    result = runner.invoke(app, ["capacity", "--model", "mistral-7b", "--scheduler", "sarathi", "--max-num-seqs", "4",
+                                 "--workload", "fixed", "--prompt-tokens", "16", "--output-tokens", "10",
+                                 "--num-requests", "64", "--qps", "10", "--tbt-slo", "0.05", "--sched-delay-slo", "0.2",
+                                 "--rel-tol", "0.2"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    # Per-trial progress (stderr, plain lines when not a terminal), then the table.
+    assert "capacity" in text and "trial 1 (seed 0): 10 QPS passes" in text
+    for header in ("all gaps", "max TBT", "<=0.05s", "TTFT<=2s", "why it failed"):  # header lines interleave
+        assert header in text
+    assert "Goodput: share of all requests with TTFT <= 2s whose own largest gap is <= 0.05s" in text
+    assert "P50 scheduling delay" in text and "s > 0.2s" in text  # a failed trial says why, in full

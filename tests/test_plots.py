@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from simulator import plots
 from simulator.config import RunConfig
@@ -60,14 +61,45 @@ def test_stall_mask_marks_prefill_only_iterations_that_interrupt_decodes():
         (0, 100, 0),  # first prefill: nobody was decoding
         (0, 0, 1),
         (0, 200, 0),  # stall: the decode above waits
-        (0, 50, 0),   # prefill after a prefill: no decode was running in the previous iteration
+        (0, 50, 0),   # back-to-back prefill-only iteration: the same decode still waits
+        (0, 70, 0),   # and a third
         (0, 0, 2),
         (0, 10, 2),   # hybrid (Sarathi) iteration: decodes continue, no stall
         (1, 30, 0),   # another replica's first prefill is not a stall of replica 0
     ]
     it = pd.DataFrame([(r, 0.0, 0.01, p, d, d + (p > 0), int(p > 0), d, 0, 0, 0) for r, p, d in rows],
                       columns=list(FRAME_COLUMNS))
-    assert plots.stall_mask(it).tolist() == [False, False, True, False, False, False, False]
+    assert plots.stall_mask(it).tolist() == [False, False, True, True, True, False, False, False]
+
+
+def test_stall_mask_from_request_timestamps_counts_every_back_to_back_stall():
+    # Iterations every 0.1 s: A (prefill of r0), B (prefill of r1: r0 waits), C (prefill of r2: r0, r1
+    # wait), D (decodes), E (prefill of r3 after everyone finished: nobody waits).
+    starts = [0.0, 0.1, 0.2, 0.3, 0.5]
+    tokens = [(100, 0), (80, 0), (60, 0), (0, 3), (40, 0)]
+    it = pd.DataFrame([(0, t, 0.1, p, d, 1, int(p > 0), d, 0, 0, 0) for t, (p, d) in zip(starts, tokens, strict=True)],
+                      columns=list(FRAME_COLUMNS))
+    requests = pd.DataFrame({"replica_id": [0, 0, 0, 0], "first_token_at": [0.1, 0.2, 0.3, 0.6],
+                             "completed_at": [0.4, 0.4, 0.4, np.nan]})
+    assert plots.stall_mask(it, requests).tolist() == [False, True, True, False, False]
+    # Without timestamps the estimate cannot see who is waiting: it misses B and C (no decode
+    # iteration before them) and flags E (it cannot know D's decodes all finished).
+    assert plots.stall_mask(it).tolist() == [False, False, False, False, True]
+
+
+def test_vllm_stall_count_matches_the_request_timeline(vllm_run):
+    """Exact stalls: every prefill-only iteration during which some request sits between its
+    first token and its completion; at least as many as the carried-over estimate."""
+    from simulator.metrics import request_frame
+
+    it, req = vllm_run.iteration_frame(), request_frame(vllm_run)
+    exact = plots.stall_mask(it, req)
+    prefill_only = (it["num_decode_tokens"] == 0) & (it["num_prefill_tokens"] > 0)
+    for i in np.flatnonzero(prefill_only.to_numpy()):
+        t = it["started_at"].iloc[i]
+        waiting = ((req["first_token_at"] <= t) & ~(req["completed_at"] <= t)).any()
+        assert exact[i] == waiting
+    assert exact.sum() >= plots.stall_mask(it).sum() > 0
 
 
 def test_vllm_shows_stalls_and_sarathi_does_not():
@@ -110,3 +142,63 @@ def test_plot_sweep_folder(tmp_path: Path):
     run_sweep(spec, tmp_path)
     written = plots.plot_sweep(tmp_path, tmp_path / "figs")
     assert sorted(p.name for p in written) == ["latency_vs_qps.png", "latency_vs_qps.svg"]
+
+
+def _overlapping(texts) -> list[tuple[str, str]]:
+    """Pairs of visible, non-empty texts whose rendered boxes intersect."""
+    shown = [t for t in texts if t.get_visible() and t.get_text()]
+    renderer = shown[0].figure.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in shown]
+    return [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+
+
+def test_capacity_chart_of_many_settings_has_no_colliding_labels(tmp_path: Path):
+    # The committed sweep's shape: 8 long setting names x 3 schedulers, in one panel and faceted.
+    settings = [f"{m}, tp={tp}, tbt_slo={s}, chunk_size={c}, {w}, max_model_len={n}"
+                for m, tp, s, c in [("mistral-7b", 1, 0.1, 512), ("yi-34b", 2, 1.0, 2048)]
+                for w, n in [("sharegpt", 8192), ("arxiv", 16384)] for _ in range(2)][::2] * 2
+    settings = [f"{s} #{i}" for i, s in enumerate(settings)]
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame([{"setting": s, "scheduler": h, "panel": s.split(",")[0], "capacity_qps": rng.uniform(0.1, 3),
+                        "capacity_qps_std": 0.05} for s in settings for h in ("vllm", "orca", "sarathi")])
+    for facet in (None, "panel"):
+        fig = plots.capacity_bars_figure(df, group="setting", facet=facet, title="capacity")
+        FigureCanvasAgg(fig).draw()
+        for ax in fig.axes:
+            assert not _overlapping(ax.get_xticklabels()), facet
+            assert not _overlapping([t for t in ax.texts]), facet  # value labels
+    plots.save(fig, tmp_path / "many")
+
+
+def test_latency_curves_have_a_title_and_no_colliding_tick_labels():
+    curves = pd.DataFrame({"scheduler": ["vllm"] * 4 + ["sarathi"] * 4, "qps": [0.25, 0.4, 0.5, 0.75] * 2,
+                           "tbt_s_p99": [0.018, 0.03, 0.11, 0.6, 0.017, 0.02, 0.09, 0.097],
+                           "ttft_s_p50": [0.78, 0.9, 0.95, 1.0, 0.8, 0.9, 1.4, 2.5]})
+    fig = plots.latency_vs_qps_figure(curves, slo={"tbt_s_p99": 0.1}, title="Mistral-7B, arxiv")
+    FigureCanvasAgg(fig).draw()
+    assert fig._suptitle is not None and fig._suptitle.get_text() == "Mistral-7B, arxiv"
+    for ax in fig.axes:
+        labels = ax.get_yticklabels(which="both")
+        assert len([t for t in labels if t.get_text()]) >= 2
+        assert not _overlapping(labels)
+
+
+def test_plot_sweep_on_a_partial_folder_says_so(tmp_path: Path):
+    from simulator.errors import ConfigError
+    from simulator.sweep import build_spec, point_path, run_sweep
+
+    spec = build_spec({"base": {"model": "mistral-7b", "num_requests": 16, "workload": "fixed", "prompt_tokens": 32,
+                                "output_tokens": 4},
+                       "grid": {"scheduler": ["vllm", "sarathi"], "qps": [1.0, 4.0]}})
+    run_sweep(spec, tmp_path)
+    point_path(tmp_path, spec.points[3].key).unlink()  # as if stopped before the last point
+    (tmp_path / "results.csv").unlink()  # even without the table: the point files are the truth
+    plots.plot_sweep(tmp_path, tmp_path / "figs")
+    fig_title = (tmp_path / "figs" / "latency_vs_qps.svg").read_text()
+    assert "partial: 3 of 4 points" in fig_title
+    for p in spec.points[:3]:
+        point_path(tmp_path, p.key).unlink()
+    with pytest.raises(ConfigError, match="no finished points"):
+        plots.plot_sweep(tmp_path, tmp_path / "figs")
+    with pytest.raises(ConfigError, match="sweep.json"):
+        plots.plot_sweep(tmp_path / "figs", tmp_path / "figs")

@@ -148,18 +148,59 @@ def test_cli_sweep_with_grid_lists_and_run_options(tmp_path: Path):
     assert "ran 0 points" in rerun.output
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
-def test_ray_and_local_give_identical_tables(tmp_path: Path):
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """One local Ray instance for the Ray tests of this module (starting one takes seconds)."""
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        remote = run_sweep(small_spec(), tmp_path / "ray", ray_address="local")
-    finally:
-        ray.shutdown()
+    yield ray
+    ray.shutdown()
+
+
+@needs_ray
+def test_ray_and_local_give_identical_tables(tmp_path: Path, ray_local):
+    remote = run_sweep(small_spec(), tmp_path / "ray", ray_address="local")
     local = run_sweep(small_spec(), tmp_path / "local", workers=2)
     pd.testing.assert_frame_equal(remote.table, local.table)
+
+
+@needs_ray
+def test_one_sigint_stops_a_ray_sweep_and_resume_runs_the_rest(tmp_path: Path, ray_local):
+    import signal
+    import threading
+    import time
+
+    from simulator.sweep import SweepInterrupted
+
+    spec = small_spec(grid={"qps": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}, num_requests=150, prompt_tokens=256,
+                      output_tokens=256)
+
+    def interrupt_after_the_first_point() -> None:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "points").glob("*.json")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    # A signal landing after the sweep ended must not stop the test session.
+    previous = signal.signal(signal.SIGINT, lambda *args: None)
+    try:
+        threading.Thread(target=interrupt_after_the_first_point, daemon=True).start()
+        with pytest.raises(SweepInterrupted) as stop:
+            run_sweep(spec, tmp_path, ray_address="local")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    done = stop.value.num_done
+    assert stop.value.signal_name == "SIGINT" and 1 <= done < 6
+    table = pd.read_csv(tmp_path / "results.csv")
+    assert (table["status"] == "ok").sum() == done == len(point_files(tmp_path))
+    assert ray_local.is_initialized()  # a cluster the sweep did not start is left running
+    resumed = run_sweep(spec, tmp_path, ray_address="local")
+    assert (resumed.num_run, resumed.num_skipped) == (6 - done, done)
 
 
 def test_missing_ray_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -175,3 +216,91 @@ def test_missing_ray_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(builtins, "__import__", no_ray)
     with pytest.raises(ConfigError, match="Ray is not installed"):
         run_sweep(small_spec(), tmp_path, ray_address="local")
+
+
+SLOW_POINTS = ["sweep", "--grid", "qps=1,2,3,4,5,6", "--model", "mistral-7b", "--num-requests", "250",
+               "--workload", "fixed", "--prompt-tokens", "256", "--output-tokens", "256", "--workers", "2"]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_one_signal_stops_a_local_sweep_and_resume_runs_the_rest(tmp_path: Path, how: str):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM to the
+    sweep alone: exit 130, no traceback, no worker left, finished points kept and readable."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.Popen([sys.executable, "-m", "simulator", *SLOW_POINTS, "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=root,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not list((out / "points").glob("*.json")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the sweep ended before it could be interrupted"
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr
+    stderr = " ".join(stderr.split())  # as read, whatever the terminal's width
+    assert "interrupted" in stderr and "run the same command again" in stderr
+    deadline = time.monotonic() + 5
+    while _group_alive(proc.pid) and time.monotonic() < deadline:  # workers: reaped once orphaned
+        time.sleep(0.05)
+    assert not _group_alive(proc.pid), "a worker process outlived the sweep"
+
+    kept = point_files(out)
+    table = pd.read_csv(out / "results.csv")
+    assert 1 <= len(kept) < 6
+    assert (table["status"] == "ok").sum() == len(kept) and (table["status"] == "missing").sum() == 6 - len(kept)
+    assert not list((out / "points").glob("*.tmp"))
+    if how == "sigterm":
+        return  # reading and resuming are the same whichever signal stopped it
+
+    plotted = runner.invoke(app, ["plot", "sweep", str(out), "--out", str(tmp_path / "figs")])
+    assert plotted.exit_code == 0, plotted.output
+    assert f"{len(kept)} of 6 points finished" in " ".join(plotted.output.split())
+    assert (tmp_path / "figs" / "latency_vs_qps.png").exists()
+
+    resumed = runner.invoke(app, [*SLOW_POINTS, "--out", str(out), "--no-progress"])
+    assert resumed.exit_code == 0, resumed.output
+    assert f"ran {6 - len(kept)} points (0 failed), {len(kept)} already done" in resumed.output
+    after = point_files(out)
+    assert {k: after[k] for k in kept} == kept  # finished points were not rerun
+    assert (pd.read_csv(out / "results.csv")["status"] == "ok").all()
+
+
+def test_results_table_is_current_while_a_sweep_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import simulator.sweep as sweep_module
+
+    seen = []
+    real = sweep_module.run_point
+
+    def spy(mode, config_dict, options):  # noqa: ANN001, ANN202
+        table = pd.read_csv(tmp_path / "results.csv")  # what a reader sees before this point runs
+        seen.append(list(table["status"]))
+        return real(mode, config_dict, options)
+
+    monkeypatch.setattr(sweep_module, "run_point", spy)
+    run_sweep(small_spec(), tmp_path)
+    assert seen == [["missing"] * 4, ["ok"] + ["missing"] * 3, ["ok"] * 2 + ["missing"] * 2, ["ok"] * 3 + ["missing"]]
+    table = pd.read_csv(tmp_path / "results.csv")
+    assert (table["status"] == "ok").all() and set(table["workload"]) == {"fixed"}  # the parameter, not a summary

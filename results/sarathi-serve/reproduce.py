@@ -1,6 +1,6 @@
 """Reproduce the Sarathi-Serve capacity study and regenerate this folder's CSVs, figures and tables.
 
-    .venv/bin/python results/sarathi-serve/reproduce.py [--workers 2]
+    .venv/bin/python results/sarathi-serve/reproduce.py [--workers 2] [--figures-only]
 
 1. runs (or resumes: finished points are reused) the capacity sweep of ``sweep.toml`` into
    ``sweep/`` -- 24 settings x 3 seeds, 2048 requests per trial;
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -25,7 +26,7 @@ import pandas as pd
 
 from simulator import plots
 from simulator.engine import simulate
-from simulator.metrics import summarize, tbt_samples
+from simulator.metrics import request_frame, summarize, tbt_samples
 from simulator.sweep import build_spec, load_sweep_file, read_point, run_sweep
 
 HERE = Path(__file__).resolve().parent
@@ -40,10 +41,22 @@ def slo_label(chunk_size: int) -> str:
     return "strict" if chunk_size == 512 else "relaxed"
 
 
+def point_doc(point, out: Path) -> dict | None:  # noqa: ANN001
+    """A point's finished record: by its key, else (for --figures-only, when run options gained
+    fields since the sweep ran and so every key changed) by its parameters in ``sweep.json``."""
+    doc = read_point(out, point.key)
+    if doc is None and (out / "sweep.json").exists():
+        stored = {json.dumps(p["params"], sort_keys=True): p["key"]
+                  for p in json.loads((out / "sweep.json").read_text())["points"]}
+        key = stored.get(json.dumps(point.params, sort_keys=True))
+        doc = read_point(out, key) if key else None
+    return doc
+
+
 def capacity_table(spec, out: Path) -> pd.DataFrame:  # noqa: ANN001
     rows = []
     for point in spec.points:
-        doc = read_point(out, point.key)
+        doc = point_doc(point, out)
         if doc is None or doc["status"] != "ok":
             raise SystemExit(f"point {point.index} ({point.params}) is {'missing' if doc is None else doc['error']}")
         p, m = point.params, doc["metrics"]
@@ -123,7 +136,7 @@ def figures(cap: pd.DataFrame, spec, out: Path) -> list[Path]:  # noqa: ANN001
     for name in ("vllm", "sarathi"):
         it = results[name].iteration_frame()
         mid = float(it["started_at"].median())
-        fig = plots.iteration_timeline_figure(it, start_at=mid, end_at=mid + 6,
+        fig = plots.iteration_timeline_figure(it, start_at=mid, end_at=mid + 6, requests=request_frame(results[name]),
                                               title=f"{name}: Mistral-7B, sharegpt, {qps:.2f} QPS")
         written += plots.save(fig, FIGURES / f"timeline_{name}_mistral-7b_sharegpt", formats=("png",))
     summaries = {n: summarize(r, tbt_slo_s=0.1) for n, r in results.items()}
@@ -136,7 +149,7 @@ def figures(cap: pd.DataFrame, spec, out: Path) -> list[Path]:  # noqa: ANN001
 def _trials(spec, out: Path) -> pd.DataFrame:  # noqa: ANN001
     frames = []
     for point in spec.points:
-        doc = read_point(out, point.key)
+        doc = point_doc(point, out)
         p = point.params
         frames.append(pd.DataFrame(doc["trials"]).assign(model=p["model"], workload=p["workload"],
                                                          slo=slo_label(p["chunk_size"]), tbt_slo_s=p["tbt_slo"],
@@ -191,11 +204,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--figures-only", action="store_true",
+                        help="redraw figures/ (and the tables) from the finished points in sweep/, running none")
     args = parser.parse_args()
     start = time.perf_counter()
     spec = build_spec(load_sweep_file(HERE / "sweep.toml"))
-    result = run_sweep(spec, HERE / "sweep", workers=args.workers, progress=not args.no_progress)
-    print(f"sweep: ran {result.num_run} points, reused {result.num_skipped}, {result.num_failed} failed")
+    if not args.figures_only:
+        result = run_sweep(spec, HERE / "sweep", workers=args.workers, progress=not args.no_progress)
+        print(f"sweep: ran {result.num_run} points, reused {result.num_skipped}, {result.num_failed} failed")
     cap = capacity_table(spec, HERE / "sweep")
     cap.to_csv(HERE / "capacity.csv", index=False, float_format="%.6g")
     ratios = ratio_table(cap)

@@ -13,11 +13,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.measure import Measurement
+from rich.table import Column, Table
 
 from simulator.cli.app import app
+from simulator.cli.app import console as app_console
 from simulator.cli.options import run_options
+from simulator.cli.steps import StepProgress
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 from simulator.output import jsonable
@@ -86,9 +90,21 @@ def capacity(
                        min_goodput, goodput_ttft_slo)
     settings = SearchSettings(rel_tol=rel_tol, qps_start=qps_start, min_qps=min_qps, max_qps=max_qps,
                               max_trials=max_trials, early_exit=early_exit)
-    console = Console(stderr=True)
-    with console.status("searching capacity...", spinner="dots") if not json_out else _Null():
-        report = find_capacity(config, slo, settings, num_seeds=seeds, workers=workers)
+    num_trials = 0
+
+    def on_trial(t) -> None:  # noqa: ANN001
+        nonlocal num_trials
+        num_trials += 1
+        verdict = "passes" if t.passed else f"fails ({t.reason})"
+        steps.update(f"trial {num_trials} (seed {t.seed}): {t.qps:.4g} QPS {verdict}", num_trials)
+
+    def on_seed_done(seed) -> None:  # noqa: ANN001
+        steps.update(f"seed {seed.seed} done: capacity {seed.capacity_qps:.4g} QPS")
+
+    # Progress on stderr, one step per trial (per seed when seeds run in parallel); --json stays quiet.
+    with StepProgress("capacity", quiet=json_out) as steps:
+        report = find_capacity(config, slo, settings, num_seeds=seeds, workers=workers, on_seed_done=on_seed_done,
+                               on_trial=on_trial)
     data = report.to_dict()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -97,36 +113,67 @@ def capacity(
     if json_out:
         typer.echo(json.dumps(jsonable(data), indent=2, sort_keys=True))
         return
-    print_capacity(report, Console())
+    print_capacity(report, app_console())
     if out is not None:
-        Console().print(f"wrote {out}/ (capacity.json, trials.csv)")
+        app_console().print(f"wrote {out}/ (capacity.json, trials.csv)")
 
 
-class _Null:
-    def __enter__(self) -> None:
-        return None
+def _against(value: float | None, limit: float | None) -> str:
+    """A trial's figure with enough digits to show which side of its limit it is on."""
+    from simulator.capacity import format_against
 
-    def __exit__(self, *args: object) -> None:
-        return None
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format_against(value, limit) if limit is not None else _s(value)
 
 
 def print_capacity(report, console: Console) -> None:  # noqa: ANN001
-    r, s = report.config.replica, report.config.scheduler
-    table = Table("seed", "QPS", "pass", "P-TBT (s)", "P-sched (s)", "TTFT p50 (s)", "TTFT p99 (s)", "goodput", "note",
-                  title=f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {report.slo.describe()}",
-                  title_justify="left")
+    r, s, slo = report.config.replica, report.config.scheduler, report.slo
+    # One definition per column, named in its header and spelled out in the caption.
+    multi_seed = len(report.seeds) > 1
+    headers = [*(["seed"] if multi_seed else []), "QPS", "pass", f"P{slo.tbt_quantile:g}\nTBT (s)\nall gaps",
+               f"P{slo.sched_delay_quantile:g}\nsched.\ndelay (s)", "P50\nTTFT (s)", "P99\nTTFT (s)",
+               f"goodput\nTTFT<={slo.goodput_ttft_s:g}s\nmax TBT\n<={slo.tbt_s:g}s"]
+    caption = (f"P{slo.tbt_quantile:g} TBT: percentile of every gap between consecutive output tokens of all "
+               f"requests (the SLO's TBT). Scheduling delay: first scheduled - arrival. TTFT: first token - "
+               f"arrival. Goodput: share of all requests with TTFT <= {slo.goodput_ttft_s:g}s whose own largest gap "
+               f"is <= {slo.tbt_s:g}s; a trial can meet the P{slo.tbt_quantile:g} TBT limit with goodput below 100%.")
+    ttft_limit = slo.ttft_s if slo.ttft_quantile == 99 else None  # the column is P99
+    good_limit = 100 * slo.min_goodput if slo.min_goodput else None
+    rows = []
     for seed in report.seeds:
         for t in seed.trials:
-            table.add_row(str(t.seed), f"{t.qps:.4g}", "yes" if t.passed else "no", _s(t.tbt_s_q), _s(t.sched_delay_s_q),
-                          _s(t.ttft_s_p50), _s(t.ttft_s_p99), _s(t.goodput_fraction), t.reason[:70])
+            good = "-" if math.isnan(t.goodput_fraction) else _against(100 * t.goodput_fraction, good_limit) + "%"
+            rows.append([*([str(t.seed)] if multi_seed else []), f"{t.qps:.4g}", "yes" if t.passed else "no",
+                         _against(t.tbt_s_q, slo.tbt_s), _against(t.sched_delay_s_q, slo.sched_delay_s),
+                         _s(t.ttft_s_p50), _against(t.ttft_s_p99, ttft_limit), good, t.reason])
+
+    def build(with_note: bool) -> Table:
+        # Figures never fold (they are what a reader compares); the note wraps instead.
+        note = [Column("why it failed", ratio=1, min_width=16)] if with_note else []
+        table = Table(*[Column(h, no_wrap=True) for h in headers], *note,
+                      title=f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {slo.describe()}",
+                      title_justify="left", caption=caption, caption_justify="left", box=box.SIMPLE_HEAD)
+        for row in rows:
+            table.add_row(*(row if with_note else row[:-1]))
+        return table
+
+    # Too narrow for a note column beside the whole figures: the notes follow the table.
+    figures_width = Measurement.get(console, console.options, build(with_note=False)).maximum
+    notes_below = figures_width + 18 > console.width
+    table = build(with_note=not notes_below)
     console.print(f"workload: {report.config.workload.name}, {report.config.workload.num_requests} requests per trial")
     if table.row_count:
         console.print(table)
+    if notes_below:
+        for t in (t for seed in report.seeds for t in seed.trials if t.reason):
+            console.print(f"{'seed ' + str(t.seed) + ', ' if multi_seed else ''}{t.qps:.4g} QPS failed: {t.reason}",
+                          highlight=False)
     summary = report.summary()
     spread = (f" ± {summary['capacity_qps_std']:.3g} (min {summary['capacity_qps_min']:.4g}, max "
               f"{summary['capacity_qps_max']:.4g}, {len(report.seeds)} seeds)") if len(report.seeds) > 1 else ""
     console.print(f"[bold]capacity {summary['capacity_qps']:.4g} QPS{spread}[/bold] · at capacity: P99 TBT "
-                  f"{_s(summary['tbt_s_p99_at_capacity'])} s, TTFT p50 {_s(summary['ttft_s_p50_at_capacity'])} s / p99 "
+                  f"{_against(summary['tbt_s_p99_at_capacity'], slo.tbt_s if slo.tbt_quantile == 99 else None)} s, TTFT p50 {_s(summary['ttft_s_p50_at_capacity'])} s / p99 "
                   f"{_s(summary['ttft_s_p99_at_capacity'])} s · {summary['num_trials']} trials in {report.wall_s:.1f}s")
     for seed in report.seeds:
         console.print(f"seed {seed.seed}: {seed.reason}")
@@ -192,14 +239,29 @@ def sweep(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Run a grid of configurations (resumable); run options given here override the file's \\[base]."""
-    from simulator.sweep import build_spec, config_overrides, load_sweep_file, parse_cli_grid, run_sweep
+    from simulator.sweep import (
+        SweepInterrupted,
+        build_spec,
+        config_overrides,
+        load_sweep_file,
+        parse_cli_grid,
+        run_sweep,
+    )
 
     data = load_sweep_file(file) if file is not None else {}
     spec = build_spec(data, mode=mode, base_overrides=config_overrides(config), grid_overrides=parse_cli_grid(grid or []))
     console = Console()
     console.print(f"sweep: {len(spec.points)} points ({spec.mode}), varying {', '.join(spec.varied) or 'nothing'} -> {out}/")
-    result = run_sweep(spec, out, workers=workers, ray_address=ray_address, fmt=fmt, progress=progress,
-                       retry_failed=retry_failed)
+    try:
+        result = run_sweep(spec, out, workers=workers, ray_address=ray_address, fmt=fmt, progress=progress,
+                           retry_failed=retry_failed)
+    except SweepInterrupted as stop:
+        left = stop.num_total - stop.num_done
+        app_console(stderr=True).print(
+            f"interrupted ({stop.signal_name}): {stop.num_done} of {stop.num_total} points done, kept in "
+            f"{stop.out}/points/ and {stop.table_path}; {left} left. To resume, run the same command again: "
+            "finished points are skipped.", highlight=False)
+        raise typer.Exit(130) from None
     console.print(f"ran {result.num_run} points ({result.num_failed} failed), {result.num_skipped} already done; "
                   f"wrote {result.table_path}")
     if result.num_failed:
@@ -218,8 +280,15 @@ def plot(
     """Figures (PNG + SVG) from a sweep's results or a reproduced run."""
     from simulator import plots
 
-    console = Console()
+    console = app_console()
     if what == "sweep":
+        from simulator.sweep import read_sweep_folder
+
+        _, table = read_sweep_folder(path)
+        num_ok, num_failed, num_missing = plots.sweep_counts(table)
+        if num_ok < len(table):
+            console.print(f"{path}: {num_ok} of {len(table)} points finished ({num_missing} not run yet, "
+                          f"{num_failed} failed); plotting the {num_ok} finished")
         written = plots.plot_sweep(path, out or path, x=x, hue=hue)
     elif what == "run":
         written = plots.plot_run(path, out or (path if path.is_dir() else path.parent))

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.cli.app import app
+from simulator.cli.steps import StepProgress
 from simulator.config import ReplicaConfig
 from simulator.errors import ConfigError
 
@@ -171,8 +172,8 @@ def calibrate(
     from simulator.costmodel.fit_calibration import calibrate_all, render, write_calibration
 
     console = Console(stderr=True)
-    with console.status("calibrating") as status:
-        cals = calibrate_all(data, progress=lambda gpu: status.update(f"calibrating {gpu}"))
+    with StepProgress("calibrate") as steps:
+        cals = calibrate_all(data, progress=lambda gpu, done, total: steps.update(f"fitting {gpu}", done, total))
     block = render(cals)
     if write:
         write_calibration(cals, calibration_module.__file__)
@@ -190,6 +191,6 @@ def fidelity(
     from simulator.costmodel.fit_fidelity import write_report
 
     console = Console(stderr=True)
-    with console.status("fidelity") as status:
-        summary = write_report(out, data, progress=lambda msg: status.update(f"fidelity: {msg}"))
+    with StepProgress("fidelity") as steps:
+        summary = write_report(out, data, progress=steps.update)
     console.print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")

@@ -240,13 +240,14 @@ def calibrate_gpu(src: GpuSources, root: Path, base: RooflineCalibration = DEFAU
     return cal, used
 
 
-def calibrate_all(root: str | Path | None = None, progress: Callable[[str], None] | None = None,
+def calibrate_all(root: str | Path | None = None, progress: Callable[[str, int, int], None] | None = None,
                   ) -> dict[str, RooflineCalibration]:
+    """Calibrated constants per GPU; ``progress(gpu, done, total)`` as each GPU starts."""
     root = data_dir(root)
     out: dict[str, RooflineCalibration] = {}
-    for src in SOURCES:
+    for done, src in enumerate(SOURCES):
         if progress:
-            progress(src.gpu)
+            progress(src.gpu, done, len(SOURCES))
         cal, used = calibrate_gpu(src, root)
         out[src.gpu] = replace(cal, source="fitted by `simulate calibrate` to " + "; ".join(used))
     attn_fields = ("attn_prefill_compute_eff", "attn_decode_memory_eff", "attn_decode_per_seq_s")

@@ -145,32 +145,40 @@ def collective_points(table: pd.DataFrame, gpu: str, source: str) -> pd.DataFram
     return pd.concat(frames, ignore_index=True)
 
 
-def collect_points(root: Path, progress: Callable[[str], None] | None = None,
-                   curves: dict | None = None) -> pd.DataFrame:
-    frames = []
-
-    def say(msg: str) -> None:
-        if progress:
-            progress(msg)
-
+def _point_steps(root: Path, curves: dict | None = None) -> list[tuple[str, Callable[[], pd.DataFrame]]]:
+    """The tables to score, in order, as (label, job) pairs, so progress can count them."""
+    steps: list[tuple[str, Callable[[], pd.DataFrame]]] = []
     for vidur_gpu, gpu in GPU_DIRS.items():
         for path in sorted(root.glob(f"vidur/compute/{vidur_gpu}/*/*/mlp.csv")):
-            say(str(path.relative_to(root)))
-            frames.append(token_table_points(read_profile(path), gpu, "Vidur mlp.csv",
-                                             curves if vidur_gpu == "a100" else None))
+            steps.append((str(path.relative_to(root)),
+                          lambda path=path, gpu=gpu, c=curves if vidur_gpu == "a100" else None:
+                          token_table_points(read_profile(path), gpu, "Vidur mlp.csv", c)))
     for rel in LSS_LAYERS:
         if (root / rel).exists():
-            say(rel)
-            frames.append(token_table_points(read_profile(root / rel), "h100-sxm", "LLMServingSim layers.csv"))
+            steps.append((rel, lambda rel=rel: token_table_points(read_profile(root / rel), "h100-sxm",
+                                                                  "LLMServingSim layers.csv")))
     for rel, gpu, model, tp, source in ATTENTION:
         if (root / rel).exists():
-            say(rel)
-            frames.append(attention_points(read_profile(root / rel), gpu, model, tp, source))
+            steps.append((rel, lambda rel=rel, gpu=gpu, model=model, tp=tp, source=source:
+                          attention_points(read_profile(root / rel), gpu, model, tp, source)))
     for rel in NETWORK:
         if (root / rel).exists():
-            say(rel)
             gpu = GPU_DIRS[Path(rel).parts[2].split("_")[0]]
-            frames.append(collective_points(read_profile(root / rel), gpu, f"Vidur {Path(rel).parts[2]}"))
+            steps.append((rel, lambda rel=rel, gpu=gpu:
+                          collective_points(read_profile(root / rel), gpu, f"Vidur {Path(rel).parts[2]}")))
+    return steps
+
+
+def collect_points(root: Path, progress: Callable[[str, int, int], None] | None = None,
+                   curves: dict | None = None, extra_steps: int = 0) -> pd.DataFrame:
+    """Held-out points of every table; ``progress(label, done, total)`` as each table starts
+    (``extra_steps``: steps the caller runs afterwards, counted in the total)."""
+    steps = _point_steps(root, curves)
+    frames = []
+    for done, (label, job) in enumerate(steps):
+        if progress:
+            progress(label, done, len(steps) + extra_steps)
+        frames.append(job())
     return pd.concat([f for f in frames if len(f)], ignore_index=True)
 
 
@@ -280,15 +288,17 @@ def plot_collectives(points: pd.DataFrame, out: Path) -> Path:
 
 
 def write_report(out: str | Path, root: str | Path | None = None,
-                 progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+                 progress: Callable[[str, int, int], None] | None = None) -> pd.DataFrame:
+    """Write the report; ``progress(step, done, total)`` as each step starts."""
     root = data_dir(root)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    points = collect_points(root, progress)
+    points = collect_points(root, progress, extra_steps=1)
     summary = summarize(points)
     summary.to_csv(out / "fidelity.csv", index=False)
     if progress:
-        progress("plots")
+        num_steps = len(_point_steps(root)) + 1
+        progress("plots", num_steps - 1, num_steps)
     plots = [plot_token_ops(root, out, d, "meta-llama/Llama-2-7b-hf", 1) for d in GPU_DIRS]
     plots.append(plot_token_ops(root, out, "a100", "meta-llama/Llama-2-70b-hf", 4))
     plots += plot_attention(points, out)

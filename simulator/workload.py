@@ -446,20 +446,23 @@ def _read_csv_plain(path: str) -> TraceData | None:
 
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
+            reader = csv.reader(fh)
+            columns = next(reader, [])
+            if len(set(columns)) != len(columns):
+                return None
+            prompt_col = _pick(columns, PROMPT_KEYS, path, "prompt lengths")
+            output_col = _pick(columns, OUTPUT_KEYS, path, "output lengths")
+            if prompt_col is None or output_col is None or _pick(columns, TIME_KEYS, path, "timestamps") is not None:
+                return None  # decided from the header alone: the rows are not read twice
+            rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error):
         return None
     while rows and not rows[-1]:
         rows.pop()  # trailing blank lines are not rows (as in _read_csv)
-    if len(rows) < 2 or len(set(rows[0])) != len(rows[0]):
-        return None
-    columns = rows[0]
-    prompt_col = _pick(columns, PROMPT_KEYS, path, "prompt lengths")
-    output_col = _pick(columns, OUTPUT_KEYS, path, "output lengths")
-    if prompt_col is None or output_col is None or _pick(columns, TIME_KEYS, path, "timestamps") is not None:
+    if not rows:
         return None
     width, ip, io = len(columns), columns.index(prompt_col), columns.index(output_col)
-    body = rows[1:]
+    body = rows
     if any(len(row) != width for row in body):
         return None
     digits = [row[ip] for row in body] + [row[io] for row in body]

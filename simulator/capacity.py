@@ -342,7 +342,12 @@ def min_iteration_s(config: RunConfig) -> float:
     The cost model is (weakly) monotone in every field of a batch shape, so every TBT gap
     lasts at least this long.
     """
-    cost = engine.load_cost_model(config.cost_model, config.replica)
+    replica = config.replica
+    if config.is_disaggregated:  # tokens after the first come from the decode pool
+        from simulator.disagg_layout import layout_of
+
+        replica = layout_of(config).decode_replica  # type: ignore[union-attr]
+    cost = engine.load_cost_model(config.cost_model, replica)
     return float(cost.iteration_time(BatchShape.from_requests(decodes=[2])))
 
 

@@ -22,6 +22,9 @@ SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
 ROUTERS = ("round_robin", "least_outstanding", "random")
+# Weight dtypes and their bytes per parameter; int4 is group-wise (128) with one bf16 scale per group.
+WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
+KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
 
 
 def _positive(section: str, name: str, value: float | int | None, *, allow_none: bool = False) -> None:
@@ -47,6 +50,11 @@ class ReplicaConfig:
     inter_node_link: str = "ethernet-100g"
     intra_node_link: str | None = None  # default: NVLink where the GPU has it, else PCIe
     allow_tp_across_nodes: bool = False
+    # Numerics and experts (defaults: bf16 everything, no expert parallelism).
+    dtype: str = "bf16"  # weights: bf16, fp16, fp8 (W8A8 where the GPU has FP8 tensor cores), int4 (weight-only)
+    kv_cache_dtype: str = "auto"  # auto (= the activation dtype, dtype_bytes), bf16, fp16 or fp8
+    ep: int = 1  # expert-parallel degree: experts split over ep GPUs of the TP group (ep divides tp)
+    moe_imbalance: float = 1.0  # busiest expert's (EP rank's) load over the mean; >= 1
     num_gpu_blocks: int | None = None  # KV blocks per replica, overriding the memory plan (vLLM's num_gpu_blocks_override)
 
     def __post_init__(self) -> None:
@@ -70,6 +78,19 @@ class ReplicaConfig:
                               f"use one of {divisors}")
         if spec.num_kv_heads % self.tp and self.tp % spec.num_kv_heads:
             raise ConfigError("replica.tp", f"tp={self.tp} neither divides nor is a multiple of {spec.num_kv_heads} KV heads")
+        if self.dtype not in WEIGHT_DTYPE_BYTES:
+            raise ConfigError("replica.dtype", f"unknown weight dtype {self.dtype!r}", f"use one of {', '.join(WEIGHT_DTYPE_BYTES)}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ConfigError("replica.kv_cache_dtype", f"unknown KV cache dtype {self.kv_cache_dtype!r}",
+                              f"use one of {', '.join(KV_CACHE_DTYPES)}")
+        _positive("replica", "ep", self.ep)
+        if self.ep > 1 and not spec.is_moe:
+            raise ConfigError("replica.ep", f"ep={self.ep} but {spec.name} has no experts", "drop --ep for a dense model")
+        if self.ep > 1 and (self.tp % self.ep or spec.num_experts % self.ep):
+            raise ConfigError("replica.ep", f"ep={self.ep} must divide tp={self.tp} and {spec.name}'s "
+                              f"{spec.num_experts} experts", "use --ep equal to --tp or one of its divisors")
+        if not self.moe_imbalance >= 1.0:
+            raise ConfigError("replica.moe_imbalance", f"must be >= 1 (busiest over mean load), got {self.moe_imbalance}")
         if self.pp > spec.num_layers:
             raise ConfigError("replica.pp", f"pp={self.pp} exceeds {spec.name}'s {spec.num_layers} layers",
                               f"use --pp <= {spec.num_layers}")
@@ -88,6 +109,21 @@ class ReplicaConfig:
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes per weight of the transformer layers (embeddings and LM head stay at ``dtype_bytes``)."""
+        return WEIGHT_DTYPE_BYTES[self.dtype] if self.dtype not in ("bf16", "fp16") else float(self.dtype_bytes)
+
+    @property
+    def kv_cache_bytes(self) -> float:
+        """Bytes per cached K or V element."""
+        return float(self.dtype_bytes) if self.kv_cache_dtype in ("auto", "bf16", "fp16") else 1.0
+
+    @property
+    def fp8_compute(self) -> bool:
+        """GEMMs run on FP8 tensor cores: FP8 weights on a GPU that has them (else weight-only dequant)."""
+        return self.dtype == "fp8" and self.gpu_spec.fp8_flops > 0
 
     @property
     def effective_max_model_len(self) -> int:
@@ -194,9 +230,24 @@ class RunConfig:
     # Advance decode-only stretches in one step (simulator.fastforward); results are identical
     # either way, so this only trades speed for a step-by-step loop when debugging.
     fast_forward: bool = True
+    # Disaggregated prefill/decode (simulator.disagg_layout): pools as '2x(tp=2,gpu=h100-sxm)'.
+    prefill_pool: str | None = None
+    decode_pool: str | None = None
+    mixed_pool: str | None = None
+    kv_link: str = "infiniband-200g"
 
     def __post_init__(self) -> None:
         _positive("cluster", "num_replicas", self.num_replicas)
+        if self.prefill_pool is not None or self.decode_pool is not None or self.mixed_pool is not None:
+            from simulator.disagg_layout import canonical_pool, layout_of
+
+            for name in ("prefill_pool", "decode_pool", "mixed_pool"):
+                object.__setattr__(self, name, canonical_pool(getattr(self, name), name))
+            layout_of(self)  # validates every pool and the link
+
+    @property
+    def is_disaggregated(self) -> bool:
+        return self.prefill_pool is not None
         if self.router not in ROUTERS:
             raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
         if self.seed < 0:

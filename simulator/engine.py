@@ -167,6 +167,10 @@ def simulate(config: RunConfig, table=None, progress: bool = False,  # noqa: ANN
     they are and the reason in ``extra["stopped"]``. Capacity search uses it to abandon
     trials that are certain to fail; the replica loop itself is untouched.
     """
+    if config.is_disaggregated:  # two pools and a KV link: simulator.disagg
+        from simulator.disagg import simulate_disaggregated
+
+        return simulate_disaggregated(config, table, progress, watch)
     wall_start = time.perf_counter()
     root = np.random.default_rng(config.seed)
     workload_rng, router_rng = (np.random.Generator(np.random.PCG64(s)) for s in root.bit_generator.seed_seq.spawn(2))

@@ -3,9 +3,12 @@
 Capacity (DESIGN.md): per GPU, ``memory * utilisation - weights - activation reserve``
 divided by the KV bytes one token costs on that GPU, unless ``num_gpu_blocks`` gives the
 block count outright (vLLM's ``num_gpu_blocks_override``). KV bytes per token per layer are
-``2 * kv_heads * head_dim * dtype_bytes``, sharded by TP (a GPU keeps at least one KV
-head: GQA models replicate heads when ``tp > kv_heads``) and multiplied by the layers
-of the stage the GPU serves. With pipeline parallelism the tightest stage decides.
+``2 * kv_heads * head_dim * kv_dtype_bytes``, sharded by TP (a GPU keeps at least one KV
+head: GQA models replicate heads when ``tp > kv_heads``), or for multi-head latent
+attention ``(kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes``, replicated on every TP
+rank; multiplied by the layers of the stage the GPU serves. With pipeline parallelism the
+tightest stage decides. Weights count every expert of a MoE model, at the ``--dtype``
+bytes (``--kv-cache-dtype fp8`` halves the KV bytes, so it doubles the KV tokens).
 
 The block manager only counts blocks: which physical block holds which token does not
 change any timing the simulator models. Invariant: ``num_free_blocks + sum(r.num_blocks
@@ -55,7 +58,12 @@ def activation_reserve_bytes(replica: ReplicaConfig, max_num_batched_tokens: int
     the widest intermediate (QKV + gated MLP) for every token, plus fp32 logits per sequence."""
     m, tp, db = replica.model_spec, replica.tp, replica.dtype_bytes
     kv_per_gpu = max(1, m.num_kv_heads // tp) * m.head_dim
-    per_token = (m.q_size // tp + 2 * kv_per_gpu + (3 if m.gated_mlp else 2) * m.ffn_size // tp + 4 * m.hidden_size) * db
+    mlp_width = m.ffn_size
+    if m.is_moe:  # the widest MLP a token meets: its top-k experts and the shared ones, or a dense layer
+        moe_width = m.num_experts_per_tok * m.expert_ffn_size + m.num_shared_experts * (
+            m.shared_expert_ffn_size or m.expert_ffn_size)
+        mlp_width = max(moe_width, m.ffn_size if m.num_dense_layers else 0)
+    per_token = (m.q_size // tp + 2 * kv_per_gpu + (3 if m.gated_mlp else 2) * mlp_width // tp + 4 * m.hidden_size) * db
     logits = min(max_num_seqs, max_num_batched_tokens) * m.vocab_size * 4
     return NON_TORCH_RESERVE_BYTES + max_num_batched_tokens * per_token + logits
 
@@ -64,18 +72,19 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     """KV capacity of a replica; refuses layouts whose weights do not fit."""
     m, gpu, tp, db = replica.model_spec, replica.gpu_spec, replica.tp, replica.dtype_bytes
     layers = split_layers(m.num_layers, replica.pp)
-    kv_heads_per_gpu = max(1, m.num_kv_heads // tp)
-    kv_token_layer = 2 * kv_heads_per_gpu * m.head_dim * db
+    # MHA/GQA heads are sharded by TP, an MLA latent is replicated; sliding-window layers are
+    # counted like full ones (a conservative bound: their blocks are not recycled).
+    kv_token_layer = m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, tp)
+    wb = replica.weight_bytes  # transformer layers at --dtype; embeddings and LM head at dtype_bytes
     activation = activation_reserve_bytes(replica, max_num_batched_tokens, max_num_seqs)
     usable = gpu.memory_bytes * replica.gpu_memory_utilization
     weights, budgets, per_token = [], [], []
     for stage, num_layers in enumerate(layers):
-        w = num_layers * m.params_per_layer / tp
+        w = num_layers * m.params_per_layer / tp * wb
         if stage == 0:
-            w += m.embedding_params / tp
+            w += m.embedding_params / tp * db
         if stage == len(layers) - 1 and (not m.tied_embeddings or replica.pp > 1):
-            w += m.vocab_size * m.hidden_size / tp
-        w *= db
+            w += m.vocab_size * m.hidden_size / tp * db
         budget = usable - w - activation
         if budget <= 0:
             need_gib = (w + activation) / GiB

@@ -17,8 +17,8 @@ from simulator.errors import ConfigError
 
 # option name -> (RunConfig field path, type, help); sweep files use the same names.
 RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
-    "model": ("replica__model", str, "Model: a catalog name (llama-2-7b, mistral-7b, yi-34b, ...) or HF id."),
-    "gpu": ("replica__gpu", str, "GPU: a100-80gb, a100-40gb, a40, l40s, h100-sxm, h100-pcie, h200."),
+    "model": ("replica__model", str, "Model: a catalog name (llama-2-7b, mixtral-8x7b, deepseek-v3, ...), HF id, or a config.json path."),
+    "gpu": ("replica__gpu", str, "GPU: a100-80gb, h100-sxm, h200, b200, gb200, mi300x, h20, l4, ... or a .toml/.json file."),
     "tp": ("replica__tp", int, "Tensor-parallel degree."),
     "pp": ("replica__pp", int, "Pipeline-parallel degree."),
     "nodes": ("replica__num_nodes", int, "Nodes a replica spans (PP stages across nodes)."),
@@ -28,13 +28,17 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "max_model_len": ("replica__max_model_len", int, "Context limit (default: the model's)."),
     "gpu_memory_utilization": ("replica__gpu_memory_utilization", float, "Fraction of GPU memory to use."),
     "block_size": ("replica__block_size", int, "KV cache block size in tokens."),
+    "dtype": ("replica__dtype", str, "Weight dtype: bf16, fp16, fp8 (FP8 tensor cores where the GPU has them), int4."),
+    "kv_cache_dtype": ("replica__kv_cache_dtype", str, "KV cache dtype: auto (activation dtype), bf16, fp16, fp8."),
+    "ep": ("replica__ep", int, "Expert-parallel degree for MoE models (divides --tp)."),
+    "moe_imbalance": ("replica__moe_imbalance", float, "MoE load imbalance: busiest expert/EP rank over the mean (>= 1)."),
     "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
                        "(vLLM's --num-gpu-blocks-override)."),
     "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi or vllm-v1."),
     "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
     "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
-    "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, fixed, uniform."),
+    "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, uniform."),
     "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL)."),
     "arrival": ("workload__arrival", str, "poisson, gamma, fixed, burst or trace."),
     "qps": ("workload__qps", float, "Mean request rate (requests/s)."),
@@ -53,6 +57,10 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "router": ("router", str, "round_robin, least_outstanding or random."),
     "seed": ("seed", int, "Random seed."),
     "fast_forward": ("fast_forward", bool, "Skip decode-only stretches in one step (same results; off = step by step)."),
+    "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)'."),
+    "decode_pool": ("decode_pool", str, "Disaggregated: decode pool, e.g. '1x(tp=4,gpu=a100-80gb)'."),
+    "mixed_pool": ("mixed_pool", str, "Disaggregated: Splitwise mixed pool (aggregated replicas for overflow)."),
+    "kv_link": ("kv_link", str, "Disaggregated: KV link (infiniband-200g, 25GB/s@10us, infinite)."),
 }
 
 

@@ -96,7 +96,8 @@ def get_link(name: str, gpu: GPUSpec, field: str = "link") -> Link:
     if key.startswith("nvlink"):
         if gpu.nvlink_bytes_per_s <= 0:
             raise ConfigError(field, f"{gpu.name} has no NVLink", "use --intra-node-link pcie")
-        pairwise = key == "nvlink-pairwise" or (key == "nvlink" and gpu.name not in NVSWITCH_GPUS)
+        pairwise = key == "nvlink-pairwise" or (key == "nvlink" and gpu.name not in NVSWITCH_GPUS
+                                                 and not gpu.nvlink_switch)
         latency, eff = _KIND_PARAMS["nvlink"]
         return Link(key, "nvlink", gpu.nvlink_bytes_per_s, latency, eff, pairwise)
     if key == "pcie":

@@ -56,7 +56,8 @@ from simulator.config import WorkloadConfig
 from simulator.errors import ConfigError
 
 BUILTIN_NAMES = ("sharegpt", "arxiv")
-LENGTH_SOURCES = ("fixed", "uniform", *BUILTIN_NAMES)
+LONG_CONTEXT = "long-context"  # prompts log-uniform in [32K, 128K - output], outputs uniform in [128, 1024]
+LENGTH_SOURCES = ("fixed", "uniform", *BUILTIN_NAMES, LONG_CONTEXT)
 BUILTIN_DATA = "builtin_workloads.json"
 
 # Accepted column / key names (matched case-insensitively), in priority order.
@@ -143,6 +144,8 @@ def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestT
         length_desc = f"fixed {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens"
     elif cfg.name == "uniform":
         prompt, output, length_desc = _lengths_uniform(cfg, rng)
+    elif cfg.name == LONG_CONTEXT:
+        prompt, output, length_desc = _lengths_long_context(cfg, rng)
     else:
         raise ConfigError("workload.name", f"unknown workload {cfg.name!r}",
                           f"known: {', '.join(LENGTH_SOURCES)}; or pass --trace PATH")
@@ -222,6 +225,21 @@ def _lengths_uniform(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.
     if cfg.max_total_tokens is not None:
         desc += f" (total <= {cfg.max_total_tokens})"
     return prompt.astype(np.int64), output.astype(np.int64), desc
+
+
+def _lengths_long_context(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
+    """Long-context planning workload (RAG, code and document QA at 128K windows): prompt lengths
+    log-uniform between 32,768 and 131,072 tokens minus the output, outputs uniform in [128, 1024];
+    ``max_total_tokens`` lowers the ceiling (e.g. for a model with a shorter context)."""
+    limit = min(cfg.max_total_tokens or 131072, 131072)
+    lo = 32768
+    _check_total(LONG_CONTEXT, lo + 128, limit)
+    output = rng.integers(128, 1024, cfg.num_requests, endpoint=True)
+    hi = limit - output  # >= lo + 128 - 1024 ... clip so every request fits
+    prompt = np.exp(rng.uniform(np.log(lo), np.log(np.maximum(hi, lo + 1)), cfg.num_requests))
+    prompt = np.minimum(np.floor(prompt), hi).astype(np.int64)
+    output = np.minimum(output, limit - prompt).astype(np.int64)
+    return prompt, output, f"long-context prompts log-uniform [{lo}, {limit} - output] / output [128, 1024] tokens"
 
 
 @functools.cache

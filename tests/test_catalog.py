@@ -20,7 +20,7 @@ def test_exact_lookup_and_aliases():
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_model_shapes_are_consistent(name):
     m = MODELS[name]
-    assert m.head_dim * m.num_heads == m.hidden_size
+    assert m.head_dim * m.num_heads == m.hidden_size or m.explicit_head_dim == m.head_dim
     assert m.num_heads % m.num_kv_heads == 0
 
 

@@ -9,5 +9,6 @@ from simulator.cli import capacity as _capacity  # noqa: F401
 from simulator.cli import catalog as _catalog  # noqa: F401
 from simulator.cli import profile as _profile  # noqa: F401
 from simulator.cli import costmodel as _costmodel  # noqa: F401
+from simulator.cli import disagg as _disagg  # noqa: F401
 
 __all__ = ["app", "main"]

@@ -140,6 +140,10 @@ def print_capacity(report, console: Console) -> None:  # noqa: ANN001
                f"is <= {slo.tbt_s:g}s; a trial can meet the P{slo.tbt_quantile:g} TBT limit with goodput below 100%.")
     ttft_limit = slo.ttft_s if slo.ttft_quantile == 99 else None  # the column is P99
     good_limit = 100 * slo.min_goodput if slo.min_goodput else None
+    cfg = report.config
+    title = (f"{r.model} disaggregated: prefill {cfg.prefill_pool} + decode {cfg.decode_pool} over {cfg.kv_link} · "
+             f"{slo.describe()}" if cfg.is_disaggregated else
+             f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {slo.describe()}")
     rows = []
     for seed in report.seeds:
         for t in seed.trials:
@@ -152,7 +156,7 @@ def print_capacity(report, console: Console) -> None:  # noqa: ANN001
         # Figures never fold (they are what a reader compares); the note wraps instead.
         note = [Column("why it failed", ratio=1, min_width=16)] if with_note else []
         table = Table(*[Column(h, no_wrap=True) for h in headers], *note,
-                      title=f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {slo.describe()}",
+                      title=title,
                       title_justify="left", caption=caption, caption_justify="left", box=box.SIMPLE_HEAD)
         for row in rows:
             table.add_row(*(row if with_note else row[:-1]))

@@ -133,9 +133,12 @@ def predict_cmd(
     context: Annotated[list[str] | None, typer.Option(help="decode KV length(s): one, or one per decode")] = None,
     cost_model: Annotated[str, typer.Option("--cost-model", help="'roofline' or an artifact path")] = "roofline",
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON object")] = False,
+    ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE models)")] = 1,
+    dtype: Annotated[str, typer.Option(help="weight dtype: bf16, fp16, fp8, int4")] = "bf16",
+    kv_cache_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16, fp16, fp8")] = "auto",
 ) -> None:
     """Predict one iteration's time and per-op breakdown for a described batch."""
-    replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp)
+    replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp, ep=ep, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
     shape = build_shape(_split_ints(prefill, "prefill"), _split_ints(prefill_context, "prefill-context"), decode,
                         _split_ints(context, "context"))
     result = predict(replica, shape, cost_model)

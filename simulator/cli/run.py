@@ -26,13 +26,22 @@ def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parqu
     from simulator.metrics import request_columns, summarize
 
     result = simulate(config, progress=progress)
-    if out is not None:  # pandas only when tables are written
+    disagg = "disagg" in result.extra  # disaggregated prefill/decode: pool, handoff and link metrics
+    if out is not None or disagg:  # pandas only when tables are written or pool metrics need them
         from simulator.metrics import request_frame
-        from simulator.output import write_run
 
         requests = request_frame(result)
         summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
-        write_run(result, out, fmt, summary, requests)
+        if disagg:
+            from simulator.disagg_metrics import disagg_summary, handoff_frame
+
+            summary["disagg"] = disagg_summary(result, requests, ttft_slo_s, tbt_slo_s)
+        if out is not None:
+            from simulator.output import write_run, write_table
+
+            write_run(result, out, fmt, summary, requests)
+            if disagg:
+                write_table(handoff_frame(result, requests), Path(out) / "handoff", fmt)
     else:
         summary = summarize(result, request_columns(result), ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
     return result, summary
@@ -47,6 +56,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
 
     r, s = config.replica, config.scheduler
     title = f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) x{config.num_replicas} replica(s) · {s.name}"
+    if config.is_disaggregated:
+        title = f"{r.model} disaggregated: prefill {config.prefill_pool} + decode {config.decode_pool} over {config.kv_link}"
     table = Table("metric (ms)", "p50", "p90", "p99", "max", title=title, title_justify="left")
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
                        ("sched_delay_s", "scheduling delay")):
@@ -59,6 +70,18 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
         f"(TTFT<={summary['ttft_slo_s']}s, TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
         f"tokens · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
+    if "disagg" in summary:
+        d = summary["disagg"]
+        console.print(
+            f"disaggregated {d['layout']} ({d['num_gpus']} GPUs): TTFT = queue p50 {_ms(d['queue_s_p50'])} + prefill "
+            f"p50 {_ms(d['prefill_s_p50'])} ms; handoff p50/p99: backpressure {_ms(d['backpressure_s_p50'])}/"
+            f"{_ms(d['backpressure_s_p99'])}, link queue {_ms(d['link_queue_s_p50'])}/{_ms(d['link_queue_s_p99'])}, "
+            f"transfer {_ms(d['transfer_s_p50'])}/{_ms(d['transfer_s_p99'])} ms; decode TBT p99 "
+            f"{_ms(d['decode_tbt_s_p99'])} max {_ms(d['decode_tbt_s_max'])} ms · {d['num_transfers']} transfers, "
+            f"{d['transfer_bytes'] / 1e9:.2f} GB, link busy {d['link_utilization']:.1%} · busy prefill "
+            f"{d['prefill_busy_fraction']:.0%} decode {d['decode_busy_fraction']:.0%} · KV occupancy mean prefill "
+            f"{d.get('prefill_kv_occupancy_mean', float('nan')):.0%} decode {d.get('decode_kv_occupancy_mean', float('nan')):.0%}"
+            f" · SLO attainment {d['slo_attainment']:.1%} (TTFT<={d['ttft_slo_s']}s, TPOT<={d['tpot_slo_s']}s)")
     if "stage_busy_fraction" in summary:
         for replica_id, busy in enumerate(summary["stage_busy_fraction"]):
             stages = ", ".join(f"{b:.0%}" for b in busy)

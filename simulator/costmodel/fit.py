@@ -52,6 +52,7 @@ MIN_POINTS = 8  # distinct inputs an op needs before it is fitted
 CV_FOLDS = 5
 TOKEN_FAMILY_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary",
                     "residual_add", "embedding", "lm_head")
+MOE_FAMILY_OPS = ("moe_gate", "moe_expert_up", "moe_expert_down", "moe_expert_act")  # per expert vs its tokens
 COLLECTIVE_OPS = ("all_reduce", "send_recv")
 PREFILL_FEATURES = ("num_prefill_tokens", "prefill_attn_pairs", "prefill_kv_tokens", "prefill_chunk_sq_sum")
 PREFILL_SUBSETS = (("num_prefill_tokens", "prefill_attn_pairs"),
@@ -377,7 +378,7 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         artifact["curves"][op] = {"x": x_column, "family": family, **extra, **curve.to_json()}
         report.append(_report_row(op, family, scores, len(tr), ape(curve(x[te]), y[te])))
 
-    for op in TOKEN_FAMILY_OPS:
+    for op in TOKEN_FAMILY_OPS + MOE_FAMILY_OPS:
         rows = table[(table["op"] == op) & (table["tp"].isna() | (table["tp"] == tp))]
         if rows.empty:
             continue
@@ -433,6 +434,12 @@ def _roofline_ops(learned: list[str], parallel: bool, tp: int) -> list[str]:
         covered.add("tp_all_reduce")
     if "lm_head" in covered:
         covered.add("lm_head_sampling")
+    ops += ["moe_router", "moe_experts", "moe_act"]
+    for learned_op, priced_op in (("moe_gate", "moe_router"), ("moe_expert_act", "moe_act")):
+        if learned_op in covered:
+            covered.add(priced_op)
+    if {"moe_expert_up", "moe_expert_down"} <= covered:
+        covered.add("moe_experts")
     return [op for op in ops if op not in covered]
 
 

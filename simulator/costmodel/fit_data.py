@@ -46,7 +46,9 @@ Readers, chosen by the file's columns:
   rows only (``devices_per_node == num_workers``; send/recv: both ranks on one node);
 - **LLMServingSim** ``layers.csv`` (``latency(ns)`` per layer op vs ``input`` tokens);
   ``attn`` rows are prefill attention with no cached context; ``lm_head`` includes the
-  final norm.
+  final norm. MoE tables: ``gate`` -> ``moe_gate``, one expert's ``expert.w1`` + ``expert.w3``
+  -> ``moe_expert_up``, ``expert.w2`` -> ``moe_expert_down``, ``act_fn`` -> ``moe_expert_act``
+  (``num_tokens`` = the tokens routed to that expert).
 
 Model and device come from the file's path (Vidur's ``compute/<gpu>/<org>/<model>/``
 layout) unless given. Anything malformed raises a one-line :class:`ConfigError`.
@@ -67,7 +69,8 @@ TIDY_COLUMNS = ("op", "num_tokens", "batch_size", "chunk_size", "kv_context", "c
                 "world_size", "tp", "device", "model", "median_s", "p20_s", "p80_s", "source")
 SHAPE_COLUMNS = ("hidden_size", "num_heads", "num_kv_heads")
 KNOWN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary", "residual_add",
-             "tp_all_reduce", "embedding", "lm_head", "attn_prefill", "attn_decode", "all_reduce", "all_gather", "send_recv")
+             "tp_all_reduce", "embedding", "lm_head", "attn_prefill", "attn_decode", "all_reduce", "all_gather", "send_recv",
+             "moe_gate", "moe_expert_up", "moe_expert_down", "moe_expert_act")
 # Columns each op needs besides op/median_s.
 REQUIRED_BY_OP = {
     "attn_prefill": ("batch_size", "chunk_size", "kv_context"),
@@ -90,6 +93,8 @@ _LSS_LAYER_OPS = {  # LLMServingSim layer_name -> our op (summed where several m
     "q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "rope": "rotary", "attn": "attn_prefill",
     "o_proj": "attn_out_proj", "gate_proj": "mlp_up_gate", "up_proj": "mlp_up_gate", "act_fn": "mlp_act",
     "down_proj": "mlp_down", "final_layernorm": "lm_head", "lm_head": "lm_head",
+    # MoE tables (Mixtral): the router, and one whole expert's GEMMs for the tokens routed to it.
+    "gate": "moe_gate", "expert.w1": "moe_expert_up", "expert.w3": "moe_expert_up", "expert.w2": "moe_expert_down",
 }
 MS, NS = 1e-3, 1e-9
 
@@ -203,6 +208,8 @@ def _lss_layers(df: pd.DataFrame, path: Path, device: str, model: str) -> pd.Dat
     unknown = sorted(set(df["layer_name"]) - set(_LSS_LAYER_OPS))
     df = df[df["layer_name"].isin(_LSS_LAYER_OPS)]
     df["op"] = df["layer_name"].map(_LSS_LAYER_OPS)
+    if (df["op"] == "moe_expert_up").any():  # in a MoE table act_fn runs on one expert's tokens
+        df.loc[df["layer_name"] == "act_fn", "op"] = "moe_expert_act"
     g = df.groupby(["op", "input", "tp_size"], as_index=False)["latency(ns)"].sum()
     out = _frame({"op": g["op"].to_numpy(), "num_tokens": g["input"].to_numpy(dtype=float),
                   "tp": g["tp_size"].to_numpy(), "median_s": g["latency(ns)"].to_numpy(dtype=float) * NS,

@@ -35,6 +35,7 @@ import numpy as np
 from simulator.config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.fit import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
+from simulator.costmodel.moe import expected_experts_touched
 from simulator.costmodel.roofline import TOKEN_OPS, RooflineCostModel
 from simulator.errors import ConfigError
 
@@ -117,7 +118,31 @@ class LearnedCostModel(TabulatedCostModel):
                 out[op] = self.curves[op](tokens)
         if "all_reduce" in self.curves and self.replica.tp > 1:
             out["tp_all_reduce"] = self._num_all_reduce * self.curves["all_reduce"](tokens * self._bytes_per_token)
+        if self.model.is_moe:
+            self._moe_ops(tokens, out)
         return out
+
+    def _moe_ops(self, tokens: np.ndarray, out: dict[str, np.ndarray]) -> None:
+        """MoE layers from per-expert curves (LLMServingSim-style tables of whole experts): the
+        router curve at the batch's tokens; each of a GPU's ``touched / tp`` experts runs its
+        GEMMs (and activation) at ``moe_imbalance * tokens * k / touched`` tokens. Dense-MLP curves
+        count only for the model's dense layers; ops without a curve stay with the roofline."""
+        m, r = self.model, self.replica
+        moe_share = m.num_moe_layers / m.num_layers
+        for op in ("mlp_up_gate", "mlp_act", "mlp_down"):
+            if op in self.curves:
+                out[op] = (1.0 - moe_share) * self.curves[op](tokens)
+        touched = expected_experts_touched(tokens, m.num_experts, m.num_experts_per_tok)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_expert = np.where(touched > 0, r.moe_imbalance * tokens * m.num_experts_per_tok / touched, 0.0)
+        local = touched / r.tp
+        if "moe_gate" in self.curves:
+            out["moe_router"] = moe_share * np.where(tokens > 0, self.curves["moe_gate"](tokens), 0.0)
+        if "moe_expert_up" in self.curves and "moe_expert_down" in self.curves:
+            gemms = self.curves["moe_expert_up"](per_expert) + self.curves["moe_expert_down"](per_expert)
+            out["moe_experts"] = moe_share * np.where(tokens > 0, local * gemms, 0.0)
+        if "moe_expert_act" in self.curves:
+            out["moe_act"] = moe_share * np.where(tokens > 0, local * self.curves["moe_expert_act"](per_expert), 0.0)
 
     def embedding_time(self, tokens: np.ndarray) -> np.ndarray:
         if "embedding" in self.curves:

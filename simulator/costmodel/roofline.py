@@ -12,8 +12,12 @@ by token count, built once; the hot path is a list lookup plus a closed-form
 attention term computed from the :class:`BatchShape` sums.
 
 Assumptions, stated once:
-- bf16 weights and KV cache (``dtype_bytes``), weights read once per GEMM, activations
-  read and written once;
+- activations at ``dtype_bytes`` (bf16); weights at ``--dtype`` bytes (bf16, fp8, int4
+  weight-only) and GEMMs at the FP8 tensor-core peak for fp8 weights where the GPU has one;
+  KV cache at ``--kv-cache-dtype`` bytes; weights read once per GEMM, activations read and
+  written once;
+- mixture-of-experts layers, expert parallelism and multi-head latent attention are priced
+  by :mod:`simulator.costmodel.moe`; sliding-window layers cap each query's keys at the window;
 - attention prefill is FlashAttention-like (compute-bound, causal pairs counted
   exactly); decode attention is paged and memory-bound (reads every KV byte once) with
   a small per-sequence cost;
@@ -30,6 +34,7 @@ import numpy as np
 from simulator.config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.calibration import RooflineCalibration, calibration_for
+from simulator.costmodel.moe import mla_attention_decode, mla_attention_prefill, mla_projections, moe_token_ops
 from simulator.topology import topology_for
 
 # Layer ops whose cost depends only on the number of tokens in the iteration.
@@ -55,7 +60,27 @@ class RooflineCostModel(TabulatedCostModel):
         self.ffn_per_gpu = m.ffn_size // tp
         self.kv_bytes_per_token = 2 * self.kv_per_gpu * db  # per layer, per GPU
         self.tp_link_bytes_per_s = self._tp_link_bandwidth()
+        self._init_numerics_and_experts()
         self._build_tables(table_tokens + 1)
+
+    def _init_numerics_and_experts(self) -> None:
+        """Weight/KV dtypes, FP8 peak, MoE layer mix, MLA and sliding-window attention
+        (:mod:`simulator.costmodel.moe`); every default leaves a bf16 dense model's prices unchanged."""
+        m, r = self.model, self.replica
+        self.weight_bytes = r.weight_bytes
+        self.gemm_peak_flops = self.gpu.fp8_flops if r.fp8_compute else self.gpu.bf16_flops
+        # The calibrated small-batch ramp of GEMM efficiency stands for the weight-streaming regime
+        # of bf16 kernels; a weight-only quantized kernel (int4, or fp8 without FP8 tensor cores)
+        # streams weight_bytes/dtype_bytes as much, so its knee moves to as many fewer tokens.
+        weight_only = r.dtype == "int4" or (r.dtype == "fp8" and not r.fp8_compute)
+        self.gemm_knee_scale = self.weight_bytes / self.dtype_bytes if weight_only else 1.0
+        if r.kv_cache_dtype != "auto" or m.is_mla:
+            self.kv_bytes_per_token = m.kv_bytes_per_token_per_gpu_layer(r.kv_cache_bytes, r.tp)
+        # Share of layers with a dense MLP (the per-layer tables are means over layers).
+        self.dense_fraction = 1.0 - m.num_moe_layers / m.num_layers
+        self.sliding_fraction = m.num_sliding_layers / m.num_layers
+        self.sliding_window = m.sliding_window
+        self.mla = m.is_mla  # checked once per attention call: keep it a plain attribute
 
     # -- primitive pricing -------------------------------------------------------------
     def _tp_link_bandwidth(self) -> float:
@@ -80,10 +105,11 @@ class RooflineCostModel(TabulatedCostModel):
         c, g = self.cal, self.gpu
         t = np.asarray(tokens, dtype=np.float64)
         flops = 2.0 * t * k * n
-        nbytes = (k * n + t * k + t * n) * self.dtype_bytes
-        eff_c = c.gemm_compute_eff * t / (t + c.gemm_half_tokens)
+        # Weights at --dtype, activations at dtype_bytes (bit-identical to the bf16 form when equal).
+        nbytes = k * n * self.weight_bytes + t * k * self.dtype_bytes + t * n * self.dtype_bytes
+        eff_c = c.gemm_compute_eff * t / (t + c.gemm_half_tokens * self.gemm_knee_scale)
         with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(t > 0, flops / (g.bf16_flops * eff_c), 0.0)
+            compute = np.where(t > 0, flops / (self.gemm_peak_flops * eff_c), 0.0)
         memory = nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff)
         return np.where(t > 0, np.maximum(compute, memory) + c.kernel_floor_s, 0.0)
 
@@ -113,9 +139,17 @@ class RooflineCostModel(TabulatedCostModel):
         act_bytes = (up_width + self.ffn_per_gpu) * db
         num_all_reduce = 1 if m.parallel_attn_mlp else 2
         num_norms = 1 if m.parallel_attn_mlp else 2
-        return {
-            "qkv_proj": self.gemm(tokens, h, self.q_per_gpu + 2 * self.kv_per_gpu),
-            "attn_out_proj": self.gemm(tokens, self.q_per_gpu, h),
+        dense = self.dense_fraction
+        if m.is_moe and self.replica.ep > 1:  # EP layers swap the MLP all-reduce for all-to-alls + all-gather
+            num_all_reduce -= 1.0 - dense
+        if m.is_mla:
+            qkv, out_proj = mla_projections(self, tokens)
+        else:
+            qkv = self.gemm(tokens, h, self.q_per_gpu + 2 * self.kv_per_gpu)
+            out_proj = self.gemm(tokens, self.q_per_gpu, h)
+        ops = {
+            "qkv_proj": qkv,
+            "attn_out_proj": out_proj,
             "mlp_up_gate": self.gemm(tokens, h, up_width),
             "mlp_act": self.elementwise(tokens, act_bytes),
             "mlp_down": self.gemm(tokens, self.ffn_per_gpu, h),
@@ -125,27 +159,58 @@ class RooflineCostModel(TabulatedCostModel):
             "residual_add": self.elementwise(tokens, 2 * 3 * h * db, kernels=2, eff=self.cal.residual_add_memory_eff),
             "tp_all_reduce": num_all_reduce * self.all_reduce(tokens),
         }
+        if m.is_moe:  # per-layer means: dense MLPs in the dense layers, experts in the others
+            for op in ("mlp_up_gate", "mlp_act", "mlp_down"):
+                ops[op] = dense * ops[op]
+            for op, value in moe_token_ops(self, tokens).items():
+                ops[op] = (1.0 - dense) * value
+        return ops
 
     def attention_prefill(self, shape: BatchShape) -> float:
         if shape.num_prefills == 0:
             return 0.0
+        t = self._attention_prefill(shape.prefill_attn_pairs, shape.prefill_kv_tokens, shape.num_prefill_tokens)
+        if self.sliding_fraction:  # window layers: each query sees at most `window` keys
+            w = self.sliding_window
+            local = self._attention_prefill(min(shape.prefill_attn_pairs, shape.num_prefill_tokens * w),
+                                            min(shape.prefill_kv_tokens, shape.num_prefill_tokens + shape.num_prefills * w),
+                                            shape.num_prefill_tokens)
+            t += self.sliding_fraction * (local - t)
+        return t
+
+    def _attention_prefill(self, pairs: float, kv_tokens: float, num_tokens: int) -> float:
+        if self.mla:
+            return mla_attention_prefill(self, pairs, kv_tokens, num_tokens)
         c, g, d, db = self.cal, self.gpu, self.model.head_dim, self.dtype_bytes
-        flops = 4.0 * self.heads_per_gpu * d * shape.prefill_attn_pairs
-        nbytes = shape.prefill_kv_tokens * self.kv_bytes_per_token + 2 * shape.num_prefill_tokens * self.q_per_gpu * db
+        flops = 4.0 * self.heads_per_gpu * d * pairs
+        nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_tokens * self.q_per_gpu * db
         return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
                 + c.kernel_floor_s)
 
     def attention_decode(self, shape: BatchShape) -> float:
         if shape.num_decodes == 0:
             return 0.0
+        t = self._attention_decode(shape.decode_kv_tokens, shape.num_decodes)
+        if self.sliding_fraction:
+            local = self._attention_decode(min(shape.decode_kv_tokens, shape.num_decodes * self.sliding_window),
+                                           shape.num_decodes)
+            t += self.sliding_fraction * (local - t)
+        return t
+
+    def _attention_decode(self, kv_tokens: float, num_decodes: int) -> float:
+        if self.mla:
+            return mla_attention_decode(self, kv_tokens, num_decodes)
         c, g = self.cal, self.gpu
-        nbytes = shape.decode_kv_tokens * self.kv_bytes_per_token + 2 * shape.num_decodes * self.q_per_gpu * self.dtype_bytes
+        nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_decodes * self.q_per_gpu * self.dtype_bytes
         return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
-                + shape.num_decodes * c.attn_decode_per_seq_s + c.kernel_floor_s)
+                + num_decodes * c.attn_decode_per_seq_s + c.kernel_floor_s)
 
     def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
-                                kv_maxes: np.ndarray) -> np.ndarray:
-        """:meth:`attention_decode` for many decode batches of ``n`` sequences, same float ops."""
+                                kv_maxes: np.ndarray) -> np.ndarray | None:
+        """:meth:`attention_decode` for many decode batches of ``n`` sequences, same float ops;
+        None (price each iteration) for MLA and sliding-window attention."""
+        if self.mla or self.sliding_fraction:
+            return None
         c, g = self.cal, self.gpu
         nbytes = kv_sums * self.kv_bytes_per_token + 2 * n * self.q_per_gpu * self.dtype_bytes
         return nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * c.attn_decode_per_seq_s + c.kernel_floor_s

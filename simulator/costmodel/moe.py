@@ -1,0 +1,175 @@
+"""Roofline pricing of mixture-of-experts layers and multi-head latent attention.
+
+**Experts.** A MoE layer runs a router (a ``hidden x num_experts`` GEMM plus top-k/softmax and
+token-permutation kernels), then each token's top-``k`` routed experts and every shared
+expert. For an iteration of ``n`` tokens:
+
+- *experts touched*: each token picks ``k`` distinct experts of ``E``; an expert escapes one
+  token with probability ``1 - k/E``, so the expected number touched is
+  ``E * (1 - (1 - k/E)**n)`` (:func:`expected_experts_touched`): at most ``n * k`` (a decode
+  batch of 8 with top-2 reads at most 16 experts' weights), and ``E`` for any prefill chunk
+  of a few hundred tokens. Those experts' weights are what the layer reads from HBM.
+- *tokens per expert*: ``n * k`` assignments spread over the touched experts; the grouped GEMM
+  is priced as if each touched expert carried the busiest expert's load,
+  ``moe_imbalance * n * k / touched`` (a grouped GEMM's time follows its largest group, and an
+  expert-parallel rank waits for the busiest rank), so FLOPs grow with the imbalance factor.
+- *expert parallelism* (``ep``): experts are split over ``ep`` GPUs of the TP group, each
+  expert's FFN over the remaining ``tp / ep``; attention stays tensor-parallel. Each MoE layer
+  then adds an all-to-all dispatch and combine of the routed hidden states (each rank sends its
+  ``1/tp`` share of the tokens, ``k`` copies, ``(ep-1)/ep`` of them off-GPU) over the TP link,
+  and an all-gather restores the replicated activations the next attention expects, in place
+  of the MLP's all-reduce.
+- shared experts are a dense MLP sharded by TP; dense layers (DeepSeek's first three) are
+  priced by the plain MLP ops, weighted by their share of the layers (the per-layer table is a
+  mean over layers, exact for a whole model).
+
+**MLA** (DeepSeek-V2/V3). Projections: ``q_a`` and ``kv_a`` (replicated, as vLLM runs them),
+``q_b`` and ``kv_b`` sharded by heads, output ``heads * v_head_dim -> hidden``. Prefill runs
+ordinary attention over up-projected keys/values (``qk = nope + rope``, ``v`` dims per head)
+plus the ``kv_b`` up-projection of every context token; decode runs the absorbed form (as
+FlashMLA does): it reads the compressed latent once per token for all local heads, and each
+head does ``2 * (2 * kv_lora_rank + rope)`` FLOPs per context token.
+
+Constants (:class:`ExpertCalibration`): the expert GEMMs' efficiencies and the routing kernels'
+fixed cost are fitted to LLMServingSim's H100 Mixtral-8x7B tables (HF eager kernels; vLLM's
+fused top-k and grouped GEMMs are likely somewhat faster); other GPUs use their dense-GEMM
+calibration. ``results/fidelity/moe.md`` reports the held-out error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from simulator.costmodel.roofline import RooflineCostModel
+
+MOE_TOKEN_OPS = ("moe_router", "moe_experts", "moe_act", "moe_shared_experts", "ep_all_to_all")
+
+
+@dataclass(frozen=True)
+class ExpertCalibration:
+    """Efficiencies of the expert GEMMs and the router's fixed cost on one GPU.
+
+    An expert GEMM of ``m`` tokens takes ``max(flops / (peak * compute_eff * m / (m + half_tokens)),
+    bytes / (hbm * memory_eff))``; the router takes its gate GEMM plus ``router_overhead_s``
+    (softmax, top-k, normalisation, token permutation kernels).
+    """
+
+    compute_eff: float
+    half_tokens: float
+    memory_eff: float
+    router_overhead_s: float
+    source: str
+
+
+# Fitted by `python -m simulator.costmodel.fit_moe` on the training rows (80%, seed 0) of
+# LLMServingSim's H100 Mixtral-8x7B tp1/2/4 layers.csv (expert.w1/w2/w3 and gate rows).
+_H100_EXPERTS = ExpertCalibration(compute_eff=0.852, half_tokens=134.0, memory_eff=0.821, router_overhead_s=52.2e-6,
+                                  source="LLMServingSim H100 Mixtral-8x7B layers.csv, tp1/2/4 training rows")
+EXPERT_CALIBRATION: dict[str, ExpertCalibration] = {
+    "h100-sxm": _H100_EXPERTS,
+    "h100-pcie": _H100_EXPERTS,  # same architecture
+    "h200": _H100_EXPERTS,
+}
+
+
+def expert_calibration(rf: RooflineCostModel) -> ExpertCalibration:
+    """The GPU's fitted expert constants, else its dense-GEMM calibration and the H100 router cost."""
+    found = EXPERT_CALIBRATION.get(rf.gpu.name)
+    if found is not None:
+        return found
+    c = rf.cal
+    return ExpertCalibration(c.gemm_compute_eff, c.gemm_half_tokens, c.gemm_memory_eff,
+                             _H100_EXPERTS.router_overhead_s, "dense GEMM calibration of the GPU")
+
+
+def expected_experts_touched(num_tokens: np.ndarray | float, num_experts: int, top_k: int) -> np.ndarray:
+    """Expected distinct experts a batch of ``num_tokens`` tokens routes to (each token picks
+    ``top_k`` distinct experts uniformly): ``E * (1 - (1 - k/E)**n)``, at most ``n * k``."""
+    n = np.asarray(num_tokens, dtype=np.float64)
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** n)
+
+
+def moe_token_ops(rf: RooflineCostModel, tokens: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-MoE-layer seconds of each expert op on one GPU, vectorised over token counts."""
+    m, r, c, g = rf.model, rf.replica, rf.cal, rf.gpu
+    t = np.asarray(tokens, dtype=np.float64)
+    h, k, num_e, ep, db, wb = m.hidden_size, m.num_experts_per_tok, m.num_experts, r.ep, rf.dtype_bytes, rf.weight_bytes
+    f_local = m.expert_ffn_size // (r.tp // ep)
+    up_mult = 2 if m.gated_mlp else 1
+    touched = expected_experts_touched(t, num_e, k) / ep  # on this GPU
+    assignments = t * k / ep
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_expert = np.where(touched > 0, r.moe_imbalance * assignments / touched, 0.0)
+    flops = 2.0 * per_expert * h * (up_mult + 1) * f_local
+    weight_bytes = (up_mult + 1) * h * f_local * wb
+    act_bytes = per_expert * (2 * h + (up_mult + 1) * f_local) * db
+    ec = expert_calibration(rf)
+    eff_c = ec.compute_eff * per_expert / (per_expert + ec.half_tokens)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        compute = np.where(per_expert > 0, flops / (rf.gemm_peak_flops * eff_c), 0.0)
+    memory = (weight_bytes + act_bytes) / (g.hbm_bytes_per_s * ec.memory_eff)
+    experts = np.where(t > 0, touched * np.maximum(compute, memory) + 2 * c.kernel_floor_s, 0.0)
+    router = np.where(t > 0, rf.gemm(t, h, num_e) + ec.router_overhead_s, 0.0)
+    act = rf.elementwise(r.moe_imbalance * assignments, (up_mult + 1) * f_local * db)
+    shared_width = m.num_shared_experts * (m.shared_expert_ffn_size or m.expert_ffn_size) // r.tp
+    shared = (rf.gemm(t, h, up_mult * shared_width) + rf.gemm(t, shared_width, h)
+              + rf.elementwise(t, (up_mult + 1) * shared_width * db)) if shared_width else np.zeros_like(t)
+    return {"moe_router": router, "moe_experts": experts, "moe_act": act, "moe_shared_experts": shared,
+            "ep_all_to_all": ep_all_to_all(rf, t)}
+
+
+def ep_all_to_all(rf: RooflineCostModel, tokens: np.ndarray) -> np.ndarray:
+    """Dispatch and combine of one MoE layer under expert parallelism, plus the all-gather that
+    replaces the MLP's all-reduce (zero without EP)."""
+    r, c, m = rf.replica, rf.cal, rf.model
+    t = np.asarray(tokens, dtype=np.float64)
+    if r.ep == 1:
+        return np.zeros_like(t)
+    bw = rf.tp_link_bytes_per_s * c.allreduce_bus_eff
+    sent = t / r.tp * m.num_experts_per_tok * m.hidden_size * rf.dtype_bytes * (r.ep - 1) / r.ep
+    a2a = 2.0 * (sent / bw + c.allreduce_latency_s)
+    gather = (r.tp - 1) / r.tp * t * m.hidden_size * rf.dtype_bytes / bw + c.allreduce_latency_s
+    return np.where(t > 0, a2a + gather, 0.0)
+
+
+def mla_projections(rf: RooflineCostModel, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(q/kv projections, output projection) of one MLA layer on one GPU."""
+    m = rf.model
+    heads = rf.heads_per_gpu
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    down = m.kv_lora_rank + m.qk_rope_head_dim + (m.q_lora_rank or 0)
+    proj = rf.gemm(tokens, m.hidden_size, down)
+    proj = proj + (rf.gemm(tokens, m.q_lora_rank, heads * qk) if m.q_lora_rank
+                   else rf.gemm(tokens, m.hidden_size, heads * qk))
+    # kv_b: in prefill it up-projects the keys and values; in absorbed decode the same weights
+    # are applied to the queries and outputs instead; either way they are read once.
+    proj = proj + rf.gemm(tokens, m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim))
+    out = rf.gemm(tokens, heads * m.v_head_dim, m.hidden_size)
+    return proj, out
+
+
+def mla_attention_prefill(rf: RooflineCostModel, pairs: float, kv_tokens: float, num_tokens: int) -> float:
+    """One MLA layer's prefill attention: ``pairs`` causal query-key pairs, ``kv_tokens`` keys read."""
+    m, c, g = rf.model, rf.cal, rf.gpu
+    heads = rf.heads_per_gpu
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    flops = 2.0 * heads * (qk + m.v_head_dim) * pairs
+    # Up-projecting the cached context (kv_lora -> heads * (nope + v)) for every chunk.
+    flops += 2.0 * kv_tokens * m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+    nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_tokens * heads * qk * rf.dtype_bytes
+    return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
+            + c.kernel_floor_s)
+
+
+def mla_attention_decode(rf: RooflineCostModel, kv_tokens: float, num_decodes: int) -> float:
+    """One MLA layer's absorbed decode attention over ``kv_tokens`` cached latents."""
+    m, c, g = rf.model, rf.cal, rf.gpu
+    heads = rf.heads_per_gpu
+    flops = 2.0 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * kv_tokens
+    nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_decodes * heads * (m.kv_lora_rank + m.qk_rope_head_dim) * rf.dtype_bytes
+    return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff))
+            + num_decodes * c.attn_decode_per_seq_s + c.kernel_floor_s)

@@ -1,0 +1,295 @@
+"""Disaggregated prefill/decode: conservation, ordering, link timing, KV balance, no stalls."""
+
+from __future__ import annotations
+
+import math
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.config import RunConfig
+from simulator.disagg_layout import layout_of, parse_link, parse_pool
+from simulator.disagg_metrics import decode_tbt_samples, disagg_summary, handoff_frame
+from simulator.engine import simulate
+from simulator.errors import ConfigError
+from simulator.metrics import request_frame, tbt_samples
+
+
+def table(arrivals, prompts, outputs):  # noqa: ANN001, ANN201
+    return SimpleNamespace(arrival_at=list(arrivals), num_prompt_tokens=list(prompts),
+                           num_output_tokens=list(outputs), source="test")
+
+
+def disagg_config(prefill: str = "1x(tp=1)", decode: str = "1x(tp=1)", link: str = "infiniband-200g",
+                  mixed: str | None = None, util: float = 0.9, max_model_len: int = 1024, **kw) -> RunConfig:  # noqa: ANN003
+    return RunConfig().replace(prefill_pool=prefill, decode_pool=decode, kv_link=link, mixed_pool=mixed,
+                               replica__gpu_memory_utilization=util, replica__max_model_len=max_model_len, **kw)
+
+
+def balanced_run(config: RunConfig, tab):  # noqa: ANN001, ANN201
+    """Simulate, checking at every arrival that each replica's KV blocks balance
+    (free + held by its requests + parked for a transfer == total)."""
+    import simulator.disagg as disagg
+
+    clusters: list = []
+    original = disagg.DisaggCluster.__init__
+
+    def register(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        original(self, *args, **kwargs)
+        clusters.append(self)
+
+    def watch(env, requests):  # noqa: ANN001, ANN202
+        for req in requests:
+            if req.arrival_at > env.now:
+                yield env.timeout(req.arrival_at - env.now)
+            for free, held, total in clusters[-1].kv_balance():
+                assert free + held == total and free >= 0
+            for replica in clusters[-1].replicas:  # the schedulers keep running in arrival order
+                keys = [(r.arrival_at, r.request_id) for r in replica.scheduler.running]
+                assert keys == sorted(keys)
+
+    disagg.DisaggCluster.__init__ = register
+    try:
+        result = simulate(config, tab, watch=watch)
+    finally:
+        disagg.DisaggCluster.__init__ = original
+    assert all(free == total and held == 0 for free, held, total in clusters[-1].kv_balance())
+    return result
+
+
+def check_invariants(config: RunConfig, tab) -> None:  # noqa: ANN001
+    """Conservation and ordering of one disaggregated run (see the module docstring)."""
+    result = balanced_run(config, tab)
+    layout = layout_of(config)
+    info, log = result.extra["disagg"], result.extra["handoff"]
+    num_prefill = layout.prefill.num_replicas
+    pools = np.array(info["pools"])
+    prefill_ids = set(np.flatnonzero(pools == "prefill").tolist())
+    # Every request finishes or is rejected with a reason.
+    for r in result.requests:
+        assert r.completed_at is not None or r.reject_reason, r
+        assert r.completed_at is None or r.num_generated == r.num_output_tokens
+    # KV blocks balance in every pool: all returned at the end.
+    assert info["final_free_blocks"] == info["num_blocks"]
+    # Link FIFO: transfers never overlap on the one shared link.
+    starts, ends = log.transfer_start_at, log.transfer_end_at
+    order = np.argsort(starts[~np.isnan(starts)], kind="stable")
+    s_sorted, e_sorted = starts[~np.isnan(starts)][order], ends[~np.isnan(ends)][order]
+    assert (s_sorted[1:] >= e_sorted[:-1] - 1e-12).all()
+    iters = result.iteration_frame()
+    prefill_iters = iters[iters["replica_id"].isin(prefill_ids)]
+    prompts_on_prefill = 0
+    for r in result.requests:
+        rid = r.request_id
+        if r.reject_reason or log.mixed[rid]:
+            assert math.isnan(starts[rid])
+            continue
+        prompts_on_prefill += r.num_prompt_tokens
+        assert 0 <= log.prefill_replica_id[rid] < num_prefill
+        if r.num_output_tokens == 1:  # finishes on the prefill replica, no transfer
+            assert math.isnan(starts[rid])
+            continue
+        # Transferred exactly once, after the last prefill chunk, before the first decode.
+        assert log.decode_replica_id[rid] >= num_prefill and r.replica_id == log.decode_replica_id[rid]
+        assert log.prefill_done_at[rid] == r.token_times[0]
+        assert log.prefill_done_at[rid] <= log.decode_reserved_at[rid] <= starts[rid] <= ends[rid] < r.token_times[1]
+        nbytes = r.num_prompt_tokens * info["kv_bytes_per_token"]
+        assert log.kv_bytes[rid] == nbytes
+        assert ends[rid] - starts[rid] == pytest.approx(layout.link.transfer_s(nbytes), rel=1e-9, abs=1e-12)
+    # Every prompt is prefilled exactly once in the prefill pool (it never preempts).
+    assert int(prefill_iters["num_prefill_tokens"].sum()) == prompts_on_prefill
+    assert int(prefill_iters["num_decodes"].sum()) == 0
+
+
+pool = st.builds(lambda n, tp, pp, sched: f"{n}x(tp={tp},pp={pp},sched={sched})", st.integers(1, 2),
+                 st.sampled_from([1, 2]), st.sampled_from([1, 1, 2]), st.sampled_from(["vllm", "sarathi"]))
+requests_st = st.lists(st.tuples(st.floats(0, 2, allow_nan=False), st.integers(2, 900), st.integers(1, 40)),
+                       min_size=1, max_size=24)
+
+
+@settings(max_examples=int(os.environ.get("SERVESIM_EXAMPLES", "25")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(prefill=pool, decode=pool, link=st.sampled_from(["infinite", "1GB/s@1ms", "infiniband-200g", "ethernet-10g"]),
+       mixed=st.sampled_from([None, "1x(tp=1)"]), util=st.sampled_from([0.19, 0.2, 0.9]), specs=requests_st)
+def test_conservation_and_ordering_over_random_layouts(prefill, decode, link, mixed, util, specs) -> None:  # noqa: ANN001
+    arrivals = sorted(s[0] for s in specs)
+    config = disagg_config(prefill, decode, link, mixed, util, scheduler__name="sarathi", scheduler__chunk_size=256)
+    check_invariants(config, table(arrivals, [s[1] for s in specs], [s[2] for s in specs]))
+
+
+def test_link_time_matches_a_hand_calculation() -> None:
+    # Llama-2-7B: 2 (K,V) x 32 layers x 32 KV heads x 128 head dim x 2 bytes = 524,288 bytes per token.
+    config = disagg_config(link="10GB/s@50us")
+    result = simulate(config, table([0.0], [100], [3]))
+    log = result.extra["handoff"]
+    assert log.kv_bytes[0] == 100 * 524_288
+    assert log.transfer_end_at[0] - log.transfer_start_at[0] == pytest.approx(100 * 524_288 / 10e9 + 50e-6, rel=1e-12)
+    # A topology link: InfiniBand 200 Gbit/s at 85% efficiency and 10 us.
+    ib = parse_link("infiniband-200g", "a100-80gb")
+    assert ib.transfer_s(1e9) == pytest.approx(10e-6 + 1e9 / (200e9 / 8 * 0.85), rel=1e-12)
+
+
+def test_transfers_queue_on_the_shared_link() -> None:
+    config = disagg_config(prefill="2x(tp=1)", decode="2x(tp=1)", link="1GB/s")
+    result = simulate(config, table([0.0, 0.0], [512, 512], [4, 4]))
+    log = result.extra["handoff"]
+    one = 512 * 524_288 / 1e9
+    first, second = np.argsort(log.transfer_start_at)
+    assert log.transfer_start_at[second] == pytest.approx(log.transfer_end_at[first])
+    assert log.transfer_end_at[second] - log.transfer_start_at[second] == pytest.approx(one)
+    df = handoff_frame(result, request_frame(result))
+    assert df.loc[second, "link_queue_s"] > 0.9 * one
+
+
+def test_fast_link_and_roomy_decode_pool_have_no_prefill_stalls() -> None:
+    """Infinite link + ample decode KV: every decode-pool gap is one decode-only iteration."""
+    rng = np.random.default_rng(3)
+    n = 40
+    arrivals = np.sort(rng.uniform(0, 4, n))
+    prompts, outputs = rng.integers(200, 1000, n), rng.integers(20, 60, n)
+    tab = table(arrivals, prompts, outputs)
+    config = disagg_config(prefill="1x(tp=1)", decode="1x(tp=2)", link="infinite")
+    result = simulate(config, tab)
+    iters = result.iteration_frame()
+    decode_iters = iters[iters["replica_id"] == 1]
+    assert (decode_iters["num_prefill_tokens"] == 0).all()
+    assert sum(r.num_preemptions for r in result.requests) == 0
+    gaps = decode_tbt_samples(result)
+    assert gaps.max() == pytest.approx(decode_iters["duration_s"].max(), rel=1e-9)
+    handoff = handoff_frame(result, request_frame(result))
+    assert (handoff["transfer_s"].dropna() == 0).all()
+    assert handoff["handoff_gap_s"].max() <= 2 * decode_iters["duration_s"].max() + 1e-12
+    # The same requests on one aggregated vLLM replica stall decodes behind prompts.
+    agg = simulate(RunConfig().replace(scheduler__name="vllm", replica__max_model_len=1024), tab)
+    assert tbt_samples(agg).max() > 3 * gaps.max()
+
+
+def test_full_decode_pool_backpressures_the_prefill_pool() -> None:
+    # A decode cache of ~2,800 tokens (0.19 of an A100-80GB beside Llama-2-7B) and eight 700-token
+    # prompts at once: prompts wait on the prefill replica, holding their KV, until decodes finish.
+    config = disagg_config(prefill="1x(tp=2)", decode="1x(tp=1)", util=0.19, link="infinite")
+    result = simulate(config, table([0.0] * 8, [700] * 8, [30] * 8))
+    df = request_frame(result)
+    assert (df["status"] == "finished").all()
+    summary = disagg_summary(result, df)
+    assert summary["backpressure_s_max"] > 0
+    assert summary["num_transfers"] == 8
+    assert result.extra["disagg"]["final_free_blocks"] == result.extra["disagg"]["num_blocks"]
+
+
+def test_mixed_pool_takes_overflow_and_runs_are_deterministic() -> None:
+    config = disagg_config(prefill="1x(tp=1)", decode="1x(tp=1)", mixed="1x(tp=1)", util=0.9,
+                           workload__num_requests=60, workload__qps=20.0)
+    a, b = simulate(config), simulate(config)
+    assert a.extra["handoff"].mixed.sum() > 0
+    assert [list(r.token_times) for r in a.requests] == [list(r.token_times) for r in b.requests]
+    check_invariants(config, None)
+
+
+def test_pool_syntax_is_canonical_and_errors_name_the_field() -> None:
+    assert parse_pool(" 2X( tp=2 , gpu=H100-SXM )", "p").canonical() == "2x(tp=2,gpu=h100-sxm)"
+    a = RunConfig().replace(prefill_pool="2x(gpu=h100-sxm,tp=2)", decode_pool="1x")
+    b = RunConfig().replace(prefill_pool="2x(tp=2,gpu=h100-sxm)", decode_pool="1x()")
+    assert a == b and a.prefill_pool == "2x(tp=2,gpu=h100-sxm)"
+    assert RunConfig.from_dict(a.to_dict()) == a
+    layout = layout_of(a)
+    assert layout.prefill_replica.tp == 2 and layout.prefill_replica.gpu == "h100-sxm" and layout.num_gpus == 5
+    for kwargs, field in (({"prefill_pool": "2(tp=2)", "decode_pool": "1x"}, "prefill_pool"),
+                          ({"prefill_pool": "1x(tp=3)", "decode_pool": "1x"}, "prefill_pool"),
+                          ({"prefill_pool": "1x(foo=1)", "decode_pool": "1x"}, "prefill_pool"),
+                          ({"prefill_pool": "1x"}, "decode_pool"),
+                          ({"prefill_pool": "1x", "decode_pool": "1x", "num_replicas": 2}, "num_replicas"),
+                          ({"prefill_pool": "1x", "decode_pool": "1x", "kv_link": "warp"}, "kv_link")):
+        with pytest.raises(ConfigError) as err:
+            RunConfig().replace(**kwargs)
+        assert str(err.value).startswith(field)
+
+
+def test_cli_runs_a_disaggregated_layout_and_reports_bad_pools_in_one_line(tmp_path) -> None:  # noqa: ANN001
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["run", "--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)", "--num-requests", "20",
+                              "--out", str(tmp_path / "o"), "--format", "csv", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "disaggregated prefill 1x(tp=1) + decode 1x(tp=1)" in res.output
+    assert (tmp_path / "o" / "handoff.csv").exists()
+    res = runner.invoke(app, ["run", "--prefill-pool", "2y", "--decode-pool", "1x"])
+    assert isinstance(res.exception, ConfigError) and str(res.exception).startswith("prefill_pool: cannot read")
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning: goodput per GPU, split search, comparison, capacity and sweeps on disaggregated layouts
+
+
+def small_workload(config: RunConfig) -> RunConfig:
+    return config.replace(workload__name="fixed", workload__prompt_tokens=512, workload__output_tokens=32,
+                          workload__num_requests=60)
+
+
+def test_split_candidates_use_exactly_the_gpus_and_fit() -> None:
+    from simulator.disagg_plan import aggregated_candidates, fits, num_gpus_of, split_candidates
+
+    base = RunConfig().replace(replica__model="llama-2-13b")
+    splits = split_candidates(base, 8)
+    labels = {(c.prefill_pool, c.decode_pool) for c in splits}
+    assert ("4x(tp=1)", "1x(tp=4)") in labels and ("1x(tp=1)", "7x(tp=1)") in labels
+    assert all(num_gpus_of(c) == 8 and fits(c) for c in splits)
+    assert len(labels) == len(splits)
+    # Llama-2-70B does not fit one A100-80GB: no pool of tp=1 is offered.
+    big = split_candidates(RunConfig().replace(replica__model="llama-2-70b"), 8)
+    assert big and all("tp=1)" not in c.prefill_pool + c.decode_pool for c in big)
+    agg = aggregated_candidates(base, 8, taus=(512,))
+    assert {(f, c.num_replicas, c.replica.tp) for f, c in agg} >= {("vllm", 8, 1), ("sarathi", 4, 2)}
+
+
+def test_goodput_search_brackets_the_slo_attainment() -> None:
+    from simulator.disagg_plan import GoodputSLO, attainment_at, goodput_search
+
+    config = small_workload(disagg_config())
+    slo = GoodputSLO(ttft_s=1.0, tpot_s=0.05, attainment=0.9)
+    res = goodput_search(config, slo, qps_start=2.0, rel_tol=0.1)
+    assert res.rate_qps > 0 and res.num_gpus == 2
+    assert res.goodput_per_gpu == pytest.approx(res.rate_qps / 2)
+    passing = [q for q, a in res.trials if a >= 0.9]
+    failing = [q for q, a in res.trials if a < 0.9]
+    assert max(passing) == res.rate_qps and min(failing) > res.rate_qps
+    assert (min(failing) - res.rate_qps) / min(failing) <= 0.1
+    assert attainment_at(config, res.rate_qps, slo, early_exit=False) >= 0.9
+
+
+def test_compare_command_writes_table_and_plot(tmp_path) -> None:  # noqa: ANN001
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["disagg", "compare", "--gpus", "2", "--tps", "1", "--taus", "512", "--workload", "fixed",
+                                   "--prompt-tokens", "512", "--output-tokens", "32", "--num-requests", "40",
+                                   "--ttft-slo", "1", "--tpot-slo", "0.05", "--qps-start", "4", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(tmp_path / "results.csv")
+    assert set(df["family"]) == {"vllm", "sarathi", "disagg"}
+    assert (df["goodput_per_gpu"] > 0).all()
+    assert (tmp_path / "comparison.png").stat().st_size > 10_000
+
+
+def test_capacity_and_sweeps_accept_disaggregated_layouts(tmp_path) -> None:  # noqa: ANN001
+    from simulator.capacity import SLO, SearchSettings, find_capacity, min_iteration_s
+    from simulator.sweep import build_spec, run_sweep
+
+    config = small_workload(disagg_config(prefill="1x(tp=1)", decode="1x(tp=2)"))
+    # The TBT floor is the decode pool's lone decode, not the (default) run replica's.
+    assert min_iteration_s(config) < min_iteration_s(config.replace(prefill_pool=None, decode_pool=None))
+    report = find_capacity(config, SLO(tbt_s=0.2), SearchSettings(qps_start=4.0, rel_tol=0.1))
+    assert report.capacity_qps > 0
+    spec = build_spec({"base": {"workload": "fixed", "num_requests": 16, "prompt_tokens": 256, "output_tokens": 8},
+                       "grid": {"prefill_pool,decode_pool": [["1x(tp=1)", "1x(tp=1)"], ["2x(tp=1)", "1x(tp=2)"]]}})
+    result = run_sweep(spec, tmp_path)
+    assert result.num_failed == 0 and len(result.table) == 2

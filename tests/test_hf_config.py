@@ -1,0 +1,143 @@
+"""Hugging Face config.json models and GPU files: round trips, one-line errors, runs on them.
+
+The fixtures in tests/data/hf_configs/ are the published config.json files of one model per
+family (trimmed of nothing the reader needs); each must rebuild its catalog entry's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator.catalog import MODELS, get_gpu, get_model
+from simulator.config import ReplicaConfig, RunConfig, WorkloadConfig
+from simulator.engine import simulate
+from simulator.errors import ConfigError
+from simulator.hf_config import model_from_hf_dict
+from simulator.kvcache import plan_memory
+
+FIXTURES = Path(__file__).parent / "data" / "hf_configs"
+FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
+SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "tied_embeddings",
+                "num_experts", "num_experts_per_tok", "expert_ffn_size", "num_shared_experts", "num_dense_layers",
+                "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "num_params",
+                "num_active_params")
+
+
+def test_one_fixture_per_family():
+    types = set()
+    for name in FAMILIES:
+        cfg = json.loads((FIXTURES / name / "config.json").read_text())
+        types.add(cfg.get("text_config", cfg).get("model_type", cfg["model_type"]))
+    assert {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss", "llama4_text",
+            "deepseek_v3"} <= types
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_config_json_round_trip_matches_the_catalog(name):
+    folder = FIXTURES / name
+    from_folder = get_model(str(folder))
+    from_file = get_model(str(folder / "config.json"))
+    catalog = MODELS[name]
+    for field in SHAPE_FIELDS:
+        assert getattr(from_folder, field) == getattr(catalog, field), field
+        assert getattr(from_file, field) == getattr(catalog, field), field
+    assert from_folder.name == str(folder)  # the path is the name, so a saved config reproduces the run
+
+
+def test_family_specific_fields():
+    gpt = get_model(str(FIXTURES / "gpt-oss-20b"))
+    assert (gpt.sliding_window, gpt.num_sliding_layers) == (128, 12)
+    scout = get_model(str(FIXTURES / "llama-4-scout"))
+    assert (scout.sliding_window, scout.num_sliding_layers, scout.num_shared_experts) == (8192, 36, 1)
+    mistral = get_model(str(FIXTURES / "mistral-7b"))
+    assert (mistral.sliding_window, mistral.num_sliding_layers) == (4096, 32)
+    qwen = get_model(str(FIXTURES / "qwen2.5-7b"))
+    assert qwen.num_sliding_layers == 0  # use_sliding_window: false
+    ds = get_model(str(FIXTURES / "deepseek-v3"))
+    assert ds.is_mla and ds.kv_bytes_per_token_per_layer(2) == (512 + 64) * 2
+
+
+def test_a_run_on_a_config_json_model_reproduces_from_its_config(tmp_path: Path):
+    path = str(FIXTURES / "mixtral-8x7b")
+    cfg = RunConfig(replica=ReplicaConfig(path, "h100-sxm", tp=2),
+                    workload=WorkloadConfig(num_requests=12, qps=4.0))
+    again = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again == cfg
+    a, b = simulate(cfg), simulate(again)
+    assert [r.completed_at for r in a.requests] == [r.completed_at for r in b.requests]
+    assert all(r.completed_at is not None for r in a.requests)
+    # Same shape as the catalog entry, so the same results.
+    catalog = simulate(RunConfig(replica=ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=2),
+                                 workload=WorkloadConfig(num_requests=12, qps=4.0)))
+    assert [r.completed_at for r in a.requests] == [r.completed_at for r in catalog.requests]
+
+
+def _base() -> dict:
+    return json.loads((FIXTURES / "qwen3-30b-a3b" / "config.json").read_text())
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"attention_type": "linear"}, "model.attention_type"),
+    ({"model_type": "mamba"}, "model.model_type"),
+    ({"hidden_size": None}, "model.hidden_size"),
+    ({"num_hidden_layers": "48"}, "model.num_hidden_layers"),
+    ({"hidden_act": "relu2"}, "model.hidden_act"),
+    ({"mlp_only_layers": [0, 1]}, "model.mlp_only_layers"),
+    ({"decoder_sparse_step": 2}, "model.decoder_sparse_step"),
+    ({"num_experts_per_tok": 200}, "model.num_experts_per_tok"),
+    ({"layer_types": ["full_attention"] * 47 + ["linear_attention"]}, "model.layer_types"),
+])
+def test_bad_configs_name_the_field(change, field):
+    cfg = {**_base(), **change}
+    with pytest.raises(ConfigError) as err:
+        model_from_hf_dict(cfg, "x")
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    ("{not json", "not valid JSON"),
+    ('{"model_type": "llama", "hidden_size": 64, "rope_magic": 3}', "model.rope_magic"),
+])
+def test_bad_config_file_on_the_cli_is_one_line(tmp_path: Path, content: str, needle: str):
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    proc = _cli("run", "--no-progress", "--model", str(path))
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_gpu_from_a_toml_file(tmp_path: Path):
+    path = tmp_path / "my-gpu.toml"
+    path.write_text('name = "my-gpu"\nbf16_tflops = 500\nfp8_tflops = 1000\nhbm_gb_per_s = 4000\nmemory_gb = 96\n'
+                    'nvlink_gb_per_s = 450\nnvlink_switch = true\nsource = "vendor sheet"\n')
+    gpu = get_gpu(str(path))
+    assert gpu.bf16_flops == 500e12 and gpu.fp8_flops == 1000e12 and gpu.memory_bytes == 96e9
+    replica = ReplicaConfig("llama-3.1-8b", str(path), tp=2)
+    assert replica.gpu == str(path)
+    assert plan_memory(replica, 512, 128).num_kv_tokens > 0
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"bf16_tflops": 500, "hbm_gb_per_s": 4000, "memory_gb": 96, "tensor_cores": 4}')
+    with pytest.raises(ConfigError, match=r"gpu\.tensor_cores"):
+        get_gpu(str(bad))
+    missing = tmp_path / "missing.json"
+    missing.write_text('{"bf16_tflops": 500, "memory_gb": 96}')
+    with pytest.raises(ConfigError, match=r"gpu\.hbm_gb_per_s"):
+        get_gpu(str(missing))
+
+
+def test_unknown_hf_id_is_a_catalog_miss_and_a_missing_file_names_the_path(tmp_path: Path):
+    with pytest.raises(ConfigError, match="unknown model"):
+        get_model("some-org/some-model")
+    with pytest.raises(ConfigError, match="no config file"):
+        get_model(str(tmp_path / "nowhere" / "config.json"))

@@ -225,3 +225,11 @@ def test_a_watch_process_sees_the_same_state_with_skipping(count_stretches: list
 
     assert run(True) == run(False)
     assert count_stretches
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp"), [("mixtral-8x7b", "a100-80gb", 2), ("gpt-oss-20b", "h100-sxm", 1),
+                                                  ("deepseek-v3", "h200", 8)])
+def test_stretch_pricing_of_moe_sliding_and_mla_models_is_exact(model: str, gpu: str, tp: int) -> None:
+    cost = RooflineCostModel(ReplicaConfig(model, gpu, tp=tp))
+    for args in _stretches(2, max_n=64, max_kv=6000):
+        assert cost.decode_stretch_times(*args) == CostModel.decode_stretch_times(cost, *args)

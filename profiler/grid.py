@@ -12,7 +12,9 @@
 * Communication: message sizes of ``tokens x hidden x dtype bytes`` over the token
   grid, for each world size.
 
-``quick`` grids are tiny, for smoke tests and CPU runs.
+``quick`` grids are small, for smoke tests and CPU runs, yet each op still gets
+:data:`QUICK_MIN_POINTS` distinct shapes: enough for ``simulate fit`` (its ``MIN_POINTS``)
+to accept a quick profile, so profile -> fit -> simulate works end to end on a laptop.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from profiler.shapes import ShardedShapes
 # Total KV tokens of one decode batch (all sequences): keeps memory bounded on any device.
 MAX_DECODE_KV_TOKENS = 1 << 21
 MAX_DECODE_KV_TOKENS_QUICK = 1 << 14
+# Distinct shapes per op in a quick grid; must be >= simulator.costmodel.fit.MIN_POINTS (a test checks).
+QUICK_MIN_POINTS = 8
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,22 @@ class Point:
         return cols
 
 
+def quick_token_grid(max_tokens: int, num_points: int = QUICK_MIN_POINTS) -> list[int]:
+    """``num_points`` distinct counts from 1 to ``max_tokens``, near-geometric (fewer only when
+    ``max_tokens < num_points``): 1, 2, 4, ..., 128 for 128."""
+    if max_tokens <= num_points:
+        return list(range(1, max_tokens + 1))
+    out: list[int] = []
+    last = num_points - 1
+    for i in range(num_points):
+        t = max(round(max_tokens ** (i / last)), out[-1] + 1 if out else 1)
+        out.append(min(t, max_tokens - (last - i)))  # leave room for the points still to come
+    return out
+
+
 def token_grid(max_tokens: int, quick: bool = False) -> list[int]:
     if quick:
-        return [t for t in (1, 8, 64, 256) if t <= max_tokens] or [max_tokens]
+        return quick_token_grid(max_tokens)
     grid = set(range(1, 9)) | set(range(16, 257, 16))
     t = 256.0
     while t < max_tokens:
@@ -87,7 +104,9 @@ def _powers_of_two(lo: int, hi: int) -> list[int]:
 def prefill_grid(max_tokens: int, max_model_len: int, quick: bool = False) -> list[tuple[int, int]]:
     """``(chunk_size, kv_context)`` pairs."""
     if quick:
-        chunks, contexts = [16, 128], [0, 256]
+        top = max(1, min(max_tokens, max_model_len // 2))  # room left for the cached contexts
+        chunks = sorted({max(1, top // 4), max(1, top // 2), top})
+        contexts = [0, 128, 256]  # 3 x 3 = 9 shapes where max_tokens >= 4
     else:
         chunks = _powers_of_two(16, max_tokens)
         contexts = [0, *_powers_of_two(256, max_model_len)]
@@ -97,7 +116,7 @@ def prefill_grid(max_tokens: int, max_model_len: int, quick: bool = False) -> li
 def decode_grid(max_model_len: int, rng: np.random.Generator, quick: bool = False) -> list[tuple[int, ...]]:
     """Per-sequence KV lengths of each decode batch: uniform batches, then mixed ones."""
     if quick:
-        batch_sizes, contexts, cap = [1, 8], [128, 1024], MAX_DECODE_KV_TOKENS_QUICK
+        batch_sizes, contexts, cap = [1, 4, 8], [128, 512, 1024], MAX_DECODE_KV_TOKENS_QUICK  # 9 uniform + mixed
     else:
         batch_sizes, contexts, cap = _powers_of_two(1, 256), _powers_of_two(128, max_model_len), MAX_DECODE_KV_TOKENS
     contexts = [c for c in contexts if c <= max_model_len] or [max_model_len]
@@ -124,7 +143,7 @@ def decode_grid(max_model_len: int, rng: np.random.Generator, quick: bool = Fals
 
 def comm_token_grid(max_tokens: int, quick: bool = False) -> list[int]:
     if quick:
-        return [t for t in (1, 16, 256) if t <= max_tokens] or [max_tokens]
+        return quick_token_grid(max_tokens)
     return _powers_of_two(1, max_tokens) if max_tokens >= 1 else []
 
 

@@ -3,7 +3,9 @@
 :func:`make_case` turns a :class:`~profiler.grid.Point` into an :class:`OpCase`: a
 closure that runs the op on preallocated tensors, plus the op's useful FLOPs and bytes
 (for achieved throughput and the ``suspect`` check). All tensors are allocated once per
-point, outside the timed region.
+point, outside the timed region; a linear op's weight may be reused from the previous
+point of the same shape (``weights``, a cache the caller owns): its values do not change
+the timing, and drawing a 32000 x 2048 weight per point cost more than timing it on CPU.
 
 * linear ops: ``torch.nn.functional.linear`` on ``[T, K]`` activations and an
   ``[N, K]`` weight (bytes: weight + input + output, each once);
@@ -59,15 +61,17 @@ def available_attention_backends(device: str) -> list[str]:
     return backends
 
 
-def make_case(point: Point, shapes: ShardedShapes, dtype: str, device: str, backend: str = "sdpa") -> OpCase:
+def make_case(point: Point, shapes: ShardedShapes, dtype: str, device: str, backend: str = "sdpa",
+              weights: dict | None = None) -> OpCase:
+    """``weights``: an optional dict the caller keeps across points; it holds the last linear weight."""
     dt = torch_dtype(dtype)
     db = DTYPE_BYTES[dtype]
     op = point.op
     if op in LINEAR_OPS:
-        fn = _linear(point.num_tokens, *shapes.linear_shape(op), dt, device)
+        fn = _linear(point.num_tokens, *shapes.linear_shape(op), dt, device, weights)
         w = token_op_work(op, point.num_tokens, shapes, db)
     elif op in (NORMS, MLP_ACT, ROTARY, RESIDUAL_ADD, EMBEDDING):
-        fn = _elementwise(op, point.num_tokens, shapes, dt, device)
+        fn = _elementwise(op, point.num_tokens, shapes, dt, device, weights)
         w = token_op_work(op, point.num_tokens, shapes, db)
     elif op == ATTN_PREFILL:
         fn = _prefill(point, shapes, dt, device, backend)
@@ -80,16 +84,31 @@ def make_case(point: Point, shapes: ShardedShapes, dtype: str, device: str, back
     return OpCase(fn, w.flops, w.bytes, w.num_calls)
 
 
-def _linear(t: int, k: int, n: int, dt, device: str) -> Callable[[], object]:  # noqa: ANN001
+def _linear(t: int, k: int, n: int, dt, device: str, weights: dict | None = None) -> Callable[[], object]:  # noqa: ANN001
     import torch
     import torch.nn.functional as F
 
     x = torch.randn(t, k, dtype=dt, device=device)
-    w = torch.randn(n, k, dtype=dt, device=device) * k ** -0.5
+    w = _weight(n, k, dt, device, weights)
     return lambda: F.linear(x, w)
 
 
-def _elementwise(op: str, t: int, s: ShardedShapes, dt, device: str) -> Callable[[], object]:  # noqa: ANN001
+def _weight(n: int, k: int, dt, device: str, weights: dict | None):  # noqa: ANN001, ANN202
+    """An ``[n, k]`` weight, from ``weights`` when the previous point drew one of that shape."""
+    import torch
+
+    key = (n, k, dt, device)
+    w = weights.get(key) if weights is not None else None
+    if w is None:
+        w = torch.randn(n, k, dtype=dt, device=device) * k ** -0.5
+        if weights is not None:
+            weights.clear()  # one weight alive at a time: memory stays that of one point
+            weights[key] = w
+    return w
+
+
+def _elementwise(op: str, t: int, s: ShardedShapes, dt, device: str,  # noqa: ANN001
+                 weights: dict | None = None) -> Callable[[], object]:
     import torch
     import torch.nn.functional as F
 
@@ -146,7 +165,7 @@ def _elementwise(op: str, t: int, s: ShardedShapes, dt, device: str) -> Callable
             return (x + y) + z  # the two residual adds of a layer
         return run
     if op == EMBEDDING:
-        w = torch.randn(s.vocab, h, dtype=dt, device=device)
+        w = _weight(s.vocab, h, dt, device, weights)
         ids = torch.randint(0, s.vocab, (t,), device=device)
         return lambda: F.embedding(ids, w)
     raise ValueError(op)

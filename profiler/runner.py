@@ -9,8 +9,8 @@ size, dtype, output folder) and is validated on construction, without torch.
 2. build the grid (:mod:`profiler.grid`), drop the points already in
    ``<out>/profile.csv`` (resume), time the rest: compute ops in this process,
    communication ops in spawned process groups, one group per world size;
-3. write the table atomically (temporary file, then rename) at least every
-   :data:`FLUSH_EVERY_S` seconds and when the run ends or is interrupted, so a killed
+3. write the table atomically (temporary file, then rename) every :data:`FLUSH_EVERY_S`
+   seconds (longer where one write takes over a tenth of that) and when the run ends or is interrupted, so a killed
    run loses at most the last few points. ``metadata.json`` says ``"complete": false``
    until every point of the grid is in the table.
 """
@@ -51,7 +51,10 @@ FLUSH_EVERY_S = 2.0
 DEVICES = ("cpu", "cuda")
 DTYPES = ("bfloat16", "float16", "float32")
 DEFAULT_MAX_TOKENS = {"cuda": 16384, "cpu": 2048}
-QUICK_MAX_TOKENS = 256
+QUICK_MAX_TOKENS = 64
+# Without --dtype: bf16 on CUDA; fp32 on CPU, where most cores emulate bf16 matmuls (4-5x slower
+# than fp32 on the project's CI machine: lm_head of tiny-llama-1b at 256 tokens, 2.3 s vs 0.46 s).
+DEFAULT_DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
 MAX_CPU_WORLD_SIZE = 8
 
 
@@ -85,7 +88,7 @@ class ProfileConfig:
     ops: tuple[str, ...] = field(default=ALL_OPS)
     max_tokens: int | None = None  # default: DEFAULT_MAX_TOKENS[device], QUICK_MAX_TOKENS with quick
     quick: bool = False
-    dtype: str = "bfloat16"
+    dtype: str | None = None  # default: DEFAULT_DTYPE[device]
     world_sizes: tuple[int, ...] | None = None  # comm; default: 2 on CPU, 2/4/8 GPUs that exist on CUDA
     num_threads: int | None = None  # CPU threads; default: the CPUs this process may use
     seed: int = 0
@@ -97,6 +100,8 @@ class ProfileConfig:
         object.__setattr__(self, "tp", tuple(int(t) for t in self.tp))
         if self.device not in DEVICES:
             raise ConfigError("device", f"unknown device {self.device!r}", "use --device cpu or --device cuda")
+        if self.dtype is None:
+            object.__setattr__(self, "dtype", DEFAULT_DTYPE[self.device])
         if self.dtype not in DTYPES:
             raise ConfigError("dtype", f"unknown dtype {self.dtype!r}", f"use one of {', '.join(DTYPES)}")
         if not self.tp:
@@ -290,21 +295,24 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
     new_rows: list[dict] = []
     failed: list[str] = []
     last_flush = time.perf_counter()
+    flush_cost_s = 0.0  # how long the last flush took: flushing stays under ~10% of the run
 
     def flush() -> None:
-        nonlocal last_flush
+        nonlocal last_flush, flush_cost_s
+        began = time.perf_counter()
         table = existing if not new_rows else pd.concat([existing, _finish(new_rows, info)], ignore_index=True)
         write_table(table, table_path)
         meta["failed_points"] = failed
         meta["elapsed_s"] = round(time.perf_counter() - started, 3)
         write_metadata(meta, meta_path)
         last_flush = time.perf_counter()
+        flush_cost_s = last_flush - began
 
     def record(row: dict) -> None:
         new_rows.append(row)
         if on_point is not None:
             on_point(len(new_rows), row)
-        if time.perf_counter() - last_flush > FLUSH_EVERY_S:
+        if time.perf_counter() - last_flush > max(FLUSH_EVERY_S, 10 * flush_cost_s):
             flush()
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -316,15 +324,17 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
         with bar:
             task = bar.add_task("profiling", total=len(todo))
             compute = [(p, r) for p, r in todo if p.op not in COMM_OPS]
+            weights: dict = {}  # the last linear weight, reused by the next point of the same shape
             for point, row in compute:
                 bar.update(task, description=f"{point.op} tp={point.tp}")
                 case = None
                 try:
-                    case = make_case(point, shapes_by_tp[point.tp], cfg.dtype, cfg.device, point.backend)
+                    case = make_case(point, shapes_by_tp[point.tp], cfg.dtype, cfg.device, point.backend, weights)
                     timing = bench(case.fn, device=cfg.device, settings=settings)
                 except torch.OutOfMemoryError:
                     failed.append(f"{point.op} {point.shape_columns()}: out of memory")
                     del case
+                    weights.clear()
                     if cfg.device == "cuda":
                         torch.cuda.empty_cache()
                     bar.advance(task)

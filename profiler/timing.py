@@ -62,7 +62,8 @@ class BenchSettings:
 
     @classmethod
     def quick(cls) -> BenchSettings:
-        return cls(warmup=1, min_repeats=3, max_repeats=10, target_s=0.02)
+        # No separate warm-up: the untimed estimate call that picks the repeat count warms up.
+        return cls(warmup=0, min_repeats=3, max_repeats=10, target_s=0.02)
 
 
 class _FlushBuffer:
@@ -103,7 +104,8 @@ def _pick_repeats(estimate_s: float, settings: BenchSettings, repeats: int | Non
 
 def _bench_cpu(fn: Callable[[], object], settings: BenchSettings, repeats: int | None,
                before_each: Callable[[], object] | None) -> Timing:
-    for _ in range(settings.warmup):
+    # With a fixed count there is no sizing call to warm up on: warm up at least once.
+    for _ in range(settings.warmup if repeats is None else max(settings.warmup, 1)):
         fn()
     if repeats is None:
         t0 = time.perf_counter_ns()

@@ -26,6 +26,7 @@ from simulator.config import RunConfig
 from simulator.costmodel import CostModel, load_cost_model
 from simulator.errors import ConfigError
 from simulator.kvcache import MemoryPlan
+from simulator.progress import RunProgress
 from simulator.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.replica import Replica, build_scheduler
 from simulator.request import Request
@@ -157,7 +158,7 @@ class StopRun(Exception):  # noqa: N818 - a signal, not an error
     """Raised by a ``watch`` process to end a run early; its message is the reason."""
 
 
-def simulate(config: RunConfig, table=None, progress: bool = False,  # noqa: ANN001
+def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
              watch: Callable[[simpy.Environment, list[Request]], Any] | None = None) -> RunResult:
     """Run one simulation. ``table`` (a RequestTable) overrides the config's workload.
 
@@ -172,6 +173,8 @@ def simulate(config: RunConfig, table=None, progress: bool = False,  # noqa: ANN
 
         return simulate_disaggregated(config, table, progress, watch)
     wall_start = time.perf_counter()
+    # progress: True for a bar of our own, or a RunProgress the caller keeps (and closes) for later phases.
+    reporter = progress if isinstance(progress, RunProgress) else (RunProgress() if progress else None)
     root = np.random.default_rng(config.seed)
     workload_rng, router_rng = (np.random.Generator(np.random.PCG64(s)) for s in root.bit_generator.seed_seq.spawn(2))
     if table is None:
@@ -182,13 +185,18 @@ def simulate(config: RunConfig, table=None, progress: bool = False,  # noqa: ANN
             # Built-in length distributions are filtered to the model's context, as the papers
             # filter their traces; a user's trace is not, and what cannot fit is reported.
             workload = dataclasses.replace(workload, max_total_tokens=config.replica.effective_max_model_len)
+        if reporter is not None:
+            reporter.phase(f"generating {workload.num_requests:,} requests", workload.num_requests)
         table = generate_requests(workload, workload_rng)
+    if reporter is not None:
+        reporter.phase(f"building {len(table.arrival_at):,} requests", len(table.arrival_at))
     requests = make_requests(table)
     source = getattr(table, "source", "request table")
 
     env = simpy.Environment()
-    bar = _progress_bar(len(requests)) if progress else None
-    recorder = Recorder(on_progress=bar.update if bar else None, report_every=max(1, len(requests) // 200))
+    if reporter is not None:
+        reporter.start("simulating", len(requests))
+    recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, len(requests) // 200))
     cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None)
     env.process(_arrivals(env, requests, cluster))
     if watch is not None:
@@ -199,8 +207,8 @@ def simulate(config: RunConfig, table=None, progress: bool = False,  # noqa: ANN
     except StopRun as stop:
         stopped = str(stop)
     finally:
-        if bar is not None:
-            bar.close()
+        if reporter is not None and reporter is not progress:
+            reporter.close()
     unfinished = [r for r in requests if r.completed_at is None and r.reject_reason is None]
     if unfinished and stopped is None:  # invariant: every request completes or is reported
         raise RuntimeError(f"{len(unfinished)} requests neither finished nor were rejected, e.g. {unfinished[0]}")
@@ -214,22 +222,3 @@ def simulate(config: RunConfig, table=None, progress: bool = False,  # noqa: ANN
         extra={"cost_model_extrapolations": sum(getattr(c, "num_extrapolations", 0) for c in cluster.cost_models),
                **({"stopped": stopped} if stopped is not None else {})},
     )
-
-
-class _progress_bar:  # noqa: N801 - tiny adapter over rich
-    """A rich progress bar over finished requests, shown on stderr."""
-
-    def __init__(self, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                  console=Console(stderr=True), transient=True)
-        self._task = self._progress.add_task("run", total=total)
-        self._progress.start()
-
-    def update(self, done: int) -> None:
-        self._progress.update(self._task, completed=done)
-
-    def close(self) -> None:
-        self._progress.stop()

@@ -15,6 +15,7 @@ Definitions (DESIGN.md):
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,6 +26,32 @@ if TYPE_CHECKING:
     from simulator.engine import RunResult
 
 QUANTILES = (50, 90, 99)
+
+# A rejection reason names the request's own size, then the run's limit: the kind of a reason
+# keeps the limit and drops the request's number, so reasons group into a few counted kinds.
+_REASON_KINDS = (
+    (re.compile(r"^prompt\+output = [\d,]+ tokens exceeds (.*)$"), r"prompt+output exceeds \1"),
+    (re.compile(r"^needs [\d,]+ KV tokens but the cache holds (.*)$"), r"needs more KV tokens than the cache holds (\1)"),
+)
+
+
+def rejection_kind(reason: str) -> str:
+    """The reason without the request's own figures (any other digits read as N)."""
+    for pattern, kind in _REASON_KINDS:
+        if pattern.match(reason):
+            return pattern.sub(kind, reason)
+    return re.sub(r"\d[\d,.]*", "N", reason)
+
+
+def rejections_by_kind(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, int]:
+    """How many requests were rejected for each kind of reason, most frequent first."""
+    cols = _as_columns(requests)
+    reasons = cols["reject_reason"][cols["status"] == "rejected"]
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        kind = str(rejection_kind(reason))
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _token_times(result: RunResult) -> tuple[np.ndarray, np.ndarray]:
@@ -136,6 +163,7 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
         "num_requests": int(n),
         "num_finished": int(done.sum()),
         "num_rejected": int((status == "rejected").sum()),
+        "rejected_by_reason": rejections_by_kind(cols),
         "num_preemptions": int(cols["num_preemptions"].sum()),
         "num_iterations": len(result.iterations),
         "num_tbt_samples": int(len(tbt)),
@@ -165,9 +193,37 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
 
         frame = requests if isinstance(requests, pd.DataFrame) else pd.DataFrame(cols)
         out["per_replica"] = replica_frame(result, frame, span).to_dict("records")
+    out.update(overload_summary(cols))
     out["kv_cache_tokens"] = result.memory.num_kv_tokens
     out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
     out["workload"] = result.workload_source
+    return out
+
+
+# A run is overloaded when scheduling delay in the last quarter of arrivals exceeds the capacity
+# criterion's bound (P50 scheduling delay <= 2 s, DESIGN.md) and has at least doubled since the
+# first quarter, with requests still queued when the last one arrives: the queue was growing.
+OVERLOAD_SCHED_DELAY_S = 2.0
+OVERLOAD_GROWTH = 2.0
+
+
+def overload_summary(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, Any]:
+    """Whether arrivals outpaced service: ``overloaded`` plus the figures that decided it."""
+    cols = _as_columns(requests)
+    served = cols["status"] != "rejected"
+    order = np.argsort(cols["arrival_at"][served], kind="stable")
+    out: dict[str, Any] = {"overloaded": False}
+    if len(order) < 8:
+        return out
+    delay = cols["sched_delay_s"][served][order]
+    quarter = max(1, len(order) // 4)
+    first, last = float(np.nanmedian(delay[:quarter])), float(np.nanmedian(delay[-quarter:]))
+    last_arrival = float(cols["arrival_at"][served][order][-1])
+    scheduled = cols["first_scheduled_at"][served][order].astype(np.float64)
+    waiting = int(((scheduled > last_arrival) | np.isnan(scheduled)).sum())
+    out.update(sched_delay_s_p50_first_quarter=first, sched_delay_s_p50_last_quarter=last,
+               num_waiting_at_last_arrival=waiting)
+    out["overloaded"] = bool(last > OVERLOAD_SCHED_DELAY_S and last > OVERLOAD_GROWTH * first and waiting > 0)
     return out
 
 

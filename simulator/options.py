@@ -12,13 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simulator.catalog import GPUS
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 
 # option name -> (RunConfig field path, type, help); sweep files use the same names.
 RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "model": ("replica__model", str, "Model: a catalog name (llama-2-7b, mixtral-8x7b, deepseek-v3, ...), HF id, or a config.json path."),
-    "gpu": ("replica__gpu", str, "GPU: a100-80gb, h100-sxm, h200, b200, gb200, mi300x, h20, l4, ... or a .toml/.json file."),
+    "gpu": ("replica__gpu", str, f"GPU: {', '.join(GPUS)} (`simulate gpus`), or a .toml/.json file."),
     "tp": ("replica__tp", int, "Tensor-parallel degree."),
     "pp": ("replica__pp", int, "Pipeline-parallel degree."),
     "nodes": ("replica__num_nodes", int, "Nodes a replica spans (PP stages across nodes)."),

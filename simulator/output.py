@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,37 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def check_format(fmt: str) -> None:
+    """Refuse an unknown table format before any work is done."""
+    if fmt not in FORMATS:
+        raise ConfigError("--format", f"unknown format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an output folder that cannot be written, before any work is done.
+
+    Creates the folder (as writing would) and writes and removes a probe file in it, so a
+    path under a file, a read-only place or a pseudo-filesystem (``/proc/x``) fails here in
+    one line rather than after a long run.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError("--out", f"{out_dir} exists and is not a folder", "pass a folder path")
+    for parent in out_dir.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError("--out", f"{out_dir} is under {parent}, which is a file", "pass a folder path")
+            break
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=out_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError("--out", f"cannot write to {out_dir} ({exc.strerror or exc})",
+                          "pass a folder you can write to") from None
+
+
 def write_table(df: pd.DataFrame, path_stem: Path, fmt: str) -> Path:
     path = path_stem.with_suffix(f".{fmt}")
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -47,8 +80,7 @@ def write_table(df: pd.DataFrame, path_stem: Path, fmt: str) -> Path:
 
 def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: dict[str, Any] | None = None,
               requests: pd.DataFrame | None = None) -> dict[str, Path]:
-    if fmt not in FORMATS:
-        raise ConfigError("--format", f"unknown format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+    check_format(fmt)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError("--out", f"{out_dir} exists and is not a folder", "pass a folder path")

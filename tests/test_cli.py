@@ -62,6 +62,9 @@ def test_json_summary(tmp_path: Path):
     (["--qps", "-1"], "qps"),
     (["--num-requests", "0"], "num_requests"),
     (["--trace", "/nonexistent/trace.csv"], "trace"),
+    (["--out", "/proc/x"], "--out"),
+    (["--out", str(Path(__file__).resolve().parents[1] / "README.md" / "out")], "--out"),  # a path under a file
+    (["--format", "xlsx"], "--format"),
 ])
 def test_bad_input_is_one_line_and_nonzero(args, needle):
     proc = simulate_cli("run", "--no-progress", *args)
@@ -69,6 +72,38 @@ def test_bad_input_is_one_line_and_nonzero(args, needle):
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr
     assert needle in lines[0] and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--out", "/proc/x"], ["--format", "xlsx"], ["--out", "{file}/sub"]])
+def test_output_options_are_refused_before_simulating(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args):
+    import simulator.cli.run as run_cli
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+
+    def no_simulation(*a, **k):
+        raise AssertionError("simulated before checking the output options")
+
+    monkeypatch.setattr(run_cli, "simulate", no_simulation)
+    res = runner.invoke(app, ["run", "--no-progress", *(x.format(file=a_file) for x in args)])
+    from simulator.errors import ConfigError
+
+    assert isinstance(res.exception, ConfigError), res.output  # main() turns it into one line and exit 2
+    assert str(res.exception).startswith(args[0])
+
+
+def test_write_failure_after_the_run_keeps_the_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import simulator.cli.run as run_cli
+
+    def disk_full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run_cli, "write_run", disk_full)
+    res = runner.invoke(app, ["run", "--num-requests", "20", "--no-progress", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1
+    assert "TTFT" in res.stdout and "finished" in res.stdout  # the results are on screen
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "No space left on device" in lines[0] and lines[0].startswith("error: --out")
 
 
 def test_models_and_gpus_list_catalogs():

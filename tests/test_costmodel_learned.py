@@ -191,6 +191,22 @@ def test_mixed_models_or_units_refused(tmp_path):
         read_profile(_write(mixed, tmp_path / "mixed.csv"))
 
 
+def test_plausible_kernel_time_depends_on_the_device(tmp_path):
+    from simulator.costmodel.fit_data import plausible_limit_s
+
+    assert plausible_limit_s("a100-80gb") == 1.0 and plausible_limit_s("h100-sxm") == 1.0
+    assert plausible_limit_s("cpu") == pytest.approx(312.0) and plausible_limit_s("") == 1.0
+    slow = synthetic_table()
+    slow["median_s"] *= 3.0 / slow["median_s"].max()  # the slowest kernel takes 3 s
+    with pytest.raises(ConfigError, match=r"implausible on a100-80gb \(limit 1 s\)"):
+        read_profile(_write(slow.assign(device="a100-80gb"), tmp_path / "gpu.csv"))
+    on_cpu = read_profile(_write(slow.assign(device="cpu"), tmp_path / "cpu.csv"))  # a CPU is slow, not wrong
+    assert on_cpu["median_s"].max() == pytest.approx(3.0)
+    ms_on_cpu = slow.assign(device="cpu", median_s=slow["median_s"] * 1e3)  # milliseconds read as seconds
+    with pytest.raises(ConfigError, match="implausible on cpu"):
+        read_profile(_write(ms_on_cpu, tmp_path / "cpu_ms.csv"))
+
+
 def test_too_few_points_refused():
     df = synthetic_table()
     df = df[(df["op"] == "qkv_proj") & (df["num_tokens"] <= 5)]

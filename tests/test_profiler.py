@@ -92,6 +92,27 @@ def test_token_grid_is_dense_then_geometric_up_to_max() -> None:
     assert token_grid(100)[-1] == 100
 
 
+@pytest.mark.parametrize("max_tokens", [8, 16, 64, 128, 256, 2048])
+def test_quick_grids_give_fit_enough_points(max_tokens: int) -> None:
+    from profiler.grid import QUICK_MIN_POINTS, comm_token_grid, prefill_grid, quick_token_grid
+    from simulator.costmodel.fit import MIN_POINTS
+
+    assert QUICK_MIN_POINTS >= MIN_POINTS
+    grid = quick_token_grid(max_tokens)
+    assert grid == token_grid(max_tokens, quick=True) and len(set(grid)) == MIN_POINTS
+    assert grid[0] == 1 and grid[-1] == max_tokens and grid == sorted(grid)
+    assert len(set(comm_token_grid(max_tokens, quick=True))) >= MIN_POINTS
+    assert len(set(prefill_grid(max_tokens, 2048, quick=True))) >= MIN_POINTS
+    assert len({(len(x), round(sum(x) / len(x))) for x in decode_grid(2048, np.random.default_rng(0), quick=True)}
+               ) >= MIN_POINTS
+
+
+def test_cpu_profiles_default_to_float32_and_cuda_to_bf16(tmp_path: Path) -> None:
+    assert ProfileConfig(model="tiny-llama-1b", out=tmp_path, device="cpu").dtype == "float32"
+    assert ProfileConfig(model="tiny-llama-1b", out=tmp_path, device="cuda").dtype == "bfloat16"
+    assert ProfileConfig(model="tiny-llama-1b", out=tmp_path, device="cpu", dtype="bfloat16").dtype == "bfloat16"
+
+
 def test_decode_grid_is_seeded_and_has_mixed_batches() -> None:
     a = decode_grid(4096, np.random.default_rng(7), quick=True)
     b = decode_grid(4096, np.random.default_rng(7), quick=True)
@@ -157,7 +178,8 @@ def test_quick_run_covers_every_op_family_with_the_schema(tmp_path: Path) -> Non
     assert set(table["model"]) == {"tiny-test"} and set(table["device"]) == {"cpu"}
     comm = table[table["op"].isin(COMM_OPS)]
     assert set(comm["world_size"]) == {2} and set(comm["backend"]) == {"gloo"}
-    assert (comm["message_bytes"] == comm["num_tokens"] * 256 * 2).all()
+    assert (comm["message_bytes"] == comm["num_tokens"] * 256 * 4).all()  # float32: the CPU default
+    assert set(table["dtype"]) == {"float32"}
     compute = table[~table["op"].isin(COMM_OPS)]
     assert (compute["tp"] == 1).all()
     np.testing.assert_allclose(compute["achieved_flops_per_s"], compute["flops"] / compute["median_s"])
@@ -261,6 +283,8 @@ def test_cli_without_torch_says_how_to_install(monkeypatch: pytest.MonkeyPatch, 
     res = CliRunner().invoke(app, ["profile", "--model", "tiny-llama-1b", "--out", str(tmp_path)])
     assert res.exit_code == 2
     assert "install the profile extra: pip install 'servesim[profile]'" in res.output
+    assert "torch==2.13.0" in res.output and "CPU" in res.output  # how to get the CPU build
+    assert "://" not in res.output  # no registry host named
 
 
 def test_cli_writes_table_and_resumes(tmp_path: Path) -> None:
@@ -269,7 +293,7 @@ def test_cli_writes_table_and_resumes(tmp_path: Path) -> None:
     first = run_cli(*args)
     assert first.returncode == 0, first.stderr
     n = len(read_table(tmp_path / "o" / TABLE_FILE))
-    assert n == len(OP_FAMILIES["linear"]) * 2  # tokens 1 and 8
+    assert n == len(OP_FAMILIES["linear"]) * 8  # quick: tokens 1..8, enough for `simulate fit`
     second = run_cli(*args)
     assert second.returncode == 0 and f"0 measured, {n} already there" in " ".join(second.stdout.split())
 

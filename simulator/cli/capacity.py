@@ -22,6 +22,7 @@ from simulator.cli.app import app
 from simulator.cli.app import console as app_console
 from simulator.cli.options import run_options
 from simulator.cli.steps import StepProgress
+from simulator.cli.tables import print_table
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 from simulator.output import jsonable
@@ -168,7 +169,7 @@ def print_capacity(report, console: Console) -> None:  # noqa: ANN001
     table = build(with_note=not notes_below)
     console.print(f"workload: {report.config.workload.name}, {report.config.workload.num_requests} requests per trial")
     if table.row_count:
-        console.print(table)
+        print_table(console, table)
     if notes_below:
         for t in (t for seed in report.seeds for t in seed.trials if t.reason):
             console.print(f"{'seed ' + str(t.seed) + ', ' if multi_seed else ''}{t.qps:.4g} QPS failed: {t.reason}",

@@ -6,6 +6,7 @@ from rich.table import Table
 
 from simulator.catalog import GPUS, MODELS
 from simulator.cli.app import app, console
+from simulator.cli.tables import print_table
 
 
 @app.command()
@@ -22,7 +23,7 @@ def models() -> None:
         table.add_row(m.name, m.hf_id, str(m.num_layers), str(m.hidden_size), str(m.num_heads), str(m.num_kv_heads),
                       str(m.ffn_size), str(m.vocab_size), str(m.max_model_len), f"{m.num_params / 1e9:.1f}",
                       f"{m.num_active_params / 1e9:.1f}", experts, attention)
-    console().print(table)
+    print_table(console(), table)
 
 
 @app.command()
@@ -35,4 +36,4 @@ def gpus() -> None:
                       f"{g.hbm_bytes_per_s / 1e9:.0f}",
                       f"{g.memory_bytes / 2**30:.0f}", f"{g.nvlink_bytes_per_s / 1e9:.0f}",
                       f"{g.pcie_bytes_per_s / 1e9:.0f}", ", ".join(g.aliases))
-    console().print(table)
+    print_table(console(), table)

@@ -15,7 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.cli.app import app
+from simulator.cli.app import console as app_console
 from simulator.cli.steps import StepProgress
+from simulator.cli.tables import print_table
 from simulator.config import ReplicaConfig
 from simulator.errors import ConfigError
 
@@ -57,8 +59,8 @@ def fit(
         med, p95 = r["holdout_median_ape"], r["holdout_p95_ape"]
         table.add_row(r["op"], r["family"], str(r["num_train"]), str(r["num_holdout"]),
                       "-" if med is None else f"{100 * med:.1f}%", "-" if p95 is None else f"{100 * p95:.1f}%")
-    console = Console()
-    console.print(table)
+    console = app_console()
+    print_table(console, table)
     console.print(f"roofline fallback for: {', '.join(artifact['roofline_ops']) or 'nothing'}")
 
 

@@ -19,12 +19,40 @@ from typing import Annotated, Any
 
 import typer
 
+from simulator.config import RunConfig
 from simulator.options import RUN_OPTIONS, build_config
+
+# Defaults that are a rule rather than one value (the dataclass holds None for "decide later").
+RULE_DEFAULTS = {
+    "max_model_len": "the model's",
+    "num_gpu_blocks": "what the memory plan leaves for the KV cache",
+    "intra_node_link": "NVLink if the GPU has it, else PCIe",
+    "max_num_batched_tokens": "the token budget for sarathi/vllm-v1, else max(max_model_len, 2048)",
+    "chunk_size": "512 for sarathi, 2048 for vllm-v1",
+    "max_total_tokens": "the context limit for built-in workloads, none for traces",
+    "prompt_tokens_max": "--prompt-tokens",
+    "output_tokens_max": "--output-tokens",
+}
+
+
+def default_text(name: str, base: RunConfig | None = None) -> str | None:
+    """What an option means when not given: the RunConfig default, or the rule that picks it."""
+    value: object = base or RunConfig()
+    for part in RUN_OPTIONS[name][0].split("__"):
+        value = getattr(value, part)
+    if value is None:
+        return RULE_DEFAULTS.get(name)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _parameters() -> list[inspect.Parameter]:
     params = []
     for name, (_, typ, help_text) in RUN_OPTIONS.items():
+        default = default_text(name)
+        if default is not None and "default" not in help_text:  # parentheses: [..] would read as rich markup
+            help_text = f"{help_text.rstrip('.')} (default: {default})."
         annotation = Annotated[typ | None, typer.Option(help=help_text, rich_help_panel="Run options")]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     params.append(inspect.Parameter(

@@ -15,7 +15,10 @@ import typer
 
 from simulator.cli.app import app, console, fail
 
-TORCH_HINT = "install the profile extra: pip install 'servesim[profile]'"
+# The plain pin resolves to the CPU build where no CUDA wheel applies, e.g. in the README's CI line;
+# on a Linux machine with a GPU driver the default index serves the CUDA build instead.
+TORCH_HINT = ("install the profile extra: pip install 'servesim[profile]' (CPU-only machine: "
+              "pip install -e '.[profile]' torch==2.13.0, the CPU build the README and CI use)")
 
 
 def torch_available() -> bool:
@@ -33,7 +36,9 @@ def profile(
     = None,
     quick: Annotated[bool, typer.Option(help="Tiny grid and few repeats: a smoke test.")] = False,
     out: Annotated[Path | None, typer.Option(help="Output folder (default ./profile_<model>_<device>).")] = None,
-    dtype: Annotated[str, typer.Option(help="bfloat16, float16 or float32.")] = "bfloat16",
+    dtype: Annotated[str | None, typer.Option(
+        help="bfloat16, float16 or float32 (default: bfloat16 on CUDA, float32 on CPU, where bf16 is emulated).")]
+    = None,
     world_size: Annotated[list[int] | None, typer.Option(
         help="Process-group sizes for comm ops (default 2 on CPU; 2/4/8 up to the GPU count on CUDA).")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads (default: all this process may use).")] = None,

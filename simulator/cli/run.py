@@ -7,44 +7,56 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from simulator.cli.app import app, console
 from simulator.cli.options import run_options
+from simulator.cli.tables import print_table
 from simulator.config import RunConfig
-from simulator.output import FORMATS, jsonable
+from simulator.output import FORMATS, check_format, check_out_dir, jsonable, write_run
+from simulator.progress import RunProgress
+from simulator.resources import check_run_fits
 
-if TYPE_CHECKING:  # the engine (numpy, SimPy) and rich load when a run starts, not for --help
-    from rich.console import Console
-
+if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, not for --help
     from simulator.engine import RunResult
 
 
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
                    ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> tuple[RunResult, dict[str, Any]]:
     """Simulate ``config``; write outputs to ``out`` if given; return the result and summary."""
+    result, summary, requests = _simulate_and_summarize(config, progress, ttft_slo_s, tbt_slo_s, out is not None)
+    if out is not None:
+        _write(result, out, fmt, summary, requests)
+    return result, summary
+
+
+def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requests: Any) -> None:
+    write_run(result, out, fmt, summary, requests)
+    if "disagg" in result.extra:  # disaggregated prefill/decode: one row per KV handoff
+        from simulator.disagg_metrics import handoff_frame
+        from simulator.output import write_table
+
+        write_table(handoff_frame(result, requests), Path(out) / "handoff", fmt)
+
+
+def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttft_slo_s: float,
+                            tbt_slo_s: float, frame: bool = True) -> tuple[RunResult, dict[str, Any], Any]:
+    """The run, its summary, and its requests: a pandas frame when ``frame`` (tables are
+    written) or pool metrics need it, else numpy columns (no pandas at all)."""
     from simulator.engine import simulate
-    from simulator.metrics import request_columns, summarize
+    from simulator.metrics import request_columns, request_frame, summarize
 
     result = simulate(config, progress=progress)
-    disagg = "disagg" in result.extra  # disaggregated prefill/decode: pool, handoff and link metrics
-    if out is not None or disagg:  # pandas only when tables are written or pool metrics need them
-        from simulator.metrics import request_frame
+    if isinstance(progress, RunProgress):
+        progress.phase(f"computing metrics of {len(result.requests):,} requests", len(result.requests))
+    requests = request_frame(result) if frame or "disagg" in result.extra else request_columns(result)
+    summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
+    if "disagg" in result.extra:  # disaggregated prefill/decode: pool, handoff and link metrics
+        from simulator.disagg_metrics import disagg_summary
 
-        requests = request_frame(result)
-        summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
-        if disagg:
-            from simulator.disagg_metrics import disagg_summary, handoff_frame
-
-            summary["disagg"] = disagg_summary(result, requests, ttft_slo_s, tbt_slo_s)
-        if out is not None:
-            from simulator.output import write_run, write_table
-
-            write_run(result, out, fmt, summary, requests)
-            if disagg:
-                write_table(handoff_frame(result, requests), Path(out) / "handoff", fmt)
-    else:
-        summary = summarize(result, request_columns(result), ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
-    return result, summary
+        summary["disagg"] = disagg_summary(result, requests, ttft_slo_s, tbt_slo_s)
+    return result, summary, requests
 
 
 def _ms(value: float) -> str:
@@ -52,8 +64,6 @@ def _ms(value: float) -> str:
 
 
 def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, console: Console) -> None:
-    from rich.table import Table
-
     r, s = config.replica, config.scheduler
     title = f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) x{config.num_replicas} replica(s) · {s.name}"
     if config.is_disaggregated:
@@ -62,8 +72,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
                        ("sched_delay_s", "scheduling delay")):
         table.add_row(label, *(_ms(summary[f"{key}_{q}"]) for q in ("p50", "p90", "p99", "max")))
-    console.print(f"workload: {summary['workload']}")
-    console.print(table)
+    console.print(f"workload: {summary['workload']} · cost model: {config.cost_model}")
+    print_table(console, table)
     console.print(
         f"requests: {summary['num_finished']} finished, {summary['num_rejected']} rejected, "
         f"{summary['num_preemptions']} preemptions · throughput {summary['throughput_rps']:.2f} req/s, "
@@ -82,6 +92,16 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
             f"{d['prefill_busy_fraction']:.0%} decode {d['decode_busy_fraction']:.0%} · KV occupancy mean prefill "
             f"{d.get('prefill_kv_occupancy_mean', float('nan')):.0%} decode {d.get('decode_kv_occupancy_mean', float('nan')):.0%}"
             f" · SLO attainment {d['slo_attainment']:.1%} (TTFT<={d['ttft_slo_s']}s, TPOT<={d['tpot_slo_s']}s)")
+    if summary.get("rejected_by_reason"):
+        console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()),
+                      soft_wrap=True)
+    if summary.get("overloaded"):
+        console.print(
+            f"[bold]load exceeds capacity:[/bold] scheduling delay rose from {summary['sched_delay_s_p50_first_quarter']:.3g} s "
+            f"(P50, first quarter of arrivals) to {summary['sched_delay_s_p50_last_quarter']:.3g} s (last quarter) and "
+            f"{summary['num_waiting_at_last_arrival']:,} requests were still queued at the last arrival, so latencies "
+            "grow with the run's length; lower --qps or find the sustainable rate with `simulate capacity` "
+            "(same options)", soft_wrap=True)
     if "stage_busy_fraction" in summary:
         for replica_id, busy in enumerate(summary["stage_busy_fraction"]):
             stages = ", ".join(f"{b:.0%}" for b in busy)
@@ -101,12 +121,34 @@ def run(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, sarathi, ShareGPT)."""
-    result, summary = run_simulation(config, out, fmt, progress=progress and not json_out,
-                                     ttft_slo_s=ttft_slo, tbt_slo_s=tbt_slo)
+    # Every option is checked before the run: a bad --format or --out must not cost a simulation.
+    check_format(fmt)
+    if out is not None:
+        check_out_dir(out)
+    check_run_fits(config.workload.num_requests)  # refuse, with the figure, a run that cannot fit in memory
+    reporter = RunProgress() if progress and not json_out else None
+    write_error = None
+    try:
+        result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo,
+                                                            out is not None)
+        if out is not None:
+            if reporter is not None:
+                reporter.phase(f"writing tables to {out}", len(result.requests))
+            try:
+                _write(result, out, fmt, summary, requests)
+            except OSError as exc:  # the folder was writable before the run; keep the results on screen
+                write_error = (f"--out: could not write the results to {out} ({exc.strerror or exc}); "
+                               "the summary is above")
+    finally:
+        if reporter is not None:
+            reporter.close()
     if json_out:
         typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
-        return
-    out_console = console()
-    print_summary(config, summary, result.wall_s, out_console)
-    if out is not None:
-        out_console.print(f"wrote {out}/ (requests, iterations, summary.json, config.json)")
+    else:
+        out_console = console()
+        print_summary(config, summary, result.wall_s, out_console)
+        if out is not None and write_error is None:
+            out_console.print(f"wrote {out}/ (requests, iterations, summary.json, config.json)")
+    if write_error is not None:
+        typer.echo(f"error: {write_error}", err=True)
+        raise typer.Exit(1)

@@ -79,8 +79,24 @@ REQUIRED_BY_OP = {
     "all_gather": ("message_bytes", "world_size"),
     "send_recv": ("message_bytes", "world_size"),
 }
-# A kernel slower than this is not a kernel: the table's unit is wrong (ms or ns read as s).
+# On an A100-class GPU a kernel slower than this is not a kernel: the table's unit is wrong (ms or
+# ns read as s). Slower devices get a proportionally higher limit (a CPU is slow, not wrong):
+# see plausible_limit_s.
 MAX_PLAUSIBLE_S = 1.0
+_REFERENCE_FLOPS = 312e12  # A100 dense bf16, the device MAX_PLAUSIBLE_S is stated for
+
+
+def plausible_limit_s(device: str) -> float:
+    """The slowest believable kernel time on ``device`` (catalog name; blank or unknown: a GPU's).
+
+    ``MAX_PLAUSIBLE_S`` scaled by how much slower than an A100 the device's peak is, never
+    below it: 1 s on an A100 or H100, 312 s on the catalog's ``cpu`` (1 TFLOP/s peak).
+    """
+    try:
+        flops = get_gpu(device).bf16_flops if device else _REFERENCE_FLOPS
+    except ConfigError:
+        flops = _REFERENCE_FLOPS
+    return MAX_PLAUSIBLE_S * max(1.0, _REFERENCE_FLOPS / flops)
 
 _VIDUR_MLP_OPS = {  # Vidur column -> (our op, multiplicity)
     "attn_pre_proj": ("qkv_proj", 1.0), "attn_post_proj": ("attn_out_proj", 1.0),
@@ -317,8 +333,14 @@ def validate(table: pd.DataFrame, where: Path | str = "profile") -> None:
     t = pd.to_numeric(table["median_s"], errors="coerce").to_numpy(dtype=float)
     if not np.isfinite(t).all() or (t <= 0).any():
         raise _bad(where, "median_s must be positive and finite in every row")
-    if t.max() > MAX_PLAUSIBLE_S:
-        raise _bad(where, f"a kernel time of {t.max():.3g} s is implausible",
+    devices = (table["device"].astype(object).where(table["device"].notna(), "").astype(str).to_numpy()
+               if "device" in table else np.full(len(t), "", dtype=object))
+    limits = {d: plausible_limit_s(d) for d in set(devices)}
+    over = t > np.array([limits[d] for d in devices], dtype=float)
+    if over.any():
+        i = int(np.argmax(np.where(over, t, -np.inf)))
+        on = f" on {devices[i]}" if devices[i] else ""
+        raise _bad(where, f"a kernel time of {t[i]:.3g} s is implausible{on} (limit {limits[devices[i]]:.3g} s)",
                    "median_s is in seconds; were milliseconds or nanoseconds read as seconds?")
 
 

@@ -1,0 +1,77 @@
+"""Printing tables whose cells are values to copy: never truncated, never squeezed.
+
+rich shrinks a table that is wider than the console by folding or eliding cells
+("llam...", "0.009..."): that destroys exactly the names and numbers a user copies.
+:func:`print_table` never lets it:
+
+- every cell stays on one line (``no_wrap``), so a value is never cut or split;
+- piped or redirected output is printed at the table's natural width, however wide
+  (a file has no edge; ``grep`` and ``cut`` then see whole rows);
+- on a terminal narrower than the table, each row is printed as a short record instead:
+  the first column's value as a heading, then ``header value`` pairs, wrapped between
+  pairs, never inside one.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+PAIR_SEPARATOR = " · "
+RECORD_INDENT = "    "
+
+
+def _plain(cell: object) -> str:
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+def table_rows(table: Table) -> list[list[str]]:
+    """The table's cells as plain strings, row by row."""
+    columns = [[_plain(c) for c in col._cells] for col in table.columns]
+    return [list(row) for row in zip(*columns, strict=True)] if columns else []
+
+
+def wrap_pairs(pairs: list[str], width: int, indent: str = RECORD_INDENT) -> list[str]:
+    """Greedy lines of ``indent`` + pairs joined by :data:`PAIR_SEPARATOR`, at most ``width`` wide
+    where a pair fits at all (a longer pair gets a line of its own, whole)."""
+    lines: list[str] = []
+    line = ""
+    for pair in pairs:
+        candidate = pair if not line else line + PAIR_SEPARATOR + pair
+        if line and len(indent) + len(candidate) > width:
+            lines.append(indent + line)
+            line = pair
+        else:
+            line = candidate
+    if line:
+        lines.append(indent + line)
+    return lines
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` with every cell whole (see the module docstring)."""
+    for column in table.columns:
+        column.no_wrap = True
+        column.overflow = "ignore"
+    natural = Measurement.get(console, console.options.update_width(1_000_000), table).maximum
+    if not console.is_terminal:
+        width = console.width
+        console.width = max(width, natural)
+        try:
+            console.print(table, crop=False)
+        finally:
+            console.width = width
+        return
+    if natural <= console.width:
+        console.print(table)
+        return
+    if table.title:
+        console.print(table.title, soft_wrap=True)
+    headers = [_plain(c.header) for c in table.columns]
+    for row in table_rows(table):
+        console.print(Text(row[0], style="bold"), soft_wrap=True)
+        pairs = [f"{h} {v}" for h, v in zip(headers[1:], row[1:], strict=True) if v not in ("", "-")]
+        for line in wrap_pairs(pairs, console.width):
+            console.print(Text(line), soft_wrap=True)

@@ -1,0 +1,239 @@
+"""What the CLI prints: whole names and numbers at any width, rejection reasons, overload, help.
+
+Catalog names are the values users copy, so they never truncate: piped output keeps the table
+at its natural width, and a narrow terminal gets one short record per row instead.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from rich.table import Table
+
+from simulator.catalog import GPUS, MODELS
+from simulator.cli.tables import print_table, wrap_pairs
+
+ROOT = Path(__file__).resolve().parents[1]
+SIMULATE = [sys.executable, "-m", "simulator"]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def piped(*args: str, columns: int = 80) -> str:
+    env = {**os.environ, "COLUMNS": str(columns)}
+    res = subprocess.run([*SIMULATE, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def on_terminal(*args: str, columns: int = 80) -> str:
+    """Run with stdout on a pseudo-terminal ``columns`` wide, as a user at a shell would."""
+    pty = pytest.importorskip("pty")
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
+    proc = subprocess.Popen([*SIMULATE, *args], stdout=slave, stderr=slave, env=env, cwd=ROOT)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    return ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")
+
+
+CATALOGS = {"models": [v for m in MODELS.values() for v in (m.name, m.hf_id)],
+            "gpus": [v for g in GPUS.values() for v in (g.name, *g.aliases)]}
+
+
+@pytest.mark.parametrize("command", ["models", "gpus"])
+def test_catalog_names_are_whole_when_piped(command: str) -> None:
+    out = piped(command)
+    assert "…" not in out and "..." not in out
+    words = set(re.split(r"[\s│┃,]+", out))
+    missing = [name for name in CATALOGS[command] if name not in words]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("command", ["models", "gpus"])
+def test_catalog_wraps_rows_on_a_narrow_terminal(command: str) -> None:
+    out = on_terminal(command, columns=80)
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    words = set(re.split(r"[\s│┃,·]+", out))
+    missing = [name for name in CATALOGS[command] if name not in words]
+    assert not missing, missing
+
+
+def test_numbers_are_never_squeezed_when_piped() -> None:
+    table = Table("seed", "QPS", "P-TBT (s)", "note")
+    for i in range(3):
+        table.add_row(str(i), f"{1.23456 + i:.6g}", "0.0098765", "P99 TBT 0.1049 s > SLO 0.1 s, and a long note " * 2)
+    buffer = io.StringIO()
+    print_table(Console(file=buffer, width=60, force_terminal=False), table)
+    out = buffer.getvalue()
+    assert "0.0098765" in out and "1.23456" in out and "…" not in out
+    assert out.count("and a long note") == 6  # notes on one line each, not wrapped
+    assert len([ln for ln in out.splitlines() if "0.0098765" in ln]) == 3
+
+
+def test_record_lines_wrap_between_pairs_only() -> None:
+    pairs = ["layers 32", "hidden 4096", "kv heads 8", "a-very-long-value " * 6]
+    lines = wrap_pairs(pairs, 30)
+    assert lines[0] == "    layers 32 · hidden 4096"
+    joined = " · ".join(line.strip() for line in lines)
+    assert joined == " · ".join(pairs).strip()
+
+
+# -- rejected requests --------------------------------------------------------------------------
+def test_rejections_are_counted_per_reason(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    args = ["run", "--num-requests", "40", "--workload", "uniform", "--prompt-tokens", "100", "--prompt-tokens-max",
+            "1000", "--output-tokens", "10", "--max-model-len", "512", "--max-total-tokens", "100000", "--no-progress"]
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    by_reason = summary["rejected_by_reason"]
+    assert summary["num_rejected"] > 0 and sum(by_reason.values()) == summary["num_rejected"]
+    assert list(by_reason) == ["prompt+output exceeds max_model_len 512"]
+    assert f"rejected: {summary['num_rejected']} prompt+output exceeds max_model_len 512" in res.stdout
+
+
+def test_rejection_kinds_drop_the_request_figures() -> None:
+    from simulator.config import SchedulerConfig
+    from simulator.kvcache import BlockManager
+    from simulator.metrics import rejection_kind
+    from simulator.request import Request
+    from simulator.schedulers import SCHEDULERS
+
+    scheduler = SCHEDULERS["sarathi"](SchedulerConfig("sarathi"), BlockManager(10, 16, 0.0), 4096)
+    too_long = scheduler.rejection_reason(Request(0, 0.0, 5000, 10))
+    too_big = scheduler.rejection_reason(Request(1, 0.0, 1000, 10))
+    assert rejection_kind(too_long) == "prompt+output exceeds max_model_len 4096"
+    assert rejection_kind(too_big) == "needs more KV tokens than the cache holds (160)"
+    assert rejection_kind(scheduler.rejection_reason(Request(2, 0.0, 900, 20))) == rejection_kind(too_big)
+    assert rejection_kind("something else at 12.5 s") == "something else at N s"
+
+
+# -- help -----------------------------------------------------------------------------------------
+def test_run_help_shows_every_default_and_cpu() -> None:
+    out = piped("run", "--help", columns=300)
+    lines = {m.group(1): line for line in out.splitlines() if (m := re.search(r"(--[a-z-]+)\s", line))}
+    for option, default in (("--qps", "1"), ("--num-requests", "256"), ("--chunk-size", "512 for sarathi"),
+                            ("--max-num-seqs", "128"), ("--scheduler", "sarathi"), ("--model", "llama-2-7b"),
+                            ("--seed", "0"), ("--cost-model", "roofline"), ("--max-num-batched-tokens", "the token budget")):
+        assert f"default: {default}" in lines[option], lines[option]
+    assert "cpu" in lines["--gpu"] and "h200" in lines["--gpu"]
+
+
+# -- overload ----------------------------------------------------------------------------------
+def test_overloaded_run_says_so_and_flags_summary(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    heavy = ["run", "--model", "mistral-7b", "--workload", "fixed", "--prompt-tokens", "2048", "--output-tokens", "64",
+             "--qps", "20", "--num-requests", "100", "--no-progress"]
+    res = CliRunner().invoke(app, [*heavy, "--out", str(tmp_path / "heavy")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "heavy" / "summary.json").read_text())
+    assert summary["overloaded"] is True and summary["num_waiting_at_last_arrival"] > 0
+    assert summary["sched_delay_s_p50_last_quarter"] > 2 * summary["sched_delay_s_p50_first_quarter"]
+    lines = [ln for ln in res.stdout.splitlines() if "load exceeds capacity" in ln]
+    assert len(lines) == 1 and "simulate capacity" in lines[0]
+
+    light = CliRunner().invoke(app, ["run", "--num-requests", "60", "--no-progress", "--out", str(tmp_path / "light")])
+    assert light.exit_code == 0 and "load exceeds capacity" not in light.stdout
+    assert json.loads((tmp_path / "light" / "summary.json").read_text())["overloaded"] is False
+
+
+def test_steady_long_delays_are_not_called_growing() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from simulator.metrics import overload_summary
+
+    n = 40
+    arrival = np.arange(n, dtype=float)
+    frame = pd.DataFrame({"arrival_at": arrival, "first_scheduled_at": arrival + 5.0, "status": "finished",
+                          "sched_delay_s": np.full(n, 5.0)})
+    assert overload_summary(frame)["overloaded"] is False  # long but steady: not growing
+    frame["first_scheduled_at"] = arrival + arrival * 0.5  # delay grows with every arrival
+    frame["sched_delay_s"] = arrival * 0.5
+    assert overload_summary(frame)["overloaded"] is True
+
+
+# -- huge runs: progress and memory ------------------------------------------------------------
+def test_plain_progress_runs_from_generation_on() -> None:
+    from simulator.config import RunConfig
+    from simulator.engine import simulate
+    from simulator.progress import RunProgress
+
+    buffer = io.StringIO()
+    progress = RunProgress(stream=buffer, plain=True, every_s=0.0, quiet_s=0.0)
+    simulate(RunConfig().replace(workload__num_requests=300, workload__qps=4.0), progress=progress)
+    phases = [line.split("] ", 1)[1] for line in buffer.getvalue().splitlines()]
+    assert phases[:3] == ["generating 300 requests...", "building 300 requests...", "simulating: 0/300"]
+    assert re.fullmatch(r"simulating: 300/300 \(100%\), \d+s in this step, ETA 0s", phases[-1]), phases[-1]
+    assert "\x1b[" not in buffer.getvalue()  # plain lines, no terminal codes
+
+
+def test_short_piped_run_keeps_stderr_clean_and_bad_out_is_refused_first() -> None:
+    res = subprocess.run([*SIMULATE, "run", "--num-requests", "30"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    res = subprocess.run([*SIMULATE, "run", "--num-requests", "300", "--out", "/dev/null/x"], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1 and "--out" in res.stderr
+
+
+def test_progress_lines_carry_counts_and_eta() -> None:
+    from simulator.progress import RunProgress
+
+    buffer = io.StringIO()
+    progress = RunProgress(stream=buffer, plain=True, every_s=0.0, quiet_s=0.0)
+    progress.phase("generating 1,000 requests")
+    progress.start("simulating", 1000)
+    progress.update(250)
+    progress.close()
+    lines = buffer.getvalue().splitlines()
+    assert lines[0].endswith("generating 1,000 requests...") and lines[1].endswith("simulating: 0/1,000")
+    assert re.search(r"simulating: 250/1,000 \(25%\), \d+s in this step, ETA \d+s$", lines[2]), lines[2]
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_up_front() -> None:
+    from simulator.errors import ConfigError
+    from simulator.resources import BYTES_PER_REQUEST, GiB, check_run_fits, estimate_run_bytes
+
+    assert estimate_run_bytes(1000) == 1000 * BYTES_PER_REQUEST
+    assert estimate_run_bytes(1000, bytes_per_request=500) == 500_000  # one figure to update
+    assert check_run_fits(10_000, available=2 * GiB) == 10_000 * BYTES_PER_REQUEST
+    with pytest.raises(ConfigError) as err:
+        check_run_fits(10_000_000, available=4 * GiB)
+    message = str(err.value)
+    assert message.startswith("--num-requests") and "\n" not in message
+    assert f"{10_000_000 * BYTES_PER_REQUEST / GiB:.1f} GiB" in message and "4.0 GiB" in message
+    assert f"--num-requests {4 * GiB // BYTES_PER_REQUEST:,} or fewer" in message
+    # Through the CLI: refused in one line before generating anything.
+    res = subprocess.run([*SIMULATE, "run", "--num-requests", "100000000"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "GiB" in res.stderr and "generating" not in res.stderr

@@ -22,6 +22,13 @@ if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, not for 
     from simulator.engine import RunResult
 
 
+def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
+    """:func:`simulator.engine.simulate`, imported on the first run (not for ``--help``)."""
+    from simulator.engine import simulate as engine_simulate
+
+    return engine_simulate(config, **kwargs)
+
+
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
                    ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> tuple[RunResult, dict[str, Any]]:
     """Simulate ``config``; write outputs to ``out`` if given; return the result and summary."""
@@ -44,7 +51,6 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
                             tbt_slo_s: float, frame: bool = True) -> tuple[RunResult, dict[str, Any], Any]:
     """The run, its summary, and its requests: a pandas frame when ``frame`` (tables are
     written) or pool metrics need it, else numpy columns (no pandas at all)."""
-    from simulator.engine import simulate
     from simulator.metrics import request_columns, request_frame, summarize
 
     result = simulate(config, progress=progress)

@@ -56,9 +56,10 @@ import simpy
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel import load_cost_model
 from simulator.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of
-from simulator.engine import RunResult, StopRun, _arrivals, _progress_bar, make_requests
+from simulator.engine import RunResult, StopRun, _arrivals, make_requests
 from simulator.errors import ConfigError
 from simulator.kvcache import BlockManager, MemoryPlan, plan_memory
+from simulator.progress import RunProgress
 from simulator.records import Recorder
 from simulator.replica import Replica
 from simulator.request import Request, Status
@@ -352,7 +353,7 @@ class DisaggCluster:
         decode.submit(req)
 
 
-def simulate_disaggregated(config: RunConfig, table=None, progress: bool = False,  # noqa: ANN001
+def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
                            watch: Callable[[simpy.Environment, list[Request]], Any] | None = None) -> RunResult:
     """:func:`simulator.engine.simulate` for a disaggregated ``config``: same workload streams
     (same seed, same requests as the aggregated run), same result type. ``extra["disagg"]``
@@ -371,8 +372,11 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool = False
         table = generate_requests(workload, workload_rng)
     requests = make_requests(table)
     env = simpy.Environment()
-    bar = _progress_bar(len(requests)) if progress else None
-    recorder = Recorder(on_progress=bar.update if bar else None, report_every=max(1, len(requests) // 200))
+    # progress: True for a reporter of our own, or a RunProgress the caller keeps for later phases.
+    reporter = progress if isinstance(progress, RunProgress) else (RunProgress() if progress else None)
+    if reporter is not None:
+        reporter.start("simulating", len(requests))
+    recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, len(requests) // 200))
     cluster = DisaggCluster(env, config, layout, recorder, router_rng, len(requests))
     env.process(_arrivals(env, requests, cluster))  # type: ignore[arg-type]
     if watch is not None:
@@ -383,8 +387,8 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool = False
     except StopRun as stop:
         stopped = str(stop)
     finally:
-        if bar is not None:
-            bar.close()
+        if reporter is not None and reporter is not progress:
+            reporter.close()
     unfinished = [r for r in requests if r.completed_at is None and r.reject_reason is None]
     if unfinished and stopped is None:  # invariant: every request completes or is reported
         raise RuntimeError(f"{len(unfinished)} requests neither finished nor were rejected, e.g. {unfinished[0]}")

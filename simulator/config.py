@@ -22,6 +22,7 @@ SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
 ROUTERS = ("round_robin", "least_outstanding", "random")
+DEFAULT_ENGINE = "vllm-2023-splitwise"  # engine preset (simulator.costmodel.engine_model.ENGINES)
 # Weight dtypes and their bytes per parameter; int4 is group-wise (128) with one bf16 scale per group.
 WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
@@ -224,10 +225,13 @@ class RunConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     cost_model: str = "roofline"  # "roofline" or the path of a fitted cost-model artifact
-    engine: str = "vllm-2023-splitwise"  # engine overheads: a preset name or a calibrate-engine artifact
+    engine: str = DEFAULT_ENGINE  # engine overheads: a preset name or a calibrate-engine artifact
     num_replicas: int = 1
     router: str = "round_robin"
     seed: int = 0
+    # Advance decode-only stretches in one step (simulator.fastforward); results are identical
+    # either way, so this only trades speed for a step-by-step loop when debugging.
+    fast_forward: bool = True
     # Disaggregated prefill/decode (simulator.disagg_layout): pools as '2x(tp=2,gpu=h100-sxm)'.
     prefill_pool: str | None = None
     decode_pool: str | None = None

@@ -13,6 +13,7 @@ bit for bit.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from simulator.costmodel import CostModel, load_cost_model
 from simulator.errors import ConfigError
 from simulator.kvcache import MemoryPlan
 from simulator.progress import RunProgress
-from simulator.records import FRAME_COLUMNS, ITERATION_COLUMNS, STAGE_COLUMNS, Recorder
+from simulator.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.replica import Replica, build_scheduler
 from simulator.request import Request
 from simulator.routers import ROUTERS
@@ -38,7 +39,7 @@ class RunResult:
 
     config: RunConfig
     requests: list[Request]
-    iterations: list[tuple]
+    iterations: IterationLog  # ITERATION_COLUMNS rows; reads as a sequence of tuples
     memory: MemoryPlan
     workload_source: str
     sim_end_at: float
@@ -51,7 +52,16 @@ class RunResult:
     def iteration_frame(self):  # noqa: ANN201 - pandas imported lazily off the hot path
         import pandas as pd
 
-        df = pd.DataFrame.from_records(self.iterations, columns=list(ITERATION_COLUMNS))
+        iterations = self.iterations
+        if not isinstance(iterations, IterationLog):  # a plain list of tuples (hand-made results)
+            iterations = IterationLog(iterations)
+        df = pd.DataFrame(iterations.columns())
+        if self.config.num_replicas > 1 and len(df):
+            # Rows in order of end time (replica, start break ties): replicas record skipped
+            # stretches at their end, so raw completion order is not a property of the run.
+            end = df["started_at"].to_numpy() + df["duration_s"].to_numpy()
+            order = np.lexsort((df["started_at"].to_numpy(), df["replica_id"].to_numpy(), end))
+            df = df.iloc[order].reset_index(drop=True)
         df["num_decode_tokens"] = df["num_decodes"]
         df["batch_size"] = df["num_prefills"] + df["num_decodes"]
         return df[list(FRAME_COLUMNS)]
@@ -65,7 +75,8 @@ class RunResult:
 class Cluster:
     """Replicas behind a router. Routing decisions use a dedicated random stream."""
 
-    def __init__(self, env: simpy.Environment, config: RunConfig, recorder: Recorder, rng: np.random.Generator) -> None:
+    def __init__(self, env: simpy.Environment, config: RunConfig, recorder: Recorder, rng: np.random.Generator,
+                 watched: bool = False) -> None:
         self.env = env
         self.router = ROUTERS[config.router]
         self.rng = rng
@@ -73,12 +84,25 @@ class Cluster:
         self.cost_models: list[CostModel] = []
         self.memory: MemoryPlan | None = None
         self._step = 0
+        # When the arrivals process next submits a request (kept up to date by it; 0 until it starts).
+        self.next_arrival_at = 0.0
+        # Event skipping's horizon: the next event that can touch a replica. A lone replica
+        # (or any replica while a watch process observes the run) stops at the next event of
+        # any kind; replicas of a cluster only interact through arrivals, so each may run up
+        # to the next arrival regardless of the others' iterations.
+        horizon: Callable[[], float] | None = None
+        if config.fast_forward:
+            horizon = env.peek if config.num_replicas == 1 or watched else self._next_arrival_at
         for replica_id in range(config.num_replicas):
             scheduler, plan = build_scheduler(config)
             cost = load_cost_model(config.cost_model, config.replica, config.engine)
             self.memory = plan
             self.cost_models.append(cost)
-            self.replicas.append(make_replica(env, replica_id, scheduler, cost, recorder, config))
+            self.replicas.append(make_replica(env, replica_id, scheduler, cost, recorder, config, horizon))
+            self.replicas[-1].horizon_is_arrival = not watched
+
+    def _next_arrival_at(self) -> float:
+        return self.next_arrival_at
 
     def submit(self, req: Request) -> None:
         if len(self.replicas) == 1:
@@ -91,8 +115,9 @@ class Cluster:
 
 
 def make_replica(env: simpy.Environment, replica_id: int, scheduler, cost: CostModel, recorder: Recorder,
-                 config: RunConfig) -> Replica:
-    """The replica mechanism for a layout: the PP=1 loop, or stage processes for PP>1."""
+                 config: RunConfig, horizon: Callable[[], float] | None = None) -> Replica:
+    """The replica mechanism for a layout: the PP=1 loop, or stage processes for PP>1.
+    ``horizon`` enables event skipping (PP=1 only; see :mod:`simulator.fastforward`)."""
     if config.replica.pp > 1:
         try:
             from simulator.pipeline import PipelinedReplica
@@ -100,18 +125,20 @@ def make_replica(env: simpy.Environment, replica_id: int, scheduler, cost: CostM
             raise ConfigError("replica.pp", "pipeline parallelism is not available in this build",
                               "use --pp 1") from None
         return PipelinedReplica(env, replica_id, scheduler, cost, recorder, config)
-    return Replica(env, replica_id, scheduler, cost, recorder)
+    return Replica(env, replica_id, scheduler, cost, recorder, horizon)
 
 
 def _arrivals(env: simpy.Environment, requests: list[Request], cluster: Cluster):  # noqa: ANN202
     for req in requests:
         gap = req.arrival_at - env.now
         if gap > 0:
+            cluster.next_arrival_at = env.now + gap  # the time SimPy will wake us, to the last bit
             yield env.timeout(gap)
         # now + (t - now) may differ from t in the last bit: take the clock's value so every
         # timestamp of a request comes from the same clock (first_scheduled_at >= arrival_at).
         req.arrival_at = env.now
         cluster.submit(req)
+    cluster.next_arrival_at = math.inf
 
 
 def make_requests(table) -> list[Request]:  # noqa: ANN001 - RequestTable duck type
@@ -170,7 +197,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     if reporter is not None:
         reporter.start("simulating", len(requests))
     recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, len(requests) // 200))
-    cluster = Cluster(env, config, recorder, router_rng)
+    cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None)
     env.process(_arrivals(env, requests, cluster))
     if watch is not None:
         env.process(watch(env, requests))

@@ -19,9 +19,10 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from simulator.engine import RunResult
 
 QUANTILES = (50, 90, 99)
@@ -42,11 +43,15 @@ def rejection_kind(reason: str) -> str:
     return re.sub(r"\d[\d,.]*", "N", reason)
 
 
-def rejections_by_kind(requests: pd.DataFrame) -> dict[str, int]:
+def rejections_by_kind(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, int]:
     """How many requests were rejected for each kind of reason, most frequent first."""
-    reasons = requests.loc[requests["status"] == "rejected", "reject_reason"]
-    counts = reasons.map(rejection_kind).value_counts(sort=False)
-    return {str(k): int(v) for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
+    cols = _as_columns(requests)
+    reasons = cols["reject_reason"][cols["status"] == "rejected"]
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        kind = str(rejection_kind(reason))
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _token_times(result: RunResult) -> tuple[np.ndarray, np.ndarray]:
@@ -72,8 +77,9 @@ def tbt_samples(result: RunResult) -> np.ndarray:
     return gaps[keep]
 
 
-def request_frame(result: RunResult) -> pd.DataFrame:
-    """One row per request, finished or rejected, with its timeline and latencies."""
+def request_columns(result: RunResult) -> dict[str, np.ndarray]:
+    """One entry per request, finished or rejected: its timeline and latencies as numpy
+    columns (the columns of :func:`request_frame`, without pandas)."""
     reqs = result.requests
     flat, offsets = _token_times(result)
     n = len(reqs)
@@ -90,26 +96,36 @@ def request_frame(result: RunResult) -> pd.DataFrame:
         gaps[boundary[(boundary >= 0) & (boundary < len(gaps))]] = -np.inf
         # Each multi-token request's gaps start at its first token; reduceat runs to the next start.
         max_tbt[multi] = np.maximum.reduceat(gaps, offsets[:-1][multi])
-    df = pd.DataFrame({
+    cols: dict[str, np.ndarray] = {
         "request_id": np.fromiter((r.request_id for r in reqs), dtype=np.int64, count=n),
         "replica_id": np.fromiter((r.replica_id for r in reqs), dtype=np.int64, count=n),
         "arrival_at": np.fromiter((r.arrival_at for r in reqs), dtype=np.float64, count=n),
         "num_prompt_tokens": np.fromiter((r.num_prompt_tokens for r in reqs), dtype=np.int64, count=n),
         "num_output_tokens": np.fromiter((r.num_output_tokens for r in reqs), dtype=np.int64, count=n),
-        "first_scheduled_at": np.array([np.nan if r.first_scheduled_at is None else r.first_scheduled_at for r in reqs]),
+        "first_scheduled_at": np.array([np.nan if r.first_scheduled_at is None else r.first_scheduled_at for r in reqs],
+                                       dtype=np.float64),
         "first_token_at": first_token,
-        "completed_at": np.array([np.nan if r.completed_at is None else r.completed_at for r in reqs]),
+        "completed_at": np.array([np.nan if r.completed_at is None else r.completed_at for r in reqs],
+                                 dtype=np.float64),
         "num_preemptions": np.fromiter((r.num_preemptions for r in reqs), dtype=np.int64, count=n),
-        "status": [r.status.value for r in reqs],
-        "reject_reason": [r.reject_reason or "" for r in reqs],
-    })
-    df["ttft_s"] = df["first_token_at"] - df["arrival_at"]
-    df["sched_delay_s"] = df["first_scheduled_at"] - df["arrival_at"]
-    df["e2e_s"] = df["completed_at"] - df["arrival_at"]
-    denom = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] > 1)
-    df["tpot_s"] = (df["completed_at"] - df["first_token_at"]) / denom
-    df["max_tbt_s"] = max_tbt
-    return df
+        "status": np.array([r.status.value for r in reqs], dtype=object),
+        "reject_reason": np.array([r.reject_reason or "" for r in reqs], dtype=object),
+    }
+    cols["ttft_s"] = cols["first_token_at"] - cols["arrival_at"]
+    cols["sched_delay_s"] = cols["first_scheduled_at"] - cols["arrival_at"]
+    cols["e2e_s"] = cols["completed_at"] - cols["arrival_at"]
+    out = cols["num_output_tokens"]
+    denom = np.where(out > 1, out - 1, np.nan)
+    cols["tpot_s"] = (cols["completed_at"] - cols["first_token_at"]) / denom
+    cols["max_tbt_s"] = max_tbt
+    return cols
+
+
+def request_frame(result: RunResult) -> pd.DataFrame:
+    """One row per request, finished or rejected, with its timeline and latencies."""
+    import pandas as pd
+
+    return pd.DataFrame(request_columns(result))
 
 
 def _stats(values: np.ndarray, prefix: str) -> dict[str, float]:
@@ -128,43 +144,56 @@ def _stats(values: np.ndarray, prefix: str) -> dict[str, float]:
     return out
 
 
-def summarize(result: RunResult, requests: pd.DataFrame | None = None, ttft_slo_s: float = 2.0,
-              tbt_slo_s: float = 0.2) -> dict[str, Any]:
-    """Headline numbers of a run: latency quantiles, throughput, goodput, utilisation."""
-    df = request_frame(result) if requests is None else requests
-    finished = df[df["status"] == "finished"]
+def _as_columns(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if isinstance(requests, dict):
+        return requests
+    return {name: requests[name].to_numpy() for name in requests.columns}
+
+
+def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] | None = None,
+              ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> dict[str, Any]:
+    """Headline numbers of a run: latency quantiles, throughput, goodput, utilisation.
+    ``requests``: :func:`request_frame` or :func:`request_columns` of the run, if already built."""
+    cols = _as_columns(request_columns(result) if requests is None else requests)
+    status = cols["status"]
+    done = status == "finished"
     tbt = tbt_samples(result)
+    n = len(status)
     out: dict[str, Any] = {
-        "num_requests": int(len(df)),
-        "num_finished": int(len(finished)),
-        "num_rejected": int((df["status"] == "rejected").sum()),
-        "rejected_by_reason": rejections_by_kind(df),
-        "num_preemptions": int(df["num_preemptions"].sum()),
+        "num_requests": int(n),
+        "num_finished": int(done.sum()),
+        "num_rejected": int((status == "rejected").sum()),
+        "rejected_by_reason": rejections_by_kind(cols),
+        "num_preemptions": int(cols["num_preemptions"].sum()),
         "num_iterations": len(result.iterations),
         "num_tbt_samples": int(len(tbt)),
     }
-    out.update(_stats(finished["ttft_s"].to_numpy(), "ttft_s"))
+    out.update(_stats(cols["ttft_s"][done], "ttft_s"))
     out.update(_stats(tbt, "tbt_s"))
-    out.update(_stats(finished["tpot_s"].to_numpy(), "tpot_s"))
-    out.update(_stats(finished["e2e_s"].to_numpy(), "e2e_s"))
-    out.update(_stats(finished["sched_delay_s"].to_numpy(), "sched_delay_s"))
-    start = float(df["arrival_at"].min()) if len(df) else 0.0
+    out.update(_stats(cols["tpot_s"][done], "tpot_s"))
+    out.update(_stats(cols["e2e_s"][done], "e2e_s"))
+    out.update(_stats(cols["sched_delay_s"][done], "sched_delay_s"))
+    start = float(cols["arrival_at"].min()) if n else 0.0
     span = max(result.sim_end_at - start, 1e-12)
     out["duration_s"] = span
-    out["throughput_rps"] = len(finished) / span
-    out["output_tokens_per_s"] = float(finished["num_output_tokens"].sum()) / span
-    out["prefill_tokens_per_s"] = float(finished["num_prompt_tokens"].sum()) / span
-    good = (df["status"] == "finished") & (df["ttft_s"] <= ttft_slo_s) & (df["max_tbt_s"].fillna(0.0) <= tbt_slo_s)
+    out["throughput_rps"] = int(done.sum()) / span
+    out["output_tokens_per_s"] = float(cols["num_output_tokens"][done].sum()) / span
+    out["prefill_tokens_per_s"] = float(cols["num_prompt_tokens"][done].sum()) / span
+    max_tbt = cols["max_tbt_s"]
+    good = done & (cols["ttft_s"] <= ttft_slo_s) & (np.where(np.isnan(max_tbt), 0.0, max_tbt) <= tbt_slo_s)
     out["ttft_slo_s"] = ttft_slo_s
     out["tbt_slo_s"] = tbt_slo_s
-    out["goodput_fraction"] = float(good.mean()) if len(df) else math.nan
+    out["goodput_fraction"] = float(good.mean()) if n else math.nan
     out["goodput_rps"] = float(good.sum()) / span
     out["replica_busy_fraction"] = [b / span for b in result.replica_busy_s]
     if any(len(stages) > 1 for stages in result.stage_busy_s):
         out.update(bubble_summary(result, span))
     if len(result.replica_busy_s) > 1:
-        out["per_replica"] = replica_frame(result, df, span).to_dict("records")
-    out.update(overload_summary(df))
+        import pandas as pd
+
+        frame = requests if isinstance(requests, pd.DataFrame) else pd.DataFrame(cols)
+        out["per_replica"] = replica_frame(result, frame, span).to_dict("records")
+    out.update(overload_summary(cols))
     out["kv_cache_tokens"] = result.memory.num_kv_tokens
     out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
     out["workload"] = result.workload_source
@@ -178,17 +207,19 @@ OVERLOAD_SCHED_DELAY_S = 2.0
 OVERLOAD_GROWTH = 2.0
 
 
-def overload_summary(requests: pd.DataFrame) -> dict[str, Any]:
+def overload_summary(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, Any]:
     """Whether arrivals outpaced service: ``overloaded`` plus the figures that decided it."""
-    served = requests[requests["status"] != "rejected"].sort_values("arrival_at", kind="stable")
+    cols = _as_columns(requests)
+    served = cols["status"] != "rejected"
+    order = np.argsort(cols["arrival_at"][served], kind="stable")
     out: dict[str, Any] = {"overloaded": False}
-    if len(served) < 8:
+    if len(order) < 8:
         return out
-    delay = served["sched_delay_s"].to_numpy()
-    quarter = max(1, len(served) // 4)
+    delay = cols["sched_delay_s"][served][order]
+    quarter = max(1, len(order) // 4)
     first, last = float(np.nanmedian(delay[:quarter])), float(np.nanmedian(delay[-quarter:]))
-    last_arrival = float(served["arrival_at"].iloc[-1])
-    scheduled = served["first_scheduled_at"].to_numpy()
+    last_arrival = float(cols["arrival_at"][served][order][-1])
+    scheduled = cols["first_scheduled_at"][served][order].astype(np.float64)
     waiting = int(((scheduled > last_arrival) | np.isnan(scheduled)).sum())
     out.update(sched_delay_s_p50_first_quarter=first, sched_delay_s_p50_last_quarter=last,
                num_waiting_at_last_arrival=waiting)
@@ -214,6 +245,8 @@ def bubble_summary(result: RunResult, span: float) -> dict[str, Any]:
 def replica_frame(result: RunResult, requests: pd.DataFrame | None = None, span: float | None = None) -> pd.DataFrame:
     """One row per replica of a cluster: request counts, throughput, TTFT/TBT quantiles, busy
     and (with pipeline parallelism) mean bubble fraction. Same definitions as :func:`summarize`."""
+    import pandas as pd
+
     df = request_frame(result) if requests is None else requests
     if span is None:
         start = float(df["arrival_at"].min()) if len(df) else 0.0

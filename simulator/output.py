@@ -14,13 +14,14 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from simulator.engine import RunResult
 from simulator.errors import ConfigError
-from simulator.metrics import request_frame, summarize
+
+if TYPE_CHECKING:  # pandas and the engine load when something is written, not on import
+    import pandas as pd
+
+    from simulator.engine import RunResult
 
 FORMATS = ("parquet", "csv")
 
@@ -84,6 +85,8 @@ def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: d
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError("--out", f"{out_dir} exists and is not a folder", "pass a folder path")
     out_dir.mkdir(parents=True, exist_ok=True)
+    from simulator.metrics import request_frame, summarize
+
     requests = request_frame(result) if requests is None else requests
     summary = summarize(result, requests) if summary is None else summary
     paths = {

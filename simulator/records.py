@@ -7,8 +7,10 @@ import cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from simulator.request import Request
@@ -28,14 +30,99 @@ FRAME_COLUMNS = (
 STAGE_COLUMNS = ("replica_id", "micro_batch_id", "stage", "started_at", "duration_s")
 
 
+# Typecodes of ITERATION_COLUMNS: replica_id, two float64 times, then int64 counts.
+_ITERATION_TYPES = "qddqqqqqq"
+
+
+class IterationLog(Sequence):
+    """Iteration records (:data:`ITERATION_COLUMNS` rows) kept as typed columns.
+
+    A row costs 8 bytes a field instead of a tuple and its Python objects (~3x less).
+    Rows are appended as tuples into a small buffer that moves into ``array`` columns
+    every ``BUFFER`` rows, so appending stays as cheap as a list append. It reads as the
+    sequence of tuples it replaces (``len``, indexing, iteration, ``==`` with another log
+    or a list); :meth:`columns` hands the columns to numpy/pandas without per-row work.
+    """
+
+    BUFFER = 4096
+    __slots__ = ("_cols", "_buf")
+
+    def __init__(self, rows: Iterable[tuple] = ()) -> None:
+        self._cols = [array(t) for t in _ITERATION_TYPES]
+        self._buf: list[tuple] = []
+        for row in rows:
+            self.append(row)
+
+    def append(self, row: tuple) -> None:
+        buf = self._buf
+        buf.append(row)
+        if len(buf) >= self.BUFFER:
+            self._flush()
+
+    def extend(self, rows: Iterable[tuple]) -> None:
+        for row in rows:
+            self.append(row)
+
+    def extend_columns(self, columns: Sequence[Iterable[Any]]) -> None:
+        """Append rows given column-wise (one iterable per column, equally long)."""
+        self._flush()
+        for col, values in zip(self._cols, columns, strict=True):
+            col.extend(values)
+        n = len(self._cols[0])
+        if any(len(col) != n for col in self._cols):  # invariant: the columns stay aligned
+            raise ValueError("extend_columns: columns of unequal length")
+
+    def _flush(self) -> None:
+        buf = self._buf
+        if buf:
+            for col, values in zip(self._cols, zip(*buf, strict=True), strict=True):
+                col.extend(values)
+            buf.clear()
+
+    def columns(self) -> dict[str, Any]:
+        """The columns as numpy arrays (int64 / float64), keyed by ITERATION_COLUMNS."""
+        import numpy as np
+
+        self._flush()
+        return {name: np.array(col, dtype=np.float64 if t == "d" else np.int64)
+                for name, col, t in zip(ITERATION_COLUMNS, self._cols, _ITERATION_TYPES, strict=True)}
+
+    def __len__(self) -> int:
+        return len(self._cols[0]) + len(self._buf)
+
+    def __getitem__(self, index):  # noqa: ANN001, ANN204 - int -> tuple, slice -> list of tuples
+        self._flush()
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return tuple(col[index] for col in self._cols)
+
+    def __iter__(self) -> Iterator[tuple]:
+        self._flush()
+        return zip(*self._cols, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IterationLog):
+            self._flush()
+            other._flush()
+            return self._cols == other._cols
+        if isinstance(other, list | tuple):
+            return len(self) == len(other) and all(a == tuple(b) for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment] - mutable
+
+    def __repr__(self) -> str:
+        return f"IterationLog({len(self)} rows)"
+
+
 class Recorder:
-    """Collects per-iteration records as tuples (cheap to append, tidy to export) and
-    counts terminal request events for progress reporting."""
+    """Collects per-iteration records (an :class:`IterationLog`: cheap to append, tidy to
+    export) and counts terminal request events for progress reporting."""
 
     __slots__ = ("iterations", "stages", "num_done", "rejected", "_on_progress", "_next_report", "_report_every")
 
     def __init__(self, on_progress: Callable[[int], None] | None = None, report_every: int = 1) -> None:
-        self.iterations: list[tuple] = []
+        self.iterations = IterationLog()
         self.stages: list[tuple] = []  # STAGE_COLUMNS rows, pipelined replicas only
         self.num_done = 0
         self.rejected: list[Request] = []
@@ -47,6 +134,15 @@ class Recorder:
         s = batch.shape
         self.iterations.append((replica_id, started_at, duration, s.num_prefill_tokens, s.num_decodes,
                                 s.num_prefills, kv_blocks_used, len(batch.preempted), len(batch.admitted)))
+
+    def on_decode_stretch(self, replica_id: int, ends: list[float], durations: list[float], num_decodes: int,
+                          kv_blocks_used: list[int]) -> None:
+        """A skipped decode-only stretch (:mod:`simulator.fastforward`): iteration ``i`` started at
+        ``ends[i]`` and took ``durations[i]``; the rows equal those single steps would write."""
+        k = len(durations)
+        self.iterations.extend_columns((repeat(replica_id, k), ends[:k], durations, repeat(0, k),
+                                        repeat(num_decodes, k), repeat(0, k), kv_blocks_used, repeat(0, k),
+                                        repeat(0, k)))
 
     def on_stage(self, replica_id: int, micro_batch_id: int, stage: int, started_at: float, duration: float) -> None:
         self.stages.append((replica_id, micro_batch_id, stage, started_at, duration))

@@ -15,10 +15,12 @@ memory plan. Pipeline parallelism replaces step 2-4 with stage processes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import simpy
 
+from simulator import fastforward
 from simulator.config import RunConfig
 from simulator.costmodel.base import CostModel
 from simulator.kvcache import BlockManager, MemoryPlan, plan_memory
@@ -55,8 +57,15 @@ class Replica:
     """
 
     def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
-                 cost_model: CostModel, recorder: Recorder) -> None:
+                 cost_model: CostModel, recorder: Recorder,
+                 horizon: Callable[[], float] | None = None) -> None:
         self.env = env
+        # Event skipping (simulator.fastforward): ``horizon()`` is the time of the next event
+        # that can touch this replica (an arrival, a watch); None steps one iteration at a time.
+        self.horizon = horizon
+        # Whether the event at the horizon is an arrival (it cannot change an iteration that
+        # already started); False while a watch process, which may read anything, runs.
+        self.horizon_is_arrival = True
         self.replica_id = replica_id
         self.scheduler = scheduler
         self.cost_model = cost_model
@@ -102,17 +111,34 @@ class Replica:
         return batch
 
     def run(self):  # noqa: ANN201 - SimPy generator
-        env, scheduler, cost, recorder = self.env, self.scheduler, self.cost_model, self.recorder
+        env, scheduler, cost, recorder, horizon = self.env, self.scheduler, self.cost_model, self.recorder, self.horizon
+        skip = False  # whether the last iteration left a state worth trying to skip from
+        duration = 0.0
         while True:
+            # Try to skip only where two more iterations fit before the horizon (a cheap
+            # guess from the last one; plan() decides exactly).
+            if skip and horizon is not None and env.now + 2 * duration < horizon():
+                stretch = fastforward.plan(self, horizon(), duration, self.horizon_is_arrival)
+                if stretch is not None:
+                    yield env.timeout(stretch.ends[-1] - env.now)
+                    duration = stretch.durations[-1]
+                    # After a finish the batch may be steady again; else the stretch stopped at an
+                    # arrival or at the free blocks' limit: run the next iteration normally.
+                    skip = fastforward.apply(self, stretch)
+                    continue
             batch = self._take_batch()
             if batch is None:
                 yield self._sleep()
                 continue
             started_at = env.now
-            duration = cost.iteration_time(batch.shape)
+            shape = batch.shape
+            duration = cost.iteration_time(shape)
             yield env.timeout(duration)
             self.num_busy_s += duration
             finished = scheduler.complete(batch, env.now)
             recorder.on_iteration(self.replica_id, started_at, duration, batch, scheduler.blocks.num_used_blocks)
             if finished:
                 recorder.on_finish(finished)
+            # No partial prefill left (every prefill chunk finished its prompt) and nobody waits
+            # behind a preemption: the next batch may be all decodes.
+            skip = shape.num_prefills == shape.num_logits - shape.num_decodes and not batch.preempted

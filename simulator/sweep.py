@@ -324,7 +324,9 @@ def _slo_and_settings(options: dict[str, Any]):  # noqa: ANN202
 
 def point_key(mode: str, config: RunConfig, options: dict[str, Any]) -> str:
     """Identity of a point: a hash of everything that determines its result."""
-    blob = json.dumps({"mode": mode, "config": config.to_dict(), "options": options}, sort_keys=True, default=str)
+    resolved = config.to_dict()
+    resolved.pop("fast_forward", None)  # event skipping changes speed, never results
+    blob = json.dumps({"mode": mode, "config": resolved, "options": options}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

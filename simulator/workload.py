@@ -48,10 +48,9 @@ import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.config import WorkloadConfig
 from simulator.errors import ConfigError
@@ -67,6 +66,9 @@ OUTPUT_KEYS = ("num_decode_tokens", "num_output_tokens", "output_tokens", "outpu
                "generatedtokens")
 # Timestamp keys and how to turn them into seconds: seconds, nanoseconds, or a datetime string.
 TIME_KEYS = {"arrived_at": "s", "arrival_time_ns": "ns", "timestamp": "datetime"}
+
+if TYPE_CHECKING:  # pandas loads only to export a table or to read (and report on) an unusual trace
+    import pandas as pd
 
 _FIELD = "workload.trace"
 _MAX_RESAMPLE_ROUNDS = 64
@@ -110,6 +112,8 @@ class RequestTable:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per request: ``request_id, arrival_at, num_prompt_tokens, num_output_tokens``."""
+        import pandas as pd
+
         return pd.DataFrame({
             "request_id": np.arange(len(self), dtype=np.int64),
             "arrival_at": self.arrival_at,
@@ -403,6 +407,8 @@ def _one_line(value: Any) -> str:
 
 def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str) -> np.ndarray:
     """Token counts: numeric, integral, > 0; otherwise a ConfigError naming the line and column."""
+    import pandas as pd
+
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = np.isnan(values)
     if bad.any():
@@ -419,6 +425,8 @@ def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str) ->
 
 def _validate_times(raw: pd.Series, col: str, unit: str, lines: np.ndarray, path: str) -> np.ndarray:
     """Arrival seconds relative to the first row; numeric/parseable, >= 0, non-decreasing."""
+    import pandas as pd
+
     if unit == "datetime":
         stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce")
         bad = stamps.isna().to_numpy()
@@ -448,7 +456,49 @@ def _validate_times(raw: pd.Series, col: str, unit: str, lines: np.ndarray, path
     return seconds - seconds[0]
 
 
+def _read_csv_plain(path: str) -> TraceData | None:
+    """A CSV of plain positive integer lengths without a timestamp column (Vidur/Sarathi
+    traces), read with the csv module: no pandas at start-up. None for anything else
+    (quirks, errors, timestamps): :func:`_read_csv` then parses it and reports problems."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            columns = next(reader, [])
+            if len(set(columns)) != len(columns):
+                return None
+            prompt_col = _pick(columns, PROMPT_KEYS, path, "prompt lengths")
+            output_col = _pick(columns, OUTPUT_KEYS, path, "output lengths")
+            if prompt_col is None or output_col is None or _pick(columns, TIME_KEYS, path, "timestamps") is not None:
+                return None  # decided from the header alone: the rows are not read twice
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    while rows and not rows[-1]:
+        rows.pop()  # trailing blank lines are not rows (as in _read_csv)
+    if not rows:
+        return None
+    width, ip, io = len(columns), columns.index(prompt_col), columns.index(output_col)
+    body = rows
+    if any(len(row) != width for row in body):
+        return None
+    digits = [row[ip] for row in body] + [row[io] for row in body]
+    if not all(v.isascii() and v.isdigit() for v in digits):
+        return None
+    values = np.array([int(v) for v in digits], dtype=np.int64)
+    if (values <= 0).any():
+        return None
+    fmt = "vidur-csv" if prompt_col.strip().lower() == "num_prefill_tokens" else "csv"
+    return TraceData(path, fmt, values[:len(body)].copy(), values[len(body):].copy(), None, tuple(columns))
+
+
 def _read_csv(path: str) -> TraceData:
+    plain = _read_csv_plain(path)
+    if plain is not None:
+        return plain
+    import pandas as pd
+
     try:
         # Blank lines are kept as all-empty rows so that row i is always file line i + 2.
         frame = pd.read_csv(path, skip_blank_lines=False, dtype=str)
@@ -524,6 +574,7 @@ def _read_jsonl(path: str) -> TraceData:
     if keys is None:
         raise ConfigError(_FIELD, f"{path}: file is empty", "pass a JSONL trace with one request per line")
     line_arr = np.asarray(lines)
+    import pandas as pd
 
     def series(values: list[Any]) -> pd.Series:
         # bool is an int subclass in Python; a true/false token count is a mistake, not 1/0.

@@ -9,11 +9,14 @@ code 2, so users never see a traceback for their own mistakes.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
 from simulator.errors import ConfigError
+
+if TYPE_CHECKING:  # rich loads when a command prints, not when the CLI is imported
+    from rich.console import Console
 
 app = typer.Typer(
     name="simulate",
@@ -26,6 +29,8 @@ app = typer.Typer(
 
 def console(stderr: bool = False) -> Console:
     """A rich console; wide when output goes to a file or pipe so tables are not folded."""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr, width=None if stream.isatty() else 160)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -18,10 +18,11 @@ from simulator.cli.app import app
 from simulator.cli.app import console as app_console
 from simulator.cli.steps import StepProgress
 from simulator.cli.tables import print_table
-from simulator.config import ReplicaConfig
-from simulator.costmodel import BatchShape, CostModel, load_cost_model
-from simulator.costmodel.engine_model import DEFAULT_ENGINE
+from simulator.config import DEFAULT_ENGINE, ReplicaConfig
 from simulator.errors import ConfigError
+
+if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for --help
+    from simulator.costmodel import BatchShape, CostModel
 
 
 # -- fit -----------------------------------------------------------------------------------------------------
@@ -78,6 +79,8 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
     ``prefill_context`` gives each chunk's already-cached tokens (default 0); ``context``
     gives the decodes' KV lengths: one value for all, or one per decode.
     """
+    from simulator.costmodel import BatchShape
+
     if any(p <= 0 for p in prefill):
         raise ConfigError("prefill", "chunk sizes must be positive", "pass --prefill N with N > 0")
     if decode < 0:
@@ -99,6 +102,8 @@ def predict(replica: ReplicaConfig, shape: BatchShape, cost_model: str = "roofli
             engine: str | None = None) -> dict[str, Any]:
     """Iteration time and per-op breakdown of one batch (``engine=None``: kernels and the
     kernel model's own CPU constant, as before engine models)."""
+    from simulator.costmodel import load_cost_model
+
     cm: CostModel = load_cost_model(cost_model, replica, engine)
     breakdown = cm.breakdown(shape)
     total = cm.iteration_time(shape)

@@ -16,14 +16,15 @@ from rich.table import Table
 
 from simulator.cli.app import app
 from simulator.cli.options import run_options
-from simulator.config import RunConfig
-from simulator.costmodel.engine_model import DEFAULT_ENGINE, ENGINES, save_engine_artifact, tp_lookup
+from simulator.config import DEFAULT_ENGINE, RunConfig
 from simulator.errors import ConfigError
 
 
 @app.command()
 def engines() -> None:
     """The engine presets: their terms, where they were measured and how they were fitted."""
+    from simulator.costmodel.engine_model import ENGINES, tp_lookup
+
     table = Table("engine", "async", "CUDA graphs", "CPU/step ms", "CPU/req us", "collective +us (tp 2/4/8)",
                   title=f"engine presets (default: {DEFAULT_ENGINE})", title_justify="left")
     for name, e in ENGINES.items():
@@ -45,6 +46,7 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
                              max_evals: int = 40, quiet: bool = True) -> dict[str, Any]:
     """Fit engine terms to an iteration table or a vLLM bench result and write the artifact."""
     from simulator.costmodel import engine_fit
+    from simulator.costmodel.engine_model import save_engine_artifact
 
     if (table is None) == (bench is None):
         raise ConfigError("calibrate-engine", "give exactly one of --table and --bench")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -14,17 +14,25 @@ from simulator.cli.app import app, console
 from simulator.cli.options import run_options
 from simulator.cli.tables import print_table
 from simulator.config import RunConfig
-from simulator.engine import RunResult, simulate
-from simulator.metrics import request_frame, summarize
 from simulator.output import FORMATS, check_format, check_out_dir, jsonable, write_run
 from simulator.progress import RunProgress
 from simulator.resources import check_run_fits
+
+if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, not for --help
+    from simulator.engine import RunResult
+
+
+def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
+    """:func:`simulator.engine.simulate`, imported on the first run (not for ``--help``)."""
+    from simulator.engine import simulate as engine_simulate
+
+    return engine_simulate(config, **kwargs)
 
 
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
                    ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> tuple[RunResult, dict[str, Any]]:
     """Simulate ``config``; write outputs to ``out`` if given; return the result and summary."""
-    result, summary, requests = _simulate_and_summarize(config, progress, ttft_slo_s, tbt_slo_s)
+    result, summary, requests = _simulate_and_summarize(config, progress, ttft_slo_s, tbt_slo_s, out is not None)
     if out is not None:
         _write(result, out, fmt, summary, requests)
     return result, summary
@@ -40,11 +48,15 @@ def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requ
 
 
 def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttft_slo_s: float,
-                            tbt_slo_s: float) -> tuple[RunResult, dict[str, Any], Any]:
+                            tbt_slo_s: float, frame: bool = True) -> tuple[RunResult, dict[str, Any], Any]:
+    """The run, its summary, and its requests: a pandas frame when ``frame`` (tables are
+    written) or pool metrics need it, else numpy columns (no pandas at all)."""
+    from simulator.metrics import request_columns, request_frame, summarize
+
     result = simulate(config, progress=progress)
     if isinstance(progress, RunProgress):
         progress.phase(f"computing metrics of {len(result.requests):,} requests", len(result.requests))
-    requests = request_frame(result)
+    requests = request_frame(result) if frame or "disagg" in result.extra else request_columns(result)
     summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
     if "disagg" in result.extra:  # disaggregated prefill/decode: pool, handoff and link metrics
         from simulator.disagg_metrics import disagg_summary
@@ -123,7 +135,8 @@ def run(
     reporter = RunProgress() if progress and not json_out else None
     write_error = None
     try:
-        result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo)
+        result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo,
+                                                            out is not None)
         if out is not None:
             if reporter is not None:
                 reporter.phase(f"writing tables to {out}", len(result.requests))

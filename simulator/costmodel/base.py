@@ -75,6 +75,26 @@ class BatchShape:
             self.decode_max_kv = kv_len
         self.num_logits += 1
 
+    def add_decodes(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> None:
+        """``add_decode`` for ``num_decodes`` decodes at once, given their KV sums (exact:
+        the sums are integers below 2**53, so their order does not matter)."""
+        if num_decodes:
+            self.num_decodes += num_decodes
+            self.decode_kv_tokens += kv_sum
+            self.decode_kv_sq_sum += kv_sq_sum
+            if kv_max > self.decode_max_kv:
+                self.decode_max_kv = kv_max
+            self.num_logits += num_decodes
+
+    @classmethod
+    def decode_only(cls, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> BatchShape:
+        """The shape of a batch of ``num_decodes`` decodes whose KV lengths (new token
+        included) sum to ``kv_sum``, their squares to ``kv_sq_sum``, with maximum ``kv_max``.
+        Equal, field for field, to adding those decodes one by one (the sums are exact
+        integers below 2**53)."""
+        return cls(num_decodes=num_decodes, decode_kv_tokens=kv_sum, decode_kv_sq_sum=float(kv_sq_sum),
+                   decode_max_kv=kv_max, num_logits=num_decodes)
+
     @classmethod
     def from_requests(cls, prefills: list[tuple[int, int]] = (), decodes: list[int] = ()) -> BatchShape:
         """Build a shape from (chunk, kv_before) prefills and decode KV lengths; each chunk
@@ -146,6 +166,25 @@ class CostModel(ABC):
         return (self.overhead_time(shape) + self.pre_time(shape)
                 + self.model.num_layers * self.layer_time(shape) + self.post_time(shape))
 
+    def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
+                             num_iterations: int) -> list[float]:
+        """``iteration_time`` of ``num_iterations`` consecutive decode-only iterations of the
+        same ``num_decodes`` sequences. The first has the decode sums of
+        :meth:`BatchShape.decode_only`; in iteration ``i`` every KV length is ``i`` longer
+        (sum ``+ n*i``, squares ``+ 2*i*kv_sum + n*i*i``, max ``+ i``).
+
+        Event skipping (:mod:`simulator.fastforward`) prices a whole stretch with one call.
+        This default prices every iteration's shape with :meth:`iteration_time`, so it is
+        exact for any cost model, including subclasses that add terms; a vectorised
+        override must return the same floats bit for bit (and count what the scalar path
+        counts), or fall back to this one.
+        """
+        n, out = num_decodes, []
+        for i in range(num_iterations):
+            shape = BatchShape.decode_only(n, kv_sum + n * i, kv_sq_sum + 2 * i * kv_sum + n * i * i, kv_max + i)
+            out.append(self.iteration_time(shape))
+        return out
+
 
 class TabulatedCostModel(CostModel):
     """A cost model whose token-count ops are precomputed onto a grid indexed by tokens.
@@ -174,6 +213,52 @@ class TabulatedCostModel(CostModel):
     @abstractmethod
     def attention_decode(self, shape: BatchShape) -> float:
         """One layer's decode attention for the batch's decodes."""
+
+    # Set by :meth:`_vector_stretch` while it checks its answer against the scalar path, so
+    # that check leaves no trace (e.g. in a learned model's extrapolation counters).
+    _quiet = False
+    # Cleared for good the first time a vectorised stretch disagrees with the scalar path
+    # (a subclass or an edit changed a term this vectorisation does not know about).
+    _vector_stretch_ok = True
+    # Stretches still to check against the scalar path (per instance; then trusted: the
+    # check is there to catch a changed formula, which the first stretches already show).
+    _stretch_checks_left = 32
+
+    def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int,
+                        attention_decode_vector) -> list[float] | None:  # noqa: ANN001 - (n, sums, sq, max) -> array
+        """A decode stretch priced with numpy: every term of ``iteration_time`` but decode
+        attention is the same for the whole stretch (only decode KV fields change), so it is
+        computed once by the scalar functions; decode attention comes vectorised from
+        ``attention_decode_vector``. The terms are combined in ``iteration_time``'s order
+        so each float matches the scalar path; the first and last are checked against it
+        (for an instance's first stretches), and a mismatch returns None (and disables this path): the caller falls back to
+        :meth:`CostModel.decode_stretch_times`. Returns None too where not vectorisable."""
+        if not self._vector_stretch_ok:
+            return None
+        i = np.arange(num_iterations, dtype=np.int64)
+        sums = kv_sum + n * i
+        sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
+        maxes = kv_max + i
+        first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
+        self._quiet = True
+        try:
+            attn = attention_decode_vector(n, sums, sq, maxes)
+            if attn is None:
+                return None
+            head = self.overhead_time(first) + self.pre_time(first)
+            layer_rest = self.token_time(n) + self.attention_prefill(first)
+            times = ((head + self.model.num_layers * (layer_rest + attn)) + self.post_time(first)).tolist()
+            ok = True
+            if self._stretch_checks_left > 0:
+                self._stretch_checks_left -= 1
+                last = BatchShape.decode_only(n, int(sums[-1]), int(sq[-1]), int(maxes[-1]))
+                ok = times[0] == self.iteration_time(first) and times[-1] == self.iteration_time(last)
+        finally:
+            self._quiet = False
+        if not ok:
+            self._vector_stretch_ok = False
+            return None
+        return times
 
     def _build_tables(self, size: int) -> None:
         tokens = np.arange(size, dtype=np.float64)

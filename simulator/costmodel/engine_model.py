@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from simulator.config import ReplicaConfig
+from simulator.config import DEFAULT_ENGINE, ReplicaConfig
 from simulator.costmodel.base import BatchShape, CostModel
 from simulator.errors import ConfigError
 
@@ -178,7 +178,7 @@ ENGINES: dict[str, EngineModel] = {
     ),
 }
 
-DEFAULT_ENGINE = "vllm-2023-splitwise"
+assert DEFAULT_ENGINE in ENGINES  # the run config's default names a preset
 
 
 def engine_names() -> list[str]:

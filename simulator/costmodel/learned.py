@@ -155,6 +155,8 @@ class LearnedCostModel(TabulatedCostModel):
         return self.roofline.lm_head_time(num_logits)
 
     def _count(self, op: str) -> None:
+        if self._quiet:
+            return
         self.num_extrapolations += 1
         self.extrapolations_by_op[op] = self.extrapolations_by_op.get(op, 0) + 1
 
@@ -184,6 +186,39 @@ class LearnedCostModel(TabulatedCostModel):
             return self._dec_a[n] + self._dec_b[n] * k_rms
         self._count("attn_decode")
         return float(self.decode.predict(np.array([n]), np.array([k_rms]))[0])
+
+    def _attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
+                                 kv_maxes: np.ndarray) -> np.ndarray | None:
+        """:meth:`attention_decode` for many decode batches of ``n`` sequences (None where the
+        scalar path would extrapolate the batch size); counts nothing."""
+        if self.decode is None:
+            return self.roofline.attention_decode_vector(n, kv_sums, kv_sq_sums, kv_maxes)
+        if n > self._dec_max_batch:
+            return None
+        return self._dec_a[n] + self._dec_b[n] * np.sqrt(kv_sq_sums / n)
+
+    def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
+                             num_iterations: int) -> list[float]:
+        n, k = num_decodes, num_iterations
+        times = None
+        if type(self) is LearnedCostModel and k > 1 and n > 0:
+            times = self._vector_stretch(n, kv_sum, kv_sq_sum, kv_max, k, self._attention_decode_vector)
+        if times is None:
+            return super().decode_stretch_times(n, kv_sum, kv_sq_sum, kv_max, k)
+        # Count the extrapolations the scalar path would, in its order of first occurrence
+        # (dict order): per iteration token ops (layer_time), decode attention, LM head.
+        num_attn = 0
+        if self.decode is not None:
+            num_attn = int(np.count_nonzero(kv_max + np.arange(k) > self.decode.max_context))
+        attn = ("attn_decode", num_attn)
+        order = [("token_ops", k if n > self.max_fitted_tokens else 0)]
+        lm_head = ("lm_head", k if n > self.max_fitted_logits else 0)
+        order += [attn, lm_head] if num_attn == k else [lm_head, attn]
+        for op, count in order:
+            if count:
+                self.num_extrapolations += count
+                self.extrapolations_by_op[op] = self.extrapolations_by_op.get(op, 0) + count
+        return times
 
     # -- CostModel interface: the tables live in TabulatedCostModel; here only the range checks -------------
     def layer_time(self, shape: BatchShape) -> float:

@@ -205,6 +205,26 @@ class RooflineCostModel(TabulatedCostModel):
         return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
                 + num_decodes * c.attn_decode_per_seq_s + c.kernel_floor_s)
 
+    def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
+                                kv_maxes: np.ndarray) -> np.ndarray | None:
+        """:meth:`attention_decode` for many decode batches of ``n`` sequences, same float ops;
+        None (price each iteration) for MLA and sliding-window attention."""
+        if self.mla or self.sliding_fraction:
+            return None
+        c, g = self.cal, self.gpu
+        nbytes = kv_sums * self.kv_bytes_per_token + 2 * n * self.q_per_gpu * self.dtype_bytes
+        return nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * c.attn_decode_per_seq_s + c.kernel_floor_s
+
+    def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
+                             num_iterations: int) -> list[float]:
+        # Vectorised only for this exact class: a subclass may add terms, so it gets the generic path.
+        if type(self) is RooflineCostModel and num_iterations > 1 and num_decodes > 0:
+            times = self._vector_stretch(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations,
+                                         self.attention_decode_vector)
+            if times is not None:
+                return times
+        return super().decode_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations)
+
     def embedding_time(self, tokens: np.ndarray) -> np.ndarray:
         return self.elementwise(tokens, 2 * self.model.hidden_size * self.dtype_bytes, eff=self.cal.embedding_memory_eff)
 

@@ -55,6 +55,21 @@ class Batch:
     def __len__(self) -> int:
         return len(self.requests)
 
+    def add_decode(self, req: Request) -> None:
+        """``add(req, 1)`` for a request known to be a decode (one missing token, an output
+        already produced): the hot path of every policy's decode loop, inlined."""
+        self.requests.append(req)
+        self.num_tokens.append(1)
+        req.in_flight = True
+        kv = req.num_computed + 1
+        s = self.shape
+        s.num_decodes += 1
+        s.decode_kv_tokens += kv
+        s.decode_kv_sq_sum += kv * kv
+        if kv > s.decode_max_kv:
+            s.decode_max_kv = kv
+        s.num_logits += 1
+
     def add(self, req: Request, num_tokens: int) -> None:
         """Append an entry and account its attention work in the shape."""
         self.requests.append(req)
@@ -149,6 +164,8 @@ class Scheduler:
     def _grow_or_preempt(self, req: Request, num_tokens: int, batch: Batch) -> bool:
         """Make room for ``req`` to hold ``num_tokens``, preempting the newest running
         requests as needed. Returns False if ``req`` itself had to be preempted."""
+        if req.num_blocks * self.blocks.block_size >= num_tokens:
+            return True  # the common case: the last block has room
         while not self.blocks.try_grow(req, num_tokens):
             victim = self._newest_victim()
             if victim is None or victim is req:
@@ -161,17 +178,36 @@ class Scheduler:
     def schedule(self) -> Batch:
         raise NotImplementedError
 
+    def decode_steady(self) -> bool:
+        """Whether, until a request arrives or finishes or free KV blocks run short, every
+        ``schedule()`` would return exactly the running requests as 1-token decodes (in
+        ``running`` order, growing each one's blocks as needed) and admit or preempt
+        nobody. Event skipping (:mod:`simulator.fastforward`) relies on it to advance such
+        stretches in one step. Default False: a policy opts in by overriding it, and must
+        keep it in step with ``schedule()`` (the skipping on/off tests check it)."""
+        return False
+
+    def _all_running_decode(self) -> bool:
+        """Every running request is a decode (one missing token, at least one output) and
+        none is in flight."""
+        return bool(self.running) and all(
+            not r.in_flight and r.num_generated and r.num_prompt_tokens + r.num_generated - r.num_computed == 1
+            for r in self.running)
+
     # -- mechanism -------------------------------------------------------------------------
     def complete(self, batch: Batch, now: float) -> list[Request]:
         """Apply a finished iteration at simulated time ``now``; return finished requests."""
         finished: list[Request] = []
-        for req, n in zip(batch.requests, batch.num_tokens, strict=True):
+        for req, n in zip(batch.requests, batch.num_tokens):  # noqa: B905 - equal by construction
             req.in_flight = False
-            req.num_computed += n
-            if req.num_computed == req.num_prompt_tokens + req.num_generated:
-                req.num_generated += 1
+            computed = req.num_computed + n
+            req.num_computed = computed
+            generated = req.num_generated
+            if computed == req.num_prompt_tokens + generated:
+                generated += 1
+                req.num_generated = generated
                 req.token_times.append(now)
-                if req.num_generated == req.num_output_tokens:
+                if generated == req.num_output_tokens:
                     finished.append(req)
         if finished:
             for req in finished:

@@ -17,6 +17,10 @@ class FasterTransformerScheduler(Scheduler):
     def reserve_tokens(self, req) -> int:  # type: ignore[override]
         return self.max_model_len
 
+    def decode_steady(self) -> bool:
+        # A running batch only decodes; waiting requests wait for the whole batch to finish.
+        return self._all_running_decode()
+
     def schedule(self) -> Batch:
         batch = Batch()
         if self.running:

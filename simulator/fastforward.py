@@ -1,0 +1,184 @@
+"""Exact event skipping: advance a replica through a stretch of decode-only iterations at once.
+
+Most iterations of a lightly loaded replica change nothing but the running decodes'
+context lengths: every running request decodes one token, nobody is admitted, preempted
+or finishes. When the policy says the batch is in that state
+(:meth:`~simulator.schedulers.base.Scheduler.decode_steady`), the next ``K`` iterations
+are known in closed form: iteration ``i`` has the same ``n`` decodes, every KV length
+``i`` longer. This module prices the stretch with one
+:meth:`~simulator.costmodel.base.CostModel.decode_stretch_times` call, lets SimPy jump to
+its end with one timeout, and then writes what ``K`` single steps would have written:
+the same iteration records, token times, request counters and KV blocks.
+
+The stretch ends with the first of:
+
+- the iteration in which a request finishes (included: the finish is applied at its end);
+- the last iteration whose block allocations still fit the free blocks (beyond it a
+  preemption may follow; below it every ``try_grow`` succeeds, in any order);
+- the *horizon*, the next event that can touch this replica (an arrival, a watch; see
+  :class:`~simulator.engine.Cluster`): the stretch keeps the iterations that *start*
+  before it, since an arrival cannot change an iteration already scheduled, only the
+  next one (it joins ``waiting``; routing reads queue lengths, which decodes leave
+  alone). An iteration ending exactly at the horizon is left out (SimPy orders equal
+  times by creation), and with a watch process, which may read anything, the stretch
+  ends before the horizon.
+
+Exactness: times are accumulated iteration by iteration (``itertools.accumulate``, the
+same float additions SimPy makes), the jump lands exactly on the last end (checked), and
+the cost model's stretch pricing matches its per-iteration pricing bit for bit (its
+contract; the generic fallback is the per-iteration pricing itself). The
+``fast_forward`` switch (``--no-fast-forward``) keeps the step-by-step loop; tests
+compare whole request and iteration tables both ways.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simulator.request import Status
+
+if TYPE_CHECKING:
+    from simulator.replica import Replica
+
+# Iterations priced per cost-model call at first; the chunk grows 4x while the horizon allows.
+FIRST_CHUNK = 16
+
+
+@dataclass(slots=True)
+class Stretch:
+    """``num_iterations`` decode-only iterations: ``ends[i]`` is the start of iteration ``i``
+    and ``ends[i + 1]`` its end; ``kv_blocks_used[i]`` the blocks in use after it."""
+
+    num_iterations: int
+    ends: list[float]
+    durations: list[float]
+    kv_blocks_used: list[int]
+    num_allocated: int
+
+
+def _allocations(computed: np.ndarray, held: np.ndarray, block_size: int, num_iterations: int) -> np.ndarray:
+    """New blocks allocated in each iteration of a stretch. Iteration ``i`` grows a request
+    with ``c`` computed tokens and ``b`` blocks to hold ``c + i + 1`` tokens: its first new
+    block comes at ``i0 = b * block_size - c``, then one every ``block_size`` iterations."""
+    first = held * block_size - computed
+    first = first[first < num_iterations]
+    starts = np.bincount(first, minlength=num_iterations)
+    rows = -(-num_iterations // block_size)
+    padded = np.zeros(rows * block_size, dtype=np.int64)
+    padded[:num_iterations] = starts
+    # An allocation at i0 repeats at i0 + block_size, ...: a cumulative sum down each residue.
+    return np.cumsum(padded.reshape(rows, block_size), axis=0).reshape(-1)[:num_iterations]
+
+
+def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
+    """The decode stretch the replica can skip from now, or None (step normally).
+    ``straddle``: the event at the horizon is an arrival, so iterations starting before it
+    are kept (else only those ending before it). ``duration_hint`` (the last iteration's
+    time) sizes the first pricing call so that one call usually covers the stretch."""
+    scheduler, env = replica.scheduler, replica.env
+    now = env.now
+    if horizon_at <= now or not scheduler.decode_steady():
+        return None
+    running = scheduler.running
+    n = len(running)
+    remaining = min(r.num_output_tokens - r.num_generated for r in running)
+    max_iterations = remaining  # up to the iteration in which the first request finishes
+    if max_iterations < 2:
+        return None
+    computed = np.fromiter((r.num_computed for r in running), dtype=np.int64, count=n)
+    held = np.fromiter((r.num_blocks for r in running), dtype=np.int64, count=n)
+    blocks = scheduler.blocks
+    bs = blocks.block_size
+
+    def allocated_by(k: int) -> int:  # blocks allocated by the first k iterations
+        return int(np.maximum(0, -(-(computed + k) // bs) - held).sum())
+
+    # Each request needs at most max_iterations // bs + 1 new blocks: skip the exact count when that fits.
+    if (n * (max_iterations // bs + 1) > blocks.num_free_blocks
+            and allocated_by(max_iterations) > blocks.num_free_blocks):
+        lo, hi = 0, max_iterations  # allocated_by(lo) fits, allocated_by(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if allocated_by(mid) <= blocks.num_free_blocks:
+                lo = mid
+            else:
+                hi = mid
+        max_iterations = lo
+        if max_iterations < 2:
+            return None
+    kv = computed + 1  # decode KV length in the first iteration (the new token included)
+    kv_sum, kv_sq_sum, kv_max = int(kv.sum()), int((kv * kv).sum()), int(kv.max())
+    cost = replica.cost_model
+    ends: list[float] = [now]
+    durations: list[float] = []
+    num, chunk = 0, FIRST_CHUNK
+    if duration_hint > 0 and horizon_at != math.inf:
+        chunk = max(FIRST_CHUNK, int((horizon_at - now) / duration_hint) + 2)
+    while num < max_iterations:
+        m = min(chunk, max_iterations - num)
+        priced = cost.decode_stretch_times(n, kv_sum + n * num, kv_sq_sum + 2 * num * kv_sum + n * num * num,
+                                           kv_max + num, m)
+        new_ends = list(accumulate(priced, initial=ends[-1]))
+        if straddle:
+            within = bisect_left(new_ends, horizon_at, 0, m)  # iterations starting before the horizon
+            if within and new_ends[within] == horizon_at:
+                within -= 1
+        else:
+            within = bisect_left(new_ends, horizon_at, 1) - 1  # iterations ending before the horizon
+        durations += priced[:within]
+        ends += new_ends[1:within + 1]
+        num += within
+        if within < m:
+            break
+        chunk *= 4
+    # SimPy lands at now + delay: keep only a stretch whose end that sum hits exactly.
+    while num >= 2 and now + (ends[num] - now) != ends[num]:
+        num -= 1
+    if num < 2:
+        return None
+    del ends[num + 1:], durations[num:]
+    per_iteration = _allocations(computed, held, bs, num)
+    used = np.cumsum(per_iteration) + blocks.num_used_blocks
+    return Stretch(num, ends, durations, used.tolist(), int(per_iteration.sum()))
+
+
+def apply(replica: Replica, stretch: Stretch) -> bool:
+    """Write the stretch's effects, at its end, as ``num_iterations`` single steps would have.
+    Returns whether requests finished (the state may allow another stretch at once)."""
+    scheduler = replica.scheduler
+    k = stretch.num_iterations
+    token_times = array("d", stretch.ends[1:])
+    bs = scheduler.blocks.block_size
+    for req in scheduler.running:
+        req.num_computed += k
+        req.num_generated += k
+        req.token_times.extend(token_times)
+        need = -(-req.num_computed // bs)
+        if need > req.num_blocks:
+            req.num_blocks = need
+    blocks = scheduler.blocks
+    blocks.num_free_blocks -= stretch.num_allocated
+    replica.num_busy_s = list(accumulate(stretch.durations, initial=replica.num_busy_s))[-1]
+    num_decodes = len(scheduler.running)
+    # The last iteration may finish requests: as Scheduler.complete, in running order.
+    finished = [r for r in scheduler.running if r.num_generated == r.num_output_tokens]
+    if finished:
+        now = replica.env.now
+        for req in finished:
+            blocks.free(req)
+            req.status = Status.FINISHED
+            req.completed_at = now
+        scheduler.running = [r for r in scheduler.running if r.status is Status.RUNNING]
+        stretch.kv_blocks_used[-1] = blocks.num_used_blocks
+    replica.recorder.on_decode_stretch(replica.replica_id, stretch.ends, stretch.durations, num_decodes,
+                                       stretch.kv_blocks_used)
+    if finished:
+        replica.recorder.on_finish(finished)
+    return bool(finished)

@@ -1,0 +1,235 @@
+"""Event skipping is exact: skipping on and off give identical request and iteration tables.
+
+Every scheduler, PP 1 and 2, roomy and tight KV caches (preemptions, allocation limits),
+clusters, and the learned cost model; plus the cost models' vectorised stretch pricing
+against their per-iteration pricing, float for float.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import simpy
+from helpers import ConstantCostModel
+
+from simulator import fastforward
+from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.costmodel import CostModel, RooflineCostModel
+from simulator.costmodel.fit import fit_tables
+from simulator.costmodel.learned import LearnedCostModel
+from simulator.engine import simulate
+from simulator.kvcache import BlockManager
+from simulator.metrics import request_frame
+from simulator.records import Recorder
+from simulator.replica import Replica
+from simulator.request import Request
+from simulator.schedulers import SCHEDULERS
+
+
+@pytest.fixture
+def count_stretches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts skipped stretches (so a test can tell skipping really happened)."""
+    calls: list[int] = []
+    real = fastforward.apply
+
+    def counted(replica, stretch):  # noqa: ANN001, ANN202
+        calls.append(stretch.num_iterations)
+        return real(replica, stretch)
+
+    monkeypatch.setattr(fastforward, "apply", counted)
+    return calls
+
+
+def assert_same_run(config: RunConfig, calls: list[int] | None = None) -> None:
+    on = simulate(config.replace(fast_forward=True))
+    skipped = sum(calls) if calls is not None else None
+    off = simulate(config.replace(fast_forward=False))
+    assert calls is None or sum(calls) == skipped  # the stepping run skips nothing
+    a, b = request_frame(on), request_frame(off)
+    assert a.equals(b)
+    assert on.iteration_frame().equals(off.iteration_frame())
+    assert [bytes(r.token_times) for r in on.requests] == [bytes(r.token_times) for r in off.requests]
+    assert on.replica_busy_s == off.replica_busy_s and on.sim_end_at == off.sim_end_at
+    assert on.stages == off.stages
+    assert on.extra == off.extra
+
+
+def _config(scheduler: str, pp: int, utilization: float, qps: float, num_requests: int = 60) -> RunConfig:
+    return RunConfig(
+        replica=ReplicaConfig("llama-2-7b", "a100-80gb", pp=pp, gpu_memory_utilization=utilization,
+                              max_model_len=4096),
+        scheduler=SchedulerConfig(scheduler),
+        workload=WorkloadConfig("sharegpt", qps=qps, num_requests=num_requests), seed=3)
+
+
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
+@pytest.mark.parametrize("pp", [1, 2])
+def test_skipping_on_and_off_give_identical_tables(scheduler: str, pp: int, count_stretches: list[int]) -> None:
+    assert_same_run(_config(scheduler, pp, 0.9, qps=2.0), count_stretches)
+    if pp == 1:
+        assert sum(count_stretches) > 0  # the roomy run really skipped iterations
+    else:
+        assert not count_stretches  # pipelined replicas step (documented)
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sarathi", "orca"])
+def test_skipping_is_exact_in_a_tight_cache(scheduler: str, count_stretches: list[int]) -> None:
+    """A KV cache of a few thousand tokens: stretches stop where allocations would run out."""
+    config = _config(scheduler, 1, 0.9, qps=20.0, num_requests=50)
+    config = config.replace(replica__gpu_memory_utilization=0.24)
+    result = simulate(config.replace(fast_forward=False))
+    if scheduler != "orca":
+        assert int(request_frame(result)["num_preemptions"].sum()) > 0  # the case is really tight
+    assert_same_run(config, count_stretches)
+    assert count_stretches
+
+
+def _hand_run(name: str, num_blocks: int, fast: bool) -> tuple[list[Request], Recorder, Replica]:
+    """A hand-sized cache (preemptions) with a constant-time cost model: every stretch has
+    equal iteration times, the hardest case for end-time ties."""
+    env = simpy.Environment()
+    recorder = Recorder()
+    config = SchedulerConfig(name)
+    scheduler = SCHEDULERS[name](config, BlockManager(num_blocks, 16, config.watermark), 2048)
+    cost = ConstantCostModel(ReplicaConfig("mistral-7b", "a100-80gb"), 0.01)
+    replica = Replica(env, 0, scheduler, cost, recorder, horizon=env.peek if fast else None)
+    rng = random.Random(7)
+    requests = [Request(i, 0.05 * i + rng.random() * 0.02, rng.randint(1, 300), rng.randint(1, 200)) for i in range(40)]
+
+    def arrivals():  # noqa: ANN202
+        for req in requests:
+            if req.arrival_at > env.now:
+                yield env.timeout(req.arrival_at - env.now)
+            req.arrival_at = env.now
+            replica.submit(req)
+
+    env.process(arrivals())
+    env.run()
+    return requests, recorder, replica
+
+
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
+def test_skipping_with_a_constant_cost_and_preemptions(scheduler: str) -> None:
+    fast, rec_fast, rep_fast = _hand_run(scheduler, 120, True)
+    slow, rec_slow, rep_slow = _hand_run(scheduler, 120, False)
+    assert rec_fast.iterations == rec_slow.iterations
+    assert [(bytes(r.token_times), r.num_preemptions, r.completed_at, r.status) for r in fast] == \
+           [(bytes(r.token_times), r.num_preemptions, r.completed_at, r.status) for r in slow]
+    assert rep_fast.num_busy_s == rep_slow.num_busy_s
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_skipping_in_a_cluster(router: str, count_stretches: list[int]) -> None:
+    config = _config("sarathi", 1, 0.9, qps=3.0, num_requests=80).replace(num_replicas=3, router=router)
+    assert_same_run(config, count_stretches)
+    assert count_stretches
+
+
+# -- cost models: vectorised stretch pricing equals per-iteration pricing -------------------------
+
+def _synthetic_profile():  # noqa: ANN202
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for op, (a, b) in {"qkv_proj": (8e-6, 1.1e-7), "mlp_up_gate": (1.5e-5, 2.6e-7), "mlp_down": (1e-5, 1.3e-7)}.items():
+        for t in range(1, 2049, 7):
+            rows.append({"op": op, "num_tokens": t, "tp": 1, "median_s": (a + b * t) * rng.lognormal(0, 0.02)})
+    for n in range(1, 33, 3):
+        for k in range(64, 2049, 256):
+            rows.append({"op": "attn_decode", "batch_size": n, "context_len": k, "num_tokens": n, "tp": 1,
+                         "median_s": (8e-6 + 2e-7 * n + 1.2e-9 * n * k) * rng.lognormal(0, 0.02)})
+    df = pd.DataFrame(rows)
+    df["model"], df["device"] = "llama-2-7b", "a100-80gb"
+    return df
+
+
+@pytest.fixture(scope="module")
+def learned() -> LearnedCostModel:
+    replica = ReplicaConfig("llama-2-7b", "a100-80gb")
+    return LearnedCostModel(replica, fit_tables(_synthetic_profile(), seed=0))
+
+
+def _stretches(seed: int, max_n: int = 128, max_kv: int = 4000):  # noqa: ANN202
+    rng = random.Random(seed)
+    for _ in range(40):
+        n = rng.randint(1, max_n)
+        kv = [rng.randint(1, max_kv) for _ in range(n)]
+        yield n, sum(kv), sum(k * k for k in kv), max(kv), rng.randint(2, 300)
+
+
+@pytest.mark.parametrize("kind", ["roofline", "roofline-tp4", "learned"])
+def test_vectorised_stretch_pricing_is_float_exact(kind: str, learned: LearnedCostModel) -> None:
+    if kind == "learned":
+        model: CostModel = learned
+    else:
+        model = RooflineCostModel(ReplicaConfig("llama-2-70b" if kind.endswith("tp4") else "llama-2-7b",
+                                                "a100-80gb", tp=4 if kind.endswith("tp4") else 1))
+    for args in _stretches(1):
+        before = (getattr(model, "num_extrapolations", 0), dict(getattr(model, "extrapolations_by_op", {})))
+        fast = model.decode_stretch_times(*args)
+        counted = (getattr(model, "num_extrapolations", 0), dict(getattr(model, "extrapolations_by_op", {})))
+        if isinstance(model, LearnedCostModel):
+            model.num_extrapolations, model.extrapolations_by_op = before[0], dict(before[1])
+        slow = CostModel.decode_stretch_times(model, *args)
+        assert fast == slow
+        assert counted == (getattr(model, "num_extrapolations", 0), dict(getattr(model, "extrapolations_by_op", {})))
+    assert model._vector_stretch_ok  # the vectorised path was used, not abandoned
+    if kind == "learned":
+        assert learned.extrapolations_by_op.get("attn_decode", 0) > 0  # contexts past the profile were counted
+
+
+def test_a_cost_model_subclass_gets_the_exact_generic_path() -> None:
+    class Slower(RooflineCostModel):
+        def overhead_time(self, shape):  # noqa: ANN001, ANN202
+            return super().overhead_time(shape) + 1e-6 * shape.decode_kv_tokens
+
+    model = Slower(ReplicaConfig("llama-2-7b", "a100-80gb"))
+    args = (8, 8000, 9_000_000, 1500, 50)
+    assert model.decode_stretch_times(*args) == CostModel.decode_stretch_times(model, *args)
+
+
+def test_iteration_log_reads_like_the_list_of_tuples_it_replaces() -> None:
+    from simulator.records import ITERATION_COLUMNS, IterationLog
+
+    rows = [(i % 3, 0.5 * i, 0.25, i, 2 * i, 1, 7, 0, i % 2) for i in range(IterationLog.BUFFER * 2 + 5)]
+    log = IterationLog()
+    for row in rows[:100]:
+        log.append(row)
+    log.extend_columns([list(col) for col in zip(*rows[100:200], strict=True)])
+    log.extend(rows[200:])
+    assert len(log) == len(rows) and log == rows and list(log) == rows
+    assert log[0] == rows[0] and log[-1] == rows[-1] and log[5:8] == rows[5:8]
+    assert log == IterationLog(rows) and log != IterationLog(rows[:-1])
+    cols = log.columns()
+    assert list(cols) == list(ITERATION_COLUMNS)
+    assert cols["started_at"].dtype.kind == "f" and cols["num_decodes"].tolist() == [r[4] for r in rows]
+
+
+def test_a_watch_process_sees_the_same_state_with_skipping(count_stretches: list[int]) -> None:
+    """A watch may read any request at any time: skipping then stops before its wake-ups."""
+    config = _config("sarathi", 1, 0.9, qps=1.0, num_requests=40)
+
+    def run(fast: bool) -> list[tuple]:
+        seen: list[tuple] = []
+
+        def watch(env, requests):  # noqa: ANN001, ANN202
+            for _ in range(1, 200):
+                yield env.timeout(0.37)
+                seen.append((env.now, sum(r.num_generated for r in requests), sum(len(r.token_times) for r in requests)))
+
+        simulate(config.replace(fast_forward=fast), watch=watch)
+        return seen
+
+    assert run(True) == run(False)
+    assert count_stretches
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp"), [("mixtral-8x7b", "a100-80gb", 2), ("gpt-oss-20b", "h100-sxm", 1),
+                                                  ("deepseek-v3", "h200", 8)])
+def test_stretch_pricing_of_moe_sliding_and_mla_models_is_exact(model: str, gpu: str, tp: int) -> None:
+    cost = RooflineCostModel(ReplicaConfig(model, gpu, tp=tp))
+    for args in _stretches(2, max_n=64, max_kv=6000):
+        assert cost.decode_stretch_times(*args) == CostModel.decode_stretch_times(cost, *args)

@@ -218,3 +218,15 @@ def test_vidur_preset_refits(shared_data: Path):
     preset = ENGINES["sarathi-2023-vidur"]
     assert refit.cpu_per_seq_s == pytest.approx(preset.cpu_per_seq_s, rel=0.01)
     assert dict(refit.rpc_s) == pytest.approx(dict(preset.rpc_s), rel=0.01)
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_decode_stretch_pricing_matches_the_scalar_path_bit_for_bit(name):
+    cm = engine_model(name, tp=8)
+    n, kv = 24, [300 + 7 * j for j in range(24)]
+    kv_sum, kv_sq, kv_max = sum(kv), sum(k * k for k in kv), max(kv)
+    stretch = cm.decode_stretch_times(n, kv_sum, kv_sq, kv_max, 40)
+    scalar = [cm.iteration_time(BatchShape.decode_only(n, kv_sum + n * i, kv_sq + 2 * i * kv_sum + n * i * i, kv_max + i))
+              for i in range(40)]
+    assert stretch == scalar
+    assert getattr(cm, "_stretch_ok", True)  # the vectorised path was taken, not abandoned

@@ -314,6 +314,44 @@ class EngineCostModel(CostModel):
         kernel_s = self._kernel_time(shape)
         return kernel_s + self._engine_time(shape, kernel_s)
 
+    def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
+                             num_iterations: int) -> list[float]:
+        """Vectorised when the kernels can price decode attention over a stretch: the engine
+        terms of a decode-only step are constants, combined in ``iteration_time``'s order so
+        every float matches the scalar path (first and last checked); else the generic path."""
+        times = self._vector_stretch(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations)
+        if times is None:
+            return super().decode_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations)
+        return times
+
+    def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
+        import numpy as np
+
+        k = self.kernels
+        vector = getattr(k, "attention_decode_vector", None)
+        if (vector is None or type(k).__name__ != "RooflineCostModel" or n <= 0 or num_iterations < 2
+                or not getattr(self, "_stretch_ok", True)):
+            return None
+        i = np.arange(num_iterations, dtype=np.int64)
+        sums, maxes = kv_sum + n * i, kv_max + i
+        sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
+        attn = vector(n, sums, sq, maxes)
+        if attn is None:
+            return None
+        first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
+        layer_rest = k.token_time(n) + k.attention_prefill(first)
+        kernel = (k.pre_time(first) + self.model.num_layers * (layer_rest + attn)) + k.post_time(first)
+        gpu = (kernel + self.collective_s) + self.prefill_excess_time(first)
+        gpu = np.where(gpu < self.launch_s, self.launch_s, gpu)
+        cpu = self.cpu_time(first)
+        total = np.where(gpu > cpu, gpu, cpu) if self.overlap else gpu + cpu
+        times = (kernel + (total - kernel)).tolist()
+        last = BatchShape.decode_only(n, int(sums[-1]), int(sq[-1]), int(maxes[-1]))
+        if times[0] != self.iteration_time(first) or times[-1] != self.iteration_time(last):
+            self._stretch_ok = False  # never again for this instance: the scalar path is the truth
+            return None
+        return times
+
     def engine_breakdown(self, shape: BatchShape) -> dict[str, float]:
         """Each engine term in seconds as it adds to the step (async: only the CPU time
         that sticks out from under the GPU time); sums to ``overhead_time``."""

@@ -264,6 +264,10 @@ class EngineCostModel(CostModel):
         self.launch_s = 0.0 if e.cuda_graphs else (
             e.launch_per_kernel_s * KERNELS_PER_LAYER * replica.model_spec.num_layers)
         self.overlap = e.overlap_cpu
+        self._excess_threshold, self._excess_s = e.prefill_excess_threshold_tokens, e.prefill_excess_token_s
+        self._cpu_token_s = e.cpu_per_prefill_token_s
+        self._num_layers = replica.model_spec.num_layers
+        self._pre, self._layer, self._post = kernels.pre_time, kernels.layer_time, kernels.post_time
         # Re-export what other code reads from a kernel model; PP hops are the kernels' own
         # (the instance attribute keeps their signature, which the pipeline inspects for ``hop``).
         self.learned_ops = getattr(kernels, "learned_ops", [])
@@ -311,8 +315,18 @@ class EngineCostModel(CostModel):
         return self._engine_time(shape, self._kernel_time(shape))
 
     def iteration_time(self, shape: BatchShape) -> float:
-        kernel_s = self._kernel_time(shape)
-        return kernel_s + self._engine_time(shape, kernel_s)
+        # The hot path: _kernel_time and _engine_time inlined, same float operations in the same order.
+        kernel_s = self._pre(shape) + self._num_layers * self._layer(shape) + self._post(shape)
+        gpu = kernel_s + self.collective_s
+        over = shape.num_prefill_tokens - self._excess_threshold
+        if over > 0:
+            gpu = gpu + self._excess_s * over
+        if gpu < self.launch_s:
+            gpu = self.launch_s
+        cpu = (self.cpu_fixed_s + self.cpu_seq_s * (shape.num_prefills + shape.num_decodes)
+               + self._cpu_token_s * shape.num_prefill_tokens)
+        total = (gpu if gpu > cpu else cpu) if self.overlap else gpu + cpu
+        return kernel_s + (total - kernel_s)
 
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:

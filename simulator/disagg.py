@@ -42,7 +42,6 @@ Replica ids: prefill ``0..P-1``, decode ``P..P+D-1``, mixed after them. A reques
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from bisect import insort
 from collections import deque
@@ -56,7 +55,7 @@ import simpy
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel import load_cost_model
 from simulator.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of
-from simulator.engine import RunResult, StopRun, _arrivals, make_requests
+from simulator.engine import RunResult, _reporter, prepare_requests, run_to_end
 from simulator.errors import ConfigError
 from simulator.kvcache import BlockManager, MemoryPlan, plan_memory
 from simulator.progress import RunProgress
@@ -361,43 +360,20 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
     layout = layout_of(config)
     assert layout is not None
     wall_start = time.perf_counter()
-    root = np.random.default_rng(config.seed)
-    workload_rng, router_rng = (np.random.Generator(np.random.PCG64(s)) for s in root.bit_generator.seed_seq.spawn(2))
-    if table is None:
-        from simulator.workload import generate_requests
-
-        workload = config.workload
-        if workload.trace is None and workload.max_total_tokens is None:
-            workload = dataclasses.replace(workload, max_total_tokens=config.replica.effective_max_model_len)
-        table = generate_requests(workload, workload_rng)
-    requests = make_requests(table)
+    reporter = _reporter(progress)
+    requests, source, router_rng = prepare_requests(config, table, reporter)
     env = simpy.Environment()
-    # progress: True for a reporter of our own, or a RunProgress the caller keeps for later phases.
-    reporter = progress if isinstance(progress, RunProgress) else (RunProgress() if progress else None)
     if reporter is not None:
         reporter.start("simulating", len(requests))
     recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, len(requests) // 200))
     cluster = DisaggCluster(env, config, layout, recorder, router_rng, len(requests))
-    env.process(_arrivals(env, requests, cluster))  # type: ignore[arg-type]
-    if watch is not None:
-        env.process(watch(env, requests))
-    stopped: str | None = None
-    try:
-        env.run()
-    except StopRun as stop:
-        stopped = str(stop)
-    finally:
-        if reporter is not None and reporter is not progress:
-            reporter.close()
-    unfinished = [r for r in requests if r.completed_at is None and r.reject_reason is None]
-    if unfinished and stopped is None:  # invariant: every request completes or is reported
-        raise RuntimeError(f"{len(unfinished)} requests neither finished nor were rejected, e.g. {unfinished[0]}")
+    stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter=reporter is not progress)
     replicas = cluster.replicas
     pools = (["prefill"] * len(cluster.prefill) + ["decode"] * len(cluster.decode) + ["mixed"] * len(cluster.mixed))
     num_blocks = [r.scheduler.blocks.num_blocks for r in replicas]
     return RunResult(
         config=config, requests=requests, iterations=recorder.iterations, memory=cluster.plans["decode"],
-        workload_source=getattr(table, "source", "request table"), sim_end_at=env.now,
+        workload_source=source, sim_end_at=env.now,
         wall_s=time.perf_counter() - wall_start, replica_busy_s=[r.num_busy_s for r in replicas],
         stages=recorder.stages,
         stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in replicas],

@@ -173,8 +173,38 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
 
         return simulate_disaggregated(config, table, progress, watch)
     wall_start = time.perf_counter()
-    # progress: True for a bar of our own, or a RunProgress the caller keeps (and closes) for later phases.
-    reporter = progress if isinstance(progress, RunProgress) else (RunProgress() if progress else None)
+    reporter = _reporter(progress)
+    requests, source, router_rng = prepare_requests(config, table, reporter)
+    env = simpy.Environment()
+    if reporter is not None:
+        reporter.start("simulating", len(requests))
+    recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, len(requests) // 200))
+    cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None)
+    stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter=reporter is not progress)
+    assert cluster.memory is not None
+    return RunResult(
+        config=config, requests=requests, iterations=recorder.iterations, memory=cluster.memory,
+        workload_source=source, sim_end_at=env.now, wall_s=time.perf_counter() - wall_start,
+        replica_busy_s=[r.num_busy_s for r in cluster.replicas],
+        stages=recorder.stages,
+        stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in cluster.replicas],
+        extra={"cost_model_extrapolations": sum(getattr(c, "num_extrapolations", 0) for c in cluster.cost_models),
+               **({"stopped": stopped} if stopped is not None else {})},
+    )
+
+
+def _reporter(progress: bool | RunProgress) -> RunProgress | None:
+    """``True`` for a reporter of our own, or the RunProgress a caller keeps (and closes) for later phases."""
+    return progress if isinstance(progress, RunProgress) else (RunProgress() if progress else None)
+
+
+def prepare_requests(config: RunConfig, table, reporter: RunProgress | None  # noqa: ANN001
+                     ) -> tuple[list[Request], str, np.random.Generator]:
+    """The run's requests (from ``table`` or the config's workload) and the router's stream.
+
+    One seeded generator is split into independent workload and router streams, so an
+    aggregated and a disaggregated run of the same config see the same requests.
+    """
     root = np.random.default_rng(config.seed)
     workload_rng, router_rng = (np.random.Generator(np.random.PCG64(s)) for s in root.bit_generator.seed_seq.spawn(2))
     if table is None:
@@ -190,14 +220,17 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         table = generate_requests(workload, workload_rng)
     if reporter is not None:
         reporter.phase(f"building {len(table.arrival_at):,} requests", len(table.arrival_at))
-    requests = make_requests(table)
-    source = getattr(table, "source", "request table")
+    return make_requests(table), getattr(table, "source", "request table"), router_rng
 
-    env = simpy.Environment()
-    if reporter is not None:
-        reporter.start("simulating", len(requests))
-    recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, len(requests) // 200))
-    cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None)
+
+def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,
+               watch: Callable[[simpy.Environment, list[Request]], Any] | None,
+               reporter: RunProgress | None, own_reporter: bool) -> str | None:
+    """Start arrivals (and ``watch``) and run until no event is left; the reason a watch
+    stopped the run, or ``None``.
+
+    Invariant checked here: unless stopped early, every request completed or was rejected.
+    """
     env.process(_arrivals(env, requests, cluster))
     if watch is not None:
         env.process(watch(env, requests))
@@ -207,18 +240,9 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     except StopRun as stop:
         stopped = str(stop)
     finally:
-        if reporter is not None and reporter is not progress:
+        if reporter is not None and own_reporter:
             reporter.close()
     unfinished = [r for r in requests if r.completed_at is None and r.reject_reason is None]
-    if unfinished and stopped is None:  # invariant: every request completes or is reported
+    if unfinished and stopped is None:
         raise RuntimeError(f"{len(unfinished)} requests neither finished nor were rejected, e.g. {unfinished[0]}")
-    assert cluster.memory is not None
-    return RunResult(
-        config=config, requests=requests, iterations=recorder.iterations, memory=cluster.memory,
-        workload_source=source, sim_end_at=env.now, wall_s=time.perf_counter() - wall_start,
-        replica_busy_s=[r.num_busy_s for r in cluster.replicas],
-        stages=recorder.stages,
-        stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in cluster.replicas],
-        extra={"cost_model_extrapolations": sum(getattr(c, "num_extrapolations", 0) for c in cluster.cost_models),
-               **({"stopped": stopped} if stopped is not None else {})},
-    )
+    return stopped

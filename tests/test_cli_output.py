@@ -19,6 +19,7 @@ from rich.table import Table
 
 from simulator.catalog import GPUS, MODELS
 from simulator.cli.tables import print_table, wrap_pairs
+from simulator.costmodel.engine_model import ENGINES
 
 ROOT = Path(__file__).resolve().parents[1]
 SIMULATE = [sys.executable, "-m", "simulator"]
@@ -54,10 +55,11 @@ def on_terminal(*args: str, columns: int = 80) -> str:
 
 
 CATALOGS = {"models": [v for m in MODELS.values() for v in (m.name, m.hf_id)],
-            "gpus": [v for g in GPUS.values() for v in (g.name, *g.aliases)]}
+            "gpus": [v for g in GPUS.values() for v in (g.name, *g.aliases)],
+            "engines": list(ENGINES)}
 
 
-@pytest.mark.parametrize("command", ["models", "gpus"])
+@pytest.mark.parametrize("command", ["models", "gpus", "engines"])
 def test_catalog_names_are_whole_when_piped(command: str) -> None:
     out = piped(command)
     assert "…" not in out and "..." not in out
@@ -66,7 +68,7 @@ def test_catalog_names_are_whole_when_piped(command: str) -> None:
     assert not missing, missing
 
 
-@pytest.mark.parametrize("command", ["models", "gpus"])
+@pytest.mark.parametrize("command", ["models", "gpus", "engines"])
 def test_catalog_wraps_rows_on_a_narrow_terminal(command: str) -> None:
     out = on_terminal(command, columns=80)
     assert "…" not in out

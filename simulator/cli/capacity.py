@@ -222,7 +222,7 @@ def tau(
         note = " (tau)" if t == result.tau else (" (knee)" if t == result.knee_tokens else "")
         table.add_row(f"{t}{note}", f"{row['iteration_s'] * 1e3:.1f}", f"{row['throughput_tokens_per_s']:,.0f}",
                       f"{row['linear_layers_s'] * 1e3:.1f}")
-    console.print(table)
+    print_table(console, table)
     console.print(f"[bold]tau = {result.tau}[/bold] for TBT SLO {tbt_slo:g}s ({result.reason}); "
                   f"linear-layer compute/memory knee at ~{result.knee_tokens} tokens")
     for p in paths:

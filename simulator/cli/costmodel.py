@@ -163,7 +163,7 @@ def predict_cmd(
                       "engine" if op.startswith("engine_") else "learned" if op in learned else "roofline")
     table.add_row("iteration", f"{total * 1e3:.3f}", "100%", "", style="bold")
     console = Console()
-    console.print(table)
+    print_table(console, table)
     if result["num_extrapolations"]:
         console.print(f"[yellow]warning: {result['num_extrapolations']} lookup(s) outside the profiled range "
                       "were extrapolated[/yellow]")

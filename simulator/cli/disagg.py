@@ -18,6 +18,7 @@ from rich.table import Table
 from simulator.cli.app import app, console
 from simulator.cli.capacity import default_option
 from simulator.cli.options import run_options
+from simulator.cli.tables import print_table
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 from simulator.output import jsonable
@@ -68,7 +69,7 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
     out_console = console()
     out_console.print(f"{config.replica.model} on {config.replica.gpu} · workload {config.workload.name}, "
                       f"{config.workload.num_requests} requests per trial · KV link {config.kv_link}")
-    out_console.print(table)
+    print_table(out_console, table)
     best = df.iloc[0]
     out_console.print(f"[bold]best: {best['label']} at {best['goodput_per_gpu']:.3g} req/s per GPU[/bold]")
     if out is not None:

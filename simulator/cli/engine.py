@@ -16,6 +16,7 @@ from rich.table import Table
 
 from simulator.cli.app import app
 from simulator.cli.options import run_options
+from simulator.cli.tables import print_table
 from simulator.config import DEFAULT_ENGINE, RunConfig
 from simulator.errors import ConfigError
 
@@ -32,7 +33,7 @@ def engines() -> None:
         table.add_row(name, "yes" if e.overlap_cpu else "no", "yes" if e.cuda_graphs else "no",
                       f"{e.cpu_iteration_s * 1e3:.2f}", f"{e.cpu_per_seq_s * 1e6:.0f}", coll)
     console = Console()
-    console.print(table)
+    print_table(console, table)
     for name, e in ENGINES.items():
         console.print(f"[bold]{name}[/bold]: {e.source}. Fitted: {e.fitted}.")
 

@@ -229,10 +229,15 @@ def plot_crossover_prompt(out: pd.DataFrame, slo_name: str) -> None:
     ax.set_xlabel("prompt tokens (output 128)")
     ax.set_ylabel("goodput per GPU (req/s)")
     ax.set_yscale("log")
-    for fam in ("vllm", "sarathi", "disagg"):
-        for row in best[best["family"] == fam].itertuples():
+    # At each prompt length the best family's label goes above its point and the others' below,
+    # so points close in goodput keep their labels apart; at the last length, labels end at the point.
+    last = best["prompt_tokens"].max()
+    for prompt, group in best.groupby("prompt_tokens"):
+        ha, dx = ("right", -4) if prompt == last else ("left", 4)
+        for rank, row in enumerate(group.sort_values("goodput_per_gpu", ascending=False).itertuples()):
             ax.annotate(row.label.replace("sarathi ", "").replace("vllm ", ""), (row.prompt_tokens, row.goodput_per_gpu),
-                        fontsize=5.5, color=COLORS[fam], xytext=(3, 3), textcoords="offset points")
+                        fontsize=5.5, color=COLORS[row.family], xytext=(dx, 4 if rank == 0 else -9),
+                        textcoords="offset points", ha=ha)
     ax.set_title(f"8x A100-80GB, best layout per family ({slo_name} SLO: {slo.describe()})", fontsize=8)
     ax.legend()
     fig.tight_layout()

@@ -55,21 +55,6 @@ class Batch:
     def __len__(self) -> int:
         return len(self.requests)
 
-    def add_decode(self, req: Request) -> None:
-        """``add(req, 1)`` for a request known to be a decode (one missing token, an output
-        already produced): the hot path of every policy's decode loop, inlined."""
-        self.requests.append(req)
-        self.num_tokens.append(1)
-        req.in_flight = True
-        kv = req.num_computed + 1
-        s = self.shape
-        s.num_decodes += 1
-        s.decode_kv_tokens += kv
-        s.decode_kv_sq_sum += kv * kv
-        if kv > s.decode_max_kv:
-            s.decode_max_kv = kv
-        s.num_logits += 1
-
     def add(self, req: Request, num_tokens: int) -> None:
         """Append an entry and account its attention work in the shape."""
         self.requests.append(req)
@@ -193,6 +178,54 @@ class Scheduler:
         return bool(self.running) and all(
             not r.in_flight and r.num_generated and r.num_prompt_tokens + r.num_generated - r.num_computed == 1
             for r in self.running)
+
+    def _add_decodes(self, batch: Batch, budget: float, partial: list[Request] | None) -> int:
+        """One token for each running request not in flight, in running order, until ``budget``
+        tokens; KV blocks grow as needed, preempting the newest. With ``partial`` given, a
+        request with more than one token missing goes there instead (its chunk is the policy's
+        business). Returns the tokens added.
+
+        The hot loop of every decode iteration: entries are appended in place as
+        :meth:`Batch.add` would, and the decodes' shape sums kept in locals and folded in once
+        (integer sums, so exactly what per-entry adds would give).
+        """
+        running, block_size = self.running, self.blocks.block_size
+        append_req, append_tokens = batch.requests.append, batch.num_tokens.append
+        num_decodes = kv_sum = kv_sq_sum = kv_max = used = 0
+        i, num_running = 0, len(running)
+        while i < num_running:
+            req = running[i]
+            if req.in_flight:
+                i += 1
+                continue
+            computed = req.num_computed
+            if partial is not None and req.num_prompt_tokens + req.num_generated - computed > 1:
+                partial.append(req)
+                i += 1
+                continue
+            if used >= budget:
+                break
+            if req.num_blocks * block_size <= computed:  # the last block is full: grow, maybe preempting
+                grown = self._grow_or_preempt(req, computed + 1, batch)
+                num_running = len(running)  # preemption removes from the end
+                if not grown:
+                    break  # req was the newest: everything after it is gone too
+            if req.num_generated:
+                append_req(req)
+                append_tokens(1)
+                req.in_flight = True
+                kv = computed + 1
+                num_decodes += 1
+                kv_sum += kv
+                kv_sq_sum += kv * kv
+                if kv > kv_max:
+                    kv_max = kv
+            else:
+                batch.add(req, 1)  # a prompt's 1-token tail is a prefill chunk
+            used += 1
+            i += 1
+        batch.shape.add_decodes(num_decodes, kv_sum, kv_sq_sum, kv_max)
+        return used
 
     # -- mechanism -------------------------------------------------------------------------
     def complete(self, batch: Batch, now: float) -> list[Request]:

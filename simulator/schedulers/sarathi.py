@@ -35,47 +35,8 @@ class SarathiScheduler(Scheduler):
     def schedule(self) -> Batch:
         batch = Batch()
         budget = self.token_budget
-        used = 0
-        running = self.running
         partial: list = []
-        # Decodes: the hot loop. Entries are appended in running order as Batch.add would;
-        # the decodes' shape sums are kept in locals and folded in once (integer sums, exact).
-        block_size = self.blocks.block_size
-        append_req, append_tokens = batch.requests.append, batch.num_tokens.append
-        num_decodes = kv_sum = kv_sq_sum = kv_max = 0
-        i, num_running = 0, len(running)
-        while i < num_running:
-            req = running[i]
-            if req.in_flight:
-                i += 1
-                continue
-            computed = req.num_computed
-            if req.num_prompt_tokens + req.num_generated - computed > 1:
-                partial.append(req)
-                i += 1
-                continue
-            if used >= budget:
-                break
-            if req.num_blocks * block_size <= computed:  # the last block is full: grow, maybe preempting
-                grown = self._grow_or_preempt(req, computed + 1, batch)
-                num_running = len(running)  # preemption removes from the end
-                if not grown:
-                    break
-            if req.num_generated:
-                append_req(req)
-                append_tokens(1)
-                req.in_flight = True
-                kv = computed + 1
-                num_decodes += 1
-                kv_sum += kv
-                kv_sq_sum += kv * kv
-                if kv > kv_max:
-                    kv_max = kv
-            else:
-                batch.add(req, 1)  # a prompt's 1-token tail is a prefill chunk
-            used += 1
-            i += 1
-        batch.shape.add_decodes(num_decodes, kv_sum, kv_sq_sum, kv_max)
+        used = self._add_decodes(batch, budget, partial)
         for req in partial:
             if used >= budget:
                 break

@@ -10,6 +10,8 @@ decodes one token; when blocks run out the newest running request is preempted.
 
 from __future__ import annotations
 
+import math
+
 from simulator.schedulers.base import Batch, Scheduler
 
 
@@ -49,34 +51,5 @@ class VLLMScheduler(Scheduler):
             num_seqs += 1
         if batch.requests:
             return batch  # prefill-only iteration: running decodes stall
-        # Decodes: as in SarathiScheduler, entries appended in place and shape sums folded once.
-        block_size = blocks.block_size
-        append_req, append_tokens = batch.requests.append, batch.num_tokens.append
-        num_decodes = kv_sum = kv_sq_sum = kv_max = 0
-        i, num_running = 0, len(running)
-        while i < num_running:
-            req = running[i]
-            if req.in_flight:
-                i += 1
-                continue
-            computed = req.num_computed
-            if req.num_blocks * block_size <= computed:  # the last block is full: grow, maybe preempting
-                grown = self._grow_or_preempt(req, computed + 1, batch)
-                num_running = len(running)  # preemption removes from the end
-                if not grown:
-                    break  # req was the newest: everything after it is gone too
-            if req.num_generated:
-                append_req(req)
-                append_tokens(1)
-                req.in_flight = True
-                kv = computed + 1
-                num_decodes += 1
-                kv_sum += kv
-                kv_sq_sum += kv * kv
-                if kv > kv_max:
-                    kv_max = kv
-            else:
-                batch.add(req, 1)  # a prompt's 1-token tail is a prefill chunk
-            i += 1
-        batch.shape.add_decodes(num_decodes, kv_sum, kv_sq_sum, kv_max)
+        self._add_decodes(batch, math.inf, None)  # every running request decodes; no budget
         return batch

@@ -228,26 +228,31 @@ def sched_delay_certain_fail_count(num_requests: int, quantile: float) -> int:
     return num_requests - math.floor((num_requests - 1) * quantile / 100.0)
 
 
-class OverloadWatch:
-    """A ``simulate(watch=...)`` process that stops a trial once its scheduling-delay
-    quantile is certain to exceed the limit.
+class ArrivalWatch:
+    """A ``simulate(watch=...)`` process that stops a trial once it is certain to fail.
 
-    At every ``every``-th arrival instant it counts requests whose delay already exceeds
-    the limit: scheduled ones by their real delay, waiting ones by how long they have
-    waited (their delay can only grow). Checks run at arrival instants only, which the run
-    reaches anyway, so watching never changes a run that is not stopped.
+    At every ``n // num_checks``-th arrival instant it counts the requests arrived so far that
+    are certainly late (:meth:`is_late`, a judgement that can only stay true as time goes on)
+    and raises :class:`~simulator.engine.StopRun` once ``late >= threshold(n)``. Checks run at
+    arrival instants only, which the run reaches anyway, so watching never changes a run that
+    is not stopped. Subclasses say what late means.
     """
 
-    def __init__(self, limit_s: float, quantile: float, num_checks: int = 64) -> None:
-        self.limit_s = limit_s
-        self.quantile = quantile
-        self.num_checks = num_checks
+    num_checks = 64
+
+    def threshold(self, num_requests: int) -> int:
+        raise NotImplementedError
+
+    def is_late(self, req: Request, now_at: float) -> bool:
+        raise NotImplementedError
+
+    def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
+        raise NotImplementedError
 
     def __call__(self, env: simpy.Environment, requests: list[Request]) -> Iterator[simpy.Event]:
         n = len(requests)
-        needed = sched_delay_certain_fail_count(n, self.quantile)
+        needed = self.threshold(n)
         every = max(1, n // self.num_checks)
-        limit = self.limit_s
         for index in range(every - 1, n, every):
             now_at = requests[index].arrival_at
             if now_at > env.now:
@@ -256,16 +261,33 @@ class OverloadWatch:
             for req in requests:
                 if req.arrival_at > now_at:
                     break  # arrival order
-                first = req.first_scheduled_at
-                if first is not None:
-                    if first - req.arrival_at > limit:
-                        late += 1
-                elif req.status is not Status.REJECTED and now_at - req.arrival_at > limit:
-                    late += 1
+                late += self.is_late(req, now_at)
             if late >= needed:
-                raise engine.StopRun(
-                    f"overloaded: {late} of {n} requests already waited > {limit:g}s to be scheduled "
-                    f"(stopped at t={now_at:.1f}s)")
+                raise engine.StopRun(self.stop_message(late, n, now_at))
+
+
+class OverloadWatch(ArrivalWatch):
+    """Stops a trial once its scheduling-delay quantile is certain to exceed the limit:
+    scheduled requests count by their real delay, waiting ones by how long they have waited
+    (their delay can only grow)."""
+
+    def __init__(self, limit_s: float, quantile: float, num_checks: int = 64) -> None:
+        self.limit_s = limit_s
+        self.quantile = quantile
+        self.num_checks = num_checks
+
+    def threshold(self, num_requests: int) -> int:
+        return sched_delay_certain_fail_count(num_requests, self.quantile)
+
+    def is_late(self, req: Request, now_at: float) -> bool:
+        first = req.first_scheduled_at
+        if first is not None:
+            return first - req.arrival_at > self.limit_s
+        return req.status is not Status.REJECTED and now_at - req.arrival_at > self.limit_s
+
+    def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
+        return (f"overloaded: {late} of {num_requests} requests already waited > {self.limit_s:g}s to be scheduled "
+                f"(stopped at t={now_at:.1f}s)")
 
 
 def format_against(value: float, limit: float, min_digits: int = 3) -> str:

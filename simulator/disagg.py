@@ -386,12 +386,3 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
                "cost_model_extrapolations": sum(getattr(r.cost_model, "num_extrapolations", 0) for r in replicas),
                **({"stopped": stopped} if stopped is not None else {})},
     )
-
-
-def num_gpus(config: RunConfig) -> int:
-    """GPUs a run occupies, aggregated or disaggregated."""
-    layout = layout_of(config)
-    if layout is None:
-        return config.num_replicas * config.replica.num_gpus
-    return layout.num_gpus
-

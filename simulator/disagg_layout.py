@@ -209,3 +209,9 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
 
 def canonical_pool(text: str | None, field: str) -> str | None:
     return None if text is None else parse_pool(text, field).canonical()
+
+
+def num_gpus_of(config: RunConfig) -> int:
+    """GPUs a run occupies, aggregated or disaggregated."""
+    layout = layout_of(config)
+    return layout.num_gpus if layout is not None else config.num_replicas * config.replica.num_gpus

@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pandas as pd
-import simpy
 
 from simulator import engine
+from simulator.capacity import ArrivalWatch
 from simulator.config import RunConfig
-from simulator.disagg_layout import layout_of
+from simulator.disagg_layout import layout_of, num_gpus_of
 from simulator.disagg_metrics import slo_attainment
 from simulator.errors import ConfigError
 from simulator.kvcache import plan_memory
@@ -91,12 +91,7 @@ class GoodputResult:
                 "reason": self.reason}
 
 
-def num_gpus_of(config: RunConfig) -> int:
-    layout = layout_of(config)
-    return layout.num_gpus if layout is not None else config.num_replicas * config.replica.num_gpus
-
-
-class TTFTWatch:
+class TTFTWatch(ArrivalWatch):
     """Stops a trial once more than ``(1 - attainment) * n`` requests have certainly missed
     the TTFT SLO (first token later than ``ttft_s`` after arrival, or still none that late)."""
 
@@ -104,27 +99,19 @@ class TTFTWatch:
         self.ttft_s, self.attainment, self.num_checks = ttft_s, attainment, num_checks
         self.num_late, self.num_requests = 0, 1
 
-    def __call__(self, env: simpy.Environment, requests: list[Request]) -> Iterator[simpy.Event]:
-        n = len(requests)
-        allowed = math.floor((1.0 - self.attainment) * n + 1e-9)
-        every = max(1, n // self.num_checks)
-        for index in range(every - 1, n, every):
-            now_at = requests[index].arrival_at
-            if now_at > env.now:
-                yield env.timeout(now_at - env.now)
-            late = 0
-            for req in requests:
-                if req.arrival_at > now_at:
-                    break
-                if req.reject_reason is not None:
-                    late += 1
-                elif len(req.token_times):
-                    late += req.token_times[0] - req.arrival_at > self.ttft_s
-                else:
-                    late += now_at - req.arrival_at > self.ttft_s
-            if late > allowed:
-                self.num_late, self.num_requests = late, n
-                raise engine.StopRun(f"{late} of {n} requests already missed TTFT {self.ttft_s:g}s")
+    def threshold(self, num_requests: int) -> int:
+        return math.floor((1.0 - self.attainment) * num_requests + 1e-9) + 1
+
+    def is_late(self, req: Request, now_at: float) -> bool:
+        if req.reject_reason is not None:
+            return True
+        if len(req.token_times):
+            return req.token_times[0] - req.arrival_at > self.ttft_s
+        return now_at - req.arrival_at > self.ttft_s
+
+    def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
+        self.num_late, self.num_requests = late, num_requests  # the bound attainment_at reports
+        return f"{late} of {num_requests} requests already missed TTFT {self.ttft_s:g}s"
 
 
 def attainment_at(config: RunConfig, qps: float, slo: GoodputSLO, early_exit: bool = True) -> float:

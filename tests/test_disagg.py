@@ -234,7 +234,8 @@ def small_workload(config: RunConfig) -> RunConfig:
 
 
 def test_split_candidates_use_exactly_the_gpus_and_fit() -> None:
-    from simulator.disagg_plan import aggregated_candidates, fits, num_gpus_of, split_candidates
+    from simulator.disagg_layout import num_gpus_of
+    from simulator.disagg_plan import aggregated_candidates, fits, split_candidates
 
     base = RunConfig().replace(replica__model="llama-2-13b")
     splits = split_candidates(base, 8)

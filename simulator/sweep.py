@@ -454,17 +454,12 @@ def _signals_blocked() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(received: list[str]) -> Iterator[None]:
-    """Turn SIGINT and SIGTERM into ``KeyboardInterrupt`` in the main thread, recording which
-    arrived in ``received``; the previous handlers come back afterwards."""
+def _signal_handlers(handler: Any) -> Iterator[None]:
+    """Install ``handler`` for SIGINT and SIGTERM (main thread only; elsewhere a no-op),
+    putting the previous handlers back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum: int, frame: object) -> None:
-        received.append(signal.Signals(signum).name)
-        raise KeyboardInterrupt
-
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
@@ -474,19 +469,20 @@ def _stop_on_signals(received: list[str]) -> Iterator[None]:
                 signal.signal(sig, previous)
 
 
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
+def _stop_on_signals(received: list[str]) -> contextlib.AbstractContextManager[None]:
+    """Turn SIGINT and SIGTERM into ``KeyboardInterrupt`` in the main thread, recording which
+    arrived in ``received``."""
+
+    def handler(signum: int, frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    return _signal_handlers(handler)
+
+
+def _signals_ignored() -> contextlib.AbstractContextManager[None]:
     """While stopping, a second Ctrl-C must not break the clean-up into a traceback."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, previous in old.items():
-            if previous is not None:
-                signal.signal(sig, previous)
+    return _signal_handlers(signal.SIG_IGN)
 
 
 # -- backends: call ``on_done(point, record)`` in this thread as each point finishes

@@ -246,10 +246,6 @@ class RunConfig:
             for name in ("prefill_pool", "decode_pool", "mixed_pool"):
                 object.__setattr__(self, name, canonical_pool(getattr(self, name), name))
             layout_of(self)  # validates every pool and the link
-
-    @property
-    def is_disaggregated(self) -> bool:
-        return self.prefill_pool is not None
         if self.router not in ROUTERS:
             raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
         if self.seed < 0:
@@ -257,6 +253,10 @@ class RunConfig:
         from simulator.costmodel.engine_model import check_engine  # late: costmodel imports config
 
         check_engine(self.engine)
+
+    @property
+    def is_disaggregated(self) -> bool:
+        return self.prefill_pool is not None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

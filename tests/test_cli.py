@@ -65,6 +65,9 @@ def test_json_summary(tmp_path: Path):
     (["--out", "/proc/x"], "--out"),
     (["--out", str(Path(__file__).resolve().parents[1] / "README.md" / "out")], "--out"),  # a path under a file
     (["--format", "xlsx"], "--format"),
+    (["--router", "fastest"], "cluster.router"),
+    (["--seed", "-1"], "seed"),
+    (["--engine", "vllm-9"], "engine"),
 ])
 def test_bad_input_is_one_line_and_nonzero(args, needle):
     proc = simulate_cli("run", "--no-progress", *args)

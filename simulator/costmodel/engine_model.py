@@ -181,8 +181,6 @@ ENGINES: dict[str, EngineModel] = {
 assert DEFAULT_ENGINE in ENGINES  # the run config's default names a preset
 
 
-def engine_names() -> list[str]:
-    return list(ENGINES)
 
 
 def load_engine(spec: str | EngineModel) -> EngineModel:
@@ -247,6 +245,8 @@ class EngineCostModel(CostModel):
     per-iteration work is a few multiply-adds on top of the kernel model's lookups.
     """
 
+    _stretch_ok = True  # set False on an instance whose vector form once disagreed with the scalar path
+
     def __init__(self, kernels: CostModel, engine: EngineModel) -> None:
         super().__init__(kernels.replica)
         self.kernels = kernels
@@ -279,18 +279,15 @@ class EngineCostModel(CostModel):
 
     # -- engine terms ----------------------------------------------------------------------------------------
     def cpu_time(self, shape: BatchShape) -> float:
-        e = self.engine
         return (self.cpu_fixed_s + self.cpu_seq_s * (shape.num_prefills + shape.num_decodes)
-                + e.cpu_per_prefill_token_s * shape.num_prefill_tokens)
+                + self._cpu_token_s * shape.num_prefill_tokens)
 
     def prefill_excess_time(self, shape: BatchShape) -> float:
-        e = self.engine
-        over = shape.num_prefill_tokens - e.prefill_excess_threshold_tokens
-        return e.prefill_excess_token_s * over if over > 0 else 0.0
+        over = shape.num_prefill_tokens - self._excess_threshold
+        return self._excess_s * over if over > 0 else 0.0
 
     def _kernel_time(self, shape: BatchShape) -> float:
-        k = self.kernels
-        return k.pre_time(shape) + self.model.num_layers * k.layer_time(shape) + k.post_time(shape)
+        return self._pre(shape) + self._num_layers * self._layer(shape) + self._post(shape)
 
     def _engine_time(self, shape: BatchShape, kernel_s: float) -> float:
         """Seconds the engine adds to ``kernel_s`` (the kernels of the whole step)."""
@@ -315,18 +312,8 @@ class EngineCostModel(CostModel):
         return self._engine_time(shape, self._kernel_time(shape))
 
     def iteration_time(self, shape: BatchShape) -> float:
-        # The hot path: _kernel_time and _engine_time inlined, same float operations in the same order.
-        kernel_s = self._pre(shape) + self._num_layers * self._layer(shape) + self._post(shape)
-        gpu = kernel_s + self.collective_s
-        over = shape.num_prefill_tokens - self._excess_threshold
-        if over > 0:
-            gpu = gpu + self._excess_s * over
-        if gpu < self.launch_s:
-            gpu = self.launch_s
-        cpu = (self.cpu_fixed_s + self.cpu_seq_s * (shape.num_prefills + shape.num_decodes)
-               + self._cpu_token_s * shape.num_prefill_tokens)
-        total = (gpu if gpu > cpu else cpu) if self.overlap else gpu + cpu
-        return kernel_s + (total - kernel_s)
+        kernel_s = self._kernel_time(shape)
+        return kernel_s + self._engine_time(shape, kernel_s)
 
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:
@@ -341,21 +328,22 @@ class EngineCostModel(CostModel):
     def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
         import numpy as np
 
+        from simulator.costmodel.roofline import RooflineCostModel
+
         k = self.kernels
-        vector = getattr(k, "attention_decode_vector", None)
-        if (vector is None or type(k).__name__ != "RooflineCostModel" or n <= 0 or num_iterations < 2
-                or not getattr(self, "_stretch_ok", True)):
+        # Exactly the roofline (a subclass may add terms the vector form does not know).
+        if type(k) is not RooflineCostModel or n <= 0 or num_iterations < 2 or not self._stretch_ok:
             return None
         i = np.arange(num_iterations, dtype=np.int64)
         sums, maxes = kv_sum + n * i, kv_max + i
         sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
-        attn = vector(n, sums, sq, maxes)
+        attn = k.attention_decode_vector(n, sums, sq, maxes)
         if attn is None:
             return None
         first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
         layer_rest = k.token_time(n) + k.attention_prefill(first)
         kernel = (k.pre_time(first) + self.model.num_layers * (layer_rest + attn)) + k.post_time(first)
-        gpu = (kernel + self.collective_s) + self.prefill_excess_time(first)
+        gpu = (kernel + self.collective_s) + self.prefill_excess_time(first)  # first: decode-only, so 0.0
         gpu = np.where(gpu < self.launch_s, self.launch_s, gpu)
         cpu = self.cpu_time(first)
         total = np.where(gpu > cpu, gpu, cpu) if self.overlap else gpu + cpu
@@ -392,8 +380,3 @@ class EngineCostModel(CostModel):
         out = {k: v for k, v in self.kernels.breakdown(shape).items() if k != "cpu_overhead"}
         out.update(self.engine_breakdown(shape))
         return out
-
-
-def with_engine(kernels: CostModel, engine: str | EngineModel | None) -> CostModel:
-    """Wrap ``kernels`` in the named engine (``None``: the default preset)."""
-    return EngineCostModel(kernels, load_engine(DEFAULT_ENGINE if engine is None else engine))

@@ -62,7 +62,7 @@ import pandas as pd
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 from simulator.options import RUN_OPTIONS
-from simulator.output import jsonable, write_table
+from simulator.output import check_format, jsonable, write_table
 
 MODES = ("run", "capacity")
 TOP_LEVEL_KEYS = ("mode", "base", "grid")
@@ -582,13 +582,6 @@ def _param_names(spec: SweepSpec) -> list[str]:
     return list(spec.base) + [n for n in spec.varied if n not in spec.base]
 
 
-def results_table(spec: SweepSpec, out: Path) -> pd.DataFrame:
-    """One row per point, in grid order: its parameters, status, error and metrics
-    (``status = "missing"`` for points not run yet)."""
-    docs = {p.key: read_point(out, p.key) for p in spec.points}
-    return _table(((p.index, p.key, p.params) for p in spec.points), _param_names(spec), docs)
-
-
 def read_sweep_folder(folder: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     """A sweep folder's ``sweep.json`` and its current table, built from the point files (so
     a sweep that is still running, or was stopped, reads as far as it got)."""
@@ -615,14 +608,15 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
     """
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
-    if fmt not in ("csv", "parquet"):
-        raise ConfigError("--format", f"unknown format {fmt!r}", "use csv or parquet")
+    check_format(fmt)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} exists and is not a folder")
     (out / "points").mkdir(parents=True, exist_ok=True)
+    # A point not done (never run, or failed and rerun with --retry-failed) has no doc yet.
     docs = {p.key: read_point(out, p.key) for p in spec.points}
-    todo = [p for p in spec.points if not _is_done(docs[p.key], retry_failed)]
+    docs = {key: doc if _is_done(doc, retry_failed) else None for key, doc in docs.items()}
+    todo = [p for p in spec.points if docs[p.key] is None]
     (out / "sweep.json").write_text(json.dumps(jsonable({
         "mode": spec.mode, "base": spec.base,
         "grid": {",".join(k): [list(r) for r in v] for k, v in spec.grid.items()},
@@ -633,18 +627,13 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
     def current_table() -> pd.DataFrame:
         return _table(((p.index, p.key, p.params) for p in spec.points), param_names, docs)
 
-    for doc in docs.values():  # a point being rerun (--retry-failed) is not done yet
-        if doc is not None and not _is_done(doc, retry_failed):
-            docs[doc["key"]] = None
     write_table(current_table(), out / "results", fmt)
     failed = 0
-    num_finished = 0
     bar = _Bar(len(spec.points), len(spec.points) - len(todo)) if progress else None
 
     def on_done(point: Point, record: dict[str, Any]) -> None:
-        nonlocal failed, num_finished
+        nonlocal failed
         docs[point.key] = _write_point(out, spec.mode, point, record)
-        num_finished += 1
         if record["status"] != "ok":
             failed += 1
         write_table(current_table(), out / "results", fmt)

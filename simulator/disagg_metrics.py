@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from simulator.metrics import quantile_stats
+
 if TYPE_CHECKING:
     from simulator.engine import RunResult
 
@@ -38,15 +40,6 @@ def slo_attainment(requests: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float)
     ok = ((requests["status"] == "finished") & (requests["ttft_s"] <= ttft_slo_s)
           & (requests["tpot_s"].fillna(0.0) <= tpot_slo_s))
     return float(ok.mean())
-
-
-def _q(values: np.ndarray, prefix: str) -> dict[str, float]:
-    values = values[~np.isnan(values)]
-    if len(values) == 0:
-        return {f"{prefix}_p50": math.nan, f"{prefix}_p99": math.nan, f"{prefix}_mean": math.nan, f"{prefix}_max": math.nan}
-    p50, p99 = np.percentile(values, (50, 99))
-    return {f"{prefix}_p50": float(p50), f"{prefix}_p99": float(p99), f"{prefix}_mean": float(values.mean()),
-            f"{prefix}_max": float(values.max())}
 
 
 def decode_tbt_samples(result: RunResult) -> np.ndarray:
@@ -80,8 +73,8 @@ def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float 
     transferred = handoff[~np.isnan(handoff["transfer_end_at"])]
     for col in ("queue_s", "prefill_s", "backpressure_s", "link_queue_s", "transfer_s", "handoff_gap_s"):
         source = handoff if col in ("queue_s", "prefill_s") else transferred
-        out.update(_q(source[col].to_numpy(dtype=np.float64), col.removesuffix("_s") + "_s"))
-    out.update(_q(decode_tbt_samples(result), "decode_tbt_s"))
+        out.update(quantile_stats(source[col].to_numpy(dtype=np.float64), col))
+    out.update(quantile_stats(decode_tbt_samples(result), "decode_tbt_s"))
     out["num_transfers"] = int(len(transferred))
     out["num_mixed"] = int(handoff["mixed"].sum())
     out["transfer_bytes"] = float(transferred["kv_bytes"].sum())

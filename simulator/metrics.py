@@ -128,7 +128,8 @@ def request_frame(result: RunResult) -> pd.DataFrame:
     return pd.DataFrame(request_columns(result))
 
 
-def _stats(values: np.ndarray, prefix: str) -> dict[str, float]:
+def quantile_stats(values: np.ndarray, prefix: str) -> dict[str, float]:
+    """P50/P90/P99, mean and max of ``values`` (NaNs left out) as ``{prefix}_p50`` ...; NaN when empty."""
     values = values[~np.isnan(values)]
     out: dict[str, float] = {}
     if len(values) == 0:
@@ -168,11 +169,11 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
         "num_iterations": len(result.iterations),
         "num_tbt_samples": int(len(tbt)),
     }
-    out.update(_stats(cols["ttft_s"][done], "ttft_s"))
-    out.update(_stats(tbt, "tbt_s"))
-    out.update(_stats(cols["tpot_s"][done], "tpot_s"))
-    out.update(_stats(cols["e2e_s"][done], "e2e_s"))
-    out.update(_stats(cols["sched_delay_s"][done], "sched_delay_s"))
+    out.update(quantile_stats(cols["ttft_s"][done], "ttft_s"))
+    out.update(quantile_stats(tbt, "tbt_s"))
+    out.update(quantile_stats(cols["tpot_s"][done], "tpot_s"))
+    out.update(quantile_stats(cols["e2e_s"][done], "e2e_s"))
+    out.update(quantile_stats(cols["sched_delay_s"][done], "sched_delay_s"))
     start = float(cols["arrival_at"].min()) if n else 0.0
     span = max(result.sim_end_at - start, 1e-12)
     out["duration_s"] = span
@@ -272,8 +273,8 @@ def replica_frame(result: RunResult, requests: pd.DataFrame | None = None, span:
             "output_tokens_per_s": float(done["num_output_tokens"].sum()) / span,
             "busy_fraction": result.replica_busy_s[rid] / span,
         }
-        ttft = _stats(done["ttft_s"].to_numpy(), "ttft_s")
-        tbt = _stats(gaps[gap_replica == rid], "tbt_s")
+        ttft = quantile_stats(done["ttft_s"].to_numpy(), "ttft_s")
+        tbt = quantile_stats(gaps[gap_replica == rid], "tbt_s")
         row.update({k: ttft[k] for k in ("ttft_s_p50", "ttft_s_p99")})
         row.update({k: tbt[k] for k in ("tbt_s_p50", "tbt_s_p99")})
         if result.stage_busy_s and len(result.stage_busy_s[rid]) > 1:

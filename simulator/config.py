@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from simulator.catalog import GPUSpec, ModelSpec, get_gpu, get_model
@@ -23,6 +24,9 @@ ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
 ROUTERS = ("round_robin", "least_outstanding", "random")
 DEFAULT_ENGINE = "vllm-2023-splitwise"  # engine preset (simulator.costmodel.engine_model.ENGINES)
+# The preset names, here so a config validates without importing the cost models (numpy);
+# engine_model asserts its ENGINES table has exactly these keys.
+ENGINE_PRESETS = ("ideal", "handset", "vllm-2023-splitwise", "sarathi-2023-vidur", "vllm-v1")
 # Weight dtypes and their bytes per parameter; int4 is group-wise (128) with one bf16 scale per group.
 WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
@@ -250,9 +254,9 @@ class RunConfig:
             raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
         if self.seed < 0:
             raise ConfigError("seed", f"must be >= 0, got {self.seed}")
-        from simulator.costmodel.engine_model import check_engine  # late: costmodel imports config
-
-        check_engine(self.engine)
+        if self.engine not in ENGINE_PRESETS and not Path(self.engine).is_file():  # an artifact is parsed on load
+            raise ConfigError("engine", f"{self.engine!r} is neither a preset nor an engine artifact",
+                              f"presets: {', '.join(ENGINE_PRESETS)}; or the JSON written by `simulate calibrate-engine`")
 
     @property
     def is_disaggregated(self) -> bool:

@@ -142,8 +142,9 @@ def print_capacity(report, console: Console) -> None:  # noqa: ANN001
     ttft_limit = slo.ttft_s if slo.ttft_quantile == 99 else None  # the column is P99
     good_limit = 100 * slo.min_goodput if slo.min_goodput else None
     cfg = report.config
-    title = (f"{r.model} disaggregated: prefill {cfg.prefill_pool} + decode {cfg.decode_pool} over {cfg.kv_link} · "
-             f"{slo.describe()}" if cfg.is_disaggregated else
+    from simulator.disagg_layout import layout_of
+
+    title = (f"{r.model} disaggregated: {layout_of(cfg).describe()} · {slo.describe()}" if cfg.is_disaggregated else
              f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {slo.describe()}")
     rows = []
     for seed in report.seeds:

@@ -73,7 +73,9 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     r, s = config.replica, config.scheduler
     title = f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) x{config.num_replicas} replica(s) · {s.name}"
     if config.is_disaggregated:
-        title = f"{r.model} disaggregated: prefill {config.prefill_pool} + decode {config.decode_pool} over {config.kv_link}"
+        from simulator.disagg_layout import layout_of  # late: keeps the CLI's import light
+
+        title = f"{r.model} disaggregated: {layout_of(config).describe()}"
     table = Table("metric (ms)", "p50", "p90", "p99", "max", title=title, title_justify="left")
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
                        ("sched_delay_s", "scheduling delay")):

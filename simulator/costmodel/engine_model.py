@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from simulator.config import DEFAULT_ENGINE, ReplicaConfig
+from simulator.config import DEFAULT_ENGINE, ENGINE_PRESETS, ReplicaConfig
 from simulator.costmodel.base import BatchShape, CostModel
 from simulator.errors import ConfigError
 
@@ -177,6 +177,7 @@ ENGINES: dict[str, EngineModel] = {
         collective_extra_s=((2, -20e-6), (4, -20e-6), (8, -20e-6)),
     ),
 }
+assert tuple(ENGINES) == ENGINE_PRESETS, "config.ENGINE_PRESETS must list the presets"
 
 assert DEFAULT_ENGINE in ENGINES  # the run config's default names a preset
 
@@ -203,11 +204,6 @@ def load_engine(spec: str | EngineModel) -> EngineModel:
         raise ConfigError("engine", f"{path} has format_version {data.get('format_version')}, this build reads "
                           f"{ARTIFACT_VERSION}", "re-run `simulate calibrate-engine`")
     return EngineModel.from_dict(data["engine"])
-
-
-def check_engine(spec: str) -> None:
-    """Validate a config's ``engine`` field early (preset name or readable artifact)."""
-    load_engine(spec)
 
 
 def save_engine_artifact(engine: EngineModel, path: Path, extra: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from simulator.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Record
 from simulator.replica import Replica, build_scheduler
 from simulator.request import Request
 from simulator.routers import ROUTERS
+from simulator.tbt import GapLog
 
 
 @dataclass
@@ -48,6 +49,7 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
     stages: list[tuple] = field(default_factory=list)  # STAGE_COLUMNS rows (pp > 1)
     stage_busy_s: list[list[float]] = field(default_factory=list)  # per replica, per pipeline stage
+    tbt: list[GapLog] = field(default_factory=list)  # per replica: every TBT gap its iterations produced
 
     def iteration_frame(self):  # noqa: ANN201 - pandas imported lazily off the hot path
         import pandas as pd
@@ -141,7 +143,7 @@ def _arrivals(env: simpy.Environment, requests: list[Request], cluster: Cluster)
     cluster.next_arrival_at = math.inf
 
 
-def make_requests(table) -> list[Request]:  # noqa: ANN001 - RequestTable duck type
+def make_requests(table, token_times: bool = False) -> list[Request]:  # noqa: ANN001 - RequestTable duck type
     arrival = np.asarray(table.arrival_at, dtype=np.float64)
     prompt = np.asarray(table.num_prompt_tokens, dtype=np.int64)
     output = np.asarray(table.num_output_tokens, dtype=np.int64)
@@ -151,7 +153,8 @@ def make_requests(table) -> list[Request]:  # noqa: ANN001 - RequestTable duck t
         raise ConfigError("workload", "prompt and output lengths must be positive")
     if (np.diff(arrival) < 0).any() or arrival[0] < 0:
         raise ConfigError("workload", "arrival times must be non-negative and non-decreasing")
-    return [Request(i, a, p, o) for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist(), strict=False))]
+    return [Request(i, a, p, o, token_times)
+            for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist(), strict=False))]
 
 
 class StopRun(Exception):  # noqa: N818 - a signal, not an error
@@ -159,8 +162,11 @@ class StopRun(Exception):  # noqa: N818 - a signal, not an error
 
 
 def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
-             watch: Callable[[simpy.Environment, list[Request]], Any] | None = None) -> RunResult:
+             watch: Callable[[simpy.Environment, list[Request]], Any] | None = None,
+             token_times: bool = False) -> RunResult:
     """Run one simulation. ``table`` (a RequestTable) overrides the config's workload.
+    ``token_times`` keeps every token's timestamp on its request (8 bytes a token; metrics
+    do not need them).
 
     ``watch(env, requests)``, if given, returns a SimPy generator started beside the
     arrivals (it must not outlive them needlessly: its timeouts extend ``sim_end_at``);
@@ -174,7 +180,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         return simulate_disaggregated(config, table, progress, watch)
     wall_start = time.perf_counter()
     reporter = _reporter(progress)
-    requests, source, router_rng = prepare_requests(config, table, reporter)
+    requests, source, router_rng = prepare_requests(config, table, reporter, token_times)
     env = simpy.Environment()
     if reporter is not None:
         reporter.start("simulating", len(requests))
@@ -188,6 +194,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         replica_busy_s=[r.num_busy_s for r in cluster.replicas],
         stages=recorder.stages,
         stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in cluster.replicas],
+        tbt=[r.scheduler.gaps for r in cluster.replicas],
         extra={"cost_model_extrapolations": sum(getattr(c, "num_extrapolations", 0) for c in cluster.cost_models),
                **({"stopped": stopped} if stopped is not None else {})},
     )
@@ -198,8 +205,8 @@ def _reporter(progress: bool | RunProgress) -> RunProgress | None:
     return progress if isinstance(progress, RunProgress) else (RunProgress() if progress else None)
 
 
-def prepare_requests(config: RunConfig, table, reporter: RunProgress | None  # noqa: ANN001
-                     ) -> tuple[list[Request], str, np.random.Generator]:
+def prepare_requests(config: RunConfig, table, reporter: RunProgress | None,  # noqa: ANN001
+                     token_times: bool = False) -> tuple[list[Request], str, np.random.Generator]:
     """The run's requests (from ``table`` or the config's workload) and the router's stream.
 
     One seeded generator is split into independent workload and router streams, so an
@@ -220,7 +227,7 @@ def prepare_requests(config: RunConfig, table, reporter: RunProgress | None  # n
         table = generate_requests(workload, workload_rng)
     if reporter is not None:
         reporter.phase(f"building {len(table.arrival_at):,} requests", len(table.arrival_at))
-    return make_requests(table), getattr(table, "source", "request table"), router_rng
+    return make_requests(table, token_times), getattr(table, "source", "request table"), router_rng
 
 
 def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,

@@ -43,14 +43,15 @@ def count_stretches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def assert_same_run(config: RunConfig, calls: list[int] | None = None) -> None:
-    on = simulate(config.replace(fast_forward=True))
+    on = simulate(config.replace(fast_forward=True), token_times=True)
     skipped = sum(calls) if calls is not None else None
-    off = simulate(config.replace(fast_forward=False))
+    off = simulate(config.replace(fast_forward=False), token_times=True)
     assert calls is None or sum(calls) == skipped  # the stepping run skips nothing
     a, b = request_frame(on), request_frame(off)
     assert a.equals(b)
     assert on.iteration_frame().equals(off.iteration_frame())
     assert [bytes(r.token_times) for r in on.requests] == [bytes(r.token_times) for r in off.requests]
+    assert on.tbt == off.tbt  # the gap logs, run for run
     assert on.replica_busy_s == off.replica_busy_s and on.sim_end_at == off.sim_end_at
     assert on.stages == off.stages
     assert on.extra == off.extra
@@ -96,7 +97,8 @@ def _hand_run(name: str, num_blocks: int, fast: bool) -> tuple[list[Request], Re
     cost = ConstantCostModel(ReplicaConfig("mistral-7b", "a100-80gb"), 0.01)
     replica = Replica(env, 0, scheduler, cost, recorder, horizon=env.peek if fast else None)
     rng = random.Random(7)
-    requests = [Request(i, 0.05 * i + rng.random() * 0.02, rng.randint(1, 300), rng.randint(1, 200)) for i in range(40)]
+    requests = [Request(i, 0.05 * i + rng.random() * 0.02, rng.randint(1, 300), rng.randint(1, 200), token_times=True)
+                for i in range(40)]
 
     def arrivals():  # noqa: ANN202
         for req in requests:
@@ -121,6 +123,7 @@ def test_skipping_with_a_constant_cost_and_preemptions(scheduler: str, count_str
     assert [(bytes(r.token_times), r.num_preemptions, r.completed_at, r.status) for r in fast] == \
            [(bytes(r.token_times), r.num_preemptions, r.completed_at, r.status) for r in slow]
     assert rep_fast.num_busy_s == rep_slow.num_busy_s
+    assert rep_fast.scheduler.gaps == rep_slow.scheduler.gaps
 
 
 @pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
@@ -230,7 +233,7 @@ def test_a_watch_process_sees_the_same_state_with_skipping(count_stretches: list
                 yield env.timeout(0.37)
                 seen.append((env.now, sum(r.num_generated for r in requests), sum(len(r.token_times) for r in requests)))
 
-        simulate(config.replace(fast_forward=fast), watch=watch)
+        simulate(config.replace(fast_forward=fast), watch=watch, token_times=True)
         return seen
 
     assert run(True) == run(False)

@@ -72,6 +72,7 @@ class Replica:
         self.recorder = recorder
         self._wakeup: simpy.Event | None = None
         self.num_busy_s = 0.0
+        self.resumed_at = -1.0  # when an iteration's timeout last woke the loop (ties, engine.run_partitioned)
         self.process = env.process(self.run())
 
     @property
@@ -128,6 +129,7 @@ class Replica:
                         advance_clock(env, stretch.ends[-1])
                     else:
                         yield env.timeout(stretch.ends[-1] - env.now)
+                        self.resumed_at = env.now
                     duration = stretch.durations[-1]
                     # After a finish the batch may be steady again; else the stretch stopped at an
                     # arrival or at the free blocks' limit: run the next iteration normally.
@@ -145,6 +147,7 @@ class Replica:
                 advance_clock(env, end_at)
             else:
                 yield env.timeout(duration)
+                self.resumed_at = env.now
             self.num_busy_s += duration
             finished = scheduler.complete(batch, env.now)
             recorder.on_iteration(self.replica_id, started_at, duration, batch, scheduler.blocks.num_used_blocks)

@@ -17,6 +17,7 @@ from helpers import ConstantCostModel
 from simulator import engine, fastforward
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import CostModel, RooflineCostModel
+from simulator.costmodel.engine_model import EngineCostModel, load_engine
 from simulator.costmodel.fit import fit_tables
 from simulator.costmodel.learned import LearnedCostModel
 from simulator.engine import simulate
@@ -222,6 +223,25 @@ def test_vectorised_stretch_pricing_is_float_exact(kind: str, learned: LearnedCo
     assert any(model._vector_stretch(*args, vector) is not None for args in _stretches(1))
     if kind == "learned":
         assert learned.extrapolations_by_op.get("attn_decode", 0) > 0  # contexts past the profile were counted
+
+
+@pytest.mark.parametrize("kernels", ["roofline", "learned"])
+@pytest.mark.parametrize("preset", ["vllm-2023-splitwise", "vllm-v1"])
+def test_engine_stretch_pricing_is_float_exact_over_roofline_and_learned_kernels(
+        kernels: str, preset: str, learned: LearnedCostModel) -> None:
+    k = learned if kernels == "learned" else RooflineCostModel(ReplicaConfig("llama-2-7b", "a100-80gb"))
+    model = EngineCostModel(k, load_engine(preset))
+    for args in _stretches(2):
+        before = (getattr(k, "num_extrapolations", 0), dict(getattr(k, "extrapolations_by_op", {})))
+        fast = model.decode_stretch_times(*args)
+        counted = (getattr(k, "num_extrapolations", 0), dict(getattr(k, "extrapolations_by_op", {})))
+        if kernels == "learned":
+            k.num_extrapolations, k.extrapolations_by_op = before[0], dict(before[1])
+        slow = CostModel.decode_stretch_times(model, *args)  # iteration by iteration
+        assert fast == slow
+        assert counted == (getattr(k, "num_extrapolations", 0), dict(getattr(k, "extrapolations_by_op", {})))
+    # The vectorised path itself answered (and stayed trusted), not only the fallback.
+    assert model._stretch_ok and any(model._vector_stretch(*args) is not None for args in _stretches(2))
 
 
 def test_a_cost_model_subclass_gets_the_exact_generic_path(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -109,8 +109,9 @@ def part_loop(args: argparse.Namespace) -> list[dict]:
     from simulator.engine import simulate
 
     rows = []
-    # Warm-up: the first simulate() of a process pays for lazy imports and cost-model tables.
-    simulate(RunConfig(workload=WorkloadConfig("sharegpt", num_requests=20)))
+    # Warm-up: the first simulate() of a process pays for lazy imports, cost-model tables and
+    # reading the trace (cached per process, as a capacity search's trials share it).
+    simulate(RunConfig(workload=WorkloadConfig(trace=str(TRACE), num_requests=20, max_total_tokens=4096)))
     with tempfile.TemporaryDirectory() as tmp:
         models = {"roofline": "roofline", "learned": _learned_artifact(Path(tmp))}
         for name, spec in models.items():

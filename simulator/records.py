@@ -79,11 +79,16 @@ class IterationLog(Sequence):
                 col.extend(values)
             buf.clear()
 
-    def columns(self) -> dict[str, Any]:
-        """The columns as numpy arrays (int64 / float64), keyed by ITERATION_COLUMNS."""
+    def columns(self, copy: bool = True) -> dict[str, Any]:
+        """The columns as numpy arrays (int64 / float64), keyed by ITERATION_COLUMNS.
+        ``copy=False`` gives read-only views of the log's own buffers (no memory, but they
+        must not outlive a later append)."""
         import numpy as np
 
         self._flush()
+        if not copy:
+            return {name: np.frombuffer(col, dtype=np.float64 if t == "d" else np.int64)
+                    for name, col, t in zip(ITERATION_COLUMNS, self._cols, _ITERATION_TYPES, strict=True)}
         return {name: np.array(col, dtype=np.float64 if t == "d" else np.int64)
                 for name, col, t in zip(ITERATION_COLUMNS, self._cols, _ITERATION_TYPES, strict=True)}
 

@@ -76,7 +76,8 @@ class RunResult:
             del end
         for start in range(0, max(n, 1), chunk_rows):
             rows = slice(start, start + chunk_rows) if order is None else order[start:start + chunk_rows]
-            chunk = {name: np.array(col[rows]) for name, col in cols.items()}
+            chunk = {name: col[rows].astype(np.float64 if col.dtype.kind == "f" else np.int64)
+                     for name, col in cols.items()}
             chunk["num_decode_tokens"] = chunk["num_decodes"]
             chunk["batch_size"] = chunk["num_prefills"] + chunk["num_decodes"]
             yield {name: chunk[name] for name in FRAME_COLUMNS}

@@ -325,16 +325,21 @@ class EngineCostModel(CostModel):
         return times
 
     def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
+        import sys
+
         import numpy as np
 
-        from simulator.costmodel.learned import LearnedCostModel
         from simulator.costmodel.roofline import RooflineCostModel
 
         k = self.kernels
+        # A learned model's module (pandas, scikit-learn) is looked up, never imported here:
+        # kernels of that type exist only once it is loaded.
+        learned = sys.modules.get("simulator.costmodel.learned")
+        is_learned = learned is not None and type(k) is learned.LearnedCostModel
         # Exactly these kernel models (a subclass may add terms the vector form does not know).
         if type(k) is RooflineCostModel:
             attention_vector = k.attention_decode_vector
-        elif type(k) is LearnedCostModel:
+        elif is_learned:
             attention_vector = k._attention_decode_vector
         else:
             return None
@@ -364,7 +369,7 @@ class EngineCostModel(CostModel):
                     return None
         finally:
             k._quiet = False
-        if type(k) is LearnedCostModel:
+        if is_learned:
             k.count_stretch(n, kv_max, num_iterations)
         return times
 

@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from simulator.cli.app import app
 from simulator.cli.app import console as app_console
@@ -29,6 +27,8 @@ if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for
 def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: str | None = None,
                 tp: int | None = None, holdout: float = 0.2, seed: int = 0, quiet: bool = True) -> dict[str, Any]:
     """Read ``profiles``, fit, write the artifact to ``out``; return the artifact."""
+    from rich.console import Console
+
     from simulator.costmodel.fit import fit_tables, save_artifact
     from simulator.costmodel.fit_data import read_profiles
 
@@ -52,6 +52,8 @@ def fit(
     seed: Annotated[int, typer.Option(help="seed of the hold-out split and CV folds")] = 0,
 ) -> None:
     """Fit a learned cost model to profile tables and write a versioned artifact."""
+    from rich.table import Table
+
     artifact = fit_command(profile, out, model, gpu, tp, holdout, seed, quiet=False)
     table = Table("op", "family", "train", "held out", "median APE", "P95 APE",
                   title=f"{artifact['model']} on {artifact['gpu']}, tp={artifact['tp']} -> {out}", title_justify="left")
@@ -150,6 +152,9 @@ def predict_cmd(
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     total = result["iteration_time_s"]
     table = Table("op", "ms", "share", "from",
                   title=f"{model} on {gpu} tp={tp} pp={pp} · {shape.num_prefills} prefill(s), "
@@ -176,6 +181,8 @@ def calibrate(
     write: Annotated[bool, typer.Option(help="rewrite the calibrated block of simulator/costmodel/calibration.py")] = False,
 ) -> None:
     """Fit the roofline's efficiency constants to the public measured profiles."""
+    from rich.console import Console
+
     from simulator.costmodel import calibration as calibration_module
     from simulator.costmodel.fit_calibration import calibrate_all, render, write_calibration
 
@@ -196,6 +203,8 @@ def fidelity(
     data: Annotated[Path | None, typer.Option(help="profiles folder (default ../shared/data/profiles)")] = None,
 ) -> None:
     """Held-out error of the learned model and the calibrated roofline vs measured profiles."""
+    from rich.console import Console
+
     from simulator.costmodel.fit_fidelity import write_report
 
     console = Console(stderr=True)

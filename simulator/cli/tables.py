@@ -14,16 +14,19 @@ rich shrinks a table that is wider than the console by folding or eliding cells
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich loads when a table is printed, not when the CLI is imported
+    from rich.console import Console
+    from rich.table import Table
 
 PAIR_SEPARATOR = " · "
 RECORD_INDENT = "    "
 
 
 def _plain(cell: object) -> str:
+    from rich.text import Text
+
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
@@ -52,6 +55,9 @@ def wrap_pairs(pairs: list[str], width: int, indent: str = RECORD_INDENT) -> lis
 
 def print_table(console: Console, table: Table) -> None:
     """Print ``table`` with every cell whole (see the module docstring)."""
+    from rich.measure import Measurement
+    from rich.text import Text
+
     for column in table.columns:
         column.no_wrap = True
         column.overflow = "ignore"

@@ -4,7 +4,8 @@ Each command parses options and calls a plain function (:func:`fit_command`,
 :func:`predict`, ...) that tests call directly.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: typer reads every command's annotations at each
+# start; evaluated once at import they cost less than strings it evaluates again every time.
 
 import json
 from pathlib import Path
@@ -75,7 +76,7 @@ def _expand(values: list[int], n: int, name: str) -> list[int]:
     raise ConfigError(name, f"got {len(values)} values for {n} requests", "give one value or one per request")
 
 
-def build_shape(prefill: list[int], prefill_context: list[int], decode: int, context: list[int]) -> BatchShape:
+def build_shape(prefill: list[int], prefill_context: list[int], decode: int, context: list[int]) -> "BatchShape":
     """A batch of prefill chunks (each over its cached context) and ``decode`` decodes.
 
     ``prefill_context`` gives each chunk's already-cached tokens (default 0); ``context``
@@ -100,7 +101,7 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
     return BatchShape.from_requests(list(zip(prefill, pctx, strict=True)), dctx)
 
 
-def predict(replica: ReplicaConfig, shape: BatchShape, cost_model: str = "roofline",
+def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roofline",
             engine: str | None = None) -> dict[str, Any]:
     """Iteration time and per-op breakdown of one batch (``engine=None``: kernels and the
     kernel model's own CPU constant, as before engine models)."""

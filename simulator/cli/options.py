@@ -78,6 +78,8 @@ def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
 
     merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + list(_parameters())
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in merged}
+    # typer reads the options from the signature; empty annotations spare it a type-hint walk of
+    # every shared option at each start (typing.get_type_hints, twice per command).
+    wrapper.__annotations__ = {}
     del wrapper.__wrapped__  # typer must see the merged signature, not fn's
     return wrapper

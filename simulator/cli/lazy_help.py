@@ -13,7 +13,6 @@ during or after) gets the real module.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
 import types
@@ -61,13 +60,15 @@ class Traceback:
 STAND_INS = {"rich.markdown": Markdown, "rich.traceback": Traceback}
 
 
-class _Loader(importlib.abc.Loader):
+# The finder and loader follow the import protocols without subclassing importlib.abc, whose
+# import (importlib.resources, tempfile, ...) would cost a few ms of every start.
+class _Loader:
     """Runs the real loader of ``typer.rich_utils`` with the stand-ins in ``sys.modules``."""
 
-    def __init__(self, loader: importlib.abc.Loader) -> None:
+    def __init__(self, loader: Any) -> None:
         self._loader = loader
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+    def create_module(self, spec: Any) -> types.ModuleType | None:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -89,7 +90,7 @@ class _Loader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     """Finds ``typer.rich_utils`` once, through the normal finders, and wraps its loader."""
 
     def find_spec(self, fullname: str, path: Any, target: types.ModuleType | None = None) -> Any:

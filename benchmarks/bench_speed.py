@@ -45,8 +45,12 @@ SIMULATE = [sys.executable, "-m", "simulator"]
 ISSUE_RUN = ["run", "--model", "llama-2-70b", "--tp", "2", "--gpu", "a100-80gb", "--scheduler", "sarathi",
              "--chunk-size", "512", "--trace", str(TRACE), "--max-total-tokens", "4096", "--arrival", "poisson",
              "--qps", "0.4", "--json"]
-# 90% of 0.609 QPS: `simulate capacity` of ISSUE_RUN's setting at --tbt-slo 1.0 (one seed, roofline).
-HIGH_QPS = 0.548
+# 90% of 0.5547 QPS: `simulate capacity` of ISSUE_RUN's setting at --tbt-slo 1.0 (one seed, roofline,
+# default engine vllm-2023-splitwise).
+HIGH_QPS = 0.499
+# 80% of 16 x 2.938 QPS: `simulate capacity --model llama-3-8b --gpu h100-sxm --workload sharegpt`
+# (default SLO: P99 TBT 0.2 s, P50 scheduling delay 2 s; sarathi; one seed).
+CLUSTER_QPS = 37.6
 
 
 def timed(cmd: list[str]) -> dict[str, float]:
@@ -191,7 +195,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="best of this many for the short processes")
     parser.add_argument("--loop-requests", type=int, default=2000)
     parser.add_argument("--cluster-requests", type=int, default=1_000_000)
-    parser.add_argument("--cluster-qps", type=float, default=200.0)
+    parser.add_argument("--cluster-qps", type=float, default=CLUSTER_QPS)
     parser.add_argument("--results-trials", type=int, default=3, help="recorded trials to replay per scheduler")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     args = parser.parse_args()

@@ -48,8 +48,9 @@ from simulator import engine
 from simulator.config import RunConfig
 from simulator.costmodel.base import BatchShape
 from simulator.errors import ConfigError
-from simulator.metrics import request_frame, tbt_samples
+from simulator.metrics import request_frame, tbt_distribution
 from simulator.request import Request, Status
+from simulator.tbt import percentiles
 
 RATE_ARRIVALS = ("poisson", "gamma", "fixed")
 
@@ -324,10 +325,9 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True) 
                      int((df["status"] == Status.FINISHED.value).sum()), num_rejected, True,
                      time.perf_counter() - start)
     finished = df[df["status"] == Status.FINISHED.value]
-    tbt = tbt_samples(result)
+    values, counts, _ = tbt_distribution(result)
     # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
-    tbt_q = _quantile(tbt, slo.tbt_quantile) if len(tbt) else 0.0
-    tbt_p99 = _quantile(tbt, 99.0) if len(tbt) else 0.0
+    tbt_q, tbt_p99 = percentiles(values, counts, (slo.tbt_quantile, 99.0)) if len(values) else (0.0, 0.0)
     sched_q = _quantile(finished["sched_delay_s"].to_numpy(), slo.sched_delay_quantile)
     ttft = finished["ttft_s"].to_numpy()
     ttft_q = _quantile(ttft, slo.ttft_quantile)

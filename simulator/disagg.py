@@ -361,7 +361,8 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
     assert layout is not None
     wall_start = time.perf_counter()
     reporter = _reporter(progress)
-    requests, source, router_rng = prepare_requests(config, table, reporter)
+    # Token times kept: the hand-off analysis reads each request's second token time.
+    requests, source, router_rng = prepare_requests(config, table, reporter, token_times=True)
     env = simpy.Environment()
     if reporter is not None:
         reporter.start("simulating", len(requests))
@@ -377,6 +378,7 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
         wall_s=time.perf_counter() - wall_start, replica_busy_s=[r.num_busy_s for r in replicas],
         stages=recorder.stages,
         stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in replicas],
+        tbt=[r.scheduler.gaps for r in replicas],
         extra={"disagg": {"layout": layout.describe(), "pools": pools, "num_blocks": num_blocks,
                           "num_gpus": layout.num_gpus, "link_busy_s": cluster.link_busy_s,
                           "link_bytes_per_s": layout.link.bytes_per_s, "link_latency_s": layout.link.latency_s,

@@ -105,8 +105,8 @@ class TTFTWatch(ArrivalWatch):
     def is_late(self, req: Request, now_at: float) -> bool:
         if req.reject_reason is not None:
             return True
-        if len(req.token_times):
-            return req.token_times[0] - req.arrival_at > self.ttft_s
+        if req.first_token_at is not None:
+            return req.first_token_at - req.arrival_at > self.ttft_s
         return now_at - req.arrival_at > self.ttft_s
 
     def stop_message(self, late: int, num_requests: int, now_at: float) -> str:

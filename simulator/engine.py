@@ -30,7 +30,8 @@ from simulator.progress import RunProgress
 from simulator.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.replica import Replica, build_scheduler
 from simulator.request import Request
-from simulator.routers import ROUTERS
+from simulator.routers import ROUTERS, STATE_FREE_ROUTERS
+from simulator.tbt import GapLog
 
 
 @dataclass
@@ -48,6 +49,7 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
     stages: list[tuple] = field(default_factory=list)  # STAGE_COLUMNS rows (pp > 1)
     stage_busy_s: list[list[float]] = field(default_factory=list)  # per replica, per pipeline stage
+    tbt: list[GapLog] = field(default_factory=list)  # per replica: every TBT gap its iterations produced
 
     def iteration_frame(self):  # noqa: ANN201 - pandas imported lazily off the hot path
         import pandas as pd
@@ -141,7 +143,7 @@ def _arrivals(env: simpy.Environment, requests: list[Request], cluster: Cluster)
     cluster.next_arrival_at = math.inf
 
 
-def make_requests(table) -> list[Request]:  # noqa: ANN001 - RequestTable duck type
+def make_requests(table, token_times: bool = False) -> list[Request]:  # noqa: ANN001 - RequestTable duck type
     arrival = np.asarray(table.arrival_at, dtype=np.float64)
     prompt = np.asarray(table.num_prompt_tokens, dtype=np.int64)
     output = np.asarray(table.num_output_tokens, dtype=np.int64)
@@ -151,7 +153,8 @@ def make_requests(table) -> list[Request]:  # noqa: ANN001 - RequestTable duck t
         raise ConfigError("workload", "prompt and output lengths must be positive")
     if (np.diff(arrival) < 0).any() or arrival[0] < 0:
         raise ConfigError("workload", "arrival times must be non-negative and non-decreasing")
-    return [Request(i, a, p, o) for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist(), strict=False))]
+    return [Request(i, a, p, o, token_times)
+            for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist(), strict=False))]
 
 
 class StopRun(Exception):  # noqa: N818 - a signal, not an error
@@ -159,8 +162,11 @@ class StopRun(Exception):  # noqa: N818 - a signal, not an error
 
 
 def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
-             watch: Callable[[simpy.Environment, list[Request]], Any] | None = None) -> RunResult:
+             watch: Callable[[simpy.Environment, list[Request]], Any] | None = None,
+             token_times: bool = False) -> RunResult:
     """Run one simulation. ``table`` (a RequestTable) overrides the config's workload.
+    ``token_times`` keeps every token's timestamp on its request (8 bytes a token; metrics
+    do not need them).
 
     ``watch(env, requests)``, if given, returns a SimPy generator started beside the
     arrivals (it must not outlive them needlessly: its timeouts extend ``sim_end_at``);
@@ -174,23 +180,113 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         return simulate_disaggregated(config, table, progress, watch)
     wall_start = time.perf_counter()
     reporter = _reporter(progress)
-    requests, source, router_rng = prepare_requests(config, table, reporter)
-    env = simpy.Environment()
+    requests, source, router_rng = prepare_requests(config, table, reporter, token_times)
     if reporter is not None:
         reporter.start("simulating", len(requests))
     recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, len(requests) // 200))
-    cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None)
-    stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter=reporter is not progress)
-    assert cluster.memory is not None
+    own_reporter = reporter is not progress
+    stopped: str | None = None
+    partitioned = None
+    if watch is None and config.fast_forward and config.num_replicas > 1 and config.replica.pp == 1 \
+            and config.router in STATE_FREE_ROUTERS:
+        arrivals = [r.arrival_at for r in requests]
+        partitioned = run_partitioned(config, requests, recorder, router_rng, reporter, own_reporter)
+        if partitioned is None:  # an arrival tied with a replica event: run jointly from scratch
+            recorder = Recorder(on_progress=reporter.update if reporter else None,
+                                report_every=max(1, len(requests) // 200))
+            requests = [Request(r.request_id, a, r.num_prompt_tokens, r.num_output_tokens, token_times)
+                        for r, a in zip(requests, arrivals, strict=True)]
+            router_rng = rng_streams(config.seed)[1]  # the router's stream, from its start
+    if partitioned is not None:
+        replicas, cost_models, memory, sim_end_at = partitioned
+    else:
+        env = simpy.Environment()
+        cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None)
+        stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter)
+        replicas, cost_models, memory, sim_end_at = cluster.replicas, cluster.cost_models, cluster.memory, env.now
+    assert memory is not None
     return RunResult(
-        config=config, requests=requests, iterations=recorder.iterations, memory=cluster.memory,
-        workload_source=source, sim_end_at=env.now, wall_s=time.perf_counter() - wall_start,
-        replica_busy_s=[r.num_busy_s for r in cluster.replicas],
+        config=config, requests=requests, iterations=recorder.iterations, memory=memory,
+        workload_source=source, sim_end_at=sim_end_at, wall_s=time.perf_counter() - wall_start,
+        replica_busy_s=[r.num_busy_s for r in replicas],
         stages=recorder.stages,
-        stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in cluster.replicas],
-        extra={"cost_model_extrapolations": sum(getattr(c, "num_extrapolations", 0) for c in cluster.cost_models),
+        stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in replicas],
+        tbt=[r.scheduler.gaps for r in replicas],
+        extra={"cost_model_extrapolations": sum(getattr(c, "num_extrapolations", 0) for c in cost_models),
                **({"stopped": stopped} if stopped is not None else {})},
     )
+
+
+class _Tie(Exception):  # noqa: N818 - a signal, not an error
+    """An arrival coincides with an event of its replica: only the joint run orders them right."""
+
+
+def _delay_to(now: float, at: float) -> float:
+    """The delay ``d`` with ``now + d == at`` exactly (SimPy schedules at ``now + delay``)."""
+    d = at - now
+    while now + d < at:
+        d = math.nextafter(d, math.inf)
+    while now + d > at:
+        d = math.nextafter(d, -math.inf)
+    return d
+
+
+def run_partitioned(config: RunConfig, requests: list[Request], recorder: Recorder, router_rng: np.random.Generator,
+                    reporter: RunProgress | None, own_reporter: bool) -> tuple | None:
+    """A cluster whose router reads no replica state, simulated one replica at a time.
+
+    Such replicas never interact: each one's trajectory depends only on the requests routed
+    to it, at the times the joint run's arrival process would submit them (replayed here to
+    the last bit). Each replica then runs alone in its own environment, so its iterations
+    advance without events and skip decode stretches up to its own next arrival, not the
+    cluster's. Same results as the joint run (tests compare whole tables), except where an
+    arrival lands exactly on an event of its replica: the joint run orders such a tie by
+    event creation, across replicas, so this returns None and the caller runs jointly.
+    Returns (replicas, cost models, memory plan, end time) or None.
+    """
+    # The joint arrival process's clock: it resumes at now + (arrival - now) after each submit,
+    # and sets the request's arrival time to it.
+    now, submit_at = 0.0, []
+    for req in requests:
+        gap = req.arrival_at - now
+        if gap > 0:
+            now = now + gap
+        submit_at.append(now)
+    router, n = ROUTERS[config.router], config.num_replicas
+    zeros = [0] * n
+    routed: list[list[tuple[float, Request]]] = [[] for _ in range(n)]
+    for step, (at, req) in enumerate(zip(submit_at, requests, strict=True)):
+        routed[router(zeros, step, router_rng)].append((at, req))
+    replicas, cost_models, memory, end_at = [], [], None, 0.0
+    try:
+        for replica_id, mine in enumerate(routed):
+            env = simpy.Environment()
+            scheduler, memory = build_scheduler(config)
+            cost = load_cost_model(config.cost_model, config.replica, config.engine)
+            replica = Replica(env, replica_id, scheduler, cost, recorder, env.peek)
+            replicas.append(replica)
+            cost_models.append(cost)
+            env.process(_own_arrivals(env, mine, replica))
+            env.run()
+            end_at = max(end_at, env.now)
+    except _Tie:
+        return None
+    if reporter is not None and own_reporter:
+        reporter.close()
+    unfinished = [r for r in requests if r.completed_at is None and r.reject_reason is None]
+    if unfinished:
+        raise RuntimeError(f"{len(unfinished)} requests neither finished nor were rejected, e.g. {unfinished[0]}")
+    return replicas, cost_models, memory, end_at
+
+
+def _own_arrivals(env: simpy.Environment, arrivals: list[tuple[float, Request]], replica: Replica):  # noqa: ANN202
+    for at, req in arrivals:
+        if at > env.now:
+            yield env.timeout(_delay_to(env.now, at))
+        if env.peek() == at or replica.resumed_at == at:
+            raise _Tie
+        req.arrival_at = at
+        replica.submit(req)
 
 
 def _reporter(progress: bool | RunProgress) -> RunProgress | None:
@@ -198,15 +294,21 @@ def _reporter(progress: bool | RunProgress) -> RunProgress | None:
     return progress if isinstance(progress, RunProgress) else (RunProgress() if progress else None)
 
 
-def prepare_requests(config: RunConfig, table, reporter: RunProgress | None  # noqa: ANN001
-                     ) -> tuple[list[Request], str, np.random.Generator]:
+def rng_streams(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
+    """The run's independent workload and router streams, split from one seeded generator."""
+    root = np.random.default_rng(seed)
+    workload_rng, router_rng = (np.random.Generator(np.random.PCG64(s)) for s in root.bit_generator.seed_seq.spawn(2))
+    return workload_rng, router_rng
+
+
+def prepare_requests(config: RunConfig, table, reporter: RunProgress | None,  # noqa: ANN001
+                     token_times: bool = False) -> tuple[list[Request], str, np.random.Generator]:
     """The run's requests (from ``table`` or the config's workload) and the router's stream.
 
     One seeded generator is split into independent workload and router streams, so an
     aggregated and a disaggregated run of the same config see the same requests.
     """
-    root = np.random.default_rng(config.seed)
-    workload_rng, router_rng = (np.random.Generator(np.random.PCG64(s)) for s in root.bit_generator.seed_seq.spawn(2))
+    workload_rng, router_rng = rng_streams(config.seed)
     if table is None:
         from simulator.workload import generate_requests
 
@@ -220,7 +322,7 @@ def prepare_requests(config: RunConfig, table, reporter: RunProgress | None  # n
         table = generate_requests(workload, workload_rng)
     if reporter is not None:
         reporter.phase(f"building {len(table.arrival_at):,} requests", len(table.arrival_at))
-    return make_requests(table), getattr(table, "source", "request table"), router_rng
+    return make_requests(table, token_times), getattr(table, "source", "request table"), router_rng
 
 
 def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,

@@ -37,7 +37,7 @@ import math
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -154,15 +154,41 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     Returns whether requests finished (the state may allow another stretch at once)."""
     scheduler = replica.scheduler
     k = stretch.num_iterations
-    token_times = array("d", stretch.ends[1:])
+    ends = stretch.ends
+    first_end, last_end = ends[1], ends[-1]
+    # Iterations 1..k-1: every request's previous token ended the iteration before, so each
+    # iteration's gaps are one run of n equal values (what complete() would record).
+    inner = [ends[i + 1] - ends[i] for i in range(1, k)]
+    inner_max = max(inner)
+    token_times = None
     bs = scheduler.blocks.block_size
+    gaps = scheduler.gaps
+    run_gap, run_count = -1.0, 0  # iteration 0's gaps, run-length encoded in running order
     for req in scheduler.running:
+        gap = first_end - req.last_token_at
+        if gap == run_gap:
+            run_count += 1
+        else:
+            if run_count:
+                gaps.add(run_gap, run_count)
+            run_gap, run_count = gap, 1
+        if gap < inner_max:
+            gap = inner_max
+        if gap > req.max_tbt_s:
+            req.max_tbt_s = gap
+        req.last_token_at = last_end
+        if req.token_times is not None:
+            if token_times is None:
+                token_times = array("d", ends[1:])
+            req.token_times.extend(token_times)
         req.num_computed += k
         req.num_generated += k
-        req.token_times.extend(token_times)
         need = -(-req.num_computed // bs)
         if need > req.num_blocks:
             req.num_blocks = need
+    if run_count:
+        gaps.add(run_gap, run_count)
+    gaps.extend(inner, repeat(len(scheduler.running), k - 1))
     blocks = scheduler.blocks
     blocks.num_free_blocks -= stretch.num_allocated
     replica.num_busy_s = list(accumulate(stretch.durations, initial=replica.num_busy_s))[-1]

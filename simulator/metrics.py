@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.tbt import GapLog, expand, merged
+from simulator.tbt import quantile_stats as weighted_quantile_stats
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from simulator.engine import RunResult
 
-QUANTILES = (50, 90, 99)
+QUANTILES = (50, 90, 99)  # also simulator.tbt.QUANTILES
 
 # A rejection reason names the request's own size, then the run's limit: the kind of a reason
 # keeps the limit and drops the request's number, so reasons group into a few counted kinds.
@@ -54,48 +57,38 @@ def rejections_by_kind(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[s
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _token_times(result: RunResult) -> tuple[np.ndarray, np.ndarray]:
-    """All token timestamps concatenated, and each request's offset into them."""
-    arrays = [np.frombuffer(r.token_times, dtype=np.float64) if len(r.token_times) else np.empty(0)
-              for r in result.requests]
-    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    flat = np.concatenate(arrays) if arrays else np.empty(0)
-    return flat, offsets
+def gap_logs(result: RunResult) -> list[GapLog]:
+    """Each replica's TBT gaps; for a result made without logs, rebuilt from the token times
+    of each replica's requests."""
+    if result.tbt:
+        return result.tbt
+    return [GapLog.from_token_times(r.token_times for r in result.requests
+                                    if r.token_times is not None and r.replica_id == rid)
+            for rid in range(max(1, len(result.replica_busy_s)))]
+
+
+def tbt_distribution(result: RunResult, replica_id: int | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Every TBT gap (of one replica, or of all) as sorted distinct values, their counts, and
+    whether they are exact (see :mod:`simulator.tbt`)."""
+    logs = gap_logs(result)
+    return merged(logs if replica_id is None else logs[replica_id:replica_id + 1])
 
 
 def tbt_samples(result: RunResult) -> np.ndarray:
-    """Every time-between-tokens gap of every request, in request order."""
-    flat, offsets = _token_times(result)
-    if len(flat) < 2:
-        return np.empty(0)
-    gaps = np.diff(flat)
-    # A gap that crosses from one request's last token to the next request's first is not a TBT.
-    boundary = offsets[1:-1] - 1
-    keep = np.ones(len(gaps), dtype=bool)
-    keep[boundary[(boundary >= 0) & (boundary < len(gaps))]] = False
-    return gaps[keep]
+    """Every time-between-tokens gap of every request, sorted (for plots and small runs: this
+    expands the run-length log to 8 bytes a gap)."""
+    values, counts, _ = tbt_distribution(result)
+    return expand(values, counts)
 
 
 def request_columns(result: RunResult) -> dict[str, np.ndarray]:
     """One entry per request, finished or rejected: its timeline and latencies as numpy
     columns (the columns of :func:`request_frame`, without pandas)."""
     reqs = result.requests
-    flat, offsets = _token_times(result)
     n = len(reqs)
-    lengths = np.diff(offsets)
-    first_token = np.full(n, np.nan)
-    has = lengths > 0
-    first_token[has] = flat[offsets[:-1][has]]
-    max_tbt = np.full(n, np.nan)
-    multi = lengths > 1
-    if multi.any():
-        gaps = np.diff(flat)
-        # Gaps that cross from one request to the next are not TBTs: make them neutral for max.
-        boundary = offsets[1:-1] - 1
-        gaps[boundary[(boundary >= 0) & (boundary < len(gaps))]] = -np.inf
-        # Each multi-token request's gaps start at its first token; reduceat runs to the next start.
-        max_tbt[multi] = np.maximum.reduceat(gaps, offsets[:-1][multi])
+    generated = np.fromiter((r.num_generated for r in reqs), dtype=np.int64, count=n)
+    max_tbt = np.fromiter((r.max_tbt_s for r in reqs), dtype=np.float64, count=n)
+    max_tbt[generated < 2] = np.nan
     cols: dict[str, np.ndarray] = {
         "request_id": np.fromiter((r.request_id for r in reqs), dtype=np.int64, count=n),
         "replica_id": np.fromiter((r.replica_id for r in reqs), dtype=np.int64, count=n),
@@ -104,7 +97,8 @@ def request_columns(result: RunResult) -> dict[str, np.ndarray]:
         "num_output_tokens": np.fromiter((r.num_output_tokens for r in reqs), dtype=np.int64, count=n),
         "first_scheduled_at": np.array([np.nan if r.first_scheduled_at is None else r.first_scheduled_at for r in reqs],
                                        dtype=np.float64),
-        "first_token_at": first_token,
+        "first_token_at": np.array([np.nan if r.first_token_at is None else r.first_token_at for r in reqs],
+                                   dtype=np.float64),
         "completed_at": np.array([np.nan if r.completed_at is None else r.completed_at for r in reqs],
                                  dtype=np.float64),
         "num_preemptions": np.fromiter((r.num_preemptions for r in reqs), dtype=np.int64, count=n),
@@ -158,7 +152,7 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     cols = _as_columns(request_columns(result) if requests is None else requests)
     status = cols["status"]
     done = status == "finished"
-    tbt = tbt_samples(result)
+    tbt_values, tbt_counts, tbt_exact = tbt_distribution(result)
     n = len(status)
     out: dict[str, Any] = {
         "num_requests": int(n),
@@ -167,10 +161,11 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
         "rejected_by_reason": rejections_by_kind(cols),
         "num_preemptions": int(cols["num_preemptions"].sum()),
         "num_iterations": len(result.iterations),
-        "num_tbt_samples": int(len(tbt)),
+        "num_tbt_samples": int(tbt_counts.sum()),
+        "tbt_exact": tbt_exact,
     }
     out.update(quantile_stats(cols["ttft_s"][done], "ttft_s"))
-    out.update(quantile_stats(tbt, "tbt_s"))
+    out.update(weighted_quantile_stats(tbt_values, tbt_counts, "tbt_s"))
     out.update(quantile_stats(cols["tpot_s"][done], "tpot_s"))
     out.update(quantile_stats(cols["e2e_s"][done], "e2e_s"))
     out.update(quantile_stats(cols["sched_delay_s"][done], "sched_delay_s"))
@@ -252,14 +247,7 @@ def replica_frame(result: RunResult, requests: pd.DataFrame | None = None, span:
     if span is None:
         start = float(df["arrival_at"].min()) if len(df) else 0.0
         span = max(result.sim_end_at - start, 1e-12)
-    # Each TBT gap belongs to the request (hence replica) of the token that ends it.
-    flat, offsets = _token_times(result)
-    lengths = np.diff(offsets)
-    owner = np.repeat(np.arange(len(lengths)), lengths)
-    same = owner[1:] == owner[:-1] if len(owner) > 1 else np.zeros(0, dtype=bool)
-    gaps = np.diff(flat)[same] if len(flat) > 1 else np.empty(0)
-    replica_ids = df["replica_id"].to_numpy()
-    gap_replica = replica_ids[owner[1:][same]] if len(owner) > 1 else np.empty(0, dtype=np.int64)
+    # Each TBT gap belongs to the replica whose iteration produced the token that ends it.
     rows = []
     for rid in range(len(result.replica_busy_s)):
         mine = df[df["replica_id"] == rid]
@@ -274,7 +262,8 @@ def replica_frame(result: RunResult, requests: pd.DataFrame | None = None, span:
             "busy_fraction": result.replica_busy_s[rid] / span,
         }
         ttft = quantile_stats(done["ttft_s"].to_numpy(), "ttft_s")
-        tbt = quantile_stats(gaps[gap_replica == rid], "tbt_s")
+        values, counts, _ = tbt_distribution(result, rid)
+        tbt = weighted_quantile_stats(values, counts, "tbt_s")
         row.update({k: ttft[k] for k in ("ttft_s_p50", "ttft_s_p99")})
         row.update({k: tbt[k] for k in ("tbt_s_p50", "tbt_s_p99")})
         if result.stage_busy_s and len(result.stage_busy_s[rid]) > 1:

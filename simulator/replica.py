@@ -72,6 +72,7 @@ class Replica:
         self.recorder = recorder
         self._wakeup: simpy.Event | None = None
         self.num_busy_s = 0.0
+        self.resumed_at = -1.0  # when an iteration's timeout last woke the loop (ties, engine.run_partitioned)
         self.process = env.process(self.run())
 
     @property
@@ -114,13 +115,21 @@ class Replica:
         env, scheduler, cost, recorder, horizon = self.env, self.scheduler, self.cost_model, self.recorder, self.horizon
         skip = False  # whether the last iteration left a state worth trying to skip from
         duration = 0.0
+        # With event skipping on, an iteration that ends strictly before every other pending
+        # event is applied without a SimPy event: nothing else can run in between (a tie
+        # yields: SimPy would run the older event first). See advance_clock.
+        inline = horizon is not None
         while True:
             # Try to skip only where two more iterations fit before the horizon (a cheap
             # guess from the last one; plan() decides exactly).
             if skip and horizon is not None and env.now + 2 * duration < horizon():
                 stretch = fastforward.plan(self, horizon(), duration, self.horizon_is_arrival)
                 if stretch is not None:
-                    yield env.timeout(stretch.ends[-1] - env.now)
+                    if inline and stretch.ends[-1] < env.peek():
+                        advance_clock(env, stretch.ends[-1])
+                    else:
+                        yield env.timeout(stretch.ends[-1] - env.now)
+                        self.resumed_at = env.now
                     duration = stretch.durations[-1]
                     # After a finish the batch may be steady again; else the stretch stopped at an
                     # arrival or at the free blocks' limit: run the next iteration normally.
@@ -133,7 +142,12 @@ class Replica:
             started_at = env.now
             shape = batch.shape
             duration = cost.iteration_time(shape)
-            yield env.timeout(duration)
+            end_at = started_at + duration  # the float SimPy's timeout would land on
+            if inline and end_at < env.peek():
+                advance_clock(env, end_at)
+            else:
+                yield env.timeout(duration)
+                self.resumed_at = env.now
             self.num_busy_s += duration
             finished = scheduler.complete(batch, env.now)
             recorder.on_iteration(self.replica_id, started_at, duration, batch, scheduler.blocks.num_used_blocks)
@@ -142,3 +156,12 @@ class Replica:
             # No partial prefill left (every prefill chunk finished its prompt) and nobody waits
             # behind a preemption: the next batch may be all decodes.
             skip = shape.num_prefills == shape.num_logits - shape.num_decodes and not batch.preempted
+
+
+def advance_clock(env: simpy.Environment, at: float) -> None:
+    """Move SimPy's clock to ``at`` without an event. Only valid when no event is pending
+    before ``at`` (``at < env.peek()``: then SimPy would have done exactly this, as the next
+    event popped would have been ours). SimPy has no public call for it; ``_now`` is the
+    attribute its own ``step`` assigns."""
+    assert env.now <= at < env.peek()  # invariant: nothing is skipped over
+    env._now = at  # noqa: SLF001

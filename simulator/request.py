@@ -12,12 +12,16 @@ iteration produces one new output token. So:
 - preemption by recompute resets ``num_computed`` to 0, so the request re-prefills its
   prompt *and* the tokens it had generated, then produces the next token.
 
-Token timestamps are kept in a compact ``array('d')`` so metrics can recover every
-time-between-tokens gap after the run without per-token Python objects.
+Per token, a request keeps only what its latency metrics need: the first and last token
+times and its largest gap (``max_tbt_s``); every gap also goes to its replica's
+:class:`~simulator.tbt.GapLog` (pooled TBT quantiles), so memory does not grow with the
+tokens generated. A run asked for token times (``simulate(..., token_times=True)``: tests,
+calibration, disaggregated hand-off analysis) also fills ``token_times``.
 """
 
 from __future__ import annotations
 
+import math
 from array import array
 from enum import StrEnum
 
@@ -33,17 +37,20 @@ class Request:
     """Mutable runtime state of one request. Only the replica/scheduler mutate it.
 
     Invariants: ``0 <= num_computed <= num_known``; ``num_generated <= num_output_tokens``;
-    ``len(token_times) == num_generated``; ``token_times`` is non-decreasing.
+    ``first_token_at <= last_token_at`` once a token exists; ``max_tbt_s`` is the largest gap
+    between consecutive tokens (0.0 before the second); ``token_times``, when kept, has
+    ``num_generated`` non-decreasing entries, the first ``first_token_at``, the last ``last_token_at``.
     """
 
     __slots__ = (
         "request_id", "arrival_at", "num_prompt_tokens", "num_output_tokens",
         "num_computed", "num_generated", "num_blocks", "status", "in_flight",
         "replica_id", "first_scheduled_at", "completed_at", "num_preemptions",
-        "token_times", "reject_reason", "admitted_seq",
+        "first_token_at", "last_token_at", "max_tbt_s", "token_times", "reject_reason", "admitted_seq",
     )
 
-    def __init__(self, request_id: int, arrival_at: float, num_prompt_tokens: int, num_output_tokens: int) -> None:
+    def __init__(self, request_id: int, arrival_at: float, num_prompt_tokens: int, num_output_tokens: int,
+                 token_times: bool = False) -> None:
         self.request_id = request_id
         self.arrival_at = arrival_at
         self.num_prompt_tokens = num_prompt_tokens
@@ -57,7 +64,10 @@ class Request:
         self.first_scheduled_at: float | None = None
         self.completed_at: float | None = None
         self.num_preemptions = 0
-        self.token_times = array("d")
+        self.first_token_at: float | None = None
+        self.last_token_at = math.nan
+        self.max_tbt_s = 0.0
+        self.token_times: array | None = array("d") if token_times else None
         self.reject_reason: str | None = None
         self.admitted_seq = -1  # order of (re)admission (the running list itself is in arrival order)
 

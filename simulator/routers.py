@@ -33,6 +33,11 @@ def random(outstanding: Sequence[int], step: int, rng: np.random.Generator) -> i
     return int(rng.integers(len(outstanding)))
 
 
+# Routers whose choice reads no replica state (only the counter and the generator): with them
+# replicas never interact, so a cluster can be simulated one replica at a time
+# (simulator.engine.run_partitioned). tests/test_routers checks they ignore ``outstanding``.
+STATE_FREE_ROUTERS = frozenset({"round_robin", "random"})
+
 ROUTERS: dict[str, Router] = {
     "round_robin": round_robin,
     "least_outstanding": least_outstanding,

@@ -50,7 +50,7 @@ def run_requests(scheduler_name: str, specs: list[tuple[float, int, int]], *, nu
     config = SchedulerConfig(scheduler_name, **sched_kwargs)
     scheduler = SCHEDULERS[scheduler_name](config, BlockManager(num_blocks, block_size, config.watermark), max_model_len)
     rep = Replica(env, 0, scheduler, cost or RooflineCostModel(replica), recorder)
-    requests = [Request(i, a, p, o) for i, (a, p, o) in enumerate(specs)]
+    requests = [Request(i, a, p, o, token_times=True) for i, (a, p, o) in enumerate(specs)]
 
     def arrivals():
         for req in requests:

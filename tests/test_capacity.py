@@ -91,7 +91,9 @@ def test_watch_does_not_change_a_run_it_does_not_stop(constant_cost):
     watched = engine.simulate(config, watch=OverloadWatch(2.0, 50.0))
     assert "stopped" not in watched.extra
     assert watched.sim_end_at == plain.sim_end_at
-    assert [r.token_times for r in watched.requests] == [r.token_times for r in plain.requests]
+    assert [(r.first_token_at, r.last_token_at, r.max_tbt_s) for r in watched.requests] == \
+           [(r.first_token_at, r.last_token_at, r.max_tbt_s) for r in plain.requests]
+    assert watched.tbt == plain.tbt
 
 
 @pytest.mark.parametrize("n,q", [(2048, 50.0), (2047, 50.0), (1000, 99.0), (10, 90.0), (1, 50.0)])

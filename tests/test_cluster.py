@@ -8,7 +8,7 @@ import pytest
 from simulator import engine
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.metrics import replica_frame, request_frame, summarize
-from simulator.routers import ROUTERS, least_outstanding, random, round_robin
+from simulator.routers import ROUTERS, STATE_FREE_ROUTERS, least_outstanding, random, round_robin
 
 STEADY = WorkloadConfig("fixed", prompt_tokens=256, output_tokens=64, arrival="fixed", qps=8.0, num_requests=400)
 
@@ -31,7 +31,9 @@ def _spreads(monkeypatch, config: RunConfig) -> list[int]:
         return i
 
     monkeypatch.setitem(engine.ROUTERS, config.router, recording)
-    engine.simulate(config)
+    # The joint run: a state-free router's cluster otherwise runs replica by replica, never
+    # asking for the counts this records.
+    engine.simulate(config.replace(fast_forward=False))
     return spreads
 
 
@@ -56,6 +58,16 @@ def test_least_outstanding_balances_better_than_random_on_a_bursty_workload(monk
     lor = np.mean(_spreads(monkeypatch, _cluster("least_outstanding", workload)))
     rnd = np.mean(_spreads(monkeypatch, _cluster("random", workload)))
     assert lor < 0.5 * rnd
+
+
+def test_state_free_routers_ignore_the_replica_counts():
+    """What lets engine.run_partitioned route a cluster before simulating it."""
+    for name in STATE_FREE_ROUTERS:
+        counts = np.random.default_rng(1).integers(0, 50, size=(200, 5))
+        a, b = np.random.default_rng(3), np.random.default_rng(3)
+        assert [ROUTERS[name](list(c), step, a) for step, c in enumerate(counts)] == \
+               [ROUTERS[name]([0] * 5, step, b) for step in range(len(counts))]
+    assert "least_outstanding" not in STATE_FREE_ROUTERS
 
 
 def test_router_functions_are_pure_policies():

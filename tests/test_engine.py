@@ -17,12 +17,13 @@ from simulator.costmodel import BatchShape, RooflineCostModel
 from simulator.engine import simulate
 from simulator.metrics import request_frame, summarize, tbt_samples
 from simulator.schedulers import SCHEDULERS
+from simulator.tbt import expand, merged
 
 MISTRAL = ReplicaConfig("mistral-7b", "a100-80gb")
 
 
 def max_gap(req) -> float:
-    return float(np.diff(np.frombuffer(req.token_times)).max())
+    return req.max_tbt_s
 
 
 # -- the paper's central phenomenon -------------------------------------------------------------
@@ -79,9 +80,16 @@ def test_invariants_hold_for_random_workloads(specs, name, num_blocks, budget):
         assert req.num_generated == req.num_output_tokens == len(req.token_times)
         times = np.frombuffer(req.token_times)
         assert (np.diff(times) >= 0).all() and times[0] >= req.arrival_at
+        # The per-request figures kept without token times agree with the times.
+        assert (req.first_token_at, req.last_token_at) == (times[0], times[-1])
+        assert req.max_tbt_s == (np.diff(times).max() if len(times) > 1 else 0.0)
         assert req.first_scheduled_at >= req.arrival_at
     rejected = [r for r in reqs if r.reject_reason]
     assert all(r.num_prompt_tokens + r.num_output_tokens > 384 for r in rejected)
+    # The replica's run-length gap log holds exactly the gaps of the token times.
+    values, counts, exact = merged([sched.gaps])
+    every_gap = np.sort(np.concatenate([np.diff(np.frombuffer(r.token_times)) for r in reqs] + [np.empty(0)]))
+    assert exact and np.array_equal(expand(values, counts), every_gap)
     # KV blocks all returned; time never goes back; every scheduled token was requested.
     assert sched.blocks.num_free_blocks == num_blocks and not sched.running and not sched.waiting
     starts = [it[1] for it in rec.iterations]

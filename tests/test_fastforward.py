@@ -14,9 +14,10 @@ import pytest
 import simpy
 from helpers import ConstantCostModel
 
-from simulator import fastforward
+from simulator import engine, fastforward
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import CostModel, RooflineCostModel
+from simulator.costmodel.engine_model import EngineCostModel, load_engine
 from simulator.costmodel.fit import fit_tables
 from simulator.costmodel.learned import LearnedCostModel
 from simulator.engine import simulate
@@ -26,6 +27,7 @@ from simulator.records import Recorder
 from simulator.replica import Replica
 from simulator.request import Request
 from simulator.schedulers import SCHEDULERS
+from simulator.workload import RequestTable
 
 
 @pytest.fixture
@@ -43,14 +45,15 @@ def count_stretches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def assert_same_run(config: RunConfig, calls: list[int] | None = None) -> None:
-    on = simulate(config.replace(fast_forward=True))
+    on = simulate(config.replace(fast_forward=True), token_times=True)
     skipped = sum(calls) if calls is not None else None
-    off = simulate(config.replace(fast_forward=False))
+    off = simulate(config.replace(fast_forward=False), token_times=True)
     assert calls is None or sum(calls) == skipped  # the stepping run skips nothing
     a, b = request_frame(on), request_frame(off)
     assert a.equals(b)
     assert on.iteration_frame().equals(off.iteration_frame())
     assert [bytes(r.token_times) for r in on.requests] == [bytes(r.token_times) for r in off.requests]
+    assert on.tbt == off.tbt  # the gap logs, run for run
     assert on.replica_busy_s == off.replica_busy_s and on.sim_end_at == off.sim_end_at
     assert on.stages == off.stages
     assert on.extra == off.extra
@@ -96,7 +99,8 @@ def _hand_run(name: str, num_blocks: int, fast: bool) -> tuple[list[Request], Re
     cost = ConstantCostModel(ReplicaConfig("mistral-7b", "a100-80gb"), 0.01)
     replica = Replica(env, 0, scheduler, cost, recorder, horizon=env.peek if fast else None)
     rng = random.Random(7)
-    requests = [Request(i, 0.05 * i + rng.random() * 0.02, rng.randint(1, 300), rng.randint(1, 200)) for i in range(40)]
+    requests = [Request(i, 0.05 * i + rng.random() * 0.02, rng.randint(1, 300), rng.randint(1, 200), token_times=True)
+                for i in range(40)]
 
     def arrivals():  # noqa: ANN202
         for req in requests:
@@ -121,13 +125,48 @@ def test_skipping_with_a_constant_cost_and_preemptions(scheduler: str, count_str
     assert [(bytes(r.token_times), r.num_preemptions, r.completed_at, r.status) for r in fast] == \
            [(bytes(r.token_times), r.num_preemptions, r.completed_at, r.status) for r in slow]
     assert rep_fast.num_busy_s == rep_slow.num_busy_s
+    assert rep_fast.scheduler.gaps == rep_slow.scheduler.gaps
 
 
-@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
-def test_skipping_in_a_cluster(router: str, count_stretches: list[int]) -> None:
+@pytest.mark.parametrize("router", ["round_robin", "random", "least_outstanding"])
+def test_skipping_in_a_cluster(router: str, count_stretches: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """State-free routers run replica by replica (engine.run_partitioned); least_outstanding jointly."""
+    outcomes: list[bool] = []
+    real = engine.run_partitioned
+
+    def spy(*args):  # noqa: ANN002, ANN202
+        out = real(*args)
+        outcomes.append(out is not None)
+        return out
+
+    monkeypatch.setattr(engine, "run_partitioned", spy)
     config = _config("sarathi", 1, 0.9, qps=3.0, num_requests=80).replace(num_replicas=3, router=router)
     assert_same_run(config, count_stretches)
     assert count_stretches
+    assert outcomes == ([] if router == "least_outstanding" else [True])
+
+
+def test_a_cluster_whose_arrivals_tie_with_iterations_falls_back_to_the_joint_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Constant 0.25 s iterations and arrivals on a 0.25 s grid: an arrival lands exactly on an
+    iteration's end, which only the joint run orders as SimPy does; the result still matches."""
+    outcomes: list[bool] = []
+    real = engine.run_partitioned
+
+    def spy(*args):  # noqa: ANN002, ANN202
+        out = real(*args)
+        outcomes.append(out is not None)
+        return out
+
+    monkeypatch.setattr(engine, "run_partitioned", spy)
+    monkeypatch.setattr(engine, "load_cost_model", lambda name, replica, eng=None: ConstantCostModel(replica, 0.25))
+    table = RequestTable(np.arange(24) * 0.25, np.full(24, 40), np.full(24, 12), source="grid")
+    config = RunConfig(num_replicas=2)
+    on = simulate(config, table, token_times=True)
+    off = simulate(config.replace(fast_forward=False), table, token_times=True)
+    assert outcomes == [False]
+    assert request_frame(on).equals(request_frame(off)) and on.iteration_frame().equals(off.iteration_frame())
+    assert on.tbt == off.tbt and on.sim_end_at == off.sim_end_at
 
 
 # -- cost models: vectorised stretch pricing equals per-iteration pricing -------------------------
@@ -186,6 +225,25 @@ def test_vectorised_stretch_pricing_is_float_exact(kind: str, learned: LearnedCo
         assert learned.extrapolations_by_op.get("attn_decode", 0) > 0  # contexts past the profile were counted
 
 
+@pytest.mark.parametrize("kernels", ["roofline", "learned"])
+@pytest.mark.parametrize("preset", ["vllm-2023-splitwise", "vllm-v1"])
+def test_engine_stretch_pricing_is_float_exact_over_roofline_and_learned_kernels(
+        kernels: str, preset: str, learned: LearnedCostModel) -> None:
+    k = learned if kernels == "learned" else RooflineCostModel(ReplicaConfig("llama-2-7b", "a100-80gb"))
+    model = EngineCostModel(k, load_engine(preset))
+    for args in _stretches(2):
+        before = (getattr(k, "num_extrapolations", 0), dict(getattr(k, "extrapolations_by_op", {})))
+        fast = model.decode_stretch_times(*args)
+        counted = (getattr(k, "num_extrapolations", 0), dict(getattr(k, "extrapolations_by_op", {})))
+        if kernels == "learned":
+            k.num_extrapolations, k.extrapolations_by_op = before[0], dict(before[1])
+        slow = CostModel.decode_stretch_times(model, *args)  # iteration by iteration
+        assert fast == slow
+        assert counted == (getattr(k, "num_extrapolations", 0), dict(getattr(k, "extrapolations_by_op", {})))
+    # The vectorised path itself answered (and stayed trusted), not only the fallback.
+    assert model._stretch_ok and any(model._vector_stretch(*args) is not None for args in _stretches(2))
+
+
 def test_a_cost_model_subclass_gets_the_exact_generic_path(monkeypatch: pytest.MonkeyPatch) -> None:
     class Slower(RooflineCostModel):
         def overhead_time(self, shape):  # noqa: ANN001, ANN202
@@ -230,7 +288,7 @@ def test_a_watch_process_sees_the_same_state_with_skipping(count_stretches: list
                 yield env.timeout(0.37)
                 seen.append((env.now, sum(r.num_generated for r in requests), sum(len(r.token_times) for r in requests)))
 
-        simulate(config.replace(fast_forward=fast), watch=watch)
+        simulate(config.replace(fast_forward=fast), watch=watch, token_times=True)
         return seen
 
     assert run(True) == run(False)

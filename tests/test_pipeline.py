@@ -62,7 +62,7 @@ def run_pipeline(stage_s: list[float], specs: list[tuple[float, int, int]], *, s
     sched = Checked(sched_cfg, BlockManager(num_blocks, 16, sched_cfg.watermark), 4096)
     rep = PipelinedReplica(env, 0, sched, FixedStageCost(replica_cfg, stage_s, hop_s), recorder, config)
     state["replica"] = rep
-    requests = [Request(i, a, p, o) for i, (a, p, o) in enumerate(specs)]
+    requests = [Request(i, a, p, o, token_times=True) for i, (a, p, o) in enumerate(specs)]
 
     def arrivals():
         for req in requests:

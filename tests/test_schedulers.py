@@ -17,7 +17,7 @@ def make(name: str, num_blocks: int = 1000, max_model_len: int = 4096, **kw):
 
 def decoding(sched, rid: int, prompt: int, generated: int, output: int = 1000) -> Request:
     """A running request in decode: its prompt and all but the last generated token are cached."""
-    req = Request(rid, 0.0, prompt, output)
+    req = Request(rid, 0.0, prompt, output, token_times=True)
     req.num_generated = generated
     req.num_computed = prompt + generated - 1
     req.status = Status.RUNNING
@@ -29,7 +29,7 @@ def decoding(sched, rid: int, prompt: int, generated: int, output: int = 1000) -
 
 
 def waiting(sched, rid: int, prompt: int, output: int = 10) -> Request:
-    req = Request(rid, 0.0, prompt, output)
+    req = Request(rid, 0.0, prompt, output, token_times=True)
     sched.add_request(req)
     return req
 

@@ -503,7 +503,7 @@ def simulate_bench(run: BenchRun, config: Any, engine: EngineModel, seed: int) -
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "engine.json"
         save_engine_artifact(engine, path, {})
-        result = simulate(config.replace(engine=str(path)), table=bench_table(run, seed))
+        result = simulate(config.replace(engine=str(path)), table=bench_table(run, seed), token_times=True)
     return _request_metrics(result)
 
 

@@ -242,6 +242,9 @@ class EngineCostModel(CostModel):
     """
 
     _stretch_ok = True  # set False on an instance whose vector form once disagreed with the scalar path
+    # Stretches still to check against the scalar path, per instance (as TabulatedCostModel: a
+    # changed formula shows in the first stretches; checking every one doubled their cost).
+    _stretch_checks_left = 32
 
     def __init__(self, kernels: CostModel, engine: EngineModel) -> None:
         super().__init__(kernels.replica)
@@ -324,30 +327,45 @@ class EngineCostModel(CostModel):
     def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
         import numpy as np
 
+        from simulator.costmodel.learned import LearnedCostModel
         from simulator.costmodel.roofline import RooflineCostModel
 
         k = self.kernels
-        # Exactly the roofline (a subclass may add terms the vector form does not know).
-        if type(k) is not RooflineCostModel or n <= 0 or num_iterations < 2 or not self._stretch_ok:
+        # Exactly these kernel models (a subclass may add terms the vector form does not know).
+        if type(k) is RooflineCostModel:
+            attention_vector = k.attention_decode_vector
+        elif type(k) is LearnedCostModel:
+            attention_vector = k._attention_decode_vector
+        else:
+            return None
+        if n <= 0 or num_iterations < 2 or not self._stretch_ok:
             return None
         i = np.arange(num_iterations, dtype=np.int64)
         sums, maxes = kv_sum + n * i, kv_max + i
         sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
-        attn = k.attention_decode_vector(n, sums, sq, maxes)
-        if attn is None:
-            return None
         first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
-        layer_rest = k.token_time(n) + k.attention_prefill(first)
-        kernel = (k.pre_time(first) + self.model.num_layers * (layer_rest + attn)) + k.post_time(first)
-        gpu = (kernel + self.collective_s) + self.prefill_excess_time(first)  # first: decode-only, so 0.0
-        gpu = np.where(gpu < self.launch_s, self.launch_s, gpu)
-        cpu = self.cpu_time(first)
-        total = np.where(gpu > cpu, gpu, cpu) if self.overlap else gpu + cpu
-        times = (kernel + (total - kernel)).tolist()
-        last = BatchShape.decode_only(n, int(sums[-1]), int(sq[-1]), int(maxes[-1]))
-        if times[0] != self.iteration_time(first) or times[-1] != self.iteration_time(last):
-            self._stretch_ok = False  # never again for this instance: the scalar path is the truth
-            return None
+        k._quiet = True  # a learned model's extrapolations are counted once, below
+        try:
+            attn = attention_vector(n, sums, sq, maxes)
+            if attn is None:
+                return None
+            layer_rest = k.token_time(n) + k.attention_prefill(first)
+            kernel = (k.pre_time(first) + self.model.num_layers * (layer_rest + attn)) + k.post_time(first)
+            gpu = (kernel + self.collective_s) + self.prefill_excess_time(first)  # first: decode-only, so 0.0
+            gpu = np.where(gpu < self.launch_s, self.launch_s, gpu)
+            cpu = self.cpu_time(first)
+            total = np.where(gpu > cpu, gpu, cpu) if self.overlap else gpu + cpu
+            times = (kernel + (total - kernel)).tolist()
+            if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
+                self._stretch_checks_left -= 1
+                last = BatchShape.decode_only(n, int(sums[-1]), int(sq[-1]), int(maxes[-1]))
+                if times[0] != self.iteration_time(first) or times[-1] != self.iteration_time(last):
+                    self._stretch_ok = False  # never again for this instance: the scalar path is the truth
+                    return None
+        finally:
+            k._quiet = False
+        if type(k) is LearnedCostModel:
+            k.count_stretch(n, kv_max, num_iterations)
         return times
 
     def engine_breakdown(self, shape: BatchShape) -> dict[str, float]:

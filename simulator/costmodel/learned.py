@@ -205,8 +205,13 @@ class LearnedCostModel(TabulatedCostModel):
             times = self._vector_stretch(n, kv_sum, kv_sq_sum, kv_max, k, self._attention_decode_vector)
         if times is None:
             return super().decode_stretch_times(n, kv_sum, kv_sq_sum, kv_max, k)
-        # Count the extrapolations the scalar path would, in its order of first occurrence
-        # (dict order): per iteration token ops (layer_time), decode attention, LM head.
+        self.count_stretch(n, kv_max, k)
+        return times
+
+    def count_stretch(self, n: int, kv_max: int, k: int) -> None:
+        """Count the extrapolations the scalar path would over a decode stretch (see
+        :meth:`decode_stretch_times`), in its order of first occurrence (dict order): per
+        iteration token ops (layer_time), decode attention, LM head."""
         num_attn = 0
         if self.decode is not None:
             num_attn = int(np.count_nonzero(kv_max + np.arange(k) > self.decode.max_context))
@@ -218,7 +223,6 @@ class LearnedCostModel(TabulatedCostModel):
             if count:
                 self.num_extrapolations += count
                 self.extrapolations_by_op[op] = self.extrapolations_by_op.get(op, 0) + count
-        return times
 
     # -- CostModel interface: the tables live in TabulatedCostModel; here only the range checks -------------
     def layer_time(self, shape: BatchShape) -> float:

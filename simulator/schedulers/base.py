@@ -38,6 +38,7 @@ from simulator.config import SchedulerConfig
 from simulator.costmodel.base import BatchShape
 from simulator.kvcache import BlockManager
 from simulator.request import Request, Status
+from simulator.tbt import GapLog
 
 _FCFS_KEY = attrgetter("arrival_at", "request_id")  # running order: arrival, ties by id
 
@@ -83,6 +84,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._admission_counter = 0  # per-scheduler sequence, not a global
+        self.gaps = GapLog()  # every TBT gap of the tokens this scheduler's iterations produced
 
     # -- queue management --------------------------------------------------------------
     def add_request(self, req: Request) -> None:
@@ -229,19 +231,42 @@ class Scheduler:
 
     # -- mechanism -------------------------------------------------------------------------
     def complete(self, batch: Batch, now: float) -> list[Request]:
-        """Apply a finished iteration at simulated time ``now``; return finished requests."""
+        """Apply a finished iteration at simulated time ``now``; return finished requests.
+
+        Each new token updates its request's first/last token time and largest gap; the
+        gaps go to ``self.gaps`` run-length encoded in batch order (one run per iteration
+        in the common case where every decode's previous token ended the last iteration).
+        """
         finished: list[Request] = []
+        run_gap, run_count = -1.0, 0  # the current run of equal gaps (gaps are >= 0)
+        gaps = self.gaps
         for req, n in zip(batch.requests, batch.num_tokens):  # noqa: B905 - equal by construction
             req.in_flight = False
             computed = req.num_computed + n
             req.num_computed = computed
             generated = req.num_generated
             if computed == req.num_prompt_tokens + generated:
+                if generated:
+                    gap = now - req.last_token_at
+                    if gap > req.max_tbt_s:
+                        req.max_tbt_s = gap
+                    if gap == run_gap:
+                        run_count += 1
+                    else:
+                        if run_count:
+                            gaps.add(run_gap, run_count)
+                        run_gap, run_count = gap, 1
+                else:
+                    req.first_token_at = now
+                req.last_token_at = now
+                if req.token_times is not None:
+                    req.token_times.append(now)
                 generated += 1
                 req.num_generated = generated
-                req.token_times.append(now)
                 if generated == req.num_output_tokens:
                     finished.append(req)
+        if run_count:
+            gaps.add(run_gap, run_count)
         if finished:
             for req in finished:
                 self.blocks.free(req)

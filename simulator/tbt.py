@@ -1,0 +1,179 @@
+"""Time-between-tokens gaps kept as weighted runs, so memory grows with iterations, not tokens.
+
+Every decode of one iteration ends at the same ``now``, and a request that also decoded in
+the iteration before has the same previous token time as every other such request: the
+batch's gaps are nearly all one value. A :class:`GapLog` stores each iteration's gaps
+run-length encoded in batch order (``values[i]`` repeated ``counts[i]`` times), which is
+exact and costs 16 bytes per run, about one run per iteration, where a timestamp per token
+cost 8 bytes per token (a 1M-request ShareGPT run makes ~250M tokens and ~7M iterations).
+
+Quantiles are exact: :func:`quantile_stats` finds the order statistics in the cumulative
+counts and interpolates with numpy's ``linear`` method, float op for float op, so P50/P90/P99
+equal ``np.percentile`` of the expanded gaps bit for bit (tested). The mean is
+``sum(value * count) / n``, which may differ from a plain mean of the expanded gaps in the
+last bits.
+
+Bounded memory for pathological runs: past :data:`MAX_RUNS` runs a log merges equal values
+(still exact); if more than half of ``MAX_RUNS`` distinct values remain, it becomes a
+log-bucketed sketch (DDSketch's mapping: every value is replaced by its bucket's
+representative, within :data:`RELATIVE_ERROR` = 0.5% of it), and stays one. Logs merge by
+concatenation (:func:`merged`), sketched or not; ``exact`` says whether quantiles are exact.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable
+
+import numpy as np
+
+MAX_RUNS = 1 << 22  # 4M runs: 64 MiB a log before it merges equal values
+RELATIVE_ERROR = 0.005
+_GAMMA = (1 + RELATIVE_ERROR) / (1 - RELATIVE_ERROR)
+_LOG_GAMMA = math.log(_GAMMA)
+QUANTILES = (50, 90, 99)
+
+
+class GapLog:
+    """Gaps of one replica: ``values[i]`` occurred ``counts[i]`` times (runs in record order).
+
+    Contract: ``add`` is the hot-path entry (two array appends); everything else runs after the
+    simulation. Gaps are non-negative floats.
+    """
+
+    __slots__ = ("values", "counts", "exact", "max_runs")
+
+    def __init__(self, max_runs: int = MAX_RUNS) -> None:
+        self.values = array("d")
+        self.counts = array("q")
+        self.exact = True
+        self.max_runs = max_runs
+
+    def add(self, value: float, count: int) -> None:
+        self.values.append(value)
+        self.counts.append(count)
+        if len(self.values) >= self.max_runs:
+            self.compact()
+
+    def extend(self, values: Iterable[float], counts: Iterable[int]) -> None:
+        self.values.extend(values)
+        self.counts.extend(counts)
+        if len(self.values) >= self.max_runs:
+            self.compact()
+
+    def __len__(self) -> int:
+        """Number of gaps (not runs)."""
+        return int(sum(self.counts))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GapLog):
+            return NotImplemented
+        return (self.values, self.counts, self.exact) == (other.values, other.counts, other.exact)
+
+    __hash__ = None  # type: ignore[assignment] - mutable
+
+    def __repr__(self) -> str:
+        return f"GapLog({len(self.values)} runs, {len(self)} gaps{'' if self.exact else ', sketched'})"
+
+    def compact(self) -> None:
+        """Merge equal values; if still too many, bucket them (the log becomes a sketch)."""
+        values, counts = canonical(np.frombuffer(self.values, dtype=np.float64),
+                                   np.frombuffer(self.counts, dtype=np.int64))
+        if len(values) > self.max_runs // 2:
+            values, counts = canonical(sketch_values(values), counts)
+            self.exact = False
+        self.values, self.counts = array("d", values.tobytes()), array("q", counts.tobytes())
+
+    @classmethod
+    def from_token_times(cls, token_times: Iterable[Iterable[float]]) -> GapLog:
+        """The log of every gap of the given per-request timestamp sequences (one run per gap)."""
+        log = cls()
+        for times in token_times:
+            t = np.asarray(times, dtype=np.float64)
+            if len(t) > 1:
+                gaps = np.diff(t)
+                log.values.extend(gaps.tolist())
+                log.counts.extend([1] * len(gaps))
+        return log
+
+
+def sketch_values(values: np.ndarray) -> np.ndarray:
+    """Each positive value replaced by its log bucket's representative (relative error <=
+    RELATIVE_ERROR); zeros stay zero. Idempotent: a representative maps to itself's bucket."""
+    out = np.zeros_like(values)
+    pos = values > 0
+    index = np.ceil(np.log(values[pos]) / _LOG_GAMMA)
+    out[pos] = 2.0 * np.exp(index * _LOG_GAMMA) / (_GAMMA + 1.0)
+    return out
+
+
+def canonical(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values and their total counts (zero counts dropped)."""
+    if len(values) == 0:
+        return np.empty(0), np.empty(0, dtype=np.int64)
+    unique, inverse = np.unique(values, return_inverse=True)
+    totals = np.bincount(inverse.reshape(-1), weights=None if counts is None else counts,
+                         minlength=len(unique))
+    totals = np.rint(totals).astype(np.int64)  # bincount weights are float64; counts are far below 2**53
+    keep = totals > 0
+    return unique[keep], totals[keep]
+
+
+def merged(logs: Iterable[GapLog]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """All logs' gaps as sorted distinct values with counts, and whether they are exact."""
+    logs = list(logs)
+    if not logs:
+        return np.empty(0), np.empty(0, dtype=np.int64), True
+    values = np.concatenate([np.frombuffer(g.values, dtype=np.float64) for g in logs])
+    counts = np.concatenate([np.frombuffer(g.counts, dtype=np.int64) for g in logs])
+    exact = all(g.exact for g in logs)
+    if not exact:  # a sketched log's buckets absorb the others' raw values
+        values = sketch_values(values)
+    v, c = canonical(values, counts)
+    return v, c, exact
+
+
+def expand(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Every gap as one array (sorted when ``values`` is): for plots and small runs."""
+    return np.repeat(values, counts)
+
+
+def percentiles(values: np.ndarray, counts: np.ndarray, qs: Iterable[float]) -> list[float]:
+    """``np.percentile(expand(values, counts), qs)`` (method ``linear``) without expanding.
+
+    ``values`` sorted and distinct with positive ``counts`` (as :func:`canonical` gives). The
+    virtual index, its floor, the weight and the interpolation are numpy's own float ops, so
+    the result is bit-identical to the expanded call.
+    """
+    n = int(counts.sum())
+    q = np.true_divide(np.asarray(list(qs), dtype=np.float64), 100)
+    h = (n - 1) * q
+    lo = np.floor(h)
+    gamma = h - lo
+    lo_i = lo.astype(np.int64)
+    hi_i = np.minimum(lo_i + 1, n - 1)
+    ends = np.cumsum(counts)  # order statistic k sits in run searchsorted(ends, k, "right")
+    a = values[np.searchsorted(ends, lo_i, side="right")]
+    b = values[np.searchsorted(ends, hi_i, side="right")]
+    diff = b - a
+    out = a + diff * gamma
+    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    return [float(x) for x in out]
+
+
+def quantile_stats(values: np.ndarray, counts: np.ndarray, prefix: str) -> dict[str, float]:
+    """P50/P90/P99, mean and max of the weighted gaps as ``{prefix}_p50`` ...; NaN when empty
+    (the same keys as :func:`simulator.metrics.quantile_stats`)."""
+    out: dict[str, float] = {}
+    n = int(counts.sum()) if len(counts) else 0
+    if n == 0:
+        for q in QUANTILES:
+            out[f"{prefix}_p{q}"] = math.nan
+        out[f"{prefix}_mean"] = out[f"{prefix}_max"] = math.nan
+        return out
+    for q, v in zip(QUANTILES, percentiles(values, counts, QUANTILES), strict=True):
+        out[f"{prefix}_p{q}"] = v
+    out[f"{prefix}_mean"] = float(np.dot(values, counts.astype(np.float64)) / n)
+    out[f"{prefix}_max"] = float(values[counts > 0].max())
+    return out

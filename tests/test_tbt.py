@@ -1,0 +1,62 @@
+"""The run-length TBT gap log: exact quantiles without expanding, and a bounded sketch."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.tbt import RELATIVE_ERROR, GapLog, canonical, expand, merged, percentiles, quantile_stats
+
+gaps = st.lists(st.tuples(st.floats(0.0, 5.0, allow_nan=False), st.integers(1, 50)), min_size=1, max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs=gaps, qs=st.lists(st.floats(0.0, 100.0), min_size=1, max_size=5))
+def test_weighted_percentiles_equal_numpy_on_the_expanded_gaps_bit_for_bit(runs, qs):
+    log = GapLog()
+    for value, count in runs:
+        log.add(value, count)
+    values, counts, exact = merged([log])
+    every = np.repeat([v for v, _ in runs], [c for _, c in runs])
+    assert exact and np.array_equal(expand(values, counts), np.sort(every))
+    assert percentiles(values, counts, qs) == [float(x) for x in np.percentile(every, qs)]
+    stats = quantile_stats(values, counts, "tbt_s")
+    assert stats["tbt_s_max"] == every.max() and np.isclose(stats["tbt_s_mean"], every.mean(), rtol=1e-12)
+
+
+def test_logs_merge_as_the_union_of_their_gaps():
+    a, b = GapLog(), GapLog()
+    a.extend([0.1, 0.2, 0.1], [3, 1, 2])
+    b.add(0.2, 4)
+    values, counts, _ = merged([a, b])
+    assert values.tolist() == [0.1, 0.2] and counts.tolist() == [5, 5] and len(a) + len(b) == 10
+
+
+def test_a_full_log_merges_equal_values_and_stays_exact():
+    log = GapLog(max_runs=8)
+    for i in range(20):  # 20 runs of 3 distinct values: compaction keeps 3 exact runs
+        log.add([0.01, 0.02, 0.03][i % 3], 1)
+    assert log.exact and len(log.values) < 8 and len(log) == 20
+    values, counts, _ = merged([log])
+    assert values.tolist() == [0.01, 0.02, 0.03] and counts.tolist() == [7, 7, 6]
+
+
+def test_beyond_its_size_a_log_becomes_a_sketch_within_the_stated_relative_error():
+    rng = np.random.default_rng(0)
+    every = rng.lognormal(-3.0, 1.0, 20_000)  # distinct values: compaction must bucket them
+    log = GapLog(max_runs=1024)
+    for x in every:
+        log.add(float(x), 1)
+    assert not log.exact and len(log.values) < 1024 and len(log) == len(every)
+    values, counts, exact = merged([log])
+    assert not exact
+    for q, approx in zip((50, 90, 99, 99.9), percentiles(values, counts, (50, 90, 99, 99.9)), strict=True):
+        # Each gap moved by at most RELATIVE_ERROR, so every order statistic did too.
+        truth = np.percentile(every, q, method="lower"), np.percentile(every, q, method="higher")
+        assert min(truth) * (1 - RELATIVE_ERROR) <= approx <= max(truth) * (1 + RELATIVE_ERROR)
+
+
+def test_canonical_drops_nothing_and_sorts():
+    values, counts = canonical(np.array([0.3, 0.1, 0.3, 0.0]), np.array([1, 2, 3, 4]))
+    assert values.tolist() == [0.0, 0.1, 0.3] and counts.tolist() == [4, 2, 4]

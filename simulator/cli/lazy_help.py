@@ -4,10 +4,12 @@ typer formats ``--help`` and usage errors with ``typer.rich_utils``, which impor
 ``rich.markdown`` (markdown-it, pygments) and ``rich.traceback`` (attrs) at its top: about
 60 ms of every ``simulate --help``, though this CLI uses neither (its help is rich markup,
 not Markdown, and pretty exceptions are off). :func:`install` arranges that when typer
-first imports ``typer.rich_utils``, those two names resolve to stand-ins that import the
-real class on first use. Nothing else changes: help text and errors are rendered by the
-same typer code, and any other import of ``rich.markdown`` or ``rich.traceback`` (before,
-during or after) gets the real module.
+first imports ``typer.rich_utils``, those two modules are stand-ins while it runs, and the
+names it takes from them (``Markdown``, ``Traceback``) build the real objects on first use.
+Nothing else changes: help text and errors are rendered by the same typer code, and an import
+of ``rich.markdown`` or ``rich.traceback`` before or after that gets the real module (a stand-in
+hands any other name over to the real module too). ``rich_markup_mode=None`` would avoid the
+import as well, but drops typer's rich help altogether (option panels, colours).
 """
 
 from __future__ import annotations

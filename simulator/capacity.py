@@ -38,19 +38,21 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from simulator import engine
 from simulator.config import RunConfig
 from simulator.costmodel.base import BatchShape
 from simulator.errors import ConfigError
-from simulator.metrics import request_frame, tbt_distribution
+from simulator.metrics import request_columns, tbt_distribution
 from simulator.request import Request, Status
 from simulator.tbt import percentiles
+
+if TYPE_CHECKING:  # pandas loads for tables, not for a search
+    import pandas as pd
 
 RATE_ARRIVALS = ("poisson", "gamma", "fixed")
 
@@ -172,6 +174,8 @@ class CapacityReport:
         return float(self.capacities.std(ddof=1)) if len(self.seeds) > 1 else 0.0
 
     def trials_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         rows = [asdict(t) for s in self.seeds for t in s.trials]
         columns = [f.name for f in Trial.__dataclass_fields__.values()]
         return pd.DataFrame(rows, columns=columns)
@@ -316,27 +320,28 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True) 
     cfg = config.replace(workload__qps=qps)
     watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile) if early_exit else None
     result = engine.simulate(cfg, watch=watch)
-    df = request_frame(result)
-    num_rejected = int((df["status"] == Status.REJECTED.value).sum())
+    cols = request_columns(result)  # numpy columns: a trial needs no pandas
+    status = cols["status"]
+    is_finished = status == Status.FINISHED.value
+    num_rejected = int((status == Status.REJECTED.value).sum())
     stopped = result.extra.get("stopped")
     if stopped is not None:
         nan = math.nan
         return Trial(cfg.seed, qps, False, str(stopped), nan, nan, nan, nan, nan, nan,
-                     int((df["status"] == Status.FINISHED.value).sum()), num_rejected, True,
-                     time.perf_counter() - start)
-    finished = df[df["status"] == Status.FINISHED.value]
+                     int(is_finished.sum()), num_rejected, True, time.perf_counter() - start)
     values, counts, _ = tbt_distribution(result)
     # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
     tbt_q, tbt_p99 = percentiles(values, counts, (slo.tbt_quantile, 99.0)) if len(values) else (0.0, 0.0)
-    sched_q = _quantile(finished["sched_delay_s"].to_numpy(), slo.sched_delay_quantile)
-    ttft = finished["ttft_s"].to_numpy()
+    sched_q = _quantile(cols["sched_delay_s"][is_finished], slo.sched_delay_quantile)
+    ttft = cols["ttft_s"][is_finished]
     ttft_q = _quantile(ttft, slo.ttft_quantile)
-    good = ((df["status"] == Status.FINISHED.value) & (df["ttft_s"] <= slo.goodput_ttft_s)
-            & (df["max_tbt_s"].fillna(0.0) <= slo.tbt_s))
+    max_tbt = cols["max_tbt_s"]
+    good = is_finished & (cols["ttft_s"] <= slo.goodput_ttft_s) & (np.where(np.isnan(max_tbt), 0.0, max_tbt) <= slo.tbt_s)
     goodput = float(good.mean())
+    num_finished = int(is_finished.sum())
     reasons = []
-    if len(finished) == 0:
-        first = df["reject_reason"].iloc[0] if len(df) else ""
+    if num_finished == 0:
+        first = cols["reject_reason"][0] if len(status) else ""
         reasons.append(f"every request was rejected ({first})")
     else:
         if tbt_q > slo.tbt_s:
@@ -350,7 +355,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True) 
             reasons.append(f"goodput {format_against(100 * goodput, 100 * slo.min_goodput)}% "
                            f"< {100 * slo.min_goodput:g}%")
     return Trial(cfg.seed, qps, not reasons, "; ".join(reasons), tbt_q, sched_q, tbt_p99,
-                 _quantile(ttft, 50.0), _quantile(ttft, 99.0), goodput, int(len(finished)), num_rejected, False,
+                 _quantile(ttft, 50.0), _quantile(ttft, 99.0), goodput, num_finished, num_rejected, False,
                  time.perf_counter() - start)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,21 +52,35 @@ class RunResult:
     tbt: list[GapLog] = field(default_factory=list)  # per replica: every TBT gap its iterations produced
 
     def iteration_frame(self):  # noqa: ANN201 - pandas imported lazily off the hot path
+        """One row per iteration (:data:`FRAME_COLUMNS`), as a pandas frame."""
         import pandas as pd
 
+        return pd.DataFrame(next(self.iteration_chunks(max(1, len(self.iterations)))))
+
+    def iteration_chunks(self, chunk_rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
+        """The iteration table (:data:`FRAME_COLUMNS`, rows in :meth:`iteration_frame`'s order)
+        as column dicts of at most ``chunk_rows`` rows (one empty chunk for an empty run), so a
+        large run's table is written without a whole frame in memory."""
         iterations = self.iterations
         if not isinstance(iterations, IterationLog):  # a plain list of tuples (hand-made results)
             iterations = IterationLog(iterations)
-        df = pd.DataFrame(iterations.columns())
-        if self.config.num_replicas > 1 and len(df):
+        cols = iterations.columns(copy=False)
+        n = len(iterations)
+        order = None
+        if self.config.num_replicas > 1 and n:
             # Rows in order of end time (replica, start break ties): replicas record skipped
-            # stretches at their end, so raw completion order is not a property of the run.
-            end = df["started_at"].to_numpy() + df["duration_s"].to_numpy()
-            order = np.lexsort((df["started_at"].to_numpy(), df["replica_id"].to_numpy(), end))
-            df = df.iloc[order].reset_index(drop=True)
-        df["num_decode_tokens"] = df["num_decodes"]
-        df["batch_size"] = df["num_prefills"] + df["num_decodes"]
-        return df[list(FRAME_COLUMNS)]
+            # stretches at their end, and a partitioned cluster one replica after another, so
+            # raw record order is not a property of the run.
+            end = cols["started_at"] + cols["duration_s"]
+            order = np.lexsort((cols["started_at"], cols["replica_id"], end))
+            del end
+        for start in range(0, max(n, 1), chunk_rows):
+            rows = slice(start, start + chunk_rows) if order is None else order[start:start + chunk_rows]
+            chunk = {name: col[rows].astype(np.float64 if col.dtype.kind == "f" else np.int64)
+                     for name, col in cols.items()}
+            chunk["num_decode_tokens"] = chunk["num_decodes"]
+            chunk["batch_size"] = chunk["num_prefills"] + chunk["num_decodes"]
+            yield {name: chunk[name] for name in FRAME_COLUMNS}
 
     def stage_frame(self):  # noqa: ANN201
         import pandas as pd

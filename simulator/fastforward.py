@@ -163,7 +163,9 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     token_times = None
     bs = scheduler.blocks.block_size
     gaps = scheduler.gaps
-    run_gap, run_count = -1.0, 0  # iteration 0's gaps, run-length encoded in running order
+    # Iteration 0's gaps, run-length encoded in running order, as Scheduler.complete does (the
+    # encoding is inlined in both: a call per token would cost more than the rest of the loop).
+    run_gap, run_count = -1.0, 0
     for req in scheduler.running:
         gap = first_end - req.last_token_at
         if gap == run_gap:

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,34 @@ def write_table(df: pd.DataFrame, path_stem: Path, fmt: str) -> Path:
     return path
 
 
+def write_chunks(chunks: Iterable[dict[str, Any]], path_stem: Path, fmt: str) -> Path:
+    """Write a table given as column-dict chunks (equal columns, numpy arrays) one chunk at a
+    time: parquet row groups, or CSV appends. Memory holds one chunk, not the table."""
+    path = path_stem.with_suffix(f".{fmt}")
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        writer = None
+        try:
+            for chunk in chunks:
+                table = pa.table(chunk)
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema)
+                writer.write_table(table)
+        finally:
+            if writer is not None:
+                writer.close()
+    else:
+        import pandas as pd
+
+        for i, chunk in enumerate(chunks):
+            pd.DataFrame(chunk).to_csv(tmp, mode="w" if i == 0 else "a", header=i == 0, index=False)
+    tmp.replace(path)  # never leave a half-written table under the final name
+    return path
+
+
 def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: dict[str, Any] | None = None,
               requests: pd.DataFrame | None = None) -> dict[str, Path]:
     check_format(fmt)
@@ -91,7 +120,7 @@ def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: d
     summary = summarize(result, requests) if summary is None else summary
     paths = {
         "requests": write_table(requests, out_dir / "requests", fmt),
-        "iterations": write_table(result.iteration_frame(), out_dir / "iterations", fmt),
+        "iterations": write_chunks(result.iteration_chunks(), out_dir / "iterations", fmt),
     }
     if result.config.replica.pp > 1:  # one row per (micro-batch, pipeline stage)
         paths["stages"] = write_table(result.stage_frame(), out_dir / "stages", fmt)

@@ -30,8 +30,11 @@ FRAME_COLUMNS = (
 STAGE_COLUMNS = ("replica_id", "micro_batch_id", "stage", "started_at", "duration_s")
 
 
-# Typecodes of ITERATION_COLUMNS: replica_id, two float64 times, then int64 counts.
-_ITERATION_TYPES = "qddqqqqqq"
+# Typecodes of ITERATION_COLUMNS: replica_id, two float64 times, then counts. Counts are stored
+# as 32-bit ints (each is far below 2**31: tokens, blocks, requests of one iteration) and read
+# out as int64: 44 bytes a row instead of 72 (a 1M-request cluster run makes ~17M rows).
+_ITERATION_TYPES = "iddiiiiii"
+_NUMPY_TYPES = {"d": "float64", "i": "int32"}
 
 
 class IterationLog(Sequence):
@@ -79,12 +82,17 @@ class IterationLog(Sequence):
                 col.extend(values)
             buf.clear()
 
-    def columns(self) -> dict[str, Any]:
-        """The columns as numpy arrays (int64 / float64), keyed by ITERATION_COLUMNS."""
+    def columns(self, copy: bool = True) -> dict[str, Any]:
+        """The columns as numpy arrays (int64 / float64), keyed by ITERATION_COLUMNS.
+        ``copy=False`` gives read-only views of the log's own buffers (no memory, but they
+        must not outlive a later append)."""
         import numpy as np
 
         self._flush()
-        return {name: np.array(col, dtype=np.float64 if t == "d" else np.int64)
+        if not copy:  # int32 views: widen per chunk (see RunResult.iteration_chunks)
+            return {name: np.frombuffer(col, dtype=_NUMPY_TYPES[t])
+                    for name, col, t in zip(ITERATION_COLUMNS, self._cols, _ITERATION_TYPES, strict=True)}
+        return {name: np.frombuffer(col, dtype=_NUMPY_TYPES[t]).astype(np.float64 if t == "d" else np.int64)
                 for name, col, t in zip(ITERATION_COLUMNS, self._cols, _ITERATION_TYPES, strict=True)}
 
     def __len__(self) -> int:

@@ -1,17 +1,18 @@
 """Will a run fit in memory? An estimate made before any work, and the memory available.
 
-A run keeps every request (its token timestamps included), every iteration record, and
-afterwards the per-request table its metrics come from. All of it grows with the number
-of requests, so the estimate is one figure per request:
+A run keeps every request, every iteration record (44 bytes) and each replica's TBT gap
+runs (16 bytes, about one per iteration; token timestamps are not kept), and afterwards the
+per-request table its metrics come from. All of it grows with the number of requests, so
+the estimate is one figure per request:
 
     estimate = num_requests x BYTES_PER_REQUEST
 
 :data:`BYTES_PER_REQUEST` is measured, not derived: peak RSS growth of ``simulate run``'s
 path (simulate, request_frame, summarize) divided by the request count, for the default
-configuration (Llama-2-7B on one A100-80GB, sarathi, ShareGPT-like lengths, mean 427 output
-tokens, 1 QPS, 50,000 requests): 27,925 bytes per request on the project's CI machine (about
-58 iteration records per request). When the engine's records shrink, re-measure and update
-that one number; the check and its message follow.
+configuration (Llama-2-7B on one A100-80GB, sarathi, ShareGPT-like lengths, 1 QPS): 2,000
+requests peaked at 213,300 KiB and 50,000 at 480,996 KiB on the project's CI machine, 5,711
+bytes per added request. When the engine's records change, re-measure and update that one
+number; the check and its message follow.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from simulator.errors import ConfigError
 
-BYTES_PER_REQUEST = 28_000
+BYTES_PER_REQUEST = 5_800
 GiB = 1 << 30
 
 

@@ -128,9 +128,10 @@ def test_skipping_with_a_constant_cost_and_preemptions(scheduler: str, count_str
     assert rep_fast.scheduler.gaps == rep_slow.scheduler.gaps
 
 
-@pytest.mark.parametrize("router", ["round_robin", "random", "least_outstanding"])
-def test_skipping_in_a_cluster(router: str, count_stretches: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    """State-free routers run replica by replica (engine.run_partitioned); least_outstanding jointly."""
+@pytest.fixture
+def partitioned(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each engine.run_partitioned call ran the cluster replica by replica (False: it
+    met a tie and the joint run took over)."""
     outcomes: list[bool] = []
     real = engine.run_partitioned
 
@@ -140,31 +141,28 @@ def test_skipping_in_a_cluster(router: str, count_stretches: list[int], monkeypa
         return out
 
     monkeypatch.setattr(engine, "run_partitioned", spy)
+    return outcomes
+
+
+@pytest.mark.parametrize("router", ["round_robin", "random", "least_outstanding"])
+def test_skipping_in_a_cluster(router: str, count_stretches: list[int], partitioned: list[bool]) -> None:
+    """State-free routers run replica by replica (engine.run_partitioned); least_outstanding jointly."""
     config = _config("sarathi", 1, 0.9, qps=3.0, num_requests=80).replace(num_replicas=3, router=router)
     assert_same_run(config, count_stretches)
     assert count_stretches
-    assert outcomes == ([] if router == "least_outstanding" else [True])
+    assert partitioned == ([] if router == "least_outstanding" else [True])
 
 
 def test_a_cluster_whose_arrivals_tie_with_iterations_falls_back_to_the_joint_run(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        partitioned: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
     """Constant 0.25 s iterations and arrivals on a 0.25 s grid: an arrival lands exactly on an
     iteration's end, which only the joint run orders as SimPy does; the result still matches."""
-    outcomes: list[bool] = []
-    real = engine.run_partitioned
-
-    def spy(*args):  # noqa: ANN002, ANN202
-        out = real(*args)
-        outcomes.append(out is not None)
-        return out
-
-    monkeypatch.setattr(engine, "run_partitioned", spy)
     monkeypatch.setattr(engine, "load_cost_model", lambda name, replica, eng=None: ConstantCostModel(replica, 0.25))
     table = RequestTable(np.arange(24) * 0.25, np.full(24, 40), np.full(24, 12), source="grid")
     config = RunConfig(num_replicas=2)
     on = simulate(config, table, token_times=True)
     off = simulate(config.replace(fast_forward=False), table, token_times=True)
-    assert outcomes == [False]
+    assert partitioned == [False]
     assert request_frame(on).equals(request_frame(off)) and on.iteration_frame().equals(off.iteration_frame())
     assert on.tbt == off.tbt and on.sim_end_at == off.sim_end_at
 

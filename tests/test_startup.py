@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +19,98 @@ def _modules_after(code: str) -> set[str]:
     return set(out.stdout.split())
 
 
+HEAVY = {"pandas", "numpy", "simpy", "pyarrow", "matplotlib", "sklearn", "ray", "torch"}
+# typer.rich_utils imports these at its top; simulator.cli.lazy_help keeps them out of help and usage errors.
+MARKDOWN_AND_TRACEBACK = {"rich.markdown", "rich.traceback", "markdown_it", "pygments", "attr"}
+
+
+def _run_cli(args: list[str]) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """``simulate ARGS`` in a fresh interpreter: the process and the modules it had loaded at exit."""
+    code = ("import sys\nfrom simulator.cli import main\n"
+            f"sys.argv = ['simulate', *{args!r}]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('MODULES', ' '.join(sys.modules), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    marker = proc.stderr.rindex("MODULES ")
+    return proc, set(proc.stderr[marker + len("MODULES "):].split())
+
+
 def test_the_cli_imports_no_heavy_library() -> None:
     loaded = _modules_after("import simulator.cli")
-    assert not {"pandas", "numpy", "simpy", "pyarrow", "matplotlib", "sklearn", "ray"} & loaded
+    assert not HEAVY & loaded
+    assert not {m for m in loaded if m == "rich" or m.startswith("rich.")}  # rich loads when something prints
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["capacity", "--help"], ["disagg", "split", "--help"],
+                                  ["models"], ["run", "--qps", "abc"]])
+def test_help_listings_and_usage_errors_load_no_heavy_library(args: list[str]) -> None:
+    proc, loaded = _run_cli(args)
+    assert proc.stdout.strip() or "Invalid value" in proc.stderr  # the command did print its help, table or error
+    assert not (HEAVY | MARKDOWN_AND_TRACEBACK) & loaded
+
+
+def _help_text(args: list[str], preload: str = "") -> str:
+    code = (f"{preload}\nimport sys\nfrom simulator.cli import main\nsys.argv = ['simulate', *{args!r}]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass")
+    env = {**os.environ, "COLUMNS": "100", "FORCE_COLOR": "1"}  # colours too: the markup must be the same
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["run", "--qps", "abc"]])
+def test_help_is_the_same_with_the_real_markdown_and_traceback_modules(args: list[str]) -> None:
+    # Imported first, the real modules are what typer.rich_utils gets (lazy_help leaves them alone).
+    real = _help_text(args, preload="import rich.markdown, rich.traceback")
+    assert "Usage" in real
+    assert _help_text(args) == real
+
+
+def test_lazy_help_stand_ins_build_the_real_objects() -> None:
+    code = """
+import sys
+from simulator.cli import lazy_help
+lazy_help.install()
+import typer.rich_utils as ru
+assert 'rich.markdown' not in sys.modules and 'rich.traceback' not in sys.modules
+assert ru.Markdown is lazy_help.Markdown and ru.Traceback is lazy_help.Traceback
+md = ru._make_rich_text(text='**bold**', markup_mode='markdown')
+import rich.markdown, rich.traceback
+assert isinstance(md, rich.markdown.Markdown) and not isinstance(rich.markdown, lazy_help._StandIn)
+try:
+    raise ValueError('x')
+except ValueError as exc:
+    tb = lazy_help.Traceback.from_exception(type(exc), exc, exc.__traceback__)
+assert isinstance(tb, rich.traceback.Traceback)
+assert lazy_help._FINDER not in sys.meta_path
+print('ok')
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def _described(command) -> list[tuple]:  # noqa: ANN001
+    """What a click command accepts and says, option by option."""
+    return [(p.name, tuple(p.opts), p.default, getattr(p, "help", None), p.required, type(p.type).__name__, p.type.name)
+            for p in command.params]
+
+
+def test_a_named_command_is_built_alone_and_exactly_as_in_the_whole_app() -> None:
+    import typer.main
+
+    from simulator.cli import app
+    from simulator.cli.app import command_line
+
+    whole = typer.main.get_command(app)
+    for name, command in whole.commands.items():
+        alone = command_line([name, "--help"])
+        assert list(alone.commands) == [name]
+        built = alone.commands[name]
+        assert _described(built) == _described(command), name
+        assert built.help == command.help
+        for sub in getattr(command, "commands", {}):  # disagg split / compare
+            assert _described(built.commands[sub]) == _described(command.commands[sub])
+    for argv in ([], ["--help"], ["no-such-command"], ["--version"]):
+        assert list(command_line(argv).commands) == list(whole.commands)
 
 
 def test_a_run_without_out_never_loads_pandas() -> None:
@@ -28,7 +118,8 @@ def test_a_run_without_out_never_loads_pandas() -> None:
             "from simulator.config import RunConfig, WorkloadConfig\n"
             "run_simulation(RunConfig(workload=WorkloadConfig('sharegpt', num_requests=20)))")
     loaded = _modules_after(code)
-    assert "numpy" in loaded and "pandas" not in loaded and "matplotlib" not in loaded
+    assert "numpy" in loaded
+    assert not {"pandas", "pyarrow", "matplotlib", "sklearn", "scipy"} & loaded  # the roofline run needs none
 
 
 def _both_readers(path: Path):  # noqa: ANN202
@@ -60,3 +151,42 @@ def test_anything_unusual_goes_to_the_pandas_reader(tmp_path: Path, body: str) -
     path = tmp_path / "odd.csv"
     path.write_text("num_prefill_tokens,num_decode_tokens\n" + body)
     assert workload._read_csv_plain(str(path)) is None
+
+
+def _catalog_table():  # noqa: ANN202
+    from rich.table import Table
+
+    from simulator.catalog import MODELS
+
+    table = Table("name", "hf id", "layers", "params (B)", title="models", title_justify="left")
+    for m in MODELS.values():
+        table.add_row(m.name, m.hf_id, str(m.num_layers), f"[bold]{m.num_params / 1e9:.1f}[/bold]")
+    table.add_row("empty cells", None, "", "-")
+    return table
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_print_table_prints_what_rich_prints_at_the_natural_width(terminal: bool) -> None:
+    """print_table measures each column once and fixes the widths; rich measuring it all again
+    (the table's Measurement, then printing it at that width) must give the same characters."""
+    import io
+
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    from simulator.cli.tables import print_table
+
+    def console() -> Console:
+        return Console(file=io.StringIO(), width=400, force_terminal=terminal,
+                       color_system="truecolor" if terminal else None)
+
+    ours = console()
+    print_table(ours, _catalog_table())
+    reference, table = console(), _catalog_table()
+    for column in table.columns:
+        column.no_wrap, column.overflow = True, "ignore"
+    natural = Measurement.get(reference, reference.options.update_width(1_000_000), table).maximum
+    assert natural < 400
+    reference.print(table, crop=False)
+    assert ours.file.getvalue() == reference.file.getvalue()
+    assert "\x1b[" in ours.file.getvalue() if terminal else "\x1b[" not in ours.file.getvalue()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
 from simulator.catalog import GPUS, MODELS
 from simulator.cli.app import app, console
 from simulator.cli.tables import print_table
@@ -12,6 +10,8 @@ from simulator.cli.tables import print_table
 @app.command()
 def models() -> None:
     """List the catalog's models (short name, Hugging Face id, shape, active parameters, experts, attention)."""
+    from rich.table import Table
+
     table = Table("name", "hf id", "layers", "hidden", "heads", "kv heads", "ffn", "vocab", "max len", "params (B)",
                   "active (B)", "experts", "attention")
     for m in MODELS.values():
@@ -29,6 +29,8 @@ def models() -> None:
 @app.command()
 def gpus() -> None:
     """List the catalog's GPUs (dense bf16/fp8 peaks, HBM bandwidth and size, links)."""
+    from rich.table import Table
+
     table = Table("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "memory GiB", "NVLink GB/s/dir", "PCIe GB/s/dir",
                   "aliases")
     for g in GPUS.values():

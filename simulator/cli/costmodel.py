@@ -4,15 +4,14 @@ Each command parses options and calls a plain function (:func:`fit_command`,
 :func:`predict`, ...) that tests call directly.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: typer reads every command's annotations at each
+# start; evaluated once at import they cost less than strings it evaluates again every time.
 
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from simulator.cli.app import app
 from simulator.cli.app import console as app_console
@@ -29,6 +28,8 @@ if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for
 def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: str | None = None,
                 tp: int | None = None, holdout: float = 0.2, seed: int = 0, quiet: bool = True) -> dict[str, Any]:
     """Read ``profiles``, fit, write the artifact to ``out``; return the artifact."""
+    from rich.console import Console
+
     from simulator.costmodel.fit import fit_tables, save_artifact
     from simulator.costmodel.fit_data import read_profiles
 
@@ -52,6 +53,8 @@ def fit(
     seed: Annotated[int, typer.Option(help="seed of the hold-out split and CV folds")] = 0,
 ) -> None:
     """Fit a learned cost model to profile tables and write a versioned artifact."""
+    from rich.table import Table
+
     artifact = fit_command(profile, out, model, gpu, tp, holdout, seed, quiet=False)
     table = Table("op", "family", "train", "held out", "median APE", "P95 APE",
                   title=f"{artifact['model']} on {artifact['gpu']}, tp={artifact['tp']} -> {out}", title_justify="left")
@@ -73,7 +76,7 @@ def _expand(values: list[int], n: int, name: str) -> list[int]:
     raise ConfigError(name, f"got {len(values)} values for {n} requests", "give one value or one per request")
 
 
-def build_shape(prefill: list[int], prefill_context: list[int], decode: int, context: list[int]) -> BatchShape:
+def build_shape(prefill: list[int], prefill_context: list[int], decode: int, context: list[int]) -> "BatchShape":
     """A batch of prefill chunks (each over its cached context) and ``decode`` decodes.
 
     ``prefill_context`` gives each chunk's already-cached tokens (default 0); ``context``
@@ -98,7 +101,7 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
     return BatchShape.from_requests(list(zip(prefill, pctx, strict=True)), dctx)
 
 
-def predict(replica: ReplicaConfig, shape: BatchShape, cost_model: str = "roofline",
+def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roofline",
             engine: str | None = None) -> dict[str, Any]:
     """Iteration time and per-op breakdown of one batch (``engine=None``: kernels and the
     kernel model's own CPU constant, as before engine models)."""
@@ -150,6 +153,9 @@ def predict_cmd(
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     total = result["iteration_time_s"]
     table = Table("op", "ms", "share", "from",
                   title=f"{model} on {gpu} tp={tp} pp={pp} · {shape.num_prefills} prefill(s), "
@@ -176,6 +182,8 @@ def calibrate(
     write: Annotated[bool, typer.Option(help="rewrite the calibrated block of simulator/costmodel/calibration.py")] = False,
 ) -> None:
     """Fit the roofline's efficiency constants to the public measured profiles."""
+    from rich.console import Console
+
     from simulator.costmodel import calibration as calibration_module
     from simulator.costmodel.fit_calibration import calibrate_all, render, write_calibration
 
@@ -196,6 +204,8 @@ def fidelity(
     data: Annotated[Path | None, typer.Option(help="profiles folder (default ../shared/data/profiles)")] = None,
 ) -> None:
     """Held-out error of the learned model and the calibrated roofline vs measured profiles."""
+    from rich.console import Console
+
     from simulator.costmodel.fit_fidelity import write_report
 
     console = Console(stderr=True)

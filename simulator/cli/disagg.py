@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from simulator.cli.app import app, console
 from simulator.cli.capacity import default_option
@@ -48,6 +46,8 @@ def _ints(text: str, field: str) -> tuple[int, ...]:
 
 
 def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, ANN202
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from simulator.disagg_plan import search_all
 
     if not candidates:
@@ -59,6 +59,8 @@ def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, A
 
 
 def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot: bool) -> None:  # noqa: ANN001
+    from rich.table import Table
+
     from simulator.disagg_plan import results_frame, slo_dict, trials_frame
 
     df = results_frame(results).sort_values("goodput_per_gpu", ascending=False, kind="stable")

@@ -4,15 +4,14 @@ Each command parses options and calls a plain function in
 :mod:`simulator.costmodel.engine_fit` or :mod:`simulator.costmodel.validation`.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: typer reads every command's annotations at each
+# start; evaluated once at import they cost less than strings it evaluates again every time.
 
 import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from simulator.cli.app import app
 from simulator.cli.options import run_options
@@ -24,6 +23,9 @@ from simulator.errors import ConfigError
 @app.command()
 def engines() -> None:
     """The engine presets: their terms, where they were measured and how they were fitted."""
+    from rich.console import Console
+    from rich.table import Table
+
     from simulator.costmodel.engine_model import ENGINES, tp_lookup
 
     table = Table("engine", "async", "CUDA graphs", "CPU/step ms", "CPU/req us", "collective +us (tp 2/4/8)",
@@ -46,6 +48,8 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
                              holdout: float = 0.25, seed: int = 0, name: str | None = None,
                              max_evals: int = 40, quiet: bool = True) -> dict[str, Any]:
     """Fit engine terms to an iteration table or a vLLM bench result and write the artifact."""
+    from rich.console import Console
+
     from simulator.costmodel import engine_fit
     from simulator.costmodel.engine_model import save_engine_artifact
 
@@ -89,6 +93,8 @@ def calibrate_engine(
     max_evals: Annotated[int, typer.Option(help="simulations the bench fit may run")] = 40,
 ) -> None:
     """Fit engine overheads on top of the kernel cost model; --engine is the starting preset."""
+    from rich.console import Console
+
     result = calibrate_engine_command(config, out, table, bench, holdout, fit_seed, name, max_evals, quiet=False)
     console = Console()
     report = result["report"]
@@ -105,6 +111,8 @@ def validate(
     data: Annotated[Path | None, typer.Option(help="profiles folder (default ../shared/data/profiles)")] = None,
 ) -> None:
     """Predicted vs measured for every public real-engine measurement at hand (tables, plots, README)."""
+    from rich.console import Console
+
     from simulator.costmodel.validation import write_report
 
     console = Console(stderr=True)

@@ -47,10 +47,14 @@ def default_text(name: str, base: RunConfig | None = None) -> str | None:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _parameters() -> list[inspect.Parameter]:
+@functools.cache
+def _parameters() -> tuple[inspect.Parameter, ...]:
+    """The shared options as keyword parameters, built once for every command that takes them
+    (typer copies each option's info before changing it, so commands may share these)."""
+    base = RunConfig()  # one validated default config, not one per option
     params = []
     for name, (_, typ, help_text) in RUN_OPTIONS.items():
-        default = default_text(name)
+        default = default_text(name, base)
         if default is not None and "default" not in help_text:  # parentheses: [..] would read as rich markup
             help_text = f"{help_text.rstrip('.')} (default: {default})."
         annotation = Annotated[typ | None, typer.Option(help=help_text, rich_help_panel="Run options")]
@@ -59,7 +63,7 @@ def _parameters() -> list[inspect.Parameter]:
         "config_file", inspect.Parameter.KEYWORD_ONLY, default=None,
         annotation=Annotated[Path | None, typer.Option("--config", help="Start from a config.json of an earlier run.",
                                                        rich_help_panel="Run options")]))
-    return params
+    return tuple(params)
 
 
 def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
@@ -72,8 +76,10 @@ def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
         run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k == "config_file"}
         return fn(config=build_config(**run_kwargs), **kwargs)
 
-    merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + _parameters()
+    merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + list(_parameters())
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in merged}
+    # typer reads the options from the signature; empty annotations spare it a type-hint walk of
+    # every shared option at each start (typing.get_type_hints, twice per command).
+    wrapper.__annotations__ = {}
     del wrapper.__wrapped__  # typer must see the merged signature, not fn's
     return wrapper

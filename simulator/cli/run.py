@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from simulator.cli.app import app, console
 from simulator.cli.options import run_options
@@ -18,7 +16,9 @@ from simulator.output import FORMATS, check_format, check_out_dir, jsonable, wri
 from simulator.progress import RunProgress
 from simulator.resources import check_run_fits
 
-if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, not for --help
+if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, rich when a table is printed
+    from rich.console import Console
+
     from simulator.engine import RunResult
 
 
@@ -70,6 +70,8 @@ def _ms(value: float) -> str:
 
 
 def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, console: Console) -> None:
+    from rich.table import Table
+
     r, s = config.replica, config.scheduler
     title = f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) x{config.num_replicas} replica(s) · {s.name}"
     if config.is_disaggregated:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import sys
 import time
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:  # rich loads when a live line is shown, not when the CLI is imported
+    from rich.progress import Progress
 
 
 class StepProgress:
@@ -33,6 +34,16 @@ class StepProgress:
     def __enter__(self) -> StepProgress:
         self._start = time.perf_counter()
         if self._live:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
             self._progress = Progress(SpinnerColumn(), TextColumn(self.what), BarColumn(bar_width=20),
                                       MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
                                       console=Console(stderr=True), transient=True)

@@ -14,16 +14,19 @@ rich shrinks a table that is wider than the console by folding or eliding cells
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich loads when a table is printed, not when the CLI is imported
+    from rich.console import Console
+    from rich.table import Table
 
 PAIR_SEPARATOR = " · "
 RECORD_INDENT = "    "
 
 
 def _plain(cell: object) -> str:
+    from rich.text import Text
+
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
@@ -52,10 +55,20 @@ def wrap_pairs(pairs: list[str], width: int, indent: str = RECORD_INDENT) -> lis
 
 def print_table(console: Console, table: Table) -> None:
     """Print ``table`` with every cell whole (see the module docstring)."""
+    from rich.text import Text
+
     for column in table.columns:
         column.no_wrap = True
         column.overflow = "ignore"
-    natural = Measurement.get(console, console.options.update_width(1_000_000), table).maximum
+    # Each column's natural width (padding included), measured once. Where the table is printed
+    # at those widths they are fixed on the columns, so rich does not measure every cell twice
+    # more (what Measurement.get of the table and then printing it would do; same output).
+    unbounded = console.options.update_width(1_000_000)
+    widths = [table._measure_column(console, unbounded, column).maximum for column in table.columns]
+    natural = sum(widths) + table._extra_width
+    if not console.is_terminal or natural <= console.width:
+        for column, width in zip(table.columns, widths, strict=True):
+            column.width = width - table._get_padding_width(column._index)
     if not console.is_terminal:
         width = console.width
         console.width = max(width, natural)

@@ -15,13 +15,11 @@ from typing import TYPE_CHECKING
 import typer
 import typer.main
 
-from simulator.cli import lazy_help
 from simulator.errors import ConfigError
 
 if TYPE_CHECKING:  # rich loads when a command prints, not when the CLI is imported
     from rich.console import Console
 
-lazy_help.install()  # --help and usage errors without rich.markdown and rich.traceback
 
 app = typer.Typer(
     name="simulate",

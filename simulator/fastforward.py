@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 
 # Iterations priced per cost-model call at first; the chunk grows 4x while the horizon allows.
 FIRST_CHUNK = 16
+# Up to this many (request, block boundary) pairs a stretch's allocations are counted in a
+# plain loop; numpy's per-call cost is worth paying only beyond it.
+SMALL_ALLOCATIONS = 2048
 
 
 @dataclass(slots=True)
@@ -63,18 +66,24 @@ class Stretch:
     num_allocated: int
 
 
-def _allocations(computed: np.ndarray, held: np.ndarray, block_size: int, num_iterations: int) -> np.ndarray:
+def _allocations(computed: list[int], held: list[int], block_size: int, num_iterations: int) -> list[int]:
     """New blocks allocated in each iteration of a stretch. Iteration ``i`` grows a request
     with ``c`` computed tokens and ``b`` blocks to hold ``c + i + 1`` tokens: its first new
     block comes at ``i0 = b * block_size - c``, then one every ``block_size`` iterations."""
-    first = held * block_size - computed
+    if len(computed) * (num_iterations // block_size + 1) <= SMALL_ALLOCATIONS:
+        per_iteration = [0] * num_iterations
+        for c, b in zip(computed, held, strict=True):
+            for i in range(b * block_size - c, num_iterations, block_size):
+                per_iteration[i] += 1
+        return per_iteration
+    first = np.asarray(held, dtype=np.int64) * block_size - np.asarray(computed, dtype=np.int64)
     first = first[first < num_iterations]
     starts = np.bincount(first, minlength=num_iterations)
     rows = -(-num_iterations // block_size)
     padded = np.zeros(rows * block_size, dtype=np.int64)
     padded[:num_iterations] = starts
     # An allocation at i0 repeats at i0 + block_size, ...: a cumulative sum down each residue.
-    return np.cumsum(padded.reshape(rows, block_size), axis=0).reshape(-1)[:num_iterations]
+    return np.cumsum(padded.reshape(rows, block_size), axis=0).reshape(-1)[:num_iterations].tolist()
 
 
 def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
@@ -92,13 +101,13 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
     max_iterations = remaining  # up to the iteration in which the first request finishes
     if max_iterations < 2:
         return None
-    computed = np.fromiter((r.num_computed for r in running), dtype=np.int64, count=n)
-    held = np.fromiter((r.num_blocks for r in running), dtype=np.int64, count=n)
+    computed = [r.num_computed for r in running]
+    held = [r.num_blocks for r in running]
     blocks = scheduler.blocks
     bs = blocks.block_size
 
     def allocated_by(k: int) -> int:  # blocks allocated by the first k iterations
-        return int(np.maximum(0, -(-(computed + k) // bs) - held).sum())
+        return sum(max(0, -(-(c + k) // bs) - h) for c, h in zip(computed, held, strict=True))
 
     # Each request needs at most max_iterations // bs + 1 new blocks: skip the exact count when that fits.
     if (n * (max_iterations // bs + 1) > blocks.num_free_blocks
@@ -113,8 +122,8 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
         max_iterations = lo
         if max_iterations < 2:
             return None
-    kv = computed + 1  # decode KV length in the first iteration (the new token included)
-    kv_sum, kv_sq_sum, kv_max = int(kv.sum()), int((kv * kv).sum()), int(kv.max())
+    # Decode KV lengths in the first iteration (the new token included): exact integer sums.
+    kv_sum, kv_sq_sum, kv_max = sum(computed) + n, sum((c + 1) * (c + 1) for c in computed), max(computed) + 1
     cost = replica.cost_model
     ends: list[float] = [now]
     durations: list[float] = []
@@ -145,8 +154,8 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
         return None
     del ends[num + 1:], durations[num:]
     per_iteration = _allocations(computed, held, bs, num)
-    used = np.cumsum(per_iteration) + blocks.num_used_blocks
-    return Stretch(num, ends, durations, used.tolist(), int(per_iteration.sum()))
+    used = list(accumulate(per_iteration, initial=blocks.num_used_blocks))[1:]
+    return Stretch(num, ends, durations, used, used[-1] - blocks.num_used_blocks)
 
 
 def apply(replica: Replica, stretch: Stretch) -> bool:

@@ -17,7 +17,7 @@ from helpers import ConstantCostModel
 from simulator import engine, fastforward
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import CostModel, RooflineCostModel
-from simulator.costmodel.engine_model import EngineCostModel, load_engine
+from simulator.costmodel.engine_model import SMALL_STRETCH, EngineCostModel, load_engine
 from simulator.costmodel.fit import fit_tables
 from simulator.costmodel.learned import LearnedCostModel
 from simulator.engine import simulate
@@ -238,8 +238,12 @@ def test_engine_stretch_pricing_is_float_exact_over_roofline_and_learned_kernels
         slow = CostModel.decode_stretch_times(model, *args)  # iteration by iteration
         assert fast == slow
         assert counted == (getattr(k, "num_extrapolations", 0), dict(getattr(k, "extrapolations_by_op", {})))
-    # The vectorised path itself answered (and stayed trusted), not only the fallback.
+    # The vectorised path itself answered (and stayed trusted), not only the fallback, both for
+    # short stretches (plain floats) and long ones (numpy).
     assert model._stretch_ok and any(model._vector_stretch(*args) is not None for args in _stretches(2))
+    for m in (2, SMALL_STRETCH, SMALL_STRETCH + 1, 250):
+        fast = model._vector_stretch(7, 7 * 900, 7 * 900 * 900, 900, m)
+        assert fast is not None and fast == CostModel.decode_stretch_times(model, 7, 7 * 900, 7 * 900 * 900, 900, m)
 
 
 def test_a_cost_model_subclass_gets_the_exact_generic_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -303,3 +307,19 @@ def test_stretch_pricing_of_moe_sliding_and_mla_models_is_exact(model: str, gpu:
     for args in _stretches(2, max_n=64, max_kv=6000):
         assert cost.decode_stretch_times(*args) == CostModel.decode_stretch_times(cost, *args)
         assert (cost._vector_stretch(*args, cost.attention_decode_vector) is not None) == vectorised
+
+
+def test_stretch_allocations_counted_in_a_loop_equal_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Short stretches count their block allocations in plain Python, long ones with numpy."""
+    rng = random.Random(5)
+    for _ in range(200):
+        bs = rng.choice([1, 4, 16])
+        n, num = rng.randint(1, 40), rng.randint(1, 120)
+        computed = [rng.randint(1, 3000) for _ in range(n)]
+        held = [-(-c // bs) + rng.randint(0, 2) for c in computed]  # enough blocks, maybe spare ones
+        loop = fastforward._allocations(computed, held, bs, num)
+        monkeypatch.setattr(fastforward, "SMALL_ALLOCATIONS", -1)
+        vector = fastforward._allocations(computed, held, bs, num)
+        monkeypatch.undo()
+        assert loop == vector and len(loop) == num
+        assert sum(loop) == sum(max(0, -(-(c + num) // bs) - h) for c, h in zip(computed, held))

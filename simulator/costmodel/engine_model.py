@@ -233,6 +233,10 @@ def kernel_collective_latency_s(kernels: CostModel) -> float:
     return float(cal.allreduce_latency_s)
 
 
+# Stretches up to this many iterations are priced in plain floats rather than numpy arrays.
+SMALL_STRETCH = 48
+
+
 class EngineCostModel(CostModel):
     """A kernel cost model plus an engine's overheads (see the module docstring).
 
@@ -345,25 +349,44 @@ class EngineCostModel(CostModel):
             return None
         if n <= 0 or num_iterations < 2 or not self._stretch_ok:
             return None
-        i = np.arange(num_iterations, dtype=np.int64)
-        sums, maxes = kv_sum + n * i, kv_max + i
-        sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
+        m = num_iterations
         first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
         k._quiet = True  # a learned model's extrapolations are counted once, below
         try:
-            attn = attention_vector(n, sums, sq, maxes)
-            if attn is None:
-                return None
             layer_rest = k.token_time(n) + k.attention_prefill(first)
-            kernel = (k.pre_time(first) + self.model.num_layers * (layer_rest + attn)) + k.post_time(first)
-            gpu = (kernel + self.collective_s) + self.prefill_excess_time(first)  # first: decode-only, so 0.0
-            gpu = np.where(gpu < self.launch_s, self.launch_s, gpu)
-            cpu = self.cpu_time(first)
-            total = np.where(gpu > cpu, gpu, cpu) if self.overlap else gpu + cpu
-            times = (kernel + (total - kernel)).tolist()
+            pre, post, num_layers = k.pre_time(first), k.post_time(first), self.model.num_layers
+            collective, excess = self.collective_s, self.prefill_excess_time(first)  # decode-only: excess 0.0
+            launch, cpu, overlap = self.launch_s, self.cpu_time(first), self.overlap
+            if m <= SMALL_STRETCH:
+                # A short stretch in plain floats: numpy's per-call cost would exceed the work.
+                # The same operations in the same order as below, so the same floats.
+                attn = k.decode_attention_list(n, kv_sum, kv_sq_sum, m)
+                if attn is None:
+                    return None
+                times = []
+                for a in attn:
+                    kernel = (pre + num_layers * (layer_rest + a)) + post
+                    gpu = (kernel + collective) + excess
+                    if gpu < launch:
+                        gpu = launch
+                    total = (gpu if gpu > cpu else cpu) if overlap else gpu + cpu
+                    times.append(kernel + (total - kernel))
+            else:
+                i = np.arange(m, dtype=np.int64)
+                sums, maxes = kv_sum + n * i, kv_max + i
+                sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
+                attn = attention_vector(n, sums, sq, maxes)
+                if attn is None:
+                    return None
+                kernel = (pre + num_layers * (layer_rest + attn)) + post
+                gpu = (kernel + collective) + excess
+                gpu = np.where(gpu < launch, launch, gpu)
+                total = np.where(gpu > cpu, gpu, cpu) if overlap else gpu + cpu
+                times = (kernel + (total - kernel)).tolist()
             if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
                 self._stretch_checks_left -= 1
-                last = BatchShape.decode_only(n, int(sums[-1]), int(sq[-1]), int(maxes[-1]))
+                j = m - 1
+                last = BatchShape.decode_only(n, kv_sum + n * j, kv_sq_sum + 2 * kv_sum * j + n * j * j, kv_max + j)
                 if times[0] != self.iteration_time(first) or times[-1] != self.iteration_time(last):
                     self._stretch_ok = False  # never again for this instance: the scalar path is the truth
                     return None

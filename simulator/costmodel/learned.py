@@ -187,6 +187,16 @@ class LearnedCostModel(TabulatedCostModel):
         self._count("attn_decode")
         return float(self.decode.predict(np.array([n]), np.array([k_rms]))[0])
 
+    def decode_attention_list(self, n: int, kv_sum: int, kv_sq_sum: int, num_iterations: int) -> list[float] | None:
+        """:meth:`attention_decode` over a short decode stretch in plain floats (the same ops,
+        counting nothing); None where the vector form is None."""
+        if self.decode is None:
+            return self.roofline.decode_attention_list(n, kv_sum, kv_sq_sum, num_iterations)
+        if n > self._dec_max_batch:
+            return None
+        a, b, sqrt = self._dec_a[n], self._dec_b[n], math.sqrt
+        return [a + b * sqrt(float(kv_sq_sum + 2 * kv_sum * i + n * i * i) / n) for i in range(num_iterations)]
+
     def _attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
                                  kv_maxes: np.ndarray) -> np.ndarray | None:
         """:meth:`attention_decode` for many decode batches of ``n`` sequences (None where the

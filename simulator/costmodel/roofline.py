@@ -205,6 +205,17 @@ class RooflineCostModel(TabulatedCostModel):
         return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
                 + num_decodes * c.attn_decode_per_seq_s + c.kernel_floor_s)
 
+    def decode_attention_list(self, n: int, kv_sum: int, kv_sq_sum: int, num_iterations: int) -> list[float] | None:
+        """:meth:`attention_decode` over a short decode stretch (KV sum ``+ n`` an iteration) in
+        plain floats, the same ops as the scalar path; None where the vector form is None."""
+        if self.mla or self.sliding_fraction:
+            return None
+        c, g = self.cal, self.gpu
+        kvb, per_token = self.kv_bytes_per_token, 2 * n * self.q_per_gpu * self.dtype_bytes
+        bandwidth, per_seq, floor = g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * c.attn_decode_per_seq_s, c.kernel_floor_s
+        return [(kv * kvb + per_token) / bandwidth + per_seq + floor
+                for kv in range(kv_sum, kv_sum + n * num_iterations, n)]
+
     def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
                                 kv_maxes: np.ndarray) -> np.ndarray | None:
         """:meth:`attention_decode` for many decode batches of ``n`` sequences, same float ops;

@@ -322,4 +322,4 @@ def test_stretch_allocations_counted_in_a_loop_equal_numpy(monkeypatch: pytest.M
         vector = fastforward._allocations(computed, held, bs, num)
         monkeypatch.undo()
         assert loop == vector and len(loop) == num
-        assert sum(loop) == sum(max(0, -(-(c + num) // bs) - h) for c, h in zip(computed, held))
+        assert sum(loop) == sum(max(0, -(-(c + num) // bs) - h) for c, h in zip(computed, held, strict=True))

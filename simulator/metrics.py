@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.tbt import GapLog, expand, merged
+from simulator.tbt import QUANTILES, expand, merged, nan_stats
 from simulator.tbt import quantile_stats as weighted_quantile_stats
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
     from simulator.engine import RunResult
 
-QUANTILES = (50, 90, 99)  # also simulator.tbt.QUANTILES
 
 # A rejection reason names the request's own size, then the run's limit: the kind of a reason
 # keeps the limit and drops the request's number, so reasons group into a few counted kinds.
@@ -57,20 +56,10 @@ def rejections_by_kind(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[s
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def gap_logs(result: RunResult) -> list[GapLog]:
-    """Each replica's TBT gaps; for a result made without logs, rebuilt from the token times
-    of each replica's requests."""
-    if result.tbt:
-        return result.tbt
-    return [GapLog.from_token_times(r.token_times for r in result.requests
-                                    if r.token_times is not None and r.replica_id == rid)
-            for rid in range(max(1, len(result.replica_busy_s)))]
-
-
 def tbt_distribution(result: RunResult, replica_id: int | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
     """Every TBT gap (of one replica, or of all) as sorted distinct values, their counts, and
     whether they are exact (see :mod:`simulator.tbt`)."""
-    logs = gap_logs(result)
+    logs = result.tbt  # one GapLog per replica (simulate and simulate_disaggregated fill it)
     return merged(logs if replica_id is None else logs[replica_id:replica_id + 1])
 
 
@@ -125,13 +114,9 @@ def request_frame(result: RunResult) -> pd.DataFrame:
 def quantile_stats(values: np.ndarray, prefix: str) -> dict[str, float]:
     """P50/P90/P99, mean and max of ``values`` (NaNs left out) as ``{prefix}_p50`` ...; NaN when empty."""
     values = values[~np.isnan(values)]
-    out: dict[str, float] = {}
     if len(values) == 0:
-        for q in QUANTILES:
-            out[f"{prefix}_p{q}"] = math.nan
-        out[f"{prefix}_mean"] = math.nan
-        out[f"{prefix}_max"] = math.nan
-        return out
+        return nan_stats(prefix)
+    out: dict[str, float] = {}
     for q, v in zip(QUANTILES, np.percentile(values, QUANTILES), strict=True):
         out[f"{prefix}_p{q}"] = float(v)
     out[f"{prefix}_mean"] = float(values.mean())

@@ -85,18 +85,6 @@ class GapLog:
             self.exact = False
         self.values, self.counts = array("d", values.tobytes()), array("q", counts.tobytes())
 
-    @classmethod
-    def from_token_times(cls, token_times: Iterable[Iterable[float]]) -> GapLog:
-        """The log of every gap of the given per-request timestamp sequences (one run per gap)."""
-        log = cls()
-        for times in token_times:
-            t = np.asarray(times, dtype=np.float64)
-            if len(t) > 1:
-                gaps = np.diff(t)
-                log.values.extend(gaps.tolist())
-                log.counts.extend([1] * len(gaps))
-        return log
-
 
 def sketch_values(values: np.ndarray) -> np.ndarray:
     """Each positive value replaced by its log bucket's representative (relative error <=
@@ -113,8 +101,7 @@ def canonical(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nd
     if len(values) == 0:
         return np.empty(0), np.empty(0, dtype=np.int64)
     unique, inverse = np.unique(values, return_inverse=True)
-    totals = np.bincount(inverse.reshape(-1), weights=None if counts is None else counts,
-                         minlength=len(unique))
+    totals = np.bincount(inverse.reshape(-1), weights=counts, minlength=len(unique))
     totals = np.rint(totals).astype(np.int64)  # bincount weights are float64; counts are far below 2**53
     keep = totals > 0
     return unique[keep], totals[keep]
@@ -162,16 +149,18 @@ def percentiles(values: np.ndarray, counts: np.ndarray, qs: Iterable[float]) -> 
     return [float(x) for x in out]
 
 
+def nan_stats(prefix: str) -> dict[str, float]:
+    """The quantile-stats keys of an empty sample, all NaN."""
+    return {**{f"{prefix}_p{q}": math.nan for q in QUANTILES}, f"{prefix}_mean": math.nan, f"{prefix}_max": math.nan}
+
+
 def quantile_stats(values: np.ndarray, counts: np.ndarray, prefix: str) -> dict[str, float]:
     """P50/P90/P99, mean and max of the weighted gaps as ``{prefix}_p50`` ...; NaN when empty
     (the same keys as :func:`simulator.metrics.quantile_stats`)."""
-    out: dict[str, float] = {}
     n = int(counts.sum()) if len(counts) else 0
     if n == 0:
-        for q in QUANTILES:
-            out[f"{prefix}_p{q}"] = math.nan
-        out[f"{prefix}_mean"] = out[f"{prefix}_max"] = math.nan
-        return out
+        return nan_stats(prefix)
+    out: dict[str, float] = {}
     for q, v in zip(QUANTILES, percentiles(values, counts, QUANTILES), strict=True):
         out[f"{prefix}_p{q}"] = v
     out[f"{prefix}_mean"] = float(np.dot(values, counts.astype(np.float64)) / n)

@@ -51,14 +51,20 @@ def run_requests(scheduler_name: str, specs: list[tuple[float, int, int]], *, nu
     scheduler = SCHEDULERS[scheduler_name](config, BlockManager(num_blocks, block_size, config.watermark), max_model_len)
     rep = Replica(env, 0, scheduler, cost or RooflineCostModel(replica), recorder)
     requests = [Request(i, a, p, o, token_times=True) for i, (a, p, o) in enumerate(specs)]
+    submit_all(env, rep, requests)
+    return requests, recorder, scheduler
+
+
+def submit_all(env: simpy.Environment, replica: Replica, requests: list[Request]) -> None:
+    """Submit ``requests`` to ``replica`` at their arrival times (as the engine's arrival
+    process does) and run the environment to the end."""
 
     def arrivals():
         for req in requests:
             if req.arrival_at > env.now:
                 yield env.timeout(req.arrival_at - env.now)
             req.arrival_at = env.now
-            rep.submit(req)
+            replica.submit(req)
 
     env.process(arrivals())
     env.run()
-    return requests, recorder, scheduler

@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 import simpy
-from helpers import ConstantCostModel
+from helpers import ConstantCostModel, submit_all
 
 from simulator import engine, fastforward
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
@@ -101,16 +101,7 @@ def _hand_run(name: str, num_blocks: int, fast: bool) -> tuple[list[Request], Re
     rng = random.Random(7)
     requests = [Request(i, 0.05 * i + rng.random() * 0.02, rng.randint(1, 300), rng.randint(1, 200), token_times=True)
                 for i in range(40)]
-
-    def arrivals():  # noqa: ANN202
-        for req in requests:
-            if req.arrival_at > env.now:
-                yield env.timeout(req.arrival_at - env.now)
-            req.arrival_at = env.now
-            replica.submit(req)
-
-    env.process(arrivals())
-    env.run()
+    submit_all(env, replica, requests)
     return requests, recorder, replica
 
 

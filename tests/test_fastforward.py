@@ -308,9 +308,9 @@ def test_stretch_allocations_counted_in_a_loop_equal_numpy(monkeypatch: pytest.M
         n, num = rng.randint(1, 40), rng.randint(1, 120)
         computed = [rng.randint(1, 3000) for _ in range(n)]
         held = [-(-c // bs) + rng.randint(0, 2) for c in computed]  # enough blocks, maybe spare ones
+        monkeypatch.setattr(fastforward, "SMALL_ALLOCATIONS", 10**9)  # always the plain loop
         loop = fastforward._allocations(computed, held, bs, num)
-        monkeypatch.setattr(fastforward, "SMALL_ALLOCATIONS", -1)
+        monkeypatch.setattr(fastforward, "SMALL_ALLOCATIONS", -1)  # always numpy
         vector = fastforward._allocations(computed, held, bs, num)
-        monkeypatch.undo()
         assert loop == vector and len(loop) == num
         assert sum(loop) == sum(max(0, -(-(c + num) // bs) - h) for c, h in zip(computed, held, strict=True))

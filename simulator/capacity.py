@@ -244,6 +244,9 @@ class ArrivalWatch:
     """
 
     num_checks = 64
+    # is_late reads only timestamps set when they happen (arrival, first scheduled, first token,
+    # completion) and status, never running requests' counters: lockstep decodes may stay on.
+    reads_only_timestamps = True
 
     def threshold(self, num_requests: int) -> int:
         raise NotImplementedError

@@ -92,7 +92,7 @@ class Cluster:
     """Replicas behind a router. Routing decisions use a dedicated random stream."""
 
     def __init__(self, env: simpy.Environment, config: RunConfig, recorder: Recorder, rng: np.random.Generator,
-                 watched: bool = False) -> None:
+                 watched: bool = False, lockstep: bool = False) -> None:
         self.env = env
         self.router = ROUTERS[config.router]
         self.rng = rng
@@ -110,7 +110,7 @@ class Cluster:
         if config.fast_forward:
             horizon = env.peek if config.num_replicas == 1 or watched else self._next_arrival_at
         for replica_id in range(config.num_replicas):
-            scheduler, plan = build_scheduler(config)
+            scheduler, plan = build_scheduler(config, lockstep)
             cost = load_cost_model(config.cost_model, config.replica, config.engine)
             self.memory = plan
             self.cost_models.append(cost)
@@ -215,10 +215,16 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         replicas, cost_models, memory, sim_end_at = partitioned
     else:
         env = simpy.Environment()
-        cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None)
+        # Lockstep decodes leave running requests' counters stale until settled: only without
+        # pipelining and without a watch that reads them (see ArrivalWatch.reads_only_timestamps).
+        lockstep = config.fast_forward and config.replica.pp == 1 and \
+            (watch is None or getattr(watch, "reads_only_timestamps", False))
+        cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None, lockstep=lockstep)
         stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter)
         replicas, cost_models, memory, sim_end_at = cluster.replicas, cluster.cost_models, cluster.memory, env.now
     assert memory is not None
+    for replica in replicas:  # a run stopped early leaves requests running
+        replica.scheduler.settle()
     return RunResult(
         config=config, requests=requests, iterations=recorder.iterations, memory=memory,
         workload_source=source, sim_end_at=sim_end_at, wall_s=time.perf_counter() - wall_start,
@@ -275,7 +281,7 @@ def run_partitioned(config: RunConfig, requests: list[Request], recorder: Record
     try:
         for replica_id, mine in enumerate(routed):
             env = simpy.Environment()
-            scheduler, memory = build_scheduler(config)
+            scheduler, memory = build_scheduler(config, lockstep=True)
             cost = load_cost_model(config.cost_model, config.replica, config.engine)
             replica = Replica(env, replica_id, scheduler, cost, recorder, env.peek)
             replicas.append(replica)

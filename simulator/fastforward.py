@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.request import Status
-
 if TYPE_CHECKING:
     from simulator.replica import Replica
+    from simulator.request import Request
+    from simulator.schedulers import Scheduler
 
 # Iterations priced per cost-model call at first; the chunk grows 4x while the horizon allows.
 FIRST_CHUNK = 16
@@ -66,22 +66,22 @@ class Stretch:
     num_allocated: int
 
 
-def _allocations(computed: list[int], held: list[int], block_size: int, num_iterations: int) -> list[int]:
-    """New blocks allocated in each iteration of a stretch. Iteration ``i`` grows a request
-    with ``c`` computed tokens and ``b`` blocks to hold ``c + i + 1`` tokens: its first new
-    block comes at ``i0 = b * block_size - c``, then one every ``block_size`` iterations."""
-    if len(computed) * (num_iterations // block_size + 1) <= SMALL_ALLOCATIONS:
+def _allocations(firsts: list[int], counts: list[int], block_size: int, num_iterations: int) -> list[int]:
+    """New blocks allocated in each iteration of a stretch: ``counts[j]`` requests allocate
+    one at iteration ``firsts[j]`` and every ``block_size`` iterations after. (A request with
+    ``c`` computed tokens and ``b`` blocks first allocates at ``b * block_size - c``.)"""
+    if len(firsts) * (num_iterations // block_size + 1) <= SMALL_ALLOCATIONS:
         per_iteration = [0] * num_iterations
-        for c, b in zip(computed, held, strict=True):
-            for i in range(b * block_size - c, num_iterations, block_size):
-                per_iteration[i] += 1
+        for first, count in zip(firsts, counts, strict=True):
+            for i in range(first, num_iterations, block_size):
+                per_iteration[i] += count
         return per_iteration
-    first = np.asarray(held, dtype=np.int64) * block_size - np.asarray(computed, dtype=np.int64)
-    first = first[first < num_iterations]
-    starts = np.bincount(first, minlength=num_iterations)
+    first = np.asarray(firsts, dtype=np.int64)
+    keep = first < num_iterations
+    starts = np.bincount(first[keep], weights=np.asarray(counts, dtype=np.int64)[keep], minlength=num_iterations)
     rows = -(-num_iterations // block_size)
     padded = np.zeros(rows * block_size, dtype=np.int64)
-    padded[:num_iterations] = starts
+    padded[:num_iterations] = np.rint(starts).astype(np.int64)  # bincount weights are float64; exact here
     # An allocation at i0 repeats at i0 + block_size, ...: a cumulative sum down each residue.
     return np.cumsum(padded.reshape(rows, block_size), axis=0).reshape(-1)[:num_iterations].tolist()
 
@@ -95,19 +95,29 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
     now = env.now
     if horizon_at <= now or not scheduler.decode_steady():
         return None
-    running = scheduler.running
-    n = len(running)
-    remaining = min(r.num_output_tokens - r.num_generated for r in running)
-    max_iterations = remaining  # up to the iteration in which the first request finishes
-    if max_iterations < 2:
-        return None
-    computed = [r.num_computed for r in running]
-    held = [r.num_blocks for r in running]
     blocks = scheduler.blocks
     bs = blocks.block_size
+    cohort = scheduler.cohort
+    if cohort is not None and cohort.active:  # lockstep decodes: the same figures from the cohort's sums
+        cohort.join_loose()
+        n, kv_sum, kv_sq_sum, kv_max = cohort.decode_sums()
+        max_iterations = cohort.steps_to_first_finish()
+        firsts, counts = cohort.allocation_phases()
+    else:
+        running = scheduler.running
+        n = len(running)
+        # up to the iteration in which the first request finishes
+        max_iterations = min(r.num_output_tokens - r.num_generated for r in running)
+        computed = [r.num_computed for r in running]
+        # Decode KV lengths in the first iteration (the new token included): exact integer sums.
+        kv_sum, kv_sq_sum, kv_max = sum(computed) + n, sum((c + 1) * (c + 1) for c in computed), max(computed) + 1
+        firsts = [r.num_blocks * bs - c for r, c in zip(running, computed, strict=True)]
+        counts = [1] * n
+    if max_iterations < 2:
+        return None
 
     def allocated_by(k: int) -> int:  # blocks allocated by the first k iterations
-        return sum(max(0, -(-(c + k) // bs) - h) for c, h in zip(computed, held, strict=True))
+        return sum(c * -(-(k - f) // bs) for f, c in zip(firsts, counts, strict=True) if f < k)
 
     # Each request needs at most max_iterations // bs + 1 new blocks: skip the exact count when that fits.
     if (n * (max_iterations // bs + 1) > blocks.num_free_blocks
@@ -122,8 +132,6 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
         max_iterations = lo
         if max_iterations < 2:
             return None
-    # Decode KV lengths in the first iteration (the new token included): exact integer sums.
-    kv_sum, kv_sq_sum, kv_max = sum(computed) + n, sum((c + 1) * (c + 1) for c in computed), max(computed) + 1
     cost = replica.cost_model
     ends: list[float] = [now]
     durations: list[float] = []
@@ -153,7 +161,7 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
     if num < 2:
         return None
     del ends[num + 1:], durations[num:]
-    per_iteration = _allocations(computed, held, bs, num)
+    per_iteration = _allocations(firsts, counts, bs, num)
     used = list(accumulate(per_iteration, initial=blocks.num_used_blocks))[1:]
     return Stretch(num, ends, durations, used, used[-1] - blocks.num_used_blocks)
 
@@ -162,6 +170,28 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     """Write the stretch's effects, at its end, as ``num_iterations`` single steps would have.
     Returns whether requests finished (the state may allow another stretch at once)."""
     scheduler = replica.scheduler
+    blocks = scheduler.blocks
+    blocks.num_free_blocks -= stretch.num_allocated
+    replica.num_busy_s = list(accumulate(stretch.durations, initial=replica.num_busy_s))[-1]
+    cohort = scheduler.cohort
+    if cohort is not None and cohort.active:
+        num_decodes = cohort.num_members
+        finished = cohort.advance(stretch.ends, scheduler.gaps)
+    else:
+        num_decodes = len(scheduler.running)
+        finished = _apply_to_requests(scheduler, stretch)
+    if finished:
+        scheduler.retire(finished, replica.env.now)
+        stretch.kv_blocks_used[-1] = blocks.num_used_blocks
+    replica.recorder.on_decode_stretch(replica.replica_id, stretch.ends, stretch.durations, num_decodes,
+                                       stretch.kv_blocks_used)
+    if finished:
+        replica.recorder.on_finish(finished)
+    return bool(finished)
+
+
+def _apply_to_requests(scheduler: Scheduler, stretch: Stretch) -> list[Request]:
+    """The stretch's tokens, gaps and blocks written into every running request; the finishers."""
     k = stretch.num_iterations
     ends = stretch.ends
     first_end, last_end = ends[1], ends[-1]
@@ -200,22 +230,5 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     if run_count:
         gaps.add(run_gap, run_count)
     gaps.extend(inner, repeat(len(scheduler.running), k - 1))
-    blocks = scheduler.blocks
-    blocks.num_free_blocks -= stretch.num_allocated
-    replica.num_busy_s = list(accumulate(stretch.durations, initial=replica.num_busy_s))[-1]
-    num_decodes = len(scheduler.running)
-    # The last iteration may finish requests: as Scheduler.complete, in running order.
-    finished = [r for r in scheduler.running if r.num_generated == r.num_output_tokens]
-    if finished:
-        now = replica.env.now
-        for req in finished:
-            blocks.free(req)
-            req.status = Status.FINISHED
-            req.completed_at = now
-        scheduler.running = [r for r in scheduler.running if r.status is Status.RUNNING]
-        stretch.kv_blocks_used[-1] = blocks.num_used_blocks
-    replica.recorder.on_decode_stretch(replica.replica_id, stretch.ends, stretch.durations, num_decodes,
-                                       stretch.kv_blocks_used)
-    if finished:
-        replica.recorder.on_finish(finished)
-    return bool(finished)
+    # The last iteration may finish requests (Scheduler.retire takes them out).
+    return [r for r in scheduler.running if r.num_generated == r.num_output_tokens]

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 from simulator.errors import ConfigError
 
 
-def build_scheduler(config: RunConfig) -> tuple[Scheduler, MemoryPlan]:
-    """Scheduler and KV cache for one replica of ``config``; refuses impossible layouts."""
+def build_scheduler(config: RunConfig, lockstep: bool = False) -> tuple[Scheduler, MemoryPlan]:
+    """Scheduler and KV cache for one replica of ``config``; refuses impossible layouts.
+    ``lockstep``: advance steady decodes as a cohort (:meth:`Scheduler.enable_lockstep`)."""
     replica, sched = config.replica, config.scheduler
     max_model_len = replica.effective_max_model_len
     budget = sched.token_budget(max_model_len)
@@ -46,6 +47,8 @@ def build_scheduler(config: RunConfig) -> tuple[Scheduler, MemoryPlan]:
             f"the KV cache holds {blocks.num_usable_blocks * replica.block_size} tokens per replica, fewer than "
             f"max_model_len {max_model_len}", "lower --max-model-len or add GPUs (--tp/--pp)")
     scheduler = SCHEDULERS[sched.name](sched, blocks, max_model_len)
+    if lockstep:
+        scheduler.enable_lockstep()
     return scheduler, plan
 
 
@@ -100,7 +103,7 @@ class Replica:
         when there is nothing to run until a request arrives or a batch completes."""
         scheduler = self.scheduler
         batch = scheduler.schedule()
-        if not batch.requests:
+        if not batch:
             if scheduler.waiting and not scheduler.running:
                 raise RuntimeError("scheduler returned an empty batch with only waiting requests")  # invariant
             return None

@@ -36,7 +36,8 @@ QUANTILES = (50, 90, 99)
 
 
 class GapLog:
-    """Gaps of one replica: ``values[i]`` occurred ``counts[i]`` times (runs in record order).
+    """Gaps of one replica: ``values[i]`` occurred ``counts[i]`` times (runs in record order;
+    how a run of iterations splits into runs is the recorder's business, see :func:`same_gaps`).
 
     Contract: ``add`` is the hot-path entry (two array appends); everything else runs after the
     simulation. Gaps are non-negative floats.
@@ -119,6 +120,14 @@ def merged(logs: Iterable[GapLog]) -> tuple[np.ndarray, np.ndarray, bool]:
         values = sketch_values(values)
     v, c = canonical(values, counts)
     return v, c, exact
+
+
+def same_gaps(a: Iterable[GapLog], b: Iterable[GapLog]) -> bool:
+    """Whether two sets of logs hold the same gaps (as a multiset: the runs' order and split
+    are not part of a log's contract; every statistic is computed from the multiset)."""
+    va, ca, ea = merged(a)
+    vb, cb, eb = merged(b)
+    return ea == eb and np.array_equal(va, vb) and np.array_equal(ca, cb)
 
 
 def expand(values: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -34,6 +34,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from simulator.cohort import DecodeCohort
 from simulator.config import SchedulerConfig
 from simulator.costmodel.base import BatchShape
 from simulator.kvcache import BlockManager
@@ -45,16 +46,19 @@ _FCFS_KEY = attrgetter("arrival_at", "request_id")  # running order: arrival, ti
 
 @dataclass(slots=True)
 class Batch:
-    """One iteration's work. ``requests[i]`` contributes ``num_tokens[i]`` tokens."""
+    """One iteration's work. ``requests[i]`` contributes ``num_tokens[i]`` tokens, and the
+    scheduler's lockstep decodes (:mod:`simulator.cohort`) one token each when ``num_lockstep``
+    is set (they are in ``shape``, not in ``requests``)."""
 
     requests: list[Request] = field(default_factory=list)
     num_tokens: list[int] = field(default_factory=list)
     shape: BatchShape = field(default_factory=BatchShape)
     preempted: list[Request] = field(default_factory=list)  # preempted while building this batch
     admitted: list[Request] = field(default_factory=list)  # (re)admitted from waiting by this batch
+    num_lockstep: int = 0
 
     def __len__(self) -> int:
-        return len(self.requests)
+        return len(self.requests) + self.num_lockstep
 
     def add(self, req: Request, num_tokens: int) -> None:
         """Append an entry and account its attention work in the shape."""
@@ -74,6 +78,10 @@ class Scheduler:
     """Base policy. Subclasses implement :meth:`schedule`."""
 
     name = "base"
+    # Whether the policy adds running decodes only through _add_decodes and reads running
+    # requests' counters nowhere else while a cohort is active: then enable_lockstep() may
+    # advance them as a cohort (simulator.cohort).
+    supports_lockstep = False
 
     def __init__(self, config: SchedulerConfig, blocks: BlockManager, max_model_len: int) -> None:
         self.config = config
@@ -85,6 +93,20 @@ class Scheduler:
         self.running: list[Request] = []
         self._admission_counter = 0  # per-scheduler sequence, not a global
         self.gaps = GapLog()  # every TBT gap of the tokens this scheduler's iterations produced
+        self.cohort: DecodeCohort | None = None  # lockstep decodes, when enabled
+
+    def enable_lockstep(self) -> None:
+        """Advance steady decodes as a cohort (a pure speed-up: the same runs, bit for bit).
+        Only for a replica without pipelining (one batch in flight) whose requests nobody
+        reads mid-run but through :meth:`settle`; a no-op for a policy that does not opt in."""
+        if self.supports_lockstep:
+            self.cohort = DecodeCohort(self.blocks.block_size)
+
+    def settle(self) -> None:
+        """Write every running request's true counters (dissolve the cohort): before anything
+        outside the policy reads running requests."""
+        if self.cohort is not None and self.cohort.active:
+            self.cohort.dissolve()
 
     # -- queue management --------------------------------------------------------------
     def add_request(self, req: Request) -> None:
@@ -123,16 +145,18 @@ class Scheduler:
         req.status = Status.RUNNING
         self._admission_counter += 1
         req.admitted_seq = self._admission_counter
-        running = self.running
-        if running and _FCFS_KEY(running[-1]) > _FCFS_KEY(req):
-            insort(running, req, key=_FCFS_KEY)  # a re-admitted request goes back to its arrival place
-        else:
-            running.append(req)
+        for queue in (self.running, self.cohort.loose) if self.cohort is not None and self.cohort.active \
+                else (self.running,):
+            if queue and _FCFS_KEY(queue[-1]) > _FCFS_KEY(req):
+                insort(queue, req, key=_FCFS_KEY)  # a re-admitted request goes back to its arrival place
+            else:
+                queue.append(req)
         batch.admitted.append(req)
         return req
 
     def _preempt(self, req: Request, batch: Batch) -> None:
         """Preempt by recompute: drop the KV cache, re-queue at the front."""
+        assert self.cohort is None or not self.cohort.active  # invariant: preemption runs step by step
         self.running.remove(req)
         self.blocks.free(req)
         req.num_computed = 0
@@ -176,10 +200,11 @@ class Scheduler:
 
     def _all_running_decode(self) -> bool:
         """Every running request is a decode (one missing token, at least one output) and
-        none is in flight."""
+        none is in flight. (Cohort members are, by the cohort's contract.)"""
+        cohort = self.cohort
         return bool(self.running) and all(
             not r.in_flight and r.num_generated and r.num_prompt_tokens + r.num_generated - r.num_computed == 1
-            for r in self.running)
+            for r in (cohort.loose if cohort is not None and cohort.active else self.running))
 
     def _add_decodes(self, batch: Batch, budget: float, partial: list[Request] | None) -> int:
         """One token for each running request not in flight, in running order, until ``budget``
@@ -187,10 +212,19 @@ class Scheduler:
         request with more than one token missing goes there instead (its chunk is the policy's
         business). Returns the tokens added.
 
-        The hot loop of every decode iteration: entries are appended in place as
-        :meth:`Batch.add` would, and the decodes' shape sums kept in locals and folded in once
-        (integer sums, so exactly what per-entry adds would give).
+        The hot loop of every decode iteration: with a cohort (:meth:`enable_lockstep`), only
+        requests outside it are visited (:meth:`_lockstep_decodes`); else entries are appended
+        in place as :meth:`Batch.add` would, and the decodes' shape sums kept in locals and
+        folded in once (integer sums, so exactly what per-entry adds would give).
         """
+        cohort = self.cohort
+        if cohort is not None:
+            if not cohort.active:
+                cohort.activate(self.running)
+            used = self._lockstep_decodes(batch, budget, partial)
+            if used is not None:
+                return used
+            cohort.dissolve()  # step by step from here: this iteration preempts or cuts decodes
         running, block_size = self.running, self.blocks.block_size
         append_req, append_tokens = batch.requests.append, batch.num_tokens.append
         num_decodes = kv_sum = kv_sq_sum = kv_max = used = 0
@@ -229,17 +263,69 @@ class Scheduler:
         batch.shape.add_decodes(num_decodes, kv_sum, kv_sq_sum, kv_max)
         return used
 
+    def _lockstep_decodes(self, batch: Batch, budget: float, partial: list[Request] | None) -> int | None:
+        """:meth:`_add_decodes` with the cohort: the same batch (up to entry order), visiting
+        only loose requests; loose decodes join the cohort. None (nothing changed) where the
+        step-by-step loop would do something else: cut decodes at the budget or preempt."""
+        cohort = self.cohort
+        assert cohort is not None
+        block_size = self.blocks.block_size
+        joiners: list[Request] = []
+        tails: list[Request] = []  # a prompt's 1-token tail: a prefill entry
+        rest: list[Request] = []  # stays loose
+        partials: list[Request] = []
+        need = 0
+        for req in cohort.loose:
+            computed = req.num_computed
+            if req.in_flight:
+                return None
+            if req.num_prompt_tokens + req.num_generated - computed > 1:
+                if partial is None:
+                    return None
+                partials.append(req)
+                rest.append(req)
+                continue
+            if req.num_blocks * block_size <= computed:
+                need += 1
+            if req.num_generated:
+                joiners.append(req)
+            else:
+                tails.append(req)
+                rest.append(req)
+        # The step-by-step loop adds every decode and tail (in running order) unless the budget
+        # cuts them, and grows blocks one at a time: all succeed iff that many are free.
+        used = cohort.num_members + len(joiners) + len(tails)
+        if used > budget or need + cohort.num_due() > self.blocks.num_free_blocks:
+            return None
+        if partial is not None:
+            partial.extend(partials)
+        for req in joiners:
+            cohort.join(req)
+        cohort.loose = rest
+        cohort.grow_due(self.blocks)
+        for req in tails:
+            if req.num_blocks * block_size <= req.num_computed:
+                self.blocks.try_grow(req, req.num_computed + 1)
+            batch.add(req, 1)
+        if cohort.num_members:
+            cohort.pending = True
+            batch.num_lockstep = cohort.num_members
+            batch.shape.add_decodes(*cohort.decode_sums())
+        return used
+
     # -- mechanism -------------------------------------------------------------------------
     def complete(self, batch: Batch, now: float) -> list[Request]:
         """Apply a finished iteration at simulated time ``now``; return finished requests.
 
         Each new token updates its request's first/last token time and largest gap; the
-        gaps go to ``self.gaps`` run-length encoded in batch order (one run per iteration
-        in the common case where every decode's previous token ended the last iteration).
+        gaps go to ``self.gaps`` run-length encoded (one run per iteration in the common case
+        where every decode's previous token ended the last iteration; the runs' order is not
+        part of the contract: statistics use the multiset). Lockstep decodes advance in one
+        cohort step.
         """
-        finished: list[Request] = []
-        run_gap, run_count = -1.0, 0  # the current run of equal gaps (gaps are >= 0)
         gaps = self.gaps
+        finished = self.cohort.step(now, gaps) if batch.num_lockstep else []  # type: ignore[union-attr]
+        run_gap, run_count = -1.0, 0  # the current run of equal gaps (gaps are >= 0)
         for req, n in zip(batch.requests, batch.num_tokens):  # noqa: B905 - equal by construction
             req.in_flight = False
             computed = req.num_computed + n
@@ -268,9 +354,20 @@ class Scheduler:
         if run_count:
             gaps.add(run_gap, run_count)
         if finished:
-            for req in finished:
-                self.blocks.free(req)
-                req.status = Status.FINISHED
-                req.completed_at = now
-            self.running = [r for r in self.running if r.status is Status.RUNNING]
+            self.retire(finished, now)
         return finished
+
+    def retire(self, finished: list[Request], now: float) -> None:
+        """Finished requests (their counters true) leave the running queues and free their blocks."""
+        for req in finished:
+            self.blocks.free(req)
+            req.status = Status.FINISHED
+            req.completed_at = now
+        if len(finished) <= 4:  # a few finishers: removing them beats rebuilding the queue
+            for req in finished:
+                self.running.remove(req)
+        else:
+            self.running = [r for r in self.running if r.status is Status.RUNNING]
+        cohort = self.cohort
+        if cohort is not None and cohort.active:
+            cohort.loose = [r for r in cohort.loose if r.status is Status.RUNNING]

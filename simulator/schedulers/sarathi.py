@@ -20,6 +20,7 @@ from simulator.schedulers.base import Batch, Scheduler
 
 class SarathiScheduler(Scheduler):
     name = "sarathi"
+    supports_lockstep = True
 
     def decode_steady(self) -> bool:
         # Every decode fits the budget; nothing is admitted: no one waits, the budget or

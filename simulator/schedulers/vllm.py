@@ -17,6 +17,7 @@ from simulator.schedulers.base import Batch, Scheduler
 
 class VLLMScheduler(Scheduler):
     name = "vllm"
+    supports_lockstep = True
 
     def rejection_reason(self, req):  # type: ignore[override]
         if req.num_prompt_tokens + req.num_output_tokens - 1 > self.token_budget:

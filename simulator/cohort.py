@@ -1,0 +1,261 @@
+"""Lockstep decodes: running requests that decode one token every iteration, advanced as one.
+
+In a busy replica most of an iteration's entries are decodes that did the same thing the
+iteration before: one token each, one more KV slot each, a gap equal to the iteration's
+time. Touching each of them in Python twice per iteration (building the batch, applying it)
+was most of the loop's cost near capacity. A :class:`DecodeCohort` keeps such requests
+*virtually*: a shared step counter ``tick`` advances them all at once, and a member's
+counters are its values when it joined plus ``tick - tick0``. What differs between members
+is kept where it is needed:
+
+- the batch shape's decode sums come from running sums of the members' offsets
+  (``kv = offset + tick + 1``): exact integers, so what per-entry adds would give;
+- KV growth: a member needs a new block every ``block_size`` steps, from a phase fixed
+  at join, so members sit in a bucket by the step of their next allocation;
+- finishes: a member finishes at a step fixed at join (its bucket by finish step);
+- gaps: a member's first gap is its own (its previous token may be older than the last
+  step); after that every member's gap is the step's, recorded as one run, and its largest
+  gap is a suffix maximum of the steps' gaps (a monotonic stack: O(log) per query).
+
+A member's ``Request`` fields ``num_computed``, ``num_generated``, ``num_blocks``,
+``last_token_at``, ``max_tbt_s`` and ``token_times`` are stale while it is a member (they hold
+its join-time values); :meth:`DecodeCohort.materialise` writes the true values, and happens
+when it finishes and when the cohort is dissolved (:meth:`dissolve`: before a policy, event
+skipping or the end of a run reads them). Every other field is current. The free-block count
+is always current: growth is counted in the step that allocates it.
+
+The owner (:class:`~simulator.schedulers.base.Scheduler`) decides when members may advance
+in lockstep (every member decodes in the iteration and every allocation succeeds) and
+dissolves the cohort otherwise, so the step-by-step semantics are never approximated:
+tests compare whole runs with lockstep on and off.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from bisect import bisect_left
+from itertools import repeat
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simulator.kvcache import BlockManager
+    from simulator.request import Request
+    from simulator.tbt import GapLog
+
+
+class _Member:
+    """A request in the cohort: ``offset = num_computed - tick`` (constant while a member)."""
+
+    __slots__ = ("req", "tick0", "offset", "blocks0", "first_due", "alive")
+
+    def __init__(self, req: Request, tick0: int, block_size: int) -> None:
+        self.req = req
+        self.tick0 = tick0
+        self.offset = req.num_computed - tick0
+        self.blocks0 = req.num_blocks
+        # Its first new block is allocated before the step in which num_computed == num_blocks * bs,
+        # then one every block_size steps.
+        self.first_due = tick0 + req.num_blocks * block_size - req.num_computed
+        self.alive = True
+
+
+class DecodeCohort:
+    """Decodes advanced together by a shared step counter.
+
+    Contract (kept by the owner): a member is RUNNING, not in flight, and a decode (one
+    missing token, at least one generated) in every step it takes part in, and every
+    member takes part in every :meth:`step`. ``loose`` holds the running requests that are
+    not members, in running (arrival) order, so the owner visits only those per iteration.
+    ``ends[t]`` is the end time of step ``t`` (``ends[0]`` unused).
+    """
+
+    __slots__ = ("block_size", "active", "pending", "tick", "ends", "members", "loose", "num_members", "sum_offset",
+                 "sum_offset_sq", "_offsets", "_due", "_finish", "_fresh", "_stack_ticks", "_stack_gaps")
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.active = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.pending = False  # a step is scheduled (its blocks allocated) and not yet completed
+        self.tick = 0
+        self.ends = array("d", [0.0])
+        self.members: dict[int, _Member] = {}  # by request id
+        self.loose: list[Request] = []
+        self.num_members = self.sum_offset = self.sum_offset_sq = 0
+        self._offsets: list[tuple[int, int, _Member]] = []  # max-heap (negated) of offsets; dead entries lazily
+        self._due: dict[int, int] = {}  # step -> number of members that allocate a block before it
+        self._finish: dict[int, list[_Member]] = {}  # step -> members whose last token it produces
+        self._fresh: list[_Member] = []  # joined since the last step: their next gap is their own
+        # Monotonic stack of the steps' common gaps: ticks increasing, gaps strictly decreasing, so the
+        # largest gap of steps >= t is the first entry at or after t. A decode stretch pushes its
+        # steps after the first as one entry (their maximum) at its second step: queries start at
+        # a member's second step, and nobody joins inside a stretch, so none starts within one.
+        self._stack_ticks: list[int] = []
+        self._stack_gaps: list[float] = []
+
+    def activate(self, running: list[Request]) -> None:
+        """Start with no members: every running request is loose."""
+        self._reset()
+        self.loose = list(running)
+        self.active = True
+
+    def join(self, req: Request) -> None:
+        """Make a loose decode a member from the coming step (the caller removes it from ``loose``)."""
+        tick = self.tick
+        m = _Member(req, tick, self.block_size)
+        self.members[req.request_id] = m
+        self.num_members += 1
+        self.sum_offset += m.offset
+        self.sum_offset_sq += m.offset * m.offset
+        heapq.heappush(self._offsets, (-m.offset, req.request_id, m))
+        self._due[m.first_due] = self._due.get(m.first_due, 0) + 1
+        self._finish.setdefault(tick + req.num_output_tokens - req.num_generated, []).append(m)
+        self._fresh.append(m)
+
+    def num_due(self) -> int:
+        """Blocks the members allocate before the coming step (one each)."""
+        return self._due.get(self.tick, 0)
+
+    def grow_due(self, blocks: BlockManager) -> None:
+        """Allocate the coming step's blocks (the caller checked that they are free)."""
+        due = self._due.pop(self.tick, 0)
+        if due:
+            blocks.num_free_blocks -= due
+            later = self.tick + self.block_size
+            self._due[later] = self._due.get(later, 0) + due
+
+    def decode_sums(self) -> tuple[int, int, int, int]:
+        """(count, sum, sum of squares, max) of the members' KV lengths in the coming step."""
+        n, t = self.num_members, self.tick + 1
+        s1 = self.sum_offset
+        offsets = self._offsets
+        while not offsets[0][2].alive:
+            heapq.heappop(offsets)
+        return n, s1 + n * t, self.sum_offset_sq + 2 * t * s1 + n * t * t, -offsets[0][0] + t
+
+    def step(self, now: float, gaps: GapLog) -> list[Request]:
+        """Every member produced one token at ``now``: record the gaps, return (materialised) finishers."""
+        self._first_gaps(now, gaps)
+        self.tick += 1
+        self.ends.append(now)
+        self.pending = False
+        return self._finished()
+
+    def _first_gaps(self, now: float, gaps: GapLog) -> None:
+        """Gaps of the coming step ending at ``now``: fresh members' own, the rest one run."""
+        common = now - self.ends[self.tick]
+        num_common = self.num_members - len(self._fresh)
+        for m in self._fresh:
+            req = m.req
+            gap = now - req.last_token_at
+            if gap == common:  # e.g. its prefill ended the last step
+                num_common += 1
+            else:
+                gaps.add(gap, 1)
+            if gap > req.max_tbt_s:
+                req.max_tbt_s = gap
+        if num_common:
+            gaps.add(common, num_common)
+        self._fresh.clear()
+        self._push_gap(self.tick + 1, common)
+
+    def _push_gap(self, tick: int, gap: float) -> None:
+        stack_ticks, stack_gaps = self._stack_ticks, self._stack_gaps
+        while stack_gaps and stack_gaps[-1] <= gap:
+            stack_ticks.pop()
+            stack_gaps.pop()
+        stack_ticks.append(tick)
+        stack_gaps.append(gap)
+
+    def _finished(self) -> list[Request]:
+        done = self._finish.pop(self.tick, None)
+        if not done:
+            return []
+        for m in done:
+            self.materialise(m)
+            self._remove(m)
+        return [m.req for m in done]
+
+    # -- decode stretches (simulator.fastforward) ------------------------------------------
+    def join_loose(self) -> None:
+        """Every loose request joins (the caller checked that all are decodes)."""
+        for req in self.loose:
+            self.join(req)
+        self.loose = []
+
+    def steps_to_first_finish(self) -> int:
+        return min(self._finish) - self.tick
+
+    def allocation_phases(self) -> tuple[list[int], list[int]]:
+        """Members' coming allocations as (first step offset, count) pairs: a member
+        allocates at its offset and every ``block_size`` steps after."""
+        tick = self.tick
+        return [due_at - tick for due_at in self._due], list(self._due.values())
+
+    def advance(self, ends: list[float], gaps: GapLog) -> list[Request]:
+        """``len(ends) - 1`` steps at once, step ``i`` ending at ``ends[i + 1]`` (the caller
+        counted their allocations); returns the finishers of the last one, materialised."""
+        k = len(ends) - 1
+        self._first_gaps(ends[1], gaps)
+        inner = [ends[i + 1] - ends[i] for i in range(1, k)]
+        gaps.extend(inner, repeat(self.num_members, k - 1))
+        tick = self.tick
+        if inner:
+            self._push_gap(tick + 2, max(inner))
+        self.ends.extend(ends[1:])
+        self.tick = tick = tick + k
+        bs, due = self.block_size, self._due
+        for due_at in [d for d in due if d < tick]:  # allocated in the stretch: on to the next after it
+            count = due.pop(due_at)
+            later = due_at + bs * -(-(tick - due_at) // bs)
+            due[later] = due.get(later, 0) + count
+        return self._finished()
+
+    def materialise(self, m: _Member) -> None:
+        """Write the member's true counters and token times into its request (as of ``tick``)."""
+        req, k = m.req, self.tick - m.tick0
+        if k <= 0:  # joined for the coming step: its fields are current, unless that step is pending
+            if self.pending:
+                self._write_blocks(m)
+            return
+        tick = self.tick
+        req.num_computed += k
+        req.num_generated += k
+        req.last_token_at = self.ends[tick]
+        if k >= 2:  # gaps of steps tick0+2 .. tick are the steps' common gaps
+            i = bisect_left(self._stack_ticks, m.tick0 + 2)
+            if self._stack_gaps[i] > req.max_tbt_s:
+                req.max_tbt_s = self._stack_gaps[i]
+        if req.token_times is not None:
+            req.token_times.extend(self.ends[m.tick0 + 1:tick + 1])
+        self._write_blocks(m)
+
+    def _write_blocks(self, m: _Member) -> None:
+        # With a step pending (only when a run stops mid-iteration), its block is held already.
+        req = m.req
+        need = -(-(req.num_computed + self.pending) // self.block_size)
+        req.num_blocks = need if need > m.blocks0 else m.blocks0
+        req.in_flight = self.pending
+
+    def _remove(self, m: _Member) -> None:
+        m.alive = False
+        first, bs, due = m.first_due, self.block_size, self._due
+        due_at = first if first >= self.tick else self.tick + (first - self.tick) % bs  # its next allocation
+        if due[due_at] == 1:
+            del due[due_at]
+        else:
+            due[due_at] -= 1
+        del self.members[m.req.request_id]
+        self.num_members -= 1
+        self.sum_offset -= m.offset
+        self.sum_offset_sq -= m.offset * m.offset
+
+    def dissolve(self) -> None:
+        """Materialise every member and stop: the owner's queues are plain requests again."""
+        for m in self.members.values():
+            self.materialise(m)
+        self.active = False
+        self._reset()

@@ -1,0 +1,161 @@
+"""Lockstep decodes (simulator.cohort): the same policy decisions and request state as stepping
+each decode, checked on the policy alone (hand-driven schedule/complete, no SimPy) and on runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from dataclasses import astuple
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import cohort as cohort_module
+from simulator import engine
+from simulator.capacity import ArrivalWatch
+from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.engine import StopRun, simulate
+from simulator.kvcache import BlockManager
+from simulator.metrics import request_frame
+from simulator.request import Request, Status
+from simulator.schedulers import SCHEDULERS
+from simulator.tbt import same_gaps
+
+FIELDS = ("num_computed", "num_generated", "num_blocks", "status", "num_preemptions", "first_token_at",
+          "last_token_at", "max_tbt_s", "completed_at", "first_scheduled_at")
+
+
+def _state(requests: list[Request]) -> list[tuple]:
+    return [tuple(getattr(r, f) for f in FIELDS) + (bytes(r.token_times),) for r in requests]
+
+
+def _shape(batch) -> tuple:  # noqa: ANN001
+    return (*astuple(batch.shape), len(batch), len(batch.preempted), len(batch.admitted))
+
+
+def _drive(name: str, lockstep: bool, specs: list[tuple[int, int, int]], num_blocks: int, budget: int,
+           settle_every: int, seed: int) -> tuple[list[tuple], list[list[tuple]], list]:
+    """Hand-drive a policy: requests arrive at given steps, iteration ``i`` ends at a time drawn
+    from ``seed``; returns the per-iteration batch shapes, the request states after every
+    ``settle_every``-th iteration (settling the cohort there) and the gap log."""
+    kwargs = {"chunk_size": budget} if name.startswith("sarathi") else {}
+    config = SchedulerConfig(name, **kwargs)
+    scheduler = SCHEDULERS[name](config, BlockManager(num_blocks, 16, config.watermark), 4096)
+    if lockstep:
+        scheduler.enable_lockstep()
+        assert scheduler.cohort is not None
+    requests = [Request(i, float(step), p, o, token_times=True) for i, (step, p, o) in enumerate(specs)]
+    rng = random.Random(seed)
+    now, shapes, states = 0.0, [], []
+    pending = sorted(requests, key=lambda r: r.arrival_at)
+    for step in range(5000):
+        while pending and pending[0].arrival_at <= step:
+            req = pending.pop(0)
+            if scheduler.rejection_reason(req) is None:
+                scheduler.add_request(req)
+            else:
+                req.status = Status.REJECTED
+        if not scheduler.has_unfinished() and not pending:
+            break
+        batch = scheduler.schedule()
+        if not batch:
+            continue
+        shapes.append(_shape(batch))
+        now += rng.choice([0.01, 0.02, 0.013, 0.5])  # repeated values: equal gaps, as in real runs
+        scheduler.complete(batch, now)
+        if settle_every and step % settle_every == 0:
+            scheduler.settle()
+            states.append(_state(requests))
+    scheduler.settle()
+    states.append(_state(requests))
+    return shapes, states, [scheduler.gaps]
+
+
+specs_strategy = st.lists(st.tuples(st.integers(0, 60), st.integers(1, 700), st.integers(1, 300)),
+                          min_size=1, max_size=40)
+
+
+@settings(max_examples=120, deadline=None)
+@given(specs=specs_strategy, num_blocks=st.integers(60, 400), budget=st.sampled_from([16, 64, 512]),
+       settle_every=st.sampled_from([0, 1, 7]), seed=st.integers(0, 3),
+       name=st.sampled_from(["sarathi", "vllm"]))
+def test_lockstep_decodes_match_stepping_each_decode(specs, num_blocks, budget, settle_every, seed, name) -> None:  # noqa: ANN001
+    """Same batches (shape sums, sizes, preemptions, admissions), same request state whenever
+    settled, same gaps: in roomy and tight caches (preemptions), with small budgets (decodes
+    cut by the budget) and settling at every step or never."""
+    plain = _drive(name, False, specs, num_blocks, budget, settle_every, seed)
+    lock = _drive(name, True, specs, num_blocks, budget, settle_every, seed)
+    assert lock[0] == plain[0]
+    assert lock[1] == plain[1]
+    assert same_gaps(lock[2], plain[2])
+
+
+def test_lockstep_advances_decodes_without_visiting_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy replica: most iterations carry a prefill chunk and many decodes. With lockstep the
+    cohort takes those decodes (visiting only requests outside it), and the run is unchanged."""
+    joins: list[int] = []
+    real_join = cohort_module.DecodeCohort.join
+    monkeypatch.setattr(cohort_module.DecodeCohort, "join", lambda self, req: (joins.append(1), real_join(self, req)))
+    config = RunConfig(replica=ReplicaConfig("mistral-7b", "a100-80gb"), scheduler=SchedulerConfig("sarathi", chunk_size=512),
+                       workload=WorkloadConfig("sharegpt", arrival="poisson", qps=2.0, num_requests=300), seed=2)
+    on = simulate(config, token_times=True)
+    off = simulate(config.replace(fast_forward=False), token_times=True)
+    assert request_frame(on).equals(request_frame(off))
+    assert on.iteration_frame().equals(off.iteration_frame())
+    assert [bytes(r.token_times) for r in on.requests] == [bytes(r.token_times) for r in off.requests]
+    assert same_gaps(on.tbt, off.tbt)
+    decode_tokens = int(on.iteration_frame()["num_decode_tokens"].sum())
+    assert 0 < len(joins) < decode_tokens / 20  # a decode joins once, not once per token
+
+
+class _StopAt(ArrivalWatch):
+    """Stops the run at a fixed time; reads nothing, as an ArrivalWatch may (timestamps only)."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def __call__(self, env, requests):  # noqa: ANN001, ANN204
+        yield env.timeout(self.at)
+        raise StopRun(f"stopped at {self.at}")
+
+
+def test_a_run_stopped_by_a_watch_leaves_true_counters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watch that reads only timestamps keeps lockstep on; the requests still running when it
+    stops the run are settled: their counters, blocks and token times are those of stepping."""
+    steps: list[int] = []
+    real_step = cohort_module.DecodeCohort.step
+    monkeypatch.setattr(cohort_module.DecodeCohort, "step", lambda self, *a: (steps.append(1), real_step(self, *a))[1])
+    config = RunConfig(replica=ReplicaConfig("mistral-7b", "a100-80gb"), scheduler=SchedulerConfig("sarathi", chunk_size=256),
+                       workload=WorkloadConfig("sharegpt", arrival="poisson", qps=3.0, num_requests=200), seed=4)
+    on = simulate(config, watch=_StopAt(30.0), token_times=True)
+    assert steps
+    steps.clear()
+    off = simulate(config.replace(fast_forward=False), watch=_StopAt(30.0), token_times=True)
+    assert not steps  # stepping: no cohort
+    assert "stopped" in on.extra and on.extra == off.extra
+    running = [r for r in on.requests if r.status is Status.RUNNING]
+    assert running and any(r.num_generated > 1 for r in running)
+    assert _state(on.requests) == _state(off.requests)
+    assert [r.num_blocks for r in on.requests] == [r.num_blocks for r in off.requests]
+
+
+def test_a_watch_that_may_read_counters_turns_lockstep_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[bool] = []
+    real = engine.build_scheduler
+
+    def spy(config, lockstep=False):  # noqa: ANN001, ANN202
+        built.append(lockstep)
+        return real(config, lockstep)
+
+    monkeypatch.setattr(engine, "build_scheduler", spy)
+    config = RunConfig(workload=WorkloadConfig("sharegpt", num_requests=30))
+
+    def watch(env, requests):  # noqa: ANN001, ANN202
+        yield env.timeout(1.0)
+
+    simulate(config, watch=watch)
+    simulate(config, watch=_StopAt(math.inf))
+    simulate(config.replace(replica=dataclasses.replace(config.replica, pp=2)))
+    assert built == [False, True, False]

@@ -119,17 +119,18 @@ class DecodeCohort:
         """Blocks the members allocate before the coming step (one each)."""
         return self._due.get(self.tick, 0)
 
-    def grow_due(self, blocks: BlockManager) -> None:
-        """Allocate the coming step's blocks (the caller checked that they are free)."""
-        due = self._due.pop(self.tick, 0)
-        if due:
-            blocks.num_free_blocks -= due
-            later = self.tick + self.block_size
-            self._due[later] = self._due.get(later, 0) + due
-
-    def decode_sums(self) -> tuple[int, int, int, int]:
-        """(count, sum, sum of squares, max) of the members' KV lengths in the coming step."""
-        n, t = self.num_members, self.tick + 1
+    def begin_step(self, blocks: BlockManager) -> tuple[int, int, int, int]:
+        """Schedule the coming step (the caller checked that its :meth:`num_due` blocks are
+        free): allocate them; return (count, sum, sum of squares, max) of the members' KV
+        lengths in it, for the batch shape."""
+        tick, due = self.tick, self._due
+        num_due = due.pop(tick, 0)
+        if num_due:
+            blocks.num_free_blocks -= num_due
+            later = tick + self.block_size
+            due[later] = due.get(later, 0) + num_due
+        self.pending = True
+        n, t = self.num_members, tick + 1
         s1 = self.sum_offset
         offsets = self._offsets
         while not offsets[0][2].alive:
@@ -138,29 +139,36 @@ class DecodeCohort:
 
     def step(self, now: float, gaps: GapLog) -> list[Request]:
         """Every member produced one token at ``now``: record the gaps, return (materialised) finishers."""
-        self._first_gaps(now, gaps)
-        self.tick += 1
-        self.ends.append(now)
-        self.pending = False
-        return self._finished()
-
-    def _first_gaps(self, now: float, gaps: GapLog) -> None:
-        """Gaps of the coming step ending at ``now``: fresh members' own, the rest one run."""
-        common = now - self.ends[self.tick]
-        num_common = self.num_members - len(self._fresh)
-        for m in self._fresh:
-            req = m.req
-            gap = now - req.last_token_at
-            if gap == common:  # e.g. its prefill ended the last step
-                num_common += 1
-            else:
-                gaps.add(gap, 1)
-            if gap > req.max_tbt_s:
-                req.max_tbt_s = gap
+        tick = self.tick
+        common = now - self.ends[tick]  # the gap of every member that took part in the last step
+        fresh = self._fresh
+        num_common = self.num_members - len(fresh)
+        if fresh:
+            for m in fresh:
+                req = m.req
+                gap = now - req.last_token_at
+                if gap == common:  # e.g. its prefill ended the last step
+                    num_common += 1
+                else:
+                    gaps.add(gap, 1)
+                if gap > req.max_tbt_s:
+                    req.max_tbt_s = gap
+            fresh.clear()
         if num_common:
             gaps.add(common, num_common)
-        self._fresh.clear()
-        self._push_gap(self.tick + 1, common)
+        self.tick = tick = tick + 1
+        self._push_gap(tick, common)
+        self.ends.append(now)
+        self.pending = False
+        done = self._finish.pop(tick, None)
+        return [] if done is None else self._leave(done)
+
+    def _leave(self, done: list[_Member]) -> list[Request]:
+        """Finishers: materialised and out of the cohort."""
+        for m in done:
+            self.materialise(m)
+            self._remove(m)
+        return [m.req for m in done]
 
     def _push_gap(self, tick: int, gap: float) -> None:
         stack_ticks, stack_gaps = self._stack_ticks, self._stack_gaps
@@ -170,21 +178,21 @@ class DecodeCohort:
         stack_ticks.append(tick)
         stack_gaps.append(gap)
 
-    def _finished(self) -> list[Request]:
-        done = self._finish.pop(self.tick, None)
-        if not done:
-            return []
-        for m in done:
-            self.materialise(m)
-            self._remove(m)
-        return [m.req for m in done]
-
     # -- decode stretches (simulator.fastforward) ------------------------------------------
     def join_loose(self) -> None:
         """Every loose request joins (the caller checked that all are decodes)."""
         for req in self.loose:
             self.join(req)
         self.loose = []
+
+    def decode_sums(self) -> tuple[int, int, int, int]:
+        """(count, sum, sum of squares, max) of the members' KV lengths in the coming step."""
+        n, t = self.num_members, self.tick + 1
+        s1 = self.sum_offset
+        offsets = self._offsets
+        while not offsets[0][2].alive:
+            heapq.heappop(offsets)
+        return n, s1 + n * t, self.sum_offset_sq + 2 * t * s1 + n * t * t, -offsets[0][0] + t
 
     def steps_to_first_finish(self) -> int:
         return min(self._finish) - self.tick
@@ -199,20 +207,20 @@ class DecodeCohort:
         """``len(ends) - 1`` steps at once, step ``i`` ending at ``ends[i + 1]`` (the caller
         counted their allocations); returns the finishers of the last one, materialised."""
         k = len(ends) - 1
-        self._first_gaps(ends[1], gaps)
+        self.step(ends[1], gaps)  # finishes nobody: a stretch ends at the first finish, after 2+ steps
         inner = [ends[i + 1] - ends[i] for i in range(1, k)]
         gaps.extend(inner, repeat(self.num_members, k - 1))
-        tick = self.tick
-        if inner:
-            self._push_gap(tick + 2, max(inner))
-        self.ends.extend(ends[1:])
-        self.tick = tick = tick + k
+        tick = self.tick  # after the first step
+        self._push_gap(tick + 1, max(inner))
+        self.ends.extend(ends[2:])
+        self.tick = tick = tick + k - 1
         bs, due = self.block_size, self._due
         for due_at in [d for d in due if d < tick]:  # allocated in the stretch: on to the next after it
             count = due.pop(due_at)
             later = due_at + bs * -(-(tick - due_at) // bs)
             due[later] = due.get(later, 0) + count
-        return self._finished()
+        done = self._finish.pop(tick, None)
+        return [] if done is None else self._leave(done)
 
     def materialise(self, m: _Member) -> None:
         """Write the member's true counters and token times into its request (as of ``tick``)."""

@@ -118,6 +118,7 @@ class Replica:
         env, scheduler, cost, recorder, horizon = self.env, self.scheduler, self.cost_model, self.recorder, self.horizon
         skip = False  # whether the last iteration left a state worth trying to skip from
         duration = 0.0
+        decode_s = 0.0  # the last skipped iteration's time: sizes the next stretch's pricing call
         # With event skipping on, an iteration that ends strictly before every other pending
         # event is applied without a SimPy event: nothing else can run in between (a tie
         # yields: SimPy would run the older event first). See advance_clock.
@@ -126,14 +127,15 @@ class Replica:
             # Try to skip only where two more iterations fit before the horizon (a cheap
             # guess from the last one; plan() decides exactly).
             if skip and horizon is not None and env.now + 2 * duration < horizon():
-                stretch = fastforward.plan(self, horizon(), duration, self.horizon_is_arrival)
+                stretch = fastforward.plan(self, horizon(), decode_s if 0 < decode_s < duration else duration,
+                                           self.horizon_is_arrival)
                 if stretch is not None:
                     if inline and stretch.ends[-1] < env.peek():
                         advance_clock(env, stretch.ends[-1])
                     else:
                         yield env.timeout(stretch.ends[-1] - env.now)
                         self.resumed_at = env.now
-                    duration = stretch.durations[-1]
+                    duration = decode_s = stretch.durations[-1]
                     # After a finish the batch may be steady again; else the stretch stopped at an
                     # arrival or at the free blocks' limit: run the next iteration normally.
                     skip = fastforward.apply(self, stretch)

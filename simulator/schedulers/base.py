@@ -302,15 +302,13 @@ class Scheduler:
         for req in joiners:
             cohort.join(req)
         cohort.loose = rest
-        cohort.grow_due(self.blocks)
+        if cohort.num_members:
+            batch.shape.add_decodes(*cohort.begin_step(self.blocks))
+            batch.num_lockstep = cohort.num_members
         for req in tails:
             if req.num_blocks * block_size <= req.num_computed:
                 self.blocks.try_grow(req, req.num_computed + 1)
             batch.add(req, 1)
-        if cohort.num_members:
-            cohort.pending = True
-            batch.num_lockstep = cohort.num_members
-            batch.shape.add_decodes(*cohort.decode_sums())
         return used
 
     # -- mechanism -------------------------------------------------------------------------

@@ -80,7 +80,7 @@ specs_strategy = st.lists(st.tuples(st.integers(0, 60), st.integers(1, 700), st.
 @settings(max_examples=120, deadline=None)
 @given(specs=specs_strategy, num_blocks=st.integers(60, 400), budget=st.sampled_from([16, 64, 512]),
        settle_every=st.sampled_from([0, 1, 7]), seed=st.integers(0, 3),
-       name=st.sampled_from(["sarathi", "vllm"]))
+       name=st.sampled_from(["sarathi", "vllm", "orca", "fastertransformer"]))
 def test_lockstep_decodes_match_stepping_each_decode(specs, num_blocks, budget, settle_every, seed, name) -> None:  # noqa: ANN001
     """Same batches (shape sums, sizes, preemptions, admissions), same request state whenever
     settled, same gaps: in roomy and tight caches (preemptions), with small budgets (decodes

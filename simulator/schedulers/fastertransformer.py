@@ -8,11 +8,14 @@ Requests that finish early leave their slot idle until the whole batch is done.
 
 from __future__ import annotations
 
+import math
+
 from simulator.schedulers.base import Batch, Scheduler
 
 
 class FasterTransformerScheduler(Scheduler):
     name = "fastertransformer"
+    supports_lockstep = True
 
     def reserve_tokens(self, req) -> int:  # type: ignore[override]
         return self.max_model_len
@@ -23,10 +26,8 @@ class FasterTransformerScheduler(Scheduler):
 
     def schedule(self) -> Batch:
         batch = Batch()
-        if self.running:
-            for req in self.running:
-                if not req.in_flight:
-                    batch.add(req, 1)
+        if self.running:  # the batch decodes (blocks were reserved for max_model_len)
+            self._add_decodes(batch, math.inf, None)
             return batch
         waiting = self.waiting
         while waiting and len(self.running) < self.max_num_seqs and self.blocks.can_admit(self.max_model_len):

@@ -8,11 +8,14 @@ running request never needs more blocks and nothing is ever preempted.
 
 from __future__ import annotations
 
+import math
+
 from simulator.schedulers.base import Batch, Scheduler
 
 
 class OrcaScheduler(Scheduler):
     name = "orca"
+    supports_lockstep = True
 
     def reserve_tokens(self, req) -> int:  # type: ignore[override]
         return self.max_model_len
@@ -24,9 +27,9 @@ class OrcaScheduler(Scheduler):
 
     def schedule(self) -> Batch:
         batch = Batch()
-        for req in self.running:
-            if not req.in_flight:
-                batch.add(req, 1)
+        # Every running request decodes (its whole prompt ran at admission; the max-length
+        # reservation means blocks never run short).
+        self._add_decodes(batch, math.inf, None)
         waiting = self.waiting
         while waiting and len(self.running) < self.max_num_seqs and self.blocks.can_admit(self.max_model_len):
             req = self._admit(batch)

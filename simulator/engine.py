@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -177,10 +178,11 @@ class StopRun(Exception):  # noqa: N818 - a signal, not an error
 
 def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
              watch: Callable[[simpy.Environment, list[Request]], Any] | None = None,
-             token_times: bool = False) -> RunResult:
+             token_times: bool = False, workers: int = 1) -> RunResult:
     """Run one simulation. ``table`` (a RequestTable) overrides the config's workload.
     ``token_times`` keeps every token's timestamp on its request (8 bytes a token; metrics
-    do not need them).
+    do not need them). ``workers`` > 1 runs the replicas of a partitioned cluster (see
+    :func:`run_partitioned`) in that many processes: the same results, sooner on more cores.
 
     ``watch(env, requests)``, if given, returns a SimPy generator started beside the
     arrivals (it must not outlive them needlessly: its timeouts extend ``sim_end_at``);
@@ -204,7 +206,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     if watch is None and config.fast_forward and config.num_replicas > 1 and config.replica.pp == 1 \
             and config.router in STATE_FREE_ROUTERS:
         arrivals = [r.arrival_at for r in requests]
-        partitioned = run_partitioned(config, requests, recorder, router_rng, reporter, own_reporter)
+        partitioned = run_partitioned(config, requests, recorder, router_rng, reporter, own_reporter, workers)
         if partitioned is None:  # an arrival tied with a replica event: run jointly from scratch
             recorder = Recorder(on_progress=reporter.update if reporter else None,
                                 report_every=max(1, len(requests) // 200))
@@ -212,7 +214,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
                         for r, a in zip(requests, arrivals, strict=True)]
             router_rng = rng_streams(config.seed)[1]  # the router's stream, from its start
     if partitioned is not None:
-        replicas, cost_models, memory, sim_end_at = partitioned
+        totals, memory, sim_end_at = partitioned
     else:
         env = simpy.Environment()
         # Lockstep decodes leave running requests' counters stale until settled: only without
@@ -221,20 +223,35 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
             (watch is None or getattr(watch, "reads_only_timestamps", False))
         cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None, lockstep=lockstep)
         stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter)
-        replicas, cost_models, memory, sim_end_at = cluster.replicas, cluster.cost_models, cluster.memory, env.now
+        memory, sim_end_at = cluster.memory, env.now
+        totals = [ReplicaTotals.of(r, c) for r, c in zip(cluster.replicas, cluster.cost_models, strict=True)]
     assert memory is not None
-    for replica in replicas:  # a run stopped early leaves requests running
-        replica.scheduler.settle()
     return RunResult(
         config=config, requests=requests, iterations=recorder.iterations, memory=memory,
         workload_source=source, sim_end_at=sim_end_at, wall_s=time.perf_counter() - wall_start,
-        replica_busy_s=[r.num_busy_s for r in replicas],
+        replica_busy_s=[t.busy_s for t in totals],
         stages=recorder.stages,
-        stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in replicas],
-        tbt=[r.scheduler.gaps for r in replicas],
-        extra={"cost_model_extrapolations": sum(getattr(c, "num_extrapolations", 0) for c in cost_models),
+        stage_busy_s=[t.stage_busy_s for t in totals],
+        tbt=[t.gaps for t in totals],
+        extra={"cost_model_extrapolations": sum(t.num_extrapolations for t in totals),
                **({"stopped": stopped} if stopped is not None else {})},
     )
+
+
+@dataclass
+class ReplicaTotals:
+    """What a run keeps of one replica once it is over (picklable: it comes back from workers)."""
+
+    busy_s: float
+    stage_busy_s: list[float]
+    gaps: GapLog
+    num_extrapolations: int
+
+    @classmethod
+    def of(cls, replica: Any, cost: CostModel) -> ReplicaTotals:
+        replica.scheduler.settle()  # a run stopped early leaves requests running: true counters first
+        return cls(replica.num_busy_s, list(getattr(replica, "stage_busy_s", (replica.num_busy_s,))),
+                   replica.scheduler.gaps, getattr(cost, "num_extrapolations", 0))
 
 
 class _Tie(Exception):  # noqa: N818 - a signal, not an error
@@ -252,7 +269,7 @@ def _delay_to(now: float, at: float) -> float:
 
 
 def run_partitioned(config: RunConfig, requests: list[Request], recorder: Recorder, router_rng: np.random.Generator,
-                    reporter: RunProgress | None, own_reporter: bool) -> tuple | None:
+                    reporter: RunProgress | None, own_reporter: bool, workers: int = 1) -> tuple | None:
     """A cluster whose router reads no replica state, simulated one replica at a time.
 
     Such replicas never interact: each one's trajectory depends only on the requests routed
@@ -262,7 +279,9 @@ def run_partitioned(config: RunConfig, requests: list[Request], recorder: Record
     cluster's. Same results as the joint run (tests compare whole tables), except where an
     arrival lands exactly on an event of its replica: the joint run orders such a tie by
     event creation, across replicas, so this returns None and the caller runs jointly.
-    Returns (replicas, cost models, memory plan, end time) or None.
+    With ``workers`` > 1 the replicas run in that many processes and their records are
+    merged in replica order, as the serial loop writes them. Returns (per-replica totals,
+    memory plan, end time) or None.
     """
     # The joint arrival process's clock: it resumes at now + (arrival - now) after each submit,
     # and sets the request's arrival time to it.
@@ -277,18 +296,11 @@ def run_partitioned(config: RunConfig, requests: list[Request], recorder: Record
     routed: list[list[tuple[float, Request]]] = [[] for _ in range(n)]
     for step, (at, req) in enumerate(zip(submit_at, requests, strict=True)):
         routed[router(zeros, step, router_rng)].append((at, req))
-    replicas, cost_models, memory, end_at = [], [], None, 0.0
     try:
-        for replica_id, mine in enumerate(routed):
-            env = simpy.Environment()
-            scheduler, memory = build_scheduler(config, lockstep=True)
-            cost = load_cost_model(config.cost_model, config.replica, config.engine)
-            replica = Replica(env, replica_id, scheduler, cost, recorder, env.peek)
-            replicas.append(replica)
-            cost_models.append(cost)
-            env.process(_own_arrivals(env, mine, replica))
-            env.run()
-            end_at = max(end_at, env.now)
+        if workers > 1:
+            runs = _replicas_in_workers(config, routed, recorder, min(workers, n))
+        else:
+            runs = [_run_replica(config, replica_id, mine, recorder) for replica_id, mine in enumerate(routed)]
     except _Tie:
         return None
     if reporter is not None and own_reporter:
@@ -296,7 +308,74 @@ def run_partitioned(config: RunConfig, requests: list[Request], recorder: Record
     unfinished = [r for r in requests if r.completed_at is None and r.reject_reason is None]
     if unfinished:
         raise RuntimeError(f"{len(unfinished)} requests neither finished nor were rejected, e.g. {unfinished[0]}")
-    return replicas, cost_models, memory, end_at
+    return [t for t, _, _ in runs], runs[0][1], max(end_at for _, _, end_at in runs)
+
+
+def _run_replica(config: RunConfig, replica_id: int, mine: list[tuple[float, Request]],
+                 recorder: Recorder) -> tuple[ReplicaTotals, MemoryPlan, float]:
+    """One replica of a partitioned cluster, alone, from its requests' submit times; raises
+    :class:`_Tie` where only the joint run can order an arrival and an event."""
+    env = simpy.Environment()
+    scheduler, memory = build_scheduler(config, lockstep=True)
+    cost = load_cost_model(config.cost_model, config.replica, config.engine)
+    replica = Replica(env, replica_id, scheduler, cost, recorder, env.peek)
+    env.process(_own_arrivals(env, mine, replica))
+    env.run()
+    return ReplicaTotals.of(replica, cost), memory, env.now
+
+
+# The request fields a replica's run changes (request_id and the token counts are given).
+_RUN_FIELDS = tuple(f for f in Request.__slots__ if f not in ("request_id", "num_prompt_tokens", "num_output_tokens"))
+
+
+def _replica_in_worker(config: RunConfig, replica_id: int, mine: list[tuple[float, Request]]) -> tuple:
+    """:func:`_run_replica` in a worker process: what the parent needs to write back (the
+    requests arrive pickled, so their final fields travel back), or None on a tie."""
+    recorder = Recorder()
+    try:
+        totals, memory, end_at = _run_replica(config, replica_id, mine, recorder)
+    except _Tie:
+        return None
+    fields = attrgetter(*_RUN_FIELDS)
+    return (totals, memory, end_at, recorder.iterations, [r.request_id for r in recorder.rejected],
+            recorder.num_done, [fields(req) for _, req in mine])
+
+
+def _replicas_in_workers(config: RunConfig, routed: list[list[tuple[float, Request]]], recorder: Recorder,
+                         workers: int) -> list[tuple[ReplicaTotals, MemoryPlan, float]]:
+    """The replicas of :func:`run_partitioned` in ``workers`` processes, merged in replica order
+    (records, rejections, progress) as the serial loop writes them. Ctrl-C stops the workers."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from simulator.interrupts import ignore_interrupts, signals_blocked, signals_ignored, terminate_pool
+
+    # spawn, not fork: the parent may run a progress thread, and forking a threaded process can deadlock.
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=ignore_interrupts)
+    runs = []
+    try:
+        with signals_blocked():
+            futures = [pool.submit(_replica_in_worker, config, i, mine) for i, mine in enumerate(routed)]
+        for future, mine in zip(futures, routed, strict=True):  # in replica order, as each is ready
+            out = future.result()
+            if out is None:
+                raise _Tie
+            totals, memory, end_at, iterations, rejected_ids, num_done, states = out
+            for (_, req), state in zip(mine, states, strict=True):
+                for name, value in zip(_RUN_FIELDS, state, strict=True):
+                    setattr(req, name, value)
+            recorder.iterations.extend_log(iterations)
+            by_id = {req.request_id: req for _, req in mine}
+            recorder.rejected.extend(by_id[i] for i in rejected_ids)
+            recorder.count_done(num_done)
+            runs.append((totals, memory, end_at))
+    except BaseException:  # Ctrl-C, a tie or a failure: stop what still runs
+        with signals_ignored():
+            terminate_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+    return runs
 
 
 def _own_arrivals(env: simpy.Environment, arrivals: list[tuple[float, Request]], replica: Replica):  # noqa: ANN202

@@ -8,7 +8,9 @@ are known in closed form: iteration ``i`` has the same ``n`` decodes, every KV l
 ``i`` longer. This module prices the stretch with one
 :meth:`~simulator.costmodel.base.CostModel.decode_stretch_times` call, lets SimPy jump to
 its end with one timeout, and then writes what ``K`` single steps would have written:
-the same iteration records, token times, request counters and KV blocks.
+the same iteration records, token times, request counters and KV blocks. With lockstep
+decodes (:mod:`simulator.cohort`) the stretch reads the cohort's running sums and advances
+its step counter by ``K`` instead of visiting each request.
 
 The stretch ends with the first of:
 

@@ -75,6 +75,13 @@ class IterationLog(Sequence):
         if any(len(col) != n for col in self._cols):  # invariant: the columns stay aligned
             raise ValueError("extend_columns: columns of unequal length")
 
+    def extend_log(self, other: IterationLog) -> None:
+        """Append another log's rows (column by column, no per-row work)."""
+        self._flush()
+        other._flush()
+        for col, values in zip(self._cols, other._cols, strict=True):
+            col.extend(values)
+
     def _flush(self) -> None:
         buf = self._buf
         if buf:
@@ -154,6 +161,10 @@ class Recorder:
 
     def on_stage(self, replica_id: int, micro_batch_id: int, stage: int, started_at: float, duration: float) -> None:
         self.stages.append((replica_id, micro_batch_id, stage, started_at, duration))
+
+    def count_done(self, n: int) -> None:
+        """``n`` more requests finished or were rejected (progress)."""
+        self._count(n)
 
     def _count(self, n: int) -> None:
         self.num_done += n

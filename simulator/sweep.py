@@ -47,11 +47,9 @@ import hashlib
 import itertools
 import json
 import math
-import signal
-import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +59,7 @@ import pandas as pd
 
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
+from simulator.interrupts import ignore_interrupts, signals_blocked, signals_ignored, stop_on_signals, terminate_pool
 from simulator.options import RUN_OPTIONS
 from simulator.output import check_format, jsonable, write_table
 
@@ -428,63 +427,6 @@ def _is_done(doc: dict[str, Any] | None, retry_failed: bool) -> bool:
     return doc is not None and not (retry_failed and doc.get("status") != "ok")
 
 
-# -- stopping on a signal
-
-
-def _ignore_interrupts() -> None:
-    """Worker initializer: the parent alone handles Ctrl-C; SIGTERM (how the parent stops a
-    worker) kills. Signals were blocked while the worker started; unblock them now."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-
-
-@contextlib.contextmanager
-def _signals_blocked() -> Iterator[None]:
-    """Block SIGINT/SIGTERM in this thread while workers (and pool threads) are started, so
-    they inherit the mask and cannot be hit before :func:`_ignore_interrupts` runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-@contextlib.contextmanager
-def _signal_handlers(handler: Any) -> Iterator[None]:
-    """Install ``handler`` for SIGINT and SIGTERM (main thread only; elsewhere a no-op),
-    putting the previous handlers back afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, previous in old.items():
-            if previous is not None:
-                signal.signal(sig, previous)
-
-
-def _stop_on_signals(received: list[str]) -> contextlib.AbstractContextManager[None]:
-    """Turn SIGINT and SIGTERM into ``KeyboardInterrupt`` in the main thread, recording which
-    arrived in ``received``."""
-
-    def handler(signum: int, frame: object) -> None:
-        received.append(signal.Signals(signum).name)
-        raise KeyboardInterrupt
-
-    return _signal_handlers(handler)
-
-
-def _signals_ignored() -> contextlib.AbstractContextManager[None]:
-    """While stopping, a second Ctrl-C must not break the clean-up into a traceback."""
-    return _signal_handlers(signal.SIG_IGN)
-
-
 # -- backends: call ``on_done(point, record)`` in this thread as each point finishes
 
 
@@ -493,11 +435,11 @@ def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callab
         for point in todo:
             on_done(point, run_point(spec.mode, point.config.to_dict(), point.options))
         return
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_interrupts)
     futures: dict[Future, Point] = {}
     handled: set[Future] = set()
     try:
-        with _signals_blocked():  # workers and the pool's manager thread start on the first submit
+        with signals_blocked():  # workers and the pool's manager thread start on the first submit
             for p in todo:
                 futures[pool.submit(run_point, spec.mode, p.config.to_dict(), p.options)] = p
         pending = set(futures)
@@ -507,18 +449,14 @@ def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callab
                 handled.add(future)
                 on_done(futures[future], future.result())
     except KeyboardInterrupt:
-        with _signals_ignored():
+        with signals_ignored():
             for future in futures:
                 future.cancel()
             # Points that finished while we were interrupted are kept...
             for future, point in futures.items():
                 if future not in handled and future.done() and not future.cancelled() and future.exception() is None:
                     on_done(point, future.result())
-            # ...the ones in flight are stopped (ProcessPoolExecutor has no public way to stop a
-            # running task before Python 3.14) and rerun on resume.
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.terminate()
-            pool.shutdown(wait=True, cancel_futures=True)
+            terminate_pool(pool)  # ...the ones in flight are stopped and rerun on resume
         raise
     pool.shutdown(wait=True)
 
@@ -531,7 +469,7 @@ def _run_ray(spec: SweepSpec, todo: list[Point], address: str, on_done: Callable
                           "pip install 'servesim[ray]' (or ray), or drop --ray-address to use local processes") from None
     started_here = not ray.is_initialized()
     if started_here:
-        with _signals_blocked():  # Ray's own processes must not take the Ctrl-C meant for the sweep
+        with signals_blocked():  # Ray's own processes must not take the Ctrl-C meant for the sweep
             if address == "local":
                 ray.init(include_dashboard=False, log_to_driver=False)
             else:
@@ -545,7 +483,7 @@ def _run_ray(spec: SweepSpec, todo: list[Point], address: str, on_done: Callable
             for ref in ready:
                 on_done(refs[ref], ray.get(ref))
     except KeyboardInterrupt:
-        with _signals_ignored():
+        with signals_ignored():
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
             for ref in ready:  # finished while we were interrupted: keep them
                 with contextlib.suppress(Exception):
@@ -642,7 +580,7 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
 
     received: list[str] = []
     try:
-        with _stop_on_signals(received):
+        with stop_on_signals(received):
             if ray_address:
                 _run_ray(spec, todo, ray_address, on_done)
             else:

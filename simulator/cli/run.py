@@ -48,12 +48,12 @@ def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requ
 
 
 def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttft_slo_s: float,
-                            tbt_slo_s: float, frame: bool = True) -> tuple[RunResult, dict[str, Any], Any]:
+                            tbt_slo_s: float, frame: bool = True, workers: int = 1) -> tuple[RunResult, dict[str, Any], Any]:
     """The run, its summary, and its requests: a pandas frame when ``frame`` (tables are
     written) or pool metrics need it, else numpy columns (no pandas at all)."""
     from simulator.metrics import request_columns, request_frame, summarize
 
-    result = simulate(config, progress=progress)
+    result = simulate(config, progress=progress, workers=workers)
     if isinstance(progress, RunProgress):
         progress.phase(f"computing metrics of {len(result.requests):,} requests", len(result.requests))
     requests = request_frame(result) if frame or "disagg" in result.extra else request_columns(result)
@@ -129,6 +129,8 @@ def run(
     tbt_slo: Annotated[float, typer.Option(help="TBT SLO (s) for goodput.")] = 0.2,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    workers: Annotated[int, typer.Option(min=1, help="Processes for the replicas of a cluster behind a state-free "
+                                               "router (round_robin, random): same results, sooner.")] = 1,
 ) -> None:
     """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, sarathi, ShareGPT)."""
     # Every option is checked before the run: a bad --format or --out must not cost a simulation.
@@ -140,7 +142,7 @@ def run(
     write_error = None
     try:
         result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo,
-                                                            out is not None)
+                                                            out is not None, workers)
         if out is not None:
             if reporter is not None:
                 reporter.phase(f"writing tables to {out}", len(result.requests))

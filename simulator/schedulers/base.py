@@ -22,6 +22,12 @@ and it is not the next victim. With pipeline
 parallelism several batches may be in flight, but a request is in at most one
 (``Request.in_flight``); policies skip in-flight requests.
 
+Lockstep decodes (:mod:`simulator.cohort`): a policy that adds its running decodes only
+through :meth:`Scheduler._add_decodes` may set ``supports_lockstep``; the engine then lets a
+cohort carry the steady decodes, and ``_add_decodes`` and ``complete`` visit only the other
+running requests. The batch is the same (up to entry order); where it would not be (a decode
+cut by the budget, a preemption) the cohort is dissolved first and the loop steps as before.
+
 Extension point: subclass :class:`Scheduler`, implement ``schedule`` (and
 ``reserve_tokens`` if the policy reserves memory up front), and add one line to
 ``simulator.schedulers.SCHEDULERS``.

@@ -17,7 +17,8 @@ shared machine's wall time says more about the neighbours than about the code. P
 - ``results``: replays recorded capacity trials of ``results/sarathi-serve`` and compares every
   figure with the recorded one (exactness of the faster loop);
 - ``cluster``: ShareGPT requests over 16 replicas of Llama-3-8B on H100-SXM at ``--cluster-qps``
-  with ``--out``: wall, CPU, peak RSS (``--cluster-requests``; the issue's figure is 1,000,000).
+  with ``--out``: wall, CPU, peak RSS (``--cluster-requests``; the issue's figure is 1,000,000;
+  ``--cluster-workers N`` runs the replicas in N processes, and CPU s then counts them all).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_speed.py [--parts startup,run,loop,capacity,cluster]
 
@@ -154,9 +155,10 @@ def part_cluster(args: argparse.Namespace) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = SIMULATE + ["run", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--replicas", "16",
                           "--workload", "sharegpt", "--qps", str(args.cluster_qps), "--num-requests",
-                          str(args.cluster_requests), "--no-progress", "--json", "--out", tmp]
+                          str(args.cluster_requests), "--no-progress", "--json", "--out", tmp,
+                          "--workers", str(args.cluster_workers)]
         return [{"part": "cluster", "what": f"{args.cluster_requests} requests, 16x llama-3-8b h100, "
-                 f"{args.cluster_qps} QPS, --out", **timed(cmd)}]
+                 f"{args.cluster_qps} QPS, --out, --workers {args.cluster_workers}", **timed(cmd)}]
 
 
 def part_results(args: argparse.Namespace) -> list[dict]:
@@ -202,6 +204,8 @@ def main() -> None:
     parser.add_argument("--loop-requests", type=int, default=2000)
     parser.add_argument("--cluster-requests", type=int, default=1_000_000)
     parser.add_argument("--cluster-qps", type=float, default=CLUSTER_QPS)
+    parser.add_argument("--cluster-workers", type=int, default=1,
+                        help="processes for the cluster's replicas (CPU s then counts every process)")
     parser.add_argument("--results-trials", type=int, default=3, help="recorded trials to replay per scheduler")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     args = parser.parse_args()

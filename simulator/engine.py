@@ -356,18 +356,21 @@ def _replicas_in_workers(config: RunConfig, routed: list[list[tuple[float, Reque
     runs = []
     try:
         with signals_blocked():
-            futures = [pool.submit(_replica_in_worker, config, i, mine) for i, mine in enumerate(routed)]
-        for future, mine in zip(futures, routed, strict=True):  # in replica order, as each is ready
-            out = future.result()
+            futures: list[Any] = [pool.submit(_replica_in_worker, config, i, mine) for i, mine in enumerate(routed)]
+        for i, mine in enumerate(routed):  # in replica order, as each is ready
+            out = futures[i].result()
+            futures[i] = None  # a merged replica's records are not held twice
             if out is None:
                 raise _Tie
             totals, memory, end_at, iterations, rejected_ids, num_done, states = out
+            del out
             for (_, req), state in zip(mine, states, strict=True):
                 for name, value in zip(_RUN_FIELDS, state, strict=True):
                     setattr(req, name, value)
             recorder.iterations.extend_log(iterations)
+            del iterations, states
             by_id = {req.request_id: req for _, req in mine}
-            recorder.rejected.extend(by_id[i] for i in rejected_ids)
+            recorder.rejected.extend(by_id[request_id] for request_id in rejected_ids)
             recorder.count_done(num_done)
             runs.append((totals, memory, end_at))
     except BaseException:  # Ctrl-C, a tie or a failure: stop what still runs

@@ -348,32 +348,40 @@ def _replicas_in_workers(config: RunConfig, routed: list[list[tuple[float, Reque
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from simulator.interrupts import ignore_interrupts, signals_blocked, signals_ignored, terminate_pool
+    from simulator.interrupts import (
+        ignore_interrupts,
+        signals_blocked,
+        signals_ignored,
+        stop_on_signals,
+        terminate_pool,
+    )
 
     # spawn, not fork: the parent may run a progress thread, and forking a threaded process can deadlock.
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=ignore_interrupts)
     runs = []
     try:
-        with signals_blocked():
-            futures: list[Any] = [pool.submit(_replica_in_worker, config, i, mine) for i, mine in enumerate(routed)]
-        for i, mine in enumerate(routed):  # in replica order, as each is ready
-            out = futures[i].result()
-            futures[i] = None  # a merged replica's records are not held twice
-            if out is None:
-                raise _Tie
-            totals, memory, end_at, iterations, rejected_ids, num_done, states = out
-            del out
-            for (_, req), state in zip(mine, states, strict=True):
-                for name, value in zip(_RUN_FIELDS, state, strict=True):
-                    setattr(req, name, value)
-            recorder.iterations.extend_log(iterations)
-            del iterations, states
-            by_id = {req.request_id: req for _, req in mine}
-            recorder.rejected.extend(by_id[request_id] for request_id in rejected_ids)
-            recorder.count_done(num_done)
-            runs.append((totals, memory, end_at))
-    except BaseException:  # Ctrl-C, a tie or a failure: stop what still runs
+        # SIGTERM, like Ctrl-C, becomes KeyboardInterrupt here, so the workers are stopped either way.
+        with stop_on_signals([]):
+            with signals_blocked():
+                futures: list[Any] = [pool.submit(_replica_in_worker, config, i, mine) for i, mine in enumerate(routed)]
+            for i, mine in enumerate(routed):  # in replica order, as each is ready
+                out = futures[i].result()
+                futures[i] = None  # a merged replica's records are not held twice
+                if out is None:
+                    raise _Tie
+                totals, memory, end_at, iterations, rejected_ids, num_done, states = out
+                del out
+                for (_, req), state in zip(mine, states, strict=True):
+                    for name, value in zip(_RUN_FIELDS, state, strict=True):
+                        setattr(req, name, value)
+                recorder.iterations.extend_log(iterations)
+                del iterations, states
+                by_id = {req.request_id: req for _, req in mine}
+                recorder.rejected.extend(by_id[request_id] for request_id in rejected_ids)
+                recorder.count_done(num_done)
+                runs.append((totals, memory, end_at))
+    except BaseException:  # Ctrl-C, SIGTERM, a tie or a failure: stop what still runs
         with signals_ignored():
             terminate_pool(pool)
         raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -64,3 +65,56 @@ def test_run_cli_workers_option() -> None:
     assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
     bad = runner.invoke(app, [*base, "--workers", "0"])
     assert bad.exit_code != 0 and "--workers" in bad.output
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process groups from /proc")
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_a_signal_stops_a_parallel_run_and_its_workers(how: str) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM to the run
+    alone: exit 130 with one line, no traceback, no worker process left behind."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "simulator", "run", "--replicas", "4", "--workers", "2",
+                             "--num-requests", "400000", "--qps", "400", "--no-progress", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
+                            env={**os.environ, "PYTHONPATH": str(root)}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_group(proc.pid)) < 3 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)  # the run and its two workers
+        assert proc.poll() is None and len(_group(proc.pid)) >= 3, "no workers started"
+        time.sleep(0.5)
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr and len(stderr.strip().splitlines()) == 1
+    deadline = time.monotonic() + 5
+    while _group(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _group(proc.pid), "a worker process outlived the run"
+
+
+def _group(pgid: int) -> list[int]:
+    """Live processes of a process group (Linux /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(entry))
+    return pids

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from simulator.cli.app import app, console
+from simulator.cli.app import app, console, fail
 from simulator.cli.options import run_options
 from simulator.cli.tables import print_table
 from simulator.config import RunConfig
@@ -141,8 +141,11 @@ def run(
     reporter = RunProgress() if progress and not json_out else None
     write_error = None
     try:
-        result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo,
-                                                            out is not None, workers)
+        try:
+            result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo,
+                                                                out is not None, workers)
+        except KeyboardInterrupt:  # Ctrl-C (or SIGTERM to a run with --workers, whose workers are stopped)
+            fail("interrupted: the run was stopped and nothing was written", code=130)
         if out is not None:
             if reporter is not None:
                 reporter.phase(f"writing tables to {out}", len(result.requests))

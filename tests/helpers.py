@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+
 import simpy
 
 from simulator.config import ReplicaConfig, SchedulerConfig
@@ -68,3 +74,49 @@ def submit_all(env: simpy.Environment, replica: Replica, requests: list[Request]
 
     env.process(arrivals())
     env.run()
+
+
+def interrupt_when(proc: subprocess.Popen, ready: Callable[[], bool], how: str, wait_s: float = 90) -> str:
+    """Wait until ``ready()`` (at most ``wait_s``), then stop a ``start_new_session`` child as a
+    user would: ``how`` = "ctrl-c" sends SIGINT to its whole process group (a terminal does),
+    "sigterm" SIGTERM to the process alone. Returns its stderr once it exits. Whatever happens,
+    the group is killed if the child is still running at the end."""
+    try:
+        deadline = time.monotonic() + wait_s
+        while not ready() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert proc.poll() is None and ready(), "the child ended, or never got ready, before it could be interrupted"
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return stderr
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, from /proc (Linux)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(entry))
+    return pids
+
+
+def group_gone(pgid: int, seconds: float = 5.0) -> bool:
+    """Whether every process of the group exits within ``seconds`` (orphans are reaped by then)."""
+    deadline = time.monotonic() + seconds
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import group_gone, group_members, interrupt_when
 from typer.testing import CliRunner
 
 from simulator import engine
@@ -72,49 +76,13 @@ def test_run_cli_workers_option() -> None:
 def test_a_signal_stops_a_parallel_run_and_its_workers(how: str) -> None:
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM to the run
     alone: exit 130 with one line, no traceback, no worker process left behind."""
-    import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen([sys.executable, "-m", "simulator", "run", "--replicas", "4", "--workers", "2",
                              "--num-requests", "400000", "--qps", "400", "--no-progress", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
                             env={**os.environ, "PYTHONPATH": str(root)}, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while len(_group(proc.pid)) < 3 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)  # the run and its two workers
-        assert proc.poll() is None and len(_group(proc.pid)) >= 3, "no workers started"
-        time.sleep(0.5)
-        if how == "ctrl-c":
-            os.killpg(proc.pid, signal.SIGINT)
-        else:
-            os.kill(proc.pid, signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    # The run, its two workers (and multiprocessing's resource tracker) are up.
+    stderr = interrupt_when(proc, lambda: len(group_members(proc.pid)) >= 3, how, wait_s=60)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted" in stderr and len(stderr.strip().splitlines()) == 1
-    deadline = time.monotonic() + 5
-    while _group(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _group(proc.pid), "a worker process outlived the run"
-
-
-def _group(pgid: int) -> list[int]:
-    """Live processes of a process group (Linux /proc)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                pids.append(int(entry))
-    return pids
+    assert group_gone(proc.pid), "a worker process outlived the run"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import group_gone, interrupt_when
 from typer.testing import CliRunner
 
 from simulator.cli import app
@@ -222,22 +223,12 @@ SLOW_POINTS = ["sweep", "--grid", "qps=1,2,3,4,5,6", "--model", "mistral-7b", "-
                "--workload", "fixed", "--prompt-tokens", "256", "--output-tokens", "256", "--workers", "2"]
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_one_signal_stops_a_local_sweep_and_resume_runs_the_rest(tmp_path: Path, how: str):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM to the
     sweep alone: exit 130, no traceback, no worker left, finished points kept and readable."""
-    import signal
     import subprocess
     import sys
-    import time
 
     out = tmp_path / "out"
     root = Path(__file__).resolve().parents[1]
@@ -245,27 +236,12 @@ def test_one_signal_stops_a_local_sweep_and_resume_runs_the_rest(tmp_path: Path,
     proc = subprocess.Popen([sys.executable, "-m", "simulator", *SLOW_POINTS, "--out", str(out), "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=root,
                             start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while not list((out / "points").glob("*.json")) and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert proc.poll() is None, "the sweep ended before it could be interrupted"
-        if how == "ctrl-c":
-            os.killpg(proc.pid, signal.SIGINT)
-        else:
-            os.kill(proc.pid, signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    stderr = interrupt_when(proc, lambda: bool(list((out / "points").glob("*.json"))), how)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "Exception ignored" not in stderr
     stderr = " ".join(stderr.split())  # as read, whatever the terminal's width
     assert "interrupted" in stderr and "run the same command again" in stderr
-    deadline = time.monotonic() + 5
-    while _group_alive(proc.pid) and time.monotonic() < deadline:  # workers: reaped once orphaned
-        time.sleep(0.05)
-    assert not _group_alive(proc.pid), "a worker process outlived the sweep"
+    assert group_gone(proc.pid), "a worker process outlived the sweep"
 
     kept = point_files(out)
     table = pd.read_csv(out / "results.csv")

@@ -130,12 +130,7 @@ class DecodeCohort:
             later = tick + self.block_size
             due[later] = due.get(later, 0) + num_due
         self.pending = True
-        n, t = self.num_members, tick + 1
-        s1 = self.sum_offset
-        offsets = self._offsets
-        while not offsets[0][2].alive:
-            heapq.heappop(offsets)
-        return n, s1 + n * t, self.sum_offset_sq + 2 * t * s1 + n * t * t, -offsets[0][0] + t
+        return self.decode_sums()
 
     def step(self, now: float, gaps: GapLog) -> list[Request]:
         """Every member produced one token at ``now``: record the gaps, return (materialised) finishers."""
@@ -168,6 +163,10 @@ class DecodeCohort:
         for m in done:
             self.materialise(m)
             self._remove(m)
+        if not self.members:  # nobody left to read the past steps: start the step count afresh
+            loose = self.loose
+            self._reset()
+            self.loose, self.active = loose, True
         return [m.req for m in done]
 
     def _push_gap(self, tick: int, gap: float) -> None:

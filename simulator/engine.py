@@ -190,6 +190,12 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     they are and the reason in ``extra["stopped"]``. Capacity search uses it to abandon
     trials that are certain to fail; the replica loop itself is untouched.
     """
+    partitionable = (watch is None and config.fast_forward and config.num_replicas > 1 and config.replica.pp == 1
+                     and config.router in STATE_FREE_ROUTERS and not config.is_disaggregated)
+    if workers > 1 and not partitionable:
+        raise ConfigError("--workers", "only the replicas of a cluster behind a state-free router run in parallel "
+                          "(more than one replica, --router round_robin or random, PP 1, event skipping on)",
+                          "drop --workers for this run")
     if config.is_disaggregated:  # two pools and a KV link: simulator.disagg
         from simulator.disagg import simulate_disaggregated
 
@@ -203,8 +209,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     own_reporter = reporter is not progress
     stopped: str | None = None
     partitioned = None
-    if watch is None and config.fast_forward and config.num_replicas > 1 and config.replica.pp == 1 \
-            and config.router in STATE_FREE_ROUTERS:
+    if partitionable:
         arrivals = [r.arrival_at for r in requests]
         partitioned = run_partitioned(config, requests, recorder, router_rng, reporter, own_reporter, workers)
         if partitioned is None:  # an arrival tied with a replica event: run jointly from scratch
@@ -328,9 +333,14 @@ def _run_replica(config: RunConfig, replica_id: int, mine: list[tuple[float, Req
 _RUN_FIELDS = tuple(f for f in Request.__slots__ if f not in ("request_id", "num_prompt_tokens", "num_output_tokens"))
 
 
-def _replica_in_worker(config: RunConfig, replica_id: int, mine: list[tuple[float, Request]]) -> tuple:
-    """:func:`_run_replica` in a worker process: what the parent needs to write back (the
-    requests arrive pickled, so their final fields travel back), or None on a tie."""
+def _replica_in_worker(config: RunConfig, replica_id: int, path: str) -> tuple:
+    """:func:`_run_replica` in a worker process, on the requests pickled at ``path``: what the
+    parent needs to write back (its requests are copies, so their final fields travel back),
+    or None on a tie."""
+    import pickle
+
+    with open(path, "rb") as f:
+        mine = pickle.load(f)
     recorder = Recorder()
     try:
         totals, memory, end_at = _run_replica(config, replica_id, mine, recorder)
@@ -341,51 +351,78 @@ def _replica_in_worker(config: RunConfig, replica_id: int, mine: list[tuple[floa
             recorder.num_done, [fields(req) for _, req in mine])
 
 
+def _worker_started(started: Any) -> None:
+    """Worker initializer: Ctrl-C is the parent's business; then say so."""
+    from simulator.interrupts import ignore_interrupts
+
+    ignore_interrupts()
+    started.release()
+
+
 def _replicas_in_workers(config: RunConfig, routed: list[list[tuple[float, Request]]], recorder: Recorder,
                          workers: int) -> list[tuple[ReplicaTotals, MemoryPlan, float]]:
     """The replicas of :func:`run_partitioned` in ``workers`` processes, merged in replica order
     (records, rejections, progress) as the serial loop writes them. Ctrl-C stops the workers."""
     import multiprocessing
+    import pickle
+    import tempfile
     from concurrent.futures import ProcessPoolExecutor
 
     from simulator.interrupts import (
-        ignore_interrupts,
         signals_blocked,
         signals_ignored,
         stop_on_signals,
         terminate_pool,
     )
 
-    # spawn, not fork: the parent may run a progress thread, and forking a threaded process can deadlock.
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=ignore_interrupts)
     runs = []
-    try:
-        # SIGTERM, like Ctrl-C, becomes KeyboardInterrupt here, so the workers are stopped either way.
-        with stop_on_signals([]):
-            with signals_blocked():
-                futures: list[Any] = [pool.submit(_replica_in_worker, config, i, mine) for i, mine in enumerate(routed)]
-            for i, mine in enumerate(routed):  # in replica order, as each is ready
-                out = futures[i].result()
-                futures[i] = None  # a merged replica's records are not held twice
-                if out is None:
-                    raise _Tie
-                totals, memory, end_at, iterations, rejected_ids, num_done, states = out
-                del out
-                for (_, req), state in zip(mine, states, strict=True):
-                    for name, value in zip(_RUN_FIELDS, state, strict=True):
-                        setattr(req, name, value)
-                recorder.iterations.extend_log(iterations)
-                del iterations, states
-                by_id = {req.request_id: req for _, req in mine}
-                recorder.rejected.extend(by_id[request_id] for request_id in rejected_ids)
-                recorder.count_done(num_done)
-                runs.append((totals, memory, end_at))
-    except BaseException:  # Ctrl-C, SIGTERM, a tie or a failure: stop what still runs
-        with signals_ignored():
-            terminate_pool(pool)
-        raise
-    pool.shutdown(wait=True)
+    pool = None
+    # spawn, not fork: the parent may run a progress thread, and forking a threaded process can
+    # deadlock. A replica's requests go to its worker through a file, not the pool's pipe: a
+    # large payload blocks the pool's feeder thread on a full pipe, and stopping the workers
+    # mid-read would then hang the parent for good.
+    with tempfile.TemporaryDirectory(prefix="servesim-replicas-") as folder:
+        try:
+            # SIGTERM, like Ctrl-C, becomes KeyboardInterrupt here, so the workers are stopped either way.
+            with stop_on_signals([]):
+                paths = []
+                for i, mine in enumerate(routed):
+                    paths.append(f"{folder}/replica-{i}.pickle")
+                    with open(paths[-1], "wb") as f:
+                        pickle.dump(mine, f, protocol=pickle.HIGHEST_PROTOCOL)
+                context = multiprocessing.get_context("spawn")
+                started = context.Semaphore(0)
+                pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_started,
+                                           initargs=(started,))
+                with signals_blocked():
+                    futures: list[Any] = [pool.submit(_replica_in_worker, config, i, path)
+                                          for i, path in enumerate(paths)]
+                    # A signal waits until every worker runs and ignores Ctrl-C: one stopped while it
+                    # still read its start-up data from the pipe would print a traceback.
+                    for _ in range(workers):
+                        started.acquire(timeout=60)
+                for i, mine in enumerate(routed):  # in replica order, as each is ready
+                    out = futures[i].result()
+                    futures[i] = None  # a merged replica's records are not held twice
+                    if out is None:
+                        raise _Tie
+                    totals, memory, end_at, iterations, rejected_ids, num_done, states = out
+                    del out
+                    for (_, req), state in zip(mine, states, strict=True):
+                        for name, value in zip(_RUN_FIELDS, state, strict=True):
+                            setattr(req, name, value)
+                    recorder.iterations.extend_log(iterations)
+                    del iterations, states
+                    by_id = {req.request_id: req for _, req in mine}
+                    recorder.rejected.extend(by_id[request_id] for request_id in rejected_ids)
+                    recorder.count_done(num_done)
+                    runs.append((totals, memory, end_at))
+        except BaseException:  # Ctrl-C, SIGTERM, a tie or a failure: stop what still runs
+            if pool is not None:
+                with signals_ignored():
+                    terminate_pool(pool)
+            raise
+        pool.shutdown(wait=True)
     return runs
 
 

@@ -17,6 +17,7 @@ from simulator import engine
 from simulator.cli import app
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.engine import simulate
+from simulator.errors import ConfigError
 from simulator.metrics import request_frame
 from simulator.tbt import same_gaps
 from simulator.workload import RequestTable
@@ -86,3 +87,12 @@ def test_a_signal_stops_a_parallel_run_and_its_workers(how: str) -> None:
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted" in stderr and len(stderr.strip().splitlines()) == 1
     assert group_gone(proc.pid), "a worker process outlived the run"
+
+
+@pytest.mark.parametrize("extra", [["--replicas", "1"], ["--replicas", "2", "--router", "least_outstanding"],
+                                   ["--replicas", "2", "--no-fast-forward"], ["--replicas", "2", "--pp", "2"]])
+def test_workers_where_replicas_cannot_run_apart_is_refused(extra: list[str]) -> None:
+    """--workers would do nothing there: one line naming the option, not a silent serial run."""
+    res = CliRunner().invoke(app, ["run", "--num-requests", "20", "--workers", "2", "--no-progress", *extra])
+    assert isinstance(res.exception, ConfigError), res.output  # main() prints it as one line, exit 2
+    assert str(res.exception).startswith("--workers:")

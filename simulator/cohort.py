@@ -70,7 +70,7 @@ class DecodeCohort:
     ``ends[t]`` is the end time of step ``t`` (``ends[0]`` unused).
     """
 
-    __slots__ = ("block_size", "active", "pending", "tick", "ends", "members", "loose", "num_members", "sum_offset",
+    __slots__ = ("block_size", "active", "pending", "tick", "ends", "members", "loose", "sum_offset",
                  "sum_offset_sq", "_offsets", "_due", "_finish", "_fresh", "_stack_ticks", "_stack_gaps")
 
     def __init__(self, block_size: int) -> None:
@@ -84,7 +84,7 @@ class DecodeCohort:
         self.ends = array("d", [0.0])
         self.members: dict[int, _Member] = {}  # by request id
         self.loose: list[Request] = []
-        self.num_members = self.sum_offset = self.sum_offset_sq = 0
+        self.sum_offset = self.sum_offset_sq = 0  # of the members' offsets
         self._offsets: list[tuple[int, int, _Member]] = []  # max-heap (negated) of offsets; dead entries lazily
         self._due: dict[int, int] = {}  # step -> number of members that allocate a block before it
         self._finish: dict[int, list[_Member]] = {}  # step -> members whose last token it produces
@@ -107,7 +107,6 @@ class DecodeCohort:
         tick = self.tick
         m = _Member(req, tick, self.block_size)
         self.members[req.request_id] = m
-        self.num_members += 1
         self.sum_offset += m.offset
         self.sum_offset_sq += m.offset * m.offset
         heapq.heappush(self._offsets, (-m.offset, req.request_id, m))
@@ -137,7 +136,7 @@ class DecodeCohort:
         tick = self.tick
         common = now - self.ends[tick]  # the gap of every member that took part in the last step
         fresh = self._fresh
-        num_common = self.num_members - len(fresh)
+        num_common = len(self.members) - len(fresh)
         if fresh:
             for m in fresh:
                 req = m.req
@@ -186,7 +185,7 @@ class DecodeCohort:
 
     def decode_sums(self) -> tuple[int, int, int, int]:
         """(count, sum, sum of squares, max) of the members' KV lengths in the coming step."""
-        n, t = self.num_members, self.tick + 1
+        n, t = len(self.members), self.tick + 1
         s1 = self.sum_offset
         offsets = self._offsets
         while not offsets[0][2].alive:
@@ -208,7 +207,7 @@ class DecodeCohort:
         k = len(ends) - 1
         self.step(ends[1], gaps)  # finishes nobody: a stretch ends at the first finish, after 2+ steps
         inner = [ends[i + 1] - ends[i] for i in range(1, k)]
-        gaps.extend(inner, repeat(self.num_members, k - 1))
+        gaps.extend(inner, repeat(len(self.members), k - 1))
         tick = self.tick  # after the first step
         self._push_gap(tick + 1, max(inner))
         self.ends.extend(ends[2:])
@@ -256,7 +255,6 @@ class DecodeCohort:
         else:
             due[due_at] -= 1
         del self.members[m.req.request_id]
-        self.num_members -= 1
         self.sum_offset -= m.offset
         self.sum_offset_sq -= m.offset * m.offset
 

@@ -177,7 +177,7 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     replica.num_busy_s = list(accumulate(stretch.durations, initial=replica.num_busy_s))[-1]
     cohort = scheduler.cohort
     if cohort is not None and cohort.active:
-        num_decodes = cohort.num_members
+        num_decodes = len(cohort.members)
         finished = cohort.advance(stretch.ends, scheduler.gaps)
     else:
         num_decodes = len(scheduler.running)

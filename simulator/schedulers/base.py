@@ -50,6 +50,14 @@ from simulator.tbt import GapLog
 _FCFS_KEY = attrgetter("arrival_at", "request_id")  # running order: arrival, ties by id
 
 
+def _insert_fcfs(queue: list[Request], req: Request) -> None:
+    """Insert in running order: at the end, unless a re-admitted request goes back to its arrival place."""
+    if queue and _FCFS_KEY(queue[-1]) > _FCFS_KEY(req):
+        insort(queue, req, key=_FCFS_KEY)
+    else:
+        queue.append(req)
+
+
 @dataclass(slots=True)
 class Batch:
     """One iteration's work. ``requests[i]`` contributes ``num_tokens[i]`` tokens, and the
@@ -151,12 +159,9 @@ class Scheduler:
         req.status = Status.RUNNING
         self._admission_counter += 1
         req.admitted_seq = self._admission_counter
-        for queue in (self.running, self.cohort.loose) if self.cohort is not None and self.cohort.active \
-                else (self.running,):
-            if queue and _FCFS_KEY(queue[-1]) > _FCFS_KEY(req):
-                insort(queue, req, key=_FCFS_KEY)  # a re-admitted request goes back to its arrival place
-            else:
-                queue.append(req)
+        _insert_fcfs(self.running, req)
+        if self.cohort is not None and self.cohort.active:
+            _insert_fcfs(self.cohort.loose, req)
         batch.admitted.append(req)
         return req
 
@@ -300,7 +305,7 @@ class Scheduler:
                 rest.append(req)
         # The step-by-step loop adds every decode and tail (in running order) unless the budget
         # cuts them, and grows blocks one at a time: all succeed iff that many are free.
-        used = cohort.num_members + len(joiners) + len(tails)
+        used = len(cohort.members) + len(joiners) + len(tails)
         if used > budget or need + cohort.num_due() > self.blocks.num_free_blocks:
             return None
         if partial is not None:
@@ -308,9 +313,9 @@ class Scheduler:
         for req in joiners:
             cohort.join(req)
         cohort.loose = rest
-        if cohort.num_members:
+        if cohort.members:
             batch.shape.add_decodes(*cohort.begin_step(self.blocks))
-            batch.num_lockstep = cohort.num_members
+            batch.num_lockstep = len(cohort.members)
         for req in tails:
             if req.num_blocks * block_size <= req.num_computed:
                 self.blocks.try_grow(req, req.num_computed + 1)

@@ -249,3 +249,26 @@ def test_learned_cost_model_fits_and_composes_moe_ops(shared_data):
     one = learned.breakdown(BatchShape.from_requests(decodes=[1024]))["moe_experts"]
     per_expert = sum(float(learned.curves[op](np.array([1.0]))[0]) for op in ("moe_expert_up", "moe_expert_down"))
     assert one == pytest.approx(32 * 2 * per_expert, rel=1e-6)
+
+
+def test_learned_all_reduce_under_ep_is_counted_as_the_roofline_counts_it():
+    """With expert parallelism a MoE layer's MLP all-reduce becomes all-to-alls plus an all-gather
+    (the roofline's ``ep_all_to_all``): a learned all-reduce curve prices only the attention's."""
+    from simulator.costmodel.fit import Curve
+    from simulator.costmodel.learned import LearnedCostModel
+
+    curve = Curve(np.array([1.0, 1e6, 1e8]), np.array([1e-5, 2e-5, 1e-3]))
+    shape = BatchShape.from_requests(decodes=[1024] * 16)
+    tokens_bytes = np.array([16.0 * 4096 * 2])  # Mixtral's hidden size, bf16
+    one = float(curve(tokens_bytes)[0])
+    per_layer = {}
+    for ep in (1, 2):
+        replica = ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=2, ep=ep)
+        artifact = {"model": "mixtral-8x7b", "tp": 2, "gpu": "h100-sxm", "curves": {"all_reduce": curve.to_json()}}
+        learned, roofline = LearnedCostModel(replica, artifact), RooflineCostModel(replica)
+        ops = learned.token_ops(np.array([16.0]))
+        per_layer[ep] = float(ops["tp_all_reduce"][0])
+        assert float(ops["ep_all_to_all"][0]) == pytest.approx(float(roofline.token_ops(np.array([16.0]))["ep_all_to_all"][0]))
+        assert learned.breakdown(shape)["tp_all_reduce"] == pytest.approx(32 * per_layer[ep])
+    assert per_layer[1] == pytest.approx(2 * one)  # attention's and the MLP's
+    assert per_layer[2] == pytest.approx(one)  # every Mixtral layer is MoE: the attention's only

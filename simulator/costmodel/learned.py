@@ -94,6 +94,10 @@ class LearnedCostModel(TabulatedCostModel):
             self.max_fitted_tokens = min(self.max_fitted_tokens, self.curves["all_reduce"].x_max / self._bytes_per_token)
         self.max_fitted_logits = self.curves["lm_head"].x_max if "lm_head" in self.curves else math.inf
         self._num_all_reduce = 1 if self.model.parallel_attn_mlp else 2
+        if self.model.is_moe and replica.ep > 1:
+            # As in the roofline: EP layers swap the MLP's all-reduce for all-to-alls and an
+            # all-gather (the roofline's ``ep_all_to_all``, kept: no curve covers them).
+            self._num_all_reduce -= self.model.num_moe_layers / self.model.num_layers
         if self.prefill is not None:
             p = self.prefill
             self._pre_intercept = p.intercept

@@ -240,7 +240,9 @@ class ArrivalWatch:
     are certainly late (:meth:`is_late`, a judgement that can only stay true as time goes on)
     and raises :class:`~simulator.engine.StopRun` once ``late >= threshold(n)``. Checks run at
     arrival instants only, which the run reaches anyway, so watching never changes a run that
-    is not stopped. Subclasses say what late means.
+    is not stopped. Subclasses say what late means, and when a request's verdict is final
+    (:meth:`is_settled`): a check re-judges only the requests still open, so a trial's checks
+    cost about one look per request, not one per request and check.
     """
 
     num_checks = 64
@@ -254,6 +256,10 @@ class ArrivalWatch:
     def is_late(self, req: Request, now_at: float) -> bool:
         raise NotImplementedError
 
+    def is_settled(self, req: Request) -> bool:
+        """Whether ``req``'s verdict (late or not) can no longer change, whatever happens next."""
+        raise NotImplementedError
+
     def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
         raise NotImplementedError
 
@@ -261,15 +267,24 @@ class ArrivalWatch:
         n = len(requests)
         needed = self.threshold(n)
         every = max(1, n // self.num_checks)
+        # Invariant: ``late`` counts the arrived requests judged late at some check (late stays
+        # late); ``open_reqs`` holds the other arrived ones whose verdict may still change; the
+        # arrived requests in neither are settled on time. So ``late`` equals a full recount.
+        late, num_arrived, open_reqs = 0, 0, []
         for index in range(every - 1, n, every):
             now_at = requests[index].arrival_at
             if now_at > env.now:
                 yield env.timeout(now_at - env.now)
-            late = 0
-            for req in requests:
-                if req.arrival_at > now_at:
-                    break  # arrival order
-                late += self.is_late(req, now_at)
+            while num_arrived < n and requests[num_arrived].arrival_at <= now_at:  # arrival order
+                open_reqs.append(requests[num_arrived])
+                num_arrived += 1
+            still_open = []
+            for req in open_reqs:
+                if self.is_late(req, now_at):
+                    late += 1
+                elif not self.is_settled(req):
+                    still_open.append(req)
+            open_reqs = still_open
             if late >= needed:
                 raise engine.StopRun(self.stop_message(late, n, now_at))
 
@@ -292,6 +307,9 @@ class OverloadWatch(ArrivalWatch):
         if first is not None:
             return first - req.arrival_at > self.limit_s
         return req.status is not Status.REJECTED and now_at - req.arrival_at > self.limit_s
+
+    def is_settled(self, req: Request) -> bool:
+        return req.first_scheduled_at is not None or req.status is Status.REJECTED
 
     def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
         return (f"overloaded: {late} of {num_requests} requests already waited > {self.limit_s:g}s to be scheduled "

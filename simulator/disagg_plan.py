@@ -109,6 +109,9 @@ class TTFTWatch(ArrivalWatch):
             return req.first_token_at - req.arrival_at > self.ttft_s
         return now_at - req.arrival_at > self.ttft_s
 
+    def is_settled(self, req: Request) -> bool:
+        return req.reject_reason is not None or req.first_token_at is not None
+
     def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
         self.num_late, self.num_requests = late, num_requests  # the bound attainment_at reports
         return f"{late} of {num_requests} requests already missed TTFT {self.ttft_s:g}s"

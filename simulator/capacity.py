@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -474,10 +473,6 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
     return result
 
 
-def _search_job(args: tuple[RunConfig, SLO, SearchSettings]) -> SeedResult:
-    return search_seed(*args)
-
-
 def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
                   num_seeds: int = 1, workers: int = 1, on_seed_done=None,  # noqa: ANN001
                   on_trial: Callable[[Trial], None] | None = None) -> CapacityReport:
@@ -501,9 +496,12 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
             if on_seed_done:
                 on_seed_done(results[-1])
     else:
-        with ProcessPoolExecutor(max_workers=min(workers, num_seeds)) as pool:
-            for res in pool.map(_search_job, jobs):
-                results.append(res)
+        from simulator.interrupts import WorkerPool, stop_on_signals
+
+        # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the seeds still searching are stopped.
+        with stop_on_signals([]), WorkerPool(min(workers, num_seeds)) as pool:
+            for future in pool.submit_all(search_seed, jobs):
+                results.append(future.result())
                 if on_seed_done:
-                    on_seed_done(res)
+                    on_seed_done(results[-1])
     return CapacityReport(config, slo, settings, results, wall_s=time.perf_counter() - start)

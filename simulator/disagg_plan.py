@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,6 +34,7 @@ from simulator.config import RunConfig
 from simulator.disagg_layout import layout_of, num_gpus_of
 from simulator.disagg_metrics import slo_attainment
 from simulator.errors import ConfigError
+from simulator.interrupts import WorkerPool, stop_on_signals
 from simulator.kvcache import plan_memory
 from simulator.metrics import request_frame
 from simulator.request import Request
@@ -247,8 +247,7 @@ def label_of(config: RunConfig) -> str:
     return f"{s.name}{tau} {config.num_replicas}x(tp={config.replica.tp})"
 
 
-def _job(args: tuple[RunConfig, GoodputSLO, str, float]) -> GoodputResult:
-    config, slo, family, qps_start = args
+def _job(config: RunConfig, slo: GoodputSLO, family: str, qps_start: float) -> GoodputResult:
     return goodput_search(config, slo, label_of(config), family, qps_start=qps_start)
 
 
@@ -275,11 +274,12 @@ def search_all(candidates: Sequence[tuple[str, RunConfig]], slo: GoodputSLO, qps
             if on_done:
                 on_done(res)
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for res in pool.map(_job, jobs):
-                results.append(res)
+        # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the searches still running are stopped.
+        with stop_on_signals([]), WorkerPool(workers) as pool:
+            for future in pool.submit_all(_job, jobs):
+                results.append(future.result())
                 if on_done:
-                    on_done(res)
+                    on_done(results[-1])
     return results
 
 

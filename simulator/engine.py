@@ -351,78 +351,46 @@ def _replica_in_worker(config: RunConfig, replica_id: int, path: str) -> tuple:
             recorder.num_done, [fields(req) for _, req in mine])
 
 
-def _worker_started(started: Any) -> None:
-    """Worker initializer: Ctrl-C is the parent's business; then say so."""
-    from simulator.interrupts import ignore_interrupts
-
-    ignore_interrupts()
-    started.release()
-
-
 def _replicas_in_workers(config: RunConfig, routed: list[list[tuple[float, Request]]], recorder: Recorder,
                          workers: int) -> list[tuple[ReplicaTotals, MemoryPlan, float]]:
     """The replicas of :func:`run_partitioned` in ``workers`` processes, merged in replica order
     (records, rejections, progress) as the serial loop writes them. Ctrl-C stops the workers."""
-    import multiprocessing
     import pickle
     import tempfile
-    from concurrent.futures import ProcessPoolExecutor
 
-    from simulator.interrupts import (
-        signals_blocked,
-        signals_ignored,
-        stop_on_signals,
-        terminate_pool,
-    )
+    from simulator.interrupts import WorkerPool, stop_on_signals
 
     runs = []
-    pool = None
     # spawn, not fork: the parent may run a progress thread, and forking a threaded process can
     # deadlock. A replica's requests go to its worker through a file, not the pool's pipe: a
     # large payload blocks the pool's feeder thread on a full pipe, and stopping the workers
     # mid-read would then hang the parent for good.
-    with tempfile.TemporaryDirectory(prefix="servesim-replicas-") as folder:
-        try:
-            # SIGTERM, like Ctrl-C, becomes KeyboardInterrupt here, so the workers are stopped either way.
-            with stop_on_signals([]):
-                paths = []
-                for i, mine in enumerate(routed):
-                    paths.append(f"{folder}/replica-{i}.pickle")
-                    with open(paths[-1], "wb") as f:
-                        pickle.dump(mine, f, protocol=pickle.HIGHEST_PROTOCOL)
-                context = multiprocessing.get_context("spawn")
-                started = context.Semaphore(0)
-                pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_started,
-                                           initargs=(started,))
-                with signals_blocked():
-                    futures: list[Any] = [pool.submit(_replica_in_worker, config, i, path)
-                                          for i, path in enumerate(paths)]
-                    # A signal waits until every worker runs and ignores Ctrl-C: one stopped while it
-                    # still read its start-up data from the pipe would print a traceback.
-                    for _ in range(workers):
-                        started.acquire(timeout=60)
-                for i, mine in enumerate(routed):  # in replica order, as each is ready
-                    out = futures[i].result()
-                    futures[i] = None  # a merged replica's records are not held twice
-                    if out is None:
-                        raise _Tie
-                    totals, memory, end_at, iterations, rejected_ids, num_done, states = out
-                    del out
-                    for (_, req), state in zip(mine, states, strict=True):
-                        for name, value in zip(_RUN_FIELDS, state, strict=True):
-                            setattr(req, name, value)
-                    recorder.iterations.extend_log(iterations)
-                    del iterations, states
-                    by_id = {req.request_id: req for _, req in mine}
-                    recorder.rejected.extend(by_id[request_id] for request_id in rejected_ids)
-                    recorder.count_done(num_done)
-                    runs.append((totals, memory, end_at))
-        except BaseException:  # Ctrl-C, SIGTERM, a tie or a failure: stop what still runs
-            if pool is not None:
-                with signals_ignored():
-                    terminate_pool(pool)
-            raise
-        pool.shutdown(wait=True)
+    # SIGTERM, like Ctrl-C, becomes KeyboardInterrupt here, so the workers are stopped either way
+    # (WorkerPool terminates them on any exception: Ctrl-C, SIGTERM, a tie or a failure).
+    with (tempfile.TemporaryDirectory(prefix="servesim-replicas-") as folder, stop_on_signals([]),
+          WorkerPool(workers, "spawn") as pool):
+        paths = []
+        for i, mine in enumerate(routed):
+            paths.append(f"{folder}/replica-{i}.pickle")
+            with open(paths[-1], "wb") as f:
+                pickle.dump(mine, f, protocol=pickle.HIGHEST_PROTOCOL)
+        futures: list[Any] = pool.submit_all(_replica_in_worker, [(config, i, path) for i, path in enumerate(paths)])
+        for i, mine in enumerate(routed):  # in replica order, as each is ready
+            out = futures[i].result()
+            futures[i] = None  # a merged replica's records are not held twice
+            if out is None:
+                raise _Tie
+            totals, memory, end_at, iterations, rejected_ids, num_done, states = out
+            del out
+            for (_, req), state in zip(mine, states, strict=True):
+                for name, value in zip(_RUN_FIELDS, state, strict=True):
+                    setattr(req, name, value)
+            recorder.iterations.extend_log(iterations)
+            del iterations, states
+            by_id = {req.request_id: req for _, req in mine}
+            recorder.rejected.extend(by_id[request_id] for request_id in rejected_ids)
+            recorder.count_done(num_done)
+            runs.append((totals, memory, end_at))
     return runs
 
 

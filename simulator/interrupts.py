@@ -5,17 +5,21 @@ themselves (:func:`ignore_interrupts`, a pool initializer) and only the parent d
 to stop: it turns the signal into ``KeyboardInterrupt`` (:func:`stop_on_signals`), ignores
 a second one while it cleans up (:func:`signals_ignored`) and terminates the workers
 (:func:`terminate_pool`). Signals stay blocked while workers start
-(:func:`signals_blocked`), so none can be hit before its initializer runs. Used by sweeps
-(:mod:`simulator.sweep`) and parallel cluster runs (:mod:`simulator.engine`).
+(:func:`signals_blocked`), so none can be hit before its initializer runs, and the parent
+waits until every worker has run it (:class:`WorkerPool`): a worker stopped while it still
+reads its start-up data (spawn and forkserver pools) would print a traceback. Used by
+sweeps (:mod:`simulator.sweep`), parallel cluster runs (:mod:`simulator.engine`) and
+multi-seed capacity searches (:mod:`simulator.capacity`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import signal
 import threading
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 
@@ -25,6 +29,12 @@ def ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _worker_started(started: Any) -> None:
+    """Worker initializer of :class:`WorkerPool`: Ctrl-C is the parent's business; then say so."""
+    ignore_interrupts()
+    started.release()
 
 
 @contextlib.contextmanager
@@ -79,3 +89,43 @@ def terminate_pool(pool: ProcessPoolExecutor) -> None:
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         process.terminate()
     pool.shutdown(wait=True, cancel_futures=True)
+
+
+class WorkerPool:
+    """A process pool whose workers leave Ctrl-C and SIGTERM to the parent.
+
+    Contract: :meth:`submit_all` returns once every worker it started has run its
+    initializer (so a signal from then on finds only workers that ignore Ctrl-C and die
+    quietly on SIGTERM); leaving the ``with`` block normally waits for the pool, leaving it
+    by any exception (``KeyboardInterrupt`` included) terminates the workers first. Turning
+    signals into ``KeyboardInterrupt`` is the caller's choice (:func:`stop_on_signals`).
+    """
+
+    START_TIMEOUT_S = 60.0
+
+    def __init__(self, max_workers: int, start_method: str | None = None) -> None:
+        context = multiprocessing.get_context(start_method)
+        self._started = context.Semaphore(0)
+        self.pool = ProcessPoolExecutor(max_workers=max_workers, mp_context=context, initializer=_worker_started,
+                                        initargs=(self._started,))
+        self._num_started = 0
+
+    def submit_all(self, fn: Callable[..., Any], jobs: Iterable[tuple]) -> list[Future]:
+        """Submit ``fn(*job)`` for every job; return their futures once the workers run."""
+        with signals_blocked():  # workers (and the pool's manager thread) start on submit
+            futures = [self.pool.submit(fn, *job) for job in jobs]
+            # The pool starts its processes during submit (all at once, or one per task).
+            num_processes = len(getattr(self.pool, "_processes", None) or {})
+            while self._num_started < num_processes and self._started.acquire(timeout=self.START_TIMEOUT_S):
+                self._num_started += 1
+        return futures
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.pool.shutdown(wait=True)
+        else:
+            with signals_ignored():
+                terminate_pool(self.pool)

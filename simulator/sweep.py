@@ -50,7 +50,7 @@ import math
 import time
 import tomllib
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ import pandas as pd
 
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
-from simulator.interrupts import ignore_interrupts, signals_blocked, signals_ignored, stop_on_signals, terminate_pool
+from simulator.interrupts import WorkerPool, signals_blocked, signals_ignored, stop_on_signals
 from simulator.options import RUN_OPTIONS
 from simulator.output import check_format, jsonable, write_table
 
@@ -435,30 +435,25 @@ def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callab
         for point in todo:
             on_done(point, run_point(spec.mode, point.config.to_dict(), point.options))
         return
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_interrupts)
-    futures: dict[Future, Point] = {}
-    handled: set[Future] = set()
-    try:
-        with signals_blocked():  # workers and the pool's manager thread start on the first submit
-            for p in todo:
-                futures[pool.submit(run_point, spec.mode, p.config.to_dict(), p.options)] = p
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                handled.add(future)
-                on_done(futures[future], future.result())
-    except KeyboardInterrupt:
-        with signals_ignored():
-            for future in futures:
-                future.cancel()
-            # Points that finished while we were interrupted are kept...
-            for future, point in futures.items():
-                if future not in handled and future.done() and not future.cancelled() and future.exception() is None:
-                    on_done(point, future.result())
-            terminate_pool(pool)  # ...the ones in flight are stopped and rerun on resume
-        raise
-    pool.shutdown(wait=True)
+    with WorkerPool(workers) as pool:
+        jobs = [(spec.mode, p.config.to_dict(), p.options) for p in todo]
+        futures = dict(zip(pool.submit_all(run_point, jobs), todo, strict=True))
+        handled: set[Future] = set()
+        try:
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    handled.add(future)
+                    on_done(futures[future], future.result())
+        except KeyboardInterrupt:
+            # Points that finished while we were interrupted are kept; the ones in flight are
+            # stopped (leaving the pool) and rerun on resume.
+            with signals_ignored():
+                for future, point in futures.items():
+                    if future not in handled and future.done() and not future.cancelled() and future.exception() is None:
+                        on_done(point, future.result())
+            raise
 
 
 def _run_ray(spec: SweepSpec, todo: list[Point], address: str, on_done: Callable[[Point, dict], None]) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from simulator.cli.app import app
+from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
 from simulator.cli.options import run_options
 from simulator.cli.steps import StepProgress
@@ -103,9 +103,12 @@ def capacity(
         steps.update(f"seed {seed.seed} done: capacity {seed.capacity_qps:.4g} QPS")
 
     # Progress on stderr, one step per trial (per seed when seeds run in parallel); --json stays quiet.
-    with StepProgress("capacity", quiet=json_out) as steps:
-        report = find_capacity(config, slo, settings, num_seeds=seeds, workers=workers, on_seed_done=on_seed_done,
-                               on_trial=on_trial)
+    try:
+        with StepProgress("capacity", quiet=json_out) as steps:
+            report = find_capacity(config, slo, settings, num_seeds=seeds, workers=workers,
+                                   on_seed_done=on_seed_done, on_trial=on_trial)
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM with --workers, whose workers are stopped)
+        fail("interrupted: the search was stopped and nothing was written", code=130)
     data = report.to_dict()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from simulator.cli.app import app, console
+from simulator.cli.app import app, console, fail
 from simulator.cli.capacity import default_option
 from simulator.cli.options import run_options
 from simulator.cli.tables import print_table
@@ -55,7 +55,11 @@ def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, A
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console(stderr=True), transient=True) as progress:
         task = progress.add_task("goodput searches", total=len(candidates))
-        return search_all(candidates, slo, qps_start, workers, on_done=lambda r: progress.advance(task))
+        try:
+            return search_all(candidates, slo, qps_start, workers, on_done=lambda r: progress.advance(task))
+        except KeyboardInterrupt:  # Ctrl-C (or SIGTERM with --workers, whose workers are stopped)
+            progress.stop()
+            fail("interrupted: the searches were stopped and nothing was written", code=130)
 
 
 def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot: bool) -> None:  # noqa: ANN001

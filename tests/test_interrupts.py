@@ -1,0 +1,56 @@
+"""Worker pools stop cleanly: Ctrl-C and SIGTERM end multi-process commands with one line.
+
+The parallel cluster run (tests/test_parallel_cluster.py) and the sweep (tests/test_sweep.py)
+have their own signal tests; these cover the shared pool and the multi-seed capacity search.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import group_gone, group_members, interrupt_when
+
+from simulator.interrupts import WorkerPool
+
+
+def _sigint_handler_is_ignore(_: int) -> bool:
+    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_submit_all_returns_once_every_started_worker_ignores_ctrl_c(start_method: str) -> None:
+    with WorkerPool(2, start_method) as pool:
+        futures = pool.submit_all(_sigint_handler_is_ignore, [(i,) for i in range(4)])
+        processes = pool.pool._processes  # noqa: SLF001 - the workers the pool started
+        assert processes and pool._num_started == len(processes)  # noqa: SLF001
+        assert all(f.result() for f in futures)
+
+
+def test_leaving_a_pool_by_an_exception_stops_its_workers() -> None:
+    with pytest.raises(KeyboardInterrupt), WorkerPool(2, "spawn") as pool:
+        pool.submit_all(_sigint_handler_is_ignore, [(0,), (1,)])
+        pids = list(pool.pool._processes)  # noqa: SLF001
+        raise KeyboardInterrupt
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process groups from /proc")
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_a_signal_stops_a_multi_seed_capacity_search_and_its_workers(how: str) -> None:
+    """`capacity --seeds 4 --workers 2` used to run its seeds on after Ctrl-C (seconds, silently)."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "simulator", "capacity", "--model", "mistral-7b", "--seeds", "4",
+                             "--workers", "2", "--num-requests", "8192", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
+                            env={**os.environ, "PYTHONPATH": str(root)}, start_new_session=True)
+    stderr = interrupt_when(proc, lambda: len(group_members(proc.pid)) >= 3, how, wait_s=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr and len(stderr.strip().splitlines()) == 1
+    assert group_gone(proc.pid), "a worker process outlived the search"

@@ -57,7 +57,7 @@ from simulator.costmodel import load_cost_model
 from simulator.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of
 from simulator.engine import RunResult, _reporter, prepare_requests, run_to_end
 from simulator.errors import ConfigError
-from simulator.kvcache import BlockManager, MemoryPlan, plan_memory
+from simulator.kvcache import BlockManager, MemoryPlan, build_kv_cache, max_model_len_shortfall
 from simulator.progress import RunProgress
 from simulator.records import Recorder
 from simulator.replica import Replica
@@ -177,14 +177,14 @@ def _mixed_class(mixin: type, base: type) -> type:
 
 def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type | None, field: str) -> tuple[Scheduler, MemoryPlan]:
     max_model_len = replica.effective_max_model_len
-    plan = plan_memory(replica, sched.token_budget(max_model_len), sched.max_num_seqs)
-    blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark)
+    blocks, plan = build_kv_cache(replica, sched)
     cls = SCHEDULERS[sched.name]
     if mixin is not None:
         cls = _mixed_class(mixin, cls)
-    if mixin is not PrefillMixin and blocks.num_usable_blocks * replica.block_size < max_model_len:
-        raise ConfigError(field, f"the KV cache holds {blocks.num_usable_blocks * replica.block_size} tokens per replica, "
-                          f"fewer than max_model_len {max_model_len}", "lower --max-model-len or give the pool more GPUs")
+    # A prefill replica holds prompts only: one too long for it is rejected per request.
+    short = None if mixin is PrefillMixin else max_model_len_shortfall(blocks, max_model_len)
+    if short is not None:
+        raise ConfigError(field, short, "lower --max-model-len or give the pool more GPUs")
     return cls(sched, blocks, max_model_len), plan
 
 

@@ -35,7 +35,7 @@ from simulator.disagg_layout import layout_of, num_gpus_of
 from simulator.disagg_metrics import slo_attainment
 from simulator.errors import ConfigError
 from simulator.interrupts import WorkerPool, stop_on_signals
-from simulator.kvcache import plan_memory
+from simulator.kvcache import build_kv_cache, max_model_len_shortfall
 from simulator.metrics import request_frame
 from simulator.request import Request
 
@@ -182,15 +182,16 @@ def goodput_search(config: RunConfig, slo: GoodputSLO, label: str = "", family: 
 
 
 def fits(config: RunConfig) -> bool:
-    """Whether every replica of ``config`` holds its weights and a max_model_len KV cache."""
+    """Whether every replica of ``config`` holds its weights and a max_model_len KV cache, as
+    its run sizes the cache (watermark included). Stricter than a run for a prefill pool,
+    which a run lets reject long prompts one by one: a planner's layout serves every request."""
     try:
         layout = layout_of(config)
         pairs = ([(layout.prefill_replica, layout.prefill_scheduler), (layout.decode_replica, layout.decode_scheduler)]
                  if layout is not None else [(config.replica, config.scheduler)])
         for replica, sched in pairs:
-            max_len = replica.effective_max_model_len
-            plan = plan_memory(replica, sched.token_budget(max_len), sched.max_num_seqs)
-            if plan.num_kv_tokens < max_len:
+            blocks, _ = build_kv_cache(replica, sched)
+            if max_model_len_shortfall(blocks, replica.effective_max_model_len) is not None:
                 return False
     except ConfigError:
         return False

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.config import ReplicaConfig
+from simulator.config import ReplicaConfig, SchedulerConfig
 from simulator.costmodel.base import split_layers
 from simulator.errors import ConfigError
 from simulator.request import Request
@@ -158,3 +158,20 @@ class BlockManager:
     @property
     def num_used_blocks(self) -> int:
         return self.num_blocks - self.num_free_blocks
+
+
+def build_kv_cache(replica: ReplicaConfig, sched: SchedulerConfig) -> tuple[BlockManager, MemoryPlan]:
+    """One replica's KV cache as its scheduler sees it: the memory plan's blocks, with the
+    scheduler's watermark. The one place a replica's cache is sized (runs, pools, planners)."""
+    max_model_len = replica.effective_max_model_len
+    plan = plan_memory(replica, sched.token_budget(max_model_len), sched.max_num_seqs)
+    return BlockManager(plan.num_blocks, replica.block_size, sched.watermark), plan
+
+
+def max_model_len_shortfall(blocks: BlockManager, max_model_len: int) -> str | None:
+    """Why an idle cache cannot take one request of ``max_model_len`` tokens (None if it can):
+    new prompts may use every block but the watermark."""
+    held = blocks.num_usable_blocks * blocks.block_size
+    if held >= max_model_len:
+        return None
+    return f"the KV cache holds {held} tokens per replica, fewer than max_model_len {max_model_len}"

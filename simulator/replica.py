@@ -23,7 +23,7 @@ import simpy
 from simulator import fastforward
 from simulator.config import RunConfig
 from simulator.costmodel.base import CostModel
-from simulator.kvcache import BlockManager, MemoryPlan, plan_memory
+from simulator.kvcache import MemoryPlan, build_kv_cache, max_model_len_shortfall
 from simulator.request import Request, Status
 from simulator.schedulers import SCHEDULERS, Batch, Scheduler
 
@@ -38,14 +38,10 @@ def build_scheduler(config: RunConfig, lockstep: bool = False) -> tuple[Schedule
     ``lockstep``: advance steady decodes as a cohort (:meth:`Scheduler.enable_lockstep`)."""
     replica, sched = config.replica, config.scheduler
     max_model_len = replica.effective_max_model_len
-    budget = sched.token_budget(max_model_len)
-    plan = plan_memory(replica, budget, sched.max_num_seqs)
-    blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark)
-    if blocks.num_usable_blocks * replica.block_size < max_model_len:
-        raise ConfigError(
-            "replica.max_model_len",
-            f"the KV cache holds {blocks.num_usable_blocks * replica.block_size} tokens per replica, fewer than "
-            f"max_model_len {max_model_len}", "lower --max-model-len or add GPUs (--tp/--pp)")
+    blocks, plan = build_kv_cache(replica, sched)
+    short = max_model_len_shortfall(blocks, max_model_len)
+    if short is not None:
+        raise ConfigError("replica.max_model_len", short, "lower --max-model-len or add GPUs (--tp/--pp)")
     scheduler = SCHEDULERS[sched.name](sched, blocks, max_model_len)
     if lockstep:
         scheduler.enable_lockstep()

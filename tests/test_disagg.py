@@ -233,6 +233,22 @@ def small_workload(config: RunConfig) -> RunConfig:
                           workload__num_requests=60)
 
 
+@pytest.mark.parametrize(("num_gpu_blocks", "runs"), [(256, False), (260, True)])
+def test_fits_agrees_with_the_run_at_the_watermark(num_gpu_blocks: int, runs: bool) -> None:
+    """256 blocks of 16 are exactly max_model_len 4096 tokens, but new prompts may not use the
+    1% watermark (2 blocks): the run refuses that cache, so the planner must not offer it."""
+    from simulator.disagg_plan import fits
+
+    config = small_workload(RunConfig().replace(replica__model="llama-2-7b", replica__num_gpu_blocks=num_gpu_blocks))
+    assert config.replica.effective_max_model_len == 4096
+    assert fits(config) is runs
+    if runs:
+        assert len(simulate(config).requests) == 60
+    else:
+        with pytest.raises(ConfigError, match="max_model_len"):
+            simulate(config)
+
+
 def test_split_candidates_use_exactly_the_gpus_and_fit() -> None:
     from simulator.disagg_layout import num_gpus_of
     from simulator.disagg_plan import aggregated_candidates, fits, split_candidates

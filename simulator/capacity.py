@@ -48,6 +48,7 @@ from simulator.costmodel.base import BatchShape
 from simulator.errors import ConfigError
 from simulator.metrics import request_columns, tbt_distribution
 from simulator.request import Request, Status
+from simulator.search import Limits, largest_passing
 from simulator.tbt import percentiles
 
 if TYPE_CHECKING:  # pandas loads for tables, not for a search
@@ -432,44 +433,22 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
         return t
 
     qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
-    first = trial(qps)
-    passed: Trial | None = first if first.passed else None
-    failed: Trial | None = None if first.passed else first
-    # Bracket: double up from a pass, halve down from a failure.
-    while passed is None:
+    limits = Limits(settings.rel_tol, settings.min_qps, settings.max_qps, settings.max_trials)
+    found = largest_passing(lambda q: trial(q).passed, qps, limits)
+    by_qps = {t.qps: t for t in trials}
+    failed = by_qps[found.failed_qps] if found.failed_qps is not None else None
+    result.capacity_qps = found.passed_qps or 0.0
+    if found.passed_qps is None:
         assert failed is not None
-        if failed.qps / 2 < settings.min_qps or len(trials) >= settings.max_trials:
-            result.reason = (f"capacity 0: no QPS down to {failed.qps:.3g} meets {slo.describe()} "
-                             f"(last failure: {failed.reason})")
-            return result
-        t = trial(failed.qps / 2)
-        if t.passed:
-            passed = t
-        else:
-            failed = t
-    while failed is None:
-        if passed.qps * 2 > settings.max_qps or len(trials) >= settings.max_trials:
-            result.capacity_qps = passed.qps
-            result.reason = f"still meets the SLO at {passed.qps:.3g} QPS (the search limit; raise max_qps)"
-            return result
-        t = trial(passed.qps * 2)
-        if t.passed:
-            passed = t
-        else:
-            failed = t
-    # Bisect: invariant passed.qps < failed.qps (assuming pass/fail is monotone in load).
-    while (failed.qps - passed.qps) / failed.qps > settings.rel_tol:
-        if len(trials) >= settings.max_trials:
-            result.capacity_qps = passed.qps
-            result.reason = f"stopped after {len(trials)} trials with the bracket [{passed.qps:.3g}, {failed.qps:.3g}]"
-            return result
-        t = trial((passed.qps + failed.qps) / 2)
-        if t.passed:
-            passed = t
-        else:
-            failed = t
-    result.capacity_qps = passed.qps
-    result.reason = f"converged: passes at {passed.qps:.4g}, fails at {failed.qps:.4g} QPS ({failed.reason})"
+        result.reason = (f"capacity 0: no QPS down to {failed.qps:.3g} meets {slo.describe()} "
+                         f"(last failure: {failed.reason})")
+    elif failed is None:
+        result.reason = f"still meets the SLO at {found.passed_qps:.3g} QPS (the search limit; raise max_qps)"
+    elif found.stop == "max_trials":
+        result.reason = (f"stopped after {len(trials)} trials with the bracket "
+                         f"[{found.passed_qps:.3g}, {failed.qps:.3g}]")
+    else:
+        result.reason = f"converged: passes at {found.passed_qps:.4g}, fails at {failed.qps:.4g} QPS ({failed.reason})"
     return result
 
 

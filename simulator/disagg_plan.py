@@ -38,6 +38,7 @@ from simulator.interrupts import WorkerPool, stop_on_signals
 from simulator.kvcache import build_kv_cache, max_model_len_shortfall
 from simulator.metrics import request_frame
 from simulator.request import Request
+from simulator.search import Limits, largest_passing
 
 DEFAULT_TAUS = (256, 512, 1024, 2048)
 
@@ -137,42 +138,27 @@ def goodput_search(config: RunConfig, slo: GoodputSLO, label: str = "", family: 
     """
     start = time.perf_counter()
     res = GoodputResult(label or (config.prefill_pool or config.scheduler.name), family, config, num_gpus_of(config))
-    if incumbent_qps:
-        qps_start = incumbent_qps
 
     def passes(qps: float) -> bool:
         att = attainment_at(config, qps, slo)
         res.trials.append((qps, att))
         return att >= slo.attainment
 
-    lo, hi = None, None
-    qps = qps_start
-    if incumbent_qps and not passes(qps):
-        hi, qps, rel_tol = qps, qps / 2, max(rel_tol, coarse_rel_tol)
+    if not incumbent_qps:
+        found = largest_passing(passes, qps_start, Limits(rel_tol, min_qps, max_qps, max_trials))
+    elif passes(incumbent_qps):
+        found = largest_passing(passes, incumbent_qps, Limits(rel_tol, min_qps, max_qps, max_trials),
+                                passed_qps=incumbent_qps, num_tried=1)
+    else:  # it cannot win: bisected below the incumbent only coarsely
+        rel_tol = max(rel_tol, coarse_rel_tol)
+        found = largest_passing(passes, incumbent_qps, Limits(rel_tol, min_qps, max_qps, max_trials),
+                                failed_qps=incumbent_qps, num_tried=1)
         res.reason = "below the best so far (coarse): "
-    while len(res.trials) < max_trials:
-        if passes(qps):
-            lo = qps
-            if hi is not None:
-                break
-            if qps * 2 > max_qps:
-                res.reason = f"meets the SLO up to the search limit {max_qps:g} QPS"
-                break
-            qps *= 2
-        else:
-            hi = qps
-            if lo is not None:
-                break
-            if qps / 2 < min_qps:
-                res.reason = f"misses the SLO down to {qps:.3g} QPS"
-                break
-            qps /= 2
-    while lo is not None and hi is not None and (hi - lo) / hi > rel_tol and len(res.trials) < max_trials:
-        mid = (lo + hi) / 2
-        if passes(mid):
-            lo = mid
-        else:
-            hi = mid
+    lo, hi = found.passed_qps, found.failed_qps
+    if lo is None and found.stop == "none_passes":
+        res.reason = f"misses the SLO down to {hi:.3g} QPS"
+    elif hi is None and found.stop == "max_qps":
+        res.reason = f"meets the SLO up to the search limit {max_qps:g} QPS"
     res.rate_qps = lo or 0.0
     if lo and hi:
         res.reason += f"passes at {lo:.4g}, fails at {hi:.4g} QPS"

@@ -1,4 +1,8 @@
-"""Progress of a long run, from request generation to written tables, on stderr.
+"""Progress on stderr: of a long run (:class:`RunProgress`) and of a command's steps (:class:`StepProgress`).
+
+Both write to stderr only, so stdout stays clean for a command's result, and both only
+observe: no result depends on them.
+
 
 A run of millions of requests spends tens of seconds generating and building requests
 before the first one finishes, then minutes simulating, then more computing metrics and
@@ -20,7 +24,11 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from types import TracebackType
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:  # rich loads when a live line is shown, not at import
+    from rich.progress import Progress
 
 PLAIN_EVERY_S = 10.0
 PLAIN_QUIET_S = 2.0
@@ -117,3 +125,58 @@ class RunProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+class StepProgress:
+    """Steps of a long command (a capacity search's trials, a sweep's points, a planner's
+    searches). On a terminal: one live line (spinner, steps done of the total when known,
+    elapsed time, the current step). Piped or redirected: one plain line per step, so a log
+    shows where the command is.
+
+    Context manager; call :meth:`update` as each step starts (or ends).
+
+    ``update(message, done=None, total=None)``: ``done`` of ``total`` steps finished so far,
+    when the command knows them. Safe to call from the thread that entered it only.
+    """
+
+    def __init__(self, what: str, quiet: bool = False) -> None:
+        self.what = what
+        self.quiet = quiet
+        self._live = not quiet and sys.stderr.isatty()
+        self._progress: Progress | None = None
+        self._task = None
+        self._start = time.perf_counter()
+
+    def __enter__(self) -> StepProgress:
+        self._start = time.perf_counter()
+        if self._live:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._progress = Progress(SpinnerColumn(), TextColumn(self.what), BarColumn(bar_width=20),
+                                      MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
+                                      console=Console(stderr=True), transient=True)
+            self._task = self._progress.add_task("", total=None)
+            self._progress.start()
+        return self
+
+    def update(self, message: str, done: int | None = None, total: int | None = None) -> None:
+        if self.quiet:
+            return
+        if self._progress is not None:
+            self._progress.update(self._task, description=message, completed=done or 0, total=total)
+            return
+        count = f" [{done}/{total}]" if done is not None and total else ""
+        print(f"{self.what}{count} {time.perf_counter() - self._start:.0f}s: {message}", file=sys.stderr, flush=True)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -62,6 +62,7 @@ from simulator.errors import ConfigError
 from simulator.interrupts import WorkerPool, signals_blocked, signals_ignored, stop_on_signals
 from simulator.options import RUN_OPTIONS
 from simulator.output import check_format, jsonable, write_table
+from simulator.progress import StepProgress
 
 MODES = ("run", "capacity")
 TOP_LEVEL_KEYS = ("mode", "base", "grid")
@@ -562,57 +563,35 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
 
     write_table(current_table(), out / "results", fmt)
     failed = 0
-    bar = _Bar(len(spec.points), len(spec.points) - len(todo)) if progress else None
+    num_done, num_total = len(spec.points) - len(todo), len(spec.points)
+    steps = StepProgress("sweep", quiet=not progress)
 
     def on_done(point: Point, record: dict[str, Any]) -> None:
-        nonlocal failed
+        nonlocal failed, num_done
         docs[point.key] = _write_point(out, spec.mode, point, record)
         if record["status"] != "ok":
             failed += 1
         write_table(current_table(), out / "results", fmt)
-        if bar:
-            bar.advance(point, record)
+        num_done += 1
+        note = "ok" if record["status"] == "ok" else f"failed: {record['error'][:60]}"
+        steps.update(f"point {point.index} {note}", num_done, num_total)
 
     received: list[str] = []
-    try:
-        with stop_on_signals(received):
-            if ray_address:
-                _run_ray(spec, todo, ray_address, on_done)
-            else:
-                _run_local(spec, todo, min(workers, max(1, len(todo))), on_done)
-    except KeyboardInterrupt:
-        if bar:
-            bar.close()
-            bar = None
-        # From the files: a signal may have landed between writing a point and noting it.
-        docs.update({p.key: read_point(out, p.key) for p in todo})
-        write_table(current_table(), out / "results", fmt)
-        num_done = sum(_is_done(doc, False) for doc in docs.values())
-        raise SweepInterrupted(received[0] if received else "SIGINT", num_done, len(spec.points), out,
-                               table_path) from None
-    finally:
-        if bar:
-            bar.close()
+    with steps:
+        steps.update(f"{len(todo)} points to run", num_done, num_total)
+        try:
+            with stop_on_signals(received):
+                if ray_address:
+                    _run_ray(spec, todo, ray_address, on_done)
+                else:
+                    _run_local(spec, todo, min(workers, max(1, len(todo))), on_done)
+        except KeyboardInterrupt:
+            # From the files: a signal may have landed between writing a point and noting it.
+            docs.update({p.key: read_point(out, p.key) for p in todo})
+            write_table(current_table(), out / "results", fmt)
+            num_done = sum(_is_done(doc, False) for doc in docs.values())
+            raise SweepInterrupted(received[0] if received else "SIGINT", num_done, num_total, out,
+                                   table_path) from None
     table = current_table()
     write_table(table, out / "results", fmt)
     return SweepResult(table, len(todo), len(spec.points) - len(todo), failed, out, table_path)
-
-
-class _Bar:
-    """Progress over points on stderr (rich)."""
-
-    def __init__(self, total: int, done: int) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                  TextColumn("{task.description}"), console=Console(stderr=True))
-        self._task = self._progress.add_task("", total=total, completed=done)
-        self._progress.start()
-
-    def advance(self, point: Point, record: dict[str, Any]) -> None:
-        note = "" if record["status"] == "ok" else f"point {point.index} failed: {record['error'][:60]}"
-        self._progress.update(self._task, advance=1, description=note)
-
-    def close(self) -> None:
-        self._progress.stop()

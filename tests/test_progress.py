@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
-from simulator.cli.steps import StepProgress
+from simulator.progress import StepProgress
 
 runner = CliRunner()
 

@@ -18,11 +18,11 @@ import typer
 from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
 from simulator.cli.options import run_options
-from simulator.cli.steps import StepProgress
 from simulator.cli.tables import print_table
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 from simulator.output import jsonable
+from simulator.progress import StepProgress
 
 if TYPE_CHECKING:  # rich loads when a table is printed, not when the CLI is imported
     from rich.console import Console

@@ -15,10 +15,10 @@ import typer
 
 from simulator.cli.app import app
 from simulator.cli.app import console as app_console
-from simulator.cli.steps import StepProgress
 from simulator.cli.tables import print_table
 from simulator.config import DEFAULT_ENGINE, ReplicaConfig
 from simulator.errors import ConfigError
+from simulator.progress import StepProgress
 
 if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for --help
     from simulator.costmodel import BatchShape, CostModel

@@ -20,6 +20,7 @@ from simulator.cli.tables import print_table
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 from simulator.output import jsonable
+from simulator.progress import StepProgress
 
 disagg_app = typer.Typer(help="Disaggregated prefill/decode planning: split search and comparison with chunked prefills.",
                          no_args_is_help=True)
@@ -46,20 +47,22 @@ def _ints(text: str, field: str) -> tuple[int, ...]:
 
 
 def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, ANN202
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from simulator.disagg_plan import search_all
 
     if not candidates:
         raise ConfigError("gpus", "no layout of that many GPUs fits the model", "raise --gpus or allow larger --tps")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console(stderr=True), transient=True) as progress:
-        task = progress.add_task("goodput searches", total=len(candidates))
-        try:
-            return search_all(candidates, slo, qps_start, workers, on_done=lambda r: progress.advance(task))
-        except KeyboardInterrupt:  # Ctrl-C (or SIGTERM with --workers, whose workers are stopped)
-            progress.stop()
-            fail("interrupted: the searches were stopped and nothing was written", code=130)
+    num_done = 0
+
+    def on_done(result) -> None:  # noqa: ANN001
+        nonlocal num_done
+        num_done += 1
+        steps.update(f"{result.label}: {result.rate_qps:.3g} req/s", num_done, len(candidates))
+
+    try:
+        with StepProgress("goodput searches") as steps:
+            return search_all(candidates, slo, qps_start, workers, on_done=on_done)
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM with --workers, whose workers are stopped)
+        fail("interrupted: the searches were stopped and nothing was written", code=130)
 
 
 def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot: bool) -> None:  # noqa: ANN001

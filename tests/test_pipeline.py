@@ -169,3 +169,15 @@ def test_pp_layout_prices_an_inter_node_hop_above_an_intra_node_one():
     assert compute[0] == pytest.approx(compute[1])
     e2e = [sum(r[2] for r in res.iterations) for res in (one_node, two_nodes)]
     assert e2e[1] > e2e[0] + 0.01
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_engine_stage_times_are_the_base_formula_priced_once(pp: int) -> None:
+    """EngineCostModel.stage_time prices a step's layer once; its floats are the base's."""
+    from simulator.costmodel import BatchShape, load_cost_model
+    from simulator.costmodel.base import CostModel
+
+    cost = load_cost_model("roofline", ReplicaConfig("llama-2-70b", "a100-80gb", tp=2, pp=pp), "vllm-2023-splitwise")
+    for shape in (BatchShape.from_requests(prefills=[(512, 0)], decodes=[100] * 30),
+                  BatchShape.from_requests(decodes=[2000] * 64)):
+        assert [cost.stage_time(shape, s) for s in range(pp)] == [CostModel.stage_time(cost, shape, s) for s in range(pp)]

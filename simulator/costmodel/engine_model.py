@@ -318,6 +318,19 @@ class EngineCostModel(CostModel):
         kernel_s = self._kernel_time(shape)
         return kernel_s + self._engine_time(shape, kernel_s)
 
+    def stage_time(self, shape: BatchShape, stage: int) -> float:
+        """:meth:`CostModel.stage_time` (the same floats), pricing the layer once: stage 0's
+        engine terms need the whole step's kernel time, which the base recomputes from scratch."""
+        layer = self._layer(shape)
+        t = self.layers_per_stage[stage] * layer
+        if stage == 0:
+            pre = self._pre(shape)
+            kernel_s = pre + self._num_layers * layer + self._post(shape)
+            t += self._engine_time(shape, kernel_s) + pre
+        if stage == len(self.layers_per_stage) - 1:
+            t += self._post(shape)
+        return t
+
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:
         """Vectorised when the kernels can price decode attention over a stretch: the engine

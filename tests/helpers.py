@@ -120,3 +120,20 @@ def group_gone(pgid: int, seconds: float = 5.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def assert_a_signal_stops_workers(args: list[str], how: str, num_processes: int = 3) -> None:
+    """Run ``simulate ARGS`` in its own process group; once ``num_processes`` of it are up (the
+    command and its workers), stop it as :func:`interrupt_when` does. It must exit 130 with one
+    line on stderr, no traceback, and leave no process behind."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "simulator", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=root,
+                            env={**os.environ, "PYTHONPATH": str(root)}, start_new_session=True)
+    stderr = interrupt_when(proc, lambda: len(group_members(proc.pid)) >= num_processes, how, wait_s=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr and len(stderr.strip().splitlines()) == 1
+    assert group_gone(proc.pid), "a worker process outlived the command"

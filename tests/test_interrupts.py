@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from helpers import group_gone, group_members, interrupt_when
+from helpers import assert_a_signal_stops_workers
 
 from simulator.interrupts import WorkerPool
 
@@ -45,12 +42,5 @@ def test_leaving_a_pool_by_an_exception_stops_its_workers() -> None:
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_a_signal_stops_a_multi_seed_capacity_search_and_its_workers(how: str) -> None:
     """`capacity --seeds 4 --workers 2` used to run its seeds on after Ctrl-C (seconds, silently)."""
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen([sys.executable, "-m", "simulator", "capacity", "--model", "mistral-7b", "--seeds", "4",
-                             "--workers", "2", "--num-requests", "8192", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
-                            env={**os.environ, "PYTHONPATH": str(root)}, start_new_session=True)
-    stderr = interrupt_when(proc, lambda: len(group_members(proc.pid)) >= 3, how, wait_s=60)
-    assert proc.returncode == 130, stderr
-    assert "Traceback" not in stderr and "interrupted" in stderr and len(stderr.strip().splitlines()) == 1
-    assert group_gone(proc.pid), "a worker process outlived the search"
+    assert_a_signal_stops_workers(["capacity", "--model", "mistral-7b", "--seeds", "4", "--workers", "2",
+                                   "--num-requests", "8192", "--json"], how)

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import group_gone, group_members, interrupt_when
+from helpers import assert_a_signal_stops_workers
 from typer.testing import CliRunner
 
 from simulator import engine
@@ -77,16 +74,9 @@ def test_run_cli_workers_option() -> None:
 def test_a_signal_stops_a_parallel_run_and_its_workers(how: str) -> None:
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM to the run
     alone: exit 130 with one line, no traceback, no worker process left behind."""
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen([sys.executable, "-m", "simulator", "run", "--replicas", "4", "--workers", "2",
-                             "--num-requests", "400000", "--qps", "400", "--no-progress", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=root,
-                            env={**os.environ, "PYTHONPATH": str(root)}, start_new_session=True)
-    # The run, its two workers (and multiprocessing's resource tracker) are up.
-    stderr = interrupt_when(proc, lambda: len(group_members(proc.pid)) >= 3, how, wait_s=60)
-    assert proc.returncode == 130, stderr
-    assert "Traceback" not in stderr and "interrupted" in stderr and len(stderr.strip().splitlines()) == 1
-    assert group_gone(proc.pid), "a worker process outlived the run"
+    # The run, its two workers (and multiprocessing's resource tracker) are up: 3 processes.
+    assert_a_signal_stops_workers(["run", "--replicas", "4", "--workers", "2", "--num-requests", "400000", "--qps",
+                                   "400", "--no-progress", "--json"], how)
 
 
 @pytest.mark.parametrize("extra", [["--replicas", "1"], ["--replicas", "2", "--router", "least_outstanding"],

@@ -48,7 +48,7 @@ from simulator.costmodel.base import BatchShape
 from simulator.errors import ConfigError
 from simulator.metrics import request_columns, tbt_distribution
 from simulator.request import Request, Status
-from simulator.search import Limits, largest_passing
+from simulator.search import Limits, largest_passing, largest_passing_ahead
 from simulator.tbt import percentiles
 
 if TYPE_CHECKING:  # pandas loads for tables, not for a search
@@ -416,8 +416,10 @@ def check_searchable(config: RunConfig) -> None:
 
 
 def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
-                on_trial: Callable[[Trial], None] | None = None) -> SeedResult:
-    """Bisection for one seed (``config.seed``); ``on_trial(trial)`` as each trial ends."""
+                on_trial: Callable[[Trial], None] | None = None, workers: int = 1) -> SeedResult:
+    """Bisection for one seed (``config.seed``); ``on_trial(trial)`` as each trial the search
+    uses ends. ``workers > 1`` runs the trials the search may need next in that many processes
+    ahead of need (:func:`simulator.search.largest_passing_ahead`): the same trials and result."""
     check_searchable(config)
     reason = impossible_reason(config, slo)
     if reason is not None:
@@ -425,8 +427,7 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
     result = SeedResult(config.seed, 0.0, "")
     trials = result.trials
 
-    def trial(qps: float) -> Trial:
-        t = run_trial(config, qps, slo, settings.early_exit)
+    def used(t: Trial) -> Trial:
         trials.append(t)
         if on_trial:
             on_trial(t)
@@ -434,7 +435,17 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
 
     qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
     limits = Limits(settings.rel_tol, settings.min_qps, settings.max_qps, settings.max_trials)
-    found = largest_passing(lambda q: trial(q).passed, qps, limits)
+    if workers > 1:
+        from simulator.interrupts import WorkerPool, stop_on_signals
+
+        # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the trials still running are stopped.
+        with stop_on_signals([]), WorkerPool(workers) as pool:
+            found, _ = largest_passing_ahead(
+                lambda q: pool.submit(run_trial, config, q, slo, settings.early_exit), lambda t: t.passed, qps,
+                limits, workers, on_result=used)
+            pool.stop()  # trials run ahead that the search did not need
+    else:
+        found = largest_passing(lambda q: used(run_trial(config, q, slo, settings.early_exit)).passed, qps, limits)
     by_qps = {t.qps: t for t in trials}
     failed = by_qps[found.failed_qps] if found.failed_qps is not None else None
     result.capacity_qps = found.passed_qps or 0.0
@@ -457,9 +468,10 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
                   on_trial: Callable[[Trial], None] | None = None) -> CapacityReport:
     """Capacity of ``config`` under ``slo`` for seeds ``config.seed .. config.seed + num_seeds - 1``.
 
-    Seeds are independent searches; ``workers > 1`` runs them in a process pool (results do
-    not depend on ``workers``). ``on_seed_done(SeedResult)`` is called as each finishes, and
-    ``on_trial(Trial)`` as each trial ends when the seeds run in this process.
+    Seeds are independent searches; ``workers > 1`` runs them in a process pool, or, for one
+    seed, runs its trials ahead of need in that many processes (results do not depend on
+    ``workers``). ``on_seed_done(SeedResult)`` is called as each finishes, and
+    ``on_trial(Trial)`` as each trial the search uses ends, unless several seeds run apart.
     """
     if num_seeds < 1:
         raise ConfigError("capacity.num_seeds", f"must be >= 1, got {num_seeds}")
@@ -471,7 +483,7 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
     results: list[SeedResult] = []
     if workers == 1 or num_seeds == 1:
         for job in jobs:
-            results.append(search_seed(*job, on_trial=on_trial))
+            results.append(search_seed(*job, on_trial=on_trial, workers=workers))
             if on_seed_done:
                 on_seed_done(results[-1])
     else:

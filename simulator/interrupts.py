@@ -120,6 +120,15 @@ class WorkerPool:
                 self._num_started += 1
         return futures
 
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """:meth:`submit_all` of one job."""
+        return self.submit_all(fn, [args])[0]
+
+    def stop(self) -> None:
+        """Terminate the workers now, tasks still running included (their results are not wanted)."""
+        with signals_ignored():
+            terminate_pool(self.pool)
+
     def __enter__(self) -> WorkerPool:
         return self
 
@@ -127,5 +136,4 @@ class WorkerPool:
         if exc_type is None:
             self.pool.shutdown(wait=True)
         else:
-            with signals_ignored():
-                terminate_pool(self.pool)
+            self.stop()

@@ -143,6 +143,23 @@ def test_seeds_report_spread(constant_cost):
     assert set(report.trials_frame()["seed"]) == {0, 1, 2}
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+def test_trials_run_ahead_in_workers_give_the_same_search(constant_cost, workers: int):
+    """One seed with --workers: the trials it may need next run ahead in processes; the trials
+    it uses, their order and figures, and the capacity are the serial search's."""
+    config, slo, settings = slots_config(num_requests=256), SLO(tbt_s=0.05, sched_delay_s=0.2), SearchSettings(qps_start=20.0)
+
+    def figures(report):  # noqa: ANN001, ANN202 - as text: a trial stopped early has NaN figures
+        return repr([{k: v for k, v in vars(t).items() if k != "wall_s"} for t in report.seeds[0].trials])
+
+    serial = find_capacity(config, slo, settings)
+    seen: list[float] = []
+    ahead = find_capacity(config, slo, settings, workers=workers, on_trial=lambda t: seen.append(t.qps))
+    assert len(serial.seeds[0].trials) >= 4
+    assert figures(ahead) == figures(serial) and ahead.capacity_qps == serial.capacity_qps
+    assert seen == [t.qps for t in serial.seeds[0].trials] and ahead.seeds[0].reason == serial.seeds[0].reason
+
+
 def test_bad_inputs_are_config_errors():
     with pytest.raises(ConfigError, match="slo.tbt_quantile"):
         SLO(tbt_quantile=0)

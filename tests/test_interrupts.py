@@ -40,7 +40,8 @@ def test_leaving_a_pool_by_an_exception_stops_its_workers() -> None:
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process groups from /proc")
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
-def test_a_signal_stops_a_multi_seed_capacity_search_and_its_workers(how: str) -> None:
+@pytest.mark.parametrize("seeds", ["4", "1"])  # seeds in parallel; one seed's trials run ahead
+def test_a_signal_stops_a_capacity_search_and_its_workers(how: str, seeds: str) -> None:
     """`capacity --seeds 4 --workers 2` used to run its seeds on after Ctrl-C (seconds, silently)."""
-    assert_a_signal_stops_workers(["capacity", "--model", "mistral-7b", "--seeds", "4", "--workers", "2",
+    assert_a_signal_stops_workers(["capacity", "--model", "mistral-7b", "--seeds", seeds, "--workers", "2",
                                    "--num-requests", "8192", "--json"], how)

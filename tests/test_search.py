@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.search import Limits, largest_passing
+from simulator.search import Limits, State, largest_passing, largest_passing_ahead, loads_ahead
 
 
 def _search(threshold: float, start: float, limits: Limits, **kwargs):  # noqa: ANN003, ANN202
@@ -58,3 +60,52 @@ def test_the_limits_name_why_the_search_stopped() -> None:
     assert _search(5000.0, 1.0, Limits(0.05, 0.01, 1000.0, 40))[0].stop == "max_qps"
     found, tried = _search(3.0, 1.0, Limits(0.05, 0.01, 1000.0, 4))
     assert found.stop == "max_trials" and tried == [1.0, 2.0, 4.0, 3.0]
+
+
+class _LazyTrial(Future):
+    """A trial that runs when its result is read, as a busy pool's would finish late."""
+
+    def __init__(self, qps: float, in_flight: list[_LazyTrial]) -> None:
+        super().__init__()
+        self.qps = qps
+        self._in_flight = in_flight
+        in_flight.append(self)
+
+    def result(self, timeout: float | None = None) -> float:
+        if not self.done():
+            self.set_result(self.qps)
+            self._in_flight.remove(self)
+        return super().result(timeout)
+
+    def cancel(self) -> bool:
+        if super().cancel():
+            self._in_flight.remove(self)
+            return True
+        return False
+
+
+@given(threshold=st.floats(0.02, 400.0), start=st.floats(0.01, 1000.0), rel_tol=st.sampled_from([0.025, 0.25]),
+       max_trials=st.integers(1, 40), width=st.integers(1, 7))
+def test_running_trials_ahead_changes_nothing_but_speed(threshold: float, start: float, rel_tol: float,
+                                                        max_trials: int, width: int) -> None:
+    """largest_passing_ahead: the loads it uses, in order, and the outcome equal the serial
+    search's; it never has more than ``width`` trials in flight and starts each load once."""
+    limits = Limits(rel_tol, 0.01, 1000.0, max_trials)
+    serial, serial_tried = _search(threshold, start, limits)
+    started: list[float] = []
+    in_flight: list[_LazyTrial] = []
+
+    def start_trial(qps: float) -> Future:
+        assert len(in_flight) < width
+        started.append(qps)
+        return _LazyTrial(qps, in_flight)
+
+    found, used = largest_passing_ahead(start_trial, lambda qps: qps <= threshold, start, limits, width)
+    assert found == serial and used == serial_tried
+    assert len(set(started)) == len(started) and set(serial_tried) <= set(started)
+    assert not in_flight  # what was not used was cancelled
+    if width == 1:
+        assert started == serial_tried  # nothing ahead: exactly the serial search
+    # Before the first verdict, the loads either verdict leads to were started too.
+    first_wave = loads_ahead(State(None, None, 0), start, limits, width)
+    assert started[:len(first_wave)] == first_wave

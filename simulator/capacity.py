@@ -436,10 +436,10 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
     qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
     limits = Limits(settings.rel_tol, settings.min_qps, settings.max_qps, settings.max_trials)
     if workers > 1:
-        from simulator.interrupts import WorkerPool, stop_on_signals
+        from simulator.interrupts import WorkerPool
 
         # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the trials still running are stopped.
-        with stop_on_signals([]), WorkerPool(workers) as pool:
+        with WorkerPool(workers) as pool:
             found, _ = largest_passing_ahead(
                 lambda q: pool.submit(run_trial, config, q, slo, settings.early_exit), lambda t: t.passed, qps,
                 limits, workers, on_result=used)
@@ -487,10 +487,10 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
             if on_seed_done:
                 on_seed_done(results[-1])
     else:
-        from simulator.interrupts import WorkerPool, stop_on_signals
+        from simulator.interrupts import WorkerPool
 
         # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the seeds still searching are stopped.
-        with stop_on_signals([]), WorkerPool(min(workers, num_seeds)) as pool:
+        with WorkerPool(min(workers, num_seeds)) as pool:
             for future in pool.submit_all(search_seed, jobs):
                 results.append(future.result())
                 if on_seed_done:

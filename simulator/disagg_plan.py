@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -34,7 +34,7 @@ from simulator.config import RunConfig
 from simulator.disagg_layout import layout_of, num_gpus_of
 from simulator.disagg_metrics import slo_attainment
 from simulator.errors import ConfigError
-from simulator.interrupts import WorkerPool, stop_on_signals
+from simulator.interrupts import WorkerPool
 from simulator.kvcache import build_kv_cache, max_model_len_shortfall
 from simulator.metrics import request_frame
 from simulator.request import Request
@@ -144,15 +144,15 @@ def goodput_search(config: RunConfig, slo: GoodputSLO, label: str = "", family: 
         res.trials.append((qps, att))
         return att >= slo.attainment
 
+    limits = Limits(rel_tol, min_qps, max_qps, max_trials)
     if not incumbent_qps:
-        found = largest_passing(passes, qps_start, Limits(rel_tol, min_qps, max_qps, max_trials))
+        found = largest_passing(passes, qps_start, limits)
     elif passes(incumbent_qps):
-        found = largest_passing(passes, incumbent_qps, Limits(rel_tol, min_qps, max_qps, max_trials),
-                                passed_qps=incumbent_qps, num_tried=1)
+        found = largest_passing(passes, incumbent_qps, limits, passed_qps=incumbent_qps, num_tried=1)
     else:  # it cannot win: bisected below the incumbent only coarsely
         rel_tol = max(rel_tol, coarse_rel_tol)
-        found = largest_passing(passes, incumbent_qps, Limits(rel_tol, min_qps, max_qps, max_trials),
-                                failed_qps=incumbent_qps, num_tried=1)
+        found = largest_passing(passes, incumbent_qps, replace(limits, rel_tol=rel_tol), failed_qps=incumbent_qps,
+                                num_tried=1)
         res.reason = "below the best so far (coarse): "
     lo, hi = found.passed_qps, found.failed_qps
     if lo is None and found.stop == "none_passes":
@@ -262,7 +262,7 @@ def search_all(candidates: Sequence[tuple[str, RunConfig]], slo: GoodputSLO, qps
                 on_done(res)
     else:
         # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the searches still running are stopped.
-        with stop_on_signals([]), WorkerPool(workers) as pool:
+        with WorkerPool(workers) as pool:
             for future in pool.submit_all(_job, jobs):
                 results.append(future.result())
                 if on_done:

@@ -358,17 +358,16 @@ def _replicas_in_workers(config: RunConfig, routed: list[list[tuple[float, Reque
     import pickle
     import tempfile
 
-    from simulator.interrupts import WorkerPool, stop_on_signals
+    from simulator.interrupts import WorkerPool
 
     runs = []
     # spawn, not fork: the parent may run a progress thread, and forking a threaded process can
     # deadlock. A replica's requests go to its worker through a file, not the pool's pipe: a
     # large payload blocks the pool's feeder thread on a full pipe, and stopping the workers
     # mid-read would then hang the parent for good.
-    # SIGTERM, like Ctrl-C, becomes KeyboardInterrupt here, so the workers are stopped either way
-    # (WorkerPool terminates them on any exception: Ctrl-C, SIGTERM, a tie or a failure).
-    with (tempfile.TemporaryDirectory(prefix="servesim-replicas-") as folder, stop_on_signals([]),
-          WorkerPool(workers, "spawn") as pool):
+    # SIGTERM, like Ctrl-C, becomes KeyboardInterrupt in the pool's block, so the workers are stopped
+    # either way (WorkerPool terminates them on any exception: Ctrl-C, SIGTERM, a tie or a failure).
+    with tempfile.TemporaryDirectory(prefix="servesim-replicas-") as folder, WorkerPool(workers, "spawn") as pool:
         paths = []
         for i, mine in enumerate(routed):
             paths.append(f"{folder}/replica-{i}.pickle")

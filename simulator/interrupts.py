@@ -97,18 +97,21 @@ class WorkerPool:
     Contract: :meth:`submit_all` returns once every worker it started has run its
     initializer (so a signal from then on finds only workers that ignore Ctrl-C and die
     quietly on SIGTERM); leaving the ``with`` block normally waits for the pool, leaving it
-    by any exception (``KeyboardInterrupt`` included) terminates the workers first. Turning
-    signals into ``KeyboardInterrupt`` is the caller's choice (:func:`stop_on_signals`).
+    by any exception (``KeyboardInterrupt`` included) terminates the workers first. Inside
+    the block SIGINT and SIGTERM raise ``KeyboardInterrupt`` (:func:`stop_on_signals`),
+    unless ``signals_interrupt=False``: a caller that installs its own handlers (a sweep
+    records which signal arrived).
     """
 
     START_TIMEOUT_S = 60.0
 
-    def __init__(self, max_workers: int, start_method: str | None = None) -> None:
+    def __init__(self, max_workers: int, start_method: str | None = None, *, signals_interrupt: bool = True) -> None:
         context = multiprocessing.get_context(start_method)
         self._started = context.Semaphore(0)
         self.pool = ProcessPoolExecutor(max_workers=max_workers, mp_context=context, initializer=_worker_started,
                                         initargs=(self._started,))
         self._num_started = 0
+        self._handlers = stop_on_signals([]) if signals_interrupt else contextlib.nullcontext()
 
     def submit_all(self, fn: Callable[..., Any], jobs: Iterable[tuple]) -> list[Future]:
         """Submit ``fn(*job)`` for every job; return their futures once the workers run."""
@@ -130,10 +133,14 @@ class WorkerPool:
             terminate_pool(self.pool)
 
     def __enter__(self) -> WorkerPool:
+        self._handlers.__enter__()
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.pool.shutdown(wait=True)
-        else:
-            self.stop()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            if exc_type is None:
+                self.pool.shutdown(wait=True)
+            else:
+                self.stop()
+        finally:
+            self._handlers.__exit__(exc_type, exc, tb)

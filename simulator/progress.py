@@ -3,7 +3,6 @@
 Both write to stderr only, so stdout stays clean for a command's result, and both only
 observe: no result depends on them.
 
-
 A run of millions of requests spends tens of seconds generating and building requests
 before the first one finishes, then minutes simulating, then more computing metrics and
 writing tables. :class:`RunProgress` shows each phase as it starts:

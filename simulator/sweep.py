@@ -436,7 +436,7 @@ def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callab
         for point in todo:
             on_done(point, run_point(spec.mode, point.config.to_dict(), point.options))
         return
-    with WorkerPool(workers) as pool:
+    with WorkerPool(workers, signals_interrupt=False) as pool:  # run_sweep handles the signals
         jobs = [(spec.mode, p.config.to_dict(), p.options) for p in todo]
         futures = dict(zip(pool.submit_all(run_point, jobs), todo, strict=True))
         handled: set[Future] = set()
@@ -563,7 +563,8 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
 
     write_table(current_table(), out / "results", fmt)
     failed = 0
-    num_done, num_total = len(spec.points) - len(todo), len(spec.points)
+    num_skipped, num_total = len(spec.points) - len(todo), len(spec.points)
+    num_done = num_skipped
     steps = StepProgress("sweep", quiet=not progress)
 
     def on_done(point: Point, record: dict[str, Any]) -> None:
@@ -594,4 +595,4 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
                                    table_path) from None
     table = current_table()
     write_table(table, out / "results", fmt)
-    return SweepResult(table, len(todo), len(spec.points) - len(todo), failed, out, table_path)
+    return SweepResult(table, len(todo), num_skipped, failed, out, table_path)

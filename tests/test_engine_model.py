@@ -230,3 +230,9 @@ def test_decode_stretch_pricing_matches_the_scalar_path_bit_for_bit(name):
               for i in range(40)]
     assert stretch == scalar
     assert cm._vector_stretch(n, kv_sum, kv_sq, kv_max, 40) == scalar  # the vectorised path itself, not the fallback
+    # The same n again (its KV-independent terms now cached) at other lengths, short and long.
+    kv_sum, kv_sq, kv_max = kv_sum + 5000, kv_sq + 2 * 5000 * kv_sum // n + 9999, kv_max + 900
+    for m in (3, 200):
+        scalar = [cm.iteration_time(BatchShape.decode_only(n, kv_sum + n * i, kv_sq + 2 * i * kv_sum + n * i * i, kv_max + i))
+                  for i in range(m)]
+        assert cm._vector_stretch(n, kv_sum, kv_sq, kv_max, m) == scalar

@@ -249,9 +249,12 @@ class EngineCostModel(CostModel):
     # Stretches still to check against the scalar path, per instance (as TabulatedCostModel: a
     # changed formula shows in the first stretches; checking every one doubled their cost).
     _stretch_checks_left = 32
+    # (kernels' vector decode attention, is_learned); False where the kernels are not vectorisable.
+    _stretch_kind: tuple | bool | None = None
 
     def __init__(self, kernels: CostModel, engine: EngineModel) -> None:
         super().__init__(kernels.replica)
+        self._decode_consts: dict[int, tuple[float, ...]] = {}  # _decode_constants by n
         self.kernels = kernels
         self.engine = engine
         self.name = f"{kernels.name} + engine {engine.name}"
@@ -341,10 +344,11 @@ class EngineCostModel(CostModel):
             return super().decode_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations)
         return times
 
-    def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
+    def _stretch_attention(self):  # noqa: ANN202 - (kernels' vector attention, is_learned) or None
+        """The kernel model's vectorised decode attention, for exactly the kernel classes whose
+        terms :meth:`_vector_stretch` knows (a subclass may add terms); resolved once, as an
+        instance's kernel model never changes."""
         import sys
-
-        import numpy as np
 
         from simulator.costmodel.roofline import RooflineCostModel
 
@@ -352,39 +356,59 @@ class EngineCostModel(CostModel):
         # A learned model's module (pandas, scikit-learn) is looked up, never imported here:
         # kernels of that type exist only once it is loaded.
         learned = sys.modules.get("simulator.costmodel.learned")
-        is_learned = learned is not None and type(k) is learned.LearnedCostModel
-        # Exactly these kernel models (a subclass may add terms the vector form does not know).
         if type(k) is RooflineCostModel:
-            attention_vector = k.attention_decode_vector
-        elif is_learned:
-            attention_vector = k._attention_decode_vector
-        else:
-            return None
+            return k.attention_decode_vector, False
+        if learned is not None and type(k) is learned.LearnedCostModel:
+            return k._attention_decode_vector, True
+        return None
+
+    def _decode_constants(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> tuple[float, ...]:
+        """The terms of a decode-only step of ``n`` sequences that do not depend on the KV
+        lengths: (layer time less decode attention, pre, post, collective, excess, cpu)."""
+        k = self.kernels
+        first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
+        return (k.token_time(n) + k.attention_prefill(first), k.pre_time(first), k.post_time(first),
+                self.collective_s, self.prefill_excess_time(first), self.cpu_time(first))
+
+    def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
         if n <= 0 or num_iterations < 2 or not self._stretch_ok:
             return None
+        kind = self._stretch_kind
+        if kind is None:
+            kind = self._stretch_kind = self._stretch_attention() or False
+        if kind is False:
+            return None
+        attention_vector, is_learned = kind
+        k = self.kernels
         m = num_iterations
-        first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
         k._quiet = True  # a learned model's extrapolations are counted once, below
         try:
-            layer_rest = k.token_time(n) + k.attention_prefill(first)
-            pre, post, num_layers = k.pre_time(first), k.post_time(first), self.model.num_layers
-            collective, excess = self.collective_s, self.prefill_excess_time(first)  # decode-only: excess 0.0
-            launch, cpu, overlap = self.launch_s, self.cpu_time(first), self.overlap
+            # Every term but decode attention depends on n alone in a decode-only step (the
+            # vector form below relies on it within a stretch; the checks test it), so they
+            # are computed once per n.
+            consts = self._decode_consts.get(n)
+            if consts is None:
+                consts = self._decode_consts[n] = self._decode_constants(n, kv_sum, kv_sq_sum, kv_max)
+            layer_rest, pre, post, collective, excess, cpu = consts
+            num_layers, launch = self._num_layers, self.launch_s
             if m <= SMALL_STRETCH:
                 # A short stretch in plain floats: numpy's per-call cost would exceed the work.
-                # The same operations in the same order as below, so the same floats.
+                # The same operations in the same order as iteration_time, so the same floats.
                 attn = k.decode_attention_list(n, kv_sum, kv_sq_sum, m)
                 if attn is None:
                     return None
-                times = []
-                for a in attn:
-                    kernel = (pre + num_layers * (layer_rest + a)) + post
-                    gpu = (kernel + collective) + excess
-                    if gpu < launch:
-                        gpu = launch
-                    total = (gpu if gpu > cpu else cpu) if overlap else gpu + cpu
-                    times.append(kernel + (total - kernel))
+                kernels = [pre + num_layers * (layer_rest + a) + post for a in attn]
+                if self.overlap:
+                    # max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)): max picks a value.
+                    floor = launch if launch > cpu else cpu
+                    times = [kern + ((g if (g := kern + collective + excess) > floor else floor) - kern)
+                             for kern in kernels]
+                else:
+                    times = [kern + (((g if (g := kern + collective + excess) > launch else launch) + cpu) - kern)
+                             for kern in kernels]
             else:
+                import numpy as np
+
                 i = np.arange(m, dtype=np.int64)
                 sums, maxes = kv_sum + n * i, kv_max + i
                 sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
@@ -394,11 +418,12 @@ class EngineCostModel(CostModel):
                 kernel = (pre + num_layers * (layer_rest + attn)) + post
                 gpu = (kernel + collective) + excess
                 gpu = np.where(gpu < launch, launch, gpu)
-                total = np.where(gpu > cpu, gpu, cpu) if overlap else gpu + cpu
+                total = np.where(gpu > cpu, gpu, cpu) if self.overlap else gpu + cpu
                 times = (kernel + (total - kernel)).tolist()
             if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
                 self._stretch_checks_left -= 1
                 j = m - 1
+                first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
                 last = BatchShape.decode_only(n, kv_sum + n * j, kv_sq_sum + 2 * kv_sum * j + n * j * j, kv_max + j)
                 if times[0] != self.iteration_time(first) or times[-1] != self.iteration_time(last):
                     self._stretch_ok = False  # never again for this instance: the scalar path is the truth

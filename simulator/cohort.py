@@ -35,7 +35,6 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left
-from itertools import repeat
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -207,7 +206,7 @@ class DecodeCohort:
         k = len(ends) - 1
         self.step(ends[1], gaps)  # finishes nobody: a stretch ends at the first finish, after 2+ steps
         inner = [ends[i + 1] - ends[i] for i in range(1, k)]
-        gaps.extend(inner, repeat(len(self.members), k - 1))
+        gaps.extend_runs(inner, len(self.members))
         tick = self.tick  # after the first step
         self._push_gap(tick + 1, max(inner))
         self.ends.extend(ends[2:])

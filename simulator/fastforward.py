@@ -39,7 +39,7 @@ import math
 from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import accumulate, repeat
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -231,6 +231,6 @@ def _apply_to_requests(scheduler: Scheduler, stretch: Stretch) -> list[Request]:
             req.num_blocks = need
     if run_count:
         gaps.add(run_gap, run_count)
-    gaps.extend(inner, repeat(len(scheduler.running), k - 1))
+    gaps.extend_runs(inner, len(scheduler.running))
     # The last iteration may finish requests (Scheduler.retire takes them out).
     return [r for r in scheduler.running if r.num_generated == r.num_output_tokens]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,6 +34,7 @@ STAGE_COLUMNS = ("replica_id", "micro_batch_id", "stage", "started_at", "duratio
 # out as int64: 44 bytes a row instead of 72 (a 1M-request cluster run makes ~17M rows).
 _ITERATION_TYPES = "iddiiiiii"
 _NUMPY_TYPES = {"d": "float64", "i": "int32"}
+_ZEROS = array("i", bytes(4 * 256))  # zero columns of a decode stretch are slices of this
 
 
 class IterationLog(Sequence):
@@ -66,14 +66,25 @@ class IterationLog(Sequence):
         for row in rows:
             self.append(row)
 
-    def extend_columns(self, columns: Sequence[Iterable[Any]]) -> None:
-        """Append rows given column-wise (one iterable per column, equally long)."""
+    def extend_decode_stretch(self, replica_id: int, starts: Sequence[float], durations: Sequence[float],
+                              num_decodes: int, kv_blocks_used: Sequence[int]) -> None:
+        """Append the rows of a decode-only stretch (:meth:`Recorder.on_decode_stretch`): the
+        constant columns are built as arrays (C-level repeats), not per row."""
         self._flush()
-        for col, values in zip(self._cols, columns, strict=True):
-            col.extend(values)
-        n = len(self._cols[0])
-        if any(len(col) != n for col in self._cols):  # invariant: the columns stay aligned
-            raise ValueError("extend_columns: columns of unequal length")
+        k = len(durations)
+        if len(starts) != k or len(kv_blocks_used) != k:  # invariant: the columns stay aligned
+            raise ValueError("extend_decode_stretch: columns of unequal length")
+        zeros = _ZEROS[:k] if k <= len(_ZEROS) else array("i", bytes(4 * k))
+        rid, start, dur, prefill_tokens, decodes, prefills, used, preempted, admitted = self._cols
+        rid.extend(array("i", (replica_id,)) * k)
+        start.extend(starts)
+        dur.extend(durations)
+        prefill_tokens.extend(zeros)
+        decodes.extend(array("i", (num_decodes,)) * k)
+        prefills.extend(zeros)
+        used.extend(kv_blocks_used)
+        preempted.extend(zeros)
+        admitted.extend(zeros)
 
     def extend_log(self, other: IterationLog) -> None:
         """Append another log's rows (column by column, no per-row work)."""
@@ -154,10 +165,7 @@ class Recorder:
                           kv_blocks_used: list[int]) -> None:
         """A skipped decode-only stretch (:mod:`simulator.fastforward`): iteration ``i`` started at
         ``ends[i]`` and took ``durations[i]``; the rows equal those single steps would write."""
-        k = len(durations)
-        self.iterations.extend_columns((repeat(replica_id, k), ends[:k], durations, repeat(0, k),
-                                        repeat(num_decodes, k), repeat(0, k), kv_blocks_used, repeat(0, k),
-                                        repeat(0, k)))
+        self.iterations.extend_decode_stretch(replica_id, ends[:len(durations)], durations, num_decodes, kv_blocks_used)
 
     def on_stage(self, replica_id: int, micro_batch_id: int, stage: int, started_at: float, duration: float) -> None:
         self.stages.append((replica_id, micro_batch_id, stage, started_at, duration))

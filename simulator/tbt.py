@@ -63,6 +63,14 @@ class GapLog:
         if len(self.values) >= self.max_runs:
             self.compact()
 
+    def extend_runs(self, values: list[float], count: int) -> None:
+        """One run of ``count`` gaps for each of ``values`` (a decode stretch: every
+        iteration's decodes share its gap). The counts are repeated in C, not per run."""
+        self.values.extend(values)
+        self.counts.extend(array("q", (count,)) * len(values))
+        if len(self.values) >= self.max_runs:
+            self.compact()
+
     def __len__(self) -> int:
         """Number of gaps (not runs)."""
         return int(sum(self.counts))

@@ -259,17 +259,28 @@ def test_iteration_log_reads_like_the_list_of_tuples_it_replaces() -> None:
     from simulator.records import ITERATION_COLUMNS, IterationLog
 
     rows = [(i % 3, 0.5 * i, 0.25, i, 2 * i, 1, 7, 0, i % 2) for i in range(IterationLog.BUFFER * 2 + 5)]
+    # Two decode stretches' rows (every count but decodes and blocks zero), one past the zero buffer.
+    for lo, hi in ((100, 200), (300, 700)):
+        rows[lo:hi] = [(2, 0.5 * i, 0.125 + i, 0, 17, 0, i // 3, 0, 0) for i in range(lo, hi)]
     log = IterationLog()
     for row in rows[:100]:
         log.append(row)
-    log.extend_columns([list(col) for col in zip(*rows[100:200], strict=True)])
-    log.extend(rows[200:])
+    for lo, hi in ((100, 200), (200, 300), (300, 700)):
+        if rows[lo][3] == 0:
+            starts, durations, used = ([r[j] for r in rows[lo:hi]] for j in (1, 2, 6))
+            log.extend_decode_stretch(2, starts, durations, 17, used)
+        else:
+            log.extend(rows[lo:hi])
+    log.extend(rows[700:])
     assert len(log) == len(rows) and log == rows and list(log) == rows
     assert log[0] == rows[0] and log[-1] == rows[-1] and log[5:8] == rows[5:8]
     assert log == IterationLog(rows) and log != IterationLog(rows[:-1])
     cols = log.columns()
     assert list(cols) == list(ITERATION_COLUMNS)
     assert cols["started_at"].dtype.kind == "f" and cols["num_decodes"].tolist() == [r[4] for r in rows]
+    with pytest.raises(ValueError, match="unequal length"):
+        log.extend_decode_stretch(0, [0.0, 1.0], [1.0], 3, [4])
+    assert len(log) == len(rows)  # nothing appended
 
 
 def test_a_watch_process_sees_the_same_state_with_skipping(count_stretches: list[int]) -> None:

@@ -31,6 +31,10 @@ def test_logs_merge_as_the_union_of_their_gaps():
     b.add(0.2, 4)
     values, counts, _ = merged([a, b])
     assert values.tolist() == [0.1, 0.2] and counts.tolist() == [5, 5] and len(a) + len(b) == 10
+    c = GapLog(max_runs=8)
+    c.extend_runs([0.1, 0.2, 0.1, 0.3, 0.1, 0.2, 0.1, 0.3], 3)  # a stretch's runs: full, so it merges equal values
+    assert c.exact and len(c.values) == 3 and len(c) == 24
+    assert merged([c])[0].tolist() == [0.1, 0.2, 0.3] and merged([c])[1].tolist() == [12, 6, 6]
 
 
 def test_a_full_log_merges_equal_values_and_stays_exact():

@@ -209,7 +209,7 @@ class DecodeCohort:
         gaps.extend_runs(inner, len(self.members))
         tick = self.tick  # after the first step
         self._push_gap(tick + 1, max(inner))
-        self.ends.extend(ends[2:])
+        self.ends.fromlist(ends[2:])
         self.tick = tick = tick + k - 1
         bs, due = self.block_size, self._due
         for due_at in [d for d in due if d < tick]:  # allocated in the stretch: on to the next after it

@@ -66,10 +66,11 @@ class IterationLog(Sequence):
         for row in rows:
             self.append(row)
 
-    def extend_decode_stretch(self, replica_id: int, starts: Sequence[float], durations: Sequence[float],
-                              num_decodes: int, kv_blocks_used: Sequence[int]) -> None:
+    def extend_decode_stretch(self, replica_id: int, starts: list[float], durations: list[float],
+                              num_decodes: int, kv_blocks_used: list[int]) -> None:
         """Append the rows of a decode-only stretch (:meth:`Recorder.on_decode_stretch`): the
-        constant columns are built as arrays (C-level repeats), not per row."""
+        constant columns are built as arrays (C-level repeats) and the others copied from
+        lists (``fromlist``: half the cost of ``extend`` with a list), not per row."""
         self._flush()
         k = len(durations)
         if len(starts) != k or len(kv_blocks_used) != k:  # invariant: the columns stay aligned
@@ -77,12 +78,12 @@ class IterationLog(Sequence):
         zeros = _ZEROS[:k] if k <= len(_ZEROS) else array("i", bytes(4 * k))
         rid, start, dur, prefill_tokens, decodes, prefills, used, preempted, admitted = self._cols
         rid.extend(array("i", (replica_id,)) * k)
-        start.extend(starts)
-        dur.extend(durations)
+        start.fromlist(starts)
+        dur.fromlist(durations)
         prefill_tokens.extend(zeros)
         decodes.extend(array("i", (num_decodes,)) * k)
         prefills.extend(zeros)
-        used.extend(kv_blocks_used)
+        used.fromlist(kv_blocks_used)
         preempted.extend(zeros)
         admitted.extend(zeros)
 

@@ -66,7 +66,7 @@ class GapLog:
     def extend_runs(self, values: list[float], count: int) -> None:
         """One run of ``count`` gaps for each of ``values`` (a decode stretch: every
         iteration's decodes share its gap). The counts are repeated in C, not per run."""
-        self.values.extend(values)
+        self.values.fromlist(values)
         self.counts.extend(array("q", (count,)) * len(values))
         if len(self.values) >= self.max_runs:
             self.compact()

@@ -228,7 +228,10 @@ class LearnedCostModel(TabulatedCostModel):
         iteration token ops (layer_time), decode attention, LM head."""
         num_attn = 0
         if self.decode is not None:
-            num_attn = int(np.count_nonzero(kv_max + np.arange(k) > self.decode.max_context))
+            # Iterations i < k with kv_max + i > max_context: those from the first integer above it.
+            limit = self.decode.max_context
+            if limit != math.inf:
+                num_attn = max(0, k - max(0, math.floor(limit) + 1 - kv_max))
         attn = ("attn_decode", num_attn)
         order = [("token_ops", k if n > self.max_fitted_tokens else 0)]
         lm_head = ("lm_head", k if n > self.max_fitted_logits else 0)

@@ -117,17 +117,20 @@ class Replica:
         decode_s = 0.0  # the last skipped iteration's time: sizes the next stretch's pricing call
         # With event skipping on, an iteration that ends strictly before every other pending
         # event is applied without a SimPy event: nothing else can run in between (a tie
-        # yields: SimPy would run the older event first). See advance_clock.
+        # yields: SimPy would run the older event first). The clock is then moved by hand:
+        # valid only when nothing is pending before the new time (``at < env.peek()``: SimPy
+        # would have done exactly this, as the next event popped would have been ours). SimPy
+        # has no public call for it; ``_now`` is the attribute its own ``step`` assigns.
         inline = horizon is not None
         while True:
             # Try to skip only where two more iterations fit before the horizon (a cheap
             # guess from the last one; plan() decides exactly).
-            if skip and horizon is not None and env.now + 2 * duration < horizon():
-                stretch = fastforward.plan(self, horizon(), decode_s if 0 < decode_s < duration else duration,
+            if skip and horizon is not None and env.now + 2 * duration < (horizon_at := horizon()):
+                stretch = fastforward.plan(self, horizon_at, decode_s if 0 < decode_s < duration else duration,
                                            self.horizon_is_arrival)
                 if stretch is not None:
                     if inline and stretch.ends[-1] < env.peek():
-                        advance_clock(env, stretch.ends[-1])
+                        env._now = stretch.ends[-1]  # noqa: SLF001 - the clock moved by hand (see above)
                     else:
                         yield env.timeout(stretch.ends[-1] - env.now)
                         self.resumed_at = env.now
@@ -145,12 +148,12 @@ class Replica:
             duration = cost.iteration_time(shape)
             end_at = started_at + duration  # the float SimPy's timeout would land on
             if inline and end_at < env.peek():
-                advance_clock(env, end_at)
+                env._now = end_at  # noqa: SLF001 - the clock moved by hand (see above)
             else:
                 yield env.timeout(duration)
                 self.resumed_at = env.now
             self.num_busy_s += duration
-            finished = scheduler.complete(batch, env.now)
+            finished = scheduler.complete(batch, end_at)  # == env.now either way
             recorder.on_iteration(self.replica_id, started_at, duration, batch, scheduler.blocks.num_used_blocks)
             if finished:
                 recorder.on_finish(finished)
@@ -158,11 +161,3 @@ class Replica:
             # behind a preemption: the next batch may be all decodes.
             skip = shape.num_prefills == shape.num_logits - shape.num_decodes and not batch.preempted
 
-
-def advance_clock(env: simpy.Environment, at: float) -> None:
-    """Move SimPy's clock to ``at`` without an event. Only valid when no event is pending
-    before ``at`` (``at < env.peek()``: then SimPy would have done exactly this, as the next
-    event popped would have been ours). SimPy has no public call for it; ``_now`` is the
-    attribute its own ``step`` assigns."""
-    assert env.now <= at < env.peek()  # invariant: nothing is skipped over
-    env._now = at  # noqa: SLF001

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 
 from simulator.cohort import DecodeCohort
@@ -58,18 +58,22 @@ def _insert_fcfs(queue: list[Request], req: Request) -> None:
         queue.append(req)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Batch:
     """One iteration's work. ``requests[i]`` contributes ``num_tokens[i]`` tokens, and the
     scheduler's lockstep decodes (:mod:`simulator.cohort`) one token each when ``num_lockstep``
     is set (they are in ``shape``, not in ``requests``)."""
 
-    requests: list[Request] = field(default_factory=list)
-    num_tokens: list[int] = field(default_factory=list)
-    shape: BatchShape = field(default_factory=BatchShape)
-    preempted: list[Request] = field(default_factory=list)  # preempted while building this batch
-    admitted: list[Request] = field(default_factory=list)  # (re)admitted from waiting by this batch
-    num_lockstep: int = 0
+    requests: list[Request]
+    num_tokens: list[int]
+    shape: BatchShape
+    preempted: list[Request]  # preempted while building this batch
+    admitted: list[Request]  # (re)admitted from waiting by this batch
+    num_lockstep: int
+
+    def __init__(self) -> None:  # one per iteration: plain assignments beat default factories (2x)
+        self.requests, self.num_tokens, self.shape = [], [], BatchShape()
+        self.preempted, self.admitted, self.num_lockstep = [], [], 0
 
     def __len__(self) -> int:
         return len(self.requests) + self.num_lockstep

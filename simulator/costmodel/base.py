@@ -276,8 +276,10 @@ class TabulatedCostModel(CostModel):
         return self._table[num_tokens]
 
     def layer_time(self, shape: BatchShape) -> float:
-        return (self.token_time(shape.num_prefill_tokens + shape.num_decodes)
-                + self.attention_prefill(shape) + self.attention_decode(shape))
+        t = shape.num_prefill_tokens + shape.num_decodes  # token_time, inlined: once per iteration
+        if t >= len(self._table):
+            self._grow(t)
+        return self._table[t] + self.attention_prefill(shape) + self.attention_decode(shape)
 
     def pre_time(self, shape: BatchShape) -> float:
         t = shape.num_prefill_tokens + shape.num_decodes

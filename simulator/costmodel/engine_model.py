@@ -318,7 +318,7 @@ class EngineCostModel(CostModel):
         return self._engine_time(shape, self._kernel_time(shape))
 
     def iteration_time(self, shape: BatchShape) -> float:
-        kernel_s = self._kernel_time(shape)
+        kernel_s = self._pre(shape) + self._num_layers * self._layer(shape) + self._post(shape)  # _kernel_time
         return kernel_s + self._engine_time(shape, kernel_s)
 
     def stage_time(self, shape: BatchShape, stage: int) -> float:

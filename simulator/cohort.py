@@ -11,7 +11,10 @@ is kept where it is needed:
 - the batch shape's decode sums come from running sums of the members' offsets
   (``kv = offset + tick + 1``): exact integers, so what per-entry adds would give;
 - KV growth: a member needs a new block every ``block_size`` steps, from a phase fixed
-  at join, so members sit in a bucket by the step of their next allocation;
+  at join, so members are counted by phase (step modulo ``block_size``) in a ring that
+  never moves: the blocks due before a step are one lookup, and a stretch's allocations the
+  ring tiled (members whose first allocation is further ahead wait in a dict until it comes
+  within one period);
 - finishes: a member finishes at a step fixed at join (its bucket by finish step);
 - gaps: a member's first gap is its own (its previous token may be older than the last
   step); after that every member's gap is the step's, recorded as one run, and its largest
@@ -70,7 +73,7 @@ class DecodeCohort:
     """
 
     __slots__ = ("block_size", "active", "pending", "tick", "ends", "members", "loose", "sum_offset",
-                 "sum_offset_sq", "_offsets", "_due", "_finish", "_fresh", "_stack_ticks", "_stack_gaps")
+                 "sum_offset_sq", "_offsets", "_ring", "_far", "_finish", "_fresh", "_stack_ticks", "_stack_gaps")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
@@ -85,7 +88,11 @@ class DecodeCohort:
         self.loose: list[Request] = []
         self.sum_offset = self.sum_offset_sq = 0  # of the members' offsets
         self._offsets: list[tuple[int, int, _Member]] = []  # max-heap (negated) of offsets; dead entries lazily
-        self._due: dict[int, int] = {}  # step -> number of members that allocate a block before it
+        # Allocations. Invariant: a member whose first allocation step ``first_due`` is below
+        # ``tick + block_size`` is counted in ``_ring[first_due % block_size]`` (it allocates before
+        # every step t >= tick with t of that phase), any other in ``_far[first_due]``.
+        self._ring = [0] * self.block_size
+        self._far: dict[int, int] = {}
         self._finish: dict[int, list[_Member]] = {}  # step -> members whose last token it produces
         self._fresh: list[_Member] = []  # joined since the last step: their next gap is their own
         # Monotonic stack of the steps' common gaps: ticks increasing, gaps strictly decreasing, so the
@@ -109,24 +116,24 @@ class DecodeCohort:
         self.sum_offset += m.offset
         self.sum_offset_sq += m.offset * m.offset
         heapq.heappush(self._offsets, (-m.offset, req.request_id, m))
-        self._due[m.first_due] = self._due.get(m.first_due, 0) + 1
+        if m.first_due < tick + self.block_size:
+            self._ring[m.first_due % self.block_size] += 1
+        else:
+            self._far[m.first_due] = self._far.get(m.first_due, 0) + 1
         self._finish.setdefault(tick + req.num_output_tokens - req.num_generated, []).append(m)
         self._fresh.append(m)
 
     def num_due(self) -> int:
         """Blocks the members allocate before the coming step (one each)."""
-        return self._due.get(self.tick, 0)
+        return self._ring[self.tick % self.block_size]
 
     def begin_step(self, blocks: BlockManager) -> tuple[int, int, int, int]:
         """Schedule the coming step (the caller checked that its :meth:`num_due` blocks are
         free): allocate them; return (count, sum, sum of squares, max) of the members' KV
         lengths in it, for the batch shape."""
-        tick, due = self.tick, self._due
-        num_due = due.pop(tick, 0)
+        num_due = self._ring[self.tick % self.block_size]
         if num_due:
             blocks.num_free_blocks -= num_due
-            later = tick + self.block_size
-            due[later] = due.get(later, 0) + num_due
         self.pending = True
         return self.decode_sums()
 
@@ -150,6 +157,10 @@ class DecodeCohort:
         if num_common:
             gaps.add(common, num_common)
         self.tick = tick = tick + 1
+        if self._far:  # the one far step that comes within a period now (the invariant held before)
+            count = self._far.pop(tick + self.block_size - 1, None)
+            if count:
+                self._ring[(tick - 1) % self.block_size] += count
         self._push_gap(tick, common)
         self.ends.append(now)
         self.pending = False
@@ -194,11 +205,23 @@ class DecodeCohort:
     def steps_to_first_finish(self) -> int:
         return min(self._finish) - self.tick
 
-    def allocation_phases(self) -> tuple[list[int], list[int]]:
-        """Members' coming allocations as (first step offset, count) pairs: a member
-        allocates at its offset and every ``block_size`` steps after."""
-        tick = self.tick
-        return [due_at - tick for due_at in self._due], list(self._due.values())
+    def allocations(self, num_steps: int) -> list[int]:
+        """Blocks the members allocate before each of the next ``num_steps`` steps (the
+        ring, rotated to the coming step and tiled; the far members added where they start)."""
+        bs, ring = self.block_size, self._ring
+        t0 = self.tick % bs
+        row = ring[t0:] + ring[:t0]
+        per_step = (row * (num_steps // bs + 1))[:num_steps] if num_steps > bs else row[:num_steps]
+        for first, count in self._far.items():
+            for i in range(first - self.tick, num_steps, bs):
+                per_step[i] += count
+        return per_step
+
+    def _admit_far(self) -> None:
+        """Move far members whose first allocation is now within one period into the ring."""
+        horizon, ring, bs = self.tick + self.block_size, self._ring, self.block_size
+        for first in [f for f in self._far if f < horizon]:
+            ring[first % bs] += self._far.pop(first)
 
     def advance(self, ends: list[float], gaps: GapLog) -> list[Request]:
         """``len(ends) - 1`` steps at once, step ``i`` ending at ``ends[i + 1]`` (the caller
@@ -211,11 +234,8 @@ class DecodeCohort:
         self._push_gap(tick + 1, max(inner))
         self.ends.fromlist(ends[2:])
         self.tick = tick = tick + k - 1
-        bs, due = self.block_size, self._due
-        for due_at in [d for d in due if d < tick]:  # allocated in the stretch: on to the next after it
-            count = due.pop(due_at)
-            later = due_at + bs * -(-(tick - due_at) // bs)
-            due[later] = due.get(later, 0) + count
+        if self._far:
+            self._admit_far()
         done = self._finish.pop(tick, None)
         return [] if done is None else self._leave(done)
 
@@ -247,12 +267,13 @@ class DecodeCohort:
 
     def _remove(self, m: _Member) -> None:
         m.alive = False
-        first, bs, due = m.first_due, self.block_size, self._due
-        due_at = first if first >= self.tick else self.tick + (first - self.tick) % bs  # its next allocation
-        if due[due_at] == 1:
-            del due[due_at]
+        first = m.first_due
+        if first < self.tick + self.block_size:
+            self._ring[first % self.block_size] -= 1
+        elif self._far[first] == 1:
+            del self._far[first]
         else:
-            due[due_at] -= 1
+            self._far[first] -= 1
         del self.members[m.req.request_id]
         self.sum_offset -= m.offset
         self.sum_offset_sq -= m.offset * m.offset

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING
@@ -104,7 +104,7 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
         cohort.join_loose()
         n, kv_sum, kv_sq_sum, kv_max = cohort.decode_sums()
         max_iterations = cohort.steps_to_first_finish()
-        firsts, counts = cohort.allocation_phases()
+        allocations = cohort.allocations
     else:
         running = scheduler.running
         n = len(running)
@@ -114,26 +114,18 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
         # Decode KV lengths in the first iteration (the new token included): exact integer sums.
         kv_sum, kv_sq_sum, kv_max = sum(computed) + n, sum((c + 1) * (c + 1) for c in computed), max(computed) + 1
         firsts = [r.num_blocks * bs - c for r, c in zip(running, computed, strict=True)]
-        counts = [1] * n
+
+        def allocations(num: int) -> list[int]:
+            return _allocations(firsts, [1] * n, bs, num)
     if max_iterations < 2:
         return None
-
-    def allocated_by(k: int) -> int:  # blocks allocated by the first k iterations
-        return sum(c * -(-(k - f) // bs) for f, c in zip(firsts, counts, strict=True) if f < k)
-
     # Each request needs at most max_iterations // bs + 1 new blocks: skip the exact count when that fits.
-    if (n * (max_iterations // bs + 1) > blocks.num_free_blocks
-            and allocated_by(max_iterations) > blocks.num_free_blocks):
-        lo, hi = 0, max_iterations  # allocated_by(lo) fits, allocated_by(hi) does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if allocated_by(mid) <= blocks.num_free_blocks:
-                lo = mid
-            else:
-                hi = mid
-        max_iterations = lo
-        if max_iterations < 2:
-            return None
+    if n * (max_iterations // bs + 1) > blocks.num_free_blocks:
+        allocated = list(accumulate(allocations(max_iterations)))  # blocks allocated by each iteration's end
+        if allocated[-1] > blocks.num_free_blocks:
+            max_iterations = bisect_right(allocated, blocks.num_free_blocks)  # the iterations that still fit
+            if max_iterations < 2:
+                return None
     cost = replica.cost_model
     ends: list[float] = [now]
     durations: list[float] = []
@@ -163,7 +155,7 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
     if num < 2:
         return None
     del ends[num + 1:], durations[num:]
-    per_iteration = _allocations(firsts, counts, bs, num)
+    per_iteration = allocations(num)
     used = list(accumulate(per_iteration, initial=blocks.num_used_blocks))[1:]
     return Stretch(num, ends, durations, used, used[-1] - blocks.num_used_blocks)
 

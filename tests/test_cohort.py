@@ -21,7 +21,7 @@ from simulator.kvcache import BlockManager
 from simulator.metrics import request_frame
 from simulator.request import Request, Status
 from simulator.schedulers import SCHEDULERS
-from simulator.tbt import same_gaps
+from simulator.tbt import GapLog, same_gaps
 
 FIELDS = ("num_computed", "num_generated", "num_blocks", "status", "num_preemptions", "first_token_at",
           "last_token_at", "max_tbt_s", "completed_at", "first_scheduled_at")
@@ -159,3 +159,51 @@ def test_a_watch_that_may_read_counters_turns_lockstep_off(monkeypatch: pytest.M
     simulate(config, watch=_StopAt(math.inf))
     simulate(config.replace(replica=dataclasses.replace(config.replica, pp=2)))
     assert built == [False, True, False]
+
+
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 14), st.integers(2, 60)), min_size=1, max_size=8),
+       st.lists(st.integers(1, 9), min_size=1, max_size=6))
+@settings(max_examples=60, deadline=None)
+def test_cohort_counts_every_members_block_allocations(members, stretches) -> None:  # noqa: ANN001
+    """The allocation ring (and the far members waiting for it) give the blocks each member
+    needs before each step: single steps and stretches, members finishing on the way, some
+    holding blocks several periods ahead (as max-length reservations do)."""
+    bs = 4
+    blocks = BlockManager(10_000, bs)
+    gaps = GapLog()
+    requests = []
+    for i, (computed, extra_slots, output) in enumerate(members):
+        req = Request(i, 0.0, computed, output)
+        req.num_computed, req.num_generated, req.status = computed, 1, Status.RUNNING
+        req.num_blocks = -(-computed // bs) + extra_slots // bs  # a block for every 4 slots ahead
+        req.last_token_at = 0.0
+        requests.append(req)
+    cohort = cohort_module.DecodeCohort(bs)
+    cohort.activate(requests)
+    cohort.join_loose()
+    first = {r.request_id: r.num_blocks * bs - r.num_computed for r in requests}
+    finish = {r.request_id: r.num_output_tokens - r.num_generated for r in requests}  # steps to its last token
+
+    def expected(tick: int, num: int) -> list[int]:
+        return [sum(1 for rid in first if tick + i < finish[rid] and tick + i >= first[rid]
+                    and (tick + i - first[rid]) % bs == 0) for i in range(num)]
+
+    now = 0.0
+    for length in stretches * 3:
+        tick = cohort.tick
+        if not cohort.members:
+            break
+        horizon = min(finish[rid] for rid in first if finish[rid] > tick) - tick
+        assert cohort.allocations(horizon) == expected(tick, horizon)  # up to the first finish, as a stretch asks
+        k = min(length, horizon)
+        if k >= 2:  # a stretch of k steps, as event skipping advances it
+            ends = [now + 0.5 * j for j in range(k + 1)]
+            cohort.advance(ends, gaps)
+            now = ends[-1]
+        else:
+            assert cohort.num_due() == expected(tick, 1)[0]
+            cohort.begin_step(blocks)
+            now += 0.5
+            cohort.step(now, gaps)
+        for rid in [rid for rid in first if finish[rid] <= cohort.tick]:
+            del first[rid]

@@ -38,6 +38,7 @@ from __future__ import annotations
 import heapq
 from array import array
 from bisect import bisect_left
+from operator import sub
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -228,7 +229,7 @@ class DecodeCohort:
         counted their allocations); returns the finishers of the last one, materialised."""
         k = len(ends) - 1
         self.step(ends[1], gaps)  # finishes nobody: a stretch ends at the first finish, after 2+ steps
-        inner = [ends[i + 1] - ends[i] for i in range(1, k)]
+        inner = list(map(sub, ends[2:], ends[1:k]))  # steps 1..k-1's gaps: ends[i + 1] - ends[i]
         gaps.extend_runs(inner, len(self.members))
         tick = self.tick  # after the first step
         self._push_gap(tick + 1, max(inner))

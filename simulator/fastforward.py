@@ -39,7 +39,9 @@ import math
 from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from functools import reduce
 from itertools import accumulate
+from operator import add, sub
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -155,8 +157,9 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
     if num < 2:
         return None
     del ends[num + 1:], durations[num:]
-    per_iteration = allocations(num)
-    used = list(accumulate(per_iteration, initial=blocks.num_used_blocks))[1:]
+    used = allocations(num)  # blocks allocated before each iteration, then (summed) in use after it
+    used[0] += blocks.num_used_blocks
+    used = list(accumulate(used))
     return Stretch(num, ends, durations, used, used[-1] - blocks.num_used_blocks)
 
 
@@ -166,7 +169,7 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     scheduler = replica.scheduler
     blocks = scheduler.blocks
     blocks.num_free_blocks -= stretch.num_allocated
-    replica.num_busy_s = list(accumulate(stretch.durations, initial=replica.num_busy_s))[-1]
+    replica.num_busy_s = reduce(add, stretch.durations, replica.num_busy_s)  # the per-iteration float adds
     cohort = scheduler.cohort
     if cohort is not None and cohort.active:
         num_decodes = len(cohort.members)
@@ -191,7 +194,7 @@ def _apply_to_requests(scheduler: Scheduler, stretch: Stretch) -> list[Request]:
     first_end, last_end = ends[1], ends[-1]
     # Iterations 1..k-1: every request's previous token ended the iteration before, so each
     # iteration's gaps are one run of n equal values (what complete() would record).
-    inner = [ends[i + 1] - ends[i] for i in range(1, k)]
+    inner = list(map(sub, ends[2:], ends[1:k]))  # ends[i + 1] - ends[i] for i in 1..k-1
     inner_max = max(inner)
     token_times = None
     bs = scheduler.blocks.block_size

@@ -397,15 +397,16 @@ class EngineCostModel(CostModel):
                 attn = k.decode_attention_list(n, kv_sum, kv_sq_sum, m)
                 if attn is None:
                     return None
-                kernels = [pre + num_layers * (layer_rest + a) + post for a in attn]
+                # kern: the kernels of the step; g: its GPU time (collectives, excess); in one pass.
                 if self.overlap:
                     # max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)): max picks a value.
                     floor = launch if launch > cpu else cpu
-                    times = [kern + ((g if (g := kern + collective + excess) > floor else floor) - kern)
-                             for kern in kernels]
+                    times = [(kern := pre + num_layers * (layer_rest + a) + post)
+                             + ((g if (g := kern + collective + excess) > floor else floor) - kern) for a in attn]
                 else:
-                    times = [kern + (((g if (g := kern + collective + excess) > launch else launch) + cpu) - kern)
-                             for kern in kernels]
+                    times = [(kern := pre + num_layers * (layer_rest + a) + post)
+                             + (((g if (g := kern + collective + excess) > launch else launch) + cpu) - kern)
+                             for a in attn]
             else:
                 import numpy as np
 

@@ -103,7 +103,8 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
     bs = blocks.block_size
     cohort = scheduler.cohort
     if cohort is not None and cohort.active:  # lockstep decodes: the same figures from the cohort's sums
-        cohort.join_loose()
+        if cohort.loose:
+            cohort.join_loose()
         n, kv_sum, kv_sq_sum, kv_max = cohort.decode_sums()
         max_iterations = cohort.steps_to_first_finish()
         allocations = cohort.allocations

@@ -70,22 +70,22 @@ class Stretch:
     num_allocated: int
 
 
-def _allocations(firsts: list[int], counts: list[int], block_size: int, num_iterations: int) -> list[int]:
-    """New blocks allocated in each iteration of a stretch: ``counts[j]`` requests allocate
-    one at iteration ``firsts[j]`` and every ``block_size`` iterations after. (A request with
+def _allocations(firsts: list[int], block_size: int, num_iterations: int) -> list[int]:
+    """New blocks allocated in each iteration of a stretch by requests stepped one by one
+    (the cohort counts its own: :meth:`DecodeCohort.allocations`): request ``j`` allocates one
+    at iteration ``firsts[j]`` and every ``block_size`` iterations after. (A request with
     ``c`` computed tokens and ``b`` blocks first allocates at ``b * block_size - c``.)"""
     if len(firsts) * (num_iterations // block_size + 1) <= SMALL_ALLOCATIONS:
         per_iteration = [0] * num_iterations
-        for first, count in zip(firsts, counts, strict=True):
+        for first in firsts:
             for i in range(first, num_iterations, block_size):
-                per_iteration[i] += count
+                per_iteration[i] += 1
         return per_iteration
     first = np.asarray(firsts, dtype=np.int64)
-    keep = first < num_iterations
-    starts = np.bincount(first[keep], weights=np.asarray(counts, dtype=np.int64)[keep], minlength=num_iterations)
+    starts = np.bincount(first[first < num_iterations], minlength=num_iterations)
     rows = -(-num_iterations // block_size)
     padded = np.zeros(rows * block_size, dtype=np.int64)
-    padded[:num_iterations] = np.rint(starts).astype(np.int64)  # bincount weights are float64; exact here
+    padded[:num_iterations] = starts
     # An allocation at i0 repeats at i0 + block_size, ...: a cumulative sum down each residue.
     return np.cumsum(padded.reshape(rows, block_size), axis=0).reshape(-1)[:num_iterations].tolist()
 
@@ -103,8 +103,7 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
     bs = blocks.block_size
     cohort = scheduler.cohort
     if cohort is not None and cohort.active:  # lockstep decodes: the same figures from the cohort's sums
-        if cohort.loose:
-            cohort.join_loose()
+        cohort.join_loose()
         n, kv_sum, kv_sq_sum, kv_max = cohort.decode_sums()
         max_iterations = cohort.steps_to_first_finish()
         allocations = cohort.allocations
@@ -119,7 +118,7 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
         firsts = [r.num_blocks * bs - c for r, c in zip(running, computed, strict=True)]
 
         def allocations(num: int) -> list[int]:
-            return _allocations(firsts, [1] * n, bs, num)
+            return _allocations(firsts, bs, num)
     if max_iterations < 2:
         return None
     # Each request needs at most max_iterations // bs + 1 new blocks: skip the exact count when that fits.

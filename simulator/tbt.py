@@ -57,12 +57,6 @@ class GapLog:
         if len(self.values) >= self.max_runs:
             self.compact()
 
-    def extend(self, values: Iterable[float], counts: Iterable[int]) -> None:
-        self.values.extend(values)
-        self.counts.extend(counts)
-        if len(self.values) >= self.max_runs:
-            self.compact()
-
     def extend_runs(self, values: list[float], count: int) -> None:
         """One run of ``count`` gaps for each of ``values`` (a decode stretch: every
         iteration's decodes share its gap). The counts are repeated in C, not per run."""

@@ -323,11 +323,9 @@ def test_stretch_allocations_counted_in_a_loop_equal_numpy(monkeypatch: pytest.M
         computed = [rng.randint(1, 3000) for _ in range(n)]
         held = [-(-c // bs) + rng.randint(0, 2) for c in computed]  # enough blocks, maybe spare ones
         firsts = [h * bs - c for c, h in zip(computed, held, strict=True)]
-        counts = [rng.randint(1, 3) for _ in range(n)]  # requests sharing a phase (a cohort's buckets)
         monkeypatch.setattr(fastforward, "SMALL_ALLOCATIONS", 10**9)  # always the plain loop
-        loop = fastforward._allocations(firsts, counts, bs, num)
+        loop = fastforward._allocations(firsts, bs, num)
         monkeypatch.setattr(fastforward, "SMALL_ALLOCATIONS", -1)  # always numpy
-        vector = fastforward._allocations(firsts, counts, bs, num)
+        vector = fastforward._allocations(firsts, bs, num)
         assert loop == vector and len(loop) == num
-        assert sum(loop) == sum(k * max(0, -(-(c + num) // bs) - h)
-                                for c, h, k in zip(computed, held, counts, strict=True))
+        assert sum(loop) == sum(max(0, -(-(c + num) // bs) - h) for c, h in zip(computed, held, strict=True))

@@ -27,7 +27,8 @@ def test_weighted_percentiles_equal_numpy_on_the_expanded_gaps_bit_for_bit(runs,
 
 def test_logs_merge_as_the_union_of_their_gaps():
     a, b = GapLog(), GapLog()
-    a.extend([0.1, 0.2, 0.1], [3, 1, 2])
+    for value, count in ((0.1, 3), (0.2, 1), (0.1, 2)):
+        a.add(value, count)
     b.add(0.2, 4)
     values, counts, _ = merged([a, b])
     assert values.tolist() == [0.1, 0.2] and counts.tolist() == [5, 5] and len(a) + len(b) == 10

@@ -249,8 +249,6 @@ class EngineCostModel(CostModel):
     # Stretches still to check against the scalar path, per instance (as TabulatedCostModel: a
     # changed formula shows in the first stretches; checking every one doubled their cost).
     _stretch_checks_left = 32
-    # (kernels' vector decode attention, is_learned); False where the kernels are not vectorisable.
-    _stretch_kind: tuple | bool | None = None
 
     def __init__(self, kernels: CostModel, engine: EngineModel) -> None:
         super().__init__(kernels.replica)
@@ -278,6 +276,8 @@ class EngineCostModel(CostModel):
         # (the instance attribute keeps their signature, which the pipeline inspects for ``hop``).
         self.learned_ops = getattr(kernels, "learned_ops", [])
         self.send_recv_time = kernels.send_recv_time  # type: ignore[method-assign]
+        # (kernels' vector decode attention, is_learned), or None where stretches are priced per iteration.
+        self._stretch_kind = self._stretch_attention()
 
     @property
     def num_extrapolations(self) -> int:
@@ -346,8 +346,8 @@ class EngineCostModel(CostModel):
 
     def _stretch_attention(self):  # noqa: ANN202 - (kernels' vector attention, is_learned) or None
         """The kernel model's vectorised decode attention, for exactly the kernel classes whose
-        terms :meth:`_vector_stretch` knows (a subclass may add terms); resolved once, as an
-        instance's kernel model never changes."""
+        terms :meth:`_vector_stretch` knows (a subclass may add terms); resolved at construction,
+        as an instance's kernel model never changes."""
         import sys
 
         from simulator.costmodel.roofline import RooflineCostModel
@@ -373,12 +373,9 @@ class EngineCostModel(CostModel):
     def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
         if n <= 0 or num_iterations < 2 or not self._stretch_ok:
             return None
-        kind = self._stretch_kind
-        if kind is None:
-            kind = self._stretch_kind = self._stretch_attention() or False
-        if kind is False:
+        if self._stretch_kind is None:
             return None
-        attention_vector, is_learned = kind
+        attention_vector, is_learned = self._stretch_kind
         k = self.kernels
         m = num_iterations
         k._quiet = True  # a learned model's extrapolations are counted once, below

@@ -217,10 +217,9 @@ class Scheduler:
         """Every running request is a decode (one missing token, at least one output) and
         none is in flight. (Cohort members are, by the cohort's contract.)"""
         cohort = self.cohort
-        visit = cohort.loose if cohort is not None and cohort.active else self.running
-        return bool(self.running) and (not visit or all(
+        return bool(self.running) and all(
             not r.in_flight and r.num_generated and r.num_prompt_tokens + r.num_generated - r.num_computed == 1
-            for r in visit))
+            for r in (cohort.loose if cohort is not None and cohort.active else self.running))
 
     def _add_decodes(self, batch: Batch, budget: float, partial: list[Request] | None) -> int:
         """One token for each running request not in flight, in running order, until ``budget``

@@ -21,10 +21,13 @@ lengths first, then arrivals), so trials differ only in load: common random numb
 the pass/fail boundary sharp. One 2048-request trial is still noisy; ``num_seeds > 1``
 repeats the whole search with seeds ``seed, seed+1, ...`` and reports the spread.
 
-Early exit: a trial whose scheduling-delay quantile is already certain to exceed its limit
-is stopped (via the engine's ``watch`` hook) as soon as enough requests have waited longer
-than the limit: the verdict is the same as running it to the end, only cheaper. Checks run
-at arrival instants only, so a watch never extends a run.
+Early exit: a trial certain to fail is stopped (via the engine's ``watch`` hook) as soon as
+that is certain, with the verdict running it to the end would give, only cheaper: when
+enough requests have waited longer than the scheduling-delay limit, or when enough TBT gaps
+above the TBT limit are already in the replicas' gap logs for the TBT quantile to exceed it
+however the run goes on (the run can make at most ``sum(output tokens - 1)`` gaps). Checks
+run at arrival instants only, so a watch never extends a run. A stopped trial reports no
+latency figures (NaN), only why it stopped.
 
 Zero capacity: if the TBT limit is below the time of the cheapest possible iteration (one
 decode, no prefill) no load can meet it, and the search says so without running trials; if
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import math
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,7 +53,7 @@ from simulator.errors import ConfigError
 from simulator.metrics import request_columns, tbt_distribution
 from simulator.request import Request, Status
 from simulator.search import Limits, largest_passing, largest_passing_ahead
-from simulator.tbt import percentiles
+from simulator.tbt import GapLog, percentiles
 
 if TYPE_CHECKING:  # pandas loads for tables, not for a search
     import pandas as pd
@@ -221,16 +225,19 @@ class CapacityReport:
 # One trial
 
 
-def sched_delay_certain_fail_count(num_requests: int, quantile: float) -> int:
-    """How many requests must exceed the delay limit for the quantile to exceed it for sure.
+def certain_fail_count(num_values: int, quantile: float) -> int:
+    """How many of at most ``num_values`` values must exceed a limit for their quantile to
+    exceed it for sure.
 
     ``np.percentile`` (linear) at ``q`` over ``m`` values interpolates between the sorted
     values at ``floor(p)`` and ``ceil(p)``, ``p = (m - 1) q / 100``; it exceeds the limit if
-    the value at ``floor(p)`` does, i.e. if at least ``m - floor(p)`` values exceed it. That
-    count never decreases with ``m``, so using the number of submitted requests is safe even
-    if some are rejected (and so left out of the finished set).
+    both do (the interpolation never falls below the lower one), i.e. if at least
+    ``m - floor(p)`` values exceed it. That count never decreases with ``m``, so an upper
+    bound on ``m`` is safe: the number of submitted requests for scheduling delay, even if
+    some are rejected (and so left out of the finished set); the most gaps the requests
+    can make for TBT (:func:`simulator.tbt.percentiles` is ``np.percentile`` exactly).
     """
-    return num_requests - math.floor((num_requests - 1) * quantile / 100.0)
+    return num_values - math.floor((num_values - 1) * quantile / 100.0)
 
 
 class ArrivalWatch:
@@ -263,6 +270,11 @@ class ArrivalWatch:
     def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
         raise NotImplementedError
 
+    def certain_otherwise(self, now_at: float) -> str | None:
+        """A reason the trial is certain to fail other than late requests (checked at the
+        same instants), or None; none by default."""
+        return None
+
     def __call__(self, env: simpy.Environment, requests: list[Request]) -> Iterator[simpy.Event]:
         n = len(requests)
         needed = self.threshold(n)
@@ -287,20 +299,80 @@ class ArrivalWatch:
             open_reqs = still_open
             if late >= needed:
                 raise engine.StopRun(self.stop_message(late, n, now_at))
+            reason = self.certain_otherwise(now_at)
+            if reason is not None:
+                raise engine.StopRun(reason)
+
+
+class GapsAbove:
+    """How many TBT gaps above ``limit_s`` the replicas' live gap logs hold, counted as they
+    grow: each :meth:`count` looks only at the runs appended since the last (a log that
+    compacted, and so replaced its arrays, is recounted). None once any log is a sketch,
+    whose bucketed values cannot be judged against the limit exactly."""
+
+    def __init__(self, limit_s: float, logs: list[GapLog]) -> None:
+        self.limit_s = limit_s
+        self.logs = logs
+        # Per log: the values array last seen, how many of its runs are counted, their count above.
+        self._seen: list[tuple[array | None, int, int]] = [(None, 0, 0)] * len(logs)
+
+    def count(self) -> int | None:
+        total = 0
+        for i, log in enumerate(self.logs):
+            if not log.exact:
+                return None
+            values, num_seen, above = self._seen[i]
+            if values is not log.values:
+                num_seen, above = 0, 0
+            end = len(log.values)
+            if end > num_seen:
+                new_values = np.frombuffer(log.values, dtype=np.float64)[num_seen:end]
+                new_counts = np.frombuffer(log.counts, dtype=np.int64)[num_seen:end]
+                above += int(new_counts[new_values > self.limit_s].sum())
+            self._seen[i] = (log.values, end, above)
+            total += above
+        return total
 
 
 class OverloadWatch(ArrivalWatch):
     """Stops a trial once its scheduling-delay quantile is certain to exceed the limit:
     scheduled requests count by their real delay, waiting ones by how long they have waited
-    (their delay can only grow)."""
+    (their delay can only grow). With ``tbt_s``, also once the ``tbt_quantile`` of all TBT
+    gaps is certain to exceed ``tbt_s`` (:class:`GapsAbove` against :func:`certain_fail_count`
+    of the most gaps the requests can make); the engine hands it the gap logs
+    (:meth:`watch_gaps`)."""
 
-    def __init__(self, limit_s: float, quantile: float, num_checks: int = 64) -> None:
+    def __init__(self, limit_s: float, quantile: float, num_checks: int = 64,
+                 tbt_s: float | None = None, tbt_quantile: float = 99.0) -> None:
         self.limit_s = limit_s
         self.quantile = quantile
         self.num_checks = num_checks
+        self.tbt_s = tbt_s
+        self.tbt_quantile = tbt_quantile
+        self._gaps: GapsAbove | None = None
+        self._gaps_needed = 0
+        self._max_gaps = 0
 
     def threshold(self, num_requests: int) -> int:
-        return sched_delay_certain_fail_count(num_requests, self.quantile)
+        return certain_fail_count(num_requests, self.quantile)
+
+    def watch_gaps(self, logs: list[GapLog], requests: list[Request]) -> None:
+        """The engine's hook: the replicas' gap logs (read, never written) and the requests."""
+        if self.tbt_s is None:
+            return
+        self._max_gaps = sum(max(r.num_output_tokens - 1, 0) for r in requests)
+        if self._max_gaps:
+            self._gaps = GapsAbove(self.tbt_s, logs)
+            self._gaps_needed = certain_fail_count(self._max_gaps, self.tbt_quantile)
+
+    def certain_otherwise(self, now_at: float) -> str | None:
+        if self._gaps is None:
+            return None
+        above = self._gaps.count()
+        if above is None or above < self._gaps_needed:
+            return None
+        return (f"P{self.tbt_quantile:g} TBT certain to exceed {self.tbt_s:g}s: {above:,} gaps already above it, "
+                f"of at most {self._max_gaps:,} (stopped at t={now_at:.1f}s)")
 
     def is_late(self, req: Request, now_at: float) -> bool:
         first = req.first_scheduled_at
@@ -339,7 +411,8 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True) 
     """Simulate ``config`` at ``qps`` and judge it against ``slo``."""
     start = time.perf_counter()
     cfg = config.replace(workload__qps=qps)
-    watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile) if early_exit else None
+    watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile, tbt_s=slo.tbt_s,
+                          tbt_quantile=slo.tbt_quantile) if early_exit else None
     result = engine.simulate(cfg, watch=watch)
     cols = request_columns(result)  # numpy columns: a trial needs no pandas
     status = cols["status"]

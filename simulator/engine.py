@@ -188,7 +188,9 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     arrivals (it must not outlive them needlessly: its timeouts extend ``sim_end_at``);
     raising :class:`StopRun` from it ends the run early, leaving unfinished requests as
     they are and the reason in ``extra["stopped"]``. Capacity search uses it to abandon
-    trials that are certain to fail; the replica loop itself is untouched.
+    trials that are certain to fail; the replica loop itself is untouched. A watch with a
+    ``watch_gaps(logs, requests)`` method gets the replicas' live TBT gap logs first (to
+    read, never to write).
     """
     partitionable = (watch is None and config.fast_forward and config.num_replicas > 1 and config.replica.pp == 1
                      and config.router in STATE_FREE_ROUTERS and not config.is_disaggregated)
@@ -449,6 +451,9 @@ def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,
     """
     env.process(_arrivals(env, requests, cluster))
     if watch is not None:
+        watch_gaps = getattr(watch, "watch_gaps", None)
+        if watch_gaps is not None:  # a watch that judges TBT reads the live gap logs
+            watch_gaps([r.scheduler.gaps for r in cluster.replicas], requests)
         env.process(watch(env, requests))
     stopped: str | None = None
     try:

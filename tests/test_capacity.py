@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -13,18 +14,19 @@ from typer.testing import CliRunner
 from simulator import engine
 from simulator.capacity import (
     SLO,
+    GapsAbove,
     OverloadWatch,
     SearchSettings,
+    certain_fail_count,
     find_capacity,
     run_trial,
-    sched_delay_certain_fail_count,
     search_seed,
 )
 from simulator.cli import app
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
 from simulator.tau import DecodeMix, choose_tau, knee_tokens
-from simulator.tbt import same_gaps
+from simulator.tbt import GapLog, same_gaps
 
 runner = CliRunner()
 
@@ -97,9 +99,44 @@ def test_watch_does_not_change_a_run_it_does_not_stop(constant_cost):
     assert same_gaps(watched.tbt, plain.tbt)
 
 
+def test_tbt_early_exit_gives_the_same_verdicts_and_capacity():
+    # A real cost model: chunked prefills stall decodes, so loads fail on P99 TBT, not on the queue.
+    config = RunConfig().replace(replica__model="mistral-7b", scheduler__name="sarathi", scheduler__chunk_size=512,
+                                 workload__name="sharegpt", workload__num_requests=256, workload__qps=1.0)
+    slo = SLO(tbt_s=0.1)
+    fast = search_seed(config, slo, SearchSettings(early_exit=True))
+    slow = search_seed(config, slo, SearchSettings(early_exit=False))
+    assert fast.capacity_qps == slow.capacity_qps
+    assert [(t.qps, t.passed) for t in fast.trials] == [(t.qps, t.passed) for t in slow.trials]
+    stopped = [t for t in fast.trials if t.stopped_early]
+    assert stopped and all(t.reason.startswith("P99 TBT certain to exceed 0.1s") for t in stopped)
+    by_qps = {t.qps: t for t in slow.trials}
+    for t in stopped:  # what early exit declared certain really happened when run to the end
+        assert by_qps[t.qps].tbt_s_q > slo.tbt_s
+    for t in fast.trials:  # a passing trial is never stopped, and keeps every figure
+        if t.passed:
+            assert not t.stopped_early and t == dataclasses.replace(by_qps[t.qps], wall_s=t.wall_s)
+
+
+def test_gaps_above_counts_new_runs_recounts_a_compacted_log_and_gives_up_on_a_sketch():
+    log = GapLog(max_runs=8)
+    above = GapsAbove(0.1, [log])
+    log.add(0.05, 3)
+    log.add(0.2, 2)
+    assert above.count() == 2
+    log.extend_runs([0.3, 0.01], 4)
+    assert above.count() == 6
+    log.add(0.2, 1)
+    log.add(0.2, 1)  # the 8th run: the log compacts, its arrays are new, and it is recounted
+    assert len(log.values) < 8 and above.count() == 8
+    for i in range(8):  # 8 distinct values > max_runs // 2: a sketch, which cannot be judged exactly
+        log.add(0.5 + i, 1)
+    assert not log.exact and above.count() is None
+
+
 @pytest.mark.parametrize("n,q", [(2048, 50.0), (2047, 50.0), (1000, 99.0), (10, 90.0), (1, 50.0)])
 def test_certain_fail_count_is_the_exact_threshold(n, q):
-    k = sched_delay_certain_fail_count(n, q)
+    k = certain_fail_count(n, q)
     # k values above the limit (1.0) and the rest at 0: the percentile exceeds 1.0 ...
     values = np.r_[np.zeros(n - k), np.full(k, 2.0)]
     assert np.percentile(values, q) > 1.0
@@ -239,8 +276,10 @@ def test_failure_reasons_read_true_and_progress_sees_every_trial(monkeypatch: py
     # Every gap lasts 10.04 ms against a 10 ms limit: "P99 TBT 0.01s > 0.01s" is what 3 digits would say.
     monkeypatch.setattr(engine, "load_cost_model", lambda spec, replica, engine=None: ConstantCostModel(replica, 0.01004))
     slo = SLO(tbt_s=0.01)
-    trial = run_trial(slots_config(num_requests=32), 2.0, slo)
+    trial = run_trial(slots_config(num_requests=32), 2.0, slo, early_exit=False)
     assert not trial.passed and trial.reason == "P99 TBT 0.01004s > 0.01s"
+    stopped = run_trial(slots_config(num_requests=32), 2.0, slo)  # every gap is above: certain at the first check
+    assert not stopped.passed and stopped.stopped_early and stopped.reason.startswith("P99 TBT certain to exceed 0.01s")
     seed = search_seed(slots_config(num_requests=32), slo)
     assert seed.capacity_qps == 0 and "(10.04 ms for a lone decode" in seed.reason
 

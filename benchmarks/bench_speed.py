@@ -183,7 +183,8 @@ def part_results(args: argparse.Namespace) -> list[dict]:
         trials = [t for t in doc["trials"] if t["seed"] == 0][-args.results_trials:]
         start, same, worded = time.process_time(), 0, 0
         for recorded in trials:
-            trial = asdict(run_trial(config.replace(seed=0), recorded["qps"], slo, early_exit=opts["early_exit"]))
+            trial = asdict(run_trial(config.replace(seed=0), recorded["qps"], slo, early_exit=opts["early_exit"],
+                                    tbt_early_exit=opts["tbt_early_exit"]))
             figures = [k for k in recorded if k not in ("reason", "wall_s")]
             same += all(trial[k] == recorded[k] or (recorded[k] != recorded[k] and trial[k] != trial[k])
                         for k in figures)

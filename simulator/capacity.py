@@ -107,7 +107,11 @@ class SearchSettings:
     min_qps: float = 0.01
     max_qps: float = 1000.0
     max_trials: int = 40
-    early_exit: bool = True
+    early_exit: bool = True  # stop trials certain to fail (an overloaded queue; the TBT limit, below)
+    # Also stop trials certain to miss the TBT limit. Off, those trials run to the end and keep
+    # their latency figures (plots of P99 TBT against QPS crossing the SLO); the verdicts and
+    # the capacity are the same either way.
+    tbt_early_exit: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.rel_tol < 1:
@@ -407,11 +411,12 @@ def _quantile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else math.nan
 
 
-def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True) -> Trial:
-    """Simulate ``config`` at ``qps`` and judge it against ``slo``."""
+def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, tbt_early_exit: bool = True) -> Trial:
+    """Simulate ``config`` at ``qps`` and judge it against ``slo``, stopping as soon as it is
+    certain to fail (``early_exit``; on the TBT limit too with ``tbt_early_exit``)."""
     start = time.perf_counter()
     cfg = config.replace(workload__qps=qps)
-    watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile, tbt_s=slo.tbt_s,
+    watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile, tbt_s=slo.tbt_s if tbt_early_exit else None,
                           tbt_quantile=slo.tbt_quantile) if early_exit else None
     result = engine.simulate(cfg, watch=watch)
     cols = request_columns(result)  # numpy columns: a trial needs no pandas
@@ -514,11 +519,11 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
         # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the trials still running are stopped.
         with WorkerPool(workers) as pool:
             found, _ = largest_passing_ahead(
-                lambda q: pool.submit(run_trial, config, q, slo, settings.early_exit), lambda t: t.passed, qps,
+                lambda q: pool.submit(run_trial, config, q, slo, settings.early_exit, settings.tbt_early_exit), lambda t: t.passed, qps,
                 limits, workers, on_result=used)
             pool.stop()  # trials run ahead that the search did not need
     else:
-        found = largest_passing(lambda q: used(run_trial(config, q, slo, settings.early_exit)).passed, qps, limits)
+        found = largest_passing(lambda q: used(run_trial(config, q, slo, settings.early_exit, settings.tbt_early_exit)).passed, qps, limits)
     by_qps = {t.qps: t for t in trials}
     failed = by_qps[found.failed_qps] if found.failed_qps is not None else None
     result.capacity_qps = found.passed_qps or 0.0

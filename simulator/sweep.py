@@ -85,6 +85,8 @@ POINT_OPTIONS: dict[str, tuple[type, Any, tuple[str, ...], str]] = {
     "max_qps": (float, 1000.0, ("capacity",), "search ceiling"),
     "max_trials": (int, 40, ("capacity",), "trials per seed at most"),
     "early_exit": (bool, True, ("capacity",), "stop trials that are certain to fail"),
+    "tbt_early_exit": (bool, True, ("capacity",), "with early_exit, also stop trials certain to miss the TBT "
+                       "limit (off: they keep their latency figures)"),
 }
 
 
@@ -316,7 +318,7 @@ def _slo_and_settings(options: dict[str, Any]):  # noqa: ANN202
               goodput_ttft_s=options["goodput_ttft_slo"])
     settings = SearchSettings(rel_tol=options["rel_tol"], qps_start=options["qps_start"], min_qps=options["min_qps"],
                               max_qps=options["max_qps"], max_trials=options["max_trials"],
-                              early_exit=options["early_exit"])
+                              early_exit=options["early_exit"], tbt_early_exit=options["tbt_early_exit"])
     if options["num_seeds"] < 1:
         raise ConfigError("num_seeds", f"must be >= 1, got {options['num_seeds']}")
     return slo, settings

@@ -113,6 +113,9 @@ def test_tbt_early_exit_gives_the_same_verdicts_and_capacity():
     by_qps = {t.qps: t for t in slow.trials}
     for t in stopped:  # what early exit declared certain really happened when run to the end
         assert by_qps[t.qps].tbt_s_q > slo.tbt_s
+    # Without the TBT exit (overload exit still on) a failing trial runs on and keeps its figures.
+    kept = run_trial(config, stopped[0].qps, slo, tbt_early_exit=False)
+    assert not kept.stopped_early and kept == dataclasses.replace(by_qps[kept.qps], wall_s=kept.wall_s)
     for t in fast.trials:  # a passing trial is never stopped, and keeps every figure
         if t.passed:
             assert not t.stopped_early and t == dataclasses.replace(by_qps[t.qps], wall_s=t.wall_s)

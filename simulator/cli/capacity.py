@@ -80,7 +80,8 @@ def capacity(
     min_qps: Annotated[float, typer.Option(help="Report capacity 0 below this QPS.", rich_help_panel=SEARCH_PANEL)] = 0.01,
     max_qps: Annotated[float, typer.Option(help="Search ceiling.", rich_help_panel=SEARCH_PANEL)] = 1000.0,
     max_trials: Annotated[int, typer.Option(help="Trials per seed at most.", rich_help_panel=SEARCH_PANEL)] = 40,
-    early_exit: Annotated[bool, typer.Option(help="Stop trials that are certain to miss the scheduling-delay limit.", rich_help_panel=SEARCH_PANEL)] = True,
+    early_exit: Annotated[bool, typer.Option(help="Stop trials that are certain to fail (same verdicts, sooner).", rich_help_panel=SEARCH_PANEL)] = True,
+    tbt_early_exit: Annotated[bool, typer.Option(help="With --early-exit, also stop trials certain to miss the TBT limit; off, they keep their latency figures.", rich_help_panel=SEARCH_PANEL)] = True,
     out: Annotated[Path | None, typer.Option(help="Folder for capacity.json and trials.csv.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON (with capacity_qps).")] = False,
 ) -> None:
@@ -90,7 +91,7 @@ def capacity(
     slo = _slo_options(tbt_slo, tbt_quantile, sched_delay_slo, sched_delay_quantile, ttft_slo, ttft_quantile,
                        min_goodput, goodput_ttft_slo)
     settings = SearchSettings(rel_tol=rel_tol, qps_start=qps_start, min_qps=min_qps, max_qps=max_qps,
-                              max_trials=max_trials, early_exit=early_exit)
+                              max_trials=max_trials, early_exit=early_exit, tbt_early_exit=tbt_early_exit)
     num_trials = 0
 
     def on_trial(t) -> None:  # noqa: ANN001

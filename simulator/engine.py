@@ -15,9 +15,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ from simulator.kvcache import MemoryPlan
 from simulator.progress import RunProgress
 from simulator.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.replica import Replica, build_scheduler
-from simulator.request import Request
+from simulator.request import Request, RequestColumns, run_field_columns
 from simulator.routers import ROUTERS, STATE_FREE_ROUTERS
 from simulator.tbt import GapLog
 
@@ -40,7 +39,7 @@ class RunResult:
     """Everything a run produced. ``requests`` is in arrival order (ids 0..n-1)."""
 
     config: RunConfig
-    requests: list[Request]
+    requests: Sequence[Request]  # a list, or RequestColumns (replicas run in worker processes)
     iterations: IterationLog  # ITERATION_COLUMNS rows; reads as a sequence of tuples
     memory: MemoryPlan
     workload_source: str
@@ -72,9 +71,7 @@ class RunResult:
             # Rows in order of end time (replica, start break ties): replicas record skipped
             # stretches at their end, and a partitioned cluster one replica after another, so
             # raw record order is not a property of the run.
-            end = cols["started_at"] + cols["duration_s"]
-            order = np.lexsort((cols["started_at"], cols["replica_id"], end))
-            del end
+            order = _end_order(cols["started_at"], cols["duration_s"], cols["replica_id"])
         for start in range(0, max(n, 1), chunk_rows):
             rows = slice(start, start + chunk_rows) if order is None else order[start:start + chunk_rows]
             chunk = {name: col[rows].astype(np.float64 if col.dtype.kind == "f" else np.int64)
@@ -87,6 +84,25 @@ class RunResult:
         import pandas as pd
 
         return pd.DataFrame.from_records(self.stages, columns=list(STAGE_COLUMNS))
+
+
+def _end_order(started_at: np.ndarray, duration_s: np.ndarray, replica_id: np.ndarray) -> np.ndarray:
+    """Row order by (end, replica, start), ties kept in record order: ``np.lexsort``'s order.
+
+    A stable sort by end time alone is near linear on the usual record order (each replica's
+    rows in time order, replica after replica or interleaved), and it is lexsort's order
+    whenever rows with equal ends come out by replica and start, which is checked in one
+    pass; otherwise lexsort decides.
+    """
+    end = started_at + duration_s
+    order = np.argsort(end, kind="stable")
+    e = end[order]
+    tied = np.flatnonzero(e[1:] == e[:-1])  # row tied[i] + 1 ends when row tied[i] does
+    first, second = order[tied], order[tied + 1]
+    r0, r1 = replica_id[first], replica_id[second]
+    if not ((r1 < r0) | ((r1 == r0) & (started_at[second] < started_at[first]))).any():
+        return order
+    return np.lexsort((started_at, replica_id, end))
 
 
 class Cluster:
@@ -159,6 +175,13 @@ def _arrivals(env: simpy.Environment, requests: list[Request], cluster: Cluster)
 
 
 def make_requests(table, token_times: bool = False) -> list[Request]:  # noqa: ANN001 - RequestTable duck type
+    arrival, prompt, output = checked_columns(table)
+    return [Request(i, a, p, o, token_times)
+            for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist(), strict=False))]
+
+
+def checked_columns(table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
+    """A request table's arrival times and token counts, checked (one-line errors)."""
     arrival = np.asarray(table.arrival_at, dtype=np.float64)
     prompt = np.asarray(table.num_prompt_tokens, dtype=np.int64)
     output = np.asarray(table.num_output_tokens, dtype=np.int64)
@@ -168,8 +191,7 @@ def make_requests(table, token_times: bool = False) -> list[Request]:  # noqa: A
         raise ConfigError("workload", "prompt and output lengths must be positive")
     if (np.diff(arrival) < 0).any() or arrival[0] < 0:
         raise ConfigError("workload", "arrival times must be non-negative and non-decreasing")
-    return [Request(i, a, p, o, token_times)
-            for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist(), strict=False))]
+    return arrival, prompt, output
 
 
 class StopRun(Exception):  # noqa: N818 - a signal, not an error
@@ -204,25 +226,38 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         return simulate_disaggregated(config, table, progress, watch)
     wall_start = time.perf_counter()
     reporter = _reporter(progress)
-    requests, source, router_rng = prepare_requests(config, table, reporter, token_times)
+    table, source, router_rng = prepare_table(config, table, reporter)
+    arrival, prompt, output = checked_columns(table)
+    num_requests = len(arrival)
+    objects = None
+    if not (partitionable and workers > 1):  # in worker processes each builds its own
+        if reporter is not None:
+            reporter.phase(f"building {num_requests:,} requests", num_requests)
+        objects = make_requests(table, token_times)
     if reporter is not None:
-        reporter.start("simulating", len(requests))
-    recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, len(requests) // 200))
+        reporter.start("simulating", num_requests)
+    recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, num_requests // 200))
     own_reporter = reporter is not progress
     stopped: str | None = None
     partitioned = None
     if partitionable:
-        arrivals = [r.arrival_at for r in requests]
-        partitioned = run_partitioned(config, requests, recorder, router_rng, reporter, own_reporter, workers)
+        if objects is None:
+            partitioned = run_partitioned_in_workers(config, arrival, prompt, output, recorder, router_rng,
+                                                     token_times, workers)
+        else:
+            partitioned = run_partitioned(config, objects, recorder, router_rng)
         if partitioned is None:  # an arrival tied with a replica event: run jointly from scratch
             recorder = Recorder(on_progress=reporter.update if reporter else None,
-                                report_every=max(1, len(requests) // 200))
-            requests = [Request(r.request_id, a, r.num_prompt_tokens, r.num_output_tokens, token_times)
-                        for r, a in zip(requests, arrivals, strict=True)]
+                                report_every=max(1, num_requests // 200))
             router_rng = rng_streams(config.seed)[1]  # the router's stream, from its start
+            objects = None  # the partitioned run changed them
+        elif reporter is not None and own_reporter:
+            reporter.close()
+    requests: Sequence[Request]
     if partitioned is not None:
-        totals, memory, sim_end_at = partitioned
+        totals, memory, sim_end_at, requests = partitioned
     else:
+        requests = make_requests(table, token_times) if objects is None else objects
         env = simpy.Environment()
         # Lockstep decodes leave running requests' counters stale until settled: only without
         # pipelining and without a watch that reads them (see ArrivalWatch.reads_only_timestamps).
@@ -275,47 +310,49 @@ def _delay_to(now: float, at: float) -> float:
     return d
 
 
-def run_partitioned(config: RunConfig, requests: list[Request], recorder: Recorder, router_rng: np.random.Generator,
-                    reporter: RunProgress | None, own_reporter: bool, workers: int = 1) -> tuple | None:
+def _route(config: RunConfig, arrival: list[float], router_rng: np.random.Generator) -> tuple[list[float], list[int]]:
+    """Each request's submit time and replica, as the joint run's arrival process and router
+    would give them: the process resumes at ``now + (arrival - now)`` after each submit, and
+    sets the request's arrival time to it."""
+    now, submit_at = 0.0, []
+    for at in arrival:
+        gap = at - now
+        if gap > 0:
+            now = now + gap
+        submit_at.append(now)
+    router, zeros = ROUTERS[config.router], [0] * config.num_replicas
+    return submit_at, [router(zeros, step, router_rng) for step in range(len(arrival))]
+
+
+def run_partitioned(config: RunConfig, requests: list[Request], recorder: Recorder,
+                    router_rng: np.random.Generator) -> tuple | None:
     """A cluster whose router reads no replica state, simulated one replica at a time.
 
     Such replicas never interact: each one's trajectory depends only on the requests routed
     to it, at the times the joint run's arrival process would submit them (replayed here to
-    the last bit). Each replica then runs alone in its own environment, so its iterations
-    advance without events and skip decode stretches up to its own next arrival, not the
-    cluster's. Same results as the joint run (tests compare whole tables), except where an
-    arrival lands exactly on an event of its replica: the joint run orders such a tie by
-    event creation, across replicas, so this returns None and the caller runs jointly.
-    With ``workers`` > 1 the replicas run in that many processes and their records are
-    merged in replica order, as the serial loop writes them. Returns (per-replica totals,
-    memory plan, end time) or None.
+    the last bit, :func:`_route`). Each replica then runs alone in its own environment, so its
+    iterations advance without events and skip decode stretches up to its own next arrival,
+    not the cluster's. Same results as the joint run (tests compare whole tables), except
+    where an arrival lands exactly on an event of its replica: the joint run orders such a
+    tie by event creation, across replicas, so this returns None and the caller runs
+    jointly. Returns (per-replica totals, memory plan, end time, requests) or None.
     """
-    # The joint arrival process's clock: it resumes at now + (arrival - now) after each submit,
-    # and sets the request's arrival time to it.
-    now, submit_at = 0.0, []
-    for req in requests:
-        gap = req.arrival_at - now
-        if gap > 0:
-            now = now + gap
-        submit_at.append(now)
-    router, n = ROUTERS[config.router], config.num_replicas
-    zeros = [0] * n
-    routed: list[list[tuple[float, Request]]] = [[] for _ in range(n)]
-    for step, (at, req) in enumerate(zip(submit_at, requests, strict=True)):
-        routed[router(zeros, step, router_rng)].append((at, req))
+    submit_at, replica_of = _route(config, [r.arrival_at for r in requests], router_rng)
+    routed: list[list[tuple[float, Request]]] = [[] for _ in range(config.num_replicas)]
+    for at, replica_id, req in zip(submit_at, replica_of, requests, strict=True):
+        routed[replica_id].append((at, req))
     try:
-        if workers > 1:
-            runs = _replicas_in_workers(config, routed, recorder, min(workers, n))
-        else:
-            runs = [_run_replica(config, replica_id, mine, recorder) for replica_id, mine in enumerate(routed)]
+        runs = [_run_replica(config, replica_id, mine, recorder) for replica_id, mine in enumerate(routed)]
     except _Tie:
         return None
-    if reporter is not None and own_reporter:
-        reporter.close()
+    _check_all_done(requests)
+    return [t for t, _, _ in runs], runs[0][1], max(end_at for _, _, end_at in runs), requests
+
+
+def _check_all_done(requests: list[Request]) -> None:
     unfinished = [r for r in requests if r.completed_at is None and r.reject_reason is None]
     if unfinished:
         raise RuntimeError(f"{len(unfinished)} requests neither finished nor were rejected, e.g. {unfinished[0]}")
-    return [t for t, _, _ in runs], runs[0][1], max(end_at for _, _, end_at in runs)
 
 
 def _run_replica(config: RunConfig, replica_id: int, mine: list[tuple[float, Request]],
@@ -331,37 +368,46 @@ def _run_replica(config: RunConfig, replica_id: int, mine: list[tuple[float, Req
     return ReplicaTotals.of(replica, cost), memory, env.now
 
 
-# The request fields a replica's run changes (request_id and the token counts are given).
-_RUN_FIELDS = tuple(f for f in Request.__slots__ if f not in ("request_id", "num_prompt_tokens", "num_output_tokens"))
-
-
-def _replica_in_worker(config: RunConfig, replica_id: int, path: str) -> tuple:
-    """:func:`_run_replica` in a worker process, on the requests pickled at ``path``: what the
-    parent needs to write back (its requests are copies, so their final fields travel back),
-    or None on a tie."""
+def _replica_in_worker(config: RunConfig, replica_id: int, path: str, token_times: bool) -> tuple | None:
+    """:func:`_run_replica` in a worker process, on the requests whose columns (ids, submit
+    times, prompt and output tokens) are pickled at ``path``: what the parent needs back
+    (records, and the requests' final fields as columns), or None on a tie."""
     import pickle
 
     with open(path, "rb") as f:
-        mine = pickle.load(f)
+        ids, submit_at, prompt, output = pickle.load(f)
+    # arrival_at starts as the submit time, which _own_arrivals sets it to anyway.
+    mine = [(at, Request(i, at, p, o, token_times)) for i, at, p, o in
+            zip(ids.tolist(), submit_at.tolist(), prompt.tolist(), output.tolist(), strict=True)]
     recorder = Recorder()
     try:
         totals, memory, end_at = _run_replica(config, replica_id, mine, recorder)
     except _Tie:
         return None
-    fields = attrgetter(*_RUN_FIELDS)
-    return (totals, memory, end_at, recorder.iterations, [r.request_id for r in recorder.rejected],
-            recorder.num_done, [fields(req) for _, req in mine])
+    totals.gaps.canonicalise()  # sorted distinct gaps: the parent's merges of all logs cost least so
+    return totals, memory, end_at, recorder.iterations, recorder.num_done, run_field_columns([r for _, r in mine])
 
 
-def _replicas_in_workers(config: RunConfig, routed: list[list[tuple[float, Request]]], recorder: Recorder,
-                         workers: int) -> list[tuple[ReplicaTotals, MemoryPlan, float]]:
-    """The replicas of :func:`run_partitioned` in ``workers`` processes, merged in replica order
-    (records, rejections, progress) as the serial loop writes them. Ctrl-C stops the workers."""
+def run_partitioned_in_workers(config: RunConfig, arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+                               recorder: Recorder, router_rng: np.random.Generator, token_times: bool,
+                               workers: int) -> tuple | None:
+    """:func:`run_partitioned` with the replicas in ``workers`` processes, from the request
+    table's columns: each worker builds its replica's requests and returns their final fields
+    as columns, so this process never holds a request object (the run's requests come back
+    as :class:`~simulator.request.RequestColumns`). Records, progress and the columns are
+    merged in replica order, as the serial loop writes them. Ctrl-C stops the workers."""
     import pickle
     import tempfile
 
     from simulator.interrupts import WorkerPool
 
+    num_requests, n = len(arrival), config.num_replicas
+    submit_at, replica_of = _route(config, arrival.tolist(), router_rng)
+    submit = np.array(submit_at, dtype=np.float64)
+    owner = np.array(replica_of, dtype=np.int64)
+    positions = [np.flatnonzero(owner == i) for i in range(n)]
+    columns: dict[str, np.ndarray] = {"request_id": np.arange(num_requests, dtype=np.int64),
+                                      "num_prompt_tokens": prompt, "num_output_tokens": output}
     runs = []
     # spawn, not fork: the parent may run a progress thread, and forking a threaded process can
     # deadlock. A replica's requests go to its worker through a file, not the pool's pipe: a
@@ -369,30 +415,37 @@ def _replicas_in_workers(config: RunConfig, routed: list[list[tuple[float, Reque
     # mid-read would then hang the parent for good.
     # SIGTERM, like Ctrl-C, becomes KeyboardInterrupt in the pool's block, so the workers are stopped
     # either way (WorkerPool terminates them on any exception: Ctrl-C, SIGTERM, a tie or a failure).
-    with tempfile.TemporaryDirectory(prefix="servesim-replicas-") as folder, WorkerPool(workers, "spawn") as pool:
+    with tempfile.TemporaryDirectory(prefix="servesim-replicas-") as folder, \
+            WorkerPool(min(workers, n), "spawn") as pool:
         paths = []
-        for i, mine in enumerate(routed):
+        for i, mine in enumerate(positions):
             paths.append(f"{folder}/replica-{i}.pickle")
             with open(paths[-1], "wb") as f:
-                pickle.dump(mine, f, protocol=pickle.HIGHEST_PROTOCOL)
-        futures: list[Any] = pool.submit_all(_replica_in_worker, [(config, i, path) for i, path in enumerate(paths)])
-        for i, mine in enumerate(routed):  # in replica order, as each is ready
+                pickle.dump((mine, submit[mine], prompt[mine], output[mine]), f, protocol=pickle.HIGHEST_PROTOCOL)
+        futures: list[Any] = pool.submit_all(_replica_in_worker, [(config, i, path, token_times)
+                                                                  for i, path in enumerate(paths)])
+        for i, mine in enumerate(positions):  # in replica order, as each is ready
             out = futures[i].result()
             futures[i] = None  # a merged replica's records are not held twice
             if out is None:
-                raise _Tie
-            totals, memory, end_at, iterations, rejected_ids, num_done, states = out
+                pool.stop()  # a tie: the other replicas' runs are not wanted
+                return None
+            totals, memory, end_at, iterations, num_done, fields = out
             del out
-            for (_, req), state in zip(mine, states, strict=True):
-                for name, value in zip(_RUN_FIELDS, state, strict=True):
-                    setattr(req, name, value)
+            for name, values in fields.items():
+                if name not in columns:
+                    columns[name] = np.empty(num_requests, dtype=values.dtype)
+                columns[name][mine] = values
             recorder.iterations.extend_log(iterations)
-            del iterations, states
-            by_id = {req.request_id: req for _, req in mine}
-            recorder.rejected.extend(by_id[request_id] for request_id in rejected_ids)
+            del iterations, fields
             recorder.count_done(num_done)
             runs.append((totals, memory, end_at))
-    return runs
+    requests = RequestColumns(columns)
+    unfinished = np.isnan(columns["completed_at"]) & (columns["reject_reason"] == None)  # noqa: E711 - elementwise
+    if unfinished.any():
+        first = requests[int(np.flatnonzero(unfinished)[0])]
+        raise RuntimeError(f"{int(unfinished.sum())} requests neither finished nor were rejected, e.g. {first}")
+    return [t for t, _, _ in runs], runs[0][1], max(end_at for _, _, end_at in runs), requests
 
 
 def _own_arrivals(env: simpy.Environment, arrivals: list[tuple[float, Request]], replica: Replica):  # noqa: ANN202
@@ -419,7 +472,17 @@ def rng_streams(seed: int) -> tuple[np.random.Generator, np.random.Generator]:
 
 def prepare_requests(config: RunConfig, table, reporter: RunProgress | None,  # noqa: ANN001
                      token_times: bool = False) -> tuple[list[Request], str, np.random.Generator]:
-    """The run's requests (from ``table`` or the config's workload) and the router's stream.
+    """The run's requests (from ``table`` or the config's workload) and the router's stream
+    (:func:`prepare_table`, as request objects)."""
+    table, source, router_rng = prepare_table(config, table, reporter)
+    if reporter is not None:
+        reporter.phase(f"building {len(table.arrival_at):,} requests", len(table.arrival_at))
+    return make_requests(table, token_times), source, router_rng
+
+
+def prepare_table(config: RunConfig, table, reporter: RunProgress | None):  # noqa: ANN001, ANN201
+    """The run's request table (``table``, or drawn from the config's workload), where it came
+    from, and the router's stream.
 
     One seeded generator is split into independent workload and router streams, so an
     aggregated and a disaggregated run of the same config see the same requests.
@@ -436,9 +499,7 @@ def prepare_requests(config: RunConfig, table, reporter: RunProgress | None,  # 
         if reporter is not None:
             reporter.phase(f"generating {workload.num_requests:,} requests", workload.num_requests)
         table = generate_requests(workload, workload_rng)
-    if reporter is not None:
-        reporter.phase(f"building {len(table.arrival_at):,} requests", len(table.arrival_at))
-    return make_requests(table, token_times), getattr(table, "source", "request table"), router_rng
+    return table, getattr(table, "source", "request table"), router_rng
 
 
 def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,

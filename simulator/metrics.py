@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.request import Request, RequestColumns
 from simulator.tbt import QUANTILES, expand, merged, nan_stats
 from simulator.tbt import quantile_stats as weighted_quantile_stats
 
@@ -74,6 +76,32 @@ def request_columns(result: RunResult) -> dict[str, np.ndarray]:
     """One entry per request, finished or rejected: its timeline and latencies as numpy
     columns (the columns of :func:`request_frame`, without pandas)."""
     reqs = result.requests
+    # Replicas run in worker processes give their requests as columns already.
+    cols = _from_request_columns(reqs.columns) if isinstance(reqs, RequestColumns) else _from_requests(reqs)
+    cols["ttft_s"] = cols["first_token_at"] - cols["arrival_at"]
+    cols["sched_delay_s"] = cols["first_scheduled_at"] - cols["arrival_at"]
+    cols["e2e_s"] = cols["completed_at"] - cols["arrival_at"]
+    out = cols["num_output_tokens"]
+    denom = np.where(out > 1, out - 1, np.nan)
+    cols["tpot_s"] = (cols["completed_at"] - cols["first_token_at"]) / denom
+    cols["max_tbt_s"] = cols.pop("max_tbt_s")  # the last column
+    return cols
+
+
+def _from_request_columns(fields: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    max_tbt = fields["max_tbt_s"].copy()
+    max_tbt[fields["num_generated"] < 2] = np.nan
+    reasons = fields["reject_reason"]
+    cols = {name: fields[name] for name in ("request_id", "replica_id", "arrival_at", "num_prompt_tokens",
+                                            "num_output_tokens", "first_scheduled_at", "first_token_at",
+                                            "completed_at", "num_preemptions")}
+    cols["status"] = np.array([s.value for s in fields["status"].tolist()], dtype=object)
+    cols["reject_reason"] = np.where(reasons == None, "", reasons).astype(object)  # noqa: E711 - elementwise
+    cols["max_tbt_s"] = max_tbt
+    return cols
+
+
+def _from_requests(reqs: Sequence[Request]) -> dict[str, np.ndarray]:
     n = len(reqs)
     generated = np.fromiter((r.num_generated for r in reqs), dtype=np.int64, count=n)
     max_tbt = np.fromiter((r.max_tbt_s for r in reqs), dtype=np.float64, count=n)
@@ -93,14 +121,8 @@ def request_columns(result: RunResult) -> dict[str, np.ndarray]:
         "num_preemptions": np.fromiter((r.num_preemptions for r in reqs), dtype=np.int64, count=n),
         "status": np.array([r.status.value for r in reqs], dtype=object),
         "reject_reason": np.array([r.reject_reason or "" for r in reqs], dtype=object),
+        "max_tbt_s": max_tbt,
     }
-    cols["ttft_s"] = cols["first_token_at"] - cols["arrival_at"]
-    cols["sched_delay_s"] = cols["first_scheduled_at"] - cols["arrival_at"]
-    cols["e2e_s"] = cols["completed_at"] - cols["arrival_at"]
-    out = cols["num_output_tokens"]
-    denom = np.where(out > 1, out - 1, np.nan)
-    cols["tpot_s"] = (cols["completed_at"] - cols["first_token_at"]) / denom
-    cols["max_tbt_s"] = max_tbt
     return cols
 
 

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Iterator, Sequence
 from enum import StrEnum
+
+import numpy as np
 
 
 class Status(StrEnum):
@@ -93,3 +96,70 @@ class Request:
     def __repr__(self) -> str:
         return (f"Request(id={self.request_id}, prompt={self.num_prompt_tokens}, out={self.num_output_tokens}, "
                 f"computed={self.num_computed}, generated={self.num_generated}, status={self.status.value})")
+
+
+# A request's fields as columns (one entry per request): what a replica's run sets, read off
+# its requests in a worker process, and the whole run's requests merged in the parent.
+RUN_FIELDS = tuple(f for f in Request.__slots__ if f not in ("request_id", "num_prompt_tokens", "num_output_tokens"))
+_TIMES_OR_NONE = ("first_scheduled_at", "completed_at", "first_token_at")  # NaN for None in a column
+_OBJECT_FIELDS = ("status", "token_times", "reject_reason")
+
+
+def run_field_columns(requests: list[Request]) -> dict[str, np.ndarray]:
+    """The :data:`RUN_FIELDS` of ``requests`` as numpy columns (times that are None as NaN;
+    status, token times and reject reasons as object arrays)."""
+    cols: dict[str, np.ndarray] = {}
+    for name in RUN_FIELDS:
+        values = [getattr(r, name) for r in requests]
+        if name in _TIMES_OR_NONE:
+            cols[name] = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+        elif name in _OBJECT_FIELDS:
+            column = np.empty(len(values), dtype=object)
+            column[:] = values
+            cols[name] = column
+        else:
+            cols[name] = np.array(values, dtype=np.float64 if name in ("arrival_at", "last_token_at", "max_tbt_s")
+                                  else np.int64 if name != "in_flight" else np.bool_)
+    return cols
+
+
+class RequestColumns(Sequence[Request]):
+    """A run's requests held as columns (``request_id``, the token counts and every
+    :data:`RUN_FIELDS` entry, as :func:`run_field_columns` writes them), read as a sequence of
+    :class:`Request` objects only if someone asks.
+
+    A cluster whose replicas ran in worker processes comes back this way: metrics read the
+    columns directly (:func:`simulator.metrics.request_columns`), and building a million
+    request objects just to read their fields back would cost more than the parent's whole
+    share of the run. The objects are built, once, on first access by index or iteration.
+    """
+
+    def __init__(self, columns: dict[str, np.ndarray]) -> None:
+        self.columns = columns
+        self._objects: list[Request] | None = None
+
+    def __len__(self) -> int:
+        return len(self.columns["request_id"])
+
+    def __getitem__(self, index):  # noqa: ANN001, ANN204 - int or slice, as a list's
+        return self.objects()[index]
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self.objects())
+
+    def objects(self) -> list[Request]:
+        if self._objects is None:
+            cols = self.columns
+            reqs = [Request(i, 0.0, p, o) for i, p, o in zip(cols["request_id"].tolist(), cols["num_prompt_tokens"].tolist(),
+                                                             cols["num_output_tokens"].tolist(), strict=True)]
+            for name in RUN_FIELDS:
+                column = cols[name]
+                values = column.tolist()
+                if name in _TIMES_OR_NONE:
+                    values = [None if v != v else v for v in values]  # NaN back to None
+                elif name == "status":
+                    values = [Status(v) for v in values]
+                for req, value in zip(reqs, values, strict=True):
+                    setattr(req, name, value)
+            self._objects = reqs
+        return self._objects

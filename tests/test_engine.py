@@ -177,3 +177,15 @@ def test_model_that_does_not_fit_is_refused():
 
     with pytest.raises(ConfigError, match="does not fit"):
         simulate(RunConfig(replica=ReplicaConfig("llama-2-70b", "a100-80gb", tp=1)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2), st.integers(0, 2)), min_size=1, max_size=50))
+def test_iteration_rows_sort_as_lexsort_does(rows):
+    """The end-time order of the iteration table (stable sort, checked ties) is lexsort's,
+    ties in end, replica and start included."""
+    from simulator.engine import _end_order
+
+    start, duration, replica = (np.array(c) for c in zip(*rows, strict=True))
+    start, duration = start.astype(np.float64), duration.astype(np.float64)
+    assert np.array_equal(_end_order(start, duration, replica), np.lexsort((start, replica, start + duration)))

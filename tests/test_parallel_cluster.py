@@ -86,3 +86,36 @@ def test_workers_where_replicas_cannot_run_apart_is_refused(extra: list[str]) ->
     res = CliRunner().invoke(app, ["run", "--num-requests", "20", "--workers", "2", "--no-progress", *extra])
     assert isinstance(res.exception, ConfigError), res.output  # main() prints it as one line, exit 2
     assert str(res.exception).startswith("--workers:")
+
+
+def test_a_tie_in_a_worker_falls_back_to_the_joint_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that arrives exactly when its replica's iteration ends: the worker meets the
+    tie, and the run falls back to the joint run (from the table, as if never partitioned)."""
+    rng = np.random.default_rng(3)
+    n = 40  # even: with round robin over 2 replicas, an added 41st request goes to replica 0
+    arrival = np.sort(rng.uniform(0, 20, n))
+    table = RequestTable(arrival, rng.integers(50, 400, n), rng.integers(5, 60, n), source="hand")
+    config = RunConfig(replica=ReplicaConfig("mistral-7b", "a100-80gb"), num_replicas=2)
+    base = simulate(config, table)
+    iters = base.iteration_frame()
+    ends = (iters["started_at"] + iters["duration_s"])[iters["replica_id"] == 0]
+    last = float(arrival[-1])
+    # An iteration end after the last arrival that the arrival process reproduces to the last bit.
+    tie_at = next(e for e in ends.sort_values() if e > last and last + (e - last) == e)
+    tied = RequestTable(np.r_[arrival, tie_at], np.r_[table.num_prompt_tokens, 100], np.r_[table.num_output_tokens, 10],
+                        source="hand")
+    outcomes: list[bool] = []
+    real = engine.run_partitioned_in_workers
+
+    def spy(*args):  # noqa: ANN002, ANN202
+        out = real(*args)
+        outcomes.append(out is not None)
+        return out
+
+    monkeypatch.setattr(engine, "run_partitioned_in_workers", spy)
+    parallel = simulate(config, tied, workers=2)
+    assert outcomes == [False]  # the worker met the tie
+    _assert_same(parallel, simulate(config, tied))  # which the serial partitioned run meets too
+    stepped = simulate(config.replace(fast_forward=False), tied)
+    assert request_frame(parallel).equals(request_frame(stepped))
+    assert parallel.iteration_frame().equals(stepped.iteration_frame())

@@ -65,3 +65,25 @@ def test_beyond_its_size_a_log_becomes_a_sketch_within_the_stated_relative_error
 def test_canonical_drops_nothing_and_sorts():
     values, counts = canonical(np.array([0.3, 0.1, 0.3, 0.0]), np.array([1, 2, 3, 4]))
     assert values.tolist() == [0.0, 0.1, 0.3] and counts.tolist() == [4, 2, 4]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.25, 1.0, 1e-9, 3.5]), st.integers(0, 5)), max_size=40),
+       st.integers(1, 4))
+def test_canonical_equals_unique_and_canonicalise_keeps_the_gaps(runs, parts):
+    values = np.array([v for v, _ in runs], dtype=np.float64)
+    counts = np.array([c for _, c in runs], dtype=np.int64)
+    got_v, got_c = canonical(values, counts)
+    unique, inverse = np.unique(values, return_inverse=True)
+    totals = np.bincount(inverse.reshape(-1), weights=counts, minlength=len(unique)).astype(np.int64)
+    assert np.array_equal(got_v, unique[totals > 0]) and np.array_equal(got_c, totals[totals > 0])
+    # Logs canonicalised apart (as workers do) merge to the same distribution as the raw logs.
+    logs = [GapLog() for _ in range(parts)]
+    for i, (v, c) in enumerate(runs):
+        logs[i % parts].add(v, c)
+    raw = merged(logs)
+    for log in logs:
+        log.canonicalise()
+        assert np.all(np.diff(np.frombuffer(log.values)) > 0)
+    after = merged(logs)
+    assert np.array_equal(raw[0], after[0]) and np.array_equal(raw[1], after[1]) and raw[2] == after[2]

@@ -92,9 +92,9 @@ def _from_request_columns(fields: dict[str, np.ndarray]) -> dict[str, np.ndarray
     max_tbt = fields["max_tbt_s"].copy()
     max_tbt[fields["num_generated"] < 2] = np.nan
     reasons = fields["reject_reason"]
-    cols = {name: fields[name] for name in ("request_id", "replica_id", "arrival_at", "num_prompt_tokens",
-                                            "num_output_tokens", "first_scheduled_at", "first_token_at",
-                                            "completed_at", "num_preemptions")}
+    cols = {name: fields[name].copy() for name in ("request_id", "replica_id", "arrival_at", "num_prompt_tokens",
+                                                   "num_output_tokens", "first_scheduled_at", "first_token_at",
+                                                   "completed_at", "num_preemptions")}  # the caller's to change
     cols["status"] = np.array([s.value for s in fields["status"].tolist()], dtype=object)
     cols["reject_reason"] = np.where(reasons == None, "", reasons).astype(object)  # noqa: E711 - elementwise
     cols["max_tbt_s"] = max_tbt

@@ -102,24 +102,26 @@ class Request:
 # its requests in a worker process, and the whole run's requests merged in the parent.
 RUN_FIELDS = tuple(f for f in Request.__slots__ if f not in ("request_id", "num_prompt_tokens", "num_output_tokens"))
 _TIMES_OR_NONE = ("first_scheduled_at", "completed_at", "first_token_at")  # NaN for None in a column
-_OBJECT_FIELDS = ("status", "token_times", "reject_reason")
+_DTYPES = {"arrival_at": np.float64, "last_token_at": np.float64, "max_tbt_s": np.float64, "in_flight": np.bool_,
+           **dict.fromkeys(("num_computed", "num_generated", "num_blocks", "replica_id", "num_preemptions",
+                            "admitted_seq"), np.int64)}
 
 
 def run_field_columns(requests: list[Request]) -> dict[str, np.ndarray]:
-    """The :data:`RUN_FIELDS` of ``requests`` as numpy columns (times that are None as NaN;
-    status, token times and reject reasons as object arrays)."""
+    """The :data:`RUN_FIELDS` of ``requests`` as numpy columns: times that may be None as
+    float64 with NaN, counts as int64, and any other field (status, token times, reject
+    reason, a field added later) as an object array, which holds anything as it is."""
     cols: dict[str, np.ndarray] = {}
     for name in RUN_FIELDS:
         values = [getattr(r, name) for r in requests]
         if name in _TIMES_OR_NONE:
             cols[name] = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
-        elif name in _OBJECT_FIELDS:
+        elif name in _DTYPES:
+            cols[name] = np.array(values, dtype=_DTYPES[name])
+        else:
             column = np.empty(len(values), dtype=object)
             column[:] = values
             cols[name] = column
-        else:
-            cols[name] = np.array(values, dtype=np.float64 if name in ("arrival_at", "last_token_at", "max_tbt_s")
-                                  else np.int64 if name != "in_flight" else np.bool_)
     return cols
 
 

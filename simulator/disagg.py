@@ -55,12 +55,12 @@ import simpy
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel import load_cost_model
 from simulator.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of
-from simulator.engine import RunResult, _reporter, prepare_requests, run_to_end
+from simulator.engine import RunResult, _reporter, make_replica, prepare_requests, run_to_end
 from simulator.errors import ConfigError
 from simulator.kvcache import BlockManager, MemoryPlan, build_kv_cache, max_model_len_shortfall
 from simulator.progress import RunProgress
 from simulator.records import Recorder
-from simulator.replica import Replica
+from simulator.replica import Replica, with_mixin
 from simulator.request import Request, Status
 from simulator.routers import ROUTERS
 from simulator.schedulers import SCHEDULERS, Batch, Scheduler
@@ -165,22 +165,12 @@ class ParkingReplicaMixin:
             wakeup.succeed()
 
 
-_CLASS_CACHE: dict[tuple[type, type], type] = {}
-
-
-def _mixed_class(mixin: type, base: type) -> type:
-    key = (mixin, base)
-    if key not in _CLASS_CACHE:
-        _CLASS_CACHE[key] = type(f"{mixin.__name__.removesuffix('Mixin')}{base.__name__}", (mixin, base), {})
-    return _CLASS_CACHE[key]
-
-
 def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type | None, field: str) -> tuple[Scheduler, MemoryPlan]:
     max_model_len = replica.effective_max_model_len
     blocks, plan = build_kv_cache(replica, sched)
     cls = SCHEDULERS[sched.name]
     if mixin is not None:
-        cls = _mixed_class(mixin, cls)
+        cls = with_mixin(mixin, cls)
     # A prefill replica holds prompts only: one too long for it is rejected per request.
     short = None if mixin is PrefillMixin else max_model_len_shortfall(blocks, max_model_len)
     if short is not None:
@@ -191,13 +181,8 @@ def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin:
 def _make_replica(env: simpy.Environment, replica_id: int, scheduler: Scheduler, config: RunConfig,
                   replica_cfg: ReplicaConfig, recorder: Recorder, parking: bool) -> Replica:
     cost = load_cost_model(config.cost_model, replica_cfg, config.engine)
-    if replica_cfg.pp > 1:
-        from simulator.pipeline import PipelinedReplica
-
-        cls: type = _mixed_class(ParkingReplicaMixin, PipelinedReplica) if parking else PipelinedReplica
-        return cls(env, replica_id, scheduler, cost, recorder, config.replace(replica=replica_cfg))
-    cls = _mixed_class(ParkingReplicaMixin, Replica) if parking else Replica
-    return cls(env, replica_id, scheduler, cost, recorder)
+    return make_replica(env, replica_id, scheduler, cost, recorder, config.replace(replica=replica_cfg),
+                        mixin=ParkingReplicaMixin if parking else None)
 
 
 class HandoffLog:

@@ -28,7 +28,7 @@ from simulator.errors import ConfigError
 from simulator.kvcache import MemoryPlan
 from simulator.progress import RunProgress
 from simulator.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
-from simulator.replica import Replica, build_scheduler
+from simulator.replica import Replica, build_scheduler, with_mixin
 from simulator.request import Request, RequestColumns, run_field_columns
 from simulator.routers import ROUTERS, STATE_FREE_ROUTERS
 from simulator.tbt import GapLog
@@ -148,8 +148,9 @@ class Cluster:
 
 
 def make_replica(env: simpy.Environment, replica_id: int, scheduler, cost: CostModel, recorder: Recorder,
-                 config: RunConfig, horizon: Callable[[], float] | None = None) -> Replica:
-    """The replica mechanism for a layout: the PP=1 loop, or stage processes for PP>1.
+                 config: RunConfig, horizon: Callable[[], float] | None = None, mixin: type | None = None) -> Replica:
+    """The replica mechanism for a layout: the PP=1 loop, or stage processes for PP>1, with
+    ``mixin``'s methods over either's (the disaggregated pools' parking).
     ``horizon`` enables event skipping (PP=1 only; see :mod:`simulator.fastforward`)."""
     if config.replica.pp > 1:
         try:
@@ -157,8 +158,10 @@ def make_replica(env: simpy.Environment, replica_id: int, scheduler, cost: CostM
         except ImportError:
             raise ConfigError("replica.pp", "pipeline parallelism is not available in this build",
                               "use --pp 1") from None
-        return PipelinedReplica(env, replica_id, scheduler, cost, recorder, config)
-    return Replica(env, replica_id, scheduler, cost, recorder, horizon)
+        cls: type = PipelinedReplica if mixin is None else with_mixin(mixin, PipelinedReplica)
+        return cls(env, replica_id, scheduler, cost, recorder, config)
+    cls = Replica if mixin is None else with_mixin(mixin, Replica)
+    return cls(env, replica_id, scheduler, cost, recorder, horizon)
 
 
 def _arrivals(env: simpy.Environment, requests: list[Request], cluster: Cluster):  # noqa: ANN202

@@ -16,6 +16,7 @@ memory plan. Pipeline parallelism replaces step 2-4 with stage processes
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import TYPE_CHECKING
 
 import simpy
@@ -161,3 +162,8 @@ class Replica:
             # behind a preemption: the next batch may be all decodes.
             skip = shape.num_prefills == shape.num_logits - shape.num_decodes and not batch.preempted
 
+
+@cache
+def with_mixin(mixin: type, base: type) -> type:
+    """``base`` with ``mixin``'s methods first (one class per pair, so instances of a pool share it)."""
+    return type(f"{mixin.__name__.removesuffix('Mixin')}{base.__name__}", (mixin, base), {})

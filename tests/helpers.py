@@ -137,3 +137,17 @@ def assert_a_signal_stops_workers(args: list[str], how: str, num_processes: int 
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "interrupted" in stderr and len(stderr.strip().splitlines()) == 1
     assert group_gone(proc.pid), "a worker process outlived the command"
+
+
+def record_outcomes(monkeypatch, module, name: str) -> list[bool]:  # noqa: ANN001
+    """Patch ``module.name`` to record, per call, whether it returned something (not None)."""
+    outcomes: list[bool] = []
+    real = getattr(module, name)
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        out = real(*args, **kwargs)
+        outcomes.append(out is not None)
+        return out
+
+    monkeypatch.setattr(module, name, spy)
+    return outcomes

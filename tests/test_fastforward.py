@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 import simpy
-from helpers import ConstantCostModel, submit_all
+from helpers import ConstantCostModel, record_outcomes, submit_all
 
 from simulator import engine, fastforward
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
@@ -126,16 +126,7 @@ def test_skipping_with_a_constant_cost_and_preemptions(scheduler: str, count_str
 def partitioned(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each engine.run_partitioned call ran the cluster replica by replica (False: it
     met a tie and the joint run took over)."""
-    outcomes: list[bool] = []
-    real = engine.run_partitioned
-
-    def spy(*args):  # noqa: ANN002, ANN202
-        out = real(*args)
-        outcomes.append(out is not None)
-        return out
-
-    monkeypatch.setattr(engine, "run_partitioned", spy)
-    return outcomes
+    return record_outcomes(monkeypatch, engine, "run_partitioned")
 
 
 @pytest.mark.parametrize("router", ["round_robin", "random", "least_outstanding"])

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import assert_a_signal_stops_workers
+from helpers import assert_a_signal_stops_workers, record_outcomes
 from typer.testing import CliRunner
 
 from simulator import engine
@@ -104,15 +104,7 @@ def test_a_tie_in_a_worker_falls_back_to_the_joint_run(monkeypatch: pytest.Monke
     tie_at = next(e for e in ends.sort_values() if e > last and last + (e - last) == e)
     tied = RequestTable(np.r_[arrival, tie_at], np.r_[table.num_prompt_tokens, 100], np.r_[table.num_output_tokens, 10],
                         source="hand")
-    outcomes: list[bool] = []
-    real = engine.run_partitioned_in_workers
-
-    def spy(*args):  # noqa: ANN002, ANN202
-        out = real(*args)
-        outcomes.append(out is not None)
-        return out
-
-    monkeypatch.setattr(engine, "run_partitioned_in_workers", spy)
+    outcomes = record_outcomes(monkeypatch, engine, "run_partitioned_in_workers")
     parallel = simulate(config, tied, workers=2)
     assert outcomes == [False]  # the worker met the tie
     _assert_same(parallel, simulate(config, tied))  # which the serial partitioned run meets too

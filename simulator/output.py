@@ -13,7 +13,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,19 +107,30 @@ def write_chunks(chunks: Iterable[dict[str, Any]], path_stem: Path, fmt: str) ->
     return path
 
 
+def column_chunks(columns: dict[str, Any], chunk_rows: int = 1 << 20) -> Iterator[dict[str, Any]]:
+    """Equal-length numpy columns as column dicts of at most ``chunk_rows`` rows (views, no
+    copies; one empty chunk for no rows), for :func:`write_chunks`."""
+    num_rows = len(next(iter(columns.values()))) if columns else 0
+    for start in range(0, max(num_rows, 1), chunk_rows):
+        yield {name: values[start:start + chunk_rows] for name, values in columns.items()}
+
+
 def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: dict[str, Any] | None = None,
-              requests: pd.DataFrame | None = None) -> dict[str, Path]:
+              requests: pd.DataFrame | dict[str, Any] | None = None) -> dict[str, Path]:
+    """Write a run's tables (requests and iterations, each in chunks), ``summary.json`` and
+    ``config.json``. ``requests``: its :func:`~simulator.metrics.request_columns` (or frame), if built."""
     check_format(fmt)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError("--out", f"{out_dir} exists and is not a folder", "pass a folder path")
     out_dir.mkdir(parents=True, exist_ok=True)
-    from simulator.metrics import request_frame, summarize
+    from simulator.metrics import request_columns, summarize
 
-    requests = request_frame(result) if requests is None else requests
+    requests = request_columns(result) if requests is None else requests
     summary = summarize(result, requests) if summary is None else summary
+    columns = requests if isinstance(requests, dict) else {name: requests[name].to_numpy() for name in requests.columns}
     paths = {
-        "requests": write_table(requests, out_dir / "requests", fmt),
+        "requests": write_chunks(column_chunks(columns), out_dir / "requests", fmt),
         "iterations": write_chunks(result.iteration_chunks(), out_dir / "iterations", fmt),
     }
     if result.config.replica.pp > 1:  # one row per (micro-batch, pipeline stage)

@@ -257,3 +257,27 @@ def test_iteration_table_written_in_chunks_reads_back_as_the_frame(tmp_path: Pat
     back = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path)
     pd.testing.assert_frame_equal(back, frame, check_exact=fmt == "parquet", rtol=1e-15)
     assert (frame["started_at"] + frame["duration_s"]).is_monotonic_increasing  # end-time order across replicas
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_request_table_written_in_chunks_reads_back_as_the_frame(tmp_path: Path, fmt: str) -> None:
+    """The request table goes out from numpy columns in chunks, no pandas frame: the file is
+    request_frame, row for row (a rejected request's reason and NaN times included)."""
+    import numpy as np
+    import pandas as pd
+
+    from simulator.config import RunConfig
+    from simulator.engine import simulate
+    from simulator.metrics import request_columns, request_frame
+    from simulator.output import column_chunks, write_chunks
+    from simulator.workload import RequestTable
+
+    table = RequestTable(np.arange(30) * 0.2, np.r_[np.full(29, 300), 9000], np.full(30, 20), source="hand")
+    result = simulate(RunConfig(num_replicas=2), table)
+    frame = request_frame(result)
+    assert frame["reject_reason"].iloc[-1]  # 9,000 tokens exceed the context: rejected with a reason
+    path = write_chunks(column_chunks(request_columns(result), chunk_rows=7), tmp_path / "requests", fmt)
+    back = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path, keep_default_na=False,
+                                                                        na_values={c: [""] for c in frame.columns
+                                                                                   if c != "reject_reason"})
+    pd.testing.assert_frame_equal(back, frame, check_exact=fmt == "parquet", rtol=1e-15)

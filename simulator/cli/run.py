@@ -32,7 +32,7 @@ def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
                    ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> tuple[RunResult, dict[str, Any]]:
     """Simulate ``config``; write outputs to ``out`` if given; return the result and summary."""
-    result, summary, requests = _simulate_and_summarize(config, progress, ttft_slo_s, tbt_slo_s, out is not None)
+    result, summary, requests = _simulate_and_summarize(config, progress, ttft_slo_s, tbt_slo_s)
     if out is not None:
         _write(result, out, fmt, summary, requests)
     return result, summary
@@ -48,15 +48,15 @@ def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requ
 
 
 def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttft_slo_s: float,
-                            tbt_slo_s: float, frame: bool = True, workers: int = 1) -> tuple[RunResult, dict[str, Any], Any]:
-    """The run, its summary, and its requests: a pandas frame when ``frame`` (tables are
-    written) or pool metrics need it, else numpy columns (no pandas at all)."""
+                            tbt_slo_s: float, workers: int = 1) -> tuple[RunResult, dict[str, Any], Any]:
+    """The run, its summary, and its requests: numpy columns (tables are written from them
+    in chunks), or a pandas frame where the disaggregated pools' metrics need one."""
     from simulator.metrics import request_columns, request_frame, summarize
 
     result = simulate(config, progress=progress, workers=workers)
     if isinstance(progress, RunProgress):
         progress.phase(f"computing metrics of {len(result.requests):,} requests", len(result.requests))
-    requests = request_frame(result) if frame or "disagg" in result.extra else request_columns(result)
+    requests = request_frame(result) if "disagg" in result.extra else request_columns(result)
     summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
     if "disagg" in result.extra:  # disaggregated prefill/decode: pool, handoff and link metrics
         from simulator.disagg_metrics import disagg_summary
@@ -142,8 +142,7 @@ def run(
     write_error = None
     try:
         try:
-            result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo,
-                                                                out is not None, workers)
+            result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo, workers)
         except KeyboardInterrupt:  # Ctrl-C (or SIGTERM to a run with --workers, whose workers are stopped)
             fail("interrupted: the run was stopped and nothing was written", code=130)
         if out is not None:

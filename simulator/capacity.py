@@ -513,17 +513,17 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
 
     qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
     limits = Limits(settings.rel_tol, settings.min_qps, settings.max_qps, settings.max_trials)
+    exits = (settings.early_exit, settings.tbt_early_exit)
     if workers > 1:
         from simulator.interrupts import WorkerPool
 
         # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the trials still running are stopped.
         with WorkerPool(workers) as pool:
-            found, _ = largest_passing_ahead(
-                lambda q: pool.submit(run_trial, config, q, slo, settings.early_exit, settings.tbt_early_exit), lambda t: t.passed, qps,
-                limits, workers, on_result=used)
+            found, _ = largest_passing_ahead(lambda q: pool.submit(run_trial, config, q, slo, *exits),
+                                             lambda t: t.passed, qps, limits, workers, on_result=used)
             pool.stop()  # trials run ahead that the search did not need
     else:
-        found = largest_passing(lambda q: used(run_trial(config, q, slo, settings.early_exit, settings.tbt_early_exit)).passed, qps, limits)
+        found = largest_passing(lambda q: used(run_trial(config, q, slo, *exits)).passed, qps, limits)
     by_qps = {t.qps: t for t in trials}
     failed = by_qps[found.failed_qps] if found.failed_qps is not None else None
     result.capacity_qps = found.passed_qps or 0.0

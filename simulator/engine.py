@@ -89,8 +89,9 @@ class RunResult:
 def _end_order(started_at: np.ndarray, duration_s: np.ndarray, replica_id: np.ndarray) -> np.ndarray:
     """Row order by (end, replica, start), ties kept in record order: ``np.lexsort``'s order.
 
-    A stable sort by end time alone is near linear on the usual record order (each replica's
-    rows in time order, replica after replica or interleaved), and it is lexsort's order
+    A stable sort by end time alone is cheaper on the usual record order (each replica's rows
+    in time order, replica after replica or interleaved: 1.35 s against lexsort's 2.27 s for
+    16M rows in 16 runs, check included), and it is lexsort's order
     whenever rows with equal ends come out by replica and start, which is checked in one
     pass; otherwise lexsort decides.
     """
@@ -353,6 +354,7 @@ def run_partitioned(config: RunConfig, requests: list[Request], recorder: Record
 
 
 def _check_all_done(requests: list[Request]) -> None:
+    """The invariant of a run not stopped early: every request completed or was rejected."""
     unfinished = [r for r in requests if r.completed_at is None and r.reject_reason is None]
     if unfinished:
         raise RuntimeError(f"{len(unfinished)} requests neither finished nor were rejected, e.g. {unfinished[0]}")
@@ -527,7 +529,6 @@ def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,
     finally:
         if reporter is not None and own_reporter:
             reporter.close()
-    unfinished = [r for r in requests if r.completed_at is None and r.reject_reason is None]
-    if unfinished and stopped is None:
-        raise RuntimeError(f"{len(unfinished)} requests neither finished nor were rejected, e.g. {unfinished[0]}")
+    if stopped is None:
+        _check_all_done(requests)
     return stopped

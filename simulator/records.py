@@ -146,13 +146,12 @@ class Recorder:
     """Collects per-iteration records (an :class:`IterationLog`: cheap to append, tidy to
     export) and counts terminal request events for progress reporting."""
 
-    __slots__ = ("iterations", "stages", "num_done", "rejected", "_on_progress", "_next_report", "_report_every")
+    __slots__ = ("iterations", "stages", "num_done", "_on_progress", "_next_report", "_report_every")
 
     def __init__(self, on_progress: Callable[[int], None] | None = None, report_every: int = 1) -> None:
         self.iterations = IterationLog()
         self.stages: list[tuple] = []  # STAGE_COLUMNS rows, pipelined replicas only
         self.num_done = 0
-        self.rejected: list[Request] = []
         self._on_progress = on_progress
         self._report_every = max(1, report_every)
         self._next_report = self._report_every
@@ -185,5 +184,4 @@ class Recorder:
         self._count(len(finished))
 
     def on_reject(self, req: Request) -> None:
-        self.rejected.append(req)
         self._count(1)

@@ -159,8 +159,6 @@ class RequestColumns(Sequence[Request]):
                 values = column.tolist()
                 if name in _TIMES_OR_NONE:
                     values = [None if v != v else v for v in values]  # NaN back to None
-                elif name == "status":
-                    values = [Status(v) for v in values]
                 for req, value in zip(reqs, values, strict=True):
                     setattr(req, name, value)
             self._objects = reqs

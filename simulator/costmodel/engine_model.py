@@ -371,9 +371,7 @@ class EngineCostModel(CostModel):
                 self.collective_s, self.prefill_excess_time(first), self.cpu_time(first))
 
     def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
-        if n <= 0 or num_iterations < 2 or not self._stretch_ok:
-            return None
-        if self._stretch_kind is None:
+        if n <= 0 or num_iterations < 2 or not self._stretch_ok or self._stretch_kind is None:
             return None
         attention_vector, is_learned = self._stretch_kind
         k = self.kernels

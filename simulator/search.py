@@ -21,8 +21,8 @@ may start the loads the search could need next before it needs them
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -104,49 +104,80 @@ def largest_passing(passes: Callable[[float], bool], start_qps: float, limits: L
         state = state.after(load, passes(load))
 
 
-def loads_ahead(state: State, start_qps: float, limits: Limits, count: int) -> list[float]:
+def loads_ahead(state: State, start_qps: float, limits: Limits, count: int,
+                known: Mapping[float, bool] | None = None) -> list[float]:
     """The next ``count`` loads the search may try from ``state``: the one it tries next,
-    then those after each verdict, breadth first (a pass's follow-up before a failure's:
-    failing trials tend to stop early, passing ones run to the end)."""
+    then those after each verdict, breadth first. While bracketing, a pass's follow-up comes
+    before a failure's: doubling is cheap to try, a load far above capacity fails at once.
+    Once bisecting, a failure's follow-up comes first: it is the lower load, whose trial runs
+    longer (a passing trial runs to the end), so starting it early saves the most. A load whose verdict is
+    already ``known`` (a trial run ahead that has ended) is followed, not listed: it costs
+    nothing more, so the loads past it count as near as the load it stands for."""
+    known = known or {}
     out: list[float] = []
     queue = deque([state])
     while queue and len(out) < count:
         s = queue.popleft()
         load = next_load(s, start_qps, limits)
+        while not isinstance(load, Outcome) and load in known:
+            s = s.after(load, known[load])
+            load = next_load(s, start_qps, limits)
         if isinstance(load, Outcome):
             continue
         if load not in out:
             out.append(load)
-        queue.extend((s.after(load, True), s.after(load, False)))
+        bisecting = s.passed_qps is not None and s.failed_qps is not None
+        queue.extend((s.after(load, False), s.after(load, True)) if bisecting else
+                     (s.after(load, True), s.after(load, False)))
     return out
 
 
+def _wait_any(futures: Collection[Future]) -> Collection[Future]:
+    return wait(futures, return_when=FIRST_COMPLETED).done
+
+
 def largest_passing_ahead(start: Callable[[float], Future[T]], passes: Callable[[T], bool], start_qps: float,
-                          limits: Limits, width: int,
-                          on_result: Callable[[T], None] | None = None) -> tuple[Outcome, list[T]]:
+                          limits: Limits, width: int, on_result: Callable[[T], None] | None = None,
+                          wait_any: Callable[[Collection[Future]], Collection[Future]] = _wait_any,
+                          ) -> tuple[Outcome, list[T]]:
     """:func:`largest_passing` with up to ``width`` trials in flight: ``start(load)`` starts a
-    trial and returns its future, ``passes(result)`` is its verdict. Besides the trial the
-    search needs, the trials it may need next (:func:`loads_ahead`) run ahead. Returns the
-    outcome and the results of the trials the search used, in its order (``on_result`` sees
-    each as it is used): the same loads, results and outcome as the serial search. Trials
-    run ahead and then not needed are cancelled if not started, else left to finish unread."""
+    trial and returns its future, ``passes(result)`` is its verdict. Whenever a trial ends
+    (``wait_any(futures)`` returns those that have), the search takes every verdict it can
+    use and fills the free places with the trials it may need next (:func:`loads_ahead`,
+    past the verdicts already in), so a place freed by a trial that stopped early is not left
+    idle until the one the search waits for ends. Returns the outcome and the results of the
+    trials the search used, in its order (``on_result`` sees each as it is used): the same
+    loads, results and outcome as the serial search. A trial outside the bracket (no longer
+    needed) is cancelled if it has not begun, else left to end unread, holding its place till
+    then; one inside it is kept, as the search may still need it."""
     state = _initial(None, None, 0)
-    running: dict[float, Future[T]] = {}
+    in_flight: dict[float, Future[T]] = {}
+    ended: dict[float, T] = {}  # results in, not (yet) used
     used: list[T] = []
     while True:
         load = next_load(state, start_qps, limits)
+        while not isinstance(load, Outcome) and load in ended:
+            result = ended.pop(load)
+            used.append(result)
+            if on_result is not None:
+                on_result(result)
+            state = state.after(load, passes(result))
+            load = next_load(state, start_qps, limits)
         if isinstance(load, Outcome):
-            for future in running.values():
+            for future in in_flight.values():
                 future.cancel()
             return load, used
-        ahead = loads_ahead(state, start_qps, limits, width)
-        for other in [q for q in running if q not in ahead]:  # no longer reachable
-            running.pop(other).cancel()
+        ahead = loads_ahead(state, start_qps, limits, width, {q: passes(r) for q, r in ended.items()})
+        lo, hi = state.passed_qps, state.failed_qps  # every load tried from here lies strictly between
+        for q in [q for q in in_flight if (lo is not None and q <= lo) or (hi is not None and q >= hi)]:
+            if in_flight[q].cancel():
+                del in_flight[q]
         for q in ahead:
-            if q not in running and sum(not f.done() for f in running.values()) < width:
-                running[q] = start(q)
-        result = running.pop(load).result()
-        used.append(result)
-        if on_result is not None:
-            on_result(result)
-        state = state.after(load, passes(result))
+            if q not in in_flight and len(in_flight) < width:
+                in_flight[q] = start(q)
+        # The load the search needs leads ``ahead``, so it is in flight now unless every place
+        # holds a trial no longer needed: then one of those ends first and frees a place.
+        for future in wait_any(list(in_flight.values())):
+            q = next(q for q, f in in_flight.items() if f is future)
+            del in_flight[q]
+            ended[q] = future.result()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Collection
 from concurrent.futures import Future
 
 import pytest
@@ -62,50 +64,78 @@ def test_the_limits_name_why_the_search_stopped() -> None:
     assert found.stop == "max_trials" and tried == [1.0, 2.0, 4.0, 3.0]
 
 
-class _LazyTrial(Future):
-    """A trial that runs when its result is read, as a busy pool's would finish late."""
+class _FakePool:
+    """Trials as futures that end only when ``wait_any`` says so: it ends one trial in flight,
+    picked by ``rng``, as a pool's trials end in whatever order their lengths give."""
 
-    def __init__(self, qps: float, in_flight: list[_LazyTrial]) -> None:
-        super().__init__()
-        self.qps = qps
-        self._in_flight = in_flight
-        in_flight.append(self)
+    def __init__(self, rng: random.Random, width: int) -> None:
+        self.rng, self.width = rng, width
+        self.started: list[float] = []
+        self.in_flight: dict[Future, float] = {}
+        self.num_waits = 0
 
-    def result(self, timeout: float | None = None) -> float:
-        if not self.done():
-            self.set_result(self.qps)
-            self._in_flight.remove(self)
-        return super().result(timeout)
+    def start(self, qps: float) -> Future:
+        assert len([f for f in self.in_flight if not f.cancelled()]) < self.width  # a free place, always
+        self.started.append(qps)
+        future: Future = Future()
+        self.in_flight[future] = qps
+        return future
 
-    def cancel(self) -> bool:
-        if super().cancel():
-            self._in_flight.remove(self)
-            return True
-        return False
+    def wait_any(self, futures: Collection[Future]) -> set[Future]:
+        self.num_waits += 1
+        assert futures and all(f in self.in_flight and not f.done() for f in futures)
+        chosen = self.rng.choice(list(futures))
+        chosen.set_running_or_notify_cancel()
+        chosen.set_result(self.in_flight.pop(chosen))
+        return {chosen}
 
 
 @given(threshold=st.floats(0.02, 400.0), start=st.floats(0.01, 1000.0), rel_tol=st.sampled_from([0.025, 0.25]),
-       max_trials=st.integers(1, 40), width=st.integers(1, 7))
+       max_trials=st.integers(1, 40), width=st.integers(1, 7), order_seed=st.integers(0, 2**32))
 def test_running_trials_ahead_changes_nothing_but_speed(threshold: float, start: float, rel_tol: float,
-                                                        max_trials: int, width: int) -> None:
-    """largest_passing_ahead: the loads it uses, in order, and the outcome equal the serial
-    search's; it never has more than ``width`` trials in flight and starts each load once."""
+                                                        max_trials: int, width: int, order_seed: int) -> None:
+    """largest_passing_ahead, whatever order its trials end in: the loads it uses, in order,
+    and the outcome equal the serial search's; it never has more than ``width`` trials in
+    flight, starts each load once, and cancels what it did not need and had not begun."""
     limits = Limits(rel_tol, 0.01, 1000.0, max_trials)
     serial, serial_tried = _search(threshold, start, limits)
-    started: list[float] = []
-    in_flight: list[_LazyTrial] = []
-
-    def start_trial(qps: float) -> Future:
-        assert len(in_flight) < width
-        started.append(qps)
-        return _LazyTrial(qps, in_flight)
-
-    found, used = largest_passing_ahead(start_trial, lambda qps: qps <= threshold, start, limits, width)
-    assert found == serial and used == serial_tried
-    assert len(set(started)) == len(started) and set(serial_tried) <= set(started)
-    assert not in_flight  # what was not used was cancelled
+    pool = _FakePool(random.Random(order_seed), width)
+    seen: list[float] = []
+    found, used = largest_passing_ahead(pool.start, lambda qps: qps <= threshold, start, limits, width,
+                                        on_result=seen.append, wait_any=pool.wait_any)
+    assert found == serial and used == serial_tried and seen == used
+    assert len(set(pool.started)) == len(pool.started) and set(serial_tried) <= set(pool.started)
+    assert all(f.cancelled() for f in pool.in_flight)  # what did not end was not needed
     if width == 1:
-        assert started == serial_tried  # nothing ahead: exactly the serial search
+        assert pool.started == serial_tried  # nothing ahead: exactly the serial search
     # Before the first verdict, the loads either verdict leads to were started too.
     first_wave = loads_ahead(State(None, None, 0), start, limits, width)
-    assert started[:len(first_wave)] == first_wave
+    assert pool.started[:len(first_wave)] == first_wave
+
+
+def test_a_trial_that_ends_early_frees_its_place_for_the_next_needed_one() -> None:
+    """Width 2 from 1 QPS, the threshold at 1.6: 1 and 2 start together. When 2 fails first,
+    the place it frees goes at once to 1.5, the load the search needs should 1 pass (as it
+    does), not to a load past 2's pass, nor left idle until 1 ends."""
+    limits = Limits(0.05, 0.01, 1000.0, 40)
+    order = iter([2.0, 1.0, 1.5])
+    started: list[float] = []
+    futures: dict[Future, float] = {}
+
+    def start_trial(qps: float) -> Future:
+        started.append(qps)
+        futures[(f := Future())] = qps
+        return f
+
+    def wait_scripted(in_flight: Collection[Future]) -> set[Future]:
+        want = next(order, None)
+        chosen = next((f for f in in_flight if futures[f] == want), None) or next(iter(in_flight))
+        chosen.set_running_or_notify_cancel()
+        chosen.set_result(futures[chosen])
+        return {chosen}
+
+    found, used = largest_passing_ahead(start_trial, lambda qps: qps <= 1.6, 1.0, limits, 2, wait_any=wait_scripted)
+    assert started[:3] == [1.0, 2.0, 1.5]
+    assert used[:3] == [1.0, 2.0, 1.5] and found.passed_qps is not None and 1.5 <= found.passed_qps <= 1.6
+    # Known verdicts are followed, not listed: with 2 failed, 1's pass leads straight to 1.5.
+    assert loads_ahead(State(None, None, 0), 1.0, limits, 2, known={2.0: False}) == [1.0, 1.5]

@@ -74,7 +74,7 @@ class RunResult:
             order = _end_order(cols["started_at"], cols["duration_s"], cols["replica_id"])
         for start in range(0, max(n, 1), chunk_rows):
             rows = slice(start, start + chunk_rows) if order is None else order[start:start + chunk_rows]
-            chunk = {name: col[rows].astype(np.float64 if col.dtype.kind == "f" else np.int64)
+            chunk = {name: col[rows].astype(np.float64 if col.dtype.kind == "f" else np.int64, copy=False)
                      for name, col in cols.items()}
             chunk["num_decode_tokens"] = chunk["num_decodes"]
             chunk["batch_size"] = chunk["num_prefills"] + chunk["num_decodes"]

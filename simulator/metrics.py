@@ -192,10 +192,7 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     if any(len(stages) > 1 for stages in result.stage_busy_s):
         out.update(bubble_summary(result, span))
     if len(result.replica_busy_s) > 1:
-        import pandas as pd
-
-        frame = requests if isinstance(requests, pd.DataFrame) else pd.DataFrame(cols)
-        out["per_replica"] = replica_frame(result, frame, span).to_dict("records")
+        out["per_replica"] = replica_rows(result, cols, span)
     out.update(overload_summary(cols))
     out["kv_cache_tokens"] = result.memory.num_kv_tokens
     out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
@@ -246,29 +243,38 @@ def bubble_summary(result: RunResult, span: float) -> dict[str, Any]:
 
 
 def replica_frame(result: RunResult, requests: pd.DataFrame | None = None, span: float | None = None) -> pd.DataFrame:
-    """One row per replica of a cluster: request counts, throughput, TTFT/TBT quantiles, busy
-    and (with pipeline parallelism) mean bubble fraction. Same definitions as :func:`summarize`."""
+    """One row per replica of a cluster (:func:`replica_rows`), as a pandas frame."""
     import pandas as pd
 
-    df = request_frame(result) if requests is None else requests
+    cols = request_columns(result) if requests is None else _as_columns(requests)
+    return pd.DataFrame(replica_rows(result, cols, span))
+
+
+def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | None = None) -> list[dict[str, Any]]:
+    """One row per replica of a cluster: request counts, throughput, TTFT/TBT quantiles, busy
+    and (with pipeline parallelism) mean bubble fraction. Same definitions as :func:`summarize`.
+    ``cols``: :func:`request_columns` of the run."""
     if span is None:
-        start = float(df["arrival_at"].min()) if len(df) else 0.0
+        start = float(cols["arrival_at"].min()) if len(cols["arrival_at"]) else 0.0
         span = max(result.sim_end_at - start, 1e-12)
+    replica_id, status = cols["replica_id"], cols["status"]
+    finished, rejected = status == "finished", status == "rejected"
     # Each TBT gap belongs to the replica whose iteration produced the token that ends it.
     rows = []
     for rid in range(len(result.replica_busy_s)):
-        mine = df[df["replica_id"] == rid]
-        done = mine[mine["status"] == "finished"]
+        mine = replica_id == rid
+        done = mine & finished
+        num_done = int(done.sum())
         row: dict[str, Any] = {
             "replica_id": rid,
-            "num_requests": int(len(mine)),
-            "num_finished": int(len(done)),
-            "num_rejected": int((mine["status"] == "rejected").sum()),
-            "throughput_rps": len(done) / span,
-            "output_tokens_per_s": float(done["num_output_tokens"].sum()) / span,
+            "num_requests": int(mine.sum()),
+            "num_finished": num_done,
+            "num_rejected": int((mine & rejected).sum()),
+            "throughput_rps": num_done / span,
+            "output_tokens_per_s": float(cols["num_output_tokens"][done].sum()) / span,
             "busy_fraction": result.replica_busy_s[rid] / span,
         }
-        ttft = quantile_stats(done["ttft_s"].to_numpy(), "ttft_s")
+        ttft = quantile_stats(cols["ttft_s"][done], "ttft_s")
         values, counts, _ = tbt_distribution(result, rid)
         tbt = weighted_quantile_stats(values, counts, "tbt_s")
         row.update({k: ttft[k] for k in ("ttft_s_p50", "ttft_s_p99")})
@@ -277,4 +283,4 @@ def replica_frame(result: RunResult, requests: pd.DataFrame | None = None, span:
             stages = result.stage_busy_s[rid]
             row["bubble_fraction_mean"] = 1.0 - sum(stages) / len(stages) / span
         rows.append(row)
-    return pd.DataFrame(rows)
+    return rows

@@ -14,6 +14,7 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +94,11 @@ def write_chunks(chunks: Iterable[dict[str, Any]], path_stem: Path, fmt: str) ->
             for chunk in chunks:
                 table = pa.table(chunk)
                 if writer is None:
-                    writer = pq.ParquetWriter(tmp, table.schema)
+                    # No dictionary for float columns: times and latencies are nearly all distinct,
+                    # so it never pays, and trying costs (1M-row chunks of a cluster's iteration
+                    # table: 3.3 s instead of 5.2 to encode, and a smaller file).
+                    writer = pq.ParquetWriter(tmp, table.schema, use_dictionary=[
+                        field.name for field in table.schema if not pa.types.is_floating(field.type)])
                 writer.write_table(table)
         finally:
             if writer is not None:
@@ -115,6 +120,18 @@ def column_chunks(columns: dict[str, Any], chunk_rows: int = 1 << 20) -> Iterato
         yield {name: values[start:start + chunk_rows] for name, values in columns.items()}
 
 
+_END = object()
+
+
+def prefetched(items: Iterator[Any], pool: Executor) -> Iterator[Any]:
+    """``items``, each next one computed in ``pool`` while the caller works on the one before
+    (one at a time: the iterator is never advanced by two threads at once)."""
+    future = pool.submit(next, items, _END)
+    while (item := future.result()) is not _END:
+        future = pool.submit(next, items, _END)
+        yield item
+
+
 def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: dict[str, Any] | None = None,
               requests: pd.DataFrame | dict[str, Any] | None = None) -> dict[str, Path]:
     """Write a run's tables (requests and iterations, each in chunks), ``summary.json`` and
@@ -129,10 +146,13 @@ def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: d
     requests = request_columns(result) if requests is None else requests
     summary = summarize(result, requests) if summary is None else summary
     columns = requests if isinstance(requests, dict) else {name: requests[name].to_numpy() for name in requests.columns}
-    paths = {
-        "requests": write_chunks(column_chunks(columns), out_dir / "requests", fmt),
-        "iterations": write_chunks(result.iteration_chunks(), out_dir / "iterations", fmt),
-    }
+    # The two tables are written side by side, and the iteration table's next chunk is gathered
+    # while one is written: pyarrow's writer and numpy's gathers release the GIL, so a large run
+    # writes on two cores (a million-request cluster: 4.1-5.3 s instead of 5.9-7.0 one after the other).
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        requests_written = pool.submit(write_chunks, column_chunks(columns), out_dir / "requests", fmt)
+        paths = {"iterations": write_chunks(prefetched(result.iteration_chunks(), pool), out_dir / "iterations", fmt)}
+        paths["requests"] = requests_written.result()
     if result.config.replica.pp > 1:  # one row per (micro-batch, pipeline stage)
         paths["stages"] = write_table(result.stage_frame(), out_dir / "stages", fmt)
     paths["summary"] = out_dir / "summary.json"

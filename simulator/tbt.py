@@ -115,8 +115,11 @@ def canonical(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nd
     """
     if len(values) == 0:
         return np.empty(0), np.empty(0, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    if (values[1:] > values[:-1]).all() and (counts > 0).all():  # canonical already (a worker's log)
+        return values, counts
     order = np.argsort(values, kind="stable")
-    values, counts = values[order], np.asarray(counts, dtype=np.int64)[order]
+    values, counts = values[order], counts[order]
     starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
     unique, totals = values[starts], np.add.reduceat(counts, starts)
     keep = totals > 0

@@ -281,3 +281,42 @@ def test_request_table_written_in_chunks_reads_back_as_the_frame(tmp_path: Path,
                                                                         na_values={c: [""] for c in frame.columns
                                                                                    if c != "reject_reason"})
     pd.testing.assert_frame_equal(back, frame, check_exact=fmt == "parquet", rtol=1e-15)
+
+
+def test_write_run_writes_both_tables_side_by_side_as_the_frames(tmp_path: Path) -> None:
+    """write_run writes the two tables in two threads, the iteration table's chunks gathered
+    ahead: the files are still the frames; float columns go without a dictionary (nearly all
+    distinct), integer and text columns with one."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from simulator.config import RunConfig, WorkloadConfig
+    from simulator.engine import simulate
+    from simulator.metrics import request_frame
+    from simulator.output import write_run
+
+    result = simulate(RunConfig(workload=WorkloadConfig("sharegpt", qps=6.0, num_requests=40), num_replicas=3))
+    paths = write_run(result, tmp_path / "out")
+    pd.testing.assert_frame_equal(pd.read_parquet(paths["iterations"]), result.iteration_frame(), check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(paths["requests"]), request_frame(result), check_exact=True)
+    meta = pq.ParquetFile(paths["requests"]).metadata
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    dictionary = {name: meta.row_group(0).column(i).has_dictionary_page for i, name in enumerate(names)}
+    assert not dictionary["arrival_at"] and not dictionary["ttft_s"]
+    assert dictionary["request_id"] and dictionary["status"]
+
+
+def test_prefetched_yields_every_item_in_order_and_passes_errors_on() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from simulator.output import prefetched
+
+    def failing():  # noqa: ANN202
+        yield 1
+        raise ValueError("chunk 2 failed")
+
+    with ThreadPoolExecutor(2) as pool:
+        assert list(prefetched(iter(range(5)), pool)) == [0, 1, 2, 3, 4]
+        assert list(prefetched(iter([]), pool)) == []
+        with pytest.raises(ValueError, match="chunk 2"):
+            list(prefetched(failing(), pool))

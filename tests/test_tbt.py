@@ -65,6 +65,14 @@ def test_beyond_its_size_a_log_becomes_a_sketch_within_the_stated_relative_error
 def test_canonical_drops_nothing_and_sorts():
     values, counts = canonical(np.array([0.3, 0.1, 0.3, 0.0]), np.array([1, 2, 3, 4]))
     assert values.tolist() == [0.0, 0.1, 0.3] and counts.tolist() == [4, 2, 4]
+    # Already canonical input comes back as it is; sorted input is not canonical with a zero
+    # count or a repeated value.
+    again = canonical(values, counts)
+    assert again[0].tolist() == [0.0, 0.1, 0.3] and again[1].tolist() == [4, 2, 4]
+    values, counts = canonical(np.array([0.1, 0.2, 0.3]), np.array([1, 0, 2]))
+    assert values.tolist() == [0.1, 0.3] and counts.tolist() == [1, 2]
+    values, counts = canonical(np.array([0.1, 0.2, 0.2]), np.array([1, 1, 2]))
+    assert values.tolist() == [0.1, 0.2] and counts.tolist() == [1, 3]
 
 
 @settings(max_examples=200, deadline=None)

@@ -100,7 +100,7 @@ class Replica:
         when there is nothing to run until a request arrives or a batch completes."""
         scheduler = self.scheduler
         batch = scheduler.schedule()
-        if not batch:
+        if not batch.requests and not batch.num_lockstep:  # len(batch) == 0, without the call
             if scheduler.waiting and not scheduler.running:
                 raise RuntimeError("scheduler returned an empty batch with only waiting requests")  # invariant
             return None

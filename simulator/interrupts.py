@@ -39,16 +39,28 @@ def _worker_started(started: Any) -> None:
 
 @contextlib.contextmanager
 def signals_blocked() -> Iterator[None]:
-    """Block SIGINT/SIGTERM in this thread while workers (and pool threads) are started, so
-    they inherit the mask and cannot be hit before :func:`ignore_interrupts` runs."""
+    """Hold SIGINT/SIGTERM back while workers (and pool threads) are started: blocked in this
+    thread, so they inherit the mask and cannot be hit before :func:`ignore_interrupts` runs,
+    and deferred here, so this process is not stopped half-way through starting one (a spawn
+    worker whose start-up data was never written prints a traceback). The mask alone does not
+    do the second: the kernel hands a process-wide signal to any thread that does not block it
+    (numpy's BLAS threads, started at import), and Python then runs the handler in the main
+    thread all the same. A signal that arrives meanwhile is raised again once the block ends."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    held: list[int] = []
+    handlers = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, previous in handlers.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        for sig in dict.fromkeys(held):  # each signal once, in arrival order, to the handler now in force
+            signal.raise_signal(sig)
 
 
 @contextlib.contextmanager

@@ -38,6 +38,34 @@ def test_leaving_a_pool_by_an_exception_stops_its_workers() -> None:
             os.kill(pid, 0)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_workers_start_waits_for_them_to_have_started(sig: int) -> None:
+    """A signal to the process that another thread takes (the kernel may hand it to any thread
+    that does not block it, as numpy's BLAS threads do not) must not stop the main thread
+    inside signals_blocked: it is raised once the block ends, once per signal."""
+    import threading
+
+    from simulator.interrupts import signal_handlers, signals_blocked
+
+    seen: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    go = threading.Event()
+    other = threading.Thread(target=lambda: (go.wait(), os.kill(os.getpid(), sig), os.kill(os.getpid(), sig)))
+    other.start()  # before the block: its signal mask lets the signal in
+    finished_block = False
+    with signal_handlers(handler), pytest.raises(KeyboardInterrupt), signals_blocked():
+        go.set()
+        other.join()
+        for _ in range(200_000):  # bytecode: where an unguarded handler would run
+            pass
+        finished_block = True
+    assert finished_block and seen == [sig]
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process groups from /proc")
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 @pytest.mark.parametrize("seeds", ["4", "1"])  # seeds in parallel; one seed's trials run ahead

@@ -52,7 +52,7 @@ from simulator.costmodel.base import BatchShape
 from simulator.errors import ConfigError
 from simulator.metrics import request_columns, tbt_distribution
 from simulator.request import Request, Status
-from simulator.search import Limits, largest_passing, largest_passing_ahead
+from simulator.search import Limits, Outcome, largest_passing, largest_passing_ahead
 from simulator.tbt import GapLog, percentiles
 
 if TYPE_CHECKING:  # pandas loads for tables, not for a search
@@ -493,40 +493,17 @@ def check_searchable(config: RunConfig) -> None:
                           "arrivals have none", f"use --arrival {' or '.join(RATE_ARRIVALS)}")
 
 
-def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
-                on_trial: Callable[[Trial], None] | None = None, workers: int = 1) -> SeedResult:
-    """Bisection for one seed (``config.seed``); ``on_trial(trial)`` as each trial the search
-    uses ends. ``workers > 1`` runs the trials the search may need next in that many processes
-    ahead of need (:func:`simulator.search.largest_passing_ahead`): the same trials and result."""
-    check_searchable(config)
-    reason = impossible_reason(config, slo)
-    if reason is not None:
-        return SeedResult(config.seed, 0.0, reason)
-    result = SeedResult(config.seed, 0.0, "")
-    trials = result.trials
-
-    def used(t: Trial) -> Trial:
-        trials.append(t)
-        if on_trial:
-            on_trial(t)
-        return t
-
+def _search_plan(config: RunConfig, settings: SearchSettings) -> tuple[float, Limits, tuple[bool, bool]]:
+    """A seed's search: its first load, its limits and the trials' early exits."""
     qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
     limits = Limits(settings.rel_tol, settings.min_qps, settings.max_qps, settings.max_trials)
-    exits = (settings.early_exit, settings.tbt_early_exit)
-    if workers > 1:
-        from simulator.interrupts import WorkerPool
+    return qps, limits, (settings.early_exit, settings.tbt_early_exit)
 
-        # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the trials still running are stopped.
-        with WorkerPool(workers) as pool:
-            found, _ = largest_passing_ahead(lambda q: pool.submit(run_trial, config, q, slo, *exits),
-                                             lambda t: t.passed, qps, limits, workers, on_result=used)
-            pool.stop()  # trials run ahead that the search did not need
-    else:
-        found = largest_passing(lambda q: used(run_trial(config, q, slo, *exits)).passed, qps, limits)
-    by_qps = {t.qps: t for t in trials}
-    failed = by_qps[found.failed_qps] if found.failed_qps is not None else None
-    result.capacity_qps = found.passed_qps or 0.0
+
+def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial]) -> SeedResult:
+    """The answer of a finished search and why it ended."""
+    result = SeedResult(config.seed, found.passed_qps or 0.0, "", trials)
+    failed = {t.qps: t for t in trials}[found.failed_qps] if found.failed_qps is not None else None
     if found.passed_qps is None:
         assert failed is not None
         result.reason = (f"capacity 0: no QPS down to {failed.qps:.3g} meets {slo.describe()} "
@@ -541,15 +518,88 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
     return result
 
 
+def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
+                on_trial: Callable[[Trial], None] | None = None, workers: int = 1) -> SeedResult:
+    """Bisection for one seed (``config.seed``); ``on_trial(trial)`` as each trial the search
+    uses ends. ``workers > 1`` runs the trials the search may need next in that many processes
+    ahead of need (:func:`simulator.search.largest_passing_ahead`): the same trials and result."""
+    check_searchable(config)
+    reason = impossible_reason(config, slo)
+    if reason is not None:
+        return SeedResult(config.seed, 0.0, reason)
+    trials: list[Trial] = []
+
+    def used(t: Trial) -> Trial:
+        trials.append(t)
+        if on_trial:
+            on_trial(t)
+        return t
+
+    qps, limits, exits = _search_plan(config, settings)
+    if workers > 1:
+        from simulator.interrupts import WorkerPool
+
+        # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the trials still running are stopped.
+        with WorkerPool(workers) as pool:
+            found, _ = largest_passing_ahead(lambda q: pool.submit(run_trial, config, q, slo, *exits),
+                                             lambda t: t.passed, qps, limits, workers, on_result=used)
+            pool.stop()  # trials run ahead that the search did not need
+    else:
+        found = largest_passing(lambda q: used(run_trial(config, q, slo, *exits)).passed, qps, limits)
+    return _seed_result(config, slo, found, trials)
+
+
+def _search_seeds_sharing(jobs: list[tuple[RunConfig, SLO, SearchSettings]], workers: int,
+                          on_seed_done: Callable[[SeedResult], None] | None,
+                          on_trial: Callable[[Trial], None] | None) -> list[SeedResult]:
+    """Several seeds' searches sharing ``workers`` processes, more than there are seeds: each
+    runs the trials it may need next ahead in its share of them (:func:`simulator.search.run_ahead`),
+    so no process idles while one search waits. The same trials and results as one by one."""
+    from simulator.interrupts import WorkerPool
+    from simulator.search import SearchAhead, run_ahead
+
+    results: list[SeedResult | None] = [None] * len(jobs)
+    todo = []
+    for i, (config, slo, _) in enumerate(jobs):
+        check_searchable(config)
+        reason = impossible_reason(config, slo)
+        if reason is None:
+            todo.append(i)
+        else:
+            results[i] = SeedResult(config.seed, 0.0, reason)
+    # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the trials still running are stopped.
+    with WorkerPool(workers) as pool:
+        searches = []
+        for k, i in enumerate(todo):
+            config, slo, settings = jobs[i]
+            qps, limits, exits = _search_plan(config, settings)
+            width = workers // len(todo) + (k < workers % len(todo))
+            searches.append(SearchAhead(lambda q, c=config, s=slo, e=exits: pool.submit(run_trial, c, q, s, *e),
+                                        lambda t: t.passed, qps, limits, width, on_result=on_trial))
+
+        def done(k: int) -> None:
+            config, slo, _ = jobs[todo[k]]
+            outcome = searches[k].outcome
+            assert outcome is not None
+            results[todo[k]] = _seed_result(config, slo, outcome, searches[k].used)
+            if on_seed_done:
+                on_seed_done(results[todo[k]])
+
+        run_ahead(searches, on_outcome=done)
+        pool.stop()  # trials run ahead that no search needed
+    return [r for r in results if r is not None]
+
+
 def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
                   num_seeds: int = 1, workers: int = 1, on_seed_done=None,  # noqa: ANN001
                   on_trial: Callable[[Trial], None] | None = None) -> CapacityReport:
     """Capacity of ``config`` under ``slo`` for seeds ``config.seed .. config.seed + num_seeds - 1``.
 
-    Seeds are independent searches; ``workers > 1`` runs them in a process pool, or, for one
-    seed, runs its trials ahead of need in that many processes (results do not depend on
-    ``workers``). ``on_seed_done(SeedResult)`` is called as each finishes, and
-    ``on_trial(Trial)`` as each trial the search uses ends, unless several seeds run apart.
+    Seeds are independent searches; ``workers > 1`` runs them in a process pool: as many seeds
+    as workers or more, a whole search per process; fewer (one seed, say), the searches share
+    the processes and each runs the trials it may need next ahead of need in its share (results
+    do not depend on ``workers``). ``on_seed_done(SeedResult)`` is called as each finishes, and
+    ``on_trial(Trial)`` as each trial a search uses ends, unless seeds run in processes of their own.
     """
     if num_seeds < 1:
         raise ConfigError("capacity.num_seeds", f"must be >= 1, got {num_seeds}")
@@ -559,7 +609,9 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
     start = time.perf_counter()
     jobs = [(config.replace(seed=config.seed + i), slo, settings) for i in range(num_seeds)]
     results: list[SeedResult] = []
-    if workers == 1 or num_seeds == 1:
+    if 1 < num_seeds < workers:
+        results = _search_seeds_sharing(jobs, workers, on_seed_done, on_trial)
+    elif workers == 1 or num_seeds == 1:
         for job in jobs:
             results.append(search_seed(*job, on_trial=on_trial, workers=workers))
             if on_seed_done:

@@ -21,10 +21,10 @@ may start the loads the search could need next before it needs them
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 Stop = Literal["converged", "none_passes", "max_qps", "max_trials"]
 T = TypeVar("T")
@@ -136,6 +136,80 @@ def _wait_any(futures: Collection[Future]) -> Collection[Future]:
     return wait(futures, return_when=FIRST_COMPLETED).done
 
 
+class SearchAhead(Generic[T]):
+    """One search whose trials run ahead of need, driven by :func:`run_ahead` (see
+    :func:`largest_passing_ahead` for what it does). ``start(load)`` starts a trial and returns
+    its future, ``passes(result)`` is its verdict; at most ``width`` of its trials are in flight.
+    ``used``: the results the search used, in its order; ``outcome``: set once it is done."""
+
+    def __init__(self, start: Callable[[float], Future[T]], passes: Callable[[T], bool], start_qps: float,
+                 limits: Limits, width: int, on_result: Callable[[T], None] | None = None) -> None:
+        self.start, self.passes, self.start_qps, self.limits, self.width = start, passes, start_qps, limits, width
+        self.on_result = on_result
+        self.state = _initial(None, None, 0)
+        self.in_flight: dict[float, Future[T]] = {}
+        self.ended: dict[float, T] = {}  # results in, not (yet) used
+        self.used: list[T] = []
+        self.outcome: Outcome | None = None
+
+    def step(self) -> None:
+        """Take every verdict the search can use, then start the trials it may need next."""
+        state, start_qps, limits, passes = self.state, self.start_qps, self.limits, self.passes
+        load = next_load(state, start_qps, limits)
+        while not isinstance(load, Outcome) and load in self.ended:
+            result = self.ended.pop(load)
+            self.used.append(result)
+            if self.on_result is not None:
+                self.on_result(result)
+            state = state.after(load, passes(result))
+            load = next_load(state, start_qps, limits)
+        self.state = state
+        in_flight = self.in_flight
+        if isinstance(load, Outcome):
+            self.outcome = load
+            for future in in_flight.values():
+                future.cancel()
+            in_flight.clear()  # what has begun is left to end unread
+            return
+        ahead = loads_ahead(state, start_qps, limits, self.width, {q: passes(r) for q, r in self.ended.items()})
+        lo, hi = state.passed_qps, state.failed_qps  # every load tried from here lies strictly between
+        for q in [q for q in in_flight if (lo is not None and q <= lo) or (hi is not None and q >= hi)]:
+            if in_flight[q].cancel():
+                del in_flight[q]
+        for q in ahead:
+            if q not in in_flight and len(in_flight) < self.width:
+                in_flight[q] = self.start(q)
+        # The load the search needs leads ``ahead``, so it is in flight now unless every place
+        # holds a trial no longer needed: then one of those ends first and frees a place.
+
+    def deliver(self, future: Future[T]) -> None:
+        """A trial of this search has ended."""
+        load = next(q for q, f in self.in_flight.items() if f is future)
+        del self.in_flight[load]
+        self.ended[load] = future.result()
+
+
+def run_ahead(searches: Sequence[SearchAhead], wait_any: Callable[[Collection[Future]], Collection[Future]] = _wait_any,
+              on_outcome: Callable[[int], None] | None = None) -> None:
+    """Drive ``searches`` until each has its outcome, waiting on all their trials at once (they
+    may share one pool: each keeps to its own ``width``). ``on_outcome(i)`` as search ``i`` ends."""
+    for i, search in enumerate(searches):
+        search.step()
+        if search.outcome is not None and on_outcome is not None:
+            on_outcome(i)
+    while True:
+        owners = {future: i for i, search in enumerate(searches) if search.outcome is None
+                  for future in search.in_flight.values()}
+        if not owners:  # a search not done always has a trial in flight (see SearchAhead.step)
+            return
+        for future in wait_any(list(owners)):
+            search = searches[owners[future]]
+            search.deliver(future)
+            search.step()
+            if search.outcome is not None and on_outcome is not None:
+                on_outcome(owners[future])
+
+
 def largest_passing_ahead(start: Callable[[float], Future[T]], passes: Callable[[T], bool], start_qps: float,
                           limits: Limits, width: int, on_result: Callable[[T], None] | None = None,
                           wait_any: Callable[[Collection[Future]], Collection[Future]] = _wait_any,
@@ -150,34 +224,7 @@ def largest_passing_ahead(start: Callable[[float], Future[T]], passes: Callable[
     loads, results and outcome as the serial search. A trial outside the bracket (no longer
     needed) is cancelled if it has not begun, else left to end unread, holding its place till
     then; one inside it is kept, as the search may still need it."""
-    state = _initial(None, None, 0)
-    in_flight: dict[float, Future[T]] = {}
-    ended: dict[float, T] = {}  # results in, not (yet) used
-    used: list[T] = []
-    while True:
-        load = next_load(state, start_qps, limits)
-        while not isinstance(load, Outcome) and load in ended:
-            result = ended.pop(load)
-            used.append(result)
-            if on_result is not None:
-                on_result(result)
-            state = state.after(load, passes(result))
-            load = next_load(state, start_qps, limits)
-        if isinstance(load, Outcome):
-            for future in in_flight.values():
-                future.cancel()
-            return load, used
-        ahead = loads_ahead(state, start_qps, limits, width, {q: passes(r) for q, r in ended.items()})
-        lo, hi = state.passed_qps, state.failed_qps  # every load tried from here lies strictly between
-        for q in [q for q in in_flight if (lo is not None and q <= lo) or (hi is not None and q >= hi)]:
-            if in_flight[q].cancel():
-                del in_flight[q]
-        for q in ahead:
-            if q not in in_flight and len(in_flight) < width:
-                in_flight[q] = start(q)
-        # The load the search needs leads ``ahead``, so it is in flight now unless every place
-        # holds a trial no longer needed: then one of those ends first and frees a place.
-        for future in wait_any(list(in_flight.values())):
-            q = next(q for q, f in in_flight.items() if f is future)
-            del in_flight[q]
-            ended[q] = future.result()
+    search = SearchAhead(start, passes, start_qps, limits, width, on_result)
+    run_ahead([search], wait_any)
+    assert search.outcome is not None
+    return search.outcome, search.used

@@ -201,6 +201,26 @@ def test_trials_run_ahead_in_workers_give_the_same_search(constant_cost, workers
     assert seen == [t.qps for t in serial.seeds[0].trials] and ahead.seeds[0].reason == serial.seeds[0].reason
 
 
+def test_seeds_sharing_more_workers_give_the_same_searches(constant_cost):
+    """Fewer seeds than workers: the searches share the processes, each running its trials
+    ahead in its share. Every seed's trials, their order and figures, and the capacities are
+    the serial searches'; every trial a search uses is reported, and every seed once."""
+    config, slo, settings = slots_config(num_requests=256), SLO(tbt_s=0.05, sched_delay_s=0.2), SearchSettings(qps_start=20.0)
+
+    def figures(report):  # noqa: ANN001, ANN202 - as text: a trial stopped early has NaN figures
+        return repr([[{k: v for k, v in vars(t).items() if k != "wall_s"} for t in s.trials] for s in report.seeds])
+
+    serial = find_capacity(config, slo, settings, num_seeds=2)
+    seen: list[tuple[int, float]] = []
+    done: list[int] = []
+    shared = find_capacity(config, slo, settings, num_seeds=2, workers=3, on_trial=lambda t: seen.append((t.seed, t.qps)),
+                           on_seed_done=lambda s: done.append(s.seed))
+    assert figures(shared) == figures(serial) and [s.seed for s in shared.seeds] == [0, 1]
+    assert [s.reason for s in shared.seeds] == [s.reason for s in serial.seeds]
+    assert sorted(done) == [0, 1]
+    assert sorted(seen) == sorted((t.seed, t.qps) for s in serial.seeds for t in s.trials)
+
+
 def test_bad_inputs_are_config_errors():
     with pytest.raises(ConfigError, match="slo.tbt_quantile"):
         SLO(tbt_quantile=0)

@@ -68,8 +68,9 @@ def test_a_signal_while_workers_start_waits_for_them_to_have_started(sig: int) -
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process groups from /proc")
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
-@pytest.mark.parametrize("seeds", ["4", "1"])  # seeds in parallel; one seed's trials run ahead
-def test_a_signal_stops_a_capacity_search_and_its_workers(how: str, seeds: str) -> None:
+# Seeds in parallel; one seed's trials run ahead; two seeds share three processes, running ahead.
+@pytest.mark.parametrize(("seeds", "workers"), [("4", "2"), ("1", "2"), ("2", "3")])
+def test_a_signal_stops_a_capacity_search_and_its_workers(how: str, seeds: str, workers: str) -> None:
     """`capacity --seeds 4 --workers 2` used to run its seeds on after Ctrl-C (seconds, silently)."""
-    assert_a_signal_stops_workers(["capacity", "--model", "mistral-7b", "--seeds", seeds, "--workers", "2",
+    assert_a_signal_stops_workers(["capacity", "--model", "mistral-7b", "--seeds", seeds, "--workers", workers,
                                    "--num-requests", "8192", "--json"], how)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.search import Limits, State, largest_passing, largest_passing_ahead, loads_ahead
+from simulator.search import Limits, SearchAhead, State, largest_passing, largest_passing_ahead, loads_ahead, run_ahead
 
 
 def _search(threshold: float, start: float, limits: Limits, **kwargs):  # noqa: ANN003, ANN202
@@ -139,3 +139,37 @@ def test_a_trial_that_ends_early_frees_its_place_for_the_next_needed_one() -> No
     assert used[:3] == [1.0, 2.0, 1.5] and found.passed_qps is not None and 1.5 <= found.passed_qps <= 1.6
     # Known verdicts are followed, not listed: with 2 failed, 1's pass leads straight to 1.5.
     assert loads_ahead(State(None, None, 0), 1.0, limits, 2, known={2.0: False}) == [1.0, 1.5]
+
+
+@given(thresholds=st.lists(st.floats(0.02, 400.0), min_size=2, max_size=4), start=st.floats(0.01, 1000.0),
+       widths=st.lists(st.integers(1, 3), min_size=4, max_size=4), order_seed=st.integers(0, 2**32))
+def test_searches_sharing_one_pool_each_give_the_serial_search(thresholds: list[float], start: float,
+                                                               widths: list[int], order_seed: int) -> None:
+    """run_ahead drives several searches at once (the seeds of one capacity search sharing its
+    processes), trials ending in any order: each uses the serial search's loads in its order
+    and ends as it does, keeps to its own width, and says when it is done, once."""
+    limits = Limits(0.025, 0.01, 1000.0, 30)
+    rng = random.Random(order_seed)
+    futures: dict[Future, tuple[int, float]] = {}
+
+    def starter(i: int):  # noqa: ANN202
+        def start_trial(qps: float) -> Future:
+            assert sum(1 for f, (j, _) in futures.items() if j == i and not f.done() and not f.cancelled()) < widths[i]
+            futures[(f := Future())] = (i, qps)
+            return f
+        return start_trial
+
+    def wait_any(in_flight: Collection[Future]) -> set[Future]:
+        chosen = rng.choice(list(in_flight))
+        chosen.set_running_or_notify_cancel()
+        chosen.set_result(futures[chosen][1])
+        return {chosen}
+
+    searches = [SearchAhead(starter(i), lambda q, t=t: q <= t, start, limits, widths[i])
+                for i, t in enumerate(thresholds)]
+    finished: list[int] = []
+    run_ahead(searches, wait_any, on_outcome=finished.append)
+    assert sorted(finished) == list(range(len(thresholds)))
+    for search, threshold in zip(searches, thresholds, strict=True):
+        serial, tried = _search(threshold, start, limits)
+        assert search.outcome == serial and search.used == tried

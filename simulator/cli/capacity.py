@@ -74,7 +74,7 @@ def capacity(
     min_goodput: Annotated[float | None, typer.Option(help="Optional: minimum share of requests with TTFT <= --goodput-ttft-slo and max TBT <= --tbt-slo.", rich_help_panel=SLO_PANEL)] = None,
     goodput_ttft_slo: Annotated[float, typer.Option(help="TTFT (s) for the goodput criterion.", rich_help_panel=SLO_PANEL)] = 2.0,
     seeds: Annotated[int, typer.Option(help="Independent searches (seeds seed..seed+n-1); the spread is reported.", rich_help_panel=SEARCH_PANEL)] = 1,
-    workers: Annotated[int, typer.Option(help="Processes: seeds run in parallel; for one seed, the trials the search may need next run ahead (the same result).", rich_help_panel=SEARCH_PANEL)] = 1,
+    workers: Annotated[int, typer.Option(help="Processes: seeds run in parallel; with fewer seeds than processes (one, say), each search also runs the trials it may need next ahead (the same result).", rich_help_panel=SEARCH_PANEL)] = 1,
     rel_tol: Annotated[float, typer.Option(help="Stop bisecting at this relative gap.", rich_help_panel=SEARCH_PANEL)] = 0.025,
     qps_start: Annotated[float | None, typer.Option(help="First trial's QPS (default: --qps).", rich_help_panel=SEARCH_PANEL)] = None,
     min_qps: Annotated[float, typer.Option(help="Report capacity 0 below this QPS.", rich_help_panel=SEARCH_PANEL)] = 0.01,

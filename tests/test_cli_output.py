@@ -283,10 +283,11 @@ def test_request_table_written_in_chunks_reads_back_as_the_frame(tmp_path: Path,
     pd.testing.assert_frame_equal(back, frame, check_exact=fmt == "parquet", rtol=1e-15)
 
 
-def test_write_run_writes_both_tables_side_by_side_as_the_frames(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_write_run_writes_both_tables_side_by_side_as_the_frames(tmp_path: Path, fmt: str) -> None:
     """write_run writes the two tables in two threads, the iteration table's chunks gathered
-    ahead: the files are still the frames; float columns go without a dictionary (nearly all
-    distinct), integer and text columns with one."""
+    ahead: the files are still the frames; parquet float columns go without a dictionary
+    (nearly all distinct), integer and text columns with one."""
     import pandas as pd
     import pyarrow.parquet as pq
 
@@ -296,9 +297,16 @@ def test_write_run_writes_both_tables_side_by_side_as_the_frames(tmp_path: Path)
     from simulator.output import write_run
 
     result = simulate(RunConfig(workload=WorkloadConfig("sharegpt", qps=6.0, num_requests=40), num_replicas=3))
-    paths = write_run(result, tmp_path / "out")
-    pd.testing.assert_frame_equal(pd.read_parquet(paths["iterations"]), result.iteration_frame(), check_exact=True)
-    pd.testing.assert_frame_equal(pd.read_parquet(paths["requests"]), request_frame(result), check_exact=True)
+    paths = write_run(result, tmp_path / "out", fmt)
+    read = pd.read_parquet if fmt == "parquet" else pd.read_csv
+    exact = {"check_exact": fmt == "parquet", "rtol": 1e-15}
+    pd.testing.assert_frame_equal(read(paths["iterations"]), result.iteration_frame(), **exact)
+    requests = request_frame(result)
+    back = pd.read_parquet(paths["requests"]) if fmt == "parquet" else pd.read_csv(
+        paths["requests"], keep_default_na=False, na_values={c: [""] for c in requests.columns if c != "reject_reason"})
+    pd.testing.assert_frame_equal(back, requests, **exact)
+    if fmt == "csv":
+        return
     meta = pq.ParquetFile(paths["requests"]).metadata
     names = [meta.schema.column(i).name for i in range(meta.num_columns)]
     dictionary = {name: meta.row_group(0).column(i).has_dictionary_page for i, name in enumerate(names)}

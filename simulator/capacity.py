@@ -52,7 +52,7 @@ from simulator.costmodel.base import BatchShape
 from simulator.errors import ConfigError
 from simulator.metrics import request_columns, tbt_distribution
 from simulator.request import Request, Status
-from simulator.search import Limits, Outcome, largest_passing, largest_passing_ahead
+from simulator.search import Limits, Outcome, largest_passing
 from simulator.tbt import GapLog, percentiles
 
 if TYPE_CHECKING:  # pandas loads for tables, not for a search
@@ -519,10 +519,9 @@ def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial
 
 
 def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
-                on_trial: Callable[[Trial], None] | None = None, workers: int = 1) -> SeedResult:
-    """Bisection for one seed (``config.seed``); ``on_trial(trial)`` as each trial the search
-    uses ends. ``workers > 1`` runs the trials the search may need next in that many processes
-    ahead of need (:func:`simulator.search.largest_passing_ahead`): the same trials and result."""
+                on_trial: Callable[[Trial], None] | None = None) -> SeedResult:
+    """Bisection for one seed (``config.seed``), one trial after another; ``on_trial(trial)``
+    as each ends. (:func:`find_capacity` with workers runs trials ahead of need instead.)"""
     check_searchable(config)
     reason = impossible_reason(config, slo)
     if reason is not None:
@@ -536,25 +535,17 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
         return t
 
     qps, limits, exits = _search_plan(config, settings)
-    if workers > 1:
-        from simulator.interrupts import WorkerPool
-
-        # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the trials still running are stopped.
-        with WorkerPool(workers) as pool:
-            found, _ = largest_passing_ahead(lambda q: pool.submit(run_trial, config, q, slo, *exits),
-                                             lambda t: t.passed, qps, limits, workers, on_result=used)
-            pool.stop()  # trials run ahead that the search did not need
-    else:
-        found = largest_passing(lambda q: used(run_trial(config, q, slo, *exits)).passed, qps, limits)
+    found = largest_passing(lambda q: used(run_trial(config, q, slo, *exits)).passed, qps, limits)
     return _seed_result(config, slo, found, trials)
 
 
-def _search_seeds_sharing(jobs: list[tuple[RunConfig, SLO, SearchSettings]], workers: int,
-                          on_seed_done: Callable[[SeedResult], None] | None,
-                          on_trial: Callable[[Trial], None] | None) -> list[SeedResult]:
-    """Several seeds' searches sharing ``workers`` processes, more than there are seeds: each
-    runs the trials it may need next ahead in its share of them (:func:`simulator.search.run_ahead`),
-    so no process idles while one search waits. The same trials and results as one by one."""
+def _search_seeds_ahead(jobs: list[tuple[RunConfig, SLO, SearchSettings]], workers: int,
+                        on_seed_done: Callable[[SeedResult], None] | None,
+                        on_trial: Callable[[Trial], None] | None) -> list[SeedResult]:
+    """Seeds' searches sharing ``workers`` processes, more than there are seeds (one seed, say):
+    each runs the trials it may need next ahead of need in its share of them
+    (:func:`simulator.search.run_ahead`), so no process idles while a search waits for a
+    verdict. The same trials, in the same order, and results as :func:`search_seed`'s."""
     from simulator.interrupts import WorkerPool
     from simulator.search import SearchAhead, run_ahead
 
@@ -609,18 +600,18 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
     start = time.perf_counter()
     jobs = [(config.replace(seed=config.seed + i), slo, settings) for i in range(num_seeds)]
     results: list[SeedResult] = []
-    if 1 < num_seeds < workers:
-        results = _search_seeds_sharing(jobs, workers, on_seed_done, on_trial)
-    elif workers == 1 or num_seeds == 1:
+    if num_seeds < workers:
+        results = _search_seeds_ahead(jobs, workers, on_seed_done, on_trial)
+    elif workers == 1:
         for job in jobs:
-            results.append(search_seed(*job, on_trial=on_trial, workers=workers))
+            results.append(search_seed(*job, on_trial=on_trial))
             if on_seed_done:
                 on_seed_done(results[-1])
     else:
         from simulator.interrupts import WorkerPool
 
         # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the seeds still searching are stopped.
-        with WorkerPool(min(workers, num_seeds)) as pool:
+        with WorkerPool(workers) as pool:
             for future in pool.submit_all(search_seed, jobs):
                 results.append(future.result())
                 if on_seed_done:

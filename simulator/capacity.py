@@ -551,8 +551,7 @@ def _search_seeds_ahead(jobs: list[tuple[RunConfig, SLO, SearchSettings]], worke
 
     results: list[SeedResult | None] = [None] * len(jobs)
     todo = []
-    for i, (config, slo, _) in enumerate(jobs):
-        check_searchable(config)
+    for i, (config, slo, _) in enumerate(jobs):  # find_capacity checked they are searchable
         reason = impossible_reason(config, slo)
         if reason is None:
             todo.append(i)

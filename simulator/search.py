@@ -15,7 +15,7 @@ No trial runs once ``max_trials`` have (the caller's earlier trials count, see
 ``num_tried``). The next load follows from the verdicts so far alone (:func:`next_load`),
 so two runs with the same verdicts try the same loads in the same order, and a runner
 may start the loads the search could need next before it needs them
-(:func:`largest_passing_ahead`): the same search, with trials in parallel.
+(:class:`SearchAhead`, :func:`run_ahead`): the same search, with trials in parallel.
 """
 
 from __future__ import annotations
@@ -137,10 +137,16 @@ def _wait_any(futures: Collection[Future]) -> Collection[Future]:
 
 
 class SearchAhead(Generic[T]):
-    """One search whose trials run ahead of need, driven by :func:`run_ahead` (see
-    :func:`largest_passing_ahead` for what it does). ``start(load)`` starts a trial and returns
-    its future, ``passes(result)`` is its verdict; at most ``width`` of its trials are in flight.
-    ``used``: the results the search used, in its order; ``outcome``: set once it is done."""
+    """:func:`largest_passing` with up to ``width`` trials in flight, driven by :func:`run_ahead`:
+    ``start(load)`` starts a trial and returns its future, ``passes(result)`` is its verdict.
+    Whenever one of its trials ends, the search takes every verdict it can use and fills the
+    free places with the trials it may need next (:func:`loads_ahead`, past the verdicts already
+    in), so a place freed by a trial that stopped early is not left idle until the one the
+    search waits for ends. ``used``: the results of the trials the search used, in its order
+    (``on_result`` sees each as it is used); ``outcome``: set once it is done; both the serial
+    search's. A trial outside the bracket (no longer needed) is cancelled if it has not begun,
+    else left to end unread, holding its place till then; one inside it is kept, as the search
+    may still need it."""
 
     def __init__(self, start: Callable[[float], Future[T]], passes: Callable[[T], bool], start_qps: float,
                  limits: Limits, width: int, on_result: Callable[[T], None] | None = None) -> None:
@@ -209,22 +215,3 @@ def run_ahead(searches: Sequence[SearchAhead], wait_any: Callable[[Collection[Fu
             if search.outcome is not None and on_outcome is not None:
                 on_outcome(owners[future])
 
-
-def largest_passing_ahead(start: Callable[[float], Future[T]], passes: Callable[[T], bool], start_qps: float,
-                          limits: Limits, width: int, on_result: Callable[[T], None] | None = None,
-                          wait_any: Callable[[Collection[Future]], Collection[Future]] = _wait_any,
-                          ) -> tuple[Outcome, list[T]]:
-    """:func:`largest_passing` with up to ``width`` trials in flight: ``start(load)`` starts a
-    trial and returns its future, ``passes(result)`` is its verdict. Whenever a trial ends
-    (``wait_any(futures)`` returns those that have), the search takes every verdict it can
-    use and fills the free places with the trials it may need next (:func:`loads_ahead`,
-    past the verdicts already in), so a place freed by a trial that stopped early is not left
-    idle until the one the search waits for ends. Returns the outcome and the results of the
-    trials the search used, in its order (``on_result`` sees each as it is used): the same
-    loads, results and outcome as the serial search. A trial outside the bracket (no longer
-    needed) is cancelled if it has not begun, else left to end unread, holding its place till
-    then; one inside it is kept, as the search may still need it."""
-    search = SearchAhead(start, passes, start_qps, limits, width, on_result)
-    run_ahead([search], wait_any)
-    assert search.outcome is not None
-    return search.outcome, search.used

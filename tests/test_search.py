@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.search import Limits, SearchAhead, State, largest_passing, largest_passing_ahead, loads_ahead, run_ahead
+from simulator.search import Limits, Outcome, SearchAhead, State, largest_passing, loads_ahead, run_ahead
 
 
 def _search(threshold: float, start: float, limits: Limits, **kwargs):  # noqa: ANN003, ANN202
@@ -64,6 +64,15 @@ def test_the_limits_name_why_the_search_stopped() -> None:
     assert found.stop == "max_trials" and tried == [1.0, 2.0, 4.0, 3.0]
 
 
+def _ahead(start, passes, start_qps: float, limits: Limits, width: int, **kwargs) -> tuple[Outcome | None, list]:  # noqa: ANN001
+    """One search run ahead alone (``run_ahead``'s ``wait_any`` and the search's ``on_result``
+    from ``kwargs``): its outcome and the results it used."""
+    wait_any = kwargs.pop("wait_any")
+    search = SearchAhead(start, passes, start_qps, limits, width, **kwargs)
+    run_ahead([search], wait_any)
+    return search.outcome, search.used
+
+
 class _FakePool:
     """Trials as futures that end only when ``wait_any`` says so: it ends one trial in flight,
     picked by ``rng``, as a pool's trials end in whatever order their lengths give."""
@@ -94,15 +103,15 @@ class _FakePool:
        max_trials=st.integers(1, 40), width=st.integers(1, 7), order_seed=st.integers(0, 2**32))
 def test_running_trials_ahead_changes_nothing_but_speed(threshold: float, start: float, rel_tol: float,
                                                         max_trials: int, width: int, order_seed: int) -> None:
-    """largest_passing_ahead, whatever order its trials end in: the loads it uses, in order,
+    """A search run ahead, whatever order its trials end in: the loads it uses, in order,
     and the outcome equal the serial search's; it never has more than ``width`` trials in
     flight, starts each load once, and cancels what it did not need and had not begun."""
     limits = Limits(rel_tol, 0.01, 1000.0, max_trials)
     serial, serial_tried = _search(threshold, start, limits)
     pool = _FakePool(random.Random(order_seed), width)
     seen: list[float] = []
-    found, used = largest_passing_ahead(pool.start, lambda qps: qps <= threshold, start, limits, width,
-                                        on_result=seen.append, wait_any=pool.wait_any)
+    found, used = _ahead(pool.start, lambda qps: qps <= threshold, start, limits, width,
+                         on_result=seen.append, wait_any=pool.wait_any)
     assert found == serial and used == serial_tried and seen == used
     assert len(set(pool.started)) == len(pool.started) and set(serial_tried) <= set(pool.started)
     assert all(f.cancelled() for f in pool.in_flight)  # what did not end was not needed
@@ -134,7 +143,7 @@ def test_a_trial_that_ends_early_frees_its_place_for_the_next_needed_one() -> No
         chosen.set_result(futures[chosen])
         return {chosen}
 
-    found, used = largest_passing_ahead(start_trial, lambda qps: qps <= 1.6, 1.0, limits, 2, wait_any=wait_scripted)
+    found, used = _ahead(start_trial, lambda qps: qps <= 1.6, 1.0, limits, 2, wait_any=wait_scripted)
     assert started[:3] == [1.0, 2.0, 1.5]
     assert used[:3] == [1.0, 2.0, 1.5] and found.passed_qps is not None and 1.5 <= found.passed_qps <= 1.6
     # Known verdicts are followed, not listed: with 2 failed, 1's pass leads straight to 1.5.

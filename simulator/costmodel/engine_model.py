@@ -296,14 +296,11 @@ class EngineCostModel(CostModel):
         return self._pre(shape) + self._num_layers * self._layer(shape) + self._post(shape)
 
     def _engine_time(self, shape: BatchShape, kernel_s: float) -> float:
-        """Seconds the engine adds to ``kernel_s`` (the kernels of the whole step). Once per
-        iteration: :meth:`prefill_excess_time` and :meth:`cpu_time` inlined, the same float ops."""
-        over = shape.num_prefill_tokens - self._excess_threshold
-        gpu = kernel_s + self.collective_s + (self._excess_s * over if over > 0 else 0.0)
+        """Seconds the engine adds to ``kernel_s`` (the kernels of the whole step)."""
+        gpu = kernel_s + self.collective_s + self.prefill_excess_time(shape)
         if gpu < self.launch_s:
             gpu = self.launch_s
-        cpu = (self.cpu_fixed_s + self.cpu_seq_s * (shape.num_prefills + shape.num_decodes)
-               + self._cpu_token_s * shape.num_prefill_tokens)
+        cpu = self.cpu_time(shape)
         total = (gpu if gpu > cpu else cpu) if self.overlap else gpu + cpu
         return total - kernel_s
 

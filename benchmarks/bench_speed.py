@@ -163,6 +163,11 @@ def part_cluster(args: argparse.Namespace) -> list[dict]:
                  f"{args.cluster_qps} QPS, --out, --workers {args.cluster_workers}", **timed(cmd)}]
 
 
+def _missing(value: object) -> bool:
+    """NaN, or the null a JSON file stores for it (a stopped trial's latency figures)."""
+    return value is None or value != value
+
+
 def part_results(args: argparse.Namespace) -> list[dict]:
     """Replay recorded capacity trials of results/sarathi-serve (Mistral-7B, ShareGPT, strict; seed 0's
     last ``--results-trials`` trials of each scheduler, around its capacity) and compare every figure."""
@@ -186,8 +191,7 @@ def part_results(args: argparse.Namespace) -> list[dict]:
             trial = asdict(run_trial(config.replace(seed=0), recorded["qps"], slo, early_exit=opts["early_exit"],
                                     tbt_early_exit=opts["tbt_early_exit"]))
             figures = [k for k in recorded if k not in ("reason", "wall_s")]
-            same += all(trial[k] == recorded[k] or (recorded[k] != recorded[k] and trial[k] != trial[k])
-                        for k in figures)
+            same += all(trial[k] == recorded[k] or (_missing(recorded[k]) and _missing(trial[k])) for k in figures)
             worded += trial["reason"] != recorded["reason"]
         # A reason's text may differ where only its wording changed (digits shown, not the figure).
         rows.append({"part": "results", "what": f"{params['scheduler']}: {same}/{len(trials)} trials with identical "

@@ -74,7 +74,7 @@ class DecodeCohort:
     """
 
     __slots__ = ("block_size", "active", "pending", "tick", "ends", "members", "loose", "sum_offset",
-                 "sum_offset_sq", "_offsets", "_ring", "_far", "_finish", "_fresh", "_stack_ticks", "_stack_gaps")
+                 "sum_offset_sq", "_offsets", "_ring", "_far", "_finish", "_finish_steps", "_fresh", "_stack_ticks", "_stack_gaps")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
@@ -95,6 +95,7 @@ class DecodeCohort:
         self._ring = [0] * self.block_size
         self._far: dict[int, int] = {}
         self._finish: dict[int, list[_Member]] = {}  # step -> members whose last token it produces
+        self._finish_steps: list[int] = []  # min-heap of _finish's keys (popped keys leave lazily)
         self._fresh: list[_Member] = []  # joined since the last step: their next gap is their own
         # Monotonic stack of the steps' common gaps: ticks increasing, gaps strictly decreasing, so the
         # largest gap of steps >= t is the first entry at or after t. A decode stretch pushes its
@@ -121,7 +122,13 @@ class DecodeCohort:
             self._ring[m.first_due % self.block_size] += 1
         else:
             self._far[m.first_due] = self._far.get(m.first_due, 0) + 1
-        self._finish.setdefault(tick + req.num_output_tokens - req.num_generated, []).append(m)
+        last = tick + req.num_output_tokens - req.num_generated
+        finishers = self._finish.get(last)
+        if finishers is None:
+            self._finish[last] = [m]
+            heapq.heappush(self._finish_steps, last)
+        else:
+            finishers.append(m)
         self._fresh.append(m)
 
     def num_due(self) -> int:
@@ -188,11 +195,22 @@ class DecodeCohort:
         stack_gaps.append(gap)
 
     # -- decode stretches (simulator.fastforward) ------------------------------------------
-    def join_loose(self) -> None:
-        """Every loose request joins (the caller checked that all are decodes)."""
+    def join_loose(self, decodes_only: bool = False) -> None:
+        """Every loose request joins (the caller checked that all are decodes); with
+        ``decodes_only``, only the decodes do (one missing token, at least one generated) and
+        the others stay loose, in order."""
+        if not decodes_only:
+            for req in self.loose:
+                self.join(req)
+            self.loose = []
+            return
+        rest = []
         for req in self.loose:
-            self.join(req)
-        self.loose = []
+            if req.num_generated and req.num_prompt_tokens + req.num_generated - req.num_computed == 1:
+                self.join(req)
+            else:
+                rest.append(req)
+        self.loose = rest
 
     def decode_sums(self) -> tuple[int, int, int, int]:
         """(count, sum, sum of squares, max) of the members' KV lengths in the coming step."""
@@ -204,7 +222,10 @@ class DecodeCohort:
         return n, s1 + n * t, self.sum_offset_sq + 2 * t * s1 + n * t * t, -offsets[0][0] + t
 
     def steps_to_first_finish(self) -> int:
-        return min(self._finish) - self.tick
+        steps, finish = self._finish_steps, self._finish
+        while steps[0] not in finish:  # popped at its step (a key is only ever removed there)
+            heapq.heappop(steps)
+        return steps[0] - self.tick
 
     def allocations(self, num_steps: int) -> list[int]:
         """Blocks the members allocate before each of the next ``num_steps`` steps (the

@@ -1,4 +1,4 @@
-"""Exact event skipping: advance a replica through a stretch of decode-only iterations at once.
+"""Exact event skipping: advance a replica through a stretch of like iterations at once.
 
 Most iterations of a lightly loaded replica change nothing but the running decodes'
 context lengths: every running request decodes one token, nobody is admitted, preempted
@@ -12,7 +12,16 @@ the same iteration records, token times, request counters and KV blocks. With lo
 decodes (:mod:`simulator.cohort`) the stretch reads the cohort's running sums and advances
 its step counter by ``K`` instead of visiting each request.
 
-The stretch ends with the first of:
+Chunked prefills (:func:`plan_chunks`): near capacity most iterations carry a prompt's
+chunk, and a long prompt takes several (a 2,400-token ShareGPT prompt, five at a
+512-token budget). While one prompt is chunked beside steady lockstep decodes
+(:meth:`~simulator.schedulers.base.Scheduler.chunk_steady`), its chunks before the last
+fill the budget, so nobody is admitted whoever waits, and each iteration is the decodes
+plus ``chunk`` more tokens of that prompt over a cache ``chunk`` longer: the same stretch,
+priced by :meth:`~simulator.costmodel.base.CostModel.chunk_stretch_times`. It stops
+before the prompt's last chunk (which may admit requests and produces its first token).
+
+A stretch ends with the first of:
 
 - the iteration in which a request finishes (included: the finish is applied at its end);
 - the last iteration whose block allocations still fit the free blocks (beyond it a
@@ -38,6 +47,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 from itertools import accumulate
@@ -60,14 +70,18 @@ SMALL_ALLOCATIONS = 2048
 
 @dataclass(slots=True)
 class Stretch:
-    """``num_iterations`` decode-only iterations: ``ends[i]`` is the start of iteration ``i``
-    and ``ends[i + 1]`` its end; ``kv_blocks_used[i]`` the blocks in use after it."""
+    """``num_iterations`` iterations of the same decodes: ``ends[i]`` is the start of
+    iteration ``i`` and ``ends[i + 1]`` its end; ``kv_blocks_used[i]`` the blocks in use
+    after it. With ``prefill`` set (:func:`plan_chunks`) each also carries ``chunk`` tokens
+    of that request's prompt, none of them its last."""
 
     num_iterations: int
     ends: list[float]
     durations: list[float]
     kv_blocks_used: list[int]
     num_allocated: int
+    prefill: Request | None = None
+    chunk: int = 0
 
 
 def _allocations(firsts: list[int], block_size: int, num_iterations: int) -> list[int]:
@@ -88,6 +102,41 @@ def _allocations(firsts: list[int], block_size: int, num_iterations: int) -> lis
     padded[:num_iterations] = starts
     # An allocation at i0 repeats at i0 + block_size, ...: a cumulative sum down each residue.
     return np.cumsum(padded.reshape(rows, block_size), axis=0).reshape(-1)[:num_iterations].tolist()
+
+
+def _fit(now: float, horizon_at: float, straddle: bool, max_iterations: int,
+         price: Callable[[int, int], list[float]], duration_hint: float) -> tuple[list[float], list[float]] | None:
+    """The iterations of a stretch that fit before the horizon: ``(ends, durations)`` as in
+    :class:`Stretch`, at least 2 and at most ``max_iterations``, or None. ``price(i, m)``
+    gives the times of iterations ``i .. i + m - 1``; it is called on growing chunks."""
+    ends: list[float] = [now]
+    durations: list[float] = []
+    num, chunk = 0, FIRST_CHUNK
+    if duration_hint > 0 and horizon_at != math.inf:
+        chunk = max(FIRST_CHUNK, int((horizon_at - now) / duration_hint) + 2)
+    while num < max_iterations:
+        m = min(chunk, max_iterations - num)
+        priced = price(num, m)
+        new_ends = list(accumulate(priced, initial=ends[-1]))
+        if straddle:
+            within = bisect_left(new_ends, horizon_at, 0, m)  # iterations starting before the horizon
+            if within and new_ends[within] == horizon_at:
+                within -= 1
+        else:
+            within = bisect_left(new_ends, horizon_at, 1) - 1  # iterations ending before the horizon
+        durations += priced[:within]
+        ends += new_ends[1:within + 1]
+        num += within
+        if within < m:
+            break
+        chunk *= 4
+    # SimPy lands at now + delay: keep only a stretch whose end that sum hits exactly.
+    while num >= 2 and now + (ends[num] - now) != ends[num]:
+        num -= 1
+    if num < 2:
+        return None
+    del ends[num + 1:], durations[num:]
+    return ends, durations
 
 
 def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
@@ -119,44 +168,72 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
 
         def allocations(num: int) -> list[int]:
             return _allocations(firsts, bs, num)
+    cost = replica.cost_model
+
+    def price(num: int, m: int) -> list[float]:  # iterations num .. num + m - 1
+        return cost.decode_stretch_times(n, kv_sum + n * num, kv_sq_sum + 2 * num * kv_sum + n * num * num,
+                                         kv_max + num, m)
+    return _stretch(replica, horizon_at, straddle, duration_hint, n, max_iterations, allocations, price)
+
+
+def plan_chunks(replica: Replica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
+    """The chunked-prefill stretch the replica can skip from now, or None: the iterations in
+    which steady decodes run beside full chunks of one long prompt
+    (:meth:`~simulator.schedulers.base.Scheduler.chunk_steady`), up to the one before its
+    last chunk (that one may admit requests). Arguments as for :func:`plan`."""
+    scheduler, env = replica.scheduler, replica.env
+    if horizon_at <= env.now:
+        return None
+    steady = scheduler.chunk_steady()
+    if steady is None:
+        return None
+    prefill, chunk = steady
+    cohort = scheduler.cohort
+    assert cohort is not None and cohort.active  # chunk_steady's contract
+    # The decodes join now (as the next schedule() would); the prompts stay loose.
+    cohort.join_loose(decodes_only=True)
+    left = prefill.num_prompt_tokens + prefill.num_generated - prefill.num_computed
+    max_iterations = (left - 1) // chunk  # iterations i with left - i * chunk > chunk
+    if cohort.members:
+        n, kv_sum, kv_sq_sum, kv_max = cohort.decode_sums()
+        max_iterations = min(max_iterations, cohort.steps_to_first_finish())
+        allocations = cohort.allocations
+    else:
+        n = kv_sum = kv_sq_sum = kv_max = 0
+
+        def allocations(num: int) -> list[int]:
+            return [0] * num
+    cost = replica.cost_model
+    kv_before = prefill.num_computed
+
+    def price(num: int, m: int) -> list[float]:  # iterations num .. num + m - 1
+        return cost.chunk_stretch_times(n, kv_sum + n * num, kv_sq_sum + 2 * num * kv_sum + n * num * num,
+                                        kv_max + num, chunk, kv_before + num * chunk, m)
+    stretch = _stretch(replica, horizon_at, straddle, duration_hint, n, max_iterations, allocations, price)
+    if stretch is not None:
+        stretch.prefill, stretch.chunk = prefill, chunk
+    return stretch
+
+
+def _stretch(replica: Replica, horizon_at: float, straddle: bool, duration_hint: float, n: int, max_iterations: int,
+             allocations: Callable[[int], list[int]], price: Callable[[int, int], list[float]]) -> Stretch | None:
+    """The stretch of at most ``max_iterations`` iterations of ``n`` decodes (each allocating
+    as ``allocations`` says), priced by ``price``, that fits the free blocks and the horizon."""
     if max_iterations < 2:
         return None
+    blocks = replica.scheduler.blocks
     # Each request needs at most max_iterations // bs + 1 new blocks: skip the exact count when that fits.
-    if n * (max_iterations // bs + 1) > blocks.num_free_blocks:
+    if n * (max_iterations // blocks.block_size + 1) > blocks.num_free_blocks:
         allocated = list(accumulate(allocations(max_iterations)))  # blocks allocated by each iteration's end
         if allocated[-1] > blocks.num_free_blocks:
             max_iterations = bisect_right(allocated, blocks.num_free_blocks)  # the iterations that still fit
             if max_iterations < 2:
                 return None
-    cost = replica.cost_model
-    ends: list[float] = [now]
-    durations: list[float] = []
-    num, chunk = 0, FIRST_CHUNK
-    if duration_hint > 0 and horizon_at != math.inf:
-        chunk = max(FIRST_CHUNK, int((horizon_at - now) / duration_hint) + 2)
-    while num < max_iterations:
-        m = min(chunk, max_iterations - num)
-        priced = cost.decode_stretch_times(n, kv_sum + n * num, kv_sq_sum + 2 * num * kv_sum + n * num * num,
-                                           kv_max + num, m)
-        new_ends = list(accumulate(priced, initial=ends[-1]))
-        if straddle:
-            within = bisect_left(new_ends, horizon_at, 0, m)  # iterations starting before the horizon
-            if within and new_ends[within] == horizon_at:
-                within -= 1
-        else:
-            within = bisect_left(new_ends, horizon_at, 1) - 1  # iterations ending before the horizon
-        durations += priced[:within]
-        ends += new_ends[1:within + 1]
-        num += within
-        if within < m:
-            break
-        chunk *= 4
-    # SimPy lands at now + delay: keep only a stretch whose end that sum hits exactly.
-    while num >= 2 and now + (ends[num] - now) != ends[num]:
-        num -= 1
-    if num < 2:
+    fitted = _fit(replica.env.now, horizon_at, straddle, max_iterations, price, duration_hint)
+    if fitted is None:
         return None
-    del ends[num + 1:], durations[num:]
+    ends, durations = fitted
+    num = len(durations)
     used = allocations(num)  # blocks allocated before each iteration, then (summed) in use after it
     used[0] += blocks.num_used_blocks
     used = list(accumulate(used))
@@ -171,7 +248,15 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     blocks.num_free_blocks -= stretch.num_allocated
     replica.num_busy_s = reduce(add, stretch.durations, replica.num_busy_s)  # the per-iteration float adds
     cohort = scheduler.cohort
-    if cohort is not None and cohort.active:
+    prefill = stretch.prefill
+    if prefill is not None:  # its chunks produce no token (none is its last): only its progress moves
+        prefill.num_computed += stretch.num_iterations * stretch.chunk
+        if prefill.num_computed >= prefill.num_prompt_tokens + prefill.num_generated:  # invariant (chunk_steady)
+            raise RuntimeError(f"a chunked-prefill stretch finished request {prefill.request_id}'s prompt")
+        num_decodes = len(cohort.members)  # type: ignore[union-attr] - chunk stretches are lockstep
+        # Without members the step-by-step loop never ticks the cohort: neither does the stretch.
+        finished = cohort.advance(stretch.ends, scheduler.gaps) if num_decodes else []  # type: ignore[union-attr]
+    elif cohort is not None and cohort.active:
         num_decodes = len(cohort.members)
         finished = cohort.advance(stretch.ends, scheduler.gaps)
     else:
@@ -180,8 +265,8 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     if finished:
         scheduler.retire(finished, replica.env.now)
         stretch.kv_blocks_used[-1] = blocks.num_used_blocks
-    replica.recorder.on_decode_stretch(replica.replica_id, stretch.ends, stretch.durations, num_decodes,
-                                       stretch.kv_blocks_used)
+    replica.recorder.on_stretch(replica.replica_id, stretch.ends, stretch.durations, num_decodes,
+                                stretch.kv_blocks_used, stretch.chunk, int(prefill is not None))
     if finished:
         replica.recorder.on_finish(finished)
     return bool(finished)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ STAGE_COLUMNS = ("replica_id", "micro_batch_id", "stage", "started_at", "duratio
 # out as int64: 44 bytes a row instead of 72 (a 1M-request cluster run makes ~17M rows).
 _ITERATION_TYPES = "iddiiiiii"
 _NUMPY_TYPES = {"d": "float64", "i": "int32"}
+# A stretch of up to this many rows goes through the row buffer; a longer one straight into the columns.
+SHORT_STRETCH = 16
 _ZEROS = array("i", bytes(4 * 256))  # zero columns of a decode stretch are slices of this
 
 
@@ -66,23 +69,31 @@ class IterationLog(Sequence):
         for row in rows:
             self.append(row)
 
-    def extend_decode_stretch(self, replica_id: int, starts: list[float], durations: list[float],
-                              num_decodes: int, kv_blocks_used: list[int]) -> None:
-        """Append the rows of a decode-only stretch (:meth:`Recorder.on_decode_stretch`): the
-        constant columns are built as arrays (C-level repeats) and the others copied from
-        lists (``fromlist``: half the cost of ``extend`` with a list), not per row."""
-        self._flush()
+    def extend_stretch(self, replica_id: int, starts: list[float], durations: list[float],
+                       num_decodes: int, kv_blocks_used: list[int], num_prefill_tokens: int = 0,
+                       num_prefills: int = 0) -> None:
+        """Append the rows of a stretch (:meth:`Recorder.on_stretch`): the constant columns
+        are built as arrays (C-level repeats) and the others copied from lists
+        (``fromlist``: half the cost of ``extend`` with a list), not per row."""
         k = len(durations)
         if len(starts) != k or len(kv_blocks_used) != k:  # invariant: the columns stay aligned
-            raise ValueError("extend_decode_stretch: columns of unequal length")
+            raise ValueError("extend_stretch: columns of unequal length")
+        if k <= SHORT_STRETCH:  # as rows into the buffer: cheaper than flushing it for a few rows
+            buf = self._buf
+            buf.extend(zip(repeat(replica_id, k), starts, durations, repeat(num_prefill_tokens, k),  # noqa: B905
+                           repeat(num_decodes, k), repeat(num_prefills, k), kv_blocks_used, repeat(0, k), repeat(0, k)))
+            if len(buf) >= self.BUFFER:
+                self._flush()
+            return
+        self._flush()
         zeros = _ZEROS[:k] if k <= len(_ZEROS) else array("i", bytes(4 * k))
         rid, start, dur, prefill_tokens, decodes, prefills, used, preempted, admitted = self._cols
         rid.extend(array("i", (replica_id,)) * k)
         start.fromlist(starts)
         dur.fromlist(durations)
-        prefill_tokens.extend(zeros)
+        prefill_tokens.extend(array("i", (num_prefill_tokens,)) * k if num_prefill_tokens else zeros)
         decodes.extend(array("i", (num_decodes,)) * k)
-        prefills.extend(zeros)
+        prefills.extend(array("i", (num_prefills,)) * k if num_prefills else zeros)
         used.fromlist(kv_blocks_used)
         preempted.extend(zeros)
         admitted.extend(zeros)
@@ -161,11 +172,14 @@ class Recorder:
         self.iterations.append((replica_id, started_at, duration, s.num_prefill_tokens, s.num_decodes,
                                 s.num_prefills, kv_blocks_used, len(batch.preempted), len(batch.admitted)))
 
-    def on_decode_stretch(self, replica_id: int, ends: list[float], durations: list[float], num_decodes: int,
-                          kv_blocks_used: list[int]) -> None:
-        """A skipped decode-only stretch (:mod:`simulator.fastforward`): iteration ``i`` started at
-        ``ends[i]`` and took ``durations[i]``; the rows equal those single steps would write."""
-        self.iterations.extend_decode_stretch(replica_id, ends[:len(durations)], durations, num_decodes, kv_blocks_used)
+    def on_stretch(self, replica_id: int, ends: list[float], durations: list[float], num_decodes: int,
+                   kv_blocks_used: list[int], num_prefill_tokens: int = 0, num_prefills: int = 0) -> None:
+        """A skipped stretch (:mod:`simulator.fastforward`) of ``num_decodes`` decodes and, per
+        iteration, ``num_prefills`` chunks of ``num_prefill_tokens`` tokens in all: iteration
+        ``i`` started at ``ends[i]`` and took ``durations[i]``; the rows equal those single
+        steps would write."""
+        self.iterations.extend_stretch(replica_id, ends[:len(durations)], durations, num_decodes, kv_blocks_used,
+                                       num_prefill_tokens, num_prefills)
 
     def on_stage(self, replica_id: int, micro_batch_id: int, stage: int, started_at: float, duration: float) -> None:
         self.stages.append((replica_id, micro_batch_id, stage, started_at, duration))

@@ -114,6 +114,7 @@ class Replica:
     def run(self):  # noqa: ANN201 - SimPy generator
         env, scheduler, cost, recorder, horizon = self.env, self.scheduler, self.cost_model, self.recorder, self.horizon
         skip = False  # whether the last iteration left a state worth trying to skip from
+        chunking = False  # whether it left a prompt partly prefilled (a chunked-prefill stretch may follow)
         duration = 0.0
         decode_s = 0.0  # the last skipped iteration's time: sizes the next stretch's pricing call
         # With event skipping on, an iteration that ends strictly before every other pending
@@ -126,19 +127,27 @@ class Replica:
         while True:
             # Try to skip only where two more iterations fit before the horizon (a cheap
             # guess from the last one; plan() decides exactly).
-            if skip and horizon is not None and env.now + 2 * duration < (horizon_at := horizon()):
-                stretch = fastforward.plan(self, horizon_at, decode_s if 0 < decode_s < duration else duration,
-                                           self.horizon_is_arrival)
+            if (skip or chunking) and horizon is not None and env.now + 2 * duration < (horizon_at := horizon()):
+                if skip:
+                    stretch = fastforward.plan(self, horizon_at, decode_s if 0 < decode_s < duration else duration,
+                                               self.horizon_is_arrival)
+                else:
+                    stretch = fastforward.plan_chunks(self, horizon_at, duration, self.horizon_is_arrival)
                 if stretch is not None:
                     if inline and stretch.ends[-1] < env.peek():
                         env._now = stretch.ends[-1]  # noqa: SLF001 - the clock moved by hand (see above)
                     else:
                         yield env.timeout(stretch.ends[-1] - env.now)
                         self.resumed_at = env.now
-                    duration = decode_s = stretch.durations[-1]
+                    duration = stretch.durations[-1]
                     # After a finish the batch may be steady again; else the stretch stopped at an
-                    # arrival or at the free blocks' limit: run the next iteration normally.
-                    skip = fastforward.apply(self, stretch)
+                    # arrival, at the free blocks' limit or before a prompt's last chunk: run the
+                    # next iteration normally.
+                    finished = fastforward.apply(self, stretch)
+                    if stretch.prefill is None:
+                        decode_s, skip = duration, finished
+                    else:
+                        chunking = finished
                     continue
             batch = self._take_batch()
             if batch is None:
@@ -159,8 +168,11 @@ class Replica:
             if finished:
                 recorder.on_finish(finished)
             # No partial prefill left (every prefill chunk finished its prompt) and nobody waits
-            # behind a preemption: the next batch may be all decodes.
-            skip = shape.num_prefills == shape.num_logits - shape.num_decodes and not batch.preempted
+            # behind a preemption: the next batch may be all decodes; with one left, it may
+            # continue beside steady decodes.
+            partial = shape.num_prefills != shape.num_logits - shape.num_decodes
+            skip = not partial and not batch.preempted
+            chunking = partial and not batch.preempted
 
 
 @cache

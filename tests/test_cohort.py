@@ -92,6 +92,57 @@ def test_lockstep_decodes_match_stepping_each_decode(specs, num_blocks, budget, 
     assert same_gaps(lock[2], plain[2])
 
 
+def _check_chunk_steady(specs: list[tuple[int, int, int]], num_blocks: int, budget: int, seed: int, name: str) -> int:
+    """Drive the policy with lockstep; whenever it says a prompt's chunking is steady, check the
+    next batch against that. Returns how many batches were checked."""
+    config = SchedulerConfig(name, chunk_size=budget)
+    scheduler = SCHEDULERS[name](config, BlockManager(num_blocks, 16, config.watermark), 4096)
+    scheduler.enable_lockstep()
+    requests = sorted((Request(i, float(step), p, o) for i, (step, p, o) in enumerate(specs)), key=lambda r: r.arrival_at)
+    rng = random.Random(seed)
+    now, num_checked = 0.0, 0
+    for step in range(5000):
+        while requests and requests[0].arrival_at <= step:
+            req = requests.pop(0)
+            if scheduler.rejection_reason(req) is None:
+                scheduler.add_request(req)
+        if not scheduler.has_unfinished() and not requests:
+            break
+        steady = scheduler.chunk_steady()
+        if steady is not None:
+            prefill, chunk = steady
+            missing = prefill.num_prompt_tokens + prefill.num_generated - prefill.num_computed
+            num_decodes = sum(1 for r in scheduler.running if r.num_generated
+                              and r.num_prompt_tokens + r.num_generated - r.num_computed == 1)
+        batch = scheduler.schedule()
+        if steady is not None and not batch.preempted:
+            num_checked += 1
+            assert 0 < chunk < missing and chunk == scheduler.token_budget - num_decodes
+            assert batch.requests == [prefill] and batch.num_tokens == [chunk]
+            assert batch.num_lockstep == num_decodes and not batch.admitted
+        if not batch:
+            continue
+        now += rng.choice([0.01, 0.02, 0.5])
+        scheduler.complete(batch, now)
+    return num_checked
+
+
+@settings(max_examples=80, deadline=None)
+@given(specs=specs_strategy, num_blocks=st.integers(60, 400), budget=st.sampled_from([16, 64, 512]),
+       seed=st.integers(0, 3), name=st.sampled_from(["sarathi", "vllm-v1"]))
+def test_chunk_steady_predicts_the_next_batch(specs, num_blocks, budget, seed, name) -> None:  # noqa: ANN001
+    """Whenever the policy says a prompt's chunking is steady, the next batch is exactly the
+    running decodes in lockstep plus that chunk, admitting nobody, unless a preemption
+    intervened (running short of blocks ends a stretch: event skipping counts them first);
+    in roomy and tight caches, with requests waiting behind the chunk."""
+    _check_chunk_steady(specs, num_blocks, budget, seed, name)
+
+
+def test_chunk_steady_arises_with_long_prompts_and_a_small_budget() -> None:
+    specs = [(i, 300 + 97 * (i % 5), 20 + 11 * (i % 4)) for i in range(0, 60, 3)]
+    assert _check_chunk_steady(specs, 400, 64, 0, "sarathi") > 50
+
+
 def test_lockstep_advances_decodes_without_visiting_them(monkeypatch: pytest.MonkeyPatch) -> None:
     """A busy replica: most iterations carry a prefill chunk and many decodes. With lockstep the
     cohort takes those decodes (visiting only requests outside it), and the run is unchanged."""

@@ -45,6 +45,22 @@ def count_stretches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+@pytest.fixture
+def chunk_stretches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The iterations of each skipped chunked-prefill stretch (fastforward.plan_chunks)."""
+    calls: list[int] = []
+    real = fastforward.plan_chunks
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        stretch = real(*args, **kwargs)
+        if stretch is not None:
+            calls.append(stretch.num_iterations)
+        return stretch
+
+    monkeypatch.setattr(fastforward, "plan_chunks", counted)
+    return calls
+
+
 def assert_same_run(config: RunConfig, calls: list[int] | None = None) -> None:
     on = simulate(config.replace(fast_forward=True), token_times=True)
     skipped = sum(calls) if calls is not None else None
@@ -88,6 +104,20 @@ def test_skipping_is_exact_in_a_tight_cache(scheduler: str, count_stretches: lis
         assert int(request_frame(result)["num_preemptions"].sum()) > 0  # the case is really tight
     assert_same_run(config, count_stretches)
     assert count_stretches
+
+
+@pytest.mark.parametrize(("scheduler", "chunk_size"), [("sarathi", 128), ("sarathi", 512), ("vllm-v1", 256)])
+@pytest.mark.parametrize("utilization", [0.9, 0.24])
+def test_chunked_prefill_stretches_are_exact(scheduler: str, chunk_size: int, utilization: float,
+                                             chunk_stretches: list[int]) -> None:
+    """Long prompts in chunks beside steady decodes: those iterations are skipped too, in a roomy
+    cache and in a tight one (preemptions, allocations running short within a stretch)."""
+    config = _config(scheduler, 1, utilization, qps=4.0, num_requests=50).replace(scheduler__chunk_size=chunk_size)
+    assert_same_run(config)
+    assert chunk_stretches and max(chunk_stretches) > 2  # skipped, some several chunks at once
+    if utilization < 0.5:
+        result = simulate(config.replace(fast_forward=False))
+        assert int(request_frame(result)["num_preemptions"].sum()) > 0  # the case is really tight
 
 
 def _hand_run(name: str, num_blocks: int, fast: bool) -> tuple[list[Request], Recorder, Replica]:
@@ -259,10 +289,14 @@ def test_iteration_log_reads_like_the_list_of_tuples_it_replaces() -> None:
     for lo, hi in ((100, 200), (200, 300), (300, 700)):
         if rows[lo][3] == 0:
             starts, durations, used = ([r[j] for r in rows[lo:hi]] for j in (1, 2, 6))
-            log.extend_decode_stretch(2, starts, durations, 17, used)
+            log.extend_stretch(2, starts, durations, 17, used)
         else:
             log.extend(rows[lo:hi])
-    log.extend(rows[700:])
+    log.extend(rows[700:709])
+    # A short chunked-prefill stretch (through the row buffer) with its constant prefill columns.
+    rows[709:714] = [(1, 0.5 * i, 0.25, 96, 5, 1, 40 + i, 0, 0) for i in range(709, 714)]
+    log.extend_stretch(1, [0.5 * i for i in range(709, 714)], [0.25] * 5, 5, [40 + i for i in range(709, 714)], 96, 1)
+    log.extend(rows[714:])
     assert len(log) == len(rows) and log == rows and list(log) == rows
     assert log[0] == rows[0] and log[-1] == rows[-1] and log[5:8] == rows[5:8]
     assert log == IterationLog(rows) and log != IterationLog(rows[:-1])
@@ -270,7 +304,7 @@ def test_iteration_log_reads_like_the_list_of_tuples_it_replaces() -> None:
     assert list(cols) == list(ITERATION_COLUMNS)
     assert cols["started_at"].dtype.kind == "f" and cols["num_decodes"].tolist() == [r[4] for r in rows]
     with pytest.raises(ValueError, match="unequal length"):
-        log.extend_decode_stretch(0, [0.0, 1.0], [1.0], 3, [4])
+        log.extend_stretch(0, [0.0, 1.0], [1.0], 3, [4])
     assert len(log) == len(rows)  # nothing appended
 
 

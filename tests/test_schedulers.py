@@ -105,6 +105,46 @@ def test_sarathi_decodes_first_then_chunks_under_budget():
     assert entries(batch) == [(0, 1), (1, 1), (2, 490), (3, 20)]
 
 
+def prefilling(sched, rid: int, prompt: int, computed: int) -> Request:
+    """A running request part-way through its prompt (the whole prompt reserved, as at admission)."""
+    req = Request(rid, 0.0, prompt, 50)
+    req.num_computed = computed
+    req.status = Status.RUNNING
+    sched.blocks.reserve(req, prompt)
+    sched.running.append(req)
+    return req
+
+
+@pytest.mark.parametrize(("left", "ahead", "expected"), [
+    (1000, None, 510),  # two decodes leave 510 of the 512-token budget
+    (511, None, 510),  # one token more than the chunk: not its last
+    (510, None, None),  # its last chunk (that iteration may admit): not steady
+    (1000, "tail", None),  # a prompt's 1-token tail: an entry of its own (its first token)
+    (1000, "in_flight", None),
+])
+def test_sarathi_chunk_steady_names_the_prompt_chunked_beside_decodes(left: int, ahead: str | None,
+                                                                      expected: int | None) -> None:
+    s = make("sarathi", chunk_size=512)
+    s.enable_lockstep()
+    decoding(s, 0, 100, 5)
+    if ahead == "tail":
+        prefilling(s, 1, 300, 299)
+    else:
+        decoding(s, 1, 100, 5).in_flight = ahead == "in_flight"
+    p = prefilling(s, 2, 2000, 2000 - left)
+    waiting(s, 3, 50)  # waits behind the full budget
+    assert s.chunk_steady() is None  # the cohort is not active before the first schedule()
+    s.cohort.activate(s.running)
+    assert s.chunk_steady() == (None if expected is None else (p, expected))
+    if ahead == "in_flight":
+        return
+    batch = s.schedule()
+    if ahead == "tail":
+        assert entries(batch) == [(1, 1), (2, 510)]  # an entry besides the chunk: not a steady batch
+    elif expected is not None:
+        assert entries(batch) == [(2, expected)] and batch.num_lockstep == 2 and not batch.admitted
+
+
 def test_sarathi_admits_only_if_whole_prompt_fits():
     s = make("sarathi", chunk_size=512, num_blocks=50)  # 800 tokens
     waiting(s, 0, 600)

@@ -186,6 +186,26 @@ class CostModel(ABC):
         return out
 
 
+    def chunk_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int,
+                            kv_before: int, num_iterations: int) -> list[float]:
+        """``iteration_time`` of ``num_iterations`` consecutive iterations that each carry the
+        decodes of :meth:`decode_stretch_times` (none when ``num_decodes`` is 0) and then one
+        prefill chunk of ``chunk`` tokens that does not finish its prompt, over ``kv_before``
+        cached tokens in the first (``kv_before + i * chunk`` in iteration ``i``): a long
+        prompt's chunks beside steady decodes (chunked prefills).
+
+        Each shape is built as the scheduler builds it (decodes first, then the chunk), so
+        the floats are those of the per-iteration path for any cost model.
+        """
+        n, out = num_decodes, []
+        for i in range(num_iterations):
+            shape = BatchShape()
+            shape.add_decodes(n, kv_sum + n * i, kv_sq_sum + 2 * i * kv_sum + n * i * i, kv_max + i)
+            shape.add_prefill(chunk, kv_before + i * chunk, False)
+            out.append(self.iteration_time(shape))
+        return out
+
+
 class TabulatedCostModel(CostModel):
     """A cost model whose token-count ops are precomputed onto a grid indexed by tokens.
 

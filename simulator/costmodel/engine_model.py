@@ -344,6 +344,58 @@ class EngineCostModel(CostModel):
             return super().decode_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations)
         return times
 
+    def chunk_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int,
+                            kv_before: int, num_iterations: int) -> list[float]:
+        """In plain floats over roofline kernels (only the two attention terms change from one
+        iteration to the next), combined in ``iteration_time``'s order so every float matches
+        the scalar path (first and last checked, as for decode stretches); else the generic path."""
+        times = self._chunk_stretch(num_decodes, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, num_iterations)
+        if times is None:
+            return super().chunk_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, chunk, kv_before,
+                                               num_iterations)
+        return times
+
+    def _chunk_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int, kv_before: int,
+                       m: int) -> list[float] | None:
+        from simulator.costmodel.roofline import RooflineCostModel
+
+        k = self.kernels
+        if not self._stretch_ok or type(k) is not RooflineCostModel or k.sliding_fraction:
+            return None
+        if n:
+            decode = k.decode_attention_list(n, kv_sum, kv_sq_sum, m)
+            if decode is None:
+                return None
+        else:
+            decode = [0.0] * m  # attention_decode of no decodes
+        first = BatchShape()
+        first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
+        first.add_prefill(chunk, kv_before, False)
+        # Everything but attention depends on the token, sequence and logit counts alone.
+        token, pre, post = k.token_time(n + chunk), self._pre(first), self._post(first)
+        collective, excess, cpu = self.collective_s, self.prefill_excess_time(first), self.cpu_time(first)
+        num_layers, launch, overlap = self._num_layers, self.launch_s, self.overlap
+        prefill_attention, half = k._attention_prefill, chunk * (chunk + 1) / 2
+        times = []
+        for i in range(m):
+            p = kv_before + i * chunk  # the chunk's cached tokens: add_prefill's sums for one chunk
+            kern = pre + num_layers * (token + prefill_attention(chunk * p + half, p + chunk, chunk) + decode[i]) + post
+            gpu = kern + collective + excess
+            if gpu < launch:
+                gpu = launch
+            total = (gpu if gpu > cpu else cpu) if overlap else gpu + cpu
+            times.append(kern + (total - kern))
+        if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
+            self._stretch_checks_left -= 1
+            j = m - 1
+            last = BatchShape()
+            last.add_decodes(n, kv_sum + n * j, kv_sq_sum + 2 * j * kv_sum + n * j * j, kv_max + j)
+            last.add_prefill(chunk, kv_before + j * chunk, False)
+            if times[0] != self.iteration_time(first) or times[-1] != self.iteration_time(last):
+                self._stretch_ok = False  # never again for this instance: the scalar path is the truth
+                return None
+        return times
+
     def _stretch_attention(self):  # noqa: ANN202 - (kernels' vector attention, is_learned) or None
         """The kernel model's vectorised decode attention, for exactly the kernel classes whose
         terms :meth:`_vector_stretch` knows (a subclass may add terms); resolved at construction,

@@ -213,6 +213,16 @@ class Scheduler:
         keep it in step with ``schedule()`` (the skipping on/off tests check it)."""
         return False
 
+    def chunk_steady(self) -> tuple[Request, int] | None:
+        """``(req, chunk)`` where, until a request finishes or free KV blocks run short, every
+        ``schedule()`` would return the running decodes as lockstep decodes (the cohort is
+        active) plus ``chunk`` tokens of ``req``'s prompt, as long as more than ``chunk``
+        remain (not its last chunk), and admit or preempt nobody; else None. Event skipping
+        (:mod:`simulator.fastforward`) advances such chunked-prefill stretches in one step.
+        Default None: a policy opts in by overriding it, and must keep it in step with
+        ``schedule()`` (the skipping on/off tests check it)."""
+        return None
+
     def _all_running_decode(self) -> bool:
         """Every running request is a decode (one missing token, at least one output) and
         none is in flight. (Cohort members are, by the cohort's contract.)"""

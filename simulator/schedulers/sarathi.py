@@ -14,7 +14,7 @@ allocates blocks chunk by chunk; here the whole prompt is reserved at admission.
 
 from __future__ import annotations
 
-from simulator.request import Status
+from simulator.request import Request, Status
 from simulator.schedulers.base import Batch, Scheduler
 
 
@@ -32,6 +32,29 @@ class SarathiScheduler(Scheduler):
         waiting = self.waiting
         return (not waiting or len(running) >= self.token_budget or len(running) >= self.max_num_seqs
                 or not self.blocks.can_admit(waiting[0].num_prompt_tokens + waiting[0].num_generated))
+
+    def chunk_steady(self) -> tuple[Request, int] | None:
+        # The first partial prefill (running order) takes what the decodes leave of the budget;
+        # while that is not its last chunk the budget is full, so later partials get nothing and
+        # nobody is admitted, whoever waits. Lockstep only: the cohort carries the decodes.
+        cohort = self.cohort
+        if cohort is None or not cohort.active:
+            return None
+        prefill, missing, num_partial = None, 0, 0
+        for req in cohort.loose:
+            if req.in_flight:
+                return None
+            left = req.num_prompt_tokens + req.num_generated - req.num_computed
+            if left > 1:
+                num_partial += 1
+                if prefill is None:
+                    prefill, missing = req, left
+            elif not req.num_generated:  # a prompt's 1-token tail: a prefill entry before the chunk
+                return None
+        if prefill is None:
+            return None
+        chunk = self.token_budget - (len(cohort.members) + len(cohort.loose) - num_partial)  # less the decodes
+        return (prefill, chunk) if 0 < chunk < missing else None
 
     def schedule(self) -> Batch:
         batch = Batch()

@@ -418,7 +418,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     cfg = config.replace(workload__qps=qps)
     watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile, tbt_s=slo.tbt_s if tbt_early_exit else None,
                           tbt_quantile=slo.tbt_quantile) if early_exit else None
-    result = engine.simulate(cfg, watch=watch)
+    result = engine.simulate(cfg, watch=watch, record_iterations=False)  # a trial judges requests and gaps
     cols = request_columns(result)  # numpy columns: a trial needs no pandas
     status = cols["status"]
     is_finished = status == Status.FINISHED.value

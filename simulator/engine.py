@@ -27,7 +27,7 @@ from simulator.costmodel import CostModel, load_cost_model
 from simulator.errors import ConfigError
 from simulator.kvcache import MemoryPlan
 from simulator.progress import RunProgress
-from simulator.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
+from simulator.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder, TallyRecorder
 from simulator.replica import Replica, build_scheduler, with_mixin
 from simulator.request import Request, RequestColumns, run_field_columns
 from simulator.routers import ROUTERS, STATE_FREE_ROUTERS
@@ -204,10 +204,11 @@ class StopRun(Exception):  # noqa: N818 - a signal, not an error
 
 def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
              watch: Callable[[simpy.Environment, list[Request]], Any] | None = None,
-             token_times: bool = False, workers: int = 1) -> RunResult:
+             token_times: bool = False, workers: int = 1, record_iterations: bool = True) -> RunResult:
     """Run one simulation. ``table`` (a RequestTable) overrides the config's workload.
     ``token_times`` keeps every token's timestamp on its request (8 bytes a token; metrics
-    do not need them). ``workers`` > 1 runs the replicas of a partitioned cluster (see
+    do not need them). ``record_iterations=False`` leaves the iteration and stage tables
+    empty (``extra["iterations"]`` says so) for a run judged by its requests alone. ``workers`` > 1 runs the replicas of a partitioned cluster (see
     :func:`run_partitioned`) in that many processes: the same results, sooner on more cores.
 
     ``watch(env, requests)``, if given, returns a SimPy generator started beside the
@@ -240,7 +241,8 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         objects = make_requests(table, token_times)
     if reporter is not None:
         reporter.start("simulating", num_requests)
-    recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, num_requests // 200))
+    recorder_class = Recorder if record_iterations else TallyRecorder
+    recorder = recorder_class(on_progress=reporter.update if reporter else None, report_every=max(1, num_requests // 200))
     own_reporter = reporter is not progress
     stopped: str | None = None
     partitioned = None
@@ -251,8 +253,8 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         else:
             partitioned = run_partitioned(config, objects, recorder, router_rng)
         if partitioned is None:  # an arrival tied with a replica event: run jointly from scratch
-            recorder = Recorder(on_progress=reporter.update if reporter else None,
-                                report_every=max(1, num_requests // 200))
+            recorder = recorder_class(on_progress=reporter.update if reporter else None,
+                                      report_every=max(1, num_requests // 200))
             router_rng = rng_streams(config.seed)[1]  # the router's stream, from its start
             objects = None  # the partitioned run changed them
         elif reporter is not None and own_reporter:
@@ -280,7 +282,8 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         stage_busy_s=[t.stage_busy_s for t in totals],
         tbt=[t.gaps for t in totals],
         extra={"cost_model_extrapolations": sum(t.num_extrapolations for t in totals),
-               **({"stopped": stopped} if stopped is not None else {})},
+               **({"stopped": stopped} if stopped is not None else {}),
+               **({} if record_iterations else {"iterations": "not recorded"})},
     )
 
 
@@ -373,7 +376,8 @@ def _run_replica(config: RunConfig, replica_id: int, mine: list[tuple[float, Req
     return ReplicaTotals.of(replica, cost), memory, env.now
 
 
-def _replica_in_worker(config: RunConfig, replica_id: int, path: str, token_times: bool) -> tuple | None:
+def _replica_in_worker(config: RunConfig, replica_id: int, path: str, token_times: bool,
+                       record_iterations: bool = True) -> tuple | None:
     """:func:`_run_replica` in a worker process, on the requests whose columns (ids, submit
     times, prompt and output tokens) are pickled at ``path``: what the parent needs back
     (records, and the requests' final fields as columns), or None on a tie."""
@@ -384,7 +388,7 @@ def _replica_in_worker(config: RunConfig, replica_id: int, path: str, token_time
     # arrival_at starts as the submit time, which _own_arrivals sets it to anyway.
     mine = [(at, Request(i, at, p, o, token_times)) for i, at, p, o in
             zip(ids.tolist(), submit_at.tolist(), prompt.tolist(), output.tolist(), strict=True)]
-    recorder = Recorder()
+    recorder = Recorder() if record_iterations else TallyRecorder()
     try:
         totals, memory, end_at = _run_replica(config, replica_id, mine, recorder)
     except _Tie:
@@ -427,7 +431,8 @@ def run_partitioned_in_workers(config: RunConfig, arrival: np.ndarray, prompt: n
             paths.append(f"{folder}/replica-{i}.pickle")
             with open(paths[-1], "wb") as f:
                 pickle.dump((mine, submit[mine], prompt[mine], output[mine]), f, protocol=pickle.HIGHEST_PROTOCOL)
-        futures: list[Any] = pool.submit_all(_replica_in_worker, [(config, i, path, token_times)
+        records = not isinstance(recorder, TallyRecorder)
+        futures: list[Any] = pool.submit_all(_replica_in_worker, [(config, i, path, token_times, records)
                                                                   for i, path in enumerate(paths)])
         for i, mine in enumerate(positions):  # in replica order, as each is ready
             out = futures[i].result()

@@ -40,6 +40,16 @@ SHORT_STRETCH = 16
 _ZEROS = array("i", bytes(4 * 256))  # zero columns of a decode stretch are slices of this
 
 
+def _fill(col: array, values: Sequence, typecode: str) -> None:
+    """Append Python numbers to a typed column. numpy converts them in C at about half the
+    cost of ``array.extend``/``fromlist``, which parse each item as a call argument; the
+    values are the same (a float64 is copied bit for bit; an int beyond the column's range
+    raises, as ``extend`` would)."""
+    import numpy as np  # loaded by then: runs import it; a module-level import would slow start-up
+
+    col.frombytes(np.fromiter(values, dtype=_NUMPY_TYPES[typecode], count=len(values)).tobytes())
+
+
 class IterationLog(Sequence):
     """Iteration records (:data:`ITERATION_COLUMNS` rows) kept as typed columns.
 
@@ -72,9 +82,9 @@ class IterationLog(Sequence):
     def extend_stretch(self, replica_id: int, starts: list[float], durations: list[float],
                        num_decodes: int, kv_blocks_used: list[int], num_prefill_tokens: int = 0,
                        num_prefills: int = 0) -> None:
-        """Append the rows of a stretch (:meth:`Recorder.on_stretch`): the constant columns
-        are built as arrays (C-level repeats) and the others copied from lists
-        (``fromlist``: half the cost of ``extend`` with a list), not per row."""
+        """Append the rows of a stretch (:meth:`Recorder.on_stretch`): a short one into the row
+        buffer; a long one's constant columns built as arrays (C-level repeats) and the others
+        converted by numpy (:func:`_fill`), not per row."""
         k = len(durations)
         if len(starts) != k or len(kv_blocks_used) != k:  # invariant: the columns stay aligned
             raise ValueError("extend_stretch: columns of unequal length")
@@ -89,12 +99,12 @@ class IterationLog(Sequence):
         zeros = _ZEROS[:k] if k <= len(_ZEROS) else array("i", bytes(4 * k))
         rid, start, dur, prefill_tokens, decodes, prefills, used, preempted, admitted = self._cols
         rid.extend(array("i", (replica_id,)) * k)
-        start.fromlist(starts)
-        dur.fromlist(durations)
+        _fill(start, starts, "d")
+        _fill(dur, durations, "d")
         prefill_tokens.extend(array("i", (num_prefill_tokens,)) * k if num_prefill_tokens else zeros)
         decodes.extend(array("i", (num_decodes,)) * k)
         prefills.extend(array("i", (num_prefills,)) * k if num_prefills else zeros)
-        used.fromlist(kv_blocks_used)
+        _fill(used, kv_blocks_used, "i")
         preempted.extend(zeros)
         admitted.extend(zeros)
 
@@ -108,8 +118,8 @@ class IterationLog(Sequence):
     def _flush(self) -> None:
         buf = self._buf
         if buf:
-            for col, values in zip(self._cols, zip(*buf, strict=True), strict=True):
-                col.extend(values)
+            for col, values, t in zip(self._cols, zip(*buf, strict=True), _ITERATION_TYPES, strict=True):
+                _fill(col, values, t)
             buf.clear()
 
     def columns(self, copy: bool = True) -> dict[str, Any]:
@@ -199,3 +209,21 @@ class Recorder:
 
     def on_reject(self, req: Request) -> None:
         self._count(1)
+
+
+class TallyRecorder(Recorder):
+    """A :class:`Recorder` that keeps no iteration or stage rows (its logs stay empty), only
+    the count of finished and rejected requests: for runs judged by their requests and TBT
+    gaps alone, such as capacity trials, where writing the rows was a tenth of the loop."""
+
+    __slots__ = ()
+
+    def on_iteration(self, replica_id: int, started_at: float, duration: float, batch: Batch, kv_blocks_used: int) -> None:
+        pass
+
+    def on_stretch(self, replica_id: int, ends: list[float], durations: list[float], num_decodes: int,
+                   kv_blocks_used: list[int], num_prefill_tokens: int = 0, num_prefills: int = 0) -> None:
+        pass
+
+    def on_stage(self, replica_id: int, micro_batch_id: int, stage: int, started_at: float, duration: float) -> None:
+        pass

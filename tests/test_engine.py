@@ -17,7 +17,7 @@ from simulator.costmodel import BatchShape, RooflineCostModel
 from simulator.engine import simulate
 from simulator.metrics import request_frame, summarize, tbt_samples
 from simulator.schedulers import SCHEDULERS
-from simulator.tbt import expand, merged
+from simulator.tbt import expand, merged, same_gaps
 
 MISTRAL = ReplicaConfig("mistral-7b", "a100-80gb")
 
@@ -146,6 +146,20 @@ def test_simulate_is_deterministic():
     assert request_frame(a).equals(request_frame(b))
     c = simulate(small_config(seed=4))
     assert not np.array_equal(tbt_samples(c), ta)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_run_without_iteration_records_is_the_same_run(pp: int) -> None:
+    """``record_iterations=False`` (capacity trials) keeps no iteration or stage rows and says so;
+    requests, gaps and busy times are those of the recorded run."""
+    config = small_config(seed=3).replace(replica__pp=pp)
+    full, bare = simulate(config), simulate(config, record_iterations=False)
+    assert len(full.iterations) > 100 and (pp == 1 or full.stages)
+    assert len(bare.iterations) == 0 and not bare.stages and bare.extra["iterations"] == "not recorded"
+    assert request_frame(full).equals(request_frame(bare))
+    assert same_gaps(full.tbt, bare.tbt) and full.replica_busy_s == bare.replica_busy_s
+    assert full.stage_busy_s == bare.stage_busy_s and full.sim_end_at == bare.sim_end_at
+    assert "iterations" not in full.extra
 
 
 def test_summary_metrics_are_consistent():

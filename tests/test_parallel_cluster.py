@@ -44,6 +44,15 @@ def test_workers_give_the_serial_run(router: str) -> None:
     assert len({r.replica_id for r in parallel.requests}) == 3
 
 
+def test_workers_record_no_iterations_when_asked() -> None:
+    config = RunConfig(workload=WorkloadConfig("sharegpt", arrival="poisson", qps=4.0, num_requests=120),
+                       num_replicas=2, seed=1)
+    serial = simulate(config, record_iterations=False)
+    parallel = simulate(config, workers=2, record_iterations=False)
+    _assert_same(parallel, serial)
+    assert len(parallel.iterations) == 0 and parallel.extra["iterations"] == "not recorded"
+
+
 def test_rejections_come_back_from_workers_in_replica_order() -> None:
     """A request no replica can hold is rejected inside its worker; the parent's request and its
     recorder see it as the serial loop would."""

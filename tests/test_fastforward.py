@@ -261,6 +261,29 @@ def test_engine_stretch_pricing_is_float_exact_over_roofline_and_learned_kernels
         assert fast is not None and fast == CostModel.decode_stretch_times(model, 7, 7 * 900, 7 * 900 * 900, 900, m)
 
 
+@pytest.mark.parametrize(("model", "gpu", "tp", "vectorised"), [("llama-2-7b", "a100-80gb", 1, True),
+                                                                ("llama-2-70b", "h100-sxm", 4, True),
+                                                                ("mixtral-8x7b", "a100-80gb", 2, True),
+                                                                ("gpt-oss-20b", "h100-sxm", 1, False),
+                                                                ("deepseek-v3", "h200", 8, False)])
+@pytest.mark.parametrize("preset", ["vllm-2023-splitwise", "vllm-v1"])
+def test_chunk_stretch_pricing_is_float_exact(model: str, gpu: str, tp: int, vectorised: bool, preset: str) -> None:
+    """A prompt's chunks beside decodes (none too), priced in plain floats over roofline
+    kernels, give the per-iteration path's floats; sliding-window and MLA attention fall back."""
+    cost = EngineCostModel(RooflineCostModel(ReplicaConfig(model, gpu, tp=tp)), load_engine(preset))
+    rng = random.Random(4)
+    for args in _stretches(3, max_n=96):
+        n, kv_sum, kv_sq_sum, kv_max, m = args
+        if rng.random() < 0.2:
+            n = kv_sum = kv_sq_sum = kv_max = 0
+        # Small chunks read more than they compute (the bytes term), large ones the reverse.
+        chunk, kv_before, m = rng.choice([1, 3, 16, rng.randint(1, 2048)]), rng.randint(0, 8000), min(m, 40)
+        fast = cost.chunk_stretch_times(n, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, m)
+        assert fast == CostModel.chunk_stretch_times(cost, n, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, m)
+        assert (cost._chunk_stretch(n, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, m) is not None) == vectorised
+    assert cost._stretch_ok  # never disagreed with the scalar path
+
+
 def test_a_cost_model_subclass_gets_the_exact_generic_path(monkeypatch: pytest.MonkeyPatch) -> None:
     class Slower(RooflineCostModel):
         def overhead_time(self, shape):  # noqa: ANN001, ANN202

@@ -360,31 +360,29 @@ class EngineCostModel(CostModel):
         from simulator.costmodel.roofline import RooflineCostModel
 
         k = self.kernels
-        if not self._stretch_ok or type(k) is not RooflineCostModel or k.sliding_fraction:
+        if not self._stretch_ok or type(k) is not RooflineCostModel:
             return None
-        if n:
-            decode = k.decode_attention_list(n, kv_sum, kv_sq_sum, m)
-            if decode is None:
-                return None
-        else:
-            decode = [0.0] * m  # attention_decode of no decodes
+        prefill = k.prefill_attention_list(chunk, kv_before, m)
+        decode = k.decode_attention_list(n, kv_sum, kv_sq_sum, m) if n else [0.0] * m  # no decodes: 0.0
+        if prefill is None or decode is None:
+            return None
         first = BatchShape()
         first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
         first.add_prefill(chunk, kv_before, False)
-        # Everything but attention depends on the token, sequence and logit counts alone.
+        # Everything but attention depends on the token, sequence and logit counts alone; the
+        # layer is token ops + prefill attention + decode attention, in layer_time's order.
         token, pre, post = k.token_time(n + chunk), self._pre(first), self._post(first)
         collective, excess, cpu = self.collective_s, self.prefill_excess_time(first), self.cpu_time(first)
-        num_layers, launch, overlap = self._num_layers, self.launch_s, self.overlap
-        prefill_attention, half = k._attention_prefill, chunk * (chunk + 1) / 2
-        times = []
-        for i in range(m):
-            p = kv_before + i * chunk  # the chunk's cached tokens: add_prefill's sums for one chunk
-            kern = pre + num_layers * (token + prefill_attention(chunk * p + half, p + chunk, chunk) + decode[i]) + post
-            gpu = kern + collective + excess
-            if gpu < launch:
-                gpu = launch
-            total = (gpu if gpu > cpu else cpu) if overlap else gpu + cpu
-            times.append(kern + (total - kern))
+        num_layers, launch = self._num_layers, self.launch_s
+        if self.overlap:  # max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)): max picks a value
+            floor = launch if launch > cpu else cpu
+            times = [(kern := pre + num_layers * (token + a + d) + post)
+                     + ((g if (g := kern + collective + excess) > floor else floor) - kern)
+                     for a, d in zip(prefill, decode)]  # noqa: B905 - m each
+        else:
+            times = [(kern := pre + num_layers * (token + a + d) + post)
+                     + (((g if (g := kern + collective + excess) > launch else launch) + cpu) - kern)
+                     for a, d in zip(prefill, decode)]  # noqa: B905 - m each
         if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
             self._stretch_checks_left -= 1
             j = m - 1

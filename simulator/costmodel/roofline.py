@@ -187,6 +187,22 @@ class RooflineCostModel(TabulatedCostModel):
         return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
                 + c.kernel_floor_s)
 
+    def prefill_attention_list(self, chunk: int, kv_before: int, num_iterations: int) -> list[float] | None:
+        """:meth:`attention_prefill` of one ``chunk``-token chunk over ``kv_before`` cached
+        tokens, then ``chunk`` more each iteration (a prompt's successive chunks), in plain
+        floats with the scalar path's operations; None for MLA and sliding-window attention."""
+        if self.mla or self.sliding_fraction:
+            return None
+        c, g = self.cal, self.gpu
+        # _attention_prefill's terms, its constant factors evaluated once in the same order.
+        head = 4.0 * self.heads_per_gpu * self.model.head_dim  # flops = head * pairs
+        compute = g.bf16_flops * c.attn_prefill_compute_eff
+        kvb, query = self.kv_bytes_per_token, 2 * chunk * self.q_per_gpu * self.dtype_bytes
+        bandwidth, floor, half = g.hbm_bytes_per_s * c.gemm_memory_eff, c.kernel_floor_s, chunk * (chunk + 1) / 2
+        return [(f if (f := head * (chunk * p + half) / compute) > (b := ((p + chunk) * kvb + query) / bandwidth)
+                 else b) + floor
+                for p in range(kv_before, kv_before + chunk * num_iterations, chunk)]
+
     def attention_decode(self, shape: BatchShape) -> float:
         if shape.num_decodes == 0:
             return 0.0

@@ -109,7 +109,7 @@ def _fit(now: float, horizon_at: float, straddle: bool, max_iterations: int,
     """The iterations of a stretch that fit before the horizon: ``(ends, durations)`` as in
     :class:`Stretch`, at least 2 and at most ``max_iterations``, or None. ``price(i, m)``
     gives the times of iterations ``i .. i + m - 1``; it is called on growing chunks."""
-    ends: list[float] = [now]
+    ends: list[float] = []
     durations: list[float] = []
     num, chunk = 0, FIRST_CHUNK
     if duration_hint > 0 and horizon_at != math.inf:
@@ -117,19 +117,25 @@ def _fit(now: float, horizon_at: float, straddle: bool, max_iterations: int,
     while num < max_iterations:
         m = min(chunk, max_iterations - num)
         priced = price(num, m)
-        new_ends = list(accumulate(priced, initial=ends[-1]))
+        new_ends = list(accumulate(priced, initial=ends[-1] if ends else now))
         if straddle:
             within = bisect_left(new_ends, horizon_at, 0, m)  # iterations starting before the horizon
             if within and new_ends[within] == horizon_at:
                 within -= 1
         else:
             within = bisect_left(new_ends, horizon_at, 1) - 1  # iterations ending before the horizon
-        durations += priced[:within]
-        ends += new_ends[1:within + 1]
+        if not ends:  # the first call, usually the only one
+            ends, durations = new_ends, priced[:within]  # a copy: price's list is not ours to change
+            del ends[within + 1:]
+        else:
+            durations += priced[:within]
+            ends += new_ends[1:within + 1]
         num += within
         if within < m:
             break
         chunk *= 4
+    if not ends:
+        return None
     # SimPy lands at now + delay: keep only a stretch whose end that sum hits exactly.
     while num >= 2 and now + (ends[num] - now) != ends[num]:
         num -= 1

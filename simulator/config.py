@@ -233,7 +233,8 @@ class RunConfig:
     num_replicas: int = 1
     router: str = "round_robin"
     seed: int = 0
-    # Advance decode-only stretches in one step (simulator.fastforward); results are identical
+    # Advance stretches of like iterations (decode-only, or a long prompt's chunks beside steady
+    # decodes) in one step (simulator.fastforward); results are identical
     # either way, so this only trades speed for a step-by-step loop when debugging.
     fast_forward: bool = True
     # Disaggregated prefill/decode (simulator.disagg_layout): pools as '2x(tp=2,gpu=h100-sxm)'.

@@ -59,7 +59,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "replicas": ("num_replicas", int, "Replicas behind the router."),
     "router": ("router", str, "round_robin, least_outstanding or random."),
     "seed": ("seed", int, "Random seed."),
-    "fast_forward": ("fast_forward", bool, "Skip decode-only stretches in one step (same results; off = step by step)."),
+    "fast_forward": ("fast_forward", bool, "Skip stretches of like iterations (decodes only, or a long prompt's chunks beside them) in one step (same results; off = step by step)."),
     "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)'."),
     "decode_pool": ("decode_pool", str, "Disaggregated: decode pool, e.g. '1x(tp=4,gpu=a100-80gb)'."),
     "mixed_pool": ("mixed_pool", str, "Disaggregated: Splitwise mixed pool (aggregated replicas for overflow)."),

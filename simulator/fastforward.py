@@ -186,9 +186,10 @@ def plan_chunks(replica: Replica, horizon_at: float, duration_hint: float = 0.0,
     """The chunked-prefill stretch the replica can skip from now, or None: the iterations in
     which steady decodes run beside full chunks of one long prompt
     (:meth:`~simulator.schedulers.base.Scheduler.chunk_steady`), up to the one before its
-    last chunk (that one may admit requests). Arguments as for :func:`plan`."""
+    last chunk (that one may admit requests); only where the cost model prices such stretches
+    in closed form (``fast_chunk_stretches``). Arguments as for :func:`plan`."""
     scheduler, env = replica.scheduler, replica.env
-    if horizon_at <= env.now:
+    if horizon_at <= env.now or not replica.cost_model.fast_chunk_stretches:
         return None
     steady = scheduler.chunk_steady()
     if steady is None:

@@ -115,6 +115,7 @@ class Replica:
         env, scheduler, cost, recorder, horizon = self.env, self.scheduler, self.cost_model, self.recorder, self.horizon
         skip = False  # whether the last iteration left a state worth trying to skip from
         chunking = False  # whether it left a prompt partly prefilled (a chunked-prefill stretch may follow)
+        chunk_stretches = cost.fast_chunk_stretches  # else not worth planning (see CostModel)
         duration = 0.0
         decode_s = 0.0  # the last skipped iteration's time: sizes the next stretch's pricing call
         # With event skipping on, an iteration that ends strictly before every other pending
@@ -172,7 +173,7 @@ class Replica:
             # continue beside steady decodes.
             partial = shape.num_prefills != shape.num_logits - shape.num_decodes
             skip = not partial and not batch.preempted
-            chunking = partial and not batch.preempted
+            chunking = partial and chunk_stretches and not batch.preempted
 
 
 @cache

@@ -244,6 +244,7 @@ def test_engine_stretch_pricing_is_float_exact_over_roofline_and_learned_kernels
         kernels: str, preset: str, learned: LearnedCostModel) -> None:
     k = learned if kernels == "learned" else RooflineCostModel(ReplicaConfig("llama-2-7b", "a100-80gb"))
     model = EngineCostModel(k, load_engine(preset))
+    assert model.fast_chunk_stretches == (kernels == "roofline")  # a learned model's chunks: priced one by one
     for args in _stretches(2):
         before = (getattr(k, "num_extrapolations", 0), dict(getattr(k, "extrapolations_by_op", {})))
         fast = model.decode_stretch_times(*args)
@@ -271,6 +272,7 @@ def test_chunk_stretch_pricing_is_float_exact(model: str, gpu: str, tp: int, vec
     """A prompt's chunks beside decodes (none too), priced in plain floats over roofline
     kernels, give the per-iteration path's floats; sliding-window and MLA attention fall back."""
     cost = EngineCostModel(RooflineCostModel(ReplicaConfig(model, gpu, tp=tp)), load_engine(preset))
+    assert cost.fast_chunk_stretches == vectorised  # event skipping plans chunk stretches only then
     rng = random.Random(4)
     for args in _stretches(3, max_n=96):
         n, kv_sum, kv_sq_sum, kv_max, m = args

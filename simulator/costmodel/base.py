@@ -121,6 +121,10 @@ class CostModel(ABC):
     """
 
     name: str = "abstract"
+    # Whether chunk_stretch_times is cheaper than pricing each iteration (a closed form); event
+    # skipping tries chunked-prefill stretches only then: priced one by one they cost what the
+    # busy steps they replace do, and planning them is not free.
+    fast_chunk_stretches: bool = False
 
     def __init__(self, replica: ReplicaConfig) -> None:
         self.replica = replica

@@ -278,6 +278,12 @@ class EngineCostModel(CostModel):
         self.send_recv_time = kernels.send_recv_time  # type: ignore[method-assign]
         # (kernels' vector decode attention, is_learned), or None where stretches are priced per iteration.
         self._stretch_kind = self._stretch_attention()
+        from simulator.costmodel.roofline import RooflineCostModel
+
+        # _chunk_stretch's plain floats: roofline kernels with full attention (a learned model's
+        # chunks would be priced one by one, and its extrapolations counted per iteration).
+        self.fast_chunk_stretches = (type(kernels) is RooflineCostModel and not kernels.mla
+                                     and not kernels.sliding_fraction)
 
     @property
     def num_extrapolations(self) -> int:

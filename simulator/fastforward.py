@@ -260,12 +260,10 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
         prefill.num_computed += stretch.num_iterations * stretch.chunk
         if prefill.num_computed >= prefill.num_prompt_tokens + prefill.num_generated:  # invariant (chunk_steady)
             raise RuntimeError(f"a chunked-prefill stretch finished request {prefill.request_id}'s prompt")
-        num_decodes = len(cohort.members)  # type: ignore[union-attr] - chunk stretches are lockstep
-        # Without members the step-by-step loop never ticks the cohort: neither does the stretch.
-        finished = cohort.advance(stretch.ends, scheduler.gaps) if num_decodes else []  # type: ignore[union-attr]
-    elif cohort is not None and cohort.active:
+    if cohort is not None and cohort.active:  # always so for a chunk stretch
         num_decodes = len(cohort.members)
-        finished = cohort.advance(stretch.ends, scheduler.gaps)
+        # A chunk stretch may have no decodes: the step-by-step loop then never ticks the cohort.
+        finished = cohort.advance(stretch.ends, scheduler.gaps) if num_decodes else []
     else:
         num_decodes = len(scheduler.running)
         finished = _apply_to_requests(scheduler, stretch)

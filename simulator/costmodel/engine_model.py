@@ -363,15 +363,11 @@ class EngineCostModel(CostModel):
 
     def _chunk_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int, kv_before: int,
                        m: int) -> list[float] | None:
-        from simulator.costmodel.roofline import RooflineCostModel
-
-        k = self.kernels
-        if not self._stretch_ok or type(k) is not RooflineCostModel:
+        if not self._stretch_ok or not self.fast_chunk_stretches:  # roofline kernels, full attention
             return None
+        k = self.kernels
         prefill = k.prefill_attention_list(chunk, kv_before, m)
         decode = k.decode_attention_list(n, kv_sum, kv_sq_sum, m) if n else [0.0] * m  # no decodes: 0.0
-        if prefill is None or decode is None:
-            return None
         first = BatchShape()
         first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
         first.add_prefill(chunk, kv_before, False)

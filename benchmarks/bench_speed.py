@@ -13,7 +13,8 @@ shared machine's wall time says more about the neighbours than about the code. P
   capacity (``HIGH_QPS``, 90% of the capacity ``simulate capacity`` finds for this setting at
   the 1 s P99 TBT SLO, one seed);
 - ``capacity``: ``simulate capacity`` for Mistral-7B, sarathi 512, strict 0.1 s SLO, one seed
-  (2048 requests a trial), in one process and with ``--workers 2`` (trials run ahead);
+  (2048 requests a trial), in one process and with the default ``--workers auto`` (trials run
+  ahead, one process per CPU up to 3);
 - ``results``: replays recorded capacity trials of ``results/sarathi-serve`` and compares every
   figure with the recorded one (exactness of the faster loop);
 - ``cluster``: ShareGPT requests over 16 replicas of Llama-3-8B on H100-SXM at ``--cluster-qps``
@@ -148,9 +149,10 @@ def part_loop(args: argparse.Namespace) -> list[dict]:
 def part_capacity(args: argparse.Namespace) -> list[dict]:
     cmd = SIMULATE + ["capacity", "--model", "mistral-7b", "--scheduler", "sarathi", "--chunk-size", "512",
                       "--tbt-slo", "0.1", "--json"]
-    # --workers 2: the trials the search may need next run ahead in two processes (same result).
+    # The default, --workers auto (here one process per CPU, at most 3): the trials the search
+    # may need next run ahead (same result); --workers 1: one process.
     return [{"part": "capacity", "what": f"mistral-7b sarathi 512, strict 0.1 s, 1 seed, --workers {w}",
-             **timed(cmd + ["--workers", str(w)])} for w in (1, 2)]
+             **timed(cmd + ["--workers", w])} for w in ("1", "auto")]
 
 
 def part_cluster(args: argparse.Namespace) -> list[dict]:

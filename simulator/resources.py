@@ -1,4 +1,5 @@
-"""Will a run fit in memory? An estimate made before any work, and the memory available.
+"""Will a run fit in memory? An estimate made before any work, the memory available, and the
+processes a command may start (``--workers auto``).
 
 A run keeps every request, every iteration record (44 bytes) and each replica's TBT gap
 runs (16 bytes, about one per iteration; token timestamps are not kept), and afterwards the
@@ -80,3 +81,25 @@ def check_run_fits(num_requests: int, available: int | None = None,
             f"but {available / GiB:.1f} GiB of memory is available",
             f"use --num-requests {fits:,} or fewer, or a machine with more memory")
     return need
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on: its affinity mask where the OS has one (a container or
+    ``taskset`` limits it), else the machine's count; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
+def auto_workers(max_useful: int, requests_per_process: int, available: int | None = None,
+                 cpus: int | None = None) -> int:
+    """Processes for ``--workers auto``: one per available CPU, no more than ``max_useful``
+    (what the command can keep busy), and no more than the memory holds at
+    ``requests_per_process`` requests each (:func:`estimate_run_bytes`); at least 1."""
+    cpus = available_cpus() if cpus is None else cpus
+    available = available_bytes() if available is None else available
+    n = min(cpus, max_useful)
+    if available is not None:
+        n = min(n, available // max(1, estimate_run_bytes(requests_per_process)))
+    return max(1, int(n))

@@ -251,6 +251,34 @@ def test_cli_capacity_small_search(tmp_path):
     assert (tmp_path / "trials.csv").exists() and json.loads((tmp_path / "capacity.json").read_text())["trials"]
 
 
+def test_cli_capacity_workers_default_to_auto_with_the_serial_search(monkeypatch):
+    """The default runs trials ahead in as many processes as auto allows: the same report."""
+    from simulator.cli import capacity as cli_capacity
+
+    asked = []
+
+    def two(num_seeds: int, requests_per_trial: int) -> int:
+        asked.append((num_seeds, requests_per_trial))
+        return 2
+
+    monkeypatch.setattr(cli_capacity, "capacity_auto_workers", two)
+    args = ["capacity", "--model", "mistral-7b", "--num-requests", "128", "--qps", "2", "--tbt-slo", "0.2",
+            "--rel-tol", "0.1", "--json"]
+    auto, serial = runner.invoke(app, args), runner.invoke(app, [*args, "--workers", "1"])
+    assert auto.exit_code == 0 and serial.exit_code == 0, auto.output + serial.output
+    assert asked == [(1, 128)]  # auto was asked, once, with the trial size
+    reports = [json.loads(r.output) for r in (auto, serial)]
+    for report in reports:
+        report.pop("wall_s")
+        for t in report["trials"]:
+            t.pop("wall_s")
+        for seed in report["per_seed"]:
+            seed.get("at_capacity", {}).pop("wall_s", None)
+    assert reports[0] == reports[1] and len(reports[0]["trials"]) >= 4
+    bad = runner.invoke(app, [*args, "--workers", "many"])
+    assert isinstance(bad.exception, ConfigError) and str(bad.exception).startswith("--workers")  # main(): one line
+
+
 def test_cli_capacity_bad_quantile_is_one_line():
     result = runner.invoke(app, ["capacity", "--tbt-quantile", "150"])
     assert result.exit_code != 0
@@ -318,7 +346,7 @@ def test_cli_capacity_table_defines_each_column_and_shows_progress(constant_cost
     result = runner.invoke(app, ["capacity", "--model", "mistral-7b", "--scheduler", "sarathi", "--max-num-seqs", "4",
                                  "--workload", "fixed", "--prompt-tokens", "16", "--output-tokens", "10",
                                  "--num-requests", "64", "--qps", "10", "--tbt-slo", "0.05", "--sched-delay-slo", "0.2",
-                                 "--rel-tol", "0.2"])
+                                 "--rel-tol", "0.2", "--workers", "1"])  # the patched cost model is this process's
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     # Per-trial progress (stderr, plain lines when not a terminal), then the table.

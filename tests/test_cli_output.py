@@ -241,6 +241,29 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_up_front() -> None:
     assert "GiB" in res.stderr and "generating" not in res.stderr
 
 
+def test_auto_workers_is_bounded_by_cpus_use_and_memory() -> None:
+    from simulator.resources import BYTES_PER_REQUEST, GiB, auto_workers, available_cpus
+
+    assert available_cpus() >= 1
+    assert auto_workers(3, 2048, available=64 * GiB, cpus=2) == 2  # the CPUs
+    assert auto_workers(3, 2048, available=64 * GiB, cpus=16) == 3  # what the command can use
+    assert auto_workers(8, 1_000_000, available=3 * 1_000_000 * BYTES_PER_REQUEST, cpus=16) == 3  # memory
+    assert auto_workers(8, 10_000_000, available=1 * GiB, cpus=16) == 1  # at least one
+    assert auto_workers(8, 2048, available=None, cpus=4) == 4  # memory unknown: not a limit
+
+
+def test_workers_option_takes_a_count_or_auto() -> None:
+    from simulator.cli.options import parse_workers
+    from simulator.errors import ConfigError
+
+    assert parse_workers("3", lambda: 7) == 3
+    assert parse_workers(" Auto ", lambda: 7) == 7
+    for bad in ("0", "-1", "two", "1.5", ""):
+        with pytest.raises(ConfigError) as err:
+            parse_workers(bad, lambda: 7)
+        assert str(err.value).startswith("--workers:") and "auto" in str(err.value)
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_iteration_table_written_in_chunks_reads_back_as_the_frame(tmp_path: Path, fmt: str) -> None:
     """Large runs write the iteration table chunk by chunk; the file is the frame, row for row."""

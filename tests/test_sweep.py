@@ -149,6 +149,25 @@ def test_cli_sweep_with_grid_lists_and_run_options(tmp_path: Path):
     assert "ran 0 points" in rerun.output
 
 
+def test_cli_sweep_workers_auto_sizes_by_points_and_their_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import simulator.resources
+
+    asked = []
+
+    def auto(max_useful: int, requests_per_process: int) -> int:
+        asked.append((max_useful, requests_per_process))
+        return 2
+
+    monkeypatch.setattr(simulator.resources, "auto_workers", auto)
+    args = ["sweep", "--grid", "num_requests=8,24", "--grid", "qps=2,4,8", "--model", "mistral-7b", "--workload",
+            "fixed", "--prompt-tokens", "32", "--output-tokens", "4", "--out", str(tmp_path), "--no-progress"]
+    assert runner.invoke(app, args).exit_code == 0 and asked == []  # the default is one process
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "auto"), "--workers", "auto"])
+    assert result.exit_code == 0, result.output
+    assert asked == [(6, 24)]  # one process a point at most; memory for the largest point's run
+    assert (pd.read_csv(tmp_path / "auto" / "results.csv")["status"] == "ok").sum() == 6
+
+
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 
 

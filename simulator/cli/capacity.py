@@ -17,7 +17,7 @@ import typer
 
 from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
-from simulator.cli.options import run_options
+from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
 from simulator.cli.tables import print_table
 from simulator.config import RunConfig
 from simulator.errors import ConfigError
@@ -41,6 +41,20 @@ def default_option(name: str, value: Any):  # noqa: ANN201
         return wrapper
 
     return decorate
+
+
+# Trials a search may run ahead of need: the one it needs and the one after either verdict.
+# Deeper, each further trial is needed with probability 1/4 or less (bisection halves), so
+# more processes would mostly burn CPU on a shared machine for little wall time.
+AHEAD_PER_SEED = 3
+
+
+def capacity_auto_workers(num_seeds: int, requests_per_trial: int) -> int:
+    """``--workers auto`` for a capacity search: one process per available CPU, at most
+    :data:`AHEAD_PER_SEED` a seed, and no more than memory holds at one trial each."""
+    from simulator.resources import auto_workers
+
+    return auto_workers(AHEAD_PER_SEED * max(1, num_seeds), requests_per_trial)
 
 
 def _s(value: float, digits: int = 3) -> str:
@@ -74,7 +88,7 @@ def capacity(
     min_goodput: Annotated[float | None, typer.Option(help="Optional: minimum share of requests with TTFT <= --goodput-ttft-slo and max TBT <= --tbt-slo.", rich_help_panel=SLO_PANEL)] = None,
     goodput_ttft_slo: Annotated[float, typer.Option(help="TTFT (s) for the goodput criterion.", rich_help_panel=SLO_PANEL)] = 2.0,
     seeds: Annotated[int, typer.Option(help="Independent searches (seeds seed..seed+n-1); the spread is reported.", rich_help_panel=SEARCH_PANEL)] = 1,
-    workers: Annotated[int, typer.Option(help="Processes: seeds run in parallel; with fewer seeds than processes (one, say), each search also runs the trials it may need next ahead (the same result).", rich_help_panel=SEARCH_PANEL)] = 1,
+    workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes: seeds run in parallel; with fewer seeds than processes (one, say), each search also runs the trials it may need next ahead (the same result). auto: one per available CPU, at most 3 a seed and what memory holds.", rich_help_panel=SEARCH_PANEL)] = "auto",
     rel_tol: Annotated[float, typer.Option(help="Stop bisecting at this relative gap.", rich_help_panel=SEARCH_PANEL)] = 0.025,
     qps_start: Annotated[float | None, typer.Option(help="First trial's QPS (default: --qps).", rich_help_panel=SEARCH_PANEL)] = None,
     min_qps: Annotated[float, typer.Option(help="Report capacity 0 below this QPS.", rich_help_panel=SEARCH_PANEL)] = 0.01,
@@ -92,6 +106,7 @@ def capacity(
                        min_goodput, goodput_ttft_slo)
     settings = SearchSettings(rel_tol=rel_tol, qps_start=qps_start, min_qps=min_qps, max_qps=max_qps,
                               max_trials=max_trials, early_exit=early_exit, tbt_early_exit=tbt_early_exit)
+    num_workers = parse_workers(workers, lambda: capacity_auto_workers(seeds, config.workload.num_requests))
     num_trials = 0
 
     def on_trial(t) -> None:  # noqa: ANN001
@@ -106,7 +121,7 @@ def capacity(
     # Progress on stderr, one step per trial (per seed when seeds run in parallel); --json stays quiet.
     try:
         with StepProgress("capacity", quiet=json_out) as steps:
-            report = find_capacity(config, slo, settings, num_seeds=seeds, workers=workers,
+            report = find_capacity(config, slo, settings, num_seeds=seeds, workers=num_workers,
                                    on_seed_done=on_seed_done, on_trial=on_trial)
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM with --workers, whose workers are stopped)
         fail("interrupted: the search was stopped and nothing was written", code=130)
@@ -249,7 +264,7 @@ def sweep(
     grid: Annotated[list[str] | None, typer.Option("--grid", help="NAME=V1,V2,... (repeatable); adds to the file's grid.")] = None,
     mode: Annotated[str | None, typer.Option(help="run or capacity (default: the file's, else run).")] = None,
     out: Annotated[Path, typer.Option(help="Sweep folder: points/<key>.json and results.csv.")] = Path("sweep-out"),
-    workers: Annotated[int, typer.Option(help="Local worker processes.")] = 1,
+    workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Local worker processes; auto: one per available CPU, at most one a point and what memory holds.")] = "1",
     ray_address: Annotated[str | None, typer.Option(help="Run on Ray: a cluster address, or 'local' to start one.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="Results table format: csv or parquet.")] = "csv",
     retry_failed: Annotated[bool, typer.Option(help="Rerun points that failed before.")] = False,
@@ -258,6 +273,7 @@ def sweep(
     """Run a grid of configurations (resumable); run options given here override the file's \\[base]."""
     from rich.console import Console
 
+    from simulator.resources import auto_workers
     from simulator.sweep import (
         SweepInterrupted,
         build_spec,
@@ -269,10 +285,12 @@ def sweep(
 
     data = load_sweep_file(file) if file is not None else {}
     spec = build_spec(data, mode=mode, base_overrides=config_overrides(config), grid_overrides=parse_cli_grid(grid or []))
+    num_workers = parse_workers(workers, lambda: auto_workers(
+        len(spec.points), max((p.config.workload.num_requests for p in spec.points), default=1)))
     console = Console()
     console.print(f"sweep: {len(spec.points)} points ({spec.mode}), varying {', '.join(spec.varied) or 'nothing'} -> {out}/")
     try:
-        result = run_sweep(spec, out, workers=workers, ray_address=ray_address, fmt=fmt, progress=progress,
+        result = run_sweep(spec, out, workers=num_workers, ray_address=ray_address, fmt=fmt, progress=progress,
                            retry_failed=retry_failed)
     except SweepInterrupted as stop:
         left = stop.num_total - stop.num_done

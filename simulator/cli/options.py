@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from simulator.config import RunConfig
+from simulator.errors import ConfigError
 from simulator.options import RUN_OPTIONS, build_config
+
+WORKERS_METAVAR = "N|auto"
 
 # Defaults that are a rule rather than one value (the dataclass holds None for "decide later").
 RULE_DEFAULTS = {
@@ -45,6 +49,18 @@ def default_text(name: str, base: RunConfig | None = None) -> str | None:
     if isinstance(value, bool):
         return "on" if value else "off"
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def parse_workers(text: str, auto: Callable[[], int]) -> int:
+    """``--workers``: a positive integer, or ``auto``, which ``auto()`` turns into one (what
+    the command can use of this machine's CPUs and memory)."""
+    value = text.strip().lower()
+    if value == "auto":
+        return auto()
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError("--workers", f"expected a positive integer or 'auto', got {text!r}",
+                          "e.g. --workers 2, or --workers auto for one process per CPU")
+    return int(value)
 
 
 @functools.cache

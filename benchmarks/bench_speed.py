@@ -202,6 +202,7 @@ def part_results(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+IN_PROCESS = {"loop", "results"}  # parts that simulate inside this process
 PARTS = {"startup": part_startup, "run": part_run, "loop": part_loop, "capacity": part_capacity,
          "cluster": part_cluster, "results": part_results}
 
@@ -218,9 +219,14 @@ def main() -> None:
     parser.add_argument("--results-trials", type=int, default=3, help="recorded trials to replay per scheduler")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     args = parser.parse_args()
-    for part in args.parts.split(","):
+    parts = args.parts.split(",")
+    for part in parts:
         if part not in PARTS:
             raise SystemExit(f"unknown part {part!r}; known: {', '.join(PARTS)}")
+    # The parts that time child processes go first: Linux keeps a process's peak RSS across
+    # exec, so a child started once this process has grown (loop, results) would report this
+    # process's peak as its own.
+    for part in sorted(parts, key=lambda p: p in IN_PROCESS):
         for row in PARTS[part](args):
             if args.json:
                 print(json.dumps(row), flush=True)

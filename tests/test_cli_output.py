@@ -258,7 +258,7 @@ def test_workers_option_takes_a_count_or_auto() -> None:
 
     assert parse_workers("3", lambda: 7) == 3
     assert parse_workers(" Auto ", lambda: 7) == 7
-    for bad in ("0", "-1", "two", "1.5", ""):
+    for bad in ("0", "-1", "two", "1.5", "", "\u00b2"):
         with pytest.raises(ConfigError) as err:
             parse_workers(bad, lambda: 7)
         assert str(err.value).startswith("--workers:") and "auto" in str(err.value)

@@ -57,10 +57,14 @@ def parse_workers(text: str, auto: Callable[[], int]) -> int:
     value = text.strip().lower()
     if value == "auto":
         return auto()
-    if not value.isdigit() or int(value) < 1:
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
         raise ConfigError("--workers", f"expected a positive integer or 'auto', got {text!r}",
                           "e.g. --workers 2, or --workers auto for one process per CPU")
-    return int(value)
+    return count
 
 
 @functools.cache

@@ -202,6 +202,14 @@ class StopRun(Exception):  # noqa: N818 - a signal, not an error
     """Raised by a ``watch`` process to end a run early; its message is the reason."""
 
 
+def runs_apart(config: RunConfig) -> bool:
+    """Whether the replicas of ``config`` run one by one (:func:`run_partitioned`), and so in
+    worker processes when asked: more than one, behind a router that reads no replica state,
+    PP 1, event skipping on, not disaggregated (and no watch process: see :func:`simulate`)."""
+    return (config.fast_forward and config.num_replicas > 1 and config.replica.pp == 1
+            and config.router in STATE_FREE_ROUTERS and not config.is_disaggregated)
+
+
 def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
              watch: Callable[[simpy.Environment, list[Request]], Any] | None = None,
              token_times: bool = False, workers: int = 1, record_iterations: bool = True) -> RunResult:
@@ -219,8 +227,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     ``watch_gaps(logs, requests)`` method gets the replicas' live TBT gap logs first (to
     read, never to write).
     """
-    partitionable = (watch is None and config.fast_forward and config.num_replicas > 1 and config.replica.pp == 1
-                     and config.router in STATE_FREE_ROUTERS and not config.is_disaggregated)
+    partitionable = watch is None and runs_apart(config)
     if workers > 1 and not partitionable:
         raise ConfigError("--workers", "only the replicas of a cluster behind a state-free router run in parallel "
                           "(more than one replica, --router round_robin or random, PP 1, event skipping on)",

@@ -75,7 +75,27 @@ def test_run_cli_workers_option() -> None:
     drop = {k for k in a if "wall" in k}
     assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
     bad = runner.invoke(app, [*base, "--workers", "0"])
-    assert bad.exit_code != 0 and "--workers" in bad.output
+    assert isinstance(bad.exception, ConfigError) and str(bad.exception).startswith("--workers:")  # main(): one line
+
+
+def test_run_cli_workers_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto: one process per CPU up to the replicas where they run apart, one process elsewhere."""
+    import simulator.resources
+    from simulator.cli.run import run_auto_workers
+
+    monkeypatch.setattr(simulator.resources, "available_cpus", lambda: 3)
+    cluster = RunConfig(num_replicas=2)
+    assert run_auto_workers(cluster) == 2 and run_auto_workers(cluster.replace(num_replicas=8)) == 3
+    for joint in (RunConfig(), cluster.replace(router="least_outstanding"), cluster.replace(fast_forward=False)):
+        assert run_auto_workers(joint) == 1  # no error, unlike an explicit --workers 2
+    runner = CliRunner()
+    base = ["run", "--replicas", "2", "--num-requests", "60", "--qps", "4", "--json", "--no-progress"]
+    auto, one = runner.invoke(app, [*base, "--workers", "auto"]), runner.invoke(app, base)
+    assert auto.exit_code == 0 and one.exit_code == 0, auto.output
+    a, b = json.loads(auto.stdout), json.loads(one.stdout)
+    assert {k: v for k, v in a.items() if "wall" not in k} == {k: v for k, v in b.items() if "wall" not in k}
+    joint = runner.invoke(app, ["run", "--num-requests", "20", "--workers", "auto", "--no-progress", "--json"])
+    assert joint.exit_code == 0, joint.output
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process groups from /proc")

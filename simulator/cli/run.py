@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from simulator.cli.app import app, console, fail
-from simulator.cli.options import run_options
+from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
 from simulator.cli.tables import print_table
 from simulator.config import RunConfig
 from simulator.output import FORMATS, check_format, check_out_dir, jsonable, write_run
 from simulator.progress import RunProgress
-from simulator.resources import check_run_fits
+from simulator.resources import auto_workers, check_run_fits
 
 if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, rich when a table is printed
     from rich.console import Console
@@ -27,6 +27,16 @@ def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
     from simulator.engine import simulate as engine_simulate
 
     return engine_simulate(config, **kwargs)
+
+
+def run_auto_workers(config: RunConfig) -> int:
+    """``--workers auto`` for a run: one process per available CPU, at most one a replica, where
+    the replicas run apart (:func:`simulator.engine.runs_apart`); else 1 (a joint run)."""
+    from simulator.engine import runs_apart
+
+    if not runs_apart(config):
+        return 1
+    return auto_workers(config.num_replicas, -(-config.workload.num_requests // config.num_replicas))
 
 
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
@@ -129,8 +139,10 @@ def run(
     tbt_slo: Annotated[float, typer.Option(help="TBT SLO (s) for goodput.")] = 0.2,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
-    workers: Annotated[int, typer.Option(min=1, help="Processes for the replicas of a cluster behind a state-free "
-                                               "router (round_robin, random): same results, sooner.")] = 1,
+    workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes for the replicas of a cluster "
+                                               "behind a state-free router (round_robin, random): same results, sooner "
+                                               "from a few thousand requests. auto: one per available CPU, at most one "
+                                               "a replica; 1 where the replicas cannot run apart.")] = "1",
 ) -> None:
     """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, sarathi, ShareGPT)."""
     # Every option is checked before the run: a bad --format or --out must not cost a simulation.
@@ -138,11 +150,12 @@ def run(
     if out is not None:
         check_out_dir(out)
     check_run_fits(config.workload.num_requests)  # refuse, with the figure, a run that cannot fit in memory
+    num_workers = parse_workers(workers, lambda: run_auto_workers(config))
     reporter = RunProgress() if progress and not json_out else None
     write_error = None
     try:
         try:
-            result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo, workers)
+            result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo, num_workers)
         except KeyboardInterrupt:  # Ctrl-C (or SIGTERM to a run with --workers, whose workers are stopped)
             fail("interrupted: the run was stopped and nothing was written", code=130)
         if out is not None:

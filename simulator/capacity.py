@@ -260,6 +260,12 @@ class ArrivalWatch:
     # is_late reads only timestamps set when they happen (arrival, first scheduled, first token,
     # completion) and status, never running requests' counters: lockstep decodes may stay on.
     reads_only_timestamps = True
+    _settle: Callable[[float], None] | None = None
+
+    def watch_settle(self, settle: Callable[[float], None]) -> None:
+        """The engine's hook: ``settle(now)`` brings the replicas' state to now (a stretch in
+        flight applied up to it); called at each check before anything is read."""
+        self._settle = settle
 
     def threshold(self, num_requests: int) -> int:
         raise NotImplementedError
@@ -291,6 +297,8 @@ class ArrivalWatch:
             now_at = requests[index].arrival_at
             if now_at > env.now:
                 yield env.timeout(now_at - env.now)
+            if self._settle is not None:
+                self._settle(now_at)
             while num_arrived < n and requests[num_arrived].arrival_at <= now_at:  # arrival order
                 open_reqs.append(requests[num_arrived])
                 num_arrived += 1

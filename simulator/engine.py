@@ -110,7 +110,7 @@ class Cluster:
     """Replicas behind a router. Routing decisions use a dedicated random stream."""
 
     def __init__(self, env: simpy.Environment, config: RunConfig, recorder: Recorder, rng: np.random.Generator,
-                 watched: bool = False, lockstep: bool = False) -> None:
+                 watched: bool = False, lockstep: bool = False, watch_settles: bool = False) -> None:
         self.env = env
         self.router = ROUTERS[config.router]
         self.rng = rng
@@ -127,13 +127,18 @@ class Cluster:
         horizon: Callable[[], float] | None = None
         if config.fast_forward:
             horizon = env.peek if config.num_replicas == 1 or watched else self._next_arrival_at
+        # A stretch may straddle the event at its horizon (keep the iterations that start before
+        # it) when that event is an arrival, or, for a lone replica, the wake-up of a watch that
+        # settles the replica first (Replica.settle: the state is then the step-by-step loop's).
+        # Among several replicas the horizon may be another replica's iteration: never straddled.
+        straddle = not watched or (watch_settles and config.num_replicas == 1)
         for replica_id in range(config.num_replicas):
             scheduler, plan = build_scheduler(config, lockstep)
             cost = load_cost_model(config.cost_model, config.replica, config.engine)
             self.memory = plan
             self.cost_models.append(cost)
             self.replicas.append(make_replica(env, replica_id, scheduler, cost, recorder, config, horizon))
-            self.replicas[-1].horizon_is_arrival = not watched
+            self.replicas[-1].horizon_is_arrival = straddle
 
     def _next_arrival_at(self) -> float:
         return self.next_arrival_at
@@ -225,7 +230,9 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     they are and the reason in ``extra["stopped"]``. Capacity search uses it to abandon
     trials that are certain to fail; the replica loop itself is untouched. A watch with a
     ``watch_gaps(logs, requests)`` method gets the replicas' live TBT gap logs first (to
-    read, never to write).
+    read, never to write); one with ``watch_settle(settle)`` gets a ``settle(now)`` to call
+    at each wake-up before it reads anything (:meth:`Replica.settle`), and a lone replica's
+    stretches may then run across its wake-ups.
     """
     partitionable = watch is None and runs_apart(config)
     if workers > 1 and not partitionable:
@@ -276,7 +283,8 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         # pipelining and without a watch that reads them (see ArrivalWatch.reads_only_timestamps).
         lockstep = config.fast_forward and config.replica.pp == 1 and \
             (watch is None or getattr(watch, "reads_only_timestamps", False))
-        cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None, lockstep=lockstep)
+        cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None, lockstep=lockstep,
+                          watch_settles=hasattr(watch, "watch_settle"))
         stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter)
         memory, sim_end_at = cluster.memory, env.now
         totals = [ReplicaTotals.of(r, c) for r, c in zip(cluster.replicas, cluster.cost_models, strict=True)]
@@ -532,6 +540,15 @@ def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,
         watch_gaps = getattr(watch, "watch_gaps", None)
         if watch_gaps is not None:  # a watch that judges TBT reads the live gap logs
             watch_gaps([r.scheduler.gaps for r in cluster.replicas], requests)
+        watch_settle = getattr(watch, "watch_settle", None)
+        if watch_settle is not None:  # it calls settle(now) before it reads (see Replica.settle)
+            replicas = cluster.replicas
+
+            def settle(at: float) -> None:
+                for replica in replicas:
+                    replica.settle(at)
+
+            watch_settle(settle)
         env.process(watch(env, requests))
     stopped: str | None = None
     try:

@@ -247,6 +247,21 @@ def _stretch(replica: Replica, horizon_at: float, straddle: bool, duration_hint:
     return Stretch(num, ends, durations, used, used[-1] - blocks.num_used_blocks)
 
 
+def split(stretch: Stretch, num: int, num_used_blocks: int) -> tuple[Stretch, Stretch]:
+    """The stretch's first ``num`` iterations and the rest (``1 <= num < num_iterations``),
+    applied one after the other as the whole would be; ``num_used_blocks``: the blocks in use
+    before it. Only the last iteration may finish requests, so the first piece finishes none."""
+    if not 1 <= num < stretch.num_iterations:  # invariant: two non-empty pieces
+        raise ValueError(f"split: {num} of {stretch.num_iterations} iterations")
+    used = stretch.kv_blocks_used
+    head_allocated = used[num - 1] - num_used_blocks
+    head = Stretch(num, stretch.ends[:num + 1], stretch.durations[:num], used[:num], head_allocated,
+                   stretch.prefill, stretch.chunk)
+    rest = Stretch(stretch.num_iterations - num, stretch.ends[num:], stretch.durations[num:], used[num:],
+                   stretch.num_allocated - head_allocated, stretch.prefill, stretch.chunk)
+    return head, rest
+
+
 def apply(replica: Replica, stretch: Stretch) -> bool:
     """Write the stretch's effects, at its end, as ``num_iterations`` single steps would have.
     Returns whether requests finished (the state may allow another stretch at once)."""
@@ -285,7 +300,7 @@ def _apply_to_requests(scheduler: Scheduler, stretch: Stretch) -> list[Request]:
     # Iterations 1..k-1: every request's previous token ended the iteration before, so each
     # iteration's gaps are one run of n equal values (what complete() would record).
     inner = list(map(sub, ends[2:], ends[1:k]))  # ends[i + 1] - ends[i] for i in 1..k-1
-    inner_max = max(inner)
+    inner_max = max(inner) if inner else -1.0  # none in a one-iteration piece (see split); gaps are >= 0
     token_times = None
     bs = scheduler.blocks.block_size
     gaps = scheduler.gaps

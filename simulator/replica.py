@@ -15,6 +15,7 @@ memory plan. Pipeline parallelism replaces step 2-4 with stage processes
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING
@@ -73,6 +74,8 @@ class Replica:
         self._wakeup: simpy.Event | None = None
         self.num_busy_s = 0.0
         self.resumed_at = -1.0  # when an iteration's timeout last woke the loop (ties, engine.run_partitioned)
+        # The stretch whose end the loop waits for (applied then), for settle(); else None.
+        self.stretch_in_flight: fastforward.Stretch | None = None
         self.process = env.process(self.run())
 
     @property
@@ -90,6 +93,23 @@ class Replica:
         self.scheduler.add_request(req)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
+
+    def settle(self, at: float) -> None:
+        """Apply now the iterations of the stretch in flight that end before ``at`` (the time
+        now), so that the state is the step-by-step loop's at this instant: an observer that
+        calls this first (a capacity watch, see ``engine.run_to_end``) lets stretches straddle
+        its wake-ups. The iteration in progress stays in flight (applied at its end, as it
+        would be); a run stopped now leaves it unscheduled, where the loop had scheduled it
+        (its blocks not yet taken: no table or figure reads that)."""
+        stretch = self.stretch_in_flight
+        if stretch is None:
+            return
+        num = bisect_left(stretch.ends, at, 1) - 1  # iterations ending before at (one ending at it comes after)
+        if num < 1:
+            return
+        head, self.stretch_in_flight = fastforward.split(stretch, num, self.scheduler.blocks.num_used_blocks)
+        if fastforward.apply(self, head):  # invariant: only a stretch's last iteration finishes requests
+            raise RuntimeError(f"replica {self.replica_id}: a stretch finished requests before its last iteration")
 
     def _sleep(self) -> simpy.Event:
         self._wakeup = self.env.event()
@@ -138,8 +158,10 @@ class Replica:
                     if inline and stretch.ends[-1] < env.peek():
                         env._now = stretch.ends[-1]  # noqa: SLF001 - the clock moved by hand (see above)
                     else:
+                        self.stretch_in_flight = stretch
                         yield env.timeout(stretch.ends[-1] - env.now)
                         self.resumed_at = env.now
+                        stretch, self.stretch_in_flight = self.stretch_in_flight, None  # less what settle() applied
                     duration = stretch.durations[-1]
                     # After a finish the batch may be steady again; else the stretch stopped at an
                     # arrival, at the free blocks' limit or before a prompt's last chunk: run the

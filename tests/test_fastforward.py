@@ -8,6 +8,7 @@ against their per-iteration pricing, float for float.
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import simpy
 from helpers import ConstantCostModel, record_outcomes, submit_all
 
 from simulator import engine, fastforward
+from simulator.capacity import OverloadWatch
 from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import CostModel, RooflineCostModel
 from simulator.costmodel.engine_model import SMALL_STRETCH, EngineCostModel, load_engine
@@ -350,6 +352,104 @@ def test_a_watch_process_sees_the_same_state_with_skipping(count_stretches: list
 
     assert run(True) == run(False)
     assert count_stretches
+
+
+class _SeeingWatch(OverloadWatch):
+    """A capacity trial's watch that also keeps what each TBT check saw: the time and every
+    gap recorded so far, as a multiset (how gaps split into runs may differ)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.seen: list[tuple] = []
+        self._logs: list = []
+
+    def watch_gaps(self, logs, requests) -> None:  # noqa: ANN001
+        super().watch_gaps(logs, requests)
+        self._logs = logs
+
+    def certain_otherwise(self, now_at: float) -> str | None:
+        gaps: Counter = Counter()
+        for log in self._logs:
+            for value, count in zip(log.values, log.counts, strict=True):
+                gaps[value] += count
+        self.seen.append((now_at, sorted(gaps.items())))
+        return super().certain_otherwise(now_at)
+
+
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
+def test_a_capacity_watch_sees_the_same_state_while_stretches_run_across_its_checks(
+        scheduler: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capacity trial's watch settles the replica at each check (Replica.settle), so a
+    stretch may run across it: every check sees the step-by-step loop's gaps, and passing and
+    stopped trials end as they do stepping (reason, requests, iterations, gaps, times)."""
+    splits: list[int] = []
+    real = fastforward.split
+
+    def counted(stretch, num, num_used_blocks):  # noqa: ANN001, ANN202
+        splits.append(num)
+        return real(stretch, num, num_used_blocks)
+
+    monkeypatch.setattr(fastforward, "split", counted)
+    # A trial that passes (static batching overloads even at 1 QPS: stopped) and one stopped on TBT.
+    for qps, tbt_s, expect_stop in ((1.0, 0.2, scheduler == "fastertransformer"), (3.0, 0.03, True)):
+        config = RunConfig(replica=ReplicaConfig("llama-2-7b", "a100-80gb", max_model_len=4096),
+                           scheduler=SchedulerConfig(scheduler),
+                           workload=WorkloadConfig("sharegpt", qps=qps, num_requests=150), seed=3)
+        runs, watches = [], []
+        for fast in (True, False):
+            watches.append(_SeeingWatch(2.0, 50.0, tbt_s=tbt_s, tbt_quantile=99.0))
+            runs.append(simulate(config.replace(fast_forward=fast), watch=watches[-1], token_times=True))
+        on, off = runs
+        assert ("stopped" in on.extra) == expect_stop
+        assert watches[0].seen == watches[1].seen and len(watches[0].seen) > 10
+        assert on.extra == off.extra
+        assert request_frame(on).equals(request_frame(off))
+        assert on.iteration_frame().equals(off.iteration_frame())
+        assert same_gaps(on.tbt, off.tbt)
+        assert on.replica_busy_s == off.replica_busy_s and on.sim_end_at == off.sim_end_at
+    assert splits  # stretches did run across checks
+
+
+def test_a_split_stretch_applies_as_the_whole() -> None:
+    """fastforward.split's two pieces, one iteration each at the extremes, write what the
+    stretch does: requests, gaps, blocks, iteration rows, busy time."""
+    config = _config("sarathi", 1, 0.9, qps=0.5, num_requests=8)
+
+    def steady_replica() -> Replica:
+        env = simpy.Environment()
+        cluster = engine.Cluster(env, config, Recorder(), np.random.default_rng(0), lockstep=True)
+        replica = cluster.replicas[0]
+        for i in range(4):
+            replica.submit(Request(i, 0.0, 300 + 40 * i, 200 + 10 * i))
+        while not replica.scheduler.decode_steady():  # step until the batch is all decodes (no SimPy)
+            batch = replica._take_batch()
+            env._now += replica.cost_model.iteration_time(batch.shape)
+            replica.scheduler.complete(batch, env.now)
+        return replica
+
+    def state(replica: Replica) -> tuple:
+        sched = replica.scheduler
+        sched.settle()
+        return ([(r.num_generated, r.num_blocks, r.last_token_at, r.max_tbt_s) for r in sched.running],
+                sched.blocks.num_free_blocks, list(replica.recorder.iterations), replica.num_busy_s,
+                sorted(zip(sched.gaps.values, sched.gaps.counts, strict=True)))
+
+    whole = steady_replica()
+    stretch = fastforward.plan(whole, horizon_at=float("inf"))
+    assert stretch is not None and stretch.num_iterations >= 3
+    fastforward.apply(whole, stretch)
+    for num in (1, stretch.num_iterations // 2, stretch.num_iterations - 1):
+        pieces = steady_replica()
+        again = fastforward.plan(pieces, horizon_at=float("inf"))
+        head, rest = fastforward.split(again, num, pieces.scheduler.blocks.num_used_blocks)
+        assert (head.num_iterations, rest.num_iterations) == (num, stretch.num_iterations - num)
+        assert not fastforward.apply(pieces, head)
+        assert pieces.scheduler.blocks.num_used_blocks == again.kv_blocks_used[num - 1]  # as after iteration num - 1
+        assert len(pieces.recorder.iterations) == num
+        fastforward.apply(pieces, rest)
+        assert state(pieces) == state(whole), num
+    with pytest.raises(ValueError, match="split"):
+        fastforward.split(stretch, stretch.num_iterations, 0)
 
 
 @pytest.mark.parametrize(("model", "gpu", "tp", "vectorised"), [("mixtral-8x7b", "a100-80gb", 2, True),

@@ -228,7 +228,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     arrivals (it must not outlive them needlessly: its timeouts extend ``sim_end_at``);
     raising :class:`StopRun` from it ends the run early, leaving unfinished requests as
     they are and the reason in ``extra["stopped"]``. Capacity search uses it to abandon
-    trials that are certain to fail; the replica loop itself is untouched. A watch with a
+    trials that are certain to fail (a run it does not stop is the same run). A watch with a
     ``watch_gaps(logs, requests)`` method gets the replicas' live TBT gap logs first (to
     read, never to write); one with ``watch_settle(settle)`` gets a ``settle(now)`` to call
     at each wake-up before it reads anything (:meth:`Replica.settle`), and a lone replica's

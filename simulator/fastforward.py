@@ -32,7 +32,9 @@ A stretch ends with the first of:
   next one (it joins ``waiting``; routing reads queue lengths, which decodes leave
   alone). An iteration ending exactly at the horizon is left out (SimPy orders equal
   times by creation), and with a watch process, which may read anything, the stretch
-  ends before the horizon.
+  ends before the horizon, unless the replica is alone and the watch settles it before
+  reading (:meth:`~simulator.replica.Replica.settle` applies the part of the stretch that
+  ended by then, :func:`split`).
 
 Exactness: times are accumulated iteration by iteration (``itertools.accumulate``, the
 same float additions SimPy makes), the jump lands exactly on the last end (checked), and

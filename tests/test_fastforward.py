@@ -390,9 +390,12 @@ def test_a_capacity_watch_sees_the_same_state_while_stretches_run_across_its_che
         return real(stretch, num, num_used_blocks)
 
     monkeypatch.setattr(fastforward, "split", counted)
-    # A trial that passes (static batching overloads even at 1 QPS: stopped) and one stopped on TBT.
-    for qps, tbt_s, expect_stop in ((1.0, 0.2, scheduler == "fastertransformer"), (3.0, 0.03, True)):
-        config = RunConfig(replica=ReplicaConfig("llama-2-7b", "a100-80gb", max_model_len=4096),
+    # A trial that passes (static batching overloads even at 1 QPS: stopped), one stopped on
+    # TBT, and one in a tight cache (preemptions: stretches of requests stepped one by one).
+    for qps, tbt_s, utilization, expect_stop in ((1.0, 0.2, 0.9, scheduler == "fastertransformer"),
+                                                 (3.0, 0.03, 0.9, True), (2.0, 0.2, 0.3, True)):
+        config = RunConfig(replica=ReplicaConfig("llama-2-7b", "a100-80gb", max_model_len=4096,
+                                                 gpu_memory_utilization=utilization),
                            scheduler=SchedulerConfig(scheduler),
                            workload=WorkloadConfig("sharegpt", qps=qps, num_requests=150), seed=3)
         runs, watches = [], []
@@ -401,6 +404,8 @@ def test_a_capacity_watch_sees_the_same_state_while_stretches_run_across_its_che
             runs.append(simulate(config.replace(fast_forward=fast), watch=watches[-1], token_times=True))
         on, off = runs
         assert ("stopped" in on.extra) == expect_stop
+        if utilization < 0.5 and scheduler in ("sarathi", "vllm", "vllm-v1"):
+            assert any(r.num_preemptions for r in on.requests)  # the tight cache really preempted
         assert watches[0].seen == watches[1].seen and len(watches[0].seen) > 10
         assert on.extra == off.extra
         assert request_frame(on).equals(request_frame(off))

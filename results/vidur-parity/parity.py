@@ -152,7 +152,8 @@ class VidurPricing(CostModel):
 def vidur_pricing():
     """Within the block, runs price iterations with :class:`VidurPricing`."""
     original = engine.load_cost_model
-    engine.load_cost_model = lambda spec, replica: VidurPricing(original(spec, replica))
+    # Vidur's own rules price the kernels only: the run's engine preset is not layered on them.
+    engine.load_cost_model = lambda spec, replica, engine=None: VidurPricing(original(spec, replica))
     try:
         yield
     finally:

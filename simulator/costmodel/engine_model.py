@@ -35,6 +35,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from simulator.config import DEFAULT_ENGINE, ENGINE_PRESETS, ReplicaConfig
@@ -253,6 +254,7 @@ class EngineCostModel(CostModel):
     def __init__(self, kernels: CostModel, engine: EngineModel) -> None:
         super().__init__(kernels.replica)
         self._decode_consts: dict[int, tuple[float, ...]] = {}  # _decode_constants by n
+        self._decode_pricers: dict[int, Any] = {}  # _decode_pricer by n (None: no short form)
         self.kernels = kernels
         self.engine = engine
         self.name = f"{kernels.name} + engine {engine.name}"
@@ -367,7 +369,12 @@ class EngineCostModel(CostModel):
             return None
         k = self.kernels
         prefill = k.prefill_attention_list(chunk, kv_before, m)
-        decode = k.decode_attention_list(n, kv_sum, kv_sq_sum, m) if n else [0.0] * m  # no decodes: 0.0
+        if n:  # attention_decode's float ops (decode_attention_terms); none without decodes: 0.0
+            kvb, per_token, bandwidth, per_seq, kernel_floor = k.decode_attention_terms(n)  # type: ignore[misc]
+            decode = [(kv * kvb + per_token) / bandwidth + per_seq + kernel_floor
+                      for kv in range(kv_sum, kv_sum + n * m, n)]
+        else:
+            decode = [0.0] * m
         first = BatchShape()
         first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
         first.add_prefill(chunk, kv_before, False)
@@ -430,33 +437,27 @@ class EngineCostModel(CostModel):
         m = num_iterations
         k._quiet = True  # a learned model's extrapolations are counted once, below
         try:
-            # Every term but decode attention depends on n alone in a decode-only step (the
-            # vector form below relies on it within a stretch; the checks test it), so they
-            # are computed once per n.
-            consts = self._decode_consts.get(n)
-            if consts is None:
-                consts = self._decode_consts[n] = self._decode_constants(n, kv_sum, kv_sq_sum, kv_max)
-            layer_rest, pre, post, collective, excess, cpu = consts
-            num_layers, launch = self._num_layers, self.launch_s
             if m <= SMALL_STRETCH:
                 # A short stretch in plain floats: numpy's per-call cost would exceed the work.
                 # The same operations in the same order as iteration_time, so the same floats.
-                attn = k.decode_attention_list(n, kv_sum, kv_sq_sum, m)
-                if attn is None:
-                    return None
-                # kern: the kernels of the step; g: its GPU time (collectives, excess); in one pass.
-                if self.overlap:
-                    # max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)): max picks a value.
-                    floor = launch if launch > cpu else cpu
-                    times = [(kern := pre + num_layers * (layer_rest + a) + post)
-                             + ((g if (g := kern + collective + excess) > floor else floor) - kern) for a in attn]
+                pricers = self._decode_pricers
+                if n in pricers:
+                    pricer = pricers[n]
                 else:
-                    times = [(kern := pre + num_layers * (layer_rest + a) + post)
-                             + (((g if (g := kern + collective + excess) > launch else launch) + cpu) - kern)
-                             for a in attn]
+                    pricer = pricers[n] = self._decode_pricer(n, kv_sum, kv_sq_sum, kv_max)
+                if pricer is None:
+                    return None
+                times = pricer(kv_sum, kv_sq_sum, m)
             else:
                 import numpy as np
 
+                # Every term but decode attention depends on n alone in a decode-only step (the
+                # vector form relies on it within a stretch; the checks test it).
+                consts = self._decode_consts.get(n)
+                if consts is None:
+                    consts = self._decode_consts[n] = self._decode_constants(n, kv_sum, kv_sq_sum, kv_max)
+                layer_rest, pre, post, collective, excess, cpu = consts
+                num_layers, launch = self._num_layers, self.launch_s
                 i = np.arange(m, dtype=np.int64)
                 sums, maxes = kv_sum + n * i, kv_max + i
                 sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
@@ -481,6 +482,55 @@ class EngineCostModel(CostModel):
         if is_learned:
             k.count_stretch(n, kv_max, num_iterations)
         return times
+
+    def _decode_pricer(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> Callable[[int, int, int], list[float]] | None:
+        """``price(kv_sum, kv_sq_sum, m)``: the times of ``m`` decode-only steps of ``n``
+        sequences, the first with those KV sums (then ``+ n`` in each, as in a stretch), in
+        plain floats. The kernels' decode attention is written out inside the one loop (its
+        terms from the kernel model, the same float ops in the same order as the scalar path);
+        every other term depends on ``n`` alone and is bound once per ``n``. None where the
+        kernels' decode attention has no such form (MLA, sliding windows, a learned model
+        beyond its largest batch): the stretch is then priced another way."""
+        k = self.kernels
+        layer_rest, pre, post, collective, excess, cpu = self._decode_constants(n, kv_sum, kv_sq_sum, kv_max)
+        num_layers, launch, overlap = self._num_layers, self.launch_s, self.overlap
+        # max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)): max picks a value. Without
+        # overlap the CPU time adds after the launch bound: floor is launch, then + cpu.
+        floor = (launch if launch > cpu else cpu) if overlap else launch
+        add_cpu = 0.0 if overlap else cpu
+        rms = k.decode_attention_rms_terms(n) if self._stretch_kind[1] else None
+        if rms is not None:  # a learned model's fit: a + b * sqrt(mean squared KV length)
+            a, b = rms
+            sqrt = math.sqrt
+            if overlap:
+                def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
+                    return [(kern := pre + num_layers * (layer_rest + (a + b * sqrt(float(
+                        kv_sq_sum + 2 * kv_sum * i + n * i * i) / n))) + post)
+                        + ((g if (g := kern + collective + excess) > floor else floor) - kern) for i in range(m)]
+            else:
+                def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
+                    return [(kern := pre + num_layers * (layer_rest + (a + b * sqrt(float(
+                        kv_sq_sum + 2 * kv_sum * i + n * i * i) / n))) + post)
+                        + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
+                        for i in range(m)]
+            return price
+        terms = k.decode_attention_terms(n)
+        if terms is None:
+            return None
+        kvb, per_token, bandwidth, per_seq, kernel_floor = terms
+        if overlap:
+            def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
+                return [(kern := pre + num_layers * (layer_rest + ((kv * kvb + per_token) / bandwidth + per_seq
+                                                                  + kernel_floor)) + post)
+                        + ((g if (g := kern + collective + excess) > floor else floor) - kern)
+                        for kv in range(kv_sum, kv_sum + n * m, n)]
+        else:
+            def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
+                return [(kern := pre + num_layers * (layer_rest + ((kv * kvb + per_token) / bandwidth + per_seq
+                                                                  + kernel_floor)) + post)
+                        + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
+                        for kv in range(kv_sum, kv_sum + n * m, n)]
+        return price
 
     def engine_breakdown(self, shape: BatchShape) -> dict[str, float]:
         """Each engine term in seconds as it adds to the step (async: only the CPU time

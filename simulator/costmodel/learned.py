@@ -191,15 +191,18 @@ class LearnedCostModel(TabulatedCostModel):
         self._count("attn_decode")
         return float(self.decode.predict(np.array([n]), np.array([k_rms]))[0])
 
-    def decode_attention_list(self, n: int, kv_sum: int, kv_sq_sum: int, num_iterations: int) -> list[float] | None:
-        """:meth:`attention_decode` over a short decode stretch in plain floats (the same ops,
-        counting nothing); None where the vector form is None."""
-        if self.decode is None:
-            return self.roofline.decode_attention_list(n, kv_sum, kv_sq_sum, num_iterations)
-        if n > self._dec_max_batch:
+    def decode_attention_terms(self, n: int) -> tuple[float, float, float, float, float] | None:
+        """The roofline's linear terms where no decode attention was fitted, else None (see
+        :meth:`decode_attention_rms_terms`)."""
+        return self.roofline.decode_attention_terms(n) if self.decode is None else None
+
+    def decode_attention_rms_terms(self, n: int) -> tuple[float, float] | None:
+        """Fitted decode attention of ``n`` sequences as ``a + b * sqrt(kv_sq_sum / n)``:
+        ``(a, b)``, for a caller that writes the formula into its own loop (the scalar path's
+        float ops, counting nothing); None without a fit or beyond its largest batch."""
+        if self.decode is None or n > self._dec_max_batch:
             return None
-        a, b, sqrt = self._dec_a[n], self._dec_b[n], math.sqrt
-        return [a + b * sqrt(float(kv_sq_sum + 2 * kv_sum * i + n * i * i) / n) for i in range(num_iterations)]
+        return self._dec_a[n], self._dec_b[n]
 
     def _attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
                                  kv_maxes: np.ndarray) -> np.ndarray | None:

@@ -221,16 +221,16 @@ class RooflineCostModel(TabulatedCostModel):
         return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
                 + num_decodes * c.attn_decode_per_seq_s + c.kernel_floor_s)
 
-    def decode_attention_list(self, n: int, kv_sum: int, kv_sq_sum: int, num_iterations: int) -> list[float] | None:
-        """:meth:`attention_decode` over a short decode stretch (KV sum ``+ n`` an iteration) in
-        plain floats, the same ops as the scalar path; None where the vector form is None."""
+    def decode_attention_terms(self, n: int) -> tuple[float, float, float, float, float] | None:
+        """Decode attention of ``n`` sequences holding ``kv`` KV tokens in all, as
+        ``(kv * kvb + per_token) / bandwidth + per_seq + floor``: these five terms (the scalar
+        path's float ops, its constant products evaluated once), for a caller that writes the
+        formula into its own loop over a stretch; None for MLA and sliding-window attention."""
         if self.mla or self.sliding_fraction:
             return None
         c, g = self.cal, self.gpu
-        kvb, per_token = self.kv_bytes_per_token, 2 * n * self.q_per_gpu * self.dtype_bytes
-        bandwidth, per_seq, floor = g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * c.attn_decode_per_seq_s, c.kernel_floor_s
-        return [(kv * kvb + per_token) / bandwidth + per_seq + floor
-                for kv in range(kv_sum, kv_sum + n * num_iterations, n)]
+        return (self.kv_bytes_per_token, 2 * n * self.q_per_gpu * self.dtype_bytes,
+                g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * c.attn_decode_per_seq_s, c.kernel_floor_s)
 
     def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
                                 kv_maxes: np.ndarray) -> np.ndarray | None:

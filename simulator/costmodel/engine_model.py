@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from simulator.config import DEFAULT_ENGINE, ENGINE_PRESETS, ReplicaConfig
@@ -234,8 +234,10 @@ def kernel_collective_latency_s(kernels: CostModel) -> float:
     return float(cal.allreduce_latency_s)
 
 
-# Stretches up to this many iterations are priced in plain floats rather than numpy arrays.
-SMALL_STRETCH = 48
+# Stretches up to this many iterations are priced in plain floats rather than numpy arrays
+# (the crossover of the two, counted in instructions: numpy costs ~85k a call, then ~0.3k a
+# step; the plain loop ~2.6k a step).
+SMALL_STRETCH = 32
 
 
 class EngineCostModel(CostModel):
@@ -253,7 +255,6 @@ class EngineCostModel(CostModel):
 
     def __init__(self, kernels: CostModel, engine: EngineModel) -> None:
         super().__init__(kernels.replica)
-        self._decode_consts: dict[int, tuple[float, ...]] = {}  # _decode_constants by n
         self._decode_pricers: dict[int, Any] = {}  # _decode_pricer by n (None: no short form)
         self.kernels = kernels
         self.engine = engine
@@ -278,7 +279,7 @@ class EngineCostModel(CostModel):
         # (the instance attribute keeps their signature, which the pipeline inspects for ``hop``).
         self.learned_ops = getattr(kernels, "learned_ops", [])
         self.send_recv_time = kernels.send_recv_time  # type: ignore[method-assign]
-        # (kernels' vector decode attention, is_learned), or None where stretches are priced per iteration.
+        # Whether the kernels are learned, or None where stretches are priced per iteration.
         self._stretch_kind = self._stretch_attention()
         from simulator.costmodel.roofline import RooflineCostModel
 
@@ -403,10 +404,11 @@ class EngineCostModel(CostModel):
                 return None
         return times
 
-    def _stretch_attention(self):  # noqa: ANN202 - (kernels' vector attention, is_learned) or None
-        """The kernel model's vectorised decode attention, for exactly the kernel classes whose
-        terms :meth:`_vector_stretch` knows (a subclass may add terms); resolved at construction,
-        as an instance's kernel model never changes."""
+    def _stretch_attention(self) -> bool | None:
+        """Whether the kernel model is learned (True) or roofline (False), for exactly the
+        kernel classes whose decode attention :meth:`_decode_pricer` knows (a subclass may add
+        terms); None where stretches are priced per iteration. Resolved at construction, as an
+        instance's kernel model never changes."""
         import sys
 
         from simulator.costmodel.roofline import RooflineCostModel
@@ -416,9 +418,9 @@ class EngineCostModel(CostModel):
         # kernels of that type exist only once it is loaded.
         learned = sys.modules.get("simulator.costmodel.learned")
         if type(k) is RooflineCostModel:
-            return k.attention_decode_vector, False
+            return False
         if learned is not None and type(k) is learned.LearnedCostModel:
-            return k._attention_decode_vector, True
+            return True
         return None
 
     def _decode_constants(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> tuple[float, ...]:
@@ -430,45 +432,21 @@ class EngineCostModel(CostModel):
                 self.collective_s, self.prefill_excess_time(first), self.cpu_time(first))
 
     def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
-        if n <= 0 or num_iterations < 2 or not self._stretch_ok or self._stretch_kind is None:
+        is_learned = self._stretch_kind
+        if n <= 0 or num_iterations < 2 or not self._stretch_ok or is_learned is None:
             return None
-        attention_vector, is_learned = self._stretch_kind
         k = self.kernels
         m = num_iterations
         k._quiet = True  # a learned model's extrapolations are counted once, below
         try:
-            if m <= SMALL_STRETCH:
-                # A short stretch in plain floats: numpy's per-call cost would exceed the work.
-                # The same operations in the same order as iteration_time, so the same floats.
-                pricers = self._decode_pricers
-                if n in pricers:
-                    pricer = pricers[n]
-                else:
-                    pricer = pricers[n] = self._decode_pricer(n, kv_sum, kv_sq_sum, kv_max)
-                if pricer is None:
-                    return None
-                times = pricer(kv_sum, kv_sq_sum, m)
+            pricers = self._decode_pricers
+            if n in pricers:
+                pricer = pricers[n]
             else:
-                import numpy as np
-
-                # Every term but decode attention depends on n alone in a decode-only step (the
-                # vector form relies on it within a stretch; the checks test it).
-                consts = self._decode_consts.get(n)
-                if consts is None:
-                    consts = self._decode_consts[n] = self._decode_constants(n, kv_sum, kv_sq_sum, kv_max)
-                layer_rest, pre, post, collective, excess, cpu = consts
-                num_layers, launch = self._num_layers, self.launch_s
-                i = np.arange(m, dtype=np.int64)
-                sums, maxes = kv_sum + n * i, kv_max + i
-                sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
-                attn = attention_vector(n, sums, sq, maxes)
-                if attn is None:
-                    return None
-                kernel = (pre + num_layers * (layer_rest + attn)) + post
-                gpu = (kernel + collective) + excess
-                gpu = np.where(gpu < launch, launch, gpu)
-                total = np.where(gpu > cpu, gpu, cpu) if self.overlap else gpu + cpu
-                times = (kernel + (total - kernel)).tolist()
+                pricer = pricers[n] = self._decode_pricer(n, kv_sum, kv_sq_sum, kv_max)
+            if pricer is None:
+                return None
+            times = pricer(kv_sum, kv_sq_sum, m)
             if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
                 self._stretch_checks_left -= 1
                 j = m - 1
@@ -485,51 +463,73 @@ class EngineCostModel(CostModel):
 
     def _decode_pricer(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> Callable[[int, int, int], list[float]] | None:
         """``price(kv_sum, kv_sq_sum, m)``: the times of ``m`` decode-only steps of ``n``
-        sequences, the first with those KV sums (then ``+ n`` in each, as in a stretch), in
-        plain floats. The kernels' decode attention is written out inside the one loop (its
-        terms from the kernel model, the same float ops in the same order as the scalar path);
-        every other term depends on ``n`` alone and is bound once per ``n``. None where the
-        kernels' decode attention has no such form (MLA, sliding windows, a learned model
-        beyond its largest batch): the stretch is then priced another way."""
+        sequences, the first with those KV sums (then ``+ n`` in each, as in a stretch).
+
+        The kernels' decode attention is written out inside the one loop (its terms from the
+        kernel model: the scalar path's float ops in its order, so the same floats); every other
+        term depends on ``n`` alone in a decode-only step and is bound once per ``n``. Up to
+        ``SMALL_STRETCH`` steps in plain floats, beyond it in numpy arrays (whose per-call cost
+        the plain loop would exceed): the same operations (IEEE addition and multiplication
+        are commutative, so in-place ``x += c`` is ``c + x``). None where the kernels' decode
+        attention has no such form (MLA, sliding windows, a learned model beyond its largest
+        batch): the stretch is then priced another way."""
+        import numpy as np
+
         k = self.kernels
         layer_rest, pre, post, collective, excess, cpu = self._decode_constants(n, kv_sum, kv_sq_sum, kv_max)
         num_layers, launch, overlap = self._num_layers, self.launch_s, self.overlap
-        # max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)): max picks a value. Without
-        # overlap the CPU time adds after the launch bound: floor is launch, then + cpu.
+        # The step's time is kern + (max(gpu, floor) + add_cpu - kern): with overlap the CPU time
+        # hides under the GPU time, max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)) as max
+        # picks a value; without, it adds after the launch bound.
         floor = (launch if launch > cpu else cpu) if overlap else launch
         add_cpu = 0.0 if overlap else cpu
-        rms = k.decode_attention_rms_terms(n) if self._stretch_kind[1] else None
+
+        def finish(a: np.ndarray) -> list[float]:  # a: each step's attention, in place to its time
+            a += layer_rest
+            a *= num_layers
+            a += pre
+            a += post  # kern = pre + num_layers * (layer_rest + attention) + post
+            g = a + collective
+            g += excess
+            np.maximum(g, floor, out=g)
+            if add_cpu:
+                g += add_cpu
+            g -= a
+            g += a
+            return g.tolist()
+
+        rms = k.decode_attention_rms_terms(n) if self._stretch_kind else None
         if rms is not None:  # a learned model's fit: a + b * sqrt(mean squared KV length)
             a, b = rms
             sqrt = math.sqrt
-            if overlap:
-                def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
-                    return [(kern := pre + num_layers * (layer_rest + (a + b * sqrt(float(
-                        kv_sq_sum + 2 * kv_sum * i + n * i * i) / n))) + post)
-                        + ((g if (g := kern + collective + excess) > floor else floor) - kern) for i in range(m)]
-            else:
-                def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
-                    return [(kern := pre + num_layers * (layer_rest + (a + b * sqrt(float(
-                        kv_sq_sum + 2 * kv_sum * i + n * i * i) / n))) + post)
-                        + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
-                        for i in range(m)]
+
+            def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
+                if m > SMALL_STRETCH:
+                    i = np.arange(m, dtype=np.int64)
+                    sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
+                    sq /= n
+                    return finish(b * np.sqrt(sq) + a)
+                return [(kern := pre + num_layers * (layer_rest + (a + b * sqrt(float(
+                    kv_sq_sum + 2 * kv_sum * i + n * i * i) / n))) + post)
+                    + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
+                    for i in range(m)]
             return price
         terms = k.decode_attention_terms(n)
         if terms is None:
             return None
         kvb, per_token, bandwidth, per_seq, kernel_floor = terms
-        if overlap:
-            def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
-                return [(kern := pre + num_layers * (layer_rest + ((kv * kvb + per_token) / bandwidth + per_seq
-                                                                  + kernel_floor)) + post)
-                        + ((g if (g := kern + collective + excess) > floor else floor) - kern)
-                        for kv in range(kv_sum, kv_sum + n * m, n)]
-        else:
-            def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
-                return [(kern := pre + num_layers * (layer_rest + ((kv * kvb + per_token) / bandwidth + per_seq
-                                                                  + kernel_floor)) + post)
-                        + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
-                        for kv in range(kv_sum, kv_sum + n * m, n)]
+
+        def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
+            if m > SMALL_STRETCH:
+                # KV bytes may be integers: the division makes the floats (as int / float does).
+                attention = (np.arange(kv_sum, kv_sum + n * m, n, dtype=np.int64) * kvb + per_token) / bandwidth
+                attention += per_seq
+                attention += kernel_floor
+                return finish(attention)
+            return [(kern := pre + num_layers * (layer_rest + ((kv * kvb + per_token) / bandwidth + per_seq
+                                                              + kernel_floor)) + post)
+                    + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
+                    for kv in range(kv_sum, kv_sum + n * m, n)]
         return price
 
     def engine_breakdown(self, shape: BatchShape) -> dict[str, float]:

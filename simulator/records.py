@@ -110,7 +110,12 @@ class IterationLog(Sequence):
     def _flush(self) -> None:
         buf = self._buf
         if buf:
-            if len(buf) >= FILL_ROWS:
+            if len(buf) <= 3:  # the usual case beside stretches: a step or a few between them
+                cols = self._cols
+                for row in buf:
+                    for col, value in zip(cols, row):  # noqa: B905 - a row has every column
+                        col.append(value)
+            elif len(buf) >= FILL_ROWS:
                 for col, values, t in zip(self._cols, zip(*buf, strict=True), _ITERATION_TYPES, strict=True):
                     _fill(col, values, t)
             else:

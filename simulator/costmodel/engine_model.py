@@ -234,10 +234,10 @@ def kernel_collective_latency_s(kernels: CostModel) -> float:
     return float(cal.allreduce_latency_s)
 
 
-# Stretches up to this many iterations are priced in plain floats rather than numpy arrays
-# (the crossover of the two, counted in instructions: numpy costs ~85k a call, then ~0.3k a
-# step; the plain loop ~2.6k a step).
-SMALL_STRETCH = 32
+# Stretches up to this many iterations are priced in plain floats rather than numpy arrays.
+# Counted in instructions numpy wins from ~32 steps (~85k a call, then ~0.3k a step, against
+# ~2.6k a step); in CPU time, replaying a low-load run's stretches, 32 to 96 are within 5%.
+SMALL_STRETCH = 48
 
 
 class EngineCostModel(CostModel):

@@ -285,6 +285,12 @@ def test_chunk_stretch_pricing_is_float_exact(model: str, gpu: str, tp: int, vec
         fast = cost.chunk_stretch_times(n, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, m)
         assert fast == CostModel.chunk_stretch_times(cost, n, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, m)
         assert (cost._chunk_stretch(n, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, m) is not None) == vectorised
+    # The same (decodes, chunk) again over other KV lengths: its KV-independent terms now come
+    # from the cache (past the checked first stretches), and must still be the scalar path's.
+    cost._stretch_checks_left = 0
+    for kv_before in (0, 517, 7000):
+        args = (12, 12 * (900 + kv_before), 12 * (900 + kv_before) ** 2, 900 + kv_before, 500, kv_before, 9)
+        assert cost.chunk_stretch_times(*args) == CostModel.chunk_stretch_times(cost, *args)
     assert cost._stretch_ok  # never disagreed with the scalar path
 
 

@@ -256,6 +256,7 @@ class EngineCostModel(CostModel):
     def __init__(self, kernels: CostModel, engine: EngineModel) -> None:
         super().__init__(kernels.replica)
         self._decode_pricers: dict[int, Any] = {}  # _decode_pricer by n (None: no short form)
+        self._chunk_consts: dict[tuple[int, int], tuple[float, ...]] = {}  # _chunk_stretch's, by (n, chunk)
         self.kernels = kernels
         self.engine = engine
         self.name = f"{kernels.name} + engine {engine.name}"
@@ -376,14 +377,18 @@ class EngineCostModel(CostModel):
                       for kv in range(kv_sum, kv_sum + n * m, n)]
         else:
             decode = [0.0] * m
-        first = BatchShape()
-        first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
-        first.add_prefill(chunk, kv_before, False)
-        # Everything but attention depends on the token, sequence and logit counts alone; the
-        # layer is token ops + prefill attention + decode attention, in layer_time's order.
-        token, pre, post = k.token_time(n + chunk), self._pre(first), self._post(first)
-        collective, excess, cpu = self.collective_s, self.prefill_excess_time(first), self.cpu_time(first)
-        num_layers, launch = self._num_layers, self.launch_s
+        # Everything but attention depends on the token, sequence and logit counts alone (so on
+        # n and chunk: computed once per pair); the layer is token ops + prefill attention +
+        # decode attention, in layer_time's order.
+        consts = self._chunk_consts.get((n, chunk))
+        if consts is None:
+            first = BatchShape()
+            first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
+            first.add_prefill(chunk, kv_before, False)
+            consts = self._chunk_consts[n, chunk] = (k.token_time(n + chunk), self._pre(first), self._post(first),
+                                                     self.prefill_excess_time(first), self.cpu_time(first))
+        token, pre, post, excess, cpu = consts
+        collective, num_layers, launch = self.collective_s, self._num_layers, self.launch_s
         if self.overlap:  # max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)): max picks a value
             floor = launch if launch > cpu else cpu
             times = [(kern := pre + num_layers * (token + a + d) + post)
@@ -395,8 +400,10 @@ class EngineCostModel(CostModel):
                      for a, d in zip(prefill, decode)]  # noqa: B905 - m each
         if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
             self._stretch_checks_left -= 1
+            first, last = BatchShape(), BatchShape()
+            first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
+            first.add_prefill(chunk, kv_before, False)
             j = m - 1
-            last = BatchShape()
             last.add_decodes(n, kv_sum + n * j, kv_sq_sum + 2 * j * kv_sum + n * j * j, kv_max + j)
             last.add_prefill(chunk, kv_before + j * chunk, False)
             if times[0] != self.iteration_time(first) or times[-1] != self.iteration_time(last):

@@ -19,10 +19,7 @@ chunk, and a long prompt takes several (a 2,400-token ShareGPT prompt, five at a
 fill the budget, so nobody is admitted whoever waits, and each iteration is the decodes
 plus ``chunk`` more tokens of that prompt over a cache ``chunk`` longer: the same stretch,
 priced by :meth:`~simulator.costmodel.base.CostModel.chunk_stretch_times`. It stops
-before the prompt's last chunk (which may admit requests and produces its first token),
-unless the policy says that iteration would carry only the decodes and that chunk
-(:meth:`~simulator.schedulers.base.Scheduler.last_chunk_steady`: nobody waits, no other
-prompt is partly prefilled): then the stretch ends with it, priced by ``iteration_time``.
+before the prompt's last chunk (which may admit requests and produces its first token).
 
 A stretch ends with the first of:
 
@@ -61,13 +58,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.costmodel.base import BatchShape
-
 if TYPE_CHECKING:
     from simulator.replica import Replica
     from simulator.request import Request
     from simulator.schedulers import Scheduler
-    from simulator.tbt import GapLog
 
 # Iterations priced per cost-model call at first; the chunk grows 4x while the horizon allows.
 FIRST_CHUNK = 16
@@ -81,8 +75,7 @@ class Stretch:
     """``num_iterations`` iterations of the same decodes: ``ends[i]`` is the start of
     iteration ``i`` and ``ends[i + 1]`` its end; ``kv_blocks_used[i]`` the blocks in use
     after it. With ``prefill`` set (:func:`plan_chunks`) each also carries ``chunk`` tokens
-    of that request's prompt, none of them its last; or, with ``last_chunk`` set, the last
-    iteration carries the prompt's last ``last_chunk`` tokens (and produces its token)."""
+    of that request's prompt, none of them its last."""
 
     num_iterations: int
     ends: list[float]
@@ -91,7 +84,6 @@ class Stretch:
     num_allocated: int
     prefill: Request | None = None
     chunk: int = 0
-    last_chunk: int = 0
 
 
 def _allocations(firsts: list[int], block_size: int, num_iterations: int) -> list[int]:
@@ -196,10 +188,8 @@ def plan_chunks(replica: Replica, horizon_at: float, duration_hint: float = 0.0,
     """The chunked-prefill stretch the replica can skip from now, or None: the iterations in
     which steady decodes run beside full chunks of one long prompt
     (:meth:`~simulator.schedulers.base.Scheduler.chunk_steady`), up to the one before its
-    last chunk (that one may admit requests), or up to that one where the policy says it is
-    steady too (:meth:`~simulator.schedulers.base.Scheduler.last_chunk_steady`); only where
-    the cost model prices such stretches in closed form (``fast_chunk_stretches``).
-    Arguments as for :func:`plan`."""
+    last chunk (that one may admit requests); only where the cost model prices such stretches
+    in closed form (``fast_chunk_stretches``). Arguments as for :func:`plan`."""
     scheduler, env = replica.scheduler, replica.env
     if horizon_at <= env.now or not replica.cost_model.fast_chunk_stretches:
         return None
@@ -212,12 +202,7 @@ def plan_chunks(replica: Replica, horizon_at: float, duration_hint: float = 0.0,
     # The decodes join now (as the next schedule() would); the prompts stay loose.
     cohort.join_loose(decodes_only=True)
     left = prefill.num_prompt_tokens + prefill.num_generated - prefill.num_computed
-    num_full = max_iterations = (left - 1) // chunk  # iterations i with left - i * chunk > chunk
-    # The last chunk, iteration num_full, only where nothing else would join it (its stretch
-    # keeps only iterations that start before the next arrival, so nobody waits by then).
-    last = left - num_full * chunk if scheduler.last_chunk_steady(prefill) else 0
-    if last:
-        max_iterations += 1
+    max_iterations = (left - 1) // chunk  # iterations i with left - i * chunk > chunk
     if cohort.members:
         n, kv_sum, kv_sq_sum, kv_max = cohort.decode_sums()
         max_iterations = min(max_iterations, cohort.steps_to_first_finish())
@@ -231,21 +216,11 @@ def plan_chunks(replica: Replica, horizon_at: float, duration_hint: float = 0.0,
     kv_before = prefill.num_computed
 
     def price(num: int, m: int) -> list[float]:  # iterations num .. num + m - 1
-        full = min(m, num_full - num)  # the full chunks among them; the one after: the last chunk
-        times = cost.chunk_stretch_times(n, kv_sum + n * num, kv_sq_sum + 2 * num * kv_sum + n * num * num,
-                                         kv_max + num, chunk, kv_before + num * chunk, full) if full > 0 else []
-        if full < m:  # iteration num_full (max_iterations bounds num + m): the step path's shape and price
-            j = num_full
-            shape = BatchShape()
-            shape.add_decodes(n, kv_sum + n * j, kv_sq_sum + 2 * j * kv_sum + n * j * j, kv_max + j)
-            shape.add_prefill(last, kv_before + j * chunk, True)
-            times.append(cost.iteration_time(shape))
-        return times
+        return cost.chunk_stretch_times(n, kv_sum + n * num, kv_sq_sum + 2 * num * kv_sum + n * num * num,
+                                        kv_max + num, chunk, kv_before + num * chunk, m)
     stretch = _stretch(replica, horizon_at, straddle, duration_hint, n, max_iterations, allocations, price)
     if stretch is not None:
         stretch.prefill, stretch.chunk = prefill, chunk
-        if stretch.num_iterations > num_full:
-            stretch.last_chunk = last
     return stretch
 
 
@@ -285,7 +260,7 @@ def split(stretch: Stretch, num: int, num_used_blocks: int) -> tuple[Stretch, St
     head = Stretch(num, stretch.ends[:num + 1], stretch.durations[:num], used[:num], head_allocated,
                    stretch.prefill, stretch.chunk)
     rest = Stretch(stretch.num_iterations - num, stretch.ends[num:], stretch.durations[num:], used[num:],
-                   stretch.num_allocated - head_allocated, stretch.prefill, stretch.chunk, stretch.last_chunk)
+                   stretch.num_allocated - head_allocated, stretch.prefill, stretch.chunk)
     return head, rest
 
 
@@ -298,14 +273,10 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     replica.num_busy_s = reduce(add, stretch.durations, replica.num_busy_s)  # the per-iteration float adds
     cohort = scheduler.cohort
     prefill = stretch.prefill
-    last = stretch.last_chunk
-    if prefill is not None:  # its full chunks produce no token: only its progress moves
-        prefill.num_computed += (stretch.num_iterations - (last > 0)) * stretch.chunk + last
-        # invariant (chunk_steady, last_chunk_steady): the prompt is whole iff its last chunk ran
-        whole = prefill.num_prompt_tokens + prefill.num_generated
-        if (prefill.num_computed == whole) != (last > 0) or prefill.num_computed > whole:
-            raise RuntimeError(f"a chunked-prefill stretch left request {prefill.request_id}'s prompt "
-                               f"at {prefill.num_computed} of {whole} tokens")
+    if prefill is not None:  # its chunks produce no token (none is its last): only its progress moves
+        prefill.num_computed += stretch.num_iterations * stretch.chunk
+        if prefill.num_computed >= prefill.num_prompt_tokens + prefill.num_generated:  # invariant (chunk_steady)
+            raise RuntimeError(f"a chunked-prefill stretch finished request {prefill.request_id}'s prompt")
     if cohort is not None and cohort.active:  # always so for a chunk stretch
         num_decodes = len(cohort.members)
         # A chunk stretch may have no decodes: the step-by-step loop then never ticks the cohort.
@@ -313,34 +284,14 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     else:
         num_decodes = len(scheduler.running)
         finished = _apply_to_requests(scheduler, stretch)
-    if last:  # the prompt's token, after the decodes' (complete()'s order)
-        _produce(prefill, stretch.ends[-1], scheduler.gaps, finished)  # type: ignore[arg-type]
     if finished:
         scheduler.retire(finished, replica.env.now)
         stretch.kv_blocks_used[-1] = blocks.num_used_blocks
     replica.recorder.on_stretch(replica.replica_id, stretch.ends, stretch.durations, num_decodes,
-                                stretch.kv_blocks_used, stretch.chunk, int(prefill is not None), last)
+                                stretch.kv_blocks_used, stretch.chunk, int(prefill is not None))
     if finished:
         replica.recorder.on_finish(finished)
     return bool(finished)
-
-
-def _produce(req: Request, now: float, gaps: GapLog, finished: list[Request]) -> None:
-    """A prompt's last chunk ended at ``now``: its token, as :meth:`Scheduler.complete` writes it."""
-    generated = req.num_generated
-    if generated:  # a preempted request's recomputed prompt: the gap since its last token
-        gap = now - req.last_token_at
-        if gap > req.max_tbt_s:
-            req.max_tbt_s = gap
-        gaps.add(gap, 1)
-    else:
-        req.first_token_at = now
-    req.last_token_at = now
-    if req.token_times is not None:
-        req.token_times.append(now)
-    req.num_generated = generated + 1
-    if generated + 1 == req.num_output_tokens:
-        finished.append(req)
 
 
 def _apply_to_requests(scheduler: Scheduler, stretch: Stretch) -> list[Request]:

@@ -80,11 +80,10 @@ class IterationLog(Sequence):
 
     def extend_stretch(self, replica_id: int, starts: list[float], durations: list[float],
                        num_decodes: int, kv_blocks_used: list[int], num_prefill_tokens: int = 0,
-                       num_prefills: int = 0, last_prefill_tokens: int = 0) -> None:
+                       num_prefills: int = 0) -> None:
         """Append the rows of a stretch (:meth:`Recorder.on_stretch`): the constant columns
         are built as arrays (C-level repeats) and the others copied from lists
-        (``fromlist``: half the cost of ``extend`` with a list), not per row. A non-zero
-        ``last_prefill_tokens`` replaces the last row's prefill tokens (a prompt's last chunk)."""
+        (``fromlist``: half the cost of ``extend`` with a list), not per row."""
         k = len(durations)
         if len(starts) != k or len(kv_blocks_used) != k:  # invariant: the columns stay aligned
             raise ValueError("extend_stretch: columns of unequal length")
@@ -100,8 +99,6 @@ class IterationLog(Sequence):
         used.fromlist(kv_blocks_used)
         preempted.extend(zeros)
         admitted.extend(zeros)
-        if last_prefill_tokens:
-            prefill_tokens[-1] = last_prefill_tokens
 
     def extend_log(self, other: IterationLog) -> None:
         """Append another log's rows (column by column, no per-row work)."""
@@ -187,14 +184,13 @@ class Recorder:
                                 s.num_prefills, kv_blocks_used, len(batch.preempted), len(batch.admitted)))
 
     def on_stretch(self, replica_id: int, ends: list[float], durations: list[float], num_decodes: int,
-                   kv_blocks_used: list[int], num_prefill_tokens: int = 0, num_prefills: int = 0,
-                   last_prefill_tokens: int = 0) -> None:
+                   kv_blocks_used: list[int], num_prefill_tokens: int = 0, num_prefills: int = 0) -> None:
         """A skipped stretch (:mod:`simulator.fastforward`) of ``num_decodes`` decodes and, per
-        iteration, ``num_prefills`` chunks of ``num_prefill_tokens`` tokens in all (the last
-        iteration ``last_prefill_tokens`` where non-zero): iteration ``i`` started at
-        ``ends[i]`` and took ``durations[i]``; the rows equal those single steps would write."""
+        iteration, ``num_prefills`` chunks of ``num_prefill_tokens`` tokens in all: iteration
+        ``i`` started at ``ends[i]`` and took ``durations[i]``; the rows equal those single
+        steps would write."""
         self.iterations.extend_stretch(replica_id, ends[:len(durations)], durations, num_decodes, kv_blocks_used,
-                                       num_prefill_tokens, num_prefills, last_prefill_tokens)
+                                       num_prefill_tokens, num_prefills)
 
     def on_stage(self, replica_id: int, micro_batch_id: int, stage: int, started_at: float, duration: float) -> None:
         self.stages.append((replica_id, micro_batch_id, stage, started_at, duration))
@@ -227,8 +223,7 @@ class TallyRecorder(Recorder):
         pass
 
     def on_stretch(self, replica_id: int, ends: list[float], durations: list[float], num_decodes: int,
-                   kv_blocks_used: list[int], num_prefill_tokens: int = 0, num_prefills: int = 0,
-                   last_prefill_tokens: int = 0) -> None:
+                   kv_blocks_used: list[int], num_prefill_tokens: int = 0, num_prefills: int = 0) -> None:
         pass
 
     def on_stage(self, replica_id: int, micro_batch_id: int, stage: int, started_at: float, duration: float) -> None:

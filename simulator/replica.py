@@ -169,8 +169,6 @@ class Replica:
                     finished = fastforward.apply(self, stretch)
                     if stretch.prefill is None:
                         decode_s, skip = duration, finished
-                    elif stretch.last_chunk:  # the prompt is done: as after a step with no partial prefill
-                        skip, chunking = True, False
                     else:
                         chunking = finished
                     continue

@@ -109,25 +109,16 @@ def _check_chunk_steady(specs: list[tuple[int, int, int]], num_blocks: int, budg
         if not scheduler.has_unfinished() and not requests:
             break
         steady = scheduler.chunk_steady()
-        num_decodes = sum(1 for r in scheduler.running if r.num_generated
-                          and r.num_prompt_tokens + r.num_generated - r.num_computed == 1)
         if steady is not None:
             prefill, chunk = steady
             missing = prefill.num_prompt_tokens + prefill.num_generated - prefill.num_computed
-        # A prompt whose last chunk comes next, where the policy says that iteration is steady.
-        last = [(r, left) for r in scheduler.running
-                if 0 < (left := r.num_prompt_tokens + r.num_generated - r.num_computed) <= scheduler.token_budget - num_decodes
-                and not (r.num_generated and left == 1) and scheduler.last_chunk_steady(r)]
+            num_decodes = sum(1 for r in scheduler.running if r.num_generated
+                              and r.num_prompt_tokens + r.num_generated - r.num_computed == 1)
         batch = scheduler.schedule()
         if steady is not None and not batch.preempted:
             num_checked += 1
             assert 0 < chunk < missing and chunk == scheduler.token_budget - num_decodes
             assert batch.requests == [prefill] and batch.num_tokens == [chunk]
-            assert batch.num_lockstep == num_decodes and not batch.admitted
-        if last and not batch.preempted:
-            num_checked += 1
-            (prefill, left), = last  # only one prompt may be partly prefilled
-            assert batch.requests == [prefill] and batch.num_tokens == [left]
             assert batch.num_lockstep == num_decodes and not batch.admitted
         if not batch:
             continue

@@ -223,14 +223,6 @@ class Scheduler:
         ``schedule()`` (the skipping on/off tests check it)."""
         return None
 
-    def last_chunk_steady(self, req: Request) -> bool:
-        """Whether the iteration that carries ``req``'s last prompt chunk, at the end of the
-        chunk-steady stretch :meth:`chunk_steady` named it in, would carry only the running
-        decodes (as lockstep decodes) and that chunk, and admit or preempt nobody, provided no
-        request arrives before it. Event skipping then ends such a stretch with that iteration
-        rather than before it. Default False (the stretch stops before the last chunk)."""
-        return False
-
     def _all_running_decode(self) -> bool:
         """Every running request is a decode (one missing token, at least one output) and
         none is in flight. (Cohort members are, by the cohort's contract.)"""

@@ -56,17 +56,6 @@ class SarathiScheduler(Scheduler):
         chunk = self.token_budget - (len(cohort.members) + len(cohort.loose) - num_partial)  # less the decodes
         return (prefill, chunk) if 0 < chunk < missing else None
 
-    def last_chunk_steady(self, req: Request) -> bool:
-        # The last chunk leaves budget over: it goes to the next partial prompt, else to the
-        # head of waiting. With neither, the iteration is the decodes and that chunk. (The
-        # decodes' blocks are the stretch's business, as for every chunk before it.)
-        if self.waiting:
-            return False
-        cohort = self.cohort
-        return cohort is not None and cohort.active and all(
-            r is req or (not r.in_flight and r.num_generated and r.num_prompt_tokens + r.num_generated - r.num_computed == 1)
-            for r in cohort.loose)
-
     def schedule(self) -> Batch:
         batch = Batch()
         budget = self.token_budget

@@ -35,6 +35,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -516,10 +517,12 @@ class EngineCostModel(CostModel):
                     sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
                     sq /= n
                     return finish(b * np.sqrt(sq) + a)
-                return [(kern := pre + num_layers * (layer_rest + (a + b * sqrt(float(
-                    kv_sq_sum + 2 * kv_sum * i + n * i * i) / n))) + post)
-                    + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
-                    for i in range(m)]
+                # Step i's squared-KV sum kv_sq_sum + 2 i kv_sum + n i^2, by exact integer steps
+                # (the step from i to i + 1 is 2 kv_sum + n + 2 n i).
+                step = 2 * kv_sum + n
+                return [(kern := pre + num_layers * (layer_rest + (a + b * sqrt(float(sq) / n))) + post)
+                        + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
+                        for sq in accumulate(range(step, step + 2 * n * (m - 1), 2 * n), initial=kv_sq_sum)]
             return price
         terms = k.decode_attention_terms(n)
         if terms is None:

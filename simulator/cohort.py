@@ -249,9 +249,9 @@ class DecodeCohort:
         """``len(ends) - 1`` steps at once, step ``i`` ending at ``ends[i + 1]`` (the caller
         counted their allocations); returns the finishers of the last one, materialised."""
         k = len(ends) - 1
+        finished = self.step(ends[1], gaps)  # none unless it is the last: a stretch ends at its first finish
         if k == 1:  # one step: the last piece of a stretch split at a watch's check (fastforward.split)
-            return self.step(ends[1], gaps)
-        self.step(ends[1], gaps)  # finishes nobody: a stretch ends at its first finish, in its last step
+            return finished
         inner = list(map(sub, ends[2:], ends[1:k]))  # steps 1..k-1's gaps: ends[i + 1] - ends[i]
         gaps.extend_runs(inner, len(self.members))
         tick = self.tick  # after the first step

@@ -256,7 +256,7 @@ class EngineCostModel(CostModel):
 
     def __init__(self, kernels: CostModel, engine: EngineModel) -> None:
         super().__init__(kernels.replica)
-        self._decode_pricers: dict[int, Any] = {}  # _decode_pricer by n (None: no short form)
+        self._decode_pricers: dict[int, Callable[[int, int, int], list[float]] | None] = {}  # _decode_pricer by n
         self._chunk_consts: dict[tuple[int, int], tuple[float, ...]] = {}  # _chunk_stretch's, by (n, chunk)
         self.kernels = kernels
         self.engine = engine
@@ -282,7 +282,7 @@ class EngineCostModel(CostModel):
         self.learned_ops = getattr(kernels, "learned_ops", [])
         self.send_recv_time = kernels.send_recv_time  # type: ignore[method-assign]
         # Whether the kernels are learned, or None where stretches are priced per iteration.
-        self._stretch_kind = self._stretch_attention()
+        self._kernels_learned = self._stretch_kernels_learned()
         from simulator.costmodel.roofline import RooflineCostModel
 
         # _chunk_stretch's plain floats: roofline kernels with full attention (a learned model's
@@ -412,7 +412,7 @@ class EngineCostModel(CostModel):
                 return None
         return times
 
-    def _stretch_attention(self) -> bool | None:
+    def _stretch_kernels_learned(self) -> bool | None:
         """Whether the kernel model is learned (True) or roofline (False), for exactly the
         kernel classes whose decode attention :meth:`_decode_pricer` knows (a subclass may add
         terms); None where stretches are priced per iteration. Resolved at construction, as an
@@ -440,7 +440,7 @@ class EngineCostModel(CostModel):
                 self.collective_s, self.prefill_excess_time(first), self.cpu_time(first))
 
     def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
-        is_learned = self._stretch_kind
+        is_learned = self._kernels_learned
         if n <= 0 or num_iterations < 2 or not self._stretch_ok or is_learned is None:
             return None
         k = self.kernels
@@ -506,7 +506,7 @@ class EngineCostModel(CostModel):
             g += a
             return g.tolist()
 
-        rms = k.decode_attention_rms_terms(n) if self._stretch_kind else None
+        rms = k.decode_attention_rms_terms(n) if self._kernels_learned else None
         if rms is not None:  # a learned model's fit: a + b * sqrt(mean squared KV length)
             a, b = rms
             sqrt = math.sqrt

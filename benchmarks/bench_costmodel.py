@@ -17,11 +17,11 @@ import time
 import timeit
 from pathlib import Path
 
-from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.calibrate.fit import fit_tables, save_artifact
+from simulator.calibrate.fit_data import read_profiles
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import BatchShape, load_cost_model
-from simulator.costmodel.fit import fit_tables, save_artifact
-from simulator.costmodel.fit_data import read_profiles
-from simulator.engine import simulate
+from simulator.engine.cluster import simulate
 
 PROFILES = Path(__file__).resolve().parents[2] / "shared" / "data" / "profiles"
 TABLES = ("vidur/compute/a100/meta-llama/Llama-2-70b-hf/mlp.csv", "vidur/legacy_2024-05/a100/attention.csv",

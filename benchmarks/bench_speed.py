@@ -101,8 +101,8 @@ def part_run(args: argparse.Namespace) -> list[dict]:
 
 
 def _learned_artifact(tmp: Path) -> str | None:
-    from simulator.costmodel.fit import fit_tables, save_artifact
-    from simulator.costmodel.fit_data import read_profiles
+    from simulator.calibrate.fit import fit_tables, save_artifact
+    from simulator.calibrate.fit_data import read_profiles
 
     paths = [VIDUR / t for t in VIDUR_TABLES]
     if not all(p.exists() for p in paths):
@@ -116,8 +116,8 @@ def _learned_artifact(tmp: Path) -> str | None:
 def part_loop(args: argparse.Namespace) -> list[dict]:
     if not TRACE.exists():
         return [{"part": "loop", "what": f"skipped: {TRACE} not found"}]
-    from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-    from simulator.engine import simulate
+    from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+    from simulator.engine.cluster import simulate
 
     rows = []
     # Warm-up: the first simulate() of a process pays for lazy imports, cost-model tables and
@@ -179,8 +179,8 @@ def part_results(args: argparse.Namespace) -> list[dict]:
     last ``--results-trials`` trials of each scheduler, around its capacity) and compare every figure."""
     from dataclasses import asdict
 
-    from simulator.capacity import SLO, run_trial
-    from simulator.config import RunConfig
+    from simulator.config.run_config import RunConfig
+    from simulator.planning.capacity import SLO, run_trial
 
     rows = []
     for point in sorted((ROOT / "results" / "sarathi-serve" / "sweep" / "points").glob("*.json")):

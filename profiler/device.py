@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.catalog import GPUS, GPUSpec
+from simulator.config.catalog import GPUS, GPUSpec
 
 CPU_CLOCK_HZ = 4.0e9
 CPU_FLOPS_PER_CYCLE = 64 * 4

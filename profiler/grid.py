@@ -29,7 +29,7 @@ from profiler.shapes import ShardedShapes
 # Total KV tokens of one decode batch (all sequences): keeps memory bounded on any device.
 MAX_DECODE_KV_TOKENS = 1 << 21
 MAX_DECODE_KV_TOKENS_QUICK = 1 << 14
-# Distinct shapes per op in a quick grid; must be >= simulator.costmodel.fit.MIN_POINTS (a test checks).
+# Distinct shapes per op in a quick grid; must be >= simulator.calibrate.fit.MIN_POINTS (a test checks).
 QUICK_MIN_POINTS = 8
 
 

@@ -44,8 +44,8 @@ from profiler.schema import (
 )
 from profiler.shapes import ShardedShapes, load_model
 from profiler.work import comm_work
-from simulator.catalog import ModelSpec
-from simulator.errors import ConfigError
+from simulator.config.catalog import ModelSpec
+from simulator.config.errors import ConfigError
 
 FLUSH_EVERY_S = 2.0
 DEVICES = ("cpu", "cuda")

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.errors import ConfigError
+from simulator.config.errors import ConfigError
 
 # -- op names --------------------------------------------------------------------------
 # Per-layer ops priced by token count; identical to simulator.costmodel.roofline.TOKEN_OPS

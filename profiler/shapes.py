@@ -1,6 +1,6 @@
 """Model shapes as one GPU of a tensor-parallel group sees them.
 
-A model comes from the catalog (:func:`simulator.catalog.get_model`) or from a Hugging
+A model comes from the catalog (:func:`simulator.config.catalog.get_model`) or from a Hugging
 Face style ``config.json`` given by path. :class:`ShardedShapes` then derives the GEMM
 and attention shapes a TP rank really runs (Megatron sharding, as vLLM does it):
 
@@ -12,7 +12,7 @@ and attention shapes a TP rank really runs (Megatron sharding, as vLLM does it):
 * embedding and LM head vocab-parallel: ``ceil(vocab / tp)`` rows per rank.
 
 ``tp`` must divide the attention heads and the FFN width, and KV heads must divide by
-``tp`` or ``tp`` by them; anything else is a :class:`~simulator.errors.ConfigError`.
+``tp`` or ``tp`` by them; anything else is a :class:`~simulator.config.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.catalog import ModelSpec, get_model
-from simulator.errors import ConfigError
+from simulator.config.catalog import ModelSpec, get_model
+from simulator.config.errors import ConfigError
 
 # HF ``model_type`` values whose MLP is a plain two-matrix GeLU block with LayerNorm.
 _UNGATED_MODEL_TYPES = {"phi", "gpt2", "gpt_neox", "gptj", "falcon", "opt", "bloom", "gpt_bigcode", "starcoder2"}

@@ -74,8 +74,8 @@ from profiler.schema import (
 )
 from profiler.shapes import ShardedShapes
 from profiler.work import comm_work, decode_work, prefill_work, token_op_work
-from simulator.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
-from simulator.errors import ConfigError
+from simulator.config.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
+from simulator.config.errors import ConfigError
 
 MS = 1e-3
 VIDUR_DTYPE = "float16"

@@ -10,14 +10,14 @@ from collections.abc import Callable
 
 import simpy
 
-from simulator.config import ReplicaConfig, SchedulerConfig
+from simulator.config.run_config import ReplicaConfig, SchedulerConfig
 from simulator.costmodel.base import BatchShape, CostModel
 from simulator.costmodel.roofline import RooflineCostModel
-from simulator.kvcache import BlockManager
-from simulator.records import Recorder
-from simulator.replica import Replica
-from simulator.request import Request
-from simulator.schedulers import SCHEDULERS
+from simulator.engine.kvcache import BlockManager
+from simulator.engine.records import Recorder
+from simulator.engine.replica import Replica
+from simulator.engine.schedulers import SCHEDULERS
+from simulator.workload.request import Request
 
 
 class ConstantCostModel(CostModel):

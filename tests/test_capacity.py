@@ -11,8 +11,12 @@ import pytest
 from helpers import ConstantCostModel
 from typer.testing import CliRunner
 
-from simulator import engine
-from simulator.capacity import (
+from simulator.cli import app
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+from simulator.engine import cluster as engine
+from simulator.engine.tbt import GapLog, same_gaps
+from simulator.planning.capacity import (
     SLO,
     GapsAbove,
     OverloadWatch,
@@ -22,11 +26,7 @@ from simulator.capacity import (
     run_trial,
     search_seed,
 )
-from simulator.cli import app
-from simulator.config import RunConfig
-from simulator.errors import ConfigError
-from simulator.tau import DecodeMix, choose_tau, knee_tokens
-from simulator.tbt import GapLog, same_gaps
+from simulator.planning.tau import DecodeMix, choose_tau, knee_tokens
 
 runner = CliRunner()
 
@@ -291,7 +291,7 @@ def test_tau_fits_the_slo_and_grows_with_it():
     strict, relaxed = choose_tau(config, 0.1, mix), choose_tau(config, 0.5, mix)
     assert 32 < strict.tau < relaxed.tau
     from simulator.costmodel import load_cost_model
-    from simulator.tau import hybrid_shape
+    from simulator.planning.tau import hybrid_shape
 
     cost = load_cost_model("roofline", config.replica, config.engine)
     assert cost.iteration_time(hybrid_shape(mix, strict.tau)) <= 0.1 < cost.iteration_time(hybrid_shape(mix, strict.tau + 1))
@@ -319,7 +319,7 @@ def test_cli_tau_json_and_plot(tmp_path):
     (1.0052083, 1.0, "1.01"),
 ])
 def test_figures_keep_their_side_of_the_limit(value, limit, text):
-    from simulator.capacity import format_against
+    from simulator.planning.capacity import format_against
 
     assert format_against(value, limit) == text
 

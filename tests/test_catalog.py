@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.catalog import GPUS, MODELS, get_gpu, get_model
-from simulator.config import ReplicaConfig, SchedulerConfig
-from simulator.errors import ConfigError
+from simulator.config.catalog import GPUS, MODELS, get_gpu, get_model
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig, SchedulerConfig
 
 
 def test_exact_lookup_and_aliases():

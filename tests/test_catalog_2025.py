@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.catalog import GPUS, MODELS, get_gpu, get_model
+from simulator.config.catalog import GPUS, MODELS, get_gpu, get_model
 
 # name: (total B, active B or None, active counts the input embedding, source)
 PUBLISHED = {

@@ -89,7 +89,7 @@ def test_output_options_are_refused_before_simulating(tmp_path: Path, monkeypatc
 
     monkeypatch.setattr(run_cli, "simulate", no_simulation)
     res = runner.invoke(app, ["run", "--no-progress", *(x.format(file=a_file) for x in args)])
-    from simulator.errors import ConfigError
+    from simulator.config.errors import ConfigError
 
     assert isinstance(res.exception, ConfigError), res.output  # main() turns it into one line and exit 2
     assert str(res.exception).startswith(args[0])

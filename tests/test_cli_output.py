@@ -17,8 +17,8 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from simulator.catalog import GPUS, MODELS
 from simulator.cli.tables import print_table, wrap_pairs
+from simulator.config.catalog import GPUS, MODELS
 from simulator.costmodel.engine_model import ENGINES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,11 +118,11 @@ def test_rejections_are_counted_per_reason(tmp_path: Path) -> None:
 
 
 def test_rejection_kinds_drop_the_request_figures() -> None:
-    from simulator.config import SchedulerConfig
-    from simulator.kvcache import BlockManager
-    from simulator.metrics import rejection_kind
-    from simulator.request import Request
-    from simulator.schedulers import SCHEDULERS
+    from simulator.config.run_config import SchedulerConfig
+    from simulator.engine.kvcache import BlockManager
+    from simulator.engine.schedulers import SCHEDULERS
+    from simulator.report.metrics import rejection_kind
+    from simulator.workload.request import Request
 
     scheduler = SCHEDULERS["sarathi"](SchedulerConfig("sarathi"), BlockManager(10, 16, 0.0), 4096)
     too_long = scheduler.rejection_reason(Request(0, 0.0, 5000, 10))
@@ -171,7 +171,7 @@ def test_steady_long_delays_are_not_called_growing() -> None:
     import numpy as np
     import pandas as pd
 
-    from simulator.metrics import overload_summary
+    from simulator.report.metrics import overload_summary
 
     n = 40
     arrival = np.arange(n, dtype=float)
@@ -185,9 +185,9 @@ def test_steady_long_delays_are_not_called_growing() -> None:
 
 # -- huge runs: progress and memory ------------------------------------------------------------
 def test_plain_progress_runs_from_generation_on() -> None:
-    from simulator.config import RunConfig
-    from simulator.engine import simulate
-    from simulator.progress import RunProgress
+    from simulator.config.run_config import RunConfig
+    from simulator.engine.cluster import simulate
+    from simulator.util.progress import RunProgress
 
     buffer = io.StringIO()
     progress = RunProgress(stream=buffer, plain=True, every_s=0.0, quiet_s=0.0)
@@ -208,7 +208,7 @@ def test_short_piped_run_keeps_stderr_clean_and_bad_out_is_refused_first() -> No
 
 
 def test_progress_lines_carry_counts_and_eta() -> None:
-    from simulator.progress import RunProgress
+    from simulator.util.progress import RunProgress
 
     buffer = io.StringIO()
     progress = RunProgress(stream=buffer, plain=True, every_s=0.0, quiet_s=0.0)
@@ -222,8 +222,8 @@ def test_progress_lines_carry_counts_and_eta() -> None:
 
 
 def test_a_run_that_cannot_fit_in_memory_is_refused_up_front() -> None:
-    from simulator.errors import ConfigError
-    from simulator.resources import BYTES_PER_REQUEST, GiB, check_run_fits, estimate_run_bytes
+    from simulator.config.errors import ConfigError
+    from simulator.config.resources import BYTES_PER_REQUEST, GiB, check_run_fits, estimate_run_bytes
 
     assert estimate_run_bytes(1000) == 1000 * BYTES_PER_REQUEST
     assert estimate_run_bytes(1000, bytes_per_request=500) == 500_000  # one figure to update
@@ -242,21 +242,21 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_up_front() -> None:
 
 
 def test_auto_workers_is_bounded_by_cpus_use_and_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    import simulator.resources
-    from simulator.resources import BYTES_PER_REQUEST, GiB, auto_workers, available_cpus
+    import simulator.config.resources
+    from simulator.config.resources import BYTES_PER_REQUEST, GiB, auto_workers, available_cpus
 
     assert available_cpus() >= 1
     assert auto_workers(3, 2048, available=64 * GiB, cpus=2) == 2  # the CPUs
     assert auto_workers(3, 2048, available=64 * GiB, cpus=16) == 3  # what the command can use
     assert auto_workers(8, 1_000_000, available=3 * 1_000_000 * BYTES_PER_REQUEST, cpus=16) == 3  # memory
     assert auto_workers(8, 10_000_000, available=1 * GiB, cpus=16) == 1  # at least one
-    monkeypatch.setattr(simulator.resources, "available_bytes", lambda: None)  # where memory cannot be read
+    monkeypatch.setattr(simulator.config.resources, "available_bytes", lambda: None)  # where memory cannot be read
     assert auto_workers(8, 10_000_000, cpus=4) == 4  # unknown memory is no limit
 
 
 def test_workers_option_takes_a_count_or_auto() -> None:
     from simulator.cli.options import parse_workers
-    from simulator.errors import ConfigError
+    from simulator.config.errors import ConfigError
 
     assert parse_workers("3", lambda: 7) == 3
     assert parse_workers(" Auto ", lambda: 7) == 7
@@ -271,9 +271,9 @@ def test_iteration_table_written_in_chunks_reads_back_as_the_frame(tmp_path: Pat
     """Large runs write the iteration table chunk by chunk; the file is the frame, row for row."""
     import pandas as pd
 
-    from simulator.config import RunConfig, WorkloadConfig
-    from simulator.engine import simulate
-    from simulator.output import write_chunks
+    from simulator.config.run_config import RunConfig, WorkloadConfig
+    from simulator.engine.cluster import simulate
+    from simulator.report.output import write_chunks
 
     result = simulate(RunConfig(workload=WorkloadConfig("sharegpt", qps=6.0, num_requests=40), num_replicas=3))
     frame = result.iteration_frame()
@@ -291,11 +291,11 @@ def test_request_table_written_in_chunks_reads_back_as_the_frame(tmp_path: Path,
     import numpy as np
     import pandas as pd
 
-    from simulator.config import RunConfig
-    from simulator.engine import simulate
-    from simulator.metrics import request_columns, request_frame
-    from simulator.output import column_chunks, write_chunks
-    from simulator.workload import RequestTable
+    from simulator.config.run_config import RunConfig
+    from simulator.engine.cluster import simulate
+    from simulator.report.metrics import request_columns, request_frame
+    from simulator.report.output import column_chunks, write_chunks
+    from simulator.workload.generate import RequestTable
 
     table = RequestTable(np.arange(30) * 0.2, np.r_[np.full(29, 300), 9000], np.full(30, 20), source="hand")
     result = simulate(RunConfig(num_replicas=2), table)
@@ -316,10 +316,10 @@ def test_write_run_writes_both_tables_side_by_side_as_the_frames(tmp_path: Path,
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from simulator.config import RunConfig, WorkloadConfig
-    from simulator.engine import simulate
-    from simulator.metrics import request_frame
-    from simulator.output import write_run
+    from simulator.config.run_config import RunConfig, WorkloadConfig
+    from simulator.engine.cluster import simulate
+    from simulator.report.metrics import request_frame
+    from simulator.report.output import write_run
 
     result = simulate(RunConfig(workload=WorkloadConfig("sharegpt", qps=6.0, num_requests=40), num_replicas=3))
     paths = write_run(result, tmp_path / "out", fmt)
@@ -342,7 +342,7 @@ def test_write_run_writes_both_tables_side_by_side_as_the_frames(tmp_path: Path,
 def test_prefetched_yields_every_item_in_order_and_passes_errors_on() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from simulator.output import prefetched
+    from simulator.report.output import prefetched
 
     def failing():  # noqa: ANN202
         yield 1

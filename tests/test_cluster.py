@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import engine
-from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-from simulator.metrics import replica_frame, request_frame, summarize
-from simulator.routers import ROUTERS, STATE_FREE_ROUTERS, least_outstanding, random, round_robin
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.engine import cluster as engine
+from simulator.engine.routers import ROUTERS, STATE_FREE_ROUTERS, least_outstanding, random, round_robin
+from simulator.report.metrics import replica_frame, request_frame, summarize
 
 STEADY = WorkloadConfig("fixed", prompt_tokens=256, output_tokens=64, arrival="fixed", qps=8.0, num_requests=400)
 

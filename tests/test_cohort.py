@@ -1,4 +1,4 @@
-"""Lockstep decodes (simulator.cohort): the same policy decisions and request state as stepping
+"""Lockstep decodes (simulator.engine.cohort): the same policy decisions and request state as stepping
 each decode, checked on the policy alone (hand-driven schedule/complete, no SimPy) and on runs."""
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import cohort as cohort_module
-from simulator import engine
-from simulator.capacity import ArrivalWatch
-from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-from simulator.engine import StopRun, simulate
-from simulator.kvcache import BlockManager
-from simulator.metrics import request_frame
-from simulator.request import Request, Status
-from simulator.schedulers import SCHEDULERS
-from simulator.tbt import GapLog, same_gaps
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.engine import cluster as engine
+from simulator.engine import cohort as cohort_module
+from simulator.engine.cluster import StopRun, simulate
+from simulator.engine.kvcache import BlockManager
+from simulator.engine.schedulers import SCHEDULERS
+from simulator.engine.tbt import GapLog, same_gaps
+from simulator.planning.capacity import ArrivalWatch
+from simulator.report.metrics import request_frame
+from simulator.workload.request import Request, Status
 
 FIELDS = ("num_computed", "num_generated", "num_blocks", "status", "num_preemptions", "first_token_at",
           "last_token_at", "max_tbt_s", "completed_at", "first_scheduled_at")

@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from simulator.calibrate.fit import fit_tables, save_artifact
+from simulator.calibrate.fit_data import read_profile, read_profiles
 from simulator.cli import app
 from simulator.cli.costmodel import build_shape, fit_command, predict
-from simulator.config import ReplicaConfig
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel import BatchShape, CostModel, RooflineCostModel, load_cost_model
-from simulator.costmodel.fit import fit_tables, save_artifact
-from simulator.costmodel.fit_data import read_profile, read_profiles
 from simulator.costmodel.learned import LearnedCostModel, load_artifact
-from simulator.errors import ConfigError
 
 MODEL, GPU, TP = "llama-2-7b", "a100-80gb", 1
 TOKEN_COST = {  # op -> (fixed s, s per token): roughly a 7B layer on an A100
@@ -192,7 +192,7 @@ def test_mixed_models_or_units_refused(tmp_path):
 
 
 def test_plausible_kernel_time_depends_on_the_device(tmp_path):
-    from simulator.costmodel.fit_data import plausible_limit_s
+    from simulator.calibrate.fit_data import plausible_limit_s
 
     assert plausible_limit_s("a100-80gb") == 1.0 and plausible_limit_s("h100-sxm") == 1.0
     assert plausible_limit_s("cpu") == pytest.approx(312.0) and plausible_limit_s("") == 1.0

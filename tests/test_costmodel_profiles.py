@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.config import ReplicaConfig
+from simulator.calibrate.fit import fit_tables
+from simulator.calibrate.fit_calibration import roofline_token_predictions
+from simulator.calibrate.fit_data import read_profile, read_profiles
+from simulator.calibrate.fit_fidelity import token_table_points
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel import BatchShape
 from simulator.costmodel.calibration import DEFAULT, calibration_for
-from simulator.costmodel.fit import fit_tables
-from simulator.costmodel.fit_calibration import roofline_token_predictions
-from simulator.costmodel.fit_data import read_profile, read_profiles
-from simulator.costmodel.fit_fidelity import token_table_points
 from simulator.costmodel.learned import LearnedCostModel
-from simulator.errors import ConfigError
 
 A100_7B = "profiles/vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"
 A100_70B = "profiles/vidur/compute/a100/meta-llama/Llama-2-70b-hf/mlp.csv"

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.config import RunConfig
-from simulator.disagg_layout import layout_of, parse_link, parse_pool
-from simulator.disagg_metrics import decode_tbt_samples, disagg_summary, handoff_frame
-from simulator.engine import simulate
-from simulator.errors import ConfigError
-from simulator.metrics import request_frame, tbt_samples
+from simulator.config.disagg_layout import layout_of, parse_link, parse_pool
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+from simulator.engine.cluster import simulate
+from simulator.report.disagg_metrics import decode_tbt_samples, disagg_summary, handoff_frame
+from simulator.report.metrics import request_frame, tbt_samples
 
 
 def table(arrivals, prompts, outputs):  # noqa: ANN001, ANN201
@@ -33,7 +33,7 @@ def disagg_config(prefill: str = "1x(tp=1)", decode: str = "1x(tp=1)", link: str
 def balanced_run(config: RunConfig, tab):  # noqa: ANN001, ANN201
     """Simulate, checking at every arrival that each replica's KV blocks balance
     (free + held by its requests + parked for a transfer == total)."""
-    import simulator.disagg as disagg
+    import simulator.engine.disagg as disagg
 
     clusters: list = []
     original = disagg.DisaggCluster.__init__
@@ -237,7 +237,7 @@ def small_workload(config: RunConfig) -> RunConfig:
 def test_fits_agrees_with_the_run_at_the_watermark(num_gpu_blocks: int, runs: bool) -> None:
     """256 blocks of 16 are exactly max_model_len 4096 tokens, but new prompts may not use the
     1% watermark (2 blocks): the run refuses that cache, so the planner must not offer it."""
-    from simulator.disagg_plan import fits
+    from simulator.planning.split import fits
 
     config = small_workload(RunConfig().replace(replica__model="llama-2-7b", replica__num_gpu_blocks=num_gpu_blocks))
     assert config.replica.effective_max_model_len == 4096
@@ -250,8 +250,8 @@ def test_fits_agrees_with_the_run_at_the_watermark(num_gpu_blocks: int, runs: bo
 
 
 def test_split_candidates_use_exactly_the_gpus_and_fit() -> None:
-    from simulator.disagg_layout import num_gpus_of
-    from simulator.disagg_plan import aggregated_candidates, fits, split_candidates
+    from simulator.config.disagg_layout import num_gpus_of
+    from simulator.planning.split import aggregated_candidates, fits, split_candidates
 
     base = RunConfig().replace(replica__model="llama-2-13b")
     splits = split_candidates(base, 8)
@@ -267,7 +267,7 @@ def test_split_candidates_use_exactly_the_gpus_and_fit() -> None:
 
 
 def test_goodput_search_brackets_the_slo_attainment() -> None:
-    from simulator.disagg_plan import GoodputSLO, attainment_at, goodput_search
+    from simulator.planning.split import GoodputSLO, attainment_at, goodput_search
 
     config = small_workload(disagg_config())
     slo = GoodputSLO(ttft_s=1.0, tpot_s=0.05, attainment=0.9)
@@ -298,8 +298,8 @@ def test_compare_command_writes_table_and_plot(tmp_path) -> None:  # noqa: ANN00
 
 
 def test_capacity_and_sweeps_accept_disaggregated_layouts(tmp_path) -> None:  # noqa: ANN001
-    from simulator.capacity import SLO, SearchSettings, find_capacity, min_iteration_s
-    from simulator.sweep import build_spec, run_sweep
+    from simulator.planning.capacity import SLO, SearchSettings, find_capacity, min_iteration_s
+    from simulator.planning.sweep import build_spec, run_sweep
 
     config = small_workload(disagg_config(prefill="1x(tp=1)", decode="1x(tp=2)"))
     # The TBT floor is the decode pool's lone decode, not the (default) run replica's.

@@ -12,12 +12,12 @@ from helpers import ConstantCostModel, run_requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import BatchShape, RooflineCostModel
-from simulator.engine import simulate
-from simulator.metrics import request_frame, summarize, tbt_samples
-from simulator.schedulers import SCHEDULERS
-from simulator.tbt import expand, merged, same_gaps
+from simulator.engine.cluster import simulate
+from simulator.engine.schedulers import SCHEDULERS
+from simulator.engine.tbt import expand, merged, same_gaps
+from simulator.report.metrics import request_frame, summarize, tbt_samples
 
 MISTRAL = ReplicaConfig("mistral-7b", "a100-80gb")
 
@@ -187,7 +187,7 @@ def test_requests_that_cannot_fit_are_reported_not_dropped():
 
 
 def test_model_that_does_not_fit_is_refused():
-    from simulator.errors import ConfigError
+    from simulator.config.errors import ConfigError
 
     with pytest.raises(ConfigError, match="does not fit"):
         simulate(RunConfig(replica=ReplicaConfig("llama-2-70b", "a100-80gb", tp=1)))
@@ -198,7 +198,7 @@ def test_model_that_does_not_fit_is_refused():
 def test_iteration_rows_sort_as_lexsort_does(rows):
     """The end-time order of the iteration table (stable sort, checked ties) is lexsort's,
     ties in end, replica and start included."""
-    from simulator.engine import _end_order
+    from simulator.engine.cluster import _end_order
 
     start, duration, replica = (np.array(c) for c in zip(*rows, strict=True))
     start, duration = start.astype(np.float64), duration.astype(np.float64)

@@ -13,15 +13,16 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from simulator.cli import app
-from simulator.config import ReplicaConfig, RunConfig
-from simulator.costmodel import BatchShape, load_cost_model
-from simulator.costmodel.engine_fit import (
+from simulator.calibrate.engine_fit import (
     calibrate_bench,
     calibrate_table,
     make_bench_fixture,
     read_bench,
 )
+from simulator.cli import app
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig, RunConfig
+from simulator.costmodel import BatchShape, load_cost_model
 from simulator.costmodel.engine_model import (
     DEFAULT_ENGINE,
     ENGINES,
@@ -30,7 +31,6 @@ from simulator.costmodel.engine_model import (
     load_engine,
     tp_lookup,
 )
-from simulator.errors import ConfigError
 
 runner = CliRunner()
 FIXTURE = Path(__file__).parent / "data" / "vllm_bench_fixture.json"
@@ -89,7 +89,7 @@ def test_launch_bound_without_cuda_graphs_and_collective_floor_by_tp():
 
 def test_engine_field_and_flag_reach_the_simulation(tmp_path: Path):
     cfg = RunConfig().replace(workload__num_requests=20)
-    from simulator.engine import simulate
+    from simulator.engine.cluster import simulate
 
     ends = {e: simulate(cfg.replace(engine=e)).sim_end_at for e in ("ideal", "handset", DEFAULT_ENGINE)}
     assert ends["ideal"] < ends["handset"] < ends[DEFAULT_ENGINE]
@@ -195,8 +195,8 @@ def test_bench_refusals(tmp_path: Path):
 
 # -- presets reproduce from the public data ---------------------------------------------------------------------
 def test_splitwise_preset_refits_and_meets_the_acceptance_errors(shared_data: Path):
-    from simulator.costmodel.engine_fit import fit_splitwise, splitwise_iteration_table, splitwise_rows
-    from simulator.costmodel.validation import splitwise_predictions, summarize_splitwise
+    from simulator.calibrate.engine_fit import fit_splitwise, splitwise_iteration_table, splitwise_rows
+    from simulator.calibrate.validation import splitwise_predictions, summarize_splitwise
 
     table = splitwise_iteration_table(splitwise_rows(shared_data / "profiles" / "splitwise-sim" / "perf_model.csv"))
     refit = fit_splitwise(table, ["a100-80gb", "h100-sxm"])
@@ -212,7 +212,7 @@ def test_splitwise_preset_refits_and_meets_the_acceptance_errors(shared_data: Pa
 
 
 def test_vidur_preset_refits(shared_data: Path):
-    from simulator.costmodel.engine_fit import fit_vidur_preset
+    from simulator.calibrate.engine_fit import fit_vidur_preset
 
     refit = fit_vidur_preset(shared_data / "profiles" / "vidur" / "legacy_2023" / "a100" / "cpu_overheads.csv")
     preset = ENGINES["sarathi-2023-vidur"]

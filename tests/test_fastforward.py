@@ -15,22 +15,23 @@ import pytest
 import simpy
 from helpers import ConstantCostModel, record_outcomes, submit_all
 
-from simulator import engine, fastforward
-from simulator.capacity import OverloadWatch
-from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.calibrate.fit import fit_tables
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import CostModel, RooflineCostModel
 from simulator.costmodel.engine_model import SMALL_STRETCH, EngineCostModel, load_engine
-from simulator.costmodel.fit import fit_tables
 from simulator.costmodel.learned import LearnedCostModel
-from simulator.engine import simulate
-from simulator.kvcache import BlockManager
-from simulator.metrics import request_frame
-from simulator.records import Recorder
-from simulator.replica import Replica
-from simulator.request import Request
-from simulator.schedulers import SCHEDULERS
-from simulator.tbt import same_gaps
-from simulator.workload import RequestTable
+from simulator.engine import cluster as engine
+from simulator.engine.cluster import simulate
+from simulator.engine.kvcache import BlockManager
+from simulator.engine.records import Recorder
+from simulator.engine.replica import Replica
+from simulator.engine.schedulers import SCHEDULERS
+from simulator.engine.tbt import same_gaps
+from simulator.fast import skipping as fastforward
+from simulator.planning.capacity import OverloadWatch
+from simulator.report.metrics import request_frame
+from simulator.workload.generate import RequestTable
+from simulator.workload.request import Request
 
 
 @pytest.fixture
@@ -310,7 +311,7 @@ def test_a_cost_model_subclass_gets_the_exact_generic_path(monkeypatch: pytest.M
 
 
 def test_iteration_log_reads_like_the_list_of_tuples_it_replaces() -> None:
-    from simulator.records import ITERATION_COLUMNS, IterationLog
+    from simulator.engine.records import ITERATION_COLUMNS, IterationLog
 
     rows = [(i % 3, 0.5 * i, 0.25, i, 2 * i, 1, 7, 0, i % 2) for i in range(IterationLog.BUFFER * 2 + 5)]
     # Two decode stretches' rows (every count but decodes and blocks zero), one past the zero buffer.

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from simulator.catalog import MODELS, get_gpu, get_model
-from simulator.config import ReplicaConfig, RunConfig, WorkloadConfig
-from simulator.engine import simulate
-from simulator.errors import ConfigError
-from simulator.hf_config import model_from_hf_dict
-from simulator.kvcache import plan_memory
+from simulator.config.catalog import MODELS, get_gpu, get_model
+from simulator.config.errors import ConfigError
+from simulator.config.hf_config import model_from_hf_dict
+from simulator.config.run_config import ReplicaConfig, RunConfig, WorkloadConfig
+from simulator.engine.cluster import simulate
+from simulator.engine.kvcache import plan_memory
 
 FIXTURES = Path(__file__).parent / "data" / "hf_configs"
 FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())

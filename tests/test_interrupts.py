@@ -12,7 +12,7 @@ import signal
 import pytest
 from helpers import assert_a_signal_stops_workers
 
-from simulator.interrupts import WorkerPool
+from simulator.util.interrupts import WorkerPool
 
 
 def _sigint_handler_is_ignore(_: int) -> bool:
@@ -45,7 +45,7 @@ def test_a_signal_while_workers_start_waits_for_them_to_have_started(sig: int) -
     inside signals_blocked: it is raised once the block ends, once per signal."""
     import threading
 
-    from simulator.interrupts import signal_handlers, signals_blocked
+    from simulator.util.interrupts import signal_handlers, signals_blocked
 
     seen: list[int] = []
 

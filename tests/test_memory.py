@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.config import ReplicaConfig, RunConfig, WorkloadConfig
-from simulator.engine import simulate
-from simulator.errors import ConfigError
-from simulator.kvcache import plan_memory
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig, RunConfig, WorkloadConfig
+from simulator.engine.cluster import simulate
+from simulator.engine.kvcache import plan_memory
 
 GiB = 2**30
 BUDGET, SEQS, BLOCK = 512, 128, 16  # max_num_batched_tokens, max_num_seqs, block size
@@ -104,7 +104,7 @@ def _plan(model: str):
 
 
 def test_every_catalog_model_has_a_reference_layout():
-    from simulator.catalog import MODELS
+    from simulator.config.catalog import MODELS
 
     # MoE, MLA and explicit-head-dim models have their own hand calculations in tests/test_moe.py.
     plain = {name for name, m in MODELS.items() if not (m.is_moe or m.is_mla or m.explicit_head_dim)}

@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.catalog import MODELS
-from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.config.catalog import MODELS
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import BatchShape, RooflineCostModel
 from simulator.costmodel.moe import expected_experts_touched
-from simulator.engine import simulate
-from simulator.errors import ConfigError
-from simulator.kvcache import plan_memory
-from simulator.workload import generate_requests
+from simulator.engine.cluster import simulate
+from simulator.engine.kvcache import plan_memory
+from simulator.workload.generate import generate_requests
 
 GiB = 2**30
 
@@ -205,8 +205,8 @@ def test_mixtral_h100_decode_ops_within_15_percent_of_llmservingsim(shared_data)
     """The acceptance check, fast form: held-out rows of the MoE families at decode sizes
     (<= 256 tokens), roofline with the committed expert constants and learned curves fitted on
     the training rows (results/fidelity/moe.md has the full report)."""
-    from simulator.costmodel.fit import ape, fit_curve
-    from simulator.costmodel.fit_moe import DECODE_MAX_TOKENS, load_tables, roofline_predict, split
+    from simulator.calibrate.fit import ape, fit_curve
+    from simulator.calibrate.fit_moe import DECODE_MAX_TOKENS, load_tables, roofline_predict, split
     from simulator.costmodel.moe import EXPERT_CALIBRATION
 
     rows = load_tables(shared_data / "profiles")
@@ -228,8 +228,8 @@ def test_mixtral_h100_decode_ops_within_15_percent_of_llmservingsim(shared_data)
 def test_learned_cost_model_fits_and_composes_moe_ops(shared_data):
     """`simulate fit` on LLMServingSim's Mixtral table learns the router and per-expert curves; the
     learned model composes them over the touched experts and agrees with the roofline's MoE ops."""
-    from simulator.costmodel.fit import fit_tables
-    from simulator.costmodel.fit_data import read_profile
+    from simulator.calibrate.fit import fit_tables
+    from simulator.calibrate.fit_data import read_profile
     from simulator.costmodel.learned import LearnedCostModel
 
     table = read_profile(shared_data / "profiles/llmservingsim/H100/mistralai/Mixtral-8x7B-v0.1/tp1/layers.csv")
@@ -254,7 +254,7 @@ def test_learned_cost_model_fits_and_composes_moe_ops(shared_data):
 def test_learned_all_reduce_under_ep_is_counted_as_the_roofline_counts_it():
     """With expert parallelism a MoE layer's MLP all-reduce becomes all-to-alls plus an all-gather
     (the roofline's ``ep_all_to_all``): a learned all-reduce curve prices only the attention's."""
-    from simulator.costmodel.fit import Curve
+    from simulator.calibrate.fit import Curve
     from simulator.costmodel.learned import LearnedCostModel
 
     curve = Curve(np.array([1.0, 1e6, 1e8]), np.array([1e-5, 2e-5, 1e-3]))

@@ -10,14 +10,14 @@ import pytest
 from helpers import assert_a_signal_stops_workers, record_outcomes
 from typer.testing import CliRunner
 
-from simulator import engine
 from simulator.cli import app
-from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-from simulator.engine import simulate
-from simulator.errors import ConfigError
-from simulator.metrics import request_frame
-from simulator.tbt import same_gaps
-from simulator.workload import RequestTable
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.engine import cluster as engine
+from simulator.engine.cluster import simulate
+from simulator.engine.tbt import same_gaps
+from simulator.report.metrics import request_frame
+from simulator.workload.generate import RequestTable
 
 
 def _assert_same(a: engine.RunResult, b: engine.RunResult) -> None:
@@ -80,10 +80,10 @@ def test_run_cli_workers_option() -> None:
 
 def test_run_cli_workers_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     """auto: one process per CPU up to the replicas where they run apart, one process elsewhere."""
-    import simulator.resources
+    import simulator.config.resources
     from simulator.cli.run import run_auto_workers
 
-    monkeypatch.setattr(simulator.resources, "available_cpus", lambda: 3)
+    monkeypatch.setattr(simulator.config.resources, "available_cpus", lambda: 3)
     cluster = RunConfig(num_replicas=2)
     assert run_auto_workers(cluster) == 2 and run_auto_workers(cluster.replace(num_replicas=8)) == 3
     for joint in (RunConfig(), cluster.replace(router="least_outstanding"), cluster.replace(fast_forward=False)):

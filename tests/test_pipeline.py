@@ -7,15 +7,15 @@ import pytest
 import simpy
 from helpers import ConstantCostModel
 
-from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel.base import BatchShape
-from simulator.engine import simulate
-from simulator.kvcache import BlockManager
-from simulator.metrics import summarize
-from simulator.pipeline import PipelinedReplica
-from simulator.records import Recorder
-from simulator.request import Request
-from simulator.schedulers import SCHEDULERS
+from simulator.engine.cluster import simulate
+from simulator.engine.kvcache import BlockManager
+from simulator.engine.pipeline import PipelinedReplica
+from simulator.engine.records import Recorder
+from simulator.engine.schedulers import SCHEDULERS
+from simulator.report.metrics import summarize
+from simulator.workload.request import Request
 
 
 class FixedStageCost(ConstantCostModel):

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from simulator import plots
-from simulator.config import RunConfig
-from simulator.engine import FRAME_COLUMNS, simulate
-from simulator.metrics import tbt_samples
+from simulator.config.run_config import RunConfig
+from simulator.engine.cluster import FRAME_COLUMNS, simulate
+from simulator.report import plots
+from simulator.report.metrics import tbt_samples
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -90,7 +90,7 @@ def test_stall_mask_from_request_timestamps_counts_every_back_to_back_stall():
 def test_vllm_stall_count_matches_the_request_timeline(vllm_run):
     """Exact stalls: every prefill-only iteration during which some request sits between its
     first token and its completion; at least as many as the carried-over estimate."""
-    from simulator.metrics import request_frame
+    from simulator.report.metrics import request_frame
 
     it, req = vllm_run.iteration_frame(), request_frame(vllm_run)
     exact = plots.stall_mask(it, req)
@@ -134,7 +134,7 @@ def test_pp_gantt_from_a_pipelined_run(tmp_path: Path):
 
 
 def test_plot_sweep_folder(tmp_path: Path):
-    from simulator.sweep import build_spec, run_sweep
+    from simulator.planning.sweep import build_spec, run_sweep
 
     spec = build_spec({"base": {"model": "mistral-7b", "num_requests": 16, "workload": "fixed", "prompt_tokens": 32,
                                 "output_tokens": 4},
@@ -184,8 +184,8 @@ def test_latency_curves_have_a_title_and_no_colliding_tick_labels():
 
 
 def test_plot_sweep_on_a_partial_folder_says_so(tmp_path: Path):
-    from simulator.errors import ConfigError
-    from simulator.sweep import build_spec, point_path, run_sweep
+    from simulator.config.errors import ConfigError
+    from simulator.planning.sweep import build_spec, point_path, run_sweep
 
     spec = build_spec({"base": {"model": "mistral-7b", "num_requests": 16, "workload": "fixed", "prompt_tokens": 32,
                                 "output_tokens": 4},

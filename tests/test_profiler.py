@@ -20,8 +20,8 @@ from profiler.grid import Point, decode_grid, token_grid
 from profiler.runner import ProfileConfig, resolve_ops
 from profiler.schema import ALL_OPS, COLUMNS, COMM_OPS, KEY_COLUMNS, METADATA_FILE, OP_FAMILIES, TABLE_FILE, read_table
 from profiler.shapes import ShardedShapes, load_model
-from simulator.catalog import get_model
-from simulator.errors import ConfigError
+from simulator.config.catalog import get_model
+from simulator.config.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SIMULATE = [sys.executable, "-c", "from simulator.cli import main; main()"]
@@ -95,7 +95,7 @@ def test_token_grid_is_dense_then_geometric_up_to_max() -> None:
 @pytest.mark.parametrize("max_tokens", [8, 16, 64, 128, 256, 2048])
 def test_quick_grids_give_fit_enough_points(max_tokens: int) -> None:
     from profiler.grid import QUICK_MIN_POINTS, comm_token_grid, prefill_grid, quick_token_grid
-    from simulator.costmodel.fit import MIN_POINTS
+    from simulator.calibrate.fit import MIN_POINTS
 
     assert QUICK_MIN_POINTS >= MIN_POINTS
     grid = quick_token_grid(max_tokens)

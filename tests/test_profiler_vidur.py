@@ -18,7 +18,7 @@ import pytest
 
 from profiler.schema import COLUMNS, KEY_COLUMNS, METADATA_FILE, TABLE_FILE, read_table
 from profiler.vidur_import import MLP_OP_MAP, import_to_folder, import_vidur, import_vidur_file
-from simulator.errors import ConfigError
+from simulator.config.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "profiles" / "vidur"

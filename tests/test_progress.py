@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
-from simulator.progress import StepProgress
+from simulator.util.progress import StepProgress
 
 runner = CliRunner()
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.config import SchedulerConfig
-from simulator.kvcache import BlockManager
-from simulator.request import Request, Status
-from simulator.schedulers import SCHEDULERS
+from simulator.config.run_config import SchedulerConfig
+from simulator.engine.kvcache import BlockManager
+from simulator.engine.schedulers import SCHEDULERS
+from simulator.workload.request import Request, Status
 
 
 def make(name: str, num_blocks: int = 1000, max_model_len: int = 4096, **kw):

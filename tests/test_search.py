@@ -1,4 +1,4 @@
-"""The shared bracket-and-bisect search (simulator.search) against a known pass/fail threshold."""
+"""The shared bracket-and-bisect search (simulator.planning.search) against a known pass/fail threshold."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.search import Limits, Outcome, SearchAhead, State, largest_passing, loads_ahead, run_ahead
+from simulator.planning.search import Limits, Outcome, SearchAhead, State, largest_passing, loads_ahead, run_ahead
 
 
 def _search(threshold: float, start: float, limits: Limits, **kwargs):  # noqa: ANN003, ANN202

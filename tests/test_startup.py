@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import workload
+from simulator.workload import generate as workload
 
 
 def _modules_after(code: str) -> set[str]:
@@ -73,7 +73,7 @@ def test_a_named_command_is_built_alone_and_exactly_as_in_the_whole_app() -> Non
 
 def test_a_run_without_out_never_loads_pandas() -> None:
     code = ("from simulator.cli.run import run_simulation\n"
-            "from simulator.config import RunConfig, WorkloadConfig\n"
+            "from simulator.config.run_config import RunConfig, WorkloadConfig\n"
             "run_simulation(RunConfig(workload=WorkloadConfig('sharegpt', num_requests=20)))")
     loaded = _modules_after(code)
     assert "numpy" in loaded
@@ -114,7 +114,7 @@ def test_anything_unusual_goes_to_the_pandas_reader(tmp_path: Path, body: str) -
 def _catalog_table():  # noqa: ANN202
     from rich.table import Table
 
-    from simulator.catalog import MODELS
+    from simulator.config.catalog import MODELS
 
     table = Table("name", "hf id", "layers", "params (B)", title="models", title_justify="left")
     for m in MODELS.values():

@@ -13,8 +13,8 @@ from helpers import group_gone, interrupt_when
 from typer.testing import CliRunner
 
 from simulator.cli import app
-from simulator.errors import ConfigError
-from simulator.sweep import build_spec, load_sweep_file, parse_cli_grid, point_path, run_sweep
+from simulator.config.errors import ConfigError
+from simulator.planning.sweep import build_spec, load_sweep_file, parse_cli_grid, point_path, run_sweep
 
 runner = CliRunner()
 
@@ -150,7 +150,7 @@ def test_cli_sweep_with_grid_lists_and_run_options(tmp_path: Path):
 
 
 def test_cli_sweep_workers_auto_sizes_by_points_and_their_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import simulator.resources
+    import simulator.config.resources
 
     asked = []
 
@@ -158,7 +158,7 @@ def test_cli_sweep_workers_auto_sizes_by_points_and_their_runs(tmp_path: Path, m
         asked.append((max_useful, requests_per_process))
         return 2
 
-    monkeypatch.setattr(simulator.resources, "auto_workers", auto)
+    monkeypatch.setattr(simulator.config.resources, "auto_workers", auto)
     args = ["sweep", "--grid", "num_requests=8,24", "--grid", "qps=2,4,8", "--model", "mistral-7b", "--workload",
             "fixed", "--prompt-tokens", "32", "--output-tokens", "4", "--out", str(tmp_path), "--no-progress"]
     assert runner.invoke(app, args).exit_code == 0 and asked == []  # the default is one process
@@ -195,7 +195,7 @@ def test_one_sigint_stops_a_ray_sweep_and_resume_runs_the_rest(tmp_path: Path, r
     import threading
     import time
 
-    from simulator.sweep import SweepInterrupted
+    from simulator.planning.sweep import SweepInterrupted
 
     spec = small_spec(grid={"qps": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}, num_requests=150, prompt_tokens=256,
                       output_tokens=256)
@@ -284,7 +284,7 @@ def test_one_signal_stops_a_local_sweep_and_resume_runs_the_rest(tmp_path: Path,
 
 
 def test_results_table_is_current_while_a_sweep_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import simulator.sweep as sweep_module
+    import simulator.planning.sweep as sweep_module
 
     seen = []
     real = sweep_module.run_point

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.tbt import RELATIVE_ERROR, GapLog, canonical, expand, merged, percentiles, quantile_stats
+from simulator.engine.tbt import RELATIVE_ERROR, GapLog, canonical, expand, merged, percentiles, quantile_stats
 
 gaps = st.lists(st.tuples(st.floats(0.0, 5.0, allow_nan=False), st.integers(1, 50)), min_size=1, max_size=60)
 

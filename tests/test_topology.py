@@ -8,18 +8,18 @@ import sys
 import pandas as pd
 import pytest
 
-from simulator.catalog import get_gpu
-from simulator.config import ReplicaConfig
-from simulator.costmodel.base import BatchShape
-from simulator.costmodel.roofline import RooflineCostModel
-from simulator.errors import ConfigError
-from simulator.topology import (
+from simulator.config.catalog import get_gpu
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig
+from simulator.config.topology import (
     LINK_NAMES,
     build_topology,
     get_link,
     ring_all_reduce_time,
     send_recv_time,
 )
+from simulator.costmodel.base import BatchShape
+from simulator.costmodel.roofline import RooflineCostModel
 
 
 def test_named_links_have_their_line_rates():

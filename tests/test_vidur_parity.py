@@ -17,14 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-from simulator.errors import ConfigError
-from simulator.kvcache import BlockManager, plan_memory
-from simulator.options import build_config
-from simulator.replica import build_scheduler
-from simulator.request import Request
-from simulator.schedulers import SCHEDULERS, Batch
-from simulator.workload import clip_lengths, generate_requests
+from simulator.config.errors import ConfigError
+from simulator.config.options import build_config
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.engine.kvcache import BlockManager, plan_memory
+from simulator.engine.replica import build_scheduler
+from simulator.engine.schedulers import SCHEDULERS, Batch
+from simulator.workload.generate import clip_lengths, generate_requests
+from simulator.workload.request import Request
 from tests.helpers import ConstantCostModel, run_requests
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "traces" / "examples"

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.config import WorkloadConfig
-from simulator.errors import ConfigError
-from simulator.workload import RequestTable, builtin_data, generate_requests, load_trace
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import WorkloadConfig
+from simulator.workload.generate import RequestTable, builtin_data, generate_requests, load_trace
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 EXAMPLES = Path(__file__).resolve().parents[1] / "traces" / "examples"

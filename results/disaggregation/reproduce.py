@@ -15,7 +15,7 @@ Setting: Llama-2-70B on A100-80GB (Splitwise's and DistServe's model class), fix
 prompt/output lengths (2048/128 unless swept), Poisson arrivals, roofline cost model with
 the engine model ``ENGINE``,
 goodput = the largest rate at which 90% of requests meet both TTFT and TPOT SLOs
-(:mod:`simulator.disagg_plan`), per GPU.
+(:mod:`simulator.planning.split`), per GPU.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter
 
-from simulator.config import ReplicaConfig, RunConfig
+from simulator.config.disagg_layout import layout_of
+from simulator.config.run_config import ReplicaConfig, RunConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
-from simulator.disagg_layout import layout_of
-from simulator.disagg_plan import (
+from simulator.planning.split import (
     GoodputSLO,
     aggregated_candidates,
     goodput_search,
@@ -43,7 +43,7 @@ from simulator.disagg_plan import (
     search_all,
     split_candidates,
 )
-from simulator.plots import save
+from simulator.report.plots import save
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[1].parent / "shared" / "data" / "profiles" / "splitwise-sim" / "perf_model.csv"

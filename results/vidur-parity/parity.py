@@ -41,14 +41,14 @@ import numpy as np
 import pandas as pd
 from rich.progress import Progress
 
-from simulator import engine
-from simulator.config import ReplicaConfig
+from simulator.config.options import build_config
+from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape, CostModel
-from simulator.engine import simulate
-from simulator.metrics import summarize
-from simulator.options import build_config
-from simulator.workload import RequestTable, clip_lengths
+from simulator.engine import cluster as engine
+from simulator.engine.cluster import simulate
+from simulator.report.metrics import summarize
+from simulator.workload.generate import RequestTable, clip_lengths
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -2,7 +2,7 @@
 
 Commands are thin: each parses options, builds frozen configs and calls a plain
 function that tests can call directly. :func:`main` is the console entry point; it
-turns any :class:`~simulator.errors.ConfigError` into one line on stderr and exit
+turns any :class:`~simulator.config.errors.ConfigError` into one line on stderr and exit
 code 2, so users never see a traceback for their own mistakes.
 """
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 import typer.main
 
-from simulator.errors import ConfigError
+from simulator.config.errors import ConfigError
 
 if TYPE_CHECKING:  # rich loads when a command prints, not when the CLI is imported
     from rich.console import Console

@@ -1,7 +1,7 @@
 """``simulate capacity``, ``simulate tau``, ``simulate sweep`` and ``simulate plot``: capacity planning.
 
-Thin typer commands over :mod:`simulator.capacity`, :mod:`simulator.tau`,
-:mod:`simulator.sweep` and :mod:`simulator.plots`.
+Thin typer commands over :mod:`simulator.planning.capacity`, :mod:`simulator.planning.tau`,
+:mod:`simulator.planning.sweep` and :mod:`simulator.report.plots`.
 """
 
 # No ``from __future__ import annotations`` here: typer reads every command's annotations at each
@@ -19,10 +19,10 @@ from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
 from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
 from simulator.cli.tables import print_table
-from simulator.config import RunConfig
-from simulator.errors import ConfigError
-from simulator.output import jsonable
-from simulator.progress import StepProgress
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+from simulator.report.output import jsonable
+from simulator.util.progress import StepProgress
 
 if TYPE_CHECKING:  # rich loads when a table is printed, not when the CLI is imported
     from rich.console import Console
@@ -52,7 +52,7 @@ AHEAD_PER_SEED = 3
 def capacity_auto_workers(num_seeds: int, requests_per_trial: int) -> int:
     """``--workers auto`` for a capacity search: one process per available CPU, at most
     :data:`AHEAD_PER_SEED` a seed, and no more than memory holds at one trial each."""
-    from simulator.resources import auto_workers
+    from simulator.config.resources import auto_workers
 
     return auto_workers(AHEAD_PER_SEED * max(1, num_seeds), requests_per_trial)
 
@@ -63,7 +63,7 @@ def _s(value: float, digits: int = 3) -> str:
 
 def _slo_options(tbt_slo: float, tbt_quantile: float, sched_delay_slo: float, sched_delay_quantile: float,
                  ttft_slo: float | None, ttft_quantile: float, min_goodput: float | None, goodput_ttft_slo: float):  # noqa: ANN202
-    from simulator.capacity import SLO
+    from simulator.planning.capacity import SLO
 
     return SLO(tbt_s=tbt_slo, tbt_quantile=tbt_quantile, sched_delay_s=sched_delay_slo,
                sched_delay_quantile=sched_delay_quantile, ttft_s=ttft_slo, ttft_quantile=ttft_quantile,
@@ -100,7 +100,7 @@ def capacity(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON (with capacity_qps).")] = False,
 ) -> None:
     """Largest Poisson QPS meeting the SLO (P99 TBT <= --tbt-slo, P50 scheduling delay <= 2 s), by bisection over 2048-request trials."""
-    from simulator.capacity import SearchSettings, find_capacity
+    from simulator.planning.capacity import SearchSettings, find_capacity
 
     slo = _slo_options(tbt_slo, tbt_quantile, sched_delay_slo, sched_delay_quantile, ttft_slo, ttft_quantile,
                        min_goodput, goodput_ttft_slo)
@@ -140,7 +140,7 @@ def capacity(
 
 def _against(value: float | None, limit: float | None) -> str:
     """A trial's figure with enough digits to show which side of its limit it is on."""
-    from simulator.capacity import format_against
+    from simulator.planning.capacity import format_against
 
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -165,7 +165,7 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     ttft_limit = slo.ttft_s if slo.ttft_quantile == 99 else None  # the column is P99
     good_limit = 100 * slo.min_goodput if slo.min_goodput else None
     cfg = report.config
-    from simulator.disagg_layout import layout_of
+    from simulator.config.disagg_layout import layout_of
 
     title = (f"{r.model} disaggregated: {layout_of(cfg).describe()} · {slo.describe()}" if cfg.is_disaggregated else
              f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {slo.describe()}")
@@ -221,13 +221,13 @@ def tau(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Largest token budget (tau) whose predicted hybrid iteration fits the TBT SLO, and the linear layers' knee."""
-    from simulator.tau import choose_tau, workload_mix
+    from simulator.planning.tau import choose_tau, workload_mix
 
     mix = workload_mix(config, num_decodes, decode_context, chunk_context)
     result = choose_tau(config, tbt_slo, mix, max_tokens=max_tokens)
     paths = []
     if plot is not None:
-        from simulator.plots import tau_plot
+        from simulator.report.plots import tau_plot
 
         paths = tau_plot(result, plot)
     summary = result.summary()
@@ -273,8 +273,8 @@ def sweep(
     """Run a grid of configurations (resumable); run options given here override the file's \\[base]."""
     from rich.console import Console
 
-    from simulator.resources import auto_workers
-    from simulator.sweep import (
+    from simulator.config.resources import auto_workers
+    from simulator.planning.sweep import (
         SweepInterrupted,
         build_spec,
         config_overrides,
@@ -315,11 +315,10 @@ def plot(
     x: Annotated[str, typer.Option(help="Sweep column on the x axis (run mode) or bar groups (capacity mode).")] = "qps",
 ) -> None:
     """Figures (PNG + SVG) from a sweep's results or a reproduced run."""
-    from simulator import plots
-
+    from simulator.report import plots
     console = app_console()
     if what == "sweep":
-        from simulator.sweep import read_sweep_folder
+        from simulator.planning.sweep import read_sweep_folder
 
         _, table = read_sweep_folder(path)
         num_ok, num_failed, num_missing = plots.sweep_counts(table)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from simulator.catalog import GPUS, MODELS
 from simulator.cli.app import app, console
 from simulator.cli.tables import print_table
+from simulator.config.catalog import GPUS, MODELS
 
 
 @app.command()

@@ -16,9 +16,9 @@ import typer
 from simulator.cli.app import app
 from simulator.cli.app import console as app_console
 from simulator.cli.tables import print_table
-from simulator.config import DEFAULT_ENGINE, ReplicaConfig
-from simulator.errors import ConfigError
-from simulator.progress import StepProgress
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import DEFAULT_ENGINE, ReplicaConfig
+from simulator.util.progress import StepProgress
 
 if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for --help
     from simulator.costmodel import BatchShape, CostModel
@@ -30,8 +30,8 @@ def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: 
     """Read ``profiles``, fit, write the artifact to ``out``; return the artifact."""
     from rich.console import Console
 
-    from simulator.costmodel.fit import fit_tables, save_artifact
-    from simulator.costmodel.fit_data import read_profiles
+    from simulator.calibrate.fit import fit_tables, save_artifact
+    from simulator.calibrate.fit_data import read_profiles
 
     console = Console(stderr=True, quiet=quiet)
     table = read_profiles(profiles, device=gpu, model=model)
@@ -184,8 +184,8 @@ def calibrate(
     """Fit the roofline's efficiency constants to the public measured profiles."""
     from rich.console import Console
 
+    from simulator.calibrate.fit_calibration import calibrate_all, render, write_calibration
     from simulator.costmodel import calibration as calibration_module
-    from simulator.costmodel.fit_calibration import calibrate_all, render, write_calibration
 
     console = Console(stderr=True)
     with StepProgress("calibrate") as steps:
@@ -206,7 +206,7 @@ def fidelity(
     """Held-out error of the learned model and the calibrated roofline vs measured profiles."""
     from rich.console import Console
 
-    from simulator.costmodel.fit_fidelity import write_report
+    from simulator.calibrate.fit_fidelity import write_report
 
     console = Console(stderr=True)
     with StepProgress("fidelity") as steps:

@@ -1,6 +1,6 @@
 """``simulate disagg split`` and ``simulate disagg compare``: planning disaggregated serving.
 
-Thin typer commands over :mod:`simulator.disagg_plan`: goodput per GPU (DistServe) of
+Thin typer commands over :mod:`simulator.planning.split`: goodput per GPU (DistServe) of
 every prefill/decode split of a GPU count, and, for ``compare``, aggregated vllm and
 sarathi (best tau) on the same GPUs beside them, with a table, CSVs and a plot.
 """
@@ -17,10 +17,10 @@ from simulator.cli.app import app, console, fail
 from simulator.cli.capacity import default_option
 from simulator.cli.options import run_options
 from simulator.cli.tables import print_table
-from simulator.config import RunConfig
-from simulator.errors import ConfigError
-from simulator.output import jsonable
-from simulator.progress import StepProgress
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+from simulator.report.output import jsonable
+from simulator.util.progress import StepProgress
 
 disagg_app = typer.Typer(help="Disaggregated prefill/decode planning: split search and comparison with chunked prefills.",
                          no_args_is_help=True)
@@ -47,7 +47,7 @@ def _ints(text: str, field: str) -> tuple[int, ...]:
 
 
 def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, ANN202
-    from simulator.disagg_plan import search_all
+    from simulator.planning.split import search_all
 
     if not candidates:
         raise ConfigError("gpus", "no layout of that many GPUs fits the model", "raise --gpus or allow larger --tps")
@@ -68,7 +68,7 @@ def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, A
 def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot: bool) -> None:  # noqa: ANN001
     from rich.table import Table
 
-    from simulator.disagg_plan import results_frame, slo_dict, trials_frame
+    from simulator.planning.split import results_frame, slo_dict, trials_frame
 
     df = results_frame(results).sort_values("goodput_per_gpu", ascending=False, kind="stable")
     table = Table("layout", "GPUs", "goodput (req/s)", "per GPU", "trials", title=f"{title} · {slo.describe()}",
@@ -89,7 +89,7 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
         (out / "summary.json").write_text(json.dumps(jsonable(summary), indent=2, sort_keys=True, default=str) + "\n")
         written = ["results.csv", "trials.csv", "summary.json"]
         if plot:
-            from simulator.disagg_plan import comparison_plot
+            from simulator.planning.split import comparison_plot
 
             written += [p.name for p in comparison_plot(df, trials_frame(results), slo, out / "comparison", title)]
         out_console.print(f"wrote {out}/ ({', '.join(written)})")
@@ -101,7 +101,7 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
 def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
           tps: TPS = "1,2,4,8", qps_start: QPS0 = 1.0, workers: WORKERS = 1, out: OUT = None) -> None:
     """Goodput per GPU of every prefill/decode split of --gpus GPUs (DistServe's measure); the best first."""
-    from simulator.disagg_plan import GoodputSLO, split_candidates
+    from simulator.planning.split import GoodputSLO, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
     candidates = [("disagg", c) for c in split_candidates(config, gpus, _ints(tps, "tps"))]
@@ -116,7 +116,7 @@ def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: T
             tps: TPS = "1,2,4,8", taus: Annotated[str, typer.Option(help="Sarathi token budgets to try.")] = "256,512,1024,2048",
             qps_start: QPS0 = 1.0, workers: WORKERS = 1, out: OUT = None) -> None:
     """Aggregated vllm and sarathi (best tau) beside the disaggregated splits on the same GPUs, SLOs and workload."""
-    from simulator.disagg_plan import GoodputSLO, aggregated_candidates, split_candidates
+    from simulator.planning.split import GoodputSLO, aggregated_candidates, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
     tp_list = _ints(tps, "tps")

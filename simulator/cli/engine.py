@@ -1,7 +1,7 @@
 """Engine-model commands: ``simulate engines``, ``calibrate-engine`` and ``validate``.
 
 Each command parses options and calls a plain function in
-:mod:`simulator.costmodel.engine_fit` or :mod:`simulator.costmodel.validation`.
+:mod:`simulator.calibrate.engine_fit` or :mod:`simulator.calibrate.validation`.
 """
 
 # No ``from __future__ import annotations`` here: typer reads every command's annotations at each
@@ -16,8 +16,8 @@ import typer
 from simulator.cli.app import app
 from simulator.cli.options import run_options
 from simulator.cli.tables import print_table
-from simulator.config import DEFAULT_ENGINE, RunConfig
-from simulator.errors import ConfigError
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import DEFAULT_ENGINE, RunConfig
 
 
 @app.command()
@@ -113,7 +113,7 @@ def validate(
     """Predicted vs measured for every public real-engine measurement at hand (tables, plots, README)."""
     from rich.console import Console
 
-    from simulator.costmodel.validation import write_report
+    from simulator.calibrate.validation import write_report
 
     console = Console(stderr=True)
     with console.status("validating") as status:

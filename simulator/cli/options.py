@@ -2,9 +2,9 @@
 
 ``@run_options`` adds the run options (model, GPU, layout, scheduler knobs, workload,
 cost model, cluster, seed, ``--config``) to a typer command's signature and hands the
-command a validated :class:`~simulator.config.RunConfig` as its ``config`` argument.
+command a validated :class:`~simulator.config.run_config.RunConfig` as its ``config`` argument.
 ``simulate run``, ``capacity`` and ``sweep`` all take it, so an option added to
-:data:`simulator.options.RUN_OPTIONS` exists everywhere with the same name and meaning.
+:data:`simulator.config.options.RUN_OPTIONS` exists everywhere with the same name and meaning.
 
 Every option defaults to ``None`` meaning "not given": the value then comes from
 ``--config FILE`` (a ``config.json`` written by an earlier run) or the dataclass default.
@@ -20,9 +20,9 @@ from typing import Annotated, Any
 
 import typer
 
-from simulator.config import RunConfig
-from simulator.errors import ConfigError
-from simulator.options import RUN_OPTIONS, build_config
+from simulator.config.errors import ConfigError
+from simulator.config.options import RUN_OPTIONS, build_config
+from simulator.config.run_config import RunConfig
 
 WORKERS_METAVAR = "N|auto"
 

@@ -11,28 +11,28 @@ import typer
 from simulator.cli.app import app, console, fail
 from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
 from simulator.cli.tables import print_table
-from simulator.config import RunConfig
-from simulator.output import FORMATS, check_format, check_out_dir, jsonable, write_run
-from simulator.progress import RunProgress
-from simulator.resources import auto_workers, check_run_fits
+from simulator.config.resources import auto_workers, check_run_fits
+from simulator.config.run_config import RunConfig
+from simulator.report.output import FORMATS, check_format, check_out_dir, jsonable, write_run
+from simulator.util.progress import RunProgress
 
 if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, rich when a table is printed
     from rich.console import Console
 
-    from simulator.engine import RunResult
+    from simulator.engine.cluster import RunResult
 
 
 def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
-    """:func:`simulator.engine.simulate`, imported on the first run (not for ``--help``)."""
-    from simulator.engine import simulate as engine_simulate
+    """:func:`simulator.engine.cluster.simulate`, imported on the first run (not for ``--help``)."""
+    from simulator.engine.cluster import simulate as engine_simulate
 
     return engine_simulate(config, **kwargs)
 
 
 def run_auto_workers(config: RunConfig) -> int:
     """``--workers auto`` for a run: one process per available CPU, at most one a replica, where
-    the replicas run apart (:func:`simulator.engine.runs_apart`); else 1 (a joint run)."""
-    from simulator.engine import runs_apart
+    the replicas run apart (:func:`simulator.engine.cluster.runs_apart`); else 1 (a joint run)."""
+    from simulator.engine.cluster import runs_apart
 
     if not runs_apart(config):
         return 1
@@ -51,8 +51,8 @@ def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parqu
 def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requests: Any) -> None:
     write_run(result, out, fmt, summary, requests)
     if "disagg" in result.extra:  # disaggregated prefill/decode: one row per KV handoff
-        from simulator.disagg_metrics import handoff_frame
-        from simulator.output import write_table
+        from simulator.report.disagg_metrics import handoff_frame
+        from simulator.report.output import write_table
 
         write_table(handoff_frame(result, requests), Path(out) / "handoff", fmt)
 
@@ -61,7 +61,7 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
                             tbt_slo_s: float, workers: int = 1) -> tuple[RunResult, dict[str, Any], Any]:
     """The run, its summary, and its requests: numpy columns (tables are written from them
     in chunks), or a pandas frame where the disaggregated pools' metrics need one."""
-    from simulator.metrics import request_columns, request_frame, summarize
+    from simulator.report.metrics import request_columns, request_frame, summarize
 
     result = simulate(config, progress=progress, workers=workers)
     if isinstance(progress, RunProgress):
@@ -69,7 +69,7 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
     requests = request_frame(result) if "disagg" in result.extra else request_columns(result)
     summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
     if "disagg" in result.extra:  # disaggregated prefill/decode: pool, handoff and link metrics
-        from simulator.disagg_metrics import disagg_summary
+        from simulator.report.disagg_metrics import disagg_summary
 
         summary["disagg"] = disagg_summary(result, requests, ttft_slo_s, tbt_slo_s)
     return result, summary, requests
@@ -85,7 +85,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     r, s = config.replica, config.scheduler
     title = f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) x{config.num_replicas} replica(s) · {s.name}"
     if config.is_disaggregated:
-        from simulator.disagg_layout import layout_of  # late: keeps the CLI's import light
+        from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 
         title = f"{r.model} disaggregated: {layout_of(config).describe()}"
     table = Table("metric (ms)", "p50", "p90", "p99", "max", title=title, title_justify="left")

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.config import ReplicaConfig
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, CostModel, split_layers
 from simulator.costmodel.engine_model import ENGINES, EngineCostModel, EngineModel, load_engine
 from simulator.costmodel.roofline import RooflineCostModel
-from simulator.errors import ConfigError
 
 __all__ = ["ENGINES", "BatchShape", "CostModel", "EngineCostModel", "EngineModel", "RooflineCostModel",
            "load_cost_model", "load_engine", "split_layers"]

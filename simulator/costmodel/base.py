@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.config import ReplicaConfig
+from simulator.config.run_config import ReplicaConfig
 
 
 @dataclass(slots=True)
@@ -177,7 +177,7 @@ class CostModel(ABC):
         :meth:`BatchShape.decode_only`; in iteration ``i`` every KV length is ``i`` longer
         (sum ``+ n*i``, squares ``+ 2*i*kv_sum + n*i*i``, max ``+ i``).
 
-        Event skipping (:mod:`simulator.fastforward`) prices a whole stretch with one call.
+        Event skipping (:mod:`simulator.fast.skipping`) prices a whole stretch with one call.
         This default prices every iteration's shape with :meth:`iteration_time`, so it is
         exact for any cost model, including subclasses that add terms; a vectorised
         override must return the same floats bit for bit (and count what the scalar path

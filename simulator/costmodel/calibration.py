@@ -1,7 +1,7 @@
 """Efficiency constants of the roofline cost model, in one place.
 
 The roofline prices an op as ``max(flops / (peak * eff_c), bytes / (bw * eff_m)) + floor``.
-Peak and bandwidth come from the GPU's spec sheet (:mod:`simulator.catalog`); the
+Peak and bandwidth come from the GPU's spec sheet (:mod:`simulator.config.catalog`); the
 factors below say how much of it real kernels reach. Compute efficiency of a GEMM
 rises with the number of tokens (rows) until the tensor cores are saturated:
 ``eff_c(T) = gemm_compute_eff * T / (T + gemm_half_tokens)``.
@@ -11,7 +11,7 @@ parts; GPUs missing from ``BY_GPU`` (L40S) use them. ``BY_GPU`` holds constants 
 to the public measured profiles in ``../shared/data/profiles`` (Vidur's A100/A40/H100
 ``mlp.csv`` linear-layer tables, its A100 attention table and NCCL tables): each entry
 names its tables in ``source``. The block between the BEGIN/END markers is written by
-``simulate calibrate --write`` (:mod:`simulator.costmodel.fit_calibration`, which
+``simulate calibrate --write`` (:mod:`simulator.calibrate.fit_calibration`, which
 documents the fit); do not edit it by hand. ``results/fidelity/`` reports how close the
 calibrated roofline comes to the measurements.
 """

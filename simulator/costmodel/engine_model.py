@@ -39,9 +39,9 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from simulator.config import DEFAULT_ENGINE, ENGINE_PRESETS, ReplicaConfig
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import DEFAULT_ENGINE, ENGINE_PRESETS, ReplicaConfig
 from simulator.costmodel.base import BatchShape, CostModel
-from simulator.errors import ConfigError
 
 ARTIFACT_FORMAT = "servesim-engine"
 ARTIFACT_VERSION = 1
@@ -127,7 +127,7 @@ class EngineModel:
 
 # -- presets ------------------------------------------------------------------------------------------------------
 # Each preset names what it was measured on. The fitted numbers are reproduced by
-# simulator.costmodel.engine_fit (tests refit them from ../shared/data and compare).
+# simulator.calibrate.engine_fit (tests refit them from ../shared/data and compare).
 ENGINES: dict[str, EngineModel] = {
     "ideal": EngineModel(
         name="ideal",

@@ -1,6 +1,6 @@
 """Learned cost model: fitted profile curves, evaluated by table lookup.
 
-``simulate fit`` (:mod:`simulator.costmodel.fit`) writes a JSON artifact with, per op, a
+``simulate fit`` (:mod:`simulator.calibrate.fit`) writes a JSON artifact with, per op, a
 monotone piecewise-linear curve over token count (or message bytes for collectives), a
 per-batch-size table of decode-attention coefficients and a linear model for prefill
 attention. :func:`load_artifact` checks that the artifact is for the run's replica
@@ -17,7 +17,7 @@ multiplications: no regression ``predict`` in the hot loop.
 
 **Out of range.** Past the largest token count, batch size or context length the profiles
 cover, curves continue linearly (slope of the top quarter of the fitted range, see
-:class:`~simulator.costmodel.fit.Curve`), the decode coefficients likewise, and the prefill
+:class:`~simulator.calibrate.fit.Curve`), the decode coefficients likewise, and the prefill
 model is linear anyway. Every call that needed such an extrapolation increments
 ``num_extrapolations`` (per op in ``extrapolations_by_op``), which the engine reports in the
 run summary: the numbers are a documented guess, never a silent one.
@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from simulator.config import ReplicaConfig
+from simulator.calibrate.fit import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
-from simulator.costmodel.fit import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
 from simulator.costmodel.moe import expected_experts_touched
 from simulator.costmodel.roofline import TOKEN_OPS, RooflineCostModel
-from simulator.errors import ConfigError
 
 MIN_TABLE_TOKENS = 16384
 

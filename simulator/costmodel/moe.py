@@ -65,7 +65,7 @@ class ExpertCalibration:
     source: str
 
 
-# Fitted by `python -m simulator.costmodel.fit_moe` on the training rows (80%, seed 0) of
+# Fitted by `python -m simulator.calibrate.fit_moe` on the training rows (80%, seed 0) of
 # LLMServingSim's H100 Mixtral-8x7B tp1/2/4 layers.csv (expert.w1/w2/w3 and gate rows).
 _H100_EXPERTS = ExpertCalibration(compute_eff=0.852, half_tokens=134.0, memory_eff=0.821, router_overhead_s=52.2e-6,
                                   source="LLMServingSim H100 Mixtral-8x7B layers.csv, tp1/2/4 training rows")

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.config import ReplicaConfig
+from simulator.config.run_config import ReplicaConfig
+from simulator.config.topology import topology_for
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.calibration import RooflineCalibration, calibration_for
 from simulator.costmodel.moe import mla_attention_decode, mla_attention_prefill, mla_projections, moe_token_ops
-from simulator.topology import topology_for
 
 # Layer ops whose cost depends only on the number of tokens in the iteration.
 TOKEN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down",
@@ -84,7 +84,7 @@ class RooflineCostModel(TabulatedCostModel):
 
     # -- primitive pricing -------------------------------------------------------------
     def _tp_link_bandwidth(self) -> float:
-        """Bandwidth of the TP ring's slowest hop (:mod:`simulator.topology`): NVLink, PCIe
+        """Bandwidth of the TP ring's slowest hop (:mod:`simulator.config.topology`): NVLink, PCIe
         where pairwise NVLink rings cross it, or the inter-node link for TP across nodes."""
         self.topology = topology_for(self.replica)
         return self.topology.tp_ring_bytes_per_s

@@ -15,8 +15,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from simulator.config import RunConfig
-from simulator.costmodel.engine_fit import make_bench_fixture
+from simulator.calibrate.engine_fit import make_bench_fixture
+from simulator.config.run_config import RunConfig
 from simulator.costmodel.engine_model import ENGINES
 
 CONFIG = RunConfig().replace(replica__model="llama-2-7b", scheduler__name="vllm-v1", workload__name="uniform",

@@ -1,0 +1,579 @@
+"""Fitting engine overheads to measured end-to-end data (``simulate calibrate-engine``).
+
+Two kinds of measurement are accepted, both on top of a kernel cost model (roofline or a
+learned artifact), never per iteration of a simulation:
+
+- an **iteration table**: one row per measured step (or mean over like steps) with
+  ``tp, num_prefills, prefill_tokens`` (per prefill), ``prefill_context`` (optional, cached
+  tokens before each chunk), ``num_decodes, decode_context`` (mean KV length of a decode)
+  and ``measured_s``; optional ``model`` and ``gpu`` columns are checked against the run.
+  For a synchronous engine every term enters the step time linearly, so the fit is a
+  non-negative least squares of relative error: exact, seeded only by the hold-out split.
+- a **vLLM serving benchmark** result (``vllm bench serve --save-result --save-detailed``):
+  ``input_lens``, ``output_lens``, ``ttfts`` (s), ``itls`` (s, one list per request),
+  ``errors`` and ``request_rate`` (``request_submit_times`` when present). The simulator
+  replays the requests at that rate and the exposed per-step CPU time is searched so the
+  simulated TTFT, ITL and TPOT quantiles match (one benchmark at one rate pins one number
+  well; the per-request term would trade off against it, so it is kept from the base engine).
+
+Both report the error before (the base engine) and after on a held-out split, and refuse
+data they cannot use with one line. The preset numbers in
+:data:`simulator.costmodel.engine_model.ENGINES` come from :func:`fit_splitwise_preset`
+and :func:`fit_vidur_preset` here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.config.catalog import get_gpu, get_model
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig
+from simulator.costmodel.base import BatchShape
+from simulator.costmodel.engine_model import ENGINES, EngineCostModel, EngineModel, load_engine, num_collectives
+
+MIN_ROWS = 8
+ITERATION_COLUMNS = ("tp", "num_prefills", "prefill_tokens", "num_decodes", "decode_context", "measured_s")
+SPLITWISE_GPUS = {"a100-80gb": "a100-80gb", "h100-80gb": "h100-sxm"}  # source name -> catalog name
+SPLITWISE_MODELS = {"llama2-70b": "llama-2-70b"}
+
+
+# -- shapes and errors -------------------------------------------------------------------------------------------
+def row_shape(row: Any) -> BatchShape:
+    """The batch a table row describes: equal prefill chunks and decodes at one KV length."""
+    shape = BatchShape()
+    ctx = int(getattr(row, "prefill_context", 0) or 0)
+    for _ in range(int(row.num_prefills)):
+        shape.add_prefill(int(row.prefill_tokens), ctx, True)
+    for _ in range(int(row.num_decodes)):
+        shape.add_decode(max(1, int(round(row.decode_context))))
+    return shape
+
+
+def abs_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    return np.abs(np.asarray(predicted) - np.asarray(measured)) / np.asarray(measured)
+
+
+def error_summary(err: np.ndarray) -> dict[str, float]:
+    err = np.asarray(err, dtype=float)
+    if not len(err):
+        return {"n": 0, "median_ape": float("nan"), "p95_ape": float("nan")}
+    return {"n": len(err), "median_ape": float(np.median(err)), "p95_ape": float(np.quantile(err, 0.95))}
+
+
+# -- the iteration table ------------------------------------------------------------------------------------------
+def read_iteration_table(path: Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("table", f"{path} does not exist", "pass a CSV iteration table")
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise ConfigError("table", f"{path} is not a readable CSV ({type(exc).__name__})") from None
+    return df
+
+
+def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "table") -> pd.DataFrame:
+    """Columns present, values usable, rows for this model and GPU; refuses otherwise."""
+    missing = [c for c in ITERATION_COLUMNS if c not in df.columns]
+    if missing:
+        raise ConfigError(where, f"missing column(s) {', '.join(missing)}",
+                          f"an iteration table needs {', '.join(ITERATION_COLUMNS)} (prefill_context optional)")
+    df = df.copy()
+    if "prefill_context" not in df.columns:
+        df["prefill_context"] = 0
+    numeric = [*ITERATION_COLUMNS, "prefill_context"]
+    values = df[numeric].apply(pd.to_numeric, errors="coerce")
+    bad = values.isna().any(axis=1) | (values["measured_s"] <= 0) | (values[["tp", "num_prefills", "num_decodes",
+                                                                               "prefill_tokens", "prefill_context"]] < 0).any(axis=1)
+    if bad.any():
+        line = int(np.flatnonzero(bad.to_numpy())[0]) + 2
+        raise ConfigError(where, f"row on line {line} has a missing, non-numeric or negative value",
+                          "measured_s > 0, counts >= 0")
+    df[numeric] = values
+    empty = (df.num_prefills == 0) & (df.num_decodes == 0)
+    if empty.any():
+        raise ConfigError(where, f"{int(empty.sum())} row(s) describe an empty batch", "each row needs prefills or decodes")
+    want_model = get_model(model).name
+    for col, want, lookup in (("model", want_model, get_model), ("gpu", get_gpu(gpu).name, get_gpu)):
+        if col in df.columns:
+            names = set()
+            for v in df[col].astype(str).unique():
+                try:
+                    names.add(lookup(v).name)
+                except ConfigError:
+                    names.add(v)
+            if names != {want}:
+                raise ConfigError(where, f"rows are for {col} {', '.join(sorted(names))}, the fit is for {want}",
+                                  f"pass --{col} to match, or filter the table")
+    spec = get_model(model)
+    bad_tp = sorted({int(t) for t in df.tp.unique() if int(t) < 1 or spec.num_heads % int(t)})
+    if bad_tp:
+        raise ConfigError(where, f"tp={bad_tp[0]} does not match {spec.name} ({spec.num_heads} heads)",
+                          "rows must come from a valid TP degree of the model")
+    if len(df) < MIN_ROWS:
+        raise ConfigError(where, f"only {len(df)} usable rows; the fit needs at least {MIN_ROWS}", "measure more batches")
+    return df.reset_index(drop=True)
+
+
+@dataclass
+class _Features:
+    kernel_s: np.ndarray
+    names: list[str]
+    matrix: np.ndarray  # rows x terms, seconds per unit of each term
+    tp: np.ndarray
+
+
+def _features(df: pd.DataFrame, kernels_by_tp: dict[int, EngineCostModel], threshold: int,
+              fit_terms: tuple[str, ...]) -> _Features:
+    tps = sorted({int(t) for t in df.tp})
+    cols: dict[str, list[float]] = {name: [] for name in fit_terms if name != "collective_extra_s"}
+    coll_names = [f"collective_extra_s@{t}" for t in tps if t > 1] if "collective_extra_s" in fit_terms else []
+    for name in coll_names:
+        cols[name] = []
+    kernel = []
+    for row in df.itertuples(index=False):
+        tp = int(row.tp)
+        cm = kernels_by_tp[tp]
+        shape = row_shape(row)
+        kernel.append(cm._kernel_time(shape))
+        seqs = shape.num_prefills + shape.num_decodes
+        feats = {"cpu_iteration_s": 1.0, "cpu_per_seq_s": seqs, "cpu_per_prefill_token_s": shape.num_prefill_tokens,
+                 "prefill_excess_token_s": max(0, shape.num_prefill_tokens - threshold)}
+        for name in cols:
+            if name.startswith("collective_extra_s@"):
+                cols[name].append(num_collectives(cm.replica) if int(name.split("@")[1]) == tp else 0.0)
+            else:
+                cols[name].append(feats[name])
+    names = list(cols)
+    matrix = np.array([cols[n] for n in names], dtype=float).T if names else np.zeros((len(df), 0))
+    return _Features(np.array(kernel), names, matrix, df.tp.to_numpy(int))
+
+
+def _kernel_models(df: pd.DataFrame, model: str, gpu: str, cost_model: str) -> dict[int, EngineCostModel]:
+    from simulator.costmodel import load_cost_model
+
+    ideal = replace(ENGINES["ideal"], overlap_cpu=False)
+    return {int(t): load_cost_model(cost_model, ReplicaConfig(model=model, gpu=gpu, tp=int(t)), ideal)
+            for t in sorted({int(t) for t in df.tp})}
+
+
+def _solve(features: _Features, measured: np.ndarray) -> np.ndarray:
+    from scipy.optimize import nnls
+
+    if not features.names:
+        return np.zeros(0)
+    w = 1.0 / measured
+    a = features.matrix * w[:, None]
+    b = (measured - features.kernel_s) * w
+    scale = np.maximum(np.abs(a).max(axis=0), 1e-30)  # columns differ by orders of magnitude
+    theta, _ = nnls(a / scale, b)
+    return theta / scale
+
+
+def _engine_from(theta: np.ndarray, names: list[str], base: EngineModel, **meta: Any) -> EngineModel:
+    terms: dict[str, Any] = {"overlap_cpu": False}
+    coll = []
+    for name, value in zip(names, theta, strict=True):
+        if name.startswith("collective_extra_s@"):
+            coll.append((int(name.split("@")[1]), float(f"{value:.4g}")))
+        else:
+            terms[name] = float(f"{value:.4g}")
+    if coll:
+        terms["collective_extra_s"] = tuple(coll)
+    return replace(base, **terms, **meta)
+
+
+def predict_rows(df: pd.DataFrame, engine: EngineModel, model: str, gpu: str, cost_model: str = "roofline") -> np.ndarray:
+    """Predicted seconds of every row of an iteration table under ``engine``."""
+    from simulator.costmodel import load_cost_model
+
+    models = {int(t): load_cost_model(cost_model, ReplicaConfig(model=model, gpu=gpu, tp=int(t)), engine)
+              for t in sorted({int(t) for t in df.tp})}
+    return np.array([models[int(r.tp)].iteration_time(row_shape(r)) for r in df.itertuples(index=False)])
+
+
+DEFAULT_FIT_TERMS = ("cpu_iteration_s", "cpu_per_seq_s", "cpu_per_prefill_token_s", "collective_extra_s",
+                     "prefill_excess_token_s")
+
+
+def fit_table(df: pd.DataFrame, model: str, gpu: str, cost_model: str = "roofline",
+              base: EngineModel | None = None, fit_terms: tuple[str, ...] = DEFAULT_FIT_TERMS,
+              name: str = "calibrated", source: str = "iteration table") -> EngineModel:
+    """Fit a synchronous engine's linear terms to ``df`` (already checked). Terms the data
+    cannot move (no prefill rows: no per-token terms; one TP: one floor) come out 0."""
+    base = base or ENGINES["ideal"]
+    threshold = base.prefill_excess_threshold_tokens
+    feats = _features(df, _kernel_models(df, model, gpu, cost_model), threshold, fit_terms)
+    theta = _solve(feats, df.measured_s.to_numpy(float))
+    fitted = (f"non-negative least squares of relative error over {len(df)} rows on top of the {cost_model} "
+              f"kernel model ({get_gpu(gpu).name}); terms: {', '.join(feats.names)}")
+    return _engine_from(theta, feats.names, base, name=name, source=source, fitted=fitted, cuda_graphs=True,
+                        launch_per_kernel_s=0.0)
+
+
+def holdout_split(n: int, frac: float, seed: int) -> np.ndarray:
+    """Boolean mask of held-out rows (at least one row each side)."""
+    rng = np.random.default_rng(seed)
+    k = min(n - 1, max(1, int(round(frac * n))))
+    mask = np.zeros(n, dtype=bool)
+    mask[rng.choice(n, size=k, replace=False)] = True
+    return mask
+
+
+def calibrate_table(df: pd.DataFrame, model: str, gpu: str, cost_model: str = "roofline",
+                    base: str | EngineModel = "vllm-2023-splitwise", holdout: float = 0.25, seed: int = 0,
+                    name: str = "calibrated", source: str = "iteration table") -> dict[str, Any]:
+    """Check, fit on a split, report held-out error before/after, refit on all rows."""
+    df = check_iteration_table(df, model, gpu)
+    base_engine = load_engine(base)
+    mask = holdout_split(len(df), holdout, seed)
+    train, test = df[~mask], df[mask]
+    if len(train) < MIN_ROWS // 2:
+        raise ConfigError("table", f"only {len(train)} training rows after the hold-out", "lower --holdout or add rows")
+    split_engine = fit_table(train, model, gpu, cost_model, base_engine, name=name, source=source)
+    measured = test.measured_s.to_numpy(float)
+    before = error_summary(abs_errors(predict_rows(test, base_engine, model, gpu, cost_model), measured))
+    after = error_summary(abs_errors(predict_rows(test, split_engine, model, gpu, cost_model), measured))
+    engine = fit_table(df, model, gpu, cost_model, base_engine, name=name, source=source)
+    return {"engine": engine, "report": {"kind": "iteration table", "rows": len(df), "holdout_rows": int(mask.sum()),
+                                         "base_engine": base_engine.name, "cost_model": cost_model,
+                                         "holdout_before": before, "holdout_after": after}}
+
+
+# -- Splitwise's vLLM measurements ----------------------------------------------------------------------------------
+def splitwise_rows(path: Path) -> pd.DataFrame:
+    """Splitwise's perf_model.csv as one row per (GPU, TP, prompt, batch, output length) with the
+    median of the repeats, for the models and GPUs the catalog has, and an ``anomaly`` note."""
+    raw = pd.read_csv(path)
+    raw = raw[raw.model.isin(SPLITWISE_MODELS) & raw.hardware.isin(SPLITWISE_GPUS)]
+    keys = ["model", "hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size"]
+    g = raw.groupby(keys).agg(prompt_ms=("prompt_time", "median"), token_ms=("token_time", "median"),
+                              repeats=("prompt_time", "size")).reset_index()
+    g["model"] = g.model.map(SPLITWISE_MODELS)
+    g["gpu"] = g.hardware.map(SPLITWISE_GPUS)
+    g = g.rename(columns={"tensor_parallel": "tp", "prompt_size": "prompt_tokens", "batch_size": "batch",
+                          "token_size": "output_tokens"})
+    g["anomaly"] = ""
+    for row in g.itertuples():
+        if row.batch > 1 and row.tp == 2:
+            fits = kv_fits(row.model, row.gpu, row.tp, row.batch, row.prompt_tokens + row.output_tokens)
+            if not fits:
+                g.loc[row.Index, "anomaly"] = ("KV cache cannot hold the batch at TP2: the engine ran fewer sequences "
+                                               "(prompt and token times fall below the smaller batch's)")
+    g["acceptance"] = (g.output_tokens == 128) & g.prompt_tokens.isin([512, 2048]) & (g.anomaly == "")
+    return g[["model", "gpu", "tp", "prompt_tokens", "batch", "output_tokens", "repeats", "prompt_ms", "token_ms",
+              "acceptance", "anomaly"]]
+
+
+def kv_fits(model: str, gpu: str, tp: int, batch: int, tokens_per_seq: int) -> bool:
+    """Whether vLLM's KV cache (90% of memory, 16-token blocks) holds ``batch`` sequences."""
+    from simulator.engine.kvcache import plan_memory
+
+    plan = plan_memory(ReplicaConfig(model=model, gpu=gpu, tp=tp), 4096, 256)
+    blocks = -(-tokens_per_seq // plan.block_size)
+    return batch * blocks <= plan.num_blocks
+
+
+def splitwise_iteration_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Splitwise rows as iteration-table rows: a decode step of ``batch`` decodes at the mean
+    context (prompt + half the output), and one prefill step of ``batch`` prompts."""
+    out = []
+    for r in rows.itertuples(index=False):
+        common = {"model": r.model, "gpu": r.gpu, "tp": r.tp, "prompt_tokens": r.prompt_tokens, "batch": r.batch,
+                  "output_tokens": r.output_tokens, "acceptance": r.acceptance, "anomaly": r.anomaly}
+        out.append({**common, "kind": "decode", "num_prefills": 0, "prefill_tokens": 0, "num_decodes": r.batch,
+                    "decode_context": r.prompt_tokens + r.output_tokens / 2, "measured_s": r.token_ms / 1e3})
+        out.append({**common, "kind": "prompt", "num_prefills": r.batch, "prefill_tokens": r.prompt_tokens,
+                    "num_decodes": 0, "decode_context": 0, "measured_s": r.prompt_ms / 1e3})
+    return pd.DataFrame(out)
+
+
+def fit_splitwise(table: pd.DataFrame, gpus: list[str], cost_model: str = "roofline",
+                  name: str = "vllm-2023-splitwise") -> EngineModel:
+    """One synchronous engine over the acceptance rows of ``gpus`` (kernel model per GPU)."""
+    from scipy.optimize import nnls  # noqa: F401 - fail early without scipy
+
+    sub = table[table.acceptance & table.gpu.isin(gpus)].reset_index(drop=True)
+    threshold = ENGINES["vllm-2023-splitwise"].prefill_excess_threshold_tokens
+    parts, kernel, measured, names = [], [], [], None
+    for (model, gpu), part in sub.groupby(["model", "gpu"], sort=True):
+        feats = _features(part, _kernel_models(part, model, gpu, cost_model), threshold, DEFAULT_FIT_TERMS)
+        names = names or feats.names
+        if feats.names != names:  # different TP sets per GPU: align columns by name
+            frame = pd.DataFrame(feats.matrix, columns=feats.names).reindex(columns=names, fill_value=0.0)
+            parts.append(frame.to_numpy())
+        else:
+            parts.append(feats.matrix)
+        kernel.append(feats.kernel_s)
+        measured.append(part.measured_s.to_numpy(float))
+    feats = _Features(np.concatenate(kernel), list(names or []), np.vstack(parts), np.zeros(0))
+    theta = _solve(feats, np.concatenate(measured))
+    base = replace(ENGINES["vllm-2023-splitwise"], cuda_graphs=False, launch_per_kernel_s=0.0)
+    return _engine_from(theta, feats.names, base, name=name)
+
+
+def fit_splitwise_preset(path: Path, cost_model: str = "roofline") -> EngineModel:
+    return fit_splitwise(splitwise_iteration_table(splitwise_rows(path)), list(SPLITWISE_GPUS.values()), cost_model)
+
+
+# -- Vidur's CPU-overhead tables ------------------------------------------------------------------------------------
+VIDUR_CPU_COLUMNS = ("SCHEDULE_MEDIAN", "SAMPLER_E2E_MEDIAN", "PREPARE_INPUTS_E2E_MEDIAN", "PROCESS_MODEL_OUTPUTS_MEDIAN")
+
+
+def fit_vidur_preset(path: Path) -> EngineModel:
+    """CPU = a + b * batch over every row; Ray RPC = c(tp) + d * batch over rows with tp > 1 (ms in the file)."""
+    df = pd.read_csv(path)
+    missing = [c for c in (*VIDUR_CPU_COLUMNS, "RAY_COMM_TIME_MEDIAN", "batch_size", "tensor_parallel_degree")
+               if c not in df.columns]
+    if missing:
+        raise ConfigError("vidur", f"{path} lacks {', '.join(missing)}")
+    cpu = df[list(VIDUR_CPU_COLUMNS)].sum(axis=1).to_numpy() / 1e3
+    b = df.batch_size.to_numpy(float)
+    a_cpu, s_cpu = np.linalg.lstsq(np.c_[np.ones_like(b), b], cpu, rcond=None)[0]
+    tp_rows = df[df.tensor_parallel_degree > 1]
+    tps = sorted(int(t) for t in tp_rows.tensor_parallel_degree.unique())
+    x = np.c_[[(tp_rows.tensor_parallel_degree == t).to_numpy(float) for t in tps]].T
+    x = np.c_[x, tp_rows.batch_size.to_numpy(float)]
+    coef = np.linalg.lstsq(x, tp_rows.RAY_COMM_TIME_MEDIAN.to_numpy() / 1e3, rcond=None)[0]
+    return replace(ENGINES["sarathi-2023-vidur"], cpu_iteration_s=float(f"{max(a_cpu, 0):.3g}"),
+                   cpu_per_seq_s=float(f"{max(s_cpu, 0):.3g}"),
+                   rpc_s=tuple((t, float(f"{max(c, 0):.3g}")) for t, c in zip(tps, coef[:-1], strict=True)),
+                   rpc_per_seq_s=float(f"{max(coef[-1], 0):.3g}"))
+
+
+# -- vLLM serving benchmark results ---------------------------------------------------------------------------------
+BENCH_KEYS = ("input_lens", "output_lens", "ttfts", "itls")
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """The usable requests of one ``vllm bench serve`` result (failed ones counted, not used)."""
+
+    model_id: str | None
+    request_rate: float
+    arrival_at: np.ndarray | None  # seconds from the first submission, where the file has them
+    input_lens: np.ndarray
+    output_lens: np.ndarray
+    ttfts: np.ndarray
+    itls: list[np.ndarray]
+    num_failed: int
+
+
+def read_bench(path: Path) -> BenchRun:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("bench", f"{path} does not exist", "pass the JSON of `vllm bench serve --save-result --save-detailed`")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError("bench", f"{path} is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("bench", f"{path} must hold a JSON object")
+    missing = [k for k in BENCH_KEYS if k not in data]
+    if missing:
+        raise ConfigError("bench", f"{path} lacks {', '.join(missing)}",
+                          "save it with `vllm bench serve --save-result --save-detailed`")
+    n = len(data["input_lens"])
+    if any(len(data[k]) != n for k in BENCH_KEYS):
+        raise ConfigError("bench", f"{path}: {', '.join(BENCH_KEYS)} have different lengths")
+    errors = data.get("errors") or [""] * n
+    ok = np.array([not e and o and o > 1 and t is not None for e, o, t in zip(errors, data["output_lens"], data["ttfts"],
+                                                                             strict=True)], dtype=bool)
+    rate = data.get("request_rate", "inf")
+    try:
+        rate = float(rate)
+    except (TypeError, ValueError):
+        raise ConfigError("bench", f"request_rate {rate!r} is not a number") from None
+    submits = data.get("request_submit_times")
+    arrival = None
+    if submits and len(submits) == n:
+        s = np.asarray(submits, dtype=float)[ok]
+        arrival = np.sort(s - s.min()) if len(s) else None
+    if ok.sum() < MIN_ROWS:
+        raise ConfigError("bench", f"only {int(ok.sum())} successful requests with 2+ output tokens; "
+                          f"the fit needs {MIN_ROWS}", "benchmark more prompts")
+    idx = np.flatnonzero(ok)
+    return BenchRun(model_id=data.get("model_id"), request_rate=rate, arrival_at=arrival,
+                    input_lens=np.asarray(data["input_lens"], dtype=np.int64)[idx],
+                    output_lens=np.asarray(data["output_lens"], dtype=np.int64)[idx],
+                    ttfts=np.asarray(data["ttfts"], dtype=float)[idx],
+                    itls=[np.asarray(data["itls"][i], dtype=float) for i in idx], num_failed=int(n - ok.sum()))
+
+
+def check_bench_model(run: BenchRun, model: str) -> None:
+    if not run.model_id:
+        return
+    want = get_model(model).name
+    candidates = [run.model_id, run.model_id.rstrip("/").split("/")[-1]]
+    parts = run.model_id.rstrip("/").split("/")
+    if len(parts) >= 2:
+        candidates.append("/".join(parts[-2:]))
+    for c in candidates:
+        try:
+            got = get_model(c).name
+        except ConfigError:
+            continue
+        if got != want:
+            raise ConfigError("bench", f"the benchmark served {run.model_id} ({got}), the fit is for {want}",
+                              f"pass --model {got}")
+        return
+
+
+def bench_table(run: BenchRun, seed: int):  # noqa: ANN201 - a workload.RequestTable
+    from simulator.workload.generate import RequestTable
+
+    n = len(run.input_lens)
+    if run.arrival_at is not None:
+        arrival, how = run.arrival_at, "the file's submit times"
+    elif math.isinf(run.request_rate):
+        arrival, how = np.zeros(n), "all at once (request_rate inf)"
+    else:
+        gaps = np.random.default_rng(seed).exponential(1.0 / run.request_rate, size=n)
+        arrival, how = np.cumsum(gaps) - gaps[0], f"Poisson at {run.request_rate:g}/s, seed {seed}"
+    return RequestTable(arrival, run.input_lens, run.output_lens, source=f"vLLM bench requests, arrivals {how}")
+
+
+QUANTILES = tuple(np.linspace(0.05, 0.95, 19))
+REPORT_QUANTILES = (0.1, 0.5, 0.9, 0.99)
+
+
+def _request_metrics(result: Any) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per request (in table order): TTFT and the list of inter-token gaps."""
+    ttft, itls = [], []
+    for req in result.requests:
+        times = np.asarray(req.token_times, dtype=float) if getattr(req, "token_times", None) is not None else None
+        if times is None or not len(times):
+            ttft.append(np.nan)
+            itls.append(np.zeros(0))
+            continue
+        ttft.append(times[0] - req.arrival_at)
+        itls.append(np.diff(times))
+    return np.asarray(ttft), itls
+
+
+def _dist_error(ttft_sim: np.ndarray, itl_sim: list[np.ndarray], ttft: np.ndarray, itl: list[np.ndarray],
+                idx: np.ndarray, quantiles: tuple[float, ...] = REPORT_QUANTILES) -> dict[str, float]:
+    """Relative error of TTFT and ITL quantiles over the requests ``idx`` (ITL: every gap)."""
+    out = {}
+    ts, tm = ttft_sim[idx], ttft[idx]
+    is_ = np.concatenate([itl_sim[i] for i in idx]) if len(idx) else np.zeros(0)
+    im = np.concatenate([itl[i] for i in idx]) if len(idx) else np.zeros(0)
+    for name, s, m in (("ttft", ts, tm), ("itl", is_, im)):
+        s, m = s[np.isfinite(s)], m[np.isfinite(m)]
+        if not (len(s) and len(m)):
+            continue
+        for q in quantiles:
+            ref = np.quantile(m, q)
+            if ref > 0:
+                out[f"{name}_p{q * 100:g}"] = float(abs(np.quantile(s, q) - ref) / ref)
+    return out
+
+
+def _score(ttft_sim: np.ndarray, itl_sim: list[np.ndarray], ttft: np.ndarray, itl: list[np.ndarray],
+           idx: np.ndarray) -> float:
+    """Mean squared log ratio of simulated to measured TTFT and ITL quantiles."""
+    terms = []
+    ts, tm = ttft_sim[idx], ttft[idx]
+    is_ = np.concatenate([itl_sim[i] for i in idx])
+    im = np.concatenate([itl[i] for i in idx])
+    tpot_s = np.array([itl_sim[i].mean() if len(itl_sim[i]) else np.nan for i in idx])
+    tpot_m = np.array([itl[i].mean() if len(itl[i]) else np.nan for i in idx])
+    for s, m in ((ts, tm), (is_, im), (tpot_s, tpot_m)):
+        s, m = s[np.isfinite(s) & (s > 0)], m[np.isfinite(m) & (m > 0)]
+        if len(s) and len(m):
+            terms.extend(np.log(np.quantile(s, QUANTILES) / np.quantile(m, QUANTILES)) ** 2)
+    return float(np.mean(terms)) if terms else float("inf")
+
+
+def simulate_bench(run: BenchRun, config: Any, engine: EngineModel, seed: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    import tempfile
+
+    from simulator.costmodel.engine_model import save_engine_artifact
+    from simulator.engine.cluster import simulate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "engine.json"
+        save_engine_artifact(engine, path, {})
+        result = simulate(config.replace(engine=str(path)), table=bench_table(run, seed), token_times=True)
+    return _request_metrics(result)
+
+
+def calibrate_bench(run: BenchRun, config: Any, base: str | EngineModel, holdout: float = 0.3, seed: int = 0,
+                    max_evals: int = 40, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Search the exposed per-step CPU time (``cpu_iteration_s``, synchronous; the base
+    engine's other terms kept) so simulated TTFT, ITL and TPOT quantiles match the measured
+    ones on the training requests; report quantile errors on the held-out ones."""
+    from scipy.optimize import minimize_scalar
+
+    check_bench_model(run, config.replica.model)
+    base_engine = load_engine(base)
+    mask = holdout_split(len(run.input_lens), holdout, seed)
+    train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
+    # One number is what one benchmark at one rate identifies well: the exposed CPU time of a step
+    # (the per-request term trades off against it along a ridge). Search it in log space: a
+    # coarse grid over 10 us - 100 ms, then a bounded Brent search between the best point's neighbours.
+    cache: dict[float, tuple[np.ndarray, list[np.ndarray]]] = {}
+
+    def engine_at(x: float) -> EngineModel:
+        return replace(base_engine, overlap_cpu=False, cpu_iteration_s=float(f"{math.exp(x):.4g}"))
+
+    def objective(x: float) -> float:
+        key = round(float(x), 5)
+        if key not in cache:
+            cache[key] = simulate_bench(run, config, engine_at(key), seed)
+            if progress:
+                progress(f"simulation {len(cache)}")
+        t, i = cache[key]
+        return _score(t, i, run.ttfts, run.itls, train)
+
+    grid = np.linspace(math.log(1e-5), math.log(0.1), 13)
+    scores = [objective(x) for x in grid]
+    k = int(np.argmin(scores))
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
+    best = minimize_scalar(objective, bounds=(lo, hi), method="bounded",
+                           options={"maxiter": max(5, max_evals - len(grid)), "xatol": 0.002})
+    engine = engine_at(best.x)
+    t0, i0 = simulate_bench(run, config, base_engine, seed)
+    t1, i1 = simulate_bench(run, config, engine, seed)
+    return {"engine": engine, "report": {
+        "kind": "vllm bench serve", "requests": len(run.input_lens), "failed_requests_not_used": run.num_failed,
+        "holdout_requests": len(test), "request_rate": run.request_rate, "base_engine": base_engine.name,
+        "simulations": len(cache) + 1,
+        "holdout_before": _dist_error(t0, i0, run.ttfts, run.itls, test),
+        "holdout_after": _dist_error(t1, i1, run.ttfts, run.itls, test)}}
+
+
+def make_bench_fixture(config: Any, engine: EngineModel, rate: float, num_requests: int, seed: int,
+                       noise: float = 0.0) -> dict[str, Any]:
+    """A ``vllm bench serve``-shaped result made by the simulator itself (keys as vLLM writes
+    them): requests drawn from ``config``'s workload, replayed at ``rate`` under ``engine``."""
+    from simulator.workload.generate import generate_requests
+
+    rng = np.random.default_rng(seed)
+    table = generate_requests(replace(config.workload, num_requests=num_requests, arrival="burst"), rng)
+    keep = table.num_output_tokens > 1
+    run = BenchRun(model_id=get_model(config.replica.model).hf_id, request_rate=rate, arrival_at=None,
+                   input_lens=table.num_prompt_tokens[keep], output_lens=table.num_output_tokens[keep],
+                   ttfts=np.zeros(int(keep.sum())), itls=[], num_failed=0)
+    ttft, itls = simulate_bench(run, config, engine, seed)
+    jitter = np.random.default_rng(seed + 1)
+
+    def noisy(x: np.ndarray) -> list[float]:
+        return [float(f"{v:.6g}") for v in (x * jitter.lognormal(0.0, noise, size=len(x)) if noise else x)]
+
+    return {"backend": "vllm", "model_id": run.model_id, "num_prompts": len(run.input_lens), "request_rate": rate,
+            "burstiness": 1.0, "max_concurrency": None, "completed": len(run.input_lens),
+            "input_lens": [int(v) for v in run.input_lens], "output_lens": [int(v) for v in run.output_lens],
+            "ttfts": noisy(ttft), "itls": [noisy(i) for i in itls], "errors": [""] * len(run.input_lens),
+            "generated_texts": [""] * len(run.input_lens),
+            "servesim_fixture": {"engine": engine.to_dict(), "seed": seed, "noise": noise,
+                                 "note": "made by servesim's simulator (engine_fit.make_bench_fixture), not a measurement"}}

@@ -1,0 +1,450 @@
+"""Fit a learned cost model from tidy profile tables (``simulate fit``).
+
+Each op family gets its own small regression problem, and the model family is chosen by
+cross-validation on the training rows (5-fold, lowest mean absolute percentage error):
+
+- **token ops** (projections, MLP, norms, activation, rotary, residual adds, embedding,
+  LM head) and **collectives** (all-reduce, send/recv, as a function of message bytes):
+  one input. Candidates: isotonic regression (monotone piecewise-linear), degree-1 splines
+  with 8/16/32 quantile knots on log time, and cubic polynomials in log x on log time. All
+  are weighted to minimise *relative* error. Whatever wins is stored as its predictions at
+  the distinct training inputs, made non-decreasing (a running maximum), and evaluated by
+  linear interpolation: the stored curve *is* the model.
+- **decode attention**: a line in the batch's RMS context length per batch size,
+  ``t = a[n] + b[n] * sqrt(sum(k^2) / n)``, with ``a`` and ``b`` piecewise-linear in the
+  batch size ``n`` (degree-1 spline basis crossed with ``[1, k]``, non-negative weights, so
+  ``a, b >= 0``); the number of knots in ``n`` is chosen by CV. Per-batch-size terms capture
+  occupancy steps (batch x heads filling the SMs in waves) that a global linear model in
+  token sums misses by 10-30%; the RMS length describes a mixed batch's spread (it equals
+  the length for a uniform batch and weights long sequences more).
+- **prefill attention**: non-negative linear model in per-chunk sums that the engine keeps
+  in :class:`~simulator.costmodel.base.BatchShape` (chunk tokens, causal query-key pairs,
+  keys read, squared chunk lengths), the subset chosen by CV.
+
+A fraction of each op's rows (``holdout``, default 20%, seeded) is never used in fitting;
+the training report gives the error on those rows per op. The artifact is plain JSON (no
+pickles): :mod:`simulator.costmodel.learned` loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sklearn
+from sklearn.isotonic import IsotonicRegression
+from sklearn.linear_model import LinearRegression
+from sklearn.model_selection import KFold
+from sklearn.preprocessing import PolynomialFeatures, SplineTransformer
+
+from simulator.calibrate.fit_data import REQUIRED_BY_OP, TIDY_COLUMNS, validate
+from simulator.config.catalog import get_gpu, get_model
+from simulator.config.errors import ConfigError
+
+FORMAT_VERSION = 1
+MIN_POINTS = 8  # distinct inputs an op needs before it is fitted
+CV_FOLDS = 5
+TOKEN_FAMILY_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary",
+                    "residual_add", "embedding", "lm_head")
+MOE_FAMILY_OPS = ("moe_gate", "moe_expert_up", "moe_expert_down", "moe_expert_act")  # per expert vs its tokens
+COLLECTIVE_OPS = ("all_reduce", "send_recv")
+PREFILL_FEATURES = ("num_prefill_tokens", "prefill_attn_pairs", "prefill_kv_tokens", "prefill_chunk_sq_sum")
+PREFILL_SUBSETS = (("num_prefill_tokens", "prefill_attn_pairs"),
+                   ("num_prefill_tokens", "prefill_attn_pairs", "prefill_kv_tokens"),
+                   ("num_prefill_tokens", "prefill_attn_pairs", "prefill_chunk_sq_sum"),
+                   PREFILL_FEATURES)
+
+
+def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    """Absolute percentage error, as a fraction."""
+    return np.abs(np.asarray(pred, dtype=float) - meas) / np.asarray(meas, dtype=float)
+
+
+# -- one-input curves ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Curve:
+    """A non-decreasing piecewise-linear function given by knots, with the extrapolation rule.
+
+    Below the first knot the curve is flat (at 0 it is 0: no work, no time); above the last
+    knot it continues linearly with the slope of the top quarter of the fitted range,
+    ``(f(x_max) - f(0.75 x_max)) / (0.25 x_max)``: large batches of these ops are
+    throughput-bound, so time grows linearly, and a quarter of the range averages out the
+    tile-quantisation wiggles a last segment alone would carry.
+    """
+
+    knots: np.ndarray
+    values: np.ndarray
+
+    @property
+    def x_max(self) -> float:
+        return float(self.knots[-1])
+
+    @property
+    def slope(self) -> float:
+        x0 = 0.75 * self.x_max
+        if x0 <= self.knots[0]:
+            return 0.0
+        return max(0.0, (float(self.values[-1]) - float(np.interp(x0, self.knots, self.values))) / (self.x_max - x0))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        y = np.interp(x, self.knots, self.values)
+        y = np.where(x > self.x_max, self.values[-1] + self.slope * (x - self.x_max), y)
+        return np.where(x > 0, y, 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"knots": self.knots.tolist(), "values": self.values.tolist()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Curve:
+        return cls(np.asarray(data["knots"], dtype=np.float64), np.asarray(data["values"], dtype=np.float64))
+
+
+def _curve_families() -> dict[str, Callable[[np.ndarray, np.ndarray], Callable[[np.ndarray], np.ndarray]]]:
+    def isotonic(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        m = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(x, y, sample_weight=1.0 / y**2)
+        return m.predict
+
+    def spline(n_knots: int) -> Callable:
+        def fit(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+            k = min(n_knots, len(np.unique(x)))
+            st = SplineTransformer(n_knots=max(k, 2), degree=1, knots="quantile", extrapolation="linear")
+            basis = st.fit_transform(x[:, None])
+            lr = LinearRegression().fit(basis, np.log(y))
+            return lambda q: np.exp(lr.predict(st.transform(np.asarray(q, dtype=float)[:, None])))
+        return fit
+
+    def poly(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        pf = PolynomialFeatures(3, include_bias=False)
+        lr = LinearRegression().fit(pf.fit_transform(np.log(x)[:, None]), np.log(y))
+        return lambda q: np.exp(lr.predict(pf.transform(np.log(np.asarray(q, dtype=float))[:, None])))
+
+    return {"isotonic": isotonic, "pwlinear-8": spline(8), "pwlinear-16": spline(16), "pwlinear-32": spline(32),
+            "poly-3-log": poly}
+
+
+def _to_curve(predict: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> Curve:
+    knots = np.unique(x)
+    values = np.maximum.accumulate(np.maximum(predict(knots), 0.0))  # monotone by construction
+    return Curve(knots.astype(np.float64), values.astype(np.float64))
+
+
+def fit_curve(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[Curve, str, dict[str, float]]:
+    """Choose a family by K-fold CV (mean APE) and fit it on all of ``x, y``."""
+    families = _curve_families()
+    folds = KFold(n_splits=min(CV_FOLDS, len(x)), shuffle=True, random_state=seed)
+    scores: dict[str, float] = {}
+    for name, family in families.items():
+        errs = []
+        for tr, te in folds.split(x):
+            if len(np.unique(x[tr])) < 2:
+                continue
+            errs.append(ape(_to_curve(family(x[tr], y[tr]), x[tr])(x[te]), y[te]))
+        scores[name] = float(np.mean(np.concatenate(errs))) if errs else float("inf")
+    best = min(scores, key=scores.get)
+    return _to_curve(families[best](x, y), x), best, scores
+
+
+# -- decode attention ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DecodeModel:
+    """``t(n, k_rms) = a[n] + b[n] * k_rms`` for ``n`` decodes; tables indexed by ``n``.
+
+    Beyond the largest fitted batch the coefficients continue linearly with the slope of
+    the top quarter of the fitted batch range (more sequences, proportionally more work).
+    """
+
+    a: np.ndarray  # a[n] for n = 0..max_batch, seconds
+    b: np.ndarray  # b[n], seconds per token of RMS context
+    max_batch: int
+    max_context: float
+
+    def coefficients(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = np.asarray(n, dtype=np.float64)
+        m = self.max_batch
+        lo = max(1, int(0.75 * m))
+        sa = (self.a[m] - self.a[lo]) / max(m - lo, 1)
+        sb = (self.b[m] - self.b[lo]) / max(m - lo, 1)
+        idx = np.clip(n, 0, m).astype(int)
+        extra = np.maximum(n - m, 0)
+        return self.a[idx] + max(sa, 0.0) * extra, self.b[idx] + max(sb, 0.0) * extra
+
+    def predict(self, n: np.ndarray, k_rms: np.ndarray) -> np.ndarray:
+        a, b = self.coefficients(n)
+        return np.where(np.asarray(n) > 0, a + b * np.asarray(k_rms, dtype=np.float64), 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"a": self.a.tolist(), "b": self.b.tolist(), "max_batch": self.max_batch,
+                "max_context": self.max_context}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DecodeModel:
+        return cls(np.asarray(data["a"], dtype=np.float64), np.asarray(data["b"], dtype=np.float64),
+                   int(data["max_batch"]), float(data["max_context"]))
+
+
+def decode_rms_context(rows: pd.DataFrame) -> np.ndarray:
+    """RMS KV length per row: ``sqrt(kv_sq_sum / batch)`` where the table has the exact sum of
+    squares (mixed batches, profiler schema), else the (uniform) ``context_len``."""
+    k = rows["context_len"].to_numpy(dtype=float)
+    if "kv_sq_sum" in rows:
+        sq = pd.to_numeric(rows["kv_sq_sum"], errors="coerce").to_numpy(dtype=float)
+        b = rows["batch_size"].to_numpy(dtype=float)
+        k = np.where(np.isfinite(sq) & (sq > 0), np.sqrt(sq / b), k)
+    return k
+
+
+def _decode_design(n: np.ndarray, k: np.ndarray, st: SplineTransformer | None) -> np.ndarray:
+    basis = st.transform(n[:, None]) if st is not None else np.ones((len(n), 1))
+    return np.hstack([basis, basis * k[:, None]])
+
+
+def _fit_decode_once(n: np.ndarray, k: np.ndarray, y: np.ndarray, n_knots: int) -> DecodeModel:
+    distinct = len(np.unique(n))
+    st = None
+    if distinct >= 3 and n_knots >= 2:
+        st = SplineTransformer(n_knots=min(n_knots, distinct), degree=1, knots="quantile",
+                               extrapolation="constant").fit(n[:, None])
+    lr = LinearRegression(positive=True, fit_intercept=False).fit(_decode_design(n, k, st), y, sample_weight=1.0 / y**2)
+    max_batch = int(n.max())
+    grid = np.arange(max_batch + 1, dtype=np.float64)
+    g = _decode_design(np.maximum(grid, 1.0), np.zeros_like(grid), st)
+    width = g.shape[1] // 2
+    a = g[:, :width] @ lr.coef_[:width]
+    b = g[:, :width] @ lr.coef_[width:]
+    a[0] = b[0] = 0.0
+    return DecodeModel(a, b, max_batch, float(k.max()))
+
+
+def fit_decode(n: np.ndarray, k: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[DecodeModel, str, dict[str, float]]:
+    options = [o for o in (1, 4, 8, 16, 32, 64, 128) if o <= max(1, len(np.unique(n)))]
+    folds = KFold(n_splits=min(CV_FOLDS, len(n)), shuffle=True, random_state=seed)
+    scores: dict[str, float] = {}
+    for o in options:
+        errs = [ape(_fit_decode_once(n[tr], k[tr], y[tr], o).predict(n[te], k[te]), y[te]) for tr, te in folds.split(n)]
+        scores[f"batch-lines-{o}"] = float(np.mean(np.concatenate(errs)))
+    best = min(scores, key=scores.get)
+    return _fit_decode_once(n, k, y, int(best.rsplit("-", 1)[1])), best, scores
+
+
+# -- prefill attention ----------------------------------------------------------------------------
+def prefill_features(batch: np.ndarray, chunk: np.ndarray, kv_before: np.ndarray) -> dict[str, np.ndarray]:
+    """The BatchShape sums of ``batch`` equal chunks of ``chunk`` tokens over ``kv_before`` cached ones."""
+    return {"num_prefill_tokens": batch * chunk, "prefill_attn_pairs": batch * (chunk * kv_before + chunk * (chunk + 1) / 2),
+            "prefill_kv_tokens": batch * (kv_before + chunk), "prefill_chunk_sq_sum": batch * chunk * chunk}
+
+
+@dataclass(frozen=True)
+class PrefillModel:
+    """``t = intercept + sum(coef[f] * shape.f)`` over BatchShape prefill sums, coefficients >= 0."""
+
+    intercept: float
+    coef: dict[str, float]
+    max_chunk: float
+    max_kv: float
+
+    def predict(self, feats: dict[str, np.ndarray]) -> np.ndarray:
+        t = self.intercept + sum(c * np.asarray(feats[f], dtype=np.float64) for f, c in self.coef.items())
+        return np.where(np.asarray(feats["num_prefill_tokens"]) > 0, t, 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"intercept": self.intercept, "coef": self.coef, "max_chunk": self.max_chunk, "max_kv": self.max_kv}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PrefillModel:
+        return cls(float(data["intercept"]), {k: float(v) for k, v in data["coef"].items()},
+                   float(data["max_chunk"]), float(data["max_kv"]))
+
+
+def _fit_prefill_once(feats: dict[str, np.ndarray], y: np.ndarray, subset: tuple[str, ...],
+                      chunk: np.ndarray, kv: np.ndarray) -> PrefillModel:
+    X = np.column_stack([feats[f] for f in subset])
+    lr = LinearRegression(positive=True).fit(X, y, sample_weight=1.0 / y**2)
+    return PrefillModel(max(float(lr.intercept_), 0.0), dict(zip(subset, map(float, lr.coef_), strict=True)),
+                        float(chunk.max()), float((kv + chunk).max()))
+
+
+def fit_prefill(batch: np.ndarray, chunk: np.ndarray, kv: np.ndarray, y: np.ndarray,
+                seed: int = 0) -> tuple[PrefillModel, str, dict[str, float]]:
+    feats = prefill_features(batch, chunk, kv)
+    folds = KFold(n_splits=min(CV_FOLDS, len(y)), shuffle=True, random_state=seed)
+    scores: dict[str, float] = {}
+    for subset in PREFILL_SUBSETS:
+        errs = []
+        for tr, te in folds.split(y):
+            m = _fit_prefill_once({f: v[tr] for f, v in feats.items()}, y[tr], subset, chunk[tr], kv[tr])
+            errs.append(ape(m.predict({f: v[te] for f, v in feats.items()}), y[te]))
+        scores["linear:" + "+".join(subset)] = float(np.mean(np.concatenate(errs)))
+    best = min(scores, key=scores.get)
+    subset = tuple(best.split(":", 1)[1].split("+"))
+    return _fit_prefill_once(feats, y, subset, chunk, kv), best, scores
+
+
+# -- the whole fit ---------------------------------------------------------------------------------------
+def split_holdout(num_rows: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, held out); at least one row is trained on."""
+    order = rng.permutation(num_rows)
+    num_held = int(round(fraction * num_rows)) if num_rows > 1 else 0
+    return np.sort(order[num_held:]), np.sort(order[:num_held])
+
+
+def _report_row(op: str, family: str, scores: dict[str, float], num_train: int, err: np.ndarray) -> dict[str, Any]:
+    return {"op": op, "family": family, "num_train": num_train, "num_holdout": int(len(err)),
+            "holdout_mape": float(np.mean(err)) if len(err) else None,
+            "holdout_median_ape": float(np.median(err)) if len(err) else None,
+            "holdout_p95_ape": float(np.quantile(err, 0.95)) if len(err) else None,
+            "cv_mape": {k: round(v, 5) for k, v in scores.items()}}
+
+
+def _too_few(op: str, n: int) -> ConfigError:
+    return ConfigError("profile", f"op {op} has {n} distinct points, too few to fit (need {MIN_POINTS})",
+                       "profile more token counts or drop the op's rows")
+
+
+def _check_shape(rows: pd.DataFrame, model: str, tp: int) -> None:
+    """Attention tables fix a shape, not a name: it must be the artifact model's."""
+    if not {"hidden_size", "num_heads", "num_kv_heads"} <= set(rows.columns):
+        return
+    spec = get_model(model)
+    shapes = rows[["hidden_size", "num_heads", "num_kv_heads"]].dropna().drop_duplicates()
+    for h, q, kv in shapes.itertuples(index=False):
+        if (int(h), int(q), int(kv)) != (spec.hidden_size, spec.num_heads, spec.num_kv_heads):
+            raise ConfigError("profile", f"attention rows are for hidden {int(h)}, {int(q)} heads, {int(kv)} KV heads, "
+                              f"not {model}'s {spec.hidden_size}/{spec.num_heads}/{spec.num_kv_heads}",
+                              "fit attention tables of the same model")
+
+
+def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None = None, tp: int | None = None,
+               holdout: float = 0.2, seed: int = 0, sources: list[str] | None = None,
+               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Fit every op the table covers for one (model, GPU, TP); return the artifact dict."""
+    if not 0 <= holdout < 1:
+        raise ConfigError("holdout", f"must be in [0, 1), got {holdout}")
+    validate(table, "profile table")
+    table = table.copy()
+    for column in TIDY_COLUMNS:
+        if column not in table:
+            table[column] = np.nan
+    for column in ("model", "device"):
+        table[column] = table[column].astype(object).where(table[column].notna(), "").astype(str)
+    models = sorted({m for m in table["model"].astype(str) if m and m != "nan"})
+    model = get_model(model).name if model else (models[0] if len(models) == 1 else None)
+    if model is None:
+        raise ConfigError("model", "the profile does not name its model", "pass --model")
+    if models and models != [model]:
+        raise ConfigError("model", f"profile is for {', '.join(models)}, not {model}", "pass matching tables")
+    devices = sorted({d for d in table["device"].astype(str) if d and d != "nan"})
+    gpu = get_gpu(gpu).name if gpu else (devices[0] if len(devices) == 1 else None)
+    if gpu is None:
+        raise ConfigError("gpu", "the profile does not name its GPU", "pass --gpu")
+    get_gpu(gpu)
+    if devices and devices != [gpu]:
+        raise ConfigError("gpu", f"profile is for {', '.join(devices)}, not {gpu}", "pass matching tables")
+    tps = sorted({int(t) for t in table["tp"].dropna()})
+    if tp is None:
+        compute_tps = sorted({int(t) for t in table.loc[~table["op"].isin(COLLECTIVE_OPS), "tp"].dropna()})
+        if len(compute_tps) != 1:
+            raise ConfigError("tp", f"profile covers tp {compute_tps or tps}", "pass --tp to choose one")
+        tp = compute_tps[0]
+    spec = get_model(model)
+    rng = np.random.default_rng(seed)
+    artifact: dict[str, Any] = {
+        "format_version": FORMAT_VERSION, "kind": "servesim-learned-cost-model", "model": model, "gpu": gpu, "tp": tp,
+        "dtype_bytes": 2, "sklearn_version": sklearn.__version__, "numpy_version": np.__version__,
+        "python_version": platform.python_version(), "holdout_fraction": holdout, "seed": seed,
+        "sources": sources or (sorted(map(str, table["source"].dropna().unique())) if "source" in table else []),
+        "curves": {}, "report": [],
+    }
+    report = artifact["report"]
+
+    def say(msg: str) -> None:
+        if progress:
+            progress(msg)
+
+    def fit_one(op: str, rows: pd.DataFrame, x_column: str, extra: dict[str, Any]) -> None:
+        """Fit one op's curve on the training split; record it and its held-out error."""
+        x = rows[x_column].to_numpy(dtype=float)
+        y = rows["median_s"].to_numpy(dtype=float)
+        if len(np.unique(x)) < MIN_POINTS:
+            raise _too_few(op, len(np.unique(x)))
+        tr, te = split_holdout(len(x), holdout, rng)
+        curve, family, scores = fit_curve(x[tr], y[tr], seed)
+        artifact["curves"][op] = {"x": x_column, "family": family, **extra, **curve.to_json()}
+        report.append(_report_row(op, family, scores, len(tr), ape(curve(x[te]), y[te])))
+
+    for op in TOKEN_FAMILY_OPS + MOE_FAMILY_OPS:
+        rows = table[(table["op"] == op) & (table["tp"].isna() | (table["tp"] == tp))]
+        if rows.empty:
+            continue
+        say(op)
+        fit_one(op, rows, "num_tokens", {})
+    for op in COLLECTIVE_OPS:
+        world = tp if op == "all_reduce" else 2
+        rows = table[(table["op"] == op) & (table["world_size"] == world)]
+        if rows.empty or (op == "all_reduce" and tp == 1):
+            continue
+        say(op)
+        fit_one(op, rows, "message_bytes", {"world_size": world})
+    rows = table[(table["op"] == "attn_decode") & (table["tp"].isna() | (table["tp"] == tp))]
+    if not rows.empty:
+        _check_shape(rows, model, tp)
+        n = rows["batch_size"].to_numpy(dtype=float)
+        k = decode_rms_context(rows)
+        y = rows["median_s"].to_numpy(dtype=float)
+        if len(rows[["batch_size", "context_len"]].drop_duplicates()) < MIN_POINTS:
+            raise _too_few("attn_decode", len(rows))
+        say("attn_decode")
+        tr, te = split_holdout(len(y), holdout, rng)
+        dm, family, scores = fit_decode(n[tr], k[tr], y[tr], seed)
+        artifact["attn_decode"] = {"family": family, **dm.to_json()}
+        report.append(_report_row("attn_decode", family, scores, len(tr), ape(dm.predict(n[te], k[te]), y[te])))
+    rows = table[(table["op"] == "attn_prefill") & (table["tp"].isna() | (table["tp"] == tp))]
+    if not rows.empty:
+        _check_shape(rows, model, tp)
+        b, c, kv = (rows[col].to_numpy(dtype=float) for col in REQUIRED_BY_OP["attn_prefill"])
+        y = rows["median_s"].to_numpy(dtype=float)
+        if len(rows[["batch_size", "chunk_size", "kv_context"]].drop_duplicates()) < MIN_POINTS:
+            raise _too_few("attn_prefill", len(rows))
+        say("attn_prefill")
+        tr, te = split_holdout(len(y), holdout, rng)
+        pm, family, scores = fit_prefill(b[tr], c[tr], kv[tr], y[tr], seed)
+        artifact["attn_prefill"] = {"family": family, **pm.to_json()}
+        feats = prefill_features(b[te], c[te], kv[te])
+        report.append(_report_row("attn_prefill", family, scores, len(tr), ape(pm.predict(feats), y[te])))
+    if not report:
+        raise ConfigError("profile", f"no rows for {model} at tp={tp}", "check the table's tp and op columns")
+    learned = [r["op"] for r in report]
+    artifact["learned_ops"] = learned
+    artifact["roofline_ops"] = _roofline_ops(learned, spec.parallel_attn_mlp, tp)
+    return artifact
+
+
+def _roofline_ops(learned: list[str], parallel: bool, tp: int) -> list[str]:
+    """The cost-model ops the artifact leaves to the calibrated roofline."""
+    ops = ["qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary", "residual_add",
+           "tp_all_reduce", "embedding", "attn_prefill", "attn_decode", "lm_head_sampling", "cpu_overhead", "send_recv"]
+    covered = set(learned)
+    if "all_reduce" in covered or tp == 1:
+        covered.add("tp_all_reduce")
+    if "lm_head" in covered:
+        covered.add("lm_head_sampling")
+    ops += ["moe_router", "moe_experts", "moe_act"]
+    for learned_op, priced_op in (("moe_gate", "moe_router"), ("moe_expert_act", "moe_act")):
+        if learned_op in covered:
+            covered.add(priced_op)
+    if {"moe_expert_up", "moe_expert_down"} <= covered:
+        covered.add("moe_experts")
+    return [op for op in ops if op not in covered]
+
+
+def save_artifact(artifact: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(artifact, indent=1) + "\n")
+    return path

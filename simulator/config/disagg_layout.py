@@ -1,0 +1,217 @@
+"""Disaggregated layouts: a prefill pool, a decode pool, the KV link between them.
+
+A layout is written as three run options (so ``run``, ``capacity``, sweeps and
+``config.json`` carry it like any other option)::
+
+    --prefill-pool '2x(tp=2,gpu=h100-sxm)' --decode-pool '1x(tp=4,gpu=a100-80gb)' --kv-link infiniband-200g
+
+Pool syntax: ``N`` replicas ``x`` a parenthesised list of ``key=value`` overrides of the
+run's replica and scheduler: ``tp``, ``pp``, ``gpu``, ``sched`` (scheduler name),
+``budget`` (the pool's token budget: ``max_num_batched_tokens``, or the chunk size for
+sarathi) and ``seqs`` (``max_num_seqs``). Keys not given come from the run options,
+except the scheduler, which defaults to ``vllm`` in both pools: a prefill pool batches
+whole prompts under its token budget (DistServe's prefill instance), a decode pool only
+ever receives decodes, so vLLM's continuous batching is all it needs. ``--mixed-pool``
+(same syntax) adds Splitwise's mixed machines: aggregated replicas running the run's own
+scheduler, which take whole requests when every prefill replica is backed up.
+
+KV link (``--kv-link``): a link name of :mod:`simulator.config.topology` (``infiniband-200g``,
+``ethernet-100g``, ``nvlink``, ``pcie``, ...), a bandwidth ``25GB/s`` or ``100gbps``
+with an optional latency ``@10us``, or ``infinite`` (no time at all). Its effective
+bandwidth is the topology's (rated x efficiency). One link is shared by all transfers,
+which queue on it FIFO. The run's ``--router`` routes arrivals among the prefill replicas;
+``--replicas`` must stay 1 (the pools give their own counts).
+
+Parsing canonicalises the strings (``RunConfig`` stores the canonical form), so two
+spellings of one layout give the same config and the same sweep point.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from simulator.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
+
+POOL_KEYS = ("tp", "pp", "gpu", "sched", "budget", "seqs")
+DEFAULT_POOL_SCHEDULER = "vllm"
+_POOL_RE = re.compile(r"^\s*(\d+)\s*x\s*(?:\((.*)\))?\s*$", re.IGNORECASE)
+_BW_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(gb/s|gbps)(?:\s*@\s*(\d+(?:\.\d+)?)\s*(us|ms|s))?$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One pool: ``num_replicas`` replicas, each the run's replica with these overrides."""
+
+    num_replicas: int
+    tp: int | None = None
+    pp: int | None = None
+    gpu: str | None = None
+    sched: str | None = None
+    budget: int | None = None
+    seqs: int | None = None
+
+    def canonical(self) -> str:
+        parts = [f"{k}={getattr(self, k)}" for k in POOL_KEYS if getattr(self, k) is not None]
+        return f"{self.num_replicas}x({','.join(parts)})"
+
+    def replica_config(self, base: ReplicaConfig) -> ReplicaConfig:
+        changes = {k: getattr(self, k) for k in ("tp", "pp", "gpu") if getattr(self, k) is not None}
+        return replace(base, **changes)
+
+    def scheduler_config(self, base: SchedulerConfig, default: str | None = DEFAULT_POOL_SCHEDULER) -> SchedulerConfig:
+        """The pool's scheduler: ``sched`` (else ``default``, else the run's) with the pool's knobs."""
+        name = self.sched or default or base.name
+        seqs = self.seqs or base.max_num_seqs
+        if name == base.name:
+            cfg = replace(base, max_num_seqs=seqs)
+        else:  # the run's budget knobs belong to the run's scheduler, not this one
+            cfg = replace(base, name=name, max_num_seqs=seqs, chunk_size=None, max_num_batched_tokens=None)
+        if self.budget is not None:
+            cfg = replace(cfg, chunk_size=None, max_num_batched_tokens=self.budget)
+        return cfg
+
+    def num_gpus(self, base: ReplicaConfig) -> int:
+        return self.num_replicas * self.replica_config(base).num_gpus
+
+
+def parse_pool(text: str, field: str) -> PoolSpec:
+    """``'2x(tp=2,gpu=h100-sxm)'`` -> PoolSpec; ConfigError naming ``field`` otherwise."""
+    fix = "write e.g. '2x(tp=2,gpu=h100-sxm)'; keys: " + ", ".join(POOL_KEYS)
+    m = _POOL_RE.match(text or "")
+    if not m:
+        raise ConfigError(field, f"cannot read pool {text!r}", fix)
+    values: dict[str, int | str] = {}
+    for item in filter(None, (s.strip() for s in (m.group(2) or "").split(","))):
+        key, sep, value = (s.strip() for s in item.partition("="))
+        key = key.lower()
+        if not sep or key not in POOL_KEYS or not value:
+            raise ConfigError(field, f"bad entry {item!r} in {text!r}", fix)
+        if key in ("gpu", "sched"):
+            values[key] = value.lower()
+        else:
+            if not value.isdigit() or int(value) <= 0:
+                raise ConfigError(field, f"{key} must be a positive integer, got {value!r}", fix)
+            values[key] = int(value)
+    num = int(m.group(1))
+    if num <= 0:
+        raise ConfigError(field, f"needs at least one replica, got {num}", fix)
+    return PoolSpec(num, **values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class KVLink:
+    """The link KV caches cross: ``time(bytes) = latency_s + bytes / bytes_per_s``."""
+
+    name: str
+    bytes_per_s: float  # effective (rated x efficiency); inf for an ideal link
+    latency_s: float
+
+    def transfer_s(self, nbytes: float) -> float:
+        if math.isinf(self.bytes_per_s):
+            return self.latency_s
+        return self.latency_s + nbytes / self.bytes_per_s
+
+
+def parse_link(text: str, gpu: str, field: str = "kv_link") -> KVLink:
+    """A topology link name, ``<n>GB/s`` / ``<n>gbps`` with optional ``@<latency>``, or ``infinite``."""
+    key = (text or "").strip().lower()
+    if key in ("inf", "infinite"):
+        return KVLink("infinite", math.inf, 0.0)
+    m = _BW_RE.match(key)
+    if m:
+        value = float(m.group(1))
+        bytes_per_s = value * 1e9 if m.group(2).lower() == "gb/s" else value * 1e9 / 8
+        latency = 0.0
+        if m.group(3):
+            latency = float(m.group(3)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(4).lower()]
+        if bytes_per_s <= 0:
+            raise ConfigError(field, f"bandwidth must be positive, got {text!r}")
+        return KVLink(key, bytes_per_s, latency)
+    from simulator.config.catalog import get_gpu
+    from simulator.config.topology import LINK_NAMES, get_link
+
+    if key not in LINK_NAMES:
+        raise ConfigError(field, f"unknown link {text!r}",
+                          f"use a link name ({', '.join(LINK_NAMES)}), e.g. '25GB/s@10us', or 'infinite'")
+    link = get_link(key, get_gpu(gpu), field)
+    return KVLink(key, link.effective_bytes_per_s, link.latency_s)
+
+
+@dataclass(frozen=True)
+class DisaggLayout:
+    """A validated disaggregated layout of a run: pools, their replica and scheduler configs, the link."""
+
+    prefill: PoolSpec
+    decode: PoolSpec
+    mixed: PoolSpec | None
+    link: KVLink
+    prefill_replica: ReplicaConfig
+    decode_replica: ReplicaConfig
+    mixed_replica: ReplicaConfig | None
+    prefill_scheduler: SchedulerConfig
+    decode_scheduler: SchedulerConfig
+    mixed_scheduler: SchedulerConfig | None
+
+    @property
+    def num_gpus(self) -> int:
+        n = self.prefill.num_replicas * self.prefill_replica.num_gpus + self.decode.num_replicas * self.decode_replica.num_gpus
+        if self.mixed is not None and self.mixed_replica is not None:
+            n += self.mixed.num_replicas * self.mixed_replica.num_gpus
+        return n
+
+    def describe(self) -> str:
+        out = f"prefill {self.prefill.canonical()} + decode {self.decode.canonical()}"
+        if self.mixed is not None:
+            out += f" + mixed {self.mixed.canonical()}"
+        return out + f" over {self.link.name}"
+
+
+def kv_bytes_per_token(replica: ReplicaConfig) -> float:
+    """KV bytes of one token for the whole model (all layers, all KV heads): what a transfer moves."""
+    m = replica.model_spec
+    return 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * replica.dtype_bytes
+
+
+def layout_of(config: RunConfig) -> DisaggLayout | None:
+    """The run's disaggregated layout, or None for an aggregated run. Validates every pool."""
+    if config.prefill_pool is None and config.decode_pool is None:
+        if config.mixed_pool is not None:
+            raise ConfigError("mixed_pool", "a mixed pool needs --prefill-pool and --decode-pool")
+        return None
+    if config.prefill_pool is None or config.decode_pool is None:
+        missing = "prefill_pool" if config.prefill_pool is None else "decode_pool"
+        raise ConfigError(missing, "a disaggregated run needs both pools", f"pass --{missing.replace('_', '-')} too")
+    if config.num_replicas != 1:
+        raise ConfigError("num_replicas", f"a disaggregated run sizes its pools itself, got --replicas {config.num_replicas}",
+                          "give the replica counts in --prefill-pool/--decode-pool, e.g. '2x(tp=2)'")
+    prefill = parse_pool(config.prefill_pool, "prefill_pool")
+    decode = parse_pool(config.decode_pool, "decode_pool")
+    mixed = parse_pool(config.mixed_pool, "mixed_pool") if config.mixed_pool is not None else None
+
+    def build(pool: PoolSpec, field: str, default: str | None):  # noqa: ANN202
+        try:
+            return pool.replica_config(config.replica), pool.scheduler_config(config.scheduler, default)
+        except ConfigError as err:
+            raise ConfigError(f"{field} ({err.field})", err.problem, err.fix) from None
+
+    p_rep, p_sched = build(prefill, "prefill_pool", DEFAULT_POOL_SCHEDULER)
+    d_rep, d_sched = build(decode, "decode_pool", DEFAULT_POOL_SCHEDULER)
+    m_rep, m_sched = build(mixed, "mixed_pool", None) if mixed is not None else (None, None)
+    link = parse_link(config.kv_link, p_rep.gpu)
+    return DisaggLayout(prefill, decode, mixed, link, p_rep, d_rep, m_rep, p_sched, d_sched, m_sched)
+
+
+def canonical_pool(text: str | None, field: str) -> str | None:
+    return None if text is None else parse_pool(text, field).canonical()
+
+
+def num_gpus_of(config: RunConfig) -> int:
+    """GPUs a run occupies, aggregated or disaggregated."""
+    layout = layout_of(config)
+    return layout.num_gpus if layout is not None else config.num_replicas * config.replica.num_gpus

@@ -1,0 +1,259 @@
+"""Model specs from Hugging Face ``config.json`` files, and GPU specs from small TOML/JSON files.
+
+``--model PATH`` (a ``config.json`` or a folder holding one; no network) builds a
+:class:`~simulator.config.catalog.ModelSpec` from the fields a serving simulator needs: layers, hidden
+size, heads / KV heads / head dim, FFN width, vocabulary, context length, tied embeddings,
+sliding-window layers, mixture-of-experts fields and multi-head latent attention fields.
+
+Families read (``model_type``): dense ``llama``, ``mistral``, ``qwen2``, ``qwen3``; MoE
+``mixtral``, ``qwen3_moe``, ``gpt_oss``, ``llama4`` / ``llama4_text`` (the text model of a
+multimodal config's ``text_config``); MLA + MoE ``deepseek_v3`` / ``deepseek_v2``.
+
+The reader is strict on purpose: a field it does not know might change the architecture
+(another attention kind, a different layer pattern), so it is refused with a one-line
+:class:`~simulator.config.errors.ConfigError` naming the field, rather than silently mispriced.
+Fields known not to change shapes or costs (token ids, initialisation, RoPE scaling, router
+loss coefficients, the checkpoint's quantization: weights' dtype is ``--dtype``) are ignored.
+
+``--gpu PATH`` reads a GPU from a TOML or JSON table with keys ``name``, ``bf16_tflops``,
+``hbm_gb_per_s``, ``memory_gb`` and optional ``fp8_tflops``, ``nvlink_gb_per_s`` (per
+direction; 0 without NVLink), ``pcie_gb_per_s`` (default 64), ``nvlink_switch`` and
+``source``.
+
+Both loaders key the spec's ``name`` on the path as given, so a run config holding the path
+reproduces the run; results are cached per path (and file modification time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from simulator.config.catalog import GB, TFLOPS, GPUSpec, ModelSpec
+from simulator.config.errors import ConfigError
+
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",
+               "deepseek_v3", "deepseek_v2")
+
+# Fields the reader interprets.
+_READ = frozenset({
+    "model_type", "architectures", "text_config", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "intermediate_size", "intermediate_size_mlp", "vocab_size",
+    "max_position_embeddings", "tie_word_embeddings", "hidden_act", "sliding_window", "use_sliding_window",
+    "max_window_layers", "layer_types", "num_local_experts", "num_experts", "n_routed_experts",
+    "num_experts_per_tok", "experts_per_token", "moe_intermediate_size", "n_shared_experts",
+    "first_k_dense_replace", "moe_layer_freq", "interleave_moe_layer_step", "decoder_sparse_step",
+    "mlp_only_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "attention_chunk_size", "no_rope_layers", "_name_or_path",
+})
+# Fields that change neither shapes nor costs the simulator models.
+_IGNORED = frozenset({
+    "attention_bias", "attention_dropout", "hidden_dropout", "bos_token_id", "eos_token_id", "pad_token_id",
+    "initializer_range", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "rope_type",
+    "partial_rotary_factor", "torch_dtype", "dtype", "transformers_version", "use_cache", "auto_map",
+    "pretraining_tp", "mlp_bias", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise",
+    "norm_topk_prob", "aux_loss_alpha", "seq_aux", "scoring_func", "topk_method", "n_group", "topk_group",
+    "routed_scaling_factor", "ep_size", "num_nextn_predict_layers", "quantization_config", "use_qk_norm",
+    "attn_temperature_tuning", "floor_scale", "attn_scale", "swiglu_limit", "initial_context_length",
+    "vision_config", "boi_token_index", "eoi_token_index", "image_token_index", "cache_implementation",
+    "for_llm_compressor", "router_dtype", "use_mla", "rope_interleave", "is_llama_config", "bos_token",
+    "eos_token", "tokenizer_class", "qk_layernorm", "moe_router_dtype",
+})
+_ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_new": "gelu",
+                "gelu_pytorch_tanh": "gelu"}
+
+
+def is_path_like(name: str) -> bool:
+    """Whether a ``--model``/``--gpu`` value names a file rather than a catalog entry: an existing
+    path, or one ending in .json/.toml (an unknown ``org/model`` id stays a catalog miss)."""
+    return name.endswith((".json", ".toml")) or os.path.exists(name)
+
+
+def _config_file(path: str) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise ConfigError("model", f"no config file at {path}",
+                          "pass a catalog name (`simulate models`) or a Hugging Face config.json / its folder")
+    return p
+
+
+def load_hf_model(path: str) -> ModelSpec:
+    """The model described by the ``config.json`` at ``path`` (file or folder), cached."""
+    p = _config_file(path)
+    return _load_hf_model(path, str(p), p.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _load_hf_model(name: str, file: str, _mtime_ns: int) -> ModelSpec:
+    try:
+        cfg = json.loads(Path(file).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError("model", f"{file} is not valid JSON ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError("model", f"{file} must hold a JSON object")
+    return model_from_hf_dict(cfg, name, where=file)
+
+
+def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json") -> ModelSpec:
+    """Build a spec from a parsed ``config.json``; ``name`` becomes the spec's name."""
+    outer_type = str(cfg.get("model_type", ""))
+    if outer_type == "llama4" and isinstance(cfg.get("text_config"), dict):
+        top_level = {k: v for k, v in cfg.items() if k != "text_config"}
+        _check_fields(top_level, where)
+        cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings",
+                                                                      cfg["text_config"].get("tie_word_embeddings"))}
+    _check_fields(cfg, where)
+    model_type = str(cfg.get("model_type", outer_type))
+    if model_type not in MODEL_TYPES:
+        raise ConfigError("model.model_type", f"{where}: unsupported model_type {model_type!r}",
+                          f"supported: {', '.join(MODEL_TYPES)}")
+
+    def need(key: str) -> int:
+        value = cfg.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"model.{key}", f"{where}: needs a positive integer, got {value!r}")
+        return value
+
+    def opt(key: str, default: int = 0) -> int:
+        value = cfg.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"model.{key}", f"{where}: needs a non-negative integer, got {value!r}")
+        return value
+
+    def unsupported(key: str, why: str) -> ConfigError:
+        return ConfigError(f"model.{key}", f"{where}: {why}", "servesim cannot price this layer pattern yet")
+
+    num_layers = need("num_hidden_layers")
+    hidden = need("hidden_size")
+    heads = need("num_attention_heads")
+    act = str(cfg.get("hidden_act", "silu"))
+    if act not in _ACTIVATIONS:
+        raise ConfigError("model.hidden_act", f"{where}: unsupported activation {act!r}", f"known: {', '.join(_ACTIVATIONS)}")
+    head_dim = opt("head_dim")
+    kwargs: dict[str, Any] = {}
+    if head_dim and head_dim * heads != hidden:
+        kwargs["explicit_head_dim"] = head_dim
+
+    # Mixture of experts.
+    num_experts = opt("num_local_experts") or opt("num_experts") or opt("n_routed_experts")
+    top_k = opt("num_experts_per_tok") or opt("experts_per_token")
+    ffn = opt("intermediate_size")
+    if num_experts:
+        expert_ffn = opt("moe_intermediate_size") or ffn
+        if not expert_ffn:
+            raise ConfigError("model.moe_intermediate_size", f"{where}: a MoE config needs the expert width")
+        num_dense = opt("first_k_dense_replace")
+        if opt("moe_layer_freq", 1) != 1:
+            raise unsupported("moe_layer_freq", f"moe_layer_freq={cfg['moe_layer_freq']} (only 1 is read)")
+        if opt("decoder_sparse_step", 1) != 1:
+            raise unsupported("decoder_sparse_step", f"decoder_sparse_step={cfg['decoder_sparse_step']} (only 1 is read)")
+        if cfg.get("mlp_only_layers"):
+            raise unsupported("mlp_only_layers", "dense-only layers in a Qwen MoE")
+        step = opt("interleave_moe_layer_step", 1)
+        if step > 1:  # Llama-4 Maverick: every step-th layer is MoE, the others dense
+            num_dense = num_layers - num_layers // step
+        shared = opt("n_shared_experts") or (1 if model_type.startswith("llama4") else 0)
+        # ffn_size: the dense layers' width (only the activation reserve reads it when every layer is MoE)
+        dense_ffn = opt("intermediate_size_mlp") or ffn or expert_ffn
+        kwargs.update(num_experts=num_experts, num_experts_per_tok=top_k, expert_ffn_size=expert_ffn,
+                      num_shared_experts=shared, num_dense_layers=num_dense)
+        ffn = dense_ffn or expert_ffn
+    elif top_k:
+        raise ConfigError("model.num_experts_per_tok", f"{where}: top-k experts without an expert count",
+                          "add num_local_experts / num_experts / n_routed_experts")
+    if not ffn:
+        raise ConfigError("model.intermediate_size", f"{where}: needs a positive integer, got {cfg.get('intermediate_size')!r}")
+
+    # Multi-head latent attention.
+    if opt("kv_lora_rank"):
+        kwargs.update(q_lora_rank=opt("q_lora_rank"), kv_lora_rank=opt("kv_lora_rank"),
+                      qk_nope_head_dim=need("qk_nope_head_dim"), qk_rope_head_dim=need("qk_rope_head_dim"),
+                      v_head_dim=need("v_head_dim"))
+        kwargs.pop("explicit_head_dim", None)
+
+    # Sliding-window (or chunked local) attention.
+    window = opt("sliding_window")
+    layer_types = cfg.get("layer_types")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+            raise ConfigError("model.layer_types", f"{where}: needs one entry per layer ({num_layers})")
+        bad = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention")})
+        if bad:
+            raise unsupported("layer_types", f"layer type {bad[0]!r} (full_attention and sliding_attention are read)")
+        num_sliding = layer_types.count("sliding_attention")
+    elif model_type in ("qwen2", "qwen3", "qwen3_moe"):
+        num_sliding = num_layers - min(opt("max_window_layers", num_layers), num_layers) \
+            if cfg.get("use_sliding_window") else 0
+    elif model_type.startswith("llama4") and opt("attention_chunk_size"):
+        window = opt("attention_chunk_size")
+        no_rope = cfg.get("no_rope_layers")
+        # no_rope_layers[i] == 1: layer i uses RoPE and chunked local attention; 0: global NoPE layer.
+        num_sliding = sum(1 for x in no_rope if x) if isinstance(no_rope, list) and no_rope else num_layers - num_layers // 4
+    else:
+        num_sliding = num_layers if window else 0
+    if num_sliding and not window:
+        raise ConfigError("model.sliding_window", f"{where}: sliding layers need a positive sliding_window")
+    if num_sliding:
+        kwargs.update(sliding_window=window, num_sliding_layers=num_sliding)
+
+    hf_id = str(cfg.get("_name_or_path") or Path(where).parent.name or name)
+    return ModelSpec(
+        name=name, hf_id=hf_id, num_layers=num_layers, hidden_size=hidden, num_heads=heads,
+        num_kv_heads=opt("num_key_value_heads", heads) or heads, ffn_size=ffn, vocab_size=need("vocab_size"),
+        max_model_len=opt("max_position_embeddings", 4096) or 4096, activation=_ACTIVATIONS[act],  # type: ignore[arg-type]
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), source=where, **kwargs)
+
+
+def _check_fields(cfg: dict[str, Any], where: str) -> None:
+    for key in cfg:
+        if key not in _READ and key not in _IGNORED:
+            raise ConfigError(f"model.{key}", f"{where}: unknown architecture field", "servesim reads "
+                              f"{', '.join(MODEL_TYPES)} configs; remove the field if it does not change the model")
+
+
+# -- GPUs from files ---------------------------------------------------------------------------------------
+_GPU_KEYS = {"name", "bf16_tflops", "fp8_tflops", "hbm_gb_per_s", "memory_gb", "nvlink_gb_per_s", "pcie_gb_per_s",
+             "nvlink_switch", "source"}
+
+
+def load_gpu_file(path: str) -> GPUSpec:
+    """The GPU described by a TOML or JSON file, cached per path."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("gpu", f"no GPU file at {path}", "pass a catalog name (`simulate gpus`) or a .toml/.json file")
+    return _load_gpu_file(path, p.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=16)
+def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
+    text = Path(path).read_text()
+    try:
+        data = tomllib.loads(text) if path.endswith(".toml") else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError("gpu", f"{path} is not valid {'TOML' if path.endswith('.toml') else 'JSON'} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("gpu", f"{path} must hold a table")
+    for key in data:
+        if key not in _GPU_KEYS:
+            raise ConfigError(f"gpu.{key}", f"{path}: unknown field", f"known: {', '.join(sorted(_GPU_KEYS))}")
+    for key in ("bf16_tflops", "hbm_gb_per_s", "memory_gb"):
+        if key not in data:
+            raise ConfigError(f"gpu.{key}", f"{path}: missing", "give the datasheet's dense figure")
+
+    def num(key: str, default: float = 0.0) -> float:
+        value = data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ConfigError(f"gpu.{key}", f"{path}: needs a non-negative number, got {value!r}")
+        return float(value)
+
+    return GPUSpec(path, num("bf16_tflops") * TFLOPS, num("hbm_gb_per_s") * GB, num("memory_gb") * GB,
+                   num("nvlink_gb_per_s") * GB, num("pcie_gb_per_s", 64.0) * GB, fp8_flops=num("fp8_tflops") * TFLOPS,
+                   source=str(data.get("source", data.get("name", path))), nvlink_switch=bool(data.get("nvlink_switch")))

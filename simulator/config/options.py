@@ -1,0 +1,90 @@
+"""The run options every simulation entry point shares, declared once, and config loading.
+
+``RUN_OPTIONS`` maps an option name (as the CLI and sweep files spell it) to the
+:class:`~simulator.config.run_config.RunConfig` field it sets, its type and its help. The CLI dresses
+these as typer options (:mod:`simulator.cli.options`); sweeps and plots use them directly,
+so planning code never imports the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from simulator.config.catalog import GPUS
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+
+# option name -> (RunConfig field path, type, help); sweep files use the same names.
+RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
+    "model": ("replica__model", str, "Model: a catalog name (llama-2-7b, mixtral-8x7b, deepseek-v3, ...), HF id, or a config.json path."),
+    "gpu": ("replica__gpu", str, f"GPU: {', '.join(GPUS)} (`simulate gpus`), or a .toml/.json file."),
+    "tp": ("replica__tp", int, "Tensor-parallel degree."),
+    "pp": ("replica__pp", int, "Pipeline-parallel degree."),
+    "nodes": ("replica__num_nodes", int, "Nodes a replica spans (PP stages across nodes)."),
+    "inter_node_link": ("replica__inter_node_link", str, "Link between nodes, e.g. ethernet-100g, infiniband-200g."),
+    "intra_node_link": ("replica__intra_node_link", str, "Link inside a node (default: NVLink if present, else PCIe)."),
+    "allow_tp_across_nodes": ("replica__allow_tp_across_nodes", bool, "Let a TP group span nodes."),
+    "max_model_len": ("replica__max_model_len", int, "Context limit (default: the model's)."),
+    "gpu_memory_utilization": ("replica__gpu_memory_utilization", float, "Fraction of GPU memory to use."),
+    "block_size": ("replica__block_size", int, "KV cache block size in tokens."),
+    "dtype": ("replica__dtype", str, "Weight dtype: bf16, fp16, fp8 (FP8 tensor cores where the GPU has them), int4."),
+    "kv_cache_dtype": ("replica__kv_cache_dtype", str, "KV cache dtype: auto (activation dtype), bf16, fp16, fp8."),
+    "ep": ("replica__ep", int, "Expert-parallel degree for MoE models (divides --tp)."),
+    "moe_imbalance": ("replica__moe_imbalance", float, "MoE load imbalance: busiest expert/EP rank over the mean (>= 1)."),
+    "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
+                       "(vLLM's --num-gpu-blocks-override)."),
+    "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi or vllm-v1."),
+    "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
+    "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
+    "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
+    "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, uniform."),
+    "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL)."),
+    "arrival": ("workload__arrival", str, "poisson, gamma, fixed, burst or trace."),
+    "qps": ("workload__qps", float, "Mean request rate (requests/s)."),
+    "cv": ("workload__cv", float, "Coefficient of variation of gaps (gamma arrivals)."),
+    "num_requests": ("workload__num_requests", int, "Requests to simulate."),
+    "prompt_tokens": ("workload__prompt_tokens", int, "Prompt length (fixed) or lower bound (uniform)."),
+    "output_tokens": ("workload__output_tokens", int, "Output length (fixed) or lower bound (uniform)."),
+    "prompt_tokens_max": ("workload__prompt_tokens_max", int, "Upper bound of prompt length (uniform)."),
+    "output_tokens_max": ("workload__output_tokens_max", int, "Upper bound of output length (uniform)."),
+    "max_total_tokens": ("workload__max_total_tokens", int, "Drop source requests longer than this."),
+    "time_scale": ("workload__time_scale", float, "Divide trace timestamps by this (trace arrivals)."),
+    "over_length": ("workload__over_length", str, "Trace rows over --max-total-tokens: drop, or clip (shorten prompt "
+                    "and output in proportion, as Vidur does)."),
+    "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
+    "engine": ("engine", str, "Engine overheads: a preset (vllm-2023-splitwise, sarathi-2023-vidur, vllm-v1, ideal, "
+               "handset) or an artifact from `simulate calibrate-engine`."),
+    "replicas": ("num_replicas", int, "Replicas behind the router."),
+    "router": ("router", str, "round_robin, least_outstanding or random."),
+    "seed": ("seed", int, "Random seed."),
+    "fast_forward": ("fast_forward", bool, "Skip stretches of like iterations (decodes only, or a long prompt's chunks beside them) in one step (same results; off = step by step)."),
+    "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)'."),
+    "decode_pool": ("decode_pool", str, "Disaggregated: decode pool, e.g. '1x(tp=4,gpu=a100-80gb)'."),
+    "mixed_pool": ("mixed_pool", str, "Disaggregated: Splitwise mixed pool (aggregated replicas for overflow)."),
+    "kv_link": ("kv_link", str, "Disaggregated: KV link (infiniband-200g, 25GB/s@10us, infinite)."),
+}
+
+
+
+def load_config_file(path: Path) -> RunConfig:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError("--config", f"{path} does not exist", "pass the config.json a run wrote") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError("--config", f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("--config", f"{path} must hold a JSON object")
+    return RunConfig.from_dict(data)
+
+
+def build_config(config_file: Path | None = None, **options: Any) -> RunConfig:
+    """A RunConfig from a base (``--config`` or defaults) plus the options that were given."""
+    base = load_config_file(config_file) if config_file else RunConfig()
+    changes = {RUN_OPTIONS[k][0]: v for k, v in options.items() if v is not None}
+    try:
+        return base.replace(**changes)
+    except TypeError as exc:  # a field the dataclass does not have
+        raise ConfigError("options", str(exc)) from None

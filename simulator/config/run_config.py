@@ -1,0 +1,299 @@
+"""Run configuration: small frozen dataclasses, validated on construction.
+
+A run is fully described by one :class:`RunConfig` (replica layout, scheduler knobs,
+workload, cost model, cluster shape, seed). Configs are never mutated: derived values
+(the effective token budget, the KV capacity) are computed from them by the code that
+needs them. ``RunConfig.to_dict()`` is what ``config.json`` holds and
+``RunConfig.from_dict()`` reads it back, so any run can be reproduced from its output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simulator.config.catalog import GPUSpec, ModelSpec, get_gpu, get_model
+from simulator.config.errors import ConfigError
+from simulator.config.topology import build_topology
+
+SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
+ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
+OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
+ROUTERS = ("round_robin", "least_outstanding", "random")
+DEFAULT_ENGINE = "vllm-2023-splitwise"  # engine preset (simulator.costmodel.engine_model.ENGINES)
+# The preset names, here so a config validates without importing the cost models (numpy);
+# engine_model asserts its ENGINES table has exactly these keys.
+ENGINE_PRESETS = ("ideal", "handset", "vllm-2023-splitwise", "sarathi-2023-vidur", "vllm-v1")
+# Weight dtypes and their bytes per parameter; int4 is group-wise (128) with one bf16 scale per group.
+WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
+KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
+
+
+def _positive(section: str, name: str, value: float | int | None, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value <= 0:
+        raise ConfigError(f"{section}.{name}", f"must be positive, got {value}", f"pass --{name.replace('_', '-')} > 0")
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """One model replica: a model on ``tp * pp`` GPUs of one kind."""
+
+    model: str = "llama-2-7b"
+    gpu: str = "a100-80gb"
+    tp: int = 1
+    pp: int = 1
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    max_model_len: int | None = None  # default: the model's own context length
+    dtype_bytes: int = 2
+    num_nodes: int = 1
+    inter_node_link: str = "ethernet-100g"
+    intra_node_link: str | None = None  # default: NVLink where the GPU has it, else PCIe
+    allow_tp_across_nodes: bool = False
+    # Numerics and experts (defaults: bf16 everything, no expert parallelism).
+    dtype: str = "bf16"  # weights: bf16, fp16, fp8 (W8A8 where the GPU has FP8 tensor cores), int4 (weight-only)
+    kv_cache_dtype: str = "auto"  # auto (= the activation dtype, dtype_bytes), bf16, fp16 or fp8
+    ep: int = 1  # expert-parallel degree: experts split over ep GPUs of the TP group (ep divides tp)
+    moe_imbalance: float = 1.0  # busiest expert's (EP rank's) load over the mean; >= 1
+    num_gpu_blocks: int | None = None  # KV blocks per replica, overriding the memory plan (vLLM's num_gpu_blocks_override)
+
+    def __post_init__(self) -> None:
+        # Canonicalise names so an HF id and the short name give identical configs.
+        object.__setattr__(self, "model", get_model(self.model).name)
+        object.__setattr__(self, "gpu", get_gpu(self.gpu).name)
+        _positive("replica", "tp", self.tp)
+        _positive("replica", "pp", self.pp)
+        _positive("replica", "block_size", self.block_size)
+        _positive("replica", "num_nodes", self.num_nodes)
+        _positive("replica", "max_model_len", self.max_model_len, allow_none=True)
+        _positive("replica", "num_gpu_blocks", self.num_gpu_blocks, allow_none=True)
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError("replica.gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.dtype_bytes not in (1, 2, 4):
+            raise ConfigError("replica.dtype_bytes", f"must be 1, 2 or 4, got {self.dtype_bytes}")
+        spec = self.model_spec
+        if spec.num_heads % self.tp:
+            divisors = [d for d in range(1, spec.num_heads + 1) if spec.num_heads % d == 0 and d <= 16]
+            raise ConfigError("replica.tp", f"tp={self.tp} does not divide {spec.name}'s {spec.num_heads} attention heads",
+                              f"use one of {divisors}")
+        if spec.num_kv_heads % self.tp and self.tp % spec.num_kv_heads:
+            raise ConfigError("replica.tp", f"tp={self.tp} neither divides nor is a multiple of {spec.num_kv_heads} KV heads")
+        if self.dtype not in WEIGHT_DTYPE_BYTES:
+            raise ConfigError("replica.dtype", f"unknown weight dtype {self.dtype!r}", f"use one of {', '.join(WEIGHT_DTYPE_BYTES)}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ConfigError("replica.kv_cache_dtype", f"unknown KV cache dtype {self.kv_cache_dtype!r}",
+                              f"use one of {', '.join(KV_CACHE_DTYPES)}")
+        _positive("replica", "ep", self.ep)
+        if self.ep > 1 and not spec.is_moe:
+            raise ConfigError("replica.ep", f"ep={self.ep} but {spec.name} has no experts", "drop --ep for a dense model")
+        if self.ep > 1 and (self.tp % self.ep or spec.num_experts % self.ep):
+            raise ConfigError("replica.ep", f"ep={self.ep} must divide tp={self.tp} and {spec.name}'s "
+                              f"{spec.num_experts} experts", "use --ep equal to --tp or one of its divisors")
+        if not self.moe_imbalance >= 1.0:
+            raise ConfigError("replica.moe_imbalance", f"must be >= 1 (busiest over mean load), got {self.moe_imbalance}")
+        if self.pp > spec.num_layers:
+            raise ConfigError("replica.pp", f"pp={self.pp} exceeds {spec.name}'s {spec.num_layers} layers",
+                              f"use --pp <= {spec.num_layers}")
+        # Layout: TP x PP GPUs on num_nodes nodes, TP groups inside nodes, known link names.
+        build_topology(self.gpu_spec, self.tp, self.pp, self.num_nodes, self.intra_node_link,
+                       self.inter_node_link, self.allow_tp_across_nodes)
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        return get_model(self.model)
+
+    @property
+    def gpu_spec(self) -> GPUSpec:
+        return get_gpu(self.gpu)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes per weight of the transformer layers (embeddings and LM head stay at ``dtype_bytes``)."""
+        return WEIGHT_DTYPE_BYTES[self.dtype] if self.dtype not in ("bf16", "fp16") else float(self.dtype_bytes)
+
+    @property
+    def kv_cache_bytes(self) -> float:
+        """Bytes per cached K or V element."""
+        return float(self.dtype_bytes) if self.kv_cache_dtype in ("auto", "bf16", "fp16") else 1.0
+
+    @property
+    def fp8_compute(self) -> bool:
+        """GEMMs run on FP8 tensor cores: FP8 weights on a GPU that has them (else weight-only dequant)."""
+        return self.dtype == "fp8" and self.gpu_spec.fp8_flops > 0
+
+    @property
+    def effective_max_model_len(self) -> int:
+        return self.max_model_len or self.model_spec.max_model_len
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduler policy and its knobs, named as vLLM names them.
+
+    ``chunk_size`` is Sarathi-Serve's token budget tau (prefill chunks plus decodes per
+    iteration). For ``sarathi``/``vllm-v1`` ``max_num_batched_tokens`` is the same budget;
+    give one or the other. For ``vllm`` it caps the prompt tokens of one prefill batch.
+    """
+
+    name: str = "sarathi"
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int | None = None
+    chunk_size: int | None = None
+    watermark: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.name not in SCHEDULER_NAMES:
+            raise ConfigError("scheduler", f"unknown scheduler {self.name!r}", f"known: {', '.join(SCHEDULER_NAMES)}")
+        _positive("scheduler", "max_num_seqs", self.max_num_seqs)
+        _positive("scheduler", "max_num_batched_tokens", self.max_num_batched_tokens, allow_none=True)
+        _positive("scheduler", "chunk_size", self.chunk_size, allow_none=True)
+        if not 0 <= self.watermark < 1:
+            raise ConfigError("scheduler.watermark", f"must be in [0, 1), got {self.watermark}")
+        if (self.name in ("sarathi", "vllm-v1") and self.chunk_size and self.max_num_batched_tokens
+                and self.chunk_size != self.max_num_batched_tokens):
+            raise ConfigError("scheduler.chunk_size", f"{self.name} has one token budget but chunk_size={self.chunk_size} "
+                              f"and max_num_batched_tokens={self.max_num_batched_tokens}", "give only one")
+
+    def token_budget(self, max_model_len: int) -> int:
+        """Tokens one iteration may carry under this policy (prompt tokens for vllm)."""
+        if self.name == "sarathi":
+            return self.chunk_size or self.max_num_batched_tokens or 512
+        if self.name == "vllm-v1":
+            return self.chunk_size or self.max_num_batched_tokens or 2048  # vLLM v1's online-serving default
+        # vLLM v0 without chunked prefill requires the budget to hold a whole prompt.
+        return self.max_num_batched_tokens or max(max_model_len, 2048)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Where requests come from: a length source and an arrival process.
+
+    ``name`` is a built-in length source (``sharegpt``, ``arxiv``, ``fixed``, ``uniform``)
+    unless ``trace`` names a file (Vidur/Sarathi CSV, Azure CSV or JSONL). ``arrival``
+    is ``poisson`` (rate ``qps``), ``gamma`` (rate ``qps``, coefficient of variation
+    ``cv``), ``fixed`` (constant gaps ``1/qps``), ``burst`` (all at t=0) or ``trace``
+    (the file's own timestamps, divided by ``time_scale``).
+    """
+
+    name: str = "sharegpt"
+    trace: str | None = None
+    arrival: str = "poisson"
+    qps: float = 1.0
+    cv: float = 1.0
+    num_requests: int = 256
+    prompt_tokens: int = 512
+    output_tokens: int = 128
+    prompt_tokens_max: int | None = None  # uniform: draw in [prompt_tokens, prompt_tokens_max]
+    output_tokens_max: int | None = None
+    max_total_tokens: int | None = None  # drop longer requests from the source, as the papers filter
+    time_scale: float = 1.0
+    over_length: str = "drop"  # trace rows over max_total_tokens: drop them, or clip them as Vidur does
+
+    def __post_init__(self) -> None:
+        if self.arrival not in ARRIVALS:
+            raise ConfigError("workload.arrival", f"unknown arrival process {self.arrival!r}", f"known: {', '.join(ARRIVALS)}")
+        if self.arrival in ("poisson", "gamma", "fixed"):
+            _positive("workload", "qps", self.qps)
+        _positive("workload", "cv", self.cv)
+        _positive("workload", "num_requests", self.num_requests)
+        _positive("workload", "prompt_tokens", self.prompt_tokens)
+        _positive("workload", "output_tokens", self.output_tokens)
+        _positive("workload", "time_scale", self.time_scale)
+        _positive("workload", "max_total_tokens", self.max_total_tokens, allow_none=True)
+        for lo, hi in (("prompt_tokens", "prompt_tokens_max"), ("output_tokens", "output_tokens_max")):
+            if getattr(self, hi) is not None and getattr(self, hi) < getattr(self, lo):
+                raise ConfigError(f"workload.{hi}", f"{getattr(self, hi)} is below {lo}={getattr(self, lo)}")
+        if self.arrival == "trace" and self.trace is None:
+            raise ConfigError("workload.arrival", "'trace' arrivals need a trace file", "pass --trace PATH or another --arrival")
+        if self.over_length not in OVER_LENGTH:
+            raise ConfigError("workload.over_length", f"unknown value {self.over_length!r}", f"use one of {', '.join(OVER_LENGTH)}")
+        if self.over_length == "clip" and (self.trace is None or self.max_total_tokens is None):
+            raise ConfigError("workload.over_length", "'clip' shortens trace rows longer than max_total_tokens, so it "
+                              "needs both", "pass --trace PATH and --max-total-tokens N (Vidur's default is 4096)")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines a run's results. Same config and seed, same outputs."""
+
+    replica: ReplicaConfig = field(default_factory=ReplicaConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    cost_model: str = "roofline"  # "roofline" or the path of a fitted cost-model artifact
+    engine: str = DEFAULT_ENGINE  # engine overheads: a preset name or a calibrate-engine artifact
+    num_replicas: int = 1
+    router: str = "round_robin"
+    seed: int = 0
+    # Advance stretches of like iterations (decode-only, or a long prompt's chunks beside steady
+    # decodes) in one step (simulator.fast.skipping); results are identical
+    # either way, so this only trades speed for a step-by-step loop when debugging.
+    fast_forward: bool = True
+    # Disaggregated prefill/decode (simulator.config.disagg_layout): pools as '2x(tp=2,gpu=h100-sxm)'.
+    prefill_pool: str | None = None
+    decode_pool: str | None = None
+    mixed_pool: str | None = None
+    kv_link: str = "infiniband-200g"
+
+    def __post_init__(self) -> None:
+        _positive("cluster", "num_replicas", self.num_replicas)
+        if self.prefill_pool is not None or self.decode_pool is not None or self.mixed_pool is not None:
+            from simulator.config.disagg_layout import canonical_pool, layout_of
+
+            for name in ("prefill_pool", "decode_pool", "mixed_pool"):
+                object.__setattr__(self, name, canonical_pool(getattr(self, name), name))
+            layout_of(self)  # validates every pool and the link
+        if self.router not in ROUTERS:
+            raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
+        if self.seed < 0:
+            raise ConfigError("seed", f"must be >= 0, got {self.seed}")
+        if self.engine not in ENGINE_PRESETS and not Path(self.engine).is_file():  # an artifact is parsed on load
+            raise ConfigError("engine", f"{self.engine!r} is neither a preset nor an engine artifact",
+                              f"presets: {', '.join(ENGINE_PRESETS)}; or the JSON written by `simulate calibrate-engine`")
+
+    @property
+    def is_disaggregated(self) -> bool:
+        return self.prefill_pool is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        sections = {"replica": ReplicaConfig, "scheduler": SchedulerConfig, "workload": WorkloadConfig}
+        kwargs: dict[str, Any] = {}
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key, value in data.items():
+            if key not in known:
+                raise ConfigError(f"config.{key}", "unknown key", f"known: {', '.join(sorted(known))}")
+            if key in sections:
+                sub_known = {f.name for f in dataclasses.fields(sections[key])}
+                bad = set(value) - sub_known
+                if bad:
+                    raise ConfigError(f"config.{key}.{sorted(bad)[0]}", "unknown key", f"known: {', '.join(sorted(sub_known))}")
+                kwargs[key] = sections[key](**value)
+            else:
+                kwargs[key] = value
+        return cls(**kwargs)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with top-level fields or ``section__field`` entries changed."""
+        top: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {}
+        for key, value in changes.items():
+            if "__" in key:
+                section, name = key.split("__", 1)
+                nested.setdefault(section, {})[name] = value
+            else:
+                top[key] = value
+        for section, values in nested.items():
+            top[section] = dataclasses.replace(getattr(self, section), **values)
+        return dataclasses.replace(self, **top)

@@ -1,0 +1,240 @@
+"""Interconnects: named links, where a replica's GPUs sit, and what communication costs.
+
+A replica with ``tp * pp`` GPUs spans ``num_nodes`` servers of at most
+:data:`MAX_GPUS_PER_NODE` GPUs. Placement is fixed and simple, as in vLLM and
+Megatron: global rank ``r = stage * tp + tp_rank``; ranks fill nodes in order, so each
+node holds ``tp * pp / num_nodes`` consecutive GPUs (``pp / num_nodes`` whole stages
+when TP groups stay inside nodes). A TP group never spans nodes unless the layout
+asks for it (``allow_tp_across_nodes``): its all-reduces would then cross the slow link.
+
+Links (:data:`LINK_NAMES`), each with a per-direction bandwidth, a fixed latency and
+the fraction of bandwidth a transfer reaches:
+
+- ``nvlink`` (the GPU's own kind), ``nvlink-switch`` (NVSwitch, DGX/HGX: every pair at
+  full speed), ``nvlink-pairwise`` (bridges join GPU pairs; a ring over more than two
+  GPUs also crosses PCIe, so it runs at PCIe speed, as Vidur's measured all-reduces on
+  pairwise A100/H100 show); bandwidth from the GPU spec;
+- ``pcie`` (the GPU's host link);
+- ``ethernet-{10,25,100,200,400}g`` and ``infiniband-{100,200,400}g``: one NIC per node,
+  shared by the GPUs of the node that send at once.
+
+Costs (alpha-beta model):
+
+- ring all-reduce of ``B`` bytes over ``n`` GPUs: ``2 (n-1) alpha + 2 (n-1)/n * B / bw``;
+- send/recv of ``B`` bytes: ``alpha + B / bw``;
+- a pipeline hop sends a micro-batch's hidden states (``tokens * hidden * dtype``) from
+  one stage to the next. Each TP rank sends its ``1/tp`` slice to its peer and the
+  receiving group all-gathers them (vLLM's and Megatron's scatter/gather): intra-node
+  each slice has its own link; inter-node all slices share the node's NIC.
+
+Latencies and efficiencies are hand-set from public NCCL measurements (Vidur's
+``data/profiling/network`` tables: ~5 us small-message NVLink send/recv, 12-25 us across
+nodes); tests compare them with those tables where the shared data folder is present.
+The simulator itself never reads measured tables from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simulator.config.catalog import GPUSpec, get_gpu
+from simulator.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from simulator.config.run_config import ReplicaConfig
+
+MAX_GPUS_PER_NODE = 8  # GPUs in one server (DGX/HGX and typical PCIe boxes)
+
+# GPUs whose NVLink goes through NVSwitch in their usual (SXM, HGX/DGX) servers; other
+# NVLink parts (A40, H100 PCIe) are joined in pairs by bridges.
+NVSWITCH_GPUS = frozenset({"a100-40gb", "a100-80gb", "h100-sxm", "h200"})
+
+_GBIT = 1e9 / 8  # bytes/s in one Gbit/s
+_NIC_GBITS = {"ethernet": (10, 25, 100, 200, 400), "infiniband": (100, 200, 400)}
+# kind -> (latency_s, efficiency): fixed cost per message and reachable fraction of bandwidth.
+_KIND_PARAMS = {
+    "nvlink": (5e-6, 0.80),
+    "pcie": (10e-6, 0.75),
+    "ethernet": (25e-6, 0.75),  # RoCE/TCP through the NCCL socket or IB-verbs plugin
+    "infiniband": (10e-6, 0.85),
+}
+
+LINK_NAMES: tuple[str, ...] = (
+    "nvlink", "nvlink-switch", "nvlink-pairwise", "pcie",
+    *(f"{kind}-{g}g" for kind, speeds in _NIC_GBITS.items() for g in speeds),
+)
+INTRA_NODE_LINKS = ("nvlink", "nvlink-switch", "nvlink-pairwise", "pcie")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One kind of connection. ``bytes_per_s`` is per direction (per GPU for NVLink and
+    PCIe, per node for NICs); ``pairwise``: only GPU pairs share a fast path."""
+
+    name: str
+    kind: str  # nvlink, pcie, ethernet, infiniband
+    bytes_per_s: float
+    latency_s: float
+    efficiency: float
+    pairwise: bool = False
+
+    @property
+    def is_inter_node(self) -> bool:
+        return self.kind in ("ethernet", "infiniband")
+
+    @property
+    def effective_bytes_per_s(self) -> float:
+        return self.bytes_per_s * self.efficiency
+
+
+def get_link(name: str, gpu: GPUSpec, field: str = "link") -> Link:
+    """The named link as seen from ``gpu``; ConfigError naming the known links otherwise."""
+    key = name.lower()
+    if key not in LINK_NAMES:
+        raise ConfigError(field, f"unknown link {name!r}", f"known: {', '.join(LINK_NAMES)}")
+    if key.startswith("nvlink"):
+        if gpu.nvlink_bytes_per_s <= 0:
+            raise ConfigError(field, f"{gpu.name} has no NVLink", "use --intra-node-link pcie")
+        pairwise = key == "nvlink-pairwise" or (key == "nvlink" and gpu.name not in NVSWITCH_GPUS
+                                                 and not gpu.nvlink_switch)
+        latency, eff = _KIND_PARAMS["nvlink"]
+        return Link(key, "nvlink", gpu.nvlink_bytes_per_s, latency, eff, pairwise)
+    if key == "pcie":
+        latency, eff = _KIND_PARAMS["pcie"]
+        return Link(key, "pcie", gpu.pcie_bytes_per_s, latency, eff)
+    kind, speed = key.rsplit("-", 1)
+    latency, eff = _KIND_PARAMS[kind]
+    return Link(key, kind, int(speed[:-1]) * _GBIT, latency, eff)
+
+
+def default_intra_node_link(gpu: GPUSpec) -> str:
+    """NVLink where the GPU has it, else PCIe."""
+    return "nvlink" if gpu.nvlink_bytes_per_s > 0 else "pcie"
+
+
+def ring_all_reduce_time(nbytes: float, num_gpus: int, bytes_per_s: float, latency_s: float) -> float:
+    """Ring all-reduce: ``2 (n-1)`` steps, each moving ``B/n`` bytes over the slowest hop."""
+    if num_gpus <= 1 or nbytes <= 0:
+        return 0.0
+    steps = 2 * (num_gpus - 1)
+    return steps * latency_s + steps / num_gpus * nbytes / bytes_per_s
+
+
+def ring_all_gather_time(nbytes: float, num_gpus: int, bytes_per_s: float, latency_s: float) -> float:
+    """Ring all-gather of ``B`` bytes in total: ``n-1`` steps of ``B/n`` bytes."""
+    if num_gpus <= 1 or nbytes <= 0:
+        return 0.0
+    steps = num_gpus - 1
+    return steps * latency_s + steps / num_gpus * nbytes / bytes_per_s
+
+
+def send_recv_time(nbytes: float, link: Link) -> float:
+    """Point-to-point transfer of ``nbytes`` over ``link``."""
+    if nbytes <= 0:
+        return 0.0
+    return link.latency_s + nbytes / link.effective_bytes_per_s
+
+
+@dataclass(frozen=True)
+class ReplicaTopology:
+    """Where one replica's GPUs sit and which link each communication crosses.
+
+    Invariants: ``tp * pp == num_nodes * gpus_per_node``; ``len(hop_links) == pp - 1``;
+    a TP group inside one node rings over ``intra`` (at PCIe speed on pairwise NVLink
+    with more than two GPUs); one that spans nodes rings over ``inter``.
+    """
+
+    gpu: str
+    tp: int
+    pp: int
+    num_nodes: int
+    gpus_per_node: int
+    intra: Link
+    inter: Link
+    tp_spans_nodes: bool
+    tp_ring_bytes_per_s: float  # nominal bandwidth of the TP ring's slowest hop
+    tp_ring_latency_s: float
+    hop_links: tuple[Link, ...]  # hop s: stage s -> s + 1
+
+    def node_of_rank(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def stage_nodes(self, stage: int) -> tuple[int, ...]:
+        """Nodes that stage ``stage``'s TP group occupies."""
+        first, last = stage * self.tp, (stage + 1) * self.tp - 1
+        return tuple(range(self.node_of_rank(first), self.node_of_rank(last) + 1))
+
+    def all_reduce_time(self, nbytes: float, efficiency: float | None = None) -> float:
+        """One ring all-reduce of ``nbytes`` across the TP group."""
+        eff = self.intra.efficiency if efficiency is None else efficiency
+        return ring_all_reduce_time(nbytes, self.tp, self.tp_ring_bytes_per_s * eff, self.tp_ring_latency_s)
+
+    def hop_time(self, nbytes: float, hop: int) -> float:
+        """Move a micro-batch's activations (``nbytes`` in total) from stage ``hop`` to ``hop + 1``."""
+        if nbytes <= 0:
+            return 0.0
+        link = self.hop_links[hop]
+        # Each TP rank sends a 1/tp slice; on a NIC all slices queue behind each other.
+        on_link = nbytes if link.is_inter_node else nbytes / self.tp
+        gather = ring_all_gather_time(nbytes, self.tp, self.tp_ring_bytes_per_s * self.intra.efficiency,
+                                      self.tp_ring_latency_s)
+        return send_recv_time(on_link, link) + gather
+
+    def describe(self) -> str:
+        hops = ", ".join(f"{s}->{s + 1}: {link.name}" for s, link in enumerate(self.hop_links)) or "none"
+        return (f"{self.tp * self.pp} GPUs on {self.num_nodes} node(s) x {self.gpus_per_node}; "
+                f"TP ring over {'the inter-node link' if self.tp_spans_nodes else self.intra.name}; hops: {hops}")
+
+
+def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, intra_node_link: str | None = None,
+                   inter_node_link: str = "ethernet-100g", allow_tp_across_nodes: bool = False) -> ReplicaTopology:
+    """Place a replica's GPUs on nodes; refuse impossible layouts with one-line errors."""
+    gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    num_gpus = tp * pp
+    intra_name = intra_node_link or default_intra_node_link(gpu)
+    if intra_name.lower() not in INTRA_NODE_LINKS and intra_name.lower() in LINK_NAMES:
+        raise ConfigError("replica.intra_node_link", f"{intra_name!r} links nodes, not GPUs inside one",
+                          f"use one of {', '.join(INTRA_NODE_LINKS)}")
+    intra = get_link(intra_name, gpu, "replica.intra_node_link")
+    inter = get_link(inter_node_link, gpu, "replica.inter_node_link")
+    if not inter.is_inter_node:
+        raise ConfigError("replica.inter_node_link", f"{inter_node_link!r} is not a link between nodes",
+                          "use ethernet-100g, infiniband-200g, ...")
+    if num_nodes > num_gpus:
+        raise ConfigError("replica.num_nodes", f"{num_nodes} nodes for tp x pp = {num_gpus} GPUs leaves nodes empty",
+                          f"use --nodes <= {num_gpus}")
+    if num_gpus % num_nodes:
+        raise ConfigError("replica.num_nodes", f"tp x pp = {num_gpus} GPUs do not split evenly over {num_nodes} nodes",
+                          "make --nodes divide tp x pp")
+    gpus_per_node = num_gpus // num_nodes
+    if gpus_per_node > MAX_GPUS_PER_NODE:
+        need = -(-num_gpus // MAX_GPUS_PER_NODE)
+        raise ConfigError("replica.num_nodes", f"tp x pp = {num_gpus} GPUs but {num_nodes} node(s) of "
+                          f"{MAX_GPUS_PER_NODE} GPUs hold only {num_nodes * MAX_GPUS_PER_NODE}",
+                          f"pass --nodes {need} or lower --tp/--pp")
+    tp_spans_nodes = gpus_per_node % tp != 0
+    if tp_spans_nodes and not allow_tp_across_nodes:
+        raise ConfigError("replica.tp", f"a tp={tp} group would span nodes ({gpus_per_node} GPUs per node with "
+                          f"pp={pp} on {num_nodes} nodes)",
+                          "keep TP inside a node (tp dividing GPUs per node, pp a multiple of --nodes) "
+                          "or pass --allow-tp-across-nodes")
+    if tp_spans_nodes:
+        ring_bw, ring_latency = inter.bytes_per_s, inter.latency_s
+    elif intra.pairwise and tp > 2:
+        pcie = get_link("pcie", gpu)
+        ring_bw, ring_latency = min(intra.bytes_per_s, pcie.bytes_per_s), max(intra.latency_s, pcie.latency_s)
+    else:
+        ring_bw, ring_latency = intra.bytes_per_s, intra.latency_s
+    hops = []
+    for s in range(pp - 1):
+        same_node = (s * tp) // gpus_per_node == ((s + 1) * tp) // gpus_per_node
+        hops.append(intra if same_node else inter)
+    return ReplicaTopology(gpu.name, tp, pp, num_nodes, gpus_per_node, intra, inter, tp_spans_nodes,
+                           ring_bw, ring_latency, tuple(hops))
+
+
+def topology_for(replica: ReplicaConfig) -> ReplicaTopology:
+    """The topology of a (validated) replica config."""
+    return build_topology(replica.gpu_spec, replica.tp, replica.pp, replica.num_nodes, replica.intra_node_link,
+                          replica.inter_node_link, replica.allow_tp_across_nodes)

@@ -1,0 +1,375 @@
+"""Disaggregated prefill and decode (Splitwise, DistServe): two pools and a KV link.
+
+The same interference Sarathi-Serve removes by chunking (a prompt's prefill stalls the
+running decodes) disappears when prompts and decodes never share a GPU. A request's life:
+
+1. **prefill pool**: routed (the run's router) to a prefill replica, which batches
+   prompts under its own scheduler and token budget. The iteration that completes the
+   prompt emits the **first output token** there (as every engine here does: the chunk
+   that makes the KV cache whole produces a token), so TTFT = queueing + prefill and
+   does not include the transfer; the transfer is part of the first TBT gap, which is
+   where DistServe and Splitwise account it too (their TPOT includes it). A request with
+   one output token finishes on the prefill replica and is never transferred.
+2. **handoff**: the prefill replica keeps the prompt's KV blocks (they leave its running
+   set but stay allocated) until a decode replica has room. Decode replicas are tried
+   FIFO (the oldest finished prompt first, no overtaking): the one with the fewest
+   outstanding requests among those whose KV cache can admit the prompt above the
+   watermark reserves its blocks. If none can, the queue waits (**backpressure**: the
+   prefill replica holds the KV, and when its cache fills it stops admitting prompts).
+3. **transfer**: the prompt's KV bytes (2 x layers x KV heads x head dim x dtype bytes
+   per token, the whole model's: every TP shard sends its share, the link carries the
+   sum) cross the one shared KV link, FIFO: ``latency + bytes / bandwidth`` once the
+   link is free. When it lands, the prefill replica frees its blocks and the decode
+   replica starts decoding the request in its next iteration (continuous batching).
+4. **decode pool**: every token after the first. A decode replica that runs out of
+   blocks preempts by recompute as its policy says; the victim re-prefills *there*.
+
+Splitwise's **mixed pool** (optional): aggregated replicas running the run's own
+scheduler that take whole requests when the prefill pool is backed up (every prefill
+replica has a waiting queue) and some mixed replica has none.
+
+The mechanism reuses :class:`~simulator.engine.replica.Replica` (or the pipelined replica) and
+the schedulers through two small mixins: the prefill scheduler hands finished prompts
+off instead of decoding them; the decode scheduler accepts already-prefilled requests
+straight into its running set. Replicas that hold parked KV blocks sleep, rather than
+trip the "only waiting requests" invariant, when their cache cannot admit the next
+request; they wake when the blocks come back.
+
+Replica ids: prefill ``0..P-1``, decode ``P..P+D-1``, mixed after them. A request's
+``replica_id`` is where it finished (its decode replica); the handoff timeline is in
+:class:`HandoffLog`.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import insort
+from collections import deque
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import simpy
+
+from simulator.config.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
+from simulator.costmodel import load_cost_model
+from simulator.engine.cluster import RunResult, _reporter, make_replica, prepare_requests, run_to_end
+from simulator.engine.kvcache import BlockManager, MemoryPlan, build_kv_cache, max_model_len_shortfall
+from simulator.engine.records import Recorder
+from simulator.engine.replica import Replica, with_mixin
+from simulator.engine.routers import ROUTERS
+from simulator.engine.schedulers import SCHEDULERS, Batch, Scheduler
+from simulator.util.progress import RunProgress
+from simulator.workload.request import Request, Status
+
+HANDOFF_COLUMNS = ("request_id", "prefill_replica_id", "decode_replica_id", "prefill_done_at", "decode_reserved_at",
+                   "transfer_start_at", "transfer_end_at", "kv_bytes")
+
+
+_ARRIVAL_KEY = attrgetter("arrival_at", "request_id")  # the schedulers' running order
+
+
+class _KVHold:
+    """Blocks a request left behind on the prefill replica (duck-types ``Request.num_blocks``
+    for :meth:`BlockManager.free`)."""
+
+    __slots__ = ("num_blocks",)
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+
+
+class PrefillMixin:
+    """Prefill-pool scheduler: a request leaves ``running`` when its prompt is done (its KV
+    blocks stay allocated as a :class:`_KVHold`) and goes to ``on_prefilled``.
+    Only the prompt's KV is ever held here."""
+
+    on_prefilled: Callable[[Request, _KVHold], None]
+    num_parked: int = 0
+
+    def max_reserve_tokens(self, req: Request) -> int:
+        return req.num_prompt_tokens
+
+    def rejection_reason(self, req: Request) -> str | None:
+        if req.num_prompt_tokens + req.num_output_tokens > self.max_model_len:  # type: ignore[attr-defined]
+            return (f"prompt+output = {req.num_prompt_tokens + req.num_output_tokens} tokens exceeds "
+                    f"max_model_len {self.max_model_len}")  # type: ignore[attr-defined]
+        if self.name == "vllm" and req.num_prompt_tokens > self.token_budget:  # type: ignore[attr-defined]
+            return f"prompt {req.num_prompt_tokens} tokens exceeds the prefill pool's token budget {self.token_budget}"  # type: ignore[attr-defined]
+        blocks: BlockManager = self.blocks  # type: ignore[attr-defined]
+        if blocks.blocks_for(req.num_prompt_tokens) > blocks.num_usable_blocks:
+            return f"prompt needs {req.num_prompt_tokens} KV tokens but the prefill cache holds {blocks.num_usable_blocks * blocks.block_size}"
+        return None
+
+    def complete(self, batch: Batch, now: float) -> list[Request]:
+        finished = super().complete(batch, now)  # type: ignore[misc]
+        done = [r for r in batch.requests if r.status is Status.RUNNING and r.num_generated == 1]
+        if done:
+            self.running = [r for r in self.running if r.num_generated == 0]  # type: ignore[attr-defined]
+            for req in done:
+                hold = _KVHold(req.num_blocks)
+                req.num_blocks = 0
+                self.num_parked += 1
+                self.on_prefilled(req, hold)
+        return finished
+
+
+class DecodeMixin:
+    """Decode-pool scheduler: a transferred request (its prompt's blocks reserved by the
+    handoff) joins ``running`` directly; ``on_freed`` is told when blocks come back."""
+
+    on_freed: Callable[[], None]
+    num_parked: int = 0
+
+    def add_request(self, req: Request) -> None:
+        if req.num_generated >= 1 and req.num_computed == req.num_prompt_tokens and req.num_blocks > 0:
+            self.num_parked -= 1
+            req.status = Status.RUNNING
+            self._admission_counter += 1  # type: ignore[attr-defined]
+            req.admitted_seq = self._admission_counter  # type: ignore[attr-defined]
+            running = self.running  # type: ignore[attr-defined]
+            # ``running`` is kept in arrival order (FCFS priority; the victim is the latest arrival).
+            if running and _ARRIVAL_KEY(running[-1]) > _ARRIVAL_KEY(req):
+                insort(running, req, key=_ARRIVAL_KEY)
+            else:
+                running.append(req)
+            return
+        super().add_request(req)  # type: ignore[misc]
+
+    def complete(self, batch: Batch, now: float) -> list[Request]:
+        finished = super().complete(batch, now)  # type: ignore[misc]
+        if finished or batch.preempted:
+            self.on_freed()
+        return finished
+
+
+class ParkingReplicaMixin:
+    """A replica whose cache may hold parked blocks (KV waiting for, or reserved by, a
+    transfer): with nothing running and the head of ``waiting`` not admissible it sleeps
+    until :meth:`wake`, instead of treating the empty batch as a policy bug."""
+
+    def _take_batch(self) -> Batch | None:
+        sched = self.scheduler  # type: ignore[attr-defined]
+        if sched.num_parked and sched.waiting and not sched.running:
+            head = sched.waiting[0]
+            if not sched.blocks.can_admit(head.num_prompt_tokens + head.num_generated):
+                return None
+        return super()._take_batch()  # type: ignore[misc]
+
+    def wake(self) -> None:
+        wakeup = self._wakeup  # type: ignore[attr-defined]
+        if wakeup is not None and not wakeup.triggered:
+            wakeup.succeed()
+
+
+def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type | None, field: str) -> tuple[Scheduler, MemoryPlan]:
+    max_model_len = replica.effective_max_model_len
+    blocks, plan = build_kv_cache(replica, sched)
+    cls = SCHEDULERS[sched.name]
+    if mixin is not None:
+        cls = with_mixin(mixin, cls)
+    # A prefill replica holds prompts only: one too long for it is rejected per request.
+    short = None if mixin is PrefillMixin else max_model_len_shortfall(blocks, max_model_len)
+    if short is not None:
+        raise ConfigError(field, short, "lower --max-model-len or give the pool more GPUs")
+    return cls(sched, blocks, max_model_len), plan
+
+
+def _make_replica(env: simpy.Environment, replica_id: int, scheduler: Scheduler, config: RunConfig,
+                  replica_cfg: ReplicaConfig, recorder: Recorder, parking: bool) -> Replica:
+    cost = load_cost_model(config.cost_model, replica_cfg, config.engine)
+    return make_replica(env, replica_id, scheduler, cost, recorder, config.replace(replica=replica_cfg),
+                        mixin=ParkingReplicaMixin if parking else None)
+
+
+class HandoffLog:
+    """Per-request handoff timeline (NaN / -1 where a request never got there)."""
+
+    def __init__(self, n: int) -> None:
+        self.prefill_replica_id = np.full(n, -1, dtype=np.int64)
+        self.decode_replica_id = np.full(n, -1, dtype=np.int64)
+        self.prefill_done_at = np.full(n, np.nan)
+        self.decode_reserved_at = np.full(n, np.nan)
+        self.transfer_start_at = np.full(n, np.nan)
+        self.transfer_end_at = np.full(n, np.nan)
+        self.kv_bytes = np.zeros(n)
+        self.mixed = np.zeros(n, dtype=bool)  # served wholly by a mixed replica
+
+    def frame(self):  # noqa: ANN201
+        import pandas as pd
+
+        return pd.DataFrame({"request_id": np.arange(len(self.kv_bytes)),
+                             **{c: getattr(self, c) for c in HANDOFF_COLUMNS[1:]}, "mixed": self.mixed})
+
+
+class DisaggCluster:
+    """Prefill, decode (and mixed) replicas, the handoff queue and the KV link."""
+
+    def __init__(self, env: simpy.Environment, config: RunConfig, layout: DisaggLayout, recorder: Recorder,
+                 rng: np.random.Generator, num_requests: int) -> None:
+        self.env = env
+        self.layout = layout
+        self.router = ROUTERS[config.router]
+        self.rng = rng
+        self._step = 0
+        self.log = HandoffLog(num_requests)
+        self.kv_bytes_per_token = kv_bytes_per_token(layout.prefill_replica)
+        self.link = simpy.Resource(env, capacity=1)
+        self.link_busy_s = 0.0
+        self.pending: deque[tuple[Request, _KVHold, int]] = deque()
+        # request_id -> (request, prefill hold, prefill index, decode replica) while on or queued for the link
+        self.in_transit: dict[int, tuple[Request, _KVHold, int, Replica]] = {}
+        self.prefill: list[Replica] = []
+        self.decode: list[Replica] = []
+        self.mixed: list[Replica] = []
+        self.plans: dict[str, MemoryPlan] = {}
+        rid = 0
+        for _ in range(layout.prefill.num_replicas):
+            sched, self.plans["prefill"] = _build_pool_scheduler(layout.prefill_replica, layout.prefill_scheduler,
+                                                                 PrefillMixin, "prefill_pool")
+            replica_id = rid
+            sched.on_prefilled = lambda req, hold, i=replica_id: self._on_prefilled(req, hold, i)  # type: ignore[attr-defined]
+            self.prefill.append(_make_replica(env, rid, sched, config, layout.prefill_replica, recorder, True))
+            rid += 1
+        for _ in range(layout.decode.num_replicas):
+            sched, self.plans["decode"] = _build_pool_scheduler(layout.decode_replica, layout.decode_scheduler,
+                                                                DecodeMixin, "decode_pool")
+            sched.on_freed = self._dispatch  # type: ignore[attr-defined]
+            self.decode.append(_make_replica(env, rid, sched, config, layout.decode_replica, recorder, True))
+            rid += 1
+        if layout.mixed is not None:
+            assert layout.mixed_replica is not None and layout.mixed_scheduler is not None
+            for _ in range(layout.mixed.num_replicas):
+                sched, self.plans["mixed"] = _build_pool_scheduler(layout.mixed_replica, layout.mixed_scheduler, None,
+                                                                   "mixed_pool")
+                self.mixed.append(_make_replica(env, rid, sched, config, layout.mixed_replica, recorder, False))
+                rid += 1
+
+    @property
+    def replicas(self) -> list[Replica]:
+        return self.prefill + self.decode + self.mixed
+
+    def kv_balance(self) -> list[tuple[int, int, int]]:
+        """Per replica ``(free blocks, blocks its requests and parked KV hold, total)``; the
+        invariant (checked by tests at any instant) is ``free + held == total``."""
+        held = {r.replica_id: sum(q.num_blocks for q in (*r.scheduler.running, *r.scheduler.waiting))
+                for r in self.replicas}
+        for _, hold, index in self.pending:
+            held[self.prefill[index].replica_id] += hold.num_blocks
+        for req, hold, index, decode in self.in_transit.values():
+            held[self.prefill[index].replica_id] += hold.num_blocks
+            held[decode.replica_id] += req.num_blocks
+        return [(r.scheduler.blocks.num_free_blocks, held[r.replica_id], r.scheduler.blocks.num_blocks)
+                for r in self.replicas]
+
+    # -- arrivals -----------------------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        # A request the decode pool can never hold is refused up front, not after its prefill.
+        reason = self.decode[0].scheduler.rejection_reason(req)
+        if reason is not None:
+            req.status = Status.REJECTED
+            req.reject_reason = f"decode pool: {reason}"
+            self.decode[0].recorder.on_reject(req)
+            return
+        if self.mixed and all(r.scheduler.waiting for r in self.prefill):
+            free = [m for m in self.mixed if not m.scheduler.waiting]
+            if free:
+                target = min(free, key=lambda m: m.num_outstanding)
+                self.log.mixed[req.request_id] = True
+                target.submit(req)
+                return
+        if len(self.prefill) == 1:
+            index = 0
+        else:
+            index = self.router([r.num_outstanding for r in self.prefill], self._step, self.rng)
+            self._step += 1
+        self.log.prefill_replica_id[req.request_id] = index
+        self.prefill[index].submit(req)
+
+    # -- handoff ----------------------------------------------------------------------------
+    def _on_prefilled(self, req: Request, hold: _KVHold, prefill_index: int) -> None:
+        self.log.prefill_done_at[req.request_id] = self.env.now
+        self.pending.append((req, hold, prefill_index))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Reserve decode blocks for pending handoffs, oldest first, and start their transfers."""
+        pending = self.pending
+        while pending:
+            req = pending[0][0]
+            best = None
+            for replica in self.decode:
+                if replica.scheduler.blocks.can_admit(req.num_prompt_tokens) and (
+                        best is None or replica.num_outstanding + replica.scheduler.num_parked
+                        < best.num_outstanding + best.scheduler.num_parked):
+                    best = replica
+            if best is None:
+                return  # backpressure: the prefill replicas keep holding the KV
+            req, hold, prefill_index = pending.popleft()
+            best.scheduler.blocks.reserve(req, req.num_prompt_tokens)
+            best.scheduler.num_parked += 1
+            rid = req.request_id
+            self.log.decode_replica_id[rid] = best.replica_id
+            self.log.decode_reserved_at[rid] = self.env.now
+            self.in_transit[rid] = (req, hold, prefill_index, best)
+            self.env.process(self._transfer(req, hold, prefill_index, best))
+
+    def _transfer(self, req: Request, hold: _KVHold, prefill_index: int, decode: Replica):  # noqa: ANN202
+        nbytes = req.num_prompt_tokens * self.kv_bytes_per_token
+        rid = req.request_id
+        self.log.kv_bytes[rid] = nbytes
+        duration = self.layout.link.transfer_s(nbytes)
+        with self.link.request() as slot:
+            yield slot
+            self.log.transfer_start_at[rid] = self.env.now
+            if duration > 0:
+                yield self.env.timeout(duration)
+            self.link_busy_s += duration
+            self.log.transfer_end_at[rid] = self.env.now
+        del self.in_transit[rid]
+        prefill = self.prefill[prefill_index]
+        prefill.scheduler.blocks.free(hold)
+        prefill.scheduler.num_parked -= 1
+        prefill.wake()  # type: ignore[attr-defined]
+        decode.submit(req)
+
+
+def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
+                           watch: Callable[[simpy.Environment, list[Request]], Any] | None = None) -> RunResult:
+    """:func:`simulator.engine.cluster.simulate` for a disaggregated ``config``: same workload streams
+    (same seed, same requests as the aggregated run), same result type. ``extra["disagg"]``
+    holds the pools and the link; ``extra["handoff"]`` the :class:`HandoffLog`."""
+    layout = layout_of(config)
+    assert layout is not None
+    wall_start = time.perf_counter()
+    reporter = _reporter(progress)
+    # Token times kept: the hand-off analysis reads each request's second token time.
+    requests, source, router_rng = prepare_requests(config, table, reporter, token_times=True)
+    env = simpy.Environment()
+    if reporter is not None:
+        reporter.start("simulating", len(requests))
+    recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, len(requests) // 200))
+    cluster = DisaggCluster(env, config, layout, recorder, router_rng, len(requests))
+    stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter=reporter is not progress)
+    replicas = cluster.replicas
+    pools = (["prefill"] * len(cluster.prefill) + ["decode"] * len(cluster.decode) + ["mixed"] * len(cluster.mixed))
+    num_blocks = [r.scheduler.blocks.num_blocks for r in replicas]
+    return RunResult(
+        config=config, requests=requests, iterations=recorder.iterations, memory=cluster.plans["decode"],
+        workload_source=source, sim_end_at=env.now,
+        wall_s=time.perf_counter() - wall_start, replica_busy_s=[r.num_busy_s for r in replicas],
+        stages=recorder.stages,
+        stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in replicas],
+        tbt=[r.scheduler.gaps for r in replicas],
+        extra={"disagg": {"layout": layout.describe(), "pools": pools, "num_blocks": num_blocks,
+                          "num_gpus": layout.num_gpus, "link_busy_s": cluster.link_busy_s,
+                          "link_bytes_per_s": layout.link.bytes_per_s, "link_latency_s": layout.link.latency_s,
+                          "kv_bytes_per_token": cluster.kv_bytes_per_token,
+                          "final_free_blocks": [r.scheduler.blocks.num_free_blocks for r in replicas]},
+               "handoff": cluster.log,
+               "cost_model_extrapolations": sum(getattr(r.cost_model, "num_extrapolations", 0) for r in replicas),
+               **({"stopped": stopped} if stopped is not None else {})},
+    )

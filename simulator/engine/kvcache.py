@@ -1,0 +1,177 @@
+"""Paged KV cache: memory budget and block accounting.
+
+Capacity (DESIGN.md): per GPU, ``memory * utilisation - weights - activation reserve``
+divided by the KV bytes one token costs on that GPU, unless ``num_gpu_blocks`` gives the
+block count outright (vLLM's ``num_gpu_blocks_override``). KV bytes per token per layer are
+``2 * kv_heads * head_dim * kv_dtype_bytes``, sharded by TP (a GPU keeps at least one KV
+head: GQA models replicate heads when ``tp > kv_heads``), or for multi-head latent
+attention ``(kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes``, replicated on every TP
+rank; multiplied by the layers of the stage the GPU serves. With pipeline parallelism the
+tightest stage decides. Weights count every expert of a MoE model, at the ``--dtype``
+bytes (``--kv-cache-dtype fp8`` halves the KV bytes, so it doubles the KV tokens).
+
+The block manager only counts blocks: which physical block holds which token does not
+change any timing the simulator models. Invariant: ``num_free_blocks + sum(r.num_blocks
+for live requests) == num_blocks`` at all times, and every block a request holds is
+returned when it finishes or is preempted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig, SchedulerConfig
+from simulator.costmodel.base import split_layers
+from simulator.workload.request import Request
+
+GiB = 1024**3
+# CUDA context, cuBLAS/NCCL workspaces and allocator slack that vLLM's profiling run sees
+# outside the model's own activations.
+NON_TORCH_RESERVE_BYTES = 1.0 * GiB
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-stage memory budget of one replica (bytes are per GPU)."""
+
+    weights_bytes: tuple[float, ...]  # per stage
+    activation_bytes: float
+    kv_budget_bytes: tuple[float, ...]  # per stage
+    kv_bytes_per_token: tuple[float, ...]  # per stage, on one GPU
+    num_kv_tokens: int  # tokens the whole replica can hold (tightest stage)
+    num_blocks: int
+    block_size: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "weights_gib_per_gpu": max(self.weights_bytes) / GiB,
+            "activation_reserve_gib": self.activation_bytes / GiB,
+            "kv_budget_gib_per_gpu": min(self.kv_budget_bytes) / GiB,
+            "num_kv_tokens": self.num_kv_tokens,
+            "num_kv_blocks": self.num_blocks,
+        }
+
+
+def activation_reserve_bytes(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seqs: int) -> float:
+    """Peak activation memory of the largest batch, as vLLM's profiling run measures it:
+    the widest intermediate (QKV + gated MLP) for every token, plus fp32 logits per sequence."""
+    m, tp, db = replica.model_spec, replica.tp, replica.dtype_bytes
+    kv_per_gpu = max(1, m.num_kv_heads // tp) * m.head_dim
+    mlp_width = m.ffn_size
+    if m.is_moe:  # the widest MLP a token meets: its top-k experts and the shared ones, or a dense layer
+        moe_width = m.num_experts_per_tok * m.expert_ffn_size + m.num_shared_experts * (
+            m.shared_expert_ffn_size or m.expert_ffn_size)
+        mlp_width = max(moe_width, m.ffn_size if m.num_dense_layers else 0)
+    per_token = (m.q_size // tp + 2 * kv_per_gpu + (3 if m.gated_mlp else 2) * mlp_width // tp + 4 * m.hidden_size) * db
+    logits = min(max_num_seqs, max_num_batched_tokens) * m.vocab_size * 4
+    return NON_TORCH_RESERVE_BYTES + max_num_batched_tokens * per_token + logits
+
+
+def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seqs: int) -> MemoryPlan:
+    """KV capacity of a replica; refuses layouts whose weights do not fit."""
+    m, gpu, tp, db = replica.model_spec, replica.gpu_spec, replica.tp, replica.dtype_bytes
+    layers = split_layers(m.num_layers, replica.pp)
+    # MHA/GQA heads are sharded by TP, an MLA latent is replicated; sliding-window layers are
+    # counted like full ones (a conservative bound: their blocks are not recycled).
+    kv_token_layer = m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, tp)
+    wb = replica.weight_bytes  # transformer layers at --dtype; embeddings and LM head at dtype_bytes
+    activation = activation_reserve_bytes(replica, max_num_batched_tokens, max_num_seqs)
+    usable = gpu.memory_bytes * replica.gpu_memory_utilization
+    weights, budgets, per_token = [], [], []
+    for stage, num_layers in enumerate(layers):
+        w = num_layers * m.params_per_layer / tp * wb
+        if stage == 0:
+            w += m.embedding_params / tp * db
+        if stage == len(layers) - 1 and (not m.tied_embeddings or replica.pp > 1):
+            w += m.vocab_size * m.hidden_size / tp * db
+        budget = usable - w - activation
+        if budget <= 0:
+            need_gib = (w + activation) / GiB
+            raise ConfigError(
+                "replica", f"{m.name} on {replica.gpu} tp={tp} pp={replica.pp} does not fit: stage {stage} needs "
+                f"{need_gib:.1f} GiB for weights+activations but {usable / GiB:.1f} GiB are usable per GPU "
+                f"(short by {(w + activation - usable) / GiB:.1f} GiB)", "raise --tp/--pp or use a larger GPU")
+        weights.append(w)
+        budgets.append(budget)
+        per_token.append(num_layers * kv_token_layer)
+    num_tokens = int(min(b / t for b, t in zip(budgets, per_token, strict=True)))
+    num_blocks = num_tokens // replica.block_size
+    if replica.num_gpu_blocks is not None:
+        # A given block count replaces the plan's (vLLM's num_gpu_blocks_override), e.g. to match
+        # another simulator's cache size; the weights must still fit, which is checked above.
+        num_blocks = replica.num_gpu_blocks
+    return MemoryPlan(tuple(weights), activation, tuple(budgets), tuple(per_token),
+                      num_blocks * replica.block_size, num_blocks, replica.block_size)
+
+
+class BlockManager:
+    """Counts KV blocks of fixed size. New prompts respect a watermark of free blocks
+    (as vLLM does, so a burst of admissions cannot leave running decodes without room);
+    growing a running request may use every free block."""
+
+    __slots__ = ("num_blocks", "block_size", "num_free_blocks", "watermark_blocks")
+
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01) -> None:
+        if num_blocks <= 0:
+            raise ConfigError("kv_cache", f"no KV blocks available ({num_blocks})", "lower the model size or raise --tp")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.num_free_blocks = num_blocks
+        self.watermark_blocks = int(watermark * num_blocks)
+
+    @property
+    def num_usable_blocks(self) -> int:
+        """Blocks an idle cache can give one new request (all but the watermark)."""
+        return self.num_blocks - self.watermark_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def can_admit(self, num_tokens: int) -> bool:
+        """Whether a new request holding ``num_tokens`` tokens fits above the watermark."""
+        return self.num_free_blocks - (-(-num_tokens // self.block_size)) >= self.watermark_blocks
+
+    def reserve(self, req: Request, num_tokens: int) -> None:
+        """Grow ``req``'s allocation to hold ``num_tokens`` (caller checked it fits)."""
+        need = -(-num_tokens // self.block_size) - req.num_blocks
+        if need > 0:
+            assert need <= self.num_free_blocks, "KV block over-allocation"
+            self.num_free_blocks -= need
+            req.num_blocks += need
+
+    def try_grow(self, req: Request, num_tokens: int) -> bool:
+        """Grow ``req`` to hold ``num_tokens`` if free blocks allow; no watermark."""
+        need = -(-num_tokens // self.block_size) - req.num_blocks
+        if need <= 0:
+            return True
+        if need > self.num_free_blocks:
+            return False
+        self.num_free_blocks -= need
+        req.num_blocks += need
+        return True
+
+    def free(self, req: Request) -> None:
+        self.num_free_blocks += req.num_blocks
+        req.num_blocks = 0
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+
+def build_kv_cache(replica: ReplicaConfig, sched: SchedulerConfig) -> tuple[BlockManager, MemoryPlan]:
+    """One replica's KV cache as its scheduler sees it: the memory plan's blocks, with the
+    scheduler's watermark. The one place a replica's cache is sized (runs, pools, planners)."""
+    max_model_len = replica.effective_max_model_len
+    plan = plan_memory(replica, sched.token_budget(max_model_len), sched.max_num_seqs)
+    return BlockManager(plan.num_blocks, replica.block_size, sched.watermark), plan
+
+
+def max_model_len_shortfall(blocks: BlockManager, max_model_len: int) -> str | None:
+    """Why an idle cache cannot take one request of ``max_model_len`` tokens (None if it can):
+    new prompts may use every block but the watermark."""
+    held = blocks.num_usable_blocks * blocks.block_size
+    if held >= max_model_len:
+        return None
+    return f"the KV cache holds {held} tokens per replica, fewer than max_model_len {max_model_len}"

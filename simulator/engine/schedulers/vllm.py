@@ -1,0 +1,56 @@
+"""vLLM v0 (prefill-prioritising, no chunked prefill).
+
+Each iteration first admits waiting requests, in FCFS order, while KV blocks (above
+the watermark), ``max_num_seqs`` and ``max_num_batched_tokens`` allow; a request's
+whole prompt (plus, after a preemption, its generated tokens) runs in one piece. If
+anything was admitted the iteration is *prefill-only*: every running decode waits,
+which is the generation stall Sarathi-Serve removes. Otherwise every running request
+decodes one token; when blocks run out the newest running request is preempted.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.engine.schedulers.base import Batch, Scheduler
+
+
+class VLLMScheduler(Scheduler):
+    name = "vllm"
+    supports_lockstep = True
+
+    def rejection_reason(self, req):  # type: ignore[override]
+        if req.num_prompt_tokens + req.num_output_tokens - 1 > self.token_budget:
+            return (f"prompt+output = {req.num_prompt_tokens + req.num_output_tokens} tokens exceeds "
+                    f"max_num_batched_tokens {self.token_budget} (vllm runs a recomputed prompt in one piece)")
+        return super().rejection_reason(req)
+
+    def decode_steady(self) -> bool:
+        # Nothing is admitted (the admission loop breaks on the head at once) and every
+        # running request decodes; free blocks only shrink, so a head that does not fit keeps not fitting.
+        if not self._all_running_decode():
+            return False
+        if not self.waiting:
+            return True
+        head = self.waiting[0]
+        n = head.num_prompt_tokens + head.num_generated
+        return n > self.token_budget or len(self.running) >= self.max_num_seqs or not self.blocks.can_admit(n)
+
+    def schedule(self) -> Batch:
+        batch = Batch()
+        blocks, waiting, running = self.blocks, self.waiting, self.running
+        num_batched = 0
+        num_seqs = len(running)
+        while waiting:
+            req = waiting[0]
+            n = req.num_prompt_tokens + req.num_generated
+            if num_batched + n > self.token_budget or num_seqs >= self.max_num_seqs or not blocks.can_admit(n):
+                break
+            self._admit(batch)
+            batch.add(req, n)
+            num_batched += n
+            num_seqs += 1
+        if batch.requests:
+            return batch  # prefill-only iteration: running decodes stall
+        self._add_decodes(batch, math.inf, None)  # every running request decodes; no budget
+        return batch

@@ -1,0 +1,626 @@
+"""Capacity search: the largest Poisson request rate a configuration serves within its SLO.
+
+Definition (DESIGN.md, after Sarathi-Serve): the capacity of a configuration is the
+largest QPS at which
+
+- the ``tbt_quantile`` (default P99) of *all* time-between-tokens gaps is <= ``tbt_s``, and
+- the ``sched_delay_quantile`` (default P50) of the scheduling delay is <= ``sched_delay_s``
+  (2 s: a system whose queue grows without bound fails this however fast it decodes);
+
+optionally also a TTFT quantile limit and a goodput criterion (the share of requests whose
+TTFT <= ``goodput_ttft_s`` and whose largest TBT gap <= ``tbt_s``, DistServe-style, must be
+>= ``min_goodput``). Quantiles are over finished requests, as :mod:`simulator.report.metrics`
+computes them; rejected requests only count (as misses) in goodput.
+
+Search: one *trial* simulates ``num_requests`` (2048 by default at the CLI) Poisson arrivals
+at a QPS and checks the SLO. Trials are bracketed by doubling/halving from a start QPS, then
+bisected until the bracket's relative gap ``(fail - pass) / fail`` is <= ``rel_tol``
+(2.5%); the capacity is the largest passing QPS. Every trial of one seed uses the same
+request lengths and the same unit-rate arrival draws scaled by 1/QPS (the workload draws
+lengths first, then arrivals), so trials differ only in load: common random numbers keep
+the pass/fail boundary sharp. One 2048-request trial is still noisy; ``num_seeds > 1``
+repeats the whole search with seeds ``seed, seed+1, ...`` and reports the spread.
+
+Early exit: a trial certain to fail is stopped (via the engine's ``watch`` hook) as soon as
+that is certain, with the verdict running it to the end would give, only cheaper: when
+enough requests have waited longer than the scheduling-delay limit, or when enough TBT gaps
+above the TBT limit are already in the replicas' gap logs for the TBT quantile to exceed it
+however the run goes on (the run can make at most ``sum(output tokens - 1)`` gaps). Checks
+run at arrival instants only, so a watch never extends a run. A stopped trial reports no
+latency figures (NaN), only why it stopped.
+
+Zero capacity: if the TBT limit is below the time of the cheapest possible iteration (one
+decode, no prefill) no load can meet it, and the search says so without running trials; if
+trials fail down to ``min_qps``, capacity is 0 with the last failure's reason.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+from simulator.costmodel.base import BatchShape
+from simulator.engine import cluster as engine
+from simulator.engine.tbt import GapLog, percentiles
+from simulator.planning.search import Limits, Outcome, largest_passing
+from simulator.report.metrics import request_columns, tbt_distribution
+from simulator.workload.request import Request, Status
+
+if TYPE_CHECKING:  # pandas loads for tables, not for a search
+    import pandas as pd
+
+RATE_ARRIVALS = ("poisson", "gamma", "fixed")
+
+
+@dataclass(frozen=True)
+class SLO:
+    """What a trial must meet. Limits in seconds, quantiles in percent (0, 100]."""
+
+    tbt_s: float = 0.2
+    tbt_quantile: float = 99.0
+    sched_delay_s: float = 2.0
+    sched_delay_quantile: float = 50.0
+    ttft_s: float | None = None  # optional limit on the ttft_quantile of TTFT
+    ttft_quantile: float = 99.0
+    min_goodput: float | None = None  # optional: share of requests meeting goodput_ttft_s and tbt_s
+    goodput_ttft_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("tbt_s", "sched_delay_s", "goodput_ttft_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}")
+        if self.ttft_s is not None and not (math.isfinite(self.ttft_s) and self.ttft_s > 0):
+            raise ConfigError("slo.ttft_s", f"must be a positive number of seconds, got {self.ttft_s}")
+        for name in ("tbt_quantile", "sched_delay_quantile", "ttft_quantile"):
+            value = getattr(self, name)
+            if not 0 < value <= 100:
+                raise ConfigError(f"slo.{name}", f"must be a percentile in (0, 100], got {value}", "e.g. 99 for P99")
+        if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
+            raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
+
+    def describe(self) -> str:
+        parts = [f"P{self.tbt_quantile:g} TBT <= {self.tbt_s:g}s",
+                 f"P{self.sched_delay_quantile:g} scheduling delay <= {self.sched_delay_s:g}s"]
+        if self.ttft_s is not None:
+            parts.append(f"P{self.ttft_quantile:g} TTFT <= {self.ttft_s:g}s")
+        if self.min_goodput is not None:
+            parts.append(f"goodput >= {self.min_goodput:.0%} (TTFT <= {self.goodput_ttft_s:g}s, max TBT <= {self.tbt_s:g}s)")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the bisection runs. ``qps_start=None`` starts from the config's ``workload.qps``."""
+
+    rel_tol: float = 0.025
+    qps_start: float | None = None
+    min_qps: float = 0.01
+    max_qps: float = 1000.0
+    max_trials: int = 40
+    early_exit: bool = True  # stop trials certain to fail (an overloaded queue; the TBT limit, below)
+    # Also stop trials certain to miss the TBT limit. Off, those trials run to the end and keep
+    # their latency figures (plots of P99 TBT against QPS crossing the SLO); the verdicts and
+    # the capacity are the same either way.
+    tbt_early_exit: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rel_tol < 1:
+            raise ConfigError("capacity.rel_tol", f"must be in (0, 1), got {self.rel_tol}", "e.g. 0.025")
+        if self.qps_start is not None and not self.qps_start > 0:
+            raise ConfigError("capacity.qps_start", f"must be positive, got {self.qps_start}")
+        if not 0 < self.min_qps < self.max_qps:
+            raise ConfigError("capacity.min_qps", f"need 0 < min_qps < max_qps, got {self.min_qps}, {self.max_qps}")
+        if self.max_trials < 2:
+            raise ConfigError("capacity.max_trials", f"must be >= 2, got {self.max_trials}")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One simulated load level and its verdict. Latencies in seconds (NaN when unknown)."""
+
+    seed: int
+    qps: float
+    passed: bool
+    reason: str  # why it failed; "" when it passed
+    tbt_s_q: float  # the SLO's TBT quantile
+    sched_delay_s_q: float  # the SLO's scheduling-delay quantile
+    tbt_s_p99: float
+    ttft_s_p50: float
+    ttft_s_p99: float
+    goodput_fraction: float
+    num_finished: int
+    num_rejected: int
+    stopped_early: bool
+    wall_s: float
+
+
+@dataclass
+class SeedResult:
+    """The search for one seed: its trials in the order run, and the answer."""
+
+    seed: int
+    capacity_qps: float
+    reason: str  # how the search ended (converged, capacity 0 because ..., max trials, ...)
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def at_capacity(self) -> Trial | None:
+        passing = [t for t in self.trials if t.passed and t.qps == self.capacity_qps]
+        return passing[-1] if passing else None
+
+
+@dataclass
+class CapacityReport:
+    """Capacity over one or more seeds; ``capacity_qps`` is their mean."""
+
+    config: RunConfig
+    slo: SLO
+    settings: SearchSettings
+    seeds: list[SeedResult]
+    wall_s: float = 0.0
+
+    @property
+    def capacities(self) -> np.ndarray:
+        return np.array([s.capacity_qps for s in self.seeds], dtype=np.float64)
+
+    @property
+    def capacity_qps(self) -> float:
+        return float(self.capacities.mean())
+
+    @property
+    def capacity_qps_std(self) -> float:
+        return float(self.capacities.std(ddof=1)) if len(self.seeds) > 1 else 0.0
+
+    def trials_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        rows = [asdict(t) for s in self.seeds for t in s.trials]
+        columns = [f.name for f in Trial.__dataclass_fields__.values()]
+        return pd.DataFrame(rows, columns=columns)
+
+    def at_capacity_mean(self, key: str) -> float:
+        values = [getattr(s.at_capacity, key) for s in self.seeds if s.at_capacity is not None]
+        return float(np.mean(values)) if values else math.nan
+
+    def summary(self, include_wall: bool = True) -> dict[str, Any]:
+        """Flat headline numbers (what ``--json`` prints, one sweep row)."""
+        caps = self.capacities
+        out: dict[str, Any] = {
+            "capacity_qps": self.capacity_qps,
+            "capacity_qps_std": self.capacity_qps_std,
+            "capacity_qps_min": float(caps.min()),
+            "capacity_qps_max": float(caps.max()),
+            "num_seeds": len(self.seeds),
+            "num_trials": sum(len(s.trials) for s in self.seeds),
+            "tbt_s_q_at_capacity": self.at_capacity_mean("tbt_s_q"),
+            "tbt_s_p99_at_capacity": self.at_capacity_mean("tbt_s_p99"),
+            "ttft_s_p50_at_capacity": self.at_capacity_mean("ttft_s_p50"),
+            "ttft_s_p99_at_capacity": self.at_capacity_mean("ttft_s_p99"),
+            "sched_delay_s_q_at_capacity": self.at_capacity_mean("sched_delay_s_q"),
+            "reason": "; ".join(sorted({s.reason for s in self.seeds})),
+            "slo": self.slo.describe(),
+        }
+        if include_wall:
+            out["wall_s"] = self.wall_s
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.summary()
+        out["slo_settings"] = asdict(self.slo)
+        out["search_settings"] = asdict(self.settings)
+        out["per_seed"] = [{"seed": s.seed, "capacity_qps": s.capacity_qps, "reason": s.reason,
+                            "at_capacity": asdict(s.at_capacity) if s.at_capacity else None} for s in self.seeds]
+        out["trials"] = [asdict(t) for s in self.seeds for t in s.trials]
+        out["config"] = self.config.to_dict()
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One trial
+
+
+def certain_fail_count(num_values: int, quantile: float) -> int:
+    """How many of at most ``num_values`` values must exceed a limit for their quantile to
+    exceed it for sure.
+
+    ``np.percentile`` (linear) at ``q`` over ``m`` values interpolates between the sorted
+    values at ``floor(p)`` and ``ceil(p)``, ``p = (m - 1) q / 100``; it exceeds the limit if
+    both do (the interpolation never falls below the lower one), i.e. if at least
+    ``m - floor(p)`` values exceed it. That count never decreases with ``m``, so an upper
+    bound on ``m`` is safe: the number of submitted requests for scheduling delay, even if
+    some are rejected (and so left out of the finished set); the most gaps the requests
+    can make for TBT (:func:`simulator.engine.tbt.percentiles` is ``np.percentile`` exactly).
+    """
+    return num_values - math.floor((num_values - 1) * quantile / 100.0)
+
+
+class ArrivalWatch:
+    """A ``simulate(watch=...)`` process that stops a trial once it is certain to fail.
+
+    At every ``n // num_checks``-th arrival instant it counts the requests arrived so far that
+    are certainly late (:meth:`is_late`, a judgement that can only stay true as time goes on)
+    and raises :class:`~simulator.engine.cluster.StopRun` once ``late >= threshold(n)``. Checks run at
+    arrival instants only, which the run reaches anyway, so watching never changes a run that
+    is not stopped. Subclasses say what late means, and when a request's verdict is final
+    (:meth:`is_settled`): a check re-judges only the requests still open, so a trial's checks
+    cost about one look per request, not one per request and check.
+    """
+
+    num_checks = 64
+    # is_late reads only timestamps set when they happen (arrival, first scheduled, first token,
+    # completion) and status, never running requests' counters: lockstep decodes may stay on.
+    reads_only_timestamps = True
+    _settle: Callable[[float], None] | None = None
+
+    def watch_settle(self, settle: Callable[[float], None]) -> None:
+        """The engine's hook: ``settle(now)`` brings the replicas' state to now (a stretch in
+        flight applied up to it); called at each check before anything is read."""
+        self._settle = settle
+
+    def threshold(self, num_requests: int) -> int:
+        raise NotImplementedError
+
+    def is_late(self, req: Request, now_at: float) -> bool:
+        raise NotImplementedError
+
+    def is_settled(self, req: Request) -> bool:
+        """Whether ``req``'s verdict (late or not) can no longer change, whatever happens next."""
+        raise NotImplementedError
+
+    def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
+        raise NotImplementedError
+
+    def certain_otherwise(self, now_at: float) -> str | None:
+        """A reason the trial is certain to fail other than late requests (checked at the
+        same instants), or None; none by default."""
+        return None
+
+    def __call__(self, env: simpy.Environment, requests: list[Request]) -> Iterator[simpy.Event]:
+        n = len(requests)
+        needed = self.threshold(n)
+        every = max(1, n // self.num_checks)
+        # Invariant: ``late`` counts the arrived requests judged late at some check (late stays
+        # late); ``open_reqs`` holds the other arrived ones whose verdict may still change; the
+        # arrived requests in neither are settled on time. So ``late`` equals a full recount.
+        late, num_arrived, open_reqs = 0, 0, []
+        for index in range(every - 1, n, every):
+            now_at = requests[index].arrival_at
+            if now_at > env.now:
+                yield env.timeout(now_at - env.now)
+            if self._settle is not None:
+                self._settle(now_at)
+            while num_arrived < n and requests[num_arrived].arrival_at <= now_at:  # arrival order
+                open_reqs.append(requests[num_arrived])
+                num_arrived += 1
+            still_open = []
+            for req in open_reqs:
+                if self.is_late(req, now_at):
+                    late += 1
+                elif not self.is_settled(req):
+                    still_open.append(req)
+            open_reqs = still_open
+            if late >= needed:
+                raise engine.StopRun(self.stop_message(late, n, now_at))
+            reason = self.certain_otherwise(now_at)
+            if reason is not None:
+                raise engine.StopRun(reason)
+
+
+class GapsAbove:
+    """How many TBT gaps above ``limit_s`` the replicas' live gap logs hold, counted as they
+    grow: each :meth:`count` looks only at the runs appended since the last (a log that
+    compacted, and so replaced its arrays, is recounted). None once any log is a sketch,
+    whose bucketed values cannot be judged against the limit exactly."""
+
+    def __init__(self, limit_s: float, logs: list[GapLog]) -> None:
+        self.limit_s = limit_s
+        self.logs = logs
+        # Per log: the values array last seen, how many of its runs are counted, their count above.
+        self._seen: list[tuple[array | None, int, int]] = [(None, 0, 0)] * len(logs)
+
+    def count(self) -> int | None:
+        total = 0
+        for i, log in enumerate(self.logs):
+            if not log.exact:
+                return None
+            values, num_seen, above = self._seen[i]
+            if values is not log.values:
+                num_seen, above = 0, 0
+            end = len(log.values)
+            if end > num_seen:
+                new_values = np.frombuffer(log.values, dtype=np.float64)[num_seen:end]
+                new_counts = np.frombuffer(log.counts, dtype=np.int64)[num_seen:end]
+                above += int(new_counts[new_values > self.limit_s].sum())
+            self._seen[i] = (log.values, end, above)
+            total += above
+        return total
+
+
+class OverloadWatch(ArrivalWatch):
+    """Stops a trial once its scheduling-delay quantile is certain to exceed the limit:
+    scheduled requests count by their real delay, waiting ones by how long they have waited
+    (their delay can only grow). With ``tbt_s``, also once the ``tbt_quantile`` of all TBT
+    gaps is certain to exceed ``tbt_s`` (:class:`GapsAbove` against :func:`certain_fail_count`
+    of the most gaps the requests can make); the engine hands it the gap logs
+    (:meth:`watch_gaps`)."""
+
+    def __init__(self, limit_s: float, quantile: float, num_checks: int = 64,
+                 tbt_s: float | None = None, tbt_quantile: float = 99.0) -> None:
+        self.limit_s = limit_s
+        self.quantile = quantile
+        self.num_checks = num_checks
+        self.tbt_s = tbt_s
+        self.tbt_quantile = tbt_quantile
+        self._gaps: GapsAbove | None = None
+        self._gaps_needed = 0
+        self._max_gaps = 0
+
+    def threshold(self, num_requests: int) -> int:
+        return certain_fail_count(num_requests, self.quantile)
+
+    def watch_gaps(self, logs: list[GapLog], requests: list[Request]) -> None:
+        """The engine's hook: the replicas' gap logs (read, never written) and the requests."""
+        if self.tbt_s is None:
+            return
+        self._max_gaps = sum(max(r.num_output_tokens - 1, 0) for r in requests)
+        if self._max_gaps:
+            self._gaps = GapsAbove(self.tbt_s, logs)
+            self._gaps_needed = certain_fail_count(self._max_gaps, self.tbt_quantile)
+
+    def certain_otherwise(self, now_at: float) -> str | None:
+        if self._gaps is None:
+            return None
+        above = self._gaps.count()
+        if above is None or above < self._gaps_needed:
+            return None
+        return (f"P{self.tbt_quantile:g} TBT certain to exceed {self.tbt_s:g}s: {above:,} gaps already above it, "
+                f"of at most {self._max_gaps:,} (stopped at t={now_at:.1f}s)")
+
+    def is_late(self, req: Request, now_at: float) -> bool:
+        first = req.first_scheduled_at
+        if first is not None:
+            return first - req.arrival_at > self.limit_s
+        return req.status is not Status.REJECTED and now_at - req.arrival_at > self.limit_s
+
+    def is_settled(self, req: Request) -> bool:
+        return req.first_scheduled_at is not None or req.status is Status.REJECTED
+
+    def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
+        return (f"overloaded: {late} of {num_requests} requests already waited > {self.limit_s:g}s to be scheduled "
+                f"(stopped at t={now_at:.1f}s)")
+
+
+def format_against(value: float, limit: float, min_digits: int = 3) -> str:
+    """``value`` with the fewest significant digits (at least ``min_digits``) that keep its
+    side of ``limit`` as printed with ``:g``: 0.1004 against 0.1 is "0.1004", never "0.1",
+    so a verdict like "0.1004 > 0.1" always reads true."""
+    shown_limit = float(f"{limit:g}")
+    text = f"{value:.{min_digits}g}"
+    for digits in range(min_digits, 17):
+        text = f"{value:.{digits}g}"
+        shown = float(text)
+        if (shown > shown_limit) == (value > limit) and (shown < shown_limit) == (value < limit):
+            break
+    return text
+
+
+def _quantile(values: np.ndarray, q: float) -> float:
+    values = values[~np.isnan(values)]
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, tbt_early_exit: bool = True) -> Trial:
+    """Simulate ``config`` at ``qps`` and judge it against ``slo``, stopping as soon as it is
+    certain to fail (``early_exit``; on the TBT limit too with ``tbt_early_exit``)."""
+    start = time.perf_counter()
+    cfg = config.replace(workload__qps=qps)
+    watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile, tbt_s=slo.tbt_s if tbt_early_exit else None,
+                          tbt_quantile=slo.tbt_quantile) if early_exit else None
+    result = engine.simulate(cfg, watch=watch, record_iterations=False)  # a trial judges requests and gaps
+    cols = request_columns(result)  # numpy columns: a trial needs no pandas
+    status = cols["status"]
+    is_finished = status == Status.FINISHED.value
+    num_rejected = int((status == Status.REJECTED.value).sum())
+    stopped = result.extra.get("stopped")
+    if stopped is not None:
+        nan = math.nan
+        return Trial(cfg.seed, qps, False, str(stopped), nan, nan, nan, nan, nan, nan,
+                     int(is_finished.sum()), num_rejected, True, time.perf_counter() - start)
+    values, counts, _ = tbt_distribution(result)
+    # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
+    tbt_q, tbt_p99 = percentiles(values, counts, (slo.tbt_quantile, 99.0)) if len(values) else (0.0, 0.0)
+    sched_q = _quantile(cols["sched_delay_s"][is_finished], slo.sched_delay_quantile)
+    ttft = cols["ttft_s"][is_finished]
+    ttft_q = _quantile(ttft, slo.ttft_quantile)
+    max_tbt = cols["max_tbt_s"]
+    good = is_finished & (cols["ttft_s"] <= slo.goodput_ttft_s) & (np.where(np.isnan(max_tbt), 0.0, max_tbt) <= slo.tbt_s)
+    goodput = float(good.mean())
+    num_finished = int(is_finished.sum())
+    reasons = []
+    if num_finished == 0:
+        first = cols["reject_reason"][0] if len(status) else ""
+        reasons.append(f"every request was rejected ({first})")
+    else:
+        if tbt_q > slo.tbt_s:
+            reasons.append(f"P{slo.tbt_quantile:g} TBT {format_against(tbt_q, slo.tbt_s)}s > {slo.tbt_s:g}s")
+        if sched_q > slo.sched_delay_s:
+            reasons.append(f"P{slo.sched_delay_quantile:g} scheduling delay "
+                           f"{format_against(sched_q, slo.sched_delay_s)}s > {slo.sched_delay_s:g}s")
+        if slo.ttft_s is not None and ttft_q > slo.ttft_s:
+            reasons.append(f"P{slo.ttft_quantile:g} TTFT {format_against(ttft_q, slo.ttft_s)}s > {slo.ttft_s:g}s")
+        if slo.min_goodput is not None and goodput < slo.min_goodput:
+            reasons.append(f"goodput {format_against(100 * goodput, 100 * slo.min_goodput)}% "
+                           f"< {100 * slo.min_goodput:g}%")
+    return Trial(cfg.seed, qps, not reasons, "; ".join(reasons), tbt_q, sched_q, tbt_p99,
+                 _quantile(ttft, 50.0), _quantile(ttft, 99.0), goodput, num_finished, num_rejected, False,
+                 time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+
+
+def min_iteration_s(config: RunConfig) -> float:
+    """The cheapest iteration that can separate two tokens: one decode over a 2-token cache.
+
+    The cost model is (weakly) monotone in every field of a batch shape, so every TBT gap
+    lasts at least this long.
+    """
+    replica = config.replica
+    if config.is_disaggregated:  # tokens after the first come from the decode pool
+        from simulator.config.disagg_layout import layout_of
+
+        replica = layout_of(config).decode_replica  # type: ignore[union-attr]
+    cost = engine.load_cost_model(config.cost_model, replica, config.engine)
+    return float(cost.iteration_time(BatchShape.from_requests(decodes=[2])))
+
+
+def impossible_reason(config: RunConfig, slo: SLO) -> str | None:
+    """Why no QPS can meet ``slo`` on ``config``, when that is certain before any trial."""
+    floor = min_iteration_s(config)
+    if floor > slo.tbt_s:
+        return (f"capacity 0: the TBT SLO {slo.tbt_s:g}s is below the fastest possible iteration "
+                f"({format_against(floor * 1e3, slo.tbt_s * 1e3)} ms for a lone decode on {config.replica.model}/{config.replica.gpu} "
+                f"tp={config.replica.tp} pp={config.replica.pp}), so no QPS can meet it")
+    return None
+
+
+def check_searchable(config: RunConfig) -> None:
+    if config.workload.arrival not in RATE_ARRIVALS:
+        raise ConfigError("workload.arrival", f"capacity search varies the request rate; {config.workload.arrival!r} "
+                          "arrivals have none", f"use --arrival {' or '.join(RATE_ARRIVALS)}")
+
+
+def _search_plan(config: RunConfig, settings: SearchSettings) -> tuple[float, Limits, tuple[bool, bool]]:
+    """A seed's search: its first load, its limits and the trials' early exits."""
+    qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
+    limits = Limits(settings.rel_tol, settings.min_qps, settings.max_qps, settings.max_trials)
+    return qps, limits, (settings.early_exit, settings.tbt_early_exit)
+
+
+def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial]) -> SeedResult:
+    """The answer of a finished search and why it ended."""
+    result = SeedResult(config.seed, found.passed_qps or 0.0, "", trials)
+    failed = {t.qps: t for t in trials}[found.failed_qps] if found.failed_qps is not None else None
+    if found.passed_qps is None:
+        assert failed is not None
+        result.reason = (f"capacity 0: no QPS down to {failed.qps:.3g} meets {slo.describe()} "
+                         f"(last failure: {failed.reason})")
+    elif failed is None:
+        result.reason = f"still meets the SLO at {found.passed_qps:.3g} QPS (the search limit; raise max_qps)"
+    elif found.stop == "max_trials":
+        result.reason = (f"stopped after {len(trials)} trials with the bracket "
+                         f"[{found.passed_qps:.3g}, {failed.qps:.3g}]")
+    else:
+        result.reason = f"converged: passes at {found.passed_qps:.4g}, fails at {failed.qps:.4g} QPS ({failed.reason})"
+    return result
+
+
+def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
+                on_trial: Callable[[Trial], None] | None = None) -> SeedResult:
+    """Bisection for one seed (``config.seed``), one trial after another; ``on_trial(trial)``
+    as each ends. (:func:`find_capacity` with workers runs trials ahead of need instead.)"""
+    check_searchable(config)
+    reason = impossible_reason(config, slo)
+    if reason is not None:
+        return SeedResult(config.seed, 0.0, reason)
+    trials: list[Trial] = []
+
+    def used(t: Trial) -> Trial:
+        trials.append(t)
+        if on_trial:
+            on_trial(t)
+        return t
+
+    qps, limits, exits = _search_plan(config, settings)
+    found = largest_passing(lambda q: used(run_trial(config, q, slo, *exits)).passed, qps, limits)
+    return _seed_result(config, slo, found, trials)
+
+
+def _search_seeds_ahead(jobs: list[tuple[RunConfig, SLO, SearchSettings]], workers: int,
+                        on_seed_done: Callable[[SeedResult], None] | None,
+                        on_trial: Callable[[Trial], None] | None) -> list[SeedResult]:
+    """Seeds' searches sharing ``workers`` processes, more than there are seeds (one seed, say):
+    each runs the trials it may need next ahead of need in its share of them
+    (:func:`simulator.planning.search.run_ahead`), so no process idles while a search waits for a
+    verdict. The same trials, in the same order, and results as :func:`search_seed`'s."""
+    from simulator.planning.search import SearchAhead, run_ahead
+    from simulator.util.interrupts import WorkerPool
+
+    results: list[SeedResult | None] = [None] * len(jobs)
+    todo = []
+    for i, (config, slo, _) in enumerate(jobs):  # find_capacity checked they are searchable
+        reason = impossible_reason(config, slo)
+        if reason is None:
+            todo.append(i)
+        else:
+            results[i] = SeedResult(config.seed, 0.0, reason)
+    # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the trials still running are stopped.
+    with WorkerPool(workers) as pool:
+        searches = []
+        for k, i in enumerate(todo):
+            config, slo, settings = jobs[i]
+            qps, limits, exits = _search_plan(config, settings)
+            width = workers // len(todo) + (k < workers % len(todo))
+            searches.append(SearchAhead(lambda q, c=config, s=slo, e=exits: pool.submit(run_trial, c, q, s, *e),
+                                        lambda t: t.passed, qps, limits, width, on_result=on_trial))
+
+        def done(k: int) -> None:
+            config, slo, _ = jobs[todo[k]]
+            outcome = searches[k].outcome
+            assert outcome is not None
+            results[todo[k]] = _seed_result(config, slo, outcome, searches[k].used)
+            if on_seed_done:
+                on_seed_done(results[todo[k]])
+
+        run_ahead(searches, on_outcome=done)
+        pool.stop()  # trials run ahead that no search needed
+    return [r for r in results if r is not None]
+
+
+def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
+                  num_seeds: int = 1, workers: int = 1, on_seed_done=None,  # noqa: ANN001
+                  on_trial: Callable[[Trial], None] | None = None) -> CapacityReport:
+    """Capacity of ``config`` under ``slo`` for seeds ``config.seed .. config.seed + num_seeds - 1``.
+
+    Seeds are independent searches; ``workers > 1`` runs them in a process pool: as many seeds
+    as workers or more, a whole search per process; fewer (one seed, say), the searches share
+    the processes and each runs the trials it may need next ahead of need in its share (results
+    do not depend on ``workers``). ``on_seed_done(SeedResult)`` is called as each finishes, and
+    ``on_trial(Trial)`` as each trial a search uses ends, unless seeds run in processes of their own.
+    """
+    if num_seeds < 1:
+        raise ConfigError("capacity.num_seeds", f"must be >= 1, got {num_seeds}")
+    if workers < 1:
+        raise ConfigError("capacity.workers", f"must be >= 1, got {workers}")
+    check_searchable(config)
+    start = time.perf_counter()
+    jobs = [(config.replace(seed=config.seed + i), slo, settings) for i in range(num_seeds)]
+    results: list[SeedResult] = []
+    if num_seeds < workers:
+        results = _search_seeds_ahead(jobs, workers, on_seed_done, on_trial)
+    elif workers == 1:
+        for job in jobs:
+            results.append(search_seed(*job, on_trial=on_trial))
+            if on_seed_done:
+                on_seed_done(results[-1])
+    else:
+        from simulator.util.interrupts import WorkerPool
+
+        # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the seeds still searching are stopped.
+        with WorkerPool(workers) as pool:
+            for future in pool.submit_all(search_seed, jobs):
+                results.append(future.result())
+                if on_seed_done:
+                    on_seed_done(results[-1])
+    return CapacityReport(config, slo, settings, results, wall_s=time.perf_counter() - start)

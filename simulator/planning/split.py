@@ -1,0 +1,326 @@
+"""Planning disaggregated serving: goodput per GPU, the split search, the comparison.
+
+**Goodput** (DistServe, OSDI'24): the largest Poisson request rate at which at least
+``attainment`` (90%) of requests meet *both* the TTFT SLO and the TPOT SLO
+(:func:`simulator.report.disagg_metrics.slo_attainment`), divided by the GPUs the layout
+occupies. Search: like :mod:`simulator.planning.capacity` (common random numbers: every trial of
+one seed draws the same lengths and the same unit-rate arrivals scaled by 1/QPS), bracket
+by doubling/halving from a start rate, then bisect to a relative gap ``rel_tol``. A trial
+stops early (the engine's ``watch`` hook) once more requests than the SLO tolerates have
+already waited longer than the TTFT SLO for their first token: the verdict is certain.
+
+**Split search**: for a fixed GPU count, every (prefill replicas x prefill TP, decode
+replicas x decode TP) that uses exactly those GPUs and fits in memory, each searched for
+goodput; the best goodput per GPU wins.
+
+**Comparison**: on the same GPUs, workload and SLOs, aggregated ``vllm`` and ``sarathi``
+(every TP that fits, replicas filling the GPUs; sarathi at each token budget tau of a
+grid, keeping its best) beside the disaggregated splits, one row per candidate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import pandas as pd
+
+from simulator.config.disagg_layout import layout_of, num_gpus_of
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+from simulator.engine import cluster as engine
+from simulator.engine.kvcache import build_kv_cache, max_model_len_shortfall
+from simulator.planning.capacity import ArrivalWatch
+from simulator.planning.search import Limits, largest_passing
+from simulator.report.disagg_metrics import slo_attainment
+from simulator.report.metrics import request_frame
+from simulator.util.interrupts import WorkerPool
+from simulator.workload.request import Request
+
+DEFAULT_TAUS = (256, 512, 1024, 2048)
+
+
+@dataclass(frozen=True)
+class GoodputSLO:
+    """DistServe's targets: ``attainment`` of requests with TTFT <= ``ttft_s`` and TPOT <= ``tpot_s``."""
+
+    ttft_s: float = 2.0
+    tpot_s: float = 0.1
+    attainment: float = 0.9
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "tpot_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}")
+        if not 0 < self.attainment <= 1:
+            raise ConfigError("slo.attainment", f"must be a fraction in (0, 1], got {self.attainment}", "e.g. 0.9")
+
+    def describe(self) -> str:
+        return f"{self.attainment:.0%} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s:g}s"
+
+
+@dataclass
+class GoodputResult:
+    """One layout's goodput search: trials as (qps, attainment), the rate found, per GPU."""
+
+    label: str
+    family: str  # vllm, sarathi, disagg
+    config: RunConfig
+    num_gpus: int
+    rate_qps: float = 0.0
+    reason: str = ""
+    trials: list[tuple[float, float]] = field(default_factory=list)
+    wall_s: float = 0.0
+    rel_tol: float = 0.05  # how finely rate_qps was bisected
+
+    @property
+    def goodput_per_gpu(self) -> float:
+        return self.rate_qps / self.num_gpus
+
+    def row(self) -> dict[str, Any]:
+        cfg = self.config
+        return {"label": self.label, "family": self.family, "num_gpus": self.num_gpus, "rate_qps": self.rate_qps,
+                "goodput_per_gpu": self.goodput_per_gpu, "prefill_pool": cfg.prefill_pool or "",
+                "decode_pool": cfg.decode_pool or "", "tp": cfg.replica.tp if not cfg.is_disaggregated else 0,
+                "num_replicas": cfg.num_replicas if not cfg.is_disaggregated else 0,
+                "scheduler": cfg.scheduler.name if not cfg.is_disaggregated else "disagg",
+                "chunk_size": cfg.scheduler.chunk_size or 0, "num_trials": len(self.trials), "rel_tol": self.rel_tol,
+                "reason": self.reason}
+
+
+class TTFTWatch(ArrivalWatch):
+    """Stops a trial once more than ``(1 - attainment) * n`` requests have certainly missed
+    the TTFT SLO (first token later than ``ttft_s`` after arrival, or still none that late)."""
+
+    def __init__(self, ttft_s: float, attainment: float, num_checks: int = 32) -> None:
+        self.ttft_s, self.attainment, self.num_checks = ttft_s, attainment, num_checks
+        self.num_late, self.num_requests = 0, 1
+
+    def threshold(self, num_requests: int) -> int:
+        return math.floor((1.0 - self.attainment) * num_requests + 1e-9) + 1
+
+    def is_late(self, req: Request, now_at: float) -> bool:
+        if req.reject_reason is not None:
+            return True
+        if req.first_token_at is not None:
+            return req.first_token_at - req.arrival_at > self.ttft_s
+        return now_at - req.arrival_at > self.ttft_s
+
+    def is_settled(self, req: Request) -> bool:
+        return req.reject_reason is not None or req.first_token_at is not None
+
+    def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
+        self.num_late, self.num_requests = late, num_requests  # the bound attainment_at reports
+        return f"{late} of {num_requests} requests already missed TTFT {self.ttft_s:g}s"
+
+
+def attainment_at(config: RunConfig, qps: float, slo: GoodputSLO, early_exit: bool = True) -> float:
+    """SLO attainment of ``config`` at ``qps``; for a trial stopped as certain to fail, the
+    upper bound it was stopped at (``1 - missed so far / requests``, below the target)."""
+    watch = TTFTWatch(slo.ttft_s, slo.attainment)
+    result = engine.simulate(config.replace(workload__qps=qps), watch=watch if early_exit else None)
+    if "stopped" in result.extra:  # certain miss: report the bound it was stopped at
+        return 1.0 - watch.num_late / watch.num_requests
+    return slo_attainment(request_frame(result), slo.ttft_s, slo.tpot_s)
+
+
+def goodput_search(config: RunConfig, slo: GoodputSLO, label: str = "", family: str = "", qps_start: float = 1.0,
+                   rel_tol: float = 0.05, min_qps: float = 0.01, max_qps: float = 500.0, max_trials: int = 24,
+                   incumbent_qps: float | None = None, coarse_rel_tol: float = 0.25) -> GoodputResult:
+    """Largest QPS whose attainment >= ``slo.attainment`` (bracket, then bisect).
+
+    With ``incumbent_qps`` (the best rate of a competitor on as many GPUs), the first trial
+    runs there; a layout that fails it cannot win, and is bisected only to ``coarse_rel_tol``.
+    """
+    start = time.perf_counter()
+    res = GoodputResult(label or (config.prefill_pool or config.scheduler.name), family, config, num_gpus_of(config))
+
+    def passes(qps: float) -> bool:
+        att = attainment_at(config, qps, slo)
+        res.trials.append((qps, att))
+        return att >= slo.attainment
+
+    limits = Limits(rel_tol, min_qps, max_qps, max_trials)
+    if not incumbent_qps:
+        found = largest_passing(passes, qps_start, limits)
+    elif passes(incumbent_qps):
+        found = largest_passing(passes, incumbent_qps, limits, passed_qps=incumbent_qps, num_tried=1)
+    else:  # it cannot win: bisected below the incumbent only coarsely
+        rel_tol = max(rel_tol, coarse_rel_tol)
+        found = largest_passing(passes, incumbent_qps, replace(limits, rel_tol=rel_tol), failed_qps=incumbent_qps,
+                                num_tried=1)
+        res.reason = "below the best so far (coarse): "
+    lo, hi = found.passed_qps, found.failed_qps
+    if lo is None and found.stop == "none_passes":
+        res.reason = f"misses the SLO down to {hi:.3g} QPS"
+    elif hi is None and found.stop == "max_qps":
+        res.reason = f"meets the SLO up to the search limit {max_qps:g} QPS"
+    res.rate_qps = lo or 0.0
+    if lo and hi:
+        res.reason += f"passes at {lo:.4g}, fails at {hi:.4g} QPS"
+    res.rel_tol = rel_tol
+    res.wall_s = time.perf_counter() - start
+    return res
+
+
+def fits(config: RunConfig) -> bool:
+    """Whether every replica of ``config`` holds its weights and a max_model_len KV cache, as
+    its run sizes the cache (watermark included). Stricter than a run for a prefill pool,
+    which a run lets reject long prompts one by one: a planner's layout serves every request."""
+    try:
+        layout = layout_of(config)
+        pairs = ([(layout.prefill_replica, layout.prefill_scheduler), (layout.decode_replica, layout.decode_scheduler)]
+                 if layout is not None else [(config.replica, config.scheduler)])
+        for replica, sched in pairs:
+            blocks, _ = build_kv_cache(replica, sched)
+            if max_model_len_shortfall(blocks, replica.effective_max_model_len) is not None:
+                return False
+    except ConfigError:
+        return False
+    return True
+
+
+def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 2, 4, 8)) -> list[RunConfig]:
+    """Every disaggregated layout of exactly ``num_gpus`` GPUs (pools of one TP each) that fits."""
+    out = []
+    base = config.replace(prefill_pool=None, decode_pool=None, mixed_pool=None)
+    for tp_p in tps:
+        for tp_d in tps:
+            for n_p in range(1, num_gpus // tp_p + 1):
+                rest = num_gpus - n_p * tp_p
+                if rest < tp_d or rest % tp_d:
+                    continue
+                try:
+                    cand = base.replace(prefill_pool=f"{n_p}x(tp={tp_p})", decode_pool=f"{rest // tp_d}x(tp={tp_d})",
+                                        num_replicas=1)
+                except ConfigError:
+                    continue
+                if fits(cand):
+                    out.append(cand)
+    # Balanced splits first: with pruning, a strong early incumbent makes the rest cheap.
+    return sorted(out, key=lambda c: abs(2 * layout_of(c).prefill.num_gpus(c.replica) - num_gpus))
+
+
+def aggregated_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 2, 4, 8),
+                          taus: Sequence[int] = DEFAULT_TAUS) -> list[tuple[str, RunConfig]]:
+    """vllm and sarathi (each tau) on ``num_gpus`` GPUs: ``num_gpus / tp`` replicas of each TP that fits."""
+    out = []
+    base = config.replace(prefill_pool=None, decode_pool=None, mixed_pool=None)
+    for tp in tps:
+        if num_gpus % tp:
+            continue
+        try:
+            vllm = base.replace(replica__tp=tp, num_replicas=num_gpus // tp, scheduler__name="vllm",
+                                scheduler__chunk_size=None, scheduler__max_num_batched_tokens=None)
+        except ConfigError:
+            continue
+        if not fits(vllm):
+            continue
+        out.append(("vllm", vllm))
+        for tau in taus:
+            out.append(("sarathi", vllm.replace(scheduler__name="sarathi", scheduler__chunk_size=tau)))
+    return out
+
+
+def label_of(config: RunConfig) -> str:
+    if config.is_disaggregated:
+        return f"P {config.prefill_pool} + D {config.decode_pool}"
+    s = config.scheduler
+    tau = f" tau={s.chunk_size}" if s.name == "sarathi" else ""
+    return f"{s.name}{tau} {config.num_replicas}x(tp={config.replica.tp})"
+
+
+def _job(config: RunConfig, slo: GoodputSLO, family: str, qps_start: float) -> GoodputResult:
+    return goodput_search(config, slo, label_of(config), family, qps_start=qps_start)
+
+
+def search_all(candidates: Sequence[tuple[str, RunConfig]], slo: GoodputSLO, qps_start: float = 1.0, workers: int = 1,
+               on_done: Callable[[GoodputResult], None] | None = None, prune: bool = True) -> list[GoodputResult]:
+    """Goodput search of every candidate, in order.
+
+    ``prune`` (sequential only): each search starts at the best rate its family (vllm,
+    sarathi, disagg) has reached so far and bisects a layout that misses it only coarsely
+    (branch and bound: each family's best and its rate are exact to ``rel_tol``, the
+    others' rates to 25%). ``workers > 1`` runs every search in full in a process pool.
+    Either way the results are deterministic.
+    """
+    jobs = [(cfg, slo, family, qps_start) for family, cfg in candidates]
+    results: list[GoodputResult] = []
+    if workers <= 1:
+        best: dict[str, float] = {}
+        for cfg, _, family, _ in jobs:
+            incumbent = best.get(family, 0.0)
+            res = goodput_search(cfg, slo, label_of(cfg), family, qps_start=qps_start,
+                                 incumbent_qps=incumbent if prune and incumbent > 0 else None)
+            best[family] = max(incumbent, res.rate_qps)
+            results.append(res)
+            if on_done:
+                on_done(res)
+    else:
+        # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the searches still running are stopped.
+        with WorkerPool(workers) as pool:
+            for future in pool.submit_all(_job, jobs):
+                results.append(future.result())
+                if on_done:
+                    on_done(results[-1])
+    return results
+
+
+def results_frame(results: Sequence[GoodputResult]) -> pd.DataFrame:
+    df = pd.DataFrame([r.row() for r in results])
+    if len(df):
+        df["best_in_family"] = df["goodput_per_gpu"] == df.groupby("family")["goodput_per_gpu"].transform("max")
+    return df
+
+
+def trials_frame(results: Sequence[GoodputResult]) -> pd.DataFrame:
+    rows = [{"label": r.label, "family": r.family, "qps": q, "attainment": a} for r in results for q, a in r.trials]
+    return pd.DataFrame(rows, columns=["label", "family", "qps", "attainment"])
+
+
+def slo_dict(slo: GoodputSLO) -> dict[str, Any]:
+    return asdict(slo)
+
+
+FAMILY_COLORS = {"vllm": "#d62728", "sarathi": "#2ca02c", "disagg": "#1f77b4"}
+
+
+def comparison_figure(results: pd.DataFrame, trials: pd.DataFrame, slo: GoodputSLO, title: str = ""):  # noqa: ANN201
+    """Left: goodput per GPU of every candidate, grouped by family, best of each labelled.
+    Right: SLO attainment against QPS for the best candidate of each family, the target marked."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4.8))
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.4, 1]})
+    df = results.sort_values(["family", "goodput_per_gpu"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    colors = [FAMILY_COLORS.get(f, "C7") for f in df["family"]]
+    ax.barh(range(len(df)), df["goodput_per_gpu"], color=colors)
+    ax.set_yticks(range(len(df)), df["label"], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("goodput per GPU (req/s at which the SLO attainment holds)")
+    ax.set_title(title or "goodput per GPU", fontsize=10)
+    for i, row in df.iterrows():
+        ax.text(row["goodput_per_gpu"], i, f" {row['goodput_per_gpu']:.2f}", va="center", fontsize=7)
+    best = results.sort_values("goodput_per_gpu", ascending=False, kind="stable").groupby("family", sort=False).head(1)
+    for row in best.itertuples():
+        t = trials[trials["label"] == row.label].sort_values("qps")
+        ax2.plot(t["qps"], t["attainment"], "o-", color=FAMILY_COLORS.get(row.family, "C7"),
+                 label=f"{row.label} ({row.goodput_per_gpu:.2f}/GPU)")
+    ax2.axhline(slo.attainment, color="k", ls="--", lw=1)
+    ax2.set_xlabel("request rate (QPS); stopped trials at their upper bound")
+    ax2.set_ylabel("SLO attainment")
+    ax2.set_title(f"best of each: {slo.describe()}", fontsize=9)
+    ax2.legend(fontsize=7, loc="lower left")
+    ax2.set_ylim(-0.02, 1.02)
+    fig.tight_layout()
+    return fig
+
+
+def comparison_plot(results: pd.DataFrame, trials: pd.DataFrame, slo: GoodputSLO, stem, title: str = ""):  # noqa: ANN001, ANN201
+    from simulator.report.plots import save
+
+    return save(comparison_figure(results, trials, slo, title), stem)

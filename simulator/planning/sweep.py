@@ -1,0 +1,600 @@
+"""Sweeps: a grid over run options, run point by point, resumable, as one tidy table.
+
+A sweep is a *base* (run options every point shares), a *grid* (options and their lists of
+values; the points are the cartesian product) and a *mode*:
+
+- ``run``: simulate each point once and record its summary (latency quantiles, goodput, ...);
+- ``capacity``: run a capacity search (:mod:`simulator.planning.capacity`) at each point and record
+  the capacity, its spread over seeds and the trials.
+
+Sweep file (TOML; YAML too when PyYAML is installed), keys are the ``simulate run`` option
+names (``model``, ``tp``, ``scheduler``, ``chunk_size``, ``qps``, ``workload``, ...) plus the
+point options of :data:`POINT_OPTIONS` (``tbt_slo``, ``num_seeds``, ...)::
+
+    mode = "capacity"
+    [base]
+    model = "mistral-7b"
+    max_model_len = 8192
+    [grid]
+    scheduler = ["vllm", "orca", "sarathi"]
+    "tbt_slo,chunk_size" = [[0.1, 512], [0.5, 2048]]   # comma-joined keys vary together
+
+Every point is validated (unknown keys, wrong types, invalid values) before any point runs,
+and the error names the key. Each finished point is written at once to
+``OUT/points/<key>.json``, where ``key`` hashes the point's full resolved config and point
+options, so a killed sweep rerun with the same file skips what is done and a point's
+identity does not depend on how it was spelled. A point that fails records its error
+(``status = "error"``) and the sweep goes on. ``OUT/results.csv`` is rewritten as each point
+finishes (rows of points not run yet have ``status = "missing"``), so a running or stopped
+sweep can be read and plotted.
+
+Interruption: one SIGINT (Ctrl-C) or SIGTERM cancels the queued points, stops the workers
+(local processes are terminated; Ray tasks are cancelled), keeps every finished point and
+raises :class:`SweepInterrupted`; rerunning the same sweep resumes with the points left.
+Local workers ignore SIGINT themselves (a terminal sends Ctrl-C to the whole process
+group): only the sweep's own process decides how to stop.
+
+Backends: a local process pool (``workers``; 1 runs in-process) or a Ray cluster
+(``ray_address``; ``"local"`` starts a local Ray instance). Points are pure functions of
+their config, and the final table is ordered by grid position and holds no wall-clock
+columns, so it is identical whatever the backend or the number of workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import math
+import time
+import tomllib
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from simulator.config.errors import ConfigError
+from simulator.config.options import RUN_OPTIONS
+from simulator.config.run_config import RunConfig
+from simulator.report.output import check_format, jsonable, write_table
+from simulator.util.interrupts import WorkerPool, signals_blocked, signals_ignored, stop_on_signals
+from simulator.util.progress import StepProgress
+
+MODES = ("run", "capacity")
+TOP_LEVEL_KEYS = ("mode", "base", "grid")
+CAPACITY_DEFAULT_NUM_REQUESTS = 2048
+
+# Point options beyond the run options: name -> (type, default, modes it applies to, help).
+POINT_OPTIONS: dict[str, tuple[type, Any, tuple[str, ...], str]] = {
+    "tbt_slo": (float, 0.2, ("run", "capacity"), "TBT SLO (s): the capacity limit; goodput's per-request max TBT"),
+    "ttft_slo": (float, None, ("run", "capacity"), "TTFT SLO (s): capacity's optional TTFT limit; goodput's TTFT"),
+    "tbt_quantile": (float, 99.0, ("capacity",), "percentile of TBT held to tbt_slo"),
+    "sched_delay_slo": (float, 2.0, ("capacity",), "limit (s) on the scheduling-delay percentile"),
+    "sched_delay_quantile": (float, 50.0, ("capacity",), "percentile of scheduling delay"),
+    "ttft_quantile": (float, 99.0, ("capacity",), "percentile of TTFT held to ttft_slo"),
+    "min_goodput": (float, None, ("capacity",), "minimum goodput fraction"),
+    "goodput_ttft_slo": (float, 2.0, ("capacity",), "TTFT (s) a request must meet to count as goodput"),
+    "num_seeds": (int, 1, ("capacity",), "independent searches (seeds seed..seed+n-1)"),
+    "rel_tol": (float, 0.025, ("capacity",), "bisection stops at this relative gap"),
+    "qps_start": (float, None, ("capacity",), "first trial's QPS (default: the qps option)"),
+    "min_qps": (float, 0.01, ("capacity",), "capacity 0 below this"),
+    "max_qps": (float, 1000.0, ("capacity",), "search ceiling"),
+    "max_trials": (int, 40, ("capacity",), "trials per seed at most"),
+    "early_exit": (bool, True, ("capacity",), "stop trials that are certain to fail"),
+    "tbt_early_exit": (bool, True, ("capacity",), "with early_exit, also stop trials certain to miss the TBT "
+                       "limit (off: they keep their latency figures)"),
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One grid point: its position, the values that define it, and what it runs."""
+
+    index: int
+    params: dict[str, Any]  # base options given explicitly plus this point's grid values
+    config: RunConfig
+    options: dict[str, Any]  # point options (POINT_OPTIONS), defaults filled in
+    key: str
+
+
+@dataclass
+class SweepSpec:
+    mode: str
+    base: dict[str, Any]
+    grid: dict[tuple[str, ...], list[tuple[Any, ...]]]
+    points: list[Point] = field(default_factory=list)
+
+    @property
+    def varied(self) -> list[str]:
+        return [name for names in self.grid for name in names]
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing and validation (all before any point runs)
+
+
+def _canonical(name: str) -> str:
+    return name.strip().replace("-", "_")
+
+
+def _known(name: str) -> bool:
+    return name in RUN_OPTIONS or name in POINT_OPTIONS
+
+
+def _coerce(where: str, name: str, value: Any) -> Any:
+    """``value`` as the option's type; strings (from the CLI) are parsed."""
+    typ = RUN_OPTIONS[name][1] if name in RUN_OPTIONS else POINT_OPTIONS[name][0]
+    bad = ConfigError(where, f"invalid value {value!r}: expected {'true/false' if typ is bool else typ.__name__}")
+    if isinstance(value, str) and typ is not str:
+        text = value.strip()
+        if typ is bool:
+            if text.lower() in ("true", "1", "yes"):
+                return True
+            if text.lower() in ("false", "0", "no"):
+                return False
+            raise bad
+        try:
+            value = int(text) if typ is int else float(text)
+        except ValueError:
+            raise bad from None
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if isinstance(value, bool):
+        raise bad
+    if typ is float and isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise bad
+        return float(value)
+    if typ is int and isinstance(value, int):
+        return value
+    if typ is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if typ is str and isinstance(value, str):
+        return value
+    raise bad
+
+
+def load_sweep_file(path: Path) -> dict[str, Any]:
+    """A sweep file's raw content (TOML, or YAML if PyYAML is installed)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("sweep", f"{path} does not exist", "pass a .toml sweep file")
+    text = path.read_text()
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ConfigError("sweep", "YAML sweep files need PyYAML", "pip install pyyaml, or write TOML") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError("sweep", f"{path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("sweep", f"{path} is not valid TOML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("sweep", f"{path} must hold a table of keys")
+    return data
+
+
+def parse_cli_grid(items: Iterable[str]) -> dict[str, Any]:
+    """``["scheduler=vllm,sarathi", "qps=0.5,1"]`` -> ``{"scheduler": ["vllm", "sarathi"], ...}``."""
+    grid: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError("--grid", f"{item!r} is not NAME=V1,V2,...", "e.g. --grid scheduler=vllm,sarathi")
+        name, values = item.split("=", 1)
+        grid[name.strip()] = [v for v in values.split(",") if v.strip() != ""]
+    return grid
+
+
+def config_overrides(config: RunConfig, reference: RunConfig | None = None) -> dict[str, Any]:
+    """Run options whose value in ``config`` differs from ``reference`` (default: RunConfig())."""
+    reference = reference or RunConfig()
+    mine, theirs = config.to_dict(), reference.to_dict()
+    out = {}
+    for name, (path, _, _) in RUN_OPTIONS.items():
+        section, _, attr = path.partition("__")
+        value, default = (mine[section][attr], theirs[section][attr]) if attr else (mine[section], theirs[section])
+        if value != default:
+            out[name] = value
+    return out
+
+
+def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: dict[str, Any] | None = None,
+               grid_overrides: dict[str, Any] | None = None) -> SweepSpec:
+    """Validate a sweep (file content plus CLI overrides) and resolve all its points."""
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise ConfigError(f"sweep.{key}", "unknown key", f"known: {', '.join(TOP_LEVEL_KEYS)}")
+    mode = mode or data.get("mode", "run")
+    if mode not in MODES:
+        raise ConfigError("sweep.mode", f"unknown mode {mode!r}", f"use one of {', '.join(MODES)}")
+    raw_base = data.get("base", {}) or {}
+    raw_grid = data.get("grid", {}) or {}
+    for section, raw in (("base", raw_base), ("grid", raw_grid)):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"sweep.{section}", "must be a table of options")
+
+    base: dict[str, Any] = {}
+    for key, value in [*raw_base.items(), *(base_overrides or {}).items()]:
+        name = _canonical(key)
+        _check_name(f"sweep.base.{key}", name, mode)
+        base[name] = _coerce(f"sweep.base.{key}", name, value)
+
+    grid: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+    for key, values in [*raw_grid.items(), *(grid_overrides or {}).items()]:
+        names = tuple(_canonical(k) for k in key.split(","))
+        where = f"sweep.grid.{key}"
+        for name in names:
+            _check_name(where, name, mode)
+        if not isinstance(values, list) or not values:
+            raise ConfigError(where, "must be a non-empty list of values")
+        rows = []
+        for value in values:
+            row = value if len(names) > 1 else [value]
+            if not isinstance(row, list | tuple) or len(row) != len(names):
+                raise ConfigError(where, f"each entry must list {len(names)} values ({', '.join(names)}), got {value!r}")
+            rows.append(tuple(_coerce(where, n, v) for n, v in zip(names, row, strict=True)))
+        for name in names:
+            base.pop(name, None)  # the grid wins over the base
+            for other in list(grid):
+                if name in other:
+                    raise ConfigError(where, f"{name!r} is already varied by {','.join(other)}")
+        grid[names] = rows
+    if mode == "capacity" and "num_requests" not in base and not any("num_requests" in n for n in grid):
+        base["num_requests"] = CAPACITY_DEFAULT_NUM_REQUESTS
+
+    spec = SweepSpec(mode, base, grid)
+    # Each grid value alone on the base, so an invalid one is blamed on its key...
+    _point_config(base, "sweep.base")
+    for names, rows in grid.items():
+        for row in rows:
+            _point_config({**base, **dict(zip(names, row, strict=True))}, f"sweep.grid.{','.join(names)}")
+    # ...then every combination.
+    seen: dict[str, int] = {}
+    for index, combo in enumerate(itertools.product(*grid.values()) if grid else [()]):
+        values = dict(base)
+        for names, row in zip(grid, combo, strict=True):
+            values.update(zip(names, row, strict=True))
+        where = "sweep point " + ", ".join(f"{k}={v}" for k, v in values.items() if k in spec.varied)
+        config = _point_config(values, where)
+        options = _point_options(values, mode, where)
+        key = point_key(mode, config, options)
+        if key in seen:
+            raise ConfigError("sweep.grid", f"points {seen[key]} and {index} are the same configuration ({where})",
+                              "remove the duplicate values")
+        seen[key] = index
+        spec.points.append(Point(index, values, config, options, key))
+    return spec
+
+
+def _check_name(where: str, name: str, mode: str) -> None:
+    if not _known(name):
+        known = sorted(set(RUN_OPTIONS) | {k for k, v in POINT_OPTIONS.items() if mode in v[2]})
+        raise ConfigError(where, "unknown key", f"known: {', '.join(known)}")
+    if name in POINT_OPTIONS and mode not in POINT_OPTIONS[name][2]:
+        raise ConfigError(where, f"only applies to mode = {' or '.join(POINT_OPTIONS[name][2])}",
+                          f"remove it or set mode = \"{POINT_OPTIONS[name][2][0]}\"")
+
+
+def _point_config(values: dict[str, Any], where: str) -> RunConfig:
+    changes = {RUN_OPTIONS[k][0]: v for k, v in values.items() if k in RUN_OPTIONS}
+    try:
+        return RunConfig().replace(**changes)
+    except ConfigError as err:
+        raise ConfigError(where, f"{err.field}: {err.problem}", err.fix) from None
+    except (TypeError, ValueError) as err:
+        raise ConfigError(where, str(err)) from None
+
+
+def _point_options(values: dict[str, Any], mode: str, where: str) -> dict[str, Any]:
+    options = {k: v[1] for k, v in POINT_OPTIONS.items() if mode in v[2]}
+    options.update({k: v for k, v in values.items() if k in POINT_OPTIONS})
+    try:
+        if mode == "capacity":
+            _slo_and_settings(options)
+        elif options["tbt_slo"] is not None and options["tbt_slo"] <= 0:
+            raise ConfigError("tbt_slo", "must be positive")
+    except ConfigError as err:
+        raise ConfigError(where, f"{err.field}: {err.problem}", err.fix) from None
+    return options
+
+
+def _slo_and_settings(options: dict[str, Any]):  # noqa: ANN202
+    from simulator.planning.capacity import SLO, SearchSettings
+
+    slo = SLO(tbt_s=options["tbt_slo"], tbt_quantile=options["tbt_quantile"], sched_delay_s=options["sched_delay_slo"],
+              sched_delay_quantile=options["sched_delay_quantile"], ttft_s=options["ttft_slo"],
+              ttft_quantile=options["ttft_quantile"], min_goodput=options["min_goodput"],
+              goodput_ttft_s=options["goodput_ttft_slo"])
+    settings = SearchSettings(rel_tol=options["rel_tol"], qps_start=options["qps_start"], min_qps=options["min_qps"],
+                              max_qps=options["max_qps"], max_trials=options["max_trials"],
+                              early_exit=options["early_exit"], tbt_early_exit=options["tbt_early_exit"])
+    if options["num_seeds"] < 1:
+        raise ConfigError("num_seeds", f"must be >= 1, got {options['num_seeds']}")
+    return slo, settings
+
+
+def point_key(mode: str, config: RunConfig, options: dict[str, Any]) -> str:
+    """Identity of a point: a hash of everything that determines its result."""
+    resolved = config.to_dict()
+    resolved.pop("fast_forward", None)  # event skipping changes speed, never results
+    blob = json.dumps({"mode": mode, "config": resolved, "options": options}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# Running one point (a pure function of its arguments: safe in any process)
+
+
+def _flat_metrics(summary: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        if isinstance(value, list | tuple):
+            numbers = [v for v in value if isinstance(v, int | float)]
+            if numbers:
+                out[f"{key}_mean"] = float(sum(numbers) / len(numbers))
+        elif isinstance(value, bool | int | float | str) or value is None:
+            out[key] = value
+    return out
+
+
+def run_point(mode: str, config_dict: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """Run one point; never raises: a failure is returned as ``status = "error"``."""
+    start = time.perf_counter()
+    record: dict[str, Any] = {"status": "ok", "error": "", "metrics": {}, "trials": []}
+    try:
+        config = RunConfig.from_dict(config_dict)
+        if mode == "run":
+            from simulator.engine.cluster import simulate
+            from simulator.report.metrics import request_frame, summarize
+
+            result = simulate(config)
+            summary = summarize(result, request_frame(result), ttft_slo_s=options["ttft_slo"] or 2.0,
+                                tbt_slo_s=options["tbt_slo"])
+            record["metrics"] = _flat_metrics(summary)
+        else:
+            from simulator.planning.capacity import find_capacity
+
+            slo, settings = _slo_and_settings(options)
+            report = find_capacity(config, slo, settings, num_seeds=options["num_seeds"])
+            record["metrics"] = _flat_metrics(report.summary(include_wall=False))
+            record["trials"] = [{k: v for k, v in row.items() if k != "wall_s"}
+                                for row in report.trials_frame().to_dict("records")]
+    except Exception as exc:  # noqa: BLE001 - a failing point is recorded and the sweep goes on
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        record.update(status="error", error=f"{type(exc).__name__}: {message}", metrics={}, trials=[])
+    record["wall_s"] = time.perf_counter() - start
+    return record
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep
+
+
+@dataclass
+class SweepResult:
+    table: pd.DataFrame
+    num_run: int
+    num_skipped: int
+    num_failed: int
+    out: Path
+    table_path: Path
+
+
+class SweepInterrupted(Exception):  # noqa: N818 - it is an outcome, not an error of the sweep
+    """A sweep stopped by SIGINT or SIGTERM: finished points are kept under ``out`` and the
+    results table is current; running the same sweep again runs only the points left."""
+
+    def __init__(self, signal_name: str, num_done: int, num_total: int, out: Path, table_path: Path) -> None:
+        self.signal_name = signal_name
+        self.num_done = num_done
+        self.num_total = num_total
+        self.out = out
+        self.table_path = table_path
+        super().__init__(f"sweep interrupted by {signal_name}: {num_done} of {num_total} points done")
+
+
+def point_path(out: Path, key: str) -> Path:
+    return Path(out) / "points" / f"{key}.json"
+
+
+def _write_point(out: Path, mode: str, point: Point, record: dict[str, Any]) -> dict[str, Any]:
+    path = point_path(out, point.key)
+    text = json.dumps(jsonable({"key": point.key, "mode": mode, "params": point.params, "options": point.options,
+                                "config": point.config.to_dict(), **record}), indent=1, sort_keys=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)  # atomic: a killed sweep never leaves half a point
+    return json.loads(text)  # exactly what a later read_point returns
+
+
+def read_point(out: Path, key: str) -> dict[str, Any] | None:
+    path = point_path(out, key)
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def _is_done(doc: dict[str, Any] | None, retry_failed: bool) -> bool:
+    return doc is not None and not (retry_failed and doc.get("status") != "ok")
+
+
+# -- backends: call ``on_done(point, record)`` in this thread as each point finishes
+
+
+def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callable[[Point, dict], None]) -> None:
+    if workers == 1:
+        for point in todo:
+            on_done(point, run_point(spec.mode, point.config.to_dict(), point.options))
+        return
+    with WorkerPool(workers, signals_interrupt=False) as pool:  # run_sweep handles the signals
+        jobs = [(spec.mode, p.config.to_dict(), p.options) for p in todo]
+        futures = dict(zip(pool.submit_all(run_point, jobs), todo, strict=True))
+        handled: set[Future] = set()
+        try:
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    handled.add(future)
+                    on_done(futures[future], future.result())
+        except KeyboardInterrupt:
+            # Points that finished while we were interrupted are kept; the ones in flight are
+            # stopped (leaving the pool) and rerun on resume.
+            with signals_ignored():
+                for future, point in futures.items():
+                    if future not in handled and future.done() and not future.cancelled() and future.exception() is None:
+                        on_done(point, future.result())
+            raise
+
+
+def _run_ray(spec: SweepSpec, todo: list[Point], address: str, on_done: Callable[[Point, dict], None]) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray-address", "Ray is not installed",
+                          "pip install 'servesim[ray]' (or ray), or drop --ray-address to use local processes") from None
+    started_here = not ray.is_initialized()
+    if started_here:
+        with signals_blocked():  # Ray's own processes must not take the Ctrl-C meant for the sweep
+            if address == "local":
+                ray.init(include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+    remote = ray.remote(num_cpus=1)(run_point)
+    refs = {remote.remote(spec.mode, p.config.to_dict(), p.options): p for p in todo}
+    pending = list(refs)
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                on_done(refs[ref], ray.get(ref))
+    except KeyboardInterrupt:
+        with signals_ignored():
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
+            for ref in ready:  # finished while we were interrupted: keep them
+                with contextlib.suppress(Exception):
+                    on_done(refs[ref], ray.get(ref, timeout=0))
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+            if started_here:
+                ray.shutdown()
+        raise
+
+
+# -- the results table
+
+
+def _table(points: Iterable[tuple[int, str, dict[str, Any]]], param_names: list[str],
+           docs: dict[str, dict[str, Any] | None]) -> pd.DataFrame:
+    rows = []
+    for index, key, params in points:
+        doc = docs.get(key) or {"status": "missing", "error": "", "metrics": {}}
+        row: dict[str, Any] = {"point": index, "key": key}
+        row.update({name: params.get(name) for name in param_names})
+        row["status"] = doc.get("status", "missing")
+        row["error"] = doc.get("error", "")
+        for name, value in (doc.get("metrics") or {}).items():
+            # A parameter keeps its column: a summary field of the same name (``workload``: the
+            # workload's description) stays in the point's file only.
+            row.setdefault(name, value)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _param_names(spec: SweepSpec) -> list[str]:
+    return list(spec.base) + [n for n in spec.varied if n not in spec.base]
+
+
+def read_sweep_folder(folder: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+    """A sweep folder's ``sweep.json`` and its current table, built from the point files (so
+    a sweep that is still running, or was stopped, reads as far as it got)."""
+    folder = Path(folder)
+    info_path = folder / "sweep.json"
+    if not info_path.is_file():
+        raise ConfigError("sweep folder", f"{folder} has no sweep.json", "pass the --out folder of `simulate sweep`")
+    try:
+        info = json.loads(info_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError("sweep folder", f"{info_path} is not valid JSON ({exc})") from None
+    points = [(p["index"], p["key"], p["params"]) for p in info.get("points", [])]
+    names = list(dict.fromkeys(n for _, _, params in points for n in params))
+    table = _table(points, names, {key: read_point(folder, key) for _, key, _ in points})
+    return info, table
+
+
+def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | None = None, fmt: str = "csv",
+              progress: bool = False, retry_failed: bool = False) -> SweepResult:
+    """Run the points of ``spec`` not yet done under ``out``, keeping the results table current.
+
+    Raises :class:`SweepInterrupted` on SIGINT/SIGTERM (from the main thread), after
+    stopping the workers and writing the table of the points finished so far.
+    """
+    if workers < 1:
+        raise ConfigError("--workers", f"must be >= 1, got {workers}")
+    check_format(fmt)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", f"{out} exists and is not a folder")
+    (out / "points").mkdir(parents=True, exist_ok=True)
+    # A point not done (never run, or failed and rerun with --retry-failed) has no doc yet.
+    docs = {p.key: read_point(out, p.key) for p in spec.points}
+    docs = {key: doc if _is_done(doc, retry_failed) else None for key, doc in docs.items()}
+    todo = [p for p in spec.points if docs[p.key] is None]
+    (out / "sweep.json").write_text(json.dumps(jsonable({
+        "mode": spec.mode, "base": spec.base,
+        "grid": {",".join(k): [list(r) for r in v] for k, v in spec.grid.items()},
+        "points": [{"index": p.index, "key": p.key, "params": p.params} for p in spec.points]}), indent=1))
+    table_path = out / f"results.{fmt}"
+    param_names = _param_names(spec)
+
+    def current_table() -> pd.DataFrame:
+        return _table(((p.index, p.key, p.params) for p in spec.points), param_names, docs)
+
+    write_table(current_table(), out / "results", fmt)
+    failed = 0
+    num_skipped, num_total = len(spec.points) - len(todo), len(spec.points)
+    num_done = num_skipped
+    steps = StepProgress("sweep", quiet=not progress)
+
+    def on_done(point: Point, record: dict[str, Any]) -> None:
+        nonlocal failed, num_done
+        docs[point.key] = _write_point(out, spec.mode, point, record)
+        if record["status"] != "ok":
+            failed += 1
+        write_table(current_table(), out / "results", fmt)
+        num_done += 1
+        note = "ok" if record["status"] == "ok" else f"failed: {record['error'][:60]}"
+        steps.update(f"point {point.index} {note}", num_done, num_total)
+
+    received: list[str] = []
+    with steps:
+        steps.update(f"{len(todo)} points to run", num_done, num_total)
+        try:
+            with stop_on_signals(received):
+                if ray_address:
+                    _run_ray(spec, todo, ray_address, on_done)
+                else:
+                    _run_local(spec, todo, min(workers, max(1, len(todo))), on_done)
+        except KeyboardInterrupt:
+            # From the files: a signal may have landed between writing a point and noting it.
+            docs.update({p.key: read_point(out, p.key) for p in todo})
+            write_table(current_table(), out / "results", fmt)
+            num_done = sum(_is_done(doc, False) for doc in docs.values())
+            raise SweepInterrupted(received[0] if received else "SIGINT", num_done, num_total, out,
+                                   table_path) from None
+    table = current_table()
+    write_table(table, out / "results", fmt)
+    return SweepResult(table, len(todo), num_skipped, failed, out, table_path)

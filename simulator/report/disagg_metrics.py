@@ -1,0 +1,99 @@
+"""Metrics of disaggregated runs, and the SLO attainment both kinds of run share.
+
+Computed after the run from the request frame (:func:`simulator.report.metrics.request_frame`),
+the iteration records and the handoff log (:class:`simulator.engine.disagg.HandoffLog`):
+
+- TTFT split: ``queue`` (arrival -> first scheduled on a prefill replica), ``prefill``
+  (first scheduled -> first token, which the prefill replica emits, so recompute after
+  a prefill-pool preemption lands here); then the handoff, which is *not* in TTFT:
+  ``backpressure`` (prompt done -> decode blocks reserved), ``link_queue`` (reserved ->
+  link free), ``transfer`` (on the link) and ``handoff_gap`` (first -> second token: the
+  three plus waiting for and running the first decode iteration);
+- ``decode_tbt``: gaps between tokens the decode pool produced (every gap but the first
+  of each request), so a prefill stall in the decode pool would show there;
+- per pool: busy fraction (compute time / span) and KV occupancy (``kv_blocks_used /
+  num_blocks`` as iterations saw it: mean weighted by iteration time, and max; blocks
+  parked for a transfer count as used);
+- link: bytes moved, transfers, utilisation (time on the link / span);
+- SLO attainment (DistServe): share of *all* requests (rejected ones miss) with TTFT <=
+  ``ttft_slo_s`` and TPOT <= ``tpot_slo_s`` (a one-token request has no TPOT and meets it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from simulator.report.metrics import quantile_stats
+
+if TYPE_CHECKING:
+    from simulator.engine.cluster import RunResult
+
+
+def slo_attainment(requests: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float) -> float:
+    """Fraction of requests finished with TTFT <= ``ttft_slo_s`` and TPOT <= ``tpot_slo_s``."""
+    if len(requests) == 0:
+        return math.nan
+    ok = ((requests["status"] == "finished") & (requests["ttft_s"] <= ttft_slo_s)
+          & (requests["tpot_s"].fillna(0.0) <= tpot_slo_s))
+    return float(ok.mean())
+
+
+def decode_tbt_samples(result: RunResult) -> np.ndarray:
+    """Gaps between consecutive tokens after each request's second token began (tokens 2..n)."""
+    gaps = [np.diff(np.frombuffer(r.token_times, dtype=np.float64)[1:]) for r in result.requests if len(r.token_times) > 2]
+    return np.concatenate(gaps) if gaps else np.empty(0)
+
+
+def handoff_frame(result: RunResult, requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per request: the TTFT split and the handoff timeline."""
+    log = result.extra["handoff"]
+    df = log.frame()
+    second = np.array([r.token_times[1] if len(r.token_times) > 1 else np.nan for r in result.requests])
+    df["queue_s"] = requests["first_scheduled_at"].to_numpy() - requests["arrival_at"].to_numpy()
+    df["prefill_s"] = requests["first_token_at"].to_numpy() - requests["first_scheduled_at"].to_numpy()
+    df["backpressure_s"] = df["decode_reserved_at"] - df["prefill_done_at"]
+    df["link_queue_s"] = df["transfer_start_at"] - df["decode_reserved_at"]
+    df["transfer_s"] = df["transfer_end_at"] - df["transfer_start_at"]
+    df["handoff_gap_s"] = second - requests["first_token_at"].to_numpy()
+    return df
+
+
+def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float = 2.0,
+                   tpot_slo_s: float = 0.2) -> dict[str, Any]:
+    """Pool-aware headline numbers of a disaggregated run (see the module docstring)."""
+    info = result.extra["disagg"]
+    handoff = handoff_frame(result, requests)
+    start = float(requests["arrival_at"].min()) if len(requests) else 0.0
+    span = max(result.sim_end_at - start, 1e-12)
+    out: dict[str, Any] = {"layout": info["layout"], "num_gpus": info["num_gpus"]}
+    transferred = handoff[~np.isnan(handoff["transfer_end_at"])]
+    for col in ("queue_s", "prefill_s", "backpressure_s", "link_queue_s", "transfer_s", "handoff_gap_s"):
+        source = handoff if col in ("queue_s", "prefill_s") else transferred
+        out.update(quantile_stats(source[col].to_numpy(dtype=np.float64), col))
+    out.update(quantile_stats(decode_tbt_samples(result), "decode_tbt_s"))
+    out["num_transfers"] = int(len(transferred))
+    out["num_mixed"] = int(handoff["mixed"].sum())
+    out["transfer_bytes"] = float(transferred["kv_bytes"].sum())
+    out["link_utilization"] = info["link_busy_s"] / span
+    pools = np.array(info["pools"])
+    iters = result.iteration_frame()
+    num_blocks = np.array(info["num_blocks"], dtype=np.float64)
+    for pool in ("prefill", "decode", "mixed"):
+        ids = np.flatnonzero(pools == pool)
+        if len(ids) == 0:
+            continue
+        out[f"{pool}_busy_fraction"] = float(np.mean([result.replica_busy_s[i] / span for i in ids]))
+        mine = iters[iters["replica_id"].isin(ids)]
+        if len(mine):
+            occ = mine["kv_blocks_used"].to_numpy() / num_blocks[mine["replica_id"].to_numpy()]
+            w = mine["duration_s"].to_numpy()
+            out[f"{pool}_kv_occupancy_mean"] = float((occ * w).sum() / w.sum()) if w.sum() > 0 else math.nan
+            out[f"{pool}_kv_occupancy_max"] = float(occ.max())
+    out["ttft_slo_s"] = ttft_slo_s
+    out["tpot_slo_s"] = tpot_slo_s
+    out["slo_attainment"] = slo_attainment(requests, ttft_slo_s, tpot_slo_s)
+    return out

@@ -1,0 +1,286 @@
+"""Serving metrics, computed after the run from per-request token timestamps.
+
+Definitions (DESIGN.md):
+
+- TTFT = first output token time - arrival; scheduling delay = first scheduled - arrival;
+- TBT = every gap between consecutive output tokens of a request, stalls and
+  preemptions included; the first token is not a TBT sample (that is TTFT). P99 TBT is
+  taken over all gaps of all requests;
+- TPOT = (completion - first token) / (output tokens - 1), for requests with more than
+  one output token; E2E = completion - arrival;
+- goodput = share of all requests (rejected ones count as misses) whose TTFT <=
+  ``ttft_slo_s`` and whose largest TBT gap <= ``tbt_slo_s``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simulator.engine.tbt import QUANTILES, expand, merged, nan_stats
+from simulator.engine.tbt import quantile_stats as weighted_quantile_stats
+from simulator.workload.request import Request, RequestColumns
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.engine.cluster import RunResult
+
+
+# A rejection reason names the request's own size, then the run's limit: the kind of a reason
+# keeps the limit and drops the request's number, so reasons group into a few counted kinds.
+_REASON_KINDS = (
+    (re.compile(r"^prompt\+output = [\d,]+ tokens exceeds (.*)$"), r"prompt+output exceeds \1"),
+    (re.compile(r"^needs [\d,]+ KV tokens but the cache holds (.*)$"), r"needs more KV tokens than the cache holds (\1)"),
+)
+
+
+def rejection_kind(reason: str) -> str:
+    """The reason without the request's own figures (any other digits read as N)."""
+    for pattern, kind in _REASON_KINDS:
+        if pattern.match(reason):
+            return pattern.sub(kind, reason)
+    return re.sub(r"\d[\d,.]*", "N", reason)
+
+
+def rejections_by_kind(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, int]:
+    """How many requests were rejected for each kind of reason, most frequent first."""
+    cols = _as_columns(requests)
+    reasons = cols["reject_reason"][cols["status"] == "rejected"]
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        kind = str(rejection_kind(reason))
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def tbt_distribution(result: RunResult, replica_id: int | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Every TBT gap (of one replica, or of all) as sorted distinct values, their counts, and
+    whether they are exact (see :mod:`simulator.engine.tbt`)."""
+    logs = result.tbt  # one GapLog per replica (simulate and simulate_disaggregated fill it)
+    return merged(logs if replica_id is None else logs[replica_id:replica_id + 1])
+
+
+def tbt_samples(result: RunResult) -> np.ndarray:
+    """Every time-between-tokens gap of every request, sorted (for plots and small runs: this
+    expands the run-length log to 8 bytes a gap)."""
+    values, counts, _ = tbt_distribution(result)
+    return expand(values, counts)
+
+
+def request_columns(result: RunResult) -> dict[str, np.ndarray]:
+    """One entry per request, finished or rejected: its timeline and latencies as numpy
+    columns (the columns of :func:`request_frame`, without pandas)."""
+    reqs = result.requests
+    # Replicas run in worker processes give their requests as columns already.
+    cols = _from_request_columns(reqs.columns) if isinstance(reqs, RequestColumns) else _from_requests(reqs)
+    cols["ttft_s"] = cols["first_token_at"] - cols["arrival_at"]
+    cols["sched_delay_s"] = cols["first_scheduled_at"] - cols["arrival_at"]
+    cols["e2e_s"] = cols["completed_at"] - cols["arrival_at"]
+    out = cols["num_output_tokens"]
+    denom = np.where(out > 1, out - 1, np.nan)
+    cols["tpot_s"] = (cols["completed_at"] - cols["first_token_at"]) / denom
+    cols["max_tbt_s"] = cols.pop("max_tbt_s")  # the last column
+    return cols
+
+
+def _from_request_columns(fields: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    max_tbt = fields["max_tbt_s"].copy()
+    max_tbt[fields["num_generated"] < 2] = np.nan
+    reasons = fields["reject_reason"]
+    cols = {name: fields[name].copy() for name in ("request_id", "replica_id", "arrival_at", "num_prompt_tokens",
+                                                   "num_output_tokens", "first_scheduled_at", "first_token_at",
+                                                   "completed_at", "num_preemptions")}  # the caller's to change
+    cols["status"] = np.array([s.value for s in fields["status"].tolist()], dtype=object)
+    cols["reject_reason"] = np.where(reasons == None, "", reasons).astype(object)  # noqa: E711 - elementwise
+    cols["max_tbt_s"] = max_tbt
+    return cols
+
+
+def _from_requests(reqs: Sequence[Request]) -> dict[str, np.ndarray]:
+    n = len(reqs)
+    generated = np.fromiter((r.num_generated for r in reqs), dtype=np.int64, count=n)
+    max_tbt = np.fromiter((r.max_tbt_s for r in reqs), dtype=np.float64, count=n)
+    max_tbt[generated < 2] = np.nan
+    cols: dict[str, np.ndarray] = {
+        "request_id": np.fromiter((r.request_id for r in reqs), dtype=np.int64, count=n),
+        "replica_id": np.fromiter((r.replica_id for r in reqs), dtype=np.int64, count=n),
+        "arrival_at": np.fromiter((r.arrival_at for r in reqs), dtype=np.float64, count=n),
+        "num_prompt_tokens": np.fromiter((r.num_prompt_tokens for r in reqs), dtype=np.int64, count=n),
+        "num_output_tokens": np.fromiter((r.num_output_tokens for r in reqs), dtype=np.int64, count=n),
+        "first_scheduled_at": np.array([np.nan if r.first_scheduled_at is None else r.first_scheduled_at for r in reqs],
+                                       dtype=np.float64),
+        "first_token_at": np.array([np.nan if r.first_token_at is None else r.first_token_at for r in reqs],
+                                   dtype=np.float64),
+        "completed_at": np.array([np.nan if r.completed_at is None else r.completed_at for r in reqs],
+                                 dtype=np.float64),
+        "num_preemptions": np.fromiter((r.num_preemptions for r in reqs), dtype=np.int64, count=n),
+        "status": np.array([r.status.value for r in reqs], dtype=object),
+        "reject_reason": np.array([r.reject_reason or "" for r in reqs], dtype=object),
+        "max_tbt_s": max_tbt,
+    }
+    return cols
+
+
+def request_frame(result: RunResult) -> pd.DataFrame:
+    """One row per request, finished or rejected, with its timeline and latencies."""
+    import pandas as pd
+
+    return pd.DataFrame(request_columns(result))
+
+
+def quantile_stats(values: np.ndarray, prefix: str) -> dict[str, float]:
+    """P50/P90/P99, mean and max of ``values`` (NaNs left out) as ``{prefix}_p50`` ...; NaN when empty."""
+    values = values[~np.isnan(values)]
+    if len(values) == 0:
+        return nan_stats(prefix)
+    out: dict[str, float] = {}
+    for q, v in zip(QUANTILES, np.percentile(values, QUANTILES), strict=True):
+        out[f"{prefix}_p{q}"] = float(v)
+    out[f"{prefix}_mean"] = float(values.mean())
+    out[f"{prefix}_max"] = float(values.max())
+    return out
+
+
+def _as_columns(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if isinstance(requests, dict):
+        return requests
+    return {name: requests[name].to_numpy() for name in requests.columns}
+
+
+def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] | None = None,
+              ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> dict[str, Any]:
+    """Headline numbers of a run: latency quantiles, throughput, goodput, utilisation.
+    ``requests``: :func:`request_frame` or :func:`request_columns` of the run, if already built."""
+    cols = _as_columns(request_columns(result) if requests is None else requests)
+    status = cols["status"]
+    done = status == "finished"
+    tbt_values, tbt_counts, tbt_exact = tbt_distribution(result)
+    n = len(status)
+    out: dict[str, Any] = {
+        "num_requests": int(n),
+        "num_finished": int(done.sum()),
+        "num_rejected": int((status == "rejected").sum()),
+        "rejected_by_reason": rejections_by_kind(cols),
+        "num_preemptions": int(cols["num_preemptions"].sum()),
+        "num_iterations": len(result.iterations),
+        "num_tbt_samples": int(tbt_counts.sum()),
+        "tbt_exact": tbt_exact,
+    }
+    out.update(quantile_stats(cols["ttft_s"][done], "ttft_s"))
+    out.update(weighted_quantile_stats(tbt_values, tbt_counts, "tbt_s"))
+    out.update(quantile_stats(cols["tpot_s"][done], "tpot_s"))
+    out.update(quantile_stats(cols["e2e_s"][done], "e2e_s"))
+    out.update(quantile_stats(cols["sched_delay_s"][done], "sched_delay_s"))
+    start = float(cols["arrival_at"].min()) if n else 0.0
+    span = max(result.sim_end_at - start, 1e-12)
+    out["duration_s"] = span
+    out["throughput_rps"] = int(done.sum()) / span
+    out["output_tokens_per_s"] = float(cols["num_output_tokens"][done].sum()) / span
+    out["prefill_tokens_per_s"] = float(cols["num_prompt_tokens"][done].sum()) / span
+    max_tbt = cols["max_tbt_s"]
+    good = done & (cols["ttft_s"] <= ttft_slo_s) & (np.where(np.isnan(max_tbt), 0.0, max_tbt) <= tbt_slo_s)
+    out["ttft_slo_s"] = ttft_slo_s
+    out["tbt_slo_s"] = tbt_slo_s
+    out["goodput_fraction"] = float(good.mean()) if n else math.nan
+    out["goodput_rps"] = float(good.sum()) / span
+    out["replica_busy_fraction"] = [b / span for b in result.replica_busy_s]
+    if any(len(stages) > 1 for stages in result.stage_busy_s):
+        out.update(bubble_summary(result, span))
+    if len(result.replica_busy_s) > 1:
+        out["per_replica"] = replica_rows(result, cols, span)
+    out.update(overload_summary(cols))
+    out["kv_cache_tokens"] = result.memory.num_kv_tokens
+    out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
+    out["workload"] = result.workload_source
+    return out
+
+
+# A run is overloaded when scheduling delay in the last quarter of arrivals exceeds the capacity
+# criterion's bound (P50 scheduling delay <= 2 s, DESIGN.md) and has at least doubled since the
+# first quarter, with requests still queued when the last one arrives: the queue was growing.
+OVERLOAD_SCHED_DELAY_S = 2.0
+OVERLOAD_GROWTH = 2.0
+
+
+def overload_summary(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, Any]:
+    """Whether arrivals outpaced service: ``overloaded`` plus the figures that decided it."""
+    cols = _as_columns(requests)
+    served = cols["status"] != "rejected"
+    order = np.argsort(cols["arrival_at"][served], kind="stable")
+    out: dict[str, Any] = {"overloaded": False}
+    if len(order) < 8:
+        return out
+    delay = cols["sched_delay_s"][served][order]
+    quarter = max(1, len(order) // 4)
+    first, last = float(np.nanmedian(delay[:quarter])), float(np.nanmedian(delay[-quarter:]))
+    last_arrival = float(cols["arrival_at"][served][order][-1])
+    scheduled = cols["first_scheduled_at"][served][order].astype(np.float64)
+    waiting = int(((scheduled > last_arrival) | np.isnan(scheduled)).sum())
+    out.update(sched_delay_s_p50_first_quarter=first, sched_delay_s_p50_last_quarter=last,
+               num_waiting_at_last_arrival=waiting)
+    out["overloaded"] = bool(last > OVERLOAD_SCHED_DELAY_S and last > OVERLOAD_GROWTH * first and waiting > 0)
+    return out
+
+
+def bubble_summary(result: RunResult, span: float) -> dict[str, Any]:
+    """Pipeline bubbles: per stage, busy = compute time / span of the run and
+    bubble = 1 - busy (idle while work waits upstream, on the wire, or for requests in
+    flight); ``bubble_fraction_sum`` sums over every stage of every replica."""
+    busy = [[b / span for b in stages] for stages in result.stage_busy_s]
+    bubble = [[1.0 - b for b in row] for row in busy]
+    flat = [b for row in bubble for b in row]
+    return {
+        "stage_busy_fraction": busy,
+        "stage_bubble_fraction": bubble,
+        "bubble_fraction_sum": float(sum(flat)),
+        "bubble_fraction_mean": float(sum(flat) / len(flat)),
+    }
+
+
+def replica_frame(result: RunResult, requests: pd.DataFrame | None = None, span: float | None = None) -> pd.DataFrame:
+    """One row per replica of a cluster (:func:`replica_rows`), as a pandas frame."""
+    import pandas as pd
+
+    cols = request_columns(result) if requests is None else _as_columns(requests)
+    return pd.DataFrame(replica_rows(result, cols, span))
+
+
+def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | None = None) -> list[dict[str, Any]]:
+    """One row per replica of a cluster: request counts, throughput, TTFT/TBT quantiles, busy
+    and (with pipeline parallelism) mean bubble fraction. Same definitions as :func:`summarize`.
+    ``cols``: :func:`request_columns` of the run."""
+    if span is None:
+        start = float(cols["arrival_at"].min()) if len(cols["arrival_at"]) else 0.0
+        span = max(result.sim_end_at - start, 1e-12)
+    replica_id, status = cols["replica_id"], cols["status"]
+    finished, rejected = status == "finished", status == "rejected"
+    # Each TBT gap belongs to the replica whose iteration produced the token that ends it.
+    rows = []
+    for rid in range(len(result.replica_busy_s)):
+        mine = replica_id == rid
+        done = mine & finished
+        num_done = int(done.sum())
+        row: dict[str, Any] = {
+            "replica_id": rid,
+            "num_requests": int(mine.sum()),
+            "num_finished": num_done,
+            "num_rejected": int((mine & rejected).sum()),
+            "throughput_rps": num_done / span,
+            "output_tokens_per_s": float(cols["num_output_tokens"][done].sum()) / span,
+            "busy_fraction": result.replica_busy_s[rid] / span,
+        }
+        ttft = quantile_stats(cols["ttft_s"][done], "ttft_s")
+        values, counts, _ = tbt_distribution(result, rid)
+        tbt = weighted_quantile_stats(values, counts, "tbt_s")
+        row.update({k: ttft[k] for k in ("ttft_s_p50", "ttft_s_p99")})
+        row.update({k: tbt[k] for k in ("tbt_s_p50", "tbt_s_p99")})
+        if result.stage_busy_s and len(result.stage_busy_s[rid]) > 1:
+            stages = result.stage_busy_s[rid]
+            row["bubble_fraction_mean"] = 1.0 - sum(stages) / len(stages) / span
+        rows.append(row)
+    return rows

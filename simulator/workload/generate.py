@@ -1,0 +1,650 @@
+"""Workloads: where requests come from.
+
+A workload is a *length source* (how many prompt and output tokens each request has)
+combined with an *arrival process* (when each request arrives). :func:`generate_requests`
+turns a :class:`~simulator.config.run_config.WorkloadConfig` and a seeded ``numpy.random.Generator``
+into a :class:`RequestTable` of plain arrays that the engine replays.
+
+Length sources
+    ``fixed``      every request has ``prompt_tokens`` / ``output_tokens``.
+    ``uniform``    integers drawn uniformly from ``[prompt_tokens, prompt_tokens_max]`` and
+                   ``[output_tokens, output_tokens_max]`` (a missing max means fixed).
+    ``sharegpt``   built in, no files needed: a 2-D log-spaced histogram of the joint
+                   (prompt, output) lengths of Sarathi-Serve's openchat_sharegpt4 trace
+                   (reproduces its Table 2: prompt median 1730 / P90 5696, output 415 / 834).
+    ``arxiv``      built in: lognormal marginals with a Gaussian copula, fitted to
+                   Sarathi-Serve Table 2's arxiv-summarization statistics (prompt 7059 /
+                   12985, output 208 / 371) under the trace's 16k total-length filter.
+    a trace file   Vidur/Sarathi processed CSV, Azure LLM inference trace CSV, or JSONL
+                   with token counts (see ``traces/README.md``); format detected from the
+                   extension and the column names.
+
+The built-ins' data live in ``simulator/data/builtin_workloads.json``, derived by
+``traces/derive_builtin.py``, which names the source file and its git blob id.
+
+Arrival processes
+    ``poisson`` exponential gaps of mean ``1/qps``; ``gamma`` gamma gaps of mean ``1/qps``
+    and coefficient of variation ``cv`` (shape ``1/cv**2``; cv=1 is Poisson, cv>1 burstier);
+    ``fixed`` constant gaps ``1/qps``; ``burst`` everything at t=0; ``trace`` the file's own
+    timestamps, shifted to start at 0 and divided by ``time_scale``. Renewal processes
+    start at t=0 and the first request arrives after one gap.
+
+Max-length filtering follows the papers: requests with ``prompt + output >
+max_total_tokens`` are removed from the *source* before sampling (trace rows are
+dropped; built-in and uniform draws are resampled until enough remain), so the sample
+is the source distribution conditioned on the limit. With ``over_length="clip"`` a
+trace row over the limit is instead shortened the way Vidur's trace length generator
+does it (:func:`clip_lengths`), so the same trace gives the same requests in both tools. Nothing else is ever dropped: a
+malformed trace row is a :class:`~simulator.config.errors.ConfigError` naming its line.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import math
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import WorkloadConfig
+
+BUILTIN_NAMES = ("sharegpt", "arxiv")
+LONG_CONTEXT = "long-context"  # prompts log-uniform in [32K, 128K - output], outputs uniform in [128, 1024]
+LENGTH_SOURCES = ("fixed", "uniform", *BUILTIN_NAMES, LONG_CONTEXT)
+BUILTIN_DATA = "builtin_workloads.json"
+
+# Accepted column / key names (matched case-insensitively), in priority order.
+PROMPT_KEYS = ("num_prefill_tokens", "num_prompt_tokens", "prompt_tokens", "input_toks", "input_tokens", "contexttokens")
+OUTPUT_KEYS = ("num_decode_tokens", "num_output_tokens", "output_tokens", "output_toks", "generated_tokens",
+               "generatedtokens")
+# Timestamp keys and how to turn them into seconds: seconds, nanoseconds, or a datetime string.
+TIME_KEYS = {"arrived_at": "s", "arrival_time_ns": "ns", "timestamp": "datetime"}
+
+if TYPE_CHECKING:  # pandas loads only to export a table or to read (and report on) an unusual trace
+    import pandas as pd
+
+_FIELD = "workload.trace"
+_MAX_RESAMPLE_ROUNDS = 64
+
+
+# ---------------------------------------------------------------------------------------------
+# The result
+
+
+@dataclass(frozen=True)
+class RequestTable:
+    """The requests of one run, as parallel arrays (request i = index i).
+
+    Contract: all three arrays have the same length; ``arrival_at`` is float64 seconds,
+    non-decreasing and >= 0; token counts are int64 and > 0. Arrays are read-only.
+    ``source`` says in words where lengths and arrivals came from.
+    """
+
+    arrival_at: np.ndarray
+    num_prompt_tokens: np.ndarray
+    num_output_tokens: np.ndarray
+    source: str
+
+    def __post_init__(self) -> None:
+        arrival = np.array(self.arrival_at, dtype=np.float64)
+        prompt = np.array(self.num_prompt_tokens, dtype=np.int64)
+        output = np.array(self.num_output_tokens, dtype=np.int64)
+        if not (arrival.ndim == prompt.ndim == output.ndim == 1 and len(arrival) == len(prompt) == len(output)):
+            raise ConfigError("requests", f"arrays must be 1-D and equally long, got {arrival.shape}, "
+                              f"{prompt.shape}, {output.shape}")
+        if len(arrival) and (not np.all(np.isfinite(arrival)) or arrival[0] < 0 or np.any(np.diff(arrival) < 0)):
+            raise ConfigError("requests", "arrival_at must be finite, >= 0 and non-decreasing")
+        if np.any(prompt <= 0) or np.any(output <= 0):
+            raise ConfigError("requests", "token counts must be > 0")
+        for name, arr in (("arrival_at", arrival), ("num_prompt_tokens", prompt), ("num_output_tokens", output)):
+            arr.setflags(write=False)
+            object.__setattr__(self, name, arr)
+
+    def __len__(self) -> int:
+        return len(self.arrival_at)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per request: ``request_id, arrival_at, num_prompt_tokens, num_output_tokens``."""
+        import pandas as pd
+
+        return pd.DataFrame({
+            "request_id": np.arange(len(self), dtype=np.int64),
+            "arrival_at": self.arrival_at,
+            "num_prompt_tokens": self.num_prompt_tokens,
+            "num_output_tokens": self.num_output_tokens,
+        })
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestTable:
+    """Draw ``cfg.num_requests`` requests: lengths first, then arrivals, from ``rng``.
+
+    Same ``cfg`` and same generator state give identical arrays.
+    """
+    n = cfg.num_requests
+    arrival_override: np.ndarray | None = None
+    if cfg.trace is not None:
+        prompt, output, arrival_override, length_desc = _lengths_from_trace(cfg, rng)
+    elif cfg.name in BUILTIN_NAMES:
+        prompt, output, length_desc = _lengths_from_builtin(cfg, rng)
+    elif cfg.name == "fixed":
+        _check_total("fixed", cfg.prompt_tokens + cfg.output_tokens, cfg.max_total_tokens)
+        prompt = np.full(n, cfg.prompt_tokens, dtype=np.int64)
+        output = np.full(n, cfg.output_tokens, dtype=np.int64)
+        length_desc = f"fixed {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens"
+    elif cfg.name == "uniform":
+        prompt, output, length_desc = _lengths_uniform(cfg, rng)
+    elif cfg.name == LONG_CONTEXT:
+        prompt, output, length_desc = _lengths_long_context(cfg, rng)
+    else:
+        raise ConfigError("workload.name", f"unknown workload {cfg.name!r}",
+                          f"known: {', '.join(LENGTH_SOURCES)}; or pass --trace PATH")
+
+    if cfg.arrival == "trace":
+        assert arrival_override is not None  # _lengths_from_trace guarantees it for trace arrivals
+        arrival = arrival_override
+        scale = f" / {cfg.time_scale:g}" if cfg.time_scale != 1 else ""
+        arrival_desc = f"trace timestamps{scale}"
+    else:
+        arrival, arrival_desc = _arrivals(cfg, n, rng)
+    return RequestTable(arrival, prompt, output, f"{length_desc}, {arrival_desc}")
+
+
+def _arrivals(cfg: WorkloadConfig, n: int, rng: np.random.Generator) -> tuple[np.ndarray, str]:
+    mean_gap = 1.0 / cfg.qps if cfg.qps else 0.0
+    if cfg.arrival == "poisson":
+        gaps = rng.exponential(mean_gap, n)
+        return np.cumsum(gaps), f"poisson {cfg.qps:g} qps"
+    if cfg.arrival == "gamma":
+        shape = 1.0 / cfg.cv**2  # CV of a gamma variable is 1/sqrt(shape)
+        gaps = rng.gamma(shape, mean_gap / shape, n)
+        return np.cumsum(gaps), f"gamma {cfg.qps:g} qps cv {cfg.cv:g}"
+    if cfg.arrival == "fixed":
+        return np.arange(1, n + 1, dtype=np.float64) * mean_gap, f"fixed {cfg.qps:g} qps"
+    if cfg.arrival == "burst":
+        return np.zeros(n), "burst (all at t=0)"
+    raise ConfigError("workload.arrival", f"unknown arrival process {cfg.arrival!r}")  # config validates this
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic and built-in lengths
+
+
+def _check_total(what: str, min_total: int, limit: int | None) -> None:
+    if limit is not None and min_total > limit:
+        raise ConfigError("workload.max_total_tokens", f"{what} requests have at least {min_total} tokens, "
+                          f"above max_total_tokens={limit}", f"raise --max-total-tokens to >= {min_total}")
+
+
+def _draw_filtered(draw, n: int, limit: float, rng: np.random.Generator, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Rejection sampling: draw batches with ``draw(k, rng)`` until ``n`` pairs have total <= limit."""
+    prompts: list[np.ndarray] = []
+    outputs: list[np.ndarray] = []
+    have, drawn, kept = 0, 0, 0
+    for _ in range(_MAX_RESAMPLE_ROUNDS):
+        # Size the batch from the acceptance rate seen so far (a first batch of n + margin).
+        rate = kept / drawn if drawn else 1.0
+        if drawn >= 1_000_000 and rate < 1e-3:
+            break  # a limit that keeps under 0.1% of the source is a mistake, not a workload
+        k = min(int((n - have) / max(rate, 1e-3) * 1.1) + 16, 4_000_000)
+        p, o = draw(k, rng)
+        ok = p + o <= limit
+        drawn += k
+        kept += int(ok.sum())
+        prompts.append(p[ok])
+        outputs.append(o[ok])
+        have += int(ok.sum())
+        if have >= n:
+            return np.concatenate(prompts)[:n], np.concatenate(outputs)[:n]
+    raise ConfigError("workload.max_total_tokens", f"max_total_tokens={limit:g} keeps only {kept} of {drawn} "
+                      f"{what} draws", "raise --max-total-tokens")
+
+
+def _lengths_uniform(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
+    p_lo, o_lo = cfg.prompt_tokens, cfg.output_tokens
+    p_hi = cfg.prompt_tokens_max or p_lo
+    o_hi = cfg.output_tokens_max or o_lo
+    _check_total("uniform", p_lo + o_lo, cfg.max_total_tokens)
+
+    def draw(k: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return g.integers(p_lo, p_hi, k, endpoint=True), g.integers(o_lo, o_hi, k, endpoint=True)
+
+    limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
+    prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "uniform")
+    desc = f"uniform prompt [{p_lo}, {p_hi}] / output [{o_lo}, {o_hi}] tokens"
+    if cfg.max_total_tokens is not None:
+        desc += f" (total <= {cfg.max_total_tokens})"
+    return prompt.astype(np.int64), output.astype(np.int64), desc
+
+
+def _lengths_long_context(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
+    """Long-context planning workload (RAG, code and document QA at 128K windows): prompt lengths
+    log-uniform between 32,768 and 131,072 tokens minus the output, outputs uniform in [128, 1024];
+    ``max_total_tokens`` lowers the ceiling (e.g. for a model with a shorter context)."""
+    limit = min(cfg.max_total_tokens or 131072, 131072)
+    lo = 32768
+    _check_total(LONG_CONTEXT, lo + 128, limit)
+    output = rng.integers(128, 1024, cfg.num_requests, endpoint=True)
+    hi = limit - output  # >= lo + 128 - 1024 ... clip so every request fits
+    prompt = np.exp(rng.uniform(np.log(lo), np.log(np.maximum(hi, lo + 1)), cfg.num_requests))
+    prompt = np.minimum(np.floor(prompt), hi).astype(np.int64)
+    output = np.minimum(output, limit - prompt).astype(np.int64)
+    return prompt, output, f"long-context prompts log-uniform [{lo}, {limit} - output] / output [128, 1024] tokens"
+
+
+@functools.cache
+def builtin_data() -> dict[str, Any]:
+    """The shipped built-in length distributions (``simulator/data/builtin_workloads.json``)."""
+    text = resources.files("simulator").joinpath("data", BUILTIN_DATA).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+class _LogHistogram2D:
+    """Joint (prompt, output) histogram over integer bins; sampling keeps the joint bin mass.
+
+    Bin ``i`` of an axis holds the integers ``edges[i] .. edges[i+1]-1``. A sample picks a
+    cell by its count, then each coordinate log-uniformly among that bin's integers. The
+    source was filtered at ``max_total_tokens``; a draw above it is redrawn *within its cell*
+    (every cell's low corner fits, since source rows lie there), so cell masses -- and with
+    them the marginals' upper quantiles -- are kept rather than thinned by rejection.
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.prompt_edges = np.asarray(spec["prompt_edges"], dtype=np.int64)
+        self.output_edges = np.asarray(spec["output_edges"], dtype=np.int64)
+        self.max_total_tokens = int(spec["max_total_tokens"])
+        counts = np.asarray(spec["counts"], dtype=np.float64)
+        assert counts.shape == (len(self.prompt_edges) - 1, len(self.output_edges) - 1)
+        self.cdf = np.cumsum(counts.ravel()) / counts.sum()
+        self.num_output_bins = counts.shape[1]
+        self.min_total = int(self.prompt_edges[0] + self.output_edges[0])
+
+    @staticmethod
+    def _within(edges: np.ndarray, idx: np.ndarray, u: np.ndarray) -> np.ndarray:
+        lo = edges[idx].astype(np.float64)
+        hi = edges[idx + 1].astype(np.float64)
+        x = np.floor(np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo))))
+        return np.clip(x, lo, hi - 1).astype(np.int64)  # clip guards the float round-off at hi
+
+    def sample(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        cell = np.searchsorted(self.cdf, rng.random(k), side="right")
+        cell = np.minimum(cell, len(self.cdf) - 1)
+        pi, oi = np.divmod(cell, self.num_output_bins)
+        u = rng.random((2, k))
+        prompt = self._within(self.prompt_edges, pi, u[0])
+        output = self._within(self.output_edges, oi, u[1])
+        for _ in range(_MAX_RESAMPLE_ROUNDS):
+            over = np.flatnonzero(prompt + output > self.max_total_tokens)
+            if not len(over):
+                break
+            u = rng.random((2, len(over)))
+            prompt[over] = self._within(self.prompt_edges, pi[over], u[0])
+            output[over] = self._within(self.output_edges, oi[over], u[1])
+        else:  # practically unreachable; the cell's low corner always fits
+            over = prompt + output > self.max_total_tokens
+            prompt[over] = self.prompt_edges[pi[over]]
+            output[over] = self.output_edges[oi[over]]
+        return prompt, output
+
+
+class _LognormalCopula:
+    """Lognormal marginals joined by a Gaussian copula with correlation ``rho``; rounded, >= 1."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.mu = np.array([spec["prompt"]["log_mu"], spec["output"]["log_mu"]])
+        self.sigma = np.array([spec["prompt"]["log_sigma"], spec["output"]["log_sigma"]])
+        self.rho = float(spec["rho"])
+        self.min_total = 2
+
+    def sample(self, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        z = rng.standard_normal((2, k))
+        z1 = self.rho * z[0] + math.sqrt(1.0 - self.rho**2) * z[1]
+        prompt = np.maximum(np.rint(np.exp(self.mu[0] + self.sigma[0] * z[0])), 1).astype(np.int64)
+        output = np.maximum(np.rint(np.exp(self.mu[1] + self.sigma[1] * z1)), 1).astype(np.int64)
+        return prompt, output
+
+
+@functools.cache
+def _builtin_sampler(name: str) -> tuple[Any, int, str]:
+    spec = builtin_data()[name]
+    sampler = _LogHistogram2D(spec) if spec["kind"] == "log_histogram_2d" else _LognormalCopula(spec)
+    return sampler, int(spec["max_total_tokens"]), spec["label"]
+
+
+def _lengths_from_builtin(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
+    sampler, source_limit, label = _builtin_sampler(cfg.name)
+    # The source itself was filtered at source_limit total tokens; a tighter user limit applies on top.
+    limit = min(source_limit, cfg.max_total_tokens or source_limit)
+    _check_total(cfg.name, sampler.min_total, limit)
+    prompt, output = _draw_filtered(sampler.sample, cfg.num_requests, limit, rng, cfg.name)
+    desc = f"{cfg.name} ({label})"
+    if limit < source_limit:
+        desc += f", total <= {limit}"
+    return prompt, output, desc
+
+
+# ---------------------------------------------------------------------------------------------
+# Trace files
+
+
+@dataclass(frozen=True)
+class TraceData:
+    """A validated trace: token counts per row and, when the file has them, arrival seconds.
+
+    ``arrival_s`` is relative to the file's first row (non-decreasing, >= 0) or ``None``.
+    """
+
+    path: str
+    fmt: str
+    num_prompt_tokens: np.ndarray
+    num_output_tokens: np.ndarray
+    arrival_s: np.ndarray | None
+    columns: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.num_prompt_tokens)
+
+
+def load_trace(path: str | os.PathLike[str]) -> TraceData:
+    """Read and validate a trace file (cached per path, size and modification time)."""
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+    except OSError:
+        raise ConfigError(_FIELD, f"{path}: no such file", "check the path given to --trace") from None
+    if not p.is_file():
+        raise ConfigError(_FIELD, f"{path}: not a file", "pass a CSV or JSONL trace file")
+    return _load_trace_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_trace_cached(path: str, _mtime_ns: int, size: int) -> TraceData:
+    if size == 0:
+        raise ConfigError(_FIELD, f"{path}: file is empty", "pass a trace with a header and at least one row")
+    name = path.lower().removesuffix(".gz")
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        data = _read_jsonl(path)
+    elif name.endswith(".csv"):
+        data = _read_csv(path)
+    else:
+        raise ConfigError(_FIELD, f"{path}: unknown trace format (extension {Path(name).suffix or 'none'})",
+                          "use a .csv (Vidur/Sarathi or Azure columns) or .jsonl file")
+    for arr in (data.num_prompt_tokens, data.num_output_tokens, data.arrival_s):
+        if arr is not None:
+            arr.setflags(write=False)  # shared through the cache
+    return data
+
+
+def _pick(columns: list[str], keys: tuple[str, ...] | dict[str, str], path: str, what: str) -> str | None:
+    """The one column among ``columns`` that matches ``keys`` (case-insensitively), or None."""
+    found = [c for c in columns if c.strip().lower() in keys]
+    if len(found) > 1:
+        raise ConfigError(_FIELD, f"{path}: columns {found} all give {what}", "keep only one of them")
+    return found[0] if found else None
+
+
+def _columns_error(path: str, columns: list[str], where: str = "columns") -> ConfigError:
+    shown = ", ".join(map(str, columns[:8])) + (", ..." if len(columns) > 8 else "")
+    return ConfigError(_FIELD, f"{path}: unknown trace format, {where} [{shown}]",
+                       "need num_prefill_tokens,num_decode_tokens[,arrived_at] (Vidur/Sarathi) or "
+                       "TIMESTAMP,ContextTokens,GeneratedTokens (Azure) or JSONL input_toks/output_toks")
+
+
+def _one_line(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str) -> np.ndarray:
+    """Token counts: numeric, integral, > 0; otherwise a ConfigError naming the line and column."""
+    import pandas as pd
+
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = np.isnan(values)
+    if bad.any():
+        i = int(np.argmax(bad))
+        shown = "empty value" if pd.isna(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
+        raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {shown}", "give a positive integer token count")
+    bad = (values <= 0) | (values != np.floor(values)) | ~np.isfinite(values)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {raw.iloc[i]!s} is not a positive integer "
+                          "token count", "fix or delete that row")
+    return values.astype(np.int64)
+
+
+def _validate_times(raw: pd.Series, col: str, unit: str, lines: np.ndarray, path: str) -> np.ndarray:
+    """Arrival seconds relative to the first row; numeric/parseable, >= 0, non-decreasing."""
+    import pandas as pd
+
+    if unit == "datetime":
+        stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce")
+        bad = stamps.isna().to_numpy()
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {_one_line(raw.iloc[i])} is not a "
+                              "date-time", "use ISO format like 2023-11-16 18:15:46.680590")
+        seconds = (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
+    else:
+        seconds = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = ~np.isfinite(seconds)
+        if bad.any():
+            i = int(np.argmax(bad))
+            shown = "empty value" if pd.isna(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
+            raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {shown}", "give a timestamp")
+        if (seconds < 0).any():
+            i = int(np.argmax(seconds < 0))
+            raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: negative timestamp {raw.iloc[i]}",
+                              "timestamps must be >= 0")
+        if unit == "ns":
+            seconds = seconds / 1e9
+    back = np.diff(seconds) < 0
+    if back.any():
+        i = int(np.argmax(back)) + 1
+        raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: timestamp {raw.iloc[i]} is earlier than "
+                          f"the line before ({raw.iloc[i - 1]})", "sort the trace by arrival time")
+    return seconds - seconds[0]
+
+
+def _read_csv_plain(path: str) -> TraceData | None:
+    """A CSV of plain positive integer lengths without a timestamp column (Vidur/Sarathi
+    traces), read with the csv module: no pandas at start-up. None for anything else
+    (quirks, errors, timestamps): :func:`_read_csv` then parses it and reports problems."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            columns = next(reader, [])
+            if len(set(columns)) != len(columns):
+                return None
+            prompt_col = _pick(columns, PROMPT_KEYS, path, "prompt lengths")
+            output_col = _pick(columns, OUTPUT_KEYS, path, "output lengths")
+            if prompt_col is None or output_col is None or _pick(columns, TIME_KEYS, path, "timestamps") is not None:
+                return None  # decided from the header alone: the rows are not read twice
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    while rows and not rows[-1]:
+        rows.pop()  # trailing blank lines are not rows (as in _read_csv)
+    if not rows:
+        return None
+    width, ip, io = len(columns), columns.index(prompt_col), columns.index(output_col)
+    body = rows
+    if any(len(row) != width for row in body):
+        return None
+    digits = [row[ip] for row in body] + [row[io] for row in body]
+    if not all(v.isascii() and v.isdigit() for v in digits):
+        return None
+    values = np.array([int(v) for v in digits], dtype=np.int64)
+    if (values <= 0).any():
+        return None
+    fmt = "vidur-csv" if prompt_col.strip().lower() == "num_prefill_tokens" else "csv"
+    return TraceData(path, fmt, values[:len(body)].copy(), values[len(body):].copy(), None, tuple(columns))
+
+
+def _read_csv(path: str) -> TraceData:
+    plain = _read_csv_plain(path)
+    if plain is not None:
+        return plain
+    import pandas as pd
+
+    try:
+        # Blank lines are kept as all-empty rows so that row i is always file line i + 2.
+        frame = pd.read_csv(path, skip_blank_lines=False, dtype=str)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(_FIELD, f"{path}: file is empty", "pass a trace with a header and at least one row") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as err:
+        detail = " ".join(str(err).split())
+        raise ConfigError(_FIELD, f"{path}: not a readable CSV ({detail})", "fix the malformed line") from None
+    columns = [str(c) for c in frame.columns]
+    prompt_col = _pick(columns, PROMPT_KEYS, path, "prompt lengths")
+    output_col = _pick(columns, OUTPUT_KEYS, path, "output lengths")
+    time_col = _pick(columns, TIME_KEYS, path, "timestamps")
+    if prompt_col is None or output_col is None:
+        raise _columns_error(path, columns)
+    # Trailing blank lines are not rows; blank lines in the middle are reported below.
+    empty = frame.isna().all(axis=1).to_numpy()
+    last = len(frame) - int(np.argmax(~empty[::-1])) if (~empty).any() else 0
+    frame = frame.iloc[:last]
+    if len(frame) == 0:
+        raise ConfigError(_FIELD, f"{path}: no rows after the header", "add at least one request row")
+    lines = np.arange(2, len(frame) + 2)
+    prompt = _validate_lengths(frame[prompt_col], prompt_col, lines, path)
+    output = _validate_lengths(frame[output_col], output_col, lines, path)
+    arrival = None
+    if time_col is not None:
+        arrival = _validate_times(frame[time_col], time_col, TIME_KEYS[time_col.strip().lower()], lines, path)
+    fmt = "azure-csv" if time_col is not None and time_col.strip().lower() == "timestamp" else (
+        "vidur-csv" if prompt_col.strip().lower() == "num_prefill_tokens" else "csv")
+    return TraceData(path, fmt, prompt, output, arrival, tuple(columns))
+
+
+def _read_jsonl(path: str) -> TraceData:
+    opener = gzip.open if path.lower().endswith(".gz") else open
+    keys: tuple[str, str, str | None] | None = None
+    prompt_raw: list[Any] = []
+    output_raw: list[Any] = []
+    time_raw: list[Any] = []
+    lines: list[int] = []
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue  # blank lines carry no request
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ConfigError(_FIELD, f"{path}: line {lineno} is not valid JSON ({err.msg})",
+                                      "one JSON object per line") from None
+                if not isinstance(record, dict):
+                    raise ConfigError(_FIELD, f"{path}: line {lineno} is not a JSON object", "one JSON object per line")
+                if keys is None:
+                    names = list(record)
+                    pk = _pick(names, PROMPT_KEYS, path, "prompt lengths")
+                    ok = _pick(names, OUTPUT_KEYS, path, "output lengths")
+                    tk = _pick(names, TIME_KEYS, path, "timestamps")
+                    if pk is None or ok is None:
+                        raise _columns_error(path, names, where=f"keys of line {lineno}")
+                    keys = (pk, ok, tk)
+                pk, ok, tk = keys
+                for key in (pk, ok, tk):
+                    if key is not None and key not in record:
+                        raise ConfigError(_FIELD, f"{path}: line {lineno} lacks key {key!r}",
+                                          "give every line the keys of the first line")
+                prompt_raw.append(record[pk])
+                output_raw.append(record[ok])
+                if tk is not None:
+                    time_raw.append(record[tk])
+                lines.append(lineno)
+    except UnicodeDecodeError:
+        raise ConfigError(_FIELD, f"{path}: not UTF-8 text", "pass a JSONL text file") from None
+    except (OSError, EOFError) as err:
+        raise ConfigError(_FIELD, f"{path}: cannot read ({err})", "check the file") from None
+    if keys is None:
+        raise ConfigError(_FIELD, f"{path}: file is empty", "pass a JSONL trace with one request per line")
+    line_arr = np.asarray(lines)
+    import pandas as pd
+
+    def series(values: list[Any]) -> pd.Series:
+        # bool is an int subclass in Python; a true/false token count is a mistake, not 1/0.
+        return pd.Series([None if isinstance(v, bool) else v for v in values], dtype=object)
+
+    prompt = _validate_lengths(series(prompt_raw), keys[0], line_arr, path)
+    output = _validate_lengths(series(output_raw), keys[1], line_arr, path)
+    arrival = None
+    if keys[2] is not None:
+        arrival = _validate_times(series(time_raw), keys[2], TIME_KEYS[keys[2].strip().lower()], line_arr, path)
+    return TraceData(path, "jsonl", prompt, output, arrival, tuple(k for k in keys if k is not None))
+
+
+def clip_lengths(prompt: np.ndarray, output: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """Shorten rows longer than ``limit`` tokens as Vidur's trace length generator does.
+
+    The excess ``e = prompt + output - limit`` is taken from prompt and output in
+    proportion to their shares, each share rounded up (``ceil(e * (p / (p + o)))``, the
+    same float expression Vidur evaluates, so both tools get the same integers), and each
+    side keeps at least one token. Both roundings go up, so a clipped row may end one
+    token under the limit. Rows within the limit are unchanged.
+    """
+    prompt = np.asarray(prompt, dtype=np.int64)
+    output = np.asarray(output, dtype=np.int64)
+    total = prompt + output
+    excess = np.clip(total - limit, 0, None)
+    cut_prompt = np.ceil(excess * (prompt / total)).astype(np.int64)
+    cut_output = np.ceil(excess * (output / total)).astype(np.int64)
+    return np.maximum(prompt - cut_prompt, 1), np.maximum(output - cut_output, 1)
+
+
+def _lengths_from_trace(cfg: WorkloadConfig, rng: np.random.Generator
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str]:
+    assert cfg.trace is not None
+    trace = load_trace(cfg.trace)
+    name = Path(cfg.trace).name
+    prompt, output, arrival = trace.num_prompt_tokens, trace.num_output_tokens, trace.arrival_s
+    desc = f"trace {name} ({trace.fmt}, {len(trace)} rows"
+    if cfg.max_total_tokens is not None and cfg.over_length == "clip":
+        over = prompt + output > cfg.max_total_tokens
+        if over.any():
+            prompt, output = clip_lengths(prompt, output, cfg.max_total_tokens)
+            desc += f", {int(over.sum())} over max_total_tokens={cfg.max_total_tokens} clipped"
+    elif cfg.max_total_tokens is not None:
+        keep = prompt + output <= cfg.max_total_tokens
+        num_dropped = len(keep) - int(keep.sum())
+        if num_dropped:
+            prompt, output = prompt[keep], output[keep]
+            arrival = arrival[keep] if arrival is not None else None
+            desc += f", {num_dropped} over max_total_tokens={cfg.max_total_tokens} removed"
+        if len(prompt) == 0:
+            raise ConfigError("workload.max_total_tokens", f"no row of {name} has total tokens <= "
+                              f"{cfg.max_total_tokens}", "raise --max-total-tokens")
+    desc += ")"
+    rows, n = len(prompt), cfg.num_requests
+
+    if cfg.arrival == "trace":
+        if arrival is None:
+            raise ConfigError("workload.arrival", f"trace {name} has no timestamps (columns: "
+                              f"{', '.join(trace.columns)})", "pass --arrival poisson|gamma|fixed|burst with --qps")
+        if n > rows:
+            raise ConfigError("workload.num_requests", f"replaying {name} needs num_requests <= its {rows} rows, "
+                              f"got {n}", f"pass --num-requests {rows} or a synthetic --arrival")
+        replay = (arrival[:n] - arrival[0]) / cfg.time_scale
+        return prompt[:n].copy(), output[:n].copy(), replay, f"{desc}, first {n} rows replayed"
+
+    if n <= rows:
+        idx = rng.choice(rows, size=n, replace=False)
+        how = f"{n} rows sampled without replacement"
+    else:
+        idx = rng.integers(0, rows, size=n)
+        how = f"{n} rows sampled with replacement (trace has only {rows})"
+    return prompt[idx], output[idx], None, f"{desc}, {how}"

@@ -39,7 +39,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.workload import _LognormalCopula  # noqa: E402
+from simulator.workload.generate import _LognormalCopula  # noqa: E402
 
 OUT = ROOT / "simulator" / "data" / "builtin_workloads.json"
 SHAREGPT_FILE = "traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
@@ -157,7 +157,7 @@ def main() -> None:
     args = parser.parse_args()
     data = {
         "schema": 1,
-        "about": "Built-in workload length distributions for simulator.workload; regenerate with "
+        "about": "Built-in workload length distributions for simulator.workload.generate; regenerate with "
                  "traces/derive_builtin.py. See traces/README.md.",
         "sharegpt": derive_sharegpt(args.shared, args.bins),
         "arxiv": fit_arxiv(),

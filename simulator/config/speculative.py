@@ -1,0 +1,211 @@
+"""Speculative decoding settings: which drafter, how many draft tokens, how often they are accepted.
+
+A request that speculates proposes ``k`` (``num_speculative_tokens``) draft tokens per step
+(from a small draft model, an EAGLE/MTP head on the target's hidden states, or n-gram lookup in
+its own prompt) and the target verifies the last token plus the ``k`` drafts in one forward
+pass. The drafts are accepted left to right until the first rejection; the target's token at
+that position (correction, or the bonus token when all ``k`` are accepted) is emitted too, so a
+step emits ``1 + a`` tokens, ``a`` in ``0..k``.
+
+Acceptance is held as *per-position conditional rates* ``r_1..r_k``: ``r_j`` is the chance
+that draft ``j`` is accepted given drafts ``1..j-1`` were. Then ``P(a >= j) = r_1 * ... * r_j``
+and the mean acceptance length (tokens per verify step, bonus included) is
+``AL(k) = 1 + sum_j prod_{i<=j} r_i``; with one i.i.d. rate ``a`` that is
+``(1 - a^(k+1)) / (1 - a)``. Measured AL curves fall faster than i.i.d. (the data folder's
+README), hence per-position rates.
+
+:class:`SpeculativeConfig` is frozen and validated on construction; :func:`from_vllm_json`
+reads vLLM's ``--speculative-config`` JSON (``method``, ``num_speculative_tokens``, ``model``,
+``disable_by_batch_size``, ``draft_tensor_parallel_size``). A named data-folder row is resolved
+to rates by :mod:`simulator.calibrate.speculative_data` (a higher layer) before a config is built;
+the config keeps the rates and names their source, so a saved config reproduces the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.config.errors import ConfigError
+
+METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
+# vLLM's method names (and older spellings) mapped to ours.
+_VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp",
+                 "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "glm4_moe_mtp": "mtp", "mimo_mtp": "mtp",
+                 "ernie_mtp": "mtp", "ngram": "ngram", "medusa": "eagle", "mlp_speculator": "eagle"}
+_VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
+              "acceptance_rate", "acceptance_rates", "prompt_lookup_max", "prompt_lookup_min", "quantization")
+
+
+def al_iid(rate: float, k: int) -> float:
+    """Mean tokens per verify step for i.i.d. acceptance ``rate`` and ``k`` drafts:
+    ``(1 - rate^(k+1)) / (1 - rate)`` (``k + 1`` at rate 1)."""
+    if rate >= 1.0:
+        return float(k + 1)
+    return (1.0 - rate ** (k + 1)) / (1.0 - rate)
+
+
+def al_of_rates(rates: tuple[float, ...] | list[float]) -> float:
+    """Mean tokens per verify step for per-position conditional rates: ``1 + sum_j prod_{i<=j} r_i``."""
+    total, p = 1.0, 1.0
+    for r in rates:
+        p *= r
+        total += p
+    return total
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """One run's speculative decoding. Off when a run config holds None.
+
+    ``acceptance_rates`` holds ``k`` per-position conditional rates (one given rate is
+    repeated: i.i.d.). Adaptive policy (as engines do, so a planner can compare): above
+    ``disable_by_batch_size`` running requests nobody speculates (vLLM's
+    ``disable_by_batch_size``); above ``reduce_k_batch_size`` each step's ``k`` shrinks to
+    ``max(1, k * reduce_k_batch_size // running)`` so the verify tokens per step stay near
+    ``reduce_k_batch_size * (k + 1)``.
+    """
+
+    method: str = "eagle3"
+    num_speculative_tokens: int = 3
+    draft_model: str | None = None  # a catalog model (or qwama-0.5b, see costmodel.speculative) for draft_model
+    acceptance_rates: tuple[float, ...] = ()
+    acceptance_source: str = ""  # where the rates came from (flag, data-folder row)
+    draft_tp: int = 1  # draft model's tensor parallelism (vLLM's draft_tensor_parallel_size)
+    disable_by_batch_size: int | None = None
+    reduce_k_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError("speculative.method", f"unknown method {self.method!r}", f"use one of {', '.join(METHODS)}")
+        k = self.num_speculative_tokens
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ConfigError("speculative.num_speculative_tokens", f"must be an integer >= 1, got {k!r}",
+                              "pass num_speculative_tokens >= 1 (or drop --speculative-config to turn it off)")
+        if self.method == "draft_model" and not self.draft_model:
+            raise ConfigError("speculative.model", "method draft_model needs a draft model",
+                              'add "model": "<catalog name>" to --speculative-config')
+        rates = tuple(float(r) for r in self.acceptance_rates)
+        if not rates:
+            raise ConfigError("speculative.acceptance", "no acceptance rates given",
+                              "pass --acceptance-rate A, --acceptance-rates r1,r2,.. or --acceptance-data MODEL:METHOD")
+        if len(rates) == 1 and k > 1:
+            rates = rates * k
+        if len(rates) < k:
+            raise ConfigError("speculative.acceptance_rates", f"{len(rates)} per-position rates for k={k}",
+                              f"give one rate (i.i.d.) or at least {k}")
+        rates = rates[:k]
+        for r in rates:
+            if not (0.0 <= r <= 1.0) or math.isnan(r):
+                raise ConfigError("speculative.acceptance_rates", f"rates must lie in [0, 1], got {r}")
+        object.__setattr__(self, "acceptance_rates", rates)
+        if self.draft_tp < 1:
+            raise ConfigError("speculative.draft_tp", f"must be >= 1, got {self.draft_tp}")
+        for name in ("disable_by_batch_size", "reduce_k_batch_size"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ConfigError(f"speculative.{name}", f"must be >= 1, got {v}", "drop it to keep k fixed")
+
+    @property
+    def k(self) -> int:
+        return self.num_speculative_tokens
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Expected tokens per verify step at full ``k`` (bonus included)."""
+        return al_of_rates(self.acceptance_rates)
+
+    def k_for(self, num_running: int) -> int:
+        """Draft tokens per request in a step with ``num_running`` running requests (0: off)."""
+        if self.disable_by_batch_size is not None and num_running > self.disable_by_batch_size:
+            return 0
+        k = self.num_speculative_tokens
+        if self.reduce_k_batch_size is not None and num_running > self.reduce_k_batch_size:
+            return max(1, k * self.reduce_k_batch_size // num_running)
+        return k
+
+    def accepted_cdf(self) -> tuple[float, ...]:
+        """``cdf[j] = P(a <= j)`` for ``j = 0..k-1`` (``P(a <= k) = 1``): the accepted drafts'
+        distribution, for drawing ``a`` with one uniform."""
+        out, p_ge, acc = [], 1.0, 0.0
+        for r in self.acceptance_rates:
+            acc += p_ge * (1.0 - r)  # P(a == j): the first j accepted, draft j+1 rejected
+            p_ge *= r
+            out.append(acc)
+        return tuple(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens,
+                "draft_model": self.draft_model, "acceptance_rates": list(self.acceptance_rates),
+                "acceptance_source": self.acceptance_source, "draft_tp": self.draft_tp,
+                "disable_by_batch_size": self.disable_by_batch_size, "reduce_k_batch_size": self.reduce_k_batch_size}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpeculativeConfig:
+        known = set(cls.__dataclass_fields__)
+        bad = set(data) - known
+        if bad:
+            raise ConfigError(f"config.speculative.{sorted(bad)[0]}", "unknown key", f"known: {', '.join(sorted(known))}")
+        data = dict(data)
+        if "acceptance_rates" in data:
+            data["acceptance_rates"] = tuple(data["acceptance_rates"])
+        return cls(**data)
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """``'0.8,0.7,0.6'`` -> per-position rates (one-line error on anything else)."""
+    try:
+        rates = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError("--acceptance-rates", f"not a comma-separated list of numbers: {text!r}",
+                          "e.g. --acceptance-rates 0.8,0.7,0.6") from None
+    if not rates:
+        raise ConfigError("--acceptance-rates", "empty list", "e.g. --acceptance-rates 0.8,0.7,0.6")
+    return rates
+
+
+def from_vllm_json(text: str, acceptance_rates: tuple[float, ...] = (), acceptance_source: str = "",
+                   **overrides: Any) -> SpeculativeConfig:
+    """A :class:`SpeculativeConfig` from vLLM's ``--speculative-config`` JSON, e.g.
+    ``{"method": "eagle3", "num_speculative_tokens": 3, "model": "..."}``. An old-style
+    ``"model": "[ngram]"`` means n-gram; a model without a method means a draft model. Keys
+    ``acceptance_rate`` / ``acceptance_rates`` (ours) may carry the acceptance inline; flags win."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("--speculative-config", f"not valid JSON ({exc.msg} at column {exc.colno})",
+                          """e.g. '{"method": "eagle3", "num_speculative_tokens": 3}'""") from None
+    if not isinstance(data, dict):
+        raise ConfigError("--speculative-config", "must be a JSON object", """e.g. '{"method": "ngram", "num_speculative_tokens": 4}'""")
+    bad = sorted(set(data) - set(_VLLM_KEYS))
+    if bad:
+        raise ConfigError(f"--speculative-config.{bad[0]}", "unknown key", f"known: {', '.join(_VLLM_KEYS)}")
+    model = data.get("model")
+    method = data.get("method")
+    if method is None:
+        method = "ngram" if model == "[ngram]" else ("draft_model" if model else None)
+    if method is None:
+        raise ConfigError("--speculative-config.method", "missing", f"give one of {', '.join(METHODS)}")
+    if str(method).lower() not in _VLLM_METHODS:
+        raise ConfigError("--speculative-config.method", f"unknown method {method!r}", f"use one of {', '.join(METHODS)}")
+    if "num_speculative_tokens" not in data:
+        raise ConfigError("--speculative-config.num_speculative_tokens", "missing", 'add "num_speculative_tokens": 3')
+    rates = acceptance_rates
+    if not rates and "acceptance_rates" in data:
+        rates = tuple(data["acceptance_rates"])
+        acceptance_source = acceptance_source or "--speculative-config acceptance_rates"
+    if not rates and "acceptance_rate" in data:
+        rates = (data["acceptance_rate"],)
+        acceptance_source = acceptance_source or "--speculative-config acceptance_rate (i.i.d.)"
+    kwargs: dict[str, Any] = {
+        "method": _VLLM_METHODS[str(method).lower()],
+        "num_speculative_tokens": data["num_speculative_tokens"],
+        "draft_model": None if model == "[ngram]" else model,
+        "acceptance_rates": tuple(rates), "acceptance_source": acceptance_source,
+        "draft_tp": int(data.get("draft_tensor_parallel_size") or 1),
+        "disable_by_batch_size": data.get("disable_by_batch_size"),
+    }
+    kwargs.update(overrides)
+    return SpeculativeConfig(**kwargs)

@@ -1,0 +1,295 @@
+"""Speculative decoding in the loop: draft, verify ``k + 1`` tokens in one pass, emit the accepted run.
+
+A running request that decodes normally contributes one token to a step (its last output
+token, fed back) and gets one token out. Speculating, it contributes ``1 + k`` query tokens
+(the last token and ``k`` drafts), which count against the step's token budget like any other
+token, and the step's verify pass emits ``1 + a`` tokens at once (``a`` accepted drafts, then
+the target's correction or bonus token), all at the step's end time. ``a`` is drawn per
+request-step from the per-position acceptance rates of the run's
+:class:`~simulator.config.speculative.SpeculativeConfig`, with the run's own seeded
+``numpy.random.Generator`` (uniforms drawn in blocks; same seed, same run).
+
+Token and KV accounting (the contract of :mod:`simulator.workload.request`, extended): before
+the step the request holds KV blocks for ``num_computed + 1 + k`` tokens (the verify pass
+writes every position); after it ``num_computed`` grows by ``1 + a`` (the last token and the
+accepted drafts are cached; the newest token is still to be fed, so ``num_missing`` stays 1)
+and the blocks past ``num_computed`` are freed (rejected drafts' slots). Output is capped at
+the request's remaining tokens: ``k`` is cut to ``remaining - 1`` and ``1 + a`` to ``remaining``.
+
+Gaps: the per-token view (vLLM's ITL) records the step's gap for the run's first token and
+``a`` zero gaps for the rest; :func:`per_step_gaps` gives the per-step view (one gap per
+request-step: the per-token log less those zeros). TPOT, ``(completion - first token) /
+(n - 1)``, is unchanged in definition.
+
+Fast paths: lockstep cohorts (:mod:`simulator.engine.cohort`) and event skipping
+(:mod:`simulator.fast.skipping`) assume one token per decode step, so a speculating
+scheduler opts out of both for the whole replica (``supports_lockstep = False``,
+``decode_steady()`` False, ``chunk_steady()`` None): the step-by-step loop runs. A step in
+which the adaptive policy turns speculation off is built and priced exactly as a plain step.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from functools import cache
+
+import numpy as np
+
+from simulator.config.speculative import SpeculativeConfig
+from simulator.costmodel.speculative import SpecBatchShape
+from simulator.engine.schedulers.base import Batch, Scheduler
+from simulator.engine.tbt import GapLog
+from simulator.workload.request import Request
+
+_UNIFORM_BLOCK = 4096  # uniforms drawn per Generator call
+
+
+class SpeculationStats:
+    """Counters of one replica's verify steps (request-steps that speculated)."""
+
+    __slots__ = ("k", "num_verify_steps", "num_drafted", "num_accepted", "num_emitted", "accepted_hist",
+                 "num_intra_step_zeros")
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.num_verify_steps = 0
+        self.num_drafted = 0  # sum of k over verify steps
+        self.num_accepted = 0  # accepted drafts, before the cap at the remaining output
+        self.num_emitted = 0  # tokens emitted by verify steps (after the cap)
+        self.accepted_hist = [0] * (k + 1)  # verify steps by accepted drafts a = 0..k
+        self.num_intra_step_zeros = 0  # zero gaps written for the 2nd.. tokens of a step
+
+    @property
+    def mean_emitted_per_step(self) -> float:
+        return self.num_emitted / self.num_verify_steps if self.num_verify_steps else float("nan")
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Mean ``1 + a`` before the output cap: the data folder's AL."""
+        return 1.0 + self.num_accepted / self.num_verify_steps if self.num_verify_steps else float("nan")
+
+    def as_dict(self) -> dict[str, float | int | list[int]]:
+        return {"num_verify_steps": self.num_verify_steps, "num_drafted": self.num_drafted,
+                "num_accepted": self.num_accepted, "num_emitted": self.num_emitted,
+                "mean_acceptance_length": self.mean_acceptance_length,
+                "mean_emitted_per_step": self.mean_emitted_per_step,
+                "draft_acceptance_rate": self.num_accepted / self.num_drafted if self.num_drafted else float("nan"),
+                "accepted_hist": list(self.accepted_hist)}
+
+    def merge(self, other: SpeculationStats) -> None:
+        self.num_verify_steps += other.num_verify_steps
+        self.num_drafted += other.num_drafted
+        self.num_accepted += other.num_accepted
+        self.num_emitted += other.num_emitted
+        self.num_intra_step_zeros += other.num_intra_step_zeros
+        self.accepted_hist = [a + b for a, b in zip(self.accepted_hist, other.accepted_hist, strict=True)]
+
+
+class Speculation:
+    """One replica's speculation: the config, its acceptance draws and counters."""
+
+    def __init__(self, config: SpeculativeConfig, rng: np.random.Generator) -> None:
+        self.config = config
+        self.rng = rng
+        self.cdf = list(config.accepted_cdf())  # P(a <= j), j < k
+        self.stats = SpeculationStats(config.k)
+        self._uniforms: list[float] = []
+        self._next = 0
+
+    def draw(self, k: int) -> int:
+        """Accepted drafts ``a`` in ``0..k`` for one verify of ``k <= config.k`` drafts: the
+        first rejection of the full chain, cut at ``k`` (the same positions' rates)."""
+        if self._next >= len(self._uniforms):
+            self._uniforms = self.rng.random(_UNIFORM_BLOCK).tolist()
+            self._next = 0
+        u = self._uniforms[self._next]
+        self._next += 1
+        a = bisect_right(self.cdf, u)
+        return a if a < k else k
+
+
+def speculation_rng(seed: int, replica_id: int) -> np.random.Generator:
+    """The acceptance stream of one replica: independent of the workload and router streams
+    (which :func:`simulator.engine.cluster.rng_streams` spawns as children 0 and 1 of the seed)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(2, replica_id))))
+
+
+class SpeculativeMixin:
+    """Scheduler methods for a replica whose decoding requests speculate (see the module
+    docstring). Mixed in over a policy by :func:`speculative_class`; the instance's
+    ``speculation`` is set by :func:`make_speculative`."""
+
+    supports_lockstep = False
+    speculation: Speculation
+
+    def decode_steady(self) -> bool:  # a stretch's closed form is one token per step
+        return False
+
+    def chunk_steady(self) -> tuple[Request, int] | None:
+        return None
+
+    def max_reserve_tokens(self, req: Request) -> int:
+        # The verify pass writes k slots past the cached tokens before the rejected ones are freed.
+        return super().max_reserve_tokens(req) + self.speculation.config.k  # type: ignore[misc]
+
+    def _add_decodes(self, batch: Batch, budget: float, partial: list[Request] | None) -> int:
+        """:meth:`Scheduler._add_decodes` where each decode verifies ``k`` drafts: ``1 + k``
+        tokens of the budget (``k`` cut to what the budget and the request's remaining output
+        leave), KV grown to hold them. The step's ``k`` is the adaptive policy's for the
+        number of running requests; 0 gives exactly the plain step."""
+        self_: Scheduler = self  # type: ignore[assignment]
+        k_step = self.speculation.config.k_for(len(self_.running))
+        if k_step == 0:
+            return super()._add_decodes(batch, budget, partial)  # type: ignore[misc]
+        shape = batch.shape
+        if not isinstance(shape, SpecBatchShape):
+            shape = batch.shape = SpecBatchShape.of(shape)
+        running, block_size = self_.running, self_.blocks.block_size
+        used, i, num_running = 0, 0, len(running)
+        while i < num_running:
+            req = running[i]
+            if req.in_flight:
+                i += 1
+                continue
+            computed = req.num_computed
+            if partial is not None and req.num_prompt_tokens + req.num_generated - computed > 1:
+                partial.append(req)
+                i += 1
+                continue
+            if used >= budget:
+                break
+            if req.num_generated:
+                k = min(k_step, req.num_output_tokens - req.num_generated - 1)
+                if budget - used - 1 < k:
+                    k = int(budget - used - 1)
+                need = computed + 1 + k
+            else:
+                k, need = 0, computed + 1  # a prompt's 1-token tail
+            if req.num_blocks * block_size < need:
+                grown = self_._grow_or_preempt(req, need, batch)
+                num_running = len(running)  # preemption removes from the end
+                if not grown:
+                    break
+            if not req.num_generated:
+                batch.add(req, 1)
+                used += 1
+            else:
+                batch.requests.append(req)
+                batch.num_tokens.append(1 + k)
+                req.in_flight = True
+                if k:
+                    shape.add_verify(k, computed)
+                else:
+                    shape.add_decode(computed + 1)
+                used += 1 + k
+            i += 1
+        return used
+
+    def complete(self, batch: Batch, now: float) -> list[Request]:
+        """:meth:`Scheduler.complete`, with verify entries (a decode of ``1 + k`` tokens) emitting
+        ``1 + a`` tokens at ``now`` and freeing their rejected slots."""
+        requests, num_tokens = batch.requests, batch.num_tokens
+        verify = [j for j, (r, n) in enumerate(zip(requests, num_tokens, strict=True))
+                  if n > 1 and r.num_generated and r.num_prompt_tokens + r.num_generated - r.num_computed == 1]
+        if not verify:
+            return super().complete(batch, now)  # type: ignore[misc]
+        self_: Scheduler = self  # type: ignore[assignment]
+        spec, stats, gaps, blocks = self.speculation, self.speculation.stats, self_.gaps, self_.blocks
+        block_size = blocks.block_size
+        finished: list[Request] = []
+        run_gap, run_count, zeros = -1.0, 0, 0  # equal gaps as one run, and the steps' zero gaps as one
+        for j in verify:
+            req, k = requests[j], num_tokens[j] - 1
+            req.in_flight = False
+            a = spec.draw(k)
+            emitted = min(a + 1, req.num_output_tokens - req.num_generated)
+            stats.num_verify_steps += 1
+            stats.num_drafted += k
+            stats.num_accepted += a
+            stats.num_emitted += emitted
+            stats.accepted_hist[a] += 1
+            gap = now - req.last_token_at
+            if gap > req.max_tbt_s:
+                req.max_tbt_s = gap
+            if gap == run_gap:
+                run_count += 1
+            else:
+                if run_count:
+                    gaps.add(run_gap, run_count)
+                run_gap, run_count = gap, 1
+            zeros += emitted - 1
+            req.last_token_at = now
+            if req.token_times is not None:
+                req.token_times.extend(array("d", (now,)) * emitted)
+            computed = req.num_computed + emitted  # the last token and the accepted drafts
+            req.num_computed = computed
+            req.num_generated += emitted
+            keep = -(-computed // block_size)  # rejected drafts' slots go back
+            if req.num_blocks > keep:
+                blocks.num_free_blocks += req.num_blocks - keep
+                req.num_blocks = keep
+            if req.num_generated == req.num_output_tokens:
+                finished.append(req)
+        if run_count:
+            gaps.add(run_gap, run_count)
+        if zeros:
+            gaps.add(0.0, zeros)
+            stats.num_intra_step_zeros += zeros
+        # The other entries through the base mechanism (it retires its own finishers); the
+        # batch's lists are restored for the recorder.
+        keep_idx = set(verify)
+        batch.requests = [r for j, r in enumerate(requests) if j not in keep_idx]
+        batch.num_tokens = [n for j, n in enumerate(num_tokens) if j not in keep_idx]
+        try:
+            rest = super().complete(batch, now)  # type: ignore[misc]
+        finally:
+            batch.requests, batch.num_tokens = requests, num_tokens
+        if finished:
+            self_.retire(finished, now)
+        return rest + finished
+
+
+@cache
+def speculative_class(base: type[Scheduler]) -> type[Scheduler]:
+    """``base`` with :class:`SpeculativeMixin`'s methods first (one class per policy)."""
+    return type(f"Speculative{base.__name__}", (SpeculativeMixin, base), {})
+
+
+def make_speculative(scheduler: Scheduler, config: SpeculativeConfig, rng: np.random.Generator) -> Scheduler:
+    """A scheduler of the same policy, state and KV cache, whose decodes speculate. Call it on a
+    freshly built scheduler (no requests yet, lockstep not enabled)."""
+    assert not scheduler.has_unfinished() and scheduler.cohort is None
+    cls = speculative_class(type(scheduler))
+    out = cls.__new__(cls)
+    out.__dict__.update(scheduler.__dict__)
+    out.speculation = Speculation(config, rng)  # type: ignore[attr-defined]
+    return out
+
+
+def per_step_gaps(log: GapLog, num_intra_step_zeros: int) -> GapLog:
+    """The per-step view of a per-token gap log: the zero gaps written for the second and later
+    tokens of a verify step removed (a token's gap is otherwise a step's duration, never 0)."""
+    out = GapLog()
+    left = num_intra_step_zeros
+    for value, count in zip(log.values, log.counts, strict=True):
+        if left and value == 0.0:
+            drop = min(left, count)
+            left -= drop
+            count -= drop
+        if count:
+            out.add(value, count)
+    return out
+
+
+def speculation_stats(schedulers: list[Scheduler]) -> dict | None:
+    """The replicas' speculation counters merged (None where nobody speculates)."""
+    total: SpeculationStats | None = None
+    for s in schedulers:
+        spec = getattr(s, "speculation", None)
+        if spec is None:
+            continue
+        if total is None:
+            total = SpeculationStats(spec.stats.k)
+        total.merge(spec.stats)
+    return None if total is None else total.as_dict()

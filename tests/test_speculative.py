@@ -1,0 +1,236 @@
+"""Speculative decoding: config, acceptance draws, token/KV accounting, pricing, acceptance data."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import simpy
+
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig, SchedulerConfig
+from simulator.config.speculative import SpeculativeConfig, al_iid, al_of_rates, from_vllm_json, parse_rates
+from simulator.costmodel import load_cost_model
+from simulator.costmodel.base import BatchShape
+from simulator.costmodel.speculative import SpecBatchShape, SpeculativeCostModel, drafter_memory
+from simulator.engine.kvcache import BlockManager
+from simulator.engine.records import Recorder
+from simulator.engine.replica import Replica
+from simulator.engine.schedulers import SCHEDULERS
+from simulator.engine.speculative import make_speculative, per_step_gaps, speculation_rng
+from simulator.workload.request import Request
+from tests.helpers import ConstantCostModel, submit_all
+
+REPLICA = ReplicaConfig("mistral-7b", "a100-80gb")
+
+
+def run(spec: SpeculativeConfig | None, specs: list[tuple[float, int, int]], *, scheduler: str = "sarathi",
+        num_blocks: int = 4096, cost=None, seed: int = 0, **sched_kwargs):  # noqa: ANN001, ANN202
+    env = simpy.Environment()
+    recorder = Recorder()
+    config = SchedulerConfig(scheduler, **sched_kwargs)
+    sched = SCHEDULERS[scheduler](config, BlockManager(num_blocks, 16, config.watermark), 4096)
+    if spec is not None:
+        sched = make_speculative(sched, spec, speculation_rng(seed, 0))
+    replica = Replica(env, 0, sched, cost or ConstantCostModel(REPLICA, 0.01), recorder)
+    requests = [Request(i, a, p, o, token_times=True) for i, (a, p, o) in enumerate(specs)]
+    submit_all(env, replica, requests)
+    return requests, recorder, sched
+
+
+# -- config -------------------------------------------------------------------------------------------------------
+def test_config_validates_and_repeats_an_iid_rate() -> None:
+    c = SpeculativeConfig("eagle3", 4, acceptance_rates=(0.7,))
+    assert c.acceptance_rates == (0.7,) * 4
+    assert c.mean_acceptance_length == pytest.approx(al_iid(0.7, 4))
+    for bad in ({"method": "medusa2"}, {"num_speculative_tokens": 0}, {"acceptance_rates": ()},
+                {"acceptance_rates": (0.5, 0.4)}, {"acceptance_rates": (1.5,)}, {"method": "draft_model"},
+                {"disable_by_batch_size": 0}):
+        kwargs = {"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rates": (0.6,)} | bad
+        with pytest.raises(ConfigError) as err:
+            SpeculativeConfig(**kwargs)
+        assert "speculative." in str(err.value) and "\n" not in str(err.value)
+
+
+def test_vllm_json_form() -> None:
+    c = from_vllm_json('{"method": "eagle3", "num_speculative_tokens": 3, "model": "yuhuili/EAGLE3-LLaMA3.1-8B"}',
+                       acceptance_rates=(0.8, 0.7, 0.6))
+    assert (c.method, c.k, c.acceptance_rates) == ("eagle3", 3, (0.8, 0.7, 0.6))
+    assert from_vllm_json('{"model": "[ngram]", "num_speculative_tokens": 4, "acceptance_rate": 0.5}').method == "ngram"
+    d = from_vllm_json('{"model": "qwama-0.5b", "num_speculative_tokens": 4, "disable_by_batch_size": 8}', (0.6,))
+    assert (d.method, d.draft_model, d.disable_by_batch_size) == ("draft_model", "qwama-0.5b", 8)
+    assert from_vllm_json('{"method": "deepseek_mtp", "num_speculative_tokens": 1}', (0.8,)).method == "mtp"
+    for bad in ("{", "[1]", '{"method": "x", "num_speculative_tokens": 2}', '{"method": "ngram"}',
+                '{"method": "ngram", "num_speculative_tokens": 2, "foo": 1}'):
+        with pytest.raises(ConfigError):
+            from_vllm_json(bad, (0.5,))
+    assert parse_rates("0.8, 0.7,0.6") == (0.8, 0.7, 0.6)
+    with pytest.raises(ConfigError):
+        parse_rates("0.8,x")
+    assert SpeculativeConfig.from_dict(d.to_dict()) == d
+
+
+def test_adaptive_k() -> None:
+    c = SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), disable_by_batch_size=32, reduce_k_batch_size=8)
+    assert [c.k_for(n) for n in (1, 8, 9, 16, 32, 33)] == [4, 4, 3, 2, 1, 0]
+
+
+# -- acceptance in the loop ----------------------------------------------------------------------------------------
+def test_mean_emitted_per_step_matches_closed_form() -> None:
+    """i.i.d. acceptance: the mean of 1 + a over verify steps is AL = (1 - a^(k+1)) / (1 - a)
+    within sampling error (4 standard errors), and the accepted-draft histogram follows the
+    truncated geometric law (chi-square)."""
+    rate, k = 0.6, 4
+    spec = SpeculativeConfig("ngram", k, acceptance_rates=(rate,))
+    # Long outputs so the cap at the remaining output touches few steps; accepted counts are uncapped.
+    _, _, sched = run(spec, [(0.0, 64, 2000)] * 8)
+    stats = sched.speculation.stats
+    p = [(1 - rate) * rate**j for j in range(k)] + [rate**k]
+    mean = sum((1 + j) * pj for j, pj in enumerate(p))
+    var = sum((1 + j - mean) ** 2 * pj for j, pj in enumerate(p))
+    assert mean == pytest.approx(al_iid(rate, k))
+    n = stats.num_verify_steps
+    assert n > 2000
+    assert abs(stats.mean_acceptance_length - mean) < 4 * math.sqrt(var / n)
+    observed = np.array(stats.accepted_hist, dtype=float)
+    expected = n * np.array(p)
+    chi2 = float(((observed - expected) ** 2 / expected).sum())
+    assert chi2 < 20.5  # 4 degrees of freedom: p ~ 0.0004
+
+
+def test_per_position_rates_in_the_loop() -> None:
+    rates = (0.9, 0.6, 0.3)
+    _, _, sched = run(SpeculativeConfig("eagle3", 3, acceptance_rates=rates), [(0.0, 64, 1500)] * 8)
+    s = sched.speculation.stats
+    reach = [sum(s.accepted_hist[j:]) / s.num_verify_steps for j in range(4)]  # P(a >= j)
+    for j in range(1, 4):
+        assert reach[j] == pytest.approx(math.prod(rates[:j]), abs=0.03)
+    assert s.mean_acceptance_length == pytest.approx(al_of_rates(rates), abs=0.05)
+
+
+def test_tokens_kv_and_gaps_accounting() -> None:
+    spec = SpeculativeConfig("ngram", 3, acceptance_rates=(0.7,))
+    specs = [(0.01 * i, 40 + 13 * i, 1 + 7 * i) for i in range(12)]
+    requests, recorder, sched = run(spec, specs, chunk_size=64, num_blocks=400)
+    for req in requests:
+        assert req.num_generated == req.num_output_tokens == len(req.token_times)
+        assert list(req.token_times) == sorted(req.token_times)
+        assert req.num_computed == req.num_prompt_tokens + req.num_output_tokens - 1
+    assert sched.blocks.num_free_blocks == sched.blocks.num_blocks  # rejected slots and finishers all freed
+    # Verify tokens count against the token budget.
+    for row in recorder.iterations:
+        assert row[3] + row[4] <= 64
+    # Per-token gaps: one per token after the first; per-step view drops the intra-step zeros.
+    stats = sched.speculation.stats
+    num_gaps = sum(r.num_output_tokens - 1 for r in requests)
+    assert len(sched.gaps) == num_gaps
+    steps = per_step_gaps(sched.gaps, stats.num_intra_step_zeros)
+    assert len(steps) == num_gaps - stats.num_intra_step_zeros
+    assert stats.num_intra_step_zeros > 0 and min(steps.values) > 0
+    # Several tokens arrive together: some token times repeat.
+    assert any(len(set(r.token_times)) < len(r.token_times) for r in requests)
+
+
+def test_same_seed_same_run_and_seed_matters() -> None:
+    spec = SpeculativeConfig("ngram", 3, acceptance_rates=(0.6,))
+    specs = [(0.0, 100, 200)] * 4
+    a = [list(r.token_times) for r in run(spec, specs, seed=3)[0]]
+    b = [list(r.token_times) for r in run(spec, specs, seed=3)[0]]
+    c = [list(r.token_times) for r in run(spec, specs, seed=4)[0]]
+    assert a == b and a != c
+
+
+def test_adaptive_off_step_is_the_plain_step() -> None:
+    """With speculation disabled above one running request, a batch of several is the plain run."""
+    specs = [(0.0, 50, 30)] * 6
+    spec = SpeculativeConfig("ngram", 3, acceptance_rates=(0.9,), disable_by_batch_size=1)
+    plain = run(None, specs)
+    specd = run(spec, specs)
+    assert [list(r.token_times) for r in plain[0]] == [list(r.token_times) for r in specd[0]]
+    assert specd[2].speculation.stats.num_verify_steps == 0
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "orca", "vllm-v1"])
+def test_other_policies_speculate(scheduler: str) -> None:
+    spec = SpeculativeConfig("ngram", 2, acceptance_rates=(0.8,))
+    requests, _, sched = run(spec, [(0.0, 30, 40)] * 5, scheduler=scheduler)
+    assert all(r.num_generated == 40 for r in requests)
+    assert sched.speculation.stats.num_verify_steps > 0
+
+
+# -- pricing -------------------------------------------------------------------------------------------------------
+def _costs(method: str, model: str | None = None):  # noqa: ANN202
+    replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
+    target = load_cost_model("roofline", replica, "vllm-v1")
+    spec = SpeculativeConfig(method, 4, model, acceptance_rates=(0.7,))
+    return target, SpeculativeCostModel(target, spec, "vllm-v1")
+
+
+def test_plain_shapes_cost_what_the_target_says() -> None:
+    target, spec_cost = _costs("draft_model", "qwama-0.5b")
+    shape = BatchShape.from_requests([(128, 0)], [1000, 2000])
+    assert spec_cost.iteration_time(shape) == target.iteration_time(shape)
+    assert spec_cost.iteration_time(SpecBatchShape.of(shape)) == target.iteration_time(shape)
+
+
+def test_verify_pricing_and_crossover() -> None:
+    """Verifying k+1 tokens is nearly free at batch 1 (weight-bound) and costs about k+1 decodes
+    when the step is compute-bound: the cost ratio of a verify step to a plain step grows with
+    the batch, past the mean acceptance length (where speculation stops paying)."""
+    target, cost = _costs("ngram")
+    ratios = []
+    for n in (1, 8, 64, 256, 512):
+        plain = BatchShape.from_requests([], [1000] * n)
+        verify = SpecBatchShape()
+        for _ in range(n):
+            verify.add_verify(4, 999)
+        ratios.append(cost.iteration_time(verify) / target.iteration_time(plain))
+    assert ratios == sorted(ratios)
+    assert ratios[0] < 1.2
+    assert ratios[-1] > al_iid(0.6, 4)  # a 0.6-rate drafter loses here
+
+
+def test_drafter_costs() -> None:
+    verify = SpecBatchShape()
+    for _ in range(8):
+        verify.add_verify(4, 999)
+    times = {}
+    for method, model in (("ngram", None), ("eagle3", None), ("draft_model", "qwama-0.5b"), ("draft_model", "llama-3-8b")):
+        _, cost = _costs(method, model)
+        times[method, model] = cost.draft_time(verify)
+    assert times["ngram", None] == 0.0
+    assert 0 < times["eagle3", None] < times["draft_model", "llama-3-8b"]
+    assert times["draft_model", "qwama-0.5b"] < times["draft_model", "llama-3-8b"]
+    replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
+    w, kv = drafter_memory(replica, SpeculativeConfig("draft_model", 4, "qwama-0.5b", acceptance_rates=(0.7,)))
+    assert 0.5e9 < w < 1.5e9 and kv > 0  # ~0.5B params in bf16 on the draft's one GPU
+
+
+# -- acceptance data -----------------------------------------------------------------------------------------------
+def test_rates_from_al_curve_reproduce_the_curve(shared_data) -> None:  # noqa: ANN001
+    from simulator.calibrate.speculative_data import find_curve, golden_curves, iid_rate
+
+    path = shared_data / "validation" / "speculative"
+    curves = golden_curves(path)
+    assert len(curves) >= 10
+    exact = 0
+    for curve in curves:
+        al = dict(curve.al_by_k)
+        rates = curve.rates(max(al))
+        assert all(0.0 <= r <= 1.0 for r in rates)
+        fitted = {k: al_of_rates(rates[:k]) for k in al}
+        # A curve whose increments never grow is reproduced exactly; others within their noise.
+        steps = [al[k] - al.get(k - 1, 1.0) for k in sorted(al)]
+        if all(a >= b >= 0 for a, b in zip(steps, steps[1:], strict=False)):
+            exact += 1
+            assert all(fitted[k] == pytest.approx(al[k], abs=1e-9) for k in al)
+        assert max(abs(fitted[k] - al[k]) for k in al) < 0.35
+    assert exact >= 1
+    qwen = find_curve("qwen3.5:mtp", path)
+    assert qwen.thinking_mode == "thinking_on"
+    r = qwen.rates(8)
+    assert r[0] > r[-1]  # acceptance falls with position
+    assert iid_rate(al_iid(0.73, 5), 5) == pytest.approx(0.73, abs=1e-9)
+    with pytest.raises(ConfigError):
+        find_curve("nope:mtp", path)

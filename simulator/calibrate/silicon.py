@@ -1,0 +1,240 @@
+"""AIConfigurator's silicon sample: end-to-end benchmark rows of today's engines, as run configs.
+
+``../shared/data/validation/aiconfigurator/silicon_train.csv`` holds one row per benchmark
+point of TensorRT-LLM, SGLang or vLLM (aggregated or disaggregated) on H100/B200/B300/GB200/
+GB300: the engine's layout, nominal input/output lengths, the client's concurrency and the
+measured TTFT and TPOT (its README says what is and is not known about how they were taken).
+
+This module reads it the way its README asks (:func:`read_silicon`):
+
+- rows marked ``wip=True`` in their source are dropped (work in progress);
+- rows exported by more than one dump (an identical (TTFT, TPOT) pair: the same measurement,
+  sometimes with another id, model alias or layout encoding) are kept once: the most
+  informative copy (most layout fields given, then the db-dump, then the first in file order),
+  with ``num_copies`` saying how many there were;
+
+and turns each row into a closed-loop :class:`~simulator.config.run_config.RunConfig`
+(:func:`row_config`): the client's concurrency as ``workload.concurrency``, fixed lengths at
+the nominal ISL/OSL, a warm-up of one request per user left out of the figures, and the
+engine's layout. What the simulator cannot express (a model or GPU outside the catalog,
+attention data parallelism, a disaggregated row without worker counts, ...) raises
+:class:`Unexpressible` with the reason, so a validation report lists every row it skipped.
+
+Choices stated (not in the data): the scheduler is ``vllm-v1`` (chunked prefill, one token
+budget) for every backend, with ``max_num_batched_tokens`` 8192 (vLLM V1's API-server default
+on H100-class GPUs) and ``max_num_seqs`` at least the engine's batch; the KV cache is FP8 when
+the GEMMs are FP8/FP4 (as AIConfigurator infers it from the checkpoint), else the activation
+dtype. Engine preset and kernels are the caller's (the run's defaults unless given).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simulator.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.config.run_config import RunConfig
+
+SILICON_CSV = Path("validation") / "aiconfigurator" / "silicon_train.csv"
+
+# AIConfigurator system -> our GPU name (tried in the catalog; a missing one makes its rows unexpressible).
+SYSTEMS = {"h100_sxm": "h100-sxm", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300"}
+# AIConfigurator GEMM lane -> our weight format (--dtype); blank = bf16.
+GEMM_FORMATS = {"fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "nvfp4", "int4_wo": "int4", "": "bf16"}
+DEFAULT_BUDGET = 8192
+DEFAULT_MAX_NUM_SEQS = 256
+
+_SOURCE_KEY = re.compile(r"(?:^|;)\s*([a-z_]+)=([^;]*)")
+
+
+class Unexpressible(Exception):  # noqa: N818 - a verdict on a row, with its reason
+    """A benchmark row the simulator cannot run as measured; the message says why."""
+
+
+def data_path(data_root: Path) -> Path:
+    return Path(data_root) / SILICON_CSV
+
+
+def source_fields(source: str) -> dict[str, str]:
+    """``key=value`` entries of ``silicon_data_source`` (``silicon_concurrency``, ``wip`` ...)."""
+    return {m.group(1): m.group(2).strip() for m in _SOURCE_KEY.finditer(str(source))}
+
+
+def source_family(source: str) -> str:
+    """Which of the README's five provenance families a row comes from."""
+    text = str(source)
+    if text.startswith("db-dump"):
+        return "db-dump"
+    if "gtl_job_id" in text or "gtl_task_id" in text:
+        return "gtl"
+    if "gap-analysis" in text:
+        return "gap-analysis"
+    if "source_file=" in text:
+        return "dated-dump"
+    return "other"
+
+
+_LAYOUT_FIELDS = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
+                  "prefill_num_workers", "prefill_tp_size", "prefill_pp_size", "prefill_attention_dp_size",
+                  "decode_num_workers", "decode_tp_size", "decode_pp_size", "decode_attention_dp_size")
+
+
+def read_silicon(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The CSV's rows to use (wip dropped, duplicates kept once), and the dropped rows with a
+    ``dropped`` reason. Adds ``concurrency`` (from the source; NaN where not recorded),
+    ``family``, ``wip`` and ``num_copies``; keeps file order."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("silicon", f"{path} does not exist", "pass the folder that holds validation/aiconfigurator/")
+    df = pd.read_csv(path, keep_default_na=True)
+    df["row"] = range(len(df))
+    fields = df["silicon_data_source"].map(source_fields)
+    df["concurrency"] = pd.to_numeric(fields.map(lambda f: f.get("silicon_concurrency")), errors="coerce")
+    df["wip"] = fields.map(lambda f: f.get("wip", "").lower() == "true")
+    df["family"] = df["silicon_data_source"].map(source_family)
+    for col in ("precision", "gemm_quant_mode", "moe_quant_mode", "backend_version"):
+        df[col] = df[col].fillna("").astype(str)
+    wip = df[df["wip"]].assign(dropped="wip=True in its source (work in progress)")
+    rest = df[~df["wip"]].copy()
+    rest["num_given"] = rest[list(_LAYOUT_FIELDS)].notna().sum(axis=1)
+    rest["is_db_dump"] = rest["family"] == "db-dump"
+    rest = rest.sort_values(["num_given", "is_db_dump", "row"], ascending=[False, False, True], kind="stable")
+    pair = ["silicon_ttft_ms", "silicon_tpot_ms"]
+    rest["num_copies"] = rest.groupby(pair, sort=False)["row"].transform("size")
+    first = ~rest.duplicated(pair, keep="first")
+    kept = rest[first].sort_values("row").drop(columns=["num_given", "is_db_dump"])
+    copies = rest[~first].assign(dropped="duplicate: same (TTFT, TPOT) as a row kept").drop(
+        columns=["num_given", "is_db_dump"])
+    dropped = pd.concat([wip, copies]).sort_values("row")
+    return kept.reset_index(drop=True), dropped.reset_index(drop=True)
+
+
+def _int(value: Any, default: int | None = None) -> int | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        return default
+    return int(value)
+
+
+def _model(model_path: str) -> str:
+    from simulator.config.catalog import get_model
+
+    try:
+        return get_model(model_path).name
+    except ConfigError:
+        short = model_path.split("/")[-1]
+        for candidate in (short.removesuffix("-NVFP4"), short.removesuffix("-NVFP4").replace("-R1", "-V3"),
+                          short.removesuffix("-NVFP4").replace("-V3.1", "-V3")):
+            try:
+                return get_model(candidate).name
+            except ConfigError:
+                continue
+    raise Unexpressible(f"model {model_path} is not in the catalog")
+
+
+def _gpu(system: str) -> str:
+    from simulator.config.catalog import get_gpu
+
+    name = SYSTEMS.get(system)
+    if name is None:
+        raise Unexpressible(f"system {system} has no GPU mapping")
+    try:
+        return get_gpu(name).name
+    except ConfigError:
+        raise Unexpressible(f"GPU {name} ({system}) is not in the catalog") from None
+
+
+def _dtypes(row: Any) -> tuple[str, str]:
+    gemm = GEMM_FORMATS.get(row.gemm_quant_mode)
+    if gemm is None:
+        raise Unexpressible(f"GEMM format {row.gemm_quant_mode!r} has no --dtype")
+    kv = "fp8" if gemm in ("fp8", "fp8-block", "nvfp4") else "auto"
+    return gemm, kv
+
+
+def _layout(row: Any, prefix: str, is_moe: bool) -> tuple[int, int, int]:
+    """(tp, pp, ep) of one engine; attention DP and MoE splits other than EP within TP refused."""
+    tp, pp = _int(getattr(row, f"{prefix}tp_size")), _int(getattr(row, f"{prefix}pp_size"), 1)
+    adp = _int(getattr(row, f"{prefix}attention_dp_size"), 1)
+    if tp is None or tp < 1:
+        raise Unexpressible(f"{prefix or 'agg '}tp_size not given")
+    if adp is not None and adp > 1:
+        raise Unexpressible(f"attention data parallelism ({prefix}attention_dp_size={adp}) is not modelled")
+    if adp == 0:
+        raise Unexpressible(f"{prefix}attention_dp_size=0 (odd gtl layout)")
+    ep = 1
+    if is_moe:
+        ep = _int(getattr(row, f"{prefix}moe_ep_size"), 1) or 1
+        moe_tp = _int(getattr(row, f"{prefix}moe_tp_size"), tp)
+        if ep < 1 or (moe_tp or 1) * ep != tp * (pp or 1) or ep > tp:
+            raise Unexpressible(f"MoE split moe_tp={moe_tp} x moe_ep={ep} over tp={tp} x pp={pp} is not EP within TP")
+    return tp, pp or 1, ep
+
+
+def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None = None, budget: int = DEFAULT_BUDGET,
+               engine: str | None = None, cost_model: str | None = None, kv_link: str = "infiniband-400g",
+               extra: dict[str, Any] | None = None) -> RunConfig:
+    """A closed-loop run of one silicon row (a row of :func:`read_silicon`'s frame, as
+    ``itertuples`` gives it): ``concurrency`` users, one warm-up request each, then
+    ``requests_per_user`` measured requests each (at most ``max_requests`` in all, warm-up
+    included). ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels). Raises
+    :class:`Unexpressible` with the reason."""
+    from simulator.config.catalog import get_model
+    from simulator.config.run_config import RunConfig
+
+    concurrency = _int(row.concurrency)
+    if concurrency is None or concurrency < 1:
+        raise Unexpressible("no concurrency recorded")
+    model = _model(row.model_path)
+    gpu = _gpu(row.system)
+    dtype, kv = _dtypes(row)
+    is_moe = get_model(model).is_moe
+    warmup = concurrency
+    total = warmup + max(requests_per_user * concurrency, 32)
+    if max_requests is not None:
+        total = max(min(total, max_requests), warmup + concurrency)
+    changes: dict[str, Any] = {
+        "replica__model": model, "replica__gpu": gpu, "replica__dtype": dtype, "replica__kv_cache_dtype": kv,
+        "scheduler__name": "vllm-v1", "scheduler__max_num_batched_tokens": budget,
+        "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
+        "workload__arrival": "burst", "workload__num_requests": total,
+        "workload__concurrency": concurrency, "workload__num_warmup": warmup,
+    }
+    if row.mode == "agg":
+        tp, pp, ep = _layout(row, "", is_moe)
+        batch = _int(row.batch_size, concurrency) or concurrency
+        changes.update({"replica__tp": tp, "replica__pp": pp, "replica__ep": ep,
+                        "scheduler__max_num_seqs": max(DEFAULT_MAX_NUM_SEQS, batch)})
+    elif row.mode == "disagg":
+        pw, dw = _int(row.prefill_num_workers), _int(row.decode_num_workers)
+        if pw is None or dw is None:
+            raise Unexpressible("disaggregated row without worker counts (older dumps lack them)")
+        ptp, ppp, pep = _layout(row, "prefill_", is_moe)
+        dtp, dpp, dep = _layout(row, "decode_", is_moe)
+        if pep != dep:
+            raise Unexpressible(f"prefill ep={pep} and decode ep={dep} differ (pools take the run's ep)")
+        seqs = max(DEFAULT_MAX_NUM_SEQS, -(-concurrency // dw))
+        changes.update({"replica__tp": dtp, "replica__ep": dep,
+                        "prefill_pool": f"{pw}x(tp={ptp},pp={ppp},gpu={gpu},sched=vllm-v1,budget={budget})",
+                        "decode_pool": f"{dw}x(tp={dtp},pp={dpp},gpu={gpu},sched=vllm-v1,budget={budget},seqs={seqs})",
+                        "kv_link": kv_link})
+    else:
+        raise Unexpressible(f"unknown mode {row.mode!r}")
+    if engine is not None:
+        changes["engine"] = engine
+    if cost_model is not None:
+        changes["cost_model"] = cost_model
+    changes.update(extra or {})
+    try:
+        return RunConfig().replace(**changes)
+    except ConfigError as err:
+        raise Unexpressible(f"refused by the config: {err}") from None
+    except TypeError as err:  # a field this build does not have yet
+        raise Unexpressible(f"not supported by this build: {err}") from None

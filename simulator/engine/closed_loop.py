@@ -1,0 +1,108 @@
+"""Closed-loop load: a fixed number of users, each sending its next request when its last one ends.
+
+This is how serving engines are benchmarked today: ``vllm bench serve --max-concurrency N
+--request-rate inf``, AIPerf's and genai-perf's concurrency mode. N users share one queue of
+requests (the workload's, in order); a user takes the next request as soon as its previous one
+has finished (or was refused), so at most N requests are in flight at any instant and the
+offered load follows the server's speed instead of a clock.
+
+With a finite request rate as well (``--max-concurrency N --request-rate R`` in vLLM), request
+``i`` is *ready* at its arrival time from the workload's arrival process and is sent at the
+later of that time and the moment a user is free (vLLM's semaphore; FIFO, as requests are sent
+in order). Either way a request's ``arrival_at`` becomes the time it was sent: TTFT and E2E
+are measured from there, as the benchmark clients measure them (client-side queueing before
+the send is not part of TTFT).
+
+The process runs inside the SimPy loop: the next send time is the next completion, which no
+one knows in advance. That is why closed-loop runs are never partitioned (one replica at a
+time needs every submit time up front) and why, in a cluster, event skipping takes the next
+event of any kind as its horizon instead of the next arrival (see
+:class:`simulator.engine.cluster.Cluster`). A lone replica keeps its stretches: a stretch
+ends at its first finished request, the only instant a new request can be sent.
+
+Completions reach the process through the run's recorder (:func:`notifying`): every finished
+or refused request frees its user's slot at that simulated instant.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import simpy
+
+from simulator.engine.records import Recorder
+from simulator.workload.request import Request
+
+
+class ClosedLoopClient:
+    """``concurrency`` users sending ``requests`` in order (see the module docstring).
+
+    Invariant: ``num_in_flight`` (sent and neither finished nor refused) never exceeds
+    ``concurrency``; ``max_in_flight`` records the largest value it took.
+    """
+
+    __slots__ = ("env", "concurrency", "num_in_flight", "max_in_flight", "_wakeup")
+
+    def __init__(self, env: simpy.Environment, concurrency: int) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.env = env
+        self.concurrency = concurrency
+        self.num_in_flight = 0
+        self.max_in_flight = 0
+        self._wakeup: simpy.Event | None = None
+
+    def done(self, num: int) -> None:
+        """``num`` requests finished or were refused now: their users are free again."""
+        self.num_in_flight -= num
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.triggered:
+            wakeup.succeed()  # the sender resumes at this instant, after the event that freed it
+
+    def arrivals(self, requests: Sequence[Request], cluster: Any) -> Iterator[simpy.Event]:
+        """The SimPy process: send each request once it is ready and a user is free."""
+        env = self.env
+        for req in requests:
+            ready_at = req.arrival_at
+            if ready_at > env.now:
+                cluster.next_arrival_at = ready_at
+                yield env.timeout(ready_at - env.now)
+            while self.num_in_flight >= self.concurrency:
+                cluster.next_arrival_at = math.inf  # unknown: the next completion
+                self._wakeup = env.event()
+                yield self._wakeup
+            self._wakeup = None
+            self.num_in_flight += 1
+            if self.num_in_flight > self.max_in_flight:
+                self.max_in_flight = self.num_in_flight
+            req.arrival_at = env.now  # sent now: TTFT and E2E count from here
+            cluster.submit(req)  # a refusal calls done(1) before this returns
+        cluster.next_arrival_at = math.inf
+
+
+@functools.cache
+def notifying(recorder_class: type[Recorder]) -> type[Recorder]:
+    """``recorder_class`` that also tells a client (its ``client`` attribute) of every finished
+    or refused request. One class per base, so the hot path's calls stay plain method calls."""
+
+    def on_finish(self: Any, finished: list[Request]) -> None:
+        recorder_class.on_finish(self, finished)
+        self.client.done(len(finished))
+
+    def on_reject(self: Any, req: Request) -> None:
+        recorder_class.on_reject(self, req)
+        self.client.done(1)
+
+    return type(f"Notifying{recorder_class.__name__}", (recorder_class,),
+                {"__slots__": ("client",), "on_finish": on_finish, "on_reject": on_reject})
+
+
+def make_recorder(recorder_class: type[Recorder], client: ClosedLoopClient, **kwargs: Any) -> Recorder:
+    """A recorder of ``recorder_class`` (``kwargs`` as its constructor's) that frees ``client``'s
+    users as requests end."""
+    recorder = notifying(recorder_class)(**kwargs)
+    recorder.client = client  # type: ignore[attr-defined]
+    return recorder

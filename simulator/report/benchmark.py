@@ -1,0 +1,326 @@
+"""A run's figures as serving benchmarks report them (``vllm bench serve``, AIPerf).
+
+Definitions (per request, over the *measured* requests: those sent after the first
+``num_warmup`` and not refused):
+
+- TTFT = first token - send time (client side: queueing inside the server included);
+- TPOT = (E2E - TTFT) / (output tokens - 1), requests with more than one output token;
+- ITL = every gap between consecutive tokens of a request, pooled over requests;
+- E2EL = completion - send time;
+- duration = from the first measured send to the last measured completion; request,
+  output-token and total-token (input + output) throughput are totals over it;
+- request goodput = requests meeting every given SLO (``--goodput ttft:300 tpot:50``, in ms,
+  as vLLM: a request meets an SLO when its value is <= the bound) per second of duration;
+- output tokens/s per GPU = output throughput / GPUs of the deployment, and per user = the
+  mean over requests of 1 / TPOT: the two axes of a serving Pareto chart.
+
+Means, medians, standard deviations and percentiles are numpy's (``np.percentile``'s
+``linear`` method), as vLLM computes them; ITL's come from the run's gap logs without
+expanding them (:func:`simulator.engine.tbt.percentiles`, bit-identical to the expanded call),
+or from the requests' token times when warm-up requests must be left out.
+
+:func:`benchmark_metrics` returns a dict keyed as ``vllm bench serve``'s result JSON
+(``mean_ttft_ms``, ``p99_itl_ms``, ``request_throughput`` ...), plus our own keys for what it
+does not report; :func:`format_vllm` prints it as vLLM's result block; :func:`save_result`
+writes the JSON that ``--save-result`` promises, so scripts written for vLLM's files read ours.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simulator.config.errors import ConfigError
+from simulator.engine.tbt import merged, percentiles
+from simulator.workload.request import RequestColumns
+
+if TYPE_CHECKING:
+    from simulator.engine.cluster import RunResult
+
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")  # the SLO names vLLM accepts
+DEFAULT_PERCENTILES = (99.0,)
+METRICS = (("ttft", "TTFT", "Time to First Token"),
+           ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+           ("itl", "ITL", "Inter-token Latency"),
+           ("e2el", "E2EL", "End-to-end Latency"))
+
+
+def parse_goodput(pairs: Sequence[str] | str | None) -> dict[str, float]:
+    """``--goodput`` pairs (``ttft:300 tpot:50``, milliseconds; space- or comma-separated, in
+    one argument or several) as ``{"ttft": 300.0, ...}``; a bad pair is one clear error."""
+    if pairs is None:
+        return {}
+    text = " ".join([pairs] if isinstance(pairs, str) else pairs)
+    out: dict[str, float] = {}
+    for pair in text.replace(",", " ").split():
+        name, sep, value = pair.partition(":")
+        try:
+            bound = float(value) if sep else math.nan
+        except ValueError:
+            bound = math.nan
+        if name not in GOODPUT_METRICS or not bound >= 0 or math.isinf(bound):
+            raise ConfigError("--goodput", f"expected NAME:MILLISECONDS with NAME one of {', '.join(GOODPUT_METRICS)} "
+                              f"and a non-negative bound, got {pair!r}", "e.g. --goodput 'ttft:300 tpot:50'")
+        out[name] = bound
+    return out
+
+
+def parse_percentiles(text: str | None) -> tuple[float, ...]:
+    """``--metric-percentiles`` as vLLM spells it (``"50,90,99"``); default P99."""
+    if text is None:
+        return DEFAULT_PERCENTILES
+    try:
+        values = tuple(float(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        values = ()
+    if not values or any(not 0 <= p <= 100 for p in values):
+        raise ConfigError("--metric-percentiles", f"expected comma-separated percentiles in [0, 100], got {text!r}",
+                          "e.g. --metric-percentiles 50,90,99")
+    return values
+
+
+def _word(p: float) -> str:
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def _stats(values: np.ndarray, name: str, qs: Sequence[float]) -> dict[str, float]:
+    """mean/median/std/percentiles of a sample in ms, keyed as vLLM keys them (0 when empty, as vLLM)."""
+    ms = values * 1000 if len(values) else np.zeros(1)
+    out = {f"mean_{name}_ms": float(np.mean(ms)), f"median_{name}_ms": float(np.median(ms)),
+           f"std_{name}_ms": float(np.std(ms))}
+    for p, v in zip(qs, np.percentile(ms, list(qs)), strict=True):
+        out[f"p{_word(p)}_{name}_ms"] = float(v)
+    return out
+
+
+def _weighted_stats(values: np.ndarray, counts: np.ndarray, name: str, qs: Sequence[float]) -> dict[str, float]:
+    """:func:`_stats` of ``values`` repeated ``counts`` times (sorted distinct values), unexpanded."""
+    n = int(counts.sum()) if len(counts) else 0
+    if n == 0:
+        return _stats(np.zeros(0), name, qs)
+    ms = values * 1000
+    weights = counts.astype(np.float64)
+    mean = float(np.dot(ms, weights) / n)
+    out = {f"mean_{name}_ms": mean, f"median_{name}_ms": percentiles(ms, counts, [50.0])[0],
+           f"std_{name}_ms": float(math.sqrt(max(float(np.dot((ms - mean) ** 2, weights)) / n, 0.0)))}
+    for p, v in zip(qs, percentiles(ms, counts, qs), strict=True):
+        out[f"p{_word(p)}_{name}_ms"] = v
+    return out
+
+
+def max_in_flight(sent_at: np.ndarray, ended_at: np.ndarray) -> int:
+    """The most requests in flight at once, each over ``[sent, ended)`` (an end before a
+    start at the same instant: the slot is free again)."""
+    if len(sent_at) == 0:
+        return 0
+    times = np.concatenate([ended_at, sent_at])
+    deltas = np.concatenate([-np.ones(len(ended_at), dtype=np.int64), np.ones(len(sent_at), dtype=np.int64)])
+    order = np.lexsort((deltas, times))  # by time, ends (-1) first
+    return int(np.cumsum(deltas[order]).max())
+
+
+def _token_times(result: RunResult) -> list[Any] | None:
+    """Each request's token times (arrays), or None where the run did not keep them."""
+    reqs = result.requests
+    if isinstance(reqs, RequestColumns):
+        column = reqs.columns.get("token_times")
+        return None if column is None else list(column)
+    times = [r.token_times for r in reqs]
+    return None if any(t is None for t in times) else times
+
+
+def _itl_distribution(result: RunResult, measured: np.ndarray, num_warmup: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Sorted distinct gaps and their counts over the measured requests, and whether they
+    leave the warm-up requests out (with no warm-up the replicas' gap logs are exact)."""
+    if num_warmup == 0:
+        values, counts, _ = merged(result.tbt)
+        return values, counts, True
+    times = _token_times(result)
+    if times is None:  # no token times: the gap logs, warm-up gaps included
+        values, counts, _ = merged(result.tbt)
+        return values, counts, False
+    gaps = [np.diff(np.frombuffer(times[i], dtype=np.float64)) for i in np.flatnonzero(measured)]
+    if not gaps:
+        return np.zeros(0), np.zeros(0, dtype=np.int64), True
+    values, counts = np.unique(np.concatenate(gaps), return_counts=True)
+    return values, counts, True
+
+
+def num_gpus(result: RunResult) -> int:
+    """GPUs of the deployment the run simulated (both pools of a disaggregated one)."""
+    disagg = result.extra.get("disagg")
+    if disagg is not None:
+        return int(disagg["num_gpus"])
+    return result.config.replica.num_gpus * result.config.num_replicas
+
+
+def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms: dict[str, float] | None = None,
+                      percentiles_: Sequence[float] = DEFAULT_PERCENTILES) -> dict[str, Any]:
+    """The run's benchmark figures (module docstring), keyed as ``vllm bench serve``'s JSON.
+    ``cols``: :func:`simulator.report.metrics.request_columns` of the run."""
+    workload = result.config.workload
+    num_warmup = int(getattr(workload, "num_warmup", 0) or 0)
+    status = cols["status"]
+    measured = cols["request_id"] >= num_warmup
+    done = measured & (status == "finished")
+    failed = measured & (status == "rejected")
+    sent = cols["arrival_at"][measured]
+    ends = cols["completed_at"][done]
+    start = float(sent.min()) if len(sent) else 0.0
+    end = float(ends.max()) if len(ends) else start
+    duration = max(end - start, 1e-12)
+    out_tokens = cols["num_output_tokens"][done]
+    in_tokens = cols["num_prompt_tokens"][done]
+    ttft, e2el = cols["ttft_s"][done], cols["e2e_s"][done]
+    tpot_all = np.where(out_tokens > 1, cols["tpot_s"][done], 0.0)  # vLLM: 0 for one-token outputs (goodput)
+    tpot = cols["tpot_s"][done][out_tokens > 1]
+    gpus = num_gpus(result)
+    completed = int(done.sum())
+    total_output = int(out_tokens.sum())
+    out: dict[str, Any] = {
+        "duration": duration,
+        "completed": completed,
+        "failed": int(failed.sum()),
+        "total_input_tokens": int(in_tokens.sum()),
+        "total_output_tokens": total_output,
+        "request_throughput": completed / duration,
+        "request_goodput": None,
+        "output_throughput": total_output / duration,
+        "total_token_throughput": (int(in_tokens.sum()) + total_output) / duration,
+    }
+    if goodput_ms:
+        good = np.ones(completed, dtype=bool)
+        for name, values in (("ttft", ttft), ("tpot", tpot_all), ("e2el", e2el)):
+            if name in goodput_ms:
+                good &= goodput_ms[name] / 1000 >= values
+        out["request_goodput"] = int(good.sum()) / duration
+    sent_all = cols["arrival_at"][done]
+    out["max_concurrent_requests"] = max_in_flight(sent_all, ends)
+    out.update(_stats(ttft, "ttft", percentiles_))
+    out.update(_stats(tpot, "tpot", percentiles_))
+    values, counts, itl_measured = _itl_distribution(result, done, num_warmup)
+    out.update(_weighted_stats(values, counts, "itl", percentiles_))
+    out.update(_stats(e2el, "e2el", percentiles_))
+    # Ours (vLLM has no key for them): the Pareto axes, the deployment and the load.
+    speed = 1.0 / tpot[tpot > 0] if len(tpot) else np.zeros(0)
+    out["num_gpus"] = gpus
+    out["output_throughput_per_gpu"] = total_output / duration / gpus
+    out["output_throughput_per_user"] = float(speed.mean()) if len(speed) else math.nan
+    out["num_warmup"] = num_warmup
+    out["itl_excludes_warmup"] = itl_measured
+    out["goodput_slos_ms"] = dict(goodput_ms or {})
+    return out
+
+
+def load_settings(result: RunResult) -> dict[str, Any]:
+    """The load a run simulated, under the names ``vllm bench serve`` saves them."""
+    w = result.config.workload
+    concurrency = getattr(w, "concurrency", None)
+    rate: float = math.inf if w.arrival == "burst" else float(w.qps)
+    burstiness = 1.0 / w.cv**2 if w.arrival == "gamma" else 1.0
+    return {"backend": "servesim", "model_id": result.config.replica.model, "num_prompts": w.num_requests,
+            "request_rate": "inf" if math.isinf(rate) else rate, "burstiness": burstiness,
+            "max_concurrency": concurrency}
+
+
+def format_vllm(metrics: dict[str, Any], settings: dict[str, Any] | None = None,
+                percentiles_: Sequence[float] = DEFAULT_PERCENTILES) -> str:
+    """``metrics`` as the result block ``vllm bench serve`` prints (labels 40 wide), with our
+    per-GPU and per-user lines after its throughput lines."""
+    lines = [f"{' Serving Benchmark Result ':=^50}"]
+
+    def row(label: str, value: Any, fmt: str = "") -> None:
+        lines.append(f"{label:<40} {format(value, fmt):<10}".rstrip())
+
+    row("Successful requests:", metrics["completed"])
+    row("Failed requests:", metrics["failed"])
+    settings = settings or {}
+    if settings.get("max_concurrency") is not None:
+        row("Maximum request concurrency:", settings["max_concurrency"])
+    if settings.get("request_rate") not in (None, "inf"):
+        row("Request rate configured (RPS):", settings["request_rate"], ".2f")
+    if metrics.get("num_warmup"):
+        row("Warm-up requests (excluded):", metrics["num_warmup"])
+    row("Benchmark duration (s):", metrics["duration"], ".2f")
+    row("Total input tokens:", metrics["total_input_tokens"])
+    row("Total generated tokens:", metrics["total_output_tokens"])
+    row("Request throughput (req/s):", metrics["request_throughput"], ".2f")
+    if metrics.get("request_goodput") is not None:
+        row("Request goodput (req/s):", metrics["request_goodput"], ".2f")
+    row("Output token throughput (tok/s):", metrics["output_throughput"], ".2f")
+    row("Peak concurrent requests:", metrics["max_concurrent_requests"], ".2f")
+    row("Total Token throughput (tok/s):", metrics["total_token_throughput"], ".2f")
+    row(f"Output tok/s per GPU ({metrics['num_gpus']} GPUs):", metrics["output_throughput_per_gpu"], ".2f")
+    row("Output tok/s per user (mean 1/TPOT):", metrics["output_throughput_per_user"], ".2f")
+    for key, name, header in METRICS:
+        lines.append(f"{header:-^50}")
+        row(f"Mean {name} (ms):", metrics[f"mean_{key}_ms"], ".2f")
+        row(f"Median {name} (ms):", metrics[f"median_{key}_ms"], ".2f")
+        for p in percentiles_:
+            row(f"P{_word(p)} {name} (ms):", metrics[f"p{_word(p)}_{key}_ms"], ".2f")
+    lines.append("=" * 50)
+    if metrics.get("num_warmup") and not metrics.get("itl_excludes_warmup", True):
+        lines.append("note: ITL includes the warm-up requests' gaps (the run kept no token times)")
+    return "\n".join(lines)
+
+
+def per_request_lists(result: RunResult, cols: dict[str, np.ndarray]) -> dict[str, list]:
+    """The per-request lists of vLLM's JSON over the measured requests (send order):
+    ``input_lens``, ``output_lens`` (0 for a refused request), ``ttfts``, ``latencies``,
+    ``start_times`` (seconds), ``errors`` ('' or the refusal), and ``itls`` (each request's
+    gaps) where the run kept token times."""
+    num_warmup = int(getattr(result.config.workload, "num_warmup", 0) or 0)
+    measured = np.flatnonzero(cols["request_id"] >= num_warmup)
+    ok = cols["status"][measured] == "finished"
+
+    def seconds(name: str) -> list[float | None]:
+        return [float(v) if good else None for v, good in zip(cols[name][measured].tolist(), ok, strict=True)]
+
+    out: dict[str, list] = {
+        "input_lens": cols["num_prompt_tokens"][measured].tolist(),
+        "output_lens": np.where(ok, cols["num_output_tokens"][measured], 0).tolist(),
+        "ttfts": seconds("ttft_s"),
+        "latencies": seconds("e2e_s"),
+        "start_times": cols["arrival_at"][measured].tolist(),
+        "errors": [str(e) for e in cols["reject_reason"][measured].tolist()],
+    }
+    times = _token_times(result)
+    if times is not None:
+        out["itls"] = [np.diff(np.frombuffer(times[i], dtype=np.float64)).tolist() for i in measured.tolist()]
+    return out
+
+
+def result_json(result: RunResult, metrics: dict[str, Any], cols: dict[str, np.ndarray],
+                date: str | None = None) -> dict[str, Any]:
+    """The document ``--save-result`` writes: vLLM's keys (settings, figures, per-request lists)."""
+    doc: dict[str, Any] = {"date": date or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")}
+    doc.update(load_settings(result))
+    doc.update(metrics)
+    doc.update(per_request_lists(result, cols))
+    return doc
+
+
+def save_result(path: Path, document: dict[str, Any]) -> None:
+    """Write ``document`` as JSON (NaN and infinity as null), through a temporary file."""
+    from simulator.report.output import jsonable
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(jsonable(document), indent=2) + "\n")
+    tmp.replace(path)
+
+
+def check_result_path(path: Path) -> None:
+    """Refuse, before any work, a ``--save-result`` path that cannot be written as a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError("--save-result", f"{path} is a folder", "pass a file path, e.g. result.json")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError("--save-result", f"folder {parent} does not exist", "create it or pass another path")

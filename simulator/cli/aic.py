@@ -1,0 +1,27 @@
+"""``simulate import-aiconfigurator``: NVIDIA AIConfigurator's kernel tables as tidy files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simulator.cli.app import app
+
+
+@app.command("import-aiconfigurator")
+def import_aiconfigurator(
+    gpu: Annotated[str, typer.Option(help="Catalog GPU (h100-sxm, b200, ...) or AIConfigurator system (h100_sxm, gb300, ...).")],
+    out: Annotated[Path, typer.Option(help="Folder for the tidy tables (one file per backend).")],
+    backend: Annotated[list[str] | None, typer.Option(help="vllm, sglang or trtllm; repeat for several (default: all three).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="parquet or csv.")] = "parquet",
+    data: Annotated[Path | None, typer.Option(help="The database folder (default ../shared/data/profiles/aiconfigurator).")] = None,
+) -> None:
+    """Turn one system's AIConfigurator tables (GEMM, attention, MLA, MoE, all-reduce) into one tidy
+    table per backend and version: system, backend, version, family, table, kernel_source, dtype,
+    the table's keys and latency_s (seconds per call on one GPU)."""
+    from simulator.costmodel.aic.tables import BACKENDS, write_tidy
+
+    for path in write_tidy(gpu, tuple(backend or BACKENDS), out, fmt, data):
+        typer.echo(str(path))

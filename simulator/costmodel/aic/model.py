@@ -1,0 +1,544 @@
+"""Kernel cost model priced from AIConfigurator's measured kernel tables (``--kernels vllm|sglang|trtllm``).
+
+Same interface and contract as :class:`~simulator.costmodel.roofline.RooflineCostModel` (a
+:class:`~simulator.costmodel.base.TabulatedCostModel`), for one GPU's system and one engine
+backend's tables (:mod:`simulator.costmodel.aic.tables`). Every op of an iteration comes from a
+measurement where the tables have one:
+
+- **GEMMs** (QKV, output, gate/up, down, router, shared experts, LM head, MLA projections) by
+  ``(m, n, k, dtype)``: for each weight shape the four nearest measured ``(n, k)`` shapes are
+  blended log-log, giving a latency curve over ``m`` (tokens) that is interpolated log-log;
+- **prefill attention** by (batch, prompt length, heads, KV heads, head dim, KV dtype): a
+  batch of chunks is priced as ``num_prefills`` sequences of the length whose causal
+  query-key pairs equal the batch's (``isl (isl + 1) / 2 = pairs / num_prefills``);
+- **decode attention** by (batch, KV length, ...): for ``n`` decodes, the measured latencies
+  at ``n`` (log-interpolated between batch sizes) over KV lengths become a piecewise-linear
+  function of the batch's total KV tokens (built once per ``n``, a bisect per iteration);
+- **MLA** (DeepSeek) attention cores from the ``context_mla`` / ``generation_mla`` tables;
+- **fused MoE** by (tokens, hidden, intermediate, top-k, experts, moe_tp, moe_ep, dtype,
+  routing distribution), the measured kernel including routing, activation and permutation;
+- **TP all-reduce** from the engine's own custom all-reduce table (CUDA-graph variant where
+  measured) by message size.
+
+Element-wise ops follow the backend: a fused residual-add + RMSNorm twice a layer and the
+gated activation everywhere; rotary a separate kernel in vLLM and SGLang, fused into the
+attention kernel in TensorRT-LLM. They have no tables; they are priced as AIConfigurator
+prices them, ``bytes / (mem_bw * 0.8) + 3 us`` with the system file's constants.
+
+**Past the grid** (more tokens than measured, longer contexts, shapes outside the measured
+``n``/``k``), a value is the edge measurement scaled by the roofline's growth
+(:func:`~simulator.costmodel.aic.interp.anchored`); iterations that needed that are counted in
+``num_extrapolations`` (per op in ``extrapolations_by_op``) as for a learned model. Where a
+table has no rows at all for the run (a dtype, MLA for a backend, a TP degree), the op is
+priced by the roofline and one line says so (``notes``, printed once per process).
+
+Everything is precomputed at load onto the token grid of :class:`TabulatedCostModel` and onto
+per-batch-size curves; the per-iteration path does list lookups, a bisect and a few
+multiply-adds, never pandas.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from bisect import bisect_right
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig
+from simulator.costmodel.aic import tables as T
+from simulator.costmodel.aic.interp import Grid2D, anchored, isotonic, loglog
+from simulator.costmodel.base import BatchShape, TabulatedCostModel
+from simulator.costmodel.moe import mla_projections, moe_token_ops
+from simulator.costmodel.roofline import RooflineCostModel
+
+# Run dtypes (ReplicaConfig.dtype / kv_cache_dtype) -> the tables' dtype names. Unknown names
+# pass through unchanged, so a precision added to the run config finds its rows by its own name.
+GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int4": "int4_wo", "fp8-block": "fp8_block",
+               "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
+MOE_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int4": "int4_wo", "fp8-block": "fp8_block",
+              "fp8_block": "fp8_block", "nvfp4": "nvfp4", "mxfp4": "w4a16_mxfp4"}
+KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
+# Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).
+SEPARATE_ROTARY = {"vllm": True, "sglang": True, "trtllm": False}
+MS = 1e-3  # the tables' milliseconds -> seconds
+
+_printed: set[str] = set()
+
+
+def _note_once(line: str) -> None:
+    """A table gap, on stderr once per process (no traceback: the run goes on, priced by the roofline)."""
+    if line not in _printed:
+        _printed.add(line)
+        print(f"note: {line}", file=sys.stderr)
+
+
+class TableCostModel(TabulatedCostModel):
+    """Kernel model from one system's AIConfigurator tables for one backend (see the module docstring)."""
+
+    def __init__(self, replica: ReplicaConfig, backend: str, root: str | Path | None = None,
+                 table_tokens: int = 16384, quiet: bool = False) -> None:
+        super().__init__(replica)
+        if backend not in T.BACKENDS:
+            raise ConfigError("kernels", f"unknown kernel tables {backend!r}", f"use one of {', '.join(T.KERNEL_CHOICES)}")
+        self.backend = backend
+        self.root = root
+        self.system = T.system_for(replica.gpu)
+        T.data_root(root)
+        self.name = f"tables:{backend}"
+        self.rf = rf = RooflineCostModel(replica, table_tokens=1)
+        # What the shared MoE/MLA helpers read from a kernel model (the roofline's geometry).
+        for attr in ("dtype_bytes", "heads_per_gpu", "kv_heads_per_gpu", "q_per_gpu", "kv_per_gpu", "ffn_per_gpu",
+                     "kv_bytes_per_token", "weight_bytes", "dense_fraction", "sliding_fraction", "sliding_window",
+                     "mla", "topology", "tp_link_bytes_per_s", "gemm_peak_flops", "gemm_knee_scale"):
+            setattr(self, attr, getattr(rf, attr))
+        self.notes: list[str] = []
+        self.roofline_ops: list[str] = []
+        self.versions: dict[str, str] = {}
+        self.num_extrapolations = 0
+        self.extrapolations_by_op: dict[str, int] = {}
+        spec = T.system_spec(self.system, root)
+        self._ew_bw = spec.get("mem_bw", self.gpu.hbm_bytes_per_s) * spec.get("mem_bw_empirical_scaling_factor", 0.8)
+        self._ew_floor = spec.get("mem_empirical_constant_latency", 3e-6)
+        self._gemm_dtype = GEMM_DTYPES.get(replica.dtype, replica.dtype)
+        self._kv_dtype = KV_DTYPES.get(replica.kv_cache_dtype, replica.kv_cache_dtype)
+        self._gemm_curves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._decode_curves: dict[int, tuple[list[float], list[float], list[float], float]] = {}
+        self._load_gemm()
+        self._load_attention()
+        self._load_moe()
+        self._load_allreduce()
+        self.source = T.describe(replica.gpu, backend, root)
+        # Largest token count every token op was measured at: past it, an iteration extrapolates.
+        self._max_tokens = min(self._gemm_max_m, self._moe_max_tokens, self._ar_max_tokens)
+        self.cal = replace(rf.cal, allreduce_latency_s=self._ar_latency_s,
+                           source=f"{rf.cal.source}; all-reduce latency from the {backend} tables")
+        self._build_tables(table_tokens + 1)
+        if not quiet:
+            for line in self.notes:
+                _note_once(line)
+
+    # -- bookkeeping -------------------------------------------------------------------------------------
+    def _lack(self, op: str, what: str) -> None:
+        self.roofline_ops.append(op)
+        self.notes.append(f"{self.backend} tables of {self.system} have {what}: {op} priced by the roofline")
+
+    def _count(self, op: str, k: int = 1) -> None:
+        if self._quiet or k <= 0:
+            return
+        self.num_extrapolations += k
+        self.extrapolations_by_op[op] = self.extrapolations_by_op.get(op, 0) + k
+
+    # -- GEMM --------------------------------------------------------------------------------------------
+    def _load_gemm(self) -> None:
+        self._gemm_index: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._gemm_max_m = math.inf
+        ref = T.find_table(self.system, self.backend, "gemm", self.root)
+        src = T.pick_source(ref, self._gemm_dtype) if ref is not None else None
+        if src is None:
+            have = ", ".join(T.dtypes_of(ref)) if ref is not None else "none"
+            self._lack("gemm", f"no GEMM rows for dtype {self._gemm_dtype} (have: {have})")
+            return
+        self.versions["gemm"] = ref.version
+        self.gemm_source = src
+        d = T.read_table(ref, ("m", "n", "k", "latency"), (("gemm_dtype", "==", self._gemm_dtype),
+                                                          ("kernel_source", "==", src)))
+        mm, nn, kk, lat = d["m"].astype(np.int64), d["n"].astype(np.int64), d["k"].astype(np.int64), d["latency"]
+        order = np.lexsort((mm, kk, nn))
+        mm, nn, kk, lat = mm[order], nn[order], kk[order], lat[order]
+        bounds = np.flatnonzero((np.diff(nn) != 0) | (np.diff(kk) != 0)) + 1
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(mm)], strict=True):
+            ms, idx = np.unique(mm[lo:hi], return_index=True)  # one row per m (first wins on duplicates)
+            self._gemm_index[int(nn[lo]), int(kk[lo])] = (ms.astype(np.float64), lat[lo:hi][idx] * MS)
+        self._gemm_n = np.array(sorted({n for n, _ in self._gemm_index}), dtype=np.float64)
+        self._gemm_k = np.array(sorted({k for _, k in self._gemm_index}), dtype=np.float64)
+        self._gemm_max_m = float(min(v[0][-1] for v in self._gemm_index.values()))
+
+    def gemm_curve(self, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Latency (s) over measured ``m`` of ``[m, k] @ [k, n]``: log-log blend of the nearest
+        measured ``(n, k)``; shapes outside the measured ``n``/``k`` range scaled by the roofline."""
+        key = (int(k), int(n))
+        found = self._gemm_curves.get(key)
+        if found is not None:
+            return found
+        ns, ks = self._gemm_n, self._gemm_k
+        nc, kc = float(np.clip(n, ns[0], ns[-1])), float(np.clip(k, ks[0], ks[-1]))
+
+        def bracket(grid: np.ndarray, x: float) -> tuple[float, float, float]:
+            i = int(np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 1))
+            if grid[i] == x or i == len(grid) - 1:
+                return float(grid[i]), float(grid[i]), 0.0
+            return float(grid[i]), float(grid[i + 1]), (math.log(x) - math.log(grid[i])) / (math.log(grid[i + 1]) - math.log(grid[i]))
+
+        n0, n1, wn = bracket(ns, nc)
+        k0, k1, wk = bracket(ks, kc)
+        corners = [(n0, k0), (n0, k1), (n1, k0), (n1, k1)]
+        if any((int(a), int(b)) not in self._gemm_index for a, b in corners):  # a hole: the nearest measured shape
+            near = min(self._gemm_index, key=lambda p: (math.log(p[0] / nc)) ** 2 + (math.log(p[1] / kc)) ** 2)
+            nc, kc = float(near[0]), float(near[1])
+            n0 = n1 = nc
+            k0 = k1 = kc
+            wn = wk = 0.0
+        ms = self._gemm_index[int(n0), int(k0)][0]
+        curves = {c: loglog(*self._gemm_index[int(c[0]), int(c[1])], ms) for c in set(corners if wn or wk else [(n0, k0)])}
+        if wn == 0.0 and wk == 0.0:
+            ts = curves[n0, k0]
+        else:
+            lg = {c: np.log(v) for c, v in curves.items()}
+            low = lg[n0, k0] + wk * (lg[n0, k1] - lg[n0, k0])
+            high = lg[n1, k0] + wk * (lg[n1, k1] - lg[n1, k0])
+            ts = np.exp(low + wn * (high - low))
+        if (nc, kc) != (float(n), float(k)):
+            ts = anchored(ts, self.rf.gemm(ms, k, n), self.rf.gemm(ms, int(kc), int(nc)))
+        ts = isotonic(ts)  # weakly increasing in m (a library's tiling switches aside)
+        self._gemm_curves[key] = (ms, ts)
+        return ms, ts
+
+    def gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
+        """Time of ``[tokens, k] @ [k, n]`` (the roofline's signature), from the tables."""
+        t = np.asarray(tokens, dtype=np.float64)
+        if not self._gemm_index or n <= 0 or k <= 0:
+            return self.rf.gemm(t, k, n)
+        ms, ts = self.gemm_curve(k, n)
+        out = loglog(ms, ts, np.maximum(t, 1.0))
+        over = t > ms[-1]
+        if over.any():
+            out[over] = anchored(ts[-1], self.rf.gemm(t[over], k, n), self.rf.gemm(ms[-1:], k, n))
+        return np.where(t > 0, out, 0.0)
+
+    # -- element-wise (no tables: AIConfigurator's analytic form) ---------------------------------------------
+    def elementwise(self, tokens: np.ndarray, bytes_per_token: float, kernels: int = 1,
+                    eff: float | None = None) -> np.ndarray:
+        t = np.asarray(tokens, dtype=np.float64)
+        return np.where(t > 0, t * bytes_per_token / self._ew_bw + kernels * self._ew_floor, 0.0)
+
+    # -- all-reduce --------------------------------------------------------------------------------------
+    def _load_allreduce(self) -> None:
+        self._ar = None
+        self._ar_max_tokens = math.inf
+        self._ar_latency_s = self.rf.cal.allreduce_latency_s
+        tp = self.replica.tp
+        if tp == 1:
+            return
+        ref = T.find_table(self.system, self.backend, "custom_allreduce", self.root)
+        if ref is None:
+            self._lack("tp_all_reduce", "no custom all-reduce table")
+            return
+        d = T.read_table(ref, ("kernel_source", "num_gpus", "message_size", "latency"),
+                         (("allreduce_dtype", "==", "bfloat16"), ("num_gpus", "==", tp)))
+        if len(d["latency"]) == 0:
+            self._lack("tp_all_reduce", f"no all-reduce rows for {tp} GPUs")
+            return
+        src = T.pick_source(ref, "bfloat16", (("num_gpus", "==", tp),))
+        keep = d["kernel_source"] == src
+        msg, idx = np.unique(d["message_size"][keep].astype(np.float64), return_index=True)
+        lat = d["latency"][keep][idx] * MS
+        self._ar = (msg, isotonic(lat))
+        self.allreduce_source = src
+        self.versions["comm"] = ref.version
+        self._ar_max_tokens = float(msg[-1] / self.model.hidden_size)
+        self._ar_latency_s = float(lat[0])
+
+    def all_reduce(self, tokens: np.ndarray) -> np.ndarray:
+        t = np.asarray(tokens, dtype=np.float64)
+        if self.replica.tp == 1:
+            return np.zeros_like(t)
+        if self._ar is None:
+            return self.rf.all_reduce(t)
+        msg, lat = self._ar
+        elems = t * self.model.hidden_size
+        out = loglog(msg, lat, np.maximum(elems, 1.0))
+        over = elems > msg[-1]
+        if over.any():
+            edge_tokens = np.array([msg[-1] / self.model.hidden_size])
+            out[over] = anchored(lat[-1], self.rf.all_reduce(t[over]), self.rf.all_reduce(edge_tokens))
+        return np.where(t > 0, out, 0.0)
+
+    # -- MoE ---------------------------------------------------------------------------------------------
+    def _load_moe(self) -> None:
+        self._moe = None
+        self._moe_max_tokens = math.inf
+        m, r = self.model, self.replica
+        if not m.is_moe:
+            return
+        ref = T.find_table(self.system, self.backend, "moe", self.root)
+        dtype = MOE_DTYPES.get(r.dtype, r.dtype)
+        if ref is None:
+            self._lack("moe_experts", "no MoE table")
+            return
+        moe_tp, moe_ep = r.tp // r.ep, r.ep
+        shape = (("hidden_size", "==", m.hidden_size), ("inter_size", "==", m.expert_ffn_size),
+                 ("topk", "==", m.num_experts_per_tok), ("num_experts", "==", m.num_experts))
+        src = T.pick_source(ref, dtype, shape)
+        if src is None:
+            self._lack("moe_experts", f"no MoE rows for {m.name}'s expert shape in dtype {dtype}")
+            return
+        dist = "balanced" if r.moe_imbalance <= 1.0 else "power_law_1.2"
+        d = T.read_table(ref, ("num_tokens", "latency"),
+                         (*shape, ("moe_dtype", "==", dtype), ("kernel_source", "==", src),
+                          ("moe_tp_size", "==", moe_tp), ("moe_ep_size", "==", moe_ep), ("distribution", "==", dist)))
+        if len(d["latency"]) < 2:
+            self._lack("moe_experts", f"no MoE rows for moe_tp={moe_tp} x moe_ep={moe_ep} ({dist}, {dtype})")
+            return
+        toks, idx = np.unique(d["num_tokens"].astype(np.float64), return_index=True)
+        self._moe = (toks, isotonic(d["latency"][idx] * MS))
+        self.moe_source = src
+        self.versions["moe"] = ref.version
+        self._moe_max_tokens = float(toks[-1])
+
+    def _moe_experts(self, t: np.ndarray, roofline_experts: np.ndarray) -> np.ndarray:
+        toks, lat = self._moe
+        out = loglog(toks, lat, np.maximum(t, 1.0))
+        over = t > toks[-1]
+        if over.any():
+            edge = moe_token_ops(self.rf, toks[-1:])["moe_experts"]
+            out[over] = anchored(lat[-1], roofline_experts[over], edge)
+        return np.where(t > 0, out, 0.0)
+
+    # -- attention ---------------------------------------------------------------------------------------
+    def _attention_rows(self, table: str, mla: bool) -> tuple[dict[str, np.ndarray] | None, str]:
+        """The rows of ``table`` for this model's per-GPU attention shape, or (None, why not)."""
+        ref = T.find_table(self.system, self.backend, table, self.root)
+        if ref is None:
+            return None, f"no {table} table"
+        if mla:
+            flt = (("num_heads", "==", self.heads_per_gpu), ("kv_cache_dtype", "==", self._kv_dtype))
+            dtype = "bfloat16"
+        else:
+            flt = (("num_heads", "==", self.heads_per_gpu), ("num_key_value_heads", "==", self.kv_heads_per_gpu),
+                   ("head_dim", "==", self.model.head_dim), ("kv_cache_dtype", "==", self._kv_dtype))
+            dtype = "bfloat16"
+        src = T.pick_source(ref, dtype, flt)
+        if src is None:
+            shape = (f"{self.heads_per_gpu} heads" if mla else
+                     f"{self.heads_per_gpu} heads / {self.kv_heads_per_gpu} KV heads / head dim {self.model.head_dim}")
+            return None, f"no {table} rows for {shape} with {self._kv_dtype} KV"
+        cols = ("batch_size", "isl", "step", "window_size", "latency")
+        d = T.read_table(ref, cols, (*flt, (T.DTYPE_COLUMN[table], "==", dtype), ("kernel_source", "==", src)))
+        if d["window_size"] is not None:  # full attention rows (sliding windows are capped below)
+            keep = d["window_size"] == 0
+            d = {k: (v[keep] if isinstance(v, np.ndarray) and v.shape == keep.shape else v) for k, v in d.items()}
+        self.versions["attention" if not mla else "mla"] = ref.version
+        return d, src
+
+    def _grid(self, d: dict[str, np.ndarray], decode: bool) -> Grid2D:
+        batch = d["batch_size"].astype(np.float64)
+        length = d["isl"].astype(np.float64) + (d["step"].astype(np.float64) if decode else 0.0)
+        lat = d["latency"] * MS
+        rf = self.rf
+        if decode:
+            def roof(b: float, s: np.ndarray) -> np.ndarray:
+                return np.array([rf._attention_decode(float(b) * float(x), int(round(b))) for x in np.atleast_1d(s)])
+        else:
+            def roof(b: float, s: np.ndarray) -> np.ndarray:
+                return np.array([rf._attention_prefill(float(b) * x * (x + 1) / 2, float(b) * x, int(round(b * x)))
+                                 for x in np.atleast_1d(s)])
+        rows = []
+        for b in np.unique(batch):
+            sel = batch == b
+            xs, idx = np.unique(length[sel], return_index=True)
+            rows.append((xs, lat[sel][idx]))
+        return Grid2D([float(b) for b in np.unique(batch)], rows, roof)
+
+    def _load_attention(self) -> None:
+        mla = self.mla
+        self._decode_grid = self._prefill_grid = None
+        for phase in ("generation", "context"):
+            table = f"{phase}_mla" if mla else f"{phase}_attention"
+            d, why = self._attention_rows(table, mla)
+            op = "attn_decode" if phase == "generation" else "attn_prefill"
+            if d is None or len(d["latency"]) < 4:
+                self._lack(op, why if d is None else f"too few {table} rows")
+                continue
+            grid = self._grid(d, decode=phase == "generation")
+            if phase == "generation":
+                self._decode_grid, self.decode_source = grid, why
+            else:
+                self._prefill_grid, self.prefill_source = grid, why
+                self._prefill_max_isl = float(grid.b[-1])
+
+    def _prefill_one(self, pairs: float, num_prefills: int, num_tokens: int, kv_tokens: float) -> float:
+        if self._prefill_grid is None:
+            return self.rf._attention_prefill(pairs, kv_tokens, num_tokens)
+        isl = (math.sqrt(1.0 + 8.0 * pairs / num_prefills) - 1.0) / 2.0
+        value, extrapolated = self._prefill_grid.at(float(num_prefills), isl)
+        if extrapolated:
+            self._count("attn_prefill")
+        return value
+
+    def attention_prefill(self, shape: BatchShape) -> float:
+        if shape.num_prefills == 0:
+            return 0.0
+        t = self._prefill_one(shape.prefill_attn_pairs, shape.num_prefills, shape.num_prefill_tokens,
+                              shape.prefill_kv_tokens)
+        if self.sliding_fraction:  # window layers: each query sees at most `window` keys
+            w = self.sliding_window
+            local = self._prefill_one(min(shape.prefill_attn_pairs, shape.num_prefill_tokens * w), shape.num_prefills,
+                                      shape.num_prefill_tokens,
+                                      min(shape.prefill_kv_tokens, shape.num_prefill_tokens + shape.num_prefills * w))
+            t += self.sliding_fraction * (local - t)
+        return t
+
+    def decode_attention_curve(self, n: int) -> tuple[list[float], list[float], list[float]]:
+        """Decode attention of ``n`` sequences as a piecewise-linear function of their total KV
+        tokens ``x``: ``f(x) = fs[j] + (x - xs[j]) * slopes[j]`` with ``j = bisect_right(xs, x) - 1``
+        (``xs[0] = 0``). The scalar path evaluates exactly this; a stretch pricer may too."""
+        c = self._decode_curves.get(n)
+        if c is None:
+            c = self._decode_curves[n] = self._build_decode_curve(n)
+        return c[0], c[1], c[2]
+
+    def _build_decode_curve(self, n: int) -> tuple[list[float], list[float], list[float], float]:
+        rf = self.rf
+        if self._decode_grid is None:  # roofline: linear in KV tokens for plain attention; sampled otherwise
+            s = np.unique(np.r_[np.geomspace(1, 1 << 21, 43).round(), 1 << 22])
+            vals, limit = np.array([rf._attention_decode(float(n * x), n) for x in s]), math.inf
+        else:
+            s = self._decode_grid.b
+            vals, limit, beyond = self._decode_grid.row(float(n))
+            if beyond:
+                limit = 0.0
+        vals = isotonic(np.asarray(vals, dtype=np.float64))
+        xs = [0.0, *(float(n) * s).tolist()]
+        fs = [float(vals[0]), *vals.tolist()]
+        # Past the last knot: the roofline's slope, scaled to meet the last value.
+        edge, more = rf._attention_decode(xs[-1], n), rf._attention_decode(2 * xs[-1], n)
+        last_slope = fs[-1] * (more - edge) / edge / xs[-1] if edge > 0 else 0.0
+        slopes = [(fs[j + 1] - fs[j]) / (xs[j + 1] - xs[j]) if xs[j + 1] > xs[j] else 0.0 for j in range(len(xs) - 1)]
+        slopes.append(last_slope)
+        if self.sliding_fraction:  # f + frac * (f(min(x, n w)) - f): piecewise linear on the union of knots
+            cap, frac = float(n * self.sliding_window), self.sliding_fraction
+
+            def full(x: float) -> float:
+                j = bisect_right(xs, x) - 1
+                return fs[j] + (x - xs[j]) * slopes[j]
+
+            knots = sorted(set(xs) | {cap})
+            vals2 = []
+            for x in knots:
+                f = full(x)
+                vals2.append(f + frac * (full(min(x, cap)) - f))
+            slopes2 = [(vals2[j + 1] - vals2[j]) / (knots[j + 1] - knots[j]) for j in range(len(knots) - 1)]
+            slopes2.append((1.0 - frac) * last_slope if cap <= knots[-1] else last_slope)
+            xs, fs, slopes = knots, vals2, slopes2
+        return xs, fs, slopes, limit
+
+    def attention_decode(self, shape: BatchShape) -> float:
+        n = shape.num_decodes
+        if n == 0:
+            return 0.0
+        c = self._decode_curves.get(n)
+        if c is None:
+            c = self._decode_curves[n] = self._build_decode_curve(n)
+        xs, fs, slopes, limit = c
+        x = shape.decode_kv_tokens
+        j = bisect_right(xs, x) - 1
+        if shape.decode_max_kv > limit and not self._quiet:
+            self._count("attn_decode")
+        return fs[j] + (x - xs[j]) * slopes[j]
+
+    def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
+                                kv_maxes: np.ndarray) -> np.ndarray:
+        """:meth:`attention_decode` for many decode batches of ``n`` sequences, same float ops."""
+        xs, fs, slopes = (np.asarray(v) for v in self.decode_attention_curve(n))
+        j = np.searchsorted(xs, kv_sums, side="right") - 1
+        return fs[j] + (kv_sums - xs[j]) * slopes[j]
+
+    def count_stretch(self, n: int, kv_max: int, num_iterations: int) -> None:
+        """Count the extrapolations the scalar path would over a decode stretch (a fast path
+        prices the stretch quietly): iteration ``i`` has a sequence of ``kv_max + i`` tokens."""
+        limit = self._decode_curves[n][3] if n in self._decode_curves else self._build_decode_curve(n)[3]
+        first_over = 0 if kv_max > limit else min(num_iterations, int(math.floor(limit)) - kv_max + 1)
+        self._count("attn_decode", num_iterations - first_over)
+
+    def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
+                             num_iterations: int) -> list[float]:
+        if type(self) is TableCostModel and num_iterations > 1 and num_decodes > 0:
+            times = self._vector_stretch(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations,
+                                         self.attention_decode_vector)
+            if times is not None:
+                self.count_stretch(num_decodes, kv_max, num_iterations)
+                return times
+        return super().decode_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations)
+
+    # -- the token-count ops -----------------------------------------------------------------------------
+    def token_ops(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        m, db = self.model, self.dtype_bytes
+        t = np.asarray(tokens, dtype=np.float64)
+        h = m.hidden_size
+        up_width = (2 if m.gated_mlp else 1) * self.ffn_per_gpu
+        num_all_reduce = 1 if m.parallel_attn_mlp else 2
+        num_norms = 1 if m.parallel_attn_mlp else 2
+        dense = self.dense_fraction
+        if m.is_moe and self.replica.ep > 1:
+            num_all_reduce -= 1.0 - dense
+        if m.is_mla:
+            qkv, out_proj = mla_projections(self, t)
+        else:
+            qkv = self.gemm(t, h, self.q_per_gpu + 2 * self.kv_per_gpu)
+            out_proj = self.gemm(t, self.q_per_gpu, h)
+        zero = np.zeros_like(t)
+        ops = {
+            "qkv_proj": qkv,
+            "attn_out_proj": out_proj,
+            "mlp_up_gate": self.gemm(t, h, up_width),
+            "mlp_act": self.elementwise(t, (up_width + self.ffn_per_gpu) * db),
+            "mlp_down": self.gemm(t, self.ffn_per_gpu, h),
+            # residual add fused into the norm: read x and the residual, write both
+            "norms": self.elementwise(t, num_norms * 4 * h * db, kernels=num_norms),
+            "rotary": (self.elementwise(t, 2 * (self.q_per_gpu + self.kv_per_gpu) * db)
+                       if m.rotary and SEPARATE_ROTARY[self.backend] else zero),
+            "residual_add": zero,
+            "tp_all_reduce": num_all_reduce * self.all_reduce(t),
+        }
+        if m.is_moe:
+            for op in ("mlp_up_gate", "mlp_act", "mlp_down"):
+                ops[op] = dense * ops[op]
+            rf_ops = moe_token_ops(self.rf, t)
+            k = 2 if m.gated_mlp else 1
+            shared_width = m.num_shared_experts * (m.shared_expert_ffn_size or m.expert_ffn_size) // self.replica.tp
+            moe = {
+                "moe_router": np.where(t > 0, self.gemm(t, h, m.num_experts), 0.0),
+                "moe_experts": self._moe_experts(t, rf_ops["moe_experts"]) if self._moe is not None
+                else rf_ops["moe_experts"],
+                # the fused MoE kernels measured include the activation (and routing/permutation)
+                "moe_act": zero if self._moe is not None else rf_ops["moe_act"],
+                "moe_shared_experts": (self.gemm(t, h, k * shared_width) + self.gemm(t, shared_width, h)
+                                       + self.elementwise(t, (k + 1) * shared_width * db)) if shared_width else zero,
+                "ep_all_to_all": rf_ops["ep_all_to_all"],
+            }
+            for op, value in moe.items():
+                ops[op] = (1.0 - dense) * value
+        return ops
+
+    def layer_time(self, shape: BatchShape) -> float:
+        t = shape.num_prefill_tokens + shape.num_decodes
+        if t >= len(self._table):
+            self._grow(t)
+        if t > self._max_tokens and not self._quiet:
+            self._count("token_ops")
+        return self._table[t] + self.attention_prefill(shape) + self.attention_decode(shape)
+
+    def embedding_time(self, tokens: np.ndarray) -> np.ndarray:
+        return self.elementwise(tokens, 2 * self.model.hidden_size * self.dtype_bytes)
+
+    def lm_head_time(self, num_logits: np.ndarray) -> np.ndarray:
+        m, n = self.model, np.asarray(num_logits, dtype=np.float64)
+        lm_head = self.gemm(n, m.hidden_size, m.vocab_size // self.replica.tp)
+        gather = self.rf.all_reduce(n) * (m.vocab_size / m.hidden_size / 2)
+        norm = self.elementwise(n, 2 * m.hidden_size * self.dtype_bytes)
+        return np.where(n > 0, lm_head + gather + norm, 0.0)
+
+    def overhead_time(self, shape: BatchShape) -> float:
+        return self.rf.overhead_time(shape)
+
+    def send_recv_time(self, num_tokens: int, hop: int | None = None) -> float:
+        return self.rf.send_recv_time(num_tokens, hop)
+
+    def describe(self) -> str:
+        """One line: which tables priced this model, and what the roofline priced for lack of rows."""
+        extra = f"; roofline for {', '.join(dict.fromkeys(self.roofline_ops))}" if self.roofline_ops else ""
+        return f"{self.source}{extra}"

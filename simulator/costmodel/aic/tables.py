@@ -1,0 +1,288 @@
+"""Reading NVIDIA AIConfigurator's per-op kernel database (``../shared/data/profiles/aiconfigurator``).
+
+The database (see that folder's README) holds, per system (GPU), op family, backend and
+version, parquet tables of measured per-call latencies (**milliseconds**, one GPU):
+``systems/data/<system>/<family>/<backend>/<version>/<table>.parquet``. This module
+
+- maps a catalog GPU to its system (:data:`SYSTEMS`) and finds the one version folder a
+  family has for a backend (the subset keeps one; where a folder declares ``reuse.yaml`` the
+  donor version's rows join it, newest first on equal keys);
+- reads a table with pyarrow, only the columns asked for and only the rows a filter keeps,
+  cached per process (:func:`read_table`), so a run reads a few megabytes once;
+- picks, per table and dtype, the one kernel implementation priced (:func:`pick_source`:
+  the source with the most rows, i.e. the one the collector swept; deterministic; for the
+  custom all-reduce the CUDA-graph variant, which a serving step replays);
+- turns a system's tables into one tidy frame (:func:`tidy_tables`) for
+  ``simulate import-aiconfigurator``.
+
+Nothing here prices anything; :mod:`simulator.costmodel.aic.model` does. Times stay in
+milliseconds in this module and become seconds in the model.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.config.errors import ConfigError
+
+BACKENDS = ("vllm", "sglang", "trtllm")
+KERNEL_CHOICES = ("roofline", *BACKENDS)
+# simulator/costmodel/aic/tables.py -> parents[4] is the folder holding the checkout and shared/.
+DEFAULT_ROOT = Path(__file__).resolve().parents[4] / "shared" / "data" / "profiles" / "aiconfigurator"
+
+# Catalog GPU name -> AIConfigurator system. Names the catalog may not have yet (B300, GB300,
+# RTX PRO 6000) are listed so they work as soon as the catalog has them.
+SYSTEMS: dict[str, str] = {
+    "a100-80gb": "a100_sxm", "a100-40gb": "a100_sxm", "l40s": "l40s", "h100-sxm": "h100_sxm",
+    "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200", "b300": "b300_sxm", "gb300": "gb300",
+    "rtx-pro-6000": "rtx_pro_6000_server", "rtx-pro-6000-server": "rtx_pro_6000_server",
+}
+
+# (family folder, table file stem) of every table the cost model reads.
+TABLES: dict[str, tuple[str, str]] = {
+    "gemm": ("gemm", "gemm_perf"),
+    "context_attention": ("attention", "context_attention_perf"),
+    "generation_attention": ("attention", "generation_attention_perf"),
+    "context_mla": ("mla", "context_mla_perf"),
+    "generation_mla": ("mla", "generation_mla_perf"),
+    "mla_bmm": ("mla_bmm", "mla_bmm_perf"),
+    "moe": ("moe", "moe_perf"),
+    "custom_allreduce": ("comm", "custom_allreduce_perf"),
+}
+# The dtype column of each table.
+DTYPE_COLUMN: dict[str, str] = {
+    "gemm": "gemm_dtype", "context_attention": "attn_dtype", "generation_attention": "attn_dtype",
+    "context_mla": "mla_dtype", "generation_mla": "mla_dtype", "mla_bmm": "bmm_dtype", "moe": "moe_dtype",
+    "custom_allreduce": "allreduce_dtype", "nccl": "nccl_dtype",
+}
+
+
+def data_root(root: str | Path | None = None) -> Path:
+    """The database folder (``systems/`` inside); a ConfigError naming the fix when absent."""
+    path = Path(root) if root is not None else DEFAULT_ROOT
+    if not (path / "systems" / "data").is_dir():
+        raise ConfigError("kernels", f"AIConfigurator tables not found under {path}",
+                          "put the database at ../shared/data/profiles/aiconfigurator or use --kernels roofline")
+    return path
+
+
+def system_for(gpu: str) -> str:
+    """The AIConfigurator system measured for a catalog GPU, or a ConfigError listing those that have one."""
+    try:
+        return SYSTEMS[gpu]
+    except KeyError:
+        raise ConfigError("kernels", f"no AIConfigurator tables for GPU {gpu!r}",
+                          f"use --kernels roofline, or a GPU with tables: {', '.join(sorted(SYSTEMS))}") from None
+
+
+def _version_key(version: str) -> tuple:
+    """Sort key for versions like 0.5.14, 1.3.0rc20, 2.27.3 (numeric parts numerically)."""
+    return tuple(int(p) if p.isdigit() else p for p in re.findall(r"\d+|[a-z]+", version))
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """Where one table's rows come from: the version folders read (newest first) and the label."""
+
+    system: str
+    backend: str
+    table: str
+    paths: tuple[Path, ...]
+    versions: tuple[str, ...]
+
+    @property
+    def version(self) -> str:
+        """The primary version, with any donor in parentheses (``1.3.0rc23 (+1.3.0rc20)``)."""
+        head, *rest = self.versions
+        return head + (f" (+{', '.join(rest)})" if rest else "")
+
+
+def find_table(system: str, backend: str, table: str, root: str | Path | None = None) -> TableRef | None:
+    """The version folder(s) holding ``table`` for ``backend`` on ``system``; None where the subset has none."""
+    family, stem = TABLES.get(table, ("comm", "nccl_perf"))
+    base = data_root(root) / "systems" / "data" / system / family / backend
+    if not base.is_dir():
+        return None
+    versions = sorted((d.name for d in base.iterdir() if (d / f"{stem}.parquet").is_file()), key=_version_key,
+                      reverse=True)
+    if not versions:
+        return None
+    head = versions[0]
+    chosen = [head]
+    reuse = base / head / "reuse.yaml"
+    if reuse.is_file():  # a declared donor (AIC's cross-version reuse), read after the head's own rows
+        text = reuse.read_text()
+        for tbl, donor in re.findall(r"table:\s*(\S+)\s*\n\s*from_version:\s*(\S+)", text):
+            if tbl == stem and donor in versions and donor not in chosen:
+                chosen.append(donor)
+    return TableRef(system, backend, table, tuple(base / v / f"{stem}.parquet" for v in chosen), tuple(chosen))
+
+
+def system_spec(system: str, root: str | Path | None = None) -> dict[str, float]:
+    """The few numbers of ``systems/<system>.yaml`` the model uses (read without a YAML library):
+    ``mem_bw`` (B/s), ``mem_bw_empirical_scaling_factor``, ``mem_empirical_constant_latency`` (s)."""
+    text = (data_root(root) / "systems" / f"{system}.yaml").read_text()
+    out: dict[str, float] = {}
+    for key in ("mem_bw", "mem_bw_empirical_scaling_factor", "mem_empirical_constant_latency"):
+        found = re.search(rf"^\s+{key}:\s*([0-9.eE+-]+)", text, re.MULTILINE)
+        if found:
+            out[key] = float(found.group(1))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _read(path: Path, columns: tuple[str, ...], filters: tuple[tuple[str, str, Any], ...]) -> Any:
+    import pyarrow.parquet as pq
+
+    names = set(pq.ParquetFile(path).schema_arrow.names)
+    cols = [c for c in columns if c in names]
+    flt = [f for f in filters if f[0] in names] or None
+    return pq.read_table(path, columns=cols, filters=flt)
+
+
+def read_table(ref: TableRef, columns: tuple[str, ...], filters: tuple[tuple[str, str, Any], ...] = ()) -> dict[str, Any]:
+    """Columns of ``ref``'s rows passing ``filters`` (pyarrow filter triples), as numpy arrays;
+    a column a file lacks comes back as None. Rows of later (donor) versions are kept only
+    where the head version has no row with the same key (every requested column but latency)."""
+    import numpy as np
+    import pyarrow as pa
+
+    tables = [_read(p, columns, filters) for p in ref.paths]
+    if len(tables) > 1:
+        head = tables[0]
+        keys = [c for c in columns if c != "latency" and c in head.column_names]
+        seen = set(zip(*(head.column(c).to_pylist() for c in keys), strict=True)) if keys else set()
+        merged = [head]
+        for t in tables[1:]:
+            kk = [c for c in keys if c in t.column_names]
+            mask = [k not in seen for k in zip(*(t.column(c).to_pylist() for c in kk), strict=True)]
+            merged.append(t.filter(pa.array(mask, type=pa.bool_())).select(head.column_names))
+        table = pa.concat_tables(merged)
+    else:
+        table = tables[0]
+    out: dict[str, Any] = {}
+    for c in columns:
+        out[c] = table.column(c).to_numpy(zero_copy_only=False) if c in table.column_names else None
+    out["_rows"] = np.int64(table.num_rows)
+    return out
+
+
+def pick_source(ref: TableRef, dtype: str, extra: tuple[tuple[str, str, Any], ...] = ()) -> str | None:
+    """The kernel implementation priced for ``dtype``: the source with the most rows (the one
+    the collector swept over the whole grid; ties by name). None where the dtype has no rows."""
+    import numpy as np
+
+    col = DTYPE_COLUMN[ref.table]
+    data = read_table(ref, ("kernel_source", col), ((col, "==", dtype), *extra))
+    sources = data["kernel_source"]
+    if sources is None or len(sources) == 0:
+        return None
+    names, counts = np.unique(sources.astype(str), return_counts=True)
+    if ref.table == "custom_allreduce":  # the CUDA-graph variant: what a serving step replays
+        graph = [n for n in names.tolist() if "graph" in n.lower()]
+        if graph:
+            return graph[0]
+    return min(zip((-counts).tolist(), names.tolist(), strict=True))[1]  # most rows; ties by name
+
+
+def dtypes_of(ref: TableRef) -> list[str]:
+    """The dtypes a table has rows for."""
+    import numpy as np
+
+    col = DTYPE_COLUMN[ref.table]
+    values = read_table(ref, (col,))[col]
+    return [] if values is None else sorted(np.unique(values.astype(str)).tolist())
+
+
+def describe(gpu: str, backend: str, root: str | Path | None = None) -> str:
+    """One line naming the tables that price a run: ``vllm 0.24.0 tables of h100_sxm (AIConfigurator)``;
+    where families differ in version each is named."""
+    system = system_for(gpu)
+    versions: dict[str, list[str]] = {}
+    for table in ("gemm", "generation_attention", "moe", "custom_allreduce"):
+        ref = find_table(system, backend, table, root)
+        if ref is not None:
+            versions.setdefault(ref.version, []).append(TABLES[table][0])
+    if not versions:
+        return f"{backend}: no tables of {system}"
+    if len(versions) == 1:
+        return f"{backend} {next(iter(versions))} tables of {system} (AIConfigurator)"
+    parts = ", ".join(f"{'/'.join(dict.fromkeys(fams))} {v}" for v, fams in versions.items())
+    return f"{backend} tables of {system} (AIConfigurator): {parts}"
+
+
+# -- the tidy form ------------------------------------------------------------------------------------------------
+TIDY_KEYS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k"),
+    "context_attention": ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype",
+                          "window_size"),
+    "generation_attention": ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
+                             "kv_cache_dtype", "window_size"),
+    "context_mla": ("batch_size", "isl", "num_heads", "tp_size", "kv_cache_dtype"),
+    "generation_mla": ("batch_size", "isl", "step", "num_heads", "tp_size", "kv_cache_dtype"),
+    "mla_bmm": ("op_name", "num_tokens", "num_heads"),
+    "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+            "distribution"),
+    "custom_allreduce": ("num_gpus", "message_size"),
+}
+
+
+def tidy_tables(gpu_or_system: str, backend: str, root: str | Path | None = None) -> Any:
+    """Every kept table of one system and backend as one long pandas frame: ``system, backend,
+    version, family, table, kernel_source, dtype, latency_s`` and the table's keys (NaN where a
+    key belongs to another table). Reads everything: for export, never for a run."""
+    import pandas as pd
+
+    system = SYSTEMS.get(gpu_or_system, gpu_or_system)
+    if not (data_root(root) / "systems" / "data" / system).is_dir():
+        raise ConfigError("gpu", f"no AIConfigurator system {gpu_or_system!r}",
+                          f"use a catalog GPU ({', '.join(sorted(SYSTEMS))}) or a system folder name")
+    if backend not in BACKENDS:
+        raise ConfigError("backend", f"unknown backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
+    frames = []
+    for table, keys in TIDY_KEYS.items():
+        ref = find_table(system, backend, table, root)
+        if ref is None:
+            continue
+        dcol = DTYPE_COLUMN[table]
+        data = read_table(ref, ("kernel_source", dcol, *keys, "latency"))
+        rows = int(data.pop("_rows"))
+        frame = pd.DataFrame({k: v for k, v in data.items() if v is not None})
+        frame = frame.rename(columns={dcol: "dtype"})
+        frame["latency_s"] = frame.pop("latency") * 1e-3
+        frame.insert(0, "table", table)
+        frame.insert(0, "family", TABLES[table][0])
+        frame.insert(0, "version", ref.version)
+        frame.insert(0, "backend", backend)
+        frame.insert(0, "system", system)
+        assert len(frame) == rows
+        frames.append(frame)
+    if not frames:
+        raise ConfigError("backend", f"{system} has no {backend} tables in this database")
+    return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def write_tidy(gpu_or_system: str, backends: tuple[str, ...] | list[str], out: str | Path, fmt: str = "parquet",
+               root: str | Path | None = None) -> list[Path]:
+    """``simulate import-aiconfigurator``: one tidy file per backend (``<system>_<backend>_<version>.<fmt>``)
+    under ``out``, from :func:`tidy_tables`; returns the paths written."""
+    if fmt not in ("parquet", "csv"):
+        raise ConfigError("--format", f"unknown format {fmt!r}", "use parquet or csv")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for backend in backends:
+        frame = tidy_tables(gpu_or_system, backend, root)
+        system = str(frame["system"].iloc[0])
+        version = "-".join(sorted(set(frame["version"].astype(str)), key=_version_key)).replace(" ", "")
+        path = out / f"{system}_{backend}_{re.sub(r'[^0-9A-Za-z.+_-]', '', version)}.{fmt}"
+        if fmt == "csv":
+            frame.to_csv(path, index=False)
+        else:
+            frame.to_parquet(path, index=False)
+        written.append(path)
+    return written

@@ -1,0 +1,192 @@
+"""The AIConfigurator table model (simulator.costmodel.aic): reading, interpolation, pricing.
+
+Data-dependent tests skip where ../shared/data/profiles/aiconfigurator is absent.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig
+from simulator.costmodel.aic.interp import Grid2D, isotonic, loglog, loglog_scalar
+from simulator.costmodel.base import BatchShape
+
+
+@pytest.fixture
+def aic(shared_data):  # noqa: ANN001, ANN201 - the conftest fixture
+    root = shared_data / "profiles" / "aiconfigurator"
+    if not (root / "systems" / "data").is_dir():
+        pytest.skip("../shared/data/profiles/aiconfigurator is not present")
+    return root
+
+
+def _model(aic, model="llama-3.1-8b", gpu="h100-sxm", backend="vllm", **kw):  # noqa: ANN001, ANN202
+    from simulator.costmodel.aic.model import TableCostModel
+
+    return TableCostModel(ReplicaConfig(model=model, gpu=gpu, **kw), backend, root=aic, quiet=True)
+
+
+# -- interpolation (no data needed) ------------------------------------------------------------------------------
+def test_loglog_is_exact_at_grid_points_and_a_power_law_between() -> None:
+    xg = np.array([1.0, 4.0, 16.0, 64.0])
+    yg = np.array([3.0, 5.0, 20.0, 80.0])
+    assert np.array_equal(loglog(xg, yg, xg), yg)
+    # between 4 and 16 the law is y = 5 * (x / 4) ** log_4(4): at x = 8, 10
+    assert loglog(xg, yg, np.array([8.0]))[0] == pytest.approx(10.0, rel=1e-12)
+    lx, ly = np.log(xg).tolist(), np.log(yg).tolist()
+    for x in (1.0, 2.0, 8.0, 40.0, 64.0):
+        assert loglog_scalar(lx, ly, yg.tolist(), x) == pytest.approx(float(loglog(xg, yg, np.array([x]))[0]), rel=1e-12)
+
+
+def test_isotonic_keeps_ordered_values_and_pools_dips() -> None:
+    y = np.array([1.0, 2.0, 8.0, 2.0, 9.0])
+    out = isotonic(y)
+    assert np.all(np.diff(out) >= 0) and out[0] == 1.0 and out[-1] == 9.0
+    assert out[2] == out[3] == pytest.approx(4.0)  # geometric mean of the dip and its violator
+    ordered = np.array([0.5, 0.5, 3.0])
+    assert np.array_equal(isotonic(ordered), ordered)
+
+
+def test_grid_fills_holes_from_the_roofline_and_flags_them() -> None:
+    roof = lambda a, b: a * np.asarray(b, dtype=float)  # noqa: E731 - linear in both
+    g = Grid2D([1.0, 2.0], [(np.array([1.0, 2.0, 4.0]), np.array([1.0, 2.0, 4.0])),
+                            (np.array([1.0, 2.0]), np.array([2.0, 4.0]))], roof)
+    assert g.t[1, 2] == pytest.approx(8.0)  # 4.0 * roof(2, 4) / roof(2, 2)
+    value, extrapolated = g.at(2.0, 4.0)
+    assert value == pytest.approx(8.0) and extrapolated
+    value, extrapolated = g.at(1.0, 2.0)
+    assert value == 2.0 and not extrapolated
+
+
+# -- the database --------------------------------------------------------------------------------------------------
+def test_tables_found_with_version_and_source(aic) -> None:  # noqa: ANN001
+    from simulator.costmodel.aic import tables as T
+
+    ref = T.find_table("b200_sxm", "trtllm", "moe", aic)
+    assert ref.versions[0] == "1.3.0rc23" and "1.3.0rc20" in ref.versions  # reuse.yaml donor joins
+    assert T.pick_source(T.find_table("h100_sxm", "vllm", "gemm", aic), "bfloat16") == "torch.nn.functional.linear"
+    assert T.pick_source(T.find_table("h100_sxm", "vllm", "custom_allreduce", aic), "bfloat16") == "vLLM_custom_graph"
+    assert "vllm 0.24.0" in T.describe("h100-sxm", "vllm", aic) and "h100_sxm" in T.describe("h100-sxm", "vllm", aic)
+
+
+def test_unknown_gpu_or_backend_is_one_config_error(aic) -> None:  # noqa: ANN001
+    from simulator.costmodel.aic.model import TableCostModel
+
+    with pytest.raises(ConfigError, match="no AIConfigurator tables for GPU"):
+        TableCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="a40"), "vllm", root=aic)
+    with pytest.raises(ConfigError, match="unknown kernel tables"):
+        TableCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm"), "tensorrt", root=aic)
+    with pytest.raises(ConfigError, match="not found"):
+        TableCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm"), "vllm", root=aic / "nowhere")
+
+
+def test_a_table_gap_is_one_line_and_the_roofline_prices_that_op(aic) -> None:  # noqa: ANN001
+    m = _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", tp=2)
+    assert any("generation_attention" in n and "head dim 64" in n for n in m.notes)
+    assert all("\n" not in n for n in m.notes)
+    assert "attn_decode" in m.roofline_ops
+    shape = BatchShape.from_requests(decodes=[1000] * 8)
+    assert m.attention_decode(shape) > 0  # priced (by the roofline), not failed
+
+
+# -- pricing -------------------------------------------------------------------------------------------------------
+def test_gemm_reproduces_the_measurement_at_grid_points(aic) -> None:  # noqa: ANN001
+    from simulator.costmodel.aic import tables as T
+
+    m = _model(aic)
+    ref = T.find_table("h100_sxm", "vllm", "gemm", aic)
+    d = T.read_table(ref, ("m", "n", "k", "latency"), (("gemm_dtype", "==", "bfloat16"), ("n", "==", 6144),
+                                                       ("k", "==", 4096)))
+    order = np.argsort(d["m"])
+    ms, lat = d["m"][order].astype(float), d["latency"][order] * 1e-3
+    envelope = isotonic(lat)  # the model keeps latency weakly increasing in m
+    got = m.gemm(ms, 4096, 6144)
+    assert np.array_equal(got[envelope == lat], lat[envelope == lat])  # exact where the data is in order
+    assert np.allclose(got, envelope, rtol=1e-12, atol=0)
+    assert np.median(np.abs(envelope / lat - 1)) < 0.02  # tiling dips move the curve little
+
+
+def test_decode_attention_reproduces_the_measurement_at_grid_points(aic) -> None:  # noqa: ANN001
+    from simulator.costmodel.aic import tables as T
+
+    m = _model(aic)
+    ref = T.find_table("h100_sxm", "vllm", "generation_attention", aic)
+    d = T.read_table(ref, ("batch_size", "isl", "step", "window_size", "latency"),
+                     (("num_heads", "==", 32), ("num_key_value_heads", "==", 8), ("head_dim", "==", 128),
+                      ("kv_cache_dtype", "==", "bfloat16"), ("kernel_source", "==", m.decode_source)))
+    keep = d["window_size"] == 0
+    for b in (1, 16, 128):
+        sel = keep & (d["batch_size"] == b)
+        s = (d["isl"] + d["step"])[sel]
+        lat = d["latency"][sel] * 1e-3
+        o = np.argsort(s)
+        s, lat = s[o], isotonic(lat[o])
+        for kv, want in zip(s.tolist(), lat.tolist(), strict=True):
+            got = m.attention_decode(BatchShape.from_requests(decodes=[kv] * b))
+            assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_prices_grow_with_batch_and_context(aic) -> None:  # noqa: ANN001
+    for backend in ("vllm", "sglang", "trtllm"):
+        m = _model(aic, model="llama-3.1-70b", tp=4, backend=backend)
+        assert np.all(np.diff(np.asarray(m._table)) >= 0)
+        prev = 0.0
+        for n in (1, 2, 3, 8, 31, 64, 200, 1024):
+            t = m.iteration_time(BatchShape.from_requests(decodes=[1500] * n))
+            assert t >= prev
+            prev = t
+        prev = 0.0
+        for kv in (10, 100, 1000, 5000, 30000, 200000):
+            t = m.attention_decode(BatchShape.from_requests(decodes=[kv] * 16))
+            assert t >= prev
+            prev = t
+        prev = 0.0
+        for chunk in (16, 128, 512, 2048, 8192, 40000):
+            t = m.attention_prefill(BatchShape.from_requests(prefills=[(chunk, 0)]))
+            assert t >= prev
+            prev = t
+
+
+def test_extrapolation_past_the_grid_is_counted_and_continuous(aic) -> None:  # noqa: ANN001
+    m = _model(aic)
+    inside = BatchShape.from_requests(decodes=[1000] * 16)
+    m.iteration_time(inside)
+    assert m.num_extrapolations == 0
+    edge = m.attention_decode(BatchShape.from_requests(decodes=[32768] * 16))
+    past = m.attention_decode(BatchShape.from_requests(decodes=[32769] * 16))
+    assert m.extrapolations_by_op.get("attn_decode", 0) >= 1
+    assert past == pytest.approx(edge, rel=1e-3) and past >= edge
+
+
+def test_vector_decode_stretch_matches_the_scalar_path(aic) -> None:  # noqa: ANN001
+    m = _model(aic, model="qwen3-32b", tp=2)
+    n, kv = 24, [700 + 13 * i for i in range(24)]
+    times = m.decode_stretch_times(n, sum(kv), sum(k * k for k in kv), max(kv), 300)
+    for i in (0, 1, 150, 299):
+        shape = BatchShape.from_requests(decodes=[k + i for k in kv])
+        assert times[i] == m.iteration_time(shape)
+
+
+def test_moe_and_mla_models_load(aic) -> None:  # noqa: ANN001
+    moe = _model(aic, model="qwen3-30b-a3b", tp=2, ep=2)
+    assert moe._moe is not None and "moe_experts" not in moe.roofline_ops
+    ops = moe.breakdown(BatchShape.from_requests(decodes=[500] * 32))
+    assert ops["moe_experts"] > 0 and ops["moe_act"] == 0.0  # the fused kernel includes the activation
+    mla = _model(aic, model="deepseek-v3", tp=8, backend="sglang", dtype="fp8")
+    assert mla._decode_grid is not None and "attn_decode" not in mla.roofline_ops
+    assert mla.iteration_time(BatchShape.from_requests(decodes=[2000] * 16)) > 0
+
+
+def test_heldout_error_of_a_small_family(aic) -> None:  # noqa: ANN001
+    from simulator.calibrate.aic_heldout import heldout
+
+    (h,) = heldout("h100_sxm", "vllm", "allreduce", root=aic)
+    s = h.summary()
+    assert s["points"] >= 40 and h.source == "vLLM_custom_graph"
+    assert s["table_median_err"] <= 0.05
+    assert s["table_median_err"] < s["roofline_median_err"]
+    assert math.isfinite(s["table_p95_err"])

@@ -21,7 +21,7 @@ from simulator.calibrate.fit import fit_tables, save_artifact
 from simulator.calibrate.fit_data import read_profiles
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import BatchShape, load_cost_model
-from simulator.engine.cluster import simulate
+from simulator.simulation import simulate
 
 PROFILES = Path(__file__).resolve().parents[2] / "shared" / "data" / "profiles"
 TABLES = ("vidur/compute/a100/meta-llama/Llama-2-70b-hf/mlp.csv", "vidur/legacy_2024-05/a100/attention.csv",

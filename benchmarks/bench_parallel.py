@@ -30,7 +30,7 @@ LAYOUTS = {
 
 def one(layout: str, num_requests: int, qps: float, scheduler: str, repeats: int) -> dict:
     from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-    from simulator.engine.cluster import simulate
+    from simulator.simulation import simulate
 
     spec = LAYOUTS[layout]
     config = RunConfig(replica=ReplicaConfig("llama-2-70b", "a100-80gb", tp=spec["tp"], pp=spec["pp"]),

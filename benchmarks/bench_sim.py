@@ -22,7 +22,7 @@ SCHEDULERS = ("vllm", "orca", "fastertransformer", "sarathi")
 
 def one(scheduler: str, num_requests: int, qps: float, model: str, gpu: str, engine: str | None = None) -> dict:
     from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-    from simulator.engine.cluster import simulate
+    from simulator.simulation import simulate
 
     config = RunConfig(replica=ReplicaConfig(model, gpu), scheduler=SchedulerConfig(scheduler),
                        workload=WorkloadConfig("sharegpt", num_requests=num_requests, qps=qps))

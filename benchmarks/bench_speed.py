@@ -117,7 +117,7 @@ def part_loop(args: argparse.Namespace) -> list[dict]:
     if not TRACE.exists():
         return [{"part": "loop", "what": f"skipped: {TRACE} not found"}]
     from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-    from simulator.engine.cluster import simulate
+    from simulator.simulation import simulate
 
     rows = []
     # Warm-up: the first simulate() of a process pays for lazy imports, cost-model tables and

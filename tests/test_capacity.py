@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from simulator.cli import app
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
-from simulator.engine import cluster as engine
+from simulator.engine import cluster
 from simulator.engine.tbt import GapLog, same_gaps
+from simulator.planning import capacity as capacity_module
 from simulator.planning.capacity import (
     SLO,
     GapsAbove,
@@ -27,6 +28,7 @@ from simulator.planning.capacity import (
     search_seed,
 )
 from simulator.planning.tau import DecodeMix, choose_tau, knee_tokens
+from simulator.simulation import simulate
 
 runner = CliRunner()
 
@@ -35,10 +37,16 @@ NUM_SLOTS = 4
 NUM_OUTPUT = 10
 
 
+def _price_all(monkeypatch: pytest.MonkeyPatch, load) -> None:  # noqa: ANN001
+    """Every cost model a run or a capacity search loads is ``load(spec, replica, engine)``."""
+    monkeypatch.setattr(cluster, "load_cost_model", load)
+    monkeypatch.setattr(capacity_module, "load_cost_model", load)
+
+
 @pytest.fixture
 def constant_cost(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every iteration takes ITERATION_S whatever its batch."""
-    monkeypatch.setattr(engine, "load_cost_model", lambda spec, replica, engine=None: ConstantCostModel(replica, ITERATION_S))
+    _price_all(monkeypatch, lambda spec, replica, engine=None: ConstantCostModel(replica, ITERATION_S))
 
 
 def slots_config(num_requests: int = 512, **changes) -> RunConfig:
@@ -90,8 +98,8 @@ def test_early_exit_gives_the_same_verdicts_and_capacity(constant_cost):
 
 def test_watch_does_not_change_a_run_it_does_not_stop(constant_cost):
     config = slots_config(num_requests=200).replace(workload__qps=20.0)
-    plain = engine.simulate(config)
-    watched = engine.simulate(config, watch=OverloadWatch(2.0, 50.0))
+    plain = simulate(config)
+    watched = simulate(config, watch=OverloadWatch(2.0, 50.0))
     assert "stopped" not in watched.extra
     assert watched.sim_end_at == plain.sim_end_at
     assert [(r.first_token_at, r.last_token_at, r.max_tbt_s) for r in watched.requests] == \
@@ -326,7 +334,7 @@ def test_figures_keep_their_side_of_the_limit(value, limit, text):
 
 def test_failure_reasons_read_true_and_progress_sees_every_trial(monkeypatch: pytest.MonkeyPatch):
     # Every gap lasts 10.04 ms against a 10 ms limit: "P99 TBT 0.01s > 0.01s" is what 3 digits would say.
-    monkeypatch.setattr(engine, "load_cost_model", lambda spec, replica, engine=None: ConstantCostModel(replica, 0.01004))
+    _price_all(monkeypatch, lambda spec, replica, engine=None: ConstantCostModel(replica, 0.01004))
     slo = SLO(tbt_s=0.01)
     trial = run_trial(slots_config(num_requests=32), 2.0, slo, early_exit=False)
     assert not trial.passed and trial.reason == "P99 TBT 0.01004s > 0.01s"
@@ -335,7 +343,7 @@ def test_failure_reasons_read_true_and_progress_sees_every_trial(monkeypatch: py
     seed = search_seed(slots_config(num_requests=32), slo)
     assert seed.capacity_qps == 0 and "(10.04 ms for a lone decode" in seed.reason
 
-    monkeypatch.setattr(engine, "load_cost_model", lambda spec, replica, engine=None: ConstantCostModel(replica, ITERATION_S))
+    _price_all(monkeypatch, lambda spec, replica, engine=None: ConstantCostModel(replica, ITERATION_S))
     seen = []
     report = find_capacity(slots_config(num_requests=64), SLO(tbt_s=0.05, sched_delay_s=0.2),
                            SearchSettings(qps_start=10.0, rel_tol=0.2), num_seeds=2, on_trial=seen.append)

@@ -186,7 +186,7 @@ def test_steady_long_delays_are_not_called_growing() -> None:
 # -- huge runs: progress and memory ------------------------------------------------------------
 def test_plain_progress_runs_from_generation_on() -> None:
     from simulator.config.run_config import RunConfig
-    from simulator.engine.cluster import simulate
+    from simulator.simulation import simulate
     from simulator.util.progress import RunProgress
 
     buffer = io.StringIO()
@@ -272,8 +272,8 @@ def test_iteration_table_written_in_chunks_reads_back_as_the_frame(tmp_path: Pat
     import pandas as pd
 
     from simulator.config.run_config import RunConfig, WorkloadConfig
-    from simulator.engine.cluster import simulate
     from simulator.report.output import write_chunks
+    from simulator.simulation import simulate
 
     result = simulate(RunConfig(workload=WorkloadConfig("sharegpt", qps=6.0, num_requests=40), num_replicas=3))
     frame = result.iteration_frame()
@@ -292,9 +292,9 @@ def test_request_table_written_in_chunks_reads_back_as_the_frame(tmp_path: Path,
     import pandas as pd
 
     from simulator.config.run_config import RunConfig
-    from simulator.engine.cluster import simulate
     from simulator.report.metrics import request_columns, request_frame
     from simulator.report.output import column_chunks, write_chunks
+    from simulator.simulation import simulate
     from simulator.workload.generate import RequestTable
 
     table = RequestTable(np.arange(30) * 0.2, np.r_[np.full(29, 300), 9000], np.full(30, 20), source="hand")
@@ -317,9 +317,9 @@ def test_write_run_writes_both_tables_side_by_side_as_the_frames(tmp_path: Path,
     import pyarrow.parquet as pq
 
     from simulator.config.run_config import RunConfig, WorkloadConfig
-    from simulator.engine.cluster import simulate
     from simulator.report.metrics import request_frame
     from simulator.report.output import write_run
+    from simulator.simulation import simulate
 
     result = simulate(RunConfig(workload=WorkloadConfig("sharegpt", qps=6.0, num_requests=40), num_replicas=3))
     paths = write_run(result, tmp_path / "out", fmt)

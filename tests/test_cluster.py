@@ -9,6 +9,7 @@ from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfi
 from simulator.engine import cluster as engine
 from simulator.engine.routers import ROUTERS, STATE_FREE_ROUTERS, least_outstanding, random, round_robin
 from simulator.report.metrics import replica_frame, request_frame, summarize
+from simulator.simulation import simulate
 
 STEADY = WorkloadConfig("fixed", prompt_tokens=256, output_tokens=64, arrival="fixed", qps=8.0, num_requests=400)
 
@@ -33,14 +34,14 @@ def _spreads(monkeypatch, config: RunConfig) -> list[int]:
     monkeypatch.setitem(engine.ROUTERS, config.router, recording)
     # The joint run: a state-free router's cluster otherwise runs replica by replica, never
     # asking for the counts this records.
-    engine.simulate(config.replace(fast_forward=False))
+    simulate(config.replace(fast_forward=False))
     return spreads
 
 
 @pytest.mark.parametrize("num_requests", [400, 402])
 def test_round_robin_balances_counts_exactly(num_requests):
     config = _cluster("round_robin", WorkloadConfig("sharegpt", qps=6.0, num_requests=num_requests))
-    counts = np.bincount(request_frame(engine.simulate(config))["replica_id"], minlength=4)
+    counts = np.bincount(request_frame(simulate(config))["replica_id"], minlength=4)
     base, extra = divmod(num_requests, 4)
     assert counts.tolist() == [base + (1 if i < extra else 0) for i in range(4)]
 
@@ -82,7 +83,7 @@ def test_router_functions_are_pure_policies():
 
 def test_cluster_runs_are_deterministic_and_each_replica_has_its_own_cache():
     config = _cluster("random", WorkloadConfig("sharegpt", qps=6.0, num_requests=200))
-    a, b = engine.simulate(config), engine.simulate(config)
+    a, b = simulate(config), simulate(config)
     assert a.iterations == b.iterations
     assert [r.replica_id for r in a.requests] == [r.replica_id for r in b.requests]
     # Every replica served work.
@@ -92,7 +93,7 @@ def test_cluster_runs_are_deterministic_and_each_replica_has_its_own_cache():
 
 def test_per_replica_metrics_add_up_to_the_cluster():
     config = _cluster("least_outstanding", WorkloadConfig("sharegpt", qps=6.0, num_requests=200))
-    result = engine.simulate(config)
+    result = simulate(config)
     summary = summarize(result)
     per = replica_frame(result)
     assert len(summary["per_replica"]) == 4 and per["replica_id"].tolist() == [0, 1, 2, 3]
@@ -108,7 +109,7 @@ def test_a_cluster_of_pipelined_replicas_reports_bubbles_per_replica():
     config = RunConfig(replica=ReplicaConfig("llama-2-70b", "a40", tp=4, pp=2), scheduler=SchedulerConfig("sarathi"),
                        workload=WorkloadConfig("sharegpt", qps=1.0, num_requests=80), num_replicas=2,
                        router="least_outstanding")
-    result = engine.simulate(config)
+    result = simulate(config)
     summary = summarize(result)
     assert len(summary["stage_bubble_fraction"]) == 2 and all(len(r) == 2 for r in summary["stage_bubble_fraction"])
     assert {r[0] for r in result.stages} == {0, 1}

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.engine import cluster as engine
 from simulator.engine import cohort as cohort_module
-from simulator.engine.cluster import StopRun, simulate
 from simulator.engine.kvcache import BlockManager
 from simulator.engine.schedulers import SCHEDULERS
 from simulator.engine.tbt import GapLog, same_gaps
 from simulator.planning.capacity import ArrivalWatch
 from simulator.report.metrics import request_frame
+from simulator.simulation import StopRun, simulate
 from simulator.workload.request import Request, Status
 
 FIELDS = ("num_computed", "num_generated", "num_blocks", "status", "num_preemptions", "first_token_at",

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from simulator.config.disagg_layout import layout_of, parse_link, parse_pool
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
-from simulator.engine.cluster import simulate
 from simulator.report.disagg_metrics import decode_tbt_samples, disagg_summary, handoff_frame
 from simulator.report.metrics import request_frame, tbt_samples
+from simulator.simulation import simulate
 
 
 def table(arrivals, prompts, outputs):  # noqa: ANN001, ANN201

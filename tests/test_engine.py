@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import BatchShape, RooflineCostModel
-from simulator.engine.cluster import simulate
 from simulator.engine.schedulers import SCHEDULERS
 from simulator.engine.tbt import expand, merged, same_gaps
 from simulator.report.metrics import request_frame, summarize, tbt_samples
+from simulator.simulation import simulate
 
 MISTRAL = ReplicaConfig("mistral-7b", "a100-80gb")
 

@@ -89,7 +89,7 @@ def test_launch_bound_without_cuda_graphs_and_collective_floor_by_tp():
 
 def test_engine_field_and_flag_reach_the_simulation(tmp_path: Path):
     cfg = RunConfig().replace(workload__num_requests=20)
-    from simulator.engine.cluster import simulate
+    from simulator.simulation import simulate
 
     ends = {e: simulate(cfg.replace(engine=e)).sim_end_at for e in ("ideal", "handset", DEFAULT_ENGINE)}
     assert ends["ideal"] < ends["handset"] < ends[DEFAULT_ENGINE]

@@ -21,15 +21,17 @@ from simulator.costmodel import CostModel, RooflineCostModel
 from simulator.costmodel.engine_model import SMALL_STRETCH, EngineCostModel, load_engine
 from simulator.costmodel.learned import LearnedCostModel
 from simulator.engine import cluster as engine
-from simulator.engine.cluster import simulate
 from simulator.engine.kvcache import BlockManager
 from simulator.engine.records import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.schedulers import SCHEDULERS
 from simulator.engine.tbt import same_gaps
+from simulator.fast import partitioned as partitioned_runs
 from simulator.fast import skipping as fastforward
+from simulator.fast.replica import SkippingReplica
 from simulator.planning.capacity import OverloadWatch
 from simulator.report.metrics import request_frame
+from simulator.simulation import simulate
 from simulator.workload.generate import RequestTable
 from simulator.workload.request import Request
 
@@ -133,7 +135,8 @@ def _hand_run(name: str, num_blocks: int, fast: bool) -> tuple[list[Request], Re
     if fast:
         scheduler.enable_lockstep()
     cost = ConstantCostModel(ReplicaConfig("mistral-7b", "a100-80gb"), 0.01)
-    replica = Replica(env, 0, scheduler, cost, recorder, horizon=env.peek if fast else None)
+    replica = (SkippingReplica(env, 0, scheduler, cost, recorder, horizon=env.peek) if fast
+               else Replica(env, 0, scheduler, cost, recorder))
     rng = random.Random(7)
     requests = [Request(i, 0.05 * i + rng.random() * 0.02, rng.randint(1, 300), rng.randint(1, 200), token_times=True)
                 for i in range(40)]
@@ -157,14 +160,14 @@ def test_skipping_with_a_constant_cost_and_preemptions(scheduler: str, count_str
 
 @pytest.fixture
 def partitioned(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Whether each engine.run_partitioned call ran the cluster replica by replica (False: it
+    """Whether each fast.partitioned.run_partitioned call ran the cluster replica by replica (False: it
     met a tie and the joint run took over)."""
-    return record_outcomes(monkeypatch, engine, "run_partitioned")
+    return record_outcomes(monkeypatch, partitioned_runs, "run_partitioned")
 
 
 @pytest.mark.parametrize("router", ["round_robin", "random", "least_outstanding"])
 def test_skipping_in_a_cluster(router: str, count_stretches: list[int], partitioned: list[bool]) -> None:
-    """State-free routers run replica by replica (engine.run_partitioned); least_outstanding jointly."""
+    """State-free routers run replica by replica (fast.partitioned.run_partitioned); least_outstanding jointly."""
     config = _config("sarathi", 1, 0.9, qps=3.0, num_requests=80).replace(num_replicas=3, router=router)
     assert_same_run(config, count_stretches)
     assert count_stretches
@@ -429,7 +432,8 @@ def test_a_split_stretch_applies_as_the_whole() -> None:
 
     def steady_replica() -> Replica:
         env = simpy.Environment()
-        cluster = engine.Cluster(env, config, Recorder(), np.random.default_rng(0), lockstep=True)
+        cluster = engine.Cluster(env, config, Recorder(), np.random.default_rng(0), lockstep=True,
+                                 skipping=SkippingReplica)
         replica = cluster.replicas[0]
         for i in range(4):
             replica.submit(Request(i, 0.0, 300 + 40 * i, 200 + 10 * i))

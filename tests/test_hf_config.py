@@ -17,8 +17,8 @@ from simulator.config.catalog import MODELS, get_gpu, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.hf_config import model_from_hf_dict
 from simulator.config.run_config import ReplicaConfig, RunConfig, WorkloadConfig
-from simulator.engine.cluster import simulate
 from simulator.engine.kvcache import plan_memory
+from simulator.simulation import simulate
 
 FIXTURES = Path(__file__).parent / "data" / "hf_configs"
 FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())

@@ -14,8 +14,8 @@ import pytest
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, RunConfig, WorkloadConfig
-from simulator.engine.cluster import simulate
 from simulator.engine.kvcache import plan_memory
+from simulator.simulation import simulate
 
 GiB = 2**30
 BUDGET, SEQS, BLOCK = 512, 128, 16  # max_num_batched_tokens, max_num_seqs, block size

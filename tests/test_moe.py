@@ -17,8 +17,8 @@ from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import BatchShape, RooflineCostModel
 from simulator.costmodel.moe import expected_experts_touched
-from simulator.engine.cluster import simulate
 from simulator.engine.kvcache import plan_memory
+from simulator.simulation import simulate
 from simulator.workload.generate import generate_requests
 
 GiB = 2**30
@@ -254,8 +254,8 @@ def test_learned_cost_model_fits_and_composes_moe_ops(shared_data):
 def test_learned_all_reduce_under_ep_is_counted_as_the_roofline_counts_it():
     """With expert parallelism a MoE layer's MLP all-reduce becomes all-to-alls plus an all-gather
     (the roofline's ``ep_all_to_all``): a learned all-reduce curve prices only the attention's."""
-    from simulator.calibrate.fit import Curve
     from simulator.costmodel.learned import LearnedCostModel
+    from simulator.costmodel.learned_schema import Curve
 
     curve = Curve(np.array([1.0, 1e6, 1e8]), np.array([1e-5, 2e-5, 1e-3]))
     shape = BatchShape.from_requests(decodes=[1024] * 16)

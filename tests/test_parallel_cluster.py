@@ -13,14 +13,15 @@ from typer.testing import CliRunner
 from simulator.cli import app
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-from simulator.engine import cluster as engine
-from simulator.engine.cluster import simulate
+from simulator.engine.cluster import RunResult
 from simulator.engine.tbt import same_gaps
+from simulator.fast import partitioned as partitioned_runs
 from simulator.report.metrics import request_frame
+from simulator.simulation import simulate
 from simulator.workload.generate import RequestTable
 
 
-def _assert_same(a: engine.RunResult, b: engine.RunResult) -> None:
+def _assert_same(a: RunResult, b: RunResult) -> None:
     assert request_frame(a).equals(request_frame(b))
     assert a.iteration_frame().equals(b.iteration_frame())
     assert a.iterations == b.iterations  # raw record order too: merged in replica order
@@ -133,7 +134,7 @@ def test_a_tie_in_a_worker_falls_back_to_the_joint_run(monkeypatch: pytest.Monke
     tie_at = next(e for e in ends.sort_values() if e > last and last + (e - last) == e)
     tied = RequestTable(np.r_[arrival, tie_at], np.r_[table.num_prompt_tokens, 100], np.r_[table.num_output_tokens, 10],
                         source="hand")
-    outcomes = record_outcomes(monkeypatch, engine, "run_partitioned_in_workers")
+    outcomes = record_outcomes(monkeypatch, partitioned_runs, "run_partitioned_in_workers")
     parallel = simulate(config, tied, workers=2)
     assert outcomes == [False]  # the worker met the tie
     _assert_same(parallel, simulate(config, tied))  # which the serial partitioned run meets too

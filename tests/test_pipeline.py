@@ -9,12 +9,12 @@ from helpers import ConstantCostModel
 
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel.base import BatchShape
-from simulator.engine.cluster import simulate
 from simulator.engine.kvcache import BlockManager
 from simulator.engine.pipeline import PipelinedReplica
 from simulator.engine.records import Recorder
 from simulator.engine.schedulers import SCHEDULERS
 from simulator.report.metrics import summarize
+from simulator.simulation import simulate
 from simulator.workload.request import Request
 
 

@@ -11,9 +11,11 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from simulator.config.run_config import RunConfig
-from simulator.engine.cluster import FRAME_COLUMNS, simulate
+from simulator.engine.records import FRAME_COLUMNS
+from simulator.planning.sweep import plot_sweep
 from simulator.report import plots
 from simulator.report.metrics import tbt_samples
+from simulator.simulation import simulate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -140,7 +142,7 @@ def test_plot_sweep_folder(tmp_path: Path):
                                 "output_tokens": 4},
                        "grid": {"scheduler": ["vllm", "sarathi"], "qps": [1.0, 4.0]}})
     run_sweep(spec, tmp_path)
-    written = plots.plot_sweep(tmp_path, tmp_path / "figs")
+    written = plot_sweep(tmp_path, tmp_path / "figs")
     assert sorted(p.name for p in written) == ["latency_vs_qps.png", "latency_vs_qps.svg"]
 
 
@@ -193,12 +195,12 @@ def test_plot_sweep_on_a_partial_folder_says_so(tmp_path: Path):
     run_sweep(spec, tmp_path)
     point_path(tmp_path, spec.points[3].key).unlink()  # as if stopped before the last point
     (tmp_path / "results.csv").unlink()  # even without the table: the point files are the truth
-    plots.plot_sweep(tmp_path, tmp_path / "figs")
+    plot_sweep(tmp_path, tmp_path / "figs")
     fig_title = (tmp_path / "figs" / "latency_vs_qps.svg").read_text()
     assert "partial: 3 of 4 points" in fig_title
     for p in spec.points[:3]:
         point_path(tmp_path, p.key).unlink()
     with pytest.raises(ConfigError, match="no finished points"):
-        plots.plot_sweep(tmp_path, tmp_path / "figs")
+        plot_sweep(tmp_path, tmp_path / "figs")
     with pytest.raises(ConfigError, match="sweep.json"):
-        plots.plot_sweep(tmp_path / "figs", tmp_path / "figs")
+        plot_sweep(tmp_path / "figs", tmp_path / "figs")

@@ -28,7 +28,7 @@ def test_piped_progress_is_one_line_per_step(capsys: pytest.CaptureFixture[str])
 
 
 def test_calibrate_reports_each_gpu_of_the_total(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    from simulator.costmodel import fit_calibration
+    from simulator.calibrate import fit_calibration
     from simulator.costmodel.calibration import DEFAULT
 
     monkeypatch.setattr(fit_calibration, "calibrate_gpu", lambda src, root: (DEFAULT, ["stub"]))
@@ -43,7 +43,7 @@ def test_calibrate_reports_each_gpu_of_the_total(monkeypatch: pytest.MonkeyPatch
 
 
 def test_fidelity_reports_each_table_then_the_plots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    from simulator.costmodel import fit_fidelity
+    from simulator.calibrate import fit_fidelity
 
     frame = pd.DataFrame({"gpu": ["a100-80gb"], "source": ["s"], "op": ["mlp"], "measured_s": [1.0],
                           "learned_s": [1.1], "roofline_s": [0.9]})

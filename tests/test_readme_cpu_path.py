@@ -53,7 +53,7 @@ def test_readme_commands_are_profile_fit_run() -> None:
 @pytest.mark.slow
 def test_readme_cpu_path_runs_as_written(tmp_path: Path) -> None:
     from simulator.config.run_config import RunConfig
-    from simulator.engine.cluster import simulate
+    from simulator.simulation import simulate
 
     profile, fit, run = readme_cpu_commands()
     for command in (profile, fit, run):

@@ -164,7 +164,7 @@ def _costs(method: str, model: str | None = None):  # noqa: ANN202
     replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
     target = load_cost_model("roofline", replica, "vllm-v1")
     spec = SpeculativeConfig(method, 4, model, acceptance_rates=(0.7,))
-    return target, SpeculativeCostModel(target, spec, "vllm-v1")
+    return target, SpeculativeCostModel(target, spec)
 
 
 def test_plain_shapes_cost_what_the_target_says() -> None:

@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.engine.cluster import simulate
 from simulator.planning.sweep import build_spec, load_sweep_file, read_point, run_sweep
 from simulator.report import plots
 from simulator.report.metrics import request_frame, summarize, tbt_samples
+from simulator.simulation import simulate
 
 HERE = Path(__file__).resolve().parent
 FIGURES = HERE / "figures"

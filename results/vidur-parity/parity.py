@@ -46,8 +46,8 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape, CostModel
 from simulator.engine import cluster as engine
-from simulator.engine.cluster import simulate
 from simulator.report.metrics import summarize
+from simulator.simulation import simulate
 from simulator.workload.generate import RequestTable, clip_lengths
 
 HERE = Path(__file__).resolve().parent

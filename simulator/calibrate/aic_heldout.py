@@ -65,6 +65,7 @@ class HeldOut:
         for col, name in (("table_s", "table"), ("roofline_s", "roofline")):
             err = (f[col] / f["measured_s"] - 1.0).abs().dropna() if len(f) else f.get(col, [])
             out[f"{name}_median_err"] = float(np.median(err)) if len(err) else float("nan")
+            out[f"{name}_p90_err"] = float(np.quantile(err, 0.90)) if len(err) else float("nan")
             out[f"{name}_p95_err"] = float(np.quantile(err, 0.95)) if len(err) else float("nan")
         out["enough_rows"] = len(f) >= MIN_ROWS
         return out

@@ -498,7 +498,7 @@ def simulate_bench(run: BenchRun, config: Any, engine: EngineModel, seed: int) -
     import tempfile
 
     from simulator.costmodel.engine_model import save_engine_artifact
-    from simulator.engine.cluster import simulate
+    from simulator.simulation import simulate
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "engine.json"

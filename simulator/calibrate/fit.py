@@ -23,7 +23,8 @@ cross-validation on the training rows (5-fold, lowest mean absolute percentage e
 
 A fraction of each op's rows (``holdout``, default 20%, seeded) is never used in fitting;
 the training report gives the error on those rows per op. The artifact is plain JSON (no
-pickles): :mod:`simulator.costmodel.learned` loads it.
+pickles; its schema is :mod:`simulator.costmodel.learned_schema`): :mod:`simulator.costmodel.learned`
+loads it without scikit-learn.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +46,8 @@ from sklearn.preprocessing import PolynomialFeatures, SplineTransformer
 from simulator.calibrate.fit_data import REQUIRED_BY_OP, TIDY_COLUMNS, validate
 from simulator.config.catalog import get_gpu, get_model
 from simulator.config.errors import ConfigError
+from simulator.costmodel.learned_schema import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
 
-FORMAT_VERSION = 1
 MIN_POINTS = 8  # distinct inputs an op needs before it is fitted
 CV_FOLDS = 5
 TOKEN_FAMILY_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary",
@@ -67,45 +67,6 @@ def ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
 
 
 # -- one-input curves ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Curve:
-    """A non-decreasing piecewise-linear function given by knots, with the extrapolation rule.
-
-    Below the first knot the curve is flat (at 0 it is 0: no work, no time); above the last
-    knot it continues linearly with the slope of the top quarter of the fitted range,
-    ``(f(x_max) - f(0.75 x_max)) / (0.25 x_max)``: large batches of these ops are
-    throughput-bound, so time grows linearly, and a quarter of the range averages out the
-    tile-quantisation wiggles a last segment alone would carry.
-    """
-
-    knots: np.ndarray
-    values: np.ndarray
-
-    @property
-    def x_max(self) -> float:
-        return float(self.knots[-1])
-
-    @property
-    def slope(self) -> float:
-        x0 = 0.75 * self.x_max
-        if x0 <= self.knots[0]:
-            return 0.0
-        return max(0.0, (float(self.values[-1]) - float(np.interp(x0, self.knots, self.values))) / (self.x_max - x0))
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        y = np.interp(x, self.knots, self.values)
-        y = np.where(x > self.x_max, self.values[-1] + self.slope * (x - self.x_max), y)
-        return np.where(x > 0, y, 0.0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"knots": self.knots.tolist(), "values": self.values.tolist()}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Curve:
-        return cls(np.asarray(data["knots"], dtype=np.float64), np.asarray(data["values"], dtype=np.float64))
-
-
 def _curve_families() -> dict[str, Callable[[np.ndarray, np.ndarray], Callable[[np.ndarray], np.ndarray]]]:
     def isotonic(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         m = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(x, y, sample_weight=1.0 / y**2)
@@ -152,43 +113,6 @@ def fit_curve(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[Curve, str, 
 
 
 # -- decode attention ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DecodeModel:
-    """``t(n, k_rms) = a[n] + b[n] * k_rms`` for ``n`` decodes; tables indexed by ``n``.
-
-    Beyond the largest fitted batch the coefficients continue linearly with the slope of
-    the top quarter of the fitted batch range (more sequences, proportionally more work).
-    """
-
-    a: np.ndarray  # a[n] for n = 0..max_batch, seconds
-    b: np.ndarray  # b[n], seconds per token of RMS context
-    max_batch: int
-    max_context: float
-
-    def coefficients(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        n = np.asarray(n, dtype=np.float64)
-        m = self.max_batch
-        lo = max(1, int(0.75 * m))
-        sa = (self.a[m] - self.a[lo]) / max(m - lo, 1)
-        sb = (self.b[m] - self.b[lo]) / max(m - lo, 1)
-        idx = np.clip(n, 0, m).astype(int)
-        extra = np.maximum(n - m, 0)
-        return self.a[idx] + max(sa, 0.0) * extra, self.b[idx] + max(sb, 0.0) * extra
-
-    def predict(self, n: np.ndarray, k_rms: np.ndarray) -> np.ndarray:
-        a, b = self.coefficients(n)
-        return np.where(np.asarray(n) > 0, a + b * np.asarray(k_rms, dtype=np.float64), 0.0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"a": self.a.tolist(), "b": self.b.tolist(), "max_batch": self.max_batch,
-                "max_context": self.max_context}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DecodeModel:
-        return cls(np.asarray(data["a"], dtype=np.float64), np.asarray(data["b"], dtype=np.float64),
-                   int(data["max_batch"]), float(data["max_context"]))
-
-
 def decode_rms_context(rows: pd.DataFrame) -> np.ndarray:
     """RMS KV length per row: ``sqrt(kv_sq_sum / batch)`` where the table has the exact sum of
     squares (mixed batches, profiler schema), else the (uniform) ``context_len``."""
@@ -238,28 +162,6 @@ def prefill_features(batch: np.ndarray, chunk: np.ndarray, kv_before: np.ndarray
     """The BatchShape sums of ``batch`` equal chunks of ``chunk`` tokens over ``kv_before`` cached ones."""
     return {"num_prefill_tokens": batch * chunk, "prefill_attn_pairs": batch * (chunk * kv_before + chunk * (chunk + 1) / 2),
             "prefill_kv_tokens": batch * (kv_before + chunk), "prefill_chunk_sq_sum": batch * chunk * chunk}
-
-
-@dataclass(frozen=True)
-class PrefillModel:
-    """``t = intercept + sum(coef[f] * shape.f)`` over BatchShape prefill sums, coefficients >= 0."""
-
-    intercept: float
-    coef: dict[str, float]
-    max_chunk: float
-    max_kv: float
-
-    def predict(self, feats: dict[str, np.ndarray]) -> np.ndarray:
-        t = self.intercept + sum(c * np.asarray(feats[f], dtype=np.float64) for f, c in self.coef.items())
-        return np.where(np.asarray(feats["num_prefill_tokens"]) > 0, t, 0.0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"intercept": self.intercept, "coef": self.coef, "max_chunk": self.max_chunk, "max_kv": self.max_kv}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PrefillModel:
-        return cls(float(data["intercept"]), {k: float(v) for k, v in data["coef"].items()},
-                   float(data["max_chunk"]), float(data["max_kv"]))
 
 
 def _fit_prefill_once(feats: dict[str, np.ndarray], y: np.ndarray, subset: tuple[str, ...],

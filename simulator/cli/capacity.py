@@ -318,14 +318,14 @@ def plot(
     from simulator.report import plots
     console = app_console()
     if what == "sweep":
-        from simulator.planning.sweep import read_sweep_folder
+        from simulator.planning.sweep import plot_sweep, read_sweep_folder
 
         _, table = read_sweep_folder(path)
         num_ok, num_failed, num_missing = plots.sweep_counts(table)
         if num_ok < len(table):
             console.print(f"{path}: {num_ok} of {len(table)} points finished ({num_missing} not run yet, "
                           f"{num_failed} failed); plotting the {num_ok} finished")
-        written = plots.plot_sweep(path, out or path, x=x, hue=hue)
+        written = plot_sweep(path, out or path, x=x, hue=hue)
     elif what == "run":
         written = plots.plot_run(path, out or (path if path.is_dir() else path.parent))
     else:

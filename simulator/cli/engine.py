@@ -50,7 +50,7 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     """Fit engine terms to an iteration table or a vLLM bench result and write the artifact."""
     from rich.console import Console
 
-    from simulator.costmodel import engine_fit
+    from simulator.calibrate import engine_fit
     from simulator.costmodel.engine_model import save_engine_artifact
 
     if (table is None) == (bench is None):

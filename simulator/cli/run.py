@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, rich whe
 
 def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
     """:func:`simulator.engine.cluster.simulate`, imported on the first run (not for ``--help``)."""
-    from simulator.engine.cluster import simulate as engine_simulate
+    from simulator.simulation import simulate as engine_simulate
 
     return engine_simulate(config, **kwargs)
 
@@ -32,7 +32,7 @@ def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
 def run_auto_workers(config: RunConfig) -> int:
     """``--workers auto`` for a run: one process per available CPU, at most one a replica, where
     the replicas run apart (:func:`simulator.engine.cluster.runs_apart`); else 1 (a joint run)."""
-    from simulator.engine.cluster import runs_apart
+    from simulator.fast.partitioned import runs_apart
 
     if not runs_apart(config):
         return 1

@@ -33,8 +33,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from simulator.config.catalog import GB, TFLOPS, GPUSpec, ModelSpec
 from simulator.config.errors import ConfigError
+from simulator.config.specs import GB, TFLOPS, GPUSpec, ModelSpec
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",
                "deepseek_v3", "deepseek_v2")

@@ -17,7 +17,7 @@ multiplications: no regression ``predict`` in the hot loop.
 
 **Out of range.** Past the largest token count, batch size or context length the profiles
 cover, curves continue linearly (slope of the top quarter of the fitted range, see
-:class:`~simulator.calibrate.fit.Curve`), the decode coefficients likewise, and the prefill
+:class:`~simulator.costmodel.learned_schema.Curve`), the decode coefficients likewise, and the prefill
 model is linear anyway. Every call that needed such an extrapolation increments
 ``num_extrapolations`` (per op in ``extrapolations_by_op``), which the engine reports in the
 run summary: the numbers are a documented guess, never a silent one.
@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from simulator.calibrate.fit import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
+from simulator.costmodel.learned_schema import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
 from simulator.costmodel.moe import expected_experts_touched
 from simulator.costmodel.roofline import TOKEN_OPS, RooflineCostModel
 

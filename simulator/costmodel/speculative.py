@@ -14,10 +14,10 @@ The drafter's cost is added per step by :class:`SpeculativeCostModel`, from the 
 
 - ``draft_model``: ``k`` autoregressive decode passes of the small model over the speculating
   requests (context ``j`` tokens longer in pass ``j``), plus its own pass over the step's
-  prefill chunks (a draft model keeps its own KV cache, so it prefills every prompt too), each
-  priced as a full engine step of the draft (kernel model on the target's GPU at
-  ``draft_tp``, and the engine preset's overheads: in vLLM V0 each draft pass went through the
-  model runner);
+  prefill chunks (a draft model keeps its own KV cache, so it prefills every prompt too), priced
+  by the roofline kernel model of the draft on the target's GPU at ``draft_tp``; the engine's
+  CPU terms (scheduling, output processing, the TP RPC) are the step's and are not repeated per
+  draft pass (the engine presets lump them, so a per-pass share cannot be read off the data);
 - ``eagle``/``eagle3``/``mtp``: ``k`` sequential passes of one target-sized decoder layer plus
   the LM head over the speculating requests (an EAGLE head or MTP module is one layer reusing
   the target's head), kernels only: the engines that ship them run the drafter inside the
@@ -46,6 +46,8 @@ DRAFT_MODELS: dict[str, ModelSpec] = {
     # turboderp/Qwama-0.5B-Instruct config.json.
     "qwama-0.5b": ModelSpec("qwama-0.5b", "turboderp/Qwama-0.5B-Instruct", 24, 896, 14, 2, 4864, 128256, 32768,
                             tied_embeddings=True),
+    # The Spec-Bench SpS draft for Vicuna (double7/vicuna-68m config.json).
+    "vicuna-68m": ModelSpec("vicuna-68m", "double7/vicuna-68m", 2, 768, 12, 12, 3072, 32000, 2048),
 }
 
 
@@ -131,7 +133,7 @@ class SpeculativeCostModel(CostModel):
 
     A shape without speculating requests costs exactly what the target says (same float)."""
 
-    def __init__(self, target: CostModel, spec: SpeculativeConfig, engine=None) -> None:  # noqa: ANN001 - preset, path or EngineModel
+    def __init__(self, target: CostModel, spec: SpeculativeConfig) -> None:
         super().__init__(target.replica)
         self.target = target
         self.spec = spec
@@ -141,7 +143,7 @@ class SpeculativeCostModel(CostModel):
         if spec.method == "draft_model":
             from simulator.costmodel import load_cost_model
 
-            self.draft = load_cost_model("roofline", draft_replica(target.replica, spec), engine)
+            self.draft = load_cost_model("roofline", draft_replica(target.replica, spec))  # kernels only
         self.send_recv_time = target.send_recv_time  # type: ignore[method-assign]
         self.learned_ops = getattr(target, "learned_ops", [])
 

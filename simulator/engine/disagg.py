@@ -56,7 +56,7 @@ from simulator.config.disagg_layout import DisaggLayout, kv_bytes_per_token, lay
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel import load_cost_model
-from simulator.engine.cluster import RunResult, _reporter, make_replica, prepare_requests, run_to_end
+from simulator.engine.cluster import RunResult, make_replica, prepare_requests, reporter_of, run_to_end
 from simulator.engine.kvcache import BlockManager, MemoryPlan, build_kv_cache, max_model_len_shortfall
 from simulator.engine.records import Recorder
 from simulator.engine.replica import Replica, with_mixin
@@ -345,7 +345,7 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
     layout = layout_of(config)
     assert layout is not None
     wall_start = time.perf_counter()
-    reporter = _reporter(progress)
+    reporter = reporter_of(progress)
     # Token times kept: the hand-off analysis reads each request's second token time.
     requests, source, router_rng = prepare_requests(config, table, reporter, token_times=True)
     env = simpy.Environment()

@@ -36,8 +36,12 @@ from functools import cache
 
 import numpy as np
 
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
 from simulator.config.speculative import SpeculativeConfig
-from simulator.costmodel.speculative import SpecBatchShape
+from simulator.costmodel.speculative import SpecBatchShape, SpeculativeCostModel, speculative_memory_plan
+from simulator.engine.kvcache import BlockManager, MemoryPlan, build_kv_cache, max_model_len_shortfall
+from simulator.engine.schedulers import SCHEDULERS
 from simulator.engine.schedulers.base import Batch, Scheduler
 from simulator.engine.tbt import GapLog
 from simulator.workload.request import Request
@@ -293,3 +297,30 @@ def speculation_stats(schedulers: list[Scheduler]) -> dict | None:
             total = SpeculationStats(spec.stats.k)
         total.merge(spec.stats)
     return None if total is None else total.as_dict()
+
+
+def build_speculative_scheduler(config: RunConfig, spec: SpeculativeConfig,
+                                replica_id: int = 0) -> tuple[Scheduler, MemoryPlan]:
+    """:func:`simulator.engine.replica.build_scheduler` for a replica whose decodes speculate:
+    the KV cache less the drafter's memory (:func:`speculative_memory_plan`), the policy with
+    :class:`SpeculativeMixin`, and the replica's own acceptance stream (:func:`speculation_rng`).
+    Lockstep is never enabled (see the module docstring)."""
+    replica, sched = config.replica, config.scheduler
+    max_model_len = replica.effective_max_model_len
+    _, plan = build_kv_cache(replica, sched)
+    plan = speculative_memory_plan(plan, replica, spec)
+    blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark)
+    short = max_model_len_shortfall(blocks, max_model_len)
+    if short is not None:
+        raise ConfigError("replica.max_model_len", short + " (with the drafter's memory)",
+                          "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
+    scheduler = speculative_class(SCHEDULERS[sched.name])(sched, blocks, max_model_len)
+    scheduler.speculation = Speculation(spec, speculation_rng(config.seed, replica_id))  # type: ignore[attr-defined]
+    return scheduler, plan
+
+
+def speculative_cost_model(config: RunConfig, spec: SpeculativeConfig) -> SpeculativeCostModel:
+    """The run's target cost model (kernels and engine preset) with the drafter's time added."""
+    from simulator.costmodel import load_cost_model
+
+    return SpeculativeCostModel(load_cost_model(config.cost_model, config.replica, config.engine), spec)

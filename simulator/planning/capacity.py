@@ -46,10 +46,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
+from simulator import simulation
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
+from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
-from simulator.engine import cluster as engine
 from simulator.engine.tbt import GapLog, percentiles
 from simulator.planning.search import Limits, Outcome, largest_passing
 from simulator.report.metrics import request_columns, tbt_distribution
@@ -310,10 +311,10 @@ class ArrivalWatch:
                     still_open.append(req)
             open_reqs = still_open
             if late >= needed:
-                raise engine.StopRun(self.stop_message(late, n, now_at))
+                raise simulation.StopRun(self.stop_message(late, n, now_at))
             reason = self.certain_otherwise(now_at)
             if reason is not None:
-                raise engine.StopRun(reason)
+                raise simulation.StopRun(reason)
 
 
 class GapsAbove:
@@ -426,7 +427,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     cfg = config.replace(workload__qps=qps)
     watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile, tbt_s=slo.tbt_s if tbt_early_exit else None,
                           tbt_quantile=slo.tbt_quantile) if early_exit else None
-    result = engine.simulate(cfg, watch=watch, record_iterations=False)  # a trial judges requests and gaps
+    result = simulation.simulate(cfg, watch=watch, record_iterations=False)  # a trial judges requests and gaps
     cols = request_columns(result)  # numpy columns: a trial needs no pandas
     status = cols["status"]
     is_finished = status == Status.FINISHED.value
@@ -481,7 +482,7 @@ def min_iteration_s(config: RunConfig) -> float:
         from simulator.config.disagg_layout import layout_of
 
         replica = layout_of(config).decode_replica  # type: ignore[union-attr]
-    cost = engine.load_cost_model(config.cost_model, replica, config.engine)
+    cost = load_cost_model(config.cost_model, replica, config.engine)
     return float(cost.iteration_time(BatchShape.from_requests(decodes=[2])))
 
 

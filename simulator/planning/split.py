@@ -28,10 +28,10 @@ from typing import Any
 
 import pandas as pd
 
+from simulator import simulation
 from simulator.config.disagg_layout import layout_of, num_gpus_of
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
-from simulator.engine import cluster as engine
 from simulator.engine.kvcache import build_kv_cache, max_model_len_shortfall
 from simulator.planning.capacity import ArrivalWatch
 from simulator.planning.search import Limits, largest_passing
@@ -122,7 +122,7 @@ def attainment_at(config: RunConfig, qps: float, slo: GoodputSLO, early_exit: bo
     """SLO attainment of ``config`` at ``qps``; for a trial stopped as certain to fail, the
     upper bound it was stopped at (``1 - missed so far / requests``, below the target)."""
     watch = TTFTWatch(slo.ttft_s, slo.attainment)
-    result = engine.simulate(config.replace(workload__qps=qps), watch=watch if early_exit else None)
+    result = simulation.simulate(config.replace(workload__qps=qps), watch=watch if early_exit else None)
     if "stopped" in result.extra:  # certain miss: report the bound it was stopped at
         return 1.0 - watch.num_late / watch.num_requests
     return slo_attainment(request_frame(result), slo.ttft_s, slo.tpot_s)

@@ -355,8 +355,8 @@ def run_point(mode: str, config_dict: dict[str, Any], options: dict[str, Any]) -
     try:
         config = RunConfig.from_dict(config_dict)
         if mode == "run":
-            from simulator.engine.cluster import simulate
             from simulator.report.metrics import request_frame, summarize
+            from simulator.simulation import simulate
 
             result = simulate(config)
             summary = summarize(result, request_frame(result), ttft_slo_s=options["ttft_slo"] or 2.0,
@@ -598,3 +598,11 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
     table = current_table()
     write_table(table, out / "results", fmt)
     return SweepResult(table, len(todo), num_skipped, failed, out, table_path)
+
+
+def plot_sweep(folder: Path, out: Path, x: str = "qps", hue: str = "scheduler") -> list[Path]:
+    """Figures for a sweep folder, finished or not (:func:`simulator.report.plots.plot_sweep_table`)."""
+    from simulator.report.plots import plot_sweep_table
+
+    info, table = read_sweep_folder(folder)
+    return plot_sweep_table(info, table, folder, out, x=x, hue=hue)

@@ -37,8 +37,8 @@ import pandas as pd
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
+from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape, CostModel
-from simulator.engine import cluster as engine
 
 LINEAR_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down")
 
@@ -165,7 +165,7 @@ def choose_tau(config: RunConfig, tbt_slo_s: float, mix: DecodeMix | None = None
     if max_tokens < 16:
         raise ConfigError("tau.max_tokens", f"must be >= 16, got {max_tokens}")
     mix = mix or workload_mix(config)
-    cost = engine.load_cost_model(config.cost_model, config.replica, config.engine)
+    cost = load_cost_model(config.cost_model, config.replica, config.engine)
     grid = np.unique(np.concatenate([np.arange(step, max_tokens + 1, step), [1, max(1, mix.num_decodes), max_tokens]]))
     iteration = np.array([cost.iteration_time(hybrid_shape(mix, int(t))) for t in grid])
     linear = linear_layer_time(cost, grid) * config.replica.model_spec.num_layers

@@ -365,13 +365,14 @@ def sweep_counts(table: pd.DataFrame) -> tuple[int, int, int]:
     return int((status == "ok").sum()), int((status == "error").sum()), int((status == "missing").sum())
 
 
-def plot_sweep(folder: Path, out: Path, x: str = "qps", hue: str = "scheduler") -> list[Path]:
-    """Figures for a sweep folder, finished or not: capacity bars (capacity mode) or latency
-    curves (run mode) of the points finished so far; a partial sweep says so in the title."""
+def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x: str = "qps",
+                     hue: str = "scheduler") -> list[Path]:
+    """Figures for a sweep's table (``info`` and ``table`` as
+    :func:`simulator.planning.sweep.read_sweep_folder` reads them from ``folder``), finished or
+    not: capacity bars (capacity mode) or latency curves (run mode) of the points finished so
+    far; a partial sweep says so in the title."""
     from simulator.config.errors import ConfigError
-    from simulator.planning.sweep import read_sweep_folder
 
-    info, table = read_sweep_folder(folder)
     num_ok, num_failed, num_missing = sweep_counts(table)
     if num_ok == 0:
         raise ConfigError("plot sweep", f"{folder} has no finished points yet ({len(table)} planned, "
@@ -411,8 +412,8 @@ def plot_sweep(folder: Path, out: Path, x: str = "qps", hue: str = "scheduler") 
 def plot_run(path: Path, out: Path) -> list[Path]:
     """Re-simulate a run from its ``config.json`` (bit-for-bit) and draw TBT CDF, timeline and PP Gantt."""
     from simulator.config.options import load_config_file
-    from simulator.engine.cluster import simulate
     from simulator.report.metrics import request_frame, tbt_samples
+    from simulator.simulation import simulate
 
     path = Path(path)
     config = load_config_file(path / "config.json" if path.is_dir() else path)

@@ -137,15 +137,13 @@ class TableCostModel(TabulatedCostModel):
         self._gemm_index: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._gemm_max_m = math.inf
         ref = T.find_table(self.system, self.backend, "gemm", self.root)
-        src = T.pick_source(ref, self._gemm_dtype) if ref is not None else None
+        src, d = T.read_source_rows(ref, self._gemm_dtype, ("m", "n", "k", "latency")) if ref is not None else (None, {})
         if src is None:
             have = ", ".join(T.dtypes_of(ref)) if ref is not None else "none"
             self._lack("gemm", f"no GEMM rows for dtype {self._gemm_dtype} (have: {have})")
             return
         self.versions["gemm"] = ref.version
         self.gemm_source = src
-        d = T.read_table(ref, ("m", "n", "k", "latency"), (("gemm_dtype", "==", self._gemm_dtype),
-                                                          ("kernel_source", "==", src)))
         mm, nn, kk, lat = d["m"].astype(np.int64), d["n"].astype(np.int64), d["k"].astype(np.int64), d["latency"]
         order = np.lexsort((mm, kk, nn))
         mm, nn, kk, lat = mm[order], nn[order], kk[order], lat[order]
@@ -227,15 +225,12 @@ class TableCostModel(TabulatedCostModel):
         if ref is None:
             self._lack("tp_all_reduce", "no custom all-reduce table")
             return
-        d = T.read_table(ref, ("kernel_source", "num_gpus", "message_size", "latency"),
-                         (("allreduce_dtype", "==", "bfloat16"), ("num_gpus", "==", tp)))
-        if len(d["latency"]) == 0:
+        src, d = T.read_source_rows(ref, "bfloat16", ("message_size", "latency"), (("num_gpus", "==", tp),))
+        if src is None:
             self._lack("tp_all_reduce", f"no all-reduce rows for {tp} GPUs")
             return
-        src = T.pick_source(ref, "bfloat16", (("num_gpus", "==", tp),))
-        keep = d["kernel_source"] == src
-        msg, idx = np.unique(d["message_size"][keep].astype(np.float64), return_index=True)
-        lat = d["latency"][keep][idx] * MS
+        msg, idx = np.unique(d["message_size"].astype(np.float64), return_index=True)
+        lat = d["latency"][idx] * MS
         self._ar = (msg, isotonic(lat))
         self.allreduce_source = src
         self.versions["comm"] = ref.version
@@ -272,14 +267,22 @@ class TableCostModel(TabulatedCostModel):
         moe_tp, moe_ep = r.tp // r.ep, r.ep
         shape = (("hidden_size", "==", m.hidden_size), ("inter_size", "==", m.expert_ffn_size),
                  ("topk", "==", m.num_experts_per_tok), ("num_experts", "==", m.num_experts))
-        src = T.pick_source(ref, dtype, shape)
-        if src is None:
-            self._lack("moe_experts", f"no MoE rows for {m.name}'s expert shape in dtype {dtype}")
-            return
         dist = "balanced" if r.moe_imbalance <= 1.0 else "power_law_1.2"
-        d = T.read_table(ref, ("num_tokens", "latency"),
-                         (*shape, ("moe_dtype", "==", dtype), ("kernel_source", "==", src),
-                          ("moe_tp_size", "==", moe_tp), ("moe_ep_size", "==", moe_ep), ("distribution", "==", dist)))
+        cols = ("num_tokens", "moe_tp_size", "moe_ep_size", "distribution", "latency")
+        src, d = T.read_source_rows(ref, dtype, cols, shape)
+        if src is None and dtype == "fp8":  # FP8 MoE checkpoints (DeepSeek, Qwen3-FP8) are block-scaled
+            src, d = T.read_source_rows(ref, "fp8_block", cols, shape)
+            if src is not None:
+                self.notes.append(f"{self.backend} tables of {self.system} have no per-tensor fp8 MoE rows for "
+                                  f"{m.name}: its experts priced by the fp8_block kernel")
+                dtype = "fp8_block"
+        if src is None:
+            have = T.read_table(ref, ("moe_dtype",), shape)["moe_dtype"]
+            have = ", ".join(sorted(set(have.astype(str).tolist()))) if have is not None and len(have) else "none"
+            self._lack("moe_experts", f"no MoE rows for {m.name}'s expert shape in dtype {dtype} (that shape has: {have})")
+            return
+        keep = (d["moe_tp_size"] == moe_tp) & (d["moe_ep_size"] == moe_ep) & (d["distribution"].astype(str) == dist)
+        d = {"num_tokens": d["num_tokens"][keep], "latency": d["latency"][keep]}
         if len(d["latency"]) < 2:
             self._lack("moe_experts", f"no MoE rows for moe_tp={moe_tp} x moe_ep={moe_ep} ({dist}, {dtype})")
             return
@@ -311,13 +314,12 @@ class TableCostModel(TabulatedCostModel):
             flt = (("num_heads", "==", self.heads_per_gpu), ("num_key_value_heads", "==", self.kv_heads_per_gpu),
                    ("head_dim", "==", self.model.head_dim), ("kv_cache_dtype", "==", self._kv_dtype))
             dtype = "bfloat16"
-        src = T.pick_source(ref, dtype, flt)
+        cols = ("batch_size", "isl", "step", "window_size", "latency")
+        src, d = T.read_source_rows(ref, dtype, cols, flt)
         if src is None:
             shape = (f"{self.heads_per_gpu} heads" if mla else
                      f"{self.heads_per_gpu} heads / {self.kv_heads_per_gpu} KV heads / head dim {self.model.head_dim}")
             return None, f"no {table} rows for {shape} with {self._kv_dtype} KV"
-        cols = ("batch_size", "isl", "step", "window_size", "latency")
-        d = T.read_table(ref, cols, (*flt, (T.DTYPE_COLUMN[table], "==", dtype), ("kernel_source", "==", src)))
         if d["window_size"] is not None:  # full attention rows (sliding windows are capped below)
             keep = d["window_size"] == 0
             d = {k: (v[keep] if isinstance(v, np.ndarray) and v.shape == keep.shape else v) for k, v in d.items()}

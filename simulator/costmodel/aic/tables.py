@@ -9,7 +9,7 @@ version, parquet tables of measured per-call latencies (**milliseconds**, one GP
   donor version's rows join it, newest first on equal keys);
 - reads a table with pyarrow, only the columns asked for and only the rows a filter keeps,
   cached per process (:func:`read_table`), so a run reads a few megabytes once;
-- picks, per table and dtype, the one kernel implementation priced (:func:`pick_source`:
+- picks, per table and dtype, the one kernel implementation priced (:func:`choose_source`:
   the source with the most rows, i.e. the one the collector swept; deterministic; for the
   custom all-reduce the CUDA-graph variant, which a serving step replays);
 - turns a system's tables into one tidy frame (:func:`tidy_tables`) for
@@ -171,22 +171,40 @@ def read_table(ref: TableRef, columns: tuple[str, ...], filters: tuple[tuple[str
     return out
 
 
-def pick_source(ref: TableRef, dtype: str, extra: tuple[tuple[str, str, Any], ...] = ()) -> str | None:
-    """The kernel implementation priced for ``dtype``: the source with the most rows (the one
-    the collector swept over the whole grid; ties by name). None where the dtype has no rows."""
+def choose_source(table: str, sources: Any) -> str | None:
+    """The kernel implementation priced among rows whose ``kernel_source`` column is ``sources``:
+    the one with the most rows (the one the collector swept over the whole grid; ties by name);
+    for the custom all-reduce the CUDA-graph variant, which a serving step replays. None if empty."""
     import numpy as np
 
-    col = DTYPE_COLUMN[ref.table]
-    data = read_table(ref, ("kernel_source", col), ((col, "==", dtype), *extra))
-    sources = data["kernel_source"]
     if sources is None or len(sources) == 0:
         return None
     names, counts = np.unique(sources.astype(str), return_counts=True)
-    if ref.table == "custom_allreduce":  # the CUDA-graph variant: what a serving step replays
+    if table == "custom_allreduce":
         graph = [n for n in names.tolist() if "graph" in n.lower()]
         if graph:
             return graph[0]
     return min(zip((-counts).tolist(), names.tolist(), strict=True))[1]  # most rows; ties by name
+
+
+def pick_source(ref: TableRef, dtype: str, extra: tuple[tuple[str, str, Any], ...] = ()) -> str | None:
+    """:func:`choose_source` among ``ref``'s rows of ``dtype`` (and ``extra`` filters)."""
+    col = DTYPE_COLUMN[ref.table]
+    data = read_table(ref, ("kernel_source", col), ((col, "==", dtype), *extra))
+    return choose_source(ref.table, data["kernel_source"])
+
+
+def read_source_rows(ref: TableRef, dtype: str, columns: tuple[str, ...],
+                     extra: tuple[tuple[str, str, Any], ...] = ()) -> tuple[str | None, dict[str, Any]]:
+    """One read: ``columns`` of the rows of ``dtype`` (and ``extra``) of the source
+    :func:`choose_source` picks among them; (None, {}) where there are none."""
+    col = DTYPE_COLUMN[ref.table]
+    data = read_table(ref, ("kernel_source", *columns), ((col, "==", dtype), *extra))
+    src = choose_source(ref.table, data["kernel_source"])
+    if src is None:
+        return None, {}
+    keep = data["kernel_source"] == src
+    return src, {c: (data[c][keep] if data[c] is not None else None) for c in columns}
 
 
 def dtypes_of(ref: TableRef) -> list[str]:

@@ -1,0 +1,214 @@
+"""Spec records: what the simulator needs to know about a model and a GPU.
+
+A :class:`ModelSpec` holds what the cost model and the KV cache need to know about a
+decoder-only transformer (layer count, widths, GQA, MLP shape, vocabulary, context
+length). A :class:`GPUSpec` holds a spec-sheet view of an accelerator (dense bf16
+peak, HBM bandwidth and size, NVLink and PCIe bandwidth per direction). The named tables
+are in :mod:`simulator.config.catalog`; user files are read by :mod:`simulator.config.hf_config`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from simulator.config.errors import ConfigError
+
+GB = 1e9
+GiB = 1024**3
+TFLOPS = 1e12
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shape of a decoder-only transformer, as the cost model and KV cache see it."""
+
+    name: str
+    hf_id: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    ffn_size: int  # width of one MLP projection (up or gate), not their sum
+    vocab_size: int
+    max_model_len: int
+    gated_mlp: bool = True  # SwiGLU (up, gate, down) vs plain 2-matrix MLP
+    activation: Literal["silu", "gelu"] = "silu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    parallel_attn_mlp: bool = False  # Falcon: attention and MLP read the same input
+    rotary: bool = True
+    tied_embeddings: bool = False
+    aliases: tuple[str, ...] = field(default=())
+    # -- later-generation features; every default describes a plain dense model --------------
+    explicit_head_dim: int = 0  # HF ``head_dim`` where it differs from hidden / heads (Qwen3, GPT-OSS); 0: derived
+    # Mixture of experts (0 experts: dense). Routed experts each have width ``expert_ffn_size``;
+    # shared experts run for every token (width ``shared_expert_ffn_size``, 0: the expert width).
+    num_experts: int = 0
+    num_experts_per_tok: int = 0  # top-k
+    expert_ffn_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_ffn_size: int = 0
+    num_dense_layers: int = 0  # layers with a dense MLP of ``ffn_size`` (DeepSeek's first_k_dense_replace)
+    # Multi-head latent attention (DeepSeek-V2/V3; 0: standard attention). The KV cache keeps one
+    # compressed latent of ``kv_lora_rank + qk_rope_head_dim`` per token per layer, shared by all heads.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # Sliding-window attention on ``num_sliding_layers`` of the layers (0: full attention everywhere).
+    sliding_window: int = 0
+    num_sliding_layers: int = 0
+    source: str = ""  # where the shape (and its published parameter count) comes from
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "vocab_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"model.{name}", f"must be positive, got {getattr(self, name)}")
+        if not self.explicit_head_dim and self.hidden_size % self.num_heads:
+            raise ConfigError("model.num_heads", f"{self.num_heads} does not divide hidden size {self.hidden_size}")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError("model.num_kv_heads", f"{self.num_kv_heads} does not divide {self.num_heads} heads")
+        if self.num_experts:
+            if not 0 < self.num_experts_per_tok <= self.num_experts:
+                raise ConfigError("model.num_experts_per_tok", f"top-k {self.num_experts_per_tok} must be in "
+                                  f"1..{self.num_experts} experts")
+            if self.expert_ffn_size <= 0:
+                raise ConfigError("model.expert_ffn_size", f"must be positive for a MoE model, got {self.expert_ffn_size}")
+        if not 0 <= self.num_dense_layers <= self.num_layers:
+            raise ConfigError("model.num_dense_layers", f"must be in 0..{self.num_layers}, got {self.num_dense_layers}")
+        if self.kv_lora_rank and (self.qk_rope_head_dim <= 0 or self.qk_nope_head_dim <= 0 or self.v_head_dim <= 0):
+            raise ConfigError("model.kv_lora_rank", "MLA needs positive qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
+        if not 0 <= self.num_sliding_layers <= self.num_layers or (self.num_sliding_layers and self.sliding_window <= 0):
+            raise ConfigError("model.num_sliding_layers", f"{self.num_sliding_layers} sliding layers with window "
+                              f"{self.sliding_window} for {self.num_layers} layers")
+
+    @property
+    def head_dim(self) -> int:
+        return self.explicit_head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def attention_params(self) -> int:
+        """Weights of one attention block (projections only)."""
+        h = self.hidden_size
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk) if self.q_lora_rank \
+                else h * self.num_heads * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + \
+                self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + self.num_heads * self.v_head_dim * h
+        return h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+
+    def mlp_params(self, width: int) -> int:
+        return (3 if self.gated_mlp else 2) * self.hidden_size * width
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert's weights."""
+        return self.mlp_params(self.expert_ffn_size) if self.is_moe else 0
+
+    @property
+    def shared_expert_params(self) -> int:
+        """All shared experts of one MoE layer."""
+        return self.num_shared_experts * self.mlp_params(self.shared_expert_ffn_size or self.expert_ffn_size)
+
+    @property
+    def moe_layer_params(self) -> int:
+        """MLP side of one MoE layer: router, every routed expert, shared experts."""
+        return self.hidden_size * self.num_experts + self.num_experts * self.expert_params + self.shared_expert_params
+
+    @property
+    def params_per_layer(self) -> int:
+        """Weights of one layer; for a model mixing dense and MoE layers, the mean over layers
+        (so ``num_layers * params_per_layer`` is every layer's weights, all experts included)."""
+        norms = 2 * self.hidden_size
+        dense = self.attention_params + self.mlp_params(self.ffn_size) + norms
+        if not self.is_moe:
+            return dense
+        moe = self.attention_params + self.moe_layer_params + norms
+        return round((self.num_dense_layers * dense + self.num_moe_layers * moe) / self.num_layers)
+
+    @property
+    def num_active_params(self) -> int:
+        """Weights one token reads: attention, top-k and shared experts, router, embeddings and LM head."""
+        if not self.is_moe:
+            return self.num_params
+        inactive = self.num_moe_layers * (self.num_experts - self.num_experts_per_tok) * self.expert_params
+        return self.num_params - inactive
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        lm_head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        return self.num_layers * self.params_per_layer + self.embedding_params + lm_head
+
+    def kv_bytes_per_token_per_layer(self, dtype_bytes: float = 2) -> float:
+        """K and V for one token in one layer, all KV heads (before TP sharding); for MLA the
+        compressed latent ``kv_lora_rank + qk_rope_head_dim``."""
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes
+        return 2 * self.num_kv_heads * self.head_dim * dtype_bytes
+
+    def kv_bytes_per_token_per_gpu_layer(self, dtype_bytes: float, tp: int) -> float:
+        """One token's KV in one layer on one GPU of a TP group: KV heads are sharded (a GPU keeps
+        at least one, GQA replicates heads when ``tp > kv_heads``); an MLA latent has no head axis
+        and is replicated on every TP rank (as vLLM stores it)."""
+        if self.is_mla:
+            return self.kv_bytes_per_token_per_layer(dtype_bytes)
+        return 2 * max(1, self.num_kv_heads // tp) * self.head_dim * dtype_bytes
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """Spec-sheet figures of one accelerator. Bandwidths are bytes/s per direction."""
+
+    name: str
+    bf16_flops: float
+    hbm_bytes_per_s: float
+    memory_bytes: float
+    nvlink_bytes_per_s: float  # 0 where the part has no NVLink
+    pcie_bytes_per_s: float
+    aliases: tuple[str, ...] = field(default=())
+    fp8_flops: float = 0.0  # dense FP8 tensor-core peak; 0 where the part has no FP8 tensor cores
+    source: str = ""  # the datasheet the figures come from
+    nvlink_switch: bool = False  # every GPU pair at full link speed in its usual server (NVSwitch, MI300X mesh)
+
+    def __post_init__(self) -> None:
+        if self.fp8_flops < 0:
+            raise ConfigError("gpu.fp8_flops", f"must be >= 0, got {self.fp8_flops}")
+        for name in ("bf16_flops", "hbm_bytes_per_s", "memory_bytes", "pcie_bytes_per_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"gpu.{name}", f"must be positive, got {getattr(self, name)}")
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Arithmetic intensity where compute and memory time are equal."""
+        return self.bf16_flops / self.hbm_bytes_per_s
+
+
+# Today's common models (shapes from each model's Hugging Face config.json; the published
+# parameter counts they are tested against are cited in tests/test_catalog_2025.py).

@@ -1,0 +1,130 @@
+"""The one entry point: :func:`simulate` turns a run config into a :class:`RunResult`.
+
+It composes the layers below: the workload's requests, the engine's cluster of replicas
+(:mod:`simulator.engine`), and the speed machinery that wraps the engine's loop
+(:mod:`simulator.fast`: event skipping, replicas run apart or in worker processes) when
+``config.fast_forward`` is on, which changes no result. Disaggregated configs run their two
+pools (:mod:`simulator.engine.disagg`). Metrics are computed afterwards from the result
+(:mod:`simulator.report.metrics`), never inside event handlers.
+
+Randomness: one ``numpy.random.Generator`` seeded from ``config.seed`` is split into
+independent streams (workload, router), so the same config gives the same results
+bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import simpy
+
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+from simulator.engine.cluster import (
+    Cluster,
+    ReplicaTotals,
+    RunResult,
+    StopRun,
+    checked_columns,
+    make_requests,
+    prepare_table,
+    reporter_of,
+    rng_streams,
+    run_to_end,
+)
+from simulator.engine.records import Recorder, TallyRecorder
+from simulator.fast import partitioned as partitioned_runs
+from simulator.fast.replica import SkippingReplica
+from simulator.util.progress import RunProgress
+from simulator.workload.request import Request
+
+__all__ = ["RunResult", "StopRun", "simulate"]
+
+
+def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
+             watch: Callable[[simpy.Environment, list[Request]], Any] | None = None,
+             token_times: bool = False, workers: int = 1, record_iterations: bool = True) -> RunResult:
+    """Run one simulation. ``table`` (a RequestTable) overrides the config's workload.
+    ``token_times`` keeps every token's timestamp on its request (8 bytes a token; metrics
+    do not need them). ``record_iterations=False`` leaves the iteration and stage tables
+    empty (``extra["iterations"]`` says so) for a run judged by its requests alone. ``workers`` > 1 runs the replicas of a partitioned cluster (see
+    :func:`simulator.fast.partitioned.run_partitioned`) in that many processes: the same results, sooner on more cores.
+
+    ``watch(env, requests)``, if given, returns a SimPy generator started beside the
+    arrivals (it must not outlive them needlessly: its timeouts extend ``sim_end_at``);
+    raising :class:`StopRun` from it ends the run early, leaving unfinished requests as
+    they are and the reason in ``extra["stopped"]``. Capacity search uses it to abandon
+    trials that are certain to fail (a run it does not stop is the same run). A watch with a
+    ``watch_gaps(logs, requests)`` method gets the replicas' live TBT gap logs first (to
+    read, never to write); one with ``watch_settle(settle)`` gets a ``settle(now)`` to call
+    at each wake-up before it reads anything (:meth:`Replica.settle`), and a lone replica's
+    stretches may then run across its wake-ups.
+    """
+    partitionable = watch is None and partitioned_runs.runs_apart(config)
+    if workers > 1 and not partitionable:
+        raise ConfigError("--workers", "only the replicas of a cluster behind a state-free router run in parallel "
+                          "(more than one replica, --router round_robin or random, PP 1, event skipping on)",
+                          "drop --workers for this run")
+    if config.is_disaggregated:  # two pools and a KV link: simulator.engine.disagg
+        from simulator.engine.disagg import simulate_disaggregated
+
+        return simulate_disaggregated(config, table, progress, watch)
+    wall_start = time.perf_counter()
+    reporter = reporter_of(progress)
+    table, source, router_rng = prepare_table(config, table, reporter)
+    arrival, prompt, output = checked_columns(table)
+    num_requests = len(arrival)
+    objects = None
+    if not (partitionable and workers > 1):  # in worker processes each builds its own
+        if reporter is not None:
+            reporter.phase(f"building {num_requests:,} requests", num_requests)
+        objects = make_requests(table, token_times)
+    if reporter is not None:
+        reporter.start("simulating", num_requests)
+    recorder_class = Recorder if record_iterations else TallyRecorder
+    recorder = recorder_class(on_progress=reporter.update if reporter else None, report_every=max(1, num_requests // 200))
+    own_reporter = reporter is not progress
+    stopped: str | None = None
+    partitioned = None
+    if partitionable:
+        if objects is None:
+            partitioned = partitioned_runs.run_partitioned_in_workers(config, arrival, prompt, output, recorder, router_rng,
+                                                     token_times, workers)
+        else:
+            partitioned = partitioned_runs.run_partitioned(config, objects, recorder, router_rng)
+        if partitioned is None:  # an arrival tied with a replica event: run jointly from scratch
+            recorder = recorder_class(on_progress=reporter.update if reporter else None,
+                                      report_every=max(1, num_requests // 200))
+            router_rng = rng_streams(config.seed)[1]  # the router's stream, from its start
+            objects = None  # the partitioned run changed them
+        elif reporter is not None and own_reporter:
+            reporter.close()
+    requests: Sequence[Request]
+    if partitioned is not None:
+        totals, memory, sim_end_at, requests = partitioned
+    else:
+        requests = make_requests(table, token_times) if objects is None else objects
+        env = simpy.Environment()
+        # Lockstep decodes leave running requests' counters stale until settled: only without
+        # pipelining and without a watch that reads them (see ArrivalWatch.reads_only_timestamps).
+        lockstep = config.fast_forward and config.replica.pp == 1 and \
+            (watch is None or getattr(watch, "reads_only_timestamps", False))
+        cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None, lockstep=lockstep,
+                          watch_settles=hasattr(watch, "watch_settle"), skipping=SkippingReplica)
+        stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter)
+        memory, sim_end_at = cluster.memory, env.now
+        totals = [ReplicaTotals.of(r, c) for r, c in zip(cluster.replicas, cluster.cost_models, strict=True)]
+    assert memory is not None
+    return RunResult(
+        config=config, requests=requests, iterations=recorder.iterations, memory=memory,
+        workload_source=source, sim_end_at=sim_end_at, wall_s=time.perf_counter() - wall_start,
+        replica_busy_s=[t.busy_s for t in totals],
+        stages=recorder.stages,
+        stage_busy_s=[t.stage_busy_s for t in totals],
+        tbt=[t.gaps for t in totals],
+        extra={"cost_model_extrapolations": sum(t.num_extrapolations for t in totals),
+               **({"stopped": stopped} if stopped is not None else {}),
+               **({} if record_iterations else {"iterations": "not recorded"})},
+    )

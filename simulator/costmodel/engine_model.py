@@ -333,17 +333,27 @@ class EngineCostModel(CostModel):
         return kernel_s + self._engine_time(shape, kernel_s)
 
     def stage_time(self, shape: BatchShape, stage: int) -> float:
-        """:meth:`CostModel.stage_time` (the same floats), pricing the layer once: stage 0's
-        engine terms need the whole step's kernel time, which the base recomputes from scratch."""
-        layer = self._layer(shape)
-        t = self.layers_per_stage[stage] * layer
+        """One pipeline stage's share of the step. The engine's GPU-side terms (collective
+        extras, prefill excess, the launch floor) run with the layers, so each stage carries
+        its layers' share of them; the CPU work (scheduling, input preparation, RPC) stays on
+        stage 0, which the engine dispatches first, overlapped with that stage's GPU time
+        or added to it as the engine does. The stages add up to :meth:`iteration_time`
+        (launch floors aside)."""
+        layers = self.layers_per_stage[stage]
+        share = layers / self._num_layers
+        gpu = layers * self._layer(shape)
         if stage == 0:
-            pre = self._pre(shape)
-            kernel_s = pre + self._num_layers * layer + self._post(shape)
-            t += self._engine_time(shape, kernel_s) + pre
+            gpu += self._pre(shape)
         if stage == len(self.layers_per_stage) - 1:
-            t += self._post(shape)
-        return t
+            gpu += self._post(shape)
+        gpu += (self.collective_s + self.prefill_excess_time(shape)) * share
+        floor = self.launch_s * share
+        if gpu < floor:
+            gpu = floor
+        if stage != 0:
+            return gpu
+        cpu = self.cpu_time(shape)
+        return (gpu if gpu > cpu else cpu) if self.overlap else gpu + cpu
 
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:

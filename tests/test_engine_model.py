@@ -236,3 +236,18 @@ def test_decode_stretch_pricing_matches_the_scalar_path_bit_for_bit(name):
         scalar = [cm.iteration_time(BatchShape.decode_only(n, kv_sum + n * i, kv_sq + 2 * i * kv_sum + n * i * i, kv_max + i))
                   for i in range(m)]
         assert cm._vector_stretch(n, kv_sum, kv_sq, kv_max, m) == scalar
+
+
+def test_expert_parallelism_changes_the_collectives_the_engine_counts():
+    """With EP a MoE layer's MLP all-reduce becomes a dispatch and a combine all-to-all plus an
+    all-gather (as the roofline prices it), so the engine's per-collective extras count three
+    collectives there instead of one. Mixtral-8x7B on H100 at TP8: 2 x 32 + 1 at ep=1."""
+    from simulator.costmodel.engine_model import num_collectives
+
+    ep1, ep8 = (ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=8, ep=ep) for ep in (1, 8))
+    assert num_collectives(ep1) == 2 * 32 + 1
+    assert num_collectives(ep8) == 2 * 32 + 1 + 2 * 32
+    costs = [load_cost_model("roofline", r, "vllm-2023-splitwise") for r in (ep1, ep8)]
+    assert costs[1].collective_s == pytest.approx(costs[0].collective_s * 129 / 65)
+    # a dense model is unaffected by an ep setting it cannot use
+    assert num_collectives(ReplicaConfig("llama-2-70b", "h100-sxm", tp=8)) == 2 * 80 + 1

@@ -217,11 +217,16 @@ def save_engine_artifact(engine: EngineModel, path: Path, extra: dict[str, Any])
 
 def num_collectives(replica: ReplicaConfig) -> int:
     """TP collectives in one forward pass: per layer two all-reduces (one for parallel
-    attention/MLP blocks), plus the LM head's vocab gather; none without TP."""
+    attention/MLP blocks), plus the LM head's vocab gather; none without TP. Under expert
+    parallelism a MoE layer's MLP all-reduce becomes a dispatch and a combine all-to-all and
+    an all-gather (as the roofline prices it: :func:`simulator.costmodel.moe.ep_all_to_all`)."""
     if replica.tp <= 1:
         return 0
     m = replica.model_spec
-    return (1 if m.parallel_attn_mlp else 2) * m.num_layers + 1
+    count = (1 if m.parallel_attn_mlp else 2) * m.num_layers + 1
+    if m.is_moe and replica.ep > 1:
+        count += 2 * m.num_moe_layers
+    return count
 
 
 def kernel_collective_latency_s(kernels: CostModel) -> float:

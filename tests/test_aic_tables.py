@@ -190,3 +190,88 @@ def test_heldout_error_of_a_small_family(aic) -> None:  # noqa: ANN001
     assert s["table_median_err"] <= 0.05
     assert s["table_median_err"] < s["roofline_median_err"]
     assert math.isfinite(s["table_p95_err"])
+
+
+# -- runs ----------------------------------------------------------------------------------------------------------
+def _run_config(kernels: str, fast_forward: bool = True, **replica):  # noqa: ANN003, ANN202
+    from simulator.config.run_config import RunConfig, SchedulerConfig, WorkloadConfig
+
+    return RunConfig(replica=ReplicaConfig(model=replica.pop("model", "llama-3.1-8b"), gpu=replica.pop("gpu", "h100-sxm"),
+                                           kernels=kernels, **replica),
+                     scheduler=SchedulerConfig(name="vllm-v1"), engine="vllm-v1", fast_forward=fast_forward,
+                     workload=WorkloadConfig(name="sharegpt", qps=6.0, num_requests=120))
+
+
+def test_kernels_field_is_validated() -> None:
+    with pytest.raises(ConfigError, match="replica.kernels"):
+        ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", kernels="tensorrt")
+
+
+def test_table_priced_run_skips_stretches_with_the_same_results(aic) -> None:  # noqa: ANN001
+    from simulator.costmodel import load_cost_model
+    from simulator.costmodel.aic.model import TableCostModel
+    from simulator.simulation import simulate
+
+    cost = load_cost_model("roofline", _run_config("sglang", tp=2, model="qwen3-32b").replica, "vllm-v1")
+    assert isinstance(cost.kernels, TableCostModel) and cost._kernels_learned is False  # the fast stretch path
+    fast = simulate(_run_config("sglang", tp=2, model="qwen3-32b"))
+    slow = simulate(_run_config("sglang", fast_forward=False, tp=2, model="qwen3-32b"))
+    roof = simulate(_run_config("roofline", tp=2, model="qwen3-32b"))
+    a = [(r.first_token_at, r.completed_at) for r in fast.requests]
+    assert a == [(r.first_token_at, r.completed_at) for r in slow.requests]
+    assert a != [(r.first_token_at, r.completed_at) for r in roof.requests]  # the tables priced it
+
+
+def test_engine_stretches_over_tables_are_float_exact_and_counted_alike(aic) -> None:  # noqa: ANN001
+    from simulator.costmodel import CostModel, load_cost_model
+
+    replica = ReplicaConfig(model="llama-3.1-70b", gpu="h100-sxm", tp=4, kernels="vllm")
+    for preset in ("vllm-v1", "vllm-2023-splitwise"):
+        cm = load_cost_model("roofline", replica, preset)
+        k = cm.kernels
+        for n, kv0, m in ((8, 3000, 40), (8, 3000, 200), (64, 30000, 120), (300, 200, 60), (150, 5000, 90)):
+            kv = [kv0 + 7 * i for i in range(n)]
+            args = (n, sum(kv), sum(x * x for x in kv), max(kv), m)
+            before = k.num_extrapolations
+            fast = cm.decode_stretch_times(*args)
+            counted = k.num_extrapolations - before
+            slow = CostModel.decode_stretch_times(cm, *args)
+            assert fast == slow
+            assert counted == k.num_extrapolations - before - counted
+        assert cm._stretch_ok and k.num_extrapolations > 0  # the fast path answered; long contexts were counted
+
+
+def test_tables_and_a_fitted_artifact_are_alternatives(aic) -> None:  # noqa: ANN001
+    from simulator.costmodel import load_cost_model
+
+    with pytest.raises(ConfigError, match="both price the kernels"):
+        load_cost_model("some-artifact.json", ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", kernels="vllm"))
+
+
+def test_run_header_names_the_tables(aic, tmp_path) -> None:  # noqa: ANN001
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--kernels", "trtllm",
+                                      "--num-requests", "30", "--no-progress", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "kernels: trtllm 1.3.0rc20 tables of h100_sxm" in " ".join(result.output.split())
+    assert json.loads((tmp_path / "config.json").read_text())["replica"]["kernels"] == "trtllm"
+
+
+def test_import_aiconfigurator_writes_a_tidy_table(aic, tmp_path) -> None:  # noqa: ANN001
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    result = CliRunner().invoke(app, ["import-aiconfigurator", "--gpu", "h100-sxm", "--backend", "sglang", "--out",
+                                      str(tmp_path), "--data", str(aic)])
+    assert result.exit_code == 0, result.output
+    (path,) = tmp_path.glob("h100_sxm_sglang_*.parquet")
+    frame = pd.read_parquet(path)
+    assert {"system", "backend", "version", "family", "kernel_source", "dtype", "latency_s"} <= set(frame.columns)
+    assert set(frame["family"]) >= {"gemm", "attention", "moe", "comm"} and frame["latency_s"].gt(0).all()

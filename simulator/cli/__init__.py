@@ -11,5 +11,6 @@ from simulator.cli import profile as _profile  # noqa: F401
 from simulator.cli import costmodel as _costmodel  # noqa: F401
 from simulator.cli import disagg as _disagg  # noqa: F401
 from simulator.cli import engine as _engine  # noqa: F401
+from simulator.cli import aic as _aic  # noqa: F401
 
 __all__ = ["app", "main"]

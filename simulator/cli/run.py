@@ -92,7 +92,12 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
                        ("sched_delay_s", "scheduling delay")):
         table.add_row(label, *(_ms(summary[f"{key}_{q}"]) for q in ("p50", "p90", "p99", "max")))
-    console.print(f"workload: {summary['workload']} · cost model: {config.cost_model}")
+    kernels = ""
+    if r.kernels != "roofline":  # which measured tables priced the run
+        from simulator.costmodel.aic.tables import describe
+
+        kernels = f" · kernels: {describe(r.gpu, r.kernels)}"
+    console.print(f"workload: {summary['workload']} · cost model: {config.cost_model}{kernels}")
     print_table(console, table)
     console.print(
         f"requests: {summary['num_finished']} finished, {summary['num_rejected']} rejected, "

@@ -54,6 +54,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "over_length": ("workload__over_length", str, "Trace rows over --max-total-tokens: drop, or clip (shorten prompt "
                     "and output in proportion, as Vidur does)."),
     "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
+    "kernels": ("replica__kernels", str, "Kernel prices: roofline (calibrated), or the GPU's measured vllm, sglang or "
+                "trtllm kernel tables (NVIDIA AIConfigurator's database in ../shared/data)."),
     "engine": ("engine", str, "Engine overheads: a preset (vllm-2023-splitwise, sarathi-2023-vidur, vllm-v1, ideal, "
                "handset) or an artifact from `simulate calibrate-engine`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),

@@ -30,6 +30,10 @@ ENGINE_PRESETS = ("ideal", "handset", "vllm-2023-splitwise", "sarathi-2023-vidur
 # Weight dtypes and their bytes per parameter; int4 is group-wise (128) with one bf16 scale per group.
 WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
+# Kernel prices: the calibrated roofline, or an engine backend's measured kernel tables
+# (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates
+# without importing the cost models.
+KERNEL_TABLES = ("roofline", "vllm", "sglang", "trtllm")
 
 
 def _positive(section: str, name: str, value: float | int | None, *, allow_none: bool = False) -> None:
@@ -61,6 +65,7 @@ class ReplicaConfig:
     ep: int = 1  # expert-parallel degree: experts split over ep GPUs of the TP group (ep divides tp)
     moe_imbalance: float = 1.0  # busiest expert's (EP rank's) load over the mean; >= 1
     num_gpu_blocks: int | None = None  # KV blocks per replica, overriding the memory plan (vLLM's num_gpu_blocks_override)
+    kernels: str = "roofline"  # kernel prices: roofline, or the vllm / sglang / trtllm kernel tables of the GPU
 
     def __post_init__(self) -> None:
         # Canonicalise names so an HF id and the short name give identical configs.
@@ -85,6 +90,9 @@ class ReplicaConfig:
             raise ConfigError("replica.tp", f"tp={self.tp} neither divides nor is a multiple of {spec.num_kv_heads} KV heads")
         if self.dtype not in WEIGHT_DTYPE_BYTES:
             raise ConfigError("replica.dtype", f"unknown weight dtype {self.dtype!r}", f"use one of {', '.join(WEIGHT_DTYPE_BYTES)}")
+        if self.kernels not in KERNEL_TABLES:
+            raise ConfigError("replica.kernels", f"unknown kernel prices {self.kernels!r}",
+                              f"use one of {', '.join(KERNEL_TABLES)}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ConfigError("replica.kv_cache_dtype", f"unknown KV cache dtype {self.kv_cache_dtype!r}",
                               f"use one of {', '.join(KV_CACHE_DTYPES)}")

@@ -1,8 +1,10 @@
 """Cost models: predict an iteration's time for a replica and a batch shape.
 
 ``load_cost_model(spec, replica)`` is the one place that turns the ``cost_model`` field
-of a run config into an object: ``"roofline"`` gives the calibrated roofline; any other
-value is the path of a fitted artifact (see :mod:`simulator.costmodel.learned`). With
+of a run config into an object: ``"roofline"`` gives the calibrated roofline, or, where the
+replica's ``kernels`` names an engine backend, that backend's measured kernel tables of the GPU
+(:mod:`simulator.costmodel.aic`); any other value is the path of a fitted artifact (see
+:mod:`simulator.costmodel.learned`). With
 ``engine`` (a preset name, an artifact path or an :class:`EngineModel`) the kernel model is
 wrapped in that engine's overheads (:mod:`simulator.costmodel.engine_model`); without it the
 bare kernel model is returned, as analysis of kernel tables wants.
@@ -28,6 +30,13 @@ def load_cost_model(spec: str, replica: ReplicaConfig, engine: str | EngineModel
 
 
 def _load_kernels(spec: str, replica: ReplicaConfig) -> CostModel:
+    if replica.kernels != "roofline":  # an engine backend's measured kernel tables (simulator.costmodel.aic)
+        if spec != "roofline":
+            raise ConfigError("kernels", f"--kernels {replica.kernels} and --cost-model {spec} both price the kernels",
+                              "give one: --kernels roofline with a fitted --cost-model, or the default --cost-model")
+        from simulator.costmodel.aic.model import TableCostModel  # pyarrow loads only for a table-priced run
+
+        return TableCostModel(replica, replica.kernels)
     if spec == "roofline":
         return RooflineCostModel(replica)
     path = Path(spec)

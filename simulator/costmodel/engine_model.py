@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from itertools import accumulate
@@ -428,7 +429,7 @@ class EngineCostModel(CostModel):
         return times
 
     def _stretch_kernels_learned(self) -> bool | None:
-        """Whether the kernel model is learned (True) or roofline (False), for exactly the
+        """Whether the kernel model is learned (True) or roofline or kernel tables (False), for exactly the
         kernel classes whose decode attention :meth:`_decode_pricer` knows (a subclass may add
         terms); None where stretches are priced per iteration. Resolved at construction, as an
         instance's kernel model never changes."""
@@ -444,6 +445,9 @@ class EngineCostModel(CostModel):
             return False
         if learned is not None and type(k) is learned.LearnedCostModel:
             return True
+        tables = sys.modules.get("simulator.costmodel.aic.model")  # measured kernel tables, likewise
+        if tables is not None and type(k) is tables.TableCostModel:
+            return False
         return None
 
     def _decode_constants(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> tuple[float, ...]:
@@ -480,8 +484,9 @@ class EngineCostModel(CostModel):
                     return None
         finally:
             k._quiet = False
-        if is_learned:
-            k.count_stretch(n, kv_max, num_iterations)
+        count = getattr(k, "count_stretch", None)  # models that count extrapolations (learned, tables)
+        if count is not None:
+            count(n, kv_max, num_iterations)
         return times
 
     def _decode_pricer(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> Callable[[int, int, int], list[float]] | None:
@@ -538,6 +543,26 @@ class EngineCostModel(CostModel):
                 return [(kern := pre + num_layers * (layer_rest + (a + b * sqrt(float(sq) / n))) + post)
                         + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
                         for sq in accumulate(range(step, step + 2 * n * (m - 1), 2 * n), initial=kv_sq_sum)]
+            return price
+        curve = getattr(k, "decode_attention_curve", None)
+        if curve is not None:  # kernel tables: piecewise linear in the total KV tokens (aic.model)
+            xs, fs, slopes = curve(n)
+            xa, fa, sa = np.asarray(xs), np.asarray(fs), np.asarray(slopes)
+
+            def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
+                if m > SMALL_STRETCH:
+                    kv = np.arange(kv_sum, kv_sum + n * m, n, dtype=np.int64)
+                    j = np.searchsorted(xa, kv, side="right") - 1
+                    attention = (kv - xa[j]) * sa[j]
+                    attention += fa[j]
+                    return finish(attention)
+                out = []
+                for kv in range(kv_sum, kv_sum + n * m, n):
+                    j = bisect_right(xs, kv) - 1
+                    kern = pre + num_layers * (layer_rest + (fs[j] + (kv - xs[j]) * slopes[j])) + post
+                    g = kern + collective + excess
+                    out.append(kern + (((g if g > floor else floor) + add_cpu) - kern))
+                return out
             return price
         terms = k.decode_attention_terms(n)
         if terms is None:

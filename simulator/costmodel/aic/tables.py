@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.errors import ConfigError
+from simulator.config.run_config import KERNEL_TABLES
 
 BACKENDS = ("vllm", "sglang", "trtllm")
 KERNEL_CHOICES = ("roofline", *BACKENDS)
+assert KERNEL_CHOICES == KERNEL_TABLES, "config.KERNEL_TABLES must list the backends"
 # simulator/costmodel/aic/tables.py -> parents[4] is the folder holding the checkout and shared/.
 DEFAULT_ROOT = Path(__file__).resolve().parents[4] / "shared" / "data" / "profiles" / "aiconfigurator"
 

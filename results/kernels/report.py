@@ -1,0 +1,194 @@
+"""Regenerate results/kernels/: the AIConfigurator table model's held-out error, and decode-step costs.
+
+    python results/kernels/report.py            # all systems and backends (a few minutes on 2 CPUs)
+    python results/kernels/report.py --quick    # h100_sxm and b200_sxm only
+
+Reads ``../shared/data/profiles/aiconfigurator`` (see its README); writes here
+``heldout.csv`` (per GPU x backend x op family x dtype: held-out points, median and P95
+relative error of the table model and of the calibrated roofline), ``heldout_<family>.png``
+(measured vs predicted), ``decode_step.csv`` (one decode step's per-op seconds for catalog
+models on H100 and B200, per backend, next to the default roofline) and ``README.md``.
+Held-out method: :mod:`simulator.calibrate.aic_heldout`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+from simulator.calibrate.aic_heldout import FAMILIES, MIN_ROWS, heldout  # noqa: E402
+from simulator.costmodel.aic import tables as T  # noqa: E402
+
+SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300", "a100_sxm", "l40s", "rtx_pro_6000_server")
+TARGET_MEDIAN, TARGET_P95 = 0.05, 0.15
+# One decode step: 64 sequences at 2,048 KV tokens each (a mid-load chat batch).
+DECODE_BATCH, DECODE_KV = 64, 2048
+MODELS = (  # (catalog model, tp, dtype, why this layout)
+    ("llama-3.1-8b", 1, "bf16", "one GPU"),
+    ("llama-3.1-70b", 4, "bf16", "TP4"),
+    ("qwen3-32b", 2, "bf16", "TP2"),
+    ("qwen3-235b-a22b", 8, "bf16", "TP8 (470 GB of bf16 weights)"),
+    ("deepseek-v3", 8, "fp8", "TP8, FP8 weights (the published checkpoint)"),
+    ("gpt-oss-120b", 2, "bf16", "TP2 in bf16 (MXFP4 weights are not a run dtype yet)"),
+)
+GPUS = ("h100-sxm", "b200")
+
+
+def heldout_tables(systems: tuple[str, ...]) -> tuple[pd.DataFrame, dict[str, list[pd.DataFrame]]]:
+    rows, points = [], {f: [] for f in FAMILIES}
+    for system in systems:
+        for backend in T.BACKENDS:
+            for family in FAMILIES:
+                for h in heldout(system, backend, family, max_points=2000):
+                    rows.append(h.summary())
+                    f = h.frame[["measured_s", "table_s", "roofline_s"]].copy()
+                    f["gpu"], f["backend"], f["dtype"] = system, backend, h.dtype
+                    points[family].append(f)
+                print(f"{system} {backend} {family}", file=sys.stderr)
+    return pd.DataFrame(rows), points
+
+
+def plot(points: dict[str, list[pd.DataFrame]]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = []
+    for family, frames in points.items():
+        if not frames:
+            continue
+        f = pd.concat(frames, ignore_index=True)
+        f = f.sample(min(len(f), 6000), random_state=0)
+        fig, ax = plt.subplots(figsize=(5, 5))
+        ax.scatter(f["measured_s"] * 1e3, f["roofline_s"] * 1e3, s=3, alpha=0.3, label="roofline (calibrated)", c="tab:orange")
+        ax.scatter(f["measured_s"] * 1e3, f["table_s"] * 1e3, s=3, alpha=0.3, label="table model, held out", c="tab:blue")
+        lo, hi = f["measured_s"].min() * 1e3, f["measured_s"].max() * 1e3
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel="measured (ms)", ylabel="predicted (ms)",
+               title=f"{family}: held-out points, all GPUs and backends")
+        ax.legend(loc="upper left", markerscale=4)
+        name = f"heldout_{family}.png"
+        fig.tight_layout()
+        fig.savefig(HERE / name, dpi=90)
+        plt.close(fig)
+        names.append(name)
+    return names
+
+
+def decode_steps() -> pd.DataFrame:
+    from simulator.config.errors import ConfigError
+    from simulator.config.run_config import ReplicaConfig
+    from simulator.costmodel.aic.model import TableCostModel
+    from simulator.costmodel.base import BatchShape
+    from simulator.costmodel.roofline import RooflineCostModel
+
+    shape = BatchShape.from_requests(decodes=[DECODE_KV] * DECODE_BATCH)
+    rows = []
+    for gpu in GPUS:
+        for model, tp, dtype, why in MODELS:
+            try:
+                replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, dtype=dtype)
+            except ConfigError as exc:
+                rows.append({"gpu": gpu, "model": model, "kernels": "-", "note": f"not expressible: {exc}"})
+                continue
+            models = {"roofline (default)": RooflineCostModel(replica)}
+            for backend in T.BACKENDS:
+                try:
+                    models[backend] = TableCostModel(replica, backend, quiet=True)
+                except ConfigError as exc:
+                    rows.append({"gpu": gpu, "model": model, "kernels": backend, "note": str(exc)})
+            for name, cm in models.items():
+                ops = {k: v for k, v in cm.breakdown(shape).items() if k != "cpu_overhead"}
+                note = "; ".join(dict.fromkeys(getattr(cm, "roofline_ops", []))) if name != "roofline (default)" else ""
+                rows.append({"gpu": gpu, "model": model, "layout": f"tp{tp} {dtype}", "why": why, "kernels": name,
+                             "tables": getattr(cm, "source", ""), "step_ms": sum(ops.values()) * 1e3,
+                             **{f"{k}_ms": v * 1e3 for k, v in ops.items()},
+                             "roofline_priced_ops": note})
+    return pd.DataFrame(rows)
+
+
+def pooled(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per family and dtype over GPUs and backends: how many groups meet the targets."""
+    judged = summary[summary["enough_rows"]]
+    g = judged.groupby(["family"])
+    return pd.DataFrame({
+        "groups": g.size(),
+        "median_of_medians": g["table_median_err"].median(),
+        "worst_median": g["table_median_err"].max(),
+        "median_of_p90": g["table_p90_err"].median(),
+        "median_of_p95": g["table_p95_err"].median(),
+        "groups_median_ok": g.apply(lambda d: int((d["table_median_err"] <= TARGET_MEDIAN).sum()), include_groups=False),
+        "groups_p95_ok": g.apply(lambda d: int((d["table_p95_err"] <= TARGET_P95).sum()), include_groups=False),
+        "roofline_median_of_medians": g["roofline_median_err"].median(),
+    }).reset_index()
+
+
+def write_readme(summary: pd.DataFrame, pool: pd.DataFrame, steps: pd.DataFrame, plots: list[str], systems: tuple) -> None:
+    def md(frame: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:
+        cols = list(frame.columns)
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for _, r in frame.iterrows():
+            lines.append("| " + " | ".join(floatfmt.format(v) if isinstance(v, float) else str(v) for v in r) + " |")
+        return "\n".join(lines)
+
+    step_cols = ["gpu", "model", "layout", "kernels", "step_ms", "qkv_proj_ms", "attn_decode_ms", "mlp_up_gate_ms",
+                 "mlp_down_ms", "moe_experts_ms", "tp_all_reduce_ms", "norms_ms", "lm_head_sampling_ms",
+                 "roofline_priced_ops"]
+    st = steps[[c for c in step_cols if c in steps]].copy()
+    text = f"""# AIConfigurator kernel tables: held-out error and decode-step costs
+
+Regenerate: `python results/kernels/report.py` (reads `../shared/data/profiles/aiconfigurator`; systems here:
+{', '.join(systems)}).
+
+## Method
+
+Each measured point with a measured neighbour on both sides along an axis the table model interpolates
+in (GEMM: m, n, k; attention and MLA: batch and length; MoE: tokens; all-reduce: message size) is left out
+and predicted from those two neighbours the way `TableCostModel` interpolates (log-log; decode length:
+linear). Neighbours are the adjacent grid values, so a held-out point sits in a gap twice as wide as the
+model ever interpolates across: an upper bound on the model's interpolation error. Up to 2,000 points per
+group (seeded sample). Only the kernel source the model prices is evaluated (per dtype). The roofline column
+prices the same points with the calibrated roofline of the catalog GPU (NaN where the catalog lacks the GPU:
+B300, GB300, RTX PRO 6000). Targets: median <= {TARGET_MEDIAN:.0%}, P95 <= {TARGET_P95:.0%} per group with
+>= {MIN_ROWS} points.
+
+## Per family, pooled over GPUs, backends and dtypes (groups with enough points)
+
+{md(pool)}
+
+Every group: `heldout.csv`. Plots: {', '.join(f'`{p}`' for p in plots)}.
+
+## One decode step ({DECODE_BATCH} sequences at {DECODE_KV:,} KV tokens), per op, ms
+
+Kernel time only (no engine overheads). `roofline_priced_ops`: ops the tables have no rows for, priced by
+the roofline (one note line each at load). `decode_step.csv` has every op.
+
+{md(st, "{:.3f}")}
+"""
+    (HERE / "README.md").write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="h100_sxm and b200_sxm only")
+    args = parser.parse_args()
+    systems = ("h100_sxm", "b200_sxm") if args.quick else SYSTEMS
+    summary, points = heldout_tables(systems)
+    summary.to_csv(HERE / "heldout.csv", index=False, float_format="%.4f")
+    pool = pooled(summary)
+    plots = plot(points)
+    steps = decode_steps()
+    steps.to_csv(HERE / "decode_step.csv", index=False, float_format="%.4f")
+    write_readme(summary, pool, steps, plots, systems)
+    print(pool.to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -65,16 +65,16 @@ def check_invariants(config: RunConfig, tab) -> None:  # noqa: ANN001
     """Conservation and ordering of one disaggregated run (see the module docstring)."""
     result = balanced_run(config, tab)
     layout = layout_of(config)
-    info, log = result.extra["disagg"], result.extra["handoff"]
+    info, log = result.disagg, result.disagg.handoff
     num_prefill = layout.prefill.num_replicas
-    pools = np.array(info["pools"])
+    pools = np.array(info.pools)
     prefill_ids = set(np.flatnonzero(pools == "prefill").tolist())
     # Every request finishes or is rejected with a reason.
     for r in result.requests:
         assert r.completed_at is not None or r.reject_reason, r
         assert r.completed_at is None or r.num_generated == r.num_output_tokens
     # KV blocks balance in every pool: all returned at the end.
-    assert info["final_free_blocks"] == info["num_blocks"]
+    assert info.final_free_blocks == info.num_blocks
     # Link FIFO: transfers never overlap on the one shared link.
     starts, ends = log.transfer_start_at, log.transfer_end_at
     order = np.argsort(starts[~np.isnan(starts)], kind="stable")
@@ -97,7 +97,7 @@ def check_invariants(config: RunConfig, tab) -> None:  # noqa: ANN001
         assert log.decode_replica_id[rid] >= num_prefill and r.replica_id == log.decode_replica_id[rid]
         assert log.prefill_done_at[rid] == r.token_times[0]
         assert log.prefill_done_at[rid] <= log.decode_reserved_at[rid] <= starts[rid] <= ends[rid] < r.token_times[1]
-        nbytes = r.num_prompt_tokens * info["kv_bytes_per_token"]
+        nbytes = r.num_prompt_tokens * info.kv_bytes_per_token
         assert log.kv_bytes[rid] == nbytes
         assert ends[rid] - starts[rid] == pytest.approx(layout.link.transfer_s(nbytes), rel=1e-9, abs=1e-12)
     # Every prompt is prefilled exactly once in the prefill pool (it never preempts).
@@ -125,7 +125,7 @@ def test_link_time_matches_a_hand_calculation() -> None:
     # Llama-2-7B: 2 (K,V) x 32 layers x 32 KV heads x 128 head dim x 2 bytes = 524,288 bytes per token.
     config = disagg_config(link="10GB/s@50us")
     result = simulate(config, table([0.0], [100], [3]))
-    log = result.extra["handoff"]
+    log = result.disagg.handoff
     assert log.kv_bytes[0] == 100 * 524_288
     assert log.transfer_end_at[0] - log.transfer_start_at[0] == pytest.approx(100 * 524_288 / 10e9 + 50e-6, rel=1e-12)
     # A topology link: InfiniBand 200 Gbit/s at 85% efficiency and 10 us.
@@ -136,7 +136,7 @@ def test_link_time_matches_a_hand_calculation() -> None:
 def test_transfers_queue_on_the_shared_link() -> None:
     config = disagg_config(prefill="2x(tp=1)", decode="2x(tp=1)", link="1GB/s")
     result = simulate(config, table([0.0, 0.0], [512, 512], [4, 4]))
-    log = result.extra["handoff"]
+    log = result.disagg.handoff
     one = 512 * 524_288 / 1e9
     first, second = np.argsort(log.transfer_start_at)
     assert log.transfer_start_at[second] == pytest.approx(log.transfer_end_at[first])
@@ -178,14 +178,14 @@ def test_full_decode_pool_backpressures_the_prefill_pool() -> None:
     summary = disagg_summary(result, df)
     assert summary["backpressure_s_max"] > 0
     assert summary["num_transfers"] == 8
-    assert result.extra["disagg"]["final_free_blocks"] == result.extra["disagg"]["num_blocks"]
+    assert result.disagg.final_free_blocks == result.disagg.num_blocks
 
 
 def test_mixed_pool_takes_overflow_and_runs_are_deterministic() -> None:
     config = disagg_config(prefill="1x(tp=1)", decode="1x(tp=1)", mixed="1x(tp=1)", util=0.9,
                            workload__num_requests=60, workload__qps=20.0)
     a, b = simulate(config), simulate(config)
-    assert a.extra["handoff"].mixed.sum() > 0
+    assert a.disagg.handoff.mixed.sum() > 0
     assert [list(r.token_times) for r in a.requests] == [list(r.token_times) for r in b.requests]
     check_invariants(config, None)
 

@@ -50,7 +50,7 @@ def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parqu
 
 def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requests: Any) -> None:
     write_run(result, out, fmt, summary, requests)
-    if "disagg" in result.extra:  # disaggregated prefill/decode: one row per KV handoff
+    if result.disagg is not None:  # disaggregated prefill/decode: one row per KV handoff
         from simulator.report.disagg_metrics import handoff_frame
         from simulator.report.output import write_table
 
@@ -66,9 +66,9 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
     result = simulate(config, progress=progress, workers=workers)
     if isinstance(progress, RunProgress):
         progress.phase(f"computing metrics of {len(result.requests):,} requests", len(result.requests))
-    requests = request_frame(result) if "disagg" in result.extra else request_columns(result)
+    requests = request_frame(result) if result.disagg is not None else request_columns(result)
     summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
-    if "disagg" in result.extra:  # disaggregated prefill/decode: pool, handoff and link metrics
+    if result.disagg is not None:  # disaggregated prefill/decode: pool, handoff and link metrics
         from simulator.report.disagg_metrics import disagg_summary
 
         summary["disagg"] = disagg_summary(result, requests, ttft_slo_s, tbt_slo_s)

@@ -16,7 +16,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
@@ -32,6 +32,9 @@ from simulator.engine.schedulers import Scheduler
 from simulator.engine.tbt import GapLog
 from simulator.util.progress import RunProgress
 from simulator.workload.request import Request
+
+if TYPE_CHECKING:
+    from simulator.engine.disagg import DisaggFigures
 
 
 @dataclass
@@ -50,6 +53,7 @@ class RunResult:
     stages: list[tuple] = field(default_factory=list)  # STAGE_COLUMNS rows (pp > 1)
     stage_busy_s: list[list[float]] = field(default_factory=list)  # per replica, per pipeline stage
     tbt: list[GapLog] = field(default_factory=list)  # per replica: every TBT gap its iterations produced
+    disagg: DisaggFigures | None = None  # the pools, the KV link and the handoffs of a disaggregated run
 
     def iteration_frame(self):  # noqa: ANN201 - pandas imported lazily off the hot path
         """One row per iteration (:data:`FRAME_COLUMNS`), as a pandas frame."""

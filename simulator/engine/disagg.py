@@ -46,6 +46,7 @@ import time
 from bisect import insort
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -53,15 +54,14 @@ import numpy as np
 import simpy
 
 from simulator.config.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of
-from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel import load_cost_model
 from simulator.engine.cluster import RunResult, make_replica, prepare_requests, reporter_of, run_to_end
-from simulator.engine.kvcache import BlockManager, MemoryPlan, build_kv_cache, max_model_len_shortfall
+from simulator.engine.kvcache import BlockManager, MemoryPlan
 from simulator.engine.records import Recorder
-from simulator.engine.replica import Replica, with_mixin
+from simulator.engine.replica import Replica, build_pool_scheduler
 from simulator.engine.routers import ROUTERS
-from simulator.engine.schedulers import SCHEDULERS, Batch, Scheduler
+from simulator.engine.schedulers import Batch, Scheduler
 from simulator.util.progress import RunProgress
 from simulator.workload.request import Request, Status
 
@@ -166,16 +166,9 @@ class ParkingReplicaMixin:
 
 
 def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type | None, field: str) -> tuple[Scheduler, MemoryPlan]:
-    max_model_len = replica.effective_max_model_len
-    blocks, plan = build_kv_cache(replica, sched)
-    cls = SCHEDULERS[sched.name]
-    if mixin is not None:
-        cls = with_mixin(mixin, cls)
     # A prefill replica holds prompts only: one too long for it is rejected per request.
-    short = None if mixin is PrefillMixin else max_model_len_shortfall(blocks, max_model_len)
-    if short is not None:
-        raise ConfigError(field, short, "lower --max-model-len or give the pool more GPUs")
-    return cls(sched, blocks, max_model_len), plan
+    return build_pool_scheduler(replica, sched, mixin=mixin, whole_requests=mixin is not PrefillMixin, field=field,
+                                fix="lower --max-model-len or give the pool more GPUs")
 
 
 def _make_replica(env: simpy.Environment, replica_id: int, scheduler: Scheduler, config: RunConfig,
@@ -183,6 +176,23 @@ def _make_replica(env: simpy.Environment, replica_id: int, scheduler: Scheduler,
     cost = load_cost_model(config.cost_model, replica_cfg, config.engine)
     return make_replica(env, replica_id, scheduler, cost, recorder, config.replace(replica=replica_cfg),
                         mixin=ParkingReplicaMixin if parking else None)
+
+
+@dataclass
+class DisaggFigures:
+    """What a disaggregated run adds to its :class:`~simulator.engine.cluster.RunResult`: the
+    layout, each replica's pool and KV cache, the KV link, and the per-request handoffs."""
+
+    layout: str  # DisaggLayout.describe()
+    pools: list[str]  # per replica: "prefill", "decode" or "mixed"
+    num_blocks: list[int]  # per replica: KV blocks
+    num_gpus: int
+    link_busy_s: float
+    link_bytes_per_s: float
+    link_latency_s: float
+    kv_bytes_per_token: float
+    final_free_blocks: list[int]  # per replica, at the end of the run
+    handoff: HandoffLog
 
 
 class HandoffLog:
@@ -340,8 +350,8 @@ class DisaggCluster:
 def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
                            watch: Callable[[simpy.Environment, list[Request]], Any] | None = None) -> RunResult:
     """:func:`simulator.engine.cluster.simulate` for a disaggregated ``config``: same workload streams
-    (same seed, same requests as the aggregated run), same result type. ``extra["disagg"]``
-    holds the pools and the link; ``extra["handoff"]`` the :class:`HandoffLog`."""
+    (same seed, same requests as the aggregated run), same result type. ``result.disagg``
+    holds the pools, the link and the :class:`HandoffLog` (:class:`DisaggFigures`)."""
     layout = layout_of(config)
     assert layout is not None
     wall_start = time.perf_counter()
@@ -364,12 +374,11 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
         stages=recorder.stages,
         stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in replicas],
         tbt=[r.scheduler.gaps for r in replicas],
-        extra={"disagg": {"layout": layout.describe(), "pools": pools, "num_blocks": num_blocks,
-                          "num_gpus": layout.num_gpus, "link_busy_s": cluster.link_busy_s,
-                          "link_bytes_per_s": layout.link.bytes_per_s, "link_latency_s": layout.link.latency_s,
-                          "kv_bytes_per_token": cluster.kv_bytes_per_token,
-                          "final_free_blocks": [r.scheduler.blocks.num_free_blocks for r in replicas]},
-               "handoff": cluster.log,
-               "cost_model_extrapolations": sum(getattr(r.cost_model, "num_extrapolations", 0) for r in replicas),
+        disagg=DisaggFigures(layout=layout.describe(), pools=pools, num_blocks=num_blocks, num_gpus=layout.num_gpus,
+                             link_busy_s=cluster.link_busy_s, link_bytes_per_s=layout.link.bytes_per_s,
+                             link_latency_s=layout.link.latency_s, kv_bytes_per_token=cluster.kv_bytes_per_token,
+                             final_free_blocks=[r.scheduler.blocks.num_free_blocks for r in replicas],
+                             handoff=cluster.log),
+        extra={"cost_model_extrapolations": sum(getattr(r.cost_model, "num_extrapolations", 0) for r in replicas),
                **({"stopped": stopped} if stopped is not None else {})},
     )

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from simulator.config.run_config import RunConfig
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel.base import CostModel
 from simulator.engine.kvcache import MemoryPlan, build_kv_cache, max_model_len_shortfall
 from simulator.engine.schedulers import SCHEDULERS, Batch, Scheduler
@@ -32,19 +32,36 @@ if TYPE_CHECKING:
 from simulator.config.errors import ConfigError
 
 
-def build_scheduler(config: RunConfig, lockstep: bool = False) -> tuple[Scheduler, MemoryPlan]:
-    """Scheduler and KV cache for one replica of ``config``; refuses impossible layouts.
-    ``lockstep``: advance steady decodes as a cohort (:meth:`Scheduler.enable_lockstep`)."""
-    replica, sched = config.replica, config.scheduler
+def memory_shortfall(replica: ReplicaConfig, sched: SchedulerConfig) -> str | None:
+    """The one memory check: why a replica of this layout cannot hold a ``max_model_len``
+    request (weights, activations and a KV cache of at least that many tokens), or None."""
+    blocks, _ = build_kv_cache(replica, sched)
+    return max_model_len_shortfall(blocks, replica.effective_max_model_len)
+
+
+def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixin: type | None = None,
+                         lockstep: bool = False, whole_requests: bool = True, field: str = "replica.max_model_len",
+                         fix: str = "lower --max-model-len or add GPUs (--tp/--pp)") -> tuple[Scheduler, MemoryPlan]:
+    """Scheduler and KV cache for one replica of a pool: the policy of ``sched`` (with
+    ``mixin``'s methods first: a disaggregated pool's role), refusing a layout whose cache
+    cannot hold a ``max_model_len`` request (:func:`memory_shortfall`) unless the pool serves
+    parts of requests (``whole_requests=False``: a prefill pool rejects too-long prompts one by
+    one). ``lockstep``: advance steady decodes as a cohort (:meth:`Scheduler.enable_lockstep`)."""
     max_model_len = replica.effective_max_model_len
     blocks, plan = build_kv_cache(replica, sched)
-    short = max_model_len_shortfall(blocks, max_model_len)
+    short = max_model_len_shortfall(blocks, max_model_len) if whole_requests else None
     if short is not None:
-        raise ConfigError("replica.max_model_len", short, "lower --max-model-len or add GPUs (--tp/--pp)")
-    scheduler = SCHEDULERS[sched.name](sched, blocks, max_model_len)
+        raise ConfigError(field, short, fix)
+    cls = SCHEDULERS[sched.name] if mixin is None else with_mixin(mixin, SCHEDULERS[sched.name])
+    scheduler = cls(sched, blocks, max_model_len)
     if lockstep:
         scheduler.enable_lockstep()
     return scheduler, plan
+
+
+def build_scheduler(config: RunConfig, lockstep: bool = False) -> tuple[Scheduler, MemoryPlan]:
+    """:func:`build_pool_scheduler` for a replica of an aggregated ``config``."""
+    return build_pool_scheduler(config.replica, config.scheduler, lockstep=lockstep)
 
 
 class Replica:

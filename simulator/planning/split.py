@@ -32,7 +32,7 @@ from simulator import simulation
 from simulator.config.disagg_layout import layout_of, num_gpus_of
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
-from simulator.engine.kvcache import build_kv_cache, max_model_len_shortfall
+from simulator.engine.replica import memory_shortfall
 from simulator.planning.capacity import ArrivalWatch
 from simulator.planning.search import Limits, largest_passing
 from simulator.report.disagg_metrics import slo_attainment
@@ -175,10 +175,10 @@ def fits(config: RunConfig) -> bool:
         layout = layout_of(config)
         pairs = ([(layout.prefill_replica, layout.prefill_scheduler), (layout.decode_replica, layout.decode_scheduler)]
                  if layout is not None else [(config.replica, config.scheduler)])
-        for replica, sched in pairs:
-            blocks, _ = build_kv_cache(replica, sched)
-            if max_model_len_shortfall(blocks, replica.effective_max_model_len) is not None:
-                return False
+        if layout is not None and layout.mixed is not None:
+            pairs.append((layout.mixed_replica, layout.mixed_scheduler))
+        if any(memory_shortfall(replica, sched) is not None for replica, sched in pairs):
+            return False
     except ConfigError:
         return False
     return True

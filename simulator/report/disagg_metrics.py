@@ -50,7 +50,8 @@ def decode_tbt_samples(result: RunResult) -> np.ndarray:
 
 def handoff_frame(result: RunResult, requests: pd.DataFrame) -> pd.DataFrame:
     """One row per request: the TTFT split and the handoff timeline."""
-    log = result.extra["handoff"]
+    assert result.disagg is not None
+    log = result.disagg.handoff
     df = log.frame()
     second = np.array([r.token_times[1] if len(r.token_times) > 1 else np.nan for r in result.requests])
     df["queue_s"] = requests["first_scheduled_at"].to_numpy() - requests["arrival_at"].to_numpy()
@@ -65,11 +66,12 @@ def handoff_frame(result: RunResult, requests: pd.DataFrame) -> pd.DataFrame:
 def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float = 2.0,
                    tpot_slo_s: float = 0.2) -> dict[str, Any]:
     """Pool-aware headline numbers of a disaggregated run (see the module docstring)."""
-    info = result.extra["disagg"]
+    info = result.disagg
+    assert info is not None
     handoff = handoff_frame(result, requests)
     start = float(requests["arrival_at"].min()) if len(requests) else 0.0
     span = max(result.sim_end_at - start, 1e-12)
-    out: dict[str, Any] = {"layout": info["layout"], "num_gpus": info["num_gpus"]}
+    out: dict[str, Any] = {"layout": info.layout, "num_gpus": info.num_gpus}
     transferred = handoff[~np.isnan(handoff["transfer_end_at"])]
     for col in ("queue_s", "prefill_s", "backpressure_s", "link_queue_s", "transfer_s", "handoff_gap_s"):
         source = handoff if col in ("queue_s", "prefill_s") else transferred
@@ -78,10 +80,10 @@ def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float 
     out["num_transfers"] = int(len(transferred))
     out["num_mixed"] = int(handoff["mixed"].sum())
     out["transfer_bytes"] = float(transferred["kv_bytes"].sum())
-    out["link_utilization"] = info["link_busy_s"] / span
-    pools = np.array(info["pools"])
+    out["link_utilization"] = info.link_busy_s / span
+    pools = np.array(info.pools)
     iters = result.iteration_frame()
-    num_blocks = np.array(info["num_blocks"], dtype=np.float64)
+    num_blocks = np.array(info.num_blocks, dtype=np.float64)
     for pool in ("prefill", "decode", "mixed"):
         ids = np.flatnonzero(pools == pool)
         if len(ids) == 0:

@@ -57,10 +57,14 @@ from simulator.costmodel.roofline import RooflineCostModel
 
 # Run dtypes (ReplicaConfig.dtype / kv_cache_dtype) -> the tables' dtype names. Unknown names
 # pass through unchanged, so a precision added to the run config finds its rows by its own name.
+# MXFP4 checkpoints (gpt-oss) quantize the experts only: their dense layers' GEMMs run in bf16.
 GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int4": "int4_wo", "fp8-block": "fp8_block",
-               "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
-MOE_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int4": "int4_wo", "fp8-block": "fp8_block",
-              "fp8_block": "fp8_block", "nvfp4": "nvfp4", "mxfp4": "w4a16_mxfp4"}
+               "fp8_block": "fp8_block", "nvfp4": "nvfp4", "mxfp4": "bfloat16"}
+# MoE kernels to try, in order: FP8 MoE checkpoints (DeepSeek, Qwen3-FP8) are block-scaled where a
+# backend has no per-tensor kernel; MXFP4 runs weight-only (w4a16) on Hopper, W4A8 on Blackwell TRT-LLM.
+MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8", "fp8_block"), "int4": ("int4_wo",),
+              "fp8-block": ("fp8_block",), "fp8_block": ("fp8_block",), "nvfp4": ("nvfp4",),
+              "mxfp4": ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")}
 KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).
 SEPARATE_ROTARY = {"vllm": True, "sglang": True, "trtllm": False}
@@ -255,27 +259,34 @@ class TableCostModel(TabulatedCostModel):
     # -- MoE ---------------------------------------------------------------------------------------------
     def _load_moe(self) -> None:
         self._moe = None
+        self._moe_token_scale = 1
         self._moe_max_tokens = math.inf
         m, r = self.model, self.replica
         if not m.is_moe:
             return
         ref = T.find_table(self.system, self.backend, "moe", self.root)
-        dtype = MOE_DTYPES.get(r.dtype, r.dtype)
+        candidates = MOE_DTYPES.get(r.dtype, (r.dtype,))
+        dtype = candidates[0]
         if ref is None:
             self._lack("moe_experts", "no MoE table")
             return
-        moe_tp, moe_ep = r.tp // r.ep, r.ep
+        # The MoE group: tp GPUs, or tp x attention_dp with attention data parallelism (whose ranks'
+        # tokens all enter each MoE layer: AIC's num_tokens is per-rank tokens x attention_dp).
+        self._moe_token_scale = getattr(r, "attention_dp", 1)
+        moe_tp, moe_ep = getattr(r, "moe_tp", r.tp // r.ep), getattr(r, "moe_ep", r.ep)
         shape = (("hidden_size", "==", m.hidden_size), ("inter_size", "==", m.expert_ffn_size),
                  ("topk", "==", m.num_experts_per_tok), ("num_experts", "==", m.num_experts))
         dist = "balanced" if r.moe_imbalance <= 1.0 else "power_law_1.2"
         cols = ("num_tokens", "moe_tp_size", "moe_ep_size", "distribution", "latency")
-        src, d = T.read_source_rows(ref, dtype, cols, shape)
-        if src is None and dtype == "fp8":  # FP8 MoE checkpoints (DeepSeek, Qwen3-FP8) are block-scaled
-            src, d = T.read_source_rows(ref, "fp8_block", cols, shape)
+        src, d = None, {}
+        for candidate in candidates:
+            src, d = T.read_source_rows(ref, candidate, cols, shape)
             if src is not None:
-                self.notes.append(f"{self.backend} tables of {self.system} have no per-tensor fp8 MoE rows for "
-                                  f"{m.name}: its experts priced by the fp8_block kernel")
-                dtype = "fp8_block"
+                if candidate != dtype:
+                    self.notes.append(f"{self.backend} tables of {self.system} have no {dtype} MoE rows for "
+                                      f"{m.name}: its experts priced by the {candidate} kernel")
+                dtype = candidate
+                break
         if src is None:
             have = T.read_table(ref, ("moe_dtype",), shape)["moe_dtype"]
             have = ", ".join(sorted(set(have.astype(str).tolist()))) if have is not None and len(have) else "none"
@@ -290,14 +301,17 @@ class TableCostModel(TabulatedCostModel):
         self._moe = (toks, isotonic(d["latency"][idx] * MS))
         self.moe_source = src
         self.versions["moe"] = ref.version
-        self._moe_max_tokens = float(toks[-1])
+        self._moe_max_tokens = float(toks[-1]) / self._moe_token_scale
 
     def _moe_experts(self, t: np.ndarray, roofline_experts: np.ndarray) -> np.ndarray:
+        """Per-rank tokens ``t``; the table's tokens are the whole MoE group's (x attention_dp)."""
         toks, lat = self._moe
-        out = loglog(toks, lat, np.maximum(t, 1.0))
-        over = t > toks[-1]
+        scale = self._moe_token_scale
+        tt = t * scale
+        out = loglog(toks, lat, np.maximum(tt, 1.0))
+        over = tt > toks[-1]
         if over.any():
-            edge = moe_token_ops(self.rf, toks[-1:])["moe_experts"]
+            edge = moe_token_ops(self.rf, toks[-1:] / scale)["moe_experts"]
             out[over] = anchored(lat[-1], roofline_experts[over], edge)
         return np.where(t > 0, out, 0.0)
 

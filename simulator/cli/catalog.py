@@ -28,13 +28,14 @@ def models() -> None:
 
 @app.command()
 def gpus() -> None:
-    """List the catalog's GPUs (dense bf16/fp8 peaks, HBM bandwidth and size, links)."""
+    """List the catalog's GPUs (dense bf16/fp8/fp4 peaks, HBM bandwidth and size, links)."""
     from rich.table import Table
 
-    table = Table("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "memory GiB", "NVLink GB/s/dir", "PCIe GB/s/dir",
-                  "aliases")
+    table = Table("name", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "HBM GB/s", "memory GiB", "NVLink GB/s/dir",
+                  "PCIe GB/s/dir", "aliases")
     for g in GPUS.values():
         table.add_row(g.name, f"{g.bf16_flops / 1e12:.0f}", f"{g.fp8_flops / 1e12:.0f}" if g.fp8_flops else "-",
+                      f"{g.fp4_flops / 1e12:.0f}" if g.fp4_flops else "-",
                       f"{g.hbm_bytes_per_s / 1e9:.0f}",
                       f"{g.memory_bytes / 2**30:.0f}", f"{g.nvlink_bytes_per_s / 1e9:.0f}",
                       f"{g.pcie_bytes_per_s / 1e9:.0f}", ", ".join(g.aliases))

@@ -36,7 +36,7 @@ def run_auto_workers(config: RunConfig) -> int:
 
     if not runs_apart(config):
         return 1
-    return auto_workers(config.num_replicas, -(-config.workload.num_requests // config.num_replicas))
+    return auto_workers(config.num_ranks, -(-config.workload.num_requests // config.num_ranks))
 
 
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
@@ -83,7 +83,10 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     from rich.table import Table
 
     r, s = config.replica, config.scheduler
-    title = f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) x{config.num_replicas} replica(s) · {s.name}"
+    # dp: attention data-parallel ranks; the dtype says "weight-only" where the GPU lacks its tensor cores.
+    kv = f", KV cache {r.kv_cache_dtype}" if r.kv_cache_dtype != "auto" else ""
+    title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) "
+             f"x{config.num_replicas} replica(s) · {s.name} · dtype {r.weight_format.describe(r.gpu_spec)}{kv}")
     if config.is_disaggregated:
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 

@@ -95,28 +95,62 @@ _MODELS: tuple[ModelSpec, ...] = (
     ModelSpec("tiny-llama-1b", "TinyLlama/TinyLlama-1.1B-Chat-v1.0", 22, 2048, 32, 4, 5632, 32000, 2048),
 )
 
+# Figures checked against NVIDIA AIConfigurator's system files (ai-dynamo/aiconfigurator at 095f58a,
+# aic-core/src/aiconfigurator_core/systems/<system>.yaml, copied under
+# ../shared/data/profiles/aiconfigurator/systems/): gpu.mem_capacity, mem_bw, *_tc_flops (dense),
+# node.intra_node_bw and pcie_bw (per direction). Memory there is what nvidia-smi reports (MiB),
+# which is what an engine's gpu_memory_utilization multiplies.
+MiB = 1024**2
+_AIC = "AIConfigurator systems/"
 _GPUS: tuple[GPUSpec, ...] = (
     GPUSpec("a100-40gb", 312 * TFLOPS, 1555 * GB, 40 * GiB, 300 * GB, 32 * GB, aliases=("a100-sxm4-40gb",)),
-    GPUSpec("a100-80gb", 312 * TFLOPS, 2039 * GB, 80 * GiB, 300 * GB, 32 * GB, aliases=("a100", "a100-sxm4-80gb")),
+    GPUSpec("a100-80gb", 312 * TFLOPS, 2039 * GB, 80 * GiB, 300 * GB, 32 * GB, aliases=("a100", "a100-sxm4-80gb"),
+            source=f"{_AIC}a100_sxm.yaml: 312 TF BF16, no FP8, 80 GiB, 2.039 TB/s, NVLink 300 GB/s, PCIe4 32 GB/s"),
     GPUSpec("a40", 149.7 * TFLOPS, 696 * GB, 48 * GiB, 56.25 * GB, 32 * GB),
-    GPUSpec("l40s", 362 * TFLOPS, 864 * GB, 48 * GiB, 0.0, 32 * GB, fp8_flops=733 * TFLOPS),
+    # 46068 MiB (was 48 GiB, the marketing figure: ECC leaves nvidia-smi 46068 MiB); 362 TF BF16 kept
+    # (the file's 362.05 differs by 0.01%).
+    GPUSpec("l40s", 362 * TFLOPS, 864 * GB, 46068 * MiB, 0.0, 32 * GB, fp8_flops=733 * TFLOPS,
+            source=f"{_AIC}l40s.yaml: 362 TF BF16, 733 TF FP8 dense, 46068 MiB GDDR6, 864 GB/s, PCIe4 32 GB/s"),
+    # FP8 1979 TF (datasheet: 3958 sparse / 2) where the file rounds to 1978.
     GPUSpec("h100-sxm", 989 * TFLOPS, 3350 * GB, 80 * GiB, 450 * GB, 64 * GB, aliases=("h100", "h100-sxm5-80gb"),
-            fp8_flops=1979 * TFLOPS),
+            fp8_flops=1979 * TFLOPS, nvlink_switch=True,
+            source=f"{_AIC}h100_sxm.yaml: 989 TF BF16, 1979 TF FP8 dense, 80 GiB, 3.35 TB/s, NVLink 450 GB/s"),
     GPUSpec("h100-pcie", 756 * TFLOPS, 2000 * GB, 80 * GiB, 300 * GB, 64 * GB, fp8_flops=1513 * TFLOPS),
-    GPUSpec("h200", 989 * TFLOPS, 4800 * GB, 141 * GB, 450 * GB, 64 * GB, aliases=("h200-sxm",),
-            fp8_flops=1979 * TFLOPS),
+    # 141 GiB (was 141 GB, 7% less than nvidia-smi's 143771 MiB).
+    GPUSpec("h200", 989 * TFLOPS, 4800 * GB, 141 * GiB, 450 * GB, 64 * GB, aliases=("h200-sxm",),
+            fp8_flops=1979 * TFLOPS, nvlink_switch=True,
+            source=f"{_AIC}h200_sxm.yaml: 989 TF BF16, 1979 TF FP8 dense, 141 GiB HBM3e, 4.8 TB/s, NVLink 450 GB/s"),
     # Newer parts: dense (non-sparse) peaks; NVLink and Infinity Fabric per direction (half the
     # bidirectional figure the datasheets print).
-    GPUSpec("b200", 2250 * TFLOPS, 8000 * GB, 180 * GB, 900 * GB, 64 * GB, aliases=("b200-sxm", "hgx-b200"),
-            fp8_flops=4500 * TFLOPS,
+    # B200: 180 GiB (was 180 GB), 7.7 TB/s (was 8, the early spec), PCIe6 128 GB/s (was 64) as the file has them.
+    GPUSpec("b200", 2250 * TFLOPS, 7700 * GB, 180 * GiB, 900 * GB, 128 * GB, aliases=("b200-sxm", "hgx-b200"),
+            fp8_flops=4500 * TFLOPS, fp4_flops=9000 * TFLOPS,
             nvlink_switch=True,
-            source="NVIDIA DGX B200 datasheet (72/144 PFLOPS FP8 train/infer for 8 GPUs, 1440 GB HBM3e, 64 TB/s) "
-                   "and HGX B200 spec table: per GPU 2.25 PF BF16 and 4.5 PF FP8 dense, 8 TB/s, NVLink5 1.8 TB/s"),
-    GPUSpec("gb200", 2500 * TFLOPS, 8000 * GB, 186 * GB, 900 * GB, 64 * GB, aliases=("gb200-nvl72",),
-            fp8_flops=5000 * TFLOPS,
+            source=f"{_AIC}b200_sxm.yaml: 2.25 PF BF16, 4.5 PF FP8, 9 PF FP4 dense, 180 GiB HBM3e, 7.7 TB/s, NVLink5 "
+                   "900 GB/s, PCIe6 128 GB/s; NVIDIA HGX B200 spec table"),
+    # GB200: 189471 MiB (was 186 GB = 13.4 TB / 72).
+    GPUSpec("gb200", 2500 * TFLOPS, 8000 * GB, 189471 * MiB, 900 * GB, 64 * GB, aliases=("gb200-nvl72",),
+            fp8_flops=5000 * TFLOPS, fp4_flops=10000 * TFLOPS,
+            nvlink_switch=True, nvlink_domain_gpus=72,
+            source=f"{_AIC}gb200.yaml: 2.5 PF BF16, 5 PF FP8, 10 PF FP4 dense, 189471 MiB HBM3e, 8 TB/s, NVLink5 "
+                   "900 GB/s across the 72-GPU rack; NVIDIA GB200 NVL72 spec table"),
+    GPUSpec("b300", 2250 * TFLOPS, 7750 * GB, 275040 * MiB, 900 * GB, 128 * GB, aliases=("b300-sxm", "hgx-b300"),
+            fp8_flops=4500 * TFLOPS, fp4_flops=14000 * TFLOPS,
             nvlink_switch=True,
-            source="NVIDIA GB200 NVL72 spec table, per GPU (1/72): 2.5 PF BF16 and 5 PF FP8 dense, 186 GB HBM3e "
-                   "(13.4 TB / 72), 8 TB/s, NVLink5 1.8 TB/s"),
+            source=f"{_AIC}b300_sxm.yaml: 2.25 PF BF16, 4.5 PF FP8, 14 PF FP4 dense, 275040 MiB HBM3e, 7.75 TB/s "
+                   "(62 TB/s / 8), NVLink5 900 GB/s, PCIe6 128 GB/s"),
+    GPUSpec("gb300", 2500 * TFLOPS, 8000 * GB, 284208 * MiB, 900 * GB, 64 * GB, aliases=("gb300-nvl72",),
+            fp8_flops=5000 * TFLOPS, fp4_flops=15000 * TFLOPS,
+            nvlink_switch=True, nvlink_domain_gpus=72,
+            source=f"{_AIC}gb300.yaml: 2.5 PF BF16, 5 PF FP8, 15 PF FP4 dense, 284208 MiB HBM3e, 8 TB/s, NVLink5 "
+                   "900 GB/s across the 72-GPU rack"),
+    # RTX PRO 6000 Blackwell Server Edition: no NVLink; GPUs talk over PCIe5 x16. Peaks at the
+    # 2430 MHz boost clock the file scales them to.
+    GPUSpec("rtx-pro-6000", 467.800534963698 * TFLOPS, 1792 * GB, 97887 * MiB, 0.0, 64 * GB,
+            aliases=("rtx-pro-6000-server", "rtx-pro-6000-blackwell"),
+            fp8_flops=935.601069927397 * TFLOPS, fp4_flops=1871.202139854795 * TFLOPS,
+            source=f"{_AIC}rtx_pro_6000_server.yaml: 467.8 TF BF16, 935.6 TF FP8, 1871.2 TF FP4 dense at 2430 MHz, "
+                   "97887 MiB GDDR7, 1.792 TB/s, PCIe5 x16 64 GB/s"),
     GPUSpec("mi300x", 1307.4 * TFLOPS, 5300 * GB, 192 * GB, 448 * GB, 64 * GB, aliases=("amd-mi300x",),
             fp8_flops=2614.9 * TFLOPS,
             nvlink_switch=True,

@@ -16,7 +16,7 @@ Fields known not to change shapes or costs (token ids, initialisation, RoPE scal
 loss coefficients, the checkpoint's quantization: weights' dtype is ``--dtype``) are ignored.
 
 ``--gpu PATH`` reads a GPU from a TOML or JSON table with keys ``name``, ``bf16_tflops``,
-``hbm_gb_per_s``, ``memory_gb`` and optional ``fp8_tflops``, ``nvlink_gb_per_s`` (per
+``hbm_gb_per_s``, ``memory_gb`` and optional ``fp8_tflops``, ``fp4_tflops``, ``nvlink_gb_per_s`` (per
 direction; 0 without NVLink), ``pcie_gb_per_s`` (default 64), ``nvlink_switch`` and
 ``source``.
 
@@ -220,7 +220,7 @@ def _check_fields(cfg: dict[str, Any], where: str) -> None:
 
 
 # -- GPUs from files ---------------------------------------------------------------------------------------
-_GPU_KEYS = {"name", "bf16_tflops", "fp8_tflops", "hbm_gb_per_s", "memory_gb", "nvlink_gb_per_s", "pcie_gb_per_s",
+_GPU_KEYS = {"name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_gb_per_s", "memory_gb", "nvlink_gb_per_s", "pcie_gb_per_s",
              "nvlink_switch", "source"}
 
 
@@ -256,4 +256,5 @@ def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
 
     return GPUSpec(path, num("bf16_tflops") * TFLOPS, num("hbm_gb_per_s") * GB, num("memory_gb") * GB,
                    num("nvlink_gb_per_s") * GB, num("pcie_gb_per_s", 64.0) * GB, fp8_flops=num("fp8_tflops") * TFLOPS,
+                   fp4_flops=num("fp4_tflops") * TFLOPS,
                    source=str(data.get("source", data.get("name", path))), nvlink_switch=bool(data.get("nvlink_switch")))

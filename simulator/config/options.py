@@ -29,9 +29,13 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "max_model_len": ("replica__max_model_len", int, "Context limit (default: the model's)."),
     "gpu_memory_utilization": ("replica__gpu_memory_utilization", float, "Fraction of GPU memory to use."),
     "block_size": ("replica__block_size", int, "KV cache block size in tokens."),
-    "dtype": ("replica__dtype", str, "Weight dtype: bf16, fp16, fp8 (FP8 tensor cores where the GPU has them), int4."),
+    "dtype": ("replica__dtype", str, "Weight dtype: bf16, fp16, fp8, fp8-block (FP8 tensor cores where the GPU has "
+              "them), nvfp4, mxfp4 (FP4 tensor cores on Blackwell, else weight-only), int4 (weight-only)."),
     "kv_cache_dtype": ("replica__kv_cache_dtype", str, "KV cache dtype: auto (activation dtype), bf16, fp16, fp8."),
-    "ep": ("replica__ep", int, "Expert-parallel degree for MoE models (divides --tp)."),
+    "ep": ("replica__ep", int, "Expert-parallel degree for MoE models (divides --tp x --attention-dp)."),
+    "attention_dp": ("replica__attention_dp", int, "Attention data-parallel ranks per replica, each --tp GPUs with its "
+                     "own batch and KV cache, MoE layers over all of them (vLLM --data-parallel-size, SGLang "
+                     "--enable-dp-attention)."),
     "moe_imbalance": ("replica__moe_imbalance", float, "MoE load imbalance: busiest expert/EP rank over the mean (>= 1)."),
     "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
                        "(vLLM's --num-gpu-blocks-override)."),

@@ -17,6 +17,14 @@ from typing import Any
 
 from simulator.config.catalog import GPUSpec, ModelSpec, get_gpu, get_model
 from simulator.config.errors import ConfigError
+from simulator.config.precision import (
+    KV_CACHE_FORMATS,
+    WEIGHT_FORMATS,
+    WeightFormat,
+    canonical_kv_format,
+    canonical_weight_format,
+    kv_bytes_per_element,
+)
 from simulator.config.topology import build_topology
 
 SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
@@ -27,9 +35,10 @@ DEFAULT_ENGINE = "vllm-2023-splitwise"  # engine preset (simulator.costmodel.eng
 # The preset names, here so a config validates without importing the cost models (numpy);
 # engine_model asserts its ENGINES table has exactly these keys.
 ENGINE_PRESETS = ("ideal", "handset", "vllm-2023-splitwise", "sarathi-2023-vidur", "vllm-v1")
-# Weight dtypes and their bytes per parameter; int4 is group-wise (128) with one bf16 scale per group.
-WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
-KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
+# Weight dtypes and their bytes per parameter, scales included (simulator.config.precision): int4 is
+# group-wise (128) with one bf16 scale per group; nvfp4/mxfp4 carry a scale per 16/32 values.
+WEIGHT_DTYPE_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.items()}
+KV_CACHE_DTYPES = KV_CACHE_FORMATS
 # Kernel prices: the calibrated roofline, or an engine backend's measured kernel tables
 # (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates
 # without importing the cost models.
@@ -45,7 +54,15 @@ def _positive(section: str, name: str, value: float | int | None, *, allow_none:
 
 @dataclass(frozen=True)
 class ReplicaConfig:
-    """One model replica: a model on ``tp * pp`` GPUs of one kind."""
+    """One model replica: a model on ``tp * pp`` GPUs of one kind, or, with attention data
+    parallelism, ``attention_dp`` ranks of ``tp`` GPUs each (DeepSeek-style DP attention: every
+    rank has its own batch, scheduler and KV cache; the MoE layers are sharded over all
+    ``tp * attention_dp`` GPUs as ``moe_tp x moe_ep``; vLLM's ``--data-parallel-size N
+    --enable-expert-parallel``, SGLang's ``--enable-dp-attention``). The engine runs each rank as
+    a replica of its own behind the router (``RunConfig.num_ranks``); each rank's cost model
+    prices the MoE layers for the tokens of all ranks, as if every rank carried its batch size
+    (the ranks step together through each MoE layer's all-to-all).
+    """
 
     model: str = "llama-2-7b"
     gpu: str = "a100-80gb"
@@ -60,17 +77,22 @@ class ReplicaConfig:
     intra_node_link: str | None = None  # default: NVLink where the GPU has it, else PCIe
     allow_tp_across_nodes: bool = False
     # Numerics and experts (defaults: bf16 everything, no expert parallelism).
-    dtype: str = "bf16"  # weights: bf16, fp16, fp8 (W8A8 where the GPU has FP8 tensor cores), int4 (weight-only)
+    # weights: bf16, fp16, fp8 / fp8-block (W8A8 where the GPU has FP8 tensor cores), nvfp4 / mxfp4 (W4A4 on
+    # Blackwell's FP4 tensor cores, else weight-only), int4 (weight-only): simulator.config.precision
+    dtype: str = "bf16"
     kv_cache_dtype: str = "auto"  # auto (= the activation dtype, dtype_bytes), bf16, fp16 or fp8
-    ep: int = 1  # expert-parallel degree: experts split over ep GPUs of the TP group (ep divides tp)
+    ep: int = 1  # expert-parallel degree: experts split over ep GPUs of the MoE group (ep divides tp * attention_dp)
     moe_imbalance: float = 1.0  # busiest expert's (EP rank's) load over the mean; >= 1
     num_gpu_blocks: int | None = None  # KV blocks per replica, overriding the memory plan (vLLM's num_gpu_blocks_override)
     kernels: str = "roofline"  # kernel prices: roofline, or the vllm / sglang / trtllm kernel tables of the GPU
+    attention_dp: int = 1  # attention data-parallel ranks (each tp GPUs, its own batch and KV cache)
 
     def __post_init__(self) -> None:
         # Canonicalise names so an HF id and the short name give identical configs.
         object.__setattr__(self, "model", get_model(self.model).name)
         object.__setattr__(self, "gpu", get_gpu(self.gpu).name)
+        object.__setattr__(self, "dtype", canonical_weight_format(self.dtype))  # fp8_block -> fp8-block, w4a16 -> int4
+        object.__setattr__(self, "kv_cache_dtype", canonical_kv_format(self.kv_cache_dtype))  # fp8_e4m3 -> fp8
         _positive("replica", "tp", self.tp)
         _positive("replica", "pp", self.pp)
         _positive("replica", "block_size", self.block_size)
@@ -88,8 +110,8 @@ class ReplicaConfig:
                               f"use one of {divisors}")
         if spec.num_kv_heads % self.tp and self.tp % spec.num_kv_heads:
             raise ConfigError("replica.tp", f"tp={self.tp} neither divides nor is a multiple of {spec.num_kv_heads} KV heads")
-        if self.dtype not in WEIGHT_DTYPE_BYTES:
-            raise ConfigError("replica.dtype", f"unknown weight dtype {self.dtype!r}", f"use one of {', '.join(WEIGHT_DTYPE_BYTES)}")
+        if self.dtype not in WEIGHT_FORMATS:
+            raise ConfigError("replica.dtype", f"unknown weight dtype {self.dtype!r}", f"use one of {', '.join(WEIGHT_FORMATS)}")
         if self.kernels not in KERNEL_TABLES:
             raise ConfigError("replica.kernels", f"unknown kernel prices {self.kernels!r}",
                               f"use one of {', '.join(KERNEL_TABLES)}")
@@ -99,9 +121,22 @@ class ReplicaConfig:
         _positive("replica", "ep", self.ep)
         if self.ep > 1 and not spec.is_moe:
             raise ConfigError("replica.ep", f"ep={self.ep} but {spec.name} has no experts", "drop --ep for a dense model")
-        if self.ep > 1 and (self.tp % self.ep or spec.num_experts % self.ep):
-            raise ConfigError("replica.ep", f"ep={self.ep} must divide tp={self.tp} and {spec.name}'s "
-                              f"{spec.num_experts} experts", "use --ep equal to --tp or one of its divisors")
+        _positive("replica", "attention_dp", self.attention_dp)
+        if self.attention_dp > 1 and not spec.is_moe:
+            raise ConfigError("replica.attention_dp", f"attention data parallelism shards MoE layers over the ranks, "
+                              f"but {spec.name} has no experts", "for a dense model use --replicas N instead")
+        if self.attention_dp > 1 and self.pp > 1:
+            raise ConfigError("replica.attention_dp", "attention data parallelism with pipeline parallelism is not "
+                              "modelled", "use --pp 1 with --attention-dp")
+        group = self.tp * self.attention_dp
+        if self.ep > 1 and (group % self.ep or spec.num_experts % self.ep):
+            if self.attention_dp == 1:
+                raise ConfigError("replica.ep", f"ep={self.ep} must divide tp={self.tp} and {spec.name}'s "
+                                  f"{spec.num_experts} experts", "use --ep equal to --tp or one of its divisors, "
+                                  "or add --attention-dp N for EP across data-parallel ranks")
+            raise ConfigError("replica.ep", f"ep={self.ep} must divide tp x attention_dp = {group} GPUs and "
+                              f"{spec.name}'s {spec.num_experts} experts",
+                              f"use --ep {group} (vLLM's --enable-expert-parallel) or one of its divisors")
         if not self.moe_imbalance >= 1.0:
             raise ConfigError("replica.moe_imbalance", f"must be >= 1 (busiest over mean load), got {self.moe_imbalance}")
         if self.pp > spec.num_layers:
@@ -109,7 +144,7 @@ class ReplicaConfig:
                               f"use --pp <= {spec.num_layers}")
         # Layout: TP x PP GPUs on num_nodes nodes, TP groups inside nodes, known link names.
         build_topology(self.gpu_spec, self.tp, self.pp, self.num_nodes, self.intra_node_link,
-                       self.inter_node_link, self.allow_tp_across_nodes)
+                       self.inter_node_link, self.allow_tp_across_nodes, self.attention_dp)
 
     @property
     def model_spec(self) -> ModelSpec:
@@ -121,7 +156,22 @@ class ReplicaConfig:
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp
+        """GPUs the replica occupies: ``tp * pp``, times the attention-DP ranks."""
+        return self.tp * self.pp * self.attention_dp
+
+    @property
+    def moe_ep(self) -> int:
+        """Expert-parallel degree of the MoE layers (experts split over this many GPUs)."""
+        return self.ep
+
+    @property
+    def moe_tp(self) -> int:
+        """Tensor-parallel degree of each expert: the MoE group's ``tp * attention_dp`` GPUs over ``ep``."""
+        return self.tp * self.attention_dp // self.ep
+
+    @property
+    def weight_format(self) -> WeightFormat:
+        return WEIGHT_FORMATS[self.dtype]
 
     @property
     def weight_bytes(self) -> float:
@@ -129,9 +179,20 @@ class ReplicaConfig:
         return WEIGHT_DTYPE_BYTES[self.dtype] if self.dtype not in ("bf16", "fp16") else float(self.dtype_bytes)
 
     @property
+    def gemm_peak_flops(self) -> float:
+        """Dense peak the layers' GEMMs run at: FP8 or FP4 tensor cores where the weights are in such a
+        format and the GPU has them, else bf16 (weight-only dequantisation)."""
+        return self.weight_format.peak_flops(self.gpu_spec)
+
+    @property
+    def weight_only(self) -> bool:
+        """GEMMs dequantise low-precision weights to 16 bits (int4, or fp8/fp4 without those tensor cores)."""
+        return self.weight_format.runs_weight_only(self.gpu_spec)
+
+    @property
     def kv_cache_bytes(self) -> float:
         """Bytes per cached K or V element."""
-        return float(self.dtype_bytes) if self.kv_cache_dtype in ("auto", "bf16", "fp16") else 1.0
+        return kv_bytes_per_element(self.kv_cache_dtype, self.dtype_bytes)
 
     @property
     def fp8_compute(self) -> bool:
@@ -259,6 +320,9 @@ class RunConfig:
             for name in ("prefill_pool", "decode_pool", "mixed_pool"):
                 object.__setattr__(self, name, canonical_pool(getattr(self, name), name))
             layout_of(self)  # validates every pool and the link
+            if self.replica.attention_dp > 1:
+                raise ConfigError("replica.attention_dp", "attention data parallelism in disaggregated pools is not "
+                                  "modelled", "drop --attention-dp, or the pools")
         if self.router not in ROUTERS:
             raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
         if self.seed < 0:
@@ -270,6 +334,12 @@ class RunConfig:
     @property
     def is_disaggregated(self) -> bool:
         return self.prefill_pool is not None
+
+    @property
+    def num_ranks(self) -> int:
+        """Schedulers the engine runs behind the router, each with its own KV cache: one per replica,
+        or one per attention-DP rank of each replica."""
+        return self.num_replicas * self.replica.attention_dp
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -196,10 +196,15 @@ class GPUSpec:
     fp8_flops: float = 0.0  # dense FP8 tensor-core peak; 0 where the part has no FP8 tensor cores
     source: str = ""  # the datasheet the figures come from
     nvlink_switch: bool = False  # every GPU pair at full link speed in its usual server (NVSwitch, MI300X mesh)
+    fp4_flops: float = 0.0  # dense FP4 (NVFP4/MXFP4) tensor-core peak; 0 where the part has none (before Blackwell)
+    # GPUs one NVLink fabric joins at full speed where that reaches past a server (72 in a GB200/GB300
+    # NVL72 rack); 0: the server's GPUs only. An expert-parallel group this size all-to-alls over NVLink.
+    nvlink_domain_gpus: int = 0
 
     def __post_init__(self) -> None:
-        if self.fp8_flops < 0:
-            raise ConfigError("gpu.fp8_flops", f"must be >= 0, got {self.fp8_flops}")
+        for name in ("fp8_flops", "fp4_flops", "nvlink_domain_gpus"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"gpu.{name}", f"must be >= 0, got {getattr(self, name)}")
         for name in ("bf16_flops", "hbm_bytes_per_s", "memory_bytes", "pcie_bytes_per_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"gpu.{name}", f"must be positive, got {getattr(self, name)}")

@@ -156,6 +156,12 @@ class ReplicaTopology:
     tp_ring_bytes_per_s: float  # nominal bandwidth of the TP ring's slowest hop
     tp_ring_latency_s: float
     hop_links: tuple[Link, ...]  # hop s: stage s -> s + 1
+    # Attention data parallelism: dp ranks of tp GPUs each; the MoE layers' all-to-all runs over
+    # all tp * dp GPUs of the group, at ep_bytes_per_s per GPU and direction (the TP ring's link
+    # when dp == 1, so a run without DP prices exactly as before).
+    dp: int = 1
+    ep_bytes_per_s: float = 0.0
+    ep_latency_s: float = 0.0
 
     def node_of_rank(self, rank: int) -> int:
         return rank // self.gpus_per_node
@@ -183,15 +189,26 @@ class ReplicaTopology:
 
     def describe(self) -> str:
         hops = ", ".join(f"{s}->{s + 1}: {link.name}" for s, link in enumerate(self.hop_links)) or "none"
-        return (f"{self.tp * self.pp} GPUs on {self.num_nodes} node(s) x {self.gpus_per_node}; "
+        dp = f", {self.dp} attention-DP ranks" if self.dp > 1 else ""
+        return (f"{self.tp * self.pp * self.dp} GPUs{dp} on {self.num_nodes} node(s) x {self.gpus_per_node}; "
                 f"TP ring over {'the inter-node link' if self.tp_spans_nodes else self.intra.name}; hops: {hops}")
 
 
 def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, intra_node_link: str | None = None,
-                   inter_node_link: str = "ethernet-100g", allow_tp_across_nodes: bool = False) -> ReplicaTopology:
-    """Place a replica's GPUs on nodes; refuse impossible layouts with one-line errors."""
+                   inter_node_link: str = "ethernet-100g", allow_tp_across_nodes: bool = False,
+                   dp: int = 1) -> ReplicaTopology:
+    """Place a replica's GPUs on nodes; refuse impossible layouts with one-line errors.
+
+    With attention data parallelism (``dp > 1``, PP 1) the replica is ``dp`` ranks of ``tp``
+    consecutive GPUs (rank ``d`` holds GPUs ``d*tp .. d*tp+tp-1``), each TP group inside a node
+    as always. The MoE group (all ``tp * dp`` GPUs) all-to-alls over NVLink where it fits one
+    NVLink domain (a server, or a GB200/GB300 NVL72 rack: ``GPUSpec.nvlink_domain_gpus``), at
+    PCIe speed on pairwise NVLink or PCIe-only parts past two GPUs, else over the inter-node link,
+    whose NIC the node's GPUs share (each sends at once in an all-to-all).
+    """
     gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    num_gpus = tp * pp
+    num_gpus = tp * pp * dp
+    what = "tp x pp" if dp == 1 else "tp x attention_dp"
     intra_name = intra_node_link or default_intra_node_link(gpu)
     if intra_name.lower() not in INTRA_NODE_LINKS and intra_name.lower() in LINK_NAMES:
         raise ConfigError("replica.intra_node_link", f"{intra_name!r} links nodes, not GPUs inside one",
@@ -202,17 +219,17 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
         raise ConfigError("replica.inter_node_link", f"{inter_node_link!r} is not a link between nodes",
                           "use ethernet-100g, infiniband-200g, ...")
     if num_nodes > num_gpus:
-        raise ConfigError("replica.num_nodes", f"{num_nodes} nodes for tp x pp = {num_gpus} GPUs leaves nodes empty",
+        raise ConfigError("replica.num_nodes", f"{num_nodes} nodes for {what} = {num_gpus} GPUs leaves nodes empty",
                           f"use --nodes <= {num_gpus}")
     if num_gpus % num_nodes:
-        raise ConfigError("replica.num_nodes", f"tp x pp = {num_gpus} GPUs do not split evenly over {num_nodes} nodes",
-                          "make --nodes divide tp x pp")
+        raise ConfigError("replica.num_nodes", f"{what} = {num_gpus} GPUs do not split evenly over {num_nodes} nodes",
+                          f"make --nodes divide {what}")
     gpus_per_node = num_gpus // num_nodes
     if gpus_per_node > MAX_GPUS_PER_NODE:
         need = -(-num_gpus // MAX_GPUS_PER_NODE)
-        raise ConfigError("replica.num_nodes", f"tp x pp = {num_gpus} GPUs but {num_nodes} node(s) of "
+        raise ConfigError("replica.num_nodes", f"{what} = {num_gpus} GPUs but {num_nodes} node(s) of "
                           f"{MAX_GPUS_PER_NODE} GPUs hold only {num_nodes * MAX_GPUS_PER_NODE}",
-                          f"pass --nodes {need} or lower --tp/--pp")
+                          f"pass --nodes {need} or lower --tp/--pp" + ("/--attention-dp" if dp > 1 else ""))
     tp_spans_nodes = gpus_per_node % tp != 0
     if tp_spans_nodes and not allow_tp_across_nodes:
         raise ConfigError("replica.tp", f"a tp={tp} group would span nodes ({gpus_per_node} GPUs per node with "
@@ -230,11 +247,22 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
     for s in range(pp - 1):
         same_node = (s * tp) // gpus_per_node == ((s + 1) * tp) // gpus_per_node
         hops.append(intra if same_node else inter)
+    ep_bw, ep_latency = ring_bw, ring_latency  # without DP the MoE group is the TP group
+    if dp > 1:
+        group = tp * dp
+        if num_nodes == 1 or (intra.kind == "nvlink" and not intra.pairwise and group <= gpu.nvlink_domain_gpus):
+            if intra.pairwise and group > 2:
+                pcie = get_link("pcie", gpu)
+                ep_bw, ep_latency = min(intra.bytes_per_s, pcie.bytes_per_s), max(intra.latency_s, pcie.latency_s)
+            else:
+                ep_bw, ep_latency = intra.bytes_per_s, intra.latency_s
+        else:
+            ep_bw, ep_latency = inter.bytes_per_s / gpus_per_node, inter.latency_s
     return ReplicaTopology(gpu.name, tp, pp, num_nodes, gpus_per_node, intra, inter, tp_spans_nodes,
-                           ring_bw, ring_latency, tuple(hops))
+                           ring_bw, ring_latency, tuple(hops), dp, ep_bw, ep_latency)
 
 
 def topology_for(replica: ReplicaConfig) -> ReplicaTopology:
     """The topology of a (validated) replica config."""
     return build_topology(replica.gpu_spec, replica.tp, replica.pp, replica.num_nodes, replica.intra_node_link,
-                          replica.inter_node_link, replica.allow_tp_across_nodes)
+                          replica.inter_node_link, replica.allow_tp_across_nodes, replica.attention_dp)

@@ -19,6 +19,16 @@ expert. For an iteration of ``n`` tokens:
   ``1/tp`` share of the tokens, ``k`` copies, ``(ep-1)/ep`` of them off-GPU) over the TP link,
   and an all-gather restores the replicated activations the next attention expects, in place
   of the MLP's all-reduce.
+- *attention data parallelism* (``attention_dp`` ranks of ``tp`` GPUs): each rank runs attention,
+  the router, shared experts and dense layers on its own tokens with its own TP; the routed
+  experts are sharded over all ``tp * dp`` GPUs (``moe_tp = tp * dp / ep`` per expert, ``ep``
+  ways) and see every rank's tokens. A rank's cost model prices the layer for ``dp * t`` tokens
+  (every rank assumed to carry the ``t`` this rank does: the ranks meet in each MoE layer, so a
+  step is as slow as the busiest rank, and an idle rank runs a dummy batch; the approximation
+  prices the others like this one). Dispatch and combine cross the DP group's link
+  (:class:`~simulator.config.topology.ReplicaTopology`'s ``ep_bytes_per_s``); with ``ep = 1``
+  the tokens are all-gathered over the group and the expert outputs reduce-scattered back
+  (SGLang's DP attention with a TP MoE).
 - shared experts are a dense MLP sharded by TP; dense layers (DeepSeek's first three) are
   priced by the plain MLP ops, weighted by their share of the layers (the per-layer table is a
   mean over layers, exact for a whole model).
@@ -98,10 +108,11 @@ def moe_token_ops(rf: RooflineCostModel, tokens: np.ndarray) -> dict[str, np.nda
     m, r, c, g = rf.model, rf.replica, rf.cal, rf.gpu
     t = np.asarray(tokens, dtype=np.float64)
     h, k, num_e, ep, db, wb = m.hidden_size, m.num_experts_per_tok, m.num_experts, r.ep, rf.dtype_bytes, rf.weight_bytes
-    f_local = m.expert_ffn_size // (r.tp // ep)
+    f_local = m.expert_ffn_size // r.moe_tp
     up_mult = 2 if m.gated_mlp else 1
-    touched = expected_experts_touched(t, num_e, k) / ep  # on this GPU
-    assignments = t * k / ep
+    group = t * r.attention_dp  # tokens entering the routed experts: every DP rank's (t itself without DP)
+    touched = expected_experts_touched(group, num_e, k) / ep  # on this GPU
+    assignments = group * k / ep
     with np.errstate(divide="ignore", invalid="ignore"):
         per_expert = np.where(touched > 0, r.moe_imbalance * assignments / touched, 0.0)
     flops = 2.0 * per_expert * h * (up_mult + 1) * f_local
@@ -124,15 +135,24 @@ def moe_token_ops(rf: RooflineCostModel, tokens: np.ndarray) -> dict[str, np.nda
 
 def ep_all_to_all(rf: RooflineCostModel, tokens: np.ndarray) -> np.ndarray:
     """Dispatch and combine of one MoE layer under expert parallelism, plus the all-gather that
-    replaces the MLP's all-reduce (zero without EP)."""
+    replaces the MLP's all-reduce (zero without EP and attention DP)."""
     r, c, m = rf.replica, rf.cal, rf.model
     t = np.asarray(tokens, dtype=np.float64)
-    if r.ep == 1:
+    dp = r.attention_dp
+    if r.ep == 1 and dp == 1:
         return np.zeros_like(t)
-    bw = rf.tp_link_bytes_per_s * c.allreduce_bus_eff
+    bw = rf.ep_link_bytes_per_s * c.allreduce_bus_eff  # the TP ring's link without DP
+    if r.ep == 1:  # DP attention over a TP MoE: all-gather every rank's tokens, reduce-scatter the outputs
+        g = r.tp * dp
+        nbytes = t * dp * m.hidden_size * rf.dtype_bytes
+        return np.where(t > 0, 2.0 * ((g - 1) / g * nbytes / bw + c.allreduce_latency_s), 0.0)
     sent = t / r.tp * m.num_experts_per_tok * m.hidden_size * rf.dtype_bytes * (r.ep - 1) / r.ep
     a2a = 2.0 * (sent / bw + c.allreduce_latency_s)
-    gather = (r.tp - 1) / r.tp * t * m.hidden_size * rf.dtype_bytes / bw + c.allreduce_latency_s
+    if r.tp == 1:  # a DP rank of one GPU: nothing to gather
+        return np.where(t > 0, a2a, 0.0)
+    # Restoring the rank's replicated activations: inside its TP group, over the TP ring's link.
+    tp_bw = rf.tp_link_bytes_per_s * c.allreduce_bus_eff
+    gather = (r.tp - 1) / r.tp * t * m.hidden_size * rf.dtype_bytes / tp_bw + c.allreduce_latency_s
     return np.where(t > 0, a2a + gather, 0.0)
 
 

@@ -12,12 +12,14 @@ by token count, built once; the hot path is a list lookup plus a closed-form
 attention term computed from the :class:`BatchShape` sums.
 
 Assumptions, stated once:
-- activations at ``dtype_bytes`` (bf16); weights at ``--dtype`` bytes (bf16, fp8, int4
-  weight-only) and GEMMs at the FP8 tensor-core peak for fp8 weights where the GPU has one;
-  KV cache at ``--kv-cache-dtype`` bytes; weights read once per GEMM, activations read and
-  written once;
-- mixture-of-experts layers, expert parallelism and multi-head latent attention are priced
-  by :mod:`simulator.costmodel.moe`; sliding-window layers cap each query's keys at the window;
+- activations at ``dtype_bytes`` (bf16); weights at ``--dtype`` bytes, scales included (bf16,
+  fp8, fp8-block, nvfp4, mxfp4, int4 weight-only: :mod:`simulator.config.precision`) and GEMMs at
+  the FP8 or FP4 tensor-core peak for such weights where the GPU has one (else weight-only at
+  the bf16 peak); KV cache at ``--kv-cache-dtype`` bytes; attention math at the bf16 peak;
+  weights read once per GEMM, activations read and written once;
+- mixture-of-experts layers, expert parallelism, attention data parallelism and multi-head
+  latent attention are priced by :mod:`simulator.costmodel.moe`; sliding-window layers cap
+  each query's keys at the window;
 - attention prefill is FlashAttention-like (compute-bound, causal pairs counted
   exactly); decode attention is paged and memory-bound (reads every KV byte once) with
   a small per-sequence cost;
@@ -60,6 +62,8 @@ class RooflineCostModel(TabulatedCostModel):
         self.ffn_per_gpu = m.ffn_size // tp
         self.kv_bytes_per_token = 2 * self.kv_per_gpu * db  # per layer, per GPU
         self.tp_link_bytes_per_s = self._tp_link_bandwidth()
+        # The MoE all-to-all's link: the TP ring's without attention DP, the DP group's with it.
+        self.ep_link_bytes_per_s = self.topology.ep_bytes_per_s
         self._init_numerics_and_experts()
         self._build_tables(table_tokens + 1)
 
@@ -68,12 +72,13 @@ class RooflineCostModel(TabulatedCostModel):
         (:mod:`simulator.costmodel.moe`); every default leaves a bf16 dense model's prices unchanged."""
         m, r = self.model, self.replica
         self.weight_bytes = r.weight_bytes
-        self.gemm_peak_flops = self.gpu.fp8_flops if r.fp8_compute else self.gpu.bf16_flops
+        # FP8 (per-tensor or block) and FP4 (NVFP4/MXFP4) weights run on those tensor cores where the
+        # GPU has them (simulator.config.precision), else weight-only at the bf16 peak.
+        self.gemm_peak_flops = r.gemm_peak_flops
         # The calibrated small-batch ramp of GEMM efficiency stands for the weight-streaming regime
-        # of bf16 kernels; a weight-only quantized kernel (int4, or fp8 without FP8 tensor cores)
-        # streams weight_bytes/dtype_bytes as much, so its knee moves to as many fewer tokens.
-        weight_only = r.dtype == "int4" or (r.dtype == "fp8" and not r.fp8_compute)
-        self.gemm_knee_scale = self.weight_bytes / self.dtype_bytes if weight_only else 1.0
+        # of bf16 kernels; a weight-only quantized kernel (int4, or fp8/fp4 without those tensor
+        # cores) streams weight_bytes/dtype_bytes as much, so its knee moves to as many fewer tokens.
+        self.gemm_knee_scale = self.weight_bytes / self.dtype_bytes if r.weight_only else 1.0
         if r.kv_cache_dtype != "auto" or m.is_mla:
             self.kv_bytes_per_token = m.kv_bytes_per_token_per_gpu_layer(r.kv_cache_bytes, r.tp)
         # Share of layers with a dense MLP (the per-layer tables are means over layers).
@@ -140,7 +145,8 @@ class RooflineCostModel(TabulatedCostModel):
         num_all_reduce = 1 if m.parallel_attn_mlp else 2
         num_norms = 1 if m.parallel_attn_mlp else 2
         dense = self.dense_fraction
-        if m.is_moe and self.replica.ep > 1:  # EP layers swap the MLP all-reduce for all-to-alls + all-gather
+        # EP (or attention-DP) layers swap the MLP all-reduce for all-to-alls (or a gather and scatter)
+        if m.is_moe and (self.replica.ep > 1 or self.replica.attention_dp > 1):
             num_all_reduce -= 1.0 - dense
         if m.is_mla:
             qkv, out_proj = mla_projections(self, tokens)

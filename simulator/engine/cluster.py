@@ -71,7 +71,7 @@ class RunResult:
         cols = iterations.columns(copy=False)
         n = len(iterations)
         order = None
-        if self.config.num_replicas > 1 and n:
+        if self.config.num_ranks > 1 and n:
             # Rows in order of end time (replica, start break ties): replicas record skipped
             # stretches at their end, and a partitioned cluster one replica after another, so
             # raw record order is not a property of the run.
@@ -111,7 +111,9 @@ def _end_order(started_at: np.ndarray, duration_s: np.ndarray, replica_id: np.nd
 
 
 class Cluster:
-    """Replicas behind a router. Routing decisions use a dedicated random stream."""
+    """Replicas behind a router. Routing decisions use a dedicated random stream. With attention
+    data parallelism each DP rank is a replica of its own (``RunConfig.num_ranks``; its cost model
+    prices the MoE layers for the whole DP group, :mod:`simulator.costmodel.moe`)."""
 
     def __init__(self, env: simpy.Environment, config: RunConfig, recorder: Recorder, rng: np.random.Generator,
                  watched: bool = False, lockstep: bool = False, watch_settles: bool = False,
@@ -131,13 +133,13 @@ class Cluster:
         # to the next arrival regardless of the others' iterations.
         horizon: Callable[[], float] | None = None
         if config.fast_forward and skipping is not None:
-            horizon = env.peek if config.num_replicas == 1 or watched else self._next_arrival_at
+            horizon = env.peek if config.num_ranks == 1 or watched else self._next_arrival_at
         # A stretch may straddle the event at its horizon (keep the iterations that start before
         # it) when that event is an arrival, or, for a lone replica, the wake-up of a watch that
         # settles the replica first (Replica.settle: the state is then the step-by-step loop's).
         # Among several replicas the horizon may be another replica's iteration: never straddled.
-        straddle = not watched or (watch_settles and config.num_replicas == 1)
-        for replica_id in range(config.num_replicas):
+        straddle = not watched or (watch_settles and config.num_ranks == 1)
+        for replica_id in range(config.num_ranks):
             scheduler, plan, cost = replica_parts(config, lockstep)
             self.memory = plan
             self.cost_models.append(cost)

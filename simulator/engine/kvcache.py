@@ -7,8 +7,11 @@ block count outright (vLLM's ``num_gpu_blocks_override``). KV bytes per token pe
 head: GQA models replicate heads when ``tp > kv_heads``), or for multi-head latent
 attention ``(kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes``, replicated on every TP
 rank; multiplied by the layers of the stage the GPU serves. With pipeline parallelism the
-tightest stage decides. Weights count every expert of a MoE model, at the ``--dtype``
-bytes (``--kv-cache-dtype fp8`` halves the KV bytes, so it doubles the KV tokens).
+tightest stage decides. With attention data parallelism the plan is one rank's (its ``tp``
+GPUs, its own KV cache): attention, dense layers, shared experts and embeddings are sharded by
+the rank's ``tp``, the routed experts over all ``tp * attention_dp`` GPUs of the MoE group.
+Weights count every expert of a MoE model, at the ``--dtype`` bytes, scales included
+(``--kv-cache-dtype fp8`` halves the KV bytes, so it doubles the KV tokens).
 
 The block manager only counts blocks: which physical block holds which token does not
 change any timing the simulator models. Invariant: ``num_free_blocks + sum(r.num_blocks
@@ -79,8 +82,14 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     activation = activation_reserve_bytes(replica, max_num_batched_tokens, max_num_seqs)
     usable = gpu.memory_bytes * replica.gpu_memory_utilization
     weights, budgets, per_token = [], [], []
+    # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
+    dp = replica.attention_dp
+    experts_per_layer = m.num_moe_layers * m.num_experts * m.expert_params / m.num_layers
     for stage, num_layers in enumerate(layers):
-        w = num_layers * m.params_per_layer / tp * wb
+        if dp == 1:
+            w = num_layers * m.params_per_layer / tp * wb
+        else:
+            w = num_layers * ((m.params_per_layer - experts_per_layer) / tp + experts_per_layer / (tp * dp)) * wb
         if stage == 0:
             w += m.embedding_params / tp * db
         if stage == len(layers) - 1 and (not m.tied_embeddings or replica.pp > 1):

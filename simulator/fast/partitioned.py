@@ -30,7 +30,7 @@ def runs_apart(config: RunConfig) -> bool:
     """Whether the replicas of ``config`` run one by one (:func:`run_partitioned`), and so in
     worker processes when asked: more than one, behind a router that reads no replica state,
     PP 1, event skipping on, not disaggregated (and no watch process: see :func:`simulate`)."""
-    return (config.fast_forward and config.num_replicas > 1 and config.replica.pp == 1
+    return (config.fast_forward and config.num_ranks > 1 and config.replica.pp == 1
             and config.router in STATE_FREE_ROUTERS and not config.is_disaggregated)
 
 
@@ -58,7 +58,7 @@ def _route(config: RunConfig, arrival: list[float], router_rng: np.random.Genera
         if gap > 0:
             now = now + gap
         submit_at.append(now)
-    router, zeros = ROUTERS[config.router], [0] * config.num_replicas
+    router, zeros = ROUTERS[config.router], [0] * config.num_ranks
     return submit_at, [router(zeros, step, router_rng) for step in range(len(arrival))]
 
 
@@ -76,7 +76,7 @@ def run_partitioned(config: RunConfig, requests: list[Request], recorder: Record
     jointly. Returns (per-replica totals, memory plan, end time, requests) or None.
     """
     submit_at, replica_of = _route(config, [r.arrival_at for r in requests], router_rng)
-    routed: list[list[tuple[float, Request]]] = [[] for _ in range(config.num_replicas)]
+    routed: list[list[tuple[float, Request]]] = [[] for _ in range(config.num_ranks)]
     for at, replica_id, req in zip(submit_at, replica_of, requests, strict=True):
         routed[replica_id].append((at, req))
     try:
@@ -133,7 +133,7 @@ def run_partitioned_in_workers(config: RunConfig, arrival: np.ndarray, prompt: n
 
     from simulator.util.interrupts import WorkerPool
 
-    num_requests, n = len(arrival), config.num_replicas
+    num_requests, n = len(arrival), config.num_ranks
     submit_at, replica_of = _route(config, arrival.tolist(), router_rng)
     submit = np.array(submit_at, dtype=np.float64)
     owner = np.array(replica_of, dtype=np.int64)

@@ -1,0 +1,106 @@
+"""Numeric formats of today's deployments: weight formats, KV-cache formats, and the peak a GEMM runs at.
+
+A weight format (``--dtype``) fixes three things the simulator prices:
+
+- **bytes per weight**, scales included: what the memory plan reserves and what a GEMM streams
+  from HBM. Per-tensor FP8 carries one scale per tensor (1 B); block FP8 (DeepSeek-V3's
+  checkpoint format) one fp32 scale per 128 x 128 block (``1 + 4 / 16384`` B); NVFP4 one FP8 (E4M3)
+  scale per 16 values (``0.5 + 1 / 16`` B); MXFP4 one E8M0 scale per 32 values (``0.5 + 1 / 32`` B);
+  INT4 weight-only (GPTQ/AWQ, w4a16) one bf16 scale per group of 128 (``0.5 + 2 / 128`` B).
+- **the tensor cores its GEMMs use** (``compute``): ``fp8`` and ``fp8-block`` run W8A8 on FP8 tensor
+  cores; ``nvfp4`` and ``mxfp4`` run W4A4 on FP4 tensor cores (Blackwell); ``int4`` is weight-only
+  (the weights are dequantised to bf16 in the kernel, activations stay 16-bit).
+- **where the GPU lacks those tensor cores** the format is priced as *weight-only*: the weights
+  are stored and streamed at their own bytes, the math runs at the bf16 peak. This is what the
+  engines do: vLLM serves FP8 checkpoints on Ampere and NVFP4/MXFP4 checkpoints on Hopper and
+  Ampere with its Marlin weight-only kernels (gpt-oss's MXFP4 on an H100 is the common case), so
+  such a run is not refused; the run's header says "weight-only".
+
+KV-cache formats (``--kv-cache-dtype``): ``auto`` stores K and V at the activation dtype
+(``dtype_bytes``, 2 for bf16/fp16), as vLLM's ``auto`` does; ``fp8`` (and vLLM's spellings
+``fp8_e4m3``, ``fp8_e5m2``) stores one byte per element (per-tensor scales, negligible).
+
+Attention math stays at the bf16 peak for every format (FP8-KV decode kernels dequantise in
+registers; decode attention is memory-bound, so the KV bytes are what changes its time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from simulator.config.specs import GPUSpec
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """One ``--dtype``: bytes per weight (scales included) and the tensor cores its GEMMs use."""
+
+    name: str
+    bytes_per_weight: float  # bf16/fp16: ReplicaConfig.weight_bytes uses the activation dtype's bytes
+    compute: Literal["bf16", "fp8", "fp4"]  # tensor-core family where the GPU has it; else weight-only
+    weight_only: bool  # activations stay 16-bit whatever the GPU (int4's w4a16)
+    description: str
+
+    def has_tensor_cores(self, gpu: GPUSpec) -> bool:
+        """Whether ``gpu`` has the tensor cores this format's GEMMs want (always for bf16/fp16/int4)."""
+        if self.compute == "fp4":
+            return gpu.fp4_flops > 0
+        if self.compute == "fp8":
+            return gpu.fp8_flops > 0
+        return True
+
+    def peak_flops(self, gpu: GPUSpec) -> float:
+        """Dense tensor-core peak this format's GEMMs run at on ``gpu``."""
+        if self.compute == "fp4" and gpu.fp4_flops > 0:
+            return gpu.fp4_flops
+        if self.compute == "fp8" and gpu.fp8_flops > 0:
+            return gpu.fp8_flops
+        return gpu.bf16_flops
+
+    def runs_weight_only(self, gpu: GPUSpec) -> bool:
+        """Weights dequantised to 16 bits in the kernel: int4 anywhere, a low-precision format on a
+        GPU without its tensor cores (fp8 before Hopper/Ada, FP4 before Blackwell)."""
+        return self.weight_only or not self.has_tensor_cores(gpu)
+
+    def describe(self, gpu: GPUSpec) -> str:
+        """``nvfp4`` or ``nvfp4 (weight-only on h100-sxm: no FP4 tensor cores)`` for a run header."""
+        if not self.has_tensor_cores(gpu):
+            return f"{self.name} (weight-only on {gpu.name}: no {self.compute.upper()} tensor cores)"
+        return self.name
+
+
+# name -> format. bf16/fp16 bytes follow the activation dtype (``ReplicaConfig.dtype_bytes``).
+WEIGHT_FORMATS: dict[str, WeightFormat] = {f.name: f for f in (
+    WeightFormat("bf16", 2.0, "bf16", False, "bfloat16"),
+    WeightFormat("fp16", 2.0, "bf16", False, "float16"),
+    WeightFormat("fp8", 1.0, "fp8", False, "FP8 E4M3, one scale per tensor (W8A8)"),
+    WeightFormat("fp8-block", 1.0 + 4.0 / (128 * 128), "fp8", False,
+                 "FP8 E4M3, one fp32 scale per 128x128 block (DeepSeek-V3's checkpoints; W8A8)"),
+    WeightFormat("nvfp4", 0.5 + 1.0 / 16, "fp4", False, "NVFP4: E2M1, one E4M3 scale per 16 values (W4A4)"),
+    WeightFormat("mxfp4", 0.5 + 1.0 / 32, "fp4", False, "MXFP4: E2M1, one E8M0 scale per 32 values (gpt-oss; W4A4)"),
+    WeightFormat("int4", 0.5 + 2.0 / 128, "bf16", True, "INT4 weight-only, one bf16 scale per 128 (GPTQ/AWQ, w4a16)"),
+)}
+# Other spellings engines and checkpoints use -> the canonical name above.
+WEIGHT_FORMAT_ALIASES = {"fp8_block": "fp8-block", "fp8-blockwise": "fp8-block", "w4a16": "int4",
+                         "int4-wo": "int4", "int4_wo": "int4", "float16": "fp16", "bfloat16": "bf16"}
+
+KV_CACHE_FORMATS = ("auto", "bf16", "fp16", "fp8")
+KV_CACHE_ALIASES = {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8-e4m3": "fp8", "fp8-e5m2": "fp8"}
+
+
+def canonical_weight_format(name: str) -> str:
+    """The catalog name of a ``--dtype`` spelling (unknown names pass through for the caller to refuse)."""
+    key = name.lower()
+    return WEIGHT_FORMAT_ALIASES.get(key, key)
+
+
+def canonical_kv_format(name: str) -> str:
+    key = name.lower()
+    return KV_CACHE_ALIASES.get(key, key)
+
+
+def kv_bytes_per_element(kv_cache_dtype: str, dtype_bytes: int) -> float:
+    """Bytes of one cached K or V element: the activation dtype for auto/bf16/fp16, 1 for fp8."""
+    return 1.0 if kv_cache_dtype == "fp8" else float(dtype_bytes)

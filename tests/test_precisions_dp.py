@@ -1,0 +1,264 @@
+"""Today's precisions and attention data parallelism (issue 27, items 3 and 4).
+
+Weight bytes by hand (scales included, simulator.config.precision): fp8 1 B; fp8-block
+1 + 4/16384 B (an fp32 scale per 128x128 block); nvfp4 0.5 + 1/16 B (an E4M3 scale per 16);
+mxfp4 0.5 + 1/32 B (an E8M0 scale per 32); int4 0.5 + 2/128 B (a bf16 scale per 128).
+GPU figures are checked against AIConfigurator's system files where ../shared/data has them.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.config.catalog import GPUS, MODELS, get_gpu
+from simulator.config.errors import ConfigError
+from simulator.config.precision import WEIGHT_FORMATS
+from simulator.config.run_config import ReplicaConfig, RunConfig, WorkloadConfig
+from simulator.costmodel import BatchShape, RooflineCostModel
+from simulator.engine.kvcache import plan_memory
+
+GiB = 2**30
+runner = CliRunner()
+
+# catalog name -> AIConfigurator system file (systems/<name>.yaml)
+SYSTEM_FILES = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm",
+                "gb200": "gb200", "gb300": "gb300", "a100-80gb": "a100_sxm", "l40s": "l40s",
+                "rtx-pro-6000": "rtx_pro_6000_server"}
+
+
+def _system_numbers(path: Path) -> dict[str, float]:
+    """``key: number`` lines of a system yaml (its gpu/node sections hold no repeated keys we read)."""
+    out: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^\s+([a-z0-9_]+):\s*([0-9.eE+]+)\s*(#.*)?$", line)
+        if m:
+            out.setdefault(m.group(1), float(m.group(2)))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEM_FILES))
+def test_gpu_catalog_matches_the_aiconfigurator_system_file(shared_data, name):
+    path = shared_data / "profiles" / "aiconfigurator" / "systems" / f"{SYSTEM_FILES[name]}.yaml"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    sys = _system_numbers(path)
+    g = get_gpu(name)
+    assert SYSTEM_FILES[name] in g.source  # the catalog names the file its figures come from
+    assert g.memory_bytes == pytest.approx(sys["mem_capacity"], rel=1e-6)
+    assert g.hbm_bytes_per_s == pytest.approx(sys["mem_bw"], rel=1e-6)
+    assert g.bf16_flops == pytest.approx(sys["bfloat16_tc_flops"], rel=1e-3)  # l40s: 362 vs 362.05
+    assert g.fp8_flops == pytest.approx(sys.get("fp8_tc_flops", 0.0), rel=1e-3)  # h100/h200: 1979 vs 1978
+    assert g.fp4_flops == pytest.approx(sys.get("fp4_tc_flops", 0.0), rel=1e-3)
+    link = g.nvlink_bytes_per_s or g.pcie_bytes_per_s  # the system's intra-node link per direction
+    assert link == pytest.approx(sys["intra_node_bw"], rel=1e-6)
+    assert g.pcie_bytes_per_s == pytest.approx(sys["pcie_bw"], rel=1e-6)
+
+
+def test_fp4_tensor_cores_only_on_blackwell():
+    fp4 = {name for name, g in GPUS.items() if g.fp4_flops > 0}
+    assert fp4 == {"b200", "gb200", "b300", "gb300", "rtx-pro-6000"}
+    assert GPUS["b300"].fp4_flops == pytest.approx(14e15) and GPUS["gb300"].fp4_flops == pytest.approx(15e15)
+    assert GPUS["gb200"].nvlink_domain_gpus == 72 and GPUS["rtx-pro-6000"].nvlink_bytes_per_s == 0
+    for alias in ("b300-sxm", "gb300-nvl72", "rtx-pro-6000-server"):
+        assert get_gpu(alias).name in ("b300", "gb300", "rtx-pro-6000")
+
+
+# -- weights -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("dtype", "nbytes"), [
+    ("bf16", 2.0), ("fp8", 1.0), ("fp8-block", 1 + 4 / 16384), ("nvfp4", 0.5625), ("mxfp4", 0.53125),
+    ("int4", 0.5 + 2 / 128)])
+def test_weight_bytes_by_hand_and_the_memory_plan(dtype, nbytes):
+    r = ReplicaConfig("llama-3.1-70b", "b200", tp=2, dtype=dtype)
+    assert r.weight_bytes == nbytes
+    m = MODELS["llama-3.1-70b"]
+    plan = plan_memory(r, 2048, 128)
+    emb = 2 * m.vocab_size * m.hidden_size * 2 / 2  # embedding and LM head stay bf16
+    assert plan.weights_bytes[0] == pytest.approx(m.num_layers * m.params_per_layer / 2 * nbytes + emb)
+
+
+def test_fp4_weights_against_bf16_memory_plan_by_hand():
+    m = MODELS["llama-3.1-70b"]
+    bf16 = plan_memory(ReplicaConfig("llama-3.1-70b", "b200", tp=2), 2048, 128)
+    fp4 = plan_memory(ReplicaConfig("llama-3.1-70b", "b200", tp=2, dtype="nvfp4"), 2048, 128)
+    saved = m.num_layers * m.params_per_layer / 2 * (2 - 0.5625)  # per GPU
+    assert bf16.weights_bytes[0] - fp4.weights_bytes[0] == pytest.approx(saved)
+    # 80 layers x 855,654,400 params = 68.45 B, over 2 GPUs, 1.4375 B saved each: 45.82 GiB per GPU.
+    assert saved == 80 * 855_654_400 / 2 * 1.4375 and saved / GiB == pytest.approx(45.82, abs=0.01)
+    # The freed bytes all go to the KV cache: 80 layers x 2 x 4 KV heads x 128 x 2 B per token per GPU.
+    per_token = 80 * 2 * 4 * 128 * 2
+    assert fp4.kv_bytes_per_token[0] == bf16.kv_bytes_per_token[0] == per_token
+    assert fp4.num_kv_tokens - bf16.num_kv_tokens == pytest.approx(saved / per_token, abs=2 * 16)
+
+
+def test_gemm_peak_follows_the_weight_format():
+    cases = {("b200", "nvfp4"): 9e15, ("b200", "mxfp4"): 9e15, ("b200", "fp8-block"): 4.5e15, ("b200", "fp8"): 4.5e15,
+             ("b200", "int4"): 2.25e15, ("b200", "bf16"): 2.25e15, ("h100-sxm", "fp8-block"): 1979e12,
+             ("h100-sxm", "nvfp4"): 989e12, ("a100-80gb", "fp8"): 312e12, ("b300", "nvfp4"): 14e15}
+    for (gpu, dtype), peak in cases.items():
+        rf = RooflineCostModel(ReplicaConfig("qwen3-30b-a3b", gpu, dtype=dtype), table_tokens=1)
+        assert rf.gemm_peak_flops == pytest.approx(peak), (gpu, dtype)
+
+
+def test_fp4_without_fp4_tensor_cores_is_priced_weight_only_and_said_so():
+    h100 = get_gpu("h100-sxm")
+    fmt = WEIGHT_FORMATS["mxfp4"]
+    assert fmt.runs_weight_only(h100) and not fmt.runs_weight_only(get_gpu("b200"))
+    assert "weight-only" in fmt.describe(h100) and fmt.describe(get_gpu("b200")) == "mxfp4"
+    # Weight-only FP4 streams a quarter of bf16's weight bytes: a small decode batch is faster
+    # than bf16 and fp8 on the same H100, and its big-prefill GEMMs run at the bf16 peak.
+    shape = BatchShape.from_requests(decodes=[1024] * 4)
+    times = {d: RooflineCostModel(ReplicaConfig("llama-3.1-8b", "h100-sxm", dtype=d)).iteration_time(shape)
+             for d in ("bf16", "fp8", "mxfp4")}
+    assert times["mxfp4"] < times["fp8"] < times["bf16"]
+    rf = RooflineCostModel(ReplicaConfig("llama-3.1-8b", "h100-sxm", dtype="mxfp4"), table_tokens=1)
+    assert rf.gemm_peak_flops == h100.bf16_flops and rf.gemm_knee_scale == pytest.approx(0.53125 / 2)
+
+
+def test_fp4_on_blackwell_speeds_up_compute_bound_prefill():
+    shape = BatchShape.from_requests(prefills=[(8192, 0)])
+    t = {d: RooflineCostModel(ReplicaConfig("llama-3.1-70b", "b200", tp=2, dtype=d)).iteration_time(shape)
+         for d in ("bf16", "fp8", "nvfp4")}
+    assert t["nvfp4"] < t["fp8"] < t["bf16"]
+
+
+def test_dtype_spellings_and_bad_names():
+    assert ReplicaConfig("llama-3.1-8b", "h100", dtype="fp8_block").dtype == "fp8-block"
+    assert ReplicaConfig("llama-3.1-8b", "h100", dtype="w4a16").dtype == "int4"
+    assert ReplicaConfig("llama-3.1-8b", "h100", kv_cache_dtype="fp8_e4m3").kv_cache_dtype == "fp8"
+    with pytest.raises(ConfigError) as err:
+        ReplicaConfig("llama-3.1-8b", "h100", dtype="fp3")
+    assert err.value.field == "replica.dtype" and "nvfp4" in str(err.value)
+
+
+# -- KV cache ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("model", "tp", "kv", "per_layer"), [
+    ("qwen3-30b-a3b", 1, "auto", 2 * 4 * 128 * 2),
+    ("qwen3-30b-a3b", 1, "fp8", 2 * 4 * 128 * 1),
+    ("gpt-oss-120b", 2, "fp8", 2 * 4 * 64 * 1),
+    ("deepseek-v3", 8, "fp8", 576),  # MLA: one latent per token, replicated on every TP rank
+])
+def test_fp8_kv_bytes_per_token_by_hand(model, tp, kv, per_layer):
+    r = ReplicaConfig(model, "b200", tp=tp, kv_cache_dtype=kv, dtype="nvfp4")
+    plan = plan_memory(r, 2048, 64)
+    assert plan.kv_bytes_per_token[0] == MODELS[model].num_layers * per_layer
+    assert RooflineCostModel(r, table_tokens=1).kv_bytes_per_token == per_layer
+
+
+def test_fp8_kv_halves_decode_attention_bytes():
+    shape = BatchShape.from_requests(decodes=[8192] * 32)
+    auto = RooflineCostModel(ReplicaConfig("qwen3-30b-a3b", "h100-sxm"), table_tokens=1).attention_decode(shape)
+    fp8 = RooflineCostModel(ReplicaConfig("qwen3-30b-a3b", "h100-sxm", kv_cache_dtype="fp8"),
+                            table_tokens=1).attention_decode(shape)
+    assert 0.5 < fp8 / auto < 0.6  # KV bytes halve; the per-sequence and query terms stay
+
+
+# -- attention data parallelism ------------------------------------------------------------------
+
+def test_dp_ep_layout_numbers():
+    r = ReplicaConfig("qwen3-30b-a3b", "h100-sxm", tp=1, attention_dp=2, ep=2)
+    assert (r.num_gpus, r.moe_tp, r.moe_ep) == (2, 1, 2)
+    r = ReplicaConfig("deepseek-v3", "b200", tp=2, attention_dp=4, ep=4)
+    assert (r.num_gpus, r.moe_tp, r.moe_ep) == (8, 2, 4)
+    r = ReplicaConfig("qwen3-235b-a22b", "h200", tp=1, attention_dp=8)  # SGLang dp-attention without EP: MoE TP8
+    assert (r.moe_tp, r.moe_ep) == (8, 1)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    (dict(model="llama-3.1-8b", tp=1, attention_dp=2), "replica.attention_dp"),  # dense: use --replicas
+    (dict(model="qwen3-30b-a3b", tp=1, attention_dp=2, ep=4), "replica.ep"),  # ep must divide tp x dp
+    (dict(model="qwen3-30b-a3b", tp=2, attention_dp=2, ep=3), "replica.ep"),
+    (dict(model="qwen3-30b-a3b", tp=1, pp=2, attention_dp=2), "replica.attention_dp"),
+    (dict(model="qwen3-30b-a3b", tp=1, attention_dp=0), "replica.attention_dp"),
+    (dict(model="qwen3-30b-a3b", tp=1, attention_dp=16), "replica.num_nodes"),  # 16 GPUs in one node
+])
+def test_bad_dp_layouts_are_one_line_errors(kwargs, field):
+    with pytest.raises(ConfigError) as err:
+        ReplicaConfig(gpu="h100-sxm", **kwargs)
+    assert err.value.field == field
+    assert "\n" not in str(err.value)
+
+
+def test_ep_no_longer_has_to_divide_tp_under_dp():
+    ReplicaConfig("qwen3-30b-a3b", "h100-sxm", tp=1, attention_dp=2, ep=2)  # vLLM DP2 + EP2
+    with pytest.raises(ConfigError):
+        ReplicaConfig("qwen3-30b-a3b", "h100-sxm", tp=1, ep=2)  # without DP, ep still divides tp
+
+
+def test_dp_rank_prices_its_experts_for_the_whole_group():
+    """A DP2+EP2 rank holding t tokens runs the experts of 2t tokens (both ranks'), sharded as
+    the TP2+EP2 replica shards them: the same expert time as that replica at 2t tokens."""
+    dp = RooflineCostModel(ReplicaConfig("qwen3-30b-a3b", "h100-sxm", tp=1, attention_dp=2, ep=2))
+    tp = RooflineCostModel(ReplicaConfig("qwen3-30b-a3b", "h100-sxm", tp=2, ep=2))
+    t = np.array([1.0, 8.0, 64.0, 512.0])
+    assert np.allclose(dp.token_ops(t)["moe_experts"], tp.token_ops(2 * t)["moe_experts"], rtol=1e-12)
+    # Attention stays the rank's own: TP1 with the rank's own heads, no TP all-reduce.
+    shape = BatchShape.from_requests(decodes=[2048] * 8)
+    assert dp.heads_per_gpu == 32 and dp.breakdown(shape)["tp_all_reduce"] == 0.0
+    assert dp.breakdown(shape)["ep_all_to_all"] > 0.0
+
+
+def test_dp_memory_plan_shards_only_the_experts_over_the_group():
+    m = MODELS["deepseek-v3"]
+    r = ReplicaConfig("deepseek-v3", "b200", tp=1, attention_dp=8, ep=8, dtype="nvfp4")
+    plan = plan_memory(r, 2048, 64)
+    experts = m.num_moe_layers * m.num_experts * m.expert_params
+    rest = m.num_layers * m.params_per_layer - experts
+    emb = 2 * m.vocab_size * m.hidden_size * 2
+    assert plan.weights_bytes[0] == pytest.approx((rest + experts / 8) * 0.5625 + emb, rel=1e-9)
+    # 653.9 B routed-expert params / 8 + 17.3 B others, at 0.5625 B, + 3.7 GB bf16 embeddings: 58.3 GB per GPU.
+    assert plan.weights_bytes[0] / GiB == pytest.approx(54.27, abs=0.01)
+    assert plan.kv_bytes_per_token[0] == 61 * 576 * 2  # each rank's own MLA cache, bf16
+
+
+def test_dp_ranks_run_as_engine_replicas():
+    from simulator.simulation import simulate
+
+    cfg = RunConfig(replica=ReplicaConfig("qwen3-30b-a3b", "h100-sxm", tp=1, attention_dp=2, ep=2),
+                    workload=WorkloadConfig(name="fixed", num_requests=12, qps=20.0, prompt_tokens=256,
+                                            output_tokens=16), num_replicas=2)
+    result = simulate(cfg)
+    assert len(result.replica_busy_s) == 4  # 2 replicas x 2 DP ranks, each its own scheduler and KV cache
+    assert all(busy > 0 for busy in result.replica_busy_s)  # the router spread the requests over every rank
+    assert sum(r.completed_at is not None for r in result.requests) == 12
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+
+
+# -- the acceptance command lines ------------------------------------------------------------------
+
+def _run(*args: str):
+    return runner.invoke(app, ["run", "--num-requests", "12", "--qps", "4", "--no-progress", *args])
+
+
+def test_deepseek_v3_dp8_ep8_nvfp4_on_b200_runs():
+    res = _run("--model", "deepseek-v3", "--gpu", "b200", "--tp", "1", "--attention-dp", "8", "--ep", "8",
+               "--dtype", "nvfp4")
+    assert res.exit_code == 0, res.output
+    assert "dp=8" in res.output and "ep=8" in res.output and "nvfp4" in res.output
+    assert "12 finished" in res.output
+
+
+def test_qwen3_30b_dp2_ep2_runs():
+    res = _run("--model", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "1", "--attention-dp", "2", "--ep", "2",
+               "--kv-cache-dtype", "fp8")
+    assert res.exit_code == 0, res.output
+    assert "tp=1" in res.output and "dp=2" in res.output and "ep=2" in res.output and "KV cache fp8" in res.output
+    assert "12 finished" in res.output
+
+
+def test_dp_error_through_the_cli_is_one_line_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "simulator", "run", "--model", "qwen3-30b-a3b", "--gpu", "h100",
+                           "--tp", "1", "--attention-dp", "2", "--ep", "4", "--num-requests", "4", "--no-progress"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "replica.ep" in lines[0] and "Traceback" not in proc.stderr, proc.stderr

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from simulator.config.catalog import ModelSpec, get_model
 from simulator.config.errors import ConfigError
+from simulator.config.specs import tp_shard_problem
 
 # HF ``model_type`` values whose MLP is a plain two-matrix GeLU block with LayerNorm.
 _UNGATED_MODEL_TYPES = {"phi", "gpt2", "gpt_neox", "gptj", "falcon", "opt", "bloom", "gpt_bigcode", "starcoder2"}
@@ -100,12 +101,9 @@ class ShardedShapes:
         m, tp = self.model, self.tp
         if tp <= 0:
             raise ConfigError("tp", f"must be positive, got {tp}")
-        if m.num_heads % tp:
-            divisors = [d for d in range(1, min(m.num_heads, 64) + 1) if m.num_heads % d == 0]
-            raise ConfigError("tp", f"tp={tp} does not divide {m.name}'s {m.num_heads} attention heads",
-                              f"use one of {divisors}")
-        if m.num_kv_heads % tp and tp % m.num_kv_heads:
-            raise ConfigError("tp", f"tp={tp} neither divides nor is a multiple of {m.name}'s {m.num_kv_heads} KV heads")
+        shard = tp_shard_problem(m, tp)  # the simulator's rule (simulator.config.specs)
+        if shard is not None:
+            raise ConfigError("tp", *shard)
         if m.ffn_size % tp:
             raise ConfigError("tp", f"tp={tp} does not divide {m.name}'s FFN width {m.ffn_size}")
 

@@ -25,6 +25,7 @@ from simulator.config.precision import (
     canonical_weight_format,
     kv_bytes_per_element,
 )
+from simulator.config.specs import tp_shard_problem
 from simulator.config.topology import build_topology
 
 SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
@@ -104,12 +105,9 @@ class ReplicaConfig:
         if self.dtype_bytes not in (1, 2, 4):
             raise ConfigError("replica.dtype_bytes", f"must be 1, 2 or 4, got {self.dtype_bytes}")
         spec = self.model_spec
-        if spec.num_heads % self.tp:
-            divisors = [d for d in range(1, spec.num_heads + 1) if spec.num_heads % d == 0 and d <= 16]
-            raise ConfigError("replica.tp", f"tp={self.tp} does not divide {spec.name}'s {spec.num_heads} attention heads",
-                              f"use one of {divisors}")
-        if spec.num_kv_heads % self.tp and self.tp % spec.num_kv_heads:
-            raise ConfigError("replica.tp", f"tp={self.tp} neither divides nor is a multiple of {spec.num_kv_heads} KV heads")
+        shard = tp_shard_problem(spec, self.tp)
+        if shard is not None:
+            raise ConfigError("replica.tp", *shard)
         if self.dtype not in WEIGHT_FORMATS:
             raise ConfigError("replica.dtype", f"unknown weight dtype {self.dtype!r}", f"use one of {', '.join(WEIGHT_FORMATS)}")
         if self.kernels not in KERNEL_TABLES:

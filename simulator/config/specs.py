@@ -217,3 +217,15 @@ class GPUSpec:
 
 # Today's common models (shapes from each model's Hugging Face config.json; the published
 # parameter counts they are tested against are cited in tests/test_catalog_2025.py).
+
+
+def tp_shard_problem(spec: ModelSpec, tp: int) -> tuple[str, str] | None:
+    """The one tensor-parallel rule, for the simulator and the profiler alike: ``tp`` must
+    divide the attention heads, and either divide the KV heads or be a multiple of them (each
+    rank then holds a replica of one KV head). ``(problem, fix)`` where it breaks, else None."""
+    if spec.num_heads % tp:
+        divisors = [d for d in range(1, spec.num_heads + 1) if spec.num_heads % d == 0 and d <= 16]
+        return (f"tp={tp} does not divide {spec.name}'s {spec.num_heads} attention heads", f"use one of {divisors}")
+    if spec.num_kv_heads % tp and tp % spec.num_kv_heads:
+        return (f"tp={tp} neither divides nor is a multiple of {spec.num_kv_heads} KV heads", "")
+    return None

@@ -22,6 +22,7 @@ import simpy
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
+from simulator.engine.closed_loop import ClosedLoopClient, make_recorder
 from simulator.engine.cluster import (
     Cluster,
     ReplicaTotals,
@@ -62,11 +63,20 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     at each wake-up before it reads anything (:meth:`Replica.settle`), and a lone replica's
     stretches may then run across its wake-ups.
     """
-    partitionable = watch is None and partitioned_runs.runs_apart(config)
+    # Closed loop (--concurrency): the next send is the next completion anywhere, unknown in
+    # advance, so its replicas never run apart (simulator.engine.closed_loop).
+    closed = config.workload.concurrency is not None
+    partitionable = watch is None and not closed and partitioned_runs.runs_apart(config)
     if workers > 1 and not partitionable:
         raise ConfigError("--workers", "only the replicas of a cluster behind a state-free router run in parallel "
-                          "(more than one replica, --router round_robin or random, PP 1, event skipping on)",
-                          "drop --workers for this run")
+                          "(more than one replica, --router round_robin or random, PP 1, event skipping on, "
+                          "open-loop arrivals)", "drop --workers for this run")
+    # Warm-up requests are left out of the figures: ITL then comes from the others' token times.
+    token_times = token_times or config.workload.num_warmup > 0
+    # A closed loop's sends land at completions anywhere in a cluster: event skipping then stops
+    # at the next event of any kind, as under a watch (a stretch also ends at its first finish,
+    # where a send can happen; the same results either way, tests/test_closed_loop.py).
+    watched = watch is not None or closed
     if config.is_disaggregated:  # two pools and a KV link: simulator.engine.disagg
         from simulator.engine.disagg import simulate_disaggregated
 
@@ -84,7 +94,9 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     if reporter is not None:
         reporter.start("simulating", num_requests)
     recorder_class = Recorder if record_iterations else TallyRecorder
-    recorder = recorder_class(on_progress=reporter.update if reporter else None, report_every=max(1, num_requests // 200))
+    client = ClosedLoopClient(config.workload.concurrency) if config.workload.concurrency is not None else None
+    recorder = make_recorder(recorder_class, client, on_progress=reporter.update if reporter else None,
+                             report_every=max(1, num_requests // 200))
     own_reporter = reporter is not progress
     stopped: str | None = None
     partitioned = None
@@ -111,9 +123,9 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         # pipelining and without a watch that reads them (see ArrivalWatch.reads_only_timestamps).
         lockstep = config.fast_forward and config.replica.pp == 1 and \
             (watch is None or getattr(watch, "reads_only_timestamps", False))
-        cluster = Cluster(env, config, recorder, router_rng, watched=watch is not None, lockstep=lockstep,
+        cluster = Cluster(env, config, recorder, router_rng, watched=watched, lockstep=lockstep,
                           watch_settles=hasattr(watch, "watch_settle"), skipping=SkippingReplica)
-        stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter)
+        stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter, client)
         memory, sim_end_at = cluster.memory, env.now
         totals = [ReplicaTotals.of(r, c) for r, c in zip(cluster.replicas, cluster.cost_models, strict=True)]
     assert memory is not None

@@ -264,6 +264,11 @@ class WorkloadConfig:
     max_total_tokens: int | None = None  # drop longer requests from the source, as the papers filter
     time_scale: float = 1.0
     over_length: str = "drop"  # trace rows over max_total_tokens: drop them, or clip them as Vidur does
+    # Closed loop (simulator.engine.closed_loop): at most `concurrency` requests in flight, the next
+    # sent when one ends (vLLM's --max-concurrency; with burst arrivals, its --request-rate inf).
+    concurrency: int | None = None
+    num_warmup: int = 0  # the first requests sent, left out of the figures (vLLM's --num-warmups)
+    range_ratio: float = 0.0  # fixed/random lengths drawn in [len*(1-r), len*(1+r)], as vllm bench's
 
     def __post_init__(self) -> None:
         if self.arrival not in ARRIVALS:
@@ -286,6 +291,16 @@ class WorkloadConfig:
         if self.over_length == "clip" and (self.trace is None or self.max_total_tokens is None):
             raise ConfigError("workload.over_length", "'clip' shortens trace rows longer than max_total_tokens, so it "
                               "needs both", "pass --trace PATH and --max-total-tokens N (Vidur's default is 4096)")
+        _positive("workload", "concurrency", self.concurrency, allow_none=True)
+        if not 0 <= self.num_warmup < self.num_requests:
+            raise ConfigError("workload.num_warmup", f"must be in [0, num_requests={self.num_requests}), got "
+                              f"{self.num_warmup}", "pass --num-warmup below --num-requests")
+        if not 0 <= self.range_ratio < 1:
+            raise ConfigError("workload.range_ratio", f"must be in [0, 1), got {self.range_ratio}",
+                              "e.g. --random-range-ratio 0.1 for lengths within 10% of --prompt-tokens/--output-tokens")
+        if self.range_ratio and self.name not in ("fixed", "random"):
+            raise ConfigError("workload.range_ratio", f"bands fixed lengths, but the workload is {self.name!r}",
+                              "pass --workload fixed (or --dataset-name random), or drop --random-range-ratio")
 
 
 @dataclass(frozen=True)

@@ -44,12 +44,11 @@ class ClosedLoopClient:
     ``concurrency``; ``max_in_flight`` records the largest value it took.
     """
 
-    __slots__ = ("env", "concurrency", "num_in_flight", "max_in_flight", "_wakeup")
+    __slots__ = ("concurrency", "num_in_flight", "max_in_flight", "_wakeup")
 
-    def __init__(self, env: simpy.Environment, concurrency: int) -> None:
+    def __init__(self, concurrency: int) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.env = env
         self.concurrency = concurrency
         self.num_in_flight = 0
         self.max_in_flight = 0
@@ -62,9 +61,8 @@ class ClosedLoopClient:
         if wakeup is not None and not wakeup.triggered:
             wakeup.succeed()  # the sender resumes at this instant, after the event that freed it
 
-    def arrivals(self, requests: Sequence[Request], cluster: Any) -> Iterator[simpy.Event]:
+    def arrivals(self, env: simpy.Environment, requests: Sequence[Request], cluster: Any) -> Iterator[simpy.Event]:
         """The SimPy process: send each request once it is ready and a user is free."""
-        env = self.env
         for req in requests:
             ready_at = req.arrival_at
             if ready_at > env.now:
@@ -100,9 +98,11 @@ def notifying(recorder_class: type[Recorder]) -> type[Recorder]:
                 {"__slots__": ("client",), "on_finish": on_finish, "on_reject": on_reject})
 
 
-def make_recorder(recorder_class: type[Recorder], client: ClosedLoopClient, **kwargs: Any) -> Recorder:
+def make_recorder(recorder_class: type[Recorder], client: ClosedLoopClient | None, **kwargs: Any) -> Recorder:
     """A recorder of ``recorder_class`` (``kwargs`` as its constructor's) that frees ``client``'s
-    users as requests end."""
+    users as requests end; a plain one without a client."""
+    if client is None:
+        return recorder_class(**kwargs)
     recorder = notifying(recorder_class)(**kwargs)
     recorder.client = client  # type: ignore[attr-defined]
     return recorder

@@ -24,6 +24,7 @@ import simpy
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.costmodel import CostModel, load_cost_model
+from simulator.engine.closed_loop import ClosedLoopClient
 from simulator.engine.kvcache import MemoryPlan
 from simulator.engine.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.engine.replica import Replica, build_scheduler, with_mixin
@@ -293,13 +294,14 @@ def prepare_table(config: RunConfig, table, reporter: RunProgress | None):  # no
 
 def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,
                watch: Callable[[simpy.Environment, list[Request]], Any] | None,
-               reporter: RunProgress | None, own_reporter: bool) -> str | None:
+               reporter: RunProgress | None, own_reporter: bool, client: ClosedLoopClient | None = None) -> str | None:
     """Start arrivals (and ``watch``) and run until no event is left; the reason a watch
-    stopped the run, or ``None``.
+    stopped the run, or ``None``. With a closed-loop ``client`` its users send the requests
+    (:mod:`simulator.engine.closed_loop`; the run's recorder must tell it of completions).
 
     Invariant checked here: unless stopped early, every request completed or was rejected.
     """
-    env.process(_arrivals(env, requests, cluster))
+    env.process(_arrivals(env, requests, cluster) if client is None else client.arrivals(env, requests, cluster))
     if watch is not None:
         watch_gaps = getattr(watch, "watch_gaps", None)
         if watch_gaps is not None:  # a watch that judges TBT reads the live gap logs

@@ -56,6 +56,7 @@ import simpy
 from simulator.config.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel import load_cost_model
+from simulator.engine.closed_loop import ClosedLoopClient, make_recorder
 from simulator.engine.cluster import RunResult, make_replica, prepare_requests, reporter_of, run_to_end
 from simulator.engine.kvcache import BlockManager, MemoryPlan
 from simulator.engine.records import Recorder
@@ -361,9 +362,12 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
     env = simpy.Environment()
     if reporter is not None:
         reporter.start("simulating", len(requests))
-    recorder = Recorder(on_progress=reporter.update if reporter else None, report_every=max(1, len(requests) // 200))
+    concurrency = config.workload.concurrency  # closed loop: users send as requests end (engine.closed_loop)
+    client = ClosedLoopClient(concurrency) if concurrency is not None else None
+    recorder = make_recorder(Recorder, client, on_progress=reporter.update if reporter else None,
+                             report_every=max(1, len(requests) // 200))
     cluster = DisaggCluster(env, config, layout, recorder, router_rng, len(requests))
-    stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter=reporter is not progress)
+    stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter=reporter is not progress, client=client)
     replicas = cluster.replicas
     pools = (["prefill"] * len(cluster.prefill) + ["decode"] * len(cluster.decode) + ["mixed"] * len(cluster.mixed))
     num_blocks = [r.scheduler.blocks.num_blocks for r in replicas]

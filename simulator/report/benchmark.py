@@ -135,17 +135,17 @@ def _token_times(result: RunResult) -> list[Any] | None:
     return None if any(t is None for t in times) else times
 
 
-def _itl_distribution(result: RunResult, measured: np.ndarray, num_warmup: int) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Sorted distinct gaps and their counts over the measured requests, and whether they
-    leave the warm-up requests out (with no warm-up the replicas' gap logs are exact)."""
+def measured_gaps(result: RunResult, num_warmup: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Every inter-token gap of the requests sent after the first ``num_warmup``, as sorted
+    distinct values and counts, and whether that is exact: from the requests' token times, or,
+    where the run kept none, the replicas' gap logs with the warm-up gaps in (False)."""
     if num_warmup == 0:
-        values, counts, _ = merged(result.tbt)
-        return values, counts, True
+        return merged(result.tbt)
     times = _token_times(result)
-    if times is None:  # no token times: the gap logs, warm-up gaps included
+    if times is None:
         values, counts, _ = merged(result.tbt)
         return values, counts, False
-    gaps = [np.diff(np.frombuffer(times[i], dtype=np.float64)) for i in np.flatnonzero(measured)]
+    gaps = [np.diff(np.frombuffer(t, dtype=np.float64)) for t in times[num_warmup:] if len(t) > 1]
     if not gaps:
         return np.zeros(0), np.zeros(0, dtype=np.int64), True
     values, counts = np.unique(np.concatenate(gaps), return_counts=True)
@@ -154,8 +154,9 @@ def _itl_distribution(result: RunResult, measured: np.ndarray, num_warmup: int) 
 
 def num_gpus(result: RunResult) -> int:
     """GPUs of the deployment the run simulated (both pools of a disaggregated one)."""
-    if result.disagg is not None:
-        return result.disagg.num_gpus
+    disagg = result.extra.get("disagg")
+    if disagg is not None:
+        return int(disagg["num_gpus"])
     return result.config.replica.num_gpus * result.config.num_replicas
 
 
@@ -203,7 +204,8 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
     out["max_concurrent_requests"] = max_in_flight(sent_all, ends)
     out.update(_stats(ttft, "ttft", percentiles_))
     out.update(_stats(tpot, "tpot", percentiles_))
-    values, counts, itl_measured = _itl_distribution(result, done, num_warmup)
+    values, counts, itl_measured = measured_gaps(result, num_warmup)
+    itl_measured = itl_measured or num_warmup == 0
     out.update(_weighted_stats(values, counts, "itl", percentiles_))
     out.update(_stats(e2el, "e2el", percentiles_))
     # Ours (vLLM has no key for them): the Pareto axes, the deployment and the load.
@@ -307,12 +309,21 @@ def result_json(result: RunResult, metrics: dict[str, Any], cols: dict[str, np.n
 
 def save_result(path: Path, document: dict[str, Any]) -> None:
     """Write ``document`` as JSON (NaN and infinity as null), through a temporary file."""
-    from simulator.report.output import jsonable
-
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(jsonable(document), indent=2) + "\n")
+    tmp.write_text(json.dumps(_plain(document), indent=2) + "\n")
     tmp.replace(path)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with NaN and infinite floats as None (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def check_result_path(path: Path) -> None:

@@ -157,9 +157,17 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     """Headline numbers of a run: latency quantiles, throughput, goodput, utilisation.
     ``requests``: :func:`request_frame` or :func:`request_columns` of the run, if already built."""
     cols = _as_columns(request_columns(result) if requests is None else requests)
+    num_warmup = result.config.workload.num_warmup
+    if num_warmup:  # the first requests sent warm the server up: every figure leaves them out
+        cols = {name: values[cols["request_id"] >= num_warmup] for name, values in cols.items()}
     status = cols["status"]
     done = status == "finished"
-    tbt_values, tbt_counts, tbt_exact = tbt_distribution(result)
+    if num_warmup:  # their gaps too, from the others' token times (simulate keeps them for such runs)
+        from simulator.report.benchmark import measured_gaps
+
+        tbt_values, tbt_counts, tbt_exact = measured_gaps(result, num_warmup)
+    else:
+        tbt_values, tbt_counts, tbt_exact = tbt_distribution(result)
     n = len(status)
     out: dict[str, Any] = {
         "num_requests": int(n),
@@ -170,6 +178,8 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
         "num_iterations": len(result.iterations),
         "num_tbt_samples": int(tbt_counts.sum()),
         "tbt_exact": tbt_exact,
+        "num_warmup": num_warmup,
+        "concurrency": result.config.workload.concurrency,
     }
     out.update(quantile_stats(cols["ttft_s"][done], "ttft_s"))
     out.update(weighted_quantile_stats(tbt_values, tbt_counts, "tbt_s"))

@@ -6,7 +6,9 @@ turns a :class:`~simulator.config.run_config.WorkloadConfig` and a seeded ``nump
 into a :class:`RequestTable` of plain arrays that the engine replays.
 
 Length sources
-    ``fixed``      every request has ``prompt_tokens`` / ``output_tokens``.
+    ``fixed``      every request has ``prompt_tokens`` / ``output_tokens``; with ``range_ratio``
+                   r > 0, each is drawn uniformly in ``[len*(1-r), len*(1+r)]`` (``random``,
+                   ``vllm bench``'s name, is the same source).
     ``uniform``    integers drawn uniformly from ``[prompt_tokens, prompt_tokens_max]`` and
                    ``[output_tokens, output_tokens_max]`` (a missing max means fixed).
     ``sharegpt``   built in, no files needed: a 2-D log-spaced histogram of the joint
@@ -57,7 +59,7 @@ from simulator.config.run_config import WorkloadConfig
 
 BUILTIN_NAMES = ("sharegpt", "arxiv")
 LONG_CONTEXT = "long-context"  # prompts log-uniform in [32K, 128K - output], outputs uniform in [128, 1024]
-LENGTH_SOURCES = ("fixed", "uniform", *BUILTIN_NAMES, LONG_CONTEXT)
+LENGTH_SOURCES = ("fixed", "random", "uniform", *BUILTIN_NAMES, LONG_CONTEXT)  # random: vllm bench's name for fixed
 BUILTIN_DATA = "builtin_workloads.json"
 
 # Accepted column / key names (matched case-insensitively), in priority order.
@@ -137,7 +139,9 @@ def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestT
         prompt, output, arrival_override, length_desc = _lengths_from_trace(cfg, rng)
     elif cfg.name in BUILTIN_NAMES:
         prompt, output, length_desc = _lengths_from_builtin(cfg, rng)
-    elif cfg.name == "fixed":
+    elif cfg.name in ("fixed", "random") and cfg.range_ratio:
+        prompt, output, length_desc = _lengths_banded(cfg, rng)
+    elif cfg.name in ("fixed", "random"):
         _check_total("fixed", cfg.prompt_tokens + cfg.output_tokens, cfg.max_total_tokens)
         prompt = np.full(n, cfg.prompt_tokens, dtype=np.int64)
         output = np.full(n, cfg.output_tokens, dtype=np.int64)
@@ -223,6 +227,31 @@ def _lengths_uniform(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.
     prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "uniform")
     desc = f"uniform prompt [{p_lo}, {p_hi}] / output [{o_lo}, {o_hi}] tokens"
     if cfg.max_total_tokens is not None:
+        desc += f" (total <= {cfg.max_total_tokens})"
+    return prompt.astype(np.int64), output.astype(np.int64), desc
+
+
+def band(length: int, ratio: float, at_least: int = 1) -> tuple[int, int]:
+    """``vllm bench``'s random-dataset band around ``length``: integers in
+    ``[floor(length * (1 - ratio)), ceil(length * (1 + ratio))]``, the lower end at least ``at_least``."""
+    return max(math.floor(length * (1 - ratio)), at_least), max(math.ceil(length * (1 + ratio)), at_least)
+
+
+def _lengths_banded(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
+    """Fixed lengths banded by ``range_ratio`` (``--random-range-ratio``): prompt and output
+    drawn uniformly from :func:`band` of each, prompts first, as ``vllm bench`` draws them."""
+    p_lo, p_hi = band(cfg.prompt_tokens, cfg.range_ratio)
+    o_lo, o_hi = band(cfg.output_tokens, cfg.range_ratio)
+    _check_total("banded", p_lo + o_lo, cfg.max_total_tokens)
+
+    def draw(k: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return g.integers(p_lo, p_hi, k, endpoint=True), g.integers(o_lo, o_hi, k, endpoint=True)
+
+    limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
+    prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "banded")
+    desc = (f"random {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens, range ratio "
+            f"{cfg.range_ratio:g} ([{p_lo}, {p_hi}] / [{o_lo}, {o_hi}])")
+    if cfg.max_total_tokens is not None and p_hi + o_hi > cfg.max_total_tokens:
         desc += f" (total <= {cfg.max_total_tokens})"
     return prompt.astype(np.int64), output.astype(np.int64), desc
 

@@ -1,0 +1,147 @@
+"""Closed-loop load (``--concurrency N``): N users, each sending its next request when its last ends."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+from simulator.simulation import simulate
+from simulator.report.benchmark import benchmark_metrics, max_in_flight
+from simulator.report.metrics import request_columns, summarize
+
+SMALL = dict(replica__model="llama-3-8b", replica__gpu="h100-sxm", scheduler__name="vllm-v1",
+             workload__name="fixed", workload__prompt_tokens=512, workload__output_tokens=64,
+             workload__arrival="burst", workload__num_requests=240, workload__concurrency=16)
+
+
+def closed(**changes) -> RunConfig:
+    return RunConfig().replace(**{**SMALL, **changes})
+
+
+def _timeline(result):
+    cols = request_columns(result)
+    return cols, cols["arrival_at"], cols["completed_at"]
+
+
+def test_never_more_than_n_in_flight_and_n_reached():
+    result = simulate(closed())
+    cols, sent, ended = _timeline(result)
+    assert (cols["status"] == "finished").all()
+    assert max_in_flight(sent, ended) == 16
+    # Sends happen only at t=0 (the first N) or at a completion: a user waits for its last request.
+    later = np.sort(sent[16:])
+    assert (sent[:16] == 0).all()
+    assert np.isin(later, ended).all()
+
+
+def test_throughput_matches_littles_law():
+    # Steady state (warm-up left out): throughput = N / mean E2E within a few percent.
+    # The last wave drains below N users: ~1/(2 x waves) of the time, so 40 waves keep it near 1%.
+    result = simulate(closed(workload__num_requests=16 * 40, workload__num_warmup=32,
+                             workload__prompt_tokens=256, workload__output_tokens=128,
+                             workload__range_ratio=0.5))
+    cols = request_columns(result)
+    m = benchmark_metrics(result, cols)
+    little = 16 / (m["mean_e2el_ms"] / 1000)
+    assert m["request_throughput"] == pytest.approx(little, rel=0.03)
+
+
+def test_same_results_with_and_without_event_skipping():
+    for replicas in (1, 2):
+        a = simulate(closed(num_replicas=replicas, fast_forward=True))
+        b = simulate(closed(num_replicas=replicas, fast_forward=False))
+        ca, cb = request_columns(a), request_columns(b)
+        for name in ("arrival_at", "first_token_at", "completed_at", "replica_id"):
+            assert np.array_equal(ca[name], cb[name]), (replicas, name)
+
+
+def test_closed_loop_is_never_partitioned():
+    # Two replicas behind round robin would run apart in open loop; closed loop needs the joint run.
+    with pytest.raises(ConfigError, match="workers"):
+        simulate(closed(num_replicas=2), workers=2)
+
+
+def test_warmup_requests_are_left_out_of_the_figures():
+    result = simulate(closed(workload__num_warmup=48))
+    cols = request_columns(result)
+    m = benchmark_metrics(result, cols)
+    measured = cols["request_id"] >= 48
+    assert m["completed"] == 240 - 48
+    assert m["mean_ttft_ms"] == pytest.approx(float(np.mean(cols["ttft_s"][measured])) * 1000)
+    assert m["itl_excludes_warmup"]
+    s = summarize(result, cols)
+    assert s["num_finished"] == 240 - 48
+    assert s["ttft_s_mean"] == pytest.approx(float(np.mean(cols["ttft_s"][measured])))
+    # The warm-up ramp (everyone sent at t=0) is what the figures leave out: its TTFTs are the largest.
+    assert cols["ttft_s"][:16].mean() > cols["ttft_s"][measured].mean()
+
+
+def test_itl_without_warmup_equals_the_pooled_gaps():
+    result = simulate(closed(), token_times=True)
+    cols = request_columns(result)
+    m = benchmark_metrics(result, cols, percentiles_=(50, 90, 99))
+    gaps = np.concatenate([np.diff(np.frombuffer(r.token_times, dtype=np.float64)) for r in result.requests])
+    assert m["median_itl_ms"] == pytest.approx(float(np.median(gaps)) * 1000, rel=1e-12)
+    assert m["p99_itl_ms"] == pytest.approx(float(np.percentile(gaps, 99)) * 1000, rel=1e-12)
+    assert m["mean_itl_ms"] == pytest.approx(float(gaps.mean()) * 1000, rel=1e-9)
+
+
+def test_range_ratio_bands_lengths_as_vllm_bench():
+    result = simulate(closed(workload__range_ratio=0.25, workload__num_requests=400))
+    cols = request_columns(result)
+    p, o = cols["num_prompt_tokens"], cols["num_output_tokens"]
+    assert p.min() >= math.floor(512 * 0.75) and p.max() <= math.ceil(512 * 1.25)
+    assert o.min() >= math.floor(64 * 0.75) and o.max() <= math.ceil(64 * 1.25)
+    assert len(np.unique(p)) > 50  # really drawn, not fixed
+
+
+def test_finite_rate_with_a_concurrency_cap_sends_at_the_later_of_both():
+    config = closed(workload__arrival="poisson", workload__qps=50.0, workload__concurrency=4)
+    planned = RunConfig().replace(**{**SMALL, "workload__arrival": "poisson", "workload__qps": 50.0,
+                                     "workload__concurrency": None})
+    capped, free = simulate(config), simulate(planned)
+    cc, cf = request_columns(capped), request_columns(free)
+    assert max_in_flight(cc["arrival_at"], cc["completed_at"]) == 4
+    assert (cc["arrival_at"] >= cf["arrival_at"]).all()  # never before its planned time
+    assert max_in_flight(cf["arrival_at"], cf["completed_at"]) > 4  # the cap mattered
+
+
+def test_a_refused_request_frees_its_user():
+    # Requests longer than the context are refused at submit (lengths not filtered to it: a
+    # max_total_tokens above it): their users move on at once.
+    config = closed(replica__max_model_len=600, workload__range_ratio=0.5, workload__max_total_tokens=10**6,
+                    workload__num_requests=100, workload__concurrency=4)
+    result = simulate(config)
+    cols = request_columns(result)
+    assert (cols["status"] == "rejected").any() and (cols["status"] == "finished").any()
+    done = cols["status"] == "finished"
+    assert max_in_flight(cols["arrival_at"][done], cols["completed_at"][done]) == 4
+    # A refusal frees its user at once: the next request is sent at the same instant.
+    refused = np.flatnonzero(~done)
+    refused = refused[refused + 1 < len(done)]
+    assert (cols["arrival_at"][refused + 1] == cols["arrival_at"][refused]).any()
+
+
+def test_disaggregated_closed_loop():
+    config = closed(prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)", workload__num_requests=64,
+                    workload__concurrency=8)
+    result = simulate(config)
+    cols = request_columns(result)
+    assert (cols["status"] == "finished").all()
+    assert max_in_flight(cols["arrival_at"], cols["completed_at"]) == 8
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(workload__concurrency=0), "workload.concurrency"),
+    (dict(workload__num_warmup=-1), "workload.num_warmup"),
+    (dict(workload__num_warmup=240), "workload.num_warmup"),
+    (dict(workload__range_ratio=1.0), "workload.range_ratio"),
+])
+def test_bad_closed_loop_settings_are_one_line(changes, field):
+    with pytest.raises(ConfigError) as err:
+        closed(**changes)
+    assert err.value.field == field

@@ -262,3 +262,28 @@ def test_dp_error_through_the_cli_is_one_line_exit_2():
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "replica.ep" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_fitted_cost_model_refuses_attention_dp():
+    from simulator.costmodel.learned import LearnedCostModel
+
+    replica = ReplicaConfig("qwen3-30b-a3b", "h100-sxm", tp=1, attention_dp=2, ep=2)
+    with pytest.raises(ConfigError) as err:
+        LearnedCostModel(replica, {"model": "qwen3-30b-a3b", "tp": 1, "gpu": "h100-sxm", "curves": {}})
+    assert err.value.field == "cost_model" and "attention" in str(err.value)
+
+
+def test_dp_group_all_to_all_link():
+    from simulator.config.topology import topology_for
+
+    def ep_gb(gpu, dp, nodes, **kw):
+        return topology_for(ReplicaConfig("qwen3-235b-a22b", gpu, tp=1, attention_dp=dp, ep=dp, num_nodes=nodes,
+                                          dtype="fp8", **kw)).ep_bytes_per_s / 1e9
+
+    assert ep_gb("h200", 8, 1) == 450.0  # one HGX node: NVLink
+    assert ep_gb("gb200", 16, 2) == 900.0  # inside the NVL72 rack: NVLink across "nodes"
+    # Two HGX nodes on one 400G NIC each: 8 of 15 peers remote, the NIC's 50 GB/s shared by 8 GPUs.
+    assert ep_gb("h200", 16, 2, inter_node_link="infiniband-400g") == pytest.approx(50 / 8 / (8 / 15))
+    # Without DP the MoE all-to-all keeps the TP ring's link (prices as before).
+    topo = topology_for(ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=4, ep=4))
+    assert topo.ep_bytes_per_s == topo.tp_ring_bytes_per_s

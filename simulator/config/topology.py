@@ -250,14 +250,19 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
     ep_bw, ep_latency = ring_bw, ring_latency  # without DP the MoE group is the TP group
     if dp > 1:
         group = tp * dp
+        local_bw, local_latency = intra.bytes_per_s, intra.latency_s
+        if intra.pairwise and min(group, gpus_per_node) > 2:
+            pcie = get_link("pcie", gpu)
+            local_bw, local_latency = min(intra.bytes_per_s, pcie.bytes_per_s), max(intra.latency_s, pcie.latency_s)
         if num_nodes == 1 or (intra.kind == "nvlink" and not intra.pairwise and group <= gpu.nvlink_domain_gpus):
-            if intra.pairwise and group > 2:
-                pcie = get_link("pcie", gpu)
-                ep_bw, ep_latency = min(intra.bytes_per_s, pcie.bytes_per_s), max(intra.latency_s, pcie.latency_s)
-            else:
-                ep_bw, ep_latency = intra.bytes_per_s, intra.latency_s
+            ep_bw, ep_latency = local_bw, local_latency
         else:
-            ep_bw, ep_latency = inter.bytes_per_s / gpus_per_node, inter.latency_s
+            # A GPU's all-to-all peers: (gpus_per_node - 1) of the group's (group - 1) on its own node,
+            # the rest behind the node's NIC, shared by the node's GPUs sending at once; both paths
+            # run together, so the slower share sets the time.
+            remote = (group - gpus_per_node) / (group - 1)
+            nic = inter.bytes_per_s / gpus_per_node
+            ep_bw, ep_latency = 1.0 / max((1.0 - remote) / local_bw, remote / nic), inter.latency_s
     return ReplicaTopology(gpu.name, tp, pp, num_nodes, gpus_per_node, intra, inter, tp_spans_nodes,
                            ring_bw, ring_latency, tuple(hops), dp, ep_bw, ep_latency)
 

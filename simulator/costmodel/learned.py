@@ -76,6 +76,9 @@ class LearnedCostModel(TabulatedCostModel):
         if artifact.get("dtype_bytes", 2) != replica.dtype_bytes:
             raise ConfigError("cost_model", f"{source} was fitted for dtype_bytes={artifact.get('dtype_bytes')}",
                               f"fit one for dtype_bytes={replica.dtype_bytes}")
+        if replica.attention_dp > 1:  # its MoE curves would see one rank's tokens, not the DP group's
+            raise ConfigError("cost_model", f"{source} prices one TP group's layers; attention data parallelism "
+                              "is priced by the roofline or the kernel tables", "drop --cost-model or --attention-dp")
         self.artifact = artifact
         self.source = source
         self.roofline = RooflineCostModel(replica, table_tokens=1)

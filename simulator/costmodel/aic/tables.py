@@ -136,40 +136,69 @@ def system_spec(system: str, root: str | Path | None = None) -> dict[str, float]
     return out
 
 
-@functools.lru_cache(maxsize=64)
-def _read(path: Path, columns: tuple[str, ...], filters: tuple[tuple[str, str, Any], ...]) -> Any:
+@functools.lru_cache(maxsize=128)
+def _column(path: Path, column: str) -> Any:
+    """One column of one parquet file as a numpy array (None if the file lacks it), cached per
+    process. ``ParquetFile.read`` decodes only that column; pyarrow's dataset layer (which a
+    filtered ``read_table`` goes through) would import pandas, half a second of a run's start."""
+    import numpy as np
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    names = set(pq.ParquetFile(path).schema_arrow.names)
-    cols = [c for c in columns if c in names]
-    flt = [f for f in filters if f[0] in names] or None
-    return pq.read_table(path, columns=cols, filters=flt)
+    names = pq.ParquetFile(path).schema_arrow
+    if column not in names.names:
+        return None
+    field = names.field(column)
+    if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+        # Strings read as a dictionary: pyarrow's string -> numpy conversion would import pandas and
+        # its dictionary encoding pyarrow.compute (most of a second of a run's start between them).
+        data = pq.ParquetFile(path, read_dictionary=[column]).read(columns=[column]).column(0).combine_chunks()
+        if data.null_count:
+            return np.array(data.to_pylist(), dtype=object)
+        return np.array(data.dictionary.to_pylist(), dtype=object)[data.indices.to_numpy()]
+    return pq.ParquetFile(path).read(columns=[column]).column(0).combine_chunks().to_numpy(zero_copy_only=False)
+
+
+def _mask(path: Path, filters: tuple[tuple[str, str, Any], ...]) -> Any:
+    """Rows of ``path`` passing every ``(column, "==", value)`` filter (a column the file lacks passes)."""
+    import numpy as np
+
+    mask = None
+    for column, op, value in filters:
+        if op != "==":
+            raise ValueError(f"only '==' filters are supported, got {op!r}")
+        values = _column(path, column)
+        if values is None:
+            continue
+        hit = values == value
+        mask = hit if mask is None else mask & hit
+    if mask is None:
+        latency = _column(path, "latency")
+        mask = np.ones(len(latency), dtype=bool)
+    return mask
 
 
 def read_table(ref: TableRef, columns: tuple[str, ...], filters: tuple[tuple[str, str, Any], ...] = ()) -> dict[str, Any]:
-    """Columns of ``ref``'s rows passing ``filters`` (pyarrow filter triples), as numpy arrays;
-    a column a file lacks comes back as None. Rows of later (donor) versions are kept only
+    """Columns of ``ref``'s rows passing ``filters`` (``(column, "==", value)`` triples), as numpy
+    arrays; a column a file lacks comes back as None. Rows of later (donor) versions are kept only
     where the head version has no row with the same key (every requested column but latency)."""
     import numpy as np
-    import pyarrow as pa
 
-    tables = [_read(p, columns, filters) for p in ref.paths]
-    if len(tables) > 1:
-        head = tables[0]
-        keys = [c for c in columns if c != "latency" and c in head.column_names]
-        seen = set(zip(*(head.column(c).to_pylist() for c in keys), strict=True)) if keys else set()
-        merged = [head]
-        for t in tables[1:]:
-            kk = [c for c in keys if c in t.column_names]
-            mask = [k not in seen for k in zip(*(t.column(c).to_pylist() for c in kk), strict=True)]
-            merged.append(t.filter(pa.array(mask, type=pa.bool_())).select(head.column_names))
-        table = pa.concat_tables(merged)
-    else:
-        table = tables[0]
-    out: dict[str, Any] = {}
-    for c in columns:
-        out[c] = table.column(c).to_numpy(zero_copy_only=False) if c in table.column_names else None
-    out["_rows"] = np.int64(table.num_rows)
+    parts = []
+    for path in ref.paths:
+        keep = _mask(path, filters)
+        parts.append({c: (v[keep] if (v := _column(path, c)) is not None else None) for c in columns})
+    out = parts[0]
+    if len(parts) > 1:
+        keys = [c for c in columns if c != "latency" and out[c] is not None]
+        seen = set(zip(*(out[c].tolist() for c in keys), strict=True)) if keys else set()
+        for part in parts[1:]:
+            fresh = np.array([k not in seen for k in zip(*(part[c].tolist() for c in keys), strict=True)], dtype=bool)
+            for c in columns:
+                if out[c] is not None and part[c] is not None:
+                    out[c] = np.concatenate([out[c], part[c][fresh]])
+    first = next((v for v in out.values() if v is not None), None)
+    out["_rows"] = np.int64(0 if first is None else len(first))
     return out
 
 

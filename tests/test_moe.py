@@ -272,3 +272,26 @@ def test_learned_all_reduce_under_ep_is_counted_as_the_roofline_counts_it():
         assert learned.breakdown(shape)["tp_all_reduce"] == pytest.approx(32 * per_layer[ep])
     assert per_layer[1] == pytest.approx(2 * one)  # attention's and the MLP's
     assert per_layer[2] == pytest.approx(one)  # every Mixtral layer is MoE: the attention's only
+
+
+@pytest.mark.parametrize(("tp", "ep"), [(1, 1), (2, 1), (4, 2), (8, 8)])
+def test_learned_experts_are_placed_as_the_roofline_places_them(tp: int, ep: int):
+    """A GPU holds ``touched / ep`` of the touched experts, each a ``1 / moe_tp`` slice of a whole
+    expert (``moe_tp = tp / ep``): whole-expert curves are priced per slice, for any tp and ep."""
+    from simulator.costmodel.learned import LearnedCostModel
+    from simulator.costmodel.learned_schema import Curve
+
+    up = Curve(np.array([1.0, 64.0, 4096.0]), np.array([2e-5, 3e-5, 6e-4]))
+    down = Curve(np.array([1.0, 64.0, 4096.0]), np.array([1e-5, 2e-5, 3e-4]))
+    replica = ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=tp, ep=ep)
+    artifact = {"model": "mixtral-8x7b", "tp": tp, "gpu": "h100-sxm",
+                "curves": {"moe_expert_up": up.to_json(), "moe_expert_down": down.to_json()}}
+    learned = LearnedCostModel(replica, artifact)
+    m = replica.model_spec
+    for tokens in (1.0, 16.0, 512.0):
+        touched = float(expected_experts_touched(np.array([tokens]), m.num_experts, m.num_experts_per_tok)[0])
+        per_expert = replica.moe_imbalance * tokens * m.num_experts_per_tok / touched
+        whole = float(up(np.array([per_expert]))[0] + down(np.array([per_expert]))[0])
+        expected = (touched / ep) * whole / (tp // ep)  # this GPU's experts, each a 1/moe_tp slice
+        got = float(learned.token_ops(np.array([tokens]))["moe_experts"][0])
+        assert got == pytest.approx(expected, rel=1e-9)

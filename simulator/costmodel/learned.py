@@ -131,8 +131,11 @@ class LearnedCostModel(TabulatedCostModel):
 
     def _moe_ops(self, tokens: np.ndarray, out: dict[str, np.ndarray]) -> None:
         """MoE layers from per-expert curves (LLMServingSim-style tables of whole experts): the
-        router curve at the batch's tokens; each of a GPU's ``touched / tp`` experts runs its
-        GEMMs (and activation) at ``moe_imbalance * tokens * k / touched`` tokens. Dense-MLP curves
+        router curve at the batch's tokens; experts are placed as :mod:`simulator.costmodel.moe`
+        places them: a GPU holds ``touched / ep`` of the touched experts, each a ``1 / moe_tp``
+        slice of a whole expert (``moe_tp = tp / ep`` ranks share one), and runs its GEMMs (and
+        activation) at ``moe_imbalance * tokens * k / touched`` tokens; a slice costs the whole
+        expert's curve over ``moe_tp`` (weights and FLOPs both scale with its width). Dense-MLP curves
         count only for the model's dense layers; ops without a curve stay with the roofline."""
         m, r = self.model, self.replica
         moe_share = m.num_moe_layers / m.num_layers
@@ -142,7 +145,7 @@ class LearnedCostModel(TabulatedCostModel):
         touched = expected_experts_touched(tokens, m.num_experts, m.num_experts_per_tok)
         with np.errstate(divide="ignore", invalid="ignore"):
             per_expert = np.where(touched > 0, r.moe_imbalance * tokens * m.num_experts_per_tok / touched, 0.0)
-        local = touched / r.tp
+        local = touched / r.ep / r.moe_tp  # touched / ep experts here, each a 1/moe_tp slice
         if "moe_gate" in self.curves:
             out["moe_router"] = moe_share * np.where(tokens > 0, self.curves["moe_gate"](tokens), 0.0)
         if "moe_expert_up" in self.curves and "moe_expert_down" in self.curves:

@@ -4,7 +4,10 @@ It composes the layers below: the workload's requests, the engine's cluster of r
 (:mod:`simulator.engine`), and the speed machinery that wraps the engine's loop
 (:mod:`simulator.fast`: event skipping, replicas run apart or in worker processes) when
 ``config.fast_forward`` is on, which changes no result. Disaggregated configs run their two
-pools (:mod:`simulator.engine.disagg`). Metrics are computed afterwards from the result
+pools (:mod:`simulator.engine.disagg`). A run that speculates (``config.speculative``) runs the
+plain step-by-step loop whatever ``fast_forward`` says: lockstep decodes, event skipping and
+partitioned runs assume one token per decode step (:mod:`simulator.engine.speculative`); its
+counters and both views of the inter-token gaps are in ``extra["speculative"]``. Metrics are computed afterwards from the result
 (:mod:`simulator.report.metrics`), never inside event handlers.
 
 Randomness: one ``numpy.random.Generator`` seeded from ``config.seed`` is split into
@@ -114,6 +117,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         elif reporter is not None and own_reporter:
             reporter.close()
     requests: Sequence[Request]
+    speculative = None
     if partitioned is not None:
         totals, memory, sim_end_at, requests = partitioned
     else:
@@ -121,11 +125,17 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         env = simpy.Environment()
         # Lockstep decodes leave running requests' counters stale until settled: only without
         # pipelining and without a watch that reads them (see ArrivalWatch.reads_only_timestamps).
-        lockstep = config.fast_forward and config.replica.pp == 1 and \
+        # Speculation emits several tokens per step: the plain loop (PLAIN_LOOP_NOTE).
+        plain = config.speculative is not None
+        lockstep = config.fast_forward and config.replica.pp == 1 and not plain and \
             (watch is None or getattr(watch, "reads_only_timestamps", False))
         cluster = Cluster(env, config, recorder, router_rng, watched=watched, lockstep=lockstep,
-                          watch_settles=hasattr(watch, "watch_settle"), skipping=SkippingReplica)
+                          watch_settles=hasattr(watch, "watch_settle"), skipping=None if plain else SkippingReplica)
         stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter, client)
+        if plain:
+            from simulator.engine.speculative import speculation_extra
+
+            speculative = speculation_extra(config.speculative, [r.scheduler for r in cluster.replicas])
         memory, sim_end_at = cluster.memory, env.now
         totals = [ReplicaTotals.of(r, c) for r, c in zip(cluster.replicas, cluster.cost_models, strict=True)]
     assert memory is not None
@@ -138,5 +148,6 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         tbt=[t.gaps for t in totals],
         extra={"cost_model_extrapolations": sum(t.num_extrapolations for t in totals),
                **({"stopped": stopped} if stopped is not None else {}),
+               **({"speculative": speculative} if speculative is not None else {}),
                **({} if record_iterations else {"iterations": "not recorded"})},
     )

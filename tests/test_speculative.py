@@ -234,3 +234,181 @@ def test_rates_from_al_curve_reproduce_the_curve(shared_data) -> None:  # noqa: 
     assert iid_rate(al_iid(0.73, 5), 5) == pytest.approx(0.73, abs=1e-9)
     with pytest.raises(ConfigError):
         find_curve("nope:mtp", path)
+
+
+# -- through simulate(), the options and the CLI --------------------------------------------------------------------
+def _tables(result):  # noqa: ANN001, ANN202 - every request column and iteration column, as lists
+    from simulator.report.metrics import request_columns
+
+    reqs = {k: np.asarray(v).tolist() for k, v in request_columns(result).items()}
+    its = {k: v.tolist() for k, v in next(result.iteration_chunks(1 << 30)).items()}
+    return reqs, its
+
+
+SPEC_JSON = '{"method": "ngram", "num_speculative_tokens": 3}'
+
+
+def _config(**changes):  # noqa: ANN003, ANN202
+    from simulator.config.run_config import RunConfig, WorkloadConfig
+
+    return RunConfig(workload=WorkloadConfig(num_requests=80, qps=3.0), seed=5).replace(**changes)
+
+
+def test_speculation_off_is_the_plain_run() -> None:
+    """speculative=None (the default, or --speculative-config off over a config that speculates)
+    is the plain run: the step-by-step loop and event skipping/lockstep agree bit for bit on
+    every request and iteration column, and nothing about speculation is reported."""
+    from simulator.simulation import simulate
+
+    plain = _config()
+    assert plain.speculative is None and plain.to_dict()["speculative"] is None
+    spec = plain.replace(speculative__vllm_json=SPEC_JSON, speculative__acceptance_rate=0.7)
+    assert spec.speculative is not None
+    assert spec.replace(speculative__vllm_json="off") == plain
+    fast = simulate(plain)
+    slow = simulate(plain.replace(fast_forward=False))
+    assert _tables(fast) == _tables(slow)
+    assert "speculative" not in fast.extra
+
+
+def test_simulate_speculates_reproducibly() -> None:
+    from simulator.config.run_config import RunConfig
+    from simulator.simulation import simulate
+
+    config = _config(speculative__vllm_json=SPEC_JSON, speculative__acceptance_rate=0.7)
+    result = simulate(config)
+    assert all(r.completed_at is not None for r in result.requests)
+    sp = result.extra["speculative"]
+    assert sp["num_verify_steps"] > 1000
+    assert sp["num_drafted"] >= sp["num_accepted"] > 0
+    assert sp["expected_acceptance_length"] == pytest.approx(al_iid(0.7, 3))
+    # per-token view: one gap per token after each request's first; per-step view: the zeros out
+    num_tokens = sum(r.num_output_tokens - 1 for r in result.requests)
+    assert sp["num_itl_per_token_gaps"] == num_tokens
+    assert sp["num_itl_per_step_gaps"] < num_tokens and sp["itl_per_step_s_p50"] > sp["itl_per_token_s_p50"]
+    # fast_forward does not matter (the plain loop either way); the config's JSON round trip reproduces the run
+    assert _tables(simulate(config.replace(fast_forward=False))) == _tables(result)
+    again = RunConfig.from_dict(__import__("json").loads(__import__("json").dumps(config.to_dict())))
+    assert again == config
+    assert _tables(simulate(again)) == _tables(result)
+    # a state-free router over two replicas (partitioned when plain): each replica its own stream, all finish
+    two = simulate(config.replace(num_replicas=2))
+    assert all(r.completed_at is not None for r in two.requests)
+    assert two.extra["speculative"]["num_verify_steps"] > 0
+    # speculation shortens the decode: fewer iterations and a lower TPOT than the plain run
+    plain = simulate(_config())
+    assert len(result.iterations) < len(plain.iterations)
+
+
+def test_disaggregated_decode_pool_speculates() -> None:
+    from simulator.simulation import simulate
+
+    config = _config(prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)", speculative__vllm_json=SPEC_JSON,
+                     speculative__acceptance_rate=0.6)
+    result = simulate(config)
+    assert all(r.completed_at is not None for r in result.requests)
+    assert result.extra["speculative"]["num_verify_steps"] > 0
+    assert result.disagg.final_free_blocks == [n for n in result.disagg.num_blocks]  # every block back
+
+
+def test_speculative_options_combine() -> None:
+    from simulator.config.run_config import RunConfig
+    from simulator.planning.sweep import _point_config, config_overrides
+
+    base = RunConfig()
+    with pytest.raises(ConfigError, match="--num-speculative-tokens"):
+        base.replace(speculative__num_speculative_tokens=4)
+    c = base.replace(speculative__vllm_json=SPEC_JSON, speculative__acceptance_rate=0.6)
+    assert c.speculative.acceptance_rates == (0.6,) * 3
+    d = c.replace(speculative__num_speculative_tokens=5, speculative__disable_by_batch_size=16)
+    assert (d.speculative.k, d.speculative.acceptance_rates, d.speculative.disable_by_batch_size) == (5, (0.6,) * 5, 16)
+    e = c.replace(speculative__acceptance_rates="0.9,0.5,0.2", speculative__reduce_k_batch_size=8)
+    assert e.speculative.acceptance_rates == (0.9, 0.5, 0.2)
+    with pytest.raises(ConfigError, match="--acceptance-rates"):
+        c.replace(speculative__acceptance_rate=0.5, speculative__acceptance_rates="0.5,0.4,0.3")
+    with pytest.raises(ConfigError, match="--spec-disable-batch-size"):
+        c.replace(speculative__vllm_json="off", speculative__disable_by_batch_size=4)
+    # a sweep/capacity base carries the whole speculative config through one option
+    for config in (c, d, e):
+        overrides = config_overrides(config)
+        assert _point_config(overrides, "base") == config
+    assert config_overrides(base, c) == {"speculative_config": "off"}
+
+
+def test_acceptance_data_option(shared_data) -> None:  # noqa: ANN001
+    c = _config(speculative__vllm_json='{"method": "mtp", "num_speculative_tokens": 3}',
+                speculative__acceptance_data="qwen3.5:mtp")
+    assert len(c.speculative.acceptance_rates) == 3 and "InferenceX" in c.speculative.acceptance_source
+    assert c.speculative.acceptance_rates[0] > c.speculative.acceptance_rates[-1]
+
+
+def test_cli_run_with_speculative_config(tmp_path) -> None:  # noqa: ANN001
+    import json
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    runner = CliRunner()
+    args = ["run", "--num-requests", "30", "--qps", "3", "--seed", "2", "--no-progress", "--format", "csv",
+            "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 2}', "--acceptance-rates", "0.8,0.5"]
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "speculative eagle3 k=2" in res.output and "mean acceptance length" in res.output
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["speculative"]["num_verify_steps"] > 0
+    saved = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert saved["speculative"]["acceptance_rates"] == [0.8, 0.5]
+    # config.json reproduces the run bit for bit
+    res = runner.invoke(app, ["run", "--config", str(tmp_path / "a" / "config.json"), "--no-progress", "--format", "csv",
+                              "--out", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    for name in ("requests.csv", "iterations.csv", "summary.json"):
+        a, b = (tmp_path / "a" / name).read_bytes(), (tmp_path / "b" / name).read_bytes()
+        assert a == b or name == "summary.json" and _same_but_wall(a, b), name
+    # bad input: one line, exit 2
+    for bad in (["--speculative-config", "{"], ["--acceptance-rate", "0.5"],
+                ["--speculative-config", SPEC_JSON], ["--speculative-config", SPEC_JSON, "--acceptance-rates", "0.5,x"],
+                ["--speculative-config", '{"method": "draft_model", "num_speculative_tokens": 2}', "--acceptance-rate", "0.5"]):
+        proc = subprocess.run([sys.executable, "-m", "simulator", "run", "--num-requests", "5", "--no-progress", *bad],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (bad, proc.stdout, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and not proc.stdout, proc.stderr
+
+
+def _same_but_wall(a: bytes, b: bytes) -> bool:
+    import json
+
+    x, y = json.loads(a), json.loads(b)
+    for d in (x, y):
+        for key in [k for k in d if "wall" in k]:
+            d.pop(key)
+    return x == y
+
+
+def test_llama3_70b_speeds_up_at_low_load_and_slows_at_high() -> None:
+    """The vLLM 2024 case through simulate(): Llama-3-70B on 4xH100 with a Qwama-0.5B draft
+    (k=4, Spec-Bench SpS AL 2.01 as one i.i.d. rate), engine preset vllm-v1: mean TPOT faster
+    at QPS 1, output throughput lower at QPS 10 (results/speculative has the sweep)."""
+    from simulator.config.acceptance import iid_rate
+    from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+    from simulator.simulation import simulate
+
+    spec = SpeculativeConfig("draft_model", 4, "qwama-0.5b", (iid_rate(2.01, 4),))
+
+    def figures(qps: float, speculative: SpeculativeConfig | None) -> tuple[float, float]:
+        config = RunConfig(ReplicaConfig("llama-3-70b", "h100", tp=4), SchedulerConfig("vllm", max_num_seqs=256),
+                           WorkloadConfig(num_requests=300, qps=qps), engine="vllm-v1", speculative=speculative)
+        done = simulate(config, record_iterations=False).requests
+        tpot = np.mean([(r.completed_at - r.first_token_at) / (r.num_output_tokens - 1) for r in done
+                        if r.num_output_tokens > 1])
+        makespan = max(r.completed_at for r in done) - min(r.arrival_at for r in done)
+        return float(tpot), sum(r.num_output_tokens for r in done) / makespan
+
+    (tpot0, _), (tpot1, _) = figures(1.0, None), figures(1.0, spec)
+    assert tpot0 / tpot1 > 1.1
+    (_, thr0), (_, thr1) = figures(10.0, None), figures(10.0, spec)
+    assert thr1 / thr0 < 0.95

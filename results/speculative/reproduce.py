@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import simpy
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -28,11 +27,7 @@ sys.path.insert(0, str(ROOT))
 from simulator.calibrate.speculative_data import find_curve, iid_rate, measurements, spec_bench  # noqa: E402
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig  # noqa: E402
 from simulator.config.speculative import SpeculativeConfig  # noqa: E402
-from simulator.costmodel import load_cost_model  # noqa: E402
-from simulator.engine.cluster import make_requests, prepare_table  # noqa: E402
-from simulator.engine.records import TallyRecorder  # noqa: E402
-from simulator.engine.replica import Replica, build_scheduler  # noqa: E402
-from simulator.engine.speculative import build_speculative_scheduler, speculative_cost_model  # noqa: E402
+from simulator.simulation import simulate  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 TOLERANCE = 0.15
@@ -40,37 +35,20 @@ TOLERANCE = 0.15
 
 # -- one run ---------------------------------------------------------------------------------------------------------
 def run(config: RunConfig, spec: SpeculativeConfig | None) -> dict[str, float]:
-    """One replica, with or without speculation; latency and throughput summaries."""
-    table, _, _ = prepare_table(config, None, None)
-    requests = make_requests(table)
-    env = simpy.Environment()
-    if spec is None:
-        scheduler, _ = build_scheduler(config, lockstep=True)
-        cost = load_cost_model(config.cost_model, config.replica, config.engine)
-    else:
-        scheduler, _ = build_speculative_scheduler(config, spec)
-        cost = speculative_cost_model(config, spec)
-    replica = Replica(env, 0, scheduler, cost, TallyRecorder())
-
-    def arrivals():  # noqa: ANN202
-        for req in requests:
-            if req.arrival_at > env.now:
-                yield env.timeout(req.arrival_at - env.now)
-            req.arrival_at = env.now
-            replica.submit(req)
-
-    env.process(arrivals())
-    env.run()
+    """One run through :func:`simulator.simulation.simulate`, with or without speculation
+    (``RunConfig.speculative``); latency and throughput summaries."""
+    result = simulate(config.replace(speculative=spec) if spec is not None else config, record_iterations=False)
+    requests = result.requests
     done = [r for r in requests if r.completed_at is not None]
     assert len(done) == len(requests), "every request must finish"
     tpot = np.array([(r.completed_at - r.first_token_at) / (r.num_output_tokens - 1) for r in done if r.num_output_tokens > 1])
     e2e = np.array([r.completed_at - r.arrival_at for r in done])
     out_tokens = sum(r.num_output_tokens for r in done)
     makespan = max(r.completed_at for r in done) - min(r.arrival_at for r in done)
-    stats = getattr(scheduler, "speculation", None)
+    stats = result.extra.get("speculative")
     return {"tpot_s": float(tpot.mean()), "e2e_s": float(e2e.mean()), "throughput_tok_s": out_tokens / makespan,
             "per_user_tok_s": float(np.mean([r.num_output_tokens / (r.completed_at - r.arrival_at) for r in done])),
-            "al": stats.stats.mean_acceptance_length if stats else 1.0}
+            "al": stats["mean_acceptance_length"] if stats else 1.0}
 
 
 def speedup(base: dict[str, float], spec: dict[str, float], metric: str) -> float:

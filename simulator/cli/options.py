@@ -36,6 +36,9 @@ RULE_DEFAULTS = {
     "max_total_tokens": "the context limit for built-in workloads, none for traces",
     "prompt_tokens_max": "--prompt-tokens",
     "output_tokens_max": "--output-tokens",
+    "speculative_config": "off",
+    "num_speculative_tokens": "the --speculative-config JSON's",
+    "acceptance_rate": "the JSON's acceptance_rate(s)",
 }
 
 
@@ -43,7 +46,9 @@ def default_text(name: str, base: RunConfig | None = None) -> str | None:
     """What an option means when not given: the RunConfig default, or the rule that picks it."""
     value: object = base or RunConfig()
     for part in RUN_OPTIONS[name][0].split("__"):
-        value = getattr(value, part)
+        if value is None:  # a section that is off (speculative): its options have no value
+            break
+        value = getattr(value, part, None)
     if value is None:
         return RULE_DEFAULTS.get(name)
     if isinstance(value, bool):

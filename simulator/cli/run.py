@@ -68,6 +68,8 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
         progress.phase(f"computing metrics of {len(result.requests):,} requests", len(result.requests))
     requests = request_frame(result) if result.disagg is not None else request_columns(result)
     summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
+    if "speculative" in result.extra:  # counters and per-token / per-step ITL (simulator.engine.speculative)
+        summary["speculative"] = result.extra["speculative"]
     if result.disagg is not None:  # disaggregated prefill/decode: pool, handoff and link metrics
         from simulator.report.disagg_metrics import disagg_summary
 
@@ -91,6 +93,11 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 
         title = f"{r.model} disaggregated: {layout_of(config).describe()}"
+    if config.speculative is not None:
+        sp = config.speculative
+        drafter = f" ({sp.draft_model})" if sp.draft_model else ""
+        title += (f" · speculative {sp.method}{drafter} k={sp.k}, expected AL {sp.mean_acceptance_length:.2f} · "
+                  "loop step by step (no lockstep or event skipping with speculation)")
     table = Table("metric (ms)", "p50", "p90", "p99", "max", title=title, title_justify="left")
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
                        ("sched_delay_s", "scheduling delay")):
@@ -120,6 +127,15 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
             f"{d['prefill_busy_fraction']:.0%} decode {d['decode_busy_fraction']:.0%} · KV occupancy mean prefill "
             f"{d.get('prefill_kv_occupancy_mean', float('nan')):.0%} decode {d.get('decode_kv_occupancy_mean', float('nan')):.0%}"
             f" · SLO attainment {d['slo_attainment']:.1%} (TTFT<={d['ttft_slo_s']}s, TPOT<={d['tpot_slo_s']}s)")
+    if "speculative" in summary:
+        sp = summary["speculative"]
+        console.print(
+            f"speculative decoding: {sp['num_verify_steps']:,} verify steps, {sp['num_drafted']:,} draft tokens proposed, "
+            f"{sp['num_accepted']:,} accepted ({sp['draft_acceptance_rate']:.1%}) · mean acceptance length "
+            f"{sp['mean_acceptance_length']:.3f} tokens/step (expected {sp['expected_acceptance_length']:.3f}) · ITL per "
+            f"token p50/p99 {_ms(sp['itl_per_token_s_p50'])}/{_ms(sp['itl_per_token_s_p99'])} ms, per step "
+            f"{_ms(sp['itl_per_step_s_p50'])}/{_ms(sp['itl_per_step_s_p99'])} ms · acceptance: {sp['acceptance_source']}",
+            highlight=False)
     if summary.get("rejected_by_reason"):
         console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()),
                       soft_wrap=True)

@@ -70,6 +70,23 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "decode_pool": ("decode_pool", str, "Disaggregated: decode pool, e.g. '1x(tp=4,gpu=a100-80gb)'."),
     "mixed_pool": ("mixed_pool", str, "Disaggregated: Splitwise mixed pool (aggregated replicas for overflow)."),
     "kv_link": ("kv_link", str, "Disaggregated: KV link (infiniband-200g, 25GB/s@10us, infinite)."),
+    # Speculative decoding (simulator.config.acceptance.speculative_from_options combines these into one
+    # SpeculativeConfig; the other flags need --speculative-config, or a --config that speculates).
+    "speculative_config": ("speculative__vllm_json", str, "Speculative decoding: vLLM's --speculative-config JSON, "
+                           'e.g. \'{"method": "eagle3", "num_speculative_tokens": 3}\' (method draft_model with "model", '
+                           "eagle, eagle3, mtp or ngram), or off. Give the acceptance too (next options)."),
+    "num_speculative_tokens": ("speculative__num_speculative_tokens", int, "Speculative decoding: draft tokens per step "
+                               "(k), over the JSON's."),
+    "acceptance_rate": ("speculative__acceptance_rate", float, "Speculative decoding: one acceptance rate for every "
+                        "draft position (i.i.d.; mean tokens per step (1 - a^(k+1)) / (1 - a))."),
+    "acceptance_rates": ("speculative__acceptance_rates", str, "Speculative decoding: per-position acceptance rates "
+                         "r1,r2,... (draft j accepted given drafts before it were), e.g. 0.8,0.7,0.6."),
+    "acceptance_data": ("speculative__acceptance_data", str, "Speculative decoding: per-position rates from the data "
+                        "folder's acceptance-length curves, MODEL:METHOD[:THINKING], e.g. qwen3.5:mtp."),
+    "spec_disable_batch_size": ("speculative__disable_by_batch_size", int, "Speculative decoding, adaptive: nobody "
+                                "speculates in a step with more running requests than this (vLLM's disable_by_batch_size)."),
+    "spec_reduce_k_batch_size": ("speculative__reduce_k_batch_size", int, "Speculative decoding, adaptive: above this "
+                                 "many running requests k shrinks to max(1, k x this // running)."),
 }
 
 

@@ -26,6 +26,7 @@ from simulator.config.precision import (
     kv_bytes_per_element,
 )
 from simulator.config.specs import tp_shard_problem
+from simulator.config.speculative import SpeculativeConfig
 from simulator.config.topology import build_topology
 
 SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
@@ -324,8 +325,14 @@ class RunConfig:
     decode_pool: str | None = None
     mixed_pool: str | None = None
     kv_link: str = "infiniband-200g"
+    # Speculative decoding (simulator.config.speculative; the engine's simulator.engine.speculative):
+    # None runs plain decodes, bit for bit as before the field existed.
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
+        if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
+            raise ConfigError("speculative", f"must be a SpeculativeConfig or None, got {type(self.speculative).__name__}",
+                              "build it with SpeculativeConfig(...) or --speculative-config")
         _positive("cluster", "num_replicas", self.num_replicas)
         if self.prefill_pool is not None or self.decode_pool is not None or self.mixed_pool is not None:
             from simulator.config.disagg_layout import canonical_pool, layout_of
@@ -365,7 +372,12 @@ class RunConfig:
         for key, value in data.items():
             if key not in known:
                 raise ConfigError(f"config.{key}", "unknown key", f"known: {', '.join(sorted(known))}")
-            if key in sections:
+            if key == "speculative":
+                if value is not None and not isinstance(value, dict):
+                    raise ConfigError("config.speculative", f"must be an object or null, got {value!r}",
+                                      "use the config.json a run wrote")
+                kwargs[key] = None if value is None else SpeculativeConfig.from_dict(value)
+            elif key in sections:
                 sub_known = {f.name for f in dataclasses.fields(sections[key])}
                 bad = set(value) - sub_known
                 if bad:
@@ -386,5 +398,10 @@ class RunConfig:
             else:
                 top[key] = value
         for section, values in nested.items():
-            top[section] = dataclasses.replace(getattr(self, section), **values)
+            if section == "speculative":  # options, not fields: --speculative-config and its flags
+                from simulator.config.acceptance import speculative_from_options
+
+                top[section] = speculative_from_options(self.speculative, values)
+            else:
+                top[section] = dataclasses.replace(getattr(self, section), **values)
         return dataclasses.replace(self, **top)

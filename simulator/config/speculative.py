@@ -17,7 +17,7 @@ README), hence per-position rates.
 :class:`SpeculativeConfig` is frozen and validated on construction; :func:`from_vllm_json`
 reads vLLM's ``--speculative-config`` JSON (``method``, ``num_speculative_tokens``, ``model``,
 ``disable_by_batch_size``, ``draft_tensor_parallel_size``). A named data-folder row is resolved
-to rates by :mod:`simulator.calibrate.speculative_data` (a higher layer) before a config is built;
+to rates by :mod:`simulator.config.acceptance` when options are parsed;
 the config keeps the rates and names their source, so a saved config reproduces the run.
 """
 
@@ -36,7 +36,8 @@ _VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagl
                  "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "glm4_moe_mtp": "mtp", "mimo_mtp": "mtp",
                  "ernie_mtp": "mtp", "ngram": "ngram", "medusa": "eagle", "mlp_speculator": "eagle"}
 _VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
-              "acceptance_rate", "acceptance_rates", "prompt_lookup_max", "prompt_lookup_min", "quantization")
+              "acceptance_rate", "acceptance_rates", "prompt_lookup_max", "prompt_lookup_min", "quantization",
+              "reduce_k_batch_size", "acceptance_source")
 
 
 def al_iid(rate: float, k: int) -> float:
@@ -101,12 +102,14 @@ class SpeculativeConfig:
             if not (0.0 <= r <= 1.0) or math.isnan(r):
                 raise ConfigError("speculative.acceptance_rates", f"rates must lie in [0, 1], got {r}")
         object.__setattr__(self, "acceptance_rates", rates)
-        if self.draft_tp < 1:
-            raise ConfigError("speculative.draft_tp", f"must be >= 1, got {self.draft_tp}")
+        if not isinstance(self.draft_tp, int) or isinstance(self.draft_tp, bool) or self.draft_tp < 1:
+            raise ConfigError("speculative.draft_tp", f"must be an integer >= 1, got {self.draft_tp!r}")
         for name in ("disable_by_batch_size", "reduce_k_batch_size"):
             v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ConfigError(f"speculative.{name}", f"must be >= 1, got {v}", "drop it to keep k fixed")
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ConfigError(f"speculative.{name}", f"must be an integer >= 1, got {v!r}", "drop it to keep k fixed")
+        if self.draft_model is not None and not isinstance(self.draft_model, str):
+            raise ConfigError("speculative.model", f"must be a model name, got {self.draft_model!r}")
 
     @property
     def k(self) -> int:
@@ -166,12 +169,12 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return rates
 
 
-def from_vllm_json(text: str, acceptance_rates: tuple[float, ...] = (), acceptance_source: str = "",
-                   **overrides: Any) -> SpeculativeConfig:
-    """A :class:`SpeculativeConfig` from vLLM's ``--speculative-config`` JSON, e.g.
-    ``{"method": "eagle3", "num_speculative_tokens": 3, "model": "..."}``. An old-style
-    ``"model": "[ngram]"`` means n-gram; a model without a method means a draft model. Keys
-    ``acceptance_rate`` / ``acceptance_rates`` (ours) may carry the acceptance inline; flags win."""
+def vllm_json_fields(text: str) -> dict[str, Any]:
+    """The :class:`SpeculativeConfig` fields vLLM's ``--speculative-config`` JSON gives (one-line
+    errors on anything else), e.g. ``{"method": "eagle3", "num_speculative_tokens": 3, "model": "..."}``.
+    An old-style ``"model": "[ngram]"`` means n-gram; a model without a method means a draft
+    model. Keys ``acceptance_rate`` / ``acceptance_rates`` / ``reduce_k_batch_size`` /
+    ``acceptance_source`` are ours (so a whole config fits in one JSON string)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -192,20 +195,56 @@ def from_vllm_json(text: str, acceptance_rates: tuple[float, ...] = (), acceptan
         raise ConfigError("--speculative-config.method", f"unknown method {method!r}", f"use one of {', '.join(METHODS)}")
     if "num_speculative_tokens" not in data:
         raise ConfigError("--speculative-config.num_speculative_tokens", "missing", 'add "num_speculative_tokens": 3')
-    rates = acceptance_rates
-    if not rates and "acceptance_rates" in data:
-        rates = tuple(data["acceptance_rates"])
-        acceptance_source = acceptance_source or "--speculative-config acceptance_rates"
-    if not rates and "acceptance_rate" in data:
-        rates = (data["acceptance_rate"],)
-        acceptance_source = acceptance_source or "--speculative-config acceptance_rate (i.i.d.)"
-    kwargs: dict[str, Any] = {
-        "method": _VLLM_METHODS[str(method).lower()],
-        "num_speculative_tokens": data["num_speculative_tokens"],
-        "draft_model": None if model == "[ngram]" else model,
-        "acceptance_rates": tuple(rates), "acceptance_source": acceptance_source,
-        "draft_tp": int(data.get("draft_tensor_parallel_size") or 1),
-        "disable_by_batch_size": data.get("disable_by_batch_size"),
-    }
+    rates: tuple[float, ...] = ()
+    source = str(data.get("acceptance_source") or "")
+    if data.get("acceptance_rates") is not None:
+        raw = data["acceptance_rates"]
+        if not isinstance(raw, list) or not all(isinstance(r, int | float) and not isinstance(r, bool) for r in raw):
+            raise ConfigError("--speculative-config.acceptance_rates", f"must be a list of numbers, got {raw!r}",
+                              'e.g. "acceptance_rates": [0.8, 0.7, 0.6]')
+        rates = tuple(float(r) for r in raw)
+        source = source or "--speculative-config acceptance_rates"
+    elif data.get("acceptance_rate") is not None:
+        raw = data["acceptance_rate"]
+        if not isinstance(raw, int | float) or isinstance(raw, bool):
+            raise ConfigError("--speculative-config.acceptance_rate", f"must be a number, got {raw!r}",
+                              'e.g. "acceptance_rate": 0.7')
+        rates = (float(raw),)
+        source = source or "--speculative-config acceptance_rate (i.i.d.)"
+    return {"method": _VLLM_METHODS[str(method).lower()], "num_speculative_tokens": data["num_speculative_tokens"],
+            "draft_model": None if model == "[ngram]" else model, "acceptance_rates": rates,
+            "acceptance_source": source, "draft_tp": data.get("draft_tensor_parallel_size") or 1,
+            "disable_by_batch_size": data.get("disable_by_batch_size"),
+            "reduce_k_batch_size": data.get("reduce_k_batch_size")}
+
+
+def to_vllm_json(spec: SpeculativeConfig) -> str:
+    """``spec`` as one ``--speculative-config`` string (:func:`vllm_json_fields` reads it back to
+    an equal config): vLLM's keys plus ours for the acceptance and the k reduction."""
+    data: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
+    if spec.draft_model is not None:
+        data["model"] = spec.draft_model
+    if spec.draft_tp != 1:
+        data["draft_tensor_parallel_size"] = spec.draft_tp
+    if spec.disable_by_batch_size is not None:
+        data["disable_by_batch_size"] = spec.disable_by_batch_size
+    if spec.reduce_k_batch_size is not None:
+        data["reduce_k_batch_size"] = spec.reduce_k_batch_size
+    data["acceptance_rates"] = list(spec.acceptance_rates)
+    if spec.acceptance_source:
+        data["acceptance_source"] = spec.acceptance_source
+    return json.dumps(data)
+
+
+def from_vllm_json(text: str, acceptance_rates: tuple[float, ...] = (), acceptance_source: str = "",
+                   **overrides: Any) -> SpeculativeConfig:
+    """A :class:`SpeculativeConfig` from vLLM's ``--speculative-config`` JSON
+    (:func:`vllm_json_fields`); rates given here win over the JSON's."""
+    kwargs = vllm_json_fields(text)
+    if acceptance_rates:
+        kwargs["acceptance_rates"] = tuple(acceptance_rates)
+        kwargs["acceptance_source"] = acceptance_source
+    elif acceptance_source:
+        kwargs["acceptance_source"] = acceptance_source
     kwargs.update(overrides)
     return SpeculativeConfig(**kwargs)

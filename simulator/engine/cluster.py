@@ -141,7 +141,7 @@ class Cluster:
         # Among several replicas the horizon may be another replica's iteration: never straddled.
         straddle = not watched or (watch_settles and config.num_ranks == 1)
         for replica_id in range(config.num_ranks):
-            scheduler, plan, cost = replica_parts(config, lockstep)
+            scheduler, plan, cost = replica_parts(config, lockstep, replica_id)
             self.memory = plan
             self.cost_models.append(cost)
             self.replicas.append(make_replica(env, replica_id, scheduler, cost, recorder, config,
@@ -160,8 +160,16 @@ class Cluster:
         self.replicas[index].submit(req)
 
 
-def replica_parts(config: RunConfig, lockstep: bool = False) -> tuple[Scheduler, MemoryPlan, CostModel]:
-    """One replica's scheduler (with its KV cache), memory plan and cost model."""
+def replica_parts(config: RunConfig, lockstep: bool = False,
+                  replica_id: int = 0) -> tuple[Scheduler, MemoryPlan, CostModel]:
+    """One replica's scheduler (with its KV cache), memory plan and cost model; where the run
+    speculates (``config.speculative``), the speculating scheduler (its own acceptance stream,
+    by ``replica_id``; never lockstep) and the cost model with the drafter's time."""
+    if config.speculative is not None:
+        from simulator.engine.speculative import build_speculative_scheduler, speculative_cost_model
+
+        scheduler, plan = build_speculative_scheduler(config, config.speculative, replica_id)
+        return scheduler, plan, speculative_cost_model(config, config.speculative)
     scheduler, plan = build_scheduler(config, lockstep)
     return scheduler, plan, load_cost_model(config.cost_model, config.replica, config.engine)
 

@@ -166,7 +166,15 @@ class ParkingReplicaMixin:
             wakeup.succeed()
 
 
-def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type | None, field: str) -> tuple[Scheduler, MemoryPlan]:
+def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type | None, field: str,
+                          config: RunConfig | None = None, replica_id: int = 0) -> tuple[Scheduler, MemoryPlan]:
+    if config is not None and config.speculative is not None and mixin is not PrefillMixin:
+        # Decode and mixed replicas speculate (a prefill replica emits only the first token).
+        from simulator.engine.speculative import build_speculative_pool_scheduler, speculation_rng
+
+        return build_speculative_pool_scheduler(replica, sched, config.speculative,
+                                                speculation_rng(config.seed, replica_id), mixin=mixin, field=field,
+                                                fix="lower --max-model-len, give the pool more GPUs or use a smaller drafter")
     # A prefill replica holds prompts only: one too long for it is rejected per request.
     return build_pool_scheduler(replica, sched, mixin=mixin, whole_requests=mixin is not PrefillMixin, field=field,
                                 fix="lower --max-model-len or give the pool more GPUs")
@@ -174,7 +182,13 @@ def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin:
 
 def _make_replica(env: simpy.Environment, replica_id: int, scheduler: Scheduler, config: RunConfig,
                   replica_cfg: ReplicaConfig, recorder: Recorder, parking: bool) -> Replica:
-    cost = load_cost_model(config.cost_model, replica_cfg, config.engine)
+    if hasattr(scheduler, "speculation"):  # the drafter's time beside the target's
+        from simulator.engine.speculative import speculative_cost_model
+
+        assert config.speculative is not None
+        cost: Any = speculative_cost_model(config, config.speculative, replica_cfg)
+    else:
+        cost = load_cost_model(config.cost_model, replica_cfg, config.engine)
     return make_replica(env, replica_id, scheduler, cost, recorder, config.replace(replica=replica_cfg),
                         mixin=ParkingReplicaMixin if parking else None)
 
@@ -247,7 +261,7 @@ class DisaggCluster:
             rid += 1
         for _ in range(layout.decode.num_replicas):
             sched, self.plans["decode"] = _build_pool_scheduler(layout.decode_replica, layout.decode_scheduler,
-                                                                DecodeMixin, "decode_pool")
+                                                                DecodeMixin, "decode_pool", config, rid)
             sched.on_freed = self._dispatch  # type: ignore[attr-defined]
             self.decode.append(_make_replica(env, rid, sched, config, layout.decode_replica, recorder, True))
             rid += 1
@@ -255,7 +269,7 @@ class DisaggCluster:
             assert layout.mixed_replica is not None and layout.mixed_scheduler is not None
             for _ in range(layout.mixed.num_replicas):
                 sched, self.plans["mixed"] = _build_pool_scheduler(layout.mixed_replica, layout.mixed_scheduler, None,
-                                                                   "mixed_pool")
+                                                                   "mixed_pool", config, rid)
                 self.mixed.append(_make_replica(env, rid, sched, config, layout.mixed_replica, recorder, False))
                 rid += 1
 
@@ -384,5 +398,13 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
                              final_free_blocks=[r.scheduler.blocks.num_free_blocks for r in replicas],
                              handoff=cluster.log),
         extra={"cost_model_extrapolations": sum(getattr(r.cost_model, "num_extrapolations", 0) for r in replicas),
-               **({"stopped": stopped} if stopped is not None else {})},
+               **({"stopped": stopped} if stopped is not None else {}),
+               **({"speculative": _speculation_extra(config, replicas)} if config.speculative is not None else {})},
     )
+
+
+def _speculation_extra(config: RunConfig, replicas: list[Replica]) -> dict:
+    from simulator.engine.speculative import speculation_extra
+
+    assert config.speculative is not None
+    return speculation_extra(config.speculative, [r.scheduler for r in replicas])

@@ -37,13 +37,14 @@ from functools import cache
 import numpy as np
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import RunConfig
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.config.speculative import SpeculativeConfig
 from simulator.costmodel.speculative import SpecBatchShape, SpeculativeCostModel, speculative_memory_plan
 from simulator.engine.kvcache import BlockManager, MemoryPlan, build_kv_cache, max_model_len_shortfall
+from simulator.engine.replica import with_mixin
 from simulator.engine.schedulers import SCHEDULERS
 from simulator.engine.schedulers.base import Batch, Scheduler
-from simulator.engine.tbt import GapLog
+from simulator.engine.tbt import GapLog, merged, quantile_stats
 from simulator.workload.request import Request
 
 _UNIFORM_BLOCK = 4096  # uniforms drawn per Generator call
@@ -299,28 +300,68 @@ def speculation_stats(schedulers: list[Scheduler]) -> dict | None:
     return None if total is None else total.as_dict()
 
 
-def build_speculative_scheduler(config: RunConfig, spec: SpeculativeConfig,
-                                replica_id: int = 0) -> tuple[Scheduler, MemoryPlan]:
-    """:func:`simulator.engine.replica.build_scheduler` for a replica whose decodes speculate:
+PLAIN_LOOP_NOTE = "step by step (speculation: no lockstep decodes, event skipping or partitioned runs)"
+
+
+def speculation_extra(config: SpeculativeConfig, schedulers: list[Scheduler]) -> dict:
+    """What a run's ``extra["speculative"]`` holds: the config, the counters merged over the
+    replicas (:class:`SpeculationStats`), and the inter-token gaps two ways, as vLLM's benchmark
+    reports them: per token (every token after a request's first; the second and later tokens
+    of a verify step have gap 0) and per step (those zeros left out: one gap per request-step)."""
+    stats = speculation_stats(schedulers) or SpeculationStats(config.k).as_dict()
+    token_logs = [s.gaps for s in schedulers]
+    step_logs = [per_step_gaps(s.gaps, s.speculation.stats.num_intra_step_zeros) if hasattr(s, "speculation")
+                 else s.gaps for s in schedulers]
+    out: dict = {"method": config.method, "num_speculative_tokens": config.k, "draft_model": config.draft_model,
+                 "acceptance_rates": list(config.acceptance_rates), "acceptance_source": config.acceptance_source,
+                 "expected_acceptance_length": config.mean_acceptance_length,
+                 "disable_by_batch_size": config.disable_by_batch_size,
+                 "reduce_k_batch_size": config.reduce_k_batch_size, "loop": PLAIN_LOOP_NOTE, **stats}
+    for name, logs in (("itl_per_token_s", token_logs), ("itl_per_step_s", step_logs)):
+        values, counts, _ = merged(logs)
+        out.update(quantile_stats(values, counts, name))
+        out[f"num_{name.removesuffix('_s')}_gaps"] = int(counts.sum()) if len(counts) else 0
+    return out
+
+
+def build_speculative_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, spec: SpeculativeConfig,
+                                     rng: np.random.Generator, *, mixin: type | None = None,
+                                     field: str = "replica.max_model_len",
+                                     fix: str = "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter",
+                                     ) -> tuple[Scheduler, MemoryPlan]:
+    """:func:`simulator.engine.replica.build_pool_scheduler` for a pool whose decodes speculate:
     the KV cache less the drafter's memory (:func:`speculative_memory_plan`), the policy with
-    :class:`SpeculativeMixin`, and the replica's own acceptance stream (:func:`speculation_rng`).
-    Lockstep is never enabled (see the module docstring)."""
-    replica, sched = config.replica, config.scheduler
+    :class:`SpeculativeMixin`, ``mixin`` (a disaggregated pool's role) outside both so its
+    ``complete`` sees the verify steps' finishers, and the acceptance stream ``rng``. Lockstep is
+    never enabled (see the module docstring)."""
     max_model_len = replica.effective_max_model_len
     _, plan = build_kv_cache(replica, sched)
     plan = speculative_memory_plan(plan, replica, spec)
     blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark)
     short = max_model_len_shortfall(blocks, max_model_len)
     if short is not None:
-        raise ConfigError("replica.max_model_len", short + " (with the drafter's memory)",
-                          "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
-    scheduler = speculative_class(SCHEDULERS[sched.name])(sched, blocks, max_model_len)
-    scheduler.speculation = Speculation(spec, speculation_rng(config.seed, replica_id))  # type: ignore[attr-defined]
+        raise ConfigError(field, short + " (with the drafter's memory)", fix)
+    cls = speculative_class(SCHEDULERS[sched.name])
+    if mixin is not None:
+        cls = with_mixin(mixin, cls)
+    scheduler = cls(sched, blocks, max_model_len)
+    scheduler.speculation = Speculation(spec, rng)  # type: ignore[attr-defined]
     return scheduler, plan
 
 
-def speculative_cost_model(config: RunConfig, spec: SpeculativeConfig) -> SpeculativeCostModel:
-    """The run's target cost model (kernels and engine preset) with the drafter's time added."""
+def build_speculative_scheduler(config: RunConfig, spec: SpeculativeConfig,
+                                replica_id: int = 0) -> tuple[Scheduler, MemoryPlan]:
+    """:func:`simulator.engine.replica.build_scheduler` for a replica whose decodes speculate
+    (:func:`build_speculative_pool_scheduler`), with replica ``replica_id``'s own acceptance
+    stream (:func:`speculation_rng`)."""
+    return build_speculative_pool_scheduler(config.replica, config.scheduler, spec,
+                                            speculation_rng(config.seed, replica_id))
+
+
+def speculative_cost_model(config: RunConfig, spec: SpeculativeConfig,
+                           replica: ReplicaConfig | None = None) -> SpeculativeCostModel:
+    """The run's target cost model (kernels and engine preset; ``replica``: a pool's layout
+    instead of the run's) with the drafter's time added."""
     from simulator.costmodel import load_cost_model
 
-    return SpeculativeCostModel(load_cost_model(config.cost_model, config.replica, config.engine), spec)
+    return SpeculativeCostModel(load_cost_model(config.cost_model, replica or config.replica, config.engine), spec)

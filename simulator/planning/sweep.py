@@ -203,9 +203,15 @@ def config_overrides(config: RunConfig, reference: RunConfig | None = None) -> d
     out = {}
     for name, (path, _, _) in RUN_OPTIONS.items():
         section, _, attr = path.partition("__")
+        if section == "speculative":  # options, not fields: one JSON string carries the whole config below
+            continue
         value, default = (mine[section][attr], theirs[section][attr]) if attr else (mine[section], theirs[section])
         if value != default:
             out[name] = value
+    if config.speculative != reference.speculative:
+        from simulator.config.speculative import to_vllm_json
+
+        out["speculative_config"] = "off" if config.speculative is None else to_vllm_json(config.speculative)
     return out
 
 

@@ -136,7 +136,8 @@ def test_rejection_kinds_drop_the_request_figures() -> None:
 # -- help -----------------------------------------------------------------------------------------
 def test_run_help_shows_every_default_and_cpu() -> None:
     out = piped("run", "--help", columns=300)
-    lines = {m.group(1): line for line in out.splitlines() if (m := re.search(r"(--[a-z-]+)\s", line))}
+    # An option's first name (vLLM's spelling may follow it: --qps,--request-rate).
+    lines = {m.group(1): line for line in out.splitlines() if (m := re.search(r"(--[a-z-]+)[,\s]", line))}
     for option, default in (("--qps", "1"), ("--num-requests", "256"), ("--chunk-size", "512 for sarathi"),
                             ("--max-num-seqs", "128"), ("--scheduler", "sarathi"), ("--model", "llama-2-7b"),
                             ("--seed", "0"), ("--cost-model", "roofline"), ("--max-num-batched-tokens", "the token budget")):

@@ -64,9 +64,31 @@ def command_line(argv: list[str]):  # noqa: ANN201 - a click command
     return typer.main.get_group(just_one)
 
 
+# Options that take several values in vLLM's argparse (nargs='+'): ``--goodput ttft:300 tpot:50``.
+MULTI_VALUE_OPTIONS = ("--goodput",)
+
+
+def joined_values(argv: list[str]) -> list[str]:
+    """``argv`` with the values after a :data:`MULTI_VALUE_OPTIONS` flag joined into one argument
+    (click takes one value per option): ``--goodput ttft:300 tpot:50`` -> ``--goodput 'ttft:300 tpot:50'``."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        out.append(argv[i])
+        if argv[i] in MULTI_VALUE_OPTIONS:
+            values = []
+            while i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                i += 1
+                values.append(argv[i])
+            out.append(" ".join(values))
+        i += 1
+    return out
+
+
 def main() -> None:
     try:
-        command_line(sys.argv[1:])()
+        argv = joined_values(sys.argv[1:])
+        command_line(argv)(args=argv)
     except ConfigError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)

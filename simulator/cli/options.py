@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from simulator.config.errors import ConfigError
-from simulator.config.options import RUN_OPTIONS, build_config
+from simulator.config.options import DERIVED_OPTIONS, OPTION_ALIASES, RUN_OPTIONS, build_config
 from simulator.config.run_config import RunConfig
 
 WORKERS_METAVAR = "N|auto"
@@ -73,6 +73,10 @@ def parse_workers(text: str, auto: Callable[[], int]) -> int:
 
 
 @functools.cache
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def _parameters() -> tuple[inspect.Parameter, ...]:
     """The shared options as keyword parameters, built once for every command that takes them
     (typer copies each option's info before changing it, so commands may share these)."""
@@ -82,7 +86,12 @@ def _parameters() -> tuple[inspect.Parameter, ...]:
         default = default_text(name, base)
         if default is not None and "default" not in help_text:  # parentheses: [..] would read as rich markup
             help_text = f"{help_text.rstrip('.')} (default: {default})."
-        annotation = Annotated[typ | None, typer.Option(help=help_text, rich_help_panel="Run options")]
+        names = [_flag(name), *(_flag(alias) for alias in OPTION_ALIASES.get(name, ()))]  # vLLM's spellings too
+        annotation = Annotated[typ | None, typer.Option(*names, help=help_text, rich_help_panel="Run options")]
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
+    for name, (typ, help_text) in DERIVED_OPTIONS.items():  # vLLM's options that set several fields
+        # A bool is the flag alone, as vLLM's (typer adds no --no- form to a named bool option).
+        annotation = Annotated[typ | None, typer.Option(_flag(name), help=help_text, rich_help_panel="Run options")]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     params.append(inspect.Parameter(
         "config_file", inspect.Parameter.KEYWORD_ONLY, default=None,
@@ -98,7 +107,8 @@ def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any):  # noqa: ANN202
-        run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k == "config_file"}
+        run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k in DERIVED_OPTIONS
+                      or k == "config_file"}
         return fn(config=build_config(**run_kwargs), **kwargs)
 
     merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + list(_parameters())

@@ -58,12 +58,13 @@ def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requ
 
 
 def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttft_slo_s: float,
-                            tbt_slo_s: float, workers: int = 1) -> tuple[RunResult, dict[str, Any], Any]:
+                            tbt_slo_s: float, workers: int = 1,
+                            token_times: bool = False) -> tuple[RunResult, dict[str, Any], Any]:
     """The run, its summary, and its requests: numpy columns (tables are written from them
     in chunks), or a pandas frame where the disaggregated pools' metrics need one."""
     from simulator.report.metrics import request_columns, request_frame, summarize
 
-    result = simulate(config, progress=progress, workers=workers)
+    result = simulate(config, progress=progress, workers=workers, token_times=token_times)
     if isinstance(progress, RunProgress):
         progress.phase(f"computing metrics of {len(result.requests):,} requests", len(result.requests))
     requests = request_frame(result) if result.disagg is not None else request_columns(result)
@@ -153,6 +154,60 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
                           f"bubble fraction sum {sum(1 - b for b in busy):.2f}")
 
 
+class BenchOptions:
+    """``run``'s benchmark options (``--goodput``, ``--metrics``, ``--save-result``,
+    ``--metric-percentiles``), checked before the run; figures from :mod:`simulator.report.benchmark`."""
+
+    VIEWS = ("default", "vllm")
+
+    def __init__(self, goodput_ms: dict[str, float], view: str, save_result: Path | None,
+                 percentiles: tuple[float, ...]) -> None:
+        self.goodput_ms, self.view, self.save_result, self.percentiles = goodput_ms, view, save_result, percentiles
+
+    @classmethod
+    def parse(cls, goodput: str | None, view: str, save_result: Path | None, percentiles: str | None) -> BenchOptions:
+        from simulator.config.errors import ConfigError
+        from simulator.report.benchmark import check_result_path, parse_goodput, parse_percentiles
+
+        if view not in cls.VIEWS:
+            raise ConfigError("--metrics", f"unknown view {view!r}", f"use one of {', '.join(cls.VIEWS)}")
+        if save_result is not None:
+            check_result_path(save_result)
+        return cls(parse_goodput(goodput), view, save_result, parse_percentiles(percentiles))
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.goodput_ms) or self.view == "vllm" or self.save_result is not None
+
+    def report(self, result: RunResult, requests: Any) -> dict[str, Any]:
+        """The figures (and the JSON file, if asked); per-request lists stay out of the summary."""
+        from simulator.report.benchmark import benchmark_metrics, load_settings, result_json, save_result
+        from simulator.report.metrics import request_columns
+
+        cols = requests if isinstance(requests, dict) else request_columns(result)
+        figures = benchmark_metrics(result, cols, self.goodput_ms, self.percentiles)
+        if self.save_result is not None:
+            save_result(self.save_result, result_json(result, figures, cols))
+        return {**load_settings(result), **figures}
+
+    def print_vllm(self, config: RunConfig, summary: dict[str, Any], out: Console) -> None:
+        from simulator.report.benchmark import format_vllm
+
+        r = config.replica
+        out.print(f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, ep={r.ep}) x{config.num_replicas} · "
+                  f"{config.scheduler.name} · engine {config.engine} · workload: {summary['workload']}", markup=False)
+        out.print(format_vllm(summary["benchmark"], summary["benchmark"], self.percentiles), markup=False,
+                  highlight=False)
+
+    def print_goodput(self, summary: dict[str, Any], out: Console) -> None:
+        b = summary.get("benchmark")
+        if b is None or b.get("request_goodput") is None:
+            return
+        slos = ", ".join(f"{k}<={v:g} ms" for k, v in self.goodput_ms.items())
+        out.print(f"request goodput {b['request_goodput']:.2f} req/s of {b['request_throughput']:.2f} ({slos})",
+                  markup=False)
+
+
 @app.command()
 @run_options
 def run(
@@ -167,10 +222,20 @@ def run(
                                                "behind a state-free router (round_robin, random): same results, sooner "
                                                "from a few thousand requests. auto: one per available CPU, at most one "
                                                "a replica; 1 where the replicas cannot run apart.")] = "1",
+    goodput: Annotated[str | None, typer.Option(metavar="NAME:MS ...", help="vLLM's goodput SLOs in ms, e.g. "
+                                                "'ttft:300 tpot:50' (ttft, tpot, e2el): request goodput counts the "
+                                                "requests meeting all of them, per second.")] = None,
+    metrics: Annotated[str, typer.Option(help="Result view: default, or vllm (vllm bench serve's result block: "
+                                               "means, medians and P99 of TTFT, TPOT, ITL, E2EL; throughputs).")] = "default",
+    save_result: Annotated[Path | None, typer.Option(help="Write vllm bench serve's result JSON (its keys, warm-up "
+                                                          "left out) to this file.")] = None,
+    metric_percentiles: Annotated[str | None, typer.Option(help="Percentiles for --metrics vllm and --save-result, "
+                                                                 "e.g. 50,90,99 (default 99).")] = None,
 ) -> None:
     """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, sarathi, ShareGPT)."""
     # Every option is checked before the run: a bad --format or --out must not cost a simulation.
     check_format(fmt)
+    bench = BenchOptions.parse(goodput, metrics, save_result, metric_percentiles)
     if out is not None:
         check_out_dir(out)
     check_run_fits(config.workload.num_requests)  # refuse, with the figure, a run that cannot fit in memory
@@ -179,7 +244,8 @@ def run(
     write_error = None
     try:
         try:
-            result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo, num_workers)
+            result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo, num_workers,
+                                                               token_times=bench.save_result is not None)
         except KeyboardInterrupt:  # Ctrl-C (or SIGTERM to a run with --workers, whose workers are stopped)
             fail("interrupted: the run was stopped and nothing was written", code=130)
         if out is not None:
@@ -193,11 +259,19 @@ def run(
     finally:
         if reporter is not None:
             reporter.close()
+    if bench.wanted:  # vllm bench serve's figures (warm-up left out), and its JSON
+        summary["benchmark"] = bench.report(result, requests)
     if json_out:
         typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
     else:
         out_console = console()
-        print_summary(config, summary, result.wall_s, out_console)
+        if bench.view == "vllm":
+            bench.print_vllm(config, summary, out_console)
+        else:
+            print_summary(config, summary, result.wall_s, out_console)
+            bench.print_goodput(summary, out_console)
+        if bench.save_result is not None:
+            out_console.print(f"wrote {bench.save_result} (vllm bench serve's result JSON)", markup=False)
         if out is not None and write_error is None:
             out_console.print(f"wrote {out}/ (requests, iterations, summary.json, config.json)")
     if write_error is not None:

@@ -16,6 +16,22 @@ from simulator.config.catalog import GPUS
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 
+# vLLM's names (`vllm serve`, `vllm bench serve`) for options of RUN_OPTIONS below: the CLI takes either
+# spelling; sweep files and build_config take them too (resolve_aliases).
+OPTION_ALIASES: dict[str, tuple[str, ...]] = {
+    "tp": ("tensor_parallel_size",), "pp": ("pipeline_parallel_size",), "attention_dp": ("data_parallel_size",),
+    "qps": ("request_rate",), "num_requests": ("num_prompts",), "concurrency": ("max_concurrency",),
+    "num_warmup": ("num_warmups",), "workload": ("dataset_name",), "prompt_tokens": ("random_input_len", "input_len"),
+    "output_tokens": ("random_output_len", "output_len"), "range_ratio": ("random_range_ratio",),
+    "dtype": ("quantization",),
+}
+# vLLM's options that set more than one field (resolve_aliases): name -> (type, help).
+DERIVED_OPTIONS: dict[str, tuple[type, str]] = {
+    "burstiness": (float, "vLLM's burstiness: gamma-distributed gaps with shape B (cv = 1/sqrt(B); 1 is Poisson)."),
+    "enable_expert_parallel": (bool, "vLLM's --enable-expert-parallel: experts over every GPU of the MoE group "
+                               "(--ep = --tp x --attention-dp)."),
+}
+
 # option name -> (RunConfig field path, type, help); sweep files use the same names.
 RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "model": ("replica__model", str, "Model: a catalog name (llama-2-7b, mixtral-8x7b, deepseek-v3, ...), HF id, or a config.json path."),
@@ -57,6 +73,11 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "time_scale": ("workload__time_scale", float, "Divide trace timestamps by this (trace arrivals)."),
     "over_length": ("workload__over_length", str, "Trace rows over --max-total-tokens: drop, or clip (shorten prompt "
                     "and output in proportion, as Vidur does)."),
+    "concurrency": ("workload__concurrency", int, "Closed loop: N users, each sending its next request when its last "
+                    "ends (vLLM's --max-concurrency with --request-rate inf; with --qps, a cap on requests in flight)."),
+    "num_warmup": ("workload__num_warmup", int, "The first requests sent, left out of every figure (warm-up)."),
+    "range_ratio": ("workload__range_ratio", float, "Fixed lengths banded: each drawn uniformly in [len x (1-r), "
+                    "len x (1+r)], as vllm bench's random dataset."),
     "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
     "kernels": ("replica__kernels", str, "Kernel prices: roofline (calibrated), or the GPU's measured vllm, sglang or "
                 "trtllm kernel tables (NVIDIA AIConfigurator's database in ../shared/data)."),
@@ -103,9 +124,70 @@ def load_config_file(path: Path) -> RunConfig:
     return RunConfig.from_dict(data)
 
 
+def alias_of(name: str) -> str:
+    """The RUN_OPTIONS name that ``name`` (an option name or one of vLLM's) stands for."""
+    for canonical, aliases in OPTION_ALIASES.items():
+        if name in aliases and canonical in RUN_OPTIONS:
+            return canonical
+    return name
+
+
+def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = False) -> dict[str, Any]:
+    """``options`` under RUN_OPTIONS names: vLLM's spellings renamed (the same option given twice,
+    differently, is refused), and vLLM's derived options turned into fields, as vLLM means them:
+
+    - ``request_rate``/``qps`` ``inf``: every request at once (``--arrival burst``);
+    - ``max_concurrency``/``concurrency`` with no rate or arrival given: ``--request-rate inf``
+      (vLLM's default), so a closed loop; unless ``--config`` gave the arrivals;
+    - ``burstiness`` B: gamma gaps with cv = 1/sqrt(B) (vLLM's gamma of shape B), Poisson at 1;
+    - ``enable_expert_parallel``: ``ep`` = ``tp x attention_dp`` GPUs.
+    """
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        canonical = alias_of(name)
+        if canonical in DERIVED_OPTIONS or canonical not in RUN_OPTIONS:
+            out.setdefault(canonical, value)
+            continue
+        if value is not None and out.get(canonical) is not None and out[canonical] != value:
+            raise ConfigError(f"--{canonical.replace('_', '-')}", f"given twice: {out[canonical]!r} and {value!r} "
+                              f"(--{name.replace('_', '-')})", "pass one of them")
+        if value is not None or canonical not in out:
+            out[canonical] = value
+    burstiness = out.pop("burstiness", None)
+    expert_parallel = out.pop("enable_expert_parallel", None)
+    qps = out.get("qps")
+    if qps is not None and qps == float("inf"):
+        if out.get("arrival") not in (None, "burst"):
+            raise ConfigError("--request-rate", f"inf sends every request at once, but --arrival is {out['arrival']}",
+                              "drop one of them")
+        out["qps"], out["arrival"] = None, "burst"
+    elif (out.get("concurrency") is not None and qps is None and out.get("arrival") is None and burstiness is None
+          and not from_file):
+        out["arrival"] = "burst"
+    if burstiness == 1 and out.get("arrival") == "burst":
+        burstiness = None  # vLLM's default, which an infinite rate ignores
+    if burstiness is not None:
+        if not burstiness > 0:
+            raise ConfigError("--burstiness", f"must be positive, got {burstiness}", "1 is Poisson; below 1 burstier")
+        if out.get("arrival") not in (None, "poisson", "gamma") or out.get("cv") is not None:
+            raise ConfigError("--burstiness", "shapes Poisson/gamma gaps, so it goes with neither --cv nor --arrival "
+                              f"{out.get('arrival') or out.get('cv')}", "drop one of them")
+        out["arrival"] = "poisson" if burstiness == 1 else "gamma"
+        out["cv"] = None if burstiness == 1 else 1.0 / burstiness**0.5
+    if expert_parallel:
+        tp = out.get("tp") or base.replica.tp
+        ep = tp * (out.get("attention_dp") or getattr(base.replica, "attention_dp", 1))
+        if out.get("ep") not in (None, ep):
+            raise ConfigError("--enable-expert-parallel", f"sets --ep {ep} (every GPU of the MoE group), but --ep is "
+                              f"{out['ep']}", "drop one of them")
+        out["ep"] = ep
+    return out
+
+
 def build_config(config_file: Path | None = None, **options: Any) -> RunConfig:
     """A RunConfig from a base (``--config`` or defaults) plus the options that were given."""
     base = load_config_file(config_file) if config_file else RunConfig()
+    options = resolve_aliases(options, base, from_file=config_file is not None)
     changes = {RUN_OPTIONS[k][0]: v for k, v in options.items() if v is not None}
     try:
         return base.replace(**changes)

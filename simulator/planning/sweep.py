@@ -58,7 +58,7 @@ from typing import Any
 import pandas as pd
 
 from simulator.config.errors import ConfigError
-from simulator.config.options import RUN_OPTIONS
+from simulator.config.options import RUN_OPTIONS, alias_of
 from simulator.config.run_config import RunConfig
 from simulator.report.output import check_format, jsonable, write_table
 from simulator.util.interrupts import WorkerPool, signals_blocked, signals_ignored, stop_on_signals
@@ -118,7 +118,7 @@ class SweepSpec:
 
 
 def _canonical(name: str) -> str:
-    return name.strip().replace("-", "_")
+    return alias_of(name.strip().replace("-", "_"))  # vLLM's spellings too (tensor_parallel_size = tp)
 
 
 def _known(name: str) -> bool:

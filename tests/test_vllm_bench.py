@@ -1,0 +1,130 @@
+"""A vLLM user's habits: `vllm bench serve` / `vllm serve` flag names, its result block and JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli.app import app, joined_values, main
+from simulator.config.errors import ConfigError
+from simulator.config.options import build_config
+from simulator.report.benchmark import parse_goodput
+
+runner = CliRunner()
+
+VLLM_KEYS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+             "request_goodput", "output_throughput", "total_token_throughput", "max_concurrent_requests",
+             "input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "errors",
+             "backend", "model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency", "date",
+             *(f"{stat}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "std", "p99")))
+
+BENCH_LINE = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--tensor-parallel-size", "1",
+              "--dataset-name", "random", "--random-input-len", "256", "--random-output-len", "32",
+              "--random-range-ratio", "0.1", "--num-prompts", "120", "--max-concurrency", "8",
+              "--request-rate", "inf", "--num-warmups", "16"]
+
+
+def test_a_vllm_bench_serve_command_line_runs_and_saves_vllms_keys(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "result.json"
+    # Through the console entry point: vLLM's --goodput takes several values (ttft:300 tpot:50).
+    args = ["simulate", "run", *BENCH_LINE, "--goodput", "ttft:300", "tpot:50", "--metrics", "vllm",
+            "--save-result", str(out), "--no-progress"]
+    monkeypatch.setattr(sys, "argv", args)
+    with pytest.raises(SystemExit) as done:
+        main()
+    printed = capsys.readouterr().out
+    assert done.value.code in (0, None), printed
+    for line in ("Mean TTFT (ms):", "Median TPOT (ms):", "P99 ITL (ms):", "Mean E2EL (ms):",
+                 "Request goodput (req/s):", "Total Token throughput (tok/s):", "Maximum request concurrency:",
+                 "Serving Benchmark Result"):
+        assert line in printed
+    doc = json.loads(out.read_text())
+    assert not set(VLLM_KEYS) - set(doc)
+    assert doc["completed"] == 120 - 16 and doc["max_concurrency"] == 8 and doc["request_rate"] == "inf"
+    assert len(doc["ttfts"]) == len(doc["itls"]) == 104
+    assert doc["max_concurrent_requests"] <= 8
+    assert doc["request_goodput"] <= doc["request_throughput"]
+    # The figures are those of the requests listed (vLLM's own relations between its keys).
+    assert doc["mean_ttft_ms"] == pytest.approx(np.mean(doc["ttfts"]) * 1000)
+    assert doc["mean_e2el_ms"] == pytest.approx(np.mean(doc["latencies"]) * 1000)
+    assert doc["mean_itl_ms"] == pytest.approx(np.mean(np.concatenate(doc["itls"])) * 1000)
+    assert doc["total_output_tokens"] == sum(doc["output_lens"])
+    assert all(218 <= n <= 282 for n in doc["input_lens"])  # 256 banded by 0.1: [floor(230.4), ceil(281.6)]
+
+
+def test_aliases_give_the_canonical_config():
+    vllm = build_config(tensor_parallel_size=2, pipeline_parallel_size=1, request_rate=4.0, num_prompts=50,
+                        max_concurrency=8, dataset_name="random", random_input_len=300, random_output_len=20,
+                        random_range_ratio=0.2, quantization="fp8", model="llama-3-8b", gpu="h100-sxm")
+    ours = build_config(tp=2, pp=1, qps=4.0, num_requests=50, concurrency=8, workload="random", prompt_tokens=300,
+                        output_tokens=20, range_ratio=0.2, dtype="fp8", model="llama-3-8b", gpu="h100-sxm")
+    assert vllm == ours
+
+
+def test_an_alias_and_its_name_together_is_refused():
+    with pytest.raises(ConfigError, match="--tp"):
+        build_config(tp=2, tensor_parallel_size=4, model="llama-3-8b")
+
+
+def test_burstiness_is_gamma_arrivals_as_vllm():
+    config = build_config(request_rate=2.0, burstiness=0.25)
+    assert config.workload.arrival == "gamma" and config.workload.cv == pytest.approx(2.0)
+    assert build_config(request_rate=2.0, burstiness=1.0).workload.cv == pytest.approx(1.0)
+
+
+def test_infinite_request_rate_sends_everything_at_once():
+    assert build_config(request_rate=math.inf).workload.arrival == "burst"
+    assert build_config(max_concurrency=4).workload.arrival == "burst"  # vLLM's default rate is inf
+
+
+def test_enable_expert_parallel_spreads_experts_over_the_tp_group():
+    assert build_config(model="mixtral-8x7b", tp=4, enable_expert_parallel=True).replica.ep == 4
+    assert build_config(model="mixtral-8x7b", tp=4).replica.ep == 1
+
+
+@pytest.mark.parametrize("text", ["ttft", "ttft:abc", "latency:30", "tpot:-1"])
+def test_bad_goodput_is_one_line(text):
+    with pytest.raises(ConfigError, match="--goodput"):
+        parse_goodput(text)
+
+
+def test_multi_value_goodput_is_one_argument():
+    assert joined_values(["run", "--goodput", "ttft:300", "tpot:50", "--qps", "2"]) == \
+        ["run", "--goodput", "ttft:300 tpot:50", "--qps", "2"]
+
+
+def test_goodput_parses_vllms_pairs():
+    assert parse_goodput(["ttft:300", "tpot:50"]) == {"ttft": 300.0, "tpot": 50.0}
+    assert parse_goodput("ttft:300,e2el:2000") == {"ttft": 300.0, "e2el": 2000.0}
+
+
+def test_the_aliases_work_on_capacity_and_sweep_too():
+    import typer.main
+
+    group = typer.main.get_command(app)
+    for command in ("run", "capacity", "sweep"):
+        flags = {opt for param in group.commands[command].params for opt in param.opts}
+        for flag in ("--tensor-parallel-size", "--max-concurrency", "--request-rate", "--num-prompts",
+                     "--random-range-ratio", "--burstiness", "--dataset-name", "--quantization",
+                     "--enable-expert-parallel", "--num-warmups"):
+            assert flag in flags, (command, flag)
+
+
+def test_a_sweep_file_takes_vllms_names(tmp_path):
+    from simulator.planning.sweep import build_spec
+
+    spec = build_spec({"mode": "run", "base": {"tensor_parallel_size": 2, "model": "llama-3-8b"},
+                       "grid": {"max_concurrency": [4, 8]}})
+    assert [p.config.replica.tp for p in spec.points] == [2, 2]
+    assert [p.config.workload.concurrency for p in spec.points] == [4, 8]
+
+
+def test_save_result_into_a_folder_is_refused_before_the_run(tmp_path):
+    res = runner.invoke(app, ["run", *BENCH_LINE, "--save-result", str(tmp_path), "--no-progress"])
+    assert isinstance(res.exception, ConfigError) and res.exception.field == "--save-result"  # main(): exit 2
+    assert "Serving Benchmark Result" not in res.output

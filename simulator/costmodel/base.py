@@ -113,6 +113,11 @@ def split_layers(num_layers: int, pp: int) -> list[int]:
     return [base + (1 if s < extra else 0) for s in range(pp)]
 
 
+def stretch_forms(model: object) -> frozenset[str]:
+    """The stretch forms ``model``'s own class declares (:attr:`CostModel.STRETCH_FORMS`)."""
+    return type(model).__dict__.get("STRETCH_FORMS", frozenset())
+
+
 class CostModel(ABC):
     """Predicts iteration time for a replica (model, GPU, TP, PP) and a batch shape.
 
@@ -125,6 +130,12 @@ class CostModel(ABC):
     # skipping tries chunked-prefill stretches only then: priced one by one they cost what the
     # busy steps they replace do, and planning them is not free.
     fast_chunk_stretches: bool = False
+    # The closed forms of a step this class offers stretch pricing (simulator.costmodel.engine_model):
+    # "decode-terms" (decode_attention_terms), "decode-rms" (decode_attention_rms_terms), "decode-curve"
+    # (decode_attention_curve), "chunk-terms" (prefill_attention_list beside decode-terms). Read with
+    # stretch_forms(model): declared by a class for itself, never inherited, so a subclass that changes a
+    # term gets the exact step-by-step path until it declares its own forms.
+    STRETCH_FORMS: frozenset[str] = frozenset()
 
     def __init__(self, replica: ReplicaConfig) -> None:
         self.replica = replica

@@ -42,7 +42,7 @@ from typing import Any
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, ENGINE_PRESETS, ReplicaConfig
-from simulator.costmodel.base import BatchShape, CostModel
+from simulator.costmodel.base import BatchShape, CostModel, stretch_forms
 
 ARTIFACT_FORMAT = "servesim-engine"
 ARTIFACT_VERSION = 1
@@ -287,14 +287,15 @@ class EngineCostModel(CostModel):
         # (the instance attribute keeps their signature, which the pipeline inspects for ``hop``).
         self.learned_ops = getattr(kernels, "learned_ops", [])
         self.send_recv_time = kernels.send_recv_time  # type: ignore[method-assign]
-        # Whether the kernels are learned, or None where stretches are priced per iteration.
+        # Whether the kernels' decode attention is a fitted rms form, or None where stretches are
+        # priced per iteration (the forms the kernel class declares: CostModel.STRETCH_FORMS).
+        forms = stretch_forms(kernels)
         self._kernels_learned = self._stretch_kernels_learned()
-        from simulator.costmodel.roofline import RooflineCostModel
-
-        # _chunk_stretch's plain floats: roofline kernels with full attention (a learned model's
-        # chunks would be priced one by one, and its extrapolations counted per iteration).
-        self.fast_chunk_stretches = (type(kernels) is RooflineCostModel and not kernels.mla
-                                     and not kernels.sliding_fraction)
+        # _chunk_stretch's plain floats: kernels that declare them, with full attention (a learned
+        # model's chunks would be priced one by one, and its extrapolations counted per iteration).
+        self.fast_chunk_stretches = ("chunk-terms" in forms and "decode-terms" in forms
+                                     and not getattr(kernels, "mla", False)
+                                     and not getattr(kernels, "sliding_fraction", 0.0))
 
     @property
     def num_extrapolations(self) -> int:
@@ -429,24 +430,15 @@ class EngineCostModel(CostModel):
         return times
 
     def _stretch_kernels_learned(self) -> bool | None:
-        """Whether the kernel model is learned (True) or roofline or kernel tables (False), for exactly the
-        kernel classes whose decode attention :meth:`_decode_pricer` knows (a subclass may add
-        terms); None where stretches are priced per iteration. Resolved at construction, as an
-        instance's kernel model never changes."""
-        import sys
-
-        from simulator.costmodel.roofline import RooflineCostModel
-
-        k = self.kernels
-        # A learned model's module (pandas, scikit-learn) is looked up, never imported here:
-        # kernels of that type exist only once it is loaded.
-        learned = sys.modules.get("simulator.costmodel.learned")
-        if type(k) is RooflineCostModel:
-            return False
-        if learned is not None and type(k) is learned.LearnedCostModel:
+        """Whether the kernel class declares a fitted rms decode attention (True: a learned
+        model), or a closed form of another kind (False: terms or a piecewise-linear curve);
+        None where stretches are priced per iteration. No type checks: any kernel model that
+        declares its forms (:attr:`CostModel.STRETCH_FORMS`) and gives their terms is priced
+        fast, and the first stretches of every instance are checked against the scalar path."""
+        forms = stretch_forms(self.kernels)
+        if "decode-rms" in forms:
             return True
-        tables = sys.modules.get("simulator.costmodel.aic.model")  # measured kernel tables, likewise
-        if tables is not None and type(k) is tables.TableCostModel:
+        if forms & {"decode-terms", "decode-curve"}:
             return False
         return None
 

@@ -66,6 +66,7 @@ class LearnedCostModel(TabulatedCostModel):
     """Cost model from fitted profile curves; same interface and contract as the roofline."""
 
     name = "learned"
+    STRETCH_FORMS = frozenset({"decode-rms", "decode-terms"})  # rms where decode attention is fitted
 
     def __init__(self, replica: ReplicaConfig, artifact: dict[str, Any], source: str = "<memory>") -> None:
         super().__init__(replica)

@@ -48,6 +48,7 @@ class RooflineCostModel(TabulatedCostModel):
     """Analytical cost model for any catalog GPU; the default when no profile exists."""
 
     name = "roofline"
+    STRETCH_FORMS = frozenset({"decode-terms", "chunk-terms"})
 
     def __init__(self, replica: ReplicaConfig, calibration: RooflineCalibration | None = None,
                  table_tokens: int = 16384) -> None:

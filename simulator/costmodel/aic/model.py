@@ -83,6 +83,8 @@ def _note_once(line: str) -> None:
 class TableCostModel(TabulatedCostModel):
     """Kernel model from one system's AIConfigurator tables for one backend (see the module docstring)."""
 
+    STRETCH_FORMS = frozenset({"decode-curve"})
+
     def __init__(self, replica: ReplicaConfig, backend: str, root: str | Path | None = None,
                  table_tokens: int = 16384, quiet: bool = False) -> None:
         super().__init__(replica)

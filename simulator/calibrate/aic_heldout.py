@@ -4,8 +4,8 @@ For every measured point that has a measured neighbour on each side along one of
 table model interpolates in (GEMM: ``m``, ``n``, ``k``; attention: batch and length; MoE:
 tokens; all-reduce: message size), the point is left out and predicted from those two
 neighbours the way :class:`~simulator.costmodel.aic.model.TableCostModel` interpolates
-(log-log, except decode attention along the KV length: linear, as the model's per-batch curves
-are). Neighbours are the adjacent grid values, so a held-out point sits in a gap twice as wide
+(log-log, except attention along the batch and decode attention along the KV length: linear, as
+the model interpolates them). Neighbours are the adjacent grid values, so a held-out point sits in a gap twice as wide
 as the model ever interpolates across: the figures are an upper bound on interpolation error.
 
 The roofline column prices the same points with the calibrated
@@ -34,12 +34,12 @@ CATALOG_GPU = {"a100_sxm": "a100-80gb", "l40s": "l40s", "h100_sxm": "h100-sxm", 
 #            the other key columns)
 FAMILIES: dict[str, tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "gemm": ("gemm", (("m", "log"), ("n", "log"), ("k", "log")), ()),
-    "attn_prefill": ("context_attention", (("batch_size", "log"), ("length", "log")),
+    "attn_prefill": ("context_attention", (("batch_size", "linear"), ("length", "log")),
                      ("num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype")),
-    "attn_decode": ("generation_attention", (("batch_size", "log"), ("length", "linear")),
+    "attn_decode": ("generation_attention", (("batch_size", "linear"), ("length", "linear")),
                     ("num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype")),
-    "mla_prefill": ("context_mla", (("batch_size", "log"), ("length", "log")), ("num_heads", "kv_cache_dtype")),
-    "mla_decode": ("generation_mla", (("batch_size", "log"), ("length", "linear")), ("num_heads", "kv_cache_dtype")),
+    "mla_prefill": ("context_mla", (("batch_size", "linear"), ("length", "log")), ("num_heads", "kv_cache_dtype")),
+    "mla_decode": ("generation_mla", (("batch_size", "linear"), ("length", "linear")), ("num_heads", "kv_cache_dtype")),
     "moe": ("moe", (("num_tokens", "log"),),
             ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "distribution")),
     "allreduce": ("custom_allreduce", (("message_size", "log"),), ("num_gpus",)),

@@ -94,7 +94,10 @@ def anchored(edge_value: np.ndarray | float, roofline_at_x: np.ndarray | float,
 
 
 class Grid2D:
-    """Latency over (``a``, ``b``), e.g. (batch, KV length): log-log bilinear inside, filled holes.
+    """Latency over (``a``, ``b``), e.g. (batch, length): log-log along ``b``, linear along ``a``
+    (attention's cost is a fixed part plus a part proportional to the batch: predicting left-out
+    batch sizes, linear errs less than log-log, e.g. H100 vLLM decode median 2.5% vs 4.1%,
+    P95 19% vs 23%), filled holes.
 
     ``rows[i]`` holds the measured ``b`` values and latencies for ``a[i]``. Every row is put on
     the union of ``b`` values; a row's holes past its last measured ``b`` are filled as
@@ -127,12 +130,12 @@ class Grid2D:
         self.t = table
         self.la, self.lb, self.lt = np.log(self.a), np.log(self.b), np.log(table)
         # Plain lists for the scalar path.
-        self._la, self._lb = self.la.tolist(), self.lb.tolist()
+        self._a, self._la, self._lb = self.a.tolist(), self.la.tolist(), self.lb.tolist()
         self._lt = self.lt.tolist()
         self._t = table.tolist()
 
     def row(self, a: float) -> tuple[np.ndarray, float, bool]:
-        """Latencies over ``self.b`` at ``a`` (log-interpolated between the two nearest rows;
+        """Latencies over ``self.b`` at ``a`` (linear between the two nearest rows;
         past the last row, that row scaled by the roofline), the largest measured ``b`` there,
         and whether ``a`` lies outside the measured rows."""
         if a >= self.a[-1]:
@@ -143,8 +146,8 @@ class Grid2D:
         i = int(np.searchsorted(self.a, a, side="right")) - 1
         if a == self.a[i]:
             return self.t[i].copy(), float(self.measured_max[i]), False
-        w = (math.log(a) - self.la[i]) / (self.la[i + 1] - self.la[i])
-        vals = np.exp(self.lt[i] + w * (self.lt[i + 1] - self.lt[i]))
+        w = (a - self.a[i]) / (self.a[i + 1] - self.a[i])
+        vals = self.t[i] + w * (self.t[i + 1] - self.t[i])
         return vals, float(min(self.measured_max[i], self.measured_max[i + 1])), False
 
     def at(self, a: float, b: float) -> tuple[float, bool]:
@@ -160,15 +163,19 @@ class Grid2D:
             return edge * float(self.roof(a, np.array([b]))[0]) / float(self.roof(ae, np.array([be]))[0]), True
         i = 0 if la <= la_list[0] else min(bisect_right(la_list, la) - 1, na - 2) if na > 1 else 0
         j = 0 if lb <= lb_list[0] else min(bisect_right(lb_list, lb) - 1, nb - 2) if nb > 1 else 0
-        wa = 0.0 if na == 1 else min(max((la - la_list[i]) / (la_list[i + 1] - la_list[i]), 0.0), 1.0)
+        a_list = self._a
+        wa = 0.0 if na == 1 else min(max((a - a_list[i]) / (a_list[i + 1] - a_list[i]), 0.0), 1.0)
         wb = 0.0 if nb == 1 else min(max((lb - lb_list[j]) / (lb_list[j + 1] - lb_list[j]), 0.0), 1.0)
         lt = self._lt
         if wa == 0.0 and wb == 0.0:
             value = self._t[i][j]
         else:
             i1, j1 = min(i + 1, na - 1), min(j + 1, nb - 1)
-            top = lt[i][j] + wb * (lt[i][j1] - lt[i][j])
-            bottom = lt[i1][j] + wb * (lt[i1][j1] - lt[i1][j])
-            value = math.exp(top + wa * (bottom - top))
+            top = self._t[i][j] if wb == 0.0 else math.exp(lt[i][j] + wb * (lt[i][j1] - lt[i][j]))
+            if wa == 0.0:
+                value = top
+            else:
+                bottom = self._t[i1][j] if wb == 0.0 else math.exp(lt[i1][j] + wb * (lt[i1][j1] - lt[i1][j]))
+                value = top + wa * (bottom - top)
         limit = self.measured_max[i] if wa == 0.0 else min(self.measured_max[i], self.measured_max[min(i + 1, na - 1)])
         return value, b > limit

@@ -94,6 +94,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 
         title = f"{r.model} disaggregated: {layout_of(config).describe()}"
+        # Said, not silent: the pools run the plain loop whatever --fast-forward says.
+        title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"
     if config.speculative is not None:
         sp = config.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""

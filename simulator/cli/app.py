@@ -31,11 +31,15 @@ app = typer.Typer(
 
 
 def console(stderr: bool = False) -> Console:
-    """A rich console; wide when output goes to a file or pipe so tables are not folded."""
+    """A rich console. On a terminal, lines wrap between words at its width. Into a file or
+    pipe, a printed line stays one line however long (soft wrap: no edge to wrap at, so a
+    header or warning is never cut mid-line or mid-word) and tables keep their natural width
+    (:func:`simulator.cli.tables.print_table`; ``COLUMNS``, where set, bounds them)."""
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 160)
+    tty = stream.isatty()
+    return Console(stderr=stderr, width=None if tty else 160, soft_wrap=not tty)
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -22,7 +22,9 @@ from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.report.output import jsonable
+from simulator.util.paths import atomic_dir, check_in_dir, check_in_file, check_out_dir, check_out_file
 from simulator.util.progress import StepProgress
+from simulator.util.text import count
 
 if TYPE_CHECKING:  # rich loads when a table is printed, not when the CLI is imported
     from rich.console import Console
@@ -62,14 +64,17 @@ def _s(value: float, digits: int = 3) -> str:
 
 
 def _slo_options(tbt_slo: float, tbt_quantile: float, sched_delay_slo: float, sched_delay_quantile: float,
-                 ttft_slo: float | None, ttft_quantile: float, min_goodput: float | None, goodput_ttft_slo: float):  # noqa: ANN202
+                 ttft_slo: float | None, ttft_quantile: float, min_goodput: float | None, goodput_ttft_slo: float,
+                 criterion: str = "tbt", goodput_tpot_slo: float | None = None):  # noqa: ANN202
     from simulator.planning.capacity import SLO
 
     return SLO(tbt_s=tbt_slo, tbt_quantile=tbt_quantile, sched_delay_s=sched_delay_slo,
                sched_delay_quantile=sched_delay_quantile, ttft_s=ttft_slo, ttft_quantile=ttft_quantile,
-               min_goodput=min_goodput, goodput_ttft_s=goodput_ttft_slo)
+               min_goodput=min_goodput, goodput_ttft_s=goodput_ttft_slo, criterion=criterion,
+               goodput_tpot_s=goodput_tpot_slo)
 
 
+CAPACITY_FILES = ("capacity.json", "trials.csv")  # what capacity --out holds (an earlier one is replaced whole)
 SLO_PANEL = "SLO"
 SEARCH_PANEL = "Search"
 
@@ -85,8 +90,10 @@ def capacity(
     sched_delay_quantile: Annotated[float, typer.Option(help="Percentile of scheduling delay.", rich_help_panel=SLO_PANEL)] = 50.0,
     ttft_slo: Annotated[float | None, typer.Option(help="Optional limit (s) on the --ttft-quantile of TTFT.", rich_help_panel=SLO_PANEL)] = None,
     ttft_quantile: Annotated[float, typer.Option(help="Percentile of TTFT held to --ttft-slo.", rich_help_panel=SLO_PANEL)] = 99.0,
-    min_goodput: Annotated[float | None, typer.Option(help="Optional: minimum share of requests with TTFT <= --goodput-ttft-slo and max TBT <= --tbt-slo.", rich_help_panel=SLO_PANEL)] = None,
-    goodput_ttft_slo: Annotated[float, typer.Option(help="TTFT (s) for the goodput criterion.", rich_help_panel=SLO_PANEL)] = 2.0,
+    min_goodput: Annotated[float | None, typer.Option(help="Optional: minimum share of requests with TTFT <= --goodput-ttft-slo and max TBT <= --tbt-slo (TPOT <= --goodput-tpot-slo where given); with --criterion goodput, the target (default 0.9).", rich_help_panel=SLO_PANEL)] = None,
+    goodput_ttft_slo: Annotated[float, typer.Option(help="TTFT (s) a request must meet to count in goodput.", rich_help_panel=SLO_PANEL)] = 2.0,
+    goodput_tpot_slo: Annotated[float | None, typer.Option(help="TPOT (s) a request must meet to count in goodput (default: its max TBT <= --tbt-slo; with --criterion goodput, TPOT <= --tbt-slo).", rich_help_panel=SLO_PANEL)] = None,
+    criterion: Annotated[str, typer.Option(help="What a trial must meet: tbt (Sarathi-Serve: P99 TBT and P50 scheduling delay limits) or goodput (DistServe: --min-goodput of requests meet both --goodput-ttft-slo and --goodput-tpot-slo).", rich_help_panel=SLO_PANEL)] = "tbt",
     seeds: Annotated[int, typer.Option(help="Independent searches (seeds seed..seed+n-1); the spread is reported.", rich_help_panel=SEARCH_PANEL)] = 1,
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes: seeds run in parallel; with fewer seeds than processes (one, say), each search also runs the trials it may need next ahead (the same result). auto: one per available CPU, at most 3 a seed and what memory holds.", rich_help_panel=SEARCH_PANEL)] = "auto",
     rel_tol: Annotated[float, typer.Option(help="Stop bisecting at this relative gap.", rich_help_panel=SEARCH_PANEL)] = 0.025,
@@ -99,11 +106,13 @@ def capacity(
     out: Annotated[Path | None, typer.Option(help="Folder for capacity.json and trials.csv.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON (with capacity_qps).")] = False,
 ) -> None:
-    """Largest Poisson QPS meeting the SLO (P99 TBT <= --tbt-slo, P50 scheduling delay <= 2 s), by bisection over 2048-request trials."""
+    """Largest Poisson QPS meeting the SLO (P99 TBT <= --tbt-slo, P50 scheduling delay <= 2 s; or DistServe's goodput with --criterion goodput), by bisection over 2048-request trials."""
+    if out is not None:  # checked before any trial (and import): a bad --out must not cost a search
+        check_out_dir(out, "--out", replaceable=CAPACITY_FILES)
     from simulator.planning.capacity import SearchSettings, find_capacity
 
     slo = _slo_options(tbt_slo, tbt_quantile, sched_delay_slo, sched_delay_quantile, ttft_slo, ttft_quantile,
-                       min_goodput, goodput_ttft_slo)
+                       min_goodput, goodput_ttft_slo, criterion, goodput_tpot_slo)
     settings = SearchSettings(rel_tol=rel_tol, qps_start=qps_start, min_qps=min_qps, max_qps=max_qps,
                               max_trials=max_trials, early_exit=early_exit, tbt_early_exit=tbt_early_exit)
     num_workers = parse_workers(workers, lambda: capacity_auto_workers(seeds, config.workload.num_requests))
@@ -127,9 +136,12 @@ def capacity(
         fail("interrupted: the search was stopped and nothing was written", code=130)
     data = report.to_dict()
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "capacity.json").write_text(json.dumps(jsonable(data), indent=2, sort_keys=True))
-        report.trials_frame().to_csv(out / "trials.csv", index=False)
+        try:
+            with atomic_dir(out) as folder:  # out ends up whole or as it was
+                (folder / "capacity.json").write_text(json.dumps(jsonable(data), indent=2, sort_keys=True))
+                report.trials_frame().to_csv(folder / "trials.csv", index=False)
+        except KeyboardInterrupt:
+            fail(f"interrupted: nothing written to {out}", code=130)
     if json_out:
         typer.echo(json.dumps(jsonable(data), indent=2, sort_keys=True))
         return
@@ -157,13 +169,17 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     multi_seed = len(report.seeds) > 1
     headers = [*(["seed"] if multi_seed else []), "QPS", "pass", f"P{slo.tbt_quantile:g}\nTBT (s)\nall gaps",
                f"P{slo.sched_delay_quantile:g}\nsched.\ndelay (s)", "P50\nTTFT (s)", "P99\nTTFT (s)",
-               f"goodput\nTTFT<={slo.goodput_ttft_s:g}s\nmax TBT\n<={slo.tbt_s:g}s"]
+               f"goodput\nTTFT<={slo.goodput_ttft_s:g}s\n" + (f"max TBT\n<={slo.tbt_s:g}s" if slo.goodput_tpot_s is None
+                                                          else f"TPOT\n<={slo.goodput_tpot_s:g}s")]
     caption = (f"P{slo.tbt_quantile:g} TBT: percentile of every gap between consecutive output tokens of all "
                f"requests (the SLO's TBT). Scheduling delay: first scheduled - arrival. TTFT: first token - "
-               f"arrival. Goodput: share of all requests with TTFT <= {slo.goodput_ttft_s:g}s whose own largest gap "
-               f"is <= {slo.tbt_s:g}s; a trial can meet the P{slo.tbt_quantile:g} TBT limit with goodput below 100%.")
+               f"arrival. Goodput: share of all requests with TTFT <= {slo.goodput_ttft_s:g}s "
+               + (f"whose own largest gap is <= {slo.tbt_s:g}s; a trial can meet the P{slo.tbt_quantile:g} TBT limit "
+                  "with goodput below 100%." if slo.goodput_tpot_s is None else
+                  f"whose TPOT (mean gap after the first token) is <= {slo.goodput_tpot_s:g}s."))
     ttft_limit = slo.ttft_s if slo.ttft_quantile == 99 else None  # the column is P99
     good_limit = 100 * slo.min_goodput if slo.min_goodput else None
+    judged = slo.criterion != "goodput"  # under goodput, TBT and scheduling delay are shown, not judged
     cfg = report.config
     from simulator.config.disagg_layout import layout_of
 
@@ -174,7 +190,8 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
         for t in seed.trials:
             good = "-" if math.isnan(t.goodput_fraction) else _against(100 * t.goodput_fraction, good_limit) + "%"
             rows.append([*([str(t.seed)] if multi_seed else []), f"{t.qps:.4g}", "yes" if t.passed else "no",
-                         _against(t.tbt_s_q, slo.tbt_s), _against(t.sched_delay_s_q, slo.sched_delay_s),
+                         _against(t.tbt_s_q, slo.tbt_s if judged else None),
+                         _against(t.sched_delay_s_q, slo.sched_delay_s if judged else None),
                          _s(t.ttft_s_p50), _against(t.ttft_s_p99, ttft_limit), good, t.reason])
 
     def build(with_note: bool) -> Table:
@@ -191,7 +208,8 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     figures_width = Measurement.get(console, console.options, build(with_note=False)).maximum
     notes_below = figures_width + 18 > console.width
     table = build(with_note=not notes_below)
-    console.print(f"workload: {report.config.workload.name}, {report.config.workload.num_requests} requests per trial")
+    console.print(f"workload: {report.config.workload.name}, {count(report.config.workload.num_requests, 'request')} "
+                  "per trial", highlight=False)
     if table.row_count:
         print_table(console, table)
     if notes_below:
@@ -201,9 +219,15 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     summary = report.summary()
     spread = (f" ± {summary['capacity_qps_std']:.3g} (min {summary['capacity_qps_min']:.4g}, max "
               f"{summary['capacity_qps_max']:.4g}, {len(report.seeds)} seeds)") if len(report.seeds) > 1 else ""
+    # What a planner needs at the answer, whatever the criterion: tail TBT, tail TTFT and goodput.
+    goodput = summary["goodput_fraction_at_capacity"]
+    good = "-" if math.isnan(goodput) else f"{_against(100 * goodput, good_limit)}%"
+    tbt_limit = slo.tbt_s if judged and slo.tbt_quantile == 99 else None
     console.print(f"[bold]capacity {summary['capacity_qps']:.4g} QPS{spread}[/bold] · at capacity: P99 TBT "
-                  f"{_against(summary['tbt_s_p99_at_capacity'], slo.tbt_s if slo.tbt_quantile == 99 else None)} s, TTFT p50 {_s(summary['ttft_s_p50_at_capacity'])} s / p99 "
-                  f"{_s(summary['ttft_s_p99_at_capacity'])} s · {summary['num_trials']} trials in {report.wall_s:.1f}s")
+                  f"{_against(summary['tbt_s_p99_at_capacity'], tbt_limit)} s, P50 TTFT "
+                  f"{_s(summary['ttft_s_p50_at_capacity'])} s, P99 TTFT {_s(summary['ttft_s_p99_at_capacity'])} s, "
+                  f"goodput {good} ({slo.good_request}) · {count(summary['num_trials'], 'trial')} in "
+                  f"{report.wall_s:.1f}s")
     for seed in report.seeds:
         console.print(f"seed {seed.seed}: {seed.reason}")
 
@@ -221,6 +245,8 @@ def tau(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Largest token budget (tau) whose predicted hybrid iteration fits the TBT SLO, and the linear layers' knee."""
+    if plot is not None:
+        check_out_file(plot, "--plot")  # a path stem: PATH.png and PATH.svg
     from simulator.planning.tau import choose_tau, workload_mix
 
     mix = workload_mix(config, num_decodes, decode_context, chunk_context)
@@ -271,6 +297,10 @@ def sweep(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Run a grid of configurations (resumable); run options given here override the file's \\[base]."""
+    # Paths first, before the sweep machinery (pandas) loads: a wrong path answers at once.
+    if file is not None:
+        check_in_file(file, "sweep", "pass a .toml sweep file")
+    check_out_dir(out, "--out", existing_ok=True)  # a sweep folder is resumed, so it may hold points already
     from rich.console import Console
 
     from simulator.config.resources import auto_workers
@@ -288,7 +318,7 @@ def sweep(
     num_workers = parse_workers(workers, lambda: auto_workers(
         len(spec.points), max((p.config.workload.num_requests for p in spec.points), default=1)))
     console = Console()
-    console.print(f"sweep: {len(spec.points)} points ({spec.mode}), varying {', '.join(spec.varied) or 'nothing'} -> {out}/")
+    console.print(f"sweep: {count(len(spec.points), 'point')} ({spec.mode}), varying {', '.join(spec.varied) or 'nothing'} -> {out}/")
     try:
         result = run_sweep(spec, out, workers=num_workers, ray_address=ray_address, fmt=fmt, progress=progress,
                            retry_failed=retry_failed)
@@ -299,7 +329,7 @@ def sweep(
             f"{stop.out}/points/ and {stop.table_path}; {left} left. To resume, run the same command again: "
             "finished points are skipped.", highlight=False)
         raise typer.Exit(130) from None
-    console.print(f"ran {result.num_run} points ({result.num_failed} failed), {result.num_skipped} already done; "
+    console.print(f"ran {count(result.num_run, 'point')} ({result.num_failed:,} failed), {result.num_skipped:,} already done; "
                   f"wrote {result.table_path}")
     if result.num_failed:
         for _, row in result.table[result.table["status"] != "ok"].iterrows():
@@ -315,7 +345,22 @@ def plot(
     x: Annotated[str, typer.Option(help="Sweep column on the x axis (run mode) or bar groups (capacity mode).")] = "qps",
 ) -> None:
     """Figures (PNG + SVG) from a sweep's results or a reproduced run."""
+    # The input and the figures' folder are checked before a sweep is read or a run re-simulated.
+    if what == "sweep":
+        check_in_dir(path, "sweep folder", "pass the --out folder of `simulate sweep`")
+        check_out_dir(out or path, "--out", existing_ok=True)
+    elif what == "run":
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ConfigError("plot run", f"{path} has no config.json", "pass a folder written by `simulate run --out`")
+        check_in_file(path, "plot run", "pass a run folder or its config.json")
+        from simulator.config.options import load_config_file  # light: the config is read before plots load
+
+        load_config_file(path / "config.json" if path.is_dir() else path, field="plot run")
+        check_out_dir(out or (path if path.is_dir() else path.parent), "--out", existing_ok=True)
+    else:
+        raise ConfigError("plot", f"unknown plot target {what!r}", "use 'sweep' or 'run'")
     from simulator.report import plots
+
     console = app_console()
     if what == "sweep":
         from simulator.planning.sweep import plot_sweep, read_sweep_folder
@@ -326,9 +371,7 @@ def plot(
             console.print(f"{path}: {num_ok} of {len(table)} points finished ({num_missing} not run yet, "
                           f"{num_failed} failed); plotting the {num_ok} finished")
         written = plot_sweep(path, out or path, x=x, hue=hue)
-    elif what == "run":
-        written = plots.plot_run(path, out or (path if path.is_dir() else path.parent))
     else:
-        raise ConfigError("plot", f"unknown plot target {what!r}", "use 'sweep' or 'run'")
+        written = plots.plot_run(path, out or (path if path.is_dir() else path.parent))
     for p in written:
         console.print(f"wrote {p}")

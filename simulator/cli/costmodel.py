@@ -18,6 +18,7 @@ from simulator.cli.app import console as app_console
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, ReplicaConfig
+from simulator.util.paths import atomic_file, check_in_dir, check_in_file, check_out_dir, check_out_file
 from simulator.util.progress import StepProgress
 
 if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for --help
@@ -28,6 +29,9 @@ if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for
 def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: str | None = None,
                 tp: int | None = None, holdout: float = 0.2, seed: int = 0, quiet: bool = True) -> dict[str, Any]:
     """Read ``profiles``, fit, write the artifact to ``out``; return the artifact."""
+    check_out_file(out, "--out")  # every path before the fit (and before scikit-learn loads)
+    for path in profiles:
+        check_in_file(path, "--profile", "pass a profile table file (CSV or parquet)")
     from rich.console import Console
 
     from simulator.calibrate.fit import fit_tables, save_artifact
@@ -38,7 +42,8 @@ def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: 
     with console.status("fitting") as status:
         artifact = fit_tables(table, model=model, gpu=gpu, tp=tp, holdout=holdout, seed=seed,
                               sources=[str(p) for p in profiles], progress=lambda op: status.update(f"fitting {op}"))
-    save_artifact(artifact, out)
+    with atomic_file(out) as tmp:  # out ends up whole or as it was
+        save_artifact(artifact, tmp)
     return artifact
 
 
@@ -182,6 +187,8 @@ def calibrate(
     write: Annotated[bool, typer.Option(help="rewrite the calibrated block of simulator/costmodel/calibration.py")] = False,
 ) -> None:
     """Fit the roofline's efficiency constants to the public measured profiles."""
+    if data is not None:  # paths first: a wrong one answers before the heavy imports
+        check_in_dir(data, "--data", "pass the profiles folder (../shared/data/profiles)")
     from rich.console import Console
 
     from simulator.calibrate.fit_calibration import calibrate_all, render, write_calibration
@@ -204,6 +211,10 @@ def fidelity(
     data: Annotated[Path | None, typer.Option(help="profiles folder (default ../shared/data/profiles)")] = None,
 ) -> None:
     """Held-out error of the learned model and the calibrated roofline vs measured profiles."""
+    # Paths first (a wrong one answers before the heavy imports); a report folder is regenerated in place.
+    check_out_dir(out, "--out", existing_ok=True)
+    if data is not None:
+        check_in_dir(data, "--data", "pass the profiles folder (../shared/data/profiles)")
     from rich.console import Console
 
     from simulator.calibrate.fit_fidelity import write_report

@@ -2,7 +2,8 @@
 
 Thin typer commands over :mod:`simulator.planning.split`: goodput per GPU (DistServe) of
 every prefill/decode split of a GPU count, and, for ``compare``, aggregated vllm and
-sarathi (best tau) on the same GPUs beside them, with a table, CSVs and a plot.
+sarathi (best tau) on the same GPUs beside them, with a table, CSVs and (``compare``) a
+plot. Layouts the branch and bound searched only coarsely are listed apart, as bounds.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.report.output import jsonable
+from simulator.util.paths import atomic_dir, check_out_dir
 from simulator.util.progress import StepProgress
+from simulator.util.text import count
 
 disagg_app = typer.Typer(help="Disaggregated prefill/decode planning: split search and comparison with chunked prefills.",
                          no_args_is_help=True)
@@ -33,7 +36,11 @@ ATTAIN = Annotated[float, typer.Option(help="Share of requests that must meet bo
 TPS = Annotated[str, typer.Option(help="Comma-separated TP degrees to consider.")]
 QPS0 = Annotated[float, typer.Option(help="First trial's QPS of each search.")]
 WORKERS = Annotated[int, typer.Option(help="Processes (results do not depend on it).")]
-OUT = Annotated[Path | None, typer.Option(help="Folder for results.csv, trials.csv, summary.json and the plot.")]
+OUT = Annotated[Path | None, typer.Option(help="Folder for results.csv, trials.csv and summary.json.")]
+OUT_PLOT = Annotated[Path | None, typer.Option(help="Folder for results.csv, trials.csv, summary.json and the plot "
+                                                    "(comparison.png/.svg).")]
+# What --out holds (an earlier one is replaced whole).
+SPLIT_FILES = ("results.csv", "trials.csv", "summary.json", "comparison.png", "comparison.svg")
 
 
 def _ints(text: str, field: str) -> tuple[int, ...]:
@@ -65,33 +72,60 @@ def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, A
         fail("interrupted: the searches were stopped and nothing was written", code=130)
 
 
+def ranked_sections(df):  # noqa: ANN001, ANN201 - pandas frames
+    """The results split in two, each best first: rows whose rate was bisected to the full
+    precision (ranked), and rows bisected only coarsely below a better layout of their family
+    (their rate a lower bound, the true one below the rate that failed): never ranked beside
+    exact rates, since the bound may sit well under the rate."""
+    df = df.sort_values("goodput_per_gpu", ascending=False, kind="stable")
+    coarse = df["coarse"].astype(bool)
+    return df[~coarse], df[coarse]
+
+
 def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot: bool) -> None:  # noqa: ANN001
     from rich.table import Table
 
     from simulator.planning.split import results_frame, slo_dict, trials_frame
 
     df = results_frame(results).sort_values("goodput_per_gpu", ascending=False, kind="stable")
+    ranked, bounds = ranked_sections(df)
     table = Table("layout", "GPUs", "goodput (req/s)", "per GPU", "trials", title=f"{title} · {slo.describe()}",
                   title_justify="left")
-    for row in df.itertuples():
+    for row in ranked.itertuples():
         table.add_row(row.label, str(row.num_gpus), f"{row.rate_qps:.3g}", f"{row.goodput_per_gpu:.3g}", str(row.num_trials))
     out_console = console()
     out_console.print(f"{config.replica.model} on {config.replica.gpu} · workload {config.workload.name}, "
-                      f"{config.workload.num_requests} requests per trial · KV link {config.kv_link}")
+                      f"{count(config.workload.num_requests, 'request')} per trial · KV link {config.kv_link}",
+                      highlight=False)
     print_table(out_console, table)
-    best = df.iloc[0]
+    if len(bounds):
+        # Bounds, not ranks: each layout missed its family's best rate, so it was bisected only coarsely.
+        below = Table("layout", "GPUs", "goodput (req/s)", "per GPU", "trials",
+                      title="bounds only, not ranked (each fails at its family's best rate, so it was searched "
+                            "coarsely: its goodput lies between the two figures)", title_justify="left")
+        for row in bounds.itertuples():
+            upper = f"< {row.failed_qps:.3g}" if row.failed_qps == row.failed_qps and row.failed_qps else "< ?"
+            below.add_row(row.label, str(row.num_gpus), f">= {row.rate_qps:.3g}, {upper}",
+                          f">= {row.goodput_per_gpu:.3g}", str(row.num_trials))
+        print_table(out_console, below)
+    best = ranked.iloc[0] if len(ranked) else df.iloc[0]
     out_console.print(f"[bold]best: {best['label']} at {best['goodput_per_gpu']:.3g} req/s per GPU[/bold]")
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        df.to_csv(out / "results.csv", index=False)
-        trials_frame(results).to_csv(out / "trials.csv", index=False)
-        summary = {"slo": slo_dict(slo), "best": best.to_dict(), "config": config.to_dict()}
-        (out / "summary.json").write_text(json.dumps(jsonable(summary), indent=2, sort_keys=True, default=str) + "\n")
         written = ["results.csv", "trials.csv", "summary.json"]
-        if plot:
-            from simulator.planning.split import comparison_plot
+        try:
+            with atomic_dir(out) as folder:  # out ends up whole or as it was
+                df.to_csv(folder / "results.csv", index=False)
+                trials_frame(results).to_csv(folder / "trials.csv", index=False)
+                summary = {"slo": slo_dict(slo), "best": best.to_dict(), "config": config.to_dict()}
+                (folder / "summary.json").write_text(
+                    json.dumps(jsonable(summary), indent=2, sort_keys=True, default=str) + "\n")
+                if plot:
+                    from simulator.planning.split import comparison_plot
 
-            written += [p.name for p in comparison_plot(df, trials_frame(results), slo, out / "comparison", title)]
+                    written += [p.name for p in comparison_plot(df, trials_frame(results), slo, folder / "comparison",
+                                                                title)]
+        except KeyboardInterrupt:
+            fail(f"interrupted: nothing written to {out}", code=130)
         out_console.print(f"wrote {out}/ ({', '.join(written)})")
 
 
@@ -101,6 +135,8 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
 def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
           tps: TPS = "1,2,4,8", qps_start: QPS0 = 1.0, workers: WORKERS = 1, out: OUT = None) -> None:
     """Goodput per GPU of every prefill/decode split of --gpus GPUs (DistServe's measure); the best first."""
+    if out is not None:  # checked before any search (and import)
+        check_out_dir(out, "--out", replaceable=SPLIT_FILES)
     from simulator.planning.split import GoodputSLO, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
@@ -114,8 +150,10 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
 @run_options
 def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
             tps: TPS = "1,2,4,8", taus: Annotated[str, typer.Option(help="Sarathi token budgets to try.")] = "256,512,1024,2048",
-            qps_start: QPS0 = 1.0, workers: WORKERS = 1, out: OUT = None) -> None:
+            qps_start: QPS0 = 1.0, workers: WORKERS = 1, out: OUT_PLOT = None) -> None:
     """Aggregated vllm and sarathi (best tau) beside the disaggregated splits on the same GPUs, SLOs and workload."""
+    if out is not None:  # checked before any search (and import)
+        check_out_dir(out, "--out", replaceable=SPLIT_FILES)
     from simulator.planning.split import GoodputSLO, aggregated_candidates, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)

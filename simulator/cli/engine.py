@@ -18,6 +18,7 @@ from simulator.cli.options import run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, RunConfig
+from simulator.util.paths import atomic_file, check_in_dir, check_in_file, check_out_dir, check_out_file
 
 
 @app.command()
@@ -48,15 +49,21 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
                              holdout: float = 0.25, seed: int = 0, name: str | None = None,
                              max_evals: int = 40, quiet: bool = True) -> dict[str, Any]:
     """Fit engine terms to an iteration table or a vLLM bench result and write the artifact."""
+    if (table is None) == (bench is None):
+        raise ConfigError("calibrate-engine", "give exactly one of --table and --bench")
+    if not 0 < holdout < 1:
+        raise ConfigError("holdout", f"must be in (0, 1), got {holdout}")
+    # Every path is checked before the fit (a bench fit runs dozens of simulations).
+    check_out_file(out, "--out")
+    if table is not None:
+        check_in_file(table, "--table", "pass the iteration table CSV")
+    if bench is not None:
+        check_in_file(bench, "--bench", "pass the JSON `vllm bench serve --save-result --save-detailed` wrote")
     from rich.console import Console
 
     from simulator.calibrate import engine_fit
     from simulator.costmodel.engine_model import save_engine_artifact
 
-    if (table is None) == (bench is None):
-        raise ConfigError("calibrate-engine", "give exactly one of --table and --bench")
-    if not 0 < holdout < 1:
-        raise ConfigError("holdout", f"must be in (0, 1), got {holdout}")
     console = Console(stderr=True, quiet=quiet)
     label = name or Path(out).stem
     replica = config.replica
@@ -74,8 +81,9 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
                                f"scheduler {config.scheduler.name})",
             fitted=f"Nelder-Mead over the exposed CPU terms (fixed, per request) matching TTFT and ITL quantiles "
                    f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests")
-    save_engine_artifact(result["engine"], out, {"model": replica.model, "gpu": replica.gpu,
-                                                 "cost_model": config.cost_model, "report": result["report"]})
+    with atomic_file(out) as tmp:  # out ends up whole or as it was
+        save_engine_artifact(result["engine"], tmp, {"model": replica.model, "gpu": replica.gpu,
+                                                     "cost_model": config.cost_model, "report": result["report"]})
     return result
 
 
@@ -111,6 +119,10 @@ def validate(
     data: Annotated[Path | None, typer.Option(help="profiles folder (default ../shared/data/profiles)")] = None,
 ) -> None:
     """Predicted vs measured for every public real-engine measurement at hand (tables, plots, README)."""
+    # Paths first (a wrong one answers before the heavy imports); a report folder is regenerated in place.
+    check_out_dir(out, "--out", existing_ok=True)
+    if data is not None:
+        check_in_dir(data, "--data", "pass the profiles folder (../shared/data/profiles)")
     from rich.console import Console
 
     from simulator.calibrate.validation import write_report

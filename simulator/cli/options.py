@@ -100,6 +100,17 @@ def _parameters() -> tuple[inspect.Parameter, ...]:
     return tuple(params)
 
 
+def replay_whole(config: RunConfig, given: dict[str, Any]) -> RunConfig:
+    """A trace replay (``--arrival trace``) replays every row unless ``--num-requests`` (or a
+    ``--config``) says how many."""
+    if config.workload.arrival != "trace" or given.get("num_requests") is not None or given.get("config_file"):
+        return config
+    from simulator.workload.generate import replayable_rows  # late: reads the trace (pandas) only for a replay
+
+    rows = replayable_rows(config.workload)
+    return config.replace(workload__num_requests=rows) if rows > 0 else config
+
+
 def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
     """Add the shared run options to ``fn`` and pass it ``config: RunConfig``."""
     # eval_str: resolve the command module's string annotations in its own namespace.
@@ -109,7 +120,7 @@ def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
     def wrapper(**kwargs: Any):  # noqa: ANN202
         run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k in DERIVED_OPTIONS
                       or k == "config_file"}
-        return fn(config=build_config(**run_kwargs), **kwargs)
+        return fn(config=replay_whole(build_config(**run_kwargs), run_kwargs), **kwargs)
 
     merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + list(_parameters())
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]

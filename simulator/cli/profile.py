@@ -15,6 +15,8 @@ from typing import Annotated
 import typer
 
 from simulator.cli.app import app, console, fail
+from simulator.config.errors import ConfigError
+from simulator.util.paths import check_out_dir
 
 # The plain pin resolves to the CPU build where no CUDA wheel applies, e.g. in the README's CI line;
 # on a Linux machine with a GPU driver the default index serves the CUDA build instead.
@@ -53,11 +55,12 @@ def profile(
     Writes <out>/profile.csv (one measurement per row, seconds) and <out>/metadata.json.
     Rerunning the same command resumes: points already in the table are skipped.
     """
+    folder = out or Path(f"profile_{Path(model).stem if model.endswith('.json') else model.replace('/', '_')}_{device}")
+    check_out_dir(folder, "--out", existing_ok=True)  # rerunning resumes into the same folder
     if not torch_available():
         fail(TORCH_HINT)
     from profiler.runner import ProfileConfig, run_profile
 
-    folder = out or Path(f"profile_{Path(model).stem if model.endswith('.json') else model.replace('/', '_')}_{device}")
     cfg = ProfileConfig(model=model, out=folder, tp=tuple(tp or (1,)), device=device, ops=tuple(ops or ()),
                         max_tokens=max_tokens, quick=quick, dtype=dtype,
                         world_sizes=tuple(world_size) if world_size else None, num_threads=threads, seed=seed,
@@ -87,6 +90,10 @@ def import_vidur(
     all_topologies: Annotated[bool, typer.Option(help="Keep cross-node collective rows too.")] = False,
 ) -> None:
     """Convert Vidur-format profiling CSVs (milliseconds) into the tidy profile table (seconds)."""
+    for path in paths:  # every path before anything is read (or imported)
+        if not path.exists():
+            raise ConfigError("import-vidur", f"{path} does not exist", "pass Vidur CSV files or folders holding them")
+    check_out_dir(out, "--out", existing_ok=True)  # rows are merged into a profile.csv already there
     from profiler.vidur_import import import_to_folder
 
     table = import_to_folder(paths, out, model=model, gpu=gpu, all_topologies=all_topologies)

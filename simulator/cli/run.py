@@ -15,6 +15,7 @@ from simulator.config.resources import auto_workers, check_run_fits
 from simulator.config.run_config import RunConfig
 from simulator.report.output import FORMATS, check_format, check_out_dir, jsonable, write_run
 from simulator.util.progress import RunProgress
+from simulator.util.text import count
 
 if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, rich when a table is printed
     from rich.console import Console
@@ -49,12 +50,17 @@ def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parqu
 
 
 def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requests: Any) -> None:
-    write_run(result, out, fmt, summary, requests)
-    if result.disagg is not None:  # disaggregated prefill/decode: one row per KV handoff
-        from simulator.report.disagg_metrics import handoff_frame
-        from simulator.report.output import write_table
+    """Write the run into a folder beside ``out`` and rename it into place: ``out`` ends up a
+    complete run or as it was (an error or Ctrl-C while writing removes the partial folder)."""
+    from simulator.util.paths import atomic_dir
 
-        write_table(handoff_frame(result, requests), Path(out) / "handoff", fmt)
+    with atomic_dir(out) as folder:
+        write_run(result, folder, fmt, summary, requests)
+        if result.disagg is not None:  # disaggregated prefill/decode: one row per KV handoff
+            from simulator.report.disagg_metrics import handoff_frame
+            from simulator.report.output import write_table
+
+            write_table(handoff_frame(result, requests), folder / "handoff", fmt)
 
 
 def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttft_slo_s: float,
@@ -66,7 +72,7 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
 
     result = simulate(config, progress=progress, workers=workers, token_times=token_times)
     if isinstance(progress, RunProgress):
-        progress.phase(f"computing metrics of {len(result.requests):,} requests", len(result.requests))
+        progress.phase(f"computing metrics of {count(len(result.requests), 'request')}", len(result.requests))
     requests = request_frame(result) if result.disagg is not None else request_columns(result)
     summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
     if "speculative" in result.extra:  # counters and per-token / per-step ITL (simulator.engine.speculative)
@@ -86,22 +92,20 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     from rich.table import Table
 
     r, s = config.replica, config.scheduler
-    # dp: attention data-parallel ranks; the dtype says "weight-only" where the GPU lacks its tensor cores.
+    # Everything that makes two runs differ, on one line (a pipe gets it whole; a terminal wraps it between words).
     kv = f", KV cache {r.kv_cache_dtype}" if r.kv_cache_dtype != "auto" else ""
-    title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) "
-             f"x{config.num_replicas} replica(s) · {s.name} · dtype {r.weight_format.describe(r.gpu_spec)}{kv}")
+    # dp: attention data-parallel ranks; dtype says "weight-only" where the GPU lacks its tensor cores.
+    title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) · "
+             f"{count(config.num_replicas, 'replica')} · {s.name} · engine {config.engine} · "
+             f"dtype {r.weight_format.describe(r.gpu_spec)}{kv}")
     if config.is_disaggregated:
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 
-        title = f"{r.model} disaggregated: {layout_of(config).describe()}"
+        title = (f"{r.model} disaggregated: {layout_of(config).describe()} · engine {config.engine} · "
+                 f"dtype {r.dtype}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"
-    if config.speculative is not None:
-        sp = config.speculative
-        drafter = f" ({sp.draft_model})" if sp.draft_model else ""
-        title += (f" · speculative {sp.method}{drafter} k={sp.k}, expected AL {sp.mean_acceptance_length:.2f} · "
-                  "loop step by step (no lockstep or event skipping with speculation)")
-    table = Table("metric (ms)", "p50", "p90", "p99", "max", title=title, title_justify="left")
+    table = Table("metric (ms)", "p50", "p90", "p99", "max")
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
                        ("sched_delay_s", "scheduling delay")):
         table.add_row(label, *(_ms(summary[f"{key}_{q}"]) for q in ("p50", "p90", "p99", "max")))
@@ -110,11 +114,21 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         from simulator.costmodel.aic.tables import describe
 
         kernels = f" · kernels: {describe(r.gpu, r.kernels)}"
-    console.print(f"workload: {summary['workload']} · cost model: {config.cost_model}{kernels}")
+    w = config.workload
+    if w.trace is not None and w.arrival != "trace":  # the trace's timestamps are not used: say so
+        arrivals = {"poisson": "Poisson", "gamma": "gamma", "fixed": "fixed-rate", "burst": "burst"}[w.arrival]
+        kernels += (f" · {arrivals} arrivals over the trace's lengths (--arrival trace replays its timestamps)")
+    if config.speculative is not None:
+        sp = config.speculative
+        drafter = f" ({sp.draft_model})" if sp.draft_model else ""
+        title += (f" · speculative {sp.method}{drafter} k={sp.k}, expected AL {sp.mean_acceptance_length:.2f} · "
+                  "loop step by step (no lockstep or event skipping with speculation)")
+    console.print(title, highlight=False)
+    console.print(f"workload: {summary['workload']} · cost model: {config.cost_model}{kernels}", highlight=False)
     print_table(console, table)
     console.print(
-        f"requests: {summary['num_finished']} finished, {summary['num_rejected']} rejected, "
-        f"{summary['num_preemptions']} preemptions · throughput {summary['throughput_rps']:.2f} req/s, "
+        f"requests: {summary['num_finished']:,} finished, {summary['num_rejected']:,} rejected, "
+        f"{count(summary['num_preemptions'], 'preemption')} · throughput {summary['throughput_rps']:.2f} req/s, "
         f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
         f"(TTFT<={summary['ttft_slo_s']}s, TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
         f"tokens · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
@@ -125,7 +139,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
             f"p50 {_ms(d['prefill_s_p50'])} ms; handoff p50/p99: backpressure {_ms(d['backpressure_s_p50'])}/"
             f"{_ms(d['backpressure_s_p99'])}, link queue {_ms(d['link_queue_s_p50'])}/{_ms(d['link_queue_s_p99'])}, "
             f"transfer {_ms(d['transfer_s_p50'])}/{_ms(d['transfer_s_p99'])} ms; decode TBT p99 "
-            f"{_ms(d['decode_tbt_s_p99'])} max {_ms(d['decode_tbt_s_max'])} ms · {d['num_transfers']} transfers, "
+            f"{_ms(d['decode_tbt_s_p99'])} max {_ms(d['decode_tbt_s_max'])} ms · {count(d['num_transfers'], 'transfer')}, "
             f"{d['transfer_bytes'] / 1e9:.2f} GB, link busy {d['link_utilization']:.1%} · busy prefill "
             f"{d['prefill_busy_fraction']:.0%} decode {d['decode_busy_fraction']:.0%} · KV occupancy mean prefill "
             f"{d.get('prefill_kv_occupancy_mean', float('nan')):.0%} decode {d.get('decode_kv_occupancy_mean', float('nan')):.0%}"
@@ -140,15 +154,15 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
             f"{_ms(sp['itl_per_step_s_p50'])}/{_ms(sp['itl_per_step_s_p99'])} ms · acceptance: {sp['acceptance_source']}",
             highlight=False)
     if summary.get("rejected_by_reason"):
-        console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()),
-                      soft_wrap=True)
+        console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()))
     if summary.get("overloaded"):
         console.print(
             f"[bold]load exceeds capacity:[/bold] scheduling delay rose from {summary['sched_delay_s_p50_first_quarter']:.3g} s "
             f"(P50, first quarter of arrivals) to {summary['sched_delay_s_p50_last_quarter']:.3g} s (last quarter) and "
-            f"{summary['num_waiting_at_last_arrival']:,} requests were still queued at the last arrival, so latencies "
-            "grow with the run's length; lower --qps or find the sustainable rate with `simulate capacity` "
-            "(same options)", soft_wrap=True)
+            f"{count(summary['num_waiting_at_last_arrival'], 'request')} "
+            f"{'was' if summary['num_waiting_at_last_arrival'] == 1 else 'were'} still queued at the last arrival, so "
+            "latencies grow with the run's length; lower --qps or find the sustainable rate with `simulate capacity` "
+            "(same options)")
     if "stage_busy_fraction" in summary:
         for replica_id, busy in enumerate(summary["stage_busy_fraction"]):
             stages = ", ".join(f"{b:.0%}" for b in busy)
@@ -255,6 +269,8 @@ def run(
                 reporter.phase(f"writing tables to {out}", len(result.requests))
             try:
                 _write(result, out, fmt, summary, requests)
+            except KeyboardInterrupt:  # the partial folder is gone; out is as it was
+                fail(f"interrupted: nothing written to {out}", code=130)
             except OSError as exc:  # the folder was writable before the run; keep the results on screen
                 write_error = (f"--out: could not write the results to {out} ({exc.strerror or exc}); "
                                "the summary is above")

@@ -6,14 +6,16 @@ rich shrinks a table that is wider than the console by folding or eliding cells
 
 - every cell stays on one line (``no_wrap``), so a value is never cut or split;
 - piped or redirected output is printed at the table's natural width, however wide
-  (a file has no edge; ``grep`` and ``cut`` then see whole rows);
-- on a terminal narrower than the table, each row is printed as a short record instead:
+  (a file has no edge; ``grep`` and ``cut`` then see whole rows), unless ``COLUMNS`` is set
+  in the environment: then that is the edge, as on a terminal; its title is a line of its own;
+- on a terminal (or ``COLUMNS``) narrower than the table, each row is printed as a short record instead:
   the first column's value as a heading, then ``header value`` pairs, wrapped between
   pairs, never inside one.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # rich loads when a table is printed, not when the CLI is imported
@@ -53,6 +55,15 @@ def wrap_pairs(pairs: list[str], width: int, indent: str = RECORD_INDENT) -> lis
     return lines
 
 
+def piped_columns() -> int | None:
+    """The edge ``COLUMNS`` sets for output that is not a terminal, or None (no edge)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return None
+    return columns if columns > 0 else None
+
+
 def print_table(console: Console, table: Table) -> None:
     """Print ``table`` with every cell whole (see the module docstring)."""
     from rich.text import Text
@@ -66,10 +77,14 @@ def print_table(console: Console, table: Table) -> None:
     unbounded = console.options.update_width(1_000_000)
     widths = [table._measure_column(console, unbounded, column).maximum for column in table.columns]
     natural = sum(widths) + table._extra_width
-    if not console.is_terminal or natural <= console.width:
+    edge = console.width if console.is_terminal else piped_columns()
+    if edge is None or natural <= edge:
         for column, width in zip(table.columns, widths, strict=True):
             column.width = width - table._get_padding_width(column._index)
-    if not console.is_terminal:
+    if not console.is_terminal and (edge is None or natural <= edge):
+        if table.title:  # on a line of its own: folded to the table's width it would break mid-line
+            console.print(table.title, soft_wrap=True, highlight=False)
+            table.title = None
         width = console.width
         console.width = max(width, natural)
         try:
@@ -77,7 +92,7 @@ def print_table(console: Console, table: Table) -> None:
         finally:
             console.width = width
         return
-    if natural <= console.width:
+    if console.is_terminal and natural <= console.width:
         console.print(table)
         return
     if table.title:
@@ -86,5 +101,5 @@ def print_table(console: Console, table: Table) -> None:
     for row in table_rows(table):
         console.print(Text(row[0], style="bold"), soft_wrap=True)
         pairs = [f"{h} {v}" for h, v in zip(headers[1:], row[1:], strict=True) if v not in ("", "-")]
-        for line in wrap_pairs(pairs, console.width):
+        for line in wrap_pairs(pairs, edge or console.width):
             console.print(Text(line), soft_wrap=True)

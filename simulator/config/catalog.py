@@ -5,8 +5,8 @@ decoder-only transformer (layer count, widths, GQA, MLP shape, vocabulary, conte
 length). A :class:`GPUSpec` holds a spec-sheet view of an accelerator (dense bf16
 peak, HBM bandwidth and size, NVLink and PCIe bandwidth per direction).
 
-Lookup is exact on the short lowercase name or on a Hugging Face id given as an
-alias; anything else is a :class:`~simulator.config.errors.ConfigError` listing the known
+Lookup is exact (case-insensitive) on the short lowercase name, on a Hugging Face id
+given as an alias, or on such an id's repository name alone; anything else is a :class:`~simulator.config.errors.ConfigError` listing the known
 names. Figures come from the models' Hugging Face ``config.json`` files and the
 vendors' datasheets (dense, i.e. without structured sparsity).
 """
@@ -25,9 +25,14 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
               aliases=("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B"),
               source="meta-llama/Llama-3.1-8B config.json"),
     ModelSpec("llama-3.1-70b", "meta-llama/Llama-3.1-70B", 80, 8192, 64, 8, 28672, 128256, 131072,
-              aliases=("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Meta-Llama-3.1-70B",
-                       "meta-llama/Llama-3.3-70B-Instruct"),
+              aliases=("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Meta-Llama-3.1-70B"),
               source="meta-llama/Llama-3.1-70B config.json"),
+    # Llama 3.3 70B has 3.1 70B's shape but is another model (other weights, other results): its own entry.
+    ModelSpec("llama-3.3-70b", "meta-llama/Llama-3.3-70B-Instruct", 80, 8192, 64, 8, 28672, 128256, 131072,
+              source="meta-llama/Llama-3.3-70B-Instruct config.json"),
+    ModelSpec("llama-3.2-3b", "meta-llama/Llama-3.2-3B", 28, 3072, 24, 8, 8192, 128256, 131072,
+              tied_embeddings=True, aliases=("meta-llama/Llama-3.2-3B-Instruct",),
+              source="meta-llama/Llama-3.2-3B-Instruct config.json (tie_word_embeddings: true)"),
     ModelSpec("llama-3.1-405b", "meta-llama/Llama-3.1-405B", 126, 16384, 128, 8, 53248, 128256, 131072,
               aliases=("meta-llama/Llama-3.1-405B-Instruct", "meta-llama/Llama-3.1-405B-Instruct-FP8"),
               source="meta-llama/Llama-3.1-405B config.json"),
@@ -35,6 +40,8 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
               aliases=("Qwen/Qwen2.5-7B-Instruct",), source="Qwen/Qwen2.5-7B config.json"),
     ModelSpec("qwen2.5-72b", "Qwen/Qwen2.5-72B", 80, 8192, 64, 8, 29568, 152064, 131072,
               aliases=("Qwen/Qwen2.5-72B-Instruct",), source="Qwen/Qwen2.5-72B config.json"),
+    ModelSpec("qwen3-8b", "Qwen/Qwen3-8B", 36, 4096, 32, 8, 12288, 151936, 40960, explicit_head_dim=128,
+              aliases=("Qwen/Qwen3-8B-Base",), source="Qwen/Qwen3-8B config.json"),
     ModelSpec("qwen3-32b", "Qwen/Qwen3-32B", 64, 5120, 64, 8, 25600, 151936, 40960, explicit_head_dim=128,
               source="Qwen/Qwen3-32B config.json"),
     ModelSpec("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", 48, 2048, 32, 4, 6144, 151936, 40960, explicit_head_dim=128,
@@ -80,6 +87,9 @@ _MODELS: tuple[ModelSpec, ...] = (
               aliases=("meta-llama/Meta-Llama-3-70B-Instruct",)),
     ModelSpec("mistral-7b", "mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 14336, 32000, 32768,
               aliases=("mistralai/Mistral-7B-Instruct-v0.2",)),
+    # v0.3: v0.1's shape with a 32768-token vocabulary.
+    ModelSpec("mistral-7b-v0.3", "mistralai/Mistral-7B-v0.3", 32, 4096, 32, 8, 14336, 32768, 32768,
+              aliases=("mistralai/Mistral-7B-Instruct-v0.3",), source="mistralai/Mistral-7B-Instruct-v0.3 config.json"),
     ModelSpec("yi-34b", "01-ai/Yi-34B", 60, 7168, 56, 8, 20480, 64000, 4096),
     ModelSpec("yi-34b-200k", "01-ai/Yi-34B-200K", 60, 7168, 56, 8, 20480, 64000, 200000),
     ModelSpec("codellama-34b", "codellama/CodeLlama-34b-hf", 48, 8192, 64, 8, 22016, 32000, 16384,
@@ -179,9 +189,23 @@ def _index(specs: tuple) -> dict:
     return table
 
 
+def _repo_names(specs: tuple[ModelSpec, ...], taken: dict) -> dict:
+    """Hugging Face ids without their organisation ("Llama-3.3-70B-Instruct" for
+    "meta-llama/Llama-3.3-70B-Instruct"), as vLLM users often type them; a repository name
+    that two organisations share is left out (it would be a guess)."""
+    owners: dict[str, set] = {}
+    for spec in specs:
+        for key in (spec.hf_id, *spec.aliases):
+            if "/" in key:
+                owners.setdefault(key.split("/", 1)[1].lower(), set()).add(spec.name)
+    return {repo: next(s for s in specs if s.name == next(iter(names)))
+            for repo, names in owners.items() if len(names) == 1 and repo not in taken}
+
+
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}
 GPUS: dict[str, GPUSpec] = {g.name: g for g in _GPUS}
 _MODEL_KEYS = _index(_MODELS)
+_MODEL_KEYS.update(_repo_names(_MODELS, _MODEL_KEYS))
 _GPU_KEYS = _index(_GPUS)
 
 
@@ -194,7 +218,8 @@ def get_model(name: str) -> ModelSpec:
         if is_path_like(name):
             return load_hf_model(name)
         raise ConfigError("model", f"unknown model {name!r}",
-                          f"known: {', '.join(MODELS)}; `simulate models` lists them") from None
+                          f"known: {', '.join(MODELS)} (`simulate models` lists them); or pass the path of the "
+                          "model's Hugging Face config.json") from None
 
 
 def get_gpu(name: str) -> GPUSpec:

@@ -248,9 +248,16 @@ def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
         if key not in data:
             raise ConfigError(f"gpu.{key}", f"{path}: missing", "give the datasheet's dense figure")
 
+    # The figures GPUSpec needs positive (compute, memory, its bandwidth, PCIe) are refused here,
+    # in the file's own units and names, so one mistake reads one way whether it is 0 or -1.
+    positive = ("bf16_tflops", "hbm_gb_per_s", "memory_gb", "pcie_gb_per_s")
+
     def num(key: str, default: float = 0.0) -> float:
         value = data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        bad = isinstance(value, bool) or not isinstance(value, int | float)
+        if key in positive and (bad or not value > 0):
+            raise ConfigError(f"gpu.{key}", f"{path}: needs a positive number, got {value!r}")
+        if bad or value < 0:
             raise ConfigError(f"gpu.{key}", f"{path}: needs a non-negative number, got {value!r}")
         return float(value)
 

@@ -112,16 +112,38 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
 
 
 
-def load_config_file(path: Path) -> RunConfig:
+def load_config_file(path: Path, field: str = "--config") -> RunConfig:
+    """The RunConfig a run's ``config.json`` holds; ``field`` names the option (or command)
+    that passed it, in errors."""
+    path = Path(path)
+    if path.is_dir():
+        inside = path / "config.json"
+        raise ConfigError(field, f"{path} is a folder", f"pass {inside}" if inside.is_file() else
+                          "pass the config.json a run wrote (simulate run --out FOLDER writes FOLDER/config.json)")
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError("--config", f"{path} does not exist", "pass the config.json a run wrote") from None
+        raise ConfigError(field, f"{path} does not exist", "pass the config.json a run wrote") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError("--config", f"{path} is not valid JSON ({exc})") from None
+        raise ConfigError(field, f"{path} is not valid JSON ({exc})", "pass the config.json a run wrote") from None
     if not isinstance(data, dict):
-        raise ConfigError("--config", f"{path} must hold a JSON object")
+        raise ConfigError(field, f"{path} must hold a JSON object", "pass the config.json a run wrote")
     return RunConfig.from_dict(data)
+
+
+# Schedulers that take a token budget per iteration (prompt chunks); --chunk-size means nothing to the others.
+CHUNKING_SCHEDULERS = ("sarathi", "vllm-v1")
+
+
+def check_given(config: RunConfig, options: dict[str, Any]) -> None:
+    """Refuse options that were given but would do nothing in ``config`` (a silently ignored
+    flag makes two runs that look different the same)."""
+    if options.get("chunk_size") is not None and config.scheduler.name not in CHUNKING_SCHEDULERS:
+        raise ConfigError("--chunk-size", f"{config.scheduler.name} does not split prompts into chunks, so "
+                          "--chunk-size would do nothing", f"drop it, or use --scheduler {' or '.join(CHUNKING_SCHEDULERS)}")
+    if options.get("workload") is not None and options.get("trace") is not None:
+        raise ConfigError("--workload", f"--trace {options['trace']} gives the request lengths, so --workload "
+                          f"{options['workload']} would do nothing", "pass one of --workload and --trace")
 
 
 def alias_of(name: str) -> str:
@@ -190,6 +212,8 @@ def build_config(config_file: Path | None = None, **options: Any) -> RunConfig:
     options = resolve_aliases(options, base, from_file=config_file is not None)
     changes = {RUN_OPTIONS[k][0]: v for k, v in options.items() if v is not None}
     try:
-        return base.replace(**changes)
+        config = base.replace(**changes)
     except TypeError as exc:  # a field the dataclass does not have
         raise ConfigError("options", str(exc)) from None
+    check_given(config, options)
+    return config

@@ -64,6 +64,20 @@ def available_bytes() -> int | None:
     return available
 
 
+_BINARY_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def format_bytes(num_bytes: float, min_unit: str = "GiB") -> str:
+    """A byte count in the largest binary unit (from ``min_unit`` up) that keeps it >= 1,
+    one decimal, thousands separators: ``format_bytes(5.8e15) == "5.2 PiB"``."""
+    index = _BINARY_UNITS.index(min_unit)
+    value = num_bytes / 1024**index
+    while abs(value) >= 1024 and index < len(_BINARY_UNITS) - 1:
+        value /= 1024
+        index += 1
+    return f"{value:,.1f} {_BINARY_UNITS[index]}"
+
+
 def check_run_fits(num_requests: int, available: int | None = None,
                    bytes_per_request: int = BYTES_PER_REQUEST) -> int:
     """Refuse, in one line with the figures and the fix, a run that will not fit in memory.
@@ -77,8 +91,8 @@ def check_run_fits(num_requests: int, available: int | None = None,
         fits = max(1, available // bytes_per_request)
         raise ConfigError(
             "--num-requests",
-            f"{num_requests:,} requests need about {need / GiB:.1f} GiB ({bytes_per_request:,} bytes each) "
-            f"but {available / GiB:.1f} GiB of memory is available",
+            f"{num_requests:,} requests need about {format_bytes(need)} ({bytes_per_request:,} bytes each) "
+            f"but {format_bytes(available)} of memory is available",
             f"use --num-requests {fits:,} or fewer, or a machine with more memory")
     return need
 

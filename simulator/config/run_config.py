@@ -40,6 +40,9 @@ ENGINE_PRESETS = ("ideal", "handset", "vllm-2023-splitwise", "sarathi-2023-vidur
 # Weight dtypes and their bytes per parameter, scales included (simulator.config.precision): int4 is
 # group-wise (128) with one bf16 scale per group; nvfp4/mxfp4 carry a scale per 16/32 values.
 WEIGHT_DTYPE_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.items()}
+# A request rate above this is a mistake (an inf or 1e300 typed for "as fast as possible"),
+# not a load: --arrival burst sends every request at once.
+MAX_QPS = 1e6
 KV_CACHE_DTYPES = KV_CACHE_FORMATS
 # Kernel prices: the calibrated roofline, or an engine backend's measured kernel tables
 # (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates
@@ -47,11 +50,14 @@ KV_CACHE_DTYPES = KV_CACHE_FORMATS
 KERNEL_TABLES = ("roofline", "vllm", "sglang", "trtllm")
 
 
-def _positive(section: str, name: str, value: float | int | None, *, allow_none: bool = False) -> None:
+def _positive(section: str, name: str, value: float | int | None, *, allow_none: bool = False,
+              flag: str | None = None) -> None:
+    """``flag``: the command-line option that sets the field, where it is not ``--<name>``."""
     if value is None and allow_none:
         return
     if value is None or (isinstance(value, float) and math.isnan(value)) or value <= 0:
-        raise ConfigError(f"{section}.{name}", f"must be positive, got {value}", f"pass --{name.replace('_', '-')} > 0")
+        raise ConfigError(f"{section}.{name}", f"must be positive, got {value}",
+                          f"pass {flag or '--' + name.replace('_', '-')} > 0")
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ class ReplicaConfig:
         _positive("replica", "tp", self.tp)
         _positive("replica", "pp", self.pp)
         _positive("replica", "block_size", self.block_size)
-        _positive("replica", "num_nodes", self.num_nodes)
+        _positive("replica", "num_nodes", self.num_nodes, flag="--nodes")
         _positive("replica", "max_model_len", self.max_model_len, allow_none=True)
         _positive("replica", "num_gpu_blocks", self.num_gpu_blocks, allow_none=True)
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -276,6 +282,9 @@ class WorkloadConfig:
             raise ConfigError("workload.arrival", f"unknown arrival process {self.arrival!r}", f"known: {', '.join(ARRIVALS)}")
         if self.arrival in ("poisson", "gamma", "fixed"):
             _positive("workload", "qps", self.qps)
+            if not self.qps <= MAX_QPS:  # inf, or a rate no server sees; NaN was refused above
+                raise ConfigError("workload.qps", f"must be a finite rate of at most {MAX_QPS:g} requests/s, got "
+                                  f"{self.qps:g}", "pass --qps N, or --arrival burst for every request at t=0")
         _positive("workload", "cv", self.cv)
         _positive("workload", "num_requests", self.num_requests)
         _positive("workload", "prompt_tokens", self.prompt_tokens)
@@ -333,7 +342,7 @@ class RunConfig:
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
             raise ConfigError("speculative", f"must be a SpeculativeConfig or None, got {type(self.speculative).__name__}",
                               "build it with SpeculativeConfig(...) or --speculative-config")
-        _positive("cluster", "num_replicas", self.num_replicas)
+        _positive("cluster", "num_replicas", self.num_replicas, flag="--replicas")
         if self.prefill_pool is not None or self.decode_pool is not None or self.mixed_pool is not None:
             from simulator.config.disagg_layout import canonical_pool, layout_of
 

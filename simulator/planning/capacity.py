@@ -12,6 +12,12 @@ TTFT <= ``goodput_ttft_s`` and whose largest TBT gap <= ``tbt_s``, DistServe-sty
 >= ``min_goodput``). Quantiles are over finished requests, as :mod:`simulator.report.metrics`
 computes them; rejected requests only count (as misses) in goodput.
 
+``criterion="goodput"`` searches on DistServe's (OSDI'24) definition instead: the largest
+QPS at which at least ``min_goodput`` (default 90%) of all requests meet both the TTFT SLO
+``goodput_ttft_s`` and the TPOT SLO ``goodput_tpot_s`` (default: ``tbt_s``); the TBT and
+scheduling-delay limits are then reported, not judged. Every trial reports its goodput either
+way, so the default answer shows it at capacity too.
+
 Search: one *trial* simulates ``num_requests`` (2048 by default at the CLI) Poisson arrivals
 at a QPS and checks the SLO. Trials are bracketed by doubling/halving from a start QPS, then
 bisected until the bracket's relative gap ``(fail - pass) / fail`` is <= ``rel_tol``
@@ -60,6 +66,8 @@ if TYPE_CHECKING:  # pandas loads for tables, not for a search
     import pandas as pd
 
 RATE_ARRIVALS = ("poisson", "gamma", "fixed")
+CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
+DEFAULT_GOODPUT_TARGET = 0.9  # DistServe: 90% of requests meet both SLOs
 
 
 @dataclass(frozen=True)
@@ -74,8 +82,21 @@ class SLO:
     ttft_quantile: float = 99.0
     min_goodput: float | None = None  # optional: share of requests meeting goodput_ttft_s and tbt_s
     goodput_ttft_s: float = 2.0
+    # "tbt": Sarathi-Serve's limits above; "goodput": DistServe's share of requests meeting TTFT and TPOT.
+    criterion: str = "tbt"
+    # A good request's TPOT limit; None: its largest TBT gap <= tbt_s instead (criterion "goodput": tbt_s).
+    goodput_tpot_s: float | None = None
 
     def __post_init__(self) -> None:
+        if self.criterion not in CRITERIA:
+            raise ConfigError("slo.criterion", f"unknown criterion {self.criterion!r}", f"use one of {', '.join(CRITERIA)}")
+        if self.criterion == "goodput":  # DistServe's defaults: 90% of requests, TPOT held to the TBT limit
+            if self.min_goodput is None:
+                object.__setattr__(self, "min_goodput", DEFAULT_GOODPUT_TARGET)
+            if self.goodput_tpot_s is None:
+                object.__setattr__(self, "goodput_tpot_s", self.tbt_s)
+        if self.goodput_tpot_s is not None and not (math.isfinite(self.goodput_tpot_s) and self.goodput_tpot_s > 0):
+            raise ConfigError("slo.goodput_tpot_s", f"must be a positive number of seconds, got {self.goodput_tpot_s}")
         for name in ("tbt_s", "sched_delay_s", "goodput_ttft_s"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
@@ -89,13 +110,21 @@ class SLO:
         if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
             raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
 
+    @property
+    def good_request(self) -> str:
+        """What a request must meet to count in goodput."""
+        second = (f"TPOT <= {self.goodput_tpot_s:g}s" if self.goodput_tpot_s is not None
+                  else f"max TBT <= {self.tbt_s:g}s")
+        return f"TTFT <= {self.goodput_ttft_s:g}s, {second}"
+
     def describe(self) -> str:
-        parts = [f"P{self.tbt_quantile:g} TBT <= {self.tbt_s:g}s",
-                 f"P{self.sched_delay_quantile:g} scheduling delay <= {self.sched_delay_s:g}s"]
+        parts = [] if self.criterion == "goodput" else [
+            f"P{self.tbt_quantile:g} TBT <= {self.tbt_s:g}s",
+            f"P{self.sched_delay_quantile:g} scheduling delay <= {self.sched_delay_s:g}s"]
         if self.ttft_s is not None:
             parts.append(f"P{self.ttft_quantile:g} TTFT <= {self.ttft_s:g}s")
         if self.min_goodput is not None:
-            parts.append(f"goodput >= {self.min_goodput:.0%} (TTFT <= {self.goodput_ttft_s:g}s, max TBT <= {self.tbt_s:g}s)")
+            parts.append(f"goodput >= {self.min_goodput:.0%} ({self.good_request})")
         return ", ".join(parts)
 
 
@@ -208,6 +237,7 @@ class CapacityReport:
             "ttft_s_p50_at_capacity": self.at_capacity_mean("ttft_s_p50"),
             "ttft_s_p99_at_capacity": self.at_capacity_mean("ttft_s_p99"),
             "sched_delay_s_q_at_capacity": self.at_capacity_mean("sched_delay_s_q"),
+            "goodput_fraction_at_capacity": self.at_capacity_mean("goodput_fraction"),
             "reason": "; ".join(sorted({s.reason for s in self.seeds})),
             "slo": self.slo.describe(),
         }
@@ -315,6 +345,33 @@ class ArrivalWatch:
             reason = self.certain_otherwise(now_at)
             if reason is not None:
                 raise simulation.StopRun(reason)
+
+
+class TTFTWatch(ArrivalWatch):
+    """Stops a trial once more than ``(1 - attainment) * n`` requests have certainly missed
+    the TTFT SLO (first token later than ``ttft_s`` after arrival, or still none that late):
+    its goodput (or SLO attainment) is then certain to fall below ``attainment``."""
+
+    def __init__(self, ttft_s: float, attainment: float, num_checks: int = 32) -> None:
+        self.ttft_s, self.attainment, self.num_checks = ttft_s, attainment, num_checks
+        self.num_late, self.num_requests = 0, 1
+
+    def threshold(self, num_requests: int) -> int:
+        return math.floor((1.0 - self.attainment) * num_requests + 1e-9) + 1
+
+    def is_late(self, req: Request, now_at: float) -> bool:
+        if req.reject_reason is not None:
+            return True
+        if req.first_token_at is not None:
+            return req.first_token_at - req.arrival_at > self.ttft_s
+        return now_at - req.arrival_at > self.ttft_s
+
+    def is_settled(self, req: Request) -> bool:
+        return req.reject_reason is not None or req.first_token_at is not None
+
+    def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
+        self.num_late, self.num_requests = late, num_requests  # the bound a caller may report
+        return f"{late} of {num_requests} requests already missed TTFT {self.ttft_s:g}s"
 
 
 class GapsAbove:
@@ -425,8 +482,14 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     certain to fail (``early_exit``; on the TBT limit too with ``tbt_early_exit``)."""
     start = time.perf_counter()
     cfg = config.replace(workload__qps=qps)
-    watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile, tbt_s=slo.tbt_s if tbt_early_exit else None,
-                          tbt_quantile=slo.tbt_quantile) if early_exit else None
+    if not early_exit:
+        watch = None
+    elif slo.criterion == "goodput":  # certain to miss the goodput target once too many are late for TTFT
+        assert slo.min_goodput is not None
+        watch = TTFTWatch(slo.goodput_ttft_s, slo.min_goodput)
+    else:
+        watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile, tbt_s=slo.tbt_s if tbt_early_exit else None,
+                              tbt_quantile=slo.tbt_quantile)
     result = simulation.simulate(cfg, watch=watch, record_iterations=False)  # a trial judges requests and gaps
     cols = request_columns(result)  # numpy columns: a trial needs no pandas
     status = cols["status"]
@@ -444,7 +507,11 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     ttft = cols["ttft_s"][is_finished]
     ttft_q = _quantile(ttft, slo.ttft_quantile)
     max_tbt = cols["max_tbt_s"]
-    good = is_finished & (cols["ttft_s"] <= slo.goodput_ttft_s) & (np.where(np.isnan(max_tbt), 0.0, max_tbt) <= slo.tbt_s)
+    if slo.goodput_tpot_s is not None:  # DistServe: TTFT and TPOT (no TPOT for a one-token output: it meets it)
+        second_ok = np.where(np.isnan(cols["tpot_s"]), 0.0, cols["tpot_s"]) <= slo.goodput_tpot_s
+    else:
+        second_ok = np.where(np.isnan(max_tbt), 0.0, max_tbt) <= slo.tbt_s
+    good = is_finished & (cols["ttft_s"] <= slo.goodput_ttft_s) & second_ok
     goodput = float(good.mean())
     num_finished = int(is_finished.sum())
     reasons = []
@@ -452,9 +519,10 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         first = cols["reject_reason"][0] if len(status) else ""
         reasons.append(f"every request was rejected ({first})")
     else:
-        if tbt_q > slo.tbt_s:
+        judged = slo.criterion != "goodput"  # under goodput, TBT and scheduling delay are reported only
+        if judged and tbt_q > slo.tbt_s:
             reasons.append(f"P{slo.tbt_quantile:g} TBT {format_against(tbt_q, slo.tbt_s)}s > {slo.tbt_s:g}s")
-        if sched_q > slo.sched_delay_s:
+        if judged and sched_q > slo.sched_delay_s:
             reasons.append(f"P{slo.sched_delay_quantile:g} scheduling delay "
                            f"{format_against(sched_q, slo.sched_delay_s)}s > {slo.sched_delay_s:g}s")
         if slo.ttft_s is not None and ttft_q > slo.ttft_s:
@@ -489,9 +557,11 @@ def min_iteration_s(config: RunConfig) -> float:
 def impossible_reason(config: RunConfig, slo: SLO) -> str | None:
     """Why no QPS can meet ``slo`` on ``config``, when that is certain before any trial."""
     floor = min_iteration_s(config)
-    if floor > slo.tbt_s:
-        return (f"capacity 0: the TBT SLO {slo.tbt_s:g}s is below the fastest possible iteration "
-                f"({format_against(floor * 1e3, slo.tbt_s * 1e3)} ms for a lone decode on {config.replica.model}/{config.replica.gpu} "
+    name, limit = ("TPOT", slo.goodput_tpot_s) if slo.criterion == "goodput" else ("TBT", slo.tbt_s)
+    assert limit is not None
+    if floor > limit:
+        return (f"capacity 0: the {name} SLO {limit:g}s is below the fastest possible iteration "
+                f"({format_against(floor * 1e3, limit * 1e3)} ms for a lone decode on {config.replica.model}/{config.replica.gpu} "
                 f"tp={config.replica.tp} pp={config.replica.pp}), so no QPS can meet it")
     return None
 

@@ -33,12 +33,11 @@ from simulator.config.disagg_layout import layout_of, num_gpus_of
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.engine.replica import memory_shortfall
-from simulator.planning.capacity import ArrivalWatch
+from simulator.planning.capacity import TTFTWatch
 from simulator.planning.search import Limits, largest_passing
 from simulator.report.disagg_metrics import slo_attainment
 from simulator.report.metrics import request_frame
 from simulator.util.interrupts import WorkerPool
-from simulator.workload.request import Request
 
 DEFAULT_TAUS = (256, 512, 1024, 2048)
 
@@ -76,6 +75,10 @@ class GoodputResult:
     trials: list[tuple[float, float]] = field(default_factory=list)
     wall_s: float = 0.0
     rel_tol: float = 0.05  # how finely rate_qps was bisected
+    # Bisected only coarsely below a better layout of its family (branch and bound): rate_qps is
+    # then a lower bound, the true rate in [rate_qps, failed_qps), never ranked beside exact rates.
+    coarse: bool = False
+    failed_qps: float | None = None  # the lowest rate that failed (None: none did)
 
     @property
     def goodput_per_gpu(self) -> float:
@@ -89,33 +92,7 @@ class GoodputResult:
                 "num_replicas": cfg.num_replicas if not cfg.is_disaggregated else 0,
                 "scheduler": cfg.scheduler.name if not cfg.is_disaggregated else "disagg",
                 "chunk_size": cfg.scheduler.chunk_size or 0, "num_trials": len(self.trials), "rel_tol": self.rel_tol,
-                "reason": self.reason}
-
-
-class TTFTWatch(ArrivalWatch):
-    """Stops a trial once more than ``(1 - attainment) * n`` requests have certainly missed
-    the TTFT SLO (first token later than ``ttft_s`` after arrival, or still none that late)."""
-
-    def __init__(self, ttft_s: float, attainment: float, num_checks: int = 32) -> None:
-        self.ttft_s, self.attainment, self.num_checks = ttft_s, attainment, num_checks
-        self.num_late, self.num_requests = 0, 1
-
-    def threshold(self, num_requests: int) -> int:
-        return math.floor((1.0 - self.attainment) * num_requests + 1e-9) + 1
-
-    def is_late(self, req: Request, now_at: float) -> bool:
-        if req.reject_reason is not None:
-            return True
-        if req.first_token_at is not None:
-            return req.first_token_at - req.arrival_at > self.ttft_s
-        return now_at - req.arrival_at > self.ttft_s
-
-    def is_settled(self, req: Request) -> bool:
-        return req.reject_reason is not None or req.first_token_at is not None
-
-    def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
-        self.num_late, self.num_requests = late, num_requests  # the bound attainment_at reports
-        return f"{late} of {num_requests} requests already missed TTFT {self.ttft_s:g}s"
+                "coarse": self.coarse, "failed_qps": self.failed_qps, "reason": self.reason}
 
 
 def attainment_at(config: RunConfig, qps: float, slo: GoodputSLO, early_exit: bool = True) -> float:
@@ -154,12 +131,14 @@ def goodput_search(config: RunConfig, slo: GoodputSLO, label: str = "", family: 
         found = largest_passing(passes, incumbent_qps, replace(limits, rel_tol=rel_tol), failed_qps=incumbent_qps,
                                 num_tried=1)
         res.reason = "below the best so far (coarse): "
+        res.coarse = True
     lo, hi = found.passed_qps, found.failed_qps
     if lo is None and found.stop == "none_passes":
         res.reason = f"misses the SLO down to {hi:.3g} QPS"
     elif hi is None and found.stop == "max_qps":
         res.reason = f"meets the SLO up to the search limit {max_qps:g} QPS"
     res.rate_qps = lo or 0.0
+    res.failed_qps = hi
     if lo and hi:
         res.reason += f"passes at {lo:.4g}, fails at {hi:.4g} QPS"
     res.rel_tol = rel_tol

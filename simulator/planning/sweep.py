@@ -163,6 +163,8 @@ def _coerce(where: str, name: str, value: Any) -> Any:
 def load_sweep_file(path: Path) -> dict[str, Any]:
     """A sweep file's raw content (TOML, or YAML if PyYAML is installed)."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError("sweep", f"{path} is a folder, not a sweep file", "pass a .toml sweep file")
     if not path.is_file():
         raise ConfigError("sweep", f"{path} does not exist", "pass a .toml sweep file")
     text = path.read_text()

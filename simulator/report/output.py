@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
@@ -44,29 +42,16 @@ def check_format(fmt: str) -> None:
         raise ConfigError("--format", f"unknown format {fmt!r}", f"use one of {', '.join(FORMATS)}")
 
 
-def check_out_dir(out_dir: Path) -> None:
-    """Refuse an output folder that cannot be written, before any work is done.
+# What a run folder holds: a folder holding only these (an earlier run) may be replaced whole.
+RUN_FILES = ("config.json", "summary.json", "requests.*", "iterations.*", "stages.*", "handoff.*")
 
-    Creates the folder (as writing would) and writes and removes a probe file in it, so a
-    path under a file, a read-only place or a pseudo-filesystem (``/proc/x``) fails here in
-    one line rather than after a long run.
-    """
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError("--out", f"{out_dir} exists and is not a folder", "pass a folder path")
-    for parent in out_dir.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ConfigError("--out", f"{out_dir} is under {parent}, which is a file", "pass a folder path")
-            break
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=out_dir)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError("--out", f"cannot write to {out_dir} ({exc.strerror or exc})",
-                          "pass a folder you can write to") from None
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse a run's output folder before any work is done: it must be new, empty or an
+    earlier run's (:func:`simulator.util.paths.check_out_dir`); nothing is created."""
+    from simulator.util.paths import check_out_dir as check
+
+    check(out_dir, "--out", replaceable=RUN_FILES)
 
 
 def write_table(df: pd.DataFrame, path_stem: Path, fmt: str) -> Path:

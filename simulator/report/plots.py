@@ -416,7 +416,7 @@ def plot_run(path: Path, out: Path) -> list[Path]:
     from simulator.simulation import simulate
 
     path = Path(path)
-    config = load_config_file(path / "config.json" if path.is_dir() else path)
+    config = load_config_file(path / "config.json" if path.is_dir() else path, field="plot run")
     result = simulate(config)
     out = Path(out)
     label = config.scheduler.name

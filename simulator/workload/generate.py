@@ -635,6 +635,17 @@ def clip_lengths(prompt: np.ndarray, output: np.ndarray, limit: int) -> tuple[np
     return np.maximum(prompt - cut_prompt, 1), np.maximum(output - cut_output, 1)
 
 
+def replayable_rows(cfg: WorkloadConfig) -> int:
+    """How many rows of ``cfg.trace`` a replay (``--arrival trace``) can use: every row, less
+    those ``max_total_tokens`` drops (clipped rows stay). What ``num_requests`` defaults to
+    at the command line for a replay, so a trace replays whole unless told otherwise."""
+    assert cfg.trace is not None
+    trace = load_trace(cfg.trace)
+    if cfg.max_total_tokens is None or cfg.over_length == "clip":
+        return len(trace)
+    return int((trace.num_prompt_tokens + trace.num_output_tokens <= cfg.max_total_tokens).sum())
+
+
 def _lengths_from_trace(cfg: WorkloadConfig, rng: np.random.Generator
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str]:
     assert cfg.trace is not None

@@ -1,0 +1,177 @@
+"""Checking the paths a command reads and writes before it works, and writing outputs whole.
+
+Every command that reads a file or writes one calls these checks first, so a wrong path
+costs one line and exit code 2 (a :class:`~simulator.config.errors.ConfigError`) before
+any simulation, never a traceback after it:
+
+- :func:`check_out_dir`: an output folder is new, empty, or (``replaceable``) holds only
+  what an earlier run of the same command wrote; never a file, never under a file, and
+  its nearest existing folder is writable. Nothing is created by the check.
+- :func:`check_out_file`: an output file is not a folder and its folder can be written.
+- :func:`check_in_file` / :func:`check_in_dir`: an input exists and is of the right kind.
+
+Outputs are then written whole or not at all: :func:`atomic_dir` and :func:`atomic_file`
+hand out a temporary path beside the target and rename it into place only when writing
+ended normally. Any exception (Ctrl-C's ``KeyboardInterrupt`` included) removes the
+temporary path and any folder the writer created on the way, so the target is as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from simulator.config.errors import ConfigError
+
+TMP_PREFIX = ".servesim-tmp-"
+
+
+def _nearest_existing(path: Path, field: str, what: str) -> Path:
+    """The nearest existing ancestor of ``path``; a file there means ``path`` cannot be made."""
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(field, f"{path} is under {parent}, which is a file", f"pass a {what} path")
+            return parent
+    return Path("/")  # unreachable: the root exists
+
+
+def _check_writable(folder: Path, path: Path, field: str, what: str) -> None:
+    """Write and remove a probe file in ``folder`` (a pseudo-filesystem such as ``/proc``
+    passes ``os.access`` but refuses files)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot write {path} ({exc.strerror or exc})",
+                          f"pass a {what} path you can write to") from None
+
+
+def check_out_dir(path: Path | str, field: str = "--out", replaceable: Iterable[str] = (),
+                  existing_ok: bool = False) -> Path:
+    """Refuse an output folder that cannot be written whole, before any work.
+
+    The folder may be new or empty; it may also hold files matching the ``replaceable``
+    glob patterns (what an earlier run of the same command wrote: it is replaced as a
+    whole), or anything (``existing_ok``: figures added beside an input, a resumable
+    sweep). Creates nothing.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(field, f"{path} exists and is a file", "pass a folder path")
+    if path.is_dir():
+        if not existing_ok:
+            patterns = tuple(replaceable)
+            others = sorted(p.name for p in path.iterdir()
+                            if not any(fnmatch.fnmatch(p.name, pat) for pat in patterns))
+            if others:
+                shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+                raise ConfigError(field, f"{path} already holds other files ({shown})",
+                                  "pass a new or empty folder")
+        _check_writable(path, path, field, "folder")
+        _check_writable(_nearest_existing(path, field, "folder"), path, field, "folder")
+    else:
+        _check_writable(_nearest_existing(path, field, "folder"), path, field, "folder")
+    return path
+
+
+def check_out_file(path: Path | str, field: str = "--out") -> Path:
+    """Refuse an output file path that is a folder or cannot be written, before any work."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(field, f"{path} is a folder", "pass a file path, e.g. " + str(path / "out.json"))
+    _check_writable(_nearest_existing(path, field, "file"), path, field, "file")
+    return path
+
+
+def check_in_file(path: Path | str, field: str, hint: str = "") -> Path:
+    """Refuse an input file that is missing or a folder."""
+    path = Path(path)
+    if path.is_dir():
+        inside = [p.name for p in sorted(path.iterdir())[:3]] if os.access(path, os.R_OK) else []
+        raise ConfigError(field, f"{path} is a folder, not a file",
+                          hint or (f"pass a file inside it ({', '.join(inside)})" if inside else "pass a file"))
+    if not path.exists():
+        raise ConfigError(field, f"{path} does not exist", hint or "pass an existing file")
+    return path
+
+
+def check_in_dir(path: Path | str, field: str, hint: str = "") -> Path:
+    """Refuse an input folder that is missing or a file."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(field, f"{path} is a file, not a folder", hint or "pass a folder")
+    if not path.exists():
+        raise ConfigError(field, f"{path} does not exist", hint or "pass an existing folder")
+    return path
+
+
+def _made_parents(path: Path) -> list[Path]:
+    """Create ``path``'s missing parent folders; return those created, deepest first."""
+    missing = [p for p in path.absolute().parents if not p.exists()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return missing  # parents() runs deepest first
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # deepest first
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+@contextlib.contextmanager
+def atomic_dir(target: Path | str) -> Iterator[Path]:
+    """Yield a temporary folder beside ``target``; rename it to ``target`` when the block ends
+    normally (an existing ``target``, which :func:`check_out_dir` allowed, is replaced as a
+    whole). On any exception the temporary folder and the parents made for it are removed
+    and ``target`` is untouched."""
+    target = Path(target)
+    made = _made_parents(target)
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + target.name + "-", dir=target.parent))
+    tmp.chmod(0o777 & ~_umask())  # as a plain mkdir would make it (mkdtemp's is private)
+    try:
+        yield tmp
+        if target.is_dir():
+            old = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + target.name + "-old-", dir=target.parent))
+            os.rename(target, old / "d")  # aside, then the new one in place, then the old one gone
+            os.rename(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(made)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_file(target: Path | str) -> Iterator[Path]:
+    """Yield a temporary file path beside ``target`` (same suffix, so writers that go by it
+    still do); ``os.replace`` it onto ``target`` when the block ends normally, remove it
+    (and the parents made for it) on any exception."""
+    target = Path(target)
+    made = _made_parents(target)
+    fd, name = tempfile.mkstemp(prefix=TMP_PREFIX + target.stem + "-", suffix=target.suffix, dir=target.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        tmp.chmod(0o666 & ~_umask())  # as a plain open() would make it (mkstemp's is private)
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        _remove_empty(made)
+        raise

@@ -1,0 +1,16 @@
+"""Numbers in sentences: counts with their noun ("1 request", "1,000,000 requests").
+(Byte sizes: :func:`simulator.config.resources.format_bytes`.)"""
+
+from __future__ import annotations
+
+
+def plural(num: int | float, word: str, many: str | None = None) -> str:
+    """``word`` for one, else ``many`` (default: ``word + "s"``)."""
+    return word if num == 1 else (many or word + "s")
+
+
+def count(num: int | float, word: str, many: str | None = None) -> str:
+    """``num`` with thousands separators and its noun: ``count(1, "request") == "1 request"``,
+    ``count(1_000_000, "request") == "1,000,000 requests"``."""
+    shown = f"{int(num):,}" if float(num).is_integer() else f"{num:,.3g}"
+    return f"{shown} {plural(num, word, many)}"

@@ -1,0 +1,269 @@
+"""Issue 30: what a new user, a capacity planner and a vLLM user ran into, each as a check.
+
+Flags that would do nothing are refused in one line (or the header says what was used),
+traces replay whole, model names resolve (or are refused with a hint) instead of silently
+becoming another model, capacity shows TTFT and goodput at capacity and searches on
+DistServe's goodput with one flag, rankings keep coarse bounds apart, and piped output
+keeps its lines whole.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.config.catalog import MODELS, get_model
+from simulator.config.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def simulate(*args: str, columns: int = 80) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": str(columns)}
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=120)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2, proc.stderr + proc.stdout
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def four_rows(tmp_path: Path) -> Path:
+    path = tmp_path / "four.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,100,10\n0.5,200,20\n1.0,50,5\n1.2,300,8\n")
+    return path
+
+
+# -- bad input catalogue (issue 30): each a one-line refusal naming the flag ---------------------------------------
+BAD_INPUT = [
+    (["--chunk-size", "256", "--scheduler", "vllm"], "--chunk-size"),
+    (["--chunk-size", "256", "--scheduler", "orca"], "--chunk-size"),
+    (["--chunk-size", "256", "--scheduler", "fastertransformer"], "--chunk-size"),
+    (["--workload", "fixed", "--trace", "{trace}"], "--workload"),
+    (["--qps", "1e300"], "qps"),
+    (["--qps", "nan"], "qps"),
+    (["--replicas", "0"], "--replicas"),
+    (["--model", "gpt-5"], "config.json"),
+    (["--gpu", "{gpu_zero}"], "bf16_tflops"),
+    (["--gpu", "{gpu_negative}"], "bf16_tflops"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_naming_the_flag(tmp_path: Path, four_rows: Path, args: list[str], needle: str) -> None:
+    for name, value in (("gpu_zero", 0), ("gpu_negative", -1)):
+        (tmp_path / f"{name}.toml").write_text(f'bf16_tflops = {value}\nhbm_gb_per_s = 2000\nmemory_gb = 80\n')
+    places = {"trace": str(four_rows), "gpu_zero": str(tmp_path / "gpu_zero.toml"),
+              "gpu_negative": str(tmp_path / "gpu_negative.toml")}
+    line = one_line_error(simulate("run", "--no-progress", *(a.format(**places) for a in args)))
+    assert needle in line, line
+    if "--replicas" in args:
+        assert "--num-replicas" not in line
+
+
+def test_qps_inf_is_said_to_mean_every_request_at_once() -> None:
+    # vLLM's --request-rate inf: every request at t=0; the workload line says what was used.
+    res = runner.invoke(app, ["run", "--qps", "inf", "--num-requests", "4", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "burst (all at t=0)" in [ln for ln in res.stdout.splitlines() if ln.startswith("workload:")][0]
+
+
+def test_a_gpu_file_with_no_compute_is_described_one_way(tmp_path: Path) -> None:
+    from simulator.config.catalog import get_gpu
+
+    messages = []
+    for value in (0, -1, "'x'"):
+        path = tmp_path / f"g{len(messages)}.toml"
+        path.write_text(f"bf16_tflops = {value}\nhbm_gb_per_s = 2000\nmemory_gb = 80\n")
+        with pytest.raises(ConfigError) as err:
+            get_gpu(str(path))
+        messages.append(str(err.value).replace(str(path), "PATH"))
+    assert messages[0].replace("0", "V") == messages[1].replace("-1", "V")
+    assert all(m.startswith("gpu.bf16_tflops: PATH: needs a positive number") for m in messages), messages
+
+
+def test_trace_without_trace_arrivals_says_poisson_over_its_lengths(four_rows: Path) -> None:
+    res = runner.invoke(app, ["run", "--trace", str(four_rows), "--num-requests", "6", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "Poisson arrivals over the trace's lengths" in res.stdout
+
+
+def test_a_trace_replays_whole_by_default(four_rows: Path, tmp_path: Path) -> None:
+    import json
+
+    res = runner.invoke(app, ["run", "--trace", str(four_rows), "--arrival", "trace", "--no-progress",
+                              "--out", str(tmp_path / "o"), "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["num_requests"] == 4
+    # Told otherwise, it replays the first rows.
+    res = runner.invoke(app, ["run", "--trace", str(four_rows), "--arrival", "trace", "--num-requests", "2", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["num_requests"] == 2
+
+
+# -- names -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "short"), [
+    ("Llama-3.3-70B-Instruct", "llama-3.3-70b"),
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.3-70b"),
+    ("Qwen/Qwen3-8B", "qwen3-8b"),
+    ("Qwen3-8B", "qwen3-8b"),
+    ("Mistral-7B-Instruct-v0.3", "mistral-7b-v0.3"),
+    ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b-v0.3"),
+    ("Llama-3.2-3B-Instruct", "llama-3.2-3b"),
+    ("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b"),
+    ("Llama-3.1-70B-Instruct", "llama-3.1-70b"),  # a repository name alone finds its organisation's id
+])
+def test_model_names_resolve_to_their_own_entry(name: str, short: str) -> None:
+    assert get_model(name).name == short
+
+
+# Published parameter counts (billions) the new entries' shapes must give, within 2%.
+PUBLISHED = {
+    "llama-3.3-70b": (70.6, "HF meta-llama/Llama-3.3-70B-Instruct model page, 70.6B params"),
+    "qwen3-8b": (8.2, "Qwen3-8B model card: Number of Parameters 8.2B"),
+    "mistral-7b-v0.3": (7.25, "HF mistralai/Mistral-7B-Instruct-v0.3 model page, 7.25B params"),
+    "llama-3.2-3b": (3.21, "HF meta-llama/Llama-3.2-3B-Instruct model page, 3.21B params"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_new_entries_match_published_counts_and_name_a_source(name: str) -> None:
+    m = MODELS[name]
+    assert m.num_params / 1e9 == pytest.approx(PUBLISHED[name][0], rel=0.02)
+    assert "config.json" in m.source and name == name.lower()
+
+
+def test_llama_33_is_not_llama_31() -> None:
+    assert get_model("meta-llama/Llama-3.3-70B-Instruct") is not get_model("llama-3.1-70b")
+
+
+def test_unknown_model_says_a_config_json_path_works() -> None:
+    with pytest.raises(ConfigError) as err:
+        get_model("Llama-9-1T")
+    assert "config.json" in str(err.value)
+
+
+def test_sweep_of_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
+    line = one_line_error(simulate("sweep", str(tmp_path)))
+    assert "is a folder" in line and "does not exist" not in line
+
+
+def test_plot_run_of_a_bad_file_does_not_blame_config(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("not json")
+    line = one_line_error(simulate("plot", "run", str(bad)))
+    assert "--config" not in line and "plot run" in line
+
+
+def test_run_header_shows_engine_ep_and_dtype() -> None:
+    res = runner.invoke(app, ["run", "--num-requests", "5", "--no-progress", "--dtype", "fp8", "--engine", "vllm-v1",
+                              "--scheduler", "vllm-v1"])
+    assert res.exit_code == 0, res.output
+    header = res.stdout.splitlines()[0]
+    for word in ("engine vllm-v1", "ep=1", "dtype fp8"):
+        assert word in res.stdout, (word, header)
+
+
+# -- capacity: TTFT and goodput at capacity, and the goodput criterion --------------------------------------------
+CAP = ["capacity", "--num-requests", "60", "--rel-tol", "0.3", "--max-trials", "6", "--workers", "1"]
+
+
+def test_capacity_prints_p99_ttft_and_goodput_at_capacity() -> None:
+    import json
+
+    res = runner.invoke(app, CAP)
+    assert res.exit_code == 0, res.output
+    last = [ln for ln in res.stdout.splitlines() if ln.startswith("capacity ")][0]
+    assert "P99 TTFT" in last and "goodput" in last
+    data = json.loads(runner.invoke(app, [*CAP, "--json"]).stdout)
+    assert 0 <= data["goodput_fraction_at_capacity"] <= 1 and data["ttft_s_p99_at_capacity"] > 0
+
+
+def test_capacity_goodput_criterion_searches_on_distserve_goodput() -> None:
+    import json
+
+    res = runner.invoke(app, [*CAP, "--criterion", "goodput", "--goodput-ttft-slo", "1.5", "--goodput-tpot-slo",
+                              "0.05", "--min-goodput", "0.8", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["slo_settings"]["criterion"] == "goodput"
+    trials = data["trials"]
+    assert trials and any(t["passed"] for t in trials) and any(not t["passed"] for t in trials)
+    for t in trials:  # the verdict is the goodput target alone (a trial stopped early certainly misses it)
+        if not t["stopped_early"]:
+            assert t["passed"] == (t["goodput_fraction"] >= 0.8), t
+        else:
+            assert not t["passed"] and "TTFT" in t["reason"]
+    assert data["goodput_fraction_at_capacity"] >= 0.8
+    assert "goodput >= 80%" in data["slo"] and "TPOT <= 0.05s" in data["slo"]
+
+
+def test_goodput_criterion_refuses_a_bad_target() -> None:
+    res = runner.invoke(app, [*CAP, "--criterion", "goodput", "--min-goodput", "1.5"])
+    assert isinstance(res.exception, ConfigError) and "min_goodput" in str(res.exception)
+    res = runner.invoke(app, [*CAP, "--criterion", "ttft"])
+    assert isinstance(res.exception, ConfigError) and "criterion" in str(res.exception)
+
+
+# -- disagg rankings never mix coarse bounds with exact rates -----------------------------------------------------
+def test_split_table_puts_coarse_bounds_apart() -> None:
+    from simulator.cli.disagg import ranked_sections
+    from simulator.config.run_config import RunConfig
+    from simulator.planning.split import GoodputResult, results_frame
+
+    cfg = RunConfig()
+    exact = GoodputResult("a", "disagg", cfg, 2, rate_qps=4.0, rel_tol=0.05)
+    bound = GoodputResult("b", "disagg", cfg, 2, rate_qps=3.0, rel_tol=0.25, coarse=True, failed_qps=3.9,
+                          reason="below the best so far (coarse): passes at 3, fails at 3.9 QPS")
+    other = GoodputResult("c", "vllm", cfg, 2, rate_qps=1.0, rel_tol=0.05)
+    ranked, bounds = ranked_sections(results_frame([bound, exact, other]))
+    assert list(ranked["label"]) == ["a", "c"] and list(bounds["label"]) == ["b"]
+
+
+def test_split_help_promises_no_plot() -> None:
+    out = runner.invoke(app, ["disagg", "split", "--help"], env={"COLUMNS": "300"}).stdout
+    assert "plot" not in out
+
+
+# -- piped output ---------------------------------------------------------------------------------------------------
+def test_piped_header_and_warning_are_whole_lines() -> None:
+    heavy = ["run", "--model", "mistral-7b", "--workload", "fixed", "--prompt-tokens", "2048", "--output-tokens", "64",
+             "--qps", "20", "--num-requests", "100", "--no-progress", "--replicas", "1"]
+    proc = simulate(*heavy, columns=80)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = [ln for ln in lines if "mistral-7b on" in ln]
+    assert len(header) == 1 and "sarathi" in header[0] and "1 replica" in header[0] and "replica(s)" not in header[0]
+    warning = [ln for ln in lines if "load exceeds capacity" in ln]
+    assert len(warning) == 1 and warning[0].rstrip().endswith("(same options)")
+
+
+def test_counts_have_plurals_and_thousands_separators() -> None:
+    res = runner.invoke(app, ["run", "--num-requests", "1", "--no-progress"])
+    assert res.exit_code == 0
+    assert "1 requests" not in res.stdout and re.search(r"\b1 finished\b", res.stdout)
+    from simulator.config.resources import format_bytes
+    from simulator.util.text import count
+
+    assert count(1, "request") == "1 request" and count(1_000_000, "request") == "1,000,000 requests"
+    assert format_bytes(5401670.9 * 2**30) == "5.2 PiB" and format_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def test_models_respects_columns_when_piped() -> None:
+    proc = simulate("models", columns=100)
+    assert proc.returncode == 0
+    assert max(len(ln) for ln in proc.stdout.splitlines()) <= 100
+    words = set(re.split(r"[\s│┃,·]+", proc.stdout))
+    assert all(m.name in words and m.hf_id in words for m in MODELS.values())

@@ -16,8 +16,8 @@ This module reads it the way its README asks (:func:`read_silicon`):
 and turns each row into a closed-loop :class:`~simulator.config.run_config.RunConfig`
 (:func:`row_config`): the client's concurrency as ``workload.concurrency``, fixed lengths at
 the nominal ISL/OSL, a warm-up of one request per user left out of the figures, and the
-engine's layout. What the simulator cannot express (a model or GPU outside the catalog,
-attention data parallelism, a disaggregated row without worker counts, ...) raises
+engine's layout (attention DP and expert parallelism included). What the simulator cannot
+express (a model outside the catalog, a disaggregated row without worker counts, ...) raises
 :class:`Unexpressible` with the reason, so a validation report lists every row it skipped.
 
 Choices stated (not in the data): the scheduler is ``vllm-v1`` (chunked prefill, one token
@@ -159,32 +159,45 @@ def _dtypes(row: Any) -> tuple[str, str]:
     return gemm, kv
 
 
-def _layout(row: Any, prefix: str, is_moe: bool) -> tuple[int, int, int]:
-    """(tp, pp, ep) of one engine; attention DP and MoE splits other than EP within TP refused."""
-    tp, pp = _int(getattr(row, f"{prefix}tp_size")), _int(getattr(row, f"{prefix}pp_size"), 1)
+def _layout(row: Any, prefix: str, is_moe: bool) -> tuple[int, int, int, int]:
+    """(tp, pp, attention_dp, ep) of one engine (README item 8: the MoE layers over all
+    ``tp x adp x pp`` GPUs as ``moe_tp x moe_ep``); other MoE splits are refused."""
+    tp, pp = _int(getattr(row, f"{prefix}tp_size")), _int(getattr(row, f"{prefix}pp_size"), 1) or 1
     adp = _int(getattr(row, f"{prefix}attention_dp_size"), 1)
     if tp is None or tp < 1:
         raise Unexpressible(f"{prefix or 'agg '}tp_size not given")
-    if adp is not None and adp > 1:
-        raise Unexpressible(f"attention data parallelism ({prefix}attention_dp_size={adp}) is not modelled")
-    if adp == 0:
-        raise Unexpressible(f"{prefix}attention_dp_size=0 (odd gtl layout)")
+    if adp is None or adp < 1:
+        raise Unexpressible(f"{prefix}attention_dp_size={adp} (odd gtl layout)")
     ep = 1
     if is_moe:
         ep = _int(getattr(row, f"{prefix}moe_ep_size"), 1) or 1
-        moe_tp = _int(getattr(row, f"{prefix}moe_tp_size"), tp)
-        if ep < 1 or (moe_tp or 1) * ep != tp * (pp or 1) or ep > tp:
-            raise Unexpressible(f"MoE split moe_tp={moe_tp} x moe_ep={ep} over tp={tp} x pp={pp} is not EP within TP")
-    return tp, pp or 1, ep
+        moe_tp = _int(getattr(row, f"{prefix}moe_tp_size"), tp * adp) or 1
+        if moe_tp * ep != tp * adp * pp:
+            raise Unexpressible(f"MoE split moe_tp={moe_tp} x moe_ep={ep} is not the tp x adp x pp = {tp * adp * pp} GPUs")
+    elif adp > 1:
+        raise Unexpressible(f"attention DP (adp={adp}) on a dense model")
+    return tp, pp, adp, ep
+
+
+def _nodes(tp: int, num_gpus: int) -> dict[str, Any]:
+    """An engine over more GPUs than a node holds spans nodes (TP inside the NVLink domain where
+    it is larger than one node, as on an NVL72 rack; the config decides what the GPU allows)."""
+    from simulator.config.topology import MAX_GPUS_PER_NODE
+
+    if num_gpus <= MAX_GPUS_PER_NODE:
+        return {}
+    return {"replica__num_nodes": -(-num_gpus // MAX_GPUS_PER_NODE),
+            "replica__allow_tp_across_nodes": tp > MAX_GPUS_PER_NODE}
 
 
 def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None = None, budget: int = DEFAULT_BUDGET,
-               engine: str | None = None, cost_model: str | None = None, kv_link: str = "infiniband-400g",
-               extra: dict[str, Any] | None = None) -> RunConfig:
+               range_ratio: float = 0.0, engine: str | None = None, cost_model: str | None = None,
+               kv_link: str = "infiniband-400g", extra: dict[str, Any] | None = None) -> RunConfig:
     """A closed-loop run of one silicon row (a row of :func:`read_silicon`'s frame, as
     ``itertuples`` gives it): ``concurrency`` users, one warm-up request each, then
     ``requests_per_user`` measured requests each (at most ``max_requests`` in all, warm-up
-    included). ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels). Raises
+    included), lengths banded by ``range_ratio`` around ISL/OSL (0: exactly the nominal
+    lengths). ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels). Raises
     :class:`Unexpressible` with the reason."""
     from simulator.config.catalog import get_model
     from simulator.config.run_config import RunConfig
@@ -205,22 +218,28 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         "scheduler__name": "vllm-v1", "scheduler__max_num_batched_tokens": budget,
         "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
         "workload__arrival": "burst", "workload__num_requests": total,
-        "workload__concurrency": concurrency, "workload__num_warmup": warmup,
+        "workload__concurrency": concurrency, "workload__num_warmup": warmup, "workload__range_ratio": range_ratio,
     }
     if row.mode == "agg":
-        tp, pp, ep = _layout(row, "", is_moe)
-        batch = _int(row.batch_size, concurrency) or concurrency
+        tp, pp, adp, ep = _layout(row, "", is_moe)
+        batch = -(-concurrency // adp)  # per attention-DP rank (README item 6)
         changes.update({"replica__tp": tp, "replica__pp": pp, "replica__ep": ep,
                         "scheduler__max_num_seqs": max(DEFAULT_MAX_NUM_SEQS, batch)})
+        if adp > 1:
+            changes["replica__attention_dp"] = adp
+        changes.update(_nodes(tp, tp * pp * adp))
     elif row.mode == "disagg":
         pw, dw = _int(row.prefill_num_workers), _int(row.decode_num_workers)
         if pw is None or dw is None:
             raise Unexpressible("disaggregated row without worker counts (older dumps lack them)")
-        ptp, ppp, pep = _layout(row, "prefill_", is_moe)
-        dtp, dpp, dep = _layout(row, "decode_", is_moe)
-        if pep != dep:
-            raise Unexpressible(f"prefill ep={pep} and decode ep={dep} differ (pools take the run's ep)")
-        seqs = max(DEFAULT_MAX_NUM_SEQS, -(-concurrency // dw))
+        ptp, ppp, padp, pep = _layout(row, "prefill_", is_moe)
+        dtp, dpp, dadp, dep = _layout(row, "decode_", is_moe)
+        if (padp, pep) != (dadp, dep):
+            raise Unexpressible(f"prefill (adp={padp}, ep={pep}) and decode (adp={dadp}, ep={dep}) differ "
+                                "(pools take the run's attention DP and ep)")
+        seqs = max(DEFAULT_MAX_NUM_SEQS, -(-concurrency // (dw * dadp)))
+        if dadp > 1:
+            changes["replica__attention_dp"] = dadp
         changes.update({"replica__tp": dtp, "replica__ep": dep,
                         "prefill_pool": f"{pw}x(tp={ptp},pp={ppp},gpu={gpu},sched=vllm-v1,budget={budget})",
                         "decode_pool": f"{dw}x(tp={dtp},pp={dpp},gpu={gpu},sched=vllm-v1,budget={budget},seqs={seqs})",

@@ -1,0 +1,79 @@
+"""AIConfigurator's silicon rows read as their README asks, and turned into closed-loop runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.calibrate.silicon import Unexpressible, data_path, read_silicon, row_config, source_fields
+
+
+@pytest.fixture(scope="module")
+def silicon(shared_data):
+    return read_silicon(data_path(shared_data))
+
+
+@pytest.fixture(scope="module")
+def shared_data():  # module scope: the CSV is read once for these tests
+    from tests.conftest import SHARED_DATA
+
+    if not data_path(SHARED_DATA).is_file():
+        pytest.skip("../shared/data/validation/aiconfigurator is not present")
+    return SHARED_DATA
+
+
+def test_wip_rows_dropped_and_duplicates_kept_once(silicon):
+    kept, dropped = silicon
+    assert len(kept) + len(dropped) == 3092
+    assert not kept["wip"].any()
+    assert (dropped["wip"]).sum() == 174  # the README's count
+    assert not kept.duplicated(["silicon_ttft_ms", "silicon_tpot_ms"]).any()
+    copies = dropped[~dropped["wip"]]
+    assert len(copies) > 0
+    # Every dropped copy's measurement is still there once.
+    pairs = set(zip(kept["silicon_ttft_ms"], kept["silicon_tpot_ms"], strict=True))
+    assert all(p in pairs for p in zip(copies["silicon_ttft_ms"], copies["silicon_tpot_ms"], strict=True))
+
+
+def test_concurrency_comes_from_the_source():
+    fields = source_fields("db-dump/2026-04-27; config_id=733; silicon_concurrency=128; measured=x; wip=False")
+    assert fields["silicon_concurrency"] == "128" and fields["wip"] == "False"
+
+
+def test_an_agg_row_becomes_its_closed_loop(silicon):
+    kept, _ = silicon
+    rows = kept[(kept["model_path"] == "meta-llama/Llama-3.1-70B") & (kept["mode"] == "agg")
+                & (kept["system"] == "h100_sxm")]
+    row = next(rows.itertuples())
+    config = row_config(row)
+    w = config.workload
+    assert config.replica.model == "llama-3.1-70b" and config.replica.gpu == "h100-sxm"
+    assert config.replica.tp == int(row.tp_size)
+    assert w.concurrency == int(row.concurrency) and w.num_warmup == w.concurrency
+    assert (w.prompt_tokens, w.output_tokens) == (int(row.isl), int(row.osl))
+    assert w.arrival == "burst" and config.scheduler.name == "vllm-v1"
+
+
+def test_unexpressible_rows_say_why(silicon):
+    kept, _ = silicon
+    minimax = next(kept[kept["model_path"].str.contains("MiniMax")].itertuples())
+    with pytest.raises(Unexpressible, match="not in the catalog"):
+        row_config(minimax)
+    old_disagg = kept[(kept["mode"] == "disagg") & kept["prefill_num_workers"].isna()]
+    with pytest.raises(Unexpressible, match="worker counts"):
+        row_config(next(old_disagg.itertuples()))
+
+
+def test_a_row_runs(silicon):
+    from simulator.report.benchmark import benchmark_metrics
+    from simulator.report.metrics import request_columns
+    from simulator.simulation import simulate
+
+    kept, _ = silicon
+    rows = kept[(kept["model_path"] == "Qwen/Qwen3-32B") & (kept["mode"] == "agg") & (kept["concurrency"] <= 16)
+                & (kept["family"] != "gtl")]
+    config = row_config(next(rows.itertuples()), requests_per_user=2, range_ratio=0.1)
+    result = simulate(config)
+    m = benchmark_metrics(result, request_columns(result))
+    assert m["completed"] == config.workload.num_requests - config.workload.num_warmup
+    assert m["max_concurrent_requests"] <= config.workload.concurrency
+    assert m["mean_ttft_ms"] > 0 and m["mean_tpot_ms"] > 0

@@ -113,6 +113,7 @@ class TableCostModel(TabulatedCostModel):
         self._kv_dtype = KV_DTYPES.get(replica.kv_cache_dtype, replica.kv_cache_dtype)
         self._gemm_curves: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._decode_curves: dict[int, tuple[list[float], list[float], list[float], float]] = {}
+        self._prefill_rows: dict[int, tuple[list[float], list[float], list[float], float, float]] = {}
         self._load_gemm()
         self._load_attention()
         self._load_moe()
@@ -378,14 +379,38 @@ class TableCostModel(TabulatedCostModel):
                 self._prefill_grid, self.prefill_source = grid, why
                 self._prefill_max_isl = float(grid.b[-1])
 
+    def _prefill_row(self, b: int) -> tuple[list[float], list[float], list[float], float, float]:
+        """Prefill attention of ``b`` sequences over the grid's prompt lengths (linear between
+        measured batch sizes, :meth:`Grid2D.row`), as plain lists for the per-iteration lookup:
+        (log lengths, log latencies, latencies, largest measured length, largest length)."""
+        row = self._prefill_rows.get(b)
+        if row is None:
+            g = self._prefill_grid
+            vals, limit, beyond = g.row(float(b))
+            vals = isotonic(vals)
+            row = self._prefill_rows[b] = (g.lb.tolist(), np.log(vals).tolist(), vals.tolist(),
+                                           0.0 if beyond else limit, float(g.b[-1]))
+        return row
+
     def _prefill_one(self, pairs: float, num_prefills: int, num_tokens: int, kv_tokens: float) -> float:
         if self._prefill_grid is None:
             return self.rf._attention_prefill(pairs, kv_tokens, num_tokens)
+        # the prompt length whose causal pairs, num_prefills times, are the batch's
         isl = (math.sqrt(1.0 + 8.0 * pairs / num_prefills) - 1.0) / 2.0
-        value, extrapolated = self._prefill_grid.at(float(num_prefills), isl)
-        if extrapolated:
+        lx, ly, ys, limit, top = self._prefill_row(num_prefills)
+        if isl > limit:
             self._count("attn_prefill")
-        return value
+        if isl >= top:  # past the grid: the last length scaled by the roofline
+            b = num_prefills
+            edge = self.rf._attention_prefill(b * top * (top + 1) / 2, b * top, int(b * top))
+            return ys[-1] * self.rf._attention_prefill(pairs, num_prefills * isl, int(num_prefills * isl)) / edge
+        la = math.log(isl) if isl > 0 else lx[0]
+        if la <= lx[0]:
+            return ys[0]
+        j = bisect_right(lx, la) - 1
+        if la == lx[j]:
+            return ys[j]
+        return math.exp(ly[j] + (la - lx[j]) / (lx[j + 1] - lx[j]) * (ly[j + 1] - ly[j]))
 
     def attention_prefill(self, shape: BatchShape) -> float:
         if shape.num_prefills == 0:

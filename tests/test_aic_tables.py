@@ -181,6 +181,25 @@ def test_moe_and_mla_models_load(aic) -> None:  # noqa: ANN001
     assert mla.iteration_time(BatchShape.from_requests(decodes=[2000] * 16)) > 0
 
 
+def test_sliding_window_layers_use_the_window_kernel_rows(aic) -> None:  # noqa: ANN001
+    from simulator.costmodel import CostModel, load_cost_model
+
+    m = _model(aic, model="gpt-oss-120b", tp=2)
+    assert set(m._window_grids) == {"generation", "context"}  # 128-token window rows measured on H100
+    full = _model(aic, model="llama-3.1-8b")  # same machinery, no window layers
+    long_kv = BatchShape.from_requests(decodes=[30000] * 16)
+    short_kv = BatchShape.from_requests(decodes=[300] * 16)
+    # half the layers attend over 128 keys: the per-layer mean grows about half as fast with context
+    growth = m.attention_decode(long_kv) / m.attention_decode(short_kv)
+    assert 1.0 < growth < full.attention_decode(long_kv) / full.attention_decode(short_kv)
+    cm = load_cost_model("roofline", ReplicaConfig(model="gpt-oss-120b", gpu="h100-sxm", tp=2, kernels="vllm"), "vllm-v1")
+    kv = [500 + 3 * i for i in range(40)]
+    for m_steps in (20, 120):
+        args = (40, sum(kv), sum(x * x for x in kv), max(kv), m_steps)
+        assert cm.decode_stretch_times(*args) == CostModel.decode_stretch_times(cm, *args)
+    assert cm._stretch_ok
+
+
 def test_heldout_error_of_a_small_family(aic) -> None:  # noqa: ANN001
     from simulator.calibrate.aic_heldout import heldout
 

@@ -190,8 +190,8 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
 - vLLM has no MLA core tables here (only whole-module `mla_*_module_perf` rows, keyed by model name): DeepSeek
   attention under `--kernels vllm` is priced by the roofline (a note says so at load).
 - gpt-oss in bf16: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`); with `--dtype bf16`
-  its experts are priced by the roofline. Sliding-window layers cap the KV length (the window rows of the
-  attention tables are not used).
+  its experts are priced by the roofline (`--dtype mxfp4` finds them). Its sliding-window layers use the
+  128-token window rows where a table has them (H100 all backends, B200 TRT-LLM), else keys capped at the window.
 - The expert-parallel all-to-all and the LM head's vocab gather are the roofline's (no tables here);
   NCCL tables are not used (the custom all-reduce table is, for TP 2/4/8; other TP degrees: roofline).
 - A prefill batch is priced as `num_prefills` sequences with the batch's causal pairs (chunks over a

@@ -14,6 +14,8 @@ measurement where the tables have one:
 - **decode attention** by (batch, KV length, ...): for ``n`` decodes, the measured latencies
   at ``n`` (log-interpolated between batch sizes) over KV lengths become a piecewise-linear
   function of the batch's total KV tokens (built once per ``n``, a bisect per iteration);
+- sliding-window layers (gpt-oss) from the window kernel's own rows where the tables have them,
+  else each query's keys capped at the window on the full-attention rows;
 - **MLA** (DeepSeek) attention cores from the ``context_mla`` / ``generation_mla`` tables;
 - **fused MoE** by (tokens, hidden, intermediate, top-k, experts, moe_tp, moe_ep, dtype,
   routing distribution), the measured kernel including routing, activation and permutation;
@@ -319,27 +321,30 @@ class TableCostModel(TabulatedCostModel):
         return np.where(t > 0, out, 0.0)
 
     # -- attention ---------------------------------------------------------------------------------------
-    def _attention_rows(self, table: str, mla: bool) -> tuple[dict[str, np.ndarray] | None, str]:
-        """The rows of ``table`` for this model's per-GPU attention shape, or (None, why not)."""
+    def _attention_rows(self, table: str, mla: bool, window: int = 0) -> tuple[dict[str, np.ndarray] | None, str]:
+        """The rows of ``table`` for this model's per-GPU attention shape (full attention, or the
+        sliding-window kernel of ``window`` tokens), or (None, why not)."""
         ref = T.find_table(self.system, self.backend, table, self.root)
         if ref is None:
             return None, f"no {table} table"
         if mla:
             flt = (("num_heads", "==", self.heads_per_gpu), ("kv_cache_dtype", "==", self._kv_dtype))
-            dtype = "bfloat16"
         else:
             flt = (("num_heads", "==", self.heads_per_gpu), ("num_key_value_heads", "==", self.kv_heads_per_gpu),
                    ("head_dim", "==", self.model.head_dim), ("kv_cache_dtype", "==", self._kv_dtype))
-            dtype = "bfloat16"
         cols = ("batch_size", "isl", "step", "window_size", "latency")
-        src, d = T.read_source_rows(ref, dtype, cols, flt)
+        src, d = T.read_source_rows(ref, "bfloat16", cols, flt)
         if src is None:
             shape = (f"{self.heads_per_gpu} heads" if mla else
                      f"{self.heads_per_gpu} heads / {self.kv_heads_per_gpu} KV heads / head dim {self.model.head_dim}")
             return None, f"no {table} rows for {shape} with {self._kv_dtype} KV"
-        if d["window_size"] is not None:  # full attention rows (sliding windows are capped below)
-            keep = d["window_size"] == 0
+        if d["window_size"] is not None:
+            keep = d["window_size"] == window
             d = {k: (v[keep] if isinstance(v, np.ndarray) and v.shape == keep.shape else v) for k, v in d.items()}
+        elif window:
+            return None, f"no {table} rows with a {window}-token window"
+        if window and len(d["latency"]) < 4:
+            return None, f"no {table} rows with a {window}-token window"
         self.versions["attention" if not mla else "mla"] = ref.version
         return d, src
 
@@ -363,8 +368,11 @@ class TableCostModel(TabulatedCostModel):
         return Grid2D([float(b) for b in np.unique(batch)], rows, roof)
 
     def _load_attention(self) -> None:
+        """Full-attention grids, and for sliding-window layers the window kernel's own grids
+        where measured (else those layers' keys are capped at the window on the full grids)."""
         mla = self.mla
         self._decode_grid = self._prefill_grid = None
+        self._window_grids: dict[str, Grid2D] = {}
         for phase in ("generation", "context"):
             table = f"{phase}_mla" if mla else f"{phase}_attention"
             d, why = self._attention_rows(table, mla)
@@ -377,27 +385,31 @@ class TableCostModel(TabulatedCostModel):
                 self._decode_grid, self.decode_source = grid, why
             else:
                 self._prefill_grid, self.prefill_source = grid, why
-                self._prefill_max_isl = float(grid.b[-1])
+            if self.sliding_fraction and not mla:
+                dw, _ = self._attention_rows(table, mla, window=self.sliding_window)
+                if dw is not None:
+                    self._window_grids[phase] = self._grid(dw, decode=phase == "generation")
 
-    def _prefill_row(self, b: int) -> tuple[list[float], list[float], list[float], float, float]:
+    def _prefill_row(self, b: int, window: bool = False) -> tuple[list[float], list[float], list[float], float, float]:
         """Prefill attention of ``b`` sequences over the grid's prompt lengths (linear between
         measured batch sizes, :meth:`Grid2D.row`), as plain lists for the per-iteration lookup:
         (log lengths, log latencies, latencies, largest measured length, largest length)."""
-        row = self._prefill_rows.get(b)
+        row = self._prefill_rows.get((b, window))
         if row is None:
-            g = self._prefill_grid
+            g = self._window_grids["context"] if window else self._prefill_grid
             vals, limit, beyond = g.row(float(b))
             vals = isotonic(vals)
-            row = self._prefill_rows[b] = (g.lb.tolist(), np.log(vals).tolist(), vals.tolist(),
-                                           0.0 if beyond else limit, float(g.b[-1]))
+            row = self._prefill_rows[b, window] = (g.lb.tolist(), np.log(vals).tolist(), vals.tolist(),
+                                                   0.0 if beyond else limit, float(g.b[-1]))
         return row
 
-    def _prefill_one(self, pairs: float, num_prefills: int, num_tokens: int, kv_tokens: float) -> float:
+    def _prefill_one(self, pairs: float, num_prefills: int, num_tokens: int, kv_tokens: float,
+                     window: bool = False) -> float:
         if self._prefill_grid is None:
             return self.rf._attention_prefill(pairs, kv_tokens, num_tokens)
         # the prompt length whose causal pairs, num_prefills times, are the batch's
         isl = (math.sqrt(1.0 + 8.0 * pairs / num_prefills) - 1.0) / 2.0
-        lx, ly, ys, limit, top = self._prefill_row(num_prefills)
+        lx, ly, ys, limit, top = self._prefill_row(num_prefills, window)
         if isl > limit:
             self._count("attn_prefill")
         if isl >= top:  # past the grid: the last length scaled by the roofline
@@ -417,11 +429,15 @@ class TableCostModel(TabulatedCostModel):
             return 0.0
         t = self._prefill_one(shape.prefill_attn_pairs, shape.num_prefills, shape.num_prefill_tokens,
                               shape.prefill_kv_tokens)
-        if self.sliding_fraction:  # window layers: each query sees at most `window` keys
-            w = self.sliding_window
-            local = self._prefill_one(min(shape.prefill_attn_pairs, shape.num_prefill_tokens * w), shape.num_prefills,
-                                      shape.num_prefill_tokens,
-                                      min(shape.prefill_kv_tokens, shape.num_prefill_tokens + shape.num_prefills * w))
+        if self.sliding_fraction:  # window layers: the window kernel, or each query's keys capped at the window
+            if "context" in self._window_grids:
+                local = self._prefill_one(shape.prefill_attn_pairs, shape.num_prefills, shape.num_prefill_tokens,
+                                          shape.prefill_kv_tokens, window=True)
+            else:
+                w = self.sliding_window
+                local = self._prefill_one(min(shape.prefill_attn_pairs, shape.num_prefill_tokens * w),
+                                          shape.num_prefills, shape.num_prefill_tokens,
+                                          min(shape.prefill_kv_tokens, shape.num_prefill_tokens + shape.num_prefills * w))
             t += self.sliding_fraction * (local - t)
         return t
 
@@ -434,14 +450,16 @@ class TableCostModel(TabulatedCostModel):
             c = self._decode_curves[n] = self._build_decode_curve(n)
         return c[0], c[1], c[2]
 
-    def _build_decode_curve(self, n: int) -> tuple[list[float], list[float], list[float], float]:
+    def _curve(self, grid: Grid2D | None, n: int) -> tuple[list[float], list[float], list[float], float]:
+        """(knots, values, slopes, largest measured KV length) of ``n`` decodes from ``grid``
+        (the roofline's own curve where None)."""
         rf = self.rf
-        if self._decode_grid is None:  # roofline: linear in KV tokens for plain attention; sampled otherwise
+        if grid is None:  # roofline: linear in KV tokens for plain attention; sampled otherwise
             s = np.unique(np.r_[np.geomspace(1, 1 << 21, 43).round(), 1 << 22])
             vals, limit = np.array([rf._attention_decode(float(n * x), n) for x in s]), math.inf
         else:
-            s = self._decode_grid.b
-            vals, limit, beyond = self._decode_grid.row(float(n))
+            s = grid.b
+            vals, limit, beyond = grid.row(float(n))
             if beyond:
                 limit = 0.0
         vals = isotonic(np.asarray(vals, dtype=np.float64))
@@ -452,22 +470,41 @@ class TableCostModel(TabulatedCostModel):
         last_slope = fs[-1] * (more - edge) / edge / xs[-1] if edge > 0 else 0.0
         slopes = [(fs[j + 1] - fs[j]) / (xs[j + 1] - xs[j]) if xs[j + 1] > xs[j] else 0.0 for j in range(len(xs) - 1)]
         slopes.append(last_slope)
-        if self.sliding_fraction:  # f + frac * (f(min(x, n w)) - f): piecewise linear on the union of knots
-            cap, frac = float(n * self.sliding_window), self.sliding_fraction
-
-            def full(x: float) -> float:
-                j = bisect_right(xs, x) - 1
-                return fs[j] + (x - xs[j]) * slopes[j]
-
-            knots = sorted(set(xs) | {cap})
-            vals2 = []
-            for x in knots:
-                f = full(x)
-                vals2.append(f + frac * (full(min(x, cap)) - f))
-            slopes2 = [(vals2[j + 1] - vals2[j]) / (knots[j + 1] - knots[j]) for j in range(len(knots) - 1)]
-            slopes2.append((1.0 - frac) * last_slope if cap <= knots[-1] else last_slope)
-            xs, fs, slopes = knots, vals2, slopes2
         return xs, fs, slopes, limit
+
+    def _build_decode_curve(self, n: int) -> tuple[list[float], list[float], list[float], float]:
+        xs, fs, slopes, limit = self._curve(self._decode_grid, n)
+        if not self.sliding_fraction:
+            return xs, fs, slopes, limit
+
+        def at(curve: tuple, x: float) -> float:
+            j = bisect_right(curve[0], x) - 1
+            return curve[1][j] + (x - curve[0][j]) * curve[2][j]
+
+        # f + frac * (local - f), local the window kernel's curve where measured, else f(min(x, n w)):
+        # piecewise linear on the union of both curves' knots.
+        full, frac = (xs, fs, slopes), self.sliding_fraction
+        if "generation" in self._window_grids:
+            window = self._curve(self._window_grids["generation"], n)
+            local_knots, local_last = window[0], window[2][-1]
+
+            def local(x: float) -> float:
+                return at(window, x)
+        else:
+            cap = float(n * self.sliding_window)
+            local_knots, local_last = [cap], 0.0
+
+            def local(x: float) -> float:
+                return at(full, min(x, cap))
+        knots = sorted(set(xs) | set(local_knots))
+        vals = []
+        for x in knots:
+            f = at(full, x)
+            vals.append(f + frac * (local(x) - f))
+        new_slopes = [(vals[j + 1] - vals[j]) / (knots[j + 1] - knots[j]) for j in range(len(knots) - 1)]
+        last = slopes[-1] if knots[-1] <= xs[-1] else at(full, knots[-1] + 1.0) - at(full, knots[-1])
+        new_slopes.append(last + frac * (local_last - last))
+        return knots, vals, new_slopes, limit
 
     def attention_decode(self, shape: BatchShape) -> float:
         n = shape.num_decodes

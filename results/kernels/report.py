@@ -34,8 +34,8 @@ MODELS = (  # (catalog model, tp, dtype, why this layout)
     ("llama-3.1-70b", 4, "bf16", "TP4"),
     ("qwen3-32b", 2, "bf16", "TP2"),
     ("qwen3-235b-a22b", 8, "bf16", "TP8 (470 GB of bf16 weights)"),
-    ("deepseek-v3", 8, "fp8", "TP8, FP8 weights (the published checkpoint)"),
-    ("gpt-oss-120b", 2, "bf16", "TP2 in bf16 (MXFP4 weights are not a run dtype yet)"),
+    ("deepseek-v3", 8, "fp8-block", "TP8, block-scaled FP8 weights (the published checkpoint)"),
+    ("gpt-oss-120b", 2, "mxfp4", "TP2, MXFP4 experts (the published checkpoint)"),
 )
 GPUS = ("h100-sxm", "b200")
 
@@ -189,8 +189,8 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
 
 - vLLM has no MLA core tables here (only whole-module `mla_*_module_perf` rows, keyed by model name): DeepSeek
   attention under `--kernels vllm` is priced by the roofline (a note says so at load).
-- gpt-oss in bf16: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`); with `--dtype bf16`
-  its experts are priced by the roofline (`--dtype mxfp4` finds them). Its sliding-window layers use the
+- gpt-oss: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`, TRT-LLM on Blackwell
+  `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. Its sliding-window layers use the
   128-token window rows where a table has them (H100 all backends, B200 TRT-LLM), else keys capped at the window.
 - The expert-parallel all-to-all and the LM head's vocab gather are the roofline's (no tables here);
   NCCL tables are not used (the custom all-reduce table is, for TP 2/4/8; other TP degrees: roofline).

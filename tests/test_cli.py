@@ -68,6 +68,13 @@ def test_json_summary(tmp_path: Path):
     (["--router", "fastest"], "cluster.router"),
     (["--seed", "-1"], "seed"),
     (["--engine", "vllm-9"], "engine"),
+    # issue 30: flags that would do nothing, absurd rates, the real flag's name, a folder for a file
+    (["--chunk-size", "256", "--scheduler", "vllm"], "--chunk-size"),
+    (["--workload", "fixed", "--trace", "/nonexistent/trace.csv"], "--workload"),
+    (["--qps", "1e300"], "qps"),
+    (["--replicas", "0"], "--replicas"),
+    (["--config", str(Path(__file__).resolve().parent)], "--config"),
+    (["--model", "Llama-9-1T"], "config.json"),
 ])
 def test_bad_input_is_one_line_and_nonzero(args, needle):
     proc = simulate_cli("run", "--no-progress", *args)

@@ -87,6 +87,8 @@ def _parameters() -> tuple[inspect.Parameter, ...]:
         if default is not None and "default" not in help_text:  # parentheses: [..] would read as rich markup
             help_text = f"{help_text.rstrip('.')} (default: {default})."
         names = [_flag(name), *(_flag(alias) for alias in OPTION_ALIASES.get(name, ()))]  # vLLM's spellings too
+        if typ is bool:  # named bool options get their --no- form only when asked for it
+            names[0] = f"{names[0]}/--no-{names[0][2:]}"
         annotation = Annotated[typ | None, typer.Option(*names, help=help_text, rich_help_panel="Run options")]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     for name, (typ, help_text) in DERIVED_OPTIONS.items():  # vLLM's options that set several fields

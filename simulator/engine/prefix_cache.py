@@ -1,0 +1,396 @@
+"""Automatic prefix caching: KV blocks named by the prefix they hold, shared and kept after use.
+
+vLLM V1's rule (``vllm/v1/core/kv_cache_manager.py``, ``block_pool.py``), on the simulator's
+block counts:
+
+- **Names.** A *full* block of prompt tokens is named by its prefix: equal names mean equal
+  tokens from the start of the prompt through the end of the block (vLLM chains a hash over
+  the block's tokens and its parent's hash). The simulator has no tokens; a request carries
+  the block hash ids of a trace (Mooncake: 512-token blocks, the last one partial; Weka: 64-token
+  blocks, full ones only), ``Request.block_hashes`` with ``Request.hash_block_size``, and
+  :func:`block_names` maps them onto the engine's blocks honestly: engine block ``k`` (tokens
+  ``[k*bs, (k+1)*bs)``) is named by the trace block that holds its last token and its end's
+  offset in that block. Equal trace id means equal prefix through that trace block, so equal
+  names mean equal prefixes; an engine block inside a trace block whose id differs is a miss
+  even if its tokens might agree (the trace cannot tell), so hits are counted at the trace's
+  granularity, never above it. Engine blocks past the hashed tokens (the partial tail, and
+  every generated token) have no name: they are never cached (vLLM caches decode blocks too;
+  a trace's next turn names that content in its own prompt hashes).
+- **Lookup at admission.** The longest run of cached blocks from the prompt's start is the
+  cache hit; it is capped at ``(num_known - 1) // bs`` blocks, since the last known token is
+  always computed to get logits (vLLM's ``max_cache_hit_length = num_tokens - 1``). So a
+  wholly cached prompt of ``k*bs + 1`` tokens runs 1 token, one of ``k*bs`` tokens runs its last
+  block again. ``num_computed`` starts at the hit; the scheduler's token budget covers only the
+  rest; the cost model prices the chunk with the hit as attention context (``kv_before``).
+  The walk costs O(hit blocks + 1) dictionary lookups: it never scans the cache.
+- **Sharing.** A hit block gains a reference; a block is free only when no request
+  references it.
+- **Freed blocks stay cached.** When its last reference goes, a computed named block joins an
+  LRU pool of evictable blocks (blocks of a request are freed last-block-first, so a shared
+  prefix is the most recently used part, as vLLM's ``free_blocks(reversed(...))``). A hit on
+  it takes it back out. An allocation takes an empty block if there is one and evicts the
+  least recently used cached block otherwise (any block, not only leaves: an evicted middle
+  block strands its descendants, unreachable by the longest-prefix walk, until they are
+  evicted in turn).
+- **When a block becomes visible.** A block is registered under its name when its request
+  is admitted, but it is a hit for others only once its owner has computed it
+  (``owner.num_computed >= block end``); vLLM caches a chunk's blocks when it schedules the
+  chunk, so a request admitted in the same step can share them. Here it waits until the chunk
+  has run (at most one iteration later). Two concurrent misses on the same name: the first
+  registered copy is the cached one; the other is an anonymous block (vLLM keeps both).
+
+Differences from vLLM V1, stated: (1) empty blocks are taken before any cached block is
+evicted (vLLM keeps one queue of free blocks in the order they were freed, so it may evict a
+cached block while an uncached freed block sits behind it in the queue); (2) the schedulers
+reserve a request's whole prompt at admission (the simulator's rule), where V1 allocates per
+scheduled chunk; (3) a request's admission check counts its hits (``can_admit(num_tokens,
+req)``): only hits on blocks other running requests hold lower the blocks it needs, as in
+V1's ``allocate_slots``.
+
+SGLang's radix cache (``policy="radix-lru"``, :class:`RadixBlockManager`): the same blocks and
+names, but only *leaves* are evicted (a cached block none of whose children is cached), LRU
+among them by last use, so a shared prefix stays while any branch below it does. SGLang caches
+at token granularity by default (``page_size=1``); here the granule is the engine block.
+
+Fast paths: the lockstep cohort and event skipping take decode blocks by lowering
+``num_free_blocks`` directly (:meth:`DecodeCohort.begin_step`, ``fast.skipping.apply``).
+``num_free_blocks`` here counts every block an allocation can get (empty *or* evictable), so
+their arithmetic holds unchanged; the evictions such allocations imply are made lazily, the
+least recently used first, at the next call into this class (:meth:`_reconcile`), which is
+before anything reads or changes the pool: the same blocks are evicted as if at once.
+Invariants: ``len(lru) <= num_free_blocks`` after every method; a name in the cache map is
+either referenced (``ref > 0``) or in the LRU pool; ``num_free_blocks`` plus the distinct
+blocks referenced by live requests equals ``num_blocks``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simulator.engine.kvcache import BlockManager
+
+if TYPE_CHECKING:
+    from simulator.workload.request import Request
+
+PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
+
+
+def block_names(block_hashes, hash_block_size: int, num_prompt_tokens: int, block_size: int) -> list[int]:  # noqa: ANN001
+    """Names of the engine's full prompt blocks that the trace's hash ids cover, in order.
+
+    Engine block ``k`` ends at token ``e = (k+1) * block_size``; the trace block holding token
+    ``e - 1`` is ``m = (e - 1) // hash_block_size``; the name is ``id[m] * hash_block_size + (e - m
+    * hash_block_size)`` (unique: the offset is in ``1..hash_block_size``). Only blocks ending
+    within the hashed tokens, ``min(len(ids) * hash_block_size, num_prompt_tokens)``, are named.
+    """
+    ids = np.asarray(block_hashes, dtype=np.int64)
+    hashed = min(len(ids) * hash_block_size, num_prompt_tokens)
+    n = hashed // block_size
+    if n <= 0:
+        return []
+    ends = np.arange(1, n + 1, dtype=np.int64) * block_size
+    m = (ends - 1) // hash_block_size
+    return (ids[m] * hash_block_size + (ends - m * hash_block_size)).tolist()
+
+
+class _Block:
+    """A named block: ``ref`` requests hold it; ``owner`` is the request computing it (None once
+    computed, known from ``owner.num_computed >= end``); ``end`` its last token + 1."""
+
+    __slots__ = ("name", "ref", "owner", "end", "parent", "num_children", "last_used")
+
+    def __init__(self, name: int, owner: Request | None, end: int, parent: _Block | None) -> None:
+        self.name = name
+        self.ref = 1
+        self.owner = owner
+        self.end = end
+        self.parent = parent  # the cached block before it (radix policy)
+        self.num_children = 0
+        self.last_used = 0
+
+
+class PrefixCachingBlockManager(BlockManager):
+    """:class:`BlockManager` with vLLM V1's automatic prefix caching (see the module doc).
+
+    Same interface: schedulers admit with :meth:`admit` (look up, share, allocate the rest)
+    and may pass the request to :meth:`can_admit` so its hits count. Counters:
+    ``num_queried_tokens`` / ``num_hit_tokens`` (every admission, vLLM's hit-rate counters),
+    ``num_evicted_blocks``.
+    """
+
+    __slots__ = ("_cache", "_lru", "_held", "_names_memo", "num_queried_tokens", "num_hit_tokens",
+                 "num_evicted_blocks")
+    policy = "vllm-lru"
+    _linked = False  # whether blocks track their parent and children (the radix policy)
+
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01) -> None:
+        super().__init__(num_blocks, block_size, watermark)
+        self._cache: dict[int, _Block] = {}  # name -> its registered block (referenced, or in _lru)
+        self._lru: OrderedDict[int, _Block] = OrderedDict()  # evictable cached blocks, least recent first
+        self._held: dict[int, list[_Block]] = {}  # request id -> registered blocks it references
+        self._names_memo: tuple[int, list[int]] = (-1, [])  # (request id, names): the blocked head asks often
+        self.num_queried_tokens = 0
+        self.num_hit_tokens = 0
+        self.num_evicted_blocks = 0
+
+    # -- pool ------------------------------------------------------------------------------
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks registered under a name (referenced or evictable)."""
+        return len(self._cache)
+
+    @property
+    def num_evictable_blocks(self) -> int:
+        self._reconcile()
+        return len(self._lru)
+
+    def _reconcile(self) -> None:
+        """Evict, least recently used first, the cached blocks that allocations made since the
+        last call took (free blocks fell below the evictable ones)."""
+        excess = len(self._lru) - self.num_free_blocks
+        if excess > 0:
+            self._evict(excess)
+
+    def _evict(self, num: int) -> None:
+        lru, cache = self._lru, self._cache
+        for _ in range(num):
+            name, _block = lru.popitem(last=False)
+            del cache[name]
+        self.num_evicted_blocks += num
+
+    def _release(self, block: _Block) -> None:
+        """A computed block's last reference went: it becomes evictable (most recent)."""
+        self._lru[block.name] = block
+
+    def _unregister(self, block: _Block) -> None:
+        del self._cache[block.name]
+
+    # -- lookup ----------------------------------------------------------------------------
+    def names_of(self, req: Request) -> list[int]:
+        if req.block_hashes is None:
+            return []
+        memo_id, names = self._names_memo
+        if memo_id != req.request_id:
+            names = block_names(req.block_hashes, req.hash_block_size, req.num_prompt_tokens, self.block_size)
+            self._names_memo = (req.request_id, names)
+        return names
+
+    def _lookup(self, req: Request, names: list[int]) -> list[_Block]:
+        """The longest run of computed cached blocks from the prompt's start, capped so the last
+        known token is computed."""
+        limit = (req.num_prompt_tokens + req.num_generated - 1) // self.block_size
+        if limit > len(names):
+            limit = len(names)
+        cache, hits = self._cache, []
+        for i in range(limit):
+            block = cache.get(names[i])
+            if block is None:
+                break
+            owner = block.owner
+            if owner is not None:
+                if owner.num_computed < block.end:
+                    break  # registered but not yet computed
+                block.owner = None
+            hits.append(block)
+        return hits
+
+    def cached_prefix_tokens(self, req: Request) -> int:
+        """Tokens of ``req``'s prompt a lookup now would find cached (a router's score)."""
+        self._reconcile()
+        return len(self._lookup(req, self.names_of(req))) * self.block_size
+
+    def can_admit(self, num_tokens: int, req: Request | None = None) -> bool:
+        if req is None or req.block_hashes is None:
+            return self.num_free_blocks - (-(-num_tokens // self.block_size)) >= self.watermark_blocks
+        self._reconcile()
+        hits = self._lookup(req, self.names_of(req))
+        referenced = 0
+        for block in hits:
+            if block.ref:
+                referenced += 1
+        # An evictable hit leaves the free pool, so only hits others hold save blocks.
+        return self.num_free_blocks - (-(-num_tokens // self.block_size)) + referenced >= self.watermark_blocks
+
+    # -- allocation ------------------------------------------------------------------------
+    def admit(self, req: Request, num_tokens: int) -> None:
+        """Allocate a request leaving ``waiting`` (holding no blocks, nothing computed): its
+        cached prefix is shared and counted as computed, the rest allocated and named."""
+        if req.num_blocks or req.block_hashes is None:
+            self.reserve(req, num_tokens)
+            self.num_queried_tokens += req.num_prompt_tokens + req.num_generated
+            return
+        self._reconcile()
+        names = self.names_of(req)
+        hits = self._lookup(req, names)
+        lru = self._lru
+        num_hits = len(hits)
+        num_taken = 0
+        for block in hits:
+            if not block.ref:  # evictable: a hit takes it out of the pool
+                del lru[block.name]
+                num_taken += 1
+            block.ref += 1
+        self.num_free_blocks -= num_taken
+        bs = self.block_size
+        total = -(-num_tokens // bs)
+        need = total - num_hits
+        assert need <= self.num_free_blocks, "KV block over-allocation"
+        self.num_free_blocks -= need
+        req.num_blocks = total
+        if len(lru) > self.num_free_blocks:
+            self._evict(len(lru) - self.num_free_blocks)
+        hit_tokens = num_hits * bs
+        req.num_computed = hit_tokens
+        if req.admitted_seq < 0:  # its first admission (the scheduler numbers it next): the traffic's hit
+            req.num_cached_tokens = hit_tokens
+        self.num_queried_tokens += req.num_prompt_tokens + req.num_generated
+        self.num_hit_tokens += hit_tokens
+        # Name the new prompt blocks (computed as the request's chunks run).
+        held = hits
+        cache = self._cache
+        stop = min(len(names), total)
+        new_names = names[num_hits:stop]
+        if new_names and cache.keys().isdisjoint(new_names):  # the common case: no copy of any name
+            parent = hits[-1] if hits else None
+            blocks = [_Block(name, req, end, None) for name, end in
+                      zip(new_names, range((num_hits + 1) * bs, (stop + 1) * bs, bs), strict=True)]
+            cache.update(zip(new_names, blocks, strict=True))
+            if self._linked:
+                for block in blocks:
+                    block.parent = parent
+                    self._link(block)
+                    parent = block
+            held.extend(blocks)
+        elif new_names:
+            parent = hits[-1] if hits else None
+            for k in range(num_hits, stop):
+                name = names[k]
+                old = cache.get(name)
+                if old is not None:
+                    if old.ref:
+                        parent = None  # another request's copy stays the named one; ours is anonymous
+                        continue
+                    self._drop_stranded(old)  # an evictable copy past a miss: ours replaces it
+                block = _Block(name, req, (k + 1) * bs, parent if self._linked else None)
+                self._link(block)
+                cache[name] = block
+                held.append(block)
+                parent = block
+        if held:
+            self._held[req.request_id] = held
+
+    def _link(self, block: _Block) -> None:
+        """Hook for the radix policy (children counts)."""
+
+    def _drop_stranded(self, block: _Block) -> None:
+        del self._lru[block.name]
+        del self._cache[block.name]
+
+    def free(self, req: Request) -> None:
+        self._reconcile()
+        num_freed = req.num_blocks
+        held = self._held.pop(req.request_id, None)
+        if held:
+            computed = req.num_computed
+            lru = self._lru
+            release = self._release if self._linked else None
+            for block in reversed(held):  # last block first: the prefix ends up most recent
+                ref = block.ref - 1
+                block.ref = ref
+                if ref:
+                    num_freed -= 1  # still held by another request
+                elif block.owner is None or block.end <= computed:
+                    block.owner = None
+                    if release is None:
+                        lru[block.name] = block
+                    else:
+                        release(block)
+                else:
+                    self._unregister(block)  # never computed (preempted mid-prompt): nothing to keep
+        self.num_free_blocks += num_freed
+        req.num_blocks = 0
+
+    def check(self) -> None:
+        """Assert the invariants (tests)."""
+        self._reconcile()
+        assert len(self._lru) <= self.num_free_blocks <= self.num_blocks
+        for name, block in self._cache.items():
+            assert block.name == name
+            assert block.ref > 0 or name in self._lru, f"unreferenced block {name} outside the pool"
+        for name in self._lru:
+            assert self._cache[name].ref == 0
+
+
+class RadixBlockManager(PrefixCachingBlockManager):
+    """SGLang's radix-cache eviction on the same blocks: only leaves (no cached child) are
+    evictable, least recently used first; evicting a leaf may make its parent a leaf.
+
+    The evictable leaves are a heap keyed by last use (entries made stale by a hit, a new
+    child or a re-release are skipped when popped); ``_lru`` holds every ref-0 cached block,
+    leaf or not, so ``len(_lru)`` still counts what allocations may claim."""
+
+    __slots__ = ("_heap", "_clock")
+    policy = "radix-lru"
+    _linked = True
+
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01) -> None:
+        super().__init__(num_blocks, block_size, watermark)
+        self._heap: list[tuple[int, int, _Block]] = []
+        self._clock = 0
+
+    def _push_if_leaf(self, block: _Block) -> None:
+        if not block.ref and not block.num_children:
+            heapq.heappush(self._heap, (block.last_used, block.name, block))
+
+    def _release(self, block: _Block) -> None:
+        self._clock += 1
+        block.last_used = self._clock
+        self._lru[block.name] = block
+        self._push_if_leaf(block)
+
+    def _link(self, block: _Block) -> None:
+        if block.parent is not None:
+            block.parent.num_children += 1
+
+    def _unlink(self, block: _Block) -> None:
+        parent = block.parent
+        if parent is not None and self._cache.get(parent.name) is parent:
+            parent.num_children -= 1
+            self._push_if_leaf(parent)
+
+    def _unregister(self, block: _Block) -> None:
+        del self._cache[block.name]
+        self._unlink(block)
+
+    def _drop_stranded(self, block: _Block) -> None:
+        del self._lru[block.name]
+        del self._cache[block.name]
+        self._unlink(block)
+
+    def _evict(self, num: int) -> None:
+        heap, lru, cache = self._heap, self._lru, self._cache
+        for _ in range(num):
+            while True:
+                last_used, name, block = heapq.heappop(heap)  # a ref-0 block always leads to a leaf
+                if (cache.get(name) is block and not block.ref and not block.num_children
+                        and block.last_used == last_used):
+                    break
+            del lru[name]
+            del cache[name]
+            self._unlink(block)
+        self.num_evicted_blocks += num
+
+
+def make_block_manager(policy: str | None, num_blocks: int, block_size: int, watermark: float) -> BlockManager:
+    """The KV cache of one replica: plain counts (``policy`` None) or prefix caching."""
+    if policy is None:
+        return BlockManager(num_blocks, block_size, watermark)
+    if policy == "vllm-lru":
+        return PrefixCachingBlockManager(num_blocks, block_size, watermark)
+    if policy == "radix-lru":
+        return RadixBlockManager(num_blocks, block_size, watermark)
+    raise ValueError(f"unknown prefix cache policy {policy!r}")  # the config validates it

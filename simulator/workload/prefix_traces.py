@@ -1,0 +1,238 @@
+"""Traces that name their prompts' prefix blocks: Mooncake JSONL and the Weka agent sessions.
+
+Such a trace gives each request, besides its token counts and arrival, the ids of its
+prompt's blocks, where a block's id covers the block *and everything before it* (equal id,
+equal prefix). The engine's prefix cache (:mod:`simulator.engine.prefix_cache`) maps them
+onto its own block size. Both formats are read into a :class:`PrefixTrace`: per-request arrays
+plus one hash array per request and the trace's block size.
+
+Mooncake (FAST'25 release, ``conversation_trace.jsonl``, ``synthetic_trace.jsonl``)
+    One JSON object per line: ``timestamp`` (ms from the first request), ``input_length``,
+    ``output_length``, ``hash_ids`` (one per 512-token block, the last one partial). No
+    sessions.
+
+Weka Claude Code sessions (``kv-cache-tester`` ``traces/trace_NNNN.json``)
+    One file per session: ``block_size`` (64), ``requests`` (``t`` s since the session start,
+    ``in``, ``out``, ``hash_ids`` for the full 64-token blocks), sub-agent entries
+    (``type: "subagent"``, ``t``, nested ``requests`` timed from the sub-agent start). Ids are
+    local to a file (``hash_id_scope: "local"``), so they are renumbered into one space with
+    the file's index; the session id is the file's index. Requests of a session are replayed
+    at ``session start + t`` (open loop: the recorded times, which include the original
+    server's response times); sessions start together unless ``session_gap_s`` staggers them.
+    A request recorded with 0 output tokens is given 1 (the simulator produces at least one
+    token); the table's ``source`` says how many.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simulator.config.errors import ConfigError
+
+_FIELD = "workload.trace"
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class PrefixTrace:
+    """Requests with prefix block hashes, in arrival order (ties keep file order)."""
+
+    arrival_s: np.ndarray  # float64, from 0
+    num_prompt_tokens: np.ndarray  # int64 > 0
+    num_output_tokens: np.ndarray  # int64 > 0
+    block_hashes: tuple[np.ndarray, ...]  # int64 ids per request
+    hash_block_size: int  # tokens per hashed block
+    session_id: np.ndarray  # int64; -1 where the trace has no sessions
+    fmt: str
+    note: str = ""
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def is_mooncake_jsonl(path: str) -> bool:
+    """Whether the first non-blank line of a JSONL file is an object with ``hash_ids``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    record = json.loads(line)
+                    return isinstance(record, dict) and "hash_ids" in record and "input_length" in record
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return False
+
+
+def is_weka_session(path: str) -> bool:
+    """A Weka session file, or a directory holding ``*.json`` session files."""
+    p = Path(path)
+    if p.is_dir():
+        return any(p.glob("*.json"))
+    if p.suffix.lower() != ".json":
+        return False
+    try:
+        with open(p, encoding="utf-8") as fh:
+            head = fh.read(4096)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return '"block_size"' in head and '"requests"' in head or '"hash_id_scope"' in head
+
+
+def _positive_int(value: object, what: str, path: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(_FIELD, f"{path}: {where}: {what} must be a positive integer, got {value!r}",
+                          "fix or delete that request")
+    return value
+
+
+def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> PrefixTrace:
+    """A Mooncake trace: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
+    arrival, prompt, output, hashes = [], [], [], []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ConfigError(_FIELD, f"{path}: line {lineno} is not valid JSON ({err.msg})",
+                                      "one JSON object per line") from None
+                where = f"line {lineno}"
+                if not isinstance(rec, dict):
+                    raise ConfigError(_FIELD, f"{path}: {where} is not a JSON object", "one JSON object per line")
+                for key in ("timestamp", "input_length", "output_length", "hash_ids"):
+                    if key not in rec:
+                        raise ConfigError(_FIELD, f"{path}: {where} lacks key {key!r}",
+                                          "Mooncake lines have timestamp, input_length, output_length, hash_ids")
+                n_in = _positive_int(rec["input_length"], "input_length", path, where)
+                n_out = _positive_int(rec["output_length"], "output_length", path, where)
+                ids = rec["hash_ids"]
+                if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                        for i in ids):
+                    raise ConfigError(_FIELD, f"{path}: {where}: hash_ids must be a list of non-negative integers",
+                                      "fix that line")
+                if len(ids) > -(-n_in // block_tokens):
+                    raise ConfigError(_FIELD, f"{path}: {where}: {len(ids)} hash ids for {n_in} tokens "
+                                      f"(at most {-(-n_in // block_tokens)} blocks of {block_tokens})",
+                                      "check the trace's block size")
+                t = rec["timestamp"]
+                if isinstance(t, bool) or not isinstance(t, int | float) or not np.isfinite(t) or t < 0:
+                    raise ConfigError(_FIELD, f"{path}: {where}: timestamp must be a number >= 0 (ms), got {t!r}",
+                                      "fix that line")
+                if arrival and t < arrival[-1]:
+                    raise ConfigError(_FIELD, f"{path}: {where}: timestamp {t} is earlier than the line before",
+                                      "sort the trace by timestamp")
+                arrival.append(float(t))
+                prompt.append(n_in)
+                output.append(n_out)
+                hashes.append(np.asarray(ids, dtype=np.int64))
+    except UnicodeDecodeError:
+        raise ConfigError(_FIELD, f"{path}: not UTF-8 text", "pass a JSONL text file") from None
+    except OSError as err:
+        raise ConfigError(_FIELD, f"{path}: cannot read ({err})", "check the file") from None
+    if not arrival:
+        raise ConfigError(_FIELD, f"{path}: no requests", "pass a Mooncake JSONL trace")
+    at = np.asarray(arrival) / 1000.0
+    return PrefixTrace(at - at[0], np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64),
+                       tuple(hashes), block_tokens, np.full(len(at), -1, dtype=np.int64), "mooncake")
+
+
+def _session_files(path: str) -> list[Path]:
+    p = Path(path)
+    files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+    if not files:
+        raise ConfigError(_FIELD, f"{path}: no *.json session files", "pass a Weka session file or their folder")
+    return files
+
+
+def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
+    """Weka agent sessions (one file, or a folder of ``*.json``): every request of every
+    session (sub-agents flattened), ids renumbered per file, sorted by arrival (stable:
+    session order, then the file's order)."""
+    rows: list[tuple[float, int, int, int, np.ndarray, int]] = []  # (t, session, in, out, ids, order)
+    block_size: int | None = None
+    num_zero_out = 0
+    next_id = 0
+    for session, file in enumerate(_session_files(path)):
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ConfigError(_FIELD, f"{file}: not a readable JSON session ({err})", "pass Weka trace files") from None
+        if not isinstance(data, dict) or "requests" not in data or "block_size" not in data:
+            raise ConfigError(_FIELD, f"{file}: lacks 'requests' or 'block_size'", "pass Weka trace files")
+        bs = _positive_int(data["block_size"], "block_size", str(file), "top level")
+        if block_size is None:
+            block_size = bs
+        elif bs != block_size:
+            raise ConfigError(_FIELD, f"{file}: block_size {bs} differs from {block_size} of earlier files",
+                              "replay files of one block size together")
+        local: dict[int, int] = {}  # this file's ids -> the run's
+        start = session * session_gap_s
+        entries: list[tuple[float, dict, str]] = []
+        for i, req in enumerate(data["requests"]):
+            if not isinstance(req, dict):
+                raise ConfigError(_FIELD, f"{file}: request {i} is not an object", "pass Weka trace files")
+            if req.get("type") == "subagent":
+                base = float(req.get("t", 0.0))
+                for j, sub in enumerate(req.get("requests", [])):
+                    entries.append((base + float(sub.get("t", 0.0)), sub, f"request {i}.{j}"))
+            else:
+                entries.append((float(req.get("t", 0.0)), req, f"request {i}"))
+        entries.sort(key=lambda e: e[0])  # stable: ties keep the file's order
+        for t, req, where in entries:
+            n_in = _positive_int(req.get("in"), "in", str(file), where)
+            n_out = req.get("out")
+            if n_out == 0:
+                n_out, num_zero_out = 1, num_zero_out + 1
+            n_out = _positive_int(n_out, "out", str(file), where)
+            raw = req.get("hash_ids", [])
+            if len(raw) > -(-n_in // bs):
+                raise ConfigError(_FIELD, f"{file}: {where}: {len(raw)} hash ids for {n_in} tokens", "check block_size")
+            ids = np.empty(len(raw), dtype=np.int64)
+            for k, h in enumerate(raw):
+                g = local.get(h)
+                if g is None:
+                    g = local[h] = next_id
+                    next_id += 1
+                ids[k] = g
+            rows.append((start + t, session, n_in, n_out, ids, len(rows)))
+    assert block_size is not None
+    rows.sort(key=lambda r: (r[0], r[1], r[5]))
+    at = np.array([r[0] for r in rows], dtype=np.float64)
+    note = f", {num_zero_out} recorded with 0 output tokens given 1" if num_zero_out else ""
+    return PrefixTrace(at - at[0], np.array([r[2] for r in rows], dtype=np.int64),
+                       np.array([r[3] for r in rows], dtype=np.int64), tuple(r[4] for r in rows), block_size,
+                       np.array([r[1] for r in rows], dtype=np.int64), "weka-sessions", note)
+
+
+def read_prefix_trace(path: str) -> PrefixTrace | None:
+    """The trace at ``path`` if it is one of these formats, else None."""
+    if Path(path).is_dir() or path.lower().endswith(".json"):
+        return read_weka_sessions(path) if is_weka_session(path) else None
+    if path.lower().endswith(".jsonl") and is_mooncake_jsonl(path):
+        return read_mooncake(path)
+    return None
+
+
+# -- reference hit rates (the data README's rules; tests and reports) -------------------------
+def ideal_hit_blocks(block_hashes: tuple[np.ndarray, ...] | list) -> np.ndarray:
+    """Per request, the longest prefix of its ids that is a prefix of some earlier request's
+    ids (an unbounded cache, requests one at a time in order). Ids are prefix hashes, so a
+    block is seen before iff its id is."""
+    seen: set[int] = set()
+    out = np.zeros(len(block_hashes), dtype=np.int64)
+    for i, ids in enumerate(block_hashes):
+        ids = ids.tolist() if isinstance(ids, np.ndarray) else ids
+        k = 0
+        for h in ids:
+            if h not in seen:
+                break
+            k += 1
+        out[i] = k
+        seen.update(ids)
+    return out

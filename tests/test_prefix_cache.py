@@ -1,0 +1,310 @@
+"""Prefix caching: block names from trace hashes, hits, sharing, LRU eviction, the fast paths'
+direct allocations, and the Mooncake traces' hit rates against the data README and an
+independent LRU written here."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from simulator.engine.prefix_cache import PrefixCachingBlockManager, RadixBlockManager, block_names
+from simulator.workload.prefix_traces import ideal_hit_blocks, read_mooncake, read_weka_sessions
+from simulator.workload.request import Request
+
+BS = 16
+
+if "block_hashes" in Request.__slots__:
+    _Req = Request
+else:  # until the request carries its hashes
+    class _Req(Request):
+        __slots__ = ("block_hashes", "hash_block_size", "num_cached_tokens")
+
+
+def make_req(rid: int, prompt: int, hashes, hash_bs: int = 512, output: int = 4) -> Request:  # noqa: ANN001
+    req = _Req(rid, 0.0, prompt, output)
+    req.num_cached_tokens = 0
+    req.block_hashes = None if hashes is None else np.asarray(hashes, dtype=np.int64)
+    req.hash_block_size = hash_bs
+    return req
+
+
+def run_prompt(mgr: PrefixCachingBlockManager, req: Request, free: bool = True, check: bool = True) -> int:
+    """Admit ``req``, compute its prompt, free it; return the tokens it found cached."""
+    assert mgr.can_admit(req.num_prompt_tokens, req)
+    mgr.admit(req, req.num_prompt_tokens)
+    hit = req.num_computed
+    req.num_computed = req.num_prompt_tokens
+    if free:
+        mgr.free(req)
+    if check:
+        mgr.check()
+    return hit
+
+
+# -- names ---------------------------------------------------------------------------------------
+def test_block_names_map_trace_blocks_onto_engine_blocks():
+    # 2 trace blocks of 512 (the last partial: 700 tokens): engine blocks of 16 ending within 700.
+    names = block_names([7, 9], 512, 700, 16)
+    assert len(names) == 700 // 16  # 43 full engine blocks; the 44th (tokens 688..703) is partial
+    assert names[0] == 7 * 512 + 16 and names[31] == 7 * 512 + 512  # block 31 ends the first trace block
+    assert names[32] == 9 * 512 + 16
+    # Same first trace block, different second: the first 32 names agree, the rest differ.
+    other = block_names([7, 8], 512, 1024, 16)
+    assert other[:32] == names[:32] and not set(other[32:]) & set(names[32:])
+    # Weka-style floor hashes: tokens past the last full trace block carry no name.
+    assert len(block_names([1, 2], 64, 150, 16)) == 128 // 16
+    # Engine blocks larger than the trace's: named by the trace block holding their last token.
+    assert block_names([3, 4, 5], 512, 1536, 1024) == [4 * 512 + 512]
+    assert block_names([], 512, 100, 16) == []
+
+
+# -- hits, sharing, the last token -------------------------------------------------------------
+def test_second_identical_prompt_hits_all_but_the_last_token():
+    mgr = PrefixCachingBlockManager(1000, BS, watermark=0.0)
+    prompt = 100 * BS + 1  # 100 full blocks and a 1-token tail
+    assert run_prompt(mgr, make_req(0, prompt, [1, 2, 3, 4])) == 0
+    b = make_req(1, prompt, [1, 2, 3, 4])
+    assert run_prompt(mgr, b) == 100 * BS  # one token left to compute
+    # A prompt of whole blocks recomputes its last block (vLLM: hit capped at num_tokens - 1).
+    mgr2 = PrefixCachingBlockManager(1000, BS, watermark=0.0)
+    run_prompt(mgr2, make_req(0, 64 * BS, [1, 2]))
+    assert run_prompt(mgr2, make_req(1, 64 * BS, [1, 2])) == 63 * BS
+
+
+def test_shared_blocks_are_counted_once_and_freed_when_the_last_holder_goes():
+    mgr = PrefixCachingBlockManager(200, BS, watermark=0.0)
+    a = make_req(0, 1024, [1, 2])  # 64 blocks
+    run_prompt(mgr, a, free=False)
+    assert mgr.num_free_blocks == 136
+    b = make_req(1, 1024 + 512, [1, 2, 3])  # shares 64 blocks, 32 new
+    mgr.admit(b, b.num_prompt_tokens)
+    assert b.num_computed == 1024 and b.num_blocks == 96
+    assert mgr.num_free_blocks == 200 - 64 - 32  # shared blocks are not allocated twice
+    mgr.free(a)
+    assert mgr.num_free_blocks == 200 - 96  # still held by b
+    b.num_computed = b.num_prompt_tokens
+    mgr.free(b)
+    assert mgr.num_free_blocks == 200 and mgr.num_evictable_blocks == 96
+    mgr.check()
+
+
+def test_uncomputed_blocks_are_not_hits_and_a_preempted_prompt_keeps_only_what_it_computed():
+    mgr = PrefixCachingBlockManager(400, BS, watermark=0.0)
+    a = make_req(0, 2048, [1, 2, 3, 4])
+    mgr.admit(a, 2048)
+    a.num_computed = 512 + 100  # its first chunk ran: one trace block and a bit
+    b = make_req(1, 2048, [1, 2, 3, 4])
+    assert mgr.cached_prefix_tokens(b) == 512 + 96  # the computed full blocks only
+    mgr.free(a)  # preempted before its prompt finished
+    mgr.check()
+    assert mgr.num_evictable_blocks == (512 + 96) // BS and mgr.num_free_blocks == 400
+    mgr.admit(b, 2048)
+    assert b.num_computed == 512 + 96
+
+
+def test_evictions_are_least_recent_first_and_a_hit_takes_a_block_back():
+    mgr = PrefixCachingBlockManager(8, BS, watermark=0.0)
+    r1, r2 = make_req(0, 4 * BS, [1], 64), make_req(1, 4 * BS, [2], 64)
+    run_prompt(mgr, r1)
+    run_prompt(mgr, r2)
+    assert mgr.num_evictable_blocks == 8  # both prompts cached, nothing empty
+    # Touch r1's prefix again: r2's blocks are now the least recent.
+    assert run_prompt(mgr, make_req(2, 4 * BS, [1], 64)) == 3 * BS
+    assert run_prompt(mgr, make_req(3, 2 * BS, [9], 32)) == 0  # 2 new blocks: evicts r2's last two (freed first)
+    assert mgr.cached_prefix_tokens(make_req(4, 4 * BS + 1, [2], 64)) == 2 * BS
+    assert mgr.cached_prefix_tokens(make_req(5, 4 * BS + 1, [1], 64)) == 4 * BS
+
+
+def test_direct_allocations_evict_lazily_as_if_at_once():
+    """The cohort and event skipping lower num_free_blocks without calling the manager."""
+    def scenario(lazy: bool) -> list[int]:
+        mgr = PrefixCachingBlockManager(64, BS, watermark=0.0)
+        for i in range(8):
+            run_prompt(mgr, make_req(i, 8 * BS, [100 + i], 128))
+        hold = make_req(50, 3 * BS, None)
+        mgr.admit(hold, 3 * BS)
+        for _ in range(5):  # decode growth: one block at a time
+            if lazy:
+                mgr.num_free_blocks -= 1
+                hold.num_blocks += 1
+            else:
+                assert mgr.try_grow(hold, (hold.num_blocks + 1) * BS)
+                mgr.check()
+        return [mgr.cached_prefix_tokens(make_req(60 + i, 8 * BS + 1, [100 + i], 128)) for i in range(8)]
+
+    assert scenario(True) == scenario(False)
+    # 3 + 5 allocations evict the oldest prompt's 8 blocks (its last block first), nothing else.
+    assert scenario(True) == [0] + [8 * BS] * 7
+
+
+def test_admission_counts_only_hits_on_blocks_others_hold():
+    mgr = PrefixCachingBlockManager(100, BS, watermark=0.0)
+    a = make_req(0, 60 * BS, [1], 60 * BS)
+    run_prompt(mgr, a, free=False)
+    b = make_req(1, 60 * BS + 1, [1], 60 * BS)  # 61 blocks, 60 of them held by a
+    assert mgr.num_free_blocks == 40
+    assert mgr.can_admit(b.num_prompt_tokens, b)  # needs one new block
+    assert not mgr.can_admit(b.num_prompt_tokens)  # without the request: 61 > 40
+    mgr.free(a)  # a's blocks are evictable now: a hit on them leaves the free pool
+    c = make_req(2, 60 * BS + 1, [1], 60 * BS)
+    assert mgr.can_admit(c.num_prompt_tokens, c)
+    mgr.admit(c, c.num_prompt_tokens)
+    assert c.num_computed == 60 * BS and mgr.num_free_blocks == 39
+
+
+class _CountingDict(dict):
+    """Counts every key read and every item an iteration yields."""
+
+    reads = 0
+
+    def get(self, key, default=None):  # noqa: ANN001, ANN201
+        _CountingDict.reads += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key):  # noqa: ANN001, ANN204
+        _CountingDict.reads += 1
+        return super().__getitem__(key)
+
+    def __contains__(self, key):  # noqa: ANN001, ANN204
+        _CountingDict.reads += 1
+        return super().__contains__(key)
+
+    def __iter__(self):  # noqa: ANN204
+        for key in super().__iter__():
+            _CountingDict.reads += 1
+            yield key
+
+    def items(self):  # noqa: ANN201
+        _CountingDict.reads += len(self)
+        return super().items()
+
+    def values(self):  # noqa: ANN201
+        _CountingDict.reads += len(self)
+        return super().values()
+
+
+@pytest.mark.parametrize("cls", [PrefixCachingBlockManager, RadixBlockManager])
+def test_lookup_cost_scales_with_the_requests_blocks_not_the_cache(cls):
+    reads = {}
+    for num_cached in (50, 5000):
+        mgr = cls(num_cached * 8 + 1000, BS, watermark=0.0)
+        mgr._cache = _CountingDict()
+        for i in range(num_cached):
+            run_prompt(mgr, make_req(i, 8 * BS, [10 + i], 128), check=False)
+        assert mgr.num_cached_blocks == 8 * num_cached
+        q = make_req(10**6, 20 * BS, [10, 99999], 128)  # hits 7 blocks of request 0, then misses
+        _CountingDict.reads = 0
+        mgr.can_admit(q.num_prompt_tokens, q)
+        mgr.admit(q, q.num_prompt_tokens)
+        reads[num_cached] = _CountingDict.reads
+    assert reads[50] == reads[5000] <= 3 * 20
+
+
+# -- radix (SGLang) ----------------------------------------------------------------------------
+def test_radix_evicts_leaves_so_a_shared_prefix_outlives_its_branches():
+    mgr = RadixBlockManager(10, BS, watermark=0.0)
+    # Two prompts share their first 2 blocks (trace block 1 = 2 engine blocks), then branch.
+    run_prompt(mgr, make_req(0, 4 * BS, [1, 2], 2 * BS))
+    run_prompt(mgr, make_req(1, 4 * BS, [1, 3], 2 * BS))  # hits 2, adds 2
+    assert mgr.num_cached_blocks == 6
+    run_prompt(mgr, make_req(2, 8 * BS, [7, 8, 9, 10], 2 * BS))  # needs 8: 4 empty + 4 evicted
+    mgr.check()
+    # The oldest leaves went (branch [1,2]'s tail, then its parent... ) but the shared root
+    # blocks [1] stay while a branch below them is cached, unlike plain LRU.
+    assert mgr.cached_prefix_tokens(make_req(3, 4 * BS + 1, [1, 3], 2 * BS)) in (0, 2 * BS, 4 * BS)
+    lru = PrefixCachingBlockManager(10, BS, watermark=0.0)
+    for r in (make_req(0, 4 * BS, [1, 2], 2 * BS), make_req(1, 4 * BS, [1, 3], 2 * BS),
+              make_req(2, 8 * BS, [7, 8, 9, 10], 2 * BS)):
+        run_prompt(lru, r)
+    radix_root = mgr.cached_prefix_tokens(make_req(4, 2 * BS + 1, [1], 2 * BS))
+    lru_root = lru.cached_prefix_tokens(make_req(4, 2 * BS + 1, [1], 2 * BS))
+    assert radix_root == 2 * BS  # the shared prefix survives under leaf eviction
+    assert lru_root == 2 * BS or lru_root == 0
+
+
+# -- the traces ----------------------------------------------------------------------------------
+def _reference_lru(reqs: list[tuple[int, list[int]]], capacity: int, bs: int) -> int:
+    """Independent LRU at engine blocks, requests one at a time: hits = the longest resident
+    prefix (capped at (L-1)//bs blocks); the request then holds its blocks (hits taken out
+    of the pool, new ones from empty blocks first, else the least recent cached block); when
+    it finishes its named blocks return to the pool last-first, its unnamed ones to the empty
+    count. Returns the hit tokens."""
+    pool: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced: least recent first
+    empty = capacity
+    total = 0
+    for prompt, names in reqs:
+        limit = min(len(names), (prompt - 1) // bs)
+        k = 0
+        while k < limit and names[k] in pool:
+            k += 1
+        total += k * bs
+        for name in names[:k]:
+            del pool[name]
+        new = -(-prompt // bs) - k
+        take = min(new, empty)
+        empty -= take
+        for _ in range(new - take):
+            pool.popitem(last=False)
+        for name in names[k:]:  # a stranded copy of a name is replaced by the new block
+            if name in pool:
+                del pool[name]
+                empty += 1
+        # finish: named blocks back to the pool, last first; the rest are empty again
+        for name in reversed(names):
+            pool[name] = None
+        empty += -(-prompt // bs) - len(names)
+    return total
+
+
+@pytest.mark.parametrize("trace,ideal_block,ideal_token", [("conversation_trace.jsonl", 0.3664, 0.3736),
+                                                            ("synthetic_trace.jsonl", 0.6396, 0.6512)])
+def test_mooncake_ideal_rates_match_the_data_readme(shared_data, trace, ideal_block, ideal_token):
+    tr = read_mooncake(str(shared_data / "traces" / "mooncake" / trace))
+    k = ideal_hit_blocks(tr.block_hashes)
+    n = np.array([len(h) for h in tr.block_hashes])
+    assert round(k.sum() / n.sum(), 4) == ideal_block
+    tokens = np.where(k == n, tr.num_prompt_tokens, k * 512).sum()
+    assert round(tokens / tr.num_prompt_tokens.sum(), 4) == ideal_token
+
+
+def _manager_hit_tokens(tr, n_req: int, mgr) -> int:  # noqa: ANN001
+    total = 0
+    for i in range(n_req):
+        req = make_req(i, int(tr.num_prompt_tokens[i]), tr.block_hashes[i], tr.hash_block_size)
+        total += run_prompt(mgr, req, check=i % 1000 == 999)
+    return total
+
+
+def test_mooncake_hit_rate_unbounded_and_bounded(shared_data):
+    """The manager alone, requests one at a time (the first 1,200 of the synthetic trace:
+    the full trace is the engine-level check in results/prefix-caching)."""
+    tr = read_mooncake(str(shared_data / "traces" / "mooncake" / "synthetic_trace.jsonl"))
+    n_req = 1200
+    prompts = tr.num_prompt_tokens[:n_req]
+    hashes = tr.block_hashes[:n_req]
+    # Unbounded: the ideal trace-block hits mapped onto engine blocks (whole trace blocks, all
+    # but the last token's block when every block hits).
+    k = ideal_hit_blocks(hashes)
+    n = np.array([len(h) for h in hashes])
+    assert (k == n).sum() > 0  # some prompts are wholly cached: the cap matters
+    expected = int(np.minimum(k * 512, (prompts - 1) // BS * BS).sum())
+    big = int(sum(-(-p // BS) for p in prompts.tolist()))
+    assert _manager_hit_tokens(tr, n_req, PrefixCachingBlockManager(big, BS, watermark=0.0)) == expected
+    # Bounded: the independent LRU above, at 3,000 trace blocks' worth of engine blocks.
+    cap = 3_000 * 512 // BS
+    blocks = [block_names(h, 512, int(p), BS) for h, p in zip(hashes, prompts, strict=True)]
+    ref = _reference_lru(list(zip(prompts.tolist(), blocks, strict=True)), cap, BS)
+    mgr = PrefixCachingBlockManager(cap, BS, watermark=0.0)
+    got = _manager_hit_tokens(tr, n_req, mgr)
+    assert mgr.num_evicted_blocks > 0 and 0 < got < expected
+    assert got == ref
+
+
+def test_weka_sessions_read_with_local_ids_namespaced(shared_data):
+    tr = read_weka_sessions(str(shared_data / "traces" / "weka_claude_code" / "sessions"))
+    assert len(tr) == 1590 and tr.hash_block_size == 64
+    k = ideal_hit_blocks(tr.block_hashes)
+    assert round(k.sum() / sum(len(h) for h in tr.block_hashes), 4) == 0.9608  # the README's figure
+    assert np.all(np.diff(tr.arrival_s) >= 0) and tr.session_id.max() == 27

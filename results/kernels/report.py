@@ -192,8 +192,9 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
 - gpt-oss: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`, TRT-LLM on Blackwell
   `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. Its sliding-window layers use the
   128-token window rows where a table has them (H100 all backends, B200 TRT-LLM), else keys capped at the window.
-- Kernel source: per table and dtype the one with the most rows. vLLM's FP8-block GEMM rows on H100 (DeepGEMM,
-  and FlashInfer alike) take 60-140 us at m <= 128 whatever the shape, 5-10x SGLang's DeepGEMM rows: DeepSeek-V3
+- Kernel source: per table and dtype the one with the most rows. vLLM's FP8-block GEMM rows on H100 (DeepGEMM
+  80-140 us, FlashInfer 55-75 us at m <= 128 for n=2048, k=7168; ~90 us for each MLA projection shape) are
+  5-10x SGLang's DeepGEMM rows: DeepSeek-V3
   under `--kernels vllm` on H100 inherits that (qkv_proj above). The tables are taken as measured.
 - The expert-parallel all-to-all and the LM head's vocab gather are the roofline's (no tables here);
   NCCL tables are not used (the custom all-reduce table is, for TP 2/4/8; other TP degrees: roofline).

@@ -93,6 +93,18 @@ def test_a_table_gap_is_one_line_and_the_roofline_prices_that_op(aic) -> None:  
     assert m.attention_decode(shape) > 0  # priced (by the roofline), not failed
 
 
+def test_a_gap_prints_one_note_line_once(aic, capsys) -> None:  # noqa: ANN001
+    from simulator.costmodel.aic import model as M
+
+    M._printed.clear()
+    for _ in range(2):
+        M.TableCostModel(ReplicaConfig(model="deepseek-v3", gpu="h100-sxm", tp=8, dtype="fp8"), "vllm", root=aic)
+    err = capsys.readouterr().err.splitlines()
+    mla = [line for line in err if "generation_mla" in line]
+    assert len(mla) == 1 and mla[0].startswith("note: vllm tables of h100_sxm have no generation_mla table")
+    assert not any("Traceback" in line for line in err)
+
+
 # -- pricing -------------------------------------------------------------------------------------------------------
 def test_gemm_reproduces_the_measurement_at_grid_points(aic) -> None:  # noqa: ANN001
     from simulator.costmodel.aic import tables as T

@@ -91,6 +91,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "decode_pool": ("decode_pool", str, "Disaggregated: decode pool, e.g. '1x(tp=4,gpu=a100-80gb)'."),
     "mixed_pool": ("mixed_pool", str, "Disaggregated: Splitwise mixed pool (aggregated replicas for overflow)."),
     "kv_link": ("kv_link", str, "Disaggregated: KV link (infiniband-200g, 25GB/s@10us, infinite)."),
+    "first_token_at": ("first_token_at", str, "Disaggregated: who delivers the client's first token: decode (the "
+                       "decode worker, after the KV handoff, as Dynamo/NIXL deployments; default) or prefill."),
     # Speculative decoding (simulator.config.acceptance.speculative_from_options combines these into one
     # SpeculativeConfig; the other flags need --speculative-config, or a --config that speculates).
     "speculative_config": ("speculative__vllm_json", str, "Speculative decoding: vLLM's --speculative-config JSON, "

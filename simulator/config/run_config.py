@@ -48,6 +48,8 @@ KV_CACHE_DTYPES = KV_CACHE_FORMATS
 # (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates
 # without importing the cost models.
 KERNEL_TABLES = ("roofline", "vllm", "sglang", "trtllm")
+# Disaggregated serving: who delivers the client's first token (RunConfig.first_token_at).
+FIRST_TOKEN_AT = ("decode", "prefill")
 
 
 def _positive(section: str, name: str, value: float | int | None, *, allow_none: bool = False,
@@ -334,6 +336,11 @@ class RunConfig:
     decode_pool: str | None = None
     mixed_pool: str | None = None
     kv_link: str = "infiniband-200g"
+    # Disaggregated: where the client's first token is delivered (FIRST_TOKEN_AT). "decode": by the
+    # decode worker, with its first step after the KV handoff (Dynamo, vLLM/SGLang with NIXL-style
+    # connectors stream every token from the decode worker); "prefill": by the prefill worker when
+    # the prompt's last chunk ends (TTFT excludes the handoff).
+    first_token_at: str = "decode"
     # Speculative decoding (simulator.config.speculative; the engine's simulator.engine.speculative):
     # None runs plain decodes, bit for bit as before the field existed.
     speculative: SpeculativeConfig | None = None
@@ -352,6 +359,9 @@ class RunConfig:
             if self.replica.attention_dp > 1:
                 raise ConfigError("replica.attention_dp", "attention data parallelism in disaggregated pools is not "
                                   "modelled", "drop --attention-dp, or the pools")
+        if self.first_token_at not in FIRST_TOKEN_AT:
+            raise ConfigError("first_token_at", f"unknown delivery point {self.first_token_at!r}",
+                              f"use one of {', '.join(FIRST_TOKEN_AT)}")
         if self.router not in ROUTERS:
             raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
         if self.seed < 0:

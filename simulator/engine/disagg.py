@@ -5,11 +5,14 @@ running decodes) disappears when prompts and decodes never share a GPU. A reques
 
 1. **prefill pool**: routed (the run's router) to a prefill replica, which batches
    prompts under its own scheduler and token budget. The iteration that completes the
-   prompt emits the **first output token** there (as every engine here does: the chunk
-   that makes the KV cache whole produces a token), so TTFT = queueing + prefill and
-   does not include the transfer; the transfer is part of the first TBT gap, which is
-   where DistServe and Splitwise account it too (their TPOT includes it). A request with
-   one output token finishes on the prefill replica and is never transferred.
+   prompt computes the **first output token** there (the chunk that makes the KV cache
+   whole produces a token). Where the client gets it is ``RunConfig.first_token_at``:
+   ``decode`` (default; Dynamo and vLLM/SGLang NIXL-style deployments stream every token
+   from the decode worker) delivers it with the decode worker's first step after the
+   handoff, so TTFT = queueing + prefill + handoff + that step; ``prefill`` delivers it when
+   the prompt ends (TTFT excludes the transfer, which is then part of the first TBT gap, as
+   DistServe and Splitwise account it). A request with one output token finishes on the
+   prefill replica and is never transferred.
 2. **handoff**: the prefill replica keeps the prompt's KV blocks (they leave its running
    set but stay allocated) until a decode replica has room. Decode replicas are tried
    FIFO (the oldest finished prompt first, no overtaking): the one with the fewest
@@ -382,6 +385,8 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
                              report_every=max(1, len(requests) // 200))
     cluster = DisaggCluster(env, config, layout, recorder, router_rng, len(requests))
     stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter=reporter is not progress, client=client)
+    if config.first_token_at == "decode":
+        deliver_first_token_on_decode(requests, cluster.log)
     replicas = cluster.replicas
     pools = (["prefill"] * len(cluster.prefill) + ["decode"] * len(cluster.decode) + ["mixed"] * len(cluster.mixed))
     num_blocks = [r.scheduler.blocks.num_blocks for r in replicas]
@@ -401,6 +406,23 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
                **({"stopped": stopped} if stopped is not None else {}),
                **({"speculative": _speculation_extra(config, replicas)} if config.speculative is not None else {})},
     )
+
+
+def deliver_first_token_on_decode(requests: list[Request], log: HandoffLog) -> None:
+    """The client's first token as the decode worker delivers it: with the decode worker's first
+    step after the KV handoff (the step that yields the request's second token; that step streams
+    the prefill's token and its own), so TTFT includes the handoff and the decode queue; TPOT is
+    (E2E - TTFT) / (tokens - 1) from there. ``token_times`` stay the engine's (where each token was
+    computed: the prefill's at the prompt's end), as the handoff analysis reads them. Requests
+    that never reached a decode replica (served by a mixed replica, one output token, rejected or
+    not finished) keep the prefill replica's time. Applied once, after the run (no event reads it)."""
+    handed = np.isfinite(log.transfer_end_at)
+    for req in requests:
+        rid = req.request_id
+        times = req.token_times
+        if rid >= len(handed) or not handed[rid] or times is None or len(times) < 2:
+            continue
+        req.first_token_at = times[1]
 
 
 def _speculation_extra(config: RunConfig, replicas: list[Replica]) -> dict:

@@ -267,3 +267,34 @@ def test_models_respects_columns_when_piped() -> None:
     assert max(len(ln) for ln in proc.stdout.splitlines()) <= 100
     words = set(re.split(r"[\s│┃,·]+", proc.stdout))
     assert all(m.name in words and m.hf_id in words for m in MODELS.values())
+
+
+def test_overload_warning_wraps_between_words_on_a_terminal() -> None:
+    pty = pytest.importorskip("pty")
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}
+    proc = subprocess.Popen([sys.executable, "-m", "simulator", "run", "--model", "mistral-7b", "--workload", "fixed",
+                             "--prompt-tokens", "2048", "--output-tokens", "64", "--qps", "20", "--num-requests", "100",
+                             "--no-progress"], stdout=slave, stderr=slave, env=env, cwd=ROOT)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if "load exceeds capacity" in ln)
+    end = next(i for i, ln in enumerate(lines) if i >= start and "(same options)" in ln)
+    warning = lines[start:end + 1]
+    assert len(warning) > 1 and max(len(ln) for ln in warning) <= 80
+    joined = " ".join(ln.strip() for ln in warning)  # a word split across lines would read "capac ity"
+    assert "lower --qps or find the sustainable rate with `simulate capacity` (same options)" in joined
+    header = next(i for i, ln in enumerate(lines) if "mistral-7b on" in ln)
+    assert "sarathi" in " ".join(ln.strip() for ln in lines[header:header + 3])

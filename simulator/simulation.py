@@ -87,6 +87,8 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     wall_start = time.perf_counter()
     reporter = reporter_of(progress)
     table, source, router_rng = prepare_table(config, table, reporter)
+    if getattr(table, "block_hashes", None) is not None:
+        workers = 1  # worker processes get token counts only, not prefix hashes: the same run in this one
     arrival, prompt, output = checked_columns(table)
     num_requests = len(arrival)
     objects = None

@@ -9,22 +9,20 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.engine.prefix_cache import PrefixCachingBlockManager, RadixBlockManager, block_names
+from simulator.report.metrics import request_frame
+from simulator.simulation import simulate
+from simulator.workload.generate import RequestTable
 from simulator.workload.prefix_traces import ideal_hit_blocks, read_mooncake, read_weka_sessions
 from simulator.workload.request import Request
 
 BS = 16
 
-if "block_hashes" in Request.__slots__:
-    _Req = Request
-else:  # until the request carries its hashes
-    class _Req(Request):
-        __slots__ = ("block_hashes", "hash_block_size", "num_cached_tokens")
 
 
 def make_req(rid: int, prompt: int, hashes, hash_bs: int = 512, output: int = 4) -> Request:  # noqa: ANN001
-    req = _Req(rid, 0.0, prompt, output)
-    req.num_cached_tokens = 0
+    req = Request(rid, 0.0, prompt, output)
     req.block_hashes = None if hashes is None else np.asarray(hashes, dtype=np.int64)
     req.hash_block_size = hash_bs
     return req
@@ -308,3 +306,96 @@ def test_weka_sessions_read_with_local_ids_namespaced(shared_data):
     k = ideal_hit_blocks(tr.block_hashes)
     assert round(k.sum() / sum(len(h) for h in tr.block_hashes), 4) == 0.9608  # the README's figure
     assert np.all(np.diff(tr.arrival_s) >= 0) and tr.session_id.max() == 27
+
+
+# -- in the engine -------------------------------------------------------------------------------
+def _engine_config(num_blocks: int | None, policy: str = "vllm-lru", caching: bool | None = True,
+                   scheduler: str = "vllm-v1", max_model_len: int = 131_072) -> RunConfig:
+    return RunConfig(replica=ReplicaConfig("llama-3.1-8b", "h100-sxm", max_model_len=max_model_len,
+                                           num_gpu_blocks=num_blocks),
+                     scheduler=SchedulerConfig(scheduler, max_num_batched_tokens=16384, prefix_caching=caching,
+                                               prefix_cache_policy=policy))
+
+
+def _one_at_a_time(tr, n: int, hashes: bool = True) -> RequestTable:  # noqa: ANN001
+    """The first ``n`` prompts, 100 s apart, one output token each: every request finishes
+    before the next arrives (the README's rule: requests one at a time, in file order)."""
+    return RequestTable(np.arange(n) * 100.0, tr.num_prompt_tokens[:n], np.ones(n, dtype=np.int64), "mooncake",
+                        block_hashes=tr.block_hashes[:n] if hashes else None, hash_block_size=512 if hashes else 0)
+
+
+def test_engine_hit_rate_is_the_ideal_one_unbounded_and_the_reference_lru_bounded(shared_data):
+    tr = read_mooncake(str(shared_data / "traces" / "mooncake" / "conversation_trace.jsonl"))
+    n = 800
+    table = _one_at_a_time(tr, n)
+    prompts = tr.num_prompt_tokens[:n]
+    run = simulate(_engine_config(2_000_000), table)
+    got = np.array([r.num_cached_tokens for r in run.requests])
+    expected = np.minimum(ideal_hit_blocks(tr.block_hashes[:n]) * 512, (prompts - 1) // BS * BS)
+    assert np.array_equal(got, expected)  # request by request
+    assert got.sum() > 0.15 * prompts.sum()  # 19.5 % for the first 800 (37 % over the whole trace)
+    cap = 40_000  # 640 k tokens: about 50 of these prompts
+    bounded = simulate(_engine_config(cap), table)
+    names = [block_names(h, 512, int(p), BS) for h, p in zip(tr.block_hashes[:n], prompts, strict=True)]
+    got = sum(r.num_cached_tokens for r in bounded.requests)
+    assert got == _reference_lru(list(zip(prompts.tolist(), names, strict=True)), cap, BS)
+    assert 0 < got < expected.sum()
+
+
+def test_a_wholly_cached_prompt_costs_one_token_of_prefill():
+    prompt = 100 * BS + 1
+    table = RequestTable([0.0, 50.0], [prompt, prompt], [1, 1], "twice", block_hashes=[np.arange(4)] * 2,
+                         hash_block_size=512)
+    on = simulate(_engine_config(1_000, max_model_len=8192), table).iteration_frame()
+    off = simulate(_engine_config(1_000, caching=False, max_model_len=8192), table).iteration_frame()
+    assert on["num_prefill_tokens"].tolist() == [prompt, 1]
+    assert off["num_prefill_tokens"].tolist() == [prompt, prompt]
+    assert on["duration_s"].iloc[1] < off["duration_s"].iloc[1] / 5  # one token over a 1,600-token context
+
+
+def test_caching_off_and_caching_without_shared_prefixes_reproduce_todays_runs(shared_data):
+    tr = read_mooncake(str(shared_data / "traces" / "mooncake" / "conversation_trace.jsonl"))
+    arrival = tr.arrival_s[:120] / 4.0
+    hashed = RequestTable(arrival, tr.num_prompt_tokens[:120], tr.num_output_tokens[:120], "m",
+                          block_hashes=tr.block_hashes[:120], hash_block_size=512)
+    plain = RequestTable(arrival, tr.num_prompt_tokens[:120], tr.num_output_tokens[:120], "m")
+    base = simulate(_engine_config(None, caching=False), plain)
+    for run in (simulate(_engine_config(None, caching=False), hashed),  # hashes, caching off
+                simulate(_engine_config(None, caching=True), plain)):  # caching on, nothing named
+        assert request_frame(run).equals(request_frame(base))
+        assert run.iteration_frame().equals(base.iteration_frame())
+    assert SchedulerConfig("vllm-v1").prefix_cache == "vllm-lru" and SchedulerConfig("sarathi").prefix_cache is None
+
+
+@pytest.mark.parametrize("policy,scheduler", [("vllm-lru", "vllm-v1"), ("radix-lru", "sarathi"), ("vllm-lru", "vllm")])
+def test_fast_paths_are_exact_with_caching_on(shared_data, monkeypatch, policy, scheduler):
+    """Lockstep decodes and event skipping allocate by count; the cache evicts lazily: the
+    same run bit for bit as the step-by-step loop, in a cache small enough to evict (150
+    agent calls of 28 sessions at 20x their recorded pace, prompts cut at 30k tokens)."""
+    from simulator.fast import skipping
+
+    stretches: list[int] = []
+    for name in ("plan", "plan_chunks"):
+        real = getattr(skipping, name)
+
+        def counted(*args, _real=real, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            stretch = _real(*args, **kwargs)
+            if stretch is not None:
+                stretches.append(stretch.num_iterations)
+            return stretch
+        monkeypatch.setattr(skipping, name, counted)
+    tr = read_weka_sessions(str(shared_data / "traces" / "weka_claude_code" / "sessions"))
+    n = 150
+    table = RequestTable(tr.arrival_s[:n] * 0.05, np.minimum(tr.num_prompt_tokens[:n], 30_000), tr.num_output_tokens[:n],
+                         "w", block_hashes=tr.block_hashes[:n], hash_block_size=64)
+    config = _engine_config(12_000, policy=policy, scheduler=scheduler, max_model_len=32_768)
+    if scheduler == "vllm":
+        config = config.replace(scheduler__max_num_batched_tokens=40_000)
+    on = simulate(config, table, token_times=True)
+    assert sum(stretches) > 1000  # the fast paths ran
+    off = simulate(config.replace(fast_forward=False), table, token_times=True)
+    assert request_frame(on).equals(request_frame(off))
+    assert on.iteration_frame().equals(off.iteration_frame())
+    assert [bytes(r.token_times) for r in on.requests] == [bytes(r.token_times) for r in off.requests]
+    hits = [r.num_cached_tokens for r in on.requests]
+    assert hits == [r.num_cached_tokens for r in off.requests] and sum(hits) > 0

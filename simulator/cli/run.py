@@ -123,6 +123,11 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""
         title += (f" · speculative {sp.method}{drafter} k={sp.k}, expected AL {sp.mean_acceptance_length:.2f} · "
                   "loop step by step (no lockstep or event skipping with speculation)")
+    if "prefix_caching" in summary:  # on (simulator.engine.prefix_cache); said when turned off by hand
+        pc = summary["prefix_caching"]
+        title += f" · prefix caching: on, {pc['policy']}, {pc['num_blocks']:,} blocks"
+    elif s.prefix_caching is False:
+        title += " · prefix caching: off"
     console.print(title, highlight=False)
     console.print(f"workload: {summary['workload']} · cost model: {config.cost_model}{kernels}", highlight=False)
     print_table(console, table)
@@ -132,6 +137,10 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
         f"(TTFT<={summary['ttft_slo_s']}s, TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
         f"tokens · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
+    if "prefix_caching" in summary:
+        pc = summary["prefix_caching"]
+        console.print(f"prefix cache: {pc['hit_rate']:.1%} of prompt tokens found cached at admission · "
+                      f"{pc['prefill_tokens_saved']:,} of {pc['prompt_tokens']:,} prefill tokens saved", highlight=False)
     if "disagg" in summary:
         d = summary["disagg"]
         console.print(

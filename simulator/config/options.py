@@ -59,6 +59,10 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
     "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
+    "prefix_caching": ("scheduler__prefix_caching", bool, "Automatic prefix caching of KV blocks named by a trace's "
+                       "block hashes (default: on for vllm-v1, as vLLM V1; off for the other schedulers)."),
+    "prefix_cache_policy": ("scheduler__prefix_cache_policy", str, "Prefix cache eviction: vllm-lru (vLLM V1: least "
+                            "recently freed block) or radix-lru (SGLang: least recently used leaf)."),
     "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, uniform."),
     "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL)."),
     "arrival": ("workload__arrival", str, "poisson, gamma, fixed, burst or trace."),

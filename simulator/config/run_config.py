@@ -48,6 +48,8 @@ KV_CACHE_DTYPES = KV_CACHE_FORMATS
 # (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates
 # without importing the cost models.
 KERNEL_TABLES = ("roofline", "vllm", "sglang", "trtllm")
+# Prefix cache rules (simulator.engine.prefix_cache): vLLM V1's LRU of freed blocks, SGLang's LRU of radix leaves.
+PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
 # Disaggregated serving: who delivers the client's first token (RunConfig.first_token_at).
 FIRST_TOKEN_AT = ("decode", "prefill")
 
@@ -225,6 +227,11 @@ class SchedulerConfig:
     max_num_batched_tokens: int | None = None
     chunk_size: int | None = None
     watermark: float = 0.01
+    # Automatic prefix caching (simulator.engine.prefix_cache): None is the engine's default, on
+    # for vllm-v1 (vLLM V1 enables it by default) and off for the others; the policy names whose
+    # rule (PREFIX_CACHE_POLICIES). Off, runs are exactly those without the feature.
+    prefix_caching: bool | None = None
+    prefix_cache_policy: str = "vllm-lru"
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULER_NAMES:
@@ -234,10 +241,22 @@ class SchedulerConfig:
         _positive("scheduler", "chunk_size", self.chunk_size, allow_none=True)
         if not 0 <= self.watermark < 1:
             raise ConfigError("scheduler.watermark", f"must be in [0, 1), got {self.watermark}")
+        if self.prefix_caching not in (None, True, False):
+            raise ConfigError("scheduler.prefix_caching", f"must be true, false or null, got {self.prefix_caching!r}",
+                              "pass --prefix-caching or --no-prefix-caching")
+        if self.prefix_cache_policy not in PREFIX_CACHE_POLICIES:
+            raise ConfigError("scheduler.prefix_cache_policy", f"unknown policy {self.prefix_cache_policy!r}",
+                              f"use one of {', '.join(PREFIX_CACHE_POLICIES)}")
         if (self.name in ("sarathi", "vllm-v1") and self.chunk_size and self.max_num_batched_tokens
                 and self.chunk_size != self.max_num_batched_tokens):
             raise ConfigError("scheduler.chunk_size", f"{self.name} has one token budget but chunk_size={self.chunk_size} "
                               f"and max_num_batched_tokens={self.max_num_batched_tokens}", "give only one")
+
+    @property
+    def prefix_cache(self) -> str | None:
+        """The prefix cache policy the replicas run, or None when caching is off."""
+        on = self.name == "vllm-v1" if self.prefix_caching is None else self.prefix_caching
+        return self.prefix_cache_policy if on else None
 
     def token_budget(self, max_model_len: int) -> int:
         """Tokens one iteration may carry under this policy (prompt tokens for vllm)."""
@@ -359,6 +378,9 @@ class RunConfig:
             if self.replica.attention_dp > 1:
                 raise ConfigError("replica.attention_dp", "attention data parallelism in disaggregated pools is not "
                                   "modelled", "drop --attention-dp, or the pools")
+            if self.scheduler.prefix_caching:  # pools hand KV blocks over by count (engine.disagg)
+                raise ConfigError("scheduler.prefix_caching", "prefix caching in disaggregated pools is not modelled",
+                                  "pass --no-prefix-caching, or drop the pools")
         if self.first_token_at not in FIRST_TOKEN_AT:
             raise ConfigError("first_token_at", f"unknown delivery point {self.first_token_at!r}",
                               f"use one of {', '.join(FIRST_TOKEN_AT)}")

@@ -211,8 +211,15 @@ def _arrivals(env: simpy.Environment, requests: list[Request], cluster: Cluster)
 
 def make_requests(table, token_times: bool = False) -> list[Request]:  # noqa: ANN001 - RequestTable duck type
     arrival, prompt, output = checked_columns(table)
-    return [Request(i, a, p, o, token_times)
-            for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist(), strict=False))]
+    requests = [Request(i, a, p, o, token_times)
+                for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist(), strict=False))]
+    hashes = getattr(table, "block_hashes", None)
+    if hashes is not None:  # prefix block ids (simulator.engine.prefix_cache)
+        block_size = table.hash_block_size
+        for req, ids in zip(requests, hashes, strict=True):
+            req.block_hashes = ids
+            req.hash_block_size = block_size
+    return requests
 
 
 def checked_columns(table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001

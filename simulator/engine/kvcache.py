@@ -137,8 +137,9 @@ class BlockManager:
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def can_admit(self, num_tokens: int) -> bool:
-        """Whether a new request holding ``num_tokens`` tokens fits above the watermark."""
+    def can_admit(self, num_tokens: int, req: Request | None = None) -> bool:
+        """Whether a new request holding ``num_tokens`` tokens fits above the watermark
+        (``req``, the request itself, matters only to a prefix cache: its hits need no blocks)."""
         return self.num_free_blocks - (-(-num_tokens // self.block_size)) >= self.watermark_blocks
 
     def reserve(self, req: Request, num_tokens: int) -> None:
@@ -148,6 +149,10 @@ class BlockManager:
             assert need <= self.num_free_blocks, "KV block over-allocation"
             self.num_free_blocks -= need
             req.num_blocks += need
+
+    def admit(self, req: Request, num_tokens: int) -> None:
+        """Allocate a request leaving ``waiting`` (a prefix cache also finds its cached prefix)."""
+        self.reserve(req, num_tokens)
 
     def try_grow(self, req: Request, num_tokens: int) -> bool:
         """Grow ``req`` to hold ``num_tokens`` if free blocks allow; no watermark."""

@@ -23,6 +23,7 @@ import simpy
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel.base import CostModel
 from simulator.engine.kvcache import MemoryPlan, build_kv_cache, max_model_len_shortfall
+from simulator.engine.prefix_cache import make_block_manager
 from simulator.engine.schedulers import SCHEDULERS, Batch, Scheduler
 from simulator.workload.request import Request, Status
 
@@ -49,6 +50,9 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     one). ``lockstep``: advance steady decodes as a cohort (:meth:`Scheduler.enable_lockstep`)."""
     max_model_len = replica.effective_max_model_len
     blocks, plan = build_kv_cache(replica, sched)
+    # Prefix caching, where on; not in a disaggregated pool's role (a mixin): they hand blocks over by count.
+    if sched.prefix_cache is not None and mixin is None:
+        blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, replica.block_size, sched.watermark)
     short = max_model_len_shortfall(blocks, max_model_len) if whole_requests else None
     if short is not None:
         raise ConfigError(field, short, fix)

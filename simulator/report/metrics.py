@@ -205,9 +205,30 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
         out["per_replica"] = replica_rows(result, cols, span)
     out.update(overload_summary(cols))
     out["kv_cache_tokens"] = result.memory.num_kv_tokens
+    if result.config.scheduler.prefix_cache is not None and not result.config.is_disaggregated:
+        out["prefix_caching"] = prefix_cache_summary(result)
     out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
     out["workload"] = result.workload_source
     return out
+
+
+def prefix_cache_summary(result: RunResult) -> dict[str, Any]:
+    """Prefix caching (simulator.engine.prefix_cache): the policy, the cache's blocks per replica,
+    and over the requests that were admitted, the share of their prompt tokens found cached at
+    their first admission (``hit_rate``) and the prefill tokens that saved."""
+    reqs = result.requests
+    if isinstance(reqs, RequestColumns):
+        cols = reqs.columns
+        cached, prompt = cols["num_cached_tokens"], cols["num_prompt_tokens"]
+        admitted = cols["admitted_seq"] >= 0
+    else:
+        cached = np.fromiter((r.num_cached_tokens for r in reqs), dtype=np.int64, count=len(reqs))
+        prompt = np.fromiter((r.num_prompt_tokens for r in reqs), dtype=np.int64, count=len(reqs))
+        admitted = np.fromiter((r.admitted_seq >= 0 for r in reqs), dtype=bool, count=len(reqs))
+    saved, queried = int(cached[admitted].sum()), int(prompt[admitted].sum())
+    return {"policy": result.config.scheduler.prefix_cache, "num_blocks": result.memory.num_blocks,
+            "hit_rate": saved / queried if queried else math.nan, "prefill_tokens_saved": saved,
+            "prompt_tokens": queried}
 
 
 # A run is overloaded when scheduling delay in the last quarter of arrivals exceeds the capacity

@@ -72,6 +72,8 @@ TIME_KEYS = {"arrived_at": "s", "arrival_time_ns": "ns", "timestamp": "datetime"
 if TYPE_CHECKING:  # pandas loads only to export a table or to read (and report on) an unusual trace
     import pandas as pd
 
+    from simulator.workload.prefix_traces import PrefixTrace
+
 _FIELD = "workload.trace"
 _MAX_RESAMPLE_ROUNDS = 64
 
@@ -86,13 +88,19 @@ class RequestTable:
 
     Contract: all three arrays have the same length; ``arrival_at`` is float64 seconds,
     non-decreasing and >= 0; token counts are int64 and > 0. Arrays are read-only.
-    ``source`` says in words where lengths and arrivals came from.
+    ``source`` says in words where lengths and arrivals came from. A trace that names its
+    prompts' prefix blocks (:mod:`simulator.workload.prefix_traces`) adds ``block_hashes`` (one
+    int64 array per request, each id covering ``hash_block_size`` tokens and all before them)
+    and ``session_id`` (-1: none); otherwise they are None.
     """
 
     arrival_at: np.ndarray
     num_prompt_tokens: np.ndarray
     num_output_tokens: np.ndarray
     source: str
+    block_hashes: tuple[np.ndarray, ...] | None = None
+    hash_block_size: int = 0
+    session_id: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         arrival = np.array(self.arrival_at, dtype=np.float64)
@@ -108,6 +116,17 @@ class RequestTable:
         for name, arr in (("arrival_at", arrival), ("num_prompt_tokens", prompt), ("num_output_tokens", output)):
             arr.setflags(write=False)
             object.__setattr__(self, name, arr)
+        if self.block_hashes is not None:
+            if len(self.block_hashes) != len(arrival) or self.hash_block_size <= 0:
+                raise ConfigError("requests", f"{len(self.block_hashes)} block hash lists for {len(arrival)} requests "
+                                  f"(hash_block_size {self.hash_block_size})", "give one per request and a block size > 0")
+            object.__setattr__(self, "block_hashes", tuple(self.block_hashes))
+        if self.session_id is not None:
+            sessions = np.array(self.session_id, dtype=np.int64)
+            if sessions.shape != arrival.shape:
+                raise ConfigError("requests", f"session_id has shape {sessions.shape}, arrivals {arrival.shape}")
+            sessions.setflags(write=False)
+            object.__setattr__(self, "session_id", sessions)
 
     def __len__(self) -> int:
         return len(self.arrival_at)
@@ -136,6 +155,11 @@ def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestT
     n = cfg.num_requests
     arrival_override: np.ndarray | None = None
     if cfg.trace is not None:
+        from simulator.workload.prefix_traces import read_prefix_trace
+
+        hashed = read_prefix_trace(cfg.trace)  # Mooncake JSONL, Weka sessions: with block hash ids
+        if hashed is not None:
+            return prefix_trace_table(cfg, hashed, rng)
         prompt, output, arrival_override, length_desc = _lengths_from_trace(cfg, rng)
     elif cfg.name in BUILTIN_NAMES:
         prompt, output, length_desc = _lengths_from_builtin(cfg, rng)
@@ -640,7 +664,9 @@ def replayable_rows(cfg: WorkloadConfig) -> int:
     those ``max_total_tokens`` drops (clipped rows stay). What ``num_requests`` defaults to
     at the command line for a replay, so a trace replays whole unless told otherwise."""
     assert cfg.trace is not None
-    trace = load_trace(cfg.trace)
+    from simulator.workload.prefix_traces import read_prefix_trace
+
+    trace = read_prefix_trace(cfg.trace) or load_trace(cfg.trace)  # a hashed trace, or any other
     if cfg.max_total_tokens is None or cfg.over_length == "clip":
         return len(trace)
     return int((trace.num_prompt_tokens + trace.num_output_tokens <= cfg.max_total_tokens).sum())
@@ -688,3 +714,43 @@ def _lengths_from_trace(cfg: WorkloadConfig, rng: np.random.Generator
         idx = rng.integers(0, rows, size=n)
         how = f"{n} rows sampled with replacement (trace has only {rows})"
     return prompt[idx], output[idx], None, f"{desc}, {how}"
+
+
+def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.Generator) -> RequestTable:
+    """The run's requests from a hashed trace, as :func:`~simulator.workload.generate.generate_requests`
+    treats any trace: rows over ``max_total_tokens`` removed (clipping would cut prompts
+    their hashes describe, so ``over_length="clip"`` is refused), then with ``arrival="trace"``
+    the first ``num_requests`` rows at their timestamps / ``time_scale``, else ``num_requests``
+    rows sampled (without replacement while the trace has enough) at synthetic arrivals."""
+    name = Path(cfg.trace or "").name
+    keep = np.arange(len(trace))
+    desc = f"trace {name} ({trace.fmt}, {len(trace)} rows, {trace.hash_block_size}-token block hashes{trace.note}"
+    if cfg.max_total_tokens is not None:
+        if cfg.over_length == "clip":
+            raise ConfigError("workload.over_length", f"{name} names its prompts' blocks: clipping would cut them",
+                              "use --over-length drop")
+        keep = np.flatnonzero(trace.num_prompt_tokens + trace.num_output_tokens <= cfg.max_total_tokens)
+        if len(keep) < len(trace):
+            desc += f", {len(trace) - len(keep)} over max_total_tokens={cfg.max_total_tokens} removed"
+        if not len(keep):
+            raise ConfigError("workload.max_total_tokens", f"no row of {name} has total tokens <= "
+                              f"{cfg.max_total_tokens}", "raise --max-total-tokens")
+    desc += ")"
+    n, rows = cfg.num_requests, len(keep)
+    if cfg.arrival == "trace":
+        if n > rows:
+            raise ConfigError("workload.num_requests", f"replaying {name} needs num_requests <= its {rows} rows, "
+                              f"got {n}", f"pass --num-requests {rows} or a synthetic --arrival")
+        idx = keep[:n]
+        at = trace.arrival_s[idx]
+        arrival = (at - at[0]) / cfg.time_scale
+        scale = f" / {cfg.time_scale:g}" if cfg.time_scale != 1 else ""
+        desc += f", first {n} rows replayed, trace timestamps{scale}"
+    else:
+        pick = rng.choice(rows, size=n, replace=False) if n <= rows else rng.integers(0, rows, size=n)
+        idx = keep[pick]
+        arrival, arrival_desc = _arrivals(cfg, n, rng)
+        desc += f", {n} rows sampled, {arrival_desc}"
+    return RequestTable(arrival, trace.num_prompt_tokens[idx], trace.num_output_tokens[idx], desc,
+                        block_hashes=tuple(trace.block_hashes[i] for i in idx.tolist()),
+                        hash_block_size=trace.hash_block_size, session_id=trace.session_id[idx])

@@ -236,3 +236,4 @@ def ideal_hit_blocks(block_hashes: tuple[np.ndarray, ...] | list) -> np.ndarray:
         out[i] = k
         seen.update(ids)
     return out
+

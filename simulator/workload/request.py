@@ -50,6 +50,7 @@ class Request:
         "num_computed", "num_generated", "num_blocks", "status", "in_flight",
         "replica_id", "first_scheduled_at", "completed_at", "num_preemptions",
         "first_token_at", "last_token_at", "max_tbt_s", "token_times", "reject_reason", "admitted_seq",
+        "block_hashes", "hash_block_size", "num_cached_tokens",
     )
 
     def __init__(self, request_id: int, arrival_at: float, num_prompt_tokens: int, num_output_tokens: int,
@@ -73,6 +74,12 @@ class Request:
         self.token_times: array | None = array("d") if token_times else None
         self.reject_reason: str | None = None
         self.admitted_seq = -1  # order of (re)admission (the running list itself is in arrival order)
+        # Prefix caching (simulator.engine.prefix_cache): the prompt's block hash ids from a trace
+        # (None: no prefix is known to be shared) and the tokens each id covers; the prompt tokens
+        # found cached at its first admission.
+        self.block_hashes: Sequence[int] | None = None
+        self.hash_block_size = 0
+        self.num_cached_tokens = 0
 
     @property
     def num_known(self) -> int:
@@ -100,11 +107,12 @@ class Request:
 
 # A request's fields as columns (one entry per request): what a replica's run sets, read off
 # its requests in a worker process, and the whole run's requests merged in the parent.
-RUN_FIELDS = tuple(f for f in Request.__slots__ if f not in ("request_id", "num_prompt_tokens", "num_output_tokens"))
+RUN_FIELDS = tuple(f for f in Request.__slots__ if f not in ("request_id", "num_prompt_tokens", "num_output_tokens",
+                                                             "block_hashes", "hash_block_size"))
 _TIMES_OR_NONE = ("first_scheduled_at", "completed_at", "first_token_at")  # NaN for None in a column
 _DTYPES = {"arrival_at": np.float64, "last_token_at": np.float64, "max_tbt_s": np.float64, "in_flight": np.bool_,
            **dict.fromkeys(("num_computed", "num_generated", "num_blocks", "replica_id", "num_preemptions",
-                            "admitted_seq"), np.int64)}
+                            "admitted_seq", "num_cached_tokens"), np.int64)}
 
 
 def run_field_columns(requests: list[Request]) -> dict[str, np.ndarray]:

@@ -159,7 +159,8 @@ class Scheduler:
     def _admit(self, batch: Batch) -> Request:
         """Move the head of ``waiting`` to ``running`` with its reservation allocated."""
         req = self.waiting.popleft()
-        self.blocks.reserve(req, self.reserve_tokens(req))
+        # A prefix cache shares the cached prefix and starts num_computed there (else it stays 0).
+        self.blocks.admit(req, self.reserve_tokens(req))
         req.status = Status.RUNNING
         self._admission_counter += 1
         req.admitted_seq = self._admission_counter

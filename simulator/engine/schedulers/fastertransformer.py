@@ -32,5 +32,5 @@ class FasterTransformerScheduler(Scheduler):
         waiting = self.waiting
         while waiting and len(self.running) < self.max_num_seqs and self.blocks.can_admit(self.max_model_len):
             req = self._admit(batch)
-            batch.add(req, req.num_prompt_tokens + req.num_generated)
+            batch.add(req, req.num_prompt_tokens + req.num_generated - req.num_computed)  # less a cached prefix
         return batch

@@ -31,7 +31,7 @@ class SarathiScheduler(Scheduler):
             return False
         waiting = self.waiting
         return (not waiting or len(running) >= self.token_budget or len(running) >= self.max_num_seqs
-                or not self.blocks.can_admit(waiting[0].num_prompt_tokens + waiting[0].num_generated))
+                or not self.blocks.can_admit(waiting[0].num_prompt_tokens + waiting[0].num_generated, waiting[0]))
 
     def chunk_steady(self) -> tuple[Request, int] | None:
         # The first partial prefill (running order) takes what the decodes leave of the budget;
@@ -72,10 +72,10 @@ class SarathiScheduler(Scheduler):
         waiting = self.waiting
         while waiting and used < budget and len(self.running) < self.max_num_seqs:
             req = waiting[0]
-            if not self.blocks.can_admit(req.num_prompt_tokens + req.num_generated):
+            if not self.blocks.can_admit(req.num_prompt_tokens + req.num_generated, req):
                 break
-            self._admit(batch)
-            chunk = min(req.num_prompt_tokens + req.num_generated, budget - used)
+            self._admit(batch)  # num_computed: its cached prefix, if any
+            chunk = min(req.num_prompt_tokens + req.num_generated - req.num_computed, budget - used)
             batch.add(req, chunk)
             used += chunk
         return batch

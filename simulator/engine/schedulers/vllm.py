@@ -34,7 +34,7 @@ class VLLMScheduler(Scheduler):
             return True
         head = self.waiting[0]
         n = head.num_prompt_tokens + head.num_generated
-        return n > self.token_budget or len(self.running) >= self.max_num_seqs or not self.blocks.can_admit(n)
+        return n > self.token_budget or len(self.running) >= self.max_num_seqs or not self.blocks.can_admit(n, head)
 
     def schedule(self) -> Batch:
         batch = Batch()
@@ -44,9 +44,10 @@ class VLLMScheduler(Scheduler):
         while waiting:
             req = waiting[0]
             n = req.num_prompt_tokens + req.num_generated
-            if num_batched + n > self.token_budget or num_seqs >= self.max_num_seqs or not blocks.can_admit(n):
+            if num_batched + n > self.token_budget or num_seqs >= self.max_num_seqs or not blocks.can_admit(n, req):
                 break
             self._admit(batch)
+            n -= req.num_computed  # its cached prefix, if any
             batch.add(req, n)
             num_batched += n
             num_seqs += 1

@@ -298,3 +298,18 @@ def test_overload_warning_wraps_between_words_on_a_terminal() -> None:
     assert "lower --qps or find the sustainable rate with `simulate capacity` (same options)" in joined
     header = next(i for i, ln in enumerate(lines) if "mistral-7b on" in ln)
     assert "sarathi" in " ".join(ln.strip() for ln in lines[header:header + 3])
+
+
+def test_sweep_points_take_the_criterion_and_old_keys_stand() -> None:
+    from simulator.config.run_config import RunConfig
+    from simulator.planning.sweep import build_spec, point_key
+
+    spec = build_spec({"mode": "capacity", "base": {"num_requests": 40, "min_goodput": 0.8},
+                       "grid": {"criterion": ["tbt", "goodput"]}})
+    by_criterion = {p.options["criterion"]: p for p in spec.points}
+    assert set(by_criterion) == {"tbt", "goodput"}
+    tbt = by_criterion["tbt"]
+    before = {k: v for k, v in tbt.options.items() if k not in ("criterion", "goodput_tpot_slo")}
+    assert point_key("capacity", tbt.config, before) == tbt.key  # a sweep folder from before still resumes
+    assert by_criterion["goodput"].key != tbt.key
+    assert isinstance(tbt.config, RunConfig)

@@ -78,6 +78,10 @@ POINT_OPTIONS: dict[str, tuple[type, Any, tuple[str, ...], str]] = {
     "ttft_quantile": (float, 99.0, ("capacity",), "percentile of TTFT held to ttft_slo"),
     "min_goodput": (float, None, ("capacity",), "minimum goodput fraction"),
     "goodput_ttft_slo": (float, 2.0, ("capacity",), "TTFT (s) a request must meet to count as goodput"),
+    "goodput_tpot_slo": (float, None, ("capacity",), "TPOT (s) a request must meet to count as goodput "
+                         "(default: its max TBT <= tbt_slo; criterion goodput: TPOT <= tbt_slo)"),
+    "criterion": (str, "tbt", ("capacity",), "tbt (Sarathi-Serve's limits) or goodput (DistServe: min_goodput, "
+                  "default 0.9, of requests meet goodput_ttft_slo and goodput_tpot_slo)"),
     "num_seeds": (int, 1, ("capacity",), "independent searches (seeds seed..seed+n-1)"),
     "rel_tol": (float, 0.025, ("capacity",), "bisection stops at this relative gap"),
     "qps_start": (float, None, ("capacity",), "first trial's QPS (default: the qps option)"),
@@ -323,7 +327,8 @@ def _slo_and_settings(options: dict[str, Any]):  # noqa: ANN202
     slo = SLO(tbt_s=options["tbt_slo"], tbt_quantile=options["tbt_quantile"], sched_delay_s=options["sched_delay_slo"],
               sched_delay_quantile=options["sched_delay_quantile"], ttft_s=options["ttft_slo"],
               ttft_quantile=options["ttft_quantile"], min_goodput=options["min_goodput"],
-              goodput_ttft_s=options["goodput_ttft_slo"])
+              goodput_ttft_s=options["goodput_ttft_slo"], criterion=options["criterion"],
+              goodput_tpot_s=options["goodput_tpot_slo"])
     settings = SearchSettings(rel_tol=options["rel_tol"], qps_start=options["qps_start"], min_qps=options["min_qps"],
                               max_qps=options["max_qps"], max_trials=options["max_trials"],
                               early_exit=options["early_exit"], tbt_early_exit=options["tbt_early_exit"])
@@ -332,8 +337,14 @@ def _slo_and_settings(options: dict[str, Any]):  # noqa: ANN202
     return slo, settings
 
 
+# Point options added after sweeps were first written: at these values they leave a point's key
+# as it was, so a sweep folder from before them still resumes instead of running every point again.
+LATER_OPTION_DEFAULTS: dict[str, Any] = {"criterion": "tbt", "goodput_tpot_slo": None}
+
+
 def point_key(mode: str, config: RunConfig, options: dict[str, Any]) -> str:
     """Identity of a point: a hash of everything that determines its result."""
+    options = {k: v for k, v in options.items() if k not in LATER_OPTION_DEFAULTS or v != LATER_OPTION_DEFAULTS[k]}
     resolved = config.to_dict()
     resolved.pop("fast_forward", None)  # event skipping changes speed, never results
     blob = json.dumps({"mode": mode, "config": resolved, "options": options}, sort_keys=True, default=str)

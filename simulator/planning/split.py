@@ -269,21 +269,30 @@ FAMILY_COLORS = {"vllm": "#d62728", "sarathi": "#2ca02c", "disagg": "#1f77b4"}
 
 
 def comparison_figure(results: pd.DataFrame, trials: pd.DataFrame, slo: GoodputSLO, title: str = ""):  # noqa: ANN201
-    """Left: goodput per GPU of every candidate, grouped by family, best of each labelled.
-    Right: SLO attainment against QPS for the best candidate of each family, the target marked."""
+    """Left: goodput per GPU of every candidate, grouped by family, best of each labelled; a
+    layout searched only coarsely (``coarse``) is a hatched, faint bar marked "bound" (its rate
+    is a lower bound, not a rank). Right: SLO attainment against QPS for the best candidate of
+    each family, the target marked."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(12, 4.8))
     ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.4, 1]})
     df = results.sort_values(["family", "goodput_per_gpu"], ascending=[True, False], kind="stable").reset_index(drop=True)
     colors = [FAMILY_COLORS.get(f, "C7") for f in df["family"]]
-    ax.barh(range(len(df)), df["goodput_per_gpu"], color=colors)
-    ax.set_yticks(range(len(df)), df["label"], fontsize=7)
+    coarse = df["coarse"].astype(bool) if "coarse" in df else pd.Series(False, index=df.index)
+    bars = ax.barh(range(len(df)), df["goodput_per_gpu"], color=colors)
+    for bar, is_bound in zip(bars, coarse, strict=True):
+        if is_bound:
+            bar.set_alpha(0.4)
+            bar.set_hatch("//")
+    ax.set_yticks(range(len(df)), [f"{label} (bound)" if b else label for label, b in zip(df["label"], coarse, strict=True)],
+                  fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("goodput per GPU (req/s at which the SLO attainment holds)")
     ax.set_title(title or "goodput per GPU", fontsize=10)
     for i, row in df.iterrows():
-        ax.text(row["goodput_per_gpu"], i, f" {row['goodput_per_gpu']:.2f}", va="center", fontsize=7)
+        ax.text(row["goodput_per_gpu"], i, f" {'>= ' if coarse[i] else ''}{row['goodput_per_gpu']:.2f}", va="center",
+                fontsize=7)
     best = results.sort_values("goodput_per_gpu", ascending=False, kind="stable").groupby("family", sort=False).head(1)
     for row in best.itertuples():
         t = trials[trials["label"] == row.label].sort_values("qps")

@@ -68,7 +68,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "arrival": ("workload__arrival", str, "poisson, gamma, fixed, burst or trace."),
     "qps": ("workload__qps", float, "Mean request rate (requests/s)."),
     "cv": ("workload__cv", float, "Coefficient of variation of gaps (gamma arrivals)."),
-    "num_requests": ("workload__num_requests", int, "Requests to simulate."),
+    "num_requests": ("workload__num_requests", int, "Requests to simulate (--arrival trace: every row of the "
+                     "trace unless given)."),
     "prompt_tokens": ("workload__prompt_tokens", int, "Prompt length (fixed) or lower bound (uniform)."),
     "output_tokens": ("workload__output_tokens", int, "Output length (fixed) or lower bound (uniform)."),
     "prompt_tokens_max": ("workload__prompt_tokens_max", int, "Upper bound of prompt length (uniform)."),

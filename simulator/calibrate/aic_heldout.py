@@ -62,7 +62,10 @@ class HeldOut:
         f = self.frame
         out: dict[str, Any] = {"gpu": self.system, "backend": self.backend, "family": self.family, "dtype": self.dtype,
                                "kernel_source": self.source, "points": len(f)}
-        for col, name in (("table_s", "table"), ("roofline_s", "roofline")):
+        # roofline_today_s: the recalibrated roofline, where the report adds it (calibrate.roofline_from_tables)
+        for col, name in (("table_s", "table"), ("roofline_s", "roofline"), ("roofline_today_s", "roofline_today")):
+            if col not in f:
+                continue
             err = (f[col] / f["measured_s"] - 1.0).abs().dropna() if len(f) else f.get(col, [])
             out[f"{name}_median_err"] = float(np.median(err)) if len(err) else float("nan")
             out[f"{name}_p90_err"] = float(np.quantile(err, 0.90)) if len(err) else float("nan")

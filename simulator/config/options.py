@@ -86,6 +86,9 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
     "kernels": ("replica__kernels", str, "Kernel prices: roofline (calibrated), or the GPU's measured vllm, sglang or "
                 "trtllm kernel tables (NVIDIA AIConfigurator's database in ../shared/data)."),
+    "roofline_calibration": ("replica__roofline_calibration", str, "Roofline constants: 2023 (Vidur/LLMServingSim "
+                             "profiles; the paper reproductions') or today (fitted per GPU generation to "
+                             "AIConfigurator's tables of vLLM/SGLang/TensorRT-LLM kernels)."),
     "engine": ("engine", str, "Engine overheads: a preset (vllm-2023-splitwise, sarathi-2023-vidur, vllm-v1, ideal, "
                "handset) or an artifact from `simulate calibrate-engine`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),

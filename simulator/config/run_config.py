@@ -48,6 +48,9 @@ KV_CACHE_DTYPES = KV_CACHE_FORMATS
 # (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates
 # without importing the cost models.
 KERNEL_TABLES = ("roofline", "vllm", "sglang", "trtllm")
+# Roofline efficiency constants (simulator.costmodel.calibration): 2023 (Vidur/LLMServingSim profiles, the
+# paper reproductions') or today (fitted per GPU generation to AIConfigurator's kernel tables).
+ROOFLINE_CALIBRATIONS = ("2023", "today")
 # Prefix cache rules (simulator.engine.prefix_cache): vLLM V1's LRU of freed blocks, SGLang's LRU of radix leaves.
 PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
 # Disaggregated serving: who delivers the client's first token (RunConfig.first_token_at).
@@ -98,6 +101,7 @@ class ReplicaConfig:
     num_gpu_blocks: int | None = None  # KV blocks per replica, overriding the memory plan (vLLM's num_gpu_blocks_override)
     kernels: str = "roofline"  # kernel prices: roofline, or the vllm / sglang / trtllm kernel tables of the GPU
     attention_dp: int = 1  # attention data-parallel ranks (each tp GPUs, its own batch and KV cache)
+    roofline_calibration: str = "2023"  # the roofline's constants: ROOFLINE_CALIBRATIONS
 
     def __post_init__(self) -> None:
         # Canonicalise names so an HF id and the short name give identical configs.
@@ -124,6 +128,10 @@ class ReplicaConfig:
         if self.kernels not in KERNEL_TABLES:
             raise ConfigError("replica.kernels", f"unknown kernel prices {self.kernels!r}",
                               f"use one of {', '.join(KERNEL_TABLES)}")
+        object.__setattr__(self, "roofline_calibration", str(self.roofline_calibration))  # a JSON 2023 is the year
+        if self.roofline_calibration not in ROOFLINE_CALIBRATIONS:
+            raise ConfigError("replica.roofline_calibration", f"unknown calibration {self.roofline_calibration!r}",
+                              f"use one of {', '.join(ROOFLINE_CALIBRATIONS)}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ConfigError("replica.kv_cache_dtype", f"unknown KV cache dtype {self.kv_cache_dtype!r}",
                               f"use one of {', '.join(KV_CACHE_DTYPES)}")

@@ -237,7 +237,7 @@ def kernel_collective_latency_s(kernels: CostModel) -> float:
     if cal is None:
         from simulator.costmodel.calibration import calibration_for
 
-        cal = calibration_for(kernels.replica.gpu)
+        cal = calibration_for(kernels.replica.gpu, kernels.replica.roofline_calibration)
     return float(cal.allreduce_latency_s)
 
 
@@ -389,6 +389,8 @@ class EngineCostModel(CostModel):
             return None
         k = self.kernels
         prefill = k.prefill_attention_list(chunk, kv_before, m)
+        if prefill is None:  # no plain-float form (e.g. a calibration with a prefill ramp): the generic path
+            return None
         if n:  # attention_decode's float ops (decode_attention_terms); none without decodes: 0.0
             kvb, per_token, bandwidth, per_seq, kernel_floor = k.decode_attention_terms(n)  # type: ignore[misc]
             decode = [(kv * kvb + per_token) / bandwidth + per_seq + kernel_floor

@@ -88,10 +88,13 @@ EXPERT_CALIBRATION: dict[str, ExpertCalibration] = {
 
 def expert_calibration(rf: RooflineCostModel) -> ExpertCalibration:
     """The GPU's fitted expert constants, else its dense-GEMM calibration and the H100 router cost."""
+    c = rf.cal
+    if c.expert_compute_eff is not None:  # a calibration with its own expert constants ("today")
+        return ExpertCalibration(c.expert_compute_eff, c.expert_half_tokens, c.expert_memory_eff,
+                                 c.expert_router_overhead_s, c.source)
     found = EXPERT_CALIBRATION.get(rf.gpu.name)
     if found is not None:
         return found
-    c = rf.cal
     return ExpertCalibration(c.gemm_compute_eff, c.gemm_half_tokens, c.gemm_memory_eff,
                              _H100_EXPERTS.router_overhead_s, "dense GEMM calibration of the GPU")
 
@@ -181,8 +184,9 @@ def mla_attention_prefill(rf: RooflineCostModel, pairs: float, kv_tokens: float,
     # Up-projecting the cached context (kv_lora -> heads * (nope + v)) for every chunk.
     flops += 2.0 * kv_tokens * m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
     nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_tokens * heads * qk * rf.dtype_bytes
-    return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
-            + c.kernel_floor_s)
+    return (max(flops / (g.bf16_flops * c.prefill_compute_eff(pairs, num_tokens)),
+                nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
+            + c.attn_floor)
 
 
 def mla_attention_decode(rf: RooflineCostModel, kv_tokens: float, num_decodes: int) -> float:
@@ -192,4 +196,4 @@ def mla_attention_decode(rf: RooflineCostModel, kv_tokens: float, num_decodes: i
     flops = 2.0 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * kv_tokens
     nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_decodes * heads * (m.kv_lora_rank + m.qk_rope_head_dim) * rf.dtype_bytes
     return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff))
-            + num_decodes * c.attn_decode_per_seq_s + c.kernel_floor_s)
+            + num_decodes * c.attn_decode_per_seq_s + c.attn_floor)

@@ -53,7 +53,7 @@ class RooflineCostModel(TabulatedCostModel):
     def __init__(self, replica: ReplicaConfig, calibration: RooflineCalibration | None = None,
                  table_tokens: int = 16384) -> None:
         super().__init__(replica)
-        self.cal = calibration or calibration_for(replica.gpu)
+        self.cal = calibration or calibration_for(replica.gpu, replica.roofline_calibration)
         m, tp, db = self.model, replica.tp, replica.dtype_bytes
         self.dtype_bytes = db
         self.heads_per_gpu = m.num_heads // tp
@@ -191,21 +191,22 @@ class RooflineCostModel(TabulatedCostModel):
         c, g, d, db = self.cal, self.gpu, self.model.head_dim, self.dtype_bytes
         flops = 4.0 * self.heads_per_gpu * d * pairs
         nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_tokens * self.q_per_gpu * db
-        return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
-                + c.kernel_floor_s)
+        return (max(flops / (g.bf16_flops * c.prefill_compute_eff(pairs, num_tokens)),
+                    nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
+                + c.attn_floor)
 
     def prefill_attention_list(self, chunk: int, kv_before: int, num_iterations: int) -> list[float] | None:
         """:meth:`attention_prefill` of one ``chunk``-token chunk over ``kv_before`` cached
         tokens, then ``chunk`` more each iteration (a prompt's successive chunks), in plain
         floats with the scalar path's operations; None for MLA and sliding-window attention."""
-        if self.mla or self.sliding_fraction:
+        if self.mla or self.sliding_fraction or self.cal.attn_prefill_half_keys:
             return None
         c, g = self.cal, self.gpu
         # _attention_prefill's terms, its constant factors evaluated once in the same order.
         head = 4.0 * self.heads_per_gpu * self.model.head_dim  # flops = head * pairs
         compute = g.bf16_flops * c.attn_prefill_compute_eff
         kvb, query = self.kv_bytes_per_token, 2 * chunk * self.q_per_gpu * self.dtype_bytes
-        bandwidth, floor, half = g.hbm_bytes_per_s * c.gemm_memory_eff, c.kernel_floor_s, chunk * (chunk + 1) / 2
+        bandwidth, floor, half = g.hbm_bytes_per_s * c.gemm_memory_eff, c.attn_floor, chunk * (chunk + 1) / 2
         return [(f if (f := head * (chunk * p + half) / compute) > (b := ((p + chunk) * kvb + query) / bandwidth)
                  else b) + floor
                 for p in range(kv_before, kv_before + chunk * num_iterations, chunk)]
@@ -226,7 +227,7 @@ class RooflineCostModel(TabulatedCostModel):
         c, g = self.cal, self.gpu
         nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_decodes * self.q_per_gpu * self.dtype_bytes
         return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
-                + num_decodes * c.attn_decode_per_seq_s + c.kernel_floor_s)
+                + num_decodes * c.attn_decode_per_seq_s + c.attn_floor)
 
     def decode_attention_terms(self, n: int) -> tuple[float, float, float, float, float] | None:
         """Decode attention of ``n`` sequences holding ``kv`` KV tokens in all, as
@@ -237,7 +238,7 @@ class RooflineCostModel(TabulatedCostModel):
             return None
         c, g = self.cal, self.gpu
         return (self.kv_bytes_per_token, 2 * n * self.q_per_gpu * self.dtype_bytes,
-                g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * c.attn_decode_per_seq_s, c.kernel_floor_s)
+                g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * c.attn_decode_per_seq_s, c.attn_floor)
 
     def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
                                 kv_maxes: np.ndarray) -> np.ndarray | None:
@@ -247,7 +248,7 @@ class RooflineCostModel(TabulatedCostModel):
             return None
         c, g = self.cal, self.gpu
         nbytes = kv_sums * self.kv_bytes_per_token + 2 * n * self.q_per_gpu * self.dtype_bytes
-        return nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * c.attn_decode_per_seq_s + c.kernel_floor_s
+        return nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * c.attn_decode_per_seq_s + c.attn_floor
 
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:

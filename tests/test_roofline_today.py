@@ -1,0 +1,128 @@
+"""The roofline's "today" calibration: the fit recovers known constants, its forward model is the
+runtime roofline's, the selector validates and round-trips, and 2023 prices stay as they were."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from simulator.calibrate import roofline_from_tables as R
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig, RunConfig, WorkloadConfig
+from simulator.costmodel.calibration import DEFAULT, TODAY, calibration_for
+from simulator.costmodel.roofline import RooflineCostModel
+
+TRUE = {**R.INITIAL, **R.ELEMENTWISE, "gemm_compute_eff": 0.63, "gemm_half_tokens": 70.0, "gemm_memory_eff": 0.81,
+        "kernel_floor_s": 4.5e-6, "attn_prefill_compute_eff": 0.52, "attn_prefill_half_keys": 40.0, "attn_floor_s": 9e-6,
+        "attn_decode_memory_eff": 0.77, "attn_decode_per_seq_s": 3e-7, "allreduce_bus_eff": 0.62,
+        "allreduce_latency_s": 7e-6, "expert_compute_eff": 0.35, "expert_half_tokens": 30.0, "expert_memory_eff": 0.7,
+        "expert_router_overhead_s": 2e-5}
+
+
+def _grid(**axes: list) -> dict[str, np.ndarray]:
+    mesh = np.meshgrid(*[np.asarray(v, dtype=np.float64) for v in axes.values()], indexing="ij")
+    return {k: m.ravel() for k, m in zip(axes, mesh, strict=True)}
+
+
+def _synthetic(constants: dict[str, float]) -> list[R.Group]:
+    """Tables of H100 shapes whose latencies are the roofline's under ``constants``, with 1% seeded noise."""
+    rng = np.random.default_rng(1)
+    pow2 = [2 ** i for i in range(0, 15)]
+    keys = {
+        "gemm": _grid(m=pow2, n=[1024, 4096, 14336], k=[1024, 4096, 8192]),
+        "attn_prefill": _grid(batch_size=[1, 4, 16], isl=[16, 64, 256, 1024, 4096], num_heads=[32],
+                              num_key_value_heads=[8], head_dim=[128]),
+        "attn_decode": _grid(batch_size=[1, 8, 64, 256], isl=[64, 512, 4096, 16384], step=[0], num_heads=[32],
+                             num_key_value_heads=[8], head_dim=[128]),
+        "allreduce": _grid(message_size=[2 ** i for i in range(10, 27)], num_gpus=[2, 4, 8]),
+        "moe": _grid(num_tokens=pow2, hidden_size=[4096], inter_size=[14336], topk=[2], num_experts=[8],
+                     moe_tp_size=[1, 2], moe_ep_size=[1]),
+    }
+    groups = []
+    for family, k in keys.items():
+        terms = R.terms_for("h100_sxm", family, "bfloat16", k)
+        truth = R.predict(family, terms, constants) * np.exp(rng.normal(0.0, 0.01, len(k[next(iter(k))])))
+        groups.append(R.Group("h100_sxm", "synthetic", family, "bfloat16", "-", k, truth, terms))
+    return groups
+
+
+def test_fit_recovers_constants_from_synthetic_tables():
+    fitted = R.fit(_synthetic(TRUE))
+    for name in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff", "attn_decode_memory_eff",
+                 "allreduce_bus_eff", "expert_memory_eff", "expert_compute_eff", "gemm_half_tokens", "kernel_floor_s",
+                 "attn_floor_s", "allreduce_latency_s", "attn_decode_per_seq_s", "expert_half_tokens",
+                 "expert_router_overhead_s"):
+        assert fitted[name] == pytest.approx(TRUE[name], rel=0.03), name
+    # The prefill ramp is the least identified (1% noise moves it ~15%).
+    assert fitted["attn_prefill_half_keys"] == pytest.approx(TRUE["attn_prefill_half_keys"], rel=0.3)
+    # And the recovered constants price the tables as the true ones do.
+    for g in _synthetic(TRUE):
+        err = np.abs(R.predict(g.family, g.terms, fitted) / g.measured_s - 1.0)
+        assert np.median(err) < 0.04, g.family
+
+
+def test_forward_model_is_the_runtime_roofline():
+    cal = replace(DEFAULT, **{k: TRUE[k] for k in R.WRITTEN})
+    rf = RooflineCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm"), cal, table_tokens=1)
+    c = R.constants_of(cal)
+    m = np.array([1.0, 7, 64, 300, 4096])
+    k = {"m": m, "n": np.full(5, 4096.0), "k": np.full(5, 14336.0)}
+    assert R.predict("gemm", R.terms_for("h100_sxm", "gemm", "bfloat16", k), c) == pytest.approx(rf.gemm(m, 14336, 4096),
+                                                                                                    rel=1e-12)
+    b, s = np.array([1.0, 8, 64]), np.array([100.0, 2000, 30000])
+    heads = {"num_heads": np.full(3, 32.0), "num_key_value_heads": np.full(3, 8.0), "head_dim": np.full(3, 128.0)}
+    dec = R.predict("attn_decode", R.terms_for("h100_sxm", "attn_decode", "bfloat16",
+                                               {"batch_size": b, "isl": s, "step": np.zeros(3), **heads}), c)
+    assert dec == pytest.approx([rf._attention_decode(bb * ss, int(bb)) for bb, ss in zip(b, s, strict=True)], rel=1e-12)
+    pre = R.predict("attn_prefill", R.terms_for("h100_sxm", "attn_prefill", "bfloat16",
+                                                {"batch_size": b, "isl": s, **heads}), c)
+    assert pre == pytest.approx([rf._attention_prefill(bb * ss * (ss + 1) / 2, bb * ss, int(bb * ss))
+                                 for bb, ss in zip(b, s, strict=True)], rel=1e-12)
+    rf4 = RooflineCostModel(ReplicaConfig(model="llama-3.1-70b", gpu="h100-sxm", tp=4), cal, table_tokens=1)
+    msg = np.array([8192.0 * 16, 8192.0 * 1024])
+    ar = R.predict("allreduce", R.terms_for("h100_sxm", "allreduce", "bfloat16",
+                                            {"message_size": msg, "num_gpus": np.full(2, 4.0)}), c)
+    assert ar == pytest.approx(rf4.all_reduce(msg / 8192), rel=1e-12)
+
+
+def test_selector_validates_and_round_trips():
+    rep = ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", roofline_calibration="today")
+    cfg = RunConfig(replica=rep)
+    back = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert back == cfg and back.replica.roofline_calibration == "today"
+    assert ReplicaConfig(roofline_calibration=2023).roofline_calibration == "2023"  # a JSON number is the year
+    assert ReplicaConfig().roofline_calibration == "2023"  # the default
+    with pytest.raises(ConfigError, match="roofline_calibration"):
+        ReplicaConfig(roofline_calibration="2024")
+    from simulator.config.options import RUN_OPTIONS
+
+    assert RUN_OPTIONS["roofline_calibration"][0] == "replica__roofline_calibration"
+
+
+@pytest.mark.skipif(not TODAY, reason="no 'today' calibration written yet")
+def test_today_calibration_prices_runs_and_refuses_unmeasured_gpus():
+    rf = RooflineCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", roofline_calibration="today"))
+    assert rf.cal == calibration_for("h100-sxm", "today") != calibration_for("h100-sxm")
+    assert rf.cal.cpu_overhead_s == calibration_for("h100-sxm").cpu_overhead_s  # CPU terms stay 2023's
+    assert "AIConfigurator" in rf.cal.source
+    with pytest.raises(ConfigError, match="roofline_calibration"):
+        RooflineCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="mi300x", roofline_calibration="today"))
+
+
+def _summary(**replica: object) -> dict:
+    from simulator.report.metrics import summarize
+    from simulator.simulation import simulate
+
+    cfg = RunConfig(replica=ReplicaConfig(model="mixtral-8x7b", gpu="h100-sxm", tp=2, ep=2, **replica),
+                    workload=WorkloadConfig(num_requests=40, qps=4.0), seed=3)
+    return summarize(simulate(cfg))
+
+
+@pytest.mark.skipif(not TODAY, reason="no 'today' calibration written yet")
+def test_2023_is_the_default_and_today_moves_prices():
+    default = _summary()
+    assert repr(_summary(roofline_calibration="2023")) == repr(default)  # bit for bit
+    assert _summary(roofline_calibration="today")["tpot_s_p50"] != default["tpot_s_p50"]

@@ -146,7 +146,12 @@ def atomic_dir(target: Path | str) -> Iterator[Path]:
         if target.is_dir():
             old = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + target.name + "-old-", dir=target.parent))
             os.rename(target, old / "d")  # aside, then the new one in place, then the old one gone
-            os.rename(tmp, target)
+            try:
+                os.rename(tmp, target)
+            except BaseException:
+                os.rename(old / "d", target)  # the earlier output back where it was
+                os.rmdir(old)
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, target)

@@ -39,6 +39,7 @@ from simulator.engine.cluster import (
     run_to_end,
 )
 from simulator.engine.records import Recorder, TallyRecorder
+from simulator.engine.sessions import SessionClient, session_recorder
 from simulator.fast import partitioned as partitioned_runs
 from simulator.fast.replica import SkippingReplica
 from simulator.util.progress import RunProgress
@@ -68,7 +69,15 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     """
     # Closed loop (--concurrency): the next send is the next completion anywhere, unknown in
     # advance, so its replicas never run apart (simulator.engine.closed_loop).
-    closed = config.workload.concurrency is not None
+    # Closed-loop sessions (a table with think times, simulator.engine.sessions) likewise.
+    sessions = getattr(table, "think_s", None) is not None
+    if sessions and config.workload.concurrency is not None:
+        raise ConfigError("--concurrency", "session traffic is closed loop already (one user per session)",
+                          "drop --concurrency, or make the sessions open loop")
+    if sessions and config.is_disaggregated:
+        raise ConfigError("workload", "closed-loop sessions in disaggregated pools are not modelled",
+                          "use open-loop sessions, or drop the pools")
+    closed = config.workload.concurrency is not None or sessions
     partitionable = watch is None and not closed and partitioned_runs.runs_apart(config)
     if workers > 1 and not partitionable:
         raise ConfigError("--workers", "only the replicas of a cluster behind a state-free router run in parallel "
@@ -100,8 +109,14 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         reporter.start("simulating", num_requests)
     recorder_class = Recorder if record_iterations else TallyRecorder
     client = ClosedLoopClient(config.workload.concurrency) if config.workload.concurrency is not None else None
-    recorder = make_recorder(recorder_class, client, on_progress=reporter.update if reporter else None,
-                             report_every=max(1, num_requests // 200))
+    if sessions:
+        assert objects is not None  # never partitioned
+        client = SessionClient(objects, table.session_id, table.think_s)
+        recorder = session_recorder(recorder_class, client, on_progress=reporter.update if reporter else None,
+                                    report_every=max(1, num_requests // 200))
+    else:
+        recorder = make_recorder(recorder_class, client, on_progress=reporter.update if reporter else None,
+                                 report_every=max(1, num_requests // 200))
     own_reporter = reporter is not progress
     stopped: str | None = None
     partitioned = None

@@ -92,7 +92,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "engine": ("engine", str, "Engine overheads: a preset (vllm-2023-splitwise, sarathi-2023-vidur, vllm-v1, ideal, "
                "handset) or an artifact from `simulate calibrate-engine`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),
-    "router": ("router", str, "round_robin, least_outstanding or random."),
+    "router": ("router", str, "round_robin, least_outstanding, random, prefix_aware (longest cached prefix "
+               "unless overloaded) or session (a session stays on its replica)."),
     "seed": ("seed", int, "Random seed."),
     "fast_forward": ("fast_forward", bool, "Skip stretches of like iterations (decodes only, or a long prompt's chunks beside them) in one step (same results; off = step by step)."),
     "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)'."),

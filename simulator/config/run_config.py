@@ -32,7 +32,7 @@ from simulator.config.topology import build_topology
 SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
-ROUTERS = ("round_robin", "least_outstanding", "random")
+ROUTERS = ("round_robin", "least_outstanding", "random", "prefix_aware", "session")  # simulator.engine.routers
 DEFAULT_ENGINE = "vllm-2023-splitwise"  # engine preset (simulator.costmodel.engine_model.ENGINES)
 # The preset names, here so a config validates without importing the cost models (numpy);
 # engine_model asserts its ENGINES table has exactly these keys.

@@ -28,7 +28,7 @@ from simulator.engine.closed_loop import ClosedLoopClient
 from simulator.engine.kvcache import MemoryPlan
 from simulator.engine.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.engine.replica import Replica, build_scheduler, with_mixin
-from simulator.engine.routers import ROUTERS
+from simulator.engine.routers import REQUEST_ROUTERS, ROUTERS
 from simulator.engine.schedulers import Scheduler
 from simulator.engine.tbt import GapLog
 from simulator.util.progress import RunProgress
@@ -121,6 +121,10 @@ class Cluster:
                  skipping: type | None = None) -> None:
         self.env = env
         self.router = ROUTERS[config.router]
+        # A router that reads the request gets it, every replica's KV cache (read only) and a
+        # table of its own for the run (simulator.engine.routers.REQUEST_ROUTERS).
+        self._reads_request = config.router in REQUEST_ROUTERS
+        self._router_memo: dict = {}
         self.rng = rng
         self.replicas: list[Replica] = []
         self.cost_models: list[CostModel] = []
@@ -155,7 +159,11 @@ class Cluster:
             self.replicas[0].submit(req)
             return
         outstanding = [r.num_outstanding for r in self.replicas]
-        index = self.router(outstanding, self._step, self.rng)
+        if self._reads_request:
+            index = self.router(outstanding, self._step, self.rng, req=req,
+                                caches=[r.scheduler.blocks for r in self.replicas], memo=self._router_memo)
+        else:
+            index = self.router(outstanding, self._step, self.rng)
         self._step += 1
         self.replicas[index].submit(req)
 
@@ -219,6 +227,10 @@ def make_requests(table, token_times: bool = False) -> list[Request]:  # noqa: A
         for req, ids in zip(requests, hashes, strict=True):
             req.block_hashes = ids
             req.hash_block_size = block_size
+    sessions = getattr(table, "session_id", None)
+    if sessions is not None:  # conversation or agent sessions (session affinity, per-session metrics)
+        for req, session in zip(requests, sessions.tolist(), strict=True):
+            req.session_id = session
     return requests
 
 

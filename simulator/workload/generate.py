@@ -91,7 +91,10 @@ class RequestTable:
     ``source`` says in words where lengths and arrivals came from. A trace that names its
     prompts' prefix blocks (:mod:`simulator.workload.prefix_traces`) adds ``block_hashes`` (one
     int64 array per request, each id covering ``hash_block_size`` tokens and all before them)
-    and ``session_id`` (-1: none); otherwise they are None.
+    and ``session_id`` (-1: none); otherwise they are None. Closed-loop session traffic
+    (:mod:`simulator.workload.sessions`) adds ``think_s``: a session's request is sent that long
+    after its previous one finished (NaN for a session's first request, sent at ``arrival_at``;
+    later requests' ``arrival_at`` are then only placeholders).
     """
 
     arrival_at: np.ndarray
@@ -101,6 +104,7 @@ class RequestTable:
     block_hashes: tuple[np.ndarray, ...] | None = None
     hash_block_size: int = 0
     session_id: np.ndarray | None = None
+    think_s: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         arrival = np.array(self.arrival_at, dtype=np.float64)
@@ -127,6 +131,12 @@ class RequestTable:
                 raise ConfigError("requests", f"session_id has shape {sessions.shape}, arrivals {arrival.shape}")
             sessions.setflags(write=False)
             object.__setattr__(self, "session_id", sessions)
+        if self.think_s is not None:
+            think = np.array(self.think_s, dtype=np.float64)
+            if self.session_id is None or think.shape != arrival.shape or np.any(think < 0):
+                raise ConfigError("requests", "think_s needs session_id and one delay >= 0 (or NaN) per request")
+            think.setflags(write=False)
+            object.__setattr__(self, "think_s", think)
 
     def __len__(self) -> int:
         return len(self.arrival_at)

@@ -1,0 +1,111 @@
+"""Closed-loop sessions: a user sends the next turn only after the answer came, and a think.
+
+Session traffic (:mod:`simulator.workload.sessions`) carries, per request, its session and a
+think time. A session's first request is sent at its ``arrival_at``; every later one is sent
+``think_s`` after the session's previous request finished (or was refused), so a slow server
+slows its users down instead of growing an unbounded queue, as real chat users and agents do.
+This is :mod:`simulator.engine.closed_loop`'s mechanism (sends at completions, learnt through
+the run's recorder) with one user per session and a delay, instead of N interchangeable users.
+
+The send happens in a timeout's callback, even for a zero think time, so a request is never
+submitted from inside the replica's own completion step. As with the closed loop, the next
+send is a completion anywhere: such runs are never partitioned and event skipping stops at
+the next event of any kind (``watched`` in :class:`simulator.engine.cluster.Cluster`).
+A request's ``arrival_at`` becomes the time it was sent; TTFT and E2E count from there.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import simpy
+
+from simulator.engine.records import Recorder
+from simulator.workload.request import Request
+
+
+class SessionClient:
+    """Sends each session's requests in order (see the module docstring).
+
+    Invariant: at most one request per session is in flight; a request with a finite
+    ``think_s`` is sent exactly ``think_s`` after its predecessor ended."""
+
+    __slots__ = ("env", "cluster", "_next", "_think", "num_sent")
+
+    def __init__(self, requests: Sequence[Request], session_id: np.ndarray, think_s: np.ndarray) -> None:
+        self._next: dict[int, Request] = {}  # request id -> the next request of its session
+        self._think: dict[int, float] = {}  # request id -> its think time (later turns only)
+        last: dict[int, Request] = {}  # session -> its latest request so far, in table order
+        for req, session, think in zip(requests, session_id.tolist(), think_s.tolist(), strict=True):
+            if session < 0:
+                continue
+            if not math.isnan(think):  # sent after its predecessor ends
+                prev = last.get(session)
+                if prev is None:
+                    raise ValueError(f"request {req.request_id} has a think time but no earlier request "
+                                     f"in session {session}")
+                self._next[prev.request_id] = req
+                self._think[req.request_id] = think
+            last[session] = req
+        self.env: simpy.Environment | None = None
+        self.cluster: Any = None
+        self.num_sent = 0
+
+    def is_first(self, req: Request) -> bool:
+        return req.request_id not in self._think
+
+    def ended(self, finished: Sequence[Request]) -> None:
+        """``finished`` ended now (answered or refused): their sessions' next turns are due after a think."""
+        env = self.env
+        for req in finished:
+            nxt = self._next.get(req.request_id)
+            if nxt is not None:
+                env.timeout(self._think[nxt.request_id]).callbacks.append(functools.partial(self._send, nxt))
+
+    def _send(self, req: Request, _event: simpy.Event) -> None:
+        req.arrival_at = self.env.now  # sent now: TTFT and E2E count from here
+        self.num_sent += 1
+        self.cluster.submit(req)
+
+    def arrivals(self, env: simpy.Environment, requests: Sequence[Request], cluster: Any) -> Iterator[simpy.Event]:
+        """The SimPy process: send every session's first request at its arrival time."""
+        self.env, self.cluster = env, cluster
+        for req in requests:
+            if not self.is_first(req):
+                continue
+            gap = req.arrival_at - env.now
+            if gap > 0:
+                cluster.next_arrival_at = env.now + gap
+                yield env.timeout(gap)
+            req.arrival_at = env.now
+            self.num_sent += 1
+            cluster.submit(req)
+        cluster.next_arrival_at = math.inf
+
+
+@functools.cache
+def notifying(recorder_class: type[Recorder]) -> type[Recorder]:
+    """``recorder_class`` that also tells a :class:`SessionClient` (its ``client`` attribute)
+    of every finished or refused request."""
+
+    def on_finish(self: Any, finished: list[Request]) -> None:
+        recorder_class.on_finish(self, finished)
+        self.client.ended(finished)
+
+    def on_reject(self: Any, req: Request) -> None:
+        recorder_class.on_reject(self, req)
+        self.client.ended((req,))
+
+    return type(f"Session{recorder_class.__name__}", (recorder_class,),
+                {"__slots__": ("client",), "on_finish": on_finish, "on_reject": on_reject})
+
+
+def session_recorder(recorder_class: type[Recorder], client: SessionClient, **kwargs: Any) -> Recorder:
+    """A recorder of ``recorder_class`` (``kwargs`` as its constructor's) that tells ``client`` of ends."""
+    recorder = notifying(recorder_class)(**kwargs)
+    recorder.client = client  # type: ignore[attr-defined]
+    return recorder

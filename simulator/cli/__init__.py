@@ -6,6 +6,7 @@ from simulator.cli.app import app, main
 # Importing a command module registers its commands; one line per module.
 from simulator.cli import run as _run  # noqa: F401
 from simulator.cli import capacity as _capacity  # noqa: F401
+from simulator.cli import plan as _plan  # noqa: F401
 from simulator.cli import catalog as _catalog  # noqa: F401
 from simulator.cli import profile as _profile  # noqa: F401
 from simulator.cli import costmodel as _costmodel  # noqa: F401

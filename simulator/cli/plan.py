@@ -1,0 +1,156 @@
+"""``simulate plan``: the cheapest deployment that meets the SLO for this load.
+
+A thin typer command over :func:`simulator.planning.plan.plan`; the run options (model,
+workload, ``--qps`` as the load, engine, scheduler, ``--max-model-len``, ...) set what every
+layout shares.
+"""
+
+# No ``from __future__ import annotations``: typer reads the annotations (see cli/capacity.py).
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from simulator.cli.app import app, fail
+from simulator.cli.app import console as app_console
+from simulator.cli.capacity import default_option
+from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
+from simulator.cli.tables import print_table
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+from simulator.util.paths import check_out_dir
+from simulator.util.progress import StepProgress
+
+SLO_PANEL = "SLO"
+SPACE_PANEL = "Search space"
+COST_PANEL = "Cost and limits"
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(flag, f"expected comma-separated integers, got {text!r}", "e.g. 1,2,4,8") from None
+    if not values:
+        raise ConfigError(flag, "is empty", "e.g. 1,2,4,8")
+    return values
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (text or "").split(",") if v.strip())
+
+
+def _ratios(text: str) -> tuple[tuple[int, int], ...]:
+    out = []
+    for item in _names(text):
+        try:
+            p, d = item.split(":")
+            out.append((int(p), int(d)))
+        except ValueError:
+            raise ConfigError("--ratios", f"{item!r} is not P:D", "e.g. 1:1,1:2,2:1") from None
+    return tuple(out)
+
+
+@app.command()
+@default_option("num_requests", 512)
+@run_options
+def plan(
+    config: RunConfig,
+    ttft_slo: Annotated[float, typer.Option(help="TTFT (s) a request must meet.", rich_help_panel=SLO_PANEL)] = 2.0,
+    tpot_slo: Annotated[float, typer.Option(help="TPOT (s) a request must meet.", rich_help_panel=SLO_PANEL)] = 0.05,
+    attainment: Annotated[float, typer.Option(help="Share of requests that must meet both (DistServe's goodput): 0.99 for P99.", rich_help_panel=SLO_PANEL)] = 0.99,
+    gpus: Annotated[str | None, typer.Option(help="Candidate GPUs, comma-separated (default: every priced catalog GPU that holds the model).", rich_help_panel=SPACE_PANEL)] = None,
+    modes: Annotated[str, typer.Option(help="agg, disagg or both.", rich_help_panel=SPACE_PANEL)] = "agg,disagg",
+    tps: Annotated[str, typer.Option(help="Tensor-parallel degrees.", rich_help_panel=SPACE_PANEL)] = "1,2,4,8",
+    pps: Annotated[str, typer.Option(help="Pipeline-parallel degrees (a pipeline is kept only where no TP layout of as many GPUs fits).", rich_help_panel=SPACE_PANEL)] = "1",
+    dtypes: Annotated[str | None, typer.Option(help="Weight precisions allowed (default: --dtype).", rich_help_panel=SPACE_PANEL)] = None,
+    budgets: Annotated[str, typer.Option(help="Token budgets (chunk sizes) of a chunking scheduler.", rich_help_panel=SPACE_PANEL)] = "512,2048",
+    seqs: Annotated[str, typer.Option(help="max_num_seqs values.", rich_help_panel=SPACE_PANEL)] = "128,256",
+    attention_dps: Annotated[str, typer.Option(help="Attention DP ranks (MoE models).", rich_help_panel=SPACE_PANEL)] = "1,2",
+    ratios: Annotated[str, typer.Option(help="Disaggregated units, prefill:decode replicas.", rich_help_panel=SPACE_PANEL)] = "1:1,1:2,2:1",
+    price: Annotated[list[str] | None, typer.Option(help="GPU=USD per GPU-hour, over the built-in table (repeatable).", rich_help_panel=COST_PANEL)] = None,
+    prices: Annotated[Path | None, typer.Option(help="Prices file: CSV gpu,usd_per_gpu_hour[,max_w] or TOML/JSON {gpu = usd}.", rich_help_panel=COST_PANEL)] = None,
+    max_gpus: Annotated[int | None, typer.Option(help="The fleet may use at most this many GPUs.", rich_help_panel=COST_PANEL)] = None,
+    max_cost: Annotated[float | None, typer.Option(help="The fleet may cost at most this many USD an hour.", rich_help_panel=COST_PANEL)] = None,
+    rel_tol: Annotated[float, typer.Option(help="Each capacity search stops at this relative gap.")] = 0.05,
+    verify: Annotated[bool, typer.Option(help="Simulate the chosen fleet whole at the load (adding a unit while it misses).")] = True,
+    workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Layouts searched at once in local processes; auto: one per available CPU.")] = "1",
+    ray_address: Annotated[str | None, typer.Option(help="Search on Ray: a cluster address, or 'local' to start one with --workers CPUs.")] = None,
+    launch: Annotated[str | None, typer.Option(help="Launch command for vllm or sglang (default: sglang for --kernels sglang, else vllm).")] = None,
+    top: Annotated[int, typer.Option(help="Rows of the ranked table printed.")] = 12,
+    out: Annotated[Path, typer.Option(help="Folder: layouts.csv and trials.csv (as the search goes; a rerun resumes), plan.csv, answer.json, frontier.png.")] = Path("plan-out"),
+) -> None:
+    """The cheapest fleet (GPU type, layout, engine knobs, replicas) that serves --qps within the SLO, with its cost, energy and launch command."""
+    check_out_dir(out, "--out", existing_ok=True)  # a plan folder is resumed
+    from simulator.config.prices import load_price_file, parse_price_flags
+    from simulator.planning.plan import Limits, PlanSLO, SearchSpace, launch_command
+    from simulator.planning.plan import plan as run_plan
+
+    table = load_price_file(prices) if prices is not None else {}
+    table = parse_price_flags(price, table)
+    slo = PlanSLO(ttft_slo, tpot_slo, attainment)
+    space = SearchSpace(gpus=_names(gpus), modes=_names(modes), tps=_ints(tps, "--tps"), pps=_ints(pps, "--pps"),
+                        dtypes=_names(dtypes), budgets=_ints(budgets, "--budgets"), max_num_seqs=_ints(seqs, "--seqs"),
+                        attention_dps=_ints(attention_dps, "--attention-dps"), ratios=_ratios(ratios))
+    if launch not in (None, "vllm", "sglang"):
+        raise ConfigError("--launch", f"unknown engine {launch!r}", "use vllm or sglang")
+    from simulator.config.resources import auto_workers
+
+    num_workers = parse_workers(workers, lambda: auto_workers(64, config.workload.num_requests))
+    console = app_console()
+    console.print(f"plan: {config.replica.model}, {config.workload.name if not config.workload.trace else config.workload.trace} "
+                  f"at {config.workload.qps:g} req/s; SLO: {slo.describe()}; engine {config.engine}, scheduler "
+                  f"{config.scheduler.name}, kernels {config.replica.kernels} -> {out}/", highlight=False)
+    try:
+        with StepProgress("plan") as steps:
+            result = run_plan(config, config.workload.qps, slo, space, table, Limits(max_gpus, max_cost), rel_tol=rel_tol,
+                              workers=num_workers, ray_address=ray_address, out=out, verify_fleet=verify,
+                              on_progress=lambda message, done, total: steps.update(message, done or None, total or None))
+    except KeyboardInterrupt:
+        fail(f"interrupted: the layouts searched so far are in {out}/layouts.csv; run the same command to resume",
+             code=130)
+    print_plan(result, top, console)
+    if result.answer is None:
+        console.print("[bold]no layout meets the SLO at this load within the limits[/bold]")
+        raise typer.Exit(1)
+    engine = launch or ("sglang" if config.replica.kernels == "sglang" else "vllm")
+    a = result.answer
+    console.print(f"[bold]answer: {a.units(result.load_qps)} x ({a.layout.key}) = "
+                  f"{a.units(result.load_qps) * a.layout.num_gpus} {a.layout.gpu} GPUs, "
+                  f"${a.usd_per_hour(result.load_qps):,.2f}/hour[/bold] (price: {a.price.price_source or 'given'})",
+                  highlight=False)
+    console.print(f"launch ({engine}), one per unit, {a.units(result.load_qps)} units behind a load balancer:", highlight=False)
+    for line in launch_command(a, config, engine):
+        typer.echo(f"  {line}")
+    console.print(f"wrote {out}/plan.csv, layouts.csv, trials.csv, answer.json, frontier.png; {result.num_searched} "
+                  f"layouts searched, {result.num_resumed} resumed, "
+                  f"{sum(1 for c in result.candidates if c.pruned)} pruned of {len(result.candidates)}, "
+                  f"{result.wall_s:.0f}s", highlight=False)
+
+
+def _f(value: float, fmt: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, fmt)
+
+
+def print_plan(result, top: int, console) -> None:  # noqa: ANN001
+    from rich import box
+    from rich.table import Table
+
+    df = result.table()
+    table = Table("#", "layout (one unit)", "units", "GPUs", "$/hour", "$/Mtok", "headroom", "verified\ngoodput",
+                  "tok/s\nper GPU", "tok/s\nper user", "J/tok", title=f"cheapest fleets for {result.load_qps:g} req/s: "
+                  f"{result.slo.describe()}", title_justify="left", box=box.SIMPLE_HEAD,
+                  caption="headroom: units x per-unit capacity over the load, - 1. tok/s per user: 1 / median TPOT at "
+                          "per-unit capacity. J/tok: GPU board power (idle to max by busy time) per output token.",
+                  caption_justify="left")
+    for row in df.head(top).itertuples():
+        verified = "-" if not row.verified else f"{_f(100 * row.verified_goodput, '.1f')}% {row.verified}"
+        table.add_row(str(row.rank), row.layout, str(row.units), str(row.gpus), f"{row.usd_per_hour:,.2f}",
+                      _f(row.usd_per_mtok, ".3f"), f"{100 * row.headroom:+.0f}%", verified,
+                      _f(row.tokens_per_s_per_gpu, ",.0f"), _f(row.tokens_per_s_per_user, ".1f"),
+                      _f(row.j_per_output_token, ".2f"))
+    print_table(console, table)
+    for note in result.notes:
+        console.print(f"note: {note}", highlight=False)

@@ -1,0 +1,152 @@
+"""GPU prices and power: what a planner needs to turn a layout into $/hour and joules.
+
+One row per catalog GPU (:data:`PRICES`): an on-demand cloud list price per GPU-hour with
+the source it was read from and when, and the board power at idle and at its limit.
+
+Prices. One provider's list is used wherever it has the part, so the GPUs compare on one
+footing: CoreWeave's public on-demand price list (per 8-GPU HGX node, divided by 8; GB200
+NVL72 per 4-GPU tray, divided by 4) as listed in mid-2025. Parts it does not list come from
+another public list named in their row; a GPU with no defensible list price has none
+(``usd_per_gpu_hour=None``): the planner leaves it out unless a price is given
+(``--price GPU=USD`` or ``--prices FILE``). List prices are neither reserved nor spot
+prices: they set the ranking, not a quote, and they change; check the row's date.
+
+Power. ``max_w`` is the vendor's maximum board power (TDP/TBP) from its datasheet;
+``idle_w`` is not measured here: 10% of ``max_w`` (the nvidia-smi idle draw of data-centre
+parts is typically 8-15% of their limit). The energy estimate
+(:func:`gpu_power_w`) interpolates linearly in the replica's busy fraction, GPU boards
+only: no host CPUs, network, cooling or PUE.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from simulator.config.catalog import get_gpu
+from simulator.config.errors import ConfigError
+
+IDLE_FRACTION = 0.10  # idle board power over max board power, where none was measured
+
+_CW = "CoreWeave on-demand list price, mid-2025"
+
+
+@dataclass(frozen=True)
+class GPUPrice:
+    """A GPU's price per GPU-hour (USD; None: no list price known) and board power (W)."""
+
+    gpu: str
+    usd_per_gpu_hour: float | None
+    max_w: float
+    price_source: str = ""
+    price_date: str = ""
+    power_source: str = ""
+
+    @property
+    def idle_w(self) -> float:
+        return IDLE_FRACTION * self.max_w
+
+    def __post_init__(self) -> None:
+        if self.usd_per_gpu_hour is not None and not (math.isfinite(self.usd_per_gpu_hour) and self.usd_per_gpu_hour > 0):
+            raise ConfigError(f"price.{self.gpu}", f"must be a positive number of USD per GPU-hour, got "
+                              f"{self.usd_per_gpu_hour}", "e.g. --price h100-sxm=6.16")
+        if not (math.isfinite(self.max_w) and self.max_w >= 0):
+            raise ConfigError(f"power.{self.gpu}", f"must be a non-negative number of watts, got {self.max_w}")
+
+
+_ROWS: tuple[GPUPrice, ...] = (
+    GPUPrice("a100-40gb", 1.29, 400, "Lambda on-demand list price (8x A100 40GB SXM), mid-2025", "2025-06",
+             "NVIDIA A100 datasheet: 400 W (SXM)"),
+    GPUPrice("a100-80gb", 21.60 / 8, 400, f"{_CW}: HGX A100 80GB node $21.60/h", "2025-06",
+             "NVIDIA A100 datasheet: 400 W (SXM)"),
+    GPUPrice("a40", None, 300, "", "", "NVIDIA A40 datasheet: 300 W"),
+    GPUPrice("l40s", 18.00 / 8, 350, f"{_CW}: 8x L40S node $18.00/h", "2025-06", "NVIDIA L40S datasheet: 350 W"),
+    GPUPrice("h100-sxm", 49.24 / 8, 700, f"{_CW}: HGX H100 node $49.24/h", "2025-06",
+             "NVIDIA H100 datasheet: up to 700 W (SXM)"),
+    GPUPrice("h100-pcie", 2.49, 350, "Lambda on-demand list price (1x H100 PCIe), mid-2025", "2025-06",
+             "NVIDIA H100 datasheet: 350 W (PCIe)"),
+    GPUPrice("h200", 50.44 / 8, 700, f"{_CW}: HGX H200 node $50.44/h", "2025-06",
+             "NVIDIA H200 datasheet: up to 700 W (SXM)"),
+    GPUPrice("b200", 68.80 / 8, 1000, f"{_CW}: HGX B200 node $68.80/h", "2025-06",
+             "NVIDIA HGX B200 spec table: 1000 W per GPU"),
+    GPUPrice("gb200", 42.00 / 4, 1200, f"{_CW}: GB200 NVL72, $42.00/h per 4-GPU tray", "2025-06",
+             "NVIDIA GB200 NVL72 spec table: 1200 W per GPU"),
+    GPUPrice("b300", None, 1100, "", "", "NVIDIA HGX B300 spec table: 1100 W per GPU"),
+    GPUPrice("gb300", None, 1400, "", "", "NVIDIA GB300 NVL72 spec table: 1400 W per GPU"),
+    GPUPrice("rtx-pro-6000", None, 600, "", "", "NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet: 600 W"),
+    GPUPrice("mi300x", None, 750, "", "", "AMD Instinct MI300X datasheet: 750 W"),
+    GPUPrice("h20", None, 400, "", "", "NVIDIA H20 product brief: 400 W"),
+    GPUPrice("l4", 0.71, 72, "Google Cloud g2-standard-4 (1x L4, 4 vCPU) on-demand, us-central1, mid-2025",
+             "2025-06", "NVIDIA L4 datasheet: 72 W"),
+)
+PRICES: dict[str, GPUPrice] = {row.gpu: row for row in _ROWS}
+
+
+def price_of(gpu: str, overrides: dict[str, GPUPrice] | None = None) -> GPUPrice:
+    """The row of ``gpu`` (any catalog spelling): an override first, else the table, else a
+    row with no price and no power known."""
+    name = get_gpu(gpu).name
+    if overrides and name in overrides:
+        return overrides[name]
+    return PRICES.get(name, GPUPrice(name, None, 0.0))
+
+
+def gpu_power_w(row: GPUPrice, busy_fraction: float) -> float:
+    """One GPU's mean board power at ``busy_fraction`` of the time busy (linear between idle and max)."""
+    busy = min(max(busy_fraction, 0.0), 1.0)
+    return row.idle_w + (row.max_w - row.idle_w) * busy
+
+
+def parse_price_flags(items: list[str] | None, base: dict[str, GPUPrice] | None = None) -> dict[str, GPUPrice]:
+    """``["h100-sxm=6.5", ...]`` (``--price``) on top of ``base``: each GPU's row with its price replaced."""
+    out = dict(base or {})
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError("--price", f"{item!r} is not GPU=USD_PER_GPU_HOUR", "e.g. --price h100-sxm=6.16")
+        name, value = (s.strip() for s in item.split("=", 1))
+        out[get_gpu(name).name] = _with_price(name, value, "--price", out)
+    return out
+
+
+def _with_price(name: str, value: object, where: str, current: dict[str, GPUPrice]) -> GPUPrice:
+    try:
+        usd = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(where, f"price of {name} is not a number: {value!r}", "give USD per GPU-hour, e.g. 6.16") from None
+    row = price_of(name, current)
+    return replace(row, usd_per_gpu_hour=usd, price_source=f"given ({where})", price_date="")
+
+
+def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict[str, GPUPrice]:
+    """Prices from a file (``--prices``): CSV with columns ``gpu,usd_per_gpu_hour`` (and
+    optionally ``max_w``), or a TOML/JSON table ``{gpu = usd_per_gpu_hour}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("--prices", f"{path} does not exist", "pass a CSV (gpu,usd_per_gpu_hour) or TOML/JSON file")
+    out = dict(base or {})
+    text = path.read_text()
+    where = f"--prices {path}"
+    if path.suffix.lower() in (".toml", ".json"):
+        try:
+            data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError("--prices", f"{path} cannot be read ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError("--prices", f"{path} must map GPU names to USD per GPU-hour")
+        for name, value in data.items():
+            out[get_gpu(name).name] = _with_price(name, value, where, out)
+        return out
+    rows = list(csv.DictReader(text.splitlines()))
+    if not rows or "gpu" not in rows[0] or "usd_per_gpu_hour" not in rows[0]:
+        raise ConfigError("--prices", f"{path} needs the columns gpu,usd_per_gpu_hour", "one row per GPU")
+    for row in rows:
+        name = row["gpu"].strip()
+        priced = _with_price(name, row["usd_per_gpu_hour"], where, out)
+        if row.get("max_w"):
+            priced = replace(priced, max_w=float(row["max_w"]), power_source=f"given ({where})")
+        out[get_gpu(name).name] = priced
+    return out

@@ -1,0 +1,984 @@
+"""The planner's question: the cheapest deployment that meets the SLO for this load.
+
+Given a run config (model, traffic, engine, scheduler), a load (requests/s), DistServe's SLO
+(at least ``attainment`` of requests with TTFT <= ``ttft_s`` and TPOT <= ``tpot_s``) and a
+search space, :func:`plan` answers with the cheapest fleet in $/hour.
+
+1. **Layouts** (:func:`enumerate_layouts`): per GPU type, precision, TP x PP (x EP and
+   attention DP for MoE models), aggregated or disaggregated (a *unit* of ``num_prefill``
+   prefill replicas and ``num_decode`` decode replicas, each pool its own TP), and the
+   engine knobs (token budget, ``max_num_seqs``). Dropped before any simulation: layouts that
+   do not fit (:func:`simulator.engine.replica.memory_shortfall`, the one memory check, through
+   :func:`simulator.planning.split.fits`), pipeline layouts where a TP-only layout of as many
+   GPUs fits (dominated: the same GPUs, a pipeline bubble and no memory gain needed), GPUs
+   with no price.
+2. **Bound** (:func:`capacity_bound`): an upper bound on a unit's request rate from the
+   cost model alone. Decode steps produce at most ``B / t(B)`` tokens a second with ``B``
+   requests in the batch (``t`` the priced iteration over 2-token caches, non-decreasing in
+   ``B``: so over ``[b_i, b_{i+1}]`` at most ``b_{i+1} / t(b_i)``), and every request that
+   meets the SLO needs ``output - 1`` of them before its TPOT limit runs out (a trial is
+   finite: :func:`capacity_bound`); a disaggregated unit is bounded by its prefill pool too (a full
+   token budget of prompt tokens per iteration, times a 1.5 margin: batches of shorter prompts
+   attend over less, so this term is an estimate with room, not a proof). So each layout's fleet has a *lower bound*
+   on its cost, ``ceil(load / bound) x GPUs x price``.
+3. **Branch and bound**: layouts in order of that lower bound; each is searched for its
+   per-unit capacity (:func:`simulator.planning.capacity.find_capacity`, criterion goodput)
+   unless its lower bound exceeds the cheapest fleet found so far (it cannot win), or the
+   limits (``max_gpus``, ``max_usd_per_hour``) rule it out. The fleet of a searched layout
+   is ``ceil(load / capacity)`` units. The answer is the one an exhaustive grid of
+   capacity searches would give (tested), with fewer searches.
+4. **Verify**: the cheapest fleet is simulated whole behind its router at the load; if it
+   misses the SLO a unit is added and it is verified again; if that makes it dearer than
+   another candidate, the search goes on with the new incumbent.
+
+Every searched layout is appended at once to ``OUT/layouts.csv`` and its trials to
+``OUT/trials.csv``; a rerun with the same plan (``OUT/plan.json`` holds its identity)
+skips the layouts already there, so an interrupted plan resumes. Searches run in-process,
+in local worker processes or on Ray.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator import simulation
+from simulator.config.catalog import GPUS, get_gpu, get_model
+from simulator.config.errors import ConfigError
+from simulator.config.prices import GPUPrice, gpu_power_w, price_of
+from simulator.config.run_config import RunConfig
+from simulator.costmodel import load_cost_model
+from simulator.costmodel.base import BatchShape
+from simulator.planning.capacity import SLO, SearchSettings, find_capacity, run_trial
+from simulator.planning.split import fits
+from simulator.report.metrics import request_columns
+from simulator.workload.request import Status
+
+MODES = ("agg", "disagg")
+CHUNKING = ("sarathi", "vllm-v1")  # schedulers whose token budget is a prompt chunk size
+PREFILL_MARGIN = 1.5  # the prefill pool's bound is one full-budget prompt's rate times this
+
+
+@dataclass(frozen=True)
+class PlanSLO:
+    """DistServe's goodput SLO: ``attainment`` of requests meet TTFT <= ``ttft_s`` and TPOT <= ``tpot_s``.
+    "P99 TTFT <= 2 s and P99 TPOT <= 50 ms" is read as 99% of requests meeting both (a joint
+    criterion: slightly stricter than the two percentiles apart)."""
+
+    ttft_s: float = 2.0
+    tpot_s: float = 0.05
+    attainment: float = 0.99
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "tpot_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"--{name.replace('_s', '').replace('_', '-')}-slo",
+                                  f"must be a positive number of seconds, got {value}")
+        if not 0 < self.attainment <= 1:
+            raise ConfigError("--attainment", f"must be a fraction in (0, 1], got {self.attainment}", "e.g. 0.99 for P99")
+
+    def capacity_slo(self) -> SLO:
+        return SLO(criterion="goodput", tbt_s=self.tpot_s, goodput_ttft_s=self.ttft_s, goodput_tpot_s=self.tpot_s,
+                   min_goodput=self.attainment)
+
+    def describe(self) -> str:
+        return f"{self.attainment:.0%} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s * 1e3:g}ms"
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the planner may choose. Empty ``gpus``: every priced catalog GPU that holds the model."""
+
+    gpus: tuple[str, ...] = ()
+    modes: tuple[str, ...] = MODES
+    tps: tuple[int, ...] = (1, 2, 4, 8)
+    pps: tuple[int, ...] = (1,)
+    dtypes: tuple[str, ...] = ()  # empty: the base config's
+    budgets: tuple[int, ...] = (512, 2048)  # token budget (chunk size) of chunking schedulers
+    max_num_seqs: tuple[int, ...] = (128, 256)
+    attention_dps: tuple[int, ...] = (1, 2)  # MoE models only
+    ratios: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1))  # disaggregated units: prefill:decode replicas
+    max_gpus_per_replica: int = 8  # one node
+
+    def __post_init__(self) -> None:
+        for mode in self.modes:
+            if mode not in MODES:
+                raise ConfigError("--modes", f"unknown mode {mode!r}", f"use {' and/or '.join(MODES)}")
+        for name in ("tps", "pps", "budgets", "max_num_seqs", "attention_dps"):
+            if not getattr(self, name) or any(v < 1 for v in getattr(self, name)):
+                raise ConfigError(f"--{name.replace('_', '-')}", "must list positive integers")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The fleet may use at most ``max_gpus`` GPUs and cost at most ``max_usd_per_hour``."""
+
+    max_gpus: int | None = None
+    max_usd_per_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One unit of deployment: an aggregated replica, or a disaggregated unit of
+    ``num_prefill`` prefill replicas (TP ``prefill_tp``) and ``num_decode`` decode replicas
+    (TP ``tp``). ``budget``: the token budget (None: the scheduler's own)."""
+
+    gpu: str
+    mode: str
+    dtype: str
+    tp: int
+    pp: int = 1
+    ep: int = 1
+    attention_dp: int = 1
+    budget: int | None = None
+    max_num_seqs: int = 128
+    prefill_tp: int = 0
+    num_prefill: int = 0
+    num_decode: int = 0
+
+    @property
+    def num_gpus(self) -> int:
+        if self.mode == "disagg":
+            return self.num_prefill * self.prefill_tp * self.pp + self.num_decode * self.tp * self.pp
+        return self.tp * self.pp * self.attention_dp
+
+    @property
+    def key(self) -> str:
+        """A readable identity: ``h100-sxm agg bf16 tp4 pp1 b2048 s256``."""
+        parts = [self.gpu, self.mode, self.dtype]
+        if self.mode == "disagg":
+            parts.append(f"P{self.num_prefill}xtp{self.prefill_tp} D{self.num_decode}xtp{self.tp}")
+        else:
+            parts.append(f"tp{self.tp}")
+        parts += [f"pp{self.pp}"] if self.pp > 1 else []
+        parts += [f"ep{self.ep}"] if self.ep > 1 else []
+        parts += [f"dp{self.attention_dp}"] if self.attention_dp > 1 else []
+        parts += [f"b{self.budget}"] if self.budget else []
+        parts.append(f"s{self.max_num_seqs}")
+        return " ".join(parts)
+
+    def config(self, base: RunConfig, units: int = 1) -> RunConfig:
+        """The run config of ``units`` units of this layout (a fleet; one unit for its capacity)."""
+        common: dict[str, Any] = {"replica__gpu": self.gpu, "replica__dtype": self.dtype, "replica__pp": self.pp,
+                                  "scheduler__max_num_seqs": self.max_num_seqs}
+        if self.mode == "agg":
+            budget = {}
+            if self.budget is not None:
+                budget = ({"scheduler__chunk_size": self.budget} if base.scheduler.name in CHUNKING
+                          else {"scheduler__max_num_batched_tokens": self.budget})
+            return base.replace(prefill_pool=None, decode_pool=None, mixed_pool=None, num_replicas=units,
+                                replica__tp=self.tp, replica__ep=self.ep, replica__attention_dp=self.attention_dp,
+                                **common, **budget)
+        budget = f",budget={self.budget}" if self.budget else ""
+        link = base.kv_link
+        if units > 1:
+            # Each unit brings its own NIC: the fleet's one (FIFO) KV link has the units' bandwidth together.
+            from simulator.config.disagg_layout import parse_link
+
+            one = parse_link(base.kv_link, self.gpu)
+            if math.isfinite(one.bytes_per_s):
+                link = f"{units * one.bytes_per_s / 1e9:.9g}GB/s@{one.latency_s * 1e6:.9g}us"
+        return base.replace(kv_link=link, prefill_pool=f"{units * self.num_prefill}x(tp={self.prefill_tp}{budget})",
+                            decode_pool=f"{units * self.num_decode}x(tp={self.tp},seqs={self.max_num_seqs})",
+                            mixed_pool=None, num_replicas=1, replica__tp=self.tp, **common)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Layout:
+        kinds = {f.name: f.type for f in fields(cls)}
+        out: dict[str, Any] = {}
+        for name in kinds:
+            value = data.get(name)
+            if name in ("gpu", "mode", "dtype"):
+                out[name] = str(value)
+            elif name == "budget":
+                out[name] = None if value in (None, "", "None") or (isinstance(value, float) and math.isnan(value)) \
+                    else int(float(value))  # type: ignore[arg-type]
+            else:
+                out[name] = int(float(value))  # type: ignore[arg-type]
+        return cls(**out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The search space
+
+
+def candidate_gpus(base: RunConfig, space: SearchSpace, prices: dict[str, GPUPrice] | None) -> tuple[list[str], list[str]]:
+    """The GPUs to search and, for the others considered, why not (no price, cannot hold the model)."""
+    names = [get_gpu(g).name for g in space.gpus] if space.gpus else [g for g in GPUS if g != "cpu"]
+    keep, notes = [], []
+    for name in dict.fromkeys(names):
+        if price_of(name, prices).usd_per_gpu_hour is None:
+            notes.append(f"{name}: no price (give --price {name}=USD)")
+            continue
+        keep.append(name)
+    return keep, notes
+
+
+def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) -> tuple[list[Layout], list[str]]:
+    """Every layout of the space that fits in memory, dominated pipeline layouts left out;
+    and notes on what was dropped (counts per reason)."""
+    model = get_model(base.replica.model)
+    moe = bool(getattr(model, "num_experts", 0))
+    dtypes = space.dtypes or (base.replica.dtype,)
+    chunking = base.scheduler.name in CHUNKING
+    budgets: tuple[int | None, ...] = space.budgets if chunking else (None,)
+    dropped = {"memory": 0, "invalid": 0, "pipeline dominated": 0}
+    out: list[Layout] = []
+    fit_cache: dict[tuple, bool] = {}
+
+    def fits_layout(layout: Layout) -> bool:
+        # Memory depends on the GPU, precision, parallel shape and max_num_seqs (not on the budget).
+        key = (layout.gpu, layout.mode, layout.dtype, layout.tp, layout.pp, layout.ep, layout.attention_dp,
+               layout.max_num_seqs, layout.prefill_tp, layout.num_prefill, layout.num_decode)
+        if key not in fit_cache:
+            try:
+                fit_cache[key] = fits(layout.config(base))
+            except ConfigError:
+                fit_cache[key] = False
+                dropped["invalid"] += 1
+        return fit_cache[key]
+
+    for gpu in gpus:
+        for dtype in dtypes:
+            agg_tp_only_sizes: set[int] = set()
+            shapes: list[tuple[int, int, int, int]] = []  # tp, pp, ep, attention_dp
+            for pp in sorted(space.pps):
+                for tp in space.tps:
+                    for adp in (space.attention_dps if moe else (1,)):
+                        if tp * pp * adp > space.max_gpus_per_replica:
+                            continue
+                        for ep in sorted({1, tp * adp}) if moe else (1,):
+                            shapes.append((tp, pp, ep, adp))
+            if "agg" in space.modes:
+                for tp, pp, ep, adp in shapes:
+                    if pp > 1 and tp * pp * adp in agg_tp_only_sizes:
+                        dropped["pipeline dominated"] += 1
+                        continue
+                    for seqs in space.max_num_seqs:
+                        for budget in budgets:
+                            layout = Layout(gpu, "agg", dtype, tp, pp, ep, adp, budget, seqs)
+                            if not fits_layout(layout):
+                                dropped["memory"] += 1
+                                continue
+                            if pp == 1:
+                                agg_tp_only_sizes.add(tp * adp)
+                            out.append(layout)
+            if "disagg" in space.modes:
+                tps = [tp for tp, pp, ep, adp in shapes if pp == 1 and ep == 1 and adp == 1]
+                for tp_p in tps:
+                    for tp_d in tps:
+                        for n_p, n_d in space.ratios:
+                            # Pools keep their own token budget (a prefill pool batches whole prompts).
+                            for seqs in space.max_num_seqs:
+                                layout = Layout(gpu, "disagg", dtype, tp_d, 1, 1, 1, None, seqs, tp_p, n_p, n_d)
+                                if not fits_layout(layout):
+                                    dropped["memory"] += 1
+                                    continue
+                                out.append(layout)
+    notes = [f"{n} layouts dropped: {why}" for why, n in dropped.items() if n]
+    return out, notes
+
+
+# ---------------------------------------------------------------------------------------------
+# The bound
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The traffic of one trial, from the run's own request table: mean lengths (tokens), the
+    last arrival at unit rate (a trial at ``q`` req/s ends its arrivals at ``unit_span / q``:
+    the trials scale one draw, see :mod:`simulator.planning.capacity`), and the least prompt
+    and decode tokens any ``k`` of its requests hold (``least_*[k]``)."""
+
+    mean_prompt: float
+    mean_output: float
+    unit_span: float
+    least_prompt: np.ndarray
+    least_decode: np.ndarray
+    max_output: int
+
+    @classmethod
+    def of(cls, config: RunConfig) -> Lengths:
+        from simulator.engine.cluster import prepare_table
+
+        table, _, _ = prepare_table(config, None, None)
+        prompt = np.asarray(table.num_prompt_tokens, dtype=np.float64)
+        output = np.asarray(table.num_output_tokens, dtype=np.float64)
+        qps = config.workload.qps
+        return cls(float(prompt.mean()), float(output.mean()), float(np.max(table.arrival_at)) * qps,
+                   np.concatenate([[0.0], np.cumsum(np.sort(prompt))]),
+                   np.concatenate([[0.0], np.cumsum(np.sort(output - 1.0))]), int(output.max()))
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.least_prompt) - 1
+
+
+def _decode_tokens_per_s(cost, max_batch: int) -> float:  # noqa: ANN001
+    """An upper bound on decode tokens a second with at most ``max_batch`` requests a batch
+    (:mod:`module docstring <simulator.planning.plan>`, step 2)."""
+    sizes = sorted({1, *[2**k for k in range(1, 20) if 2**k < max_batch], max_batch})
+    times = [cost.iteration_time(BatchShape.from_requests(decodes=[2] * b)) for b in sizes]
+    best = sizes[0] / times[0]
+    for i in range(len(sizes) - 1):
+        best = max(best, sizes[i + 1] / times[i])
+    return best
+
+
+def _finite_rate(tokens_needed: float, tokens_per_s: float, unit_span: float, slack_s: float) -> float:
+    """The highest rate at which a trial can pass if ``tokens_needed`` must be processed at
+    ``tokens_per_s`` at most, between the first arrival and ``slack_s`` after the last
+    (``unit_span / q``): ``tokens_needed <= tokens_per_s (unit_span / q + slack_s)``."""
+    room = tokens_needed / tokens_per_s - slack_s
+    return unit_span / room if room > 0 else math.inf
+
+
+def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanSLO) -> float:
+    """An upper bound on the load (req/s) at which one unit passes a trial, from the cost
+    model; inf where none is derived (pipelines, attention DP, speculative decoding).
+
+    A trial is finite, so the bound is a finite trial's, not a steady state's: the requests
+    that must meet the SLO (``ceil(attainment x n)``; at best those with the fewest tokens)
+    must have their decode tokens produced by the last of them finishes (at most ``ttft_s +
+    tpot_s x max output`` after the last arrival), and in a disaggregated unit their prompts
+    prefilled by ``ttft_s`` after it."""
+    if layout.pp > 1 or layout.attention_dp > 1 or base.speculative is not None:
+        return math.inf
+    config = layout.config(base)
+    must = math.ceil(slo.attainment * lengths.num_requests - 1e-9)
+    decode_slack_s = slo.ttft_s + slo.tpot_s * lengths.max_output
+    if layout.mode == "agg":
+        cost = load_cost_model(config.cost_model, config.replica, config.engine)
+        return _finite_rate(lengths.least_decode[must], _decode_tokens_per_s(cost, layout.max_num_seqs),
+                            lengths.unit_span, decode_slack_s)
+    from simulator.config.disagg_layout import layout_of
+
+    pools = layout_of(config)
+    assert pools is not None
+    decode_cost = load_cost_model(config.cost_model, pools.decode_replica, config.engine)
+    decode_rate = layout.num_decode * _decode_tokens_per_s(decode_cost, layout.max_num_seqs)
+    decode = _finite_rate(lengths.least_decode[must], decode_rate, lengths.unit_span, decode_slack_s)
+    prefill_cost = load_cost_model(config.cost_model, pools.prefill_replica, config.engine)
+    budget = pools.prefill_scheduler.token_budget(pools.prefill_replica.effective_max_model_len)
+    # A prefill iteration of ``budget`` prompt tokens over empty caches, with PREFILL_MARGIN to
+    # spare: several shorter prompts in one batch attend over less (not a proof; see the docstring).
+    chunk_s = prefill_cost.iteration_time(BatchShape.from_requests(prefills=[(budget, 0)]))
+    prefill_rate = PREFILL_MARGIN * layout.num_prefill * budget / chunk_s
+    prefill = _finite_rate(lengths.least_prompt[must], prefill_rate, lengths.unit_span, slo.ttft_s)
+    return min(decode, prefill)
+
+
+# ---------------------------------------------------------------------------------------------
+# Searching one layout (a pure function of its arguments: runs in any process)
+
+
+def search_settings(bound_qps: float, load_qps: float, rel_tol: float) -> SearchSettings:
+    """The capacity search of a layout: from the load (or half the bound, if lower), to ``rel_tol``."""
+    start = min(load_qps, bound_qps / 2) if math.isfinite(bound_qps) else load_qps
+    return SearchSettings(rel_tol=rel_tol, qps_start=max(start, 0.02), min_qps=0.01, max_qps=1000.0)
+
+
+def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
+    """One run of ``config`` at ``qps``: goodput by the capacity search's rule (finished, TTFT
+    and TPOT within the SLO; a one-token output meets TPOT), the latency tails, throughput and
+    per-user speed, and the ranks' busy fraction."""
+    result = simulation.simulate(config.replace(workload__qps=qps), record_iterations=False)
+    cols = request_columns(result)
+    finished = cols["status"] == Status.FINISHED.value
+    tpot = cols["tpot_s"]
+    good = finished & (cols["ttft_s"] <= slo.ttft_s) & (np.where(np.isnan(tpot), 0.0, tpot) <= slo.tpot_s)
+    ttft_f, tpot_f = cols["ttft_s"][finished], tpot[finished]
+    tpot_f = tpot_f[~np.isnan(tpot_f)]
+    span = float(np.nanmax(cols["completed_at"][finished]) - np.min(cols["arrival_at"])) if finished.any() else math.nan
+    out_tokens = float(cols["num_output_tokens"][finished].sum())
+    busy = np.asarray(result.replica_busy_s, dtype=np.float64)
+    return {
+        "goodput": float(good.mean()) if len(good) else 0.0,
+        "ttft_s_p99": float(np.percentile(ttft_f, 99)) if len(ttft_f) else math.nan,
+        "tpot_s_p99": float(np.percentile(tpot_f, 99)) if len(tpot_f) else math.nan,
+        "tpot_s_p50": float(np.percentile(tpot_f, 50)) if len(tpot_f) else math.nan,
+        "output_tokens_per_s": out_tokens / span if span and span > 0 else math.nan,
+        "tokens_per_s_per_user": float(1.0 / np.median(tpot_f)) if len(tpot_f) else math.nan,
+        "busy_fraction": float(busy.mean() / result.sim_end_at) if len(busy) and result.sim_end_at > 0 else math.nan,
+        "num_rejected": int((cols["status"] == Status.REJECTED.value).sum()),
+    }
+
+
+def search_layout(layout_dict: dict[str, Any], base_dict: dict[str, Any], slo_dict: dict[str, Any],
+                  bound_qps: float, load_qps: float, rel_tol: float, need_qps: float | None = None) -> dict[str, Any]:
+    """A layout's per-unit capacity (goodput criterion) and its figures at that load; never
+    raises: an error is returned as ``status = "error"``.
+
+    ``need_qps``: the least per-unit capacity at which this layout could match the cheapest
+    fleet so far. One trial there first: if it fails, the layout cannot win (capacity below
+    it, pass or fail being monotone in the load, as the bisection assumes) and is not searched
+    further (``status = "below"``, ``below_qps``); if it passes, the search is the one an
+    exhaustive grid runs (the same start, the same trials)."""
+    start = time.perf_counter()
+    layout = Layout.from_dict(layout_dict)
+    slo = PlanSLO(**slo_dict)
+    row: dict[str, Any] = {"key": layout.key, **layout.to_dict(), "num_gpus": layout.num_gpus,
+                           "bound_qps": bound_qps, "status": "ok", "error": ""}
+    trials: list[dict[str, Any]] = []
+    try:
+        config = layout.config(RunConfig.from_dict(base_dict))
+        if need_qps is not None:
+            first = run_trial(config, need_qps, slo.capacity_slo())
+            trials.append({"key": layout.key, "qps": need_qps, "passed": first.passed, "goodput": first.goodput_fraction,
+                           "ttft_s_p99": first.ttft_s_p99, "reason": f"(could it win?) {first.reason}"})
+            if not first.passed:
+                row.update(status="below", capacity_qps=0.0, below_qps=need_qps,
+                           reason=f"cannot win: fails at {need_qps:.3g} req/s per unit ({first.reason})")
+                row["wall_s"] = time.perf_counter() - start
+                return {"row": row, "trials": trials}
+        report = find_capacity(config, slo.capacity_slo(), search_settings(bound_qps, load_qps, rel_tol))
+        capacity = report.capacity_qps
+        row["capacity_qps"] = capacity
+        row["reason"] = report.seeds[0].reason
+        trials += [{"key": layout.key, "qps": t.qps, "passed": t.passed, "goodput": t.goodput_fraction,
+                   "ttft_s_p99": t.ttft_s_p99, "reason": t.reason} for t in report.seeds[0].trials]
+        figures = measure(config, capacity, slo) if capacity > 0 else {}
+        row.update({f"at_capacity_{k}": v for k, v in figures.items()})
+    except Exception as exc:  # noqa: BLE001 - a failing layout is recorded and the plan goes on
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        row.update(status="error", error=f"{type(exc).__name__}: {message}", capacity_qps=0.0, reason="")
+    row["wall_s"] = time.perf_counter() - start
+    return {"row": row, "trials": trials}
+
+
+# ---------------------------------------------------------------------------------------------
+# Fleets
+
+
+@dataclass
+class Candidate:
+    """A layout with its bound, and once searched its capacity and fleet."""
+
+    layout: Layout
+    bound_qps: float
+    price: GPUPrice
+    row: dict[str, Any] | None = None
+    extra_units: int = 0  # units verification added
+    verified: dict[str, Any] | None = None
+    pruned: str = ""
+
+    @property
+    def capacity_qps(self) -> float:
+        return float(self.row.get("capacity_qps", 0.0)) if self.row else 0.0
+
+    def units_for(self, load_qps: float, capacity_qps: float) -> int:
+        return math.ceil(load_qps / capacity_qps * (1 - 1e-12)) if capacity_qps > 0 else 0
+
+    @property
+    def usd_per_gpu_hour(self) -> float:
+        assert self.price.usd_per_gpu_hour is not None
+        return self.price.usd_per_gpu_hour
+
+    def need_qps(self, load_qps: float, incumbent_usd: float) -> float | None:
+        """The least per-unit capacity that matches ``incumbent_usd`` (None: no incumbent yet)."""
+        if not math.isfinite(incumbent_usd):
+            return None
+        max_units = math.floor(incumbent_usd / (self.layout.num_gpus * self.usd_per_gpu_hour) + 1e-9)
+        return load_qps / max_units if max_units >= 1 else None
+
+    def lower_bound_usd(self, load_qps: float) -> float:
+        if not math.isfinite(self.bound_qps):
+            return self.layout.num_gpus * self.usd_per_gpu_hour  # at least one unit
+        return self.units_for(load_qps, self.bound_qps) * self.layout.num_gpus * self.usd_per_gpu_hour
+
+    def units(self, load_qps: float) -> int:
+        return self.units_for(load_qps, self.capacity_qps) + self.extra_units
+
+    def usd_per_hour(self, load_qps: float) -> float:
+        return self.units(load_qps) * self.layout.num_gpus * self.usd_per_gpu_hour
+
+    def feasible(self) -> bool:
+        return self.row is not None and self.row.get("status") == "ok" and self.capacity_qps > 0
+
+    def rank_key(self, load_qps: float) -> tuple:
+        # Cheapest first; then fewer GPUs, more headroom, and the key (a total order: deterministic).
+        units = self.units(load_qps)
+        headroom = units * self.capacity_qps / load_qps
+        return (round(self.usd_per_hour(load_qps), 9), units * self.layout.num_gpus, -headroom, self.layout.key)
+
+
+def within(c: Candidate, load_qps: float, limits: Limits, lower: bool = False) -> bool:
+    """Whether the candidate's fleet keeps to ``limits``; ``lower``: whether the least fleet
+    its bound allows could (a layout failing that is never searched)."""
+    least = c.units_for(load_qps, c.bound_qps) if math.isfinite(c.bound_qps) else 1
+    units = least if lower else c.units(load_qps)
+    gpus = units * c.layout.num_gpus
+    usd = c.lower_bound_usd(load_qps) if lower else c.usd_per_hour(load_qps)
+    if limits.max_gpus is not None and gpus > limits.max_gpus:
+        return False
+    return not (limits.max_usd_per_hour is not None and usd > limits.max_usd_per_hour + 1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runners: search layouts in order, as many at once as there are workers
+
+
+class Runner:
+    """Searches layouts: ``submit(args)`` returns a handle, ``wait()`` the finished ones' (handle, result)."""
+
+    def __init__(self, workers: int = 1, ray_address: str | None = None) -> None:
+        self.workers, self.ray_address = max(1, workers), ray_address
+        self._pool = None
+        self._pending: dict[Any, Any] = {}
+        self._ray = None
+        self._remote = None
+
+    def __enter__(self) -> Runner:
+        if self.ray_address:
+            try:
+                import ray
+            except ImportError:
+                raise ConfigError("--ray-address", "Ray is not installed", "drop --ray-address to use local processes") from None
+            from simulator.util.interrupts import signals_blocked
+
+            self._ray = ray
+            self._started_ray = not ray.is_initialized()
+            if self._started_ray:
+                with signals_blocked():
+                    if self.ray_address == "local":
+                        ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
+                    else:
+                        ray.init(address=self.ray_address, log_to_driver=False)
+            self._remote = ray.remote(num_cpus=1)(search_layout)
+        elif self.workers > 1:
+            from simulator.util.interrupts import WorkerPool
+
+            self._pool = WorkerPool(self.workers)
+            self._pool.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._pool is not None:
+            self._pool.__exit__(*exc)
+        if self._ray is not None:
+            for ref in self._pending:
+                self._ray.cancel(ref, force=True)
+            if self._started_ray:
+                self._ray.shutdown()
+
+    @property
+    def free(self) -> int:
+        return self.workers - len(self._pending)
+
+    def submit(self, tag: Any, args: tuple) -> None:
+        if self._remote is not None:
+            self._pending[self._remote.remote(*args)] = tag
+        elif self._pool is not None:
+            self._pending[self._pool.submit(search_layout, *args)] = tag
+        else:
+            self._pending[object()] = (tag, search_layout(*args))
+
+    def wait(self) -> list[tuple[Any, dict[str, Any]]]:
+        if not self._pending:
+            return []
+        if self._remote is not None:
+            ready, _ = self._ray.wait(list(self._pending), num_returns=1)
+            return [(self._pending.pop(r), self._ray.get(r)) for r in ready]
+        if self._pool is not None:
+            from concurrent.futures import FIRST_COMPLETED, wait
+
+            done, _ = wait(list(self._pending), return_when=FIRST_COMPLETED)
+            return [(self._pending.pop(f), f.result()) for f in done]
+        key = next(iter(self._pending))
+        return [self._pending.pop(key)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Files: every searched layout written at once
+
+
+LAYOUT_COLUMNS = ("key", *(f.name for f in fields(Layout)), "num_gpus", "bound_qps", "status", "error", "capacity_qps",
+                  "below_qps",
+                  "reason", "at_capacity_goodput", "at_capacity_ttft_s_p99", "at_capacity_tpot_s_p99",
+                  "at_capacity_tpot_s_p50", "at_capacity_output_tokens_per_s", "at_capacity_tokens_per_s_per_user",
+                  "at_capacity_busy_fraction", "at_capacity_num_rejected", "wall_s")
+TRIAL_COLUMNS = ("key", "qps", "passed", "goodput", "ttft_s_p99", "reason")
+
+
+def _append(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k, "") for k in columns})
+        f.flush()
+
+
+def plan_identity(base: RunConfig, load_qps: float, slo: PlanSLO, rel_tol: float) -> str:
+    """What a searched layout's result depends on besides the layout (its resume key)."""
+    resolved = base.to_dict()
+    resolved.pop("fast_forward", None)
+    blob = json.dumps({"config": resolved, "load_qps": load_qps, "slo": asdict(slo), "rel_tol": rel_tol},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _read_done(out: Path, identity: str) -> dict[str, dict[str, Any]]:
+    """The layouts an earlier run of this plan searched (by key), from ``out``."""
+    info = out / "plan.json"
+    if not info.is_file():
+        return {}
+    try:
+        data = json.loads(info.read_text())
+    except json.JSONDecodeError:
+        return {}
+    if data.get("identity") != identity:
+        raise ConfigError("--out", f"{out} holds another plan (other model, traffic, SLO or search settings)",
+                          "pass a new --out folder, or delete that one")
+    path = out / "layouts.csv"
+    if not path.is_file():
+        return {}
+    done = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            parsed: dict[str, Any] = {}
+            for k, v in row.items():
+                if k in ("key", "gpu", "mode", "dtype", "status", "error", "reason"):
+                    parsed[k] = v
+                else:
+                    try:
+                        parsed[k] = float(v) if v not in ("", "None") else math.nan
+                    except ValueError:
+                        parsed[k] = v
+            if parsed.get("status") in ("ok", "below"):
+                done[parsed["key"]] = parsed
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan
+
+
+@dataclass
+class PlanResult:
+    base: RunConfig
+    load_qps: float
+    slo: PlanSLO
+    lengths: Lengths
+    candidates: list[Candidate]
+    notes: list[str] = field(default_factory=list)
+    best: Candidate | None = None  # the cheapest by per-unit capacity, before verification
+    answer: Candidate | None = None  # the verified answer (None: none meets the SLO within the limits)
+    num_searched: int = 0
+    num_resumed: int = 0
+    wall_s: float = 0.0
+
+    def ranked(self) -> list[Candidate]:
+        feasible = [c for c in self.candidates if c.feasible()]
+        return sorted(feasible, key=lambda c: c.rank_key(self.load_qps))
+
+    def table(self):  # noqa: ANN201 - a pandas frame
+        """The ranked table: one row per searched layout that can carry the load."""
+        import pandas as pd
+
+        rows = []
+        mean_out = self.lengths.mean_output
+        for rank, c in enumerate(self.ranked(), start=1):
+            units = c.units(self.load_qps)
+            gpus = units * c.layout.num_gpus
+            usd = c.usd_per_hour(self.load_qps)
+            out_tok_s = self.load_qps * mean_out
+            row = c.row or {}
+            figures = c.verified or {}
+            busy = figures.get("busy_fraction", row.get("at_capacity_busy_fraction", math.nan))
+            watts = gpus * gpu_power_w(c.price, busy) if c.price.max_w and not math.isnan(busy) else math.nan
+            rows.append({
+                "rank": rank, "layout": c.layout.key, "gpu": c.layout.gpu, "mode": c.layout.mode,
+                "gpus_per_unit": c.layout.num_gpus, "units": units, "gpus": gpus, "usd_per_hour": usd,
+                "usd_per_mtok": usd / (out_tok_s * 3600) * 1e6,
+                "capacity_qps_per_unit": c.capacity_qps, "headroom": units * c.capacity_qps / self.load_qps - 1,
+                "tokens_per_s_per_gpu": out_tok_s / gpus,
+                "tokens_per_s_per_user": row.get("at_capacity_tokens_per_s_per_user", math.nan),
+                "j_per_output_token": watts / out_tok_s if out_tok_s else math.nan,
+                "verified": "" if c.verified is None else ("met" if c.verified["passed"] else "missed"),
+                "verified_goodput": figures.get("goodput", math.nan),
+                "verified_ttft_s_p99": figures.get("ttft_s_p99", math.nan),
+                "verified_tpot_s_p99": figures.get("tpot_s_p99", math.nan),
+                "extra_units": c.extra_units,
+            })
+        return pd.DataFrame(rows)
+
+
+def verify(candidate: Candidate, base: RunConfig, load_qps: float, slo: PlanSLO, requests_per_unit: int) -> dict[str, Any]:
+    """Simulate the candidate's whole fleet behind its router at ``load_qps`` and judge it."""
+    units = candidate.units(load_qps)
+    config = candidate.layout.config(base, units=units)
+    num_requests = max(base.workload.num_requests, requests_per_unit * units)
+    figures = measure(config.replace(workload__num_requests=num_requests), load_qps, slo)
+    figures["passed"] = figures["goodput"] >= slo.attainment
+    figures["units"] = units
+    figures["num_requests"] = num_requests
+    return figures
+
+
+def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = SearchSpace(),  # noqa: B008, PLR0913
+         prices: dict[str, GPUPrice] | None = None, limits: Limits = Limits(), rel_tol: float = 0.05,  # noqa: B008
+         workers: int = 1, ray_address: str | None = None, out: Path | None = None, verify_fleet: bool = True,
+         prune: bool = True, max_verify_rounds: int = 6, verify_requests_per_unit: int = 256,
+         frontier_per_group: int = 3,
+         on_progress: Callable[[str, int, int], None] | None = None) -> PlanResult:
+    """The cheapest fleet meeting ``slo`` at ``load_qps`` (module docstring). ``prune=False``
+    searches every layout (an exhaustive grid). ``frontier_per_group``: for each GPU type and
+    mode with no layout searched in full, that many of its layouts (by bound) are searched
+    afterwards, so the frontier plot shows every group; they join the table, never the answer's
+    choice (the answer is fixed by then)."""
+    start = time.perf_counter()
+    if not (math.isfinite(load_qps) and load_qps > 0):
+        raise ConfigError("--qps", f"the load must be a positive request rate, got {load_qps}", "e.g. --qps 40")
+    if base.is_disaggregated:
+        raise ConfigError("--prefill-pool", "the planner chooses the pools itself", "drop --prefill-pool/--decode-pool")
+    gpus, notes = candidate_gpus(base, space, prices)
+    if not gpus:
+        raise ConfigError("--gpus", "no candidate GPU has a price", "give prices with --price GPU=USD or --prices FILE")
+    layouts, dropped = enumerate_layouts(base, space, gpus)
+    notes += dropped
+    lengths = Lengths.of(base)
+    candidates = [Candidate(lay, capacity_bound(lay, base, lengths, slo), price_of(lay.gpu, prices)) for lay in layouts]
+    if not candidates:
+        raise ConfigError("--gpus", f"no layout of {base.replica.model} fits on {', '.join(gpus)}",
+                          "allow more GPUs per replica (--tps), a smaller --max-model-len or another precision")
+    for c in candidates:  # limits rule a layout out before any search if even its bound breaks them
+        if not within(c, load_qps, limits, lower=True):
+            c.pruned = "limits"
+    result = PlanResult(base, load_qps, slo, lengths, candidates, notes)
+    identity = plan_identity(base, load_qps, slo, rel_tol)
+    done: dict[str, dict[str, Any]] = {}
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        done = _read_done(out, identity)
+        (out / "plan.json").write_text(json.dumps({"identity": identity, "load_qps": load_qps, "slo": asdict(slo),
+                                                   "rel_tol": rel_tol, "config": base.to_dict()}, indent=1))
+    base_dict, slo_dict = base.to_dict(), asdict(slo)
+    order = sorted(candidates, key=lambda c: (c.lower_bound_usd(load_qps), c.layout.key))
+    for c in order:
+        if c.layout.key in done:
+            c.row = done[c.layout.key]
+            result.num_resumed += 1
+
+    def incumbent() -> float:
+        fleets = [c.usd_per_hour(load_qps) for c in candidates if c.feasible() and within(c, load_qps, limits)]
+        return min(fleets, default=math.inf)
+
+    def search_round(runner: Runner) -> None:
+        queue = [c for c in order if c.row is None and not c.pruned]
+        total = len(queue)
+        finished = 0
+        spent = 0.0
+        while queue or runner._pending:
+            while queue and runner.free > 0:
+                c = queue.pop(0)
+                best = incumbent()
+                if prune and c.lower_bound_usd(load_qps) > best + 1e-9:
+                    c.pruned = "bound"
+                    total -= 1
+                    continue
+                need = c.need_qps(load_qps, best) if prune else None
+                runner.submit(c, (c.layout.to_dict(), base_dict, slo_dict, c.bound_qps, load_qps, rel_tol, need))
+            for c, record in runner.wait():
+                c.row = record["row"]
+                c.pruned = ""
+                finished += 1
+                result.num_searched += 1
+                spent = time.perf_counter() - start
+                if out is not None:
+                    _append(out / "layouts.csv", LAYOUT_COLUMNS, [record["row"]])
+                    _append(out / "trials.csv", TRIAL_COLUMNS, record["trials"])
+                if on_progress is not None:
+                    left = total - finished
+                    eta = spent / finished * left / max(1, runner.workers) if finished else math.nan
+                    best = incumbent()
+                    row = c.row
+                    what = (f"cannot win (fails at {float(row['below_qps']):.3g} req/s per unit)"
+                            if row.get("status") == "below" else f"error: {row.get('error')}"
+                            if row.get("status") == "error" else f"{c.capacity_qps:.3g} req/s per unit")
+                    incumbent_text = f"; best ${best:,.2f}/h" if math.isfinite(best) else ""
+                    on_progress(f"{c.layout.key}: {what}{incumbent_text}; ETA {eta:.0f}s at most (the rest may be pruned)",
+                                finished, total)
+
+    with Runner(workers, ray_address) as runner:
+        for _ in range(max_verify_rounds + 1):
+            best_now = incumbent()
+            for c in candidates:
+                if c.pruned == "bound":
+                    c.pruned = ""  # reconsidered against the incumbent of this round
+                if c.row is not None and c.row.get("status") == "below":
+                    need = c.need_qps(load_qps, best_now)
+                    # None: not even one unit matches the incumbent; the bound prunes it.
+                    if need is not None and need < float(c.row["below_qps"]) - 1e-12:
+                        c.row = None  # the incumbent got dearer: it might win now
+            search_round(runner)
+            ranked = [c for c in result.ranked() if within(c, load_qps, limits)]
+            if result.best is None:
+                result.best = ranked[0] if ranked else None
+            if not ranked or not verify_fleet:
+                result.answer = ranked[0] if ranked else None
+                break
+            top = ranked[0]
+            if top.verified is not None and top.verified["passed"] and top.verified["units"] == top.units(load_qps):
+                result.answer = top
+                break
+            top.verified = verify(top, base, load_qps, slo, verify_requests_per_unit)
+            if on_progress is not None:
+                v = top.verified
+                on_progress(f"verified {v['units']}x {top.layout.key} at {load_qps:g} req/s: goodput {v['goodput']:.2%} "
+                            f"({'met' if v['passed'] else 'missed; one unit more'})", 0, 0)
+            if top.verified["passed"]:
+                if ranked[0] is top:
+                    result.answer = top
+                    break
+            else:
+                top.extra_units += 1  # one more unit, verified next round if it is still the cheapest
+        if frontier_per_group > 0:  # each GPU type and mode on the frontier plot, even those that cannot win
+            fill = []
+            for group in dict.fromkeys((c.layout.gpu, c.layout.mode) for c in order):
+                members = [c for c in order if (c.layout.gpu, c.layout.mode) == group]
+                if not any(c.feasible() for c in members):
+                    shapes: dict[tuple, Candidate] = {}  # the first (by bound) of each parallel shape
+                    for c in members:
+                        lay = c.layout
+                        shape = (lay.tp, lay.pp, lay.ep, lay.attention_dp, lay.prefill_tp, lay.num_prefill, lay.num_decode)
+                        if c.pruned != "limits" and shape not in shapes:
+                            shapes[shape] = c
+                    fill += list(shapes.values())[:frontier_per_group]
+            for c in fill:
+                c.row, c.pruned = None, ""
+            saved_prune, prune = prune, False  # searched in full: a capacity, not a verdict
+            search_round(runner)
+            prune = saved_prune
+    result.wall_s = time.perf_counter() - start
+    if out is not None:
+        write_outputs(result, out)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# What a person acts on
+
+
+def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[str]:
+    """The launch command(s) of the candidate's engine, one unit (run ``units`` of them behind a router)."""
+    lay = c.layout
+    model = get_model(base.replica.model)
+    name = getattr(model, "hf_id", base.replica.model)
+    max_len = base.replica.effective_max_model_len
+    quant = {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4", "int4": "awq"}.get(lay.dtype)
+
+    def vllm(tp: int, role: str | None) -> str:
+        parts = [f"vllm serve {name}", f"--tensor-parallel-size {tp}"]
+        parts += [f"--pipeline-parallel-size {lay.pp}"] if lay.pp > 1 else []
+        parts += [f"--data-parallel-size {lay.attention_dp}"] if lay.attention_dp > 1 else []
+        parts += ["--enable-expert-parallel"] if lay.ep > 1 else []
+        parts += [f"--max-num-batched-tokens {lay.budget}"] if lay.budget else []
+        parts += [f"--max-num-seqs {lay.max_num_seqs}", f"--max-model-len {max_len}"]
+        parts += [f"--quantization {quant}"] if quant else []
+        if role is not None:
+            parts.append("--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'")
+        return " ".join(parts)
+
+    def sglang(tp: int, role: str | None) -> str:
+        parts = [f"python -m sglang.launch_server --model-path {name}", f"--tp {tp}"]
+        parts += [f"--pp-size {lay.pp}"] if lay.pp > 1 else []
+        parts += [f"--enable-dp-attention --dp {lay.attention_dp}"] if lay.attention_dp > 1 else []
+        parts += [f"--ep-size {lay.ep}"] if lay.ep > 1 else []
+        parts += [f"--chunked-prefill-size {lay.budget}"] if lay.budget else []
+        parts += [f"--max-running-requests {lay.max_num_seqs}", f"--context-length {max_len}"]
+        parts += [f"--quantization {quant}"] if quant else []
+        parts += [f"--disaggregation-mode {role}"] if role else []
+        return " ".join(parts)
+
+    make = sglang if engine == "sglang" else vllm
+    if lay.mode == "agg":
+        return [make(lay.tp, None)]
+    return [f"# {lay.num_prefill}x prefill: " + make(lay.prefill_tp, "prefill"),
+            f"# {lay.num_decode}x decode: " + make(lay.tp, "decode")]
+
+
+def frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The Pareto frontier of (per-user, per-GPU) points, both larger-is-better, by per-user speed."""
+    best: list[tuple[float, float]] = []
+    for x, y in sorted((p for p in points if all(map(math.isfinite, p))), key=lambda p: (-p[0], -p[1])):
+        if not best or y > best[-1][1]:
+            best.append((x, y))
+    return sorted(best)
+
+
+def frontier_figure(result: PlanResult):  # noqa: ANN201
+    """Tokens/s per GPU against tokens/s per user at each layout's capacity, the frontier of
+    each GPU type and mode drawn, the answer starred."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 5))
+    ax = fig.subplots()
+    groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for c in result.candidates:
+        if not c.feasible() or c.row is None:
+            continue
+        per_user = float(c.row.get("at_capacity_tokens_per_s_per_user", math.nan))
+        per_gpu = c.capacity_qps * result.lengths.mean_output / c.layout.num_gpus
+        groups.setdefault((c.layout.gpu, c.layout.mode), []).append((per_user, per_gpu))
+    for i, ((gpu, mode), pts) in enumerate(sorted(groups.items())):
+        color = f"C{sorted({g for g, _ in groups}).index(gpu)}"
+        style = "-" if mode == "agg" else "--"
+        ax.scatter(*zip(*pts, strict=True), s=10, color=color, alpha=0.3)
+        front = frontier(pts)
+        if front:
+            ax.plot(*zip(*front, strict=True), style, marker="o", ms=4, color=color, label=f"{gpu} {mode}", zorder=3 + i)
+    if result.answer is not None and result.answer.row is not None:
+        r = result.answer.row
+        ax.scatter([r.get("at_capacity_tokens_per_s_per_user")],
+                   [result.answer.capacity_qps * result.lengths.mean_output / result.answer.layout.num_gpus],
+                   marker="*", s=220, color="k", zorder=10, label=f"answer: {result.answer.layout.key}")
+    ax.axvline(1.0 / result.slo.tpot_s, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("output tokens/s per user (1 / median TPOT) at the layout's capacity")
+    ax.set_ylabel("output tokens/s per GPU at capacity (capacity x mean output / GPUs)")
+    ax.set_title(f"{result.base.replica.model}: {result.slo.describe()}", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def write_outputs(result: PlanResult, out: Path) -> list[Path]:
+    """``plan.csv`` (the ranked table), ``answer.json``, ``frontier.png``; layouts.csv and
+    trials.csv are written as the search goes."""
+    out = Path(out)
+    table = result.table()
+    table.to_csv(out / "plan.csv", index=False)
+    answer = None
+    if result.answer is not None:
+        a = result.answer
+        answer = {"layout": a.layout.to_dict(), "key": a.layout.key, "units": a.units(result.load_qps),
+                  "usd_per_hour": a.usd_per_hour(result.load_qps), "verified": a.verified,
+                  "price": asdict(a.price), "launch_vllm": launch_command(a, result.base, "vllm"),
+                  "launch_sglang": launch_command(a, result.base, "sglang")}
+    (out / "answer.json").write_text(json.dumps({
+        "load_qps": result.load_qps, "slo": asdict(result.slo), "answer": answer, "notes": result.notes,
+        "num_searched": result.num_searched, "num_resumed": result.num_resumed,
+        "num_pruned": sum(1 for c in result.candidates if c.pruned), "num_layouts": len(result.candidates),
+        "mean_prompt_tokens": result.lengths.mean_prompt, "mean_output_tokens": result.lengths.mean_output},
+        indent=1, default=str))
+    from simulator.report.plots import save
+
+    paths = save(frontier_figure(result), out / "frontier")
+    return [out / "plan.csv", out / "answer.json", *paths]

@@ -1,0 +1,147 @@
+"""The planner: its answer equals an exhaustive grid of capacity searches; bounds, resume, prices, CLI."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.config.errors import ConfigError
+from simulator.config.prices import PRICES, gpu_power_w, load_price_file, parse_price_flags, price_of
+from simulator.config.run_config import RunConfig
+from simulator.planning.capacity import find_capacity
+from simulator.planning.plan import (
+    Candidate,
+    Lengths,
+    Limits,
+    PlanSLO,
+    SearchSpace,
+    capacity_bound,
+    enumerate_layouts,
+    frontier,
+    launch_command,
+    plan,
+    search_settings,
+)
+
+runner = CliRunner()
+
+LOAD = 12.0
+SLO = PlanSLO(ttft_s=1.0, tpot_s=0.03, attainment=0.95)
+# One model, two GPU types, a handful of layouts (TP 1/2, two budgets, a disaggregated unit).
+SPACE = SearchSpace(gpus=("a100-80gb", "h100-sxm"), modes=("agg", "disagg"), tps=(1, 2), budgets=(256, 1024),
+                    max_num_seqs=(64,), ratios=((1, 1),))
+
+
+def _base() -> RunConfig:
+    return RunConfig().replace(replica__model="llama-3.1-8b", replica__max_model_len=4096, scheduler__name="vllm-v1",
+                               engine="vllm-v1", workload__name="sharegpt", workload__num_requests=96)
+
+
+def test_plan_equals_exhaustive_capacity_grid(tmp_path) -> None:  # noqa: ANN001
+    base = _base()
+    result = plan(base, LOAD, SLO, SPACE, rel_tol=0.1, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    layouts, _ = enumerate_layouts(base, SPACE, SPACE.gpus)
+    assert len(layouts) >= 6
+    # The exhaustive grid: every layout's capacity, as `simulate capacity` finds it, its fleet and cost.
+    lengths = Lengths.of(base)
+    grid = []
+    for layout in layouts:
+        bound = capacity_bound(layout, base, lengths, SLO)
+        report = find_capacity(layout.config(base), SLO.capacity_slo(), search_settings(bound, LOAD, 0.1))
+        c = Candidate(layout, bound, price_of(layout.gpu), row={"status": "ok", "capacity_qps": report.capacity_qps})
+        if c.feasible():
+            grid.append(c)
+    assert grid, "some layout must carry the load"
+    best = min(grid, key=lambda c: c.rank_key(LOAD))
+    assert result.answer is not None
+    assert result.answer.layout == best.layout
+    assert result.answer.units(LOAD) == best.units(LOAD)
+    assert result.answer.capacity_qps == best.capacity_qps
+    assert result.answer.usd_per_hour(LOAD) == pytest.approx(best.usd_per_hour(LOAD))
+    # Pruning did work: fewer full searches than layouts.
+    full = [c for c in result.candidates if c.row is not None and c.row.get("status") == "ok"]
+    assert len(full) < len(layouts)
+    # Every pruned or cut layout is dearer than the answer by its bound, or failed the load it needed.
+    for c in result.candidates:
+        if c.pruned == "bound":
+            assert c.lower_bound_usd(LOAD) >= result.answer.usd_per_hour(LOAD) - 1e-9
+
+
+def test_bound_is_above_capacity_and_resume(tmp_path) -> None:  # noqa: ANN001
+    base = _base()
+    out = tmp_path / "p"
+    first = plan(base, LOAD, SLO, SPACE, rel_tol=0.1, verify_fleet=True, out=out)
+    assert first.answer is not None and first.answer.verified is not None and first.answer.verified["passed"]
+    for c in first.candidates:
+        if c.feasible():
+            assert c.capacity_qps <= c.bound_qps
+    assert (out / "layouts.csv").is_file() and (out / "trials.csv").is_file() and (out / "frontier.png").is_file()
+    again = plan(base, LOAD, SLO, SPACE, rel_tol=0.1, verify_fleet=True, out=out)
+    assert again.num_searched == 0 and again.num_resumed == first.num_searched
+    assert again.answer is not None and again.answer.layout == first.answer.layout
+    with pytest.raises(ConfigError, match="another plan"):
+        plan(base, LOAD * 2, SLO, SPACE, out=out)
+
+
+def test_limits_and_prices() -> None:
+    base = _base()
+    none = plan(base, LOAD, SLO, SPACE, rel_tol=0.1, verify_fleet=False, limits=Limits(max_gpus=1),
+                frontier_per_group=0)
+    assert none.answer is None or none.answer.units(LOAD) * none.answer.layout.num_gpus <= 1
+    prices = parse_price_flags(["h100-sxm=0.5"])
+    assert price_of("h100", prices).usd_per_gpu_hour == 0.5
+    assert price_of("h100-sxm").usd_per_gpu_hour == PRICES["h100-sxm"].usd_per_gpu_hour
+    with pytest.raises(ConfigError, match="--price"):
+        parse_price_flags(["h100-sxm=cheap"])
+    with pytest.raises(ConfigError):
+        parse_price_flags(["h100-sxm=-1"])
+    row = PRICES["h100-sxm"]
+    assert gpu_power_w(row, 0.0) == pytest.approx(row.idle_w) and gpu_power_w(row, 1.0) == pytest.approx(row.max_w)
+
+
+def test_price_file(tmp_path) -> None:  # noqa: ANN001
+    path = tmp_path / "prices.csv"
+    path.write_text("gpu,usd_per_gpu_hour,max_w\nh200,3.5,650\n")
+    table = load_price_file(path)
+    assert table["h200"].usd_per_gpu_hour == 3.5 and table["h200"].max_w == 650
+    toml = tmp_path / "prices.toml"
+    toml.write_text('b200 = 5.0\n')
+    assert load_price_file(toml)["b200"].usd_per_gpu_hour == 5.0
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,price\nh200,1\n")
+    with pytest.raises(ConfigError, match="usd_per_gpu_hour"):
+        load_price_file(bad)
+
+
+def test_frontier_and_launch() -> None:
+    assert frontier([(1, 5), (2, 4), (3, 1), (2, 2), (1, 1)]) == [(1, 5), (2, 4), (3, 1)]
+    from simulator.planning.plan import Layout
+
+    base = _base()
+    agg = Candidate(Layout("h100-sxm", "agg", "fp8", 2, budget=2048, max_num_seqs=256), math.inf, price_of("h100-sxm"))
+    (line,) = launch_command(agg, base, "vllm")
+    assert "--tensor-parallel-size 2" in line and "--max-num-batched-tokens 2048" in line
+    assert "--max-num-seqs 256" in line and "--quantization fp8" in line
+    (sg,) = launch_command(agg, base, "sglang")
+    assert "--tp 2" in sg and "--chunked-prefill-size 2048" in sg and "--max-running-requests 256" in sg
+    dis = Candidate(Layout("h100-sxm", "disagg", "bf16", 2, prefill_tp=1, num_prefill=2, num_decode=1), math.inf,
+                    price_of("h100-sxm"))
+    lines = launch_command(dis, base, "sglang")
+    assert "--disaggregation-mode prefill" in lines[0] and "--disaggregation-mode decode" in lines[1]
+
+
+def test_cli_plan(tmp_path) -> None:  # noqa: ANN001
+    out = tmp_path / "cli"
+    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--max-model-len", "4096", "--workload", "sharegpt",
+                              "--qps", "6", "--num-requests", "64", "--scheduler", "vllm-v1", "--engine", "vllm-v1",
+                              "--gpus", "h100-sxm", "--modes", "agg", "--tps", "1", "--budgets", "512", "--seqs", "64",
+                              "--ttft-slo", "1", "--tpot-slo", "0.03", "--attainment", "0.9", "--rel-tol", "0.2",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "answer:" in res.output and "vllm serve meta-llama/Llama-3.1-8B" in res.output
+    assert (out / "plan.csv").is_file()
+    bad = runner.invoke(app, ["plan", "--gpus", "h100-sxm", "--price", "oops", "--out", str(tmp_path / "x")])
+    assert bad.exit_code != 0

@@ -17,9 +17,11 @@ from simulator.costmodel.roofline import RooflineCostModel
 
 TRUE = {**R.INITIAL, **R.ELEMENTWISE, "gemm_compute_eff": 0.63, "gemm_half_tokens": 70.0, "gemm_memory_eff": 0.81,
         "kernel_floor_s": 4.5e-6, "attn_prefill_compute_eff": 0.52, "attn_prefill_half_keys": 40.0, "attn_floor_s": 9e-6,
+        "mla_compute_eff": 0.3,
         "attn_decode_memory_eff": 0.77, "attn_decode_per_seq_s": 3e-7, "allreduce_bus_eff": 0.62,
         "allreduce_latency_s": 7e-6, "expert_compute_eff": 0.35, "expert_half_tokens": 30.0, "expert_memory_eff": 0.7,
-        "expert_router_overhead_s": 2e-5}
+        "expert_router_overhead_s": 2e-5, "gemm_fp8_compute_eff": 0.45, "gemm_fp8_half_tokens": 150.0,
+        "gemm_fp8_memory_eff": 0.7, "gemm_fp8_floor_s": 8e-6, "expert_permute_s": 2e-11}
 
 
 def _grid(**axes: list) -> dict[str, np.ndarray]:
@@ -37,25 +39,31 @@ def _synthetic(constants: dict[str, float]) -> list[R.Group]:
                               num_key_value_heads=[8], head_dim=[128]),
         "attn_decode": _grid(batch_size=[1, 8, 64, 256], isl=[64, 512, 4096, 16384], step=[0], num_heads=[32],
                              num_key_value_heads=[8], head_dim=[128]),
+        "mla_prefill": _grid(batch_size=[1, 4, 16], isl=[16, 64, 256, 1024, 4096], num_heads=[16, 128]),
+        "mla_decode": _grid(batch_size=[1, 8, 64, 256], isl=[64, 512, 4096, 16384], step=[0], num_heads=[16, 128]),
         "allreduce": _grid(message_size=[2 ** i for i in range(10, 27)], num_gpus=[2, 4, 8]),
         "moe": _grid(num_tokens=pow2, hidden_size=[4096], inter_size=[14336], topk=[2], num_experts=[8],
-                     moe_tp_size=[1, 2], moe_ep_size=[1]),
+                     moe_tp_size=[1, 2], moe_ep_size=[1, 4]),
     }
     groups = []
-    for family, k in keys.items():
-        terms = R.terms_for("h100_sxm", family, "bfloat16", k)
+    for family, k in [*keys.items(), ("gemm", keys["gemm"])]:
+        dtype = "fp8" if any(g.family == "gemm" for g in groups) and family == "gemm" else "bfloat16"
+        terms = R.terms_for("h100_sxm", family, dtype, k)
         truth = R.predict(family, terms, constants) * np.exp(rng.normal(0.0, 0.01, len(k[next(iter(k))])))
-        groups.append(R.Group("h100_sxm", "synthetic", family, "bfloat16", "-", k, truth, terms))
+        groups.append(R.Group("h100_sxm", "synthetic", family, dtype, "-", k, truth, terms))
     return groups
 
 
 def test_fit_recovers_constants_from_synthetic_tables():
     fitted = R.fit(_synthetic(TRUE))
     for name in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff", "attn_decode_memory_eff",
-                 "allreduce_bus_eff", "expert_memory_eff", "expert_compute_eff", "gemm_half_tokens", "kernel_floor_s",
-                 "attn_floor_s", "allreduce_latency_s", "attn_decode_per_seq_s", "expert_half_tokens",
-                 "expert_router_overhead_s"):
+                 "mla_compute_eff", "allreduce_bus_eff", "expert_memory_eff", "expert_compute_eff",
+                 "gemm_fp8_compute_eff", "gemm_fp8_memory_eff"):
         assert fitted[name] == pytest.approx(TRUE[name], rel=0.03), name
+    for name in ("gemm_half_tokens", "kernel_floor_s", "attn_floor_s", "allreduce_latency_s", "attn_decode_per_seq_s",
+                 "expert_half_tokens", "expert_router_overhead_s", "gemm_fp8_half_tokens", "gemm_fp8_floor_s",
+                 "expert_permute_s"):
+        assert fitted[name] == pytest.approx(TRUE[name], rel=0.1), name
     # The prefill ramp is the least identified (1% noise moves it ~15%).
     assert fitted["attn_prefill_half_keys"] == pytest.approx(TRUE["attn_prefill_half_keys"], rel=0.3)
     # And the recovered constants price the tables as the true ones do.
@@ -86,6 +94,27 @@ def test_forward_model_is_the_runtime_roofline():
     ar = R.predict("allreduce", R.terms_for("h100_sxm", "allreduce", "bfloat16",
                                             {"message_size": msg, "num_gpus": np.full(2, 4.0)}), c)
     assert ar == pytest.approx(rf4.all_reduce(msg / 8192), rel=1e-12)
+    mla = RooflineCostModel(ReplicaConfig(model="deepseek-v3", gpu="h100-sxm", tp=8), cal, table_tokens=1)
+    k_mla = {"batch_size": b, "isl": s, "step": np.zeros(3), "num_heads": np.full(3, 16.0)}
+    assert R.predict("mla_decode", R.terms_for("h100_sxm", "mla_decode", "bfloat16", k_mla), c) == pytest.approx(
+        [mla._attention_decode(bb * ss, int(bb)) for bb, ss in zip(b, s, strict=True)], rel=1e-12)
+    assert R.predict("mla_prefill", R.terms_for("h100_sxm", "mla_prefill", "bfloat16", k_mla), c) == pytest.approx(
+        [mla._attention_prefill(bb * ss * (ss + 1) / 2, bb * ss, int(bb * ss)) for bb, ss in zip(b, s, strict=True)],
+        rel=1e-12)
+    from simulator.costmodel.moe import moe_token_ops
+
+    moe = RooflineCostModel(ReplicaConfig(model="mixtral-8x7b", gpu="h100-sxm", tp=2, ep=2), cal, table_tokens=1)
+    tok = np.array([1.0, 16, 512, 8192])
+    k_moe = {"num_tokens": tok, "hidden_size": np.full(4, 4096.0), "inter_size": np.full(4, 14336.0),
+             "topk": np.full(4, 2.0), "num_experts": np.full(4, 8.0), "moe_tp_size": np.ones(4), "moe_ep_size": np.full(4, 2.0)}
+    experts = R.predict("moe", R.terms_for("h100_sxm", "moe", "bfloat16", k_moe), c) - c["expert_router_overhead_s"]
+    assert experts == pytest.approx(moe_token_ops(moe, tok)["moe_experts"], rel=1e-12)
+    # A low-precision class's own GEMM curve (gemm_formats), as the runtime picks it for --dtype fp8.
+    cal8 = replace(cal, gemm_formats=(("fp8", 0.45, 150.0, 0.7, 8e-6),))
+    rf8 = RooflineCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", dtype="fp8"), cal8, table_tokens=1)
+    assert rf8.gemm_constants == (0.45, 150.0, 0.7, 8e-6) and rf.gemm_constants == (0.63, 70.0, 0.81, 4.5e-6)
+    g8 = R.predict("gemm", R.terms_for("h100_sxm", "gemm", "fp8", k), R.constants_of(cal8))
+    assert g8 == pytest.approx(rf8.gemm(m, 14336, 4096), rel=1e-12)
 
 
 def test_selector_validates_and_round_trips():

@@ -14,15 +14,19 @@ the per-op timings of today's vLLM, SGLang and TensorRT-LLM kernels in
   (:func:`~simulator.costmodel.aic.tables.pick_source`; bf16 KV for attention), up to
   ``max_rows`` seeded rows, so each group weighs about the same and no backend dominates.
 - **stages**, each a robust least-squares fit (soft-L1 on ``log(predicted / measured)``) of a few
-  constants with the earlier stages' held fixed: (1) GEMMs of every dtype the roofline
-  represents: ``gemm_compute_eff``, ``gemm_half_tokens``, ``gemm_memory_eff``, ``kernel_floor_s``;
-  (2) attention, prefill and decode, MHA and MLA pooled: ``attn_prefill_compute_eff`` with its ramp
+  constants with the earlier stages' held fixed: (1) bf16 GEMMs: ``gemm_compute_eff``, ``gemm_half_tokens``, ``gemm_memory_eff``, ``kernel_floor_s``;
+  then each low-precision class of GEMM kernels (``GEMM_CLASS``: fp8 and FP8-block, fp4, int4)
+  its own ``compute_eff``, ``half_tokens``, ``memory_eff``, ``floor_s`` (``gemm_formats``);
+  (2) attention, prefill and decode: ``attn_prefill_compute_eff`` with its ramp
   ``attn_prefill_half_keys`` (efficiency ``eff * q / (q + half)`` at ``q`` keys per query: short
   prompts do not fill the tensor cores), ``attn_floor_s`` (an attention kernel's smallest time, about
-  8 us today against a GEMM's 3-6 us), ``attn_decode_memory_eff``, ``attn_decode_per_seq_s``; (3) the
+  8 us today against a GEMM's 3-6 us), ``attn_decode_memory_eff``, ``attn_decode_per_seq_s``, then
+  MLA's own ``mla_compute_eff`` (its prefill and absorbed decode, the rest held); (3) the
   engines' custom all-reduce: ``allreduce_bus_eff``, ``allreduce_latency_s``; (4) fused MoE (the routed
   experts at the table's ``moe_tp x moe_ep`` split): the expert constants of
-  :class:`~simulator.costmodel.moe.ExpertCalibration`.
+  :class:`~simulator.costmodel.moe.ExpertCalibration` and ``expert_permute_s`` (a cost per hidden element
+  of every token entering the layer, whatever the EP split: without it, an EP rank's kernel at many
+  tokens is priced 2-5x too fast and the fit drags the expert efficiency down to ~0.13 to compensate).
 - **element-wise ops** have no tables: they take the table model's own treatment (AIConfigurator's
   ``bytes / (mem_bw x 0.8)``), and residual adds ride on the fused add-norm of a compiled engine
   (an efficiency of 1.2 makes the roofline's norm + residual traffic, ``4 + 6`` hidden-size bytes
@@ -49,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from simulator.costmodel.aic import tables as T
+from simulator.costmodel.calibration import GEMM_CLASS
 
 GENERATIONS: dict[str, tuple[str, ...]] = {
     "ampere": ("a100_sxm",),
@@ -78,19 +83,22 @@ KEYS: dict[str, tuple[str, ...]] = {
 # Stages: (families pooled, constants fitted, initial values, bounds).
 STAGES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("gemm",), ("gemm_compute_eff", "gemm_half_tokens", "gemm_memory_eff", "kernel_floor_s")),
-    (("attn_prefill", "mla_prefill", "attn_decode", "mla_decode"),
+    (("attn_prefill", "attn_decode"),
      ("attn_prefill_compute_eff", "attn_prefill_half_keys", "attn_floor_s", "attn_decode_memory_eff",
       "attn_decode_per_seq_s")),
+    (("mla_prefill", "mla_decode"), ("mla_compute_eff",)),
     (("allreduce",), ("allreduce_bus_eff", "allreduce_latency_s")),
-    (("moe",), ("expert_compute_eff", "expert_half_tokens", "expert_memory_eff", "expert_router_overhead_s")),
+    (("moe",), ("expert_compute_eff", "expert_half_tokens", "expert_memory_eff", "expert_router_overhead_s",
+                "expert_permute_s")),
 )
 INITIAL = {"gemm_compute_eff": 0.7, "gemm_half_tokens": 100.0, "gemm_memory_eff": 0.7, "kernel_floor_s": 3e-6,
-           "attn_prefill_compute_eff": 0.4, "attn_prefill_half_keys": 64.0, "attn_floor_s": 8e-6, "attn_decode_memory_eff": 0.6, "attn_decode_per_seq_s": 2e-7,
+           "attn_prefill_compute_eff": 0.4, "attn_prefill_half_keys": 64.0, "attn_floor_s": 8e-6,
+           "mla_compute_eff": 0.4, "attn_decode_memory_eff": 0.6, "attn_decode_per_seq_s": 2e-7,
            "allreduce_bus_eff": 0.5, "allreduce_latency_s": 1e-5, "expert_compute_eff": 0.6,
-           "expert_half_tokens": 100.0, "expert_memory_eff": 0.6, "expert_router_overhead_s": 5e-6}
+           "expert_half_tokens": 100.0, "expert_memory_eff": 0.6, "expert_router_overhead_s": 5e-6, "expert_permute_s": 1e-11}
 BOUNDS = {"gemm_half_tokens": (0.1, 1e5), "kernel_floor_s": (1e-8, 1e-4), "attn_prefill_half_keys": (1e-3, 1e6),
           "attn_floor_s": (1e-8, 1e-4), "attn_decode_per_seq_s": (1e-10, 1e-4),
-          "allreduce_latency_s": (1e-7, 1e-3), "expert_half_tokens": (0.1, 1e5), "expert_router_overhead_s": (1e-9, 1e-3)}
+          "allreduce_latency_s": (1e-7, 1e-3), "expert_half_tokens": (0.1, 1e5), "expert_router_overhead_s": (1e-9, 1e-3), "expert_permute_s": (1e-16, 1e-8)}
 EFF_BOUNDS = (0.01, 3.0)
 # Element-wise constants: the table model's treatment (see the module docstring), not fitted.
 ELEMENTWISE = {"elementwise_memory_eff": 0.8, "residual_add_memory_eff": 1.2, "embedding_memory_eff": 0.8}
@@ -140,7 +148,8 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
     if family == "gemm":
         m, n, k = f["m"], f["n"], f["k"]
         out.update(m=m, flops=2.0 * m * k * n, bytes=k * n * r.weight_bytes + m * k * db + m * n * db,
-                   peak=r.gemm_peak_flops, knee=(r.weight_bytes / db) if r.weight_only else 1.0)
+                   peak=r.gemm_peak_flops, knee=(r.weight_bytes / db) if r.weight_only else 1.0,
+                   prefix=_gemm_prefix(GEMM_CLASS[r.dtype]))
     elif family in ("attn_prefill", "attn_decode"):
         b, heads, kvh, hd = f["batch_size"], f["num_heads"], f["num_key_value_heads"], f["head_dim"]
         s = f["isl"] + (f["step"] if family == "attn_decode" else 0.0)
@@ -172,7 +181,7 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
         f_local = inter / mtp
         touched = np.asarray(expected_experts_touched(t, e, topk), dtype=np.float64) / mep  # arrays of E and k
         per_expert = np.where(touched > 0, t * topk / mep / np.where(touched > 0, touched, 1.0), 0.0)
-        out.update(touched=touched, per_expert=per_expert, flops=2.0 * per_expert * h * 3 * f_local,
+        out.update(touched=touched, per_expert=per_expert, flops=2.0 * per_expert * h * 3 * f_local, token_hidden=t * h,
                    bytes=3 * h * f_local * r.weight_bytes + per_expert * (2 * h + 3 * f_local) * db, peak=r.gemm_peak_flops)
     elif family == "allreduce":
         from dataclasses import replace
@@ -192,19 +201,22 @@ def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
     """The roofline's seconds for rows with terms ``t`` under constants ``c`` (RooflineCalibration
     field names, plus ``expert_*`` for MoE): the same formulas as the runtime model."""
     floor = c["kernel_floor_s"]
-    if family == "gemm":
-        eff = c["gemm_compute_eff"] * t["m"] / (t["m"] + c["gemm_half_tokens"] * t["knee"])
-        return np.maximum(t["flops"] / (t["peak"] * eff), t["bytes"] / (t["bw"] * c["gemm_memory_eff"])) + floor
+    if family == "gemm":  # the dtype class's curve where the constants have one (RooflineCalibration.gemm_constants)
+        p = t["prefix"] if f"{t['prefix']}compute_eff" in c else "gemm_"
+        eff = c[f"{p}compute_eff"] * t["m"] / (t["m"] + c[f"{p}half_tokens"] * t["knee"])
+        gemm_floor = floor if p == "gemm_" else c[f"{p}floor_s"]
+        return np.maximum(t["flops"] / (t["peak"] * eff), t["bytes"] / (t["bw"] * c[f"{p}memory_eff"])) + gemm_floor
     attn_floor = c["kernel_floor_s"] if c.get("attn_floor_s") is None else c["attn_floor_s"]
+    mla_eff = c["attn_prefill_compute_eff"] if c.get("mla_compute_eff") is None else c["mla_compute_eff"]
     if family in ("attn_prefill", "mla_prefill"):
-        eff = c["attn_prefill_compute_eff"]
-        if c.get("attn_prefill_half_keys"):  # RooflineCalibration.prefill_compute_eff
+        eff = mla_eff if family == "mla_prefill" else c["attn_prefill_compute_eff"]
+        if c.get("attn_prefill_half_keys") and family == "attn_prefill":  # RooflineCalibration.prefill_compute_eff
             eff = eff * t["keys"] / (t["keys"] + c["attn_prefill_half_keys"])
         return np.maximum(t["flops"] / (t["bf16"] * eff), t["bytes"] / (t["bw"] * c["gemm_memory_eff"])) + attn_floor
     if family == "attn_decode":
         return t["bytes"] / (t["bw"] * c["attn_decode_memory_eff"]) + t["b"] * c["attn_decode_per_seq_s"] + attn_floor
     if family == "mla_decode":
-        return (np.maximum(t["flops"] / (t["bf16"] * c["attn_prefill_compute_eff"]), t["bytes"] / (t["bw"] * c["attn_decode_memory_eff"]))
+        return (np.maximum(t["flops"] / (t["bf16"] * mla_eff), t["bytes"] / (t["bw"] * c["attn_decode_memory_eff"]))
                 + t["b"] * c["attn_decode_per_seq_s"] + attn_floor)
     if family == "allreduce":
         return t["volume"] / (t["link"] * c["allreduce_bus_eff"]) + c["allreduce_latency_s"]
@@ -214,8 +226,14 @@ def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(pe > 0, t["flops"] / (t["peak"] * eff), 0.0)
         memory = t["bytes"] / (t["bw"] * c["expert_memory_eff"])
-        return t["touched"] * np.maximum(compute, memory) + 2 * floor + c["expert_router_overhead_s"]
+        return (t["touched"] * np.maximum(compute, memory) + 2 * floor + c["expert_router_overhead_s"]
+                + t["token_hidden"] * c.get("expert_permute_s", 0.0))
     raise ValueError(family)
+
+
+def _gemm_prefix(cls: str) -> str:
+    """Constants-dict prefix of a GEMM class's curve: ``gemm_`` for bf16 (the base fields), else ``gemm_<cls>_``."""
+    return "gemm_" if cls == "bf16" else f"gemm_{cls}_"
 
 
 def constants_of(cal: Any) -> dict[str, float]:
@@ -223,7 +241,11 @@ def constants_of(cal: Any) -> dict[str, float]:
     calibration's own, else its dense-GEMM ones and the 2023 router cost, as moe.expert_calibration)."""
     from simulator.costmodel.moe import _H100_EXPERTS
 
-    c = {f.name: getattr(cal, f.name) for f in fields(cal) if f.name != "source"}
+    c = {f.name: getattr(cal, f.name) for f in fields(cal) if f.name not in ("source", "gemm_formats")}
+    for cls, compute_eff, half_tokens, memory_eff, floor_s in cal.gemm_formats:
+        p = _gemm_prefix(cls)
+        c.update({f"{p}compute_eff": compute_eff, f"{p}half_tokens": half_tokens, f"{p}memory_eff": memory_eff,
+                  f"{p}floor_s": floor_s})
     if c.get("expert_compute_eff") is None:
         c.update(expert_compute_eff=cal.gemm_compute_eff, expert_half_tokens=cal.gemm_half_tokens,
                  expert_memory_eff=cal.gemm_memory_eff, expert_router_overhead_s=_H100_EXPERTS.router_overhead_s)
@@ -281,6 +303,12 @@ def load_generation(generation: str, root: str | Path | None = None, max_rows: i
 
 
 # -- the fit ---------------------------------------------------------------------------------------------
+def _bounds(name: str) -> tuple[float, float]:
+    if name.endswith(("half_tokens", "floor_s")) and name not in BOUNDS:
+        return BOUNDS["gemm_half_tokens" if name.endswith("half_tokens") else "kernel_floor_s"]
+    return BOUNDS.get(name, EFF_BOUNDS)
+
+
 def fit(groups: list[Group], base: dict[str, float] | None = None) -> dict[str, float]:
     """Constants fitted to ``groups`` stage by stage (:data:`STAGES`); a stage whose families have no
     rows keeps ``base``'s values (default: :data:`INITIAL`)."""
@@ -288,12 +316,24 @@ def fit(groups: list[Group], base: dict[str, float] | None = None) -> dict[str, 
 
     c = dict(INITIAL if base is None else base)
     c.update(ELEMENTWISE)
-    for families, names in STAGES:
-        used = [g for g in groups if g.family in families]
+    stages = list(STAGES)
+    low = sorted({g.terms["prefix"] for g in groups if g.family == "gemm"} - {"gemm_"})
+    for p in low:  # each low-precision class's own curve, after bf16's (its floor held)
+        stages.insert(1, (("gemm", p), (f"{p}compute_eff", f"{p}half_tokens", f"{p}memory_eff", f"{p}floor_s")))
+    for families, names in stages:
+        if families[0] == "gemm":  # a GEMM class: its rows only
+            prefix = families[1] if len(families) > 1 else "gemm_"
+            used = [g for g in groups if g.family == "gemm" and g.terms["prefix"] == prefix]
+        else:
+            used = [g for g in groups if g.family in families]
         if not used:
             continue
-        lo = np.log([BOUNDS.get(n, EFF_BOUNDS)[0] for n in names])
-        hi = np.log([BOUNDS.get(n, EFF_BOUNDS)[1] for n in names])
+        if families[0] == "gemm" and len(families) > 1:  # a class's curve starts from bf16's
+            for n in names:
+                base = "kernel_floor_s" if n.endswith("floor_s") else "gemm_" + n[len(families[1]):]
+                c.setdefault(n, c[base])
+        lo = np.log([_bounds(n)[0] for n in names])
+        hi = np.log([_bounds(n)[1] for n in names])
         x0 = np.clip(np.log([c[n] for n in names]), lo + 1e-9, hi - 1e-9)
 
         def residuals(x: np.ndarray, used: list[Group] = used, names: tuple[str, ...] = names) -> np.ndarray:
@@ -377,18 +417,22 @@ def predict_heldout(system: str, family: str, dtype: str, frame: Any,
 # -- writing calibration.py ------------------------------------------------------------------------------
 BEGIN, END = "# BEGIN TODAY (written by `python -m simulator.calibrate.roofline_from_tables --write`)", "# END TODAY"
 WRITTEN = ("gemm_compute_eff", "gemm_half_tokens", "gemm_memory_eff", "kernel_floor_s", "attn_prefill_compute_eff",
-           "attn_prefill_half_keys", "attn_floor_s",
+           "attn_prefill_half_keys", "attn_floor_s", "mla_compute_eff",
            "attn_decode_memory_eff", "attn_decode_per_seq_s", "elementwise_memory_eff", "residual_add_memory_eff",
            "embedding_memory_eff", "allreduce_bus_eff", "allreduce_latency_s", "expert_compute_eff",
-           "expert_half_tokens", "expert_memory_eff", "expert_router_overhead_s")
+           "expert_half_tokens", "expert_memory_eff", "expert_router_overhead_s", "expert_permute_s")
 
 
 def today_block(fitted: dict[str, dict[str, float]]) -> str:
-    lines = [BEGIN, "TODAY: dict[str, dict[str, float | str]] = {"]
+    lines = [BEGIN, "TODAY: dict[str, dict[str, Any]] = {"]
     for gen, c in fitted.items():
         lines.append(f"    {gen!r}: {{")
         for name in WRITTEN:
             lines.append(f"        {name!r}: {float(f'{c[name]:.3g}')!r},")
+        formats = tuple((cls, *(float(f"{c[_gemm_prefix(cls) + k]:.3g}") for k in ("compute_eff", "half_tokens",
+                                                                                     "memory_eff", "floor_s")))
+                        for cls in ("fp8", "fp4", "int4") if _gemm_prefix(cls) + "compute_eff" in c)
+        lines.append(f"        'gemm_formats': {formats!r},")
         systems = ", ".join(GENERATIONS[gen])
         lines.append(f"        'source': 'fitted by roofline_from_tables to AIConfigurator vllm/sglang/trtllm kernel "
                      f"tables of {systems}',")

@@ -114,6 +114,10 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         from simulator.costmodel.aic.tables import describe
 
         kernels = f" · kernels: {describe(r.gpu, r.kernels)}"
+    if r.roofline_calibration != "2023":  # the roofline's constants (its own ops, or the tables' gaps)
+        from simulator.costmodel.calibration import GENERATION
+
+        kernels += f" · roofline calibration: {r.roofline_calibration} ({GENERATION.get(r.gpu, '-')})"
     w = config.workload
     if w.trace is not None and w.arrival != "trace":  # the trace's timestamps are not used: say so
         arrivals = {"poisson": "Poisson", "gamma": "gamma", "fixed": "fixed-rate", "burst": "burst"}[w.arrival]

@@ -19,6 +19,12 @@ calibrated roofline comes to the measurements.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
+
+
+# Weight format (simulator.config.precision) -> the class of GEMM kernels one efficiency curve describes.
+GEMM_CLASS = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8-block": "fp8", "nvfp4": "fp4", "mxfp4": "fp4",
+              "int4": "int4"}
 
 
 @dataclass(frozen=True)
@@ -43,10 +49,18 @@ class RooflineCalibration:
     # Terms only the "today" calibration sets (None / 0: absent, and the 2023 prices bit for bit).
     attn_floor_s: float | None = None  # smallest attention kernel (None: kernel_floor_s)
     attn_prefill_half_keys: float = 0.0  # keys per query at which prefill attention reaches half its efficiency
+    mla_compute_eff: float | None = None  # MLA attention's fraction of the bf16 peak (None: attn_prefill_compute_eff)
     expert_compute_eff: float | None = None  # MoE expert constants (simulator.costmodel.moe.ExpertCalibration);
     expert_half_tokens: float | None = None  # None: the GPU's fitted 2023 ones, else its dense-GEMM calibration
     expert_memory_eff: float | None = None
     expert_router_overhead_s: float | None = None
+    # Seconds per hidden element of every token entering a MoE layer (routing, permutation, an EP rank's
+    # scan of all tokens for its experts' share): what fused MoE kernels spend beyond the expert GEMMs.
+    expert_permute_s: float = 0.0
+    # GEMM curves of low-precision kernels: (class, compute_eff, half_tokens, memory_eff, floor_s) per class
+    # of GEMM_CLASS other than bf16 (the floor: e.g. an activation-quantisation kernel before an FP8 GEMM);
+    # a class not listed uses the gemm_* fields and kernel_floor_s (as 2023 does for all).
+    gemm_formats: tuple[tuple[str, float, float, float, float], ...] = ()
     source: str = "hand-set defaults"
 
     @property
@@ -54,13 +68,30 @@ class RooflineCalibration:
         """Fixed cost of one attention kernel."""
         return self.kernel_floor_s if self.attn_floor_s is None else self.attn_floor_s
 
-    def prefill_compute_eff(self, pairs: float, num_tokens: float) -> float:
-        """Prefill attention's fraction of the bf16 peak: ``attn_prefill_compute_eff``, ramped by the
-        mean keys per query where the calibration has a ramp (the 2023 one has none)."""
+    def gemm_constants(self, weight_format: str) -> tuple[float, float, float, float]:
+        """(compute_eff, half_tokens, memory_eff, floor_s) of GEMMs with ``--dtype`` ``weight_format`` weights."""
+        cls = GEMM_CLASS.get(weight_format, "bf16")
+        for name, *curve in self.gemm_formats:
+            if name == cls:
+                return tuple(curve)  # type: ignore[return-value]
+        return self.gemm_compute_eff, self.gemm_half_tokens, self.gemm_memory_eff, self.kernel_floor_s
+
+    @property
+    def mla_eff(self) -> float:
+        """MLA attention's fraction of the bf16 peak."""
+        return self.attn_prefill_compute_eff if self.mla_compute_eff is None else self.mla_compute_eff
+
+    def prefill_compute_eff(self, pairs: float, num_tokens: float, mla: bool = False) -> float:
+        """Prefill attention's fraction of the bf16 peak: ``attn_prefill_compute_eff`` ramped by the mean
+        keys per query where the calibration has a ramp (the 2023 one has none); MLA: ``mla_eff``, no ramp
+        (its prefill FLOPs include the context's up-projection, which does not shrink with short prompts)."""
+        if mla:
+            return self.mla_eff
+        eff = self.attn_prefill_compute_eff
         if self.attn_prefill_half_keys and num_tokens > 0:
             keys = pairs / num_tokens
-            return self.attn_prefill_compute_eff * keys / (keys + self.attn_prefill_half_keys)
-        return self.attn_prefill_compute_eff
+            return eff * keys / (keys + self.attn_prefill_half_keys)
+        return eff
 
 
 DEFAULT = RooflineCalibration()
@@ -127,89 +158,101 @@ BY_GPU['h200'] = replace(BY_GPU['h100-sxm'], source='h100-sxm constants (same ar
 # one set per GPU generation (simulator.calibrate.roofline_from_tables documents the fit and its held-out
 # error); CPU overheads and send/recv latency stay the GPU's 2023 ones.
 # BEGIN TODAY (written by `python -m simulator.calibrate.roofline_from_tables --write`)
-TODAY: dict[str, dict[str, float | str]] = {
+TODAY: dict[str, dict[str, Any]] = {
     'ampere': {
-        'gemm_compute_eff': 0.749,
-        'gemm_half_tokens': 94.4,
-        'gemm_memory_eff': 0.732,
-        'kernel_floor_s': 6.05e-06,
-        'attn_prefill_compute_eff': 0.492,
-        'attn_prefill_half_keys': 139.0,
-        'attn_floor_s': 1.59e-05,
-        'attn_decode_memory_eff': 0.416,
-        'attn_decode_per_seq_s': 6.66e-08,
+        'gemm_compute_eff': 0.787,
+        'gemm_half_tokens': 101.0,
+        'gemm_memory_eff': 0.713,
+        'kernel_floor_s': 4.99e-06,
+        'attn_prefill_compute_eff': 0.555,
+        'attn_prefill_half_keys': 307.0,
+        'attn_floor_s': 1.48e-05,
+        'mla_compute_eff': 0.376,
+        'attn_decode_memory_eff': 0.644,
+        'attn_decode_per_seq_s': 7.51e-08,
         'elementwise_memory_eff': 0.8,
         'residual_add_memory_eff': 1.2,
         'embedding_memory_eff': 0.8,
         'allreduce_bus_eff': 0.596,
         'allreduce_latency_s': 5.5e-06,
-        'expert_compute_eff': 0.149,
-        'expert_half_tokens': 7.33,
-        'expert_memory_eff': 0.741,
-        'expert_router_overhead_s': 5.94e-05,
+        'expert_compute_eff': 0.301,
+        'expert_half_tokens': 17.5,
+        'expert_memory_eff': 0.756,
+        'expert_router_overhead_s': 4.13e-05,
+        'expert_permute_s': 4.94e-11,
+        'gemm_formats': (('int4', 0.757, 156.0, 0.716, 1.53e-05),),
         'source': 'fitted by roofline_from_tables to AIConfigurator vllm/sglang/trtllm kernel tables of a100_sxm',
     },
     'hopper': {
-        'gemm_compute_eff': 0.586,
-        'gemm_half_tokens': 82.4,
-        'gemm_memory_eff': 0.722,
-        'kernel_floor_s': 6.34e-06,
-        'attn_prefill_compute_eff': 0.409,
-        'attn_prefill_half_keys': 13.1,
-        'attn_floor_s': 1.28e-05,
-        'attn_decode_memory_eff': 0.862,
-        'attn_decode_per_seq_s': 3.78e-08,
+        'gemm_compute_eff': 0.772,
+        'gemm_half_tokens': 69.9,
+        'gemm_memory_eff': 0.789,
+        'kernel_floor_s': 3.28e-06,
+        'attn_prefill_compute_eff': 0.604,
+        'attn_prefill_half_keys': 570.0,
+        'attn_floor_s': 1.15e-05,
+        'mla_compute_eff': 0.253,
+        'attn_decode_memory_eff': 0.829,
+        'attn_decode_per_seq_s': 4.56e-08,
         'elementwise_memory_eff': 0.8,
         'residual_add_memory_eff': 1.2,
         'embedding_memory_eff': 0.8,
         'allreduce_bus_eff': 0.667,
         'allreduce_latency_s': 4.21e-06,
-        'expert_compute_eff': 0.133,
-        'expert_half_tokens': 20.7,
-        'expert_memory_eff': 0.859,
-        'expert_router_overhead_s': 3.74e-05,
+        'expert_compute_eff': 0.295,
+        'expert_half_tokens': 55.1,
+        'expert_memory_eff': 0.84,
+        'expert_router_overhead_s': 3.15e-05,
+        'expert_permute_s': 1.5e-11,
+        'gemm_formats': (('fp8', 0.525, 114.0, 0.631, 9.83e-06),),
         'source': 'fitted by roofline_from_tables to AIConfigurator vllm/sglang/trtllm kernel tables of h100_sxm, h200_sxm',
     },
     'blackwell': {
-        'gemm_compute_eff': 0.486,
-        'gemm_half_tokens': 4.6,
-        'gemm_memory_eff': 0.512,
-        'kernel_floor_s': 7.24e-06,
-        'attn_prefill_compute_eff': 0.455,
-        'attn_prefill_half_keys': 56.3,
-        'attn_floor_s': 1.16e-05,
-        'attn_decode_memory_eff': 0.841,
-        'attn_decode_per_seq_s': 2.04e-08,
+        'gemm_compute_eff': 0.729,
+        'gemm_half_tokens': 161.0,
+        'gemm_memory_eff': 0.725,
+        'kernel_floor_s': 2.59e-06,
+        'attn_prefill_compute_eff': 0.636,
+        'attn_prefill_half_keys': 972.0,
+        'attn_floor_s': 1.08e-05,
+        'mla_compute_eff': 0.422,
+        'attn_decode_memory_eff': 0.945,
+        'attn_decode_per_seq_s': 1.93e-08,
         'elementwise_memory_eff': 0.8,
         'residual_add_memory_eff': 1.2,
         'embedding_memory_eff': 0.8,
         'allreduce_bus_eff': 0.552,
         'allreduce_latency_s': 6.27e-06,
-        'expert_compute_eff': 0.0898,
-        'expert_half_tokens': 20.8,
-        'expert_memory_eff': 0.776,
-        'expert_router_overhead_s': 2.08e-05,
+        'expert_compute_eff': 0.201,
+        'expert_half_tokens': 57.2,
+        'expert_memory_eff': 0.743,
+        'expert_router_overhead_s': 2.39e-05,
+        'expert_permute_s': 5.01e-12,
+        'gemm_formats': (('fp8', 0.458, 31.2, 0.468, 1.16e-05), ('fp4', 0.343, 52.7, 0.441, 7.29e-06)),
         'source': 'fitted by roofline_from_tables to AIConfigurator vllm/sglang/trtllm kernel tables of b200_sxm, b300_sxm, gb200, gb300',
     },
     'workstation': {
-        'gemm_compute_eff': 0.575,
-        'gemm_half_tokens': 58.9,
-        'gemm_memory_eff': 0.757,
-        'kernel_floor_s': 6.69e-06,
-        'attn_prefill_compute_eff': 0.396,
-        'attn_prefill_half_keys': 5.45,
-        'attn_floor_s': 9.82e-06,
-        'attn_decode_memory_eff': 0.816,
-        'attn_decode_per_seq_s': 1.29e-08,
+        'gemm_compute_eff': 0.677,
+        'gemm_half_tokens': 114.0,
+        'gemm_memory_eff': 0.86,
+        'kernel_floor_s': 2.32e-06,
+        'attn_prefill_compute_eff': 0.497,
+        'attn_prefill_half_keys': 260.0,
+        'attn_floor_s': 8.32e-06,
+        'mla_compute_eff': 0.183,
+        'attn_decode_memory_eff': 0.905,
+        'attn_decode_per_seq_s': 1.39e-08,
         'elementwise_memory_eff': 0.8,
         'residual_add_memory_eff': 1.2,
         'embedding_memory_eff': 0.8,
         'allreduce_bus_eff': 0.358,
         'allreduce_latency_s': 1.35e-05,
-        'expert_compute_eff': 0.144,
-        'expert_half_tokens': 8.89,
-        'expert_memory_eff': 0.786,
-        'expert_router_overhead_s': 2.68e-05,
+        'expert_compute_eff': 0.307,
+        'expert_half_tokens': 20.2,
+        'expert_memory_eff': 0.809,
+        'expert_router_overhead_s': 2.59e-05,
+        'expert_permute_s': 1.9e-11,
+        'gemm_formats': (('fp8', 0.44, 19.4, 0.717, 1.13e-05), ('fp4', 0.638, 109.0, 0.634, 7.61e-06)),
         'source': 'fitted by roofline_from_tables to AIConfigurator vllm/sglang/trtllm kernel tables of l40s, rtx_pro_6000_server',
     },
 }

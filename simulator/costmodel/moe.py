@@ -127,6 +127,8 @@ def moe_token_ops(rf: RooflineCostModel, tokens: np.ndarray) -> dict[str, np.nda
         compute = np.where(per_expert > 0, flops / (rf.gemm_peak_flops * eff_c), 0.0)
     memory = (weight_bytes + act_bytes) / (g.hbm_bytes_per_s * ec.memory_eff)
     experts = np.where(t > 0, touched * np.maximum(compute, memory) + 2 * c.kernel_floor_s, 0.0)
+    if c.expert_permute_s:  # a calibration with a token-permutation term ("today"; 2023 has none)
+        experts = experts + np.where(t > 0, group * h * c.expert_permute_s, 0.0)
     router = np.where(t > 0, rf.gemm(t, h, num_e) + ec.router_overhead_s, 0.0)
     act = rf.elementwise(r.moe_imbalance * assignments, (up_mult + 1) * f_local * db)
     shared_width = m.num_shared_experts * (m.shared_expert_ffn_size or m.expert_ffn_size) // r.tp
@@ -184,7 +186,7 @@ def mla_attention_prefill(rf: RooflineCostModel, pairs: float, kv_tokens: float,
     # Up-projecting the cached context (kv_lora -> heads * (nope + v)) for every chunk.
     flops += 2.0 * kv_tokens * m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
     nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_tokens * heads * qk * rf.dtype_bytes
-    return (max(flops / (g.bf16_flops * c.prefill_compute_eff(pairs, num_tokens)),
+    return (max(flops / (g.bf16_flops * c.prefill_compute_eff(pairs, num_tokens, mla=True)),
                 nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
             + c.attn_floor)
 
@@ -195,5 +197,5 @@ def mla_attention_decode(rf: RooflineCostModel, kv_tokens: float, num_decodes: i
     heads = rf.heads_per_gpu
     flops = 2.0 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * kv_tokens
     nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_decodes * heads * (m.kv_lora_rank + m.qk_rope_head_dim) * rf.dtype_bytes
-    return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff))
+    return (max(flops / (g.bf16_flops * c.mla_eff), nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff))
             + num_decodes * c.attn_decode_per_seq_s + c.attn_floor)

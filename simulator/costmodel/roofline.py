@@ -80,6 +80,8 @@ class RooflineCostModel(TabulatedCostModel):
         # of bf16 kernels; a weight-only quantized kernel (int4, or fp8/fp4 without those tensor
         # cores) streams weight_bytes/dtype_bytes as much, so its knee moves to as many fewer tokens.
         self.gemm_knee_scale = self.weight_bytes / self.dtype_bytes if r.weight_only else 1.0
+        # This dtype's GEMM curve (the calibration's gemm_* fields unless it has one for the dtype's class).
+        self.gemm_constants = self.cal.gemm_constants(r.dtype)
         if r.kv_cache_dtype != "auto" or m.is_mla:
             self.kv_bytes_per_token = m.kv_bytes_per_token_per_gpu_layer(r.kv_cache_bytes, r.tp)
         # Share of layers with a dense MLP (the per-layer tables are means over layers).
@@ -113,11 +115,12 @@ class RooflineCostModel(TabulatedCostModel):
         flops = 2.0 * t * k * n
         # Weights at --dtype, activations at dtype_bytes (bit-identical to the bf16 form when equal).
         nbytes = k * n * self.weight_bytes + t * k * self.dtype_bytes + t * n * self.dtype_bytes
-        eff_c = c.gemm_compute_eff * t / (t + c.gemm_half_tokens * self.gemm_knee_scale)
+        compute_eff, half_tokens, memory_eff, floor = self.gemm_constants
+        eff_c = compute_eff * t / (t + half_tokens * self.gemm_knee_scale)
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(t > 0, flops / (self.gemm_peak_flops * eff_c), 0.0)
-        memory = nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff)
-        return np.where(t > 0, np.maximum(compute, memory) + c.kernel_floor_s, 0.0)
+        memory = nbytes / (g.hbm_bytes_per_s * memory_eff)
+        return np.where(t > 0, np.maximum(compute, memory) + floor, 0.0)
 
     def elementwise(self, tokens: np.ndarray, bytes_per_token: float, kernels: int = 1,
                     eff: float | None = None) -> np.ndarray:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-
 # Weight format (simulator.config.precision) -> the class of GEMM kernels one efficiency curve describes.
 GEMM_CLASS = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8-block": "fp8", "nvfp4": "fp4", "mxfp4": "fp4",
               "int4": "int4"}

@@ -110,7 +110,7 @@ class RooflineCostModel(TabulatedCostModel):
 
     def gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
         """Time of ``[tokens, k] @ [k, n]`` in bf16 on one GPU."""
-        c, g = self.cal, self.gpu
+        g = self.gpu
         t = np.asarray(tokens, dtype=np.float64)
         flops = 2.0 * t * k * n
         # Weights at --dtype, activations at dtype_bytes (bit-identical to the bf16 form when equal).

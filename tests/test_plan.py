@@ -37,12 +37,12 @@ SPACE = SearchSpace(gpus=("a100-80gb", "h100-sxm"), modes=("agg", "disagg"), tps
 
 def _base() -> RunConfig:
     return RunConfig().replace(replica__model="llama-3.1-8b", replica__max_model_len=4096, scheduler__name="vllm-v1",
-                               engine="vllm-v1", workload__name="sharegpt", workload__num_requests=96)
+                               engine="vllm-v1", workload__name="sharegpt", workload__num_requests=64)
 
 
 def test_plan_equals_exhaustive_capacity_grid(tmp_path) -> None:  # noqa: ANN001
     base = _base()
-    result = plan(base, LOAD, SLO, SPACE, rel_tol=0.1, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    result = plan(base, LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
     layouts, _ = enumerate_layouts(base, SPACE, SPACE.gpus)
     assert len(layouts) >= 6
     # The exhaustive grid: every layout's capacity, as `simulate capacity` finds it, its fleet and cost.
@@ -50,7 +50,7 @@ def test_plan_equals_exhaustive_capacity_grid(tmp_path) -> None:  # noqa: ANN001
     grid = []
     for layout in layouts:
         bound = capacity_bound(layout, base, lengths, SLO)
-        report = find_capacity(layout.config(base), SLO.capacity_slo(), search_settings(bound, LOAD, 0.1))
+        report = find_capacity(layout.config(base), SLO.capacity_slo(), search_settings(bound, LOAD, 0.2))
         c = Candidate(layout, bound, price_of(layout.gpu), row={"status": "ok", "capacity_qps": report.capacity_qps})
         if c.feasible():
             grid.append(c)
@@ -73,13 +73,16 @@ def test_plan_equals_exhaustive_capacity_grid(tmp_path) -> None:  # noqa: ANN001
 def test_bound_is_above_capacity_and_resume(tmp_path) -> None:  # noqa: ANN001
     base = _base()
     out = tmp_path / "p"
-    first = plan(base, LOAD, SLO, SPACE, rel_tol=0.1, verify_fleet=True, out=out)
+    first = plan(base, LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=True, out=out)
     assert first.answer is not None and first.answer.verified is not None and first.answer.verified["passed"]
+    # The verified fleet is the one reported (a unit added per miss, verified again).
+    assert first.answer.verified["units"] == first.answer.units(LOAD)
+    assert first.answer.units(LOAD) >= math.ceil(LOAD / first.answer.capacity_qps - 1e-9)
     for c in first.candidates:
         if c.feasible():
             assert c.capacity_qps <= c.bound_qps
     assert (out / "layouts.csv").is_file() and (out / "trials.csv").is_file() and (out / "frontier.png").is_file()
-    again = plan(base, LOAD, SLO, SPACE, rel_tol=0.1, verify_fleet=True, out=out)
+    again = plan(base, LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=True, out=out)
     assert again.num_searched == 0 and again.num_resumed == first.num_searched
     assert again.answer is not None and again.answer.layout == first.answer.layout
     with pytest.raises(ConfigError, match="another plan"):
@@ -88,7 +91,7 @@ def test_bound_is_above_capacity_and_resume(tmp_path) -> None:  # noqa: ANN001
 
 def test_limits_and_prices() -> None:
     base = _base()
-    none = plan(base, LOAD, SLO, SPACE, rel_tol=0.1, verify_fleet=False, limits=Limits(max_gpus=1),
+    none = plan(base, LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=False, limits=Limits(max_gpus=1),
                 frontier_per_group=0)
     assert none.answer is None or none.answer.units(LOAD) * none.answer.layout.num_gpus <= 1
     prices = parse_price_flags(["h100-sxm=0.5"])

@@ -155,3 +155,19 @@ def test_2023_is_the_default_and_today_moves_prices():
     default = _summary()
     assert repr(_summary(roofline_calibration="2023")) == repr(default)  # bit for bit
     assert _summary(roofline_calibration="today")["tpot_s_p50"] != default["tpot_s_p50"]
+
+
+@pytest.mark.skipif(not TODAY, reason="no 'today' calibration written yet")
+def test_today_runs_the_same_with_and_without_event_skipping():
+    """The prefill ramp has no plain-float chunk form: skipping falls back to the generic path, same answer."""
+    from simulator.config.run_config import SchedulerConfig
+    from simulator.report.metrics import summarize
+    from simulator.simulation import simulate
+
+    def run(fast: bool) -> dict:
+        cfg = RunConfig(replica=ReplicaConfig(model="llama-3.1-8b", gpu="b200", roofline_calibration="today"),
+                        scheduler=SchedulerConfig(name="sarathi", chunk_size=512),
+                        workload=WorkloadConfig(num_requests=40, qps=6.0), seed=5, fast_forward=fast)
+        return summarize(simulate(cfg))
+
+    assert repr(run(True)) == repr(run(False))

@@ -148,3 +148,12 @@ def test_cli_plan(tmp_path) -> None:  # noqa: ANN001
     assert (out / "plan.csv").is_file()
     bad = runner.invoke(app, ["plan", "--gpus", "h100-sxm", "--price", "oops", "--out", str(tmp_path / "x")])
     assert bad.exit_code != 0
+
+
+def test_worker_processes_give_the_same_answer() -> None:
+    base = _base()
+    one = plan(base, LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=False, frontier_per_group=0)
+    two = plan(base, LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=False, frontier_per_group=0, workers=2)
+    assert one.answer is not None and two.answer is not None
+    assert (two.answer.layout, two.answer.units(LOAD), two.answer.capacity_qps) == (
+        one.answer.layout, one.answer.units(LOAD), one.answer.capacity_qps)

@@ -157,3 +157,20 @@ def test_worker_processes_give_the_same_answer() -> None:
     assert one.answer is not None and two.answer is not None
     assert (two.answer.layout, two.answer.units(LOAD), two.answer.capacity_qps) == (
         one.answer.layout, one.answer.units(LOAD), one.answer.capacity_qps)
+
+
+def test_mix_of_gpu_types(tmp_path) -> None:  # noqa: ANN001
+    from simulator.planning.plan import mix_note
+
+    result = plan(_base(), LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=False, frontier_per_group=0)
+    note = mix_note(result, tmp_path / "mix", per_gpu=1, rel_tol=0.2)
+    assert note is not None
+    loads = {r["half"]: r["load_qps"] for r in note.rows}
+    assert loads["short"] + loads["long"] == pytest.approx(LOAD)
+    by_layout: dict[str, dict[str, float]] = {}
+    for r in note.rows:
+        by_layout.setdefault(r["layout"], {})[r["half"]] = r["capacity_qps"]
+    for caps in by_layout.values():  # shorter requests: more of them per second on the same layout
+        assert caps["short"] >= caps["long"]
+    assert note.mixed_usd <= note.split_same_usd + 1e-9
+    assert ("cheaper" in note.describe())

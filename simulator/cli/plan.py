@@ -79,6 +79,7 @@ def plan(
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Layouts searched at once in local processes; auto: one per available CPU.")] = "1",
     ray_address: Annotated[str | None, typer.Option(help="Search on Ray: a cluster address, or 'local' to start one with --workers CPUs.")] = None,
     launch: Annotated[str | None, typer.Option(help="Launch command for vllm or sglang (default: sglang for --kernels sglang, else vllm).")] = None,
+    mix: Annotated[bool, typer.Option(help="Also price short and long requests (split at the median length) on their own GPU types: is a mix cheaper? (a capacity search per half for the 2 cheapest layouts of each GPU type).")] = False,
     top: Annotated[int, typer.Option(help="Rows of the ranked table printed.")] = 12,
     out: Annotated[Path, typer.Option(help="Folder: layouts.csv and trials.csv (as the search goes; a rerun resumes), plan.csv, answer.json, frontier.png.")] = Path("plan-out"),
 ) -> None:
@@ -124,6 +125,16 @@ def plan(
     console.print(f"launch ({engine}), one per unit, {a.units(result.load_qps)} units behind a load balancer:", highlight=False)
     for line in launch_command(a, config, engine):
         typer.echo(f"  {line}")
+    if mix:
+        import pandas as pd
+
+        from simulator.planning.plan import mix_note
+
+        note = mix_note(result, out / "mix", rel_tol=rel_tol)
+        if note is not None:
+            pd.DataFrame(note.rows).to_csv(out / "mix" / "mix.csv", index=False)
+            console.print(f"mix: {note.describe()} (short/long split at the median prompt + output length; "
+                          f"{out}/mix/mix.csv)", highlight=False)
     console.print(f"wrote {out}/plan.csv, layouts.csv, trials.csv, answer.json, frontier.png; {result.num_searched} "
                   f"layouts searched, {result.num_resumed} resumed, "
                   f"{sum(1 for c in result.candidates if c.pruned)} pruned of {len(result.candidates)}, "

@@ -873,6 +873,84 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
 
 
 # ---------------------------------------------------------------------------------------------
+# A mix of GPU types for short and long requests (Melange's question, in its simplest form)
+
+
+@dataclass
+class MixNote:
+    """The cheapest split of the traffic at its median total length, each half on its own GPU type."""
+
+    short_gpu: str
+    long_gpu: str
+    short_usd: float
+    long_usd: float
+    single_usd: float  # the plan's answer
+    split_same_usd: float  # the cheapest split with one GPU type for both halves
+    rows: list[dict[str, Any]]
+
+    @property
+    def mixed_usd(self) -> float:
+        return self.short_usd + self.long_usd
+
+    def describe(self) -> str:
+        mixed, single = self.mixed_usd, self.single_usd
+        if self.short_gpu == self.long_gpu or mixed >= single - 1e-9:
+            return (f"no mix of GPU types is cheaper: short and long requests apart cost at best ${mixed:,.2f}/h "
+                    f"({self.short_gpu} + {self.long_gpu}) against ${single:,.2f}/h for the answer")
+        return (f"a mix is cheaper: short requests on {self.short_gpu} (${self.short_usd:,.2f}/h) and long ones on "
+                f"{self.long_gpu} (${self.long_usd:,.2f}/h) cost ${mixed:,.2f}/h, {1 - mixed / single:.0%} below the "
+                f"answer's ${single:,.2f}/h (one GPU type for both halves apart: ${self.split_same_usd:,.2f}/h)")
+
+
+def mix_note(result: PlanResult, folder: Path, per_gpu: int = 2, rel_tol: float = 0.05) -> MixNote | None:
+    """Split the plan's traffic at the median prompt + output length into a short and a long
+    half (each half the load's share, Poisson, its own rows as a trace), search the capacity of
+    the ``per_gpu`` cheapest searched layouts of each GPU type on each half, and price the
+    cheapest pair. Routing by length is assumed free."""
+    from simulator.engine.cluster import prepare_table
+
+    answer = result.answer
+    if answer is None:
+        return None
+    base, load = result.base, result.load_qps
+    table, _, _ = prepare_table(base, None, None)
+    prompt = np.asarray(table.num_prompt_tokens)
+    output = np.asarray(table.num_output_tokens)
+    total = prompt + output
+    short = total <= np.median(total)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    halves = {}
+    for name, mask in (("short", short), ("long", ~short)):
+        path = folder / f"{name}.csv"
+        lines = ["num_prefill_tokens,num_decode_tokens", *(f"{p},{o}" for p, o in zip(prompt[mask], output[mask],
+                                                                                        strict=True))]
+        path.write_text("\n".join(lines) + "\n")
+        config = base.replace(workload__trace=str(path), workload__arrival="poisson")
+        halves[name] = (config, load * float(mask.mean()))
+    rows = []
+    best: dict[tuple[str, str], float] = {}
+    for gpu in dict.fromkeys(c.layout.gpu for c in result.ranked()):
+        for c in [c for c in result.ranked() if c.layout.gpu == gpu][:per_gpu]:
+            for name, (config, share) in halves.items():
+                bound = math.inf  # the half's own lengths: no bound needed, the search is short
+                report = find_capacity(c.layout.config(config), result.slo.capacity_slo(),
+                                       search_settings(bound, share, rel_tol))
+                capacity = report.capacity_qps
+                units = math.ceil(share / capacity * (1 - 1e-12)) if capacity > 0 else 0
+                usd = units * c.layout.num_gpus * c.usd_per_gpu_hour if units else math.inf
+                rows.append({"half": name, "load_qps": share, "layout": c.layout.key, "gpu": gpu,
+                             "capacity_qps": capacity, "units": units, "usd_per_hour": usd})
+                best[(name, gpu)] = min(best.get((name, gpu), math.inf), usd)
+    gpus = sorted({g for _, g in best})
+    pairs = [(best[("short", a)] + best[("long", b)], a, b) for a in gpus for b in gpus]
+    total_usd, short_gpu, long_gpu = min(pairs)
+    same = min(best[("short", g)] + best[("long", g)] for g in gpus)
+    return MixNote(short_gpu, long_gpu, best[("short", short_gpu)], best[("long", long_gpu)],
+                   answer.usd_per_hour(load), same, rows)
+
+
+# ---------------------------------------------------------------------------------------------
 # What a person acts on
 
 

@@ -2,7 +2,8 @@
 # Regenerate results/planning (about 3 + 1.5 minutes on two shared cores):
 #   bash results/planning/reproduce.sh
 # The worked example prices kernels from AIConfigurator's vLLM tables (../shared/data/profiles/aiconfigurator);
-# the second plan, the same question with the calibrated roofline instead, needs no data.
+# the second plan, the same question with the calibrated roofline instead, needs no data; it also asks
+# whether short and long requests on different GPU types would be cheaper (--mix).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 COMMON=(--model llama-3.1-70b --max-model-len 8192 --workload sharegpt --num-requests 512 --qps 40
@@ -11,6 +12,6 @@ COMMON=(--model llama-3.1-70b --max-model-len 8192 --workload sharegpt --num-req
 for variant in vllm-kernels roofline; do
   out=results/planning/$variant
   rm -rf "$out"
-  kernels=vllm; [ "$variant" = roofline ] && kernels=roofline
-  COLUMNS=160 simulate plan "${COMMON[@]}" --kernels "$kernels" --out "$out" > "results/planning/$variant.txt"
+  kernels=vllm; extra=(); [ "$variant" = roofline ] && kernels=roofline && extra=(--mix)
+  COLUMNS=160 simulate plan "${COMMON[@]}" --kernels "$kernels" "${extra[@]}" --out "$out" > "results/planning/$variant.txt"
 done

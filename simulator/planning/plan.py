@@ -66,6 +66,7 @@ from simulator.workload.request import Status
 MODES = ("agg", "disagg")
 CHUNKING = ("sarathi", "vllm-v1")  # schedulers whose token budget is a prompt chunk size
 PREFILL_MARGIN = 1.5  # the prefill pool's bound is one full-budget prompt's rate times this
+SHORT_TRIAL_TTFTS = 10  # trials whose arrivals span fewer TTFT limits than this are flagged as too short
 
 
 @dataclass(frozen=True)
@@ -866,6 +867,14 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
             saved_prune, prune = prune, False  # searched in full: a capacity, not a verdict
             search_round(runner)
             prune = saved_prune
+    if result.answer is not None:
+        # A finite trial cannot tell rates apart once its arrivals take less time than a few TTFT
+        # limits: the queue a too-high rate builds has no time to grow past the SLO.
+        span_s = lengths.unit_span / result.answer.capacity_qps
+        if span_s < SHORT_TRIAL_TTFTS * slo.ttft_s:
+            result.notes.append(f"the answer's capacity trials send {lengths.num_requests} requests in {span_s:.1f}s, "
+                                f"under {SHORT_TRIAL_TTFTS}x the TTFT limit: its capacity may be overstated; raise "
+                                "--num-requests")
     result.wall_s = time.perf_counter() - start
     if out is not None:
         write_outputs(result, out)

@@ -31,6 +31,12 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
    misses the SLO a unit is added and it is verified again; if that makes it dearer than
    another candidate, the search goes on with the new incumbent.
 
+5. **For the reader**: each GPU type and mode with no layout searched in full gets its few
+   best (by bound) searched afterwards, so the frontier plot (tokens/s per GPU against
+   tokens/s per user) shows every group; :func:`mix_note` prices the traffic's short and long
+   halves apart on each GPU type (is a mix of GPU types cheaper?); the answer's launch
+   command comes from :func:`launch_command`.
+
 Every searched layout is appended at once to ``OUT/layouts.csv`` and its trials to
 ``OUT/trials.csv``; a rerun with the same plan (``OUT/plan.json`` holds its identity)
 skips the layouts already there, so an interrupted plan resumes. Searches run in-process,

@@ -130,6 +130,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     if "prefix_caching" in summary:  # on (simulator.engine.prefix_cache); said when turned off by hand
         pc = summary["prefix_caching"]
         title += f" · prefix caching: on, {pc['policy']}, {pc['num_blocks']:,} blocks"
+        if "cpu_kv_gib" in pc:
+            title += f" + CPU tier {pc['cpu_kv_gib']:g} GiB"
     elif s.prefix_caching is False:
         title += " · prefix caching: off"
     console.print(title, highlight=False)
@@ -144,7 +146,9 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     if "prefix_caching" in summary:
         pc = summary["prefix_caching"]
         console.print(f"prefix cache: {pc['hit_rate']:.1%} of prompt tokens found cached at admission · "
-                      f"{pc['prefill_tokens_saved']:,} of {pc['prompt_tokens']:,} prefill tokens saved", highlight=False)
+                      f"{pc['prefill_tokens_saved']:,} of {pc['prompt_tokens']:,} prefill tokens saved"
+                      + (f" ({pc['gpu_hit_rate']:.1%} in GPU memory, {pc['cpu_hit_rate']:.1%} loaded from the CPU tier)"
+                         if "cpu_hit_rate" in pc else ""), highlight=False)
     if "disagg" in summary:
         d = summary["disagg"]
         console.print(

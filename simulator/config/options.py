@@ -63,6 +63,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                        "block hashes (default: on for vllm-v1, as vLLM V1; off for the other schedulers)."),
     "prefix_cache_policy": ("scheduler__prefix_cache_policy", str, "Prefix cache eviction: vllm-lru (vLLM V1: least "
                             "recently freed block) or radix-lru (SGLang: least recently used leaf)."),
+    "cpu_kv_gib": ("scheduler__cpu_kv_gib", float, "Prefix cache CPU tier: GiB of host memory per replica keeping "
+                   "blocks evicted from the GPUs; a hit there is loaded over PCIe before the prefill (0: none)."),
     "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, uniform."),
     "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL)."),
     "arrival": ("workload__arrival", str, "poisson, gamma, fixed, burst or trace."),

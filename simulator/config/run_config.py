@@ -240,6 +240,10 @@ class SchedulerConfig:
     # rule (PREFIX_CACHE_POLICIES). Off, runs are exactly those without the feature.
     prefix_caching: bool | None = None
     prefix_cache_policy: str = "vllm-lru"
+    # CPU tier of the prefix cache: GiB of host memory per replica keeping the blocks evicted from
+    # the GPUs (vLLM's offloading connector, LMCache), loaded over the GPU's host link on a hit;
+    # 0 is none (the default).
+    cpu_kv_gib: float = 0.0
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULER_NAMES:
@@ -255,6 +259,12 @@ class SchedulerConfig:
         if self.prefix_cache_policy not in PREFIX_CACHE_POLICIES:
             raise ConfigError("scheduler.prefix_cache_policy", f"unknown policy {self.prefix_cache_policy!r}",
                               f"use one of {', '.join(PREFIX_CACHE_POLICIES)}")
+        if isinstance(self.cpu_kv_gib, bool) or not isinstance(self.cpu_kv_gib, int | float) or \
+                not math.isfinite(self.cpu_kv_gib) or self.cpu_kv_gib < 0:
+            raise ConfigError("scheduler.cpu_kv_gib", f"must be a number of GiB >= 0, got {self.cpu_kv_gib!r}")
+        if self.cpu_kv_gib and self.prefix_cache is None:
+            raise ConfigError("scheduler.cpu_kv_gib", "a CPU tier keeps the prefix cache's evicted blocks, "
+                              "but prefix caching is off", "pass --prefix-caching, or drop --cpu-kv-gib")
         if (self.name in ("sarathi", "vllm-v1") and self.chunk_size and self.max_num_batched_tokens
                 and self.chunk_size != self.max_num_batched_tokens):
             raise ConfigError("scheduler.chunk_size", f"{self.name} has one token budget but chunk_size={self.chunk_size} "
@@ -389,6 +399,9 @@ class RunConfig:
             if self.scheduler.prefix_caching:  # pools hand KV blocks over by count (engine.disagg)
                 raise ConfigError("scheduler.prefix_caching", "prefix caching in disaggregated pools is not modelled",
                                   "pass --no-prefix-caching, or drop the pools")
+        if self.scheduler.cpu_kv_gib and (self.replica.pp > 1 or self.is_disaggregated):
+            raise ConfigError("scheduler.cpu_kv_gib", "a CPU KV tier is modelled for one-stage replicas of an "
+                              "aggregated run only", "drop --cpu-kv-gib, or use --pp 1 without pools")
         if self.first_token_at not in FIRST_TOKEN_AT:
             raise ConfigError("first_token_at", f"unknown delivery point {self.first_token_at!r}",
                               f"use one of {', '.join(FIRST_TOKEN_AT)}")

@@ -120,6 +120,9 @@ class BlockManager:
     growing a running request may use every free block."""
 
     __slots__ = ("num_blocks", "block_size", "num_free_blocks", "watermark_blocks")
+    # Seconds of host-to-GPU KV loading the admissions since the last iteration priced owe
+    # (a prefix cache's CPU tier, simulator.engine.prefix_cache); always 0 here.
+    pending_load_s = 0.0
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01) -> None:
         if num_blocks <= 0:

@@ -52,6 +52,17 @@ names, but only *leaves* are evicted (a cached block none of whose children is c
 among them by last use, so a shared prefix stays while any branch below it does. SGLang caches
 at token granularity by default (``page_size=1``); here the granule is the engine block.
 
+A CPU tier (``host_blocks`` > 0; vLLM's offloading connector, LMCache's local CPU backend):
+a block evicted from the GPU is kept in host memory, LRU there too (a hit moves it to the most
+recent end; the host keeps its copy). At admission, after the GPU hits end, the walk goes on in
+the host tier: those blocks are allocated on the GPU like new ones, counted as computed, and
+their load over the host link (``host_load_s`` seconds a block) is owed in ``pending_load_s``,
+which the replica adds to the iteration that schedules the request (a blocking load: the step
+waits for it, as LMCache's synchronous retrieve does; vLLM V1's asynchronous load would hold only
+the request). Hits there are counted apart (``num_host_hit_tokens``,
+``Request.num_host_cached_tokens``). Lazy evictions move blocks to the host in the same order
+as eager ones, before any lookup: the same tier contents.
+
 Fast paths: the lockstep cohort and event skipping take decode blocks by lowering
 ``num_free_blocks`` directly (:meth:`DecodeCohort.begin_step`, ``fast.skipping.apply``).
 ``num_free_blocks`` here counts every block an allocation can get (empty *or* evictable), so
@@ -123,12 +134,19 @@ class PrefixCachingBlockManager(BlockManager):
     """
 
     __slots__ = ("_cache", "_lru", "_held", "_names_memo", "num_queried_tokens", "num_hit_tokens",
-                 "num_evicted_blocks")
+                 "num_evicted_blocks", "_host", "host_blocks", "host_load_s", "pending_load_s", "num_host_hit_tokens")
     policy = "vllm-lru"
     _linked = False  # whether blocks track their parent and children (the radix policy)
 
-    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01) -> None:
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, host_blocks: int = 0,
+                 host_load_s: float = 0.0) -> None:
         super().__init__(num_blocks, block_size, watermark)
+        # The CPU tier: names of blocks evicted from the GPU, least recent first (None: no tier).
+        self._host: OrderedDict[int, None] | None = OrderedDict() if host_blocks > 0 else None
+        self.host_blocks = host_blocks
+        self.host_load_s = host_load_s  # seconds to load one block from the host
+        self.pending_load_s = 0.0
+        self.num_host_hit_tokens = 0
         self._cache: dict[int, _Block] = {}  # name -> its registered block (referenced, or in _lru)
         self._lru: OrderedDict[int, _Block] = OrderedDict()  # evictable cached blocks, least recent first
         self._held: dict[int, list[_Block]] = {}  # request id -> registered blocks it references
@@ -157,10 +175,27 @@ class PrefixCachingBlockManager(BlockManager):
 
     def _evict(self, num: int) -> None:
         lru, cache = self._lru, self._cache
+        host = self._host
         for _ in range(num):
             name, _block = lru.popitem(last=False)
             del cache[name]
+            if host is not None:
+                self._offload(name)
         self.num_evicted_blocks += num
+
+    def _offload(self, name: int) -> None:
+        """An evicted block's copy goes to the CPU tier (most recent), which drops its least
+        recent block when full."""
+        host = self._host
+        host[name] = None
+        host.move_to_end(name)
+        if len(host) > self.host_blocks:
+            host.popitem(last=False)
+
+    def take_pending_load_s(self) -> float:
+        """The host loads owed since the last call (the replica adds them to an iteration)."""
+        load, self.pending_load_s = self.pending_load_s, 0.0
+        return load
 
     def _release(self, block: _Block) -> None:
         """A computed block's last reference went: it becomes evictable (most recent)."""
@@ -228,6 +263,19 @@ class PrefixCachingBlockManager(BlockManager):
         hits = self._lookup(req, names)
         lru = self._lru
         num_hits = len(hits)
+        bs = self.block_size
+        num_host = 0
+        host = self._host
+        if host is not None and names:  # the walk goes on in the CPU tier (before this admission evicts)
+            limit = min(len(names), (req.num_prompt_tokens + req.num_generated - 1) // bs, -(-num_tokens // bs))
+            k = num_hits
+            while k < limit and names[k] in host:
+                host.move_to_end(names[k])
+                k += 1
+            num_host = k - num_hits
+            if num_host:
+                self.pending_load_s += num_host * self.host_load_s
+                self.num_host_hit_tokens += num_host * bs
         num_taken = 0
         for block in hits:
             if not block.ref:  # evictable: a hit takes it out of the pool
@@ -235,7 +283,6 @@ class PrefixCachingBlockManager(BlockManager):
                 num_taken += 1
             block.ref += 1
         self.num_free_blocks -= num_taken
-        bs = self.block_size
         total = -(-num_tokens // bs)
         need = total - num_hits
         assert need <= self.num_free_blocks, "KV block over-allocation"
@@ -244,9 +291,10 @@ class PrefixCachingBlockManager(BlockManager):
         if len(lru) > self.num_free_blocks:
             self._evict(len(lru) - self.num_free_blocks)
         hit_tokens = num_hits * bs
-        req.num_computed = hit_tokens
+        req.num_computed = hit_tokens + num_host * bs  # the host's blocks are loaded, not recomputed
         if req.admitted_seq < 0:  # its first admission (the scheduler numbers it next): the traffic's hit
-            req.num_cached_tokens = hit_tokens
+            req.num_cached_tokens = hit_tokens + num_host * bs
+            req.num_host_cached_tokens = num_host * bs
         self.num_queried_tokens += req.num_prompt_tokens + req.num_generated
         self.num_hit_tokens += hit_tokens
         # Name the new prompt blocks (computed as the request's chunks run).
@@ -337,8 +385,9 @@ class RadixBlockManager(PrefixCachingBlockManager):
     policy = "radix-lru"
     _linked = True
 
-    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01) -> None:
-        super().__init__(num_blocks, block_size, watermark)
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, host_blocks: int = 0,
+                 host_load_s: float = 0.0) -> None:
+        super().__init__(num_blocks, block_size, watermark, host_blocks, host_load_s)
         self._heap: list[tuple[int, int, _Block]] = []
         self._clock = 0
 
@@ -382,15 +431,19 @@ class RadixBlockManager(PrefixCachingBlockManager):
             del lru[name]
             del cache[name]
             self._unlink(block)
+            if self._host is not None:
+                self._offload(name)
         self.num_evicted_blocks += num
 
 
-def make_block_manager(policy: str | None, num_blocks: int, block_size: int, watermark: float) -> BlockManager:
-    """The KV cache of one replica: plain counts (``policy`` None) or prefix caching."""
+def make_block_manager(policy: str | None, num_blocks: int, block_size: int, watermark: float,
+                       host_blocks: int = 0, host_load_s: float = 0.0) -> BlockManager:
+    """The KV cache of one replica: plain counts (``policy`` None) or prefix caching, with a
+    CPU tier of ``host_blocks`` blocks loaded at ``host_load_s`` seconds each where > 0."""
     if policy is None:
         return BlockManager(num_blocks, block_size, watermark)
     if policy == "vllm-lru":
-        return PrefixCachingBlockManager(num_blocks, block_size, watermark)
+        return PrefixCachingBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s)
     if policy == "radix-lru":
-        return RadixBlockManager(num_blocks, block_size, watermark)
+        return RadixBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s)
     raise ValueError(f"unknown prefix cache policy {policy!r}")  # the config validates it

@@ -22,7 +22,7 @@ import simpy
 
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel.base import CostModel
-from simulator.engine.kvcache import MemoryPlan, build_kv_cache, max_model_len_shortfall
+from simulator.engine.kvcache import GiB, MemoryPlan, build_kv_cache, max_model_len_shortfall
 from simulator.engine.prefix_cache import make_block_manager
 from simulator.engine.schedulers import SCHEDULERS, Batch, Scheduler
 from simulator.workload.request import Request, Status
@@ -52,7 +52,9 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     blocks, plan = build_kv_cache(replica, sched)
     # Prefix caching, where on; not in a disaggregated pool's role (a mixin): they hand blocks over by count.
     if sched.prefix_cache is not None and mixin is None:
-        blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, replica.block_size, sched.watermark)
+        host_blocks, host_load_s = cpu_tier(replica, sched, plan)
+        blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, replica.block_size, sched.watermark,
+                                    host_blocks, host_load_s)
     short = max_model_len_shortfall(blocks, max_model_len) if whole_requests else None
     if short is not None:
         raise ConfigError(field, short, fix)
@@ -61,6 +63,18 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     if lockstep:
         scheduler.enable_lockstep()
     return scheduler, plan
+
+
+def cpu_tier(replica: ReplicaConfig, sched: SchedulerConfig, plan: MemoryPlan) -> tuple[int, float]:
+    """The prefix cache's CPU tier for one replica: blocks that ``sched.cpu_kv_gib`` of host memory
+    holds (every GPU's shard of a block: the per-GPU KV bytes times ``tp``), and the seconds to
+    load one block, each GPU its shard over its own host link at the GPU's PCIe bandwidth per
+    direction (in parallel). (0, 0.0) without a tier."""
+    if not sched.cpu_kv_gib:
+        return 0, 0.0
+    block_bytes_per_gpu = plan.kv_bytes_per_token[0] * replica.block_size
+    host_blocks = int(sched.cpu_kv_gib * GiB // (block_bytes_per_gpu * replica.tp))
+    return host_blocks, block_bytes_per_gpu / replica.gpu_spec.pcie_bytes_per_s
 
 
 def build_scheduler(config: RunConfig, lockstep: bool = False) -> tuple[Scheduler, MemoryPlan]:
@@ -137,6 +151,8 @@ class Replica:
                 continue
             started_at = env.now
             duration = cost.iteration_time(batch.shape)
+            if batch.admitted and scheduler.blocks.pending_load_s:  # KV loaded from a CPU tier first
+                duration += scheduler.blocks.take_pending_load_s()
             yield env.timeout(duration)
             self.num_busy_s += duration
             finished = scheduler.complete(batch, started_at + duration)  # the float SimPy's timeout landed on

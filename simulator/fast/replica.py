@@ -110,6 +110,8 @@ class SkippingReplica(Replica):
             started_at = env.now
             shape = batch.shape
             duration = cost.iteration_time(shape)
+            if batch.admitted and scheduler.blocks.pending_load_s:  # KV loaded from a CPU tier first
+                duration += scheduler.blocks.take_pending_load_s()
             end_at = started_at + duration  # the float SimPy's timeout would land on
             if end_at < env.peek():
                 env._now = end_at  # noqa: SLF001 - the clock moved by hand (see above)

@@ -215,20 +215,30 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
 def prefix_cache_summary(result: RunResult) -> dict[str, Any]:
     """Prefix caching (simulator.engine.prefix_cache): the policy, the cache's blocks per replica,
     and over the requests that were admitted, the share of their prompt tokens found cached at
-    their first admission (``hit_rate``) and the prefill tokens that saved."""
+    their first admission (``hit_rate``) and the prefill tokens that saved. With a CPU tier
+    (``cpu_kv_gib``), the hits split by tier: ``gpu_hit_rate`` and ``cpu_hit_rate`` (loaded from host
+    memory) add up to ``hit_rate``."""
     reqs = result.requests
     if isinstance(reqs, RequestColumns):
         cols = reqs.columns
         cached, prompt = cols["num_cached_tokens"], cols["num_prompt_tokens"]
+        host = cols["num_host_cached_tokens"]
         admitted = cols["admitted_seq"] >= 0
     else:
         cached = np.fromiter((r.num_cached_tokens for r in reqs), dtype=np.int64, count=len(reqs))
+        host = np.fromiter((r.num_host_cached_tokens for r in reqs), dtype=np.int64, count=len(reqs))
         prompt = np.fromiter((r.num_prompt_tokens for r in reqs), dtype=np.int64, count=len(reqs))
         admitted = np.fromiter((r.admitted_seq >= 0 for r in reqs), dtype=bool, count=len(reqs))
     saved, queried = int(cached[admitted].sum()), int(prompt[admitted].sum())
-    return {"policy": result.config.scheduler.prefix_cache, "num_blocks": result.memory.num_blocks,
-            "hit_rate": saved / queried if queried else math.nan, "prefill_tokens_saved": saved,
-            "prompt_tokens": queried}
+    out = {"policy": result.config.scheduler.prefix_cache, "num_blocks": result.memory.num_blocks,
+           "hit_rate": saved / queried if queried else math.nan, "prefill_tokens_saved": saved,
+           "prompt_tokens": queried}
+    if result.config.scheduler.cpu_kv_gib:
+        loaded = int(host[admitted].sum())
+        out.update({"cpu_kv_gib": result.config.scheduler.cpu_kv_gib,
+                    "gpu_hit_rate": (saved - loaded) / queried if queried else math.nan,
+                    "cpu_hit_rate": loaded / queried if queried else math.nan, "tokens_loaded_from_cpu": loaded})
+    return out
 
 
 # A run is overloaded when scheduling delay in the last quarter of arrivals exceeds the capacity

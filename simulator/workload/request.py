@@ -51,6 +51,7 @@ class Request:
         "replica_id", "first_scheduled_at", "completed_at", "num_preemptions",
         "first_token_at", "last_token_at", "max_tbt_s", "token_times", "reject_reason", "admitted_seq",
         "block_hashes", "hash_block_size", "num_cached_tokens", "session_id",
+        "num_host_cached_tokens",
     )
 
     def __init__(self, request_id: int, arrival_at: float, num_prompt_tokens: int, num_output_tokens: int,
@@ -80,6 +81,7 @@ class Request:
         self.block_hashes: Sequence[int] | None = None
         self.hash_block_size = 0
         self.num_cached_tokens = 0
+        self.num_host_cached_tokens = 0  # of those, the tokens loaded from a CPU tier
         self.session_id = -1  # the conversation or agent session it belongs to (-1: none); routers read it
 
     @property
@@ -113,7 +115,7 @@ RUN_FIELDS = tuple(f for f in Request.__slots__ if f not in ("request_id", "num_
 _TIMES_OR_NONE = ("first_scheduled_at", "completed_at", "first_token_at")  # NaN for None in a column
 _DTYPES = {"arrival_at": np.float64, "last_token_at": np.float64, "max_tbt_s": np.float64, "in_flight": np.bool_,
            **dict.fromkeys(("num_computed", "num_generated", "num_blocks", "replica_id", "num_preemptions",
-                            "admitted_seq", "num_cached_tokens"), np.int64)}
+                            "admitted_seq", "num_cached_tokens", "num_host_cached_tokens"), np.int64)}
 
 
 def run_field_columns(requests: list[Request]) -> dict[str, np.ndarray]:

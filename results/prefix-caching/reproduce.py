@@ -22,6 +22,7 @@ Tables (this folder):
 - ``caching.csv``: caching off vs on, each workload and model, least-outstanding router.
 - ``routers.csv``: round robin, least outstanding, prefix-aware, session affinity (caching on, Llama).
 - ``cache_size.csv``: KV blocks per replica at 0.3, 0.5 and all of the memory plan (Llama, prefix-aware).
+- ``cpu_tier.csv``: a CPU KV tier of 0, 256 and 1,024 GiB per replica (Llama, least outstanding).
 - ``gpus_at_slo.csv``: fewest replicas (2, 4, 8, 16, 32) whose TTFT P90 is within 5 s, caching off / on with
   least outstanding / on with prefix-aware routing (Mooncake conversation, Weka agents; Llama).
 Plots: ``caching.png``, ``routers.png``, ``cache_size.png``, ``gpus_at_slo.png``.
@@ -97,12 +98,12 @@ def workloads() -> dict[str, RequestTable]:
 
 # -- one run -------------------------------------------------------------------------------------
 def config(model: str, caching: bool, router: str, replicas: int = NUM_REPLICAS,
-           num_gpu_blocks: int | None = None) -> RunConfig:
+           num_gpu_blocks: int | None = None, cpu_kv_gib: float = 0.0) -> RunConfig:
     name, gpu, tp, dtype, context = MODELS[model]
     return RunConfig(replica=ReplicaConfig(name, gpu, tp=tp, dtype=dtype, max_model_len=context,
                                            num_gpu_blocks=num_gpu_blocks),
-                     scheduler=SchedulerConfig("vllm-v1", prefix_caching=caching), num_replicas=replicas,
-                     router=router, seed=SEED)
+                     scheduler=SchedulerConfig("vllm-v1", prefix_caching=caching, cpu_kv_gib=cpu_kv_gib),
+                     num_replicas=replicas, router=router, seed=SEED)
 
 
 def run(cfg: RunConfig, table: RequestTable) -> dict[str, float]:
@@ -118,6 +119,7 @@ def run(cfg: RunConfig, table: RequestTable) -> dict[str, float]:
         "replicas": cfg.num_replicas, "gpus": cfg.num_replicas * cfg.replica.tp, "router": cfg.router,
         "caching": cfg.scheduler.prefix_cache is not None, "kv_blocks": result.memory.num_blocks,
         "hit_rate": cache.get("hit_rate", 0.0), "prefill_tokens_saved": cache.get("prefill_tokens_saved", 0),
+        "cpu_kv_gib": cfg.scheduler.cpu_kv_gib, "cpu_hit_rate": cache.get("cpu_hit_rate", 0.0),
         "ttft_p50_s": split["ttft_s_p50"], "ttft_p90_s": split["ttft_s_p90"], "ttft_p99_s": split["ttft_s_p99"],
         "ttft_queue_mean_s": split["ttft_queue_s_mean"], "ttft_prefill_mean_s": split["ttft_prefill_s_mean"],
         "e2e_p50_s": summary["e2e_s_p50"], "tpot_p50_s": summary["tpot_s_p50"],
@@ -187,6 +189,24 @@ def cache_size_rows(tables: dict[str, RequestTable]) -> list[dict]:
 
 
 SLO_REPLICAS = (2, 4, 8, 16, 32)
+
+
+CPU_TIER_GIB = (0.0, 256.0, 1024.0)
+
+
+def cpu_tier_rows(tables: dict[str, RequestTable]) -> list[dict]:
+    """The CPU tier: host memory per replica for blocks evicted from the GPUs (Llama, least outstanding,
+    the router that scatters sessions over the most caches)."""
+    rows = []
+    for wl in ("mooncake-conv", "weka-agents"):
+        if wl not in tables:
+            continue
+        for gib in CPU_TIER_GIB:
+            row = {"model": "llama-3.1-70b", "workload": wl,
+                   **run(config("llama-3.1-70b", True, "least_outstanding", cpu_kv_gib=gib), tables[wl])}
+            _log(f"{wl} cpu tier {gib:g} GiB (cpu hits {row['cpu_hit_rate']:.3f})", row)
+            rows.append(row)
+    return rows
 
 
 def gpus_at_slo_rows(tables: dict[str, RequestTable]) -> list[dict]:
@@ -302,6 +322,10 @@ def main() -> None:
     sizes = cache_size_rows(tables)
     if sizes:
         write("cache_size.csv", sizes)
+    print("CPU tier")
+    tier = cpu_tier_rows(tables)
+    if tier:
+        write("cpu_tier.csv", tier)
     print("GPUs at the TTFT SLO")
     slo = gpus_at_slo_rows(tables)
     if slo:

@@ -9,9 +9,9 @@ import pytest
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
-from simulator.simulation import simulate
 from simulator.report.benchmark import benchmark_metrics, max_in_flight
 from simulator.report.metrics import request_columns, summarize
+from simulator.simulation import simulate
 
 SMALL = dict(replica__model="llama-3-8b", replica__gpu="h100-sxm", scheduler__name="vllm-v1",
              workload__name="fixed", workload__prompt_tokens=512, workload__output_tokens=64,

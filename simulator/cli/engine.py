@@ -47,10 +47,12 @@ def _fmt(report: dict[str, Any]) -> str:
 
 def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = None, bench: Path | None = None,
                              holdout: float = 0.25, seed: int = 0, name: str | None = None,
-                             max_evals: int = 40, quiet: bool = True) -> dict[str, Any]:
-    """Fit engine terms to an iteration table or a vLLM bench result and write the artifact."""
-    if (table is None) == (bench is None):
-        raise ConfigError("calibrate-engine", "give exactly one of --table and --bench")
+                             max_evals: int = 40, quiet: bool = True, rows: Path | None = None) -> dict[str, Any]:
+    """Fit engine terms to an iteration table, a vLLM bench result or aggregate benchmark rows
+    (a CSV: backend, model, gpu, isl, osl, concurrency, ttft_ms, tpot_ms [, tp, pp, attention_dp,
+    ep, dtype]) and write the artifact."""
+    if sum(x is not None for x in (table, bench, rows)) != 1:
+        raise ConfigError("calibrate-engine", "give exactly one of --table, --bench and --rows")
     if not 0 < holdout < 1:
         raise ConfigError("holdout", f"must be in (0, 1), got {holdout}")
     # Every path is checked before the fit (a bench fit runs dozens of simulations).
@@ -59,6 +61,9 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
         check_in_file(table, "--table", "pass the iteration table CSV")
     if bench is not None:
         check_in_file(bench, "--bench", "pass the JSON `vllm bench serve --save-result --save-detailed` wrote")
+    if rows is not None:
+        check_in_file(rows, "--rows", "pass a CSV of benchmark rows (backend, model, gpu, isl, osl, concurrency, "
+                      "ttft_ms, tpot_ms)")
     from rich.console import Console
 
     from simulator.calibrate import engine_fit
@@ -67,7 +72,16 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     console = Console(stderr=True, quiet=quiet)
     label = name or Path(out).stem
     replica = config.replica
-    if table is not None:
+    if rows is not None:
+        from simulator.calibrate import silicon_fit
+
+        df = silicon_fit.read_user_rows(rows)
+        with console.status("calibrating") as status:
+            fitted = silicon_fit.calibrate_rows(df, config, label, f"benchmark rows {rows} ({len(df)} rows)",
+                                                holdout, seed, config.scheduler.max_num_batched_tokens or 8192,
+                                                progress=lambda msg: status.update(f"calibrating: {msg}"))
+        result = {"engine": fitted.engine, "report": fitted.report}
+    elif table is not None:
         df = engine_fit.read_iteration_table(table)
         result = engine_fit.calibrate_table(df, replica.model, replica.gpu, config.cost_model, config.engine,
                                             holdout, seed, name=label, source=f"iteration table {table}")
@@ -95,6 +109,9 @@ def calibrate_engine(
     table: Annotated[Path | None, typer.Option(help="iteration table CSV: tp, num_prefills, prefill_tokens, "
                                                     "num_decodes, decode_context, measured_s")] = None,
     bench: Annotated[Path | None, typer.Option(help="`vllm bench serve --save-result --save-detailed` JSON")] = None,
+    rows: Annotated[Path | None, typer.Option(help="aggregate benchmark rows CSV: backend, model, gpu, isl, osl, "
+                                                  "concurrency, ttft_ms, tpot_ms (optional tp, pp, attention_dp, ep, "
+                                                  "dtype); closed-loop runs at each row's concurrency")] = None,
     holdout: Annotated[float, typer.Option(help="fraction of rows/requests held out for the report")] = 0.25,
     fit_seed: Annotated[int, typer.Option(help="seed of the hold-out split and bench arrivals")] = 0,
     name: Annotated[str | None, typer.Option(help="name of the fitted engine (default: the file's stem)")] = None,
@@ -103,12 +120,16 @@ def calibrate_engine(
     """Fit engine overheads on top of the kernel cost model; --engine is the starting preset."""
     from rich.console import Console
 
-    result = calibrate_engine_command(config, out, table, bench, holdout, fit_seed, name, max_evals, quiet=False)
+    result = calibrate_engine_command(config, out, table, bench, holdout, fit_seed, name, max_evals, quiet=False,
+                                      rows=rows)
     console = Console()
     report = result["report"]
     console.print(f"{report['kind']}: fitted {result['engine'].name} -> {out}")
     console.print(f"held-out error before ({report['base_engine']}): {_fmt(report['holdout_before'])}")
     console.print(f"held-out error after:  {_fmt(report['holdout_after'])}")
+    for group in ("gpu", "model"):
+        if f"leave_one_{group}_out" in report:
+            console.print(f"leave one {group} out:  {_fmt(report[f'leave_one_{group}_out'])}")
     terms = {k: v for k, v in result["engine"].to_dict().items() if k not in ("name", "source", "fitted")}
     console.print(json.dumps(terms))
 

@@ -92,7 +92,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                              "profiles; the paper reproductions') or today (fitted per GPU generation to "
                              "AIConfigurator's tables of vLLM/SGLang/TensorRT-LLM kernels)."),
     "engine": ("engine", str, "Engine overheads: a preset (vllm-2023-splitwise, sarathi-2023-vidur, vllm-v1, ideal, "
-               "handset) or an artifact from `simulate calibrate-engine`."),
+               "handset; vllm-2026, sglang-2026, trtllm-2026 with their --kernels) or an artifact from "
+               "`simulate calibrate-engine`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),
     "router": ("router", str, "round_robin, least_outstanding, random, prefix_aware (longest cached prefix "
                "unless overloaded) or session (a session stays on its replica)."),

@@ -36,7 +36,8 @@ ROUTERS = ("round_robin", "least_outstanding", "random", "prefix_aware", "sessio
 DEFAULT_ENGINE = "vllm-2023-splitwise"  # engine preset (simulator.costmodel.engine_model.ENGINES)
 # The preset names, here so a config validates without importing the cost models (numpy);
 # engine_model asserts its ENGINES table has exactly these keys.
-ENGINE_PRESETS = ("ideal", "handset", "vllm-2023-splitwise", "sarathi-2023-vidur", "vllm-v1")
+ENGINE_PRESETS = ("ideal", "handset", "vllm-2023-splitwise", "sarathi-2023-vidur", "vllm-v1", "vllm-2026", "sglang-2026",
+                  "trtllm-2026")
 # Weight dtypes and their bytes per parameter, scales included (simulator.config.precision): int4 is
 # group-wise (128) with one bf16 scale per group; nvfp4/mxfp4 carry a scale per 16/32 values.
 WEIGHT_DTYPE_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.items()}

@@ -1,0 +1,352 @@
+"""Engine presets fitted on AIConfigurator's silicon rows, and their cross-validated error (issue 28 items 2, 6).
+
+One command:
+
+    python results/validation/silicon/fit_report.py            # every expressible row
+    python results/validation/silicon/fit_report.py --sample 8 # a quick look (8 rows per backend x GPU x model)
+
+Reads ``../shared/data/validation/aiconfigurator/silicon_train.csv`` as its README asks (wip rows
+dropped, repeated measurements kept once: :func:`simulator.calibrate.silicon.read_silicon`), turns
+each row into a closed-loop run priced by its own backend's measured kernels (``--kernels
+vllm|sglang|trtllm``), simulates it once with the kernels alone (cached), and fits each backend's
+engine terms (:mod:`simulator.calibrate.silicon_fit`: CPU time per step, per request and per prompt
+token, the per-collective extra, async overlap) by replaying those runs. Writes into this folder:
+
+- ``fitted_presets.csv``: each backend's terms, fitted on every aggregated row (the ENGINES presets);
+- ``predictions_fit.csv``: every row run: measured, kernels-only, in-sample, leave-one-GPU-out and
+  leave-one-model-out TTFT/TPOT; disaggregated rows simulated with the backend's preset (first token
+  delivered by the decode worker, and by the prefill worker for comparison);
+- ``cv_summary.csv``: median and P90 absolute error of TTFT and TPOT per backend x mode x fit;
+- ``cv_by_group.csv``: the same per backend x GPU x model (leave-one-GPU-out);
+- ``not_run.csv``: every row not run, with the reason;
+- ``cv_scatter.png``, ``cv_errors.png``: predicted (held-out) vs measured, and error by group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+DATA = REPO.parent / "shared" / "data"
+sys.path.insert(0, str(REPO))
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default: ../shared/data)")
+    p.add_argument("--out", type=Path, default=HERE, help="output folder (default: this folder)")
+    p.add_argument("--cache", type=Path, default=Path("/tmp/servesim_silicon_traces.pkl"),
+                   help="kernels-only traces, reused between runs")
+    p.add_argument("--sample", type=int, default=0, help="rows per backend x GPU x model (0: all)")
+    p.add_argument("--requests-per-user", type=int, default=2)
+    p.add_argument("--max-requests", type=int, default=800)
+    p.add_argument("--range-ratio", type=float, default=0.0,
+                   help="lengths banded around ISL/OSL as vllm bench --random-range-ratio (default 0: exact, as "
+                        "AIPerf --isl/--osl; the users then move in waves, as the measured TTFTs say)")
+    p.add_argument("--traces-only", action="store_true", help="build the trace cache and stop")
+    p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
+    return p.parse_args(argv)
+
+
+# The KV handoff's fabric (per GPU, one direction, GB/s at ~80% of the rated rate, and a latency):
+# NVLink inside an 8-GPU node or an NVL72 rack (GB200/GB300), else each GPU's own RDMA NIC
+# (ConnectX-7 400 Gb/s; ConnectX-8 800 Gb/s on B300). Every TP shard of the prefill worker sends
+# its share at once, so the link carries the worker's GPUs' sum.
+NVLINK_GBPS = {"h100_sxm": 360.0, "b200_sxm": 720.0, "b300_sxm": 720.0, "gb200": 720.0, "gb300": 720.0}
+NIC_GBPS = {"h100_sxm": 40.0, "b200_sxm": 40.0, "b300_sxm": 80.0, "gb200": 40.0, "gb300": 80.0}
+
+
+def kv_link_of(row) -> str:  # noqa: ANN001
+    """The KV link a disaggregated row's handoff crosses (NVL72 racks and single-node layouts: NVLink)."""
+    def gpus(prefix: str) -> int:
+        n = 1
+        for f in ("tp_size", "pp_size", "attention_dp_size"):
+            v = getattr(row, f"{prefix}{f}")
+            n *= int(v) if v == v and v else 1
+        return n
+
+    pgpus = gpus("prefill_")
+    total = pgpus * int(row.prefill_num_workers or 1) + gpus("decode_") * int(row.decode_num_workers or 1)
+    nvlink = row.system in ("gb200", "gb300") or total <= 8
+    per_gpu = NVLINK_GBPS[row.system] if nvlink else NIC_GBPS[row.system]
+    return f"{per_gpu * pgpus:g}GB/s@{5 if nvlink else 10}us"
+
+
+def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
+    from simulator.calibrate.silicon import Unexpressible, data_path, read_silicon, row_config
+
+    kept, dropped = read_silicon(data_path(args.data))
+    not_run = [dict(id=r.id, backend=r.backend, system=r.system, mode=r.mode, model_path=r.model_path,
+                    reason=r.dropped) for r in dropped.itertuples()]
+    ok, configs = [], []
+    for r in kept.itertuples():
+        try:
+            link = kv_link_of(r) if r.mode == "disagg" and r.prefill_num_workers == r.prefill_num_workers else None
+            c = row_config(r, requests_per_user=args.requests_per_user, max_requests=args.max_requests,
+                           range_ratio=args.range_ratio,
+                           **({"kv_link": link} if link else {}),
+                           extra={"replica__kernels": r.backend,
+                                  # the deployments size the context to the benchmark (a model's
+                                  # full context may not fit the KV cache of a small layout)
+                                  "replica__max_model_len": int(r.isl) + int(r.osl) + 16})
+        except Unexpressible as why:
+            not_run.append(dict(id=r.id, backend=r.backend, system=r.system, mode=r.mode, model_path=r.model_path,
+                                reason=str(why)))
+            continue
+        ok.append(r.Index)
+        configs.append(c)
+    rows = kept.loc[ok].reset_index(drop=True)
+    rows["gpu"] = [c.replica.gpu for c in configs]
+    rows["model"] = [c.replica.model for c in configs]
+    rows["measured_ttft_ms"] = rows["silicon_ttft_ms"]
+    rows["measured_tpot_ms"] = rows["silicon_tpot_ms"]
+    if args.sample:
+        pick = (rows.groupby(["backend", "gpu", "model", "mode"], group_keys=False)
+                .apply(lambda g: g.sample(min(len(g), args.sample), random_state=0)).index)
+        mask = rows.index.isin(pick)
+        rows, configs = rows[mask].reset_index(drop=True), [c for c, k in zip(configs, mask, strict=True) if k]
+    return len(kept) + len(dropped), len(kept), rows, configs, not_run
+
+
+def build_traces(rows: pd.DataFrame, configs: list, cache) -> list:  # noqa: ANN001
+    from simulator.config.errors import ConfigError
+
+    traces, failed, started = [], {}, time.perf_counter()
+    for i, (r, c) in enumerate(zip(rows.itertuples(), configs, strict=True), 1):
+        try:
+            traces.append(cache.get(c) if r.mode == "agg" else None)
+        except ConfigError as err:
+            traces.append(None)
+            failed[i - 1] = f"refused by the simulator: {err}"
+        except Exception as err:  # noqa: BLE001 - a row that fails is reported, not fatal
+            traces.append(None)
+            failed[i - 1] = f"simulation failed: {type(err).__name__}: {err}"
+        if i % 100 == 0:
+            cache.save()
+        if i % 25 == 0:
+            print(f"  traces {i}/{len(rows)}, {time.perf_counter() - started:.0f} s", flush=True)
+    cache.save()
+    return traces, failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    from simulator.calibrate.silicon_fit import TraceCache
+
+    np.seterr(all="ignore")
+    args = _args(argv)
+    total, distinct, rows, configs, not_run = rows_and_configs(args)
+    print(f"{total} rows: {distinct} distinct after wip/duplicates, {len(rows)} expressible")
+    cache = TraceCache(args.cache)
+    traces, failed = build_traces(rows, configs, cache)
+    if args.traces_only:
+        return 0
+    return report(args, total, distinct, rows, configs, traces, failed, not_run)
+
+
+PRESETS = {"vllm": "vllm-2026", "sglang": "sglang-2026", "trtllm": "trtllm-2026"}
+
+
+def _artifact(params, backend: str, folder: Path) -> str:  # noqa: ANN001
+    """The fitted terms as an engine artifact (a run config names it like a preset)."""
+    from simulator.costmodel.engine_model import save_engine_artifact
+
+    path = folder / f"{backend}.json"
+    save_engine_artifact(params.engine(f"{backend}-fit", "silicon rows", "fit_report.py"), path, {})
+    return str(path)
+
+
+def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_at: str = "decode") -> np.ndarray:  # noqa: ANN001
+    """Rows that are not replayed (disaggregated pools, attention-DP ranks) simulated with the terms
+    ``artifact_of(row)`` names (None: not predicted); n x 2 (TTFT, TPOT ms), NaN where it failed."""
+    from simulator.report.benchmark import benchmark_metrics
+    from simulator.report.metrics import request_columns
+    from simulator.simulation import simulate
+
+    out = np.full((len(rows), 2), np.nan)
+    errors = {}
+    for k, (r, c) in enumerate(zip(rows.itertuples(), configs, strict=True)):
+        engine = artifact_of(r)
+        if engine is None:
+            continue
+        try:
+            res = simulate(c.replace(engine=engine, first_token_at=first_token_at), record_iterations=False)
+        except Exception as err:  # noqa: BLE001 - a row that fails is reported, not fatal
+            errors[k] = f"simulation failed: {type(err).__name__}: {err}"
+            continue
+        m = benchmark_metrics(res, request_columns(res))
+        out[k] = m["mean_ttft_ms"], m["mean_tpot_ms"]
+    return out, errors
+
+
+def _summary(pred: pd.DataFrame) -> pd.DataFrame:
+    from simulator.calibrate.silicon_fit import error_row
+
+    fits = {"kernels only": ("kernel", "kernel"), "in-sample": ("fit", "fit"),
+            "leave-one-GPU-out": ("cv_gpu", "cv_gpu"), "leave-one-model-out": ("cv_model", "cv_model"),
+            "first token on prefill (in-sample)": ("prefill", "prefill")}
+    out = []
+    for (backend, mode), g in list(pred.groupby(["backend", "mode"])) + [(("all", "agg"), pred[pred["mode"] == "agg"]),
+                                                                         (("all", "disagg"), pred[pred["mode"] == "disagg"])]:
+        for label, (a, _) in fits.items():
+            cols = (f"pred_ttft_ms_{a}", f"pred_tpot_ms_{a}")
+            if cols[0] not in g or g[cols[0]].notna().sum() == 0:
+                continue
+            e = error_row(g[list(cols)].to_numpy(float), g)
+            out.append({"backend": backend, "mode": mode, "fit": label, **e})
+    return pd.DataFrame(out)
+
+
+def _plots(pred: pd.DataFrame, summary: pd.DataFrame, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    colors = {"vllm": "tab:blue", "sglang": "tab:orange", "trtllm": "tab:green"}
+    for ax, metric in zip(axes, ("ttft", "tpot"), strict=True):
+        for backend, g in pred.groupby("backend"):
+            agg = g[g["mode"] == "agg"]
+            ax.scatter(agg[f"measured_{metric}_ms"], agg[f"pred_{metric}_ms_cv_gpu"], s=8, alpha=0.6,
+                       color=colors.get(backend), label=f"{backend} agg (leave-one-GPU-out)")
+            dis = g[g["mode"] == "disagg"]
+            if len(dis):
+                ax.scatter(dis[f"measured_{metric}_ms"], dis[f"pred_{metric}_ms_cv_gpu"], s=20, marker="x",
+                           color=colors.get(backend), label=f"{backend} disagg")
+        lo = max(1e-1, float(np.nanmin(pred[f"measured_{metric}_ms"])) / 2)
+        hi = float(np.nanmax(pred[f"measured_{metric}_ms"])) * 2
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        ax.plot([lo, hi], [lo * 1.1, hi * 1.1], "k:", lw=0.6)
+        ax.plot([lo, hi], [lo / 1.1, hi / 1.1], "k:", lw=0.6)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured mean {metric.upper()} (ms)",
+               ylabel=f"predicted {metric.upper()} (ms)", title=f"{metric.upper()}: held-out GPU (dotted: +-10%)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "cv_scatter.png", dpi=110)
+    plt.close(fig)
+    s = summary[summary["backend"] != "all"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, metric in zip(axes, ("ttft", "tpot"), strict=True):
+        labels = [f"{r.backend} {r.mode}\n{r.fit}" for r in s.itertuples()]
+        ax.barh(range(len(s)), 100 * s[f"{metric}_median"], color="tab:blue", label="median")
+        ax.barh(range(len(s)), 100 * (s[f"{metric}_p90"] - s[f"{metric}_median"]), left=100 * s[f"{metric}_median"],
+                color="tab:blue", alpha=0.3, label="to P90")
+        ax.set_yticks(range(len(s)), labels, fontsize=6)
+        ax.set(xlabel=f"{metric.upper()} absolute error (%)", xscale="symlog")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "cv_errors.png", dpi=110)
+    plt.close(fig)
+
+
+def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int:  # noqa: ANN001
+    import tempfile
+
+    from simulator.calibrate.silicon_fit import cross_validate, fit, predict
+
+    for i, why in failed.items():
+        r = rows.iloc[i]
+        not_run.append(dict(id=r["id"], backend=r["backend"], system=r["system"], mode=r["mode"],
+                            model_path=r["model_path"], reason=why))
+    agg_ok = np.array([t is not None for t in traces])
+    failed_first = set(failed)
+    pred = rows.copy()
+    for col in ("kernel", "fit", "cv_gpu", "cv_model", "prefill"):
+        pred[f"pred_ttft_ms_{col}"] = np.nan
+        pred[f"pred_tpot_ms_{col}"] = np.nan
+    pred["how"] = ""
+    presets = []
+    folder = Path(tempfile.mkdtemp(prefix="silicon_fit_"))
+    started = time.perf_counter()
+    from simulator.calibrate.silicon_fit import fold_params
+
+    for backend in sorted(rows["backend"].unique()):
+        in_backend = (rows["backend"] == backend).to_numpy()
+        mask = in_backend & agg_ok
+        if mask.sum() < 8:
+            continue
+        idx = np.flatnonzero(mask)
+        sub = rows.iloc[idx].reset_index(drop=True)
+        tr = [traces[i] for i in idx]
+        pred.loc[idx, "pred_ttft_ms_kernel"] = [t.kernel_ttft_ms for t in tr]
+        pred.loc[idx, "pred_tpot_ms_kernel"] = [t.kernel_tpot_ms for t in tr]
+        params = fit(tr, sub["measured_ttft_ms"], sub["measured_tpot_ms"])
+        p = predict(tr, params)
+        pred.loc[idx, "pred_ttft_ms_fit"], pred.loc[idx, "pred_tpot_ms_fit"] = p[:, 0], p[:, 1]
+        pred.loc[idx, "how"] = "replayed"
+        folds = {}
+        for group in ("gpu", "model"):
+            folds[group] = fold_params(sub, tr, group, rows.loc[in_backend, group].unique())
+            cv = cross_validate(sub, tr, group, folds=folds[group])
+            pred.loc[idx, f"pred_ttft_ms_cv_{group}"], pred.loc[idx, f"pred_tpot_ms_cv_{group}"] = cv[:, 0], cv[:, 1]
+        a, b, pt, c = params.values
+        presets.append({"backend": backend, "preset": PRESETS.get(backend, backend), "num_rows": len(sub),
+                        "gpus": " ".join(sorted(sub["gpu"].unique())), "models": " ".join(sorted(sub["model"].unique())),
+                        "overlap_cpu": params.overlap_cpu, "cpu_iteration_ms": a * 1e3, "cpu_per_seq_us": b * 1e6,
+                        "cpu_per_prefill_token_us": pt * 1e6, "collective_extra_us": c * 1e6})
+        print(f"  {backend}: {len(sub)} rows fitted and cross-validated, {time.perf_counter() - started:.0f} s "
+              f"(overlap {params.overlap_cpu}, {a * 1e3:.3f} ms/step, {b * 1e6:.1f} us/req, {pt * 1e6:.3f} us/prompt "
+              f"token, {c * 1e6:.1f} us/collective)", flush=True)
+        # Rows not replayed (disaggregated pools, attention-DP ranks): simulated with the same terms.
+        if args.no_disagg:
+            continue
+        other = np.flatnonzero(in_backend & ~agg_ok & ~np.isin(np.arange(len(rows)), list(failed)))
+        if not len(other):
+            continue
+        arts = {"fit": _artifact(params, f"{backend}-all", folder)}
+        for group, fp in folds.items():
+            for held, prm in fp.items():
+                arts[group, held] = _artifact(prm, f"{backend}-{group}-{held}", folder)
+        osub, ocfg = rows.iloc[other], [configs[i] for i in other]
+        runs = {"fit": (lambda r, arts=arts: arts["fit"], "decode"), "cv_gpu": (lambda r, arts=arts: arts.get(("gpu", r.gpu)), "decode"),
+                "cv_model": (lambda r, arts=arts: arts.get(("model", r.model)), "decode"),
+                "prefill": (lambda r, arts=arts: arts["fit"] if r.mode == "disagg" else None, "prefill")}
+        for col, (art, at) in runs.items():
+            res, errors = _simulate_rows(osub, ocfg, art, at)
+            pred.loc[other, f"pred_ttft_ms_{col}"], pred.loc[other, f"pred_tpot_ms_{col}"] = res[:, 0], res[:, 1]
+            if col == "fit":
+                for k, why in errors.items():
+                    failed[other[k]] = why
+        pred.loc[other, "how"] = "simulated"
+        print(f"  {backend}: {len(other)} rows simulated (disaggregated / attention DP), "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+    for i, why in failed.items():
+        if i not in failed_first:
+            r = rows.iloc[i]
+            not_run.append(dict(id=r["id"], backend=r["backend"], system=r["system"], mode=r["mode"],
+                                model_path=r["model_path"], reason=why))
+    ran = pred[pred["pred_tpot_ms_fit"].notna()]
+    summary = _summary(ran)
+    by_group = []
+    from simulator.calibrate.silicon_fit import error_row
+
+    for keys, g in ran[ran["mode"] == "agg"].groupby(["backend", "gpu", "model"]):
+        by_group.append(dict(zip(("backend", "gpu", "model"), keys, strict=True),
+                             **error_row(g[["pred_ttft_ms_cv_gpu", "pred_tpot_ms_cv_gpu"]].to_numpy(float), g)))
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    keep = ["id", "backend", "backend_version", "system", "gpu", "model", "mode", "isl", "osl", "concurrency",
+            "num_copies", "how", "measured_ttft_ms", "measured_tpot_ms"] + [c for c in ran.columns if c.startswith("pred_")]
+    ran[keep].to_csv(out / "predictions_fit.csv", index=False, float_format="%.5g")
+    pd.DataFrame(presets).to_csv(out / "fitted_presets.csv", index=False, float_format="%.5g")
+    summary.to_csv(out / "cv_summary.csv", index=False, float_format="%.4f")
+    pd.DataFrame(by_group).to_csv(out / "cv_by_group.csv", index=False, float_format="%.4f")
+    nr = pd.DataFrame(not_run).sort_values(["reason", "id"])
+    nr.to_csv(out / "not_run.csv", index=False)
+    _plots(ran, summary, out)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"{len(ran)} of {distinct} distinct rows run ({len(ran) / distinct:.0%}); {total} in the file")
+    print("not run, by reason:\n" + nr["reason"].str.replace(r"\d+", "N", regex=True).str[:90].value_counts().to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

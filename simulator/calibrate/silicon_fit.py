@@ -1,0 +1,406 @@
+"""Engine presets fitted on end-to-end benchmark rows (closed-loop TTFT/TPOT), with cross-validation.
+
+A benchmark row (AIConfigurator's silicon sample, or a user's own CSV: backend, model, GPU,
+layout, ISL, OSL, concurrency, measured TTFT and TPOT) is a closed-loop run. The engine terms
+this module fits are those of :class:`~simulator.costmodel.engine_model.EngineModel`, over the
+measured kernels of the row's backend (``--kernels vllm|sglang|trtllm``):
+
+    cpu  = cpu_iteration_s + cpu_per_seq_s * seqs + cpu_per_prefill_token_s * prefill_tokens
+    gpu  = kernels + collectives * collective_extra_s
+    step = max(cpu, gpu)   with async scheduling (overlap_cpu), else cpu + gpu
+
+Three to four free numbers a backend (scheduler/input-preparation CPU time per step and per
+request, per prompt token, the per-collective extra; overlap chosen by cross-validation).
+
+**Why a fit can be cheap (the replay).** Under a closed loop with fixed lengths a new request
+arrives exactly when another finishes, so the engine is never idle and which requests share
+which step depends only on the order of events, never on how long a step takes (the scheduler
+has no clock). One simulation per row with the kernels alone (engine ``ideal``) therefore fixes
+the sequence of steps (their shapes and kernel times) and, for every measured request, the steps
+at which it arrived, got its first token and finished. Any engine terms then give the new step
+times by a few vector operations, their cumulative sums the new timeline, and from it the mean
+TTFT and TPOT the simulator would report with those terms: :func:`replay` (checked against a
+full simulation by the tests and by the validation script). Runs with more than one replica
+(attention-DP ranks, disaggregated pools) are not replayed; they are simulated.
+
+Cross-validation: leave one GPU out and leave one model out (:func:`cross_validate`), per
+backend; the folds refit everything but the discrete overlap choice, which is itself chosen
+by the training folds' error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import pickle
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.config.errors import ConfigError
+from simulator.costmodel.engine_model import EngineModel
+
+# The free terms, in the order of the parameter vector, with their bounds (seconds).
+TERMS = ("cpu_iteration_s", "cpu_per_seq_s", "cpu_per_prefill_token_s", "collective_extra_s")
+LOWER = np.array([0.0, 0.0, 0.0, -30e-6])
+UPPER = np.array([50e-3, 2e-3, 20e-6, 2e-3])
+START = np.array([1e-3, 10e-6, 0.1e-6, 0.0])
+
+# A user's benchmark CSV: required and optional columns (layout columns as the silicon sample names them).
+USER_REQUIRED = ("backend", "model", "gpu", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
+USER_OPTIONAL = ("tp", "pp", "attention_dp", "ep", "dtype", "kernels", "mode", "backend_version")
+
+
+@dataclass
+class Trace:
+    """One row's kernels-only closed-loop run, reduced to what :func:`replay` needs."""
+
+    kernel_s: np.ndarray  # per step: the kernels' time (engine "ideal")
+    seqs: np.ndarray  # per step: requests in the batch (prefill chunks + decodes)
+    prefill_tokens: np.ndarray  # per step
+    num_collectives: int
+    min_collective_extra_s: float  # a collective never costs less than nothing (EngineCostModel's clamp)
+    arrive_step: np.ndarray  # per measured request: the step whose end it arrived at (-1: at t=0)
+    first_step: np.ndarray  # per measured request: the step that produced its first token
+    done_step: np.ndarray  # per measured request: the step that produced its last token
+    num_output_tokens: np.ndarray
+    kernel_ttft_ms: float = math.nan  # the kernels-only figures, for the report
+    kernel_tpot_ms: float = math.nan
+
+
+@dataclass
+class Params:
+    """One backend's fitted terms (see the module docstring)."""
+
+    overlap_cpu: bool
+    values: np.ndarray = field(default_factory=lambda: START.copy())
+
+    def engine(self, name: str, source: str, fitted: str) -> EngineModel:
+        a, b, p, c = (float(v) for v in self.values)
+        return EngineModel(name=name, source=source, fitted=fitted, overlap_cpu=self.overlap_cpu,
+                           cpu_iteration_s=a, cpu_per_seq_s=b, cpu_per_prefill_token_s=p,
+                           collective_extra_s=tuple((t, c) for t in (2, 4, 8, 16, 32, 64, 72)))
+
+    @classmethod
+    def from_engine(cls, e: EngineModel) -> Params:
+        c = e.collective_extra_s[0][1] if e.collective_extra_s else 0.0
+        return cls(e.overlap_cpu, np.array([e.cpu_iteration_s, e.cpu_per_seq_s, e.cpu_per_prefill_token_s, c]))
+
+
+# -- traces ---------------------------------------------------------------------------------------------------------
+def trace_of(config: Any) -> Trace | None:
+    """Simulate ``config`` with the kernels alone and keep its steps and the measured requests'
+    step indices; None where the run is not one replica's back-to-back steps (not replayable)."""
+    from simulator.costmodel.engine_model import kernel_collective_latency_s, num_collectives
+    from simulator.report.metrics import request_columns
+    from simulator.simulation import simulate
+
+    config = config.replace(engine="ideal")
+    result = simulate(config, record_iterations=True)
+    cols = result.iterations.columns()
+    if len(set(np.asarray(cols["replica_id"]).tolist())) > 1 or config.is_disaggregated:
+        return None
+    start = np.asarray(cols["started_at"], dtype=float)
+    dur = np.asarray(cols["duration_s"], dtype=float)
+    end = start + dur
+    if len(end) > 1 and not np.allclose(start[1:], end[:-1], rtol=0, atol=1e-9 * max(1.0, end[-1])):
+        return None  # idle gaps: the step sequence could depend on the step times
+    req = request_columns(result)
+    warm = config.workload.num_warmup or 0
+    keep = (np.asarray(req["request_id"]) >= warm) & np.isfinite(req["completed_at"])
+    if not keep.any():
+        return None
+
+    def step_of(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(end, t - 1e-12 * max(1.0, end[-1]), side="left")
+        return np.minimum(i, len(end) - 1)
+
+    arrive = np.asarray(req["arrival_at"])[keep]
+    arrive_step = np.where(arrive <= 0, -1, step_of(arrive))
+    from simulator.costmodel import load_cost_model
+
+    kernels = load_cost_model(config.cost_model, config.replica, "ideal")
+    return Trace(kernel_s=dur, seqs=np.asarray(cols["num_decodes"], dtype=np.int32) + np.asarray(cols["num_prefills"],
+                                                                                                dtype=np.int32),
+                 prefill_tokens=np.asarray(cols["num_prefill_tokens"], dtype=np.int32),
+                 num_collectives=num_collectives(config.replica),
+                 min_collective_extra_s=-kernel_collective_latency_s(getattr(kernels, "kernels", kernels)),
+                 arrive_step=arrive_step, first_step=step_of(np.asarray(req["first_token_at"])[keep]),
+                 done_step=step_of(np.asarray(req["completed_at"])[keep]),
+                 num_output_tokens=np.asarray(req["num_output_tokens"])[keep],
+                 kernel_ttft_ms=float(np.mean(req["ttft_s"][keep])) * 1e3,
+                 kernel_tpot_ms=float(np.nanmean(req["tpot_s"][keep])) * 1e3)
+
+
+def replay(trace: Trace, params: Params) -> tuple[float, float]:
+    """Mean TTFT and TPOT (ms) the simulator gives the traced run under ``params``'s terms."""
+    a, b, p, c = params.values
+    c = max(c, trace.min_collective_extra_s)
+    gpu = trace.kernel_s + trace.num_collectives * c
+    cpu = a + b * trace.seqs + p * trace.prefill_tokens
+    step = np.maximum(gpu, cpu) if params.overlap_cpu else gpu + cpu
+    end = np.cumsum(step)
+    arrived = np.where(trace.arrive_step < 0, 0.0, end[np.maximum(trace.arrive_step, 0)])
+    first, done = end[trace.first_step], end[trace.done_step]
+    tpot = (done - first) / np.maximum(trace.num_output_tokens - 1, 1)
+    return float(np.mean(first - arrived)) * 1e3, float(np.mean(tpot)) * 1e3
+
+
+# The run-config fields a kernels-only trace depends on (by name, so fields added to the config
+# later with a neutral default do not invalidate a cache).
+_KEY_FIELDS = {
+    "replica": ("model", "gpu", "tp", "pp", "ep", "attention_dp", "dtype", "kv_cache_dtype", "kernels", "max_model_len",
+                "num_nodes", "allow_tp_across_nodes", "gpu_memory_utilization", "block_size", "num_gpu_blocks"),
+    "scheduler": ("name", "max_num_seqs", "max_num_batched_tokens", "chunk_size"),
+    "workload": ("name", "arrival", "num_requests", "prompt_tokens", "output_tokens", "concurrency", "num_warmup",
+                 "range_ratio"),
+}
+
+
+def cache_key(config: Any) -> str:
+    parts = [config.cost_model, str(config.seed)]
+    for section, names in _KEY_FIELDS.items():
+        sec = getattr(config, section)
+        parts += [f"{n}={getattr(sec, n, None)!r}" for n in names]
+    return hashlib.sha256(";".join(parts).encode()).hexdigest()[:20]
+
+
+class TraceCache:
+    """Kernels-only traces by run config, in memory and (optionally) in one pickle file."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.items: dict[str, Trace | None] = {}
+        if self.path is not None and self.path.is_file():
+            try:
+                self.items = pickle.loads(self.path.read_bytes())
+            except Exception:  # noqa: BLE001 - a stale or broken cache is rebuilt
+                self.items = {}
+
+    def get(self, config: Any) -> Trace | None:
+        key = cache_key(config)
+        if key not in self.items:
+            self.items[key] = trace_of(config)
+        return self.items[key]
+
+    def save(self) -> None:
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(self.items))
+            tmp.replace(self.path)
+
+
+# -- fitting --------------------------------------------------------------------------------------------------------
+def _residuals(values: np.ndarray, overlap: bool, traces: list[Trace], ttft: np.ndarray, tpot: np.ndarray,
+               ttft_weight: float) -> np.ndarray:
+    params = Params(overlap, values)
+    pred = np.array([replay(t, params) for t in traces])
+    return np.concatenate([ttft_weight * np.log(pred[:, 0] / ttft), np.log(pred[:, 1] / tpot)])
+
+
+def fit(traces: list[Trace], ttft_ms: np.ndarray, tpot_ms: np.ndarray, overlap: bool | None = None,
+        ttft_weight: float = 0.5, start: Params | None = None) -> Params:
+    """Least squares of log(predicted / measured) TTFT and TPOT (soft-L1 loss: a few odd rows do
+    not pull the rest), bounded terms. ``overlap`` None: both tried, the lower cost kept."""
+    from scipy.optimize import least_squares
+
+    ttft_ms, tpot_ms = np.asarray(ttft_ms, float), np.asarray(tpot_ms, float)
+    if not traces:
+        raise ConfigError("rows", "no replayable rows to fit", "give aggregated closed-loop rows")
+    best: tuple[float, Params] | None = None
+    for ov in ((True, False) if overlap is None else (overlap,)):
+        x0 = np.clip(start.values if start is not None else START, LOWER, UPPER)
+        sol = least_squares(_residuals, x0, bounds=(LOWER, UPPER), loss="soft_l1", f_scale=0.1,
+                            args=(ov, traces, ttft_ms, tpot_ms, ttft_weight), x_scale=np.array([1e-3, 1e-5, 1e-7, 1e-5]),
+                            max_nfev=200)
+        if best is None or sol.cost < best[0]:
+            best = (float(sol.cost), Params(ov, sol.x))
+    assert best is not None
+    return best[1]
+
+
+def predict(traces: list[Trace], params: Params) -> np.ndarray:
+    return np.array([replay(t, params) for t in traces]).reshape(-1, 2)
+
+
+def fold_params(rows: Any, traces: list[Trace], group: str, held_values: Iterable[Any] | None = None,
+                overlap: bool | None = None, min_train: int = 8) -> dict[Any, Params]:
+    """For each held-out ``group`` value (``gpu`` or ``model``; by default those of ``rows``,
+    or ``held_values``), the terms fitted on the rows without it; absent where fewer than
+    ``min_train`` rows remain."""
+    values = np.asarray(rows[group])
+    ttft, tpot = np.asarray(rows["measured_ttft_ms"], float), np.asarray(rows["measured_tpot_ms"], float)
+    out: dict[Any, Params] = {}
+    for held in sorted(set(values.tolist()) if held_values is None else set(held_values)):
+        train = values != held
+        if train.sum() < min_train:
+            continue
+        out[held] = fit([t for t, k in zip(traces, train, strict=True) if k], ttft[train], tpot[train], overlap)
+    return out
+
+
+def cross_validate(rows: Any, traces: list[Trace], group: str, overlap: bool | None = None,
+                   min_train: int = 8, folds: dict[Any, Params] | None = None) -> np.ndarray:
+    """Held-out predictions (n x 2: TTFT, TPOT ms) per row, each from a fit without its
+    ``group`` value (``gpu`` or ``model``); NaN where too few rows remain to train on."""
+    out = np.full((len(traces), 2), np.nan)
+    values = np.asarray(rows[group])
+    folds = fold_params(rows, traces, group, None, overlap, min_train) if folds is None else folds
+    for held, params in folds.items():
+        test = values == held
+        if test.any():
+            out[test] = predict([t for t, k in zip(traces, test, strict=True) if k], params)
+    return out
+
+
+def abs_err(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    return np.abs(np.asarray(pred, float) / np.asarray(meas, float) - 1.0)
+
+
+def error_row(pred: np.ndarray, rows: Any) -> dict[str, float]:
+    """Median and P90 absolute relative error of TTFT and TPOT, over rows with a prediction."""
+    e_ttft = abs_err(pred[:, 0], rows["measured_ttft_ms"])
+    e_tpot = abs_err(pred[:, 1], rows["measured_tpot_ms"])
+    ok = np.isfinite(e_ttft) & np.isfinite(e_tpot)
+    if not ok.any():
+        return {"num_rows": 0, "ttft_median": math.nan, "ttft_p90": math.nan, "tpot_median": math.nan,
+                "tpot_p90": math.nan}
+    return {"num_rows": int(ok.sum()), "ttft_median": float(np.median(e_ttft[ok])),
+            "ttft_p90": float(np.quantile(e_ttft[ok], 0.9)), "tpot_median": float(np.median(e_tpot[ok])),
+            "tpot_p90": float(np.quantile(e_tpot[ok], 0.9))}
+
+
+# -- rows from a user's CSV -----------------------------------------------------------------------------------------
+def read_user_rows(path: Path) -> Any:
+    """A user's aggregate benchmark rows (:data:`USER_REQUIRED` columns, :data:`USER_OPTIONAL`
+    ones where known), one line per problem refused."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("rows", f"{path} does not exist", "pass a CSV of benchmark rows")
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise ConfigError("rows", f"{path} is not a readable CSV ({type(exc).__name__})") from None
+    missing = [c for c in USER_REQUIRED if c not in df.columns]
+    if missing:
+        raise ConfigError("rows", f"{path} lacks column(s) {', '.join(missing)}",
+                          f"give {', '.join(USER_REQUIRED)} (optional: {', '.join(USER_OPTIONAL)})")
+    for col in ("isl", "osl", "concurrency", "ttft_ms", "tpot_ms"):
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = ~(values > 0)
+        if bad.any():
+            raise ConfigError("rows", f"{path} line {int(np.argmax(bad.to_numpy())) + 2}: {col} must be a positive "
+                              f"number, got {df[col].iloc[int(np.argmax(bad.to_numpy()))]!r}", "fix or drop the line")
+        df[col] = values
+    if "mode" in df.columns and (df["mode"].fillna("agg") != "agg").any():
+        raise ConfigError("rows", "only aggregated rows (mode agg) are fitted from a CSV",
+                          "drop the disaggregated rows or set mode to agg")
+    return df
+
+
+def user_row_config(row: Any, base: Any, budget: int = 8192, requests_per_user: int = 3,
+                    max_requests: int = 1200) -> Any:
+    """A closed-loop run of one user row over ``base`` (a RunConfig): its model, GPU, layout,
+    lengths and concurrency; the row's ``kernels`` if given, else its backend's measured kernel
+    tables where the backend has them (vllm, sglang, trtllm), else the roofline."""
+    from simulator.calibrate.silicon import SYSTEMS, _model
+    from simulator.config.run_config import KERNEL_TABLES
+
+    def opt(name: str, default: Any) -> Any:
+        v = getattr(row, name, default)
+        return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+    conc = int(row.concurrency)
+    total = min(conc + max(requests_per_user * conc, 32), max(max_requests, 2 * conc))
+    tp, pp, adp, ep = int(opt("tp", 1)), int(opt("pp", 1)), int(opt("attention_dp", 1)), int(opt("ep", 1))
+    backend = str(row.backend)
+    changes: dict[str, Any] = {
+        "replica__model": _model(str(row.model)), "replica__gpu": SYSTEMS.get(str(row.gpu), str(row.gpu)), "replica__tp": tp, "replica__pp": pp,
+        "replica__ep": ep, "scheduler__name": "vllm-v1", "scheduler__max_num_batched_tokens": budget,
+        "scheduler__max_num_seqs": max(256, -(-conc // adp)),
+        "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
+        "workload__arrival": "burst", "workload__num_requests": total, "workload__concurrency": conc,
+        "workload__num_warmup": conc,
+        "replica__kernels": str(opt("kernels", backend if backend in KERNEL_TABLES else "roofline")),
+    }
+    if adp > 1:
+        changes["replica__attention_dp"] = adp
+    if "dtype" in row._fields and isinstance(row.dtype, str) and row.dtype:
+        changes["replica__dtype"] = row.dtype
+    return base.replace(**changes)
+
+
+@dataclass
+class CalibrationResult:
+    engine: EngineModel
+    report: dict[str, Any]
+    predictions: Any  # DataFrame: per row, measured, in-sample and held-out predictions
+
+
+def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 0.25, seed: int = 0,
+                   budget: int = 8192, progress: Callable[[str], None] | None = None,
+                   cache: TraceCache | None = None) -> CalibrationResult:
+    """``simulate calibrate-engine --rows``: fit one preset's terms on a user's rows (one kernels-
+    only simulation each), report the held-out error (a seeded split of ``holdout`` of the rows,
+    and leave-one-GPU-out / leave-one-model-out where the rows span more than one) before (the
+    base engine, replayed) and after."""
+    from simulator.calibrate.silicon import Unexpressible
+    from simulator.config.errors import ConfigError as _CE
+    from simulator.costmodel.engine_model import load_engine
+
+    cache = cache or TraceCache()
+    traces, kept, skipped = [], [], []
+    for i, row in enumerate(df.itertuples(index=False)):
+        try:
+            trace = cache.get(user_row_config(row, base, budget))
+        except (_CE, Unexpressible) as err:
+            skipped.append((i + 2, str(err)))
+            continue
+        if trace is None:
+            skipped.append((i + 2, "not a single replica's back-to-back steps (attention DP or idle gaps)"))
+            continue
+        traces.append(trace)
+        kept.append(i)
+        if progress:
+            progress(f"simulated {len(kept)}/{len(df)} rows")
+    if len(kept) < 4:
+        raise ConfigError("rows", f"only {len(kept)} usable rows"
+                          + (f" (line {skipped[0][0]}: {skipped[0][1]})" if skipped else ""), "give at least 4 rows")
+    rows = df.iloc[kept].reset_index(drop=True).rename(columns={"ttft_ms": "measured_ttft_ms",
+                                                                 "tpot_ms": "measured_tpot_ms"})
+    ttft, tpot = rows["measured_ttft_ms"].to_numpy(float), rows["measured_tpot_ms"].to_numpy(float)
+    rng = np.random.default_rng(seed)
+    test = np.zeros(len(rows), bool)
+    test[rng.permutation(len(rows))[:max(1, int(round(holdout * len(rows))))]] = True
+    train = ~test
+    base_params = Params.from_engine(load_engine(base.engine))
+    tr = [t for t, k in zip(traces, train, strict=True) if k]
+    te = [t for t, k in zip(traces, test, strict=True) if k]
+    split_fit = fit(tr, ttft[train], tpot[train])
+    before = error_row(predict(te, base_params), rows[test])
+    after = error_row(predict(te, split_fit), rows[test])
+    final = fit(traces, ttft, tpot, start=split_fit)
+    rows["pred_ttft_ms"], rows["pred_tpot_ms"] = predict(traces, final).T
+    report: dict[str, Any] = {"kind": "benchmark rows", "rows": len(rows), "skipped": skipped,
+                              "base_engine": base.engine, "holdout_rows": int(test.sum()),
+                              "holdout_before": before, "holdout_after": after}
+    for group in ("gpu", "model"):
+        if rows[group].nunique() > 1:
+            cv = cross_validate(rows, traces, group)
+            report[f"leave_one_{group}_out"] = error_row(cv, rows)
+            rows[f"cv_{group}_ttft_ms"], rows[f"cv_{group}_tpot_ms"] = cv.T
+    engine = final.engine(name, source, f"servesim calibrate-engine --rows: least squares (soft-L1) of log "
+                          f"TTFT/TPOT ratios over {len(rows)} rows' closed-loop replays; overlap "
+                          f"{'on' if final.overlap_cpu else 'off'} chosen by fit cost")
+    return CalibrationResult(engine, report, rows)
+
+
+def group_rows(rows: Any, traces: list[Trace], mask: Iterable[bool]) -> tuple[Any, list[Trace]]:
+    mask = np.asarray(list(mask), bool)
+    return rows[mask].reset_index(drop=True), [t for t, k in zip(traces, mask, strict=True) if k]

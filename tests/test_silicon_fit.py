@@ -1,0 +1,127 @@
+"""Engine terms fitted on closed-loop benchmark rows (calibrate.silicon_fit) and the CSV path of
+``simulate calibrate-engine --rows``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.calibrate import silicon_fit as sf
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import RunConfig
+from simulator.costmodel.engine_model import save_engine_artifact
+from simulator.report.benchmark import benchmark_metrics
+from simulator.report.metrics import request_columns
+from simulator.simulation import simulate
+
+TRUE = sf.Params(False, np.array([2.0e-3, 40e-6, 0.5e-6, 0.0]))  # synchronous engine, known terms
+
+
+def _closed_loop(model: str, tp: int, isl: int, osl: int, conc: int) -> RunConfig:
+    return RunConfig().replace(
+        replica__model=model, replica__gpu="h100-sxm", replica__tp=tp, scheduler__name="vllm-v1",
+        scheduler__max_num_batched_tokens=2048, workload__name="fixed", workload__prompt_tokens=isl,
+        workload__output_tokens=osl, workload__arrival="burst", workload__num_requests=3 * conc,
+        workload__concurrency=conc, workload__num_warmup=conc)
+
+
+CASES = [("llama-3.1-8b", 1, 1024, 64, 4), ("llama-3.1-8b", 1, 2048, 32, 16), ("llama-3.1-8b", 2, 512, 64, 32),
+         ("qwen3-8b", 1, 3000, 48, 8), ("qwen3-8b", 2, 1024, 32, 64), ("llama-3.2-3b", 1, 4096, 64, 2)]
+
+
+@pytest.fixture(scope="module")
+def simulated_rows(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """Rows 'measured' by full simulations with TRUE's terms, and each row's kernels-only trace."""
+    folder = tmp_path_factory.mktemp("fit")
+    artifact = folder / "true.json"
+    save_engine_artifact(TRUE.engine("true", "test", "test"), artifact, {})
+    rows, traces = [], []
+    for model, tp, isl, osl, conc in CASES:
+        config = _closed_loop(model, tp, isl, osl, conc)
+        result = simulate(config.replace(engine=str(artifact)))
+        m = benchmark_metrics(result, request_columns(result))
+        rows.append({"backend": "vllm", "kernels": "roofline", "model": model, "gpu": "h100-sxm", "tp": tp, "isl": isl, "osl": osl,
+                     "concurrency": conc, "ttft_ms": m["mean_ttft_ms"], "tpot_ms": m["mean_tpot_ms"]})
+        traces.append(sf.trace_of(config))
+    return rows, traces, folder
+
+
+def test_replay_matches_the_simulation(simulated_rows) -> None:  # noqa: ANN001
+    rows, traces, _ = simulated_rows
+    for row, trace in zip(rows, traces, strict=True):
+        assert trace is not None
+        ttft, tpot = sf.replay(trace, TRUE)
+        assert ttft == pytest.approx(row["ttft_ms"], rel=1e-9)
+        assert tpot == pytest.approx(row["tpot_ms"], rel=1e-9)
+
+
+def test_fit_recovers_known_terms(simulated_rows) -> None:  # noqa: ANN001
+    rows, traces, _ = simulated_rows
+    ttft = np.array([r["ttft_ms"] for r in rows])
+    tpot = np.array([r["tpot_ms"] for r in rows])
+    got = sf.fit(traces, ttft, tpot, start=sf.Params(False, np.array([0.5e-3, 5e-6, 0.05e-6, 0.0])))
+    assert got.overlap_cpu is False
+    assert got.values[0] == pytest.approx(2.0e-3, rel=0.05)
+    assert got.values[1] == pytest.approx(40e-6, rel=0.1)
+    assert got.values[2] == pytest.approx(0.5e-6, rel=0.15)
+    pred = sf.predict(traces, got)
+    assert np.max(np.abs(pred[:, 1] / tpot - 1)) < 0.01
+    assert np.max(np.abs(pred[:, 0] / ttft - 1)) < 0.02
+    # An async engine cannot produce these rows' TPOT at batch 64 and their TTFT at batch 2 together.
+    wrong = sf.fit(traces, ttft, tpot, overlap=True)
+    err_wrong = np.median(np.abs(sf.predict(traces, wrong)[:, 1] / tpot - 1))
+    assert err_wrong > np.median(np.abs(pred[:, 1] / tpot - 1))
+
+
+def test_calibrate_engine_rows_csv(simulated_rows, tmp_path: Path) -> None:  # noqa: ANN001
+    from simulator.cli.engine import calibrate_engine_command
+
+    rows, _, _ = simulated_rows
+    import pandas as pd
+
+    csv = tmp_path / "rows.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    out = tmp_path / "engine.json"
+    base = RunConfig().replace(engine="vllm-2023-splitwise", scheduler__max_num_batched_tokens=2048)
+    result = calibrate_engine_command(base, out, rows=csv, holdout=0.34, seed=1)
+    report = result["report"]
+    assert report["rows"] == len(rows) and report["holdout_rows"] == 2
+    assert report["holdout_after"]["tpot_median"] < 0.02
+    assert report["holdout_after"]["tpot_median"] < report["holdout_before"]["tpot_median"]
+    assert "leave_one_model_out" in report
+    saved = json.loads(out.read_text())
+    assert saved["engine"]["cpu_iteration_s"] == pytest.approx(2.0e-3, rel=0.1)
+    # One line naming the problem for a CSV without the measured columns.
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame(rows).drop(columns=["tpot_ms"]).to_csv(bad, index=False)
+    with pytest.raises(ConfigError, match="tpot_ms"):
+        calibrate_engine_command(base, tmp_path / "x.json", rows=bad)
+    neg = tmp_path / "neg.csv"
+    pd.DataFrame(rows).assign(concurrency=[0] + [4] * (len(rows) - 1)).to_csv(neg, index=False)
+    with pytest.raises(ConfigError, match="line 2: concurrency"):
+        calibrate_engine_command(base, tmp_path / "y.json", rows=neg)
+
+
+def test_fitted_presets_replay_silicon_rows(shared_data: Path) -> None:
+    """The 2026 presets over their backend's kernel tables: a silicon row's replay equals its
+    full simulation, and the TPOT of a few vLLM rows lands near the measurement."""
+    from simulator.calibrate.silicon import data_path, read_silicon, row_config
+    from simulator.costmodel.engine_model import ENGINES
+
+    kept, _ = read_silicon(data_path(shared_data))
+    pick = kept[(kept["backend"] == "vllm") & (kept["mode"] == "agg") & (kept["model_path"] == "Qwen/Qwen3-32B")
+                & (kept["concurrency"] <= 16) & (kept["osl"] <= 1024)].head(3)
+    assert len(pick) == 3
+    errors = []
+    for row in pick.itertuples():
+        config = row_config(row, requests_per_user=2, max_requests=200, extra={"replica__kernels": "vllm"})
+        trace = sf.trace_of(config)
+        assert trace is not None
+        ttft, tpot = sf.replay(trace, sf.Params.from_engine(ENGINES["vllm-2026"]))
+        m = benchmark_metrics(result := simulate(config.replace(engine="vllm-2026")), request_columns(result))
+        assert ttft == pytest.approx(m["mean_ttft_ms"], rel=1e-9) and tpot == pytest.approx(m["mean_tpot_ms"], rel=1e-9)
+        errors.append(abs(tpot / row.silicon_tpot_ms - 1))
+    assert np.median(errors) < 0.35

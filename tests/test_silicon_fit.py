@@ -125,3 +125,16 @@ def test_fitted_presets_replay_silicon_rows(shared_data: Path) -> None:
         assert ttft == pytest.approx(m["mean_ttft_ms"], rel=1e-9) and tpot == pytest.approx(m["mean_tpot_ms"], rel=1e-9)
         errors.append(abs(tpot / row.silicon_tpot_ms - 1))
     assert np.median(errors) < 0.35
+
+
+def test_gpt_oss_decode_stretch_on_tables(shared_data: Path) -> None:
+    """Fix: a decode stretch over kernel tables whose decode curve has no edge (gpt-oss's sliding
+    window) counted its extrapolations with int(inf) and failed (53 silicon rows before the fix)."""
+    config = RunConfig().replace(
+        replica__model="gpt-oss-120b", replica__gpu="b200", replica__tp=4, replica__dtype="nvfp4",
+        replica__kv_cache_dtype="fp8", replica__kernels="vllm", replica__max_model_len=9232,
+        scheduler__name="vllm-v1", scheduler__max_num_batched_tokens=8192, workload__name="fixed",
+        workload__prompt_tokens=1024, workload__output_tokens=8192, workload__arrival="burst",
+        workload__num_requests=8, workload__concurrency=4, workload__num_warmup=4, engine="vllm-2026")
+    result = simulate(config)
+    assert all(r.num_generated == 8192 for r in result.requests)

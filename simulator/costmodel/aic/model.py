@@ -531,7 +531,10 @@ class TableCostModel(TabulatedCostModel):
         """Count the extrapolations the scalar path would over a decode stretch (a fast path
         prices the stretch quietly): iteration ``i`` has a sequence of ``kv_max + i`` tokens."""
         limit = self._decode_curves[n][3] if n in self._decode_curves else self._build_decode_curve(n)[3]
-        first_over = 0 if kv_max > limit else min(num_iterations, int(math.floor(limit)) - kv_max + 1)
+        if math.isinf(limit):  # no table edge (a sliding window caps the KV read): never an extrapolation
+            first_over = num_iterations
+        else:
+            first_over = 0 if kv_max > limit else min(num_iterations, int(math.floor(limit)) - kv_max + 1)
         self._count("attn_decode", num_iterations - first_over)
 
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,

@@ -185,13 +185,13 @@ ENGINES: dict[str, EngineModel] = {
     # fits explain little beyond the kernels (README there): use them with their backend's kernels only.
     "vllm-2026": EngineModel(
         name="vllm-2026",
-        source="AIConfigurator silicon_train.csv, vLLM 0.11-0.18 aggregated rows (247 replayed: H100 and B200; "
+        source="AIConfigurator silicon_train.csv, vLLM 0.11-0.18 aggregated rows (300 replayed: H100 and B200; "
                "Llama-3.1-70B, Qwen3-32B, gpt-oss-120b; ISL 1K-8K, OSL 128-8K, concurrency 1-512), wip rows dropped, "
                "repeated measurements once; versions not separable (each version is one GPU x model)",
         fitted="soft-L1 least squares of log TTFT/TPOT ratios over closed-loop replays (exact ISL/OSL, "
-               "--kernels vllm, scheduler vllm-v1, budget 8192); leave-one-GPU-out median abs error TTFT 56%, "
-               "TPOT 15% (kernels alone: 54%, 12%): the CPU terms fit to ~0",
-        cpu_iteration_s=0.053e-3, collective_extra_s=((2, 3.3e-6), (4, 3.3e-6), (8, 3.3e-6)),
+               "--kernels vllm, scheduler vllm-v1, budget 8192); leave-one-GPU-out median abs error TTFT 47%, "
+               "TPOT 16% (kernels alone: 47%, 10%): the CPU terms fit to ~0",
+        cpu_per_prefill_token_s=1.34e-6, collective_extra_s=((2, 2.3e-6), (4, 2.3e-6), (8, 2.3e-6)),
     ),
     "sglang-2026": EngineModel(
         name="sglang-2026",

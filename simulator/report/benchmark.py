@@ -154,9 +154,8 @@ def measured_gaps(result: RunResult, num_warmup: int) -> tuple[np.ndarray, np.nd
 
 def num_gpus(result: RunResult) -> int:
     """GPUs of the deployment the run simulated (both pools of a disaggregated one)."""
-    disagg = result.extra.get("disagg")
-    if disagg is not None:
-        return int(disagg["num_gpus"])
+    if result.disagg is not None:
+        return result.disagg.num_gpus
     return result.config.replica.num_gpus * result.config.num_replicas
 
 

@@ -1,0 +1,3 @@
+"""Plain utilities over the config layer: progress on stderr, a worker pool that stops on Ctrl-C,
+output paths checked before work and written whole, text formatting.
+"""

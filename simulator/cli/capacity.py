@@ -18,9 +18,11 @@ import typer
 from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
 from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
+from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
+from simulator.planning.options import SEARCH_PANEL, slo_and_settings
 from simulator.report.output import jsonable
 from simulator.util.paths import atomic_dir, check_in_dir, check_in_file, check_out_dir, check_out_file
 from simulator.util.progress import StepProgress
@@ -63,58 +65,27 @@ def _s(value: float, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
 
 
-def _slo_options(tbt_slo: float, tbt_quantile: float, sched_delay_slo: float, sched_delay_quantile: float,
-                 ttft_slo: float | None, ttft_quantile: float, min_goodput: float | None, goodput_ttft_slo: float,
-                 criterion: str = "tbt", goodput_tpot_slo: float | None = None):  # noqa: ANN202
-    from simulator.planning.capacity import SLO
-
-    return SLO(tbt_s=tbt_slo, tbt_quantile=tbt_quantile, sched_delay_s=sched_delay_slo,
-               sched_delay_quantile=sched_delay_quantile, ttft_s=ttft_slo, ttft_quantile=ttft_quantile,
-               min_goodput=min_goodput, goodput_ttft_s=goodput_ttft_slo, criterion=criterion,
-               goodput_tpot_s=goodput_tpot_slo)
-
-
 CAPACITY_FILES = ("capacity.json", "trials.csv")  # what capacity --out holds (an earlier one is replaced whole)
-SLO_PANEL = "SLO"
-SEARCH_PANEL = "Search"
 
 
 @app.command()
 @default_option("num_requests", 2048)
 @run_options
+@planner_options("capacity", after={"workers": "seeds"})
 def capacity(
     config: RunConfig,
-    tbt_slo: Annotated[float, typer.Option(help="TBT limit (s) on the --tbt-quantile of all TBT gaps.", rich_help_panel=SLO_PANEL)] = 0.2,
-    tbt_quantile: Annotated[float, typer.Option(help="Percentile of TBT held to --tbt-slo.", rich_help_panel=SLO_PANEL)] = 99.0,
-    sched_delay_slo: Annotated[float, typer.Option(help="Limit (s) on the scheduling-delay percentile.", rich_help_panel=SLO_PANEL)] = 2.0,
-    sched_delay_quantile: Annotated[float, typer.Option(help="Percentile of scheduling delay.", rich_help_panel=SLO_PANEL)] = 50.0,
-    ttft_slo: Annotated[float | None, typer.Option(help="Optional limit (s) on the --ttft-quantile of TTFT.", rich_help_panel=SLO_PANEL)] = None,
-    ttft_quantile: Annotated[float, typer.Option(help="Percentile of TTFT held to --ttft-slo.", rich_help_panel=SLO_PANEL)] = 99.0,
-    min_goodput: Annotated[float | None, typer.Option(help="Optional: minimum share of requests with TTFT <= --goodput-ttft-slo and max TBT <= --tbt-slo (TPOT <= --goodput-tpot-slo where given); with --criterion goodput, the target (default 0.9).", rich_help_panel=SLO_PANEL)] = None,
-    goodput_ttft_slo: Annotated[float, typer.Option(help="TTFT (s) a request must meet to count in goodput.", rich_help_panel=SLO_PANEL)] = 2.0,
-    goodput_tpot_slo: Annotated[float | None, typer.Option(help="TPOT (s) a request must meet to count in goodput (default: its max TBT <= --tbt-slo; with --criterion goodput, TPOT <= --tbt-slo).", rich_help_panel=SLO_PANEL)] = None,
-    criterion: Annotated[str, typer.Option(help="What a trial must meet: tbt (Sarathi-Serve: P99 TBT and P50 scheduling delay limits) or goodput (DistServe: --min-goodput of requests meet both --goodput-ttft-slo and --goodput-tpot-slo).", rich_help_panel=SLO_PANEL)] = "tbt",
-    seeds: Annotated[int, typer.Option(help="Independent searches (seeds seed..seed+n-1); the spread is reported.", rich_help_panel=SEARCH_PANEL)] = 1,
+    planner: dict[str, Any],
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes: seeds run in parallel; with fewer seeds than processes (one, say), each search also runs the trials it may need next ahead (the same result). auto: one per available CPU, at most 3 a seed and what memory holds.", rich_help_panel=SEARCH_PANEL)] = "auto",
-    rel_tol: Annotated[float, typer.Option(help="Stop bisecting at this relative gap.", rich_help_panel=SEARCH_PANEL)] = 0.025,
-    qps_start: Annotated[float | None, typer.Option(help="First trial's QPS (default: --qps).", rich_help_panel=SEARCH_PANEL)] = None,
-    min_qps: Annotated[float, typer.Option(help="Report capacity 0 below this QPS.", rich_help_panel=SEARCH_PANEL)] = 0.01,
-    max_qps: Annotated[float, typer.Option(help="Search ceiling.", rich_help_panel=SEARCH_PANEL)] = 1000.0,
-    max_trials: Annotated[int, typer.Option(help="Trials per seed at most.", rich_help_panel=SEARCH_PANEL)] = 40,
-    early_exit: Annotated[bool, typer.Option(help="Stop trials that are certain to fail (same verdicts, sooner).", rich_help_panel=SEARCH_PANEL)] = True,
-    tbt_early_exit: Annotated[bool, typer.Option(help="With --early-exit, also stop trials certain to miss the TBT limit; off, they keep their latency figures.", rich_help_panel=SEARCH_PANEL)] = True,
     out: Annotated[Path | None, typer.Option(help="Folder for capacity.json and trials.csv.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON (with capacity_qps).")] = False,
 ) -> None:
     """Largest Poisson QPS meeting the SLO (P99 TBT <= --tbt-slo, P50 scheduling delay <= 2 s; or DistServe's goodput with --criterion goodput), by bisection over 2048-request trials."""
     if out is not None:  # checked before any trial (and import): a bad --out must not cost a search
         check_out_dir(out, "--out", replaceable=CAPACITY_FILES)
-    from simulator.planning.capacity import SearchSettings, find_capacity
+    from simulator.planning.capacity import find_capacity
 
-    slo = _slo_options(tbt_slo, tbt_quantile, sched_delay_slo, sched_delay_quantile, ttft_slo, ttft_quantile,
-                       min_goodput, goodput_ttft_slo, criterion, goodput_tpot_slo)
-    settings = SearchSettings(rel_tol=rel_tol, qps_start=qps_start, min_qps=min_qps, max_qps=max_qps,
-                              max_trials=max_trials, early_exit=early_exit, tbt_early_exit=tbt_early_exit)
+    slo, settings = slo_and_settings(planner)
+    seeds = planner["seeds"]
     num_workers = parse_workers(workers, lambda: capacity_auto_workers(seeds, config.workload.num_requests))
     num_trials = 0
 

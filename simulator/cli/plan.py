@@ -9,7 +9,7 @@ layout shares.
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -17,13 +17,14 @@ from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
 from simulator.cli.capacity import default_option
 from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
+from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
+from simulator.planning.options import plan_slo
 from simulator.util.paths import check_out_dir
 from simulator.util.progress import StepProgress
 
-SLO_PANEL = "SLO"
 SPACE_PANEL = "Search space"
 COST_PANEL = "Cost and limits"
 
@@ -56,11 +57,10 @@ def _ratios(text: str) -> tuple[tuple[int, int], ...]:
 @app.command()
 @default_option("num_requests", 512)
 @run_options
+@planner_options("plan")
 def plan(
     config: RunConfig,
-    ttft_slo: Annotated[float, typer.Option(help="TTFT (s) a request must meet.", rich_help_panel=SLO_PANEL)] = 2.0,
-    tpot_slo: Annotated[float, typer.Option(help="TPOT (s) a request must meet.", rich_help_panel=SLO_PANEL)] = 0.05,
-    attainment: Annotated[float, typer.Option(help="Share of requests that must meet both (DistServe's goodput): 0.99 for P99.", rich_help_panel=SLO_PANEL)] = 0.99,
+    planner: dict[str, Any],
     gpus: Annotated[str | None, typer.Option(help="Candidate GPUs, comma-separated (default: every priced catalog GPU that holds the model).", rich_help_panel=SPACE_PANEL)] = None,
     modes: Annotated[str, typer.Option(help="agg, disagg or both.", rich_help_panel=SPACE_PANEL)] = "agg,disagg",
     tps: Annotated[str, typer.Option(help="Tensor-parallel degrees.", rich_help_panel=SPACE_PANEL)] = "1,2,4,8",
@@ -74,7 +74,6 @@ def plan(
     prices: Annotated[Path | None, typer.Option(help="Prices file: CSV gpu,usd_per_gpu_hour[,max_w] or TOML/JSON {gpu = usd}.", rich_help_panel=COST_PANEL)] = None,
     max_gpus: Annotated[int | None, typer.Option(help="The fleet may use at most this many GPUs.", rich_help_panel=COST_PANEL)] = None,
     max_cost: Annotated[float | None, typer.Option(help="The fleet may cost at most this many USD an hour.", rich_help_panel=COST_PANEL)] = None,
-    rel_tol: Annotated[float, typer.Option(help="Each capacity search stops at this relative gap.")] = 0.05,
     verify: Annotated[bool, typer.Option(help="Simulate the chosen fleet whole at the load (adding a unit while it misses).")] = True,
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Layouts searched at once in local processes; auto: one per available CPU.")] = "1",
     ray_address: Annotated[str | None, typer.Option(help="Search on Ray: a cluster address, or 'local' to start one with --workers CPUs.")] = None,
@@ -86,12 +85,13 @@ def plan(
     """The cheapest fleet (GPU type, layout, engine knobs, replicas) that serves --qps within the SLO, with its cost, energy and launch command."""
     check_out_dir(out, "--out", existing_ok=True)  # a plan folder is resumed
     from simulator.config.prices import load_price_file, parse_price_flags
-    from simulator.planning.plan import Limits, PlanSLO, SearchSpace, launch_command
+    from simulator.planning.plan import Limits, SearchSpace, launch_command
     from simulator.planning.plan import plan as run_plan
 
     table = load_price_file(prices) if prices is not None else {}
     table = parse_price_flags(price, table)
-    slo = PlanSLO(ttft_slo, tpot_slo, attainment)
+    slo = plan_slo(planner)
+    rel_tol = planner["rel_tol"]
     space = SearchSpace(gpus=_names(gpus), modes=_names(modes), tps=_ints(tps, "--tps"), pps=_ints(pps, "--pps"),
                         dtypes=_names(dtypes), budgets=_ints(budgets, "--budgets"), max_num_seqs=_ints(seqs, "--seqs"),
                         attention_dps=_ints(attention_dps, "--attention-dps"), ratios=_ratios(ratios))

@@ -58,6 +58,7 @@ from simulator.config.run_config import RunConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
 from simulator.engine.tbt import GapLog, percentiles
+from simulator.planning.options import SLO, SearchSettings  # declared with the planner options
 from simulator.planning.search import Limits, Outcome, largest_passing
 from simulator.report.metrics import request_columns, tbt_distribution
 from simulator.workload.request import Request, Status
@@ -66,92 +67,6 @@ if TYPE_CHECKING:  # pandas loads for tables, not for a search
     import pandas as pd
 
 RATE_ARRIVALS = ("poisson", "gamma", "fixed")
-CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
-DEFAULT_GOODPUT_TARGET = 0.9  # DistServe: 90% of requests meet both SLOs
-
-
-@dataclass(frozen=True)
-class SLO:
-    """What a trial must meet. Limits in seconds, quantiles in percent (0, 100]."""
-
-    tbt_s: float = 0.2
-    tbt_quantile: float = 99.0
-    sched_delay_s: float = 2.0
-    sched_delay_quantile: float = 50.0
-    ttft_s: float | None = None  # optional limit on the ttft_quantile of TTFT
-    ttft_quantile: float = 99.0
-    min_goodput: float | None = None  # optional: share of requests meeting goodput_ttft_s and tbt_s
-    goodput_ttft_s: float = 2.0
-    # "tbt": Sarathi-Serve's limits above; "goodput": DistServe's share of requests meeting TTFT and TPOT.
-    criterion: str = "tbt"
-    # A good request's TPOT limit; None: its largest TBT gap <= tbt_s instead (criterion "goodput": tbt_s).
-    goodput_tpot_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.criterion not in CRITERIA:
-            raise ConfigError("slo.criterion", f"unknown criterion {self.criterion!r}", f"use one of {', '.join(CRITERIA)}")
-        if self.criterion == "goodput":  # DistServe's defaults: 90% of requests, TPOT held to the TBT limit
-            if self.min_goodput is None:
-                object.__setattr__(self, "min_goodput", DEFAULT_GOODPUT_TARGET)
-            if self.goodput_tpot_s is None:
-                object.__setattr__(self, "goodput_tpot_s", self.tbt_s)
-        if self.goodput_tpot_s is not None and not (math.isfinite(self.goodput_tpot_s) and self.goodput_tpot_s > 0):
-            raise ConfigError("slo.goodput_tpot_s", f"must be a positive number of seconds, got {self.goodput_tpot_s}")
-        for name in ("tbt_s", "sched_delay_s", "goodput_ttft_s"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}")
-        if self.ttft_s is not None and not (math.isfinite(self.ttft_s) and self.ttft_s > 0):
-            raise ConfigError("slo.ttft_s", f"must be a positive number of seconds, got {self.ttft_s}")
-        for name in ("tbt_quantile", "sched_delay_quantile", "ttft_quantile"):
-            value = getattr(self, name)
-            if not 0 < value <= 100:
-                raise ConfigError(f"slo.{name}", f"must be a percentile in (0, 100], got {value}", "e.g. 99 for P99")
-        if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
-            raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
-
-    @property
-    def good_request(self) -> str:
-        """What a request must meet to count in goodput."""
-        second = (f"TPOT <= {self.goodput_tpot_s:g}s" if self.goodput_tpot_s is not None
-                  else f"max TBT <= {self.tbt_s:g}s")
-        return f"TTFT <= {self.goodput_ttft_s:g}s, {second}"
-
-    def describe(self) -> str:
-        parts = [] if self.criterion == "goodput" else [
-            f"P{self.tbt_quantile:g} TBT <= {self.tbt_s:g}s",
-            f"P{self.sched_delay_quantile:g} scheduling delay <= {self.sched_delay_s:g}s"]
-        if self.ttft_s is not None:
-            parts.append(f"P{self.ttft_quantile:g} TTFT <= {self.ttft_s:g}s")
-        if self.min_goodput is not None:
-            parts.append(f"goodput >= {self.min_goodput:.0%} ({self.good_request})")
-        return ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """How the bisection runs. ``qps_start=None`` starts from the config's ``workload.qps``."""
-
-    rel_tol: float = 0.025
-    qps_start: float | None = None
-    min_qps: float = 0.01
-    max_qps: float = 1000.0
-    max_trials: int = 40
-    early_exit: bool = True  # stop trials certain to fail (an overloaded queue; the TBT limit, below)
-    # Also stop trials certain to miss the TBT limit. Off, those trials run to the end and keep
-    # their latency figures (plots of P99 TBT against QPS crossing the SLO); the verdicts and
-    # the capacity are the same either way.
-    tbt_early_exit: bool = True
-
-    def __post_init__(self) -> None:
-        if not 0 < self.rel_tol < 1:
-            raise ConfigError("capacity.rel_tol", f"must be in (0, 1), got {self.rel_tol}", "e.g. 0.025")
-        if self.qps_start is not None and not self.qps_start > 0:
-            raise ConfigError("capacity.qps_start", f"must be positive, got {self.qps_start}")
-        if not 0 < self.min_qps < self.max_qps:
-            raise ConfigError("capacity.min_qps", f"need 0 < min_qps < max_qps, got {self.min_qps}, {self.max_qps}")
-        if self.max_trials < 2:
-            raise ConfigError("capacity.max_trials", f"must be >= 2, got {self.max_trials}")
 
 
 @dataclass(frozen=True)

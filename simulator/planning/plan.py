@@ -64,7 +64,8 @@ from simulator.config.prices import GPUPrice, gpu_power_w, price_of
 from simulator.config.run_config import RunConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
-from simulator.planning.capacity import SLO, SearchSettings, find_capacity, run_trial
+from simulator.planning.capacity import SearchSettings, find_capacity, run_trial
+from simulator.planning.options import PLAN_REL_TOL, PlanSLO  # declared with the planner options
 from simulator.planning.split import fits
 from simulator.report.metrics import request_columns
 from simulator.workload.request import Status
@@ -73,33 +74,6 @@ MODES = ("agg", "disagg")
 CHUNKING = ("sarathi", "vllm-v1")  # schedulers whose token budget is a prompt chunk size
 PREFILL_MARGIN = 1.5  # the prefill pool's bound is one full-budget prompt's rate times this
 SHORT_TRIAL_TTFTS = 10  # trials whose arrivals span fewer TTFT limits than this are flagged as too short
-
-
-@dataclass(frozen=True)
-class PlanSLO:
-    """DistServe's goodput SLO: ``attainment`` of requests meet TTFT <= ``ttft_s`` and TPOT <= ``tpot_s``.
-    "P99 TTFT <= 2 s and P99 TPOT <= 50 ms" is read as 99% of requests meeting both (a joint
-    criterion: slightly stricter than the two percentiles apart)."""
-
-    ttft_s: float = 2.0
-    tpot_s: float = 0.05
-    attainment: float = 0.99
-
-    def __post_init__(self) -> None:
-        for name in ("ttft_s", "tpot_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"--{name.replace('_s', '').replace('_', '-')}-slo",
-                                  f"must be a positive number of seconds, got {value}")
-        if not 0 < self.attainment <= 1:
-            raise ConfigError("--attainment", f"must be a fraction in (0, 1], got {self.attainment}", "e.g. 0.99 for P99")
-
-    def capacity_slo(self) -> SLO:
-        return SLO(criterion="goodput", tbt_s=self.tpot_s, goodput_ttft_s=self.ttft_s, goodput_tpot_s=self.tpot_s,
-                   min_goodput=self.attainment)
-
-    def describe(self) -> str:
-        return f"{self.attainment:.0%} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s * 1e3:g}ms"
 
 
 @dataclass(frozen=True)
@@ -739,7 +713,7 @@ def verify(candidate: Candidate, base: RunConfig, load_qps: float, slo: PlanSLO,
 
 
 def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = SearchSpace(),  # noqa: B008, PLR0913
-         prices: dict[str, GPUPrice] | None = None, limits: Limits = Limits(), rel_tol: float = 0.05,  # noqa: B008
+         prices: dict[str, GPUPrice] | None = None, limits: Limits = Limits(), rel_tol: float = PLAN_REL_TOL,  # noqa: B008
          workers: int = 1, ray_address: str | None = None, out: Path | None = None, verify_fleet: bool = True,
          prune: bool = True, max_verify_rounds: int = 6, verify_requests_per_unit: int = 256,
          frontier_per_group: int = 3,
@@ -917,7 +891,7 @@ class MixNote:
                 f"answer's ${single:,.2f}/h (one GPU type for both halves apart: ${self.split_same_usd:,.2f}/h)")
 
 
-def mix_note(result: PlanResult, folder: Path, per_gpu: int = 2, rel_tol: float = 0.05) -> MixNote | None:
+def mix_note(result: PlanResult, folder: Path, per_gpu: int = 2, rel_tol: float = PLAN_REL_TOL) -> MixNote | None:
     """Split the plan's traffic at the median prompt + output length into a short and a long
     half (each half the load's share, Poisson, its own rows as a trace), search the capacity of
     the ``per_gpu`` cheapest searched layouts of each GPU type on each half, and price the

@@ -60,6 +60,7 @@ import pandas as pd
 from simulator.config.errors import ConfigError
 from simulator.config.options import RUN_OPTIONS, alias_of
 from simulator.config.run_config import RunConfig
+from simulator.planning.options import PLANNER_OPTIONS, SLO, SWEEP_KEYS, SearchSettings, slo_and_settings
 from simulator.report.output import check_format, jsonable, write_table
 from simulator.util.interrupts import WorkerPool, signals_blocked, signals_ignored, stop_on_signals
 from simulator.util.progress import StepProgress
@@ -68,30 +69,11 @@ MODES = ("run", "capacity")
 TOP_LEVEL_KEYS = ("mode", "base", "grid")
 CAPACITY_DEFAULT_NUM_REQUESTS = 2048
 
-# Point options beyond the run options: name -> (type, default, modes it applies to, help).
+# Point options beyond the run options: the planner's options (simulator.planning.options), by their
+# sweep-file key -> (type, default, modes it applies to, help).
 POINT_OPTIONS: dict[str, tuple[type, Any, tuple[str, ...], str]] = {
-    "tbt_slo": (float, 0.2, ("run", "capacity"), "TBT SLO (s): the capacity limit; goodput's per-request max TBT"),
-    "ttft_slo": (float, None, ("run", "capacity"), "TTFT SLO (s): capacity's optional TTFT limit; goodput's TTFT"),
-    "tbt_quantile": (float, 99.0, ("capacity",), "percentile of TBT held to tbt_slo"),
-    "sched_delay_slo": (float, 2.0, ("capacity",), "limit (s) on the scheduling-delay percentile"),
-    "sched_delay_quantile": (float, 50.0, ("capacity",), "percentile of scheduling delay"),
-    "ttft_quantile": (float, 99.0, ("capacity",), "percentile of TTFT held to ttft_slo"),
-    "min_goodput": (float, None, ("capacity",), "minimum goodput fraction"),
-    "goodput_ttft_slo": (float, 2.0, ("capacity",), "TTFT (s) a request must meet to count as goodput"),
-    "goodput_tpot_slo": (float, None, ("capacity",), "TPOT (s) a request must meet to count as goodput "
-                         "(default: its max TBT <= tbt_slo; criterion goodput: TPOT <= tbt_slo)"),
-    "criterion": (str, "tbt", ("capacity",), "tbt (Sarathi-Serve's limits) or goodput (DistServe: min_goodput, "
-                  "default 0.9, of requests meet goodput_ttft_slo and goodput_tpot_slo)"),
-    "num_seeds": (int, 1, ("capacity",), "independent searches (seeds seed..seed+n-1)"),
-    "rel_tol": (float, 0.025, ("capacity",), "bisection stops at this relative gap"),
-    "qps_start": (float, None, ("capacity",), "first trial's QPS (default: the qps option)"),
-    "min_qps": (float, 0.01, ("capacity",), "capacity 0 below this"),
-    "max_qps": (float, 1000.0, ("capacity",), "search ceiling"),
-    "max_trials": (int, 40, ("capacity",), "trials per seed at most"),
-    "early_exit": (bool, True, ("capacity",), "stop trials that are certain to fail"),
-    "tbt_early_exit": (bool, True, ("capacity",), "with early_exit, also stop trials certain to miss the TBT "
-                       "limit (off: they keep their latency figures)"),
-}
+    key: (PLANNER_OPTIONS[name].typ, PLANNER_OPTIONS[name].default, PLANNER_OPTIONS[name].sweep_modes,
+          PLANNER_OPTIONS[name].help) for key, name in SWEEP_KEYS.items()}
 
 
 @dataclass(frozen=True)
@@ -321,17 +303,8 @@ def _point_options(values: dict[str, Any], mode: str, where: str) -> dict[str, A
     return options
 
 
-def _slo_and_settings(options: dict[str, Any]):  # noqa: ANN202
-    from simulator.planning.capacity import SLO, SearchSettings
-
-    slo = SLO(tbt_s=options["tbt_slo"], tbt_quantile=options["tbt_quantile"], sched_delay_s=options["sched_delay_slo"],
-              sched_delay_quantile=options["sched_delay_quantile"], ttft_s=options["ttft_slo"],
-              ttft_quantile=options["ttft_quantile"], min_goodput=options["min_goodput"],
-              goodput_ttft_s=options["goodput_ttft_slo"], criterion=options["criterion"],
-              goodput_tpot_s=options["goodput_tpot_slo"])
-    settings = SearchSettings(rel_tol=options["rel_tol"], qps_start=options["qps_start"], min_qps=options["min_qps"],
-                              max_qps=options["max_qps"], max_trials=options["max_trials"],
-                              early_exit=options["early_exit"], tbt_early_exit=options["tbt_early_exit"])
+def _slo_and_settings(options: dict[str, Any]) -> tuple[SLO, SearchSettings]:
+    slo, settings = slo_and_settings({SWEEP_KEYS[key]: value for key, value in options.items()})
     if options["num_seeds"] < 1:
         raise ConfigError("num_seeds", f"must be >= 1, got {options['num_seeds']}")
     return slo, settings

@@ -1,0 +1,255 @@
+"""The planner's options, declared once: the SLO a trial must meet and how the search runs.
+
+:data:`PLANNER_OPTIONS` names every SLO and search option once: its name (the command-line flag
+``--tbt-slo`` and the sweep-file key ``tbt_slo``), the :class:`SLO` or :class:`SearchSettings`
+field it sets, its type, its help and which commands take it. Defaults are the dataclasses'.
+``simulate capacity`` (and ``simulate plan``, for the options it shares) get their typer
+parameters from it (:mod:`simulator.cli.planner_options`), and sweep files' capacity keys are
+parsed and checked against it (:mod:`simulator.planning.sweep`), so an option added here exists
+everywhere with the same name, default and meaning.
+
+Light on purpose: the CLI imports this module at start-up, so it loads no numpy, pandas or simpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.config.errors import ConfigError
+
+CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
+DEFAULT_GOODPUT_TARGET = 0.9  # DistServe: 90% of requests meet both SLOs
+@dataclass(frozen=True)
+class SLO:
+    """What a trial must meet. Limits in seconds, quantiles in percent (0, 100]."""
+
+    tbt_s: float = 0.2
+    tbt_quantile: float = 99.0
+    sched_delay_s: float = 2.0
+    sched_delay_quantile: float = 50.0
+    ttft_s: float | None = None  # optional limit on the ttft_quantile of TTFT
+    ttft_quantile: float = 99.0
+    min_goodput: float | None = None  # optional: share of requests meeting goodput_ttft_s and tbt_s
+    goodput_ttft_s: float = 2.0
+    # "tbt": Sarathi-Serve's limits above; "goodput": DistServe's share of requests meeting TTFT and TPOT.
+    criterion: str = "tbt"
+    # A good request's TPOT limit; None: its largest TBT gap <= tbt_s instead (criterion "goodput": tbt_s).
+    goodput_tpot_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.criterion not in CRITERIA:
+            raise ConfigError("slo.criterion", f"unknown criterion {self.criterion!r}", f"use one of {', '.join(CRITERIA)}")
+        if self.criterion == "goodput":  # DistServe's defaults: 90% of requests, TPOT held to the TBT limit
+            if self.min_goodput is None:
+                object.__setattr__(self, "min_goodput", DEFAULT_GOODPUT_TARGET)
+            if self.goodput_tpot_s is None:
+                object.__setattr__(self, "goodput_tpot_s", self.tbt_s)
+        if self.goodput_tpot_s is not None and not (math.isfinite(self.goodput_tpot_s) and self.goodput_tpot_s > 0):
+            raise ConfigError("slo.goodput_tpot_s", f"must be a positive number of seconds, got {self.goodput_tpot_s}")
+        for name in ("tbt_s", "sched_delay_s", "goodput_ttft_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}")
+        if self.ttft_s is not None and not (math.isfinite(self.ttft_s) and self.ttft_s > 0):
+            raise ConfigError("slo.ttft_s", f"must be a positive number of seconds, got {self.ttft_s}")
+        for name in ("tbt_quantile", "sched_delay_quantile", "ttft_quantile"):
+            value = getattr(self, name)
+            if not 0 < value <= 100:
+                raise ConfigError(f"slo.{name}", f"must be a percentile in (0, 100], got {value}", "e.g. 99 for P99")
+        if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
+            raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
+
+    @property
+    def good_request(self) -> str:
+        """What a request must meet to count in goodput."""
+        second = (f"TPOT <= {self.goodput_tpot_s:g}s" if self.goodput_tpot_s is not None
+                  else f"max TBT <= {self.tbt_s:g}s")
+        return f"TTFT <= {self.goodput_ttft_s:g}s, {second}"
+
+    def describe(self) -> str:
+        parts = [] if self.criterion == "goodput" else [
+            f"P{self.tbt_quantile:g} TBT <= {self.tbt_s:g}s",
+            f"P{self.sched_delay_quantile:g} scheduling delay <= {self.sched_delay_s:g}s"]
+        if self.ttft_s is not None:
+            parts.append(f"P{self.ttft_quantile:g} TTFT <= {self.ttft_s:g}s")
+        if self.min_goodput is not None:
+            parts.append(f"goodput >= {self.min_goodput:.0%} ({self.good_request})")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the bisection runs. ``qps_start=None`` starts from the config's ``workload.qps``."""
+
+    rel_tol: float = 0.025
+    qps_start: float | None = None
+    min_qps: float = 0.01
+    max_qps: float = 1000.0
+    max_trials: int = 40
+    early_exit: bool = True  # stop trials certain to fail (an overloaded queue; the TBT limit, below)
+    # Also stop trials certain to miss the TBT limit. Off, those trials run to the end and keep
+    # their latency figures (plots of P99 TBT against QPS crossing the SLO); the verdicts and
+    # the capacity are the same either way.
+    tbt_early_exit: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rel_tol < 1:
+            raise ConfigError("capacity.rel_tol", f"must be in (0, 1), got {self.rel_tol}", "e.g. 0.025")
+        if self.qps_start is not None and not self.qps_start > 0:
+            raise ConfigError("capacity.qps_start", f"must be positive, got {self.qps_start}")
+        if not 0 < self.min_qps < self.max_qps:
+            raise ConfigError("capacity.min_qps", f"need 0 < min_qps < max_qps, got {self.min_qps}, {self.max_qps}")
+        if self.max_trials < 2:
+            raise ConfigError("capacity.max_trials", f"must be >= 2, got {self.max_trials}")
+
+
+# A plan searches many layouts, each to this relative gap: coarser than one capacity search's.
+PLAN_REL_TOL = 0.05
+
+
+@dataclass(frozen=True)
+class PlanSLO:
+    """DistServe's goodput SLO: ``attainment`` of requests meet TTFT <= ``ttft_s`` and TPOT <= ``tpot_s``.
+    "P99 TTFT <= 2 s and P99 TPOT <= 50 ms" is read as 99% of requests meeting both (a joint
+    criterion: slightly stricter than the two percentiles apart)."""
+
+    ttft_s: float = 2.0
+    tpot_s: float = 0.05
+    attainment: float = 0.99
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "tpot_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"--{name.replace('_s', '').replace('_', '-')}-slo",
+                                  f"must be a positive number of seconds, got {value}")
+        if not 0 < self.attainment <= 1:
+            raise ConfigError("--attainment", f"must be a fraction in (0, 1], got {self.attainment}", "e.g. 0.99 for P99")
+
+    def capacity_slo(self) -> SLO:
+        return SLO(criterion="goodput", tbt_s=self.tpot_s, goodput_ttft_s=self.ttft_s, goodput_tpot_s=self.tpot_s,
+                   min_goodput=self.attainment)
+
+    def describe(self) -> str:
+        return f"{self.attainment:.0%} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s * 1e3:g}ms"
+
+
+
+SLO_PANEL = "SLO"
+SEARCH_PANEL = "Search"
+
+
+@dataclass(frozen=True)
+class PlannerOption:
+    """One planner option: what it sets, its type and help, and where it is taken.
+
+    ``sets`` is ``"slo.<field>"``, ``"search.<field>"`` or ``"plan.<field>"`` (the field of
+    :class:`SLO`, :class:`SearchSettings` or :class:`PlanSLO` whose default it takes), or ``""``
+    for an option of the search as a whole (its ``default`` is then given here). ``key`` is its
+    name in sweep files when that differs from the flag's (``--seeds`` is ``num_seeds`` there).
+    ``variants`` holds what differs where one command reads the same flag its own way (``simulate
+    plan``'s ``--ttft-slo`` is every request's limit, not a percentile's): command -> fields.
+    """
+
+    sets: str
+    typ: type
+    help: str
+    panel: str | None  # the --help panel; None: the command's plain options
+    commands: tuple[str, ...] = ("capacity",)  # CLI commands that take it as a flag
+    sweep_modes: tuple[str, ...] = ("capacity",)  # sweep modes whose files take it as a key
+    key: str | None = None
+    own_default: Any = None  # only for sets == ""
+    variants: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def for_command(self, command: str) -> PlannerOption:
+        """This option as ``command`` reads it."""
+        return dataclasses.replace(self, **self.variants[command]) if command in self.variants else self
+
+    @property
+    def default(self) -> Any:
+        if not self.sets:
+            return self.own_default
+        section, _, name = self.sets.partition(".")
+        holder = {"slo": SLO, "search": SearchSettings, "plan": PlanSLO}[section]
+        return next(f.default for f in dataclasses.fields(holder) if f.name == name)
+
+
+# Name (flag and sweep key) -> option. The order is the order of the commands' parameters.
+PLANNER_OPTIONS: dict[str, PlannerOption] = {
+    "tbt_slo": PlannerOption("slo.tbt_s", float, "TBT limit (s) on the --tbt-quantile of all TBT gaps.", SLO_PANEL,
+                             sweep_modes=("run", "capacity")),
+    "tbt_quantile": PlannerOption("slo.tbt_quantile", float, "Percentile of TBT held to --tbt-slo.", SLO_PANEL),
+    "sched_delay_slo": PlannerOption("slo.sched_delay_s", float, "Limit (s) on the scheduling-delay percentile.",
+                                     SLO_PANEL),
+    "sched_delay_quantile": PlannerOption("slo.sched_delay_quantile", float, "Percentile of scheduling delay.",
+                                          SLO_PANEL),
+    "ttft_slo": PlannerOption("slo.ttft_s", float, "Optional limit (s) on the --ttft-quantile of TTFT.", SLO_PANEL,
+                              commands=("capacity", "plan"), sweep_modes=("run", "capacity"),
+                              variants={"plan": {"sets": "plan.ttft_s", "help": "TTFT (s) a request must meet."}}),
+    "tpot_slo": PlannerOption("plan.tpot_s", float, "TPOT (s) a request must meet.", SLO_PANEL, commands=("plan",),
+                              sweep_modes=()),
+    "attainment": PlannerOption("plan.attainment", float, "Share of requests that must meet both (DistServe's "
+                                "goodput): 0.99 for P99.", SLO_PANEL, commands=("plan",), sweep_modes=()),
+    "ttft_quantile": PlannerOption("slo.ttft_quantile", float, "Percentile of TTFT held to --ttft-slo.", SLO_PANEL),
+    "min_goodput": PlannerOption("slo.min_goodput", float, "Optional: minimum share of requests with TTFT <= "
+                                 "--goodput-ttft-slo and max TBT <= --tbt-slo (TPOT <= --goodput-tpot-slo where "
+                                 "given); with --criterion goodput, the target (default 0.9).", SLO_PANEL),
+    "goodput_ttft_slo": PlannerOption("slo.goodput_ttft_s", float, "TTFT (s) a request must meet to count in goodput.",
+                                      SLO_PANEL),
+    "goodput_tpot_slo": PlannerOption("slo.goodput_tpot_s", float, "TPOT (s) a request must meet to count in goodput "
+                                      "(default: its max TBT <= --tbt-slo; with --criterion goodput, TPOT <= "
+                                      "--tbt-slo).", SLO_PANEL),
+    "criterion": PlannerOption("slo.criterion", str, "What a trial must meet: tbt (Sarathi-Serve: P99 TBT and P50 "
+                               "scheduling delay limits) or goodput (DistServe: --min-goodput of requests meet both "
+                               "--goodput-ttft-slo and --goodput-tpot-slo).", SLO_PANEL),
+    "seeds": PlannerOption("", int, "Independent searches (seeds seed..seed+n-1); the spread is reported.",
+                           SEARCH_PANEL, key="num_seeds", own_default=1),
+    "rel_tol": PlannerOption("search.rel_tol", float, "Stop bisecting at this relative gap.", SEARCH_PANEL,
+                             commands=("capacity", "plan"),
+                             variants={"plan": {"sets": "", "own_default": PLAN_REL_TOL, "panel": None,
+                                                "help": "Each capacity search stops at this relative gap."}}),
+    "qps_start": PlannerOption("search.qps_start", float, "First trial's QPS (default: --qps).", SEARCH_PANEL),
+    "min_qps": PlannerOption("search.min_qps", float, "Report capacity 0 below this QPS.", SEARCH_PANEL),
+    "max_qps": PlannerOption("search.max_qps", float, "Search ceiling.", SEARCH_PANEL),
+    "max_trials": PlannerOption("search.max_trials", int, "Trials per seed at most.", SEARCH_PANEL),
+    "early_exit": PlannerOption("search.early_exit", bool, "Stop trials that are certain to fail (same verdicts, "
+                                "sooner).", SEARCH_PANEL),
+    "tbt_early_exit": PlannerOption("search.tbt_early_exit", bool, "With --early-exit, also stop trials certain to "
+                                    "miss the TBT limit; off, they keep their latency figures.", SEARCH_PANEL),
+}
+
+# Sweep-file key -> option name (the options a sweep file may hold).
+SWEEP_KEYS: dict[str, str] = {option.key or name: name for name, option in PLANNER_OPTIONS.items()
+                              if option.sweep_modes}
+
+
+def options_of(command: str) -> list[str]:
+    """The planner options ``command`` takes as flags, in table order."""
+    return [name for name, option in PLANNER_OPTIONS.items() if command in option.commands]
+
+
+def fields_set(command: str, values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Option ``values`` (by name) as ``command`` reads them: section -> dataclass field -> value."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        option = PLANNER_OPTIONS[name].for_command(command)
+        if option.sets:
+            section, _, field = option.sets.partition(".")
+            out.setdefault(section, {})[field] = value
+    return out
+
+
+def slo_and_settings(values: Mapping[str, Any]) -> tuple[SLO, SearchSettings]:
+    """The capacity SLO and search settings that option ``values`` (by name; missing ones at
+    their defaults) set. Raises the dataclasses' :class:`ConfigError` for an invalid value."""
+    fields = fields_set("capacity", values)
+    return SLO(**fields.get("slo", {})), SearchSettings(**fields.get("search", {}))
+
+
+def plan_slo(values: Mapping[str, Any]) -> PlanSLO:
+    """The plan's SLO that option ``values`` (by name) set."""
+    return PlanSLO(**fields_set("plan", values).get("plan", {}))

@@ -108,7 +108,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     if reporter is not None:
         reporter.start("simulating", num_requests)
     recorder_class = Recorder if record_iterations else TallyRecorder
-    client = ClosedLoopClient(config.workload.concurrency) if config.workload.concurrency is not None else None
+    client = ClosedLoopClient.of(config.workload)
     if sessions:
         assert objects is not None  # never partitioned
         client = SessionClient(objects, table.session_id, table.think_s)

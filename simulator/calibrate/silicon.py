@@ -192,12 +192,15 @@ def _nodes(tp: int, num_gpus: int) -> dict[str, Any]:
 
 def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None = None, budget: int = DEFAULT_BUDGET,
                range_ratio: float = 0.0, engine: str | None = None, cost_model: str | None = None,
-               kv_link: str = "infiniband-400g", extra: dict[str, Any] | None = None) -> RunConfig:
+               kv_link: str = "infiniband-400g", warmup_mode: str = "steady",
+               extra: dict[str, Any] | None = None) -> RunConfig:
     """A closed-loop run of one silicon row (a row of :func:`read_silicon`'s frame, as
     ``itertuples`` gives it): ``concurrency`` users, one warm-up request each, then
     ``requests_per_user`` measured requests each (at most ``max_requests`` in all, warm-up
     included), lengths banded by ``range_ratio`` around ISL/OSL (0: exactly the nominal
-    lengths). ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels). Raises
+    lengths). ``warmup_mode``: ``steady`` (the warm-up is the loop's first requests) or
+    ``drain`` (a phase of its own, then every user sends at once, as AIPerf and vllm bench
+    run it; :mod:`simulator.engine.closed_loop`). ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels). Raises
     :class:`Unexpressible` with the reason."""
     from simulator.config.catalog import get_model
     from simulator.config.run_config import RunConfig
@@ -219,6 +222,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
         "workload__arrival": "burst", "workload__num_requests": total,
         "workload__concurrency": concurrency, "workload__num_warmup": warmup, "workload__range_ratio": range_ratio,
+        "workload__warmup_mode": warmup_mode,
     }
     if row.mode == "agg":
         tp, pp, adp, ep = _layout(row, "", is_moe)

@@ -165,6 +165,9 @@ def cache_key(config: Any) -> str:
     for section, names in _KEY_FIELDS.items():
         sec = getattr(config, section)
         parts += [f"{n}={getattr(sec, n, None)!r}" for n in names]
+    mode = getattr(config.workload, "warmup_mode", "steady")
+    if mode != "steady":  # named only when not the default, so caches built before the field stay valid
+        parts.append(f"warmup_mode={mode!r}")
     return hashlib.sha256(";".join(parts).encode()).hexdigest()[:20]
 
 

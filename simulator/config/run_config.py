@@ -32,6 +32,7 @@ from simulator.config.topology import build_topology
 SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
+WARMUP_MODES = ("steady", "drain")  # a closed loop's warm-up: inline, or a phase drained before the measured one
 ROUTERS = ("round_robin", "least_outstanding", "random", "prefix_aware", "session")  # simulator.engine.routers
 DEFAULT_ENGINE = "vllm-2023-splitwise"  # engine preset (simulator.costmodel.engine_model.ENGINES)
 # The preset names, here so a config validates without importing the cost models (numpy);
@@ -316,6 +317,10 @@ class WorkloadConfig:
     concurrency: int | None = None
     num_warmup: int = 0  # the first requests sent, left out of the figures (vLLM's --num-warmups)
     range_ratio: float = 0.0  # fixed/random lengths drawn in [len*(1-r), len*(1+r)], as vllm bench's
+    # How the warm-up precedes the measured requests in a closed loop (simulator.engine.closed_loop):
+    # "steady" = the first num_warmup requests of the same loop; "drain" = a phase of its own, run to
+    # completion, then every user sends at once (AIPerf --warmup-request-count, vllm bench --num-warmups).
+    warmup_mode: str = "steady"
 
     def __post_init__(self) -> None:
         if self.arrival not in ARRIVALS:
@@ -345,6 +350,13 @@ class WorkloadConfig:
         if not 0 <= self.num_warmup < self.num_requests:
             raise ConfigError("workload.num_warmup", f"must be in [0, num_requests={self.num_requests}), got "
                               f"{self.num_warmup}", "pass --num-warmup below --num-requests")
+        if self.warmup_mode not in WARMUP_MODES:
+            raise ConfigError("workload.warmup_mode", f"unknown value {self.warmup_mode!r}",
+                              f"use one of {', '.join(WARMUP_MODES)}")
+        if self.warmup_mode == "drain" and (self.concurrency is None or self.num_warmup == 0):
+            raise ConfigError("workload.warmup_mode", "'drain' separates a closed loop's warm-up phase from its "
+                              "measured phase, so it needs both", "give a concurrency and num_warmup > 0, or "
+                              "warmup_mode 'steady'")
         if not 0 <= self.range_ratio < 1:
             raise ConfigError("workload.range_ratio", f"must be in [0, 1), got {self.range_ratio}",
                               "e.g. --random-range-ratio 0.1 for lengths within 10% of --prompt-tokens/--output-tokens")

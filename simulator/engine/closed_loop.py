@@ -22,6 +22,16 @@ ends at its first finished request, the only instant a new request can be sent.
 
 Completions reach the process through the run's recorder (:func:`notifying`): every finished
 or refused request frees its user's slot at that simulated instant.
+
+**Warm-up phases** (``workload.warmup_mode``). With ``steady`` (the default) the warm-up requests
+are simply the first ``num_warmup`` of the same loop: the measured requests are sent as users
+free up, so the measured phase begins in whatever rhythm the warm-up left. The benchmark clients
+instead run the warm-up as a phase of its own (AIPerf's ``--warmup-request-count``, ``vllm bench
+serve --num-warmups``): with ``drain`` the first measured request is held until every warm-up
+request has ended (none in flight), and the measured phase then starts from an idle server with
+all users sending at that instant (as many as the concurrency allows, in order). Either way no
+more than ``concurrency`` requests are ever in flight, and the warm-up requests stay out of the
+figures (the metrics drop the first ``num_warmup`` request ids).
 """
 
 from __future__ import annotations
@@ -42,17 +52,31 @@ class ClosedLoopClient:
 
     Invariant: ``num_in_flight`` (sent and neither finished nor refused) never exceeds
     ``concurrency``; ``max_in_flight`` records the largest value it took.
+
+    ``drain_before``: the index of the first request held until none is in flight (the first
+    measured request under ``warmup_mode="drain"``); None: never held. ``measured_at`` is the
+    instant that request was sent (NaN until then).
     """
 
-    __slots__ = ("concurrency", "num_in_flight", "max_in_flight", "_wakeup")
+    __slots__ = ("concurrency", "drain_before", "measured_at", "num_in_flight", "max_in_flight", "_wakeup")
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, drain_before: int | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
+        self.drain_before = drain_before if drain_before else None  # 0 warm-up requests: nothing to drain
+        self.measured_at = math.nan
         self.num_in_flight = 0
         self.max_in_flight = 0
         self._wakeup: simpy.Event | None = None
+
+    @classmethod
+    def of(cls, workload: Any) -> ClosedLoopClient | None:
+        """The client of a run's ``WorkloadConfig``; None for an open loop."""
+        if workload.concurrency is None:
+            return None
+        drain = workload.num_warmup if getattr(workload, "warmup_mode", "steady") == "drain" else None
+        return cls(workload.concurrency, drain)
 
     def done(self, num: int) -> None:
         """``num`` requests finished or were refused now: their users are free again."""
@@ -63,16 +87,20 @@ class ClosedLoopClient:
 
     def arrivals(self, env: simpy.Environment, requests: Sequence[Request], cluster: Any) -> Iterator[simpy.Event]:
         """The SimPy process: send each request once it is ready and a user is free."""
-        for req in requests:
+        for i, req in enumerate(requests):
             ready_at = req.arrival_at
             if ready_at > env.now:
                 cluster.next_arrival_at = ready_at
                 yield env.timeout(ready_at - env.now)
-            while self.num_in_flight >= self.concurrency:
+            # The measured phase starts once the warm-up phase has drained (warmup_mode "drain").
+            limit = 1 if i == self.drain_before else self.concurrency
+            while self.num_in_flight >= limit:
                 cluster.next_arrival_at = math.inf  # unknown: the next completion
                 self._wakeup = env.event()
                 yield self._wakeup
             self._wakeup = None
+            if i == self.drain_before:
+                self.measured_at = env.now
             self.num_in_flight += 1
             if self.num_in_flight > self.max_in_flight:
                 self.max_in_flight = self.num_in_flight

@@ -379,8 +379,7 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
     env = simpy.Environment()
     if reporter is not None:
         reporter.start("simulating", len(requests))
-    concurrency = config.workload.concurrency  # closed loop: users send as requests end (engine.closed_loop)
-    client = ClosedLoopClient(concurrency) if concurrency is not None else None
+    client = ClosedLoopClient.of(config.workload)  # closed loop: users send as requests end (engine.closed_loop)
     recorder = make_recorder(Recorder, client, on_progress=reporter.update if reporter else None,
                              report_every=max(1, len(requests) // 200))
     cluster = DisaggCluster(env, config, layout, recorder, router_rng, len(requests))

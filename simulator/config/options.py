@@ -83,6 +83,9 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "concurrency": ("workload__concurrency", int, "Closed loop: N users, each sending its next request when its last "
                     "ends (vLLM's --max-concurrency with --request-rate inf; with --qps, a cap on requests in flight)."),
     "num_warmup": ("workload__num_warmup", int, "The first requests sent, left out of every figure (warm-up)."),
+    "warmup_mode": ("workload__warmup_mode", str, "Closed loop: steady (the warm-up is the loop's first requests) or "
+                    "drain (a phase of its own, run to completion, then every user sends at once, as AIPerf and "
+                    "vllm bench serve run it)."),
     "range_ratio": ("workload__range_ratio", float, "Fixed lengths banded: each drawn uniformly in [len x (1-r), "
                     "len x (1+r)], as vllm bench's random dataset."),
     "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),

@@ -142,7 +142,7 @@ PUBLISHED = {
 def test_new_entries_match_published_counts_and_name_a_source(name: str) -> None:
     m = MODELS[name]
     assert m.num_params / 1e9 == pytest.approx(PUBLISHED[name][0], rel=0.02)
-    assert "config.json" in m.source and name == name.lower()
+    assert "config.json" in m.source and m.name == name
 
 
 def test_llama_33_is_not_llama_31() -> None:

@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
+from simulator.config.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -93,6 +94,7 @@ def test_bad_path_is_one_line_exit_2_within_a_second(places: dict[str, str], arg
 
 def test_plot_run_does_not_blame_config(places: dict[str, str]) -> None:
     res = runner.invoke(app, ["plot", "run", places["file"]])
+    assert isinstance(res.exception, ConfigError)  # refused, and for its own argument
     assert "--config" not in str(res.exception)
 
 

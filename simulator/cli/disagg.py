@@ -16,7 +16,7 @@ import typer
 
 from simulator.cli.app import app, console, fail
 from simulator.cli.capacity import default_option
-from simulator.cli.options import run_options
+from simulator.cli.options import parse_ints, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
@@ -41,16 +41,6 @@ OUT_PLOT = Annotated[Path | None, typer.Option(help="Folder for results.csv, tri
                                                     "(comparison.png/.svg).")]
 # What --out holds (an earlier one is replaced whole).
 SPLIT_FILES = ("results.csv", "trials.csv", "summary.json", "comparison.png", "comparison.svg")
-
-
-def _ints(text: str, field: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(field, f"expected comma-separated integers, got {text!r}", "e.g. 1,2,4,8") from None
-    if not values or min(values) <= 0:
-        raise ConfigError(field, f"expected positive integers, got {text!r}", "e.g. 1,2,4,8")
-    return values
 
 
 def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, ANN202
@@ -140,7 +130,7 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
     from simulator.planning.split import GoodputSLO, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
-    candidates = [("disagg", c) for c in split_candidates(config, gpus, _ints(tps, "tps"))]
+    candidates = [("disagg", c) for c in split_candidates(config, gpus, parse_ints(tps, "tps"))]
     results = _search(candidates, slo, qps_start, workers)
     _report(config, results, slo, out, f"prefill/decode splits of {gpus} GPUs", plot=False)
 
@@ -157,8 +147,8 @@ def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: T
     from simulator.planning.split import GoodputSLO, aggregated_candidates, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
-    tp_list = _ints(tps, "tps")
-    candidates = aggregated_candidates(config, gpus, tp_list, _ints(taus, "taus"))
+    tp_list = parse_ints(tps, "tps")
+    candidates = aggregated_candidates(config, gpus, tp_list, parse_ints(taus, "taus"))
     candidates += [("disagg", c) for c in split_candidates(config, gpus, tp_list)]
     results = _search(candidates, slo, qps_start, workers)
     _report(config, results, slo, out, f"aggregated vs disaggregated on {gpus} GPUs", plot=True)

@@ -56,6 +56,17 @@ def default_text(name: str, base: RunConfig | None = None) -> str | None:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def parse_ints(text: str, flag: str) -> tuple[int, ...]:
+    """A comma-separated list of positive integers (``--tps 1,2,4``), or a one-line error naming ``flag``."""
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(flag, f"expected comma-separated integers, got {text!r}", "e.g. 1,2,4,8") from None
+    if not values or min(values) <= 0:
+        raise ConfigError(flag, f"expected positive integers, got {text!r}", "e.g. 1,2,4,8")
+    return values
+
+
 def parse_workers(text: str, auto: Callable[[], int]) -> int:
     """``--workers``: a positive integer, or ``auto``, which ``auto()`` turns into one (what
     the command can use of this machine's CPUs and memory)."""

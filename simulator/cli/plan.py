@@ -16,7 +16,7 @@ import typer
 from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
 from simulator.cli.capacity import default_option
-from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
+from simulator.cli.options import WORKERS_METAVAR, parse_ints, parse_workers, run_options
 from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
@@ -27,16 +27,6 @@ from simulator.util.progress import StepProgress
 
 SPACE_PANEL = "Search space"
 COST_PANEL = "Cost and limits"
-
-
-def _ints(text: str, flag: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(flag, f"expected comma-separated integers, got {text!r}", "e.g. 1,2,4,8") from None
-    if not values:
-        raise ConfigError(flag, "is empty", "e.g. 1,2,4,8")
-    return values
 
 
 def _names(text: str | None) -> tuple[str, ...]:
@@ -92,9 +82,9 @@ def plan(
     table = parse_price_flags(price, table)
     slo = plan_slo(planner)
     rel_tol = planner["rel_tol"]
-    space = SearchSpace(gpus=_names(gpus), modes=_names(modes), tps=_ints(tps, "--tps"), pps=_ints(pps, "--pps"),
-                        dtypes=_names(dtypes), budgets=_ints(budgets, "--budgets"), max_num_seqs=_ints(seqs, "--seqs"),
-                        attention_dps=_ints(attention_dps, "--attention-dps"), ratios=_ratios(ratios))
+    space = SearchSpace(gpus=_names(gpus), modes=_names(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
+                        dtypes=_names(dtypes), budgets=parse_ints(budgets, "--budgets"), max_num_seqs=parse_ints(seqs, "--seqs"),
+                        attention_dps=parse_ints(attention_dps, "--attention-dps"), ratios=_ratios(ratios))
     if launch not in (None, "vllm", "sglang"):
         raise ConfigError("--launch", f"unknown engine {launch!r}", "use vllm or sglang")
     from simulator.config.resources import auto_workers

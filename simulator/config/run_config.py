@@ -214,11 +214,6 @@ class ReplicaConfig:
         return kv_bytes_per_element(self.kv_cache_dtype, self.dtype_bytes)
 
     @property
-    def fp8_compute(self) -> bool:
-        """GEMMs run on FP8 tensor cores: FP8 weights on a GPU that has them (else weight-only dequant)."""
-        return self.dtype == "fp8" and self.gpu_spec.fp8_flops > 0
-
-    @property
     def effective_max_model_len(self) -> int:
         return self.max_model_len or self.model_spec.max_model_len
 

@@ -323,12 +323,12 @@ class EngineCostModel(CostModel):
         # Whether the kernels' decode attention is a fitted rms form, or None where stretches are
         # priced per iteration (the forms the kernel class declares: CostModel.STRETCH_FORMS).
         forms = stretch_forms(kernels)
-        self._kernels_learned = self._stretch_kernels_learned()
-        # _chunk_stretch's plain floats: kernels that declare them, with full attention (a learned
-        # model's chunks would be priced one by one, and its extrapolations counted per iteration).
+        self._kernels_learned = self._stretch_kernels_learned(forms)
+        # _chunk_stretch's plain floats: kernels that declare them and whose attention has the form
+        # (RooflineCostModel.chunk_terms_ok; a learned model's chunks would be priced one by one,
+        # and its extrapolations counted per iteration).
         self.fast_chunk_stretches = ("chunk-terms" in forms and "decode-terms" in forms
-                                     and not getattr(kernels, "mla", False)
-                                     and not getattr(kernels, "sliding_fraction", 0.0))
+                                     and getattr(kernels, "chunk_terms_ok", False))
 
     @property
     def num_extrapolations(self) -> int:
@@ -421,9 +421,7 @@ class EngineCostModel(CostModel):
         if not self._stretch_ok or not self.fast_chunk_stretches:  # roofline kernels, full attention
             return None
         k = self.kernels
-        prefill = k.prefill_attention_list(chunk, kv_before, m)
-        if prefill is None:  # no plain-float form (e.g. a calibration with a prefill ramp): the generic path
-            return None
+        prefill = k.prefill_attention_list(chunk, kv_before, m)  # has its form: fast_chunk_stretches says so
         if n:  # attention_decode's float ops (decode_attention_terms); none without decodes: 0.0
             kvb, per_token, bandwidth, per_seq, kernel_floor = k.decode_attention_terms(n)  # type: ignore[misc]
             decode = [(kv * kvb + per_token) / bandwidth + per_seq + kernel_floor
@@ -464,13 +462,13 @@ class EngineCostModel(CostModel):
                 return None
         return times
 
-    def _stretch_kernels_learned(self) -> bool | None:
+    @staticmethod
+    def _stretch_kernels_learned(forms: frozenset[str]) -> bool | None:
         """Whether the kernel class declares a fitted rms decode attention (True: a learned
         model), or a closed form of another kind (False: terms or a piecewise-linear curve);
         None where stretches are priced per iteration. No type checks: any kernel model that
         declares its forms (:attr:`CostModel.STRETCH_FORMS`) and gives their terms is priced
         fast, and the first stretches of every instance are checked against the scalar path."""
-        forms = stretch_forms(self.kernels)
         if "decode-rms" in forms:
             return True
         if forms & {"decode-terms", "decode-curve"}:

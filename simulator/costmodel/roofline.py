@@ -89,6 +89,9 @@ class RooflineCostModel(TabulatedCostModel):
         self.sliding_fraction = m.num_sliding_layers / m.num_layers
         self.sliding_window = m.sliding_window
         self.mla = m.is_mla  # checked once per attention call: keep it a plain attribute
+        # Whether a prompt's successive chunks have prefill_attention_list's plain-float form: full
+        # attention (no MLA, no sliding window) without a prefill efficiency ramp.
+        self.chunk_terms_ok = not (self.mla or self.sliding_fraction or self.cal.attn_prefill_half_keys)
 
     # -- primitive pricing -------------------------------------------------------------
     def _tp_link_bandwidth(self) -> float:
@@ -202,7 +205,7 @@ class RooflineCostModel(TabulatedCostModel):
         """:meth:`attention_prefill` of one ``chunk``-token chunk over ``kv_before`` cached
         tokens, then ``chunk`` more each iteration (a prompt's successive chunks), in plain
         floats with the scalar path's operations; None for MLA and sliding-window attention."""
-        if self.mla or self.sliding_fraction or self.cal.attn_prefill_half_keys:
+        if not self.chunk_terms_ok:
             return None
         c, g = self.cal, self.gpu
         # _attention_prefill's terms, its constant factors evaluated once in the same order.

@@ -90,6 +90,9 @@ def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConf
                               num_nodes=1, block_size=target.block_size, draft=model)
 
 
+_SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))  # SpecBatchShape.of, per step
+
+
 @dataclass(slots=True)
 class SpecBatchShape(BatchShape):
     """A batch shape with the speculating requests' sums (the drafter's cost reads them).
@@ -107,7 +110,7 @@ class SpecBatchShape(BatchShape):
     @classmethod
     def of(cls, shape: BatchShape) -> SpecBatchShape:
         """A copy of ``shape`` with no speculating requests yet."""
-        return cls(**{f.name: getattr(shape, f.name) for f in dataclasses.fields(BatchShape)})
+        return cls(**{name: getattr(shape, name) for name in _SHAPE_FIELDS})
 
     def add_verify(self, k: int, context: int) -> None:
         """One request verifying ``k`` drafts after ``context`` cached tokens (its last token is

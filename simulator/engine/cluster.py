@@ -150,6 +150,7 @@ class Cluster:
             self.cost_models.append(cost)
             self.replicas.append(make_replica(env, replica_id, scheduler, cost, recorder, config,
                                               horizon, skipping=skipping, straddle=straddle))
+        self._caches = [r.scheduler.blocks for r in self.replicas]  # what cache-aware routers read (never replaced)
 
     def _next_arrival_at(self) -> float:
         return self.next_arrival_at
@@ -160,8 +161,7 @@ class Cluster:
             return
         outstanding = [r.num_outstanding for r in self.replicas]
         if self._reads_request:
-            index = self.router(outstanding, self._step, self.rng, req=req,
-                                caches=[r.scheduler.blocks for r in self.replicas], memo=self._router_memo)
+            index = self.router(outstanding, self._step, self.rng, req=req, caches=self._caches, memo=self._router_memo)
         else:
             index = self.router(outstanding, self._step, self.rng)
         self._step += 1

@@ -194,6 +194,8 @@ class SpeculativeMixin:
     def complete(self, batch: Batch, now: float) -> list[Request]:
         """:meth:`Scheduler.complete`, with verify entries (a decode of ``1 + k`` tokens) emitting
         ``1 + a`` tokens at ``now`` and freeing their rejected slots."""
+        if not isinstance(batch.shape, SpecBatchShape):  # no verify entry: _add_decodes made none
+            return super().complete(batch, now)  # type: ignore[misc]
         requests, num_tokens = batch.requests, batch.num_tokens
         verify = [j for j, (r, n) in enumerate(zip(requests, num_tokens, strict=True))
                   if n > 1 and r.num_generated and r.num_prompt_tokens + r.num_generated - r.num_computed == 1]

@@ -307,22 +307,12 @@ def result_json(result: RunResult, metrics: dict[str, Any], cols: dict[str, np.n
 
 
 def save_result(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` as JSON (NaN and infinity as null), through a temporary file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_plain(document), indent=2) + "\n")
-    tmp.replace(path)
+    """Write ``document`` as JSON (NaN and infinity as null), whole or not at all."""
+    from simulator.report.output import jsonable
+    from simulator.util.paths import atomic_file
 
-
-def _plain(value: Any) -> Any:
-    """``value`` with NaN and infinite floats as None (JSON has neither)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(jsonable(document), indent=2) + "\n")
 
 
 def check_result_path(path: Path) -> None:

@@ -52,7 +52,7 @@ import numpy as np
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.aic import tables as T
-from simulator.costmodel.aic.interp import Grid2D, anchored, isotonic, loglog
+from simulator.costmodel.aic.interp import Grid2D, anchored, isotonic, loglog, loglog_scalar
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.moe import mla_projections, moe_token_ops
 from simulator.costmodel.roofline import RooflineCostModel
@@ -416,13 +416,7 @@ class TableCostModel(TabulatedCostModel):
             b = num_prefills
             edge = self.rf._attention_prefill(b * top * (top + 1) / 2, b * top, int(b * top))
             return ys[-1] * self.rf._attention_prefill(pairs, num_prefills * isl, int(num_prefills * isl)) / edge
-        la = math.log(isl) if isl > 0 else lx[0]
-        if la <= lx[0]:
-            return ys[0]
-        j = bisect_right(lx, la) - 1
-        if la == lx[j]:
-            return ys[j]
-        return math.exp(ly[j] + (la - lx[j]) / (lx[j + 1] - lx[j]) * (ly[j + 1] - ly[j]))
+        return loglog_scalar(lx, ly, ys, isl)
 
     def attention_prefill(self, shape: BatchShape) -> float:
         if shape.num_prefills == 0:

@@ -39,7 +39,7 @@ from simulator.engine.cluster import (
     run_to_end,
 )
 from simulator.engine.records import Recorder, TallyRecorder
-from simulator.engine.sessions import SessionClient, session_recorder
+from simulator.engine.sessions import SessionClient
 from simulator.fast import partitioned as partitioned_runs
 from simulator.fast.replica import SkippingReplica
 from simulator.util.progress import RunProgress
@@ -112,11 +112,8 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     if sessions:
         assert objects is not None  # never partitioned
         client = SessionClient(objects, table.session_id, table.think_s)
-        recorder = session_recorder(recorder_class, client, on_progress=reporter.update if reporter else None,
-                                    report_every=max(1, num_requests // 200))
-    else:
-        recorder = make_recorder(recorder_class, client, on_progress=reporter.update if reporter else None,
-                                 report_every=max(1, num_requests // 200))
+    recorder = make_recorder(recorder_class, client, on_progress=reporter.update if reporter else None,
+                             report_every=max(1, num_requests // 200))
     own_reporter = reporter is not progress
     stopped: str | None = None
     partitioned = None

@@ -85,6 +85,10 @@ class ClosedLoopClient:
         if wakeup is not None and not wakeup.triggered:
             wakeup.succeed()  # the sender resumes at this instant, after the event that freed it
 
+    def ended(self, finished: Sequence[Request]) -> None:
+        """The recorder's call (:func:`notifying`): ``finished`` ended now, answered or refused."""
+        self.done(len(finished))
+
     def arrivals(self, env: simpy.Environment, requests: Sequence[Request], cluster: Any) -> Iterator[simpy.Event]:
         """The SimPy process: send each request once it is ready and a user is free."""
         for i, req in enumerate(requests):
@@ -111,22 +115,23 @@ class ClosedLoopClient:
 
 @functools.cache
 def notifying(recorder_class: type[Recorder]) -> type[Recorder]:
-    """``recorder_class`` that also tells a client (its ``client`` attribute) of every finished
-    or refused request. One class per base, so the hot path's calls stay plain method calls."""
+    """``recorder_class`` that also tells a client (its ``client`` attribute: anything with
+    ``ended(requests)``, a :class:`ClosedLoopClient` or a sessions client) of every finished or
+    refused request. One class per base, so the hot path's calls stay plain method calls."""
 
     def on_finish(self: Any, finished: list[Request]) -> None:
         recorder_class.on_finish(self, finished)
-        self.client.done(len(finished))
+        self.client.ended(finished)
 
     def on_reject(self: Any, req: Request) -> None:
         recorder_class.on_reject(self, req)
-        self.client.done(1)
+        self.client.ended((req,))
 
     return type(f"Notifying{recorder_class.__name__}", (recorder_class,),
                 {"__slots__": ("client",), "on_finish": on_finish, "on_reject": on_reject})
 
 
-def make_recorder(recorder_class: type[Recorder], client: ClosedLoopClient | None, **kwargs: Any) -> Recorder:
+def make_recorder(recorder_class: type[Recorder], client: Any, **kwargs: Any) -> Recorder:
     """A recorder of ``recorder_class`` (``kwargs`` as its constructor's) that frees ``client``'s
     users as requests end; a plain one without a client."""
     if client is None:

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simulator.engine.records import Recorder
 from simulator.workload.request import Request
 
 
@@ -85,27 +84,3 @@ class SessionClient:
             self.num_sent += 1
             cluster.submit(req)
         cluster.next_arrival_at = math.inf
-
-
-@functools.cache
-def notifying(recorder_class: type[Recorder]) -> type[Recorder]:
-    """``recorder_class`` that also tells a :class:`SessionClient` (its ``client`` attribute)
-    of every finished or refused request."""
-
-    def on_finish(self: Any, finished: list[Request]) -> None:
-        recorder_class.on_finish(self, finished)
-        self.client.ended(finished)
-
-    def on_reject(self: Any, req: Request) -> None:
-        recorder_class.on_reject(self, req)
-        self.client.ended((req,))
-
-    return type(f"Session{recorder_class.__name__}", (recorder_class,),
-                {"__slots__": ("client",), "on_finish": on_finish, "on_reject": on_reject})
-
-
-def session_recorder(recorder_class: type[Recorder], client: SessionClient, **kwargs: Any) -> Recorder:
-    """A recorder of ``recorder_class`` (``kwargs`` as its constructor's) that tells ``client`` of ends."""
-    recorder = notifying(recorder_class)(**kwargs)
-    recorder.client = client  # type: ignore[attr-defined]
-    return recorder

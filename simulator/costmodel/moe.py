@@ -186,9 +186,8 @@ def mla_attention_prefill(rf: RooflineCostModel, pairs: float, kv_tokens: float,
     # Up-projecting the cached context (kv_lora -> heads * (nope + v)) for every chunk.
     flops += 2.0 * kv_tokens * m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
     nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_tokens * heads * qk * rf.dtype_bytes
-    return (max(flops / (g.bf16_flops * c.prefill_compute_eff(pairs, num_tokens, mla=True)),
-                nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
-            + c.attn_floor)
+    return (max(flops / (g.bf16_flops * rf.mla_eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
+            + rf.attn_floor)
 
 
 def mla_attention_decode(rf: RooflineCostModel, kv_tokens: float, num_decodes: int) -> float:
@@ -197,5 +196,5 @@ def mla_attention_decode(rf: RooflineCostModel, kv_tokens: float, num_decodes: i
     heads = rf.heads_per_gpu
     flops = 2.0 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * kv_tokens
     nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_decodes * heads * (m.kv_lora_rank + m.qk_rope_head_dim) * rf.dtype_bytes
-    return (max(flops / (g.bf16_flops * c.mla_eff), nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff))
-            + num_decodes * c.attn_decode_per_seq_s + c.attn_floor)
+    return (max(flops / (g.bf16_flops * rf.mla_eff), nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff))
+            + num_decodes * c.attn_decode_per_seq_s + rf.attn_floor)

@@ -92,6 +92,10 @@ class RooflineCostModel(TabulatedCostModel):
         # Whether a prompt's successive chunks have prefill_attention_list's plain-float form: full
         # attention (no MLA, no sliding window) without a prefill efficiency ramp.
         self.chunk_terms_ok = not (self.mla or self.sliding_fraction or self.cal.attn_prefill_half_keys)
+        # The calibration's derived attention constants, read once (attention is priced every step).
+        self.attn_floor = self.cal.attn_floor
+        self.mla_eff = self.cal.mla_eff
+        self.prefill_ramp = bool(self.cal.attn_prefill_half_keys)
 
     # -- primitive pricing -------------------------------------------------------------
     def _tp_link_bandwidth(self) -> float:
@@ -197,9 +201,9 @@ class RooflineCostModel(TabulatedCostModel):
         c, g, d, db = self.cal, self.gpu, self.model.head_dim, self.dtype_bytes
         flops = 4.0 * self.heads_per_gpu * d * pairs
         nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_tokens * self.q_per_gpu * db
-        return (max(flops / (g.bf16_flops * c.prefill_compute_eff(pairs, num_tokens)),
-                    nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
-                + c.attn_floor)
+        eff = c.prefill_compute_eff(pairs, num_tokens) if self.prefill_ramp else c.attn_prefill_compute_eff
+        return (max(flops / (g.bf16_flops * eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
+                + self.attn_floor)
 
     def prefill_attention_list(self, chunk: int, kv_before: int, num_iterations: int) -> list[float] | None:
         """:meth:`attention_prefill` of one ``chunk``-token chunk over ``kv_before`` cached
@@ -212,7 +216,7 @@ class RooflineCostModel(TabulatedCostModel):
         head = 4.0 * self.heads_per_gpu * self.model.head_dim  # flops = head * pairs
         compute = g.bf16_flops * c.attn_prefill_compute_eff
         kvb, query = self.kv_bytes_per_token, 2 * chunk * self.q_per_gpu * self.dtype_bytes
-        bandwidth, floor, half = g.hbm_bytes_per_s * c.gemm_memory_eff, c.attn_floor, chunk * (chunk + 1) / 2
+        bandwidth, floor, half = g.hbm_bytes_per_s * c.gemm_memory_eff, self.attn_floor, chunk * (chunk + 1) / 2
         return [(f if (f := head * (chunk * p + half) / compute) > (b := ((p + chunk) * kvb + query) / bandwidth)
                  else b) + floor
                 for p in range(kv_before, kv_before + chunk * num_iterations, chunk)]
@@ -233,7 +237,7 @@ class RooflineCostModel(TabulatedCostModel):
         c, g = self.cal, self.gpu
         nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_decodes * self.q_per_gpu * self.dtype_bytes
         return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
-                + num_decodes * c.attn_decode_per_seq_s + c.attn_floor)
+                + num_decodes * c.attn_decode_per_seq_s + self.attn_floor)
 
     def decode_attention_terms(self, n: int) -> tuple[float, float, float, float, float] | None:
         """Decode attention of ``n`` sequences holding ``kv`` KV tokens in all, as
@@ -244,7 +248,7 @@ class RooflineCostModel(TabulatedCostModel):
             return None
         c, g = self.cal, self.gpu
         return (self.kv_bytes_per_token, 2 * n * self.q_per_gpu * self.dtype_bytes,
-                g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * c.attn_decode_per_seq_s, c.attn_floor)
+                g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * c.attn_decode_per_seq_s, self.attn_floor)
 
     def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
                                 kv_maxes: np.ndarray) -> np.ndarray | None:
@@ -254,7 +258,7 @@ class RooflineCostModel(TabulatedCostModel):
             return None
         c, g = self.cal, self.gpu
         nbytes = kv_sums * self.kv_bytes_per_token + 2 * n * self.q_per_gpu * self.dtype_bytes
-        return nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * c.attn_decode_per_seq_s + c.attn_floor
+        return nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * c.attn_decode_per_seq_s + self.attn_floor
 
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:

@@ -439,10 +439,15 @@ class TableCostModel(TabulatedCostModel):
         """Decode attention of ``n`` sequences as a piecewise-linear function of their total KV
         tokens ``x``: ``f(x) = fs[j] + (x - xs[j]) * slopes[j]`` with ``j = bisect_right(xs, x) - 1``
         (``xs[0] = 0``). The scalar path evaluates exactly this; a stretch pricer may too."""
+        c = self._decode_curve(n)
+        return c[0], c[1], c[2]
+
+    def _decode_curve(self, n: int) -> tuple[list[float], list[float], list[float], float]:
+        """(knots, values, slopes, limit) of ``n`` decodes' attention, built once per ``n``."""
         c = self._decode_curves.get(n)
         if c is None:
             c = self._decode_curves[n] = self._build_decode_curve(n)
-        return c[0], c[1], c[2]
+        return c
 
     def _curve(self, grid: Grid2D | None, n: int) -> tuple[list[float], list[float], list[float], float]:
         """(knots, values, slopes, largest measured KV length) of ``n`` decodes from ``grid``
@@ -504,10 +509,7 @@ class TableCostModel(TabulatedCostModel):
         n = shape.num_decodes
         if n == 0:
             return 0.0
-        c = self._decode_curves.get(n)
-        if c is None:
-            c = self._decode_curves[n] = self._build_decode_curve(n)
-        xs, fs, slopes, limit = c
+        xs, fs, slopes, limit = self._decode_curve(n)
         x = shape.decode_kv_tokens
         j = bisect_right(xs, x) - 1
         if shape.decode_max_kv > limit and not self._quiet:
@@ -524,7 +526,7 @@ class TableCostModel(TabulatedCostModel):
     def count_stretch(self, n: int, kv_max: int, num_iterations: int) -> None:
         """Count the extrapolations the scalar path would over a decode stretch (a fast path
         prices the stretch quietly): iteration ``i`` has a sequence of ``kv_max + i`` tokens."""
-        limit = self._decode_curves[n][3] if n in self._decode_curves else self._build_decode_curve(n)[3]
+        limit = self._decode_curve(n)[3]
         if math.isinf(limit):  # no table edge (a sliding window caps the KV read): never an extrapolation
             first_over = num_iterations
         else:

@@ -509,7 +509,7 @@ class TableCostModel(TabulatedCostModel):
         n = shape.num_decodes
         if n == 0:
             return 0.0
-        xs, fs, slopes, limit = self._decode_curve(n)
+        xs, fs, slopes, limit = self._decode_curves.get(n) or self._decode_curve(n)  # per step: no call when cached
         x = shape.decode_kv_tokens
         j = bisect_right(xs, x) - 1
         if shape.decode_max_kv > limit and not self._quiet:

@@ -412,3 +412,16 @@ def test_llama3_70b_speeds_up_at_low_load_and_slows_at_high() -> None:
     assert tpot0 / tpot1 > 1.1
     (_, thr0), (_, thr1) = figures(10.0, None), figures(10.0, spec)
     assert thr1 / thr0 < 0.95
+
+
+def test_speculation_says_prefix_caching_is_off() -> None:
+    """A speculating replica has no prefix cache: vllm-v1's default caching is off in the config
+    (so the header and config.json say what ran), and asking for both is one line."""
+    from simulator.config.run_config import RunConfig
+
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=3, acceptance_rates=(0.6,))
+    assert RunConfig(scheduler=SchedulerConfig("vllm-v1")).scheduler.prefix_cache is not None
+    config = RunConfig(scheduler=SchedulerConfig("vllm-v1"), speculative=spec)
+    assert config.scheduler.prefix_cache is None and config.scheduler.prefix_caching is False
+    with pytest.raises(ConfigError, match="scheduler.prefix_caching"):
+        RunConfig(scheduler=SchedulerConfig("vllm-v1", prefix_caching=True), speculative=spec)

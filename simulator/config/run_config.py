@@ -394,6 +394,14 @@ class RunConfig:
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
             raise ConfigError("speculative", f"must be a SpeculativeConfig or None, got {type(self.speculative).__name__}",
                               "build it with SpeculativeConfig(...) or --speculative-config")
+        if self.speculative is not None and self.scheduler.prefix_caching is not False:
+            # A speculating replica's KV cache is a plain block manager (engine.speculative): say so in
+            # the config (and so in the header and config.json) rather than run without it silently.
+            if self.scheduler.prefix_caching:
+                raise ConfigError("scheduler.prefix_caching", "prefix caching with speculative decoding is not "
+                                  "modelled yet", "drop --prefix-caching, or speculation")
+            if self.scheduler.prefix_cache is not None:  # on by the scheduler's default (vllm-v1)
+                object.__setattr__(self, "scheduler", dataclasses.replace(self.scheduler, prefix_caching=False))
         _positive("cluster", "num_replicas", self.num_replicas, flag="--replicas")
         if self.prefill_pool is not None or self.decode_pool is not None or self.mixed_pool is not None:
             from simulator.config.disagg_layout import canonical_pool, layout_of

@@ -251,3 +251,6 @@ def test_expert_parallelism_changes_the_collectives_the_engine_counts():
     assert costs[1].collective_s == pytest.approx(costs[0].collective_s * 129 / 65)
     # a dense model is unaffected by an ep setting it cannot use
     assert num_collectives(ReplicaConfig("llama-2-70b", "h100-sxm", tp=8)) == 2 * 80 + 1
+    # attention DP without EP: an all-gather and a reduce-scatter replace each MoE layer's all-reduce
+    dp = ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=4, attention_dp=2)
+    assert num_collectives(dp) == 2 * 32 + 1 + 32

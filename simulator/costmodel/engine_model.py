@@ -253,13 +253,16 @@ def num_collectives(replica: ReplicaConfig) -> int:
     """TP collectives in one forward pass: per layer two all-reduces (one for parallel
     attention/MLP blocks), plus the LM head's vocab gather; none without TP. Under expert
     parallelism a MoE layer's MLP all-reduce becomes a dispatch and a combine all-to-all and
-    an all-gather (as the roofline prices it: :func:`simulator.costmodel.moe.ep_all_to_all`)."""
+    an all-gather, and under attention DP without EP an all-gather and a reduce-scatter (as the
+    roofline prices them: :func:`simulator.costmodel.moe.ep_all_to_all`)."""
     if replica.tp <= 1:
         return 0
     m = replica.model_spec
     count = (1 if m.parallel_attn_mlp else 2) * m.num_layers + 1
     if m.is_moe and replica.ep > 1:
         count += 2 * m.num_moe_layers
+    elif m.is_moe and replica.attention_dp > 1:  # an all-gather and a reduce-scatter instead of the all-reduce
+        count += m.num_moe_layers
     return count
 
 

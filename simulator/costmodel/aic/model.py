@@ -552,7 +552,9 @@ class TableCostModel(TabulatedCostModel):
         num_all_reduce = 1 if m.parallel_attn_mlp else 2
         num_norms = 1 if m.parallel_attn_mlp else 2
         dense = self.dense_fraction
-        if m.is_moe and self.replica.ep > 1:
+        # As the roofline: EP (or attention-DP) layers swap the MLP all-reduce for all-to-alls (or a
+        # gather and scatter), which ep_all_to_all below prices.
+        if m.is_moe and (self.replica.ep > 1 or self.replica.attention_dp > 1):
             num_all_reduce -= 1.0 - dense
         if m.is_mla:
             qkv, out_proj = mla_projections(self, t)

@@ -23,7 +23,7 @@ from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.planning.options import SEARCH_PANEL, slo_and_settings
-from simulator.report.output import jsonable
+from simulator.util.jsonio import jsonable
 from simulator.util.paths import atomic_dir, check_in_dir, check_in_file, check_out_dir, check_out_file
 from simulator.util.progress import StepProgress
 from simulator.util.text import count

@@ -61,8 +61,9 @@ from simulator.config.errors import ConfigError
 from simulator.config.options import RUN_OPTIONS, alias_of
 from simulator.config.run_config import RunConfig
 from simulator.planning.options import PLANNER_OPTIONS, SLO, SWEEP_KEYS, SearchSettings, slo_and_settings
-from simulator.report.output import check_format, jsonable, write_table
+from simulator.report.output import check_format, write_table
 from simulator.util.interrupts import WorkerPool, signals_blocked, signals_ignored, stop_on_signals
+from simulator.util.jsonio import jsonable
 from simulator.util.progress import StepProgress
 
 MODES = ("run", "capacity")

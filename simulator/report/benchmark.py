@@ -308,7 +308,7 @@ def result_json(result: RunResult, metrics: dict[str, Any], cols: dict[str, np.n
 
 def save_result(path: Path, document: dict[str, Any]) -> None:
     """Write ``document`` as JSON (NaN and infinity as null), whole or not at all."""
-    from simulator.report.output import jsonable
+    from simulator.util.jsonio import jsonable
     from simulator.util.paths import atomic_file
 
     with atomic_file(path) as tmp:

@@ -10,13 +10,13 @@ back with ``simulate run --config`` to reproduce the run bit for bit).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.config.errors import ConfigError
+from simulator.util.jsonio import jsonable
 
 if TYPE_CHECKING:  # pandas and the engine load when something is written, not on import
     import pandas as pd
@@ -24,16 +24,6 @@ if TYPE_CHECKING:  # pandas and the engine load when something is written, not o
     from simulator.engine.cluster import RunResult
 
 FORMATS = ("parquet", "csv")
-
-
-def jsonable(value: Any) -> Any:
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return value
 
 
 def check_format(fmt: str) -> None:

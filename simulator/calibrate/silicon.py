@@ -123,9 +123,27 @@ def _int(value: Any, default: int | None = None) -> int | None:
     return int(value)
 
 
+# Models of the sample whose architecture the simulator's model form cannot express (so they are
+# not in the catalog): what is missing, from their config.json as AIConfigurator keeps it
+# (ai-dynamo/aiconfigurator src/aiconfigurator/model_configs/).
+UNMODELLED = {
+    "qwen/qwen3.5-397b-a17b": (
+        "Qwen3.5-397B-A17B is a hybrid: 45 of its 60 layers are linear attention (Gated DeltaNet, "
+        "layer_types 'linear_attention'; a recurrent state, no KV cache), which the simulator does not model "
+        "(AIConfigurator's linear_attention kernel tables are not in the shared subset either)"),
+    "zhipuai/glm-5": (
+        "GLM-5 (glm_moe_dsa) uses DeepSeek Sparse Attention (MLA whose lightning indexer picks the top "
+        "index_topk=2048 keys per query), which the simulator does not model (nor are AIConfigurator's "
+        "sparse_attention kernel tables in the shared subset)"),
+}
+UNMODELLED["zai-org/glm-5"] = UNMODELLED["zhipuai/glm-5"]
+
+
 def _model(model_path: str) -> str:
     from simulator.config.catalog import get_model
 
+    if model_path.lower() in UNMODELLED:
+        raise Unexpressible(f"model {model_path} not modelled: {UNMODELLED[model_path.lower()]}")
     try:
         return get_model(model_path).name
     except ConfigError:

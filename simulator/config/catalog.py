@@ -72,6 +72,31 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
               num_shared_experts=1, sliding_window=8192, num_sliding_layers=36,
               aliases=("meta-llama/Llama-4-Scout-17B-16E-Instruct",),
               source="meta-llama/Llama-4-Scout-17B-16E config.json text_config"),
+    # Kimi-K2.5: DeepSeek-V3's text architecture (MLA, 1 dense layer then MoE with 1 shared expert)
+    # at 64 heads and 384 routed experts. Shape from its config.json text_config as AIConfigurator
+    # keeps it: ai-dynamo/aiconfigurator src/aiconfigurator/model_configs/moonshotai--Kimi-K2.5_config.json
+    # (61 layers, hidden 7168, 64 heads, intermediate 18432, vocab 163840, 262144 positions, 384 experts
+    # top-8 of width 2048, n_shared_experts 1, first_k_dense_replace 1, q_lora 1536, kv_lora 512,
+    # qk_nope 128, qk_rope 64, v 128, tie_word_embeddings false). The MoonViT vision tower (text rows
+    # never run it) is left out.
+    ModelSpec("kimi-k2.5", "moonshotai/Kimi-K2.5", 61, 7168, 64, 64, 18432, 163840, 262144,
+              num_experts=384, num_experts_per_tok=8, expert_ffn_size=2048, num_shared_experts=1,
+              num_dense_layers=1, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+              v_head_dim=128,
+              source="moonshotai/Kimi-K2.5 config.json text_config (via ai-dynamo/aiconfigurator "
+                     "src/aiconfigurator/model_configs/moonshotai--Kimi-K2.5_config.json); language model only"),
+    # MiniMax-M2.5: full softmax attention on every layer (attn_type_list all 1), GQA 48/8 with
+    # head_dim 128 (not hidden / heads = 64), 256 routed experts top-8 of width 1536 on all 62 layers,
+    # no shared expert (shared_intermediate_size 0), vocab 200064, 196608 positions, untied
+    # embeddings. Source: the MiniMax-M2 series config.json (MiniMaxM2ForCausalLM; MiniMax-AI/
+    # MiniMax-M2.5 docs/transformers_deploy_guide.md: M2, M2.1 and M2.5 differ only in the model name),
+    # as published for MiniMax-M2.1 (HF QuixiAI/MiniMax-M2.1-bf16 config.json) and for M2.5's derived
+    # configs (HF tiny-random/minimax-m2.5 config.json: 256 experts, top-8, vocab 200064, 196608
+    # positions); the M2.5 repository's own config.json was not readable here. Partial RoPE (64 of
+    # 128 dims) and QK-norm cost next to nothing and are not modelled; the 3 MTP modules are not served.
+    ModelSpec("minimax-m2.5", "MiniMaxAI/MiniMax-M2.5", 62, 3072, 48, 8, 1536, 200064, 196608,
+              explicit_head_dim=128, num_experts=256, num_experts_per_tok=8, expert_ffn_size=1536,
+              source="MiniMax-M2 series config.json (MiniMaxM2ForCausalLM), see the comment above"),
 )
 
 _MODELS: tuple[ModelSpec, ...] = (

@@ -42,9 +42,9 @@ from profiler.schema import (
     read_table,
     with_achieved,
 )
-from profiler.shapes import ShardedShapes, load_model
+from profiler.shapes import ShardedShapes
 from profiler.work import comm_work
-from simulator.config.catalog import ModelSpec
+from simulator.config.catalog import ModelSpec, get_model
 from simulator.config.errors import ConfigError
 
 FLUSH_EVERY_S = 2.0
@@ -122,7 +122,7 @@ class ProfileConfig:
 
     @property
     def model_spec(self) -> ModelSpec:
-        return load_model(self.model)
+        return get_model(self.model)  # catalog entry or config.json, by the simulator's one reader
 
     @property
     def effective_max_tokens(self) -> int:

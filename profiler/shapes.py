@@ -1,8 +1,12 @@
 """Model shapes as one GPU of a tensor-parallel group sees them.
 
-A model comes from the catalog (:func:`simulator.config.catalog.get_model`) or from a Hugging
-Face style ``config.json`` given by path. :class:`ShardedShapes` then derives the GEMM
-and attention shapes a TP rank really runs (Megatron sharding, as vLLM does it):
+A model is whatever :func:`simulator.config.catalog.get_model` returns for ``--model``: a catalog
+entry, or a Hugging Face ``config.json`` (file or folder) read by the simulator's own strict reader,
+:mod:`simulator.config.hf_config`. There is no second parser here, so a config the simulator
+refuses is refused here too, and a profiled shape is the shape the simulator prices (spec name
+included: the path as given, which ``simulate fit`` resolves back to the same spec).
+:class:`ShardedShapes` then derives the GEMM and attention shapes a TP rank really runs (Megatron
+sharding, as vLLM does it):
 
 * QKV projection ``[T, h] x [h, (heads/tp + 2 * kv_heads_per_rank) * head_dim]`` with
   ``kv_heads_per_rank = max(1, kv_heads / tp)`` (KV heads are replicated when
@@ -11,83 +15,21 @@ and attention shapes a TP rank really runs (Megatron sharding, as vLLM does it):
 * MLP up/gate ``[T, h] x [h, (2 if gated else 1) * ffn/tp]``, down ``[T, ffn/tp] x [.., h]``;
 * embedding and LM head vocab-parallel: ``ceil(vocab / tp)`` rows per rank.
 
-``tp`` must divide the attention heads and the FFN width, and KV heads must divide by
-``tp`` or ``tp`` by them; anything else is a :class:`~simulator.config.errors.ConfigError`.
+The heads rule is the simulator's own (:func:`simulator.config.specs.tp_shard_problem`): ``tp``
+must divide the attention heads, and KV heads must divide by ``tp`` or ``tp`` by them. The
+profiler adds one condition of its own, because it allocates real tensors: ``tp`` must divide the
+FFN width (no catalog model at a TP the heads rule allows breaks it). Anything else is a
+:class:`~simulator.config.errors.ConfigError`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from simulator.config.catalog import ModelSpec, get_model
+from simulator.config.catalog import ModelSpec
 from simulator.config.errors import ConfigError
 from simulator.config.specs import tp_shard_problem
-
-# HF ``model_type`` values whose MLP is a plain two-matrix GeLU block with LayerNorm.
-_UNGATED_MODEL_TYPES = {"phi", "gpt2", "gpt_neox", "gptj", "falcon", "opt", "bloom", "gpt_bigcode", "starcoder2"}
-_PARALLEL_BLOCK_MODEL_TYPES = {"phi", "falcon", "gptj"}
-
-
-def load_model(name_or_path: str) -> ModelSpec:
-    """A catalog model by name / HF id, or a ``config.json`` (file or folder) by path."""
-    path = Path(name_or_path)
-    if path.is_dir():
-        path = path / "config.json"
-    if path.suffix == ".json" or path.is_file():
-        return model_from_hf_config(path)
-    return get_model(name_or_path)
-
-
-def model_from_hf_config(path: str | Path) -> ModelSpec:
-    """Parse the fields servesim needs from a Hugging Face ``config.json``."""
-    path = Path(path)
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError("model", f"no such config file {path}", "pass a catalog name or an HF config.json") from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise ConfigError("model", f"cannot parse {path} as JSON: {err}") from None
-    if not isinstance(cfg, dict):
-        raise ConfigError("model", f"{path} is not a JSON object")
-
-    def pick(*keys: str, default: int | None = None) -> int:
-        for key in keys:
-            if cfg.get(key) is not None:
-                return int(cfg[key])
-        if default is None:
-            raise ConfigError("model", f"{path} has none of {list(keys)}", "pass an HF-style config.json")
-        return default
-
-    hidden = pick("hidden_size", "n_embd", "d_model")
-    heads = pick("num_attention_heads", "n_head")
-    kv_heads = pick("num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
-    if cfg.get("multi_query") and "num_kv_heads" not in cfg and "n_head_kv" not in cfg:
-        kv_heads = 1
-    model_type = str(cfg.get("model_type", "")).lower()
-    gated = model_type not in _UNGATED_MODEL_TYPES
-    ffn = pick("intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim", default=4 * hidden)
-    act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu"))).lower()
-    name = str(cfg.get("_name_or_path") or path.parent.name or path.stem)
-    return ModelSpec(
-        name=name,
-        hf_id=name,
-        num_layers=pick("num_hidden_layers", "n_layer", "num_layers"),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        ffn_size=ffn,
-        vocab_size=pick("vocab_size"),
-        max_model_len=pick("max_position_embeddings", "n_positions", "max_sequence_length", default=4096),
-        gated_mlp=gated,
-        activation="gelu" if "gelu" in act else "silu",
-        norm="layernorm" if not gated else "rmsnorm",
-        parallel_attn_mlp=model_type in _PARALLEL_BLOCK_MODEL_TYPES or bool(cfg.get("parallel_attn", False)),
-        rotary=model_type not in {"gpt2", "opt", "bloom", "gpt_bigcode"},
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-    )
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from profiler.grid import Point, decode_grid, token_grid
 from profiler.runner import ProfileConfig, resolve_ops
 from profiler.schema import ALL_OPS, COLUMNS, COMM_OPS, KEY_COLUMNS, METADATA_FILE, OP_FAMILIES, TABLE_FILE, read_table
-from profiler.shapes import ShardedShapes, load_model
+from profiler.shapes import ShardedShapes
 from simulator.config.catalog import get_model
 from simulator.config.errors import ConfigError
 
@@ -64,23 +64,27 @@ def test_tp_not_dividing_heads_is_a_config_error(tp: int) -> None:
 
 def test_hf_config_path_is_parsed(tmp_path: Path) -> None:
     path = tiny_config(tmp_path, num_key_value_heads=1)
-    m = load_model(str(path))
+    m = ProfileConfig(model=str(path), out=tmp_path / "out").model_spec
     assert (m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_size, m.vocab_size, m.max_model_len) == \
         (256, 4, 1, 512, 1000, 1024)
-    assert m.gated_mlp and m.name == "tiny-test"
+    # The simulator's naming: the path as given is the name (so `simulate fit` finds it again).
+    assert m.gated_mlp and m.name == str(path) and m.hf_id == "tiny-test"
     # A folder holding config.json works too.
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(path.read_text())
-    assert load_model(str(tmp_path / "m")).hidden_size == 256
+    assert ProfileConfig(model=str(tmp_path / "m"), out=tmp_path / "out").model_spec.hidden_size == 256
 
 
 def test_bad_hf_config_is_a_config_error(tmp_path: Path) -> None:
     bad = tmp_path / "config.json"
-    bad.write_text(json.dumps({"hidden_size": 64}))
+    bad.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64}))
     with pytest.raises(ConfigError, match="num_attention_heads"):
-        load_model(str(bad))
-    with pytest.raises(ConfigError, match="no such config"):
-        load_model(str(tmp_path / "missing.json"))
+        ProfileConfig(model=str(bad), out=tmp_path / "out")
+    bad.write_text(json.dumps({"hidden_size": 64}))  # no model_type: refused, not guessed to be a Llama
+    with pytest.raises(ConfigError, match="model_type"):
+        ProfileConfig(model=str(bad), out=tmp_path / "out")
+    with pytest.raises(ConfigError, match="no config file"):
+        ProfileConfig(model=str(tmp_path / "missing.json"), out=tmp_path / "out")
 
 
 def test_token_grid_is_dense_then_geometric_up_to_max() -> None:
@@ -153,7 +157,7 @@ def test_large_gemm_time_grows_with_tokens() -> None:
     from profiler.timing import BenchSettings, bench
 
     torch.set_num_threads(1)
-    spec = load_model("llama-2-7b")
+    spec = get_model("llama-2-7b")
     shapes = ShardedShapes(spec, 8)  # mlp_up_gate: [T, 4096] x [4096, 2752]
     settings = BenchSettings(warmup=1, min_repeats=3, max_repeats=5, target_s=0.05)
     times = []
@@ -166,8 +170,8 @@ def test_large_gemm_time_grows_with_tokens() -> None:
 
 # -- full runs -------------------------------------------------------------------------------
 def test_quick_run_covers_every_op_family_with_the_schema(tmp_path: Path) -> None:
-    cfg = ProfileConfig(model=str(tiny_config(tmp_path)), out=tmp_path / "out", quick=True, max_tokens=64,
-                        num_threads=1)
+    path = tiny_config(tmp_path)
+    cfg = ProfileConfig(model=str(path), out=tmp_path / "out", quick=True, max_tokens=64, num_threads=1)
     summary = run_profile_quiet(cfg)
     table = summary.table
     assert tuple(table.columns) == COLUMNS
@@ -175,7 +179,7 @@ def test_quick_run_covers_every_op_family_with_the_schema(tmp_path: Path) -> Non
     assert not table.duplicated(list(KEY_COLUMNS)).any()
     assert (table["median_s"] > 0).all() and (table["p20_s"] <= table["median_s"]).all()
     assert (table["median_s"] <= table["p80_s"]).all() and (table["repeats"] >= 1).all()
-    assert set(table["model"]) == {"tiny-test"} and set(table["device"]) == {"cpu"}
+    assert set(table["model"]) == {str(path)} and set(table["device"]) == {"cpu"}
     comm = table[table["op"].isin(COMM_OPS)]
     assert set(comm["world_size"]) == {2} and set(comm["backend"]) == {"gloo"}
     assert (comm["message_bytes"] == comm["num_tokens"] * 256 * 4).all()  # float32: the CPU default
@@ -186,7 +190,7 @@ def test_quick_run_covers_every_op_family_with_the_schema(tmp_path: Path) -> Non
     decode = table[table["op"] == "attn_decode"]
     assert (decode["context_len_max"] > decode["context_len"]).any()  # mixed batches are there
     meta = json.loads((tmp_path / "out" / METADATA_FILE).read_text())
-    assert meta["complete"] is True and meta["model"] == "tiny-test"
+    assert meta["complete"] is True and meta["model"] == str(path)
     env = meta["environment"]
     for key in ("torch_version", "device_name", "device_count", "date", "git_revision", "command_line",
                 "num_threads", "driver_version", "cuda_version"):
@@ -233,7 +237,7 @@ def test_folder_with_another_models_table_is_refused(tmp_path: Path) -> None:
     before = run_profile_quiet(cfg).table
     other = ProfileConfig(model=str(tiny_config(tmp_path, name="other-model")), out=out, quick=True, max_tokens=8,
                           ops=("mlp_act",), num_threads=1)
-    with pytest.raises(ConfigError, match="holds a profile of tiny-test"):
+    with pytest.raises(ConfigError, match="holds a profile of .*tiny-test.json"):
         run_profile_quiet(other)
     pd.testing.assert_frame_equal(read_table(out / TABLE_FILE), before)
 
@@ -305,3 +309,17 @@ def test_profiler_imports_without_torch() -> None:
             "assert 'torch' not in sys.modules, 'torch imported eagerly'")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert res.returncode == 0, res.stderr
+
+
+def test_cli_profile_of_a_config_json_fits_without_naming_the_model(tmp_path: Path) -> None:
+    # The table records the spec's name (the path as given), which `simulate fit` resolves with the
+    # same reader; the profiler's old parser wrote `_name_or_path`, which fit could not find.
+    path = str(tiny_config(tmp_path))
+    out = tmp_path / "o"
+    prof = run_cli("profile", "--model", path, "--quick", "--max-tokens", "8", "--ops", "linear", "--threads", "1",
+                   "--no-progress", "--out", str(out))
+    assert prof.returncode == 0, prof.stderr
+    fit = run_cli("fit", "--profile", str(out / TABLE_FILE), "--out", str(tmp_path / "fit.json"))
+    assert fit.returncode == 0, fit.stderr
+    artifact = json.loads((tmp_path / "fit.json").read_text())
+    assert artifact["model"] == path and "qkv_proj" in artifact["curves"]

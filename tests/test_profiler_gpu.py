@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.gpu,
 from profiler.grid import Point  # noqa: E402
 from profiler.runner import ProfileConfig, run_profile  # noqa: E402
 from profiler.schema import COLUMNS, COMM_OPS, METADATA_FILE  # noqa: E402
-from profiler.shapes import ShardedShapes, load_model  # noqa: E402
+from profiler.shapes import ShardedShapes  # noqa: E402
+from simulator.config.catalog import get_model  # noqa: E402
 
 
 def tiny_config(tmp_path: Path) -> Path:
@@ -49,7 +50,7 @@ def test_cuda_gemm_time_grows_with_tokens() -> None:
     from profiler.ops import make_case
     from profiler.timing import BenchSettings, bench
 
-    shapes = ShardedShapes(load_model("llama-3-8b"), 1)
+    shapes = ShardedShapes(get_model("llama-3-8b"), 1)
     times = [bench(make_case(Point("mlp_up_gate", tp=1, num_tokens=t), shapes, "bfloat16", "cuda").fn,
                    device="cuda", settings=BenchSettings(target_s=0.05)).median_s for t in (1024, 4096, 16384)]
     assert times[0] < times[1] < times[2], times

@@ -3,7 +3,9 @@
 ``--model PATH`` (a ``config.json`` or a folder holding one; no network) builds a
 :class:`~simulator.config.catalog.ModelSpec` from the fields a serving simulator needs: layers, hidden
 size, heads / KV heads / head dim, FFN width, vocabulary, context length, tied embeddings,
-sliding-window layers, mixture-of-experts fields and multi-head latent attention fields.
+sliding-window layers, mixture-of-experts fields and multi-head latent attention fields. It is the
+one reader: ``simulate profile --model PATH`` comes here too (through ``catalog.get_model``), so the
+profiler times the shapes the simulator prices and refuses what it refuses.
 
 Families read (``model_type``): dense ``llama``, ``mistral``, ``qwen2``, ``qwen3``; MoE
 ``mixtral``, ``qwen3_moe``, ``gpt_oss``, ``llama4`` / ``llama4_text`` (the text model of a

@@ -54,6 +54,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from simulator.config.run_config import ReplicaConfig
+    from simulator.config.specs import ModelSpec
     from simulator.costmodel.roofline import RooflineCostModel
 
 MOE_TOKEN_OPS = ("moe_router", "moe_experts", "moe_act", "moe_shared_experts", "ep_all_to_all")
@@ -106,6 +108,30 @@ def expected_experts_touched(num_tokens: np.ndarray | float, num_experts: int, t
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** n)
 
 
+def uses_moe_collectives(replica: ReplicaConfig) -> bool:
+    """Whether a MoE layer swaps the MLP's TP all-reduce for :func:`ep_all_to_all`'s collectives
+    (dispatch and combine under EP, gather and scatter under attention DP): the rule every cost
+    model applies when it counts a layer's all-reduces."""
+    return replica.ep > 1 or replica.attention_dp > 1
+
+
+def routed_experts(model: ModelSpec, replica: ReplicaConfig, tokens: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where one GPU's routed-expert work comes from, for ``tokens`` per rank (vectorised):
+    ``(group, experts_here, per_expert)``. ``group``: tokens entering the routed experts (every
+    attention-DP rank's: ``tokens * attention_dp``); ``experts_here``: the touched experts this GPU
+    holds (``touched / ep``; each a ``1 / moe_tp`` slice of a whole expert); ``per_expert``: the
+    busiest expert's tokens, ``moe_imbalance * group * k / touched``."""
+    t = np.asarray(tokens, dtype=np.float64)
+    k, ep = model.num_experts_per_tok, replica.ep
+    group = t * replica.attention_dp  # tokens entering the routed experts: every DP rank's (t itself without DP)
+    experts_here = expected_experts_touched(group, model.num_experts, k) / ep
+    assignments = group * k / ep
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_expert = np.where(experts_here > 0, replica.moe_imbalance * assignments / experts_here, 0.0)
+    return group, experts_here, per_expert
+
+
 def moe_token_ops(rf: RooflineCostModel, tokens: np.ndarray) -> dict[str, np.ndarray]:
     """Per-MoE-layer seconds of each expert op on one GPU, vectorised over token counts."""
     m, r, c, g = rf.model, rf.replica, rf.cal, rf.gpu
@@ -113,11 +139,8 @@ def moe_token_ops(rf: RooflineCostModel, tokens: np.ndarray) -> dict[str, np.nda
     h, k, num_e, ep, db, wb = m.hidden_size, m.num_experts_per_tok, m.num_experts, r.ep, rf.dtype_bytes, rf.weight_bytes
     f_local = m.expert_ffn_size // r.moe_tp
     up_mult = 2 if m.gated_mlp else 1
-    group = t * r.attention_dp  # tokens entering the routed experts: every DP rank's (t itself without DP)
-    touched = expected_experts_touched(group, num_e, k) / ep  # on this GPU
+    group, touched, per_expert = routed_experts(m, r, t)  # touched: on this GPU
     assignments = group * k / ep
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_expert = np.where(touched > 0, r.moe_imbalance * assignments / touched, 0.0)
     flops = 2.0 * per_expert * h * (up_mult + 1) * f_local
     weight_bytes = (up_mult + 1) * h * f_local * wb
     act_bytes = per_expert * (2 * h + (up_mult + 1) * f_local) * db
@@ -144,7 +167,7 @@ def ep_all_to_all(rf: RooflineCostModel, tokens: np.ndarray) -> np.ndarray:
     r, c, m = rf.replica, rf.cal, rf.model
     t = np.asarray(tokens, dtype=np.float64)
     dp = r.attention_dp
-    if r.ep == 1 and dp == 1:
+    if not uses_moe_collectives(r):
         return np.zeros_like(t)
     bw = rf.ep_link_bytes_per_s * c.allreduce_bus_eff  # the TP ring's link without DP
     if r.ep == 1:  # DP attention over a TP MoE: all-gather every rank's tokens, reduce-scatter the outputs

@@ -245,6 +245,13 @@ def test_learned_cost_model_fits_and_composes_moe_ops(shared_data):
         lb, rb = learned.breakdown(shape), roofline.breakdown(shape)
         assert lb["moe_experts"] == pytest.approx(rb["moe_experts"], rel=0.15)
         assert lb["moe_router"] == pytest.approx(rb["moe_router"], rel=0.3)
+    # Attention DP (four 1-GPU ranks, ep=4): the experts see the group's tokens on both models.
+    replica = ReplicaConfig("mixtral-8x7b", "h100-sxm", attention_dp=4, ep=4)
+    learned_dp, roofline_dp = LearnedCostModel(replica, artifact), RooflineCostModel(replica)
+    for batch in (1, 8, 64):
+        shape = BatchShape.from_requests(decodes=[1024] * batch)
+        assert learned_dp.breakdown(shape)["moe_experts"] == pytest.approx(roofline_dp.breakdown(shape)["moe_experts"],
+                                                                           rel=0.15)
     # One token, top-2: two experts' w1+w3+w2 at one token each, in all 32 layers.
     one = learned.breakdown(BatchShape.from_requests(decodes=[1024]))["moe_experts"]
     per_expert = sum(float(learned.curves[op](np.array([1.0]))[0]) for op in ("moe_expert_up", "moe_expert_down"))
@@ -295,3 +302,56 @@ def test_learned_experts_are_placed_as_the_roofline_places_them(tp: int, ep: int
         expected = (touched / ep) * whole / (tp // ep)  # this GPU's experts, each a 1/moe_tp slice
         got = float(learned.token_ops(np.array([tokens]))["moe_experts"][0])
         assert got == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize(("tp", "dp", "ep"), [(1, 4, 4), (2, 2, 4), (2, 2, 1), (1, 2, 2)])
+def test_learned_experts_under_attention_dp_are_placed_as_the_roofline_places_them(tp: int, dp: int, ep: int):
+    """Issue 26 step 6: with attention DP the routed experts see every rank's tokens and are spread
+    over the group's ``tp * dp`` GPUs, ``ep`` ways, each expert over ``moe_tp = tp * dp / ep``: a
+    GPU runs ``touched / ep`` experts, each a ``1 / moe_tp`` slice, of the group's tokens (not
+    ``touched / tp``, which prices alike only where ``ep`` divides ``tp`` without DP)."""
+    from simulator.costmodel.learned import LearnedCostModel
+    from simulator.costmodel.learned_schema import Curve
+
+    up = Curve(np.array([1.0, 64.0, 4096.0]), np.array([2e-5, 3e-5, 6e-4]))
+    down = Curve(np.array([1.0, 64.0, 4096.0]), np.array([1e-5, 2e-5, 3e-4]))
+    replica = ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=tp, attention_dp=dp, ep=ep, moe_imbalance=1.25)
+    artifact = {"model": "mixtral-8x7b", "tp": tp, "gpu": "h100-sxm",
+                "curves": {"moe_expert_up": up.to_json(), "moe_expert_down": down.to_json()}}
+    learned = LearnedCostModel(replica, artifact)
+    num_e, k = 8, 2  # Mixtral's experts, top-2
+    for tokens in (1.0, 3.0, 16.0, 512.0):  # per DP rank
+        group = dp * tokens  # every rank's tokens meet in the MoE layer
+        touched = num_e * (1.0 - (1.0 - k / num_e) ** group)
+        per_expert = 1.25 * group * k / touched  # the busiest expert's tokens
+        whole = float(up(np.array([per_expert]))[0] + down(np.array([per_expert]))[0])
+        experts_per_gpu, moe_tp = touched / ep, tp * dp // ep
+        expected = experts_per_gpu * whole / moe_tp
+        old_rule = touched / tp * whole
+        assert expected != pytest.approx(old_rule, rel=1e-3)  # the layout tells the placements apart
+        got = float(learned.token_ops(np.array([tokens]))["moe_experts"][0])
+        assert got == pytest.approx(expected, rel=1e-9), f"{tokens=}: moe.py's rule {expected}, touched / tp {old_rule}"
+
+
+@pytest.mark.parametrize("ep", [1, 4])
+def test_learned_collectives_under_attention_dp_are_the_roofline_s(ep: int):
+    """With attention DP a MoE layer's MLP all-reduce gives way to the roofline's collectives (a
+    gather and scatter over the group without EP, dispatch and combine with it): a learned
+    all-reduce curve prices only the attention's, per rank; attention-side curves see one rank's
+    tokens."""
+    from simulator.costmodel.learned import LearnedCostModel
+    from simulator.costmodel.learned_schema import Curve
+
+    curve = Curve(np.array([1.0, 1e6, 1e8]), np.array([1e-5, 2e-5, 1e-3]))
+    qkv = Curve(np.array([1.0, 64.0, 4096.0]), np.array([1e-5, 2e-5, 4e-4]))
+    replica = ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=2, attention_dp=2, ep=ep)
+    artifact = {"model": "mixtral-8x7b", "tp": 2, "gpu": "h100-sxm",
+                "curves": {"all_reduce": curve.to_json(), "qkv_proj": qkv.to_json()}}
+    learned, roofline = LearnedCostModel(replica, artifact), RooflineCostModel(replica)
+    t = np.array([16.0])
+    ops, rf_ops = learned.token_ops(t), roofline.token_ops(t)
+    assert float(ops["ep_all_to_all"][0]) > 0.0
+    assert float(ops["ep_all_to_all"][0]) == float(rf_ops["ep_all_to_all"][0])
+    # Every Mixtral layer is MoE: the attention's all-reduce only, at this rank's 16 tokens.
+    assert float(ops["tp_all_reduce"][0]) == pytest.approx(float(curve(t * 4096 * 2)[0]))
+    assert float(ops["qkv_proj"][0]) == float(qkv(t)[0])

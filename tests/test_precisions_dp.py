@@ -8,6 +8,7 @@ GPU figures are checked against AIConfigurator's system files where ../shared/da
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -264,13 +265,40 @@ def test_dp_error_through_the_cli_is_one_line_exit_2():
     assert len(lines) == 1 and "replica.ep" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
 
 
-def test_a_fitted_cost_model_refuses_attention_dp():
+def _fitted(tp: int) -> dict:
+    """A fitted artifact for Qwen3-30B-A3B on H100 at ``tp``: a QKV, a router and whole-expert curves."""
+    from simulator.costmodel.learned_schema import FORMAT_VERSION, Curve
+
+    curve = Curve(np.array([1.0, 64.0, 4096.0]), np.array([1e-5, 2e-5, 4e-4])).to_json()
+    return {"kind": "servesim-learned-cost-model", "format_version": FORMAT_VERSION, "model": "qwen3-30b-a3b",
+            "tp": tp, "gpu": "h100-sxm", "curves": {op: curve for op in ("qkv_proj", "moe_gate", "moe_expert_up",
+                                                                         "moe_expert_down", "moe_expert_act")}}
+
+
+def test_a_fitted_cost_model_prices_attention_dp_for_the_group():
+    """A fitted (learned) model prices attention DP as the roofline does (it refused it before
+    issue 26 step 6): attention and the router see one rank's tokens, the routed experts the DP
+    group's. Two 1-GPU ranks with ep=2 run their experts as one TP-2 EP-2 replica running both
+    ranks' tokens does (the same GPUs, experts and tokens per expert)."""
     from simulator.costmodel.learned import LearnedCostModel
 
-    replica = ReplicaConfig("qwen3-30b-a3b", "h100-sxm", tp=1, attention_dp=2, ep=2)
-    with pytest.raises(ConfigError) as err:
-        LearnedCostModel(replica, {"model": "qwen3-30b-a3b", "tp": 1, "gpu": "h100-sxm", "curves": {}})
-    assert err.value.field == "cost_model" and "attention" in str(err.value)
+    dp = LearnedCostModel(ReplicaConfig("qwen3-30b-a3b", "h100-sxm", tp=1, attention_dp=2, ep=2), _fitted(1))
+    one = LearnedCostModel(ReplicaConfig("qwen3-30b-a3b", "h100-sxm", tp=2, ep=2), _fitted(2))
+    for t in (1.0, 7.0, 100.0):
+        ops, whole = dp.token_ops(np.array([t])), one.token_ops(np.array([2 * t]))
+        for op in ("moe_experts", "moe_act"):
+            assert float(ops[op][0]) == pytest.approx(float(whole[op][0]), rel=1e-12)
+        assert float(ops["qkv_proj"][0]) == float(dp.curves["qkv_proj"](np.array([t]))[0])
+        assert float(ops["moe_router"][0]) == float(dp.curves["moe_gate"](np.array([t]))[0])
+
+
+def test_a_fitted_cost_model_runs_attention_dp_through_the_cli(tmp_path):
+    path = tmp_path / "qwen3-tp1.json"
+    path.write_text(json.dumps(_fitted(1)))
+    res = _run("--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tp", "1", "--attention-dp", "2", "--ep", "2",
+               "--cost-model", str(path))
+    assert res.exit_code == 0, res.output
+    assert "dp=2" in res.output and "12 finished" in res.output
 
 
 def test_dp_group_all_to_all_link():

@@ -4,7 +4,9 @@
 monotone piecewise-linear curve over token count (or message bytes for collectives), a
 per-batch-size table of decode-attention coefficients and a linear model for prefill
 attention. :func:`load_artifact` checks that the artifact is for the run's replica
-(model, TP; GPU) and builds a :class:`LearnedCostModel`, which at load time
+(model, TP; GPU: under attention data parallelism, one rank's TP, whose attention and dense
+layers the curves price per rank while the MoE layers see the whole DP group's tokens, as
+:mod:`simulator.costmodel.moe` prices them) and builds a :class:`LearnedCostModel`, which at load time
 
 - sums every per-layer token op onto one dense table ``0..max_tokens`` (ops the artifact
   lacks come from the calibrated roofline for the same replica, so a Vidur ``mlp.csv``
@@ -36,7 +38,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.learned_schema import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
-from simulator.costmodel.moe import expected_experts_touched
+from simulator.costmodel.moe import routed_experts, uses_moe_collectives
 from simulator.costmodel.roofline import TOKEN_OPS, RooflineCostModel
 
 MIN_TABLE_TOKENS = 16384
@@ -77,9 +79,6 @@ class LearnedCostModel(TabulatedCostModel):
         if artifact.get("dtype_bytes", 2) != replica.dtype_bytes:
             raise ConfigError("cost_model", f"{source} was fitted for dtype_bytes={artifact.get('dtype_bytes')}",
                               f"fit one for dtype_bytes={replica.dtype_bytes}")
-        if replica.attention_dp > 1:  # its MoE curves would see one rank's tokens, not the DP group's
-            raise ConfigError("cost_model", f"{source} prices one TP group's layers; attention data parallelism "
-                              "is priced by the roofline or the kernel tables", "drop --cost-model or --attention-dp")
         self.artifact = artifact
         self.source = source
         self.roofline = RooflineCostModel(replica, table_tokens=1)
@@ -98,9 +97,10 @@ class LearnedCostModel(TabulatedCostModel):
             self.max_fitted_tokens = min(self.max_fitted_tokens, self.curves["all_reduce"].x_max / self._bytes_per_token)
         self.max_fitted_logits = self.curves["lm_head"].x_max if "lm_head" in self.curves else math.inf
         self._num_all_reduce = 1 if self.model.parallel_attn_mlp else 2
-        if self.model.is_moe and replica.ep > 1:
+        if self.model.is_moe and uses_moe_collectives(replica):
             # As in the roofline: EP layers swap the MLP's all-reduce for all-to-alls and an
-            # all-gather (the roofline's ``ep_all_to_all``, kept: no curve covers them).
+            # all-gather, attention-DP layers without EP for a gather and a scatter over the DP
+            # group (the roofline's ``ep_all_to_all``, kept: no curve covers them).
             self._num_all_reduce -= self.model.num_moe_layers / self.model.num_layers
         if self.prefill is not None:
             p = self.prefill
@@ -131,22 +131,24 @@ class LearnedCostModel(TabulatedCostModel):
         return out
 
     def _moe_ops(self, tokens: np.ndarray, out: dict[str, np.ndarray]) -> None:
-        """MoE layers from per-expert curves (LLMServingSim-style tables of whole experts): the
-        router curve at the batch's tokens; experts are placed as :mod:`simulator.costmodel.moe`
-        places them: a GPU holds ``touched / ep`` of the touched experts, each a ``1 / moe_tp``
-        slice of a whole expert (``moe_tp = tp / ep`` ranks share one), and runs its GEMMs (and
-        activation) at ``moe_imbalance * tokens * k / touched`` tokens; a slice costs the whole
-        expert's curve over ``moe_tp`` (weights and FLOPs both scale with its width). Dense-MLP curves
-        count only for the model's dense layers; ops without a curve stay with the roofline."""
+        """MoE layers from per-expert curves (LLMServingSim-style tables of whole experts, each a
+        function of the tokens routed to that expert): the router curve at the rank's tokens;
+        experts are placed as :mod:`simulator.costmodel.moe` places them
+        (:func:`~simulator.costmodel.moe.routed_experts`): the routed experts see the MoE group's
+        tokens (every attention-DP rank's, ``tokens * attention_dp``), a GPU holds ``touched / ep``
+        of the touched experts, each a ``1 / moe_tp`` slice of a whole expert (``moe_tp = tp *
+        attention_dp / ep`` GPUs share one), and runs its GEMMs (and activation) at the busiest
+        expert's ``moe_imbalance * group * k / touched`` tokens; a slice costs the whole expert's
+        curve over ``moe_tp`` (weights and FLOPs both scale with its width). Attention, the router
+        and dense-MLP curves stay per rank; dense-MLP curves count only for the model's dense
+        layers; ops without a curve (shared experts, the MoE collectives) stay with the roofline."""
         m, r = self.model, self.replica
         moe_share = m.num_moe_layers / m.num_layers
         for op in ("mlp_up_gate", "mlp_act", "mlp_down"):
             if op in self.curves:
                 out[op] = (1.0 - moe_share) * self.curves[op](tokens)
-        touched = expected_experts_touched(tokens, m.num_experts, m.num_experts_per_tok)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_expert = np.where(touched > 0, r.moe_imbalance * tokens * m.num_experts_per_tok / touched, 0.0)
-        local = touched / r.ep / r.moe_tp  # touched / ep experts here, each a 1/moe_tp slice
+        _, experts_here, per_expert = routed_experts(m, r, tokens)
+        local = experts_here / r.moe_tp  # touched / ep experts here, each a 1/moe_tp slice
         if "moe_gate" in self.curves:
             out["moe_router"] = moe_share * np.where(tokens > 0, self.curves["moe_gate"](tokens), 0.0)
         if "moe_expert_up" in self.curves and "moe_expert_down" in self.curves:

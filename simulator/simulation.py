@@ -41,6 +41,7 @@ from simulator.engine.cluster import (
 from simulator.engine.records import Recorder, TallyRecorder
 from simulator.engine.sessions import SessionClient
 from simulator.fast import partitioned as partitioned_runs
+from simulator.fast.lockstep import lockstep_class
 from simulator.fast.replica import SkippingReplica
 from simulator.util.progress import RunProgress
 from simulator.workload.request import Request
@@ -143,7 +144,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         plain = config.speculative is not None
         lockstep = config.fast_forward and config.replica.pp == 1 and not plain and \
             (watch is None or getattr(watch, "reads_only_timestamps", False))
-        cluster = Cluster(env, config, recorder, router_rng, watched=watched, lockstep=lockstep,
+        cluster = Cluster(env, config, recorder, router_rng, watched=watched, lockstep=lockstep_class if lockstep else None,
                           watch_settles=hasattr(watch, "watch_settle"), skipping=None if plain else SkippingReplica)
         stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter, client)
         if plain:

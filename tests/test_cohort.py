@@ -1,4 +1,4 @@
-"""Lockstep decodes (simulator.engine.cohort): the same policy decisions and request state as stepping
+"""Lockstep decodes (simulator.fast.lockstep, simulator.fast.cohort): the same policy decisions and request state as stepping
 each decode, checked on the policy alone (hand-driven schedule/complete, no SimPy) and on runs."""
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ from hypothesis import strategies as st
 
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.engine import cluster as engine
-from simulator.engine import cohort as cohort_module
 from simulator.engine.kvcache import BlockManager
 from simulator.engine.schedulers import SCHEDULERS
 from simulator.engine.tbt import GapLog, same_gaps
+from simulator.fast import cohort as cohort_module
+from simulator.fast.lockstep import lockstep_class
+from simulator.fast.steady import rules_for
 from simulator.planning.capacity import ArrivalWatch
 from simulator.report.metrics import request_frame
 from simulator.simulation import StopRun, simulate
@@ -42,9 +44,9 @@ def _drive(name: str, lockstep: bool, specs: list[tuple[int, int, int]], num_blo
     ``settle_every``-th iteration (settling the cohort there) and the gap log."""
     kwargs = {"chunk_size": budget} if name.startswith("sarathi") else {}
     config = SchedulerConfig(name, **kwargs)
-    scheduler = SCHEDULERS[name](config, BlockManager(num_blocks, 16, config.watermark), 4096)
+    cls = lockstep_class(SCHEDULERS[name]) if lockstep else SCHEDULERS[name]
+    scheduler = cls(config, BlockManager(num_blocks, 16, config.watermark), 4096)
     if lockstep:
-        scheduler.enable_lockstep()
         assert scheduler.cohort is not None
     requests = [Request(i, float(step), p, o, token_times=True) for i, (step, p, o) in enumerate(specs)]
     rng = random.Random(seed)
@@ -96,8 +98,8 @@ def _check_chunk_steady(specs: list[tuple[int, int, int]], num_blocks: int, budg
     """Drive the policy with lockstep; whenever it says a prompt's chunking is steady, check the
     next batch against that. Returns how many batches were checked."""
     config = SchedulerConfig(name, chunk_size=budget)
-    scheduler = SCHEDULERS[name](config, BlockManager(num_blocks, 16, config.watermark), 4096)
-    scheduler.enable_lockstep()
+    scheduler = lockstep_class(SCHEDULERS[name])(config, BlockManager(num_blocks, 16, config.watermark), 4096)
+    chunk_rule = rules_for(scheduler).chunk
     requests = sorted((Request(i, float(step), p, o) for i, (step, p, o) in enumerate(specs)), key=lambda r: r.arrival_at)
     rng = random.Random(seed)
     now, num_checked = 0.0, 0
@@ -108,7 +110,7 @@ def _check_chunk_steady(specs: list[tuple[int, int, int]], num_blocks: int, budg
                 scheduler.add_request(req)
         if not scheduler.has_unfinished() and not requests:
             break
-        steady = scheduler.chunk_steady()
+        steady = chunk_rule(scheduler)
         if steady is not None:
             prefill, chunk = steady
             missing = prefill.num_prompt_tokens + prefill.num_generated - prefill.num_computed
@@ -196,8 +198,8 @@ def test_a_watch_that_may_read_counters_turns_lockstep_off(monkeypatch: pytest.M
     built: list[bool] = []
     real = engine.build_scheduler
 
-    def spy(config, lockstep=False):  # noqa: ANN001, ANN202
-        built.append(lockstep)
+    def spy(config, lockstep=None):  # noqa: ANN001, ANN202
+        built.append(lockstep is not None)
         return real(config, lockstep)
 
     monkeypatch.setattr(engine, "build_scheduler", spy)

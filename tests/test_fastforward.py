@@ -28,6 +28,7 @@ from simulator.engine.schedulers import SCHEDULERS
 from simulator.engine.tbt import same_gaps
 from simulator.fast import partitioned as partitioned_runs
 from simulator.fast import skipping as fastforward
+from simulator.fast.lockstep import lockstep_class
 from simulator.fast.replica import SkippingReplica
 from simulator.planning.capacity import OverloadWatch
 from simulator.report.metrics import request_frame
@@ -131,9 +132,8 @@ def _hand_run(name: str, num_blocks: int, fast: bool) -> tuple[list[Request], Re
     env = simpy.Environment()
     recorder = Recorder()
     config = SchedulerConfig(name)
-    scheduler = SCHEDULERS[name](config, BlockManager(num_blocks, 16, config.watermark), 2048)
-    if fast:
-        scheduler.enable_lockstep()
+    cls = lockstep_class(SCHEDULERS[name]) if fast else SCHEDULERS[name]
+    scheduler = cls(config, BlockManager(num_blocks, 16, config.watermark), 2048)
     cost = ConstantCostModel(ReplicaConfig("mistral-7b", "a100-80gb"), 0.01)
     replica = (SkippingReplica(env, 0, scheduler, cost, recorder, horizon=env.peek) if fast
                else Replica(env, 0, scheduler, cost, recorder))
@@ -432,12 +432,12 @@ def test_a_split_stretch_applies_as_the_whole() -> None:
 
     def steady_replica() -> Replica:
         env = simpy.Environment()
-        cluster = engine.Cluster(env, config, Recorder(), np.random.default_rng(0), lockstep=True,
+        cluster = engine.Cluster(env, config, Recorder(), np.random.default_rng(0), lockstep=lockstep_class,
                                  skipping=SkippingReplica)
         replica = cluster.replicas[0]
         for i in range(4):
             replica.submit(Request(i, 0.0, 300 + 40 * i, 200 + 10 * i))
-        while not replica.scheduler.decode_steady():  # step until the batch is all decodes (no SimPy)
+        while not replica.steady.decode(replica.scheduler):  # step until the batch is all decodes (no SimPy)
             batch = replica._take_batch()
             env._now += replica.cost_model.iteration_time(batch.shape)
             replica.scheduler.complete(batch, env.now)

@@ -7,6 +7,8 @@ import pytest
 from simulator.config.run_config import SchedulerConfig
 from simulator.engine.kvcache import BlockManager
 from simulator.engine.schedulers import SCHEDULERS
+from simulator.fast.lockstep import lockstep_class
+from simulator.fast.steady import sarathi_chunk_steady
 from simulator.workload.request import Request, Status
 
 
@@ -124,8 +126,8 @@ def prefilling(sched, rid: int, prompt: int, computed: int) -> Request:
 ])
 def test_sarathi_chunk_steady_names_the_prompt_chunked_beside_decodes(left: int, ahead: str | None,
                                                                       expected: int | None) -> None:
-    s = make("sarathi", chunk_size=512)
-    s.enable_lockstep()
+    cfg = SchedulerConfig("sarathi", watermark=0.0, chunk_size=512)
+    s = lockstep_class(SCHEDULERS["sarathi"])(cfg, BlockManager(1000, 16, cfg.watermark), 4096)
     decoding(s, 0, 100, 5)
     if ahead == "tail":
         prefilling(s, 1, 300, 299)
@@ -133,9 +135,9 @@ def test_sarathi_chunk_steady_names_the_prompt_chunked_beside_decodes(left: int,
         decoding(s, 1, 100, 5).in_flight = ahead == "in_flight"
     p = prefilling(s, 2, 2000, 2000 - left)
     waiting(s, 3, 50)  # waits behind the full budget
-    assert s.chunk_steady() is None  # the cohort is not active before the first schedule()
+    assert sarathi_chunk_steady(s) is None  # the cohort is not active before the first schedule()
     s.cohort.activate(s.running)
-    assert s.chunk_steady() == (None if expected is None else (p, expected))
+    assert sarathi_chunk_steady(s) == (None if expected is None else (p, expected))
     if ahead == "in_flight":
         return
     batch = s.schedule()

@@ -27,7 +27,7 @@ from simulator.costmodel import CostModel, load_cost_model
 from simulator.engine.closed_loop import ClosedLoopClient
 from simulator.engine.kvcache import MemoryPlan
 from simulator.engine.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
-from simulator.engine.replica import Replica, build_scheduler, with_mixin
+from simulator.engine.replica import Replica, SchedulerWrap, build_scheduler, with_mixin
 from simulator.engine.routers import REQUEST_ROUTERS, ROUTERS
 from simulator.engine.schedulers import Scheduler
 from simulator.engine.tbt import GapLog
@@ -117,7 +117,7 @@ class Cluster:
     prices the MoE layers for the whole DP group, :mod:`simulator.costmodel.moe`)."""
 
     def __init__(self, env: simpy.Environment, config: RunConfig, recorder: Recorder, rng: np.random.Generator,
-                 watched: bool = False, lockstep: bool = False, watch_settles: bool = False,
+                 watched: bool = False, lockstep: SchedulerWrap | None = None, watch_settles: bool = False,
                  skipping: type | None = None) -> None:
         self.env = env
         self.router = ROUTERS[config.router]
@@ -168,7 +168,7 @@ class Cluster:
         self.replicas[index].submit(req)
 
 
-def replica_parts(config: RunConfig, lockstep: bool = False,
+def replica_parts(config: RunConfig, lockstep: SchedulerWrap | None = None,
                   replica_id: int = 0) -> tuple[Scheduler, MemoryPlan, CostModel]:
     """One replica's scheduler (with its KV cache), memory plan and cost model; where the run
     speculates (``config.speculative``), the speculating scheduler (its own acceptance stream,

@@ -64,7 +64,7 @@ the request). Hits there are counted apart (``num_host_hit_tokens``,
 as eager ones, before any lookup: the same tier contents.
 
 Fast paths: the lockstep cohort and event skipping take decode blocks by lowering
-``num_free_blocks`` directly (:meth:`DecodeCohort.begin_step`, ``fast.skipping.apply``).
+``num_free_blocks`` directly (:meth:`simulator.fast.cohort.DecodeCohort.begin_step`, ``fast.skipping.apply``).
 ``num_free_blocks`` here counts every block an allocation can get (empty *or* evictable), so
 their arithmetic holds unchanged; the evictions such allocations imply are made lazily, the
 least recently used first, at the next call into this class (:meth:`_reconcile`), which is

@@ -15,6 +15,7 @@ memory plan. Pipeline parallelism replaces step 2-4 with stage processes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 
 from simulator.config.errors import ConfigError
 
+# A policy class -> the class a fast path runs it as (simulator.fast.lockstep.lockstep_class).
+SchedulerWrap = Callable[[type[Scheduler]], type[Scheduler]]
+
 
 def memory_shortfall(replica: ReplicaConfig, sched: SchedulerConfig) -> str | None:
     """The one memory check: why a replica of this layout cannot hold a ``max_model_len``
@@ -41,13 +45,15 @@ def memory_shortfall(replica: ReplicaConfig, sched: SchedulerConfig) -> str | No
 
 
 def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixin: type | None = None,
-                         lockstep: bool = False, whole_requests: bool = True, field: str = "replica.max_model_len",
+                         lockstep: SchedulerWrap | None = None, whole_requests: bool = True,
+                         field: str = "replica.max_model_len",
                          fix: str = "lower --max-model-len or add GPUs (--tp/--pp)") -> tuple[Scheduler, MemoryPlan]:
     """Scheduler and KV cache for one replica of a pool: the policy of ``sched`` (with
     ``mixin``'s methods first: a disaggregated pool's role), refusing a layout whose cache
     cannot hold a ``max_model_len`` request (:func:`memory_shortfall`) unless the pool serves
     parts of requests (``whole_requests=False``: a prefill pool rejects too-long prompts one by
-    one). ``lockstep``: advance steady decodes as a cohort (:meth:`Scheduler.enable_lockstep`)."""
+    one). ``lockstep``: the policy's class with lockstep decodes
+    (:func:`simulator.fast.lockstep.lockstep_class`, the fast layer's; never with a ``mixin``)."""
     max_model_len = replica.effective_max_model_len
     blocks, plan = build_kv_cache(replica, sched)
     # Prefix caching, where on; not in a disaggregated pool's role (a mixin): they hand blocks over by count.
@@ -58,11 +64,12 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     short = max_model_len_shortfall(blocks, max_model_len) if whole_requests else None
     if short is not None:
         raise ConfigError(field, short, fix)
-    cls = SCHEDULERS[sched.name] if mixin is None else with_mixin(mixin, SCHEDULERS[sched.name])
-    scheduler = cls(sched, blocks, max_model_len)
-    if lockstep:
-        scheduler.enable_lockstep()
-    return scheduler, plan
+    cls = SCHEDULERS[sched.name]
+    if mixin is not None:
+        cls = with_mixin(mixin, cls)
+    elif lockstep is not None:
+        cls = lockstep(cls)
+    return cls(sched, blocks, max_model_len), plan
 
 
 def cpu_tier(replica: ReplicaConfig, sched: SchedulerConfig, plan: MemoryPlan) -> tuple[int, float]:
@@ -77,7 +84,7 @@ def cpu_tier(replica: ReplicaConfig, sched: SchedulerConfig, plan: MemoryPlan) -
     return host_blocks, block_bytes_per_gpu / replica.gpu_spec.pcie_bytes_per_s
 
 
-def build_scheduler(config: RunConfig, lockstep: bool = False) -> tuple[Scheduler, MemoryPlan]:
+def build_scheduler(config: RunConfig, lockstep: SchedulerWrap | None = None) -> tuple[Scheduler, MemoryPlan]:
     """:func:`build_pool_scheduler` for a replica of an aggregated ``config``."""
     return build_pool_scheduler(config.replica, config.scheduler, lockstep=lockstep)
 

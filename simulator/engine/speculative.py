@@ -21,10 +21,9 @@ Gaps: the per-token view (vLLM's ITL) records the step's gap for the run's first
 request-step: the per-token log less those zeros). TPOT, ``(completion - first token) /
 (n - 1)``, is unchanged in definition.
 
-Fast paths: lockstep cohorts (:mod:`simulator.engine.cohort`) and event skipping
-(:mod:`simulator.fast.skipping`) assume one token per decode step, so a speculating
-scheduler opts out of both for the whole replica (``supports_lockstep = False``,
-``decode_steady()`` False, ``chunk_steady()`` None): the step-by-step loop runs. A step in
+Fast paths: lockstep decodes and event skipping (:mod:`simulator.fast`) assume one token
+per decode step; a speculating scheduler's class is not among the policies they know
+(:data:`simulator.fast.steady.RULES` lists exact classes), so the step-by-step loop runs. A step in
 which the adaptive policy turns speculation off is built and priced exactly as a plain step.
 """
 
@@ -125,14 +124,7 @@ class SpeculativeMixin:
     docstring). Mixed in over a policy by :func:`speculative_class`; the instance's
     ``speculation`` is set by :func:`make_speculative`."""
 
-    supports_lockstep = False
     speculation: Speculation
-
-    def decode_steady(self) -> bool:  # a stretch's closed form is one token per step
-        return False
-
-    def chunk_steady(self) -> tuple[Request, int] | None:
-        return None
 
     def max_reserve_tokens(self, req: Request) -> int:
         # The verify pass writes k slots past the cached tokens before the rejected ones are freed.
@@ -265,8 +257,8 @@ def speculative_class(base: type[Scheduler]) -> type[Scheduler]:
 
 def make_speculative(scheduler: Scheduler, config: SpeculativeConfig, rng: np.random.Generator) -> Scheduler:
     """A scheduler of the same policy, state and KV cache, whose decodes speculate. Call it on a
-    freshly built scheduler (no requests yet, lockstep not enabled)."""
-    assert not scheduler.has_unfinished() and scheduler.cohort is None
+    freshly built scheduler of a plain policy (no requests yet, no fast-path class)."""
+    assert not scheduler.has_unfinished() and type(scheduler) in SCHEDULERS.values()
     cls = speculative_class(type(scheduler))
     out = cls.__new__(cls)
     out.__dict__.update(scheduler.__dict__)

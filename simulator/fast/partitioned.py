@@ -22,6 +22,7 @@ from simulator.engine.cluster import ReplicaTotals, check_all_done
 from simulator.engine.kvcache import MemoryPlan
 from simulator.engine.records import Recorder, TallyRecorder
 from simulator.engine.routers import ROUTERS, STATE_FREE_ROUTERS
+from simulator.fast.lockstep import lockstep_class
 from simulator.fast.replica import SkippingReplica
 from simulator.workload.request import Request, RequestColumns, run_field_columns
 
@@ -93,7 +94,7 @@ def _run_replica(config: RunConfig, replica_id: int, mine: list[tuple[float, Req
     """One replica of a partitioned cluster, alone, from its requests' submit times; raises
     :class:`_Tie` where only the joint run can order an arrival and an event."""
     env = simpy.Environment()
-    scheduler, memory, cost = cluster.replica_parts(config, lockstep=True)
+    scheduler, memory, cost = cluster.replica_parts(config, lockstep=lockstep_class)
     replica = SkippingReplica(env, replica_id, scheduler, cost, recorder, env.peek)
     env.process(_own_arrivals(env, mine, replica))
     env.run()

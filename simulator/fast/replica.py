@@ -23,6 +23,7 @@ from simulator.costmodel.base import CostModel
 from simulator.engine.replica import Replica
 from simulator.engine.schedulers import Scheduler
 from simulator.fast import skipping
+from simulator.fast.steady import rules_for
 
 if TYPE_CHECKING:
     from simulator.engine.records import Recorder
@@ -44,6 +45,8 @@ class SkippingReplica(Replica):
         self.resumed_at = -1.0  # when an iteration's timeout last woke the loop (ties: fast.partitioned)
         # The stretch whose end the loop waits for (applied then), for settle(); else None.
         self.stretch_in_flight: skipping.Stretch | None = None
+        # When the policy's batches stay steady (None: a policy without rules never skips).
+        self.steady = rules_for(scheduler)
         super().__init__(env, replica_id, scheduler, cost_model, recorder)
 
     def settle(self, at: float) -> None:

@@ -2,20 +2,20 @@
 
 Most iterations of a lightly loaded replica change nothing but the running decodes'
 context lengths: every running request decodes one token, nobody is admitted, preempted
-or finishes. When the policy says the batch is in that state
-(:meth:`~simulator.engine.schedulers.base.Scheduler.decode_steady`), the next ``K`` iterations
+or finishes. When the policy's rule says the batch is in that state
+(:mod:`simulator.fast.steady`, ``decode``), the next ``K`` iterations
 are known in closed form: iteration ``i`` has the same ``n`` decodes, every KV length
 ``i`` longer. This module prices the stretch with one
 :meth:`~simulator.costmodel.base.CostModel.decode_stretch_times` call, lets SimPy jump to
 its end with one timeout, and then writes what ``K`` single steps would have written:
 the same iteration records, token times, request counters and KV blocks. With lockstep
-decodes (:mod:`simulator.engine.cohort`) the stretch reads the cohort's running sums and advances
+decodes (:mod:`simulator.fast.lockstep`) the stretch reads the cohort's running sums and advances
 its step counter by ``K`` instead of visiting each request.
 
 Chunked prefills (:func:`plan_chunks`): near capacity most iterations carry a prompt's
 chunk, and a long prompt takes several (a 2,400-token ShareGPT prompt, five at a
 512-token budget). While one prompt is chunked beside steady lockstep decodes
-(:meth:`~simulator.engine.schedulers.base.Scheduler.chunk_steady`), its chunks before the last
+(:mod:`simulator.fast.steady`, ``chunk``), its chunks before the last
 fill the budget, so nobody is admitted whoever waits, and each iteration is the decodes
 plus ``chunk`` more tokens of that prompt over a cache ``chunk`` longer: the same stretch,
 priced by :meth:`~simulator.costmodel.base.CostModel.chunk_stretch_times`. It stops
@@ -61,6 +61,7 @@ import numpy as np
 if TYPE_CHECKING:
     from simulator.engine.replica import Replica
     from simulator.engine.schedulers import Scheduler
+    from simulator.fast.replica import SkippingReplica
     from simulator.workload.request import Request
 
 # Iterations priced per cost-model call at first; the chunk grows 4x while the horizon allows.
@@ -147,18 +148,19 @@ def _fit(now: float, horizon_at: float, straddle: bool, max_iterations: int,
     return ends, durations
 
 
-def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
+def plan(replica: SkippingReplica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
     """The decode stretch the replica can skip from now, or None (step normally).
     ``straddle``: the event at the horizon is an arrival, so iterations starting before it
     are kept (else only those ending before it). ``duration_hint`` (the last iteration's
     time) sizes the first pricing call so that one call usually covers the stretch."""
     scheduler, env = replica.scheduler, replica.env
     now = env.now
-    if horizon_at <= now or not scheduler.decode_steady():
+    rules = replica.steady
+    if horizon_at <= now or rules is None or not rules.decode(scheduler):
         return None
     blocks = scheduler.blocks
     bs = blocks.block_size
-    cohort = scheduler.cohort
+    cohort = getattr(scheduler, "cohort", None)  # lockstep decodes (simulator.fast.lockstep)
     if cohort is not None and cohort.active:  # lockstep decodes: the same figures from the cohort's sums
         cohort.join_loose()
         n, kv_sum, kv_sq_sum, kv_max = cohort.decode_sums()
@@ -184,21 +186,22 @@ def plan(replica: Replica, horizon_at: float, duration_hint: float = 0.0, stradd
     return _stretch(replica, horizon_at, straddle, duration_hint, n, max_iterations, allocations, price)
 
 
-def plan_chunks(replica: Replica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
+def plan_chunks(replica: SkippingReplica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
     """The chunked-prefill stretch the replica can skip from now, or None: the iterations in
     which steady decodes run beside full chunks of one long prompt
-    (:meth:`~simulator.engine.schedulers.base.Scheduler.chunk_steady`), up to the one before its
+    (:mod:`simulator.fast.steady`, ``chunk``), up to the one before its
     last chunk (that one may admit requests); only where the cost model prices such stretches
     in closed form (``fast_chunk_stretches``). Arguments as for :func:`plan`."""
     scheduler, env = replica.scheduler, replica.env
-    if horizon_at <= env.now or not replica.cost_model.fast_chunk_stretches:
+    rules = replica.steady
+    if horizon_at <= env.now or not replica.cost_model.fast_chunk_stretches or rules is None or rules.chunk is None:
         return None
-    steady = scheduler.chunk_steady()
+    steady = rules.chunk(scheduler)
     if steady is None:
         return None
     prefill, chunk = steady
-    cohort = scheduler.cohort
-    assert cohort is not None and cohort.active  # chunk_steady's contract
+    cohort = getattr(scheduler, "cohort", None)
+    assert cohort is not None and cohort.active  # the chunk rule's contract
     # The decodes join now (as the next schedule() would); the prompts stay loose.
     cohort.join_loose(decodes_only=True)
     left = prefill.num_prompt_tokens + prefill.num_generated - prefill.num_computed
@@ -271,11 +274,11 @@ def apply(replica: Replica, stretch: Stretch) -> bool:
     blocks = scheduler.blocks
     blocks.num_free_blocks -= stretch.num_allocated
     replica.num_busy_s = reduce(add, stretch.durations, replica.num_busy_s)  # the per-iteration float adds
-    cohort = scheduler.cohort
+    cohort = getattr(scheduler, "cohort", None)
     prefill = stretch.prefill
     if prefill is not None:  # its chunks produce no token (none is its last): only its progress moves
         prefill.num_computed += stretch.num_iterations * stretch.chunk
-        if prefill.num_computed >= prefill.num_prompt_tokens + prefill.num_generated:  # invariant (chunk_steady)
+        if prefill.num_computed >= prefill.num_prompt_tokens + prefill.num_generated:  # invariant (the chunk rule)
             raise RuntimeError(f"a chunked-prefill stretch finished request {prefill.request_id}'s prompt")
     if cohort is not None and cohort.active:  # always so for a chunk stretch
         num_decodes = len(cohort.members)

@@ -22,11 +22,10 @@ and it is not the next victim. With pipeline
 parallelism several batches may be in flight, but a request is in at most one
 (``Request.in_flight``); policies skip in-flight requests.
 
-Lockstep decodes (:mod:`simulator.engine.cohort`): a policy that adds its running decodes only
-through :meth:`Scheduler._add_decodes` may set ``supports_lockstep``; the engine then lets a
-cohort carry the steady decodes, and ``_add_decodes`` and ``complete`` visit only the other
-running requests. The batch is the same (up to entry order); where it would not be (a decode
-cut by the budget, a preemption) the cohort is dissolved first and the loop steps as before.
+Speed-ups live outside the contract (:mod:`simulator.fast`): lockstep decodes override the
+mechanism methods below (``_add_decodes``, ``_admit``, ``_preempt``, ``complete``, ``retire``)
+for the policies :mod:`simulator.fast.steady` lists, and event skipping reads the policies'
+steady-state rules from there. A policy here only builds its batch.
 
 Extension point: subclass :class:`Scheduler`, implement ``schedule`` (and
 ``reserve_tokens`` if the policy reserves memory up front), and add one line to
@@ -42,7 +41,6 @@ from operator import attrgetter
 
 from simulator.config.run_config import SchedulerConfig
 from simulator.costmodel.base import BatchShape
-from simulator.engine.cohort import DecodeCohort
 from simulator.engine.kvcache import BlockManager
 from simulator.engine.tbt import GapLog
 from simulator.workload.request import Request, Status
@@ -50,7 +48,7 @@ from simulator.workload.request import Request, Status
 _FCFS_KEY = attrgetter("arrival_at", "request_id")  # running order: arrival, ties by id
 
 
-def _insert_fcfs(queue: list[Request], req: Request) -> None:
+def insert_fcfs(queue: list[Request], req: Request) -> None:
     """Insert in running order: at the end, unless a re-admitted request goes back to its arrival place."""
     if queue and _FCFS_KEY(queue[-1]) > _FCFS_KEY(req):
         insort(queue, req, key=_FCFS_KEY)
@@ -60,9 +58,9 @@ def _insert_fcfs(queue: list[Request], req: Request) -> None:
 
 @dataclass(slots=True, init=False)
 class Batch:
-    """One iteration's work. ``requests[i]`` contributes ``num_tokens[i]`` tokens, and the
-    scheduler's lockstep decodes (:mod:`simulator.engine.cohort`) one token each when ``num_lockstep``
-    is set (they are in ``shape``, not in ``requests``)."""
+    """One iteration's work. ``requests[i]`` contributes ``num_tokens[i]`` tokens, and
+    ``num_lockstep`` decodes carried by a fast path (:mod:`simulator.fast.lockstep`; 0 in the
+    plain loop) one token each (they are in ``shape``, not in ``requests``)."""
 
     requests: list[Request]
     num_tokens: list[int]
@@ -96,10 +94,6 @@ class Scheduler:
     """Base policy. Subclasses implement :meth:`schedule`."""
 
     name = "base"
-    # Whether the policy adds running decodes only through _add_decodes and reads running
-    # requests' counters nowhere else while a cohort is active: then enable_lockstep() may
-    # advance them as a cohort (simulator.engine.cohort).
-    supports_lockstep = False
 
     def __init__(self, config: SchedulerConfig, blocks: BlockManager, max_model_len: int) -> None:
         self.config = config
@@ -111,20 +105,10 @@ class Scheduler:
         self.running: list[Request] = []
         self._admission_counter = 0  # per-scheduler sequence, not a global
         self.gaps = GapLog()  # every TBT gap of the tokens this scheduler's iterations produced
-        self.cohort: DecodeCohort | None = None  # lockstep decodes, when enabled
-
-    def enable_lockstep(self) -> None:
-        """Advance steady decodes as a cohort (a pure speed-up: the same runs, bit for bit).
-        Only for a replica without pipelining (one batch in flight) whose requests nobody
-        reads mid-run but through :meth:`settle`; a no-op for a policy that does not opt in."""
-        if self.supports_lockstep:
-            self.cohort = DecodeCohort(self.blocks.block_size)
 
     def settle(self) -> None:
-        """Write every running request's true counters (dissolve the cohort): before anything
-        outside the policy reads running requests."""
-        if self.cohort is not None and self.cohort.active:
-            self.cohort.dissolve()
+        """Make every running request's counters true before anything outside the policy reads
+        them: always so here; a fast path that defers them (lockstep decodes) writes them."""
 
     # -- queue management --------------------------------------------------------------
     def add_request(self, req: Request) -> None:
@@ -164,15 +148,12 @@ class Scheduler:
         req.status = Status.RUNNING
         self._admission_counter += 1
         req.admitted_seq = self._admission_counter
-        _insert_fcfs(self.running, req)
-        if self.cohort is not None and self.cohort.active:
-            _insert_fcfs(self.cohort.loose, req)
+        insert_fcfs(self.running, req)
         batch.admitted.append(req)
         return req
 
     def _preempt(self, req: Request, batch: Batch) -> None:
         """Preempt by recompute: drop the KV cache, re-queue at the front."""
-        assert self.cohort is None or not self.cohort.active  # invariant: preemption runs step by step
         self.running.remove(req)
         self.blocks.free(req)
         req.num_computed = 0
@@ -205,52 +186,16 @@ class Scheduler:
     def schedule(self) -> Batch:
         raise NotImplementedError
 
-    def decode_steady(self) -> bool:
-        """Whether, until a request arrives or finishes or free KV blocks run short, every
-        ``schedule()`` would return exactly the running requests as 1-token decodes (in
-        ``running`` order, growing each one's blocks as needed) and admit or preempt
-        nobody. Event skipping (:mod:`simulator.fast.skipping`) relies on it to advance such
-        stretches in one step. Default False: a policy opts in by overriding it, and must
-        keep it in step with ``schedule()`` (the skipping on/off tests check it)."""
-        return False
-
-    def chunk_steady(self) -> tuple[Request, int] | None:
-        """``(req, chunk)`` where, until a request finishes or free KV blocks run short, every
-        ``schedule()`` would return the running decodes as lockstep decodes (the cohort is
-        active) plus ``chunk`` tokens of ``req``'s prompt, as long as more than ``chunk``
-        remain (not its last chunk), and admit or preempt nobody; else None. Event skipping
-        (:mod:`simulator.fast.skipping`) advances such chunked-prefill stretches in one step.
-        Default None: a policy opts in by overriding it, and must keep it in step with
-        ``schedule()`` (the skipping on/off tests check it)."""
-        return None
-
-    def _all_running_decode(self) -> bool:
-        """Every running request is a decode (one missing token, at least one output) and
-        none is in flight. (Cohort members are, by the cohort's contract.)"""
-        cohort = self.cohort
-        return bool(self.running) and all(
-            not r.in_flight and r.num_generated and r.num_prompt_tokens + r.num_generated - r.num_computed == 1
-            for r in (cohort.loose if cohort is not None and cohort.active else self.running))
-
     def _add_decodes(self, batch: Batch, budget: float, partial: list[Request] | None) -> int:
         """One token for each running request not in flight, in running order, until ``budget``
         tokens; KV blocks grow as needed, preempting the newest. With ``partial`` given, a
         request with more than one token missing goes there instead (its chunk is the policy's
         business). Returns the tokens added.
 
-        The hot loop of every decode iteration: with a cohort (:meth:`enable_lockstep`), only
-        requests outside it are visited (:meth:`_lockstep_decodes`); else entries are appended
-        in place as :meth:`Batch.add` would, and the decodes' shape sums kept in locals and
-        folded in once (integer sums, so exactly what per-entry adds would give).
+        The hot loop of every decode iteration: entries are appended in place as
+        :meth:`Batch.add` would, and the decodes' shape sums kept in locals and folded in once
+        (integer sums, so exactly what per-entry adds would give).
         """
-        cohort = self.cohort
-        if cohort is not None:
-            if not cohort.active:
-                cohort.activate(self.running)
-            used = self._lockstep_decodes(batch, budget, partial)
-            if used is not None:
-                return used
-            cohort.dissolve()  # step by step from here: this iteration preempts or cuts decodes
         running, block_size = self.running, self.blocks.block_size
         append_req, append_tokens = batch.requests.append, batch.num_tokens.append
         num_decodes = kv_sum = kv_sq_sum = kv_max = used = 0
@@ -289,54 +234,6 @@ class Scheduler:
         batch.shape.add_decodes(num_decodes, kv_sum, kv_sq_sum, kv_max)
         return used
 
-    def _lockstep_decodes(self, batch: Batch, budget: float, partial: list[Request] | None) -> int | None:
-        """:meth:`_add_decodes` with the cohort: the same batch (up to entry order), visiting
-        only loose requests; loose decodes join the cohort. None (nothing changed) where the
-        step-by-step loop would do something else: cut decodes at the budget or preempt."""
-        cohort = self.cohort
-        assert cohort is not None
-        block_size = self.blocks.block_size
-        joiners: list[Request] = []
-        tails: list[Request] = []  # a prompt's 1-token tail: a prefill entry
-        rest: list[Request] = []  # stays loose
-        partials: list[Request] = []
-        need = 0
-        for req in cohort.loose:
-            computed = req.num_computed
-            if req.in_flight:
-                return None
-            if req.num_prompt_tokens + req.num_generated - computed > 1:
-                if partial is None:
-                    return None
-                partials.append(req)
-                rest.append(req)
-                continue
-            if req.num_blocks * block_size <= computed:
-                need += 1
-            if req.num_generated:
-                joiners.append(req)
-            else:
-                tails.append(req)
-                rest.append(req)
-        # The step-by-step loop adds every decode and tail (in running order) unless the budget
-        # cuts them, and grows blocks one at a time: all succeed iff that many are free.
-        used = len(cohort.members) + len(joiners) + len(tails)
-        if used > budget or need + cohort.num_due() > self.blocks.num_free_blocks:
-            return None
-        if partial is not None:
-            partial.extend(partials)
-        for req in joiners:
-            cohort.join(req)
-        cohort.loose = rest
-        if cohort.members:
-            batch.shape.add_decodes(*cohort.begin_step(self.blocks))
-            batch.num_lockstep = len(cohort.members)
-        for req in tails:
-            if req.num_blocks * block_size <= req.num_computed:
-                self.blocks.try_grow(req, req.num_computed + 1)
-            batch.add(req, 1)
-        return used
-
     # -- mechanism -------------------------------------------------------------------------
     def complete(self, batch: Batch, now: float) -> list[Request]:
         """Apply a finished iteration at simulated time ``now``; return finished requests.
@@ -344,11 +241,16 @@ class Scheduler:
         Each new token updates its request's first/last token time and largest gap; the
         gaps go to ``self.gaps`` run-length encoded (one run per iteration in the common case
         where every decode's previous token ended the last iteration; the runs' order is not
-        part of the contract: statistics use the multiset). Lockstep decodes advance in one
-        cohort step.
+        part of the contract: statistics use the multiset).
         """
+        finished = self._apply_entries(batch, now, [])
+        if finished:
+            self.retire(finished, now)
+        return finished
+
+    def _apply_entries(self, batch: Batch, now: float, finished: list[Request]) -> list[Request]:
+        """:meth:`complete`'s work on the batch's entries; their finishers appended to ``finished``."""
         gaps = self.gaps
-        finished = self.cohort.step(now, gaps) if batch.num_lockstep else []  # type: ignore[union-attr]
         run_gap, run_count = -1.0, 0  # the current run of equal gaps (gaps are >= 0)
         for req, n in zip(batch.requests, batch.num_tokens):  # noqa: B905 - equal by construction
             req.in_flight = False
@@ -377,8 +279,6 @@ class Scheduler:
                     finished.append(req)
         if run_count:
             gaps.add(run_gap, run_count)
-        if finished:
-            self.retire(finished, now)
         return finished
 
     def retire(self, finished: list[Request], now: float) -> None:
@@ -392,6 +292,3 @@ class Scheduler:
                 self.running.remove(req)
         else:
             self.running = [r for r in self.running if r.status is Status.RUNNING]
-        cohort = self.cohort
-        if cohort is not None and cohort.active:
-            cohort.loose = [r for r in cohort.loose if r.status is Status.RUNNING]

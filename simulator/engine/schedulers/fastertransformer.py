@@ -15,14 +15,9 @@ from simulator.engine.schedulers.base import Batch, Scheduler
 
 class FasterTransformerScheduler(Scheduler):
     name = "fastertransformer"
-    supports_lockstep = True
 
     def reserve_tokens(self, req) -> int:  # type: ignore[override]
         return self.max_model_len
-
-    def decode_steady(self) -> bool:
-        # A running batch only decodes; waiting requests wait for the whole batch to finish.
-        return self._all_running_decode()
 
     def schedule(self) -> Batch:
         batch = Batch()

@@ -15,15 +15,9 @@ from simulator.engine.schedulers.base import Batch, Scheduler
 
 class OrcaScheduler(Scheduler):
     name = "orca"
-    supports_lockstep = True
 
     def reserve_tokens(self, req) -> int:  # type: ignore[override]
         return self.max_model_len
-
-    def decode_steady(self) -> bool:
-        # Memory is reserved up front, so free blocks do not change while decodes run.
-        return self._all_running_decode() and (
-            not self.waiting or len(self.running) >= self.max_num_seqs or not self.blocks.can_admit(self.max_model_len))
 
     def schedule(self) -> Batch:
         batch = Batch()

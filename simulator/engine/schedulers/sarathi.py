@@ -15,46 +15,11 @@ allocates blocks chunk by chunk; here the whole prompt is reserved at admission.
 from __future__ import annotations
 
 from simulator.engine.schedulers.base import Batch, Scheduler
-from simulator.workload.request import Request, Status
+from simulator.workload.request import Status
 
 
 class SarathiScheduler(Scheduler):
     name = "sarathi"
-    supports_lockstep = True
-
-    def decode_steady(self) -> bool:
-        # Every decode fits the budget; nothing is admitted: no one waits, the budget or
-        # max_num_seqs is used up, or the head does not fit (free blocks only shrink while
-        # decodes grow, so it keeps not fitting).
-        running = self.running
-        if len(running) > self.token_budget or not self._all_running_decode():
-            return False
-        waiting = self.waiting
-        return (not waiting or len(running) >= self.token_budget or len(running) >= self.max_num_seqs
-                or not self.blocks.can_admit(waiting[0].num_prompt_tokens + waiting[0].num_generated, waiting[0]))
-
-    def chunk_steady(self) -> tuple[Request, int] | None:
-        # The first partial prefill (running order) takes what the decodes leave of the budget;
-        # while that is not its last chunk the budget is full, so later partials get nothing and
-        # nobody is admitted, whoever waits. Lockstep only: the cohort carries the decodes.
-        cohort = self.cohort
-        if cohort is None or not cohort.active:
-            return None
-        prefill, missing, num_partial = None, 0, 0
-        for req in cohort.loose:
-            if req.in_flight:
-                return None
-            left = req.num_prompt_tokens + req.num_generated - req.num_computed
-            if left > 1:
-                num_partial += 1
-                if prefill is None:
-                    prefill, missing = req, left
-            elif not req.num_generated:  # a prompt's 1-token tail: a prefill entry before the chunk
-                return None
-        if prefill is None:
-            return None
-        chunk = self.token_budget - (len(cohort.members) + len(cohort.loose) - num_partial)  # less the decodes
-        return (prefill, chunk) if 0 < chunk < missing else None
 
     def schedule(self) -> Batch:
         batch = Batch()

@@ -17,24 +17,12 @@ from simulator.engine.schedulers.base import Batch, Scheduler
 
 class VLLMScheduler(Scheduler):
     name = "vllm"
-    supports_lockstep = True
 
     def rejection_reason(self, req):  # type: ignore[override]
         if req.num_prompt_tokens + req.num_output_tokens - 1 > self.token_budget:
             return (f"prompt+output = {req.num_prompt_tokens + req.num_output_tokens} tokens exceeds "
                     f"max_num_batched_tokens {self.token_budget} (vllm runs a recomputed prompt in one piece)")
         return super().rejection_reason(req)
-
-    def decode_steady(self) -> bool:
-        # Nothing is admitted (the admission loop breaks on the head at once) and every
-        # running request decodes; free blocks only shrink, so a head that does not fit keeps not fitting.
-        if not self._all_running_decode():
-            return False
-        if not self.waiting:
-            return True
-        head = self.waiting[0]
-        n = head.num_prompt_tokens + head.num_generated
-        return n > self.token_budget or len(self.running) >= self.max_num_seqs or not self.blocks.can_admit(n, head)
 
     def schedule(self) -> Batch:
         batch = Batch()

@@ -27,7 +27,7 @@ when it finishes and when the cohort is dissolved (:meth:`dissolve`: before a po
 skipping or the end of a run reads them). Every other field is current. The free-block count
 is always current: growth is counted in the step that allocates it.
 
-The owner (:class:`~simulator.engine.schedulers.base.Scheduler`) decides when members may advance
+The owner (:class:`~simulator.fast.lockstep.LockstepMixin` over a policy) decides when members may advance
 in lockstep (every member decodes in the iteration and every allocation succeeds) and
 dissolves the cohort otherwise, so the step-by-step semantics are never approximated:
 tests compare whole runs with lockstep on and off.
@@ -250,7 +250,7 @@ class DecodeCohort:
         counted their allocations); returns the finishers of the last one, materialised."""
         k = len(ends) - 1
         finished = self.step(ends[1], gaps)  # none unless it is the last: a stretch ends at its first finish
-        if k == 1:  # one step: the last piece of a stretch split at a watch's check (fastforward.split)
+        if k == 1:  # one step: the last piece of a stretch split at a watch's check (skipping.split)
             return finished
         inner = list(map(sub, ends[2:], ends[1:k]))  # steps 1..k-1's gaps: ends[i + 1] - ends[i]
         gaps.extend_runs(inner, len(self.members))

@@ -1,0 +1,136 @@
+"""Lockstep decodes wrapped around a policy: the same batches, fewer Python visits.
+
+A policy builds its batch from the running queue every iteration, and in a busy replica
+most entries are decodes that did the same thing the iteration before. :class:`LockstepMixin`
+goes over a policy class (:func:`lockstep_class`) and lets a :class:`~simulator.fast.cohort.DecodeCohort`
+carry such decodes: the policy's ``schedule()`` is unchanged; the mixin overrides the base's
+mechanism methods it calls (``_add_decodes``, ``_admit``, ``_preempt``, ``complete``,
+``retire``) so that they visit only requests outside the cohort. Where the step-by-step batch
+would differ (a decode cut by the token budget, a preemption) the cohort is dissolved first
+and the base methods run as in the plain loop. Tests compare whole runs with lockstep on and off.
+
+Which policies may be wrapped is stated once, in :data:`simulator.fast.steady.RULES`: a policy
+that adds its running decodes only through ``Scheduler._add_decodes`` and reads running
+requests' counters nowhere else (vllm, orca, fastertransformer, sarathi). Any other class
+(a new policy, a speculating or disaggregated pool's mixin) runs plain.
+
+Contract while a cohort is active: members' counters are stale (see the cohort module);
+:meth:`LockstepMixin.settle` writes them before anything outside the policy reads running
+requests. Only for a replica without pipelining (one batch in flight).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from simulator.engine.schedulers.base import Batch, Scheduler, insert_fcfs
+from simulator.fast.cohort import DecodeCohort
+from simulator.fast.steady import RULES
+from simulator.workload.request import Request, Status
+
+
+class LockstepMixin:
+    """Scheduler mechanism methods with a decode cohort (see the module docstring). Mixed in
+    over a policy by :func:`lockstep_class`; ``cohort`` is created with the scheduler."""
+
+    cohort: DecodeCohort
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - the policy's own signature
+        super().__init__(*args, **kwargs)
+        self.cohort = DecodeCohort(self.blocks.block_size)  # type: ignore[attr-defined]
+
+    def settle(self) -> None:
+        if self.cohort.active:
+            self.cohort.dissolve()
+
+    def _admit(self: Scheduler, batch: Batch) -> Request:
+        req = Scheduler._admit(self, batch)
+        cohort = self.cohort  # type: ignore[attr-defined]
+        if cohort.active:
+            insert_fcfs(cohort.loose, req)
+        return req
+
+    def _preempt(self: Scheduler, req: Request, batch: Batch) -> None:
+        assert not self.cohort.active  # type: ignore[attr-defined]  # invariant: preemption runs step by step
+        Scheduler._preempt(self, req, batch)
+
+    def _add_decodes(self: Scheduler, batch: Batch, budget: float, partial: list[Request] | None) -> int:
+        cohort = self.cohort  # type: ignore[attr-defined]
+        if not cohort.active:
+            cohort.activate(self.running)
+        used = _lockstep_decodes(self, cohort, batch, budget, partial)
+        if used is not None:
+            return used
+        cohort.dissolve()  # step by step from here: this iteration preempts or cuts decodes
+        return Scheduler._add_decodes(self, batch, budget, partial)
+
+    def complete(self: Scheduler, batch: Batch, now: float) -> list[Request]:
+        # The cohort's finishers first, then the entries' (the order the recorder sees).
+        finished = self.cohort.step(now, self.gaps) if batch.num_lockstep else []  # type: ignore[attr-defined]
+        self._apply_entries(batch, now, finished)
+        if finished:
+            self.retire(finished, now)
+        return finished
+
+    def retire(self: Scheduler, finished: list[Request], now: float) -> None:
+        Scheduler.retire(self, finished, now)
+        cohort = self.cohort  # type: ignore[attr-defined]
+        if cohort.active:
+            cohort.loose = [r for r in cohort.loose if r.status is Status.RUNNING]
+
+
+def _lockstep_decodes(scheduler: Scheduler, cohort: DecodeCohort, batch: Batch, budget: float,
+                      partial: list[Request] | None) -> int | None:
+    """``Scheduler._add_decodes`` with the cohort: the same batch (up to entry order), visiting
+    only loose requests; loose decodes join the cohort. None (nothing changed) where the
+    step-by-step loop would do something else: cut decodes at the budget or preempt."""
+    block_size = scheduler.blocks.block_size
+    joiners: list[Request] = []
+    tails: list[Request] = []  # a prompt's 1-token tail: a prefill entry
+    rest: list[Request] = []  # stays loose
+    partials: list[Request] = []
+    need = 0
+    for req in cohort.loose:
+        computed = req.num_computed
+        if req.in_flight:
+            return None
+        if req.num_prompt_tokens + req.num_generated - computed > 1:
+            if partial is None:
+                return None
+            partials.append(req)
+            rest.append(req)
+            continue
+        if req.num_blocks * block_size <= computed:
+            need += 1
+        if req.num_generated:
+            joiners.append(req)
+        else:
+            tails.append(req)
+            rest.append(req)
+    # The step-by-step loop adds every decode and tail (in running order) unless the budget
+    # cuts them, and grows blocks one at a time: all succeed iff that many are free.
+    used = len(cohort.members) + len(joiners) + len(tails)
+    if used > budget or need + cohort.num_due() > scheduler.blocks.num_free_blocks:
+        return None
+    if partial is not None:
+        partial.extend(partials)
+    for req in joiners:
+        cohort.join(req)
+    cohort.loose = rest
+    if cohort.members:
+        batch.shape.add_decodes(*cohort.begin_step(scheduler.blocks))
+        batch.num_lockstep = len(cohort.members)
+    for req in tails:
+        if req.num_blocks * block_size <= req.num_computed:
+            scheduler.blocks.try_grow(req, req.num_computed + 1)
+        batch.add(req, 1)
+    return used
+
+
+@cache
+def lockstep_class(policy: type[Scheduler]) -> type[Scheduler]:
+    """``policy`` with lockstep decodes, where :data:`~simulator.fast.steady.RULES` says it
+    allows them; else ``policy`` itself (one class per policy, so replicas share it)."""
+    if policy not in RULES:
+        return policy
+    return type(f"Lockstep{policy.__name__}", (LockstepMixin, policy), {"lockstep_of": policy})

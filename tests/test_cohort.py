@@ -198,9 +198,9 @@ def test_a_watch_that_may_read_counters_turns_lockstep_off(monkeypatch: pytest.M
     built: list[bool] = []
     real = engine.build_scheduler
 
-    def spy(config, lockstep=None):  # noqa: ANN001, ANN202
+    def spy(config, lockstep=None, replica_id=0):  # noqa: ANN001, ANN202
         built.append(lockstep is not None)
-        return real(config, lockstep)
+        return real(config, lockstep, replica_id)
 
     monkeypatch.setattr(engine, "build_scheduler", spy)
     config = RunConfig(workload=WorkloadConfig("sharegpt", num_requests=30))

@@ -173,12 +173,11 @@ def replica_parts(config: RunConfig, lockstep: SchedulerWrap | None = None,
     """One replica's scheduler (with its KV cache), memory plan and cost model; where the run
     speculates (``config.speculative``), the speculating scheduler (its own acceptance stream,
     by ``replica_id``; never lockstep) and the cost model with the drafter's time."""
+    scheduler, plan = build_scheduler(config, lockstep, replica_id)
     if config.speculative is not None:
-        from simulator.engine.speculative import build_speculative_scheduler, speculative_cost_model
+        from simulator.engine.speculative import speculative_cost_model
 
-        scheduler, plan = build_speculative_scheduler(config, config.speculative, replica_id)
         return scheduler, plan, speculative_cost_model(config, config.speculative)
-    scheduler, plan = build_scheduler(config, lockstep)
     return scheduler, plan, load_cost_model(config.cost_model, config.replica, config.engine)
 
 

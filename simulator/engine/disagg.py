@@ -38,9 +38,17 @@ straight into its running set. Replicas that hold parked KV blocks sleep, rather
 trip the "only waiting requests" invariant, when their cache cannot admit the next
 request; they wake when the blocks come back.
 
-Replica ids: prefill ``0..P-1``, decode ``P..P+D-1``, mixed after them. A request's
-``replica_id`` is where it finished (its decode replica); the handoff timeline is in
-:class:`HandoffLog`.
+Per-pool attention DP and EP (xPyD layouts as Dynamo and vLLM/SGLang deploy them, e.g. DEP8
+prefill workers beside a DEP32 decode worker): each attention-DP rank of a pool replica is an
+engine replica of its own (its batch, scheduler and KV cache), its cost model pricing the MoE
+layers for the pool replica's whole ``tp x dp`` group; the prefill router spreads arrivals over
+the prefill ranks, and the handoff above picks the decode rank, so each request's KV moves from
+the prefill rank that computed it to the decode rank that takes it (the whole model's KV: each
+rank holds all of its requests' KV, sharded only over its own TP GPUs).
+
+Replica ids (one per rank): prefill ``0..P-1``, decode ``P..P+D-1``, mixed after them, where
+``P`` is prefill replicas x their ``dp`` (likewise ``D``). A request's ``replica_id`` is where it
+finished (its decode rank); the handoff timeline is in :class:`HandoffLog`.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ from simulator.engine.records import Recorder
 from simulator.engine.replica import Replica, build_pool_scheduler
 from simulator.engine.routers import ROUTERS
 from simulator.engine.schedulers import Batch, Scheduler
+from simulator.engine.speculative import Speculation, speculation_rng
 from simulator.util.progress import RunProgress
 from simulator.workload.request import Request, Status
 
@@ -173,11 +182,9 @@ def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin:
                           config: RunConfig | None = None, replica_id: int = 0) -> tuple[Scheduler, MemoryPlan]:
     if config is not None and config.speculative is not None and mixin is not PrefillMixin:
         # Decode and mixed replicas speculate (a prefill replica emits only the first token).
-        from simulator.engine.speculative import build_speculative_pool_scheduler, speculation_rng
-
-        return build_speculative_pool_scheduler(replica, sched, config.speculative,
-                                                speculation_rng(config.seed, replica_id), mixin=mixin, field=field,
-                                                fix="lower --max-model-len, give the pool more GPUs or use a smaller drafter")
+        return build_pool_scheduler(replica, sched, mixin=mixin, field=field,
+                                    speculation=Speculation(config.speculative, speculation_rng(config.seed, replica_id)),
+                                    fix="lower --max-model-len, give the pool more GPUs or use a smaller drafter")
     # A prefill replica holds prompts only: one too long for it is rejected per request.
     return build_pool_scheduler(replica, sched, mixin=mixin, whole_requests=mixin is not PrefillMixin, field=field,
                                 fix="lower --max-model-len or give the pool more GPUs")
@@ -255,14 +262,16 @@ class DisaggCluster:
         self.mixed: list[Replica] = []
         self.plans: dict[str, MemoryPlan] = {}
         rid = 0
-        for _ in range(layout.prefill.num_replicas):
+        # With attention DP (a pool's ``dp``) each rank of a pool replica is a replica of its own
+        # (ranks of one replica consecutive), as in an aggregated run: num_replicas x dp per pool.
+        for _ in range(layout.prefill.num_replicas * layout.prefill_replica.attention_dp):
             sched, self.plans["prefill"] = _build_pool_scheduler(layout.prefill_replica, layout.prefill_scheduler,
                                                                  PrefillMixin, "prefill_pool")
             replica_id = rid
             sched.on_prefilled = lambda req, hold, i=replica_id: self._on_prefilled(req, hold, i)  # type: ignore[attr-defined]
             self.prefill.append(_make_replica(env, rid, sched, config, layout.prefill_replica, recorder, True))
             rid += 1
-        for _ in range(layout.decode.num_replicas):
+        for _ in range(layout.decode.num_replicas * layout.decode_replica.attention_dp):
             sched, self.plans["decode"] = _build_pool_scheduler(layout.decode_replica, layout.decode_scheduler,
                                                                 DecodeMixin, "decode_pool", config, rid)
             sched.on_freed = self._dispatch  # type: ignore[attr-defined]
@@ -270,7 +279,7 @@ class DisaggCluster:
             rid += 1
         if layout.mixed is not None:
             assert layout.mixed_replica is not None and layout.mixed_scheduler is not None
-            for _ in range(layout.mixed.num_replicas):
+            for _ in range(layout.mixed.num_replicas * layout.mixed_replica.attention_dp):
                 sched, self.plans["mixed"] = _build_pool_scheduler(layout.mixed_replica, layout.mixed_scheduler, None,
                                                                    "mixed_pool", config, rid)
                 self.mixed.append(_make_replica(env, rid, sched, config, layout.mixed_replica, recorder, False))

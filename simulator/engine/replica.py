@@ -23,9 +23,11 @@ import simpy
 
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel.base import CostModel
-from simulator.engine.kvcache import GiB, MemoryPlan, build_kv_cache, max_model_len_shortfall
+from simulator.costmodel.speculative import speculative_memory_plan
+from simulator.engine.kvcache import BlockManager, GiB, MemoryPlan, build_kv_cache, max_model_len_shortfall
 from simulator.engine.prefix_cache import make_block_manager
 from simulator.engine.schedulers import SCHEDULERS, Batch, Scheduler
+from simulator.engine.speculative import Speculation, speculation_rng, speculative_class
 from simulator.workload.request import Request, Status
 
 if TYPE_CHECKING:
@@ -45,31 +47,47 @@ def memory_shortfall(replica: ReplicaConfig, sched: SchedulerConfig) -> str | No
 
 
 def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixin: type | None = None,
-                         lockstep: SchedulerWrap | None = None, whole_requests: bool = True,
-                         field: str = "replica.max_model_len",
-                         fix: str = "lower --max-model-len or add GPUs (--tp/--pp)") -> tuple[Scheduler, MemoryPlan]:
-    """Scheduler and KV cache for one replica of a pool: the policy of ``sched`` (with
-    ``mixin``'s methods first: a disaggregated pool's role), refusing a layout whose cache
-    cannot hold a ``max_model_len`` request (:func:`memory_shortfall`) unless the pool serves
-    parts of requests (``whole_requests=False``: a prefill pool rejects too-long prompts one by
-    one). ``lockstep``: the policy's class with lockstep decodes
-    (:func:`simulator.fast.lockstep.lockstep_class`, the fast layer's; never with a ``mixin``)."""
+                         lockstep: SchedulerWrap | None = None, speculation: Speculation | None = None,
+                         whole_requests: bool = True, field: str = "replica.max_model_len",
+                         fix: str | None = None) -> tuple[Scheduler, MemoryPlan]:
+    """The one scheduler factory: scheduler and KV cache for one replica of a pool (an
+    aggregated run's replica, a disaggregated pool's, the split planner's). The policy of
+    ``sched``, with ``speculation``'s mixin over it where the replica's decodes speculate (its
+    KV cache less the drafter's memory, :func:`~simulator.costmodel.speculative.speculative_memory_plan`)
+    and ``mixin``'s methods outside both (a disaggregated pool's role, so its ``complete`` sees
+    the verify steps' finishers). Refuses a layout whose cache cannot hold a ``max_model_len``
+    request (:func:`memory_shortfall`) unless the pool serves parts of requests
+    (``whole_requests=False``: a prefill pool rejects too-long prompts one by one), the error's
+    ``fix`` by default naming GPUs (and a smaller drafter). ``lockstep``: the policy's class
+    with lockstep decodes (:func:`simulator.fast.lockstep.lockstep_class`, the fast layer's;
+    only for a plain replica: never with a role or speculation)."""
     max_model_len = replica.effective_max_model_len
     blocks, plan = build_kv_cache(replica, sched)
+    if speculation is not None:  # a plain block manager: speculation turns prefix caching off (config)
+        plan = speculative_memory_plan(plan, replica, speculation.config)
+        blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark)
     # Prefix caching, where on; not in a disaggregated pool's role (a mixin): they hand blocks over by count.
-    if sched.prefix_cache is not None and mixin is None:
+    elif sched.prefix_cache is not None and mixin is None:
         host_blocks, host_load_s = cpu_tier(replica, sched, plan)
         blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, replica.block_size, sched.watermark,
                                     host_blocks, host_load_s)
     short = max_model_len_shortfall(blocks, max_model_len) if whole_requests else None
     if short is not None:
-        raise ConfigError(field, short, fix)
+        if speculation is None:
+            raise ConfigError(field, short, fix or "lower --max-model-len or add GPUs (--tp/--pp)")
+        raise ConfigError(field, short + " (with the drafter's memory)",
+                          fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
     cls = SCHEDULERS[sched.name]
+    if speculation is not None:
+        cls = speculative_class(cls)
     if mixin is not None:
         cls = with_mixin(mixin, cls)
-    elif lockstep is not None:
+    elif lockstep is not None and speculation is None:
         cls = lockstep(cls)
-    return cls(sched, blocks, max_model_len), plan
+    scheduler = cls(sched, blocks, max_model_len)
+    if speculation is not None:
+        scheduler.speculation = speculation  # type: ignore[attr-defined]
+    return scheduler, plan
 
 
 def cpu_tier(replica: ReplicaConfig, sched: SchedulerConfig, plan: MemoryPlan) -> tuple[int, float]:
@@ -84,9 +102,13 @@ def cpu_tier(replica: ReplicaConfig, sched: SchedulerConfig, plan: MemoryPlan) -
     return host_blocks, block_bytes_per_gpu / replica.gpu_spec.pcie_bytes_per_s
 
 
-def build_scheduler(config: RunConfig, lockstep: SchedulerWrap | None = None) -> tuple[Scheduler, MemoryPlan]:
-    """:func:`build_pool_scheduler` for a replica of an aggregated ``config``."""
-    return build_pool_scheduler(config.replica, config.scheduler, lockstep=lockstep)
+def build_scheduler(config: RunConfig, lockstep: SchedulerWrap | None = None,
+                    replica_id: int = 0) -> tuple[Scheduler, MemoryPlan]:
+    """:func:`build_pool_scheduler` for replica ``replica_id`` of an aggregated ``config``; where
+    the run speculates, with that replica's own acceptance stream (:func:`speculation_rng`)."""
+    spec = config.speculative
+    speculation = None if spec is None else Speculation(spec, speculation_rng(config.seed, replica_id))
+    return build_pool_scheduler(config.replica, config.scheduler, lockstep=lockstep, speculation=speculation)
 
 
 class Replica:

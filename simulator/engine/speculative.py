@@ -35,12 +35,9 @@ from functools import cache
 
 import numpy as np
 
-from simulator.config.errors import ConfigError
-from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
+from simulator.config.run_config import ReplicaConfig, RunConfig
 from simulator.config.speculative import SpeculativeConfig
-from simulator.costmodel.speculative import SpecBatchShape, SpeculativeCostModel, speculative_memory_plan
-from simulator.engine.kvcache import BlockManager, MemoryPlan, build_kv_cache, max_model_len_shortfall
-from simulator.engine.replica import with_mixin
+from simulator.costmodel.speculative import SpecBatchShape, SpeculativeCostModel
 from simulator.engine.schedulers import SCHEDULERS
 from simulator.engine.schedulers.base import Batch, Scheduler
 from simulator.engine.tbt import GapLog, merged, quantile_stats
@@ -122,7 +119,8 @@ def speculation_rng(seed: int, replica_id: int) -> np.random.Generator:
 class SpeculativeMixin:
     """Scheduler methods for a replica whose decoding requests speculate (see the module
     docstring). Mixed in over a policy by :func:`speculative_class`; the instance's
-    ``speculation`` is set by :func:`make_speculative`."""
+    ``speculation`` is set by :func:`simulator.engine.replica.build_pool_scheduler` (or
+    :func:`make_speculative`)."""
 
     speculation: Speculation
 
@@ -316,40 +314,6 @@ def speculation_extra(config: SpeculativeConfig, schedulers: list[Scheduler]) ->
         out.update(quantile_stats(values, counts, name))
         out[f"num_{name.removesuffix('_s')}_gaps"] = int(counts.sum()) if len(counts) else 0
     return out
-
-
-def build_speculative_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, spec: SpeculativeConfig,
-                                     rng: np.random.Generator, *, mixin: type | None = None,
-                                     field: str = "replica.max_model_len",
-                                     fix: str = "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter",
-                                     ) -> tuple[Scheduler, MemoryPlan]:
-    """:func:`simulator.engine.replica.build_pool_scheduler` for a pool whose decodes speculate:
-    the KV cache less the drafter's memory (:func:`speculative_memory_plan`), the policy with
-    :class:`SpeculativeMixin`, ``mixin`` (a disaggregated pool's role) outside both so its
-    ``complete`` sees the verify steps' finishers, and the acceptance stream ``rng``. Lockstep is
-    never enabled (see the module docstring)."""
-    max_model_len = replica.effective_max_model_len
-    _, plan = build_kv_cache(replica, sched)
-    plan = speculative_memory_plan(plan, replica, spec)
-    blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark)
-    short = max_model_len_shortfall(blocks, max_model_len)
-    if short is not None:
-        raise ConfigError(field, short + " (with the drafter's memory)", fix)
-    cls = speculative_class(SCHEDULERS[sched.name])
-    if mixin is not None:
-        cls = with_mixin(mixin, cls)
-    scheduler = cls(sched, blocks, max_model_len)
-    scheduler.speculation = Speculation(spec, rng)  # type: ignore[attr-defined]
-    return scheduler, plan
-
-
-def build_speculative_scheduler(config: RunConfig, spec: SpeculativeConfig,
-                                replica_id: int = 0) -> tuple[Scheduler, MemoryPlan]:
-    """:func:`simulator.engine.replica.build_scheduler` for a replica whose decodes speculate
-    (:func:`build_speculative_pool_scheduler`), with replica ``replica_id``'s own acceptance
-    stream (:func:`speculation_rng`)."""
-    return build_speculative_pool_scheduler(config.replica, config.scheduler, spec,
-                                            speculation_rng(config.seed, replica_id))
 
 
 def speculative_cost_model(config: RunConfig, spec: SpeculativeConfig,

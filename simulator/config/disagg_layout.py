@@ -6,14 +6,24 @@ A layout is written as three run options (so ``run``, ``capacity``, sweeps and
     --prefill-pool '2x(tp=2,gpu=h100-sxm)' --decode-pool '1x(tp=4,gpu=a100-80gb)' --kv-link infiniband-200g
 
 Pool syntax: ``N`` replicas ``x`` a parenthesised list of ``key=value`` overrides of the
-run's replica and scheduler: ``tp``, ``pp``, ``gpu``, ``sched`` (scheduler name),
-``budget`` (the pool's token budget: ``max_num_batched_tokens``, or the chunk size for
-sarathi) and ``seqs`` (``max_num_seqs``). Keys not given come from the run options,
+run's replica and scheduler: ``tp``, ``pp``, ``dp`` (attention data-parallel ranks of each
+replica: ``--attention-dp``), ``ep`` (expert parallelism over the replica's ``tp x dp``
+GPUs: ``--ep``), ``nodes`` (nodes each replica spans: ``--nodes``), ``gpu``, ``sched``
+(scheduler name), ``budget`` (the pool's token budget: ``max_num_batched_tokens``, or the
+chunk size for sarathi) and ``seqs`` (``max_num_seqs``). Keys not given come from the run options,
 except the scheduler, which defaults to ``vllm`` in both pools: a prefill pool batches
 whole prompts under its token budget (DistServe's prefill instance), a decode pool only
 ever receives decodes, so vLLM's continuous batching is all it needs. ``--mixed-pool``
 (same syntax) adds Splitwise's mixed machines: aggregated replicas running the run's own
 scheduler, which take whole requests when every prefill replica is backed up.
+
+xPyD layouts as deployed today (Dynamo, vLLM/SGLang with NIXL-style KV connectors) give each
+pool its own TP, attention DP and EP: ``--prefill-pool '2x(tp=1,dp=8,ep=8)' --decode-pool
+'1x(tp=1,dp=32,ep=32,nodes=4)'`` is two DEP8 prefill workers and one DEP32 decode worker.
+As in an aggregated run, each attention-DP rank of a pool replica is an engine replica of
+its own behind the pool's router (prefill) or the handoff's choice (decode), and its cost
+model prices the MoE layers for the whole ``tp x dp`` group (:mod:`simulator.costmodel.moe`).
+A pool's ``ep`` must divide its ``tp x dp`` GPUs (checked here, naming the pool).
 
 KV link (``--kv-link``): a link name of :mod:`simulator.config.topology` (``infiniband-200g``,
 ``ethernet-100g``, ``nvlink``, ``pcie``, ...), a bandwidth ``25GB/s`` or ``100gbps``
@@ -38,7 +48,9 @@ from simulator.config.errors import ConfigError
 if TYPE_CHECKING:
     from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 
-POOL_KEYS = ("tp", "pp", "gpu", "sched", "budget", "seqs")
+POOL_KEYS = ("tp", "pp", "dp", "ep", "nodes", "gpu", "sched", "budget", "seqs")
+# Pool keys that override ReplicaConfig fields, and the field each sets.
+_REPLICA_KEYS = {"tp": "tp", "pp": "pp", "dp": "attention_dp", "ep": "ep", "nodes": "num_nodes", "gpu": "gpu"}
 DEFAULT_POOL_SCHEDULER = "vllm"
 _POOL_RE = re.compile(r"^\s*(\d+)\s*x\s*(?:\((.*)\))?\s*$", re.IGNORECASE)
 _BW_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(gb/s|gbps)(?:\s*@\s*(\d+(?:\.\d+)?)\s*(us|ms|s))?$", re.IGNORECASE)
@@ -51,6 +63,9 @@ class PoolSpec:
     num_replicas: int
     tp: int | None = None
     pp: int | None = None
+    dp: int | None = None  # attention data-parallel ranks per replica (ReplicaConfig.attention_dp)
+    ep: int | None = None
+    nodes: int | None = None  # nodes per replica (ReplicaConfig.num_nodes)
     gpu: str | None = None
     sched: str | None = None
     budget: int | None = None
@@ -61,8 +76,43 @@ class PoolSpec:
         return f"{self.num_replicas}x({','.join(parts)})"
 
     def replica_config(self, base: ReplicaConfig) -> ReplicaConfig:
-        changes = {k: getattr(self, k) for k in ("tp", "pp", "gpu") if getattr(self, k) is not None}
+        changes = {f: getattr(self, k) for k, f in _REPLICA_KEYS.items() if getattr(self, k) is not None}
         return replace(base, **changes)
+
+    def check(self, base: ReplicaConfig, field: str) -> None:
+        """Refuse, naming the pool (``field``) and the key to change, what a replica of this pool
+        cannot be: attention DP on a dense model or with PP, an ``ep`` that does not divide the
+        replica's ``tp x dp`` GPUs, more GPUs than its nodes hold. Only where the pool sets
+        ``dp``, ``ep`` or ``nodes`` (other layouts keep the replica's own messages)."""
+        if self.dp is None and self.ep is None and self.nodes is None:
+            return
+        from simulator.config.catalog import get_model
+        from simulator.config.topology import MAX_GPUS_PER_NODE
+
+        flag = "--" + field.replace("_", "-")
+        tp, pp = self.tp or base.tp, self.pp or base.pp
+        dp = self.dp or base.attention_dp
+        ep = self.ep or base.ep
+        nodes = self.nodes or base.num_nodes
+        spec = get_model(base.model)
+        if (dp > 1 or ep > 1) and not spec.is_moe:
+            key = "dp" if dp > 1 else "ep"
+            raise ConfigError(field, f"{key}={dp if key == 'dp' else ep} shards MoE layers, but {spec.name} has no "
+                              "experts", f"drop {key} from {flag}; for more replicas raise its count N in 'Nx(...)'")
+        if dp > 1 and pp > 1:
+            raise ConfigError(field, f"attention DP (dp={dp}) with pipeline parallelism (pp={pp}) is not modelled",
+                              f"use pp=1 in {flag}")
+        group = tp * dp
+        if ep > 1 and (group % ep or spec.num_experts % ep):
+            raise ConfigError(field, f"ep={ep} must divide a replica's tp x dp = {tp} x {dp} = {group} GPUs and "
+                              f"{spec.name}'s {spec.num_experts} experts",
+                              f"in {flag} use ep={math.gcd(group, spec.num_experts)} or one of its divisors"
+                              + (", or raise dp" if group < spec.num_experts else ""))
+        num_gpus = tp * pp * dp
+        if num_gpus > nodes * MAX_GPUS_PER_NODE:
+            need = -(-num_gpus // MAX_GPUS_PER_NODE)
+            raise ConfigError(field, f"a replica's tp x pp x dp = {num_gpus} GPUs do not fit {nodes} node(s) of "
+                              f"{MAX_GPUS_PER_NODE} GPUs", f"add nodes={need} to {flag}")
 
     def scheduler_config(self, base: SchedulerConfig, default: str | None = DEFAULT_POOL_SCHEDULER) -> SchedulerConfig:
         """The pool's scheduler: ``sched`` (else ``default``, else the run's) with the pool's knobs."""
@@ -195,6 +245,7 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
     mixed = parse_pool(config.mixed_pool, "mixed_pool") if config.mixed_pool is not None else None
 
     def build(pool: PoolSpec, field: str, default: str | None):  # noqa: ANN202
+        pool.check(config.replica, field)
         try:
             return pool.replica_config(config.replica), pool.scheduler_config(config.scheduler, default)
         except ConfigError as err:

@@ -376,7 +376,8 @@ class RunConfig:
     # decodes) in one step (simulator.fast.skipping); results are identical
     # either way, so this only trades speed for a step-by-step loop when debugging.
     fast_forward: bool = True
-    # Disaggregated prefill/decode (simulator.config.disagg_layout): pools as '2x(tp=2,gpu=h100-sxm)'.
+    # Disaggregated prefill/decode (simulator.config.disagg_layout): pools as '2x(tp=2,gpu=h100-sxm)',
+    # each with its own tp, pp, attention DP and EP ('1x(tp=1,dp=8,ep=8)').
     prefill_pool: str | None = None
     decode_pool: str | None = None
     mixed_pool: str | None = None
@@ -408,10 +409,7 @@ class RunConfig:
 
             for name in ("prefill_pool", "decode_pool", "mixed_pool"):
                 object.__setattr__(self, name, canonical_pool(getattr(self, name), name))
-            layout_of(self)  # validates every pool and the link
-            if self.replica.attention_dp > 1:
-                raise ConfigError("replica.attention_dp", "attention data parallelism in disaggregated pools is not "
-                                  "modelled", "drop --attention-dp, or the pools")
+            layout_of(self)  # validates every pool and the link (pools take the run's attention DP unless they set dp)
             if self.scheduler.prefix_caching:  # pools hand KV blocks over by count (engine.disagg)
                 raise ConfigError("scheduler.prefix_caching", "prefix caching in disaggregated pools is not modelled",
                                   "pass --no-prefix-caching, or drop the pools")

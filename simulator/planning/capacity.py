@@ -35,8 +35,14 @@ however the run goes on (the run can make at most ``sum(output tokens - 1)`` gap
 run at arrival instants only, so a watch never extends a run. A stopped trial reports no
 latency figures (NaN), only why it stopped.
 
-Zero capacity: if the TBT limit is below the time of the cheapest possible iteration (one
-decode, no prefill) no load can meet it, and the search says so without running trials; if
+Zero capacity: if the limit judged is below a true lower bound on it, no load can meet it,
+and the search says so without running trials (:func:`impossible_reason`): for the TBT
+quantile, the cheapest possible iteration (one decode, no prefill); for DistServe's TPOT, the
+cheapest iteration a token, where every request's floor above the limit leaves too few to
+reach ``min_goodput``. With speculative decoding a step also pays for its drafter but emits up
+to ``k + 1`` tokens at once (per-token gaps of 0 between them), so the TPOT floor is the
+cheapest step over the most tokens it emits and a TBT quantile has a floor only above the
+``k / (k + 1)`` share zero gaps can take (:class:`StepFloor`, :func:`zero_gap_factor`). If
 trials fail down to ``min_qps``, capacity is 0 with the last failure's reason.
 """
 
@@ -454,31 +460,208 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
 # The search
 
 
-def min_iteration_s(config: RunConfig) -> float:
-    """The cheapest iteration that can separate two tokens: one decode over a 2-token cache.
+@dataclass(frozen=True)
+class StepFloor:
+    """The cheapest steps that can emit a request's tokens after its first, for the pre-check.
 
-    The cost model is (weakly) monotone in every field of a batch shape, so every TBT gap
-    lasts at least this long.
+    The cost model is (weakly) monotone in every field of a batch shape, so the step that ends
+    any time-between-tokens gap lasts at least as long as the cheapest lone step that emits a
+    token: a plain decode over a 2-token cache, or, where the run speculates, a verify of ``j``
+    drafts (``j = 1..k``: the adaptive policies and the output cap cut ``k`` to any of them)
+    over a 1-token context with the drafter's time. A speculating run takes plain steps too
+    (a request's last token; an adaptive policy that turns speculation off), so both count.
     """
+
+    plain_s: float  # a lone plain decode
+    verify_s: tuple[float, ...] = ()  # verify_s[j - 1]: a lone verify of j drafts, drafter included
+    max_accepted: int = 0  # the most drafts one verify can accept (0 without speculation)
+    where: str = ""  # the layout, for messages
+
+    @property
+    def step_s(self) -> float:
+        """The cheapest step of any kind: every non-zero gap lasts at least this long."""
+        return min((self.plain_s, *self.verify_s))
+
+    def cheapest_step(self) -> tuple[float, str]:
+        """:attr:`step_s` and which step it is."""
+        best, what = self.plain_s, "a lone plain decode"
+        for j, t in enumerate(self.verify_s, start=1):
+            if t < best:
+                best, what = t, f"a lone verify of {j} draft{'s' * (j > 1)} with the drafter"
+        return best, what
+
+    def token_s(self) -> tuple[float, str]:
+        """The least time a step can spend per token it emits, and the step: a plain decode
+        emits one token, a verify of ``j`` drafts at most ``min(j, max_accepted) + 1``. So a
+        request's TPOT, ``(last - first) / (n - 1)``, is never below it (its ``n - 1`` later
+        tokens come from steps that each cost at least this a token)."""
+        best, what = self.plain_s, "a lone plain decode (1 token)"
+        for j, t in enumerate(self.verify_s, start=1):
+            emitted = min(j, self.max_accepted) + 1
+            if t / emitted < best:
+                best, what = t / emitted, (f"a lone verify of {j} draft{'s' * (j > 1)}, "
+                                           f"{t * 1e3:.3g} ms with the drafter, "
+                                           f"emitting at most {emitted} tokens")
+        return best, what
+
+    @property
+    def max_emitted(self) -> int:
+        """The most tokens one step can emit."""
+        return min(len(self.verify_s), self.max_accepted) + 1
+
+    def tbt_quantile_s(self, quantile: float) -> float:
+        """A lower bound on the ``quantile`` of all per-token TBT gaps of any run: the
+        cheapest step times :func:`zero_gap_factor` (each verify step writes one non-zero gap
+        and at most ``max_accepted`` zero gaps for the tokens it emits with it)."""
+        return self.step_s * zero_gap_factor(quantile, self.max_accepted)
+
+
+def zero_gap_factor(quantile: float, max_zeros_per_step: int) -> float:
+    """The least ``quantile`` (percent, linear as :func:`simulator.engine.tbt.percentiles`)
+    of any ``m >= 1`` gaps of which at most ``z / (z + 1)`` are 0 and the rest >= 1
+    (``z = max_zeros_per_step``): 1 without zero gaps, 0 where the quantile can fall among them.
+
+    With ``Z <= floor(z m / (z + 1))`` zeros the worst sample is ``Z`` zeros and ``m - Z`` ones;
+    the quantile's virtual index ``h = (m - 1) q`` interpolates between the order statistics
+    ``floor(h)`` and ``floor(h) + 1``. Once ``floor(h) >= Z`` for every larger ``m``
+    (``m >= (1 + q) / (q - f)``, ``f = z / (z + 1)``) it is 1; below, a few ``m`` are checked
+    exactly (a small run can put the quantile between a zero and a one). ``q <= f``: 0 (a
+    long run can hold the quantile among the zeros; at ``q == f`` exactly this is conservative).
+    """
+    z = max_zeros_per_step
+    if z <= 0:
+        return 1.0
+    q = float(np.true_divide(quantile, 100))
+    f = z / (z + 1)
+    if q <= f:
+        return 0.0
+    limit = math.ceil((1.0 + q) / (q - f)) + 2
+    if limit > 1_000_000:  # q just above f: too many to check; 0 is still a lower bound
+        return 0.0
+    m = np.arange(1, limit + 1, dtype=np.int64)
+    zeros = (z * m) // (z + 1)
+    h = (m - 1) * q
+    lo = np.floor(h)
+    gamma = h - lo
+    hi = np.minimum(lo + 1, m - 1)
+    a = (lo >= zeros).astype(np.float64)  # the order statistics: 0 below Z, 1 from Z on
+    b = (hi >= zeros).astype(np.float64)
+    diff = b - a
+    value = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)  # numpy's own interpolation
+    return float(value.min())
+
+
+def step_floor(config: RunConfig) -> StepFloor:
+    """The run's :class:`StepFloor`: its decoding replica's cost model (a disaggregated run's
+    decode pool: tokens after the first come from there), with the drafter where it speculates."""
     replica = config.replica
     if config.is_disaggregated:  # tokens after the first come from the decode pool
         from simulator.config.disagg_layout import layout_of
 
         replica = layout_of(config).decode_replica  # type: ignore[union-attr]
+    where = f"{replica.model}/{replica.gpu} tp={replica.tp} pp={replica.pp}"
     cost = load_cost_model(config.cost_model, replica, config.engine)
-    return float(cost.iteration_time(BatchShape.from_requests(decodes=[2])))
+    plain_s = float(cost.iteration_time(BatchShape.from_requests(decodes=[2])))
+    spec = config.speculative
+    if spec is None:
+        return StepFloor(plain_s, where=where)
+    from simulator.costmodel.speculative import SpecBatchShape, SpeculativeCostModel
+
+    spec_cost = SpeculativeCostModel(cost, spec)  # the engine's pricing (engine.speculative.speculative_cost_model)
+    verify_s = []
+    for j in range(1, spec.k + 1):
+        shape = SpecBatchShape()
+        shape.add_verify(j, 1)  # a 1-token prompt's first verify: the least context a verify has
+        verify_s.append(float(spec_cost.iteration_time(shape)))
+    # Drafts are accepted left to right: none past the first position whose rate is 0.
+    max_accepted = next((i for i, r in enumerate(spec.acceptance_rates) if r <= 0.0), spec.k)
+    return StepFloor(plain_s, tuple(verify_s), max_accepted, where)
+
+
+def min_iteration_s(config: RunConfig) -> float:
+    """The cheapest iteration that can separate two tokens: one decode over a 2-token cache,
+    or where the run speculates the cheaper of that and a lone verify with its drafter
+    (:class:`StepFloor`).
+
+    The cost model is (weakly) monotone in every field of a batch shape, so every non-zero
+    TBT gap lasts at least this long (a speculating run's per-token gaps include zeros too).
+    """
+    return step_floor(config).step_s
 
 
 def impossible_reason(config: RunConfig, slo: SLO) -> str | None:
-    """Why no QPS can meet ``slo`` on ``config``, when that is certain before any trial."""
-    floor = min_iteration_s(config)
-    name, limit = ("TPOT", slo.goodput_tpot_s) if slo.criterion == "goodput" else ("TBT", slo.tbt_s)
-    assert limit is not None
-    if floor > limit:
-        return (f"capacity 0: the {name} SLO {limit:g}s is below the fastest possible iteration "
-                f"({format_against(floor * 1e3, limit * 1e3)} ms for a lone decode on {config.replica.model}/{config.replica.gpu} "
-                f"tp={config.replica.tp} pp={config.replica.pp}), so no QPS can meet it")
-    return None
+    """Why no QPS can meet ``slo`` on ``config``, when that is certain before any trial.
+
+    The floor is a true lower bound for the criterion judged: under ``goodput`` each
+    request's TPOT (:func:`tpot_floors`: the most requests that can meet the TPOT SLO must
+    reach ``min_goodput``); otherwise the ``tbt_quantile`` of all per-token gaps
+    (:meth:`StepFloor.tbt_quantile_s`). Without speculation both are the lone decode. With
+    it a step emits up to ``k + 1`` tokens (gaps of 0 between them) and pays for its
+    drafter: TPOT can fall below one step's time, and a TBT quantile at or below
+    ``k / (k + 1)`` can be 0 (then nothing is refused here).
+    """
+    floor = step_floor(config)
+    spec = config.speculative
+    what = "" if spec is None else f"speculative decoding ({spec.method}, k={spec.k}) on {floor.where}"
+    if slo.criterion == "goodput":
+        limit, target = slo.goodput_tpot_s, slo.min_goodput
+        assert limit is not None and target is not None
+        least, step = floor.token_s()
+        if least <= limit:
+            return None
+        n_out = request_output_tokens(config)
+        can = tpot_floors(config, floor, n_out) <= limit
+        if float(can.mean()) >= target:  # short outputs alone could meet the goodput target
+            return None
+        if spec is None:
+            head = (f"the TPOT SLO {limit:g}s is below the fastest possible iteration "
+                    f"({format_against(least * 1e3, limit * 1e3)} ms for a lone decode on {floor.where})")
+        else:
+            head = (f"the TPOT SLO {limit:g}s is below the least TPOT {what} allows "
+                    f"({format_against(least * 1e3, limit * 1e3)} ms a token: {step})")
+        some = (f"; only {int(can.sum())} of {len(can)} requests (short outputs) can meet it, under the "
+                f"{100 * target:g}% goodput target" if can.any() else "")
+        return f"capacity 0: {head}{some}, so no QPS can meet it"
+    limit = slo.tbt_s
+    least = floor.tbt_quantile_s(slo.tbt_quantile)
+    if least <= limit:
+        return None
+    if spec is None:
+        return (f"capacity 0: the TBT SLO {limit:g}s is below the fastest possible iteration "
+                f"({format_against(least * 1e3, limit * 1e3)} ms for a lone decode on {floor.where}), "
+                "so no QPS can meet it")
+    step_s, step = floor.cheapest_step()
+    zeros = floor.max_accepted
+    return (f"capacity 0: the P{slo.tbt_quantile:g} TBT SLO {limit:g}s is below the least P{slo.tbt_quantile:g} "
+            f"per-token gap {what} allows ({format_against(least * 1e3, limit * 1e3)} ms: at most "
+            f"{zeros}/{zeros + 1} of the gaps are the zero gaps of tokens emitted together, the rest last at "
+            f"least {step}, {step_s * 1e3:.3g} ms), so no QPS can meet it")
+
+
+def request_output_tokens(config: RunConfig) -> np.ndarray:
+    """Every trial's output lengths (trials of one seed share them: only arrivals scale)."""
+    from simulator.engine.cluster import prepare_table
+
+    table, _, _ = prepare_table(config, None, None)
+    return np.asarray(table.num_output_tokens, dtype=np.int64)
+
+
+def tpot_floors(config: RunConfig, floor: StepFloor, num_output_tokens: np.ndarray) -> np.ndarray:
+    """A lower bound on each request's TPOT, ``(completion - first token) / (n - 1)`` (0 for
+    one output token: no TPOT, which meets any limit, as :func:`run_trial` judges it).
+
+    Its ``n - 1`` later tokens come from steps that cost at least :meth:`StepFloor.token_s`
+    a token. A disaggregated run whose decode worker delivers the first token
+    (``first_token_at="decode"``) stamps it with the decode worker's first step, which also
+    emits up to ``k + 1`` tokens of its own (1 without speculation): only the tokens after
+    that step count, so a short output can have a TPOT of 0.
+    """
+    n = num_output_tokens.astype(np.float64)
+    per_token_s, _ = floor.token_s()
+    later = n - 1.0
+    if config.is_disaggregated and config.first_token_at == "decode":
+        later = np.maximum(n - 1.0 - floor.max_emitted, 0.0)
+    return np.where(n > 1, later * per_token_s / np.maximum(n - 1.0, 1.0), 0.0)
 
 
 def check_searchable(config: RunConfig) -> None:

@@ -80,3 +80,28 @@ def test_a_row_runs(silicon):
     assert m["completed"] == config.workload.num_requests - config.workload.num_warmup
     assert m["max_concurrent_requests"] <= config.workload.concurrency
     assert m["mean_ttft_ms"] > 0 and m["mean_tpot_ms"] > 0
+
+
+def test_disagg_rows_whose_pools_differ_map_each_pools_dp_and_ep(silicon):
+    from simulator.config.disagg_layout import layout_of
+
+    kept, _ = silicon
+    disagg = kept[(kept["mode"] == "disagg") & kept["prefill_num_workers"].notna()
+                  & kept["model_path"].str.contains("DeepSeek-V3")]
+    differ = disagg[(disagg["prefill_attention_dp_size"].fillna(1) != disagg["decode_attention_dp_size"].fillna(1))
+                    | (disagg["prefill_moe_ep_size"].fillna(1) != disagg["decode_moe_ep_size"].fillna(1))]
+    assert len(differ) > 50
+    for row in differ.itertuples():
+        layout = layout_of(row_config(row))  # every one expressible now
+        for pool, replica, workers in (("prefill", layout.prefill_replica, layout.prefill),
+                                       ("decode", layout.decode_replica, layout.decode)):
+            assert replica.tp == int(getattr(row, f"{pool}_tp_size"))
+            assert replica.attention_dp == int(getattr(row, f"{pool}_attention_dp_size"))
+            assert replica.ep == int(getattr(row, f"{pool}_moe_ep_size"))
+            assert workers.num_replicas == int(getattr(row, f"{pool}_num_workers"))
+            assert replica.num_gpus <= 8 * replica.num_nodes
+    # Rows whose pools agree without attention DP keep the run-level mapping (the pools take the run's EP).
+    same = disagg[(disagg["prefill_attention_dp_size"].fillna(1) == 1) & (disagg["decode_attention_dp_size"].fillna(1) == 1)
+                  & (disagg["prefill_moe_ep_size"] == disagg["decode_moe_ep_size"])]
+    config = row_config(next(same.itertuples()))
+    assert "dp=" not in config.prefill_pool and config.replica.ep == int(next(same.itertuples()).decode_moe_ep_size)

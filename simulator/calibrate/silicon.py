@@ -16,7 +16,8 @@ This module reads it the way its README asks (:func:`read_silicon`):
 and turns each row into a closed-loop :class:`~simulator.config.run_config.RunConfig`
 (:func:`row_config`): the client's concurrency as ``workload.concurrency``, fixed lengths at
 the nominal ISL/OSL, a warm-up of one request per user left out of the figures, and the
-engine's layout (attention DP and expert parallelism included). What the simulator cannot
+engine's layout (attention DP and expert parallelism included; a disaggregated row's pools each
+with their own, where they differ or use attention DP). What the simulator cannot
 express (a model outside the catalog, a disaggregated row without worker counts, ...) raises
 :class:`Unexpressible` with the reason, so a validation report lists every row it skipped.
 
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.config.errors import ConfigError
+from simulator.config.topology import MAX_GPUS_PER_NODE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -200,12 +202,15 @@ def _layout(row: Any, prefix: str, is_moe: bool) -> tuple[int, int, int, int]:
 def _nodes(tp: int, num_gpus: int) -> dict[str, Any]:
     """An engine over more GPUs than a node holds spans nodes (TP inside the NVLink domain where
     it is larger than one node, as on an NVL72 rack; the config decides what the GPU allows)."""
-    from simulator.config.topology import MAX_GPUS_PER_NODE
-
     if num_gpus <= MAX_GPUS_PER_NODE:
         return {}
     return {"replica__num_nodes": -(-num_gpus // MAX_GPUS_PER_NODE),
             "replica__allow_tp_across_nodes": tp > MAX_GPUS_PER_NODE}
+
+
+def _pool_layout(tp: int, pp: int, adp: int, ep: int) -> str:
+    """A disaggregated pool's layout keys: TP, PP, attention DP, EP and the nodes its replica fills."""
+    return f"tp={tp},pp={pp},dp={adp},ep={ep},nodes={-(-(tp * pp * adp) // MAX_GPUS_PER_NODE)}"
 
 
 def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None = None, budget: int = DEFAULT_BUDGET,
@@ -256,15 +261,17 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
             raise Unexpressible("disaggregated row without worker counts (older dumps lack them)")
         ptp, ppp, padp, pep = _layout(row, "prefill_", is_moe)
         dtp, dpp, dadp, dep = _layout(row, "decode_", is_moe)
-        if (padp, pep) != (dadp, dep):
-            raise Unexpressible(f"prefill (adp={padp}, ep={pep}) and decode (adp={dadp}, ep={dep}) differ "
-                                "(pools take the run's attention DP and ep)")
         seqs = max(DEFAULT_MAX_NUM_SEQS, -(-concurrency // (dw * dadp)))
-        if dadp > 1:
-            changes["replica__attention_dp"] = dadp
-        changes.update({"replica__tp": dtp, "replica__ep": dep,
-                        "prefill_pool": f"{pw}x(tp={ptp},pp={ppp},gpu={gpu},sched=vllm-v1,budget={budget})",
-                        "decode_pool": f"{dw}x(tp={dtp},pp={dpp},gpu={gpu},sched=vllm-v1,budget={budget},seqs={seqs})",
+        if (padp, pep) == (dadp, dep) and dadp == 1:  # the pools take the run's EP (no attention DP)
+            prefill, decode = f"tp={ptp},pp={ppp}", f"tp={dtp},pp={dpp}"
+            changes.update({"replica__tp": dtp, "replica__ep": dep})
+        else:  # each pool its own attention DP and EP (README item 8 per pool), on the nodes its GPUs fill
+            prefill, decode = _pool_layout(ptp, ppp, padp, pep), _pool_layout(dtp, dpp, dadp, dep)
+            changes.update({"replica__tp": dtp, **_nodes(dtp, dtp)})
+            if max(ptp, dtp) > MAX_GPUS_PER_NODE:
+                changes["replica__allow_tp_across_nodes"] = True
+        changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu},sched=vllm-v1,budget={budget})",
+                        "decode_pool": f"{dw}x({decode},gpu={gpu},sched=vllm-v1,budget={budget},seqs={seqs})",
                         "kv_link": kv_link})
     else:
         raise Unexpressible(f"unknown mode {row.mode!r}")

@@ -172,3 +172,19 @@ def test_zero_gap_factor_is_tight_for_long_runs() -> None:
     # to small runs (a few gaps, the quantile interpolated between a 0 and a step).
     assert 0.95 <= zero_gap_factor(99.0, 3) < 1.0
     assert math.isclose(zero_gap_factor(99.0, 3), 0.97)  # 4 gaps [0, 0, 0, 1]: index 2.97
+
+
+def test_cli_capacity_names_speculation_when_it_refuses() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    result = CliRunner().invoke(app, ["capacity", "--num-requests", "32", "--speculative-config", NGRAM,
+                                      "--acceptance-rate", "1.0", "--tbt-slo", "0.003", "--criterion", "goodput",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["capacity_qps"] == 0.0 and data["num_trials"] == 0
+    assert "speculative decoding (ngram, k=3)" in data["reason"] and "at most 4 tokens" in data["reason"]

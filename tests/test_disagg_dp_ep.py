@@ -155,3 +155,21 @@ def test_cli_runs_per_pool_dp_and_ep_and_refuses_a_bad_one(tmp_path) -> None:  #
     assert f"prefill {PREFILL} + decode {DECODE}" in res.output
     res = runner.invoke(app, [*args, "--decode-pool", "1x(tp=1,dp=4,ep=3)"])
     assert isinstance(res.exception, ConfigError) and str(res.exception).startswith("decode_pool: ep=3")
+
+
+def test_the_handoff_moves_the_kv_as_the_cache_stores_it() -> None:
+    """MLA moves its compressed latent, an FP8 cache half of bf16's bytes; bf16 GQA is unchanged."""
+    from simulator.config.run_config import ReplicaConfig, SchedulerConfig
+    from simulator.engine.kvcache import build_kv_cache
+
+    llama = ReplicaConfig(model="llama-3.1-70b", gpu="h100-sxm", tp=4)
+    spec = llama.model_spec
+    assert kv_bytes_per_token(llama) == 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 2
+    assert kv_bytes_per_token(ReplicaConfig(model="llama-3.1-70b", gpu="h100-sxm", tp=4, kv_cache_dtype="fp8")) \
+        == kv_bytes_per_token(llama) / 2
+    ds = ReplicaConfig(model="deepseek-v3", gpu="h200", tp=8, dtype="fp8", kv_cache_dtype="fp8")
+    m = ds.model_spec
+    assert kv_bytes_per_token(ds) == m.num_layers * (m.kv_lora_rank + m.qk_rope_head_dim) * 1.0
+    # What one GPU's cache holds per token (the latent is replicated on every TP rank) is what moves.
+    _, plan = build_kv_cache(ds, SchedulerConfig())
+    assert kv_bytes_per_token(ds) == pytest.approx(plan.kv_bytes_per_token[0])

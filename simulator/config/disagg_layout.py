@@ -223,9 +223,12 @@ class DisaggLayout:
 
 
 def kv_bytes_per_token(replica: ReplicaConfig) -> float:
-    """KV bytes of one token for the whole model (all layers, all KV heads): what a transfer moves."""
+    """KV bytes of one token for the whole model (all layers, all KV heads): what a transfer moves.
+    As the cache stores it (``ModelSpec.kv_bytes_per_token_per_layer``): at the KV cache's dtype
+    (``--kv-cache-dtype fp8`` moves half of bf16's bytes), and for MLA the compressed latent
+    (``kv_lora_rank + qk_rope_head_dim`` a layer), not K and V of every head."""
     m = replica.model_spec
-    return 2.0 * m.num_layers * m.num_kv_heads * m.head_dim * replica.dtype_bytes
+    return m.num_layers * m.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)
 
 
 def layout_of(config: RunConfig) -> DisaggLayout | None:

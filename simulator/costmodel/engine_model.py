@@ -40,6 +40,8 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, ENGINE_PRESETS, ReplicaConfig
 from simulator.costmodel.base import BatchShape, CostModel, stretch_forms
@@ -49,6 +51,8 @@ ARTIFACT_VERSION = 1
 KERNELS_PER_LAYER = 14  # eager decoder layer: 2 norms, 4 GEMMs, rotary, cache write, attention, act, 2 adds, 2 collectives
 
 TPTable = tuple[tuple[int, float], ...]
+# EngineCostModel._decode_layers: (layers(kv_sum, kv_sq_sum, m), pre, post, excess, cpu) of n decodes.
+DecodeSeries = tuple[Callable[[int, int, int], "list[float] | np.ndarray"], float, float, float, float]
 
 
 def tp_lookup(table: TPTable, tp: int) -> float:
@@ -298,7 +302,7 @@ class EngineCostModel(CostModel):
 
     def __init__(self, kernels: CostModel, engine: EngineModel) -> None:
         super().__init__(kernels.replica)
-        self._decode_pricers: dict[int, Callable[[int, int, int], list[float]] | None] = {}  # _decode_pricer by n
+        self._decode_layers_by_n: dict[int, DecodeSeries | None] = {}  # _decode_layers, by n
         self._chunk_consts: dict[tuple[int, int], tuple[float, ...]] = {}  # _chunk_stretch's, by (n, chunk)
         self.kernels = kernels
         self.engine = engine
@@ -323,6 +327,8 @@ class EngineCostModel(CostModel):
         # (the instance attribute keeps their signature, which the pipeline inspects for ``hop``).
         self.learned_ops = getattr(kernels, "learned_ops", [])
         self.send_recv_time = kernels.send_recv_time  # type: ignore[method-assign]
+        # Kernel models that count their extrapolations (tables): once per stretch, by _vector_stretch.
+        self._count_stretch = getattr(kernels, "count_stretch", None)
         # Whether the kernels' decode attention is a fitted rms form, or None where stretches are
         # priced per iteration (the forms the kernel class declares: CostModel.STRETCH_FORMS).
         forms = stretch_forms(kernels)
@@ -349,14 +355,57 @@ class EngineCostModel(CostModel):
     def _kernel_time(self, shape: BatchShape) -> float:
         return self._pre(shape) + self._num_layers * self._layer(shape) + self._post(shape)
 
-    def _engine_time(self, shape: BatchShape, kernel_s: float) -> float:
-        """Seconds the engine adds to ``kernel_s`` (the kernels of the whole step)."""
-        gpu = kernel_s + self.collective_s + self.prefill_excess_time(shape)
+    # -- the engine formula, once for one step and once for a stretch of steps ------------------------------------
+    # The module docstring's formula. Both forms do the same float operations in the same order,
+    # so a stretch's times are its steps' times bit for bit (an instance's first stretches are
+    # checked against the scalar path: _agrees). stage_time splits the step by pipeline stage.
+    def _engine_time(self, kernel_s: float, excess: float, cpu: float) -> float:
+        """Seconds the engine adds to one step whose kernels take ``kernel_s`` (the whole step's):
+        the collective extras and the prefill excess ``excess`` on the GPU, the launch floor, then
+        the CPU time ``cpu``, hidden under the GPU time (async scheduling) or added to it. The step
+        takes ``kernel_s + _engine_time(...)``. The scalar form of :meth:`_series_times`."""
+        gpu = kernel_s + self.collective_s + excess
         if gpu < self.launch_s:
             gpu = self.launch_s
-        cpu = self.cpu_time(shape)
         total = (gpu if gpu > cpu else cpu) if self.overlap else gpu + cpu
         return total - kernel_s
+
+    def _series_times(self, layers: list[float] | np.ndarray, pre: float, post: float, excess: float,
+                      cpu: float) -> list[float]:
+        """The times of a stretch of steps whose one layer takes ``layers[i]`` in step ``i`` and
+        whose embedding ``pre``, LM head ``post``, prefill excess and CPU time stay the same. The
+        series form of :meth:`_engine_time`: step ``i`` takes ``kern + _engine_time(kern, excess,
+        cpu)`` with ``kern = pre + num_layers * layers[i] + post``, in the same float operations
+        (with overlap, max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)) as max picks a value;
+        without, the CPU time adds after the launch floor; IEEE addition and multiplication are
+        commutative, so numpy's in-place ``x += c`` is ``c + x``; with overlap the plain floats add
+        a CPU time of 0.0, which changes no positive float). A list (a prompt's chunks, a decode
+        stretch up to ``SMALL_STRETCH`` steps) is priced in plain floats, an array (a longer decode
+        stretch) in place in numpy, whose per-call cost the plain loop would exceed."""
+        num_layers, collective, launch = self._num_layers, self.collective_s, self.launch_s
+        if self.overlap:
+            floor, add_cpu = (launch if launch > cpu else cpu), 0.0
+        else:
+            floor, add_cpu = launch, cpu
+        if type(layers) is list:  # a loop, not a comprehension: no closure cells to build per call
+            out = []
+            for layer in layers:
+                kern = pre + num_layers * layer + post
+                g = kern + collective + excess
+                out.append(kern + (((g if g > floor else floor) + add_cpu) - kern))
+            return out
+        kern = layers  # in place: the caller's own array
+        kern *= num_layers
+        kern += pre
+        kern += post
+        g = kern + collective
+        g += excess
+        np.maximum(g, floor, out=g)
+        if add_cpu:
+            g += add_cpu
+        g -= kern
+        g += kern
+        return g.tolist()
 
     # -- CostModel interface ---------------------------------------------------------------------------------
     def layer_time(self, shape: BatchShape) -> float:
@@ -369,11 +418,11 @@ class EngineCostModel(CostModel):
         return self.kernels.post_time(shape)
 
     def overhead_time(self, shape: BatchShape) -> float:
-        return self._engine_time(shape, self._kernel_time(shape))
+        return self._engine_time(self._kernel_time(shape), self.prefill_excess_time(shape), self.cpu_time(shape))
 
     def iteration_time(self, shape: BatchShape) -> float:
         kernel_s = self._pre(shape) + self._num_layers * self._layer(shape) + self._post(shape)  # _kernel_time
-        return kernel_s + self._engine_time(shape, kernel_s)
+        return kernel_s + self._engine_time(kernel_s, self.prefill_excess_time(shape), self.cpu_time(shape))
 
     def stage_time(self, shape: BatchShape, stage: int) -> float:
         """One pipeline stage's share of the step. The engine's GPU-side terms (collective
@@ -381,7 +430,7 @@ class EngineCostModel(CostModel):
         its layers' share of them; the CPU work (scheduling, input preparation, RPC) stays on
         stage 0, which the engine dispatches first, overlapped with that stage's GPU time
         or added to it as the engine does. The stages add up to :meth:`iteration_time`
-        (launch floors aside)."""
+        (launch floors aside; the shares round apart from :meth:`_engine_time`'s floats)."""
         layers = self.layers_per_stage[stage]
         share = layers / self._num_layers
         gpu = layers * self._layer(shape)
@@ -398,11 +447,11 @@ class EngineCostModel(CostModel):
         cpu = self.cpu_time(shape)
         return (gpu if gpu > cpu else cpu) if self.overlap else gpu + cpu
 
+    # -- stretches: each step's layer from the kernels' closed forms, then _series_times -----------------------
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:
-        """Vectorised when the kernels can price decode attention over a stretch: the engine
-        terms of a decode-only step are constants, combined in ``iteration_time``'s order so
-        every float matches the scalar path (first and last checked); else the generic path."""
+        """Through :meth:`_series_times` when the kernels declare a closed form of decode
+        attention (:meth:`_vector_stretch`); else the generic path."""
         times = self._vector_stretch(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations)
         if times is None:
             return super().decode_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations)
@@ -410,30 +459,35 @@ class EngineCostModel(CostModel):
 
     def chunk_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int,
                             kv_before: int, num_iterations: int) -> list[float]:
-        """In plain floats over roofline kernels (only the two attention terms change from one
-        iteration to the next), combined in ``iteration_time``'s order so every float matches
-        the scalar path (first and last checked, as for decode stretches); else the generic path."""
+        """Through :meth:`_series_times` over roofline kernels (only the two attention terms
+        change from one iteration to the next: :meth:`_chunk_stretch`); else the generic path."""
         times = self._chunk_stretch(num_decodes, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, num_iterations)
         if times is None:
             return super().chunk_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, chunk, kv_before,
                                                num_iterations)
         return times
 
+    def _agrees(self, times: list[float], first: BatchShape, last: BatchShape) -> bool:
+        """Whether a stretch's first and last times are the scalar path's (``first`` and ``last``
+        its first and last steps); counts one of the instance's checked stretches. A disagreement
+        sends the instance to the scalar path for good: it is the truth."""
+        self._stretch_checks_left -= 1
+        if times[0] == self.iteration_time(first) and times[-1] == self.iteration_time(last):
+            return True
+        self._stretch_ok = False  # never again for this instance
+        return False
+
     def _chunk_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int, kv_before: int,
                        m: int) -> list[float] | None:
+        """A prompt's chunks beside ``n`` decodes, over roofline kernels: each step's layer is the
+        token ops + prefill attention + decode attention (layer_time's order), in plain floats (a
+        prompt's chunks are few), then :meth:`_series_times`. None where the kernels lack the form."""
         if not self._stretch_ok or not self.fast_chunk_stretches:  # roofline kernels, full attention
             return None
         k = self.kernels
         prefill = k.prefill_attention_list(chunk, kv_before, m)  # has its form: fast_chunk_stretches says so
-        if n:  # attention_decode's float ops (decode_attention_terms); none without decodes: 0.0
-            kvb, per_token, bandwidth, per_seq, kernel_floor = k.decode_attention_terms(n)  # type: ignore[misc]
-            decode = [(kv * kvb + per_token) / bandwidth + per_seq + kernel_floor
-                      for kv in range(kv_sum, kv_sum + n * m, n)]
-        else:
-            decode = [0.0] * m
         # Everything but attention depends on the token, sequence and logit counts alone (so on
-        # n and chunk: computed once per pair); the layer is token ops + prefill attention +
-        # decode attention, in layer_time's order.
+        # n and chunk: computed once per pair).
         consts = self._chunk_consts.get((n, chunk))
         if consts is None:
             first = BatchShape()
@@ -442,26 +496,21 @@ class EngineCostModel(CostModel):
             consts = self._chunk_consts[n, chunk] = (k.token_time(n + chunk), self._pre(first), self._post(first),
                                                      self.prefill_excess_time(first), self.cpu_time(first))
         token, pre, post, excess, cpu = consts
-        collective, num_layers, launch = self.collective_s, self._num_layers, self.launch_s
-        if self.overlap:  # max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)): max picks a value
-            floor = launch if launch > cpu else cpu
-            times = [(kern := pre + num_layers * (token + a + d) + post)
-                     + ((g if (g := kern + collective + excess) > floor else floor) - kern)
-                     for a, d in zip(prefill, decode)]  # noqa: B905 - m each
+        if n:  # attention_decode's float ops (decode_attention_terms); none without decodes: 0.0
+            kvb, per_token, bandwidth, per_seq, kernel_floor = k.decode_attention_terms(n)  # type: ignore[misc]
+            layers = [token + a + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor)
+                      for a, kv in zip(prefill, range(kv_sum, kv_sum + n * m, n))]  # noqa: B905 - m each
         else:
-            times = [(kern := pre + num_layers * (token + a + d) + post)
-                     + (((g if (g := kern + collective + excess) > launch else launch) + cpu) - kern)
-                     for a, d in zip(prefill, decode)]  # noqa: B905 - m each
+            layers = [token + a + 0.0 for a in prefill]
+        times = self._series_times(layers, pre, post, excess, cpu)
         if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
-            self._stretch_checks_left -= 1
             first, last = BatchShape(), BatchShape()
             first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
             first.add_prefill(chunk, kv_before, False)
             j = m - 1
             last.add_decodes(n, kv_sum + n * j, kv_sq_sum + 2 * j * kv_sum + n * j * j, kv_max + j)
             last.add_prefill(chunk, kv_before + j * chunk, False)
-            if times[0] != self.iteration_time(first) or times[-1] != self.iteration_time(last):
-                self._stretch_ok = False  # never again for this instance: the scalar path is the truth
+            if not self._agrees(times, first, last):
                 return None
         return times
 
@@ -478,15 +527,9 @@ class EngineCostModel(CostModel):
             return False
         return None
 
-    def _decode_constants(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> tuple[float, ...]:
-        """The terms of a decode-only step of ``n`` sequences that do not depend on the KV
-        lengths: (layer time less decode attention, pre, post, collective, excess, cpu)."""
-        k = self.kernels
-        first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
-        return (k.token_time(n) + k.attention_prefill(first), k.pre_time(first), k.post_time(first),
-                self.collective_s, self.prefill_excess_time(first), self.cpu_time(first))
-
     def _vector_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, num_iterations: int) -> list[float] | None:
+        """Decode-only steps of ``n`` sequences: each step's layer from :meth:`_decode_layers`, then
+        :meth:`_series_times`. None where the kernels' decode attention has no closed form."""
         is_learned = self._kernels_learned
         if n <= 0 or num_iterations < 2 or not self._stretch_ok or is_learned is None:
             return None
@@ -494,121 +537,97 @@ class EngineCostModel(CostModel):
         m = num_iterations
         k._quiet = True  # a learned model's extrapolations are counted once, below
         try:
-            pricers = self._decode_pricers
-            if n in pricers:
-                pricer = pricers[n]
+            by_n = self._decode_layers_by_n
+            if n in by_n:
+                series = by_n[n]
             else:
-                pricer = pricers[n] = self._decode_pricer(n, kv_sum, kv_sq_sum, kv_max)
-            if pricer is None:
+                series = by_n[n] = self._decode_layers(n, kv_sum, kv_sq_sum, kv_max)
+            if series is None:
                 return None
-            times = pricer(kv_sum, kv_sq_sum, m)
+            layers, pre, post, excess, cpu = series
+            times = self._series_times(layers(kv_sum, kv_sq_sum, m), pre, post, excess, cpu)
             if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
-                self._stretch_checks_left -= 1
                 j = m - 1
                 first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
                 last = BatchShape.decode_only(n, kv_sum + n * j, kv_sq_sum + 2 * kv_sum * j + n * j * j, kv_max + j)
-                if times[0] != self.iteration_time(first) or times[-1] != self.iteration_time(last):
-                    self._stretch_ok = False  # never again for this instance: the scalar path is the truth
+                if not self._agrees(times, first, last):
                     return None
         finally:
             k._quiet = False
-        count = getattr(k, "count_stretch", None)  # models that count extrapolations (learned, tables)
+        count = self._count_stretch
         if count is not None:
             count(n, kv_max, num_iterations)
         return times
 
-    def _decode_pricer(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> Callable[[int, int, int], list[float]] | None:
-        """``price(kv_sum, kv_sq_sum, m)``: the times of ``m`` decode-only steps of ``n``
-        sequences, the first with those KV sums (then ``+ n`` in each, as in a stretch).
+    def _decode_layers(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int) -> DecodeSeries | None:
+        """``(layers, pre, post, excess, cpu)`` of decode-only steps of ``n`` sequences, the
+        arguments of :meth:`_series_times`: ``layers(kv_sum, kv_sq_sum, m)`` gives the one-layer
+        seconds of ``m`` such steps, the first with those KV sums (then ``+ n`` in each, as in a
+        stretch), as a list up to ``SMALL_STRETCH`` steps and an array beyond; the rest depend on
+        ``n`` alone in a decode-only step, so are bound once per ``n``.
 
-        The kernels' decode attention is written out inside the one loop (its terms from the
-        kernel model: the scalar path's float ops in its order, so the same floats); every other
-        term depends on ``n`` alone in a decode-only step and is bound once per ``n``. Up to
-        ``SMALL_STRETCH`` steps in plain floats, beyond it in numpy arrays (whose per-call cost
-        the plain loop would exceed): the same operations (IEEE addition and multiplication
-        are commutative, so in-place ``x += c`` is ``c + x``). None where the kernels' decode
-        attention has no such form (MLA, sliding windows, a learned model beyond its largest
-        batch): the stretch is then priced another way."""
-        import numpy as np
-
+        A layer is the token ops and prefill attention (none here) + the kernels' decode attention,
+        written out from the kernel model's terms (the scalar path's float ops in its order, so the
+        same floats). None where the kernels' decode attention has no such form (MLA, sliding
+        windows, a learned model beyond its largest batch): the stretch is then priced another way."""
         k = self.kernels
-        layer_rest, pre, post, collective, excess, cpu = self._decode_constants(n, kv_sum, kv_sq_sum, kv_max)
-        num_layers, launch, overlap = self._num_layers, self.launch_s, self.overlap
-        # The step's time is kern + (max(gpu, floor) + add_cpu - kern): with overlap the CPU time
-        # hides under the GPU time, max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)) as max
-        # picks a value; without, it adds after the launch bound.
-        floor = (launch if launch > cpu else cpu) if overlap else launch
-        add_cpu = 0.0 if overlap else cpu
-
-        def finish(a: np.ndarray) -> list[float]:  # a: each step's attention, in place to its time
-            a += layer_rest
-            a *= num_layers
-            a += pre
-            a += post  # kern = pre + num_layers * (layer_rest + attention) + post
-            g = a + collective
-            g += excess
-            np.maximum(g, floor, out=g)
-            if add_cpu:
-                g += add_cpu
-            g -= a
-            g += a
-            return g.tolist()
-
+        first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
+        rest = k.token_time(n) + k.attention_prefill(first)  # the layer less its decode attention
+        consts = (k.pre_time(first), k.post_time(first), self.prefill_excess_time(first), self.cpu_time(first))
         rms = k.decode_attention_rms_terms(n) if self._kernels_learned else None
         if rms is not None:  # a learned model's fit: a + b * sqrt(mean squared KV length)
             a, b = rms
             sqrt = math.sqrt
 
-            def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
+            def layers(kv_sum: int, kv_sq_sum: int, m: int) -> list[float] | np.ndarray:
                 if m > SMALL_STRETCH:
                     i = np.arange(m, dtype=np.int64)
                     sq = (kv_sq_sum + 2 * kv_sum * i + n * i * i).astype(np.float64)
                     sq /= n
-                    return finish(b * np.sqrt(sq) + a)
+                    out = b * np.sqrt(sq) + a
+                    out += rest
+                    return out
                 # Step i's squared-KV sum kv_sq_sum + 2 i kv_sum + n i^2, by exact integer steps
                 # (the step from i to i + 1 is 2 kv_sum + n + 2 n i).
                 step = 2 * kv_sum + n
-                return [(kern := pre + num_layers * (layer_rest + (a + b * sqrt(float(sq) / n))) + post)
-                        + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
+                return [rest + (a + b * sqrt(float(sq) / n))
                         for sq in accumulate(range(step, step + 2 * n * (m - 1), 2 * n), initial=kv_sq_sum)]
-            return price
+            return (layers, *consts)
         curve = getattr(k, "decode_attention_curve", None)
         if curve is not None:  # kernel tables: piecewise linear in the total KV tokens (aic.model)
             xs, fs, slopes = curve(n)
             xa, fa, sa = np.asarray(xs), np.asarray(fs), np.asarray(slopes)
 
-            def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
+            def layers(kv_sum: int, kv_sq_sum: int, m: int) -> list[float] | np.ndarray:
                 if m > SMALL_STRETCH:
                     kv = np.arange(kv_sum, kv_sum + n * m, n, dtype=np.int64)
                     j = np.searchsorted(xa, kv, side="right") - 1
-                    attention = (kv - xa[j]) * sa[j]
-                    attention += fa[j]
-                    return finish(attention)
+                    out = (kv - xa[j]) * sa[j]
+                    out += fa[j]
+                    out += rest
+                    return out
                 out = []
                 for kv in range(kv_sum, kv_sum + n * m, n):
                     j = bisect_right(xs, kv) - 1
-                    kern = pre + num_layers * (layer_rest + (fs[j] + (kv - xs[j]) * slopes[j])) + post
-                    g = kern + collective + excess
-                    out.append(kern + (((g if g > floor else floor) + add_cpu) - kern))
+                    out.append(rest + (fs[j] + (kv - xs[j]) * slopes[j]))
                 return out
-            return price
+            return (layers, *consts)
         terms = k.decode_attention_terms(n)
         if terms is None:
             return None
         kvb, per_token, bandwidth, per_seq, kernel_floor = terms
 
-        def price(kv_sum: int, kv_sq_sum: int, m: int) -> list[float]:
+        def layers(kv_sum: int, kv_sq_sum: int, m: int) -> list[float] | np.ndarray:
             if m > SMALL_STRETCH:
                 # KV bytes may be integers: the division makes the floats (as int / float does).
-                attention = (np.arange(kv_sum, kv_sum + n * m, n, dtype=np.int64) * kvb + per_token) / bandwidth
-                attention += per_seq
-                attention += kernel_floor
-                return finish(attention)
-            return [(kern := pre + num_layers * (layer_rest + ((kv * kvb + per_token) / bandwidth + per_seq
-                                                              + kernel_floor)) + post)
-                    + (((g if (g := kern + collective + excess) > floor else floor) + add_cpu) - kern)
+                out = (np.arange(kv_sum, kv_sum + n * m, n, dtype=np.int64) * kvb + per_token) / bandwidth
+                out += per_seq
+                out += kernel_floor
+                out += rest
+                return out
+            return [rest + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor)
                     for kv in range(kv_sum, kv_sum + n * m, n)]
-        return price
+        return (layers, *consts)
 
     def engine_breakdown(self, shape: BatchShape) -> dict[str, float]:
         """Each engine term in seconds as it adds to the step (async: only the CPU time

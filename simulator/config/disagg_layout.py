@@ -169,7 +169,8 @@ class KVLink:
 
 
 def parse_link(text: str, gpu: str, field: str = "kv_link") -> KVLink:
-    """A topology link name, ``<n>GB/s`` / ``<n>gbps`` with optional ``@<latency>``, or ``infinite``."""
+    """A topology link name (a NIC's ``-x<N>``: its ``N`` NICs together), ``<n>GB/s`` / ``<n>gbps`` with
+    optional ``@<latency>``, or ``infinite``."""
     key = (text or "").strip().lower()
     if key in ("inf", "infinite"):
         return KVLink("infinite", math.inf, 0.0)
@@ -184,13 +185,14 @@ def parse_link(text: str, gpu: str, field: str = "kv_link") -> KVLink:
             raise ConfigError(field, f"bandwidth must be positive, got {text!r}")
         return KVLink(key, bytes_per_s, latency)
     from simulator.config.catalog import get_gpu
-    from simulator.config.topology import LINK_NAMES, get_link
+    from simulator.config.topology import LINK_NAMES, get_link, is_link_name
 
-    if key not in LINK_NAMES:
+    if not is_link_name(key):
         raise ConfigError(field, f"unknown link {text!r}",
-                          f"use a link name ({', '.join(LINK_NAMES)}), e.g. '25GB/s@10us', or 'infinite'")
+                          f"use a link name ({', '.join(LINK_NAMES)}; a NIC's with -x<N> for N NICs), "
+                          "e.g. '25GB/s@10us', or 'infinite'")
     link = get_link(key, get_gpu(gpu), field)
-    return KVLink(key, link.effective_bytes_per_s, link.latency_s)
+    return KVLink(key, link.effective_bytes_per_s * link.nics_per_node, link.latency_s)  # -x<N>: the N NICs together
 
 
 @dataclass(frozen=True)

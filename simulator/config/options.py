@@ -39,7 +39,9 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "tp": ("replica__tp", int, "Tensor-parallel degree."),
     "pp": ("replica__pp", int, "Pipeline-parallel degree."),
     "nodes": ("replica__num_nodes", int, "Nodes a replica spans (PP stages across nodes)."),
-    "inter_node_link": ("replica__inter_node_link", str, "Link between nodes, e.g. ethernet-100g, infiniband-200g."),
+    "inter_node_link": ("replica__inter_node_link", str, "Link between nodes: one NIC per node (ethernet-100g, "
+                        "infiniband-400g, ...), or N NICs per 8-GPU node with -x<N> (infiniband-400g-x8: one 400G "
+                        "NIC per GPU, DGX/HGX H100). NVL72 racks (gb200, gb300) talk over NVLink inside the rack."),
     "intra_node_link": ("replica__intra_node_link", str, "Link inside a node (default: NVLink if present, else PCIe)."),
     "allow_tp_across_nodes": ("replica__allow_tp_across_nodes", bool, "Let a TP group span nodes."),
     "max_model_len": ("replica__max_model_len", int, "Context limit (default: the model's)."),

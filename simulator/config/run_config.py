@@ -90,7 +90,7 @@ class ReplicaConfig:
     max_model_len: int | None = None  # default: the model's own context length
     dtype_bytes: int = 2
     num_nodes: int = 1
-    inter_node_link: str = "ethernet-100g"
+    inter_node_link: str = "ethernet-100g"  # one NIC per node; '<nic>-x<N>': N NICs per node (topology)
     intra_node_link: str | None = None  # default: NVLink where the GPU has it, else PCIe
     allow_tp_across_nodes: bool = False
     # Numerics and experts (defaults: bf16 everything, no expert parallelism).

@@ -15,8 +15,21 @@ the fraction of bandwidth a transfer reaches:
   GPUs also crosses PCIe, so it runs at PCIe speed, as Vidur's measured all-reduces on
   pairwise A100/H100 show); bandwidth from the GPU spec;
 - ``pcie`` (the GPU's host link);
-- ``ethernet-{10,25,100,200,400}g`` and ``infiniband-{100,200,400}g``: one NIC per node,
-  shared by the GPUs of the node that send at once.
+- ``ethernet-{10,25,100,200,400,800}g`` and ``infiniband-{100,200,400,800}g``: one NIC per node,
+  shared by the GPUs of the node that send at once;
+- ``<nic>-x<N>`` (e.g. ``infiniband-400g-x8``): ``N`` such NICs per node (1 to
+  :data:`MAX_NICS_PER_NODE`), spread evenly over the server's :data:`MAX_GPUS_PER_NODE` GPUs,
+  as in rail-optimised GPU servers (DGX/HGX H100: eight 400 Gb/s NICs, one per GPU; B200/B300
+  and GB200/GB300 between racks: 800 Gb/s per GPU). ``k`` GPUs of a node sending at once reach
+  their own share of the NICs, ``k * N / 8`` of them, at least one and at most ``N``
+  (:meth:`Link.nic_bytes_per_s`); ``-x1`` is the plain name. As a disaggregated KV link
+  (``--kv-link``) the name is the ``N`` NICs together.
+
+NVLink domains larger than a server (GB200/GB300 NVL72: ``GPUSpec.nvlink_domain_gpus`` = 72
+GPUs of a rack joined by NVSwitch): a TP group, a pipeline hop or an attention-DP/EP group whose
+GPUs lie inside one domain communicates over NVLink even where its GPUs sit on several nodes
+(a TP group may then span nodes without ``allow_tp_across_nodes``); only traffic between
+domains crosses the NICs. Replicas start at a domain's first GPU.
 
 Costs (alpha-beta model):
 
@@ -25,7 +38,11 @@ Costs (alpha-beta model):
 - a pipeline hop sends a micro-batch's hidden states (``tokens * hidden * dtype``) from
   one stage to the next. Each TP rank sends its ``1/tp`` slice to its peer and the
   receiving group all-gathers them (vLLM's and Megatron's scatter/gather): intra-node
-  each slice has its own link; inter-node all slices share the node's NIC.
+  each slice has its own link; inter-node all slices share the NICs the stage's GPUs reach;
+- a TP ring across nodes (NCCL runs a ring per NIC) crosses between nodes at the NICs the
+  group's GPUs of a node reach, never faster than the ring's link inside the node;
+- the attention-DP/EP all-to-all sends to a GPU's peers on its node (or NVLink domain) over
+  NVLink and to the rest through its share of the node's NICs, both at once.
 
 Latencies and efficiencies are hand-set from public NCCL measurements (Vidur's
 ``data/profiling/network`` tables: ~5 us small-message NVLink send/recv, 12-25 us across
@@ -35,6 +52,7 @@ The simulator itself never reads measured tables from here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,13 +63,15 @@ if TYPE_CHECKING:
     from simulator.config.run_config import ReplicaConfig
 
 MAX_GPUS_PER_NODE = 8  # GPUs in one server (DGX/HGX and typical PCIe boxes)
+MAX_NICS_PER_NODE = 32  # a bound for the -x<N> suffix (eight GPUs with up to four NICs each)
 
 # GPUs whose NVLink goes through NVSwitch in their usual (SXM, HGX/DGX) servers; other
 # NVLink parts (A40, H100 PCIe) are joined in pairs by bridges.
 NVSWITCH_GPUS = frozenset({"a100-40gb", "a100-80gb", "h100-sxm", "h200"})
 
 _GBIT = 1e9 / 8  # bytes/s in one Gbit/s
-_NIC_GBITS = {"ethernet": (10, 25, 100, 200, 400), "infiniband": (100, 200, 400)}
+_NIC_GBITS = {"ethernet": (10, 25, 100, 200, 400, 800), "infiniband": (100, 200, 400, 800)}
+_MULTI_NIC = re.compile(r"^((?:ethernet|infiniband)-\d+g)-x(.*)$")
 # kind -> (latency_s, efficiency): fixed cost per message and reachable fraction of bandwidth.
 _KIND_PARAMS = {
     "nvlink": (5e-6, 0.80),
@@ -70,7 +90,8 @@ INTRA_NODE_LINKS = ("nvlink", "nvlink-switch", "nvlink-pairwise", "pcie")
 @dataclass(frozen=True)
 class Link:
     """One kind of connection. ``bytes_per_s`` is per direction (per GPU for NVLink and
-    PCIe, per node for NICs); ``pairwise``: only GPU pairs share a fast path."""
+    PCIe, per NIC for NICs); ``pairwise``: only GPU pairs share a fast path;
+    ``nics_per_node``: NICs of a node (inter-node links), spread over its GPUs."""
 
     name: str
     kind: str  # nvlink, pcie, ethernet, infiniband
@@ -78,6 +99,7 @@ class Link:
     latency_s: float
     efficiency: float
     pairwise: bool = False
+    nics_per_node: int = 1
 
     @property
     def is_inter_node(self) -> bool:
@@ -87,12 +109,42 @@ class Link:
     def effective_bytes_per_s(self) -> float:
         return self.bytes_per_s * self.efficiency
 
+    def nic_bytes_per_s(self, senders: int) -> float:
+        """Nominal bandwidth ``senders`` GPUs of one node sending at once reach through the node's
+        NICs: their share of the ``nics_per_node`` NICs (spread over the server's
+        :data:`MAX_GPUS_PER_NODE` GPUs), at least one NIC, at most all. One NIC: exactly
+        ``bytes_per_s`` (the share is 1.0)."""
+        share = min(max(senders * self.nics_per_node / MAX_GPUS_PER_NODE, 1.0), float(self.nics_per_node))
+        return self.bytes_per_s * share
+
+
+def split_nics(name: str, field: str = "link") -> tuple[str, int]:
+    """``'infiniband-400g-x8'`` -> ``('infiniband-400g', 8)``; other names -> ``(name, 1)``. A bad
+    NIC count is a ConfigError naming ``field``."""
+    key = name.lower()
+    m = _MULTI_NIC.match(key)
+    if m is None:
+        return key, 1
+    count = m.group(2)
+    if not count.isdigit() or not 1 <= int(count) <= MAX_NICS_PER_NODE:
+        raise ConfigError(field, f"NICs per node in {name!r} must be 1..{MAX_NICS_PER_NODE}, got {count!r}",
+                          f"write e.g. {m.group(1)}-x8 (eight NICs per node, one per GPU)")
+    return m.group(1), int(count)
+
+
+def is_link_name(name: str) -> bool:
+    """Whether ``name`` names a link (:data:`LINK_NAMES`, or a NIC with ``-x<N>``, N not checked)."""
+    key = name.lower()
+    m = _MULTI_NIC.match(key)
+    return (m.group(1) if m else key) in LINK_NAMES
+
 
 def get_link(name: str, gpu: GPUSpec, field: str = "link") -> Link:
     """The named link as seen from ``gpu``; ConfigError naming the known links otherwise."""
-    key = name.lower()
+    key, nics = split_nics(name, field)
     if key not in LINK_NAMES:
-        raise ConfigError(field, f"unknown link {name!r}", f"known: {', '.join(LINK_NAMES)}")
+        raise ConfigError(field, f"unknown link {name!r}",
+                          f"known: {', '.join(LINK_NAMES)}; a NIC name takes -x<N> for N NICs per node")
     if key.startswith("nvlink"):
         if gpu.nvlink_bytes_per_s <= 0:
             raise ConfigError(field, f"{gpu.name} has no NVLink", "use --intra-node-link pcie")
@@ -105,7 +157,7 @@ def get_link(name: str, gpu: GPUSpec, field: str = "link") -> Link:
         return Link(key, "pcie", gpu.pcie_bytes_per_s, latency, eff)
     kind, speed = key.rsplit("-", 1)
     latency, eff = _KIND_PARAMS[kind]
-    return Link(key, kind, int(speed[:-1]) * _GBIT, latency, eff)
+    return Link(name.lower(), kind, int(speed[:-1]) * _GBIT, latency, eff, nics_per_node=nics)
 
 
 def default_intra_node_link(gpu: GPUSpec) -> str:
@@ -162,6 +214,8 @@ class ReplicaTopology:
     dp: int = 1
     ep_bytes_per_s: float = 0.0
     ep_latency_s: float = 0.0
+    # A TP group over several nodes of one NVLink domain (GB200/GB300 NVL72): its ring runs on NVLink.
+    tp_in_nvlink_domain: bool = False
 
     def node_of_rank(self, rank: int) -> int:
         return rank // self.gpus_per_node
@@ -181,17 +235,22 @@ class ReplicaTopology:
         if nbytes <= 0:
             return 0.0
         link = self.hop_links[hop]
-        # Each TP rank sends a 1/tp slice; on a NIC all slices queue behind each other.
-        on_link = nbytes if link.is_inter_node else nbytes / self.tp
         gather = ring_all_gather_time(nbytes, self.tp, self.tp_ring_bytes_per_s * self.intra.efficiency,
                                       self.tp_ring_latency_s)
-        return send_recv_time(on_link, link) + gather
+        if not link.is_inter_node:  # each TP rank sends its 1/tp slice over its own link
+            return send_recv_time(nbytes / self.tp, link) + gather
+        # Over NICs the slices share the NICs the stage's GPUs on a node reach (one NIC: all of them
+        # queue behind each other; the share is exactly 1.0 then, so the time is send_recv_time's).
+        nic = link.nic_bytes_per_s(min(self.tp, self.gpus_per_node))
+        return link.latency_s + nbytes / (nic * link.efficiency) + gather
 
     def describe(self) -> str:
         hops = ", ".join(f"{s}->{s + 1}: {link.name}" for s, link in enumerate(self.hop_links)) or "none"
         dp = f", {self.dp} attention-DP ranks" if self.dp > 1 else ""
+        ring = ("the NVLink domain" if self.tp_in_nvlink_domain
+                else "the inter-node link" if self.tp_spans_nodes else self.intra.name)
         return (f"{self.tp * self.pp * self.dp} GPUs{dp} on {self.num_nodes} node(s) x {self.gpus_per_node}; "
-                f"TP ring over {'the inter-node link' if self.tp_spans_nodes else self.intra.name}; hops: {hops}")
+                f"TP ring over {ring}; hops: {hops}")
 
 
 def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, intra_node_link: str | None = None,
@@ -210,7 +269,7 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
     num_gpus = tp * pp * dp
     what = "tp x pp" if dp == 1 else "tp x attention_dp"
     intra_name = intra_node_link or default_intra_node_link(gpu)
-    if intra_name.lower() not in INTRA_NODE_LINKS and intra_name.lower() in LINK_NAMES:
+    if intra_name.lower() not in INTRA_NODE_LINKS and is_link_name(intra_name):
         raise ConfigError("replica.intra_node_link", f"{intra_name!r} links nodes, not GPUs inside one",
                           f"use one of {', '.join(INTRA_NODE_LINKS)}")
     intra = get_link(intra_name, gpu, "replica.intra_node_link")
@@ -231,22 +290,33 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
                           f"{MAX_GPUS_PER_NODE} GPUs hold only {num_nodes * MAX_GPUS_PER_NODE}",
                           f"pass --nodes {need} or lower --tp/--pp" + ("/--attention-dp" if dp > 1 else ""))
     tp_spans_nodes = gpus_per_node % tp != 0
-    if tp_spans_nodes and not allow_tp_across_nodes:
+    # An NVLink domain larger than a node (NVL72): GPUs first..last talk over NVLink when in one domain.
+    domain = gpu.nvlink_domain_gpus if intra.kind == "nvlink" and not intra.pairwise else 0
+
+    def in_domain(first: int, last: int) -> bool:
+        return domain > gpus_per_node and first // domain == last // domain
+
+    tp_in_domain = tp_spans_nodes and all(in_domain(s * tp, (s + 1) * tp - 1) for s in range(pp))
+    if tp_spans_nodes and not tp_in_domain and not allow_tp_across_nodes:
         raise ConfigError("replica.tp", f"a tp={tp} group would span nodes ({gpus_per_node} GPUs per node with "
                           f"pp={pp} on {num_nodes} nodes)",
                           "keep TP inside a node (tp dividing GPUs per node, pp a multiple of --nodes) "
                           "or pass --allow-tp-across-nodes")
-    if tp_spans_nodes:
-        ring_bw, ring_latency = inter.bytes_per_s, inter.latency_s
-    elif intra.pairwise and tp > 2:
+    if intra.pairwise and tp > 2:
         pcie = get_link("pcie", gpu)
         ring_bw, ring_latency = min(intra.bytes_per_s, pcie.bytes_per_s), max(intra.latency_s, pcie.latency_s)
     else:
         ring_bw, ring_latency = intra.bytes_per_s, intra.latency_s
+    if tp_spans_nodes and not tp_in_domain:
+        # NCCL runs a ring per NIC: the ring crosses nodes at the NICs the group's GPUs of a node
+        # reach, no faster than its hops inside the node (one NIC: the NIC, bytes_per_s exactly, as ever).
+        nic_bw = inter.nic_bytes_per_s(min(tp, gpus_per_node))
+        ring_bw = min(nic_bw, ring_bw) if inter.nics_per_node > 1 else nic_bw
+        ring_latency = inter.latency_s
     hops = []
     for s in range(pp - 1):
         same_node = (s * tp) // gpus_per_node == ((s + 1) * tp) // gpus_per_node
-        hops.append(intra if same_node else inter)
+        hops.append(intra if same_node or in_domain(s * tp, (s + 2) * tp - 1) else inter)
     ep_bw, ep_latency = ring_bw, ring_latency  # without DP the MoE group is the TP group
     if dp > 1:
         group = tp * dp
@@ -257,14 +327,15 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
         if num_nodes == 1 or (intra.kind == "nvlink" and not intra.pairwise and group <= gpu.nvlink_domain_gpus):
             ep_bw, ep_latency = local_bw, local_latency
         else:
-            # A GPU's all-to-all peers: (gpus_per_node - 1) of the group's (group - 1) on its own node,
-            # the rest behind the node's NIC, shared by the node's GPUs sending at once; both paths
-            # run together, so the slower share sets the time.
-            remote = (group - gpus_per_node) / (group - 1)
-            nic = inter.bytes_per_s / gpus_per_node
+            # A GPU's all-to-all peers: (local - 1) of the group's (group - 1) on its own node (or
+            # NVLink domain), the rest behind the node's NICs, shared by the node's GPUs sending at
+            # once; both paths run together, so the slower share sets the time.
+            local = domain if domain > gpus_per_node else gpus_per_node
+            remote = (group - local) / (group - 1)
+            nic = inter.nic_bytes_per_s(gpus_per_node) / gpus_per_node
             ep_bw, ep_latency = 1.0 / max((1.0 - remote) / local_bw, remote / nic), inter.latency_s
     return ReplicaTopology(gpu.name, tp, pp, num_nodes, gpus_per_node, intra, inter, tp_spans_nodes,
-                           ring_bw, ring_latency, tuple(hops), dp, ep_bw, ep_latency)
+                           ring_bw, ring_latency, tuple(hops), dp, ep_bw, ep_latency, tp_in_domain)
 
 
 def topology_for(replica: ReplicaConfig) -> ReplicaTopology:

@@ -26,7 +26,8 @@ expert. For an iteration of ``n`` tokens:
   (every rank assumed to carry the ``t`` this rank does: the ranks meet in each MoE layer, so a
   step is as slow as the busiest rank, and an idle rank runs a dummy batch; the approximation
   prices the others like this one). Dispatch and combine cross the DP group's link
-  (:class:`~simulator.config.topology.ReplicaTopology`'s ``ep_bytes_per_s``); with ``ep = 1``
+  (:class:`~simulator.config.topology.ReplicaTopology`'s ``ep_bytes_per_s``: NVLink inside a node
+  or an NVL72 rack, else split between NVLink and the GPU's share of the node's NICs); with ``ep = 1``
   the tokens are all-gathered over the group and the expert outputs reduce-scattered back
   (SGLang's DP attention with a TP MoE).
 - shared experts are a dense MLP sharded by TP; dense layers (DeepSeek's first three) are

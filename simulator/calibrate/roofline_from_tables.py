@@ -1,32 +1,42 @@
 """The roofline's "today" calibration: its efficiency constants fitted to AIConfigurator's kernel tables.
 
 The 2023 calibration (:mod:`simulator.calibrate.fit_calibration`) was fitted to Vidur's and
-LLMServingSim's 2023-24 profiles. This module fits the same constants, in the same formulas
-(:class:`~simulator.costmodel.roofline.RooflineCostModel`, :mod:`simulator.costmodel.moe`), to
-the per-op timings of today's vLLM, SGLang and TensorRT-LLM kernels in
-``../shared/data/profiles/aiconfigurator`` (read its README), one set per GPU generation:
+LLMServingSim's 2023-24 profiles. This module fits the same kind of constants, in the runtime's
+formulas (:class:`~simulator.costmodel.roofline.RooflineCostModel`, :mod:`simulator.costmodel.moe`),
+to the per-op timings of today's vLLM, SGLang and TensorRT-LLM kernels in
+``../shared/data/profiles/aiconfigurator`` (read its README), per GPU generation and engine backend:
 
-- **generations** (:data:`GENERATIONS`): Ampere (a100_sxm), Hopper (h100_sxm, h200_sxm),
-  Blackwell (b200_sxm, b300_sxm, gb200, gb300), workstation (Ada l40s and Blackwell
-  rtx_pro_6000_server: PCIe parts without NVLink). The efficiencies are fractions of each GPU's
-  own spec-sheet peaks, so one set serves every GPU of a generation.
+- **generations** (:data:`GENERATIONS`, the issue's four architectures): Ampere (a100_sxm), Hopper
+  (h100_sxm, h200_sxm), Blackwell (b200_sxm, b300_sxm, gb200, gb300 and the PCIe workstation part
+  rtx_pro_6000_server), Ada (l40s). The efficiencies are fractions of each GPU's own spec-sheet
+  peaks, so one set serves every GPU of a generation. (Until this revision Ada and the RTX PRO 6000
+  were one "workstation" pair, each predicting the other across two architectures.)
+- **backends** (:func:`fit_backends`): one set fitted to every backend's rows (``"all"``, a run that
+  names no backend), then per backend a refit starting from it (their kernels differ by more than
+  the fit's error: vLLM's FP8-block GEMMs on H100 are 5-10x SGLang's); a backend's stage with under
+  :data:`MIN_FIT_ROWS` rows keeps the pooled constants. A run picks its backend's constants by
+  ``--kernels`` (the tables' gaps), else its engine preset (:func:`~simulator.costmodel.calibration.roofline_backend`).
 - **rows**: per system x backend x family x dtype, the kernel source the table model prices
   (:func:`~simulator.costmodel.aic.tables.pick_source`; bf16 KV for attention), up to
-  ``max_rows`` seeded rows, so each group weighs about the same and no backend dominates.
+  ``max_rows`` seeded rows, so each group weighs about the same.
 - **stages**, each a robust least-squares fit (Cauchy loss on ``log(predicted / measured)``, :data:`LOSS`) of a few
-  constants with the earlier stages' held fixed: (1) bf16 GEMMs: ``gemm_compute_eff``, ``gemm_half_tokens``, ``gemm_memory_eff``, ``kernel_floor_s``;
-  then each low-precision class of GEMM kernels (``GEMM_CLASS``: fp8 and FP8-block, fp4, int4)
-  its own ``compute_eff``, ``half_tokens``, ``memory_eff``, ``floor_s`` (``gemm_formats``);
+  constants with the earlier stages' held fixed: (1) bf16 GEMMs: ``gemm_compute_eff``, ``gemm_half_tokens``,
+  ``gemm_memory_eff``, ``kernel_floor_s``; then each low-precision lane (``GEMM_CLASS``: fp8, fp8_block, fp4,
+  mxfp4, int4) its own ``compute_eff``, ``half_tokens``, ``memory_eff``, ``floor_s`` and ``act_elem_s``
+  (``gemm_formats``; the activation-quantisation kernel before an FP8/FP4 GEMM: a launch plus a cost per
+  ``m x k`` activation element, without which small-``n x k`` GEMMs at many tokens are priced 20-40% fast);
   (2) attention, prefill and decode: ``attn_prefill_compute_eff`` with its ramp
   ``attn_prefill_half_keys`` (efficiency ``eff * q / (q + half)`` at ``q`` keys per query: short
-  prompts do not fill the tensor cores), ``attn_floor_s`` (an attention kernel's smallest time, about
-  8 us today against a GEMM's 3-6 us), ``attn_decode_memory_eff``, ``attn_decode_per_seq_s``, then
-  MLA's own ``mla_compute_eff`` (its prefill and absorbed decode, the rest held); (3) the
-  engines' custom all-reduce: ``allreduce_bus_eff``, ``allreduce_latency_s``; (4) fused MoE (the routed
-  experts at the table's ``moe_tp x moe_ep`` split): the expert constants of
+  prompts do not fill the tensor cores), ``attn_prefill_per_head_s`` (per sequence and query head:
+  256 prompts of 16 tokens take ~140 us on B200, 3x what their FLOPs and bytes say), ``attn_floor_s``
+  (an attention kernel's smallest time, about 8 us today against a GEMM's 3-6 us), ``attn_decode_memory_eff``,
+  ``attn_decode_per_seq_s``, then MLA's own ``mla_compute_eff`` (its prefill and absorbed decode, the rest
+  held); (3) the engines' custom all-reduce: ``allreduce_bus_eff``, ``allreduce_latency_s``; (4) fused MoE
+  (the routed experts at the table's ``moe_tp x moe_ep`` split): the expert constants of
   :class:`~simulator.costmodel.moe.ExpertCalibration` and ``expert_permute_s`` (a cost per hidden element
   of every token entering the layer, whatever the EP split: without it, an EP rank's kernel at many
-  tokens is priced 2-5x too fast and the fit drags the expert efficiency down to ~0.13 to compensate).
+  tokens is priced 2-5x too fast), then each low-precision lane its own five (``expert_formats``; the
+  runtime puts a replica's lane into the ``expert_*`` fields, :meth:`RooflineCalibration.for_weights`).
 - **element-wise ops** have no tables: they take the table model's own treatment (AIConfigurator's
   ``bytes / (mem_bw x 0.8)``), and residual adds ride on the fused add-norm of a compiled engine
   (an efficiency of 1.2 makes the roofline's norm + residual traffic, ``4 + 6`` hidden-size bytes
@@ -34,8 +44,9 @@ the per-op timings of today's vLLM, SGLang and TensorRT-LLM kernels in
 - CPU overheads and the send/recv latency are not kernel constants: "today" keeps the GPU's 2023 ones.
 
 **Held out**: for a generation of several systems, each system is predicted by constants fitted
-to the others (leave one GPU out); Ampere has one system, so its rows are split in two by a hash of
-their keys and each half is predicted by constants fitted to the other (leave grid points out).
+to the others (leave one GPU out, per backend and pooled); Ampere and Ada have one system each, so
+their rows are split in two by a hash of their keys and each half is predicted by constants fitted
+to the other (leave grid points out).
 
     python -m simulator.calibrate.roofline_from_tables            # fit, print held-out errors
     python -m simulator.calibrate.roofline_from_tables --write    # and write calibration.py's TODAY block
@@ -53,13 +64,13 @@ from typing import Any
 import numpy as np
 
 from simulator.costmodel.aic import tables as T
-from simulator.costmodel.calibration import GEMM_CLASS
+from simulator.costmodel.calibration import GEMM_CLASS, LANE_FALLBACK
 
 GENERATIONS: dict[str, tuple[str, ...]] = {
     "ampere": ("a100_sxm",),
     "hopper": ("h100_sxm", "h200_sxm"),
-    "blackwell": ("b200_sxm", "b300_sxm", "gb200", "gb300"),
-    "workstation": ("l40s", "rtx_pro_6000_server"),
+    "blackwell": ("b200_sxm", "b300_sxm", "gb200", "gb300", "rtx_pro_6000_server"),
+    "ada": ("l40s",),
 }
 # AIConfigurator system -> catalog GPU whose spec sheet the roofline divides by.
 CATALOG_GPU = {"a100_sxm": "a100-80gb", "l40s": "l40s", "h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200",
@@ -85,24 +96,26 @@ STAGES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("gemm",), ("gemm_compute_eff", "gemm_half_tokens", "gemm_memory_eff", "kernel_floor_s")),
     (("attn_prefill", "attn_decode"),
      ("attn_prefill_compute_eff", "attn_prefill_half_keys", "attn_floor_s", "attn_decode_memory_eff",
-      "attn_decode_per_seq_s")),
+      "attn_decode_per_seq_s", "attn_prefill_per_head_s")),
     (("mla_prefill", "mla_decode"), ("mla_compute_eff",)),
-    (("allreduce",), ("allreduce_bus_eff", "allreduce_latency_s")),
+    (("allreduce",), ("allreduce_bus_eff", "allreduce_latency_s", "allreduce_gpu_latency_s")),
     (("moe",), ("expert_compute_eff", "expert_half_tokens", "expert_memory_eff", "expert_router_overhead_s",
                 "expert_permute_s")),
 )
 INITIAL = {"gemm_compute_eff": 0.7, "gemm_half_tokens": 100.0, "gemm_memory_eff": 0.7, "kernel_floor_s": 3e-6,
            "attn_prefill_compute_eff": 0.4, "attn_prefill_half_keys": 64.0, "attn_floor_s": 8e-6,
-           "mla_compute_eff": 0.4, "attn_decode_memory_eff": 0.6, "attn_decode_per_seq_s": 2e-7,
-           "allreduce_bus_eff": 0.5, "allreduce_latency_s": 1e-5, "expert_compute_eff": 0.6,
-           "expert_half_tokens": 100.0, "expert_memory_eff": 0.6, "expert_router_overhead_s": 5e-6, "expert_permute_s": 1e-11}
+           "mla_compute_eff": 0.4, "attn_decode_memory_eff": 0.6, "attn_decode_per_seq_s": 2e-7, "attn_prefill_per_head_s": 1e-8,
+           "allreduce_bus_eff": 0.5, "allreduce_latency_s": 1e-5, "allreduce_gpu_latency_s": 1e-6, "expert_compute_eff": 0.6,
+           "expert_half_tokens": 100.0, "expert_memory_eff": 0.6, "gemm_act_elem_s": 1e-12, "expert_router_overhead_s": 5e-6, "expert_permute_s": 1e-11}
 BOUNDS = {"gemm_half_tokens": (0.1, 1e5), "kernel_floor_s": (1e-8, 1e-4), "attn_prefill_half_keys": (1e-3, 1e6),
-          "attn_floor_s": (1e-8, 1e-4), "attn_decode_per_seq_s": (1e-10, 1e-4),
-          "allreduce_latency_s": (1e-7, 1e-3), "expert_half_tokens": (0.1, 1e5), "expert_router_overhead_s": (1e-9, 1e-3), "expert_permute_s": (1e-16, 1e-8)}
+          "attn_floor_s": (1e-8, 1e-4), "attn_decode_per_seq_s": (1e-10, 1e-4), "attn_prefill_per_head_s": (1e-13, 1e-5), "gemm_act_elem_s": (1e-18, 1e-8),
+          "allreduce_latency_s": (1e-7, 1e-3), "allreduce_gpu_latency_s": (1e-10, 1e-4), "expert_half_tokens": (0.1, 1e5), "expert_router_overhead_s": (1e-9, 1e-3), "expert_permute_s": (1e-16, 1e-8)}
 EFF_BOUNDS = (0.01, 3.0)
 # Element-wise constants: the table model's treatment (see the module docstring), not fitted.
 ELEMENTWISE = {"elementwise_memory_eff": 0.8, "residual_add_memory_eff": 1.2, "embedding_memory_eff": 0.8}
 MAX_ROWS = 2000
+# A refinement's stage (a backend's fit from the pooled constants) with fewer rows keeps the pooled constants.
+MIN_FIT_ROWS = 60
 # Robust loss on log(predicted / measured) per stage: Cauchy fits the bulk of a grid and lets its
 # outliers (kernel-selection steps, a backend's slow kernel) go (held-out medians 1-4 points lower than
 # soft-L1's on Hopper and Blackwell); the all-reduce's few rows per group fit better with soft-L1.
@@ -152,7 +165,7 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
     if family == "gemm":
         m, n, k = f["m"], f["n"], f["k"]
         out.update(m=m, flops=2.0 * m * k * n, bytes=k * n * r.weight_bytes + m * k * db + m * n * db,
-                   peak=r.gemm_peak_flops, knee=(r.weight_bytes / db) if r.weight_only else 1.0,
+                   peak=r.gemm_peak_flops, knee=(r.weight_bytes / db) if r.weight_only else 1.0, act=m * k,
                    prefix=_gemm_prefix(GEMM_CLASS[r.dtype]))
     elif family in ("attn_prefill", "attn_decode"):
         b, heads, kvh, hd = f["batch_size"], f["num_heads"], f["num_key_value_heads"], f["head_dim"]
@@ -160,7 +173,7 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
         kvb = 2 * kvh * hd * db
         if family == "attn_prefill":
             out.update(flops=4.0 * heads * hd * (b * s * (s + 1) / 2), bytes=b * s * kvb + 2 * b * s * heads * hd * db,
-                       keys=(s + 1) / 2)
+                       keys=(s + 1) / 2, seq_heads=b * heads)
         else:
             out.update(b=b, bytes=b * s * kvb + 2 * b * heads * hd * db)
     elif family in ("mla_prefill", "mla_decode"):
@@ -186,7 +199,8 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
         touched = np.asarray(expected_experts_touched(t, e, topk), dtype=np.float64) / mep  # arrays of E and k
         per_expert = np.where(touched > 0, t * topk / mep / np.where(touched > 0, touched, 1.0), 0.0)
         out.update(touched=touched, per_expert=per_expert, flops=2.0 * per_expert * h * 3 * f_local, token_hidden=t * h,
-                   bytes=3 * h * f_local * r.weight_bytes + per_expert * (2 * h + 3 * f_local) * db, peak=r.gemm_peak_flops)
+                   bytes=3 * h * f_local * r.weight_bytes + per_expert * (2 * h + 3 * f_local) * db, peak=r.gemm_peak_flops,
+                   prefix=_expert_prefix(GEMM_CLASS[r.dtype]))
     elif family == "allreduce":
         from dataclasses import replace
 
@@ -194,10 +208,14 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
 
         tp = f["num_gpus"]
         link = np.empty_like(tp)
+        kinds = set()
         for n in np.unique(tp):
             rf = RooflineCostModel(replace(_replica(system, "bfloat16", "llama-3.1-70b"), tp=int(n)), table_tokens=1)
             link[tp == n] = rf.tp_link_bytes_per_s
-        out.update(volume=2.0 * (tp - 1) / tp * f["message_size"] * db, link=link)
+            kinds.add(rf.tp_link_kind)
+        # PCIe rings (no NVLink) have their own constants (allreduce_links); a group is one system's, one kind
+        prefix = "allreduce_pcie_" if kinds == {"pcie"} else "allreduce_"
+        out.update(volume=2.0 * (tp - 1) / tp * f["message_size"] * db, link=link, gpus=tp, prefix=prefix)
     return out
 
 
@@ -206,9 +224,9 @@ def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
     field names, plus ``expert_*`` for MoE): the same formulas as the runtime model."""
     floor = c["kernel_floor_s"]
     if family == "gemm":  # the dtype class's curve where the constants have one (RooflineCalibration.gemm_constants)
-        p = t["prefix"] if f"{t['prefix']}compute_eff" in c else "gemm_"
+        p = _lane(t["prefix"], c, "gemm_")
         eff = c[f"{p}compute_eff"] * t["m"] / (t["m"] + c[f"{p}half_tokens"] * t["knee"])
-        gemm_floor = floor if p == "gemm_" else c[f"{p}floor_s"]
+        gemm_floor = floor if p == "gemm_" else c[f"{p}floor_s"] + t["act"] * c.get(f"{p}act_elem_s", 0.0)
         return np.maximum(t["flops"] / (t["peak"] * eff), t["bytes"] / (t["bw"] * c[f"{p}memory_eff"])) + gemm_floor
     attn_floor = c["kernel_floor_s"] if c.get("attn_floor_s") is None else c["attn_floor_s"]
     mla_eff = c["attn_prefill_compute_eff"] if c.get("mla_compute_eff") is None else c["mla_compute_eff"]
@@ -216,23 +234,38 @@ def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
         eff = mla_eff if family == "mla_prefill" else c["attn_prefill_compute_eff"]
         if c.get("attn_prefill_half_keys") and family == "attn_prefill":  # RooflineCalibration.prefill_compute_eff
             eff = eff * t["keys"] / (t["keys"] + c["attn_prefill_half_keys"])
-        return np.maximum(t["flops"] / (t["bf16"] * eff), t["bytes"] / (t["bw"] * c["gemm_memory_eff"])) + attn_floor
+        per_head = t["seq_heads"] * c.get("attn_prefill_per_head_s", 0.0) if family == "attn_prefill" else 0.0
+        return (np.maximum(t["flops"] / (t["bf16"] * eff), t["bytes"] / (t["bw"] * c["gemm_memory_eff"])) + attn_floor
+                + per_head)
     if family == "attn_decode":
         return t["bytes"] / (t["bw"] * c["attn_decode_memory_eff"]) + t["b"] * c["attn_decode_per_seq_s"] + attn_floor
     if family == "mla_decode":
         return (np.maximum(t["flops"] / (t["bf16"] * mla_eff), t["bytes"] / (t["bw"] * c["attn_decode_memory_eff"]))
                 + t["b"] * c["attn_decode_per_seq_s"] + attn_floor)
-    if family == "allreduce":
-        return t["volume"] / (t["link"] * c["allreduce_bus_eff"]) + c["allreduce_latency_s"]
-    if family == "moe":
+    if family == "allreduce":  # the link kind's constants where the constants have them (allreduce_links)
+        p = _lane(t.get("prefix", "allreduce_"), c, "allreduce_", "bus_eff")
+        return (t["volume"] / (t["link"] * c[f"{p}bus_eff"]) + c[f"{p}latency_s"]
+                + (t["gpus"] - 2) * c.get(f"{p}gpu_latency_s", 0.0))
+    if family == "moe":  # the dtype lane's expert constants where the constants have them (expert_formats)
+        p = _lane(t.get("prefix", "expert_"), c, "expert_")
         pe = t["per_expert"]
-        eff = c["expert_compute_eff"] * pe / (pe + c["expert_half_tokens"])
+        eff = c[f"{p}compute_eff"] * pe / (pe + c[f"{p}half_tokens"])
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(pe > 0, t["flops"] / (t["peak"] * eff), 0.0)
-        memory = t["bytes"] / (t["bw"] * c["expert_memory_eff"])
-        return (t["touched"] * np.maximum(compute, memory) + 2 * floor + c["expert_router_overhead_s"]
-                + t["token_hidden"] * c.get("expert_permute_s", 0.0))
+        memory = t["bytes"] / (t["bw"] * c[f"{p}memory_eff"])
+        return (t["touched"] * np.maximum(compute, memory) + 2 * floor + c[f"{p}router_overhead_s"]
+                + t["token_hidden"] * c.get(f"{p}permute_s", 0.0))
     raise ValueError(family)
+
+
+def _lane(prefix: str, c: dict[str, float], bf16: str, probe: str = "compute_eff") -> str:
+    """The prefix of the constants pricing a lane: its own, else its LANE_FALLBACK's, else bf16's."""
+    if f"{prefix}{probe}" in c:
+        return prefix
+    for lane, fallback in LANE_FALLBACK.items():
+        if prefix.endswith(f"_{lane}_") and f"{bf16}{fallback}_compute_eff" in c:
+            return f"{bf16}{fallback}_"
+    return bf16
 
 
 def _gemm_prefix(cls: str) -> str:
@@ -240,16 +273,24 @@ def _gemm_prefix(cls: str) -> str:
     return "gemm_" if cls == "bf16" else f"gemm_{cls}_"
 
 
+def _expert_prefix(cls: str) -> str:
+    """Constants-dict prefix of a dtype lane's MoE expert constants: ``expert_`` for bf16, else ``expert_<cls>_``."""
+    return "expert_" if cls == "bf16" else f"expert_{cls}_"
+
+
 def constants_of(cal: Any) -> dict[str, float]:
     """A RooflineCalibration's constants as :func:`predict` reads them (expert constants: the
     calibration's own, else its dense-GEMM ones and the 2023 router cost, as moe.expert_calibration)."""
     from simulator.costmodel.moe import _H100_EXPERTS
 
-    c = {f.name: getattr(cal, f.name) for f in fields(cal) if f.name not in ("source", "gemm_formats")}
-    for cls, compute_eff, half_tokens, memory_eff, floor_s in cal.gemm_formats:
-        p = _gemm_prefix(cls)
-        c.update({f"{p}compute_eff": compute_eff, f"{p}half_tokens": half_tokens, f"{p}memory_eff": memory_eff,
-                  f"{p}floor_s": floor_s})
+    skip = ("source", "gemm_formats", "expert_formats", "allreduce_links")
+    c = {f.name: getattr(cal, f.name) for f in fields(cal) if f.name not in skip}
+    for cls, *curve in cal.gemm_formats:
+        c.update({_gemm_prefix(cls) + k: v for k, v in zip(LANE_FIELDS["gemm"], curve, strict=True)})
+    for cls, *curve in cal.expert_formats:
+        c.update({_expert_prefix(cls) + k: v for k, v in zip(LANE_FIELDS["moe"], curve, strict=True)})
+    for kind, *curve in cal.allreduce_links:
+        c.update({f"allreduce_{kind}_" + k: v for k, v in zip(LANE_FIELDS["allreduce"], curve, strict=True)})
     if c.get("expert_compute_eff") is None:
         c.update(expert_compute_eff=cal.gemm_compute_eff, expert_half_tokens=cal.gemm_half_tokens,
                  expert_memory_eff=cal.gemm_memory_eff, expert_router_overhead_s=_H100_EXPERTS.router_overhead_s)
@@ -308,34 +349,61 @@ def load_generation(generation: str, root: str | Path | None = None, max_rows: i
 
 # -- the fit ---------------------------------------------------------------------------------------------
 def _bounds(name: str) -> tuple[float, float]:
-    if name.endswith(("half_tokens", "floor_s")) and name not in BOUNDS:
-        return BOUNDS["gemm_half_tokens" if name.endswith("half_tokens") else "kernel_floor_s"]
-    return BOUNDS.get(name, EFF_BOUNDS)
+    if name in BOUNDS:
+        return BOUNDS[name]
+    for suffix, like in (("half_tokens", "gemm_half_tokens"), ("floor_s", "kernel_floor_s"), ("act_elem_s", "gemm_act_elem_s"),
+                         ("gpu_latency_s", "allreduce_gpu_latency_s"), ("latency_s", "allreduce_latency_s"),
+                         ("router_overhead_s", "expert_router_overhead_s"), ("permute_s", "expert_permute_s")):
+        if name.endswith(suffix):
+            return BOUNDS[like]
+    return EFF_BOUNDS
+
+
+# A dtype lane's constants: (family, the lane's fields, the base fields they start from).
+LANE_FIELDS = {"gemm": ("compute_eff", "half_tokens", "memory_eff", "floor_s", "act_elem_s"),
+               "moe": ("compute_eff", "half_tokens", "memory_eff", "router_overhead_s", "permute_s"),
+               "allreduce": ("bus_eff", "latency_s", "gpu_latency_s")}
+
+
+BASE_PREFIX = {"gemm": "gemm_", "moe": "expert_", "allreduce": "allreduce_"}  # a family's base (bf16) constants
+
+
+def _lane_base(family: str, prefix: str, name: str) -> str:
+    """The bf16 constant a lane's ``name`` starts from (a GEMM lane's floor: ``kernel_floor_s``)."""
+    rest = name[len(prefix):]
+    if family == "gemm":
+        return {"floor_s": "kernel_floor_s", "act_elem_s": "gemm_act_elem_s"}.get(rest, "gemm_" + rest)
+    return BASE_PREFIX[family] + rest
 
 
 def fit(groups: list[Group], base: dict[str, float] | None = None) -> dict[str, float]:
-    """Constants fitted to ``groups`` stage by stage (:data:`STAGES`); a stage whose families have no
-    rows keeps ``base``'s values (default: :data:`INITIAL`)."""
+    """Constants fitted to ``groups`` stage by stage (:data:`STAGES`, then each low-precision lane's
+    GEMM and MoE constants with the bf16 ones held); a stage whose families have no rows keeps
+    ``base``'s values (default: :data:`INITIAL`)."""
     from scipy.optimize import least_squares
 
     c = dict(INITIAL if base is None else base)
     c.update(ELEMENTWISE)
-    stages = list(STAGES)
-    low = sorted({g.terms["prefix"] for g in groups if g.family == "gemm"} - {"gemm_"})
-    for p in low:  # each low-precision class's own curve, after bf16's (its floor held)
-        stages.insert(1, (("gemm", p), (f"{p}compute_eff", f"{p}half_tokens", f"{p}memory_eff", f"{p}floor_s")))
+    stages: list[tuple[tuple[str, ...], tuple[str, ...]]] = list(STAGES)
+    for family, bf16 in BASE_PREFIX.items():
+        if family not in LANE_FIELDS:
+            continue
+        lanes = sorted({g.terms["prefix"] for g in groups if g.family == family} - {bf16})
+        at = 1 if family == "gemm" else len(stages)
+        for p in reversed(lanes):  # each low-precision lane's own curve, after bf16's
+            stages.insert(at, ((family, p), tuple(p + f for f in LANE_FIELDS[family])))
     for families, names in stages:
-        if families[0] == "gemm":  # a GEMM class: its rows only
-            prefix = families[1] if len(families) > 1 else "gemm_"
-            used = [g for g in groups if g.family == "gemm" and g.terms["prefix"] == prefix]
+        lane = families[0] in LANE_FIELDS and len(families) > 1
+        if families[0] in LANE_FIELDS:  # a dtype lane: its rows only
+            prefix = families[1] if lane else BASE_PREFIX[families[0]]
+            used = [g for g in groups if g.family == families[0] and g.terms["prefix"] == prefix]
         else:
             used = [g for g in groups if g.family in families]
-        if not used:
-            continue
-        if families[0] == "gemm" and len(families) > 1:  # a class's curve starts from bf16's
+        if sum(len(g.measured_s) for g in used) < (MIN_FIT_ROWS if base is not None else 1):
+            continue  # a refinement (a backend's) with too few rows keeps the base's constants
+        if lane:  # a lane's curve starts from bf16's
             for n in names:
-                base = "kernel_floor_s" if n.endswith("floor_s") else "gemm_" + n[len(families[1]):]
-                c.setdefault(n, c[base])
+                c.setdefault(n, c[_lane_base(families[0], families[1], n)])
         lo = np.log([_bounds(n)[0] for n in names])
         hi = np.log([_bounds(n)[1] for n in names])
         x0 = np.clip(np.log([c[n] for n in names]), lo + 1e-9, hi - 1e-9)
@@ -348,6 +416,24 @@ def fit(groups: list[Group], base: dict[str, float] | None = None) -> dict[str, 
         res = least_squares(residuals, x0, bounds=(lo, hi), loss=loss, f_scale=scale, x_scale=1.0)
         c.update(dict(zip(names, np.exp(res.x).tolist(), strict=True)))
     return c
+
+
+POOLED = "all"  # the constants of every backend's rows together: a run that names no engine backend
+
+
+def fit_backends(groups: list[Group], base: dict[str, float] | None = None) -> dict[str, dict[str, float]]:
+    """``{"all": constants fitted to every backend's rows, backend: constants fitted to that backend's
+    rows starting from the pooled ones}`` (a family a backend has no rows for keeps the pooled values)."""
+    pooled = fit(groups, base)
+    out = {POOLED: pooled}
+    if not PER_BACKEND:
+        return out
+    for backend in sorted({g.backend for g in groups}):
+        out[backend] = fit([g for g in groups if g.backend == backend], pooled)
+    return out
+
+
+PER_BACKEND = True
 
 
 def errors(groups: list[Group], constants: dict[str, float]) -> list[dict[str, Any]]:
@@ -369,41 +455,50 @@ def _half(g: Group) -> np.ndarray:
     return (h * np.uint64(2654435761) >> np.uint64(7)) % np.uint64(2) == 0
 
 
-def heldout_constants(generation: str, groups: list[Group]) -> dict[tuple[str, int], dict[str, float]]:
-    """Constants each held-out part is predicted with: ``(system, -1)`` fitted to the generation's
-    other systems, or, for a one-system generation, ``(system, half)`` fitted to the other half."""
+Folds = dict[tuple[str, int], dict[str, dict[str, float]]]
+
+
+def heldout_constants(generation: str, groups: list[Group]) -> Folds:
+    """Constants each held-out part is predicted with (:func:`fit_backends`' per backend and pooled):
+    ``(system, -1)`` fitted to the generation's other systems, or, for a one-system generation,
+    ``(system, half)`` fitted to the other half of its grid points."""
     systems = GENERATIONS[generation]
     out = {}
     if len(systems) > 1:
         for s in systems:
-            out[(s, -1)] = fit([g for g in groups if g.system != s])
+            out[(s, -1)] = fit_backends([g for g in groups if g.system != s])
     else:
         for half in (0, 1):
             train = [g.subset(_half(g) != bool(half)) for g in groups]
-            out[(systems[0], half)] = fit([g for g in train if len(g.measured_s)])
+            out[(systems[0], half)] = fit_backends([g for g in train if len(g.measured_s)])
     return out
 
 
-def heldout_errors(generation: str, groups: list[Group],
-                   folds: dict[tuple[str, int], dict[str, float]]) -> list[dict[str, Any]]:
+def _fold_predict(g: Group, folds: Folds, backend: str) -> np.ndarray:
+    """Held-out seconds of ``g``'s rows under ``backend``'s constants (the pooled ones where it has none)."""
+    def one(fold: dict[str, dict[str, float]]) -> np.ndarray:
+        return predict(g.family, g.terms, fold.get(backend, fold[POOLED]))
+
+    if (g.system, -1) in folds:
+        return one(folds[(g.system, -1)])
+    return np.where(_half(g), one(folds[(g.system, 0)]), one(folds[(g.system, 1)]))
+
+
+def heldout_errors(generation: str, groups: list[Group], folds: Folds) -> list[dict[str, Any]]:
+    """Per group: the held-out error of its backend's constants (``today_*``) and of the pooled ones."""
     rows = []
     for g in groups:
-        if (g.system, -1) in folds:
-            pred = predict(g.family, g.terms, folds[(g.system, -1)])
-        else:
-            mask = _half(g)
-            pred = np.where(mask, predict(g.family, g.terms, folds[(g.system, 0)]),
-                            predict(g.family, g.terms, folds[(g.system, 1)]))
-        err = np.abs(pred / g.measured_s - 1.0)
-        rows.append({"gpu": g.system, "backend": g.backend, "family": g.family, "dtype": g.dtype, "points": len(err),
-                     "today_median_err": float(np.median(err)), "today_p95_err": float(np.quantile(err, 0.95))})
+        row = {"gpu": g.system, "backend": g.backend, "family": g.family, "dtype": g.dtype, "points": len(g.measured_s)}
+        for name, backend in (("today", g.backend), ("pooled", POOLED)):
+            err = np.abs(_fold_predict(g, folds, backend) / g.measured_s - 1.0)
+            row.update({f"{name}_median_err": float(np.median(err)), f"{name}_p95_err": float(np.quantile(err, 0.95))})
+        rows.append(row)
     return rows
 
 
-def predict_heldout(system: str, family: str, dtype: str, frame: Any,
-                    folds: dict[tuple[str, int], dict[str, float]]) -> np.ndarray:
-    """The held-out recalibrated roofline's seconds for rows of a pandas ``frame`` holding the
-    table's keys (attention: ``length`` for ``isl + step``), as :func:`heldout_errors` predicts."""
+def predict_heldout(system: str, family: str, dtype: str, frame: Any, folds: Folds, backend: str = POOLED) -> np.ndarray:
+    """The held-out recalibrated roofline's seconds (``backend``'s constants) for rows of a pandas
+    ``frame`` holding the table's keys (attention: ``length`` for ``isl + step``), as :func:`heldout_errors`."""
     keys = {k: frame[k].to_numpy() for k in KEYS[family] if k in frame}
     if family.startswith(("attn", "mla")):
         keys["isl"] = frame["length"].to_numpy()
@@ -413,40 +508,58 @@ def predict_heldout(system: str, family: str, dtype: str, frame: Any,
     t = terms_for(system, family, dtype, keys)
     if t is None:
         return np.full(len(frame), np.nan)
-    if (system, -1) in folds:
-        return predict(family, t, folds[(system, -1)])
-    g = Group(system, "", family, dtype, "", keys, np.ones(len(frame)), t)
-    return np.where(_half(g), predict(family, t, folds[(system, 0)]), predict(family, t, folds[(system, 1)]))
+    return _fold_predict(Group(system, backend, family, dtype, "", keys, np.ones(len(frame)), t), folds, backend)
 
 
 # -- writing calibration.py ------------------------------------------------------------------------------
 BEGIN, END = "# BEGIN TODAY (written by `python -m simulator.calibrate.roofline_from_tables --write`)", "# END TODAY"
 WRITTEN = ("gemm_compute_eff", "gemm_half_tokens", "gemm_memory_eff", "kernel_floor_s", "attn_prefill_compute_eff",
-           "attn_prefill_half_keys", "attn_floor_s", "mla_compute_eff",
+           "attn_prefill_half_keys", "attn_floor_s", "attn_prefill_per_head_s", "mla_compute_eff",
            "attn_decode_memory_eff", "attn_decode_per_seq_s", "elementwise_memory_eff", "residual_add_memory_eff",
-           "embedding_memory_eff", "allreduce_bus_eff", "allreduce_latency_s", "expert_compute_eff",
+           "embedding_memory_eff", "allreduce_bus_eff", "allreduce_latency_s", "allreduce_gpu_latency_s",
+           "expert_compute_eff",
            "expert_half_tokens", "expert_memory_eff", "expert_router_overhead_s", "expert_permute_s")
 
 
-def today_block(fitted: dict[str, dict[str, float]]) -> str:
-    lines = [BEGIN, "TODAY: dict[str, dict[str, Any]] = {"]
-    for gen, c in fitted.items():
+LANES = ("fp8", "fp8_block", "fp4", "mxfp4", "int4")  # GEMM_CLASS values other than bf16, in writing order
+
+
+def _rounded(v: float) -> float:
+    return float(f"{v:.3g}")
+
+
+def constants_entry(c: dict[str, float], source: str) -> dict[str, Any]:
+    """A fit's constants as a TODAY entry (RooflineCalibration field names; lanes as gemm_/expert_formats)."""
+    out: dict[str, Any] = {name: _rounded(c[name]) for name in WRITTEN}
+    out["gemm_formats"] = tuple((cls, *(_rounded(c[_gemm_prefix(cls) + k]) for k in LANE_FIELDS["gemm"]))
+                                for cls in LANES if _gemm_prefix(cls) + "compute_eff" in c)
+    out["expert_formats"] = tuple((cls, *(_rounded(c[_expert_prefix(cls) + k]) for k in LANE_FIELDS["moe"]))
+                                  for cls in LANES if _expert_prefix(cls) + "compute_eff" in c)
+    out["allreduce_links"] = tuple((kind, *(_rounded(c[f"allreduce_{kind}_{k}"]) for k in LANE_FIELDS["allreduce"]))
+                                   for kind in ("pcie",) if f"allreduce_{kind}_bus_eff" in c)
+    out["source"] = source
+    return out
+
+
+def today_block(fitted: dict[str, dict[str, dict[str, float]]]) -> str:
+    """calibration.py's TODAY block: per generation, per backend (and pooled), one entry a line per field."""
+    lines = [BEGIN, "TODAY: dict[str, dict[str, dict[str, Any]]] = {"]
+    for gen, per_backend in fitted.items():
         lines.append(f"    {gen!r}: {{")
-        for name in WRITTEN:
-            lines.append(f"        {name!r}: {float(f'{c[name]:.3g}')!r},")
-        formats = tuple((cls, *(float(f"{c[_gemm_prefix(cls) + k]:.3g}") for k in ("compute_eff", "half_tokens",
-                                                                                     "memory_eff", "floor_s")))
-                        for cls in ("fp8", "fp4", "int4") if _gemm_prefix(cls) + "compute_eff" in c)
-        lines.append(f"        'gemm_formats': {formats!r},")
         systems = ", ".join(GENERATIONS[gen])
-        lines.append(f"        'source': 'fitted by roofline_from_tables to AIConfigurator vllm/sglang/trtllm kernel "
-                     f"tables of {systems}',")
+        for backend, c in per_backend.items():
+            whose = "vllm/sglang/trtllm (pooled)" if backend == POOLED else backend
+            entry = constants_entry(c, f"fitted by roofline_from_tables to AIConfigurator {whose} kernel tables of "
+                                       f"{systems}")
+            lines.append(f"        {backend!r}: {{")
+            lines += [f"            {k!r}: {v!r}," for k, v in entry.items()]
+            lines.append("        },")
         lines.append("    },")
     lines += ["}", END]
     return "\n".join(lines)
 
 
-def write_calibration(fitted: dict[str, dict[str, float]], path: Path | None = None) -> None:
+def write_calibration(fitted: dict[str, dict[str, dict[str, float]]], path: Path | None = None) -> None:
     path = path or Path(__file__).resolve().parents[1] / "costmodel" / "calibration.py"
     text = path.read_text()
     pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
@@ -466,13 +579,14 @@ def main(argv: list[str] | None = None) -> None:
     fitted, rows = {}, []
     for gen in args.generation or list(GENERATIONS):
         groups = load_generation(gen, max_rows=args.max_rows, progress=True)
-        fitted[gen] = fit(groups)
+        fitted[gen] = fit_backends(groups)
         rows += heldout_errors(gen, groups, heldout_constants(gen, groups))
-        print(gen, {k: float(f"{v:.3g}") for k, v in fitted[gen].items() if k in WRITTEN}, file=sys.stderr)
+        print(gen, {k: _rounded(v) for k, v in fitted[gen][POOLED].items() if k in WRITTEN}, file=sys.stderr)
     frame = pd.DataFrame(rows)
     with pd.option_context("display.width", 200, "display.max_rows", 500):
         print(frame.to_string(index=False, float_format="%.3f"))
-        print(frame.groupby("family")[["today_median_err", "today_p95_err"]].median().to_string(float_format="%.3f"))
+        print(frame[frame["points"] >= 50].groupby("family")[["today_median_err", "today_p95_err", "pooled_median_err"]]
+              .median().to_string(float_format="%.3f"))
     if args.write:
         write_calibration(fitted)
 

@@ -25,11 +25,11 @@ __all__ = ["ENGINES", "BatchShape", "CostModel", "EngineCostModel", "EngineModel
 
 
 def load_cost_model(spec: str, replica: ReplicaConfig, engine: str | EngineModel | None = None) -> CostModel:
-    kernels = _load_kernels(spec, replica)
+    kernels = _load_kernels(spec, replica, engine)
     return kernels if engine is None else EngineCostModel(kernels, load_engine(engine))
 
 
-def _load_kernels(spec: str, replica: ReplicaConfig) -> CostModel:
+def _load_kernels(spec: str, replica: ReplicaConfig, engine: str | EngineModel | None = None) -> CostModel:
     if replica.kernels != "roofline":  # an engine backend's measured kernel tables (simulator.costmodel.aic)
         if spec != "roofline":
             raise ConfigError("kernels", f"--kernels {replica.kernels} and --cost-model {spec} both price the kernels",
@@ -37,8 +37,8 @@ def _load_kernels(spec: str, replica: ReplicaConfig) -> CostModel:
         from simulator.costmodel.aic.model import TableCostModel  # pyarrow loads only for a table-priced run
 
         return TableCostModel(replica, replica.kernels)
-    if spec == "roofline":
-        return RooflineCostModel(replica)
+    if spec == "roofline":  # the engine names whose "today" constants price it (calibration.roofline_backend)
+        return RooflineCostModel(replica, engine=engine)
     path = Path(spec)
     if not path.exists():
         raise ConfigError("cost_model", f"{spec!r} is neither 'roofline' nor an existing artifact",

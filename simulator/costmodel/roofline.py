@@ -36,7 +36,7 @@ import numpy as np
 from simulator.config.run_config import ReplicaConfig
 from simulator.config.topology import topology_for
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
-from simulator.costmodel.calibration import RooflineCalibration, calibration_for
+from simulator.costmodel.calibration import RooflineCalibration, calibration_for, roofline_backend
 from simulator.costmodel.moe import mla_attention_decode, mla_attention_prefill, mla_projections, moe_token_ops
 
 # Layer ops whose cost depends only on the number of tokens in the iteration.
@@ -51,9 +51,12 @@ class RooflineCostModel(TabulatedCostModel):
     STRETCH_FORMS = frozenset({"decode-terms", "chunk-terms"})
 
     def __init__(self, replica: ReplicaConfig, calibration: RooflineCalibration | None = None,
-                 table_tokens: int = 16384) -> None:
+                 table_tokens: int = 16384, engine: object = None) -> None:
         super().__init__(replica)
-        self.cal = calibration or calibration_for(replica.gpu, replica.roofline_calibration)
+        # The calibration's constants for this GPU, engine backend ("today": --kernels' backend, else the
+        # engine preset's, else every backend's pooled) and weight format (its MoE expert lane).
+        self.cal = calibration or calibration_for(replica.gpu, replica.roofline_calibration,
+                                                  roofline_backend(replica.kernels, engine), replica.dtype)
         m, tp, db = self.model, replica.tp, replica.dtype_bytes
         self.dtype_bytes = db
         self.heads_per_gpu = m.num_heads // tp
@@ -63,6 +66,10 @@ class RooflineCostModel(TabulatedCostModel):
         self.ffn_per_gpu = m.ffn_size // tp
         self.kv_bytes_per_token = 2 * self.kv_per_gpu * db  # per layer, per GPU
         self.tp_link_bytes_per_s = self._tp_link_bandwidth()
+        # The kind of link the TP ring runs on; a calibration may hold its own all-reduce constants for it.
+        topo = self.topology
+        self.tp_link_kind = "pcie" if topo.intra.kind == "pcie" and not topo.tp_spans_nodes else "nvlink"
+        self.cal = self.cal.for_link(self.tp_link_kind)
         # The MoE all-to-all's link: the TP ring's without attention DP, the DP group's with it.
         self.ep_link_bytes_per_s = self.topology.ep_bytes_per_s
         self._init_numerics_and_experts()
@@ -91,7 +98,10 @@ class RooflineCostModel(TabulatedCostModel):
         self.mla = m.is_mla  # checked once per attention call: keep it a plain attribute
         # Whether a prompt's successive chunks have prefill_attention_list's plain-float form: full
         # attention (no MLA, no sliding window) without a prefill efficiency ramp.
-        self.chunk_terms_ok = not (self.mla or self.sliding_fraction or self.cal.attn_prefill_half_keys)
+        # Seconds per prefilling sequence of its per-(sequence, head) cost (0.0 in the 2023 calibrations).
+        self.prefill_seq_s = self.heads_per_gpu * self.cal.attn_prefill_per_head_s
+        self.chunk_terms_ok = not (self.mla or self.sliding_fraction or self.cal.attn_prefill_half_keys
+                                   or self.prefill_seq_s)
         # The calibration's derived attention constants, read once (attention is priced every step).
         self.attn_floor = self.cal.attn_floor
         self.mla_eff = self.cal.mla_eff
@@ -122,12 +132,13 @@ class RooflineCostModel(TabulatedCostModel):
         flops = 2.0 * t * k * n
         # Weights at --dtype, activations at dtype_bytes (bit-identical to the bf16 form when equal).
         nbytes = k * n * self.weight_bytes + t * k * self.dtype_bytes + t * n * self.dtype_bytes
-        compute_eff, half_tokens, memory_eff, floor = self.gemm_constants
+        compute_eff, half_tokens, memory_eff, floor, act_elem_s = self.gemm_constants
         eff_c = compute_eff * t / (t + half_tokens * self.gemm_knee_scale)
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(t > 0, flops / (self.gemm_peak_flops * eff_c), 0.0)
         memory = nbytes / (g.hbm_bytes_per_s * memory_eff)
-        return np.where(t > 0, np.maximum(compute, memory) + floor, 0.0)
+        # act_elem_s: a low-precision lane's activation quantisation, per activation element (0.0 for bf16).
+        return np.where(t > 0, np.maximum(compute, memory) + floor + t * k * act_elem_s, 0.0)
 
     def elementwise(self, tokens: np.ndarray, bytes_per_token: float, kernels: int = 1,
                     eff: float | None = None) -> np.ndarray:
@@ -144,7 +155,8 @@ class RooflineCostModel(TabulatedCostModel):
             return np.zeros_like(t)
         nbytes = t * self.model.hidden_size * self.dtype_bytes
         bw = self.tp_link_bytes_per_s * self.cal.allreduce_bus_eff
-        return np.where(t > 0, 2.0 * (tp - 1) / tp * nbytes / bw + self.cal.allreduce_latency_s, 0.0)
+        latency = self.cal.allreduce_latency_s + (tp - 2) * self.cal.allreduce_gpu_latency_s  # 2023: + 0.0
+        return np.where(t > 0, 2.0 * (tp - 1) / tp * nbytes / bw + latency, 0.0)
 
     # -- per-op view ----------------------------------------------------------------------
     def token_ops(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
@@ -186,16 +198,17 @@ class RooflineCostModel(TabulatedCostModel):
     def attention_prefill(self, shape: BatchShape) -> float:
         if shape.num_prefills == 0:
             return 0.0
-        t = self._attention_prefill(shape.prefill_attn_pairs, shape.prefill_kv_tokens, shape.num_prefill_tokens)
+        t = self._attention_prefill(shape.prefill_attn_pairs, shape.prefill_kv_tokens, shape.num_prefill_tokens,
+                                    shape.num_prefills)
         if self.sliding_fraction:  # window layers: each query sees at most `window` keys
             w = self.sliding_window
             local = self._attention_prefill(min(shape.prefill_attn_pairs, shape.num_prefill_tokens * w),
                                             min(shape.prefill_kv_tokens, shape.num_prefill_tokens + shape.num_prefills * w),
-                                            shape.num_prefill_tokens)
+                                            shape.num_prefill_tokens, shape.num_prefills)
             t += self.sliding_fraction * (local - t)
         return t
 
-    def _attention_prefill(self, pairs: float, kv_tokens: float, num_tokens: int) -> float:
+    def _attention_prefill(self, pairs: float, kv_tokens: float, num_tokens: int, num_prefills: float = 1.0) -> float:
         if self.mla:
             return mla_attention_prefill(self, pairs, kv_tokens, num_tokens)
         c, g, d, db = self.cal, self.gpu, self.model.head_dim, self.dtype_bytes
@@ -203,7 +216,7 @@ class RooflineCostModel(TabulatedCostModel):
         nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_tokens * self.q_per_gpu * db
         eff = c.prefill_compute_eff(pairs, num_tokens) if self.prefill_ramp else c.attn_prefill_compute_eff
         return (max(flops / (g.bf16_flops * eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
-                + self.attn_floor)
+                + self.attn_floor + num_prefills * self.prefill_seq_s)
 
     def prefill_attention_list(self, chunk: int, kv_before: int, num_iterations: int) -> list[float] | None:
         """:meth:`attention_prefill` of one ``chunk``-token chunk over ``kv_before`` cached

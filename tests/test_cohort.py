@@ -174,18 +174,23 @@ class _StopAt(ArrivalWatch):
         raise StopRun(f"stopped at {self.at}")
 
 
-def test_a_run_stopped_by_a_watch_leaves_true_counters(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("engine", "stop_at"), [("vllm-2023-splitwise", 30.0), ("vllm-2026", 30.0), ("vllm-2026", 17.3)])
+def test_a_run_stopped_by_a_watch_leaves_true_counters(monkeypatch: pytest.MonkeyPatch, engine: str,
+                                                       stop_at: float) -> None:
     """A watch that reads only timestamps keeps lockstep on; the requests still running when it
-    stops the run are settled: their counters, blocks and token times are those of stepping."""
+    stops the run are settled: their counters, blocks and token times are those of stepping,
+    also where the stop falls inside a skipped stretch (the vllm-2026 cases: the part of the
+    stretch that ended is applied and the iteration in progress scheduled, Replica.stop)."""
     steps: list[int] = []
     real_step = cohort_module.DecodeCohort.step
     monkeypatch.setattr(cohort_module.DecodeCohort, "step", lambda self, *a: (steps.append(1), real_step(self, *a))[1])
     config = RunConfig(replica=ReplicaConfig("mistral-7b", "a100-80gb"), scheduler=SchedulerConfig("sarathi", chunk_size=256),
-                       workload=WorkloadConfig("sharegpt", arrival="poisson", qps=3.0, num_requests=200), seed=4)
-    on = simulate(config, watch=_StopAt(30.0), token_times=True)
+                       workload=WorkloadConfig("sharegpt", arrival="poisson", qps=3.0, num_requests=200), seed=4,
+                       engine=engine)
+    on = simulate(config, watch=_StopAt(stop_at), token_times=True)
     assert steps
     steps.clear()
-    off = simulate(config.replace(fast_forward=False), watch=_StopAt(30.0), token_times=True)
+    off = simulate(config.replace(fast_forward=False), watch=_StopAt(stop_at), token_times=True)
     assert not steps  # stepping: no cohort
     assert "stopped" in on.extra and on.extra == off.extra
     running = [r for r in on.requests if r.status is Status.RUNNING]

@@ -347,6 +347,10 @@ def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,
         env.run()
     except StopRun as stop:
         stopped = str(stop)
+        # The state at the stop is the step-by-step loop's: a skipping replica applies the part of
+        # a stretch in flight that ended by now and schedules the rest's first iteration (Replica.stop).
+        for replica in cluster.replicas:
+            replica.stop(env.now)
     finally:
         if reporter is not None and own_reporter:
             reporter.close()

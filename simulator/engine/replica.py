@@ -150,6 +150,10 @@ class Replica:
         reads it: nothing to do for this loop, which applies each iteration at its end
         (:class:`simulator.fast.replica.SkippingReplica` applies stretches late and overrides it)."""
 
+    def stop(self, at: float) -> None:
+        """The run ends at ``at`` (a watch stopped it): nothing to do for this loop, whose state is
+        always the step-by-step one (:class:`simulator.fast.replica.SkippingReplica` overrides it)."""
+
     def _sleep(self) -> simpy.Event:
         self._wakeup = self.env.event()
         return self._wakeup

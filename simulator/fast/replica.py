@@ -54,8 +54,7 @@ class SkippingReplica(Replica):
         now), so that the state is the step-by-step loop's at this instant: an observer that
         calls this first (a capacity watch, see ``engine.cluster.run_to_end``) lets stretches straddle
         its wake-ups. The iteration in progress stays in flight (applied at its end, as it
-        would be); a run stopped now leaves it unscheduled, where the loop had scheduled it
-        (its blocks not yet taken: no table or figure reads that)."""
+        would be; :meth:`stop` schedules it where the run ends now)."""
         stretch = self.stretch_in_flight
         if stretch is None:
             return
@@ -65,6 +64,28 @@ class SkippingReplica(Replica):
         head, self.stretch_in_flight = skipping.split(stretch, num, self.scheduler.blocks.num_used_blocks)
         if skipping.apply(self, head):  # invariant: only a stretch's last iteration finishes requests
             raise RuntimeError(f"replica {self.replica_id}: a stretch finished requests before its last iteration")
+
+    def stop(self, at: float) -> None:
+        """The run ends at ``at``: :meth:`settle`, then schedule the stretch's iteration in progress
+        as the step-by-step loop had (its requests in flight, the KV blocks it grows taken), so
+        that every request's counters and blocks are that loop's at the stop."""
+        self.settle(at)
+        stretch = self.stretch_in_flight
+        if stretch is None:
+            return
+        scheduler = self.scheduler
+        blocks = scheduler.blocks
+        cohort = getattr(scheduler, "cohort", None)
+        if cohort is not None and cohort.active:
+            if cohort.members:
+                cohort.begin_step(blocks)  # its members' blocks; dissolving writes them in flight
+        else:  # a decode stretch over plain requests: each one decodes in it
+            for req in scheduler.running:
+                if req.num_blocks * blocks.block_size <= req.num_computed:
+                    blocks.try_grow(req, req.num_computed + 1)  # fits: the stretch counted its allocations
+                req.in_flight = True
+        if stretch.prefill is not None:  # its chunk is in the iteration too (its blocks held since admission)
+            stretch.prefill.in_flight = True
 
     def run(self):  # noqa: ANN201 - SimPy generator
         env, scheduler, cost, recorder, horizon = self.env, self.scheduler, self.cost_model, self.recorder, self.horizon

@@ -17,7 +17,8 @@ and turns each row into a closed-loop :class:`~simulator.config.run_config.RunCo
 (:func:`row_config`): the client's concurrency as ``workload.concurrency``, fixed lengths at
 the nominal ISL/OSL, a warm-up of one request per user left out of the figures, and the
 engine's layout (attention DP and expert parallelism included; a disaggregated row's pools each
-with their own, where they differ or use attention DP). What the simulator cannot
+with their own, where they differ or use attention DP) and the system's network between nodes
+(:data:`SYSTEM_NETWORKS`: one NIC per GPU, NVLink across a GB200/GB300 rack). What the simulator cannot
 express (a model outside the catalog, a disaggregated row without worker counts, ...) raises
 :class:`Unexpressible` with the reason, so a validation report lists every row it skipped.
 
@@ -47,6 +48,14 @@ SILICON_CSV = Path("validation") / "aiconfigurator" / "silicon_train.csv"
 
 # AIConfigurator system -> our GPU name (tried in the catalog; a missing one makes its rows unexpressible).
 SYSTEMS = {"h100_sxm": "h100-sxm", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300"}
+# AIConfigurator system -> the network between its nodes (--inter-node-link), from the system files'
+# `node:` sections (../shared/data/profiles/aiconfigurator/systems/<system>.yaml): inter_node_bw per GPU
+# (H100: 50 GB/s, one 400 Gb/s CX7 per GPU; B200/B300: 100 GB/s, one 800 Gb/s CX8 per GPU) as one NIC per
+# GPU of an 8-GPU node; GB200/GB300 (num_gpus_per_rack 72: NVLink across the rack, the GPU spec's
+# nvlink_domain_gpus) between racks: inter_rack_bw 100 GB/s per GPU. Inside a rack, and inside a node,
+# the GPUs talk over NVLink, so the rack's 4-GPU trays need no node size of their own.
+SYSTEM_NETWORKS = {"h100_sxm": "infiniband-400g-x8", "b200_sxm": "infiniband-800g-x8",
+                   "b300_sxm": "infiniband-800g-x8", "gb200": "infiniband-800g-x8", "gb300": "infiniband-800g-x8"}
 # AIConfigurator GEMM lane -> our weight format (--dtype); blank = bf16.
 GEMM_FORMATS = {"fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "nvfp4", "int4_wo": "int4", "": "bf16"}
 DEFAULT_BUDGET = 8192
@@ -246,6 +255,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         "workload__arrival": "burst", "workload__num_requests": total,
         "workload__concurrency": concurrency, "workload__num_warmup": warmup, "workload__range_ratio": range_ratio,
         "workload__warmup_mode": warmup_mode,
+        "replica__inter_node_link": SYSTEM_NETWORKS[row.system],  # pools take it from the replica
     }
     if row.mode == "agg":
         tp, pp, adp, ep = _layout(row, "", is_moe)

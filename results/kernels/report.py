@@ -28,6 +28,7 @@ from simulator.costmodel.aic import tables as T  # noqa: E402
 SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300", "a100_sxm", "l40s", "rtx_pro_6000_server")
 TARGET_MEDIAN, TARGET_P95 = 0.05, 0.15
 TODAY_MEDIAN = 0.15  # the recalibrated roofline's target median per family
+HALVES = ("a100_sxm", "l40s")  # alone in their generation: held out by halves of their own grid
 # One decode step: 64 sequences at 2,048 KV tokens each (a mid-load chat batch).
 DECODE_BATCH, DECODE_KV = 64, 2048
 MODELS = (  # (catalog model, tp, dtype, why this layout)
@@ -54,7 +55,9 @@ def today_folds(systems: tuple[str, ...]) -> dict:
 
 
 def heldout_tables(systems: tuple[str, ...]) -> tuple[pd.DataFrame, dict[str, list[pd.DataFrame]]]:
-    from simulator.calibrate.roofline_from_tables import predict_heldout
+    import numpy as np
+
+    from simulator.calibrate.roofline_from_tables import POOLED, predict_heldout
 
     rows, points = [], {f: [] for f in FAMILIES}
     folds = today_folds(systems)
@@ -62,8 +65,14 @@ def heldout_tables(systems: tuple[str, ...]) -> tuple[pd.DataFrame, dict[str, li
         for backend in T.BACKENDS:
             for family in FAMILIES:
                 for h in heldout(system, backend, family, max_points=2000):
-                    h.frame["roofline_today_s"] = predict_heldout(system, family, h.dtype, h.frame, folds)
+                    # the group's backend's constants (a run with that --kernels or engine preset), and the
+                    # pooled ones (a run naming no backend)
+                    h.frame["roofline_today_s"] = predict_heldout(system, family, h.dtype, h.frame, folds, backend)
+                    pooled = predict_heldout(system, family, h.dtype, h.frame, folds, POOLED)
                     rows.append(h.summary())
+                    err = np.abs(pooled / h.frame["measured_s"].to_numpy() - 1.0)
+                    err = err[np.isfinite(err)]
+                    rows[-1]["roofline_pooled_median_err"] = float(np.median(err)) if len(err) else float("nan")
                     f = h.frame[["measured_s", "table_s", "roofline_s", "roofline_today_s"]].copy()
                     f["gpu"], f["backend"], f["dtype"] = system, backend, h.dtype
                     points[family].append(f)
@@ -151,6 +160,11 @@ def pooled(summary: pd.DataFrame) -> pd.DataFrame:
         "today_median_of_p95": g["roofline_today_p95_err"].median(),
         "today_groups_median_ok": g.apply(lambda d: int((d["roofline_today_median_err"] <= TODAY_MEDIAN).sum()),
                                           include_groups=False),
+        # the same without the GPUs held out by halves of their own grid (alone in their generation)
+        "today_cross_gpu_median_of_medians": g.apply(
+            lambda d: d.loc[~d["gpu"].isin(HALVES), "roofline_today_median_err"].median(), include_groups=False),
+        # the pooled constants: a run that names no engine backend
+        "today_pooled_median_of_medians": g["roofline_pooled_median_err"].median(),
     }).reset_index()
 
 
@@ -197,17 +211,46 @@ The 2023-calibrated roofline misses every family by far (`roofline_median_of_med
 to 2023-24 kernels (Vidur, LLMServingSim) and prices the custom all-reduce as NCCL.
 
 **Recalibrated roofline** (`today_*` columns; `--roofline-calibration today`): the roofline's own formulas with
-constants fitted per GPU generation to these tables (`python -m simulator.calibrate.roofline_from_tables`, which
-documents the fit), held out: each GPU is priced by constants fitted to the other GPUs of its generation
-(Hopper, Blackwell, workstation), A100 (alone in Ampere) by constants fitted to the other half of its grid
-points. Its median error per group is <= {TODAY_MEDIAN:.0%} in {int((judged["roofline_today_median_err"] <= TODAY_MEDIAN).sum())} of {len(judged)} groups: the target
-(<= {TODAY_MEDIAN:.0%} on every family) is **not met**; bf16 GEMMs come closest (median of group medians
-{judged.loc[(judged["family"] == "gemm") & (judged["dtype"] == "bfloat16"), "roofline_today_median_err"].median():.1%}). One set of constants per generation spans three backends whose kernels differ by more than
-that (vLLM's FP8-block GEMMs on H100 are 5-10x SGLang's), one GEMM curve per class of kernels (bf16; FP8 with
-FP8-block; FP4; INT4), the grids' corners far from deployments (tiny GEMMs, one-token prefills) and, in the
-workstation pair, two different parts (Ada L40S, Blackwell RTX PRO 6000 over PCIe); the roofline's
-`max(compute, memory) + floor` cannot follow kernel-selection steps. Against the 2023 calibration it is
-{(pool["roofline_median_of_medians"] / pool["today_median_of_medians"]).min():.1f}-{(pool["roofline_median_of_medians"] / pool["today_median_of_medians"]).max():.1f}x closer per family (median of group medians).
+constants fitted to these tables per GPU generation (the issue's architectures: Ampere, Hopper, Blackwell with the
+RTX PRO 6000, Ada) and per engine backend (`python -m simulator.calibrate.roofline_from_tables`, which documents the
+fit). `today_*` prices each group with its backend's constants (what a run with that `--kernels`, or that engine
+preset, e.g. `--engine vllm-v1`, gets); `today_pooled_median_of_medians` with every backend's rows pooled (a run that
+names no backend, e.g. the 2023 presets' `ideal`). Held out: each GPU is priced by constants fitted to the other GPUs
+of its generation; A100 and L40S, alone in theirs, by constants fitted to the other half of their own grid points
+(`today_cross_gpu_median_of_medians` leaves those two out). Its median error per group is <= {TODAY_MEDIAN:.0%} in
+{int((judged["roofline_today_median_err"] <= TODAY_MEDIAN).sum())} of {len(judged)} groups; per family (median of group
+medians) the target is met for {", ".join(pool.loc[pool["today_median_of_medians"] <= TODAY_MEDIAN, "family"])} and
+**not met** for {", ".join(pool.loc[pool["today_median_of_medians"] > TODAY_MEDIAN, "family"])}. Against the 2023 calibration it is
+{(pool["roofline_median_of_medians"] / pool["today_median_of_medians"]).min():.1f}-{(pool["roofline_median_of_medians"] / pool["today_median_of_medians"]).max():.1f}x closer per family.
+
+What each step gave (median of group medians on the fit's own held-out rows, `roofline_from_tables`, when written;
+groups <= 15% of 323):
+
+| step | allreduce | attn_decode | attn_prefill | gemm | mla_decode | mla_prefill | moe | groups |
+|---|---|---|---|---|---|---|---|---|
+| one set per generation ("workstation" = L40S + RTX PRO 6000) | 0.239 | 0.191 | 0.223 | 0.219 | 0.180 | 0.304 | 0.262 | 59 |
+| + per-backend constants, fp8-block and mxfp4 their own lanes (GEMM and MoE) | 0.238 | 0.182 | 0.197 | 0.161 | 0.191 | 0.252 | 0.260 | 98 |
+| + prefill attention cost per (sequence, head) | 0.263* | 0.175 | 0.171 | 0.161 | 0.193 | 0.252 | 0.260 | 94 |
+| + generations by architecture (RTX PRO 6000 in Blackwell, L40S alone) | 0.215 | 0.176 | 0.138 | 0.156 | 0.186 | 0.252 | 0.216 | 113 |
+| + activation-quantisation cost per m x k element of FP8/FP4 GEMMs | 0.215 | 0.176 | 0.138 | 0.129 | 0.186 | 0.252 | 0.216 | 127 |
+| + PCIe all-reduce constants and a per-GPU all-reduce latency | 0.116 | 0.176 | 0.138 | 0.129 | 0.186 | 0.252 | 0.216 | 129 |
+
+(*: a minimum-rows rule, since relaxed, had left A100's all-reduce halves unfitted.) Tried and not kept: a smooth
+maximum `(c^p + m^p)^(1/p)` instead of `max(compute, memory)` for GEMMs and MoE (in-sample median -0.004 / 0), a MoE
+cost per touched expert or per token x top-k (no gain), a decode cost per (sequence, KV head) (in-sample 0.115 ->
+0.107 on Blackwell; it would touch the decode stretch helpers), MXFP4 w4a16 rows at the bf16 peak (the runtime's
+`--dtype mxfp4` cannot tell w4a16 from w4a8 kernels, so the fit must price both as the runtime does).
+
+Why four families still miss: (1) **versions within a generation**: the database holds different engine versions per
+GPU (SGLang 0.5.9 on B200/B300, 0.5.14 on GB200/GB300; vLLM 0.19 vs 0.24; H100 0.24 vs H200 0.18), and their kernels
+differ by more than the target: SGLang's bf16 MoE on B200/B300 is off by 0.51-0.58 even fitted in-sample while
+GB200/GB300's fit to 0.14; vLLM's decode attention on B200/B300 0.29-0.30 against 0.11-0.14 on GB200/GB300 held out.
+A run cannot name a kernel version, so a GPU is priced by its siblings' versions. (2) **the forms of MoE and MLA**
+(`simulator/costmodel/moe.py`, not changed here): fitted in-sample per backend, the expert form's median is
+0.15-0.17 and Blackwell's MLA prefill 0.26, so no held-out fit of their constants can reach 15%; they need new terms
+(padding of per-expert token tiles, MLA's prefill up-projection) in moe.py, where both the fit and the runtime would
+take them. (3) the **RTX PRO 6000** (sm_120, GDDR7, PCIe) is priced by datacenter Blackwell constants and misses on
+most families (its all-reduce 0.33-0.40, MoE 0.2-1.1).
 
 ## Per family, pooled over GPUs, backends and dtypes (groups with enough points)
 

@@ -39,8 +39,8 @@ NGRAM = '{"method": "ngram", "num_speculative_tokens": 3}'
 
 def _config(num_requests: int = 48, qps: float = 0.5, **changes) -> RunConfig:  # noqa: ANN003
     """llama-2-7b on one A100 (roofline, vllm-2023-splitwise preset): a lone decode costs 13.2 ms."""
-    return RunConfig(workload=WorkloadConfig(num_requests=num_requests, qps=qps, output_tokens=64), seed=3
-                     ).replace(**changes)
+    return RunConfig(workload=WorkloadConfig(num_requests=num_requests, qps=qps, output_tokens=64), seed=3,
+                     engine="vllm-2023-splitwise").replace(**changes)
 
 
 def _spec(rate: float = 0.9, json: str = NGRAM, **changes) -> RunConfig:  # noqa: ANN003
@@ -181,7 +181,8 @@ def test_cli_capacity_names_speculation_when_it_refuses() -> None:
 
     from simulator.cli import app
 
-    result = CliRunner().invoke(app, ["capacity", "--num-requests", "32", "--speculative-config", NGRAM,
+    result = CliRunner().invoke(app, ["capacity", "--num-requests", "32", "--engine", "vllm-2023-splitwise",
+                                      "--speculative-config", NGRAM,
                                       "--acceptance-rate", "1.0", "--tbt-slo", "0.003", "--criterion", "goodput",
                                       "--json"])
     assert result.exit_code == 0, result.output

@@ -39,15 +39,16 @@ def test_never_more_than_n_in_flight_and_n_reached():
 
 
 def test_throughput_matches_littles_law():
-    # Steady state (warm-up left out): throughput = N / mean E2E within a few percent.
-    # The last wave drains below N users: ~1/(2 x waves) of the time, so 40 waves keep it near 1%.
-    result = simulate(closed(workload__num_requests=16 * 40, workload__num_warmup=32,
+    # Steady state (warm-up left out): throughput = N / mean E2E. The last waves drain below N
+    # users (throughput falls short: measured -2.8% to -3.2% at 40 waves
+    # and -0.7% to -0.8% at 120 under the 2023 and 2026 engines): 120 waves within 1.5%.
+    result = simulate(closed(workload__num_requests=16 * 120, workload__num_warmup=32,
                              workload__prompt_tokens=256, workload__output_tokens=128,
                              workload__range_ratio=0.5))
     cols = request_columns(result)
     m = benchmark_metrics(result, cols)
     little = 16 / (m["mean_e2el_ms"] / 1000)
-    assert m["request_throughput"] == pytest.approx(little, rel=0.03)
+    assert m["request_throughput"] == pytest.approx(little, rel=0.015)
 
 
 def test_same_results_with_and_without_event_skipping():

@@ -96,6 +96,11 @@ def workloads() -> dict[str, RequestTable]:
     return out
 
 
+# The engine preset of every run here, pinned by name: these tables were made under the 2023 default
+# (vllm-2023-splitwise) before the run default became today's vLLM (vllm-2026).
+ENGINE = "vllm-2023-splitwise"
+
+
 # -- one run -------------------------------------------------------------------------------------
 def config(model: str, caching: bool, router: str, replicas: int = NUM_REPLICAS,
            num_gpu_blocks: int | None = None, cpu_kv_gib: float = 0.0) -> RunConfig:
@@ -103,7 +108,7 @@ def config(model: str, caching: bool, router: str, replicas: int = NUM_REPLICAS,
     return RunConfig(replica=ReplicaConfig(name, gpu, tp=tp, dtype=dtype, max_model_len=context,
                                            num_gpu_blocks=num_gpu_blocks),
                      scheduler=SchedulerConfig("vllm-v1", prefix_caching=caching, cpu_kv_gib=cpu_kv_gib),
-                     num_replicas=replicas, router=router, seed=SEED)
+                     num_replicas=replicas, router=router, seed=SEED, engine=ENGINE)
 
 
 def run(cfg: RunConfig, table: RequestTable) -> dict[str, float]:

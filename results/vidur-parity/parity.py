@@ -60,6 +60,10 @@ PROFILE_FILES = ("compute/a100/meta-llama/Llama-2-70b-hf/mlp.csv", "network/a100
 
 MODEL, GPU, TP, MAX_TOKENS, QPS, NUM_REQUESTS, CHUNK = "llama-2-70b", "a100-80gb", 2, 4096, 0.4, 1000, 512
 VIDUR_SEED = 42  # Vidur's default seed (its request generators and set_seeds)
+# The engine preset of every run here, pinned by name (a reproduction of a 2023-24 stack; the run
+# default has since become today's vLLM, vllm-2026).
+ENGINE = "vllm-2023-splitwise"
+
 # Vidur's figures from the issue-13 run (seconds; TBT = decode_token_execution_plus_preemption_time).
 VIDUR = {
     "sarathi": {"ttft_s_p50": 1.061, "ttft_s_p99": 6.16, "tbt_s_p50": 0.0598, "tbt_s_p99": 0.2155, "e2e_s_p50": 31.1},
@@ -221,7 +225,8 @@ def fit_artifact(work: Path) -> Path:
 def run_one(scheduler: str, artifact: Path, seed: int, table: RequestTable | None, num_gpu_blocks: int | None) -> dict:
     options = {"model": MODEL, "gpu": GPU, "tp": TP, "scheduler": scheduler, "trace": str(TRACE),
                "max_total_tokens": MAX_TOKENS, "over_length": "clip", "qps": QPS, "num_requests": NUM_REQUESTS,
-               "cost_model": str(artifact), "seed": seed, "num_gpu_blocks": num_gpu_blocks}
+               "cost_model": str(artifact), "seed": seed, "num_gpu_blocks": num_gpu_blocks,
+               "engine": ENGINE}
     if scheduler == "sarathi":
         options["chunk_size"] = CHUNK
     s = summarize(simulate(build_config(**options), table=table))

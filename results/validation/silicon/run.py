@@ -45,7 +45,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--requests-per-user", type=int, default=3, help="measured requests per user (default 3)")
     p.add_argument("--max-requests", type=int, default=1500, help="cap on requests per row, warm-up included")
-    p.add_argument("--engine", default=None, help="engine preset or artifact (default: the run's default)")
+    p.add_argument("--engine", default="vllm-2023-splitwise",
+                   help="engine preset or artifact (default: vllm-2023-splitwise, the run default when this "
+                        "baseline was made; the run default is now vllm-2026)")
     p.add_argument("--kernels", default=None, help="kernel prices: roofline (default), vllm, sglang, trtllm "
                    "(AIConfigurator's tables), or 'backend' for each row's own engine's tables")
     p.add_argument("--budget", type=int, default=None, help="token budget per step (default 8192)")

@@ -237,8 +237,10 @@ groups <= 15% of 323):
 
 (*: a minimum-rows rule, since relaxed, had left A100's all-reduce halves unfitted.) Tried and not kept: a smooth
 maximum `(c^p + m^p)^(1/p)` instead of `max(compute, memory)` for GEMMs and MoE (in-sample median -0.004 / 0), a MoE
-cost per touched expert or per token x top-k (no gain), a decode cost per (sequence, KV head) (in-sample 0.115 ->
-0.107 on Blackwell; it would touch the decode stretch helpers), MXFP4 w4a16 rows at the bf16 peak (the runtime's
+cost per touched expert or per token x top-k (no gain), a decode cost per (sequence, KV head) (held out: attn_decode 0.176 -> 0.158
+fitted with the other attention constants, but MLA decode, which shares the per-sequence cost and floor, 0.186 ->
+0.213 and prefill 0.138 -> 0.146; fitted after MLA, 0.174), a decode bandwidth efficiency saturating in
+batch x KV heads (no change), MXFP4 w4a16 rows at the bf16 peak (the runtime's
 `--dtype mxfp4` cannot tell w4a16 from w4a8 kernels, so the fit must price both as the runtime does).
 
 Why four families still miss: (1) **versions within a generation**: the database holds different engine versions per

@@ -125,6 +125,11 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
 
     out += [draft, ngram]
     for s in (draft, ngram):
+        w = dataclasses.replace(s, name=s.name + " [engine vllm-2026]", engine="vllm-2026", measured=list(s.measured),
+                                assumptions=s.assumptions.replace("engine vllm-2023-splitwise", "engine vllm-2026")
+                                + "; engine vllm-2026 variant")
+        out.append(w)
+    for s in (draft, ngram):
         v = dataclasses.replace(s, name=s.name + " [engine vllm-v1]", engine="vllm-v1", measured=list(s.measured),
                                 assumptions=s.assumptions.replace("engine vllm-2023-splitwise", "engine vllm-v1")
                                 + "; engine vllm-v1 variant")

@@ -126,6 +126,29 @@ def test_chunked_prefill_stretches_are_exact(scheduler: str, chunk_size: int, ut
         assert int(request_frame(result)["num_preemptions"].sum()) > 0  # the case is really tight
 
 
+@pytest.mark.parametrize("kernels", ["roofline"])
+@pytest.mark.parametrize("utilization", [0.9, 0.22])
+def test_chunked_prefill_stretches_are_exact_under_today_and_table_kernels(
+        kernels: str, utilization: float, chunk_stretches: list[int], request: pytest.FixtureRequest) -> None:
+    """As above, priced by the 'today' roofline (its prefill ramp and per-sequence term) and by
+    kernel tables (their interpolated prefill attention and decode curves, extrapolations
+    counted as stepping counts them): chunk stretches happen and change nothing."""
+    if kernels != "roofline":
+        aic = request.getfixturevalue("shared_data") / "profiles" / "aiconfigurator"
+        if not (aic / "systems" / "data").is_dir():
+            pytest.skip("../shared/data/profiles/aiconfigurator is not present")
+    config = RunConfig(
+        replica=ReplicaConfig("llama-3.1-8b", "h100-sxm", kernels=kernels, roofline_calibration="today",
+                              gpu_memory_utilization=utilization, max_model_len=8192),
+        scheduler=SchedulerConfig("sarathi", chunk_size=512),
+        workload=WorkloadConfig("sharegpt", qps=6.0, num_requests=60), seed=3)
+    assert_same_run(config)
+    assert chunk_stretches and max(chunk_stretches) > 2
+    if utilization < 0.5:
+        result = simulate(config.replace(fast_forward=False))
+        assert int(request_frame(result)["num_preemptions"].sum()) > 0  # the case is really tight
+
+
 def _hand_run(name: str, num_blocks: int, fast: bool) -> tuple[list[Request], Recorder, Replica]:
     """A hand-sized cache (preemptions) with a constant-time cost model: every stretch has
     equal iteration times, the hardest case for end-time ties."""
@@ -274,10 +297,16 @@ def test_engine_stretch_pricing_is_float_exact_over_roofline_and_learned_kernels
                                                                 ("gpt-oss-20b", "h100-sxm", 1, False),
                                                                 ("deepseek-v3", "h200", 8, False)])
 @pytest.mark.parametrize("preset", ["vllm-2023-splitwise", "vllm-v1"])
-def test_chunk_stretch_pricing_is_float_exact(model: str, gpu: str, tp: int, vectorised: bool, preset: str) -> None:
+@pytest.mark.parametrize("calibration", ["2023", "today"])
+def test_chunk_stretch_pricing_is_float_exact(model: str, gpu: str, tp: int, vectorised: bool, preset: str,
+                                              calibration: str) -> None:
     """A prompt's chunks beside decodes (none too), priced in plain floats over roofline
-    kernels, give the per-iteration path's floats; sliding-window and MLA attention fall back."""
-    cost = EngineCostModel(RooflineCostModel(ReplicaConfig(model, gpu, tp=tp)), load_engine(preset))
+    kernels, give the per-iteration path's floats, under the 2023 calibration and today's
+    (its prefill efficiency ramp and per-sequence term); sliding-window and MLA attention fall back."""
+    kernels = RooflineCostModel(ReplicaConfig(model, gpu, tp=tp, roofline_calibration=calibration))
+    if calibration == "today":  # the terms the 2023 calibrations lack are really there
+        assert kernels.prefill_ramp and kernels.prefill_seq_s > 0
+    cost = EngineCostModel(kernels, load_engine(preset))
     assert cost.fast_chunk_stretches == vectorised  # event skipping plans chunk stretches only then
     rng = random.Random(4)
     for args in _stretches(3, max_n=96):

@@ -220,7 +220,9 @@ def test_prefill_per_head_term_is_the_fits_and_zero_leaves_2023_prices():
     pre = R.predict("attn_prefill", R.terms_for("h100_sxm", "attn_prefill", "bfloat16", {"batch_size": b, "isl": s, **heads}), c)
     shapes = [BatchShape.from_requests(prefills=[(int(ss), 0)] * int(bb)) for bb, ss in zip(b, s, strict=True)]
     assert pre == pytest.approx([rf.attention_prefill(x) for x in shapes], rel=1e-12)
-    assert not rf.chunk_terms_ok  # the per-sequence term has no plain-float chunk form
+    # A prompt's successive chunks in plain floats carry the per-sequence term too (event skipping's form).
+    assert rf.chunk_terms_ok and rf.prefill_attention_list(16, 0, 3) == [
+        rf.attention_prefill(BatchShape.from_requests(prefills=[(16, p)])) for p in (0, 16, 32)]
     # 256 one-chunk prompts of 16 tokens cost 256 x 32 heads x 50 ns more than without the term.
     rf0 = RooflineCostModel(rf.replica, replace(cal, attn_prefill_per_head_s=0.0), table_tokens=1)
     assert rf.attention_prefill(shapes[1]) - rf0.attention_prefill(shapes[1]) == pytest.approx(64 * 32 * 5e-8)

@@ -96,12 +96,12 @@ class RooflineCostModel(TabulatedCostModel):
         self.sliding_fraction = m.num_sliding_layers / m.num_layers
         self.sliding_window = m.sliding_window
         self.mla = m.is_mla  # checked once per attention call: keep it a plain attribute
-        # Whether a prompt's successive chunks have prefill_attention_list's plain-float form: full
-        # attention (no MLA, no sliding window) without a prefill efficiency ramp.
         # Seconds per prefilling sequence of its per-(sequence, head) cost (0.0 in the 2023 calibrations).
         self.prefill_seq_s = self.heads_per_gpu * self.cal.attn_prefill_per_head_s
-        self.chunk_terms_ok = not (self.mla or self.sliding_fraction or self.cal.attn_prefill_half_keys
-                                   or self.prefill_seq_s)
+        # Whether a prompt's successive chunks have prefill_attention_list's plain-float form: full
+        # attention (MLA and sliding windows price prefill another way), with or without the
+        # 'today' calibration's efficiency ramp and per-sequence term.
+        self.chunk_terms_ok = not (self.mla or self.sliding_fraction)
         # The calibration's derived attention constants, read once (attention is priced every step).
         self.attn_floor = self.cal.attn_floor
         self.mla_eff = self.cal.mla_eff
@@ -221,18 +221,34 @@ class RooflineCostModel(TabulatedCostModel):
     def prefill_attention_list(self, chunk: int, kv_before: int, num_iterations: int) -> list[float] | None:
         """:meth:`attention_prefill` of one ``chunk``-token chunk over ``kv_before`` cached
         tokens, then ``chunk`` more each iteration (a prompt's successive chunks), in plain
-        floats with the scalar path's operations; None for MLA and sliding-window attention."""
+        floats with the scalar path's operations in its order (so each element is that
+        iteration's price bit for bit); None for MLA and sliding-window attention."""
         if not self.chunk_terms_ok:
             return None
         c, g = self.cal, self.gpu
-        # _attention_prefill's terms, its constant factors evaluated once in the same order.
-        head = 4.0 * self.heads_per_gpu * self.model.head_dim  # flops = head * pairs
-        compute = g.bf16_flops * c.attn_prefill_compute_eff
+        # _attention_prefill's terms for one chunk (num_prefills 1), its constant factors evaluated
+        # once in the same order: flops = head * pairs, pairs = chunk * p + chunk * (chunk + 1) / 2
+        # (BatchShape.add_prefill's sum: an int plus a float), keys read p + chunk.
+        head = 4.0 * self.heads_per_gpu * self.model.head_dim
         kvb, query = self.kv_bytes_per_token, 2 * chunk * self.q_per_gpu * self.dtype_bytes
         bandwidth, floor, half = g.hbm_bytes_per_s * c.gemm_memory_eff, self.attn_floor, chunk * (chunk + 1) / 2
+        seq = 1 * self.prefill_seq_s  # num_prefills * prefill_seq_s (0.0 in the 2023 calibrations: adds nothing)
+        steps = range(kv_before, kv_before + chunk * num_iterations, chunk)
+        if self.prefill_ramp:
+            # RooflineCalibration.prefill_compute_eff(pairs, chunk): the efficiency ramped by keys per query.
+            eff, half_keys, peak = c.attn_prefill_compute_eff, c.attn_prefill_half_keys, g.bf16_flops
+            out = []
+            for p in steps:
+                pairs = chunk * p + half
+                keys = pairs / chunk
+                f = head * pairs / (peak * (eff * keys / (keys + half_keys)))
+                b = ((p + chunk) * kvb + query) / bandwidth
+                out.append((f if f > b else b) + floor + seq)
+            return out
+        compute = g.bf16_flops * c.attn_prefill_compute_eff
         return [(f if (f := head * (chunk * p + half) / compute) > (b := ((p + chunk) * kvb + query) / bandwidth)
-                 else b) + floor
-                for p in range(kv_before, kv_before + chunk * num_iterations, chunk)]
+                 else b) + floor + seq
+                for p in steps]
 
     def attention_decode(self, shape: BatchShape) -> float:
         if shape.num_decodes == 0:

@@ -126,7 +126,7 @@ def test_chunked_prefill_stretches_are_exact(scheduler: str, chunk_size: int, ut
         assert int(request_frame(result)["num_preemptions"].sum()) > 0  # the case is really tight
 
 
-@pytest.mark.parametrize("kernels", ["roofline"])
+@pytest.mark.parametrize("kernels", ["roofline", "vllm", "trtllm"])
 @pytest.mark.parametrize("utilization", [0.9, 0.22])
 def test_chunked_prefill_stretches_are_exact_under_today_and_table_kernels(
         kernels: str, utilization: float, chunk_stretches: list[int], request: pytest.FixtureRequest) -> None:
@@ -325,6 +325,49 @@ def test_chunk_stretch_pricing_is_float_exact(model: str, gpu: str, tp: int, vec
         args = (12, 12 * (900 + kv_before), 12 * (900 + kv_before) ** 2, 900 + kv_before, 500, kv_before, 9)
         assert cost.chunk_stretch_times(*args) == CostModel.chunk_stretch_times(cost, *args)
     assert cost._stretch_ok  # never disagreed with the scalar path
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp", "backend", "vectorised"),
+                         [("llama-3.1-8b", "h100-sxm", 1, "vllm", True), ("llama-3.1-70b", "h100-sxm", 4, "trtllm", True),
+                          ("qwen3-32b", "b200", 2, "sglang", True), ("mixtral-8x7b", "h100-sxm", 2, "vllm", True),
+                          ("deepseek-v3", "h200", 8, "sglang", True), ("gpt-oss-20b", "h100-sxm", 1, "vllm", False)])
+def test_table_chunk_stretch_pricing_is_float_exact_and_counted(model: str, gpu: str, tp: int, backend: str,
+                                                                vectorised: bool, shared_data) -> None:  # noqa: ANN001
+    """Over kernel tables (--kernels vllm|sglang|trtllm) a prompt's chunks beside decodes (none
+    too) are priced from the tables' prefill interpolation and decode curves in plain floats: the
+    per-iteration path's floats, and its extrapolation counts (prompt lengths and contexts past
+    the measured grid), op by op; sliding-window layers fall back."""
+    from simulator.costmodel.aic.model import TableCostModel
+
+    root = shared_data / "profiles" / "aiconfigurator"
+    if not (root / "systems" / "data").is_dir():
+        pytest.skip("../shared/data/profiles/aiconfigurator is not present")
+    kernels = TableCostModel(ReplicaConfig(model, gpu, tp=tp, roofline_calibration="today"), backend, root=root,
+                             quiet=True)
+    cost = EngineCostModel(kernels, load_engine(f"{backend}-2026"))
+    assert cost.fast_chunk_stretches == vectorised
+
+    def counts() -> tuple[int, list]:
+        return kernels.num_extrapolations, list(kernels.extrapolations_by_op.items())
+
+    rng = random.Random(5)
+    for check in (True, False):  # the first stretches are checked against the scalar path, then trusted
+        cost._stretch_checks_left = 32 if check else 0
+        for _ in range(40):
+            n = rng.choice([0, rng.randint(1, 160)])
+            kv = [rng.randint(1, 20000) for _ in range(n)]
+            chunk, kv_before = rng.choice([1, 3, 16, 512, rng.randint(1, 8192)]), rng.randint(0, 30000)
+            args = (n, sum(kv), sum(k * k for k in kv), max(kv, default=0), chunk, kv_before, rng.randint(1, 40))
+            before = counts()
+            fast = cost.chunk_stretch_times(*args)
+            counted = counts()
+            kernels.num_extrapolations, kernels.extrapolations_by_op = before[0], dict(before[1])
+            assert fast == CostModel.chunk_stretch_times(cost, *args)  # iteration by iteration
+            assert counted == counts()
+            assert (cost._chunk_stretch(*args) is not None) == vectorised
+    assert cost._stretch_ok  # never disagreed with the scalar path
+    if vectorised:  # past the grids, both ways, really counted
+        assert kernels.extrapolations_by_op["attn_prefill"] > 0 and kernels.extrapolations_by_op["attn_decode"] > 0
 
 
 def test_a_cost_model_subclass_gets_the_exact_generic_path(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -333,11 +333,15 @@ class EngineCostModel(CostModel):
         # priced per iteration (the forms the kernel class declares: CostModel.STRETCH_FORMS).
         forms = stretch_forms(kernels)
         self._kernels_learned = self._stretch_kernels_learned(forms)
-        # _chunk_stretch's plain floats: kernels that declare them and whose attention has the form
-        # (RooflineCostModel.chunk_terms_ok; a learned model's chunks would be priced one by one,
+        # _chunk_stretch's plain floats: kernels that declare them beside a closed form of decode
+        # attention (terms, or the tables' curve) and whose attention has the form (chunk_terms_ok:
+        # RooflineCostModel's, TableCostModel's; a learned model's chunks would be priced one by one,
         # and its extrapolations counted per iteration).
-        self.fast_chunk_stretches = ("chunk-terms" in forms and "decode-terms" in forms
+        self._chunk_decode_curve = "decode-curve" in forms and "decode-terms" not in forms
+        self.fast_chunk_stretches = ("chunk-terms" in forms and bool(forms & {"decode-terms", "decode-curve"})
                                      and getattr(kernels, "chunk_terms_ok", False))
+        # Kernel models that count their extrapolations (tables): once per chunk stretch, by _chunk_stretch.
+        self._count_chunk_stretch = getattr(kernels, "count_chunk_stretch", None)
 
     @property
     def num_extrapolations(self) -> int:
@@ -479,11 +483,27 @@ class EngineCostModel(CostModel):
 
     def _chunk_stretch(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int, kv_before: int,
                        m: int) -> list[float] | None:
-        """A prompt's chunks beside ``n`` decodes, over roofline kernels: each step's layer is the
-        token ops + prefill attention + decode attention (layer_time's order), in plain floats (a
-        prompt's chunks are few), then :meth:`_series_times`. None where the kernels lack the form."""
-        if not self._stretch_ok or not self.fast_chunk_stretches:  # roofline kernels, full attention
+        """A prompt's chunks beside ``n`` decodes: each step's layer is the token ops + prefill
+        attention + decode attention (layer_time's order), in plain floats (a prompt's chunks are
+        few) from the kernels' closed forms (prefill_attention_list; decode_attention_terms or the
+        tables' decode_attention_curve), then :meth:`_series_times`. Priced quietly; kernels that
+        count extrapolations then count the stretch's (count_chunk_stretch). None where the kernels
+        lack the form."""
+        if not self._stretch_ok or not self.fast_chunk_stretches:  # closed forms, full attention
             return None
+        k = self.kernels
+        k._quiet = True  # the tables' extrapolations are counted once, below (the check steps too)
+        try:
+            times = self._chunk_stretch_times(n, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, m)
+        finally:
+            k._quiet = False
+        count = self._count_chunk_stretch
+        if times is not None and count is not None:
+            count(n, kv_max, chunk, kv_before, m)
+        return times
+
+    def _chunk_stretch_times(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int, kv_before: int,
+                             m: int) -> list[float] | None:
         k = self.kernels
         prefill = k.prefill_attention_list(chunk, kv_before, m)  # has its form: fast_chunk_stretches says so
         # Everything but attention depends on the token, sequence and logit counts alone (so on
@@ -496,7 +516,13 @@ class EngineCostModel(CostModel):
             consts = self._chunk_consts[n, chunk] = (k.token_time(n + chunk), self._pre(first), self._post(first),
                                                      self.prefill_excess_time(first), self.cpu_time(first))
         token, pre, post, excess, cpu = consts
-        if n:  # attention_decode's float ops (decode_attention_terms); none without decodes: 0.0
+        if n and self._chunk_decode_curve:  # attention_decode's float ops on the tables' curve
+            xs, fs, slopes = k.decode_attention_curve(n)  # type: ignore[attr-defined]
+            layers = []
+            for a, kv in zip(prefill, range(kv_sum, kv_sum + n * m, n)):  # noqa: B905 - m each
+                j = bisect_right(xs, kv) - 1
+                layers.append(token + a + (fs[j] + (kv - xs[j]) * slopes[j]))
+        elif n:  # attention_decode's float ops (decode_attention_terms); none without decodes: 0.0
             kvb, per_token, bandwidth, per_seq, kernel_floor = k.decode_attention_terms(n)  # type: ignore[misc]
             layers = [token + a + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor)
                       for a, kv in zip(prefill, range(kv_sum, kv_sum + n * m, n))]  # noqa: B905 - m each

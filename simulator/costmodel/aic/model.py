@@ -85,7 +85,7 @@ def _note_once(line: str) -> None:
 class TableCostModel(TabulatedCostModel):
     """Kernel model from one system's AIConfigurator tables for one backend (see the module docstring)."""
 
-    STRETCH_FORMS = frozenset({"decode-curve"})
+    STRETCH_FORMS = frozenset({"decode-curve", "chunk-terms"})
 
     def __init__(self, replica: ReplicaConfig, backend: str, root: str | Path | None = None,
                  table_tokens: int = 16384, quiet: bool = False) -> None:
@@ -126,6 +126,9 @@ class TableCostModel(TabulatedCostModel):
         self.cal = replace(rf.cal, allreduce_latency_s=self._ar_latency_s,
                            source=f"{rf.cal.source}; all-reduce latency from the {backend} tables")
         self._build_tables(table_tokens + 1)
+        # Whether a prompt's successive chunks have prefill_attention_list's plain-float form: prefill
+        # attention from the tables' grid (else the roofline's) and no sliding-window layers.
+        self.chunk_terms_ok = self._prefill_grid is not None and not self.sliding_fraction
         if not quiet:
             for line in self.notes:
                 _note_once(line)
@@ -417,6 +420,62 @@ class TableCostModel(TabulatedCostModel):
             edge = self.rf._attention_prefill(b * top * (top + 1) / 2, b * top, int(b * top))
             return ys[-1] * self.rf._attention_prefill(pairs, num_prefills * isl, int(num_prefills * isl)) / edge
         return loglog_scalar(lx, ly, ys, isl)
+
+    @staticmethod
+    def _chunk_isl(chunk: int, p: int) -> tuple[float, float]:
+        """(pairs, isl) of :meth:`_prefill_one` for one ``chunk``-token chunk over ``p`` cached tokens:
+        pairs as :meth:`BatchShape.add_prefill` sums them, isl in ``_prefill_one``'s float operations
+        (non-decreasing in ``p``: every operation is monotone)."""
+        pairs = chunk * p + chunk * (chunk + 1) / 2
+        return pairs, (math.sqrt(1.0 + 8.0 * pairs / 1) - 1.0) / 2.0
+
+    def prefill_attention_list(self, chunk: int, kv_before: int, num_iterations: int) -> list[float] | None:
+        """:meth:`attention_prefill` of a prompt's successive chunks: a ``chunk``-token chunk over
+        ``kv_before`` cached tokens, then ``chunk`` more each step (as
+        :meth:`~simulator.costmodel.roofline.RooflineCostModel.prefill_attention_list`). Element by
+        element :meth:`_prefill_one`'s function calls and float operations for one sequence, so each
+        is that step's price bit for bit; counts nothing (:meth:`count_chunk_stretch` does). None
+        where the form does not hold (``chunk_terms_ok``: no prefill grid, sliding-window layers)."""
+        if not self.chunk_terms_ok:
+            return None
+        lx, ly, ys, _, top = self._prefill_row(1)
+        rf_prefill, b, edge, sqrt = self.rf._attention_prefill, 1, None, math.sqrt
+        half = chunk * (chunk + 1) / 2
+        out = []
+        for p in range(kv_before, kv_before + chunk * num_iterations, chunk):
+            pairs = chunk * p + half  # _chunk_isl, inlined
+            isl = (sqrt(1.0 + 8.0 * pairs / 1) - 1.0) / 2.0
+            if isl >= top:  # past the grid: the last length scaled by the roofline
+                if edge is None:
+                    edge = rf_prefill(b * top * (top + 1) / 2, b * top, int(b * top))
+                out.append(ys[-1] * rf_prefill(pairs, b * isl, int(b * isl)) / edge)
+            else:
+                out.append(loglog_scalar(lx, ly, ys, isl))
+        return out
+
+    def count_chunk_stretch(self, num_decodes: int, kv_max: int, chunk: int, kv_before: int,
+                            num_iterations: int) -> None:
+        """Count the extrapolations the scalar path would over a chunk stretch
+        (:meth:`CostModel.chunk_stretch_times`'s steps, which a fast path prices quietly): per step
+        the token ops past the measured tokens, the chunk's prompt length past the measured
+        lengths, a decode past the measured KV lengths; each op first counted where stepping would
+        first count it (the per-op dict keeps the same order)."""
+        m, counts = num_iterations, []
+        if num_decodes + chunk > self._max_tokens:
+            counts.append((0, 0, "token_ops", m))
+        limit = self._prefill_row(1)[3]
+        if self._chunk_isl(chunk, kv_before + (m - 1) * chunk)[1] > limit:  # the last step's is the longest
+            first = 0
+            while self._chunk_isl(chunk, kv_before + first * chunk)[1] <= limit:
+                first += 1
+            counts.append((first, 1, "attn_prefill", m - first))
+        if num_decodes:
+            dlimit = self._decode_curve(num_decodes)[3]
+            first = m if math.isinf(dlimit) else (0 if kv_max > dlimit else min(m, int(math.floor(dlimit)) - kv_max + 1))
+            if first < m:
+                counts.append((first, 2, "attn_decode", m - first))
+        for _, _, op, k in sorted(counts):
+            self._count(op, k)
 
     def attention_prefill(self, shape: BatchShape) -> float:
         if shape.num_prefills == 0:

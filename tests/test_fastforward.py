@@ -126,19 +126,20 @@ def test_chunked_prefill_stretches_are_exact(scheduler: str, chunk_size: int, ut
         assert int(request_frame(result)["num_preemptions"].sum()) > 0  # the case is really tight
 
 
-@pytest.mark.parametrize("kernels", ["roofline", "vllm", "trtllm"])
-@pytest.mark.parametrize("utilization", [0.9, 0.22])
+@pytest.mark.parametrize(("model", "kernels", "utilization"),
+                         [(m, k, u) for m in ["llama-3.1-8b"] for k in ["roofline", "vllm", "trtllm"] for u in [0.9, 0.22]]
+                         + [("gpt-oss-20b", "vllm", 0.9)])
 def test_chunked_prefill_stretches_are_exact_under_today_and_table_kernels(
-        kernels: str, utilization: float, chunk_stretches: list[int], request: pytest.FixtureRequest) -> None:
+        model: str, kernels: str, utilization: float, chunk_stretches: list[int], request: pytest.FixtureRequest) -> None:
     """As above, priced by the 'today' roofline (its prefill ramp and per-sequence term) and by
-    kernel tables (their interpolated prefill attention and decode curves, extrapolations
-    counted as stepping counts them): chunk stretches happen and change nothing."""
+    kernel tables (their interpolated prefill attention and decode curves, sliding-window layers
+    included, extrapolations counted as stepping counts them): chunk stretches happen and change nothing."""
     if kernels != "roofline":
         aic = request.getfixturevalue("shared_data") / "profiles" / "aiconfigurator"
         if not (aic / "systems" / "data").is_dir():
             pytest.skip("../shared/data/profiles/aiconfigurator is not present")
     config = RunConfig(
-        replica=ReplicaConfig("llama-3.1-8b", "h100-sxm", kernels=kernels, roofline_calibration="today",
+        replica=ReplicaConfig(model, "h100-sxm", kernels=kernels, roofline_calibration="today",
                               gpu_memory_utilization=utilization, max_model_len=8192),
         scheduler=SchedulerConfig("sarathi", chunk_size=512),
         workload=WorkloadConfig("sharegpt", qps=6.0, num_requests=60), seed=3)
@@ -330,13 +331,15 @@ def test_chunk_stretch_pricing_is_float_exact(model: str, gpu: str, tp: int, vec
 @pytest.mark.parametrize(("model", "gpu", "tp", "backend", "vectorised"),
                          [("llama-3.1-8b", "h100-sxm", 1, "vllm", True), ("llama-3.1-70b", "h100-sxm", 4, "trtllm", True),
                           ("qwen3-32b", "b200", 2, "sglang", True), ("mixtral-8x7b", "h100-sxm", 2, "vllm", True),
-                          ("deepseek-v3", "h200", 8, "sglang", True), ("gpt-oss-20b", "h100-sxm", 1, "vllm", False)])
+                          ("deepseek-v3", "h200", 8, "sglang", True), ("gpt-oss-20b", "h100-sxm", 1, "vllm", True),
+                          ("gpt-oss-120b", "b200", 2, "trtllm", True)])
 def test_table_chunk_stretch_pricing_is_float_exact_and_counted(model: str, gpu: str, tp: int, backend: str,
                                                                 vectorised: bool, shared_data) -> None:  # noqa: ANN001
     """Over kernel tables (--kernels vllm|sglang|trtllm) a prompt's chunks beside decodes (none
     too) are priced from the tables' prefill interpolation and decode curves in plain floats: the
     per-iteration path's floats, and its extrapolation counts (prompt lengths and contexts past
-    the measured grid), op by op; sliding-window layers fall back."""
+    the measured grid), op by op; sliding-window layers too (the window kernel's rows, or the full
+    rows with each query's keys capped at the window)."""
     from simulator.costmodel.aic.model import TableCostModel
 
     root = shared_data / "profiles" / "aiconfigurator"
@@ -344,6 +347,8 @@ def test_table_chunk_stretch_pricing_is_float_exact_and_counted(model: str, gpu:
         pytest.skip("../shared/data/profiles/aiconfigurator is not present")
     kernels = TableCostModel(ReplicaConfig(model, gpu, tp=tp, roofline_calibration="today"), backend, root=root,
                              quiet=True)
+    if model == "gpt-oss-120b":  # tables without the window kernel's prefill rows: keys capped on the full rows
+        assert kernels._window_grids.pop("context") is not None
     cost = EngineCostModel(kernels, load_engine(f"{backend}-2026"))
     assert cost.fast_chunk_stretches == vectorised
 

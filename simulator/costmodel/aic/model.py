@@ -127,8 +127,8 @@ class TableCostModel(TabulatedCostModel):
                            source=f"{rf.cal.source}; all-reduce latency from the {backend} tables")
         self._build_tables(table_tokens + 1)
         # Whether a prompt's successive chunks have prefill_attention_list's plain-float form: prefill
-        # attention from the tables' grid (else the roofline's) and no sliding-window layers.
-        self.chunk_terms_ok = self._prefill_grid is not None and not self.sliding_fraction
+        # attention from the tables' grid (else the roofline's, for which it has none here).
+        self.chunk_terms_ok = self._prefill_grid is not None
         if not quiet:
             for line in self.notes:
                 _note_once(line)
@@ -421,29 +421,26 @@ class TableCostModel(TabulatedCostModel):
             return ys[-1] * self.rf._attention_prefill(pairs, num_prefills * isl, int(num_prefills * isl)) / edge
         return loglog_scalar(lx, ly, ys, isl)
 
-    @staticmethod
-    def _chunk_isl(chunk: int, p: int) -> tuple[float, float]:
-        """(pairs, isl) of :meth:`_prefill_one` for one ``chunk``-token chunk over ``p`` cached tokens:
-        pairs as :meth:`BatchShape.add_prefill` sums them, isl in ``_prefill_one``'s float operations
-        (non-decreasing in ``p``: every operation is monotone)."""
-        pairs = chunk * p + chunk * (chunk + 1) / 2
-        return pairs, (math.sqrt(1.0 + 8.0 * pairs / 1) - 1.0) / 2.0
-
-    def prefill_attention_list(self, chunk: int, kv_before: int, num_iterations: int) -> list[float] | None:
-        """:meth:`attention_prefill` of a prompt's successive chunks: a ``chunk``-token chunk over
-        ``kv_before`` cached tokens, then ``chunk`` more each step (as
-        :meth:`~simulator.costmodel.roofline.RooflineCostModel.prefill_attention_list`). Element by
-        element :meth:`_prefill_one`'s function calls and float operations for one sequence, so each
-        is that step's price bit for bit; counts nothing (:meth:`count_chunk_stretch` does). None
-        where the form does not hold (``chunk_terms_ok``: no prefill grid, sliding-window layers)."""
-        if not self.chunk_terms_ok:
-            return None
-        lx, ly, ys, _, top = self._prefill_row(1)
-        rf_prefill, b, edge, sqrt = self.rf._attention_prefill, 1, None, math.sqrt
+    def _chunk_pairs(self, chunk: int, kv_before: int, num_iterations: int) -> tuple[list[float], list[float] | None]:
+        """The causal pairs :meth:`_prefill_one` gets for a prompt's successive chunks (one a step: a
+        ``chunk``-token chunk over ``kv_before`` cached tokens, then ``chunk`` more each step), summed as
+        :meth:`BatchShape.add_prefill` sums them, then for sliding-window layers priced on the full rows
+        (no window kernel in the tables) their pairs capped at the window (:meth:`attention_prefill`'s
+        arguments), else None. Both non-decreasing step by step."""
         half = chunk * (chunk + 1) / 2
+        full = [chunk * p + half for p in range(kv_before, kv_before + chunk * num_iterations, chunk)]
+        if not self.sliding_fraction or "context" in self._window_grids:
+            return full, None
+        cap = chunk * self.sliding_window
+        return full, [min(pairs, cap) for pairs in full]
+
+    def _prefill_series(self, pairs_list: list[float], window: bool) -> list[float]:
+        """:meth:`_prefill_one` of one sequence at each of ``pairs_list`` (grid ``window``), in its
+        function calls and float operations, counting nothing."""
+        lx, ly, ys, _, top = self._prefill_row(1, window)
+        rf_prefill, b, edge, sqrt = self.rf._attention_prefill, 1, None, math.sqrt
         out = []
-        for p in range(kv_before, kv_before + chunk * num_iterations, chunk):
-            pairs = chunk * p + half  # _chunk_isl, inlined
+        for pairs in pairs_list:
             isl = (sqrt(1.0 + 8.0 * pairs / 1) - 1.0) / 2.0
             if isl >= top:  # past the grid: the last length scaled by the roofline
                 if edge is None:
@@ -453,22 +450,45 @@ class TableCostModel(TabulatedCostModel):
                 out.append(loglog_scalar(lx, ly, ys, isl))
         return out
 
+    def prefill_attention_list(self, chunk: int, kv_before: int, num_iterations: int) -> list[float] | None:
+        """:meth:`attention_prefill` of a prompt's successive chunks: a ``chunk``-token chunk over
+        ``kv_before`` cached tokens, then ``chunk`` more each step (as
+        :meth:`~simulator.costmodel.roofline.RooflineCostModel.prefill_attention_list`). Element by
+        element :meth:`_prefill_one`'s function calls and float operations for one sequence (twice
+        with sliding-window layers, combined as there), so each is that step's price bit for bit;
+        counts nothing (:meth:`count_chunk_stretch` does). None without a prefill grid (``chunk_terms_ok``)."""
+        if not self.chunk_terms_ok:
+            return None
+        full, capped = self._chunk_pairs(chunk, kv_before, num_iterations)
+        out = self._prefill_series(full, False)
+        if self.sliding_fraction:  # window layers: the window kernel, or each query's keys capped at the window
+            local = self._prefill_series(full, True) if capped is None else self._prefill_series(capped, False)
+            frac = self.sliding_fraction
+            out = [t + frac * (loc - t) for t, loc in zip(out, local, strict=True)]
+        return out
+
     def count_chunk_stretch(self, num_decodes: int, kv_max: int, chunk: int, kv_before: int,
                             num_iterations: int) -> None:
         """Count the extrapolations the scalar path would over a chunk stretch
         (:meth:`CostModel.chunk_stretch_times`'s steps, which a fast path prices quietly): per step
-        the token ops past the measured tokens, the chunk's prompt length past the measured
-        lengths, a decode past the measured KV lengths; each op first counted where stepping would
-        first count it (the per-op dict keeps the same order)."""
+        the token ops past the measured tokens, the chunk's prompt length past the measured lengths
+        (on the window kernel's or the capped rows too, with sliding-window layers), a decode past
+        the measured KV lengths; each op first counted where stepping would first count it (the
+        per-op dict keeps the same order)."""
         m, counts = num_iterations, []
         if num_decodes + chunk > self._max_tokens:
             counts.append((0, 0, "token_ops", m))
-        limit = self._prefill_row(1)[3]
-        if self._chunk_isl(chunk, kv_before + (m - 1) * chunk)[1] > limit:  # the last step's is the longest
-            first = 0
-            while self._chunk_isl(chunk, kv_before + first * chunk)[1] <= limit:
-                first += 1
-            counts.append((first, 1, "attn_prefill", m - first))
+        full, capped = self._chunk_pairs(chunk, kv_before, m)
+        sqrt, overs = math.sqrt, []
+        series = [(full, False)]
+        if self.sliding_fraction:
+            series.append((full, True) if capped is None else (capped, False))
+        for pairs_list, window in series:
+            limit = self._prefill_row(1, window)[3]
+            if (sqrt(1.0 + 8.0 * pairs_list[-1] / 1) - 1.0) / 2.0 > limit:  # the last step's is the longest
+                overs += [i for i, pairs in enumerate(pairs_list) if (sqrt(1.0 + 8.0 * pairs / 1) - 1.0) / 2.0 > limit]
+        if overs:
+            counts.append((min(overs), 1, "attn_prefill", len(overs)))
         if num_decodes:
             dlimit = self._decode_curve(num_decodes)[3]
             first = m if math.isinf(dlimit) else (0 if kv_max > dlimit else min(m, int(math.floor(dlimit)) - kv_max + 1))

@@ -74,7 +74,6 @@ from simulator.engine.records import Recorder
 from simulator.engine.replica import Replica, build_pool_scheduler
 from simulator.engine.routers import ROUTERS
 from simulator.engine.schedulers import Batch, Scheduler
-from simulator.engine.speculative import Speculation, speculation_rng
 from simulator.util.progress import RunProgress
 from simulator.workload.request import Request, Status
 
@@ -182,6 +181,8 @@ def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin:
                           config: RunConfig | None = None, replica_id: int = 0) -> tuple[Scheduler, MemoryPlan]:
     if config is not None and config.speculative is not None and mixin is not PrefillMixin:
         # Decode and mixed replicas speculate (a prefill replica emits only the first token).
+        from simulator.engine.speculative import Speculation, speculation_rng
+
         return build_pool_scheduler(replica, sched, mixin=mixin, field=field,
                                     speculation=Speculation(config.speculative, speculation_rng(config.seed, replica_id)),
                                     fix="lower --max-model-len, give the pool more GPUs or use a smaller drafter")

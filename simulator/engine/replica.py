@@ -23,15 +23,14 @@ import simpy
 
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel.base import CostModel
-from simulator.costmodel.speculative import speculative_memory_plan
 from simulator.engine.kvcache import BlockManager, GiB, MemoryPlan, build_kv_cache, max_model_len_shortfall
 from simulator.engine.prefix_cache import make_block_manager
 from simulator.engine.schedulers import SCHEDULERS, Batch, Scheduler
-from simulator.engine.speculative import Speculation, speculation_rng, speculative_class
 from simulator.workload.request import Request, Status
 
 if TYPE_CHECKING:
     from simulator.engine.records import Recorder
+    from simulator.engine.speculative import Speculation
 
 from simulator.config.errors import ConfigError
 
@@ -63,9 +62,15 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     only for a plain replica: never with a role or speculation)."""
     max_model_len = replica.effective_max_model_len
     blocks, plan = build_kv_cache(replica, sched)
+    cls = SCHEDULERS[sched.name]
     if speculation is not None:  # a plain block manager: speculation turns prefix caching off (config)
+        # Imported here: a run without speculation never loads the speculative modules (start-up).
+        from simulator.costmodel.speculative import speculative_memory_plan
+        from simulator.engine.speculative import speculative_class
+
         plan = speculative_memory_plan(plan, replica, speculation.config)
         blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark)
+        cls = speculative_class(cls)
     # Prefix caching, where on; not in a disaggregated pool's role (a mixin): they hand blocks over by count.
     elif sched.prefix_cache is not None and mixin is None:
         host_blocks, host_load_s = cpu_tier(replica, sched, plan)
@@ -77,9 +82,6 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
             raise ConfigError(field, short, fix or "lower --max-model-len or add GPUs (--tp/--pp)")
         raise ConfigError(field, short + " (with the drafter's memory)",
                           fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
-    cls = SCHEDULERS[sched.name]
-    if speculation is not None:
-        cls = speculative_class(cls)
     if mixin is not None:
         cls = with_mixin(mixin, cls)
     elif lockstep is not None and speculation is None:
@@ -107,7 +109,11 @@ def build_scheduler(config: RunConfig, lockstep: SchedulerWrap | None = None,
     """:func:`build_pool_scheduler` for replica ``replica_id`` of an aggregated ``config``; where
     the run speculates, with that replica's own acceptance stream (:func:`speculation_rng`)."""
     spec = config.speculative
-    speculation = None if spec is None else Speculation(spec, speculation_rng(config.seed, replica_id))
+    speculation = None
+    if spec is not None:
+        from simulator.engine.speculative import Speculation, speculation_rng
+
+        speculation = Speculation(spec, speculation_rng(config.seed, replica_id))
     return build_pool_scheduler(config.replica, config.scheduler, lockstep=lockstep, speculation=speculation)
 
 

@@ -486,58 +486,54 @@ class EngineCostModel(CostModel):
         """A prompt's chunks beside ``n`` decodes: each step's layer is the token ops + prefill
         attention + decode attention (layer_time's order), in plain floats (a prompt's chunks are
         few) from the kernels' closed forms (prefill_attention_list; decode_attention_terms or the
-        tables' decode_attention_curve), then :meth:`_series_times`. Priced quietly; kernels that
-        count extrapolations then count the stretch's (count_chunk_stretch). None where the kernels
-        lack the form."""
+        tables' decode_attention_curve), then :meth:`_series_times`. Kernels that count
+        extrapolations (count_chunk_stretch) price it quietly, then count the stretch's once.
+        None where the kernels lack the form."""
         if not self._stretch_ok or not self.fast_chunk_stretches:  # closed forms, full attention
             return None
         k = self.kernels
-        k._quiet = True  # the tables' extrapolations are counted once, below (the check steps too)
-        try:
-            times = self._chunk_stretch_times(n, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, m)
-        finally:
-            k._quiet = False
         count = self._count_chunk_stretch
-        if times is not None and count is not None:
+        if count is not None:
+            k._quiet = True  # the tables' extrapolations are counted once, below (the check steps too)
+        try:
+            prefill = k.prefill_attention_list(chunk, kv_before, m)  # has its form: fast_chunk_stretches says so
+            # Everything but attention depends on the token, sequence and logit counts alone (so on
+            # n and chunk: computed once per pair).
+            consts = self._chunk_consts.get((n, chunk))
+            if consts is None:
+                first = BatchShape()
+                first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
+                first.add_prefill(chunk, kv_before, False)
+                consts = self._chunk_consts[n, chunk] = (k.token_time(n + chunk), self._pre(first), self._post(first),
+                                                         self.prefill_excess_time(first), self.cpu_time(first))
+            token, pre, post, excess, cpu = consts
+            if n and self._chunk_decode_curve:  # attention_decode's float ops on the tables' curve
+                xs, fs, slopes = k.decode_attention_curve(n)  # type: ignore[attr-defined]
+                layers = []
+                for a, kv in zip(prefill, range(kv_sum, kv_sum + n * m, n)):  # noqa: B905 - m each
+                    j = bisect_right(xs, kv) - 1
+                    layers.append(token + a + (fs[j] + (kv - xs[j]) * slopes[j]))
+            elif n:  # attention_decode's float ops (decode_attention_terms); none without decodes: 0.0
+                kvb, per_token, bandwidth, per_seq, kernel_floor = k.decode_attention_terms(n)  # type: ignore[misc]
+                layers = [token + a + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor)
+                          for a, kv in zip(prefill, range(kv_sum, kv_sum + n * m, n))]  # noqa: B905 - m each
+            else:
+                layers = [token + a + 0.0 for a in prefill]
+            times = self._series_times(layers, pre, post, excess, cpu)
+            if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
+                first, last = BatchShape(), BatchShape()
+                first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
+                first.add_prefill(chunk, kv_before, False)
+                j = m - 1
+                last.add_decodes(n, kv_sum + n * j, kv_sq_sum + 2 * j * kv_sum + n * j * j, kv_max + j)
+                last.add_prefill(chunk, kv_before + j * chunk, False)
+                if not self._agrees(times, first, last):
+                    return None
+        finally:
+            if count is not None:
+                k._quiet = False
+        if count is not None:
             count(n, kv_max, chunk, kv_before, m)
-        return times
-
-    def _chunk_stretch_times(self, n: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int, kv_before: int,
-                             m: int) -> list[float] | None:
-        k = self.kernels
-        prefill = k.prefill_attention_list(chunk, kv_before, m)  # has its form: fast_chunk_stretches says so
-        # Everything but attention depends on the token, sequence and logit counts alone (so on
-        # n and chunk: computed once per pair).
-        consts = self._chunk_consts.get((n, chunk))
-        if consts is None:
-            first = BatchShape()
-            first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
-            first.add_prefill(chunk, kv_before, False)
-            consts = self._chunk_consts[n, chunk] = (k.token_time(n + chunk), self._pre(first), self._post(first),
-                                                     self.prefill_excess_time(first), self.cpu_time(first))
-        token, pre, post, excess, cpu = consts
-        if n and self._chunk_decode_curve:  # attention_decode's float ops on the tables' curve
-            xs, fs, slopes = k.decode_attention_curve(n)  # type: ignore[attr-defined]
-            layers = []
-            for a, kv in zip(prefill, range(kv_sum, kv_sum + n * m, n)):  # noqa: B905 - m each
-                j = bisect_right(xs, kv) - 1
-                layers.append(token + a + (fs[j] + (kv - xs[j]) * slopes[j]))
-        elif n:  # attention_decode's float ops (decode_attention_terms); none without decodes: 0.0
-            kvb, per_token, bandwidth, per_seq, kernel_floor = k.decode_attention_terms(n)  # type: ignore[misc]
-            layers = [token + a + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor)
-                      for a, kv in zip(prefill, range(kv_sum, kv_sum + n * m, n))]  # noqa: B905 - m each
-        else:
-            layers = [token + a + 0.0 for a in prefill]
-        times = self._series_times(layers, pre, post, excess, cpu)
-        if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
-            first, last = BatchShape(), BatchShape()
-            first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
-            first.add_prefill(chunk, kv_before, False)
-            j = m - 1
-            last.add_decodes(n, kv_sum + n * j, kv_sq_sum + 2 * j * kv_sum + n * j * j, kv_max + j)
-            last.add_prefill(chunk, kv_before + j * chunk, False)
-            if not self._agrees(times, first, last):
-                return None
         return times
 
     @staticmethod

@@ -56,11 +56,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 # The KV handoff's fabric (per GPU, one direction, GB/s at ~80% of the rated rate, and a latency):
-# NVLink inside an 8-GPU node or an NVL72 rack (GB200/GB300), else each GPU's own RDMA NIC
-# (ConnectX-7 400 Gb/s; ConnectX-8 800 Gb/s on B300). Every TP shard of the prefill worker sends
-# its share at once, so the link carries the worker's GPUs' sum.
+# NVLink inside an 8-GPU node or an NVL72 rack (GB200/GB300), else each GPU's own RDMA NIC, as
+# the AIConfigurator system files give it (silicon.SYSTEM_NETWORKS: inter_node_bw / inter_rack_bw
+# per GPU, H100 50 GB/s = ConnectX-7 400 Gb/s, B200/B300/GB200/GB300 100 GB/s = ConnectX-8 800 Gb/s).
+# Every TP shard of the prefill worker sends its share at once, so the link carries the worker's GPUs' sum.
 NVLINK_GBPS = {"h100_sxm": 360.0, "b200_sxm": 720.0, "b300_sxm": 720.0, "gb200": 720.0, "gb300": 720.0}
-NIC_GBPS = {"h100_sxm": 40.0, "b200_sxm": 40.0, "b300_sxm": 80.0, "gb200": 40.0, "gb300": 80.0}
+NIC_GBPS = {"h100_sxm": 40.0, "b200_sxm": 80.0, "b300_sxm": 80.0, "gb200": 80.0, "gb300": 80.0}
 
 
 def kv_link_of(row) -> str:  # noqa: ANN001

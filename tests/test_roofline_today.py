@@ -100,7 +100,7 @@ def test_forward_model_is_the_runtime_roofline():
     assert R.predict("mla_decode", R.terms_for("h100_sxm", "mla_decode", "bfloat16", k_mla), c) == pytest.approx(
         [mla._attention_decode(bb * ss, int(bb)) for bb, ss in zip(b, s, strict=True)], rel=1e-12)
     assert R.predict("mla_prefill", R.terms_for("h100_sxm", "mla_prefill", "bfloat16", k_mla), c) == pytest.approx(
-        [mla._attention_prefill(bb * ss * (ss + 1) / 2, bb * ss, int(bb * ss)) for bb, ss in zip(b, s, strict=True)],
+        [mla._attention_prefill(bb * ss * (ss + 1) / 2, bb * ss, int(bb * ss), bb) for bb, ss in zip(b, s, strict=True)],
         rel=1e-12)
     from simulator.costmodel.moe import moe_token_ops
 
@@ -226,6 +226,46 @@ def test_prefill_per_head_term_is_the_fits_and_zero_leaves_2023_prices():
     # 256 one-chunk prompts of 16 tokens cost 256 x 32 heads x 50 ns more than without the term.
     rf0 = RooflineCostModel(rf.replica, replace(cal, attn_prefill_per_head_s=0.0), table_tokens=1)
     assert rf.attention_prefill(shapes[1]) - rf0.attention_prefill(shapes[1]) == pytest.approx(64 * 32 * 5e-8)
+
+
+def test_decode_and_mla_terms_are_the_fits_fold_into_closed_forms_and_zero_leaves_2023_prices():
+    """GQA decode's per-(sequence, KV head) and per-(sequence, head) costs and own floor fold into the
+    per-sequence constant and floor of decode_attention_terms (event skipping's closed form); MLA's own
+    prefill and decode constants price as the fit's forward model; without them (2023) nothing moves."""
+    extra = {"attn_decode_per_kv_head_s": 4e-8, "attn_decode_per_head_s": 1e-9, "attn_decode_floor_s": 6e-6,
+             "mla_up_compute_eff": 0.7, "mla_prefill_half_keys": 30.0, "mla_prefill_per_head_s": 2e-8,
+             "mla_prefill_floor_s": 1.2e-5, "mla_decode_compute_eff": 0.35, "mla_decode_memory_eff": 0.8,
+             "mla_decode_per_seq_s": 5e-7, "mla_decode_per_head_s": 3e-9, "mla_decode_floor_s": 9e-6}
+    base = {k: TRUE[k] for k in R.WRITTEN if k in TRUE and k not in extra}
+    cal = replace(DEFAULT, **base, **extra)
+    rf = RooflineCostModel(ReplicaConfig(model="llama-3.1-70b", gpu="h100-sxm", tp=4), cal, table_tokens=1)
+    assert rf.decode_seq_s == pytest.approx(TRUE["attn_decode_per_seq_s"] + 2 * 4e-8 + 16 * 1e-9, rel=1e-12)
+    kvb, per_token, bw, per_seq, floor = rf.decode_attention_terms(8)
+    for kv in (100, 5000, 123457):
+        assert (kv * kvb + per_token) / bw + per_seq + floor == rf._attention_decode(kv, 8)
+    c = R.constants_of(cal)
+    b, s = np.array([1.0, 8, 64]), np.array([100.0, 2000, 30000])
+    heads = {"num_heads": np.full(3, 16.0), "num_key_value_heads": np.full(3, 2.0), "head_dim": np.full(3, 128.0)}
+    dec = R.predict("attn_decode", R.terms_for("h100_sxm", "attn_decode", "bfloat16",
+                                               {"batch_size": b, "isl": s, "step": np.zeros(3), **heads}), c)
+    assert dec == pytest.approx([rf._attention_decode(bb * ss, int(bb)) for bb, ss in zip(b, s, strict=True)], rel=1e-12)
+    mla = RooflineCostModel(ReplicaConfig(model="deepseek-v3", gpu="h100-sxm", tp=8), cal, table_tokens=1)
+    k_mla = {"batch_size": b, "isl": s, "step": np.zeros(3), "num_heads": np.full(3, 16.0)}
+    assert R.predict("mla_decode", R.terms_for("h100_sxm", "mla_decode", "bfloat16", k_mla), c) == pytest.approx(
+        [mla._attention_decode(bb * ss, int(bb)) for bb, ss in zip(b, s, strict=True)], rel=1e-12)
+    assert R.predict("mla_prefill", R.terms_for("h100_sxm", "mla_prefill", "bfloat16", k_mla), c) == pytest.approx(
+        [mla._attention_prefill(bb * ss * (ss + 1) / 2, bb * ss, int(bb * ss), bb) for bb, ss in zip(b, s, strict=True)],
+        rel=1e-12)
+    # Each new term moves today's prices; without them (every 2023 calibration) the old forms price exactly.
+    plain = replace(DEFAULT, **base)
+    mla0 = RooflineCostModel(mla.replica, plain, table_tokens=1)
+    assert mla0._attention_decode(64 * 2000, 64) != mla._attention_decode(64 * 2000, 64)
+    assert mla0._attention_prefill(2e6, 2000, 2000, 1) != mla._attention_prefill(2e6, 2000, 2000, 1)
+    for gpu, model, tp in (("a100-80gb", "llama-3.1-8b", 1), ("h100-sxm", "deepseek-v3", 8)):
+        r23 = RooflineCostModel(ReplicaConfig(model=model, gpu=gpu, tp=tp), calibration_for(gpu, "2023"), table_tokens=1)
+        c23 = r23.cal
+        assert r23.decode_seq_s == c23.attn_decode_per_seq_s and r23.attn_decode_floor == c23.attn_floor
+        assert c23.mla_up_compute_eff is None and c23.mla_decode_memory_eff is None
 
 
 @pytest.fixture

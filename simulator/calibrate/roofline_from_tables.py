@@ -30,8 +30,14 @@ to the per-op timings of today's vLLM, SGLang and TensorRT-LLM kernels in
   prompts do not fill the tensor cores), ``attn_prefill_per_head_s`` (per sequence and query head:
   256 prompts of 16 tokens take ~140 us on B200, 3x what their FLOPs and bytes say), ``attn_floor_s``
   (an attention kernel's smallest time, about 8 us today against a GEMM's 3-6 us), ``attn_decode_memory_eff``,
-  ``attn_decode_per_seq_s``, then MLA's own ``mla_compute_eff`` (its prefill and absorbed decode, the rest
-  held); (3) the engines' custom all-reduce: ``allreduce_bus_eff``, ``allreduce_latency_s``; (4) fused MoE
+  ``attn_decode_per_seq_s``, decode's costs per (sequence, KV head) and per (sequence, query head)
+  (``attn_decode_per_kv_head_s``, ``attn_decode_per_head_s``: a decode kernel's work items and reductions) and
+  its own floor ``attn_decode_floor_s`` (sharing prefill's floor cost each family 2-3 points); then MLA's own
+  constants, none shared with GQA attention (sharing decode's per-sequence cost and floor was what kept MLA
+  decode at 0.19 held out): prefill (non-absorbed) ``mla_compute_eff`` for the causal pairs with its ramp
+  ``mla_prefill_half_keys``, ``mla_up_compute_eff`` for the context's kv_b up-projection, ``mla_prefill_per_head_s``
+  and ``mla_prefill_floor_s``; decode (absorbed) ``mla_decode_compute_eff``, ``mla_decode_memory_eff`` (the
+  latent cache), ``mla_decode_per_seq_s``, ``mla_decode_per_head_s`` and ``mla_decode_floor_s``; (3) the engines' custom all-reduce: ``allreduce_bus_eff``, ``allreduce_latency_s``; (4) fused MoE
   (the routed experts at the table's ``moe_tp x moe_ep`` split): the expert constants of
   :class:`~simulator.costmodel.moe.ExpertCalibration` and ``expert_permute_s`` (a cost per hidden element
   of every token entering the layer, whatever the EP split: without it, an EP rank's kernel at many
@@ -96,8 +102,12 @@ STAGES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("gemm",), ("gemm_compute_eff", "gemm_half_tokens", "gemm_memory_eff", "kernel_floor_s")),
     (("attn_prefill", "attn_decode"),
      ("attn_prefill_compute_eff", "attn_prefill_half_keys", "attn_floor_s", "attn_decode_memory_eff",
-      "attn_decode_per_seq_s", "attn_prefill_per_head_s")),
-    (("mla_prefill", "mla_decode"), ("mla_compute_eff",)),
+      "attn_decode_per_seq_s", "attn_prefill_per_head_s", "attn_decode_per_kv_head_s", "attn_decode_per_head_s",
+      "attn_decode_floor_s")),
+    (("mla_prefill",), ("mla_compute_eff", "mla_prefill_half_keys", "mla_prefill_per_head_s", "mla_up_compute_eff",
+                        "mla_prefill_floor_s")),
+    (("mla_decode",), ("mla_decode_compute_eff", "mla_decode_memory_eff", "mla_decode_per_seq_s", "mla_decode_per_head_s",
+                       "mla_decode_floor_s")),
     (("allreduce",), ("allreduce_bus_eff", "allreduce_latency_s", "allreduce_gpu_latency_s")),
     (("moe",), ("expert_compute_eff", "expert_half_tokens", "expert_memory_eff", "expert_router_overhead_s",
                 "expert_permute_s")),
@@ -106,10 +116,17 @@ INITIAL = {"gemm_compute_eff": 0.7, "gemm_half_tokens": 100.0, "gemm_memory_eff"
            "attn_prefill_compute_eff": 0.4, "attn_prefill_half_keys": 64.0, "attn_floor_s": 8e-6,
            "mla_compute_eff": 0.4, "attn_decode_memory_eff": 0.6, "attn_decode_per_seq_s": 2e-7, "attn_prefill_per_head_s": 1e-8,
            "allreduce_bus_eff": 0.5, "allreduce_latency_s": 1e-5, "allreduce_gpu_latency_s": 1e-6, "expert_compute_eff": 0.6,
-           "expert_half_tokens": 100.0, "expert_memory_eff": 0.6, "gemm_act_elem_s": 1e-12, "expert_router_overhead_s": 5e-6, "expert_permute_s": 1e-11}
+           "expert_half_tokens": 100.0, "expert_memory_eff": 0.6, "gemm_act_elem_s": 1e-12, "expert_router_overhead_s": 5e-6, "expert_permute_s": 1e-11,
+           "attn_decode_per_kv_head_s": 1e-8, "attn_decode_per_head_s": 1e-9, "attn_decode_floor_s": 8e-6,
+           "mla_prefill_half_keys": 64.0, "mla_prefill_per_head_s": 1e-8, "mla_up_compute_eff": 0.5, "mla_prefill_floor_s": 8e-6,
+           "mla_decode_compute_eff": 0.4, "mla_decode_memory_eff": 0.6, "mla_decode_per_seq_s": 2e-7,
+           "mla_decode_per_head_s": 1e-8, "mla_decode_floor_s": 8e-6}
 BOUNDS = {"gemm_half_tokens": (0.1, 1e5), "kernel_floor_s": (1e-8, 1e-4), "attn_prefill_half_keys": (1e-3, 1e6),
           "attn_floor_s": (1e-8, 1e-4), "attn_decode_per_seq_s": (1e-10, 1e-4), "attn_prefill_per_head_s": (1e-13, 1e-5), "gemm_act_elem_s": (1e-18, 1e-8),
-          "allreduce_latency_s": (1e-7, 1e-3), "allreduce_gpu_latency_s": (1e-10, 1e-4), "expert_half_tokens": (0.1, 1e5), "expert_router_overhead_s": (1e-9, 1e-3), "expert_permute_s": (1e-16, 1e-8)}
+          "allreduce_latency_s": (1e-7, 1e-3), "allreduce_gpu_latency_s": (1e-10, 1e-4), "expert_half_tokens": (0.1, 1e5), "expert_router_overhead_s": (1e-9, 1e-3), "expert_permute_s": (1e-16, 1e-8),
+          "attn_decode_per_kv_head_s": (1e-13, 1e-5), "attn_decode_per_head_s": (1e-13, 1e-5), "attn_decode_floor_s": (1e-8, 1e-4),
+          "mla_prefill_half_keys": (1e-3, 1e6), "mla_prefill_per_head_s": (1e-13, 1e-5), "mla_prefill_floor_s": (1e-8, 1e-4),
+          "mla_decode_per_seq_s": (1e-10, 1e-4), "mla_decode_per_head_s": (1e-13, 1e-5), "mla_decode_floor_s": (1e-8, 1e-4)}
 EFF_BOUNDS = (0.01, 3.0)
 # Element-wise constants: the table model's treatment (see the module docstring), not fitted.
 ELEMENTWISE = {"elementwise_memory_eff": 0.8, "residual_add_memory_eff": 1.2, "embedding_memory_eff": 0.8}
@@ -175,7 +192,7 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
             out.update(flops=4.0 * heads * hd * (b * s * (s + 1) / 2), bytes=b * s * kvb + 2 * b * s * heads * hd * db,
                        keys=(s + 1) / 2, seq_heads=b * heads)
         else:
-            out.update(b=b, bytes=b * s * kvb + 2 * b * heads * hd * db)
+            out.update(b=b, bytes=b * s * kvb + 2 * b * heads * hd * db, seq_kv_heads=b * kvh, seq_heads=b * heads)
     elif family in ("mla_prefill", "mla_decode"):
         m = r.model_spec
         b, heads = f["batch_size"], f["num_heads"]
@@ -184,12 +201,13 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
         kv = b * s
         if family == "mla_prefill":
             qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-            flops = (2.0 * heads * (qk + m.v_head_dim) * (b * s * (s + 1) / 2)
-                     + 2.0 * kv * m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim))
-            out.update(flops=flops, bytes=kv * kvb + 2 * kv * heads * qk * db, keys=(s + 1) / 2)
+            pair_flops = 2.0 * heads * (qk + m.v_head_dim) * (b * s * (s + 1) / 2)
+            up_flops = 2.0 * kv * m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+            out.update(flops=pair_flops + up_flops, pair_flops=pair_flops, up_flops=up_flops,
+                       bytes=kv * kvb + 2 * kv * heads * qk * db, keys=(s + 1) / 2, seq_heads=b * heads)
         else:
             out.update(b=b, flops=2.0 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * kv,
-                       bytes=kv * kvb + 2 * b * heads * (m.kv_lora_rank + m.qk_rope_head_dim) * db)
+                       bytes=kv * kvb + 2 * b * heads * (m.kv_lora_rank + m.qk_rope_head_dim) * db, seq_heads=b * heads)
     elif family == "moe":
         from simulator.costmodel.moe import expected_experts_touched
 
@@ -230,6 +248,18 @@ def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
         return np.maximum(t["flops"] / (t["peak"] * eff), t["bytes"] / (t["bw"] * c[f"{p}memory_eff"])) + gemm_floor
     attn_floor = c["kernel_floor_s"] if c.get("attn_floor_s") is None else c["attn_floor_s"]
     mla_eff = c["attn_prefill_compute_eff"] if c.get("mla_compute_eff") is None else c["mla_compute_eff"]
+    if family == "mla_prefill" and c.get("mla_up_compute_eff") is not None:  # moe.mla_attention_prefill's two parts
+        eff = mla_eff * (t["keys"] / (t["keys"] + c["mla_prefill_half_keys"]) if c.get("mla_prefill_half_keys") else 1.0)
+        compute = t["pair_flops"] / (t["bf16"] * eff) + t["up_flops"] / (t["bf16"] * c["mla_up_compute_eff"])
+        floor = attn_floor if c.get("mla_prefill_floor_s") is None else c["mla_prefill_floor_s"]
+        return (np.maximum(compute, t["bytes"] / (t["bw"] * c["gemm_memory_eff"])) + floor
+                + t["seq_heads"] * c.get("mla_prefill_per_head_s", 0.0))
+    if family == "mla_decode" and c.get("mla_decode_memory_eff") is not None:  # moe.mla_attention_decode's own
+        eff = mla_eff if c.get("mla_decode_compute_eff") is None else c["mla_decode_compute_eff"]
+        floor = attn_floor if c.get("mla_decode_floor_s") is None else c["mla_decode_floor_s"]
+        return (np.maximum(t["flops"] / (t["bf16"] * eff), t["bytes"] / (t["bw"] * c["mla_decode_memory_eff"]))
+                + t["b"] * c.get("mla_decode_per_seq_s", 0.0) + t["seq_heads"] * c.get("mla_decode_per_head_s", 0.0)
+                + floor)
     if family in ("attn_prefill", "mla_prefill"):
         eff = mla_eff if family == "mla_prefill" else c["attn_prefill_compute_eff"]
         if c.get("attn_prefill_half_keys") and family == "attn_prefill":  # RooflineCalibration.prefill_compute_eff
@@ -237,8 +267,11 @@ def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
         per_head = t["seq_heads"] * c.get("attn_prefill_per_head_s", 0.0) if family == "attn_prefill" else 0.0
         return (np.maximum(t["flops"] / (t["bf16"] * eff), t["bytes"] / (t["bw"] * c["gemm_memory_eff"])) + attn_floor
                 + per_head)
-    if family == "attn_decode":
-        return t["bytes"] / (t["bw"] * c["attn_decode_memory_eff"]) + t["b"] * c["attn_decode_per_seq_s"] + attn_floor
+    if family == "attn_decode":  # RooflineCostModel.decode_seq_s and attn_decode_floor
+        floor = attn_floor if c.get("attn_decode_floor_s") is None else c["attn_decode_floor_s"]
+        return (t["bytes"] / (t["bw"] * c["attn_decode_memory_eff"]) + t["b"] * c["attn_decode_per_seq_s"] + floor
+                + t["seq_kv_heads"] * c.get("attn_decode_per_kv_head_s", 0.0)
+                + t["seq_heads"] * c.get("attn_decode_per_head_s", 0.0))
     if family == "mla_decode":
         return (np.maximum(t["flops"] / (t["bf16"] * mla_eff), t["bytes"] / (t["bw"] * c["attn_decode_memory_eff"]))
                 + t["b"] * c["attn_decode_per_seq_s"] + attn_floor)
@@ -515,7 +548,10 @@ def predict_heldout(system: str, family: str, dtype: str, frame: Any, folds: Fol
 BEGIN, END = "# BEGIN TODAY (written by `python -m simulator.calibrate.roofline_from_tables --write`)", "# END TODAY"
 WRITTEN = ("gemm_compute_eff", "gemm_half_tokens", "gemm_memory_eff", "kernel_floor_s", "attn_prefill_compute_eff",
            "attn_prefill_half_keys", "attn_floor_s", "attn_prefill_per_head_s", "mla_compute_eff",
-           "attn_decode_memory_eff", "attn_decode_per_seq_s", "elementwise_memory_eff", "residual_add_memory_eff",
+           "attn_decode_memory_eff", "attn_decode_per_seq_s", "attn_decode_per_kv_head_s", "attn_decode_per_head_s",
+           "attn_decode_floor_s", "mla_up_compute_eff", "mla_prefill_half_keys", "mla_prefill_per_head_s",
+           "mla_prefill_floor_s", "mla_decode_compute_eff", "mla_decode_memory_eff", "mla_decode_per_seq_s",
+           "mla_decode_per_head_s", "mla_decode_floor_s", "elementwise_memory_eff", "residual_add_memory_eff",
            "embedding_memory_eff", "allreduce_bus_eff", "allreduce_latency_s", "allreduce_gpu_latency_s",
            "expert_compute_eff",
            "expert_half_tokens", "expert_memory_eff", "expert_router_overhead_s", "expert_permute_s")

@@ -201,15 +201,33 @@ def mla_projections(rf: RooflineCostModel, tokens: np.ndarray) -> tuple[np.ndarr
     return proj, out
 
 
-def mla_attention_prefill(rf: RooflineCostModel, pairs: float, kv_tokens: float, num_tokens: int) -> float:
-    """One MLA layer's prefill attention: ``pairs`` causal query-key pairs, ``kv_tokens`` keys read."""
+def mla_attention_prefill(rf: RooflineCostModel, pairs: float, kv_tokens: float, num_tokens: int,
+                          num_prefills: float = 1.0) -> float:
+    """One MLA layer's prefill attention: ``pairs`` causal query-key pairs, ``kv_tokens`` keys read,
+    ``num_prefills`` sequences.
+
+    A calibration with ``mla_up_compute_eff`` ("today") prices the pairs and the context's up-projection
+    as two parts: the pairs at ``mla_compute_eff`` ramped by the mean keys per query (short prompts do not
+    fill the tensor cores, as GQA prefill's ``attn_prefill_half_keys``), the up-projection at its own
+    efficiency (a GEMM-like pass over the latent cache, no ramp), plus a cost per (sequence, head) and
+    MLA prefill's own floor. Without it (2023): one efficiency for both, the attention floor."""
     m, c, g = rf.model, rf.cal, rf.gpu
     heads = rf.heads_per_gpu
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
     flops = 2.0 * heads * (qk + m.v_head_dim) * pairs
     # Up-projecting the cached context (kv_lora -> heads * (nope + v)) for every chunk.
-    flops += 2.0 * kv_tokens * m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+    up = 2.0 * kv_tokens * m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
     nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_tokens * heads * qk * rf.dtype_bytes
+    if c.mla_up_compute_eff is not None:
+        eff = rf.mla_eff
+        if c.mla_prefill_half_keys and num_tokens > 0:
+            keys = pairs / num_tokens
+            eff = eff * keys / (keys + c.mla_prefill_half_keys)
+        compute = flops / (g.bf16_flops * eff) + up / (g.bf16_flops * c.mla_up_compute_eff)
+        floor = rf.attn_floor if c.mla_prefill_floor_s is None else c.mla_prefill_floor_s
+        return (max(compute, nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff)) + floor
+                + num_prefills * heads * c.mla_prefill_per_head_s)
+    flops += up
     return (max(flops / (g.bf16_flops * rf.mla_eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
             + rf.attn_floor)
 
@@ -220,5 +238,10 @@ def mla_attention_decode(rf: RooflineCostModel, kv_tokens: float, num_decodes: i
     heads = rf.heads_per_gpu
     flops = 2.0 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * kv_tokens
     nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_decodes * heads * (m.kv_lora_rank + m.qk_rope_head_dim) * rf.dtype_bytes
+    if c.mla_decode_memory_eff is not None:  # MLA decode's own constants ("today"), not GQA decode's
+        compute_eff = rf.mla_eff if c.mla_decode_compute_eff is None else c.mla_decode_compute_eff
+        floor = rf.attn_floor if c.mla_decode_floor_s is None else c.mla_decode_floor_s
+        return (max(flops / (g.bf16_flops * compute_eff), nbytes / (g.hbm_bytes_per_s * c.mla_decode_memory_eff))
+                + num_decodes * (c.mla_decode_per_seq_s + heads * c.mla_decode_per_head_s) + floor)
     return (max(flops / (g.bf16_flops * rf.mla_eff), nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff))
             + num_decodes * c.attn_decode_per_seq_s + rf.attn_floor)

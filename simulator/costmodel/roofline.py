@@ -104,6 +104,13 @@ class RooflineCostModel(TabulatedCostModel):
         self.chunk_terms_ok = not (self.mla or self.sliding_fraction)
         # The calibration's derived attention constants, read once (attention is priced every step).
         self.attn_floor = self.cal.attn_floor
+        # Decode attention's per-sequence cost with its per-(sequence, KV head) and per-(sequence, query head)
+        # parts folded in, and its floor ("today"; the 2023 calibrations: attn_decode_per_seq_s + 0.0 + 0.0,
+        # the same float, and attn_floor), so every decode form stays n * per_seq + floor.
+        c = self.cal
+        self.decode_seq_s = (c.attn_decode_per_seq_s + self.kv_heads_per_gpu * c.attn_decode_per_kv_head_s
+                             + self.heads_per_gpu * c.attn_decode_per_head_s)
+        self.attn_decode_floor = self.attn_floor if c.attn_decode_floor_s is None else c.attn_decode_floor_s
         self.mla_eff = self.cal.mla_eff
         self.prefill_ramp = bool(self.cal.attn_prefill_half_keys)
 
@@ -210,7 +217,7 @@ class RooflineCostModel(TabulatedCostModel):
 
     def _attention_prefill(self, pairs: float, kv_tokens: float, num_tokens: int, num_prefills: float = 1.0) -> float:
         if self.mla:
-            return mla_attention_prefill(self, pairs, kv_tokens, num_tokens)
+            return mla_attention_prefill(self, pairs, kv_tokens, num_tokens, num_prefills)
         c, g, d, db = self.cal, self.gpu, self.model.head_dim, self.dtype_bytes
         flops = 4.0 * self.heads_per_gpu * d * pairs
         nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_tokens * self.q_per_gpu * db
@@ -266,7 +273,7 @@ class RooflineCostModel(TabulatedCostModel):
         c, g = self.cal, self.gpu
         nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_decodes * self.q_per_gpu * self.dtype_bytes
         return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
-                + num_decodes * c.attn_decode_per_seq_s + self.attn_floor)
+                + num_decodes * self.decode_seq_s + self.attn_decode_floor)
 
     def decode_attention_terms(self, n: int) -> tuple[float, float, float, float, float] | None:
         """Decode attention of ``n`` sequences holding ``kv`` KV tokens in all, as
@@ -277,7 +284,7 @@ class RooflineCostModel(TabulatedCostModel):
             return None
         c, g = self.cal, self.gpu
         return (self.kv_bytes_per_token, 2 * n * self.q_per_gpu * self.dtype_bytes,
-                g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * c.attn_decode_per_seq_s, self.attn_floor)
+                g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * self.decode_seq_s, self.attn_decode_floor)
 
     def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
                                 kv_maxes: np.ndarray) -> np.ndarray | None:
@@ -287,7 +294,7 @@ class RooflineCostModel(TabulatedCostModel):
             return None
         c, g = self.cal, self.gpu
         nbytes = kv_sums * self.kv_bytes_per_token + 2 * n * self.q_per_gpu * self.dtype_bytes
-        return nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * c.attn_decode_per_seq_s + self.attn_floor
+        return nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * self.decode_seq_s + self.attn_decode_floor
 
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:

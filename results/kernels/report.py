@@ -249,8 +249,9 @@ constant and floor per model (`RooflineCostModel.decode_seq_s`), MLA is priced p
 Tried and not kept: a smooth
 maximum `(c^p + m^p)^(1/p)` instead of `max(compute, memory)` for GEMMs and MoE (in-sample median -0.004 / 0), a MoE
 cost per touched expert or per token x top-k (no gain), a MoE efficiency ramp in the expert slice's width
-`inter / moe_tp` and a MoE cost per (touched expert x 128 x 128 output tile) (Hopper held out 0.235 -> 0.234 / 0.230, no
-gain), a decode bandwidth efficiency saturating in
+`inter / moe_tp`, one in the hidden size and a MoE cost per (touched expert x 128 x 128 output tile) (Hopper held out
+0.235 -> 0.234 / 0.235 / 0.230, no gain), a GQA decode cost per (sequence, KV head) x head_dim on top of the kept ones
+(held out 0.158 -> 0.178), a decode bandwidth efficiency saturating in
 batch x KV heads (no change), MXFP4 w4a16 rows at the bf16 peak (the runtime's
 `--dtype mxfp4` cannot tell w4a16 from w4a8 kernels, so the fit must price both as the runtime does).
 

@@ -4,7 +4,7 @@ A policy builds its batch from the running queue every iteration, and in a busy 
 most entries are decodes that did the same thing the iteration before. :class:`LockstepMixin`
 goes over a policy class (:func:`lockstep_class`) and lets a :class:`~simulator.fast.cohort.DecodeCohort`
 carry such decodes: the policy's ``schedule()`` is unchanged; the mixin overrides the base's
-mechanism methods it calls (``_add_decodes``, ``_admit``, ``_preempt``, ``complete``,
+mechanism methods it calls (``_add_decodes``, ``_admit``, ``_preempt``, ``carried_step``,
 ``retire``) so that they visit only requests outside the cohort. Where the step-by-step batch
 would differ (a decode cut by the token budget, a preemption) the cohort is dissolved first
 and the base methods run as in the plain loop. Tests compare whole runs with lockstep on and off.
@@ -64,13 +64,9 @@ class LockstepMixin:
         cohort.dissolve()  # step by step from here: this iteration preempts or cuts decodes
         return Scheduler._add_decodes(self, batch, budget, partial)
 
-    def complete(self: Scheduler, batch: Batch, now: float) -> list[Request]:
-        # The cohort's finishers first, then the entries' (the order the recorder sees).
-        finished = self.cohort.step(now, self.gaps) if batch.num_lockstep else []  # type: ignore[attr-defined]
-        self._apply_entries(batch, now, finished)
-        if finished:
-            self.retire(finished, now)
-        return finished
+    def carried_step(self: Scheduler, now: float) -> list[Request]:
+        # complete() calls it first: the cohort's finishers come before the entries' (the recorder's order).
+        return self.cohort.step(now, self.gaps)  # type: ignore[attr-defined]
 
     def retire(self: Scheduler, finished: list[Request], now: float) -> None:
         Scheduler.retire(self, finished, now)

@@ -241,16 +241,11 @@ class Scheduler:
         Each new token updates its request's first/last token time and largest gap; the
         gaps go to ``self.gaps`` run-length encoded (one run per iteration in the common case
         where every decode's previous token ended the last iteration; the runs' order is not
-        part of the contract: statistics use the multiset).
+        part of the contract: statistics use the multiset). Decodes carried by a fast path
+        (``batch.num_lockstep``) advance first, through :meth:`carried_step`.
         """
-        finished = self._apply_entries(batch, now, [])
-        if finished:
-            self.retire(finished, now)
-        return finished
-
-    def _apply_entries(self, batch: Batch, now: float, finished: list[Request]) -> list[Request]:
-        """:meth:`complete`'s work on the batch's entries; their finishers appended to ``finished``."""
         gaps = self.gaps
+        finished = self.carried_step(now) if batch.num_lockstep else []
         run_gap, run_count = -1.0, 0  # the current run of equal gaps (gaps are >= 0)
         for req, n in zip(batch.requests, batch.num_tokens):  # noqa: B905 - equal by construction
             req.in_flight = False
@@ -279,7 +274,15 @@ class Scheduler:
                     finished.append(req)
         if run_count:
             gaps.add(run_gap, run_count)
+        if finished:
+            self.retire(finished, now)
         return finished
+
+    def carried_step(self, now: float) -> list[Request]:
+        """Advance the decodes a fast path carries outside ``batch.requests`` by one token at ``now``;
+        return those that finished (counters true). The plain loop carries none; a fast path that
+        sets ``Batch.num_lockstep`` overrides it (:class:`simulator.fast.lockstep.LockstepMixin`)."""
+        raise NotImplementedError("a batch with lockstep decodes comes from a scheduler that carries them")
 
     def retire(self, finished: list[Request], now: float) -> None:
         """Finished requests (their counters true) leave the running queues and free their blocks."""

@@ -18,6 +18,15 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture
+def aic(shared_data: Path) -> Path:
+    """AIConfigurator's kernel database in the shared folder; skip where it is absent."""
+    root = shared_data / "profiles" / "aiconfigurator"
+    if not (root / "systems" / "data").is_dir():
+        pytest.skip("../shared/data/profiles/aiconfigurator is not present")
+    return root
+
+
 # CI runs a fixed set of examples so a green run can be reproduced; locally Hypothesis explores.
 from hypothesis import settings  # noqa: E402
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
 import simpy
 
 from simulator.config.run_config import ReplicaConfig, SchedulerConfig
@@ -151,3 +155,44 @@ def record_outcomes(monkeypatch, module, name: str) -> list[bool]:  # noqa: ANN0
 
     monkeypatch.setattr(module, name, spy)
     return outcomes
+
+
+def record_stretches(monkeypatch) -> list[int]:  # noqa: ANN001 - pytest's MonkeyPatch
+    """Record the length of every stretch event skipping plans (decode and chunked-prefill), so a test
+    can assert the fast path really ran; the list fills as the run goes."""
+    from simulator.fast import skipping
+
+    stretches: list[int] = []
+    for name in ("plan", "plan_chunks"):
+        real = getattr(skipping, name)
+
+        def counted(*args, _real=real, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            stretch = _real(*args, **kwargs)
+            if stretch is not None:
+                stretches.append(stretch.num_iterations)
+            return stretch
+        monkeypatch.setattr(skipping, name, counted)
+    return stretches
+
+
+def on_terminal(*args: str, columns: int = 80) -> str:
+    """Run ``simulate *args`` with stdout on a pseudo-terminal ``columns`` wide, as a user at a shell
+    would; its output with ANSI codes stripped and CRLF as LF (skips where there is no pty)."""
+    pty = pytest.importorskip("pty")
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
+    proc = subprocess.Popen([sys.executable, "-m", "simulator", *args], stdout=slave, stderr=slave, env=env,
+                            cwd=Path(__file__).resolve().parents[1])
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")

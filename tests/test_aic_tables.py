@@ -16,14 +16,6 @@ from simulator.costmodel.aic.interp import Grid2D, isotonic, loglog, loglog_scal
 from simulator.costmodel.base import BatchShape
 
 
-@pytest.fixture
-def aic(shared_data):  # noqa: ANN001, ANN201 - the conftest fixture
-    root = shared_data / "profiles" / "aiconfigurator"
-    if not (root / "systems" / "data").is_dir():
-        pytest.skip("../shared/data/profiles/aiconfigurator is not present")
-    return root
-
-
 def _model(aic, model="llama-3.1-8b", gpu="h100-sxm", backend="vllm", **kw):  # noqa: ANN001, ANN202
     from simulator.costmodel.aic.model import TableCostModel
 

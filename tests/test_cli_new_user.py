@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import on_terminal
 from typer.testing import CliRunner
 
 from simulator.cli import app
@@ -270,25 +271,8 @@ def test_models_respects_columns_when_piped() -> None:
 
 
 def test_overload_warning_wraps_between_words_on_a_terminal() -> None:
-    pty = pytest.importorskip("pty")
-    master, slave = pty.openpty()
-    env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}
-    proc = subprocess.Popen([sys.executable, "-m", "simulator", "run", "--model", "mistral-7b", "--workload", "fixed",
-                             "--prompt-tokens", "2048", "--output-tokens", "64", "--qps", "20", "--num-requests", "100",
-                             "--no-progress"], stdout=slave, stderr=slave, env=env, cwd=ROOT)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    assert proc.wait(timeout=120) == 0
-    out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")
+    out = on_terminal("run", "--model", "mistral-7b", "--workload", "fixed", "--prompt-tokens", "2048",
+                      "--output-tokens", "64", "--qps", "20", "--num-requests", "100", "--no-progress", columns=80)
     lines = out.splitlines()
     start = next(i for i, ln in enumerate(lines) if "load exceeds capacity" in ln)
     end = next(i for i, ln in enumerate(lines) if i >= start and "(same options)" in ln)

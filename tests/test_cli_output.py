@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import on_terminal
 from rich.console import Console
 from rich.table import Table
 
@@ -23,7 +24,6 @@ from simulator.costmodel.engine_model import ENGINES
 
 ROOT = Path(__file__).resolve().parents[1]
 SIMULATE = [sys.executable, "-m", "simulator"]
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def piped(*args: str, columns: int = 80) -> str:
@@ -31,27 +31,6 @@ def piped(*args: str, columns: int = 80) -> str:
     res = subprocess.run([*SIMULATE, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr
     return res.stdout
-
-
-def on_terminal(*args: str, columns: int = 80) -> str:
-    """Run with stdout on a pseudo-terminal ``columns`` wide, as a user at a shell would."""
-    pty = pytest.importorskip("pty")
-    master, slave = pty.openpty()
-    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
-    proc = subprocess.Popen([*SIMULATE, *args], stdout=slave, stderr=slave, env=env, cwd=ROOT)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    assert proc.wait(timeout=120) == 0
-    return ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")
 
 
 CATALOGS = {"models": [v for m in MODELS.values() for v in (m.name, m.hf_id)],

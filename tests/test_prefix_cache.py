@@ -9,6 +9,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+from helpers import record_stretches
 
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.engine.prefix_cache import PrefixCachingBlockManager, RadixBlockManager, block_names
@@ -381,18 +382,7 @@ def test_fast_paths_are_exact_with_caching_on(shared_data, monkeypatch, policy, 
     """Lockstep decodes and event skipping allocate by count; the cache evicts lazily: the
     same run bit for bit as the step-by-step loop, in a cache small enough to evict (150
     agent calls of 28 sessions at 20x their recorded pace, prompts cut at 30k tokens)."""
-    from simulator.fast import skipping
-
-    stretches: list[int] = []
-    for name in ("plan", "plan_chunks"):
-        real = getattr(skipping, name)
-
-        def counted(*args, _real=real, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            stretch = _real(*args, **kwargs)
-            if stretch is not None:
-                stretches.append(stretch.num_iterations)
-            return stretch
-        monkeypatch.setattr(skipping, name, counted)
+    stretches = record_stretches(monkeypatch)
     tr = read_weka_sessions(str(shared_data / "traces" / "weka_claude_code" / "sessions"))
     n = 150
     table = RequestTable(tr.arrival_s[:n] * 0.05, np.minimum(tr.num_prompt_tokens[:n], 30_000), tr.num_output_tokens[:n],

@@ -73,6 +73,19 @@ def test_fit_recovers_constants_from_synthetic_tables():
         assert np.median(err) < 0.04, g.family
 
 
+def _mla_prices_as_the_forward_model(cal, c, b: np.ndarray, s: np.ndarray) -> RooflineCostModel:  # noqa: ANN001
+    """DeepSeek-V3 TP8 on H100 under ``cal``: MLA decode and prefill priced as the fit's forward model
+    (constants ``c``) prices the same batches; returns the model."""
+    mla = RooflineCostModel(ReplicaConfig(model="deepseek-v3", gpu="h100-sxm", tp=8), cal, table_tokens=1)
+    k_mla = {"batch_size": b, "isl": s, "step": np.zeros(3), "num_heads": np.full(3, 16.0)}
+    assert R.predict("mla_decode", R.terms_for("h100_sxm", "mla_decode", "bfloat16", k_mla), c) == pytest.approx(
+        [mla._attention_decode(bb * ss, int(bb)) for bb, ss in zip(b, s, strict=True)], rel=1e-12)
+    assert R.predict("mla_prefill", R.terms_for("h100_sxm", "mla_prefill", "bfloat16", k_mla), c) == pytest.approx(
+        [mla._attention_prefill(bb * ss * (ss + 1) / 2, bb * ss, int(bb * ss), bb) for bb, ss in zip(b, s, strict=True)],
+        rel=1e-12)
+    return mla
+
+
 def test_forward_model_is_the_runtime_roofline():
     cal = replace(DEFAULT, **{k: TRUE[k] for k in R.WRITTEN})
     rf = RooflineCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm"), cal, table_tokens=1)
@@ -95,13 +108,7 @@ def test_forward_model_is_the_runtime_roofline():
     ar = R.predict("allreduce", R.terms_for("h100_sxm", "allreduce", "bfloat16",
                                             {"message_size": msg, "num_gpus": np.full(2, 4.0)}), c)
     assert ar == pytest.approx(rf4.all_reduce(msg / 8192), rel=1e-12)
-    mla = RooflineCostModel(ReplicaConfig(model="deepseek-v3", gpu="h100-sxm", tp=8), cal, table_tokens=1)
-    k_mla = {"batch_size": b, "isl": s, "step": np.zeros(3), "num_heads": np.full(3, 16.0)}
-    assert R.predict("mla_decode", R.terms_for("h100_sxm", "mla_decode", "bfloat16", k_mla), c) == pytest.approx(
-        [mla._attention_decode(bb * ss, int(bb)) for bb, ss in zip(b, s, strict=True)], rel=1e-12)
-    assert R.predict("mla_prefill", R.terms_for("h100_sxm", "mla_prefill", "bfloat16", k_mla), c) == pytest.approx(
-        [mla._attention_prefill(bb * ss * (ss + 1) / 2, bb * ss, int(bb * ss), bb) for bb, ss in zip(b, s, strict=True)],
-        rel=1e-12)
+    _mla_prices_as_the_forward_model(cal, c, b, s)
     from simulator.costmodel.moe import moe_token_ops
 
     moe = RooflineCostModel(ReplicaConfig(model="mixtral-8x7b", gpu="h100-sxm", tp=2, ep=2), cal, table_tokens=1)
@@ -249,13 +256,7 @@ def test_decode_and_mla_terms_are_the_fits_fold_into_closed_forms_and_zero_leave
     dec = R.predict("attn_decode", R.terms_for("h100_sxm", "attn_decode", "bfloat16",
                                                {"batch_size": b, "isl": s, "step": np.zeros(3), **heads}), c)
     assert dec == pytest.approx([rf._attention_decode(bb * ss, int(bb)) for bb, ss in zip(b, s, strict=True)], rel=1e-12)
-    mla = RooflineCostModel(ReplicaConfig(model="deepseek-v3", gpu="h100-sxm", tp=8), cal, table_tokens=1)
-    k_mla = {"batch_size": b, "isl": s, "step": np.zeros(3), "num_heads": np.full(3, 16.0)}
-    assert R.predict("mla_decode", R.terms_for("h100_sxm", "mla_decode", "bfloat16", k_mla), c) == pytest.approx(
-        [mla._attention_decode(bb * ss, int(bb)) for bb, ss in zip(b, s, strict=True)], rel=1e-12)
-    assert R.predict("mla_prefill", R.terms_for("h100_sxm", "mla_prefill", "bfloat16", k_mla), c) == pytest.approx(
-        [mla._attention_prefill(bb * ss * (ss + 1) / 2, bb * ss, int(bb * ss), bb) for bb, ss in zip(b, s, strict=True)],
-        rel=1e-12)
+    mla = _mla_prices_as_the_forward_model(cal, c, b, s)
     # Each new term moves today's prices; without them (every 2023 calibration) the old forms price exactly.
     plain = replace(DEFAULT, **base)
     mla0 = RooflineCostModel(mla.replica, plain, table_tokens=1)
@@ -266,14 +267,6 @@ def test_decode_and_mla_terms_are_the_fits_fold_into_closed_forms_and_zero_leave
         c23 = r23.cal
         assert r23.decode_seq_s == c23.attn_decode_per_seq_s and r23.attn_decode_floor == c23.attn_floor
         assert c23.mla_up_compute_eff is None and c23.mla_decode_memory_eff is None
-
-
-@pytest.fixture
-def aic(shared_data):  # noqa: ANN001, ANN201 - the conftest fixture
-    root = shared_data / "profiles" / "aiconfigurator"
-    if not (root / "systems" / "data").is_dir():
-        pytest.skip("../shared/data/profiles/aiconfigurator is not present")
-    return root
 
 
 def test_fit_holds_its_heldout_error_on_a_fixed_sample(aic):  # noqa: ANN001

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import record_stretches
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
@@ -191,18 +192,7 @@ def test_cache_aware_routers_raise_the_hit_rate_and_runs_are_deterministic():
 def test_fast_paths_are_exact_with_sessions_and_cache_routers(router, closed, monkeypatch):
     """Lockstep decodes and event skipping on and off give the same run, in a cache small
     enough to evict, with sends at completions (closed) and routers that read the caches."""
-    from simulator.fast import skipping
-
-    stretches: list[int] = []
-    for name in ("plan", "plan_chunks"):
-        real = getattr(skipping, name)
-
-        def counted(*args, _real=real, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            stretch = _real(*args, **kwargs)
-            if stretch is not None:
-                stretches.append(stretch.num_iterations)
-            return stretch
-        monkeypatch.setattr(skipping, name, counted)
+    stretches = record_stretches(monkeypatch)
     evicted: list[int] = []
     real_evict = PrefixCachingBlockManager._evict
 

@@ -37,7 +37,13 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.config.topology import topology_for
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.calibration import RooflineCalibration, calibration_for, roofline_backend
-from simulator.costmodel.moe import mla_attention_decode, mla_attention_prefill, mla_projections, moe_token_ops
+from simulator.costmodel.moe import (
+    mla_attention_decode,
+    mla_attention_prefill,
+    mla_projections,
+    moe_token_ops,
+    uses_moe_collectives,
+)
 
 # Layer ops whose cost depends only on the number of tokens in the iteration.
 TOKEN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down",
@@ -176,7 +182,7 @@ class RooflineCostModel(TabulatedCostModel):
         num_norms = 1 if m.parallel_attn_mlp else 2
         dense = self.dense_fraction
         # EP (or attention-DP) layers swap the MLP all-reduce for all-to-alls (or a gather and scatter)
-        if m.is_moe and (self.replica.ep > 1 or self.replica.attention_dp > 1):
+        if m.is_moe and uses_moe_collectives(self.replica):
             num_all_reduce -= 1.0 - dense
         if m.is_mla:
             qkv, out_proj = mla_projections(self, tokens)

@@ -54,7 +54,7 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.aic import tables as T
 from simulator.costmodel.aic.interp import Grid2D, anchored, isotonic, loglog, loglog_scalar
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
-from simulator.costmodel.moe import mla_projections, moe_token_ops
+from simulator.costmodel.moe import mla_projections, moe_token_ops, uses_moe_collectives
 from simulator.costmodel.roofline import RooflineCostModel
 
 # Run dtypes (ReplicaConfig.dtype / kv_cache_dtype) -> the tables' dtype names. Unknown names
@@ -633,7 +633,7 @@ class TableCostModel(TabulatedCostModel):
         dense = self.dense_fraction
         # As the roofline: EP (or attention-DP) layers swap the MLP all-reduce for all-to-alls (or a
         # gather and scatter), which ep_all_to_all below prices.
-        if m.is_moe and (self.replica.ep > 1 or self.replica.attention_dp > 1):
+        if m.is_moe and uses_moe_collectives(self.replica):
             num_all_reduce -= 1.0 - dense
         if m.is_mla:
             qkv, out_proj = mla_projections(self, t)

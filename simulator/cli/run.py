@@ -159,7 +159,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
             f"{_ms(d['backpressure_s_p99'])}, link queue {_ms(d['link_queue_s_p50'])}/{_ms(d['link_queue_s_p99'])}, "
             f"transfer {_ms(d['transfer_s_p50'])}/{_ms(d['transfer_s_p99'])} ms; decode TBT p99 "
             f"{_ms(d['decode_tbt_s_p99'])} max {_ms(d['decode_tbt_s_max'])} ms · {count(d['num_transfers'], 'transfer')}, "
-            f"{d['transfer_bytes'] / 1e9:.2f} GB, link busy {d['link_utilization']:.1%} · busy prefill "
+            f"{d['transfer_bytes'] / 1e9:.2f} GB, {'busiest ' if 'link_utilization_by_link' in d else ''}link busy "
+            f"{d['link_utilization']:.1%} · busy prefill "
             f"{d['prefill_busy_fraction']:.0%} decode {d['decode_busy_fraction']:.0%} · KV occupancy mean prefill "
             f"{d.get('prefill_kv_occupancy_mean', float('nan')):.0%} decode {d.get('decode_kv_occupancy_mean', float('nan')):.0%}"
             f" · SLO attainment {d['slo_attainment']:.1%} (TTFT<={d['ttft_slo_s']}s, TPOT<={d['tpot_slo_s']}s)")

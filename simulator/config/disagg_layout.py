@@ -28,8 +28,12 @@ A pool's ``ep`` must divide its ``tp x dp`` GPUs (checked here, naming the pool)
 KV link (``--kv-link``): a link name of :mod:`simulator.config.topology` (``infiniband-200g``,
 ``ethernet-100g``, ``nvlink``, ``pcie``, ...), a bandwidth ``25GB/s`` or ``100gbps``
 with an optional latency ``@10us``, or ``infinite`` (no time at all). Its effective
-bandwidth is the topology's (rated x efficiency). One link is shared by all transfers,
-which queue on it FIFO. The run's ``--router`` routes arrivals among the prefill replicas;
+bandwidth is the topology's (rated x efficiency). ``--kv-link-scope`` says whose link it is:
+``per-worker`` (default) gives every prefill pool replica an egress of this link and every
+decode pool replica an ingress as wide as its GPUs hold prefill workers' GPUs (NICs scale with
+GPUs; a transfer holds both), ``shared`` makes it
+one link that all transfers queue on, FIFO (:mod:`simulator.engine.disagg`, step 3). The run's
+``--router`` routes arrivals among the prefill replicas;
 ``--replicas`` must stay 1 (the pools give their own counts).
 
 Parsing canonicalises the strings (``RunConfig`` stores the canonical form), so two

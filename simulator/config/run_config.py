@@ -60,6 +60,10 @@ ROOFLINE_CALIBRATIONS = ("2023", "today")
 PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
 # Disaggregated serving: who delivers the client's first token (RunConfig.first_token_at).
 FIRST_TOKEN_AT = ("decode", "prefill")
+# Disaggregated serving: what --kv-link describes (RunConfig.kv_link_scope; simulator.engine.disagg).
+# "per-worker": each prefill worker's egress and each decode worker's ingress (its own NICs), transfers
+# from different workers in parallel; "shared": one link, FIFO, that every transfer queues on.
+KV_LINK_SCOPES = ("per-worker", "shared")
 
 
 def _positive(section: str, name: str, value: float | int | None, *, allow_none: bool = False,
@@ -385,6 +389,9 @@ class RunConfig:
     decode_pool: str | None = None
     mixed_pool: str | None = None
     kv_link: str = "infiniband-200g"
+    # Disaggregated: whether kv_link is each worker's own (KV_LINK_SCOPES: "per-worker", the NICs of
+    # every prefill and decode worker, as xPyD deployments have) or one link all transfers share.
+    kv_link_scope: str = "per-worker"
     # Disaggregated: where the client's first token is delivered (FIRST_TOKEN_AT). "decode": by the
     # decode worker, with its first step after the KV handoff (Dynamo, vLLM/SGLang with NIXL-style
     # connectors stream every token from the decode worker); "prefill": by the prefill worker when
@@ -422,6 +429,9 @@ class RunConfig:
         if self.first_token_at not in FIRST_TOKEN_AT:
             raise ConfigError("first_token_at", f"unknown delivery point {self.first_token_at!r}",
                               f"use one of {', '.join(FIRST_TOKEN_AT)}")
+        if self.kv_link_scope not in KV_LINK_SCOPES:
+            raise ConfigError("kv_link_scope", f"unknown KV link scope {self.kv_link_scope!r}",
+                              f"use one of {', '.join(KV_LINK_SCOPES)}")
         if self.router not in ROUTERS:
             raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
         if self.seed < 0:

@@ -1,4 +1,4 @@
-"""Disaggregated prefill and decode (Splitwise, DistServe): two pools and a KV link.
+"""Disaggregated prefill and decode (Splitwise, DistServe): two pools and KV links.
 
 The same interference Sarathi-Serve removes by chunking (a prompt's prefill stalls the
 running decodes) disappears when prompts and decodes never share a GPU. A request's life:
@@ -21,9 +21,22 @@ running decodes) disappears when prompts and decodes never share a GPU. A reques
    prefill replica holds the KV, and when its cache fills it stops admitting prompts).
 3. **transfer**: the prompt's KV bytes (2 x layers x KV heads x head dim x dtype bytes
    per token, the whole model's: every TP shard sends its share, the link carries the
-   sum) cross the one shared KV link, FIFO: ``latency + bytes / bandwidth`` once the
-   link is free. When it lands, the prefill replica frees its blocks and the decode
-   replica starts decoding the request in its next iteration (continuous batching).
+   sum) take ``latency + bytes / bandwidth`` (``--kv-link``) once their links are free.
+   Which links is ``RunConfig.kv_link_scope``. ``per-worker`` (default; what xPyD hardware
+   is: each engine instance has its own RDMA NICs, NIXL/Mooncake move KV between them):
+   every prefill pool replica has an egress link and every decode pool replica an ingress
+   link (a replica's attention-DP ranks share them), FIFO; ``--kv-link`` is a prefill
+   worker's egress, and a decode worker's ingress carries ``max(1, its GPUs // a prefill
+   worker's GPUs)`` such transfers at once (NICs scale with GPUs, one a GPU). A transfer
+   holds its sender's egress and then a place on its receiver's ingress (always in that
+   order, so no two transfers wait on each other in a cycle): transfers of different prefill
+   workers run in parallel, and several prefill workers sending to one decode worker queue on
+   its ingress (fan-in). With one prefill worker the egress alone orders every transfer (the
+   ingress could never be contended, so it is not modelled: the same events as one shared
+   link). ``shared``: one link, FIFO, that every transfer queues on, whatever the number of
+   workers (the paper reproductions' assumption). When a transfer lands, the prefill
+   replica frees its blocks and the decode replica starts decoding the request in its next
+   iteration (continuous batching).
 4. **decode pool**: every token after the first. A decode replica that runs out of
    blocks preempts by recompute as its policy says; the victim re-prefills *there*.
 
@@ -207,18 +220,22 @@ def _make_replica(env: simpy.Environment, replica_id: int, scheduler: Scheduler,
 @dataclass
 class DisaggFigures:
     """What a disaggregated run adds to its :class:`~simulator.engine.cluster.RunResult`: the
-    layout, each replica's pool and KV cache, the KV link, and the per-request handoffs."""
+    layout, each replica's pool and KV cache, the KV links, and the per-request handoffs."""
 
     layout: str  # DisaggLayout.describe()
     pools: list[str]  # per replica: "prefill", "decode" or "mixed"
     num_blocks: list[int]  # per replica: KV blocks
     num_gpus: int
-    link_busy_s: float
-    link_bytes_per_s: float
+    link_busy_s: float  # the busiest link's time carrying transfers (the one link's, if shared)
+    link_bytes_per_s: float  # each link's (every link is a --kv-link)
     link_latency_s: float
     kv_bytes_per_token: float
     final_free_blocks: list[int]  # per replica, at the end of the run
     handoff: HandoffLog
+    link_scope: str = "shared"  # RunConfig.kv_link_scope
+    # Per link, busy seconds: "shared", or "prefill<i> egress" per prefill pool replica then
+    # "decode<j> ingress" per decode pool replica (none where one prefill worker makes them idle).
+    links_busy_s: dict[str, float] | None = None
 
 
 class HandoffLog:
@@ -242,7 +259,7 @@ class HandoffLog:
 
 
 class DisaggCluster:
-    """Prefill, decode (and mixed) replicas, the handoff queue and the KV link."""
+    """Prefill, decode (and mixed) replicas, the handoff queue and the KV links."""
 
     def __init__(self, env: simpy.Environment, config: RunConfig, layout: DisaggLayout, recorder: Recorder,
                  rng: np.random.Generator, num_requests: int) -> None:
@@ -253,8 +270,21 @@ class DisaggCluster:
         self._step = 0
         self.log = HandoffLog(num_requests)
         self.kv_bytes_per_token = kv_bytes_per_token(layout.prefill_replica)
-        self.link = simpy.Resource(env, capacity=1)
-        self.link_busy_s = 0.0
+        # KV links (module docstring, step 3): ``egress[k]`` the link of the k-th prefill pool
+        # replica (one shared link: a single egress every transfer uses), ``ingress[k]`` of the
+        # k-th decode pool replica, or none where one egress already orders every transfer.
+        self.link_scope = config.kv_link_scope
+        self._prefill_dp = layout.prefill_replica.attention_dp
+        self._decode_dp = layout.decode_replica.attention_dp
+        num_senders = 1 if self.link_scope == "shared" else layout.prefill.num_replicas
+        self.egress = [simpy.Resource(env, capacity=1) for _ in range(num_senders)]
+        self.egress_busy_s = [0.0] * num_senders
+        num_receivers = layout.decode.num_replicas if num_senders > 1 else 0
+        # A worker's NICs scale with its GPUs (one RDMA NIC a GPU, as DGX/HGX nodes have): a decode
+        # worker with k times a prefill worker's GPUs takes k transfers at once, each at the sender's rate.
+        self.ingress_width = max(1, layout.decode_replica.num_gpus // layout.prefill_replica.num_gpus)
+        self.ingress = [simpy.Resource(env, capacity=self.ingress_width) for _ in range(num_receivers)]
+        self.ingress_busy_s = [0.0] * num_receivers
         self.pending: deque[tuple[Request, _KVHold, int]] = deque()
         # request_id -> (request, prefill hold, prefill index, decode replica) while on or queued for the link
         self.in_transit: dict[int, tuple[Request, _KVHold, int, Replica]] = {}
@@ -355,18 +385,37 @@ class DisaggCluster:
             self.in_transit[rid] = (req, hold, prefill_index, best)
             self.env.process(self._transfer(req, hold, prefill_index, best))
 
+    def _carry(self, rid: int, duration: float):  # noqa: ANN202
+        """The transfer itself, its links held."""
+        self.log.transfer_start_at[rid] = self.env.now
+        if duration > 0:
+            yield self.env.timeout(duration)
+        self.log.transfer_end_at[rid] = self.env.now
+
+    def links_busy_s(self) -> dict[str, float]:
+        """Busy seconds per link (:attr:`DisaggFigures.links_busy_s`)."""
+        if self.link_scope == "shared":
+            return {"shared": self.egress_busy_s[0]}
+        return {**{f"prefill{k} egress": b for k, b in enumerate(self.egress_busy_s)},
+                **{f"decode{k} ingress": b for k, b in enumerate(self.ingress_busy_s)}}
+
     def _transfer(self, req: Request, hold: _KVHold, prefill_index: int, decode: Replica):  # noqa: ANN202
         nbytes = req.num_prompt_tokens * self.kv_bytes_per_token
         rid = req.request_id
         self.log.kv_bytes[rid] = nbytes
         duration = self.layout.link.transfer_s(nbytes)
-        with self.link.request() as slot:
+        sender = prefill_index // self._prefill_dp if len(self.egress) > 1 else 0
+        with self.egress[sender].request() as slot:
             yield slot
-            self.log.transfer_start_at[rid] = self.env.now
-            if duration > 0:
-                yield self.env.timeout(duration)
-            self.link_busy_s += duration
-            self.log.transfer_end_at[rid] = self.env.now
+            if self.ingress:  # the sender's egress first, then the receiver's ingress (no cycles)
+                receiver = (decode.replica_id - len(self.prefill)) // self._decode_dp
+                with self.ingress[receiver].request() as inbound:
+                    yield inbound
+                    yield from self._carry(rid, duration)
+                self.ingress_busy_s[receiver] += duration / self.ingress_width  # of its whole width
+            else:
+                yield from self._carry(rid, duration)
+            self.egress_busy_s[sender] += duration
         del self.in_transit[rid]
         prefill = self.prefill[prefill_index]
         prefill.scheduler.blocks.free(hold)
@@ -407,10 +456,12 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
         stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in replicas],
         tbt=[r.scheduler.gaps for r in replicas],
         disagg=DisaggFigures(layout=layout.describe(), pools=pools, num_blocks=num_blocks, num_gpus=layout.num_gpus,
-                             link_busy_s=cluster.link_busy_s, link_bytes_per_s=layout.link.bytes_per_s,
+                             link_busy_s=max(cluster.links_busy_s().values()),
+                             link_bytes_per_s=layout.link.bytes_per_s,
                              link_latency_s=layout.link.latency_s, kv_bytes_per_token=cluster.kv_bytes_per_token,
                              final_free_blocks=[r.scheduler.blocks.num_free_blocks for r in replicas],
-                             handoff=cluster.log),
+                             handoff=cluster.log, link_scope=cluster.link_scope,
+                             links_busy_s=cluster.links_busy_s()),
         extra={"cost_model_extrapolations": sum(getattr(r.cost_model, "num_extrapolations", 0) for r in replicas),
                **({"stopped": stopped} if stopped is not None else {}),
                **({"speculative": _speculation_extra(config, replicas)} if config.speculative is not None else {})},

@@ -162,8 +162,9 @@ class Layout:
                                 **common, **budget)
         budget = f",budget={self.budget}" if self.budget else ""
         link = base.kv_link
-        if units > 1:
+        if units > 1 and base.kv_link_scope == "shared":
             # Each unit brings its own NIC: the fleet's one (FIFO) KV link has the units' bandwidth together.
+            # (Per-worker links need nothing: each of the fleet's workers has its own.)
             from simulator.config.disagg_layout import parse_link
 
             one = parse_link(base.kv_link, self.gpu)

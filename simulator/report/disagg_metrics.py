@@ -14,7 +14,8 @@ the iteration records and the handoff log (:class:`simulator.engine.disagg.Hando
 - per pool: busy fraction (compute time / span) and KV occupancy (``kv_blocks_used /
   num_blocks`` as iterations saw it: mean weighted by iteration time, and max; blocks
   parked for a transfer count as used);
-- link: bytes moved, transfers, utilisation (time on the link / span);
+- link: bytes moved, transfers, utilisation (time on the link / span: the busiest link's
+  with per-worker links, and ``link_utilization_by_link`` each link's where there are several);
 - SLO attainment (DistServe): share of *all* requests (rejected ones miss) with TTFT <=
   ``ttft_slo_s`` and TPOT <= ``tpot_slo_s`` (a one-token request has no TPOT and meets it).
 """
@@ -80,7 +81,9 @@ def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float 
     out["num_transfers"] = int(len(transferred))
     out["num_mixed"] = int(handoff["mixed"].sum())
     out["transfer_bytes"] = float(transferred["kv_bytes"].sum())
-    out["link_utilization"] = info.link_busy_s / span
+    out["link_utilization"] = info.link_busy_s / span  # the busiest link's
+    if info.links_busy_s is not None and len(info.links_busy_s) > 1:
+        out["link_utilization_by_link"] = {name: busy / span for name, busy in info.links_busy_s.items()}
     pools = np.array(info.pools)
     iters = result.iteration_frame()
     num_blocks = np.array(info.num_blocks, dtype=np.float64)

@@ -93,7 +93,10 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     if config.is_disaggregated:  # two pools and a KV link: simulator.engine.disagg
         from simulator.engine.disagg import simulate_disaggregated
 
-        return simulate_disaggregated(config, table, progress, watch)
+        # Lockstep decodes in the decode pools, under the aggregated run's conditions (below).
+        lockstep = config.fast_forward and config.speculative is None and \
+            (watch is None or getattr(watch, "reads_only_timestamps", False))
+        return simulate_disaggregated(config, table, progress, watch, lockstep_class if lockstep else None)
     wall_start = time.perf_counter()
     reporter = reporter_of(progress)
     table, source, router_rng = prepare_table(config, table, reporter)

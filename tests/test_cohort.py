@@ -265,3 +265,30 @@ def test_cohort_counts_every_members_block_allocations(members, stretches) -> No
             cohort.step(now, gaps)
         for rid in [rid for rid in first if finish[rid] <= cohort.tick]:
             del first[rid]
+
+
+@pytest.mark.parametrize(("decode_pool", "workload", "num_gpu_blocks"), [
+    ("2x(sched=sarathi)", dict(arrival="poisson", qps=6.0), None),
+    ("1x(sched=vllm,seqs=64)", dict(arrival="burst", concurrency=48), None),
+    ("1x(sched=sarathi)", dict(arrival="poisson", qps=8.0), 900),  # a small decode cache: preemptions
+])
+def test_disaggregated_decode_pools_take_lockstep_with_the_same_results(monkeypatch: pytest.MonkeyPatch, decode_pool: str,
+                                                                        workload: dict, num_gpu_blocks: int | None) -> None:
+    """A decode pool's class (DecodeMixin over a policy) runs lockstep decodes: handed-off
+    requests join the cohort's loose requests, and every request, token time, gap and handoff
+    is what stepping each decode gives."""
+    joins: list[int] = []
+    real_join = cohort_module.DecodeCohort.join
+    monkeypatch.setattr(cohort_module.DecodeCohort, "join", lambda self, req: (joins.append(1), real_join(self, req)))
+    config = RunConfig(replica=ReplicaConfig("llama-2-7b", "a100-80gb", num_gpu_blocks=num_gpu_blocks),
+                       workload=WorkloadConfig("sharegpt", num_requests=200, **workload), seed=3).replace(
+        prefill_pool="1x", decode_pool=decode_pool)
+    on = simulate(config, token_times=True)
+    off = simulate(config.replace(fast_forward=False), token_times=True)
+    assert request_frame(on).equals(request_frame(off))
+    assert on.disagg.handoff.frame().equals(off.disagg.handoff.frame())
+    assert [bytes(r.token_times) for r in on.requests] == [bytes(r.token_times) for r in off.requests]
+    assert same_gaps(on.tbt, off.tbt)
+    assert joins  # the decode pool's cohort carried decodes
+    if num_gpu_blocks is not None:
+        assert request_frame(on)["num_preemptions"].sum() > 0

@@ -84,7 +84,7 @@ from simulator.engine.closed_loop import ClosedLoopClient, make_recorder
 from simulator.engine.cluster import RunResult, make_replica, prepare_requests, reporter_of, run_to_end
 from simulator.engine.kvcache import BlockManager, MemoryPlan
 from simulator.engine.records import Recorder
-from simulator.engine.replica import Replica, build_pool_scheduler
+from simulator.engine.replica import Replica, SchedulerWrap, build_pool_scheduler
 from simulator.engine.routers import ROUTERS
 from simulator.engine.schedulers import Batch, Scheduler
 from simulator.util.progress import RunProgress
@@ -191,7 +191,8 @@ class ParkingReplicaMixin:
 
 
 def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type | None, field: str,
-                          config: RunConfig | None = None, replica_id: int = 0) -> tuple[Scheduler, MemoryPlan]:
+                          config: RunConfig | None = None, replica_id: int = 0,
+                          lockstep: SchedulerWrap | None = None) -> tuple[Scheduler, MemoryPlan]:
     if config is not None and config.speculative is not None and mixin is not PrefillMixin:
         # Decode and mixed replicas speculate (a prefill replica emits only the first token).
         from simulator.engine.speculative import Speculation, speculation_rng
@@ -201,7 +202,8 @@ def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin:
                                     fix="lower --max-model-len, give the pool more GPUs or use a smaller drafter")
     # A prefill replica holds prompts only: one too long for it is rejected per request.
     return build_pool_scheduler(replica, sched, mixin=mixin, whole_requests=mixin is not PrefillMixin, field=field,
-                                fix="lower --max-model-len or give the pool more GPUs")
+                                fix="lower --max-model-len or give the pool more GPUs",
+                                lockstep=lockstep if replica.pp == 1 else None)
 
 
 def _make_replica(env: simpy.Environment, replica_id: int, scheduler: Scheduler, config: RunConfig,
@@ -262,7 +264,7 @@ class DisaggCluster:
     """Prefill, decode (and mixed) replicas, the handoff queue and the KV links."""
 
     def __init__(self, env: simpy.Environment, config: RunConfig, layout: DisaggLayout, recorder: Recorder,
-                 rng: np.random.Generator, num_requests: int) -> None:
+                 rng: np.random.Generator, num_requests: int, lockstep: SchedulerWrap | None = None) -> None:
         self.env = env
         self.layout = layout
         self.router = ROUTERS[config.router]
@@ -304,7 +306,7 @@ class DisaggCluster:
             rid += 1
         for _ in range(layout.decode.num_replicas * layout.decode_replica.attention_dp):
             sched, self.plans["decode"] = _build_pool_scheduler(layout.decode_replica, layout.decode_scheduler,
-                                                                DecodeMixin, "decode_pool", config, rid)
+                                                                DecodeMixin, "decode_pool", config, rid, lockstep)
             sched.on_freed = self._dispatch  # type: ignore[attr-defined]
             self.decode.append(_make_replica(env, rid, sched, config, layout.decode_replica, recorder, True))
             rid += 1
@@ -322,7 +324,10 @@ class DisaggCluster:
 
     def kv_balance(self) -> list[tuple[int, int, int]]:
         """Per replica ``(free blocks, blocks its requests and parked KV hold, total)``; the
-        invariant (checked by tests at any instant) is ``free + held == total``."""
+        invariant (checked by tests at any instant) is ``free + held == total``. Settles lockstep
+        decodes first (their block counts are stale while they are carried)."""
+        for r in self.replicas:
+            r.scheduler.settle()
         held = {r.replica_id: sum(q.num_blocks for q in (*r.scheduler.running, *r.scheduler.waiting))
                 for r in self.replicas}
         for _, hold, index in self.pending:
@@ -425,10 +430,12 @@ class DisaggCluster:
 
 
 def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
-                           watch: Callable[[simpy.Environment, list[Request]], Any] | None = None) -> RunResult:
+                           watch: Callable[[simpy.Environment, list[Request]], Any] | None = None,
+                           lockstep: SchedulerWrap | None = None) -> RunResult:
     """:func:`simulator.engine.cluster.simulate` for a disaggregated ``config``: same workload streams
     (same seed, same requests as the aggregated run), same result type. ``result.disagg``
-    holds the pools, the link and the :class:`HandoffLog` (:class:`DisaggFigures`)."""
+    holds the pools, the link and the :class:`HandoffLog` (:class:`DisaggFigures`). ``lockstep``
+    (the fast layer's class wrap) gives the decode pools lockstep decodes: the same results."""
     layout = layout_of(config)
     assert layout is not None
     wall_start = time.perf_counter()
@@ -441,7 +448,7 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
     client = ClosedLoopClient.of(config.workload)  # closed loop: users send as requests end (engine.closed_loop)
     recorder = make_recorder(Recorder, client, on_progress=reporter.update if reporter else None,
                              report_every=max(1, len(requests) // 200))
-    cluster = DisaggCluster(env, config, layout, recorder, router_rng, len(requests))
+    cluster = DisaggCluster(env, config, layout, recorder, router_rng, len(requests), lockstep)
     stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter=reporter is not progress, client=client)
     if config.first_token_at == "decode":
         deliver_first_token_on_decode(requests, cluster.log)

@@ -58,8 +58,8 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     request (:func:`memory_shortfall`) unless the pool serves parts of requests
     (``whole_requests=False``: a prefill pool rejects too-long prompts one by one), the error's
     ``fix`` by default naming GPUs (and a smaller drafter). ``lockstep``: the policy's class
-    with lockstep decodes (:func:`simulator.fast.lockstep.lockstep_class`, the fast layer's;
-    only for a plain replica: never with a role or speculation)."""
+    with lockstep decodes (:func:`simulator.fast.lockstep.lockstep_class`, the fast layer's, which
+    takes a plain policy or a decode pool's; never with speculation)."""
     max_model_len = replica.effective_max_model_len
     blocks, plan = build_kv_cache(replica, sched)
     cls = SCHEDULERS[sched.name]
@@ -84,8 +84,8 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
                           fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
     if mixin is not None:
         cls = with_mixin(mixin, cls)
-    elif lockstep is not None and speculation is None:
-        cls = lockstep(cls)
+    if lockstep is not None and speculation is None:
+        cls = lockstep(cls)  # the fast layer's wrap decides which classes take it
     scheduler = cls(sched, blocks, max_model_len)
     if speculation is not None:
         scheduler.speculation = speculation  # type: ignore[attr-defined]

@@ -11,8 +11,11 @@ and the base methods run as in the plain loop. Tests compare whole runs with loc
 
 Which policies may be wrapped is stated once, in :data:`simulator.fast.steady.RULES`: a policy
 that adds its running decodes only through ``Scheduler._add_decodes`` and reads running
-requests' counters nowhere else (vllm, orca, fastertransformer, sarathi). Any other class
-(a new policy, a speculating or disaggregated pool's mixin) runs plain.
+requests' counters nowhere else (vllm, orca, fastertransformer, sarathi). A disaggregated
+decode pool's class (:class:`~simulator.engine.disagg.DecodeMixin` over such a policy) is wrapped
+too, with :class:`LockstepDecodePool`: a handed-off request joins ``running`` without admission,
+so it joins the cohort's loose requests there. Any other class (a new policy, a speculating
+replica, a prefill pool, which reads its running requests' counters in ``complete``) runs plain.
 
 Contract while a cohort is active: members' counters are stale (see the cohort module);
 :meth:`LockstepMixin.settle` writes them before anything outside the policy reads running
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from simulator.engine.disagg import DecodeMixin
 from simulator.engine.schedulers.base import Batch, Scheduler, insert_fcfs
 from simulator.fast.cohort import DecodeCohort
 from simulator.fast.steady import RULES
@@ -123,10 +127,27 @@ def _lockstep_decodes(scheduler: Scheduler, cohort: DecodeCohort, batch: Batch, 
     return used
 
 
+class LockstepDecodePool:
+    """A decode pool's ``add_request`` with a cohort: a handed-off request that went straight
+    into ``running`` (``DecodeMixin``) is loose until the policy's next ``_add_decodes``."""
+
+    def add_request(self, req: Request) -> None:
+        num_running = len(self.running)  # type: ignore[attr-defined]
+        super().add_request(req)  # type: ignore[misc]
+        cohort = self.cohort  # type: ignore[attr-defined]
+        if cohort.active and len(self.running) > num_running:  # type: ignore[attr-defined]
+            insert_fcfs(cohort.loose, req)
+
+
 @cache
 def lockstep_class(policy: type[Scheduler]) -> type[Scheduler]:
     """``policy`` with lockstep decodes, where :data:`~simulator.fast.steady.RULES` says it
-    allows them; else ``policy`` itself (one class per policy, so replicas share it)."""
-    if policy not in RULES:
-        return policy
-    return type(f"Lockstep{policy.__name__}", (LockstepMixin, policy), {"lockstep_of": policy})
+    allows them (or a decode pool's class over such a policy); else ``policy`` itself (one
+    class per policy, so replicas share it). Event skipping reads ``lockstep_of``: a pool's
+    class is not in ``RULES``, so its replicas never skip."""
+    if policy in RULES:
+        return type(f"Lockstep{policy.__name__}", (LockstepMixin, policy), {"lockstep_of": policy})
+    mixin, *base = policy.__bases__
+    if mixin is DecodeMixin and len(base) == 1 and base[0] in RULES:
+        return type(f"Lockstep{policy.__name__}", (LockstepMixin, LockstepDecodePool, policy), {"lockstep_of": policy})
+    return policy

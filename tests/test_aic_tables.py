@@ -298,3 +298,18 @@ def test_import_aiconfigurator_writes_a_tidy_table(aic, tmp_path) -> None:  # no
     frame = pd.read_parquet(path)
     assert {"system", "backend", "version", "family", "kernel_source", "dtype", "latency_s"} <= set(frame.columns)
     assert set(frame["family"]) >= {"gemm", "attention", "moe", "comm"} and frame["latency_s"].gt(0).all()
+
+
+def test_a_runs_table_model_shares_the_tables_and_counts_its_own_extrapolations(aic) -> None:  # noqa: ANN001
+    """table_cost_model (what a run loads) reads a system's tables once per process; each run's
+    copy prices the same and counts only its own extrapolations."""
+    from simulator.costmodel.aic.model import table_cost_model
+
+    replica = ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm")
+    first, second = table_cost_model(replica, "vllm"), table_cost_model(replica, "vllm")
+    assert first is not second and first._gemm_index is second._gemm_index  # indexed once
+    fresh = _model(aic)
+    shape = BatchShape()
+    shape.add_decodes(8, 8 * 400_000, 8 * 400_000**2, 400_000)  # past the measured contexts: extrapolated
+    assert first.iteration_time(shape) == fresh.iteration_time(shape)
+    assert first.num_extrapolations > 0 and second.num_extrapolations == 0

@@ -34,9 +34,9 @@ def _load_kernels(spec: str, replica: ReplicaConfig, engine: str | EngineModel |
         if spec != "roofline":
             raise ConfigError("kernels", f"--kernels {replica.kernels} and --cost-model {spec} both price the kernels",
                               "give one: --kernels roofline with a fitted --cost-model, or the default --cost-model")
-        from simulator.costmodel.aic.model import TableCostModel  # pyarrow loads only for a table-priced run
+        from simulator.costmodel.aic.model import table_cost_model  # pyarrow loads only for a table-priced run
 
-        return TableCostModel(replica, replica.kernels)
+        return table_cost_model(replica, replica.kernels)
     if spec == "roofline":  # the engine names whose "today" constants price it (calibration.roofline_backend)
         return RooflineCostModel(replica, engine=engine)
     path = Path(spec)

@@ -41,6 +41,8 @@ multiply-adds, never pandas.
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import sys
 from bisect import bisect_right
@@ -702,3 +704,19 @@ class TableCostModel(TabulatedCostModel):
         """One line: which tables priced this model, and what the roofline priced for lack of rows."""
         extra = f"; roofline for {', '.join(dict.fromkeys(self.roofline_ops))}" if self.roofline_ops else ""
         return f"{self.source}{extra}"
+
+
+@functools.lru_cache(maxsize=32)
+def _loaded(replica: ReplicaConfig, backend: str) -> TableCostModel:
+    return TableCostModel(replica, backend)
+
+
+def table_cost_model(replica: ReplicaConfig, backend: str) -> TableCostModel:
+    """A run's table model for ``replica``: the tables are read and indexed once per process per
+    (replica, backend) (every attention-DP rank and every run of a sweep shares them), each call a
+    copy with its own extrapolation counters. The memos it fills as it prices (curves per batch,
+    the per-token tables) are pure functions of their keys, so sharing them changes no figure."""
+    model = copy.copy(_loaded(replica, backend))
+    model.num_extrapolations = 0
+    model.extrapolations_by_op = {}
+    return model

@@ -66,13 +66,17 @@ ENGINE = "vllm-2023-splitwise"
 # DistServe and Splitwise count TTFT at the prefill instance's first token; pinned so the default
 # (the decode worker delivers it, as Dynamo/NIXL deployments) leaves these tables as they were.
 FIRST_TOKEN_AT = "prefill"
+# One KV link that every transfer queues on, as these tables were made (the run default is now a link
+# per prefill worker's egress and decode worker's ingress, --kv-link-scope per-worker); pinned so the
+# splits with two prefill or decode replicas keep the link they were searched with.
+KV_LINK_SCOPE = "shared"
 
 
 def base_config(num_requests: int, prompt: int = 2048, output: int = 128) -> RunConfig:
     return RunConfig().replace(replica__model="llama-2-70b", replica__gpu="a100-80gb", workload__name="fixed",
                                workload__prompt_tokens=prompt, workload__output_tokens=output,
                                workload__num_requests=num_requests, kv_link="infiniband-200g",
-                               engine=ENGINE, first_token_at=FIRST_TOKEN_AT)
+                               engine=ENGINE, first_token_at=FIRST_TOKEN_AT, kv_link_scope=KV_LINK_SCOPE)
 
 
 def compare(base: RunConfig, gpus: int, slo: GoodputSLO, taus=TAUS) -> pd.DataFrame:  # noqa: ANN001
@@ -180,14 +184,18 @@ def few_gpus(n: int) -> pd.DataFrame:
 
 
 def crossover_link(n: int, split: RunConfig, slo_name: str) -> pd.DataFrame:
+    """The split's goodput per link bandwidth: on the one shared link of these tables, then with a
+    link per worker (each prefill worker's egress, the decode worker's ingress: the run default)."""
     slo = SLO_LEVELS[slo_name]
     rows = []
-    for link in ("1gbps", "2.5gbps", "5gbps", "10gbps", "25gbps", "100gbps", "infiniband-200g", "infinite"):
-        log(f"link {link}")
-        cfg = split.replace(kv_link=link, workload__num_requests=n)
-        res = goodput_search(cfg, slo, label_of(cfg), "disagg")
-        rows.append({"kv_link": link, "link_gbytes_per_s": layout_of(cfg).link.bytes_per_s / 1e9,
-                     "label": res.label, "goodput_per_gpu": res.goodput_per_gpu, "rate_qps": res.rate_qps})
+    for scope in (KV_LINK_SCOPE, "per-worker"):
+        for link in ("1gbps", "2.5gbps", "5gbps", "10gbps", "25gbps", "100gbps", "infiniband-200g", "infinite"):
+            log(f"link {link} ({scope})")
+            cfg = split.replace(kv_link=link, kv_link_scope=scope, workload__num_requests=n)
+            res = goodput_search(cfg, slo, label_of(cfg), "disagg")
+            rows.append({"kv_link": link, "link_gbytes_per_s": layout_of(cfg).link.bytes_per_s / 1e9,
+                         "label": res.label, "goodput_per_gpu": res.goodput_per_gpu, "rate_qps": res.rate_qps,
+                         "kv_link_scope": scope})
     return pd.DataFrame(rows)
 
 
@@ -195,12 +203,18 @@ def plot_crossover_link(df: pd.DataFrame, agg_best: pd.DataFrame, slo_name: str,
     slo = SLO_LEVELS[slo_name]
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
-    x = df["link_gbytes_per_s"].replace(np.inf, 1e3)
-    ax.plot(x, df["goodput_per_gpu"], "o-", color=COLORS["disagg"], label=f"disagg {df['label'].iloc[0]}")
+    if "kv_link_scope" not in df:  # a table from before the per-worker sweep
+        df = df.assign(kv_link_scope=KV_LINK_SCOPE)
+    for scope, style in ((KV_LINK_SCOPE, "o-"), ("per-worker", "s--")):
+        d = df[df["kv_link_scope"] == scope]
+        if len(d):
+            x = d["link_gbytes_per_s"].replace(np.inf, 1e3)
+            ax.plot(x, d["goodput_per_gpu"], style, color=COLORS["disagg"],
+                    label=f"disagg {d['label'].iloc[0]}, {'one shared link' if scope == 'shared' else 'a link per worker'}")
     for row in agg_best.itertuples():
         ax.axhline(row.goodput_per_gpu, color=COLORS[row.family], ls="--", label=f"{row.label} (aggregated)")
     ax.set_xscale("log")
-    ax.set_xlabel("KV link effective bandwidth (GB/s; 'infinite' drawn at 1000)")
+    ax.set_xlabel("KV link effective bandwidth (GB/s; 'infinite' drawn at 1000; per worker: each worker's)")
     ax.set_ylabel("goodput per GPU (req/s)")
     ax.set_title(f"Llama-2-70B, prompt {prompt}/output 128, 8x A100-80GB "
                  f"({slo_name} SLO: {slo.describe()})", fontsize=8)
@@ -254,7 +268,7 @@ def distserve_fig2(n: int) -> pd.DataFrame:
     slo = GoodputSLO(0.4, 0.04)
     base = RunConfig().replace(replica__model="llama-2-13b", workload__name="fixed", workload__prompt_tokens=512,
                                workload__output_tokens=64, workload__num_requests=n, engine=ENGINE,
-                               first_token_at=FIRST_TOKEN_AT)
+                               first_token_at=FIRST_TOKEN_AT, kv_link_scope=KV_LINK_SCOPE)
     cands = [("vllm", base.replace(scheduler__name="vllm"))]
     cands += [("sarathi", base.replace(scheduler__name="sarathi", scheduler__chunk_size=t)) for t in (128, 256, 512)]
     cands += [("disagg", base.replace(prefill_pool=p, decode_pool=d))

@@ -95,7 +95,11 @@ def run_variant(rows: pd.DataFrame, variant: str, args: argparse.Namespace, kv_l
                                 budget=budget, range_ratio=rr, engine=f"{r.backend}-2026", warmup_mode=mode,
                                 **({"kv_link": link} if link else {}),
                                 extra={"replica__kernels": r.backend,
-                                       "replica__max_model_len": int(r.isl) + int(r.osl) + 16})
+                                       "replica__max_model_len": int(r.isl) + int(r.osl) + 16,
+                                       # as the committed tables were made: one KV link for all
+                                       # transfers (2 of the 66 rows have several prefill workers;
+                                       # the run default is now a link per worker)
+                                       "kv_link_scope": "shared"})
             result = simulate(config, record_iterations=False)
             m = benchmark_metrics(result, request_columns(result), percentiles_=(50.0,))
             ttft, tpot, why = m["mean_ttft_ms"], m["mean_tpot_ms"], ""

@@ -31,6 +31,7 @@ from simulator.costmodel.engine_model import (
     load_engine,
     tp_lookup,
 )
+from simulator.costmodel.roofline import RooflineCostModel
 
 runner = CliRunner()
 FIXTURE = Path(__file__).parent / "data" / "vllm_bench_fixture.json"
@@ -258,3 +259,18 @@ def test_expert_parallelism_changes_the_collectives_the_engine_counts():
     # attention DP without EP: an all-gather and a reduce-scatter replace each MoE layer's all-reduce
     dp = ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=4, attention_dp=2)
     assert num_collectives(dp) == 2 * 32 + 1 + 32
+
+
+def test_collective_clamp_is_what_the_kernels_charge_per_all_reduce():
+    """An engine whose collectives beat the kernel model's latency is clamped at that latency, and
+    'today''s roofline charges a per-GPU part on top of the fixed one: the clamp includes it."""
+    from simulator.costmodel.engine_model import kernel_collective_latency_s
+
+    today = RooflineCostModel(ReplicaConfig(model="llama-2-70b", gpu="h100-sxm", tp=8, roofline_calibration="today"))
+    c = today.cal
+    assert c.allreduce_gpu_latency_s > 0
+    assert kernel_collective_latency_s(today) == pytest.approx(c.allreduce_latency_s + 6 * c.allreduce_gpu_latency_s)
+    one_token = float(today.all_reduce(np.array([1.0]))[0])
+    assert kernel_collective_latency_s(today) < one_token < kernel_collective_latency_s(today) * 1.1
+    old = RooflineCostModel(ReplicaConfig(model="llama-2-70b", gpu="h100-sxm", tp=8))
+    assert kernel_collective_latency_s(old) == old.cal.allreduce_latency_s  # the 2023 calibration: no per-GPU part

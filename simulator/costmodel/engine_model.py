@@ -272,7 +272,11 @@ def num_collectives(replica: ReplicaConfig) -> int:
 
 def kernel_collective_latency_s(kernels: CostModel) -> float:
     """The per-collective latency the kernel model already charges (the roofline's calibrated
-    NCCL latency; for other models, that of the roofline calibration of the same GPU)."""
+    latency, with 'today''s per-GPU part; the kernel tables' measured one; for other models, that of
+    the roofline calibration of the same GPU)."""
+    own = getattr(kernels, "collective_latency_s", None)
+    if own is not None:
+        return float(own())
     cal = getattr(kernels, "cal", None) or getattr(getattr(kernels, "roofline", None), "cal", None)
     if cal is None:
         from simulator.costmodel.calibration import calibration_for

@@ -168,8 +168,12 @@ class RooflineCostModel(TabulatedCostModel):
             return np.zeros_like(t)
         nbytes = t * self.model.hidden_size * self.dtype_bytes
         bw = self.tp_link_bytes_per_s * self.cal.allreduce_bus_eff
-        latency = self.cal.allreduce_latency_s + (tp - 2) * self.cal.allreduce_gpu_latency_s  # 2023: + 0.0
-        return np.where(t > 0, 2.0 * (tp - 1) / tp * nbytes / bw + latency, 0.0)
+        return np.where(t > 0, 2.0 * (tp - 1) / tp * nbytes / bw + self.collective_latency_s(), 0.0)
+
+    def collective_latency_s(self) -> float:
+        """The latency each TP all-reduce is charged: a fixed part and, with the 'today' constants,
+        one per GPU past two (the 2023 calibration's is 0.0)."""
+        return self.cal.allreduce_latency_s + max(0, self.replica.tp - 2) * self.cal.allreduce_gpu_latency_s
 
     # -- per-op view ----------------------------------------------------------------------
     def token_ops(self, tokens: np.ndarray) -> dict[str, np.ndarray]:

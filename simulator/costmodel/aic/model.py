@@ -251,6 +251,10 @@ class TableCostModel(TabulatedCostModel):
         self._ar_max_tokens = float(msg[-1] / self.model.hidden_size)
         self._ar_latency_s = float(lat[0])
 
+    def collective_latency_s(self) -> float:
+        """The latency each TP all-reduce is charged: the measured table's smallest message, else the roofline's."""
+        return self._ar_latency_s if self._ar is not None else self.rf.collective_latency_s()
+
     def all_reduce(self, tokens: np.ndarray) -> np.ndarray:
         t = np.asarray(tokens, dtype=np.float64)
         if self.replica.tp == 1:

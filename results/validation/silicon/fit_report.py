@@ -42,8 +42,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default: ../shared/data)")
     p.add_argument("--out", type=Path, default=HERE, help="output folder (default: this folder)")
-    p.add_argument("--cache", type=Path, default=Path("/tmp/servesim_silicon_traces.pkl"),
-                   help="kernels-only traces, reused between runs")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="kernels-only traces and simulated rows, reused between runs (default: "
+                        "/tmp/servesim_silicon_<hash of simulator/>.pkl, so a code change starts afresh)")
     p.add_argument("--sample", type=int, default=0, help="rows per backend x GPU x model (0: all)")
     p.add_argument("--requests-per-user", type=int, default=2)
     p.add_argument("--max-requests", type=int, default=800)
@@ -78,6 +79,46 @@ def kv_link_of(row) -> str:  # noqa: ANN001
     nvlink = row.system in ("gb200", "gb300") or total <= 8
     per_gpu = NVLINK_GBPS[row.system] if nvlink else NIC_GBPS[row.system]
     return f"{per_gpu * pgpus:g}GB/s@{5 if nvlink else 10}us"
+
+
+def code_hash() -> str:
+    """A hash of the simulator's source: cached traces and simulated rows belong to one version of it."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted((REPO / "simulator").rglob("*.py")):
+        h.update(path.relative_to(REPO).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+class RowCache:
+    """Simulated rows (mean TTFT, TPOT ms, or the failure) by run config, engine terms and first-token
+    point, in one pickle file saved as it goes: an interrupted report resumes where it stopped."""
+
+    def __init__(self, path: Path) -> None:
+        import pickle
+
+        self.path = path
+        self.items: dict[str, tuple[float, float] | str] = {}
+        if path.is_file():
+            try:
+                self.items = pickle.loads(path.read_bytes())
+            except Exception:  # noqa: BLE001 - a broken cache is rebuilt
+                self.items = {}
+
+    @staticmethod
+    def key(config, engine_text: str, first_token_at: str) -> str:  # noqa: ANN001
+        import hashlib
+
+        return hashlib.sha256(f"{config!r}|{engine_text}|{first_token_at}".encode()).hexdigest()[:24]
+
+    def save(self) -> None:
+        import pickle
+
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps(self.items))
+        tmp.replace(self.path)
 
 
 def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
@@ -142,8 +183,10 @@ def main(argv: list[str] | None = None) -> int:
 
     np.seterr(all="ignore")
     args = _args(argv)
+    if args.cache is None:
+        args.cache = Path(f"/tmp/servesim_silicon_{code_hash()}.pkl")
     total, distinct, rows, configs, not_run = rows_and_configs(args)
-    print(f"{total} rows: {distinct} distinct after wip/duplicates, {len(rows)} expressible")
+    print(f"{total} rows: {distinct} distinct after wip/duplicates, {len(rows)} expressible; cache {args.cache}")
     cache = TraceCache(args.cache)
     traces, failed = build_traces(rows, configs, cache)
     if args.traces_only:
@@ -163,26 +206,45 @@ def _artifact(params, backend: str, folder: Path) -> str:  # noqa: ANN001
     return str(path)
 
 
-def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_at: str = "decode") -> np.ndarray:  # noqa: ANN001
+def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_at: str = "decode",  # noqa: ANN001
+                   cache: RowCache | None = None, label: str = "") -> np.ndarray:
     """Rows that are not replayed (disaggregated pools, attention-DP ranks) simulated with the terms
-    ``artifact_of(row)`` names (None: not predicted); n x 2 (TTFT, TPOT ms), NaN where it failed."""
+    ``artifact_of(row)`` names (None: not predicted); n x 2 (TTFT, TPOT ms), NaN where it failed.
+    Each row's result is kept in ``cache`` (saved every few rows) and read back on a rerun."""
     from simulator.report.benchmark import benchmark_metrics
     from simulator.report.metrics import request_columns
     from simulator.simulation import simulate
 
     out = np.full((len(rows), 2), np.nan)
     errors = {}
+    started, done = time.perf_counter(), 0
     for k, (r, c) in enumerate(zip(rows.itertuples(), configs, strict=True)):
         engine = artifact_of(r)
         if engine is None:
             continue
-        try:
-            res = simulate(c.replace(engine=engine, first_token_at=first_token_at), record_iterations=False)
-        except Exception as err:  # noqa: BLE001 - a row that fails is reported, not fatal
-            errors[k] = f"simulation failed: {type(err).__name__}: {err}"
-            continue
-        m = benchmark_metrics(res, request_columns(res))
-        out[k] = m["mean_ttft_ms"], m["mean_tpot_ms"]
+        config = c.replace(engine=engine, first_token_at=first_token_at)
+        key = RowCache.key(c, Path(engine).read_text(), first_token_at) if cache is not None else None
+        got = cache.items.get(key) if cache is not None else None
+        if got is None:
+            try:
+                res = simulate(config, record_iterations=False)
+                m = benchmark_metrics(res, request_columns(res))
+                got = (m["mean_ttft_ms"], m["mean_tpot_ms"])
+            except Exception as err:  # noqa: BLE001 - a row that fails is reported, not fatal
+                got = f"simulation failed: {type(err).__name__}: {err}"
+            done += 1
+            if cache is not None:
+                cache.items[key] = got
+                if done % 5 == 0:
+                    cache.save()
+            if done % 10 == 0:
+                print(f"    {label} {k + 1}/{len(rows)} rows, {time.perf_counter() - started:.0f} s", flush=True)
+        if isinstance(got, str):
+            errors[k] = got
+        else:
+            out[k] = got
+    if cache is not None and done:
+        cache.save()
     return out, errors
 
 
@@ -306,11 +368,12 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
             for held, prm in fp.items():
                 arts[group, held] = _artifact(prm, f"{backend}-{group}-{held}", folder)
         osub, ocfg = rows.iloc[other], [configs[i] for i in other]
+        row_cache = RowCache(args.cache.with_name(args.cache.stem + "_rows.pkl"))
         runs = {"fit": (lambda r, arts=arts: arts["fit"], "decode"), "cv_gpu": (lambda r, arts=arts: arts.get(("gpu", r.gpu)), "decode"),
                 "cv_model": (lambda r, arts=arts: arts.get(("model", r.model)), "decode"),
                 "prefill": (lambda r, arts=arts: arts["fit"] if r.mode == "disagg" else None, "prefill")}
         for col, (art, at) in runs.items():
-            res, errors = _simulate_rows(osub, ocfg, art, at)
+            res, errors = _simulate_rows(osub, ocfg, art, at, row_cache, f"{backend} {col}")
             pred.loc[other, f"pred_ttft_ms_{col}"], pred.loc[other, f"pred_tpot_ms_{col}"] = res[:, 0], res[:, 1]
             if col == "fit":
                 for k, why in errors.items():

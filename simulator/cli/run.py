@@ -101,7 +101,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     if config.is_disaggregated:
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 
-        title = (f"{r.model} disaggregated: {layout_of(config).describe()} · engine {config.engine} · "
+        scope = "a KV link per worker" if config.kv_link_scope == "per-worker" else "one shared KV link"
+        title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({scope}) · engine {config.engine} · "
                  f"dtype {r.dtype}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"

@@ -186,6 +186,57 @@ def test_vllm_v1_is_sarathi_with_vllm_budget():
     assert s.token_budget == 2048
 
 
+# -- sglang ------------------------------------------------------------------------------------
+def test_sglang_prefill_batch_stalls_decodes_and_chunks_the_last_prompt():
+    s = make("sglang", chunk_size=1000)
+    decoding(s, 0, 100, 5)
+    decoding(s, 1, 100, 5)
+    waiting(s, 2, 700)
+    waiting(s, 3, 900)
+    waiting(s, 4, 50)
+    batch = s.schedule()
+    assert entries(batch) == [(2, 700), (3, 300)]  # decodes wait; the last prompt takes what is left
+    assert batch.shape.num_decodes == 0 and s.chunked is batch.requests[1]
+    finish_batch(s, batch)
+    batch = s.schedule()
+    assert entries(batch) == [(3, 600), (4, 50)]  # the chunked prompt first, then admission resumes
+    assert s.chunked is None
+    finish_batch(s, batch)
+    assert entries(s.schedule()) == [(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)]  # no prompt left: a decode batch
+
+
+def test_sglang_chunks_a_prompt_longer_than_the_budget_over_prefill_only_iterations():
+    s = make("sglang", chunk_size=512)
+    decoding(s, 0, 100, 5)
+    req = waiting(s, 1, 1300, output=3)
+    sizes = []
+    while not req.num_generated:
+        batch = s.schedule()
+        assert batch.shape.num_decodes == 0  # the running decode waits for the whole prompt
+        sizes += [n for r, n in zip(batch.requests, batch.num_tokens, strict=True) if r is req]
+        finish_batch(s, batch)
+    assert sizes == [512, 512, 276] and req.first_token_at is not None
+    assert entries(s.schedule()) == [(0, 1), (1, 1)]
+
+
+def test_sglang_decodes_when_the_head_cannot_be_admitted():
+    s = make("sglang", num_blocks=20, max_num_seqs=8)
+    decoding(s, 0, 100, 5)
+    waiting(s, 1, 400)  # 25 blocks: more than the cache holds now
+    assert entries(s.schedule()) == [(0, 1)]
+    t = make("sglang", max_num_seqs=1)
+    decoding(t, 0, 100, 5)
+    waiting(t, 1, 10)
+    assert entries(t.schedule()) == [(0, 1)]  # max_num_seqs reached
+
+
+def test_sglang_budget_is_its_chunked_prefill_size_and_radix_cache_on_by_default():
+    s = make("sglang")
+    assert s.token_budget == 8192
+    assert SchedulerConfig("sglang").prefix_cache is not None
+    assert SchedulerConfig("sglang", prefix_caching=False).prefix_cache is None
+
+
 # -- orca and fastertransformer -----------------------------------------------------------------
 def test_orca_runs_decodes_and_whole_prompts_together():
     s = make("orca", max_model_len=1024)

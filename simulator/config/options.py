@@ -57,12 +57,13 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "moe_imbalance": ("replica__moe_imbalance", float, "MoE load imbalance: busiest expert/EP rank over the mean (>= 1)."),
     "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
                        "(vLLM's --num-gpu-blocks-override)."),
-    "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi or vllm-v1."),
+    "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi, vllm-v1 or sglang (SGLang's default: "
+                  "prefill batches first, never mixed with decodes)."),
     "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
     "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
     "prefix_caching": ("scheduler__prefix_caching", bool, "Automatic prefix caching of KV blocks named by a trace's "
-                       "block hashes (default: on for vllm-v1, as vLLM V1; off for the other schedulers)."),
+                       "block hashes (default: on for vllm-v1, as vLLM V1, and sglang, as SGLang's radix cache; off for the others)."),
     "prefix_cache_policy": ("scheduler__prefix_cache_policy", str, "Prefix cache eviction: vllm-lru (vLLM V1: least "
                             "recently freed block) or radix-lru (SGLang: least recently used leaf)."),
     "cpu_kv_gib": ("scheduler__cpu_kv_gib", float, "Prefix cache CPU tier: GiB of host memory per replica keeping "
@@ -157,7 +158,7 @@ def load_config_file(path: Path, field: str = "--config") -> RunConfig:
 
 
 # Schedulers that take a token budget per iteration (prompt chunks); --chunk-size means nothing to the others.
-CHUNKING_SCHEDULERS = ("sarathi", "vllm-v1")
+CHUNKING_SCHEDULERS = ("sarathi", "vllm-v1", "sglang")
 
 
 def check_given(config: RunConfig, options: dict[str, Any]) -> None:

@@ -29,7 +29,7 @@ from simulator.config.specs import tp_shard_problem
 from simulator.config.speculative import SpeculativeConfig
 from simulator.config.topology import build_topology
 
-SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1")
+SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1", "sglang")
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
 WARMUP_MODES = ("steady", "drain")  # a closed loop's warm-up: inline, or a phase drained before the measured one
@@ -269,7 +269,7 @@ class SchedulerConfig:
         if self.cpu_kv_gib and self.prefix_cache is None:
             raise ConfigError("scheduler.cpu_kv_gib", "a CPU tier keeps the prefix cache's evicted blocks, "
                               "but prefix caching is off", "pass --prefix-caching, or drop --cpu-kv-gib")
-        if (self.name in ("sarathi", "vllm-v1") and self.chunk_size and self.max_num_batched_tokens
+        if (self.name in ("sarathi", "vllm-v1", "sglang") and self.chunk_size and self.max_num_batched_tokens
                 and self.chunk_size != self.max_num_batched_tokens):
             raise ConfigError("scheduler.chunk_size", f"{self.name} has one token budget but chunk_size={self.chunk_size} "
                               f"and max_num_batched_tokens={self.max_num_batched_tokens}", "give only one")
@@ -277,7 +277,8 @@ class SchedulerConfig:
     @property
     def prefix_cache(self) -> str | None:
         """The prefix cache policy the replicas run, or None when caching is off."""
-        on = self.name == "vllm-v1" if self.prefix_caching is None else self.prefix_caching
+        # On by default where the engine has it on: vLLM v1's prefix caching, SGLang's radix cache.
+        on = self.name in ("vllm-v1", "sglang") if self.prefix_caching is None else self.prefix_caching
         return self.prefix_cache_policy if on else None
 
     def token_budget(self, max_model_len: int) -> int:
@@ -286,6 +287,8 @@ class SchedulerConfig:
             return self.chunk_size or self.max_num_batched_tokens or 512
         if self.name == "vllm-v1":
             return self.chunk_size or self.max_num_batched_tokens or 2048  # vLLM v1's online-serving default
+        if self.name == "sglang":  # --chunked-prefill-size: SGLang picks 8192 on 80 GB-class GPUs (more on larger ones)
+            return self.chunk_size or self.max_num_batched_tokens or 8192
         # vLLM v0 without chunked prefill requires the budget to hold a whole prompt.
         return self.max_num_batched_tokens or max(max_model_len, 2048)
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from simulator.engine.schedulers.fastertransformer import FasterTransformerScheduler
 from simulator.engine.schedulers.orca import OrcaScheduler
 from simulator.engine.schedulers.sarathi import SarathiScheduler
+from simulator.engine.schedulers.sglang import SGLangScheduler
 from simulator.engine.schedulers.vllm import VLLMScheduler
 
 if TYPE_CHECKING:
@@ -93,6 +94,17 @@ def sarathi_decode_steady(s: Scheduler) -> bool:
             or not s.blocks.can_admit(waiting[0].num_prompt_tokens + waiting[0].num_generated, waiting[0]))
 
 
+def sglang_decode_steady(s: Scheduler) -> bool:
+    # A decode batch repeats while no prefill can be built: no prompt is under way (every running
+    # request decodes) and the head of waiting cannot be admitted (max_num_seqs, or blocks, which
+    # only shrink while decodes grow); the budget never stops admission (the prompt is chunked).
+    if not all_running_decode(s):
+        return False
+    waiting = s.waiting
+    return (not waiting or len(s.running) >= s.max_num_seqs
+            or not s.blocks.can_admit(waiting[0].num_prompt_tokens + waiting[0].num_generated, waiting[0]))
+
+
 def sarathi_chunk_steady(s: Scheduler) -> tuple[Request, int] | None:
     # The first partial prefill (running order) takes what the decodes leave of the budget;
     # while that is not its last chunk the budget is full, so later partials get nothing and
@@ -123,6 +135,7 @@ RULES: dict[type[Scheduler], SteadyRules] = {
     OrcaScheduler: SteadyRules(orca_decode_steady),
     FasterTransformerScheduler: SteadyRules(fastertransformer_decode_steady),
     SarathiScheduler: SteadyRules(sarathi_decode_steady, sarathi_chunk_steady),
+    SGLangScheduler: SteadyRules(sglang_decode_steady),
 }
 
 

@@ -60,6 +60,7 @@ import numpy as np
 from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
 from simulator.config.errors import ConfigError
+from simulator.config.options import CHUNKING_SCHEDULERS
 from simulator.config.prices import GPUPrice, gpu_power_w, price_of
 from simulator.config.run_config import RunConfig
 from simulator.costmodel import load_cost_model
@@ -71,7 +72,7 @@ from simulator.report.metrics import request_columns
 from simulator.workload.request import Status
 
 MODES = ("agg", "disagg")
-CHUNKING = ("sarathi", "vllm-v1")  # schedulers whose token budget is a prompt chunk size
+CHUNKING = CHUNKING_SCHEDULERS  # schedulers whose token budget is a prompt chunk size
 PREFILL_MARGIN = 1.5  # the prefill pool's bound is one full-budget prompt's rate times this
 SHORT_TRIAL_TTFTS = 10  # trials whose arrivals span fewer TTFT limits than this are flagged as too short
 

@@ -31,7 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 SCHEDULER_COLORS = {"vllm": "#d62728", "orca": "#ff7f0e", "fastertransformer": "#8c564b", "sarathi": "#2ca02c",
-                    "vllm-v1": "#1f77b4"}
+                    "vllm-v1": "#1f77b4", "sglang": "#9467bd"}
 FORMATS = ("png", "svg")
 
 

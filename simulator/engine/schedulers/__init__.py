@@ -7,6 +7,7 @@ from simulator.engine.schedulers.base import Batch, Scheduler
 from simulator.engine.schedulers.fastertransformer import FasterTransformerScheduler
 from simulator.engine.schedulers.orca import OrcaScheduler
 from simulator.engine.schedulers.sarathi import SarathiScheduler
+from simulator.engine.schedulers.sglang import SGLangScheduler
 from simulator.engine.schedulers.vllm import VLLMScheduler
 
 SCHEDULERS: dict[str, type[Scheduler]] = {
@@ -15,6 +16,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "fastertransformer": FasterTransformerScheduler,
     "sarathi": SarathiScheduler,
     "vllm-v1": SarathiScheduler,  # same policy, vLLM's default budget (SchedulerConfig.token_budget)
+    "sglang": SGLangScheduler,
 }
 
 __all__ = ["SCHEDULERS", "Batch", "Scheduler"]

@@ -1,0 +1,67 @@
+"""SGLang's default scheduler: prefill first, prompts chunked, prefill and decode never mixed.
+
+SGLang runs an iteration either as a *prefill* (``extend``) batch or as a *decode* batch; it
+mixes them only with ``--enable-mixed-chunk`` (off by default). Each iteration it first tries
+to build a prefill batch, and decodes only when no prompt can be taken:
+
+1. a prompt whose prefill is under way (SGLang's one ``chunked_req``) takes its next chunk,
+   ``min(what is left, budget)``;
+2. waiting requests are admitted in FCFS order while the budget (``--chunked-prefill-size``),
+   ``max_num_seqs`` (``--max-running-requests``) and KV blocks allow, the last one chunked to
+   what is left of the budget (it becomes the chunked request);
+3. if the batch holds any prefill it runs alone: every running decode waits (SGLang's
+   prefill priority, the generation stall that mixed batches remove); else every running
+   request decodes one token, preempting the newest when blocks run out (SGLang's retract).
+
+So under a closed loop at high concurrency the decodes stall while a wave of prompts is
+prefilled, and a prompt's TTFT is short while decodes are many: the opposite trade-off to
+vLLM v1's mixed batches (``vllm-v1``). The whole prompt's blocks are reserved at admission,
+as in the other policies here (SGLang admits against a predicted token usage).
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.engine.schedulers.base import Batch, Scheduler
+from simulator.workload.request import Request, Status
+
+
+class SGLangScheduler(Scheduler):
+    name = "sglang"
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - the base signature
+        super().__init__(*args, **kwargs)
+        self.chunked: Request | None = None  # the prompt whose prefill is under way, if any
+
+    def schedule(self) -> Batch:
+        batch = Batch()
+        budget, used = self.token_budget, 0
+        req = self.chunked
+        if req is not None:
+            left = req.num_prompt_tokens + req.num_generated - req.num_computed
+            if req.status is not Status.RUNNING or (req.num_generated and left <= 1):
+                self.chunked = None  # preempted, or its prompt is done: a decode now
+            elif not req.in_flight:
+                chunk = min(left, budget)
+                batch.add(req, chunk)
+                used = chunk
+                if chunk == left:
+                    self.chunked = None
+        waiting = self.waiting
+        while waiting and self.chunked is None and used < budget and len(self.running) < self.max_num_seqs:
+            req = waiting[0]
+            n = req.num_prompt_tokens + req.num_generated
+            if not self.blocks.can_admit(n, req):
+                break
+            self._admit(batch)
+            left = n - req.num_computed  # less its cached prefix, if any
+            chunk = min(left, budget - used)
+            batch.add(req, chunk)
+            used += chunk
+            if chunk < left:
+                self.chunked = req
+        if batch.requests or self.chunked is not None:
+            return batch  # a prefill batch (or the chunked prompt in flight): decodes wait
+        self._add_decodes(batch, math.inf, None)  # every running request decodes; no budget
+        return batch

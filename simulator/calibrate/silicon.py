@@ -59,6 +59,11 @@ SYSTEM_NETWORKS = {"h100_sxm": "infiniband-400g-x8", "b200_sxm": "infiniband-800
 # AIConfigurator GEMM lane -> our weight format (--dtype); blank = bf16.
 GEMM_FORMATS = {"fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "nvfp4", "int4_wo": "int4", "": "bf16"}
 DEFAULT_BUDGET = 8192
+# Each backend's scheduling policy as deployed by default: vLLM V1 mixes prefill chunks and
+# decodes under one budget; SGLang runs prefill batches first and never mixes them with decodes
+# (no --enable-mixed-chunk); TensorRT-LLM's in-flight batching puts context and generation
+# requests in one step under max_num_tokens (closest here: vllm-v1's mixed batches).
+BACKEND_SCHEDULERS = {"vllm": "vllm-v1", "sglang": "sglang", "trtllm": "vllm-v1"}
 DEFAULT_MAX_NUM_SEQS = 256
 
 _SOURCE_KEY = re.compile(r"(?:^|;)\s*([a-z_]+)=([^;]*)")
@@ -244,13 +249,14 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
     gpu = _gpu(row.system)
     dtype, kv = _dtypes(row)
     is_moe = get_model(model).is_moe
+    sched = BACKEND_SCHEDULERS.get(str(row.backend), "vllm-v1")
     warmup = concurrency
     total = warmup + max(requests_per_user * concurrency, 32)
     if max_requests is not None:
         total = max(min(total, max_requests), warmup + concurrency)
     changes: dict[str, Any] = {
         "replica__model": model, "replica__gpu": gpu, "replica__dtype": dtype, "replica__kv_cache_dtype": kv,
-        "scheduler__name": "vllm-v1", "scheduler__max_num_batched_tokens": budget,
+        "scheduler__name": sched, "scheduler__max_num_batched_tokens": budget,
         "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
         "workload__arrival": "burst", "workload__num_requests": total,
         "workload__concurrency": concurrency, "workload__num_warmup": warmup, "workload__range_ratio": range_ratio,
@@ -280,8 +286,8 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
             changes.update({"replica__tp": dtp, **_nodes(dtp, dtp)})
             if max(ptp, dtp) > MAX_GPUS_PER_NODE:
                 changes["replica__allow_tp_across_nodes"] = True
-        changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu},sched=vllm-v1,budget={budget})",
-                        "decode_pool": f"{dw}x({decode},gpu={gpu},sched=vllm-v1,budget={budget},seqs={seqs})",
+        changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu},sched={sched},budget={budget})",
+                        "decode_pool": f"{dw}x({decode},gpu={gpu},sched={sched},budget={budget},seqs={seqs})",
                         "kv_link": kv_link})
     else:
         raise Unexpressible(f"unknown mode {row.mode!r}")

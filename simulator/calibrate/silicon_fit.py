@@ -312,7 +312,7 @@ def user_row_config(row: Any, base: Any, budget: int = 8192, requests_per_user: 
     """A closed-loop run of one user row over ``base`` (a RunConfig): its model, GPU, layout,
     lengths and concurrency; the row's ``kernels`` if given, else its backend's measured kernel
     tables where the backend has them (vllm, sglang, trtllm), else the roofline."""
-    from simulator.calibrate.silicon import SYSTEMS, _model
+    from simulator.calibrate.silicon import BACKEND_SCHEDULERS, SYSTEMS, _model
     from simulator.config.run_config import KERNEL_TABLES
 
     def opt(name: str, default: Any) -> Any:
@@ -325,7 +325,8 @@ def user_row_config(row: Any, base: Any, budget: int = 8192, requests_per_user: 
     backend = str(row.backend)
     changes: dict[str, Any] = {
         "replica__model": _model(str(row.model)), "replica__gpu": SYSTEMS.get(str(row.gpu), str(row.gpu)), "replica__tp": tp, "replica__pp": pp,
-        "replica__ep": ep, "scheduler__name": "vllm-v1", "scheduler__max_num_batched_tokens": budget,
+        "replica__ep": ep, "scheduler__name": BACKEND_SCHEDULERS.get(backend, "vllm-v1"),
+        "scheduler__max_num_batched_tokens": budget,
         "scheduler__max_num_seqs": max(256, -(-conc // adp)),
         "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
         "workload__arrival": "burst", "workload__num_requests": total, "workload__concurrency": conc,

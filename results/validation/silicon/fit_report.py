@@ -53,6 +53,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "AIPerf --isl/--osl; the users then move in waves, as the measured TTFTs say)")
     p.add_argument("--traces-only", action="store_true", help="build the trace cache and stop")
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
+    p.add_argument("--first-token-on-prefill", action="store_true",
+                   help="also simulate each disaggregated row with the first token delivered by the prefill worker")
     return p.parse_args(argv)
 
 
@@ -371,7 +373,8 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
         row_cache = RowCache(args.cache.with_name(args.cache.stem + "_rows.pkl"))
         runs = {"fit": (lambda r, arts=arts: arts["fit"], "decode"), "cv_gpu": (lambda r, arts=arts: arts.get(("gpu", r.gpu)), "decode"),
                 "cv_model": (lambda r, arts=arts: arts.get(("model", r.model)), "decode"),
-                "prefill": (lambda r, arts=arts: arts["fit"] if r.mode == "disagg" else None, "prefill")}
+                "prefill": (lambda r, arts=arts: arts["fit"] if r.mode == "disagg" and args.first_token_on_prefill else None,
+                            "prefill")}
         for col, (art, at) in runs.items():
             res, errors = _simulate_rows(osub, ocfg, art, at, row_cache, f"{backend} {col}")
             pred.loc[other, f"pred_ttft_ms_{col}"], pred.loc[other, f"pred_tpot_ms_{col}"] = res[:, 0], res[:, 1]

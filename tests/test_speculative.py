@@ -207,6 +207,77 @@ def test_drafter_costs() -> None:
     assert 0.5e9 < w < 1.5e9 and kv > 0  # ~0.5B params in bf16 on the draft's one GPU
 
 
+@pytest.mark.parametrize(("model", "gpu", "tp", "dtype"), [("deepseek-v3", "gb200", 4, "int4"),  # MLA
+                                                          ("llama-3-70b", "h100", 4, "bf16")])  # GQA
+def test_verify_attention_is_the_decode_kernel(model: str, gpu: str, tp: int, dtype: str) -> None:
+    """A verify's attention is the engines' decode kernel with 1 + k queries: each sequence's KV
+    read once, so it costs about a decode's attention over the same contexts (the math of the
+    extra queries on top), not a prefill chunk's (for MLA the non-absorbed form: the whole
+    context up-projected per verify, several times the decode). A prompt chunk in the same step
+    keeps its own prefill attention."""
+    replica = ReplicaConfig(model, gpu, tp=tp, dtype=dtype)
+    target = load_cost_model("roofline", replica, "vllm-v1")
+    cost = SpeculativeCostModel(target, SpeculativeConfig("eagle3", 3, acceptance_rates=(0.7,)))
+    n, context = 16, 1500
+    verify = SpecBatchShape()
+    for _ in range(n):
+        verify.add_verify(3, context)
+    plain = BatchShape.decode_only(n, n * (context + 4), n * (context + 4) ** 2, context + 4)
+    got = cost.breakdown(verify)
+    attn = got["attn_decode"] + got["attn_prefill"]
+    decode_attn = target.breakdown(plain)["attn_decode"]
+    assert got["attn_prefill"] == 0.0
+    assert decode_attn <= attn < 1.5 * decode_attn
+    # the GEMMs see every query row
+    assert verify.num_prefill_tokens + verify.num_decodes == n * 4 and verify.num_logits == n * 4
+    mixed = SpecBatchShape.of(BatchShape.from_requests([(512, 0)]))
+    for _ in range(n):
+        mixed.add_verify(3, context)
+    chunk = BatchShape.from_requests([(512, 0)])
+    assert cost.breakdown(mixed)["attn_prefill"] == target.breakdown(chunk)["attn_prefill"]
+
+
+def test_drafter_pass_cpu_follows_the_engine() -> None:
+    """A draft model's pass costs its kernels, plus the engine's fixed per-step CPU where the
+    engine runs it synchronously (once a pass), nothing where the engine hides its CPU."""
+    replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
+    spec = SpeculativeConfig("draft_model", 4, "qwama-0.5b", acceptance_rates=(0.7,))
+    verify = SpecBatchShape()
+    for _ in range(32):
+        verify.add_verify(4, 999)
+    times = {}
+    for engine in ("vllm-v1", "vllm-2023-splitwise"):
+        cost = SpeculativeCostModel(load_cost_model("roofline", replica, engine), spec)
+        d = cost.draft
+        assert d is not None
+        kernels = sum(d.pre_time(s) + d.model.num_layers * d.layer_time(s) + d.post_time(s) for s in
+                      (BatchShape.decode_only(32, 32 * (1000 + j), 32 * (1000 + j) ** 2, 1000 + j) for j in range(4)))
+        times[engine] = cost.draft_time(verify), kernels
+    t, kernels = times["vllm-v1"]
+    assert t == pytest.approx(kernels, rel=1e-12) and t < 6e-3  # ~1 ms a pass of a 0.5B model
+    t, kernels = times["vllm-2023-splitwise"]
+    assert t == pytest.approx(kernels + 4 * 2.99e-3, rel=1e-9)
+
+
+def test_medusa_heads_are_one_pass() -> None:
+    """Medusa's heads predict positions 1..k at once: one drafter pass a step (one pass's CPU),
+    k residual blocks and LM heads; EAGLE's head runs k sequential passes."""
+    assert from_vllm_json('{"method": "medusa", "num_speculative_tokens": 3}', (0.6,)).method == "medusa"
+    replica = ReplicaConfig("llama-2-7b", "a100-80gb")
+    verify = SpecBatchShape()
+    verify.add_verify(6, 300)
+    out = {}
+    for method in ("medusa", "eagle"):
+        cost = SpeculativeCostModel(load_cost_model("roofline", replica, "handset"),
+                                    SpeculativeConfig(method, 6, acceptance_rates=(0.6,)))
+        out[method] = cost.draft_time(verify), cost.pass_cpu_s
+    (medusa, cpu), (eagle, _) = out["medusa"], out["eagle"]
+    assert cpu == 1.5e-3
+    assert cpu < medusa < 2 * cpu and eagle > 6 * cpu
+    w, kv = drafter_memory(replica, SpeculativeConfig("medusa", 5, acceptance_rates=(0.6,)))
+    assert kv == 0.0 and 5 * 4096 * 32000 * 2 < w < 5 * 4096 * 40000 * 2
+
+
 # -- acceptance data -----------------------------------------------------------------------------------------------
 def test_rates_from_al_curve_reproduce_the_curve(shared_data) -> None:  # noqa: ANN001
     from simulator.calibrate.speculative_data import find_curve, golden_curves, iid_rate
@@ -409,9 +480,9 @@ def test_llama3_70b_speeds_up_at_low_load_and_slows_at_high() -> None:
         return float(tpot), sum(r.num_output_tokens for r in done) / makespan
 
     (tpot0, _), (tpot1, _) = figures(1.0, None), figures(1.0, spec)
-    assert tpot0 / tpot1 > 1.1
+    assert tpot0 / tpot1 > 1.3
     (_, thr0), (_, thr1) = figures(10.0, None), figures(10.0, spec)
-    assert thr1 / thr0 < 0.95
+    assert thr1 / thr0 < 0.97  # the draft passes' kernels only (vllm-v1 hides the CPU): a small slowdown
 
 
 def test_speculation_says_prefix_caching_is_off() -> None:

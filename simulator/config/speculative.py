@@ -1,8 +1,8 @@
 """Speculative decoding settings: which drafter, how many draft tokens, how often they are accepted.
 
 A request that speculates proposes ``k`` (``num_speculative_tokens``) draft tokens per step
-(from a small draft model, an EAGLE/MTP head on the target's hidden states, or n-gram lookup in
-its own prompt) and the target verifies the last token plus the ``k`` drafts in one forward
+(from a small draft model, an EAGLE/MTP head on the target's hidden states, Medusa's parallel
+heads, or n-gram lookup in its own prompt) and the target verifies the last token plus the ``k`` drafts in one forward
 pass. The drafts are accepted left to right until the first rejection; the target's token at
 that position (correction, or the bonus token when all ``k`` are accepted) is emitted too, so a
 step emits ``1 + a`` tokens, ``a`` in ``0..k``.
@@ -30,11 +30,11 @@ from typing import Any
 
 from simulator.config.errors import ConfigError
 
-METHODS = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
+METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram")
 # vLLM's method names (and older spellings) mapped to ours.
 _VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp",
                  "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "glm4_moe_mtp": "mtp", "mimo_mtp": "mtp",
-                 "ernie_mtp": "mtp", "ngram": "ngram", "medusa": "eagle", "mlp_speculator": "eagle"}
+                 "ernie_mtp": "mtp", "ngram": "ngram", "medusa": "medusa", "mlp_speculator": "eagle"}
 _VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
               "acceptance_rate", "acceptance_rates", "prompt_lookup_max", "prompt_lookup_min", "quantization",
               "reduce_k_batch_size", "acceptance_source")

@@ -232,12 +232,18 @@ def mla_attention_prefill(rf: RooflineCostModel, pairs: float, kv_tokens: float,
             + rf.attn_floor)
 
 
-def mla_attention_decode(rf: RooflineCostModel, kv_tokens: float, num_decodes: int) -> float:
-    """One MLA layer's absorbed decode attention over ``kv_tokens`` cached latents."""
+def mla_attention_decode(rf: RooflineCostModel, kv_tokens: float, num_decodes: int,
+                         query_pairs: float | None = None, num_queries: int | None = None) -> float:
+    """One MLA layer's absorbed decode attention over ``kv_tokens`` cached latents. A speculative
+    verify runs the same kernel with several query tokens a sequence (FlashMLA folds them into
+    the query-head rows): ``query_pairs`` (query-key pairs, default ``kv_tokens``) and
+    ``num_queries`` (query tokens, default ``num_decodes``) then set the math and the query
+    bytes, while each sequence's latents are read once."""
     m, c, g = rf.model, rf.cal, rf.gpu
     heads = rf.heads_per_gpu
-    flops = 2.0 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * kv_tokens
-    nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * num_decodes * heads * (m.kv_lora_rank + m.qk_rope_head_dim) * rf.dtype_bytes
+    flops = 2.0 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * (kv_tokens if query_pairs is None else query_pairs)
+    nbytes = kv_tokens * rf.kv_bytes_per_token + 2 * (num_decodes if num_queries is None else num_queries) * heads * (
+        m.kv_lora_rank + m.qk_rope_head_dim) * rf.dtype_bytes
     if c.mla_decode_memory_eff is not None:  # MLA decode's own constants ("today"), not GQA decode's
         compute_eff = rf.mla_eff if c.mla_decode_compute_eff is None else c.mla_decode_compute_eff
         floor = rf.attn_floor if c.mla_decode_floor_s is None else c.mla_decode_floor_s

@@ -285,6 +285,31 @@ class RooflineCostModel(TabulatedCostModel):
         return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
                 + num_decodes * self.decode_seq_s + self.attn_decode_floor)
 
+    def attention_verify(self, kv_tokens: float, num_seqs: int, query_pairs: float, num_queries: int) -> float:
+        """One layer's decode attention for ``num_seqs`` sequences of which some bring several
+        query tokens (speculative verifies): the engines run verifies through their decode
+        kernels (vLLM's FlashAttention/FlashInfer/FlashMLA backends take a uniform query length
+        ``1 + k`` as decode; the query tokens fold into the query-head rows), so each sequence's
+        ``kv_tokens`` keys are read once while the math covers ``query_pairs`` query-key pairs of
+        ``num_queries`` query tokens. With one query a sequence this is :meth:`attention_decode`'s
+        price plus the (memory-bound) math bound."""
+        t = self._attention_verify(kv_tokens, num_seqs, query_pairs, num_queries)
+        if self.sliding_fraction:
+            w = self.sliding_window
+            local = self._attention_verify(min(kv_tokens, num_seqs * w), num_seqs, min(query_pairs, num_queries * w),
+                                           num_queries)
+            t += self.sliding_fraction * (local - t)
+        return t
+
+    def _attention_verify(self, kv_tokens: float, num_seqs: int, query_pairs: float, num_queries: int) -> float:
+        if self.mla:
+            return mla_attention_decode(self, kv_tokens, num_seqs, query_pairs, num_queries)
+        c, g = self.cal, self.gpu
+        flops = 4.0 * self.heads_per_gpu * self.model.head_dim * query_pairs
+        nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_queries * self.q_per_gpu * self.dtype_bytes
+        return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff))
+                + num_seqs * self.decode_seq_s + self.attn_decode_floor)
+
     def decode_attention_terms(self, n: int) -> tuple[float, float, float, float, float] | None:
         """Decode attention of ``n`` sequences holding ``kv`` KV tokens in all, as
         ``(kv * kvb + per_token) / bandwidth + per_seq + floor``: these five terms (the scalar

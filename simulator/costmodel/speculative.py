@@ -1,13 +1,25 @@
 """Pricing speculative decoding: the verify pass, the drafter, and the drafter's memory.
 
-The verify pass is priced by the target's own cost model, because the scheduler writes it
-into the batch shape as what it is: for each speculating request, a prefill-like chunk of
-``k + 1`` query tokens (the last token and ``k`` drafts) over its context
-(``add_prefill(k + 1, kv_before=context, produces=True)``), with ``k`` more sampled rows for
-the LM head (every position is scored). So verify tokens take token-budget slots and GEMM
-rows like any other token: at small batches the step stays weight-bound and ``k + 1`` tokens
-cost little more than one; at large batches they make the step compute-bound and the
-speculation stops paying (the crossover ``results/speculative/`` shows).
+The verify pass is priced by the target's own cost model. For each speculating request the
+scheduler writes ``k + 1`` query tokens (the last token and ``k`` drafts) over its context into
+the batch shape (:meth:`SpecBatchShape.add_verify`): ``k + 1`` GEMM rows (the request's decode
+row plus ``k`` rows counted with the step's non-decode tokens, so they take token-budget slots
+and GEMM rows like any other token) and ``k + 1`` sampled rows for the LM head (every position
+is scored). At small batches the step stays weight-bound and ``k + 1`` tokens cost little more
+than one; at large batches they make the step compute-bound and the speculation stops paying
+(the crossover ``results/speculative/`` shows).
+
+Its attention is the engines' *decode* kernel, not a prefill: vLLM (V1) takes a batch whose
+requests all have query length ``1 + k`` as a uniform decode (its attention backends' decode
+path, captured in CUDA graphs for that query length; the MLA backends send query lengths up to
+``1 + k`` to FlashMLA's decode kernel), SGLang and TensorRT-LLM likewise run target-verify
+through their decode kernels. Each verifying request's KV (context and its ``k + 1`` new keys)
+is read once and the ``k + 1`` queries share it, so the shape holds a verify as one decode over
+``context + k + 1`` keys, and :class:`VerifyKernels` prices the math of its ``k + 1`` queries
+on top (the kernel model's :meth:`attention_verify`, where it has one). Priced as a prefill
+chunk instead, an MLA model paid the non-absorbed prefill form (the whole context up-projected
+for every verify: 9 ms of a 29 ms DeepSeek-V3 step at 16 requests) and a GQA model read the KV
+at the prefill kernels' efficiency.
 
 The drafter's cost is added per step by :class:`SpeculativeCostModel`, from the few sums
 :class:`SpecBatchShape` carries (speculating requests, their context sums, the step's ``k``):
@@ -15,14 +27,24 @@ The drafter's cost is added per step by :class:`SpeculativeCostModel`, from the 
 - ``draft_model``: ``k`` autoregressive decode passes of the small model over the speculating
   requests (context ``j`` tokens longer in pass ``j``), plus its own pass over the step's
   prefill chunks (a draft model keeps its own KV cache, so it prefills every prompt too), priced
-  by the roofline kernel model of the draft on the target's GPU at ``draft_tp``; the engine's
-  CPU terms (scheduling, output processing, the TP RPC) are the step's and are not repeated per
-  draft pass (the engine presets lump them, so a per-pass share cannot be read off the data);
+  by the roofline kernel model of the draft on the target's GPU at ``draft_tp`` (the calibration
+  the target's engine selects), kernels only plus the per-pass CPU below;
 - ``eagle``/``eagle3``/``mtp``: ``k`` sequential passes of one target-sized decoder layer plus
   the LM head over the speculating requests (an EAGLE head or MTP module is one layer reusing
-  the target's head), kernels only: the engines that ship them run the drafter inside the
-  step's CUDA graph;
+  the target's head), kernels plus the per-pass CPU below;
+- ``medusa``: one pass of ``k`` parallel heads on the target's last hidden state (each a
+  residual ``hidden x hidden`` block and its own LM head: Medusa's heads predict positions
+  ``1..k`` at once, and vLLM's Medusa proposer runs them in one forward), so one pass a step
+  whatever ``k``;
 - ``ngram``: nothing (a CPU lookup in the request's own tokens).
+
+Each drafter pass also pays :attr:`SpeculativeCostModel.pass_cpu_s`: an engine that runs its
+CPU work synchronously (``overlap_cpu`` off) launches each pass from Python and samples its
+token, so a pass costs its fixed per-step CPU (``cpu_iteration_s``; the per-request terms are
+paid once a step: vLLM V0's draft worker runs its ``k`` passes in one call, advancing the inputs
+on the GPU, and a batch-1 research loop has one request); an engine that hides its CPU (async
+scheduling, the drafter in the step's CUDA graphs: vLLM V1's proposer) adds nothing; a bare
+kernel model charges its own fixed per-step overhead, as it does the target's step.
 
 Memory (:func:`speculative_memory_plan`): a draft model holds its weights and a KV cache of
 its own for every token the target caches; an EAGLE/MTP head, one layer's weights and KV.
@@ -33,6 +55,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
+import numpy as np
 
 from simulator.config.catalog import ModelSpec, get_gpu, get_model
 from simulator.config.errors import ConfigError
@@ -95,32 +119,39 @@ _SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))  # SpecBat
 
 @dataclass(slots=True)
 class SpecBatchShape(BatchShape):
-    """A batch shape with the speculating requests' sums (the drafter's cost reads them).
-    Their verify chunks are already in the prefill fields; these add nothing the target prices."""
+    """A batch shape with the speculating requests' sums (the drafter's cost and the verify
+    attention read them). A verify is already in the shape as a decode over its context and
+    its ``k + 1`` new keys, its other ``k`` query rows in ``num_prefill_tokens`` (GEMM rows)
+    without a prefill chunk; these fields add nothing a plain kernel model prices."""
 
     num_spec: int = 0  # requests verifying drafts this step
     spec_k: int = 0  # the step's largest k (draft passes)
-    spec_kv_sum: int = 0  # sum of their contexts (last token included)
+    spec_kv_sum: int = 0  # sum of their contexts (last token included): where the drafter starts
     spec_kv_sq_sum: int = 0
     spec_kv_max: int = 0
     spec_tokens: int = 0  # their verify tokens: sum of k + 1
-    spec_attn_pairs: float = 0.0  # their verify chunks' share of prefill_attn_pairs
-    spec_chunk_sq_sum: float = 0.0  # and of prefill_chunk_sq_sum
+    spec_attn_pairs: float = 0.0  # their queries' query-key pairs: sum of c * context + c * (c + 1) / 2
 
     @classmethod
     def of(cls, shape: BatchShape) -> SpecBatchShape:
         """A copy of ``shape`` with no speculating requests yet."""
         return cls(**{name: getattr(shape, name) for name in _SHAPE_FIELDS})
 
+    @property
+    def num_verify_rows(self) -> int:
+        """The verifies' query rows beyond their decode rows (sum of k), in ``num_prefill_tokens``."""
+        return self.spec_tokens - self.num_spec
+
     def add_verify(self, k: int, context: int) -> None:
         """One request verifying ``k`` drafts after ``context`` cached tokens (its last token is
-        fed again): a ``k + 1``-token chunk over the context, every position scored."""
+        fed again): ``k + 1`` query tokens over the context, every position scored, the KV of
+        ``context + k + 1`` keys read once (a decode of that length, ``k`` more GEMM rows)."""
         c = k + 1
-        self.add_prefill(c, context, True)
+        self.add_decode(context + c)
+        self.num_prefill_tokens += k
         self.num_logits += k
         self.spec_tokens += c
         self.spec_attn_pairs += c * context + c * (c + 1) / 2
-        self.spec_chunk_sq_sum += c * c
         kv = context + 1
         self.num_spec += 1
         self.spec_kv_sum += kv
@@ -130,6 +161,78 @@ class SpecBatchShape(BatchShape):
         if k > self.spec_k:
             self.spec_k = k
 
+    def prefill_view(self) -> BatchShape:
+        """The step's prompt chunks alone (the verifies' extra rows left out)."""
+        return BatchShape(num_prefill_tokens=self.num_prefill_tokens - self.num_verify_rows,
+                          num_prefills=self.num_prefills, prefill_attn_pairs=self.prefill_attn_pairs,
+                          prefill_kv_tokens=self.prefill_kv_tokens, prefill_chunk_sq_sum=self.prefill_chunk_sq_sum,
+                          prefill_max_kv=self.prefill_max_kv)
+
+
+class VerifyKernels(CostModel):
+    """A kernel model that prices a :class:`SpecBatchShape`'s verifies as the engines run them:
+    GEMM rows for every query token, the step's prompt chunks through prefill attention, and the
+    decodes and verifies through one decode-kernel call whose math covers every query
+    (``attention_verify`` of the kernel model; a kernel model without it prices the verifies as
+    decodes, one query each). Any other shape costs exactly what the kernels say (same float):
+    every other method is the wrapped model's."""
+
+    def __init__(self, kernels: CostModel) -> None:
+        self.__dict__["_k"] = kernels  # before anything else: __getattr__ reads it
+        super().__init__(kernels.replica)
+        self.name = kernels.name
+        self._verify = getattr(kernels, "attention_verify", None)
+        self._tabulated = hasattr(kernels, "token_time") and hasattr(kernels, "attention_prefill")
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - the wrapped model's attributes (cal, counters, tables)
+        return getattr(self.__dict__["_k"], name)
+
+    def _verify_attention(self, shape: SpecBatchShape) -> float:
+        k = self._k
+        if self._verify is None:
+            return k.attention_decode(shape)
+        plain_pairs = shape.decode_kv_tokens - (shape.spec_kv_sum + shape.num_verify_rows)  # plain decodes' keys
+        return self._verify(shape.decode_kv_tokens, shape.num_decodes, plain_pairs + shape.spec_attn_pairs,
+                            shape.num_decodes + shape.num_verify_rows)
+
+    def layer_time(self, shape: BatchShape) -> float:
+        if type(shape) is not SpecBatchShape or not shape.num_spec or not self._tabulated:
+            return self._k.layer_time(shape)
+        k = self._k
+        # TabulatedCostModel.layer_time's three terms, with the verifies' attention as above.
+        return (k.token_time(shape.num_prefill_tokens + shape.num_decodes) + k.attention_prefill(shape.prefill_view())
+                + self._verify_attention(shape))
+
+    def pre_time(self, shape: BatchShape) -> float:
+        return self._k.pre_time(shape)
+
+    def post_time(self, shape: BatchShape) -> float:
+        return self._k.post_time(shape)
+
+    def overhead_time(self, shape: BatchShape) -> float:
+        return self._k.overhead_time(shape)
+
+    def send_recv_time(self, num_tokens: int, hop: int | None = None) -> float:  # type: ignore[override]
+        return self._k.send_recv_time(num_tokens, hop)
+
+    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+        out = dict(self._k.breakdown(shape))
+        if type(shape) is SpecBatchShape and shape.num_spec and self._tabulated and "attn_decode" in out:
+            layers = self.model.num_layers
+            out["attn_prefill"] = layers * self._k.attention_prefill(shape.prefill_view())
+            out["attn_decode"] = layers * self._verify_attention(shape)
+        return out
+
+
+def verify_aware(target: CostModel) -> CostModel:
+    """``target`` with its kernels wrapped in :class:`VerifyKernels` (an engine model rebuilt over
+    them with the same terms), so verifies are priced as decode-kernel attention."""
+    from simulator.costmodel.engine_model import EngineCostModel
+
+    if isinstance(target, EngineCostModel):
+        return EngineCostModel(VerifyKernels(target.kernels), target.engine)
+    return VerifyKernels(target)
+
 
 class SpeculativeCostModel(CostModel):
     """The target's cost model plus the drafter's time (see the module docstring).
@@ -138,15 +241,23 @@ class SpeculativeCostModel(CostModel):
 
     def __init__(self, target: CostModel, spec: SpeculativeConfig) -> None:
         super().__init__(target.replica)
-        self.target = target
+        self.kernels = getattr(target, "kernels", target)  # a kernel model under the engine terms
+        self.target = verify_aware(target)
         self.spec = spec
         self.name = f"{target.name} + speculative {spec.method} k={spec.k}"
-        self.kernels = getattr(target, "kernels", target)  # a kernel model under the engine terms
         self.draft: CostModel | None = None
+        engine = getattr(target, "engine", None)
         if spec.method == "draft_model":
-            from simulator.costmodel import load_cost_model
+            from simulator.costmodel.roofline import RooflineCostModel
 
-            self.draft = load_cost_model("roofline", draft_replica(target.replica, spec))  # kernels only
+            # The draft's kernels at the calibration the target's roofline uses (same engine backend).
+            self.draft = RooflineCostModel(draft_replica(target.replica, spec), engine=engine.name if engine else None)
+        # The CPU a drafter pass adds (see pass_cpu_s): a synchronous engine's fixed per-step CPU,
+        # a bare kernel model's own fixed overhead, nothing where the engine hides its CPU.
+        if engine is None:
+            self.pass_cpu_s = self.kernels.overhead_time(BatchShape())
+        else:
+            self.pass_cpu_s = 0.0 if engine.overlap_cpu else engine.cpu_iteration_s
         self.send_recv_time = target.send_recv_time  # type: ignore[method-assign]
         self.learned_ops = getattr(target, "learned_ops", [])
 
@@ -155,6 +266,12 @@ class SpeculativeCostModel(CostModel):
         return getattr(self.target, "num_extrapolations", 0)
 
     # -- the drafter -------------------------------------------------------------------------------------------
+    def _draft_pass(self, shape: BatchShape) -> float:
+        """One forward pass of the draft model: its kernels plus :attr:`pass_cpu_s`."""
+        d = self.draft
+        assert d is not None
+        return d.pre_time(shape) + d.model.num_layers * d.layer_time(shape) + d.post_time(shape) + self.pass_cpu_s
+
     def draft_time(self, shape: BatchShape) -> float:
         """Seconds the drafter adds to this step (0.0 without speculating requests or for n-gram)."""
         if not isinstance(shape, SpecBatchShape) or not shape.num_spec or self.spec.method == "ngram":
@@ -162,32 +279,31 @@ class SpeculativeCostModel(CostModel):
         n, kv_sum, kv_sq, kv_max = shape.num_spec, shape.spec_kv_sum, shape.spec_kv_sq_sum, shape.spec_kv_max
         total = 0.0
         if self.draft is not None:
-            if shape.num_prefills > shape.num_spec:  # prompt chunks beside the verifies
+            if shape.num_prefills:  # prompt chunks beside the verifies
                 total += self._draft_prefill_time(shape)
             for j in range(shape.spec_k):
-                total += self.draft.iteration_time(
+                total += self._draft_pass(
                     BatchShape.decode_only(n, kv_sum + n * j, kv_sq + 2 * j * kv_sum + n * j * j, kv_max + j))
             return total
         k = self.kernels
+        if self.spec.method == "medusa":  # k heads, one pass: a residual block and an LM head each
+            d = BatchShape.decode_only(n, kv_sum, kv_sq, kv_max)
+            h = self.model.hidden_size
+            block = float(k.gemm(np.array([n], dtype=np.float64), h, h // self.replica.tp)[0]) if hasattr(k, "gemm") else 0.0
+            return shape.spec_k * (block + k.post_time(d)) + self.pass_cpu_s
         for j in range(shape.spec_k):  # one decoder layer + LM head per draft position
             d = BatchShape.decode_only(n, kv_sum + n * j, kv_sq + 2 * j * kv_sum + n * j * j, kv_max + j)
-            total += k.pre_time(d) + k.layer_time(d) + k.post_time(d)
+            total += k.pre_time(d) + k.layer_time(d) + k.post_time(d) + self.pass_cpu_s
         return total
 
     def _draft_prefill_time(self, shape: SpecBatchShape) -> float:
-        """The draft model's pass over the step's prompt chunks (the prefill fields less the
-        verify chunks'; the KV sums and maximum stay the whole step's: a bound, and small)."""
+        """The draft model's pass over the step's prompt chunks (the prefill fields hold only
+        them: a verify is a decode plus GEMM rows)."""
         assert self.draft is not None
-        tokens = shape.num_prefill_tokens - shape.spec_tokens
-        chunks = shape.num_prefills - shape.num_spec
-        if chunks <= 0 or tokens <= 0:
+        p = shape.prefill_view()
+        if p.num_prefills <= 0 or p.num_prefill_tokens <= 0:
             return 0.0
-        p = BatchShape(num_prefill_tokens=tokens, num_prefills=chunks,
-                       prefill_attn_pairs=max(0.0, shape.prefill_attn_pairs - shape.spec_attn_pairs),
-                       prefill_kv_tokens=shape.prefill_kv_tokens,
-                       prefill_chunk_sq_sum=max(0.0, shape.prefill_chunk_sq_sum - shape.spec_chunk_sq_sum),
-                       prefill_max_kv=shape.prefill_max_kv, num_logits=0)
-        return self.draft.iteration_time(p)
+        return self._draft_pass(p)
 
     # -- CostModel interface -----------------------------------------------------------------------------------
     def layer_time(self, shape: BatchShape) -> float:
@@ -232,6 +348,8 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
             / d.tp * replica.dtype_bytes
         kv = dm.num_layers * dm.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, d.tp)
         return weights, kv
+    if spec.method == "medusa":  # k heads: a hidden x hidden block and an LM head each, no KV
+        return spec.k * (m.hidden_size * m.hidden_size + m.hidden_size * m.vocab_size) / replica.tp * replica.weight_bytes, 0.0
     # EAGLE / MTP: one decoder layer (sharded like the target's) and its KV; the LM head is shared.
     return (m.params_per_layer / replica.tp * replica.weight_bytes,
             m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp))

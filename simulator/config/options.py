@@ -97,8 +97,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "roofline_calibration": ("replica__roofline_calibration", str, "Roofline constants: 2023 (Vidur/LLMServingSim "
                              "profiles; the paper reproductions') or today (fitted per GPU generation to "
                              "AIConfigurator's tables of vLLM/SGLang/TensorRT-LLM kernels)."),
-    "engine": ("engine", str, "Engine overheads: a preset (vllm-2026, the default: today's vLLM; sglang-2026, "
-               "trtllm-2026, fitted over their --kernels; vllm-v1; the 2023 vllm-2023-splitwise and "
+    "engine": ("engine", str, "Engine overheads: a preset (vllm-2026, the default: today's vLLM; sglang-2026 "
+               "(with --scheduler sglang), trtllm-2026, fitted over their --kernels; vllm-v1; the 2023 vllm-2023-splitwise and "
                "sarathi-2023-vidur of the paper reproductions; ideal, handset) or an artifact from "
                "`simulate calibrate-engine`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),

@@ -333,3 +333,22 @@ def test_prefetched_yields_every_item_in_order_and_passes_errors_on() -> None:
         assert list(prefetched(iter([]), pool)) == []
         with pytest.raises(ValueError, match="chunk 2"):
             list(prefetched(failing(), pool))
+
+
+def test_a_preset_run_under_another_policy_says_so() -> None:
+    """sglang-2026 was fitted with SGLang's own batches: a run under another policy says so in
+    its title; under sglang (or a preset fitted with the run's policy) nothing is added."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+    from simulator.config.errors import ConfigError
+    from simulator.costmodel.engine_model import EngineModel
+
+    base = ["run", "--num-requests", "10", "--no-progress"]
+    other = CliRunner().invoke(app, [*base, "--engine", "sglang-2026"])
+    assert other.exit_code == 0 and "note: sglang-2026 was fitted with --scheduler sglang" in other.stdout
+    own = CliRunner().invoke(app, [*base, "--engine", "sglang-2026", "--scheduler", "sglang"])
+    assert own.exit_code == 0 and "fitted with" not in own.stdout
+    assert "fitted with" not in CliRunner().invoke(app, base).stdout  # vllm-2026 ran vllm-v1: sarathi's policy
+    with pytest.raises(ConfigError, match="engine.scheduler"):
+        EngineModel(name="x", source="-", fitted="-", scheduler="tgi")

@@ -106,6 +106,13 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
                  f"dtype {r.dtype}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"
+    else:
+        from simulator.costmodel.engine_model import ENGINES
+        from simulator.engine.schedulers import SCHEDULERS
+
+        fitted_with = getattr(ENGINES.get(config.engine), "scheduler", None)
+        if fitted_with is not None and SCHEDULERS[fitted_with] is not SCHEDULERS[s.name]:  # said, not silent
+            title += f" · note: {config.engine} was fitted with --scheduler {fitted_with}"
     table = Table("metric (ms)", "p50", "p90", "p99", "max")
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
                        ("sched_delay_s", "scheduling delay")):

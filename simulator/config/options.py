@@ -57,7 +57,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "moe_imbalance": ("replica__moe_imbalance", float, "MoE load imbalance: busiest expert/EP rank over the mean (>= 1)."),
     "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
                        "(vLLM's --num-gpu-blocks-override)."),
-    "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi, vllm-v1 or sglang (SGLang's default: "
+    "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi, vllm-v1 or sglang (SGLang's own policy: "
                   "prefill batches first, never mixed with decodes)."),
     "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),

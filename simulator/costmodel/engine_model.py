@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import DEFAULT_ENGINE, ENGINE_PRESETS, ReplicaConfig
+from simulator.config.run_config import DEFAULT_ENGINE, ENGINE_PRESETS, SCHEDULER_NAMES, ReplicaConfig
 from simulator.costmodel.base import BatchShape, CostModel, stretch_forms
 
 ARTIFACT_FORMAT = "servesim-engine"
@@ -95,6 +95,7 @@ class EngineModel:
     prefill_excess_threshold_tokens: int = 2048
     cuda_graphs: bool = True  # False: a step is at least kernels * launch_per_kernel_s
     launch_per_kernel_s: float = 0.0
+    scheduler: str | None = None  # the scheduling policy its fit ran (a run with another policy is told)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -106,6 +107,8 @@ class EngineModel:
                         raise ConfigError(f"engine.{f.name}", f"bad entry tp={t}: {v}", "use tp >= 1 and finite seconds")
             elif isinstance(value, float) and (not math.isfinite(value) or value < 0):
                 raise ConfigError(f"engine.{f.name}", f"must be finite and >= 0, got {value}")
+        if self.scheduler is not None and self.scheduler not in SCHEDULER_NAMES:
+            raise ConfigError("engine.scheduler", f"unknown scheduler {self.scheduler!r}", f"known: {', '.join(SCHEDULER_NAMES)}")
         if self.prefill_excess_threshold_tokens < 0:
             raise ConfigError("engine.prefill_excess_threshold_tokens", "must be >= 0")
 
@@ -197,6 +200,7 @@ ENGINES: dict[str, EngineModel] = {
                "(B300, Kimi-K2.5, MiniMax-M2.5 added) median abs error TTFT 45%, TPOT 13% (kernels alone 44%, 12%); "
                "their refit (fitted_presets.csv: 0.55 ms/step, 16 us/request) moves both by under a point, not applied",
         cpu_per_prefill_token_s=1.34e-6, collective_extra_s=((2, 2.3e-6), (4, 2.3e-6), (8, 2.3e-6)),
+        scheduler="vllm-v1",
     ),
     "sglang-2026": EngineModel(
         name="sglang-2026",
@@ -206,7 +210,7 @@ ENGINES: dict[str, EngineModel] = {
                "first, never mixed with decodes; use it with this preset); median abs error TTFT 38%, TPOT 16% "
                "(kernels alone 42%, 16%), leave-one-GPU-out refits 46%, 22%",
         cpu_per_seq_s=2.53e-6, cpu_per_prefill_token_s=9.72e-6,
-        collective_extra_s=((2, 0.45e-6), (4, 0.45e-6), (8, 0.45e-6)),
+        collective_extra_s=((2, 0.45e-6), (4, 0.45e-6), (8, 0.45e-6)), scheduler="sglang",
     ),
     "trtllm-2026": EngineModel(
         name="trtllm-2026",
@@ -217,7 +221,7 @@ ENGINES: dict[str, EngineModel] = {
                "generation); median abs error TTFT 41%, TPOT 17% (kernels alone 40%, 19%), leave-one-GPU-out refits "
                "43%, 22%; the latest refit (4.4 us/request, 3.0 us/prompt token) is within 2 points, not applied",
         cpu_per_seq_s=4.79e-6, cpu_per_prefill_token_s=2.59e-6,
-        collective_extra_s=((2, -14.9e-6), (4, -14.9e-6), (8, -14.9e-6)),
+        collective_extra_s=((2, -14.9e-6), (4, -14.9e-6), (8, -14.9e-6)), scheduler="vllm-v1",
     ),
 }
 assert tuple(ENGINES) == ENGINE_PRESETS, "config.ENGINE_PRESETS must list the presets"

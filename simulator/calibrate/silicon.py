@@ -249,7 +249,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
     gpu = _gpu(row.system)
     dtype, kv = _dtypes(row)
     is_moe = get_model(model).is_moe
-    sched = BACKEND_SCHEDULERS.get(str(row.backend), "vllm-v1")
+    sched = BACKEND_SCHEDULERS.get(str(getattr(row, "backend", "")), "vllm-v1")  # a row without one: vLLM V1's
     warmup = concurrency
     total = warmup + max(requests_per_user * concurrency, 32)
     if max_requests is not None:

@@ -292,3 +292,16 @@ def test_disaggregated_decode_pools_take_lockstep_with_the_same_results(monkeypa
     assert joins  # the decode pool's cohort carried decodes
     if num_gpu_blocks is not None:
         assert request_frame(on)["num_preemptions"].sum() > 0
+
+
+def test_sglang_with_a_recv_interval_is_the_same_with_fast_paths_on_and_off() -> None:
+    """The intake interval counts the policy's iterations: lockstep keeps every schedule() call and
+    event skipping stays off, so runs match stepping each decode."""
+    config = RunConfig(replica=ReplicaConfig("llama-2-7b", "a100-80gb"),
+                       scheduler=SchedulerConfig("sglang", recv_interval=4),
+                       workload=WorkloadConfig("sharegpt", arrival="poisson", qps=4.0, num_requests=200), seed=5)
+    on = simulate(config, token_times=True)
+    off = simulate(config.replace(fast_forward=False), token_times=True)
+    assert request_frame(on).equals(request_frame(off))
+    plain = simulate(config.replace(scheduler__recv_interval=1), token_times=True)
+    assert request_frame(on)["ttft_s"].mean() > request_frame(plain)["ttft_s"].mean()  # requests wait for a poll

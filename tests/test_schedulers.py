@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.config.errors import ConfigError
 from simulator.config.run_config import SchedulerConfig
 from simulator.engine.kvcache import BlockManager
 from simulator.engine.schedulers import SCHEDULERS
@@ -290,3 +291,29 @@ def test_in_flight_requests_are_skipped(name):
     r = decoding(s, 0, 100, 2)
     r.in_flight = True
     assert r not in s.schedule().requests
+
+
+
+def test_sglang_reads_new_requests_every_recv_interval_iterations_while_busy():
+    s = make("sglang", recv_interval=3)
+    waiting(s, 0, 50)
+    assert s.inbox and not s.waiting and s.num_outstanding == 1
+    batch = s.schedule()  # iteration 1, nothing running: the idle loop reads at once
+    assert entries(batch) == [(0, 50)]
+    finish_batch(s, batch)
+    waiting(s, 1, 40)  # the engine is busy: it waits in the inbox
+    batch = s.schedule()  # iteration 2: no poll
+    assert entries(batch) == [(0, 1)]
+    finish_batch(s, batch)
+    batch = s.schedule()  # iteration 3: a poll; the prompt's prefill batch runs alone
+    assert entries(batch) == [(1, 40)] and not s.inbox
+    t = make("sglang")
+    waiting(t, 0, 50)
+    assert t.waiting and not t.inbox  # the default reads every iteration
+
+
+def test_recv_interval_is_sglangs_only():
+    with pytest.raises(ConfigError, match="scheduler.recv_interval"):
+        SchedulerConfig("vllm-v1", recv_interval=4)
+    with pytest.raises(ConfigError, match="--scheduler-recv-interval"):
+        SchedulerConfig("sglang", recv_interval=0)

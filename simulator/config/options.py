@@ -60,6 +60,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi, vllm-v1 or sglang (SGLang's own policy: "
                   "prefill batches first, never mixed with decodes)."),
     "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
+    "scheduler_recv_interval": ("scheduler__recv_interval", int, "sglang: new requests are taken every this many "
+                                "iterations while the engine is busy (SGLang's --scheduler-recv-interval; 1 = every one)."),
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
     "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
     "prefix_caching": ("scheduler__prefix_caching", bool, "Automatic prefix caching of KV blocks named by a trace's "

@@ -248,6 +248,9 @@ class SchedulerConfig:
     # the GPUs (vLLM's offloading connector, LMCache), loaded over the GPU's host link on a hit;
     # 0 is none (the default).
     cpu_kv_gib: float = 0.0
+    # SGLang's --scheduler-recv-interval: while busy, its scheduler takes new requests only every
+    # this many iterations (1: every one, SGLang's default); sglang only.
+    recv_interval: int = 1
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULER_NAMES:
@@ -255,6 +258,10 @@ class SchedulerConfig:
         _positive("scheduler", "max_num_seqs", self.max_num_seqs)
         _positive("scheduler", "max_num_batched_tokens", self.max_num_batched_tokens, allow_none=True)
         _positive("scheduler", "chunk_size", self.chunk_size, allow_none=True)
+        _positive("scheduler", "recv_interval", self.recv_interval, flag="--scheduler-recv-interval")
+        if self.recv_interval != 1 and self.name != "sglang":
+            raise ConfigError("scheduler.recv_interval", f"only the sglang scheduler polls for requests, not {self.name}",
+                              "drop --scheduler-recv-interval, or use --scheduler sglang")
         if not 0 <= self.watermark < 1:
             raise ConfigError("scheduler.watermark", f"must be in [0, 1), got {self.watermark}")
         if self.prefix_caching not in (None, True, False):

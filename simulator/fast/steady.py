@@ -98,7 +98,8 @@ def sglang_decode_steady(s: Scheduler) -> bool:
     # A decode batch repeats while no prefill can be built: no prompt is under way (every running
     # request decodes) and the head of waiting cannot be admitted (max_num_seqs, or blocks, which
     # only shrink while decodes grow); the budget never stops admission (the prompt is chunked).
-    if not all_running_decode(s):
+    # With a request-intake interval the policy counts its iterations (its polls): never skipped.
+    if s.recv_interval != 1 or not all_running_decode(s):  # type: ignore[attr-defined]
         return False
     waiting = s.waiting
     return (not waiting or len(s.running) >= s.max_num_seqs

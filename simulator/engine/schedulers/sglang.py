@@ -17,11 +17,18 @@ So under a closed loop at high concurrency the decodes stall while a wave of pro
 prefilled, and a prompt's TTFT is short while decodes are many: the opposite trade-off to
 vLLM v1's mixed batches (``vllm-v1``). The whole prompt's blocks are reserved at admission,
 as in the other policies here (SGLang admits against a predicted token usage).
+
+Request intake (``SchedulerConfig.recv_interval``, SGLang's ``--scheduler-recv-interval``):
+SGLang's scheduler loop reads its input queue only every N-th iteration while it has work, so a
+request that arrives during a busy stretch waits in an inbox for up to N iterations before the
+policy sees it; with nothing running it is taken at once (the idle loop polls). N = 1 (SGLang's
+default) is the plain queue.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from simulator.engine.schedulers.base import Batch, Scheduler
 from simulator.workload.request import Request, Status
@@ -33,8 +40,34 @@ class SGLangScheduler(Scheduler):
     def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - the base signature
         super().__init__(*args, **kwargs)
         self.chunked: Request | None = None  # the prompt whose prefill is under way, if any
+        self.recv_interval = self.config.recv_interval
+        self.inbox: deque[Request] = deque()  # arrived, not yet read by the scheduler loop
+        self.num_iterations = 0
+
+    def add_request(self, req: Request) -> None:
+        if self.recv_interval == 1:
+            super().add_request(req)
+            return
+        req.status = Status.WAITING
+        self.inbox.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.inbox) or super().has_unfinished()
+
+    @property
+    def num_outstanding(self) -> int:
+        return len(self.inbox) + len(self.waiting) + len(self.running)
+
+    def _receive(self) -> None:
+        """SGLang's loop reads the inbox at every N-th iteration, and at once when idle."""
+        self.num_iterations += 1
+        if self.inbox and (not self.running or self.num_iterations % self.recv_interval == 0):
+            self.waiting.extend(self.inbox)
+            self.inbox.clear()
 
     def schedule(self) -> Batch:
+        if self.recv_interval != 1:
+            self._receive()
         batch = Batch()
         budget, used = self.token_budget, 0
         req = self.chunked

@@ -246,7 +246,7 @@ def test_piped_header_and_warning_are_whole_lines() -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     header = [ln for ln in lines if "mistral-7b on" in ln]
-    assert len(header) == 1 and "sarathi" in header[0] and "1 replica" in header[0] and "replica(s)" not in header[0]
+    assert len(header) == 1 and "vllm-v1" in header[0] and "1 replica" in header[0] and "replica(s)" not in header[0]
     warning = [ln for ln in lines if "load exceeds capacity" in ln]
     assert len(warning) == 1 and warning[0].rstrip().endswith("(same options)")
 
@@ -281,7 +281,7 @@ def test_overload_warning_wraps_between_words_on_a_terminal() -> None:
     joined = " ".join(ln.strip() for ln in warning)  # a word split across lines would read "capac ity"
     assert "lower --qps or find the sustainable rate with `simulate capacity` (same options)" in joined
     header = next(i for i, ln in enumerate(lines) if "mistral-7b on" in ln)
-    assert "sarathi" in " ".join(ln.strip() for ln in lines[header:header + 3])
+    assert "vllm-v1" in " ".join(ln.strip() for ln in lines[header:header + 3])
 
 
 def test_sweep_points_take_the_criterion_and_old_keys_stand() -> None:

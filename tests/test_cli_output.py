@@ -117,8 +117,8 @@ def test_run_help_shows_every_default_and_cpu() -> None:
     out = piped("run", "--help", columns=300)
     # An option's first name (vLLM's spelling may follow it: --qps,--request-rate).
     lines = {m.group(1): line for line in out.splitlines() if (m := re.search(r"(--[a-z-]+)[,\s]", line))}
-    for option, default in (("--qps", "1"), ("--num-requests", "256"), ("--chunk-size", "512 for sarathi"),
-                            ("--max-num-seqs", "128"), ("--scheduler", "sarathi"), ("--model", "llama-2-7b"),
+    for option, default in (("--qps", "1"), ("--num-requests", "256"), ("--chunk-size", "2048 for vllm-v1"),
+                            ("--max-num-seqs", "128"), ("--scheduler", "vllm-v1"), ("--model", "llama-2-7b"),
                             ("--seed", "0"), ("--cost-model", "roofline"), ("--max-num-batched-tokens", "the token budget")):
         assert f"default: {default}" in lines[option], lines[option]
     assert "cpu" in lines["--gpu"] and "h200" in lines["--gpu"]
@@ -349,6 +349,6 @@ def test_a_preset_run_under_another_policy_says_so() -> None:
     assert other.exit_code == 0 and "note: sglang-2026 was fitted with --scheduler sglang" in other.stdout
     own = CliRunner().invoke(app, [*base, "--engine", "sglang-2026", "--scheduler", "sglang"])
     assert own.exit_code == 0 and "fitted with" not in own.stdout
-    assert "fitted with" not in CliRunner().invoke(app, base).stdout  # vllm-2026 ran vllm-v1: sarathi's policy
+    assert "fitted with" not in CliRunner().invoke(app, base).stdout  # vllm-2026 ran vllm-v1, the default
     with pytest.raises(ConfigError, match="engine.scheduler"):
         EngineModel(name="x", source="-", fitted="-", scheduler="tgi")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import ReplicaConfig, RunConfig, WorkloadConfig
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.engine.kvcache import plan_memory
 from simulator.simulation import simulate
 
@@ -185,5 +185,6 @@ def test_layouts_that_do_not_fit_are_refused_naming_the_shortfall(model, gpu, tp
 def test_falcon_fits_once_split_over_two_nodes():
     # The same model refused at TP4 runs at TP4 x PP2 on 2 x 4 A100-80GB.
     result = simulate(RunConfig(replica=ReplicaConfig("falcon-180b", "a100-80gb", tp=4, pp=2, num_nodes=2),
+                                scheduler=SchedulerConfig(max_num_batched_tokens=BUDGET),  # the plan's budget
                                 workload=WorkloadConfig("fixed", prompt_tokens=128, output_tokens=4, num_requests=4)))
     assert result.memory.num_kv_tokens == _plan("falcon-180b").num_kv_tokens

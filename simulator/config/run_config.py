@@ -230,11 +230,12 @@ class SchedulerConfig:
     """Scheduler policy and its knobs, named as vLLM names them.
 
     ``chunk_size`` is Sarathi-Serve's token budget tau (prefill chunks plus decodes per
-    iteration). For ``sarathi``/``vllm-v1`` ``max_num_batched_tokens`` is the same budget;
-    give one or the other. For ``vllm`` it caps the prompt tokens of one prefill batch.
+    iteration). For ``sarathi``/``vllm-v1``/``sglang`` ``max_num_batched_tokens`` is the same
+    budget; give one or the other. For ``vllm`` it caps the prompt tokens of one prefill batch.
+    The default policy is today's vLLM's (V1: mixed batches under one budget, prefix caching on).
     """
 
-    name: str = "sarathi"
+    name: str = "vllm-v1"
     max_num_seqs: int = 128
     max_num_batched_tokens: int | None = None
     chunk_size: int | None = None

@@ -46,7 +46,8 @@ VIDUR_TABLES = ("vidur/compute/a100/meta-llama/Llama-2-70b-hf/mlp.csv", "vidur/l
                 "vidur/network/a100_dgx/all_reduce.csv")
 SIMULATE = [sys.executable, "-m", "simulator"]
 # The engine preset of every run here, pinned by name so the figures stay comparable with the log in
-# benchmarks/README.md (made under it, then the run default; the default is now vllm-2026).
+# benchmarks/README.md (made under it, then the run default; the default is now vllm-2026). Likewise the
+# scheduler: sarathi 512, the run default until vllm-v1.
 ENGINE = "vllm-2023-splitwise"
 ISSUE_RUN = ["run", "--model", "llama-2-70b", "--tp", "2", "--gpu", "a100-80gb", "--scheduler", "sarathi",
              "--chunk-size", "512", "--trace", str(TRACE), "--max-total-tokens", "4096", "--arrival", "poisson",
@@ -167,7 +168,8 @@ def part_cluster(args: argparse.Namespace) -> list[dict]:
         cmd = SIMULATE + ["run", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--replicas", "16",
                           "--workload", "sharegpt", "--qps", str(args.cluster_qps), "--num-requests",
                           str(args.cluster_requests), "--no-progress", "--json", "--out", tmp,
-                          "--workers", str(args.cluster_workers), "--engine", ENGINE]
+                          "--workers", str(args.cluster_workers), "--engine", ENGINE,
+                          "--scheduler", "sarathi", "--chunk-size", "512"]  # the run default when the log was made
         return [{"part": "cluster", "what": f"{args.cluster_requests} requests, 16x llama-3-8b h100, "
                  f"{args.cluster_qps} QPS, --out, --workers {args.cluster_workers}", **timed(cmd)}]
 

@@ -234,7 +234,9 @@ def test_sglang_decodes_when_the_head_cannot_be_admitted():
 def test_sglang_budget_is_its_chunked_prefill_size_and_radix_cache_on_by_default():
     s = make("sglang")
     assert s.token_budget == 8192
-    assert SchedulerConfig("sglang").prefix_cache is not None
+    assert SchedulerConfig("sglang").prefix_cache == "radix-lru"  # SGLang's radix tree, vLLM V1's freed-block LRU
+    assert SchedulerConfig("vllm-v1").prefix_cache == "vllm-lru"
+    assert SchedulerConfig("sglang", prefix_cache_policy="vllm-lru").prefix_cache == "vllm-lru"
     assert SchedulerConfig("sglang", prefix_caching=False).prefix_cache is None
 
 

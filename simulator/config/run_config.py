@@ -244,7 +244,7 @@ class SchedulerConfig:
     # for vllm-v1 (vLLM V1 enables it by default) and off for the others; the policy names whose
     # rule (PREFIX_CACHE_POLICIES). Off, runs are exactly those without the feature.
     prefix_caching: bool | None = None
-    prefix_cache_policy: str = "vllm-lru"
+    prefix_cache_policy: str | None = None  # None: the engine's own (radix-lru for sglang, else vllm-lru)
     # CPU tier of the prefix cache: GiB of host memory per replica keeping the blocks evicted from
     # the GPUs (vLLM's offloading connector, LMCache), loaded over the GPU's host link on a hit;
     # 0 is none (the default).
@@ -268,7 +268,7 @@ class SchedulerConfig:
         if self.prefix_caching not in (None, True, False):
             raise ConfigError("scheduler.prefix_caching", f"must be true, false or null, got {self.prefix_caching!r}",
                               "pass --prefix-caching or --no-prefix-caching")
-        if self.prefix_cache_policy not in PREFIX_CACHE_POLICIES:
+        if self.prefix_cache_policy is not None and self.prefix_cache_policy not in PREFIX_CACHE_POLICIES:
             raise ConfigError("scheduler.prefix_cache_policy", f"unknown policy {self.prefix_cache_policy!r}",
                               f"use one of {', '.join(PREFIX_CACHE_POLICIES)}")
         if isinstance(self.cpu_kv_gib, bool) or not isinstance(self.cpu_kv_gib, int | float) or \
@@ -287,7 +287,9 @@ class SchedulerConfig:
         """The prefix cache policy the replicas run, or None when caching is off."""
         # On by default where the engine has it on: vLLM v1's prefix caching, SGLang's radix cache.
         on = self.name in ("vllm-v1", "sglang") if self.prefix_caching is None else self.prefix_caching
-        return self.prefix_cache_policy if on else None
+        if not on:
+            return None
+        return self.prefix_cache_policy or ("radix-lru" if self.name == "sglang" else "vllm-lru")
 
     def token_budget(self, max_model_len: int) -> int:
         """Tokens one iteration may carry under this policy (prompt tokens for vllm)."""

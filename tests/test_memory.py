@@ -188,3 +188,17 @@ def test_falcon_fits_once_split_over_two_nodes():
                                 scheduler=SchedulerConfig(max_num_batched_tokens=BUDGET),  # the plan's budget
                                 workload=WorkloadConfig("fixed", prompt_tokens=128, output_tokens=4, num_requests=4)))
     assert result.memory.num_kv_tokens == _plan("falcon-180b").num_kv_tokens
+
+
+def test_a_fraction_of_free_memory_gives_the_kv_cache_what_the_weights_leave():
+    """TensorRT-LLM's free_gpu_memory_fraction: the KV cache is 0.9 of what weights and activations
+    leave, not what is left of 0.9 of the GPU (vLLM): more KV where the weights nearly fill the GPU."""
+    total = ReplicaConfig("llama-2-70b", "a100-80gb", tp=2)
+    free = ReplicaConfig("llama-2-70b", "a100-80gb", tp=2, memory_fraction_of="free")
+    a, b = plan_memory(total, BUDGET, SEQS), plan_memory(free, BUDGET, SEQS)
+    gpu = total.gpu_spec.memory_bytes
+    assert a.kv_budget_bytes[0] == pytest.approx(0.9 * gpu - a.weights_bytes[0] - a.activation_bytes)
+    assert b.kv_budget_bytes[0] == pytest.approx(0.9 * (gpu - b.weights_bytes[0] - b.activation_bytes))
+    assert b.num_kv_tokens > a.num_kv_tokens
+    with pytest.raises(ConfigError, match="replica.memory_fraction_of"):
+        ReplicaConfig("llama-2-70b", "a100-80gb", memory_fraction_of="spare")

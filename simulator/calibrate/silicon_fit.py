@@ -153,7 +153,8 @@ def replay(trace: Trace, params: Params) -> tuple[float, float]:
 # later with a neutral default do not invalidate a cache).
 _KEY_FIELDS = {
     "replica": ("model", "gpu", "tp", "pp", "ep", "attention_dp", "dtype", "kv_cache_dtype", "kernels", "max_model_len",
-                "num_nodes", "allow_tp_across_nodes", "gpu_memory_utilization", "block_size", "num_gpu_blocks"),
+                "num_nodes", "allow_tp_across_nodes", "gpu_memory_utilization", "block_size", "num_gpu_blocks",
+                "memory_fraction_of"),
     "scheduler": ("name", "max_num_seqs", "max_num_batched_tokens", "chunk_size"),
     "workload": ("name", "arrival", "num_requests", "prompt_tokens", "output_tokens", "concurrency", "num_warmup",
                  "range_ratio"),

@@ -46,6 +46,9 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "allow_tp_across_nodes": ("replica__allow_tp_across_nodes", bool, "Let a TP group span nodes."),
     "max_model_len": ("replica__max_model_len", int, "Context limit (default: the model's)."),
     "gpu_memory_utilization": ("replica__gpu_memory_utilization", float, "Fraction of GPU memory to use."),
+    "memory_fraction_of": ("replica__memory_fraction_of", str, "What --gpu-memory-utilization is a fraction of: total "
+                           "(vLLM, SGLang) or free, the memory weights and activations leave, all of it KV cache "
+                           "(TensorRT-LLM's free_gpu_memory_fraction)."),
     "block_size": ("replica__block_size", int, "KV cache block size in tokens."),
     "dtype": ("replica__dtype", str, "Weight dtype: bf16, fp16, fp8, fp8-block (FP8 tensor cores where the GPU has "
               "them), nvfp4, mxfp4 (FP4 tensor cores on Blackwell, else weight-only), int4 (weight-only)."),

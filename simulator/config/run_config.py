@@ -58,6 +58,7 @@ KERNEL_TABLES = ("roofline", "vllm", "sglang", "trtllm")
 ROOFLINE_CALIBRATIONS = ("2023", "today")
 # Prefix cache rules (simulator.engine.prefix_cache): vLLM V1's LRU of freed blocks, SGLang's LRU of radix leaves.
 PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
+MEMORY_FRACTION_OF = ("total", "free")  # ReplicaConfig.memory_fraction_of
 # Disaggregated serving: who delivers the client's first token (RunConfig.first_token_at).
 FIRST_TOKEN_AT = ("decode", "prefill")
 # Disaggregated serving: what --kv-link describes (RunConfig.kv_link_scope; simulator.engine.disagg).
@@ -93,6 +94,10 @@ class ReplicaConfig:
     tp: int = 1
     pp: int = 1
     gpu_memory_utilization: float = 0.9
+    # What gpu_memory_utilization is a fraction of: "total" (vLLM's --gpu-memory-utilization: weights,
+    # activations and KV cache share that much of the GPU) or "free" (TensorRT-LLM's
+    # free_gpu_memory_fraction: the KV cache gets that much of what weights and activations leave).
+    memory_fraction_of: str = "total"
     block_size: int = 16
     max_model_len: int | None = None  # default: the model's own context length
     dtype_bytes: int = 2
@@ -126,6 +131,9 @@ class ReplicaConfig:
         _positive("replica", "num_gpu_blocks", self.num_gpu_blocks, allow_none=True)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError("replica.gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.memory_fraction_of not in MEMORY_FRACTION_OF:
+            raise ConfigError("replica.memory_fraction_of", f"unknown basis {self.memory_fraction_of!r}",
+                              f"use one of {', '.join(MEMORY_FRACTION_OF)}")
         if self.dtype_bytes not in (1, 2, 4):
             raise ConfigError("replica.dtype_bytes", f"must be 1, 2 or 4, got {self.dtype_bytes}")
         spec = self.model_spec

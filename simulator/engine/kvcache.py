@@ -95,6 +95,8 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
         if stage == len(layers) - 1 and (not m.tied_embeddings or replica.pp > 1):
             w += m.vocab_size * m.hidden_size / tp * db
         budget = usable - w - activation
+        if replica.memory_fraction_of == "free" and gpu.memory_bytes > w + activation:
+            budget = (gpu.memory_bytes - w - activation) * replica.gpu_memory_utilization
         if budget <= 0:
             need_gib = (w + activation) / GiB
             raise ConfigError(

@@ -43,6 +43,8 @@ def _drive(name: str, lockstep: bool, specs: list[tuple[int, int, int]], num_blo
     from ``seed``; returns the per-iteration batch shapes, the request states after every
     ``settle_every``-th iteration (settling the cohort there) and the gap log."""
     kwargs = {"chunk_size": budget} if name in ("sarathi", "sglang") else {}
+    if name == "trtllm":  # whole prompts: a budget that holds some of them and refuses others
+        kwargs = {"max_num_batched_tokens": budget * 16}
     config = SchedulerConfig(name, **kwargs)
     cls = lockstep_class(SCHEDULERS[name]) if lockstep else SCHEDULERS[name]
     scheduler = cls(config, BlockManager(num_blocks, 16, config.watermark), 4096)
@@ -82,7 +84,7 @@ specs_strategy = st.lists(st.tuples(st.integers(0, 60), st.integers(1, 700), st.
 @settings(max_examples=120, deadline=None)
 @given(specs=specs_strategy, num_blocks=st.integers(60, 400), budget=st.sampled_from([16, 64, 512]),
        settle_every=st.sampled_from([0, 1, 7]), seed=st.integers(0, 3),
-       name=st.sampled_from(["sarathi", "vllm", "orca", "fastertransformer", "sglang"]))
+       name=st.sampled_from(["sarathi", "vllm", "orca", "fastertransformer", "sglang", "trtllm"]))
 def test_lockstep_decodes_match_stepping_each_decode(specs, num_blocks, budget, settle_every, seed, name) -> None:  # noqa: ANN001
     """Same batches (shape sums, sizes, preemptions, admissions), same request state whenever
     settled, same gaps: in roomy and tight caches (preemptions), with small budgets (decodes

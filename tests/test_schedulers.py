@@ -240,6 +240,30 @@ def test_sglang_budget_is_its_chunked_prefill_size_and_radix_cache_on_by_default
     assert SchedulerConfig("sglang", prefix_caching=False).prefix_cache is None
 
 
+# -- trtllm ------------------------------------------------------------------------------------
+def test_trtllm_runs_whole_prompts_beside_decodes_under_max_num_tokens():
+    s = make("trtllm", max_num_batched_tokens=1000)
+    decoding(s, 0, 100, 5)
+    waiting(s, 1, 600)
+    waiting(s, 2, 600)  # does not fit what is left of the budget: waits whole, never chunked
+    batch = s.schedule()
+    assert entries(batch) == [(0, 1), (1, 600)]  # 1 + 600 + 600 > 1000: request 2 is not chunked in
+    finish_batch(s, batch)
+    assert entries(s.schedule()) == [(0, 1), (1, 1), (2, 600)]  # 2 decodes + 600 fit the next step
+
+
+def test_trtllm_reserves_the_whole_request_and_refuses_prompts_over_the_budget():
+    s = make("trtllm", num_blocks=100, max_num_batched_tokens=4096)
+    req = waiting(s, 0, 100, output=700)
+    batch = s.schedule()
+    assert req.num_blocks == -(-800 // 16)  # prompt and every output token, up front
+    for step in range(699):
+        finish_batch(s, batch, float(step))
+        batch = s.schedule()
+        assert not batch.preempted
+    assert s.rejection_reason(Request(9, 0.0, 5000, 10)) is not None
+
+
 # -- orca and fastertransformer -----------------------------------------------------------------
 def test_orca_runs_decodes_and_whole_prompts_together():
     s = make("orca", max_model_len=1024)

@@ -60,8 +60,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "moe_imbalance": ("replica__moe_imbalance", float, "MoE load imbalance: busiest expert/EP rank over the mean (>= 1)."),
     "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
                        "(vLLM's --num-gpu-blocks-override)."),
-    "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi, vllm-v1 or sglang (SGLang's own policy: "
-                  "prefill batches first, never mixed with decodes)."),
+    "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi, vllm-v1, sglang or trtllm (each engine's "
+                  "own policy)."),
     "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
     "scheduler_recv_interval": ("scheduler__recv_interval", int, "sglang: new requests are taken every this many "
                                 "iterations while the engine is busy (SGLang's --scheduler-recv-interval; 1 = every one)."),

@@ -29,7 +29,7 @@ from simulator.config.specs import tp_shard_problem
 from simulator.config.speculative import SpeculativeConfig
 from simulator.config.topology import build_topology
 
-SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1", "sglang")
+SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1", "sglang", "trtllm")
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
 WARMUP_MODES = ("steady", "drain")  # a closed loop's warm-up: inline, or a phase drained before the measured one
@@ -307,6 +307,8 @@ class SchedulerConfig:
             return self.chunk_size or self.max_num_batched_tokens or 2048  # vLLM v1's online-serving default
         if self.name == "sglang":  # --chunked-prefill-size: SGLang picks 8192 on 80 GB-class GPUs (more on larger ones)
             return self.chunk_size or self.max_num_batched_tokens or 8192
+        if self.name == "trtllm":  # max_num_tokens, trtllm-serve's default
+            return self.max_num_batched_tokens or 8192
         # vLLM v0 without chunked prefill requires the budget to hold a whole prompt.
         return self.max_num_batched_tokens or max(max_model_len, 2048)
 

@@ -11,7 +11,7 @@ and the base methods run as in the plain loop. Tests compare whole runs with loc
 
 Which policies may be wrapped is stated once, in :data:`simulator.fast.steady.RULES`: a policy
 that adds its running decodes only through ``Scheduler._add_decodes`` and reads running
-requests' counters nowhere else (vllm, orca, fastertransformer, sarathi, sglang). A disaggregated
+requests' counters nowhere else (vllm, orca, fastertransformer, sarathi, sglang, trtllm). A disaggregated
 decode pool's class (:class:`~simulator.engine.disagg.DecodeMixin` over such a policy) is wrapped
 too, with :class:`LockstepDecodePool`: a handed-off request joins ``running`` without admission,
 so it joins the cohort's loose requests there. Any other class (a new policy, a speculating

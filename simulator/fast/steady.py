@@ -30,6 +30,7 @@ from simulator.engine.schedulers.fastertransformer import FasterTransformerSched
 from simulator.engine.schedulers.orca import OrcaScheduler
 from simulator.engine.schedulers.sarathi import SarathiScheduler
 from simulator.engine.schedulers.sglang import SGLangScheduler
+from simulator.engine.schedulers.trtllm import TRTLLMScheduler
 from simulator.engine.schedulers.vllm import VLLMScheduler
 
 if TYPE_CHECKING:
@@ -106,6 +107,20 @@ def sglang_decode_steady(s: Scheduler) -> bool:
             or not s.blocks.can_admit(waiting[0].num_prompt_tokens + waiting[0].num_generated, waiting[0]))
 
 
+def trtllm_decode_steady(s: Scheduler) -> bool:
+    # Decodes only, while the head cannot join: max_num_seqs reached, its whole prompt beside the decodes
+    # over max_num_tokens (both fixed while only decodes run), or its whole-request reservation short of
+    # blocks (reserved requests never grow, so free blocks do not change).
+    if not all_running_decode(s):
+        return False
+    waiting = s.waiting
+    if not waiting or len(s.running) >= s.max_num_seqs:
+        return True
+    head = waiting[0]
+    prompt = head.num_prompt_tokens + head.num_generated - head.num_computed
+    return len(s.running) + prompt > s.token_budget or not s.blocks.can_admit(s.reserve_tokens(head), head)
+
+
 def sarathi_chunk_steady(s: Scheduler) -> tuple[Request, int] | None:
     # The first partial prefill (running order) takes what the decodes leave of the budget;
     # while that is not its last chunk the budget is full, so later partials get nothing and
@@ -137,6 +152,7 @@ RULES: dict[type[Scheduler], SteadyRules] = {
     FasterTransformerScheduler: SteadyRules(fastertransformer_decode_steady),
     SarathiScheduler: SteadyRules(sarathi_decode_steady, sarathi_chunk_steady),
     SGLangScheduler: SteadyRules(sglang_decode_steady),
+    TRTLLMScheduler: SteadyRules(trtllm_decode_steady),
 }
 
 

@@ -31,7 +31,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 SCHEDULER_COLORS = {"vllm": "#d62728", "orca": "#ff7f0e", "fastertransformer": "#8c564b", "sarathi": "#2ca02c",
-                    "vllm-v1": "#1f77b4", "sglang": "#9467bd"}
+                    "vllm-v1": "#1f77b4", "sglang": "#9467bd",
+                    "trtllm": "#17becf"}
 FORMATS = ("png", "svg")
 
 

@@ -8,6 +8,7 @@ from simulator.engine.schedulers.fastertransformer import FasterTransformerSched
 from simulator.engine.schedulers.orca import OrcaScheduler
 from simulator.engine.schedulers.sarathi import SarathiScheduler
 from simulator.engine.schedulers.sglang import SGLangScheduler
+from simulator.engine.schedulers.trtllm import TRTLLMScheduler
 from simulator.engine.schedulers.vllm import VLLMScheduler
 
 SCHEDULERS: dict[str, type[Scheduler]] = {
@@ -17,6 +18,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "sarathi": SarathiScheduler,
     "vllm-v1": SarathiScheduler,  # same policy, vLLM's default budget (SchedulerConfig.token_budget)
     "sglang": SGLangScheduler,
+    "trtllm": TRTLLMScheduler,
 }
 
 __all__ = ["SCHEDULERS", "Batch", "Scheduler"]

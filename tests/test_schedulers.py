@@ -184,7 +184,20 @@ def test_sarathi_preemption_victim_is_newest_and_requeued_first():
 def test_vllm_v1_is_sarathi_with_vllm_budget():
     s = make("vllm-v1")
     assert type(s) is type(make("sarathi"))
-    assert s.token_budget == 2048
+    assert s.token_budget == 2048  # no GPU given: vLLM's small default
+
+
+def test_vllm_v1_budget_default_follows_the_gpu_as_vllm_does():
+    from simulator.config.catalog import get_gpu
+    from simulator.config.run_config import ReplicaConfig
+    from simulator.engine.replica import build_pool_scheduler
+
+    cfg = SchedulerConfig("vllm-v1")
+    assert cfg.token_budget(4096, get_gpu("h100-sxm")) == cfg.token_budget(4096, get_gpu("b200")) == 8192
+    assert cfg.token_budget(4096, get_gpu("a100-80gb")) == cfg.token_budget(4096, get_gpu("l40s")) == 2048
+    assert SchedulerConfig("vllm-v1", max_num_batched_tokens=1024).token_budget(4096, get_gpu("h100-sxm")) == 1024
+    sched, _ = build_pool_scheduler(ReplicaConfig("llama-3.1-8b", "h100-sxm", max_model_len=8192), cfg)
+    assert sched.token_budget == 8192  # what a run's replica schedules with
 
 
 # -- sglang ------------------------------------------------------------------------------------

@@ -107,7 +107,9 @@ def config(model: str, caching: bool, router: str, replicas: int = NUM_REPLICAS,
     name, gpu, tp, dtype, context = MODELS[model]
     return RunConfig(replica=ReplicaConfig(name, gpu, tp=tp, dtype=dtype, max_model_len=context,
                                            num_gpu_blocks=num_gpu_blocks),
-                     scheduler=SchedulerConfig("vllm-v1", prefix_caching=caching, cpu_kv_gib=cpu_kv_gib),
+                     # vLLM V1's budget as these tables were made (2048; the default is now 8192 on H100-class GPUs)
+                     scheduler=SchedulerConfig("vllm-v1", prefix_caching=caching, cpu_kv_gib=cpu_kv_gib,
+                                               max_num_batched_tokens=2048),
                      num_replicas=replicas, router=router, seed=SEED, engine=ENGINE)
 
 

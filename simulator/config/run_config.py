@@ -233,6 +233,12 @@ class ReplicaConfig:
         return self.max_model_len or self.model_spec.max_model_len
 
 
+def _large_vllm_gpu(gpu: GPUSpec | None) -> bool:
+    """vLLM's rule for its larger batch defaults (EngineArgs.get_batch_defaults): 70 GiB of memory or
+    more, and not an A100 (large budgets lowered A100 throughput, vLLM PR 17885)."""
+    return gpu is not None and gpu.memory_bytes >= 70 * 2**30 and not gpu.name.startswith("a100")
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Scheduler policy and its knobs, named as vLLM names them.
@@ -299,12 +305,14 @@ class SchedulerConfig:
             return None
         return self.prefix_cache_policy or ("radix-lru" if self.name == "sglang" else "vllm-lru")
 
-    def token_budget(self, max_model_len: int) -> int:
-        """Tokens one iteration may carry under this policy (prompt tokens for vllm)."""
+    def token_budget(self, max_model_len: int, gpu: GPUSpec | None = None) -> int:
+        """Tokens one iteration may carry under this policy (prompt tokens for vllm). ``gpu``: the
+        replica's GPU, where a policy's default depends on it (vLLM V1's API server: 8192 on GPUs of
+        70 GiB or more but the A100, else 2048; 2048 where the GPU is not given)."""
         if self.name == "sarathi":
             return self.chunk_size or self.max_num_batched_tokens or 512
         if self.name == "vllm-v1":
-            return self.chunk_size or self.max_num_batched_tokens or 2048  # vLLM v1's online-serving default
+            return self.chunk_size or self.max_num_batched_tokens or (8192 if _large_vllm_gpu(gpu) else 2048)
         if self.name == "sglang":  # --chunked-prefill-size: SGLang picks 8192 on 80 GB-class GPUs (more on larger ones)
             return self.chunk_size or self.max_num_batched_tokens or 8192
         if self.name == "trtllm":  # max_num_tokens, trtllm-serve's default

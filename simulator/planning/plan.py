@@ -355,7 +355,8 @@ def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanS
     decode_rate = layout.num_decode * _decode_tokens_per_s(decode_cost, layout.max_num_seqs)
     decode = _finite_rate(lengths.least_decode[must], decode_rate, lengths.unit_span, decode_slack_s)
     prefill_cost = load_cost_model(config.cost_model, pools.prefill_replica, config.engine)
-    budget = pools.prefill_scheduler.token_budget(pools.prefill_replica.effective_max_model_len)
+    budget = pools.prefill_scheduler.token_budget(pools.prefill_replica.effective_max_model_len,
+                                                  pools.prefill_replica.gpu_spec)
     # A prefill iteration of ``budget`` prompt tokens over empty caches, with PREFILL_MARGIN to
     # spare: several shorter prompts in one batch attend over less (not a proof; see the docstring).
     chunk_s = prefill_cost.iteration_time(BatchShape.from_requests(prefills=[(budget, 0)]))

@@ -39,6 +39,7 @@ from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
 
+from simulator.config.catalog import GPUSpec
 from simulator.config.run_config import SchedulerConfig
 from simulator.costmodel.base import BatchShape
 from simulator.engine.kvcache import BlockManager
@@ -95,12 +96,13 @@ class Scheduler:
 
     name = "base"
 
-    def __init__(self, config: SchedulerConfig, blocks: BlockManager, max_model_len: int) -> None:
+    def __init__(self, config: SchedulerConfig, blocks: BlockManager, max_model_len: int,
+                 gpu: GPUSpec | None = None) -> None:
         self.config = config
         self.blocks = blocks
         self.max_model_len = max_model_len
         self.max_num_seqs = config.max_num_seqs
-        self.token_budget = config.token_budget(max_model_len)
+        self.token_budget = config.token_budget(max_model_len, gpu)  # the GPU picks some policies' default
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._admission_counter = 0  # per-scheduler sequence, not a global

@@ -453,6 +453,7 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
     if config.first_token_at == "decode":
         deliver_first_token_on_decode(requests, cluster.log)
     replicas = cluster.replicas
+    links_busy_s = cluster.links_busy_s()
     pools = (["prefill"] * len(cluster.prefill) + ["decode"] * len(cluster.decode) + ["mixed"] * len(cluster.mixed))
     num_blocks = [r.scheduler.blocks.num_blocks for r in replicas]
     return RunResult(
@@ -463,12 +464,12 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
         stage_busy_s=[list(getattr(r, "stage_busy_s", (r.num_busy_s,))) for r in replicas],
         tbt=[r.scheduler.gaps for r in replicas],
         disagg=DisaggFigures(layout=layout.describe(), pools=pools, num_blocks=num_blocks, num_gpus=layout.num_gpus,
-                             link_busy_s=max(cluster.links_busy_s().values()),
+                             link_busy_s=max(links_busy_s.values()),
                              link_bytes_per_s=layout.link.bytes_per_s,
                              link_latency_s=layout.link.latency_s, kv_bytes_per_token=cluster.kv_bytes_per_token,
                              final_free_blocks=[r.scheduler.blocks.num_free_blocks for r in replicas],
                              handoff=cluster.log, link_scope=cluster.link_scope,
-                             links_busy_s=cluster.links_busy_s()),
+                             links_busy_s=links_busy_s),
         extra={"cost_model_extrapolations": sum(getattr(r.cost_model, "num_extrapolations", 0) for r in replicas),
                **({"stopped": stopped} if stopped is not None else {}),
                **({"speculative": _speculation_extra(config, replicas)} if config.speculative is not None else {})},

@@ -60,6 +60,13 @@ def all_running_decode(scheduler: Scheduler) -> bool:
         for r in (cohort.loose if cohort is not None else scheduler.running))
 
 
+def head_short_of_blocks(s: Scheduler) -> bool:
+    """The head of ``waiting`` (prompt and any generated tokens) does not fit the free blocks; while
+    only decodes run free blocks only shrink (or stay, under a reservation), so it keeps not fitting."""
+    head = s.waiting[0]
+    return not s.blocks.can_admit(head.num_prompt_tokens + head.num_generated, head)
+
+
 def vllm_decode_steady(s: Scheduler) -> bool:
     # Nothing is admitted (the admission loop breaks on the head at once) and every running
     # request decodes; free blocks only shrink, so a head that does not fit keeps not fitting.
@@ -68,8 +75,8 @@ def vllm_decode_steady(s: Scheduler) -> bool:
     if not s.waiting:
         return True
     head = s.waiting[0]
-    n = head.num_prompt_tokens + head.num_generated
-    return n > s.token_budget or len(s.running) >= s.max_num_seqs or not s.blocks.can_admit(n, head)
+    return (head.num_prompt_tokens + head.num_generated > s.token_budget or len(s.running) >= s.max_num_seqs
+            or head_short_of_blocks(s))
 
 
 def orca_decode_steady(s: Scheduler) -> bool:
@@ -92,7 +99,7 @@ def sarathi_decode_steady(s: Scheduler) -> bool:
         return False
     waiting = s.waiting
     return (not waiting or len(running) >= s.token_budget or len(running) >= s.max_num_seqs
-            or not s.blocks.can_admit(waiting[0].num_prompt_tokens + waiting[0].num_generated, waiting[0]))
+            or head_short_of_blocks(s))
 
 
 def sglang_decode_steady(s: Scheduler) -> bool:
@@ -102,9 +109,7 @@ def sglang_decode_steady(s: Scheduler) -> bool:
     # With a request-intake interval the policy counts its iterations (its polls): never skipped.
     if s.recv_interval != 1 or not all_running_decode(s):  # type: ignore[attr-defined]
         return False
-    waiting = s.waiting
-    return (not waiting or len(s.running) >= s.max_num_seqs
-            or not s.blocks.can_admit(waiting[0].num_prompt_tokens + waiting[0].num_generated, waiting[0]))
+    return not s.waiting or len(s.running) >= s.max_num_seqs or head_short_of_blocks(s)
 
 
 def trtllm_decode_steady(s: Scheduler) -> bool:

@@ -43,11 +43,11 @@ class TRTLLMScheduler(Scheduler):
         budget, waiting = self.token_budget, self.waiting
         while waiting and len(self.running) < self.max_num_seqs:
             req = waiting[0]
-            n = req.num_prompt_tokens + req.num_generated - req.num_computed
-            if used + n > budget or not self.blocks.can_admit(self.reserve_tokens(req), req):
+            if used + req.num_prompt_tokens + req.num_generated > budget or \
+                    not self.blocks.can_admit(self.reserve_tokens(req), req):
                 break
             self._admit(batch)
-            n = req.num_prompt_tokens + req.num_generated - req.num_computed  # less a cached prefix
+            n = req.num_prompt_tokens + req.num_generated - req.num_computed  # less a cached prefix, if any
             batch.add(req, n)
             used += n
         return batch

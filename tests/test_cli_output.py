@@ -118,7 +118,7 @@ def test_run_help_shows_every_default_and_cpu() -> None:
     # An option's first name (vLLM's spelling may follow it: --qps,--request-rate).
     lines = {m.group(1): line for line in out.splitlines() if (m := re.search(r"(--[a-z-]+)[,\s]", line))}
     for option, default in (("--qps", "1"), ("--num-requests", "256"), ("--chunk-size", "2048 for vllm-v1"),
-                            ("--max-num-seqs", "128"), ("--scheduler", "vllm-v1"), ("--model", "llama-2-7b"),
+                            ("--max-num-seqs", "256 for vllm-v1"), ("--scheduler", "vllm-v1"), ("--model", "llama-2-7b"),
                             ("--seed", "0"), ("--cost-model", "roofline"), ("--max-num-batched-tokens", "the token budget")):
         assert f"default: {default}" in lines[option], lines[option]
     assert "cpu" in lines["--gpu"] and "h200" in lines["--gpu"]

@@ -85,7 +85,7 @@ def test_a_host_hit_costs_its_pcie_load_before_a_one_token_prefill():
     assert on["num_prefill_tokens"].iloc[-1] == gpu["num_prefill_tokens"].iloc[-1] == 1
     run = simulate(tiered, table)
     assert run.requests[3].num_host_cached_tokens == 400 * BS and run.requests[3].num_cached_tokens == 400 * BS
-    plan = plan_memory(tiered.replica, 8192, tiered.scheduler.max_num_seqs)
+    plan = plan_memory(tiered.replica, 8192, tiered.scheduler.seq_limit(tiered.replica.gpu_spec))
     host_blocks, load_s = cpu_tier(tiered.replica, tiered.scheduler, plan)
     assert host_blocks > 1000 and load_s > 0
     # Same one-token step over the same context; the tier's also waits for 400 blocks over PCIe

@@ -185,7 +185,7 @@ def test_layouts_that_do_not_fit_are_refused_naming_the_shortfall(model, gpu, tp
 def test_falcon_fits_once_split_over_two_nodes():
     # The same model refused at TP4 runs at TP4 x PP2 on 2 x 4 A100-80GB.
     result = simulate(RunConfig(replica=ReplicaConfig("falcon-180b", "a100-80gb", tp=4, pp=2, num_nodes=2),
-                                scheduler=SchedulerConfig(max_num_batched_tokens=BUDGET),  # the plan's budget
+                                scheduler=SchedulerConfig(max_num_batched_tokens=BUDGET, max_num_seqs=SEQS),  # the plan's knobs
                                 workload=WorkloadConfig("fixed", prompt_tokens=128, output_tokens=4, num_requests=4)))
     assert result.memory.num_kv_tokens == _plan("falcon-180b").num_kv_tokens
 

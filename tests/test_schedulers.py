@@ -198,6 +198,26 @@ def test_vllm_v1_budget_default_follows_the_gpu_as_vllm_does():
     assert SchedulerConfig("vllm-v1", max_num_batched_tokens=1024).token_budget(4096, get_gpu("h100-sxm")) == 1024
     sched, _ = build_pool_scheduler(ReplicaConfig("llama-3.1-8b", "h100-sxm", max_model_len=8192), cfg)
     assert sched.token_budget == 8192  # what a run's replica schedules with
+    assert sched.max_num_seqs == 1024
+
+
+def test_max_num_seqs_default_is_the_engines():
+    from simulator.config.catalog import get_gpu
+    from simulator.config.run_config import ReplicaConfig
+    from simulator.engine.replica import build_pool_scheduler
+
+    h100, a100 = get_gpu("h100-sxm"), get_gpu("a100-80gb")
+    v1 = SchedulerConfig("vllm-v1")  # vLLM's API server: 1024 on 70 GiB or more but the A100, else 256
+    assert (v1.seq_limit(h100), v1.seq_limit(a100), v1.seq_limit(None)) == (1024, 256, 256)
+    assert SchedulerConfig("vllm-v1", max_num_seqs=64).seq_limit(h100) == 64
+    # SGLang: KV tokens / context length * 512, held in [2048, 4096]
+    sgl = SchedulerConfig("sglang")
+    assert sgl.seq_limit(h100, 10_000, 8192) == 2048 and sgl.seq_limit(h100, 50_000, 8192) == 3125
+    assert sgl.seq_limit(h100, 100_000, 8192) == 4096 and sgl.seq_limit(h100) == 2048  # 6250 held at 4096
+    assert SchedulerConfig("sarathi").seq_limit(h100) == SchedulerConfig("vllm").seq_limit(h100) == 128
+    replica = ReplicaConfig("llama-3.1-8b", "h100-sxm", max_model_len=8192)
+    sched, plan = build_pool_scheduler(replica, sgl)
+    assert sched.max_num_seqs == min(max(int(plan.num_kv_tokens / 8192 * 512), 2048), 4096)
 
 
 # -- sglang ------------------------------------------------------------------------------------
@@ -245,8 +265,13 @@ def test_sglang_decodes_when_the_head_cannot_be_admitted():
 
 
 def test_sglang_budget_is_its_chunked_prefill_size_and_radix_cache_on_by_default():
-    s = make("sglang")
-    assert s.token_budget == 8192
+    from simulator.config.catalog import get_gpu
+
+    assert make("sglang").token_budget == 4096  # no GPU given: SGLang's fallback
+    budget = SchedulerConfig("sglang").token_budget  # by GPU memory, as SGLang's server args pick it
+    assert budget(4096, get_gpu("l4")) == 2048 and budget(4096, get_gpu("l40s")) == 4096
+    assert budget(4096, get_gpu("h100-sxm")) == budget(4096, get_gpu("h200")) == 8192
+    assert budget(4096, get_gpu("b200")) == budget(4096, get_gpu("b300")) == 16384
     assert SchedulerConfig("sglang").prefix_cache == "radix-lru"  # SGLang's radix tree, vLLM V1's freed-block LRU
     assert SchedulerConfig("vllm-v1").prefix_cache == "vllm-lru"
     assert SchedulerConfig("sglang", prefix_cache_policy="vllm-lru").prefix_cache == "vllm-lru"

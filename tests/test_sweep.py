@@ -36,7 +36,7 @@ def test_points_are_the_grid_product_and_keys_are_semantic():
     assert [(p.params["scheduler"], p.params["qps"]) for p in spec.points] == [
         ("vllm", 2.0), ("vllm", 8.0), ("sarathi", 2.0), ("sarathi", 8.0)]
     # Spelling a default explicitly, or an int for a float, does not change a point's identity.
-    same = small_spec(grid={"scheduler": ["vllm", "sarathi"], "qps": [2, 8]}, seed=0, max_num_seqs=128)
+    same = small_spec(grid={"scheduler": ["vllm", "sarathi"], "qps": [2, 8]}, seed=0, gpu_memory_utilization=0.9)
     assert [p.key for p in same.points] == [p.key for p in spec.points]
 
 

@@ -70,13 +70,16 @@ FIRST_TOKEN_AT = "prefill"
 # per prefill worker's egress and decode worker's ingress, --kv-link-scope per-worker); pinned so the
 # splits with two prefill or decode replicas keep the link they were searched with.
 KV_LINK_SCOPE = "shared"
+# The batch cap these tables were made with (vLLM V1's default is now the engine's: 256 on the A100).
+MAX_NUM_SEQS = 128
 
 
 def base_config(num_requests: int, prompt: int = 2048, output: int = 128) -> RunConfig:
     return RunConfig().replace(replica__model="llama-2-70b", replica__gpu="a100-80gb", workload__name="fixed",
                                workload__prompt_tokens=prompt, workload__output_tokens=output,
                                workload__num_requests=num_requests, kv_link="infiniband-200g",
-                               engine=ENGINE, first_token_at=FIRST_TOKEN_AT, kv_link_scope=KV_LINK_SCOPE)
+                               engine=ENGINE, first_token_at=FIRST_TOKEN_AT, kv_link_scope=KV_LINK_SCOPE,
+                               scheduler__max_num_seqs=MAX_NUM_SEQS)
 
 
 def compare(base: RunConfig, gpus: int, slo: GoodputSLO, taus=TAUS) -> pd.DataFrame:  # noqa: ANN001

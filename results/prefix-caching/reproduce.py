@@ -107,9 +107,10 @@ def config(model: str, caching: bool, router: str, replicas: int = NUM_REPLICAS,
     name, gpu, tp, dtype, context = MODELS[model]
     return RunConfig(replica=ReplicaConfig(name, gpu, tp=tp, dtype=dtype, max_model_len=context,
                                            num_gpu_blocks=num_gpu_blocks),
-                     # vLLM V1's budget as these tables were made (2048; the default is now 8192 on H100-class GPUs)
+                     # vLLM V1's budget and batch cap as these tables were made (2048 and 128; the defaults
+                     # are now the engine's, 8192 and 1024 on H100-class GPUs)
                      scheduler=SchedulerConfig("vllm-v1", prefix_caching=caching, cpu_kv_gib=cpu_kv_gib,
-                                               max_num_batched_tokens=2048),
+                                               max_num_batched_tokens=2048, max_num_seqs=128),
                      num_replicas=replicas, router=router, seed=SEED, engine=ENGINE)
 
 

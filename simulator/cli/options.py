@@ -32,7 +32,9 @@ RULE_DEFAULTS = {
     "num_gpu_blocks": "what the memory plan leaves for the KV cache",
     "intra_node_link": "NVLink if the GPU has it, else PCIe",
     "max_num_batched_tokens": "the token budget for sarathi/vllm-v1/sglang, else max(max_model_len, 2048)",
-    "chunk_size": "2048 for vllm-v1 (8192 on H100-class GPUs), 512 for sarathi, 8192 for sglang",
+    "chunk_size": "2048 for vllm-v1 (8192 on H100-class GPUs), 512 for sarathi, 8192 for sglang (by GPU memory: "
+                  "4096 under 60 GiB, 16384 over 160)",
+    "max_num_seqs": "256 for vllm-v1 (1024 on H100-class GPUs), 2048-4096 for sglang (by its KV cache), else 128",
     "max_total_tokens": "the context limit for built-in workloads, none for traces",
     "prompt_tokens_max": "--prompt-tokens",
     "output_tokens_max": "--output-tokens",

@@ -239,6 +239,16 @@ def _large_vllm_gpu(gpu: GPUSpec | None) -> bool:
     return gpu is not None and gpu.memory_bytes >= 70 * 2**30 and not gpu.name.startswith("a100")
 
 
+def _sglang_chunk(gpu: GPUSpec | None) -> int:
+    """SGLang's default --chunked-prefill-size by GPU memory (ServerArgs._handle_gpu_memory_settings):
+    2048 under 35 GiB, 4096 under 60, 8192 under 160 (H100, H200), 16384 above (B200, B300);
+    4096 where the memory is unknown, as SGLang falls back."""
+    if gpu is None:
+        return 4096
+    gib = gpu.memory_bytes / 2**30
+    return 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Scheduler policy and its knobs, named as vLLM names them.
@@ -247,10 +257,11 @@ class SchedulerConfig:
     iteration). For ``sarathi``/``vllm-v1``/``sglang`` ``max_num_batched_tokens`` is the same
     budget; give one or the other. For ``vllm`` it caps the prompt tokens of one prefill batch.
     The default policy is today's vLLM's (V1: mixed batches under one budget, prefix caching on).
+    ``max_num_seqs`` None is the policy's own default (:meth:`seq_limit`).
     """
 
     name: str = "vllm-v1"
-    max_num_seqs: int = 128
+    max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     chunk_size: int | None = None
     watermark: float = 0.01
@@ -270,7 +281,7 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.name not in SCHEDULER_NAMES:
             raise ConfigError("scheduler", f"unknown scheduler {self.name!r}", f"known: {', '.join(SCHEDULER_NAMES)}")
-        _positive("scheduler", "max_num_seqs", self.max_num_seqs)
+        _positive("scheduler", "max_num_seqs", self.max_num_seqs, allow_none=True)
         _positive("scheduler", "max_num_batched_tokens", self.max_num_batched_tokens, allow_none=True)
         _positive("scheduler", "chunk_size", self.chunk_size, allow_none=True)
         _positive("scheduler", "recv_interval", self.recv_interval, flag="--scheduler-recv-interval")
@@ -305,16 +316,34 @@ class SchedulerConfig:
             return None
         return self.prefix_cache_policy or ("radix-lru" if self.name == "sglang" else "vllm-lru")
 
+    def seq_limit(self, gpu: GPUSpec | None = None, num_kv_tokens: int | None = None,
+                  max_model_len: int | None = None) -> int:
+        """Requests one iteration may carry: ``max_num_seqs`` where given, else the engine's default.
+        vLLM V1's API server: 1024 on GPUs of 70 GiB or more but the A100, else 256
+        (EngineArgs.get_batch_defaults). SGLang: ``num_kv_tokens / max_model_len * 512`` held in
+        [2048, 4096] (its model runner's max_num_reqs; 2048 before the KV cache is sized). The others
+        keep 128, the batch cap the paper reproductions (and Vidur) were made with."""
+        if self.max_num_seqs is not None:
+            return self.max_num_seqs
+        if self.name == "vllm-v1":
+            return 1024 if _large_vllm_gpu(gpu) else 256
+        if self.name == "sglang":
+            if not num_kv_tokens or not max_model_len:
+                return 2048
+            return min(max(int(num_kv_tokens / max_model_len * 512), 2048), 4096)
+        return 128
+
     def token_budget(self, max_model_len: int, gpu: GPUSpec | None = None) -> int:
         """Tokens one iteration may carry under this policy (prompt tokens for vllm). ``gpu``: the
         replica's GPU, where a policy's default depends on it (vLLM V1's API server: 8192 on GPUs of
-        70 GiB or more but the A100, else 2048; 2048 where the GPU is not given)."""
+        70 GiB or more but the A100, else 2048, and 2048 where the GPU is not given; SGLang's by memory,
+        :func:`_sglang_chunk`)."""
         if self.name == "sarathi":
             return self.chunk_size or self.max_num_batched_tokens or 512
         if self.name == "vllm-v1":
             return self.chunk_size or self.max_num_batched_tokens or (8192 if _large_vllm_gpu(gpu) else 2048)
-        if self.name == "sglang":  # --chunked-prefill-size: SGLang picks 8192 on 80 GB-class GPUs (more on larger ones)
-            return self.chunk_size or self.max_num_batched_tokens or 8192
+        if self.name == "sglang":
+            return self.chunk_size or self.max_num_batched_tokens or _sglang_chunk(gpu)
         if self.name == "trtllm":  # max_num_tokens, trtllm-serve's default
             return self.max_num_batched_tokens or 8192
         # vLLM v0 without chunked prefill requires the budget to hold a whole prompt.

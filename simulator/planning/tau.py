@@ -111,8 +111,8 @@ def workload_mix(config: RunConfig, num_decodes: int | None = None, decode_conte
     output = np.asarray(table.num_output_tokens, dtype=np.float64)
     footprint = float(np.mean(prompt + output))
     if num_decodes is None:
-        _, plan = build_scheduler(config)
-        num_decodes = int(min(config.scheduler.max_num_seqs, plan.num_kv_tokens // max(footprint, 1.0)))
+        sched, plan = build_scheduler(config)
+        num_decodes = int(min(sched.max_num_seqs, plan.num_kv_tokens // max(footprint, 1.0)))
     return DecodeMix(
         num_decodes=num_decodes,
         decode_context=int(round(np.mean(prompt + output / 2))) if decode_context is None else decode_context,

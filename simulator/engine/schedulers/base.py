@@ -101,7 +101,7 @@ class Scheduler:
         self.config = config
         self.blocks = blocks
         self.max_model_len = max_model_len
-        self.max_num_seqs = config.max_num_seqs
+        self.max_num_seqs = config.seq_limit(gpu, blocks.num_blocks * blocks.block_size, max_model_len)
         self.token_budget = config.token_budget(max_model_len, gpu)  # the GPU picks some policies' default
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []

@@ -65,6 +65,9 @@ DEFAULT_BUDGET = 8192
 # requests in one step under max_num_tokens (closest here: vllm-v1's mixed batches).
 BACKEND_SCHEDULERS = {"vllm": "vllm-v1", "sglang": "sglang", "trtllm": "vllm-v1"}
 DEFAULT_MAX_NUM_SEQS = 256
+# A disaggregated prefill pool's batch cap: the prompts of a step are held by the budget long before
+# it; pinned at the value the committed reports ran with (it sizes the logits' activation reserve).
+PREFILL_MAX_NUM_SEQS = 128
 
 _SOURCE_KEY = re.compile(r"(?:^|;)\s*([a-z_]+)=([^;]*)")
 
@@ -286,7 +289,8 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
             changes.update({"replica__tp": dtp, **_nodes(dtp, dtp)})
             if max(ptp, dtp) > MAX_GPUS_PER_NODE:
                 changes["replica__allow_tp_across_nodes"] = True
-        changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu},sched={sched},budget={budget})",
+        changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu},sched={sched},budget={budget},"
+                                        f"seqs={PREFILL_MAX_NUM_SEQS})",
                         "decode_pool": f"{dw}x({decode},gpu={gpu},sched={sched},budget={budget},seqs={seqs})",
                         "kv_link": kv_link})
     else:

@@ -286,3 +286,19 @@ def test_fit_holds_its_heldout_error_on_a_fixed_sample(aic):  # noqa: ANN001
               ("attn_decode", "bfloat16"): 0.19, ("moe", "bfloat16"): 0.27}
     for key, limit in limits.items():
         assert worst[key] < limit, (key, worst[key])
+
+
+@pytest.mark.skipif(not TODAY, reason="no 'today' calibration written yet")
+def test_written_constants_read_back_as_the_runtime_reads_them(tmp_path):
+    """The fit writes data (JSON), not code: what it writes for a calibration loads back field for field,
+    lanes as tuples, and prices as the committed one does."""
+    from simulator.costmodel.calibration import POOLED, load_today
+
+    written = TODAY["hopper"][POOLED]
+    path = tmp_path / "today.json"
+    R.write_calibration({"hopper": {POOLED: R.constants_of(replace(DEFAULT, **written))}}, path)
+    back = load_today(path)["hopper"][POOLED]
+    assert {k: v for k, v in back.items() if k != "source"} == {k: v for k, v in written.items() if k != "source"}
+    assert isinstance(back["gemm_formats"], tuple) and all(isinstance(f, tuple) for f in back["gemm_formats"])
+    assert replace(DEFAULT, **back).for_weights("fp8") == replace(DEFAULT, **{**written, "source": back["source"]}).for_weights("fp8")
+    assert load_today(tmp_path / "absent.json") == {}

@@ -55,13 +55,13 @@ their rows are split in two by a hash of their keys and each half is predicted b
 to the other (leave grid points out).
 
     python -m simulator.calibrate.roofline_from_tables            # fit, print held-out errors
-    python -m simulator.calibrate.roofline_from_tables --write    # and write calibration.py's TODAY block
+    python -m simulator.calibrate.roofline_from_tables --write    # and write them (simulator/data/roofline_today.json)
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import json
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -544,8 +544,7 @@ def predict_heldout(system: str, family: str, dtype: str, frame: Any, folds: Fol
     return _fold_predict(Group(system, backend, family, dtype, "", keys, np.ones(len(frame)), t), folds, backend)
 
 
-# -- writing calibration.py ------------------------------------------------------------------------------
-BEGIN, END = "# BEGIN TODAY (written by `python -m simulator.calibrate.roofline_from_tables --write`)", "# END TODAY"
+# -- writing the constants -------------------------------------------------------------------------------
 WRITTEN = ("gemm_compute_eff", "gemm_half_tokens", "gemm_memory_eff", "kernel_floor_s", "attn_prefill_compute_eff",
            "attn_prefill_half_keys", "attn_floor_s", "attn_prefill_per_head_s", "mla_compute_eff",
            "attn_decode_memory_eff", "attn_decode_per_seq_s", "attn_decode_per_kv_head_s", "attn_decode_per_head_s",
@@ -577,38 +576,33 @@ def constants_entry(c: dict[str, float], source: str) -> dict[str, Any]:
     return out
 
 
-def today_block(fitted: dict[str, dict[str, dict[str, float]]]) -> str:
-    """calibration.py's TODAY block: per generation, per backend (and pooled), one entry a line per field."""
-    lines = [BEGIN, "TODAY: dict[str, dict[str, dict[str, Any]]] = {"]
+def today_data(fitted: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The TODAY constants: per generation, per backend (and pooled), one entry each."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for gen, per_backend in fitted.items():
-        lines.append(f"    {gen!r}: {{")
         systems = ", ".join(GENERATIONS[gen])
+        out[gen] = {}
         for backend, c in per_backend.items():
             whose = "vllm/sglang/trtllm (pooled)" if backend == POOLED else backend
-            entry = constants_entry(c, f"fitted by roofline_from_tables to AIConfigurator {whose} kernel tables of "
-                                       f"{systems}")
-            lines.append(f"        {backend!r}: {{")
-            lines += [f"            {k!r}: {v!r}," for k, v in entry.items()]
-            lines.append("        },")
-        lines.append("    },")
-    lines += ["}", END]
-    return "\n".join(lines)
+            out[gen][backend] = constants_entry(c, f"fitted by roofline_from_tables to AIConfigurator {whose} "
+                                                   f"kernel tables of {systems}")
+    return out
 
 
 def write_calibration(fitted: dict[str, dict[str, dict[str, float]]], path: Path | None = None) -> None:
-    path = path or Path(__file__).resolve().parents[1] / "costmodel" / "calibration.py"
-    text = path.read_text()
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
-    if not pattern.search(text):
-        raise RuntimeError(f"{path} has no TODAY block")
-    path.write_text(pattern.sub(lambda _: today_block(fitted), text))
+    """Write the constants where :data:`simulator.costmodel.calibration.TODAY` reads them (JSON, one
+    field a line; tuples as lists)."""
+    from simulator.costmodel.calibration import TODAY_PATH
+
+    path = path or TODAY_PATH
+    path.write_text(json.dumps(today_data(fitted), indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
     import pandas as pd
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="write the fitted constants into costmodel/calibration.py")
+    parser.add_argument("--write", action="store_true", help="write the fitted constants to simulator/data/roofline_today.json")
     parser.add_argument("--generation", action="append", choices=list(GENERATIONS))
     parser.add_argument("--max-rows", type=int, default=MAX_ROWS)
     args = parser.parse_args(argv)

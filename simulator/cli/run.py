@@ -95,13 +95,15 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     # Everything that makes two runs differ, on one line (a pipe gets it whole; a terminal wraps it between words).
     kv = f", KV cache {r.kv_cache_dtype}" if r.kv_cache_dtype != "auto" else ""
     # dp: attention data-parallel ranks; dtype says "weight-only" where the GPU lacks its tensor cores.
-    # The policy's effective knobs, where they follow the GPU (and SGLang's batch cap its KV cache).
-    max_len = r.effective_max_model_len
-    kv_tokens = summary.get("kv_cache_tokens")
-    knobs = (f"{s.token_budget(max_len, r.gpu_spec):,}-token budget, "
-             f"<= {s.seq_limit(r.gpu_spec, kv_tokens, max_len):,} seqs")
+    # The policy's effective knobs, where they follow the GPU (and SGLang's batch cap its KV cache); a
+    # disaggregated run's title names its pools instead.
+    knobs = ""
+    if not config.is_disaggregated:
+        max_len = r.effective_max_model_len
+        knobs = (f" ({s.token_budget(max_len, r.gpu_spec):,}-token budget, "
+                 f"<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs)")
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) · "
-             f"{count(config.num_replicas, 'replica')} · {s.name} ({knobs}) · engine {config.engine} · "
+             f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "
              f"dtype {r.weight_format.describe(r.gpu_spec)}{kv}")
     if config.is_disaggregated:
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light

@@ -51,14 +51,16 @@ class ConstantCostModel(CostModel):
 
 def run_requests(scheduler_name: str, specs: list[tuple[float, int, int]], *, num_blocks: int = 4096,
                  block_size: int = 16, max_model_len: int = 4096, cost: CostModel | None = None,
-                 replica: ReplicaConfig | None = None, **sched_kwargs):
+                 replica: ReplicaConfig | None = None, state_blocks: int = 0, **sched_kwargs):
     """Simulate ``(arrival_at, prompt, output)`` specs on one replica with a KV cache of
-    ``num_blocks``; return (requests, recorder, scheduler)."""
+    ``num_blocks`` (``state_blocks`` more a running sequence, as a hybrid model's recurrent
+    state); return (requests, recorder, scheduler)."""
     replica = replica or ReplicaConfig("mistral-7b", "a100-80gb")
     env = simpy.Environment()
     recorder = Recorder()
     config = SchedulerConfig(scheduler_name, **sched_kwargs)
-    scheduler = SCHEDULERS[scheduler_name](config, BlockManager(num_blocks, block_size, config.watermark), max_model_len)
+    scheduler = SCHEDULERS[scheduler_name](config, BlockManager(num_blocks, block_size, config.watermark, state_blocks),
+                                           max_model_len)
     rep = Replica(env, 0, scheduler, cost or RooflineCostModel(replica), recorder)
     requests = [Request(i, a, p, o, token_times=True) for i, (a, p, o) in enumerate(specs)]
     submit_all(env, rep, requests)

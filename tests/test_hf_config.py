@@ -90,7 +90,12 @@ def _base() -> dict:
     ({"mlp_only_layers": [0, 1]}, "model.mlp_only_layers"),
     ({"decoder_sparse_step": 2}, "model.decoder_sparse_step"),
     ({"num_experts_per_tok": 200}, "model.num_experts_per_tok"),
-    ({"layer_types": ["full_attention"] * 47 + ["linear_attention"]}, "model.layer_types"),
+    ({"layer_types": ["full_attention"] * 47 + ["mamba"]}, "model.layer_types"),
+    # a linear-attention layer needs its state's shape
+    ({"layer_types": ["full_attention"] * 47 + ["linear_attention"]}, "model.linear_num_key_heads"),
+    # a hybrid needs at least one full-attention layer
+    ({"layer_types": ["linear_attention"] * 48, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+      "linear_key_head_dim": 128, "linear_value_head_dim": 128}, "model.num_linear_layers"),
 ])
 def test_bad_configs_name_the_field(change, field):
     cfg = {**_base(), **change}

@@ -280,7 +280,7 @@ def kv_fits(model: str, gpu: str, tp: int, batch: int, tokens_per_seq: int) -> b
 
     plan = plan_memory(ReplicaConfig(model=model, gpu=gpu, tp=tp), 4096, 256)
     blocks = -(-tokens_per_seq // plan.block_size)
-    return batch * blocks <= plan.num_blocks
+    return batch * (blocks + plan.num_state_blocks) <= plan.num_blocks
 
 
 def splitwise_iteration_table(rows: pd.DataFrame) -> pd.DataFrame:

@@ -146,10 +146,6 @@ def _int(value: Any, default: int | None = None) -> int | None:
 # not in the catalog): what is missing, from their config.json as AIConfigurator keeps it
 # (ai-dynamo/aiconfigurator src/aiconfigurator/model_configs/).
 UNMODELLED = {
-    "qwen/qwen3.5-397b-a17b": (
-        "Qwen3.5-397B-A17B is a hybrid: 45 of its 60 layers are linear attention (Gated DeltaNet, "
-        "layer_types 'linear_attention'; a recurrent state, no KV cache), which the simulator does not model "
-        "(AIConfigurator's linear_attention kernel tables are not in the shared subset either)"),
     "zhipuai/glm-5": (
         "GLM-5 (glm_moe_dsa) uses DeepSeek Sparse Attention (MLA whose lightning indexer picks the top "
         "index_topk=2048 keys per query), which the simulator does not model (nor are AIConfigurator's "

@@ -154,12 +154,14 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     console.print(title, highlight=False)
     console.print(f"workload: {summary['workload']} · cost model: {config.cost_model}{kernels}", highlight=False)
     print_table(console, table)
+    state = (f" (a sequence's recurrent state takes {summary['state_tokens_per_seq']:,})"
+             if "state_tokens_per_seq" in summary else "")
     console.print(
         f"requests: {summary['num_finished']:,} finished, {summary['num_rejected']:,} rejected, "
         f"{count(summary['num_preemptions'], 'preemption')} · throughput {summary['throughput_rps']:.2f} req/s, "
         f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
         f"(TTFT<={summary['ttft_slo_s']}s, TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
-        f"tokens · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
+        f"tokens{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
     if "prefix_caching" in summary:
         pc = summary["prefix_caching"]
         console.print(f"prefix cache: {pc['hit_rate']:.1%} of prompt tokens found cached at admission · "

@@ -97,6 +97,21 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
     ModelSpec("minimax-m2.5", "MiniMaxAI/MiniMax-M2.5", 62, 3072, 48, 8, 1536, 200064, 196608,
               explicit_head_dim=128, num_experts=256, num_experts_per_tok=8, expert_ffn_size=1536,
               source="MiniMax-M2 series config.json (MiniMaxM2ForCausalLM), see the comment above"),
+    # Hybrids: three of every four layers are Gated DeltaNet linear attention (full_attention_interval 4),
+    # the fourth gated full attention (q_proj also emits an output gate); every layer's MLP is a MoE with
+    # one shared expert. The MTP module (mtp_num_hidden_layers) and Qwen3.5's vision tower are not served.
+    ModelSpec("qwen3-next-80b-a3b", "Qwen/Qwen3-Next-80B-A3B-Instruct", 48, 2048, 16, 2, 5120, 151936, 262144,
+              explicit_head_dim=256, num_experts=512, num_experts_per_tok=10, expert_ffn_size=512,
+              num_shared_experts=1, shared_expert_ffn_size=512, num_linear_layers=36, linear_num_key_heads=16,
+              linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128, attn_output_gate=True,
+              aliases=("Qwen/Qwen3-Next-80B-A3B-Thinking",),
+              source="Qwen/Qwen3-Next-80B-A3B-Thinking config.json (as AIConfigurator keeps it)"),
+    ModelSpec("qwen3.5-397b-a17b", "Qwen/Qwen3.5-397B-A17B", 60, 4096, 32, 2, 1024, 248320, 262144,
+              explicit_head_dim=256, num_experts=512, num_experts_per_tok=10, expert_ffn_size=1024,
+              num_shared_experts=1, shared_expert_ffn_size=1024, num_linear_layers=45, linear_num_key_heads=16,
+              linear_num_value_heads=64, linear_key_head_dim=128, linear_value_head_dim=128, attn_output_gate=True,
+              aliases=("Qwen/Qwen3.5-397B-A17B-FP8", "nvidia/Qwen3.5-397B-A17B-NVFP4"),
+              source="Qwen/Qwen3.5-397B-A17B config.json text_config (as AIConfigurator keeps it)"),
 )
 
 _MODELS: tuple[ModelSpec, ...] = (

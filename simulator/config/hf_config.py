@@ -9,7 +9,9 @@ profiler times the shapes the simulator prices and refuses what it refuses.
 
 Families read (``model_type``): dense ``llama``, ``mistral``, ``qwen2``, ``qwen3``; MoE
 ``mixtral``, ``qwen3_moe``, ``gpt_oss``, ``llama4`` / ``llama4_text`` (the text model of a
-multimodal config's ``text_config``); MLA + MoE ``deepseek_v3`` / ``deepseek_v2``.
+multimodal config's ``text_config``); MLA + MoE ``deepseek_v3`` / ``deepseek_v2``; hybrid linear
+attention + MoE ``qwen3_next`` and ``qwen3_5_moe`` (Gated DeltaNet layers from ``layer_types`` or
+``full_attention_interval``; Qwen3.5's text model from its ``text_config``).
 
 The reader is strict on purpose: a field it does not know might change the architecture
 (another attention kind, a different layer pattern), so it is refused with a one-line
@@ -39,7 +41,11 @@ from simulator.config.errors import ConfigError
 from simulator.config.specs import GB, TFLOPS, GPUSpec, ModelSpec
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",
-               "deepseek_v3", "deepseek_v2")
+               "deepseek_v3", "deepseek_v2", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text")
+# Multimodal wrappers whose text model sits in ``text_config`` (the vision tower is not served).
+_TEXT_WRAPPERS = ("llama4", "qwen3_5_moe")
+# Hybrids whose full-attention q_proj also emits an output gate even where the config does not say so.
+_GATED_ATTENTION = ("qwen3_next",)
 
 # Fields the reader interprets.
 _READ = frozenset({
@@ -50,7 +56,9 @@ _READ = frozenset({
     "num_experts_per_tok", "experts_per_token", "moe_intermediate_size", "n_shared_experts",
     "first_k_dense_replace", "moe_layer_freq", "interleave_moe_layer_step", "decoder_sparse_step",
     "mlp_only_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-    "attention_chunk_size", "no_rope_layers", "_name_or_path",
+    "attention_chunk_size", "no_rope_layers", "_name_or_path", "full_attention_interval", "linear_conv_kernel_dim",
+    "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
+    "attn_output_gate", "shared_expert_intermediate_size",
 })
 # Fields that change neither shapes nor costs the simulator models.
 _IGNORED = frozenset({
@@ -63,7 +71,8 @@ _IGNORED = frozenset({
     "attn_temperature_tuning", "floor_scale", "attn_scale", "swiglu_limit", "initial_context_length",
     "vision_config", "boi_token_index", "eoi_token_index", "image_token_index", "cache_implementation",
     "for_llm_compressor", "router_dtype", "use_mla", "rope_interleave", "is_llama_config", "bos_token",
-    "eos_token", "tokenizer_class", "qk_layernorm", "moe_router_dtype",
+    "eos_token", "tokenizer_class", "qk_layernorm", "moe_router_dtype", "mtp_num_hidden_layers",
+    "mtp_use_dedicated_embeddings", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
 })
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_new": "gelu",
                 "gelu_pytorch_tanh": "gelu"}
@@ -105,7 +114,7 @@ def _load_hf_model(name: str, file: str, _mtime_ns: int) -> ModelSpec:
 def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json") -> ModelSpec:
     """Build a spec from a parsed ``config.json``; ``name`` becomes the spec's name."""
     outer_type = str(cfg.get("model_type", ""))
-    if outer_type == "llama4" and isinstance(cfg.get("text_config"), dict):
+    if outer_type in _TEXT_WRAPPERS and isinstance(cfg.get("text_config"), dict):
         top_level = {k: v for k, v in cfg.items() if k != "text_config"}
         _check_fields(top_level, where)
         cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings",
@@ -162,7 +171,10 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
         step = opt("interleave_moe_layer_step", 1)
         if step > 1:  # Llama-4 Maverick: every step-th layer is MoE, the others dense
             num_dense = num_layers - num_layers // step
-        shared = opt("n_shared_experts") or (1 if model_type.startswith("llama4") else 0)
+        shared_width = opt("shared_expert_intermediate_size")
+        shared = opt("n_shared_experts") or (1 if model_type.startswith("llama4") or shared_width else 0)
+        if shared_width and shared_width != expert_ffn:
+            kwargs["shared_expert_ffn_size"] = shared_width
         # ffn_size: the dense layers' width (only the activation reserve reads it when every layer is MoE)
         dense_ffn = opt("intermediate_size_mlp") or ffn or expert_ffn
         kwargs.update(num_experts=num_experts, num_experts_per_tok=top_k, expert_ffn_size=expert_ffn,
@@ -187,9 +199,10 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != num_layers:
             raise ConfigError("model.layer_types", f"{where}: needs one entry per layer ({num_layers})")
-        bad = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention")})
+        bad = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention", "linear_attention")})
         if bad:
-            raise unsupported("layer_types", f"layer type {bad[0]!r} (full_attention and sliding_attention are read)")
+            raise unsupported("layer_types", f"layer type {bad[0]!r} (full_attention, sliding_attention and "
+                              "linear_attention are read)")
         num_sliding = layer_types.count("sliding_attention")
     elif model_type in ("qwen2", "qwen3", "qwen3_moe"):
         num_sliding = num_layers - min(opt("max_window_layers", num_layers), num_layers) \
@@ -201,6 +214,22 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
         num_sliding = sum(1 for x in no_rope if x) if isinstance(no_rope, list) and no_rope else num_layers - num_layers // 4
     else:
         num_sliding = num_layers if window else 0
+    # Hybrid linear attention (Gated DeltaNet): from layer_types, else every full_attention_interval-th
+    # layer is full attention (Qwen3-Next's config has no layer_types).
+    if isinstance(layer_types, list):
+        num_linear = layer_types.count("linear_attention")
+    elif opt("full_attention_interval"):
+        num_linear = num_layers - num_layers // opt("full_attention_interval")
+    else:
+        num_linear = 0
+    if num_linear:
+        kwargs.update(num_linear_layers=num_linear, linear_num_key_heads=need("linear_num_key_heads"),
+                      linear_num_value_heads=need("linear_num_value_heads"),
+                      linear_key_head_dim=need("linear_key_head_dim"),
+                      linear_value_head_dim=need("linear_value_head_dim"),
+                      linear_conv_kernel_dim=opt("linear_conv_kernel_dim", 4) or 4)
+    if cfg.get("attn_output_gate", model_type in _GATED_ATTENTION):
+        kwargs["attn_output_gate"] = True
     if num_sliding and not window:
         raise ConfigError("model.sliding_window", f"{where}: sliding layers need a positive sliding_window")
     if num_sliding:

@@ -59,6 +59,18 @@ class ModelSpec:
     # Sliding-window attention on ``num_sliding_layers`` of the layers (0: full attention everywhere).
     sliding_window: int = 0
     num_sliding_layers: int = 0
+    # Hybrid linear attention (Qwen3-Next, Qwen3.5): ``num_linear_layers`` of the layers mix tokens
+    # with a Gated DeltaNet instead of softmax attention. Such a layer keeps no per-token KV but a
+    # recurrent state per sequence (``linear_num_value_heads`` matrices of key x value head dims,
+    # plus the short convolution's last ``linear_conv_kernel_dim - 1`` inputs); the other layers
+    # are full attention (0: no linear layers).
+    num_linear_layers: int = 0
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 4
+    attn_output_gate: bool = False  # the full-attention q_proj also emits a sigmoid gate per query (Qwen3-Next/3.5)
     source: str = ""  # where the shape (and its published parameter count) comes from
 
     def __post_init__(self) -> None:
@@ -82,6 +94,21 @@ class ModelSpec:
         if not 0 <= self.num_sliding_layers <= self.num_layers or (self.num_sliding_layers and self.sliding_window <= 0):
             raise ConfigError("model.num_sliding_layers", f"{self.num_sliding_layers} sliding layers with window "
                               f"{self.sliding_window} for {self.num_layers} layers")
+        if self.num_linear_layers:
+            if not 0 < self.num_linear_layers < self.num_layers:
+                raise ConfigError("model.num_linear_layers", f"{self.num_linear_layers} linear-attention layers of "
+                                  f"{self.num_layers}: a hybrid needs at least one full-attention layer")
+            for name in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                         "linear_value_head_dim", "linear_conv_kernel_dim"):
+                if getattr(self, name) <= 0:
+                    raise ConfigError(f"model.{name}", f"must be positive for linear-attention layers, "
+                                      f"got {getattr(self, name)}")
+            if self.linear_num_value_heads % self.linear_num_key_heads:
+                raise ConfigError("model.linear_num_key_heads", f"{self.linear_num_key_heads} key heads do not divide "
+                                  f"{self.linear_num_value_heads} value heads")
+            if self.is_mla or self.num_sliding_layers:
+                raise ConfigError("model.num_linear_layers", "linear-attention layers beside MLA or sliding-window "
+                                  "layers are not modelled")
 
     @property
     def head_dim(self) -> int:
@@ -108,6 +135,45 @@ class ModelSpec:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
 
     @property
+    def num_kv_layers(self) -> int:
+        """Layers that keep per-token KV (all but the linear-attention ones)."""
+        return self.num_layers - self.num_linear_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.num_linear_layers > 0
+
+    @property
+    def linear_conv_dim(self) -> int:
+        """Channels of a linear-attention layer's short convolution: its queries, keys and values."""
+        return 2 * self.linear_num_key_heads * self.linear_key_head_dim + \
+            self.linear_num_value_heads * self.linear_value_head_dim
+
+    @property
+    def linear_attention_params(self) -> int:
+        """Weights of one Gated DeltaNet block: the input projection (queries, keys, values, the
+        output gate and the per-head decay and write-strength inputs), the depthwise convolution,
+        the per-head decay parameters, the gated norm and the output projection."""
+        if not self.num_linear_layers:
+            return 0
+        h, nv = self.hidden_size, self.linear_num_value_heads
+        value = nv * self.linear_value_head_dim
+        in_proj = h * (self.linear_conv_dim + value + 2 * nv)
+        return in_proj + self.linear_conv_dim * self.linear_conv_kernel_dim + 2 * nv + \
+            self.linear_value_head_dim + value * h
+
+    def linear_state_bytes_per_gpu_layer(self, dtype_bytes: float, tp: int) -> float:
+        """One sequence's recurrent state in one linear-attention layer on one GPU of a TP group
+        (heads sharded by TP): the value heads' key x value matrices and the convolution's last
+        ``kernel - 1`` inputs, at ``dtype_bytes`` (vLLM keeps both at the model's dtype by default)."""
+        if not self.num_linear_layers:
+            return 0.0
+        nk, nv = max(1, self.linear_num_key_heads // tp), max(1, self.linear_num_value_heads // tp)
+        dk, dv = self.linear_key_head_dim, self.linear_value_head_dim
+        conv = (2 * nk * dk + nv * dv) * (self.linear_conv_kernel_dim - 1)
+        return (nv * dk * dv + conv) * dtype_bytes
+
+    @property
     def attention_params(self) -> int:
         """Weights of one attention block (projections only)."""
         h = self.hidden_size
@@ -118,7 +184,17 @@ class ModelSpec:
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + \
                 self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv + self.num_heads * self.v_head_dim * h
-        return h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+        gate = self.q_size if self.attn_output_gate else 0
+        return h * (self.q_size + gate + 2 * self.kv_size) + self.q_size * h
+
+    @property
+    def mixer_params(self) -> float:
+        """Token-mixer weights of a layer, the mean over layers (softmax attention, or a hybrid's mix of
+        it and linear attention); an int for models without linear layers."""
+        if not self.num_linear_layers:
+            return self.attention_params
+        return (self.num_kv_layers * self.attention_params
+                + self.num_linear_layers * self.linear_attention_params) / self.num_layers
 
     def mlp_params(self, width: int) -> int:
         return (3 if self.gated_mlp else 2) * self.hidden_size * width
@@ -143,10 +219,10 @@ class ModelSpec:
         """Weights of one layer; for a model mixing dense and MoE layers, the mean over layers
         (so ``num_layers * params_per_layer`` is every layer's weights, all experts included)."""
         norms = 2 * self.hidden_size
-        dense = self.attention_params + self.mlp_params(self.ffn_size) + norms
+        dense = self.mixer_params + self.mlp_params(self.ffn_size) + norms
         if not self.is_moe:
-            return dense
-        moe = self.attention_params + self.moe_layer_params + norms
+            return round(dense)
+        moe = self.mixer_params + self.moe_layer_params + norms
         return round((self.num_dense_layers * dense + self.num_moe_layers * moe) / self.num_layers)
 
     @property

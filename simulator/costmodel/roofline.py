@@ -19,7 +19,8 @@ Assumptions, stated once:
   weights read once per GEMM, activations read and written once;
 - mixture-of-experts layers, expert parallelism, attention data parallelism and multi-head
   latent attention are priced by :mod:`simulator.costmodel.moe`; sliding-window layers cap
-  each query's keys at the window;
+  each query's keys at the window; a hybrid's Gated DeltaNet layers are priced by
+  :mod:`simulator.costmodel.linear_attention`;
 - attention prefill is FlashAttention-like (compute-bound, causal pairs counted
   exactly); decode attention is paged and memory-bound (reads every KV byte once) with
   a small per-sequence cost;
@@ -37,6 +38,7 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.config.topology import topology_for
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.calibration import RooflineCalibration, calibration_for, roofline_backend
+from simulator.costmodel.linear_attention import hybrid_token_ops, linear_attention_time, linear_geometry
 from simulator.costmodel.moe import (
     mla_attention_decode,
     mla_attention_prefill,
@@ -101,13 +103,14 @@ class RooflineCostModel(TabulatedCostModel):
         self.dense_fraction = 1.0 - m.num_moe_layers / m.num_layers
         self.sliding_fraction = m.num_sliding_layers / m.num_layers
         self.sliding_window = m.sliding_window
+        linear_geometry(self)  # a hybrid's share of Gated DeltaNet layers (linear_fraction) and their shapes
         self.mla = m.is_mla  # checked once per attention call: keep it a plain attribute
         # Seconds per prefilling sequence of its per-(sequence, head) cost (0.0 in the 2023 calibrations).
         self.prefill_seq_s = self.heads_per_gpu * self.cal.attn_prefill_per_head_s
         # Whether a prompt's successive chunks have prefill_attention_list's plain-float form: full
         # attention (MLA and sliding windows price prefill another way), with or without the
         # 'today' calibration's efficiency ramp and per-sequence term.
-        self.chunk_terms_ok = not (self.mla or self.sliding_fraction)
+        self.chunk_terms_ok = not (self.mla or self.sliding_fraction or self.linear_fraction)
         # The calibration's derived attention constants, read once (attention is priced every step).
         self.attn_floor = self.cal.attn_floor
         # Decode attention's per-sequence cost with its per-(sequence, KV head) and per-(sequence, query head)
@@ -191,7 +194,8 @@ class RooflineCostModel(TabulatedCostModel):
         if m.is_mla:
             qkv, out_proj = mla_projections(self, tokens)
         else:
-            qkv = self.gemm(tokens, h, self.q_per_gpu + 2 * self.kv_per_gpu)
+            gate = self.q_per_gpu if m.attn_output_gate else 0  # gated attention: q_proj also emits the gate
+            qkv = self.gemm(tokens, h, self.q_per_gpu + gate + 2 * self.kv_per_gpu)
             out_proj = self.gemm(tokens, self.q_per_gpu, h)
         ops = {
             "qkv_proj": qkv,
@@ -210,6 +214,8 @@ class RooflineCostModel(TabulatedCostModel):
                 ops[op] = dense * ops[op]
             for op, value in moe_token_ops(self, tokens).items():
                 ops[op] = (1.0 - dense) * value
+        if self.linear_fraction:  # a hybrid: its Gated DeltaNet layers' projections and element-wise passes
+            hybrid_token_ops(self, tokens, ops)
         return ops
 
     def attention_prefill(self, shape: BatchShape) -> float:
@@ -223,6 +229,8 @@ class RooflineCostModel(TabulatedCostModel):
                                             min(shape.prefill_kv_tokens, shape.num_prefill_tokens + shape.num_prefills * w),
                                             shape.num_prefill_tokens, shape.num_prefills)
             t += self.sliding_fraction * (local - t)
+        if self.linear_fraction:  # a hybrid's linear layers run their recurrence instead
+            t += self.linear_fraction * (linear_attention_time(self, shape.num_prefill_tokens, shape.num_prefills) - t)
         return t
 
     def _attention_prefill(self, pairs: float, kv_tokens: float, num_tokens: int, num_prefills: float = 1.0) -> float:
@@ -275,6 +283,8 @@ class RooflineCostModel(TabulatedCostModel):
             local = self._attention_decode(min(shape.decode_kv_tokens, shape.num_decodes * self.sliding_window),
                                            shape.num_decodes)
             t += self.sliding_fraction * (local - t)
+        if self.linear_fraction:
+            t += self.linear_fraction * (linear_attention_time(self, shape.num_decodes, shape.num_decodes) - t)
         return t
 
     def _attention_decode(self, kv_tokens: float, num_decodes: int) -> float:
@@ -299,6 +309,8 @@ class RooflineCostModel(TabulatedCostModel):
             local = self._attention_verify(min(kv_tokens, num_seqs * w), num_seqs, min(query_pairs, num_queries * w),
                                            num_queries)
             t += self.sliding_fraction * (local - t)
+        if self.linear_fraction:
+            t += self.linear_fraction * (linear_attention_time(self, num_queries, num_seqs) - t)
         return t
 
     def _attention_verify(self, kv_tokens: float, num_seqs: int, query_pairs: float, num_queries: int) -> float:
@@ -314,8 +326,8 @@ class RooflineCostModel(TabulatedCostModel):
         """Decode attention of ``n`` sequences holding ``kv`` KV tokens in all, as
         ``(kv * kvb + per_token) / bandwidth + per_seq + floor``: these five terms (the scalar
         path's float ops, its constant products evaluated once), for a caller that writes the
-        formula into its own loop over a stretch; None for MLA and sliding-window attention."""
-        if self.mla or self.sliding_fraction:
+        formula into its own loop over a stretch; None for MLA, sliding-window and hybrid linear attention."""
+        if self.mla or self.sliding_fraction or self.linear_fraction:
             return None
         c, g = self.cal, self.gpu
         return (self.kv_bytes_per_token, 2 * n * self.q_per_gpu * self.dtype_bytes,
@@ -324,8 +336,8 @@ class RooflineCostModel(TabulatedCostModel):
     def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
                                 kv_maxes: np.ndarray) -> np.ndarray | None:
         """:meth:`attention_decode` for many decode batches of ``n`` sequences, same float ops;
-        None (price each iteration) for MLA and sliding-window attention."""
-        if self.mla or self.sliding_fraction:
+        None (price each iteration) for MLA, sliding-window and hybrid linear attention."""
+        if self.mla or self.sliding_fraction or self.linear_fraction:
             return None
         c, g = self.cal, self.gpu
         nbytes = kv_sums * self.kv_bytes_per_token + 2 * n * self.q_per_gpu * self.dtype_bytes

@@ -77,7 +77,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simulator.config.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of
+from simulator.config.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of, state_bytes_per_seq
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel import load_cost_model
 from simulator.engine.closed_loop import ClosedLoopClient, make_recorder
@@ -101,10 +101,11 @@ class _KVHold:
     """Blocks a request left behind on the prefill replica (duck-types ``Request.num_blocks``
     for :meth:`BlockManager.free`)."""
 
-    __slots__ = ("num_blocks",)
+    __slots__ = ("num_blocks", "num_state_blocks")
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, num_state_blocks: int = 0) -> None:
         self.num_blocks = num_blocks
+        self.num_state_blocks = num_state_blocks  # a hybrid's recurrent state, handed off with the KV
 
 
 class PrefillMixin:
@@ -135,8 +136,9 @@ class PrefillMixin:
         if done:
             self.running = [r for r in self.running if r.num_generated == 0]  # type: ignore[attr-defined]
             for req in done:
-                hold = _KVHold(req.num_blocks)
+                hold = _KVHold(req.num_blocks, req.num_state_blocks)
                 req.num_blocks = 0
+                req.num_state_blocks = 0
                 self.num_parked += 1
                 self.on_prefilled(req, hold)
         return finished
@@ -272,6 +274,7 @@ class DisaggCluster:
         self._step = 0
         self.log = HandoffLog(num_requests)
         self.kv_bytes_per_token = kv_bytes_per_token(layout.prefill_replica)
+        self.state_bytes_per_seq = state_bytes_per_seq(layout.prefill_replica)  # a hybrid's recurrent state
         # KV links (module docstring, step 3): ``egress[k]`` the link of the k-th prefill pool
         # replica (one shared link: a single egress every transfer uses), ``ingress[k]`` of the
         # k-th decode pool replica, or none where one egress already orders every transfer.
@@ -328,13 +331,13 @@ class DisaggCluster:
         decodes first (their block counts are stale while they are carried)."""
         for r in self.replicas:
             r.scheduler.settle()
-        held = {r.replica_id: sum(q.num_blocks for q in (*r.scheduler.running, *r.scheduler.waiting))
+        held = {r.replica_id: sum(q.num_blocks + q.num_state_blocks for q in (*r.scheduler.running, *r.scheduler.waiting))
                 for r in self.replicas}
         for _, hold, index in self.pending:
-            held[self.prefill[index].replica_id] += hold.num_blocks
+            held[self.prefill[index].replica_id] += hold.num_blocks + hold.num_state_blocks
         for req, hold, index, decode in self.in_transit.values():
-            held[self.prefill[index].replica_id] += hold.num_blocks
-            held[decode.replica_id] += req.num_blocks
+            held[self.prefill[index].replica_id] += hold.num_blocks + hold.num_state_blocks
+            held[decode.replica_id] += req.num_blocks + req.num_state_blocks
         return [(r.scheduler.blocks.num_free_blocks, held[r.replica_id], r.scheduler.blocks.num_blocks)
                 for r in self.replicas]
 
@@ -383,6 +386,7 @@ class DisaggCluster:
                 return  # backpressure: the prefill replicas keep holding the KV
             req, hold, prefill_index = pending.popleft()
             best.scheduler.blocks.reserve(req, req.num_prompt_tokens)
+            best.scheduler.blocks.take_state(req)
             best.scheduler.num_parked += 1
             rid = req.request_id
             self.log.decode_replica_id[rid] = best.replica_id
@@ -405,7 +409,7 @@ class DisaggCluster:
                 **{f"decode{k} ingress": b for k, b in enumerate(self.ingress_busy_s)}}
 
     def _transfer(self, req: Request, hold: _KVHold, prefill_index: int, decode: Replica):  # noqa: ANN202
-        nbytes = req.num_prompt_tokens * self.kv_bytes_per_token
+        nbytes = req.num_prompt_tokens * self.kv_bytes_per_token + self.state_bytes_per_seq
         rid = req.request_id
         self.log.kv_bytes[rid] = nbytes
         duration = self.layout.link.transfer_s(nbytes)

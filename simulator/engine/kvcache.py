@@ -13,10 +13,16 @@ the rank's ``tp``, the routed experts over all ``tp * attention_dp`` GPUs of the
 Weights count every expert of a MoE model, at the ``--dtype`` bytes, scales included
 (``--kv-cache-dtype fp8`` halves the KV bytes, so it doubles the KV tokens).
 
+Hybrid models (Gated DeltaNet layers beside full attention) keep per-token KV only in their
+full-attention layers, and a recurrent state per running sequence in the others. As vLLM V1's
+hybrid allocator pages both from one pool, the state is charged to the same blocks: each running
+sequence holds ``num_state_blocks`` blocks (its state's bytes over a block's KV bytes, rounded up)
+from its admission until it finishes or is preempted, beside the blocks of its tokens.
+
 The block manager only counts blocks: which physical block holds which token does not
-change any timing the simulator models. Invariant: ``num_free_blocks + sum(r.num_blocks
-for live requests) == num_blocks`` at all times, and every block a request holds is
-returned when it finishes or is preempted.
+change any timing the simulator models. Invariant: ``num_free_blocks + sum(r.num_blocks +
+r.num_state_blocks for live requests) == num_blocks`` at all times, and every block a request
+holds is returned when it finishes or is preempted.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class MemoryPlan:
     num_kv_tokens: int  # tokens the whole replica can hold (tightest stage)
     num_blocks: int
     block_size: int
+    num_state_blocks: int = 0  # blocks each running sequence's recurrent state takes (hybrid models)
 
     def as_dict(self) -> dict[str, float | int]:
         return {
@@ -53,6 +60,7 @@ class MemoryPlan:
             "kv_budget_gib_per_gpu": min(self.kv_budget_bytes) / GiB,
             "num_kv_tokens": self.num_kv_tokens,
             "num_kv_blocks": self.num_blocks,
+            **({"num_state_blocks_per_seq": self.num_state_blocks} if self.num_state_blocks else {}),
         }
 
 
@@ -78,6 +86,8 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     # MHA/GQA heads are sharded by TP, an MLA latent is replicated; sliding-window layers are
     # counted like full ones (a conservative bound: their blocks are not recycled).
     kv_token_layer = m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, tp)
+    if m.is_hybrid:  # only the full-attention layers keep per-token KV (layers split evenly over stages)
+        kv_token_layer *= m.num_kv_layers / m.num_layers
     wb = replica.weight_bytes  # transformer layers at --dtype; embeddings and LM head at dtype_bytes
     activation = activation_reserve_bytes(replica, max_num_batched_tokens, max_num_seqs)
     usable = gpu.memory_bytes * replica.gpu_memory_utilization
@@ -113,7 +123,19 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
         # another simulator's cache size; the weights must still fit, which is checked above.
         num_blocks = replica.num_gpu_blocks
     return MemoryPlan(tuple(weights), activation, tuple(budgets), tuple(per_token),
-                      num_blocks * replica.block_size, num_blocks, replica.block_size)
+                      num_blocks * replica.block_size, num_blocks, replica.block_size,
+                      state_blocks_per_seq(replica, kv_token_layer))
+
+
+def state_blocks_per_seq(replica: ReplicaConfig, kv_token_layer: float) -> int:
+    """Blocks one sequence's recurrent state takes in a hybrid model (0 otherwise): the state of
+    its linear-attention layers over the KV a block of tokens takes in its full-attention layers,
+    per mean layer (``kv_token_layer`` is already that mean), rounded up."""
+    m = replica.model_spec
+    if not m.is_hybrid:
+        return 0
+    state = m.linear_state_bytes_per_gpu_layer(replica.dtype_bytes, replica.tp) * m.num_linear_layers / m.num_layers
+    return -(-int(round(state / kv_token_layer)) // replica.block_size)
 
 
 class BlockManager:
@@ -121,23 +143,25 @@ class BlockManager:
     (as vLLM does, so a burst of admissions cannot leave running decodes without room);
     growing a running request may use every free block."""
 
-    __slots__ = ("num_blocks", "block_size", "num_free_blocks", "watermark_blocks")
+    __slots__ = ("num_blocks", "block_size", "num_free_blocks", "watermark_blocks", "state_blocks")
     # Seconds of host-to-GPU KV loading the admissions since the last iteration priced owe
     # (a prefix cache's CPU tier, simulator.engine.prefix_cache); always 0 here.
     pending_load_s = 0.0
 
-    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01) -> None:
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, state_blocks: int = 0) -> None:
         if num_blocks <= 0:
             raise ConfigError("kv_cache", f"no KV blocks available ({num_blocks})", "lower the model size or raise --tp")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.num_free_blocks = num_blocks
         self.watermark_blocks = int(watermark * num_blocks)
+        # Blocks a running sequence's recurrent state holds (hybrid models; 0: none), taken at admission.
+        self.state_blocks = state_blocks
 
     @property
     def num_usable_blocks(self) -> int:
-        """Blocks an idle cache can give one new request (all but the watermark)."""
-        return self.num_blocks - self.watermark_blocks
+        """Blocks an idle cache can give one new request's tokens (all but the watermark and its state)."""
+        return self.num_blocks - self.watermark_blocks - self.state_blocks
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -145,7 +169,7 @@ class BlockManager:
     def can_admit(self, num_tokens: int, req: Request | None = None) -> bool:
         """Whether a new request holding ``num_tokens`` tokens fits above the watermark
         (``req``, the request itself, matters only to a prefix cache: its hits need no blocks)."""
-        return self.num_free_blocks - (-(-num_tokens // self.block_size)) >= self.watermark_blocks
+        return self.num_free_blocks - (-(-num_tokens // self.block_size)) - self.state_blocks >= self.watermark_blocks
 
     def reserve(self, req: Request, num_tokens: int) -> None:
         """Grow ``req``'s allocation to hold ``num_tokens`` (caller checked it fits)."""
@@ -158,6 +182,14 @@ class BlockManager:
     def admit(self, req: Request, num_tokens: int) -> None:
         """Allocate a request leaving ``waiting`` (a prefix cache also finds its cached prefix)."""
         self.reserve(req, num_tokens)
+        self.take_state(req)
+
+    def take_state(self, req: Request) -> None:
+        """Give ``req`` its recurrent state's blocks unless it holds them (caller checked they fit)."""
+        if self.state_blocks and not req.num_state_blocks:
+            assert self.state_blocks <= self.num_free_blocks, "KV block over-allocation"
+            self.num_free_blocks -= self.state_blocks
+            req.num_state_blocks = self.state_blocks
 
     def try_grow(self, req: Request, num_tokens: int) -> bool:
         """Grow ``req`` to hold ``num_tokens`` if free blocks allow; no watermark."""
@@ -171,8 +203,9 @@ class BlockManager:
         return True
 
     def free(self, req: Request) -> None:
-        self.num_free_blocks += req.num_blocks
+        self.num_free_blocks += req.num_blocks + req.num_state_blocks
         req.num_blocks = 0
+        req.num_state_blocks = 0
 
     @property
     def num_used_blocks(self) -> int:
@@ -184,7 +217,7 @@ def build_kv_cache(replica: ReplicaConfig, sched: SchedulerConfig) -> tuple[Bloc
     scheduler's watermark. The one place a replica's cache is sized (runs, pools, planners)."""
     max_model_len = replica.effective_max_model_len
     plan = plan_memory(replica, sched.token_budget(max_model_len, replica.gpu_spec), sched.seq_limit(replica.gpu_spec))
-    return BlockManager(plan.num_blocks, replica.block_size, sched.watermark), plan
+    return BlockManager(plan.num_blocks, replica.block_size, sched.watermark, plan.num_state_blocks), plan
 
 
 def max_model_len_shortfall(blocks: BlockManager, max_model_len: int) -> str | None:

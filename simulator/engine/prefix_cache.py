@@ -240,7 +240,7 @@ class PrefixCachingBlockManager(BlockManager):
 
     def can_admit(self, num_tokens: int, req: Request | None = None) -> bool:
         if req is None or req.block_hashes is None:
-            return self.num_free_blocks - (-(-num_tokens // self.block_size)) >= self.watermark_blocks
+            return self.num_free_blocks - (-(-num_tokens // self.block_size)) - self.state_blocks >= self.watermark_blocks
         self._reconcile()
         hits = self._lookup(req, self.names_of(req))
         referenced = 0
@@ -248,7 +248,8 @@ class PrefixCachingBlockManager(BlockManager):
             if block.ref:
                 referenced += 1
         # An evictable hit leaves the free pool, so only hits others hold save blocks.
-        return self.num_free_blocks - (-(-num_tokens // self.block_size)) + referenced >= self.watermark_blocks
+        return (self.num_free_blocks - (-(-num_tokens // self.block_size)) - self.state_blocks + referenced
+                >= self.watermark_blocks)
 
     # -- allocation ------------------------------------------------------------------------
     def admit(self, req: Request, num_tokens: int) -> None:
@@ -256,6 +257,7 @@ class PrefixCachingBlockManager(BlockManager):
         cached prefix is shared and counted as computed, the rest allocated and named."""
         if req.num_blocks or req.block_hashes is None:
             self.reserve(req, num_tokens)
+            self.take_state(req)
             self.num_queried_tokens += req.num_prompt_tokens + req.num_generated
             return
         self._reconcile()
@@ -288,6 +290,7 @@ class PrefixCachingBlockManager(BlockManager):
         assert need <= self.num_free_blocks, "KV block over-allocation"
         self.num_free_blocks -= need
         req.num_blocks = total
+        self.take_state(req)  # a hybrid's state is its own (the hit's state taken as cached with its blocks)
         if len(lru) > self.num_free_blocks:
             self._evict(len(lru) - self.num_free_blocks)
         hit_tokens = num_hits * bs
@@ -359,8 +362,9 @@ class PrefixCachingBlockManager(BlockManager):
                         release(block)
                 else:
                     self._unregister(block)  # never computed (preempted mid-prompt): nothing to keep
-        self.num_free_blocks += num_freed
+        self.num_free_blocks += num_freed + req.num_state_blocks
         req.num_blocks = 0
+        req.num_state_blocks = 0
 
     def check(self) -> None:
         """Assert the invariants (tests)."""
@@ -437,13 +441,17 @@ class RadixBlockManager(PrefixCachingBlockManager):
 
 
 def make_block_manager(policy: str | None, num_blocks: int, block_size: int, watermark: float,
-                       host_blocks: int = 0, host_load_s: float = 0.0) -> BlockManager:
+                       host_blocks: int = 0, host_load_s: float = 0.0, state_blocks: int = 0) -> BlockManager:
     """The KV cache of one replica: plain counts (``policy`` None) or prefix caching, with a
-    CPU tier of ``host_blocks`` blocks loaded at ``host_load_s`` seconds each where > 0."""
+    CPU tier of ``host_blocks`` blocks loaded at ``host_load_s`` seconds each where > 0
+    (``state_blocks``: a hybrid model's recurrent state per running sequence)."""
     if policy is None:
-        return BlockManager(num_blocks, block_size, watermark)
-    if policy == "vllm-lru":
-        return PrefixCachingBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s)
-    if policy == "radix-lru":
-        return RadixBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s)
-    raise ValueError(f"unknown prefix cache policy {policy!r}")  # the config validates it
+        manager = BlockManager(num_blocks, block_size, watermark)
+    elif policy == "vllm-lru":
+        manager = PrefixCachingBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s)
+    elif policy == "radix-lru":
+        manager = RadixBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s)
+    else:
+        raise ValueError(f"unknown prefix cache policy {policy!r}")  # the config validates it
+    manager.state_blocks = state_blocks
+    return manager

@@ -69,13 +69,13 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
         from simulator.engine.speculative import speculative_class
 
         plan = speculative_memory_plan(plan, replica, speculation.config)
-        blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark)
+        blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark, plan.num_state_blocks)
         cls = speculative_class(cls)
     # Prefix caching, where on; not in a disaggregated pool's role (a mixin): they hand blocks over by count.
     elif sched.prefix_cache is not None and mixin is None:
         host_blocks, host_load_s = cpu_tier(replica, sched, plan)
         blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, replica.block_size, sched.watermark,
-                                    host_blocks, host_load_s)
+                                    host_blocks, host_load_s, plan.num_state_blocks)
     short = max_model_len_shortfall(blocks, max_model_len) if whole_requests else None
     if short is not None:
         if speculation is None:

@@ -51,7 +51,7 @@ class Request:
         "replica_id", "first_scheduled_at", "completed_at", "num_preemptions",
         "first_token_at", "last_token_at", "max_tbt_s", "token_times", "reject_reason", "admitted_seq",
         "block_hashes", "hash_block_size", "num_cached_tokens", "session_id",
-        "num_host_cached_tokens",
+        "num_host_cached_tokens", "num_state_blocks",
     )
 
     def __init__(self, request_id: int, arrival_at: float, num_prompt_tokens: int, num_output_tokens: int,
@@ -63,6 +63,7 @@ class Request:
         self.num_computed = 0
         self.num_generated = 0
         self.num_blocks = 0  # KV blocks currently held
+        self.num_state_blocks = 0  # blocks its recurrent state holds (hybrid models), beside num_blocks
         self.status = Status.WAITING
         self.in_flight = False  # part of a batch that has not finished (pipeline parallelism)
         self.replica_id = -1

@@ -17,6 +17,9 @@ measurement where the tables have one:
 - sliding-window layers (gpt-oss) from the window kernel's own rows where the tables have them,
   else each query's keys capped at the window on the full-attention rows;
 - **MLA** (DeepSeek) attention cores from the ``context_mla`` / ``generation_mla`` tables;
+- a hybrid's **Gated DeltaNet** layers (Qwen3-Next, Qwen3.5): their projections from the GEMM
+  tables, their recurrence by the roofline (:mod:`simulator.costmodel.linear_attention`; the
+  shared subset has no ``linear_attention`` tables, and the header says so);
 - **fused MoE** by (tokens, hidden, intermediate, top-k, experts, moe_tp, moe_ep, dtype,
   routing distribution), the measured kernel including routing, activation and permutation;
 - **TP all-reduce** from the engine's own custom all-reduce table (CUDA-graph variant where
@@ -56,6 +59,7 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.aic import tables as T
 from simulator.costmodel.aic.interp import Grid2D, anchored, isotonic, loglog, loglog_scalar
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
+from simulator.costmodel.linear_attention import hybrid_token_ops, linear_attention_time, linear_geometry
 from simulator.costmodel.moe import mla_projections, moe_token_ops, uses_moe_collectives
 from simulator.costmodel.roofline import RooflineCostModel
 
@@ -105,6 +109,7 @@ class TableCostModel(TabulatedCostModel):
                      "kv_bytes_per_token", "weight_bytes", "dense_fraction", "sliding_fraction", "sliding_window",
                      "mla", "topology", "tp_link_bytes_per_s", "gemm_peak_flops", "gemm_knee_scale"):
             setattr(self, attr, getattr(rf, attr))
+        linear_geometry(self)
         self.notes: list[str] = []
         self.roofline_ops: list[str] = []
         self.versions: dict[str, str] = {}
@@ -122,6 +127,9 @@ class TableCostModel(TabulatedCostModel):
         self._load_attention()
         self._load_moe()
         self._load_allreduce()
+        if self.linear_fraction:
+            self._lack("linear_attn", f"no linear_attention rows (the shared subset keeps none) for "
+                       f"{replica.model_spec.num_linear_layers} Gated DeltaNet layers")
         self.source = T.describe(replica.gpu, backend, root)
         # Largest token count every token op was measured at: past it, an iteration extrapolates.
         self._max_tokens = min(self._gemm_max_m, self._moe_max_tokens, self._ar_max_tokens)
@@ -130,7 +138,7 @@ class TableCostModel(TabulatedCostModel):
         self._build_tables(table_tokens + 1)
         # Whether a prompt's successive chunks have prefill_attention_list's plain-float form: prefill
         # attention from the tables' grid (else the roofline's, for which it has none here).
-        self.chunk_terms_ok = self._prefill_grid is not None
+        self.chunk_terms_ok = self._prefill_grid is not None and not self.linear_fraction
         if not quiet:
             for line in self.notes:
                 _note_once(line)
@@ -518,6 +526,8 @@ class TableCostModel(TabulatedCostModel):
                                           shape.num_prefills, shape.num_prefill_tokens,
                                           min(shape.prefill_kv_tokens, shape.num_prefill_tokens + shape.num_prefills * w))
             t += self.sliding_fraction * (local - t)
+        if self.linear_fraction:  # a hybrid's linear layers run their recurrence instead
+            t += self.linear_fraction * (linear_attention_time(self.rf, shape.num_prefill_tokens, shape.num_prefills) - t)
         return t
 
     def decode_attention_curve(self, n: int) -> tuple[list[float], list[float], list[float]]:
@@ -557,6 +567,15 @@ class TableCostModel(TabulatedCostModel):
         return xs, fs, slopes, limit
 
     def _build_decode_curve(self, n: int) -> tuple[list[float], list[float], list[float], float]:
+        xs, fs, slopes, limit = self._window_curve(n)
+        if self.linear_fraction:  # a hybrid: its linear layers' recurrence does not depend on the KV tokens
+            frac, g = self.linear_fraction, linear_attention_time(self.rf, n, n)
+            fs = [f + frac * (g - f) for f in fs]
+            slopes = [(1.0 - frac) * slope for slope in slopes]
+        return xs, fs, slopes, limit
+
+    def _window_curve(self, n: int) -> tuple[list[float], list[float], list[float], float]:
+        """The full-attention layers' decode curve, with sliding-window layers mixed in where the model has them."""
         xs, fs, slopes, limit = self._curve(self._decode_grid, n)
         if not self.sliding_fraction:
             return xs, fs, slopes, limit
@@ -644,7 +663,8 @@ class TableCostModel(TabulatedCostModel):
         if m.is_mla:
             qkv, out_proj = mla_projections(self, t)
         else:
-            qkv = self.gemm(t, h, self.q_per_gpu + 2 * self.kv_per_gpu)
+            gate = self.q_per_gpu if m.attn_output_gate else 0  # gated attention: q_proj also emits the gate
+            qkv = self.gemm(t, h, self.q_per_gpu + gate + 2 * self.kv_per_gpu)
             out_proj = self.gemm(t, self.q_per_gpu, h)
         zero = np.zeros_like(t)
         ops = {
@@ -678,6 +698,8 @@ class TableCostModel(TabulatedCostModel):
             }
             for op, value in moe.items():
                 ops[op] = (1.0 - dense) * value
+        if self.linear_fraction:  # a hybrid: its Gated DeltaNet layers' projections (from the GEMM tables)
+            hybrid_token_ops(self, t, ops)
         return ops
 
     def layer_time(self, shape: BatchShape) -> float:

@@ -1,0 +1,144 @@
+"""Hybrid linear attention (Gated DeltaNet beside full attention: Qwen3-Next, Qwen3.5).
+
+The spec (shapes and parameter counts from config.json), the memory plan (per-token KV in the
+full-attention layers only, a recurrent state per running sequence charged in blocks), the block
+accounting (state taken at admission, returned on finish or preemption), the pricing (the
+recurrence does not grow with the context) and the fast paths (exact for a hybrid too).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from helpers import run_requests
+
+from simulator.config.catalog import get_model
+from simulator.config.hf_config import model_from_hf_dict
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
+from simulator.costmodel import RooflineCostModel
+from simulator.costmodel.base import BatchShape
+from simulator.engine.kvcache import BlockManager, plan_memory
+from simulator.engine.schedulers import SCHEDULERS
+from simulator.report.metrics import request_frame
+from simulator.simulation import simulate
+from simulator.workload.request import Request
+
+QWEN3_NEXT = {  # Qwen/Qwen3-Next-80B-A3B config.json (the shape fields; it has no layer_types)
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "decoder_sparse_step": 1,
+    "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048,
+    "intermediate_size": 5120, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32, "linear_value_head_dim": 128, "max_position_embeddings": 262144,
+    "mlp_only_layers": [], "moe_intermediate_size": 512, "norm_topk_prob": True, "num_attention_heads": 16,
+    "num_experts": 512, "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2,
+    "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06, "shared_expert_intermediate_size": 512,
+    "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936,
+}
+
+
+def test_qwen3_next_config_gives_the_catalog_shape():
+    m = model_from_hf_dict(QWEN3_NEXT, "qwen3-next")
+    c = get_model("qwen3-next-80b-a3b")
+    assert m.num_linear_layers == c.num_linear_layers == 36 and m.num_kv_layers == 12
+    assert m.attn_output_gate and m.num_shared_experts == 1
+    assert m.num_params == c.num_params and m.num_active_params == c.num_active_params
+
+
+@pytest.mark.parametrize(("name", "total_b", "active_b"), [("qwen3-next-80b-a3b", 80, 3), ("qwen3.5-397b-a17b", 397, 17)])
+def test_parameter_counts_match_the_published_names(name, total_b, active_b):
+    m = get_model(name)
+    assert abs(m.num_params / 1e9 - total_b) / total_b < 0.02
+    # the names count active weights without embeddings (Qwen3-Next) or with them (Qwen3.5)
+    assert active_b - 0.5 < (m.num_active_params - 2 * m.embedding_params) / 1e9 < active_b + 1 or \
+        abs(m.num_active_params / 1e9 - active_b) < 0.5
+
+
+def test_memory_plan_keeps_kv_for_the_full_attention_layers_and_state_in_blocks():
+    replica = ReplicaConfig("qwen3.5-397b-a17b", "b200", tp=8, dtype="fp8")
+    m = replica.model_spec
+    plan = plan_memory(replica, 8192, 256)
+    kv_layer = m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, 8)
+    assert plan.kv_bytes_per_token[0] == pytest.approx(m.num_kv_layers * kv_layer)  # 15 of 60 layers
+    # 8 of 64 value heads a GPU: 8 x 128 x 128 state + (2 x 2 + 8) x 128 x 3 conv inputs, bf16, 45 layers
+    state = 45 * (8 * 128 * 128 + 12 * 128 * 3) * 2
+    assert plan.num_state_blocks == math.ceil(round(state / (15 * kv_layer)) / replica.block_size)
+    assert plan.num_state_blocks > 0 and plan.as_dict()["num_state_blocks_per_seq"] == plan.num_state_blocks
+    dense = plan_memory(ReplicaConfig("qwen3-235b-a22b", "b200", tp=8, dtype="fp8"), 8192, 256)
+    assert dense.num_state_blocks == 0
+
+
+def test_block_manager_charges_state_per_running_sequence():
+    blocks = BlockManager(100, 16, watermark=0.0, state_blocks=10)
+    a, b = Request(0, 0.0, 40, 8), Request(1, 0.0, 40, 8)
+    assert blocks.can_admit(40 + 16 * 87)  # 88 blocks of tokens + 10 of state: 98 of 100
+    assert not blocks.can_admit(40 + 16 * 88)
+    blocks.admit(a, 40)
+    assert (a.num_blocks, a.num_state_blocks, blocks.num_free_blocks) == (3, 10, 87)
+    blocks.admit(b, 40)
+    blocks.try_grow(b, 60)  # growing tokens never takes more state
+    assert (b.num_blocks, b.num_state_blocks, blocks.num_free_blocks) == (4, 10, 73)
+    blocks.free(a)
+    assert blocks.num_free_blocks == 86 and a.num_state_blocks == 0
+    blocks.free(b)
+    assert blocks.num_free_blocks == blocks.num_blocks
+    assert blocks.num_usable_blocks == 90  # one new request's tokens: all but its state
+
+
+def _run(model: str, fast: bool = True, kernels: str = "roofline", gpu_blocks: int | None = None,
+         num_requests: int = 60) -> object:
+    replica = ReplicaConfig(model, "h100", tp=4, dtype="fp8", kernels=kernels, max_model_len=4096,
+                            num_gpu_blocks=gpu_blocks)
+    return simulate(RunConfig(replica=replica, scheduler=SchedulerConfig("vllm-v1", max_num_batched_tokens=2048),
+                              workload=WorkloadConfig(num_requests=num_requests, qps=8.0), seed=3,
+                              fast_forward=fast))
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_every_policy_returns_every_block_with_state_charged(name):
+    """Every policy under a tight cache whose sequences each hold 6 blocks of state: each request
+    finishes (or is refused with a reason) and every block, state included, comes back."""
+    specs = [(0.01 * i, 40 + 37 * (i % 5), 10 + 7 * (i % 4)) for i in range(30)]
+    kw = {"chunk_size": 64} if name == "sarathi" else {}
+    reqs, _, sched = run_requests(name, specs, num_blocks=60, max_model_len=256, state_blocks=6, **kw)
+    for req in reqs:
+        assert req.reject_reason is not None or (req.completed_at is not None and req.num_generated == req.num_output_tokens)
+        assert req.num_state_blocks == 0 and req.num_blocks == 0
+    assert sched.blocks.num_free_blocks == 60 and not sched.running and not sched.waiting
+
+
+def test_a_tight_cache_preempts_and_every_request_completes():
+    """With the state charged, a cache of few blocks holds fewer sequences: preemptions return
+    their state's blocks too, and every request completes."""
+    result = _run("qwen3-next-80b-a3b", gpu_blocks=1200, num_requests=80)
+    frame = request_frame(result)
+    assert frame["num_preemptions"].sum() > 0
+    assert all(r.completed_at is not None for r in result.requests)
+
+
+@pytest.mark.parametrize("gpu_blocks", [None, 1200])
+def test_fast_paths_are_exact_for_a_hybrid(gpu_blocks):
+    a = request_frame(_run("qwen3-next-80b-a3b", fast=True, gpu_blocks=gpu_blocks))
+    b = request_frame(_run("qwen3-next-80b-a3b", fast=False, gpu_blocks=gpu_blocks))
+    assert a.equals(b)
+
+
+def test_fast_paths_are_exact_for_a_hybrid_on_kernel_tables(aic):
+    a = request_frame(_run("qwen3-next-80b-a3b", fast=True, kernels="vllm"))
+    b = request_frame(_run("qwen3-next-80b-a3b", fast=False, kernels="vllm"))
+    assert a.equals(b)
+
+
+def test_the_recurrence_does_not_grow_with_the_context():
+    """Decode attention of a hybrid grows with the KV read by its full-attention layers only: a
+    (1 - linear share) of the slope of a model whose every layer attends."""
+    km = RooflineCostModel(ReplicaConfig("qwen3.5-397b-a17b", "b200", tp=8, dtype="fp8"))
+    assert km.linear_fraction == 0.75
+
+    def decode(context: int) -> float:
+        return km.attention_decode(BatchShape.decode_only(32, 32 * context, 32 * context**2, context))
+
+    hybrid_growth = decode(65536) - decode(1024)
+    full_growth = km._attention_decode(32 * 65536, 32) - km._attention_decode(32 * 1024, 32)
+    assert hybrid_growth == pytest.approx(0.25 * full_growth, rel=1e-9)
+    ops = km.token_ops([256])
+    assert ops["linear_attn_conv"][0] > 0 and ops["linear_attn_gate_norm"][0] > 0

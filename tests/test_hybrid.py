@@ -14,6 +14,7 @@ import pytest
 from helpers import run_requests
 
 from simulator.config.catalog import get_model
+from simulator.config.errors import ConfigError
 from simulator.config.hf_config import model_from_hf_dict
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import RooflineCostModel
@@ -142,3 +143,31 @@ def test_the_recurrence_does_not_grow_with_the_context():
     assert hybrid_growth == pytest.approx(0.25 * full_growth, rel=1e-9)
     ops = km.token_ops([256])
     assert ops["linear_attn_conv"][0] > 0 and ops["linear_attn_gate_norm"][0] > 0
+
+
+def test_a_state_dtype_in_the_config_sizes_the_state():
+    """vLLM keeps the recurrent state at the config's mamba_ssm_dtype where it names one (else
+    the model's dtype); the convolution's inputs stay at the model's dtype."""
+    plain = model_from_hf_dict(QWEN3_NEXT, "a")
+    fp32 = model_from_hf_dict({**QWEN3_NEXT, "mamba_ssm_dtype": "float32"}, "b")
+    conv = (2 * 16 * 128 + 32 * 128) * 3 * 2  # one GPU's (tp 1) convolution inputs, bf16
+    assert plain.linear_state_bytes_per_gpu_layer(2, 1) == 32 * 128 * 128 * 2 + conv
+    assert fp32.linear_state_bytes_per_gpu_layer(2, 1) == 32 * 128 * 128 * 4 + conv
+    with pytest.raises(ConfigError) as err:
+        model_from_hf_dict({**QWEN3_NEXT, "mamba_ssm_dtype": "int3"}, "c")
+    assert err.value.field == "model.mamba_ssm_dtype"
+
+
+def test_speculation_keeps_a_state_per_verified_position():
+    """Speculating k tokens, a hybrid holds k + 1 states a sequence (vLLM's num_speculative_blocks:
+    a rejected draft rolls back to the accepted position's state), and the run completes."""
+    from simulator.config.speculative import SpeculativeConfig
+    from simulator.costmodel.speculative import speculative_memory_plan
+
+    replica = ReplicaConfig("qwen3.5-397b-a17b", "b200", tp=8, dtype="fp8")
+    plan = plan_memory(replica, 8192, 256)
+    spec = SpeculativeConfig(method="mtp", num_speculative_tokens=3, acceptance_rates=(0.8, 0.7, 0.6))
+    assert speculative_memory_plan(plan, replica, spec).num_state_blocks == 4 * plan.num_state_blocks
+    result = simulate(RunConfig(replica=replica, workload=WorkloadConfig(num_requests=20, qps=4.0),
+                                speculative=spec))
+    assert all(r.completed_at is not None for r in result.requests)

@@ -58,7 +58,7 @@ _READ = frozenset({
     "mlp_only_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
     "attention_chunk_size", "no_rope_layers", "_name_or_path", "full_attention_interval", "linear_conv_kernel_dim",
     "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
-    "attn_output_gate", "shared_expert_intermediate_size",
+    "attn_output_gate", "shared_expert_intermediate_size", "mamba_ssm_dtype",
 })
 # Fields that change neither shapes nor costs the simulator models.
 _IGNORED = frozenset({
@@ -74,6 +74,7 @@ _IGNORED = frozenset({
     "eos_token", "tokenizer_class", "qk_layernorm", "moe_router_dtype", "mtp_num_hidden_layers",
     "mtp_use_dedicated_embeddings", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
 })
+_STATE_DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}  # a hybrid's mamba_ssm_dtype
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_new": "gelu",
                 "gelu_pytorch_tanh": "gelu"}
 
@@ -228,6 +229,12 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
                       linear_key_head_dim=need("linear_key_head_dim"),
                       linear_value_head_dim=need("linear_value_head_dim"),
                       linear_conv_kernel_dim=opt("linear_conv_kernel_dim", 4) or 4)
+    ssm_dtype = cfg.get("mamba_ssm_dtype")
+    if num_linear and ssm_dtype is not None:
+        if ssm_dtype not in _STATE_DTYPE_BYTES:
+            raise ConfigError("model.mamba_ssm_dtype", f"{where}: unknown state dtype {ssm_dtype!r}",
+                              f"known: {', '.join(_STATE_DTYPE_BYTES)}")
+        kwargs["linear_state_dtype_bytes"] = _STATE_DTYPE_BYTES[ssm_dtype]
     if cfg.get("attn_output_gate", model_type in _GATED_ATTENTION):
         kwargs["attn_output_gate"] = True
     if num_sliding and not window:

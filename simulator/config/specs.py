@@ -71,6 +71,7 @@ class ModelSpec:
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 4
     attn_output_gate: bool = False  # the full-attention q_proj also emits a sigmoid gate per query (Qwen3-Next/3.5)
+    linear_state_dtype_bytes: float = 0.0  # the recurrent state's bytes an element (config mamba_ssm_dtype); 0: the model's
     source: str = ""  # where the shape (and its published parameter count) comes from
 
     def __post_init__(self) -> None:
@@ -165,13 +166,14 @@ class ModelSpec:
     def linear_state_bytes_per_gpu_layer(self, dtype_bytes: float, tp: int) -> float:
         """One sequence's recurrent state in one linear-attention layer on one GPU of a TP group
         (heads sharded by TP): the value heads' key x value matrices and the convolution's last
-        ``kernel - 1`` inputs, at ``dtype_bytes`` (vLLM keeps both at the model's dtype by default)."""
+        ``kernel - 1`` inputs, at ``dtype_bytes`` (the model's dtype, as vLLM keeps them unless the
+        config's ``mamba_ssm_dtype`` sets the state's: ``linear_state_dtype_bytes``)."""
         if not self.num_linear_layers:
             return 0.0
         nk, nv = max(1, self.linear_num_key_heads // tp), max(1, self.linear_num_value_heads // tp)
         dk, dv = self.linear_key_head_dim, self.linear_value_head_dim
         conv = (2 * nk * dk + nv * dv) * (self.linear_conv_kernel_dim - 1)
-        return (nv * dk * dv + conv) * dtype_bytes
+        return nv * dk * dv * (self.linear_state_dtype_bytes or dtype_bytes) + conv * dtype_bytes
 
     @property
     def attention_params(self) -> int:

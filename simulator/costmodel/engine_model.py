@@ -204,13 +204,13 @@ ENGINES: dict[str, EngineModel] = {
     ),
     "sglang-2026": EngineModel(
         name="sglang-2026",
-        source="AIConfigurator silicon_train.csv, SGLang 0.5.x aggregated rows (221 replayed: H100, B200, B300; "
-               "DeepSeek-V3/R1, Qwen3-32B), wip rows dropped, repeated measurements once",
+        source="AIConfigurator silicon_train.csv, SGLang 0.5.x aggregated rows (379 replayed: H100, B200, B300; "
+               "DeepSeek-V3/R1, Qwen3-32B, Qwen3.5-397B-A17B), wip rows dropped, repeated measurements once",
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
-               "first, never mixed with decodes; use it with this preset); median abs error TTFT 38%, TPOT 16% "
-               "(kernels alone 42%, 16%), leave-one-GPU-out refits 46%, 22%",
-        cpu_per_seq_s=2.53e-6, cpu_per_prefill_token_s=9.72e-6,
-        collective_extra_s=((2, 0.45e-6), (4, 0.45e-6), (8, 0.45e-6)), scheduler="sglang",
+               "first, never mixed with decodes; use it with this preset); median abs error TTFT 43%, TPOT 19% "
+               "(kernels alone 52%, 20%), leave-one-GPU-out refits 50%, 24%",
+        cpu_per_seq_s=8.98e-6, cpu_per_prefill_token_s=9.86e-6,
+        collective_extra_s=((2, 3.28e-6), (4, 3.28e-6), (8, 3.28e-6)), scheduler="sglang",
     ),
     "trtllm-2026": EngineModel(
         name="trtllm-2026",

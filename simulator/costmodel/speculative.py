@@ -359,6 +359,9 @@ def speculative_memory_plan(plan, replica: ReplicaConfig, spec: SpeculativeConfi
     """``plan`` with the drafter's weights taken from each stage's KV budget and its KV bytes
     added to each cached token's, so the target holds fewer KV blocks (a given
     ``num_gpu_blocks`` is kept as given)."""
+    # A hybrid keeps a recurrent state for each of the k + 1 positions a verify may stop at (vLLM's
+    # num_speculative_blocks), so that a rejected draft rolls back to the accepted one's state.
+    plan = dataclasses.replace(plan, num_state_blocks=plan.num_state_blocks * (1 + spec.k))
     weights, kv = drafter_memory(replica, spec)
     if (weights == 0.0 and kv == 0.0) or replica.num_gpu_blocks is not None:
         return plan

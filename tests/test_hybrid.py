@@ -171,3 +171,27 @@ def test_speculation_keeps_a_state_per_verified_position():
     result = simulate(RunConfig(replica=replica, workload=WorkloadConfig(num_requests=20, qps=4.0),
                                 speculative=spec))
     assert all(r.completed_at is not None for r in result.requests)
+
+
+def test_a_disaggregated_hybrid_balances_its_blocks_and_moves_the_state():
+    """Prefill and decode pools of a hybrid: blocks (state included) balance at every arrival and
+    all come back; each handoff moves the prompt's KV of the full-attention layers plus the state."""
+    import numpy as np
+    from test_disagg import balanced_run, disagg_config, table
+
+    from simulator.config.disagg_layout import kv_bytes_per_token, layout_of, state_bytes_per_seq
+    from simulator.report.disagg_metrics import handoff_frame
+
+    config = disagg_config("1x(tp=4)", "1x(tp=4)", max_model_len=2048,
+                           replica__model="qwen3-next-80b-a3b", replica__gpu="h100", replica__dtype="fp8")
+    n = 24
+    rng = np.random.default_rng(1)
+    tab = table(np.sort(rng.uniform(0, 3, n)), rng.integers(100, 1500, n).tolist(), rng.integers(5, 200, n).tolist())
+    result = balanced_run(config, tab)
+    assert all(r.completed_at is not None for r in result.requests)
+    replica = layout_of(config).prefill_replica
+    state = state_bytes_per_seq(replica)
+    assert state > 0
+    moved = handoff_frame(result, request_frame(result))["kv_bytes"].to_numpy()
+    prompts = np.array([r.num_prompt_tokens for r in result.requests], dtype=np.float64)
+    assert moved == pytest.approx(prompts * kv_bytes_per_token(replica) + state)

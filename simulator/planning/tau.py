@@ -112,7 +112,9 @@ def workload_mix(config: RunConfig, num_decodes: int | None = None, decode_conte
     footprint = float(np.mean(prompt + output))
     if num_decodes is None:
         sched, plan = build_scheduler(config)
-        num_decodes = int(min(sched.max_num_seqs, plan.num_kv_tokens // max(footprint, 1.0)))
+        # a hybrid's sequence also holds its recurrent state's blocks
+        held = footprint + plan.num_state_blocks * plan.block_size
+        num_decodes = int(min(sched.max_num_seqs, plan.num_kv_tokens // max(held, 1.0)))
     return DecodeMix(
         num_decodes=num_decodes,
         decode_context=int(round(np.mean(prompt + output / 2))) if decode_context is None else decode_context,

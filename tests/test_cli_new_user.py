@@ -59,7 +59,24 @@ BAD_INPUT = [
     (["--model", "gpt-5"], "config.json"),
     (["--gpu", "{gpu_zero}"], "bf16_tflops"),
     (["--gpu", "{gpu_negative}"], "bf16_tflops"),
+    # lengths that the workload would not read
+    (["--workload", "sharegpt", "--input-len", "1024"], "--prompt-tokens"),
+    (["--trace", "{trace}", "--output-len", "64"], "--output-tokens"),
+    (["--workload", "long-context", "--random-range-ratio", "0.1"], "range-ratio"),
+    (["--workload", "fixed", "--prompt-tokens", "64", "--prompt-tokens-max", "128"], "--prompt-tokens-max"),
 ]
+
+
+@pytest.mark.parametrize(("args", "workload"), [
+    (["--input-len", "1024", "--output-len", "256"], "fixed 1024 prompt / 256 output tokens"),
+    (["--random-input-len", "300", "--random-range-ratio", "0.1"], "range ratio 0.1 ([270, 330]"),
+    (["--prompt-tokens", "100", "--prompt-tokens-max", "400"], "uniform prompt [100, 400]"),
+])
+def test_lengths_without_a_workload_are_the_lengths_run(args: list[str], workload: str) -> None:
+    """vllm bench's --random-input-len without --dataset-name: the lengths asked for, not ShareGPT's."""
+    res = runner.invoke(app, ["run", "--num-requests", "8", "--no-progress", *args])
+    assert res.exit_code == 0, res.output
+    assert workload in [ln for ln in res.stdout.splitlines() if ln.startswith("workload:")][0]
 
 
 @pytest.mark.parametrize(("args", "needle"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])

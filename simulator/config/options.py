@@ -165,6 +165,10 @@ def load_config_file(path: Path, field: str = "--config") -> RunConfig:
 
 # Schedulers that take a token budget per iteration (prompt chunks); --chunk-size means nothing to the others.
 CHUNKING_SCHEDULERS = ("sarathi", "vllm-v1", "sglang")
+# Length options, and the length sources that read each (the others draw lengths from a dataset or a trace).
+LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_tokens": ("fixed", "random", "uniform"),
+                  "prompt_tokens_max": ("uniform",), "output_tokens_max": ("uniform",),
+                  "range_ratio": ("fixed", "random")}
 
 
 def check_given(config: RunConfig, options: dict[str, Any]) -> None:
@@ -176,6 +180,17 @@ def check_given(config: RunConfig, options: dict[str, Any]) -> None:
     if options.get("workload") is not None and options.get("trace") is not None:
         raise ConfigError("--workload", f"--trace {options['trace']} gives the request lengths, so --workload "
                           f"{options['workload']} would do nothing", "pass one of --workload and --trace")
+    w = config.workload
+    for name, readers in LENGTH_OPTIONS.items():
+        if options.get(name) is None:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if w.trace is not None:
+            raise ConfigError(flag, f"--trace {w.trace} gives the request lengths, so {flag} would do nothing",
+                              f"drop {flag}, or drop --trace for --workload {readers[0]}")
+        if w.name not in readers:
+            raise ConfigError(flag, f"the {w.name} workload draws its own lengths, so {flag} would do nothing",
+                              f"drop {flag}, or use --workload {' or '.join(readers)}")
 
 
 def alias_of(name: str) -> str:
@@ -207,6 +222,11 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
                               f"(--{name.replace('_', '-')})", "pass one of them")
         if value is not None or canonical not in out:
             out[canonical] = value
+    # Lengths given with neither a workload nor a trace (vllm bench's --random-input-len): the lengths
+    # asked for, fixed (banded with --range-ratio) or uniform up to a --*-max, not the default dataset's.
+    given = [name for name in LENGTH_OPTIONS if out.get(name) is not None]
+    if given and out.get("workload") is None and out.get("trace") is None and not from_file:
+        out["workload"] = "uniform" if any(name.endswith("_max") for name in given) else "fixed"
     burstiness = out.pop("burstiness", None)
     expert_parallel = out.pop("enable_expert_parallel", None)
     qps = out.get("qps")

@@ -64,7 +64,30 @@ BAD_INPUT = [
     (["--trace", "{trace}", "--output-len", "64"], "--output-tokens"),
     (["--workload", "long-context", "--random-range-ratio", "0.1"], "range-ratio"),
     (["--workload", "fixed", "--prompt-tokens", "64", "--prompt-tokens-max", "128"], "--prompt-tokens-max"),
+    # options the run would not read
+    (["--moe-imbalance", "1.3"], "--moe-imbalance"),
+    (["--no-prefix-caching", "--prefix-cache-policy", "radix-lru"], "--prefix-cache-policy"),
+    (["--first-token-at", "prefill"], "--first-token-at"),
+    (["--kv-link", "nvlink"], "--kv-link"),
+    (["--cv", "2"], "--cv"),
+    (["--time-scale", "2"], "--time-scale"),
+    (["--router", "least_outstanding"], "--router"),
 ]
+
+
+def test_commands_that_build_pools_or_grids_take_what_they_decide() -> None:
+    """disagg split/compare and plan build the pools and replica counts a KV link or a router
+    applies to, and a sweep's grid may make any option apply: their base config is not refused."""
+    from simulator.config.options import build_config
+
+    for command in ("split", "compare", "plan", "sweep"):
+        config = build_config(command=command, kv_link="nvlink", first_token_at="prefill", router="least_outstanding")
+        assert config.kv_link == "nvlink" and config.router == "least_outstanding"
+    with pytest.raises(ConfigError, match="would do nothing"):
+        build_config(command="capacity", router="least_outstanding")
+    build_config(command="sweep", cv=2.0)  # a grid over --arrival may make it gamma
+    with pytest.raises(ConfigError, match="--cv"):
+        build_config(command="plan", cv=2.0)
 
 
 @pytest.mark.parametrize(("args", "workload"), [

@@ -135,7 +135,7 @@ def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
     def wrapper(**kwargs: Any):  # noqa: ANN202
         run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k in DERIVED_OPTIONS
                       or k == "config_file"}
-        return fn(config=replay_whole(build_config(**run_kwargs), run_kwargs), **kwargs)
+        return fn(config=replay_whole(build_config(command=fn.__name__, **run_kwargs), run_kwargs), **kwargs)
 
     merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + list(_parameters())
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]

@@ -171,15 +171,52 @@ LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_token
                   "range_ratio": ("fixed", "random")}
 
 
-def check_given(config: RunConfig, options: dict[str, Any]) -> None:
+def _inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
+    """Options that ``config`` would not read: option name -> (why, fix)."""
+    out: dict[str, tuple[str, str]] = {}
+    r, w = config.replica, config.workload
+    if not r.model_spec.is_moe:
+        out["moe_imbalance"] = (f"{r.model} has no experts", "drop {flag} for a dense model")
+    if config.scheduler.prefix_cache is None:
+        out["prefix_cache_policy"] = ("prefix caching is off", "pass --prefix-caching, or drop {flag}")
+    if not config.is_disaggregated:
+        for name in ("kv_link", "kv_link_scope", "first_token_at"):
+            out[name] = ("the run is not disaggregated", "add --prefill-pool and --decode-pool, or drop {flag}")
+    if w.arrival != "gamma":
+        out["cv"] = (f"--arrival is {w.arrival}, not gamma", "pass --arrival gamma, or drop {flag}")
+    if w.arrival != "trace":
+        out["time_scale"] = (f"--arrival is {w.arrival}: the trace's timestamps are not replayed",
+                             "pass --arrival trace, or drop {flag}")
+    if config.num_replicas == 1 and r.attention_dp == 1 and not config.is_disaggregated:
+        out["router"] = ("one replica takes every request", "add --replicas N, or drop {flag}")
+    return out
+
+
+# Options a command may read beyond its base config: it builds disaggregated pools or replica
+# counts itself (disagg split/compare, plan), or runs a grid of configs (sweep, "*": any option).
+DECIDED_BY_COMMAND: dict[str, frozenset[str]] = {
+    "split": frozenset({"kv_link", "kv_link_scope", "first_token_at", "router"}),
+    "compare": frozenset({"kv_link", "kv_link_scope", "first_token_at", "router"}),
+    "plan": frozenset({"kv_link", "kv_link_scope", "first_token_at", "router"}),
+    "sweep": frozenset({"*"}),
+}
+
+
+def check_given(config: RunConfig, options: dict[str, Any], command: str = "run") -> None:
     """Refuse options that were given but would do nothing in ``config`` (a silently ignored
-    flag makes two runs that look different the same)."""
+    flag makes two runs that look different the same); ``command`` names what will read the
+    config (:data:`DECIDED_BY_COMMAND`: what it decides itself is not refused)."""
+    decided = DECIDED_BY_COMMAND.get(command, frozenset())
     if options.get("chunk_size") is not None and config.scheduler.name not in CHUNKING_SCHEDULERS:
         raise ConfigError("--chunk-size", f"{config.scheduler.name} does not split prompts into chunks, so "
                           "--chunk-size would do nothing", f"drop it, or use --scheduler {' or '.join(CHUNKING_SCHEDULERS)}")
     if options.get("workload") is not None and options.get("trace") is not None:
         raise ConfigError("--workload", f"--trace {options['trace']} gives the request lengths, so --workload "
                           f"{options['workload']} would do nothing", "pass one of --workload and --trace")
+    for name, (why, fix) in _inert_options(config).items():
+        if options.get(name) is not None and name not in decided and "*" not in decided:
+            flag = f"--{name.replace('_', '-')}"
+            raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.format(flag=flag))
     w = config.workload
     for name, readers in LENGTH_OPTIONS.items():
         if options.get(name) is None:
@@ -258,8 +295,9 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     return out
 
 
-def build_config(config_file: Path | None = None, **options: Any) -> RunConfig:
-    """A RunConfig from a base (``--config`` or defaults) plus the options that were given."""
+def build_config(config_file: Path | None = None, command: str = "run", **options: Any) -> RunConfig:
+    """A RunConfig from a base (``--config`` or defaults) plus the options that were given, for
+    ``command`` (:func:`check_given`)."""
     base = load_config_file(config_file) if config_file else RunConfig()
     options = resolve_aliases(options, base, from_file=config_file is not None)
     changes = {RUN_OPTIONS[k][0]: v for k, v in options.items() if v is not None}
@@ -267,5 +305,5 @@ def build_config(config_file: Path | None = None, **options: Any) -> RunConfig:
         config = base.replace(**changes)
     except TypeError as exc:  # a field the dataclass does not have
         raise ConfigError("options", str(exc)) from None
-    check_given(config, options)
+    check_given(config, options, command)
     return config

@@ -107,6 +107,10 @@ class ProfileConfig:
         if not self.tp:
             raise ConfigError("tp", "no TP degree given", "pass --tp 1 (repeat --tp for several)")
         spec = self.model_spec  # raises for an unknown model
+        if spec.is_hybrid:
+            raise ConfigError("model", f"{spec.name} is a hybrid: {spec.num_linear_layers} of its {spec.num_layers} "
+                              "layers are Gated DeltaNet, which the profiler has no kernels for",
+                              "price it with --cost-model roofline or --kernels vllm|sglang|trtllm")
         for tp in self.tp:
             ShardedShapes(spec, tp)  # raises when tp does not divide the heads
         if self.max_tokens is not None and self.max_tokens <= 0:

@@ -9,6 +9,7 @@ recurrence does not grow with the context) and the fast paths (exact for a hybri
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from helpers import run_requests
@@ -195,3 +196,17 @@ def test_a_disaggregated_hybrid_balances_its_blocks_and_moves_the_state():
     moved = handoff_frame(result, request_frame(result))["kv_bytes"].to_numpy()
     prompts = np.array([r.num_prompt_tokens for r in result.requests], dtype=np.float64)
     assert moved == pytest.approx(prompts * kv_bytes_per_token(replica) + state)
+
+
+def test_profiles_and_learned_models_refuse_a_hybrid():
+    """The profiler times softmax attention only, so a learned model would price every layer as
+    such: both refuse a hybrid in one line, naming what prices it."""
+    from profiler.runner import ProfileConfig
+    from simulator.costmodel.learned import LearnedCostModel
+
+    with pytest.raises(ConfigError, match="Gated DeltaNet"):
+        ProfileConfig(model="qwen3-next-80b-a3b", out=Path("unused"), device="cpu", tp=(4,))
+    replica = ReplicaConfig("qwen3-next-80b-a3b", "h100", tp=4)
+    artifact = {"model": replica.model, "tp": 4, "gpu": replica.gpu, "dtype_bytes": 2}
+    with pytest.raises(ConfigError, match="hybrid"):
+        LearnedCostModel(replica, artifact)

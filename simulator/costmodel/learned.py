@@ -76,6 +76,9 @@ class LearnedCostModel(TabulatedCostModel):
             if artifact.get(key) != want:
                 raise ConfigError("cost_model", f"{source} was fitted for {key}={artifact.get(key)}, the run has "
                                   f"{key}={want}", f"fit an artifact for {key}={want} or use --cost-model roofline")
+        if replica.model_spec.is_hybrid:  # the profiler times softmax attention only: every layer would be priced so
+            raise ConfigError("cost_model", f"{replica.model} is a hybrid (Gated DeltaNet layers), which learned "
+                              "profiles do not cover", "use --cost-model roofline or --kernels vllm|sglang|trtllm")
         if artifact.get("dtype_bytes", 2) != replica.dtype_bytes:
             raise ConfigError("cost_model", f"{source} was fitted for dtype_bytes={artifact.get('dtype_bytes')}",
                               f"fit one for dtype_bytes={replica.dtype_bytes}")

@@ -245,10 +245,12 @@ def _stretches(seed: int, max_n: int = 128, max_kv: int = 4000):  # noqa: ANN202
         yield n, sum(kv), sum(k * k for k in kv), max(kv), rng.randint(2, 300)
 
 
-@pytest.mark.parametrize("kind", ["roofline", "roofline-tp4", "learned"])
+@pytest.mark.parametrize("kind", ["roofline", "roofline-tp4", "learned", "hybrid"])
 def test_vectorised_stretch_pricing_is_float_exact(kind: str, learned: LearnedCostModel) -> None:
     if kind == "learned":
         model: CostModel = learned
+    elif kind == "hybrid":  # Gated DeltaNet layers mixed into each decode step's attention
+        model = RooflineCostModel(ReplicaConfig("qwen3-next-80b-a3b", "h100-sxm", tp=4))
     else:
         model = RooflineCostModel(ReplicaConfig("llama-2-70b" if kind.endswith("tp4") else "llama-2-7b",
                                                 "a100-80gb", tp=4 if kind.endswith("tp4") else 1))
@@ -268,13 +270,15 @@ def test_vectorised_stretch_pricing_is_float_exact(kind: str, learned: LearnedCo
         assert learned.extrapolations_by_op.get("attn_decode", 0) > 0  # contexts past the profile were counted
 
 
-@pytest.mark.parametrize("kernels", ["roofline", "learned"])
+@pytest.mark.parametrize("kernels", ["roofline", "learned", "hybrid"])
 @pytest.mark.parametrize("preset", ["vllm-2023-splitwise", "vllm-v1"])
 def test_engine_stretch_pricing_is_float_exact_over_roofline_and_learned_kernels(
         kernels: str, preset: str, learned: LearnedCostModel) -> None:
-    k = learned if kernels == "learned" else RooflineCostModel(ReplicaConfig("llama-2-7b", "a100-80gb"))
+    k = learned if kernels == "learned" else RooflineCostModel(
+        ReplicaConfig("qwen3-next-80b-a3b", "h100-sxm", tp=4) if kernels == "hybrid" else ReplicaConfig("llama-2-7b", "a100-80gb"))
     model = EngineCostModel(k, load_engine(preset))
-    assert model.fast_chunk_stretches == (kernels == "roofline")  # a learned model's chunks: priced one by one
+    # a learned model's chunks are priced one by one, as are a hybrid's (its prefill attention has no list form)
+    assert model.fast_chunk_stretches == (kernels == "roofline")
     for args in _stretches(2):
         before = (getattr(k, "num_extrapolations", 0), dict(getattr(k, "extrapolations_by_op", {})))
         fast = model.decode_stretch_times(*args)

@@ -326,8 +326,9 @@ class RooflineCostModel(TabulatedCostModel):
         """Decode attention of ``n`` sequences holding ``kv`` KV tokens in all, as
         ``(kv * kvb + per_token) / bandwidth + per_seq + floor``: these five terms (the scalar
         path's float ops, its constant products evaluated once), for a caller that writes the
-        formula into its own loop over a stretch; None for MLA, sliding-window and hybrid linear attention."""
-        if self.mla or self.sliding_fraction or self.linear_fraction:
+        formula into its own loop over a stretch; None for MLA and sliding-window attention (a hybrid's
+        linear layers mix in after, :meth:`decode_linear_mix`)."""
+        if self.mla or self.sliding_fraction:
             return None
         c, g = self.cal, self.gpu
         return (self.kv_bytes_per_token, 2 * n * self.q_per_gpu * self.dtype_bytes,
@@ -336,12 +337,24 @@ class RooflineCostModel(TabulatedCostModel):
     def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
                                 kv_maxes: np.ndarray) -> np.ndarray | None:
         """:meth:`attention_decode` for many decode batches of ``n`` sequences, same float ops;
-        None (price each iteration) for MLA, sliding-window and hybrid linear attention."""
-        if self.mla or self.sliding_fraction or self.linear_fraction:
+        None (price each iteration) for MLA and sliding-window attention."""
+        if self.mla or self.sliding_fraction:
             return None
         c, g = self.cal, self.gpu
         nbytes = kv_sums * self.kv_bytes_per_token + 2 * n * self.q_per_gpu * self.dtype_bytes
-        return nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * self.decode_seq_s + self.attn_decode_floor
+        out = nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * self.decode_seq_s + self.attn_decode_floor
+        mix = self.decode_linear_mix(n)
+        if mix is not None:  # attention_decode's t += f * (g - t), element by element
+            f, lin = mix
+            out = out + f * (lin - out)
+        return out
+
+    def decode_linear_mix(self, n: int) -> tuple[float, float] | None:
+        """A hybrid's ``(linear share, recurrence seconds)`` for ``n`` decodes: its decode attention is
+        the full-attention price ``t`` then ``t + share * (recurrence - t)``; None for other models."""
+        if not self.linear_fraction:
+            return None
+        return self.linear_fraction, linear_attention_time(self, n, n)
 
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:

@@ -38,6 +38,7 @@ MODELS = (  # (catalog model, tp, dtype, why this layout)
     ("qwen3-235b-a22b", 8, "bf16", "TP8 (470 GB of bf16 weights)"),
     ("deepseek-v3", 8, "fp8-block", "TP8, block-scaled FP8 weights (the published checkpoint)"),
     ("gpt-oss-120b", 2, "mxfp4", "TP2, MXFP4 experts (the published checkpoint)"),
+    ("qwen3.5-397b-a17b", 8, "fp8", "TP8, FP8 weights; 45 of 60 layers Gated DeltaNet (a hybrid)"),
 )
 GPUS = ("h100-sxm", "b200")
 
@@ -288,6 +289,14 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
 - gpt-oss: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`, TRT-LLM on Blackwell
   `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. Its sliding-window layers use the
   128-token window rows where a table has them (H100 all backends, B200 TRT-LLM), else keys capped at the window.
+- Qwen3.5-397B-A17B (a hybrid): its 45 Gated DeltaNet layers' recurrence has no tables (the shared subset keeps
+  no `linear_attention` family), so it is the roofline's (`linear_attn` above); its projections are the GEMM tables'.
+  Its MoE rows are measured and taken as such, with two layouts that stand out: vLLM's FP8 per-tensor MoE on H100
+  (FlashInfer CUTLASS, 512 experts of width 1,024) takes 2.0 ms a layer at 64 tokens and moe_tp 8, about 8x the
+  time to read the experts' weights once, so the H100 vLLM step above is 119 ms of MoE; SGLang's NVFP4 MoE on B300
+  grows linearly with tokens at moe_ep 1 (3.5 ms a layer at 8,192 tokens, moe_tp 4) but not with expert
+  parallelism (0.46 ms at moe_tp 2 x moe_ep 2), a gap the silicon rows do not show
+  (`results/validation/silicon/README.md`).
 - Kernel source: per table and dtype the one with the most rows. vLLM's FP8-block GEMM rows on H100 (DeepGEMM
   80-140 us, FlashInfer 55-75 us at m <= 128 for n=2048, k=7168; ~90 us for each MLA projection shape) are
   5-10x SGLang's DeepGEMM rows: DeepSeek-V3

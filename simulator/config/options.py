@@ -172,12 +172,23 @@ LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_token
 
 
 def _inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
-    """Options that ``config`` would not read: option name -> (why, fix)."""
+    """Options that ``config`` would not read: option name -> (why, fix), ``{flag}`` in the fix
+    standing for the option's flag."""
     out: dict[str, tuple[str, str]] = {}
-    r, w = config.replica, config.workload
+    r, w, s = config.replica, config.workload, config.scheduler
+    if s.name not in CHUNKING_SCHEDULERS:
+        out["chunk_size"] = (f"{s.name} does not split prompts into chunks",
+                             f"drop {{flag}}, or use --scheduler {' or '.join(CHUNKING_SCHEDULERS)}")
+    for name, readers in LENGTH_OPTIONS.items():
+        if w.trace is not None:
+            out[name] = (f"--trace {w.trace} gives the request lengths",
+                         f"drop {{flag}}, or drop --trace for --workload {readers[0]}")
+        elif w.name not in readers:
+            out[name] = (f"the {w.name} workload draws its own lengths",
+                         f"drop {{flag}}, or use --workload {' or '.join(readers)}")
     if not r.model_spec.is_moe:
         out["moe_imbalance"] = (f"{r.model} has no experts", "drop {flag} for a dense model")
-    if config.scheduler.prefix_cache is None:
+    if s.prefix_cache is None:
         out["prefix_cache_policy"] = ("prefix caching is off", "pass --prefix-caching, or drop {flag}")
     if not config.is_disaggregated:
         for name in ("kv_link", "kv_link_scope", "first_token_at"):
@@ -193,41 +204,27 @@ def _inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
 
 
 # Options a command may read beyond its base config: it builds disaggregated pools or replica
-# counts itself (disagg split/compare, plan), or runs a grid of configs (sweep, "*": any option).
-DECIDED_BY_COMMAND: dict[str, frozenset[str]] = {
-    "split": frozenset({"kv_link", "kv_link_scope", "first_token_at", "router"}),
-    "compare": frozenset({"kv_link", "kv_link_scope", "first_token_at", "router"}),
-    "plan": frozenset({"kv_link", "kv_link_scope", "first_token_at", "router"}),
-    "sweep": frozenset({"*"}),
-}
+# counts itself (disagg split/compare, plan), or runs a grid of configs that may make any option
+# apply (sweep: None, every option).
+POOL_OPTIONS = frozenset({"kv_link", "kv_link_scope", "first_token_at", "router"})
+DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {"split": POOL_OPTIONS, "compare": POOL_OPTIONS,
+                                                         "plan": POOL_OPTIONS, "sweep": None}
 
 
 def check_given(config: RunConfig, options: dict[str, Any], command: str = "run") -> None:
     """Refuse options that were given but would do nothing in ``config`` (a silently ignored
     flag makes two runs that look different the same); ``command`` names what will read the
     config (:data:`DECIDED_BY_COMMAND`: what it decides itself is not refused)."""
-    decided = DECIDED_BY_COMMAND.get(command, frozenset())
-    if options.get("chunk_size") is not None and config.scheduler.name not in CHUNKING_SCHEDULERS:
-        raise ConfigError("--chunk-size", f"{config.scheduler.name} does not split prompts into chunks, so "
-                          "--chunk-size would do nothing", f"drop it, or use --scheduler {' or '.join(CHUNKING_SCHEDULERS)}")
     if options.get("workload") is not None and options.get("trace") is not None:
         raise ConfigError("--workload", f"--trace {options['trace']} gives the request lengths, so --workload "
                           f"{options['workload']} would do nothing", "pass one of --workload and --trace")
+    decided = DECIDED_BY_COMMAND.get(command, frozenset())
+    if decided is None:
+        return
     for name, (why, fix) in _inert_options(config).items():
-        if options.get(name) is not None and name not in decided and "*" not in decided:
+        if options.get(name) is not None and name not in decided:
             flag = f"--{name.replace('_', '-')}"
-            raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.format(flag=flag))
-    w = config.workload
-    for name, readers in LENGTH_OPTIONS.items():
-        if options.get(name) is None:
-            continue
-        flag = f"--{name.replace('_', '-')}"
-        if w.trace is not None:
-            raise ConfigError(flag, f"--trace {w.trace} gives the request lengths, so {flag} would do nothing",
-                              f"drop {flag}, or drop --trace for --workload {readers[0]}")
-        if w.name not in readers:
-            raise ConfigError(flag, f"the {w.name} workload draws its own lengths, so {flag} would do nothing",
-                              f"drop {flag}, or use --workload {' or '.join(readers)}")
+            raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
 
 
 def alias_of(name: str) -> str:

@@ -650,22 +650,8 @@ class EngineCostModel(CostModel):
             return None
         kvb, per_token, bandwidth, per_seq, kernel_floor = terms
         mix = getattr(k, "decode_linear_mix", None)
-        mix = mix(n) if mix is not None else None
-        if mix is not None:  # a hybrid: attention_decode's t + share * (recurrence - t) after the terms
-            share, lin = mix
-
-            def hybrid_layers(kv_sum: int, kv_sq_sum: int, m: int) -> list[float] | np.ndarray:
-                if m > SMALL_STRETCH:
-                    out = (np.arange(kv_sum, kv_sum + n * m, n, dtype=np.int64) * kvb + per_token) / bandwidth
-                    out += per_seq
-                    out += kernel_floor
-                    out = out + share * (lin - out)
-                    out += rest
-                    return out
-                return [rest + (a + share * (lin - a))
-                        for a in ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor
-                                  for kv in range(kv_sum, kv_sum + n * m, n))]
-            return (hybrid_layers, *consts)
+        mix = mix(n) if mix is not None else None  # a hybrid: attention_decode's t + share * (recurrence - t)
+        share, lin = mix or (0.0, 0.0)
 
         def layers(kv_sum: int, kv_sq_sum: int, m: int) -> list[float] | np.ndarray:
             if m > SMALL_STRETCH:
@@ -673,10 +659,15 @@ class EngineCostModel(CostModel):
                 out = (np.arange(kv_sum, kv_sum + n * m, n, dtype=np.int64) * kvb + per_token) / bandwidth
                 out += per_seq
                 out += kernel_floor
+                if mix is not None:
+                    out = out + share * (lin - out)
                 out += rest
                 return out
-            return [rest + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor)
-                    for kv in range(kv_sum, kv_sum + n * m, n)]
+            kvs = range(kv_sum, kv_sum + n * m, n)
+            if mix is None:
+                return [rest + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor) for kv in kvs]
+            return [rest + (a + share * (lin - a))
+                    for a in ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor for kv in kvs)]
         return (layers, *consts)
 
     def engine_breakdown(self, shape: BatchShape) -> dict[str, float]:

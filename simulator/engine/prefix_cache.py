@@ -139,8 +139,8 @@ class PrefixCachingBlockManager(BlockManager):
     _linked = False  # whether blocks track their parent and children (the radix policy)
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, host_blocks: int = 0,
-                 host_load_s: float = 0.0) -> None:
-        super().__init__(num_blocks, block_size, watermark)
+                 host_load_s: float = 0.0, state_blocks: int = 0) -> None:
+        super().__init__(num_blocks, block_size, watermark, state_blocks)
         # The CPU tier: names of blocks evicted from the GPU, least recent first (None: no tier).
         self._host: OrderedDict[int, None] | None = OrderedDict() if host_blocks > 0 else None
         self.host_blocks = host_blocks
@@ -240,7 +240,7 @@ class PrefixCachingBlockManager(BlockManager):
 
     def can_admit(self, num_tokens: int, req: Request | None = None) -> bool:
         if req is None or req.block_hashes is None:
-            return self.num_free_blocks - (-(-num_tokens // self.block_size)) - self.state_blocks >= self.watermark_blocks
+            return super().can_admit(num_tokens)
         self._reconcile()
         hits = self._lookup(req, self.names_of(req))
         referenced = 0
@@ -390,8 +390,8 @@ class RadixBlockManager(PrefixCachingBlockManager):
     _linked = True
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, host_blocks: int = 0,
-                 host_load_s: float = 0.0) -> None:
-        super().__init__(num_blocks, block_size, watermark, host_blocks, host_load_s)
+                 host_load_s: float = 0.0, state_blocks: int = 0) -> None:
+        super().__init__(num_blocks, block_size, watermark, host_blocks, host_load_s, state_blocks)
         self._heap: list[tuple[int, int, _Block]] = []
         self._clock = 0
 
@@ -446,12 +446,9 @@ def make_block_manager(policy: str | None, num_blocks: int, block_size: int, wat
     CPU tier of ``host_blocks`` blocks loaded at ``host_load_s`` seconds each where > 0
     (``state_blocks``: a hybrid model's recurrent state per running sequence)."""
     if policy is None:
-        manager = BlockManager(num_blocks, block_size, watermark)
-    elif policy == "vllm-lru":
-        manager = PrefixCachingBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s)
-    elif policy == "radix-lru":
-        manager = RadixBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s)
-    else:
-        raise ValueError(f"unknown prefix cache policy {policy!r}")  # the config validates it
-    manager.state_blocks = state_blocks
-    return manager
+        return BlockManager(num_blocks, block_size, watermark, state_blocks)
+    if policy == "vllm-lru":
+        return PrefixCachingBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s, state_blocks)
+    if policy == "radix-lru":
+        return RadixBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s, state_blocks)
+    raise ValueError(f"unknown prefix cache policy {policy!r}")  # the config validates it

@@ -63,6 +63,7 @@ BAD_INPUT = [
     (["--workload", "sharegpt", "--input-len", "1024"], "--prompt-tokens"),
     (["--trace", "{trace}", "--output-len", "64"], "--output-tokens"),
     (["--workload", "long-context", "--random-range-ratio", "0.1"], "range-ratio"),
+    (["--trace", "{trace}", "--range-style", "sglang"], "--range-style"),
     (["--workload", "fixed", "--prompt-tokens", "64", "--prompt-tokens-max", "128"], "--prompt-tokens-max"),
     # options the run would not read
     (["--moe-imbalance", "1.3"], "--moe-imbalance"),
@@ -93,6 +94,8 @@ def test_commands_that_build_pools_or_grids_take_what_they_decide() -> None:
 @pytest.mark.parametrize(("args", "workload"), [
     (["--input-len", "1024", "--output-len", "256"], "fixed 1024 prompt / 256 output tokens"),
     (["--random-input-len", "300", "--random-range-ratio", "0.1"], "range ratio 0.1 ([270, 330]"),
+    (["--random-input-len", "300", "--random-range-ratio", "0.8", "--range-style", "sglang"],
+     "range ratio 0.8 as sglang reads it ([240, 300]"),
     (["--prompt-tokens", "100", "--prompt-tokens-max", "400"], "uniform prompt [100, 400]"),
 ])
 def test_lengths_without_a_workload_are_the_lengths_run(args: list[str], workload: str) -> None:

@@ -100,6 +100,24 @@ def test_range_ratio_bands_lengths_as_vllm_bench():
     assert len(np.unique(p)) > 50  # really drawn, not fixed
 
 
+@pytest.mark.parametrize("ratio, lo", [(0.8, 409), (0.0, 1)])
+def test_range_style_sglang_bands_below_the_length(ratio, lo):
+    # SGLang's bench_serving (and InferenceX's client) read r as the low end's fraction: [int(len*r), len].
+    result = simulate(closed(workload__range_ratio=ratio, workload__range_style="sglang", workload__num_requests=400))
+    cols = request_columns(result)
+    p, o = cols["num_prompt_tokens"], cols["num_output_tokens"]
+    assert p.min() >= lo and p.max() <= 512 and o.min() >= max(int(64 * ratio), 1) and o.max() <= 64
+    assert p.min() < lo + 0.1 * (512 - lo) and p.max() > 512 - 0.1 * (512 - lo)  # the whole band is drawn
+    assert np.mean(p) == pytest.approx((lo + 512) / 2, rel=0.05)  # uniform: its mean mid-band, not at 512
+
+
+def test_range_style_sglang_at_ratio_one_is_fixed_and_vllm_is_the_default():
+    fixed = request_columns(simulate(closed(workload__range_ratio=1.0, workload__range_style="sglang")))
+    assert (fixed["num_prompt_tokens"] == 512).all() and (fixed["num_output_tokens"] == 64).all()
+    assert RunConfig().workload.range_style == "vllm" and not closed().workload.is_banded
+    assert closed(workload__range_style="sglang").workload.is_banded  # r 0 under sglang: [1, len]
+
+
 def test_finite_rate_with_a_concurrency_cap_sends_at_the_later_of_both():
     config = closed(workload__arrival="poisson", workload__qps=50.0, workload__concurrency=4)
     planned = RunConfig().replace(**{**SMALL, "workload__arrival": "poisson", "workload__qps": 50.0,
@@ -141,6 +159,9 @@ def test_disaggregated_closed_loop():
     (dict(workload__num_warmup=-1), "workload.num_warmup"),
     (dict(workload__num_warmup=240), "workload.num_warmup"),
     (dict(workload__range_ratio=1.0), "workload.range_ratio"),
+    (dict(workload__range_ratio=1.5, workload__range_style="sglang"), "workload.range_ratio"),
+    (dict(workload__range_style="aiperf"), "workload.range_style"),
+    (dict(workload__range_style="sglang", workload__name="sharegpt"), "workload.range_ratio"),
 ])
 def test_bad_closed_loop_settings_are_one_line(changes, field):
     with pytest.raises(ConfigError) as err:

@@ -96,7 +96,10 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                     "drain (a phase of its own, run to completion, then every user sends at once, as AIPerf and "
                     "vllm bench serve run it)."),
     "range_ratio": ("workload__range_ratio", float, "Fixed lengths banded: each drawn uniformly in [len x (1-r), "
-                    "len x (1+r)], as vllm bench's random dataset."),
+                    "len x (1+r)], as vllm bench's random dataset (--range-style sglang: in [len x r, len])."),
+    "range_style": ("workload__range_style", str, "Whose --random-range-ratio: vllm (vllm bench serve: [len x (1-r), "
+                    "len x (1+r)]) or sglang (SGLang's bench_serving, InferenceX's benchmark_serving.py: [len x r, "
+                    "len]; r 1 is fixed, 0 is [1, len])."),
     "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
     "kernels": ("replica__kernels", str, "Kernel prices: roofline (calibrated), or the GPU's measured vllm, sglang or "
                 "trtllm kernel tables (NVIDIA AIConfigurator's database in ../shared/data)."),
@@ -168,7 +171,7 @@ CHUNKING_SCHEDULERS = ("sarathi", "vllm-v1", "sglang")
 # Length options, and the length sources that read each (the others draw lengths from a dataset or a trace).
 LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_tokens": ("fixed", "random", "uniform"),
                   "prompt_tokens_max": ("uniform",), "output_tokens_max": ("uniform",),
-                  "range_ratio": ("fixed", "random")}
+                  "range_ratio": ("fixed", "random"), "range_style": ("fixed", "random")}
 
 
 def _inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:

@@ -33,6 +33,10 @@ SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1", "s
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
 WARMUP_MODES = ("steady", "drain")  # a closed loop's warm-up: inline, or a phase drained before the measured one
+# How a benchmark client reads --random-range-ratio r: vllm bench serve draws each length in
+# [len*(1-r), len*(1+r)] (r < 1; 0 is fixed); SGLang's bench_serving, and the older vLLM
+# benchmark_serving.py copies such as InferenceX's, in [len*r, len] (r <= 1; 1 is fixed, their 0 is [1, len]).
+RANGE_STYLES = ("vllm", "sglang")
 ROUTERS = ("round_robin", "least_outstanding", "random", "prefix_aware", "session")  # simulator.engine.routers
 # The engine preset a run gets unless it names one (simulator.costmodel.engine_model.ENGINES): today's vLLM,
 # fitted on AIConfigurator's silicon rows of vLLM 0.11-0.18. The 2023 presets (vllm-2023-splitwise,
@@ -378,7 +382,8 @@ class WorkloadConfig:
     # sent when one ends (vLLM's --max-concurrency; with burst arrivals, its --request-rate inf).
     concurrency: int | None = None
     num_warmup: int = 0  # the first requests sent, left out of the figures (vLLM's --num-warmups)
-    range_ratio: float = 0.0  # fixed/random lengths drawn in [len*(1-r), len*(1+r)], as vllm bench's
+    range_ratio: float = 0.0  # fixed/random lengths banded as range_style's client reads it
+    range_style: str = "vllm"  # "vllm": [len*(1-r), len*(1+r)]; "sglang": [len*r, len] (RANGE_STYLES)
     # How the warm-up precedes the measured requests in a closed loop (simulator.engine.closed_loop):
     # "steady" = the first num_warmup requests of the same loop; "drain" = a phase of its own, run to
     # completion, then every user sends at once (AIPerf --warmup-request-count, vllm bench --num-warmups).
@@ -419,12 +424,25 @@ class WorkloadConfig:
             raise ConfigError("workload.warmup_mode", "'drain' separates a closed loop's warm-up phase from its "
                               "measured phase, so it needs both", "give a concurrency and num_warmup > 0, or "
                               "warmup_mode 'steady'")
-        if not 0 <= self.range_ratio < 1:
+        if self.range_style not in RANGE_STYLES:
+            raise ConfigError("workload.range_style", f"unknown value {self.range_style!r}",
+                              f"use one of {', '.join(RANGE_STYLES)} (whose client's --random-range-ratio you mean)")
+        if self.range_style == "vllm" and not 0 <= self.range_ratio < 1:
             raise ConfigError("workload.range_ratio", f"must be in [0, 1), got {self.range_ratio}",
-                              "e.g. --random-range-ratio 0.1 for lengths within 10% of --prompt-tokens/--output-tokens")
-        if self.range_ratio and self.name not in ("fixed", "random"):
+                              "e.g. --random-range-ratio 0.1 for lengths within 10% of --prompt-tokens/--output-tokens; "
+                              "--range-style sglang reads r as the low end's fraction ([len*r, len])")
+        if self.range_style == "sglang" and not 0 <= self.range_ratio <= 1:
+            raise ConfigError("workload.range_ratio", f"must be in [0, 1] under range_style 'sglang', got "
+                              f"{self.range_ratio}", "e.g. --random-range-ratio 0.8 for lengths in [0.8 len, len]")
+        if self.is_banded and self.name not in ("fixed", "random"):
             raise ConfigError("workload.range_ratio", f"bands fixed lengths, but the workload is {self.name!r}",
-                              "pass --workload fixed (or --dataset-name random), or drop --random-range-ratio")
+                              "pass --workload fixed (or --dataset-name random), or drop --random-range-ratio and "
+                              "--range-style")
+
+    @property
+    def is_banded(self) -> bool:
+        """Whether ``range_ratio`` draws lengths in a band (vllm: r > 0; sglang: r < 1)."""
+        return self.range_ratio > 0 if self.range_style == "vllm" else self.range_ratio < 1
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ into a :class:`RequestTable` of plain arrays that the engine replays.
 Length sources
     ``fixed``      every request has ``prompt_tokens`` / ``output_tokens``; with ``range_ratio``
                    r > 0, each is drawn uniformly in ``[len*(1-r), len*(1+r)]`` (``random``,
-                   ``vllm bench``'s name, is the same source).
+                   ``vllm bench``'s name, is the same source); with ``range_style`` ``sglang``,
+                   in ``[len*r, len]`` as SGLang's ``bench_serving`` (and InferenceX's client) read r.
     ``uniform``    integers drawn uniformly from ``[prompt_tokens, prompt_tokens_max]`` and
                    ``[output_tokens, output_tokens_max]`` (a missing max means fixed).
     ``sharegpt``   built in, no files needed: a 2-D log-spaced histogram of the joint
@@ -173,7 +174,7 @@ def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestT
         prompt, output, arrival_override, length_desc = _lengths_from_trace(cfg, rng)
     elif cfg.name in BUILTIN_NAMES:
         prompt, output, length_desc = _lengths_from_builtin(cfg, rng)
-    elif cfg.name in ("fixed", "random") and cfg.range_ratio:
+    elif cfg.name in ("fixed", "random") and cfg.is_banded:
         prompt, output, length_desc = _lengths_banded(cfg, rng)
     elif cfg.name in ("fixed", "random"):
         _check_total("fixed", cfg.prompt_tokens + cfg.output_tokens, cfg.max_total_tokens)
@@ -265,17 +266,22 @@ def _lengths_uniform(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.
     return prompt.astype(np.int64), output.astype(np.int64), desc
 
 
-def band(length: int, ratio: float, at_least: int = 1) -> tuple[int, int]:
-    """``vllm bench``'s random-dataset band around ``length``: integers in
-    ``[floor(length * (1 - ratio)), ceil(length * (1 + ratio))]``, the lower end at least ``at_least``."""
+def band(length: int, ratio: float, at_least: int = 1, style: str = "vllm") -> tuple[int, int]:
+    """The integers a benchmark client draws ``length`` from under ``--random-range-ratio ratio``,
+    the lower end at least ``at_least``: ``vllm bench``'s ``[floor(length * (1 - ratio)),
+    ceil(length * (1 + ratio))]``, or (``style`` ``sglang``) SGLang's ``bench_serving``
+    ``[int(length * ratio), length]``."""
+    if style == "sglang":
+        return max(int(length * ratio), at_least), max(length, at_least)
     return max(math.floor(length * (1 - ratio)), at_least), max(math.ceil(length * (1 + ratio)), at_least)
 
 
 def _lengths_banded(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
-    """Fixed lengths banded by ``range_ratio`` (``--random-range-ratio``): prompt and output
-    drawn uniformly from :func:`band` of each, prompts first, as ``vllm bench`` draws them."""
-    p_lo, p_hi = band(cfg.prompt_tokens, cfg.range_ratio)
-    o_lo, o_hi = band(cfg.output_tokens, cfg.range_ratio)
+    """Fixed lengths banded by ``range_ratio`` (``--random-range-ratio``, read as ``range_style``'s
+    client reads it): prompt and output drawn uniformly from :func:`band` of each, prompts first,
+    as both clients draw them."""
+    p_lo, p_hi = band(cfg.prompt_tokens, cfg.range_ratio, style=cfg.range_style)
+    o_lo, o_hi = band(cfg.output_tokens, cfg.range_ratio, style=cfg.range_style)
     _check_total("banded", p_lo + o_lo, cfg.max_total_tokens)
 
     def draw(k: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -283,8 +289,9 @@ def _lengths_banded(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.n
 
     limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
     prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "banded")
+    style = "" if cfg.range_style == "vllm" else f" as {cfg.range_style} reads it"
     desc = (f"random {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens, range ratio "
-            f"{cfg.range_ratio:g} ([{p_lo}, {p_hi}] / [{o_lo}, {o_hi}])")
+            f"{cfg.range_ratio:g}{style} ([{p_lo}, {p_hi}] / [{o_lo}, {o_hi}])")
     if cfg.max_total_tokens is not None and p_hi + o_hi > cfg.max_total_tokens:
         desc += f" (total <= {cfg.max_total_tokens})"
     return prompt.astype(np.int64), output.astype(np.int64), desc

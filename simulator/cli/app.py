@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # rich loads when a command prints, not when the CLI is impor
 
 app = typer.Typer(
     name="simulate",
-    help="servesim: simulate LLM inference serving (vLLM, Orca, FasterTransformer, Sarathi-Serve).",
+    help="servesim: simulate LLM inference serving (vLLM, SGLang, TensorRT-LLM, Sarathi-Serve, Orca, FasterTransformer).",
     no_args_is_help=False,
     add_completion=False,
     pretty_exceptions_enable=False,

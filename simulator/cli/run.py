@@ -285,7 +285,7 @@ def run(
     metric_percentiles: Annotated[str | None, typer.Option(help="Percentiles for --metrics vllm and --save-result, "
                                                                  "e.g. 50,90,99 (default 99).")] = None,
 ) -> None:
-    """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, sarathi, ShareGPT)."""
+    """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, vLLM V1 scheduling, engine vllm-2026, ShareGPT)."""
     # Every option is checked before the run: a bad --format or --out must not cost a simulation.
     check_format(fmt)
     bench = BenchOptions.parse(goodput, metrics, save_result, metric_percentiles)

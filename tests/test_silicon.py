@@ -53,6 +53,37 @@ def test_an_agg_row_becomes_its_closed_loop(silicon):
     assert w.arrival == "burst" and config.scheduler.name == "vllm-v1"
 
 
+def test_each_provenance_runs_its_clients_load(silicon):
+    """InferenceX's DB rows: its benchmark_serving.py's [0.8 len, len] band, 10 requests a user;
+    the others AIPerf's exact lengths, 20 a user; both with the warm-up a phase of its own."""
+    from simulator.calibrate.silicon import benchmark_client, source_family
+    from simulator.calibrate.silicon_fit import cache_key
+
+    kept, _ = silicon
+    agg = kept[(kept["mode"] == "agg") & kept["model_path"].isin(["meta-llama/Llama-3.1-70B", "Qwen/Qwen3-32B"])]
+    by_family = {source_family(r.silicon_data_source): r for r in agg.itertuples()}
+    inferencex, aiperf = by_family["dated-dump"], by_family["gap-analysis"]  # Llama-3.1-70B, Qwen3-32B
+    c = row_config(inferencex, max_requests=10**6, **benchmark_client(inferencex))
+    w = c.workload
+    assert (w.range_style, w.range_ratio, w.warmup_mode) == ("sglang", 0.8, "drain") and w.is_banded
+    assert w.num_requests - w.num_warmup == 10 * w.concurrency
+    a = row_config(aiperf, max_requests=10**6, **benchmark_client(aiperf)).workload
+    assert not a.is_banded and a.warmup_mode == "drain" and a.num_requests - a.num_warmup == 20 * a.concurrency
+    # InferenceX's SGLang recipe polls for requests every 10 iterations below concurrency 16, 30 from it.
+    from simulator.calibrate.silicon import recipe_changes
+
+    sglang = kept[(kept["backend"] == "sglang") & (kept["mode"] == "agg")]
+    for r in sglang.itertuples():
+        family = source_family(r.silicon_data_source)
+        expected = ({"scheduler__recv_interval": 30 if r.concurrency >= 16 else 10}
+                    if family in ("db-dump", "dated-dump") else {})
+        assert recipe_changes(r) == expected
+    assert recipe_changes(inferencex) == {}  # Llama-3.1-70B's rows are vLLM and TensorRT-LLM
+    # The trace cache tells the band's reading apart (same ratio, other style: another trace).
+    assert cache_key(c) != cache_key(c.replace(workload__range_style="vllm", workload__range_ratio=0.5)) != \
+        cache_key(c.replace(workload__range_ratio=0.5))
+
+
 def test_unexpressible_rows_say_why(silicon):
     kept, _ = silicon
     glm5 = next(kept[kept["model_path"] == "zhipuai/GLM-5"].itertuples())

@@ -99,6 +99,37 @@ def source_family(source: str) -> str:
     return "other"
 
 
+# The benchmark client each provenance family most likely ran (the rows do not record it; README
+# "Measurement semantics" items 1-3). InferenceX's benchmark DB (db-dump, and the dated dumps of the
+# same DB): its benchmark_serving.py with --random-range-ratio 0.8, read as [0.8 len, len] (the
+# older vLLM/SGLang reading, --range-style sglang), --num-prompts 10 x concurrency and warm-ups run
+# as a phase of their own; the others: AIPerf as AIConfigurator's own generated benchmark runs it,
+# exact --isl/--osl, --num-requests 20 x concurrency, --warmup-request-count as a phase of its own.
+INFERENCEX_FAMILIES = ("db-dump", "dated-dump")
+INFERENCEX_CLIENT = {"range_ratio": 0.8, "range_style": "sglang", "warmup_mode": "drain", "requests_per_user": 10}
+AIPERF_CLIENT = {"range_ratio": 0.0, "range_style": "vllm", "warmup_mode": "drain", "requests_per_user": 20}
+
+
+def benchmark_client(row: Any) -> dict[str, Any]:
+    """:func:`row_config` keywords for the client ``row``'s provenance family most likely ran
+    (:data:`INFERENCEX_CLIENT` or :data:`AIPERF_CLIENT`)."""
+    family = source_family(getattr(row, "silicon_data_source", ""))
+    return dict(INFERENCEX_CLIENT if family in INFERENCEX_FAMILIES else AIPERF_CLIENT)
+
+
+def recipe_changes(row: Any) -> dict[str, Any]:
+    """:meth:`RunConfig.replace` changes for the server flags ``row``'s deployment recipe most
+    likely set where they change the schedule. InferenceX's SGLang launch scripts (the published
+    DeepSeek-R1 B200 one) poll for new requests every 10 iterations below concurrency 16 and every
+    30 at or above (``--scheduler-recv-interval``); taken for every InferenceX SGLang row, since the
+    rows do not name their recipe. Nothing for the other rows."""
+    family = source_family(getattr(row, "silicon_data_source", ""))
+    if family in INFERENCEX_FAMILIES and str(getattr(row, "backend", "")) == "sglang":
+        concurrency = _int(row.concurrency) or 1
+        return {"scheduler__recv_interval": 30 if concurrency >= 16 else 10}
+    return {}
+
+
 _LAYOUT_FIELDS = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
                   "prefill_num_workers", "prefill_tp_size", "prefill_pp_size", "prefill_attention_dp_size",
                   "decode_num_workers", "decode_tp_size", "decode_pp_size", "decode_attention_dp_size")
@@ -227,14 +258,15 @@ def _pool_layout(tp: int, pp: int, adp: int, ep: int) -> str:
 
 
 def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None = None, budget: int = DEFAULT_BUDGET,
-               range_ratio: float = 0.0, engine: str | None = None, cost_model: str | None = None,
+               range_ratio: float = 0.0, range_style: str = "vllm", engine: str | None = None,
+               cost_model: str | None = None,
                kv_link: str = "infiniband-400g", warmup_mode: str = "steady",
                extra: dict[str, Any] | None = None) -> RunConfig:
     """A closed-loop run of one silicon row (a row of :func:`read_silicon`'s frame, as
     ``itertuples`` gives it): ``concurrency`` users, one warm-up request each, then
     ``requests_per_user`` measured requests each (at most ``max_requests`` in all, warm-up
     included), lengths banded by ``range_ratio`` around ISL/OSL (0: exactly the nominal
-    lengths). ``warmup_mode``: ``steady`` (the warm-up is the loop's first requests) or
+    lengths) as ``range_style``'s client reads it (``sglang``: in [r x ISL, ISL], InferenceX's). ``warmup_mode``: ``steady`` (the warm-up is the loop's first requests) or
     ``drain`` (a phase of its own, then every user sends at once, as AIPerf and vllm bench
     run it; :mod:`simulator.engine.closed_loop`). ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels). Raises
     :class:`Unexpressible` with the reason."""
@@ -259,6 +291,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
         "workload__arrival": "burst", "workload__num_requests": total,
         "workload__concurrency": concurrency, "workload__num_warmup": warmup, "workload__range_ratio": range_ratio,
+        "workload__range_style": range_style,
         "workload__warmup_mode": warmup_mode,
         "replica__inter_node_link": SYSTEM_NETWORKS[row.system],  # pools take it from the replica
     }

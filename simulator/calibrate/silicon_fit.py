@@ -169,6 +169,12 @@ def cache_key(config: Any) -> str:
     mode = getattr(config.workload, "warmup_mode", "steady")
     if mode != "steady":  # named only when not the default, so caches built before the field stay valid
         parts.append(f"warmup_mode={mode!r}")
+    interval = getattr(config.scheduler, "recv_interval", 1)
+    if interval != 1:  # likewise
+        parts.append(f"recv_interval={interval}")
+    style = getattr(config.workload, "range_style", "vllm")
+    if style != "vllm":  # likewise
+        parts.append(f"range_style={style!r}")
     return hashlib.sha256(";".join(parts).encode()).hexdigest()[:20]
 
 

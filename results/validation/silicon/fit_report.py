@@ -51,6 +51,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--range-ratio", type=float, default=0.0,
                    help="lengths banded around ISL/OSL as vllm bench --random-range-ratio (default 0: exact, as "
                         "AIPerf --isl/--osl; the users then move in waves, as the measured TTFTs say)")
+    p.add_argument("--client", choices=("exact", "benchmark"), default="exact",
+                   help="exact: every row as --range-ratio/--requests-per-user say, warm-up inline (steady); "
+                        "benchmark: each row as the client its provenance most likely ran "
+                        "(silicon.benchmark_client: InferenceX's [0.8 len, len] band and 10 requests a user, "
+                        "AIPerf's exact lengths and 20; warm-up a phase of its own), at most --max-requests; "
+                        "and the recipe's scheduling flags (silicon.recipe_changes: InferenceX's SGLang "
+                        "--scheduler-recv-interval)")
     p.add_argument("--traces-only", action="store_true", help="build the trace cache and stop")
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
     p.add_argument("--first-token-on-prefill", action="store_true",
@@ -124,7 +131,14 @@ class RowCache:
 
 
 def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
-    from simulator.calibrate.silicon import Unexpressible, data_path, read_silicon, row_config
+    from simulator.calibrate.silicon import (
+        Unexpressible,
+        benchmark_client,
+        data_path,
+        read_silicon,
+        recipe_changes,
+        row_config,
+    )
 
     kept, dropped = read_silicon(data_path(args.data))
     not_run = [dict(id=r.id, backend=r.backend, system=r.system, mode=r.mode, model_path=r.model_path,
@@ -133,10 +147,12 @@ def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
     for r in kept.itertuples():
         try:
             link = kv_link_of(r) if r.mode == "disagg" and r.prefill_num_workers == r.prefill_num_workers else None
-            c = row_config(r, requests_per_user=args.requests_per_user, max_requests=args.max_requests,
-                           range_ratio=args.range_ratio,
+            client = (benchmark_client(r) if args.client == "benchmark" else
+                      {"requests_per_user": args.requests_per_user, "range_ratio": args.range_ratio})
+            c = row_config(r, max_requests=args.max_requests, **client,
                            **({"kv_link": link} if link else {}),
-                           extra={"replica__kernels": r.backend,
+                           extra={**(recipe_changes(r) if args.client == "benchmark" else {}),
+                                  "replica__kernels": r.backend,
                                   # the deployments size the context to the benchmark (a model's
                                   # full context may not fit the KV cache of a small layout)
                                   "replica__max_model_len": int(r.isl) + int(r.osl) + 16})

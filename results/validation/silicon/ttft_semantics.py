@@ -9,7 +9,8 @@ the silicon rows (``--sample`` per backend x GPU x mode, seed 0, as ``run.py``) 
 
 - ``warmup_mode`` ``steady`` (today) or ``drain`` (the clients' phases; ``simulator.engine.closed_loop``),
 - exact lengths (``--range-ratio 0``, AIPerf's ``--isl/--osl``) or a 10% band (vllm bench's
-  ``--random-range-ratio 0.1``; the rows do not record theirs),
+  ``--random-range-ratio 0.1``; the rows do not record theirs), or (``s0.8``) InferenceX's client's band,
+  ``--random-range-ratio 0.8`` as its ``benchmark_serving.py`` reads it (``--range-style sglang``: [0.8 x len, len]),
 - the token budget 8192 for every backend, or each engine's own default (a variant ending in ``-engine``:
   SGLang's ``chunked_prefill_size`` is 16384 on GPUs with more than ~160 GB),
 
@@ -22,6 +23,8 @@ absolute error of mean TTFT and mean TPOT per backend x mode and variant. ``--re
     python results/validation/silicon/ttft_semantics.py --variants steady-0,drain-0,steady-0.1,drain-0.1,steady-0-engine,drain-0-engine
     python results/validation/silicon/ttft_semantics.py --requests-per-user 20 --max-requests 4000 \
         --variants steady-0,drain-0,steady-0.1,drain-0.1,steady-0-engine
+    python results/validation/silicon/ttft_semantics.py --families db-dump,dated-dump --requests-per-user 10 \
+        --max-requests 4000 --variants steady-0,steady-s0.8,drain-s0.8 --summary summary_inferencex_rpu10.csv
 """
 
 from __future__ import annotations
@@ -76,13 +79,14 @@ def sample_rows(data: Path, per_group: int, seed: int) -> pd.DataFrame:
 
 
 def run_variant(rows: pd.DataFrame, variant: str, args: argparse.Namespace, kv_link_of) -> pd.DataFrame:
-    from simulator.calibrate.silicon import Unexpressible, row_config
+    from simulator.calibrate.silicon import Unexpressible, row_config, source_family
     from simulator.report.benchmark import benchmark_metrics
     from simulator.report.metrics import request_columns
     from simulator.simulation import simulate
 
     parts = variant.split("-")
-    mode, rr = parts[0], float(parts[1])
+    mode, style = parts[0], "sglang" if parts[1].startswith("s") else "vllm"
+    rr = float(parts[1].lstrip("s"))
     budgets = parts[2] if len(parts) > 2 else "8192"
     out = []
     started = time.perf_counter()
@@ -92,7 +96,7 @@ def run_variant(rows: pd.DataFrame, variant: str, args: argparse.Namespace, kv_l
         t0 = time.perf_counter()
         try:
             config = row_config(r, requests_per_user=args.requests_per_user, max_requests=args.max_requests,
-                                budget=budget, range_ratio=rr, engine=f"{r.backend}-2026", warmup_mode=mode,
+                                budget=budget, range_ratio=rr, range_style=style, engine=f"{r.backend}-2026", warmup_mode=mode,
                                 **({"kv_link": link} if link else {}),
                                 extra={"replica__kernels": r.backend,
                                        "replica__max_model_len": int(r.isl) + int(r.osl) + 16,
@@ -105,7 +109,8 @@ def run_variant(rows: pd.DataFrame, variant: str, args: argparse.Namespace, kv_l
             ttft, tpot, why = m["mean_ttft_ms"], m["mean_tpot_ms"], ""
         except (Unexpressible, Exception) as err:  # noqa: BLE001 - a failed row is listed, not fatal
             ttft, tpot, why = math.nan, math.nan, f"{type(err).__name__}: {err}"
-        out.append({"id": r.id, "backend": r.backend, "system": r.system, "mode": r.mode, "model_path": r.model_path,
+        out.append({"id": r.id, "family": source_family(r.silicon_data_source), "backend": r.backend,
+                    "system": r.system, "mode": r.mode, "model_path": r.model_path,
                     "isl": r.isl, "osl": r.osl, "concurrency": int(r.concurrency), "budget": budget,
                     "measured_ttft_ms": r.silicon_ttft_ms, "measured_tpot_ms": r.silicon_tpot_ms,
                     "pred_ttft_ms": ttft, "pred_tpot_ms": tpot,
@@ -141,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default="steady-0,drain-0,steady-0.1,drain-0.1",
                    help="comma-separated MODE-RANGE[-engine]: MODE steady|drain, RANGE the band ratio, "
                         "'-engine' for each engine's default token budget (else 8192)")
+    p.add_argument("--families", default=None,
+                   help="comma-separated provenance families to keep (silicon.source_family: db-dump, dated-dump, "
+                        "gap-analysis, gtl; default all); db-dump,dated-dump are InferenceX's benchmark DB")
     p.add_argument("--summary", default=None, help="summary file name in --out (default summary_rpu<N>.csv)")
     args = p.parse_args(argv)
     from simulator.calibrate.silicon import data_path
@@ -149,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {data_path(args.data)} not found (pass --data FOLDER)", file=sys.stderr)
         return 2
     rows = sample_rows(args.data, args.sample, args.seed)
+    if args.families:
+        from simulator.calibrate.silicon import source_family
+
+        keep = [source_family(src) in args.families.split(",") for src in rows["silicon_data_source"]]
+        rows = rows[keep].reset_index(drop=True)
     print(f"{len(rows)} sampled rows ({args.sample} per backend x GPU x mode)", flush=True)
     kv_link_of = _kv_link_of()
     args.out.mkdir(parents=True, exist_ok=True)

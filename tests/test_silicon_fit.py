@@ -58,6 +58,27 @@ def test_replay_matches_the_simulation(simulated_rows) -> None:  # noqa: ANN001
         assert tpot == pytest.approx(row["tpot_ms"], rel=1e-9)
 
 
+@pytest.mark.parametrize("changes", [
+    # InferenceX's client: lengths in [0.8 len, len], the warm-up a phase of its own.
+    dict(workload__range_ratio=0.8, workload__range_style="sglang", workload__warmup_mode="drain"),
+    # and SGLang's policy taking new requests every 10 iterations (its recipe's --scheduler-recv-interval).
+    dict(workload__range_ratio=0.8, workload__range_style="sglang", workload__warmup_mode="drain",
+         scheduler__name="sglang", scheduler__recv_interval=10),
+])
+def test_replay_matches_the_simulation_under_the_benchmark_clients_load(tmp_path: Path, changes: dict) -> None:
+    """The fit replays the benchmark client's load exactly too: drawn lengths, a drained warm-up and
+    an intake every N iterations all count in steps, not seconds."""
+    artifact = tmp_path / "true.json"
+    save_engine_artifact(TRUE.engine("true", "test", "test"), artifact, {})
+    config = _closed_loop("llama-3.1-8b", 1, 1024, 48, 8).replace(**changes)
+    result = simulate(config.replace(engine=str(artifact)))
+    m = benchmark_metrics(result, request_columns(result))
+    assert len(set(request_columns(result)["num_prompt_tokens"])) > 5  # the band is drawn
+    ttft, tpot = sf.replay(sf.trace_of(config), TRUE)
+    assert ttft == pytest.approx(m["mean_ttft_ms"], rel=1e-9)
+    assert tpot == pytest.approx(m["mean_tpot_ms"], rel=1e-9)
+
+
 def test_fit_recovers_known_terms(simulated_rows) -> None:  # noqa: ANN001
     rows, traces, _ = simulated_rows
     ttft = np.array([r["ttft_ms"] for r in rows])

@@ -340,3 +340,20 @@ def test_sweep_points_take_the_criterion_and_old_keys_stand() -> None:
     assert point_key("capacity", tbt.config, before) == tbt.key  # a sweep folder from before still resumes
     assert by_criterion["goodput"].key != tbt.key
     assert isinstance(tbt.config, RunConfig)
+
+
+# -- other commands' bad input (robustness audit): one line naming the flag, exit 2 -----------------------------
+def test_config_error_survives_a_worker_process() -> None:
+    """A ConfigError raised in a worker (capacity, sweep, plan) reaches the parent whole, not as a
+    BrokenProcessPool traceback: it pickles by its own arguments."""
+    import pickle
+
+    err = pickle.loads(pickle.dumps(ConfigError("workload.qps", "too high", "lower it")))
+    assert (err.field, err.problem, err.fix, str(err)) == ("workload.qps", "too high", "lower it",
+                                                           "workload.qps: too high (lower it)")
+
+
+@pytest.mark.parametrize("value", ["inf", "1e300"])
+def test_capacity_refuses_a_ceiling_the_workload_would_refuse(value: str) -> None:
+    line = one_line_error(simulate("capacity", "--num-requests", "20", "--max-qps", value))
+    assert "capacity.max_qps" in line and "--max-qps" in line, line

@@ -357,3 +357,28 @@ def test_config_error_survives_a_worker_process() -> None:
 def test_capacity_refuses_a_ceiling_the_workload_would_refuse(value: str) -> None:
     line = one_line_error(simulate("capacity", "--num-requests", "20", "--max-qps", value))
     assert "capacity.max_qps" in line and "--max-qps" in line, line
+
+
+@pytest.mark.parametrize(("section", "key", "value", "needle"), [
+    ("workload", "num_requests", "abc", "config.workload.num_requests: must be int"),
+    ("replica", "tp", "2", "config.replica.tp: must be int"),
+    ("replica", "model", None, "config.replica.model: must be str"),
+    ("scheduler", "max_num_seqs", 1.5, "config.scheduler.max_num_seqs: must be int or null"),
+    (None, "seed", "x", "config.seed: must be int"),
+    (None, "replica", "x", "config.replica: must be an object"),
+])
+def test_a_config_json_of_the_wrong_types_is_one_line(tmp_path: Path, section: str | None, key: str,
+                                                      value: object, needle: str) -> None:
+    """A hand-edited config.json ("tp": "2", "model": null) is refused in one line, not a TypeError
+    from a validator's comparison; run --config and plot run read it alike."""
+    import json
+
+    from simulator.config.run_config import RunConfig
+
+    data = RunConfig().to_dict()
+    (data[section] if section else data)[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    for args in (("run", "--no-progress", "--config", str(path)), ("plot", "run", str(path))):
+        line = one_line_error(simulate(*args))
+        assert needle in line, line

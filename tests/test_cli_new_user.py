@@ -73,6 +73,13 @@ BAD_INPUT = [
     (["--cv", "2"], "--cv"),
     (["--time-scale", "2"], "--time-scale"),
     (["--router", "least_outstanding"], "--router"),
+    # robustness audit: run's own options
+    (["--save-result", "/proc/servesim-result.json"], "--save-result"),
+    (["--ttft-slo", "-1"], "--ttft-slo"),
+    (["--tbt-slo", "nan"], "--tbt-slo"),
+    (["--goodput"], "--goodput"),
+    (["--goodput", "ttft:300", "ttft:200"], "--goodput"),
+    (["--metric-percentiles", "50,90"], "--metric-percentiles"),
 ]
 
 

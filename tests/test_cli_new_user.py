@@ -389,3 +389,16 @@ def test_a_config_json_of_the_wrong_types_is_one_line(tmp_path: Path, section: s
     for args in (("run", "--no-progress", "--config", str(path)), ("plot", "run", str(path))):
         line = one_line_error(simulate(*args))
         assert needle in line, line
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("bf16_tflops = inf\nhbm_gb_per_s = 2000\nmemory_gb = 80\n", "gpu.bf16_tflops"),
+    ("bf16_tflops = 900\nhbm_gb_per_s = 2000\nmemory_gb = 80\nnvlink_gb_per_s = nan\n", "gpu.nvlink_gb_per_s"),
+    ("\udcff\udcfe", "not valid TOML"),
+])
+def test_a_gpu_file_with_infinite_or_unreadable_figures_is_refused(tmp_path: Path, text: str, needle: str) -> None:
+    """inf and NaN parse as TOML floats; a non-UTF-8 file is not TOML: each one line, not a run or a traceback."""
+    path = tmp_path / "gpu.toml"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    line = one_line_error(simulate("run", "--no-progress", "--num-requests", "4", "--gpu", str(path)))
+    assert needle in line, line

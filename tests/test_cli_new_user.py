@@ -402,3 +402,21 @@ def test_a_gpu_file_with_infinite_or_unreadable_figures_is_refused(tmp_path: Pat
     path.write_bytes(text.encode("utf-8", "surrogateescape"))
     line = one_line_error(simulate("run", "--no-progress", "--num-requests", "4", "--gpu", str(path)))
     assert needle in line, line
+
+
+def test_plot_takes_a_run_folder_and_refuses_columns_it_would_not_use(tmp_path: Path) -> None:
+    """`plot run FOLDER` (as its help says) draws; --hue/--x naming no column of a sweep, or given to
+    plot run, are refused instead of swapped for another column or ignored."""
+    from simulator.planning.sweep import build_spec, run_sweep
+
+    run_dir = tmp_path / "run"
+    assert simulate("run", "--no-progress", "--num-requests", "4", "--out", str(run_dir)).returncode == 0
+    res = simulate("plot", "run", str(run_dir))
+    assert res.returncode == 0 and "wrote" in res.stdout, res.stderr
+    assert "--hue" in one_line_error(simulate("plot", "run", str(run_dir), "--hue", "qps"))
+    sweep_dir = tmp_path / "sweep"
+    run_sweep(build_spec({"base": {"num_requests": 4, "workload": "fixed", "prompt_tokens": 32, "output_tokens": 4},
+                          "grid": {"qps": [1.0, 2.0]}}), sweep_dir)
+    for flag in ("--hue", "--x"):
+        line = one_line_error(simulate("plot", "sweep", str(sweep_dir), flag, "nope"))
+        assert line.startswith(f"error: {flag}: 'nope' is not a column") and "qps" in line, line

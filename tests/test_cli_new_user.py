@@ -80,6 +80,10 @@ BAD_INPUT = [
     (["--goodput"], "--goodput"),
     (["--goodput", "ttft:300", "ttft:200"], "--goodput"),
     (["--metric-percentiles", "50,90"], "--metric-percentiles"),
+    # click's usage errors: one line too, not a boxed usage block
+    (["--qps", "abc"], "--qps"),
+    (["--qpss", "3"], "--qpss"),
+    (["--num-requests"], "--num-requests"),
 ]
 
 

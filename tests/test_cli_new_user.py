@@ -80,6 +80,12 @@ BAD_INPUT = [
     (["--goodput"], "--goodput"),
     (["--goodput", "ttft:300", "ttft:200"], "--goodput"),
     (["--metric-percentiles", "50,90"], "--metric-percentiles"),
+    # disaggregated: options every pool overrides, a pool key given twice
+    (["--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)", "--tp", "2"], "--tp"),
+    (["--prefill-pool", "1x(gpu=h100-sxm)", "--decode-pool", "1x(gpu=h100-sxm)", "--gpu", "a100-80gb"], "--gpu"),
+    (["--prefill-pool", "1x", "--decode-pool", "1x", "--scheduler", "sarathi"], "--scheduler"),
+    (["--prefill-pool", "1x", "--decode-pool", "1x", "--max-num-batched-tokens", "512"], "--max-num-batched-tokens"),
+    (["--prefill-pool", "1x(tp=1,tp=2)", "--decode-pool", "1x"], "tp given twice"),
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),
@@ -424,3 +430,14 @@ def test_plot_takes_a_run_folder_and_refuses_columns_it_would_not_use(tmp_path: 
     for flag in ("--hue", "--x"):
         line = one_line_error(simulate("plot", "sweep", str(sweep_dir), flag, "nope"))
         assert line.startswith(f"error: {flag}: 'nope' is not a column") and "qps" in line, line
+
+
+def test_pool_options_a_pool_leaves_to_the_run_still_apply() -> None:
+    """A run option reaches the pools that do not set the key: it is taken, not refused."""
+    from simulator.config.options import build_config
+
+    config = build_config(prefill_pool="1x", decode_pool="1x(tp=1)", tp=2)
+    assert config.replica.tp == 2
+    config = build_config(prefill_pool="1x", decode_pool="1x", scheduler="vllm", max_num_batched_tokens=4096)
+    assert config.scheduler.max_num_batched_tokens == 4096  # the pools run vllm, so they keep its budget
+    build_config(prefill_pool="1x", decode_pool="1x", mixed_pool="1x", scheduler="sarathi")  # the mixed pool runs it

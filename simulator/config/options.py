@@ -203,6 +203,41 @@ def _inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                              "pass --arrival trace, or drop {flag}")
     if config.num_replicas == 1 and r.attention_dp == 1 and not config.is_disaggregated:
         out["router"] = ("one replica takes every request", "add --replicas N, or drop {flag}")
+    if config.is_disaggregated:
+        for name, why in _pool_inert_options(config).items():
+            out.setdefault(name, why)
+    return out
+
+
+# Run options that a disaggregated pool's key overrides: option name -> pool key (simulator.config.disagg_layout).
+POOL_OVERRIDES = {"tp": "tp", "pp": "pp", "attention_dp": "dp", "ep": "ep", "nodes": "nodes", "gpu": "gpu",
+                  "max_num_seqs": "seqs"}
+
+
+def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
+    """The replica and budget options that no pool of a disaggregated ``config`` takes: each pool
+    sets that key itself, or (budgets) sets ``budget`` or runs another scheduler than ``--scheduler``
+    (whose budget knobs it then drops: :meth:`PoolSpec.scheduler_config`)."""
+    from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, parse_pool
+
+    # flag -> (pool, the scheduler it runs unless it sets sched): the mixed pool runs the run's own.
+    pools = {"--prefill-pool": (parse_pool(config.prefill_pool, "prefill_pool"), DEFAULT_POOL_SCHEDULER),
+             "--decode-pool": (parse_pool(config.decode_pool, "decode_pool"), DEFAULT_POOL_SCHEDULER)}
+    if config.mixed_pool is not None:
+        pools["--mixed-pool"] = (parse_pool(config.mixed_pool, "mixed_pool"), config.scheduler.name)
+    named = " and ".join(pools)
+    out: dict[str, tuple[str, str]] = {}
+    for name, key in POOL_OVERRIDES.items():
+        if all(getattr(pool, key) is not None for pool, _ in pools.values()):
+            out[name] = (f"{named} each set {key}= themselves", f"drop {{flag}}, or leave {key}= out of a pool")
+    if "--mixed-pool" not in pools and config.scheduler.chunk_size is None and config.scheduler.max_num_batched_tokens is None:
+        # The prefill and decode pools run sched= or vllm; --scheduler only says whose budget knobs they keep.
+        out["scheduler"] = (f"{named} run their own scheduler (sched=, else {DEFAULT_POOL_SCHEDULER})",
+                            "set sched= in a pool, add --mixed-pool (which runs --scheduler), or drop {flag}")
+    if all(pool.budget is not None or (pool.sched or default) != config.scheduler.name for pool, default in pools.values()):
+        for name in ("chunk_size", "max_num_batched_tokens"):
+            out[name] = (f"{named} each set budget= or run another scheduler than --scheduler "
+                         f"{config.scheduler.name}", "give the pools budget=N, or drop {flag}")
     return out
 
 

@@ -441,3 +441,27 @@ def test_pool_options_a_pool_leaves_to_the_run_still_apply() -> None:
     config = build_config(prefill_pool="1x", decode_pool="1x", scheduler="vllm", max_num_batched_tokens=4096)
     assert config.scheduler.max_num_batched_tokens == 4096  # the pools run vllm, so they keep its budget
     build_config(prefill_pool="1x", decode_pool="1x", mixed_pool="1x", scheduler="sarathi")  # the mixed pool runs it
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["split", "--tp", "2"], "--tp"),
+    (["split", "--replicas", "2"], "--replicas"),
+    (["split", "--prefill-pool", "1x", "--decode-pool", "1x"], "--prefill-pool"),
+    (["compare", "--scheduler", "orca"], "--scheduler"),
+    (["split", "--max-num-batched-tokens", "4096"], "--max-num-batched-tokens"),
+    (["split", "--qps", "inf"], "workload.arrival"),
+    (["split", "--concurrency", "4"], "workload.arrival"),
+    (["split", "--workers", "0"], "--workers"),
+])
+def test_disagg_searches_refuse_what_they_set_or_cannot_search(args: list[str], needle: str) -> None:
+    """disagg split/compare build every layout's pools, TP and replicas themselves and search a rate:
+    options they set would do nothing, and rate-less arrivals would make every trial the same."""
+    line = one_line_error(simulate("disagg", *args, "--gpus", "2"))
+    assert needle in line, line
+
+
+def test_disagg_split_keeps_a_vllm_budget_for_its_pools() -> None:
+    from simulator.config.options import build_config
+
+    config = build_config(command="split", scheduler="vllm", max_num_batched_tokens=4096)
+    assert config.scheduler.max_num_batched_tokens == 4096

@@ -249,13 +249,41 @@ DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {"split": POOL_OPTIONS, "
                                                          "plan": POOL_OPTIONS, "sweep": None}
 
 
+# Options that a command sets itself in every config it builds from the base, so a value given would do
+# nothing: command -> {option name: what sets it}. disagg split/compare lay out pools of one TP each
+# (--tps) that run vllm (simulator.planning.split), and compare's aggregated arms run vllm and sarathi
+# at --tps and --taus; --scheduler vllm still says whose budget the pools keep (PoolSpec.scheduler_config).
+_SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", "mixed_pool": "its own pools",
+               "tp": "from --tps", "replicas": "from the split of --gpus"}
+SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS}
+SPLIT_POOL_SCHEDULER = "vllm"
+
+
+def _set_by_command(options: dict[str, Any], command: str) -> None:
+    """Refuse an option that ``command`` sets itself (:data:`SET_BY_COMMAND`)."""
+    sets = dict(SET_BY_COMMAND.get(command, {}))
+    if sets and options.get("scheduler") not in (None, SPLIT_POOL_SCHEDULER):
+        sets["scheduler"] = f"pools run {SPLIT_POOL_SCHEDULER}; compare's aggregated arms vllm and sarathi"
+    if sets and options.get("scheduler") != SPLIT_POOL_SCHEDULER:  # the pools keep no other scheduler's budget
+        sets["chunk_size"] = sets["max_num_batched_tokens"] = (f"pools run {SPLIT_POOL_SCHEDULER}, which keeps a budget "
+                                                              f"only with --scheduler {SPLIT_POOL_SCHEDULER}")
+    for name, setter in sets.items():
+        if options.get(name) is not None:
+            flag = f"--{name.replace('_', '-')}"
+            raise ConfigError(flag, f"disagg {command} sets it in every layout it searches ({setter}), so {flag} would "
+                                    "do nothing",
+                              f"drop {flag}")
+
+
 def check_given(config: RunConfig, options: dict[str, Any], command: str = "run") -> None:
     """Refuse options that were given but would do nothing in ``config`` (a silently ignored
     flag makes two runs that look different the same); ``command`` names what will read the
-    config (:data:`DECIDED_BY_COMMAND`: what it decides itself is not refused)."""
+    config (:data:`DECIDED_BY_COMMAND`: what it decides itself is not refused; :data:`SET_BY_COMMAND`:
+    what it sets in every config it builds is)."""
     if options.get("workload") is not None and options.get("trace") is not None:
         raise ConfigError("--workload", f"--trace {options['trace']} gives the request lengths, so --workload "
                           f"{options['workload']} would do nothing", "pass one of --workload and --trace")
+    _set_by_command(options, command)
     decided = DECIDED_BY_COMMAND.get(command, frozenset())
     if decided is None:
         return

@@ -465,3 +465,35 @@ def test_disagg_split_keeps_a_vllm_budget_for_its_pools() -> None:
 
     config = build_config(command="split", scheduler="vllm", max_num_batched_tokens=4096)
     assert config.scheduler.max_num_batched_tokens == 4096
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--qps", "inf"], "workload.arrival"),
+    (["--rel-tol", "0"], "--rel-tol"),
+    (["--max-gpus", "0"], "--max-gpus"),
+    (["--max-cost", "nan"], "--max-cost"),
+    (["--modes", ""], "--modes"),
+    (["--dtypes", "fp3"], "--dtypes"),
+    (["--top", "-1"], "--top"),
+    (["--tp", "2"], "--tp"),
+    (["--gpu", "h100-sxm"], "--gpu"),
+    (["--prices", "{binary}"], "--prices"),
+    (["--prices", "{max_w}"], "max_w"),
+])
+def test_plan_refuses_before_searching(tmp_path: Path, args: list[str], needle: str) -> None:
+    """What would fail every layout's search one by one, bound nothing, or be set by the plan
+    itself is one line before the first of ~1,000 searches."""
+    (tmp_path / "binary.csv").write_bytes(b"\x00\xff\xfe")
+    (tmp_path / "max_w.csv").write_text("gpu,usd_per_gpu_hour,max_w\nh100-sxm,2,abc\n")
+    places = {"binary": str(tmp_path / "binary.csv"), "max_w": str(tmp_path / "max_w.csv")}
+    line = one_line_error(simulate("plan", *(a.format(**places) for a in args), "--out", str(tmp_path / "p")))
+    assert needle in line, line
+
+
+def test_a_malformed_ray_address_is_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    (tmp_path / "s.toml").write_text('[base]\nnum_requests = 4\n[grid]\nqps = [1, 2]\n')
+    proc = simulate("sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o"), "--ray-address", "foo",
+                    "--no-progress")
+    line = one_line_error(proc)
+    assert line.startswith("error: --ray-address: cannot connect to 'foo'"), line

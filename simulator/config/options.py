@@ -255,22 +255,26 @@ DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {"split": POOL_OPTIONS, "
 # at --tps and --taus; --scheduler vllm still says whose budget the pools keep (PoolSpec.scheduler_config).
 _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", "mixed_pool": "its own pools",
                "tp": "from --tps", "replicas": "from the split of --gpus"}
-SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS}
+# plan chooses each layout's GPU, parallelism, batch cap and unit count (simulator.planning.plan.Layout.config).
+_PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "attention_dp": "from --attention-dps",
+              "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts"}
+SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS}
 SPLIT_POOL_SCHEDULER = "vllm"
 
 
 def _set_by_command(options: dict[str, Any], command: str) -> None:
     """Refuse an option that ``command`` sets itself (:data:`SET_BY_COMMAND`)."""
     sets = dict(SET_BY_COMMAND.get(command, {}))
-    if sets and options.get("scheduler") not in (None, SPLIT_POOL_SCHEDULER):
+    if command in ("split", "compare") and options.get("scheduler") not in (None, SPLIT_POOL_SCHEDULER):
         sets["scheduler"] = f"pools run {SPLIT_POOL_SCHEDULER}; compare's aggregated arms vllm and sarathi"
-    if sets and options.get("scheduler") != SPLIT_POOL_SCHEDULER:  # the pools keep no other scheduler's budget
+    if command in ("split", "compare") and options.get("scheduler") != SPLIT_POOL_SCHEDULER:  # vllm pools keep no other's budget
         sets["chunk_size"] = sets["max_num_batched_tokens"] = (f"pools run {SPLIT_POOL_SCHEDULER}, which keeps a budget "
                                                               f"only with --scheduler {SPLIT_POOL_SCHEDULER}")
     for name, setter in sets.items():
         if options.get(name) is not None:
             flag = f"--{name.replace('_', '-')}"
-            raise ConfigError(flag, f"disagg {command} sets it in every layout it searches ({setter}), so {flag} would "
+            where = command if command == "plan" else f"disagg {command}"
+            raise ConfigError(flag, f"{where} sets it in every layout it searches ({setter}), so {flag} would "
                                     "do nothing",
                               f"drop {flag}")
 

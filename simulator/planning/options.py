@@ -257,3 +257,13 @@ def slo_and_settings(values: Mapping[str, Any]) -> tuple[SLO, SearchSettings]:
 def plan_slo(values: Mapping[str, Any]) -> PlanSLO:
     """The plan's SLO that option ``values`` (by name) set."""
     return PlanSLO(**fields_set("plan", values).get("plan", {}))
+
+
+def connect_ray(ray: Any, address: str) -> None:
+    """``ray.init(address=...)`` for ``--ray-address``, a malformed or unreachable address refused
+    in one line (Ray raises ValueError or ConnectionError, which would end in a traceback)."""
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ValueError, ConnectionError) as exc:
+        raise ConfigError("--ray-address", f"cannot connect to {address!r} ({' '.join(str(exc).split())})",
+                          "pass a Ray cluster address (host:port or ray://host:port), or 'local'") from None

@@ -497,3 +497,17 @@ def test_a_malformed_ray_address_is_one_line(tmp_path: Path) -> None:
                     "--no-progress")
     line = one_line_error(proc)
     assert line.startswith("error: --ray-address: cannot connect to 'foo'"), line
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--num-decodes", "100000000"], "--num-decodes"),
+    (["--max-tokens", "1000000000"], "tau.max_tokens"),
+    (["--qps", "5"], "--qps"),
+    (["--num-requests", "50"], "--num-requests"),
+    (["--chunk-size", "512"], "--chunk-size"),
+])
+def test_tau_refuses_what_it_would_not_read_or_never_finish(args: list[str], needle: str) -> None:
+    """tau prices one iteration over the workload's lengths and chooses the budget: rates, run size and
+    budgets would do nothing; a batch or budget of 1e8 tokens would price for hours."""
+    line = one_line_error(simulate("tau", *args))
+    assert needle in line, line

@@ -220,6 +220,9 @@ def tau(
         check_out_file(plot, "--plot")  # a path stem: PATH.png and PATH.svg
     from simulator.planning.tau import choose_tau, workload_mix
 
+    if num_decodes is not None and num_decodes > max_tokens:  # each decode is a token of the budget; 1e8 never end
+        raise ConfigError("--num-decodes", f"{num_decodes:,} decodes exceed the largest budget considered "
+                          f"(--max-tokens {max_tokens:,})", "lower --num-decodes or raise --max-tokens")
     mix = workload_mix(config, num_decodes, decode_context, chunk_context)
     result = choose_tau(config, tbt_slo, mix, max_tokens=max_tokens)
     paths = []

@@ -258,7 +258,14 @@ _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", 
 # plan chooses each layout's GPU, parallelism, batch cap and unit count (simulator.planning.plan.Layout.config).
 _PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "attention_dp": "from --attention-dps",
               "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts"}
-SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS}
+# tau prices one hybrid iteration from the workload's lengths (2,048 sampled) on one replica, and chooses the
+# budget itself (simulator.planning.tau): the arrival process, the run's size and the cluster are not read.
+_TAU_SETS = {name: "it prices one iteration from the workload's lengths" for name in (
+    "qps", "arrival", "cv", "time_scale", "concurrency", "num_warmup", "warmup_mode", "num_requests", "replicas",
+    "router", "fast_forward", "prefill_pool", "decode_pool", "mixed_pool", "kv_link", "kv_link_scope",
+    "first_token_at")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget"}
+SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS,
+                                             "tau": _TAU_SETS}
 SPLIT_POOL_SCHEDULER = "vllm"
 
 
@@ -273,6 +280,8 @@ def _set_by_command(options: dict[str, Any], command: str) -> None:
     for name, setter in sets.items():
         if options.get(name) is not None:
             flag = f"--{name.replace('_', '-')}"
+            if command == "tau":
+                raise ConfigError(flag, f"tau does not read it ({setter}), so {flag} would do nothing", f"drop {flag}")
             where = command if command == "plan" else f"disagg {command}"
             raise ConfigError(flag, f"{where} sets it in every layout it searches ({setter}), so {flag} would "
                                     "do nothing",

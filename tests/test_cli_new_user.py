@@ -86,6 +86,9 @@ BAD_INPUT = [
     (["--prefill-pool", "1x", "--decode-pool", "1x", "--scheduler", "sarathi"], "--scheduler"),
     (["--prefill-pool", "1x", "--decode-pool", "1x", "--max-num-batched-tokens", "512"], "--max-num-batched-tokens"),
     (["--prefill-pool", "1x(tp=1,tp=2)", "--decode-pool", "1x"], "tp given twice"),
+    # a draft TP of 0 was read as 1 (braces doubled: the arguments are format strings)
+    (["--speculative-config", '{{"method": "eagle3", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 0}}',
+      "--acceptance-rate", "0.7"], "draft_tensor_parallel_size"),
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),

@@ -514,3 +514,14 @@ def test_tau_refuses_what_it_would_not_read_or_never_finish(args: list[str], nee
     budgets would do nothing; a batch or budget of 1e8 tokens would price for hours."""
     line = one_line_error(simulate("tau", *args))
     assert needle in line, line
+
+
+def test_profile_refuses_options_the_cpu_run_would_not_read() -> None:
+    """--cuda-graphs on the CPU timer, and --world-size without a comm op, would change nothing."""
+    from profiler.runner import ProfileConfig
+
+    with pytest.raises(ConfigError, match="--cuda-graphs"):
+        ProfileConfig(model="phi-2", out=Path("unused"), device="cpu", cuda_graphs=True)
+    with pytest.raises(ConfigError, match="--world-size"):
+        ProfileConfig(model="phi-2", out=Path("unused"), ops=("linear",), world_sizes=(4,))
+    ProfileConfig(model="phi-2", out=Path("unused"), ops=("linear", "comm"), world_sizes=(2,))  # comm reads it

@@ -525,3 +525,13 @@ def test_profile_refuses_options_the_cpu_run_would_not_read() -> None:
     with pytest.raises(ConfigError, match="--world-size"):
         ProfileConfig(model="phi-2", out=Path("unused"), ops=("linear",), world_sizes=(4,))
     ProfileConfig(model="phi-2", out=Path("unused"), ops=("linear", "comm"), world_sizes=(2,))  # comm reads it
+
+
+def test_a_run_that_admits_no_prompt_prints_no_nan(tmp_path: Path) -> None:
+    """Every request over the context limit: rejected and said so, and the prefix-cache share is '-', not 'nan%'."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,100000,10\n")
+    res = runner.invoke(app, ["run", "--trace", str(trace), "--num-requests", "3", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "nan" not in res.stdout and "prefix cache: - of prompt tokens" in res.stdout, res.stdout
+    assert "rejected: 3" in res.output

@@ -90,6 +90,11 @@ def _ms(value: float) -> str:
     return "-" if value != value else f"{value * 1e3:,.1f}"  # NaN check without math
 
 
+def _pct(value: float) -> str:
+    """A share as a percentage; '-' where there is nothing to share (no prompt admitted: NaN)."""
+    return "-" if value != value else f"{value:.1%}"
+
+
 def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, console: Console) -> None:
     from rich.table import Table
 
@@ -166,9 +171,9 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         f"tokens{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
     if "prefix_caching" in summary:
         pc = summary["prefix_caching"]
-        console.print(f"prefix cache: {pc['hit_rate']:.1%} of prompt tokens found cached at admission · "
+        console.print(f"prefix cache: {_pct(pc['hit_rate'])} of prompt tokens found cached at admission · "
                       f"{pc['prefill_tokens_saved']:,} of {pc['prompt_tokens']:,} prefill tokens saved"
-                      + (f" ({pc['gpu_hit_rate']:.1%} in GPU memory, {pc['cpu_hit_rate']:.1%} loaded from the CPU tier)"
+                      + (f" ({_pct(pc['gpu_hit_rate'])} in GPU memory, {_pct(pc['cpu_hit_rate'])} loaded from the CPU tier)"
                          if "cpu_hit_rate" in pc else ""), highlight=False)
     if "disagg" in summary:
         d = summary["disagg"]

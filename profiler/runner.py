@@ -123,6 +123,13 @@ class ProfileConfig:
                 raise ConfigError("world_sizes", f"at most {MAX_CPU_WORLD_SIZE} CPU processes")
         if self.num_threads is not None and self.num_threads <= 0:
             raise ConfigError("num_threads", f"must be positive, got {self.num_threads}")
+        # Options the run would not read: the CPU timer has no graphs, and only comm ops form process groups.
+        if self.cuda_graphs and self.device != "cuda":
+            raise ConfigError("--cuda-graphs", f"CUDA graphs replay on a GPU, so --cuda-graphs would do nothing on "
+                              f"--device {self.device}", "use --device cuda, or drop --cuda-graphs")
+        if self.world_sizes is not None and not set(self.ops) & set(COMM_OPS):
+            raise ConfigError("--world-size", "only the comm ops run in process groups, and --ops has none, so "
+                              "--world-size would do nothing", "add comm to --ops, or drop --world-size")
 
     @property
     def model_spec(self) -> ModelSpec:

@@ -73,6 +73,26 @@ BAD_INPUT = [
     (["--cv", "2"], "--cv"),
     (["--time-scale", "2"], "--time-scale"),
     (["--router", "least_outstanding"], "--router"),
+    # robustness audit: run's own options
+    (["--save-result", "/proc/servesim-result.json"], "--save-result"),
+    (["--ttft-slo", "-1"], "--ttft-slo"),
+    (["--tbt-slo", "nan"], "--tbt-slo"),
+    (["--goodput"], "--goodput"),
+    (["--goodput", "ttft:300", "ttft:200"], "--goodput"),
+    (["--metric-percentiles", "50,90"], "--metric-percentiles"),
+    # disaggregated: options every pool overrides, a pool key given twice
+    (["--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)", "--tp", "2"], "--tp"),
+    (["--prefill-pool", "1x(gpu=h100-sxm)", "--decode-pool", "1x(gpu=h100-sxm)", "--gpu", "a100-80gb"], "--gpu"),
+    (["--prefill-pool", "1x", "--decode-pool", "1x", "--scheduler", "sarathi"], "--scheduler"),
+    (["--prefill-pool", "1x", "--decode-pool", "1x", "--max-num-batched-tokens", "512"], "--max-num-batched-tokens"),
+    (["--prefill-pool", "1x(tp=1,tp=2)", "--decode-pool", "1x"], "tp given twice"),
+    # a draft TP of 0 was read as 1 (braces doubled: the arguments are format strings)
+    (["--speculative-config", '{{"method": "eagle3", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 0}}',
+      "--acceptance-rate", "0.7"], "draft_tensor_parallel_size"),
+    # click's usage errors: one line too, not a boxed usage block
+    (["--qps", "abc"], "--qps"),
+    (["--qpss", "3"], "--qpss"),
+    (["--num-requests"], "--num-requests"),
 ]
 
 
@@ -340,3 +360,178 @@ def test_sweep_points_take_the_criterion_and_old_keys_stand() -> None:
     assert point_key("capacity", tbt.config, before) == tbt.key  # a sweep folder from before still resumes
     assert by_criterion["goodput"].key != tbt.key
     assert isinstance(tbt.config, RunConfig)
+
+
+# -- other commands' bad input (robustness audit): one line naming the flag, exit 2 -----------------------------
+def test_config_error_survives_a_worker_process() -> None:
+    """A ConfigError raised in a worker (capacity, sweep, plan) reaches the parent whole, not as a
+    BrokenProcessPool traceback: it pickles by its own arguments."""
+    import pickle
+
+    err = pickle.loads(pickle.dumps(ConfigError("workload.qps", "too high", "lower it")))
+    assert (err.field, err.problem, err.fix, str(err)) == ("workload.qps", "too high", "lower it",
+                                                           "workload.qps: too high (lower it)")
+
+
+@pytest.mark.parametrize("value", ["inf", "1e300"])
+def test_capacity_refuses_a_ceiling_the_workload_would_refuse(value: str) -> None:
+    line = one_line_error(simulate("capacity", "--num-requests", "20", "--max-qps", value))
+    assert "capacity.max_qps" in line and "--max-qps" in line, line
+
+
+@pytest.mark.parametrize(("section", "key", "value", "needle"), [
+    ("workload", "num_requests", "abc", "config.workload.num_requests: must be int"),
+    ("replica", "tp", "2", "config.replica.tp: must be int"),
+    ("replica", "model", None, "config.replica.model: must be str"),
+    ("scheduler", "max_num_seqs", 1.5, "config.scheduler.max_num_seqs: must be int or null"),
+    (None, "seed", "x", "config.seed: must be int"),
+    (None, "replica", "x", "config.replica: must be an object"),
+])
+def test_a_config_json_of_the_wrong_types_is_one_line(tmp_path: Path, section: str | None, key: str,
+                                                      value: object, needle: str) -> None:
+    """A hand-edited config.json ("tp": "2", "model": null) is refused in one line, not a TypeError
+    from a validator's comparison; run --config and plot run read it alike."""
+    import json
+
+    from simulator.config.run_config import RunConfig
+
+    data = RunConfig().to_dict()
+    (data[section] if section else data)[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    for args in (("run", "--no-progress", "--config", str(path)), ("plot", "run", str(path))):
+        line = one_line_error(simulate(*args))
+        assert needle in line, line
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("bf16_tflops = inf\nhbm_gb_per_s = 2000\nmemory_gb = 80\n", "gpu.bf16_tflops"),
+    ("bf16_tflops = 900\nhbm_gb_per_s = 2000\nmemory_gb = 80\nnvlink_gb_per_s = nan\n", "gpu.nvlink_gb_per_s"),
+    ("\udcff\udcfe", "not valid TOML"),
+])
+def test_a_gpu_file_with_infinite_or_unreadable_figures_is_refused(tmp_path: Path, text: str, needle: str) -> None:
+    """inf and NaN parse as TOML floats; a non-UTF-8 file is not TOML: each one line, not a run or a traceback."""
+    path = tmp_path / "gpu.toml"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    line = one_line_error(simulate("run", "--no-progress", "--num-requests", "4", "--gpu", str(path)))
+    assert needle in line, line
+
+
+def test_plot_takes_a_run_folder_and_refuses_columns_it_would_not_use(tmp_path: Path) -> None:
+    """`plot run FOLDER` (as its help says) draws; --hue/--x naming no column of a sweep, or given to
+    plot run, are refused instead of swapped for another column or ignored."""
+    from simulator.planning.sweep import build_spec, run_sweep
+
+    run_dir = tmp_path / "run"
+    assert simulate("run", "--no-progress", "--num-requests", "4", "--out", str(run_dir)).returncode == 0
+    res = simulate("plot", "run", str(run_dir))
+    assert res.returncode == 0 and "wrote" in res.stdout, res.stderr
+    assert "--hue" in one_line_error(simulate("plot", "run", str(run_dir), "--hue", "qps"))
+    sweep_dir = tmp_path / "sweep"
+    run_sweep(build_spec({"base": {"num_requests": 4, "workload": "fixed", "prompt_tokens": 32, "output_tokens": 4},
+                          "grid": {"qps": [1.0, 2.0]}}), sweep_dir)
+    for flag in ("--hue", "--x"):
+        line = one_line_error(simulate("plot", "sweep", str(sweep_dir), flag, "nope"))
+        assert line.startswith(f"error: {flag}: 'nope' is not a column") and "qps" in line, line
+
+
+def test_pool_options_a_pool_leaves_to_the_run_still_apply() -> None:
+    """A run option reaches the pools that do not set the key: it is taken, not refused."""
+    from simulator.config.options import build_config
+
+    config = build_config(prefill_pool="1x", decode_pool="1x(tp=1)", tp=2)
+    assert config.replica.tp == 2
+    config = build_config(prefill_pool="1x", decode_pool="1x", scheduler="vllm", max_num_batched_tokens=4096)
+    assert config.scheduler.max_num_batched_tokens == 4096  # the pools run vllm, so they keep its budget
+    build_config(prefill_pool="1x", decode_pool="1x", mixed_pool="1x", scheduler="sarathi")  # the mixed pool runs it
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["split", "--tp", "2"], "--tp"),
+    (["split", "--replicas", "2"], "--replicas"),
+    (["split", "--prefill-pool", "1x", "--decode-pool", "1x"], "--prefill-pool"),
+    (["compare", "--scheduler", "orca"], "--scheduler"),
+    (["split", "--max-num-batched-tokens", "4096"], "--max-num-batched-tokens"),
+    (["split", "--qps", "inf"], "workload.arrival"),
+    (["split", "--concurrency", "4"], "workload.arrival"),
+    (["split", "--workers", "0"], "--workers"),
+])
+def test_disagg_searches_refuse_what_they_set_or_cannot_search(args: list[str], needle: str) -> None:
+    """disagg split/compare build every layout's pools, TP and replicas themselves and search a rate:
+    options they set would do nothing, and rate-less arrivals would make every trial the same."""
+    line = one_line_error(simulate("disagg", *args, "--gpus", "2"))
+    assert needle in line, line
+
+
+def test_disagg_split_keeps_a_vllm_budget_for_its_pools() -> None:
+    from simulator.config.options import build_config
+
+    config = build_config(command="split", scheduler="vllm", max_num_batched_tokens=4096)
+    assert config.scheduler.max_num_batched_tokens == 4096
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--qps", "inf"], "workload.arrival"),
+    (["--rel-tol", "0"], "--rel-tol"),
+    (["--max-gpus", "0"], "--max-gpus"),
+    (["--max-cost", "nan"], "--max-cost"),
+    (["--modes", ""], "--modes"),
+    (["--dtypes", "fp3"], "--dtypes"),
+    (["--top", "-1"], "--top"),
+    (["--tp", "2"], "--tp"),
+    (["--gpu", "h100-sxm"], "--gpu"),
+    (["--prices", "{binary}"], "--prices"),
+    (["--prices", "{max_w}"], "max_w"),
+])
+def test_plan_refuses_before_searching(tmp_path: Path, args: list[str], needle: str) -> None:
+    """What would fail every layout's search one by one, bound nothing, or be set by the plan
+    itself is one line before the first of ~1,000 searches."""
+    (tmp_path / "binary.csv").write_bytes(b"\x00\xff\xfe")
+    (tmp_path / "max_w.csv").write_text("gpu,usd_per_gpu_hour,max_w\nh100-sxm,2,abc\n")
+    places = {"binary": str(tmp_path / "binary.csv"), "max_w": str(tmp_path / "max_w.csv")}
+    line = one_line_error(simulate("plan", *(a.format(**places) for a in args), "--out", str(tmp_path / "p")))
+    assert needle in line, line
+
+
+def test_a_malformed_ray_address_is_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    (tmp_path / "s.toml").write_text('[base]\nnum_requests = 4\n[grid]\nqps = [1, 2]\n')
+    proc = simulate("sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "o"), "--ray-address", "foo",
+                    "--no-progress")
+    line = one_line_error(proc)
+    assert line.startswith("error: --ray-address: cannot connect to 'foo'"), line
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--num-decodes", "100000000"], "--num-decodes"),
+    (["--max-tokens", "1000000000"], "tau.max_tokens"),
+    (["--qps", "5"], "--qps"),
+    (["--num-requests", "50"], "--num-requests"),
+    (["--chunk-size", "512"], "--chunk-size"),
+])
+def test_tau_refuses_what_it_would_not_read_or_never_finish(args: list[str], needle: str) -> None:
+    """tau prices one iteration over the workload's lengths and chooses the budget: rates, run size and
+    budgets would do nothing; a batch or budget of 1e8 tokens would price for hours."""
+    line = one_line_error(simulate("tau", *args))
+    assert needle in line, line
+
+
+def test_profile_refuses_options_the_cpu_run_would_not_read() -> None:
+    """--cuda-graphs on the CPU timer, and --world-size without a comm op, would change nothing."""
+    from profiler.runner import ProfileConfig
+
+    with pytest.raises(ConfigError, match="--cuda-graphs"):
+        ProfileConfig(model="phi-2", out=Path("unused"), device="cpu", cuda_graphs=True)
+    with pytest.raises(ConfigError, match="--world-size"):
+        ProfileConfig(model="phi-2", out=Path("unused"), ops=("linear",), world_sizes=(4,))
+    ProfileConfig(model="phi-2", out=Path("unused"), ops=("linear", "comm"), world_sizes=(2,))  # comm reads it
+
+
+def test_a_run_that_admits_no_prompt_prints_no_nan(tmp_path: Path) -> None:
+    """Every request over the context limit: rejected and said so, and the prefix-cache share is '-', not 'nan%'."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,100000,10\n")
+    res = runner.invoke(app, ["run", "--trace", str(trace), "--num-requests", "3", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "nan" not in res.stdout and "prefix cache: - of prompt tokens" in res.stdout, res.stdout
+    assert "rejected: 3" in res.output

@@ -87,7 +87,7 @@ def test_enable_expert_parallel_spreads_experts_over_the_tp_group():
     assert build_config(model="mixtral-8x7b", tp=4).replica.ep == 1
 
 
-@pytest.mark.parametrize("text", ["ttft", "ttft:abc", "latency:30", "tpot:-1"])
+@pytest.mark.parametrize("text", ["ttft", "ttft:abc", "latency:30", "tpot:-1", "", "ttft:300 ttft:200"])
 def test_bad_goodput_is_one_line(text):
     with pytest.raises(ConfigError, match="--goodput"):
         parse_goodput(text)

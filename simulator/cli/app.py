@@ -89,10 +89,35 @@ def joined_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _click_errors() -> tuple[type[Exception], type[Exception]]:
+    """(UsageError, ClickException) of the click that typer runs on: the click package, or the copy
+    newer typers vendor (typer._click); both are found from the public ``typer.BadParameter``."""
+    by_name = {c.__name__: c for c in typer.BadParameter.__mro__}
+    return by_name["UsageError"], by_name["ClickException"]
+
+
 def main() -> None:
+    usage_error, click_exception = _click_errors()
+    argv = joined_values(sys.argv[1:])
     try:
-        argv = joined_values(sys.argv[1:])
-        command_line(argv)(args=argv)
+        # Not standalone: click's own handling would print a usage error as a boxed block of
+        # five lines; here it is one, as every other mistake is.
+        code = command_line(argv).main(args=argv, standalone_mode=False)
     except ConfigError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except usage_error as err:  # a bad value's type, an unknown option or command, a missing argument
+        ctx = getattr(err, "ctx", None)
+        where = ctx.command_path if ctx is not None else " ".join(["simulate", *argv[:1]])
+        message = " ".join(err.format_message().split())
+        if message:  # empty for a group run bare, whose help is already printed
+            typer.echo(f"error: {message} (see '{where} --help')", err=True)
+        sys.exit(getattr(err, "exit_code", 2))
+    except click_exception as err:
+        err.show()
+        sys.exit(getattr(err, "exit_code", 1))
+    except typer.Abort:  # end of input at a prompt
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    # A command's typer.Exit(code), or Ctrl-C's 130, comes back as the exit code; a finished command as None.
+    sys.exit(code if isinstance(code, int) else 0)

@@ -220,6 +220,9 @@ def tau(
         check_out_file(plot, "--plot")  # a path stem: PATH.png and PATH.svg
     from simulator.planning.tau import choose_tau, workload_mix
 
+    if num_decodes is not None and num_decodes > max_tokens:  # each decode is a token of the budget; 1e8 never end
+        raise ConfigError("--num-decodes", f"{num_decodes:,} decodes exceed the largest budget considered "
+                          f"(--max-tokens {max_tokens:,})", "lower --num-decodes or raise --max-tokens")
     mix = workload_mix(config, num_decodes, decode_context, chunk_context)
     result = choose_tau(config, tbt_slo, mix, max_tokens=max_tokens)
     paths = []
@@ -312,8 +315,11 @@ def plot(
     what: Annotated[str, typer.Argument(help="'sweep' (a sweep folder) or 'run' (a config.json from `simulate run --out`).")],
     path: Annotated[Path, typer.Argument(help="Sweep folder, or a run folder / config.json.")],
     out: Annotated[Path | None, typer.Option(help="Folder for the figures (default: beside the input).")] = None,
-    hue: Annotated[str, typer.Option(help="Sweep column that colours the series.")] = "scheduler",
-    x: Annotated[str, typer.Option(help="Sweep column on the x axis (run mode) or bar groups (capacity mode).")] = "qps",
+    hue: Annotated[str | None, typer.Option(help="Sweep column that colours the series (default: scheduler where the "
+                                                 "table has it, else the first grid key).")] = None,
+    x: Annotated[str | None, typer.Option(help="Sweep column on the x axis of a run sweep (default: qps where the "
+                                               "table has it, else a grid key); a capacity sweep's bars are grouped by "
+                                               "the grid keys --hue leaves.")] = None,
 ) -> None:
     """Figures (PNG + SVG) from a sweep's results or a reproduced run."""
     # The input and the figures' folder are checked before a sweep is read or a run re-simulated.
@@ -323,7 +329,11 @@ def plot(
     elif what == "run":
         if path.is_dir() and not (path / "config.json").is_file():
             raise ConfigError("plot run", f"{path} has no config.json", "pass a folder written by `simulate run --out`")
-        check_in_file(path, "plot run", "pass a run folder or its config.json")
+        # A run folder is as good as its config.json (the help says so): check the file it stands for.
+        check_in_file(path / "config.json" if path.is_dir() else path, "plot run", "pass a run folder or its config.json")
+        for flag, value in (("--hue", hue), ("--x", x)):
+            if value is not None:  # a run's figures have no series to colour nor a column to put on x
+                raise ConfigError(flag, f"plot run draws one run, so {flag} would do nothing", f"drop {flag}")
         from simulator.config.options import load_config_file  # light: the config is read before plots load
 
         load_config_file(path / "config.json" if path.is_dir() else path, field="plot run")
@@ -336,12 +346,21 @@ def plot(
     if what == "sweep":
         from simulator.planning.sweep import plot_sweep, read_sweep_folder
 
-        _, table = read_sweep_folder(path)
+        info, table = read_sweep_folder(path)
+        # A column named but absent would be swapped for another silently (the defaults are, when absent).
+        for flag, value in (("--hue", hue), ("--x", x)):
+            if value is not None and value not in table:
+                keys = [n for names in info["grid"] for n in names.split(",")]
+                raise ConfigError(flag, f"{value!r} is not a column of {path}'s results",
+                                  f"use a column of its results.csv, e.g. a grid key: {', '.join(keys) or 'none varied'}")
+        if x is not None and info["mode"] == "capacity":
+            raise ConfigError("--x", "a capacity sweep's bars are grouped by the grid keys --hue leaves, so --x "
+                              "would do nothing", "drop --x, or pick the colours with --hue")
         num_ok, num_failed, num_missing = plots.sweep_counts(table)
         if num_ok < len(table):
             console.print(f"{path}: {num_ok} of {len(table)} points finished ({num_missing} not run yet, "
                           f"{num_failed} failed); plotting the {num_ok} finished")
-        written = plot_sweep(path, out or path, x=x, hue=hue)
+        written = plot_sweep(path, out or path, x=x or "qps", hue=hue or "scheduler")
     else:
         written = plots.plot_run(path, out or (path if path.is_dir() else path.parent))
     for p in written:

@@ -43,6 +43,17 @@ OUT_PLOT = Annotated[Path | None, typer.Option(help="Folder for results.csv, tri
 SPLIT_FILES = ("results.csv", "trials.csv", "summary.json", "comparison.png", "comparison.svg")
 
 
+def _check_search(config: RunConfig, workers: int) -> None:
+    """Refuse, before any search, what the goodput searches cannot run: arrivals without a rate to
+    vary (--qps inf, --concurrency, a trace's clock: each trial would be the same, its goodput meaningless),
+    and fewer than one process."""
+    from simulator.planning.capacity import check_searchable
+
+    check_searchable(config)
+    if workers < 1:
+        raise ConfigError("--workers", f"must be at least 1, got {workers}", "e.g. --workers 2")
+
+
 def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, ANN202
     from simulator.planning.split import search_all
 
@@ -131,6 +142,7 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
     from simulator.planning.split import GoodputSLO, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
+    _check_search(config, workers)
     candidates = [("disagg", c) for c in split_candidates(config, gpus, parse_ints(tps, "tps"))]
     results = _search(candidates, slo, qps_start, workers)
     _report(config, results, slo, out, f"prefill/decode splits of {gpus} GPUs", plot=False)
@@ -148,6 +160,7 @@ def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: T
     from simulator.planning.split import GoodputSLO, aggregated_candidates, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
+    _check_search(config, workers)
     tp_list = parse_ints(tps, "tps")
     candidates = aggregated_candidates(config, gpus, tp_list, parse_ints(taus, "taus"))
     candidates += [("disagg", c) for c in split_candidates(config, gpus, tp_list)]

@@ -75,13 +75,20 @@ def plan(
     """The cheapest fleet (GPU type, layout, engine knobs, replicas) that serves --qps within the SLO, with its cost, energy and launch command."""
     check_out_dir(out, "--out", existing_ok=True)  # a plan folder is resumed
     from simulator.config.prices import load_price_file, parse_price_flags
+    from simulator.planning.capacity import check_searchable
     from simulator.planning.plan import Limits, SearchSpace, launch_command
     from simulator.planning.plan import plan as run_plan
 
+    check_searchable(config)  # each layout's capacity search varies --qps: refuse rate-less arrivals before 1,000 searches do
     table = load_price_file(prices) if prices is not None else {}
     table = parse_price_flags(price, table)
     slo = plan_slo(planner)
     rel_tol = planner["rel_tol"]
+    if not 0 < rel_tol < 1:  # else every layout's search fails on it, one by one
+        raise ConfigError("--rel-tol", f"must be in (0, 1), got {rel_tol}", "e.g. --rel-tol 0.05")
+    if top < 0:
+        raise ConfigError("--top", f"must be >= 0, got {top}", "e.g. --top 12")
+    limits = Limits(max_gpus, max_cost)
     space = SearchSpace(gpus=_names(gpus), modes=_names(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
                         dtypes=_names(dtypes), budgets=parse_ints(budgets, "--budgets"), max_num_seqs=parse_ints(seqs, "--seqs"),
                         attention_dps=parse_ints(attention_dps, "--attention-dps"), ratios=_ratios(ratios))
@@ -96,7 +103,7 @@ def plan(
                   f"{config.scheduler.name}, kernels {config.replica.kernels} -> {out}/", highlight=False)
     try:
         with StepProgress("plan") as steps:
-            result = run_plan(config, config.workload.qps, slo, space, table, Limits(max_gpus, max_cost), rel_tol=rel_tol,
+            result = run_plan(config, config.workload.qps, slo, space, table, limits, rel_tol=rel_tol,
                               workers=num_workers, ray_address=ray_address, out=out, verify_fleet=verify,
                               on_progress=lambda message, done, total: steps.update(message, done or None, total or None))
     except KeyboardInterrupt:

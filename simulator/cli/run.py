@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -11,6 +12,7 @@ import typer
 from simulator.cli.app import app, console, fail
 from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
 from simulator.cli.tables import print_table
+from simulator.config.errors import ConfigError
 from simulator.config.resources import auto_workers, check_run_fits
 from simulator.config.run_config import RunConfig
 from simulator.report.output import FORMATS, check_format, check_out_dir, jsonable, write_run
@@ -86,6 +88,11 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
 
 def _ms(value: float) -> str:
     return "-" if value != value else f"{value * 1e3:,.1f}"  # NaN check without math
+
+
+def _pct(value: float) -> str:
+    """A share as a percentage; '-' where there is nothing to share (no prompt admitted: NaN)."""
+    return "-" if value != value else f"{value:.1%}"
 
 
 def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, console: Console) -> None:
@@ -164,9 +171,9 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         f"tokens{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
     if "prefix_caching" in summary:
         pc = summary["prefix_caching"]
-        console.print(f"prefix cache: {pc['hit_rate']:.1%} of prompt tokens found cached at admission · "
+        console.print(f"prefix cache: {_pct(pc['hit_rate'])} of prompt tokens found cached at admission · "
                       f"{pc['prefill_tokens_saved']:,} of {pc['prompt_tokens']:,} prefill tokens saved"
-                      + (f" ({pc['gpu_hit_rate']:.1%} in GPU memory, {pc['cpu_hit_rate']:.1%} loaded from the CPU tier)"
+                      + (f" ({_pct(pc['gpu_hit_rate'])} in GPU memory, {_pct(pc['cpu_hit_rate'])} loaded from the CPU tier)"
                          if "cpu_hit_rate" in pc else ""), highlight=False)
     if "disagg" in summary:
         d = summary["disagg"]
@@ -218,7 +225,8 @@ class BenchOptions:
         self.goodput_ms, self.view, self.save_result, self.percentiles = goodput_ms, view, save_result, percentiles
 
     @classmethod
-    def parse(cls, goodput: str | None, view: str, save_result: Path | None, percentiles: str | None) -> BenchOptions:
+    def parse(cls, goodput: str | None, view: str, save_result: Path | None, percentiles: str | None,
+              json_out: bool = False) -> BenchOptions:
         from simulator.config.errors import ConfigError
         from simulator.report.benchmark import check_result_path, parse_goodput, parse_percentiles
 
@@ -226,7 +234,14 @@ class BenchOptions:
             raise ConfigError("--metrics", f"unknown view {view!r}", f"use one of {', '.join(cls.VIEWS)}")
         if save_result is not None:
             check_result_path(save_result)
-        return cls(parse_goodput(goodput), view, save_result, parse_percentiles(percentiles))
+        goodput_ms = parse_goodput(goodput)
+        # The percentiles show in vllm's view, the result JSON, and --json's benchmark block (there
+        # with --goodput); anywhere else the flag would change nothing, which a user cannot tell.
+        if percentiles is not None and view != "vllm" and save_result is None and not (json_out and goodput_ms):
+            raise ConfigError("--metric-percentiles", "only --metrics vllm and --save-result report them, so "
+                              "--metric-percentiles would do nothing",
+                              "add --metrics vllm or --save-result, or drop --metric-percentiles")
+        return cls(goodput_ms, view, save_result, parse_percentiles(percentiles))
 
     @property
     def wanted(self) -> bool:
@@ -288,7 +303,10 @@ def run(
     """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, vLLM V1 scheduling, engine vllm-2026, ShareGPT)."""
     # Every option is checked before the run: a bad --format or --out must not cost a simulation.
     check_format(fmt)
-    bench = BenchOptions.parse(goodput, metrics, save_result, metric_percentiles)
+    for flag, seconds in (("--ttft-slo", ttft_slo), ("--tbt-slo", tbt_slo)):
+        if not (math.isfinite(seconds) and seconds > 0):  # else every request misses it: goodput 0% that looks measured
+            raise ConfigError(flag, f"must be a positive number of seconds, got {seconds}", f"e.g. {flag} 0.2")
+    bench = BenchOptions.parse(goodput, metrics, save_result, metric_percentiles, json_out)
     if out is not None:
         check_out_dir(out)
     check_run_fits(config.workload.num_requests)  # refuse, with the figure, a run that cannot fit in memory

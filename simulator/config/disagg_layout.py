@@ -146,6 +146,8 @@ def parse_pool(text: str, field: str) -> PoolSpec:
         key = key.lower()
         if not sep or key not in POOL_KEYS or not value:
             raise ConfigError(field, f"bad entry {item!r} in {text!r}", fix)
+        if key in values:  # else the last would win silently
+            raise ConfigError(field, f"{key} given twice in {text!r}", "give each key once")
         if key in ("gpu", "sched"):
             values[key] = value.lower()
         else:

@@ -20,3 +20,9 @@ class ConfigError(ValueError):
         if fix:
             message += f" ({fix})"
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str | None]]:
+        # Pickled by its own arguments: a worker process (capacity, sweep, plan) hands its error
+        # back to the parent, which would otherwise call __init__ with the message alone and
+        # turn the user's one-line error into a BrokenProcessPool traceback.
+        return (type(self), (self.field, self.problem, self.fix))

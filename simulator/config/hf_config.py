@@ -31,6 +31,7 @@ reproduces the run; results are cached per path (and file modification time).
 from __future__ import annotations
 
 import json
+import math
 import os
 import tomllib
 from functools import lru_cache
@@ -272,10 +273,10 @@ def load_gpu_file(path: str) -> GPUSpec:
 
 @lru_cache(maxsize=16)
 def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
-    text = Path(path).read_text()
     try:
+        text = Path(path).read_text()
         data = tomllib.loads(text) if path.endswith(".toml") else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("gpu", f"{path} is not valid {'TOML' if path.endswith('.toml') else 'JSON'} ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError("gpu", f"{path} must hold a table")
@@ -292,7 +293,8 @@ def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
 
     def num(key: str, default: float = 0.0) -> float:
         value = data.get(key, default)
-        bad = isinstance(value, bool) or not isinstance(value, int | float)
+        # inf and NaN too: TOML and JSON readers take them, and the roofline would price every op at 0 s (or NaN)
+        bad = isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
         if key in positive and (bad or not value > 0):
             raise ConfigError(f"gpu.{key}", f"{path}: needs a positive number, got {value!r}")
         if bad or value < 0:

@@ -203,6 +203,41 @@ def _inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                              "pass --arrival trace, or drop {flag}")
     if config.num_replicas == 1 and r.attention_dp == 1 and not config.is_disaggregated:
         out["router"] = ("one replica takes every request", "add --replicas N, or drop {flag}")
+    if config.is_disaggregated:
+        for name, why in _pool_inert_options(config).items():
+            out.setdefault(name, why)
+    return out
+
+
+# Run options that a disaggregated pool's key overrides: option name -> pool key (simulator.config.disagg_layout).
+POOL_OVERRIDES = {"tp": "tp", "pp": "pp", "attention_dp": "dp", "ep": "ep", "nodes": "nodes", "gpu": "gpu",
+                  "max_num_seqs": "seqs"}
+
+
+def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
+    """The replica and budget options that no pool of a disaggregated ``config`` takes: each pool
+    sets that key itself, or (budgets) sets ``budget`` or runs another scheduler than ``--scheduler``
+    (whose budget knobs it then drops: :meth:`PoolSpec.scheduler_config`)."""
+    from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, parse_pool
+
+    # flag -> (pool, the scheduler it runs unless it sets sched): the mixed pool runs the run's own.
+    pools = {"--prefill-pool": (parse_pool(config.prefill_pool, "prefill_pool"), DEFAULT_POOL_SCHEDULER),
+             "--decode-pool": (parse_pool(config.decode_pool, "decode_pool"), DEFAULT_POOL_SCHEDULER)}
+    if config.mixed_pool is not None:
+        pools["--mixed-pool"] = (parse_pool(config.mixed_pool, "mixed_pool"), config.scheduler.name)
+    named = " and ".join(pools)
+    out: dict[str, tuple[str, str]] = {}
+    for name, key in POOL_OVERRIDES.items():
+        if all(getattr(pool, key) is not None for pool, _ in pools.values()):
+            out[name] = (f"{named} each set {key}= themselves", f"drop {{flag}}, or leave {key}= out of a pool")
+    if "--mixed-pool" not in pools and config.scheduler.chunk_size is None and config.scheduler.max_num_batched_tokens is None:
+        # The prefill and decode pools run sched= or vllm; --scheduler only says whose budget knobs they keep.
+        out["scheduler"] = (f"{named} run their own scheduler (sched=, else {DEFAULT_POOL_SCHEDULER})",
+                            "set sched= in a pool, add --mixed-pool (which runs --scheduler), or drop {flag}")
+    if all(pool.budget is not None or (pool.sched or default) != config.scheduler.name for pool, default in pools.values()):
+        for name in ("chunk_size", "max_num_batched_tokens"):
+            out[name] = (f"{named} each set budget= or run another scheduler than --scheduler "
+                         f"{config.scheduler.name}", "give the pools budget=N, or drop {flag}")
     return out
 
 
@@ -214,13 +249,54 @@ DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {"split": POOL_OPTIONS, "
                                                          "plan": POOL_OPTIONS, "sweep": None}
 
 
+# Options that a command sets itself in every config it builds from the base, so a value given would do
+# nothing: command -> {option name: what sets it}. disagg split/compare lay out pools of one TP each
+# (--tps) that run vllm (simulator.planning.split), and compare's aggregated arms run vllm and sarathi
+# at --tps and --taus; --scheduler vllm still says whose budget the pools keep (PoolSpec.scheduler_config).
+_SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", "mixed_pool": "its own pools",
+               "tp": "from --tps", "replicas": "from the split of --gpus"}
+# plan chooses each layout's GPU, parallelism, batch cap and unit count (simulator.planning.plan.Layout.config).
+_PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "attention_dp": "from --attention-dps",
+              "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts"}
+# tau prices one hybrid iteration from the workload's lengths (2,048 sampled) on one replica, and chooses the
+# budget itself (simulator.planning.tau): the arrival process, the run's size and the cluster are not read.
+_TAU_SETS = {name: "it prices one iteration from the workload's lengths" for name in (
+    "qps", "arrival", "cv", "time_scale", "concurrency", "num_warmup", "warmup_mode", "num_requests", "replicas",
+    "router", "fast_forward", "prefill_pool", "decode_pool", "mixed_pool", "kv_link", "kv_link_scope",
+    "first_token_at")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget"}
+SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS,
+                                             "tau": _TAU_SETS}
+SPLIT_POOL_SCHEDULER = "vllm"
+
+
+def _set_by_command(options: dict[str, Any], command: str) -> None:
+    """Refuse an option that ``command`` sets itself (:data:`SET_BY_COMMAND`)."""
+    sets = dict(SET_BY_COMMAND.get(command, {}))
+    if command in ("split", "compare") and options.get("scheduler") not in (None, SPLIT_POOL_SCHEDULER):
+        sets["scheduler"] = f"pools run {SPLIT_POOL_SCHEDULER}; compare's aggregated arms vllm and sarathi"
+    if command in ("split", "compare") and options.get("scheduler") != SPLIT_POOL_SCHEDULER:  # vllm pools keep no other's budget
+        sets["chunk_size"] = sets["max_num_batched_tokens"] = (f"pools run {SPLIT_POOL_SCHEDULER}, which keeps a budget "
+                                                              f"only with --scheduler {SPLIT_POOL_SCHEDULER}")
+    for name, setter in sets.items():
+        if options.get(name) is not None:
+            flag = f"--{name.replace('_', '-')}"
+            if command == "tau":
+                raise ConfigError(flag, f"tau does not read it ({setter}), so {flag} would do nothing", f"drop {flag}")
+            where = command if command == "plan" else f"disagg {command}"
+            raise ConfigError(flag, f"{where} sets it in every layout it searches ({setter}), so {flag} would "
+                                    "do nothing",
+                              f"drop {flag}")
+
+
 def check_given(config: RunConfig, options: dict[str, Any], command: str = "run") -> None:
     """Refuse options that were given but would do nothing in ``config`` (a silently ignored
     flag makes two runs that look different the same); ``command`` names what will read the
-    config (:data:`DECIDED_BY_COMMAND`: what it decides itself is not refused)."""
+    config (:data:`DECIDED_BY_COMMAND`: what it decides itself is not refused; :data:`SET_BY_COMMAND`:
+    what it sets in every config it builds is)."""
     if options.get("workload") is not None and options.get("trace") is not None:
         raise ConfigError("--workload", f"--trace {options['trace']} gives the request lengths, so --workload "
                           f"{options['workload']} would do nothing", "pass one of --workload and --trace")
+    _set_by_command(options, command)
     decided = DECIDED_BY_COMMAND.get(command, frozenset())
     if decided is None:
         return

@@ -128,7 +128,10 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
     if not path.is_file():
         raise ConfigError("--prices", f"{path} does not exist", "pass a CSV (gpu,usd_per_gpu_hour) or TOML/JSON file")
     out = dict(base or {})
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:  # a binary or non-UTF-8 file
+        raise ConfigError("--prices", f"{path} cannot be read ({exc.reason})", "pass a UTF-8 CSV, TOML or JSON file") from None
     where = f"--prices {path}"
     if path.suffix.lower() in (".toml", ".json"):
         try:
@@ -147,6 +150,13 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
         name = row["gpu"].strip()
         priced = _with_price(name, row["usd_per_gpu_hour"], where, out)
         if row.get("max_w"):
-            priced = replace(priced, max_w=float(row["max_w"]), power_source=f"given ({where})")
+            try:
+                max_w = float(row["max_w"])
+            except ValueError:
+                max_w = math.nan
+            if not (math.isfinite(max_w) and max_w > 0):  # else a ValueError traceback, or a fleet priced at NaN J/tok
+                raise ConfigError(where, f"max_w of {name} must be a positive number of watts, got {row['max_w']!r}",
+                                  "give the board power in W, or leave the cell empty")
+            priced = replace(priced, max_w=max_w, power_source=f"given ({where})")
         out[get_gpu(name).name] = priced
     return out

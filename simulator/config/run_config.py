@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -445,6 +448,33 @@ class WorkloadConfig:
         return self.range_ratio > 0 if self.range_style == "vllm" else self.range_ratio < 1
 
 
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON ``value`` has the type a config field declares (``int``, ``float``, ``str``,
+    ``bool``, or one of them ``| None``); other types are left to the field's own checks."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(value is None if arg is type(None) else _fits(value, arg) for arg in typing.get_args(hint))
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:  # numbers.Integral: a planner's numpy integers too
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if hint is float:  # an integer too: JSON writes 1.0 as 1 in some hands
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    return True
+
+
+def _check_json_types(prefix: str, cls: type, values: dict[str, Any]) -> None:
+    """Refuse a ``config.json`` value of the wrong type (``"tp": "2"``, ``"model": null``) in one line:
+    the validators compare and call string methods, so it would otherwise end in a traceback."""
+    hints = typing.get_type_hints(cls)
+    for name, value in values.items():
+        hint = hints.get(name)
+        if hint is not None and not _fits(value, hint):
+            expected = " or ".join("null" if a is type(None) else a.__name__ for a in (typing.get_args(hint) or (hint,)))
+            raise ConfigError(f"{prefix}{name}", f"must be {expected}, got {value!r}", "use the config.json a run wrote")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that determines a run's results. Same config and seed, same outputs."""
@@ -539,6 +569,10 @@ class RunConfig:
         for key, value in data.items():
             if key not in known:
                 raise ConfigError(f"config.{key}", "unknown key", f"known: {', '.join(sorted(known))}")
+            if key in sections and not isinstance(value, dict):
+                raise ConfigError(f"config.{key}", f"must be an object, got {value!r}", "use the config.json a run wrote")
+            _check_json_types(f"config.{key}." if key in sections else "config.", sections.get(key, cls),
+                              value if key in sections else {key: value})
             if key == "speculative":
                 if value is not None and not isinstance(value, dict):
                     raise ConfigError("config.speculative", f"must be an object or null, got {value!r}",

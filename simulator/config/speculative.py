@@ -103,7 +103,8 @@ class SpeculativeConfig:
                 raise ConfigError("speculative.acceptance_rates", f"rates must lie in [0, 1], got {r}")
         object.__setattr__(self, "acceptance_rates", rates)
         if not isinstance(self.draft_tp, int) or isinstance(self.draft_tp, bool) or self.draft_tp < 1:
-            raise ConfigError("speculative.draft_tp", f"must be an integer >= 1, got {self.draft_tp!r}")
+            raise ConfigError("speculative.draft_tp", f"must be an integer >= 1, got {self.draft_tp!r}",
+                              'give --speculative-config a "draft_tensor_parallel_size" >= 1, or leave it out')
         for name in ("disable_by_batch_size", "reduce_k_batch_size"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
@@ -213,7 +214,9 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
         source = source or "--speculative-config acceptance_rate (i.i.d.)"
     return {"method": _VLLM_METHODS[str(method).lower()], "num_speculative_tokens": data["num_speculative_tokens"],
             "draft_model": None if model == "[ngram]" else model, "acceptance_rates": rates,
-            "acceptance_source": source, "draft_tp": data.get("draft_tensor_parallel_size") or 1,
+            "acceptance_source": source,
+            # None (vLLM's default) is 1; a 0 or -1 typed is refused by SpeculativeConfig, not read as 1
+            "draft_tp": 1 if data.get("draft_tensor_parallel_size") is None else data["draft_tensor_parallel_size"],
             "disable_by_batch_size": data.get("disable_by_batch_size"),
             "reduce_k_batch_size": data.get("reduce_k_batch_size")}
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.config.errors import ConfigError
+from simulator.config.run_config import MAX_QPS
 
 CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
 DEFAULT_GOODPUT_TARGET = 0.9  # DistServe: 90% of requests meet both SLOs
@@ -103,6 +104,9 @@ class SearchSettings:
             raise ConfigError("capacity.qps_start", f"must be positive, got {self.qps_start}")
         if not 0 < self.min_qps < self.max_qps:
             raise ConfigError("capacity.min_qps", f"need 0 < min_qps < max_qps, got {self.min_qps}, {self.max_qps}")
+        if not self.max_qps <= MAX_QPS:  # inf, or a rate the workload refuses (mid-search, after many trials)
+            raise ConfigError("capacity.max_qps", f"must be at most {MAX_QPS:g} requests/s, got {self.max_qps}",
+                              f"pass --max-qps {MAX_QPS:g} or lower")
         if self.max_trials < 2:
             raise ConfigError("capacity.max_trials", f"must be >= 2, got {self.max_trials}")
 
@@ -253,3 +257,13 @@ def slo_and_settings(values: Mapping[str, Any]) -> tuple[SLO, SearchSettings]:
 def plan_slo(values: Mapping[str, Any]) -> PlanSLO:
     """The plan's SLO that option ``values`` (by name) set."""
     return PlanSLO(**fields_set("plan", values).get("plan", {}))
+
+
+def connect_ray(ray: Any, address: str) -> None:
+    """``ray.init(address=...)`` for ``--ray-address``, a malformed or unreachable address refused
+    in one line (Ray raises ValueError or ConnectionError, which would end in a traceback)."""
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ValueError, ConnectionError) as exc:
+        raise ConfigError("--ray-address", f"cannot connect to {address!r} ({' '.join(str(exc).split())})",
+                          "pass a Ray cluster address (host:port or ray://host:port), or 'local'") from None

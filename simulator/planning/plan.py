@@ -61,12 +61,13 @@ from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.options import CHUNKING_SCHEDULERS
+from simulator.config.precision import canonical_weight_format
 from simulator.config.prices import GPUPrice, gpu_power_w, price_of
-from simulator.config.run_config import RunConfig
+from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
 from simulator.planning.capacity import SearchSettings, find_capacity, run_trial
-from simulator.planning.options import PLAN_REL_TOL, PlanSLO  # declared with the planner options
+from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
 from simulator.report.metrics import request_columns
 from simulator.workload.request import Status
@@ -93,9 +94,14 @@ class SearchSpace:
     max_gpus_per_replica: int = 8  # one node
 
     def __post_init__(self) -> None:
+        if not self.modes:  # else "no layout fits", which sends the user after the wrong option
+            raise ConfigError("--modes", "no mode given", f"use {' and/or '.join(MODES)}")
         for mode in self.modes:
             if mode not in MODES:
                 raise ConfigError("--modes", f"unknown mode {mode!r}", f"use {' and/or '.join(MODES)}")
+        for dtype in self.dtypes:
+            if canonical_weight_format(dtype) not in WEIGHT_DTYPE_BYTES:
+                raise ConfigError("--dtypes", f"unknown weight dtype {dtype!r}", f"use {', '.join(WEIGHT_DTYPE_BYTES)}")
         for name in ("tps", "pps", "budgets", "max_num_seqs", "attention_dps"):
             if not getattr(self, name) or any(v < 1 for v in getattr(self, name)):
                 raise ConfigError(f"--{name.replace('_', '-')}", "must list positive integers")
@@ -107,6 +113,14 @@ class Limits:
 
     max_gpus: int | None = None
     max_usd_per_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        # A limit no fleet meets (0, negative) ends a long search with no answer; NaN would bound nothing.
+        if self.max_gpus is not None and self.max_gpus < 1:
+            raise ConfigError("--max-gpus", f"must be at least 1, got {self.max_gpus}", "drop it for no limit")
+        if self.max_usd_per_hour is not None and not (math.isfinite(self.max_usd_per_hour) and self.max_usd_per_hour > 0):
+            raise ConfigError("--max-cost", f"must be a positive number of USD an hour, got {self.max_usd_per_hour}",
+                              "drop it for no limit")
 
 
 @dataclass(frozen=True)
@@ -540,7 +554,7 @@ class Runner:
                     if self.ray_address == "local":
                         ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
                     else:
-                        ray.init(address=self.ray_address, log_to_driver=False)
+                        connect_ray(ray, self.ray_address)
             self._remote = ray.remote(num_cpus=1)(search_layout)
         elif self.workers > 1:
             from simulator.util.interrupts import WorkerPool

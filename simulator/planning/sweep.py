@@ -60,7 +60,14 @@ import pandas as pd
 from simulator.config.errors import ConfigError
 from simulator.config.options import RUN_OPTIONS, alias_of
 from simulator.config.run_config import RunConfig
-from simulator.planning.options import PLANNER_OPTIONS, SLO, SWEEP_KEYS, SearchSettings, slo_and_settings
+from simulator.planning.options import (
+    PLANNER_OPTIONS,
+    SLO,
+    SWEEP_KEYS,
+    SearchSettings,
+    connect_ray,
+    slo_and_settings,
+)
 from simulator.report.output import check_format, write_table
 from simulator.util.interrupts import WorkerPool, signals_blocked, signals_ignored, stop_on_signals
 from simulator.util.jsonio import jsonable
@@ -464,7 +471,7 @@ def _run_ray(spec: SweepSpec, todo: list[Point], address: str, on_done: Callable
             if address == "local":
                 ray.init(include_dashboard=False, log_to_driver=False)
             else:
-                ray.init(address=address, log_to_driver=False)
+                connect_ray(ray, address)
     remote = ray.remote(num_cpus=1)(run_point)
     refs = {remote.remote(spec.mode, p.config.to_dict(), p.options): p for p in todo}
     pending = list(refs)

@@ -41,6 +41,9 @@ from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape, CostModel
 
 LINEAR_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down")
+# The largest token budget choose_tau considers: past any engine's iteration (vLLM's and SGLang's
+# budgets are a few thousand to tens of thousands), and a grid it prices in about a second.
+MAX_TAU_TOKENS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -164,8 +167,9 @@ def choose_tau(config: RunConfig, tbt_slo_s: float, mix: DecodeMix | None = None
     """Largest budget (any integer up to ``max_tokens``) whose hybrid iteration fits ``tbt_slo_s``."""
     if not (math.isfinite(tbt_slo_s) and tbt_slo_s > 0):
         raise ConfigError("tbt_slo", f"must be a positive number of seconds, got {tbt_slo_s}", "e.g. --tbt-slo 0.1")
-    if max_tokens < 16:
-        raise ConfigError("tau.max_tokens", f"must be >= 16, got {max_tokens}")
+    if not 16 <= max_tokens <= MAX_TAU_TOKENS:  # the grid is priced every 16 tokens: a huge bound never ends
+        raise ConfigError("tau.max_tokens", f"must be in [16, {MAX_TAU_TOKENS:,}], got {max_tokens:,}",
+                          "e.g. --max-tokens 8192")
     mix = mix or workload_mix(config)
     cost = load_cost_model(config.cost_model, config.replica, config.engine)
     grid = np.unique(np.concatenate([np.arange(step, max_tokens + 1, step), [1, max(1, mix.num_decodes), max_tokens]]))

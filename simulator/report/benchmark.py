@@ -38,6 +38,7 @@ import numpy as np
 
 from simulator.config.errors import ConfigError
 from simulator.engine.tbt import merged, percentiles
+from simulator.util.paths import check_out_file
 from simulator.workload.request import RequestColumns
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ def parse_goodput(pairs: Sequence[str] | str | None) -> dict[str, float]:
         return {}
     text = " ".join([pairs] if isinstance(pairs, str) else pairs)
     out: dict[str, float] = {}
+    if not text.split():  # `--goodput` with no pairs after it: no SLO, so the flag would do nothing
+        raise ConfigError("--goodput", "no NAME:MILLISECONDS pairs given", "e.g. --goodput 'ttft:300 tpot:50'")
     for pair in text.replace(",", " ").split():
         name, sep, value = pair.partition(":")
         try:
@@ -67,6 +70,8 @@ def parse_goodput(pairs: Sequence[str] | str | None) -> dict[str, float]:
         if name not in GOODPUT_METRICS or not bound >= 0 or math.isinf(bound):
             raise ConfigError("--goodput", f"expected NAME:MILLISECONDS with NAME one of {', '.join(GOODPUT_METRICS)} "
                               f"and a non-negative bound, got {pair!r}", "e.g. --goodput 'ttft:300 tpot:50'")
+        if name in out:  # vLLM keeps the last; two bounds for one metric is a typo, not a wish
+            raise ConfigError("--goodput", f"{name} given twice ({out[name]:g} and {bound:g} ms)", "give each metric once")
         out[name] = bound
     return out
 
@@ -323,3 +328,5 @@ def check_result_path(path: Path) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise ConfigError("--save-result", f"folder {parent} does not exist", "create it or pass another path")
+    # A folder that refuses files (read-only, /proc) would end the run in an OSError traceback when writing.
+    check_out_file(path, "--save-result")

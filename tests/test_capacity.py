@@ -231,6 +231,27 @@ def test_seeds_sharing_more_workers_give_the_same_searches(constant_cost):
     assert sorted(seen) == sorted((t.seed, t.qps) for s in serial.seeds for t in s.trials)
 
 
+@pytest.mark.parametrize("width, max_trials", [(3, 2), (4, 4), (2, 6)])
+def test_trials_ending_together_after_the_search_is_decided_are_left_unread(width: int, max_trials: int):
+    """Several trials of one search can end in one wait; once the first decides the search, the
+    rest are left unread (they raised StopIteration before, under load, in capacity --workers)."""
+    from concurrent.futures import Future
+
+    from simulator.planning.search import Limits, SearchAhead, largest_passing, run_ahead
+
+    def ended(load: float) -> Future:
+        future: Future = Future()
+        future.set_result(load)
+        return future
+
+    limits = Limits(rel_tol=0.3, min_qps=0.1, max_qps=100.0, max_trials=max_trials)
+    search = SearchAhead(ended, lambda load: load <= 5.0, 1.0, limits, width)
+    run_ahead([search], wait_any=lambda futures: list(futures))  # every trial in flight ends at once
+    serial = largest_passing(lambda load: load <= 5.0, 1.0, limits)
+    assert search.outcome is not None and search.outcome.passed_qps == serial.passed_qps
+    assert search.outcome.num_trials == serial.num_trials
+
+
 def test_bad_inputs_are_config_errors():
     with pytest.raises(ConfigError, match="slo.tbt_quantile"):
         SLO(tbt_quantile=0)

@@ -210,6 +210,11 @@ def run_ahead(searches: Sequence[SearchAhead], wait_any: Callable[[Collection[Fu
             return
         for future in wait_any(list(owners)):
             search = searches[owners[future]]
+            # A trial that ended in the same batch as the one that decided its search (or one the
+            # search has since dropped) has nowhere to go: it is left unread, as a trial still
+            # running then would be.
+            if search.outcome is not None or future not in search.in_flight.values():
+                continue
             search.deliver(future)
             search.step()
             if search.outcome is not None and on_outcome is not None:

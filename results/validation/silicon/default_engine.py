@@ -1,7 +1,8 @@
 """Which default prices today's engines: the former default preset against the new one, on sampled rows.
 
 Aggregated rows of ``silicon_train.csv`` (the fit report's harness: closed loop at the row's concurrency,
-exact ISL/OSL, its sample of ``--sample`` rows per backend x GPU x model), each run under
+loaded as the row's client most likely did (``fit_report.py --client benchmark``), its sample of ``--sample``
+rows per backend x GPU x model), each run under
 
 - ``2023default``: ``vllm-2023-splitwise`` over the roofline (2023 calibration): the run default until now;
 - ``2026_2023``: ``vllm-2026`` over the same roofline: the run default now;

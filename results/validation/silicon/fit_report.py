@@ -7,7 +7,9 @@ One command:
 
 Reads ``../shared/data/validation/aiconfigurator/silicon_train.csv`` as its README asks (wip rows
 dropped, repeated measurements kept once: :func:`simulator.calibrate.silicon.read_silicon`), turns
-each row into a closed-loop run priced by its own backend's measured kernels (``--kernels
+each row into a closed-loop run loaded as the benchmark client its provenance most likely ran
+(``--client benchmark``, the default: :func:`simulator.calibrate.silicon.benchmark_client` and
+:func:`~simulator.calibrate.silicon.recipe_changes`) and priced by its own backend's measured kernels (``--kernels
 vllm|sglang|trtllm``), simulates it once with the kernels alone (cached), and fits each backend's
 engine terms (:mod:`simulator.calibrate.silicon_fit`: CPU time per step, per request and per prompt
 token, the per-collective extra, async overlap) by replaying those runs. Writes into this folder:
@@ -46,18 +48,18 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="kernels-only traces and simulated rows, reused between runs (default: "
                         "/tmp/servesim_silicon_<hash of simulator/>.pkl, so a code change starts afresh)")
     p.add_argument("--sample", type=int, default=0, help="rows per backend x GPU x model (0: all)")
-    p.add_argument("--requests-per-user", type=int, default=2)
+    p.add_argument("--requests-per-user", type=int, default=2, help="with --client exact: measured requests a user")
     p.add_argument("--max-requests", type=int, default=800)
     p.add_argument("--range-ratio", type=float, default=0.0,
-                   help="lengths banded around ISL/OSL as vllm bench --random-range-ratio (default 0: exact, as "
+                   help="with --client exact: lengths banded around ISL/OSL as vllm bench --random-range-ratio (default 0: exact, as "
                         "AIPerf --isl/--osl; the users then move in waves, as the measured TTFTs say)")
-    p.add_argument("--client", choices=("exact", "benchmark"), default="exact",
+    p.add_argument("--client", choices=("exact", "benchmark", "inferencex"), default="benchmark",
                    help="exact: every row as --range-ratio/--requests-per-user say, warm-up inline (steady); "
                         "benchmark: each row as the client its provenance most likely ran "
                         "(silicon.benchmark_client: InferenceX's [0.8 len, len] band and 10 requests a user, "
                         "AIPerf's exact lengths and 20; warm-up a phase of its own), at most --max-requests; "
                         "and the recipe's scheduling flags (silicon.recipe_changes: InferenceX's SGLang "
-                        "--scheduler-recv-interval)")
+                        "--scheduler-recv-interval); inferencex: every row as InferenceX's client, recipe as benchmark")
     p.add_argument("--traces-only", action="store_true", help="build the trace cache and stop")
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
     p.add_argument("--first-token-on-prefill", action="store_true",
@@ -132,6 +134,7 @@ class RowCache:
 
 def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
     from simulator.calibrate.silicon import (
+        INFERENCEX_CLIENT,
         Unexpressible,
         benchmark_client,
         data_path,
@@ -148,10 +151,11 @@ def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
         try:
             link = kv_link_of(r) if r.mode == "disagg" and r.prefill_num_workers == r.prefill_num_workers else None
             client = (benchmark_client(r) if args.client == "benchmark" else
+                      dict(INFERENCEX_CLIENT) if args.client == "inferencex" else
                       {"requests_per_user": args.requests_per_user, "range_ratio": args.range_ratio})
             c = row_config(r, max_requests=args.max_requests, **client,
                            **({"kv_link": link} if link else {}),
-                           extra={**(recipe_changes(r) if args.client == "benchmark" else {}),
+                           extra={**(recipe_changes(r) if args.client != "exact" else {}),
                                   "replica__kernels": r.backend,
                                   # the deployments size the context to the benchmark (a model's
                                   # full context may not fit the KV cache of a small layout)

@@ -110,11 +110,14 @@ INFERENCEX_CLIENT = {"range_ratio": 0.8, "range_style": "sglang", "warmup_mode":
 AIPERF_CLIENT = {"range_ratio": 0.0, "range_style": "vllm", "warmup_mode": "drain", "requests_per_user": 20}
 
 
+def _is_inferencex(row: Any) -> bool:
+    return source_family(getattr(row, "silicon_data_source", "")) in INFERENCEX_FAMILIES
+
+
 def benchmark_client(row: Any) -> dict[str, Any]:
     """:func:`row_config` keywords for the client ``row``'s provenance family most likely ran
     (:data:`INFERENCEX_CLIENT` or :data:`AIPERF_CLIENT`)."""
-    family = source_family(getattr(row, "silicon_data_source", ""))
-    return dict(INFERENCEX_CLIENT if family in INFERENCEX_FAMILIES else AIPERF_CLIENT)
+    return dict(INFERENCEX_CLIENT if _is_inferencex(row) else AIPERF_CLIENT)
 
 
 def recipe_changes(row: Any) -> dict[str, Any]:
@@ -123,8 +126,7 @@ def recipe_changes(row: Any) -> dict[str, Any]:
     DeepSeek-R1 B200 one) poll for new requests every 10 iterations below concurrency 16 and every
     30 at or above (``--scheduler-recv-interval``); taken for every InferenceX SGLang row, since the
     rows do not name their recipe. Nothing for the other rows."""
-    family = source_family(getattr(row, "silicon_data_source", ""))
-    if family in INFERENCEX_FAMILIES and str(getattr(row, "backend", "")) == "sglang":
+    if _is_inferencex(row) and str(getattr(row, "backend", "")) == "sglang":
         concurrency = _int(row.concurrency) or 1
         return {"scheduler__recv_interval": 30 if concurrency >= 16 else 10}
     return {}

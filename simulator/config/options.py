@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.catalog import GPUS
+from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, parse_pool
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 
@@ -218,8 +219,6 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     """The replica and budget options that no pool of a disaggregated ``config`` takes: each pool
     sets that key itself, or (budgets) sets ``budget`` or runs another scheduler than ``--scheduler``
     (whose budget knobs it then drops: :meth:`PoolSpec.scheduler_config`)."""
-    from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, parse_pool
-
     # flag -> (pool, the scheduler it runs unless it sets sched): the mixed pool runs the run's own.
     pools = {"--prefill-pool": (parse_pool(config.prefill_pool, "prefill_pool"), DEFAULT_POOL_SCHEDULER),
              "--decode-pool": (parse_pool(config.decode_pool, "decode_pool"), DEFAULT_POOL_SCHEDULER)}
@@ -251,8 +250,9 @@ DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {"split": POOL_OPTIONS, "
 
 # Options that a command sets itself in every config it builds from the base, so a value given would do
 # nothing: command -> {option name: what sets it}. disagg split/compare lay out pools of one TP each
-# (--tps) that run vllm (simulator.planning.split), and compare's aggregated arms run vllm and sarathi
-# at --tps and --taus; --scheduler vllm still says whose budget the pools keep (PoolSpec.scheduler_config).
+# (--tps) that run the pools' default scheduler (DEFAULT_POOL_SCHEDULER, vllm; simulator.planning.split),
+# and compare's aggregated arms run vllm and sarathi at --tps and --taus; --scheduler vllm still says
+# whose budget the pools keep (PoolSpec.scheduler_config).
 _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", "mixed_pool": "its own pools",
                "tp": "from --tps", "replicas": "from the split of --gpus"}
 # plan chooses each layout's GPU, parallelism, batch cap and unit count (simulator.planning.plan.Layout.config).
@@ -266,17 +266,17 @@ _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for nam
     "first_token_at")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget"}
 SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS,
                                              "tau": _TAU_SETS}
-SPLIT_POOL_SCHEDULER = "vllm"
 
 
 def _set_by_command(options: dict[str, Any], command: str) -> None:
     """Refuse an option that ``command`` sets itself (:data:`SET_BY_COMMAND`)."""
     sets = dict(SET_BY_COMMAND.get(command, {}))
-    if command in ("split", "compare") and options.get("scheduler") not in (None, SPLIT_POOL_SCHEDULER):
-        sets["scheduler"] = f"pools run {SPLIT_POOL_SCHEDULER}; compare's aggregated arms vllm and sarathi"
-    if command in ("split", "compare") and options.get("scheduler") != SPLIT_POOL_SCHEDULER:  # vllm pools keep no other's budget
-        sets["chunk_size"] = sets["max_num_batched_tokens"] = (f"pools run {SPLIT_POOL_SCHEDULER}, which keeps a budget "
-                                                              f"only with --scheduler {SPLIT_POOL_SCHEDULER}")
+    if command in ("split", "compare") and options.get("scheduler") not in (None, DEFAULT_POOL_SCHEDULER):
+        sets["scheduler"] = f"pools run {DEFAULT_POOL_SCHEDULER}; compare's aggregated arms vllm and sarathi"
+    if command in ("split", "compare") and options.get("scheduler") != DEFAULT_POOL_SCHEDULER:
+        # the pools keep no other scheduler's budget
+        sets["chunk_size"] = sets["max_num_batched_tokens"] = (
+            f"pools run {DEFAULT_POOL_SCHEDULER}, which keeps a budget only with --scheduler {DEFAULT_POOL_SCHEDULER}")
     for name, setter in sets.items():
         if options.get(name) is not None:
             flag = f"--{name.replace('_', '-')}"

@@ -71,6 +71,21 @@ def test_vllm_json_form() -> None:
     assert SpeculativeConfig.from_dict(d.to_dict()) == d
 
 
+def test_vllm_keys_without_effect_are_named() -> None:
+    """A pasted vLLM config's keys that change nothing here are kept and named, not dropped silently."""
+    c = from_vllm_json('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 5, '
+                       '"prompt_lookup_min": 2}', (0.5,))
+    assert c.unmodelled_keys == ("prompt_lookup_max", "prompt_lookup_min")
+    assert "prompt_lookup_max" in c.unmodelled_note() and "acceptance rates" in c.unmodelled_note()
+    assert c == from_vllm_json('{"method": "ngram", "num_speculative_tokens": 4}', (0.5,))  # same run
+    assert from_vllm_json('{"method": "ngram", "num_speculative_tokens": 4}', (0.5,)).unmodelled_note() == ""
+    d = from_vllm_json('{"model": "qwama-0.5b", "num_speculative_tokens": 4, "quantization": "fp8"}', (0.6,))
+    assert d.unmodelled_keys == ("quantization",) and "--dtype" in d.unmodelled_note()
+    assert SpeculativeConfig.from_dict(d.to_dict()).unmodelled_keys == ("quantization",)
+    with pytest.raises(ConfigError, match="unmodelled_keys"):
+        SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), unmodelled_keys=("foo",))
+
+
 def test_adaptive_k() -> None:
     c = SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), disable_by_batch_size=32, reduce_k_batch_size=8)
     assert [c.k_for(n) for n in (1, 8, 9, 16, 32, 33)] == [4, 4, 3, 2, 1, 0]

@@ -195,7 +195,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
             f"{sp['num_accepted']:,} accepted ({sp['draft_acceptance_rate']:.1%}) · mean acceptance length "
             f"{sp['mean_acceptance_length']:.3f} tokens/step (expected {sp['expected_acceptance_length']:.3f}) · ITL per "
             f"token p50/p99 {_ms(sp['itl_per_token_s_p50'])}/{_ms(sp['itl_per_token_s_p99'])} ms, per step "
-            f"{_ms(sp['itl_per_step_s_p50'])}/{_ms(sp['itl_per_step_s_p99'])} ms · acceptance: {sp['acceptance_source']}",
+            f"{_ms(sp['itl_per_step_s_p50'])}/{_ms(sp['itl_per_step_s_p99'])} ms · acceptance: {sp['acceptance_source']}"
+            + (f" · note: --speculative-config {note}" if (note := config.speculative.unmodelled_note()) else ""),
             highlight=False)
     if summary.get("rejected_by_reason"):
         console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()))

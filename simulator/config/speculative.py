@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.config.errors import ConfigError
@@ -38,6 +38,10 @@ _VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagl
 _VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
               "acceptance_rate", "acceptance_rates", "prompt_lookup_max", "prompt_lookup_min", "quantization",
               "reduce_k_batch_size", "acceptance_source")
+# vLLM keys a pasted config may carry that do not change a simulated run, and why (said in the run's header).
+UNMODELLED_KEYS = {"prompt_lookup_max": "n-gram match lengths act through the acceptance rates",
+                   "prompt_lookup_min": "n-gram match lengths act through the acceptance rates",
+                   "quantization": "the draft model is priced at the target's --dtype"}
 
 
 def al_iid(rate: float, k: int) -> float:
@@ -77,6 +81,8 @@ class SpeculativeConfig:
     draft_tp: int = 1  # draft model's tensor parallelism (vLLM's draft_tensor_parallel_size)
     disable_by_batch_size: int | None = None
     reduce_k_batch_size: int | None = None
+    # vLLM keys the JSON gave that this run does not model (UNMODELLED_KEYS); said, not silent
+    unmodelled_keys: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -111,6 +117,17 @@ class SpeculativeConfig:
                 raise ConfigError(f"speculative.{name}", f"must be an integer >= 1, got {v!r}", "drop it to keep k fixed")
         if self.draft_model is not None and not isinstance(self.draft_model, str):
             raise ConfigError("speculative.model", f"must be a model name, got {self.draft_model!r}")
+        object.__setattr__(self, "unmodelled_keys", tuple(str(key) for key in self.unmodelled_keys))
+        bad = sorted(set(self.unmodelled_keys) - set(UNMODELLED_KEYS))
+        if bad:
+            raise ConfigError("speculative.unmodelled_keys", f"not a vLLM key this run leaves unmodelled: {bad[0]!r}",
+                              f"known: {', '.join(UNMODELLED_KEYS)}")
+
+    def unmodelled_note(self) -> str:
+        """One line naming the vLLM keys given that do not change the run, and why ('' if none)."""
+        if not self.unmodelled_keys:
+            return ""
+        return "not modelled: " + "; ".join(f"{key} ({UNMODELLED_KEYS[key]})" for key in self.unmodelled_keys)
 
     @property
     def k(self) -> int:
@@ -144,7 +161,8 @@ class SpeculativeConfig:
         return {"method": self.method, "num_speculative_tokens": self.num_speculative_tokens,
                 "draft_model": self.draft_model, "acceptance_rates": list(self.acceptance_rates),
                 "acceptance_source": self.acceptance_source, "draft_tp": self.draft_tp,
-                "disable_by_batch_size": self.disable_by_batch_size, "reduce_k_batch_size": self.reduce_k_batch_size}
+                "disable_by_batch_size": self.disable_by_batch_size, "reduce_k_batch_size": self.reduce_k_batch_size,
+                "unmodelled_keys": list(self.unmodelled_keys)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SpeculativeConfig:
@@ -153,8 +171,9 @@ class SpeculativeConfig:
         if bad:
             raise ConfigError(f"config.speculative.{sorted(bad)[0]}", "unknown key", f"known: {', '.join(sorted(known))}")
         data = dict(data)
-        if "acceptance_rates" in data:
-            data["acceptance_rates"] = tuple(data["acceptance_rates"])
+        for name in ("acceptance_rates", "unmodelled_keys"):
+            if name in data:
+                data[name] = tuple(data[name])
         return cls(**data)
 
 
@@ -218,7 +237,8 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
             # None (vLLM's default) is 1; a 0 or -1 typed is refused by SpeculativeConfig, not read as 1
             "draft_tp": 1 if data.get("draft_tensor_parallel_size") is None else data["draft_tensor_parallel_size"],
             "disable_by_batch_size": data.get("disable_by_batch_size"),
-            "reduce_k_batch_size": data.get("reduce_k_batch_size")}
+            "reduce_k_batch_size": data.get("reduce_k_batch_size"),
+            "unmodelled_keys": tuple(key for key in UNMODELLED_KEYS if data.get(key) is not None)}
 
 
 def to_vllm_json(spec: SpeculativeConfig) -> str:

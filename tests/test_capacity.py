@@ -257,6 +257,9 @@ def test_bad_inputs_are_config_errors():
         SLO(tbt_quantile=0)
     with pytest.raises(ConfigError, match="slo.tbt_s"):
         SLO(tbt_s=-1)
+    with pytest.raises(ConfigError, match="slo.ttft_quantile.*--ttft-slo"):  # a percentile held to no limit
+        SLO(ttft_quantile=90)
+    assert SLO(ttft_s=1.0, ttft_quantile=90).describe().endswith("P90 TTFT <= 1s")
     with pytest.raises(ConfigError, match="rel_tol"):
         SearchSettings(rel_tol=0)
     with pytest.raises(ConfigError, match="workload.arrival"):

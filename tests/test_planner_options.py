@@ -37,6 +37,8 @@ CHANGED: dict[str, Any] = {
     "goodput_tpot_slo": 0.07, "criterion": "goodput", "seeds": 2, "rel_tol": 0.1, "qps_start": 3.0, "min_qps": 0.05,
     "max_qps": 500.0, "max_trials": 12, "early_exit": False, "tbt_early_exit": False,
 }
+# What an option needs beside it to mean anything (alone it is refused: a percentile held to no limit).
+NEEDS: dict[str, dict[str, Any]] = {"ttft_quantile": {"ttft_slo": CHANGED["ttft_slo"]}}
 
 
 def _params(command: str) -> dict[str, Any]:
@@ -117,12 +119,12 @@ def test_plan_hands_its_flags_to_its_slo(monkeypatch: pytest.MonkeyPatch, tmp_pa
 def test_sweep_files_take_each_capacity_key_and_refuse_it_where_it_does_not_apply() -> None:
     for key, name in SWEEP_KEYS.items():
         option = PLANNER_OPTIONS[name]
-        spec = build_spec({"mode": "capacity", "base": {key: CHANGED[name]}})
+        spec = build_spec({"mode": "capacity", "base": {key: CHANGED[name], **NEEDS.get(name, {})}})
         assert spec.points[0].options[key] == CHANGED[name]
         assert spec.points[0].options.keys() == SWEEP_KEYS.keys()  # every key, at its default unless given
         if "run" not in option.sweep_modes:
             with pytest.raises(ConfigError, match="only applies to mode = capacity"):
-                build_spec({"mode": "run", "base": {key: CHANGED[name]}})
+                build_spec({"mode": "run", "base": {key: CHANGED[name], **NEEDS.get(name, {})}})
     for name in set(PLANNER_OPTIONS) - set(SWEEP_KEYS.values()):  # plan's own options are no sweep keys
         with pytest.raises(ConfigError, match="unknown key"):
             build_spec({"mode": "capacity", "base": {name: CHANGED[name]}})

@@ -24,6 +24,10 @@ from simulator.config.run_config import MAX_QPS
 
 CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
 DEFAULT_GOODPUT_TARGET = 0.9  # DistServe: 90% of requests meet both SLOs
+def _field_default(holder: type, name: str) -> Any:
+    return next(f.default for f in dataclasses.fields(holder) if f.name == name)
+
+
 @dataclass(frozen=True)
 class SLO:
     """What a trial must meet. Limits in seconds, quantiles in percent (0, 100]."""
@@ -61,6 +65,9 @@ class SLO:
             value = getattr(self, name)
             if not 0 < value <= 100:
                 raise ConfigError(f"slo.{name}", f"must be a percentile in (0, 100], got {value}", "e.g. 99 for P99")
+        if self.ttft_s is None and self.ttft_quantile != _field_default(SLO, "ttft_quantile"):
+            raise ConfigError("slo.ttft_quantile", f"P{self.ttft_quantile:g} of TTFT is held to no limit",
+                              "add --ttft-slo SECONDS (ttft_slo in a sweep file), or drop --ttft-quantile")
         if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
             raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
 
@@ -178,8 +185,7 @@ class PlannerOption:
         if not self.sets:
             return self.own_default
         section, _, name = self.sets.partition(".")
-        holder = {"slo": SLO, "search": SearchSettings, "plan": PlanSLO}[section]
-        return next(f.default for f in dataclasses.fields(holder) if f.name == name)
+        return _field_default({"slo": SLO, "search": SearchSettings, "plan": PlanSLO}[section], name)
 
 
 # Name (flag and sweep key) -> option. The order is the order of the commands' parameters.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from simulator.calibrate.silicon import Unexpressible, data_path, read_silicon, row_config, source_fields
@@ -133,3 +135,34 @@ def test_disagg_rows_whose_pools_differ_map_each_pools_dp_and_ep(silicon):
                   & (disagg["prefill_moe_ep_size"] == disagg["decode_moe_ep_size"])]
     config = row_config(next(same.itertuples()))
     assert "dp=" not in config.prefill_pool and config.replica.ep == int(next(same.itertuples()).decode_moe_ep_size)
+
+
+def test_the_fit_report_runs_each_row_with_all_its_clients_requests(silicon):
+    """A cap on a row's requests (the report had 800) left a high-concurrency row one synchronised
+    wave after the warm-up drain, whose mean TTFT is half the whole backlog's prefill: MiniMax-M2.5
+    on 4 B300 at concurrency 512 came out 38.5 s against 3.3 s measured (4.5 s uncapped)."""
+    import importlib.util
+
+    from simulator.calibrate.silicon import benchmark_client
+    from simulator.report.benchmark import benchmark_metrics
+    from simulator.report.metrics import request_columns
+    from simulator.simulation import simulate
+
+    script = Path(__file__).resolve().parents[1] / "results" / "validation" / "silicon" / "fit_report.py"
+    spec = importlib.util.spec_from_file_location("fit_report", script)
+    fit_report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_report)
+    cap = fit_report._args([]).max_requests or None
+    kept, _ = silicon
+    row = next(kept[(kept["model_path"] == "MiniMaxAI/MiniMax-M2.5") & (kept["concurrency"] == 512)
+                    & (kept["isl"] == 1024) & (kept["mode"] == "agg")].itertuples())
+    full = row_config(row, max_requests=cap, **benchmark_client(row))
+    w = full.workload
+    assert w.num_requests - w.num_warmup == 10 * w.concurrency  # InferenceX's --num-prompts 10 x C
+    one_wave = full.replace(workload__num_requests=2 * w.concurrency)
+
+    def mean_ttft(config):  # noqa: ANN001, ANN202
+        result = simulate(config)
+        return benchmark_metrics(result, request_columns(result))["mean_ttft_ms"]
+
+    assert mean_ttft(one_wave) > 2 * mean_ttft(full)

@@ -49,7 +49,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "/tmp/servesim_silicon_<hash of simulator/>.pkl, so a code change starts afresh)")
     p.add_argument("--sample", type=int, default=0, help="rows per backend x GPU x model (0: all)")
     p.add_argument("--requests-per-user", type=int, default=2, help="with --client exact: measured requests a user")
-    p.add_argument("--max-requests", type=int, default=800)
+    p.add_argument("--max-requests", type=int, default=0,
+                   help="cap on a row's requests, warm-up included (default 0: as many as its client sent; a cap "
+                        "leaves high-concurrency rows with one synchronised wave, whose TTFT is the whole backlog's)")
     p.add_argument("--range-ratio", type=float, default=0.0,
                    help="with --client exact: lengths banded around ISL/OSL as vllm bench --random-range-ratio (default 0: exact, as "
                         "AIPerf --isl/--osl; the users then move in waves, as the measured TTFTs say)")
@@ -153,7 +155,7 @@ def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
             client = (benchmark_client(r) if args.client == "benchmark" else
                       dict(INFERENCEX_CLIENT) if args.client == "inferencex" else
                       {"requests_per_user": args.requests_per_user, "range_ratio": args.range_ratio})
-            c = row_config(r, max_requests=args.max_requests, **client,
+            c = row_config(r, max_requests=args.max_requests or None, **client,
                            **({"kv_link": link} if link else {}),
                            extra={**(recipe_changes(r) if args.client != "exact" else {}),
                                   "replica__kernels": r.backend,

@@ -35,13 +35,12 @@ METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram")
 _VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp",
                  "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "glm4_moe_mtp": "mtp", "mimo_mtp": "mtp",
                  "ernie_mtp": "mtp", "ngram": "ngram", "medusa": "medusa", "mlp_speculator": "eagle"}
-_VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
-              "acceptance_rate", "acceptance_rates", "prompt_lookup_max", "prompt_lookup_min", "quantization",
-              "reduce_k_batch_size", "acceptance_source")
 # vLLM keys a pasted config may carry that do not change a simulated run, and why (said in the run's header).
 UNMODELLED_KEYS = {"prompt_lookup_max": "n-gram match lengths act through the acceptance rates",
                    "prompt_lookup_min": "n-gram match lengths act through the acceptance rates",
                    "quantization": "the draft model is priced at the target's --dtype"}
+_VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
+              "acceptance_rate", "acceptance_rates", "reduce_k_batch_size", "acceptance_source", *UNMODELLED_KEYS)
 
 
 def al_iid(rate: float, k: int) -> float:

@@ -198,11 +198,13 @@ ENGINES: dict[str, EngineModel] = {
                "x model)",
         fitted="soft-L1 least squares of log TTFT/TPOT ratios over closed-loop replays under the load each row's "
                "client made (fit_report.py --client benchmark: InferenceX's [0.8 len, len] band or AIPerf's exact "
-               "lengths, warm-up a phase of its own; --kernels vllm, scheduler vllm-v1, budget 8192): median abs "
+               "lengths, warm-up a phase of its own, then at most 800 requests a row; --kernels vllm, scheduler "
+               "vllm-v1, budget 8192): median abs "
                "error TTFT 24%, TPOT 12% in-sample (kernels alone 43%, 12%; the former fit, 1.3 us a prompt token, "
                "40%, 13%), leave-one-GPU-out 25%, 14%. The 8.4 us a prompt token stands for what a prefill costs "
                "beyond the tables' kernels (input preparation, the API server's tokenizing, kernels slower in the "
-               "engine than alone): the rows cannot tell these apart",
+               "engine than alone): the rows cannot tell these apart. Refitted with every request the clients sent "
+               "(0.52 ms, 9.4 us, -7.5 us: 5-12% moves; in-sample 22%, 11%): not applied",
         cpu_iteration_s=0.547e-3, cpu_per_prefill_token_s=8.39e-6,
         collective_extra_s=((2, -7.08e-6), (4, -7.08e-6), (8, -7.08e-6)),
         scheduler="vllm-v1",
@@ -214,7 +216,8 @@ ENGINES: dict[str, EngineModel] = {
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
                "first, never mixed with decodes; use it with this preset); median abs error TTFT 43%, TPOT 19% "
                "(kernels alone 52%, 20%) under the exact load and under the clients' own (fit_report.py --client "
-               "benchmark, with InferenceX's SGLang request intake), whose leave-one-GPU-out refits score 54%, 23%",
+               "benchmark, with InferenceX's SGLang request intake, at most 800 requests a row), whose leave-one-GPU-out "
+               "refits score 54%, 23% (56%, 23% with every request the clients sent)",
         cpu_per_seq_s=8.98e-6, cpu_per_prefill_token_s=9.86e-6,
         collective_extra_s=((2, 3.28e-6), (4, 3.28e-6), (8, 3.28e-6)), scheduler="sglang",
     ),
@@ -225,8 +228,9 @@ ENGINES: dict[str, EngineModel] = {
                "measurements once",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
                "generation); median abs error TTFT 41%, TPOT 17% (kernels alone 40%, 19%) under the exact load, 40%, "
-               "16% under the clients' own (fit_report.py --client benchmark), whose refit (3.9 us a prompt token) is "
-               "within a point, not applied; its leave-one-GPU-out refits 44%, 19%",
+               "16% under the clients' own (fit_report.py --client benchmark, at most 800 requests a row), whose refit "
+               "(3.9 us a prompt token) is within a point, not applied; its leave-one-GPU-out refits 44%, 19% (43%, "
+               "20% with every request the clients sent)",
         cpu_per_seq_s=4.79e-6, cpu_per_prefill_token_s=2.59e-6,
         collective_extra_s=((2, -14.9e-6), (4, -14.9e-6), (8, -14.9e-6)), scheduler="vllm-v1",
     ),

@@ -24,7 +24,10 @@ from simulator.config.run_config import MAX_QPS
 
 CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
 DEFAULT_GOODPUT_TARGET = 0.9  # DistServe: 90% of requests meet both SLOs
+
+
 def _field_default(holder: type, name: str) -> Any:
+    """The default of dataclass ``holder``'s field ``name``."""
     return next(f.default for f in dataclasses.fields(holder) if f.name == name)
 
 

@@ -88,6 +88,33 @@ def test_launch_bound_without_cuda_graphs_and_collective_floor_by_tp():
     assert 0 < engine_model(fast, tp=8).iteration_time(SHAPES[3]) < base
 
 
+def test_prefill_floor_holds_steps_with_prompt_tokens_only():
+    """A step that carries prompt tokens takes at least the floor x layers (prefill runs outside
+    CUDA graphs); a decode-only step does not; the stretch forms keep to the per-step prices."""
+    floored = replace(ENGINES["ideal"], prefill_floor_per_layer_s=1e-3)
+    cm, plain = engine_model(floored), engine_model("ideal")
+    small_prefill = BatchShape.from_requests([(16, 0)], [100] * 2)
+    assert plain.iteration_time(small_prefill) < 80e-3
+    assert cm.iteration_time(small_prefill) == pytest.approx(80e-3)  # 80 layers x 1 ms
+    assert cm.iteration_time(SHAPES[1]) == pytest.approx(max(80e-3, plain.iteration_time(SHAPES[1])))
+    for decode_only in (SHAPES[0], SHAPES[3]):
+        assert cm.iteration_time(decode_only) == plain.iteration_time(decode_only)
+    parts = cm.breakdown(small_prefill)
+    assert parts["engine_launch_bound"] == pytest.approx(80e-3 - plain.iteration_time(small_prefill))
+    # a prompt's chunks beside decodes, and a decode stretch: each step as the scalar path prices it
+    chunks = cm.chunk_stretch_times(4, 4 * 300, 4 * 300 * 300, 300, 64, 0, 5)
+    for j, t in enumerate(chunks):
+        shape = BatchShape()
+        shape.add_decodes(4, 4 * (300 + j), 4 * (300 + j) ** 2, 300 + j)
+        shape.add_prefill(64, 64 * j, False)
+        assert t == pytest.approx(cm.iteration_time(shape), rel=1e-12) and t >= 80e-3
+    decodes = cm.decode_stretch_times(4, 4 * 300, 4 * 300 * 300, 300, 60)
+    assert decodes[0] == pytest.approx(plain.iteration_time(BatchShape.decode_only(4, 1200, 360000, 300)), rel=1e-12)
+    assert max(decodes) < 80e-3
+    with pytest.raises(ConfigError, match="prefill_floor_per_layer_s"):
+        replace(ENGINES["ideal"], prefill_floor_per_layer_s=-1.0)
+
+
 def test_engine_field_and_flag_reach_the_simulation(tmp_path: Path):
     cfg = RunConfig().replace(workload__num_requests=20)
     from simulator.simulation import simulate

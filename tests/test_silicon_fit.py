@@ -79,6 +79,24 @@ def test_replay_matches_the_simulation_under_the_benchmark_clients_load(tmp_path
     assert tpot == pytest.approx(m["mean_tpot_ms"], rel=1e-9)
 
 
+def test_replay_matches_the_simulation_with_a_prefill_floor(tmp_path: Path) -> None:
+    """The prefill floor (a step with prompt tokens takes at least floor x layers) replays as the
+    engine prices it, and it lengthens the run (the prompts' steps)."""
+    floored = sf.Params(False, np.array([2.0e-3, 40e-6, 0.5e-6, 0.0, 1.0e-3]))  # 32 ms on 32 layers
+    artifact = tmp_path / "floored.json"
+    save_engine_artifact(floored.engine("floored", "test", "test"), artifact, {})
+    config = _closed_loop("llama-3.1-8b", 1, 512, 48, 8)
+    result = simulate(config.replace(engine=str(artifact)))
+    m = benchmark_metrics(result, request_columns(result))
+    trace = sf.trace_of(config)
+    assert trace is not None and trace.num_layers == 32
+    ttft, tpot = sf.replay(trace, floored)
+    assert ttft == pytest.approx(m["mean_ttft_ms"], rel=1e-9) and tpot == pytest.approx(m["mean_tpot_ms"], rel=1e-9)
+    ttft0, tpot0 = sf.replay(trace, TRUE)
+    assert ttft > ttft0 and tpot > tpot0
+    assert sf.Params.from_engine(floored.engine("x", "-", "-")).values[4] == pytest.approx(1.0e-3)
+
+
 def test_fit_recovers_known_terms(simulated_rows) -> None:  # noqa: ANN001
     rows, traces, _ = simulated_rows
     ttft = np.array([r["ttft_ms"] for r in rows])

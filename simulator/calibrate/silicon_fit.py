@@ -7,10 +7,13 @@ measured kernels of the row's backend (``--kernels vllm|sglang|trtllm``):
 
     cpu  = cpu_iteration_s + cpu_per_seq_s * seqs + cpu_per_prefill_token_s * prefill_tokens
     gpu  = kernels + collectives * collective_extra_s
+    gpu  = max(gpu, prefill_floor_per_layer_s * layers)   where the step carries > floor_above_tokens prompt tokens
     step = max(cpu, gpu)   with async scheduling (overlap_cpu), else cpu + gpu
 
-Three to four free numbers a backend (scheduler/input-preparation CPU time per step and per
-request, per prompt token, the per-collective extra; overlap chosen by cross-validation).
+Five free numbers a backend (scheduler/input-preparation CPU time per step and per request, per
+prompt token, the per-collective extra, the prefill step's floor per layer; overlap chosen by
+fit cost). ``floor_above_tokens`` is not fitted: it is the engine's CUDA-graph bound
+(:data:`FLOOR_ABOVE_TOKENS`).
 
 **Why a fit can be cheap (the replay).** Under a closed loop with fixed lengths a new request
 arrives exactly when another finishes, so the engine is never idle and which requests share
@@ -44,10 +47,18 @@ from simulator.config.errors import ConfigError
 from simulator.costmodel.engine_model import EngineModel
 
 # The free terms, in the order of the parameter vector, with their bounds (seconds).
-TERMS = ("cpu_iteration_s", "cpu_per_seq_s", "cpu_per_prefill_token_s", "collective_extra_s")
-LOWER = np.array([0.0, 0.0, 0.0, -30e-6])
-UPPER = np.array([50e-3, 2e-3, 20e-6, 2e-3])
-START = np.array([1e-3, 10e-6, 0.1e-6, 0.0])
+TERMS = ("cpu_iteration_s", "cpu_per_seq_s", "cpu_per_prefill_token_s", "collective_extra_s",
+         "prefill_floor_per_layer_s")
+LOWER = np.array([0.0, 0.0, 0.0, -30e-6, 0.0])
+UPPER = np.array([50e-3, 2e-3, 20e-6, 2e-3, 10e-3])
+# The floor starts where it binds on most steps that carry a prompt: a floor below every step's
+# time has no gradient, so a fit started there would never move it.
+START = np.array([1e-3, 10e-6, 0.1e-6, 0.0, 1e-3])
+X_SCALE = np.array([1e-3, 1e-5, 1e-7, 1e-5, 1e-4])
+# Prompt tokens a step may carry and still run in the engine's CUDA graphs (no prefill floor): vLLM
+# captures mixed steps up to max_cudagraph_capture_size, 512 tokens by default; SGLang runs every
+# extend batch and TensorRT-LLM every context phase outside them.
+FLOOR_ABOVE_TOKENS = {"vllm": 512, "sglang": 0, "trtllm": 0}
 
 # A user's benchmark CSV: required and optional columns (layout columns as the silicon sample names them).
 USER_REQUIRED = ("backend", "model", "gpu", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
@@ -69,6 +80,7 @@ class Trace:
     num_output_tokens: np.ndarray
     kernel_ttft_ms: float = math.nan  # the kernels-only figures, for the report
     kernel_tpot_ms: float = math.nan
+    num_layers: int = -1  # the model's (the prefill floor is per layer); -1: a trace cached before the field
 
 
 @dataclass
@@ -77,17 +89,27 @@ class Params:
 
     overlap_cpu: bool
     values: np.ndarray = field(default_factory=lambda: START.copy())
+    floor_above_tokens: int = 0  # EngineModel.prefill_floor_above_tokens (not fitted)
+
+    def __post_init__(self) -> None:
+        self.values = np.asarray(self.values, dtype=float)
+        if self.values.shape == (len(TERMS) - 1,):  # four terms: no prefill floor
+            self.values = np.append(self.values, 0.0)
+        if self.values.shape != (len(TERMS),):
+            raise ConfigError("engine terms", f"{len(self.values)} values for {len(TERMS)} terms", ", ".join(TERMS))
 
     def engine(self, name: str, source: str, fitted: str) -> EngineModel:
-        a, b, p, c = (float(v) for v in self.values)
+        a, b, p, c, f = (float(v) for v in self.values)
         return EngineModel(name=name, source=source, fitted=fitted, overlap_cpu=self.overlap_cpu,
                            cpu_iteration_s=a, cpu_per_seq_s=b, cpu_per_prefill_token_s=p,
-                           collective_extra_s=tuple((t, c) for t in (2, 4, 8, 16, 32, 64, 72)))
+                           collective_extra_s=tuple((t, c) for t in (2, 4, 8, 16, 32, 64, 72)),
+                           prefill_floor_per_layer_s=f, prefill_floor_above_tokens=self.floor_above_tokens)
 
     @classmethod
     def from_engine(cls, e: EngineModel) -> Params:
         c = e.collective_extra_s[0][1] if e.collective_extra_s else 0.0
-        return cls(e.overlap_cpu, np.array([e.cpu_iteration_s, e.cpu_per_seq_s, e.cpu_per_prefill_token_s, c]))
+        return cls(e.overlap_cpu, np.array([e.cpu_iteration_s, e.cpu_per_seq_s, e.cpu_per_prefill_token_s, c,
+                                            e.prefill_floor_per_layer_s]), e.prefill_floor_above_tokens)
 
 
 # -- traces ---------------------------------------------------------------------------------------------------------
@@ -132,14 +154,19 @@ def trace_of(config: Any) -> Trace | None:
                  done_step=step_of(np.asarray(req["completed_at"])[keep]),
                  num_output_tokens=np.asarray(req["num_output_tokens"])[keep],
                  kernel_ttft_ms=float(np.mean(req["ttft_s"][keep])) * 1e3,
-                 kernel_tpot_ms=float(np.nanmean(req["tpot_s"][keep])) * 1e3)
+                 kernel_tpot_ms=float(np.nanmean(req["tpot_s"][keep])) * 1e3,
+                 num_layers=config.replica.model_spec.num_layers)
 
 
 def replay(trace: Trace, params: Params) -> tuple[float, float]:
     """Mean TTFT and TPOT (ms) the simulator gives the traced run under ``params``'s terms."""
-    a, b, p, c = params.values
+    a, b, p, c, f = params.values
     c = max(c, trace.min_collective_extra_s)
     gpu = trace.kernel_s + trace.num_collectives * c
+    if f > 0:  # the prefill floor (EngineCostModel._floor), on the steps that carry prompt tokens
+        if trace.num_layers < 1:
+            raise ConfigError("trace", "a trace cached before num_layers cannot price a prefill floor", "rebuild the cache")
+        gpu = np.where(trace.prefill_tokens > params.floor_above_tokens, np.maximum(gpu, f * trace.num_layers), gpu)
     cpu = a + b * trace.seqs + p * trace.prefill_tokens
     step = np.maximum(gpu, cpu) if params.overlap_cpu else gpu + cpu
     end = np.cumsum(step)
@@ -189,6 +216,8 @@ class TraceCache:
                 self.items = pickle.loads(self.path.read_bytes())
             except Exception:  # noqa: BLE001 - a stale or broken cache is rebuilt
                 self.items = {}
+            # traces cached before a field they now need are rebuilt
+            self.items = {k: t for k, t in self.items.items() if t is None or "num_layers" in vars(t)}
 
     def get(self, config: Any) -> Trace | None:
         key = cache_key(config)
@@ -206,29 +235,32 @@ class TraceCache:
 
 # -- fitting --------------------------------------------------------------------------------------------------------
 def _residuals(values: np.ndarray, overlap: bool, traces: list[Trace], ttft: np.ndarray, tpot: np.ndarray,
-               ttft_weight: float) -> np.ndarray:
-    params = Params(overlap, values)
+               ttft_weight: float, floor_above_tokens: int = 0) -> np.ndarray:
+    params = Params(overlap, values, floor_above_tokens)
     pred = np.array([replay(t, params) for t in traces])
     return np.concatenate([ttft_weight * np.log(pred[:, 0] / ttft), np.log(pred[:, 1] / tpot)])
 
 
 def fit(traces: list[Trace], ttft_ms: np.ndarray, tpot_ms: np.ndarray, overlap: bool | None = None,
-        ttft_weight: float = 0.5, start: Params | None = None) -> Params:
+        ttft_weight: float = 0.5, start: Params | None = None, floor_above_tokens: int | None = None) -> Params:
     """Least squares of log(predicted / measured) TTFT and TPOT (soft-L1 loss: a few odd rows do
-    not pull the rest), bounded terms. ``overlap`` None: both tried, the lower cost kept."""
+    not pull the rest), bounded terms. ``overlap`` None: both tried, the lower cost kept.
+    ``floor_above_tokens`` (not fitted): ``start``'s, else 0."""
     from scipy.optimize import least_squares
 
     ttft_ms, tpot_ms = np.asarray(ttft_ms, float), np.asarray(tpot_ms, float)
     if not traces:
         raise ConfigError("rows", "no replayable rows to fit", "give aggregated closed-loop rows")
+    if floor_above_tokens is None:
+        floor_above_tokens = start.floor_above_tokens if start is not None else 0
     best: tuple[float, Params] | None = None
     for ov in ((True, False) if overlap is None else (overlap,)):
         x0 = np.clip(start.values if start is not None else START, LOWER, UPPER)
         sol = least_squares(_residuals, x0, bounds=(LOWER, UPPER), loss="soft_l1", f_scale=0.1,
-                            args=(ov, traces, ttft_ms, tpot_ms, ttft_weight), x_scale=np.array([1e-3, 1e-5, 1e-7, 1e-5]),
+                            args=(ov, traces, ttft_ms, tpot_ms, ttft_weight, floor_above_tokens), x_scale=X_SCALE,
                             max_nfev=200)
         if best is None or sol.cost < best[0]:
-            best = (float(sol.cost), Params(ov, sol.x))
+            best = (float(sol.cost), Params(ov, sol.x, floor_above_tokens))
     assert best is not None
     return best[1]
 
@@ -238,7 +270,7 @@ def predict(traces: list[Trace], params: Params) -> np.ndarray:
 
 
 def fold_params(rows: Any, traces: list[Trace], group: str, held_values: Iterable[Any] | None = None,
-                overlap: bool | None = None, min_train: int = 8) -> dict[Any, Params]:
+                overlap: bool | None = None, min_train: int = 8, floor_above_tokens: int = 0) -> dict[Any, Params]:
     """For each held-out ``group`` value (``gpu`` or ``model``; by default those of ``rows``,
     or ``held_values``), the terms fitted on the rows without it; absent where fewer than
     ``min_train`` rows remain."""
@@ -249,17 +281,18 @@ def fold_params(rows: Any, traces: list[Trace], group: str, held_values: Iterabl
         train = values != held
         if train.sum() < min_train:
             continue
-        out[held] = fit([t for t, k in zip(traces, train, strict=True) if k], ttft[train], tpot[train], overlap)
+        out[held] = fit([t for t, k in zip(traces, train, strict=True) if k], ttft[train], tpot[train], overlap,
+                        floor_above_tokens=floor_above_tokens)
     return out
 
 
 def cross_validate(rows: Any, traces: list[Trace], group: str, overlap: bool | None = None,
-                   min_train: int = 8, folds: dict[Any, Params] | None = None) -> np.ndarray:
+                   min_train: int = 8, folds: dict[Any, Params] | None = None, floor_above_tokens: int = 0) -> np.ndarray:
     """Held-out predictions (n x 2: TTFT, TPOT ms) per row, each from a fit without its
     ``group`` value (``gpu`` or ``model``); NaN where too few rows remain to train on."""
     out = np.full((len(traces), 2), np.nan)
     values = np.asarray(rows[group])
-    folds = fold_params(rows, traces, group, None, overlap, min_train) if folds is None else folds
+    folds = fold_params(rows, traces, group, None, overlap, min_train, floor_above_tokens) if folds is None else folds
     for held, params in folds.items():
         test = values == held
         if test.any():
@@ -393,7 +426,8 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     base_params = Params.from_engine(load_engine(base.engine))
     tr = [t for t, k in zip(traces, train, strict=True) if k]
     te = [t for t, k in zip(traces, test, strict=True) if k]
-    split_fit = fit(tr, ttft[train], tpot[train])
+    # the base engine's CUDA-graph bound on the prefill floor (not fitted)
+    split_fit = fit(tr, ttft[train], tpot[train], floor_above_tokens=base_params.floor_above_tokens)
     before = error_row(predict(te, base_params), rows[test])
     after = error_row(predict(te, split_fit), rows[test])
     final = fit(traces, ttft, tpot, start=split_fit)
@@ -403,7 +437,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
                               "holdout_before": before, "holdout_after": after}
     for group in ("gpu", "model"):
         if rows[group].nunique() > 1:
-            cv = cross_validate(rows, traces, group)
+            cv = cross_validate(rows, traces, group, floor_above_tokens=base_params.floor_above_tokens)
             report[f"leave_one_{group}_out"] = error_row(cv, rows)
             rows[f"cv_{group}_ttft_ms"], rows[f"cv_{group}_tpot_ms"] = cv.T
     engine = final.engine(name, source, f"servesim calibrate-engine --rows: least squares (soft-L1) of log "

@@ -13,12 +13,19 @@ This module names those terms per engine, as a layer *on top of* any kernel cost
     gpu   = kernels + collectives * collective_extra_s(tp)
             + prefill_excess_token_s * max(0, prefill_tokens - prefill_excess_threshold_tokens)
     gpu   = max(gpu, launch)      where the engine has no CUDA graphs (launch-bound steps)
+    gpu   = max(gpu, prefill_floor_per_layer_s * layers)   a step with > prefill_floor_above_tokens prompt tokens
     time  = cpu + gpu             synchronous engine (vLLM v0, sarathi-serve)
     time  = max(cpu, gpu)         async scheduling (CPU work of step n+1 hides under step n)
 
 ``seqs`` counts the requests in the batch (prefill chunks plus decodes), ``collectives`` the
 TP collectives of one forward pass (two all-reduces a layer, one for parallel attention/MLP
-blocks, plus the LM head's vocab gather). ``collective_extra_s`` is what the engine's
+blocks, plus the LM head's vocab gather). The prefill floor is the least a step carrying
+prompt tokens takes: today's engines capture decode steps in CUDA graphs but run prefill
+steps outside them (SGLang's extend batches and TensorRT-LLM's context phase always; vLLM's
+mixed steps above its capture sizes, 512 tokens by default, which ``prefill_floor_above_tokens``
+stands for, counting prompt tokens only), so a small prefill is bound by launch and host work
+per layer; as fitted on measured rows it also holds whatever else a prefill step costs that
+the kernel tables do not show. ``collective_extra_s`` is what the engine's
 collectives cost *beyond* the kernel model's per-call latency, so it may be negative for an
 engine with a faster collective (vLLM's custom all-reduce); a collective never costs less
 than nothing. Every term is a constant of the preset: the hot loop does a handful of
@@ -95,6 +102,8 @@ class EngineModel:
     prefill_excess_threshold_tokens: int = 2048
     cuda_graphs: bool = True  # False: a step is at least kernels * launch_per_kernel_s
     launch_per_kernel_s: float = 0.0
+    prefill_floor_per_layer_s: float = 0.0  # a step with prompt tokens takes at least this x num_layers (GPU side)
+    prefill_floor_above_tokens: int = 0  # ... when it carries more prompt tokens than this (below: in CUDA graphs)
     scheduler: str | None = None  # the scheduling policy its fit ran (a run with another policy is told)
 
     def __post_init__(self) -> None:
@@ -109,8 +118,9 @@ class EngineModel:
                 raise ConfigError(f"engine.{f.name}", f"must be finite and >= 0, got {value}")
         if self.scheduler is not None and self.scheduler not in SCHEDULER_NAMES:
             raise ConfigError("engine.scheduler", f"unknown scheduler {self.scheduler!r}", f"known: {', '.join(SCHEDULER_NAMES)}")
-        if self.prefill_excess_threshold_tokens < 0:
-            raise ConfigError("engine.prefill_excess_threshold_tokens", "must be >= 0")
+        for name in ("prefill_excess_threshold_tokens", "prefill_floor_above_tokens"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"engine.{name}", "must be >= 0")
 
     def with_terms(self, **terms: Any) -> EngineModel:
         return replace(self, **terms)
@@ -188,7 +198,7 @@ ENGINES: dict[str, EngineModel] = {
     ),
     # Today's engines, fitted on AIConfigurator's silicon rows (closed-loop TTFT/TPOT) over each backend's
     # measured kernel tables (--kernels vllm|sglang|trtllm): results/validation/silicon/fit_report.py
-    # (simulator.calibrate.silicon_fit). Four free terms a backend, async overlap chosen by fit cost. The
+    # (simulator.calibrate.silicon_fit). Five free terms a backend, async overlap chosen by fit cost. The
     # fits explain little beyond the kernels (README there): use them with their backend's kernels only.
     "vllm-2026": EngineModel(
         name="vllm-2026",
@@ -198,15 +208,16 @@ ENGINES: dict[str, EngineModel] = {
                "x model)",
         fitted="soft-L1 least squares of log TTFT/TPOT ratios over closed-loop replays under the load each row's "
                "client made (fit_report.py --client benchmark: InferenceX's [0.8 len, len] band or AIPerf's exact "
-               "lengths, warm-up a phase of its own, then at most 800 requests a row; --kernels vllm, scheduler "
-               "vllm-v1, budget 8192): median abs "
-               "error TTFT 24%, TPOT 12% in-sample (kernels alone 43%, 12%; the former fit, 1.3 us a prompt token, "
-               "40%, 13%), leave-one-GPU-out 25%, 14%. The 8.4 us a prompt token stands for what a prefill costs "
-               "beyond the tables' kernels (input preparation, the API server's tokenizing, kernels slower in the "
-               "engine than alone): the rows cannot tell these apart. Refitted with every request the clients sent "
-               "(0.52 ms, 9.4 us, -7.5 us: 5-12% moves; in-sample 22%, 11%): not applied",
-        cpu_iteration_s=0.547e-3, cpu_per_prefill_token_s=8.39e-6,
-        collective_extra_s=((2, -7.08e-6), (4, -7.08e-6), (8, -7.08e-6)),
+               "lengths, warm-up a phase of its own, every request the client sent; --kernels vllm, scheduler "
+               "vllm-v1, budget 8192): median abs error TTFT 20%, TPOT 11% in-sample (kernels alone 43%, 12%; "
+               "without the prefill floor 22%, 11%); held out in results/validation/silicon/README.md. The floor "
+               "(0.85 ms a layer on a step with more than 512 prompt tokens, the size up to which vLLM captures "
+               "mixed steps in CUDA graphs) and the 6.7 us a prompt token stand for what a prefill costs beyond "
+               "the tables' kernels (eager launches, input preparation, tokenizing, kernels slower in the engine "
+               "than alone): the rows cannot tell these apart",
+        cpu_iteration_s=0.414e-3, cpu_per_prefill_token_s=6.74e-6,
+        collective_extra_s=((2, -14.9e-6), (4, -14.9e-6), (8, -14.9e-6)),
+        prefill_floor_per_layer_s=0.851e-3, prefill_floor_above_tokens=512,
         scheduler="vllm-v1",
     ),
     "sglang-2026": EngineModel(
@@ -214,12 +225,14 @@ ENGINES: dict[str, EngineModel] = {
         source="AIConfigurator silicon_train.csv, SGLang 0.5.x aggregated rows (379 replayed: H100, B200, B300; "
                "DeepSeek-V3/R1, Qwen3-32B, Qwen3.5-397B-A17B), wip rows dropped, repeated measurements once",
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
-               "first, never mixed with decodes; use it with this preset); median abs error TTFT 43%, TPOT 19% "
-               "(kernels alone 52%, 20%) under the exact load and under the clients' own (fit_report.py --client "
-               "benchmark, with InferenceX's SGLang request intake, at most 800 requests a row), whose leave-one-GPU-out "
-               "refits score 54%, 23% (56%, 23% with every request the clients sent)",
-        cpu_per_seq_s=8.98e-6, cpu_per_prefill_token_s=9.86e-6,
-        collective_extra_s=((2, 3.28e-6), (4, 3.28e-6), (8, 3.28e-6)), scheduler="sglang",
+               "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake: "
+               "median abs error TTFT 30%, TPOT 20% in-sample (without the prefill floor 44%, 21%; kernels alone "
+               "52%, 20%). The floor, 3.5 ms a layer on every step that carries a prompt (SGLang runs extend "
+               "batches outside its CUDA graphs), is far above launch latency alone: it holds what a prefill step "
+               "costs that the tables do not show (at 4 users the measured TTFT is 150-200 ms at 1K prompt tokens "
+               "and grows slowly to 8K)",
+        cpu_per_seq_s=9.57e-6, cpu_per_prefill_token_s=2.01e-6, prefill_floor_per_layer_s=3.52e-3,
+        collective_extra_s=((2, -0.22e-6), (4, -0.22e-6), (8, -0.22e-6)), scheduler="sglang",
     ),
     "trtllm-2026": EngineModel(
         name="trtllm-2026",
@@ -227,12 +240,11 @@ ENGINES: dict[str, EngineModel] = {
                "GB200; DeepSeek-V3/R1, gpt-oss-120b, Llama-3.1-8B/70B, Qwen3-32B), wip rows dropped, repeated "
                "measurements once",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
-               "generation); median abs error TTFT 41%, TPOT 17% (kernels alone 40%, 19%) under the exact load, 40%, "
-               "16% under the clients' own (fit_report.py --client benchmark, at most 800 requests a row), whose refit "
-               "(3.9 us a prompt token) is within a point, not applied; its leave-one-GPU-out refits 44%, 19% (43%, "
-               "20% with every request the clients sent)",
-        cpu_per_seq_s=4.79e-6, cpu_per_prefill_token_s=2.59e-6,
-        collective_extra_s=((2, -14.9e-6), (4, -14.9e-6), (8, -14.9e-6)), scheduler="vllm-v1",
+               "generation): median abs error TTFT 33%, TPOT 17% in-sample (without the prefill floor 35%, 18%; "
+               "kernels alone 43%, 16%); the floor, 1.08 ms a layer on every step with context tokens (the "
+               "PyTorch flow captures generation-only batches in CUDA graphs)",
+        cpu_per_prefill_token_s=3.24e-6, prefill_floor_per_layer_s=1.08e-3,
+        collective_extra_s=((2, -8.87e-6), (4, -8.87e-6), (8, -8.87e-6)), scheduler="vllm-v1",
     ),
 }
 assert tuple(ENGINES) == ENGINE_PRESETS, "config.ENGINE_PRESETS must list the presets"
@@ -340,6 +352,10 @@ class EngineCostModel(CostModel):
         self.cpu_seq_s = e.cpu_per_seq_s + (e.rpc_per_seq_s if replica.tp > 1 else 0.0)
         self.launch_s = 0.0 if e.cuda_graphs else (
             e.launch_per_kernel_s * KERNELS_PER_LAYER * replica.model_spec.num_layers)
+        # The floor of a step that carries more than _floor_above prompt tokens (never below the
+        # launch floor of every step).
+        self.prefill_floor_s = max(self.launch_s, e.prefill_floor_per_layer_s * replica.model_spec.num_layers)
+        self._floor_above = e.prefill_floor_above_tokens
         self.overlap = e.overlap_cpu
         self._excess_threshold, self._excess_s = e.prefill_excess_threshold_tokens, e.prefill_excess_token_s
         self._cpu_token_s = e.cpu_per_prefill_token_s
@@ -385,21 +401,28 @@ class EngineCostModel(CostModel):
     # The module docstring's formula. Both forms do the same float operations in the same order,
     # so a stretch's times are its steps' times bit for bit (an instance's first stretches are
     # checked against the scalar path: _agrees). stage_time splits the step by pipeline stage.
-    def _engine_time(self, kernel_s: float, excess: float, cpu: float) -> float:
+    def _floor(self, shape: BatchShape) -> float:
+        """The least GPU-side time of ``shape``'s step: the prefill floor where it carries more
+        prompt tokens than the engine runs in CUDA graphs, else the launch floor."""
+        return self.prefill_floor_s if shape.num_prefill_tokens > self._floor_above else self.launch_s
+
+    def _engine_time(self, kernel_s: float, excess: float, cpu: float, floor: float) -> float:
         """Seconds the engine adds to one step whose kernels take ``kernel_s`` (the whole step's):
-        the collective extras and the prefill excess ``excess`` on the GPU, the launch floor, then
-        the CPU time ``cpu``, hidden under the GPU time (async scheduling) or added to it. The step
-        takes ``kernel_s + _engine_time(...)``. The scalar form of :meth:`_series_times`."""
+        the collective extras and the prefill excess ``excess`` on the GPU, the step's floor
+        (:meth:`_floor`), then the CPU time ``cpu``, hidden under the GPU time (async scheduling)
+        or added to it. The step takes ``kernel_s + _engine_time(...)``. The scalar form of
+        :meth:`_series_times`."""
         gpu = kernel_s + self.collective_s + excess
-        if gpu < self.launch_s:
-            gpu = self.launch_s
+        if gpu < floor:
+            gpu = floor
         total = (gpu if gpu > cpu else cpu) if self.overlap else gpu + cpu
         return total - kernel_s
 
     def _series_times(self, layers: list[float] | np.ndarray, pre: float, post: float, excess: float,
-                      cpu: float) -> list[float]:
+                      cpu: float, launch: float) -> list[float]:
         """The times of a stretch of steps whose one layer takes ``layers[i]`` in step ``i`` and
-        whose embedding ``pre``, LM head ``post``, prefill excess and CPU time stay the same. The
+        whose embedding ``pre``, LM head ``post``, prefill excess, CPU time and floor ``launch`` (:meth:`_floor`)
+        stay the same. The
         series form of :meth:`_engine_time`: step ``i`` takes ``kern + _engine_time(kern, excess,
         cpu)`` with ``kern = pre + num_layers * layers[i] + post``, in the same float operations
         (with overlap, max(max(gpu, launch), cpu) == max(gpu, max(launch, cpu)) as max picks a value;
@@ -408,7 +431,7 @@ class EngineCostModel(CostModel):
         a CPU time of 0.0, which changes no positive float). A list (a prompt's chunks, a decode
         stretch up to ``SMALL_STRETCH`` steps) is priced in plain floats, an array (a longer decode
         stretch) in place in numpy, whose per-call cost the plain loop would exceed."""
-        num_layers, collective, launch = self._num_layers, self.collective_s, self.launch_s
+        num_layers, collective = self._num_layers, self.collective_s
         if self.overlap:
             floor, add_cpu = (launch if launch > cpu else cpu), 0.0
         else:
@@ -444,15 +467,18 @@ class EngineCostModel(CostModel):
         return self.kernels.post_time(shape)
 
     def overhead_time(self, shape: BatchShape) -> float:
-        return self._engine_time(self._kernel_time(shape), self.prefill_excess_time(shape), self.cpu_time(shape))
+        return self._engine_time(self._kernel_time(shape), self.prefill_excess_time(shape), self.cpu_time(shape),
+                                 self._floor(shape))
 
     def iteration_time(self, shape: BatchShape) -> float:
         kernel_s = self._pre(shape) + self._num_layers * self._layer(shape) + self._post(shape)  # _kernel_time
-        return kernel_s + self._engine_time(kernel_s, self.prefill_excess_time(shape), self.cpu_time(shape))
+        return kernel_s + self._engine_time(kernel_s, self.prefill_excess_time(shape), self.cpu_time(shape),
+                                            self.prefill_floor_s if shape.num_prefill_tokens > self._floor_above
+                                            else self.launch_s)
 
     def stage_time(self, shape: BatchShape, stage: int) -> float:
         """One pipeline stage's share of the step. The engine's GPU-side terms (collective
-        extras, prefill excess, the launch floor) run with the layers, so each stage carries
+        extras, prefill excess, the step's floor) run with the layers, so each stage carries
         its layers' share of them; the CPU work (scheduling, input preparation, RPC) stays on
         stage 0, which the engine dispatches first, overlapped with that stage's GPU time
         or added to it as the engine does. The stages add up to :meth:`iteration_time`
@@ -465,7 +491,7 @@ class EngineCostModel(CostModel):
         if stage == len(self.layers_per_stage) - 1:
             gpu += self._post(shape)
         gpu += (self.collective_s + self.prefill_excess_time(shape)) * share
-        floor = self.launch_s * share
+        floor = self._floor(shape) * share
         if gpu < floor:
             gpu = floor
         if stage != 0:
@@ -541,7 +567,9 @@ class EngineCostModel(CostModel):
                           for a, kv in zip(prefill, range(kv_sum, kv_sum + n * m, n))]  # noqa: B905 - m each
             else:
                 layers = [token + a + 0.0 for a in prefill]
-            times = self._series_times(layers, pre, post, excess, cpu)
+            # every step of the stretch carries one chunk of the prompt: one floor for them all
+            floor = self.prefill_floor_s if chunk > self._floor_above else self.launch_s
+            times = self._series_times(layers, pre, post, excess, cpu, floor)
             if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
                 first, last = BatchShape(), BatchShape()
                 first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)
@@ -589,7 +617,7 @@ class EngineCostModel(CostModel):
             if series is None:
                 return None
             layers, pre, post, excess, cpu = series
-            times = self._series_times(layers(kv_sum, kv_sq_sum, m), pre, post, excess, cpu)
+            times = self._series_times(layers(kv_sum, kv_sq_sum, m), pre, post, excess, cpu, self.launch_s)
             if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
                 j = m - 1
                 first = BatchShape.decode_only(n, kv_sum, kv_sq_sum, kv_max)
@@ -691,9 +719,10 @@ class EngineCostModel(CostModel):
                      "engine_cpu_prefill_tokens": e.cpu_per_prefill_token_s * shape.num_prefill_tokens,
                      "engine_rpc_tp_workers": rpc}
         gpu = kernel_s + self.collective_s + self.prefill_excess_time(shape)
+        floor = self._floor(shape)
         out = {"engine_collective_floor": self.collective_s, "engine_prefill_excess": self.prefill_excess_time(shape),
-               "engine_launch_bound": max(0.0, self.launch_s - gpu)}
-        gpu = max(gpu, self.launch_s)
+               "engine_launch_bound": max(0.0, floor - gpu)}  # the launch floor, or a prefill step's
+        gpu = max(gpu, floor)
         cpu = sum(cpu_terms.values())
         if self.overlap:
             exposed = max(0.0, cpu - gpu)

@@ -10,10 +10,10 @@ measured kernels of the row's backend (``--kernels vllm|sglang|trtllm``):
     gpu  = max(gpu, prefill_floor_per_layer_s * layers)   where the step carries > floor_above_tokens prompt tokens
     step = max(cpu, gpu)   with async scheduling (overlap_cpu), else cpu + gpu
 
-Five free numbers a backend (scheduler/input-preparation CPU time per step and per request, per
+Four or five free numbers a backend (scheduler/input-preparation CPU time per step and per request, per
 prompt token, the per-collective extra, the prefill step's floor per layer; overlap chosen by
 fit cost). ``floor_above_tokens`` is not fitted: it is the engine's CUDA-graph bound
-(:data:`FLOOR_ABOVE_TOKENS`).
+(:data:`FLOOR_ABOVE_TOKENS`, which also says which backends get a floor).
 
 **Why a fit can be cheap (the replay).** Under a closed loop with fixed lengths a new request
 arrives exactly when another finishes, so the engine is never idle and which requests share
@@ -55,10 +55,12 @@ UPPER = np.array([50e-3, 2e-3, 20e-6, 2e-3, 10e-3])
 # time has no gradient, so a fit started there would never move it.
 START = np.array([1e-3, 10e-6, 0.1e-6, 0.0, 1e-3])
 X_SCALE = np.array([1e-3, 1e-5, 1e-7, 1e-5, 1e-4])
-# Prompt tokens a step may carry and still run in the engine's CUDA graphs (no prefill floor): vLLM
-# captures mixed steps up to max_cudagraph_capture_size, 512 tokens by default; SGLang runs every
-# extend batch and TensorRT-LLM every context phase outside them.
-FLOOR_ABOVE_TOKENS = {"vllm": 512, "sglang": 0, "trtllm": 0}
+# The backends whose prefill floor is fitted, and the prompt tokens a step may carry and still run
+# in their CUDA graphs: SGLang runs every extend batch and TensorRT-LLM every context phase outside
+# them. vLLM is fitted without one: it captures mixed steps up to 512 tokens and compiles the rest
+# (torch.compile), and a floor fitted on its rows (0.85 ms a layer above 512 prompt tokens) moved the
+# held-out errors by under a point while pricing small fast models' prefill steps too slow.
+FLOOR_ABOVE_TOKENS = {"sglang": 0, "trtllm": 0}
 
 # A user's benchmark CSV: required and optional columns (layout columns as the silicon sample names them).
 USER_REQUIRED = ("backend", "model", "gpu", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
@@ -235,32 +237,33 @@ class TraceCache:
 
 # -- fitting --------------------------------------------------------------------------------------------------------
 def _residuals(values: np.ndarray, overlap: bool, traces: list[Trace], ttft: np.ndarray, tpot: np.ndarray,
-               ttft_weight: float, floor_above_tokens: int = 0) -> np.ndarray:
-    params = Params(overlap, values, floor_above_tokens)
+               ttft_weight: float, floor_above_tokens: int | None = 0) -> np.ndarray:
+    # floor_above_tokens None: the floor is not fitted (four values; no floor)
+    params = Params(overlap, values, 0) if floor_above_tokens is None else Params(overlap, values, floor_above_tokens)
     pred = np.array([replay(t, params) for t in traces])
     return np.concatenate([ttft_weight * np.log(pred[:, 0] / ttft), np.log(pred[:, 1] / tpot)])
 
 
 def fit(traces: list[Trace], ttft_ms: np.ndarray, tpot_ms: np.ndarray, overlap: bool | None = None,
-        ttft_weight: float = 0.5, start: Params | None = None, floor_above_tokens: int | None = None) -> Params:
+        ttft_weight: float = 0.5, start: Params | None = None, floor_above_tokens: int | None = 0) -> Params:
     """Least squares of log(predicted / measured) TTFT and TPOT (soft-L1 loss: a few odd rows do
     not pull the rest), bounded terms. ``overlap`` None: both tried, the lower cost kept.
-    ``floor_above_tokens`` (not fitted): ``start``'s, else 0."""
+    ``floor_above_tokens``: the prefill floor's bound (not fitted; see :data:`FLOOR_ABOVE_TOKENS`),
+    or None to fit no floor."""
     from scipy.optimize import least_squares
 
     ttft_ms, tpot_ms = np.asarray(ttft_ms, float), np.asarray(tpot_ms, float)
     if not traces:
         raise ConfigError("rows", "no replayable rows to fit", "give aggregated closed-loop rows")
-    if floor_above_tokens is None:
-        floor_above_tokens = start.floor_above_tokens if start is not None else 0
+    n = len(TERMS) - (floor_above_tokens is None)  # without a floor, its value stays 0
     best: tuple[float, Params] | None = None
     for ov in ((True, False) if overlap is None else (overlap,)):
-        x0 = np.clip(start.values if start is not None else START, LOWER, UPPER)
-        sol = least_squares(_residuals, x0, bounds=(LOWER, UPPER), loss="soft_l1", f_scale=0.1,
-                            args=(ov, traces, ttft_ms, tpot_ms, ttft_weight, floor_above_tokens), x_scale=X_SCALE,
+        x0 = np.clip(start.values if start is not None else START, LOWER, UPPER)[:n]
+        sol = least_squares(_residuals, x0, bounds=(LOWER[:n], UPPER[:n]), loss="soft_l1", f_scale=0.1,
+                            args=(ov, traces, ttft_ms, tpot_ms, ttft_weight, floor_above_tokens), x_scale=X_SCALE[:n],
                             max_nfev=200)
         if best is None or sol.cost < best[0]:
-            best = (float(sol.cost), Params(ov, sol.x, floor_above_tokens))
+            best = (float(sol.cost), Params(ov, sol.x, floor_above_tokens or 0))
     assert best is not None
     return best[1]
 
@@ -270,7 +273,7 @@ def predict(traces: list[Trace], params: Params) -> np.ndarray:
 
 
 def fold_params(rows: Any, traces: list[Trace], group: str, held_values: Iterable[Any] | None = None,
-                overlap: bool | None = None, min_train: int = 8, floor_above_tokens: int = 0) -> dict[Any, Params]:
+                overlap: bool | None = None, min_train: int = 8, floor_above_tokens: int | None = 0) -> dict[Any, Params]:
     """For each held-out ``group`` value (``gpu`` or ``model``; by default those of ``rows``,
     or ``held_values``), the terms fitted on the rows without it; absent where fewer than
     ``min_train`` rows remain."""
@@ -287,7 +290,8 @@ def fold_params(rows: Any, traces: list[Trace], group: str, held_values: Iterabl
 
 
 def cross_validate(rows: Any, traces: list[Trace], group: str, overlap: bool | None = None,
-                   min_train: int = 8, folds: dict[Any, Params] | None = None, floor_above_tokens: int = 0) -> np.ndarray:
+                   min_train: int = 8, folds: dict[Any, Params] | None = None,
+                   floor_above_tokens: int | None = 0) -> np.ndarray:
     """Held-out predictions (n x 2: TTFT, TPOT ms) per row, each from a fit without its
     ``group`` value (``gpu`` or ``model``); NaN where too few rows remain to train on."""
     out = np.full((len(traces), 2), np.nan)

@@ -198,7 +198,8 @@ ENGINES: dict[str, EngineModel] = {
     ),
     # Today's engines, fitted on AIConfigurator's silicon rows (closed-loop TTFT/TPOT) over each backend's
     # measured kernel tables (--kernels vllm|sglang|trtllm): results/validation/silicon/fit_report.py
-    # (simulator.calibrate.silicon_fit). Five free terms a backend, async overlap chosen by fit cost. The
+    # (simulator.calibrate.silicon_fit). Four free terms a backend and SGLang's and TRT-LLM's prefill floor,
+    # async overlap chosen by fit cost. The
     # fits explain little beyond the kernels (README there): use them with their backend's kernels only.
     "vllm-2026": EngineModel(
         name="vllm-2026",
@@ -208,16 +209,19 @@ ENGINES: dict[str, EngineModel] = {
                "x model)",
         fitted="soft-L1 least squares of log TTFT/TPOT ratios over closed-loop replays under the load each row's "
                "client made (fit_report.py --client benchmark: InferenceX's [0.8 len, len] band or AIPerf's exact "
-               "lengths, warm-up a phase of its own, every request the client sent; --kernels vllm, scheduler "
-               "vllm-v1, budget 8192): median abs error TTFT 20%, TPOT 11% in-sample (kernels alone 43%, 12%; "
-               "without the prefill floor 22%, 11%); held out in results/validation/silicon/README.md. The floor "
-               "(0.85 ms a layer on a step with more than 512 prompt tokens, the size up to which vLLM captures "
-               "mixed steps in CUDA graphs) and the 6.7 us a prompt token stand for what a prefill costs beyond "
-               "the tables' kernels (eager launches, input preparation, tokenizing, kernels slower in the engine "
-               "than alone): the rows cannot tell these apart",
-        cpu_iteration_s=0.414e-3, cpu_per_prefill_token_s=6.74e-6,
-        collective_extra_s=((2, -14.9e-6), (4, -14.9e-6), (8, -14.9e-6)),
-        prefill_floor_per_layer_s=0.851e-3, prefill_floor_above_tokens=512,
+               "lengths, warm-up a phase of its own, then at most 800 requests a row; --kernels vllm, scheduler "
+               "vllm-v1, budget 8192): median abs "
+               "error TTFT 24%, TPOT 12% in-sample (kernels alone 43%, 12%; the former fit, 1.3 us a prompt token, "
+               "40%, 13%), leave-one-GPU-out 25%, 14%. The 8.4 us a prompt token stands for what a prefill costs "
+               "beyond the tables' kernels (input preparation, the API server's tokenizing, kernels slower in the "
+               "engine than alone): the rows cannot tell these apart. Refitted with every request the clients sent "
+               "(0.52 ms, 9.4 us, -7.5 us: 5-12% moves; in-sample 22%, 11%): not applied. A prefill floor fitted "
+               "beside them (as sglang-2026's; 0.85 ms a layer on steps of more than 512 prompt tokens, vLLM's "
+               "CUDA-graph capture bound) took in-sample TTFT to 20% and the replayed rows' leave-one-GPU-out TTFT / "
+               "TPOT from 22% / 13.5% to 21% / 13%, but priced small fast models' prefill steps too slow (gpt-oss-120b "
+               "on B200 at 64 users: TPOT +5% -> +23%): not applied",
+        cpu_iteration_s=0.547e-3, cpu_per_prefill_token_s=8.39e-6,
+        collective_extra_s=((2, -7.08e-6), (4, -7.08e-6), (8, -7.08e-6)),
         scheduler="vllm-v1",
     ),
     "sglang-2026": EngineModel(
@@ -225,8 +229,8 @@ ENGINES: dict[str, EngineModel] = {
         source="AIConfigurator silicon_train.csv, SGLang 0.5.x aggregated rows (379 replayed: H100, B200, B300; "
                "DeepSeek-V3/R1, Qwen3-32B, Qwen3.5-397B-A17B), wip rows dropped, repeated measurements once",
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
-               "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake: "
-               "median abs error TTFT 30%, TPOT 20% in-sample (without the prefill floor 44%, 21%; kernels alone "
+               "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake, every "
+               "request the clients sent: median abs error TTFT 30%, TPOT 20% in-sample (without the prefill floor 44%, 21%; kernels alone "
                "52%, 20%). The floor, 3.5 ms a layer on every step that carries a prompt (SGLang runs extend "
                "batches outside its CUDA graphs), is far above launch latency alone: it holds what a prefill step "
                "costs that the tables do not show (at 4 users the measured TTFT is 150-200 ms at 1K prompt tokens "
@@ -240,7 +244,7 @@ ENGINES: dict[str, EngineModel] = {
                "GB200; DeepSeek-V3/R1, gpt-oss-120b, Llama-3.1-8B/70B, Qwen3-32B), wip rows dropped, repeated "
                "measurements once",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
-               "generation): median abs error TTFT 33%, TPOT 17% in-sample (without the prefill floor 35%, 18%; "
+               "generation), every request the clients sent: median abs error TTFT 33%, TPOT 17% in-sample (without the prefill floor 35%, 18%; "
                "kernels alone 43%, 16%); the floor, 1.08 ms a layer on every step with context tokens (the "
                "PyTorch flow captures generation-only batches in CUDA graphs)",
         cpu_per_prefill_token_s=3.24e-6, prefill_floor_per_layer_s=1.08e-3,

@@ -364,7 +364,7 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
         tr = [traces[i] for i in idx]
         pred.loc[idx, "pred_ttft_ms_kernel"] = [t.kernel_ttft_ms for t in tr]
         pred.loc[idx, "pred_tpot_ms_kernel"] = [t.kernel_tpot_ms for t in tr]
-        above = FLOOR_ABOVE_TOKENS.get(backend, 0)
+        above = FLOOR_ABOVE_TOKENS.get(backend)  # None: no prefill floor fitted
         params = fit(tr, sub["measured_ttft_ms"], sub["measured_tpot_ms"], floor_above_tokens=above)
         p = predict(tr, params)
         pred.loc[idx, "pred_ttft_ms_fit"], pred.loc[idx, "pred_tpot_ms_fit"] = p[:, 0], p[:, 1]
@@ -379,7 +379,8 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
                         "gpus": " ".join(sorted(sub["gpu"].unique())), "models": " ".join(sorted(sub["model"].unique())),
                         "overlap_cpu": params.overlap_cpu, "cpu_iteration_ms": a * 1e3, "cpu_per_seq_us": b * 1e6,
                         "cpu_per_prefill_token_us": pt * 1e6, "collective_extra_us": c * 1e6,
-                        "prefill_floor_per_layer_ms": fl * 1e3, "prefill_floor_above_tokens": above})
+                        "prefill_floor_per_layer_ms": fl * 1e3,
+                        "prefill_floor_above_tokens": above if above is not None else -1})
         print(f"  {backend}: {len(sub)} rows fitted and cross-validated, {time.perf_counter() - started:.0f} s "
               f"(overlap {params.overlap_cpu}, {a * 1e3:.3f} ms/step, {b * 1e6:.1f} us/req, {pt * 1e6:.3f} us/prompt "
               f"token, {c * 1e6:.1f} us/collective, prefill floor {fl * 1e3:.3f} ms/layer above {above} tokens)", flush=True)

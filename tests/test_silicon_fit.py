@@ -108,6 +108,10 @@ def test_fit_recovers_known_terms(simulated_rows) -> None:  # noqa: ANN001
     assert got.values[2] == pytest.approx(0.5e-6, rel=0.15)
     pred = sf.predict(traces, got)
     assert np.max(np.abs(pred[:, 1] / tpot - 1)) < 0.01
+    # a backend fitted without a prefill floor (floor_above_tokens None) keeps it at exactly 0
+    no_floor = sf.fit(traces, ttft, tpot, overlap=False, floor_above_tokens=None)
+    assert no_floor.values[4] == 0.0 and no_floor.engine("x", "-", "-").prefill_floor_per_layer_s == 0.0
+    assert no_floor.values[0] == pytest.approx(2.0e-3, rel=0.05)
     assert np.max(np.abs(pred[:, 0] / ttft - 1)) < 0.02
     # An async engine cannot produce these rows' TPOT at batch 64 and their TTFT at batch 2 together.
     wrong = sf.fit(traces, ttft, tpot, overlap=True)

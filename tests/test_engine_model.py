@@ -111,6 +111,16 @@ def test_prefill_floor_holds_steps_with_prompt_tokens_only():
     decodes = cm.decode_stretch_times(4, 4 * 300, 4 * 300 * 300, 300, 60)
     assert decodes[0] == pytest.approx(plain.iteration_time(BatchShape.decode_only(4, 1200, 360000, 300)), rel=1e-12)
     assert max(decodes) < 80e-3
+    # a speculative verify's query rows ride in num_prefill_tokens but are no prompt: no floor
+    from simulator.costmodel.speculative import SpecBatchShape
+
+    verify = SpecBatchShape()
+    for _ in range(4):
+        verify.add_verify(3, 500)
+    assert verify.num_prefill_tokens == 12
+    assert cm.iteration_time(verify) == plain.iteration_time(verify) < 80e-3
+    verify.add_prefill(16, 0, False)
+    assert cm.iteration_time(verify) == pytest.approx(80e-3)
     with pytest.raises(ConfigError, match="prefill_floor_per_layer_s"):
         replace(ENGINES["ideal"], prefill_floor_per_layer_s=-1.0)
 

@@ -360,6 +360,7 @@ class EngineCostModel(CostModel):
         # launch floor of every step).
         self.prefill_floor_s = max(self.launch_s, e.prefill_floor_per_layer_s * replica.model_spec.num_layers)
         self._floor_above = e.prefill_floor_above_tokens
+        self._has_prefill_floor = self.prefill_floor_s > self.launch_s
         self.overlap = e.overlap_cpu
         self._excess_threshold, self._excess_s = e.prefill_excess_threshold_tokens, e.prefill_excess_token_s
         self._cpu_token_s = e.cpu_per_prefill_token_s
@@ -407,8 +408,13 @@ class EngineCostModel(CostModel):
     # checked against the scalar path: _agrees). stage_time splits the step by pipeline stage.
     def _floor(self, shape: BatchShape) -> float:
         """The least GPU-side time of ``shape``'s step: the prefill floor where it carries more
-        prompt tokens than the engine runs in CUDA graphs, else the launch floor."""
-        return self.prefill_floor_s if shape.num_prefill_tokens > self._floor_above else self.launch_s
+        prompt tokens than the engine runs in CUDA graphs, else the launch floor. A speculative
+        verify's query rows ride in ``num_prefill_tokens`` (costmodel.speculative.SpecBatchShape)
+        but are no prompt: the engines verify in their decode graphs."""
+        if self._has_prefill_floor and (shape.num_prefill_tokens - getattr(shape, "num_verify_rows", 0)
+                                        > self._floor_above):
+            return self.prefill_floor_s
+        return self.launch_s
 
     def _engine_time(self, kernel_s: float, excess: float, cpu: float, floor: float) -> float:
         """Seconds the engine adds to one step whose kernels take ``kernel_s`` (the whole step's):
@@ -477,8 +483,7 @@ class EngineCostModel(CostModel):
     def iteration_time(self, shape: BatchShape) -> float:
         kernel_s = self._pre(shape) + self._num_layers * self._layer(shape) + self._post(shape)  # _kernel_time
         return kernel_s + self._engine_time(kernel_s, self.prefill_excess_time(shape), self.cpu_time(shape),
-                                            self.prefill_floor_s if shape.num_prefill_tokens > self._floor_above
-                                            else self.launch_s)
+                                            self._floor(shape))
 
     def stage_time(self, shape: BatchShape, stage: int) -> float:
         """One pipeline stage's share of the step. The engine's GPU-side terms (collective

@@ -166,3 +166,34 @@ def test_the_fit_report_runs_each_row_with_all_its_clients_requests(silicon):
         return benchmark_metrics(result, request_columns(result))["mean_ttft_ms"]
 
     assert mean_ttft(one_wave) > 2 * mean_ttft(full)
+
+
+def test_the_fit_reports_rows_come_out_the_same_in_parallel(tmp_path):
+    """``fit_report.py --jobs N`` runs the simulated rows in N processes: the same numbers as one,
+    each row in its place, and a rerun reads them back from the row cache."""
+    import importlib.util
+
+    import numpy as np
+    import pandas as pd
+
+    from simulator.config.run_config import RunConfig
+    from simulator.costmodel.engine_model import ENGINES, save_engine_artifact
+
+    script = Path(__file__).resolve().parents[1] / "results" / "validation" / "silicon" / "fit_report.py"
+    spec = importlib.util.spec_from_file_location("fit_report", script)
+    fit_report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_report)
+    engine = tmp_path / "engine.json"
+    save_engine_artifact(ENGINES["sglang-2026"], engine, {})
+    configs = [RunConfig().replace(replica__model="llama-3.1-8b", replica__gpu="h100-sxm", workload__name="fixed",
+                                   workload__prompt_tokens=isl, workload__output_tokens=16, workload__arrival="burst",
+                                   workload__num_requests=12, workload__concurrency=4, workload__num_warmup=4)
+               for isl in (256, 1024, 3000)]
+    rows = pd.DataFrame({"mode": ["agg"] * 3})
+    one, _ = fit_report._simulate_rows(rows, configs, lambda r: str(engine), jobs=1)
+    cache = fit_report.RowCache(tmp_path / "rows.pkl")
+    two, errors = fit_report._simulate_rows(rows, configs, lambda r: str(engine), cache=cache, jobs=2)
+    assert not errors and np.array_equal(one, two) and len(set(one[:, 0])) == 3
+    again, _ = fit_report._simulate_rows(rows, configs, lambda r: str(engine),
+                                         cache=fit_report.RowCache(tmp_path / "rows.pkl"), jobs=2)
+    assert np.array_equal(again, one)

@@ -337,3 +337,18 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         raise Unexpressible(f"refused by the config: {err}") from None
     except TypeError as err:  # a field this build does not have yet
         raise Unexpressible(f"not supported by this build: {err}") from None
+
+
+def simulate_row(config: Any) -> tuple[float, float] | str:
+    """One row's simulated mean TTFT and TPOT (ms), or why its simulation failed: a row that fails
+    is reported, not fatal. A module-level function, so a process pool can run rows side by side."""
+    from simulator.report.benchmark import benchmark_metrics
+    from simulator.report.metrics import request_columns
+    from simulator.simulation import simulate
+
+    try:
+        res = simulate(config, record_iterations=False)
+        m = benchmark_metrics(res, request_columns(res))
+        return (m["mean_ttft_ms"], m["mean_tpot_ms"])
+    except Exception as err:  # noqa: BLE001
+        return f"simulation failed: {type(err).__name__}: {err}"

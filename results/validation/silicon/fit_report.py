@@ -64,6 +64,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "--scheduler-recv-interval); inferencex: every row as InferenceX's client, recipe as benchmark")
     p.add_argument("--traces-only", action="store_true", help="build the trace cache and stop")
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes for the disaggregated / attention-DP rows (default 1; the results do not depend on it)")
     p.add_argument("--first-token-on-prefill", action="store_true",
                    help="also simulate each disaggregated row with the first token delivered by the prefill worker")
     return p.parse_args(argv)
@@ -231,38 +233,49 @@ def _artifact(params, backend: str, folder: Path) -> str:  # noqa: ANN001
 
 
 def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_at: str = "decode",  # noqa: ANN001
-                   cache: RowCache | None = None, label: str = "") -> np.ndarray:
+                   cache: RowCache | None = None, label: str = "", jobs: int = 1) -> np.ndarray:
     """Rows that are not replayed (disaggregated pools, attention-DP ranks) simulated with the terms
     ``artifact_of(row)`` names (None: not predicted); n x 2 (TTFT, TPOT ms), NaN where it failed.
-    Each row's result is kept in ``cache`` (saved every few rows) and read back on a rerun."""
-    from simulator.report.benchmark import benchmark_metrics
-    from simulator.report.metrics import request_columns
-    from simulator.simulation import simulate
+    Each row's result is kept in ``cache`` (saved every few rows) and read back on a rerun; rows not
+    in it run in ``jobs`` processes (each simulation stands alone, so the results do not depend on it)."""
+    from simulator.calibrate.silicon import simulate_row
 
     out = np.full((len(rows), 2), np.nan)
-    errors = {}
-    started, done = time.perf_counter(), 0
+    errors, results, pending = {}, {}, []
     for k, (r, c) in enumerate(zip(rows.itertuples(), configs, strict=True)):
         engine = artifact_of(r)
         if engine is None:
             continue
-        config = c.replace(engine=engine, first_token_at=first_token_at)
         key = RowCache.key(c, Path(engine).read_text(), first_token_at) if cache is not None else None
         got = cache.items.get(key) if cache is not None else None
         if got is None:
-            try:
-                res = simulate(config, record_iterations=False)
-                m = benchmark_metrics(res, request_columns(res))
-                got = (m["mean_ttft_ms"], m["mean_tpot_ms"])
-            except Exception as err:  # noqa: BLE001 - a row that fails is reported, not fatal
-                got = f"simulation failed: {type(err).__name__}: {err}"
-            done += 1
-            if cache is not None:
-                cache.items[key] = got
-                if done % 5 == 0:
-                    cache.save()
-            if done % 10 == 0:
-                print(f"    {label} {k + 1}/{len(rows)} rows, {time.perf_counter() - started:.0f} s", flush=True)
+            pending.append((k, key, c.replace(engine=engine, first_token_at=first_token_at)))
+        else:
+            results[k] = got
+    started, done = time.perf_counter(), 0
+
+    def keep(k: int, key: str | None, got: tuple[float, float] | str) -> None:
+        nonlocal done
+        results[k] = got
+        done += 1
+        if cache is not None:
+            cache.items[key] = got
+            if done % 5 == 0:
+                cache.save()
+        if done % 10 == 0:
+            print(f"    {label} {done}/{len(pending)} rows to run, {time.perf_counter() - started:.0f} s", flush=True)
+
+    if jobs > 1 and len(pending) > 1:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(simulate_row, config): (k, key) for k, key, config in pending}
+            for fut in as_completed(futures):
+                keep(*futures[fut], fut.result())
+    else:
+        for k, key, config in pending:
+            keep(k, key, simulate_row(config))
+    for k, got in results.items():
         if isinstance(got, str):
             errors[k] = got
         else:
@@ -401,7 +414,7 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
                 "prefill": (lambda r, arts=arts: arts["fit"] if r.mode == "disagg" and args.first_token_on_prefill else None,
                             "prefill")}
         for col, (art, at) in runs.items():
-            res, errors = _simulate_rows(osub, ocfg, art, at, row_cache, f"{backend} {col}")
+            res, errors = _simulate_rows(osub, ocfg, art, at, row_cache, f"{backend} {col}", args.jobs)
             pred.loc[other, f"pred_ttft_ms_{col}"], pred.loc[other, f"pred_tpot_ms_{col}"] = res[:, 0], res[:, 1]
             if col == "fit":
                 for k, why in errors.items():

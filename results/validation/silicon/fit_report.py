@@ -65,7 +65,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--traces-only", action="store_true", help="build the trace cache and stop")
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
     p.add_argument("--jobs", type=int, default=1,
-                   help="processes for the disaggregated / attention-DP rows (default 1; the results do not depend on it)")
+                   help="processes for the disaggregated / attention-DP rows (default 1; the results do not depend on it). "
+                        "Mind the memory: the largest rows (thousands of users) take up to ~17 GB each")
     p.add_argument("--first-token-on-prefill", action="store_true",
                    help="also simulate each disaggregated row with the first token delivered by the prefill worker")
     return p.parse_args(argv)

@@ -234,7 +234,8 @@ ENGINES: dict[str, EngineModel] = {
                "52%, 20%). The floor, 3.5 ms a layer on every step that carries a prompt (SGLang runs extend "
                "batches outside its CUDA graphs), is far above launch latency alone: it holds what a prefill step "
                "costs that the tables do not show (at 4 users the measured TTFT is 150-200 ms at 1K prompt tokens "
-               "and grows slowly to 8K)",
+               "and grows slowly to 8K). Every SGLang row is a 60-64-layer model, so whether the floor goes per layer or "
+               "per step is not identified: on a 32-layer model it holds a prefill step to at least 113 ms",
         cpu_per_seq_s=9.57e-6, cpu_per_prefill_token_s=2.01e-6, prefill_floor_per_layer_s=3.52e-3,
         collective_extra_s=((2, -0.22e-6), (4, -0.22e-6), (8, -0.22e-6)), scheduler="sglang",
     ),

@@ -15,6 +15,7 @@ rows.csv's ``assumptions`` column; nothing is tuned to the measured speedups.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,8 +128,6 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
         target.measured.append((f"{r['method']} {r['concurrency']}", load, float(r["speedup"])))
     # The 2024 engine (vLLM 0.6.x) is neither preset: the 2023 Splitwise fit (synchronous CPU,
     # 0.29 ms per request per step) or the V1 description (overlapped CPU, CUDA graphs). Both are run.
-    import dataclasses
-
     out += [draft, ngram]
     for s in (draft, ngram):
         w = dataclasses.replace(s, name=s.name + " [engine vllm-2026]", engine="vllm-2026", measured=list(s.measured),
@@ -159,6 +158,14 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
             if r["source_id"] == "sglang_docs_spec_decoding" and r["method"] == label:
                 s.measured.append((f"{label} batch 1", 1.0, float(r["speedup"])))
         out.append(s)
+        # The SGLang preset fitted on SGLang's silicon rows (synchronous CPU, as SGLang runs EAGLE with its
+        # overlap scheduler off), SGLang's own batches and kernel tables
+        out.append(dataclasses.replace(
+            s, name=s.name + " [engine sglang-2026]", engine="sglang-2026", measured=list(s.measured),
+            replica=dataclasses.replace(r8, kernels="sglang"),
+            scheduler=SchedulerConfig("sglang", max_num_seqs=256, max_num_batched_tokens=8192),
+            assumptions=s.assumptions.replace("engine vllm-v1 (CUDA graphs, overlapped CPU) for SGLang",
+                                              "engine sglang-2026, scheduler sglang, SGLang kernel tables")))
 
     # 3. TensorRT-LLM: DeepSeek-R1 (DeepSeek-V3 architecture) on 8xB200, MTP next-n 3, batch 1,
     # 1K/2K. FP4 weights are not modelled: fp8. AL from the DeepSeek-V4-Pro MTP curve (InferenceX).
@@ -176,6 +183,10 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
         elif r["source_id"] == "trtllm_blog2_mtp":
             skipped.append({"row": f"trtllm {r['method']}", "why": "relaxed acceptance changes the AL; not in the data"})
     out.append(mtp)
+    out.append(dataclasses.replace(
+        mtp, name=mtp.name + " [engine trtllm-2026]", engine="trtllm-2026", measured=list(mtp.measured),
+        replica=dataclasses.replace(rds, kernels="trtllm"),
+        assumptions=mtp.assumptions.replace("engine vllm-v1 for TRT-LLM", "engine trtllm-2026, TRT-LLM kernel tables")))
 
     # 4. vLLM EAGLE 3.1 blog: Kimi-K2.6 (DeepSeek-V3-like; not in the catalog: DeepSeek-V3 as proxy)
     # on GB200 TP4, SPEED-Bench coding; NVFP4 weights: int4 (weight-only) as proxy; k = 3 (not stated);
@@ -297,8 +308,12 @@ def plot(todo: list[Setting], sweep_rows: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     swept = [s for s in todo if len(s.loads) > 1]
-    fig, axes = plt.subplots(1, len(swept), figsize=(4.2 * len(swept), 3.6), squeeze=False)
-    for ax, s in zip(axes[0], swept, strict=True):
+    ncols = min(4, len(swept))
+    nrows = -(-len(swept) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(swept):]:
+        ax.set_visible(False)
+    for ax, s in zip(axes.flat, swept, strict=False):
         pts = [(r["load"], r["predicted_speedup"]) for r in sweep_rows if r["setting"] == s.name]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label="predicted")
         thr = [(r["load"], r["throughput_ratio"]) for r in sweep_rows if r["setting"] == s.name]

@@ -54,6 +54,7 @@ BAD_INPUT = [
     (["--chunk-size", "256", "--scheduler", "fastertransformer"], "--chunk-size"),
     (["--workload", "fixed", "--trace", "{trace}"], "--workload"),
     (["--qps", "1e300"], "qps"),
+    (["--prompt-tokens-max", "100"], "pass --prompt-tokens-max of at least --prompt-tokens"),
     (["--qps", "nan"], "qps"),
     (["--replicas", "0"], "--replicas"),
     (["--model", "gpt-5"], "config.json"),

@@ -137,6 +137,17 @@ def test_calibrate_engine_rows_csv(simulated_rows, tmp_path: Path) -> None:  # n
     assert "leave_one_model_out" in report
     saved = json.loads(out.read_text())
     assert saved["engine"]["cpu_iteration_s"] == pytest.approx(2.0e-3, rel=0.1)
+    # The prefill floor's bound is the base engine's (not fitted), in the split fit and the final one alike.
+    import dataclasses
+
+    from simulator.costmodel.engine_model import ENGINES, save_engine_artifact
+
+    bounded = tmp_path / "bounded.json"
+    save_engine_artifact(dataclasses.replace(ENGINES["vllm-2023-splitwise"], name="bounded",
+                                             prefill_floor_above_tokens=512), bounded, {})
+    result = calibrate_engine_command(base.replace(engine=str(bounded)), tmp_path / "b.json", rows=csv,
+                                      holdout=0.34, seed=1)
+    assert json.loads((tmp_path / "b.json").read_text())["engine"]["prefill_floor_above_tokens"] == 512
     # One line naming the problem for a CSV without the measured columns.
     bad = tmp_path / "bad.csv"
     pd.DataFrame(rows).drop(columns=["tpot_ms"]).to_csv(bad, index=False)

@@ -434,7 +434,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     split_fit = fit(tr, ttft[train], tpot[train], floor_above_tokens=base_params.floor_above_tokens)
     before = error_row(predict(te, base_params), rows[test])
     after = error_row(predict(te, split_fit), rows[test])
-    final = fit(traces, ttft, tpot, start=split_fit)
+    final = fit(traces, ttft, tpot, start=split_fit, floor_above_tokens=base_params.floor_above_tokens)
     rows["pred_ttft_ms"], rows["pred_tpot_ms"] = predict(traces, final).T
     report: dict[str, Any] = {"kind": "benchmark rows", "rows": len(rows), "skipped": skipped,
                               "base_engine": base.engine, "holdout_rows": int(test.sum()),

@@ -348,7 +348,24 @@ def test_a_preset_run_under_another_policy_says_so() -> None:
     other = CliRunner().invoke(app, [*base, "--engine", "sglang-2026"])
     assert other.exit_code == 0 and "note: sglang-2026 was fitted with --scheduler sglang" in other.stdout
     own = CliRunner().invoke(app, [*base, "--engine", "sglang-2026", "--scheduler", "sglang"])
-    assert own.exit_code == 0 and "fitted with" not in own.stdout
+    assert own.exit_code == 0 and "--scheduler sglang" not in own.stdout
+    # ... and over other kernel prices than its own tables (the roofline here)
+    assert "note: sglang-2026 was fitted with --kernels sglang" in own.stdout
+    trt = CliRunner().invoke(app, [*base, "--engine", "trtllm-2026"])  # fitted under vllm-v1, the run's policy
+    assert trt.exit_code == 0 and "note: trtllm-2026 was fitted with --kernels trtllm" in trt.stdout
     assert "fitted with" not in CliRunner().invoke(app, base).stdout  # vllm-2026 ran vllm-v1, the default
     with pytest.raises(ConfigError, match="engine.scheduler"):
         EngineModel(name="x", source="-", fitted="-", scheduler="tgi")
+    with pytest.raises(ConfigError, match="engine.kernels"):
+        EngineModel(name="x", source="-", fitted="-", kernels="cutlass")
+
+
+def test_a_preset_run_as_fitted_adds_no_note(aic) -> None:  # noqa: ANN001
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--num-requests", "10", "--no-progress", "--gpu", "h100-sxm",
+                                   "--engine", "sglang-2026", "--scheduler", "sglang", "--kernels", "sglang"])
+    assert res.exit_code == 0, res.output
+    assert "engine sglang-2026" in res.stdout and "fitted with" not in res.stdout

@@ -112,6 +112,9 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) · "
              f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "
              f"dtype {r.weight_format.describe(r.gpu_spec)}{kv}")
+    from simulator.costmodel.engine_model import ENGINES
+
+    unlike: list[str] = []  # how this run differs from what its engine preset was fitted under
     if config.is_disaggregated:
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 
@@ -121,12 +124,16 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"
     else:
-        from simulator.costmodel.engine_model import ENGINES
         from simulator.engine.schedulers import SCHEDULERS
 
         fitted_with = getattr(ENGINES.get(config.engine), "scheduler", None)
         if fitted_with is not None and SCHEDULERS[fitted_with] is not SCHEDULERS[s.name]:  # said, not silent
-            title += f" · note: {config.engine} was fitted with --scheduler {fitted_with}"
+            unlike.append(f"--scheduler {fitted_with}")
+    fitted_over = getattr(ENGINES.get(config.engine), "kernels", None)
+    if fitted_over is not None and fitted_over != r.kernels:
+        unlike.append(f"--kernels {fitted_over}")
+    if unlike:
+        title += f" · note: {config.engine} was fitted with {' and '.join(unlike)}"
     table = Table("metric (ms)", "p50", "p90", "p99", "max")
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
                        ("sched_delay_s", "scheduling delay")):

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import DEFAULT_ENGINE, ENGINE_PRESETS, SCHEDULER_NAMES, ReplicaConfig
+from simulator.config.run_config import DEFAULT_ENGINE, ENGINE_PRESETS, KERNEL_TABLES, SCHEDULER_NAMES, ReplicaConfig
 from simulator.costmodel.base import BatchShape, CostModel, stretch_forms
 
 ARTIFACT_FORMAT = "servesim-engine"
@@ -105,6 +105,7 @@ class EngineModel:
     prefill_floor_per_layer_s: float = 0.0  # a step with prompt tokens takes at least this x num_layers (GPU side)
     prefill_floor_above_tokens: int = 0  # ... when it carries more prompt tokens than this (below: in CUDA graphs)
     scheduler: str | None = None  # the scheduling policy its fit ran (a run with another policy is told)
+    kernels: str | None = None  # the kernel prices its terms were fitted over, where only those were checked (told)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -116,6 +117,8 @@ class EngineModel:
                         raise ConfigError(f"engine.{f.name}", f"bad entry tp={t}: {v}", "use tp >= 1 and finite seconds")
             elif isinstance(value, float) and (not math.isfinite(value) or value < 0):
                 raise ConfigError(f"engine.{f.name}", f"must be finite and >= 0, got {value}")
+        if self.kernels is not None and self.kernels not in KERNEL_TABLES:
+            raise ConfigError("engine.kernels", f"unknown kernel prices {self.kernels!r}", f"known: {', '.join(KERNEL_TABLES)}")
         if self.scheduler is not None and self.scheduler not in SCHEDULER_NAMES:
             raise ConfigError("engine.scheduler", f"unknown scheduler {self.scheduler!r}", f"known: {', '.join(SCHEDULER_NAMES)}")
         for name in ("prefill_excess_threshold_tokens", "prefill_floor_above_tokens"):
@@ -199,8 +202,9 @@ ENGINES: dict[str, EngineModel] = {
     # Today's engines, fitted on AIConfigurator's silicon rows (closed-loop TTFT/TPOT) over each backend's
     # measured kernel tables (--kernels vllm|sglang|trtllm): results/validation/silicon/fit_report.py
     # (simulator.calibrate.silicon_fit). Four free terms a backend and SGLang's and TRT-LLM's prefill floor,
-    # async overlap chosen by fit cost. The
-    # fits explain little beyond the kernels (README there): use them with their backend's kernels only.
+    # async overlap chosen by fit cost. vllm-2026 was also checked over the roofline (it is the run default:
+    # results/validation/silicon/default_engine.py); sglang-2026 and trtllm-2026 only over their own tables
+    # (``kernels``), so a run over other prices says so.
     "vllm-2026": EngineModel(
         name="vllm-2026",
         source="AIConfigurator silicon_train.csv, vLLM 0.11-0.19 aggregated rows (538 replayed: H100, B200, B300; "
@@ -237,7 +241,7 @@ ENGINES: dict[str, EngineModel] = {
                "and grows slowly to 8K). Every SGLang row is a 60-64-layer model, so whether the floor goes per layer or "
                "per step is not identified: on a 32-layer model it holds a prefill step to at least 113 ms",
         cpu_per_seq_s=9.57e-6, cpu_per_prefill_token_s=2.01e-6, prefill_floor_per_layer_s=3.52e-3,
-        collective_extra_s=((2, -0.22e-6), (4, -0.22e-6), (8, -0.22e-6)), scheduler="sglang",
+        collective_extra_s=((2, -0.22e-6), (4, -0.22e-6), (8, -0.22e-6)), scheduler="sglang", kernels="sglang",
     ),
     "trtllm-2026": EngineModel(
         name="trtllm-2026",
@@ -249,7 +253,7 @@ ENGINES: dict[str, EngineModel] = {
                "kernels alone 43%, 16%); the floor, 1.08 ms a layer on every step with context tokens (the "
                "PyTorch flow captures generation-only batches in CUDA graphs)",
         cpu_per_prefill_token_s=3.24e-6, prefill_floor_per_layer_s=1.08e-3,
-        collective_extra_s=((2, -8.87e-6), (4, -8.87e-6), (8, -8.87e-6)), scheduler="vllm-v1",
+        collective_extra_s=((2, -8.87e-6), (4, -8.87e-6), (8, -8.87e-6)), scheduler="vllm-v1", kernels="trtllm",
     ),
 }
 assert tuple(ENGINES) == ENGINE_PRESETS, "config.ENGINE_PRESETS must list the presets"

@@ -47,6 +47,12 @@ def test_catalog_names_are_whole_when_piped(command: str) -> None:
     assert not missing, missing
 
 
+def test_engines_say_what_each_preset_was_fitted_with() -> None:
+    records = piped("engines").split("\nsglang-2026\n")[1].split("\ntrtllm-2026\n")  # piped: a record per preset
+    assert "fitted with --scheduler sglang --kernels sglang" in records[0]
+    assert "fitted with --scheduler vllm-v1 --kernels trtllm" in records[1]
+
+
 @pytest.mark.parametrize("command", ["models", "gpus", "engines"])
 def test_catalog_wraps_rows_on_a_narrow_terminal(command: str) -> None:
     out = on_terminal(command, columns=80)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from simulator.calibrate import silicon_fit as sf
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
-from simulator.costmodel.engine_model import save_engine_artifact
+from simulator.costmodel.engine_model import ENGINES, save_engine_artifact
 from simulator.report.benchmark import benchmark_metrics
 from simulator.report.metrics import request_columns
 from simulator.simulation import simulate
@@ -138,14 +139,10 @@ def test_calibrate_engine_rows_csv(simulated_rows, tmp_path: Path) -> None:  # n
     saved = json.loads(out.read_text())
     assert saved["engine"]["cpu_iteration_s"] == pytest.approx(2.0e-3, rel=0.1)
     # The prefill floor's bound is the base engine's (not fitted), in the split fit and the final one alike.
-    import dataclasses
-
-    from simulator.costmodel.engine_model import ENGINES, save_engine_artifact
-
     bounded = tmp_path / "bounded.json"
     save_engine_artifact(dataclasses.replace(ENGINES["vllm-2023-splitwise"], name="bounded",
                                              prefill_floor_above_tokens=512), bounded, {})
-    result = calibrate_engine_command(base.replace(engine=str(bounded)), tmp_path / "b.json", rows=csv,
+    calibrate_engine_command(base.replace(engine=str(bounded)), tmp_path / "b.json", rows=csv,
                                       holdout=0.34, seed=1)
     assert json.loads((tmp_path / "b.json").read_text())["engine"]["prefill_floor_above_tokens"] == 512
     # One line naming the problem for a CSV without the measured columns.
@@ -163,7 +160,6 @@ def test_fitted_presets_replay_silicon_rows(shared_data: Path) -> None:
     """The 2026 presets over their backend's kernel tables: a silicon row's replay equals its
     full simulation, and the TPOT of a few vLLM rows lands near the measurement."""
     from simulator.calibrate.silicon import data_path, read_silicon, row_config
-    from simulator.costmodel.engine_model import ENGINES
 
     kept, _ = read_silicon(data_path(shared_data))
     pick = kept[(kept["backend"] == "vllm") & (kept["mode"] == "agg") & (kept["model_path"] == "Qwen/Qwen3-32B")

@@ -238,8 +238,7 @@ class TraceCache:
 # -- fitting --------------------------------------------------------------------------------------------------------
 def _residuals(values: np.ndarray, overlap: bool, traces: list[Trace], ttft: np.ndarray, tpot: np.ndarray,
                ttft_weight: float, floor_above_tokens: int | None = 0) -> np.ndarray:
-    # floor_above_tokens None: the floor is not fitted (four values; no floor)
-    params = Params(overlap, values, 0) if floor_above_tokens is None else Params(overlap, values, floor_above_tokens)
+    params = Params(overlap, values, floor_above_tokens or 0)  # None: no floor fitted (four values)
     pred = np.array([replay(t, params) for t in traces])
     return np.concatenate([ttft_weight * np.log(pred[:, 0] / ttft), np.log(pred[:, 1] / tpot)])
 

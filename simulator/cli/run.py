@@ -114,6 +114,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
              f"dtype {r.weight_format.describe(r.gpu_spec)}{kv}")
     from simulator.costmodel.engine_model import ENGINES
 
+    preset = ENGINES.get(config.engine)  # None: an artifact's terms
     unlike: list[str] = []  # how this run differs from what its engine preset was fitted under
     if config.is_disaggregated:
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
@@ -126,10 +127,10 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     else:
         from simulator.engine.schedulers import SCHEDULERS
 
-        fitted_with = getattr(ENGINES.get(config.engine), "scheduler", None)
+        fitted_with = getattr(preset, "scheduler", None)
         if fitted_with is not None and SCHEDULERS[fitted_with] is not SCHEDULERS[s.name]:  # said, not silent
             unlike.append(f"--scheduler {fitted_with}")
-    fitted_over = getattr(ENGINES.get(config.engine), "kernels", None)
+    fitted_over = getattr(preset, "kernels", None)
     if fitted_over is not None and fitted_over != r.kernels:
         unlike.append(f"--kernels {fitted_over}")
     if unlike:

@@ -55,6 +55,12 @@ class BatchShape:
     def num_tokens(self) -> int:
         return self.num_prefill_tokens + self.num_decodes
 
+    @property
+    def num_prompt_tokens(self) -> int:
+        """The prompts' tokens among ``num_prefill_tokens`` (all of them here; a speculating
+        shape carries verify rows there too)."""
+        return self.num_prefill_tokens
+
     def add_prefill(self, chunk: int, kv_before: int, produces_token: bool) -> None:
         self.num_prefill_tokens += chunk
         self.num_prefills += 1

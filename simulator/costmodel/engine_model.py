@@ -411,15 +411,15 @@ class EngineCostModel(CostModel):
     # The module docstring's formula. Both forms do the same float operations in the same order,
     # so a stretch's times are its steps' times bit for bit (an instance's first stretches are
     # checked against the scalar path: _agrees). stage_time splits the step by pipeline stage.
+    def _floor_for(self, prompt_tokens: int) -> float:
+        """The least GPU-side time of a step carrying ``prompt_tokens``: the prefill floor where
+        they are more than the engine runs in CUDA graphs, else the launch floor."""
+        return self.prefill_floor_s if prompt_tokens > self._floor_above else self.launch_s
+
     def _floor(self, shape: BatchShape) -> float:
-        """The least GPU-side time of ``shape``'s step: the prefill floor where it carries more
-        prompt tokens than the engine runs in CUDA graphs, else the launch floor. A speculative
-        verify's query rows ride in ``num_prefill_tokens`` (costmodel.speculative.SpecBatchShape)
-        but are no prompt: the engines verify in their decode graphs."""
-        if self._has_prefill_floor and (shape.num_prefill_tokens - getattr(shape, "num_verify_rows", 0)
-                                        > self._floor_above):
-            return self.prefill_floor_s
-        return self.launch_s
+        """:meth:`_floor_for` ``shape``'s prompt tokens. A speculative verify's query rows are no
+        prompt (``num_prompt_tokens`` leaves them out): the engines verify in their decode graphs."""
+        return self._floor_for(shape.num_prompt_tokens) if self._has_prefill_floor else self.launch_s
 
     def _engine_time(self, kernel_s: float, excess: float, cpu: float, floor: float) -> float:
         """Seconds the engine adds to one step whose kernels take ``kernel_s`` (the whole step's):
@@ -582,8 +582,7 @@ class EngineCostModel(CostModel):
             else:
                 layers = [token + a + 0.0 for a in prefill]
             # every step of the stretch carries one chunk of the prompt: one floor for them all
-            floor = self.prefill_floor_s if chunk > self._floor_above else self.launch_s
-            times = self._series_times(layers, pre, post, excess, cpu, floor)
+            times = self._series_times(layers, pre, post, excess, cpu, self._floor_for(chunk))
             if self._stretch_checks_left > 0:  # an instance's first stretches are checked; then trusted
                 first, last = BatchShape(), BatchShape()
                 first.add_decodes(n, kv_sum, kv_sq_sum, kv_max)

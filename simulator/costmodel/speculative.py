@@ -142,6 +142,10 @@ class SpecBatchShape(BatchShape):
         """The verifies' query rows beyond their decode rows (sum of k), in ``num_prefill_tokens``."""
         return self.spec_tokens - self.num_spec
 
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self.num_prefill_tokens - self.num_verify_rows
+
     def add_verify(self, k: int, context: int) -> None:
         """One request verifying ``k`` drafts after ``context`` cached tokens (its last token is
         fed again): ``k + 1`` query tokens over the context, every position scored, the KV of
@@ -163,7 +167,7 @@ class SpecBatchShape(BatchShape):
 
     def prefill_view(self) -> BatchShape:
         """The step's prompt chunks alone (the verifies' extra rows left out)."""
-        return BatchShape(num_prefill_tokens=self.num_prefill_tokens - self.num_verify_rows,
+        return BatchShape(num_prefill_tokens=self.num_prompt_tokens,
                           num_prefills=self.num_prefills, prefill_attn_pairs=self.prefill_attn_pairs,
                           prefill_kv_tokens=self.prefill_kv_tokens, prefill_chunk_sq_sum=self.prefill_chunk_sq_sum,
                           prefill_max_kv=self.prefill_max_kv)

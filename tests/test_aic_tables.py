@@ -185,6 +185,20 @@ def test_moe_and_mla_models_load(aic) -> None:  # noqa: ANN001
     assert mla.iteration_time(BatchShape.from_requests(decodes=[2000] * 16)) > 0
 
 
+def test_vllm_mla_on_blackwell_is_priced_by_the_kernel_it_runs(aic) -> None:  # noqa: ANN001
+    """vLLM has no MLA core tables; on Blackwell its FlashInfer MLA backend runs TensorRT-LLM's kernels,
+    so TensorRT-LLM's rows price it (said in a note); Hopper has no such donor and stays the roofline's."""
+    shape = BatchShape.from_requests(decodes=[2000] * 16)
+    vllm = _model(aic, model="deepseek-v3", gpu="b200", tp=8, backend="vllm", dtype="fp8")
+    trt = _model(aic, model="deepseek-v3", gpu="b200", tp=8, backend="trtllm", dtype="fp8")
+    assert "attn_decode" not in vllm.roofline_ops and "attn_prefill" not in vllm.roofline_ops
+    assert any("generation_mla" in n and "trtllm's priced it" in n for n in vllm.notes)
+    assert vllm.versions["mla"].startswith("trtllm ")
+    assert vllm.attention_decode(shape) == pytest.approx(trt.attention_decode(shape), rel=1e-12)
+    hopper = _model(aic, model="deepseek-v3", gpu="h100-sxm", tp=8, backend="vllm", dtype="fp8")
+    assert "attn_decode" in hopper.roofline_ops
+
+
 def test_sliding_window_layers_use_the_window_kernel_rows(aic) -> None:  # noqa: ANN001
     from simulator.costmodel import CostModel, load_cost_model
 

@@ -284,8 +284,16 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
 
 ## What the table model does not cover (yet)
 
-- vLLM has no MLA core tables here (only whole-module `mla_*_module_perf` rows, keyed by model name): DeepSeek
-  attention under `--kernels vllm` is priced by the roofline (a note says so at load).
+- vLLM has no MLA core tables here (only whole-module `mla_*_module_perf` rows of DeepSeek-V3, projections and
+  norms included, measured outside CUDA graphs: 0.10 ms a layer at batch 1 on B200 where its projections and core
+  price at 0.04). On Blackwell its MLA cores are priced by TensorRT-LLM's `context_mla`/`generation_mla` rows: vLLM's
+  default MLA backend there is FlashInfer's, which calls TensorRT-LLM's generated MLA kernels (SGLang's Blackwell
+  tables name the same source, `trtllm_mla`); a note says so at load. Elsewhere (Hopper: FlashMLA, unmeasured
+  here) the roofline prices them.
+- vLLM's INT4 weight-only MoE rows (`vllm_marlin_int4_moe`, vLLM 0.19) are about 3x SGLang's Marlin rows of the same
+  expert shape on B200 (Kimi-K2.5's 384 x 2,048 experts at moe_tp 8: 0.74 vs 0.24 ms a layer at 32 tokens); taken
+  as measured, they price Kimi-K2.5 INT4 under `--kernels vllm` far above the vLLM 0.15 deployments of the
+  silicon rows (`results/validation/silicon/README.md`).
 - gpt-oss: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`, TRT-LLM on Blackwell
   `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. Its sliding-window layers use the
   128-token window rows where a table has them (H100 all backends, B200 TRT-LLM), else keys capped at the window.

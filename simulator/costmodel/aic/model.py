@@ -59,6 +59,7 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.aic import tables as T
 from simulator.costmodel.aic.interp import Grid2D, anchored, isotonic, loglog, loglog_scalar
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
+from simulator.costmodel.calibration import GENERATION
 from simulator.costmodel.linear_attention import hybrid_token_ops, linear_attention_time, linear_geometry
 from simulator.costmodel.moe import mla_projections, moe_token_ops, uses_moe_collectives
 from simulator.costmodel.roofline import RooflineCostModel
@@ -76,6 +77,12 @@ MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8", "fp8_
 KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).
 SEPARATE_ROTARY = {"vllm": True, "sglang": True, "trtllm": False}
+# Where a backend has no MLA core tables (vLLM: whole-module rows only, which carry eager launch gaps), the
+# backend whose tables measured the kernel it runs. On Blackwell vLLM's default MLA backend is FlashInfer's,
+# which calls TensorRT-LLM's generated MLA kernels (SGLang's Blackwell tables name the same kernel source,
+# ``trtllm_mla``). Hopper has no donor: vLLM runs FlashMLA there, which no table here measured.
+MLA_DONORS: dict[tuple[str, str], str] = {("vllm", "blackwell"): "trtllm"}
+MLA_DONOR_WHY = {"trtllm": "vLLM runs TensorRT-LLM's MLA kernels through FlashInfer on Blackwell"}
 MS = 1e-3  # the tables' milliseconds -> seconds
 
 _printed: set[str] = set()
@@ -342,6 +349,12 @@ class TableCostModel(TabulatedCostModel):
         """The rows of ``table`` for this model's per-GPU attention shape (full attention, or the
         sliding-window kernel of ``window`` tokens), or (None, why not)."""
         ref = T.find_table(self.system, self.backend, table, self.root)
+        donor = MLA_DONORS.get((self.backend, GENERATION.get(self.gpu.name, ""))) if mla else None
+        if ref is None and donor is not None:  # the kernel this backend runs, measured under another's name
+            ref = T.find_table(self.system, donor, table, self.root)
+            if ref is not None:
+                self.notes.append(f"{self.backend} tables of {self.system} have no {table} table: "
+                                  f"{donor}'s priced it ({MLA_DONOR_WHY[donor]})")
         if ref is None:
             return None, f"no {table} table"
         if mla:
@@ -362,7 +375,8 @@ class TableCostModel(TabulatedCostModel):
             return None, f"no {table} rows with a {window}-token window"
         if window and len(d["latency"]) < 4:
             return None, f"no {table} rows with a {window}-token window"
-        self.versions["attention" if not mla else "mla"] = ref.version
+        self.versions["attention" if not mla else "mla"] = (ref.version if ref.backend == self.backend
+                                                             else f"{ref.backend} {ref.version}")
         return d, src
 
     def _grid(self, d: dict[str, np.ndarray], decode: bool) -> Grid2D:

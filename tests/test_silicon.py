@@ -36,6 +36,52 @@ def test_wip_rows_dropped_and_duplicates_kept_once(silicon):
     assert all(p in pairs for p in zip(copies["silicon_ttft_ms"], copies["silicon_tpot_ms"], strict=True))
 
 
+def _row(**fields):  # noqa: ANN003, ANN202 - a hand-made CSV row, as itertuples gives it
+    from types import SimpleNamespace
+
+    base = {"mode": "agg", "system": "b200_sxm", "tp_size": 8.0, "pp_size": 1.0, "attention_dp_size": 1.0,
+            "moe_tp_size": 1.0, "moe_ep_size": 8.0}
+    return SimpleNamespace(**{**base, **fields})
+
+
+@pytest.mark.parametrize(("recorded", "read_as"), [
+    ((16, 1, 4, 4), (4, 1, 1, 4)),  # SGLang/TRT-LLM tp4 ep4, as the later dumps write it
+    ((64, 1, 8, 8), (8, 1, 1, 8)),
+    ((1, 64, 8, 8), (1, 8, 1, 8)),  # tp8 ep8 with DP attention
+    ((4, 4, 1, 16), (1, 4, 1, 4)),  # vLLM's DP+EP recipe
+])
+def test_a_layout_recorded_scaled_by_its_ep_width_is_read_as_its_node(recorded, read_as):
+    from simulator.calibrate.silicon import _single_node_layout
+
+    tp, adp, moe_tp, ep = recorded
+    fixed = _single_node_layout(_row(tp_size=tp, attention_dp_size=adp, moe_tp_size=moe_tp, moe_ep_size=ep))
+    assert fixed is not None
+    assert (fixed["tp_size"], fixed["attention_dp_size"], fixed["moe_tp_size"], fixed["moe_ep_size"]) == read_as
+
+
+@pytest.mark.parametrize("fields", [
+    {},  # 8 GPUs: as recorded
+    {"tp_size": 16.0, "moe_ep_size": 16.0},  # 16 GPUs that are not G x G with moe_tp = moe_ep = G
+    {"tp_size": 16.0, "moe_tp_size": 4.0, "moe_ep_size": 4.0, "system": "gb200"},  # an NVL72 rack holds it
+    {"tp_size": 16.0, "moe_tp_size": 4.0, "moe_ep_size": 4.0, "mode": "disagg"},
+])
+def test_layouts_recorded_as_run_are_left_alone(fields):
+    from simulator.calibrate.silicon import _single_node_layout
+
+    assert _single_node_layout(_row(**fields)) is None
+
+
+def test_one_measurement_under_two_layout_encodings_reads_as_one_engine(silicon):
+    """Identical (TTFT, TPOT) pairs come from the 2026-03-25 dump as tp4 ep4 and from the later dumps as 16
+    GPUs: once read, no aggregated row on an 8-GPU-node system is larger than its node."""
+    kept, _ = silicon
+    agg = kept[(kept["mode"] == "agg") & kept["system"].isin(["b200_sxm", "b300_sxm", "h100_sxm"])]
+    gpus = agg["tp_size"] * agg["attention_dp_size"].fillna(1).clip(lower=1) * agg["pp_size"].fillna(1)
+    assert gpus.max() <= 8
+    fixed = kept[kept["layout_read_as"] != ""]
+    assert len(fixed) > 100 and fixed["layout_read_as"].str.contains("read as").all()
+
+
 def test_concurrency_comes_from_the_source():
     fields = source_fields("db-dump/2026-04-27; config_id=733; silicon_concurrency=128; measured=x; wip=False")
     assert fields["silicon_concurrency"] == "128" and fields["wip"] == "False"

@@ -8,6 +8,9 @@ measured TTFT and TPOT (its README says what is and is not known about how they 
 This module reads it the way its README asks (:func:`read_silicon`):
 
 - rows marked ``wip=True`` in their source are dropped (work in progress);
+- aggregated rows whose layout the later dumps recorded scaled by its own expert-parallel width
+  (:func:`_single_node_layout`: a ``tp4 ep4`` engine of 4 GPUs written as 16, ``tp8 ep8`` as 64, on
+  systems whose nodes hold 8) are read as the engine their id and the first dump record;
 - rows exported by more than one dump (an identical (TTFT, TPOT) pair: the same measurement,
   sometimes with another id, model alias or layout encoding) are kept once: the most
   informative copy (most layout fields given, then the db-dump, then the first in file order),
@@ -154,6 +157,16 @@ def read_silicon(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     df["family"] = df["silicon_data_source"].map(source_family)
     for col in ("precision", "gemm_quant_mode", "moe_quant_mode", "backend_version"):
         df[col] = df[col].fillna("").astype(str)
+    df["layout_read_as"] = ""
+    for i, row in zip(df.index, df.itertuples(), strict=True):
+        fixed = _single_node_layout(row)
+        if fixed is not None:
+            before = "/".join(str(_int(getattr(row, c))) for c in ("tp_size", "attention_dp_size", "moe_tp_size",
+                                                                      "moe_ep_size"))
+            for col, value in fixed.items():
+                df.at[i, col] = value
+            df.at[i, "layout_read_as"] = (f"recorded tp/adp/moe_tp/moe_ep {before} ({_recorded_gpus(row)} GPUs), read as "
+                                          f"{fixed['tp_size']}/{fixed['attention_dp_size']}/1/{fixed['moe_ep_size']}")
     wip = df[df["wip"]].assign(dropped="wip=True in its source (work in progress)")
     rest = df[~df["wip"]].copy()
     rest["num_given"] = rest[list(_LAYOUT_FIELDS)].notna().sum(axis=1)
@@ -167,6 +180,45 @@ def read_silicon(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         columns=["num_given", "is_db_dump"])
     dropped = pd.concat([wip, copies]).sort_values("row")
     return kept.reset_index(drop=True), dropped.reset_index(drop=True)
+
+
+# Systems whose engines live in one 8-GPU node (an aggregated engine larger than that is a recording slip).
+_NODE_SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm")
+
+
+def _recorded_gpus(row: Any) -> int:
+    """GPUs of an aggregated row's engine as recorded: ``tp x attention_dp x pp``."""
+    return (_int(row.tp_size, 1) or 1) * max(_int(row.attention_dp_size, 1) or 1, 1) * (_int(row.pp_size, 1) or 1)
+
+
+def _single_node_layout(row: Any) -> dict[str, int] | None:
+    """The layout fields of an aggregated row whose engine was recorded scaled by its expert-parallel
+    width, or None for a row recorded as run.
+
+    The same measurement (identical TTFT and TPOT) appears in the 2026-03-25 dump as ``tp=4, moe_ep=4``
+    (the id's ``tp4_0_ep4_0``: one 4-GPU engine, EP over its GPUs) and in the 2026-04-06 dump and the
+    db-dump as ``tp=16, moe_tp=4, moe_ep=4``; ``tp8 ep8`` with DP attention as ``adp=8, moe_ep=8`` and
+    as ``adp=64, moe_tp=8, moe_ep=8``: 23 such measurement groups, every one this way round. Every
+    aggregated row on an 8-GPU-node system with an engine above 8 GPUs has this form: ``G*G`` GPUs with
+    ``moe_tp = moe_ep = G`` (SGLang, TensorRT-LLM), or ``tp = adp = G``, ``moe_ep = G*G`` (vLLM's
+    DP+EP recipes). Read as ``G`` GPUs with expert parallelism over all of them: ``tp=G`` without
+    attention DP, else ``adp=G`` of one GPU each (the first dump's encoding of DP attention)."""
+    if getattr(row, "mode", "") != "agg" or getattr(row, "system", "") not in _NODE_SYSTEMS:
+        return None
+    tp, adp = _int(row.tp_size, 1) or 1, max(_int(row.attention_dp_size, 1) or 1, 1)
+    moe_tp, ep, pp = _int(row.moe_tp_size, 1) or 1, _int(row.moe_ep_size, 1) or 1, _int(row.pp_size, 1) or 1
+    num_gpus = tp * adp * pp
+    g = math.isqrt(num_gpus)
+    if num_gpus <= MAX_GPUS_PER_NODE or g * g != num_gpus or g > MAX_GPUS_PER_NODE or pp != 1:
+        return None
+    if moe_tp == ep == g:  # tp=G*G (or adp=G*G) with the MoE as G x G
+        dp_attention = adp > 1
+    elif tp == adp == g and moe_tp == 1 and ep == num_gpus:
+        dp_attention = True
+    else:
+        return None
+    return {"tp_size": 1 if dp_attention else g, "attention_dp_size": g if dp_attention else 1,
+            "moe_tp_size": 1, "moe_ep_size": g}
 
 
 def _int(value: Any, default: int | None = None) -> int | None:

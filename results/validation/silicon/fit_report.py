@@ -439,7 +439,8 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     keep = ["id", "backend", "backend_version", "system", "gpu", "model", "mode", "isl", "osl", "concurrency",
-            "num_copies", "how", "measured_ttft_ms", "measured_tpot_ms"] + [c for c in ran.columns if c.startswith("pred_")]
+            "num_copies", "layout_read_as", "how", "measured_ttft_ms", "measured_tpot_ms"] + [
+                c for c in ran.columns if c.startswith("pred_")]
     ran[keep].to_csv(out / "predictions_fit.csv", index=False, float_format="%.5g")
     pd.DataFrame(presets).to_csv(out / "fitted_presets.csv", index=False, float_format="%.5g")
     summary.to_csv(out / "cv_summary.csv", index=False, float_format="%.4f")

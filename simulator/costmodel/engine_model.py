@@ -234,14 +234,15 @@ ENGINES: dict[str, EngineModel] = {
                "DeepSeek-V3/R1, Qwen3-32B, Qwen3.5-397B-A17B), wip rows dropped, repeated measurements once",
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
                "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake, every "
-               "request the clients sent: median abs error TTFT 30%, TPOT 20% in-sample (without the prefill floor 44%, 21%; kernels alone "
-               "52%, 20%). The floor, 3.5 ms a layer on every step that carries a prompt (SGLang runs extend "
-               "batches outside its CUDA graphs), is far above launch latency alone: it holds what a prefill step "
-               "costs that the tables do not show (at 4 users the measured TTFT is 150-200 ms at 1K prompt tokens "
-               "and grows slowly to 8K). Every SGLang row is a 60-64-layer model, so whether the floor goes per layer or "
-               "per step is not identified: on a 32-layer model it holds a prefill step to at least 113 ms",
-        cpu_per_seq_s=9.57e-6, cpu_per_prefill_token_s=2.01e-6, prefill_floor_per_layer_s=3.52e-3,
-        collective_extra_s=((2, -0.22e-6), (4, -0.22e-6), (8, -0.22e-6)), scheduler="sglang", kernels="sglang",
+               "request the clients sent, each layout read as the node it ran on: median abs error TTFT 29%, TPOT 19% "
+               "in-sample (kernels alone 47%, 21%; the fit on the scaled layouts, 9.6 us a request, 2.0 us a prompt "
+               "token, a 3.5 ms floor, 30%, 20%). The floor, 3.2 ms a layer on every step that carries a prompt (SGLang "
+               "runs extend batches outside its CUDA graphs), is far above launch latency alone: it holds what a "
+               "prefill step costs that the tables do not show (at 4 users the measured TTFT is 150-200 ms at 1K prompt "
+               "tokens and grows slowly to 8K). Every SGLang row is a 60-64-layer model, so whether the floor goes per "
+               "layer or per step is not identified: on a 32-layer model it holds a prefill step to at least 104 ms",
+        cpu_iteration_s=0.292e-3, cpu_per_prefill_token_s=3.52e-6, prefill_floor_per_layer_s=3.25e-3,
+        collective_extra_s=((2, -14.6e-6), (4, -14.6e-6), (8, -14.6e-6)), scheduler="sglang", kernels="sglang",
     ),
     "trtllm-2026": EngineModel(
         name="trtllm-2026",

@@ -243,3 +243,34 @@ def test_the_fit_reports_rows_come_out_the_same_in_parallel(tmp_path):
     again, _ = fit_report._simulate_rows(rows, configs, lambda r: str(engine),
                                          cache=fit_report.RowCache(tmp_path / "rows.pkl"), jobs=2)
     assert np.array_equal(again, one)
+
+
+def test_twins_are_one_recorded_deployment_measured_far_apart():
+    """``results/validation/silicon/twins.py``: rows agreeing on every recorded field whose measured TPOTs span more
+    than the ratio are one group (fast and slow marked); a closer pair, and disaggregated rows without worker counts
+    (their deployment is not recorded to begin with), are not."""
+    import importlib.util
+
+    import pandas as pd
+
+    script = Path(__file__).resolve().parents[1] / "results" / "validation" / "silicon" / "twins.py"
+    spec = importlib.util.spec_from_file_location("twins", script)
+    twins = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(twins)
+    base = {"backend": "trtllm", "backend_version": "1.2", "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm",
+            "precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "mode": "agg", "isl": 1024,
+            "osl": 1024, "concurrency": 4, "tp_size": 8.0, "pp_size": 1.0, "attention_dp_size": 1.0,
+            "moe_tp_size": 1.0, "moe_ep_size": 8.0, "prefill_num_workers": float("nan"), "silicon_ttft_ms": 150.0,
+            "family": "dated-dump", "silicon_data_source": "x"}
+    rows = [
+        {**base, "id": "slow", "silicon_tpot_ms": 10.0},
+        {**base, "id": "fast", "model_path": "deepseek-ai/DeepSeek-V3", "silicon_tpot_ms": 5.0},  # one architecture
+        {**base, "id": "near-a", "concurrency": 8, "silicon_tpot_ms": 10.0},
+        {**base, "id": "near-b", "concurrency": 8, "silicon_tpot_ms": 9.0},
+        {**base, "id": "dis-a", "mode": "disagg", "silicon_tpot_ms": 10.0},
+        {**base, "id": "dis-b", "mode": "disagg", "silicon_tpot_ms": 4.0},
+    ]
+    out = twins.twins(pd.DataFrame(rows), ratio=1.3)
+    assert sorted(out["id"]) == ["fast", "slow"]
+    assert dict(zip(out["id"], out["role"], strict=True)) == {"fast": "fast", "slow": "slow"}
+    assert out["tpot_span"].iloc[0] == pytest.approx(2.0)

@@ -285,8 +285,8 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
 ## What the table model does not cover (yet)
 
 - vLLM has no MLA core tables here (only whole-module `mla_*_module_perf` rows of DeepSeek-V3, projections and
-  norms included, measured outside CUDA graphs: 0.10 ms a layer at batch 1 on B200 where its projections and core
-  price at 0.04). On Blackwell its MLA cores are priced by TensorRT-LLM's `context_mla`/`generation_mla` rows: vLLM's
+  norms included: 0.10 ms a layer at batch 1 on B200 where its projections and core price at 0.04, which looks like
+  launch gaps a CUDA graph would close). On Blackwell its MLA cores are priced by TensorRT-LLM's `context_mla`/`generation_mla` rows: vLLM's
   default MLA backend there is FlashInfer's, which calls TensorRT-LLM's generated MLA kernels (SGLang's Blackwell
   tables name the same source, `trtllm_mla`); a note says so at load. Elsewhere (Hopper: FlashMLA, unmeasured
   here) the roofline prices them.

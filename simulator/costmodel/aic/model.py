@@ -77,7 +77,7 @@ MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8", "fp8_
 KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).
 SEPARATE_ROTARY = {"vllm": True, "sglang": True, "trtllm": False}
-# Where a backend has no MLA core tables (vLLM: whole-module rows only, which carry eager launch gaps), the
+# Where a backend has no MLA core tables (vLLM: whole-module rows only, 2-3x its parts at batch 1), the
 # backend whose tables measured the kernel it runs. On Blackwell vLLM's default MLA backend is FlashInfer's,
 # which calls TensorRT-LLM's generated MLA kernels (SGLang's Blackwell tables name the same kernel source,
 # ``trtllm_mla``). Hopper has no donor: vLLM runs FlashMLA there, which no table here measured.

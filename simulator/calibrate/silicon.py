@@ -198,7 +198,7 @@ def _single_node_layout(row: Any) -> dict[str, int] | None:
     The same measurement (identical TTFT and TPOT) appears in the 2026-03-25 dump as ``tp=4, moe_ep=4``
     (the id's ``tp4_0_ep4_0``: one 4-GPU engine, EP over its GPUs) and in the 2026-04-06 dump and the
     db-dump as ``tp=16, moe_tp=4, moe_ep=4``; ``tp8 ep8`` with DP attention as ``adp=8, moe_ep=8`` and
-    as ``adp=64, moe_tp=8, moe_ep=8``: 23 such measurement groups, every one this way round. Every
+    as ``adp=64, moe_tp=8, moe_ep=8``: 24 such measurement groups, every one this way round. Every
     aggregated row on an 8-GPU-node system with an engine above 8 GPUs has this form: ``G*G`` GPUs with
     ``moe_tp = moe_ep = G`` (SGLang, TensorRT-LLM), or ``tp = adp = G``, ``moe_ep = G*G`` (vLLM's
     DP+EP recipes). Read as ``G`` GPUs with expert parallelism over all of them: ``tp=G`` without

@@ -25,9 +25,10 @@ with their own, where they differ or use attention DP) and the system's network 
 express (a model outside the catalog, a disaggregated row without worker counts, ...) raises
 :class:`Unexpressible` with the reason, so a validation report lists every row it skipped.
 
-Choices stated (not in the data): the scheduler is ``vllm-v1`` (chunked prefill, one token
-budget) for every backend, with ``max_num_batched_tokens`` 8192 (vLLM V1's API-server default
-on H100-class GPUs) and ``max_num_seqs`` at least the engine's batch; the KV cache is FP8 when
+Choices stated (not in the data): each backend's default policy (:data:`BACKEND_SCHEDULERS`:
+``vllm-v1`` for vLLM and TensorRT-LLM, SGLang's prefill-first ``sglang``), with
+``max_num_batched_tokens`` 8192 (vLLM V1's API-server default on H100-class GPUs) and
+``max_num_seqs`` at least the engine's batch; the KV cache is FP8 when
 the GEMMs are FP8/FP4 (as AIConfigurator infers it from the checkpoint), else the activation
 dtype. Engine preset and kernels are the caller's (the run's defaults unless given).
 """

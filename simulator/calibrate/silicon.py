@@ -189,7 +189,7 @@ _NODE_SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm")
 
 def _recorded_gpus(row: Any) -> int:
     """GPUs of an aggregated row's engine as recorded: ``tp x attention_dp x pp``."""
-    return (_int(row.tp_size, 1) or 1) * max(_int(row.attention_dp_size, 1) or 1, 1) * (_int(row.pp_size, 1) or 1)
+    return (_int(row.tp_size, 1) or 1) * (_int(row.attention_dp_size, 1) or 1) * (_int(row.pp_size, 1) or 1)
 
 
 def _single_node_layout(row: Any) -> dict[str, int] | None:
@@ -206,9 +206,9 @@ def _single_node_layout(row: Any) -> dict[str, int] | None:
     attention DP, else ``adp=G`` of one GPU each (the first dump's encoding of DP attention)."""
     if getattr(row, "mode", "") != "agg" or getattr(row, "system", "") not in _NODE_SYSTEMS:
         return None
-    tp, adp = _int(row.tp_size, 1) or 1, max(_int(row.attention_dp_size, 1) or 1, 1)
+    tp, adp = _int(row.tp_size, 1) or 1, _int(row.attention_dp_size, 1) or 1
     moe_tp, ep, pp = _int(row.moe_tp_size, 1) or 1, _int(row.moe_ep_size, 1) or 1, _int(row.pp_size, 1) or 1
-    num_gpus = tp * adp * pp
+    num_gpus = _recorded_gpus(row)
     g = math.isqrt(num_gpus)
     if num_gpus <= MAX_GPUS_PER_NODE or g * g != num_gpus or g > MAX_GPUS_PER_NODE or pp != 1:
         return None

@@ -69,12 +69,22 @@ def twins(kept: pd.DataFrame, ratio: float) -> pd.DataFrame:
     return frame.sort_values(["group", "silicon_tpot_ms"])[cols].reset_index(drop=True)
 
 
-def mtp_runs(kept: pd.DataFrame, roles: dict[str, str], jobs: int) -> pd.DataFrame:
-    from simulator.calibrate.silicon import benchmark_client, recipe_changes, row_config, simulate_row
+def mtp_runs(data: Path, roles: dict[str, str], jobs: int) -> pd.DataFrame:
+    """The TensorRT-LLM DeepSeek B200 aggregated rows, each run as the fit report runs it (its rows and
+    configs: ``fit_report.rows_and_configs``) under ``trtllm-2026``, without and with MTP."""
+    import importlib.util
+
+    from simulator.calibrate.silicon import simulate_row
     from simulator.config.speculative import SpeculativeConfig
 
-    rows = kept[(kept["backend"] == "trtllm") & (kept["mode"] == "agg") & (kept["system"] == "b200_sxm")
-                & kept["model_path"].str.contains("DeepSeek")]
+    spec = importlib.util.spec_from_file_location("fit_report", HERE / "fit_report.py")
+    fit_report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_report)
+    _, _, rows, configs, _ = fit_report.rows_and_configs(fit_report._args(["--data", str(data)]))
+    pick = ((rows["backend"] == "trtllm") & (rows["mode"] == "agg") & (rows["system"] == "b200_sxm")
+            & (rows["model"] == "deepseek-v3")).to_numpy()
+    configs = [c.replace(engine="trtllm-2026") for c, keep in zip(configs, pick, strict=True) if keep]
+    rows = rows[pick].reset_index(drop=True)
     settings: dict[str, dict] = {"off": {}}
     for rate in MTP_RATES:
         settings[f"mtp{rate:g}"] = {
@@ -82,16 +92,11 @@ def mtp_runs(kept: pd.DataFrame, roles: dict[str, str], jobs: int) -> pd.DataFra
                                              acceptance_source=f"i.i.d. {rate:g} (a sweep)"),
             "scheduler__prefix_caching": False}
     out = rows[["id", "backend_version", "precision", "isl", "osl", "concurrency", "tp_size", "attention_dp_size",
-                "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms"]].rename(
-        columns={"silicon_ttft_ms": "measured_ttft_ms", "silicon_tpot_ms": "measured_tpot_ms"}).reset_index(drop=True)
+                "moe_ep_size", "measured_ttft_ms", "measured_tpot_ms"]].copy()
     out["twin_role"] = out["id"].map(roles).fillna("single")
-    for name, extra in settings.items():
-        configs = [row_config(r, **benchmark_client(r), engine="trtllm-2026",
-                              extra={**recipe_changes(r), "replica__kernels": "trtllm",
-                                     "replica__max_model_len": int(r.isl) + int(r.osl) + 16, **extra})
-                   for r in rows.itertuples()]
+    for name, changes in settings.items():
         with ProcessPoolExecutor(jobs) as pool:
-            results = list(pool.map(simulate_row, configs))
+            results = list(pool.map(simulate_row, [c.replace(**changes) for c in configs]))
         out[f"pred_ttft_ms_{name}"] = [x[0] if isinstance(x, tuple) else np.nan for x in results]
         out[f"pred_tpot_ms_{name}"] = [x[1] if isinstance(x, tuple) else np.nan for x in results]
         print(f"{name}: {len(configs)} rows", flush=True)
@@ -119,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                                                               median_span=("tpot_span", "median")).round(2).to_string())
     if args.no_mtp:
         return 0
-    out = mtp_runs(kept, dict(zip(tw["id"], tw["role"], strict=True)), args.jobs)
+    out = mtp_runs(args.data, dict(zip(tw["id"], tw["role"], strict=True)), args.jobs)
     out.to_csv(HERE / "mtp_check.csv", index=False, float_format="%.4f")
     names = ["off", *(f"mtp{r:g}" for r in MTP_RATES)]
     for n in names:

@@ -81,8 +81,8 @@ SEPARATE_ROTARY = {"vllm": True, "sglang": True, "trtllm": False}
 # backend whose tables measured the kernel it runs. On Blackwell vLLM's default MLA backend is FlashInfer's,
 # which calls TensorRT-LLM's generated MLA kernels (SGLang's Blackwell tables name the same kernel source,
 # ``trtllm_mla``). Hopper has no donor: vLLM runs FlashMLA there, which no table here measured.
-MLA_DONORS: dict[tuple[str, str], str] = {("vllm", "blackwell"): "trtllm"}
-MLA_DONOR_WHY = {"trtllm": "vLLM runs TensorRT-LLM's MLA kernels through FlashInfer on Blackwell"}
+MLA_DONORS: dict[tuple[str, str], tuple[str, str]] = {
+    ("vllm", "blackwell"): ("trtllm", "vLLM runs TensorRT-LLM's MLA kernels through FlashInfer on Blackwell")}
 MS = 1e-3  # the tables' milliseconds -> seconds
 
 _printed: set[str] = set()
@@ -349,12 +349,12 @@ class TableCostModel(TabulatedCostModel):
         """The rows of ``table`` for this model's per-GPU attention shape (full attention, or the
         sliding-window kernel of ``window`` tokens), or (None, why not)."""
         ref = T.find_table(self.system, self.backend, table, self.root)
-        donor = MLA_DONORS.get((self.backend, GENERATION.get(self.gpu.name, ""))) if mla else None
-        if ref is None and donor is not None:  # the kernel this backend runs, measured under another's name
-            ref = T.find_table(self.system, donor, table, self.root)
+        donor = MLA_DONORS.get((self.backend, GENERATION.get(self.gpu.name, ""))) if mla and ref is None else None
+        if donor is not None:  # the kernel this backend runs, measured under another's name
+            ref = T.find_table(self.system, donor[0], table, self.root)
             if ref is not None:
                 self.notes.append(f"{self.backend} tables of {self.system} have no {table} table: "
-                                  f"{donor}'s priced it ({MLA_DONOR_WHY[donor]})")
+                                  f"{donor[0]}'s priced it ({donor[1]})")
         if ref is None:
             return None, f"no {table} table"
         if mla:

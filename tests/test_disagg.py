@@ -131,8 +131,9 @@ def check_invariants(config: RunConfig, tab) -> None:  # noqa: ANN001
     assert int(prefill_iters["num_decodes"].sum()) == 0
 
 
-pool = st.builds(lambda n, tp, pp, sched: f"{n}x(tp={tp},pp={pp},sched={sched})", st.integers(1, 2),
-                 st.sampled_from([1, 2]), st.sampled_from([1, 1, 2]), st.sampled_from(["vllm", "sarathi"]))
+pool = st.builds(lambda n, tp, pp, sched, seqs: f"{n}x(tp={tp},pp={pp},sched={sched}{seqs})", st.integers(1, 2),
+                 st.sampled_from([1, 2]), st.sampled_from([1, 1, 2]), st.sampled_from(["vllm", "sarathi"]),
+                 st.sampled_from(["", "", ",seqs=2"]))
 requests_st = st.lists(st.tuples(st.floats(0, 2, allow_nan=False), st.integers(2, 900), st.integers(1, 40)),
                        min_size=1, max_size=24)
 
@@ -207,6 +208,26 @@ def test_full_decode_pool_backpressures_the_prefill_pool() -> None:
     assert summary["backpressure_s_max"] > 0
     assert summary["num_transfers"] == 8
     assert result.disagg.final_free_blocks == result.disagg.num_blocks
+
+
+def test_decode_pool_seats_at_most_its_max_num_seqs() -> None:
+    """``seqs=`` on the decode pool caps its running batch: transferred requests beyond it wait,
+    their KV held on the decode replica, for a finishing request's seat (the fast path agrees)."""
+    rng = np.random.default_rng(5)
+    tab = table(np.zeros(12), rng.integers(100, 400, 12), rng.integers(5, 40, 12))
+    runs = {ff: simulate(disagg_config(decode="1x(tp=1,seqs=3)", link="infinite", fast_forward=ff), tab)
+            for ff in (True, False)}
+    iters = runs[True].iteration_frame()
+    decode_iters = iters[iters["replica_id"] == 1]
+    assert decode_iters["batch_size"].max() == 3
+    df = request_frame(runs[True])
+    assert (df["status"] == "finished").all()
+    assert runs[True].disagg.final_free_blocks == runs[True].disagg.num_blocks
+    assert iters.equals(runs[False].iteration_frame())
+    assert df.equals(request_frame(runs[False]))
+    # Unlimited seats: the same requests decode together.
+    wide = simulate(disagg_config(link="infinite"), tab).iteration_frame()
+    assert wide[wide["replica_id"] == 1]["batch_size"].max() > 3
 
 
 def test_mixed_pool_takes_overflow_and_runs_are_deterministic() -> None:

@@ -41,3 +41,39 @@ def test_first_token_delivered_by_decode_worker() -> None:
 def test_first_token_at_refuses_unknown_value() -> None:
     with pytest.raises(ConfigError, match="first_token_at"):
         RunConfig().replace(first_token_at="router")
+
+
+def _with_handoff(tmp_path, handoff_s: float) -> str:  # noqa: ANN001
+    from simulator.costmodel.engine_model import ENGINES, save_engine_artifact
+
+    path = tmp_path / f"handoff-{handoff_s:g}.json"
+    save_engine_artifact(ENGINES["vllm-2026"].with_terms(handoff_s=handoff_s), path, {})
+    return str(path)
+
+
+def test_handoff_latency_delays_the_transfer_not_the_links(tmp_path) -> None:  # noqa: ANN001
+    """The engine's ``handoff_s``: each request waits it out between its prompt's end and its KV transfer;
+    alone on the cluster (one user), its TTFT grows by exactly that much when the decode worker delivers
+    the first token, and not at all when the prefill worker does."""
+    h = 0.05
+    runs = {(at, x): simulate(_disagg(at).replace(workload__concurrency=1, engine=_with_handoff(tmp_path, x)))
+            for at in ("decode", "prefill") for x in (0.0, h)}
+    log = runs["decode", h].disagg.handoff
+    assert np.all(log.transfer_start_at - log.decode_reserved_at >= h - 1e-12)
+    ttft = {k: request_columns(r)["ttft_s"] for k, r in runs.items()}
+    e2e = {k: request_columns(r)["e2e_s"] for k, r in runs.items()}
+    np.testing.assert_allclose(ttft["decode", h] - ttft["decode", 0.0], h, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(ttft["prefill", h], ttft["prefill", 0.0], rtol=0, atol=1e-9)  # later clock, same spans
+    np.testing.assert_allclose(e2e["prefill", h] - e2e["prefill", 0.0], h, rtol=0, atol=1e-9)
+    # Transfers are as long as without it: the links are not held meanwhile.
+    base = runs["decode", 0.0].disagg.handoff
+    np.testing.assert_allclose(log.transfer_end_at - log.transfer_start_at,
+                               base.transfer_end_at - base.transfer_start_at, rtol=1e-12)
+
+
+def test_handoff_latency_leaves_aggregated_runs_alone(tmp_path) -> None:  # noqa: ANN001
+    config = _disagg("decode").replace(prefill_pool=None, decode_pool=None, kv_link=None, first_token_at="decode")
+    plain = request_columns(simulate(config.replace(engine=_with_handoff(tmp_path, 0.0))))
+    delayed = request_columns(simulate(config.replace(engine=_with_handoff(tmp_path, 0.2))))
+    for col in ("ttft_s", "e2e_s", "completed_at"):
+        assert np.array_equal(plain[col], delayed[col])

@@ -30,7 +30,7 @@ def engines() -> None:
     from simulator.costmodel.engine_model import ENGINES, tp_lookup
 
     table = Table("engine", "async", "CUDA graphs", "CPU/step ms", "CPU/req us", "CPU/prompt token us",
-                  "collective +us (tp 2/4/8)", "prefill floor ms/layer", "fitted with",
+                  "collective +us (tp 2/4/8)", "prefill floor ms/layer", "P/D handoff ms", "fitted with",
                   title=f"engine presets (default: {DEFAULT_ENGINE})", title_justify="left")
     for name, e in ENGINES.items():
         coll = "/".join(f"{tp_lookup(e.collective_extra_s, t) * 1e6:.0f}" for t in (2, 4, 8))
@@ -40,7 +40,8 @@ def engines() -> None:
         fitted_with = " ".join(f"--{flag} {v}" for flag, v in (("scheduler", e.scheduler), ("kernels", e.kernels)) if v)
         table.add_row(name, "yes" if e.overlap_cpu else "no", "yes" if e.cuda_graphs else "no",
                       f"{e.cpu_iteration_s * 1e3:.2f}", f"{e.cpu_per_seq_s * 1e6:.0f}",
-                      f"{e.cpu_per_prefill_token_s * 1e6:.1f}", coll, floor, fitted_with or "-")
+                      f"{e.cpu_per_prefill_token_s * 1e6:.1f}", coll, floor,
+                      f"{e.handoff_s * 1e3:.0f}" if e.handoff_s else "-", fitted_with or "-")
     console = Console()
     print_table(console, table)
     for name, e in ENGINES.items():

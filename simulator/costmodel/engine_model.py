@@ -17,6 +17,10 @@ This module names those terms per engine, as a layer *on top of* any kernel cost
     time  = cpu + gpu             synchronous engine (vLLM v0, sarathi-serve)
     time  = max(cpu, gpu)         async scheduling (CPU work of step n+1 hides under step n)
 
+and, for disaggregated deployments only, ``handoff_s`` per request between the prefill's end and its
+KV transfer (:class:`~simulator.engine.disagg.DisaggCluster`): the serving stack's second hop and the
+KV connector's handshake, which no kernel or link shows.
+
 ``seqs`` counts the requests in the batch (prefill chunks plus decodes), ``collectives`` the
 TP collectives of one forward pass (two all-reduces a layer, one for parallel attention/MLP
 blocks, plus the LM head's vocab gather). The prefill floor is the least a step carrying
@@ -104,6 +108,9 @@ class EngineModel:
     launch_per_kernel_s: float = 0.0
     prefill_floor_per_layer_s: float = 0.0  # a step with prompt tokens takes at least this x num_layers (GPU side)
     prefill_floor_above_tokens: int = 0  # ... when it carries more prompt tokens than this (below: in CUDA graphs)
+    # Disaggregated runs only: per request, from the prefill's end to its KV transfer starting (the router's or
+    # proxy's second hop, the KV connector's handshake, the decode worker admitting it); no link is held meanwhile.
+    handoff_s: float = 0.0
     scheduler: str | None = None  # the scheduling policy its fit ran (a run with another policy is told)
     kernels: str | None = None  # the kernel prices its terms were fitted over, where only those were checked (told)
 

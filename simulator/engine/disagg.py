@@ -19,24 +19,25 @@ running decodes) disappears when prompts and decodes never share a GPU. A reques
    outstanding requests among those whose KV cache can admit the prompt above the
    watermark reserves its blocks. If none can, the queue waits (**backpressure**: the
    prefill replica holds the KV, and when its cache fills it stops admitting prompts).
-3. **transfer**: the prompt's KV bytes (2 x layers x KV heads x head dim x dtype bytes
-   per token, the whole model's: every TP shard sends its share, the link carries the
-   sum) take ``latency + bytes / bandwidth`` (``--kv-link``) once their links are free.
-   Which links is ``RunConfig.kv_link_scope``. ``per-worker`` (default; what xPyD hardware
-   is: each engine instance has its own RDMA NICs, NIXL/Mooncake move KV between them):
-   every prefill pool replica has an egress link and every decode pool replica an ingress
-   link (a replica's attention-DP ranks share them), FIFO; ``--kv-link`` is a prefill
-   worker's egress, and a decode worker's ingress carries ``max(1, its GPUs // a prefill
-   worker's GPUs)`` such transfers at once (NICs scale with GPUs, one a GPU). A transfer
-   holds its sender's egress and then a place on its receiver's ingress (always in that
-   order, so no two transfers wait on each other in a cycle): transfers of different prefill
-   workers run in parallel, and several prefill workers sending to one decode worker queue on
-   its ingress (fan-in). With one prefill worker the egress alone orders every transfer (the
-   ingress could never be contended, so it is not modelled: the same events as one shared
-   link). ``shared``: one link, FIFO, that every transfer queues on, whatever the number of
-   workers (the paper reproductions' assumption). When a transfer lands, the prefill
-   replica frees its blocks and the decode replica starts decoding the request in its next
-   iteration (continuous batching).
+3. **transfer**: after the engine preset's ``handoff_s`` (the serving stack's second hop and
+   the KV connector's handshake, per request; no link is held meanwhile), the prompt's KV
+   bytes (2 x layers x KV heads x head dim x dtype bytes per token, the whole model's: every
+   TP shard sends its share, the link carries the sum) take ``latency + bytes / bandwidth``
+   (``--kv-link``) once their links are free. Which links is ``RunConfig.kv_link_scope``.
+   ``per-worker`` (default; what xPyD hardware is: each engine instance has its own RDMA NICs,
+   NIXL/Mooncake move KV between them): every prefill pool replica has an egress link and
+   every decode pool replica an ingress link (a replica's attention-DP ranks share them),
+   FIFO; ``--kv-link`` is a prefill worker's egress, and a decode worker's ingress carries
+   ``max(1, its GPUs // a prefill worker's GPUs)`` such transfers at once (NICs scale with
+   GPUs, one a GPU). A transfer holds its sender's egress and then a place on its receiver's
+   ingress (always in that order, so no two transfers wait on each other in a cycle):
+   transfers of different prefill workers run in parallel, and several prefill workers sending
+   to one decode worker queue on its ingress (fan-in). With one prefill worker the egress
+   alone orders every transfer (the ingress could never be contended, so it is not modelled:
+   the same events as one shared link). ``shared``: one link, FIFO, that every transfer queues
+   on, whatever the number of workers (the paper reproductions' assumption). When a transfer
+   lands, the prefill replica frees its blocks and the decode replica starts decoding the
+   request in its next iteration (continuous batching).
 4. **decode pool**: every token after the first. A decode replica that runs out of
    blocks preempts by recompute as its policy says; the victim re-prefills *there*.
 
@@ -80,6 +81,7 @@ import simpy
 from simulator.config.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of, state_bytes_per_seq
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel import load_cost_model
+from simulator.costmodel.engine_model import load_engine
 from simulator.engine.closed_loop import ClosedLoopClient, make_recorder
 from simulator.engine.cluster import RunResult, make_replica, prepare_requests, reporter_of, run_to_end
 from simulator.engine.kvcache import BlockManager, MemoryPlan
@@ -146,32 +148,55 @@ class PrefillMixin:
 
 class DecodeMixin:
     """Decode-pool scheduler: a transferred request (its prompt's blocks reserved by the
-    handoff) joins ``running`` directly; ``on_freed`` is told when blocks come back."""
+    handoff) joins ``running`` directly, or, while ``max_num_seqs`` requests already run, waits
+    in ``seated_later`` (its KV held here) for a finishing request's seat, first come first
+    seated; ``on_freed`` is told when blocks come back."""
 
     on_freed: Callable[[], None]
     num_parked: int = 0
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seated_later: deque[Request] = deque()
+
     def add_request(self, req: Request) -> None:
         if req.num_generated >= 1 and req.num_computed == req.num_prompt_tokens and req.num_blocks > 0:
             self.num_parked -= 1
-            req.status = Status.RUNNING
-            self._admission_counter += 1  # type: ignore[attr-defined]
-            req.admitted_seq = self._admission_counter  # type: ignore[attr-defined]
-            running = self.running  # type: ignore[attr-defined]
-            # ``running`` is kept in arrival order (FCFS priority; the victim is the latest arrival).
-            if running and _ARRIVAL_KEY(running[-1]) > _ARRIVAL_KEY(req):
-                insort(running, req, key=_ARRIVAL_KEY)
+            if len(self.running) >= self.max_num_seqs:  # type: ignore[attr-defined]
+                self.seated_later.append(req)
             else:
-                running.append(req)
+                self._seat(req)
             return
         super().add_request(req)  # type: ignore[misc]
 
+    def _seat(self, req: Request) -> None:
+        req.status = Status.RUNNING
+        self._admission_counter += 1  # type: ignore[attr-defined]
+        req.admitted_seq = self._admission_counter  # type: ignore[attr-defined]
+        running = self.running  # type: ignore[attr-defined]
+        # ``running`` is kept in arrival order (FCFS priority; the victim is the latest arrival).
+        if running and _ARRIVAL_KEY(running[-1]) > _ARRIVAL_KEY(req):
+            insort(running, req, key=_ARRIVAL_KEY)
+        else:
+            running.append(req)
+
+    @property
+    def num_outstanding(self) -> int:
+        return super().num_outstanding + len(self.seated_later)  # type: ignore[misc]
+
     def complete(self, batch: Batch, now: float) -> list[Request]:
         finished = super().complete(batch, now)  # type: ignore[misc]
+        later = self.seated_later
+        while later and len(self.running) < self.max_num_seqs:  # type: ignore[attr-defined]
+            self._seat_later(later.popleft())
         if finished or batch.preempted:
             self.on_freed()
         return finished
 
+    def _seat_later(self, req: Request) -> None:
+        """A waiting transferred request takes a freed seat (a fast path that tracks who joined
+        ``running`` overrides this)."""
+        self._seat(req)
 
 class ParkingReplicaMixin:
     """A replica whose cache may hold parked blocks (KV waiting for, or reserved by, a
@@ -275,6 +300,8 @@ class DisaggCluster:
         self.log = HandoffLog(num_requests)
         self.kv_bytes_per_token = kv_bytes_per_token(layout.prefill_replica)
         self.state_bytes_per_seq = state_bytes_per_seq(layout.prefill_replica)  # a hybrid's recurrent state
+        # The serving stack's handoff latency (the engine preset's ``handoff_s``): before the transfer, no link held.
+        self.handoff_s = load_engine(config.engine).handoff_s
         # KV links (module docstring, step 3): ``egress[k]`` the link of the k-th prefill pool
         # replica (one shared link: a single egress every transfer uses), ``ingress[k]`` of the
         # k-th decode pool replica, or none where one egress already orders every transfer.
@@ -331,7 +358,8 @@ class DisaggCluster:
         decodes first (their block counts are stale while they are carried)."""
         for r in self.replicas:
             r.scheduler.settle()
-        held = {r.replica_id: sum(q.num_blocks + q.num_state_blocks for q in (*r.scheduler.running, *r.scheduler.waiting))
+        held = {r.replica_id: sum(q.num_blocks + q.num_state_blocks for q in (
+                    *r.scheduler.running, *r.scheduler.waiting, *getattr(r.scheduler, "seated_later", ())))
                 for r in self.replicas}
         for _, hold, index in self.pending:
             held[self.prefill[index].replica_id] += hold.num_blocks + hold.num_state_blocks
@@ -413,6 +441,8 @@ class DisaggCluster:
         rid = req.request_id
         self.log.kv_bytes[rid] = nbytes
         duration = self.layout.link.transfer_s(nbytes)
+        if self.handoff_s > 0:  # the second hop and the connector's handshake: the KV stays on the prefill replica
+            yield self.env.timeout(self.handoff_s)
         sender = prefill_index // self._prefill_dp if len(self.egress) > 1 else 0
         with self.egress[sender].request() as slot:
             yield slot

@@ -129,13 +129,20 @@ def _lockstep_decodes(scheduler: Scheduler, cohort: DecodeCohort, batch: Batch, 
 
 class LockstepDecodePool:
     """A decode pool's ``add_request`` with a cohort: a handed-off request that went straight
-    into ``running`` (``DecodeMixin``) is loose until the policy's next ``_add_decodes``."""
+    into ``running`` (``DecodeMixin``), or took a seat later, is loose until the policy's next
+    ``_add_decodes``."""
 
     def add_request(self, req: Request) -> None:
         num_running = len(self.running)  # type: ignore[attr-defined]
         super().add_request(req)  # type: ignore[misc]
         cohort = self.cohort  # type: ignore[attr-defined]
         if cohort.active and len(self.running) > num_running:  # type: ignore[attr-defined]
+            insert_fcfs(cohort.loose, req)
+
+    def _seat_later(self, req: Request) -> None:  # a transferred request that waited for a seat
+        super()._seat_later(req)  # type: ignore[misc]
+        cohort = self.cohort  # type: ignore[attr-defined]
+        if cohort.active:
             insert_fcfs(cohort.loose, req)
 
 

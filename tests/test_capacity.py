@@ -175,6 +175,16 @@ def test_unmeetable_goodput_ends_at_min_qps_with_the_reason(constant_cost):
     assert "capacity 0" in result.reason and "goodput" in result.reason
 
 
+def test_trials_running_out_before_a_pass_is_not_capacity_zero(constant_cost):
+    # The same unmeetable SLO, but only two trials allowed: the search did not reach min_qps, so it says
+    # the capacity was not found below the lowest QPS tried instead of calling it 0.
+    slo = SLO(tbt_s=0.05, min_goodput=0.5, goodput_ttft_s=0.001)
+    result = search_seed(slots_config(num_requests=64), slo, SearchSettings(qps_start=1.0, min_qps=0.2, max_trials=2))
+    assert [t.qps for t in result.trials] == [1.0, 0.5]
+    assert result.reason.startswith("not found") and "below 0.5 QPS" in result.reason
+    assert "capacity 0" not in result.reason
+
+
 def test_quantiles_are_configurable(constant_cost):
     config = slots_config(num_requests=256).replace(workload__qps=45.0)
     loose = run_trial(config, 45.0, SLO(tbt_s=0.05, sched_delay_s=0.3, sched_delay_quantile=10.0), early_exit=False)

@@ -179,7 +179,11 @@ def collect_points(root: Path, progress: Callable[[str, int, int], None] | None 
         if progress:
             progress(label, done, len(steps) + extra_steps)
         frames.append(job())
-    return pd.concat([f for f in frames if len(f)], ignore_index=True)
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        raise ConfigError("--data", f"no Vidur or LLMServingSim profiles under {root}",
+                          "pass the profiles folder (../shared/data/profiles)")
+    return pd.concat(frames, ignore_index=True)
 
 
 def summarize(points: pd.DataFrame) -> pd.DataFrame:

@@ -26,6 +26,9 @@ TTFT and TPOT the simulator would report with those terms: :func:`replay` (check
 full simulation by the tests and by the validation script). Runs with more than one replica
 (attention-DP ranks, disaggregated pools) are not replayed; they are simulated.
 
+Disaggregated deployments add one term, fitted on their simulated rows: the serving stack's
+handoff latency per request (``EngineModel.handoff_s``, :func:`fit_handoff`).
+
 Cross-validation: leave one GPU out and leave one model out (:func:`cross_validate`), per
 backend; the folds refit everything but the discrete overlap choice, which is itself chosen
 by the training folds' error.
@@ -301,6 +304,23 @@ def cross_validate(rows: Any, traces: list[Trace], group: str, overlap: bool | N
         if test.any():
             out[test] = predict([t for t, k in zip(traces, test, strict=True) if k], params)
     return out
+
+
+# Candidate handoff latencies (s) of disaggregated deployments: 0 to 400 ms by 5 ms.
+HANDOFF_GRID_S = np.arange(0.0, 0.4001, 0.005)
+
+
+def fit_handoff(base_ttft_ms: Any, measured_ttft_ms: Any) -> float:
+    """The serving stack's handoff latency (``EngineModel.handoff_s``, s) of disaggregated rows: the
+    constant that, added to each row's TTFT simulated without one, minimises the median absolute log
+    error (a grid search; the closed loop moves a little when the delay is simulated, so a report
+    simulates the rows again with it). No usable row: 0."""
+    base, meas = np.asarray(base_ttft_ms, dtype=float), np.asarray(measured_ttft_ms, dtype=float)
+    ok = np.isfinite(base) & np.isfinite(meas) & (meas > 0) & (base > 0)
+    if not ok.any():
+        return 0.0
+    cost = [np.median(np.abs(np.log((base[ok] + 1e3 * h) / meas[ok]))) for h in HANDOFF_GRID_S]
+    return float(HANDOFF_GRID_S[int(np.argmin(cost))])
 
 
 def abs_err(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:

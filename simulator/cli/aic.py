@@ -22,6 +22,9 @@ def import_aiconfigurator(
     table per backend and version: system, backend, version, family, table, kernel_source, dtype,
     the table's keys and latency_s (seconds per call on one GPU)."""
     from simulator.costmodel.aic.tables import BACKENDS, write_tidy
+    from simulator.util.paths import check_out_dir
 
+    # what an earlier import wrote may be replaced; anything else there is refused before the work
+    check_out_dir(out, "--out", replaceable=("*.parquet", "*.csv"))
     for path in write_tidy(gpu, tuple(backend or BACKENDS), out, fmt, data):
         typer.echo(str(path))

@@ -681,7 +681,11 @@ def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial
     """The answer of a finished search and why it ended."""
     result = SeedResult(config.seed, found.passed_qps or 0.0, "", trials)
     failed = {t.qps: t for t in trials}[found.failed_qps] if found.failed_qps is not None else None
-    if found.passed_qps is None:
+    if found.passed_qps is None and found.stop == "max_trials":
+        assert failed is not None
+        result.reason = (f"not found: stopped after {len(trials)} trials before any QPS met {slo.describe()}; "
+                         f"the capacity is below {failed.qps:.3g} QPS (raise --max-trials, or start lower with --qps)")
+    elif found.passed_qps is None:
         assert failed is not None
         result.reason = (f"capacity 0: no QPS down to {failed.qps:.3g} meets {slo.describe()} "
                          f"(last failure: {failed.reason})")

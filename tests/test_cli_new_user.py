@@ -90,6 +90,14 @@ BAD_INPUT = [
     # a draft TP of 0 was read as 1 (braces doubled: the arguments are format strings)
     (["--speculative-config", '{{"method": "eagle3", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 0}}',
       "--acceptance-rate", "0.7"], "draft_tensor_parallel_size"),
+    # robustness audit 2: flags that did nothing, lengths switched without asking
+    (["--enable-expert-parallel"], "--enable-expert-parallel"),
+    (["--inter-node-link", "infiniband-400g"], "--inter-node-link"),
+    (["--allow-tp-across-nodes"], "--allow-tp-across-nodes"),
+    (["--intra-node-link", "pcie"], "--intra-node-link"),
+    (["--workload", "fixed", "--range-style", "sglang"], "--range-style"),
+    (["--range-ratio", "0.5"], "--range-ratio"),
+    (["--kernels", "vllm", "--gpu", "h100-sxm", "--dtype", "mxfp4"], "replica.dtype"),
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),
@@ -136,6 +144,12 @@ def test_bad_input_is_one_line_naming_the_flag(tmp_path: Path, four_rows: Path, 
     assert needle in line, line
     if "--replicas" in args:
         assert "--num-replicas" not in line
+
+
+def test_acceptance_data_of_another_drafter_is_refused(shared_data: Path) -> None:
+    line = one_line_error(simulate("run", "--no-progress", "--speculative-config",
+                                   '{"method": "eagle3", "num_speculative_tokens": 3}', "--acceptance-data", "qwen3.5:mtp"))
+    assert "--acceptance-data" in line and "MTP drafts" in line and "eagle3" in line, line
 
 
 def test_qps_inf_is_said_to_mean_every_request_at_once() -> None:

@@ -68,6 +68,11 @@ BAD_PATHS = [
     (["fidelity", "--out", "{file}"], "--out"),
     (["validate", "--out", "{file}"], "--out"),
     (["calibrate", "--data", "{file}"], "--data"),
+    (["calibrate", "--data", "{dir}"], "--data"),  # no profiles there: a fit to nothing was printed as a fit
+    (["fidelity", "--out", "{new}", "--data", "{dir}"], "--data"),
+    (["import-aiconfigurator", "--gpu", "b200", "--out", "{file}"], "--out"),
+    (["run", "--format", "csv"], "--format"),  # no --out: the format of nothing
+    (["sweep", "--out", "{new}", "--grid", "qps=1", "--grid", "qps=2"], "--grid"),
 ]
 
 

@@ -181,6 +181,13 @@ def predict_cmd(
 
 
 # -- calibrate and fidelity -------------------------------------------------------------------------------------
+def _check_profiles(data: Path) -> None:
+    """A profiles folder that exists and holds some table (a fit to none would be the defaults)."""
+    check_in_dir(data, "--data", "pass the profiles folder (../shared/data/profiles)")
+    if not any(data.rglob("*.csv")):
+        raise ConfigError("--data", f"no profile tables (CSV) under {data}", "pass the profiles folder (../shared/data/profiles)")
+
+
 @app.command()
 def calibrate(
     data: Annotated[Path | None, typer.Option(help="profiles folder (default ../shared/data/profiles)")] = None,
@@ -188,7 +195,7 @@ def calibrate(
 ) -> None:
     """Fit the roofline's efficiency constants to the public measured profiles."""
     if data is not None:  # paths first: a wrong one answers before the heavy imports
-        check_in_dir(data, "--data", "pass the profiles folder (../shared/data/profiles)")
+        _check_profiles(data)
     from rich.console import Console
 
     from simulator.calibrate.fit_calibration import calibrate_all, render, write_calibration
@@ -214,7 +221,7 @@ def fidelity(
     # Paths first (a wrong one answers before the heavy imports); a report folder is regenerated in place.
     check_out_dir(out, "--out", existing_ok=True)
     if data is not None:
-        check_in_dir(data, "--data", "pass the profiles folder (../shared/data/profiles)")
+        _check_profiles(data)
     from rich.console import Console
 
     from simulator.calibrate.fit_fidelity import write_report

@@ -62,6 +62,10 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
         raise ConfigError("calibrate-engine", "give exactly one of --table, --bench and --rows")
     if not 0 < holdout < 1:
         raise ConfigError("holdout", f"must be in (0, 1), got {holdout}")
+    if bench is not None and max_evals < 1:
+        raise ConfigError("--max-evals", f"must be >= 1, got {max_evals}", "e.g. --max-evals 40")
+    if bench is None and max_evals != 40:  # only the bench fit simulates; the others are least squares
+        raise ConfigError("--max-evals", "bounds the simulations of a --bench fit, which this is not", "drop --max-evals")
     # Every path is checked before the fit (a bench fit runs dozens of simulations).
     check_out_file(out, "--out")
     if table is not None:

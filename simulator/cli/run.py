@@ -290,7 +290,8 @@ class BenchOptions:
 def run(
     config: RunConfig,
     out: Annotated[Path | None, typer.Option(help="Folder for requests/iterations tables, summary.json, config.json.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help=f"Table format: {', '.join(FORMATS)}.")] = "parquet",
+    fmt: Annotated[str | None, typer.Option("--format", help=f"Table format with --out: {', '.join(FORMATS)} "
+                                             "(default parquet).")] = None,
     ttft_slo: Annotated[float, typer.Option(help="TTFT SLO (s) for goodput.")] = 2.0,
     tbt_slo: Annotated[float, typer.Option(help="TBT SLO (s) for goodput.")] = 0.2,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")] = False,
@@ -311,6 +312,10 @@ def run(
 ) -> None:
     """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, vLLM V1 scheduling, engine vllm-2026, ShareGPT)."""
     # Every option is checked before the run: a bad --format or --out must not cost a simulation.
+    if fmt is not None and out is None:
+        raise ConfigError("--format", "sets the format of the tables --out writes, but no --out was given",
+                          "add --out DIR, or drop --format")
+    fmt = fmt or "parquet"
     check_format(fmt)
     for flag, seconds in (("--ttft-slo", ttft_slo), ("--tbt-slo", tbt_slo)):
         if not (math.isfinite(seconds) and seconds > 0):  # else every request misses it: goodput 0% that looks measured

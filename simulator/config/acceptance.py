@@ -153,6 +153,8 @@ SPECULATIVE_FLAGS = {"vllm_json": "--speculative-config", "num_speculative_token
                      "acceptance_data": "--acceptance-data", "disable_by_batch_size": "--spec-disable-batch-size",
                      "reduce_k_batch_size": "--spec-reduce-k-batch-size"}
 _OFF = ("off", "none", "null", "")
+# An AL curve's method (its first word, lowercased) -> the run methods whose drafts it measures (others unchecked).
+_CURVE_DRAFTERS = {"mtp": ("mtp",), "eagle3": ("eagle3", "eagle")}
 
 
 def speculative_from_options(current: SpeculativeConfig | None, options: dict[str, Any]) -> SpeculativeConfig | None:
@@ -206,6 +208,12 @@ def speculative_from_options(current: SpeculativeConfig | None, options: dict[st
     elif forms == ["acceptance_data"]:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ConfigError("--num-speculative-tokens", f"must be an integer >= 1, got {k!r}")
+        curve = find_curve(str(given["acceptance_data"]))
+        drafter = _CURVE_DRAFTERS.get(curve.method.split(" ")[0].lower())
+        if drafter is not None and fields["method"] not in drafter:
+            raise ConfigError("--acceptance-data", f"{curve.name} is the acceptance of {curve.method} drafts, but the run "
+                              f"drafts with {fields['method']}", f"pick a curve of {fields['method']} drafts, or --speculative-config "
+                              f"method {drafter[0]}")
         fields["acceptance_rates"], fields["acceptance_source"] = acceptance_from_data(str(given["acceptance_data"]), k)
     else:
         rates = fields["acceptance_rates"]

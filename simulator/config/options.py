@@ -202,6 +202,13 @@ def _inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if w.arrival != "trace":
         out["time_scale"] = (f"--arrival is {w.arrival}: the trace's timestamps are not replayed",
                              "pass --arrival trace, or drop {flag}")
+    if not config.is_disaggregated:  # (a pool's replicas have layouts of their own)
+        if r.num_nodes == 1:
+            for name in ("inter_node_link", "allow_tp_across_nodes"):
+                out[name] = ("the replica is on one node", "add --nodes N, or drop {flag}")
+        if r.tp * r.pp * r.attention_dp == 1:
+            out["intra_node_link"] = ("the replica is one GPU: nothing it does crosses a link",
+                                      "add --tp or --pp, or drop {flag}")
     if config.num_replicas == 1 and r.attention_dp == 1 and not config.is_disaggregated:
         out["router"] = ("one replica takes every request", "add --replicas N, or drop {flag}")
     if config.is_disaggregated:
@@ -243,7 +250,9 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
 # Options a command may read beyond its base config: it builds disaggregated pools or replica
 # counts itself (disagg split/compare, plan), or runs a grid of configs that may make any option
 # apply (sweep: None, every option).
-POOL_OPTIONS = frozenset({"kv_link", "kv_link_scope", "first_token_at", "router"})
+POOL_OPTIONS = frozenset({"kv_link", "kv_link_scope", "first_token_at", "router",
+                          # the layouts they build span GPUs and nodes
+                          "intra_node_link", "inter_node_link", "allow_tp_across_nodes"})
 DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {"split": POOL_OPTIONS, "compare": POOL_OPTIONS,
                                                          "plan": POOL_OPTIONS, "sweep": None}
 
@@ -338,6 +347,14 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     # Lengths given with neither a workload nor a trace (vllm bench's --random-input-len): the lengths
     # asked for, fixed (banded with --range-ratio) or uniform up to a --*-max, not the default dataset's.
     given = [name for name in LENGTH_OPTIONS if out.get(name) is not None]
+    if not from_file and out.get("range_style") == "sglang" and out.get("range_ratio") is None:
+        raise ConfigError("--range-style", "sglang's band at the default ratio 0 draws every length in [1, len] "
+                          "(SGLang bench_serving's default), not the fixed lengths asked for",
+                          "give --range-ratio too (1: fixed; 0.8: [0.8 len, len]; 0: [1, len])")
+    if (given and set(given) <= {"range_ratio", "range_style"} and out.get("workload") is None
+            and out.get("trace") is None and not from_file):
+        raise ConfigError("--range-ratio", "bands fixed lengths, but no lengths were given and the default workload "
+                          "(sharegpt) draws its own", "add --prompt-tokens and --output-tokens, or --workload fixed")
     if given and out.get("workload") is None and out.get("trace") is None and not from_file:
         out["workload"] = "uniform" if any(name.endswith("_max") for name in given) else "fixed"
     burstiness = out.pop("burstiness", None)
@@ -362,6 +379,11 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
         out["arrival"] = "poisson" if burstiness == 1 else "gamma"
         out["cv"] = None if burstiness == 1 else 1.0 / burstiness**0.5
     if expert_parallel:
+        from simulator.config.catalog import get_model
+
+        model = out.get("model") or base.replica.model
+        if not get_model(model).is_moe:
+            raise ConfigError("--enable-expert-parallel", f"{model} has no experts", "drop it for a dense model")
         tp = out.get("tp") or base.replica.tp
         ep = tp * (out.get("attention_dp") or getattr(base.replica, "attention_dp", 1))
         if out.get("ep") not in (None, ep):

@@ -188,6 +188,8 @@ def parse_cli_grid(items: Iterable[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError("--grid", f"{item!r} is not NAME=V1,V2,...", "e.g. --grid scheduler=vllm,sarathi")
         name, values = item.split("=", 1)
+        if name.strip() in grid:  # a second --grid for a name would silently replace the first
+            raise ConfigError("--grid", f"{name.strip()} given twice", f"give its values once: --grid {name.strip()}=V1,V2,...")
         grid[name.strip()] = [v for v in values.split(",") if v.strip() != ""]
     return grid
 

@@ -105,6 +105,11 @@ class TableCostModel(TabulatedCostModel):
         super().__init__(replica)
         if backend not in T.BACKENDS:
             raise ConfigError("kernels", f"unknown kernel tables {backend!r}", f"use one of {', '.join(T.KERNEL_CHOICES)}")
+        if replica.dtype == "mxfp4" and not replica.model_spec.is_moe:
+            # The tables' MXFP4 rows are MoE kernels (gpt-oss quantises its experts only): pricing a dense
+            # model's GEMMs at bfloat16 beside a 4-bit memory plan would quietly mix two precisions.
+            raise ConfigError("replica.dtype", f"the {backend} tables hold MXFP4 rows for MoE experts only and "
+                              f"{replica.model} is dense", "use --dtype nvfp4 or int4, or --kernels roofline")
         self.backend = backend
         self.root = root
         self.system = T.system_for(replica.gpu)

@@ -126,3 +126,15 @@ def test_hf_id_alias_gives_same_config(tmp_path: Path):
         assert runner.invoke(app, ["run", "--model", model, "--num-requests", "5", "--format", "csv",
                                    "--out", str(tmp_path / name), "--no-progress"]).exit_code == 0
     assert (tmp_path / "a" / "config.json").read_text() == (tmp_path / "b" / "config.json").read_text()
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--prefill", "100000000"], "context of 4096"),  # took minutes and gigabytes before it was refused
+    (["--decode", "10", "--context", "4000000"], "context of 4096"),
+    (["--decode", "100000", "--context", "4000"], "KV cache"),
+])
+def test_predict_refuses_a_batch_the_replica_could_not_hold(args, needle):
+    proc = simulate_cli("predict", *args)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr

@@ -106,6 +106,25 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
     return BatchShape.from_requests(list(zip(prefill, pctx, strict=True)), dctx)
 
 
+def _check_batch_fits(replica: ReplicaConfig, shape: "BatchShape") -> None:
+    """A batch the replica could run: no sequence longer than the model's context, and its KV within the
+    cache the memory plan leaves (else a price for a batch no engine would run, and a slow one to make)."""
+    from simulator.engine.kvcache import plan_memory
+
+    limit = replica.effective_max_model_len
+    if shape.prefill_max_kv > limit:
+        raise ConfigError("prefill", f"a chunk reaches {shape.prefill_max_kv} tokens with its --prefill-context, beyond "
+                          f"{replica.model}'s context of {limit}", f"keep chunk + context <= {limit}")
+    if shape.decode_max_kv > limit:
+        raise ConfigError("context", f"a decode's KV of {shape.decode_max_kv} tokens is beyond {replica.model}'s "
+                          f"context of {limit}", f"pass --context <= {limit}")
+    kv_tokens = shape.prefill_kv_tokens + shape.decode_kv_tokens
+    capacity = plan_memory(replica, max(shape.num_tokens, 1), max(shape.num_prefills + shape.num_decodes, 1)).num_kv_tokens
+    if kv_tokens > capacity:
+        raise ConfigError("batch", f"holds {kv_tokens} KV tokens, but {replica.model} on {replica.tp}x{replica.gpu} "
+                          f"keeps {capacity} in its KV cache", "shrink --prefill/--decode/--context, or raise --tp")
+
+
 def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roofline",
             engine: str | None = None) -> dict[str, Any]:
     """Iteration time and per-op breakdown of one batch (``engine=None``: kernels and the
@@ -154,6 +173,7 @@ def predict_cmd(
     replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp, ep=ep, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
     shape = build_shape(_split_ints(prefill, "prefill"), _split_ints(prefill_context, "prefill-context"), decode,
                         _split_ints(context, "context"))
+    _check_batch_fits(replica, shape)
     result = predict(replica, shape, cost_model, engine)
     if as_json:
         typer.echo(json.dumps(result, indent=2))

@@ -98,6 +98,8 @@ BAD_INPUT = [
     (["--workload", "fixed", "--range-style", "sglang"], "--range-style"),
     (["--range-ratio", "0.5"], "--range-ratio"),
     (["--kernels", "vllm", "--gpu", "h100-sxm", "--dtype", "mxfp4"], "replica.dtype"),
+    (["--range-style", "sglang"], "--range-style"),
+    (["--workload", "arxiv", "--output-tokens-max", "100"], "would do nothing"),
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),
@@ -468,7 +470,7 @@ def test_pool_options_a_pool_leaves_to_the_run_still_apply() -> None:
     (["compare", "--scheduler", "orca"], "--scheduler"),
     (["split", "--max-num-batched-tokens", "4096"], "--max-num-batched-tokens"),
     (["split", "--qps", "inf"], "workload.arrival"),
-    (["split", "--concurrency", "4"], "workload.arrival"),
+    (["split", "--concurrency", "4"], "--concurrency"),
     (["split", "--workers", "0"], "--workers"),
 ])
 def test_disagg_searches_refuse_what_they_set_or_cannot_search(args: list[str], needle: str) -> None:

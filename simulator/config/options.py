@@ -347,14 +347,15 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     # Lengths given with neither a workload nor a trace (vllm bench's --random-input-len): the lengths
     # asked for, fixed (banded with --range-ratio) or uniform up to a --*-max, not the default dataset's.
     given = [name for name in LENGTH_OPTIONS if out.get(name) is not None]
-    if not from_file and out.get("range_style") == "sglang" and out.get("range_ratio") is None:
+    lengths_read = not from_file and out.get("trace") is None and out.get("workload") in (None, "fixed", "random")
+    if lengths_read and given and set(given) <= {"range_ratio", "range_style"} and out.get("workload") is None:
+        raise ConfigError(f"--{given[0].replace('_', '-')}", "bands fixed lengths, but no lengths were given and the "
+                          "default workload (sharegpt) draws its own",
+                          "add --prompt-tokens and --output-tokens, or --workload fixed")
+    if lengths_read and out.get("range_style") == "sglang" and out.get("range_ratio") is None:
         raise ConfigError("--range-style", "sglang's band at the default ratio 0 draws every length in [1, len] "
                           "(SGLang bench_serving's default), not the fixed lengths asked for",
                           "give --range-ratio too (1: fixed; 0.8: [0.8 len, len]; 0: [1, len])")
-    if (given and set(given) <= {"range_ratio", "range_style"} and out.get("workload") is None
-            and out.get("trace") is None and not from_file):
-        raise ConfigError("--range-ratio", "bands fixed lengths, but no lengths were given and the default workload "
-                          "(sharegpt) draws its own", "add --prompt-tokens and --output-tokens, or --workload fixed")
     if given and out.get("workload") is None and out.get("trace") is None and not from_file:
         out["workload"] = "uniform" if any(name.endswith("_max") for name in given) else "fixed"
     burstiness = out.pop("burstiness", None)

@@ -407,7 +407,8 @@ class WorkloadConfig:
         _positive("workload", "time_scale", self.time_scale)
         _positive("workload", "max_total_tokens", self.max_total_tokens, allow_none=True)
         for lo, hi in (("prompt_tokens", "prompt_tokens_max"), ("output_tokens", "output_tokens_max")):
-            if getattr(self, hi) is not None and getattr(self, hi) < getattr(self, lo):
+            # only the uniform workload reads them (elsewhere the run options refuse them as doing nothing)
+            if self.name == "uniform" and getattr(self, hi) is not None and getattr(self, hi) < getattr(self, lo):
                 raise ConfigError(f"workload.{hi}", f"{getattr(self, hi)} is below {lo}={getattr(self, lo)}",
                                   f"pass --{hi.replace('_', '-')} of at least --{lo.replace('_', '-')}")
         if self.arrival == "trace" and self.trace is None:

@@ -665,6 +665,10 @@ def tpot_floors(config: RunConfig, floor: StepFloor, num_output_tokens: np.ndarr
 
 
 def check_searchable(config: RunConfig) -> None:
+    if config.workload.concurrency is not None and config.workload.arrival == "burst":
+        raise ConfigError("--concurrency", "capacity search varies the request rate, and a closed loop of "
+                          f"{config.workload.concurrency} users has none", "drop --concurrency (or give it with "
+                          "--qps as a cap on requests in flight), or sweep the users with `simulate sweep --grid concurrency=...`")
     if config.workload.arrival not in RATE_ARRIVALS:
         raise ConfigError("workload.arrival", f"capacity search varies the request rate; {config.workload.arrival!r} "
                           "arrivals have none", f"use --arrival {' or '.join(RATE_ARRIVALS)}")

@@ -483,7 +483,7 @@ def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str) ->
     bad = np.isnan(values)
     if bad.any():
         i = int(np.argmax(bad))
-        shown = "empty value" if pd.isna(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
+        shown = "empty or NaN value" if pd.isna(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
         raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {shown}", "give a positive integer token count")
     bad = (values <= 0) | (values != np.floor(values)) | ~np.isfinite(values)
     if bad.any():
@@ -510,7 +510,7 @@ def _validate_times(raw: pd.Series, col: str, unit: str, lines: np.ndarray, path
         bad = ~np.isfinite(seconds)
         if bad.any():
             i = int(np.argmax(bad))
-            shown = "empty value" if pd.isna(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
+            shown = "empty or NaN value" if pd.isna(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
             raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {shown}", "give a timestamp")
         if (seconds < 0).any():
             i = int(np.argmax(seconds < 0))

@@ -233,20 +233,25 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
     chunking = base.scheduler.name in CHUNKING
     budgets: tuple[int | None, ...] = space.budgets if chunking else (None,)
     dropped = {"memory": 0, "invalid": 0, "pipeline dominated": 0}
+    invalid_example: list[str] = []  # why the layouts the config refuses are refused (the first one)
     out: list[Layout] = []
-    fit_cache: dict[tuple, bool] = {}
+    fit_cache: dict[tuple, bool | None] = {}  # None: refused by the config
 
     def fits_layout(layout: Layout) -> bool:
+        """Whether it fits in memory; a layout the config refuses is counted as invalid, the rest as memory."""
         # Memory depends on the GPU, precision, parallel shape and max_num_seqs (not on the budget).
         key = (layout.gpu, layout.mode, layout.dtype, layout.tp, layout.pp, layout.ep, layout.attention_dp,
                layout.max_num_seqs, layout.prefill_tp, layout.num_prefill, layout.num_decode)
         if key not in fit_cache:
             try:
                 fit_cache[key] = fits(layout.config(base))
-            except ConfigError:
-                fit_cache[key] = False
-                dropped["invalid"] += 1
-        return fit_cache[key]
+            except ConfigError as err:
+                fit_cache[key] = None
+                invalid_example.append(str(err))
+        ok = fit_cache[key]
+        if not ok:
+            dropped["invalid" if ok is None else "memory"] += 1
+        return bool(ok)
 
     for gpu in gpus:
         for dtype in dtypes:
@@ -268,7 +273,6 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
                         for budget in budgets:
                             layout = Layout(gpu, "agg", dtype, tp, pp, ep, adp, budget, seqs)
                             if not fits_layout(layout):
-                                dropped["memory"] += 1
                                 continue
                             if pp == 1:
                                 agg_tp_only_sizes.add(tp * adp)
@@ -282,10 +286,10 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
                             for seqs in space.max_num_seqs:
                                 layout = Layout(gpu, "disagg", dtype, tp_d, 1, 1, 1, None, seqs, tp_p, n_p, n_d)
                                 if not fits_layout(layout):
-                                    dropped["memory"] += 1
                                     continue
                                 out.append(layout)
-    notes = [f"{n} layouts dropped: {why}" for why, n in dropped.items() if n]
+    notes = [f"{n} layouts dropped: {why}" + (f" (e.g. {invalid_example[0]})" if why == "invalid" else "")
+             for why, n in dropped.items() if n]
     return out, notes
 
 
@@ -753,7 +757,8 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
     lengths = Lengths.of(base)
     candidates = [Candidate(lay, capacity_bound(lay, base, lengths, slo), price_of(lay.gpu, prices)) for lay in layouts]
     if not candidates:
-        raise ConfigError("--gpus", f"no layout of {base.replica.model} fits on {', '.join(gpus)}",
+        raise ConfigError("--gpus", f"no layout of {base.replica.model} fits on {', '.join(gpus)}"
+                          + (f"; {'; '.join(dropped)}" if dropped else ""),
                           "allow more GPUs per replica (--tps), a smaller --max-model-len or another precision")
     for c in candidates:  # limits rule a layout out before any search if even its bound breaks them
         if not within(c, load_qps, limits, lower=True):

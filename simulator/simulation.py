@@ -71,6 +71,10 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     # Closed loop (--concurrency): the next send is the next completion anywhere, unknown in
     # advance, so its replicas never run apart (simulator.engine.closed_loop).
     # Closed-loop sessions (a table with think times, simulator.engine.sessions) likewise.
+    if config.replica.kernels != "roofline":  # a GPU without tables says so before its memory plan is judged
+        from simulator.costmodel.aic.tables import system_for
+
+        system_for(config.replica.gpu)
     sessions = getattr(table, "think_s", None) is not None
     if sessions and config.workload.concurrency is not None:
         raise ConfigError("--concurrency", "session traffic is closed loop already (one user per session)",

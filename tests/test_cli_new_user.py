@@ -100,6 +100,7 @@ BAD_INPUT = [
     (["--kernels", "vllm", "--gpu", "h100-sxm", "--dtype", "mxfp4"], "replica.dtype"),
     (["--range-style", "sglang"], "--range-style"),
     (["--workload", "arxiv", "--output-tokens-max", "100"], "would do nothing"),
+    (["--kernels", "trtllm", "--gpu", "cpu"], "no AIConfigurator tables"),  # it blamed the KV cache's size
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),

@@ -101,6 +101,8 @@ BAD_INPUT = [
     (["--range-style", "sglang"], "--range-style"),
     (["--workload", "arxiv", "--output-tokens-max", "100"], "would do nothing"),
     (["--kernels", "trtllm", "--gpu", "cpu"], "no AIConfigurator tables"),  # it blamed the KV cache's size
+    (["--replicas", "2", "--router", "prefix_aware"], "--router"),  # sharegpt has no block hashes
+    (["--cpu-kv-gib", "10"], "--cpu-kv-gib"),
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),

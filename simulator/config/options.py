@@ -209,6 +209,14 @@ def _inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         if r.tp * r.pp * r.attention_dp == 1:
             out["intra_node_link"] = ("the replica is one GPU: nothing it does crosses a link",
                                       "add --tp or --pp, or drop {flag}")
+    if w.trace is None:  # a built-in workload draws lengths only: no KV blocks to share, no sessions
+        why = (f"the {w.name} workload names no prompt blocks (only a trace with block hashes shares prefixes)",
+               "pass a --trace with hash_ids (e.g. Mooncake's), or drop {flag}")
+        for name in ("prefix_cache_policy", "cpu_kv_gib"):
+            out.setdefault(name, why)
+        if config.router in ("prefix_aware", "session"):
+            out["router"] = (f"--router {config.router} routes by {'cached prefix' if config.router == 'prefix_aware' else 'session'}, "
+                             f"which the {w.name} workload does not have", "use a trace that has them, or another --router")
     if config.num_replicas == 1 and r.attention_dp == 1 and not config.is_disaggregated:
         out["router"] = ("one replica takes every request", "add --replicas N, or drop {flag}")
     if config.is_disaggregated:

@@ -207,7 +207,10 @@ the P95 target is not. The tails are points next to a kernel-selection step: GEM
 library changes tiling (the tables sample m = 2^k and 2^k + 1 for this reason; a held-out 2^k is predicted
 across the step) and decode attention where the split-KV heuristic changes with batch (e.g. H100 vLLM at
 512 KV tokens, batch 16 -> 32); the worst groups are FP8-block GEMMs (P95 30-55%). Such a step cannot be
-predicted from neighbours that straddle it. Groups whose median misses: {", ".join(sorted(set(judged.loc[judged["table_median_err"] > TARGET_MEDIAN, "family"] + "/" + judged.loc[judged["table_median_err"] > TARGET_MEDIAN, "dtype"])))}.
+predicted from neighbours that straddle it, nor by another interpolant: on the GEMM held-out points of H100, B200
+and GB200 (vLLM, SGLang, TRT-LLM; bf16 and fp8; along m, n and k) a monotone cubic (PCHIP) in log-log came out 0.5-2
+points worse at P95 than log-log lines, and log-log lines through latency over a roofline (the larger of compute and
+memory time) within a point of them (a scratch comparison, not kept). Groups whose median misses: {", ".join(sorted(set(judged.loc[judged["table_median_err"] > TARGET_MEDIAN, "family"] + "/" + judged.loc[judged["table_median_err"] > TARGET_MEDIAN, "dtype"])))}.
 The 2023-calibrated roofline misses every family by far (`roofline_median_of_medians`): it was fitted
 to 2023-24 kernels (Vidur, LLMServingSim) and prices the custom all-reduce as NCCL.
 

@@ -425,8 +425,8 @@ def test_speculative_options_combine() -> None:
 
 
 def test_acceptance_data_option(shared_data) -> None:  # noqa: ANN001
-    c = _config(speculative__vllm_json='{"method": "mtp", "num_speculative_tokens": 3}',
-                speculative__acceptance_data="qwen3.5:mtp")
+    c = _config(speculative__vllm_json='{"method": "eagle3", "num_speculative_tokens": 3}',
+                speculative__acceptance_data="kimi-k2.5:eagle3")
     assert len(c.speculative.acceptance_rates) == 3 and "InferenceX" in c.speculative.acceptance_source
     assert c.speculative.acceptance_rates[0] > c.speculative.acceptance_rates[-1]
 
@@ -514,3 +514,24 @@ def test_speculation_says_prefix_caching_is_off() -> None:
     assert config.scheduler.prefix_cache is None and config.scheduler.prefix_caching is False
     with pytest.raises(ConfigError, match="scheduler.prefix_caching"):
         RunConfig(scheduler=SchedulerConfig("vllm-v1", prefix_caching=True), speculative=spec)
+
+
+def test_mtp_needs_a_model_that_ships_mtp_modules() -> None:
+    """vLLM's mtp method drafts with the checkpoint's own MTP module: a model without one is refused, one with
+    it (DeepSeek-V3's num_nextn_predict_layers, read from its HF config too) is taken."""
+    from simulator.config.catalog import get_model
+    from simulator.config.errors import ConfigError
+    from simulator.config.hf_config import model_from_hf_dict
+    from simulator.config.run_config import ReplicaConfig
+
+    mtp = '{"method": "mtp", "num_speculative_tokens": 2}'
+    with pytest.raises(ConfigError, match="ships none"):
+        _config(speculative__vllm_json=mtp, speculative__acceptance_rate=0.7)
+    c = _config(replica=ReplicaConfig(model="deepseek-v3", gpu="b200", tp=8, dtype="fp8"),
+                speculative__vllm_json=mtp, speculative__acceptance_rate=0.7)
+    assert c.speculative.method == "mtp"
+    assert get_model("deepseek-v3").num_mtp_layers == 1 and get_model("llama-3.1-8b").num_mtp_layers == 0
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000, "num_nextn_predict_layers": 1}
+    assert model_from_hf_dict(cfg, "tiny").num_mtp_layers == 1
+    assert model_from_hf_dict({**cfg, "num_nextn_predict_layers": 0}, "tiny").num_mtp_layers == 0

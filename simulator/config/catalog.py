@@ -57,7 +57,9 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
               num_experts=256, num_experts_per_tok=8, expert_ffn_size=2048, num_shared_experts=1,
               num_dense_layers=3, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
               v_head_dim=128, aliases=("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3-0324", "deepseek-r1"),
-              source="deepseek-ai/DeepSeek-V3 config.json (the 14B multi-token-prediction module is not served)"),
+              num_mtp_layers=1,
+              source="deepseek-ai/DeepSeek-V3 config.json (the 14B multi-token-prediction module serves only as "
+                     "the mtp drafter)"),
     # GPT-OSS: every other layer attends over a 128-token sliding window (layer_types).
     ModelSpec("gpt-oss-20b", "openai/gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072, explicit_head_dim=64,
               num_experts=32, num_experts_per_tok=4, expert_ffn_size=2880, sliding_window=128, num_sliding_layers=12,
@@ -93,24 +95,25 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
     # as published for MiniMax-M2.1 (HF QuixiAI/MiniMax-M2.1-bf16 config.json) and for M2.5's derived
     # configs (HF tiny-random/minimax-m2.5 config.json: 256 experts, top-8, vocab 200064, 196608
     # positions); the M2.5 repository's own config.json was not readable here. Partial RoPE (64 of
-    # 128 dims) and QK-norm cost next to nothing and are not modelled; the 3 MTP modules are not served.
+    # 128 dims) and QK-norm cost next to nothing and are not modelled; the 3 MTP modules serve only as the mtp drafter.
     ModelSpec("minimax-m2.5", "MiniMaxAI/MiniMax-M2.5", 62, 3072, 48, 8, 1536, 200064, 196608,
-              explicit_head_dim=128, num_experts=256, num_experts_per_tok=8, expert_ffn_size=1536,
+              explicit_head_dim=128, num_experts=256, num_experts_per_tok=8, expert_ffn_size=1536, num_mtp_layers=3,
               source="MiniMax-M2 series config.json (MiniMaxM2ForCausalLM), see the comment above"),
     # Hybrids: three of every four layers are Gated DeltaNet linear attention (full_attention_interval 4),
     # the fourth gated full attention (q_proj also emits an output gate); every layer's MLP is a MoE with
-    # one shared expert. The MTP module (mtp_num_hidden_layers) and Qwen3.5's vision tower are not served.
+    # one shared expert. The MTP module (mtp_num_hidden_layers) serves only as the mtp drafter; Qwen3.5's vision
+# tower is not served.
     ModelSpec("qwen3-next-80b-a3b", "Qwen/Qwen3-Next-80B-A3B-Instruct", 48, 2048, 16, 2, 5120, 151936, 262144,
               explicit_head_dim=256, num_experts=512, num_experts_per_tok=10, expert_ffn_size=512,
               num_shared_experts=1, shared_expert_ffn_size=512, num_linear_layers=36, linear_num_key_heads=16,
               linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128, attn_output_gate=True,
-              aliases=("Qwen/Qwen3-Next-80B-A3B-Thinking",),
+              num_mtp_layers=1, aliases=("Qwen/Qwen3-Next-80B-A3B-Thinking",),
               source="Qwen/Qwen3-Next-80B-A3B-Thinking config.json (as AIConfigurator keeps it)"),
     ModelSpec("qwen3.5-397b-a17b", "Qwen/Qwen3.5-397B-A17B", 60, 4096, 32, 2, 1024, 248320, 262144,
               explicit_head_dim=256, num_experts=512, num_experts_per_tok=10, expert_ffn_size=1024,
               num_shared_experts=1, shared_expert_ffn_size=1024, num_linear_layers=45, linear_num_key_heads=16,
               linear_num_value_heads=64, linear_key_head_dim=128, linear_value_head_dim=128, attn_output_gate=True,
-              aliases=("Qwen/Qwen3.5-397B-A17B-FP8", "nvidia/Qwen3.5-397B-A17B-NVFP4"),
+              num_mtp_layers=1, aliases=("Qwen/Qwen3.5-397B-A17B-FP8", "nvidia/Qwen3.5-397B-A17B-NVFP4"),
               source="Qwen/Qwen3.5-397B-A17B config.json text_config (as AIConfigurator keeps it)"),
 )
 

@@ -58,6 +58,7 @@ _READ = frozenset({
     "first_k_dense_replace", "moe_layer_freq", "interleave_moe_layer_step", "decoder_sparse_step",
     "mlp_only_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
     "attention_chunk_size", "no_rope_layers", "_name_or_path", "full_attention_interval", "linear_conv_kernel_dim",
+    "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules",
     "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
     "attn_output_gate", "shared_expert_intermediate_size", "mamba_ssm_dtype",
 })
@@ -68,11 +69,11 @@ _IGNORED = frozenset({
     "partial_rotary_factor", "torch_dtype", "dtype", "transformers_version", "use_cache", "auto_map",
     "pretraining_tp", "mlp_bias", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise",
     "norm_topk_prob", "aux_loss_alpha", "seq_aux", "scoring_func", "topk_method", "n_group", "topk_group",
-    "routed_scaling_factor", "ep_size", "num_nextn_predict_layers", "quantization_config", "use_qk_norm",
+    "routed_scaling_factor", "ep_size", "quantization_config", "use_qk_norm",
     "attn_temperature_tuning", "floor_scale", "attn_scale", "swiglu_limit", "initial_context_length",
     "vision_config", "boi_token_index", "eoi_token_index", "image_token_index", "cache_implementation",
     "for_llm_compressor", "router_dtype", "use_mla", "rope_interleave", "is_llama_config", "bos_token",
-    "eos_token", "tokenizer_class", "qk_layernorm", "moe_router_dtype", "mtp_num_hidden_layers",
+    "eos_token", "tokenizer_class", "qk_layernorm", "moe_router_dtype",
     "mtp_use_dedicated_embeddings", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
 })
 _STATE_DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}  # a hybrid's mamba_ssm_dtype
@@ -238,6 +239,10 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
         kwargs["linear_state_dtype_bytes"] = _STATE_DTYPE_BYTES[ssm_dtype]
     if cfg.get("attn_output_gate", model_type in _GATED_ATTENTION):
         kwargs["attn_output_gate"] = True
+    # Multi-token-prediction modules (the mtp drafter): DeepSeek, Qwen3-Next/3.5 and MiniMax-M2 name them differently.
+    num_mtp = max(opt(key, 0) or 0 for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))
+    if num_mtp:
+        kwargs["num_mtp_layers"] = num_mtp
     if num_sliding and not window:
         raise ConfigError("model.sliding_window", f"{where}: sliding layers need a positive sliding_window")
     if num_sliding:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.config.catalog import GPUSpec, ModelSpec, get_gpu, get_model
+from simulator.config.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.precision import (
     KV_CACHE_FORMATS,
@@ -515,6 +515,12 @@ class RunConfig:
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
             raise ConfigError("speculative", f"must be a SpeculativeConfig or None, got {type(self.speculative).__name__}",
                               "build it with SpeculativeConfig(...) or --speculative-config")
+        if (self.speculative is not None and self.speculative.method == "mtp"
+                and self.replica.model_spec.num_mtp_layers == 0):
+            with_mtp = ", ".join(m.name for m in MODELS.values() if m.num_mtp_layers)
+            raise ConfigError("speculative.method", f"mtp drafts with the checkpoint's multi-token-prediction module, "
+                              f"and {self.replica.model} ships none", f"use eagle3, draft_model or ngram, or a model "
+                              f"with MTP ({with_mtp})")
         if self.speculative is not None and self.scheduler.prefix_caching is not False:
             # A speculating replica's KV cache is a plain block manager (engine.speculative): say so in
             # the config (and so in the header and config.json) rather than run without it silently.

@@ -72,6 +72,9 @@ class ModelSpec:
     linear_conv_kernel_dim: int = 4
     attn_output_gate: bool = False  # the full-attention q_proj also emits a sigmoid gate per query (Qwen3-Next/3.5)
     linear_state_dtype_bytes: float = 0.0  # the recurrent state's bytes an element (config mamba_ssm_dtype); 0: the model's
+    # Multi-token-prediction modules the checkpoint ships (DeepSeek's num_nextn_predict_layers, Qwen's
+    # mtp_num_hidden_layers, MiniMax's num_mtp_modules): speculative method ``mtp`` drafts with them (0: it cannot).
+    num_mtp_layers: int = 0
     source: str = ""  # where the shape (and its published parameter count) comes from
 
     def __post_init__(self) -> None:

@@ -502,6 +502,8 @@ def test_disagg_split_keeps_a_vllm_budget_for_its_pools() -> None:
     (["--gpu", "h100-sxm"], "--gpu"),
     (["--prices", "{binary}"], "--prices"),
     (["--prices", "{max_w}"], "max_w"),
+    (["--ratios", "1:0"], "--ratios"),  # a pool of no replicas: every layout was dropped as invalid
+    (["--tps", "3"], "does not divide"),  # the error said no layout fits, not why
 ])
 def test_plan_refuses_before_searching(tmp_path: Path, args: list[str], needle: str) -> None:
     """What would fail every layout's search one by one, bound nothing, or be set by the plan

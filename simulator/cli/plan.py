@@ -41,6 +41,8 @@ def _ratios(text: str) -> tuple[tuple[int, int], ...]:
             out.append((int(p), int(d)))
         except ValueError:
             raise ConfigError("--ratios", f"{item!r} is not P:D", "e.g. 1:1,1:2,2:1") from None
+        if min(out[-1]) < 1:  # a pool of no replicas: every such layout would be dropped as invalid
+            raise ConfigError("--ratios", f"{item!r} leaves a pool without replicas", "give P and D of at least 1")
     return tuple(out)
 
 

@@ -36,6 +36,7 @@ def test_calibrate_reports_each_gpu_of_the_total(monkeypatch: pytest.MonkeyPatch
     fit_calibration.calibrate_all(tmp_path, progress=lambda *a: calls.append(a))
     n = len(fit_calibration.SOURCES)
     assert calls == [(src.gpu, i, n) for i, src in enumerate(fit_calibration.SOURCES)]
+    (tmp_path / "stub.csv").write_text("a\n1\n")  # the command first checks the folder holds tables
     result = runner.invoke(app, ["calibrate", "--data", str(tmp_path)])
     assert result.exit_code == 0, result.output
     first = fit_calibration.SOURCES[0].gpu

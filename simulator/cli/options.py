@@ -90,12 +90,15 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def escape_markup(text: str) -> str:
+    """``text`` with every ``[`` escaped for rich markup (typer's help renderer), without importing rich."""
+    return text.replace("[", "\\[")
+
+
 def _parameters() -> tuple[inspect.Parameter, ...]:
     """The shared options as keyword parameters, built once for every command that takes them
     (typer copies each option's info before changing it, so commands may share these). Help texts
     are escaped: typer renders them as rich markup, where ``[len x r, len]`` would read as a tag."""
-    from rich.markup import escape
-
     base = RunConfig()  # one validated default config, not one per option
     params = []
     for name, (_, typ, help_text) in RUN_OPTIONS.items():
@@ -105,11 +108,11 @@ def _parameters() -> tuple[inspect.Parameter, ...]:
         names = [_flag(name), *(_flag(alias) for alias in OPTION_ALIASES.get(name, ()))]  # vLLM's spellings too
         if typ is bool:  # named bool options get their --no- form only when asked for it
             names[0] = f"{names[0]}/--no-{names[0][2:]}"
-        annotation = Annotated[typ | None, typer.Option(*names, help=escape(help_text), rich_help_panel="Run options")]
+        annotation = Annotated[typ | None, typer.Option(*names, help=escape_markup(help_text), rich_help_panel="Run options")]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     for name, (typ, help_text) in DERIVED_OPTIONS.items():  # vLLM's options that set several fields
         # A bool is the flag alone, as vLLM's (typer adds no --no- form to a named bool option).
-        annotation = Annotated[typ | None, typer.Option(_flag(name), help=escape(help_text), rich_help_panel="Run options")]
+        annotation = Annotated[typ | None, typer.Option(_flag(name), help=escape_markup(help_text), rich_help_panel="Run options")]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     params.append(inspect.Parameter(
         "config_file", inspect.Parameter.KEYWORD_ONLY, default=None,

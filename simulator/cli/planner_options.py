@@ -16,8 +16,8 @@ import inspect
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
+from simulator.cli.options import escape_markup
 from simulator.planning.options import PLANNER_OPTIONS, options_of
 
 
@@ -25,7 +25,7 @@ def _parameter(name: str, command: str) -> inspect.Parameter:
     option = PLANNER_OPTIONS[name].for_command(command)
     default = option.default
     typ = option.typ | None if default is None else option.typ
-    annotation = Annotated[typ, typer.Option(help=escape(option.help), rich_help_panel=option.panel)]
+    annotation = Annotated[typ, typer.Option(help=escape_markup(option.help), rich_help_panel=option.panel)]
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 

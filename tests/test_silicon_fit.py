@@ -188,3 +188,17 @@ def test_gpt_oss_decode_stretch_on_tables(shared_data: Path) -> None:
         workload__num_requests=8, workload__concurrency=4, workload__num_warmup=4, engine="vllm-2026")
     result = simulate(config)
     assert all(r.num_generated == 8192 for r in result.requests)
+
+
+def test_fit_handoff_recovers_a_constant_gap() -> None:
+    """The handoff latency is the constant that closes a TTFT gap: rows short by 150 ms (and a few outliers
+    far off, which a median ignores) give 150 ms; rows already right give 0; no usable row gives 0."""
+    rng = np.random.default_rng(0)
+    base = rng.uniform(50, 2000, 40)
+    measured = base + 150.0
+    measured[:5] *= 8.0  # outliers: a median fit does not chase them
+    assert sf.fit_handoff(base, measured) == pytest.approx(0.150, abs=0.005)
+    assert sf.fit_handoff(base, base) == 0.0
+    assert sf.fit_handoff([np.nan], [100.0]) == 0.0
+    # The fitted constant lies on the grid and inside it, whatever the gap.
+    assert sf.fit_handoff(base, base + 1e6) == sf.HANDOFF_GRID_S[-1]

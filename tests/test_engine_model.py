@@ -311,3 +311,23 @@ def test_collective_clamp_is_what_the_kernels_charge_per_all_reduce():
     assert kernel_collective_latency_s(today) < one_token < kernel_collective_latency_s(today) * 1.1
     old = RooflineCostModel(ReplicaConfig(model="llama-2-70b", gpu="h100-sxm", tp=8))
     assert kernel_collective_latency_s(old) == old.cal.allreduce_latency_s  # the 2023 calibration: no per-GPU part
+
+
+def test_engine_term_overrides_on_a_preset_name() -> None:
+    """``--engine PRESET:term=value,...`` changes those terms of the preset and keeps the rest; bad terms,
+    values and bases are one-line errors naming the engine."""
+    from simulator.config.errors import ConfigError
+    from simulator.config.run_config import RunConfig
+    from simulator.costmodel.engine_model import ENGINES, load_engine
+
+    e = load_engine("sglang-2026:handoff_s=0.02,cpu_iteration_s=0.001,overlap_cpu=true,prefill_floor_above_tokens=512")
+    base = ENGINES["sglang-2026"]
+    assert (e.handoff_s, e.cpu_iteration_s, e.overlap_cpu, e.prefill_floor_above_tokens) == (0.02, 0.001, True, 512)
+    assert e.prefill_floor_per_layer_s == base.prefill_floor_per_layer_s and e.kernels == base.kernels
+    assert RunConfig().replace(engine="vllm-2026:handoff_s=0").engine == "vllm-2026:handoff_s=0"
+    for spec, needle in (("vllm-2026:nope=1", "not a term"), ("vllm-2026:handoff_s=x", "not a float"),
+                         ("vllm-2026:handoff_s=-1", "engine.handoff_s"), ("vllm-2026:scheduler=vllm", "not a term")):
+        with pytest.raises(ConfigError, match=needle):
+            load_engine(spec)
+    with pytest.raises(ConfigError, match="neither a preset"):
+        RunConfig().replace(engine="nope:handoff_s=1")

@@ -58,8 +58,12 @@ def test_handoff_latency_delays_the_transfer_not_the_links(tmp_path) -> None:  #
     h = 0.05
     runs = {(at, x): simulate(_disagg(at).replace(workload__concurrency=1, engine=_with_handoff(tmp_path, x)))
             for at in ("decode", "prefill") for x in (0.0, h)}
+    # the same as a preset with the term overridden on the command line's form
+    inline = simulate(_disagg("decode").replace(workload__concurrency=1, engine=f"vllm-2026:handoff_s={h}"))
+    assert np.array_equal(request_columns(inline)["ttft_s"], request_columns(runs["decode", h])["ttft_s"])
     log = runs["decode", h].disagg.handoff
-    assert np.all(log.transfer_start_at - log.decode_reserved_at >= h - 1e-12)
+    np.testing.assert_allclose(log.handoff_done_at - log.decode_reserved_at, h, rtol=0, atol=1e-9)
+    assert np.all(log.transfer_start_at >= log.handoff_done_at)
     ttft = {k: request_columns(r)["ttft_s"] for k, r in runs.items()}
     e2e = {k: request_columns(r)["e2e_s"] for k, r in runs.items()}
     np.testing.assert_allclose(ttft["decode", h] - ttft["decode", 0.0], h, rtol=0, atol=1e-9)

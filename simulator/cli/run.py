@@ -188,7 +188,9 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         console.print(
             f"disaggregated {d['layout']} ({d['num_gpus']} GPUs): TTFT = queue p50 {_ms(d['queue_s_p50'])} + prefill "
             f"p50 {_ms(d['prefill_s_p50'])} ms; handoff p50/p99: backpressure {_ms(d['backpressure_s_p50'])}/"
-            f"{_ms(d['backpressure_s_p99'])}, link queue {_ms(d['link_queue_s_p50'])}/{_ms(d['link_queue_s_p99'])}, "
+            f"{_ms(d['backpressure_s_p99'])}, "
+            + (f"stack {_ms(d['stack_s_p50'])}/{_ms(d['stack_s_p99'])}, " if d["stack_s_p99"] > 0 else "")
+            + f"link queue {_ms(d['link_queue_s_p50'])}/{_ms(d['link_queue_s_p99'])}, "
             f"transfer {_ms(d['transfer_s_p50'])}/{_ms(d['transfer_s_p99'])} ms; decode TBT p99 "
             f"{_ms(d['decode_tbt_s_p99'])} max {_ms(d['decode_tbt_s_max'])} ms · {count(d['num_transfers'], 'transfer')}, "
             f"{d['transfer_bytes'] / 1e9:.2f} GB, {'busiest ' if 'link_utilization_by_link' in d else ''}link busy "

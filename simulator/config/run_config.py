@@ -552,9 +552,13 @@ class RunConfig:
             raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
         if self.seed < 0:
             raise ConfigError("seed", f"must be >= 0, got {self.seed}")
-        if self.engine not in ENGINE_PRESETS and not Path(self.engine).is_file():  # an artifact is parsed on load
-            raise ConfigError("engine", f"{self.engine!r} is neither a preset nor an engine artifact",
-                              f"presets: {', '.join(ENGINE_PRESETS)}; or the JSON written by `simulate calibrate-engine`")
+        # A preset or an artifact (parsed on load), either with ':term=value,...' overrides (checked on load).
+        base = self.engine.rpartition(":")[0] if ":" in self.engine and "=" in self.engine.rpartition(":")[2] \
+            else self.engine
+        if base not in ENGINE_PRESETS and not Path(base).is_file():
+            raise ConfigError("engine", f"{base!r} is neither a preset nor an engine artifact",
+                              f"presets: {', '.join(ENGINE_PRESETS)}; or the JSON written by `simulate calibrate-engine`; "
+                              "either may end in :term=value overrides, e.g. vllm-2026:handoff_s=0.02")
 
     @property
     def is_disaggregated(self) -> bool:

@@ -283,9 +283,13 @@ assert DEFAULT_ENGINE in ENGINES  # the run config's default names a preset
 
 
 def load_engine(spec: str | EngineModel) -> EngineModel:
-    """A preset name, an :class:`EngineModel`, or the path of a ``calibrate-engine`` artifact."""
+    """A preset name, an :class:`EngineModel`, or the path of a ``calibrate-engine`` artifact; either
+    name may carry term overrides, ``vllm-2026:handoff_s=0.02,cpu_iteration_s=0.001`` (seconds)."""
     if isinstance(spec, EngineModel):
         return spec
+    base, sep, overrides = spec.rpartition(":") if split_overrides(spec) else (spec, "", "")
+    if sep:
+        return load_engine(base).with_terms(name=spec, **parse_overrides(overrides))
     if spec in ENGINES:
         return ENGINES[spec]
     path = Path(spec)
@@ -302,6 +306,42 @@ def load_engine(spec: str | EngineModel) -> EngineModel:
         raise ConfigError("engine", f"{path} has format_version {data.get('format_version')}, this build reads "
                           f"{ARTIFACT_VERSION}", "re-run `simulate calibrate-engine`")
     return EngineModel.from_dict(data["engine"])
+
+
+# Terms an override may set: the numbers (the TP tables, flags and provenance stay the base's).
+OVERRIDABLE = tuple(f.name for f in fields(EngineModel)
+                    if f.name not in ("name", "source", "fitted", "rpc_s", "collective_extra_s", "scheduler", "kernels"))
+
+
+def split_overrides(spec: str) -> bool:
+    """Whether ``spec`` ends in ``:term=value[,term=value]`` (a Windows drive's ``C:`` has no ``=``)."""
+    return ":" in spec and "=" in spec.rpartition(":")[2]
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """``handoff_s=0.02,overlap_cpu=true`` -> terms for :meth:`EngineModel.with_terms`, each checked."""
+    kinds = {f.name: f.type for f in fields(EngineModel)}
+    out: dict[str, Any] = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if key not in OVERRIDABLE:
+            raise ConfigError("engine", f"{key!r} is not a term an override may set",
+                              f"one of {', '.join(OVERRIDABLE)}, e.g. --engine vllm-2026:handoff_s=0.02")
+        kind = kinds[key]
+        try:
+            if kind in ("bool", bool):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                out[key] = value.lower() in ("true", "1")
+            elif kind in ("int", int):
+                out[key] = int(value)
+            else:
+                out[key] = float(value)
+        except ValueError:
+            raise ConfigError("engine", f"{key}={value!r} is not a {getattr(kind, '__name__', kind)}",
+                              f"e.g. {key}=0.02" if "float" in str(kind) else f"give {key} a valid value") from None
+    return out
 
 
 def save_engine_artifact(engine: EngineModel, path: Path, extra: dict[str, Any]) -> None:

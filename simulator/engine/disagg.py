@@ -93,7 +93,7 @@ from simulator.util.progress import RunProgress
 from simulator.workload.request import Request, Status
 
 HANDOFF_COLUMNS = ("request_id", "prefill_replica_id", "decode_replica_id", "prefill_done_at", "decode_reserved_at",
-                   "transfer_start_at", "transfer_end_at", "kv_bytes")
+                   "handoff_done_at", "transfer_start_at", "transfer_end_at", "kv_bytes")
 
 
 _ARRIVAL_KEY = attrgetter("arrival_at", "request_id")  # the schedulers' running order
@@ -275,6 +275,7 @@ class HandoffLog:
         self.decode_replica_id = np.full(n, -1, dtype=np.int64)
         self.prefill_done_at = np.full(n, np.nan)
         self.decode_reserved_at = np.full(n, np.nan)
+        self.handoff_done_at = np.full(n, np.nan)  # the engine's handoff latency over: the link may be queued for
         self.transfer_start_at = np.full(n, np.nan)
         self.transfer_end_at = np.full(n, np.nan)
         self.kv_bytes = np.zeros(n)
@@ -443,6 +444,7 @@ class DisaggCluster:
         duration = self.layout.link.transfer_s(nbytes)
         if self.handoff_s > 0:  # the second hop and the connector's handshake: the KV stays on the prefill replica
             yield self.env.timeout(self.handoff_s)
+        self.log.handoff_done_at[rid] = self.env.now
         sender = prefill_index // self._prefill_dp if len(self.egress) > 1 else 0
         with self.egress[sender].request() as slot:
             yield slot

@@ -6,8 +6,8 @@ the iteration records and the handoff log (:class:`simulator.engine.disagg.Hando
 - TTFT split: ``queue`` (arrival -> first scheduled on a prefill replica), ``prefill``
   (first scheduled -> first token, which the prefill replica emits, so recompute after
   a prefill-pool preemption lands here); then the handoff, which is *not* in TTFT:
-  ``backpressure`` (prompt done -> decode blocks reserved), ``link_queue`` (reserved ->
-  link free), ``transfer`` (on the link) and ``handoff_gap`` (first -> second token: the
+  ``backpressure`` (prompt done -> decode blocks reserved), ``stack`` (the engine's handoff
+  latency: router hop and connector handshake), ``link_queue`` (-> link free), ``transfer`` (on the link) and ``handoff_gap`` (first -> second token: the
   three plus waiting for and running the first decode iteration);
 - ``decode_tbt``: gaps between tokens the decode pool produced (every gap but the first
   of each request), so a prefill stall in the decode pool would show there;
@@ -58,7 +58,8 @@ def handoff_frame(result: RunResult, requests: pd.DataFrame) -> pd.DataFrame:
     df["queue_s"] = requests["first_scheduled_at"].to_numpy() - requests["arrival_at"].to_numpy()
     df["prefill_s"] = requests["first_token_at"].to_numpy() - requests["first_scheduled_at"].to_numpy()
     df["backpressure_s"] = df["decode_reserved_at"] - df["prefill_done_at"]
-    df["link_queue_s"] = df["transfer_start_at"] - df["decode_reserved_at"]
+    df["stack_s"] = df["handoff_done_at"] - df["decode_reserved_at"]  # the engine's handoff latency
+    df["link_queue_s"] = df["transfer_start_at"] - df["handoff_done_at"]
     df["transfer_s"] = df["transfer_end_at"] - df["transfer_start_at"]
     df["handoff_gap_s"] = second - requests["first_token_at"].to_numpy()
     return df
@@ -74,7 +75,7 @@ def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float 
     span = max(result.sim_end_at - start, 1e-12)
     out: dict[str, Any] = {"layout": info.layout, "num_gpus": info.num_gpus}
     transferred = handoff[~np.isnan(handoff["transfer_end_at"])]
-    for col in ("queue_s", "prefill_s", "backpressure_s", "link_queue_s", "transfer_s", "handoff_gap_s"):
+    for col in ("queue_s", "prefill_s", "backpressure_s", "stack_s", "link_queue_s", "transfer_s", "handoff_gap_s"):
         source = handoff if col in ("queue_s", "prefill_s") else transferred
         out.update(quantile_stats(source[col].to_numpy(dtype=np.float64), col))
     out.update(quantile_stats(decode_tbt_samples(result), "decode_tbt_s"))

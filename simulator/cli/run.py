@@ -187,7 +187,10 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         d = summary["disagg"]
         console.print(
             f"disaggregated {d['layout']} ({d['num_gpus']} GPUs): TTFT = queue p50 {_ms(d['queue_s_p50'])} + prefill "
-            f"p50 {_ms(d['prefill_s_p50'])} ms; handoff p50/p99: backpressure {_ms(d['backpressure_s_p50'])}/"
+            f"p50 {_ms(d['prefill_s_p50'])}"
+            + (f" + handoff to the decode worker's first step p50 {_ms(d['delivery_s_p50'])}"
+               if d["delivery_s_p50"] > 0 else "")
+            + f" ms; handoff p50/p99: backpressure {_ms(d['backpressure_s_p50'])}/"
             f"{_ms(d['backpressure_s_p99'])}, "
             + (f"stack {_ms(d['stack_s_p50'])}/{_ms(d['stack_s_p99'])}, " if d["stack_s_p99"] > 0 else "")
             + f"link queue {_ms(d['link_queue_s_p50'])}/{_ms(d['link_queue_s_p99'])}, "

@@ -4,11 +4,13 @@ Computed after the run from the request frame (:func:`simulator.report.metrics.r
 the iteration records and the handoff log (:class:`simulator.engine.disagg.HandoffLog`):
 
 - TTFT split: ``queue`` (arrival -> first scheduled on a prefill replica), ``prefill``
-  (first scheduled -> first token, which the prefill replica emits, so recompute after
-  a prefill-pool preemption lands here); then the handoff, which is *not* in TTFT:
-  ``backpressure`` (prompt done -> decode blocks reserved), ``stack`` (the engine's handoff
-  latency: router hop and connector handshake), ``link_queue`` (-> link free), ``transfer`` (on the link) and ``handoff_gap`` (first -> second token: the
-  three plus waiting for and running the first decode iteration);
+  (first scheduled -> the first token computed, which the prefill replica emits, so recompute
+  after a prefill-pool preemption lands here) and ``delivery`` (-> the client gets it: the
+  handoff and the decode worker's first step where that worker delivers it, ``first_token_at
+  decode``; 0 where the prefill worker does); the handoff: ``backpressure`` (prompt done ->
+  decode blocks reserved), ``stack`` (the engine's handoff latency: router hop and connector
+  handshake), ``link_queue`` (-> link free), ``transfer`` (on the link) and ``handoff_gap``
+  (first -> second token computed: these plus waiting for and running the first decode step);
 - ``decode_tbt``: gaps between tokens the decode pool produced (every gap but the first
   of each request), so a prefill stall in the decode pool would show there;
 - per pool: busy fraction (compute time / span) and KV occupancy (``kv_blocks_used /
@@ -54,14 +56,18 @@ def handoff_frame(result: RunResult, requests: pd.DataFrame) -> pd.DataFrame:
     assert result.disagg is not None
     log = result.disagg.handoff
     df = log.frame()
+    # token_times keep where each token was computed: the first on the prefill replica, whichever worker
+    # delivered it to the client (RunConfig.first_token_at; first_token_at is the delivery).
+    first = np.array([r.token_times[0] if len(r.token_times) else np.nan for r in result.requests])
     second = np.array([r.token_times[1] if len(r.token_times) > 1 else np.nan for r in result.requests])
     df["queue_s"] = requests["first_scheduled_at"].to_numpy() - requests["arrival_at"].to_numpy()
-    df["prefill_s"] = requests["first_token_at"].to_numpy() - requests["first_scheduled_at"].to_numpy()
+    df["prefill_s"] = first - requests["first_scheduled_at"].to_numpy()
+    df["delivery_s"] = requests["first_token_at"].to_numpy() - first  # > 0 where the decode worker delivers it
     df["backpressure_s"] = df["decode_reserved_at"] - df["prefill_done_at"]
     df["stack_s"] = df["handoff_done_at"] - df["decode_reserved_at"]  # the engine's handoff latency
     df["link_queue_s"] = df["transfer_start_at"] - df["handoff_done_at"]
     df["transfer_s"] = df["transfer_end_at"] - df["transfer_start_at"]
-    df["handoff_gap_s"] = second - requests["first_token_at"].to_numpy()
+    df["handoff_gap_s"] = second - first
     return df
 
 
@@ -75,8 +81,9 @@ def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float 
     span = max(result.sim_end_at - start, 1e-12)
     out: dict[str, Any] = {"layout": info.layout, "num_gpus": info.num_gpus}
     transferred = handoff[~np.isnan(handoff["transfer_end_at"])]
-    for col in ("queue_s", "prefill_s", "backpressure_s", "stack_s", "link_queue_s", "transfer_s", "handoff_gap_s"):
-        source = handoff if col in ("queue_s", "prefill_s") else transferred
+    for col in ("queue_s", "prefill_s", "delivery_s", "backpressure_s", "stack_s", "link_queue_s", "transfer_s",
+                "handoff_gap_s"):
+        source = handoff if col in ("queue_s", "prefill_s", "delivery_s") else transferred
         out.update(quantile_stats(source[col].to_numpy(dtype=np.float64), col))
     out.update(quantile_stats(decode_tbt_samples(result), "decode_tbt_s"))
     out["num_transfers"] = int(len(transferred))

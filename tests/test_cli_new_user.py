@@ -557,3 +557,15 @@ def test_a_run_that_admits_no_prompt_prints_no_nan(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "nan" not in res.stdout and "prefix cache: - of prompt tokens" in res.stdout, res.stdout
     assert "rejected: 3" in res.output
+
+
+@pytest.mark.parametrize("flag", [["--qps", "5"], ["--tp", "2"], ["--kernels", "vllm", "--gpu", "h100-sxm"]])
+def test_a_table_fit_refuses_run_options_it_does_not_read(tmp_path: Path, flag: list[str]) -> None:
+    """calibrate-engine --table prices the table's own steps with the model, GPU, cost model and engine:
+    a load, a layout or kernel prices given beside it changed nothing (the fit came out the same)."""
+    table = tmp_path / "steps.csv"
+    table.write_text("tp,num_prefills,prefill_tokens,num_decodes,decode_context,measured_s\n"
+                     "1,0,0,8,512,0.02\n1,1,512,0,0,0.05\n1,0,0,16,512,0.025\n1,1,1024,0,0,0.09\n")
+    line = one_line_error(simulate("calibrate-engine", "--table", str(table), "--out", str(tmp_path / "e.json"), *flag))
+    assert flag[0] in line and "would do nothing" in line, line
+    assert not (tmp_path / "e.json").exists()

@@ -66,6 +66,15 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
         raise ConfigError("--max-evals", f"must be >= 1, got {max_evals}", "e.g. --max-evals 40")
     if bench is None and max_evals != 40:  # only the bench fit simulates; the others are least squares
         raise ConfigError("--max-evals", "bounds the simulations of a --bench fit, which this is not", "drop --max-evals")
+    if table is not None:  # a table fit reads the model, GPU, cost model and starting engine; the table the rest
+        from simulator.planning.sweep import config_overrides
+
+        unread = sorted(set(config_overrides(config)) - {"model", "gpu", "cost_model", "engine"})
+        if unread:
+            flag = "--" + unread[0].replace("_", "-")
+            raise ConfigError(flag, f"a --table fit prices the table's own steps (its tp, batches and contexts) with "
+                              f"--model, --gpu, --cost-model and --engine only, so {flag} would do nothing",
+                              f"drop {flag}")
     # Every path is checked before the fit (a bench fit runs dozens of simulations).
     check_out_file(out, "--out")
     if table is not None:

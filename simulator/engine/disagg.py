@@ -198,6 +198,7 @@ class DecodeMixin:
         ``running`` overrides this)."""
         self._seat(req)
 
+
 class ParkingReplicaMixin:
     """A replica whose cache may hold parked blocks (KV waiting for, or reserved by, a
     transfer): with nothing running and the head of ``waiting`` not admissible it sleeps

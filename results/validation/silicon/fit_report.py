@@ -14,10 +14,12 @@ vllm|sglang|trtllm``), simulates it once with the kernels alone (cached), and fi
 engine terms (:mod:`simulator.calibrate.silicon_fit`: CPU time per step, per request and per prompt
 token, the per-collective extra, async overlap) by replaying those runs. Writes into this folder:
 
-- ``fitted_presets.csv``: each backend's terms, fitted on every aggregated row (the ENGINES presets);
+- ``fitted_presets.csv``: each backend's terms, fitted on every aggregated row (the ENGINES presets),
+  and the disaggregated deployments' handoff latency, fitted on every disaggregated row (pooled);
 - ``predictions_fit.csv``: every row run: measured, kernels-only, in-sample, leave-one-GPU-out and
-  leave-one-model-out TTFT/TPOT; disaggregated rows simulated with the backend's preset (first token
-  delivered by the decode worker, and by the prefill worker for comparison);
+  leave-one-model-out TTFT/TPOT; disaggregated rows simulated with each fold's terms and handoff latency
+  (first token delivered by the decode worker; ``handoff0``: in-sample terms without a handoff latency;
+  ``--first-token-on-prefill``: delivered by the prefill worker, for comparison);
 - ``cv_summary.csv``: median and P90 absolute error of TTFT and TPOT per backend x mode x fit;
 - ``cv_by_group.csv``: the same per backend x GPU x model (leave-one-GPU-out);
 - ``not_run.csv``: every row not run, with the reason;
@@ -224,13 +226,73 @@ def main(argv: list[str] | None = None) -> int:
 PRESETS = {"vllm": "vllm-2026", "sglang": "sglang-2026", "trtllm": "trtllm-2026"}
 
 
-def _artifact(params, backend: str, folder: Path) -> str:  # noqa: ANN001
-    """The fitted terms as an engine artifact (a run config names it like a preset)."""
+def _artifact(params, backend: str, folder: Path, handoff_s: float = 0.0) -> str:  # noqa: ANN001
+    """The fitted terms (and a disaggregated deployment's handoff latency) as an engine artifact (a run
+    config names it like a preset)."""
     from simulator.costmodel.engine_model import save_engine_artifact
 
-    path = folder / f"{backend}.json"
-    save_engine_artifact(params.engine(f"{backend}-fit", "silicon rows", "fit_report.py"), path, {})
+    path = folder / f"{backend}-handoff{handoff_s * 1e3:g}ms.json"
+    engine = params.engine(f"{backend}-fit", "silicon rows", "fit_report.py").with_terms(handoff_s=handoff_s)
+    save_engine_artifact(engine, path, {})
     return str(path)
+
+
+def _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, presets, started) -> None:  # noqa: ANN001
+    """Simulate the rows that are not replayed (disaggregated pools, attention-DP ranks) with each fold's
+    terms. Disaggregated rows first run once without a handoff latency, which is then fitted on them
+    (:func:`~simulator.calibrate.silicon_fit.fit_handoff`, one constant pooled over the backends: on every
+    row for the in-sample column, without the held-out GPU's or model's rows for the folds), and they run
+    again with it. (The first run uses the in-sample engine terms, so a fold's handoff saw the held-out
+    GPU's aggregated rows through them: the handoff itself never sees the held-out rows.)"""
+    from simulator.calibrate.silicon_fit import fit_handoff
+
+    row_cache = RowCache(args.cache.with_name(args.cache.stem + "_rows.pkl"))
+    disagg = (rows["mode"] == "disagg").to_numpy()
+    base = np.full(len(rows), np.nan)
+    for backend, other, params, _ in deferred:
+        d = other[disagg[other]]
+        if not len(d):
+            continue
+        art = _artifact(params, f"{backend}-all", folder)
+        res, _ = _simulate_rows(rows.iloc[d], [configs[i] for i in d], lambda r, art=art: art, "decode", row_cache,
+                                f"{backend} handoff 0", args.jobs)
+        base[d] = res[:, 0]
+        pred.loc[d, "pred_ttft_ms_handoff0"], pred.loc[d, "pred_tpot_ms_handoff0"] = res[:, 0], res[:, 1]
+    measured = rows["measured_ttft_ms"].to_numpy(float)
+    usable = disagg & np.isfinite(base)
+    h_all = fit_handoff(base[usable], measured[usable])
+    h_fold = {group: {v: fit_handoff(base[usable & (rows[group] != v).to_numpy()],
+                                     measured[usable & (rows[group] != v).to_numpy()])
+                      for v in rows[group].unique()} for group in ("gpu", "model")}
+    print(f"  handoff fitted on {usable.sum()} disaggregated rows: {h_all * 1e3:.0f} ms (leaving one GPU out: "
+          + ", ".join(f"{g} {h * 1e3:.0f}" for g, h in sorted(h_fold["gpu"].items())) + " ms)", flush=True)
+    for p in presets:
+        p["handoff_ms"] = h_all * 1e3
+    for backend, other, params, folds in deferred:
+        arts = {"fit": (_artifact(params, f"{backend}-all", folder), _artifact(params, f"{backend}-all", folder, h_all))}
+        for group, fp in folds.items():
+            for held, prm in fp.items():
+                name = f"{backend}-{group}-{held}"
+                arts[group, held] = (_artifact(prm, name, folder), _artifact(prm, name, folder, h_fold[group].get(held, 0.0)))
+
+        def art_of(key, arts=arts):  # noqa: ANN001, ANN202 - a row's artifact: the handoff variant if disaggregated
+            return lambda r: arts[key(r)][r.mode == "disagg"] if key(r) in arts else None
+
+        fit_art = art_of(lambda r: "fit")
+        osub, ocfg = rows.iloc[other], [configs[i] for i in other]
+        runs = {"fit": (fit_art, "decode"), "cv_gpu": (art_of(lambda r: ("gpu", r.gpu)), "decode"),
+                "cv_model": (art_of(lambda r: ("model", r.model)), "decode"),
+                "prefill": (lambda r, a=fit_art: a(r) if r.mode == "disagg" and args.first_token_on_prefill else None,
+                            "prefill")}
+        for col, (art, at) in runs.items():
+            res, errors = _simulate_rows(osub, ocfg, art, at, row_cache, f"{backend} {col}", args.jobs)
+            pred.loc[other, f"pred_ttft_ms_{col}"], pred.loc[other, f"pred_tpot_ms_{col}"] = res[:, 0], res[:, 1]
+            if col == "fit":
+                for k, why in errors.items():
+                    failed[other[k]] = why
+        pred.loc[other, "how"] = "simulated"
+        print(f"  {backend}: {len(other)} rows simulated (disaggregated / attention DP), "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
 
 
 def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_at: str = "decode",  # noqa: ANN001
@@ -291,7 +353,8 @@ def _summary(pred: pd.DataFrame) -> pd.DataFrame:
 
     fits = {"kernels only": ("kernel", "kernel"), "in-sample": ("fit", "fit"),
             "leave-one-GPU-out": ("cv_gpu", "cv_gpu"), "leave-one-model-out": ("cv_model", "cv_model"),
-            "first token on prefill (in-sample)": ("prefill", "prefill")}
+            "first token on prefill (in-sample)": ("prefill", "prefill"),
+            "no handoff latency (in-sample)": ("handoff0", "handoff0")}
     out = []
     for (backend, mode), g in list(pred.groupby(["backend", "mode"])) + [(("all", "agg"), pred[pred["mode"] == "agg"]),
                                                                          (("all", "disagg"), pred[pred["mode"] == "disagg"])]:
@@ -359,13 +422,14 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
     agg_ok = np.array([t is not None for t in traces])
     failed_first = set(failed)
     pred = rows.copy()
-    for col in ("kernel", "fit", "cv_gpu", "cv_model", "prefill"):
+    for col in ("kernel", "fit", "cv_gpu", "cv_model", "prefill", "handoff0"):
         pred[f"pred_ttft_ms_{col}"] = np.nan
         pred[f"pred_tpot_ms_{col}"] = np.nan
     pred["how"] = ""
     presets = []
     folder = Path(tempfile.mkdtemp(prefix="silicon_fit_"))
     started = time.perf_counter()
+    deferred = []  # (backend, rows simulated rather than replayed, its params, its folds' params)
     from simulator.calibrate.silicon_fit import fold_params
 
     for backend in sorted(rows["backend"].unique()):
@@ -398,31 +462,14 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
         print(f"  {backend}: {len(sub)} rows fitted and cross-validated, {time.perf_counter() - started:.0f} s "
               f"(overlap {params.overlap_cpu}, {a * 1e3:.3f} ms/step, {b * 1e6:.1f} us/req, {pt * 1e6:.3f} us/prompt "
               f"token, {c * 1e6:.1f} us/collective, prefill floor {fl * 1e3:.3f} ms/layer above {above} tokens)", flush=True)
-        # Rows not replayed (disaggregated pools, attention-DP ranks): simulated with the same terms.
+        # Rows not replayed (disaggregated pools, attention-DP ranks): simulated with the same terms, below.
         if args.no_disagg:
             continue
         other = np.flatnonzero(in_backend & ~agg_ok & ~np.isin(np.arange(len(rows)), list(failed)))
-        if not len(other):
-            continue
-        arts = {"fit": _artifact(params, f"{backend}-all", folder)}
-        for group, fp in folds.items():
-            for held, prm in fp.items():
-                arts[group, held] = _artifact(prm, f"{backend}-{group}-{held}", folder)
-        osub, ocfg = rows.iloc[other], [configs[i] for i in other]
-        row_cache = RowCache(args.cache.with_name(args.cache.stem + "_rows.pkl"))
-        runs = {"fit": (lambda r, arts=arts: arts["fit"], "decode"), "cv_gpu": (lambda r, arts=arts: arts.get(("gpu", r.gpu)), "decode"),
-                "cv_model": (lambda r, arts=arts: arts.get(("model", r.model)), "decode"),
-                "prefill": (lambda r, arts=arts: arts["fit"] if r.mode == "disagg" and args.first_token_on_prefill else None,
-                            "prefill")}
-        for col, (art, at) in runs.items():
-            res, errors = _simulate_rows(osub, ocfg, art, at, row_cache, f"{backend} {col}", args.jobs)
-            pred.loc[other, f"pred_ttft_ms_{col}"], pred.loc[other, f"pred_tpot_ms_{col}"] = res[:, 0], res[:, 1]
-            if col == "fit":
-                for k, why in errors.items():
-                    failed[other[k]] = why
-        pred.loc[other, "how"] = "simulated"
-        print(f"  {backend}: {len(other)} rows simulated (disaggregated / attention DP), "
-              f"{time.perf_counter() - started:.0f} s", flush=True)
+        if len(other):
+            deferred.append((backend, other, params, folds))
+    if deferred:
+        _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, presets, started)
     for i, why in failed.items():
         if i not in failed_first:
             r = rows.iloc[i]

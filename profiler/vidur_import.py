@@ -101,6 +101,39 @@ def _bad(path: Path, problem: str, fix: str | None = None) -> ConfigError:
     return ConfigError("vidur", f"{path}: {problem}", fix)
 
 
+# The shape and size keys of Vidur's CSVs: whole numbers >= 0 (timings may be blank where an op was not run).
+_INTEGER_KEYS = ("num_tokens", "n_head", "n_q_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size",
+                 "num_tensor_parallel_workers", "block_size", "max_model_len", "batch_size", "prefill_chunk_size",
+                 "kv_cache_size", "rank", "num_workers", "size", "devices_per_node", "max_devices_per_node")
+
+
+def _check_keys(df: pd.DataFrame, path: Path) -> None:
+    """Rows there, every key cell a whole number >= 0, every timing a number or blank, ``is_prefill`` a
+    boolean; else one error naming line and column."""
+    if not len(df):
+        raise _bad(path, "no rows below the header", "pass a profile with measurements")
+    for col in (c for c in _INTEGER_KEYS if c in df.columns):
+        values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = ~np.isfinite(values) | (values < 0) | (values != np.floor(values))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise _bad(path, f"line {i + 2}, column {col}: {str(df[col].iloc[i])!r} is not a whole number >= 0",
+                       "fix or delete that row")
+    for col in (c for c in df.columns if str(c).startswith("time_stats.")):
+        bad = (pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna()).to_numpy()
+        if bad.any():  # blank is fine (an op a row did not run); text is not
+            i = int(np.argmax(bad))
+            raise _bad(path, f"line {i + 2}, column {col}: {str(df[col].iloc[i])!r} is not a time in ms",
+                       "fix or delete that row")
+    if "is_prefill" in df.columns:
+        flags = df["is_prefill"].astype(str).str.strip().str.lower()
+        bad = ~flags.isin(("true", "false", "1", "0"))
+        if bad.any():
+            i = int(np.argmax(bad.to_numpy()))
+            raise _bad(path, f"line {i + 2}, column is_prefill: {df['is_prefill'].iloc[i]!r} is not True or False",
+                       "fix or delete that row")
+
+
 def _gpu_from_path(path: Path) -> tuple[str | None, GPUSpec | None]:
     """(folder name, catalog GPU) from Vidur's layout; (None, None) where it says nothing."""
     parts = path.resolve().parts
@@ -275,19 +308,22 @@ def import_vidur_file(path: str | Path, *, model: str | None = None, gpu: str | 
         df = pd.read_csv(path)
     except (ValueError, OSError) as err:
         raise _bad(path, f"not a CSV file ({type(err).__name__})") from None
+    cols = set(df.columns)
+    kind = ("attention" if "is_prefill" in cols else "network" if "collective" in cols
+            else "mlp" if "num_tokens" in cols and any(c.startswith("time_stats.") for c in cols) else None)
+    if kind is None:
+        raise _bad(path, "not a Vidur profile (expected mlp.csv, attention.csv, all_reduce.csv or send_recv.csv)")
+    _check_keys(df, path)
     folder, spec_gpu = _gpu_from_path(path)
     if gpu is not None:
         spec_gpu, folder = get_gpu(gpu), folder or gpu
     model_spec = get_model(model) if model else _model_from_path(path)
-    cols = set(df.columns)
-    if "is_prefill" in cols:
+    if kind == "attention":
         rows = _read_attention(df, path, model_spec)
-    elif "collective" in cols:
+    elif kind == "network":
         rows = _read_network(df, path, folder, model_spec, all_topologies)
-    elif "num_tokens" in cols and any(c.startswith("time_stats.") for c in cols):
-        rows = _read_mlp(df, path, model_spec)
     else:
-        raise _bad(path, "not a Vidur profile (expected mlp.csv, attention.csv, all_reduce.csv or send_recv.csv)")
+        rows = _read_mlp(df, path, model_spec)
     if not rows:
         return conform(pd.DataFrame(columns=["op"]))
     out = pd.DataFrame(rows)

@@ -162,3 +162,25 @@ def test_folder_input_and_missing_file_errors(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(ConfigError, match="holds no mlp.csv"):
         import_vidur([empty])
+
+
+@pytest.mark.parametrize(("cell", "needle"), [("abc", "column num_tokens: 'abc'"), ("", "column num_tokens: 'nan'"),
+                                              ("12.7", "'12.7' is not a whole number"), ("-5", "'-5'")])
+def test_bad_key_cells_name_their_line_and_column(tmp_path, cell, needle):  # noqa: ANN001
+    """A key cell that is not a whole number was a traceback (int('abc')); now one error naming line and column."""
+    from profiler.vidur_import import import_vidur_file
+    from simulator.config.errors import ConfigError
+
+    header = ("n_head,n_kv_head,n_embd,n_expanded_embd,vocab_size,use_gated_mlp,num_tokens,num_tensor_parallel_workers,"
+              "time_stats.mlp_up_proj.median\n")
+    path = tmp_path / "mlp.csv"
+    path.write_text(header + "32,32,4096,11008,32000,True,1,1,0.05\n" + f"32,32,4096,11008,32000,True,{cell},1,0.06\n")
+    with pytest.raises(ConfigError, match="line 3, "):
+        import_vidur_file(path, model="llama-2-7b", gpu="a100-80gb")
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(".", r"\.")):
+        import_vidur_file(path, model="llama-2-7b", gpu="a100-80gb")
+    (tmp_path / "empty").mkdir()
+    head_only = tmp_path / "empty" / "mlp.csv"
+    head_only.write_text(header)
+    with pytest.raises(ConfigError, match="no rows"):
+        import_vidur_file(head_only, model="llama-2-7b", gpu="a100-80gb")

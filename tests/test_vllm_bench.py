@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,3 +130,22 @@ def test_save_result_into_a_folder_is_refused_before_the_run(tmp_path):
     res = runner.invoke(app, ["run", *BENCH_LINE, "--save-result", str(tmp_path), "--no-progress"])
     assert isinstance(res.exception, ConfigError) and res.exception.field == "--save-result"  # main(): exit 2
     assert "Serving Benchmark Result" not in res.output
+
+
+@pytest.mark.parametrize(("key", "value", "needle"), [("ttfts", "x", "ttfts holds 'x'"), ("ttfts", -1.0, "ttfts holds -1.0"),
+                                                       ("output_lens", "x", "output_lens holds 'x'"),
+                                                       ("itls", "empty", "every request's itls list is empty")])
+def test_bad_bench_values_are_one_line_errors(tmp_path, key, value, needle):  # noqa: ANN001
+    """Strings or negatives in a bench JSON were a traceback or silently dropped metrics."""
+    from simulator.calibrate.engine_fit import read_bench
+    from simulator.config.errors import ConfigError
+
+    data = json.loads((Path(__file__).parent / "data" / "vllm_bench_fixture.json").read_text())
+    if value == "empty":
+        data["itls"] = [[] for _ in data["itls"]]
+    else:
+        data[key] = [value] * len(data[key])
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        read_bench(path)

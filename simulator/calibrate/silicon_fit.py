@@ -466,6 +466,8 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     engine = final.engine(name, source, f"servesim calibrate-engine --rows: least squares (soft-L1) of log "
                           f"TTFT/TPOT ratios over {len(rows)} rows' closed-loop replays; overlap "
                           f"{'on' if final.overlap_cpu else 'off'} chosen by fit cost")
+    # aggregated rows say nothing of a disaggregated handoff: the starting engine's stands
+    engine = engine.with_terms(handoff_s=load_engine(base.engine).handoff_s)
     return CalibrationResult(engine, report, rows)
 
 

@@ -48,6 +48,17 @@ def engines() -> None:
         console.print(f"[bold]{name}[/bold]: {e.source}. Fitted: {e.fitted}.")
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN float as None: the artifact stays valid JSON (a fold without rows has NaN errors)."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _fmt(report: dict[str, Any]) -> str:
     return ", ".join(f"{k} {100 * v:.1f}%" if isinstance(v, float) else f"{k} {v}" for k, v in report.items())
 
@@ -117,7 +128,8 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
                    f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests")
     with atomic_file(out) as tmp:  # out ends up whole or as it was
         save_engine_artifact(result["engine"], tmp, {"model": replica.model, "gpu": replica.gpu,
-                                                     "cost_model": config.cost_model, "report": result["report"]})
+                                                     "cost_model": config.cost_model,
+                                                     "report": _finite(result["report"])})
     return result
 
 
@@ -148,8 +160,14 @@ def calibrate_engine(
     console.print(f"held-out error before ({report['base_engine']}): {_fmt(report['holdout_before'])}")
     console.print(f"held-out error after:  {_fmt(report['holdout_after'])}")
     for group in ("gpu", "model"):
-        if f"leave_one_{group}_out" in report:
-            console.print(f"leave one {group} out:  {_fmt(report[f'leave_one_{group}_out'])}")
+        held = report.get(f"leave_one_{group}_out")
+        if held is not None:  # a fold needs rows left once its group is out
+            console.print(f"leave one {group} out:  " + (_fmt(held) if held.get("num_rows") else "no rows to judge"))
+    skipped = report.get("skipped") or []
+    if skipped:  # rows the fit could not use are said, not only kept in the artifact
+        shown = "; ".join(f"line {line}: {why}" for line, why in skipped[:3])
+        console.print(f"[yellow]{len(skipped)} row(s) not used[/yellow] ({shown}{'; ...' if len(skipped) > 3 else ''})",
+                      highlight=False)
     terms = {k: v for k, v in result["engine"].to_dict().items() if k not in ("name", "source", "fitted")}
     console.print(json.dumps(terms))
 

@@ -146,6 +146,26 @@ def test_plot_sweep_folder(tmp_path: Path):
     assert sorted(p.name for p in written) == ["latency_vs_qps.png", "latency_vs_qps.svg"]
 
 
+def test_plot_sweep_never_colours_by_the_x_axis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Without a scheduler column the colour defaulted to the first grid key, qps, the x axis too: each qps
+    became a vertical 'series' joining the other key's points. It now takes the other grid key."""
+    from simulator.planning.sweep import build_spec, run_sweep
+    from simulator.report import plots
+
+    spec = build_spec({"base": {"model": "mistral-7b", "num_requests": 16, "workload": "fixed", "prompt_tokens": 32,
+                                "output_tokens": 4},
+                       "grid": {"qps": [1.0, 4.0], "engine": ["vllm-2026", "vllm-v1"]}})
+    run_sweep(spec, tmp_path)
+    seen = {}
+    original = plots.latency_vs_qps
+    monkeypatch.setattr(plots, "latency_vs_qps", lambda *a, **k: seen.update(k) or original(*a, **k))
+    written = plot_sweep(tmp_path, tmp_path / "figs")
+    assert (seen["x"], seen["hue"]) == ("qps", "engine")
+    assert [p.name for p in written if p.suffix == ".png"] == ["latency_vs_qps.png"]
+    written = plot_sweep(tmp_path, tmp_path / "figs2", x="engine", hue="qps")
+    assert [p.name for p in written if p.suffix == ".png"] == ["latency_vs_engine.png"]  # named after its x
+
+
 def _overlapping(texts) -> list[tuple[str, str]]:
     """Pairs of visible, non-empty texts whose rendered boxes intersect."""
     shown = [t for t in texts if t.get_visible() and t.get_text()]

@@ -357,6 +357,9 @@ def plot(
                 keys = [n for names in info["grid"] for n in names.split(",")]
                 raise ConfigError(flag, f"{value!r} is not a column of {path}'s results",
                                   f"use a column of its results.csv, e.g. a grid key: {', '.join(keys) or 'none varied'}")
+        if hue is not None and hue == (x or "qps") and info["mode"] == "run":
+            raise ConfigError("--hue", f"{hue} is the x axis too, so every point would be a series of its own",
+                              "colour by another column (a grid key), or put another on --x")
         if x is not None and info["mode"] == "capacity":
             raise ConfigError("--x", "a capacity sweep's bars are grouped by the grid keys --hue leaves, so --x "
                               "would do nothing", "drop --x, or pick the colours with --hue")

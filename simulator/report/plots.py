@@ -406,8 +406,10 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
         return save(fig, Path(out) / "capacity")
     if x not in table:
         x = next((n for n in varied if n != hue), "point")
+    if hue == x:  # the default colour fell on the x axis: each x would be a series of its own
+        hue = next((n for n in varied if n != x), "point")
     title = f"latency against {x}" + (f" · {base}" if base else "") + note
-    return latency_vs_qps(table, Path(out) / "latency_vs_qps", x=x, hue=hue, title=title)
+    return latency_vs_qps(table, Path(out) / f"latency_vs_{x}", x=x, hue=hue, title=title)
 
 
 def plot_run(path: Path, out: Path) -> list[Path]:

@@ -474,6 +474,8 @@ def test_pool_options_a_pool_leaves_to_the_run_still_apply() -> None:
     (["split", "--max-num-batched-tokens", "4096"], "--max-num-batched-tokens"),
     (["split", "--qps", "inf"], "workload.arrival"),
     (["split", "--concurrency", "4"], "--concurrency"),
+    (["split", "--qps", "5"], "--qps"),  # the search sets the rate: 5 and 50 gave the same trials
+    (["split", "--num-warmup", "5"], "--num-warmup"),
     (["split", "--workers", "0"], "--workers"),
 ])
 def test_disagg_searches_refuse_what_they_set_or_cannot_search(args: list[str], needle: str) -> None:
@@ -502,7 +504,8 @@ def test_disagg_split_keeps_a_vllm_budget_for_its_pools() -> None:
     (["--gpu", "h100-sxm"], "--gpu"),
     (["--prices", "{binary}"], "--prices"),
     (["--prices", "{max_w}"], "max_w"),
-    (["--ratios", "1:0"], "--ratios"),  # a pool of no replicas: every layout was dropped as invalid
+    (["--ratios", "1:0"], "--ratios"),
+    (["--num-warmup", "5"], "--num-warmup"),  # its trials judge every request  # a pool of no replicas: every layout was dropped as invalid
     (["--tps", "3"], "does not divide"),  # the error said no layout fits, not why
 ])
 def test_plan_refuses_before_searching(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -569,3 +572,14 @@ def test_a_table_fit_refuses_run_options_it_does_not_read(tmp_path: Path, flag: 
     line = one_line_error(simulate("calibrate-engine", "--table", str(table), "--out", str(tmp_path / "e.json"), *flag))
     assert flag[0] in line and "would do nothing" in line, line
     assert not (tmp_path / "e.json").exists()
+
+
+@pytest.mark.parametrize(("command", "args"), [("capacity", ["--num-warmup", "50"]),
+                                               ("tau", ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}',
+                                                        "--acceptance-rate", "0.5"]),
+                                               ("tau", ["--concurrency", "4"])])
+def test_searches_and_tau_refuse_what_they_do_not_read(command: str, args: list[str]) -> None:
+    """capacity judged every request whatever --num-warmup said, and tau priced the same plain iteration with
+    speculation given; tau --concurrency blamed --arrival."""
+    line = one_line_error(simulate(command, *args))
+    assert args[0] in line and "would do nothing" in line, line

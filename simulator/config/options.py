@@ -270,19 +270,26 @@ DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {"split": POOL_OPTIONS, "
 # (--tps) that run the pools' default scheduler (DEFAULT_POOL_SCHEDULER, vllm; simulator.planning.split),
 # and compare's aggregated arms run vllm and sarathi at --tps and --taus; --scheduler vllm still says
 # whose budget the pools keep (PoolSpec.scheduler_config).
+# Searches judge every request of a trial: a warm-up is not left out of them (capacity, split, compare, plan).
+_SEARCH_SETS = {"num_warmup": "its trials judge every request (a search leaves no warm-up out)",
+                "warmup_mode": "its trials judge every request (a search leaves no warm-up out)"}
 _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", "mixed_pool": "its own pools",
-               "tp": "from --tps", "replicas": "from the split of --gpus"}
+               "tp": "from --tps", "replicas": "from the split of --gpus", "qps": "its goodput search over rates",
+               **_SEARCH_SETS}
 # plan chooses each layout's GPU, parallelism, batch cap and unit count (simulator.planning.plan.Layout.config).
 _PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "attention_dp": "from --attention-dps",
-              "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts"}
+              "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts", **_SEARCH_SETS}
 # tau prices one hybrid iteration from the workload's lengths (2,048 sampled) on one replica, and chooses the
 # budget itself (simulator.planning.tau): the arrival process, the run's size and the cluster are not read.
 _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for name in (
-    "qps", "arrival", "cv", "time_scale", "concurrency", "num_warmup", "warmup_mode", "num_requests", "replicas",
+    "concurrency", "qps", "arrival", "cv", "time_scale", "num_warmup", "warmup_mode", "num_requests", "replicas",
     "router", "fast_forward", "prefill_pool", "decode_pool", "mixed_pool", "kv_link", "kv_link_scope",
-    "first_token_at")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget"}
+    "first_token_at")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget"} | {
+    name: "it prices a plain hybrid iteration (no draft, no verify)" for name in (
+        "speculative_config", "num_speculative_tokens", "acceptance_rate", "acceptance_rates", "acceptance_data",
+        "spec_disable_batch_size", "spec_reduce_k_batch_size")}
 SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS,
-                                             "tau": _TAU_SETS}
+                                             "tau": _TAU_SETS, "capacity": _SEARCH_SETS}
 
 
 def _set_by_command(options: dict[str, Any], command: str) -> None:
@@ -297,9 +304,10 @@ def _set_by_command(options: dict[str, Any], command: str) -> None:
     for name, setter in sets.items():
         if options.get(name) is not None:
             flag = f"--{name.replace('_', '-')}"
-            if command == "tau":
-                raise ConfigError(flag, f"tau does not read it ({setter}), so {flag} would do nothing", f"drop {flag}")
-            where = command if command == "plan" else f"disagg {command}"
+            where = command if command in ("plan", "capacity", "tau") else f"disagg {command}"
+            if command == "tau" or name in _SEARCH_SETS or name == "qps":
+                raise ConfigError(flag, f"{where} does not read it ({setter}), so {flag} would do nothing",
+                                  f"drop {flag}")
             raise ConfigError(flag, f"{where} sets it in every layout it searches ({setter}), so {flag} would "
                                     "do nothing",
                               f"drop {flag}")

@@ -102,6 +102,7 @@ BAD_INPUT = [
     (["--workload", "arxiv", "--output-tokens-max", "100"], "would do nothing"),
     (["--kernels", "trtllm", "--gpu", "cpu"], "no AIConfigurator tables"),  # it blamed the KV cache's size
     (["--replicas", "2", "--router", "prefix_aware"], "--router"),  # sharegpt has no block hashes
+    (["--engine", "vllm-2026:handoff_s=0.02"], "not disaggregated"),  # the handoff of an aggregated run
     (["--cpu-kv-gib", "10"], "--cpu-kv-gib"),
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),

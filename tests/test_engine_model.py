@@ -326,7 +326,8 @@ def test_engine_term_overrides_on_a_preset_name() -> None:
     assert e.prefill_floor_per_layer_s == base.prefill_floor_per_layer_s and e.kernels == base.kernels
     assert RunConfig().replace(engine="vllm-2026:handoff_s=0").engine == "vllm-2026:handoff_s=0"
     for spec, needle in (("vllm-2026:nope=1", "not a term"), ("vllm-2026:handoff_s=x", "not a float"),
-                         ("vllm-2026:handoff_s=-1", "engine.handoff_s"), ("vllm-2026:scheduler=vllm", "not a term")):
+                         ("vllm-2026:handoff_s=-1", "engine.handoff_s"), ("vllm-2026:scheduler=vllm", "not a term"),
+                         ("vllm-2026:handoff_s=0.1,handoff_s=0.2", "given twice")):
         with pytest.raises(ConfigError, match=needle):
             load_engine(spec)
     with pytest.raises(ConfigError, match="neither a preset"):

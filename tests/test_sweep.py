@@ -299,3 +299,17 @@ def test_results_table_is_current_while_a_sweep_runs(tmp_path: Path, monkeypatch
     assert seen == [["missing"] * 4, ["ok"] + ["missing"] * 3, ["ok"] * 2 + ["missing"] * 2, ["ok"] * 3 + ["missing"]]
     table = pd.read_csv(tmp_path / "results.csv")
     assert (table["status"] == "ok").all() and set(table["workload"]) == {"fixed"}  # the parameter, not a summary
+
+
+def test_a_sweep_folder_is_not_overwritten_by_another_sweep(tmp_path):  # noqa: ANN001
+    """Running a different sweep into a folder replaced its sweep.json and results and left the old points
+    behind; now it is refused, while the same sweep (or one that only adds points) resumes there."""
+    from simulator.config.errors import ConfigError
+    from simulator.planning.sweep import build_spec, run_sweep
+
+    base = {"model": "mistral-7b", "num_requests": 8, "workload": "fixed", "prompt_tokens": 32, "output_tokens": 4}
+    run_sweep(build_spec({"base": base, "grid": {"qps": [1.0, 2.0]}}), tmp_path)
+    again = run_sweep(build_spec({"base": base, "grid": {"qps": [1.0, 2.0, 4.0]}}), tmp_path)  # adds a point
+    assert (again.num_run, again.num_skipped) == (1, 2)
+    with pytest.raises(ConfigError, match="holds another sweep"):
+        run_sweep(build_spec({"base": {**base, "num_requests": 16}, "grid": {"qps": [1.0]}}), tmp_path)

@@ -307,9 +307,11 @@ def sweep(
             f"{stop.out}/points/ and {stop.table_path}; {left} left. To resume, run the same command again: "
             "finished points are skipped.", highlight=False)
         raise typer.Exit(130) from None
-    console.print(f"ran {count(result.num_run, 'point')} ({result.num_failed:,} failed), {result.num_skipped:,} already done; "
-                  f"wrote {result.table_path}")
-    if result.num_failed:
+    failed_before = int((result.table["status"] == "error").sum()) - result.num_failed if "status" in result.table else 0
+    console.print(f"ran {count(result.num_run, 'point')} ({result.num_failed:,} failed), {result.num_skipped:,} already done"
+                  + (f" ({failed_before:,} of them failed: --retry-failed runs them again)" if failed_before > 0 else "")
+                  + f"; wrote {result.table_path}")
+    if result.num_failed or failed_before > 0:
         for _, row in result.table[result.table["status"] != "ok"].iterrows():
             console.print(f"  point {row['point']}: {row['error']}")
 

@@ -329,6 +329,11 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
         if options.get(name) is not None and name not in decided:
             flag = f"--{name.replace('_', '-')}"
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
+    overrides = (options.get("engine") or "").rpartition(":")[2]
+    if "handoff_s=" in overrides and not config.is_disaggregated and "engine" not in decided:
+        raise ConfigError("--engine", "handoff_s is waited out between a disaggregated run's prefill and decode "
+                          "workers, and the run is not disaggregated, so it would do nothing",
+                          "add --prefill-pool and --decode-pool, or drop handoff_s")
 
 
 def alias_of(name: str) -> str:

@@ -325,6 +325,8 @@ def parse_overrides(text: str) -> dict[str, Any]:
     for item in text.split(","):
         key, _, value = item.partition("=")
         key, value = key.strip(), value.strip()
+        if key in out:
+            raise ConfigError("engine", f"{key} given twice", "give each term once")
         if key not in OVERRIDABLE:
             raise ConfigError("engine", f"{key!r} is not a term an override may set",
                               f"one of {', '.join(OVERRIDABLE)}, e.g. --engine vllm-2026:handoff_s=0.02")

@@ -550,6 +550,16 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} exists and is not a folder")
+    earlier = out / "sweep.json"
+    if earlier.is_file():  # a folder is resumed by the same sweep, never overwritten by another
+        try:
+            before = json.loads(earlier.read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            before = None
+        keys = {p.key for p in spec.points}
+        if not isinstance(before, dict) or {p.get("key") for p in before.get("points", []) if isinstance(p, dict)} - keys:
+            raise ConfigError("--out", f"{out} holds another sweep (its sweep.json has points this one does not)",
+                              "pass a new folder, or the same sweep file and options to resume it")
     (out / "points").mkdir(parents=True, exist_ok=True)
     # A point not done (never run, or failed and rerun with --retry-failed) has no doc yet.
     docs = {p.key: read_point(out, p.key) for p in spec.points}

@@ -167,7 +167,14 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     elif s.prefix_caching is False:
         title += " · prefix caching: off"
     console.print(title, highlight=False)
-    console.print(f"workload: {summary['workload']} · cost model: {config.cost_model}{kernels}", highlight=False)
+    w = config.workload
+    loop = ""
+    if w.concurrency is not None:  # the arrivals above are only the first sends: say who sends next
+        warm = f", the first {w.num_warmup:,} requests a warm-up left out ({w.warmup_mode})" if w.num_warmup else ""
+        loop = (f" · closed loop: {w.concurrency:,} users, each sending its next request when its last ends{warm}"
+                if w.arrival == "burst" else f" · at most {w.concurrency:,} requests in flight (a request waits for "
+                f"one to end, vLLM's --max-concurrency){warm}")
+    console.print(f"workload: {summary['workload']}{loop} · cost model: {config.cost_model}{kernels}", highlight=False)
     print_table(console, table)
     state = (f" (a sequence's recurrent state takes {summary['state_tokens_per_seq']:,})"
              if "state_tokens_per_seq" in summary else "")

@@ -505,6 +505,7 @@ def test_disagg_split_keeps_a_vllm_budget_for_its_pools() -> None:
     (["--gpu", "h100-sxm"], "--gpu"),
     (["--prices", "{binary}"], "--prices"),
     (["--prices", "{max_w}"], "max_w"),
+    (["--prices", "{dup}"], "priced twice"),  # the last row won in silence
     (["--ratios", "1:0"], "--ratios"),
     (["--num-warmup", "5"], "--num-warmup"),  # its trials judge every request  # a pool of no replicas: every layout was dropped as invalid
     (["--tps", "3"], "does not divide"),  # the error said no layout fits, not why
@@ -514,7 +515,8 @@ def test_plan_refuses_before_searching(tmp_path: Path, args: list[str], needle: 
     itself is one line before the first of ~1,000 searches."""
     (tmp_path / "binary.csv").write_bytes(b"\x00\xff\xfe")
     (tmp_path / "max_w.csv").write_text("gpu,usd_per_gpu_hour,max_w\nh100-sxm,2,abc\n")
-    places = {"binary": str(tmp_path / "binary.csv"), "max_w": str(tmp_path / "max_w.csv")}
+    (tmp_path / "dup.csv").write_text("gpu,usd_per_gpu_hour\nh100-sxm,1.0\nh100-sxm,9.0\n")
+    places = {"binary": str(tmp_path / "binary.csv"), "max_w": str(tmp_path / "max_w.csv"), "dup": str(tmp_path / "dup.csv")}
     line = one_line_error(simulate("plan", *(a.format(**places) for a in args), "--out", str(tmp_path / "p")))
     assert needle in line, line
 

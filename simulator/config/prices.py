@@ -146,8 +146,12 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
     rows = list(csv.DictReader(text.splitlines()))
     if not rows or "gpu" not in rows[0] or "usd_per_gpu_hour" not in rows[0]:
         raise ConfigError("--prices", f"{path} needs the columns gpu,usd_per_gpu_hour", "one row per GPU")
+    seen: set[str] = set()
     for row in rows:
         name = row["gpu"].strip()
+        if get_gpu(name).name in seen:  # two prices for one GPU: which one the plan took would be a guess
+            raise ConfigError(where, f"{name} is priced twice", "give each GPU one row")
+        seen.add(get_gpu(name).name)
         priced = _with_price(name, row["usd_per_gpu_hour"], where, out)
         if row.get("max_w"):
             try:

@@ -375,3 +375,21 @@ def test_a_preset_run_as_fitted_adds_no_note(aic) -> None:  # noqa: ANN001
                                    "--engine", "sglang-2026", "--scheduler", "sglang", "--kernels", "sglang"])
     assert res.exit_code == 0, res.output
     assert "engine sglang-2026" in res.stdout and "fitted with" not in res.stdout
+
+
+def test_warmup_rows_are_marked_in_the_requests_table(tmp_path):  # noqa: ANN001
+    """summary.json leaves the warm-up out (32 of 40 here); the requests table keeps every row and says which."""
+    import json
+
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--concurrency", "8", "--num-requests", "40", "--num-warmup", "8",
+                                   "--no-progress", "--out", str(tmp_path / "r"), "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    table = pd.read_csv(tmp_path / "r" / "requests.csv")
+    assert len(table) == 40 and table["is_warmup"].sum() == 8
+    assert set(table.loc[table["is_warmup"], "request_id"]) == set(range(8))
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["num_requests"] == 32

@@ -18,6 +18,7 @@ from simulator.cli.options import run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, RunConfig
+from simulator.util.jsonio import jsonable
 from simulator.util.paths import atomic_file, check_in_dir, check_in_file, check_out_dir, check_out_file
 
 
@@ -46,17 +47,6 @@ def engines() -> None:
     print_table(console, table)
     for name, e in ENGINES.items():
         console.print(f"[bold]{name}[/bold]: {e.source}. Fitted: {e.fitted}.")
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN float as None: the artifact stays valid JSON (a fold without rows has NaN errors)."""
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _fmt(report: dict[str, Any]) -> str:
@@ -129,7 +119,7 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     with atomic_file(out) as tmp:  # out ends up whole or as it was
         save_engine_artifact(result["engine"], tmp, {"model": replica.model, "gpu": replica.gpu,
                                                      "cost_model": config.cost_model,
-                                                     "report": _finite(result["report"])})
+                                                     "report": jsonable(result["report"])})
     return result
 
 

@@ -181,7 +181,7 @@ def test_trials_running_out_before_a_pass_is_not_capacity_zero(constant_cost):
     slo = SLO(tbt_s=0.05, min_goodput=0.5, goodput_ttft_s=0.001)
     result = search_seed(slots_config(num_requests=64), slo, SearchSettings(qps_start=1.0, min_qps=0.2, max_trials=2))
     assert [t.qps for t in result.trials] == [1.0, 0.5]
-    assert result.reason.startswith("not found") and "below 0.5 QPS" in result.reason
+    assert result.not_found and result.reason.startswith("not found") and "below 0.5 QPS" in result.reason
     assert "capacity 0" not in result.reason
 
 

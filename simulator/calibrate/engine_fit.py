@@ -368,6 +368,15 @@ class BenchRun:
     num_failed: int
 
 
+def _check_numbers(path: Path, key: str, values: list[Any]) -> None:
+    """Every entry a finite number >= 0, else one error naming the key and the first bad entry."""
+    bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf),
+               None)
+    if bad is not None:
+        raise ConfigError("bench", f"{path}: {key} holds {bad!r}, not a number >= 0",
+                          "pass the JSON `vllm bench serve --save-result --save-detailed` wrote")
+
+
 def read_bench(path: Path) -> BenchRun:
     path = Path(path)
     if not path.is_file():
@@ -386,10 +395,7 @@ def read_bench(path: Path) -> BenchRun:
     if any(len(data[k]) != n for k in BENCH_KEYS):
         raise ConfigError("bench", f"{path}: {', '.join(BENCH_KEYS)} have different lengths")
     for key in ("input_lens", "output_lens"):  # every request has its lengths, failed or not
-        bad = next((v for v in data[key] if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0), None)
-        if bad is not None:
-            raise ConfigError("bench", f"{path}: {key} holds {bad!r}, not a token count",
-                              "pass the JSON `vllm bench serve --save-result --save-detailed` wrote")
+        _check_numbers(path, key, data[key])
     errors = data.get("errors") or [""] * n
     ok = np.array([not e and o and o > 1 and t is not None for e, o, t in zip(errors, data["output_lens"], data["ttfts"],
                                                                              strict=True)], dtype=bool)
@@ -407,27 +413,17 @@ def read_bench(path: Path) -> BenchRun:
         raise ConfigError("bench", f"only {int(ok.sum())} successful requests with 2+ output tokens; "
                           f"the fit needs {MIN_ROWS}", "benchmark more prompts")
     idx = np.flatnonzero(ok)
-
-    def numbers(key: str, values: Any, dtype: Any) -> np.ndarray:
-        """A list of numbers (>= 0) or one error naming the key and the first bad entry."""
-        try:
-            out = np.asarray(values, dtype=dtype)
-        except (TypeError, ValueError):
-            out = None
-        if out is None or out.ndim != 1 or not np.all(np.isfinite(out)) or (out < 0).any():
-            bad = next((v for v in values if not isinstance(v, int | float) or not v >= 0), values[:1])
-            raise ConfigError("bench", f"{path}: {key} holds {bad!r}, not a number >= 0",
-                              "pass the JSON `vllm bench serve --save-result --save-detailed` wrote") from None
-        return out
-
-    kept = [data[k] for k in ("input_lens", "output_lens", "ttfts")]
-    itls = [numbers(f"itls[{i}]", data["itls"][i] or [], float) for i in idx]
+    ttfts = [data["ttfts"][i] for i in idx]
+    _check_numbers(path, "ttfts", ttfts)
+    for i in idx:
+        _check_numbers(path, f"itls[{i}]", data["itls"][i] or [])
+    itls = [np.asarray(data["itls"][i] or [], dtype=float) for i in idx]
     if not any(len(x) for x in itls):
         raise ConfigError("bench", f"{path}: every request's itls list is empty", "save it with --save-detailed")
     return BenchRun(model_id=data.get("model_id"), request_rate=rate, arrival_at=arrival,
-                    input_lens=numbers("input_lens", [kept[0][i] for i in idx], np.int64),
-                    output_lens=numbers("output_lens", [kept[1][i] for i in idx], np.int64),
-                    ttfts=numbers("ttfts", [kept[2][i] for i in idx], float),
+                    input_lens=np.asarray(data["input_lens"], dtype=np.int64)[idx],
+                    output_lens=np.asarray(data["output_lens"], dtype=np.int64)[idx],
+                    ttfts=np.asarray(ttfts, dtype=float),
                     itls=itls, num_failed=int(n - ok.sum()))
 
 

@@ -195,7 +195,7 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     good = "-" if math.isnan(goodput) else f"{_against(100 * goodput, good_limit)}%"
     tbt_limit = slo.tbt_s if judged and slo.tbt_quantile == 99 else None
     headline = f"capacity {summary['capacity_qps']:.4g} QPS{spread}"
-    if all(seed.reason.startswith("not found") for seed in report.seeds):  # the trials ran out first
+    if all(seed.not_found for seed in report.seeds):  # the trials ran out first
         lowest = min(t.qps for seed in report.seeds for t in seed.trials)
         headline = f"capacity not found: below {lowest:.4g} QPS"
     console.print(f"[bold]{headline}[/bold] · at capacity: P99 TBT "

@@ -15,7 +15,7 @@ from typing import Any
 from simulator.config.catalog import GPUS
 from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, parse_pool
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import RunConfig
+from simulator.config.run_config import RunConfig, engine_override_terms
 
 # vLLM's names (`vllm serve`, `vllm bench serve`) for options of RUN_OPTIONS below: the CLI takes either
 # spelling; sweep files and build_config take them too (resolve_aliases).
@@ -329,8 +329,8 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
         if options.get(name) is not None and name not in decided:
             flag = f"--{name.replace('_', '-')}"
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
-    overrides = (options.get("engine") or "").rpartition(":")[2]
-    if "handoff_s=" in overrides and not config.is_disaggregated and "engine" not in decided:
+    if ("handoff_s" in engine_override_terms(options.get("engine") or "") and not config.is_disaggregated
+            and "engine" not in decided):
         raise ConfigError("--engine", "handoff_s is waited out between a disaggregated run's prefill and decode "
                           "workers, and the run is not disaggregated, so it would do nothing",
                           "add --prefill-pool and --decode-pool, or drop handoff_s")

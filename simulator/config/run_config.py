@@ -49,6 +49,19 @@ DEFAULT_ENGINE = "vllm-2026"
 # engine_model asserts its ENGINES table has exactly these keys.
 ENGINE_PRESETS = ("ideal", "handset", "vllm-2023-splitwise", "sarathi-2023-vidur", "vllm-v1", "vllm-2026", "sglang-2026",
                   "trtllm-2026")
+
+
+def split_engine_spec(spec: str) -> tuple[str, str]:
+    """``vllm-2026:handoff_s=0.02,cpu_iteration_s=0.001`` -> (``vllm-2026``, ``handoff_s=0.02,...``): a preset or
+    artifact and its term overrides ('' where none; a Windows drive's ``C:`` has no ``=`` after it)."""
+    base, sep, overrides = spec.rpartition(":")
+    return (base, overrides) if sep and "=" in overrides else (spec, "")
+
+
+def engine_override_terms(spec: str) -> list[str]:
+    """The term names an engine spec overrides, in order (checked by the cost model on load)."""
+    overrides = split_engine_spec(spec)[1]
+    return [item.partition("=")[0].strip() for item in overrides.split(",")] if overrides else []
 # Weight dtypes and their bytes per parameter, scales included (simulator.config.precision): int4 is
 # group-wise (128) with one bf16 scale per group; nvfp4/mxfp4 carry a scale per 16/32 values.
 WEIGHT_DTYPE_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.items()}
@@ -553,8 +566,7 @@ class RunConfig:
         if self.seed < 0:
             raise ConfigError("seed", f"must be >= 0, got {self.seed}")
         # A preset or an artifact (parsed on load), either with ':term=value,...' overrides (checked on load).
-        base = self.engine.rpartition(":")[0] if ":" in self.engine and "=" in self.engine.rpartition(":")[2] \
-            else self.engine
+        base, _ = split_engine_spec(self.engine)
         if base not in ENGINE_PRESETS and not Path(base).is_file():
             raise ConfigError("engine", f"{base!r} is neither a preset nor an engine artifact",
                               f"presets: {', '.join(ENGINE_PRESETS)}; or the JSON written by `simulate calibrate-engine`; "

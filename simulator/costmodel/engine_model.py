@@ -54,7 +54,14 @@ from typing import Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import DEFAULT_ENGINE, ENGINE_PRESETS, KERNEL_TABLES, SCHEDULER_NAMES, ReplicaConfig
+from simulator.config.run_config import (
+    DEFAULT_ENGINE,
+    ENGINE_PRESETS,
+    KERNEL_TABLES,
+    SCHEDULER_NAMES,
+    ReplicaConfig,
+    split_engine_spec,
+)
 from simulator.costmodel.base import BatchShape, CostModel, stretch_forms
 
 ARTIFACT_FORMAT = "servesim-engine"
@@ -287,8 +294,8 @@ def load_engine(spec: str | EngineModel) -> EngineModel:
     name may carry term overrides, ``vllm-2026:handoff_s=0.02,cpu_iteration_s=0.001`` (seconds)."""
     if isinstance(spec, EngineModel):
         return spec
-    base, sep, overrides = spec.rpartition(":") if split_overrides(spec) else (spec, "", "")
-    if sep:
+    base, overrides = split_engine_spec(spec)
+    if overrides:
         return load_engine(base).with_terms(name=spec, **parse_overrides(overrides))
     if spec in ENGINES:
         return ENGINES[spec]
@@ -311,11 +318,6 @@ def load_engine(spec: str | EngineModel) -> EngineModel:
 # Terms an override may set: the numbers (the TP tables, flags and provenance stay the base's).
 OVERRIDABLE = tuple(f.name for f in fields(EngineModel)
                     if f.name not in ("name", "source", "fitted", "rpc_s", "collective_extra_s", "scheduler", "kernels"))
-
-
-def split_overrides(spec: str) -> bool:
-    """Whether ``spec`` ends in ``:term=value[,term=value]`` (a Windows drive's ``C:`` has no ``=``)."""
-    return ":" in spec and "=" in spec.rpartition(":")[2]
 
 
 def parse_overrides(text: str) -> dict[str, Any]:

@@ -103,6 +103,7 @@ class SeedResult:
     capacity_qps: float
     reason: str  # how the search ended (converged, capacity 0 because ..., max trials, ...)
     trials: list[Trial] = field(default_factory=list)
+    not_found: bool = False  # the trials ran out before any passed: the capacity is below the lowest tried, not 0
 
     @property
     def at_capacity(self) -> Trial | None:
@@ -687,6 +688,7 @@ def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial
     failed = {t.qps: t for t in trials}[found.failed_qps] if found.failed_qps is not None else None
     if found.passed_qps is None and found.stop == "max_trials":
         assert failed is not None
+        result.not_found = True
         result.reason = (f"not found: stopped after {len(trials)} trials before any QPS met {slo.describe()}; "
                          f"the capacity is below {failed.qps:.3g} QPS (raise --max-trials, or start lower with --qps)")
     elif found.passed_qps is None:

@@ -137,6 +137,18 @@ def test_yaml_and_cli_grid(tmp_path: Path):
         assert len(build_spec(load_sweep_file(path)).points) == 2
 
 
+def test_cli_grid_keeps_commas_inside_a_value():
+    # An engine spec's terms, a pool's layout and a JSON config carry commas of their own.
+    grid = parse_cli_grid(["engine=vllm-2026:handoff_s=0.02,cpu_per_step_s=0.001,sglang-2026",
+                           "prefill_pool=2x(tp=2,pp=1),1x(tp=4)",
+                           'speculative_config={"method":"ngram","num_speculative_tokens":3},off'])
+    assert grid == {"engine": ["vllm-2026:handoff_s=0.02,cpu_per_step_s=0.001", "sglang-2026"],
+                    "prefill_pool": ["2x(tp=2,pp=1)", "1x(tp=4)"],
+                    "speculative_config": ['{"method":"ngram","num_speculative_tokens":3}', "off"]}
+    spec = build_spec({"base": {"num_requests": 10}}, grid_overrides={"engine": grid["engine"]})
+    assert [p.config.engine for p in spec.points] == grid["engine"]
+
+
 def test_cli_sweep_with_grid_lists_and_run_options(tmp_path: Path):
     out = tmp_path / "out"
     args = ["sweep", "--grid", "scheduler=vllm,sarathi", "--grid", "qps=2,4", "--model", "mistral-7b",

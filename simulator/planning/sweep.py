@@ -47,6 +47,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import time
 import tomllib
 from collections.abc import Callable, Iterable
@@ -190,8 +191,39 @@ def parse_cli_grid(items: Iterable[str]) -> dict[str, Any]:
         name, values = item.split("=", 1)
         if name.strip() in grid:  # a second --grid for a name would silently replace the first
             raise ConfigError("--grid", f"{name.strip()} given twice", f"give its values once: --grid {name.strip()}=V1,V2,...")
-        grid[name.strip()] = [v for v in values.split(",") if v.strip() != ""]
+        grid[name.strip()] = [v for v in split_grid_values(values) if v.strip() != ""]
     return grid
+
+
+_TERM = re.compile(r"\s*[A-Za-z_]\w*=")
+
+
+def split_grid_values(text: str) -> list[str]:
+    """A ``--grid`` value list split at its commas, except the commas inside a value: within
+    brackets or quotes (a pool spec ``2x(tp=2,pp=1)``, a JSON speculative config), and between an
+    engine spec's terms (``vllm-2026:handoff_s=0.02,cpu_s=1e-3``: a piece ``name=value`` after a
+    piece holding ``:`` continues it, since no grid value of its own has that form)."""
+    pieces, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            pieces.append(text[start:i])
+            start = i + 1
+    pieces.append(text[start:])
+    out: list[str] = []
+    for piece in pieces:
+        if out and ":" in out[-1] and _TERM.match(piece):
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
 
 
 def config_overrides(config: RunConfig, reference: RunConfig | None = None) -> dict[str, Any]:

@@ -202,3 +202,11 @@ def test_a_fraction_of_free_memory_gives_the_kv_cache_what_the_weights_leave():
     assert b.num_kv_tokens > a.num_kv_tokens
     with pytest.raises(ConfigError, match="replica.memory_fraction_of"):
         ReplicaConfig("llama-2-70b", "a100-80gb", memory_fraction_of="spare")
+
+
+@pytest.mark.parametrize("width", [1, 4])
+def test_activation_width_other_than_two_bytes_is_refused(width):
+    """``dtype_bytes`` is the activations' width: a config file setting it apart from ``dtype``
+    (1 byte beside bf16 weights) would price the weights at a width the header does not show."""
+    with pytest.raises(ConfigError, match="replica.dtype_bytes.*kv_cache_dtype"):
+        ReplicaConfig("llama-2-7b", "a100-80gb", dtype_bytes=width)

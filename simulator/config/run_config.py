@@ -120,7 +120,7 @@ class ReplicaConfig:
     memory_fraction_of: str = "total"
     block_size: int = 16
     max_model_len: int | None = None  # default: the model's own context length
-    dtype_bytes: int = 2
+    dtype_bytes: int = 2  # the activations' width (bf16/fp16); weights: dtype, KV cache: kv_cache_dtype
     num_nodes: int = 1
     inter_node_link: str = "ethernet-100g"  # one NIC per node; '<nic>-x<N>': N NICs per node (topology)
     intra_node_link: str | None = None  # default: NVLink where the GPU has it, else PCIe
@@ -154,8 +154,9 @@ class ReplicaConfig:
         if self.memory_fraction_of not in MEMORY_FRACTION_OF:
             raise ConfigError("replica.memory_fraction_of", f"unknown basis {self.memory_fraction_of!r}",
                               f"use one of {', '.join(MEMORY_FRACTION_OF)}")
-        if self.dtype_bytes not in (1, 2, 4):
-            raise ConfigError("replica.dtype_bytes", f"must be 1, 2 or 4, got {self.dtype_bytes}")
+        if self.dtype_bytes != 2:  # the activations' width; weights and KV have their own fields
+            raise ConfigError("replica.dtype_bytes", f"must be 2 (bf16/fp16 activations), got {self.dtype_bytes}",
+                              "set the weights' format with dtype and the KV cache's with kv_cache_dtype")
         spec = self.model_spec
         shard = tp_shard_problem(spec, self.tp)
         if shard is not None:

@@ -276,6 +276,16 @@ def test_capacity_prints_p99_ttft_and_goodput_at_capacity() -> None:
     assert 0 <= data["goodput_fraction_at_capacity"] <= 1 and data["ttft_s_p99_at_capacity"] > 0
 
 
+def test_capacity_headline_shows_the_judged_tbt_quantile() -> None:
+    import json
+
+    res = runner.invoke(app, [*CAP, "--tbt-quantile", "50"])
+    assert res.exit_code == 0, res.output
+    last = [ln for ln in res.stdout.splitlines() if ln.startswith("capacity ")][0]
+    data = json.loads(runner.invoke(app, [*CAP, "--tbt-quantile", "50", "--json"]).stdout)
+    assert f"P50 TBT {data['tbt_s_q_at_capacity']:.3g} s" in last and "P99 TBT" in last
+
+
 def test_capacity_goodput_criterion_searches_on_distserve_goodput() -> None:
     import json
 

@@ -193,12 +193,15 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     # What a planner needs at the answer, whatever the criterion: tail TBT, tail TTFT and goodput.
     goodput = summary["goodput_fraction_at_capacity"]
     good = "-" if math.isnan(goodput) else f"{_against(100 * goodput, good_limit)}%"
+    # The judged TBT quantile first where it is not P99 (the tail a planner reads either way).
+    judged_tbt = "" if slo.tbt_quantile == 99 else (
+        f"P{slo.tbt_quantile:g} TBT {_against(summary['tbt_s_q_at_capacity'], slo.tbt_s if judged else None)} s, ")
     tbt_limit = slo.tbt_s if judged and slo.tbt_quantile == 99 else None
     headline = f"capacity {summary['capacity_qps']:.4g} QPS{spread}"
     if all(seed.not_found for seed in report.seeds):  # the trials ran out first
         lowest = min(t.qps for seed in report.seeds for t in seed.trials)
         headline = f"capacity not found: below {lowest:.4g} QPS"
-    console.print(f"[bold]{headline}[/bold] · at capacity: P99 TBT "
+    console.print(f"[bold]{headline}[/bold] · at capacity: {judged_tbt}P99 TBT "
                   f"{_against(summary['tbt_s_p99_at_capacity'], tbt_limit)} s, P50 TTFT "
                   f"{_s(summary['ttft_s_p50_at_capacity'])} s, P99 TTFT {_s(summary['ttft_s_p99_at_capacity'])} s, "
                   f"goodput {good} ({slo.good_request}) · {count(summary['num_trials'], 'trial')} in "

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from simulator.calibrate.engine_fit import (
     calibrate_bench,
     calibrate_table,
+    check_bench_model,
     make_bench_fixture,
     read_bench,
 )
@@ -233,6 +234,13 @@ def test_bench_refusals(tmp_path: Path):
         read_bench(bad)
     with pytest.raises(ConfigError, match="pass --model llama-2-7b"):
         calibrate_bench(read_bench(FIXTURE), BENCH_CONFIG.replace(replica__model="mistral-7b"), "vllm-v1")
+
+
+def test_a_bench_of_a_model_outside_the_catalog_is_fitted_as_the_given_model_and_said_so():
+    run = read_bench(FIXTURE)
+    assert check_bench_model(run, "llama-2-7b") is None  # the fixture's own model
+    note = check_bench_model(replace(run, model_id="/models/my-finetune"), "llama-2-7b")
+    assert note is not None and "/models/my-finetune" in note and "--model llama-2-7b" in note
 
 
 # -- presets reproduce from the public data ---------------------------------------------------------------------

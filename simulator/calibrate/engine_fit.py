@@ -427,9 +427,11 @@ def read_bench(path: Path) -> BenchRun:
                     itls=itls, num_failed=int(n - ok.sum()))
 
 
-def check_bench_model(run: BenchRun, model: str) -> None:
+def check_bench_model(run: BenchRun, model: str) -> str | None:
+    """Refuses a benchmark of another catalog model than the fit's; a ``model_id`` the catalog does
+    not know (a local path, a fine-tune) is taken as ``model``, and the note returned says so."""
     if not run.model_id:
-        return
+        return None
     want = get_model(model).name
     candidates = [run.model_id, run.model_id.rstrip("/").split("/")[-1]]
     parts = run.model_id.rstrip("/").split("/")
@@ -443,7 +445,8 @@ def check_bench_model(run: BenchRun, model: str) -> None:
         if got != want:
             raise ConfigError("bench", f"the benchmark served {run.model_id} ({got}), the fit is for {want}",
                               f"pass --model {got}")
-        return
+        return None
+    return f"the benchmark's model_id {run.model_id} is not in the catalog: fitted as --model {want}"
 
 
 def bench_table(run: BenchRun, seed: int):  # noqa: ANN201 - a workload.RequestTable
@@ -532,7 +535,7 @@ def calibrate_bench(run: BenchRun, config: Any, base: str | EngineModel, holdout
     ones on the training requests; report quantile errors on the held-out ones."""
     from scipy.optimize import minimize_scalar
 
-    check_bench_model(run, config.replica.model)
+    note = check_bench_model(run, config.replica.model)
     base_engine = load_engine(base)
     mask = holdout_split(len(run.input_lens), holdout, seed)
     train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
@@ -567,7 +570,8 @@ def calibrate_bench(run: BenchRun, config: Any, base: str | EngineModel, holdout
         "holdout_requests": len(test), "request_rate": run.request_rate, "base_engine": base_engine.name,
         "simulations": len(cache) + 1,
         "holdout_before": _dist_error(t0, i0, run.ttfts, run.itls, test),
-        "holdout_after": _dist_error(t1, i1, run.ttfts, run.itls, test)}}
+        "holdout_after": _dist_error(t1, i1, run.ttfts, run.itls, test),
+        "notes": [note] if note else []}}
 
 
 def make_bench_fixture(config: Any, engine: EngineModel, rate: float, num_requests: int, seed: int,

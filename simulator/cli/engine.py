@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from simulator.cli.app import app
-from simulator.cli.options import run_options
+from simulator.cli.options import escape_markup, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, RunConfig
@@ -153,6 +153,8 @@ def calibrate_engine(
         held = report.get(f"leave_one_{group}_out")
         if held is not None:  # a fold needs rows left once its group is out
             console.print(f"leave one {group} out:  " + (_fmt(held) if held.get("num_rows") else "no rows to judge"))
+    for note in report.get("notes") or []:
+        console.print(f"[yellow]note[/yellow]: {escape_markup(note)}", highlight=False)
     skipped = report.get("skipped") or []
     if skipped:  # rows the fit could not use are said, not only kept in the artifact
         shown = "; ".join(f"line {line}: {why}" for line, why in skipped[:3])

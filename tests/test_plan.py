@@ -73,7 +73,12 @@ def test_plan_equals_exhaustive_capacity_grid(tmp_path) -> None:  # noqa: ANN001
 def test_bound_is_above_capacity_and_resume(tmp_path) -> None:  # noqa: ANN001
     base = _base()
     out = tmp_path / "p"
-    first = plan(base, LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=True, out=out)
+    said: list[str] = []
+    first = plan(base, LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=True, out=out,
+                 on_progress=lambda message, done, total: said.append(message))
+    # A search after the first verification is labelled as such (its count starts again).
+    verified = next(k for k, m in enumerate(said) if m.startswith("verified "))
+    assert all(m.startswith(("round ", "frontier: ", "verified ")) for m in said[verified:]), said[verified:]
     assert first.answer is not None and first.answer.verified is not None and first.answer.verified["passed"]
     # The verified fleet is the one reported (a unit added per miss, verified again).
     assert first.answer.verified["units"] == first.answer.units(LOAD)

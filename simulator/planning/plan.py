@@ -783,7 +783,7 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
         fleets = [c.usd_per_hour(load_qps) for c in candidates if c.feasible() and within(c, load_qps, limits)]
         return min(fleets, default=math.inf)
 
-    def search_round(runner: Runner) -> None:
+    def search_round(runner: Runner, label: str = "") -> None:
         queue = [c for c in order if c.row is None and not c.pruned]
         total = len(queue)
         finished = 0
@@ -816,11 +816,11 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                             if row.get("status") == "below" else f"error: {row.get('error')}"
                             if row.get("status") == "error" else f"{c.capacity_qps:.3g} req/s per unit")
                     incumbent_text = f"; best ${best:,.2f}/h" if math.isfinite(best) else ""
-                    on_progress(f"{c.layout.key}: {what}{incumbent_text}; ETA {eta:.0f}s at most (the rest may be pruned)",
-                                finished, total)
+                    on_progress(f"{label}{c.layout.key}: {what}{incumbent_text}; ETA {eta:.0f}s at most "
+                                "(the rest may be pruned)", finished, total)
 
     with Runner(workers, ray_address) as runner:
-        for _ in range(max_verify_rounds + 1):
+        for round_index in range(max_verify_rounds + 1):
             best_now = incumbent()
             for c in candidates:
                 if c.pruned == "bound":
@@ -830,7 +830,8 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                     # None: not even one unit matches the incumbent; the bound prunes it.
                     if need is not None and need < float(c.row["below_qps"]) - 1e-12:
                         c.row = None  # the incumbent got dearer: it might win now
-            search_round(runner)
+            # A later round's count starts again: it searches what the verified fleet reopened.
+            search_round(runner, f"round {round_index + 1}, reopened by the verification: " if round_index else "")
             ranked = [c for c in result.ranked() if within(c, load_qps, limits)]
             if result.best is None:
                 result.best = ranked[0] if ranked else None
@@ -867,7 +868,7 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
             for c in fill:
                 c.row, c.pruned = None, ""
             saved_prune, prune = prune, False  # searched in full: a capacity, not a verdict
-            search_round(runner)
+            search_round(runner, "frontier: ")
             prune = saved_prune
     if result.answer is not None:
         # A finite trial cannot tell rates apart once its arrivals take less time than a few TTFT

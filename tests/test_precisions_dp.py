@@ -315,3 +315,23 @@ def test_dp_group_all_to_all_link():
     # Without DP the MoE all-to-all keeps the TP ring's link (prices as before).
     topo = topology_for(ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=4, ep=4))
     assert topo.ep_bytes_per_s == topo.tp_ring_bytes_per_s
+
+
+def test_sglang_divides_its_chunked_prefill_size_over_the_attention_dp_ranks():
+    """SGLang's server_args: with DP attention, ``chunked_prefill_size //= dp_size`` (each rank's
+    tokens enter every MoE layer together); vLLM and TensorRT-LLM take their budgets per rank."""
+    from simulator.config.run_config import SchedulerConfig
+    from simulator.engine.replica import build_pool_scheduler
+
+    sglang, vllm = SchedulerConfig(name="sglang", max_num_batched_tokens=8192), SchedulerConfig(name="vllm-v1",
+                                                                                              max_num_batched_tokens=8192)
+    assert sglang.token_budget(4096, None, 4) == 2048 and sglang.token_budget(4096, None, 1) == 8192
+    assert vllm.token_budget(4096, None, 4) == 8192
+    replica = ReplicaConfig("qwen3-30b-a3b", "h100-sxm", attention_dp=4, ep=4)
+    assert build_pool_scheduler(replica, sglang)[0].token_budget == 2048
+    assert build_pool_scheduler(replica, vllm)[0].token_budget == 8192
+    res = runner.invoke(app, ["run", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--attention-dp", "4", "--ep", "4",
+                              "--scheduler", "sglang", "--max-num-batched-tokens", "8192", "--num-requests", "8",
+                              "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "2,048-token budget a rank" in res.output

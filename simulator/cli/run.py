@@ -107,7 +107,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     knobs = ""
     if not config.is_disaggregated:
         max_len = r.effective_max_model_len
-        knobs = (f" ({s.token_budget(max_len, r.gpu_spec):,}-token budget, "
+        per_rank = " a rank" if r.attention_dp > 1 else ""
+        knobs = (f" ({s.token_budget(max_len, r.gpu_spec, r.attention_dp):,}-token budget{per_rank}, "
                  f"<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs)")
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) · "
              f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "

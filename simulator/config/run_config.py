@@ -354,17 +354,20 @@ class SchedulerConfig:
             return min(max(int(num_kv_tokens / max_model_len * 512), 2048), 4096)
         return 128
 
-    def token_budget(self, max_model_len: int, gpu: GPUSpec | None = None) -> int:
-        """Tokens one iteration may carry under this policy (prompt tokens for vllm). ``gpu``: the
-        replica's GPU, where a policy's default depends on it (vLLM V1's API server: 8192 on GPUs of
-        70 GiB or more but the A100, else 2048, and 2048 where the GPU is not given; SGLang's by memory,
-        :func:`_sglang_chunk`)."""
+    def token_budget(self, max_model_len: int, gpu: GPUSpec | None = None, attention_dp: int = 1) -> int:
+        """Tokens one iteration of one replica (one attention-DP rank) may carry under this policy
+        (prompt tokens for vllm). ``gpu``: the replica's GPU, where a policy's default depends on it
+        (vLLM V1's API server: 8192 on GPUs of 70 GiB or more but the A100, else 2048, and 2048 where
+        the GPU is not given; SGLang's by memory, :func:`_sglang_chunk`). ``attention_dp``: the
+        replica's attention-DP ranks; SGLang divides its ``--chunked-prefill-size`` over them (its
+        server_args, "to avoid MoE kernel issues": every rank's tokens enter each MoE layer at once),
+        while vLLM and TensorRT-LLM take their budgets per rank."""
         if self.name == "sarathi":
             return self.chunk_size or self.max_num_batched_tokens or 512
         if self.name == "vllm-v1":
             return self.chunk_size or self.max_num_batched_tokens or (8192 if _large_vllm_gpu(gpu) else 2048)
         if self.name == "sglang":
-            return self.chunk_size or self.max_num_batched_tokens or _sglang_chunk(gpu)
+            return max(1, (self.chunk_size or self.max_num_batched_tokens or _sglang_chunk(gpu)) // attention_dp)
         if self.name == "trtllm":  # max_num_tokens, trtllm-serve's default
             return self.max_num_batched_tokens or 8192
         # vLLM v0 without chunked prefill requires the budget to hold a whole prompt.

@@ -374,7 +374,7 @@ def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanS
     decode = _finite_rate(lengths.least_decode[must], decode_rate, lengths.unit_span, decode_slack_s)
     prefill_cost = load_cost_model(config.cost_model, pools.prefill_replica, config.engine)
     budget = pools.prefill_scheduler.token_budget(pools.prefill_replica.effective_max_model_len,
-                                                  pools.prefill_replica.gpu_spec)
+                                                  pools.prefill_replica.gpu_spec, pools.prefill_replica.attention_dp)
     # A prefill iteration of ``budget`` prompt tokens over empty caches, with PREFILL_MARGIN to
     # spare: several shorter prompts in one batch attend over less (not a proof; see the docstring).
     chunk_s = prefill_cost.iteration_time(BatchShape.from_requests(prefills=[(budget, 0)]))

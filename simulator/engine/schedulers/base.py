@@ -97,12 +97,13 @@ class Scheduler:
     name = "base"
 
     def __init__(self, config: SchedulerConfig, blocks: BlockManager, max_model_len: int,
-                 gpu: GPUSpec | None = None) -> None:
+                 gpu: GPUSpec | None = None, attention_dp: int = 1) -> None:
         self.config = config
         self.blocks = blocks
         self.max_model_len = max_model_len
         self.max_num_seqs = config.seq_limit(gpu, blocks.num_blocks * blocks.block_size, max_model_len)
-        self.token_budget = config.token_budget(max_model_len, gpu)  # the GPU picks some policies' default
+        # The GPU picks some policies' default; SGLang's is divided over the attention-DP ranks.
+        self.token_budget = config.token_budget(max_model_len, gpu, attention_dp)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._admission_counter = 0  # per-scheduler sequence, not a global

@@ -174,6 +174,18 @@ class KVLink:
         return self.latency_s + nbytes / self.bytes_per_s
 
 
+def check_link_name(text: str, field: str = "kv_link") -> None:
+    """Refuse a KV link that is neither ``infinite``, a bandwidth nor a link name (what
+    :func:`parse_link` reads, before it looks at a GPU)."""
+    from simulator.config.topology import LINK_NAMES, is_link_name
+
+    key = (text or "").strip().lower()
+    if key not in ("inf", "infinite") and not _BW_RE.match(key) and not is_link_name(key):
+        raise ConfigError(field, f"unknown link {text!r}",
+                          f"use a link name ({', '.join(LINK_NAMES)}; a NIC's with -x<N> for N NICs), "
+                          "e.g. '25GB/s@10us', or 'infinite'")
+
+
 def parse_link(text: str, gpu: str, field: str = "kv_link") -> KVLink:
     """A topology link name (a NIC's ``-x<N>``: its ``N`` NICs together), ``<n>GB/s`` / ``<n>gbps`` with
     optional ``@<latency>``, or ``infinite``."""
@@ -191,12 +203,9 @@ def parse_link(text: str, gpu: str, field: str = "kv_link") -> KVLink:
             raise ConfigError(field, f"bandwidth must be positive, got {text!r}")
         return KVLink(key, bytes_per_s, latency)
     from simulator.config.catalog import get_gpu
-    from simulator.config.topology import LINK_NAMES, get_link, is_link_name
+    from simulator.config.topology import get_link
 
-    if not is_link_name(key):
-        raise ConfigError(field, f"unknown link {text!r}",
-                          f"use a link name ({', '.join(LINK_NAMES)}; a NIC's with -x<N> for N NICs), "
-                          "e.g. '25GB/s@10us', or 'infinite'")
+    check_link_name(key, field)
     link = get_link(key, get_gpu(gpu), field)
     return KVLink(key, link.effective_bytes_per_s * link.nics_per_node, link.latency_s)  # -x<N>: the N NICs together
 

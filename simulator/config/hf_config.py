@@ -268,6 +268,10 @@ _GPU_KEYS = {"name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_gb_per_s", 
              "nvlink_switch", "source"}
 
 
+# A GPU file's figures, each in its own unit (TFLOPS, GB/s, GB): what any GPU could have.
+GPU_FIGURE_RANGE = (1e-3, 1e6)
+
+
 def load_gpu_file(path: str) -> GPUSpec:
     """The GPU described by a TOML or JSON file, cached per path."""
     p = Path(path)
@@ -304,9 +308,17 @@ def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
             raise ConfigError(f"gpu.{key}", f"{path}: needs a positive number, got {value!r}")
         if bad or value < 0:
             raise ConfigError(f"gpu.{key}", f"{path}: needs a non-negative number, got {value!r}")
+        # Beyond these a figure is a slip of units, and prices overflow (1e300 GB of memory) or take ages.
+        if value > GPU_FIGURE_RANGE[1] or (0 < value < GPU_FIGURE_RANGE[0]):
+            raise ConfigError(f"gpu.{key}", f"{path}: {value!r} is outside [{GPU_FIGURE_RANGE[0]:g}, "
+                              f"{GPU_FIGURE_RANGE[1]:g}]", "give the datasheet's figure in the field's unit (TFLOPS, GB/s, GB)")
         return float(value)
+
+    switch = data.get("nvlink_switch", False)
+    if not isinstance(switch, bool):  # "no" would read as true
+        raise ConfigError("gpu.nvlink_switch", f"{path}: needs true or false, got {switch!r}")
 
     return GPUSpec(path, num("bf16_tflops") * TFLOPS, num("hbm_gb_per_s") * GB, num("memory_gb") * GB,
                    num("nvlink_gb_per_s") * GB, num("pcie_gb_per_s", 64.0) * GB, fp8_flops=num("fp8_tflops") * TFLOPS,
                    fp4_flops=num("fp4_tflops") * TFLOPS,
-                   source=str(data.get("source", data.get("name", path))), nvlink_switch=bool(data.get("nvlink_switch")))
+                   source=str(data.get("source", data.get("name", path))), nvlink_switch=switch)

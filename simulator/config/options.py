@@ -15,7 +15,7 @@ from typing import Any
 from simulator.config.catalog import GPUS
 from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, parse_pool
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import RunConfig, engine_override_terms
+from simulator.config.run_config import CV_RANGE, RunConfig, engine_override_terms
 
 # vLLM's names (`vllm serve`, `vllm bench serve`) for options of RUN_OPTIONS below: the CLI takes either
 # spelling; sweep files and build_config take them too (resolve_aliases).
@@ -220,6 +220,21 @@ def _inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if config.num_replicas == 1 and r.attention_dp == 1 and not config.is_disaggregated:
         out["router"] = ("one replica takes every request", "add --replicas N, or drop {flag}")
     if config.is_disaggregated:
+        from simulator.config.disagg_layout import layout_of
+
+        layout = layout_of(config)
+        pools = [(layout.prefill, layout.prefill_replica), (layout.decode, layout.decode_replica)]
+        if layout.mixed is not None:
+            pools.append((layout.mixed, layout.mixed_replica))
+        if all(pool.num_replicas * replica.attention_dp == 1 for pool, replica in pools):
+            out["router"] = ("each pool is one replica, which takes every request it is sent",
+                             "give a pool more replicas ('2x(tp=1)'), or drop {flag}")
+    if w.arrival in ("burst", "trace"):  # (closed loops send on completions: their arrival is burst too)
+        out["qps"] = (f"--arrival {w.arrival} sends requests "
+                      + ("all at t=0" if w.arrival == "burst" else "at the trace's own timestamps")
+                      + (f" (here as {w.concurrency} users free up)" if w.concurrency is not None else ""),
+                      "pass --arrival poisson (or gamma/fixed) for a rate, or drop {flag}")
+    if config.is_disaggregated:
         for name, why in _pool_inert_options(config).items():
             out.setdefault(name, why)
     return out
@@ -284,7 +299,8 @@ _PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "att
 _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for name in (
     "concurrency", "qps", "arrival", "cv", "time_scale", "num_warmup", "warmup_mode", "num_requests", "replicas",
     "router", "fast_forward", "prefill_pool", "decode_pool", "mixed_pool", "kv_link", "kv_link_scope",
-    "first_token_at")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget"} | {
+    "first_token_at")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget",
+                          "scheduler_recv_interval": "it prices one iteration (no intake to poll)"} | {
     name: "it prices a plain hybrid iteration (no draft, no verify)" for name in (
         "speculative_config", "num_speculative_tokens", "acceptance_rate", "acceptance_rates", "acceptance_data",
         "spec_disable_batch_size", "spec_reduce_k_batch_size")}
@@ -393,8 +409,11 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     if burstiness == 1 and out.get("arrival") == "burst":
         burstiness = None  # vLLM's default, which an infinite rate ignores
     if burstiness is not None:
-        if not burstiness > 0:
-            raise ConfigError("--burstiness", f"must be positive, got {burstiness}", "1 is Poisson; below 1 burstier")
+        # vLLM's gamma of shape B has cv = 1/sqrt(B): the range of cv the workload takes.
+        low, high = 1 / CV_RANGE[1] ** 2, 1 / CV_RANGE[0] ** 2
+        if not low <= burstiness <= high:
+            raise ConfigError("--burstiness", f"must be in [{low:g}, {high:g}], got {burstiness}",
+                              "1 is Poisson; below 1 burstier")
         if out.get("arrival") not in (None, "poisson", "gamma") or out.get("cv") is not None:
             raise ConfigError("--burstiness", "shapes Poisson/gamma gaps, so it goes with neither --cv nor --arrival "
                               f"{out.get('arrival') or out.get('cv')}", "drop one of them")

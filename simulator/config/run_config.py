@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
+from simulator.config.disagg_layout import check_link_name
 from simulator.config.errors import ConfigError
 from simulator.config.precision import (
     KV_CACHE_FORMATS,
@@ -68,6 +69,10 @@ WEIGHT_DTYPE_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.ite
 # A request rate above this is a mistake (an inf or 1e300 typed for "as fast as possible"),
 # not a load: --arrival burst sends every request at once.
 MAX_QPS = 1e6
+# Gamma gaps' coefficient of variation and a trace's time divisor: outside these the gaps over- or
+# underflow (a gamma of shape 1/cv^2) long before any real traffic is described.
+CV_RANGE = (1e-3, 1e3)
+TIME_SCALE_RANGE = (1e-6, 1e6)
 KV_CACHE_DTYPES = KV_CACHE_FORMATS
 # Kernel prices: the calibrated roofline, or an engine backend's measured kernel tables
 # (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates
@@ -192,8 +197,12 @@ class ReplicaConfig:
             raise ConfigError("replica.ep", f"ep={self.ep} must divide tp x attention_dp = {group} GPUs and "
                               f"{spec.name}'s {spec.num_experts} experts",
                               f"use --ep {group} (vLLM's --enable-expert-parallel) or one of its divisors")
-        if not self.moe_imbalance >= 1.0:
-            raise ConfigError("replica.moe_imbalance", f"must be >= 1 (busiest over mean load), got {self.moe_imbalance}")
+        # The busiest expert takes at most every token: its load over the mean is at most the expert count.
+        most = max(spec.num_experts, 1)
+        if not 1.0 <= self.moe_imbalance <= most:
+            raise ConfigError("replica.moe_imbalance", f"must be in [1, {most}] (busiest over mean load; {spec.name} "
+                              f"has {spec.num_experts} experts), got {self.moe_imbalance}",
+                              "pass --moe-imbalance between 1 (balanced) and the expert count")
         if self.pp > spec.num_layers:
             raise ConfigError("replica.pp", f"pp={self.pp} exceeds {spec.name}'s {spec.num_layers} layers",
                               f"use --pp <= {spec.num_layers}")
@@ -418,10 +427,16 @@ class WorkloadConfig:
                 raise ConfigError("workload.qps", f"must be a finite rate of at most {MAX_QPS:g} requests/s, got "
                                   f"{self.qps:g}", "pass --qps N, or --arrival burst for every request at t=0")
         _positive("workload", "cv", self.cv)
+        if not CV_RANGE[0] <= self.cv <= CV_RANGE[1]:
+            raise ConfigError("workload.cv", f"must be in [{CV_RANGE[0]:g}, {CV_RANGE[1]:g}], got {self.cv:g}",
+                              "pass --cv 1 for Poisson-like gaps, above 1 for bursts")
         _positive("workload", "num_requests", self.num_requests)
         _positive("workload", "prompt_tokens", self.prompt_tokens)
         _positive("workload", "output_tokens", self.output_tokens)
         _positive("workload", "time_scale", self.time_scale)
+        if not TIME_SCALE_RANGE[0] <= self.time_scale <= TIME_SCALE_RANGE[1]:
+            raise ConfigError("workload.time_scale", f"must be in [{TIME_SCALE_RANGE[0]:g}, {TIME_SCALE_RANGE[1]:g}], "
+                              f"got {self.time_scale:g}", "pass --time-scale 2 to replay the trace twice as fast")
         _positive("workload", "max_total_tokens", self.max_total_tokens, allow_none=True)
         for lo, hi in (("prompt_tokens", "prompt_tokens_max"), ("output_tokens", "output_tokens_max")):
             # only the uniform workload reads them (elsewhere the run options refuse them as doing nothing)
@@ -562,6 +577,7 @@ class RunConfig:
         if self.first_token_at not in FIRST_TOKEN_AT:
             raise ConfigError("first_token_at", f"unknown delivery point {self.first_token_at!r}",
                               f"use one of {', '.join(FIRST_TOKEN_AT)}")
+        check_link_name(self.kv_link)  # in every run: a config file's typo must not wait for pools
         if self.kv_link_scope not in KV_LINK_SCOPES:
             raise ConfigError("kv_link_scope", f"unknown KV link scope {self.kv_link_scope!r}",
                               f"use one of {', '.join(KV_LINK_SCOPES)}")

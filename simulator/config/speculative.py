@@ -114,6 +114,14 @@ class SpeculativeConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ConfigError(f"speculative.{name}", f"must be an integer >= 1, got {v!r}", "drop it to keep k fixed")
+        reduce, disable = self.reduce_k_batch_size, self.disable_by_batch_size
+        if reduce is not None and disable is not None and reduce >= disable:  # above it, speculation is off anyway
+            raise ConfigError("speculative.reduce_k_batch_size", f"{reduce} is not below disable_by_batch_size "
+                              f"{disable}: every batch that would shrink k turns speculation off instead",
+                              "give --spec-reduce-k-batch-size below --spec-disable-batch-size, or drop one")
+        if reduce is not None and self.num_speculative_tokens == 1:  # max(1, ...) keeps one draft
+            raise ConfigError("speculative.reduce_k_batch_size", "k = 1 draft cannot shrink (k falls to 1 at least)",
+                              "drop --spec-reduce-k-batch-size, or draft more tokens")
         if self.draft_model is not None and not isinstance(self.draft_model, str):
             raise ConfigError("speculative.model", f"must be a model name, got {self.draft_model!r}")
         object.__setattr__(self, "unmodelled_keys", tuple(str(key) for key in self.unmodelled_keys))

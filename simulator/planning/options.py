@@ -268,9 +268,29 @@ def plan_slo(values: Mapping[str, Any]) -> PlanSLO:
     return PlanSLO(**fields_set("plan", values).get("plan", {}))
 
 
+def probe_address(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse a ``host:port`` (or ``ray://host:port``) that takes no TCP connection within
+    ``timeout_s``; names Ray resolves itself (``auto``, ``local``) pass untouched."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host:
+        return
+    if not port.isdigit():
+        raise ConfigError("--ray-address", f"{address!r}: the port {port!r} is not a number",
+                          "pass host:port (e.g. 10.0.0.1:6379) or ray://host:10001")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError("--ray-address", f"nothing answers at {address!r} ({exc.strerror or exc})",
+                          "start the cluster (`ray start --head`) or pass its address, or 'local'") from None
+
+
 def connect_ray(ray: Any, address: str) -> None:
     """``ray.init(address=...)`` for ``--ray-address``, a malformed or unreachable address refused
-    in one line (Ray raises ValueError or ConnectionError, which would end in a traceback)."""
+    in one line (Ray raises ValueError or ConnectionError, which would end in a traceback). A
+    ``host:port`` nobody answers on is refused after a 5 s probe: Ray itself retries for minutes."""
+    probe_address(address)
     try:
         ray.init(address=address, log_to_driver=False)
     except (ValueError, ConnectionError) as exc:

@@ -104,6 +104,21 @@ BAD_INPUT = [
     (["--replicas", "2", "--router", "prefix_aware"], "--router"),  # sharegpt has no block hashes
     (["--engine", "vllm-2026:handoff_s=0.02"], "not disaggregated"),  # the handoff of an aggregated run
     (["--cpu-kv-gib", "10"], "--cpu-kv-gib"),
+    # robustness audit 3: values that overflowed or crashed, flags that did nothing, errors that blamed another flag
+    (["--arrival", "gamma", "--cv", "inf"], "workload.cv"),  # a ZeroDivisionError
+    (["--arrival", "gamma", "--cv", "1e-300"], "workload.cv"),
+    (["--burstiness", "inf"], "--burstiness"),  # it named --cv
+    (["--model", "qwen3-30b-a3b", "--moe-imbalance", "inf"], "replica.moe_imbalance"),  # NaN latencies, exit 0
+    (["--gpu", "{gpu_huge}"], "gpu.memory_gb"),  # an OverflowError
+    (["--gpu", "{gpu_switch}"], "gpu.nvlink_switch"),  # "no" read as true
+    (["--trace", "{trace}", "--arrival", "trace", "--time-scale", "1e-320"], "workload.time_scale"),
+    (["--arrival", "burst", "--qps", "5"], "--qps"),
+    (["--trace", "{trace}", "--arrival", "trace", "--qps", "100"], "--qps"),
+    (["--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)", "--router", "random"], "--router"),
+    (["--max-model-len", "10"], "raise --max-model-len"),  # it said --max-total-tokens
+    (["--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)", "--num-gpu-blocks", "100"], "--num-gpu-blocks"),
+    (["--speculative-config", '{{"method": "ngram", "num_speculative_tokens": 3}}', "--acceptance-rate", "0.7",
+      "--spec-disable-batch-size", "2", "--spec-reduce-k-batch-size", "4"], "reduce_k_batch_size"),
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),
@@ -144,8 +159,10 @@ def test_lengths_without_a_workload_are_the_lengths_run(args: list[str], workloa
 def test_bad_input_is_one_line_naming_the_flag(tmp_path: Path, four_rows: Path, args: list[str], needle: str) -> None:
     for name, value in (("gpu_zero", 0), ("gpu_negative", -1)):
         (tmp_path / f"{name}.toml").write_text(f'bf16_tflops = {value}\nhbm_gb_per_s = 2000\nmemory_gb = 80\n')
-    places = {"trace": str(four_rows), "gpu_zero": str(tmp_path / "gpu_zero.toml"),
-              "gpu_negative": str(tmp_path / "gpu_negative.toml")}
+    (tmp_path / "gpu_huge.toml").write_text('bf16_tflops = 100\nhbm_gb_per_s = 2000\nmemory_gb = 1e300\n')
+    (tmp_path / "gpu_switch.toml").write_text('bf16_tflops = 100\nhbm_gb_per_s = 2000\nmemory_gb = 80\nnvlink_switch = "no"\n')
+    places = {"trace": str(four_rows), **{name: str(tmp_path / f"{name}.toml")
+                                          for name in ("gpu_zero", "gpu_negative", "gpu_huge", "gpu_switch")}}
     line = one_line_error(simulate("run", "--no-progress", *(a.format(**places) for a in args)))
     assert needle in line, line
     if "--replicas" in args:
@@ -596,3 +613,68 @@ def test_searches_and_tau_refuse_what_they_do_not_read(command: str, args: list[
     speculation given; tau --concurrency blamed --arrival."""
     line = one_line_error(simulate(command, *args))
     assert args[0] in line and "would do nothing" in line, line
+
+
+# -- robustness audit 3: search commands' options that did nothing or misled ---------------------------------------
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--qps-start", "7", "--qps", "3"], "--qps-start"),  # --qps was dropped
+    (["--criterion", "goodput", "--sched-delay-slo", "0.001"], "--sched-delay-slo"),  # not judged under goodput
+    (["--criterion", "goodput", "--tbt-quantile", "10"], "--tbt-quantile"),
+])
+def test_capacity_refuses_options_the_search_would_not_read(args: list[str], needle: str) -> None:
+    res = runner.invoke(app, [*CAP, *args])
+    assert isinstance(res.exception, ConfigError) and str(res.exception).startswith(needle), res.output
+
+
+def test_capacity_whose_trials_all_passed_is_a_lower_bound() -> None:
+    import json
+
+    res = runner.invoke(app, [*CAP[:-4], "--max-trials", "2", "--qps", "0.1", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    assert any(ln.startswith("capacity at least ") for ln in res.stdout.splitlines()), res.stdout
+    assert "raise --max-trials" in res.stdout and "raise max_qps" not in res.stdout
+    data = json.loads(runner.invoke(app, [*CAP[:-4], "--max-trials", "2", "--qps", "0.1", "--workers", "1",
+                                          "--json"]).stdout)
+    assert data["capacity_is_lower_bound"] is True
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--decode-context", "10000000"], "--decode-context"),  # beyond the model's context: priced anyway
+    (["--num-decodes", "8000", "--decode-context", "100000"], "--num-decodes"),  # beyond the KV cache
+    (["--scheduler", "sglang", "--scheduler-recv-interval", "5"], "--scheduler-recv-interval"),
+])
+def test_tau_refuses_batches_it_cannot_hold_and_options_it_does_not_read(args: list[str], needle: str) -> None:
+    res = runner.invoke(app, ["tau", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", *args])
+    assert isinstance(res.exception, ConfigError) and str(res.exception).startswith(needle), res.output
+
+
+def test_sweep_refuses_a_bad_format_before_announcing_points(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["sweep", "--grid", "qps=1,2", "--format", "xlsx", "--out", str(tmp_path / "s")])
+    assert isinstance(res.exception, ConfigError) and "--format" in str(res.exception)
+    assert "sweep:" not in res.stdout
+
+
+def test_config_file_errors_name_their_cause() -> None:
+    from simulator.config.run_config import RunConfig, SchedulerConfig
+    from simulator.engine.replica import build_pool_scheduler
+
+    with pytest.raises(ConfigError, match="kv_link: unknown link 'bogus'"):  # an aggregated run's config too
+        RunConfig().replace(kv_link="bogus")
+    RunConfig().replace(kv_link="25GB/s@10us", replica__gpu="l40s")  # a bandwidth, and no GPU check here
+    with pytest.raises(ConfigError, match="watermark"):  # it blamed max_model_len alone
+        build_pool_scheduler(RunConfig().replica, SchedulerConfig(watermark=0.99))
+
+
+def test_an_unreachable_ray_address_is_refused_in_seconds() -> None:
+    import time
+
+    from simulator.planning.options import probe_address
+
+    started = time.perf_counter()
+    for address in ("127.0.0.1:1", "ray://127.0.0.1:1", "host.invalid:6379"):
+        with pytest.raises(ConfigError, match="--ray-address"):
+            probe_address(address, timeout_s=2.0)
+    assert time.perf_counter() - started < 10
+    with pytest.raises(ConfigError, match="not a number"):
+        probe_address("127.0.0.1:abc")
+    probe_address("local")  # Ray's own names pass

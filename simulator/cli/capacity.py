@@ -84,6 +84,7 @@ def capacity(
         check_out_dir(out, "--out", replaceable=CAPACITY_FILES)
     from simulator.planning.capacity import find_capacity
 
+    _refuse_unread(config, planner)
     slo, settings = slo_and_settings(planner)
     seeds = planner["seeds"]
     num_workers = parse_workers(workers, lambda: capacity_auto_workers(seeds, config.workload.num_requests))
@@ -119,6 +120,43 @@ def capacity(
     print_capacity(report, app_console())
     if out is not None:
         app_console().print(f"wrote {out}/ (capacity.json, trials.csv)")
+
+
+def _check_mix_fits(config: RunConfig, mix: Any) -> None:  # noqa: ANN401 - a planning.tau.DecodeMix
+    """A decode batch the replica could hold: each context within the model's, all of them within the
+    KV cache (else tau would price batches no engine runs, as ``predict`` refuses them)."""
+    from simulator.engine.replica import build_scheduler
+
+    r = config.replica
+    limit = r.effective_max_model_len
+    for flag, tokens in (("--decode-context", mix.decode_context), ("--chunk-context", mix.chunk_context)):
+        if tokens >= limit:
+            raise ConfigError(flag, f"{tokens:,} tokens reach {r.model}'s context of {limit:,}", f"pass {flag} below {limit}")
+    _, plan = build_scheduler(config)
+    held = mix.num_decodes * mix.decode_context
+    if held > plan.num_kv_tokens:
+        raise ConfigError("--num-decodes", f"{mix.num_decodes:,} decodes x {mix.decode_context:,} KV tokens = {held:,}, "
+                          f"beyond the {plan.num_kv_tokens:,} tokens the KV cache holds",
+                          "lower --num-decodes or --decode-context, or add GPUs (--tp)")
+
+
+def _refuse_unread(config: RunConfig, planner: dict) -> None:
+    """Refuse search and SLO options that this search would not read (given, they would change nothing)."""
+    from simulator.config.run_config import WorkloadConfig
+    from simulator.planning.options import PLANNER_OPTIONS
+
+    def given(name: str) -> bool:  # (a value equal to the default changes nothing either way)
+        return planner.get(name) is not None and planner[name] != PLANNER_OPTIONS[name].for_command("capacity").default
+
+    if given("qps_start") and config.workload.qps != WorkloadConfig().qps:
+        raise ConfigError("--qps-start", f"--qps {config.workload.qps:g} sets the first trial's rate too, and "
+                          f"--qps-start {planner['qps_start']:g} would win over it", "give one of them")
+    if planner.get("criterion") == "goodput":  # the goodput target alone judges a trial
+        for name in ("sched_delay_slo", "sched_delay_quantile", "tbt_quantile"):
+            if given(name):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(flag, f"--criterion goodput judges a trial by its goodput alone, so {flag} "
+                                  "would do nothing", f"drop {flag}, or use --criterion tbt")
 
 
 def _against(value: float | None, limit: float | None) -> str:
@@ -198,6 +236,8 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
         f"P{slo.tbt_quantile:g} TBT {_against(summary['tbt_s_q_at_capacity'], slo.tbt_s if judged else None)} s, ")
     tbt_limit = slo.tbt_s if judged and slo.tbt_quantile == 99 else None
     headline = f"capacity {summary['capacity_qps']:.4g} QPS{spread}"
+    if all(seed.at_least for seed in report.seeds):  # a lower bound: no trial failed
+        headline = f"capacity at least {summary['capacity_qps']:.4g} QPS{spread}"
     if all(seed.not_found for seed in report.seeds):  # the trials ran out first
         lowest = min(t.qps for seed in report.seeds for t in seed.trials)
         headline = f"capacity not found: below {lowest:.4g} QPS"
@@ -231,6 +271,7 @@ def tau(
         raise ConfigError("--num-decodes", f"{num_decodes:,} decodes exceed the largest budget considered "
                           f"(--max-tokens {max_tokens:,})", "lower --num-decodes or raise --max-tokens")
     mix = workload_mix(config, num_decodes, decode_context, chunk_context)
+    _check_mix_fits(config, mix)
     result = choose_tau(config, tbt_slo, mix, max_tokens=max_tokens)
     paths = []
     if plot is not None:
@@ -282,6 +323,9 @@ def sweep(
     if file is not None:
         check_in_file(file, "sweep", "pass a .toml sweep file")
     check_out_dir(out, "--out", existing_ok=True)  # a sweep folder is resumed, so it may hold points already
+    from simulator.report.output import check_format
+
+    check_format(fmt)
     from rich.console import Console
 
     from simulator.config.resources import auto_workers

@@ -308,13 +308,24 @@ def prepare_table(config: RunConfig, table, reporter: RunProgress | None):  # no
         from simulator.workload.generate import generate_requests
 
         workload = config.workload
-        if workload.trace is None and workload.max_total_tokens is None:
+        from simulator.config.errors import ConfigError
+
+        filtered = workload.trace is None and workload.max_total_tokens is None
+        if filtered:
             # Built-in length distributions are filtered to the model's context, as the papers
             # filter their traces; a user's trace is not, and what cannot fit is reported.
             workload = dataclasses.replace(workload, max_total_tokens=config.replica.effective_max_model_len)
         if reporter is not None:
             reporter.phase(f"generating {workload.num_requests:,} requests", workload.num_requests)
-        table = generate_requests(workload, workload_rng)
+        try:
+            table = generate_requests(workload, workload_rng)
+        except ConfigError as err:
+            if not (filtered and err.field == "workload.max_total_tokens"):
+                raise
+            # The limit was the replica's context, not a --max-total-tokens the user gave: say so.
+            raise ConfigError("replica.max_model_len", f"the {workload.name} workload's requests are held to the "
+                              f"context of {workload.max_total_tokens:,} tokens, and {err.problem.split(' keeps ', 1)[-1]}"
+                              " fit it", "raise --max-model-len (or pass --max-total-tokens for the workload)") from None
     return table, getattr(table, "source", "request table"), router_rng
 
 

@@ -226,4 +226,9 @@ def max_model_len_shortfall(blocks: BlockManager, max_model_len: int) -> str | N
     held = blocks.num_usable_blocks * blocks.block_size
     if held >= max_model_len:
         return None
+    whole = (blocks.num_blocks - blocks.state_blocks) * blocks.block_size
+    if whole >= max_model_len:  # the watermark is what leaves too little: name it
+        return (f"the KV cache holds {whole} tokens per replica, but the scheduler's watermark keeps "
+                f"{blocks.watermark_blocks} of its {blocks.num_blocks} blocks free, leaving {held}, fewer than "
+                f"max_model_len {max_model_len} (lower scheduler.watermark)")
     return f"the KV cache holds {held} tokens per replica, fewer than max_model_len {max_model_len}"

@@ -77,6 +77,8 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
         blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, replica.block_size, sched.watermark,
                                     host_blocks, host_load_s, plan.num_state_blocks)
     short = max_model_len_shortfall(blocks, max_model_len) if whole_requests else None
+    if short is not None and replica.num_gpu_blocks is not None:  # the cache's size was given, not planned
+        short += f" (--num-gpu-blocks {replica.num_gpu_blocks} sets the cache: raise it)"
     if short is not None:
         if speculation is None:
             raise ConfigError(field, short, fix or "lower --max-model-len or add GPUs (--tp/--pp)")

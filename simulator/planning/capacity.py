@@ -104,6 +104,7 @@ class SeedResult:
     reason: str  # how the search ended (converged, capacity 0 because ..., max trials, ...)
     trials: list[Trial] = field(default_factory=list)
     not_found: bool = False  # the trials ran out before any passed: the capacity is below the lowest tried, not 0
+    at_least: bool = False  # no trial failed (the ceiling or the trials ran out): the capacity is at least this
 
     @property
     def at_capacity(self) -> Trial | None:
@@ -152,6 +153,8 @@ class CapacityReport:
             "capacity_qps_std": self.capacity_qps_std,
             "capacity_qps_min": float(caps.min()),
             "capacity_qps_max": float(caps.max()),
+            # No trial failed (the search's ceiling or its trials ran out first): the capacity is a lower bound.
+            "capacity_is_lower_bound": all(s.at_least for s in self.seeds),
             "num_seeds": len(self.seeds),
             "num_trials": sum(len(s.trials) for s in self.seeds),
             "tbt_s_q_at_capacity": self.at_capacity_mean("tbt_s_q"),
@@ -696,7 +699,10 @@ def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial
         result.reason = (f"capacity 0: no QPS down to {failed.qps:.3g} meets {slo.describe()} "
                          f"(last failure: {failed.reason})")
     elif failed is None:
-        result.reason = f"still meets the SLO at {found.passed_qps:.3g} QPS (the search limit; raise max_qps)"
+        result.at_least = True
+        result.reason = (f"still meets the SLO at {found.passed_qps:.3g} QPS after {len(trials)} trials, the most "
+                         "allowed (raise --max-trials, or start higher with --qps-start)" if found.stop == "max_trials"
+                         else f"still meets the SLO at {found.passed_qps:.3g} QPS (the search limit; raise --max-qps)")
     elif found.stop == "max_trials":
         result.reason = (f"stopped after {len(trials)} trials with the bracket "
                          f"[{found.passed_qps:.3g}, {failed.qps:.3g}]")

@@ -17,7 +17,7 @@ import typer
 
 from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
-from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
+from simulator.cli.options import WORKERS_METAVAR, given_run_flags, parse_workers, run_options
 from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
@@ -307,6 +307,7 @@ def tau(
 @app.command()
 @run_options
 def sweep(
+    ctx: typer.Context,
     config: RunConfig,
     file: Annotated[Path | None, typer.Argument(help="Sweep file (TOML, or YAML with PyYAML): mode, \\[base], \\[grid].")] = None,
     grid: Annotated[list[str] | None, typer.Option("--grid", help="NAME=V1,V2,... (repeatable); adds to the file's grid.")] = None,
@@ -339,7 +340,9 @@ def sweep(
     )
 
     data = load_sweep_file(file) if file is not None else {}
-    spec = build_spec(data, mode=mode, base_overrides=config_overrides(config), grid_overrides=parse_cli_grid(grid or []))
+    # The flags typed (not a --config file's values, nor what a flag implies): a grid may not silently drop them.
+    spec = build_spec(data, mode=mode, base_overrides=config_overrides(config), grid_overrides=parse_cli_grid(grid or []),
+                      given_flags=given_run_flags(ctx))
     num_workers = parse_workers(workers, lambda: auto_workers(
         len(spec.points), max((p.config.workload.num_requests for p in spec.points), default=1)))
     console = Console()

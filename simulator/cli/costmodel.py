@@ -98,9 +98,9 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
     pctx = _expand(prefill_context or [0], len(prefill), "prefill-context") if prefill else []
     if any(c < 0 for c in pctx):
         raise ConfigError("prefill-context", "must be >= 0")
+    if decode and not context:  # before _expand, whose "0 values for N requests" would not say what is missing
+        raise ConfigError("--context", "decodes need their KV length", "pass --context N (one, or one per decode)")
     dctx = _expand(context or [], decode, "context") if decode else []
-    if decode and not context:
-        raise ConfigError("context", "decodes need their KV length", "pass --context N (one, or one per decode)")
     if any(c <= 0 for c in dctx):
         raise ConfigError("context", "KV lengths must be positive")
     return BatchShape.from_requests(list(zip(prefill, pctx, strict=True)), dctx)
@@ -157,7 +157,8 @@ def predict_cmd(
     model: Annotated[str, typer.Option(help="catalog model")] = "llama-2-7b",
     gpu: Annotated[str, typer.Option(help="catalog GPU")] = "a100-80gb",
     tp: Annotated[int, typer.Option(help="tensor-parallel degree")] = 1,
-    pp: Annotated[int, typer.Option(help="pipeline-parallel degree")] = 1,
+    pp: Annotated[int, typer.Option(help="pipeline-parallel degree: 1 only (one batch takes the same time at any; "
+                                         "simulate run --pp N shows a pipeline)")] = 1,
     prefill: Annotated[list[str] | None, typer.Option(help="prefill chunk tokens; repeatable or comma list")] = None,
     prefill_context: Annotated[list[str] | None, typer.Option(help="tokens cached before each chunk")] = None,
     decode: Annotated[int, typer.Option(help="number of decodes")] = 0,
@@ -170,6 +171,12 @@ def predict_cmd(
     kv_cache_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16, fp16, fp8")] = "auto",
 ) -> None:
     """Predict one iteration's time and per-op breakdown for a described batch."""
+    if pp > 1:  # the cost model's breakdown and iteration time are the PP=1 view (CostModel.breakdown)
+        raise ConfigError("--pp", "predict prices one batch through every layer back to back, the same time at any "
+                          "pipeline degree (a pipeline gains by running other micro-batches in its other stages, "
+                          "which one batch does not show), so --pp would do nothing but change the title",
+                          "drop --pp: the stages add up to the --pp 1 time plus the hops between them; "
+                          "simulate run --pp N shows a pipeline")
     replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp, ep=ep, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
     shape = build_shape(_split_ints(prefill, "prefill"), _split_ints(prefill_context, "prefill-context"), decode,
                         _split_ints(context, "context"))

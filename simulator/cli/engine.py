@@ -8,13 +8,14 @@ Each command parses options and calls a plain function in
 # start; evaluated once at import they cost less than strings it evaluates again every time.
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from simulator.cli.app import app
-from simulator.cli.options import escape_markup, run_options
+from simulator.cli.options import escape_markup, given_run_flags, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, RunConfig
@@ -49,16 +50,36 @@ def engines() -> None:
         console.print(f"[bold]{name}[/bold]: {e.source}. Fitted: {e.fitted}.")
 
 
+# Run options a --rows fit does not read: it replays each row as a closed loop of its own on one aggregated
+# replica (simulator.calibrate.silicon_fit.user_row_config): option -> the rows' column that sets it instead
+# (None: nothing does; a row is one aggregated replica at a concurrency, with no rate, trace or pools).
+ROWS_SET: dict[str, str | None] = {
+    "model": "model", "gpu": "gpu", "tp": "tp", "pp": "pp", "ep": "ep", "enable_expert_parallel": "ep",
+    "attention_dp": "attention_dp", "kernels": "kernels", "scheduler": "backend", "max_num_seqs": "concurrency",
+    "workload": "isl and osl", "trace": "isl and osl", "prompt_tokens": "isl", "prompt_tokens_max": "isl",
+    "output_tokens": "osl", "output_tokens_max": "osl", "concurrency": "concurrency", "num_requests": "concurrency",
+    "num_warmup": "concurrency", "arrival": "concurrency", "qps": "concurrency", "cv": "concurrency",
+    "burstiness": "concurrency", "time_scale": None, "replicas": None, "router": None, "prefill_pool": None,
+    "decode_pool": None, "mixed_pool": None, "kv_link": None, "kv_link_scope": None, "first_token_at": None}
+
+
+def _rows_label(values: Any) -> str:
+    """An artifact's model or GPU label for a --rows fit: the rows' own (each distinct one, in order)."""
+    return ", ".join(dict.fromkeys(str(v) for v in values))
+
+
 def _fmt(report: dict[str, Any]) -> str:
     return ", ".join(f"{k} {100 * v:.1f}%" if isinstance(v, float) else f"{k} {v}" for k, v in report.items())
 
 
 def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = None, bench: Path | None = None,
                              holdout: float = 0.25, seed: int = 0, name: str | None = None,
-                             max_evals: int = 40, quiet: bool = True, rows: Path | None = None) -> dict[str, Any]:
+                             max_evals: int = 40, quiet: bool = True, rows: Path | None = None,
+                             given: Collection[str] = ()) -> dict[str, Any]:
     """Fit engine terms to an iteration table, a vLLM bench result or aggregate benchmark rows
     (a CSV: backend, model, gpu, isl, osl, concurrency, ttft_ms, tpot_ms [, tp, pp, attention_dp,
-    ep, dtype]) and write the artifact."""
+    ep, dtype]) and write the artifact. ``given``: the run options given as flags (beyond those
+    ``config`` holds other than the defaults), refused where the fit does not read them."""
     if sum(x is not None for x in (table, bench, rows)) != 1:
         raise ConfigError("calibrate-engine", "give exactly one of --table, --bench and --rows")
     if not 0 < holdout < 1:
@@ -67,15 +88,25 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
         raise ConfigError("--max-evals", f"must be >= 1, got {max_evals}", "e.g. --max-evals 40")
     if bench is None and max_evals != 40:  # only the bench fit simulates; the others are least squares
         raise ConfigError("--max-evals", "bounds the simulations of a --bench fit, which this is not", "drop --max-evals")
-    if table is not None:  # a table fit reads the model, GPU, cost model and starting engine; the table the rest
+    if table is not None or rows is not None:
         from simulator.planning.sweep import config_overrides
 
-        unread = sorted(set(config_overrides(config)) - {"model", "gpu", "cost_model", "engine"})
+        # The flags given first, so the error names one typed (--burstiness, not the --arrival it set).
+        options = [*sorted(given), *sorted(set(config_overrides(config)) - set(given))]
+    if table is not None:  # a table fit reads the model, GPU, cost model and starting engine; the table the rest
+        unread = [name for name in options if name not in ("model", "gpu", "cost_model", "engine")]
         if unread:
             flag = "--" + unread[0].replace("_", "-")
             raise ConfigError(flag, f"a --table fit prices the table's own steps (its tp, batches and contexts) with "
                               f"--model, --gpu, --cost-model and --engine only, so {flag} would do nothing",
                               f"drop {flag}")
+    if rows is not None:  # the rows name their own model, GPU, layout, backend, lengths and concurrency
+        unread = [name for name in options if name in ROWS_SET]
+        if unread:
+            flag, column = "--" + unread[0].replace("_", "-"), ROWS_SET[unread[0]]
+            raise ConfigError(flag, "a --rows fit replays each row as a closed loop of its own model, GPU, layout, "
+                              f"backend, lengths and concurrency on one aggregated replica, so {flag} would do nothing",
+                              f"drop {flag}" + (f"; the rows' {column} column sets it per row" if column else ""))
     # Every path is checked before the fit (a bench fit runs dozens of simulations).
     check_out_file(out, "--out")
     if table is not None:
@@ -102,11 +133,15 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
                                                 holdout, seed, config.scheduler.max_num_batched_tokens or 8192,
                                                 progress=lambda msg: status.update(f"calibrating: {msg}"))
         result = {"engine": fitted.engine, "report": fitted.report}
+        # The rows name their models and GPUs (the run's --model and --gpu, unread, are the defaults).
+        labels = {"model": _rows_label(fitted.predictions["model"]), "gpu": _rows_label(fitted.predictions["gpu"])}
     elif table is not None:
+        labels = {"model": replica.model, "gpu": replica.gpu}
         df = engine_fit.read_iteration_table(table)
         result = engine_fit.calibrate_table(df, replica.model, replica.gpu, config.cost_model, config.engine,
                                             holdout, seed, name=label, source=f"iteration table {table}")
     else:
+        labels = {"model": replica.model, "gpu": replica.gpu}
         run = engine_fit.read_bench(bench)
         with console.status("calibrating") as status:
             result = engine_fit.calibrate_bench(run, config, config.engine, holdout, seed, max_evals,
@@ -117,8 +152,7 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
             fitted=f"Nelder-Mead over the exposed CPU terms (fixed, per request) matching TTFT and ITL quantiles "
                    f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests")
     with atomic_file(out) as tmp:  # out ends up whole or as it was
-        save_engine_artifact(result["engine"], tmp, {"model": replica.model, "gpu": replica.gpu,
-                                                     "cost_model": config.cost_model,
+        save_engine_artifact(result["engine"], tmp, {**labels, "cost_model": config.cost_model,
                                                      "report": jsonable(result["report"])})
     return result
 
@@ -126,6 +160,7 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
 @app.command(name="calibrate-engine")
 @run_options
 def calibrate_engine(
+    ctx: typer.Context,
     config: RunConfig,
     out: Annotated[Path, typer.Option(help="engine artifact to write (JSON); pass it to --engine")],
     table: Annotated[Path | None, typer.Option(help="iteration table CSV: tp, num_prefills, prefill_tokens, "
@@ -143,7 +178,7 @@ def calibrate_engine(
     from rich.console import Console
 
     result = calibrate_engine_command(config, out, table, bench, holdout, fit_seed, name, max_evals, quiet=False,
-                                      rows=rows)
+                                      rows=rows, given=given_run_flags(ctx))
     console = Console()
     report = result["report"]
     console.print(f"{report['kind']}: fitted {result['engine'].name} -> {out}")

@@ -132,6 +132,14 @@ def replay_whole(config: RunConfig, given: dict[str, Any]) -> RunConfig:
     return config.replace(workload__num_requests=rows) if rows > 0 else config
 
 
+def given_run_flags(ctx: typer.Context) -> set[str]:
+    """The run options given on the command line, a default's value included (``--gpu a100-80gb``):
+    :func:`config_overrides` sees only values that differ from the defaults."""
+    sources = {name: ctx.get_parameter_source(name) for name in (*RUN_OPTIONS, *DERIVED_OPTIONS)}
+    return {name for name, source in sources.items()
+            if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")}
+
+
 def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
     """Add the shared run options to ``fn`` and pass it ``config: RunConfig``."""
     # eval_str: resolve the command module's string annotations in its own namespace.

@@ -27,6 +27,9 @@ from simulator.util.progress import StepProgress
 
 SPACE_PANEL = "Search space"
 COST_PANEL = "Cost and limits"
+# The search-space flags a layout may not read (simulator.planning.plan.unread_space_options) default
+# to None, so a value given is told from the default (which always applies); these are the defaults.
+BUDGETS, ATTENTION_DPS, RATIOS = "512,2048", "1,2", "1:1,1:2,2:1"
 
 
 def _names(text: str | None) -> tuple[str, ...]:
@@ -58,10 +61,10 @@ def plan(
     tps: Annotated[str, typer.Option(help="Tensor-parallel degrees.", rich_help_panel=SPACE_PANEL)] = "1,2,4,8",
     pps: Annotated[str, typer.Option(help="Pipeline-parallel degrees (a pipeline is kept only where no TP layout of as many GPUs fits).", rich_help_panel=SPACE_PANEL)] = "1",
     dtypes: Annotated[str | None, typer.Option(help="Weight precisions allowed (default: --dtype).", rich_help_panel=SPACE_PANEL)] = None,
-    budgets: Annotated[str, typer.Option(help="Token budgets (chunk sizes) of a chunking scheduler.", rich_help_panel=SPACE_PANEL)] = "512,2048",
+    budgets: Annotated[str | None, typer.Option(help=f"Token budgets (chunk sizes) of a chunking scheduler (default: {BUDGETS}).", rich_help_panel=SPACE_PANEL)] = None,
     seqs: Annotated[str, typer.Option(help="max_num_seqs values.", rich_help_panel=SPACE_PANEL)] = "128,256",
-    attention_dps: Annotated[str, typer.Option(help="Attention DP ranks (MoE models).", rich_help_panel=SPACE_PANEL)] = "1,2",
-    ratios: Annotated[str, typer.Option(help="Disaggregated units, prefill:decode replicas.", rich_help_panel=SPACE_PANEL)] = "1:1,1:2,2:1",
+    attention_dps: Annotated[str | None, typer.Option(help=f"Attention DP ranks (MoE models; default: {ATTENTION_DPS}).", rich_help_panel=SPACE_PANEL)] = None,
+    ratios: Annotated[str | None, typer.Option(help=f"Disaggregated units, prefill:decode replicas (default: {RATIOS}).", rich_help_panel=SPACE_PANEL)] = None,
     price: Annotated[list[str] | None, typer.Option(help="GPU=USD per GPU-hour, over the built-in table (repeatable).", rich_help_panel=COST_PANEL)] = None,
     prices: Annotated[Path | None, typer.Option(help="Prices file: CSV gpu,usd_per_gpu_hour[,max_w] or TOML/JSON {gpu = usd}.", rich_help_panel=COST_PANEL)] = None,
     max_gpus: Annotated[int | None, typer.Option(help="The fleet may use at most this many GPUs.", rich_help_panel=COST_PANEL)] = None,
@@ -78,7 +81,7 @@ def plan(
     check_out_dir(out, "--out", existing_ok=True)  # a plan folder is resumed
     from simulator.config.prices import load_price_file, parse_price_flags
     from simulator.planning.capacity import check_searchable
-    from simulator.planning.plan import Limits, SearchSpace, launch_command
+    from simulator.planning.plan import Limits, SearchSpace, launch_command, unread_space_options
     from simulator.planning.plan import plan as run_plan
 
     check_searchable(config)  # each layout's capacity search varies --qps: refuse rate-less arrivals before 1,000 searches do
@@ -92,8 +95,14 @@ def plan(
         raise ConfigError("--top", f"must be >= 0, got {top}", "e.g. --top 12")
     limits = Limits(max_gpus, max_cost)
     space = SearchSpace(gpus=_names(gpus), modes=_names(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
-                        dtypes=_names(dtypes), budgets=parse_ints(budgets, "--budgets"), max_num_seqs=parse_ints(seqs, "--seqs"),
-                        attention_dps=parse_ints(attention_dps, "--attention-dps"), ratios=_ratios(ratios))
+                        dtypes=_names(dtypes), budgets=parse_ints(budgets or BUDGETS, "--budgets"),
+                        max_num_seqs=parse_ints(seqs, "--seqs"),
+                        attention_dps=parse_ints(attention_dps or ATTENTION_DPS, "--attention-dps"),
+                        ratios=_ratios(ratios or RATIOS))
+    given = {"--budgets": budgets, "--attention-dps": attention_dps, "--ratios": ratios}
+    for flag, (why, fix) in unread_space_options(config, space.modes).items():
+        if given[flag] is not None:  # a default the layouts do not read is fine; a value given is not
+            raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix)
     if launch not in (None, "vllm", "sglang"):
         raise ConfigError("--launch", f"unknown engine {launch!r}", "use vllm or sglang")
     from simulator.config.resources import auto_workers

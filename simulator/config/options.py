@@ -175,7 +175,7 @@ LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_token
                   "range_ratio": ("fixed", "random"), "range_style": ("fixed", "random")}
 
 
-def _inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
+def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     """Options that ``config`` would not read: option name -> (why, fix), ``{flag}`` in the fix
     standing for the option's flag."""
     out: dict[str, tuple[str, str]] = {}
@@ -341,7 +341,7 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
     decided = DECIDED_BY_COMMAND.get(command, frozenset())
     if decided is None:
         return
-    for name, (why, fix) in _inert_options(config).items():
+    for name, (why, fix) in inert_options(config).items():
         if options.get(name) is not None and name not in decided:
             flag = f"--{name.replace('_', '-')}"
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))

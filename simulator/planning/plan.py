@@ -293,6 +293,31 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
     return out, notes
 
 
+def unread_space_options(base: RunConfig, modes: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """The search-space flags that :func:`enumerate_layouts` would not read for ``base`` and
+    ``modes``: flag -> (why, fix). A flag given there would do nothing (or, searched at one value
+    only, leave no layout), so the command refuses it rather than show a search it did not make."""
+    out: dict[str, tuple[str, str]] = {}
+    if "disagg" not in modes:
+        out["--ratios"] = ("it sets the prefill:decode replicas of disaggregated layouts, and --modes "
+                           f"{','.join(modes)} searches none", "add disagg to --modes, or drop --ratios")
+    model = get_model(base.replica.model)
+    if not getattr(model, "num_experts", 0):  # as enumerate_layouts: attention DP is searched for MoE models
+        out["--attention-dps"] = (f"attention DP is searched for MoE models only, and {base.replica.model} has no "
+                                  "experts", "drop --attention-dps for a dense model")
+    elif "agg" not in modes:
+        out["--attention-dps"] = ("disaggregated pools are searched at attention DP 1 only, and --modes disagg "
+                                  "searches no aggregated layout", "add agg to --modes, or drop --attention-dps")
+    if base.scheduler.name not in CHUNKING:
+        out["--budgets"] = (f"only a chunking scheduler ({', '.join(CHUNKING)}) has a token budget the planner "
+                            f"searches, and --scheduler is {base.scheduler.name}",
+                            f"drop --budgets, or use --scheduler {' or '.join(CHUNKING)}")
+    elif "agg" not in modes:
+        out["--budgets"] = ("disaggregated pools keep their own token budget, and --modes disagg searches no "
+                            "aggregated layout", "add agg to --modes, or drop --budgets")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # The bound
 

@@ -50,7 +50,7 @@ import math
 import re
 import time
 import tomllib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,8 +246,12 @@ def config_overrides(config: RunConfig, reference: RunConfig | None = None) -> d
 
 
 def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: dict[str, Any] | None = None,
-               grid_overrides: dict[str, Any] | None = None) -> SweepSpec:
-    """Validate a sweep (file content plus CLI overrides) and resolve all its points."""
+               grid_overrides: dict[str, Any] | None = None, given_flags: Collection[str] | None = None) -> SweepSpec:
+    """Validate a sweep (file content plus CLI overrides) and resolve all its points.
+
+    ``given_flags``: the run options given as flags, where ``base_overrides`` holds more (a
+    ``--config`` file's values, a base a grid may vary); None: every base override was given.
+    A flag that a grid varies too, or that no point reads, is refused (it would do nothing)."""
     for key in data:
         if key not in TOP_LEVEL_KEYS:
             raise ConfigError(f"sweep.{key}", "unknown key", f"known: {', '.join(TOP_LEVEL_KEYS)}")
@@ -265,9 +269,15 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         name = _canonical(key)
         _check_name(f"sweep.base.{key}", name, mode)
         base[name] = _coerce(f"sweep.base.{key}", name, value)
+    # The run options given as flags (which a grid must not silently drop), and the file's own base keys.
+    overridden = {_canonical(key) for key in base_overrides or {}}
+    given = overridden if given_flags is None else {_canonical(name) for name in given_flags}
+    file_keys = {_canonical(key): key for key in raw_base if _canonical(key) not in overridden | given}
 
     grid: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
-    for key, values in [*raw_grid.items(), *(grid_overrides or {}).items()]:
+    entries = [(key, values, False) for key, values in raw_grid.items()]
+    entries += [(key, values, True) for key, values in (grid_overrides or {}).items()]
+    for key, values, from_cli in entries:
         names = tuple(_canonical(k) for k in key.split(","))
         where = f"sweep.grid.{key}"
         for name in names:
@@ -281,7 +291,12 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                 raise ConfigError(where, f"each entry must list {len(names)} values ({', '.join(names)}), got {value!r}")
             rows.append(tuple(_coerce(where, n, v) for n, v in zip(names, row, strict=True)))
         for name in names:
-            base.pop(name, None)  # the grid wins over the base
+            if name in given:  # the grid would win at every point: the flag would label rows it did not change
+                flag = f"--{name.replace('_', '-')}"
+                source = f"--grid {key}=..." if from_cli else f"the sweep file's grid ({key})"
+                raise ConfigError(flag, f"{source} sets it too, and the grid wins at every point, so {flag} would "
+                                  "do nothing", f"drop {flag}, or {name} from the grid")
+            base.pop(name, None)  # the grid wins over the file's base
             for other in list(grid):
                 if name in other:
                     raise ConfigError(where, f"{name!r} is already varied by {','.join(other)}")
@@ -310,7 +325,27 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                               "remove the duplicate values")
         seen[key] = index
         spec.points.append(Point(index, values, config, options, key))
+    _refuse_unread_base(spec.points, given, {name: key for name, key in file_keys.items() if name in base})
     return spec
+
+
+def _refuse_unread_base(points: list[Point], given: set[str], file_keys: dict[str, str]) -> None:
+    """Refuse a base option (a flag given, or a key of the file's base) that no point of the sweep
+    reads (:func:`simulator.config.options.inert_options`): every row would show a value that
+    changed nothing. One that a grid value makes apply (``--chunk-size`` beside ``scheduler =
+    vllm, sarathi``) is kept."""
+    from simulator.config.options import inert_options
+
+    inert = [inert_options(point.config) for point in points]
+    for name in sorted(given) + sorted(file_keys):
+        if name not in RUN_OPTIONS or not all(name in unread for unread in inert):
+            continue
+        flag = f"--{name.replace('_', '-')}" if name in given else file_keys[name]
+        whys = list(dict.fromkeys(unread[name][0] for unread in inert))
+        why = "; ".join(whys[:2]) + ("; ..." if len(whys) > 2 else "")
+        raise ConfigError(flag if name in given else f"sweep.base.{flag}",
+                          f"no point of the sweep reads it ({why}), so {flag} would do nothing",
+                          inert[0][name][1].replace("{flag}", flag))
 
 
 def _check_name(where: str, name: str, mode: str) -> None:

@@ -134,6 +134,7 @@ def test_fp4_on_blackwell_speeds_up_compute_bound_prefill():
 def test_dtype_spellings_and_bad_names():
     assert ReplicaConfig("llama-3.1-8b", "h100", dtype="fp8_block").dtype == "fp8-block"
     assert ReplicaConfig("llama-3.1-8b", "h100", dtype="w4a16").dtype == "int4"
+    assert ReplicaConfig("llama-3.1-8b", "b200", dtype="fp4").dtype == "nvfp4"  # AIConfigurator's and TRT-LLM's label
     assert ReplicaConfig("llama-3.1-8b", "h100", kv_cache_dtype="fp8_e4m3").kv_cache_dtype == "fp8"
     with pytest.raises(ConfigError) as err:
         ReplicaConfig("llama-3.1-8b", "h100", dtype="fp3")

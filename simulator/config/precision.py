@@ -83,8 +83,9 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {f.name: f for f in (
     WeightFormat("int4", 0.5 + 2.0 / 128, "bf16", True, "INT4 weight-only, one bf16 scale per 128 (GPTQ/AWQ, w4a16)"),
 )}
 # Other spellings engines and checkpoints use -> the canonical name above.
+# "fp4" is NVIDIA's FP4 as AIConfigurator and TensorRT-LLM label it (NVFP4; gpt-oss's MXFP4 is named apart).
 WEIGHT_FORMAT_ALIASES = {"fp8_block": "fp8-block", "fp8-blockwise": "fp8-block", "w4a16": "int4",
-                         "int4-wo": "int4", "int4_wo": "int4", "float16": "fp16", "bfloat16": "bf16"}
+                         "int4-wo": "int4", "int4_wo": "int4", "float16": "fp16", "bfloat16": "bf16", "fp4": "nvfp4"}
 
 KV_CACHE_FORMATS = ("auto", "bf16", "fp16", "fp8")
 KV_CACHE_ALIASES = {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8-e4m3": "fp8", "fp8-e5m2": "fp8"}

@@ -76,7 +76,7 @@ def test_handoff_latency_delays_the_transfer_not_the_links(tmp_path) -> None:  #
 
 
 def test_handoff_latency_leaves_aggregated_runs_alone(tmp_path) -> None:  # noqa: ANN001
-    config = _disagg("decode").replace(prefill_pool=None, decode_pool=None, kv_link=None, first_token_at="decode")
+    config = _disagg("decode").replace(prefill_pool=None, decode_pool=None, first_token_at="decode")
     plain = request_columns(simulate(config.replace(engine=_with_handoff(tmp_path, 0.0))))
     delayed = request_columns(simulate(config.replace(engine=_with_handoff(tmp_path, 0.2))))
     for col in ("ttft_s", "e2e_s", "completed_at"):

@@ -135,7 +135,7 @@ def test_expert_parallelism_prices_all_to_all_over_the_link():
 @pytest.mark.parametrize(("kwargs", "field"), [
     (dict(model="llama-3.1-8b", tp=2, ep=2), "replica.ep"),
     (dict(model="mixtral-8x7b", tp=4, ep=3), "replica.ep"),
-    (dict(model="mixtral-8x7b", dtype="fp4"), "replica.dtype"),
+    (dict(model="mixtral-8x7b", dtype="fp6"), "replica.dtype"),
     (dict(model="mixtral-8x7b", kv_cache_dtype="int8"), "replica.kv_cache_dtype"),
     (dict(model="mixtral-8x7b", moe_imbalance=0.5), "replica.moe_imbalance"),
 ])

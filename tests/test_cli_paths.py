@@ -185,3 +185,16 @@ def test_capacity_out_is_written_whole_or_not_at_all(tmp_path: Path, monkeypatch
     assert res.exit_code == 130, res.output
     assert f"interrupted: nothing written to {out}" in res.stderr
     assert _leftovers(tmp_path) == []
+
+
+def test_outputs_inside_the_shared_data_folder_are_refused(tmp_path: Path) -> None:
+    """The public data is read, never written (an audit's capacity --out wrote into it: we run as root)."""
+    from simulator.config.shared_data import SHARED_DATA
+    from simulator.util.paths import check_out_dir, check_out_file
+
+    for check, path in ((check_out_dir, SHARED_DATA / "x"), (check_out_file, SHARED_DATA / "traces" / "t.csv")):
+        with pytest.raises(ConfigError, match="inside the shared data folder"):
+            check(path, "--out")
+    res = runner.invoke(app, ["capacity", "--out", str(SHARED_DATA / "x")])
+    assert isinstance(res.exception, ConfigError) and str(res.exception).startswith("--out")
+    check_out_dir(tmp_path / "elsewhere", "--out")  # anywhere else is as before

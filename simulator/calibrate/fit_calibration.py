@@ -39,11 +39,12 @@ from simulator.calibrate.fit_data import read_profile
 from simulator.config.catalog import get_model
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
+from simulator.config.shared_data import SHARED_DATA
 from simulator.costmodel.base import BatchShape
 from simulator.costmodel.calibration import DEFAULT, RooflineCalibration
 from simulator.costmodel.roofline import RooflineCostModel
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "profiles"
+DATA_DIR = SHARED_DATA / "profiles"
 TOKEN_CAL_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down", "mlp_act", "norms", "rotary", "residual_add",
                  "embedding")
 

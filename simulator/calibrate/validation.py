@@ -35,6 +35,7 @@ from simulator.calibrate.engine_fit import (
     splitwise_rows,
 )
 from simulator.config.errors import ConfigError
+from simulator.config.shared_data import SHARED_DATA
 from simulator.costmodel.engine_model import ENGINES, EngineCostModel, EngineModel
 
 # The preset fitted to the Splitwise rows this report compares against (named: not the run default).
@@ -43,7 +44,7 @@ OUT_OF_THE_BOX = ("ideal", "handset", "sarathi-2023-vidur", "vllm-v1", SPLITWISE
 
 
 def default_data() -> Path:
-    return Path(__file__).resolve().parents[3] / "shared" / "data" / "profiles"
+    return SHARED_DATA / "profiles"
 
 
 def _predict(table: pd.DataFrame, engine: EngineModel) -> np.ndarray:

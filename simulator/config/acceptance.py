@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.errors import ConfigError
+from simulator.config.shared_data import SHARED_DATA
 from simulator.config.speculative import SpeculativeConfig, al_iid, parse_rates, vllm_json_fields
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "validation" / "speculative"
+DATA_DIR = SHARED_DATA / "validation" / "speculative"
 
 
 def data_dir(path: str | Path | None = None) -> Path:

@@ -8,6 +8,7 @@ any simulation, never a traceback after it:
   what an earlier run of the same command wrote; never a file, never under a file, and
   its nearest existing folder is writable. Nothing is created by the check.
 - :func:`check_out_file`: an output file is not a folder and its folder can be written.
+- neither is inside the shared data folder (:data:`~simulator.config.shared_data.SHARED_DATA`), read only.
 - :func:`check_in_file` / :func:`check_in_dir`: an input exists and is of the right kind.
 
 Outputs are then written whole or not at all: :func:`atomic_dir` and :func:`atomic_file`
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from simulator.config.errors import ConfigError
+from simulator.config.shared_data import SHARED_DATA
 
 TMP_PREFIX = ".servesim-tmp-"
 
@@ -53,6 +55,14 @@ def _check_writable(folder: Path, path: Path, field: str, what: str) -> None:
                           f"pass a {what} path you can write to") from None
 
 
+def _refuse_shared_data(path: Path, field: str) -> None:
+    """The public data is read, never written (provenance: its READMEs describe what is there)."""
+    with contextlib.suppress(OSError):
+        if path.resolve().is_relative_to(SHARED_DATA.resolve()):
+            raise ConfigError(field, f"{path} is inside the shared data folder {SHARED_DATA}, which servesim reads "
+                              "and never writes", "pass an output path outside it")
+
+
 def check_out_dir(path: Path | str, field: str = "--out", replaceable: Iterable[str] = (),
                   existing_ok: bool = False) -> Path:
     """Refuse an output folder that cannot be written whole, before any work.
@@ -63,6 +73,7 @@ def check_out_dir(path: Path | str, field: str = "--out", replaceable: Iterable[
     sweep). Creates nothing.
     """
     path = Path(path)
+    _refuse_shared_data(path, field)
     if path.exists() and not path.is_dir():
         raise ConfigError(field, f"{path} exists and is a file", "pass a folder path")
     if path.is_dir():
@@ -84,6 +95,7 @@ def check_out_dir(path: Path | str, field: str = "--out", replaceable: Iterable[
 def check_out_file(path: Path | str, field: str = "--out") -> Path:
     """Refuse an output file path that is a folder or cannot be written, before any work."""
     path = Path(path)
+    _refuse_shared_data(path, field)
     if path.is_dir():
         raise ConfigError(field, f"{path} is a folder", "pass a file path, e.g. " + str(path / "out.json"))
     _check_writable(_nearest_existing(path, field, "file"), path, field, "file")

@@ -29,12 +29,12 @@ from typing import Any
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import KERNEL_TABLES
+from simulator.config.shared_data import SHARED_DATA
 
 BACKENDS = ("vllm", "sglang", "trtllm")
 KERNEL_CHOICES = ("roofline", *BACKENDS)
 assert KERNEL_CHOICES == KERNEL_TABLES, "config.KERNEL_TABLES must list the backends"
-# simulator/costmodel/aic/tables.py -> parents[4] is the folder holding the checkout and shared/.
-DEFAULT_ROOT = Path(__file__).resolve().parents[4] / "shared" / "data" / "profiles" / "aiconfigurator"
+DEFAULT_ROOT = SHARED_DATA / "profiles" / "aiconfigurator"
 
 # Catalog GPU name -> AIConfigurator system. Names the catalog may not have yet (B300, GB300,
 # RTX PRO 6000) are listed so they work as soon as the catalog has them.

@@ -251,8 +251,11 @@ def test_missing_ray_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monkey
         run_sweep(small_spec(), tmp_path, ray_address="local")
 
 
-SLOW_POINTS = ["sweep", "--grid", "qps=1,2,3,4,5,6", "--model", "mistral-7b", "--num-requests", "250",
-               "--workload", "fixed", "--prompt-tokens", "256", "--output-tokens", "256", "--workers", "2"]
+# Points of ~0.5-1 s each (step by step): at 250 requests with event skipping a point took ~0.1 s, and on a loaded
+# machine all six could finish between the first point's file and the signal (the test then saw nothing to resume).
+SLOW_POINTS = ["sweep", "--grid", "qps=1,2,3,4,5,6", "--model", "mistral-7b", "--num-requests", "4000",
+               "--workload", "fixed", "--prompt-tokens", "256", "--output-tokens", "256", "--workers", "2",
+               "--no-fast-forward"]
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])

@@ -202,3 +202,19 @@ def test_fit_handoff_recovers_a_constant_gap() -> None:
     assert sf.fit_handoff([np.nan], [100.0]) == 0.0
     # The fitted constant lies on the grid and inside it, whatever the gap.
     assert sf.fit_handoff(base, base + 1e6) == sf.HANDOFF_GRID_S[-1]
+
+
+def test_presets_carry_the_committed_reports_fit() -> None:
+    """The committed silicon report (results/validation/silicon/fitted_presets.csv) and the presets agree: every
+    2026 preset's handoff latency is the report's, and sglang-2026 is its SGLang fit (the README says so). A report
+    regenerated with other figures and presets left behind (or the other way round) fails here."""
+    import pandas as pd
+
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "results" / "validation" / "silicon" / "fitted_presets.csv")
+    assert set(table["preset"]) == {"vllm-2026", "sglang-2026", "trtllm-2026"}
+    for row in table.itertuples():
+        assert ENGINES[row.preset].handoff_s == pytest.approx(row.handoff_ms / 1e3), row.preset
+    sglang, fit = ENGINES["sglang-2026"], table.set_index("backend").loc["sglang"]
+    assert sglang.cpu_iteration_s == pytest.approx(fit.cpu_iteration_ms / 1e3, rel=5e-3)
+    assert sglang.cpu_per_prefill_token_s == pytest.approx(fit.cpu_per_prefill_token_us / 1e6, rel=5e-3)
+    assert sglang.prefill_floor_per_layer_s == pytest.approx(fit.prefill_floor_per_layer_ms / 1e3, rel=5e-3)

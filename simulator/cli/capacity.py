@@ -123,21 +123,19 @@ def capacity(
 
 
 def _check_mix_fits(config: RunConfig, mix: Any) -> None:  # noqa: ANN401 - a planning.tau.DecodeMix
-    """A decode batch the replica could hold: each context within the model's, all of them within the
-    KV cache (else tau would price batches no engine runs, as ``predict`` refuses them)."""
-    from simulator.engine.replica import build_scheduler
+    """A hybrid batch the replica could hold, its decodes and a chunk after ``chunk_context`` tokens
+    (:func:`~simulator.engine.kvcache.batch_fit_problem`, which ``predict`` refuses by too), else tau
+    would price batches no engine runs."""
+    from simulator.engine.kvcache import batch_fit_problem
+    from simulator.planning.tau import hybrid_shape
 
-    r = config.replica
-    limit = r.effective_max_model_len
-    for flag, tokens in (("--decode-context", mix.decode_context), ("--chunk-context", mix.chunk_context)):
-        if tokens >= limit:
-            raise ConfigError(flag, f"{tokens:,} tokens reach {r.model}'s context of {limit:,}", f"pass {flag} below {limit}")
-    _, plan = build_scheduler(config)
-    held = mix.num_decodes * mix.decode_context
-    if held > plan.num_kv_tokens:
-        raise ConfigError("--num-decodes", f"{mix.num_decodes:,} decodes x {mix.decode_context:,} KV tokens = {held:,}, "
-                          f"beyond the {plan.num_kv_tokens:,} tokens the KV cache holds",
-                          "lower --num-decodes or --decode-context, or add GPUs (--tp)")
+    problem = batch_fit_problem(config.replica, hybrid_shape(mix, mix.num_decodes + 1))  # a one-token chunk
+    if problem is not None:
+        limit = config.replica.effective_max_model_len
+        flag, fix = {"prefill": ("--chunk-context", f"pass --chunk-context below {limit}"),
+                     "decode": ("--decode-context", f"pass --decode-context <= {limit}"),
+                     "kv": ("--num-decodes", "lower --num-decodes or --decode-context, or add GPUs (--tp)")}[problem[0]]
+        raise ConfigError(flag, problem[1], fix)
 
 
 def _refuse_unread(config: RunConfig, planner: dict) -> None:

@@ -107,22 +107,17 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
 
 
 def _check_batch_fits(replica: ReplicaConfig, shape: "BatchShape") -> None:
-    """A batch the replica could run: no sequence longer than the model's context, and its KV within the
-    cache the memory plan leaves (else a price for a batch no engine would run, and a slow one to make)."""
-    from simulator.engine.kvcache import plan_memory
+    """A batch the replica could run (:func:`~simulator.engine.kvcache.batch_fit_problem`), else a price
+    for a batch no engine would run, and a slow one to make."""
+    from simulator.engine.kvcache import batch_fit_problem
 
-    limit = replica.effective_max_model_len
-    if shape.prefill_max_kv > limit:
-        raise ConfigError("prefill", f"a chunk reaches {shape.prefill_max_kv} tokens with its --prefill-context, beyond "
-                          f"{replica.model}'s context of {limit}", f"keep chunk + context <= {limit}")
-    if shape.decode_max_kv > limit:
-        raise ConfigError("context", f"a decode's KV of {shape.decode_max_kv} tokens is beyond {replica.model}'s "
-                          f"context of {limit}", f"pass --context <= {limit}")
-    kv_tokens = shape.prefill_kv_tokens + shape.decode_kv_tokens
-    capacity = plan_memory(replica, max(shape.num_tokens, 1), max(shape.num_prefills + shape.num_decodes, 1)).num_kv_tokens
-    if kv_tokens > capacity:
-        raise ConfigError("batch", f"holds {kv_tokens} KV tokens, but {replica.model} on {replica.tp}x{replica.gpu} "
-                          f"keeps {capacity} in its KV cache", "shrink --prefill/--decode/--context, or raise --tp")
+    problem = batch_fit_problem(replica, shape)
+    if problem is not None:
+        limit = replica.effective_max_model_len
+        field, fix = {"prefill": ("prefill", f"keep chunk + --prefill-context <= {limit}"),
+                      "decode": ("context", f"pass --context <= {limit}"),
+                      "kv": ("batch", "shrink --prefill/--decode/--context, or raise --tp")}[problem[0]]
+        raise ConfigError(field, problem[1], fix)
 
 
 def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roofline",

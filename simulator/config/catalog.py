@@ -101,8 +101,8 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
               source="MiniMax-M2 series config.json (MiniMaxM2ForCausalLM), see the comment above"),
     # Hybrids: three of every four layers are Gated DeltaNet linear attention (full_attention_interval 4),
     # the fourth gated full attention (q_proj also emits an output gate); every layer's MLP is a MoE with
-    # one shared expert. The MTP module (mtp_num_hidden_layers) serves only as the mtp drafter; Qwen3.5's vision
-# tower is not served.
+    # one shared expert. The MTP module (mtp_num_hidden_layers) serves only as the mtp drafter; Qwen3.5's
+    # vision tower is not served.
     ModelSpec("qwen3-next-80b-a3b", "Qwen/Qwen3-Next-80B-A3B-Instruct", 48, 2048, 16, 2, 5120, 151936, 262144,
               explicit_head_dim=256, num_experts=512, num_experts_per_tok=10, expert_ffn_size=512,
               num_shared_experts=1, shared_expert_ffn_size=512, num_linear_layers=36, linear_num_key_heads=16,

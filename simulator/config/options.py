@@ -222,6 +222,8 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if config.is_disaggregated:
         from simulator.config.disagg_layout import layout_of
 
+        for name, why in _pool_inert_options(config).items():
+            out.setdefault(name, why)
         layout = layout_of(config)
         pools = [(layout.prefill, layout.prefill_replica), (layout.decode, layout.decode_replica)]
         if layout.mixed is not None:
@@ -234,9 +236,6 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                       + ("all at t=0" if w.arrival == "burst" else "at the trace's own timestamps")
                       + (f" (here as {w.concurrency} users free up)" if w.concurrency is not None else ""),
                       "pass --arrival poisson (or gamma/fixed) for a rate, or drop {flag}")
-    if config.is_disaggregated:
-        for name, why in _pool_inert_options(config).items():
-            out.setdefault(name, why)
     return out
 
 

@@ -149,9 +149,10 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
     seen: set[str] = set()
     for row in rows:
         name = row["gpu"].strip()
-        if get_gpu(name).name in seen:  # two prices for one GPU: which one the plan took would be a guess
+        canonical = get_gpu(name).name
+        if canonical in seen:  # two prices for one GPU: which one the plan took would be a guess
             raise ConfigError(where, f"{name} is priced twice", "give each GPU one row")
-        seen.add(get_gpu(name).name)
+        seen.add(canonical)
         priced = _with_price(name, row["usd_per_gpu_hour"], where, out)
         if row.get("max_w"):
             try:

@@ -63,6 +63,8 @@ def engine_override_terms(spec: str) -> list[str]:
     """The term names an engine spec overrides, in order (checked by the cost model on load)."""
     overrides = split_engine_spec(spec)[1]
     return [item.partition("=")[0].strip() for item in overrides.split(",")] if overrides else []
+
+
 # Weight dtypes and their bytes per parameter, scales included (simulator.config.precision): int4 is
 # group-wise (128) with one bf16 scale per group; nvfp4/mxfp4 carry a scale per 16/32 values.
 WEIGHT_DTYPE_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.items()}

@@ -226,7 +226,7 @@ ENGINES: dict[str, EngineModel] = {
     # NIXL-style KV connector each), fitted on the silicon rows' 170 simulated disaggregated deployments (TRT-LLM 90
     # on Dynamo, SGLang 67, vLLM 13; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added to
     # their TTFT simulated without one (silicon_fit.fit_handoff; results/validation/silicon/fit_report.py, which also
-    # holds each GPU out: 135-170 ms). At a few users the measured first token sits a constant above queueing +
+    # holds each GPU out: 145-160 ms). At a few users the measured first token sits a constant above queueing +
     # prefill + KV transfer + one decode step (vLLM's Kimi-K2.5 rows on GB200: ~175 ms at 1K and at 8K prompts).
     "vllm-2026": EngineModel(
         name="vllm-2026",

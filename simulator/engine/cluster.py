@@ -308,8 +308,6 @@ def prepare_table(config: RunConfig, table, reporter: RunProgress | None):  # no
         from simulator.workload.generate import generate_requests
 
         workload = config.workload
-        from simulator.config.errors import ConfigError
-
         filtered = workload.trace is None and workload.max_total_tokens is None
         if filtered:
             # Built-in length distributions are filtered to the model's context, as the papers
@@ -323,9 +321,9 @@ def prepare_table(config: RunConfig, table, reporter: RunProgress | None):  # no
             if not (filtered and err.field == "workload.max_total_tokens"):
                 raise
             # The limit was the replica's context, not a --max-total-tokens the user gave: say so.
-            raise ConfigError("replica.max_model_len", f"the {workload.name} workload's requests are held to the "
-                              f"context of {workload.max_total_tokens:,} tokens, and {err.problem.split(' keeps ', 1)[-1]}"
-                              " fit it", "raise --max-model-len (or pass --max-total-tokens for the workload)") from None
+            raise ConfigError("replica.max_model_len", f"{err.problem} (the {workload.name} workload is held to the "
+                              "replica's context)", "raise --max-model-len (or pass --max-total-tokens for the "
+                              "workload)") from None
     return table, getattr(table, "source", "request table"), router_rng
 
 

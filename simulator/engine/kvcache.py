@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, SchedulerConfig
-from simulator.costmodel.base import split_layers
+from simulator.costmodel.base import BatchShape, split_layers
 from simulator.workload.request import Request
 
 GiB = 1024**3
@@ -77,6 +77,25 @@ def activation_reserve_bytes(replica: ReplicaConfig, max_num_batched_tokens: int
     per_token = (m.q_size // tp + 2 * kv_per_gpu + (3 if m.gated_mlp else 2) * mlp_width // tp + 4 * m.hidden_size) * db
     logits = min(max_num_seqs, max_num_batched_tokens) * m.vocab_size * 4
     return NON_TORCH_RESERVE_BYTES + max_num_batched_tokens * per_token + logits
+
+
+def batch_fit_problem(replica: ReplicaConfig, shape: BatchShape) -> tuple[str, str] | None:
+    """Why ``replica`` could not run the batch ``shape`` as one iteration, as ``(what, problem)``
+    with ``what`` one of ``prefill`` (a chunk and the tokens before it beyond the model's context),
+    ``decode`` (a decode's KV beyond it) or ``kv`` (the batch's KV beyond the cache the memory plan
+    leaves); None if it could. The callers (predict, tau) name their own flags."""
+    limit = replica.effective_max_model_len
+    if shape.prefill_max_kv > limit:
+        return "prefill", (f"a chunk reaches {shape.prefill_max_kv} tokens with the tokens before it, beyond "
+                           f"{replica.model}'s context of {limit}")
+    if shape.decode_max_kv > limit:
+        return "decode", f"a decode's KV of {shape.decode_max_kv} tokens is beyond {replica.model}'s context of {limit}"
+    kv_tokens = shape.prefill_kv_tokens + shape.decode_kv_tokens
+    capacity = plan_memory(replica, max(shape.num_tokens, 1), max(shape.num_prefills + shape.num_decodes, 1)).num_kv_tokens
+    if kv_tokens > capacity:
+        return "kv", (f"the batch holds {kv_tokens} KV tokens, but {replica.model} on {replica.tp}x{replica.gpu} "
+                      f"keeps {capacity} in its KV cache")
+    return None
 
 
 def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seqs: int) -> MemoryPlan:

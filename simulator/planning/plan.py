@@ -301,8 +301,7 @@ def unread_space_options(base: RunConfig, modes: Sequence[str]) -> dict[str, tup
     if "disagg" not in modes:
         out["--ratios"] = ("it sets the prefill:decode replicas of disaggregated layouts, and --modes "
                            f"{','.join(modes)} searches none", "add disagg to --modes, or drop --ratios")
-    model = get_model(base.replica.model)
-    if not getattr(model, "num_experts", 0):  # as enumerate_layouts: attention DP is searched for MoE models
+    if not base.replica.model_spec.is_moe:  # as enumerate_layouts: attention DP is searched for MoE models
         out["--attention-dps"] = (f"attention DP is searched for MoE models only, and {base.replica.model} has no "
                                   "experts", "drop --attention-dps for a dense model")
     elif "agg" not in modes:

@@ -345,6 +345,25 @@ def test_tau_fits_the_slo_and_grows_with_it():
     assert impossible.tau == 0 and "decodes alone" in impossible.reason
 
 
+def test_tau_decode_batch_counts_whole_blocks():
+    """The default decode batch is what the paged cache holds: each sequence whole blocks of
+    --block-size tokens, so a block larger than a request's tokens halves the batch."""
+    from simulator.engine.replica import build_scheduler
+    from simulator.planning.tau import workload_mix
+
+    base = RunConfig().replace(replica__model="llama-3.1-70b", replica__tp=2, replica__max_model_len=4096,
+                               scheduler__max_num_seqs=100_000, workload__name="fixed",
+                               workload__prompt_tokens=100, workload__output_tokens=20)
+    batches = {}
+    for size in (16, 128, 256):
+        config = base.replace(replica__block_size=size)
+        _, plan = build_scheduler(config)
+        per_seq = -(-120 // size)  # 120 tokens a sequence, in whole blocks
+        batches[size] = workload_mix(config).num_decodes
+        assert batches[size] == plan.num_blocks // per_seq
+    assert batches[256] < batches[128]
+
+
 def test_cli_tau_json_and_plot(tmp_path):
     result = runner.invoke(app, ["tau", "--model", "mistral-7b", "--tbt-slo", "0.2", "--num-decodes", "16",
                                  "--plot", str(tmp_path / "tau"), "--json"])

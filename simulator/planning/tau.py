@@ -15,7 +15,8 @@ Defaults come from the workload (a seeded sample of its request lengths):
 ``decode_context`` = mean of ``prompt + output / 2`` (a decode is on average half way
 through its output), ``chunk_context`` = half the mean prompt, and ``num_decodes`` = the
 largest decode batch the replica can hold for that workload:
-``min(max_num_seqs, KV tokens / mean(prompt + output))``. That is the worst case at high
+``min(max_num_seqs, KV blocks / mean(blocks of prompt + output))`` (whole blocks of
+``--block-size`` tokens, as the paged cache holds them). That is the worst case at high
 load, so the chosen tau is safe there; pass smaller counts for a lighter operating point.
 
 The *knee* is where the linear layers (QKV, output projection, MLP GEMMs) turn from
@@ -112,12 +113,12 @@ def workload_mix(config: RunConfig, num_decodes: int | None = None, decode_conte
     table = generate_requests(workload, np.random.default_rng(config.seed))
     prompt = np.asarray(table.num_prompt_tokens, dtype=np.float64)
     output = np.asarray(table.num_output_tokens, dtype=np.float64)
-    footprint = float(np.mean(prompt + output))
     if num_decodes is None:
         sched, plan = build_scheduler(config)
-        # a hybrid's sequence also holds its recurrent state's blocks
-        held = footprint + plan.num_state_blocks * plan.block_size
-        num_decodes = int(min(sched.max_num_seqs, plan.num_kv_tokens // max(held, 1.0)))
+        # The cache is paged: a sequence holds whole blocks (its last one part-filled), and a
+        # hybrid's also its recurrent state's blocks.
+        blocks_per_seq = float(np.mean(np.ceil((prompt + output) / plan.block_size))) + plan.num_state_blocks
+        num_decodes = int(min(sched.max_num_seqs, plan.num_blocks // max(blocks_per_seq, 1.0)))
     return DecodeMix(
         num_decodes=num_decodes,
         decode_context=int(round(np.mean(prompt + output / 2))) if decode_context is None else decode_context,

@@ -253,7 +253,7 @@ def _readme(rows: pd.DataFrame, summary: pd.DataFrame, fitted: dict[str, EngineM
     v = vidur.dropna(subset=["predicted_s"])
     verr = np.abs(v.error.to_numpy())
     fit_lines = [f"- `{n}`: " + ", ".join(f"{k}={val}" for k, val in e.to_dict().items()
-                                          if k not in ("name", "source", "fitted") and val not in (0.0, (), [], False))
+                                          if k not in ("name", "source", "fitted") and val not in (0.0, (), [], False, None))
                  for n, e in fitted.items()]
     from simulator.config.run_config import ReplicaConfig
     from simulator.engine.kvcache import plan_memory

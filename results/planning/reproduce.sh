@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate results/planning (about 3 + 1.5 minutes on two shared cores):
+# Regenerate results/planning (two plans, about 20 s each on two shared cores):
 #   bash results/planning/reproduce.sh
 # The worked example prices kernels from AIConfigurator's vLLM tables (../shared/data/profiles/aiconfigurator);
 # the second plan, the same question with the calibrated roofline instead, needs no data; it also asks

@@ -78,7 +78,7 @@ def test_the_roofline_prices_tp_and_ep_collectives_over_the_nics() -> None:
 
     def all_reduce(link: str) -> np.ndarray:
         rep = ReplicaConfig("llama-2-70b", "h100-sxm", tp=16, num_nodes=2, allow_tp_across_nodes=True,
-                            inter_node_link=link)
+                            inter_node_link=link, roofline_calibration="2023")  # the closed form below: 2023's
         rf = RooflineCostModel(rep)
         nbytes = t * rf.model.hidden_size * rf.dtype_bytes
         want = 2.0 * 15 / 16 * nbytes / (rf.topology.tp_ring_bytes_per_s * rf.cal.allreduce_bus_eff) \
@@ -94,7 +94,8 @@ def test_nvl72_tp16_all_reduce_runs_over_nvlink() -> None:
     from simulator.costmodel.roofline import RooflineCostModel
 
     gb200 = get_gpu("gb200")
-    rep = ReplicaConfig("llama-2-70b", "gb200", tp=16, num_nodes=2)  # no --allow-tp-across-nodes needed in a rack
+    # no --allow-tp-across-nodes needed in a rack; 2023 constants: the closed form below has no per-GPU latency
+    rep = ReplicaConfig("llama-2-70b", "gb200", tp=16, num_nodes=2, roofline_calibration="2023")
     topo = topology_for(rep)
     assert topo.tp_spans_nodes and topo.tp_in_nvlink_domain and "NVLink domain" in topo.describe()
     assert topo.tp_ring_bytes_per_s == gb200.nvlink_bytes_per_s and topo.tp_ring_latency_s == 5e-6

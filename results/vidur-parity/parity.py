@@ -63,6 +63,9 @@ VIDUR_SEED = 42  # Vidur's default seed (its request generators and set_seeds)
 # The engine preset of every run here, pinned by name (a reproduction of a 2023-24 stack; the run
 # default has since become today's vLLM, vllm-2026).
 ENGINE = "vllm-2023-splitwise"
+# The roofline's constants, pinned: these tables were made under the 2023 calibration (the run default is now
+# 'today', fitted to today's kernel tables; a rerun under it is a separate change).
+CALIBRATION = "2023"
 
 # Vidur's figures from the issue-13 run (seconds; TBT = decode_token_execution_plus_preemption_time).
 VIDUR = {
@@ -226,7 +229,7 @@ def run_one(scheduler: str, artifact: Path, seed: int, table: RequestTable | Non
     options = {"model": MODEL, "gpu": GPU, "tp": TP, "scheduler": scheduler, "trace": str(TRACE),
                "max_total_tokens": MAX_TOKENS, "over_length": "clip", "qps": QPS, "num_requests": NUM_REQUESTS,
                "cost_model": str(artifact), "seed": seed, "num_gpu_blocks": num_gpu_blocks,
-               "engine": ENGINE}
+               "engine": ENGINE, "roofline_calibration": CALIBRATION}
     if scheduler == "sarathi":
         options["chunk_size"] = CHUNK
     s = summarize(simulate(build_config(**options), table=table))
@@ -235,7 +238,7 @@ def run_one(scheduler: str, artifact: Path, seed: int, table: RequestTable | Non
 
 
 def run_all(artifact: Path, seeds: list[int]) -> pd.DataFrame:
-    blocks = vidur_num_blocks(ReplicaConfig(MODEL, GPU, tp=TP))
+    blocks = vidur_num_blocks(ReplicaConfig(MODEL, GPU, tp=TP, roofline_calibration=CALIBRATION))
     vidur_table = vidur_request_table()
     plan = [(sched, cfg, seed) for sched in VIDUR for cfg in ("own", "own+kv") for seed in seeds]
     plan += [(sched, cfg, VIDUR_SEED) for sched in VIDUR for cfg in CONFIGS if cfg.startswith("vidur")]
@@ -268,7 +271,7 @@ def parity_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def price_table(artifact: Path) -> pd.DataFrame:
-    replica = ReplicaConfig(MODEL, GPU, tp=TP)
+    replica = ReplicaConfig(MODEL, GPU, tp=TP, roofline_calibration=CALIBRATION)
     ours = load_cost_model(str(artifact), replica)
     emulated = VidurPricing(ours)
     rule = VidurRulePrice(replica)

@@ -101,7 +101,8 @@ def _loo(frame: Any, keys: list[str], axis: str, mode: str) -> Any:
 
 
 def _roofline(system: str, family: str, frame: Any, dtype: str) -> np.ndarray:
-    """The calibrated roofline's price of each row (NaN where the catalog lacks the GPU)."""
+    """The 2023-calibrated roofline's price of each row (NaN where the catalog lacks the GPU); the 'today'
+    columns are priced apart."""
     from simulator.config.catalog import GPUS
     from simulator.config.run_config import ReplicaConfig
     from simulator.costmodel.roofline import RooflineCostModel
@@ -114,7 +115,8 @@ def _roofline(system: str, family: str, frame: Any, dtype: str) -> np.ndarray:
     if family == "moe":
         model = "mixtral-8x7b"
     try:
-        rf = RooflineCostModel(ReplicaConfig(model=model, gpu=gpu, tp=1, dtype=rep_dtype), table_tokens=1)
+        rf = RooflineCostModel(ReplicaConfig(model=model, gpu=gpu, tp=1, dtype=rep_dtype, roofline_calibration="2023"),
+                               table_tokens=1)
     except Exception:  # noqa: BLE001 - a dtype the GPU cannot run: no roofline column
         return np.full(len(frame), np.nan)
     out = np.empty(len(frame))

@@ -66,7 +66,7 @@ def load_tables(root: str | Path | None = None) -> pd.DataFrame:
 
 
 def _roofline(tp: int) -> RooflineCostModel:
-    return RooflineCostModel(ReplicaConfig(MODEL, GPU, tp=tp), table_tokens=1)
+    return RooflineCostModel(ReplicaConfig(MODEL, GPU, tp=tp, roofline_calibration="2023"), table_tokens=1)
 
 
 def gate_gemm(rf: RooflineCostModel, tokens: np.ndarray) -> np.ndarray:
@@ -170,7 +170,7 @@ def _decode_layer_rows(rows: pd.DataFrame, train: pd.DataFrame) -> pd.DataFrame:
     for tp in TP_DEGREES:
         # The tables' expert times do not change with TP: whole experts on every rank, i.e. experts
         # spread over the ranks (ep = tp), each rank running touched / tp of them.
-        rf = RooflineCostModel(ReplicaConfig(MODEL, GPU, tp=tp, ep=tp), table_tokens=1)
+        rf = RooflineCostModel(ReplicaConfig(MODEL, GPU, tp=tp, ep=tp, roofline_calibration="2023"), table_tokens=1)
         m = rf.model
         meas = {fam: g.sort_values("tokens") for fam, g in rows[rows["tp"] == tp].groupby("family")}
         fits = {fam: fit_curve(g["tokens"].to_numpy(), g["measured_s"].to_numpy(), seed=SEED)[0]

@@ -25,8 +25,11 @@ __all__ = ["ENGINES", "BatchShape", "CostModel", "EngineCostModel", "EngineModel
 
 
 def load_cost_model(spec: str, replica: ReplicaConfig, engine: str | EngineModel | None = None) -> CostModel:
-    kernels = _load_kernels(spec, replica, engine)
-    return kernels if engine is None else EngineCostModel(kernels, load_engine(engine))
+    # Resolved once, so the roofline takes its 'today' backend from the engine model's name (an artifact saved
+    # from vllm-2026 is vLLM's, whatever its file is called) and the engine file is read once.
+    model = None if engine is None else load_engine(engine)
+    kernels = _load_kernels(spec, replica, model)
+    return kernels if model is None else EngineCostModel(kernels, model)
 
 
 def _load_kernels(spec: str, replica: ReplicaConfig, engine: str | EngineModel | None = None) -> CostModel:

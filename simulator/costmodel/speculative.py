@@ -104,14 +104,15 @@ class DraftReplicaConfig(ReplicaConfig):
 
 
 def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConfig:
-    """The draft model's layout: the target's GPU and numerics, ``draft_tp`` GPUs."""
+    """The draft model's layout: the target's GPU, numerics and roofline constants, ``draft_tp`` GPUs."""
     assert spec.draft_model is not None
     model = draft_spec(spec.draft_model)
     if model.num_heads % spec.draft_tp:
         raise ConfigError("speculative.draft_tp", f"draft_tp={spec.draft_tp} does not divide {model.name}'s "
                           f"{model.num_heads} heads", "use draft_tensor_parallel_size 1")
     return DraftReplicaConfig(model=model.name, gpu=target.gpu, tp=spec.draft_tp, dtype_bytes=target.dtype_bytes,
-                              num_nodes=1, block_size=target.block_size, draft=model)
+                              num_nodes=1, block_size=target.block_size, draft=model,
+                              roofline_calibration=target.roofline_calibration)
 
 
 _SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))  # SpecBatchShape.of, per step

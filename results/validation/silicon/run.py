@@ -50,6 +50,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "baseline was made; the run default is now vllm-2026)")
     p.add_argument("--kernels", default=None, help="kernel prices: roofline (default), vllm, sglang, trtllm "
                    "(AIConfigurator's tables), or 'backend' for each row's own engine's tables")
+    p.add_argument("--roofline-calibration", default="2023",
+                   help="the roofline's constants: 2023 (default: the committed baseline's) or today")
     p.add_argument("--budget", type=int, default=None, help="token budget per step (default 8192)")
     p.add_argument("--range-ratio", type=float, default=0.1, help="lengths banded around ISL/OSL as vllm bench's "
                    "--random-range-ratio (default 0.1; 0 = exactly nominal, which keeps a closed loop's users in "
@@ -77,7 +79,8 @@ def run_row(row, args: argparse.Namespace) -> dict:
 
     config = row_config(row, requests_per_user=args.requests_per_user, max_requests=args.max_requests,
                         budget=args.budget or DEFAULT_BUDGET, range_ratio=args.range_ratio, engine=args.engine,
-                        extra=_kernel_changes(args.kernels, row.backend))
+                        extra={**_kernel_changes(args.kernels, row.backend),
+                               "replica__roofline_calibration": args.roofline_calibration})
     started = time.perf_counter()
     result = simulate(config, record_iterations=False)
     cols = request_columns(result)

@@ -98,7 +98,7 @@ def run_variant(rows: pd.DataFrame, variant: str, args: argparse.Namespace, kv_l
             config = row_config(r, requests_per_user=args.requests_per_user, max_requests=args.max_requests,
                                 budget=budget, range_ratio=rr, range_style=style, engine=f"{r.backend}-2026", warmup_mode=mode,
                                 **({"kv_link": link} if link else {}),
-                                extra={"replica__kernels": r.backend,
+                                extra={"replica__kernels": r.backend, "replica__roofline_calibration": "2023",
                                        "replica__max_model_len": int(r.isl) + int(r.osl) + 16,
                                        # as the committed tables were made: one KV link for all
                                        # transfers (2 of the 66 rows have several prefill workers;

@@ -133,7 +133,7 @@ def test_selector_validates_and_round_trips():
     back = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
     assert back == cfg and back.replica.roofline_calibration == "today"
     assert ReplicaConfig(roofline_calibration=2023).roofline_calibration == "2023"  # a JSON number is the year
-    assert ReplicaConfig().roofline_calibration == "2023"  # the default
+    assert ReplicaConfig().roofline_calibration == "today"  # the default
     with pytest.raises(ConfigError, match="roofline_calibration"):
         ReplicaConfig(roofline_calibration="2024")
     from simulator.config.options import RUN_OPTIONS
@@ -142,13 +142,19 @@ def test_selector_validates_and_round_trips():
 
 
 @pytest.mark.skipif(not TODAY, reason="no 'today' calibration written yet")
-def test_today_calibration_prices_runs_and_refuses_unmeasured_gpus():
+def test_today_calibration_prices_runs_and_keeps_2023_for_unmeasured_gpus():
     rf = RooflineCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", roofline_calibration="today"))
     assert rf.cal == calibration_for("h100-sxm", "today") != calibration_for("h100-sxm")
     assert rf.cal.cpu_overhead_s == calibration_for("h100-sxm").cpu_overhead_s  # CPU terms stay 2023's
     assert "AIConfigurator" in rf.cal.source
-    with pytest.raises(ConfigError, match="roofline_calibration"):
-        RooflineCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="mi300x", roofline_calibration="today"))
+    # A GPU of no measured generation keeps its 2023 constants, and the header says so.
+    from simulator.costmodel.calibration import describe, today_generation
+
+    mi = RooflineCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="mi300x", roofline_calibration="today"))
+    assert today_generation("mi300x") is None and mi.cal == calibration_for("mi300x", "2023")
+    assert "no measured generation for mi300x" in describe("today", "mi300x")
+    assert describe("today", "h100-sxm", engine="vllm-2026") == "today (hopper, vllm's kernels)"
+    assert describe("2023", "h100-sxm") == "2023"
 
 
 def _summary(**replica: object) -> dict:
@@ -161,10 +167,10 @@ def _summary(**replica: object) -> dict:
 
 
 @pytest.mark.skipif(not TODAY, reason="no 'today' calibration written yet")
-def test_2023_is_the_default_and_today_moves_prices():
+def test_today_is_the_default_and_2023_moves_prices():
     default = _summary()
-    assert repr(_summary(roofline_calibration="2023")) == repr(default)  # bit for bit
-    assert _summary(roofline_calibration="today")["tpot_s_p50"] != default["tpot_s_p50"]
+    assert repr(_summary(roofline_calibration="today")) == repr(default)  # bit for bit
+    assert _summary(roofline_calibration="2023")["tpot_s_p50"] != default["tpot_s_p50"]
 
 
 @pytest.mark.skipif(not TODAY, reason="no 'today' calibration written yet")

@@ -158,11 +158,15 @@ def _features(df: pd.DataFrame, kernels_by_tp: dict[int, EngineCostModel], thres
     return _Features(np.array(kernel), names, matrix, df.tp.to_numpy(int))
 
 
-def _kernel_models(df: pd.DataFrame, model: str, gpu: str, cost_model: str) -> dict[int, EngineCostModel]:
+def _kernel_models(df: pd.DataFrame, model: str, gpu: str, cost_model: str,
+                   calibration: str = "today") -> dict[int, EngineCostModel]:
+    """The kernels alone per TP degree, over the roofline's ``calibration`` (the run default's, so a fitted
+    engine is used over the prices it was fitted on; Splitwise's 2023 preset over 2023's)."""
     from simulator.costmodel import load_cost_model
 
     ideal = replace(ENGINES["ideal"], overlap_cpu=False)
-    return {int(t): load_cost_model(cost_model, ReplicaConfig(model=model, gpu=gpu, tp=int(t)), ideal)
+    return {int(t): load_cost_model(cost_model, ReplicaConfig(model=model, gpu=gpu, tp=int(t),
+                                                              roofline_calibration=calibration), ideal)
             for t in sorted({int(t) for t in df.tp})}
 
 
@@ -192,11 +196,13 @@ def _engine_from(theta: np.ndarray, names: list[str], base: EngineModel, **meta:
     return replace(base, **terms, **meta)
 
 
-def predict_rows(df: pd.DataFrame, engine: EngineModel, model: str, gpu: str, cost_model: str = "roofline") -> np.ndarray:
-    """Predicted seconds of every row of an iteration table under ``engine``."""
+def predict_rows(df: pd.DataFrame, engine: EngineModel, model: str, gpu: str, cost_model: str = "roofline",
+                 calibration: str = "today") -> np.ndarray:
+    """Predicted seconds of every row of an iteration table under ``engine`` (over the roofline's ``calibration``)."""
     from simulator.costmodel import load_cost_model
 
-    models = {int(t): load_cost_model(cost_model, ReplicaConfig(model=model, gpu=gpu, tp=int(t)), engine)
+    models = {int(t): load_cost_model(cost_model, ReplicaConfig(model=model, gpu=gpu, tp=int(t),
+                                                                roofline_calibration=calibration), engine)
               for t in sorted({int(t) for t in df.tp})}
     return np.array([models[int(r.tp)].iteration_time(row_shape(r)) for r in df.itertuples(index=False)])
 
@@ -299,14 +305,15 @@ def splitwise_iteration_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 def fit_splitwise(table: pd.DataFrame, gpus: list[str], cost_model: str = "roofline",
                   name: str = "vllm-2023-splitwise") -> EngineModel:
-    """One synchronous engine over the acceptance rows of ``gpus`` (kernel model per GPU)."""
+    """One synchronous engine over the acceptance rows of ``gpus`` (kernel model per GPU, the roofline's 2023
+    constants: the preset reproduces a 2023 vLLM over 2023's kernels)."""
     from scipy.optimize import nnls  # noqa: F401 - fail early without scipy
 
     sub = table[table.acceptance & table.gpu.isin(gpus)].reset_index(drop=True)
     threshold = ENGINES["vllm-2023-splitwise"].prefill_excess_threshold_tokens
     parts, kernel, measured, names = [], [], [], None
     for (model, gpu), part in sub.groupby(["model", "gpu"], sort=True):
-        feats = _features(part, _kernel_models(part, model, gpu, cost_model), threshold, DEFAULT_FIT_TERMS)
+        feats = _features(part, _kernel_models(part, model, gpu, cost_model, "2023"), threshold, DEFAULT_FIT_TERMS)
         names = names or feats.names
         if feats.names != names:  # different TP sets per GPU: align columns by name
             frame = pd.DataFrame(feats.matrix, columns=feats.names).reindex(columns=names, fill_value=0.0)

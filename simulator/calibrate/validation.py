@@ -48,9 +48,10 @@ def default_data() -> Path:
 
 
 def _predict(table: pd.DataFrame, engine: EngineModel) -> np.ndarray:
+    """Every row under ``engine`` over the roofline's 2023 constants, the kernels these 2023 engines ran."""
     out = np.zeros(len(table))
     for (model, gpu), part in table.groupby(["model", "gpu"]):
-        out[table.index.get_indexer(part.index)] = predict_rows(part, engine, model, gpu)
+        out[table.index.get_indexer(part.index)] = predict_rows(part, engine, model, gpu, calibration="2023")
     return out
 
 
@@ -108,7 +109,8 @@ def vidur_cpu_comparison(data: Path) -> pd.DataFrame:
             tp = int(r.tensor_parallel_degree)
             try:
                 name = r.model_name.replace("-Instruct", "")  # same shape as the base model
-                cm = load_cost_model("roofline", ReplicaConfig(model=name, gpu="a100-80gb", tp=tp), engine)
+                cm = load_cost_model("roofline", ReplicaConfig(model=name, gpu="a100-80gb", tp=tp,
+                                                              roofline_calibration="2023"), engine)
             except ConfigError as exc:
                 rows.append({"gpu": path.parent.name, "model": r.model_name, "tp": tp, "batch": r.batch_size,
                              "measured_s": measured, "predicted_s": np.nan, "note": str(exc)})

@@ -145,12 +145,11 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         from simulator.costmodel.aic.tables import describe
 
         kernels = f" · kernels: {describe(r.gpu, r.kernels)}"
-    if r.roofline_calibration != "2023":  # the roofline's constants (its own ops, or the tables' gaps)
-        from simulator.costmodel.calibration import GENERATION, POOLED, roofline_backend
+    from simulator.costmodel import load_engine
+    from simulator.costmodel.calibration import describe
 
-        whose = roofline_backend(r.kernels, config.engine)  # the engine backend whose fit it uses
-        whose = "every backend's kernels pooled" if whose == POOLED else f"{whose} kernels"
-        kernels += f" · roofline calibration: {r.roofline_calibration} ({GENERATION.get(r.gpu, '-')}, {whose})"
+    kernels += (f" · roofline calibration: "
+                f"{describe(r.roofline_calibration, r.gpu, r.kernels, load_engine(config.engine))}")
     w = config.workload
     if w.trace is not None and w.arrival != "trace":  # the trace's timestamps are not used: say so
         arrivals = {"poisson": "Poisson", "gamma": "gamma", "fixed": "fixed-rate", "burst": "burst"}[w.arrival]

@@ -104,9 +104,10 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
     "kernels": ("replica__kernels", str, "Kernel prices: roofline (calibrated), or the GPU's measured vllm, sglang or "
                 "trtllm kernel tables (NVIDIA AIConfigurator's database in ../shared/data)."),
-    "roofline_calibration": ("replica__roofline_calibration", str, "Roofline constants: 2023 (Vidur/LLMServingSim "
-                             "profiles; the paper reproductions') or today (fitted per GPU generation to "
-                             "AIConfigurator's tables of vLLM/SGLang/TensorRT-LLM kernels)."),
+    "roofline_calibration": ("replica__roofline_calibration", str, "Roofline constants: today (the default: fitted per GPU "
+                             "generation to AIConfigurator's tables of vLLM/SGLang/TensorRT-LLM kernels; a GPU of "
+                             "no measured generation keeps 2023's) or 2023 (Vidur/LLMServingSim profiles; the paper "
+                             "reproductions')."),
     "engine": ("engine", str, "Engine overheads: a preset (vllm-2026, the default: today's vLLM; sglang-2026 "
                "(with --scheduler sglang), trtllm-2026, fitted over their --kernels; vllm-v1; the 2023 vllm-2023-splitwise and "
                "sarathi-2023-vidur of the paper reproductions; ideal, handset) or an artifact from "

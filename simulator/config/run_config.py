@@ -80,8 +80,8 @@ KV_CACHE_DTYPES = KV_CACHE_FORMATS
 # (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates
 # without importing the cost models.
 KERNEL_TABLES = ("roofline", "vllm", "sglang", "trtllm")
-# Roofline efficiency constants (simulator.costmodel.calibration): 2023 (Vidur/LLMServingSim profiles, the
-# paper reproductions') or today (fitted per GPU generation to AIConfigurator's kernel tables).
+# Roofline efficiency constants (simulator.costmodel.calibration): today (the default: fitted per GPU generation
+# to AIConfigurator's kernel tables) or 2023 (Vidur/LLMServingSim profiles, the paper reproductions').
 ROOFLINE_CALIBRATIONS = ("2023", "today")
 # Prefix cache rules (simulator.engine.prefix_cache): vLLM V1's LRU of freed blocks, SGLang's LRU of radix leaves.
 PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
@@ -142,7 +142,10 @@ class ReplicaConfig:
     num_gpu_blocks: int | None = None  # KV blocks per replica, overriding the memory plan (vLLM's num_gpu_blocks_override)
     kernels: str = "roofline"  # kernel prices: roofline, or the vllm / sglang / trtllm kernel tables of the GPU
     attention_dp: int = 1  # attention data-parallel ranks (each tp GPUs, its own batch and KV cache)
-    roofline_calibration: str = "2023"  # the roofline's constants: ROOFLINE_CALIBRATIONS
+    # The roofline's constants (ROOFLINE_CALIBRATIONS): today's kernels, fitted per GPU generation (a GPU of no
+    # measured generation, e.g. MI300X or a GPU file, keeps the 2023 constants and the run header says so);
+    # 2023 for the paper reproductions, which pin it.
+    roofline_calibration: str = "today"
 
     def __post_init__(self) -> None:
         # Canonicalise names so an HF id and the short name give identical configs.

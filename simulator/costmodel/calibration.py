@@ -263,11 +263,31 @@ def roofline_backend(kernels: str = "roofline", engine: object = None) -> str:
     return first if first in KERNEL_BACKENDS else POOLED
 
 
+def today_generation(gpu_name: str) -> str | None:
+    """The GPU generation whose 'today' constants price ``gpu_name``; None where none was measured
+    (its runs keep the 2023 constants)."""
+    generation = GENERATION.get(gpu_name)
+    return generation if generation in TODAY else None
+
+
+def describe(which: str, gpu_name: str, kernels: str = "roofline", engine: object = None) -> str:
+    """What a run header says of the roofline's constants: ``2023``, or ``today`` with the generation
+    and the backend whose fit prices the run (or that no generation was measured for the GPU)."""
+    if which != "today":
+        return which
+    generation = today_generation(gpu_name)
+    if generation is None:
+        return f"today (no measured generation for {gpu_name}: its 2023 constants)"
+    whose = roofline_backend(kernels, engine)
+    return f"today ({generation}, {'every backend' if whose == POOLED else whose}'s kernels)"
+
+
 def calibration_for(gpu_name: str, which: str = "2023", backend: str | None = None,
                     weight_format: str | None = None) -> RooflineCalibration:
     """The roofline calibration of a GPU: ``2023`` (Vidur/LLMServingSim profiles; the paper
     reproductions') or ``today`` (its generation's fit to AIConfigurator's kernel tables: ``backend``'s
-    constants, :data:`POOLED` ones for None or a backend without its own), with ``weight_format``'s
+    constants, :data:`POOLED` ones for None or a backend without its own; a GPU of no measured generation
+    keeps its 2023 constants, :func:`today_generation`), with ``weight_format``'s
     MoE expert lane (:meth:`RooflineCalibration.for_weights`) where given."""
     if which == "2023":
         cal = BY_GPU.get(gpu_name, DEFAULT)
@@ -277,11 +297,9 @@ def calibration_for(gpu_name: str, which: str = "2023", backend: str | None = No
     if which != "today":
         raise ConfigError("replica.roofline_calibration", f"unknown calibration {which!r}",
                           f"use one of {', '.join(CALIBRATIONS)}")
-    generation = GENERATION.get(gpu_name)
-    if generation not in TODAY:
-        have = sorted(g for g, gen in GENERATION.items() if gen in TODAY)
-        raise ConfigError("replica.roofline_calibration", f"no 'today' calibration for GPU {gpu_name!r}",
-                          f"use --roofline-calibration 2023, or a GPU of a measured generation: {', '.join(have)}")
+    generation = today_generation(gpu_name)
+    if generation is None:  # no measured generation (MI300X, a GPU file): the 2023 constants, as the header says
+        return calibration_for(gpu_name, "2023", weight_format=weight_format)
     fits = TODAY[generation]
     cal = replace(BY_GPU.get(gpu_name, DEFAULT), **fits.get(backend or POOLED, fits[POOLED]))
     return cal.for_weights(weight_format) if weight_format else cal

@@ -4,8 +4,9 @@ Aggregated rows of ``silicon_train.csv`` (the fit report's harness: closed loop 
 loaded as the row's client most likely did (``fit_report.py --client benchmark``), its sample of ``--sample``
 rows per backend x GPU x model), each run under
 
-- ``2023default``: ``vllm-2023-splitwise`` over the roofline (2023 calibration): the run default until now;
-- ``2026_2023``: ``vllm-2026`` over the same roofline: the run default now;
+- ``2023default``: ``vllm-2023-splitwise`` over the roofline (2023 calibration): the first run default;
+- ``2026_2023``: ``vllm-2026`` over the same roofline: the run default after it;
+- ``2026_today``: ``vllm-2026`` over the roofline's 'today' constants: the run default now;
 - ``2026_tables``: ``vllm-2026`` over the row's backend's measured kernels (``--kernels``; gaps priced by the 'today' roofline).
 
     python results/validation/silicon/default_engine.py [--sample 3]     # ~10 minutes on two shared cores
@@ -31,6 +32,7 @@ sys.path.insert(0, str(HERE.parents[2]))
 CANDIDATES = {
     "2023default": {"engine": "vllm-2023-splitwise", "kernels": "roofline", "calibration": "2023"},
     "2026_2023": {"engine": "vllm-2026", "kernels": "roofline", "calibration": "2023"},
+    "2026_today": {"engine": "vllm-2026", "kernels": "roofline", "calibration": "today"},
     "2026_tables": {"engine": "vllm-2026", "kernels": None, "calibration": "today"},  # None: the row's backend
 }
 

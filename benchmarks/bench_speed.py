@@ -49,9 +49,11 @@ SIMULATE = [sys.executable, "-m", "simulator"]
 # benchmarks/README.md (made under it, then the run default; the default is now vllm-2026). Likewise the
 # scheduler: sarathi 512, the run default until vllm-v1.
 ENGINE = "vllm-2023-splitwise"
+# and the roofline's constants (2023's, the default until 'today' on 2026-12-02: benchmarks/README.md)
+CALIBRATION = "2023"
 ISSUE_RUN = ["run", "--model", "llama-2-70b", "--tp", "2", "--gpu", "a100-80gb", "--scheduler", "sarathi",
              "--chunk-size", "512", "--trace", str(TRACE), "--max-total-tokens", "4096", "--arrival", "poisson",
-             "--qps", "0.4", "--engine", ENGINE, "--json"]
+             "--qps", "0.4", "--engine", ENGINE, "--roofline-calibration", CALIBRATION, "--json"]
 # 90% of 0.5547 QPS: `simulate capacity` of ISSUE_RUN's setting at --tbt-slo 1.0 (one seed, roofline,
 # default engine vllm-2023-splitwise).
 HIGH_QPS = 0.499
@@ -136,7 +138,7 @@ def part_loop(args: argparse.Namespace) -> list[dict]:
             for label, qps in (("low load 0.4 QPS", 0.4), (f"near capacity {HIGH_QPS} QPS", HIGH_QPS)):
                 for ff in (True, False):
                     config = RunConfig(
-                        replica=ReplicaConfig("llama-2-70b", "a100-80gb", tp=2),
+                        replica=ReplicaConfig("llama-2-70b", "a100-80gb", tp=2, roofline_calibration=CALIBRATION),
                         scheduler=SchedulerConfig("sarathi", chunk_size=512),
                         workload=WorkloadConfig(trace=str(TRACE), arrival="poisson", qps=qps,
                                                 num_requests=args.loop_requests, max_total_tokens=4096),
@@ -156,7 +158,8 @@ def part_loop(args: argparse.Namespace) -> list[dict]:
 
 def part_capacity(args: argparse.Namespace) -> list[dict]:
     cmd = SIMULATE + ["capacity", "--model", "mistral-7b", "--scheduler", "sarathi", "--chunk-size", "512",
-                      "--tbt-slo", "0.1", "--engine", ENGINE, "--json"]
+                      "--tbt-slo", "0.1", "--engine", ENGINE, "--roofline-calibration", CALIBRATION,
+                      "--json"]
     # The default, --workers auto (here one process per CPU, at most 3): the trials the search
     # may need next run ahead (same result); --workers 1: one process.
     return [{"part": "capacity", "what": f"mistral-7b sarathi 512, strict 0.1 s, 1 seed, --workers {w}",
@@ -169,6 +172,7 @@ def part_cluster(args: argparse.Namespace) -> list[dict]:
                           "--workload", "sharegpt", "--qps", str(args.cluster_qps), "--num-requests",
                           str(args.cluster_requests), "--no-progress", "--json", "--out", tmp,
                           "--workers", str(args.cluster_workers), "--engine", ENGINE,
+                          "--roofline-calibration", CALIBRATION,
                           "--scheduler", "sarathi", "--chunk-size", "512"]  # the run default when the log was made
         return [{"part": "cluster", "what": f"{args.cluster_requests} requests, 16x llama-3-8b h100, "
                  f"{args.cluster_qps} QPS, --out, --workers {args.cluster_workers}", **timed(cmd)}]

@@ -364,3 +364,43 @@ def test_capacity_and_sweeps_accept_disaggregated_layouts(tmp_path) -> None:  # 
                        "grid": {"prefill_pool,decode_pool": [["1x(tp=1)", "1x(tp=1)"], ["2x(tp=1)", "1x(tp=2)"]]}})
     result = run_sweep(spec, tmp_path)
     assert result.num_failed == 0 and len(result.table) == 2
+
+
+def _tiny(prefill: str, blocks: int, max_len: int, n: int, prompt: int, output: int, ff: bool) -> object:
+    return simulate(RunConfig().replace(
+        replica__model="tiny-llama-1b", replica__num_gpu_blocks=blocks, replica__max_model_len=max_len,
+        prefill_pool=prefill, decode_pool="1x", workload__arrival="burst", workload__num_requests=n,
+        workload__name="fixed", workload__prompt_tokens=prompt, workload__output_tokens=output, fast_forward=ff))
+
+
+@pytest.mark.parametrize("ff", [True, False])
+def test_parked_blocks_make_a_pool_wait_not_fail(ff: bool) -> None:
+    """With KV parked (waiting to leave a prefill replica, or reserved on a decode replica for KV on its
+    way), a pool may admit nothing: orca reserves max_model_len per prompt beside a parked prompt, and a
+    decode replica may preempt its only running request. It waits for the transfer (it raised, found by
+    fuzzing); every request finishes, blocks balance, and the fast path agrees."""
+    orca = _tiny("1x(sched=orca)", 200, 2048, 2, 1000, 4, ff)
+    preempting = _tiny("1x", 40, 600, 12, 100, 400, ff)
+    for result in (orca, preempting):
+        df = request_frame(result)
+        assert (df["status"] == "finished").all()
+        assert result.disagg.final_free_blocks == result.disagg.num_blocks
+    assert request_frame(preempting)["num_preemptions"].sum() > 0
+    if ff:
+        for args in (("1x(sched=orca)", 200, 2048, 2, 1000, 4), ("1x", 40, 600, 12, 100, 400)):
+            assert request_frame(_tiny(*args, True)).equals(request_frame(_tiny(*args, False)))
+
+
+def test_a_prefill_pool_rejects_what_its_policy_cannot_reserve() -> None:
+    """orca admits a prompt only with max_model_len reserved: a prefill replica whose cache holds less
+    (one GPU of the run's two, a 20% watermark) rejects each request with that reason (it had raised)."""
+    config = RunConfig().replace(
+        replica__model="llama-3.2-3b", replica__gpu="a100-40gb", replica__tp=2, replica__gpu_memory_utilization=0.7,
+        scheduler__watermark=0.2, prefill_pool="1x(tp=1,sched=orca)", decode_pool="1x", kv_link="infiniband-200g",
+        workload__name="fixed", workload__prompt_tokens=1500, workload__output_tokens=16, workload__num_requests=3,
+        workload__arrival="burst")
+    df = request_frame(simulate(config))
+    assert (df["status"] == "rejected").all()
+    assert df["reject_reason"].str.contains("the orca policy reserves 131072 KV tokens but the prefill cache").all()
+    # The same prompts under vLLM's policy need only their own KV there, and finish.
+    assert (request_frame(simulate(config.replace(prefill_pool="1x(tp=1)")))["status"] == "finished").all()

@@ -119,7 +119,9 @@ class PrefillMixin:
     num_parked: int = 0
 
     def max_reserve_tokens(self, req: Request) -> int:
-        return req.num_prompt_tokens
+        # The prompt's KV, or what the policy reserves to admit it where that is more (orca and
+        # fastertransformer: max_model_len; trtllm: prompt and output).
+        return max(req.num_prompt_tokens, super().reserve_tokens(req))  # type: ignore[misc]
 
     def rejection_reason(self, req: Request) -> str | None:
         if req.num_prompt_tokens + req.num_output_tokens > self.max_model_len:  # type: ignore[attr-defined]
@@ -128,8 +130,10 @@ class PrefillMixin:
         if self.name == "vllm" and req.num_prompt_tokens > self.token_budget:  # type: ignore[attr-defined]
             return f"prompt {req.num_prompt_tokens} tokens exceeds the prefill pool's token budget {self.token_budget}"  # type: ignore[attr-defined]
         blocks: BlockManager = self.blocks  # type: ignore[attr-defined]
-        if blocks.blocks_for(req.num_prompt_tokens) > blocks.num_usable_blocks:
-            return f"prompt needs {req.num_prompt_tokens} KV tokens but the prefill cache holds {blocks.num_usable_blocks * blocks.block_size}"
+        need = self.max_reserve_tokens(req)
+        if blocks.blocks_for(need) > blocks.num_usable_blocks:
+            what = "prompt needs" if need == req.num_prompt_tokens else f"the {self.name} policy reserves"  # type: ignore[attr-defined]
+            return f"{what} {need} KV tokens but the prefill cache holds {blocks.num_usable_blocks * blocks.block_size}"
         return None
 
     def complete(self, batch: Batch, now: float) -> list[Request]:
@@ -201,8 +205,11 @@ class DecodeMixin:
 
 class ParkingReplicaMixin:
     """A replica whose cache may hold parked blocks (KV waiting for, or reserved by, a
-    transfer): with nothing running and the head of ``waiting`` not admissible it sleeps
-    until :meth:`wake`, instead of treating the empty batch as a policy bug."""
+    transfer): with nothing running and nothing admitted it sleeps until :meth:`wake` (a
+    transfer leaving frees blocks) or a landing transfer's submit, instead of treating the
+    empty batch as a policy bug. Parked blocks can leave too little for the head of ``waiting``
+    (its prompt, or the ``max_model_len`` that orca and fastertransformer reserve), or for the
+    request a preemption just sent back to ``waiting``."""
 
     def _take_batch(self) -> Batch | None:
         sched = self.scheduler  # type: ignore[attr-defined]
@@ -211,6 +218,11 @@ class ParkingReplicaMixin:
             if not sched.blocks.can_admit(head.num_prompt_tokens + head.num_generated):
                 return None
         return super()._take_batch()  # type: ignore[misc]
+
+    def _stalled(self) -> None:
+        if not self.scheduler.num_parked:  # type: ignore[attr-defined]
+            super()._stalled()  # type: ignore[misc]
+        # else: None, and the loop sleeps until a transfer frees or brings blocks
 
     def wake(self) -> None:
         wakeup = self._wakeup  # type: ignore[attr-defined]

@@ -173,7 +173,7 @@ class Replica:
         batch = scheduler.schedule()
         if not batch.requests and not batch.num_lockstep:  # len(batch) == 0, without the call
             if scheduler.waiting and not scheduler.running:
-                raise RuntimeError("scheduler returned an empty batch with only waiting requests")  # invariant
+                return self._stalled()
             return None
         if batch.admitted:
             now = self.env.now
@@ -181,6 +181,11 @@ class Replica:
                 if req.first_scheduled_at is None:
                     req.first_scheduled_at = now
         return batch
+
+    def _stalled(self) -> None:
+        """The policy admitted nothing with only waiting requests: on a plain replica every block is
+        free then, so the head of ``waiting`` fits (rejection saw to that) and this is a policy bug."""
+        raise RuntimeError("scheduler returned an empty batch with only waiting requests")  # invariant
 
     def run(self):  # noqa: ANN201 - SimPy generator
         """The loop: schedule, price, wait, complete (one SimPy timeout an iteration)."""

@@ -212,6 +212,37 @@ def test_a_cluster_whose_arrivals_tie_with_iterations_falls_back_to_the_joint_ru
     assert same_gaps(on.tbt, off.tbt) and on.sim_end_at == off.sim_end_at
 
 
+def test_an_arrival_its_replica_clock_cannot_land_on_falls_back_to_the_joint_run(partitioned: list[bool]) -> None:
+    """Replica by replica, an arrival is stamped at the joint run's time; where no delay from the
+    replica's own clock lands on it (0.237... + d jumps over 0.489...), the run falls back to the
+    joint run (it stamped the request an ulp early, scheduled before it arrived; found by fuzzing)."""
+    with pytest.raises(partitioned_runs._Tie):
+        partitioned_runs._delay_to(0.23700000000000002, 0.48900000000000005)
+    table = RequestTable(np.array([0.0, 0.44, 0.5, 0.955]), np.full(4, 10), np.full(4, 2), source="hand")
+    config = RunConfig(num_replicas=2)
+    on = simulate(config, table, token_times=True)
+    off = simulate(config.replace(fast_forward=False), table, token_times=True)
+    assert partitioned == [False]
+    assert request_frame(on).equals(request_frame(off)) and on.iteration_frame().equals(off.iteration_frame())
+    assert all(r.first_scheduled_at >= r.arrival_at for r in on.requests)
+
+
+def test_extrapolations_are_counted_for_the_iterations_run(learned: LearnedCostModel,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stretch is priced ahead of the horizon; only the iterations it applies count their
+    extrapolations (decodes past the fitted 2,048-token context here), so the count matches
+    the step-by-step run's (it counted every priced iteration: 738 against 595 in a fuzzed case)."""
+    artifact = learned.artifact
+    monkeypatch.setattr(engine, "load_cost_model", lambda name, replica, eng=None: EngineCostModel(
+        LearnedCostModel(replica, artifact), load_engine(eng or "ideal")))
+    config = RunConfig(workload=WorkloadConfig(name="uniform", prompt_tokens=1500, prompt_tokens_max=2000,
+                                               output_tokens=300, output_tokens_max=700, qps=2.0, num_requests=60))
+    on, off = simulate(config), simulate(config.replace(fast_forward=False))
+    assert off.extra["cost_model_extrapolations"] > 0
+    assert on.extra == off.extra
+    assert request_frame(on).equals(request_frame(off))
+
+
 # -- cost models: vectorised stretch pricing equals per-iteration pricing -------------------------
 
 def _synthetic_profile():  # noqa: ANN202

@@ -37,16 +37,21 @@ def runs_apart(config: RunConfig) -> bool:
 
 
 class _Tie(Exception):  # noqa: N818 - a signal, not an error
-    """An arrival coincides with an event of its replica: only the joint run orders them right."""
+    """An arrival coincides with an event of its replica, or its replica's clock cannot land on the
+    joint run's arrival time: only the joint run orders and stamps it right."""
 
 
 def _delay_to(now: float, at: float) -> float:
-    """The delay ``d`` with ``now + d == at`` exactly (SimPy schedules at ``now + delay``)."""
+    """The delay ``d`` with ``now + d == at`` exactly (SimPy schedules at ``now + delay``); raises
+    :class:`_Tie` where no float does (``at`` falls between two sums ``now + d``: the replica's own
+    clock would stamp the request an ulp off the joint run's)."""
     d = at - now
     while now + d < at:
         d = math.nextafter(d, math.inf)
     while now + d > at:
         d = math.nextafter(d, -math.inf)
+    if now + d != at:
+        raise _Tie
     return d
 
 

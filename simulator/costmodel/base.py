@@ -187,6 +187,16 @@ class CostModel(ABC):
         return (self.overhead_time(shape) + self.pre_time(shape)
                 + self.model.num_layers * self.layer_time(shape) + self.post_time(shape))
 
+    def extrapolation_mark(self) -> tuple | None:
+        """The state of the model's extrapolation counters (``num_extrapolations`` and its per-op
+        dict, in order), or None where it counts none; :meth:`rollback_extrapolations` restores it.
+        A fast path that prices iterations it may not apply counts only those it applies."""
+        counts = getattr(self, "extrapolations_by_op", None)
+        return None if counts is None else (self.num_extrapolations, tuple(counts.items()))  # type: ignore[attr-defined]
+
+    def rollback_extrapolations(self, mark: tuple) -> None:
+        self.num_extrapolations, self.extrapolations_by_op = mark[0], dict(mark[1])  # type: ignore[attr-defined]
+
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:
         """``iteration_time`` of ``num_iterations`` consecutive decode-only iterations of the

@@ -458,6 +458,12 @@ class EngineCostModel(CostModel):
     def num_extrapolations(self) -> int:
         return getattr(self.kernels, "num_extrapolations", 0)
 
+    def extrapolation_mark(self) -> tuple | None:
+        return self.kernels.extrapolation_mark()
+
+    def rollback_extrapolations(self, mark: tuple) -> None:
+        self.kernels.rollback_extrapolations(mark)
+
     # -- engine terms ----------------------------------------------------------------------------------------
     def cpu_time(self, shape: BatchShape) -> float:
         return (self.cpu_fixed_s + self.cpu_seq_s * (shape.num_prefills + shape.num_decodes)

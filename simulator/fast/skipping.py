@@ -241,7 +241,16 @@ def _stretch(replica: Replica, horizon_at: float, straddle: bool, duration_hint:
             max_iterations = bisect_right(allocated, blocks.num_free_blocks)  # the iterations that still fit
             if max_iterations < 2:
                 return None
+    cost = replica.cost_model
+    mark = cost.extrapolation_mark()
     fitted = _fit(replica.env.now, horizon_at, straddle, max_iterations, price, duration_hint)
+    if mark is not None and cost.extrapolation_mark() != mark:
+        # Pricing counted extrapolations in iterations the stretch will not apply (past the horizon,
+        # or the whole stretch where none fits): count only the applied ones, as pricing them at once
+        # does (the stepping loop counts the rest when it runs them).
+        cost.rollback_extrapolations(mark)
+        if fitted is not None:
+            price(0, len(fitted[1]))
     if fitted is None:
         return None
     ends, durations = fitted

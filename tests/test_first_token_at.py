@@ -38,6 +38,31 @@ def test_first_token_delivered_by_decode_worker() -> None:
     assert np.array_equal(request_columns(on_decode)["completed_at"], request_columns(on_prefill)["completed_at"])
 
 
+def test_the_handoff_is_time_to_first_token_not_between_tokens() -> None:
+    """Delivered by the decode worker, the first two tokens reach the client together: the handoff gap
+    is in TTFT, and leaves each request's max TBT and the TBT samples (it was counted in both, so a run
+    met its TTFT SLO and failed TBT on the same handoff); delivered by the prefill worker it is the first
+    gap. Fast path and step by step agree."""
+    from simulator.engine.tbt import merged
+
+    runs = {(at, ff): simulate(_disagg(at).replace(fast_forward=ff)) for at in ("decode", "prefill") for ff in (True, False)}
+    on_decode, on_prefill = runs["decode", True], runs["prefill", True]
+    for req in on_decode.requests:
+        times = np.asarray(req.token_times)
+        assert req.max_tbt_s == np.diff(times[1:]).max() < times[1] - times[0]
+    for req in on_prefill.requests:
+        assert req.max_tbt_s == np.diff(np.asarray(req.token_times)).max()
+    def gaps(result):  # noqa: ANN001, ANN202
+        values, counts, _ = merged(result.tbt)
+        return np.repeat(values, counts)
+    n = len(on_decode.requests)
+    assert len(gaps(on_decode)) == len(gaps(on_prefill)) - n
+    assert gaps(on_decode).max() < gaps(on_prefill).max()
+    for at in ("decode", "prefill"):
+        assert np.array_equal(gaps(runs[at, True]), gaps(runs[at, False]))
+        assert np.array_equal(request_columns(runs[at, True])["max_tbt_s"], request_columns(runs[at, False])["max_tbt_s"])
+
+
 def test_first_token_at_refuses_unknown_value() -> None:
     with pytest.raises(ConfigError, match="first_token_at"):
         RunConfig().replace(first_token_at="router")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,3 +96,31 @@ def test_canonical_equals_unique_and_canonicalise_keeps_the_gaps(runs, parts):
         assert np.all(np.diff(np.frombuffer(log.values)) > 0)
     after = merged(logs)
     assert np.array_equal(raw[0], after[0]) and np.array_equal(raw[1], after[1]) and raw[2] == after[2]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(1, 4)), min_size=1, max_size=30), st.data())
+def test_remove_takes_one_occurrence_of_each_gap_out(runs, data):
+    log = GapLog()
+    for value, count in runs:
+        log.add(value, count)
+    gaps = np.repeat([v for v, _ in runs], [c for _, c in runs])
+    taken = data.draw(st.lists(st.integers(0, len(gaps) - 1), unique=True, max_size=len(gaps)))
+    log.remove(gaps[taken])
+    rest = np.delete(gaps, taken)
+    assert np.array_equal(expand(*merged([log])[:2]), np.sort(rest))
+
+
+def test_remove_refuses_a_gap_the_log_does_not_hold_and_works_on_sketches():
+    log = GapLog()
+    log.add(0.5, 2)
+    with pytest.raises(ValueError, match="does not hold"):
+        log.remove(np.array([0.25]))
+    with pytest.raises(ValueError, match="does not hold"):
+        log.remove(np.array([0.5, 0.5, 0.5]))
+    sketch = GapLog(max_runs=4)
+    for i in range(20):
+        sketch.add(0.01 * (i + 1), 1)
+    assert not sketch.exact
+    sketch.remove(np.array([0.2, 0.01]))  # added raw, taken out by their buckets
+    assert len(sketch) == 18

@@ -89,6 +89,7 @@ from simulator.engine.records import Recorder
 from simulator.engine.replica import Replica, SchedulerWrap, build_pool_scheduler
 from simulator.engine.routers import ROUTERS
 from simulator.engine.schedulers import Batch, Scheduler
+from simulator.engine.tbt import GapLog
 from simulator.util.progress import RunProgress
 from simulator.workload.request import Request, Status
 
@@ -499,9 +500,9 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
                              report_every=max(1, len(requests) // 200))
     cluster = DisaggCluster(env, config, layout, recorder, router_rng, len(requests), lockstep)
     stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter=reporter is not progress, client=client)
-    if config.first_token_at == "decode":
-        deliver_first_token_on_decode(requests, cluster.log)
     replicas = cluster.replicas
+    if config.first_token_at == "decode":
+        deliver_first_token_on_decode(requests, cluster.log, {r.replica_id: r.scheduler.gaps for r in replicas})
     links_busy_s = cluster.links_busy_s()
     pools = (["prefill"] * len(cluster.prefill) + ["decode"] * len(cluster.decode) + ["mixed"] * len(cluster.mixed))
     num_blocks = [r.scheduler.blocks.num_blocks for r in replicas]
@@ -525,21 +526,31 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
     )
 
 
-def deliver_first_token_on_decode(requests: list[Request], log: HandoffLog) -> None:
+def deliver_first_token_on_decode(requests: list[Request], log: HandoffLog, gap_logs: dict[int, GapLog]) -> None:
     """The client's first token as the decode worker delivers it: with the decode worker's first
     step after the KV handoff (the step that yields the request's second token; that step streams
     the prefill's token and its own), so TTFT includes the handoff and the decode queue; TPOT is
-    (E2E - TTFT) / (tokens - 1) from there. ``token_times`` stay the engine's (where each token was
-    computed: the prefill's at the prompt's end), as the handoff analysis reads them. Requests
-    that never reached a decode replica (served by a mixed replica, one output token, rejected or
-    not finished) keep the prefill replica's time. Applied once, after the run (no event reads it)."""
+    (E2E - TTFT) / (tokens - 1) from there. The first two tokens reach the client together, so the
+    gap between them (the handoff) is no time between tokens: it leaves the request's ``max_tbt_s``
+    and its decode replica's gap log (``gap_logs``, by replica id), as vLLM's benchmark counts no
+    inter-token latency inside one streamed chunk. ``token_times`` stay the engine's (where each
+    token was computed: the prefill's at the prompt's end), as the handoff analysis reads them.
+    Requests that never reached a decode replica (served by a mixed replica, one output token,
+    rejected or not finished) keep the prefill replica's time. Applied once, after the run (no
+    event reads it)."""
     handed = np.isfinite(log.transfer_end_at)
+    first_gaps: dict[int, list[float]] = {}
     for req in requests:
         rid = req.request_id
         times = req.token_times
         if rid >= len(handed) or not handed[rid] or times is None or len(times) < 2:
             continue
         req.first_token_at = times[1]
+        first_gaps.setdefault(int(log.decode_replica_id[rid]), []).append(times[1] - times[0])
+        later = np.diff(np.frombuffer(times, dtype=np.float64)[1:]) if len(times) > 2 else ()
+        req.max_tbt_s = float(later.max()) if len(later) else 0.0
+    for replica_id, gaps in first_gaps.items():
+        gap_logs[replica_id].remove(np.array(gaps))
 
 
 def _speculation_extra(config: RunConfig, replicas: list[Replica]) -> dict:

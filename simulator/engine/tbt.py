@@ -79,6 +79,24 @@ class GapLog:
     def __repr__(self) -> str:
         return f"GapLog({len(self.values)} runs, {len(self)} gaps{'' if self.exact else ', sketched'})"
 
+    def remove(self, gaps: np.ndarray) -> None:
+        """Take one occurrence of each of ``gaps`` (values added before, exactly) out of the log,
+        which becomes canonical; in a sketched log, their buckets'. Raises ValueError on a gap the
+        log does not hold."""
+        if not len(gaps):
+            return
+        taken = np.asarray(gaps, dtype=np.float64)
+        rv, rc = canonical(taken if self.exact else sketch_values(taken), np.ones(len(taken), dtype=np.int64))
+        self.canonicalise()
+        values = np.frombuffer(self.values, dtype=np.float64)
+        counts = np.frombuffer(self.counts, dtype=np.int64).copy()
+        at = np.searchsorted(values, rv)
+        if (at >= len(values)).any() or (values[np.minimum(at, len(values) - 1)] != rv).any() or (counts[at] < rc).any():
+            raise ValueError("GapLog.remove: a gap the log does not hold")  # invariant: callers remove what was added
+        counts[at] -= rc
+        keep = counts > 0
+        self.values, self.counts = array("d", values[keep].tobytes()), array("q", counts[keep].tobytes())
+
     def canonicalise(self) -> None:
         """Keep the log as sorted distinct values with their counts: the same gaps, in the
         form :func:`merged` combines fastest (a worker does this before sending a log back)."""

@@ -52,6 +52,8 @@ BAD_INPUT = [
     (["--chunk-size", "256", "--scheduler", "vllm"], "--chunk-size"),
     (["--chunk-size", "256", "--scheduler", "orca"], "--chunk-size"),
     (["--chunk-size", "256", "--scheduler", "fastertransformer"], "--chunk-size"),
+    (["--max-num-batched-tokens", "512", "--scheduler", "orca"], "--max-num-batched-tokens"),
+    (["--max-num-batched-tokens", "4096", "--scheduler", "fastertransformer"], "--max-num-batched-tokens"),
     (["--workload", "fixed", "--trace", "{trace}"], "--workload"),
     (["--qps", "1e300"], "qps"),
     (["--prompt-tokens-max", "100"], "pass --prompt-tokens-max of at least --prompt-tokens"),

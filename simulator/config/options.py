@@ -75,7 +75,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                             "scheduler's engine's (radix-lru for sglang, else vllm-lru)."),
     "cpu_kv_gib": ("scheduler__cpu_kv_gib", float, "Prefix cache CPU tier: GiB of host memory per replica keeping "
                    "blocks evicted from the GPUs; a hit there is loaded over PCIe before the prefill (0: none)."),
-    "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, uniform."),
+    "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, random (vllm bench's name for "
+                 "fixed lengths, banded by --range-ratio), uniform."),
     "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL)."),
     "arrival": ("workload__arrival", str, "poisson, gamma, fixed, burst or trace."),
     "qps": ("workload__qps", float, "Mean request rate (requests/s)."),
@@ -132,7 +133,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     # SpeculativeConfig; the other flags need --speculative-config, or a --config that speculates).
     "speculative_config": ("speculative__vllm_json", str, "Speculative decoding: vLLM's --speculative-config JSON, "
                            'e.g. \'{"method": "eagle3", "num_speculative_tokens": 3}\' (method draft_model with "model", '
-                           "eagle, eagle3, mtp or ngram), or off. Give the acceptance too (next options)."),
+                           "eagle, eagle3, mtp, medusa or ngram), or off. Give the acceptance too (next options)."),
     "num_speculative_tokens": ("speculative__num_speculative_tokens", int, "Speculative decoding: draft tokens per step "
                                "(k), over the JSON's."),
     "acceptance_rate": ("speculative__acceptance_rate", float, "Speculative decoding: one acceptance rate for every "
@@ -170,6 +171,9 @@ def load_config_file(path: Path, field: str = "--config") -> RunConfig:
 
 # Schedulers that take a token budget per iteration (prompt chunks); --chunk-size means nothing to the others.
 CHUNKING_SCHEDULERS = ("sarathi", "vllm-v1", "sglang")
+# Schedulers whose iterations no token budget bounds (Orca's whole prompts, FasterTransformer's whole
+# batches): --max-num-batched-tokens means nothing to them.
+UNBUDGETED_SCHEDULERS = ("orca", "fastertransformer")
 # Length options, and the length sources that read each (the others draw lengths from a dataset or a trace).
 LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_tokens": ("fixed", "random", "uniform"),
                   "prompt_tokens_max": ("uniform",), "output_tokens_max": ("uniform",),
@@ -184,6 +188,9 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if s.name not in CHUNKING_SCHEDULERS:
         out["chunk_size"] = (f"{s.name} does not split prompts into chunks",
                              f"drop {{flag}}, or use --scheduler {' or '.join(CHUNKING_SCHEDULERS)}")
+    if s.name in UNBUDGETED_SCHEDULERS:
+        out["max_num_batched_tokens"] = (f"{s.name} batches whole prompts under no token budget",
+                                         "drop {flag}, or use --scheduler vllm, vllm-v1, sarathi, sglang or trtllm")
     for name, readers in LENGTH_OPTIONS.items():
         if w.trace is not None:
             out[name] = (f"--trace {w.trace} gives the request lengths",

@@ -58,7 +58,7 @@ def test_breakdown_sums_to_iteration_time_and_shows_engine_terms(name):
     cm = engine_model(name)
     for shape in SHAPES:
         parts = cm.breakdown(shape)
-        assert "cpu_overhead" not in parts and "engine_collective_floor" in parts
+        assert "cpu_overhead" not in parts and "engine_collective_extra" in parts
         assert sum(parts.values()) == pytest.approx(cm.iteration_time(shape), rel=1e-9)
         assert cm.iteration_time(shape) > 0
 

@@ -130,6 +130,10 @@ def test_save_result_into_a_folder_is_refused_before_the_run(tmp_path):
     res = runner.invoke(app, ["run", *BENCH_LINE, "--save-result", str(tmp_path), "--no-progress"])
     assert isinstance(res.exception, ConfigError) and res.exception.field == "--save-result"  # main(): exit 2
     assert "Serving Benchmark Result" not in res.output
+    # under a file: named as such (it said the folder did not exist)
+    (tmp_path / "a-file").write_text("x")
+    res = runner.invoke(app, ["run", *BENCH_LINE, "--save-result", str(tmp_path / "a-file" / "r.json"), "--no-progress"])
+    assert isinstance(res.exception, ConfigError) and "which is a file" in str(res.exception)
 
 
 @pytest.mark.parametrize(("key", "value", "needle"), [("ttfts", "x", "ttfts holds 'x'"), ("ttfts", -1.0, "ttfts holds -1.0"),

@@ -319,6 +319,10 @@ def plots(caching: list[dict], routers: list[dict], sizes: list[dict], slo: list
 
 
 def main() -> None:
+    import argparse
+
+    # No options: the tables are what this script was made with; --help says what it does.
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     t0 = time.perf_counter()
     tables = workloads()
     for name, table in tables.items():

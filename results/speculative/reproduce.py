@@ -256,6 +256,10 @@ def crossover(loads: list[float], speedups: list[float]) -> float | None:
 
 
 def main() -> None:
+    import argparse
+
+    # No options: the tables are what this script was made with; --help says what it does.
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     rows, bench = measurements(), spec_bench()
     todo, skipped = settings(rows, bench)
     sweep_rows, result_rows = [], []

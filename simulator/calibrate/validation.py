@@ -265,7 +265,7 @@ def _readme(rows: pd.DataFrame, summary: pd.DataFrame, fitted: dict[str, EngineM
     return f"""# Validation against real engines
 
 Regenerate: `simulate validate --out results/validation` (reads `../shared/data/profiles`;
-about a minute on two cores). Predictions use the calibrated roofline kernels plus an
+a few seconds on two cores). Predictions use the calibrated roofline kernels plus an
 engine model (`simulator/costmodel/engine_model.py`); `--engine` picks it everywhere.
 
 ## Splitwise: vLLM (2023) serving Llama-2-70B, A100-80GB and H100-80GB, TP 2/4/8

@@ -802,7 +802,8 @@ class EngineCostModel(CostModel):
                      "engine_rpc_tp_workers": rpc}
         gpu = kernel_s + self.collective_s + self.prefill_excess_time(shape)
         floor = self._floor(shape)
-        out = {"engine_collective_floor": self.collective_s, "engine_prefill_excess": self.prefill_excess_time(shape),
+        # collective_extra_s per collective: negative where the engine's all-reduce beats the kernels' one
+        out = {"engine_collective_extra": self.collective_s, "engine_prefill_excess": self.prefill_excess_time(shape),
                "engine_launch_bound": max(0.0, floor - gpu)}  # the launch floor, or a prefill step's
         gpu = max(gpu, floor)
         cpu = sum(cpu_terms.values())

@@ -326,6 +326,8 @@ def check_result_path(path: Path) -> None:
     if path.is_dir():
         raise ConfigError("--save-result", f"{path} is a folder", "pass a file path, e.g. result.json")
     parent = path.parent if str(path.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise ConfigError("--save-result", f"{path} is under {parent}, which is a file", "pass a file path in a folder")
     if not parent.is_dir():
         raise ConfigError("--save-result", f"folder {parent} does not exist", "create it or pass another path")
     # A folder that refuses files (read-only, /proc) would end the run in an OSError traceback when writing.

@@ -404,3 +404,22 @@ def test_a_prefill_pool_rejects_what_its_policy_cannot_reserve() -> None:
     assert df["reject_reason"].str.contains("the orca policy reserves 131072 KV tokens but the prefill cache").all()
     # The same prompts under vLLM's policy need only their own KV there, and finish.
     assert (request_frame(simulate(config.replace(prefill_pool="1x(tp=1)")))["status"] == "finished").all()
+
+
+@pytest.mark.parametrize("ff", [True, False])
+def test_a_preemption_that_empties_the_seats_seats_the_waiting_transfers(ff: bool) -> None:
+    """One seat a decode replica (seqs 1), transferred requests waiting for it with their KV held:
+    vLLM's policy preempts the one running request for blocks, leaving no one running and the
+    preempted request short of blocks; the waiting transfers take the free seat (it raised: found by
+    fuzzing). Every request finishes or is rejected with its reason, blocks balance, fast = step."""
+    config = RunConfig().replace(
+        replica__model="llama-3.1-8b", replica__block_size=64, replica__num_gpu_blocks=48, replica__max_model_len=2229,
+        scheduler__max_num_seqs=1, prefill_pool="1x(tp=4,budget=1024)", decode_pool="1x", workload__num_requests=20,
+        fast_forward=ff)
+    result = simulate(config)
+    df = request_frame(result)
+    assert df["num_preemptions"].sum() > 0 and (df["status"] == "finished").sum() > 0
+    assert ((df["status"] == "finished") | df["reject_reason"].notna()).all()
+    assert result.disagg.final_free_blocks == result.disagg.num_blocks
+    if ff:
+        assert df.equals(request_frame(simulate(config.replace(fast_forward=False))))

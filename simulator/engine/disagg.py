@@ -220,10 +220,16 @@ class ParkingReplicaMixin:
                 return None
         return super()._take_batch()  # type: ignore[misc]
 
-    def _stalled(self) -> None:
-        if not self.scheduler.num_parked:  # type: ignore[attr-defined]
+    def _stalled(self) -> Batch | None:
+        sched = self.scheduler  # type: ignore[attr-defined]
+        later = getattr(sched, "seated_later", None)
+        if later:  # a preemption emptied the seats that transferred requests wait for: seat them, then retry
+            while later and len(sched.running) < sched.max_num_seqs:
+                sched._seat_later(later.popleft())
+            return super()._take_batch()  # type: ignore[misc]
+        if not sched.num_parked:
             super()._stalled()  # type: ignore[misc]
-        # else: None, and the loop sleeps until a transfer frees or brings blocks
+        return None  # the loop sleeps until a transfer frees or brings blocks
 
     def wake(self) -> None:
         wakeup = self._wakeup  # type: ignore[attr-defined]
@@ -313,6 +319,9 @@ class DisaggCluster:
         self.rng = rng
         self._step = 0
         self.log = HandoffLog(num_requests)
+        # Whether the replicas' gap logs are final as the run goes: not where the decode worker delivers
+        # the first token (deliver_first_token_on_decode takes the handoff gaps out after the run).
+        self.gap_logs_final = config.first_token_at != "decode"
         self.kv_bytes_per_token = kv_bytes_per_token(layout.prefill_replica)
         self.state_bytes_per_seq = state_bytes_per_seq(layout.prefill_replica)  # a hybrid's recurrent state
         # The serving stack's handoff latency (the engine preset's ``handoff_s``): before the transfer, no link held.

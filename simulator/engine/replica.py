@@ -182,7 +182,7 @@ class Replica:
                     req.first_scheduled_at = now
         return batch
 
-    def _stalled(self) -> None:
+    def _stalled(self) -> Batch | None:
         """The policy admitted nothing with only waiting requests: on a plain replica every block is
         free then, so the head of ``waiting`` fits (rejection saw to that) and this is a policy bug."""
         raise RuntimeError("scheduler returned an empty batch with only waiting requests")  # invariant

@@ -324,6 +324,28 @@ def test_cli_capacity_workers_default_to_auto_with_the_serial_search(monkeypatch
     assert isinstance(bad.exception, ConfigError) and str(bad.exception).startswith("--workers")  # main(): one line
 
 
+@pytest.mark.parametrize("case", ["closed loop", "disaggregated"])
+def test_early_exit_agrees_with_running_every_trial_out(case: str):
+    """Two watches read what was not yet so (found by fuzzing): a closed loop's requests held back
+    by the client counted as waiting to be scheduled (their ready time read as an arrival: capacity
+    2 against 64 QPS), and a disaggregated run's live gap logs held the handoff gaps that the decode
+    worker's delivery takes out after the run (capacity 0 against 16 QPS)."""
+    if case == "closed loop":
+        config = RunConfig().replace(replica__model="tiny-llama-1b", workload__concurrency=3,
+                                     workload__num_requests=150, workload__qps=8.0, seed=255)
+        slo = SLO(tbt_s=0.2, sched_delay_s=2.0)
+    else:
+        config = RunConfig().replace(replica__model="llama-3.1-8b", replica__gpu="b200", replica__tp=4,
+                                     prefill_pool="2x", decode_pool="1x", workload__name="fixed",
+                                     workload__prompt_tokens=512, workload__output_tokens=16,
+                                     workload__num_requests=150, workload__qps=2.0)
+        slo = SLO(tbt_s=0.02)
+    settings = {flag: SearchSettings(qps_start=config.workload.qps, max_trials=4, early_exit=flag) for flag in (True, False)}
+    fast, slow = (search_seed(config, slo, settings[flag]) for flag in (True, False))
+    assert fast.capacity_qps == slow.capacity_qps > 2 * config.workload.qps
+    assert [(t.qps, t.passed) for t in fast.trials] == [(t.qps, t.passed) for t in slow.trials]
+
+
 def test_cli_capacity_bad_quantile_is_one_line():
     result = runner.invoke(app, ["capacity", "--tbt-quantile", "150"])
     assert result.exit_code != 0

@@ -58,7 +58,7 @@ class ClosedLoopClient:
     instant that request was sent (NaN until then).
     """
 
-    __slots__ = ("concurrency", "drain_before", "measured_at", "num_in_flight", "max_in_flight", "_wakeup")
+    __slots__ = ("concurrency", "drain_before", "measured_at", "num_in_flight", "max_in_flight", "num_sent", "_wakeup")
 
     def __init__(self, concurrency: int, drain_before: int | None = None) -> None:
         if concurrency < 1:
@@ -68,6 +68,8 @@ class ClosedLoopClient:
         self.measured_at = math.nan
         self.num_in_flight = 0
         self.max_in_flight = 0
+        # Requests sent so far, in list order: the rest have a ready time, not an arrival, yet.
+        self.num_sent = 0
         self._wakeup: simpy.Event | None = None
 
     @classmethod
@@ -109,6 +111,7 @@ class ClosedLoopClient:
             if self.num_in_flight > self.max_in_flight:
                 self.max_in_flight = self.num_in_flight
             req.arrival_at = env.now  # sent now: TTFT and E2E count from here
+            self.num_sent = i + 1
             cluster.submit(req)  # a refusal calls done(1) before this returns
         cluster.next_arrival_at = math.inf
 

@@ -339,8 +339,13 @@ def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,
     env.process(_arrivals(env, requests, cluster) if client is None else client.arrivals(env, requests, cluster))
     if watch is not None:
         watch_gaps = getattr(watch, "watch_gaps", None)
-        if watch_gaps is not None:  # a watch that judges TBT reads the live gap logs
+        # A watch that judges TBT reads the live gap logs, where they are the run's final ones
+        # (a disaggregated run whose decode worker delivers the first token removes its handoff gaps after).
+        if watch_gaps is not None and getattr(cluster, "gap_logs_final", True):
             watch_gaps([r.scheduler.gaps for r in cluster.replicas], requests)
+        watch_sent = getattr(watch, "watch_sent", None)
+        if watch_sent is not None and hasattr(client, "num_sent"):  # a closed loop: arrived = sent
+            watch_sent(lambda: client.num_sent)
         watch_settle = getattr(watch, "watch_settle", None)
         if watch_settle is not None:  # it calls settle(now) before it reads (see Replica.settle)
             replicas = cluster.replicas

@@ -218,6 +218,14 @@ class ArrivalWatch:
     reads_only_timestamps = True
     _settle: Callable[[float], None] | None = None
 
+    _num_sent: Callable[[], int] | None = None
+
+    def watch_sent(self, num_sent: Callable[[], int]) -> None:
+        """The engine's hook in a closed loop: ``num_sent()`` requests (the first ones of the list)
+        were sent; the others' ``arrival_at`` is the time they became ready, and they wait on the
+        client, not on the engine (they had counted as waiting to be scheduled)."""
+        self._num_sent = num_sent
+
     def watch_settle(self, settle: Callable[[float], None]) -> None:
         """The engine's hook: ``settle(now)`` brings the replicas' state to now (a stretch in
         flight applied up to it); called at each check before anything is read."""
@@ -255,7 +263,8 @@ class ArrivalWatch:
                 yield env.timeout(now_at - env.now)
             if self._settle is not None:
                 self._settle(now_at)
-            while num_arrived < n and requests[num_arrived].arrival_at <= now_at:  # arrival order
+            sent = n if self._num_sent is None else self._num_sent()
+            while num_arrived < sent and requests[num_arrived].arrival_at <= now_at:  # arrival order
                 open_reqs.append(requests[num_arrived])
                 num_arrived += 1
             still_open = []

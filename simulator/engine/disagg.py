@@ -545,8 +545,9 @@ def deliver_first_token_on_decode(requests: list[Request], log: HandoffLog, gap_
     inter-token latency inside one streamed chunk. ``token_times`` stay the engine's (where each
     token was computed: the prefill's at the prompt's end), as the handoff analysis reads them.
     Requests that never reached a decode replica (served by a mixed replica, one output token,
-    rejected or not finished) keep the prefill replica's time. Applied once, after the run (no
-    event reads it)."""
+    rejected or not finished) keep the prefill replica's time. Applied once, after the run: no
+    event reads the gap logs meanwhile (such a run has no TBT early exit: ``gap_logs_final``), and a
+    TTFT watch reading the prefill's time misses at most an early stop."""
     handed = np.isfinite(log.transfer_end_at)
     first_gaps: dict[int, list[float]] = {}
     for req in requests:

@@ -25,6 +25,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.costmodel import CostModel, load_cost_model
 from simulator.engine.closed_loop import ClosedLoopClient
+from simulator.engine.dp_group import group_ranks
 from simulator.engine.kvcache import MemoryPlan
 from simulator.engine.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.engine.replica import Replica, SchedulerWrap, build_scheduler, with_mixin
@@ -114,7 +115,8 @@ def _end_order(started_at: np.ndarray, duration_s: np.ndarray, replica_id: np.nd
 class Cluster:
     """Replicas behind a router. Routing decisions use a dedicated random stream. With attention
     data parallelism each DP rank is a replica of its own (``RunConfig.num_ranks``; its cost model
-    prices the MoE layers for the whole DP group, :mod:`simulator.costmodel.moe`)."""
+    prices the MoE layers for the whole DP group, :mod:`simulator.costmodel.moe`), and one
+    replica's ranks step together (:mod:`simulator.engine.dp_group`)."""
 
     def __init__(self, env: simpy.Environment, config: RunConfig, recorder: Recorder, rng: np.random.Generator,
                  watched: bool = False, lockstep: SchedulerWrap | None = None, watch_settles: bool = False,
@@ -150,6 +152,9 @@ class Cluster:
             self.cost_models.append(cost)
             self.replicas.append(make_replica(env, replica_id, scheduler, cost, recorder, config,
                                               horizon, skipping=skipping, straddle=straddle))
+        # Attention-DP ranks step together, one group per engine replica (simulator.engine.dp_group).
+        self.groups = group_ranks(env, self.replicas, config.replica.attention_dp) \
+            if config.replica.attention_dp > 1 else []
         self._caches = [r.scheduler.blocks for r in self.replicas]  # what cache-aware routers read (never replaced)
 
     def _next_arrival_at(self) -> float:
@@ -187,7 +192,12 @@ def make_replica(env: simpy.Environment, replica_id: int, scheduler, cost: CostM
     """The replica mechanism for a layout: the PP=1 loop, or stage processes for PP>1, with
     ``mixin``'s methods over either's (the disaggregated pools' parking). With ``horizon``
     and a ``skipping`` replica class (:class:`simulator.fast.replica.SkippingReplica`, PP=1
-    only), the loop skips events up to ``horizon()``, straddling it where ``straddle``."""
+    only), the loop skips events up to ``horizon()``, straddling it where ``straddle``. With
+    attention DP, a rank without a process of its own: its :class:`~simulator.engine.dp_group.DPGroup`
+    steps it (:func:`group_ranks`, once all ranks are made)."""
+    if config.replica.attention_dp > 1:  # PP 1 (the config refuses both); no skipping: the group's loop
+        cls = Replica if mixin is None else with_mixin(mixin, Replica)
+        return cls(env, replica_id, scheduler, cost, recorder, start=False)
     if config.replica.pp > 1:
         try:
             from simulator.engine.pipeline import PipelinedReplica

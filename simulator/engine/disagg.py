@@ -55,7 +55,8 @@ request; they wake when the blocks come back.
 Per-pool attention DP and EP (xPyD layouts as Dynamo and vLLM/SGLang deploy them, e.g. DEP8
 prefill workers beside a DEP32 decode worker): each attention-DP rank of a pool replica is an
 engine replica of its own (its batch, scheduler and KV cache), its cost model pricing the MoE
-layers for the pool replica's whole ``tp x dp`` group; the prefill router spreads arrivals over
+layers for the pool replica's whole ``tp x dp`` group, and a pool replica's ranks step together
+(:mod:`simulator.engine.dp_group`); the prefill router spreads arrivals over
 the prefill ranks, and the handoff above picks the decode rank, so each request's KV moves from
 the prefill rank that computed it to the decode rank that takes it (the whole model's KV: each
 rank holds all of its requests' KV, sharded only over its own TP GPUs).
@@ -84,6 +85,7 @@ from simulator.costmodel import load_cost_model
 from simulator.costmodel.engine_model import load_engine
 from simulator.engine.closed_loop import ClosedLoopClient, make_recorder
 from simulator.engine.cluster import RunResult, make_replica, prepare_requests, reporter_of, run_to_end
+from simulator.engine.dp_group import group_ranks
 from simulator.engine.kvcache import BlockManager, MemoryPlan
 from simulator.engine.records import Recorder
 from simulator.engine.replica import Replica, SchedulerWrap, build_pool_scheduler
@@ -371,6 +373,12 @@ class DisaggCluster:
                                                                    "mixed_pool", config, rid)
                 self.mixed.append(_make_replica(env, rid, sched, config, layout.mixed_replica, recorder, False))
                 rid += 1
+        # Each pool replica's attention-DP ranks step together (simulator.engine.dp_group).
+        self.groups = [group for ranks, replica in ((self.prefill, layout.prefill_replica),
+                                                    (self.decode, layout.decode_replica),
+                                                    (self.mixed, layout.mixed_replica))
+                       if ranks and replica is not None and replica.attention_dp > 1
+                       for group in group_ranks(env, ranks, replica.attention_dp)]
 
     @property
     def replicas(self) -> list[Replica]:

@@ -127,7 +127,7 @@ class Replica:
     """
 
     def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
-                 cost_model: CostModel, recorder: Recorder) -> None:
+                 cost_model: CostModel, recorder: Recorder, start: bool = True) -> None:
         self.env = env
         self.replica_id = replica_id
         self.scheduler = scheduler
@@ -135,7 +135,9 @@ class Replica:
         self.recorder = recorder
         self._wakeup: simpy.Event | None = None
         self.num_busy_s = 0.0
-        self.process = env.process(self.run())
+        # ``start=False``: a rank that another process steps (simulator.engine.dp_group), whose
+        # ``_wakeup`` is then that process's.
+        self.process = env.process(self.run()) if start else None
 
     @property
     def num_outstanding(self) -> int:
@@ -189,22 +191,32 @@ class Replica:
 
     def run(self):  # noqa: ANN201 - SimPy generator
         """The loop: schedule, price, wait, complete (one SimPy timeout an iteration)."""
-        env, scheduler, cost, recorder = self.env, self.scheduler, self.cost_model, self.recorder
+        env = self.env
         while True:
             batch = self._take_batch()
             if batch is None:
                 yield self._sleep()
                 continue
             started_at = env.now
-            duration = cost.iteration_time(batch.shape)
-            if batch.admitted and scheduler.blocks.pending_load_s:  # KV loaded from a CPU tier first
-                duration += scheduler.blocks.take_pending_load_s()
+            duration = self._price(batch)
             yield env.timeout(duration)
-            self.num_busy_s += duration
-            finished = scheduler.complete(batch, started_at + duration)  # the float SimPy's timeout landed on
-            recorder.on_iteration(self.replica_id, started_at, duration, batch, scheduler.blocks.num_used_blocks)
-            if finished:
-                recorder.on_finish(finished)
+            self._apply(batch, started_at, duration)
+
+    def _price(self, batch: Batch) -> float:
+        """How long ``batch`` takes on this replica's GPUs."""
+        duration = self.cost_model.iteration_time(batch.shape)
+        if batch.admitted and self.scheduler.blocks.pending_load_s:  # KV loaded from a CPU tier first
+            duration += self.scheduler.blocks.take_pending_load_s()
+        return duration
+
+    def _apply(self, batch: Batch, started_at: float, duration: float) -> None:
+        """The iteration that ran ``batch`` from ``started_at`` for ``duration`` ends now."""
+        self.num_busy_s += duration
+        scheduler, recorder = self.scheduler, self.recorder
+        finished = scheduler.complete(batch, started_at + duration)  # the float SimPy's timeout landed on
+        recorder.on_iteration(self.replica_id, started_at, duration, batch, scheduler.blocks.num_used_blocks)
+        if finished:
+            recorder.on_finish(finished)
 
 
 @cache

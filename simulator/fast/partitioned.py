@@ -30,10 +30,12 @@ from simulator.workload.request import Request, RequestColumns, run_field_column
 def runs_apart(config: RunConfig) -> bool:
     """Whether the replicas of ``config`` run one by one (:func:`run_partitioned`), and so in
     worker processes when asked: more than one, behind a router that reads no replica state,
-    PP 1, event skipping on, not disaggregated, not speculating (a speculating run takes the plain
-    loop: :mod:`simulator.engine.speculative`), and no watch process: see :func:`simulate`."""
+    PP 1, no attention DP (its ranks step together: :mod:`simulator.engine.dp_group`), event skipping
+    on, not disaggregated, not speculating (a speculating run takes the plain loop:
+    :mod:`simulator.engine.speculative`), and no watch process: see :func:`simulate`."""
     return (config.fast_forward and config.speculative is None and config.num_ranks > 1 and config.replica.pp == 1
-            and config.router in STATE_FREE_ROUTERS and not config.is_disaggregated)
+            and config.replica.attention_dp == 1 and config.router in STATE_FREE_ROUTERS
+            and not config.is_disaggregated)
 
 
 class _Tie(Exception):  # noqa: N818 - a signal, not an error

@@ -46,7 +46,6 @@ class DPGroup:
             raise RuntimeError("a DP group's ranks must be built without their own process (start=False)")
         self.env = env
         self.ranks = ranks
-        self.num_steps = 0
         self.process = env.process(self.run())
 
     def _sleep(self) -> simpy.Event:
@@ -67,7 +66,6 @@ class DPGroup:
             started_at = env.now
             duration = max(rank._price(batch) for rank, batch in zip(ranks, batches, strict=True) if batch is not None)
             yield env.timeout(duration)
-            self.num_steps += 1
             for rank, batch in zip(ranks, batches, strict=True):
                 if batch is not None:
                     rank._apply(batch, started_at, duration)

@@ -19,10 +19,11 @@ def _table(arrival, prompt, output) -> RequestTable:  # noqa: ANN001
     return RequestTable(np.asarray(arrival, float), np.asarray(prompt, np.int64), np.asarray(output, np.int64), "test")
 
 
-def _config(dp: int = 2, **kw) -> RunConfig:  # noqa: ANN003
-    return RunConfig(replica=ReplicaConfig(**{**MOE, "attention_dp": dp, "ep": dp}), router="round_robin",
+def _config() -> RunConfig:
+    """Two DP ranks behind round robin (the table's requests alternate between them)."""
+    return RunConfig(replica=ReplicaConfig(**MOE, attention_dp=2), router="round_robin",
                      workload=WorkloadConfig(name="fixed", num_requests=2, qps=1.0, prompt_tokens=16,
-                                             output_tokens=4), **kw)
+                                             output_tokens=4))
 
 
 def _steps(result) -> dict[float, list[tuple[int, float]]]:  # noqa: ANN001
@@ -66,7 +67,7 @@ def test_lockstep_raises_the_decoding_ranks_tpot_against_a_rank_alone() -> None:
 @pytest.mark.parametrize("concurrency", [None, 6])
 def test_dp_runs_are_the_same_with_fast_paths_on_and_off_and_lose_nothing(concurrency) -> None:  # noqa: ANN001
     wl = WorkloadConfig(name="sharegpt", num_requests=60, qps=8.0, concurrency=concurrency)
-    base = RunConfig(replica=ReplicaConfig(**{**MOE, "attention_dp": 2, "ep": 2}), workload=wl, seed=3)
+    base = RunConfig(replica=ReplicaConfig(**MOE, attention_dp=2), workload=wl, seed=3)
     fast, plain = simulate(base), simulate(base.replace(fast_forward=False))
     cols = ("arrival_at", "first_token_at", "completed_at", "replica_id", "num_generated")
     for name in cols:
@@ -77,7 +78,7 @@ def test_dp_runs_are_the_same_with_fast_paths_on_and_off_and_lose_nothing(concur
 
 
 def test_disaggregated_dp_pools_step_their_ranks_together() -> None:
-    config = RunConfig(replica=ReplicaConfig(**{**MOE, "attention_dp": 2, "ep": 2}),
+    config = RunConfig(replica=ReplicaConfig(**MOE, attention_dp=2),
                        workload=WorkloadConfig(name="sharegpt", num_requests=40, qps=6.0), seed=1)
     config = config.replace(prefill_pool="1x(tp=1,dp=2,ep=2)", decode_pool="1x(tp=1,dp=2,ep=2)")
     result = simulate(config)

@@ -152,9 +152,8 @@ class Cluster:
             self.cost_models.append(cost)
             self.replicas.append(make_replica(env, replica_id, scheduler, cost, recorder, config,
                                               horizon, skipping=skipping, straddle=straddle))
-        # Attention-DP ranks step together, one group per engine replica (simulator.engine.dp_group).
-        self.groups = group_ranks(env, self.replicas, config.replica.attention_dp) \
-            if config.replica.attention_dp > 1 else []
+        if config.replica.attention_dp > 1:  # its ranks step together, a group per replica (engine.dp_group)
+            group_ranks(env, self.replicas, config.replica.attention_dp)
         self._caches = [r.scheduler.blocks for r in self.replicas]  # what cache-aware routers read (never replaced)
 
     def _next_arrival_at(self) -> float:

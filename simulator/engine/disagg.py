@@ -374,11 +374,10 @@ class DisaggCluster:
                 self.mixed.append(_make_replica(env, rid, sched, config, layout.mixed_replica, recorder, False))
                 rid += 1
         # Each pool replica's attention-DP ranks step together (simulator.engine.dp_group).
-        self.groups = [group for ranks, replica in ((self.prefill, layout.prefill_replica),
-                                                    (self.decode, layout.decode_replica),
-                                                    (self.mixed, layout.mixed_replica))
-                       if ranks and replica is not None and replica.attention_dp > 1
-                       for group in group_ranks(env, ranks, replica.attention_dp)]
+        for ranks, replica in ((self.prefill, layout.prefill_replica), (self.decode, layout.decode_replica),
+                               (self.mixed, layout.mixed_replica)):
+            if ranks and replica is not None and replica.attention_dp > 1:
+                group_ranks(env, ranks, replica.attention_dp)
 
     @property
     def replicas(self) -> list[Replica]:

@@ -1,12 +1,13 @@
 """Engine cost of attention data parallelism: CPU time per run and iterations per CPU-second.
 
 Qwen3-30B-A3B on one H100 per rank (``--attention-dp N --ep N``), the built-in ``sharegpt``
-distribution at ``--qps`` (Poisson, one seed), against the same model at DP1 with and without
-event skipping. A DP replica's ranks step together (:mod:`simulator.engine.dp_group`), so its
-ranks take the plain loop: compare a DP run's iterations per CPU-second with DP1's plain loop.
-Best of ``--repeats`` (the machine is shared).
+distribution at each of ``--qps`` (Poisson, one seed), DP1, DP2 and DP8, each with the fast paths
+off (``--no-fast-forward``: the plain loop) and on (lockstep decodes and event skipping; a DP
+replica's ranks step together, :mod:`simulator.engine.dp_group`, and skip together,
+:mod:`simulator.fast.dp_group`). Iterations count each rank's. Best of ``--repeats`` (the machine
+is shared).
 
-    python benchmarks/bench_dp.py [--num-requests 2000] [--qps 4.0] [--repeats 2]
+    python benchmarks/bench_dp.py [--num-requests 2000] [--qps 4.0 16.0] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -35,14 +36,16 @@ def one(dp: int, fast_forward: bool, num_requests: int, qps: float, repeats: int
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--num-requests", type=int, default=2000)
-    p.add_argument("--qps", type=float, default=4.0)
+    p.add_argument("--qps", type=float, nargs="+", default=[4.0, 16.0])
     p.add_argument("--repeats", type=int, default=2)
     a = p.parse_args()
-    print(f"{'dp':>3} {'skipping':>8} {'cpu_s':>7} {'iterations':>10} {'it/cpu-s':>10}")
-    for dp, ff in ((1, False), (1, True), (2, True), (8, True)):
-        r = one(dp, ff, a.num_requests, a.qps, a.repeats)
-        print(f"{r['dp']:>3} {str(r['event_skipping']):>8} {r['cpu_s']:>7.2f} {r['iterations']:>10,} "
-              f"{r['iterations_per_cpu_s']:>10,.0f}")
+    print(f"{'qps':>5} {'dp':>3} {'skipping':>8} {'cpu_s':>7} {'iterations':>10} {'it/cpu-s':>10}")
+    for qps in a.qps:
+        for dp in (1, 2, 8):
+            for ff in (False, True):
+                r = one(dp, ff, a.num_requests, qps, a.repeats)
+                print(f"{qps:>5g} {r['dp']:>3} {str(r['event_skipping']):>8} {r['cpu_s']:>7.2f} "
+                      f"{r['iterations']:>10,} {r['iterations_per_cpu_s']:>10,.0f}")
 
 
 if __name__ == "__main__":

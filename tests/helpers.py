@@ -14,13 +14,16 @@ from pathlib import Path
 import pytest
 import simpy
 
-from simulator.config.run_config import ReplicaConfig, SchedulerConfig
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel.base import BatchShape, CostModel
 from simulator.costmodel.roofline import RooflineCostModel
 from simulator.engine.kvcache import BlockManager
 from simulator.engine.records import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.schedulers import SCHEDULERS
+from simulator.engine.tbt import same_gaps
+from simulator.report.metrics import request_frame
+from simulator.simulation import simulate
 from simulator.workload.request import Request
 
 
@@ -198,3 +201,20 @@ def on_terminal(*args: str, columns: int = 80) -> str:
     os.close(master)
     assert proc.wait(timeout=120) == 0
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")
+
+
+def assert_same_run(config: RunConfig, calls: list[int] | None = None) -> None:
+    """The run with the fast paths on and off (``fast_forward``): the same request and iteration
+    tables, token times, gap logs, busy times, stages and extras, to the bit."""
+    on = simulate(config.replace(fast_forward=True), token_times=True)
+    skipped = sum(calls) if calls is not None else None
+    off = simulate(config.replace(fast_forward=False), token_times=True)
+    assert calls is None or sum(calls) == skipped  # the stepping run skips nothing
+    a, b = request_frame(on), request_frame(off)
+    assert a.equals(b)
+    assert on.iteration_frame().equals(off.iteration_frame())
+    assert [bytes(r.token_times) for r in on.requests] == [bytes(r.token_times) for r in off.requests]
+    assert same_gaps(on.tbt, off.tbt)  # the gap logs, as multisets
+    assert on.replica_busy_s == off.replica_busy_s and on.sim_end_at == off.sim_end_at
+    assert on.stages == off.stages
+    assert on.extra == off.extra

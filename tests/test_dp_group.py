@@ -1,14 +1,19 @@
 """Attention-DP ranks step together (simulator.engine.dp_group): every rank's iteration starts with
-the group's and lasts the slowest rank's, as the engines' MoE collectives force them to."""
+the group's and lasts the slowest rank's, as the engines' MoE collectives force them to; a group
+skips stretches of such steps (simulator.fast.dp_group) with the same results."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_same_run, record_stretches
 
-from simulator.config.run_config import ReplicaConfig, RunConfig, WorkloadConfig
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
+from simulator.engine.schedulers import SCHEDULERS
+from simulator.planning.capacity import OverloadWatch
+from simulator.report.metrics import request_frame
 from simulator.simulation import simulate
 from simulator.workload.generate import RequestTable
 
@@ -89,3 +94,40 @@ def test_disaggregated_dp_pools_step_their_ranks_together() -> None:
         durations = pool.groupby("started_at").duration_s.nunique()
         assert (durations == 1).all()
         assert (pool.groupby("started_at").replica_id.nunique() == 2).any()  # both ranks ran together
+
+
+# -- event skipping over a group (simulator.fast.dp_group) ---------------------------------------------------------
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
+def test_a_groups_skipped_stretches_are_its_steps_to_the_bit(scheduler: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Four ranks at a light load (ranks idle, ranks decoding alone, long prompts on one rank beside
+    # another's decodes), then a tight cache (preemptions): skipping on and off give the same tables.
+    stretches = record_stretches(monkeypatch)
+    for qps, blocks in ((2.0, None), (12.0, 400)):
+        replica = ReplicaConfig(**{**MOE, "ep": 4}, attention_dp=4, num_gpu_blocks=blocks, max_model_len=4096)
+        config = RunConfig(replica=replica, scheduler=SchedulerConfig(scheduler),
+                           workload=WorkloadConfig("sharegpt", num_requests=80, qps=qps), seed=5)
+        assert_same_run(config)
+    assert stretches  # the groups did skip
+
+
+@pytest.mark.parametrize("concurrency", [None, 12])
+def test_a_group_skips_with_measured_kernels_and_closed_loops(aic, concurrency, monkeypatch) -> None:  # noqa: ANN001
+    # Kernel tables count extrapolations per priced step: a stretch cut to the group's shortest
+    # counts only the steps it applies (RunResult.extra compares them).
+    stretches = record_stretches(monkeypatch)
+    config = RunConfig(replica=ReplicaConfig(**{**MOE, "ep": 4}, attention_dp=4, kernels="vllm"),
+                       workload=WorkloadConfig("sharegpt", num_requests=60, qps=3.0, concurrency=concurrency), seed=2)
+    assert_same_run(config)
+    assert stretches
+
+
+def test_a_group_in_a_capacity_trial_ends_as_it_does_stepping() -> None:
+    # A watch reads the ranks at its wake-ups: the group's stretches end before them.
+    config = RunConfig(replica=ReplicaConfig(**{**MOE, "ep": 4}, attention_dp=4),
+                       workload=WorkloadConfig("sharegpt", num_requests=150, qps=40.0), seed=3)
+    runs = [simulate(config.replace(fast_forward=fast), watch=OverloadWatch(2.0, 30.0, tbt_s=0.05, tbt_quantile=99.0),
+                     token_times=True) for fast in (True, False)]
+    on, off = runs
+    assert on.extra == off.extra
+    assert request_frame(on).equals(request_frame(off))
+    assert on.iteration_frame().equals(off.iteration_frame())

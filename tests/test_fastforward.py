@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import simpy
-from helpers import ConstantCostModel, record_outcomes, submit_all
+from helpers import ConstantCostModel, assert_same_run, record_outcomes, submit_all
 
 from simulator.calibrate.fit import fit_tables
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
@@ -65,21 +65,6 @@ def chunk_stretches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(fastforward, "plan_chunks", counted)
     return calls
-
-
-def assert_same_run(config: RunConfig, calls: list[int] | None = None) -> None:
-    on = simulate(config.replace(fast_forward=True), token_times=True)
-    skipped = sum(calls) if calls is not None else None
-    off = simulate(config.replace(fast_forward=False), token_times=True)
-    assert calls is None or sum(calls) == skipped  # the stepping run skips nothing
-    a, b = request_frame(on), request_frame(off)
-    assert a.equals(b)
-    assert on.iteration_frame().equals(off.iteration_frame())
-    assert [bytes(r.token_times) for r in on.requests] == [bytes(r.token_times) for r in off.requests]
-    assert same_gaps(on.tbt, off.tbt)  # the gap logs, as multisets
-    assert on.replica_busy_s == off.replica_busy_s and on.sim_end_at == off.sim_end_at
-    assert on.stages == off.stages
-    assert on.extra == off.extra
 
 
 def _config(scheduler: str, pp: int, utilization: float, qps: float, num_requests: int = 60) -> RunConfig:

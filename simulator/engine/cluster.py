@@ -25,7 +25,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.costmodel import CostModel, load_cost_model
 from simulator.engine.closed_loop import ClosedLoopClient
-from simulator.engine.dp_group import group_ranks
+from simulator.engine.dp_group import DPGroup, group_ranks
 from simulator.engine.kvcache import MemoryPlan
 from simulator.engine.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.engine.replica import Replica, SchedulerWrap, build_scheduler, with_mixin
@@ -153,7 +153,8 @@ class Cluster:
             self.replicas.append(make_replica(env, replica_id, scheduler, cost, recorder, config,
                                               horizon, skipping=skipping, straddle=straddle))
         if config.replica.attention_dp > 1:  # its ranks step together, a group per replica (engine.dp_group)
-            group_ranks(env, self.replicas, config.replica.attention_dp)
+            group_class = skipping.group_class if horizon is not None and skipping is not None else DPGroup
+            group_ranks(env, self.replicas, config.replica.attention_dp, group_class)
         self._caches = [r.scheduler.blocks for r in self.replicas]  # what cache-aware routers read (never replaced)
 
     def _next_arrival_at(self) -> float:
@@ -194,7 +195,10 @@ def make_replica(env: simpy.Environment, replica_id: int, scheduler, cost: CostM
     only), the loop skips events up to ``horizon()``, straddling it where ``straddle``. With
     attention DP, a rank without a process of its own: its :class:`~simulator.engine.dp_group.DPGroup`
     steps it (:func:`group_ranks`, once all ranks are made)."""
-    if config.replica.attention_dp > 1:  # PP 1 (the config refuses both); no skipping: the group's loop
+    if config.replica.attention_dp > 1:  # PP 1 (the config refuses both); the group's loop steps it
+        if horizon is not None and skipping is not None:  # its group skips (skipping.group_class)
+            cls = skipping if mixin is None else with_mixin(mixin, skipping)
+            return cls(env, replica_id, scheduler, cost, recorder, horizon, straddle, start=False)
         cls = Replica if mixin is None else with_mixin(mixin, Replica)
         return cls(env, replica_id, scheduler, cost, recorder, start=False)
     if config.replica.pp > 1:

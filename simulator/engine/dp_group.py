@@ -18,8 +18,8 @@ prefills a long prompt thus holds up every other rank's decodes, which independe
 not show. Each rank records its own iteration (its batch, the group's duration); an idle rank
 records nothing and is not counted busy (its dummy pass has no tokens).
 
-Event skipping and partitioned runs are per replica, so a run with attention DP takes the plain
-loop for its ranks (``simulator.engine.cluster``).
+Event skipping wraps this loop from the fast layer (:mod:`simulator.fast.dp_group`: the group
+skips where every busy rank is steady); partitioned runs are per replica, never for DP ranks.
 """
 
 from __future__ import annotations
@@ -71,8 +71,10 @@ class DPGroup:
                     rank._apply(batch, started_at, duration)
 
 
-def group_ranks(env: simpy.Environment, ranks: list[Replica], attention_dp: int) -> list[DPGroup]:
-    """Consecutive runs of ``attention_dp`` ranks (one engine replica's) as lockstep groups."""
+def group_ranks(env: simpy.Environment, ranks: list[Replica], attention_dp: int,
+                group_class: type[DPGroup] = DPGroup) -> list[DPGroup]:
+    """Consecutive runs of ``attention_dp`` ranks (one engine replica's) as lockstep groups
+    (``group_class``: :class:`DPGroup`, or the fast layer's skipping group over skipping ranks)."""
     if len(ranks) % attention_dp:  # invariant: ranks come whole replicas at a time
         raise RuntimeError(f"{len(ranks)} ranks are not whole replicas of {attention_dp} DP ranks")
-    return [DPGroup(env, ranks[i:i + attention_dp]) for i in range(0, len(ranks), attention_dp)]
+    return [group_class(env, ranks[i:i + attention_dp]) for i in range(0, len(ranks), attention_dp)]

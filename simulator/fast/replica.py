@@ -23,6 +23,7 @@ from simulator.costmodel.base import CostModel
 from simulator.engine.replica import Replica
 from simulator.engine.schedulers import Scheduler
 from simulator.fast import skipping
+from simulator.fast.dp_group import SkippingDPGroup
 from simulator.fast.steady import rules_for
 
 if TYPE_CHECKING:
@@ -34,9 +35,12 @@ class SkippingReplica(Replica):
     timestamps as the plain loop; requests' counters may lag inside a stretch in flight
     until :meth:`settle` (or the stretch's end) applies it."""
 
+    # What steps such replicas built as attention-DP ranks (``start=False``): their group, skipping too.
+    group_class = SkippingDPGroup
+
     def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
                  cost_model: CostModel, recorder: Recorder, horizon: Callable[[], float],
-                 horizon_is_arrival: bool = True) -> None:
+                 horizon_is_arrival: bool = True, start: bool = True) -> None:
         # ``horizon()``: the time of the next event that can touch this replica.
         self.horizon = horizon
         # Whether the event at the horizon is an arrival (it cannot change an iteration that
@@ -47,7 +51,8 @@ class SkippingReplica(Replica):
         self.stretch_in_flight: skipping.Stretch | None = None
         # When the policy's batches stay steady (None: a policy without rules never skips).
         self.steady = rules_for(scheduler)
-        super().__init__(env, replica_id, scheduler, cost_model, recorder)
+        # ``start=False``: an attention-DP rank, stepped with its group (simulator.fast.dp_group).
+        super().__init__(env, replica_id, scheduler, cost_model, recorder, start)
 
     def settle(self, at: float) -> None:
         """Apply now the iterations of the stretch in flight that end before ``at`` (the time

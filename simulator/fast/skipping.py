@@ -148,11 +148,13 @@ def _fit(now: float, horizon_at: float, straddle: bool, max_iterations: int,
     return ends, durations
 
 
-def plan(replica: SkippingReplica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
+def plan(replica: SkippingReplica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True,
+         limit: int | None = None) -> Stretch | None:
     """The decode stretch the replica can skip from now, or None (step normally).
     ``straddle``: the event at the horizon is an arrival, so iterations starting before it
     are kept (else only those ending before it). ``duration_hint`` (the last iteration's
-    time) sizes the first pricing call so that one call usually covers the stretch."""
+    time) sizes the first pricing call so that one call usually covers the stretch.
+    ``limit``: at most that many iterations (an attention-DP group's shortest stretch)."""
     scheduler, env = replica.scheduler, replica.env
     now = env.now
     rules = replica.steady
@@ -178,6 +180,8 @@ def plan(replica: SkippingReplica, horizon_at: float, duration_hint: float = 0.0
 
         def allocations(num: int) -> list[int]:
             return _allocations(firsts, bs, num)
+    if limit is not None:
+        max_iterations = min(max_iterations, limit)
     cost = replica.cost_model
 
     def price(num: int, m: int) -> list[float]:  # iterations num .. num + m - 1
@@ -186,7 +190,8 @@ def plan(replica: SkippingReplica, horizon_at: float, duration_hint: float = 0.0
     return _stretch(replica, horizon_at, straddle, duration_hint, n, max_iterations, allocations, price)
 
 
-def plan_chunks(replica: SkippingReplica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True) -> Stretch | None:
+def plan_chunks(replica: SkippingReplica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True,
+                limit: int | None = None) -> Stretch | None:
     """The chunked-prefill stretch the replica can skip from now, or None: the iterations in
     which steady decodes run beside full chunks of one long prompt
     (:mod:`simulator.fast.steady`, ``chunk``), up to the one before its
@@ -206,6 +211,8 @@ def plan_chunks(replica: SkippingReplica, horizon_at: float, duration_hint: floa
     cohort.join_loose(decodes_only=True)
     left = prefill.num_prompt_tokens + prefill.num_generated - prefill.num_computed
     max_iterations = (left - 1) // chunk  # iterations i with left - i * chunk > chunk
+    if limit is not None:
+        max_iterations = min(max_iterations, limit)
     if cohort.members:
         n, kv_sum, kv_sq_sum, kv_max = cohort.decode_sums()
         max_iterations = min(max_iterations, cohort.steps_to_first_finish())

@@ -56,6 +56,9 @@ QUICK_MAX_TOKENS = 64
 # than fp32 on the project's CI machine: lm_head of tiny-llama-1b at 256 tokens, 2.3 s vs 0.46 s).
 DEFAULT_DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
 MAX_CPU_WORLD_SIZE = 8
+# The largest --max-tokens: tau's largest budget (simulator.planning.tau); past it the grid's tensors are
+# more than any GPU holds, and a typo of 1e20 spent minutes before failing.
+MAX_PROFILE_TOKENS = 1 << 20
 
 
 def resolve_ops(ops: tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
@@ -74,6 +77,9 @@ def resolve_ops(ops: tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
             else:
                 raise ConfigError("ops", f"unknown op or op family {name!r}",
                                   f"families: {', '.join(OP_FAMILIES)}; ops: {', '.join(ALL_OPS)}")
+    if not wanted:  # --ops "" or ",": not every op, which is what leaving --ops out asks for
+        raise ConfigError("--ops", f"names no op ({', '.join(map(repr, ops))})",
+                          f"pass families ({', '.join(OP_FAMILIES)}) or op names, or drop --ops for every op")
     return tuple(op for op in ALL_OPS if op in wanted)
 
 
@@ -115,6 +121,9 @@ class ProfileConfig:
             ShardedShapes(spec, tp)  # raises when tp does not divide the heads
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise ConfigError("max_tokens", f"must be positive, got {self.max_tokens}", "pass --max-tokens > 0")
+        if self.max_tokens is not None and self.max_tokens > MAX_PROFILE_TOKENS:
+            raise ConfigError("--max-tokens", f"must be at most {MAX_PROFILE_TOKENS:,}, got {self.max_tokens:,}",
+                              f"pass --max-tokens {MAX_PROFILE_TOKENS:,} or fewer (the default is 16,384 on CUDA)")
         if self.world_sizes is not None:
             bad = [w for w in self.world_sizes if w < 2]
             if bad:

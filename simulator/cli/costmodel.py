@@ -73,6 +73,11 @@ def fit(
 
 
 # -- predict -------------------------------------------------------------------------------------------------
+# The most requests one described batch may hold (tau's largest budget, simulator.planning.tau): one
+# token each at least; a count past it would be expanded into a list of that length before any other check.
+MAX_BATCH_REQUESTS = 1 << 20
+
+
 def _expand(values: list[int], n: int, name: str) -> list[int]:
     if len(values) == n:
         return values
@@ -93,6 +98,9 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
         raise ConfigError("prefill", "chunk sizes must be positive", "pass --prefill N with N > 0")
     if decode < 0:
         raise ConfigError("decode", f"must be >= 0, got {decode}")
+    if decode > MAX_BATCH_REQUESTS:
+        raise ConfigError("--decode", f"{decode:,} decodes are more than one batch holds (at most "
+                          f"{MAX_BATCH_REQUESTS:,}, a token each)", f"pass --decode {MAX_BATCH_REQUESTS:,} or fewer")
     if not prefill and decode == 0:
         raise ConfigError("batch", "the batch is empty", "pass --prefill N and/or --decode N")
     pctx = _expand(prefill_context or [0], len(prefill), "prefill-context") if prefill else []

@@ -43,12 +43,20 @@ OUT_PLOT = Annotated[Path | None, typer.Option(help="Folder for results.csv, tri
 SPLIT_FILES = ("results.csv", "trials.csv", "summary.json", "comparison.png", "comparison.svg")
 
 
-def _check_search(config: RunConfig, workers: int) -> None:
+# The most GPUs a split search lays out: it runs one goodput search per split, about --gpus of them for each
+# pair of --tps (1,024 GPUs: ~10,000 searches); a typo of 1e5 spent minutes listing splits before the first.
+MAX_SPLIT_GPUS = 1024
+
+
+def _check_search(config: RunConfig, workers: int, gpus: int) -> None:
     """Refuse, before any search, what the goodput searches cannot run: arrivals without a rate to
     vary (--qps inf, --concurrency, a trace's clock: each trial would be the same, its goodput meaningless),
-    and fewer than one process."""
+    a GPU count of no layout or of more than :data:`MAX_SPLIT_GPUS`, and fewer than one process."""
     from simulator.planning.capacity import check_searchable
 
+    if not 1 <= gpus <= MAX_SPLIT_GPUS:
+        raise ConfigError("--gpus", f"must be in [1, {MAX_SPLIT_GPUS:,}], got {gpus:,}",
+                          "e.g. --gpus 8 (every layout uses exactly that many)")
     check_searchable(config)
     if workers < 1:
         raise ConfigError("--workers", f"must be at least 1, got {workers}", "e.g. --workers 2")
@@ -142,7 +150,7 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
     from simulator.planning.split import GoodputSLO, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
-    _check_search(config, workers)
+    _check_search(config, workers, gpus)
     candidates = [("disagg", c) for c in split_candidates(config, gpus, parse_ints(tps, "tps"))]
     results = _search(candidates, slo, qps_start, workers)
     _report(config, results, slo, out, f"prefill/decode splits of {gpus} GPUs", plot=False)
@@ -160,7 +168,7 @@ def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: T
     from simulator.planning.split import GoodputSLO, aggregated_candidates, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
-    _check_search(config, workers)
+    _check_search(config, workers, gpus)
     tp_list = parse_ints(tps, "tps")
     candidates = aggregated_candidates(config, gpus, tp_list, parse_ints(taus, "taus"))
     candidates += [("disagg", c) for c in split_candidates(config, gpus, tp_list)]

@@ -36,6 +36,15 @@ def _names(text: str | None) -> tuple[str, ...]:
     return tuple(v.strip() for v in (text or "").split(",") if v.strip())
 
 
+def _given_names(text: str | None, flag: str, example: str) -> tuple[str, ...]:
+    """:func:`_names` of an option whose absence means a default: given, it must name something
+    (an empty ``--gpus ""`` would otherwise search the default, every GPU, without a word)."""
+    names = _names(text)
+    if text is not None and not names:
+        raise ConfigError(flag, f"names nothing ({text!r})", f"pass e.g. {flag} {example}, or drop {flag} for the default")
+    return names
+
+
 def _ratios(text: str) -> tuple[tuple[int, int], ...]:
     out = []
     for item in _names(text):
@@ -94,8 +103,8 @@ def plan(
     if top < 0:
         raise ConfigError("--top", f"must be >= 0, got {top}", "e.g. --top 12")
     limits = Limits(max_gpus, max_cost)
-    space = SearchSpace(gpus=_names(gpus), modes=_names(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
-                        dtypes=_names(dtypes), budgets=parse_ints(budgets or BUDGETS, "--budgets"),
+    space = SearchSpace(gpus=_given_names(gpus, "--gpus", "h100-sxm,a100-80gb"), modes=_names(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
+                        dtypes=_given_names(dtypes, "--dtypes", "bf16,fp8"), budgets=parse_ints(budgets or BUDGETS, "--budgets"),
                         max_num_seqs=parse_ints(seqs, "--seqs"),
                         attention_dps=parse_ints(attention_dps or ATTENTION_DPS, "--attention-dps"),
                         ratios=_ratios(ratios or RATIOS))

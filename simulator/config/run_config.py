@@ -75,6 +75,13 @@ MAX_QPS = 1e6
 # underflow (a gamma of shape 1/cv^2) long before any real traffic is described.
 CV_RANGE = (1e-3, 1e3)
 TIME_SCALE_RANGE = (1e-6, 1e6)
+# A token count above this (a request's length, a length bound) is a typo, not a request: no model's context
+# comes near it, and past 2^63 the workload's integer draws overflow (a traceback, not the usual refusal).
+MAX_TOKENS = 1 << 40
+# More replicas than any fleet: past it a run builds replicas for minutes, and past 2^63 it overflows.
+MAX_REPLICAS = 100_000
+# GiB of host memory a replica's CPU KV tier may have (1 PiB): beyond it the block count overflows.
+MAX_CPU_KV_GIB = float(1 << 20)
 KV_CACHE_DTYPES = KV_CACHE_FORMATS
 # Kernel prices: the calibrated roofline, or an engine backend's measured kernel tables
 # (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates
@@ -334,6 +341,10 @@ class SchedulerConfig:
         if isinstance(self.cpu_kv_gib, bool) or not isinstance(self.cpu_kv_gib, int | float) or \
                 not math.isfinite(self.cpu_kv_gib) or self.cpu_kv_gib < 0:
             raise ConfigError("scheduler.cpu_kv_gib", f"must be a number of GiB >= 0, got {self.cpu_kv_gib!r}")
+        if self.cpu_kv_gib > MAX_CPU_KV_GIB:
+            raise ConfigError("scheduler.cpu_kv_gib", f"must be at most {MAX_CPU_KV_GIB:,.0f} GiB (1 PiB) of host "
+                              f"memory per replica, got {self.cpu_kv_gib:g}", "pass --cpu-kv-gib with the host "
+                              "memory a replica keeps KV blocks in, e.g. 512")
         if self.cpu_kv_gib and self.prefix_cache is None:
             raise ConfigError("scheduler.cpu_kv_gib", "a CPU tier keeps the prefix cache's evicted blocks, "
                               "but prefix caching is off", "pass --prefix-caching, or drop --cpu-kv-gib")
@@ -443,6 +454,14 @@ class WorkloadConfig:
             raise ConfigError("workload.time_scale", f"must be in [{TIME_SCALE_RANGE[0]:g}, {TIME_SCALE_RANGE[1]:g}], "
                               f"got {self.time_scale:g}", "pass --time-scale 2 to replay the trace twice as fast")
         _positive("workload", "max_total_tokens", self.max_total_tokens, allow_none=True)
+        for name in ("prompt_tokens", "output_tokens", "prompt_tokens_max", "output_tokens_max", "max_total_tokens"):
+            value = getattr(self, name)
+            if value is not None and value > MAX_TOKENS:
+                raise ConfigError(f"workload.{name}", f"{value:,} tokens is beyond any model's context (at most "
+                                  f"{MAX_TOKENS:,})", f"pass --{name.replace('_', '-')} with a length in tokens")
+        if self.trace is not None and not str(self.trace).strip():
+            # Path("") is the working folder, which would be read as a folder of Weka sessions
+            raise ConfigError("workload.trace", "empty path", "pass --trace PATH to a trace file, or drop --trace")
         for lo, hi in (("prompt_tokens", "prompt_tokens_max"), ("output_tokens", "output_tokens_max")):
             # only the uniform workload reads them (elsewhere the run options refuse them as doing nothing)
             if self.name == "uniform" and getattr(self, hi) is not None and getattr(self, hi) < getattr(self, lo):
@@ -567,6 +586,9 @@ class RunConfig:
             if self.scheduler.prefix_cache is not None:  # on by the scheduler's default (vllm-v1)
                 object.__setattr__(self, "scheduler", dataclasses.replace(self.scheduler, prefix_caching=False))
         _positive("cluster", "num_replicas", self.num_replicas, flag="--replicas")
+        if self.num_replicas > MAX_REPLICAS:
+            raise ConfigError("cluster.num_replicas", f"must be at most {MAX_REPLICAS:,}, got {self.num_replicas:,}",
+                              f"pass --replicas {MAX_REPLICAS:,} or fewer")
         if self.prefill_pool is not None or self.decode_pool is not None or self.mixed_pool is not None:
             from simulator.config.disagg_layout import canonical_pool, layout_of
 

@@ -39,6 +39,8 @@ _VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagl
 UNMODELLED_KEYS = {"prompt_lookup_max": "n-gram match lengths act through the acceptance rates",
                    "prompt_lookup_min": "n-gram match lengths act through the acceptance rates",
                    "quantization": "the draft model is priced at the target's --dtype"}
+# Draft tokens a step at most: far past any drafter's (and past 2^63 the verify step's arrays overflow).
+MAX_SPECULATIVE_TOKENS = 256
 _VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
               "acceptance_rate", "acceptance_rates", "reduce_k_batch_size", "acceptance_source", *UNMODELLED_KEYS)
 
@@ -90,6 +92,10 @@ class SpeculativeConfig:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ConfigError("speculative.num_speculative_tokens", f"must be an integer >= 1, got {k!r}",
                               "pass num_speculative_tokens >= 1 (or drop --speculative-config to turn it off)")
+        if k > MAX_SPECULATIVE_TOKENS:
+            raise ConfigError("speculative.num_speculative_tokens", f"must be at most {MAX_SPECULATIVE_TOKENS}, got {k:,}",
+                              f"pass num_speculative_tokens <= {MAX_SPECULATIVE_TOKENS}; drafters propose a handful "
+                              "a step (3 to 8 in vLLM's examples)")
         if self.method == "draft_model" and not self.draft_model:
             raise ConfigError("speculative.model", "method draft_model needs a draft model",
                               'add "model": "<catalog name>" to --speculative-config')

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import WorkloadConfig
+from simulator.config.run_config import MAX_TOKENS, WorkloadConfig
 
 BUILTIN_NAMES = ("sharegpt", "arxiv")
 LONG_CONTEXT = "long-context"  # prompts log-uniform in [32K, 128K - output], outputs uniform in [128, 1024]
@@ -490,6 +490,11 @@ def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str) ->
         i = int(np.argmax(bad))
         raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {raw.iloc[i]!s} is not a positive integer "
                           "token count", "fix or delete that row")
+    bad = values > MAX_TOKENS  # (past 2^63 the cast below wraps to a negative count)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {raw.iloc[i]!s} tokens is beyond any "
+                          f"model's context (at most {MAX_TOKENS:,})", "fix or delete that row")
     return values.astype(np.int64)
 
 

@@ -26,12 +26,14 @@ Weka Claude Code sessions (``kv-cache-tester`` ``traces/trace_NNNN.json``)
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from simulator.config.errors import ConfigError
+from simulator.config.run_config import MAX_TOKENS
 
 _FIELD = "workload.trace"
 MOONCAKE_BLOCK_TOKENS = 512
@@ -86,6 +88,33 @@ def _positive_int(value: object, what: str, path: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(_FIELD, f"{path}: {where}: {what} must be a positive integer, got {value!r}",
                           "fix or delete that request")
+    if value > MAX_TOKENS:  # (past 2^63 the int64 arrays overflow)
+        raise ConfigError(_FIELD, f"{path}: {where}: {what} {value:,} is beyond any model's context (at most "
+                          f"{MAX_TOKENS:,})", "fix or delete that request")
+    return value
+
+
+def _hash_ids(value: object, path: str, where: str) -> list[int]:
+    """A request's block hash ids: a list of non-negative integers that fit int64."""
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 63
+                                              for i in value):
+        raise ConfigError(_FIELD, f"{path}: {where}: hash_ids must be a list of non-negative 64-bit integers",
+                          "fix that request")
+    return value
+
+
+def _seconds(value: object, path: str, where: str) -> float:
+    """A Weka request's ``t``: seconds >= 0 from its session's (or sub-agent's) start."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ConfigError(_FIELD, f"{path}: {where}: t must be a number of seconds >= 0, got {value!r}",
+                          "fix that request")
+    return float(value)
+
+
+def _requests(value: object, path: str, where: str) -> list:
+    if not isinstance(value, list):
+        raise ConfigError(_FIELD, f"{path}: {where}: 'requests' must be a list, got {type(value).__name__}",
+                          "pass Weka trace files")
     return value
 
 
@@ -111,11 +140,7 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
                                           "Mooncake lines have timestamp, input_length, output_length, hash_ids")
                 n_in = _positive_int(rec["input_length"], "input_length", path, where)
                 n_out = _positive_int(rec["output_length"], "output_length", path, where)
-                ids = rec["hash_ids"]
-                if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
-                                                        for i in ids):
-                    raise ConfigError(_FIELD, f"{path}: {where}: hash_ids must be a list of non-negative integers",
-                                      "fix that line")
+                ids = _hash_ids(rec["hash_ids"], path, where)
                 if len(ids) > -(-n_in // block_tokens):
                     raise ConfigError(_FIELD, f"{path}: {where}: {len(ids)} hash ids for {n_in} tokens "
                                       f"(at most {-(-n_in // block_tokens)} blocks of {block_tokens})",
@@ -174,15 +199,18 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
         local: dict[int, int] = {}  # this file's ids -> the run's
         start = session * session_gap_s
         entries: list[tuple[float, dict, str]] = []
-        for i, req in enumerate(data["requests"]):
+        for i, req in enumerate(_requests(data["requests"], str(file), "top level")):
             if not isinstance(req, dict):
                 raise ConfigError(_FIELD, f"{file}: request {i} is not an object", "pass Weka trace files")
             if req.get("type") == "subagent":
-                base = float(req.get("t", 0.0))
-                for j, sub in enumerate(req.get("requests", [])):
-                    entries.append((base + float(sub.get("t", 0.0)), sub, f"request {i}.{j}"))
+                base = _seconds(req.get("t", 0.0), str(file), f"request {i}")
+                for j, sub in enumerate(_requests(req.get("requests", []), str(file), f"request {i}")):
+                    if not isinstance(sub, dict):
+                        raise ConfigError(_FIELD, f"{file}: request {i}.{j} is not an object", "pass Weka trace files")
+                    entries.append((base + _seconds(sub.get("t", 0.0), str(file), f"request {i}.{j}"), sub,
+                                    f"request {i}.{j}"))
             else:
-                entries.append((float(req.get("t", 0.0)), req, f"request {i}"))
+                entries.append((_seconds(req.get("t", 0.0), str(file), f"request {i}"), req, f"request {i}"))
         entries.sort(key=lambda e: e[0])  # stable: ties keep the file's order
         for t, req, where in entries:
             n_in = _positive_int(req.get("in"), "in", str(file), where)
@@ -190,7 +218,7 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
             if n_out == 0:
                 n_out, num_zero_out = 1, num_zero_out + 1
             n_out = _positive_int(n_out, "out", str(file), where)
-            raw = req.get("hash_ids", [])
+            raw = _hash_ids(req.get("hash_ids", []), str(file), where)
             if len(raw) > -(-n_in // bs):
                 raise ConfigError(_FIELD, f"{file}: {where}: {len(raw)} hash ids for {n_in} tokens", "check block_size")
             ids = np.empty(len(raw), dtype=np.int64)

@@ -280,18 +280,26 @@ TIDY_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _check_export(gpu_or_system: str, backends: tuple[str, ...] | list[str], root: str | Path | None) -> str:
+    """The system folder ``gpu_or_system`` names, once it and every backend are known to the database."""
+    system = SYSTEMS.get(gpu_or_system, gpu_or_system)
+    # (an empty or path-like name would be the systems folder itself, or one outside it)
+    if system.strip() in ("", ".", "..") or Path(system).name != system or not (data_root(root) / "systems" / "data" / system).is_dir():
+        raise ConfigError("--gpu", f"no AIConfigurator system {gpu_or_system!r}",
+                          f"use a catalog GPU ({', '.join(sorted(SYSTEMS))}) or a system folder name")
+    for backend in backends:
+        if backend not in BACKENDS:
+            raise ConfigError("--backend", f"unknown backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
+    return system
+
+
 def tidy_tables(gpu_or_system: str, backend: str, root: str | Path | None = None) -> Any:
     """Every kept table of one system and backend as one long pandas frame: ``system, backend,
     version, family, table, kernel_source, dtype, latency_s`` and the table's keys (NaN where a
     key belongs to another table). Reads everything: for export, never for a run."""
     import pandas as pd
 
-    system = SYSTEMS.get(gpu_or_system, gpu_or_system)
-    if not (data_root(root) / "systems" / "data" / system).is_dir():
-        raise ConfigError("gpu", f"no AIConfigurator system {gpu_or_system!r}",
-                          f"use a catalog GPU ({', '.join(sorted(SYSTEMS))}) or a system folder name")
-    if backend not in BACKENDS:
-        raise ConfigError("backend", f"unknown backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
+    system = _check_export(gpu_or_system, (backend,), root)
     frames = []
     for table, keys in TIDY_KEYS.items():
         ref = find_table(system, backend, table, root)
@@ -321,6 +329,7 @@ def write_tidy(gpu_or_system: str, backends: tuple[str, ...] | list[str], out: s
     under ``out``, from :func:`tidy_tables`; returns the paths written."""
     if fmt not in ("parquet", "csv"):
         raise ConfigError("--format", f"unknown format {fmt!r}", "use parquet or csv")
+    _check_export(gpu_or_system, backends, root)  # before the folder is made: a refusal leaves nothing behind
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -138,3 +138,38 @@ def test_predict_refuses_a_batch_the_replica_could_not_hold(args, needle):
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize(("options", "refused"), [
+    (dict(workload="fixed", arrival="fixed", qps=1.0), True),  # fixed lengths at fixed times: nothing drawn
+    (dict(workload="fixed", concurrency=4), True),  # a closed loop of fixed lengths
+    (dict(workload="fixed", arrival="poisson", qps=1.0), False),  # Poisson gaps
+    (dict(workload="fixed", concurrency=4, range_ratio=0.5), False),  # banded lengths
+    (dict(workload="uniform", prompt_tokens_max=200, arrival="fixed", qps=1.0), False),  # drawn lengths
+    (dict(workload="fixed", arrival="fixed", qps=1.0, replicas=2, router="random"), False),
+    (dict(workload="fixed", concurrency=4, speculative_config='{"method": "ngram", "num_speculative_tokens": 3}',
+          acceptance_rate=0.6), False),
+])
+def test_a_seed_that_nothing_reads_is_refused(options, refused) -> None:  # noqa: ANN001
+    from simulator.config.errors import ConfigError
+    from simulator.config.options import build_config
+
+    options = dict(prompt_tokens=100, output_tokens=10, **options)
+    build_config(**options)  # without --seed: fine either way
+    if refused:
+        with pytest.raises(ConfigError, match="nothing in this run is drawn at random") as err:
+            build_config(seed=3, **options)
+        assert err.value.field == "--seed"
+    else:
+        assert build_config(seed=3, **options).seed == 3
+
+
+def test_a_seed_that_only_picks_trace_rows_is_read(tmp_path: Path) -> None:
+    from simulator.config.errors import ConfigError
+    from simulator.config.options import build_config
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_time,num_prefill_tokens,num_decode_tokens\n0.0,10,5\n0.5,20,5\n1.0,30,5\n")
+    with pytest.raises(ConfigError, match="replays its first rows"):
+        build_config(trace=str(trace), arrival="trace", num_requests=3, seed=1)
+    assert build_config(trace=str(trace), arrival="fixed", qps=1.0, num_requests=2, seed=1).seed == 1  # rows sampled

@@ -239,12 +239,32 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         if all(pool.num_replicas * replica.attention_dp == 1 for pool, replica in pools):
             out["router"] = ("each pool is one replica, which takes every request it is sent",
                              "give a pool more replicas ('2x(tp=1)'), or drop {flag}")
+    if not _draws_at_random(config):
+        sent = (f"sent as {w.concurrency} users free up" if w.concurrency is not None
+                else "all at t=0" if w.arrival == "burst" else f"at {w.arrival} arrivals")
+        source = (f"--trace {w.trace} replays its first rows at their own timestamps" if w.trace is not None
+                  else f"fixed lengths {sent}")
+        out["seed"] = (f"nothing in this run is drawn at random ({source}; no --router random, no speculation)",
+                       "drop {flag} (it varies drawn lengths, sampled trace rows, Poisson or gamma gaps, "
+                       "--router random and speculation)")
     if w.arrival in ("burst", "trace"):  # (closed loops send on completions: their arrival is burst too)
         out["qps"] = (f"--arrival {w.arrival} sends requests "
                       + ("all at t=0" if w.arrival == "burst" else "at the trace's own timestamps")
                       + (f" (here as {w.concurrency} users free up)" if w.concurrency is not None else ""),
                       "pass --arrival poisson (or gamma/fixed) for a rate, or drop {flag}")
     return out
+
+
+def _draws_at_random(config: RunConfig) -> bool:
+    """Whether the run reads its seed: the streams split from it draw request lengths (a built-in
+    or banded workload), trace rows (sampled for synthetic arrivals), Poisson or gamma gaps, a random
+    router's picks and speculation's acceptances (simulator.engine.cluster.rng_streams, speculation_rng)."""
+    w = config.workload
+    if config.speculative is not None or config.router == "random" or w.arrival in ("poisson", "gamma"):
+        return True
+    if w.trace is not None:
+        return w.arrival != "trace"  # replayed at its timestamps: its first rows, in order
+    return not (w.name in ("fixed", "random") and not w.is_banded)
 
 
 # Run options that a disaggregated pool's key overrides: option name -> pool key (simulator.config.disagg_layout).

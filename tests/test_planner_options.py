@@ -91,8 +91,11 @@ def test_capacity_hands_its_flags_to_the_slo_and_the_search(monkeypatch: pytest.
     monkeypatch.setattr(capacity_mod, "find_capacity", no_search)
     names = options_of("capacity")
     # Under the goodput criterion the TBT and delay limits judge nothing (refused): each criterion's own flags.
-    unread_by_goodput = {"tbt_quantile", "sched_delay_slo", "sched_delay_quantile"}
-    for given in ([n for n in names if n != "criterion"], [n for n in names if n not in unread_by_goodput]):
+    # The TBT early exit is read only by the TBT criterion's early exit (refused with --no-early-exit).
+    unread_by_goodput = {"tbt_quantile", "sched_delay_slo", "sched_delay_quantile", "tbt_early_exit"}
+    for given in ([n for n in names if n not in ("criterion", "tbt_early_exit")],
+                  [n for n in names if n not in ("criterion", "early_exit")],
+                  [n for n in names if n not in unread_by_goodput]):
         args = [arg for name in given for arg in (
             [f"--no-{name.replace('_', '-')}"] if isinstance(CHANGED[name], bool)
             else [f"--{name.replace('_', '-')}", str(CHANGED[name])])]

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from simulator.cli.app import app
+from simulator.config.errors import ConfigError
 
 
 @app.command("import-aiconfigurator")
@@ -21,9 +22,14 @@ def import_aiconfigurator(
     """Turn one system's AIConfigurator tables (GEMM, attention, MLA, MoE, all-reduce) into one tidy
     table per backend and version: system, backend, version, family, table, kernel_source, dtype,
     the table's keys and latency_s (seconds per call on one GPU)."""
-    from simulator.costmodel.aic.tables import BACKENDS, write_tidy
+    from simulator.costmodel.aic.tables import BACKENDS, data_root, write_tidy
     from simulator.util.paths import check_out_dir
 
+    try:  # this command's flag, not a run's --kernels (which the shared reader's message names)
+        data_root(data)
+    except ConfigError as err:
+        raise ConfigError("--data", err.problem, "pass --data FOLDER, the database folder holding "
+                          "systems/data") from None
     # what an earlier import wrote may be replaced; anything else there is refused before the work
     check_out_dir(out, "--out", replaceable=("*.parquet", "*.csv"))
     for path in write_tidy(gpu, tuple(backend or BACKENDS), out, fmt, data):

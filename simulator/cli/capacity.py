@@ -73,6 +73,7 @@ CAPACITY_FILES = ("capacity.json", "trials.csv")  # what capacity --out holds (a
 @run_options
 @planner_options("capacity", after={"workers": "seeds"})
 def capacity(
+    ctx: typer.Context,
     config: RunConfig,
     planner: dict[str, Any],
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes: seeds run in parallel; with fewer seeds than processes (one, say), each search also runs the trials it may need next ahead (the same result). auto: one per available CPU, at most 3 a seed and what memory holds.", rich_help_panel=SEARCH_PANEL)] = "auto",
@@ -84,7 +85,7 @@ def capacity(
         check_out_dir(out, "--out", replaceable=CAPACITY_FILES)
     from simulator.planning.capacity import find_capacity
 
-    _refuse_unread(config, planner)
+    _refuse_unread(config, planner, _typed(ctx, planner))
     slo, settings = slo_and_settings(planner)
     seeds = planner["seeds"]
     num_workers = parse_workers(workers, lambda: capacity_auto_workers(seeds, config.workload.num_requests))
@@ -138,13 +139,31 @@ def _check_mix_fits(config: RunConfig, mix: Any) -> None:  # noqa: ANN401 - a pl
         raise ConfigError(flag, problem[1], fix)
 
 
-def _refuse_unread(config: RunConfig, planner: dict) -> None:
-    """Refuse search and SLO options that this search would not read (given, they would change nothing)."""
+def _typed(ctx: typer.Context, planner: dict) -> set[str]:
+    """The planner options typed on the command line, a default's value included (``--tbt-early-exit``)."""
+    sources = {name: ctx.get_parameter_source(name) for name in planner}
+    return {name for name, source in sources.items()
+            if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")}
+
+
+def _refuse_unread(config: RunConfig, planner: dict, typed: set[str] | frozenset[str] = frozenset()) -> None:
+    """Refuse search and SLO options that this search would not read (given, they would change
+    nothing); ``typed``: the planner options typed on the command line (:func:`_typed`)."""
     from simulator.config.run_config import WorkloadConfig
     from simulator.planning.options import PLANNER_OPTIONS
 
     def given(name: str) -> bool:  # (a value equal to the default changes nothing either way)
         return planner.get(name) is not None and planner[name] != PLANNER_OPTIONS[name].for_command("capacity").default
+
+    if "tbt_early_exit" in typed or given("tbt_early_exit"):  # read only by the TBT criterion's early exit
+        flag = "--tbt-early-exit" if planner["tbt_early_exit"] else "--no-tbt-early-exit"
+        if planner.get("early_exit") is False:
+            raise ConfigError(flag, f"says whether trials stop early on the TBT limit, but --no-early-exit runs every "
+                              f"trial to the end, so {flag} would do nothing", f"drop {flag} or --no-early-exit")
+        if planner.get("criterion") == "goodput":
+            raise ConfigError(flag, f"says whether trials stop early on the TBT limit, but --criterion goodput stops "
+                              f"them on the TTFT goodput alone, so {flag} would do nothing",
+                              f"drop {flag}, or use --criterion tbt")
 
     if given("qps_start") and config.workload.qps != WorkloadConfig().qps:
         raise ConfigError("--qps-start", f"--qps {config.workload.qps:g} sets the first trial's rate too, and "

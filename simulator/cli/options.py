@@ -21,7 +21,14 @@ from typing import Annotated, Any
 import typer
 
 from simulator.config.errors import ConfigError
-from simulator.config.options import DERIVED_OPTIONS, OPTION_ALIASES, RUN_OPTIONS, build_config
+from simulator.config.options import (
+    DECIDED_BY_COMMAND,
+    DERIVED_OPTIONS,
+    OPTION_ALIASES,
+    RUN_OPTIONS,
+    alias_of,
+    build_config,
+)
 from simulator.config.run_config import RunConfig
 
 WORKERS_METAVAR = "N|auto"
@@ -132,6 +139,48 @@ def replay_whole(config: RunConfig, given: dict[str, Any]) -> RunConfig:
     return config.replace(workload__num_requests=rows) if rows > 0 else config
 
 
+def check_trace_given(config: RunConfig, options: dict[str, Any], command: str = "run") -> None:
+    """Refuse prefix-cache and routing options that were given (``options``: the command line's,
+    not ``--config``'s) but that ``config`` would not read because of what its ``--trace`` holds:
+    only a trace naming its prompts' blocks (Mooncake JSONL, Weka sessions) shares prefixes, and
+    only Weka sessions name sessions. The config layer refuses them for built-in workloads
+    (:func:`~simulator.config.options.check_given`); a trace's format is known only from its file,
+    which the config layer does not read. Also refused: ``--router prefix_aware`` with prefix
+    caching off (no replica has a cache to score, so every request goes to the least outstanding)."""
+    decided = DECIDED_BY_COMMAND.get(command, frozenset())
+    if decided is None:  # a sweep's grid may change the trace, the scheduler or the router
+        return
+    given = {alias_of(name) for name, value in options.items() if value is not None}
+    router = config.router if "router" in given else None
+    if (router == "prefix_aware" and config.scheduler.prefix_cache is None and not config.is_disaggregated
+            and "router" not in decided):
+        off = f" ({config.scheduler.name}'s default)" if config.scheduler.prefix_caching is None else ""
+        raise ConfigError("--router", f"prefix_aware routes to the replica that has the longest prefix cached, but "
+                          f"prefix caching is off{off}, so every request would go to the least outstanding replica",
+                          "pass --prefix-caching, or use --router least_outstanding")
+    names = [name for name in ("prefix_cache_policy", "cpu_kv_gib") if name in given]
+    trace = config.workload.trace
+    if trace is None or not (names or router in ("prefix_aware", "session")) or not Path(trace).is_file():
+        return  # (a trace that is not there, or a folder, is refused where it is read, with its own reason)
+    from simulator.workload.prefix_traces import prefix_trace_format  # late: reads the trace's first line only
+
+    fmt = prefix_trace_format(str(trace))
+    if fmt is None:
+        if names:
+            flag = _flag(names[0])
+            raise ConfigError(flag, f"--trace {trace} names no prompt blocks (only a trace with block hashes shares "
+                              f"prefixes: Mooncake JSONL, Weka sessions), so {flag} would do nothing",
+                              f"pass a --trace with hash_ids (e.g. Mooncake's), or drop {flag}")
+        if router == "prefix_aware":
+            raise ConfigError("--router", f"prefix_aware routes by cached prefix, but --trace {trace} names no prompt "
+                              "blocks (only Mooncake JSONL and Weka session traces do), so every request would go to "
+                              "the least outstanding replica", "use a trace with hash_ids, or another --router")
+    if router == "session" and fmt != "weka-sessions":
+        raise ConfigError("--router", f"session keeps each session on one replica, but --trace {trace} names no "
+                          "sessions (only Weka session traces do), so every request would go to the least outstanding "
+                          "replica", "use a trace with sessions, or another --router")
+
+
 def given_run_flags(ctx: typer.Context) -> set[str]:
     """The run options given on the command line, a default's value included (``--gpu a100-80gb``):
     :func:`config_overrides` sees only values that differ from the defaults."""
@@ -149,7 +198,9 @@ def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
     def wrapper(**kwargs: Any):  # noqa: ANN202
         run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k in DERIVED_OPTIONS
                       or k == "config_file"}
-        return fn(config=replay_whole(build_config(command=fn.__name__, **run_kwargs), run_kwargs), **kwargs)
+        config = build_config(command=fn.__name__, **run_kwargs)
+        check_trace_given(config, run_kwargs, fn.__name__)
+        return fn(config=replay_whole(config, run_kwargs), **kwargs)
 
     merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + list(_parameters())
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]

@@ -78,10 +78,16 @@ TIME_SCALE_RANGE = (1e-6, 1e6)
 # A token count above this (a request's length, a length bound) is a typo, not a request: no model's context
 # comes near it, and past 2^63 the workload's integer draws overflow (a traceback, not the usual refusal).
 MAX_TOKENS = 1 << 40
+# Tokens a KV cache block may hold: real engines page in 1-256 tokens (vLLM's --block-size 1-256,
+# SGLang's --page-size, TensorRT-LLM's tokens_per_block; vLLM's hybrid models some thousands); past it a
+# block is a typo, and the run would find no block fits the cache and blame the GPU's memory.
+MAX_BLOCK_SIZE = 1 << 16
 # More replicas than any fleet: past it a run builds replicas for minutes, and past 2^63 it overflows.
 MAX_REPLICAS = 100_000
 # GiB of host memory a replica's CPU KV tier may have (1 PiB): beyond it the block count overflows.
 MAX_CPU_KV_GIB = float(1 << 20)
+# Iterations an attention-DP balance may hold prompts (TensorRT-LLM's recipes: 50-500).
+MAX_BALANCE_ITERS = 100_000
 KV_CACHE_DTYPES = KV_CACHE_FORMATS
 # Kernel prices: the calibrated roofline, or an engine backend's measured kernel tables
 # (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates
@@ -163,6 +169,9 @@ class ReplicaConfig:
         _positive("replica", "tp", self.tp)
         _positive("replica", "pp", self.pp)
         _positive("replica", "block_size", self.block_size)
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise ConfigError("replica.block_size", f"a KV block of {self.block_size:,} tokens is beyond any "
+                              f"engine's (at most {MAX_BLOCK_SIZE:,})", "pass --block-size with a page size in tokens, e.g. 16")
         _positive("replica", "num_nodes", self.num_nodes, flag="--nodes")
         _positive("replica", "max_model_len", self.max_model_len, allow_none=True)
         _positive("replica", "num_gpu_blocks", self.num_gpu_blocks, allow_none=True)
@@ -319,6 +328,12 @@ class SchedulerConfig:
     # SGLang's --scheduler-recv-interval: while busy, its scheduler takes new requests only every
     # this many iterations (1: every one, SGLang's default); sglang only.
     recv_interval: int = 1
+    # TensorRT-LLM's attention-DP balance (attention_dp_config: enable_balance, timeout_iters,
+    # batching_wait_iters; simulator.engine.dp_group.PromptBalance): an attention-DP replica holds new
+    # prompts until every rank has one, at most this many iterations; 0 is off (the engines' default).
+    dp_balance_timeout_iters: int = 0
+    # ... and once every rank has one while every rank decodes, this many iterations more.
+    dp_balance_batching_wait_iters: int = 0
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULER_NAMES:
@@ -326,10 +341,28 @@ class SchedulerConfig:
         _positive("scheduler", "max_num_seqs", self.max_num_seqs, allow_none=True)
         _positive("scheduler", "max_num_batched_tokens", self.max_num_batched_tokens, allow_none=True)
         _positive("scheduler", "chunk_size", self.chunk_size, allow_none=True)
+        for name in ("max_num_batched_tokens", "chunk_size"):  # else the run blames the GPU's memory (activations)
+            value = getattr(self, name)
+            if value is not None and value > MAX_TOKENS:
+                raise ConfigError(f"scheduler.{name}", f"a budget of {value:,} tokens an iteration is beyond any "
+                                  f"model's context (at most {MAX_TOKENS:,})", f"pass --{name.replace('_', '-')} with a token budget, "
+                                  "e.g. 8192")
         _positive("scheduler", "recv_interval", self.recv_interval, flag="--scheduler-recv-interval")
         if self.recv_interval != 1 and self.name != "sglang":
             raise ConfigError("scheduler.recv_interval", f"only the sglang scheduler polls for requests, not {self.name}",
                               "drop --scheduler-recv-interval, or use --scheduler sglang")
+        for name in ("dp_balance_timeout_iters", "dp_balance_batching_wait_iters"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BALANCE_ITERS:
+                raise ConfigError(f"scheduler.{name}", f"must be an integer in [0, {MAX_BALANCE_ITERS}], got {value!r}",
+                                  f"pass --{name.replace('_', '-')} N (TensorRT-LLM's recipes: timeout 60, batching 0)")
+        if self.dp_balance_batching_wait_iters and not self.dp_balance_timeout_iters:
+            raise ConfigError("scheduler.dp_balance_batching_wait_iters", "waits within the attention-DP balance, "
+                              "which is off", "add --dp-balance-timeout-iters N, or drop --dp-balance-batching-wait-iters")
+        if self.dp_balance_timeout_iters and self.name == "sglang":
+            raise ConfigError("scheduler.dp_balance_timeout_iters", "is TensorRT-LLM's attention-DP balance; SGLang "
+                              "schedules its DP ranks its own way", "drop --dp-balance-timeout-iters, or use another "
+                              "--scheduler (trtllm, vllm-v1)")
         if not 0 <= self.watermark < 1:
             raise ConfigError("scheduler.watermark", f"must be in [0, 1), got {self.watermark}")
         if self.prefix_caching not in (None, True, False):

@@ -238,13 +238,23 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
                        np.array([r[1] for r in rows], dtype=np.int64), "weka-sessions", note)
 
 
+def prefix_trace_format(path: str) -> str | None:
+    """Which of these formats the trace at ``path`` is (``"weka-sessions"``, ``"mooncake"``), from
+    its name and first line only, or None (a trace without block hashes: CSV, plain JSONL). Only
+    Weka sessions name sessions (Mooncake's ``session_id`` is -1 throughout)."""
+    if Path(path).is_dir() or path.lower().endswith(".json"):
+        return "weka-sessions" if is_weka_session(path) else None
+    if path.lower().endswith(".jsonl") and is_mooncake_jsonl(path):
+        return "mooncake"
+    return None
+
+
 def read_prefix_trace(path: str) -> PrefixTrace | None:
     """The trace at ``path`` if it is one of these formats, else None."""
-    if Path(path).is_dir() or path.lower().endswith(".json"):
-        return read_weka_sessions(path) if is_weka_session(path) else None
-    if path.lower().endswith(".jsonl") and is_mooncake_jsonl(path):
-        return read_mooncake(path)
-    return None
+    fmt = prefix_trace_format(path)
+    if fmt == "weka-sessions":
+        return read_weka_sessions(path)
+    return read_mooncake(path) if fmt == "mooncake" else None
 
 
 # -- reference hit rates (the data README's rules; tests and reports) -------------------------

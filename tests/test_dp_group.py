@@ -131,3 +131,88 @@ def test_a_group_in_a_capacity_trial_ends_as_it_does_stepping() -> None:
     assert on.extra == off.extra
     assert request_frame(on).equals(request_frame(off))
     assert on.iteration_frame().equals(off.iteration_frame())
+
+
+# -- TensorRT-LLM's prompt balance (PromptBalance) ------------------------------------------------------------------
+def _balanced(timeout: int, batching: int = 0, scheduler: str = "trtllm") -> RunConfig:
+    return _config().replace(scheduler=SchedulerConfig(scheduler, dp_balance_timeout_iters=timeout,
+                                                       dp_balance_batching_wait_iters=batching))
+
+
+# Round robin: two long decodes (one a rank) from t=0, then a prompt on rank 0 at 0.5 s, one on rank 1 at 0.8 s.
+_TWO_DECODES_TWO_PROMPTS = ([0.0, 0.0, 0.5, 0.8], [100, 100, 500, 500], [400, 400, 20, 20])
+
+
+def _step_starts(result) -> list[float]:  # noqa: ANN001
+    return sorted(set(result.iteration_frame().started_at.tolist()))
+
+
+def test_the_balance_holds_a_prompt_until_its_wait_runs_out() -> None:
+    # Rank 0's prompt (t=0.5) waits while rank 1 only decodes: the wait counter runs on from the
+    # decodes' start, so it goes ahead when the count reaches the timeout, at a step start.
+    plain = simulate(_balanced(0), _table(*_TWO_DECODES_TWO_PROMPTS))
+    held = simulate(_balanced(60), _table(*_TWO_DECODES_TWO_PROMPTS))
+    assert plain.requests[2].first_scheduled_at - plain.requests[2].arrival_at < 0.01  # the next step
+    starts = _step_starts(held)
+    c = held.requests[2]
+    assert c.first_scheduled_at - c.arrival_at > 0.1  # held
+    # Step 0 prefilled both decodes; the count ran from step 1 and wrapped at step 60 (t=0.40, before
+    # the prompt came): it went ahead at step 120, where the count reached 60 again.
+    assert starts[60] < c.arrival_at < starts[120] and c.first_scheduled_at == starts[120]
+    # The decodes ran on meanwhile: the held step is decodes only.
+    assert all(r.completed_at is not None and r.num_generated == r.num_output_tokens for r in held.requests)
+
+
+def test_the_balance_lets_prompts_go_when_every_rank_has_one() -> None:
+    # Two prompts arriving together, one a rank, go at the next step; a third arriving alone
+    # later waits. With every rank holding a prompt the count restarts.
+    arrival, prompt, output = [0.0, 0.0, 0.5, 0.5, 0.9], [100, 100, 300, 300, 300], [400, 400, 20, 20, 20]
+    held = simulate(_balanced(1000), _table(arrival, prompt, output))
+    for r in held.requests[2:4]:
+        assert r.first_scheduled_at - r.arrival_at < 0.02
+    late = held.requests[4]  # on rank 0 alone: held (an emptied rank 1 would count as decoding, a dummy)
+    # until rank 0 has no decode left: the step after its long decode's last
+    assert late.first_scheduled_at - late.arrival_at > 0.2
+    assert late.first_scheduled_at == held.requests[0].completed_at
+
+
+def test_the_balance_releases_at_once_where_a_rank_has_no_decodes() -> None:
+    # A rank without any request counts as decoding (the engine's dummy), but one whose only
+    # requests wait has no decode: nothing is held then.
+    held = simulate(_balanced(1000), _table([0.0, 0.0], [100, 100], [50, 50]))
+    assert all(r.first_scheduled_at == 0.0 for r in held.requests)
+
+
+def test_batching_wait_holds_prompts_that_every_rank_has_a_few_steps_more() -> None:
+    arrival, prompt, output = [0.0, 0.0, 0.5, 0.5], [100, 100, 300, 300], [400, 400, 20, 20]
+    no_wait = simulate(_balanced(60), _table(arrival, prompt, output))
+    waited = simulate(_balanced(60, batching=3), _table(arrival, prompt, output))
+    starts = _step_starts(waited)
+    went = no_wait.requests[2].first_scheduled_at
+    assert waited.requests[2].first_scheduled_at == starts[starts.index(went) + 3]
+
+
+@pytest.mark.parametrize("scheduler", ["trtllm", "vllm-v1", "vllm"])
+def test_balanced_groups_skip_to_the_bit(scheduler: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    stretches = record_stretches(monkeypatch)
+    replica = ReplicaConfig(**{**MOE, "ep": 4}, attention_dp=4)
+    for qps, timeout, batching in ((1.0, 60, 0), (6.0, 7, 2)):
+        config = RunConfig(replica=replica, scheduler=SchedulerConfig(scheduler, dp_balance_timeout_iters=timeout,
+                                                                      dp_balance_batching_wait_iters=batching),
+                           workload=WorkloadConfig("sharegpt", num_requests=80, qps=qps), seed=4)
+        assert_same_run(config)
+    assert stretches
+
+
+def test_the_balance_is_refused_where_it_would_do_nothing() -> None:
+    from simulator.config.errors import ConfigError
+    from simulator.config.options import build_config
+
+    with pytest.raises(ConfigError, match="attention-DP ranks"):
+        build_config(model="qwen3-30b-a3b", dp_balance_timeout_iters=60)
+    with pytest.raises(ConfigError, match="SGLang"):
+        SchedulerConfig("sglang", dp_balance_timeout_iters=60)
+    with pytest.raises(ConfigError, match="balance, which is off"):
+        SchedulerConfig("trtllm", dp_balance_batching_wait_iters=2)
+    assert build_config(model="qwen3-30b-a3b", attention_dp=2, ep=2, scheduler="trtllm",
+                        dp_balance_timeout_iters=60).scheduler.dp_balance_timeout_iters == 60

@@ -124,15 +124,28 @@ def benchmark_client(row: Any) -> dict[str, Any]:
     return dict(INFERENCEX_CLIENT if _is_inferencex(row) else AIPERF_CLIENT)
 
 
+# InferenceX's TensorRT-LLM recipes' attention_dp_config timeout_iters (batching_wait_iters 0).
+TRTLLM_DP_BALANCE_TIMEOUT_ITERS = 60
+
+
 def recipe_changes(row: Any) -> dict[str, Any]:
     """:meth:`RunConfig.replace` changes for the server flags ``row``'s deployment recipe most
     likely set where they change the schedule. InferenceX's SGLang launch scripts (the published
     DeepSeek-R1 B200 one) poll for new requests every 10 iterations below concurrency 16 and every
     30 at or above (``--scheduler-recv-interval``); taken for every InferenceX SGLang row, since the
-    rows do not name their recipe. Nothing for the other rows."""
-    if _is_inferencex(row) and str(getattr(row, "backend", "")) == "sglang":
+    rows do not name their recipe. InferenceX's TensorRT-LLM single-node launch scripts (the
+    DeepSeek-R1 ones) turn on the attention-DP balance with DP attention (``attention_dp_config``:
+    ``enable_balance: true, timeout_iters: 60, batching_wait_iters: 0``); taken for every InferenceX
+    TensorRT-LLM aggregated row with DP attention (:class:`~simulator.engine.dp_group.PromptBalance`;
+    a disaggregated pool's ranks never hold a prompt: a prefill pool's have no decodes, a decode
+    pool's no prompts). Nothing for the other rows."""
+    backend = str(getattr(row, "backend", ""))
+    if _is_inferencex(row) and backend == "sglang":
         concurrency = _int(row.concurrency) or 1
         return {"scheduler__recv_interval": 30 if concurrency >= 16 else 10}
+    if (_is_inferencex(row) and backend == "trtllm" and str(getattr(row, "mode", "")) == "agg"
+            and (_int(getattr(row, "attention_dp_size", 1)) or 1) > 1):
+        return {"scheduler__dp_balance_timeout_iters": TRTLLM_DP_BALANCE_TIMEOUT_ITERS}
     return {}
 
 

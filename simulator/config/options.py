@@ -66,6 +66,12 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
     "scheduler_recv_interval": ("scheduler__recv_interval", int, "sglang: new requests are taken every this many "
                                 "iterations while the engine is busy (SGLang's --scheduler-recv-interval; 1 = every one)."),
+    "dp_balance_timeout_iters": ("scheduler__dp_balance_timeout_iters", int, "Attention DP: hold new prompts until "
+                                 "every rank has one, at most this many iterations (TensorRT-LLM's attention_dp_config "
+                                 "enable_balance with timeout_iters; 0 = off, the default)."),
+    "dp_balance_batching_wait_iters": ("scheduler__dp_balance_batching_wait_iters", int, "Attention DP balance: once "
+                                       "every rank has a prompt while all decode, hold them this many iterations more "
+                                       "(TensorRT-LLM's batching_wait_iters; default 0)."),
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
     "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
     "prefix_caching": ("scheduler__prefix_caching", bool, "Automatic prefix caching of KV blocks named by a trace's "
@@ -239,6 +245,9 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         if all(pool.num_replicas * replica.attention_dp == 1 for pool, replica in pools):
             out["router"] = ("each pool is one replica, which takes every request it is sent",
                              "give a pool more replicas ('2x(tp=1)'), or drop {flag}")
+    if not _has_dp_ranks(config):
+        for name in ("dp_balance_timeout_iters", "dp_balance_batching_wait_iters"):
+            out[name] = ("no replica has attention-DP ranks to balance", "add --attention-dp N, or drop {flag}")
     if not _draws_at_random(config):
         sent = (f"sent as {w.concurrency} users free up" if w.concurrency is not None
                 else "all at t=0" if w.arrival == "burst" else f"at {w.arrival} arrivals")
@@ -253,6 +262,19 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                       + (f" (here as {w.concurrency} users free up)" if w.concurrency is not None else ""),
                       "pass --arrival poisson (or gamma/fixed) for a rate, or drop {flag}")
     return out
+
+
+def _has_dp_ranks(config: RunConfig) -> bool:
+    """Whether some replica of the run has attention-DP ranks (a disaggregated run's: any pool's)."""
+    if not config.is_disaggregated:
+        return config.replica.attention_dp > 1
+    from simulator.config.disagg_layout import layout_of
+
+    layout = layout_of(config)
+    replicas = [layout.prefill_replica, layout.decode_replica]
+    if layout.mixed is not None:
+        replicas.append(layout.mixed_replica)
+    return any(replica.attention_dp > 1 for replica in replicas)
 
 
 def _draws_at_random(config: RunConfig) -> bool:
@@ -327,7 +349,9 @@ _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for nam
     "concurrency", "qps", "arrival", "cv", "time_scale", "num_warmup", "warmup_mode", "num_requests", "replicas",
     "router", "fast_forward", "prefill_pool", "decode_pool", "mixed_pool", "kv_link", "kv_link_scope",
     "first_token_at")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget",
-                          "scheduler_recv_interval": "it prices one iteration (no intake to poll)"} | {
+                          "scheduler_recv_interval": "it prices one iteration (no intake to poll)",
+                          "dp_balance_timeout_iters": "it prices one iteration (no ranks to balance)",
+                          "dp_balance_batching_wait_iters": "it prices one iteration (no ranks to balance)"} | {
     name: "it prices a plain hybrid iteration (no draft, no verify)" for name in (
         "speculative_config", "num_speculative_tokens", "acceptance_rate", "acceptance_rates", "acceptance_data",
         "spec_disable_batch_size", "spec_reduce_k_batch_size")}

@@ -18,19 +18,26 @@ prefills a long prompt thus holds up every other rank's decodes, which independe
 not show. Each rank records its own iteration (its batch, the group's duration); an idle rank
 records nothing and is not counted busy (its dummy pass has no tokens).
 
+TensorRT-LLM can also *balance* the ranks (``attention_dp_config.enable_balance``, which
+InferenceX's TensorRT-LLM recipes turn on with DP attention): since a rank's prompt stalls every
+rank's decodes, it holds new prompts until every rank has one, for at most ``timeout_iters``
+iterations (and, with ``batching_wait_iters``, a few more once they all have). :class:`PromptBalance`
+is that rule, from the queues as each step begins; a held step runs every rank's decodes only.
+
 Event skipping wraps this loop from the fast layer (:mod:`simulator.fast.dp_group`: the group
 skips where every busy rank is steady); partitioned runs are per replica, never for DP ranks.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING
 
 import simpy
 
 if TYPE_CHECKING:
     from simulator.engine.replica import Replica
-    from simulator.engine.schedulers import Batch
+    from simulator.engine.schedulers import Batch, Scheduler
 
 
 class DPGroup:
@@ -46,6 +53,7 @@ class DPGroup:
             raise RuntimeError("a DP group's ranks must be built without their own process (start=False)")
         self.env = env
         self.ranks = ranks
+        self.balance = PromptBalance.of(ranks[0].scheduler.config)
         self.process = env.process(self.run())
 
     def _sleep(self) -> simpy.Event:
@@ -59,7 +67,7 @@ class DPGroup:
         """Every rank takes its batch; the step lasts the slowest rank's time; all apply at its end."""
         env, ranks = self.env, self.ranks
         while True:
-            batches: list[Batch | None] = [rank._take_batch() for rank in ranks]
+            batches = self._take_batches()
             if all(batch is None for batch in batches):
                 yield self._sleep()
                 continue
@@ -69,6 +77,98 @@ class DPGroup:
             for rank, batch in zip(ranks, batches, strict=True):
                 if batch is not None:
                     rank._apply(batch, started_at, duration)
+
+
+    def _take_batches(self) -> list[Batch | None]:
+        """Every rank's batch for the step that begins now; its decodes only where the balance holds prompts."""
+        if self.balance is None or not self.balance.holds(self.ranks):
+            return [rank._take_batch() for rank in self.ranks]
+        return [_decodes_only(rank) for rank in self.ranks]
+
+
+class PromptBalance:
+    """TensorRT-LLM's attention-DP balance (``attention_dp_config``: ``enable_balance``,
+    ``timeout_iters``, ``batching_wait_iters``), one per group: the ranks exchange what they would
+    schedule (requests in prompt and in decode phase) and all take the same decision.
+
+    Contract: :meth:`holds` is asked once at the start of every step, from the queues as they stand;
+    True means no rank starts or continues a new prompt this step. Every rank must have a prompt to
+    schedule (and a free batch slot) for prompts to go ahead; else they wait, one step at a time, up to
+    ``timeout_iters`` steps, unless some rank has no decodes (a rank without any request counts as
+    decoding: the engine pads it with a dummy). The wait counter runs on whether or not prompts wait
+    (as the engine's does), so a lone prompt waits out what is left of the current count.
+    """
+
+    def __init__(self, timeout_iters: int, batching_wait_iters: int) -> None:
+        self.timeout_iters = timeout_iters
+        self.batching_wait_iters = batching_wait_iters
+        self.num_waited = 0  # the engine's adp_ctx_waiting_iters_count
+        self.num_batching_waited = 0  # its adp_ctx_batching_wait_iters_count
+
+    @classmethod
+    def of(cls, config) -> PromptBalance | None:  # noqa: ANN001 - a SchedulerConfig
+        timeout = getattr(config, "dp_balance_timeout_iters", 0)
+        return cls(timeout, config.dp_balance_batching_wait_iters) if timeout else None
+
+    def holds(self, ranks: list[Replica]) -> bool:
+        if not any(rank.scheduler.running or rank.scheduler.waiting for rank in ranks):
+            return False  # no step follows (the group sleeps), and the engine counts none
+        all_prompt = all_decode = all_free = True
+        for rank in ranks:
+            has_prompt, has_decode, free = _view(rank.scheduler)
+            all_prompt, all_decode, all_free = all_prompt and has_prompt, all_decode and has_decode, all_free and free
+        if all_free and all_prompt:
+            self.num_waited = 0
+            if all_decode:
+                if self.num_batching_waited < self.batching_wait_iters:
+                    self.num_batching_waited += 1
+                    return True
+                self.num_batching_waited = 0
+            return False
+        self.num_waited += 1
+        if self.num_waited >= self.timeout_iters or not all_decode:
+            self.num_waited = 0
+            return False
+        return True
+
+    def skip(self, num_steps: int) -> None:
+        """``num_steps`` steps in which no rank had a prompt and every rank decoded (a skipped
+        stretch): the wait counter runs on, wrapping at ``timeout_iters`` as step by step."""
+        self.num_waited = (self.num_waited + num_steps) % self.timeout_iters
+
+
+def has_prompt(scheduler: Scheduler) -> bool:
+    """Whether a rank would schedule a prompt now, as :class:`PromptBalance` sees it."""
+    return _view(scheduler)[0]
+
+
+def _view(scheduler: Scheduler) -> tuple[bool, bool, bool]:
+    """What a rank would schedule now, as the engine's ranks exchange it: whether a prompt (one under
+    way, or the head of ``waiting`` where a batch slot and its KV blocks are free), whether a decode
+    (or no request at all: the engine's dummy), and whether its batch has a free slot."""
+    running, waiting = scheduler.running, scheduler.waiting
+    if not running and not waiting:
+        return False, True, True
+    # Lockstep cohort members decode (their other counters may lag; num_generated > 0 holds).
+    has_decode = any(req.num_generated for req in running)
+    free = len(running) < scheduler.max_num_seqs
+    has_prompt = any(not req.num_generated for req in running)
+    if not has_prompt and waiting and free:
+        head = waiting[0]
+        has_prompt = scheduler.blocks.can_admit(scheduler.reserve_tokens(head), head)
+    return has_prompt, has_decode, free
+
+
+def _decodes_only(rank: Replica) -> Batch | None:
+    """The rank's batch with its waiting queue set aside (the policy admits nobody); a request it
+    preempts meanwhile goes back to the front of the queue, as it would have."""
+    scheduler = rank.scheduler
+    held, scheduler.waiting = scheduler.waiting, deque()
+    try:
+        return rank._take_batch()
+    finally:
+        preempted, scheduler.waiting = scheduler.waiting, held
+        held.extendleft(reversed(preempted))
 
 
 def group_ranks(env: simpy.Environment, ranks: list[Replica], attention_dp: int,

@@ -23,11 +23,11 @@ from bisect import bisect_left
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from simulator.engine.dp_group import DPGroup
+from simulator.engine.dp_group import DPGroup, has_prompt
 from simulator.fast import skipping
 
 if TYPE_CHECKING:
-    from simulator.engine.schedulers import Batch, Scheduler
+    from simulator.engine.schedulers import Scheduler
     from simulator.fast.replica import SkippingReplica
 
 # What a rank's last step allows the next to be: a decode stretch, a chunked-prefill stretch, or neither.
@@ -54,6 +54,7 @@ class SkippingDPGroup(DPGroup):
                 pieces = self._plan(modes, horizon_at, duration, straddle)
                 if pieces is not None:
                     ends = pieces[0][1].ends
+                    num_steps = len(ends) - 1
                     if ends[-1] < env.peek():
                         env._now = ends[-1]  # noqa: SLF001 - as SkippingReplica.run moves it (see there)
                     else:
@@ -67,11 +68,13 @@ class SkippingDPGroup(DPGroup):
                     finished = False
                     for rank, piece in pieces:
                         finished |= skipping.apply(rank, piece)
+                    if self.balance is not None:
+                        self.balance.skip(num_steps)
                     # After a finish the batches may be steady again; else a rank stopped at its free
                     # blocks or before a prompt's last chunk, or the horizon came: step normally.
                     retry = finished
                     continue
-            batches: list[Batch | None] = [rank._take_batch() for rank in ranks]
+            batches = self._take_batches()
             if all(batch is None for batch in batches):
                 yield self._sleep()
                 continue
@@ -97,6 +100,10 @@ class SkippingDPGroup(DPGroup):
         busy = [(rank, mode) for rank, mode in zip(self.ranks, modes, strict=True)
                 if rank.scheduler.num_outstanding]  # an idle rank has no batch and no record
         if not busy:
+            return None
+        # With the prompt balance, only stretches in which no rank has a prompt to schedule (each step
+        # then only runs the balance's wait counter on: PromptBalance.skip).
+        if self.balance is not None and any(mode != _DECODE or has_prompt(rank.scheduler) for rank, mode in busy):
             return None
         # Before any pricing, each decode rank's rule and its first finish (a group's stretch ends at the
         # first finish on any rank, and a busy group finishes a request every few steps): where either

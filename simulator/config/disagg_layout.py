@@ -157,7 +157,7 @@ def parse_pool(text: str, field: str) -> PoolSpec:
     num = int(m.group(1))
     if num <= 0:
         raise ConfigError(field, f"needs at least one replica, got {num}", fix)
-    from simulator.config.run_config import MAX_REPLICAS, MAX_TOKENS
+    from simulator.config.limits import MAX_REPLICAS, MAX_TOKENS
 
     if num > MAX_REPLICAS:
         raise ConfigError(field, f"{num:,} replicas is more than {MAX_REPLICAS:,}", f"give at most {MAX_REPLICAS:,}x(...)")

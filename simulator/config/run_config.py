@@ -21,6 +21,16 @@ from typing import Any
 from simulator.config.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
 from simulator.config.disagg_layout import check_link_name
 from simulator.config.errors import ConfigError
+from simulator.config.limits import (  # the bounds (re-exported: callers import them from here too)
+    CV_RANGE,
+    MAX_BALANCE_ITERS,
+    MAX_BLOCK_SIZE,
+    MAX_CPU_KV_GIB,
+    MAX_QPS,
+    MAX_REPLICAS,
+    MAX_TOKENS,
+    TIME_SCALE_RANGE,
+)
 from simulator.config.precision import (
     KV_CACHE_FORMATS,
     WEIGHT_FORMATS,
@@ -68,26 +78,6 @@ def engine_override_terms(spec: str) -> list[str]:
 # Weight dtypes and their bytes per parameter, scales included (simulator.config.precision): int4 is
 # group-wise (128) with one bf16 scale per group; nvfp4/mxfp4 carry a scale per 16/32 values.
 WEIGHT_DTYPE_BYTES = {name: f.bytes_per_weight for name, f in WEIGHT_FORMATS.items()}
-# A request rate above this is a mistake (an inf or 1e300 typed for "as fast as possible"),
-# not a load: --arrival burst sends every request at once.
-MAX_QPS = 1e6
-# Gamma gaps' coefficient of variation and a trace's time divisor: outside these the gaps over- or
-# underflow (a gamma of shape 1/cv^2) long before any real traffic is described.
-CV_RANGE = (1e-3, 1e3)
-TIME_SCALE_RANGE = (1e-6, 1e6)
-# A token count above this (a request's length, a length bound) is a typo, not a request: no model's context
-# comes near it, and past 2^63 the workload's integer draws overflow (a traceback, not the usual refusal).
-MAX_TOKENS = 1 << 40
-# Tokens a KV cache block may hold: real engines page in 1-256 tokens (vLLM's --block-size 1-256,
-# SGLang's --page-size, TensorRT-LLM's tokens_per_block; vLLM's hybrid models some thousands); past it a
-# block is a typo, and the run would find no block fits the cache and blame the GPU's memory.
-MAX_BLOCK_SIZE = 1 << 16
-# More replicas than any fleet: past it a run builds replicas for minutes, and past 2^63 it overflows.
-MAX_REPLICAS = 100_000
-# GiB of host memory a replica's CPU KV tier may have (1 PiB): beyond it the block count overflows.
-MAX_CPU_KV_GIB = float(1 << 20)
-# Iterations an attention-DP balance may hold prompts (TensorRT-LLM's recipes: 50-500).
-MAX_BALANCE_ITERS = 100_000
 KV_CACHE_DTYPES = KV_CACHE_FORMATS
 # Kernel prices: the calibrated roofline, or an engine backend's measured kernel tables
 # (NVIDIA AIConfigurator's database, simulator.costmodel.aic); named here so a config validates

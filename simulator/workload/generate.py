@@ -56,7 +56,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import MAX_TOKENS, WorkloadConfig
+from simulator.config.limits import MAX_TOKENS
+from simulator.config.run_config import WorkloadConfig
 
 BUILTIN_NAMES = ("sharegpt", "arxiv")
 LONG_CONTEXT = "long-context"  # prompts log-uniform in [32K, 128K - output], outputs uniform in [128, 1024]

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import MAX_TOKENS
+from simulator.config.limits import MAX_TOKENS
 
 _FIELD = "workload.trace"
 MOONCAKE_BLOCK_TOKENS = 512

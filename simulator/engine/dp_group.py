@@ -92,7 +92,8 @@ class PromptBalance:
     schedule (requests in prompt and in decode phase) and all take the same decision.
 
     Contract: :meth:`holds` is asked once at the start of every step, from the queues as they stand;
-    True means no rank starts or continues a new prompt this step. Every rank must have a prompt to
+    True means no rank starts a new prompt this step (a chunked prompt under way goes on: the engine
+    would hold it too, but without chunked context, its default, it has none). Every rank must have a prompt to
     schedule (and a free batch slot) for prompts to go ahead; else they wait, one step at a time, up to
     ``timeout_iters`` steps, unless some rank has no decodes (a rank without any request counts as
     decoding: the engine pads it with a dummy). The wait counter runs on whether or not prompts wait
@@ -107,7 +108,7 @@ class PromptBalance:
 
     @classmethod
     def of(cls, config) -> PromptBalance | None:  # noqa: ANN001 - a SchedulerConfig
-        timeout = getattr(config, "dp_balance_timeout_iters", 0)
+        timeout = config.dp_balance_timeout_iters
         return cls(timeout, config.dp_balance_batching_wait_iters) if timeout else None
 
     def holds(self, ranks: list[Replica]) -> bool:

@@ -158,7 +158,7 @@ def check_trace_given(config: RunConfig, options: dict[str, Any], command: str =
         raise ConfigError("--router", f"prefix_aware routes to the replica that has the longest prefix cached, but "
                           f"prefix caching is off{off}, so every request would go to the least outstanding replica",
                           "pass --prefix-caching, or use --router least_outstanding")
-    names = [name for name in ("prefix_cache_policy", "cpu_kv_gib") if name in given]
+    names = [name for name in ("prefix_cache_policy", "cpu_kv_gib", "prefix_caching") if name in given]
     trace = config.workload.trace
     if trace is None or not (names or router in ("prefix_aware", "session")) or not Path(trace).is_file():
         return  # (a trace that is not there, or a folder, is refused where it is read, with its own reason)

@@ -226,7 +226,7 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if w.trace is None:  # a built-in workload draws lengths only: no KV blocks to share, no sessions
         why = (f"the {w.name} workload names no prompt blocks (only a trace with block hashes shares prefixes)",
                "pass a --trace with hash_ids (e.g. Mooncake's), or drop {flag}")
-        for name in ("prefix_cache_policy", "cpu_kv_gib"):
+        for name in ("prefix_cache_policy", "cpu_kv_gib", "prefix_caching"):  # (on or off, the same run)
             out.setdefault(name, why)
         if config.router in ("prefix_aware", "session"):
             out["router"] = (f"--router {config.router} routes by {'cached prefix' if config.router == 'prefix_aware' else 'session'}, "

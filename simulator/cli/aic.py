@@ -25,12 +25,13 @@ def import_aiconfigurator(
     from simulator.costmodel.aic.tables import BACKENDS, data_root, write_tidy
     from simulator.util.paths import check_out_dir
 
+    # what an earlier import wrote may be replaced; anything else there is refused before the work
+    # (paths first, as every command checks them, whether or not the database is there)
+    check_out_dir(out, "--out", replaceable=("*.parquet", "*.csv"))
     try:  # this command's flag, not a run's --kernels (which the shared reader's message names)
         data_root(data)
     except ConfigError as err:
         raise ConfigError("--data", err.problem, "pass --data FOLDER, the database folder holding "
                           "systems/data") from None
-    # what an earlier import wrote may be replaced; anything else there is refused before the work
-    check_out_dir(out, "--out", replaceable=("*.parquet", "*.csv"))
     for path in write_tidy(gpu, tuple(backend or BACKENDS), out, fmt, data):
         typer.echo(str(path))

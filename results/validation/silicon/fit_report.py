@@ -63,7 +63,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "(silicon.benchmark_client: InferenceX's [0.8 len, len] band and 10 requests a user, "
                         "AIPerf's exact lengths and 20; warm-up a phase of its own), at most --max-requests; "
                         "and the recipe's scheduling flags (silicon.recipe_changes: InferenceX's SGLang "
-                        "--scheduler-recv-interval); inferencex: every row as InferenceX's client, recipe as benchmark")
+                        "--scheduler-recv-interval, its TensorRT-LLM attention-DP balance); inferencex: every row as InferenceX's client, recipe as benchmark")
     p.add_argument("--traces-only", action="store_true", help="build the trace cache and stop")
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
     p.add_argument("--jobs", type=int, default=1,

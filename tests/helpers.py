@@ -218,3 +218,19 @@ def assert_same_run(config: RunConfig, calls: list[int] | None = None) -> None:
     assert on.replica_busy_s == off.replica_busy_s and on.sim_end_at == off.sim_end_at
     assert on.stages == off.stages
     assert on.extra == off.extra
+
+
+def simulate_module(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m simulator ARGS`` from the checkout (or ``cwd``), wide enough that a one-line error stays one line."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(root)}
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True,
+                          cwd=cwd or root, env=env, timeout=timeout)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The one stderr line of a refused command (exit 2, no traceback)."""
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2, proc.stderr[-2000:] + proc.stdout[-500:]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return lines[0]

@@ -8,12 +8,11 @@ read), a hang (a count of 1e20 enumerated before any work), or a silent default 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import one_line_error, simulate_module
 
 from simulator.config.errors import ConfigError
 
@@ -23,16 +22,7 @@ EAGLE3 = '{"method": "eagle3", "num_speculative_tokens": %s}'
 
 
 def simulate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=60)
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 2, proc.stderr[-2000:] + proc.stdout[-500:]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    return lines[0]
+    return simulate_module(*args, cwd=cwd)
 
 
 @pytest.fixture

@@ -10,12 +10,11 @@ naming the flag, exit code 2, and the valid neighbours still run.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import one_line_error, simulate_module
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
@@ -24,17 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HUGE = "100000000000000000000"  # 1e20, past 2^63
 
 
-def simulate(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=120)
-
-
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 2, proc.stderr[-2000:] + proc.stdout[-500:]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    return lines[0]
+def simulate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return simulate_module(*args, cwd=cwd)
 
 
 @pytest.fixture

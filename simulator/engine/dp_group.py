@@ -65,18 +65,23 @@ class DPGroup:
 
     def run(self):  # noqa: ANN201 - SimPy generator
         """Every rank takes its batch; the step lasts the slowest rank's time; all apply at its end."""
-        env, ranks = self.env, self.ranks
         while True:
             batches = self._take_batches()
             if all(batch is None for batch in batches):
                 yield self._sleep()
                 continue
-            started_at = env.now
-            duration = max(rank._price(batch) for rank, batch in zip(ranks, batches, strict=True) if batch is not None)
-            yield env.timeout(duration)
-            for rank, batch in zip(ranks, batches, strict=True):
-                if batch is not None:
-                    rank._apply(batch, started_at, duration)
+            yield from self._step(batches)
+
+    def _step(self, batches: list[Batch | None]):  # noqa: ANN202 - SimPy generator, returns the step's duration
+        """One group step over ``batches`` (None: an idle rank): the slowest rank's time, then every rank applies."""
+        started_at = self.env.now
+        ranks = self.ranks
+        duration = max(rank._price(batch) for rank, batch in zip(ranks, batches, strict=True) if batch is not None)
+        yield self.env.timeout(duration)
+        for rank, batch in zip(ranks, batches, strict=True):
+            if batch is not None:
+                rank._apply(batch, started_at, duration)
+        return duration
 
 
     def _take_batches(self) -> list[Batch | None]:

@@ -78,15 +78,12 @@ class SkippingDPGroup(DPGroup):
             if all(batch is None for batch in batches):
                 yield self._sleep()
                 continue
-            started_at = env.now
-            duration = max(rank._price(batch) for rank, batch in zip(ranks, batches, strict=True) if batch is not None)
-            yield env.timeout(duration)
+            duration = yield from self._step(batches)
             retry = True
-            for i, (rank, batch) in enumerate(zip(ranks, batches, strict=True)):
+            for i, batch in enumerate(batches):
                 if batch is None:
                     modes[i] = 0
                     continue
-                rank._apply(batch, started_at, duration)
                 shape = batch.shape
                 partial = shape.num_prefills != shape.num_logits - shape.num_decodes
                 modes[i] = 0 if batch.preempted else _CHUNK if partial and chunk_ok[i] else 0 if partial else _DECODE

@@ -19,7 +19,6 @@ extrapolations of the steps it applies, and tests compare whole runs with skippi
 from __future__ import annotations
 
 import sys
-from bisect import bisect_left
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -128,14 +127,7 @@ class SkippingDPGroup(DPGroup):
         assert num is not None  # the last rank planned has the fewest steps (each took the limit so far)
         durations = [max(step) for step in zip(*(stretch.durations[:num] for *_, stretch in planned), strict=True)]
         ends = list(accumulate(durations, initial=now))  # the float additions SimPy makes, step by step
-        # The horizon again, with the group's (longer) steps: as skipping._fit keeps them.
-        if straddle:
-            within = bisect_left(ends, horizon_at, 0, num)  # steps starting before the horizon
-            if within and ends[within] == horizon_at:
-                within -= 1
-        else:
-            within = bisect_left(ends, horizon_at, 1) - 1  # steps ending before the horizon
-        num = within
+        num = skipping.steps_within(ends, num, horizon_at, straddle)  # the horizon again, with the group's longer steps
         while num >= 2 and now + (ends[num] - now) != ends[num]:  # SimPy lands at now + delay
             num -= 1
         if num < 2:

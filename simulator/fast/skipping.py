@@ -107,6 +107,16 @@ def _allocations(firsts: list[int], block_size: int, num_iterations: int) -> lis
     return np.cumsum(padded.reshape(rows, block_size), axis=0).reshape(-1)[:num_iterations].tolist()
 
 
+def steps_within(ends: list[float], num: int, horizon_at: float, straddle: bool) -> int:
+    """How many of the ``num`` steps timed by ``ends`` (``ends[i]`` the start of step ``i``, ``ends[i + 1]``
+    its end) a stretch keeps before the horizon: those starting before it where ``straddle`` (one ending
+    exactly at it left out: SimPy runs the older event first), else those ending before it."""
+    if straddle:
+        within = bisect_left(ends, horizon_at, 0, num)
+        return within - 1 if within and ends[within] == horizon_at else within
+    return bisect_left(ends, horizon_at, 1) - 1
+
+
 def _fit(now: float, horizon_at: float, straddle: bool, max_iterations: int,
          price: Callable[[int, int], list[float]], duration_hint: float) -> tuple[list[float], list[float]] | None:
     """The iterations of a stretch that fit before the horizon: ``(ends, durations)`` as in
@@ -121,12 +131,7 @@ def _fit(now: float, horizon_at: float, straddle: bool, max_iterations: int,
         m = min(chunk, max_iterations - num)
         priced = price(num, m)
         new_ends = list(accumulate(priced, initial=ends[-1] if ends else now))
-        if straddle:
-            within = bisect_left(new_ends, horizon_at, 0, m)  # iterations starting before the horizon
-            if within and new_ends[within] == horizon_at:
-                within -= 1
-        else:
-            within = bisect_left(new_ends, horizon_at, 1) - 1  # iterations ending before the horizon
+        within = steps_within(new_ends, m, horizon_at, straddle)
         if not ends:  # the first call, usually the only one
             ends, durations = new_ends, priced[:within]  # a copy: price's list is not ours to change
             del ends[within + 1:]

@@ -127,6 +127,15 @@ def test_each_provenance_runs_its_clients_load(silicon):
                     if family in ("db-dump", "dated-dump") else {})
         assert recipe_changes(r) == expected
     assert recipe_changes(inferencex) == {}  # Llama-3.1-70B's rows are vLLM and TensorRT-LLM
+    # Its TensorRT-LLM DeepSeek-R1 FP8 B200 recipe waits for batches at 1K/1K from 64 users, without DP attention.
+    trt = kept[(kept["backend"] == "trtllm") & (kept["mode"] == "agg")]
+    waiting = [r.id for r in trt.itertuples() if "scheduler__batch_wait_timeout_iters" in recipe_changes(r)]
+    assert len(waiting) == 5
+    for r in trt[trt["id"].isin(waiting)].itertuples():
+        assert (r.system, r.gemm_quant_mode, r.isl, r.osl, r.attention_dp_size) == ("b200_sxm", "fp8", 1024, 1024, 1)
+        assert r.concurrency >= 64 and source_family(r.silicon_data_source) in ("db-dump", "dated-dump")
+        config = row_config(r, extra=recipe_changes(r))
+        assert (config.scheduler.batch_wait_timeout_iters, config.scheduler.batch_wait_max_tokens_ratio) == (40, 0.8)
     # The trace cache tells the band's reading apart (same ratio, other style: another trace).
     assert cache_key(c) != cache_key(c.replace(workload__range_style="vllm", workload__range_ratio=0.5)) != \
         cache_key(c.replace(workload__range_ratio=0.5))

@@ -126,6 +126,9 @@ def benchmark_client(row: Any) -> dict[str, Any]:
 
 # InferenceX's TensorRT-LLM recipes' attention_dp_config timeout_iters (batching_wait_iters 0).
 TRTLLM_DP_BALANCE_TIMEOUT_ITERS = 60
+# InferenceX's TensorRT-LLM DeepSeek-R1 FP8 B200 recipe's batch waiting (its DELAY_BATCHING: at 1K/1K from
+# 64 users): batch_wait_timeout_iters, batch_wait_max_tokens_ratio.
+TRTLLM_BATCH_WAIT = (40, 0.8)
 
 
 def recipe_changes(row: Any) -> dict[str, Any]:
@@ -138,7 +141,11 @@ def recipe_changes(row: Any) -> dict[str, Any]:
     ``enable_balance: true, timeout_iters: 60, batching_wait_iters: 0``); taken for every InferenceX
     TensorRT-LLM aggregated row with DP attention (:class:`~simulator.engine.dp_group.PromptBalance`;
     a disaggregated pool's ranks never hold a prompt: a prefill pool's have no decodes, a decode
-    pool's no prompts). Nothing for the other rows."""
+    pool's no prompts). Their DeepSeek-R1 FP8 B200 script also sets batch waiting at 1K/1K from 64 users
+    (``batch_wait_timeout_iters: 40, batch_wait_max_tokens_ratio: 0.8``), which the engine applies
+    without DP attention (:class:`~simulator.engine.batch_wait.BatchWait`); taken for those rows (the
+    script's max_num_tokens, the larger of 8192 and users + ISL rounded up, is the harness's budget of
+    8192 there). Nothing for the other rows."""
     backend = str(getattr(row, "backend", ""))
     if _is_inferencex(row) and backend == "sglang":
         concurrency = _int(row.concurrency) or 1
@@ -146,6 +153,12 @@ def recipe_changes(row: Any) -> dict[str, Any]:
     if (_is_inferencex(row) and backend == "trtllm" and str(getattr(row, "mode", "")) == "agg"
             and (_int(getattr(row, "attention_dp_size", 1)) or 1) > 1):
         return {"scheduler__dp_balance_timeout_iters": TRTLLM_DP_BALANCE_TIMEOUT_ITERS}
+    if (_is_inferencex(row) and backend == "trtllm" and str(getattr(row, "mode", "")) == "agg"
+            and "deepseek" in str(row.model_path).lower() and str(row.system) == "b200_sxm"
+            and str(getattr(row, "gemm_quant_mode", "")) == "fp8" and _int(row.isl) == 1024 and _int(row.osl) == 1024
+            and (_int(row.concurrency) or 0) >= 64):
+        timeout, ratio = TRTLLM_BATCH_WAIT
+        return {"scheduler__batch_wait_timeout_iters": timeout, "scheduler__batch_wait_max_tokens_ratio": ratio}
     return {}
 
 

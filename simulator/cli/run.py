@@ -14,7 +14,7 @@ from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.resources import auto_workers, check_run_fits
-from simulator.config.run_config import RunConfig
+from simulator.config.run_config import RunConfig, SchedulerConfig
 from simulator.report.output import FORMATS, check_format, check_out_dir, jsonable, write_run
 from simulator.util.progress import RunProgress
 from simulator.util.text import count
@@ -95,6 +95,19 @@ def _pct(value: float) -> str:
     return "-" if value != value else f"{value:.1%}"
 
 
+def _intake(s: SchedulerConfig) -> str:
+    """How the policy takes new prompts, where a knob changes it (said in the run's title)."""
+    out = ""
+    if s.recv_interval != 1:
+        out += f", requests taken every {s.recv_interval} iterations"
+    if s.dp_balance_timeout_iters:
+        out += f", attention-DP balance {s.dp_balance_timeout_iters}/{s.dp_balance_batching_wait_iters} iterations"
+    if s.batch_wait_timeout_iters:
+        out += (f", batch waiting <= {s.batch_wait_timeout_iters} iterations or "
+                f"{s.batch_wait_max_tokens_ratio:g} of the budget")
+    return out
+
+
 def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, console: Console) -> None:
     from rich.table import Table
 
@@ -109,7 +122,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         max_len = r.effective_max_model_len
         per_rank = " a rank" if r.attention_dp > 1 else ""
         knobs = (f" ({s.token_budget(max_len, r.gpu_spec, r.attention_dp):,}-token budget{per_rank}, "
-                 f"<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs)")
+                 f"<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)})")
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) · "
              f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "
              f"dtype {r.weight_format.describe(r.gpu_spec)}{kv}")

@@ -72,6 +72,13 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "dp_balance_batching_wait_iters": ("scheduler__dp_balance_batching_wait_iters", int, "Attention DP balance: once "
                                        "every rank has a prompt while all decode, hold them this many iterations more "
                                        "(TensorRT-LLM's batching_wait_iters; default 0)."),
+    "batch_wait_timeout_iters": ("scheduler__batch_wait_timeout_iters", int, "Hold the new prompts of a step that "
+                                 "also decodes until the step's tokens reach --batch-wait-max-tokens-ratio of the "
+                                 "budget, at most this many such steps (TensorRT-LLM's batch_wait_timeout_iters; "
+                                 "not with attention DP; 0 = off, the default)."),
+    "batch_wait_max_tokens_ratio": ("scheduler__batch_wait_max_tokens_ratio", float, "Batch waiting: a step's "
+                                    "prompts go once its tokens reach this fraction of the token budget "
+                                    "(TensorRT-LLM's batch_wait_max_tokens_ratio; give with --batch-wait-timeout-iters)."),
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
     "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
     "prefix_caching": ("scheduler__prefix_caching", bool, "Automatic prefix caching of KV blocks named by a trace's "
@@ -351,7 +358,9 @@ _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for nam
     "first_token_at")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget",
                           "scheduler_recv_interval": "it prices one iteration (no intake to poll)",
                           "dp_balance_timeout_iters": "it prices one iteration (no ranks to balance)",
-                          "dp_balance_batching_wait_iters": "it prices one iteration (no ranks to balance)"} | {
+                          "dp_balance_batching_wait_iters": "it prices one iteration (no ranks to balance)",
+                          "batch_wait_timeout_iters": "it prices one iteration (no prompts to hold)",
+                          "batch_wait_max_tokens_ratio": "it prices one iteration (no prompts to hold)"} | {
     name: "it prices a plain hybrid iteration (no draft, no verify)" for name in (
         "speculative_config", "num_speculative_tokens", "acceptance_rate", "acceptance_rates", "acceptance_data",
         "spec_disable_batch_size", "spec_reduce_k_batch_size")}

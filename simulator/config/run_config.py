@@ -44,6 +44,8 @@ from simulator.config.speculative import SpeculativeConfig
 from simulator.config.topology import build_topology
 
 SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1", "sglang", "trtllm")
+# The policies whose steps mix prompts with decodes, which batch waiting can hold (SchedulerConfig).
+BATCH_WAIT_SCHEDULERS = ("vllm-v1", "sarathi", "trtllm")
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
 WARMUP_MODES = ("steady", "drain")  # a closed loop's warm-up: inline, or a phase drained before the measured one
@@ -324,6 +326,12 @@ class SchedulerConfig:
     dp_balance_timeout_iters: int = 0
     # ... and once every rank has one while every rank decodes, this many iterations more.
     dp_balance_batching_wait_iters: int = 0
+    # TensorRT-LLM's batch waiting (batch_wait_timeout_iters, batch_wait_max_tokens_ratio;
+    # simulator.engine.batch_wait): a replica without attention DP holds the new prompts of a step that
+    # also decodes until the step's tokens reach ratio x the token budget, at most this many such steps;
+    # 0 is off (the engine's default). Both or neither: either alone makes the engine stop waiting at once.
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULER_NAMES:
@@ -353,6 +361,7 @@ class SchedulerConfig:
             raise ConfigError("scheduler.dp_balance_timeout_iters", "is TensorRT-LLM's attention-DP balance; SGLang "
                               "schedules its DP ranks its own way", "drop --dp-balance-timeout-iters, or use another "
                               "--scheduler (trtllm, vllm-v1)")
+        self._check_batch_wait()
         if not 0 <= self.watermark < 1:
             raise ConfigError("scheduler.watermark", f"must be in [0, 1), got {self.watermark}")
         if self.prefix_caching not in (None, True, False):
@@ -401,6 +410,27 @@ class SchedulerConfig:
                 return 2048
             return min(max(int(num_kv_tokens / max_model_len * 512), 2048), 4096)
         return 128
+
+    def _check_batch_wait(self) -> None:
+        timeout, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout <= MAX_BALANCE_ITERS:
+            raise ConfigError("scheduler.batch_wait_timeout_iters", f"must be an integer in [0, {MAX_BALANCE_ITERS}], "
+                              f"got {timeout!r}", "pass --batch-wait-timeout-iters N (InferenceX's TensorRT-LLM "
+                              "recipe: 40)")
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
+            raise ConfigError("scheduler.batch_wait_max_tokens_ratio", f"must be a fraction of the token budget in "
+                              f"[0, 1], got {ratio!r}", "pass --batch-wait-max-tokens-ratio R (InferenceX's "
+                              "TensorRT-LLM recipe: 0.8)")
+        if bool(timeout) != bool(ratio):
+            given, missing = (("timeout_iters", "max_tokens_ratio") if timeout else ("max_tokens_ratio", "timeout_iters"))
+            raise ConfigError(f"scheduler.batch_wait_{given}", f"holds prompts only beside --batch-wait-{missing.replace('_', '-')}"
+                              " (TensorRT-LLM stops waiting at once with either at 0)",
+                              "give --batch-wait-timeout-iters N and --batch-wait-max-tokens-ratio R together, "
+                              "or neither")
+        if timeout and self.name not in BATCH_WAIT_SCHEDULERS:
+            raise ConfigError("scheduler.batch_wait_timeout_iters", f"holds the prompts of steps that mix prompts "
+                              f"and decodes, which {self.name} never runs", "drop --batch-wait-timeout-iters and "
+                              f"--batch-wait-max-tokens-ratio, or use --scheduler {' or '.join(BATCH_WAIT_SCHEDULERS)}")
 
     def token_budget(self, max_model_len: int, gpu: GPUSpec | None = None, attention_dp: int = 1) -> int:
         """Tokens one iteration of one replica (one attention-DP rank) may carry under this policy
@@ -612,6 +642,13 @@ class RunConfig:
         if self.num_replicas > MAX_REPLICAS:
             raise ConfigError("cluster.num_replicas", f"must be at most {MAX_REPLICAS:,}, got {self.num_replicas:,}",
                               f"pass --replicas {MAX_REPLICAS:,} or fewer")
+        if self.scheduler.batch_wait_timeout_iters and (self.replica.attention_dp > 1 or self.is_disaggregated):
+            raise ConfigError("scheduler.batch_wait_timeout_iters", "TensorRT-LLM applies batch waiting only to a "
+                              "replica without attention DP, whose steps mix prompts and decodes" +
+                              (" (a disaggregated run's pools never mix them)" if self.is_disaggregated else ""),
+                              "drop --batch-wait-timeout-iters and --batch-wait-max-tokens-ratio" +
+                              ("" if self.is_disaggregated else ", or use --dp-balance-timeout-iters for the "
+                               "attention-DP balance"))
         if self.prefill_pool is not None or self.decode_pool is not None or self.mixed_pool is not None:
             from simulator.config.disagg_layout import canonical_pool, layout_of
 

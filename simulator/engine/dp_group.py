@@ -30,7 +30,6 @@ skips where every busy rank is steady); partitioned runs are per replica, never 
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING
 
 import simpy
@@ -88,7 +87,7 @@ class DPGroup:
         """Every rank's batch for the step that begins now; its decodes only where the balance holds prompts."""
         if self.balance is None or not self.balance.holds(self.ranks):
             return [rank._take_batch() for rank in self.ranks]
-        return [_decodes_only(rank) for rank in self.ranks]
+        return [rank._take_decodes() for rank in self.ranks]
 
 
 class PromptBalance:
@@ -163,18 +162,6 @@ def _view(scheduler: Scheduler) -> tuple[bool, bool, bool]:
         head = waiting[0]
         has_prompt = scheduler.blocks.can_admit(scheduler.reserve_tokens(head), head)
     return has_prompt, has_decode, free
-
-
-def _decodes_only(rank: Replica) -> Batch | None:
-    """The rank's batch with its waiting queue set aside (the policy admits nobody); a request it
-    preempts meanwhile goes back to the front of the queue, as it would have."""
-    scheduler = rank.scheduler
-    held, scheduler.waiting = scheduler.waiting, deque()
-    try:
-        return rank._take_batch()
-    finally:
-        preempted, scheduler.waiting = scheduler.waiting, held
-        held.extendleft(reversed(preempted))
 
 
 def group_ranks(env: simpy.Environment, ranks: list[Replica], attention_dp: int,

@@ -15,6 +15,7 @@ memory plan. Pipeline parallelism replaces step 2-4 with stage processes
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ import simpy
 
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel.base import CostModel
+from simulator.engine.batch_wait import BatchWait
 from simulator.engine.kvcache import BlockManager, GiB, MemoryPlan, build_kv_cache, max_model_len_shortfall
 from simulator.engine.prefix_cache import make_block_manager
 from simulator.engine.schedulers import SCHEDULERS, Batch, Scheduler
@@ -135,6 +137,8 @@ class Replica:
         self.recorder = recorder
         self._wakeup: simpy.Event | None = None
         self.num_busy_s = 0.0
+        # TensorRT-LLM's batch waiting where the config turns it on (simulator.engine.batch_wait), else None.
+        self.batch_wait = BatchWait.of(scheduler)
         # ``start=False``: a rank that another process steps (simulator.engine.dp_group), whose
         # ``_wakeup`` is then that process's.
         self.process = env.process(self.run()) if start else None
@@ -170,7 +174,26 @@ class Replica:
 
     def _take_batch(self) -> Batch | None:
         """The policy's next batch, stamped with its admissions' first-scheduled time; None
-        when there is nothing to run until a request arrives or a batch completes."""
+        when there is nothing to run until a request arrives or a batch completes. Where batch
+        waiting holds new prompts this step, the batch without them (:meth:`_take_decodes`)."""
+        if self.batch_wait is not None and self.batch_wait.holds(self.scheduler):
+            return self._take_decodes()
+        return self._schedule()
+
+    def _take_decodes(self) -> Batch | None:
+        """The policy's batch with its waiting queue set aside (it admits nobody; a prompt under way
+        goes on): what a step holding new prompts runs (batch waiting, an attention-DP balance). A
+        request the policy preempts meanwhile goes back to the front of the queue, as it would have."""
+        scheduler = self.scheduler
+        held, scheduler.waiting = scheduler.waiting, deque()
+        try:
+            return self._schedule()
+        finally:
+            preempted, scheduler.waiting = scheduler.waiting, held
+            held.extendleft(reversed(preempted))
+
+    def _schedule(self) -> Batch | None:
+        """The policy's next batch as :meth:`_take_batch` returns it, with no batch waiting."""
         scheduler = self.scheduler
         batch = scheduler.schedule()
         if not batch.requests and not batch.num_lockstep:  # len(batch) == 0, without the call

@@ -99,6 +99,9 @@ class SkippingReplica(Replica):
         chunk_stretches = cost.fast_chunk_stretches  # else not worth planning (see CostModel)
         duration = 0.0
         decode_s = 0.0  # the last skipped iteration's time: sizes the next stretch's pricing call
+        # Batch waiting (engine.batch_wait) counts the steps in which a prompt could start: with it on,
+        # skip only decode stretches that nobody waits beside (no chunk stretches), where it counts none.
+        waits = self.batch_wait is not None
         # An iteration that ends strictly before every other pending
         # event is applied without a SimPy event: nothing else can run in between (a tie
         # yields: SimPy would run the older event first). The clock is then moved by hand:
@@ -108,7 +111,8 @@ class SkippingReplica(Replica):
         while True:
             # Try to skip only where two more iterations fit before the horizon (a cheap
             # guess from the last one; plan() decides exactly).
-            if (skip or chunking) and env.now + 2 * duration < (horizon_at := horizon()):
+            if ((skip or chunking) and not (waits and (chunking or scheduler.waiting))
+                    and env.now + 2 * duration < (horizon_at := horizon())):
                 if skip:
                     stretch = skipping.plan(self, horizon_at, decode_s if 0 < decode_s < duration else duration,
                                                self.horizon_is_arrival)

@@ -36,11 +36,15 @@ import pandas as pd
 
 from simulator.config.catalog import get_gpu, get_model
 from simulator.config.errors import ConfigError
+from simulator.config.limits import MAX_TOKENS
 from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import BatchShape
 from simulator.costmodel.engine_model import ENGINES, EngineCostModel, EngineModel, load_engine, num_collectives
 
 MIN_ROWS = 8
+# The most tokens one measured step (its prompts' tokens plus a token per decode) or one context may hold:
+# past every engine's token budget and context (a typo, priced by a table that long).
+MAX_STEP_TOKENS = 1 << 22
 ITERATION_COLUMNS = ("tp", "num_prefills", "prefill_tokens", "num_decodes", "decode_context", "measured_s")
 SPLITWISE_GPUS = {"a100-80gb": "a100-80gb", "h100-80gb": "h100-sxm"}  # source name -> catalog name
 SPLITWISE_MODELS = {"llama2-70b": "llama-2-70b"}
@@ -92,12 +96,24 @@ def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "
         df["prefill_context"] = 0
     numeric = [*ITERATION_COLUMNS, "prefill_context"]
     values = df[numeric].apply(pd.to_numeric, errors="coerce")
-    bad = values.isna().any(axis=1) | (values["measured_s"] <= 0) | (values[["tp", "num_prefills", "num_decodes",
-                                                                               "prefill_tokens", "prefill_context"]] < 0).any(axis=1)
+    counts = values[["tp", "num_prefills", "num_decodes", "prefill_tokens"]]
+    # inf passes a sign check and ends the fit in a traceback; a fractional count is no batch (it was truncated)
+    bad = (~np.isfinite(values).all(axis=1) | (values["measured_s"] <= 0) | (counts < 0).any(axis=1)
+           | (counts != counts.round()).any(axis=1) | (values[["decode_context", "prefill_context"]] < 0).any(axis=1))
     if bad.any():
         line = int(np.flatnonzero(bad.to_numpy())[0]) + 2
-        raise ConfigError(where, f"row on line {line} has a missing, non-numeric or negative value",
-                          "measured_s > 0, counts >= 0")
+        raise ConfigError(where, f"row on line {line} has a missing, non-numeric, infinite, fractional or negative "
+                          "value", "measured_s > 0 seconds, whole counts >= 0")
+    # The kernel model prices every token of a step (a table as long as its tokens): a step past any
+    # engine's budget is a typo, which would end in a MemoryError, or enumerate its sequences for minutes.
+    step_tokens = values.num_prefills * values.prefill_tokens + values.num_decodes
+    huge = (step_tokens > MAX_STEP_TOKENS) | (values.prefill_context + values.prefill_tokens > MAX_STEP_TOKENS) \
+        | (values.decode_context > MAX_STEP_TOKENS)
+    if huge.any():
+        line = int(np.flatnonzero(huge.to_numpy())[0]) + 2
+        raise ConfigError(where, f"row on line {line} describes a step of more than {MAX_STEP_TOKENS:,} tokens "
+                          "(or contexts that long), beyond any engine's token budget",
+                          "give each row one measured step's counts")
     df[numeric] = values
     empty = (df.num_prefills == 0) & (df.num_decodes == 0)
     if empty.any():
@@ -259,9 +275,25 @@ def calibrate_table(df: pd.DataFrame, model: str, gpu: str, cost_model: str = "r
 def splitwise_rows(path: Path) -> pd.DataFrame:
     """Splitwise's perf_model.csv as one row per (GPU, TP, prompt, batch, output length) with the
     median of the repeats, for the models and GPUs the catalog has, and an ``anomaly`` note."""
-    raw = pd.read_csv(path)
-    raw = raw[raw.model.isin(SPLITWISE_MODELS) & raw.hardware.isin(SPLITWISE_GPUS)]
     keys = ["model", "hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size"]
+    fix = "pass --data pointing at the shared profiles folder (splitwise-sim/perf_model.csv as Splitwise published it)"
+    try:
+        raw = pd.read_csv(path)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise ConfigError("--data", f"{path} is not a readable CSV ({type(exc).__name__})", fix) from None
+    missing = [c for c in (*keys, "prompt_time", "token_time") if c not in raw.columns]
+    if missing:
+        raise ConfigError("--data", f"{path} lacks column(s) {', '.join(missing)}", fix)
+    raw = raw[raw.model.isin(SPLITWISE_MODELS) & raw.hardware.isin(SPLITWISE_GPUS)]
+    numeric = raw[keys[2:] + ["prompt_time", "token_time"]].apply(pd.to_numeric, errors="coerce")
+    bad = ~(np.isfinite(numeric).all(axis=1) & (numeric > 0).all(axis=1))
+    if bad.any():
+        raise ConfigError("--data", f"{path} line {int(raw.index[np.argmax(bad.to_numpy())]) + 2} has a missing, "
+                          "non-numeric or non-positive value", fix)
+    if raw.empty:
+        raise ConfigError("--data", f"{path} has no rows of {', '.join(SPLITWISE_MODELS)} on "
+                          f"{', '.join(SPLITWISE_GPUS)}", fix)
+    raw = raw.assign(**{c: numeric[c] for c in numeric})
     g = raw.groupby(keys).agg(prompt_ms=("prompt_time", "median"), token_ms=("token_time", "median"),
                               repeats=("prompt_time", "size")).reset_index()
     g["model"] = g.model.map(SPLITWISE_MODELS)
@@ -398,12 +430,24 @@ def read_bench(path: Path) -> BenchRun:
     if missing:
         raise ConfigError("bench", f"{path} lacks {', '.join(missing)}",
                           "save it with `vllm bench serve --save-result --save-detailed`")
+    wrote = "pass the JSON `vllm bench serve --save-result --save-detailed` wrote"
+    for key in (*BENCH_KEYS, "errors", "request_submit_times"):
+        if data.get(key) is not None and not isinstance(data[key], list):
+            raise ConfigError("bench", f"{path}: {key} must be a list (one entry per request), got {data[key]!r:.40}",
+                              wrote)
     n = len(data["input_lens"])
     if any(len(data[k]) != n for k in BENCH_KEYS):
         raise ConfigError("bench", f"{path}: {', '.join(BENCH_KEYS)} have different lengths")
     for key in ("input_lens", "output_lens"):  # every request has its lengths, failed or not
         _check_numbers(path, key, data[key])
+        # token counts: whole numbers within any context (past 2^63 they overflow the replay's integers)
+        odd = next((v for v in data[key] if v != int(v) or v > MAX_TOKENS), None)
+        if odd is not None:
+            raise ConfigError("bench", f"{path}: {key} holds {odd!r}, not a whole token count of at most "
+                              f"{MAX_TOKENS:,}", wrote)
     errors = data.get("errors") or [""] * n
+    if len(errors) != n:
+        raise ConfigError("bench", f"{path}: errors has {len(errors)} entries for {n} requests", wrote)
     ok = np.array([not e and o and o > 1 and t is not None for e, o, t in zip(errors, data["output_lens"], data["ttfts"],
                                                                              strict=True)], dtype=bool)
     rate = data.get("request_rate", "inf")
@@ -411,9 +455,12 @@ def read_bench(path: Path) -> BenchRun:
         rate = float(rate)
     except (TypeError, ValueError):
         raise ConfigError("bench", f"request_rate {rate!r} is not a number") from None
+    if not rate > 0:  # NaN, 0 or negative: no arrival process (inf: every request at once)
+        raise ConfigError("bench", f"{path}: request_rate {rate!r} is not a positive rate (requests/s, or inf)", wrote)
     submits = data.get("request_submit_times")
     arrival = None
     if submits and len(submits) == n:
+        _check_numbers(path, "request_submit_times", submits)
         s = np.asarray(submits, dtype=float)[ok]
         arrival = np.sort(s - s.min()) if len(s) else None
     if ok.sum() < MIN_ROWS:
@@ -423,6 +470,9 @@ def read_bench(path: Path) -> BenchRun:
     ttfts = [data["ttfts"][i] for i in idx]
     _check_numbers(path, "ttfts", ttfts)
     for i in idx:
+        if data["itls"][i] is not None and not isinstance(data["itls"][i], list):
+            raise ConfigError("bench", f"{path}: itls[{i}] must be a list of gaps (s), got {data['itls'][i]!r:.40}",
+                              "pass the JSON `vllm bench serve --save-result --save-detailed` wrote")
         _check_numbers(path, f"itls[{i}]", data["itls"][i] or [])
     itls = [np.asarray(data["itls"][i] or [], dtype=float) for i in idx]
     if not any(len(x) for x in itls):

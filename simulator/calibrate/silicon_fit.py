@@ -359,10 +359,15 @@ def read_user_rows(path: Path) -> Any:
                           f"give {', '.join(USER_REQUIRED)} (optional: {', '.join(USER_OPTIONAL)})")
     for col in ("isl", "osl", "concurrency", "ttft_ms", "tpot_ms"):
         values = pd.to_numeric(df[col], errors="coerce")
-        bad = ~(values > 0)
+        bad = ~((values > 0) & np.isfinite(values))  # (inf is no measurement either)
+        whole = col in ("isl", "osl", "concurrency")  # token counts and users: a fraction was truncated
+        if whole:
+            bad |= values != values.round()
         if bad.any():
-            raise ConfigError("rows", f"{path} line {int(np.argmax(bad.to_numpy())) + 2}: {col} must be a positive "
-                              f"number, got {df[col].iloc[int(np.argmax(bad.to_numpy()))]!r}", "fix or drop the line")
+            first = int(np.argmax(bad.to_numpy()))
+            value = df[col].iloc[first:first + 1].tolist()[0]  # (a Python value: no np.float64(...) in the line)
+            raise ConfigError("rows", f"{path} line {first + 2}: {col} must be a positive finite "
+                              f"{'whole ' if whole else ''}number, got {value!r}", "fix or drop the line")
         df[col] = values
     if "mode" in df.columns and (df["mode"].fillna("agg") != "agg").any():
         raise ConfigError("rows", "only aggregated rows (mode agg) are fitted from a CSV",

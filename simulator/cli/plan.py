@@ -16,7 +16,7 @@ import typer
 from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
 from simulator.cli.capacity import default_option
-from simulator.cli.options import WORKERS_METAVAR, parse_ints, parse_workers, run_options
+from simulator.cli.options import WORKERS_METAVAR, given_run_flags, parse_ints, parse_workers, run_options
 from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
@@ -63,6 +63,7 @@ def _ratios(text: str) -> tuple[tuple[int, int], ...]:
 @run_options
 @planner_options("plan")
 def plan(
+    ctx: typer.Context,
     config: RunConfig,
     planner: dict[str, Any],
     gpus: Annotated[str | None, typer.Option(help="Candidate GPUs, comma-separated (default: every priced catalog GPU that holds the model).", rich_help_panel=SPACE_PANEL)] = None,
@@ -90,7 +91,7 @@ def plan(
     check_out_dir(out, "--out", existing_ok=True)  # a plan folder is resumed
     from simulator.config.prices import load_price_file, parse_price_flags
     from simulator.planning.capacity import check_searchable
-    from simulator.planning.plan import Limits, SearchSpace, launch_command, unread_space_options
+    from simulator.planning.plan import Limits, SearchSpace, launch_command, unread_run_options, unread_space_options
     from simulator.planning.plan import plan as run_plan
 
     check_searchable(config)  # each layout's capacity search varies --qps: refuse rate-less arrivals before 1,000 searches do
@@ -112,6 +113,11 @@ def plan(
     for flag, (why, fix) in unread_space_options(config, space.modes).items():
         if given[flag] is not None:  # a default the layouts do not read is fine; a value given is not
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix)
+    typed = given_run_flags(ctx)  # (a --config file's values are not the command line's to drop)
+    for name, (why, fix) in unread_run_options(config, space).items():
+        if name in typed:
+            flag = f"--{name.replace('_', '-')}"
+            raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
     if launch not in (None, "vllm", "sglang"):
         raise ConfigError("--launch", f"unknown engine {launch!r}", "use vllm or sglang")
     from simulator.config.resources import auto_workers

@@ -122,6 +122,9 @@ class PoolSpec:
         """The pool's scheduler: ``sched`` (else ``default``, else the run's) with the pool's knobs."""
         name = self.sched or default or base.name
         seqs = self.seqs or base.max_num_seqs
+        if base.recv_interval != 1 and name != "sglang":  # (the run's own check would send the user to --scheduler)
+            raise ConfigError("scheduler.recv_interval", f"only the sglang scheduler polls for requests, and the pool "
+                              f"runs {name}", "set sched=sglang in the pool, or drop --scheduler-recv-interval")
         if name == base.name:
             cfg = replace(base, max_num_seqs=seqs)
         else:  # the run's budget knobs belong to the run's scheduler, not this one

@@ -315,8 +315,10 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     for name, key in POOL_OVERRIDES.items():
         if all(getattr(pool, key) is not None for pool, _ in pools.values()):
             out[name] = (f"{named} each set {key}= themselves", f"drop {{flag}}, or leave {key}= out of a pool")
-    if "--mixed-pool" not in pools and config.scheduler.chunk_size is None and config.scheduler.max_num_batched_tokens is None:
-        # The prefill and decode pools run sched= or vllm; --scheduler only says whose budget knobs they keep.
+    if ("--mixed-pool" not in pools and config.scheduler.chunk_size is None and config.scheduler.max_num_batched_tokens is None
+            and config.scheduler.recv_interval == 1):
+        # The prefill and decode pools run sched= or vllm; --scheduler only says whose budget knobs (and SGLang's
+        # intake interval, which only --scheduler sglang takes) they keep.
         out["scheduler"] = (f"{named} run their own scheduler (sched=, else {DEFAULT_POOL_SCHEDULER})",
                             "set sched= in a pool, add --mixed-pool (which runs --scheduler), or drop {flag}")
     if all(pool.budget is not None or (pool.sched or default) != config.scheduler.name for pool, default in pools.values()):
@@ -332,8 +334,11 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
 POOL_OPTIONS = frozenset({"kv_link", "kv_link_scope", "first_token_at", "router",
                           # the layouts they build span GPUs and nodes
                           "intra_node_link", "inter_node_link", "allow_tp_across_nodes"})
-DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {"split": POOL_OPTIONS, "compare": POOL_OPTIONS,
-                                                         "plan": POOL_OPTIONS, "sweep": None}
+# plan chooses each layout's attention DP (--attention-dps), so whether the DP balance is read is its to say
+# (simulator.planning.plan.unread_run_options).
+DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {
+    "split": POOL_OPTIONS, "compare": POOL_OPTIONS,
+    "plan": POOL_OPTIONS | {"dp_balance_timeout_iters", "dp_balance_batching_wait_iters"}, "sweep": None}
 
 
 # Options that a command sets itself in every config it builds from the base, so a value given would do
@@ -344,8 +349,13 @@ DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {"split": POOL_OPTIONS, "
 # Searches judge every request of a trial: a warm-up is not left out of them (capacity, split, compare, plan).
 _SEARCH_SETS = {"num_warmup": "its trials judge every request (a search leaves no warm-up out)",
                 "warmup_mode": "its trials judge every request (a search leaves no warm-up out)"}
+# Batch waiting holds the prompts of steps that mix prompts and decodes, which no disaggregated pool runs (the
+# run refuses it there) and neither do compare's vllm arms: every layout of split and compare would be refused.
+_NO_MIXED_STEPS = ("disaggregated pools never run a step that mixes prompts and decodes, the steps batch waiting "
+                   "holds, nor do compare's vllm arms")
 _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", "mixed_pool": "its own pools",
                "tp": "from --tps", "replicas": "from the split of --gpus", "qps": "its goodput search over rates",
+               "batch_wait_timeout_iters": _NO_MIXED_STEPS, "batch_wait_max_tokens_ratio": _NO_MIXED_STEPS,
                **_SEARCH_SETS}
 # plan chooses each layout's GPU, parallelism, batch cap and unit count (simulator.planning.plan.Layout.config).
 _PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "attention_dp": "from --attention-dps",
@@ -381,7 +391,7 @@ def _set_by_command(options: dict[str, Any], command: str) -> None:
         if options.get(name) is not None:
             flag = f"--{name.replace('_', '-')}"
             where = command if command in ("plan", "capacity", "tau") else f"disagg {command}"
-            if command == "tau" or name in _SEARCH_SETS or name == "qps":
+            if command == "tau" or name in _SEARCH_SETS or name == "qps" or sets[name] == _NO_MIXED_STEPS:
                 raise ConfigError(flag, f"{where} does not read it ({setter}), so {flag} would do nothing",
                                   f"drop {flag}")
             raise ConfigError(flag, f"{where} sets it in every layout it searches ({setter}), so {flag} would "

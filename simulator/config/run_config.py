@@ -649,6 +649,16 @@ class RunConfig:
                               "drop --batch-wait-timeout-iters and --batch-wait-max-tokens-ratio" +
                               ("" if self.is_disaggregated else ", or use --dp-balance-timeout-iters for the "
                                "attention-DP balance"))
+        if self.scheduler.batch_wait_timeout_iters:
+            # A step is held only while it decodes (a token at least) and its tokens stay under ratio x budget.
+            ratio = self.scheduler.batch_wait_max_tokens_ratio
+            budget = self.scheduler.token_budget(self.replica.effective_max_model_len, self.replica.gpu_spec)
+            if ratio * budget <= 1:
+                raise ConfigError("scheduler.batch_wait_max_tokens_ratio", f"{ratio:g} of the {budget:,}-token budget "
+                                  "is at most one token, which every step that decodes reaches, so batch waiting "
+                                  "would never hold a prompt", "pass --batch-wait-max-tokens-ratio R with R x the "
+                                  "budget above one token (InferenceX's TensorRT-LLM recipe: 0.8), or drop both "
+                                  "--batch-wait flags")
         if self.prefill_pool is not None or self.decode_pool is not None or self.mixed_pool is not None:
             from simulator.config.disagg_layout import canonical_pool, layout_of
 

@@ -208,8 +208,17 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
     An old-style ``"model": "[ngram]"`` means n-gram; a model without a method means a draft
     model. Keys ``acceptance_rate`` / ``acceptance_rates`` / ``reduce_k_batch_size`` /
     ``acceptance_source`` are ours (so a whole config fits in one JSON string)."""
+    def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:  # else the last of a key given twice wins
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen and seen[key] != value:
+                raise ConfigError(f"--speculative-config.{key}", f"given twice: {seen[key]!r} and {value!r}",
+                                  "give each key once")
+            seen[key] = value
+        return seen
+
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=no_repeats)
     except json.JSONDecodeError as exc:
         raise ConfigError("--speculative-config", f"not valid JSON ({exc.msg} at column {exc.colno})",
                           """e.g. '{"method": "eagle3", "num_speculative_tokens": 3}'""") from None
@@ -230,6 +239,9 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
         raise ConfigError("--speculative-config.num_speculative_tokens", "missing", 'add "num_speculative_tokens": 3')
     rates: tuple[float, ...] = ()
     source = str(data.get("acceptance_source") or "")
+    if data.get("acceptance_rates") is not None and data.get("acceptance_rate") is not None:
+        raise ConfigError("--speculative-config.acceptance_rate", "given with acceptance_rates, which would win",
+                          "give one of acceptance_rate (i.i.d.) and acceptance_rates (per position)")
     if data.get("acceptance_rates") is not None:
         raw = data["acceptance_rates"]
         if not isinstance(raw, list) or not all(isinstance(r, int | float) and not isinstance(r, bool) for r in raw):

@@ -317,6 +317,28 @@ def unread_space_options(base: RunConfig, modes: Sequence[str]) -> dict[str, tup
     return out
 
 
+def unread_run_options(base: RunConfig, space: SearchSpace) -> dict[str, tuple[str, str]]:
+    """Run options whose reader is a layout shape the planner chooses (attention DP, an aggregated
+    replica), where no layout of ``space`` has that shape: option name -> (why, fix). The run options'
+    own check leaves these to the plan (its layouts, not the base config, have the DP ranks), so a
+    value given here would otherwise do nothing."""
+    out: dict[str, tuple[str, str]] = {}
+    dp_layouts = base.replica.model_spec.is_moe and "agg" in space.modes and max(space.attention_dps) > 1
+    if not dp_layouts:
+        why = (f"attention DP is searched for MoE models only, and {base.replica.model} has no experts"
+               if not base.replica.model_spec.is_moe else
+               "disaggregated pools are searched at attention DP 1 only, and --modes disagg searches no aggregated "
+               "layout" if "agg" not in space.modes else "--attention-dps searches attention DP 1 only")
+        for name in ("dp_balance_timeout_iters", "dp_balance_batching_wait_iters"):
+            out[name] = (f"no layout of the plan has attention-DP ranks to balance ({why})",
+                         "drop {flag}, or search --attention-dps 1,2 with agg in --modes for a MoE model")
+    if "agg" not in space.modes:
+        for name in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"):
+            out[name] = ("--modes disagg searches only disaggregated pools, which never run a step that mixes prompts "
+                         "and decodes, the steps batch waiting holds", "add agg to --modes, or drop {flag}")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # The bound
 
@@ -1067,7 +1089,8 @@ def frontier_figure(result: PlanResult):  # noqa: ANN201
     ax.set_xlabel("output tokens/s per user (1 / median TPOT) at the layout's capacity")
     ax.set_ylabel("output tokens/s per GPU at capacity (capacity x mean output / GPUs)")
     ax.set_title(f"{result.base.replica.model}: {result.slo.describe()}", fontsize=9)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # (no frontier and no answer: a legend of nothing warns on stderr)
+        ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

@@ -164,17 +164,20 @@ def fits(config: RunConfig) -> bool:
 
 
 def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 2, 4, 8)) -> list[RunConfig]:
-    """Every disaggregated layout of exactly ``num_gpus`` GPUs (pools of one TP each) that fits."""
+    """Every disaggregated layout of exactly ``num_gpus`` GPUs (pools of one TP each) that fits.
+    A pool's replica keeps the run's ``pp`` and attention DP, so it holds ``tp x pp x dp`` GPUs."""
     out = []
     base = config.replace(prefill_pool=None, decode_pool=None, mixed_pool=None)
+    per_tp = base.replica.pp * base.replica.attention_dp  # GPUs a replica holds per TP rank
     for tp_p in tps:
         for tp_d in tps:
-            for n_p in range(1, num_gpus // tp_p + 1):
-                rest = num_gpus - n_p * tp_p
-                if rest < tp_d or rest % tp_d:
+            g_p, g_d = tp_p * per_tp, tp_d * per_tp
+            for n_p in range(1, num_gpus // g_p + 1):
+                rest = num_gpus - n_p * g_p
+                if rest < g_d or rest % g_d:
                     continue
                 try:
-                    cand = base.replace(prefill_pool=f"{n_p}x(tp={tp_p})", decode_pool=f"{rest // tp_d}x(tp={tp_d})",
+                    cand = base.replace(prefill_pool=f"{n_p}x(tp={tp_p})", decode_pool=f"{rest // g_d}x(tp={tp_d})",
                                         num_replicas=1)
                 except ConfigError:
                     continue
@@ -186,14 +189,16 @@ def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 
 
 def aggregated_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 2, 4, 8),
                           taus: Sequence[int] = DEFAULT_TAUS) -> list[tuple[str, RunConfig]]:
-    """vllm and sarathi (each tau) on ``num_gpus`` GPUs: ``num_gpus / tp`` replicas of each TP that fits."""
+    """vllm and sarathi (each tau) on ``num_gpus`` GPUs: ``num_gpus / (tp x pp x dp)`` replicas of each TP
+    that fits (a replica keeps the run's ``pp`` and attention DP)."""
     out = []
     base = config.replace(prefill_pool=None, decode_pool=None, mixed_pool=None)
+    per_tp = base.replica.pp * base.replica.attention_dp
     for tp in tps:
-        if num_gpus % tp:
+        if num_gpus % (tp * per_tp):
             continue
         try:
-            vllm = base.replace(replica__tp=tp, num_replicas=num_gpus // tp, scheduler__name="vllm",
+            vllm = base.replace(replica__tp=tp, num_replicas=num_gpus // (tp * per_tp), scheduler__name="vllm",
                                 scheduler__chunk_size=None, scheduler__max_num_batched_tokens=None)
         except ConfigError:
             continue

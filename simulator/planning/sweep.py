@@ -305,19 +305,24 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         base["num_requests"] = CAPACITY_DEFAULT_NUM_REQUESTS
 
     spec = SweepSpec(mode, base, grid)
-    # Each grid value alone on the base, so an invalid one is blamed on its key...
-    _point_config(base, "sweep.base")
-    for names, rows in grid.items():
-        for row in rows:
-            _point_config({**base, **dict(zip(names, row, strict=True))}, f"sweep.grid.{','.join(names)}")
-    # ...then every combination.
     seen: dict[str, int] = {}
     for index, combo in enumerate(itertools.product(*grid.values()) if grid else [()]):
         values = dict(base)
         for names, row in zip(grid, combo, strict=True):
             values.update(zip(names, row, strict=True))
         where = "sweep point " + ", ".join(f"{k}={v}" for k, v in values.items() if k in spec.varied)
-        config = _point_config(values, where)
+        try:
+            config = _point_config(values, where)
+        except ConfigError:
+            # Blame the base, or a grid value alone on it, where that is already invalid; only a point that
+            # fails (never the base alone, whose defaults a grid may replace: --scheduler-recv-interval
+            # beside scheduler = ["sglang"]) refuses the sweep.
+            _point_config(base, "sweep.base")
+            for grid_names, rows in grid.items():
+                for row in rows:
+                    _point_config({**base, **dict(zip(grid_names, row, strict=True))},
+                                  f"sweep.grid.{','.join(grid_names)}")
+            raise
         options = _point_options(values, mode, where)
         key = point_key(mode, config, options)
         if key in seen:

@@ -229,3 +229,12 @@ def test_speculative_config_repeating_a_key_alike_still_runs() -> None:
 
     fields = vllm_json_fields('{"method": "eagle3", "num_speculative_tokens": 3, "method": "eagle3"}')
     assert fields["method"] == "eagle3" and fields["num_speculative_tokens"] == 3
+
+
+def test_a_step_too_large_for_the_gpu_names_the_budget_not_only_the_layout() -> None:
+    # A 10M-token budget's activations (1,150 GiB) were blamed on the layout alone ("raise --tp/--pp").
+    line = one_line_error(simulate("run", "--max-num-batched-tokens", "10000000", "--num-requests", "4", "--no-progress"))
+    assert line.startswith("error: replica: ") and "lower --max-num-batched-tokens or --max-num-seqs" in line, line
+    # weights that do not fit still point at the layout alone
+    line = one_line_error(simulate("run", "--model", "llama-3.1-70b", "--num-requests", "4", "--no-progress"))
+    assert "(raise --tp/--pp or use a larger GPU)" in line and "max-num-batched-tokens" not in line, line

@@ -128,10 +128,14 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
             budget = (gpu.memory_bytes - w - activation) * replica.gpu_memory_utilization
         if budget <= 0:
             need_gib = (w + activation) / GiB
+            fix = "raise --tp/--pp or use a larger GPU"
+            if activation > w:  # a step's activations, not the weights, fill the GPU: its size is a knob
+                fix = (f"lower --max-num-batched-tokens or --max-num-seqs (a step of {max_num_batched_tokens:,} tokens "
+                       f"and {max_num_seqs:,} sequences needs {activation / GiB:.1f} GiB of activations), or {fix}")
             raise ConfigError(
                 "replica", f"{m.name} on {replica.gpu} tp={tp} pp={replica.pp} does not fit: stage {stage} needs "
                 f"{need_gib:.1f} GiB for weights+activations but {usable / GiB:.1f} GiB are usable per GPU "
-                f"(short by {(w + activation - usable) / GiB:.1f} GiB)", "raise --tp/--pp or use a larger GPU")
+                f"(short by {(w + activation - usable) / GiB:.1f} GiB)", fix)
         weights.append(w)
         budgets.append(budget)
         per_token.append(num_layers * kv_token_layer)

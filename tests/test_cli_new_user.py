@@ -557,6 +557,7 @@ def test_a_malformed_ray_address_is_one_line(tmp_path: Path) -> None:
                     "--no-progress")
     line = one_line_error(proc)
     assert line.startswith("error: --ray-address: cannot connect to 'foo'"), line
+    assert not (tmp_path / "o").exists()  # refused before the sweep's folder is written
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -533,7 +533,9 @@ def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callab
             raise
 
 
-def _run_ray(spec: SweepSpec, todo: list[Point], address: str, on_done: Callable[[Point, dict], None]) -> None:
+def _connect(address: str) -> tuple[Any, bool]:
+    """Ray, connected to ``address`` ('local' starts an instance), and whether this call started it;
+    a missing Ray or an unreachable address refused in one line."""
     try:
         import ray
     except ImportError:
@@ -546,6 +548,12 @@ def _run_ray(spec: SweepSpec, todo: list[Point], address: str, on_done: Callable
                 ray.init(include_dashboard=False, log_to_driver=False)
             else:
                 connect_ray(ray, address)
+    return ray, started_here
+
+
+def _run_ray(spec: SweepSpec, todo: list[Point], session: tuple[Any, bool],
+             on_done: Callable[[Point, dict], None]) -> None:
+    ray, started_here = session
     remote = ray.remote(num_cpus=1)(run_point)
     refs = {remote.remote(spec.mode, p.config.to_dict(), p.options): p for p in todo}
     pending = list(refs)
@@ -632,11 +640,13 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
         if not isinstance(before, dict) or {p.get("key") for p in before.get("points", []) if isinstance(p, dict)} - keys:
             raise ConfigError("--out", f"{out} holds another sweep (its sweep.json has points this one does not)",
                               "pass a new folder, or the same sweep file and options to resume it")
-    (out / "points").mkdir(parents=True, exist_ok=True)
     # A point not done (never run, or failed and rerun with --retry-failed) has no doc yet.
     docs = {p.key: read_point(out, p.key) for p in spec.points}
     docs = {key: doc if _is_done(doc, retry_failed) else None for key, doc in docs.items()}
     todo = [p for p in spec.points if docs[p.key] is None]
+    # Ray first: an address that cannot be reached is refused before the folder is written.
+    session = _connect(ray_address) if ray_address and todo else None
+    (out / "points").mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(json.dumps(jsonable({
         "mode": spec.mode, "base": spec.base,
         "grid": {",".join(k): [list(r) for r in v] for k, v in spec.grid.items()},
@@ -668,9 +678,9 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
         steps.update(f"{len(todo)} points to run", num_done, num_total)
         try:
             with stop_on_signals(received):
-                if ray_address:
-                    _run_ray(spec, todo, ray_address, on_done)
-                else:
+                if session is not None:
+                    _run_ray(spec, todo, session, on_done)
+                elif not ray_address:  # (with Ray and nothing to run, nothing connects)
                     _run_local(spec, todo, min(workers, max(1, len(todo))), on_done)
         except KeyboardInterrupt:
             # From the files: a signal may have landed between writing a point and noting it.

@@ -238,3 +238,10 @@ def test_a_step_too_large_for_the_gpu_names_the_budget_not_only_the_layout() -> 
     # weights that do not fit still point at the layout alone
     line = one_line_error(simulate("run", "--model", "llama-3.1-70b", "--num-requests", "4", "--no-progress"))
     assert "(raise --tp/--pp or use a larger GPU)" in line and "max-num-batched-tokens" not in line, line
+
+
+@pytest.mark.parametrize("seeds", ["1000000", "0"])
+def test_a_seed_count_past_any_study_is_refused_before_the_search(seeds: str) -> None:
+    # a million seeds planned its searches for minutes, printing nothing, before its first trial
+    line = one_line_error(simulate("capacity", "--seeds", seeds, "--num-requests", "64"))
+    assert line.startswith("error: --seeds: must be in [1, 1,000]"), line

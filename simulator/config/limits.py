@@ -23,3 +23,6 @@ MAX_REPLICAS = 100_000
 MAX_CPU_KV_GIB = float(1 << 20)
 # Iterations an attention-DP balance may hold prompts (TensorRT-LLM's recipes: 50-500).
 MAX_BALANCE_ITERS = 100_000
+# Independent capacity searches (--seeds): each is a whole bisection of trials; past this a count is a
+# typo (a million seeds planned for minutes before its first trial, printing nothing).
+MAX_SEEDS = 1_000

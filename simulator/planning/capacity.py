@@ -60,6 +60,7 @@ import simpy
 
 from simulator import simulation
 from simulator.config.errors import ConfigError
+from simulator.config.limits import MAX_SEEDS
 from simulator.config.run_config import RunConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
@@ -793,8 +794,9 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
     do not depend on ``workers``). ``on_seed_done(SeedResult)`` is called as each finishes, and
     ``on_trial(Trial)`` as each trial a search uses ends, unless seeds run in processes of their own.
     """
-    if num_seeds < 1:
-        raise ConfigError("capacity.num_seeds", f"must be >= 1, got {num_seeds}")
+    if not 1 <= num_seeds <= MAX_SEEDS:
+        raise ConfigError("--seeds", f"must be in [1, {MAX_SEEDS:,}] independent searches, got {num_seeds:,}",
+                          "pass --seeds N (3-10 show the spread of the capacity)")
     if workers < 1:
         raise ConfigError("capacity.workers", f"must be >= 1, got {workers}")
     check_searchable(config)

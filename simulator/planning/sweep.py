@@ -59,6 +59,7 @@ from typing import Any
 import pandas as pd
 
 from simulator.config.errors import ConfigError
+from simulator.config.limits import MAX_SEEDS
 from simulator.config.options import RUN_OPTIONS, alias_of
 from simulator.config.run_config import RunConfig
 from simulator.planning.options import (
@@ -387,8 +388,9 @@ def _point_options(values: dict[str, Any], mode: str, where: str) -> dict[str, A
 
 def _slo_and_settings(options: dict[str, Any]) -> tuple[SLO, SearchSettings]:
     slo, settings = slo_and_settings({SWEEP_KEYS[key]: value for key, value in options.items()})
-    if options["num_seeds"] < 1:
-        raise ConfigError("num_seeds", f"must be >= 1, got {options['num_seeds']}")
+    if not 1 <= options["num_seeds"] <= MAX_SEEDS:
+        raise ConfigError("num_seeds", f"must be in [1, {MAX_SEEDS:,}] independent searches, got {options['num_seeds']:,}",
+                          "give num_seeds N (3-10 show the spread of the capacity)")
     return slo, settings
 
 

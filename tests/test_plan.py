@@ -139,6 +139,33 @@ def test_frontier_and_launch() -> None:
                     price_of("h100-sxm"))
     lines = launch_command(dis, base, "sglang")
     assert "--disaggregation-mode prefill" in lines[0] and "--disaggregation-mode decode" in lines[1]
+    (trt,) = launch_command(agg, base, "trtllm")
+    assert "--tp_size 2" in trt and "--max_num_tokens 2048" in trt and "--max_batch_size 256" in trt
+    assert "extra_llm_api_options" not in trt and "a fp8 checkpoint" in trt
+    lines = launch_command(dis, base, "trtllm")
+    assert "context.yml" in lines[0] and "generation.yml" in lines[1] and "cache_transceiver_config" in lines[1]
+
+
+def test_trtllm_launch_carries_the_runs_scheduling_knobs() -> None:
+    import json
+
+    from simulator.planning.plan import Layout, default_launch
+
+    moe = RunConfig().replace(replica__model="qwen3-30b-a3b", replica__gpu="b200", replica__attention_dp=4,
+                              replica__ep=4, scheduler__name="trtllm", scheduler__dp_balance_timeout_iters=60)
+    dp = Candidate(Layout("b200", "agg", "bf16", 1, ep=4, attention_dp=4, max_num_seqs=64), math.inf, price_of("b200"))
+    (line,) = launch_command(dp, moe, "trtllm")
+    assert "--tp_size 4" in line and "--ep_size 4" in line  # the DP ranks are TensorRT-LLM's TP world
+    extra = json.loads(line.split("extra.yml: ")[1])
+    assert extra == {"enable_attention_dp": True,
+                     "attention_dp_config": {"enable_balance": True, "timeout_iters": 60, "batching_wait_iters": 0}}
+    waiting = _base().replace(scheduler__name="trtllm", scheduler__batch_wait_timeout_iters=40,
+                              scheduler__batch_wait_max_tokens_ratio=0.8, engine="trtllm-2026")
+    one = Candidate(Layout("h100-sxm", "agg", "bf16", 1, max_num_seqs=64), math.inf, price_of("h100-sxm"))
+    (line,) = launch_command(one, waiting, "trtllm")
+    assert json.loads(line.split("extra.yml: ")[1]) == {"batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8}
+    assert default_launch(waiting) == "trtllm" and default_launch(_base()) == "vllm"
+    assert default_launch(_base().replace(replica__kernels="sglang")) == "sglang"
 
 
 def test_cli_plan(tmp_path) -> None:  # noqa: ANN001

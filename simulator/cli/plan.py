@@ -82,7 +82,7 @@ def plan(
     verify: Annotated[bool, typer.Option(help="Simulate the chosen fleet whole at the load (adding a unit while it misses).")] = True,
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Layouts searched at once in local processes; auto: one per available CPU.")] = "1",
     ray_address: Annotated[str | None, typer.Option(help="Search on Ray: a cluster address, or 'local' to start one with --workers CPUs.")] = None,
-    launch: Annotated[str | None, typer.Option(help="Launch command for vllm or sglang (default: sglang for --kernels sglang, else vllm).")] = None,
+    launch: Annotated[str | None, typer.Option(help="Launch command for vllm, sglang or trtllm (default: the --kernels backend's, else the --engine preset's, else vllm).")] = None,
     mix: Annotated[bool, typer.Option(help="Also price short and long requests (split at the median length) on their own GPU types: is a mix cheaper? (a capacity search per half for the 2 cheapest layouts of each GPU type).")] = False,
     top: Annotated[int, typer.Option(help="Rows of the ranked table printed.")] = 12,
     out: Annotated[Path, typer.Option(help="Folder: layouts.csv and trials.csv (as the search goes; a rerun resumes), plan.csv, answer.json, frontier.png.")] = Path("plan-out"),
@@ -91,7 +91,15 @@ def plan(
     check_out_dir(out, "--out", existing_ok=True)  # a plan folder is resumed
     from simulator.config.prices import load_price_file, parse_price_flags
     from simulator.planning.capacity import check_searchable
-    from simulator.planning.plan import Limits, SearchSpace, launch_command, unread_run_options, unread_space_options
+    from simulator.planning.plan import (
+        LAUNCH_ENGINES,
+        Limits,
+        SearchSpace,
+        default_launch,
+        launch_command,
+        unread_run_options,
+        unread_space_options,
+    )
     from simulator.planning.plan import plan as run_plan
 
     check_searchable(config)  # each layout's capacity search varies --qps: refuse rate-less arrivals before 1,000 searches do
@@ -118,8 +126,8 @@ def plan(
         if name in typed:
             flag = f"--{name.replace('_', '-')}"
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
-    if launch not in (None, "vllm", "sglang"):
-        raise ConfigError("--launch", f"unknown engine {launch!r}", "use vllm or sglang")
+    if launch not in (None, *LAUNCH_ENGINES):
+        raise ConfigError("--launch", f"unknown engine {launch!r}", f"use {', '.join(LAUNCH_ENGINES)}")
     from simulator.config.resources import auto_workers
 
     num_workers = parse_workers(workers, lambda: auto_workers(64, config.workload.num_requests))
@@ -139,7 +147,7 @@ def plan(
     if result.answer is None:
         console.print("[bold]no layout meets the SLO at this load within the limits[/bold]")
         raise typer.Exit(1)
-    engine = launch or ("sglang" if config.replica.kernels == "sglang" else "vllm")
+    engine = launch or default_launch(config)
     a = result.answer
     console.print(f"[bold]answer: {a.units(result.load_qps)} x ({a.layout.key}) = "
                   f"{a.units(result.load_qps) * a.layout.num_gpus} {a.layout.gpu} GPUs, "

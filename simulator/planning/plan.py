@@ -63,7 +63,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.options import CHUNKING_SCHEDULERS
 from simulator.config.precision import canonical_weight_format
 from simulator.config.prices import GPUPrice, gpu_power_w, price_of
-from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig
+from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig, SchedulerConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
 from simulator.planning.capacity import SearchSettings, find_capacity, run_trial
@@ -1043,11 +1043,62 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--disaggregation-mode {role}"] if role else []
         return " ".join(parts)
 
-    make = sglang if engine == "sglang" else vllm
+    def trtllm(tp: int, role: str | None) -> str:
+        # TensorRT-LLM's attention-DP ranks are ranks of its TP world, each with its own attention and KV
+        # cache; the MoE layers run over the world as moe_tp x ep (ep_size). Its quantization comes
+        # from the checkpoint (a ModelOpt one), and its scheduler knobs from the extra options file.
+        parts = [f"trtllm-serve {name} --backend pytorch", f"--tp_size {tp * lay.attention_dp}"]
+        parts += [f"--pp_size {lay.pp}"] if lay.pp > 1 else []
+        parts += [f"--ep_size {lay.ep}"] if lay.ep > 1 else []
+        parts += [f"--max_num_tokens {lay.budget}"] if lay.budget else []
+        parts += [f"--max_batch_size {lay.max_num_seqs}", f"--max_seq_len {max_len}"]
+        notes = []
+        extra = trtllm_extra_options(lay, base.scheduler, role)
+        if extra:
+            parts.append(f"--extra_llm_api_options {role or 'extra'}.yml")
+            notes.append(f"{role or 'extra'}.yml: {json.dumps(extra)}")
+        if quant:
+            notes.append(f"a {lay.dtype} checkpoint (TensorRT-LLM reads its quantization from it)")
+        return " ".join(parts) + ("  # " + "; ".join(notes) if notes else "")
+
+    make = {"sglang": sglang, "trtllm": trtllm}.get(engine, vllm)
     if lay.mode == "agg":
         return [make(lay.tp, None)]
+    if engine == "trtllm":
+        return [f"# {lay.num_prefill}x context server: " + make(lay.prefill_tp, "context"),
+                f"# {lay.num_decode}x generation server: " + make(lay.tp, "generation"),
+                "# behind trtllm-serve disaggregated -c (its context_servers and generation_servers), or Dynamo"]
     return [f"# {lay.num_prefill}x prefill: " + make(lay.prefill_tp, "prefill"),
             f"# {lay.num_decode}x decode: " + make(lay.tp, "decode")]
+
+
+def trtllm_extra_options(lay: Layout, sched: SchedulerConfig, role: str | None) -> dict[str, Any]:
+    """The ``--extra_llm_api_options`` YAML (here as JSON, which YAML reads) of a TensorRT-LLM unit:
+    attention DP with the run's balance, the run's batch waiting (a replica without attention DP,
+    aggregated), a disaggregated role's KV transceiver."""
+    extra: dict[str, Any] = {}
+    if lay.attention_dp > 1:
+        extra["enable_attention_dp"] = True
+        if sched.dp_balance_timeout_iters:
+            extra["attention_dp_config"] = {"enable_balance": True, "timeout_iters": sched.dp_balance_timeout_iters,
+                                            "batching_wait_iters": sched.dp_balance_batching_wait_iters}
+    elif sched.batch_wait_timeout_iters and role is None:
+        extra["batch_wait_timeout_iters"] = sched.batch_wait_timeout_iters
+        extra["batch_wait_max_tokens_ratio"] = sched.batch_wait_max_tokens_ratio
+    if role is not None:
+        extra["cache_transceiver_config"] = {"backend": "DEFAULT"}
+    return extra
+
+
+LAUNCH_ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def default_launch(config: RunConfig) -> str:
+    """The engine whose launch command fits a run: its kernels' backend, else its engine preset's."""
+    if config.replica.kernels in LAUNCH_ENGINES:
+        return config.replica.kernels
+    family = config.engine.split("-")[0]
+    return family if family in LAUNCH_ENGINES else "vllm"
 
 
 def frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -1107,8 +1158,8 @@ def write_outputs(result: PlanResult, out: Path) -> list[Path]:
         a = result.answer
         answer = {"layout": a.layout.to_dict(), "key": a.layout.key, "units": a.units(result.load_qps),
                   "usd_per_hour": a.usd_per_hour(result.load_qps), "verified": a.verified,
-                  "price": asdict(a.price), "launch_vllm": launch_command(a, result.base, "vllm"),
-                  "launch_sglang": launch_command(a, result.base, "sglang")}
+                  "price": asdict(a.price),
+                  **{f"launch_{engine}": launch_command(a, result.base, engine) for engine in LAUNCH_ENGINES}}
     (out / "answer.json").write_text(json.dumps({
         "load_qps": result.load_qps, "slo": asdict(result.slo), "answer": answer, "notes": result.notes,
         "num_searched": result.num_searched, "num_resumed": result.num_resumed,

@@ -353,10 +353,10 @@ _SEARCH_SETS = {"num_warmup": "its trials judge every request (a search leaves n
 # run refuses it there) and neither do compare's vllm arms: every layout of split and compare would be refused.
 _NO_MIXED_STEPS = ("disaggregated pools never run a step that mixes prompts and decodes, the steps batch waiting "
                    "holds, nor do compare's vllm arms")
+_BATCH_WAIT_SETS = {"batch_wait_timeout_iters": _NO_MIXED_STEPS, "batch_wait_max_tokens_ratio": _NO_MIXED_STEPS}
 _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", "mixed_pool": "its own pools",
                "tp": "from --tps", "replicas": "from the split of --gpus", "qps": "its goodput search over rates",
-               "batch_wait_timeout_iters": _NO_MIXED_STEPS, "batch_wait_max_tokens_ratio": _NO_MIXED_STEPS,
-               **_SEARCH_SETS}
+               **_BATCH_WAIT_SETS, **_SEARCH_SETS}
 # plan chooses each layout's GPU, parallelism, batch cap and unit count (simulator.planning.plan.Layout.config).
 _PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "attention_dp": "from --attention-dps",
               "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts", **_SEARCH_SETS}
@@ -391,7 +391,7 @@ def _set_by_command(options: dict[str, Any], command: str) -> None:
         if options.get(name) is not None:
             flag = f"--{name.replace('_', '-')}"
             where = command if command in ("plan", "capacity", "tau") else f"disagg {command}"
-            if command == "tau" or name in _SEARCH_SETS or name == "qps" or sets[name] == _NO_MIXED_STEPS:
+            if command == "tau" or name in _SEARCH_SETS or name in _BATCH_WAIT_SETS or name == "qps":
                 raise ConfigError(flag, f"{where} does not read it ({setter}), so {flag} would do nothing",
                                   f"drop {flag}")
             raise ConfigError(flag, f"{where} sets it in every layout it searches ({setter}), so {flag} would "

@@ -642,14 +642,14 @@ class RunConfig:
         if self.num_replicas > MAX_REPLICAS:
             raise ConfigError("cluster.num_replicas", f"must be at most {MAX_REPLICAS:,}, got {self.num_replicas:,}",
                               f"pass --replicas {MAX_REPLICAS:,} or fewer")
-        if self.scheduler.batch_wait_timeout_iters and (self.replica.attention_dp > 1 or self.is_disaggregated):
-            raise ConfigError("scheduler.batch_wait_timeout_iters", "TensorRT-LLM applies batch waiting only to a "
-                              "replica without attention DP, whose steps mix prompts and decodes" +
-                              (" (a disaggregated run's pools never mix them)" if self.is_disaggregated else ""),
-                              "drop --batch-wait-timeout-iters and --batch-wait-max-tokens-ratio" +
-                              ("" if self.is_disaggregated else ", or use --dp-balance-timeout-iters for the "
-                               "attention-DP balance"))
         if self.scheduler.batch_wait_timeout_iters:
+            if self.replica.attention_dp > 1 or self.is_disaggregated:
+                raise ConfigError("scheduler.batch_wait_timeout_iters", "TensorRT-LLM applies batch waiting only to a "
+                                  "replica without attention DP, whose steps mix prompts and decodes" +
+                                  (" (a disaggregated run's pools never mix them)" if self.is_disaggregated else ""),
+                                  "drop --batch-wait-timeout-iters and --batch-wait-max-tokens-ratio" +
+                                  ("" if self.is_disaggregated else ", or use --dp-balance-timeout-iters for the "
+                                   "attention-DP balance"))
             # A step is held only while it decodes (a token at least) and its tokens stay under ratio x budget.
             ratio = self.scheduler.batch_wait_max_tokens_ratio
             budget = self.scheduler.token_budget(self.replica.effective_max_model_len, self.replica.gpu_spec)

@@ -42,7 +42,7 @@ class BatchWait:
 
     def __init__(self, timeout_iters: int, max_tokens_ratio: float, token_budget: int) -> None:
         self.timeout_iters = timeout_iters
-        self.max_num_tokens = token_budget
+        # (the ratio is at most 1, so a step under the threshold is under the budget too)
         self.threshold = max_tokens_ratio * token_budget
         self.num_waited = 0  # the engine's batch_wait_iters_count
 
@@ -75,9 +75,9 @@ class BatchWait:
             head = waiting[0]
             if scheduler.blocks.can_admit(scheduler.reserve_tokens(head), head):
                 has_prompt = True
-                budget, threshold = self.max_num_tokens, self.threshold
-                for req in waiting:  # whole prompts, in order, while a slot is free and the budget not reached
-                    if slots == 0 or tokens >= budget or tokens >= threshold:
+                threshold = self.threshold
+                for req in waiting:  # whole prompts, in order, while a slot is free and the threshold not reached
+                    if slots == 0 or tokens >= threshold:
                         break
                     tokens += req.num_prompt_tokens + req.num_generated
                     slots -= 1

@@ -162,15 +162,92 @@ def recipe_changes(row: Any) -> dict[str, Any]:
     return {}
 
 
+# InferenceX's disaggregated recipes (results/validation/silicon/inferencex_recipes.py writes it from snapshots
+# of its benchmark matrix): the workers each point of the matrix ran.
+RECIPES_PATH = Path(__file__).resolve().parents[1] / "data" / "inferencex_disagg_recipes.csv"
+# silicon system -> the matrix's runner prefix; model path (lower case) -> its model-prefix.
+_RECIPE_SYSTEMS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
+                   "gb300": "gb300"}
+_RECIPE_MODELS = {"deepseek-ai/deepseek-r1": "dsr1", "deepseek-ai/deepseek-v3": "dsr1", "openai/gpt-oss-120b": "gptoss"}
+_RECIPE_LAYOUT = ("prefill_num_workers", "prefill_tp", "prefill_ep", "prefill_dp_attn", "decode_num_workers",
+                  "decode_tp", "decode_ep", "decode_dp_attn")
+
+
+def read_recipes(path: Path = RECIPES_PATH) -> pd.DataFrame:
+    """The recipe table (one line per distinct recipe at a matrix point), or an empty frame."""
+    import pandas as pd
+
+    return pd.read_csv(path) if Path(path).is_file() else pd.DataFrame(columns=["backend", *_RECIPE_LAYOUT])
+
+
+def _recipe_candidates(row: Any, recipes: pd.DataFrame) -> pd.DataFrame:
+    """The recipes at ``row``'s matrix point that agree with what the row records of its layout: the
+    per-worker TP of each pool (the dated dumps keep it), or, for a row filed as aggregated, its GPUs in all
+    (the 2026-04-06 dump files some disaggregated GB200 points as one ``tp = every GPU`` engine)."""
+    model = _RECIPE_MODELS.get(str(row.model_path).lower())
+    system = _RECIPE_SYSTEMS.get(str(row.system))
+    concurrency = _int(row.concurrency)
+    if model is None or system is None or concurrency is None or recipes.empty:
+        return recipes.iloc[0:0]
+    at = recipes[(recipes["backend"] == row.backend) & (recipes["system"] == system) & (recipes["model"] == model)
+                 & (recipes["precision"] == row.precision) & (recipes["isl"] == _int(row.isl))
+                 & (recipes["osl"] == _int(row.osl)) & (recipes["concurrency"] == concurrency)]
+    if row.mode == "disagg":
+        return at[(at["prefill_tp"] == _int(row.prefill_tp_size)) & (at["decode_tp"] == _int(row.decode_tp_size))]
+    total = at["prefill_num_workers"] * at["prefill_tp"] + at["decode_num_workers"] * at["decode_tp"]
+    return at[total == _recorded_gpus(row)]
+
+
+def recipe_layout(row: Any, recipes: pd.DataFrame) -> tuple[dict[str, Any] | None, str]:
+    """The layout fields InferenceX's recipe gives a row the dated dumps recorded without worker counts
+    (a disaggregated row, or one filed as an aggregated engine over more GPUs than its model's heads
+    divide), with a note saying so; or None and why none is taken.
+
+    Taken only where exactly one layout of the recipe table fits the row (:func:`_recipe_candidates`), it
+    runs without speculation, and each worker is a real engine (the SGLang GB200 matrix entries give
+    ``tp: 1, ep: 1`` and leave the layout to the recipe file). DP attention over a worker's ``tp`` GPUs is
+    ``attention_dp = tp`` of one GPU each, experts over ``ep`` of them (the db-dump's encoding)."""
+    found = _recipe_candidates(row, recipes)
+    point = (f"{row.backend} {row.system} {row.precision} {_int(row.isl)}/{_int(row.osl)} at "
+             f"{_int(row.concurrency)} users")
+    if found.empty:
+        return None, f"no InferenceX recipe at {point} in the snapshots read ({RECIPES_PATH.name})"
+    layouts = found.drop_duplicates(list(_RECIPE_LAYOUT))
+    if len(layouts) > 1:
+        return None, f"{len(layouts)} InferenceX recipes at {point} fit what the row records"
+    if (found["spec"] != "none").any():
+        both = "with and without " if (found["spec"] == "none").any() else ""
+        return None, (f"InferenceX's recipe at {point} runs {both}MTP, whose acceptance on its random prompts "
+                      "is not recorded")
+    r = layouts.iloc[0]
+    fields: dict[str, Any] = {"mode": "disagg"}
+    pools = []
+    for role in ("prefill", "decode"):
+        tp, ep, dp_attn = int(r[f"{role}_tp"]), int(r[f"{role}_ep"]), bool(r[f"{role}_dp_attn"])
+        if tp * ep == 1 and _RECIPE_MODELS.get(str(row.model_path).lower()) == "dsr1":  # 671B on one GPU
+            return None, f"InferenceX's matrix gives {point} as tp 1, ep 1 workers (the layout is in its recipe file)"
+        if tp % ep:
+            return None, f"InferenceX's recipe at {point} has {role} ep {ep} not dividing tp {tp}"
+        workers = int(r[f"{role}_num_workers"])
+        fields.update({f"{role}_num_workers": workers, f"{role}_tp_size": 1 if dp_attn else tp, f"{role}_pp_size": 1,
+                       f"{role}_attention_dp_size": tp if dp_attn else 1, f"{role}_moe_tp_size": tp // ep,
+                       f"{role}_moe_ep_size": ep})
+        pools.append(f"{role} {workers}x {'dep' if dp_attn else 'tp'}{tp}{f' ep{ep}' if ep > 1 else ''}")
+    return fields, f"InferenceX recipe ({r['snapshot'].split()[0]}): {', '.join(pools)}"
+
+
 _LAYOUT_FIELDS = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
                   "prefill_num_workers", "prefill_tp_size", "prefill_pp_size", "prefill_attention_dp_size",
                   "decode_num_workers", "decode_tp_size", "decode_pp_size", "decode_attention_dp_size")
 
 
-def read_silicon(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The CSV's rows to use (wip dropped, duplicates kept once), and the dropped rows with a
     ``dropped`` reason. Adds ``concurrency`` (from the source; NaN where not recorded),
-    ``family``, ``wip`` and ``num_copies``; keeps file order."""
+    ``family``, ``wip``, ``num_copies``, ``layout_read_as`` (a layout read otherwise than recorded:
+    :func:`_single_node_layout`, :func:`recipe_layout`) and ``recipe_refusal`` (why a row without worker
+    counts took no recipe); keeps file order. Duplicates are found after the layouts are read, so a
+    recipe's layout counts as given."""
     import pandas as pd
 
     path = Path(path)
@@ -194,6 +271,22 @@ def read_silicon(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 df.at[i, col] = value
             df.at[i, "layout_read_as"] = (f"recorded tp/adp/moe_tp/moe_ep {before} ({_recorded_gpus(row)} GPUs), read as "
                                           f"{fixed['tp_size']}/{fixed['attention_dp_size']}/1/{fixed['moe_ep_size']}")
+    df["recipe_refusal"] = ""
+    recipes = read_recipes(recipes_path)
+    for i, row in zip(df.index, df.itertuples(), strict=True):
+        if not _wants_recipe(row):
+            continue
+        fields, note = recipe_layout(row, recipes)
+        if fields is None:
+            df.at[i, "recipe_refusal"] = note
+            continue
+        if row.mode == "agg":  # filed as one engine: its aggregated fields described the whole deployment
+            note = f"filed as agg tp={_int(row.tp_size)}, read as {note}"
+            for col in ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"):
+                df.at[i, col] = math.nan
+        for col, value in fields.items():
+            df.at[i, col] = value
+        df.at[i, "layout_read_as"] = note
     wip = df[df["wip"]].assign(dropped="wip=True in its source (work in progress)")
     rest = df[~df["wip"]].copy()
     rest["num_given"] = rest[list(_LAYOUT_FIELDS)].notna().sum(axis=1)
@@ -207,6 +300,17 @@ def read_silicon(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         columns=["num_given", "is_db_dump"])
     dropped = pd.concat([wip, copies]).sort_values("row")
     return kept.reset_index(drop=True), dropped.reset_index(drop=True)
+
+
+def _wants_recipe(row: Any) -> bool:
+    """A row the dated dumps recorded without its disaggregated deployment: a disaggregated row without
+    worker counts, or an aggregated one on an NVL72 rack over more GPUs than a tray-to-tray engine (the
+    2026-04-06 dump's ``tp = every GPU`` filing of disaggregated points; taken only where a recipe's GPUs
+    add up to it)."""
+    if row.mode == "disagg":
+        return _int(row.prefill_num_workers) is None or _int(row.decode_num_workers) is None
+    return (row.mode == "agg" and row.system in ("gb200", "gb300") and row.family == "dated-dump"
+            and _recorded_gpus(row) > MAX_GPUS_PER_NODE)
 
 
 # Systems whose engines live in one 8-GPU node (an aggregated engine larger than that is a recording slip).
@@ -387,7 +491,9 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
     elif row.mode == "disagg":
         pw, dw = _int(row.prefill_num_workers), _int(row.decode_num_workers)
         if pw is None or dw is None:
-            raise Unexpressible("disaggregated row without worker counts (older dumps lack them)")
+            refusal = getattr(row, "recipe_refusal", "")
+            raise Unexpressible("disaggregated row without worker counts (older dumps lack them)"
+                                + (f": {refusal}" if refusal else ""))
         ptp, ppp, padp, pep = _layout(row, "prefill_", is_moe)
         dtp, dpp, dadp, dep = _layout(row, "decode_", is_moe)
         seqs = max(DEFAULT_MAX_NUM_SEQS, -(-concurrency // (dw * dadp)))

@@ -52,7 +52,8 @@ def _model_or_path(model_path: str) -> str:
 def twins(kept: pd.DataFrame, ratio: float) -> pd.DataFrame:
     """Groups of rows with one recorded deployment whose measured TPOTs span more than ``ratio``."""
     # a disaggregated row without worker counts does not record its deployment to begin with
-    frame = kept[(kept["mode"] != "disagg") | kept["prefill_num_workers"].notna()].copy()
+    recorded = ~kept["layout_read_as"].str.startswith(("InferenceX recipe", "filed as agg"))  # not a recipe's workers
+    frame = kept[((kept["mode"] != "disagg") | kept["prefill_num_workers"].notna()) & recorded].copy()
     frame["model"] = frame["model_path"].map(_model_or_path)
     key = [c for c in DEPLOYMENT if c in frame.columns]
     frame["group"] = frame.groupby(key, dropna=False, sort=False).ngroup()
@@ -66,6 +67,9 @@ def twins(kept: pd.DataFrame, ratio: float) -> pd.DataFrame:
     cols = ["group", "role", "tpot_span", "id", "backend", "backend_version", "model", "model_path", "system", "precision",
             "isl", "osl", "concurrency", "tp_size", "attention_dp_size", "moe_ep_size", "silicon_ttft_ms",
             "silicon_tpot_ms", "family", "silicon_data_source"]
+    # the provenance without the registry host its image was pulled from
+    frame["silicon_data_source"] = frame["silicon_data_source"].str.replace(r"[\w.-]+\.(?:io|com|org)[/#]", "",
+                                                                            regex=True)
     return frame.sort_values(["group", "silicon_tpot_ms"])[cols].reset_index(drop=True)
 
 

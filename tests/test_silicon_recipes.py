@@ -1,0 +1,125 @@
+"""InferenceX's disaggregated recipes give the dated dumps' rows the worker counts they lack."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from simulator.calibrate.silicon import (
+    RECIPES_PATH,
+    Unexpressible,
+    read_recipes,
+    read_silicon,
+    recipe_layout,
+    row_config,
+)
+
+_POINT = {"backend": "trtllm", "system": "b200", "model": "dsr1", "precision": "fp4", "isl": 1024, "osl": 1024,
+          "concurrency": 90}
+
+
+def _recipe(**fields) -> dict:  # noqa: ANN003
+    base = {**_POINT, "spec": "none", "num_speculative_tokens": 0, "prefill_num_workers": 1, "prefill_tp": 4,
+            "prefill_ep": 4, "prefill_dp_attn": True, "decode_num_workers": 5, "decode_tp": 8, "decode_ep": 8,
+            "decode_dp_attn": False, "image": "img", "matrix_key": "k", "snapshot": "o/r@abc"}
+    return {**base, **fields}
+
+
+def _row(**fields) -> SimpleNamespace:  # noqa: ANN003 - a dated dump's disaggregated row, as itertuples gives it
+    base = {"backend": "trtllm", "system": "b200_sxm", "model_path": "deepseek-ai/DeepSeek-R1", "precision": "fp4",
+            "isl": 1024.0, "osl": 1024.0, "concurrency": 90.0, "mode": "disagg", "family": "dated-dump",
+            "prefill_tp_size": 4.0, "decode_tp_size": 8.0, "prefill_num_workers": math.nan,
+            "decode_num_workers": math.nan, "tp_size": math.nan, "pp_size": math.nan, "attention_dp_size": math.nan}
+    return SimpleNamespace(**{**base, **fields})
+
+
+def test_one_recipe_at_the_point_gives_workers_dp_attention_and_ep():
+    fields, note = recipe_layout(_row(), pd.DataFrame([_recipe()]))
+    assert fields == {"mode": "disagg", "prefill_num_workers": 1, "prefill_tp_size": 1, "prefill_pp_size": 1,
+                      "prefill_attention_dp_size": 4, "prefill_moe_tp_size": 1, "prefill_moe_ep_size": 4,
+                      "decode_num_workers": 5, "decode_tp_size": 8, "decode_pp_size": 1,
+                      "decode_attention_dp_size": 1, "decode_moe_tp_size": 1, "decode_moe_ep_size": 8}
+    assert "prefill 1x dep4 ep4, decode 5x tp8 ep8" in note and "o/r@abc" in note
+
+
+@pytest.mark.parametrize(("recipes", "reason"), [
+    ([], "no InferenceX recipe"),
+    ([_recipe(concurrency=91)], "no InferenceX recipe"),  # another point
+    ([_recipe(decode_tp=4)], "no InferenceX recipe"),  # disagrees with the recorded per-worker TP
+    ([_recipe(), _recipe(decode_num_workers=6)], "2 InferenceX recipes"),
+    ([_recipe(spec="mtp", num_speculative_tokens=3)], "runs MTP"),
+    ([_recipe(), _recipe(spec="mtp", num_speculative_tokens=3)], "with and without MTP"),
+    ([_recipe(prefill_tp=1, prefill_ep=1, decode_tp=1, decode_ep=1)], "tp 1, ep 1"),
+])
+def test_no_recipe_is_taken_unless_exactly_one_fits(recipes, reason):
+    row = _row(prefill_tp_size=1.0, decode_tp_size=1.0) if "tp 1" in reason else _row()
+    fields, note = recipe_layout(row, pd.DataFrame(recipes, columns=list(_recipe())))
+    assert fields is None and reason in note
+
+
+def test_a_disaggregated_point_filed_as_one_engine_needs_its_gpus_to_add_up():
+    recipes = pd.DataFrame([_recipe(system="gb200", prefill_num_workers=1, decode_num_workers=4)])  # 4 + 32 GPUs
+    agg = {"mode": "agg", "system": "gb200", "prefill_tp_size": math.nan, "decode_tp_size": math.nan, "pp_size": 1.0,
+           "attention_dp_size": 1.0}
+    fields, _ = recipe_layout(_row(**agg, tp_size=36.0), recipes)
+    assert fields is not None and fields["mode"] == "disagg" and fields["decode_num_workers"] == 4
+    assert recipe_layout(_row(**agg, tp_size=28.0), recipes)[0] is None
+
+
+def test_the_committed_table_names_its_snapshots():
+    table = read_recipes()
+    assert RECIPES_PATH.is_file() and len(table) > 100
+    assert table["snapshot"].str.contains("@").all()
+    assert set(table["backend"]) <= {"trtllm", "sglang", "vllm"}
+    assert set(table["spec"]) <= {"none", "mtp"}
+    layout = ["backend", "system", "model", "precision", "isl", "osl", "concurrency", "spec", "prefill_num_workers",
+              "prefill_tp", "prefill_ep", "prefill_dp_attn", "decode_num_workers", "decode_tp", "decode_ep",
+              "decode_dp_attn"]
+    assert not table.duplicated(layout).any()
+
+
+@pytest.fixture(scope="module")
+def silicon():
+    from simulator.calibrate.silicon import data_path
+    from tests.conftest import SHARED_DATA
+
+    if not data_path(SHARED_DATA).is_file():
+        pytest.skip("../shared/data/validation/aiconfigurator is not present")
+    return read_silicon(data_path(SHARED_DATA))
+
+
+def test_recipes_agree_with_the_rows_that_record_their_workers(silicon):
+    """Held out: the db-dump rows record workers, DP attention and EP; read with only what the dated dumps
+    keep (the per-worker TP, DP attention folded in), the recipe taken must give the same deployment."""
+    kept, _ = silicon
+    recorded = kept[(kept["mode"] == "disagg") & kept["decode_num_workers"].notna() & (kept["family"] == "db-dump")]
+    recipes = read_recipes()
+    workers_agree = all_agree = taken = 0
+    for row in recorded.itertuples():
+        as_dated = row._replace(prefill_tp_size=row.prefill_tp_size * row.prefill_attention_dp_size,
+                                decode_tp_size=row.decode_tp_size * row.decode_attention_dp_size)
+        fields, _ = recipe_layout(as_dated, recipes)
+        if fields is None:
+            continue
+        taken += 1
+        same = {c: int(getattr(row, c)) == v for c, v in fields.items() if c != "mode"}
+        workers_agree += all(v for c, v in same.items() if "moe" not in c)
+        all_agree += all(same.values())
+    # Workers and DP attention: all but one of 83; the MoE split (EP or TP over a worker's GPUs) differs
+    # on a few more, where the db-dump records moe_tp where the matrix says ep.
+    assert taken >= 60 and workers_agree >= 0.95 * taken and all_agree >= 0.85 * taken
+
+
+def test_rows_read_from_a_recipe_run_and_the_rest_say_why(silicon):
+    kept, _ = silicon
+    read = kept[kept["layout_read_as"].str.startswith(("InferenceX recipe", "filed as agg"))]
+    assert len(read) > 100 and (read["mode"] == "disagg").all() and read["decode_num_workers"].notna().all()
+    config = row_config(next(read.itertuples()))
+    assert config.prefill_pool and config.decode_pool
+    missing = kept[(kept["mode"] == "disagg") & kept["decode_num_workers"].isna()]
+    assert (missing["recipe_refusal"] != "").all()
+    with pytest.raises(Unexpressible, match="worker counts .*: (no InferenceX recipe|.*recipe)"):
+        row_config(next(missing.itertuples()))

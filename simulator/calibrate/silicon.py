@@ -11,6 +11,10 @@ This module reads it the way its README asks (:func:`read_silicon`):
 - aggregated rows whose layout the later dumps recorded scaled by its own expert-parallel width
   (:func:`_single_node_layout`: a ``tp4 ep4`` engine of 4 GPUs written as 16, ``tp8 ep8`` as 64, on
   systems whose nodes hold 8) are read as the engine their id and the first dump record;
+- disaggregated rows of the dated dumps, which give each pool's per-worker TP but not its workers, DP
+  attention or EP (and a few GB200 points filed as one aggregated engine over all their GPUs), take
+  the deployment InferenceX's benchmark matrix names at that point (:func:`recipe_layout`, from
+  ``simulator/data/inferencex_disagg_recipes.csv``) where exactly one recipe fits and it runs without MTP;
 - rows exported by more than one dump (an identical (TTFT, TPOT) pair: the same measurement,
   sometimes with another id, model alias or layout encoding) are kept once: the most
   informative copy (most layout fields given, then the db-dump, then the first in file order),
@@ -22,7 +26,7 @@ the nominal ISL/OSL, a warm-up of one request per user left out of the figures, 
 engine's layout (attention DP and expert parallelism included; a disaggregated row's pools each
 with their own, where they differ or use attention DP) and the system's network between nodes
 (:data:`SYSTEM_NETWORKS`: one NIC per GPU, NVLink across a GB200/GB300 rack). What the simulator cannot
-express (a model outside the catalog, a disaggregated row without worker counts, ...) raises
+express (a model outside the catalog, a disaggregated row without workers and no recipe, ...) raises
 :class:`Unexpressible` with the reason, so a validation report lists every row it skipped.
 
 Choices stated (not in the data): each backend's default policy (:data:`BACKEND_SCHEDULERS`:

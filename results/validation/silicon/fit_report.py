@@ -68,7 +68,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
     p.add_argument("--jobs", type=int, default=1,
                    help="processes for the disaggregated / attention-DP rows (default 1; the results do not depend on it). "
-                        "Mind the memory: the largest rows (thousands of users) take up to ~17 GB each")
+                        "Rows of more than 40,000 requests (thousands of users; up to ~17 GB each) still run one at a time")
     p.add_argument("--first-token-on-prefill", action="store_true",
                    help="also simulate each disaggregated row with the first token delivered by the prefill worker")
     return p.parse_args(argv)
@@ -298,6 +298,9 @@ def _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, pres
               f"{time.perf_counter() - started:.0f} s", flush=True)
 
 
+BIG_ROW_REQUESTS = 40_000
+
+
 def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_at: str = "decode",  # noqa: ANN001
                    cache: RowCache | None = None, label: str = "", jobs: int = 1) -> np.ndarray:
     """Rows that are not replayed (disaggregated pools, attention-DP ranks) simulated with the terms
@@ -331,16 +334,20 @@ def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_a
         if done % 10 == 0:
             print(f"    {label} {done}/{len(pending)} rows to run, {time.perf_counter() - started:.0f} s", flush=True)
 
-    if jobs > 1 and len(pending) > 1:
+    # The largest rows (over BIG_ROW_REQUESTS requests: ~15 GB each at 100,000) run one at a time, the rest
+    # `jobs` at a time: two of the largest side by side outgrow a 24 GB machine.
+    alone = [jobs <= 1 or config.workload.num_requests > BIG_ROW_REQUESTS for _, _, config in pending]
+    big = [p for p, a in zip(pending, alone, strict=True) if a]
+    small = [p for p, a in zip(pending, alone, strict=True) if not a]
+    for k, key, config in big:
+        keep(k, key, simulate_row(config))
+    if small:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(simulate_row, config): (k, key) for k, key, config in pending}
+            futures = {pool.submit(simulate_row, config): (k, key) for k, key, config in small}
             for fut in as_completed(futures):
                 keep(*futures[fut], fut.result())
-    else:
-        for k, key, config in pending:
-            keep(k, key, simulate_row(config))
     for k, got in results.items():
         if isinstance(got, str):
             errors[k] = got

@@ -257,7 +257,7 @@ def test_the_fit_reports_rows_come_out_the_same_in_parallel(tmp_path):
 def test_twins_are_one_recorded_deployment_measured_far_apart():
     """``results/validation/silicon/twins.py``: rows agreeing on every recorded field whose measured TPOTs span more
     than the ratio are one group (fast and slow marked); a closer pair, and disaggregated rows without worker counts
-    (their deployment is not recorded to begin with), are not."""
+    or whose workers a recipe gave (their deployment is not recorded to begin with), are not."""
     import importlib.util
 
     import pandas as pd
@@ -278,6 +278,11 @@ def test_twins_are_one_recorded_deployment_measured_far_apart():
         {**base, "id": "near-b", "concurrency": 8, "silicon_tpot_ms": 9.0},
         {**base, "id": "dis-a", "mode": "disagg", "silicon_tpot_ms": 10.0},
         {**base, "id": "dis-b", "mode": "disagg", "silicon_tpot_ms": 4.0},
+        # workers a recipe gave are not recorded either
+        {**base, "id": "rec-a", "mode": "disagg", "prefill_num_workers": 1.0, "silicon_tpot_ms": 10.0,
+         "layout_read_as": "InferenceX recipe (o/r@c): prefill 1x tp8, decode 1x tp8"},
+        {**base, "id": "rec-b", "mode": "disagg", "prefill_num_workers": 1.0, "silicon_tpot_ms": 4.0,
+         "layout_read_as": "InferenceX recipe (o/r@c): prefill 1x tp8, decode 1x tp8"},
     ]
     out = twins.twins(pd.DataFrame(rows), ratio=1.3)
     assert sorted(out["id"]) == ["fast", "slow"]

@@ -52,7 +52,8 @@ def _model_or_path(model_path: str) -> str:
 def twins(kept: pd.DataFrame, ratio: float) -> pd.DataFrame:
     """Groups of rows with one recorded deployment whose measured TPOTs span more than ``ratio``."""
     # a disaggregated row without worker counts does not record its deployment to begin with
-    recorded = ~kept["layout_read_as"].str.startswith(("InferenceX recipe", "filed as agg"))  # not a recipe's workers
+    read_as = (kept["layout_read_as"] if "layout_read_as" in kept else pd.Series("", index=kept.index)).fillna("")
+    recorded = ~read_as.str.startswith(("InferenceX recipe", "filed as agg"))  # not workers a recipe gave
     frame = kept[((kept["mode"] != "disagg") | kept["prefill_num_workers"].notna()) & recorded].copy()
     frame["model"] = frame["model_path"].map(_model_or_path)
     key = [c for c in DEPLOYMENT if c in frame.columns]

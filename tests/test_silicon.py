@@ -280,9 +280,9 @@ def test_twins_are_one_recorded_deployment_measured_far_apart():
         {**base, "id": "dis-b", "mode": "disagg", "silicon_tpot_ms": 4.0},
         # workers a recipe gave are not recorded either
         {**base, "id": "rec-a", "mode": "disagg", "prefill_num_workers": 1.0, "silicon_tpot_ms": 10.0,
-         "layout_read_as": "InferenceX recipe (o/r@c): prefill 1x tp8, decode 1x tp8"},
+         "workers_from_recipe": True},
         {**base, "id": "rec-b", "mode": "disagg", "prefill_num_workers": 1.0, "silicon_tpot_ms": 4.0,
-         "layout_read_as": "InferenceX recipe (o/r@c): prefill 1x tp8, decode 1x tp8"},
+         "workers_from_recipe": True},
     ]
     out = twins.twins(pd.DataFrame(rows), ratio=1.3)
     assert sorted(out["id"]) == ["fast", "slow"]

@@ -249,8 +249,8 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH) -> tuple[pd.Data
     """The CSV's rows to use (wip dropped, duplicates kept once), and the dropped rows with a
     ``dropped`` reason. Adds ``concurrency`` (from the source; NaN where not recorded),
     ``family``, ``wip``, ``num_copies``, ``layout_read_as`` (a layout read otherwise than recorded:
-    :func:`_single_node_layout`, :func:`recipe_layout`) and ``recipe_refusal`` (why a row without worker
-    counts took no recipe); keeps file order. Duplicates are found after the layouts are read, so a
+    :func:`_single_node_layout`, :func:`recipe_layout`), ``workers_from_recipe`` (its deployment is
+    a recipe's, not recorded) and ``recipe_refusal`` (why a row without worker counts took no recipe); keeps file order. Duplicates are found after the layouts are read, so a
     recipe's layout counts as given."""
     import pandas as pd
 
@@ -276,6 +276,7 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH) -> tuple[pd.Data
             df.at[i, "layout_read_as"] = (f"recorded tp/adp/moe_tp/moe_ep {before} ({_recorded_gpus(row)} GPUs), read as "
                                           f"{fixed['tp_size']}/{fixed['attention_dp_size']}/1/{fixed['moe_ep_size']}")
     df["recipe_refusal"] = ""
+    df["workers_from_recipe"] = False
     recipes = read_recipes(recipes_path)
     for i, row in zip(df.index, df.itertuples(), strict=True):
         if not _wants_recipe(row):
@@ -291,6 +292,7 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH) -> tuple[pd.Data
         for col, value in fields.items():
             df.at[i, col] = value
         df.at[i, "layout_read_as"] = note
+        df.at[i, "workers_from_recipe"] = True
     wip = df[df["wip"]].assign(dropped="wip=True in its source (work in progress)")
     rest = df[~df["wip"]].copy()
     rest["num_given"] = rest[list(_LAYOUT_FIELDS)].notna().sum(axis=1)

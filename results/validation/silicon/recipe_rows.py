@@ -46,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - one line, no traceback
         print(f"error: {err}", file=sys.stderr)
         return 2
-    picked = rows["layout_read_as"].str.startswith(("InferenceX recipe", "filed as agg")).to_numpy()
+    picked = rows["workers_from_recipe"].to_numpy(bool)
+    configs = [c.replace(engine=PRESETS[backend], first_token_at="decode")
+               for c, backend, k in zip(configs, rows["backend"], picked, strict=True) if k]
     rows = rows[picked].reset_index(drop=True)
-    configs = [c.replace(engine=PRESETS[r.backend], first_token_at="decode")
-               for c, r in zip([c for c, k in zip(configs, picked, strict=True) if k], rows.itertuples(), strict=True)]
     # keyed by row and the recipe read: a row the table now reads otherwise runs again
     done: dict[tuple[str, str], tuple[float, float] | str] = (
         pickle.loads(args.cache.read_bytes()) if args.cache.is_file() else {})

@@ -52,8 +52,7 @@ def _model_or_path(model_path: str) -> str:
 def twins(kept: pd.DataFrame, ratio: float) -> pd.DataFrame:
     """Groups of rows with one recorded deployment whose measured TPOTs span more than ``ratio``."""
     # a disaggregated row without worker counts does not record its deployment to begin with
-    read_as = (kept["layout_read_as"] if "layout_read_as" in kept else pd.Series("", index=kept.index)).fillna("")
-    recorded = ~read_as.str.startswith(("InferenceX recipe", "filed as agg"))  # not workers a recipe gave
+    recorded = ~kept.get("workers_from_recipe", pd.Series(False, index=kept.index)).fillna(False).astype(bool)
     frame = kept[((kept["mode"] != "disagg") | kept["prefill_num_workers"].notna()) & recorded].copy()
     frame["model"] = frame["model_path"].map(_model_or_path)
     key = [c for c in DEPLOYMENT if c in frame.columns]

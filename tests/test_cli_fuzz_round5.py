@@ -175,12 +175,31 @@ def test_a_sweep_base_is_judged_by_its_points() -> None:
     spec = build_spec({"base": {"num_requests": 4, "scheduler_recv_interval": 4},
                        "grid": {"scheduler": ["sglang"], "qps": [1, 2]}})
     assert [p.config.scheduler.recv_interval for p in spec.points] == [4, 4]
-    # a point that is invalid still blames the base, as before
-    with pytest.raises(ConfigError, match=r"^sweep\.base: scheduler\.recv_interval"):
+    # an invalid point blames the grid value that fails on the base alone ...
+    with pytest.raises(ConfigError, match=r"^sweep\.grid\.scheduler=vllm-v1: scheduler\.recv_interval"):
         build_spec({"base": {"num_requests": 4, "scheduler_recv_interval": 4}, "grid": {"scheduler": ["vllm-v1", "sglang"]}})
-    with pytest.raises(ConfigError, match=r"^sweep\.grid\.scheduler: scheduler\.batch_wait_timeout_iters"):
+    # ... and the base where no grid value makes it valid
+    with pytest.raises(ConfigError, match=r"^sweep\.base: scheduler\.recv_interval"):
+        build_spec({"base": {"num_requests": 4, "scheduler_recv_interval": 4}, "grid": {"qps": [1, 2]}})
+    with pytest.raises(ConfigError, match=r"^sweep\.grid\.scheduler=sglang: scheduler\.batch_wait_timeout_iters"):
         build_spec({"base": {"batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8},
                     "grid": {"scheduler": ["trtllm", "sglang"]}})
+
+
+def test_a_sweep_flag_is_judged_by_the_points_its_grid_makes(tmp_path: Path) -> None:
+    """The flag alone is refused on the default scheduler; every point of the grid takes it."""
+    out = tmp_path / "s"
+    proc = simulate("sweep", "--grid", "scheduler=sglang", "--scheduler-recv-interval", "4", "--num-requests", "8",
+                    "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import csv
+
+    (row,) = csv.DictReader((out / "results.csv").open())
+    assert (row["scheduler"], row["scheduler_recv_interval"], row["status"]) == ("sglang", "4", "ok")
+    proc = simulate("sweep", "--grid", "scheduler=sglang,vllm-v1", "--scheduler-recv-interval", "4",
+                    "--num-requests", "8", "--out", str(tmp_path / "t"), "--no-progress")
+    assert proc.returncode == 2 and proc.stderr.startswith("error: sweep.grid.scheduler=vllm-v1: "), proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 SGLANG_POOLS = ["--prefill-pool", "1x(sched=sglang)", "--decode-pool", "1x(sched=sglang)"]

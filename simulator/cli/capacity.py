@@ -322,10 +322,10 @@ def tau(
 
 
 @app.command()
-@run_options
+@run_options(as_overrides=True)
 def sweep(
     ctx: typer.Context,
-    config: RunConfig,
+    config: dict[str, Any],
     file: Annotated[Path | None, typer.Argument(help="Sweep file (TOML, or YAML with PyYAML): mode, \\[base], \\[grid].")] = None,
     grid: Annotated[list[str] | None, typer.Option("--grid", help="NAME=V1,V2,... (repeatable); adds to the file's grid.")] = None,
     mode: Annotated[str | None, typer.Option(help="run or capacity (default: the file's, else run).")] = None,
@@ -350,7 +350,6 @@ def sweep(
     from simulator.planning.sweep import (
         SweepInterrupted,
         build_spec,
-        config_overrides,
         load_sweep_file,
         parse_cli_grid,
         run_sweep,
@@ -358,7 +357,7 @@ def sweep(
 
     data = load_sweep_file(file) if file is not None else {}
     # The flags typed (not a --config file's values, nor what a flag implies): a grid may not silently drop them.
-    spec = build_spec(data, mode=mode, base_overrides=config_overrides(config), grid_overrides=parse_cli_grid(grid or []),
+    spec = build_spec(data, mode=mode, base_overrides=config, grid_overrides=parse_cli_grid(grid or []),
                       given_flags=given_run_flags(ctx))
     num_workers = parse_workers(workers, lambda: auto_workers(
         len(spec.points), max((p.config.workload.num_requests for p in spec.points), default=1)))

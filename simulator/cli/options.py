@@ -189,8 +189,27 @@ def given_run_flags(ctx: typer.Context) -> set[str]:
             if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")}
 
 
-def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
-    """Add the shared run options to ``fn`` and pass it ``config: RunConfig``."""
+def given_overrides(config_file: Path | None = None, **options: Any) -> dict[str, Any]:
+    """The run options given (a ``--config`` file's fields under them), option name -> value, without
+    building a config from them: a sweep's base, which its grid completes (``--scheduler-recv-interval``
+    is refused on the default scheduler, yet holds at every point of ``--grid scheduler=sglang``). The
+    sweep validates each point as it builds it."""
+    from simulator.config.options import load_config_file, resolve_aliases
+    from simulator.planning.sweep import config_overrides
+
+    base = load_config_file(config_file) if config_file else RunConfig()
+    given = {k: v for k, v in resolve_aliases(options, base, from_file=config_file is not None).items()
+             if v is not None and k in RUN_OPTIONS}
+    return {**config_overrides(base), **given}
+
+
+def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201 - decorator over typer commands
+    """Add the shared run options to ``fn`` and pass it ``config: RunConfig``; with ``as_overrides``,
+    ``config: dict`` instead: the options given as :func:`given_overrides` reads them, for a command
+    that completes them before it builds configs (a sweep's grid). Those that make a valid config alone
+    are read through it, as every other command reads them."""
+    if fn is None:
+        return functools.partial(run_options, as_overrides=as_overrides)
     # eval_str: resolve the command module's string annotations in its own namespace.
     own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "config"]
 
@@ -198,9 +217,19 @@ def run_options(fn):  # noqa: ANN001, ANN201 - decorator over typer commands
     def wrapper(**kwargs: Any):  # noqa: ANN202
         run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k in DERIVED_OPTIONS
                       or k == "config_file"}
-        config = build_config(command=fn.__name__, **run_kwargs)
+        try:
+            config = build_config(command=fn.__name__, **run_kwargs)
+        except ConfigError:
+            if not as_overrides:
+                raise
+            return fn(config=given_overrides(**run_kwargs), **kwargs)
         check_trace_given(config, run_kwargs, fn.__name__)
-        return fn(config=replay_whole(config, run_kwargs), **kwargs)
+        config = replay_whole(config, run_kwargs)
+        if as_overrides:
+            from simulator.planning.sweep import config_overrides
+
+            return fn(config=config_overrides(config), **kwargs)
+        return fn(config=config, **kwargs)
 
     merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + list(_parameters())
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]

@@ -315,14 +315,21 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         try:
             config = _point_config(values, where)
         except ConfigError:
-            # Blame the base, or a grid value alone on it, where that is already invalid; only a point that
-            # fails (never the base alone, whose defaults a grid may replace: --scheduler-recv-interval
-            # beside scheduler = ["sglang"]) refuses the sweep.
-            _point_config(base, "sweep.base")
+            # Blame the base where no grid value alone on it makes it valid, else a grid value that fails
+            # alone on it, else the point; only a point that fails (never the base alone, whose defaults
+            # a grid may replace: --scheduler-recv-interval beside scheduler = ["sglang"]) refuses the sweep.
+            failing = []
             for grid_names, rows in grid.items():
                 for row in rows:
-                    _point_config({**base, **dict(zip(grid_names, row, strict=True))},
-                                  f"sweep.grid.{','.join(grid_names)}")
+                    try:
+                        _point_config({**base, **dict(zip(grid_names, row, strict=True))},
+                                      f"sweep.grid.{','.join(grid_names)}={','.join(map(str, row))}")
+                    except ConfigError as err:
+                        failing.append(err)
+            if len(failing) == sum(len(rows) for rows in grid.values()):
+                _point_config(base, "sweep.base")
+            if failing:
+                raise failing[0] from None
             raise
         options = _point_options(values, mode, where)
         key = point_key(mode, config, options)

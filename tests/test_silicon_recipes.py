@@ -38,7 +38,7 @@ def _row(**fields) -> SimpleNamespace:  # noqa: ANN003 - a dated dump's disaggre
 
 def test_one_recipe_at_the_point_gives_workers_dp_attention_and_ep():
     fields, note = recipe_layout(_row(), pd.DataFrame([_recipe()]))
-    assert fields == {"mode": "disagg", "prefill_num_workers": 1, "prefill_tp_size": 1, "prefill_pp_size": 1,
+    assert fields == {"mode": "disagg", "mtp_drafts": 0, "prefill_num_workers": 1, "prefill_tp_size": 1, "prefill_pp_size": 1,
                       "prefill_attention_dp_size": 4, "prefill_moe_tp_size": 1, "prefill_moe_ep_size": 4,
                       "decode_num_workers": 5, "decode_tp_size": 8, "decode_pp_size": 1,
                       "decode_attention_dp_size": 1, "decode_moe_tp_size": 1, "decode_moe_ep_size": 8}
@@ -58,6 +58,19 @@ def test_no_recipe_is_taken_unless_exactly_one_fits(recipes, recorded_tp, reason
     row = _row(prefill_tp_size=float(recorded_tp), decode_tp_size=2.0 * recorded_tp if recorded_tp > 1 else 1.0)
     fields, note = recipe_layout(row, pd.DataFrame(recipes, columns=list(_recipe())))
     assert fields is None and reason in note
+
+
+def test_an_mtp_recipe_is_taken_only_when_asked_and_its_draft_length_is_known():
+    mtp = pd.DataFrame([_recipe(spec="mtp", num_speculative_tokens=3)])
+    assert recipe_layout(_row(), mtp)[0] is None
+    fields, note = recipe_layout(_row(), mtp, with_mtp=True)
+    assert fields is not None and fields["mtp_drafts"] == 3 and note.endswith("MTP 3 drafts")
+    unknown = pd.DataFrame([_recipe(spec="mtp", num_speculative_tokens=math.nan)])
+    fields, note = recipe_layout(_row(), unknown, with_mtp=True)
+    assert fields is None and "draft length" in note
+    both = pd.DataFrame([_recipe(), _recipe(spec="mtp", num_speculative_tokens=3)])
+    fields, note = recipe_layout(_row(), both, with_mtp=True)
+    assert fields is None and "with and without MTP" in note
 
 
 def test_a_disaggregated_point_filed_as_one_engine_needs_its_gpus_to_add_up():
@@ -124,3 +137,23 @@ def test_rows_read_from_a_recipe_run_and_the_rest_say_why(silicon):
     assert (missing["recipe_refusal"] != "").all()
     with pytest.raises(Unexpressible, match="worker counts .*: .*recipe"):
         row_config(next(missing.itertuples()))
+
+
+def test_mtp_rows_run_only_at_a_stated_acceptance(silicon):
+    from simulator.calibrate.silicon import data_path
+    from tests.conftest import SHARED_DATA
+
+    kept, _ = silicon
+    with_mtp, _ = read_silicon(data_path(SHARED_DATA), with_mtp=True)
+    mtp = with_mtp[with_mtp["mtp_drafts"] > 0]
+    # the rows the plain read refused for MTP alone now carry their recipe's layout and draft length
+    assert len(mtp) > 50 and mtp["workers_from_recipe"].all() and len(with_mtp) == len(kept)
+    assert set(mtp["id"]) <= set(kept.loc[kept["recipe_refusal"].str.contains("MTP"), "id"])
+    row = next(mtp.itertuples())
+    with pytest.raises(Unexpressible, match="acceptance is not recorded"):
+        row_config(row)
+    config = row_config(row, mtp_acceptance=0.7)
+    spec = config.speculative
+    assert spec.num_speculative_tokens == row.mtp_drafts and spec.acceptance_rates == (0.7,) * row.mtp_drafts
+    with pytest.raises(Unexpressible, match="MTP acceptance"):
+        row_config(row, mtp_acceptance="no-such-model:mtp")

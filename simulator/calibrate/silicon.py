@@ -14,7 +14,8 @@ This module reads it the way its README asks (:func:`read_silicon`):
 - disaggregated rows of the dated dumps, which give each pool's per-worker TP but not its workers, DP
   attention or EP (and a few GB200 points filed as one aggregated engine over all their GPUs), take
   the deployment InferenceX's benchmark matrix names at that point (:func:`recipe_layout`, from
-  ``simulator/data/inferencex_disagg_recipes.csv``) where exactly one recipe fits and it runs without MTP;
+  ``simulator/data/inferencex_disagg_recipes.csv``) where exactly one recipe fits and it runs without MTP
+  (or, asked for, with MTP at an acceptance the caller states: the matrix gives its draft length only);
 - rows exported by more than one dump (an identical (TTFT, TPOT) pair: the same measurement,
   sometimes with another id, model alias or layout encoding) are kept once: the most
   informative copy (most layout fields given, then the db-dump, then the first in file order),
@@ -202,7 +203,7 @@ def _recipe_candidates(row: Any, recipes: pd.DataFrame) -> pd.DataFrame:
     return at[total == _recorded_gpus(row)]
 
 
-def recipe_layout(row: Any, recipes: pd.DataFrame) -> tuple[dict[str, Any] | None, str]:
+def recipe_layout(row: Any, recipes: pd.DataFrame, *, with_mtp: bool = False) -> tuple[dict[str, Any] | None, str]:
     """The layout fields InferenceX's recipe gives a row the dated dumps recorded without worker counts
     (a disaggregated row, or one filed as an aggregated engine over more GPUs than its model's heads
     divide), with a note saying so; or None and why none is taken.
@@ -210,7 +211,12 @@ def recipe_layout(row: Any, recipes: pd.DataFrame) -> tuple[dict[str, Any] | Non
     Taken only where exactly one layout of the recipe table fits the row (:func:`_recipe_candidates`), it
     runs without speculation, and each worker is a real engine (the SGLang GB200 matrix entries give
     ``tp: 1, ep: 1`` and leave the layout to the recipe file). DP attention over a worker's ``tp`` GPUs is
-    ``attention_dp = tp`` of one GPU each, experts over ``ep`` of them (the db-dump's encoding)."""
+    ``attention_dp = tp`` of one GPU each, experts over ``ep`` of them (the db-dump's encoding).
+
+    ``with_mtp``: also take a recipe that runs MTP at every recipe of its point (not a point run both
+    with and without) and names its draft length; ``mtp_drafts`` then says how many drafts a step, and
+    the row runs only with an acceptance its caller states (:func:`row_config`'s ``mtp_acceptance``: the
+    matrix does not record what InferenceX's random prompts accept)."""
     found = _recipe_candidates(row, recipes)
     point = (f"{row.backend} {row.system} {row.precision} {_int(row.isl)}/{_int(row.osl)} at "
              f"{_int(row.concurrency)} users")
@@ -219,12 +225,18 @@ def recipe_layout(row: Any, recipes: pd.DataFrame) -> tuple[dict[str, Any] | Non
     layouts = found.drop_duplicates(list(_RECIPE_LAYOUT))
     if len(layouts) > 1:
         return None, f"{len(layouts)} InferenceX recipes at {point} fit what the row records"
+    drafts = 0
     if (found["spec"] != "none").any():
-        both = "with and without " if (found["spec"] == "none").any() else ""
-        return None, (f"InferenceX's recipe at {point} runs {both}MTP, whose acceptance on its random prompts "
-                      "is not recorded")
+        both = (found["spec"] == "none").any()
+        ks = found["num_speculative_tokens"].dropna().astype(int).unique()
+        if not with_mtp or both or len(ks) != 1 or ks[0] < 1:
+            why = (" and the matrix does not give its draft length" if with_mtp and not both and len(ks) != 1
+                   else "")
+            return None, (f"InferenceX's recipe at {point} runs {'with and without ' if both else ''}MTP, whose "
+                          f"acceptance on its random prompts is not recorded{why}")
+        drafts = int(ks[0])
     r = layouts.iloc[0]
-    fields: dict[str, Any] = {"mode": "disagg"}
+    fields: dict[str, Any] = {"mode": "disagg", "mtp_drafts": drafts}
     pools = []
     for role in ("prefill", "decode"):
         tp, ep, dp_attn = int(r[f"{role}_tp"]), int(r[f"{role}_ep"]), bool(r[f"{role}_dp_attn"])
@@ -237,7 +249,8 @@ def recipe_layout(row: Any, recipes: pd.DataFrame) -> tuple[dict[str, Any] | Non
                        f"{role}_attention_dp_size": tp if dp_attn else 1, f"{role}_moe_tp_size": tp // ep,
                        f"{role}_moe_ep_size": ep})
         pools.append(f"{role} {workers}x {'dep' if dp_attn else 'tp'}{tp}{f' ep{ep}' if ep > 1 else ''}")
-    return fields, f"InferenceX recipe ({r['snapshot'].split()[0]}): {', '.join(pools)}"
+    mtp = f", MTP {drafts} drafts" if drafts else ""
+    return fields, f"InferenceX recipe ({r['snapshot'].split()[0]}): {', '.join(pools)}{mtp}"
 
 
 _LAYOUT_FIELDS = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
@@ -245,12 +258,15 @@ _LAYOUT_FIELDS = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_
                   "decode_num_workers", "decode_tp_size", "decode_pp_size", "decode_attention_dp_size")
 
 
-def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *,
+                 with_mtp: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The CSV's rows to use (wip dropped, duplicates kept once), and the dropped rows with a
     ``dropped`` reason. Adds ``concurrency`` (from the source; NaN where not recorded),
     ``family``, ``wip``, ``num_copies``, ``layout_read_as`` (a layout read otherwise than recorded:
     :func:`_single_node_layout`, :func:`recipe_layout`), ``workers_from_recipe`` (its deployment is
-    a recipe's, not recorded) and ``recipe_refusal`` (why a row without worker counts took no recipe); keeps file order. Duplicates are found after the layouts are read, so a
+    a recipe's, not recorded), ``recipe_refusal`` (why a row without worker counts took no recipe) and
+    ``mtp_drafts`` (the MTP drafts a step its recipe runs; 0 unless ``with_mtp`` took such a recipe:
+    :func:`recipe_layout`); keeps file order. Duplicates are found after the layouts are read, so a
     recipe's layout counts as given."""
     import pandas as pd
 
@@ -277,11 +293,12 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH) -> tuple[pd.Data
                                           f"{fixed['tp_size']}/{fixed['attention_dp_size']}/1/{fixed['moe_ep_size']}")
     df["recipe_refusal"] = ""
     df["workers_from_recipe"] = False
+    df["mtp_drafts"] = 0
     recipes = read_recipes(recipes_path)
     for i, row in zip(df.index, df.itertuples(), strict=True):
         if not _wants_recipe(row):
             continue
-        fields, note = recipe_layout(row, recipes)
+        fields, note = recipe_layout(row, recipes, with_mtp=with_mtp)
         if fields is None:
             df.at[i, "recipe_refusal"] = note
             continue
@@ -452,14 +469,17 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
                range_ratio: float = 0.0, range_style: str = "vllm", engine: str | None = None,
                cost_model: str | None = None,
                kv_link: str = "infiniband-400g", warmup_mode: str = "steady",
-               extra: dict[str, Any] | None = None) -> RunConfig:
+               mtp_acceptance: str | float | None = None, extra: dict[str, Any] | None = None) -> RunConfig:
     """A closed-loop run of one silicon row (a row of :func:`read_silicon`'s frame, as
     ``itertuples`` gives it): ``concurrency`` users, one warm-up request each, then
     ``requests_per_user`` measured requests each (at most ``max_requests`` in all, warm-up
     included), lengths banded by ``range_ratio`` around ISL/OSL (0: exactly the nominal
     lengths) as ``range_style``'s client reads it (``sglang``: in [r x ISL, ISL], InferenceX's). ``warmup_mode``: ``steady`` (the warm-up is the loop's first requests) or
     ``drain`` (a phase of its own, then every user sends at once, as AIPerf and vllm bench
-    run it; :mod:`simulator.engine.closed_loop`). ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels). Raises
+    run it; :mod:`simulator.engine.closed_loop`). A row whose recipe runs MTP (``mtp_drafts`` > 0:
+    :func:`read_silicon`'s ``with_mtp``) runs it only with ``mtp_acceptance``, an AL curve of the data
+    folder (``MODEL:METHOD[:THINKING]``, :func:`~simulator.config.acceptance.find_curve`) or one i.i.d.
+    rate. ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels). Raises
     :class:`Unexpressible` with the reason."""
     from simulator.config.catalog import get_model
     from simulator.config.run_config import RunConfig
@@ -517,6 +537,9 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
                         "kv_link": kv_link})
     else:
         raise Unexpressible(f"unknown mode {row.mode!r}")
+    drafts = _int(getattr(row, "mtp_drafts", 0), 0) or 0
+    if drafts:
+        changes.update(_mtp_changes(drafts, mtp_acceptance))
     if engine is not None:
         changes["engine"] = engine
     if cost_model is not None:
@@ -528,6 +551,26 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         raise Unexpressible(f"refused by the config: {err}") from None
     except TypeError as err:  # a field this build does not have yet
         raise Unexpressible(f"not supported by this build: {err}") from None
+
+
+def _mtp_changes(drafts: int, acceptance: str | float | None) -> dict[str, Any]:
+    """The run changes of MTP with ``drafts`` drafts a step at ``acceptance`` (a curve name or a rate)."""
+    from simulator.config.acceptance import acceptance_from_data
+    from simulator.config.speculative import SpeculativeConfig
+
+    if acceptance is None:
+        raise Unexpressible(f"its recipe runs MTP with {drafts} drafts a step, whose acceptance is not recorded "
+                            "(state one: mtp_acceptance)")
+    try:
+        if isinstance(acceptance, str):
+            rates, source = acceptance_from_data(acceptance, drafts)
+        else:
+            rates, source = (float(acceptance),) * drafts, f"i.i.d. {float(acceptance):g} (stated)"
+        spec = SpeculativeConfig(method="mtp", num_speculative_tokens=drafts, acceptance_rates=rates,
+                                 acceptance_source=source)
+    except ConfigError as err:
+        raise Unexpressible(f"MTP acceptance {acceptance!r}: {err}") from None
+    return {"speculative": spec, "scheduler__prefix_caching": False}
 
 
 def simulate_row(config: Any) -> tuple[float, float] | str:

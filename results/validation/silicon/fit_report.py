@@ -69,9 +69,25 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=1,
                    help="processes for the disaggregated / attention-DP rows (default 1; the results do not depend on it). "
                         "Rows of more than 40,000 requests (thousands of users; up to ~17 GB each) still run one at a time")
+    p.add_argument("--mtp-acceptance", default=None, metavar="CURVE|RATE",
+                   help="also run the rows whose InferenceX recipe runs MTP (silicon.recipe_layout's with_mtp), at this "
+                        "acceptance: an AL curve of the data folder (MODEL:METHOD[:THINKING], e.g. "
+                        "deepseek-v4-pro:mtp:thinking_off) or an i.i.d. rate (default: they are listed as not run)")
     p.add_argument("--first-token-on-prefill", action="store_true",
                    help="also simulate each disaggregated row with the first token delivered by the prefill worker")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.mtp_acceptance is not None:
+        try:
+            args.mtp_acceptance = float(args.mtp_acceptance)
+        except ValueError:  # a curve name: checked here, resolved for each row's draft length
+            from simulator.config.acceptance import find_curve
+            from simulator.config.errors import ConfigError
+
+            try:
+                find_curve(args.mtp_acceptance)
+            except ConfigError as err:
+                p.error(f"--mtp-acceptance: {err}")
+    return args
 
 
 # The KV handoff's fabric (per GPU, one direction, GB/s at ~80% of the rated rate, and a latency):
@@ -150,7 +166,8 @@ def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
         row_config,
     )
 
-    kept, dropped = read_silicon(data_path(args.data))
+    mtp = getattr(args, "mtp_acceptance", None)
+    kept, dropped = read_silicon(data_path(args.data), with_mtp=mtp is not None)
     not_run = [dict(id=r.id, backend=r.backend, system=r.system, mode=r.mode, model_path=r.model_path,
                     reason=r.dropped) for r in dropped.itertuples()]
     ok, configs = [], []
@@ -160,7 +177,7 @@ def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
             client = (benchmark_client(r) if args.client == "benchmark" else
                       dict(INFERENCEX_CLIENT) if args.client == "inferencex" else
                       {"requests_per_user": args.requests_per_user, "range_ratio": args.range_ratio})
-            c = row_config(r, max_requests=args.max_requests or None, **client,
+            c = row_config(r, max_requests=args.max_requests or None, **client, mtp_acceptance=mtp,
                            **({"kv_link": link} if link else {}),
                            extra={**(recipe_changes(r) if args.client != "exact" else {}),
                                   "replica__kernels": r.backend,

@@ -6,11 +6,22 @@ The committed presets (``vllm-2026``, ``sglang-2026``, ``trtllm-2026``, with the
 fitted before these rows could run, so this is a check on rows they never saw, run exactly as the fit
 report runs a row (its client, recipe flags, kernels and KV link; first token from the decode worker).
 
-    python results/validation/silicon/recipe_rows.py --jobs 2     # ~30-45 minutes on two cores
+    python results/validation/silicon/recipe_rows.py --jobs 2     # ~12 minutes on two cores
 
 Writes ``recipe_rows.csv`` (one line a row: the recipe read, measured and predicted TTFT/TPOT) and prints
-the median and P90 absolute error by backend x GPU. Results are kept in ``/tmp`` as they come, so an
-interrupted run resumes.
+the median and P90 absolute error by backend x GPU.
+
+With ``--mtp-acceptance A [--mtp-acceptance B ...]`` it runs instead the rows whose one recipe runs MTP
+with a known draft length (``recipe_layout``'s ``with_mtp``) at each acceptance named (an AL curve of the
+data folder, ``MODEL:METHOD[:THINKING]``, or an i.i.d. rate; ``off``: without MTP), and writes
+``recipe_mtp_rows.csv``: the matrix does not record what InferenceX's random prompts accept, so each
+acceptance is a stated assumption, not a fit.
+
+    python results/validation/silicon/recipe_rows.py --jobs 2 --mtp-acceptance off \\
+        --mtp-acceptance deepseek-v4-pro:mtp:thinking_on --mtp-acceptance deepseek-v4-pro:mtp:thinking_off \
+        --mtp-acceptance 1.0 --max-concurrency 512
+
+Results are kept in ``/tmp`` as they come, so an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -31,61 +42,112 @@ sys.path.insert(0, str(HERE))
 
 from fit_report import PRESETS, _args, rows_and_configs  # noqa: E402
 
+OFF = "off"
 
-def main(argv: list[str] | None = None) -> int:
+
+def _picked(data: Path, acceptance: str | None) -> tuple[pd.DataFrame, list]:
+    """The recipe-read rows (``acceptance`` None), or the MTP ones at ``acceptance`` (``off``: without MTP),
+    each configured as the fit report configures it, under its backend's committed preset."""
+    argv = ["--data", str(data)] + (["--mtp-acceptance", "0.5"] if acceptance == OFF else
+                                    ["--mtp-acceptance", acceptance] if acceptance else [])
+    _, _, rows, configs, _ = rows_and_configs(_args(argv))
+    picked = (rows["mtp_drafts"] > 0 if acceptance else rows["workers_from_recipe"]).to_numpy(bool)
+    changes = {"speculative": None} if acceptance == OFF else {}
+    configs = [c.replace(engine=PRESETS[backend], first_token_at="decode", **changes)
+               for c, backend, k in zip(configs, rows["backend"], picked, strict=True) if k]
+    return rows[picked].reset_index(drop=True), configs
+
+
+def _run(keys: list, configs: list, cache: Path, jobs: int) -> list:
+    """Each config's simulated (TTFT, TPOT) ms or its failure, read from / added to ``cache`` by key."""
     from simulator.calibrate.silicon import simulate_row
 
+    done: dict = pickle.loads(cache.read_bytes()) if cache.is_file() else {}
+    pending = [(k, c) for k, c in zip(keys, configs, strict=True) if k not in done]
+    # the largest first, so the last ones left run side by side are small
+    pending.sort(key=lambda item: -item[1].workload.concurrency)
+    print(f"{len(keys)} rows, {len(pending)} to run", flush=True)
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(simulate_row, c): key for key, c in pending}
+        for n, fut in enumerate(as_completed(futures), 1):
+            done[futures[fut]] = fut.result()
+            cache.write_bytes(pickle.dumps(done))
+            if n % 10 == 0 or n == len(pending):
+                print(f"  {n}/{len(pending)} rows, {time.perf_counter() - started:.0f} s", flush=True)
+    return [done[k] for k in keys]
+
+
+def _stats(g: pd.DataFrame, tag: str = "") -> pd.Series:
+    t, o = g[f"ttft_error{tag}"], g[f"tpot_error{tag}"]
+    return pd.Series({"rows": int(o.notna().sum()), "ttft_median": t.abs().median(), "ttft_p90": t.abs().quantile(0.9),
+                      "ttft_signed": t.median(), "tpot_median": o.abs().median(), "tpot_p90": o.abs().quantile(0.9),
+                      "tpot_signed": o.median()})
+
+
+def _predicted(out: pd.DataFrame, got: list, tag: str = "") -> None:
+    out[f"pred_ttft_ms{tag}"] = [g[0] if not isinstance(g, str) else np.nan for g in got]
+    out[f"pred_tpot_ms{tag}"] = [g[1] if not isinstance(g, str) else np.nan for g in got]
+    out[f"failed{tag}"] = [g if isinstance(g, str) else "" for g in got]
+    for m in ("ttft", "tpot"):
+        out[f"{m}_error{tag}"] = out[f"pred_{m}_ms{tag}"] / out[f"measured_{m}_ms"] - 1
+
+
+def _frame(rows: pd.DataFrame) -> pd.DataFrame:
+    out = rows[["id", "backend", "system", "gpu", "model", "isl", "osl", "concurrency", "layout_read_as"]].copy()
+    out["measured_ttft_ms"], out["measured_tpot_ms"] = rows["silicon_ttft_ms"], rows["silicon_tpot_ms"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=HERE.parents[2].parent / "shared" / "data")
     p.add_argument("--jobs", type=int, default=1, help="processes (the largest rows take several GB each)")
     p.add_argument("--cache", type=Path, default=Path("/tmp/servesim_recipe_rows.pkl"))
+    p.add_argument("--mtp-acceptance", action="append", default=[], metavar="CURVE|RATE|off",
+                   help="run the MTP recipe rows at this acceptance (repeatable; see the module docstring)")
+    p.add_argument("--max-concurrency", type=int, default=0,
+                   help="with --mtp-acceptance: leave out rows of more users (speculative runs step every iteration, "
+                        "not fast-forwarded: a 512-user row takes ~1.5 min; default 0: all)")
     args = p.parse_args(argv)
     np.seterr(all="ignore")
     try:
-        _, _, rows, configs, _ = rows_and_configs(_args(["--data", str(args.data)]))
+        picks = {a: _picked(args.data, a) for a in (args.mtp_acceptance or [None])}
     except Exception as err:  # noqa: BLE001 - one line, no traceback
         print(f"error: {err}", file=sys.stderr)
         return 2
-    picked = rows["workers_from_recipe"].to_numpy(bool)
-    configs = [c.replace(engine=PRESETS[backend], first_token_at="decode")
-               for c, backend, k in zip(configs, rows["backend"], picked, strict=True) if k]
-    rows = rows[picked].reset_index(drop=True)
-    # keyed by row and the recipe read: a row the table now reads otherwise runs again
-    done: dict[tuple[str, str], tuple[float, float] | str] = (
-        pickle.loads(args.cache.read_bytes()) if args.cache.is_file() else {})
-    keys = list(zip(rows["id"], rows["layout_read_as"], strict=True))
-    pending = [(k, c) for k, c in zip(keys, configs, strict=True) if k not in done]
-    # the largest first, so the last ones left run side by side are small
-    pending.sort(key=lambda item: -item[1].workload.concurrency)
-    print(f"{len(rows)} rows read from a recipe, {len(pending)} to run", flush=True)
-    started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(simulate_row, c): rid for rid, c in pending}
-        for n, fut in enumerate(as_completed(futures), 1):
-            done[futures[fut]] = fut.result()
-            args.cache.write_bytes(pickle.dumps(done))
-            if n % 10 == 0 or n == len(pending):
-                print(f"  {n}/{len(pending)} rows, {time.perf_counter() - started:.0f} s", flush=True)
-    got = [done[k] for k in keys]
-    out = rows[["id", "backend", "system", "gpu", "model", "isl", "osl", "concurrency", "layout_read_as"]].copy()
-    out["measured_ttft_ms"], out["measured_tpot_ms"] = rows["silicon_ttft_ms"], rows["silicon_tpot_ms"]
-    out["pred_ttft_ms"] = [g[0] if not isinstance(g, str) else np.nan for g in got]
-    out["pred_tpot_ms"] = [g[1] if not isinstance(g, str) else np.nan for g in got]
-    out["failed"] = [g if isinstance(g, str) else "" for g in got]
-    for m in ("ttft", "tpot"):
-        out[f"{m}_error"] = out[f"pred_{m}_ms"] / out[f"measured_{m}_ms"] - 1
-    out.to_csv(HERE / "recipe_rows.csv", index=False, float_format="%.4f")
-    ran = out[out["failed"] == ""]
-
-    def stats(g: pd.DataFrame) -> pd.Series:
-        t, o = g["ttft_error"].abs(), g["tpot_error"].abs()
-        return pd.Series({"rows": len(g), "ttft_median": t.median(), "ttft_p90": t.quantile(0.9),
-                          "ttft_signed": g["ttft_error"].median(), "tpot_median": o.median(),
-                          "tpot_p90": o.quantile(0.9), "tpot_signed": g["tpot_error"].median()})
-
-    print(f"{len(ran)} of {len(out)} ran; absolute relative error (signed: median of the signed error)")
-    print(ran.groupby("backend").apply(stats).round(3).to_string())
-    print(ran.groupby(["backend", "gpu"]).apply(stats).round(3).to_string())
+    if not args.mtp_acceptance:
+        rows, configs = picks[None]
+        # keyed by row and the recipe read: a row the table now reads otherwise runs again
+        got = _run(list(zip(rows["id"], rows["layout_read_as"], strict=True)), configs, args.cache, args.jobs)
+        out = _frame(rows)
+        _predicted(out, got)
+        out.to_csv(HERE / "recipe_rows.csv", index=False, float_format="%.4f")
+        ran = out[out["failed"] == ""]
+        print(f"{len(ran)} of {len(out)} ran; absolute relative error (signed: median of the signed error)")
+        print(ran.groupby("backend").apply(_stats).round(3).to_string())
+        print(ran.groupby(["backend", "gpu"]).apply(_stats).round(3).to_string())
+        return 0
+    out = None
+    for acceptance, (rows, configs) in picks.items():
+        if args.max_concurrency:
+            small = (rows["concurrency"] <= args.max_concurrency).to_numpy()
+            rows, configs = rows[small].reset_index(drop=True), [c for c, k in zip(configs, small, strict=True) if k]
+        tag = f"_{acceptance}"
+        keys = [(i, note, acceptance) for i, note in zip(rows["id"], rows["layout_read_as"], strict=True)]
+        print(f"MTP at {acceptance}:", end=" ", flush=True)
+        got = _run(keys, configs, args.cache.with_name(args.cache.stem + "_mtp.pkl"), args.jobs)
+        if out is None:
+            out = _frame(rows)
+            out["mtp_drafts"] = rows["mtp_drafts"].to_numpy()
+        elif list(out["id"]) != list(rows["id"]):  # every acceptance reads the same rows
+            print(f"error: the MTP rows at {acceptance} are not those at {next(iter(picks))}", file=sys.stderr)
+            return 2
+        _predicted(out, got, tag)
+    out.to_csv(HERE / "recipe_mtp_rows.csv", index=False, float_format="%.4f")
+    print("absolute relative error by backend x acceptance (signed: median of the signed error)")
+    table = pd.DataFrame({(b, a): _stats(g, f"_{a}") for a in picks for b, g in out.groupby("backend")}).T
+    print(table.round(3).to_string())
     return 0
 
 

@@ -128,8 +128,11 @@ def test_refusals() -> None:
     on = SchedulerConfig("trtllm", batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
     with pytest.raises(ConfigError, match="without attention DP"):
         RunConfig(replica=ReplicaConfig(model="qwen3-30b-a3b", gpu="h100-sxm", attention_dp=2, ep=2), scheduler=on)
-    with pytest.raises(ConfigError, match="disaggregated"):
+    with pytest.raises(ConfigError, match=r"disaggregated run's prefill and decode pools never mix them\)"):
         RunConfig(replica=ReplicaConfig(**DENSE), scheduler=on, prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)")
+    with pytest.raises(ConfigError, match="batch waiting in its --mixed-pool is not modelled"):
+        RunConfig(replica=ReplicaConfig(**DENSE), scheduler=on, prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)",
+                  mixed_pool="1x(tp=1)")
 
 
 @pytest.mark.parametrize("scheduler", ["sarathi", "trtllm"])

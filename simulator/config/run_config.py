@@ -646,7 +646,9 @@ class RunConfig:
             if self.replica.attention_dp > 1 or self.is_disaggregated:
                 raise ConfigError("scheduler.batch_wait_timeout_iters", "TensorRT-LLM applies batch waiting only to a "
                                   "replica without attention DP, whose steps mix prompts and decodes" +
-                                  (" (a disaggregated run's pools never mix them)" if self.is_disaggregated else ""),
+                                  (" (a disaggregated run's prefill and decode pools never mix them" +
+                                   ("; batch waiting in its --mixed-pool is not modelled)" if self.mixed_pool else ")")
+                                   if self.is_disaggregated else ""),
                                   "drop --batch-wait-timeout-iters and --batch-wait-max-tokens-ratio" +
                                   ("" if self.is_disaggregated else ", or use --dp-balance-timeout-iters for the "
                                    "attention-DP balance"))

@@ -185,6 +185,26 @@ def test_moe_and_mla_models_load(aic) -> None:  # noqa: ANN001
     assert mla.iteration_time(BatchShape.from_requests(decodes=[2000] * 16)) > 0
 
 
+def test_trtllm_nvfp4_experts_take_the_min_latency_kernel_up_to_128_tokens(aic) -> None:  # noqa: ANN001
+    """TensorRT-LLM's NVFP4 fused MoE switches to its min-latency kernel at small batches (AIConfigurator prices
+    it so); the tables' CUTLASS rows, the most numerous, price every other step. Other backends are unchanged."""
+    from simulator.costmodel.aic.interp import loglog
+    from simulator.costmodel.aic.model import MOE_LOW_LATENCY_SOURCE, MOE_LOW_LATENCY_TOKENS
+
+    m = _model(aic, model="deepseek-v3", gpu="b200", tp=8, backend="trtllm", dtype="nvfp4", kv_cache_dtype="fp8")
+    assert m._moe_low is not None and MOE_LOW_LATENCY_SOURCE in m.moe_source
+    layers = m.model.num_moe_layers
+
+    def per_layer(n: int) -> float:
+        return m.breakdown(BatchShape.from_requests(decodes=[1000] * n))["moe_experts"] / layers
+
+    for n, curve in ((64, m._moe_low), (MOE_LOW_LATENCY_TOKENS, m._moe_low), (256, m._moe)):
+        assert per_layer(n) == pytest.approx(float(loglog(*curve, np.array([float(n)]))[0]), rel=1e-9)
+    assert per_layer(64) < float(loglog(*m._moe, np.array([64.0]))[0])  # faster than CUTLASS there
+    fp8 = _model(aic, model="deepseek-v3", gpu="b200", tp=8, backend="trtllm", dtype="fp8")
+    assert fp8._moe_low is None  # the min-latency kernel is NVFP4's only
+
+
 def test_vllm_mla_on_blackwell_is_priced_by_the_kernel_it_runs(aic) -> None:  # noqa: ANN001
     """vLLM has no MLA core tables; on Blackwell its FlashInfer MLA backend runs TensorRT-LLM's kernels,
     so TensorRT-LLM's rows price it (said in a note); Hopper has no such donor and stays the roofline's."""

@@ -21,7 +21,10 @@ measurement where the tables have one:
   tables, their recurrence by the roofline (:mod:`simulator.costmodel.linear_attention`; the
   shared subset has no ``linear_attention`` tables, and the header says so);
 - **fused MoE** by (tokens, hidden, intermediate, top-k, experts, moe_tp, moe_ep, dtype,
-  routing distribution), the measured kernel including routing, activation and permutation;
+  routing distribution), the measured kernel including routing, activation and permutation; for
+  TensorRT-LLM's NVFP4 experts at most :data:`MOE_LOW_LATENCY_TOKENS` tokens a step (the whole MoE
+  group's), its min-latency kernel where measured, as the engine switches to it and AIConfigurator
+  prices it (the tables' other NVFP4 kernel, CUTLASS, has the most rows and is 2-5x slower there);
 - **TP all-reduce** from the engine's own custom all-reduce table (CUDA-graph variant where
   measured) by message size.
 
@@ -74,6 +77,10 @@ GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int4": "in
 MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8", "fp8_block"), "int4": ("int4_wo",),
               "fp8-block": ("fp8_block",), "fp8_block": ("fp8_block",), "nvfp4": ("nvfp4",),
               "mxfp4": ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")}
+# TensorRT-LLM's NVFP4 fused MoE runs its min-latency kernel up to this many tokens a step (the whole
+# MoE group's, attention-DP ranks gathered), as AIConfigurator's TensorRT-LLM path selects it.
+MOE_LOW_LATENCY_TOKENS = 128
+MOE_LOW_LATENCY_SOURCE = "moe_torch_flow_min_latency"
 KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).
 SEPARATE_ROTARY = {"vllm": True, "sglang": True, "trtllm": False}
@@ -293,6 +300,7 @@ class TableCostModel(TabulatedCostModel):
     # -- MoE ---------------------------------------------------------------------------------------------
     def _load_moe(self) -> None:
         self._moe = None
+        self._moe_low: tuple[np.ndarray, np.ndarray] | None = None
         self._moe_token_scale = 1
         self._moe_max_tokens = math.inf
         m, r = self.model, self.replica
@@ -336,6 +344,15 @@ class TableCostModel(TabulatedCostModel):
         self.moe_source = src
         self.versions["moe"] = ref.version
         self._moe_max_tokens = float(toks[-1]) / self._moe_token_scale
+        if self.backend == "trtllm" and dtype == "nvfp4" and src != MOE_LOW_LATENCY_SOURCE:
+            low = T.read_table(ref, ("kernel_source", *cols), (("moe_dtype", "==", dtype), *shape))
+            if low["kernel_source"] is not None:
+                keep = ((low["kernel_source"].astype(str) == MOE_LOW_LATENCY_SOURCE) & (low["moe_tp_size"] == moe_tp)
+                        & (low["moe_ep_size"] == moe_ep) & (low["distribution"].astype(str) == dist))
+                ltoks, lidx = np.unique(low["num_tokens"][keep].astype(np.float64), return_index=True)
+                if len(ltoks) >= 2 and ltoks[0] <= 1.0 and ltoks[-1] >= MOE_LOW_LATENCY_TOKENS:
+                    self._moe_low = (ltoks, isotonic(low["latency"][keep][lidx] * MS))
+                    self.moe_source = f"{src}, {MOE_LOW_LATENCY_SOURCE} up to {MOE_LOW_LATENCY_TOKENS} tokens"
 
     def _moe_experts(self, t: np.ndarray, roofline_experts: np.ndarray) -> np.ndarray:
         """Per-rank tokens ``t``; the table's tokens are the whole MoE group's (x attention_dp)."""
@@ -347,6 +364,9 @@ class TableCostModel(TabulatedCostModel):
         if over.any():
             edge = moe_token_ops(self.rf, toks[-1:] / scale)["moe_experts"]
             out[over] = anchored(lat[-1], roofline_experts[over], edge)
+        if self._moe_low is not None:  # the min-latency kernel's steps (measured over all of them)
+            small = tt <= MOE_LOW_LATENCY_TOKENS
+            out[small] = loglog(*self._moe_low, np.maximum(tt[small], 1.0))
         return np.where(t > 0, out, 0.0)
 
     # -- attention ---------------------------------------------------------------------------------------

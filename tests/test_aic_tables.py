@@ -203,6 +203,12 @@ def test_trtllm_nvfp4_experts_take_the_min_latency_kernel_up_to_128_tokens(aic) 
     assert per_layer(64) < float(loglog(*m._moe, np.array([64.0]))[0])  # faster than CUTLASS there
     fp8 = _model(aic, model="deepseek-v3", gpu="b200", tp=8, backend="trtllm", dtype="fp8")
     assert fp8._moe_low is None  # the min-latency kernel is NVFP4's only
+    # B300's tables lack the kernel: its CUTLASS rows scaled by the min-latency / CUTLASS ratio B200 measured
+    b300 = _model(aic, model="deepseek-v3", gpu="b300", tp=8, backend="trtllm", dtype="nvfp4", kv_cache_dtype="fp8")
+    assert "b200_sxm's measured ratio" in b300.moe_source and any("b200_sxm" in n for n in b300.notes)
+    x = np.array([64.0])
+    expected = loglog(*b300._moe, x) * loglog(*m._moe_low, x) / loglog(*m._moe, x)
+    assert float(loglog(*b300._moe_low, x)[0]) == pytest.approx(float(expected[0]), rel=1e-9)
 
 
 def test_vllm_mla_on_blackwell_is_priced_by_the_kernel_it_runs(aic) -> None:  # noqa: ANN001

@@ -23,8 +23,9 @@ measurement where the tables have one:
 - **fused MoE** by (tokens, hidden, intermediate, top-k, experts, moe_tp, moe_ep, dtype,
   routing distribution), the measured kernel including routing, activation and permutation; for
   TensorRT-LLM's NVFP4 experts at most :data:`MOE_LOW_LATENCY_TOKENS` tokens a step (the whole MoE
-  group's), its min-latency kernel where measured, as the engine switches to it and AIConfigurator
-  prices it (the tables' other NVFP4 kernel, CUTLASS, has the most rows and is 2-5x slower there);
+  group's), its min-latency kernel, as the engine switches to it and AIConfigurator prices it (the
+  tables' other NVFP4 kernel, CUTLASS, has the most rows and is 2-5x slower there); B300/GB300 tables
+  lack it, so their CUTLASS rows are scaled by the ratio B200/GB200 measured;
 - **TP all-reduce** from the engine's own custom all-reduce table (CUDA-graph variant where
   measured) by message size.
 
@@ -81,6 +82,8 @@ MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8", "fp8_
 # MoE group's, attention-DP ranks gathered), as AIConfigurator's TensorRT-LLM path selects it.
 MOE_LOW_LATENCY_TOKENS = 128
 MOE_LOW_LATENCY_SOURCE = "moe_torch_flow_min_latency"
+# Systems whose tables lack that kernel -> the same generation's system that measured it beside CUTLASS.
+MOE_LOW_LATENCY_DONORS = {"b300_sxm": "b200_sxm", "gb300": "gb200"}
 KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).
 SEPARATE_ROTARY = {"vllm": True, "sglang": True, "trtllm": False}
@@ -345,14 +348,48 @@ class TableCostModel(TabulatedCostModel):
         self.versions["moe"] = ref.version
         self._moe_max_tokens = float(toks[-1]) / self._moe_token_scale
         if self.backend == "trtllm" and dtype == "nvfp4" and src != MOE_LOW_LATENCY_SOURCE:
-            low = T.read_table(ref, ("kernel_source", *cols), (("moe_dtype", "==", dtype), *shape))
-            if low["kernel_source"] is not None:
-                keep = ((low["kernel_source"].astype(str) == MOE_LOW_LATENCY_SOURCE) & (low["moe_tp_size"] == moe_tp)
-                        & (low["moe_ep_size"] == moe_ep) & (low["distribution"].astype(str) == dist))
-                ltoks, lidx = np.unique(low["num_tokens"][keep].astype(np.float64), return_index=True)
-                if len(ltoks) >= 2 and ltoks[0] <= 1.0 and ltoks[-1] >= MOE_LOW_LATENCY_TOKENS:
-                    self._moe_low = (ltoks, isotonic(low["latency"][keep][lidx] * MS))
-                    self.moe_source = f"{src}, {MOE_LOW_LATENCY_SOURCE} up to {MOE_LOW_LATENCY_TOKENS} tokens"
+            self._load_moe_low(ref, src, shape, dtype, moe_tp, moe_ep, dist)
+
+    def _load_moe_low(self, ref: T.TableRef, src: str, shape: tuple, dtype: str, moe_tp: int, moe_ep: int,
+                      dist: str) -> None:
+        """TensorRT-LLM's NVFP4 min-latency MoE kernel, up to :data:`MOE_LOW_LATENCY_TOKENS` tokens: this
+        system's rows, or where its tables lack them (B300, GB300), its ``src`` rows scaled at each token
+        count by the min-latency / ``src`` ratio its generation's donor measured (:data:`MOE_LOW_LATENCY_DONORS`)."""
+        def curves(table: T.TableRef) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+            cols = ("kernel_source", "num_tokens", "moe_tp_size", "moe_ep_size", "distribution", "latency")
+            rows = T.read_table(table, cols, (("moe_dtype", "==", dtype), *shape))
+            out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+            if rows["kernel_source"] is None:
+                return out
+            for name in (MOE_LOW_LATENCY_SOURCE, src):
+                keep = ((rows["kernel_source"].astype(str) == name) & (rows["moe_tp_size"] == moe_tp)
+                        & (rows["moe_ep_size"] == moe_ep) & (rows["distribution"].astype(str) == dist))
+                toks, idx = np.unique(rows["num_tokens"][keep].astype(np.float64), return_index=True)
+                if len(toks) >= 2 and toks[0] <= 1.0 and toks[-1] >= MOE_LOW_LATENCY_TOKENS:
+                    out[name] = (toks, isotonic(rows["latency"][keep][idx] * MS))
+            return out
+
+        label = f"{MOE_LOW_LATENCY_SOURCE} up to {MOE_LOW_LATENCY_TOKENS} tokens"
+        own = curves(ref)
+        if MOE_LOW_LATENCY_SOURCE in own:
+            self._moe_low = own[MOE_LOW_LATENCY_SOURCE]
+            self.moe_source = f"{src}, {label}"
+            return
+        donor_system = MOE_LOW_LATENCY_DONORS.get(self.system)
+        donor_ref = T.find_table(donor_system, self.backend, "moe", self.root) if donor_system else None
+        donor = curves(donor_ref) if donor_ref is not None else {}
+        if len(donor) < 2 or self._moe is None:
+            return
+        toks, lat = self._moe
+        toks = toks[toks <= MOE_LOW_LATENCY_TOKENS]
+        if len(toks) < 2 or toks[-1] < MOE_LOW_LATENCY_TOKENS:
+            return
+        ratio = loglog(*donor[MOE_LOW_LATENCY_SOURCE], toks) / loglog(*donor[src], toks)
+        self._moe_low = (toks, isotonic(lat[: len(toks)] * ratio))
+        self.moe_source = f"{src}, {label} (x {donor_system}'s measured ratio)"
+        self.notes.append(f"{self.backend} tables of {self.system} have no {MOE_LOW_LATENCY_SOURCE} rows: its NVFP4 "
+                          f"experts up to {MOE_LOW_LATENCY_TOKENS} tokens priced by its {src} rows x {donor_system}'s "
+                          "min-latency / CUTLASS ratio")
 
     def _moe_experts(self, t: np.ndarray, roofline_experts: np.ndarray) -> np.ndarray:
         """Per-rank tokens ``t``; the table's tokens are the whole MoE group's (x attention_dp)."""

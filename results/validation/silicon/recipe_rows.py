@@ -21,7 +21,8 @@ acceptance is a stated assumption, not a fit.
         --mtp-acceptance deepseek-v4-pro:mtp:thinking_on --mtp-acceptance deepseek-v4-pro:mtp:thinking_off \
         --mtp-acceptance 1.0 --max-concurrency 512
 
-Results are kept in ``/tmp`` as they come, so an interrupted run resumes.
+Results are kept in ``/tmp`` as they come (a cache named by a hash of ``simulator/``), so an interrupted run
+resumes.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 sys.path.insert(0, str(HERE))
 
-from fit_report import PRESETS, _args, rows_and_configs  # noqa: E402
+from fit_report import PRESETS, _args, code_hash, rows_and_configs  # noqa: E402
 
 OFF = "off"
 
@@ -103,13 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=HERE.parents[2].parent / "shared" / "data")
     p.add_argument("--jobs", type=int, default=1, help="processes (the largest rows take several GB each)")
-    p.add_argument("--cache", type=Path, default=Path("/tmp/servesim_recipe_rows.pkl"))
+    p.add_argument("--cache", type=Path, default=None,
+                   help="results kept as they come (default: /tmp/servesim_recipe_rows_<hash of simulator/>.pkl, so a "
+                        "code change starts afresh)")
     p.add_argument("--mtp-acceptance", action="append", default=[], metavar="CURVE|RATE|off",
                    help="run the MTP recipe rows at this acceptance (repeatable; see the module docstring)")
     p.add_argument("--max-concurrency", type=int, default=0,
                    help="with --mtp-acceptance: leave out rows of more users (speculative runs step every iteration, "
                         "not fast-forwarded: a 512-user row takes ~1.5 min; default 0: all)")
     args = p.parse_args(argv)
+    if args.cache is None:
+        args.cache = Path(f"/tmp/servesim_recipe_rows_{code_hash()}.pkl")
     np.seterr(all="ignore")
     try:
         picks = {a: _picked(args.data, a) for a in (args.mtp_acceptance or [None])}

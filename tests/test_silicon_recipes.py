@@ -157,3 +157,19 @@ def test_mtp_rows_run_only_at_a_stated_acceptance(silicon):
     assert spec.num_speculative_tokens == row.mtp_drafts and spec.acceptance_rates == (0.7,) * row.mtp_drafts
     with pytest.raises(Unexpressible, match="MTP acceptance"):
         row_config(row, mtp_acceptance="no-such-model:mtp")
+
+
+def test_a_row_filed_as_one_engine_without_a_recipe_is_not_run_as_that_engine(silicon):
+    """The 2026-04-06 dump files some disaggregated GB200 points as one tp = every GPU engine; without a recipe
+    the row says why rather than run as a 32- or 64-GPU TP engine no deployment ran."""
+    from simulator.calibrate.silicon import _wants_recipe
+
+    kept, _ = silicon
+    left = [r for r in kept.itertuples() if r.mode == "agg" and _wants_recipe(r) and not r.workers_from_recipe]
+    assert left
+    for row in left:
+        with pytest.raises(Unexpressible, match=r"filed as one aggregated engine of \d+ GPUs .*InferenceX"):
+            row_config(row)
+    hand = _row(mode="agg", system="gb200", tp_size=64.0, pp_size=1.0, attention_dp_size=1.0, recipe_refusal="")
+    with pytest.raises(Unexpressible, match="64 GPUs .*no recipe read"):
+        row_config(hand)

@@ -332,7 +332,7 @@ def _wants_recipe(row: Any) -> bool:
     add up to it)."""
     if row.mode == "disagg":
         return _int(row.prefill_num_workers) is None or _int(row.decode_num_workers) is None
-    return (row.mode == "agg" and row.system in ("gb200", "gb300") and row.family == "dated-dump"
+    return (row.mode == "agg" and row.system in ("gb200", "gb300") and getattr(row, "family", "") == "dated-dump"
             and _recorded_gpus(row) > MAX_GPUS_PER_NODE)
 
 
@@ -487,6 +487,10 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
     concurrency = _int(row.concurrency)
     if concurrency is None or concurrency < 1:
         raise Unexpressible("no concurrency recorded")
+    if row.mode == "agg" and _wants_recipe(row):  # (a recipe taken would have made it disaggregated)
+        refusal = getattr(row, "recipe_refusal", "") or "no recipe read"
+        raise Unexpressible(f"filed as one aggregated engine of {_recorded_gpus(row)} GPUs on an NVL72 rack (a "
+                            f"disaggregated deployment's GPUs, by the dump's convention): {refusal}")
     model = _model(row.model_path)
     gpu = _gpu(row.system)
     dtype, kv = _dtypes(row)

@@ -172,14 +172,14 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
                                               "engine sglang-2026, scheduler sglang, SGLang kernel tables")))
 
     # 3. TensorRT-LLM: DeepSeek-R1 (DeepSeek-V3 architecture) on 8xB200, MTP next-n 3, batch 1,
-    # 1K/2K. FP4 weights are not modelled: fp8. AL from the DeepSeek-V4-Pro MTP curve (InferenceX).
+    # 1K/2K, NVFP4 weights (the KV cache at the run's default). AL from the DeepSeek-V4-Pro MTP curve (InferenceX).
     curve = find_curve("deepseek-v4-pro:mtp:thinking_on")
-    rds = ReplicaConfig("deepseek-v3", "b200", tp=8, ep=2, dtype="fp8")
+    rds = ReplicaConfig("deepseek-v3", "b200", tp=8, ep=2, dtype="nvfp4")
     mtp = Setting("trtllm deepseek-r1 8xB200 MTP k=3", rds, "vllm-v1", v1,
                   SpeculativeConfig("mtp", 3, None, curve.rates(3), curve.name),
                   "tpot_s", "concurrency", [1, 4, 16, 64, 256],
                   {"name": "fixed", "prompt_tokens": 1024, "output_tokens": 2048},
-                  "DeepSeek-V3 architecture; fp8 (FP4 not modelled); TP8 EP2; per-position rates from the "
+                  "DeepSeek-V3 architecture; nvfp4 weights, KV cache bf16 (not stated); TP8 EP2; per-position rates from the "
                   "DeepSeek-V4-Pro MTP AL curve (InferenceX, B300, thinking on); engine vllm-v1 for TRT-LLM")
     for r in rows:
         if r["source_id"] == "trtllm_blog2_mtp" and "strict" in r["method"]:
@@ -192,16 +192,16 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
         replica=dataclasses.replace(rds, kernels="trtllm"),
         assumptions=mtp.assumptions.replace("engine vllm-v1 for TRT-LLM", "engine trtllm-2026, TRT-LLM kernel tables")))
 
-    # 4. vLLM EAGLE 3.1 blog: Kimi-K2.6 (DeepSeek-V3-like; not in the catalog: DeepSeek-V3 as proxy)
-    # on GB200 TP4, SPEED-Bench coding; NVFP4 weights: int4 (weight-only) as proxy; k = 3 (not stated);
+    # 4. vLLM EAGLE 3.1 blog: Kimi-K2.6 (not in the catalog: Kimi-K2.5's shape as proxy)
+    # on GB200 TP4, SPEED-Bench coding; NVFP4 weights; k = 3 (not stated);
     # per-position rates from the Kimi-K2.5 EAGLE3 curve (InferenceX, coding).
     kcurve = find_curve("kimi-k2.5:eagle3:thinking_on")
-    rk = ReplicaConfig("deepseek-v3", "gb200", tp=4, dtype="int4")
-    kimi = Setting("vllm kimi-k2.6(proxy deepseek-v3) GB200 TP4 EAGLE3.1", rk, "vllm-v1", v1,
+    rk = ReplicaConfig("kimi-k2.5", "gb200", tp=4, dtype="nvfp4")
+    kimi = Setting("vllm kimi-k2.6(proxy kimi-k2.5) GB200 TP4 EAGLE3.1", rk, "vllm-v1", v1,
                    SpeculativeConfig("eagle3", 3, None, kcurve.rates(3), kcurve.name),
                    "tpot_s", "concurrency", [1, 4, 16, 64, 256],
                    {"name": "fixed", "prompt_tokens": 1024, "output_tokens": 1024},
-                   "proxy model DeepSeek-V3 (Kimi-K2.6 not in catalog); int4 weight-only for NVFP4; k=3 (not stated); "
+                   "proxy model Kimi-K2.5 (Kimi-K2.6 not in catalog); nvfp4 weights, KV cache bf16 (not stated); k=3 (not stated); "
                    "rates from Kimi-K2.5 EAGLE3 AL curve (InferenceX); per-user TPS = TPOT ratio; 1K/1K")
     for r in rows:
         if r["source_id"] == "vllm_blog_eagle_3_1":

@@ -543,7 +543,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         raise Unexpressible(f"unknown mode {row.mode!r}")
     drafts = _int(getattr(row, "mtp_drafts", 0), 0) or 0
     if drafts:
-        changes.update(_mtp_changes(drafts, mtp_acceptance))
+        changes.update(mtp_changes(drafts, mtp_acceptance))
     if engine is not None:
         changes["engine"] = engine
     if cost_model is not None:
@@ -557,8 +557,9 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         raise Unexpressible(f"not supported by this build: {err}") from None
 
 
-def _mtp_changes(drafts: int, acceptance: str | float | None) -> dict[str, Any]:
-    """The run changes of MTP with ``drafts`` drafts a step at ``acceptance`` (a curve name or a rate)."""
+def mtp_changes(drafts: int, acceptance: str | float | None) -> dict[str, Any]:
+    """The :meth:`RunConfig.replace` changes of MTP with ``drafts`` drafts a step at ``acceptance`` (an AL
+    curve's name or an i.i.d. rate); :class:`Unexpressible` without one, or for one that does not resolve."""
     from simulator.config.acceptance import acceptance_from_data
     from simulator.config.speculative import SpeculativeConfig
 

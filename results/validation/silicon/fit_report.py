@@ -77,17 +77,24 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="also simulate each disaggregated row with the first token delivered by the prefill worker")
     args = p.parse_args(argv)
     if args.mtp_acceptance is not None:
-        try:
-            args.mtp_acceptance = float(args.mtp_acceptance)
-        except ValueError:  # a curve name: checked here, resolved for each row's draft length
-            from simulator.config.acceptance import find_curve
-            from simulator.config.errors import ConfigError
-
-            try:
-                find_curve(args.mtp_acceptance)
-            except ConfigError as err:
-                p.error(f"--mtp-acceptance: {err}")
+        args.mtp_acceptance = parse_acceptance(p, args.mtp_acceptance)
     return args
+
+
+def parse_acceptance(parser: argparse.ArgumentParser, value: str) -> str | float:
+    """``--mtp-acceptance``'s value: an i.i.d. rate, or an AL curve's name, checked here (resolved for each
+    row's draft length later); ``parser`` exits with one line for a name no curve matches."""
+    from simulator.config.acceptance import find_curve
+    from simulator.config.errors import ConfigError
+
+    try:
+        return float(value)
+    except ValueError:
+        try:
+            find_curve(value)
+        except ConfigError as err:
+            parser.error(f"--mtp-acceptance: {err}")
+        return value
 
 
 # The KV handoff's fabric (per GPU, one direction, GB/s at ~80% of the rated rate, and a latency):
@@ -166,7 +173,7 @@ def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
         row_config,
     )
 
-    mtp = getattr(args, "mtp_acceptance", None)
+    mtp = args.mtp_acceptance
     kept, dropped = read_silicon(data_path(args.data), with_mtp=mtp is not None)
     not_run = [dict(id=r.id, backend=r.backend, system=r.system, mode=r.mode, model_path=r.model_path,
                     reason=r.dropped) for r in dropped.itertuples()]

@@ -41,22 +41,35 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 sys.path.insert(0, str(HERE))
 
-from fit_report import PRESETS, _args, code_hash, rows_and_configs  # noqa: E402
+from fit_report import PRESETS, _args, code_hash, parse_acceptance, rows_and_configs  # noqa: E402
 
 OFF = "off"
 
 
-def _picked(data: Path, acceptance: str | None) -> tuple[pd.DataFrame, list]:
-    """The recipe-read rows (``acceptance`` None), or the MTP ones at ``acceptance`` (``off``: without MTP),
-    each configured as the fit report configures it, under its backend's committed preset."""
-    argv = ["--data", str(data)] + (["--mtp-acceptance", "0.5"] if acceptance == OFF else
-                                    ["--mtp-acceptance", acceptance] if acceptance else [])
+def _picked(data: Path, mtp: bool) -> tuple[pd.DataFrame, list]:
+    """The recipe-read rows, or (``mtp``) those whose recipe runs MTP, each configured as the fit report
+    configures it, under its backend's committed preset. The MTP rows are read at full acceptance, a
+    stand-in that :func:`_at` replaces."""
+    argv = ["--data", str(data)] + (["--mtp-acceptance", "1.0"] if mtp else [])
     _, _, rows, configs, _ = rows_and_configs(_args(argv))
-    picked = (rows["mtp_drafts"] > 0 if acceptance else rows["workers_from_recipe"]).to_numpy(bool)
-    changes = {"speculative": None} if acceptance == OFF else {}
-    configs = [c.replace(engine=PRESETS[backend], first_token_at="decode", **changes)
+    picked = (rows["mtp_drafts"] > 0 if mtp else rows["workers_from_recipe"]).to_numpy(bool)
+    configs = [c.replace(engine=PRESETS[backend], first_token_at="decode")
                for c, backend, k in zip(configs, rows["backend"], picked, strict=True) if k]
     return rows[picked].reset_index(drop=True), configs
+
+
+def _at(rows: pd.DataFrame, configs: list, acceptance: str | float) -> list:
+    """The MTP rows' configs at ``acceptance`` (``off``: without MTP), or why a row cannot take it."""
+    from simulator.calibrate.silicon import Unexpressible, mtp_changes
+
+    out: list = []
+    for config, drafts in zip(configs, rows["mtp_drafts"], strict=True):
+        try:
+            out.append(config.replace(speculative=None) if acceptance == OFF
+                       else config.replace(**mtp_changes(int(drafts), acceptance)))
+        except Unexpressible as why:
+            out.append(str(why))
+    return out
 
 
 def _run(keys: list, configs: list, cache: Path, jobs: int) -> list:
@@ -64,6 +77,9 @@ def _run(keys: list, configs: list, cache: Path, jobs: int) -> list:
     from simulator.calibrate.silicon import simulate_row
 
     done: dict = pickle.loads(cache.read_bytes()) if cache.is_file() else {}
+    for key, config in zip(keys, configs, strict=True):
+        if isinstance(config, str):  # not expressible: its reason is its result
+            done[key] = config
     pending = [(k, c) for k, c in zip(keys, configs, strict=True) if k not in done]
     # the largest first, so the last ones left run side by side are small
     pending.sort(key=lambda item: -item[1].workload.concurrency)
@@ -113,16 +129,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --mtp-acceptance: leave out rows of more users (speculative runs step every iteration, "
                         "not fast-forwarded: a 512-user row takes ~1.5 min; default 0: all)")
     args = p.parse_args(argv)
+    stated = {a: a if a == OFF else parse_acceptance(p, a) for a in args.mtp_acceptance}  # one line, before any run
     if args.cache is None:
         args.cache = Path(f"/tmp/servesim_recipe_rows_{code_hash()}.pkl")
     np.seterr(all="ignore")
     try:
-        picks = {a: _picked(args.data, a) for a in (args.mtp_acceptance or [None])}
+        rows, configs = _picked(args.data, bool(args.mtp_acceptance))
     except Exception as err:  # noqa: BLE001 - one line, no traceback
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not args.mtp_acceptance:
-        rows, configs = picks[None]
         # keyed by row and the recipe read: a row the table now reads otherwise runs again
         got = _run(list(zip(rows["id"], rows["layout_read_as"], strict=True)), configs, args.cache, args.jobs)
         out = _frame(rows)
@@ -133,25 +149,20 @@ def main(argv: list[str] | None = None) -> int:
         print(ran.groupby("backend").apply(_stats).round(3).to_string())
         print(ran.groupby(["backend", "gpu"]).apply(_stats).round(3).to_string())
         return 0
-    out = None
-    for acceptance, (rows, configs) in picks.items():
-        if args.max_concurrency:
-            small = (rows["concurrency"] <= args.max_concurrency).to_numpy()
-            rows, configs = rows[small].reset_index(drop=True), [c for c, k in zip(configs, small, strict=True) if k]
-        tag = f"_{acceptance}"
+    if args.max_concurrency:
+        small = (rows["concurrency"] <= args.max_concurrency).to_numpy()
+        rows, configs = rows[small].reset_index(drop=True), [c for c, k in zip(configs, small, strict=True) if k]
+    out = _frame(rows)
+    out["mtp_drafts"] = rows["mtp_drafts"].to_numpy()
+    for acceptance in args.mtp_acceptance:
         keys = [(i, note, acceptance) for i, note in zip(rows["id"], rows["layout_read_as"], strict=True)]
         print(f"MTP at {acceptance}:", end=" ", flush=True)
-        got = _run(keys, configs, args.cache.with_name(args.cache.stem + "_mtp.pkl"), args.jobs)
-        if out is None:
-            out = _frame(rows)
-            out["mtp_drafts"] = rows["mtp_drafts"].to_numpy()
-        elif list(out["id"]) != list(rows["id"]):  # every acceptance reads the same rows
-            print(f"error: the MTP rows at {acceptance} are not those at {next(iter(picks))}", file=sys.stderr)
-            return 2
-        _predicted(out, got, tag)
+        got = _run(keys, _at(rows, configs, stated[acceptance]), args.cache.with_name(args.cache.stem + "_mtp.pkl"), args.jobs)
+        _predicted(out, got, f"_{acceptance}")
     out.to_csv(HERE / "recipe_mtp_rows.csv", index=False, float_format="%.4f")
     print("absolute relative error by backend x acceptance (signed: median of the signed error)")
-    table = pd.DataFrame({(b, a): _stats(g, f"_{a}") for a in picks for b, g in out.groupby("backend")}).T
+    table = pd.DataFrame({(b, a): _stats(g, f"_{a}") for a in args.mtp_acceptance
+                          for b, g in out.groupby("backend")}).T
     print(table.round(3).to_string())
     return 0
 

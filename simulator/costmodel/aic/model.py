@@ -378,7 +378,7 @@ class TableCostModel(TabulatedCostModel):
         donor_system = MOE_LOW_LATENCY_DONORS.get(self.system)
         donor_ref = T.find_table(donor_system, self.backend, "moe", self.root) if donor_system else None
         donor = curves(donor_ref) if donor_ref is not None else {}
-        if len(donor) < 2 or self._moe is None:
+        if len(donor) < 2:
             return
         toks, lat = self._moe
         toks = toks[toks <= MOE_LOW_LATENCY_TOKENS]

@@ -5,6 +5,7 @@ Data-dependent tests skip where ../shared/data/profiles/aiconfigurator is absent
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -312,8 +313,6 @@ def test_tables_and_a_fitted_artifact_are_alternatives(aic) -> None:  # noqa: AN
 
 
 def test_run_header_names_the_tables(aic, tmp_path) -> None:  # noqa: ANN001
-    import json
-
     from typer.testing import CliRunner
 
     from simulator.cli import app
@@ -353,3 +352,46 @@ def test_a_runs_table_model_shares_the_tables_and_counts_its_own_extrapolations(
     shape.add_decodes(8, 8 * 400_000, 8 * 400_000**2, 400_000)  # past the measured contexts: extrapolated
     assert first.iteration_time(shape) == fresh.iteration_time(shape)
     assert first.num_extrapolations > 0 and second.num_extrapolations == 0
+
+
+def test_predict_breaks_down_a_table_priced_step(aic) -> None:  # noqa: ANN001
+    """``simulate predict --kernels`` prices the step from the GPU's tables (as a run with that flag does),
+    says which tables, and marks each op by what priced it; attention DP sends every rank's tokens through
+    the experts of the batch described (one rank's)."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    base = ["predict", "--model", "deepseek-v3", "--gpu", "b200", "--dtype", "nvfp4", "--decode", "16", "--context",
+            "2048", "--engine", "trtllm-2026", "--json"]
+    runner = CliRunner()
+    out = {}
+    for name, extra in {"roofline": ["--tp", "8"], "tables": ["--tp", "8", "--kernels", "trtllm"],
+                        "dp": ["--tp", "1", "--attention-dp", "8", "--ep", "8", "--kernels", "trtllm"]}.items():
+        res = runner.invoke(app, base + extra)
+        assert res.exit_code == 0, res.output
+        out[name] = json.loads(res.output)
+    roofline, tables, dp = out["roofline"], out["tables"], out["dp"]
+    assert roofline["tables"] is None and roofline["kernels"] == "roofline"
+    assert tables["tables"].startswith("trtllm") and "b200_sxm" in tables["tables"]
+    assert tables["cost_model"].startswith("tables:trtllm")
+    for r in (tables, dp):
+        assert sum(r["breakdown_s"].values()) == pytest.approx(r["iteration_time_s"], rel=1e-9)
+    assert tables["breakdown_s"]["moe_experts"] != roofline["breakdown_s"]["moe_experts"]
+    # 8 ranks' 16 tokens each through the experts: more expert work than one TP8 batch of 16
+    assert dp["breakdown_s"]["moe_experts"] > tables["breakdown_s"]["moe_experts"]
+    assert dp["attention_dp"] == 8 and dp["ep"] == 8
+    text = runner.invoke(app, base[:-1] + ["--tp", "8", "--kernels", "trtllm"])
+    assert text.exit_code == 0 and "kernels: trtllm" in " ".join(text.output.split())
+    assert "│ tables" in text.output
+
+
+def test_predict_refuses_bad_kernel_flags() -> None:
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["predict", "--decode", "2", "--context", "64", "--kernels", "tensorrt"])
+    assert isinstance(res.exception, ConfigError) and "replica.kernels" in str(res.exception)
+    res = CliRunner().invoke(app, ["predict", "--decode", "2", "--context", "64", "--attention-dp", "2"])
+    assert isinstance(res.exception, ConfigError) and "replica.attention_dp" in str(res.exception)

@@ -137,10 +137,20 @@ def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roof
     cm: CostModel = load_cost_model(cost_model, replica, engine)
     breakdown = cm.breakdown(shape)
     total = cm.iteration_time(shape)
+    kernels = getattr(cm, "kernels", cm)  # under an engine model, the kernel model it wraps
+    tables = kernels.describe() if replica.kernels != "roofline" else None
     return {"model": replica.model, "gpu": replica.gpu, "tp": replica.tp, "pp": replica.pp,
-            "cost_model": cm.name, "engine": getattr(getattr(cm, "engine", None), "name", None), "num_tokens": shape.num_tokens, "num_prefills": shape.num_prefills,
+            "attention_dp": replica.attention_dp, "ep": replica.ep, "dtype": replica.dtype,
+            "cost_model": cm.name, "engine": getattr(getattr(cm, "engine", None), "name", None),
+            "kernels": replica.kernels, "tables": tables,
+            "table_notes": list(dict.fromkeys(getattr(kernels, "notes", []))) if tables else [],
+            # ops the tables lack rows for, priced by the roofline instead (empty without --kernels)
+            "roofline_ops": list(dict.fromkeys([*getattr(kernels, "roofline_ops", []),
+                                                *getattr(kernels, "ROOFLINE_ALWAYS", ())])) if tables else [],
+            "num_tokens": shape.num_tokens, "num_prefills": shape.num_prefills,
             "num_decodes": shape.num_decodes, "iteration_time_s": total, "breakdown_s": breakdown,
-            "learned_ops": getattr(cm, "learned_ops", []), "num_extrapolations": getattr(cm, "num_extrapolations", 0)}
+            "learned_ops": getattr(cm, "learned_ops", []),
+            "num_extrapolations": getattr(cm, "num_extrapolations", 0) or getattr(kernels, "num_extrapolations", 0)}
 
 
 def _split_ints(values: list[str] | None, name: str) -> list[int]:
@@ -172,6 +182,12 @@ def predict_cmd(
     ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE models)")] = 1,
     dtype: Annotated[str, typer.Option(help="weight dtype: bf16, fp16, fp8, fp8-block, nvfp4, mxfp4, int4 (as run's --dtype)")] = "bf16",
     kv_cache_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16, fp16, fp8")] = "auto",
+    kernels: Annotated[str, typer.Option(help="kernel prices: roofline, or the GPU's measured vllm, sglang or trtllm "
+                                              "kernel tables (as run's --kernels)")] = "roofline",
+    attention_dp: Annotated[int, typer.Option(help="attention data-parallel ranks; the batch described is one rank's, "
+                                                   "and every rank's tokens enter the MoE layers (as run's)")] = 1,
+    moe_imbalance: Annotated[float, typer.Option(help="MoE load imbalance: busiest expert over the mean (>= 1)")] = 1.0,
+    roofline_calibration: Annotated[str, typer.Option(help="roofline constants: today or 2023 (as run's)")] = "today",
 ) -> None:
     """Predict one iteration's time and per-op breakdown for a described batch."""
     if pp > 1:  # the cost model's breakdown and iteration time are the PP=1 view (CostModel.breakdown)
@@ -180,7 +196,9 @@ def predict_cmd(
                           "which one batch does not show), so --pp would do nothing but change the title",
                           "drop --pp: the stages add up to the --pp 1 time plus the hops between them; "
                           "simulate run --pp N shows a pipeline")
-    replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp, ep=ep, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
+    replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp, ep=ep, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
+                            kernels=kernels, attention_dp=attention_dp, moe_imbalance=moe_imbalance,
+                            roofline_calibration=roofline_calibration)
     shape = build_shape(_split_ints(prefill, "prefill"), _split_ints(prefill_context, "prefill-context"), decode,
                         _split_ints(context, "context"))
     _check_batch_fits(replica, shape)
@@ -192,19 +210,27 @@ def predict_cmd(
     from rich.table import Table
 
     total = result["iteration_time_s"]
+    layout = f"tp={tp} pp={pp}" + (f" attention_dp={attention_dp}" if attention_dp > 1 else "") + (
+        f" ep={ep}" if ep > 1 else "")
     table = Table("op", "ms", "share", "from",
-                  title=f"{model} on {gpu} tp={tp} pp={pp} · {shape.num_prefills} prefill(s), "
+                  title=f"{model} on {gpu} {layout} · {shape.num_prefills} prefill(s), "
                         f"{shape.num_decodes} decode(s), {shape.num_tokens} tokens · {result['cost_model']}",
                   title_justify="left")
     learned = set(result["learned_ops"])
     learned |= {"tp_all_reduce"} if "all_reduce" in learned else set()
     learned |= {"lm_head_sampling"} if "lm_head" in learned else set()
+    by_roofline = set(result["roofline_ops"])
     for op, t in result["breakdown_s"].items():
-        table.add_row(op, f"{t * 1e3:.3f}", f"{100 * t / total:.1f}%" if total else "-",
-                      "engine" if op.startswith("engine_") else "learned" if op in learned else "roofline")
+        source = ("engine" if op.startswith("engine_") else "learned" if op in learned
+                  else "tables" if result["tables"] and op not in by_roofline else "roofline")
+        table.add_row(op, f"{t * 1e3:.3f}", f"{100 * t / total:.1f}%" if total else "-", source)
     table.add_row("iteration", f"{total * 1e3:.3f}", "100%", "", style="bold")
     console = Console()
     print_table(console, table)
+    if result["tables"]:  # which measured tables priced it, as run's header says
+        console.print(f"kernels: {result['tables']}", highlight=False)
+        for line in result["table_notes"]:
+            console.print(f"note: {line}", highlight=False)
     if result["num_extrapolations"]:
         console.print(f"[yellow]warning: {result['num_extrapolations']} lookup(s) outside the profiled range "
                       "were extrapolated[/yellow]")

@@ -109,6 +109,8 @@ class TableCostModel(TabulatedCostModel):
     """Kernel model from one system's AIConfigurator tables for one backend (see the module docstring)."""
 
     STRETCH_FORMS = frozenset({"decode-curve", "chunk-terms"})
+    # Ops no table measures, always priced by the roofline (the database has no all-to-all rows).
+    ROOFLINE_ALWAYS = ("ep_all_to_all",)
 
     def __init__(self, replica: ReplicaConfig, backend: str, root: str | Path | None = None,
                  table_tokens: int = 16384, quiet: bool = False) -> None:

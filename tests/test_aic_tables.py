@@ -212,6 +212,22 @@ def test_trtllm_nvfp4_experts_take_the_min_latency_kernel_up_to_128_tokens(aic) 
     assert float(loglog(*b300._moe_low, x)[0]) == pytest.approx(float(expected[0]), rel=1e-9)
 
 
+def test_vllm_int4_experts_are_priced_by_the_marlin_rows_that_agree_across_collectors(aic) -> None:  # noqa: ANN001
+    """vLLM's older int4 lane (vllm_marlin_int4_moe, its 0.18/0.19 tables) times the Marlin MoE kernel 2-3x slower
+    than SGLang's Marlin rows of the same GPU and shape; the system's SGLang rows price it (a note says so). vLLM's
+    newer lane (H100's 0.24 tables) keeps its own rows, which agree with SGLang's."""
+    b200 = dict(model="kimi-k2.5", gpu="b200", tp=8, dtype="int4")
+    vllm, sglang = _model(aic, **b200), _model(aic, backend="sglang", **b200)
+    assert "sglang_marlin_moe" in vllm.moe_source and any("sglang_marlin_moe" in n for n in vllm.notes)
+    assert np.array_equal(vllm._moe[0], sglang._moe[0]) and np.array_equal(vllm._moe[1], sglang._moe[1])
+    shape = BatchShape.from_requests(decodes=[1500] * 16)
+    assert vllm.breakdown(shape)["moe_experts"] == pytest.approx(sglang.breakdown(shape)["moe_experts"], rel=1e-12)
+    h100 = _model(aic, model="kimi-k2.5", gpu="h100-sxm", tp=8, dtype="int4")
+    assert h100.moe_source.startswith("vllm_") and not any("sglang_marlin_moe" in n for n in h100.notes)
+    bf16 = _model(aic, model="kimi-k2.5", gpu="b200", tp=8)  # other dtypes keep vLLM's own rows
+    assert bf16.moe_source.startswith("vllm_")
+
+
 def test_vllm_mla_on_blackwell_is_priced_by_the_kernel_it_runs(aic) -> None:  # noqa: ANN001
     """vLLM has no MLA core tables; on Blackwell its FlashInfer MLA backend runs TensorRT-LLM's kernels,
     so TensorRT-LLM's rows price it (said in a note); Hopper has no such donor and stays the roofline's."""

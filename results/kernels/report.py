@@ -293,10 +293,15 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   default MLA backend there is FlashInfer's, which calls TensorRT-LLM's generated MLA kernels (SGLang's Blackwell
   tables name the same source, `trtllm_mla`); a note says so at load. Elsewhere (Hopper: FlashMLA, unmeasured
   here) the roofline prices them.
-- vLLM's INT4 weight-only MoE rows (`vllm_marlin_int4_moe`, vLLM 0.19) are about 3x SGLang's Marlin rows of the same
-  expert shape on B200 (Kimi-K2.5's 384 x 2,048 experts at moe_tp 8: 0.74 vs 0.24 ms a layer at 32 tokens); taken
-  as measured, they price Kimi-K2.5 INT4 under `--kernels vllm` far above the vLLM 0.15 deployments of the
-  silicon rows (`results/validation/silicon/README.md`).
+- vLLM's INT4 weight-only MoE rows of its older collector lane (`vllm_marlin_int4_moe`: the vLLM 0.18/0.19 tables of
+  H200, B200, B300) time the Marlin MoE kernel 2-3x slower than SGLang's Marlin rows of the same GPU and expert
+  shape (median 1.96x / 1.99x / 2.24x over 5,241 / 7,776 / 5,265 shared points on B200 / B300 / H200; Kimi-K2.5's
+  384 x 2,048 experts at moe_tp 8 on B200: 0.74 vs 0.24 ms a layer at 32 tokens), while vLLM's newer lane (the 0.24
+  tables' compressed-tensors Marlin experts, H100) is within 5% of SGLang's (median 1.05x over 1,053). Both engines
+  run the same kernel, so `--kernels vllm` prices INT4 experts on those systems by SGLang's Marlin rows (a note says
+  so; `MOE_SOURCE_DONORS` in `simulator/costmodel/aic/model.py`). The held-out errors above are each table's own
+  rows. On the 31 Kimi-K2.5 INT4 silicon rows (vLLM, B200 TP8, `vllm-2026`) the median TPOT error went from +88% to
+  -3% (`results/validation/silicon/README.md`).
 - gpt-oss: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`, TRT-LLM on Blackwell
   `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. Its sliding-window layers use the
   128-token window rows where a table has them (H100 all backends, B200 TRT-LLM), else keys capped at the window.

@@ -84,6 +84,17 @@ MOE_LOW_LATENCY_TOKENS = 128
 MOE_LOW_LATENCY_SOURCE = "moe_torch_flow_min_latency"
 # Systems whose tables lack that kernel -> the same generation's system that measured it beside CUTLASS.
 MOE_LOW_LATENCY_DONORS = {"b300_sxm": "b200_sxm", "gb300": "gb200"}
+# A kernel one backend's tables measure through a collector lane whose figures the kernel itself does not
+# bear out -> the backend and kernel source of the same system's tables that measured that kernel. vLLM's
+# older int4 lane (vLLM 0.18/0.19 tables: H200, B200, B300) times the Marlin MoE kernel 2-3x slower than
+# SGLang's Marlin rows of the same GPU and expert shape (median 1.96-2.24x over 5,200-7,800 shared
+# points), while vLLM's newer lane (the 0.24 tables' compressed-tensors Marlin experts, H100) is within
+# 5% of SGLang's (median 1.05x): both engines run the same Marlin kernel.
+MOE_SOURCE_DONORS: dict[tuple[str, str], tuple[str, str, str]] = {
+    ("vllm", "vllm_marlin_int4_moe"): (
+        "sglang", "sglang_marlin_moe",
+        "the same Marlin MoE kernel: this older vLLM lane times it 2-3x slower than SGLang's rows of the same "
+        "GPU, and vLLM's newer lane within 5% of SGLang's")}
 KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).
 SEPARATE_ROTARY = {"vllm": True, "sglang": True, "trtllm": False}
@@ -339,6 +350,16 @@ class TableCostModel(TabulatedCostModel):
             have = ", ".join(sorted(set(have.astype(str).tolist()))) if have is not None and len(have) else "none"
             self._lack("moe_experts", f"no MoE rows for {m.name}'s expert shape in dtype {dtype} (that shape has: {have})")
             return
+        donor = MOE_SOURCE_DONORS.get((self.backend, src))
+        donor_ref = T.find_table(self.system, donor[0], "moe", self.root) if donor is not None else None
+        if donor_ref is not None:  # the same kernel, measured by the donor's collector
+            rows = T.read_table(donor_ref, ("kernel_source", *cols), ((T.DTYPE_COLUMN["moe"], "==", dtype), *shape))
+            if rows["kernel_source"] is not None and (rows["kernel_source"].astype(str) == donor[1]).any():
+                keep = rows["kernel_source"].astype(str) == donor[1]
+                self.notes.append(f"{self.backend} tables of {self.system}: {dtype} experts priced by "
+                                  f"{donor[0]} {donor_ref.version}'s {donor[1]} rows ({donor[2]})")
+                src, ref, d = f"{donor[1]} ({donor[0]} {donor_ref.version})", donor_ref, {
+                    c: rows[c][keep] for c in cols}
         keep = (d["moe_tp_size"] == moe_tp) & (d["moe_ep_size"] == moe_ep) & (d["distribution"].astype(str) == dist)
         d = {"num_tokens": d["num_tokens"][keep], "latency": d["latency"][keep]}
         if len(d["latency"]) < 2:

@@ -227,10 +227,8 @@ def predict_cmd(
     table.add_row("iteration", f"{total * 1e3:.3f}", "100%", "", style="bold")
     console = Console()
     print_table(console, table)
-    if result["tables"]:  # which measured tables priced it, as run's header says
+    if result["tables"]:  # which measured tables priced it, as run's header says (the notes print at load)
         console.print(f"kernels: {result['tables']}", highlight=False)
-        for line in result["table_notes"]:
-            console.print(f"note: {line}", highlight=False)
     if result["num_extrapolations"]:
         console.print(f"[yellow]warning: {result['num_extrapolations']} lookup(s) outside the profiled range "
                       "were extrapolated[/yellow]")

@@ -228,6 +228,18 @@ def test_vllm_int4_experts_are_priced_by_the_marlin_rows_that_agree_across_colle
     assert bf16.moe_source.startswith("vllm_")
 
 
+def test_trtllm_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpus(aic) -> None:  # noqa: ANN001
+    """TensorRT-LLM's default MoE backend for MXFP4 weights on B200/GB200/B300/GB300 runs MXFP8 activations
+    (its gpt-oss deployment guide); Hopper runs BF16 activations, and so do the other backends' tables."""
+    for gpu in ("b200", "gb200"):
+        assert _model(aic, model="gpt-oss-120b", gpu=gpu, backend="trtllm", dtype="mxfp4").moe_dtype == "w4a8_mxfp4_mxfp8"
+    assert _model(aic, model="gpt-oss-120b", gpu="h200", backend="trtllm", dtype="mxfp4").moe_dtype == "w4a16_mxfp4"
+    assert _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", dtype="mxfp4").moe_dtype == "w4a16_mxfp4"
+    b200 = _model(aic, model="gpt-oss-120b", gpu="b200", backend="trtllm", dtype="mxfp4")
+    per_layer = b200.breakdown(BatchShape.from_requests(decodes=[1000] * 16))["moe_experts"] / b200.model.num_moe_layers
+    assert 0.1e-3 < per_layer < 0.2e-3  # the w4a8 rows (0.15 ms at 16 tokens), not w4a16's (0.61 ms)
+
+
 def test_vllm_mla_on_blackwell_is_priced_by_the_kernel_it_runs(aic) -> None:  # noqa: ANN001
     """vLLM has no MLA core tables; on Blackwell its FlashInfer MLA backend runs TensorRT-LLM's kernels,
     so TensorRT-LLM's rows price it (said in a note); Hopper has no such donor and stays the roofline's."""

@@ -78,6 +78,11 @@ GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int4": "in
 MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8", "fp8_block"), "int4": ("int4_wo",),
               "fp8-block": ("fp8_block",), "fp8_block": ("fp8_block",), "nvfp4": ("nvfp4",),
               "mxfp4": ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")}
+# Where an engine's default MoE kernel for a --dtype takes another activation format than the first of
+# MOE_DTYPES: TensorRT-LLM runs MXFP4 experts on Blackwell with MXFP8 activations (its TRTLLM MoE backend, the
+# default on B200/GB200/B300/GB300 per its gpt-oss deployment guide; Hopper runs Triton with BF16 activations).
+MOE_DTYPE_PREFERENCE: dict[tuple[str, str], tuple[frozenset[str], tuple[str, ...]]] = {
+    ("trtllm", "mxfp4"): (frozenset({"b200", "gb200", "b300", "gb300"}), ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4"))}
 # TensorRT-LLM's NVFP4 fused MoE runs its min-latency kernel up to this many tokens a step (the whole
 # MoE group's, attention-DP ranks gathered), as AIConfigurator's TensorRT-LLM path selects it.
 MOE_LOW_LATENCY_TOKENS = 128
@@ -323,7 +328,8 @@ class TableCostModel(TabulatedCostModel):
         if not m.is_moe:
             return
         ref = T.find_table(self.system, self.backend, "moe", self.root)
-        candidates = MOE_DTYPES.get(r.dtype, (r.dtype,))
+        gpus, preferred = MOE_DTYPE_PREFERENCE.get((self.backend, r.dtype), (frozenset(), ()))
+        candidates = preferred if self.gpu.name in gpus else MOE_DTYPES.get(r.dtype, (r.dtype,))
         dtype = candidates[0]
         if ref is None:
             self._lack("moe_experts", "no MoE table")
@@ -367,7 +373,7 @@ class TableCostModel(TabulatedCostModel):
             return
         toks, idx = np.unique(d["num_tokens"].astype(np.float64), return_index=True)
         self._moe = (toks, isotonic(d["latency"][idx] * MS))
-        self.moe_source = src
+        self.moe_source, self.moe_dtype = src, dtype
         self.versions["moe"] = ref.version
         self._moe_max_tokens = float(toks[-1]) / self._moe_token_scale
         if self.backend == "trtllm" and dtype == "nvfp4" and src != MOE_LOW_LATENCY_SOURCE:

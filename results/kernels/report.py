@@ -256,7 +256,12 @@ cost per touched expert or per token x top-k (no gain), a MoE efficiency ramp in
 `inter / moe_tp`, one in the hidden size and a MoE cost per (touched expert x 128 x 128 output tile) (Hopper held out
 0.235 -> 0.234 / 0.235 / 0.230, no gain), a GQA decode cost per (sequence, KV head) x head_dim on top of the kept ones
 (held out 0.158 -> 0.178), a decode bandwidth efficiency saturating in
-batch x KV heads (no change), MXFP4 w4a16 rows at the bf16 peak (the runtime's
+batch x KV heads (no change; nor as a ramp in work items `b x kv_heads` with a fitted
+half point: held out 0.158), a GQA decode compute term (FLOPs at a fitted share of the bf16 peak, the
+larger of it and the memory time: 0.157; added to it: 0.158: decode kernels that leave CUDA cores to
+do GQA's math would show it), a cost per cached token read (0.157); these three against 0.157 for the
+kept form in the same scratch refit (the attention stage alone, every generation, GEMM constants at their
+initial values; 4-7 minutes each), MXFP4 w4a16 rows at the bf16 peak (the runtime's
 `--dtype mxfp4` cannot tell w4a16 from w4a8 kernels, so the fit must price both as the runtime does).
 
 Why families still miss: (1) **versions within a generation**: the database holds different engine versions per
@@ -303,7 +308,12 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   rows. On the 31 Kimi-K2.5 INT4 silicon rows (vLLM, B200 TP8, `vllm-2026`) the median TPOT error went from +88% to
   -3% (`results/validation/silicon/README.md`).
 - gpt-oss: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`, TRT-LLM on Blackwell
-  `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. Its sliding-window layers use the
+  `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. `--kernels trtllm --dtype mxfp4`
+  on B200/GB200/B300/GB300 takes the `w4a8_mxfp4_mxfp8` rows first (TensorRT-LLM's default MoE backend there runs
+  MXFP8 activations; 0.15 ms a layer at 16 tokens and TP1 on B200 against w4a16's 0.61), where they hold the layout
+  (not at moe_tp 2: the table above). vLLM's B200 MXFP4 rows (`vllm_mxfp4_moe`, its 0.19 tables) are 3.5x the
+  FlashInfer TensorRT-LLM MXFP4 rows that vLLM 0.24 and SGLang measured on GB200 (0.71 vs 0.20 ms at 16 tokens,
+  TP1), like its older INT4 lane; no B200 rows of the faster kernel exist here, so they are taken as measured. Its sliding-window layers use the
   128-token window rows where a table has them (H100 all backends, B200 TRT-LLM), else keys capped at the window.
 - Qwen3.5-397B-A17B (a hybrid): its 45 Gated DeltaNet layers' recurrence has no tables (the shared subset keeps
   no `linear_attention` family), so it is the roofline's (`linear_attn` above); its projections are the GEMM tables'.

@@ -240,6 +240,22 @@ def test_trtllm_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpu
     assert 0.1e-3 < per_layer < 0.2e-3  # the w4a8 rows (0.15 ms at 16 tokens), not w4a16's (0.61 ms)
 
 
+def test_four_bit_moe_checkpoints_price_attention_and_the_router_from_the_bf16_gemm_rows(aic) -> None:  # noqa: ANN001
+    """An NVFP4 MoE checkpoint keeps its attention projections and router gate at 16 bits: the tables' bfloat16
+    GEMM rows price them (as they price the bf16 checkpoint's), its NVFP4 rows the rest; a dense NVFP4 model's
+    projections stay on the NVFP4 rows."""
+    shape = BatchShape.from_requests(decodes=[1500] * 4)
+    fp4 = _model(aic, model="deepseek-v3", gpu="b200", tp=8, backend="trtllm", dtype="nvfp4", kv_cache_dtype="fp8")
+    bf16 = _model(aic, model="deepseek-v3", gpu="b200", tp=8, backend="trtllm", kv_cache_dtype="fp8")
+    a, b = fp4.breakdown(shape), bf16.breakdown(shape)
+    for op in ("qkv_proj", "attn_out_proj", "moe_router"):
+        assert a[op] == pytest.approx(b[op], rel=1e-9), op
+    t = np.array([4.0])
+    assert fp4.gemm(t, 2048, 7168)[0] != pytest.approx(bf16.gemm(t, 2048, 7168)[0], rel=1e-3)  # the NVFP4 rows
+    dense = _model(aic, model="llama-3.1-70b", gpu="b200", tp=2, backend="trtllm", dtype="nvfp4")
+    assert dense.attn_gemm == dense.gemm
+
+
 def test_vllm_mla_on_blackwell_is_priced_by_the_kernel_it_runs(aic) -> None:  # noqa: ANN001
     """vLLM has no MLA core tables; on Blackwell its FlashInfer MLA backend runs TensorRT-LLM's kernels,
     so TensorRT-LLM's rows price it (said in a note); Hopper has no such donor and stays the roofline's."""

@@ -214,11 +214,15 @@ def test_dp_memory_plan_shards_only_the_experts_over_the_group():
     r = ReplicaConfig("deepseek-v3", "b200", tp=1, attention_dp=8, ep=8, dtype="nvfp4")
     plan = plan_memory(r, 2048, 64)
     experts = m.num_moe_layers * m.num_experts * m.expert_params
-    rest = m.num_layers * m.params_per_layer - experts
+    # An NVFP4 MoE checkpoint keeps attention and the router gate at 16 bits, on every DP rank.
+    sixteen = m.num_layers * m.attention_params + m.num_moe_layers * m.hidden_size * m.num_experts
+    rest = m.num_layers * m.params_per_layer - experts - sixteen
     emb = 2 * m.vocab_size * m.hidden_size * 2
-    assert plan.weights_bytes[0] == pytest.approx((rest + experts / 8) * 0.5625 + emb, rel=1e-9)
-    # 653.9 B routed-expert params / 8 + 17.3 B others, at 0.5625 B, + 3.7 GB bf16 embeddings: 58.3 GB per GPU.
-    assert plan.weights_bytes[0] / GiB == pytest.approx(54.27, abs=0.01)
+    assert plan.weights_bytes[0] == pytest.approx((rest + experts / 8) * 0.5625 + sixteen * 2 + emb, rel=1e-9)
+    # 653.9 B routed-expert params / 8 and 5.8 B others at 0.5625 B, 11.5 B of attention and router at 2 B, and
+    # 3.7 GB of bf16 embeddings: 74.8 GB per GPU.
+    assert sixteen == 61 * 187_105_280 + 58 * 7168 * 256
+    assert plan.weights_bytes[0] / GiB == pytest.approx(69.69, abs=0.01)
     assert plan.kv_bytes_per_token[0] == 61 * 576 * 2  # each rank's own MLA cache, bf16
 
 
@@ -336,3 +340,34 @@ def test_sglang_divides_its_chunked_prefill_size_over_the_attention_dp_ranks():
                               "--no-progress"])
     assert res.exit_code == 0, res.output
     assert "2,048-token budget a rank" in res.output
+
+
+def test_four_bit_moe_checkpoints_keep_attention_and_the_router_at_16_bits():
+    """gpt-oss (MXFP4), Kimi-K2 (INT4) and NVIDIA's NVFP4 MoE checkpoints quantise the experts only: the
+    attention projections and the router gate are priced and stored at 16 bits; a dense model's 4-bit
+    checkpoint and an FP8 MoE checkpoint quantise every layer as before."""
+    m = MODELS["deepseek-v3"]
+    fp4 = ReplicaConfig("deepseek-v3", "b200", tp=8, dtype="nvfp4")
+    assert fp4.experts_only_quantized and ReplicaConfig("gpt-oss-120b", "b200", dtype="mxfp4").experts_only_quantized
+    assert not ReplicaConfig("llama-3.1-70b", "b200", tp=2, dtype="nvfp4").experts_only_quantized
+    assert not ReplicaConfig("deepseek-v3", "b200", tp=8, dtype="fp8-block").experts_only_quantized
+    assert fp4.params_16bit_per_layer == pytest.approx((61 * m.attention_params + 58 * 7168 * 256) / 61)
+    # The memory plan holds those weights at 2 bytes, the rest at 0.5625.
+    uniform = m.num_layers * m.params_per_layer / 8 * 0.5625 + 2 * m.vocab_size * m.hidden_size * 2 / 8
+    extra = m.num_layers * fp4.params_16bit_per_layer / 8 * (2 - 0.5625)
+    assert plan_memory(fp4, 2048, 64).weights_bytes[0] == pytest.approx(uniform + extra, rel=1e-9)
+    # The roofline prices the projections as the bf16 checkpoint's (the router's GEMM too; its routing
+    # overhead is the expert lane's own constant), and the experts at FP4.
+    shape = BatchShape.from_requests(decodes=[1500] * 4)
+    fp4_rf = RooflineCostModel(fp4, table_tokens=1)
+    bf16_rf = RooflineCostModel(ReplicaConfig("deepseek-v3", "b200", tp=8), table_tokens=1)
+    ops, bf16 = fp4_rf.breakdown(shape), bf16_rf.breakdown(shape)
+    for op in ("qkv_proj", "attn_out_proj"):
+        assert ops[op] == pytest.approx(bf16[op], rel=1e-9), op
+    t = np.array([4.0])
+    assert fp4_rf.attn_gemm(t, 7168, 256)[0] == pytest.approx(bf16_rf.gemm(t, 7168, 256)[0], rel=1e-9)
+    assert fp4_rf.gemm(t, 7168, 256)[0] != pytest.approx(bf16_rf.gemm(t, 7168, 256)[0], rel=1e-3)
+    assert ops["moe_experts"] < bf16["moe_experts"] / 2
+    dense = RooflineCostModel(ReplicaConfig("llama-3.1-70b", "b200", tp=2, dtype="nvfp4"), table_tokens=1)
+    dense_bf16 = RooflineCostModel(ReplicaConfig("llama-3.1-70b", "b200", tp=2), table_tokens=1)
+    assert dense.breakdown(shape)["qkv_proj"] < dense_bf16.breakdown(shape)["qkv_proj"]

@@ -95,6 +95,11 @@ def _pct(value: float) -> str:
     return "-" if value != value else f"{value:.1%}"
 
 
+def _experts_only(r: Any) -> str:
+    """Said in the title: a 4-bit MoE checkpoint's attention and router are 16-bit (ReplicaConfig.experts_only_quantized)."""
+    return " (experts; attention and router 16-bit)" if r.experts_only_quantized else ""
+
+
 def _intake(s: SchedulerConfig) -> str:
     """How the policy takes new prompts, where a knob changes it (said in the run's title)."""
     out = ""
@@ -125,7 +130,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
                  f"<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)})")
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) · "
              f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "
-             f"dtype {r.weight_format.describe(r.gpu_spec)}{kv}")
+             f"dtype {r.weight_format.describe(r.gpu_spec)}{_experts_only(r)}{kv}")
     from simulator.costmodel.engine_model import ENGINES
 
     preset = ENGINES.get(config.engine)  # None: an artifact's terms
@@ -135,7 +140,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
 
         scope = "a KV link per worker" if config.kv_link_scope == "per-worker" else "one shared KV link"
         title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({scope}) · engine {config.engine} · "
-                 f"dtype {r.dtype}{kv}")
+                 f"dtype {r.dtype}{_experts_only(r)}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"
     else:

@@ -20,6 +20,14 @@ KV-cache formats (``--kv-cache-dtype``): ``auto`` stores K and V at the activati
 (``dtype_bytes``, 2 for bf16/fp16), as vLLM's ``auto`` does; ``fp8`` (and vLLM's spellings
 ``fp8_e4m3``, ``fp8_e5m2``) stores one byte per element (per-tensor scales, negligible).
 
+**4-bit checkpoints of MoE models quantise the routed experts only** (:data:`EXPERT_ONLY_FORMATS`):
+the attention projections and the router gate stay at 16 bits, as the published ones ship them
+(gpt-oss's MXFP4 experts, Kimi-K2's INT4 experts, NVIDIA's NVFP4 DeepSeek-R1 and MiniMax-M2.5
+checkpoints, whose ModelOpt exclusion lists name ``self_attn`` and the MoE ``gate``; DeepSeek-R1-0528-FP4
+v2 quantises the attention output too, which this rule prices at 16 bits). Shared experts and dense
+layers' MLPs are priced at the format (Kimi-K2 keeps its shared expert at 16 bits: not modelled). A dense
+model's 4-bit checkpoint quantises every linear layer.
+
 Attention math stays at the bf16 peak for every format (FP8-KV decode kernels dequantise in
 registers; decode attention is memory-bound, so the KV bytes are what changes its time).
 """
@@ -105,3 +113,7 @@ def canonical_kv_format(name: str) -> str:
 def kv_bytes_per_element(kv_cache_dtype: str, dtype_bytes: int) -> float:
     """Bytes of one cached K or V element: the activation dtype for auto/bf16/fp16, 1 for fp8."""
     return 1.0 if kv_cache_dtype == "fp8" else float(dtype_bytes)
+
+
+# Formats whose MoE checkpoints quantise the routed experts and leave attention and the router at 16 bits.
+EXPERT_ONLY_FORMATS = frozenset({"nvfp4", "mxfp4", "int4"})

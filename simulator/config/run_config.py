@@ -32,6 +32,7 @@ from simulator.config.limits import (  # the bounds (re-exported: callers import
     TIME_SCALE_RANGE,
 )
 from simulator.config.precision import (
+    EXPERT_ONLY_FORMATS,
     KV_CACHE_FORMATS,
     WEIGHT_FORMATS,
     WeightFormat,
@@ -254,6 +255,21 @@ class ReplicaConfig:
     def weight_bytes(self) -> float:
         """Bytes per weight of the transformer layers (embeddings and LM head stay at ``dtype_bytes``)."""
         return WEIGHT_DTYPE_BYTES[self.dtype] if self.dtype not in ("bf16", "fp16") else float(self.dtype_bytes)
+
+    @property
+    def experts_only_quantized(self) -> bool:
+        """A 4-bit checkpoint of an MoE model: its routed experts (and shared experts, dense MLPs) at ``dtype``,
+        attention projections and the router gate at 16 bits (:data:`~simulator.config.precision.EXPERT_ONLY_FORMATS`)."""
+        return self.dtype in EXPERT_ONLY_FORMATS and self.model_spec.is_moe
+
+    @property
+    def params_16bit_per_layer(self) -> float:
+        """Weights of a layer (the mean over layers) held at ``dtype_bytes`` whatever ``dtype`` says: the
+        softmax-attention projections and the router gate of a 4-bit MoE checkpoint, else 0."""
+        if not self.experts_only_quantized:
+            return 0.0
+        m = self.model_spec
+        return (m.num_kv_layers * m.attention_params + m.num_moe_layers * m.hidden_size * m.num_experts) / m.num_layers
 
     @property
     def gemm_peak_flops(self) -> float:

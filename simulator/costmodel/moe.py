@@ -153,7 +153,7 @@ def moe_token_ops(rf: RooflineCostModel, tokens: np.ndarray) -> dict[str, np.nda
     experts = np.where(t > 0, touched * np.maximum(compute, memory) + 2 * c.kernel_floor_s, 0.0)
     if c.expert_permute_s:  # a calibration with a token-permutation term ("today"; 2023 has none)
         experts = experts + np.where(t > 0, group * h * c.expert_permute_s, 0.0)
-    router = np.where(t > 0, rf.gemm(t, h, num_e) + ec.router_overhead_s, 0.0)
+    router = np.where(t > 0, rf.attn_gemm(t, h, num_e) + ec.router_overhead_s, 0.0)
     act = rf.elementwise(r.moe_imbalance * assignments, (up_mult + 1) * f_local * db)
     shared_width = m.num_shared_experts * (m.shared_expert_ffn_size or m.expert_ffn_size) // r.tp
     shared = (rf.gemm(t, h, up_mult * shared_width) + rf.gemm(t, shared_width, h)
@@ -191,13 +191,14 @@ def mla_projections(rf: RooflineCostModel, tokens: np.ndarray) -> tuple[np.ndarr
     heads = rf.heads_per_gpu
     qk = m.qk_nope_head_dim + m.qk_rope_head_dim
     down = m.kv_lora_rank + m.qk_rope_head_dim + (m.q_lora_rank or 0)
-    proj = rf.gemm(tokens, m.hidden_size, down)
-    proj = proj + (rf.gemm(tokens, m.q_lora_rank, heads * qk) if m.q_lora_rank
-                   else rf.gemm(tokens, m.hidden_size, heads * qk))
+    gemm = rf.attn_gemm  # 16 bits where a 4-bit MoE checkpoint keeps its attention so
+    proj = gemm(tokens, m.hidden_size, down)
+    proj = proj + (gemm(tokens, m.q_lora_rank, heads * qk) if m.q_lora_rank
+                   else gemm(tokens, m.hidden_size, heads * qk))
     # kv_b: in prefill it up-projects the keys and values; in absorbed decode the same weights
     # are applied to the queries and outputs instead; either way they are read once.
-    proj = proj + rf.gemm(tokens, m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim))
-    out = rf.gemm(tokens, heads * m.v_head_dim, m.hidden_size)
+    proj = proj + gemm(tokens, m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim))
+    out = gemm(tokens, heads * m.v_head_dim, m.hidden_size)
     return proj, out
 
 

@@ -97,6 +97,9 @@ class RooflineCostModel(TabulatedCostModel):
         self.gemm_knee_scale = self.weight_bytes / self.dtype_bytes if r.weight_only else 1.0
         # This dtype's GEMM curve (the calibration's gemm_* fields unless it has one for the dtype's class).
         self.gemm_constants = self.cal.gemm_constants(r.dtype)
+        # A 4-bit MoE checkpoint's attention projections and router run 16-bit GEMMs (attn_gemm).
+        self.attn_16bit = r.experts_only_quantized
+        self._bf16_constants = self.cal.gemm_constants("bf16")
         if r.kv_cache_dtype != "auto" or m.is_mla:
             self.kv_bytes_per_token = m.kv_bytes_per_token_per_gpu_layer(r.kv_cache_bytes, r.tp)
         # Share of layers with a dense MLP (the per-layer tables are means over layers).
@@ -156,6 +159,20 @@ class RooflineCostModel(TabulatedCostModel):
         # act_elem_s: a low-precision lane's activation quantisation, per activation element (0.0 for bf16).
         return np.where(t > 0, np.maximum(compute, memory) + floor + t * k * act_elem_s, 0.0)
 
+    def attn_gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
+        """An attention projection's or the router's GEMM: :meth:`gemm`, or in 16 bits (weights at
+        ``dtype_bytes``, the bf16 peak and curve) where a 4-bit MoE checkpoint keeps them so."""
+        if not self.attn_16bit:
+            return self.gemm(tokens, k, n)
+        t = np.asarray(tokens, dtype=np.float64)
+        db = self.dtype_bytes
+        compute_eff, half_tokens, memory_eff, floor, act_elem_s = self._bf16_constants
+        eff_c = compute_eff * t / (t + half_tokens)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            compute = np.where(t > 0, 2.0 * t * k * n / (self.gpu.bf16_flops * eff_c), 0.0)
+        memory = (k * n + t * k + t * n) * db / (self.gpu.hbm_bytes_per_s * memory_eff)
+        return np.where(t > 0, np.maximum(compute, memory) + floor + t * k * act_elem_s, 0.0)
+
     def elementwise(self, tokens: np.ndarray, bytes_per_token: float, kernels: int = 1,
                     eff: float | None = None) -> np.ndarray:
         c = self.cal
@@ -195,8 +212,8 @@ class RooflineCostModel(TabulatedCostModel):
             qkv, out_proj = mla_projections(self, tokens)
         else:
             gate = self.q_per_gpu if m.attn_output_gate else 0  # gated attention: q_proj also emits the gate
-            qkv = self.gemm(tokens, h, self.q_per_gpu + gate + 2 * self.kv_per_gpu)
-            out_proj = self.gemm(tokens, self.q_per_gpu, h)
+            qkv = self.attn_gemm(tokens, h, self.q_per_gpu + gate + 2 * self.kv_per_gpu)
+            out_proj = self.attn_gemm(tokens, self.q_per_gpu, h)
         ops = {
             "qkv_proj": qkv,
             "attn_out_proj": out_proj,

@@ -114,11 +114,15 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
     dp = replica.attention_dp
     experts_per_layer = m.num_moe_layers * m.num_experts * m.expert_params / m.num_layers
+    # A 4-bit MoE checkpoint keeps its attention projections and router at 16 bits (0 otherwise).
+    p16 = replica.params_16bit_per_layer
     for stage, num_layers in enumerate(layers):
         if dp == 1:
-            w = num_layers * m.params_per_layer / tp * wb
+            w = num_layers * (m.params_per_layer - p16) / tp * wb
         else:
-            w = num_layers * ((m.params_per_layer - experts_per_layer) / tp + experts_per_layer / (tp * dp)) * wb
+            w = num_layers * ((m.params_per_layer - p16 - experts_per_layer) / tp + experts_per_layer / (tp * dp)) * wb
+        if p16:
+            w += num_layers * p16 / tp * db
         if stage == 0:
             w += m.embedding_params / tp * db
         if stage == len(layers) - 1 and (not m.tied_embeddings or replica.pp > 1):

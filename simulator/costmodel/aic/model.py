@@ -164,6 +164,7 @@ class TableCostModel(TabulatedCostModel):
         self._decode_curves: dict[int, tuple[list[float], list[float], list[float], float]] = {}
         self._prefill_rows: dict[int, tuple[list[float], list[float], list[float], float, float]] = {}
         self._load_gemm()
+        self._load_attn_gemm()
         self._load_attention()
         self._load_moe()
         self._load_allreduce()
@@ -216,6 +217,24 @@ class TableCostModel(TabulatedCostModel):
         self._gemm_n = np.array(sorted({n for n, _ in self._gemm_index}), dtype=np.float64)
         self._gemm_k = np.array(sorted({k for _, k in self._gemm_index}), dtype=np.float64)
         self._gemm_max_m = float(min(v[0][-1] for v in self._gemm_index.values()))
+
+    def _load_attn_gemm(self) -> None:
+        """``attn_gemm``: the GEMM rows the attention projections and the router run on. A 4-bit MoE
+        checkpoint keeps them at 16 bits (``ReplicaConfig.experts_only_quantized``): the bfloat16 rows,
+        the roofline's 16-bit GEMM past them; else :meth:`gemm` itself."""
+        self.attn_gemm = self.gemm
+        if not self.replica.experts_only_quantized or self._gemm_dtype == "bfloat16":
+            return
+        twin = copy.copy(self)  # the same tables but the GEMM index, read at bfloat16
+        twin.rf = copy.copy(self.rf)
+        twin.rf.gemm = twin.rf.attn_gemm  # its roofline fallback and extrapolation anchor: 16-bit too
+        twin._gemm_dtype, twin._gemm_curves = "bfloat16", {}
+        twin.notes, twin.roofline_ops, twin.versions = [], [], {}
+        twin._load_gemm()
+        if not twin._gemm_index:
+            self._lack("attn_gemm", "no bfloat16 GEMM rows for the attention projections and router that a 4-bit "
+                       "MoE checkpoint keeps at 16 bits")
+        self.attn_gemm = twin.gemm
 
     def gemm_curve(self, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Latency (s) over measured ``m`` of ``[m, k] @ [k, n]``: log-log blend of the nearest
@@ -769,8 +788,8 @@ class TableCostModel(TabulatedCostModel):
             qkv, out_proj = mla_projections(self, t)
         else:
             gate = self.q_per_gpu if m.attn_output_gate else 0  # gated attention: q_proj also emits the gate
-            qkv = self.gemm(t, h, self.q_per_gpu + gate + 2 * self.kv_per_gpu)
-            out_proj = self.gemm(t, self.q_per_gpu, h)
+            qkv = self.attn_gemm(t, h, self.q_per_gpu + gate + 2 * self.kv_per_gpu)
+            out_proj = self.attn_gemm(t, self.q_per_gpu, h)
         zero = np.zeros_like(t)
         ops = {
             "qkv_proj": qkv,
@@ -792,7 +811,7 @@ class TableCostModel(TabulatedCostModel):
             k = 2 if m.gated_mlp else 1
             shared_width = m.num_shared_experts * (m.shared_expert_ffn_size or m.expert_ffn_size) // self.replica.tp
             moe = {
-                "moe_router": np.where(t > 0, self.gemm(t, h, m.num_experts), 0.0),
+                "moe_router": np.where(t > 0, self.attn_gemm(t, h, m.num_experts), 0.0),
                 "moe_experts": self._moe_experts(t, rf_ops["moe_experts"]) if self._moe is not None
                 else rf_ops["moe_experts"],
                 # the fused MoE kernels measured include the activation (and routing/permutation)

@@ -150,7 +150,7 @@ def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roof
             "num_tokens": shape.num_tokens, "num_prefills": shape.num_prefills,
             "num_decodes": shape.num_decodes, "iteration_time_s": total, "breakdown_s": breakdown,
             "learned_ops": getattr(cm, "learned_ops", []),
-            "num_extrapolations": getattr(cm, "num_extrapolations", 0) or getattr(kernels, "num_extrapolations", 0)}
+            "num_extrapolations": getattr(cm, "num_extrapolations", 0)}
 
 
 def _split_ints(values: list[str] | None, name: str) -> list[int]:

@@ -146,31 +146,28 @@ class RooflineCostModel(TabulatedCostModel):
 
     def gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
         """Time of ``[tokens, k] @ [k, n]`` in bf16 on one GPU."""
-        g = self.gpu
-        t = np.asarray(tokens, dtype=np.float64)
-        flops = 2.0 * t * k * n
-        # Weights at --dtype, activations at dtype_bytes (bit-identical to the bf16 form when equal).
-        nbytes = k * n * self.weight_bytes + t * k * self.dtype_bytes + t * n * self.dtype_bytes
-        compute_eff, half_tokens, memory_eff, floor, act_elem_s = self.gemm_constants
-        eff_c = compute_eff * t / (t + half_tokens * self.gemm_knee_scale)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(t > 0, flops / (self.gemm_peak_flops * eff_c), 0.0)
-        memory = nbytes / (g.hbm_bytes_per_s * memory_eff)
-        # act_elem_s: a low-precision lane's activation quantisation, per activation element (0.0 for bf16).
-        return np.where(t > 0, np.maximum(compute, memory) + floor + t * k * act_elem_s, 0.0)
+        return self._gemm_time(tokens, k, n, self.weight_bytes, self.gemm_peak_flops, self.gemm_constants,
+                               self.gemm_knee_scale)
 
     def attn_gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
         """An attention projection's or the router's GEMM: :meth:`gemm`, or in 16 bits (weights at
         ``dtype_bytes``, the bf16 peak and curve) where a 4-bit MoE checkpoint keeps them so."""
         if not self.attn_16bit:
             return self.gemm(tokens, k, n)
+        return self._gemm_time(tokens, k, n, float(self.dtype_bytes), self.gpu.bf16_flops, self._bf16_constants, 1.0)
+
+    def _gemm_time(self, tokens: np.ndarray, k: int, n: int, weight_bytes: float, peak_flops: float,
+                   constants: tuple[float, float, float, float, float], knee_scale: float) -> np.ndarray:
         t = np.asarray(tokens, dtype=np.float64)
-        db = self.dtype_bytes
-        compute_eff, half_tokens, memory_eff, floor, act_elem_s = self._bf16_constants
-        eff_c = compute_eff * t / (t + half_tokens)
+        flops = 2.0 * t * k * n
+        # Weights at their format's bytes, activations at dtype_bytes (bit-identical to the bf16 form when equal).
+        nbytes = k * n * weight_bytes + t * k * self.dtype_bytes + t * n * self.dtype_bytes
+        compute_eff, half_tokens, memory_eff, floor, act_elem_s = constants
+        eff_c = compute_eff * t / (t + half_tokens * knee_scale)
         with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(t > 0, 2.0 * t * k * n / (self.gpu.bf16_flops * eff_c), 0.0)
-        memory = (k * n + t * k + t * n) * db / (self.gpu.hbm_bytes_per_s * memory_eff)
+            compute = np.where(t > 0, flops / (peak_flops * eff_c), 0.0)
+        memory = nbytes / (self.gpu.hbm_bytes_per_s * memory_eff)
+        # act_elem_s: a low-precision lane's activation quantisation, per activation element (0.0 for bf16).
         return np.where(t > 0, np.maximum(compute, memory) + floor + t * k * act_elem_s, 0.0)
 
     def elementwise(self, tokens: np.ndarray, bytes_per_token: float, kernels: int = 1,

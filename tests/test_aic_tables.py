@@ -228,6 +228,31 @@ def test_vllm_int4_experts_are_priced_by_the_marlin_rows_that_agree_across_colle
     assert bf16.moe_source.startswith("vllm_")
 
 
+def test_vllm_block_fp8_gemms_are_priced_by_a_lane_that_runs_the_format_at_bf16_speed(aic) -> None:  # noqa: ANN001
+    """vLLM's block-FP8 GEMM lane on H100/H200/GB200/GB300 runs 7-50x its own bf16 GEMM at decode sizes; those
+    GPUs' SGLang block-FP8 rows price it (a note says so), and the roofline's fit reads the same rows. B200's
+    own 0.19 lane, which runs the format within its bf16 GEMM's reach, keeps its rows."""
+    from simulator.costmodel.aic import tables as T
+
+    for gpu in ("h100-sxm", "h200", "gb200"):
+        vllm = _model(aic, model="deepseek-v3", gpu=gpu, tp=8, dtype="fp8-block")
+        sglang = _model(aic, backend="sglang", model="deepseek-v3", gpu=gpu, tp=8, dtype="fp8-block")
+        assert "(sglang " in vllm.gemm_source and any("fp8_block gemm priced by sglang" in n for n in vllm.notes)
+        x = np.array([1.0, 64.0, 4096.0])
+        assert np.allclose(vllm.gemm(x, 2048, 7168), sglang.gemm(x, 2048, 7168), rtol=1e-12, atol=0)
+    b200 = _model(aic, model="deepseek-v3", gpu="b200", tp=8, dtype="fp8-block")
+    assert "(sglang " not in b200.gemm_source and not any("priced by sglang" in n for n in b200.notes)
+    bf16 = _model(aic, model="llama-3.1-8b", gpu="h100-sxm")
+    assert bf16.gemm_source == "torch.nn.functional.linear"
+    ref = T.find_table("h100_sxm", "vllm", "gemm", aic)
+    own, rows = T.read_source_rows(ref, "fp8_block", ("m", "n", "k", "latency"))
+    src, priced, read, note = T.read_priced_rows(ref, "fp8_block", ("m", "n", "k", "latency"), root=aic)
+    assert own == "DeepGemmFp8BlockScaledMMKernel" and read.backend == "sglang" and note is not None
+    at = (rows["m"] == 64) & (rows["n"] == 7168) & (rows["k"] == 2048)
+    theirs = (priced["m"] == 64) & (priced["n"] == 7168) & (priced["k"] == 2048)
+    assert float(rows["latency"][at][0]) > 4 * float(priced["latency"][theirs][0])  # the lane the donor replaces
+
+
 def test_trtllm_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpus(aic) -> None:  # noqa: ANN001
     """TensorRT-LLM's default MoE backend for MXFP4 weights on B200/GB200/B300/GB300 runs MXFP8 activations
     (its gpt-oss deployment guide); Hopper runs BF16 activations, and so do the other backends' tables."""

@@ -304,9 +304,18 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   384 x 2,048 experts at moe_tp 8 on B200: 0.74 vs 0.24 ms a layer at 32 tokens), while vLLM's newer lane (the 0.24
   tables' compressed-tensors Marlin experts, H100) is within 5% of SGLang's (median 1.05x over 1,053). Both engines
   run the same kernel, so `--kernels vllm` prices INT4 experts on those systems by SGLang's Marlin rows (a note says
-  so; `MOE_SOURCE_DONORS` in `simulator/costmodel/aic/model.py`). The held-out errors above are each table's own
-  rows. On the 31 Kimi-K2.5 INT4 silicon rows (vLLM, B200 TP8, `vllm-2026`) the median TPOT error went from +88% to
-  -3% (`results/validation/silicon/README.md`).
+  so; `LANE_DONORS` in `simulator/costmodel/aic/tables.py`). On the 31 Kimi-K2.5 INT4 silicon rows (vLLM, B200 TP8,
+  `vllm-2026`) the median TPOT error went from +88% to -3% (`results/validation/silicon/README.md`).
+- vLLM's block-FP8 GEMM rows of its 0.18 and 0.24 collectors run each GEMM at a median 6.9x (H100, DeepGEMM),
+  7.6x (H200), 46-50x (GB200, GB300, DeepGEMM), 18.5x (L40S, Triton) and 86x (RTX PRO 6000, CUTLASS) the same
+  table's bf16 GEMM at the same shape (m <= 256), where SGLang's block-FP8 rows (DeepGEMM) of the same GPUs run at
+  0.9-2.2x theirs and TensorRT-LLM's at 0.8x (L40S) and 1.3x (RTX PRO 6000), and vLLM's own 0.19 lane on B200/B300
+  at 2.1-2.2x. A GEMM reading half a bf16 GEMM's bytes does not run several times slower than it at decode sizes
+  in an engine that ships it, so `--kernels vllm --dtype fp8-block` prices those GEMMs by SGLang's rows of the same
+  GPU (TensorRT-LLM's on L40S and RTX PRO 6000; a note says so): DeepSeek-V3's decode step above on H100 went from
+  71.3 to 37.2 ms. The roofline's 'today' fit reads the same rows (its vLLM Hopper block-FP8 lane had fitted an
+  88 us floor a GEMM: the default `vllm-2026` engine priced DeepSeek-V3 on 8 H200 at 50.8 ms for 16 decodes, 16.4
+  ms now), and the held-out errors above are computed on the rows each lane is priced from.
 - gpt-oss: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`, TRT-LLM on Blackwell
   `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. `--kernels trtllm --dtype mxfp4`
   on B200/GB200/B300/GB300 takes the `w4a8_mxfp4_mxfp8` rows first (TensorRT-LLM's default MoE backend there runs

@@ -12,8 +12,9 @@ The roofline column prices the same points with the calibrated
 :class:`~simulator.costmodel.roofline.RooflineCostModel` of the catalog GPU (its GEMM and
 attention formulas at the table's shapes), so the two errors are on identical rows.
 
-Only the kernel source the model prices (:func:`~simulator.costmodel.aic.tables.pick_source`)
-is evaluated, per dtype; ``results/kernels/report.py`` writes the tables and plots.
+Only the rows the model prices (:func:`~simulator.costmodel.aic.tables.read_priced_rows`: the kernel
+source it picks, or another collector's rows of the same kernel where ``tables.LANE_DONORS`` names the
+lane) are evaluated, per dtype; ``results/kernels/report.py`` writes the tables and plots.
 """
 
 from __future__ import annotations
@@ -200,17 +201,14 @@ def heldout(system: str, backend: str, family: str, root: str | Path | None = No
     ref = T.find_table(system, backend, table, root)
     if ref is None:
         return []
-    dcol = T.DTYPE_COLUMN[table]
     out = []
     for dtype in dtypes or tuple(T.dtypes_of(ref)):
         extra: tuple = (("kv_cache_dtype", "==", "bfloat16"),) if family.startswith(("attn", "mla")) else ()
-        src = T.pick_source(ref, dtype, extra)
-        if src is None:
-            continue
         cols = ["batch_size", "isl", "step", "window_size"] if family.startswith(("attn", "mla")) else []
         keys = [a for a, _ in axes if a != "length"] + list(others)
-        d = T.read_table(ref, tuple(dict.fromkeys([*cols, *keys, "latency"])),
-                         ((dcol, "==", dtype), ("kernel_source", "==", src), *extra))
+        src, d, _, _ = T.read_priced_rows(ref, dtype, tuple(dict.fromkeys([*cols, *keys, "latency"])), extra, root)
+        if src is None:
+            continue
         frame = pd.DataFrame({k: v for k, v in d.items() if k != "_rows" and v is not None})
         if "window_size" in frame:
             frame = frame[frame["window_size"] == 0].drop(columns="window_size")

@@ -13,11 +13,12 @@ to the per-op timings of today's vLLM, SGLang and TensorRT-LLM kernels in
   were one "workstation" pair, each predicting the other across two architectures.)
 - **backends** (:func:`fit_backends`): one set fitted to every backend's rows (``"all"``, a run that
   names no backend), then per backend a refit starting from it (their kernels differ by more than
-  the fit's error: vLLM's FP8-block GEMMs on H100 are 5-10x SGLang's); a backend's stage with under
+  the fit's error: TensorRT-LLM's FP8 GEMMs are 1.5-1.9x vLLM's on Blackwell at decode sizes); a backend's stage with under
   :data:`MIN_FIT_ROWS` rows keeps the pooled constants. A run picks its backend's constants by
   ``--kernels`` (the tables' gaps), else its engine preset (:func:`~simulator.costmodel.calibration.roofline_backend`).
 - **rows**: per system x backend x family x dtype, the kernel source the table model prices
-  (:func:`~simulator.costmodel.aic.tables.pick_source`; bf16 KV for attention), up to
+  (:func:`~simulator.costmodel.aic.tables.read_priced_rows`: its own source, or another collector's rows of the
+  same kernel where ``tables.LANE_DONORS`` names the lane; bf16 KV for attention), up to
   ``max_rows`` seeded rows, so each group weighs about the same.
 - **stages**, each a robust least-squares fit (Cauchy loss on ``log(predicted / measured)``, :data:`LOSS`) of a few
   constants with the earlier stages' held fixed: (1) bf16 GEMMs: ``gemm_compute_eff``, ``gemm_half_tokens``,
@@ -347,7 +348,7 @@ def load_groups(system: str, backend: str, family: str, root: str | Path | None 
         if family not in ("gemm", "moe") and dtype not in ("bfloat16", "float16"):
             continue
         cols = (*KEYS[family], "latency", *(("window_size",) if attention else ()))
-        src, d = T.read_source_rows(ref, dtype, cols, extra)
+        src, d, _, _ = T.read_priced_rows(ref, dtype, cols, extra, root)
         if src is None:
             continue
         keep = np.ones(len(d["latency"]), dtype=bool)

@@ -89,17 +89,7 @@ MOE_LOW_LATENCY_TOKENS = 128
 MOE_LOW_LATENCY_SOURCE = "moe_torch_flow_min_latency"
 # Systems whose tables lack that kernel -> the same generation's system that measured it beside CUTLASS.
 MOE_LOW_LATENCY_DONORS = {"b300_sxm": "b200_sxm", "gb300": "gb200"}
-# A kernel one backend's tables measure through a collector lane whose figures the kernel itself does not
-# bear out -> the backend and kernel source of the same system's tables that measured that kernel. vLLM's
-# older int4 lane (vLLM 0.18/0.19 tables: H200, B200, B300) times the Marlin MoE kernel 2-3x slower than
-# SGLang's Marlin rows of the same GPU and expert shape (median 1.96-2.24x over 5,200-7,800 shared
-# points), while vLLM's newer lane (the 0.24 tables' compressed-tensors Marlin experts, H100) is within
-# 5% of SGLang's (median 1.05x): both engines run the same Marlin kernel.
-MOE_SOURCE_DONORS: dict[tuple[str, str], tuple[str, str, str]] = {
-    ("vllm", "vllm_marlin_int4_moe"): (
-        "sglang", "sglang_marlin_moe",
-        "the same Marlin MoE kernel: this older vLLM lane times it 2-3x slower than SGLang's rows of the same "
-        "GPU, and vLLM's newer lane within 5% of SGLang's")}
+# Lanes of one backend's tables priced by another collector's rows of the same kernel: tables.LANE_DONORS.
 KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).
 SEPARATE_ROTARY = {"vllm": True, "sglang": True, "trtllm": False}
@@ -200,12 +190,15 @@ class TableCostModel(TabulatedCostModel):
         self._gemm_index: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._gemm_max_m = math.inf
         ref = T.find_table(self.system, self.backend, "gemm", self.root)
-        src, d = T.read_source_rows(ref, self._gemm_dtype, ("m", "n", "k", "latency")) if ref is not None else (None, {})
-        if src is None:
+        src, d, read, note = (T.read_priced_rows(ref, self._gemm_dtype, ("m", "n", "k", "latency"), root=self.root)
+                              if ref is not None else (None, {}, None, None))
+        if src is None or read is None:
             have = ", ".join(T.dtypes_of(ref)) if ref is not None else "none"
             self._lack("gemm", f"no GEMM rows for dtype {self._gemm_dtype} (have: {have})")
             return
-        self.versions["gemm"] = ref.version
+        if note is not None:
+            self.notes.append(note)
+        self.versions["gemm"] = read.version
         self.gemm_source = src
         mm, nn, kk, lat = d["m"].astype(np.int64), d["n"].astype(np.int64), d["k"].astype(np.int64), d["latency"]
         order = np.lexsort((mm, kk, nn))
@@ -361,10 +354,11 @@ class TableCostModel(TabulatedCostModel):
                  ("topk", "==", m.num_experts_per_tok), ("num_experts", "==", m.num_experts))
         dist = "balanced" if r.moe_imbalance <= 1.0 else "power_law_1.2"
         cols = ("num_tokens", "moe_tp_size", "moe_ep_size", "distribution", "latency")
-        src, d = None, {}
+        src, d, note = None, {}, None
         for candidate in candidates:
-            src, d = T.read_source_rows(ref, candidate, cols, shape)
+            src, d, read, note = T.read_priced_rows(ref, candidate, cols, shape, self.root)
             if src is not None:
+                ref = read
                 if candidate != dtype:
                     self.notes.append(f"{self.backend} tables of {self.system} have no {dtype} MoE rows for "
                                       f"{m.name}: its experts priced by the {candidate} kernel")
@@ -375,16 +369,8 @@ class TableCostModel(TabulatedCostModel):
             have = ", ".join(sorted(set(have.astype(str).tolist()))) if have is not None and len(have) else "none"
             self._lack("moe_experts", f"no MoE rows for {m.name}'s expert shape in dtype {dtype} (that shape has: {have})")
             return
-        donor = MOE_SOURCE_DONORS.get((self.backend, src))
-        donor_ref = T.find_table(self.system, donor[0], "moe", self.root) if donor is not None else None
-        if donor_ref is not None:  # the same kernel, measured by the donor's collector
-            rows = T.read_table(donor_ref, ("kernel_source", *cols), ((T.DTYPE_COLUMN["moe"], "==", dtype), *shape))
-            if rows["kernel_source"] is not None and (rows["kernel_source"].astype(str) == donor[1]).any():
-                keep = rows["kernel_source"].astype(str) == donor[1]
-                self.notes.append(f"{self.backend} tables of {self.system}: {dtype} experts priced by "
-                                  f"{donor[0]} {donor_ref.version}'s {donor[1]} rows ({donor[2]})")
-                src, ref, d = f"{donor[1]} ({donor[0]} {donor_ref.version})", donor_ref, {
-                    c: rows[c][keep] for c in cols}
+        if note is not None:
+            self.notes.append(note)
         keep = (d["moe_tp_size"] == moe_tp) & (d["moe_ep_size"] == moe_ep) & (d["distribution"].astype(str) == dist)
         d = {"num_tokens": d["num_tokens"][keep], "latency": d["latency"][keep]}
         if len(d["latency"]) < 2:

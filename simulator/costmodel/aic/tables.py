@@ -238,6 +238,67 @@ def read_source_rows(ref: TableRef, dtype: str, columns: tuple[str, ...],
     return src, {c: (data[c][keep] if data[c] is not None else None) for c in columns}
 
 
+@dataclass(frozen=True)
+class LaneDonor:
+    """A lane of one backend's tables (``table`` rows of ``dtype``, or of kernel ``source``, on ``systems``;
+    None: any) whose figures the kernel it names does not bear out, priced instead by ``donor``'s rows of the
+    same system (its ``donor_source`` rows, or the source :func:`choose_source` picks among them)."""
+
+    table: str
+    backend: str
+    donor: str
+    why: str
+    dtype: str | None = None
+    source: str | None = None
+    systems: frozenset[str] | None = None
+    donor_source: str | None = None
+
+    def covers(self, ref: TableRef, dtype: str, source: str) -> bool:
+        return (ref.table == self.table and ref.backend == self.backend
+                and (self.dtype is None or dtype == self.dtype) and (self.source is None or source == self.source)
+                and (self.systems is None or ref.system in self.systems))
+
+
+# The lanes the cost model and the roofline's fit price from another collector's rows, each measured here
+# beside the same format's kernel on the same GPU (ratios: medians over every shared (m, n, k) with m <= 256,
+# each lane against its own table's bf16 GEMM at the same shape). A block-FP8 GEMM reads half a bf16 GEMM's
+# weight bytes; at decode sizes no kernel a serving engine ships runs it several times slower than bf16.
+LANE_DONORS: tuple[LaneDonor, ...] = (
+    LaneDonor("gemm", "vllm", "sglang", dtype="fp8_block", systems=frozenset({"h100_sxm", "h200_sxm", "gb200", "gb300"}),
+              why="vLLM's block-FP8 GEMM lane of its 0.18/0.24 collectors runs at 6.9-7.6x its own bf16 GEMM on "
+                  "H100/H200 and 46-50x on GB200/GB300, SGLang's block-FP8 (DeepGEMM) rows of the same GPUs at "
+                  "0.9-2.2x theirs, and vLLM's 0.19 lane on B200/B300 at 2.1-2.2x"),
+    LaneDonor("gemm", "vllm", "trtllm", dtype="fp8_block", systems=frozenset({"l40s", "rtx_pro_6000_server"}),
+              why="vLLM's block-FP8 GEMM lane of its 0.24 collector runs at 18.5x (Triton, L40S) and 86x (CUTLASS, "
+                  "RTX PRO 6000) its own bf16 GEMM, TensorRT-LLM's block-FP8 rows of the same GPUs at 0.8x and 1.3x "
+                  "theirs (no SGLang block-FP8 rows there)"),
+    LaneDonor("moe", "vllm", "sglang", source="vllm_marlin_int4_moe", donor_source="sglang_marlin_moe",
+              why="the same Marlin MoE kernel: this older vLLM lane (0.18/0.19 tables: H200, B200, B300) times it 2-3x "
+                  "slower than SGLang's rows of the same GPU and expert shape (median 1.96-2.24x), while vLLM's newer "
+                  "lane (0.24, H100) is within 5% of SGLang's"),
+)
+
+
+def read_priced_rows(ref: TableRef, dtype: str, columns: tuple[str, ...], extra: tuple[tuple[str, str, Any], ...] = (),
+                     root: str | Path | None = None) -> tuple[str | None, dict[str, Any], TableRef, str | None]:
+    """:func:`read_source_rows`, then, where :data:`LANE_DONORS` names the lane, the donor's rows of the same
+    system, dtype and filters: ``(source label, rows, the table read, a one-line note or None)``. A donor
+    without such rows leaves the lane its own."""
+    src, d = read_source_rows(ref, dtype, columns, extra)
+    lane = next((x for x in LANE_DONORS if src is not None and x.covers(ref, dtype, src)), None)
+    other = find_table(ref.system, lane.donor, ref.table, root) if lane is not None else None
+    if lane is None or other is None:
+        return src, d, ref, None
+    col = DTYPE_COLUMN[ref.table]
+    rows = read_table(other, ("kernel_source", *columns), ((col, "==", dtype), *extra))
+    theirs = lane.donor_source or choose_source(other.table, rows["kernel_source"])
+    if theirs is None or rows["kernel_source"] is None or not (keep := rows["kernel_source"].astype(str) == theirs).any():
+        return src, d, ref, None
+    note = (f"{ref.backend} tables of {ref.system}: {dtype} {ref.table} priced by {lane.donor} {other.version}'s "
+            f"{theirs} rows ({lane.why})")
+    return f"{theirs} ({lane.donor} {other.version})", {c: rows[c][keep] for c in columns}, other, note
+
+
 def dtypes_of(ref: TableRef) -> list[str]:
     """The dtypes a table has rows for."""
     import numpy as np

@@ -289,17 +289,22 @@ def test_decode_stretch_pricing_matches_the_scalar_path_bit_for_bit(name):
         assert cm._vector_stretch(n, kv_sum, kv_sq, kv_max, m) == scalar
 
 
-def test_expert_parallelism_changes_the_collectives_the_engine_counts():
-    """With EP a MoE layer's MLP all-reduce becomes a dispatch and a combine all-to-all plus an
-    all-gather (as the roofline prices it), so the engine's per-collective extras count three
-    collectives there instead of one. Mixtral-8x7B on H100 at TP8: 2 x 32 + 1 at ep=1."""
+def test_expert_parallelism_changes_the_collectives_the_engine_counts_only_under_attention_dp():
+    """EP over a TP group keeps each MoE layer's TP all-reduce (every GPU holds the step's tokens; vLLM
+    uses all-to-all kernels only at dp_size > 1). Under attention DP with EP the all-reduce becomes a
+    dispatch and a combine all-to-all plus an all-gather (as the roofline prices it), three collectives
+    instead of one; without EP an all-gather and a reduce-scatter. Mixtral-8x7B: 2 x 32 + 1 at TP."""
     from simulator.costmodel.engine_model import num_collectives
 
     ep1, ep8 = (ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=8, ep=ep) for ep in (1, 8))
-    assert num_collectives(ep1) == 2 * 32 + 1
-    assert num_collectives(ep8) == 2 * 32 + 1 + 2 * 32
+    assert num_collectives(ep1) == num_collectives(ep8) == 2 * 32 + 1
     costs = [load_cost_model("roofline", r, "vllm-2023-splitwise") for r in (ep1, ep8)]
-    assert costs[1].collective_s == pytest.approx(costs[0].collective_s * 129 / 65)
+    assert costs[1].collective_s == pytest.approx(costs[0].collective_s)
+    shape = BatchShape.decode_only(4, 4 * 1000, 4 * 1000**2, 1000)
+    assert costs[1].kernels.breakdown(shape)["ep_all_to_all"] == 0.0
+    dp_ep = ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=4, attention_dp=2, ep=8)
+    assert num_collectives(dp_ep) == 2 * 32 + 1 + 2 * 32
+    assert load_cost_model("roofline", dp_ep, "vllm-2023-splitwise").kernels.breakdown(shape)["ep_all_to_all"] > 0
     # a dense model is unaffected by an ep setting it cannot use
     assert num_collectives(ReplicaConfig("llama-2-70b", "h100-sxm", tp=8)) == 2 * 80 + 1
     # attention DP without EP: an all-gather and a reduce-scatter replace each MoE layer's all-reduce

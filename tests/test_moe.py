@@ -125,12 +125,19 @@ def test_imbalance_slows_the_experts():
     assert skew["moe_experts"][0] > 1.15 * base["moe_experts"][0]
 
 
-def test_expert_parallelism_prices_all_to_all_over_the_link():
+def test_expert_parallelism_prices_all_to_all_only_under_attention_dp():
+    """EP over a TP group keeps the MLP all-reduce (each GPU runs its experts on the tokens it already
+    holds); under attention DP the all-reduce becomes dispatch and combine all-to-alls over the link."""
     shape = BatchShape.from_requests(prefills=[(2048, 0)])
     tp_only = RooflineCostModel(ReplicaConfig("deepseek-v3", "h200", tp=8, dtype="fp8")).breakdown(shape)
-    ep = RooflineCostModel(ReplicaConfig("deepseek-v3", "h200", tp=8, ep=8, dtype="fp8")).breakdown(shape)
-    assert tp_only["ep_all_to_all"] == 0.0 and ep["ep_all_to_all"] > 0.0
-    assert ep["tp_all_reduce"] < tp_only["tp_all_reduce"]  # the MLP all-reduce is replaced
+    tp_ep = RooflineCostModel(ReplicaConfig("deepseek-v3", "h200", tp=8, ep=8, dtype="fp8")).breakdown(shape)
+    assert tp_only["ep_all_to_all"] == tp_ep["ep_all_to_all"] == 0.0
+    assert tp_ep["tp_all_reduce"] == pytest.approx(tp_only["tp_all_reduce"])
+    dp = RooflineCostModel(ReplicaConfig("deepseek-v3", "h200", tp=2, attention_dp=4, ep=8, dtype="fp8"))
+    dp_ops = dp.breakdown(shape)
+    assert dp_ops["ep_all_to_all"] > 0.0
+    tp2 = RooflineCostModel(ReplicaConfig("deepseek-v3", "h200", tp=2, attention_dp=4, dtype="fp8")).breakdown(shape)
+    assert dp_ops["tp_all_reduce"] == pytest.approx(tp2["tp_all_reduce"])  # both swap the MLP's for collectives
     # Dense layers (DeepSeek's first 3) keep their MLP ops.
     assert tp_only["mlp_up_gate"] > 0.0
 
@@ -265,8 +272,9 @@ def test_learned_cost_model_fits_and_composes_moe_ops(shared_data):
 
 
 def test_learned_all_reduce_under_ep_is_counted_as_the_roofline_counts_it():
-    """With expert parallelism a MoE layer's MLP all-reduce becomes all-to-alls plus an all-gather
-    (the roofline's ``ep_all_to_all``): a learned all-reduce curve prices only the attention's."""
+    """EP over a TP group keeps each MoE layer's MLP all-reduce; under attention DP it becomes
+    all-to-alls plus an all-gather (the roofline's ``ep_all_to_all``), and a learned all-reduce curve
+    prices only the attention's."""
     from simulator.costmodel.learned import LearnedCostModel
     from simulator.costmodel.learned_schema import Curve
 
@@ -275,16 +283,17 @@ def test_learned_all_reduce_under_ep_is_counted_as_the_roofline_counts_it():
     tokens_bytes = np.array([16.0 * 4096 * 2])  # Mixtral's hidden size, bf16
     one = float(curve(tokens_bytes)[0])
     per_layer = {}
-    for ep in (1, 2):
-        replica = ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=2, ep=ep)
+    for name, kw in {"tp": dict(ep=1), "tp+ep": dict(ep=2), "dp+ep": dict(attention_dp=2, ep=4)}.items():
+        replica = ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=2, **kw)
         artifact = {"model": "mixtral-8x7b", "tp": 2, "gpu": "h100-sxm", "curves": {"all_reduce": curve.to_json()}}
         learned, roofline = LearnedCostModel(replica, artifact), RooflineCostModel(replica)
         ops = learned.token_ops(np.array([16.0]))
-        per_layer[ep] = float(ops["tp_all_reduce"][0])
+        per_layer[name] = float(ops["tp_all_reduce"][0])
         assert float(ops["ep_all_to_all"][0]) == pytest.approx(float(roofline.token_ops(np.array([16.0]))["ep_all_to_all"][0]))
-        assert learned.breakdown(shape)["tp_all_reduce"] == pytest.approx(32 * per_layer[ep])
-    assert per_layer[1] == pytest.approx(2 * one)  # attention's and the MLP's
-    assert per_layer[2] == pytest.approx(one)  # every Mixtral layer is MoE: the attention's only
+        assert learned.breakdown(shape)["tp_all_reduce"] == pytest.approx(32 * per_layer[name])
+    assert per_layer["tp"] == pytest.approx(2 * one)  # attention's and the MLP's
+    assert per_layer["tp+ep"] == pytest.approx(2 * one)  # the same: EP without DP keeps the MLP all-reduce
+    assert per_layer["dp+ep"] == pytest.approx(one)  # every Mixtral layer is MoE: the attention's only
 
 
 @pytest.mark.parametrize(("tp", "ep"), [(1, 1), (2, 1), (4, 2), (8, 8)])

@@ -63,6 +63,7 @@ from simulator.config.run_config import (
     split_engine_spec,
 )
 from simulator.costmodel.base import BatchShape, CostModel, stretch_forms
+from simulator.costmodel.moe import uses_moe_collectives
 
 ARTIFACT_FORMAT = "servesim-engine"
 ARTIFACT_VERSION = 1
@@ -360,18 +361,17 @@ def save_engine_artifact(engine: EngineModel, path: Path, extra: dict[str, Any])
 
 def num_collectives(replica: ReplicaConfig) -> int:
     """TP collectives in one forward pass: per layer two all-reduces (one for parallel
-    attention/MLP blocks), plus the LM head's vocab gather; none without TP. Under expert
-    parallelism a MoE layer's MLP all-reduce becomes a dispatch and a combine all-to-all and
-    an all-gather, and under attention DP without EP an all-gather and a reduce-scatter (as the
-    roofline prices them: :func:`simulator.costmodel.moe.ep_all_to_all`)."""
+    attention/MLP blocks), plus the LM head's vocab gather; none without TP. Under attention DP a
+    MoE layer's MLP all-reduce becomes, with expert parallelism, a dispatch and a combine all-to-all
+    and an all-gather, and without it an all-gather and a reduce-scatter (as the roofline prices
+    them: :func:`simulator.costmodel.moe.ep_all_to_all`); EP without attention DP keeps the
+    all-reduce (:func:`simulator.costmodel.moe.uses_moe_collectives`)."""
     if replica.tp <= 1:
         return 0
     m = replica.model_spec
     count = (1 if m.parallel_attn_mlp else 2) * m.num_layers + 1
-    if m.is_moe and replica.ep > 1:
-        count += 2 * m.num_moe_layers
-    elif m.is_moe and replica.attention_dp > 1:  # an all-gather and a reduce-scatter instead of the all-reduce
-        count += m.num_moe_layers
+    if m.is_moe and uses_moe_collectives(replica):
+        count += (2 if replica.ep > 1 else 1) * m.num_moe_layers
     return count
 
 

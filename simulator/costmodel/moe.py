@@ -111,9 +111,13 @@ def expected_experts_touched(num_tokens: np.ndarray | float, num_experts: int, t
 
 def uses_moe_collectives(replica: ReplicaConfig) -> bool:
     """Whether a MoE layer swaps the MLP's TP all-reduce for :func:`ep_all_to_all`'s collectives
-    (dispatch and combine under EP, gather and scatter under attention DP): the rule every cost
-    model applies when it counts a layer's all-reduces."""
-    return replica.ep > 1 or replica.attention_dp > 1
+    (dispatch and combine under EP, gather and scatter without it): the rule every cost model applies
+    when it counts a layer's all-reduces. Only attention data parallelism does: without it every GPU
+    of the TP group already holds the step's tokens, so under EP each runs its own experts on them and
+    the layer's TP all-reduce sums the outputs, as under a TP MoE (vLLM runs its all-to-all kernels
+    only at ``dp_size > 1``, ``FusedMoEParallelConfig.use_all2all_kernels``; SGLang and TensorRT-LLM
+    dispatch tokens over EP with DP attention)."""
+    return replica.attention_dp > 1
 
 
 def routed_experts(model: ModelSpec, replica: ReplicaConfig, tokens: np.ndarray
@@ -163,8 +167,9 @@ def moe_token_ops(rf: RooflineCostModel, tokens: np.ndarray) -> dict[str, np.nda
 
 
 def ep_all_to_all(rf: RooflineCostModel, tokens: np.ndarray) -> np.ndarray:
-    """Dispatch and combine of one MoE layer under expert parallelism, plus the all-gather that
-    replaces the MLP's all-reduce (zero without EP and attention DP)."""
+    """Dispatch and combine of one MoE layer under attention DP with expert parallelism, plus the
+    all-gather that replaces the MLP's all-reduce; an all-gather and a reduce-scatter under attention DP
+    over a TP MoE; zero without attention DP (:func:`uses_moe_collectives`)."""
     r, c, m = rf.replica, rf.cal, rf.model
     t = np.asarray(tokens, dtype=np.float64)
     dp = r.attention_dp

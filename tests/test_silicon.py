@@ -134,8 +134,13 @@ def test_each_provenance_runs_its_clients_load(silicon):
     for r in trt[trt["id"].isin(waiting)].itertuples():
         assert (r.system, r.gemm_quant_mode, r.isl, r.osl, r.attention_dp_size) == ("b200_sxm", "fp8", 1024, 1024, 1)
         assert r.concurrency >= 64 and source_family(r.silicon_data_source) in ("db-dump", "dated-dump")
+        if r.spec_refusal:  # the point's MTP run (silicon.agg_spec_refusal): not run as a plain engine
+            with pytest.raises(Unexpressible, match="MTP"):
+                row_config(r, extra=recipe_changes(r))
+            continue
         config = row_config(r, extra=recipe_changes(r))
         assert (config.scheduler.batch_wait_timeout_iters, config.scheduler.batch_wait_max_tokens_ratio) == (40, 0.8)
+    assert 2 <= sum(not r.spec_refusal for r in trt[trt["id"].isin(waiting)].itertuples()) < 5
     # The trace cache tells the band's reading apart (same ratio, other style: another trace).
     assert cache_key(c) != cache_key(c.replace(workload__range_style="vllm", workload__range_ratio=0.5)) != \
         cache_key(c.replace(workload__range_ratio=0.5))

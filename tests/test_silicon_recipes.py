@@ -173,3 +173,63 @@ def test_a_row_filed_as_one_engine_without_a_recipe_is_not_run_as_that_engine(si
     hand = _row(mode="agg", system="gb200", tp_size=64.0, pp_size=1.0, attention_dp_size=1.0, recipe_refusal="")
     with pytest.raises(Unexpressible, match="64 GPUs .*no recipe read"):
         row_config(hand)
+
+
+# -- aggregated points InferenceX runs with and without MTP ------------------------------------------------------------
+def _agg_row(image: str, **fields) -> SimpleNamespace:  # noqa: ANN003
+    source = f"source_file=2026-04-06.csv; silicon_concurrency=8; wip=False; image=registry/org/{image} x"
+    return _row(mode="agg", family="dated-dump", silicon_data_source=source, concurrency=8.0, **fields)
+
+
+def _agg_points(*entries: tuple[str, str]) -> pd.DataFrame:
+    return pd.DataFrame([{**_POINT, "concurrency": 8, "image": image, "spec": spec, "matrix_key": "k",
+                          "snapshot": "o/r@abc"} for image, spec in entries])
+
+
+def test_an_aggregated_row_is_read_as_the_mtp_run_its_image_names():
+    from simulator.calibrate.silicon import agg_spec_refusal
+
+    two_images = _agg_points(("rel:1.post2", "none"), ("rel:1.post3", "mtp"))
+    assert agg_spec_refusal(_agg_row("rel:1.post2"), two_images) == ""
+    assert "is its MTP run" in agg_spec_refusal(_agg_row("rel:1.post3"), two_images)
+    assert "no snapshot read names the row's image" in agg_spec_refusal(_agg_row("rel:0.9"), two_images)
+    one_image = _agg_points(("rel:1", "none"), ("rel:1", "mtp"))
+    assert "with and without MTP on the row's image" in agg_spec_refusal(_agg_row("rel:1"), one_image)
+    assert "only with MTP" in agg_spec_refusal(_agg_row("rel:1"), _agg_points(("rel:1", "mtp")))
+    assert agg_spec_refusal(_agg_row("rel:1"), _agg_points(("rel:1", "none"))) == ""  # no MTP at the point
+    no_image = _row(mode="agg", family="db-dump", silicon_data_source="db-dump; silicon_concurrency=8", concurrency=8.0)
+    assert agg_spec_refusal(no_image, two_images) == ""  # the db-dump's rows: the slower twin (next test)
+    refused = _agg_row("rel:1.post3", tp_size=8.0, pp_size=1.0, attention_dp_size=1.0,
+                       spec_refusal=agg_spec_refusal(_agg_row("rel:1.post3"), two_images))
+    with pytest.raises(Unexpressible, match="is its MTP run"):
+        row_config(refused)
+
+
+def test_mtp_image_rows_are_the_faster_twin_at_their_point(silicon):
+    """The rule's evidence: at each point and recorded layout where one row's image ran the point only with MTP
+    and another's only without (or records no image), the MTP-image row has the lower TPOT."""
+    from simulator.calibrate.silicon import _RECIPE_MODELS
+
+    kept, _ = silicon
+    agg = kept[kept["mode"] == "agg"]
+    agg = agg.assign(model=agg["model_path"].str.lower().map(_RECIPE_MODELS))  # the db-dump files R1 as V3 too
+    layout = ["backend", "system", "model", "precision", "isl", "osl", "concurrency", "tp_size", "moe_ep_size",
+              "attention_dp_size"]
+    pairs = plain_pairs = 0
+    for _, group in agg.groupby(layout):
+        mtp = group[group["spec_refusal"].str.contains("is its MTP run")]
+        if mtp.empty:
+            continue
+        images = group["silicon_data_source"].str.contains(r"image=\S")
+        for named, others in ((True, group[images & (group["spec_refusal"] == "")]),
+                              (False, group[~images & (group["spec_refusal"] == "")])):
+            for tpot in others["silicon_tpot_ms"]:
+                pairs += 1
+                plain_pairs += named
+                assert mtp["silicon_tpot_ms"].max() < tpot
+    assert plain_pairs >= 8 and pairs >= 25
+    refused = kept[kept["spec_refusal"] != ""]
+    assert len(refused) > 80 and (refused["mode"] == "agg").all()
+    assert set(refused["backend"]) == {"trtllm", "sglang"}
+    with pytest.raises(Unexpressible, match="MTP"):
+        row_config(next(refused.itertuples()))

@@ -174,6 +174,10 @@ RECIPES_PATH = Path(__file__).resolve().parents[1] / "data" / "inferencex_disagg
 _RECIPE_SYSTEMS = {"h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
                    "gb300": "gb300"}
 _RECIPE_MODELS = {"deepseek-ai/deepseek-r1": "dsr1", "deepseek-ai/deepseek-v3": "dsr1", "openai/gpt-oss-120b": "gptoss"}
+# InferenceX's aggregated points (the same script writes it): the container image each matrix entry ran a point
+# with, and whether that entry runs MTP. The matrix runs many DeepSeek-R1 points twice (``<key>`` and ``<key>-mtp``),
+# and the dumps' aggregated rows record the image but not the speculation.
+AGG_IMAGES_PATH = RECIPES_PATH.with_name("inferencex_agg_images.csv")
 _RECIPE_LAYOUT = ("prefill_num_workers", "prefill_tp", "prefill_ep", "prefill_dp_attn", "decode_num_workers",
                   "decode_tp", "decode_ep", "decode_dp_attn")
 
@@ -253,18 +257,65 @@ def recipe_layout(row: Any, recipes: pd.DataFrame, *, with_mtp: bool = False) ->
     return fields, f"InferenceX recipe ({r['snapshot'].split()[0]}): {', '.join(pools)}{mtp}"
 
 
+def _row_image(row: Any) -> str:
+    """The container image a row's source records, as name:tag (without the host it is pulled from); "" if none."""
+    image = source_fields(str(getattr(row, "silicon_data_source", ""))).get("image", "").split(" ")[0]
+    return image.replace("#", "/").rsplit("/", 1)[-1]
+
+
+def agg_spec_refusal(row: Any, points: pd.DataFrame) -> str:
+    """Why an aggregated InferenceX row is not run as a plain (non-speculative) engine, or "".
+
+    InferenceX's matrix (``points``: :data:`AGG_IMAGES_PATH`) runs many points both with and without MTP, as
+    two entries, usually on two images, and the dumps record the row's image but not whether it ran MTP. At
+    a point the matrix runs with MTP, a row runs only where its image is one the matrix ran the point with
+    without MTP alone, or where it records no image (the db-dump's rows); it is the MTP run where its image ran
+    the point only with MTP (or the matrix ran the point no other way), and undecided where its image ran the
+    point both ways or no snapshot names its image there. Checked on the rows (``tests/test_silicon_recipes.py``):
+    at the 8 points where one row's image says MTP and another row's says not (TensorRT-LLM, DeepSeek-R1, B200),
+    the MTP-image row has the lower TPOT at every one, by 1.3-2.3x; and each of the 27 image-less rows beside
+    an MTP-image row of the same point and recorded layout is the slower of the two (1.15-2.3x)."""
+    if getattr(row, "mode", "") != "agg" or not _is_inferencex(row) or points.empty:
+        return ""
+    model = _RECIPE_MODELS.get(str(row.model_path).lower())
+    system = _RECIPE_SYSTEMS.get(str(row.system))
+    concurrency = _int(row.concurrency)
+    if model is None or system is None or concurrency is None:
+        return ""
+    at = points[(points["backend"] == row.backend) & (points["system"] == system) & (points["model"] == model)
+                & (points["precision"] == row.precision) & (points["isl"] == _int(row.isl))
+                & (points["osl"] == _int(row.osl)) & (points["concurrency"] == concurrency)]
+    specs = set(at["spec"].astype(str))
+    if "mtp" not in specs:
+        return ""
+    point = f"{row.backend} {row.system} {row.precision} {_int(row.isl)}/{_int(row.osl)} at {concurrency} users"
+    image = _row_image(row)
+    mine = set(at.loc[at["image"] == image, "spec"].astype(str))
+    unknown = "whose acceptance on its random prompts is not recorded"
+    if mine == {"none"} or (not image and specs != {"mtp"}):
+        return ""
+    if specs == {"mtp"}:
+        return f"InferenceX's matrix runs {point} only with MTP, {unknown}"
+    if mine == {"mtp"}:
+        return (f"InferenceX's matrix runs {point} with MTP on the row's image ({image}) and without it on another: "
+                f"the row is its MTP run, {unknown}")
+    said = f"on the row's image ({image})" if mine else f"and no snapshot read names the row's image ({image}) there"
+    return f"InferenceX's matrix runs {point} with and without MTP {said}: which the row ran is not recorded"
+
+
 _LAYOUT_FIELDS = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
                   "prefill_num_workers", "prefill_tp_size", "prefill_pp_size", "prefill_attention_dp_size",
                   "decode_num_workers", "decode_tp_size", "decode_pp_size", "decode_attention_dp_size")
 
 
-def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *,
-                 with_mtp: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: bool = False,
+                 agg_images_path: Path = AGG_IMAGES_PATH) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The CSV's rows to use (wip dropped, duplicates kept once), and the dropped rows with a
     ``dropped`` reason. Adds ``concurrency`` (from the source; NaN where not recorded),
     ``family``, ``wip``, ``num_copies``, ``layout_read_as`` (a layout read otherwise than recorded:
     :func:`_single_node_layout`, :func:`recipe_layout`), ``workers_from_recipe`` (its deployment is
-    a recipe's, not recorded), ``recipe_refusal`` (why a row without worker counts took no recipe) and
+    a recipe's, not recorded), ``recipe_refusal`` (why a row without worker counts took no recipe),
+    ``spec_refusal`` (why an aggregated row is taken as a speculative run: :func:`agg_spec_refusal`) and
     ``mtp_drafts`` (the MTP drafts a step its recipe runs; 0 unless ``with_mtp`` took such a recipe:
     :func:`recipe_layout`); keeps file order. Duplicates are found after the layouts are read, so a
     recipe's layout counts as given."""
@@ -310,6 +361,19 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *,
             df.at[i, col] = value
         df.at[i, "layout_read_as"] = note
         df.at[i, "workers_from_recipe"] = True
+    points = pd.read_csv(agg_images_path) if Path(agg_images_path).is_file() else pd.DataFrame()
+    df["spec_refusal"] = [agg_spec_refusal(row, points) for row in df.itertuples()]
+    # A measurement recorded twice (an identical (TTFT, TPOT) pair, e.g. the db-dump's copy without its image)
+    # is the same run: what one copy's image says holds for every copy, an MTP image first, then a plain one.
+    def _said(reasons: pd.Series) -> str:
+        for rank in (lambda x: "is its MTP run" in x or "only with MTP" in x, lambda x: not x, bool):
+            found = [x for x in reasons if rank(x)]
+            if found:
+                return found[0]
+        return ""
+
+    same = df.groupby(["silicon_ttft_ms", "silicon_tpot_ms"], sort=False, dropna=False)["spec_refusal"]
+    df["spec_refusal"] = same.transform(_said)
     wip = df[df["wip"]].assign(dropped="wip=True in its source (work in progress)")
     rest = df[~df["wip"]].copy()
     rest["num_given"] = rest[list(_LAYOUT_FIELDS)].notna().sum(axis=1)
@@ -491,6 +555,8 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         refusal = getattr(row, "recipe_refusal", "") or "no recipe read"
         raise Unexpressible(f"filed as one aggregated engine of {_recorded_gpus(row)} GPUs on an NVL72 rack (a "
                             f"disaggregated deployment's GPUs, by the dump's convention): {refusal}")
+    if row.mode == "agg" and getattr(row, "spec_refusal", ""):
+        raise Unexpressible(row.spec_refusal)
     model = _model(row.model_path)
     gpu = _gpu(row.system)
     dtype, kv = _dtypes(row)

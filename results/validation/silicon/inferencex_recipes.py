@@ -12,7 +12,10 @@ the union of the snapshots given, each line naming its snapshot.
 
 Each ``SNAPSHOT.yaml`` is a copy of that file, named ``<owner>__<repo>__<commit>.yaml`` (the repository
 and commit it came from). Writes ``simulator/data/inferencex_disagg_recipes.csv``, which
-:func:`simulator.calibrate.silicon.recipe_layouts` reads.
+:func:`simulator.calibrate.silicon.recipe_layout` reads, and ``simulator/data/inferencex_agg_images.csv``: at
+each aggregated point, the image each matrix entry ran it with and whether it runs MTP, which
+:func:`simulator.calibrate.silicon.agg_spec_refusal` reads (the dumps' aggregated rows record the image, not
+the speculation).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parents[3]
 OUT = REPO / "simulator" / "data" / "inferencex_disagg_recipes.csv"
+AGG_OUT = REPO / "simulator" / "data" / "inferencex_agg_images.csv"
 # InferenceX framework -> the silicon rows' backend.
 FRAMEWORKS = {"dynamo-trt": "trtllm", "dynamo-sglang": "sglang", "dynamo-vllm": "vllm", "sglang-disagg": "sglang",
               "trtllm-disagg": "trtllm", "vllm-disagg": "vllm"}
@@ -79,20 +83,66 @@ def recipes(path: Path) -> list[dict]:
     return lines
 
 
+def agg_points(path: Path) -> list[dict]:
+    """The aggregated (single-node) points of one snapshot: at each (framework, GPU, model, precision,
+    ISL/OSL, concurrency), the container image each matrix entry ran it with and whether that entry runs
+    MTP (``spec-decoding``). The matrix runs many points twice, as ``<key>`` and ``<key>-mtp``, usually on
+    different images, and the dumps' aggregated rows record the image but not the speculation."""
+    import yaml
+
+    owner, repo, commit = path.stem.split("__")
+    matrix = yaml.safe_load(path.read_text(encoding="utf-8"))
+    lines = []
+    for key, entry in matrix.items():
+        if not isinstance(entry, dict) or entry.get("disagg"):
+            continue
+        backend = AGG_FRAMEWORKS.get(str(entry.get("framework", "")))
+        if backend is None:
+            continue
+        for seq in entry.get("seq-len-configs", []):
+            for point in seq.get("search-space", []):
+                low = point.get("conc-start")
+                if low is None:
+                    continue
+                conc = int(low)
+                while conc <= int(point.get("conc-end", low)):  # the matrix's concurrencies double from start to end
+                    lines.append({
+                        "backend": backend, "system": str(entry.get("runner", "")).split("-")[0],
+                        "model": entry.get("model-prefix", ""), "precision": entry.get("precision", ""),
+                        "isl": int(seq["isl"]), "osl": int(seq["osl"]), "concurrency": conc,
+                        "image": _image_name(entry.get("image", "")),
+                        "spec": str(point.get("spec-decoding", "none")).lower(), "matrix_key": key,
+                        "snapshot": f"{owner}/{repo}@{commit[:12]}"})
+                    conc *= 2
+    return lines
+
+
+# InferenceX's single-node framework -> the silicon rows' backend.
+AGG_FRAMEWORKS = {"trt": "trtllm", "sglang": "sglang", "vllm": "vllm"}
+
+
+def _union(table: pd.DataFrame, extra: tuple[str, ...]) -> pd.DataFrame:
+    """One line per distinct point (every column but ``extra`` and the snapshot), the snapshots that hold it joined."""
+    key = [c for c in table.columns if c not in ("snapshot", *extra)]
+    return (table.groupby(key, sort=True, dropna=False)
+            .agg(**{c: (c, "first") for c in extra}, snapshot=("snapshot", lambda s: " ".join(sorted(set(s)))))
+            .reset_index())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("snapshots", nargs="+", type=Path)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--agg-out", type=Path, default=AGG_OUT)
     args = p.parse_args()
-    table = pd.DataFrame([line for path in args.snapshots for line in recipes(path)])
-    key = [c for c in table.columns if c not in ("snapshot", "image", "matrix_key")]
     # one line per distinct recipe at a point; the snapshots that hold it joined
-    table = (table.groupby(key, sort=True, dropna=False)
-             .agg(image=("image", "first"), matrix_key=("matrix_key", "first"),
-                  snapshot=("snapshot", lambda s: " ".join(sorted(set(s)))))
-             .reset_index())
+    table = _union(pd.DataFrame([line for path in args.snapshots for line in recipes(path)]), ("image", "matrix_key"))
     table.to_csv(args.out, index=False)
     print(f"{len(table)} recipe points from {len(args.snapshots)} snapshots -> {args.out}", file=sys.stderr)
+    # one line per (aggregated point, image, speculation)
+    agg = _union(pd.DataFrame([line for path in args.snapshots for line in agg_points(path)]), ("matrix_key",))
+    agg.to_csv(args.agg_out, index=False)
+    print(f"{len(agg)} aggregated (point, image, speculation) lines -> {args.agg_out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

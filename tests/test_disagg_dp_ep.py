@@ -173,3 +173,20 @@ def test_the_handoff_moves_the_kv_as_the_cache_stores_it() -> None:
     # What one GPU's cache holds per token (the latent is replicated on every TP rank) is what moves.
     _, plan = build_kv_cache(ds, SchedulerConfig())
     assert kv_bytes_per_token(ds) == pytest.approx(plan.kv_bytes_per_token[0])
+
+
+def test_a_pool_places_redundant_experts_where_its_ep_does_not_divide_the_experts():
+    """SGLang's wide-EP decode pools run EP 48 over DeepSeek's 256 experts with 32 redundant copies: the pool key
+    ``redundant`` says so, and without it the pool's error names the count that would fit."""
+    from simulator.config.run_config import ReplicaConfig
+
+    base = ReplicaConfig("deepseek-v3", "gb200", dtype="fp8")
+    with pytest.raises(ConfigError) as err:
+        parse_pool("1x(tp=1,dp=48,ep=48)", "decode_pool").check(base, "decode_pool")
+    assert err.value.field == "decode_pool" and "redundant=32" in err.value.fix
+    pool = parse_pool("1x(tp=1,dp=48,ep=48,redundant=32,nodes=6)", "decode_pool")
+    pool.check(base, "decode_pool")
+    assert pool.canonical() == "1x(tp=1,dp=48,ep=48,redundant=32,nodes=6)"
+    assert pool.replica_config(base).redundant_experts == 32
+    with pytest.raises(ConfigError, match="ep=1"):
+        parse_pool("1x(tp=8,redundant=32)", "prefill_pool").check(base, "prefill_pool")

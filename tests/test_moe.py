@@ -370,3 +370,24 @@ def test_learned_collectives_under_attention_dp_are_the_roofline_s(ep: int):
     # Every Mixtral layer is MoE: the attention's all-reduce only, at this rank's 16 tokens.
     assert float(ops["tp_all_reduce"][0]) == pytest.approx(float(curve(t * 4096 * 2)[0]))
     assert float(ops["qkv_proj"][0]) == float(qkv(t)[0])
+
+
+def test_redundant_experts_let_ep_divide_the_expert_slots_and_cost_their_weights():
+    """DeepSeek-V3's 256 experts over 48 EP ranks need redundant copies (SGLang's --ep-num-redundant-experts):
+    with 32, each rank holds 288 / 48 = 6 experts, and the weights grow by exactly those copies."""
+    with pytest.raises(ConfigError) as err:
+        ReplicaConfig("deepseek-v3", "gb200", tp=1, attention_dp=48, ep=48, dtype="fp8", num_nodes=6)
+    assert err.value.field == "replica.ep" and "place 32 redundant experts" in err.value.fix
+    plain = ReplicaConfig("deepseek-v3", "gb200", tp=1, attention_dp=8, ep=8, dtype="fp8")
+    spare = ReplicaConfig("deepseek-v3", "gb200", tp=1, attention_dp=8, ep=8, dtype="fp8", redundant_experts=32)
+    m = MODELS["deepseek-v3"]
+    extra = plan_memory(spare, 2048, 64).weights_bytes[0] - plan_memory(plain, 2048, 64).weights_bytes[0]
+    assert extra == pytest.approx(m.num_moe_layers * 32 * m.expert_params / 8 * spare.weight_bytes, rel=1e-9)
+    ReplicaConfig("deepseek-v3", "gb200", tp=1, attention_dp=48, ep=48, dtype="fp8", num_nodes=6, redundant_experts=32)
+    for bad in (dict(ep=1, redundant_experts=8), dict(ep=8, redundant_experts=-1)):
+        with pytest.raises(ConfigError) as err:
+            ReplicaConfig("deepseek-v3", "gb200", tp=1, attention_dp=8, dtype="fp8", **bad)
+        assert err.value.field == "replica.redundant_experts"
+    with pytest.raises(ConfigError, match="redundant copies"):  # 256 + 8 slots over 48 ranks
+        ReplicaConfig("deepseek-v3", "gb200", tp=1, attention_dp=48, ep=48, dtype="fp8", num_nodes=6,
+                      redundant_experts=8)

@@ -293,3 +293,25 @@ def test_twins_are_one_recorded_deployment_measured_far_apart():
     assert sorted(out["id"]) == ["fast", "slow"]
     assert dict(zip(out["id"], out["role"], strict=True)) == {"fast": "fast", "slow": "slow"}
     assert out["tpot_span"].iloc[0] == pytest.approx(2.0)
+
+
+def test_sglang_pools_whose_ep_does_not_divide_the_experts_place_redundant_experts(silicon):
+    """SGLang's GB200/GB300 wide-EP pools (EP 24 or 48 over DeepSeek's 256 experts) run with SGLang's 32 redundant
+    experts (silicon.SGLANG_REDUNDANT_EXPERTS); other backends' pools never get them."""
+    from simulator.calibrate.silicon import SGLANG_REDUNDANT_EXPERTS
+    from simulator.config.disagg_layout import layout_of
+
+    kept, _ = silicon
+    wide = []
+    for row in kept[kept["mode"] == "disagg"].itertuples():
+        try:
+            config = row_config(row)
+        except Unexpressible:
+            continue
+        pools = (layout_of(config).prefill_replica, layout_of(config).decode_replica)
+        placed = [p for p in pools if p.redundant_experts]
+        if placed:
+            wide.append(row)
+            assert row.backend == "sglang"
+            assert all(p.redundant_experts == SGLANG_REDUNDANT_EXPERTS and 256 % p.ep for p in placed)
+    assert len(wide) >= 20

@@ -524,9 +524,25 @@ def _nodes(tp: int, num_gpus: int) -> dict[str, Any]:
             "replica__allow_tp_across_nodes": tp > MAX_GPUS_PER_NODE}
 
 
-def _pool_layout(tp: int, pp: int, adp: int, ep: int) -> str:
-    """A disaggregated pool's layout keys: TP, PP, attention DP, EP and the nodes its replica fills."""
-    return f"tp={tp},pp={pp},dp={adp},ep={ep},nodes={-(-(tp * pp * adp) // MAX_GPUS_PER_NODE)}"
+# SGLang's wide-EP deployments place redundant expert copies over their EP ranks (--ep-num-redundant-experts);
+# the SGLang team's published GB200 DeepSeek decode launch places 32, making DeepSeek's 256 experts 288 slots,
+# which EP 24, 36, 48 and 72 divide. A SGLang pool whose EP does not divide the experts is read with them
+# (the rows record no count; an assumption, named in the row's layout).
+SGLANG_REDUNDANT_EXPERTS = 32
+
+
+def _redundant_experts(row: Any, ep: int, num_experts: int) -> int:
+    """The redundant expert copies a pool of ``row``'s deployment most likely placed (0: none needed)."""
+    if str(getattr(row, "backend", "")) == "sglang" and ep > 1 and num_experts % ep:
+        return SGLANG_REDUNDANT_EXPERTS
+    return 0
+
+
+def _pool_layout(tp: int, pp: int, adp: int, ep: int, redundant: int = 0) -> str:
+    """A disaggregated pool's layout keys: TP, PP, attention DP, EP (and redundant experts) and the nodes its
+    replica fills."""
+    extra = f",redundant={redundant}" if redundant else ""
+    return f"tp={tp},pp={pp},dp={adp},ep={ep}{extra},nodes={-(-(tp * pp * adp) // MAX_GPUS_PER_NODE)}"
 
 
 def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None = None, budget: int = DEFAULT_BUDGET,
@@ -597,7 +613,9 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
             prefill, decode = f"tp={ptp},pp={ppp}", f"tp={dtp},pp={dpp}"
             changes.update({"replica__tp": dtp, "replica__ep": dep})
         else:  # each pool its own attention DP and EP (README item 8 per pool), on the nodes its GPUs fill
-            prefill, decode = _pool_layout(ptp, ppp, padp, pep), _pool_layout(dtp, dpp, dadp, dep)
+            experts = get_model(model).num_experts
+            prefill = _pool_layout(ptp, ppp, padp, pep, _redundant_experts(row, pep, experts))
+            decode = _pool_layout(dtp, dpp, dadp, dep, _redundant_experts(row, dep, experts))
             changes.update({"replica__tp": dtp, **_nodes(dtp, dtp)})
             if max(ptp, dtp) > MAX_GPUS_PER_NODE:
                 changes["replica__allow_tp_across_nodes"] = True

@@ -128,7 +128,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         per_rank = " a rank" if r.attention_dp > 1 else ""
         knobs = (f" ({s.token_budget(max_len, r.gpu_spec, r.attention_dp):,}-token budget{per_rank}, "
                  f"<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)})")
-    title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) · "
+    spare = f" +{r.redundant_experts} redundant experts" if r.redundant_experts else ""
+    title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}{spare}) · "
              f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "
              f"dtype {r.weight_format.describe(r.gpu_spec)}{_experts_only(r)}{kv}")
     from simulator.costmodel.engine_model import ENGINES

@@ -52,9 +52,10 @@ from simulator.config.errors import ConfigError
 if TYPE_CHECKING:
     from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 
-POOL_KEYS = ("tp", "pp", "dp", "ep", "nodes", "gpu", "sched", "budget", "seqs")
+POOL_KEYS = ("tp", "pp", "dp", "ep", "redundant", "nodes", "gpu", "sched", "budget", "seqs")
 # Pool keys that override ReplicaConfig fields, and the field each sets.
-_REPLICA_KEYS = {"tp": "tp", "pp": "pp", "dp": "attention_dp", "ep": "ep", "nodes": "num_nodes", "gpu": "gpu"}
+_REPLICA_KEYS = {"tp": "tp", "pp": "pp", "dp": "attention_dp", "ep": "ep", "redundant": "redundant_experts",
+                 "nodes": "num_nodes", "gpu": "gpu"}
 DEFAULT_POOL_SCHEDULER = "vllm"
 _POOL_RE = re.compile(r"^\s*(\d+)\s*x\s*(?:\((.*)\))?\s*$", re.IGNORECASE)
 _BW_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(gb/s|gbps)(?:\s*@\s*(\d+(?:\.\d+)?)\s*(us|ms|s))?$", re.IGNORECASE)
@@ -69,6 +70,7 @@ class PoolSpec:
     pp: int | None = None
     dp: int | None = None  # attention data-parallel ranks per replica (ReplicaConfig.attention_dp)
     ep: int | None = None
+    redundant: int | None = None  # redundant expert copies over the pool's EP ranks (ReplicaConfig.redundant_experts)
     nodes: int | None = None  # nodes per replica (ReplicaConfig.num_nodes)
     gpu: str | None = None
     sched: str | None = None
@@ -81,14 +83,22 @@ class PoolSpec:
 
     def replica_config(self, base: ReplicaConfig) -> ReplicaConfig:
         changes = {f: getattr(self, k) for k, f in _REPLICA_KEYS.items() if getattr(self, k) is not None}
+        changes["redundant_experts"] = self.redundant_of(base)
         return replace(base, **changes)
+
+    def redundant_of(self, base: ReplicaConfig) -> int:
+        """The pool's redundant experts: its own, else the run's where the pool keeps the run's EP (the copies
+        belong to an EP layout: a pool that sets ``ep`` places none unless it says so)."""
+        if self.redundant is not None:
+            return self.redundant
+        return base.redundant_experts if self.ep is None else 0
 
     def check(self, base: ReplicaConfig, field: str) -> None:
         """Refuse, naming the pool (``field``) and the key to change, what a replica of this pool
         cannot be: attention DP on a dense model or with PP, an ``ep`` that does not divide the
         replica's ``tp x dp`` GPUs, more GPUs than its nodes hold. Only where the pool sets
         ``dp``, ``ep`` or ``nodes`` (other layouts keep the replica's own messages)."""
-        if self.dp is None and self.ep is None and self.nodes is None:
+        if self.dp is None and self.ep is None and self.nodes is None and self.redundant is None:
             return
         from simulator.config.catalog import get_model
         from simulator.config.topology import MAX_GPUS_PER_NODE
@@ -107,11 +117,20 @@ class PoolSpec:
             raise ConfigError(field, f"attention DP (dp={dp}) with pipeline parallelism (pp={pp}) is not modelled",
                               f"use pp=1 in {flag}")
         group = tp * dp
-        if ep > 1 and (group % ep or spec.num_experts % ep):
+        redundant = self.redundant_of(base)
+        slots = spec.num_experts + redundant
+        if redundant and ep == 1:
+            raise ConfigError(field, f"redundant={redundant} expert copies need EP ranks to spread over (ep=1)",
+                              f"add ep=N to {flag}, or drop redundant")
+        if ep > 1 and (group % ep or slots % ep):
+            extra = f" and {redundant} redundant copies" if redundant else ""
+            more = -slots % ep
             raise ConfigError(field, f"ep={ep} must divide a replica's tp x dp = {tp} x {dp} = {group} GPUs and "
-                              f"{spec.name}'s {spec.num_experts} experts",
-                              f"in {flag} use ep={math.gcd(group, spec.num_experts)} or one of its divisors"
-                              + (", or raise dp" if group < spec.num_experts else ""))
+                              f"{spec.name}'s {spec.num_experts} experts{extra}",
+                              f"in {flag} use ep={math.gcd(group, slots)} or one of its divisors"
+                              + (", or raise dp" if group < spec.num_experts else "")
+                              + (f", or set redundant={redundant + more} (SGLang's --ep-num-redundant-experts)"
+                                 if not group % ep else ""))
         num_gpus = tp * pp * dp
         if num_gpus > nodes * MAX_GPUS_PER_NODE:
             need = -(-num_gpus // MAX_GPUS_PER_NODE)

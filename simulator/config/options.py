@@ -59,6 +59,9 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "attention_dp": ("replica__attention_dp", int, "Attention data-parallel ranks per replica, each --tp GPUs with its "
                      "own batch and KV cache, MoE layers over all of them (vLLM --data-parallel-size, SGLang "
                      "--enable-dp-attention)."),
+    "redundant_experts": ("replica__redundant_experts", int, "Redundant expert copies spread over the EP ranks for "
+                          "load balance (SGLang --ep-num-redundant-experts, vLLM EPLB num_redundant_experts): --ep "
+                          "divides the experts plus these; each rank holds that many more weights."),
     "moe_imbalance": ("replica__moe_imbalance", float, "MoE load imbalance: busiest expert/EP rank over the mean (>= 1)."),
     "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
                        "(vLLM's --num-gpu-blocks-override)."),
@@ -298,8 +301,8 @@ def _draws_at_random(config: RunConfig) -> bool:
 
 
 # Run options that a disaggregated pool's key overrides: option name -> pool key (simulator.config.disagg_layout).
-POOL_OVERRIDES = {"tp": "tp", "pp": "pp", "attention_dp": "dp", "ep": "ep", "nodes": "nodes", "gpu": "gpu",
-                  "max_num_seqs": "seqs"}
+POOL_OVERRIDES = {"tp": "tp", "pp": "pp", "attention_dp": "dp", "ep": "ep", "redundant_experts": "redundant",
+                  "nodes": "nodes", "gpu": "gpu", "max_num_seqs": "seqs"}
 
 
 def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:

@@ -152,6 +152,9 @@ class ReplicaConfig:
     # measured generation, e.g. MI300X or a GPU file, keeps the 2023 constants and the run header says so);
     # 2023 for the paper reproductions, which pin it.
     roofline_calibration: str = "today"
+    # Extra copies of hot experts placed over the EP ranks for load balance (SGLang's --ep-num-redundant-experts,
+    # vLLM's EPLB num_redundant_experts): every EP rank holds (num_experts + redundant_experts) / ep experts.
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
         # Canonicalise names so an HF id and the short name give identical configs.
@@ -202,14 +205,24 @@ class ReplicaConfig:
         if self.attention_dp > 1 and self.pp > 1:
             raise ConfigError("replica.attention_dp", "attention data parallelism with pipeline parallelism is not "
                               "modelled", "use --pp 1 with --attention-dp")
+        if self.redundant_experts < 0 or (self.redundant_experts and self.ep == 1):
+            raise ConfigError("replica.redundant_experts", f"redundant expert copies are spread over EP ranks, got "
+                              f"{self.redundant_experts} with ep={self.ep}",
+                              "give --redundant-experts N >= 0 with --ep > 1")
         group = self.tp * self.attention_dp
-        if self.ep > 1 and (group % self.ep or spec.num_experts % self.ep):
+        slots = spec.num_experts + self.redundant_experts
+        if self.ep > 1 and not group % self.ep and slots % self.ep:
+            more = -slots % self.ep
+            raise ConfigError("replica.ep", f"ep={self.ep} must divide {spec.name}'s {spec.num_experts} experts"
+                              + (f" and {self.redundant_experts} redundant copies" if self.redundant_experts else ""),
+                              f"use an ep that divides {slots}, or place {self.redundant_experts + more} redundant "
+                              "experts (--redundant-experts, SGLang's --ep-num-redundant-experts)")
+        if self.ep > 1 and group % self.ep:
             if self.attention_dp == 1:
-                raise ConfigError("replica.ep", f"ep={self.ep} must divide tp={self.tp} and {spec.name}'s "
-                                  f"{spec.num_experts} experts", "use --ep equal to --tp or one of its divisors, "
+                raise ConfigError("replica.ep", f"ep={self.ep} must divide tp={self.tp}",
+                                  "use --ep equal to --tp or one of its divisors, "
                                   "or add --attention-dp N for EP across data-parallel ranks")
-            raise ConfigError("replica.ep", f"ep={self.ep} must divide tp x attention_dp = {group} GPUs and "
-                              f"{spec.name}'s {spec.num_experts} experts",
+            raise ConfigError("replica.ep", f"ep={self.ep} must divide tp x attention_dp = {group} GPUs",
                               f"use --ep {group} (vLLM's --enable-expert-parallel) or one of its divisors")
         # The busiest expert takes at most every token: its load over the mean is at most the expert count.
         most = max(spec.num_experts, 1)

@@ -114,6 +114,8 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
     dp = replica.attention_dp
     experts_per_layer = m.num_moe_layers * m.num_experts * m.expert_params / m.num_layers
+    # Redundant copies of experts (EPLB) on top, spread over every GPU of the MoE group like the rest.
+    redundant_per_layer = m.num_moe_layers * replica.redundant_experts * m.expert_params / m.num_layers
     # A 4-bit MoE checkpoint keeps its attention projections and router at 16 bits (0 otherwise).
     p16 = replica.params_16bit_per_layer
     for stage, num_layers in enumerate(layers):
@@ -123,6 +125,7 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
             w = num_layers * ((m.params_per_layer - p16 - experts_per_layer) / tp + experts_per_layer / (tp * dp)) * wb
         if p16:
             w += num_layers * p16 / tp * db
+        w += num_layers * redundant_per_layer / (tp * dp) * wb
         if stage == 0:
             w += m.embedding_params / tp * db
         if stage == len(layers) - 1 and (not m.tied_embeddings or replica.pp > 1):

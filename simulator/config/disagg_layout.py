@@ -96,8 +96,9 @@ class PoolSpec:
     def check(self, base: ReplicaConfig, field: str) -> None:
         """Refuse, naming the pool (``field``) and the key to change, what a replica of this pool
         cannot be: attention DP on a dense model or with PP, an ``ep`` that does not divide the
-        replica's ``tp x dp`` GPUs, more GPUs than its nodes hold. Only where the pool sets
-        ``dp``, ``ep`` or ``nodes`` (other layouts keep the replica's own messages)."""
+        replica's ``tp x dp`` GPUs and the experts plus redundant copies, redundant copies without EP,
+        more GPUs than its nodes hold. Only where the pool sets ``dp``, ``ep``, ``redundant`` or
+        ``nodes`` (other layouts keep the replica's own messages)."""
         if self.dp is None and self.ep is None and self.nodes is None and self.redundant is None:
             return
         from simulator.config.catalog import get_model

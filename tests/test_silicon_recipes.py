@@ -233,3 +233,15 @@ def test_mtp_image_rows_are_the_faster_twin_at_their_point(silicon):
     assert set(refused["backend"]) == {"trtllm", "sglang"}
     with pytest.raises(Unexpressible, match="MTP"):
         row_config(next(refused.itertuples()))
+
+
+def test_every_copy_of_a_measurement_gets_the_same_speculation_verdict(silicon):
+    """A measurement recorded twice (identical TTFT and TPOT; the db-dump's copy has no image) is one run: the
+    copies dropped as duplicates carry the kept row's verdict, so dropping them cannot change what runs."""
+    kept, dropped = silicon
+    pair = ["silicon_ttft_ms", "silicon_tpot_ms"]
+    copies = dropped[dropped["dropped"].str.startswith("duplicate")].merge(kept[[*pair, "spec_refusal"]], on=pair,
+                                                                          suffixes=("", "_kept"))
+    assert len(copies) > 100
+    assert (copies["spec_refusal"] == copies["spec_refusal_kept"]).all()
+    assert (copies["spec_refusal"] != "").sum() >= 6  # copies of refused measurements exist and agree

@@ -362,18 +362,21 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: boo
         df.at[i, "layout_read_as"] = note
         df.at[i, "workers_from_recipe"] = True
     points = pd.read_csv(agg_images_path) if Path(agg_images_path).is_file() else pd.DataFrame()
-    df["spec_refusal"] = [agg_spec_refusal(row, points) for row in df.itertuples()]
+    verdicts = [agg_spec_refusal(row, points) for row in df.itertuples()]
+    imaged = [bool(_row_image(row)) for row in df.itertuples()]
     # A measurement recorded twice (an identical (TTFT, TPOT) pair, e.g. the db-dump's copy without its image)
-    # is the same run: what one copy's image says holds for every copy, an MTP image first, then a plain one.
-    def _said(reasons: pd.Series) -> str:
-        for rank in (lambda x: "is its MTP run" in x or "only with MTP" in x, lambda x: not x, bool):
-            found = [x for x in reasons if rank(x)]
-            if found:
-                return found[0]
-        return ""
-
-    same = df.groupby(["silicon_ttft_ms", "silicon_tpot_ms"], sort=False, dropna=False)["spec_refusal"]
-    df["spec_refusal"] = same.transform(_said)
+    # is the same run: what one copy's image says holds for every copy, an MTP image first, then an image that
+    # ran the point without MTP, then any other refusal (a copy without an image says nothing of its own).
+    for idx in df.groupby(["silicon_ttft_ms", "silicon_tpot_ms"], sort=False, dropna=False).indices.values():
+        if len(idx) < 2:
+            continue
+        reasons = [verdicts[i] for i in idx]
+        mtp = [x for x in reasons if "is its MTP run" in x or "only with MTP" in x]
+        plain = any(not verdicts[i] and imaged[i] for i in idx)
+        said = mtp[0] if mtp else "" if plain else next((x for x in reasons if x), "")
+        for i in idx:
+            verdicts[i] = said
+    df["spec_refusal"] = verdicts
     wip = df[df["wip"]].assign(dropped="wip=True in its source (work in progress)")
     rest = df[~df["wip"]].copy()
     rest["num_given"] = rest[list(_LAYOUT_FIELDS)].notna().sum(axis=1)

@@ -253,6 +253,20 @@ def test_vllm_block_fp8_gemms_are_priced_by_a_lane_that_runs_the_format_at_bf16_
     assert float(rows["latency"][at][0]) > 4 * float(priced["latency"][theirs][0])  # the lane the donor replaces
 
 
+def test_vllm_h100_fp8_experts_are_priced_by_a_lane_that_runs_fp8_below_bf16(aic) -> None:  # noqa: ANN001
+    """vLLM's H100 FP8 MoE lane runs at 2.2x its own bf16 MoE rows, every other FP8 MoE lane below its bf16 one:
+    TensorRT-LLM's CUTLASS rows of the same GPU price it (a note says so); H200's vLLM lane keeps its own rows."""
+    shape = BatchShape.from_requests(decodes=[2000] * 32)
+    h100 = dict(model="qwen3-235b-a22b", gpu="h100-sxm", tp=8, dtype="fp8")
+    vllm, trt = _model(aic, **h100), _model(aic, backend="trtllm", **h100)
+    assert "(trtllm " in vllm.moe_source and any("fp8 moe priced by trtllm" in n for n in vllm.notes)
+    assert vllm.breakdown(shape)["moe_experts"] == pytest.approx(trt.breakdown(shape)["moe_experts"], rel=1e-12)
+    bf16 = _model(aic, model="qwen3-235b-a22b", gpu="h100-sxm", tp=8)
+    assert vllm.breakdown(shape)["moe_experts"] < bf16.breakdown(shape)["moe_experts"]  # FP8 below bf16 again
+    h200 = _model(aic, model="qwen3-235b-a22b", gpu="h200", tp=8, dtype="fp8")
+    assert "(trtllm " not in h200.moe_source and h200.moe_source.startswith("vllm")
+
+
 def test_trtllm_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpus(aic) -> None:  # noqa: ANN001
     """TensorRT-LLM's default MoE backend for MXFP4 weights on B200/GB200/B300/GB300 runs MXFP8 activations
     (its gpt-oss deployment guide); Hopper runs BF16 activations, and so do the other backends' tables."""

@@ -316,6 +316,12 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   71.3 to 37.2 ms. The roofline's 'today' fit reads the same rows (its vLLM Hopper block-FP8 lane had fitted an
   88 us floor a GEMM: the default `vllm-2026` engine priced DeepSeek-V3 on 8 H200 at 50.8 ms for 16 decodes, 16.4
   ms now), and the held-out errors above are computed on the rows each lane is priced from.
+- vLLM's H100 FP8 MoE rows (FlashInfer's CUTLASS experts, its 0.24 collector) run at a median 2.2x vLLM's own bf16
+  MoE rows of the same expert shapes (2.4x at <= 64 tokens), where every other backend's and GPU's FP8 MoE lane runs at
+  0.57-0.77x its bf16 one (vLLM's H200 Triton lane 0.68x, at 1.0x TensorRT-LLM's CUTLASS rows there). `--kernels vllm
+  --dtype fp8` on H100 prices FP8 experts by TensorRT-LLM's CUTLASS rows of the GPU (a note says so): Qwen3.5-397B's
+  decode step above went from 125.9 to 30.7 ms, Qwen3-235B-A22B's experts at TP8 and 32 decodes from 67.2 to 13.9 ms
+  a step.
 - gpt-oss: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`, TRT-LLM on Blackwell
   `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. `--kernels trtllm --dtype mxfp4`
   on B200/GB200/B300/GB300 takes the `w4a8_mxfp4_mxfp8` rows first (TensorRT-LLM's default MoE backend there runs

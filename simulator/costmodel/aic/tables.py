@@ -272,6 +272,10 @@ LANE_DONORS: tuple[LaneDonor, ...] = (
               why="vLLM's block-FP8 GEMM lane of its 0.24 collector runs at 18.5x (Triton, L40S) and 86x (CUTLASS, "
                   "RTX PRO 6000) its own bf16 GEMM, TensorRT-LLM's block-FP8 rows of the same GPUs at 0.8x and 1.3x "
                   "theirs (no SGLang block-FP8 rows there)"),
+    LaneDonor("moe", "vllm", "trtllm", dtype="fp8", systems=frozenset({"h100_sxm"}),
+              why="vLLM's H100 FP8 MoE lane (FlashInfer's CUTLASS experts) runs at 2.2x its own bf16 MoE rows of the "
+                  "same expert shapes, where every other backend's and GPU's FP8 MoE lane runs at 0.57-0.77x its "
+                  "bf16 one, vLLM's own H200 lane (Triton) included, at 1.0x TensorRT-LLM's CUTLASS rows there"),
     LaneDonor("moe", "vllm", "sglang", source="vllm_marlin_int4_moe", donor_source="sglang_marlin_moe",
               why="the same Marlin MoE kernel: this older vLLM lane (0.18/0.19 tables: H200, B200, B300) times it 2-3x "
                   "slower than SGLang's rows of the same GPU and expert shape (median 1.96-2.24x), while vLLM's newer "

@@ -11,7 +11,9 @@ version, parquet tables of measured per-call latencies (**milliseconds**, one GP
   cached per process (:func:`read_table`), so a run reads a few megabytes once;
 - picks, per table and dtype, the one kernel implementation priced (:func:`choose_source`:
   the source with the most rows, i.e. the one the collector swept; deterministic; for the
-  custom all-reduce the CUDA-graph variant, which a serving step replays);
+  custom all-reduce the CUDA-graph variant, which a serving step replays), or, for the few
+  lanes whose figures the kernel does not bear out (:data:`LANE_DONORS`), another collector's
+  rows of the same system (:func:`read_priced_rows`);
 - turns a system's tables into one tidy frame (:func:`tidy_tables`) for
   ``simulate import-aiconfigurator``.
 
@@ -260,9 +262,10 @@ class LaneDonor:
 
 
 # The lanes the cost model and the roofline's fit price from another collector's rows, each measured here
-# beside the same format's kernel on the same GPU (ratios: medians over every shared (m, n, k) with m <= 256,
-# each lane against its own table's bf16 GEMM at the same shape). A block-FP8 GEMM reads half a bf16 GEMM's
-# weight bytes; at decode sizes no kernel a serving engine ships runs it several times slower than bf16.
+# beside the same format's kernel on the same GPU (ratios: medians over every shared shape at decode sizes,
+# m or tokens <= 256, against the lane's own table's bf16 rows or another collector's rows of the same kernel).
+# An FP8 kernel reads half a bf16 one's weight bytes; no kernel a serving engine ships runs it slower than bf16
+# at decode sizes, let alone several times slower.
 LANE_DONORS: tuple[LaneDonor, ...] = (
     LaneDonor("gemm", "vllm", "sglang", dtype="fp8_block", systems=frozenset({"h100_sxm", "h200_sxm", "gb200", "gb300"}),
               why="vLLM's block-FP8 GEMM lane of its 0.18/0.24 collectors runs at 6.9-7.6x its own bf16 GEMM on "

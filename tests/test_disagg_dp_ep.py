@@ -190,3 +190,18 @@ def test_a_pool_places_redundant_experts_where_its_ep_does_not_divide_the_expert
     assert pool.replica_config(base).redundant_experts == 32
     with pytest.raises(ConfigError, match="ep=1"):
         parse_pool("1x(tp=8,redundant=32)", "prefill_pool").check(base, "prefill_pool")
+
+
+def test_run_redundant_experts_that_no_pool_takes_are_refused() -> None:
+    """A pool that sets its own ep= places no redundant experts unless it sets redundant=: where every pool does,
+    --redundant-experts would do nothing, and the run says so instead of dropping it."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    args = ["run", "--model", "deepseek-v3", "--gpu", "b200", "--dtype", "fp8", "--tp", "8", "--ep", "8",
+            "--redundant-experts", "32", "--num-requests", "8", "--no-progress"]
+    res = CliRunner().invoke(app, [*args, "--prefill-pool", "1x(ep=8)", "--decode-pool", "1x(redundant=32)"])
+    assert isinstance(res.exception, ConfigError) and "--redundant-experts would do nothing" in str(res.exception)
+    res = CliRunner().invoke(app, [*args, "--prefill-pool", "1x(ep=8)", "--decode-pool", "1x(pp=1)"])
+    assert res.exit_code == 0, res.output  # the decode pool keeps the run's EP and its copies

@@ -319,6 +319,11 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     for name, key in POOL_OVERRIDES.items():
         if all(getattr(pool, key) is not None for pool, _ in pools.values()):
             out[name] = (f"{named} each set {key}= themselves", f"drop {{flag}}, or leave {key}= out of a pool")
+    # Redundant experts belong to an EP layout: a pool that sets its own ep= places none unless it says so.
+    if "redundant_experts" not in out and all(pool.ep is not None or pool.redundant is not None
+                                              for pool, _ in pools.values()):
+        out["redundant_experts"] = (f"{named} each set ep= or redundant= themselves (a pool's own ep= places no "
+                                    "redundant experts unless it sets redundant=)", "give the pools redundant=N, or drop {flag}")
     if ("--mixed-pool" not in pools and config.scheduler.chunk_size is None and config.scheduler.max_num_batched_tokens is None
             and config.scheduler.recv_interval == 1):
         # The prefill and decode pools run sched= or vllm; --scheduler only says whose budget knobs (and SGLang's

@@ -528,9 +528,10 @@ def _nodes(tp: int, num_gpus: int) -> dict[str, Any]:
 
 
 # SGLang's wide-EP deployments place redundant expert copies over their EP ranks (--ep-num-redundant-experts);
-# the SGLang team's published GB200 DeepSeek decode launch places 32, making DeepSeek's 256 experts 288 slots,
-# which EP 24, 36, 48 and 72 divide. A SGLang pool whose EP does not divide the experts is read with them
-# (the rows record no count; an assumption, named in the row's layout).
+# the large-scale EP launch commands its users share place 32 (e.g. sgl-project/sglang#11848), making
+# DeepSeek's 256 experts 288 slots, which EP 24, 36, 48 and 72 divide. A SGLang pool whose EP does not divide
+# the experts is read with them: the rows record no count and InferenceX's recipe was not read, so this is an
+# assumption, named in the row's layout.
 SGLANG_REDUNDANT_EXPERTS = 32
 
 

@@ -53,9 +53,8 @@ if TYPE_CHECKING:
     from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 
 POOL_KEYS = ("tp", "pp", "dp", "ep", "redundant", "nodes", "gpu", "sched", "budget", "seqs")
-# Pool keys that override ReplicaConfig fields, and the field each sets.
-_REPLICA_KEYS = {"tp": "tp", "pp": "pp", "dp": "attention_dp", "ep": "ep", "redundant": "redundant_experts",
-                 "nodes": "num_nodes", "gpu": "gpu"}
+# Pool keys that override ReplicaConfig fields, and the field each sets (redundant: PoolSpec.redundant_of).
+_REPLICA_KEYS = {"tp": "tp", "pp": "pp", "dp": "attention_dp", "ep": "ep", "nodes": "num_nodes", "gpu": "gpu"}
 DEFAULT_POOL_SCHEDULER = "vllm"
 _POOL_RE = re.compile(r"^\s*(\d+)\s*x\s*(?:\((.*)\))?\s*$", re.IGNORECASE)
 _BW_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(gb/s|gbps)(?:\s*@\s*(\d+(?:\.\d+)?)\s*(us|ms|s))?$", re.IGNORECASE)
@@ -102,6 +101,7 @@ class PoolSpec:
         if self.dp is None and self.ep is None and self.nodes is None and self.redundant is None:
             return
         from simulator.config.catalog import get_model
+        from simulator.config.specs import redundant_experts_to_fit
         from simulator.config.topology import MAX_GPUS_PER_NODE
 
         flag = "--" + field.replace("_", "-")
@@ -125,12 +125,12 @@ class PoolSpec:
                               f"add ep=N to {flag}, or drop redundant")
         if ep > 1 and (group % ep or slots % ep):
             extra = f" and {redundant} redundant copies" if redundant else ""
-            more = -slots % ep
             raise ConfigError(field, f"ep={ep} must divide a replica's tp x dp = {tp} x {dp} = {group} GPUs and "
                               f"{spec.name}'s {spec.num_experts} experts{extra}",
                               f"in {flag} use ep={math.gcd(group, slots)} or one of its divisors"
                               + (", or raise dp" if group < spec.num_experts else "")
-                              + (f", or set redundant={redundant + more} (SGLang's --ep-num-redundant-experts)"
+                              + (f", or set redundant={redundant_experts_to_fit(spec.num_experts, redundant, ep)} "
+                                 "(SGLang's --ep-num-redundant-experts)"
                                  if not group % ep else ""))
         num_gpus = tp * pp * dp
         if num_gpus > nodes * MAX_GPUS_PER_NODE:

@@ -40,7 +40,7 @@ from simulator.config.precision import (
     canonical_weight_format,
     kv_bytes_per_element,
 )
-from simulator.config.specs import tp_shard_problem
+from simulator.config.specs import redundant_experts_to_fit, tp_shard_problem
 from simulator.config.speculative import SpeculativeConfig
 from simulator.config.topology import build_topology
 
@@ -212,10 +212,10 @@ class ReplicaConfig:
         group = self.tp * self.attention_dp
         slots = spec.num_experts + self.redundant_experts
         if self.ep > 1 and not group % self.ep and slots % self.ep:
-            more = -slots % self.ep
+            fit = redundant_experts_to_fit(spec.num_experts, self.redundant_experts, self.ep)
             raise ConfigError("replica.ep", f"ep={self.ep} must divide {spec.name}'s {spec.num_experts} experts"
                               + (f" and {self.redundant_experts} redundant copies" if self.redundant_experts else ""),
-                              f"use an ep that divides {slots}, or place {self.redundant_experts + more} redundant "
+                              f"use an ep that divides {slots}, or place {fit} redundant "
                               "experts (--redundant-experts, SGLang's --ep-num-redundant-experts)")
         if self.ep > 1 and group % self.ep:
             if self.attention_dp == 1:

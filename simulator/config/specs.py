@@ -310,3 +310,9 @@ def tp_shard_problem(spec: ModelSpec, tp: int) -> tuple[str, str] | None:
     if spec.num_kv_heads % tp and tp % spec.num_kv_heads:
         return (f"tp={tp} neither divides nor is a multiple of {spec.num_kv_heads} KV heads", "")
     return None
+
+
+def redundant_experts_to_fit(num_experts: int, redundant: int, ep: int) -> int:
+    """The fewest redundant expert copies, at least ``redundant``, that make ``num_experts`` plus them
+    divide over ``ep`` ranks (what an error names as the fix; 32 for DeepSeek's 256 experts over 48)."""
+    return redundant + (-(num_experts + redundant) % ep)

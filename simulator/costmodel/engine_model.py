@@ -162,9 +162,9 @@ class EngineModel:
 
 
 # -- presets ------------------------------------------------------------------------------------------------------
-SILICON_HANDOFF_S = 0.160  # the 2026 presets' handoff latency: see the comment above vllm-2026
-HANDOFF_FITTED = ("; in disaggregated runs a handoff of 160 ms a request, one constant fitted on the 170 disaggregated "
-                  "silicon rows of all three backends (leaving one GPU out: 135-160 ms)")
+SILICON_HANDOFF_S = 0.135  # the 2026 presets' handoff latency: see the comment above vllm-2026
+HANDOFF_FITTED = ("; in disaggregated runs a handoff of 135 ms a request, one constant fitted on the 355 disaggregated "
+                  "silicon rows of all three backends (leaving one GPU out: 95-140 ms)")
 # Each preset names what it was measured on. The fitted numbers are reproduced by
 # simulator.calibrate.engine_fit (tests refit them from ../shared/data and compare).
 ENGINES: dict[str, EngineModel] = {
@@ -224,11 +224,10 @@ ENGINES: dict[str, EngineModel] = {
     # results/validation/silicon/default_engine.py); sglang-2026 and trtllm-2026 only over their own tables
     # (``kernels``), so a run over other prices says so.
     # The 2026 presets' handoff latency (disaggregated runs only): one constant for the three stacks (a router and a
-    # NIXL-style KV connector each), fitted on the silicon rows' 170 simulated disaggregated deployments (TRT-LLM 90
-    # on Dynamo, SGLang 67, vLLM 13; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added to
+    # NIXL-style KV connector each), fitted on the silicon rows' 355 simulated disaggregated deployments (TRT-LLM 228
+    # on Dynamo, SGLang 114, vLLM 13; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added to
     # their TTFT simulated without one (silicon_fit.fit_handoff; results/validation/silicon/fit_report.py, which also
-    # holds each GPU out: 135-160 ms; 145 ms before attention-DP ranks stepped together). At a few users the
-    # measured first token sits a constant above queueing +
+    # holds each GPU out: 95-140 ms). At a few users the measured first token sits a constant above queueing +
     # prefill + KV transfer + one decode step (vLLM's Kimi-K2.5 rows on GB200: ~175 ms at 1K and at 8K prompts).
     "vllm-2026": EngineModel(
         name="vllm-2026",
@@ -238,51 +237,45 @@ ENGINES: dict[str, EngineModel] = {
                "x model)",
         fitted="soft-L1 least squares of log TTFT/TPOT ratios over closed-loop replays under the load each row's "
                "client made (fit_report.py --client benchmark: InferenceX's [0.8 len, len] band or AIPerf's exact "
-               "lengths, warm-up a phase of its own, then at most 800 requests a row; --kernels vllm, scheduler "
-               "vllm-v1, budget 8192): median abs "
-               "error TTFT 24%, TPOT 12% in-sample (kernels alone 43%, 12%; the former fit, 1.3 us a prompt token, "
-               "40%, 13%), leave-one-GPU-out 25%, 14%. The 8.4 us a prompt token stands for what a prefill costs "
-               "beyond the tables' kernels (input preparation, the API server's tokenizing, kernels slower in the "
-               "engine than alone): the rows cannot tell these apart. Refitted with every request the clients sent "
-               "(0.52 ms, 9.4 us, -7.5 us: 5-12% moves; in-sample 22%, 11%): not applied. A prefill floor fitted "
-               "beside them (as sglang-2026's; 0.85 ms a layer on steps of more than 512 prompt tokens, vLLM's "
-               "CUDA-graph capture bound) took in-sample TTFT to 20% and the replayed rows' leave-one-GPU-out TTFT / "
-               "TPOT from 22% / 13.5% to 21% / 13%, but priced small fast models' prefill steps too slow (gpt-oss-120b "
-               "on B200 at 64 users: TPOT +5% -> +23%): not applied" + HANDOFF_FITTED,
-        cpu_iteration_s=0.547e-3, cpu_per_prefill_token_s=8.39e-6,
-        collective_extra_s=((2, -7.08e-6), (4, -7.08e-6), (8, -7.08e-6)),
+               "lengths, warm-up a phase of its own, every request the client sent; --kernels vllm with the tables' "
+               "gaps priced by the 'today' roofline, scheduler vllm-v1, budget 8192): median abs error TTFT 21%, TPOT "
+               "11% in-sample (kernels alone 39%, 12%), leave-one-GPU-out 22%, 12%, leave-one-model-out 21%, 13%. "
+               "The 8.3 us a prompt token stands for what a prefill costs beyond the tables' kernels (input "
+               "preparation, the API server's tokenizing, kernels slower in the engine than alone): the rows cannot "
+               "tell these apart. A prefill floor (SGLang's and TensorRT-LLM's term) fits to zero here" + HANDOFF_FITTED,
+        cpu_iteration_s=0.325e-3, cpu_per_prefill_token_s=8.29e-6,
+        collective_extra_s=((2, 1.11e-6), (4, 1.11e-6), (8, 1.11e-6)),
         scheduler="vllm-v1", handoff_s=SILICON_HANDOFF_S,
     ),
     "sglang-2026": EngineModel(
         name="sglang-2026",
-        source="AIConfigurator silicon_train.csv, SGLang 0.5.x aggregated rows (379 replayed: H100, B200, B300; "
-               "DeepSeek-V3/R1, Qwen3-32B, Qwen3.5-397B-A17B), wip rows dropped, repeated measurements once",
+        source="AIConfigurator silicon_train.csv, SGLang 0.5.x aggregated rows (342 replayed: H100, B200, B300; "
+               "DeepSeek-V3/R1, Qwen3-32B, Qwen3.5-397B-A17B), wip rows dropped, repeated measurements once, "
+               "rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
-               "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake, every "
-               "request the clients sent, each layout read as the node it ran on: median abs error TTFT 29%, TPOT 19% "
-               "in-sample (kernels alone 47%, 21%; the fit on the scaled layouts, 9.6 us a request, 2.0 us a prompt "
-               "token, a 3.5 ms floor, 30%, 20%). The floor, 3.2 ms a layer on every step that carries a prompt (SGLang "
-               "runs extend batches outside its CUDA graphs), is far above launch latency alone: it holds what a "
-               "prefill step costs that the tables do not show (at 4 users the measured TTFT is 150-200 ms at 1K prompt "
-               "tokens and grows slowly to 8K). Every SGLang row is a 60-64-layer model, so whether the floor goes per "
-               "layer or per step is not identified: on a 32-layer model it holds a prefill step to at least 104 ms. Refitted on "
-               "the report with TensorRT-LLM's attention-DP balance (its rows unchanged): 0.292 ms, 3.52 us, -14.6 us "
-               "became 0.293 ms, 3.47 us, -10.2 us (the collective term is flat), the medians unchanged" + HANDOFF_FITTED,
-        cpu_iteration_s=0.293e-3, cpu_per_prefill_token_s=3.47e-6, prefill_floor_per_layer_s=3.25e-3,
-        collective_extra_s=((2, -10.2e-6), (4, -10.2e-6), (8, -10.2e-6)), scheduler="sglang", kernels="sglang",
+               "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake, "
+               "each layout read as the node it ran on: median abs error TTFT 28%, TPOT 18% in-sample (kernels alone "
+               "50%, 19%), leave-one-GPU-out 34%, 16%, leave-one-model-out 30%, 21%. The floor, 3.3 ms a layer on "
+               "every step that carries a prompt (SGLang runs extend batches outside its CUDA graphs), is far above "
+               "launch latency alone: it holds what a prefill step costs that the tables do not show (at 4 users the "
+               "measured TTFT is 150-200 ms at 1K prompt tokens and grows slowly to 8K). Every SGLang row is a "
+               "60-64-layer model, so whether the floor goes per layer or per step is not identified: on a 32-layer "
+               "model it holds a prefill step to at least 106 ms" + HANDOFF_FITTED,
+        cpu_iteration_s=1.077e-3, cpu_per_prefill_token_s=2.26e-6, prefill_floor_per_layer_s=3.30e-3,
+        collective_extra_s=((2, -8.41e-6), (4, -8.41e-6), (8, -8.41e-6)), scheduler="sglang", kernels="sglang",
         handoff_s=SILICON_HANDOFF_S,
     ),
     "trtllm-2026": EngineModel(
         name="trtllm-2026",
-        source="AIConfigurator silicon_train.csv, TensorRT-LLM 1.0-1.3 aggregated rows (576 replayed: H100, B200, "
+        source="AIConfigurator silicon_train.csv, TensorRT-LLM 1.0-1.3 aggregated rows (510 replayed: H100, B200, "
                "GB200; DeepSeek-V3/R1, gpt-oss-120b, Llama-3.1-8B/70B, Qwen3-32B), wip rows dropped, repeated "
-               "measurements once",
+               "measurements once, rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
-               "generation), every request the clients sent: median abs error TTFT 33%, TPOT 17% in-sample (without the prefill floor 35%, 18%; "
-               "kernels alone 43%, 16%); the floor, 1.08 ms a layer on every step with context tokens (the "
-               "PyTorch flow captures generation-only batches in CUDA graphs)" + HANDOFF_FITTED,
-        cpu_per_prefill_token_s=3.24e-6, prefill_floor_per_layer_s=1.08e-3,
-        collective_extra_s=((2, -8.87e-6), (4, -8.87e-6), (8, -8.87e-6)), scheduler="vllm-v1", kernels="trtllm",
+               "generation): median abs error TTFT 28%, TPOT 12% in-sample (kernels alone 39%, 12%), "
+               "leave-one-GPU-out 34%, 15%, leave-one-model-out 31%, 13%; the floor, 0.91 ms a layer on every step "
+               "with context tokens (the PyTorch flow captures generation-only batches in CUDA graphs)" + HANDOFF_FITTED,
+        cpu_iteration_s=0.297e-3, cpu_per_prefill_token_s=3.27e-6, prefill_floor_per_layer_s=0.911e-3,
+        collective_extra_s=((2, -11.35e-6), (4, -11.35e-6), (8, -11.35e-6)), scheduler="vllm-v1", kernels="trtllm",
         handoff_s=SILICON_HANDOFF_S,
     ),
 }

@@ -68,7 +68,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
     p.add_argument("--jobs", type=int, default=1,
                    help="processes for the disaggregated / attention-DP rows (default 1; the results do not depend on it). "
-                        "Rows of more than 40,000 requests (thousands of users; up to ~17 GB each) still run one at a time")
+                        "Rows of more than 80,000 requests (thousands of users) still run one at a time")
     p.add_argument("--mtp-acceptance", default=None, metavar="CURVE|RATE",
                    help="also run the rows whose InferenceX recipe runs MTP (silicon.recipe_layout's with_mtp), at this "
                         "acceptance: an AL curve of the data folder (MODEL:METHOD[:THINKING], e.g. "
@@ -188,9 +188,9 @@ def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
                            **({"kv_link": link} if link else {}),
                            extra={**(recipe_changes(r) if args.client != "exact" else {}),
                                   "replica__kernels": r.backend,
-                                  # the tables' gaps priced as the committed report and the 2026 presets
-                                  # were fitted (the run default is now the 'today' constants)
-                                  "replica__roofline_calibration": "2023",
+                                  # the tables' gaps priced as a run prices them by default (the
+                                  # 'today' constants, refitted on the kernel tables)
+                                  "replica__roofline_calibration": "today",
                                   # the deployments size the context to the benchmark (a model's
                                   # full context may not fit the KV cache of a small layout)
                                   "replica__max_model_len": int(r.isl) + int(r.osl) + 16})
@@ -322,7 +322,7 @@ def _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, pres
               f"{time.perf_counter() - started:.0f} s", flush=True)
 
 
-BIG_ROW_REQUESTS = 40_000
+BIG_ROW_REQUESTS = 80_000
 
 
 def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_at: str = "decode",  # noqa: ANN001
@@ -358,8 +358,9 @@ def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_a
         if done % 10 == 0:
             print(f"    {label} {done}/{len(pending)} rows to run, {time.perf_counter() - started:.0f} s", flush=True)
 
-    # The largest rows (over BIG_ROW_REQUESTS requests: ~15 GB each at 100,000) run one at a time, the rest
-    # `jobs` at a time: two of the largest side by side outgrow a 24 GB machine.
+    # The largest rows (over BIG_ROW_REQUESTS requests) run one at a time, the rest `jobs` at a time: a
+    # 67,584-request SGLang row on GB200 peaks near 4 GB (the report's process, trace cache included), so two
+    # rows of up to 80,000 side by side fit a 24 GB machine; the 16 rows above it run alone.
     alone = [jobs <= 1 or config.workload.num_requests > BIG_ROW_REQUESTS for _, _, config in pending]
     big = [p for p, a in zip(pending, alone, strict=True) if a]
     small = [p for p, a in zip(pending, alone, strict=True) if not a]

@@ -293,6 +293,32 @@ def test_medusa_heads_are_one_pass() -> None:
     assert kv == 0.0 and 5 * 4096 * 32000 * 2 < w < 5 * 4096 * 40000 * 2
 
 
+def test_one_graph_drafter_pays_no_cpu_a_pass() -> None:
+    """An engine that launches its MTP/EAGLE drafting loop as one graph inside the step (TensorRT-LLM's "one
+    model" drafters: ``drafter_in_graph``) adds no CPU a pass; its draft model still pays the step's CPU a pass,
+    and the same synchronous terms without the flag pay it for every method."""
+    from simulator.costmodel.engine_model import ENGINES
+
+    replica = ReplicaConfig("llama-3.1-8b", "h100-sxm")
+    trt = ENGINES["trtllm-2026"]
+    assert trt.drafter_in_graph and not trt.overlap_cpu and trt.cpu_iteration_s > 0
+    plain = trt.with_terms(drafter_in_graph=False)
+    verify = SpecBatchShape()
+    for _ in range(4):  # four requests verifying three drafts each
+        verify.add_verify(3, 500)
+    got = {}
+    for name, engine in (("trt", trt), ("plain", plain)):
+        for method in ("mtp", "eagle3", "draft_model"):
+            spec = SpeculativeConfig(method, 3, acceptance_rates=(0.7,),
+                                     **({"draft_model": "qwama-0.5b"} if method == "draft_model" else {}))
+            cost = SpeculativeCostModel(load_cost_model("roofline", replica, engine), spec)
+            got[name, method] = cost.pass_cpu_s, cost.draft_time(verify)
+    assert got["trt", "mtp"][0] == got["trt", "eagle3"][0] == 0.0
+    assert got["trt", "draft_model"][0] == got["plain", "mtp"][0] == trt.cpu_iteration_s
+    # three passes, each the step's CPU more without the flag
+    assert got["plain", "mtp"][1] - got["trt", "mtp"][1] == pytest.approx(3 * trt.cpu_iteration_s, rel=1e-9)
+
+
 # -- acceptance data -----------------------------------------------------------------------------------------------
 def test_rates_from_al_curve_reproduce_the_curve(shared_data) -> None:  # noqa: ANN001
     from simulator.calibrate.speculative_data import find_curve, golden_curves, iid_rate

@@ -113,6 +113,9 @@ class EngineModel:
     prefill_excess_token_s: float = 0.0  # per prompt token beyond the threshold in one step
     prefill_excess_threshold_tokens: int = 2048
     cuda_graphs: bool = True  # False: a step is at least kernels * launch_per_kernel_s
+    # Speculative runs: an MTP/EAGLE drafter's k passes launch inside the step as one CUDA graph (TensorRT-LLM's
+    # "one model" drafters), so they add no CPU a pass (a draft model and n-gram still run from the executor)
+    drafter_in_graph: bool = False
     launch_per_kernel_s: float = 0.0
     prefill_floor_per_layer_s: float = 0.0  # a step with prompt tokens takes at least this x num_layers (GPU side)
     prefill_floor_above_tokens: int = 0  # ... when it carries more prompt tokens than this (below: in CUDA graphs)
@@ -277,6 +280,10 @@ ENGINES: dict[str, EngineModel] = {
         cpu_iteration_s=0.297e-3, cpu_per_prefill_token_s=3.27e-6, prefill_floor_per_layer_s=0.911e-3,
         collective_extra_s=((2, -11.35e-6), (4, -11.35e-6), (8, -11.35e-6)), scheduler="vllm-v1", kernels="trtllm",
         handoff_s=SILICON_HANDOFF_S,
+        # TensorRT-LLM's PyTorch flow runs MTP and EAGLE-3 "one model": the drafter is a submodule of the model and
+        # its drafting loop launches as one CUDA graph (its speculative-decoding docs); not fitted (no fitted
+        # silicon row speculates)
+        drafter_in_graph=True,
     ),
 }
 assert tuple(ENGINES) == ENGINE_PRESETS, "config.ENGINE_PRESETS must list the presets"

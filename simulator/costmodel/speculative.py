@@ -43,8 +43,10 @@ CPU work synchronously (``overlap_cpu`` off) launches each pass from Python and 
 token, so a pass costs its fixed per-step CPU (``cpu_iteration_s``; the per-request terms are
 paid once a step: vLLM V0's draft worker runs its ``k`` passes in one call, advancing the inputs
 on the GPU, and a batch-1 research loop has one request); an engine that hides its CPU (async
-scheduling, the drafter in the step's CUDA graphs: vLLM V1's proposer) adds nothing; a bare
-kernel model charges its own fixed per-step overhead, as it does the target's step.
+scheduling, the drafter in the step's CUDA graphs: vLLM V1's proposer) adds nothing, nor does an
+MTP/EAGLE drafter that an engine launches as one graph inside the step (``drafter_in_graph``:
+TensorRT-LLM's "one model" MTP and EAGLE-3); a bare kernel model charges its own fixed per-step
+overhead, as it does the target's step.
 
 Memory (:func:`speculative_memory_plan`): a draft model holds its weights and a KV cache of
 its own for every token the target caches; an EAGLE/MTP head, one layer's weights and KV.
@@ -115,6 +117,9 @@ def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConf
                               roofline_calibration=target.roofline_calibration)
 
 
+# The drafters an engine with ``drafter_in_graph`` runs inside the step (a draft model and n-gram lookup
+# are proposed from the executor, a pass at a time).
+IN_GRAPH_METHODS = frozenset({"mtp", "eagle", "eagle3"})
 _SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))  # SpecBatchShape.of, per step
 
 
@@ -258,11 +263,14 @@ class SpeculativeCostModel(CostModel):
             # The draft's kernels at the calibration the target's roofline uses (same engine backend).
             self.draft = RooflineCostModel(draft_replica(target.replica, spec), engine=engine.name if engine else None)
         # The CPU a drafter pass adds (see pass_cpu_s): a synchronous engine's fixed per-step CPU,
-        # a bare kernel model's own fixed overhead, nothing where the engine hides its CPU.
+        # a bare kernel model's own fixed overhead, nothing where the engine hides its CPU or launches
+        # an MTP/EAGLE drafting loop as one graph inside the step.
         if engine is None:
             self.pass_cpu_s = self.kernels.overhead_time(BatchShape())
+        elif engine.overlap_cpu or (engine.drafter_in_graph and spec.method in IN_GRAPH_METHODS):
+            self.pass_cpu_s = 0.0
         else:
-            self.pass_cpu_s = 0.0 if engine.overlap_cpu else engine.cpu_iteration_s
+            self.pass_cpu_s = engine.cpu_iteration_s
         self.send_recv_time = target.send_recv_time  # type: ignore[method-assign]
         self.learned_ops = getattr(target, "learned_ops", [])
 

@@ -435,12 +435,12 @@ class DisaggCluster:
         pending = self.pending
         while pending:
             req = pending[0][0]
-            best = None
-            for replica in self.decode:
-                if replica.scheduler.blocks.can_admit(req.num_prompt_tokens) and (
-                        best is None or replica.num_outstanding + replica.scheduler.num_parked
-                        < best.num_outstanding + best.scheduler.num_parked):
-                    best = replica
+            best, best_load = None, 0
+            for replica in self.decode:  # the least loaded that can take it; the first of equals
+                if replica.scheduler.blocks.can_admit(req.num_prompt_tokens):
+                    load = replica.num_outstanding + replica.scheduler.num_parked
+                    if best is None or load < best_load:
+                        best, best_load = replica, load
             if best is None:
                 return  # backpressure: the prefill replicas keep holding the KV
             req, hold, prefill_index = pending.popleft()

@@ -113,9 +113,6 @@ class EngineModel:
     prefill_excess_token_s: float = 0.0  # per prompt token beyond the threshold in one step
     prefill_excess_threshold_tokens: int = 2048
     cuda_graphs: bool = True  # False: a step is at least kernels * launch_per_kernel_s
-    # Speculative runs: an MTP/EAGLE drafter's k passes launch inside the step as one CUDA graph (TensorRT-LLM's
-    # "one model" drafters), so they add no CPU a pass (a draft model and n-gram still run from the executor)
-    drafter_in_graph: bool = False
     launch_per_kernel_s: float = 0.0
     prefill_floor_per_layer_s: float = 0.0  # a step with prompt tokens takes at least this x num_layers (GPU side)
     prefill_floor_above_tokens: int = 0  # ... when it carries more prompt tokens than this (below: in CUDA graphs)
@@ -124,6 +121,9 @@ class EngineModel:
     handoff_s: float = 0.0
     scheduler: str | None = None  # the scheduling policy its fit ran (a run with another policy is told)
     kernels: str | None = None  # the kernel prices its terms were fitted over, where only those were checked (told)
+    # Speculative runs: an MTP/EAGLE drafter's k passes launch inside the step as one CUDA graph (TensorRT-LLM's
+    # "one model" drafters), so they add no CPU a pass (a draft model and n-gram still run from the executor)
+    drafter_in_graph: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -358,9 +358,9 @@ def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_a
         if done % 10 == 0:
             print(f"    {label} {done}/{len(pending)} rows to run, {time.perf_counter() - started:.0f} s", flush=True)
 
-    # The largest rows (over BIG_ROW_REQUESTS requests) run one at a time, the rest `jobs` at a time: a
-    # 67,584-request SGLang row on GB200 peaks near 4 GB (the report's process, trace cache included), so two
-    # rows of up to 80,000 side by side fit a 24 GB machine; the 16 rows above it run alone.
+    # The largest rows (over BIG_ROW_REQUESTS requests) run one at a time, the rest `jobs` at a time: running
+    # rows of up to 80,000 two at a time, the report's process peaked at 4.7 GB (trace cache included) and a
+    # worker at 3.1 GB, well inside a 24 GB machine; the 16 rows above it run alone.
     alone = [jobs <= 1 or config.workload.num_requests > BIG_ROW_REQUESTS for _, _, config in pending]
     big = [p for p, a in zip(pending, alone, strict=True) if a]
     small = [p for p, a in zip(pending, alone, strict=True) if not a]

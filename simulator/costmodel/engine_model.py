@@ -121,7 +121,7 @@ class EngineModel:
     handoff_s: float = 0.0
     scheduler: str | None = None  # the scheduling policy its fit ran (a run with another policy is told)
     kernels: str | None = None  # the kernel prices its terms were fitted over, where only those were checked (told)
-    # Speculative runs: an MTP/EAGLE drafter's k passes launch inside the step as one CUDA graph (TensorRT-LLM's
+    # Speculative runs: an MTP/EAGLE-3 drafter's k passes launch inside the step as one CUDA graph (TensorRT-LLM's
     # "one model" drafters), so they add no CPU a pass (a draft model and n-gram still run from the executor)
     drafter_in_graph: bool = False
 

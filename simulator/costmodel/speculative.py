@@ -117,9 +117,9 @@ def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConf
                               roofline_calibration=target.roofline_calibration)
 
 
-# The drafters an engine with ``drafter_in_graph`` runs inside the step (a draft model and n-gram lookup
-# are proposed from the executor, a pass at a time).
-IN_GRAPH_METHODS = frozenset({"mtp", "eagle", "eagle3"})
+# The drafters an engine with ``drafter_in_graph`` runs inside the step: TensorRT-LLM's "one model" list is MTP
+# and EAGLE-3 (a draft model, n-gram lookup and older EAGLE are proposed from the executor, a pass at a time).
+IN_GRAPH_METHODS = frozenset({"mtp", "eagle3"})
 _SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))  # SpecBatchShape.of, per step
 
 

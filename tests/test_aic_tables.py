@@ -253,6 +253,30 @@ def test_vllm_block_fp8_gemms_are_priced_by_a_lane_that_runs_the_format_at_bf16_
     assert float(rows["latency"][at][0]) > 4 * float(priced["latency"][theirs][0])  # the lane the donor replaces
 
 
+def test_trtllm_fp8_and_nvfp4_gemms_are_priced_by_the_lane_that_runs_them_without_its_floor(aic) -> None:  # noqa: ANN001
+    """TensorRT-LLM's per-tensor FP8 GEMM rows sit on a ~14 us floor on Hopper and datacenter Blackwell (its bf16
+    and block-FP8 rows of the same GPU near 4-6 us); vLLM's FP8 rows of the same GPU price that lane, and its
+    NVFP4 lane on Blackwell, with a note. Its block-FP8 lane, bf16, and the workstation GPUs keep their own rows."""
+    from simulator.costmodel.aic import tables as T
+
+    x = np.array([1.0, 64.0, 4096.0])
+    for gpu, dtype in (("h100-sxm", "fp8"), ("h200", "fp8"), ("b200", "fp8"), ("gb200", "fp8"), ("b200", "nvfp4")):
+        trt = _model(aic, backend="trtllm", model="llama-3.1-70b", gpu=gpu, tp=8, dtype=dtype)
+        vllm = _model(aic, model="llama-3.1-70b", gpu=gpu, tp=8, dtype=dtype)
+        assert "(vllm " in trt.gemm_source and any(f"{dtype} gemm priced by vllm" in n for n in trt.notes)
+        assert np.allclose(trt.gemm(x, 8192, 1280), vllm.gemm(x, 8192, 1280), rtol=1e-12, atol=0)
+    ref = T.find_table("b200_sxm", "trtllm", "gemm", aic)
+    own, rows = T.read_source_rows(ref, "fp8", ("m", "n", "k", "latency"))
+    src, priced, read, note = T.read_priced_rows(ref, "fp8", ("m", "n", "k", "latency"), root=aic)
+    assert own == "torch_flow" and read.backend == "vllm" and note is not None
+    at = (rows["m"] == 4) & (rows["n"] == 1024) & (rows["k"] == 1024)
+    theirs = (priced["m"] == 4) & (priced["n"] == 1024) & (priced["k"] == 1024)
+    assert float(rows["latency"][at][0]) > 2 * float(priced["latency"][theirs][0])  # the floor the donor removes
+    for kw in (dict(gpu="b200", dtype="fp8-block"), dict(gpu="b200"), dict(gpu="l40s", tp=4, dtype="fp8")):
+        kept = _model(aic, backend="trtllm", model="llama-3.1-70b", **{"tp": 8, **kw})
+        assert "(vllm " not in kept.gemm_source and not any("gemm priced by vllm" in n for n in kept.notes)
+
+
 def test_vllm_h100_fp8_experts_are_priced_by_a_lane_that_runs_fp8_below_bf16(aic) -> None:  # noqa: ANN001
     """vLLM's H100 FP8 MoE lane runs at 2.2x its own bf16 MoE rows, every other FP8 MoE lane below its bf16 one:
     TensorRT-LLM's CUTLASS rows of the same GPU price it (a note says so); H200's vLLM lane keeps its own rows."""
@@ -453,7 +477,7 @@ def test_predict_breaks_down_a_table_priced_step(aic) -> None:  # noqa: ANN001
                         "dp": ["--tp", "1", "--attention-dp", "8", "--ep", "8", "--kernels", "trtllm"]}.items():
         res = runner.invoke(app, base + extra)
         assert res.exit_code == 0, res.output
-        out[name] = json.loads(res.output)
+        out[name] = json.loads(res.stdout)  # notes go to stderr
     roofline, tables, dp = out["roofline"], out["tables"], out["dp"]
     assert roofline["tables"] is None and roofline["kernels"] == "roofline"
     assert tables["tables"].startswith("trtllm") and "b200_sxm" in tables["tables"]

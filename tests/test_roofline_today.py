@@ -307,3 +307,8 @@ def test_written_constants_read_back_as_the_runtime_reads_them(tmp_path):
     assert {k: v for k, v in back.items() if k != "source"} == {k: v for k, v in written.items() if k != "source"}
     assert isinstance(back["gemm_formats"], tuple) and all(isinstance(f, tuple) for f in back["gemm_formats"])
     assert load_today(tmp_path / "absent.json") == {}
+    # a fit of some generations (--generation) keeps the others' entries and the generations' order
+    R.write_calibration({"ada": {POOLED: R.constants_of(replace(DEFAULT, **written))}}, path)
+    both = load_today(path)
+    assert list(both) == [g for g in R.GENERATIONS if g in ("hopper", "ada")]
+    assert both["hopper"][POOLED] == back

@@ -592,11 +592,15 @@ def today_data(fitted: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict
 
 def write_calibration(fitted: dict[str, dict[str, dict[str, float]]], path: Path | None = None) -> None:
     """Write the constants where :data:`simulator.costmodel.calibration.TODAY` reads them (JSON, one
-    field a line; tuples as lists)."""
+    field a line; tuples as lists). Generations not fitted this time (``--generation``) keep the entries
+    the file has, in :data:`GENERATIONS` order."""
     from simulator.costmodel.calibration import TODAY_PATH
 
     path = path or TODAY_PATH
-    path.write_text(json.dumps(today_data(fitted), indent=1) + "\n")
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    new = today_data(fitted)
+    merged = {gen: new[gen] if gen in new else old[gen] for gen in GENERATIONS if gen in new or gen in old}
+    path.write_text(json.dumps(merged, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:

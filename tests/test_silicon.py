@@ -71,6 +71,35 @@ def test_layouts_recorded_as_run_are_left_alone(fields):
     assert _single_node_layout(_row(**fields)) is None
 
 
+@pytest.mark.parametrize(("fields", "copies"), [
+    ({"batch_size": 13.0, "concurrency": 416.0, "tp_size": 2.0}, 32),  # a gtl job's 32 TP2 engines
+    ({"batch_size": 16.0, "concurrency": 64.0, "attention_dp_size": 4.0}, 1),  # batch_size per DP rank: one engine
+    ({"batch_size": 48.0, "concurrency": 48.0}, 1),
+    ({"batch_size": 48.0, "concurrency": 100.0}, 1),  # not a whole number of engines: as recorded
+    ({"batch_size": float("nan"), "concurrency": 64.0}, 1),
+    ({"batch_size": 13.0, "concurrency": 416.0, "mode": "disagg"}, 1),
+])
+def test_an_aggregated_row_whose_users_are_a_multiple_of_its_batch_ran_that_many_engines(fields, copies):
+    from simulator.calibrate.silicon import engine_copies
+
+    assert engine_copies(_row(**fields)) == copies
+
+
+def test_a_gtl_row_runs_one_engine_copy_with_its_share_of_the_users(silicon):
+    """The 10 aggregated rows whose concurrency is a multiple of batch_size x attention_dp run one copy of the
+    engine with batch_size users and say so; a row whose batch_size counts the ranks of a layout recorded scaled
+    by its EP width (read back to its node) stays one engine with every user."""
+    kept, _ = silicon
+    read = kept[kept["layout_read_as"].str.contains("copies of the engine")]
+    assert len(read) == 10 and (read["mode"] == "agg").all()
+    assert (read["concurrency"] == read["batch_size"] * read["attention_dp_size"].fillna(1).clip(lower=1)).all()
+    qwen = read[read["id"].str.contains("qwen3_32b_nvfp4_b200_sxm_trtllm_agg_15000x500_c416")].iloc[0]
+    assert qwen["concurrency"] == 13 and "416 users over 32 copies" in qwen["layout_read_as"]
+    scaled = kept[kept["id"] == "dsr1_b200_trtllm_fp4_agg_8192x1024_c128_cfg191"].iloc[0]
+    assert scaled["concurrency"] == 128 and "copies" not in scaled["layout_read_as"]
+    assert row_config(next(read.itertuples())).workload.concurrency == int(read["batch_size"].iloc[0])
+
+
 def test_one_measurement_under_two_layout_encodings_reads_as_one_engine(silicon):
     """Identical (TTFT, TPOT) pairs come from the 2026-03-25 dump as tp4 ep4 and from the later dumps as 16
     GPUs: once read, no aggregated row on an 8-GPU-node system is larger than its node."""
@@ -78,7 +107,8 @@ def test_one_measurement_under_two_layout_encodings_reads_as_one_engine(silicon)
     agg = kept[(kept["mode"] == "agg") & kept["system"].isin(["b200_sxm", "b300_sxm", "h100_sxm"])]
     gpus = agg["tp_size"] * agg["attention_dp_size"].fillna(1).clip(lower=1) * agg["pp_size"].fillna(1)
     assert gpus.max() <= 8
-    fixed = kept[(kept["mode"] == "agg") & (kept["layout_read_as"] != "")]
+    fixed = kept[(kept["mode"] == "agg") & (kept["layout_read_as"] != "")
+                 & ~kept["layout_read_as"].str.contains("copies of the engine")]
     assert len(fixed) > 100 and fixed["layout_read_as"].str.match(r"recorded .* read as").all()
 
 

@@ -313,7 +313,8 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: boo
     """The CSV's rows to use (wip dropped, duplicates kept once), and the dropped rows with a
     ``dropped`` reason. Adds ``concurrency`` (from the source; NaN where not recorded),
     ``family``, ``wip``, ``num_copies``, ``layout_read_as`` (a layout read otherwise than recorded:
-    :func:`_single_node_layout`, :func:`recipe_layout`), ``workers_from_recipe`` (its deployment is
+    :func:`_single_node_layout`, :func:`recipe_layout`, :func:`engine_copies`, which also makes ``concurrency``
+    one copy's users), ``workers_from_recipe`` (its deployment is
     a recipe's, not recorded), ``recipe_refusal`` (why a row without worker counts took no recipe),
     ``spec_refusal`` (why an aggregated row is taken as a speculative run: :func:`agg_spec_refusal`) and
     ``mtp_drafts`` (the MTP drafts a step its recipe runs; 0 unless ``with_mtp`` took such a recipe:
@@ -333,6 +334,7 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: boo
     for col in ("precision", "gemm_quant_mode", "moe_quant_mode", "backend_version"):
         df[col] = df[col].fillna("").astype(str)
     df["layout_read_as"] = ""
+    recorded = df[["mode", "batch_size", "attention_dp_size", "concurrency"]].copy()
     for i, row in zip(df.index, df.itertuples(), strict=True):
         fixed = _single_node_layout(row)
         if fixed is not None:
@@ -361,6 +363,15 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: boo
             df.at[i, col] = value
         df.at[i, "layout_read_as"] = note
         df.at[i, "workers_from_recipe"] = True
+    for i, row in zip(df.index, recorded.itertuples(), strict=True):  # as recorded: batch_size is per recorded rank
+        copies = 1 if df.at[i, "workers_from_recipe"] else engine_copies(row)
+        if copies > 1:
+            per_engine = int(row.concurrency) // copies
+            said = f"{int(row.concurrency)} users over {copies} copies of the engine (batch_size {_int(row.batch_size)}"
+            said += f" x attention_dp {_int(row.attention_dp_size)})" if (_int(row.attention_dp_size) or 1) > 1 else ")"
+            df.at[i, "concurrency"] = per_engine
+            df.at[i, "layout_read_as"] = "; ".join(x for x in (df.at[i, "layout_read_as"],
+                                                                 f"{said}: one copy run with its {per_engine}") if x)
     points = pd.read_csv(agg_images_path) if Path(agg_images_path).is_file() else pd.DataFrame()
     verdicts = [agg_spec_refusal(row, points) for row in df.itertuples()]
     imaged = [bool(_row_image(row)) for row in df.itertuples()]
@@ -390,6 +401,26 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: boo
         columns=["num_given", "is_db_dump"])
     dropped = pd.concat([wip, copies]).sort_values("row")
     return kept.reset_index(drop=True), dropped.reset_index(drop=True)
+
+
+def engine_copies(row: Any) -> int:
+    """How many copies of an aggregated row's engine served its users: ``concurrency / (batch_size x
+    attention_dp)`` where that is a whole number above 1, else 1.
+
+    ``batch_size`` is the users of one attention-DP rank (data README item 6: ``concurrency /
+    attention_dp`` on 1,998 of its 2,023 aggregated rows). On the others (gtl jobs) the concurrency is a
+    multiple of it, and the measurements rule out one engine queueing the rest: Qwen3-32B on two B200s, 416
+    users of 15,000-token prompts (``batch_size`` 13), measured a 0.72 s TTFT and 13.7 ms a token, where 416
+    such prompts need about 830 GB of FP8 KV cache and a queue behind 13 slots would wait minutes. A router
+    that keeps the copies' loads even gives each copy ``batch_size`` of the closed loop's users, so one copy
+    is simulated with them."""
+    if getattr(row, "mode", "") != "agg":
+        return 1
+    batch, adp, users = _int(row.batch_size), _int(row.attention_dp_size, 1), _int(row.concurrency)
+    if batch is None or users is None or batch < 1 or adp is None or adp < 1:
+        return 1
+    copies, rest = divmod(users, batch * adp)
+    return copies if copies > 1 and rest == 0 else 1
 
 
 def _wants_recipe(row: Any) -> bool:

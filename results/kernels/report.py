@@ -322,6 +322,16 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   --dtype fp8` on H100 prices FP8 experts by TensorRT-LLM's CUTLASS rows of the GPU (a note says so): Qwen3.5-397B's
   decode step above went from 125.9 to 30.7 ms, Qwen3-235B-A22B's experts at TP8 and 32 decodes from 67.2 to 13.9 ms
   a step.
+- TensorRT-LLM's per-tensor FP8 GEMM rows (its collector times `Linear.forward` on bf16 activations, the
+  activation's quantisation inside the timed call) sit on a ~14 us floor on H100, H200, B200, B300, GB200 and GB300
+  (1024 x 1024 at 4 tokens on B200: 14.5 us, against its own bf16 3.9 us and block-FP8 6.3 us, vLLM's FP8 5.6 us and
+  SGLang's 7.0 us), a median 1.4-1.9x vLLM's and SGLang's FP8 rows of the same GPU and shape at m <= 256, where the
+  three collectors' bf16 rows agree within 3%; its NVFP4 rows on datacenter Blackwell run at 1.2-1.5x vLLM's (1.4-1.9x
+  SGLang's). Its engine measures faster than vLLM's, not slower: Llama-3.1-70B on B200 at 0.70-0.93x vLLM's time a
+  token at the same 29 FP8 points and 0.74-1.02x at 32 NVFP4 points (the silicon rows). `--kernels trtllm` prices
+  those two lanes by vLLM's rows of the same GPU (a note says so; L40S and RTX PRO 6000, where TensorRT-LLM's lanes
+  run at 0.8-1.3x the others', keep theirs): Llama-3.1-70B's TP8 step at 4 decodes on B200 went from 8.41 to 6.09 ms
+  (FP8) and 7.49 to 5.63 ms (NVFP4) with `trtllm-2026`'s terms of the time.
 - gpt-oss: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`, TRT-LLM on Blackwell
   `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. `--kernels trtllm --dtype mxfp4`
   on B200/GB200/B300/GB300 takes the `w4a8_mxfp4_mxfp8` rows first (TensorRT-LLM's default MoE backend there runs

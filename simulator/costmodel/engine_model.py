@@ -274,11 +274,12 @@ ENGINES: dict[str, EngineModel] = {
                "GB200; DeepSeek-V3/R1, gpt-oss-120b, Llama-3.1-8B/70B, Qwen3-32B), wip rows dropped, repeated "
                "measurements once, rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
-               "generation): median abs error TTFT 28%, TPOT 12% in-sample (kernels alone 39%, 12%), "
-               "leave-one-GPU-out 34%, 15%, leave-one-model-out 31%, 13%; the floor, 0.91 ms a layer on every step "
+               "generation): median abs error TTFT 31%, TPOT 11% in-sample (kernels alone 40%, 11%), "
+               "leave-one-GPU-out 32%, 16%, leave-one-model-out 33%, 14%; the floor, 0.98 ms a layer on every step "
                "with context tokens (the PyTorch flow captures generation-only batches in CUDA graphs)" + HANDOFF_FITTED,
-        cpu_iteration_s=0.297e-3, cpu_per_prefill_token_s=3.27e-6, prefill_floor_per_layer_s=0.911e-3,
-        collective_extra_s=((2, -11.35e-6), (4, -11.35e-6), (8, -11.35e-6)), scheduler="vllm-v1", kernels="trtllm",
+        cpu_iteration_s=0.515e-3, cpu_per_seq_s=4.17e-6, cpu_per_prefill_token_s=2.54e-6,
+        prefill_floor_per_layer_s=0.975e-3,
+        collective_extra_s=((2, -5.04e-6), (4, -5.04e-6), (8, -5.04e-6)), scheduler="vllm-v1", kernels="trtllm",
         handoff_s=SILICON_HANDOFF_S,
         # TensorRT-LLM's PyTorch flow runs MTP and EAGLE-3 "one model": the drafter is a submodule of the model and
         # its drafting loop launches as one CUDA graph (its speculative-decoding docs); not fitted (no fitted

@@ -411,9 +411,9 @@ def engine_copies(row: Any) -> int:
     attention_dp`` on 1,998 of its 2,023 aggregated rows). On the others (gtl jobs) the concurrency is a
     multiple of it, and the measurements rule out one engine queueing the rest: Qwen3-32B on two B200s, 416
     users of 15,000-token prompts (``batch_size`` 13), measured a 0.72 s TTFT and 13.7 ms a token, where 416
-    such prompts need about 830 GB of FP8 KV cache and a queue behind 13 slots would wait minutes. A router
-    that keeps the copies' loads even gives each copy ``batch_size`` of the closed loop's users, so one copy
-    is simulated with them."""
+    such sequences hold about 850 GB of FP8 KV cache (64 layers x 8 KV heads x 128 x 2 bytes a token) and a
+    queue behind 13 slots would wait minutes. A router that keeps the copies' loads even gives each copy
+    ``batch_size`` of the closed loop's users, so one copy is simulated with them."""
     if getattr(row, "mode", "") != "agg":
         return 1
     batch, adp, users = _int(row.batch_size), _int(row.attention_dp_size, 1), _int(row.concurrency)

@@ -232,7 +232,6 @@ def test_vllm_block_fp8_gemms_are_priced_by_a_lane_that_runs_the_format_at_bf16_
     """vLLM's block-FP8 GEMM lane on H100/H200/GB200/GB300 runs 7-50x its own bf16 GEMM at decode sizes; those
     GPUs' SGLang block-FP8 rows price it (a note says so), and the roofline's fit reads the same rows. B200's
     own 0.19 lane, which runs the format within its bf16 GEMM's reach, keeps its rows."""
-    from simulator.costmodel.aic import tables as T
 
     for gpu in ("h100-sxm", "h200", "gb200"):
         vllm = _model(aic, model="deepseek-v3", gpu=gpu, tp=8, dtype="fp8-block")
@@ -244,20 +243,29 @@ def test_vllm_block_fp8_gemms_are_priced_by_a_lane_that_runs_the_format_at_bf16_
     assert "(sglang " not in b200.gemm_source and not any("priced by sglang" in n for n in b200.notes)
     bf16 = _model(aic, model="llama-3.1-8b", gpu="h100-sxm")
     assert bf16.gemm_source == "torch.nn.functional.linear"
-    ref = T.find_table("h100_sxm", "vllm", "gemm", aic)
-    own, rows = T.read_source_rows(ref, "fp8_block", ("m", "n", "k", "latency"))
-    src, priced, read, note = T.read_priced_rows(ref, "fp8_block", ("m", "n", "k", "latency"), root=aic)
-    assert own == "DeepGemmFp8BlockScaledMMKernel" and read.backend == "sglang" and note is not None
-    at = (rows["m"] == 64) & (rows["n"] == 7168) & (rows["k"] == 2048)
-    theirs = (priced["m"] == 64) & (priced["n"] == 7168) & (priced["k"] == 2048)
-    assert float(rows["latency"][at][0]) > 4 * float(priced["latency"][theirs][0])  # the lane the donor replaces
+    own, own_ms, donor, donor_ms, note = _gemm_lane_point(aic, "h100_sxm", "vllm", "fp8_block", (64, 7168, 2048))
+    assert own == "DeepGemmFp8BlockScaledMMKernel" and donor == "sglang" and note is not None
+    assert own_ms > 4 * donor_ms  # the lane the donor replaces
+
+
+def _gemm_lane_point(aic, system, backend, dtype, mnk):  # noqa: ANN001, ANN202
+    """(own source, its latency at (m, n, k), the donor's backend, the donor's latency there, the note)."""
+    from simulator.costmodel.aic import tables as T
+
+    ref = T.find_table(system, backend, "gemm", aic)
+    own, rows = T.read_source_rows(ref, dtype, ("m", "n", "k", "latency"))
+    _, priced, read, note = T.read_priced_rows(ref, dtype, ("m", "n", "k", "latency"), root=aic)
+
+    def at(d):  # noqa: ANN001, ANN202
+        return float(d["latency"][(d["m"] == mnk[0]) & (d["n"] == mnk[1]) & (d["k"] == mnk[2])][0])
+
+    return own, at(rows), read.backend, at(priced), note
 
 
 def test_trtllm_fp8_and_nvfp4_gemms_are_priced_by_the_lane_that_runs_them_without_its_floor(aic) -> None:  # noqa: ANN001
     """TensorRT-LLM's per-tensor FP8 GEMM rows sit on a ~14 us floor on Hopper and datacenter Blackwell (its bf16
     and block-FP8 rows of the same GPU near 4-6 us); vLLM's FP8 rows of the same GPU price that lane, and its
     NVFP4 lane on Blackwell, with a note. Its block-FP8 lane, bf16, and the workstation GPUs keep their own rows."""
-    from simulator.costmodel.aic import tables as T
 
     x = np.array([1.0, 64.0, 4096.0])
     for gpu, dtype in (("h100-sxm", "fp8"), ("h200", "fp8"), ("b200", "fp8"), ("gb200", "fp8"), ("b200", "nvfp4")):
@@ -265,13 +273,9 @@ def test_trtllm_fp8_and_nvfp4_gemms_are_priced_by_the_lane_that_runs_them_withou
         vllm = _model(aic, model="llama-3.1-70b", gpu=gpu, tp=8, dtype=dtype)
         assert "(vllm " in trt.gemm_source and any(f"{dtype} gemm priced by vllm" in n for n in trt.notes)
         assert np.allclose(trt.gemm(x, 8192, 1280), vllm.gemm(x, 8192, 1280), rtol=1e-12, atol=0)
-    ref = T.find_table("b200_sxm", "trtllm", "gemm", aic)
-    own, rows = T.read_source_rows(ref, "fp8", ("m", "n", "k", "latency"))
-    src, priced, read, note = T.read_priced_rows(ref, "fp8", ("m", "n", "k", "latency"), root=aic)
-    assert own == "torch_flow" and read.backend == "vllm" and note is not None
-    at = (rows["m"] == 4) & (rows["n"] == 1024) & (rows["k"] == 1024)
-    theirs = (priced["m"] == 4) & (priced["n"] == 1024) & (priced["k"] == 1024)
-    assert float(rows["latency"][at][0]) > 2 * float(priced["latency"][theirs][0])  # the floor the donor removes
+    own, own_ms, donor, donor_ms, note = _gemm_lane_point(aic, "b200_sxm", "trtllm", "fp8", (4, 1024, 1024))
+    assert own == "torch_flow" and donor == "vllm" and note is not None
+    assert own_ms > 2 * donor_ms  # the floor the donor removes
     for kw in (dict(gpu="b200", dtype="fp8-block"), dict(gpu="b200"), dict(gpu="l40s", tp=4, dtype="fp8")):
         kept = _model(aic, backend="trtllm", model="llama-3.1-70b", **{"tp": 8, **kw})
         assert "(vllm " not in kept.gemm_source and not any("gemm priced by vllm" in n for n in kept.notes)

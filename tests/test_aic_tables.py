@@ -295,6 +295,43 @@ def test_vllm_h100_fp8_experts_are_priced_by_a_lane_that_runs_fp8_below_bf16(aic
     assert "(trtllm " not in h200.moe_source and h200.moe_source.startswith("vllm")
 
 
+def test_a_lane_donor_covers_its_kernel_and_fills_gaps_only_when_it_says_so() -> None:
+    """No data needed: which lanes a donor covers, and which system its rows come from."""
+    from simulator.costmodel.aic.tables import LaneDonor, TableRef
+
+    ref = TableRef("b300_sxm", "sglang", "moe", (), ("0.5.10",))
+    lane = LaneDonor("moe", "sglang", "sglang", "why", dtype="bfloat16", siblings=(("b300_sxm", "gb300"),))
+    assert lane.covers(ref, "bfloat16", "sglang_fused_moe_triton") and not lane.covers(ref, "nvfp4", "x")
+    assert not lane.covers(ref, "bfloat16", None)  # no rows of the shape: left to the roofline
+    assert LaneDonor("moe", "sglang", "sglang", "why", fills_gaps=True).covers(ref, "bfloat16", None)
+    assert not LaneDonor("moe", "sglang", "sglang", "why", source="k").covers(ref, "bfloat16", "other")
+    assert not LaneDonor("moe", "sglang", "sglang", "why", systems=frozenset({"b200_sxm"})).covers(ref, "bfloat16", "k")
+    assert lane.donor_system("b300_sxm") == "gb300" and lane.donor_system("h100_sxm") == "h100_sxm"
+
+
+def test_blackwell_moe_runs_flashinfers_trtllm_kernels_priced_from_the_same_die(aic) -> None:  # noqa: ANN001
+    """SGLang's B200/B300 launch scripts run FlashInfer's TensorRT-LLM MoE, which only the GB200/GB300 tables timed:
+    their rows price SGLang's bf16, block-FP8 and NVFP4 experts there (Qwen3.5's shape, absent from B200's table,
+    included), and TensorRT-LLM's block-FP8 experts (its TRTLLM MoE backend) in place of its DeepGEMM rows; other
+    GPUs, dtypes and backends keep their rows."""
+    shape = BatchShape.from_requests(decodes=[2000] * 64)
+    for gpu, sibling in (("b300", "gb300"), ("b200", "gb200")):
+        for model, dtype in (("qwen3.5-397b-a17b", "bf16"), ("deepseek-v3", "fp8-block"), ("deepseek-v3", "nvfp4")):
+            own = _model(aic, backend="sglang", model=model, gpu=gpu, tp=8, dtype=dtype)
+            twin = _model(aic, backend="sglang", model=model, gpu=sibling, tp=8, dtype=dtype)
+            assert own.moe_source == f"sglang_flashinfer_trtllm_moe ({sibling} sglang 0.5.14)", (gpu, model)
+            assert twin.moe_source == "sglang_flashinfer_trtllm_moe" and "moe_experts" not in own.roofline_ops
+            assert own.breakdown(shape)["moe_experts"] == pytest.approx(twin.breakdown(shape)["moe_experts"], rel=1e-12)
+    trt = _model(aic, backend="trtllm", model="deepseek-v3", gpu="b200", tp=8, dtype="fp8-block")
+    assert trt.moe_source == "sglang_flashinfer_trtllm_moe (gb200 sglang 0.5.14)"
+    assert any("fp8_block moe priced by gb200 sglang" in n for n in trt.notes)
+    assert _model(aic, backend="trtllm", model="deepseek-v3", gpu="gb200", tp=8, dtype="fp8-block").moe_source == "deepgemm"
+    kept = _model(aic, backend="sglang", model="kimi-k2.5", gpu="b300", tp=8, dtype="int4")
+    assert kept.moe_source == "sglang_marlin_moe"  # no launch script says otherwise
+    assert _model(aic, backend="sglang", model="deepseek-v3", gpu="h100-sxm", tp=8, dtype="fp8-block").moe_source \
+        == "sglang_fused_moe_triton"
+
+
 def test_trtllm_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpus(aic) -> None:  # noqa: ANN001
     """TensorRT-LLM's default MoE backend for MXFP4 weights on B200/GB200/B300/GB300 runs MXFP8 activations
     (its gpt-oss deployment guide); Hopper runs BF16 activations, and so do the other backends' tables."""

@@ -243,8 +243,10 @@ def read_source_rows(ref: TableRef, dtype: str, columns: tuple[str, ...],
 @dataclass(frozen=True)
 class LaneDonor:
     """A lane of one backend's tables (``table`` rows of ``dtype``, or of kernel ``source``, on ``systems``;
-    None: any) whose figures the kernel it names does not bear out, priced instead by ``donor``'s rows of the
-    same system (its ``donor_source`` rows, or the source :func:`choose_source` picks among them)."""
+    None: any) whose figures the kernel it names does not bear out, or that times another kernel than the
+    engine runs, priced instead by ``donor``'s rows of the same system, or of its sibling in ``siblings``
+    (``(system, donor's system)`` pairs: the same GPU die in another package), from its ``donor_source`` rows
+    or the source :func:`choose_source` picks among them. ``fills_gaps``: also a shape the lane has no rows for."""
 
     table: str
     backend: str
@@ -254,11 +256,18 @@ class LaneDonor:
     source: str | None = None
     systems: frozenset[str] | None = None
     donor_source: str | None = None
+    siblings: tuple[tuple[str, str], ...] = ()
+    fills_gaps: bool = False
 
-    def covers(self, ref: TableRef, dtype: str, source: str) -> bool:
-        return (ref.table == self.table and ref.backend == self.backend
-                and (self.dtype is None or dtype == self.dtype) and (self.source is None or source == self.source)
+    def covers(self, ref: TableRef, dtype: str, source: str | None) -> bool:
+        """Whether this lane prices ``ref``'s ``dtype`` rows whose chosen kernel is ``source`` (None: none)."""
+        kernel = self.fills_gaps if source is None else self.source is None or source == self.source
+        return (kernel and ref.table == self.table and ref.backend == self.backend
+                and (self.dtype is None or dtype == self.dtype)
                 and (self.systems is None or ref.system in self.systems))
+
+    def donor_system(self, system: str) -> str:
+        return dict(self.siblings).get(system, system)
 
 
 # The lanes the cost model and the roofline's fit price from another collector's rows, each measured here
@@ -291,6 +300,25 @@ LANE_DONORS: tuple[LaneDonor, ...] = (
               why="vLLM's H100 FP8 MoE lane (FlashInfer's CUTLASS experts) runs at 2.2x its own bf16 MoE rows of the "
                   "same expert shapes, where every other backend's and GPU's FP8 MoE lane runs at 0.57-0.77x its "
                   "bf16 one, vLLM's own H200 lane (Triton) included, at 1.0x TensorRT-LLM's CUTLASS rows there"),
+    # The engines' MoE runner on B200 and B300 is FlashInfer's TensorRT-LLM MoE (InferenceX's launch scripts:
+    # SGLang's `--moe-runner-backend flashinfer_trtllm` for Qwen3.5 and DeepSeek-R1 in bf16, FP8 and FP4;
+    # TensorRT-LLM's DeepSeek-R1 FP8 `moe_config: backend: TRTLLM`), which only the GB200/GB300 collectors
+    # (SGLang 0.5.14) timed; those are the same dies (B200, B300), whose tables agree within 5% where both time
+    # one kernel (TensorRT-LLM's CUTLASS and DeepGEMM MoE rows, SGLang's Triton rows).
+    *(LaneDonor("moe", "sglang", "sglang", dtype=dt, systems=frozenset({"b200_sxm", "b300_sxm"}),
+                donor_source="sglang_flashinfer_trtllm_moe", fills_gaps=True,
+                siblings=(("b200_sxm", "gb200"), ("b300_sxm", "gb300")),
+                why="SGLang's launch scripts there run --moe-runner-backend flashinfer_trtllm, which its B200 (0.5.9) "
+                    "and B300 (0.5.10) collectors did not time (Triton for bf16 and block-FP8 experts, at a median "
+                    "1.6-1.8x and 1.2-1.5x the FlashInfer rows at <= 256 tokens; CuteDSL for NVFP4, 1.2x); the "
+                    "GB200/GB300 collectors timed it on the same die")
+      for dt in ("bfloat16", "fp8_block", "nvfp4")),
+    LaneDonor("moe", "trtllm", "sglang", dtype="fp8_block", source="deepgemm", systems=frozenset({"b200_sxm", "b300_sxm"}),
+              donor_source="sglang_flashinfer_trtllm_moe", siblings=(("b200_sxm", "gb200"), ("b300_sxm", "gb300")),
+              why="TensorRT-LLM's DeepSeek-R1 FP8 launch scripts there run moe_config backend TRTLLM (DeepGEMM only "
+                  "at 1K/8K from 256 users), its TensorRT-LLM-generated block-FP8 MoE kernels, which its collector "
+                  "did not time (DeepGEMM: a median 1.2x FlashInfer's TensorRT-LLM rows at <= 256 tokens, 0.8x "
+                  "above); SGLang's GB200/GB300 collectors timed them through FlashInfer on the same die"),
     LaneDonor("moe", "vllm", "sglang", source="vllm_marlin_int4_moe", donor_source="sglang_marlin_moe",
               why="the same Marlin MoE kernel: this older vLLM lane (0.18/0.19 tables: H200, B200, B300) times it 2-3x "
                   "slower than SGLang's rows of the same GPU and expert shape (median 1.96-2.24x), while vLLM's newer "
@@ -304,8 +332,8 @@ def read_priced_rows(ref: TableRef, dtype: str, columns: tuple[str, ...], extra:
     system, dtype and filters: ``(source label, rows, the table read, a one-line note or None)``. A donor
     without such rows leaves the lane its own."""
     src, d = read_source_rows(ref, dtype, columns, extra)
-    lane = next((x for x in LANE_DONORS if src is not None and x.covers(ref, dtype, src)), None)
-    other = find_table(ref.system, lane.donor, ref.table, root) if lane is not None else None
+    lane = next((x for x in LANE_DONORS if x.covers(ref, dtype, src)), None)
+    other = find_table(lane.donor_system(ref.system), lane.donor, ref.table, root) if lane is not None else None
     if lane is None or other is None:
         return src, d, ref, None
     col = DTYPE_COLUMN[ref.table]
@@ -313,9 +341,10 @@ def read_priced_rows(ref: TableRef, dtype: str, columns: tuple[str, ...], extra:
     theirs = lane.donor_source or choose_source(other.table, rows["kernel_source"])
     if theirs is None or rows["kernel_source"] is None or not (keep := rows["kernel_source"].astype(str) == theirs).any():
         return src, d, ref, None
-    note = (f"{ref.backend} tables of {ref.system}: {dtype} {ref.table} priced by {lane.donor} {other.version}'s "
+    where = "" if other.system == ref.system else f"{other.system} "
+    note = (f"{ref.backend} tables of {ref.system}: {dtype} {ref.table} priced by {where}{lane.donor} {other.version}'s "
             f"{theirs} rows ({lane.why})")
-    return f"{theirs} ({lane.donor} {other.version})", {c: rows[c][keep] for c in columns}, other, note
+    return f"{theirs} ({where}{lane.donor} {other.version})", {c: rows[c][keep] for c in columns}, other, note
 
 
 def dtypes_of(ref: TableRef) -> list[str]:

@@ -332,6 +332,18 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   those two lanes by vLLM's rows of the same GPU (a note says so; L40S and RTX PRO 6000, where TensorRT-LLM's lanes
   run at 0.8-1.3x the others', keep theirs): Llama-3.1-70B's TP8 step at 4 decodes on B200 went from 8.41 to 6.09 ms
   (FP8) and 7.49 to 5.63 ms (NVFP4) with `trtllm-2026`'s terms of the time.
+- MoE on B200 and B300 as the engines launch it there. InferenceX's SGLang scripts for Qwen3.5 and DeepSeek-R1 (bf16,
+  FP8, FP4) run `--moe-runner-backend flashinfer_trtllm`, and its TensorRT-LLM DeepSeek-R1 FP8 scripts `moe_config:
+  backend: TRTLLM` (DeepGEMM only at 1K/8K from 256 users): FlashInfer's / TensorRT-LLM's generated MoE kernels. The
+  B200 (SGLang 0.5.9) and B300 (0.5.10) collectors timed other kernels (SGLang: Triton for bf16 and block-FP8 experts,
+  a median 1.6-1.8x and 1.2-1.5x the FlashInfer rows at <= 256 tokens; CuteDSL for NVFP4, 1.2x there and 0.8x above;
+  TensorRT-LLM: DeepGEMM, 1.2x and 0.8x); the GB200 and GB300 collectors (SGLang 0.5.14) timed FlashInfer's on the same
+  dies, and where both tables of a die time one kernel (TensorRT-LLM's CUTLASS and DeepGEMM rows, SGLang's Triton
+  rows) they agree within 5%. `--kernels sglang` on B200/B300 prices bf16, block-FP8 and NVFP4 experts by the
+  GB200/GB300 FlashInfer rows (Qwen3.5's expert shape, which B200's table lacks, included: no longer the roofline), and
+  `--kernels trtllm` its block-FP8 experts (a note says so; `LaneDonor.siblings`). Qwen3.5-397B's TP8 step at 64
+  decodes on B300 (SGLang): experts 21.5 -> 14.7 ms; DeepSeek-V3 block-FP8 TP8 at 8 decodes on B200 (TensorRT-LLM):
+  10.3 -> 3.2 ms.
 - gpt-oss: the MoE tables hold its expert shape only as MXFP4 (`w4a16_mxfp4`, TRT-LLM on Blackwell
   `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. `--kernels trtllm --dtype mxfp4`
   on B200/GB200/B300/GB300 takes the `w4a8_mxfp4_mxfp8` rows first (TensorRT-LLM's default MoE backend there runs

@@ -257,15 +257,15 @@ ENGINES: dict[str, EngineModel] = {
                "rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
                "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake, "
-               "each layout read as the node it ran on: median abs error TTFT 28%, TPOT 18% in-sample (kernels alone "
-               "50%, 19%), leave-one-GPU-out 34%, 16%, leave-one-model-out 30%, 21%. The floor, 3.3 ms a layer on "
+               "each layout read as the node it ran on: median abs error TTFT 27%, TPOT 12% in-sample (kernels alone "
+               "48%, 14%), leave-one-GPU-out 39%, 14%, leave-one-model-out 28%, 12%. The floor, 3.4 ms a layer on "
                "every step that carries a prompt (SGLang runs extend batches outside its CUDA graphs), is far above "
                "launch latency alone: it holds what a prefill step costs that the tables do not show (at 4 users the "
                "measured TTFT is 150-200 ms at 1K prompt tokens and grows slowly to 8K). Every SGLang row is a "
                "60-64-layer model, so whether the floor goes per layer or per step is not identified: on a 32-layer "
-               "model it holds a prefill step to at least 106 ms" + HANDOFF_FITTED,
-        cpu_iteration_s=1.077e-3, cpu_per_prefill_token_s=2.26e-6, prefill_floor_per_layer_s=3.30e-3,
-        collective_extra_s=((2, -8.41e-6), (4, -8.41e-6), (8, -8.41e-6)), scheduler="sglang", kernels="sglang",
+               "model it holds a prefill step to at least 108 ms" + HANDOFF_FITTED,
+        cpu_iteration_s=1.106e-3, cpu_per_prefill_token_s=2.03e-6, prefill_floor_per_layer_s=3.39e-3,
+        collective_extra_s=((2, -7.20e-6), (4, -7.20e-6), (8, -7.20e-6)), scheduler="sglang", kernels="sglang",
         handoff_s=SILICON_HANDOFF_S,
     ),
     "trtllm-2026": EngineModel(
@@ -275,11 +275,10 @@ ENGINES: dict[str, EngineModel] = {
                "measurements once, rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
                "generation): median abs error TTFT 31%, TPOT 11% in-sample (kernels alone 40%, 11%), "
-               "leave-one-GPU-out 32%, 16%, leave-one-model-out 33%, 14%; the floor, 0.98 ms a layer on every step "
+               "leave-one-GPU-out 32%, 14%, leave-one-model-out 33%, 15%; the floor, 0.86 ms a layer on every step "
                "with context tokens (the PyTorch flow captures generation-only batches in CUDA graphs)" + HANDOFF_FITTED,
-        cpu_iteration_s=0.515e-3, cpu_per_seq_s=4.17e-6, cpu_per_prefill_token_s=2.54e-6,
-        prefill_floor_per_layer_s=0.975e-3,
-        collective_extra_s=((2, -5.04e-6), (4, -5.04e-6), (8, -5.04e-6)), scheduler="vllm-v1", kernels="trtllm",
+        cpu_iteration_s=0.599e-3, cpu_per_prefill_token_s=3.31e-6, prefill_floor_per_layer_s=0.864e-3,
+        collective_extra_s=((2, -25.78e-6), (4, -25.78e-6), (8, -25.78e-6)), scheduler="vllm-v1", kernels="trtllm",
         handoff_s=SILICON_HANDOFF_S,
         # TensorRT-LLM's PyTorch flow runs MTP and EAGLE-3 "one model": the drafter is a submodule of the model and
         # its drafting loop launches as one CUDA graph (its speculative-decoding docs); not fitted (no fitted

@@ -12,8 +12,9 @@ version, parquet tables of measured per-call latencies (**milliseconds**, one GP
 - picks, per table and dtype, the one kernel implementation priced (:func:`choose_source`:
   the source with the most rows, i.e. the one the collector swept; deterministic; for the
   custom all-reduce the CUDA-graph variant, which a serving step replays), or, for the few
-  lanes whose figures the kernel does not bear out (:data:`LANE_DONORS`), another collector's
-  rows of the same system (:func:`read_priced_rows`);
+  lanes whose figures the kernel does not bear out or that time another kernel than the engine
+  launches (:data:`LANE_DONORS`), another collector's rows of the same system or of the same die
+  in another package (B200 and GB200, B300 and GB300) (:func:`read_priced_rows`);
 - turns a system's tables into one tidy frame (:func:`tidy_tables`) for
   ``simulate import-aiconfigurator``.
 
@@ -328,9 +329,10 @@ LANE_DONORS: tuple[LaneDonor, ...] = (
 
 def read_priced_rows(ref: TableRef, dtype: str, columns: tuple[str, ...], extra: tuple[tuple[str, str, Any], ...] = (),
                      root: str | Path | None = None) -> tuple[str | None, dict[str, Any], TableRef, str | None]:
-    """:func:`read_source_rows`, then, where :data:`LANE_DONORS` names the lane, the donor's rows of the same
-    system, dtype and filters: ``(source label, rows, the table read, a one-line note or None)``. A donor
-    without such rows leaves the lane its own."""
+    """:func:`read_source_rows`, then, where :data:`LANE_DONORS` names the lane (a lane with no rows of these
+    filters only where it ``fills_gaps``), the donor's rows of the same system or its sibling, dtype and filters:
+    ``(source label, rows, the table read, a one-line note or None)``. A donor without such rows leaves the lane
+    its own."""
     src, d = read_source_rows(ref, dtype, columns, extra)
     lane = next((x for x in LANE_DONORS if x.covers(ref, dtype, src)), None)
     other = find_table(lane.donor_system(ref.system), lane.donor, ref.table, root) if lane is not None else None

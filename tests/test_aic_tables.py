@@ -232,7 +232,6 @@ def test_vllm_block_fp8_gemms_are_priced_by_a_lane_that_runs_the_format_at_bf16_
     """vLLM's block-FP8 GEMM lane on H100/H200/GB200/GB300 runs 7-50x its own bf16 GEMM at decode sizes; those
     GPUs' SGLang block-FP8 rows price it (a note says so), and the roofline's fit reads the same rows. B200's
     own 0.19 lane, which runs the format within its bf16 GEMM's reach, keeps its rows."""
-
     for gpu in ("h100-sxm", "h200", "gb200"):
         vllm = _model(aic, model="deepseek-v3", gpu=gpu, tp=8, dtype="fp8-block")
         sglang = _model(aic, backend="sglang", model="deepseek-v3", gpu=gpu, tp=8, dtype="fp8-block")
@@ -266,7 +265,6 @@ def test_trtllm_fp8_and_nvfp4_gemms_are_priced_by_the_lane_that_runs_them_withou
     """TensorRT-LLM's per-tensor FP8 GEMM rows sit on a ~14 us floor on Hopper and datacenter Blackwell (its bf16
     and block-FP8 rows of the same GPU near 4-6 us); vLLM's FP8 rows of the same GPU price that lane, and its
     NVFP4 lane on Blackwell, with a note. Its block-FP8 lane, bf16, and the workstation GPUs keep their own rows."""
-
     x = np.array([1.0, 64.0, 4096.0])
     for gpu, dtype in (("h100-sxm", "fp8"), ("h200", "fp8"), ("b200", "fp8"), ("gb200", "fp8"), ("b200", "nvfp4")):
         trt = _model(aic, backend="trtllm", model="llama-3.1-70b", gpu=gpu, tp=8, dtype=dtype)
@@ -307,6 +305,7 @@ def test_a_lane_donor_covers_its_kernel_and_fills_gaps_only_when_it_says_so() ->
     assert not LaneDonor("moe", "sglang", "sglang", "why", source="k").covers(ref, "bfloat16", "other")
     assert not LaneDonor("moe", "sglang", "sglang", "why", systems=frozenset({"b200_sxm"})).covers(ref, "bfloat16", "k")
     assert lane.donor_system("b300_sxm") == "gb300" and lane.donor_system("h100_sxm") == "h100_sxm"
+    assert not lane.covers(TableRef("h100_sxm", "sglang", "moe", (), ("0.5.14",)), "bfloat16", "k")  # no sibling there
 
 
 def test_blackwell_moe_runs_flashinfers_trtllm_kernels_priced_from_the_same_die(aic) -> None:  # noqa: ANN001

@@ -247,7 +247,8 @@ class LaneDonor:
     None: any) whose figures the kernel it names does not bear out, or that times another kernel than the
     engine runs, priced instead by ``donor``'s rows of the same system, or of its sibling in ``siblings``
     (``(system, donor's system)`` pairs: the same GPU die in another package), from its ``donor_source`` rows
-    or the source :func:`choose_source` picks among them. ``fills_gaps``: also a shape the lane has no rows for."""
+    or the source :func:`choose_source` picks among them; a lane with ``siblings`` and no ``systems`` covers the
+    systems it has a sibling for. ``fills_gaps``: also a shape the lane has no rows for."""
 
     table: str
     backend: str
@@ -263,13 +264,17 @@ class LaneDonor:
     def covers(self, ref: TableRef, dtype: str, source: str | None) -> bool:
         """Whether this lane prices ``ref``'s ``dtype`` rows whose chosen kernel is ``source`` (None: none)."""
         kernel = self.fills_gaps if source is None else self.source is None or source == self.source
+        systems = self.systems if self.systems is not None or not self.siblings else dict(self.siblings)
         return (kernel and ref.table == self.table and ref.backend == self.backend
                 and (self.dtype is None or dtype == self.dtype)
-                and (self.systems is None or ref.system in self.systems))
+                and (systems is None or ref.system in systems))
 
     def donor_system(self, system: str) -> str:
         return dict(self.siblings).get(system, system)
 
+
+# The same die in another package: (system, its sibling), for lanes one collector timed only on the sibling.
+SAME_DIE: tuple[tuple[str, str], ...] = (("b200_sxm", "gb200"), ("b300_sxm", "gb300"))
 
 # The lanes the cost model and the roofline's fit price from another collector's rows, each measured here
 # beside the same format's kernel on the same GPU (ratios: medians over every shared shape at decode sizes,
@@ -306,16 +311,15 @@ LANE_DONORS: tuple[LaneDonor, ...] = (
     # TensorRT-LLM's DeepSeek-R1 FP8 `moe_config: backend: TRTLLM`), which only the GB200/GB300 collectors
     # (SGLang 0.5.14) timed; those are the same dies (B200, B300), whose tables agree within 5% where both time
     # one kernel (TensorRT-LLM's CUTLASS and DeepGEMM MoE rows, SGLang's Triton rows).
-    *(LaneDonor("moe", "sglang", "sglang", dtype=dt, systems=frozenset({"b200_sxm", "b300_sxm"}),
-                donor_source="sglang_flashinfer_trtllm_moe", fills_gaps=True,
-                siblings=(("b200_sxm", "gb200"), ("b300_sxm", "gb300")),
+    *(LaneDonor("moe", "sglang", "sglang", dtype=dt, donor_source="sglang_flashinfer_trtllm_moe", fills_gaps=True,
+                siblings=SAME_DIE,
                 why="SGLang's launch scripts there run --moe-runner-backend flashinfer_trtllm, which its B200 (0.5.9) "
                     "and B300 (0.5.10) collectors did not time (Triton for bf16 and block-FP8 experts, at a median "
                     "1.6-1.8x and 1.2-1.5x the FlashInfer rows at <= 256 tokens; CuteDSL for NVFP4, 1.2x); the "
                     "GB200/GB300 collectors timed it on the same die")
       for dt in ("bfloat16", "fp8_block", "nvfp4")),
-    LaneDonor("moe", "trtllm", "sglang", dtype="fp8_block", source="deepgemm", systems=frozenset({"b200_sxm", "b300_sxm"}),
-              donor_source="sglang_flashinfer_trtllm_moe", siblings=(("b200_sxm", "gb200"), ("b300_sxm", "gb300")),
+    LaneDonor("moe", "trtllm", "sglang", dtype="fp8_block", source="deepgemm", donor_source="sglang_flashinfer_trtllm_moe",
+              siblings=SAME_DIE,
               why="TensorRT-LLM's DeepSeek-R1 FP8 launch scripts there run moe_config backend TRTLLM (DeepGEMM only "
                   "at 1K/8K from 256 users), its TensorRT-LLM-generated block-FP8 MoE kernels, which its collector "
                   "did not time (DeepGEMM: a median 1.2x FlashInfer's TensorRT-LLM rows at <= 256 tokens, 0.8x "

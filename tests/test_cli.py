@@ -145,6 +145,7 @@ def test_predict_refuses_a_batch_the_replica_could_not_hold(args, needle):
     (dict(workload="fixed", concurrency=4), True),  # a closed loop of fixed lengths
     (dict(workload="fixed", arrival="poisson", qps=1.0), False),  # Poisson gaps
     (dict(workload="fixed", concurrency=4, range_ratio=0.5), False),  # banded lengths
+    (dict(workload="fixed", concurrency=4, isl_stddev=3.0), False),  # lengths spread as AIPerf's
     (dict(workload="uniform", prompt_tokens_max=200, arrival="fixed", qps=1.0), False),  # drawn lengths
     (dict(workload="fixed", arrival="fixed", qps=1.0, replicas=2, router="random"), False),
     (dict(workload="fixed", concurrency=4, speculative_config='{"method": "ngram", "num_speculative_tokens": 3}',

@@ -119,6 +119,32 @@ def test_range_style_sglang_at_ratio_one_is_fixed_and_vllm_is_the_default():
     assert closed(workload__range_style="sglang").workload.is_banded  # r 0 under sglang: [1, len]
 
 
+def test_stddev_spreads_lengths_as_aiperf_and_a_zero_one_stays_exact():
+    result = simulate(closed(workload__prompt_tokens_stddev=20.0, workload__num_requests=2000))
+    cols = request_columns(result)
+    p, o = cols["num_prompt_tokens"], cols["num_output_tokens"]
+    assert (o == 64).all()  # --osl-stddev 0: exact
+    assert np.issubdtype(p.dtype, np.integer) and p.min() >= 1
+    assert np.mean(p) == pytest.approx(512, abs=4 * 20 / math.sqrt(2000))  # the mean within 4 standard errors
+    assert np.std(p) == pytest.approx(20, rel=0.1)
+    again = request_columns(simulate(closed(workload__prompt_tokens_stddev=20.0, workload__num_requests=2000)))
+    assert (again["num_prompt_tokens"] == p).all()  # same seed, same lengths
+
+
+def test_a_spread_of_a_few_tokens_splits_a_closed_loops_waves():
+    # 8 users of exactly 1,024 prompt tokens fill a 8,192-token budget to the token: they are prefilled
+    # together and stay one wave (every first token of a round at one instant). A spread of a few tokens
+    # (AIPerf's prompts as the server counts them) overflows the budget and splits the wave.
+    base = dict(workload__prompt_tokens=1024, workload__output_tokens=128, workload__concurrency=8,
+                workload__num_requests=160, scheduler__max_num_batched_tokens=8192)
+    exact = request_columns(simulate(closed(**base)))
+    spread = request_columns(simulate(closed(**base, workload__prompt_tokens_stddev=3.0)))
+    first_exact, first_spread = exact["first_token_at"][80:], spread["first_token_at"][80:]
+    assert len(np.unique(first_exact)) == len(first_exact) // 8  # waves of 8
+    assert len(np.unique(first_spread)) > len(first_spread) // 8
+    assert spread["ttft_s"][80:].mean() < exact["ttft_s"][80:].mean()
+
+
 def test_finite_rate_with_a_concurrency_cap_sends_at_the_later_of_both():
     config = closed(workload__arrival="poisson", workload__qps=50.0, workload__concurrency=4)
     planned = RunConfig().replace(**{**SMALL, "workload__arrival": "poisson", "workload__qps": 50.0,
@@ -163,6 +189,10 @@ def test_disaggregated_closed_loop():
     (dict(workload__range_ratio=1.5, workload__range_style="sglang"), "workload.range_ratio"),
     (dict(workload__range_style="aiperf"), "workload.range_style"),
     (dict(workload__range_style="sglang", workload__name="sharegpt"), "workload.range_ratio"),
+    (dict(workload__prompt_tokens_stddev=-1.0), "workload.prompt_tokens_stddev"),
+    (dict(workload__output_tokens_stddev=float("nan")), "workload.output_tokens_stddev"),
+    (dict(workload__prompt_tokens_stddev=5.0, workload__name="sharegpt"), "workload.prompt_tokens_stddev"),
+    (dict(workload__prompt_tokens_stddev=5.0, workload__range_ratio=0.2), "workload.prompt_tokens_stddev"),
 ])
 def test_bad_closed_loop_settings_are_one_line(changes, field):
     with pytest.raises(ConfigError) as err:

@@ -123,10 +123,17 @@ def _is_inferencex(row: Any) -> bool:
     return source_family(getattr(row, "silicon_data_source", "")) in INFERENCEX_FAMILIES
 
 
-def benchmark_client(row: Any) -> dict[str, Any]:
+def benchmark_client(row: Any, aiperf_spread: tuple[float, float] | None = None) -> dict[str, Any]:
     """:func:`row_config` keywords for the client ``row``'s provenance family most likely ran
-    (:data:`INFERENCEX_CLIENT` or :data:`AIPERF_CLIENT`)."""
-    return dict(INFERENCEX_CLIENT if _is_inferencex(row) else AIPERF_CLIENT)
+    (:data:`INFERENCEX_CLIENT` or :data:`AIPERF_CLIENT`; ``aiperf_spread``: the latter's prompt and
+    output lengths spread by these standard deviations in tokens, as ``--isl-stddev`` and
+    ``--osl-stddev`` would, instead of exact)."""
+    if _is_inferencex(row):
+        return dict(INFERENCEX_CLIENT)
+    client = dict(AIPERF_CLIENT)
+    if aiperf_spread is not None:
+        client["prompt_stddev"], client["output_stddev"] = aiperf_spread
+    return client
 
 
 # InferenceX's TensorRT-LLM recipes' attention_dp_config timeout_iters (batching_wait_iters 0).
@@ -581,15 +588,17 @@ def _pool_layout(tp: int, pp: int, adp: int, ep: int, redundant: int = 0) -> str
 
 
 def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None = None, budget: int = DEFAULT_BUDGET,
-               range_ratio: float = 0.0, range_style: str = "vllm", engine: str | None = None,
-               cost_model: str | None = None,
+               range_ratio: float = 0.0, range_style: str = "vllm", prompt_stddev: float = 0.0,
+               output_stddev: float = 0.0, engine: str | None = None, cost_model: str | None = None,
                kv_link: str = "infiniband-400g", warmup_mode: str = "steady",
                mtp_acceptance: str | float | None = None, extra: dict[str, Any] | None = None) -> RunConfig:
     """A closed-loop run of one silicon row (a row of :func:`read_silicon`'s frame, as
     ``itertuples`` gives it): ``concurrency`` users, one warm-up request each, then
     ``requests_per_user`` measured requests each (at most ``max_requests`` in all, warm-up
     included), lengths banded by ``range_ratio`` around ISL/OSL (0: exactly the nominal
-    lengths) as ``range_style``'s client reads it (``sglang``: in [r x ISL, ISL], InferenceX's). ``warmup_mode``: ``steady`` (the warm-up is the loop's first requests) or
+    lengths) as ``range_style``'s client reads it (``sglang``: in [r x ISL, ISL], InferenceX's), or
+    spread normally by ``prompt_stddev`` / ``output_stddev`` tokens (AIPerf's ``--isl-stddev`` /
+    ``--osl-stddev``). ``warmup_mode``: ``steady`` (the warm-up is the loop's first requests) or
     ``drain`` (a phase of its own, then every user sends at once, as AIPerf and vllm bench
     run it; :mod:`simulator.engine.closed_loop`). A row whose recipe runs MTP (``mtp_drafts`` > 0:
     :func:`read_silicon`'s ``with_mtp``) runs it only with ``mtp_acceptance``, an AL curve of the data
@@ -623,7 +632,8 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
         "workload__arrival": "burst", "workload__num_requests": total,
         "workload__concurrency": concurrency, "workload__num_warmup": warmup, "workload__range_ratio": range_ratio,
-        "workload__range_style": range_style,
+        "workload__range_style": range_style, "workload__prompt_tokens_stddev": prompt_stddev,
+        "workload__output_tokens_stddev": output_stddev,
         "workload__warmup_mode": warmup_mode,
         "replica__inter_node_link": SYSTEM_NETWORKS[row.system],  # pools take it from the replica
     }

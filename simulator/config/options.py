@@ -24,6 +24,8 @@ OPTION_ALIASES: dict[str, tuple[str, ...]] = {
     "qps": ("request_rate",), "num_requests": ("num_prompts",), "concurrency": ("max_concurrency",),
     "num_warmup": ("num_warmups",), "workload": ("dataset_name",), "prompt_tokens": ("random_input_len", "input_len"),
     "output_tokens": ("random_output_len", "output_len"), "range_ratio": ("random_range_ratio",),
+    "prompt_tokens_stddev": ("isl_stddev", "synthetic_input_tokens_stddev"),
+    "output_tokens_stddev": ("osl_stddev",),
     "dtype": ("quantization",),
 }
 # vLLM's options that set more than one field (resolve_aliases): name -> (type, help).
@@ -116,6 +118,10 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                     "vllm bench serve run it)."),
     "range_ratio": ("workload__range_ratio", float, "Fixed lengths banded: each drawn uniformly in [len x (1-r), "
                     "len x (1+r)], as vllm bench's random dataset (--range-style sglang: in [len x r, len])."),
+    "prompt_tokens_stddev": ("workload__prompt_tokens_stddev", float, "Fixed prompt lengths drawn from a normal "
+                             "distribution of this standard deviation in tokens, rounded (AIPerf's --isl-stddev)."),
+    "output_tokens_stddev": ("workload__output_tokens_stddev", float, "Fixed output lengths drawn from a normal "
+                             "distribution of this standard deviation in tokens, rounded (AIPerf's --osl-stddev)."),
     "range_style": ("workload__range_style", str, "Whose --random-range-ratio: vllm (vllm bench serve: [len x (1-r), "
                     "len x (1+r)]) or sglang (SGLang's bench_serving, InferenceX's benchmark_serving.py: [len x r, "
                     "len]; r 1 is fixed, 0 is [1, len])."),
@@ -194,7 +200,8 @@ UNBUDGETED_SCHEDULERS = ("orca", "fastertransformer")
 # Length options, and the length sources that read each (the others draw lengths from a dataset or a trace).
 LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_tokens": ("fixed", "random", "uniform"),
                   "prompt_tokens_max": ("uniform",), "output_tokens_max": ("uniform",),
-                  "range_ratio": ("fixed", "random"), "range_style": ("fixed", "random")}
+                  "range_ratio": ("fixed", "random"), "range_style": ("fixed", "random"),
+                  "prompt_tokens_stddev": ("fixed", "random"), "output_tokens_stddev": ("fixed", "random")}
 
 
 def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
@@ -297,7 +304,7 @@ def _draws_at_random(config: RunConfig) -> bool:
         return True
     if w.trace is not None:
         return w.arrival != "trace"  # replayed at its timestamps: its first rows, in order
-    return not (w.name in ("fixed", "random") and not w.is_banded)
+    return not (w.name in ("fixed", "random") and not w.is_banded and not w.is_spread)
 
 
 # Run options that a disaggregated pool's key overrides: option name -> pool key (simulator.config.disagg_layout).
@@ -464,8 +471,9 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     # asked for, fixed (banded with --range-ratio) or uniform up to a --*-max, not the default dataset's.
     given = [name for name in LENGTH_OPTIONS if out.get(name) is not None]
     lengths_read = not from_file and out.get("trace") is None and out.get("workload") in (None, "fixed", "random")
-    if lengths_read and given and set(given) <= {"range_ratio", "range_style"} and out.get("workload") is None:
-        raise ConfigError(f"--{given[0].replace('_', '-')}", "bands fixed lengths, but no lengths were given and the "
+    if lengths_read and given and set(given) <= {"range_ratio", "range_style", "prompt_tokens_stddev",
+                                                 "output_tokens_stddev"} and out.get("workload") is None:
+        raise ConfigError(f"--{given[0].replace('_', '-')}", "varies fixed lengths, but no lengths were given and the "
                           "default workload (sharegpt) draws its own",
                           "add --prompt-tokens and --output-tokens, or --workload fixed")
     if lengths_read and out.get("range_style") == "sglang" and out.get("range_ratio") is None:

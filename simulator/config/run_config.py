@@ -511,6 +511,10 @@ class WorkloadConfig:
     num_warmup: int = 0  # the first requests sent, left out of the figures (vLLM's --num-warmups)
     range_ratio: float = 0.0  # fixed/random lengths banded as range_style's client reads it
     range_style: str = "vllm"  # "vllm": [len*(1-r), len*(1+r)]; "sglang": [len*r, len] (RANGE_STYLES)
+    # Fixed lengths drawn from a normal distribution of this standard deviation (tokens), rounded and
+    # at least 1: AIPerf's and genai-perf's --isl-stddev / --osl-stddev (0: every request exactly).
+    prompt_tokens_stddev: float = 0.0
+    output_tokens_stddev: float = 0.0
     # How the warm-up precedes the measured requests in a closed loop (simulator.engine.closed_loop):
     # "steady" = the first num_warmup requests of the same loop; "drain" = a phase of its own, run to
     # completion, then every user sends at once (AIPerf --warmup-request-count, vllm bench --num-warmups).
@@ -577,6 +581,18 @@ class WorkloadConfig:
         if self.range_style == "sglang" and not 0 <= self.range_ratio <= 1:
             raise ConfigError("workload.range_ratio", f"must be in [0, 1] under range_style 'sglang', got "
                               f"{self.range_ratio}", "e.g. --random-range-ratio 0.8 for lengths in [0.8 len, len]")
+        for name in ("prompt_tokens_stddev", "output_tokens_stddev"):
+            value = getattr(self, name)
+            flag = "--isl-stddev" if name.startswith("prompt") else "--osl-stddev"
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"workload.{name}", f"must be a finite number of tokens >= 0, got {value}",
+                                  f"pass {flag} 0 for exact lengths")
+            if value > 0 and self.name not in ("fixed", "random"):
+                raise ConfigError(f"workload.{name}", f"spreads fixed lengths, but the workload is {self.name!r}",
+                                  f"pass --workload fixed, or drop {flag}")
+            if value > 0 and self.is_banded:
+                raise ConfigError(f"workload.{name}", "a normal spread and a --random-range-ratio band are two "
+                                  "clients' ways of varying lengths", f"pass one of {flag} and --random-range-ratio")
         if self.is_banded and self.name not in ("fixed", "random"):
             raise ConfigError("workload.range_ratio", f"bands fixed lengths, but the workload is {self.name!r}",
                               "pass --workload fixed (or --dataset-name random), or drop --random-range-ratio and "
@@ -586,6 +602,11 @@ class WorkloadConfig:
     def is_banded(self) -> bool:
         """Whether ``range_ratio`` draws lengths in a band (vllm: r > 0; sglang: r < 1)."""
         return self.range_ratio > 0 if self.range_style == "vllm" else self.range_ratio < 1
+
+    @property
+    def is_spread(self) -> bool:
+        """Whether fixed lengths are drawn around their value (``*_tokens_stddev`` > 0)."""
+        return self.prompt_tokens_stddev > 0 or self.output_tokens_stddev > 0
 
 
 def _fits(value: Any, hint: Any) -> bool:

@@ -9,7 +9,9 @@ Length sources
     ``fixed``      every request has ``prompt_tokens`` / ``output_tokens``; with ``range_ratio``
                    r > 0, each is drawn uniformly in ``[len*(1-r), len*(1+r)]`` (``random``,
                    ``vllm bench``'s name, is the same source); with ``range_style`` ``sglang``,
-                   in ``[len*r, len]`` as SGLang's ``bench_serving`` (and InferenceX's client) read r.
+                   in ``[len*r, len]`` as SGLang's ``bench_serving`` (and InferenceX's client) read r;
+                   with ``prompt_tokens_stddev`` / ``output_tokens_stddev`` > 0, each is drawn from a
+                   normal distribution around it, rounded (AIPerf's ``--isl-stddev``/``--osl-stddev``).
     ``uniform``    integers drawn uniformly from ``[prompt_tokens, prompt_tokens_max]`` and
                    ``[output_tokens, output_tokens_max]`` (a missing max means fixed).
     ``sharegpt``   built in, no files needed: a 2-D log-spaced histogram of the joint
@@ -177,6 +179,8 @@ def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestT
         prompt, output, length_desc = _lengths_from_builtin(cfg, rng)
     elif cfg.name in ("fixed", "random") and cfg.is_banded:
         prompt, output, length_desc = _lengths_banded(cfg, rng)
+    elif cfg.name in ("fixed", "random") and cfg.is_spread:
+        prompt, output, length_desc = _lengths_spread(cfg, rng)
     elif cfg.name in ("fixed", "random"):
         _check_total("fixed", cfg.prompt_tokens + cfg.output_tokens, cfg.max_total_tokens)
         prompt = np.full(n, cfg.prompt_tokens, dtype=np.int64)
@@ -296,6 +300,29 @@ def _lengths_banded(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.n
     if cfg.max_total_tokens is not None and p_hi + o_hi > cfg.max_total_tokens:
         desc += f" (total <= {cfg.max_total_tokens})"
     return prompt.astype(np.int64), output.astype(np.int64), desc
+
+
+def _lengths_spread(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
+    """Fixed lengths spread as AIPerf's and genai-perf's synthetic prompts are (``--isl-stddev``,
+    ``--osl-stddev``): each drawn from a normal distribution around the length, rounded to a whole
+    token and at least 1; prompt and output drawn side by side, prompts first. A zero deviation
+    leaves that length exact (no draw: the other length's draws are the same either way)."""
+    _check_total("spread", 2, cfg.max_total_tokens)
+
+    def one(length: int, sd: float, k: int, g: np.random.Generator) -> np.ndarray:
+        if sd <= 0:
+            return np.full(k, length, dtype=np.int64)
+        return np.maximum(np.rint(g.normal(length, sd, k)), 1).astype(np.int64)
+
+    def draw(k: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        prompt = one(cfg.prompt_tokens, cfg.prompt_tokens_stddev, k, g)
+        return prompt, one(cfg.output_tokens, cfg.output_tokens_stddev, k, g)
+
+    limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
+    prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "spread")
+    desc = (f"fixed {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens, standard deviation "
+            f"{cfg.prompt_tokens_stddev:g} / {cfg.output_tokens_stddev:g}")
+    return prompt, output, desc
 
 
 def _lengths_long_context(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:

@@ -218,3 +218,11 @@ def test_presets_carry_the_committed_reports_fit() -> None:
     assert sglang.cpu_iteration_s == pytest.approx(fit.cpu_iteration_ms / 1e3, rel=5e-3)
     assert sglang.cpu_per_prefill_token_s == pytest.approx(fit.cpu_per_prefill_token_us / 1e6, rel=5e-3)
     assert sglang.prefill_floor_per_layer_s == pytest.approx(fit.prefill_floor_per_layer_ms / 1e3, rel=5e-3)
+
+
+def test_a_traces_key_names_the_lengths_spread_but_not_a_zero_one() -> None:
+    exact = _closed_loop("llama-3.1-8b", 1, 1024, 64, 4)
+    assert sf.cache_key(exact) == sf.cache_key(exact.replace(workload__prompt_tokens_stddev=0.0))
+    keys = {sf.cache_key(exact), sf.cache_key(exact.replace(workload__prompt_tokens_stddev=2.0)),
+            sf.cache_key(exact.replace(workload__output_tokens_stddev=2.0))}
+    assert len(keys) == 3  # a spread run's steps differ: never read back as the exact run's trace

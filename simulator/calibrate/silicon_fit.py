@@ -207,6 +207,10 @@ def cache_key(config: Any) -> str:
     style = getattr(config.workload, "range_style", "vllm")
     if style != "vllm":  # likewise
         parts.append(f"range_style={style!r}")
+    for name in ("prompt_tokens_stddev", "output_tokens_stddev"):
+        spread = getattr(config.workload, name, 0.0)
+        if spread:  # likewise
+            parts.append(f"{name}={spread!r}")
     return hashlib.sha256(";".join(parts).encode()).hexdigest()[:20]
 
 

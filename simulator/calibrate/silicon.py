@@ -123,16 +123,20 @@ def _is_inferencex(row: Any) -> bool:
     return source_family(getattr(row, "silicon_data_source", "")) in INFERENCEX_FAMILIES
 
 
-def benchmark_client(row: Any, aiperf_spread: tuple[float, float] | None = None) -> dict[str, Any]:
+def benchmark_client(row: Any, aiperf_spread: tuple[float, float] | None = None,
+                     aiperf_budget: int | None = None) -> dict[str, Any]:
     """:func:`row_config` keywords for the client ``row``'s provenance family most likely ran
-    (:data:`INFERENCEX_CLIENT` or :data:`AIPERF_CLIENT`; ``aiperf_spread``: the latter's prompt and
-    output lengths spread by these standard deviations in tokens, as ``--isl-stddev`` and
-    ``--osl-stddev`` would, instead of exact)."""
+    (:data:`INFERENCEX_CLIENT` or :data:`AIPERF_CLIENT`). For a sensitivity study of the latter's
+    rows (their exact lengths lock simulated users into waves: the silicon report's README):
+    ``aiperf_spread``, prompt and output lengths spread by these standard deviations in tokens, as
+    ``--isl-stddev`` and ``--osl-stddev`` would; ``aiperf_budget``, another token budget."""
     if _is_inferencex(row):
         return dict(INFERENCEX_CLIENT)
-    client = dict(AIPERF_CLIENT)
+    client: dict[str, Any] = dict(AIPERF_CLIENT)
     if aiperf_spread is not None:
         client["prompt_stddev"], client["output_stddev"] = aiperf_spread
+    if aiperf_budget is not None:
+        client["budget"] = aiperf_budget
     return client
 
 

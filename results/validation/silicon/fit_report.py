@@ -68,6 +68,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="with --client benchmark: run the AIPerf rows with prompt and output lengths spread by these "
                         "standard deviations in tokens (AIPerf's --isl-stddev/--osl-stddev; default: exact, as "
                         "AIConfigurator's benchmark runs it)")
+    p.add_argument("--aiperf-budget", type=int, default=None, metavar="TOKENS",
+                   help="with --client benchmark: run the AIPerf rows at this token budget (default: the harness's "
+                        "8192, vLLM's default on 80 GB GPUs under its OpenAI server)")
     p.add_argument("--traces-only", action="store_true", help="build the trace cache and stop")
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
     p.add_argument("--jobs", type=int, default=1,
@@ -185,7 +188,7 @@ def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
     for r in kept.itertuples():
         try:
             link = kv_link_of(r) if r.mode == "disagg" and r.prefill_num_workers == r.prefill_num_workers else None
-            client = (benchmark_client(r, args.aiperf_spread) if args.client == "benchmark" else
+            client = (benchmark_client(r, args.aiperf_spread, args.aiperf_budget) if args.client == "benchmark" else
                       dict(INFERENCEX_CLIENT) if args.client == "inferencex" else
                       {"requests_per_user": args.requests_per_user, "range_ratio": args.range_ratio})
             c = row_config(r, max_requests=args.max_requests or None, **client, mtp_acceptance=mtp,

@@ -345,3 +345,26 @@ def test_sglang_pools_whose_ep_does_not_divide_the_experts_place_redundant_exper
             assert row.backend == "sglang"
             assert all(p.redundant_experts == SGLANG_REDUNDANT_EXPERTS and 256 % p.ep for p in placed)
     assert len(wide) >= 20
+
+
+def test_the_aiperf_rows_of_vllm_and_trtllm_run_at_a_2048_token_budget(silicon):
+    """AIConfigurator's own runs (AIPerf) of vLLM and TensorRT-LLM are read at a 2048-token budget
+    (silicon.AIPERF_BUDGETS), SGLang's and InferenceX's rows at the harness's 8192, and a study may
+    name another."""
+    from simulator.calibrate.silicon import AIPERF_BUDGETS, DEFAULT_BUDGET, benchmark_client, source_family
+
+    kept, _ = silicon
+    seen = set()
+    for r in kept[kept["mode"] == "agg"].itertuples():
+        family = source_family(r.silicon_data_source)
+        inferencex = family in ("db-dump", "dated-dump")
+        budget = row_config(r, **benchmark_client(r)).scheduler.max_num_batched_tokens \
+            if r.concurrency == r.concurrency and (r.backend, inferencex) not in seen else None
+        if budget is None:
+            continue
+        seen.add((r.backend, inferencex))
+        assert budget == (DEFAULT_BUDGET if inferencex else AIPERF_BUDGETS.get(r.backend, DEFAULT_BUDGET)), r.id
+        if not inferencex:
+            assert benchmark_client(r, aiperf_budget=4096)["budget"] == 4096
+    assert {("vllm", False), ("trtllm", False), ("sglang", False), ("vllm", True)} <= seen
+    assert AIPERF_BUDGETS == {"vllm": 2048, "trtllm": 2048} and DEFAULT_BUDGET == 8192

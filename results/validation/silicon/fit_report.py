@@ -69,8 +69,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "standard deviations in tokens (AIPerf's --isl-stddev/--osl-stddev; default: exact, as "
                         "AIConfigurator's benchmark runs it)")
     p.add_argument("--aiperf-budget", type=int, default=None, metavar="TOKENS",
-                   help="with --client benchmark: run the AIPerf rows at this token budget (default: the harness's "
-                        "8192, vLLM's default on 80 GB GPUs under its OpenAI server)")
+                   help="with --client benchmark: run the AIPerf rows at this token budget (default: "
+                        "silicon.AIPERF_BUDGETS': 2048 for vLLM's and TensorRT-LLM's aggregated rows, else 8192)")
     p.add_argument("--traces-only", action="store_true", help="build the trace cache and stop")
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
     p.add_argument("--jobs", type=int, default=1,

@@ -301,9 +301,11 @@ def test_sglang_with_a_recv_interval_is_the_same_with_fast_paths_on_and_off() ->
     event skipping stays off, so runs match stepping each decode."""
     config = RunConfig(replica=ReplicaConfig("llama-2-7b", "a100-80gb"),
                        scheduler=SchedulerConfig("sglang", recv_interval=4),
-                       workload=WorkloadConfig("sharegpt", arrival="poisson", qps=4.0, num_requests=200), seed=5)
+                       workload=WorkloadConfig("sharegpt", arrival="poisson", qps=2.0, num_requests=200), seed=5)
     on = simulate(config, token_times=True)
     off = simulate(config.replace(fast_forward=False), token_times=True)
     assert request_frame(on).equals(request_frame(off))
+    # Below saturation (at 4 req/s this GPU's queue grows for seconds and the poll's wait drowns in it),
+    # requests wait for a poll.
     plain = simulate(config.replace(scheduler__recv_interval=1), token_times=True)
-    assert request_frame(on)["ttft_s"].mean() > request_frame(plain)["ttft_s"].mean()  # requests wait for a poll
+    assert request_frame(on)["ttft_s"].mean() > request_frame(plain)["ttft_s"].mean()

@@ -241,13 +241,14 @@ ENGINES: dict[str, EngineModel] = {
         fitted="soft-L1 least squares of log TTFT/TPOT ratios over closed-loop replays under the load each row's "
                "client made (fit_report.py --client benchmark: InferenceX's [0.8 len, len] band or AIPerf's exact "
                "lengths, warm-up a phase of its own, every request the client sent; --kernels vllm with the tables' "
-               "gaps priced by the 'today' roofline, scheduler vllm-v1, budget 8192): median abs error TTFT 21%, TPOT "
-               "11% in-sample (kernels alone 39%, 12%), leave-one-GPU-out 22%, 12%, leave-one-model-out 21%, 13%. "
-               "The 8.3 us a prompt token stands for what a prefill costs beyond the tables' kernels (input "
-               "preparation, the API server's tokenizing, kernels slower in the engine than alone): the rows cannot "
-               "tell these apart. A prefill floor (SGLang's and TensorRT-LLM's term) fits to zero here" + HANDOFF_FITTED,
-        cpu_iteration_s=0.325e-3, cpu_per_prefill_token_s=8.29e-6,
-        collective_extra_s=((2, 1.11e-6), (4, 1.11e-6), (8, 1.11e-6)),
+               "gaps priced by the 'today' roofline, scheduler vllm-v1, budget 8192, 2048 for AIConfigurator's own "
+               "runs: silicon.AIPERF_BUDGETS): median abs error TTFT 18%, TPOT 11% in-sample (kernels alone 38%, "
+               "12%), leave-one-GPU-out 19%, 12%, leave-one-model-out 18%, 12%. The 9.7 us a prompt token stands "
+               "for what a prefill costs beyond the tables' kernels (input preparation, the API server's tokenizing, "
+               "kernels slower in the engine than alone): the rows cannot tell these apart. A prefill floor (SGLang's "
+               "and TensorRT-LLM's term) fits to zero here" + HANDOFF_FITTED,
+        cpu_iteration_s=0.317e-3, cpu_per_prefill_token_s=9.68e-6,
+        collective_extra_s=((2, 0.55e-6), (4, 0.55e-6), (8, 0.55e-6)),
         scheduler="vllm-v1", handoff_s=SILICON_HANDOFF_S,
     ),
     "sglang-2026": EngineModel(
@@ -274,11 +275,12 @@ ENGINES: dict[str, EngineModel] = {
                "GB200; DeepSeek-V3/R1, gpt-oss-120b, Llama-3.1-8B/70B, Qwen3-32B), wip rows dropped, repeated "
                "measurements once, rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
-               "generation): median abs error TTFT 31%, TPOT 11% in-sample (kernels alone 40%, 11%), "
-               "leave-one-GPU-out 32%, 14%, leave-one-model-out 33%, 15%; the floor, 0.86 ms a layer on every step "
-               "with context tokens (the PyTorch flow captures generation-only batches in CUDA graphs)" + HANDOFF_FITTED,
-        cpu_iteration_s=0.599e-3, cpu_per_prefill_token_s=3.31e-6, prefill_floor_per_layer_s=0.864e-3,
-        collective_extra_s=((2, -25.78e-6), (4, -25.78e-6), (8, -25.78e-6)), scheduler="vllm-v1", kernels="trtllm",
+               "generation; budget 2048 for AIConfigurator's own runs, as vllm-2026): median abs error TTFT 25%, TPOT "
+               "9% in-sample (kernels alone 45%, 8%), leave-one-GPU-out 26%, 8%, leave-one-model-out 26%, 10%; the "
+               "floor, 0.87 ms a layer on every step with context tokens (the PyTorch flow captures generation-only "
+               "batches in CUDA graphs)" + HANDOFF_FITTED,
+        cpu_iteration_s=0.222e-3, cpu_per_prefill_token_s=4.11e-6, prefill_floor_per_layer_s=0.870e-3,
+        collective_extra_s=((2, -6.40e-6), (4, -6.40e-6), (8, -6.40e-6)), scheduler="vllm-v1", kernels="trtllm",
         handoff_s=SILICON_HANDOFF_S,
         # TensorRT-LLM's PyTorch flow runs MTP and EAGLE-3 "one model": the drafter is a submodule of the model and
         # its drafting loop launches as one CUDA graph (its speculative-decoding docs); not fitted (no fitted

@@ -300,8 +300,9 @@ def test_one_graph_drafter_pays_no_cpu_a_pass() -> None:
     from simulator.costmodel.engine_model import ENGINES
 
     replica = ReplicaConfig("llama-3.1-8b", "h100-sxm")
-    trt = ENGINES["trtllm-2026"]
-    assert trt.drafter_in_graph and not trt.overlap_cpu and trt.cpu_iteration_s > 0
+    assert ENGINES["trtllm-2026"].drafter_in_graph and not ENGINES["trtllm-2026"].overlap_cpu
+    # a known CPU a step (the preset's fitted one may be 0): the mechanism, not the fit, is under test
+    trt = ENGINES["trtllm-2026"].with_terms(cpu_iteration_s=1e-3)
     plain = trt.with_terms(drafter_in_graph=False)
     verify = SpecBatchShape()
     for _ in range(4):  # four requests verifying three drafts each

@@ -285,7 +285,8 @@ Every group: `heldout.csv`. Plots: {', '.join(f'`{p}`' for p in plots)}.
 
 ## One decode step ({DECODE_BATCH} sequences at {DECODE_KV:,} KV tokens), per op, ms
 
-Kernel time only (no engine overheads). `roofline_priced_ops`: ops the tables have no rows for, priced by
+Kernel time only (no engine overheads; MoE at AIConfigurator's default routing, its `power_law_1.01` rows).
+`roofline_priced_ops`: ops the tables have no rows for, priced by
 the roofline (one note line each at load). `decode_step.csv` has every op.
 
 {md(st, "{:.3f}")}

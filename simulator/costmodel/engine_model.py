@@ -242,13 +242,14 @@ ENGINES: dict[str, EngineModel] = {
                "client made (fit_report.py --client benchmark: InferenceX's [0.8 len, len] band or AIPerf's exact "
                "lengths, warm-up a phase of its own, every request the client sent; --kernels vllm with the tables' "
                "gaps priced by the 'today' roofline, scheduler vllm-v1, budget 8192, 2048 for AIConfigurator's own "
-               "runs: silicon.AIPERF_BUDGETS): median abs error TTFT 18%, TPOT 11% in-sample (kernels alone 38%, "
-               "12%), leave-one-GPU-out 19%, 12%, leave-one-model-out 18%, 12%. The 9.7 us a prompt token stands "
+               "runs: silicon.AIPERF_BUDGETS; MoE at AIConfigurator's default routing): median abs error TTFT 18%, "
+               "TPOT 9% in-sample (kernels alone 38%, 12%), leave-one-GPU-out 18%, 9%, leave-one-model-out 18%, 10%. "
+               "The 9.8 us a prompt token stands "
                "for what a prefill costs beyond the tables' kernels (input preparation, the API server's tokenizing, "
                "kernels slower in the engine than alone): the rows cannot tell these apart. A prefill floor (SGLang's "
                "and TensorRT-LLM's term) fits to zero here" + HANDOFF_FITTED,
-        cpu_iteration_s=0.317e-3, cpu_per_prefill_token_s=9.68e-6,
-        collective_extra_s=((2, 0.55e-6), (4, 0.55e-6), (8, 0.55e-6)),
+        cpu_iteration_s=0.256e-3, cpu_per_prefill_token_s=9.77e-6,
+        collective_extra_s=((2, 2.44e-6), (4, 2.44e-6), (8, 2.44e-6)),
         scheduler="vllm-v1", handoff_s=SILICON_HANDOFF_S,
     ),
     "sglang-2026": EngineModel(
@@ -258,15 +259,17 @@ ENGINES: dict[str, EngineModel] = {
                "rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
                "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake, "
-               "each layout read as the node it ran on: median abs error TTFT 27%, TPOT 12% in-sample (kernels alone "
-               "48%, 14%), leave-one-GPU-out 39%, 14%, leave-one-model-out 28%, 12%. The floor, 3.4 ms a layer on "
+               "each layout read as the node it ran on, MoE at AIConfigurator's default routing: median abs error TTFT "
+               "26%, TPOT 11% in-sample (kernels alone 50%, 13%), leave-one-GPU-out 37%, 13%, leave-one-model-out "
+               "30%, 12%. Its CPU is 13 us a request in the batch and none a step (the two trade off: a step's CPU "
+               "fitted 1.1 ms under the balanced MoE rows). The floor, 3.4 ms a layer on "
                "every step that carries a prompt (SGLang runs extend batches outside its CUDA graphs), is far above "
                "launch latency alone: it holds what a prefill step costs that the tables do not show (at 4 users the "
                "measured TTFT is 150-200 ms at 1K prompt tokens and grows slowly to 8K). Every SGLang row is a "
                "60-64-layer model, so whether the floor goes per layer or per step is not identified: on a 32-layer "
                "model it holds a prefill step to at least 108 ms" + HANDOFF_FITTED,
-        cpu_iteration_s=1.106e-3, cpu_per_prefill_token_s=2.03e-6, prefill_floor_per_layer_s=3.39e-3,
-        collective_extra_s=((2, -7.20e-6), (4, -7.20e-6), (8, -7.20e-6)), scheduler="sglang", kernels="sglang",
+        cpu_per_seq_s=13.0e-6, cpu_per_prefill_token_s=1.93e-6, prefill_floor_per_layer_s=3.44e-3,
+        collective_extra_s=((2, 1.78e-6), (4, 1.78e-6), (8, 1.78e-6)), scheduler="sglang", kernels="sglang",
         handoff_s=SILICON_HANDOFF_S,
     ),
     "trtllm-2026": EngineModel(
@@ -275,12 +278,12 @@ ENGINES: dict[str, EngineModel] = {
                "GB200; DeepSeek-V3/R1, gpt-oss-120b, Llama-3.1-8B/70B, Qwen3-32B), wip rows dropped, repeated "
                "measurements once, rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
-               "generation; budget 2048 for AIConfigurator's own runs, as vllm-2026): median abs error TTFT 25%, TPOT "
-               "9% in-sample (kernels alone 45%, 8%), leave-one-GPU-out 26%, 8%, leave-one-model-out 26%, 10%; the "
-               "floor, 0.87 ms a layer on every step with context tokens (the PyTorch flow captures generation-only "
+               "generation; budget 2048 for AIConfigurator's own runs and MoE routing as vllm-2026): median abs error "
+               "TTFT 25%, TPOT 8% in-sample (kernels alone 44%, 8%), leave-one-GPU-out 26%, 8%, leave-one-model-out "
+               "27%, 10%; its CPU a step fits to none; the floor, 0.89 ms a layer on every step with context tokens (the PyTorch flow captures generation-only "
                "batches in CUDA graphs)" + HANDOFF_FITTED,
-        cpu_iteration_s=0.222e-3, cpu_per_prefill_token_s=4.11e-6, prefill_floor_per_layer_s=0.870e-3,
-        collective_extra_s=((2, -6.40e-6), (4, -6.40e-6), (8, -6.40e-6)), scheduler="vllm-v1", kernels="trtllm",
+        cpu_per_prefill_token_s=4.05e-6, prefill_floor_per_layer_s=0.887e-3,
+        collective_extra_s=((2, -1.20e-6), (4, -1.20e-6), (8, -1.20e-6)), scheduler="vllm-v1", kernels="trtllm",
         handoff_s=SILICON_HANDOFF_S,
         # TensorRT-LLM's PyTorch flow runs MTP and EAGLE-3 "one model": the drafter is a submodule of the model and
         # its drafting loop launches as one CUDA graph (its speculative-decoding docs); not fitted (no fitted

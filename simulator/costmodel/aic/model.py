@@ -87,11 +87,11 @@ MOE_DTYPE_PREFERENCE: dict[tuple[str, str], tuple[frozenset[str], tuple[str, ...
 # TensorRT-LLM's NVFP4 fused MoE runs its min-latency kernel up to this many tokens a step (the whole
 # MoE group's, attention-DP ranks gathered), as AIConfigurator's TensorRT-LLM path selects it.
 MOE_LOW_LATENCY_TOKENS = 128
-# The MoE tables' routing distribution a run is priced by (``moe_imbalance`` 1): AIConfigurator's own default.
-MOE_ROUTING = "power_law_1.01"
 MOE_LOW_LATENCY_SOURCE = "moe_torch_flow_min_latency"
 # Systems whose tables lack that kernel -> the same generation's system that measured it beside CUTLASS.
 MOE_LOW_LATENCY_DONORS = {"b300_sxm": "b200_sxm", "gb300": "gb200"}
+# The MoE tables' routing distribution a run is priced by (``moe_imbalance`` 1): AIConfigurator's own default.
+MOE_ROUTING = "power_law_1.01"
 # Lanes of one backend's tables priced by another collector's rows of the same kernel: tables.LANE_DONORS.
 KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).

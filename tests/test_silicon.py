@@ -375,3 +375,20 @@ def test_the_aiperf_rows_of_vllm_and_trtllm_run_at_a_2048_token_budget(silicon):
             assert benchmark_client(r, aiperf_budget=4096)["budget"] == 4096
     assert {("vllm", False), ("trtllm", False), ("sglang", False), ("vllm", True)} <= seen
     assert AIPERF_BUDGETS == {"vllm": 2048, "trtllm": 2048} and DEFAULT_BUDGET == 8192
+
+
+def test_the_fit_report_can_take_one_backends_rows(shared_data):
+    """``fit_report.py --backends sglang`` fits and reports that engine's rows alone (and the flag refuses
+    an engine it does not know)."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "results" / "validation" / "silicon" / "fit_report.py"
+    spec = importlib.util.spec_from_file_location("fit_report", script)
+    fit_report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_report)
+    args = fit_report._args(["--data", str(shared_data), "--backends", "sglang"])
+    _, _, rows, configs, _ = fit_report.rows_and_configs(args)
+    assert len(rows) == len(configs) > 300 and set(rows["backend"]) == {"sglang"}
+    assert {c.scheduler.name for c in configs} == {"sglang"}
+    with pytest.raises(SystemExit):
+        fit_report._args(["--backends", "lmdeploy"])

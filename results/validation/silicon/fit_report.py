@@ -50,6 +50,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="kernels-only traces and simulated rows, reused between runs (default: "
                         "/tmp/servesim_silicon_<hash of simulator/>.pkl, so a code change starts afresh)")
     p.add_argument("--sample", type=int, default=0, help="rows per backend x GPU x model (0: all)")
+    p.add_argument("--backends", nargs="+", choices=("vllm", "sglang", "trtllm"), default=None,
+                   help="only these backends' rows (default: all three; each backend's preset is fitted on "
+                        "its own rows, so its figures do not depend on the others', except the handoff of "
+                        "the disaggregated rows, fitted on all of them)")
     p.add_argument("--requests-per-user", type=int, default=2, help="with --client exact: measured requests a user")
     p.add_argument("--max-requests", type=int, default=0,
                    help="cap on a row's requests, warm-up included (default 0: as many as its client sent; a cap "
@@ -212,6 +216,9 @@ def rows_and_configs(args: argparse.Namespace):  # noqa: ANN201
     rows["model"] = [c.replica.model for c in configs]
     rows["measured_ttft_ms"] = rows["silicon_ttft_ms"]
     rows["measured_tpot_ms"] = rows["silicon_tpot_ms"]
+    if args.backends:
+        mask = rows["backend"].isin(args.backends).to_numpy()
+        rows, configs = rows[mask].reset_index(drop=True), [c for c, k in zip(configs, mask, strict=True) if k]
     if args.sample:
         pick = (rows.groupby(["backend", "gpu", "model", "mode"], group_keys=False)
                 .apply(lambda g: g.sample(min(len(g), args.sample), random_state=0)).index)

@@ -159,7 +159,8 @@ def test_each_provenance_runs_its_clients_load(silicon):
     assert recipe_changes(inferencex) == {}  # Llama-3.1-70B's rows are vLLM and TensorRT-LLM
     # Its TensorRT-LLM DeepSeek-R1 FP8 B200 recipe waits for batches at 1K/1K from 64 users, without DP attention.
     trt = kept[(kept["backend"] == "trtllm") & (kept["mode"] == "agg")]
-    waiting = [r.id for r in trt.itertuples() if "scheduler__batch_wait_timeout_iters" in recipe_changes(r)]
+    deepseek = trt[trt["model_path"].str.contains("deepseek-ai/")]
+    waiting = [r.id for r in deepseek.itertuples() if "scheduler__batch_wait_timeout_iters" in recipe_changes(r)]
     assert len(waiting) == 5
     for r in trt[trt["id"].isin(waiting)].itertuples():
         assert (r.system, r.gemm_quant_mode, r.isl, r.osl, r.attention_dp_size) == ("b200_sxm", "fp8", 1024, 1024, 1)
@@ -171,6 +172,18 @@ def test_each_provenance_runs_its_clients_load(silicon):
         config = row_config(r, extra=recipe_changes(r))
         assert (config.scheduler.batch_wait_timeout_iters, config.scheduler.batch_wait_max_tokens_ratio) == (40, 0.8)
     assert 2 <= sum(not r.spec_refusal for r in trt[trt["id"].isin(waiting)].itertuples()) < 5
+    # Its Llama-3.3-70B B200 recipes wait for batches at 1K/1K below TP8 (20 iterations, ratio 0.9), and nowhere
+    # else.
+    llama = trt[trt["model_path"] == "meta-llama/Llama-3.1-70B"]
+    held = {r.id: recipe_changes(r) for r in llama.itertuples() if recipe_changes(r)}
+    assert len(held) >= 20
+    for r in llama.itertuples():
+        inferencex = source_family(r.silicon_data_source) in ("db-dump", "dated-dump")
+        one_k = (r.isl, r.osl) == (1024, 1024)
+        assert (r.id in held) == (inferencex and one_k and r.system == "b200_sxm" and r.tp_size < 8)
+        if r.id in held:
+            config = row_config(r, extra=held[r.id])
+            assert (config.scheduler.batch_wait_timeout_iters, config.scheduler.batch_wait_max_tokens_ratio) == (20, 0.9)
     # The trace cache tells the band's reading apart (same ratio, other style: another trace).
     assert cache_key(c) != cache_key(c.replace(workload__range_style="vllm", workload__range_ratio=0.5)) != \
         cache_key(c.replace(workload__range_ratio=0.5))

@@ -226,3 +226,17 @@ def test_a_traces_key_names_the_lengths_spread_but_not_a_zero_one() -> None:
     keys = {sf.cache_key(exact), sf.cache_key(exact.replace(workload__prompt_tokens_stddev=2.0)),
             sf.cache_key(exact.replace(workload__output_tokens_stddev=2.0))}
     assert len(keys) == 3  # a spread run's steps differ: never read back as the exact run's trace
+
+
+def test_a_traces_key_names_every_field_a_trace_reads_and_not_the_engine() -> None:
+    """A recipe's scheduling flags change the steps: each its own trace (batch waiting was once left off the
+    key, and a rerun over a cache read the run without it back). The engine terms do not: the trace runs the
+    kernels alone."""
+    base = _closed_loop("llama-3.1-8b", 1, 1024, 64, 4)
+    variants = [base, base.replace(scheduler__batch_wait_timeout_iters=20, scheduler__batch_wait_max_tokens_ratio=0.9),
+                base.replace(scheduler__batch_wait_timeout_iters=40, scheduler__batch_wait_max_tokens_ratio=0.9),
+                base.replace(scheduler__name="sglang"), base.replace(scheduler__name="sglang", scheduler__recv_interval=10),
+                base.replace(scheduler__max_num_batched_tokens=8192),
+                base.replace(replica__roofline_calibration="2023")]
+    assert len({sf.cache_key(c) for c in variants}) == len(variants)
+    assert sf.cache_key(base) == sf.cache_key(base.replace(engine="sglang-2026"))

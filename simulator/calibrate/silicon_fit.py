@@ -181,37 +181,12 @@ def replay(trace: Trace, params: Params) -> tuple[float, float]:
     return float(np.mean(first - arrived)) * 1e3, float(np.mean(tpot)) * 1e3
 
 
-# The run-config fields a kernels-only trace depends on (by name, so fields added to the config
-# later with a neutral default do not invalidate a cache).
-_KEY_FIELDS = {
-    "replica": ("model", "gpu", "tp", "pp", "ep", "attention_dp", "dtype", "kv_cache_dtype", "kernels", "max_model_len",
-                "num_nodes", "allow_tp_across_nodes", "gpu_memory_utilization", "block_size", "num_gpu_blocks",
-                "memory_fraction_of"),
-    "scheduler": ("name", "max_num_seqs", "max_num_batched_tokens", "chunk_size"),
-    "workload": ("name", "arrival", "num_requests", "prompt_tokens", "output_tokens", "concurrency", "num_warmup",
-                 "range_ratio"),
-}
-
-
 def cache_key(config: Any) -> str:
-    parts = [config.cost_model, str(config.seed)]
-    for section, names in _KEY_FIELDS.items():
-        sec = getattr(config, section)
-        parts += [f"{n}={getattr(sec, n, None)!r}" for n in names]
-    mode = getattr(config.workload, "warmup_mode", "steady")
-    if mode != "steady":  # named only when not the default, so caches built before the field stay valid
-        parts.append(f"warmup_mode={mode!r}")
-    interval = getattr(config.scheduler, "recv_interval", 1)
-    if interval != 1:  # likewise
-        parts.append(f"recv_interval={interval}")
-    style = getattr(config.workload, "range_style", "vllm")
-    if style != "vllm":  # likewise
-        parts.append(f"range_style={style!r}")
-    for name in ("prompt_tokens_stddev", "output_tokens_stddev"):
-        spread = getattr(config.workload, name, 0.0)
-        if spread:  # likewise
-            parts.append(f"{name}={spread!r}")
-    return hashlib.sha256(";".join(parts).encode()).hexdigest()[:20]
+    """A kernels-only trace's key: every field of the run but its engine terms (the trace replaces
+    them by the ``ideal`` engine), so two configs that could simulate differently never share a trace
+    (a recipe's batch waiting, attention-DP balance or speculation included; the key once named a
+    list of fields, and a field left off it read back another config's trace)."""
+    return hashlib.sha256(repr(config.replace(engine="ideal")).encode()).hexdigest()[:20]
 
 
 class TraceCache:

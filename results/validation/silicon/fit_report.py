@@ -42,6 +42,9 @@ DATA = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO))
 
 
+DEFERRED_COLUMNS = ("fit", "cv_gpu", "cv_model")
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default: ../shared/data)")
@@ -77,6 +80,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "silicon.AIPERF_BUDGETS': 2048 for vLLM's and TensorRT-LLM's aggregated rows, else 8192)")
     p.add_argument("--traces-only", action="store_true", help="build the trace cache and stop")
     p.add_argument("--no-disagg", action="store_true", help="skip simulating the disaggregated rows")
+    p.add_argument("--deferred-columns", nargs="+", choices=DEFERRED_COLUMNS, default=list(DEFERRED_COLUMNS),
+                   metavar="COLUMN",
+                   help="which fits the simulated rows (disaggregated, attention DP) run under: fit (in-sample), "
+                        "cv_gpu (leave one GPU out), cv_model (leave one model out); default all three. Each is a "
+                        "pass over every such row (about half an hour on two cores); a column left out is empty "
+                        "for them, and its figures cover the replayed rows alone")
     p.add_argument("--jobs", type=int, default=1,
                    help="processes for the disaggregated / attention-DP rows (default 1; the results do not depend on it). "
                         "Rows of more than 80,000 requests (thousands of users) still run one at a time")
@@ -325,10 +334,13 @@ def _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, pres
                 "cv_model": (art_of(lambda r: ("model", r.model)), "decode"),
                 "prefill": (lambda r, a=fit_art: a(r) if r.mode == "disagg" and args.first_token_on_prefill else None,
                             "prefill")}
+        errors_from = "fit" if "fit" in args.deferred_columns else args.deferred_columns[0]
         for col, (art, at) in runs.items():
+            if col in DEFERRED_COLUMNS and col not in args.deferred_columns:
+                continue
             res, errors = _simulate_rows(osub, ocfg, art, at, row_cache, f"{backend} {col}", args.jobs)
             pred.loc[other, f"pred_ttft_ms_{col}"], pred.loc[other, f"pred_tpot_ms_{col}"] = res[:, 0], res[:, 1]
-            if col == "fit":
+            if col == errors_from:  # a row that fails is listed once, from the in-sample pass where it runs
                 for k, why in errors.items():
                     failed[other[k]] = why
         pred.loc[other, "how"] = "simulated"

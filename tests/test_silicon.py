@@ -405,3 +405,8 @@ def test_the_fit_report_can_take_one_backends_rows(shared_data):
     assert {c.scheduler.name for c in configs} == {"sglang"}
     with pytest.raises(SystemExit):
         fit_report._args(["--backends", "lmdeploy"])
+    # --deferred-columns: the simulated rows' passes (all three by default), an unknown one refused
+    assert fit_report._args([]).deferred_columns == ["fit", "cv_gpu", "cv_model"]
+    assert fit_report._args(["--deferred-columns", "cv_gpu"]).deferred_columns == ["cv_gpu"]
+    with pytest.raises(SystemExit):
+        fit_report._args(["--deferred-columns", "cv_rack"])

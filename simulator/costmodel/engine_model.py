@@ -278,12 +278,13 @@ ENGINES: dict[str, EngineModel] = {
                "GB200; DeepSeek-V3/R1, gpt-oss-120b, Llama-3.1-8B/70B, Qwen3-32B), wip rows dropped, repeated "
                "measurements once, rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
-               "generation; budget 2048 for AIConfigurator's own runs and MoE routing as vllm-2026): median abs error "
-               "TTFT 25%, TPOT 8% in-sample (kernels alone 44%, 8%), leave-one-GPU-out 26%, 8%, leave-one-model-out "
-               "27%, 10%; its CPU a step fits to none; the floor, 0.89 ms a layer on every step with context tokens (the PyTorch flow captures generation-only "
-               "batches in CUDA graphs)" + HANDOFF_FITTED,
-        cpu_per_prefill_token_s=4.05e-6, prefill_floor_per_layer_s=0.887e-3,
-        collective_extra_s=((2, -1.20e-6), (4, -1.20e-6), (8, -1.20e-6)), scheduler="vllm-v1", kernels="trtllm",
+               "generation; budget 2048 for AIConfigurator's own runs, MoE routing as vllm-2026, and the batch waiting "
+               "InferenceX's recipes set: silicon.recipe_changes): median abs error TTFT 22%, TPOT 8% in-sample "
+               "(kernels alone 42%, 8%), leave-one-GPU-out 25%, 8%, leave-one-model-out 23%, 9%; its CPU a step fits "
+               "to none; the floor, 0.87 ms a layer on every step with context tokens (the PyTorch flow captures "
+               "generation-only batches in CUDA graphs)" + HANDOFF_FITTED,
+        cpu_per_prefill_token_s=4.00e-6, prefill_floor_per_layer_s=0.873e-3,
+        collective_extra_s=((2, -1.11e-6), (4, -1.11e-6), (8, -1.11e-6)), scheduler="vllm-v1", kernels="trtllm",
         handoff_s=SILICON_HANDOFF_S,
         # TensorRT-LLM's PyTorch flow runs MTP and EAGLE-3 "one model": the drafter is a submodule of the model and
         # its drafting loop launches as one CUDA graph (its speculative-decoding docs); not fitted (no fitted

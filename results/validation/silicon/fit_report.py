@@ -536,7 +536,8 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
             r = rows.iloc[i]
             not_run.append(dict(id=r["id"], backend=r["backend"], system=r["system"], mode=r["mode"],
                                 model_path=r["model_path"], reason=why))
-    ran = pred[pred["pred_tpot_ms_fit"].notna()]
+    # a row ran where any fit predicted it (the simulated rows: the --deferred-columns passes they ran under)
+    ran = pred[pred[[f"pred_tpot_ms_{c}" for c in ("fit", *DEFERRED_COLUMNS)]].notna().any(axis=1)]
     summary = _summary(ran)
     by_group = []
     from simulator.calibrate.silicon_fit import error_row

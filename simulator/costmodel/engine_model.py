@@ -165,9 +165,9 @@ class EngineModel:
 
 
 # -- presets ------------------------------------------------------------------------------------------------------
-SILICON_HANDOFF_S = 0.135  # the 2026 presets' handoff latency: see the comment above vllm-2026
-HANDOFF_FITTED = ("; in disaggregated runs a handoff of 135 ms a request, one constant fitted on the 355 disaggregated "
-                  "silicon rows of all three backends (leaving one GPU out: 95-140 ms)")
+SILICON_HANDOFF_S = 0.095  # the 2026 presets' handoff latency: see the comment above vllm-2026
+HANDOFF_FITTED = ("; in disaggregated runs a handoff of 95 ms a request, one constant fitted on the 355 disaggregated "
+                  "silicon rows of all three backends (leaving one GPU out: 70-120 ms)")
 # Each preset names what it was measured on. The fitted numbers are reproduced by
 # simulator.calibrate.engine_fit (tests refit them from ../shared/data and compare).
 ENGINES: dict[str, EngineModel] = {
@@ -230,7 +230,8 @@ ENGINES: dict[str, EngineModel] = {
     # NIXL-style KV connector each), fitted on the silicon rows' 355 simulated disaggregated deployments (TRT-LLM 228
     # on Dynamo, SGLang 114, vLLM 13; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added to
     # their TTFT simulated without one (silicon_fit.fit_handoff; results/validation/silicon/fit_report.py, which also
-    # holds each GPU out: 95-140 ms). At a few users the measured first token sits a constant above queueing +
+    # holds each GPU out: 70-120 ms; 135 ms, 95-140, at code 0c78f9c, before the kernel and layout revisions since).
+    # At a few users the measured first token sits a constant above queueing +
     # prefill + KV transfer + one decode step (vLLM's Kimi-K2.5 rows on GB200: ~175 ms at 1K and at 8K prompts).
     "vllm-2026": EngineModel(
         name="vllm-2026",

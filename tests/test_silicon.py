@@ -410,3 +410,11 @@ def test_the_fit_report_can_take_one_backends_rows(shared_data):
     assert fit_report._args(["--deferred-columns", "cv_gpu"]).deferred_columns == ["cv_gpu"]
     with pytest.raises(SystemExit):
         fit_report._args(["--deferred-columns", "cv_rack"])
+    # and a simulated row that ran under one of them counts as run (it has no in-sample column); a failed one does not
+    import numpy as np
+    import pandas as pd
+
+    nan = np.nan
+    pred = pd.DataFrame({"id": ["replayed", "cv_gpu only", "failed"], "pred_tpot_ms_fit": [10.0, nan, nan],
+                         "pred_tpot_ms_cv_gpu": [11.0, 12.0, nan], "pred_tpot_ms_cv_model": [10.5, nan, nan]})
+    assert list(fit_report.rows_run(pred)["id"]) == ["replayed", "cv_gpu only"]

@@ -185,24 +185,27 @@ def recipe_changes(row: Any) -> dict[str, Any]:
     8192 there), and so do its Llama-3.3-70B B200 scripts at 1K/1K below TP8 (:data:`TRTLLM_LLAMA_BATCH_WAIT`).
     Nothing for the other rows."""
     backend = str(getattr(row, "backend", ""))
-    if _is_inferencex(row) and backend == "sglang":
+    if not _is_inferencex(row):
+        return {}
+    if backend == "sglang":
         concurrency = _int(row.concurrency) or 1
         return {"scheduler__recv_interval": 30 if concurrency >= 16 else 10}
-    if (_is_inferencex(row) and backend == "trtllm" and str(getattr(row, "mode", "")) == "agg"
-            and (_int(getattr(row, "attention_dp_size", 1)) or 1) > 1):
+    if backend != "trtllm" or str(getattr(row, "mode", "")) != "agg":
+        return {}
+    if (_int(getattr(row, "attention_dp_size", 1)) or 1) > 1:
         return {"scheduler__dp_balance_timeout_iters": TRTLLM_DP_BALANCE_TIMEOUT_ITERS}
-    if (_is_inferencex(row) and backend == "trtllm" and str(getattr(row, "mode", "")) == "agg"
-            and "llama-3" in str(row.model_path).lower() and "70b" in str(row.model_path).lower()
-            and str(row.system) == "b200_sxm" and _int(row.isl) == 1024 and _int(row.osl) == 1024
+    model, one_k_one_k = str(row.model_path).lower(), _int(row.isl) == 1024 and _int(row.osl) == 1024
+    wait = None
+    if (one_k_one_k and str(row.system) == "b200_sxm" and "llama-3" in model and "70b" in model
             and (_int(getattr(row, "tp_size", None)) or 8) < 8):
-        timeout, ratio = TRTLLM_LLAMA_BATCH_WAIT
-        return {"scheduler__batch_wait_timeout_iters": timeout, "scheduler__batch_wait_max_tokens_ratio": ratio}
-    if (_is_inferencex(row) and backend == "trtllm" and str(getattr(row, "mode", "")) == "agg"
-            and "deepseek" in str(row.model_path).lower() and str(row.system) == "b200_sxm"
-            and str(getattr(row, "gemm_quant_mode", "")) == "fp8" and _int(row.isl) == 1024 and _int(row.osl) == 1024
-            and (_int(row.concurrency) or 0) >= 64):
-        timeout, ratio = TRTLLM_BATCH_WAIT
-        return {"scheduler__batch_wait_timeout_iters": timeout, "scheduler__batch_wait_max_tokens_ratio": ratio}
+        wait = TRTLLM_LLAMA_BATCH_WAIT
+    elif (one_k_one_k and str(row.system) == "b200_sxm" and "deepseek" in model
+          and str(getattr(row, "gemm_quant_mode", "")) == "fp8" and (_int(row.concurrency) or 0) >= 64):
+        wait = TRTLLM_BATCH_WAIT
+    if wait is None:
+        return {}
+    timeout, ratio = wait
+    return {"scheduler__batch_wait_timeout_iters": timeout, "scheduler__batch_wait_max_tokens_ratio": ratio}
     return {}
 
 

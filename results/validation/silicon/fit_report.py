@@ -409,6 +409,12 @@ def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_a
     return out, errors
 
 
+def rows_run(pred: pd.DataFrame) -> pd.DataFrame:
+    """The rows some fit predicted: a replayed row has every column, a simulated one those of the
+    ``--deferred-columns`` passes it ran under (none of them where its simulation failed)."""
+    return pred[pred[[f"pred_tpot_ms_{c}" for c in DEFERRED_COLUMNS]].notna().any(axis=1)]
+
+
 def _summary(pred: pd.DataFrame) -> pd.DataFrame:
     from simulator.calibrate.silicon_fit import error_row
 
@@ -536,8 +542,7 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
             r = rows.iloc[i]
             not_run.append(dict(id=r["id"], backend=r["backend"], system=r["system"], mode=r["mode"],
                                 model_path=r["model_path"], reason=why))
-    # a row ran where any fit predicted it (the simulated rows: the --deferred-columns passes they ran under)
-    ran = pred[pred[[f"pred_tpot_ms_{c}" for c in ("fit", *DEFERRED_COLUMNS)]].notna().any(axis=1)]
+    ran = rows_run(pred)
     summary = _summary(ran)
     by_group = []
     from simulator.calibrate.silicon_fit import error_row

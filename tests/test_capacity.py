@@ -263,6 +263,37 @@ def test_trials_ending_together_after_the_search_is_decided_are_left_unread(widt
     assert search.outcome.num_trials == serial.num_trials
 
 
+def test_a_tpot_percentile_limit_judges_the_requests_own_tpot():
+    """--tpot-slo holds the --tpot-quantile of the finished requests' TPOT (one-token outputs have
+    none), the figure a planner asks for ("P99 TPOT <= 50 ms"), on top of the default limits."""
+    config = RunConfig().replace(replica__model="mistral-7b", workload__num_requests=96, workload__qps=4.0)
+    loose = dict(tbt_s=10.0, sched_delay_s=10.0)
+    free = run_trial(config, 4.0, SLO(**loose), early_exit=False)
+    from simulator.report.metrics import request_columns
+
+    cols = request_columns(simulate(config))
+    tpot = cols["tpot_s"][(cols["status"] == "finished") & ~np.isnan(cols["tpot_s"])]
+    assert len(tpot) > 50 and free.tpot_s_p99 == pytest.approx(float(np.percentile(tpot, 99)))
+    assert free.tpot_s_q == free.tpot_s_p99 and free.tpot_s_p50 < free.tpot_s_p99  # P99 without a limit
+    tight = run_trial(config, 4.0, SLO(**loose, tpot_s=0.99 * free.tpot_s_p99), early_exit=False)
+    assert not tight.passed and tight.reason.startswith("P99 TPOT")
+    assert run_trial(config, 4.0, SLO(**loose, tpot_s=1.01 * free.tpot_s_p99), early_exit=False).passed
+    median = SLO(**loose, tpot_s=1.01 * free.tpot_s_p50, tpot_quantile=50.0)  # the median meets what P99 misses
+    trial = run_trial(config, 4.0, median, early_exit=False)
+    assert trial.passed and trial.tpot_s_q == pytest.approx(free.tpot_s_p50)
+    assert median.describe().endswith(f"P50 TPOT <= {1.01 * free.tpot_s_p50:g}s")
+
+
+def test_a_tpot_limit_below_every_requests_floor_is_capacity_zero_without_trials(constant_cost):
+    # Every decode takes ITERATION_S: no request's TPOT can be below it.
+    report = find_capacity(slots_config(), SLO(tbt_s=1.0, tpot_s=0.9 * ITERATION_S))
+    assert report.capacity_qps == 0.0 and report.seeds[0].trials == []
+    assert "TPOT SLO" in report.seeds[0].reason and "no QPS can meet it" in report.seeds[0].reason
+    report = find_capacity(slots_config(num_requests=64), SLO(tbt_s=1.0, sched_delay_s=0.2, tpot_s=1.1 * ITERATION_S),
+                           SearchSettings(qps_start=10.0))
+    assert report.capacity_qps > 0  # just above the floor: met, the delay limit ends the search
+
+
 def test_bad_inputs_are_config_errors():
     with pytest.raises(ConfigError, match="slo.tbt_quantile"):
         SLO(tbt_quantile=0)
@@ -271,6 +302,10 @@ def test_bad_inputs_are_config_errors():
     with pytest.raises(ConfigError, match="slo.ttft_quantile.*--ttft-slo"):  # a percentile held to no limit
         SLO(ttft_quantile=90)
     assert SLO(ttft_s=1.0, ttft_quantile=90).describe().endswith("P90 TTFT <= 1s")
+    with pytest.raises(ConfigError, match="slo.tpot_quantile.*--tpot-slo"):
+        SLO(tpot_quantile=90)
+    with pytest.raises(ConfigError, match="slo.tpot_s"):
+        SLO(tpot_s=0.0)
     with pytest.raises(ConfigError, match="rel_tol"):
         SearchSettings(rel_tol=0)
     with pytest.raises(ConfigError, match="workload.arrival"):
@@ -293,6 +328,7 @@ def test_cli_capacity_small_search(tmp_path):
     data = json.loads(result.output)
     assert data["capacity_qps"] > 0
     assert math.isfinite(data["tbt_s_p99_at_capacity"]) and data["tbt_s_p99_at_capacity"] <= 0.5
+    assert 0 < data["tpot_s_p50_at_capacity"] <= data["tpot_s_p99_at_capacity"] == data["tpot_s_q_at_capacity"]
     assert (tmp_path / "trials.csv").exists() and json.loads((tmp_path / "capacity.json").read_text())["trials"]
 
 

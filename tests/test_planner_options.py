@@ -34,11 +34,12 @@ HOLDERS = {"slo": SLO, "search": SearchSettings, "plan": PlanSLO}
 CHANGED: dict[str, Any] = {
     "tbt_slo": 0.3, "tbt_quantile": 95.0, "sched_delay_slo": 1.5, "sched_delay_quantile": 90.0, "ttft_slo": 1.25,
     "tpot_slo": 0.04, "attainment": 0.9, "ttft_quantile": 90.0, "min_goodput": 0.8, "goodput_ttft_slo": 3.0,
-    "goodput_tpot_slo": 0.07, "criterion": "goodput", "seeds": 2, "rel_tol": 0.1, "qps_start": 3.0, "min_qps": 0.05,
+    "goodput_tpot_slo": 0.07, "tpot_quantile": 90.0, "criterion": "goodput", "seeds": 2, "rel_tol": 0.1, "qps_start": 3.0, "min_qps": 0.05,
     "max_qps": 500.0, "max_trials": 12, "early_exit": False, "tbt_early_exit": False,
 }
 # What an option needs beside it to mean anything (alone it is refused: a percentile held to no limit).
-NEEDS: dict[str, dict[str, Any]] = {"ttft_quantile": {"ttft_slo": CHANGED["ttft_slo"]}}
+NEEDS: dict[str, dict[str, Any]] = {"ttft_quantile": {"ttft_slo": CHANGED["ttft_slo"]},
+                                    "tpot_quantile": {"tpot_slo": CHANGED["tpot_slo"]}}
 
 
 def _params(command: str) -> dict[str, Any]:

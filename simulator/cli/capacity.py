@@ -193,8 +193,11 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     r, s, slo = report.config.replica, report.config.scheduler, report.slo
     # One definition per column, named in its header and spelled out in the caption.
     multi_seed = len(report.seeds) > 1
+    # The TPOT column: the judged percentile where --tpot-slo holds one, else P99 (the tail a planner reads).
+    tpot_q = slo.tpot_quantile if slo.tpot_s is not None else 99.0
     headers = [*(["seed"] if multi_seed else []), "QPS", "pass", f"P{slo.tbt_quantile:g}\nTBT (s)\nall gaps",
                f"P{slo.sched_delay_quantile:g}\nsched.\ndelay (s)", "P50\nTTFT (s)", "P99\nTTFT (s)",
+               f"P{tpot_q:g}\nTPOT (s)",
                f"goodput\nTTFT<={slo.goodput_ttft_s:g}s\n" + (f"max TBT\n<={slo.tbt_s:g}s" if slo.goodput_tpot_s is None
                                                           else f"TPOT\n<={slo.goodput_tpot_s:g}s")]
     caption = (f"P{slo.tbt_quantile:g} TBT: percentile of every gap between consecutive output tokens of all "
@@ -202,7 +205,8 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                f"arrival. Goodput: share of all requests with TTFT <= {slo.goodput_ttft_s:g}s "
                + (f"whose own largest gap is <= {slo.tbt_s:g}s; a trial can meet the P{slo.tbt_quantile:g} TBT limit "
                   "with goodput below 100%." if slo.goodput_tpot_s is None else
-                  f"whose TPOT (mean gap after the first token) is <= {slo.goodput_tpot_s:g}s."))
+                  f"whose TPOT (mean gap after the first token) is <= {slo.goodput_tpot_s:g}s.")
+               + f" TPOT: a request's mean gap after its first token (P{tpot_q:g} over requests with one).")
     ttft_limit = slo.ttft_s if slo.ttft_quantile == 99 else None  # the column is P99
     good_limit = 100 * slo.min_goodput if slo.min_goodput else None
     judged = slo.criterion != "goodput"  # under goodput, TBT and scheduling delay are shown, not judged
@@ -218,7 +222,8 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
             rows.append([*([str(t.seed)] if multi_seed else []), f"{t.qps:.4g}", "yes" if t.passed else "no",
                          _against(t.tbt_s_q, slo.tbt_s if judged else None),
                          _against(t.sched_delay_s_q, slo.sched_delay_s if judged else None),
-                         _s(t.ttft_s_p50), _against(t.ttft_s_p99, ttft_limit), good, t.reason])
+                         _s(t.ttft_s_p50), _against(t.ttft_s_p99, ttft_limit),
+                         _against(t.tpot_s_q, slo.tpot_s), good, t.reason])
 
     def build(with_note: bool) -> Table:
         # Figures never fold (they are what a reader compares); the note wraps instead.
@@ -261,6 +266,7 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     console.print(f"[bold]{headline}[/bold] · at capacity: {judged_tbt}P99 TBT "
                   f"{_against(summary['tbt_s_p99_at_capacity'], tbt_limit)} s, P50 TTFT "
                   f"{_s(summary['ttft_s_p50_at_capacity'])} s, P99 TTFT {_s(summary['ttft_s_p99_at_capacity'])} s, "
+                  f"P{tpot_q:g} TPOT {_against(summary['tpot_s_q_at_capacity'], slo.tpot_s)} s, "
                   f"goodput {good} ({slo.good_request}) · {count(summary['num_trials'], 'trial')} in "
                   f"{report.wall_s:.1f}s")
     for seed in report.seeds:

@@ -7,7 +7,8 @@ largest QPS at which
 - the ``sched_delay_quantile`` (default P50) of the scheduling delay is <= ``sched_delay_s``
   (2 s: a system whose queue grows without bound fails this however fast it decodes);
 
-optionally also a TTFT quantile limit and a goodput criterion (the share of requests whose
+optionally also a TTFT quantile limit, a TPOT quantile limit (over the requests' own TPOT:
+"P99 TPOT <= 50 ms") and a goodput criterion (the share of requests whose
 TTFT <= ``goodput_ttft_s`` and whose largest TBT gap <= ``tbt_s``, DistServe-style, must be
 >= ``min_goodput``). Quantiles are over finished requests, as :mod:`simulator.report.metrics`
 computes them; rejected requests only count (as misses) in goodput.
@@ -89,6 +90,9 @@ class Trial:
     tbt_s_p99: float
     ttft_s_p50: float
     ttft_s_p99: float
+    tpot_s_q: float  # the SLO's TPOT quantile (P99 without a TPOT limit), over requests with a TPOT
+    tpot_s_p50: float
+    tpot_s_p99: float
     goodput_fraction: float
     num_finished: int
     num_rejected: int
@@ -162,6 +166,9 @@ class CapacityReport:
             "tbt_s_p99_at_capacity": self.at_capacity_mean("tbt_s_p99"),
             "ttft_s_p50_at_capacity": self.at_capacity_mean("ttft_s_p50"),
             "ttft_s_p99_at_capacity": self.at_capacity_mean("ttft_s_p99"),
+            "tpot_s_q_at_capacity": self.at_capacity_mean("tpot_s_q"),
+            "tpot_s_p50_at_capacity": self.at_capacity_mean("tpot_s_p50"),
+            "tpot_s_p99_at_capacity": self.at_capacity_mean("tpot_s_p99"),
             "sched_delay_s_q_at_capacity": self.at_capacity_mean("sched_delay_s_q"),
             "goodput_fraction_at_capacity": self.at_capacity_mean("goodput_fraction"),
             "reason": "; ".join(sorted({s.reason for s in self.seeds})),
@@ -433,7 +440,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     stopped = result.extra.get("stopped")
     if stopped is not None:
         nan = math.nan
-        return Trial(cfg.seed, qps, False, str(stopped), nan, nan, nan, nan, nan, nan,
+        return Trial(cfg.seed, qps, False, str(stopped), nan, nan, nan, nan, nan, nan, nan, nan, nan,
                      int(is_finished.sum()), num_rejected, True, time.perf_counter() - start)
     values, counts, _ = tbt_distribution(result)
     # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
@@ -441,6 +448,8 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     sched_q = _quantile(cols["sched_delay_s"][is_finished], slo.sched_delay_quantile)
     ttft = cols["ttft_s"][is_finished]
     ttft_q = _quantile(ttft, slo.ttft_quantile)
+    tpot = cols["tpot_s"][is_finished]  # NaN for a one-token output (no TPOT): _quantile leaves it out
+    tpot_q = _quantile(tpot, slo.tpot_quantile)
     max_tbt = cols["max_tbt_s"]
     if slo.goodput_tpot_s is not None:  # DistServe: TTFT and TPOT (no TPOT for a one-token output: it meets it)
         second_ok = np.where(np.isnan(cols["tpot_s"]), 0.0, cols["tpot_s"]) <= slo.goodput_tpot_s
@@ -462,12 +471,14 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
                            f"{format_against(sched_q, slo.sched_delay_s)}s > {slo.sched_delay_s:g}s")
         if slo.ttft_s is not None and ttft_q > slo.ttft_s:
             reasons.append(f"P{slo.ttft_quantile:g} TTFT {format_against(ttft_q, slo.ttft_s)}s > {slo.ttft_s:g}s")
+        if slo.tpot_s is not None and tpot_q > slo.tpot_s:  # NaN (every output one token) holds vacuously
+            reasons.append(f"P{slo.tpot_quantile:g} TPOT {format_against(tpot_q, slo.tpot_s)}s > {slo.tpot_s:g}s")
         if slo.min_goodput is not None and goodput < slo.min_goodput:
             reasons.append(f"goodput {format_against(100 * goodput, 100 * slo.min_goodput)}% "
                            f"< {100 * slo.min_goodput:g}%")
     return Trial(cfg.seed, qps, not reasons, "; ".join(reasons), tbt_q, sched_q, tbt_p99,
-                 _quantile(ttft, 50.0), _quantile(ttft, 99.0), goodput, num_finished, num_rejected, False,
-                 time.perf_counter() - start)
+                 _quantile(ttft, 50.0), _quantile(ttft, 99.0), tpot_q, _quantile(tpot, 50.0), _quantile(tpot, 99.0),
+                 goodput, num_finished, num_rejected, False, time.perf_counter() - start)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -612,11 +623,14 @@ def impossible_reason(config: RunConfig, slo: SLO) -> str | None:
     (:meth:`StepFloor.tbt_quantile_s`). Without speculation both are the lone decode. With
     it a step emits up to ``k + 1`` tokens (gaps of 0 between them) and pays for its
     drafter: TPOT can fall below one step's time, and a TBT quantile at or below
-    ``k / (k + 1)`` can be 0 (then nothing is refused here).
+    ``k / (k + 1)`` can be 0 (then nothing is refused here). A limit on a TPOT percentile
+    (``tpot_s``, either criterion) is refused where every request's TPOT floor is above it.
     """
     floor = step_floor(config)
     spec = config.speculative
     what = "" if spec is None else f"speculative decoding ({spec.method}, k={spec.k}) on {floor.where}"
+    if slo.tpot_s is not None and (why := _tpot_quantile_impossible(config, slo.tpot_s, floor, what)):
+        return why
     if slo.criterion == "goodput":
         limit, target = slo.goodput_tpot_s, slo.min_goodput
         assert limit is not None and target is not None
@@ -650,6 +664,22 @@ def impossible_reason(config: RunConfig, slo: SLO) -> str | None:
             f"per-token gap {what} allows ({format_against(least * 1e3, limit * 1e3)} ms: at most "
             f"{zeros}/{zeros + 1} of the gaps are the zero gaps of tokens emitted together, the rest last at "
             f"least {step}, {step_s * 1e3:.3g} ms), so no QPS can meet it")
+
+
+def _tpot_quantile_impossible(config: RunConfig, limit: float, floor: StepFloor, what: str) -> str | None:
+    """Why a limit on a TPOT percentile cannot be met: every request with a TPOT (more than one
+    output token) has a floor above it (:func:`tpot_floors`), so any percentile of theirs is too."""
+    least, step = floor.token_s()
+    if least <= limit:
+        return None
+    n_out = request_output_tokens(config)
+    floors = tpot_floors(config, floor, n_out)[n_out > 1]
+    if not len(floors) or float(floors.min()) <= limit:  # short outputs may get under it
+        return None
+    head = (f"a lone decode on {floor.where}" if config.speculative is None
+            else f"{what}: {step}")
+    return (f"capacity 0: the TPOT SLO {limit:g}s is below the least TPOT any request can have "
+            f"({format_against(float(floors.min()) * 1e3, limit * 1e3)} ms a token, {head}), so no QPS can meet it")
 
 
 def request_output_tokens(config: RunConfig) -> np.ndarray:

@@ -41,6 +41,10 @@ class SLO:
     sched_delay_quantile: float = 50.0
     ttft_s: float | None = None  # optional limit on the ttft_quantile of TTFT
     ttft_quantile: float = 99.0
+    # Optional limit on the tpot_quantile of the requests' TPOT (each request's mean gap after its
+    # first token; a one-token output has none and is left out): "P99 TPOT <= 50 ms".
+    tpot_s: float | None = None
+    tpot_quantile: float = 99.0
     min_goodput: float | None = None  # optional: share of requests meeting goodput_ttft_s and tbt_s
     goodput_ttft_s: float = 2.0
     # "tbt": Sarathi-Serve's limits above; "goodput": DistServe's share of requests meeting TTFT and TPOT.
@@ -62,15 +66,20 @@ class SLO:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}")
-        if self.ttft_s is not None and not (math.isfinite(self.ttft_s) and self.ttft_s > 0):
-            raise ConfigError("slo.ttft_s", f"must be a positive number of seconds, got {self.ttft_s}")
-        for name in ("tbt_quantile", "sched_delay_quantile", "ttft_quantile"):
+        for name in ("ttft_s", "tpot_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}")
+        for name in ("tbt_quantile", "sched_delay_quantile", "ttft_quantile", "tpot_quantile"):
             value = getattr(self, name)
             if not 0 < value <= 100:
                 raise ConfigError(f"slo.{name}", f"must be a percentile in (0, 100], got {value}", "e.g. 99 for P99")
         if self.ttft_s is None and self.ttft_quantile != _field_default(SLO, "ttft_quantile"):
             raise ConfigError("slo.ttft_quantile", f"P{self.ttft_quantile:g} of TTFT is held to no limit",
                               "add --ttft-slo SECONDS (ttft_slo in a sweep file), or drop --ttft-quantile")
+        if self.tpot_s is None and self.tpot_quantile != _field_default(SLO, "tpot_quantile"):
+            raise ConfigError("slo.tpot_quantile", f"P{self.tpot_quantile:g} of TPOT is held to no limit",
+                              "add --tpot-slo SECONDS (tpot_slo in a sweep file), or drop --tpot-quantile")
         if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
             raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
 
@@ -87,6 +96,8 @@ class SLO:
             f"P{self.sched_delay_quantile:g} scheduling delay <= {self.sched_delay_s:g}s"]
         if self.ttft_s is not None:
             parts.append(f"P{self.ttft_quantile:g} TTFT <= {self.ttft_s:g}s")
+        if self.tpot_s is not None:
+            parts.append(f"P{self.tpot_quantile:g} TPOT <= {self.tpot_s:g}s")
         if self.min_goodput is not None:
             parts.append(f"goodput >= {self.min_goodput:.0%} ({self.good_request})")
         return ", ".join(parts)
@@ -203,11 +214,13 @@ PLANNER_OPTIONS: dict[str, PlannerOption] = {
     "ttft_slo": PlannerOption("slo.ttft_s", float, "Optional limit (s) on the --ttft-quantile of TTFT.", SLO_PANEL,
                               commands=("capacity", "plan"), sweep_modes=("run", "capacity"),
                               variants={"plan": {"sets": "plan.ttft_s", "help": "TTFT (s) a request must meet."}}),
-    "tpot_slo": PlannerOption("plan.tpot_s", float, "TPOT (s) a request must meet.", SLO_PANEL, commands=("plan",),
-                              sweep_modes=()),
+    "tpot_slo": PlannerOption("slo.tpot_s", float, "Optional limit (s) on the --tpot-quantile of the requests' "
+                              "TPOT (mean gap after the first token).", SLO_PANEL, commands=("capacity", "plan"),
+                              variants={"plan": {"sets": "plan.tpot_s", "help": "TPOT (s) a request must meet."}}),
     "attainment": PlannerOption("plan.attainment", float, "Share of requests that must meet both (DistServe's "
                                 "goodput): 0.99 for P99.", SLO_PANEL, commands=("plan",), sweep_modes=()),
     "ttft_quantile": PlannerOption("slo.ttft_quantile", float, "Percentile of TTFT held to --ttft-slo.", SLO_PANEL),
+    "tpot_quantile": PlannerOption("slo.tpot_quantile", float, "Percentile of TPOT held to --tpot-slo.", SLO_PANEL),
     "min_goodput": PlannerOption("slo.min_goodput", float, "Optional: minimum share of requests with TTFT <= "
                                  "--goodput-ttft-slo and max TBT <= --tbt-slo (TPOT <= --goodput-tpot-slo where "
                                  "given); with --criterion goodput, the target (default 0.9).", SLO_PANEL),

@@ -294,6 +294,44 @@ def test_a_tpot_limit_below_every_requests_floor_is_capacity_zero_without_trials
     assert report.capacity_qps > 0  # just above the floor: met, the delay limit ends the search
 
 
+def test_a_users_search_finds_the_most_closed_loop_users_meeting_the_slo(constant_cost):
+    """--users: each trial a closed loop of N users (no rate), N whole; with NUM_SLOTS slots of
+    NUM_OUTPUT iterations each, users beyond the slots queue for one, and the median TTFT (one
+    iteration while every user has a slot) grows past a limit of 10 iterations once they do."""
+    config = slots_config(num_requests=512).replace(workload__qps=1.0)  # the rate at its default: none is read
+    slo = SLO(tbt_s=0.05, sched_delay_s=10.0, ttft_s=10 * ITERATION_S, ttft_quantile=50.0)
+    verdicts = {n: run_trial(config, n, slo, early_exit=False, users=True) for n in range(1, 13)}
+    assert verdicts[NUM_SLOTS].ttft_s_p50 == pytest.approx(ITERATION_S)  # a slot each: the first token next step
+    passing = [n for n, t in verdicts.items() if t.passed]
+    assert passing == list(range(1, max(passing) + 1)) and NUM_SLOTS <= max(passing) < 12  # monotone, then fails
+    report = find_capacity(config, slo, SearchSettings(users=True))
+    trials = report.seeds[0].trials
+    assert report.capacity_qps == max(passing) and all(float(t.qps).is_integer() for t in trials)
+    assert trials[0].qps == 16  # no --concurrency: the first trial's 16 users
+    assert report.seeds[0].reason.startswith(f"converged: passes at {max(passing)} users, fails at {max(passing) + 1} users")
+    summary = report.summary()
+    assert summary["capacity_users"] == max(passing) and "capacity_qps" not in summary
+    assert list(report.trials_frame().columns[:2]) == ["seed", "users"]
+    started = find_capacity(config.replace(workload__concurrency=4, workload__arrival="burst"), slo,
+                            SearchSettings(users=True))
+    assert started.seeds[0].trials[0].qps == 4 and started.capacity_qps == report.capacity_qps
+
+
+def test_a_users_search_refuses_what_it_would_not_read(constant_cost):
+    config = slots_config(num_requests=64)
+    with pytest.raises(ConfigError, match="--qps: --users searches a closed loop"):
+        find_capacity(config, SLO(), SearchSettings(users=True))  # a rate given (10 QPS): a users search reads none
+    with pytest.raises(ConfigError, match="--arrival"):
+        find_capacity(config.replace(workload__qps=1.0, workload__arrival="gamma"), SLO(), SearchSettings(users=True))
+    with pytest.raises(ConfigError, match="--max-qps.*would do nothing"):
+        SearchSettings(users=True, max_qps=50.0)
+    with pytest.raises(ConfigError, match="--max-users.*add --users"):
+        SearchSettings(max_users=64)
+    closed = config.replace(workload__concurrency=8, workload__arrival="burst")
+    with pytest.raises(ConfigError, match="add --users"):  # a rate search over a closed loop: offered the users one
+        find_capacity(closed, SLO())
+
+
 def test_bad_inputs_are_config_errors():
     with pytest.raises(ConfigError, match="slo.tbt_quantile"):
         SLO(tbt_quantile=0)
@@ -330,6 +368,20 @@ def test_cli_capacity_small_search(tmp_path):
     assert math.isfinite(data["tbt_s_p99_at_capacity"]) and data["tbt_s_p99_at_capacity"] <= 0.5
     assert 0 < data["tpot_s_p50_at_capacity"] <= data["tpot_s_p99_at_capacity"] == data["tpot_s_q_at_capacity"]
     assert (tmp_path / "trials.csv").exists() and json.loads((tmp_path / "capacity.json").read_text())["trials"]
+
+
+def test_cli_capacity_searches_users(tmp_path):
+    result = runner.invoke(app, ["capacity", "--users", "--model", "mistral-7b", "--num-requests", "128",
+                                 "--concurrency", "8", "--tpot-slo", "0.03", "--rel-tol", "0.1", "--out", str(tmp_path),
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["capacity_users"] >= 1 and float(data["capacity_users"]).is_integer() and "capacity_qps" not in data
+    assert data["tpot_s_q_at_capacity"] <= 0.03 and data["trials"][0]["qps"] == 8
+    assert "users" in (tmp_path / "trials.csv").read_text().splitlines()[0].split(",")
+    text = runner.invoke(app, ["capacity", "--users", "--model", "mistral-7b", "--num-requests", "128",
+                               "--tpot-slo", "0.03", "--rel-tol", "0.1"])
+    assert text.exit_code == 0 and f"capacity {int(data['capacity_users'])} users" in text.output
 
 
 def test_cli_capacity_workers_default_to_auto_with_the_serial_search(monkeypatch):

@@ -35,11 +35,11 @@ CHANGED: dict[str, Any] = {
     "tbt_slo": 0.3, "tbt_quantile": 95.0, "sched_delay_slo": 1.5, "sched_delay_quantile": 90.0, "ttft_slo": 1.25,
     "tpot_slo": 0.04, "attainment": 0.9, "ttft_quantile": 90.0, "min_goodput": 0.8, "goodput_ttft_slo": 3.0,
     "goodput_tpot_slo": 0.07, "tpot_quantile": 90.0, "criterion": "goodput", "seeds": 2, "rel_tol": 0.1, "qps_start": 3.0, "min_qps": 0.05,
-    "max_qps": 500.0, "max_trials": 12, "early_exit": False, "tbt_early_exit": False,
+    "max_qps": 500.0, "max_trials": 12, "early_exit": False, "tbt_early_exit": False, "users": True, "max_users": 64,
 }
 # What an option needs beside it to mean anything (alone it is refused: a percentile held to no limit).
 NEEDS: dict[str, dict[str, Any]] = {"ttft_quantile": {"ttft_slo": CHANGED["ttft_slo"]},
-                                    "tpot_quantile": {"tpot_slo": CHANGED["tpot_slo"]}}
+                                    "tpot_quantile": {"tpot_slo": CHANGED["tpot_slo"]}, "max_users": {"users": True}}
 
 
 def _params(command: str) -> dict[str, Any]:
@@ -94,11 +94,14 @@ def test_capacity_hands_its_flags_to_the_slo_and_the_search(monkeypatch: pytest.
     # Under the goodput criterion the TBT and delay limits judge nothing (refused): each criterion's own flags.
     # The TBT early exit is read only by the TBT criterion's early exit (refused with --no-early-exit).
     unread_by_goodput = {"tbt_quantile", "sched_delay_slo", "sched_delay_quantile", "tbt_early_exit"}
-    for given in ([n for n in names if n not in ("criterion", "tbt_early_exit")],
-                  [n for n in names if n not in ("criterion", "early_exit")],
-                  [n for n in names if n not in unread_by_goodput]):
+    # The rate search's settings and the users search's are each refused in the other search.
+    users_only, rate_only = {"users", "max_users"}, {"qps_start", "min_qps", "max_qps"}
+    for given in ([n for n in names if n not in ("criterion", "tbt_early_exit", *users_only)],
+                  [n for n in names if n not in ("criterion", "early_exit", *users_only)],
+                  [n for n in names if n not in unread_by_goodput | users_only],
+                  [n for n in names if n not in ("criterion", "tbt_early_exit", *rate_only)]):
         args = [arg for name in given for arg in (
-            [f"--no-{name.replace('_', '-')}"] if isinstance(CHANGED[name], bool)
+            [f"--{'' if CHANGED[name] else 'no-'}{name.replace('_', '-')}"] if isinstance(CHANGED[name], bool)
             else [f"--{name.replace('_', '-')}", str(CHANGED[name])])]
         res = runner.invoke(app, ["capacity", *args, "--workers", "1", "--json"])
         assert res.exit_code == 130, res.output

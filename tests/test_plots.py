@@ -224,3 +224,21 @@ def test_plot_sweep_on_a_partial_folder_says_so(tmp_path: Path):
         plot_sweep(tmp_path, tmp_path / "figs")
     with pytest.raises(ConfigError, match="sweep.json"):
         plot_sweep(tmp_path / "figs", tmp_path / "figs")
+
+
+def test_plot_sweep_of_a_users_search_shows_users_and_refuses_a_mixed_one(tmp_path: Path):
+    from simulator.config.errors import ConfigError
+    from simulator.planning.sweep import build_spec, run_sweep
+
+    base = {"model": "mistral-7b", "num_requests": 32, "workload": "fixed", "prompt_tokens": 32, "output_tokens": 8,
+            "tpot_slo": 0.02, "rel_tol": 0.2}
+    spec = build_spec({"mode": "capacity", "base": {**base, "users": True}, "grid": {"scheduler": ["vllm", "sarathi"]}})
+    run_sweep(spec, tmp_path / "users")
+    written = plot_sweep(tmp_path / "users", tmp_path / "users")
+    assert any(p.suffix == ".svg" for p in written)
+    svg = (tmp_path / "users" / "capacity.svg").read_text()
+    assert "capacity (users)" in svg and "capacity (QPS)" not in svg
+    mixed = build_spec({"mode": "capacity", "base": base, "grid": {"users": [True, False]}})
+    run_sweep(mixed, tmp_path / "mixed")
+    with pytest.raises(ConfigError, match="qps and users"):
+        plot_sweep(tmp_path / "mixed", tmp_path / "mixed")

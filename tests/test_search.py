@@ -44,6 +44,27 @@ def test_the_search_brackets_the_threshold_within_its_limits(threshold: float, s
         assert found.stop == "converged"
 
 
+@given(threshold=st.integers(0, 5000), start=st.integers(1, 4096), rel_tol=st.sampled_from([0.0, 0.025, 0.25]))
+def test_a_whole_number_search_tries_whole_numbers_and_ends_one_apart(threshold: int, start: int,
+                                                                       rel_tol: float) -> None:
+    """A users search: every load a whole number from 1 to the ceiling, never one twice, and (with
+    trials enough) the bracket closed to neighbours or the relative tolerance."""
+    limits = Limits(rel_tol, 1, 4096, 60, integer=True)
+    found, tried = _search(threshold, start, limits)
+    assert all(isinstance(n, int) and 1 <= n <= 4096 for n in tried) and len(set(tried)) == len(tried)
+    if threshold == 0:
+        assert found.passed_qps is None and found.stop == "none_passes" and found.failed_qps == 1
+    elif found.stop == "max_qps":
+        assert found.passed_qps is not None and found.passed_qps * 2 > 4096 and found.passed_qps <= threshold
+    else:
+        assert found.stop == "converged" and found.passed_qps is not None and found.failed_qps is not None
+        assert found.passed_qps <= threshold < found.failed_qps
+        gap = found.failed_qps - found.passed_qps
+        assert gap == 1 or gap / found.failed_qps <= rel_tol
+        if rel_tol == 0.0:
+            assert found.passed_qps == threshold  # exact: the most that passes
+
+
 def test_a_search_resumes_from_verdicts_it_is_given() -> None:
     limits = Limits(0.05, 0.01, 1000.0, 40)
     # A pass at 4 already known: the next loads double from it, 4 itself is not tried again.

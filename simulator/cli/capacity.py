@@ -61,10 +61,16 @@ def capacity_auto_workers(num_seeds: int, requests_per_trial: int) -> int:
     return auto_workers(AHEAD_PER_SEED * max(1, num_seeds), requests_per_trial)
 
 
+def _load(value: float, users: bool) -> str:
+    """A search's load as the table and messages say it."""
+    return f"{int(value):,} users" if users else f"{value:.4g} QPS"
+
+
 def _s(value: float, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
 
 
+MIN_REQUESTS_PER_USER = 4  # below this many a user at a users capacity, the answer says the first wave weighs in
 CAPACITY_FILES = ("capacity.json", "trials.csv")  # what capacity --out holds (an earlier one is replaced whole)
 
 
@@ -78,9 +84,9 @@ def capacity(
     planner: dict[str, Any],
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes: seeds run in parallel; with fewer seeds than processes (one, say), each search also runs the trials it may need next ahead (the same result). auto: one per available CPU, at most 3 a seed and what memory holds.", rich_help_panel=SEARCH_PANEL)] = "auto",
     out: Annotated[Path | None, typer.Option(help="Folder for capacity.json and trials.csv.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON (with capacity_qps).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON (with capacity_qps, or capacity_users with --users).")] = False,
 ) -> None:
-    """Largest Poisson QPS meeting the SLO (P99 TBT <= --tbt-slo, P50 scheduling delay <= 2 s; or DistServe's goodput with --criterion goodput), by bisection over 2048-request trials."""
+    """Largest Poisson QPS (or with --users the most closed-loop users) meeting the SLO (P99 TBT <= --tbt-slo, P50 scheduling delay <= 2 s; or DistServe's goodput with --criterion goodput), by bisection over 2048-request trials."""
     if out is not None:  # checked before any trial (and import): a bad --out must not cost a search
         check_out_dir(out, "--out", replaceable=CAPACITY_FILES)
     from simulator.planning.capacity import find_capacity
@@ -95,10 +101,10 @@ def capacity(
         nonlocal num_trials
         num_trials += 1
         verdict = "passes" if t.passed else f"fails ({t.reason})"
-        steps.update(f"trial {num_trials} (seed {t.seed}): {t.qps:.4g} QPS {verdict}", num_trials)
+        steps.update(f"trial {num_trials} (seed {t.seed}): {_load(t.qps, settings.users)} {verdict}", num_trials)
 
     def on_seed_done(seed) -> None:  # noqa: ANN001
-        steps.update(f"seed {seed.seed} done: capacity {seed.capacity_qps:.4g} QPS")
+        steps.update(f"seed {seed.seed} done: capacity {_load(seed.capacity_qps, settings.users)}")
 
     # Progress on stderr, one step per trial (per seed when seeds run in parallel); --json stays quiet.
     try:
@@ -195,7 +201,8 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     multi_seed = len(report.seeds) > 1
     # The TPOT column: the judged percentile where --tpot-slo holds one, else P99 (the tail a planner reads).
     tpot_q = slo.tpot_quantile if slo.tpot_s is not None else 99.0
-    headers = [*(["seed"] if multi_seed else []), "QPS", "pass", f"P{slo.tbt_quantile:g}\nTBT (s)\nall gaps",
+    users = report.settings.users
+    headers = [*(["seed"] if multi_seed else []), "users" if users else "QPS", "pass", f"P{slo.tbt_quantile:g}\nTBT (s)\nall gaps",
                f"P{slo.sched_delay_quantile:g}\nsched.\ndelay (s)", "P50\nTTFT (s)", "P99\nTTFT (s)",
                f"P{tpot_q:g}\nTPOT (s)",
                f"goodput\nTTFT<={slo.goodput_ttft_s:g}s\n" + (f"max TBT\n<={slo.tbt_s:g}s" if slo.goodput_tpot_s is None
@@ -219,7 +226,7 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     for seed in report.seeds:
         for t in seed.trials:
             good = "-" if math.isnan(t.goodput_fraction) else _against(100 * t.goodput_fraction, good_limit) + "%"
-            rows.append([*([str(t.seed)] if multi_seed else []), f"{t.qps:.4g}", "yes" if t.passed else "no",
+            rows.append([*([str(t.seed)] if multi_seed else []), _load(t.qps, users).split()[0], "yes" if t.passed else "no",
                          _against(t.tbt_s_q, slo.tbt_s if judged else None),
                          _against(t.sched_delay_s_q, slo.sched_delay_s if judged else None),
                          _s(t.ttft_s_p50), _against(t.ttft_s_p99, ttft_limit),
@@ -245,11 +252,12 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
         print_table(console, table)
     if notes_below:
         for t in (t for seed in report.seeds for t in seed.trials if t.reason):
-            console.print(f"{'seed ' + str(t.seed) + ', ' if multi_seed else ''}{t.qps:.4g} QPS failed: {t.reason}",
+            console.print(f"{'seed ' + str(t.seed) + ', ' if multi_seed else ''}{_load(t.qps, users)} failed: {t.reason}",
                           highlight=False)
     summary = report.summary()
-    spread = (f" ± {summary['capacity_qps_std']:.3g} (min {summary['capacity_qps_min']:.4g}, max "
-              f"{summary['capacity_qps_max']:.4g}, {len(report.seeds)} seeds)") if len(report.seeds) > 1 else ""
+    key = f"capacity_{report.unit}"
+    spread = (f" ± {summary[key + '_std']:.3g} (min {summary[key + '_min']:.4g}, max "
+              f"{summary[key + '_max']:.4g}, {len(report.seeds)} seeds)") if len(report.seeds) > 1 else ""
     # What a planner needs at the answer, whatever the criterion: tail TBT, tail TTFT and goodput.
     goodput = summary["goodput_fraction_at_capacity"]
     good = "-" if math.isnan(goodput) else f"{_against(100 * goodput, good_limit)}%"
@@ -257,12 +265,14 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     judged_tbt = "" if slo.tbt_quantile == 99 else (
         f"P{slo.tbt_quantile:g} TBT {_against(summary['tbt_s_q_at_capacity'], slo.tbt_s if judged else None)} s, ")
     tbt_limit = slo.tbt_s if judged and slo.tbt_quantile == 99 else None
-    headline = f"capacity {summary['capacity_qps']:.4g} QPS{spread}"
+    # Over several seeds a users capacity is their mean, not a whole number.
+    shown = f"{summary[key]:.4g} {'users' if users else 'QPS'}" if len(report.seeds) > 1 else _load(summary[key], users)
+    headline = f"capacity {shown}{spread}"
     if all(seed.at_least for seed in report.seeds):  # a lower bound: no trial failed
-        headline = f"capacity at least {summary['capacity_qps']:.4g} QPS{spread}"
+        headline = f"capacity at least {shown}{spread}"
     if all(seed.not_found for seed in report.seeds):  # the trials ran out first
         lowest = min(t.qps for seed in report.seeds for t in seed.trials)
-        headline = f"capacity not found: below {lowest:.4g} QPS"
+        headline = f"capacity not found: below {_load(lowest, users)}"
     console.print(f"[bold]{headline}[/bold] · at capacity: {judged_tbt}P99 TBT "
                   f"{_against(summary['tbt_s_p99_at_capacity'], tbt_limit)} s, P50 TTFT "
                   f"{_s(summary['ttft_s_p50_at_capacity'])} s, P99 TTFT {_s(summary['ttft_s_p99_at_capacity'])} s, "
@@ -271,6 +281,13 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                   f"{report.wall_s:.1f}s")
     for seed in report.seeds:
         console.print(f"seed {seed.seed}: {seed.reason}")
+    num_requests = report.config.workload.num_requests
+    if users and summary[key] > 0 and num_requests < MIN_REQUESTS_PER_USER * summary[key]:
+        # Every user sends its first request at once: with few requests each, that wave is much of a trial.
+        console.print(f"note: {num_requests:,} requests a trial are {num_requests / summary[key]:.2g} a user at "
+                      "capacity, so the first wave (every user at once) weighs in the figures; raise --num-requests "
+                      f"(e.g. {10 * math.ceil(summary[key]):,}, ten a user, as InferenceX runs)",
+                      highlight=False)
 
 
 @app.command()

@@ -28,6 +28,11 @@ lengths first, then arrivals), so trials differ only in load: common random numb
 the pass/fail boundary sharp. One 2048-request trial is still noisy; ``num_seeds > 1``
 repeats the whole search with seeds ``seed, seed+1, ...`` and reports the spread.
 
+Users instead of a rate (``SearchSettings.users``): each trial is a closed loop of ``N`` users, each
+sending its next request when its last one ends (``workload.concurrency``, no rate), judged on the same
+SLO; ``N`` is a whole number and the bisection ends at neighbours (or the relative gap), so the answer
+is the most users that pass. The first trial's ``N`` is the config's concurrency (16 where it has none).
+
 Early exit: a trial certain to fail is stopped (via the engine's ``watch`` hook) as soon as
 that is certain, with the verdict running it to the end would give, only cheaper: when
 enough requests have waited longer than the scheduling-delay limit, or when enough TBT gaps
@@ -62,7 +67,7 @@ import simpy
 from simulator import simulation
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_SEEDS
-from simulator.config.run_config import RunConfig
+from simulator.config.run_config import RunConfig, WorkloadConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
 from simulator.engine.tbt import GapLog, percentiles
@@ -75,11 +80,14 @@ if TYPE_CHECKING:  # pandas loads for tables, not for a search
     import pandas as pd
 
 RATE_ARRIVALS = ("poisson", "gamma", "fixed")
+DEFAULT_FIRST_USERS = 16  # a users search's first trial where the config names no concurrency
 
 
 @dataclass(frozen=True)
 class Trial:
-    """One simulated load level and its verdict. Latencies in seconds (NaN when unknown)."""
+    """One simulated load level and its verdict. Latencies in seconds (NaN when unknown).
+    ``qps`` is the load: the Poisson rate, or in a users search (``SearchSettings.users``) the
+    closed loop's users (a whole number; the tables name the column ``users`` then)."""
 
     seed: int
     qps: float
@@ -139,12 +147,17 @@ class CapacityReport:
     def capacity_qps_std(self) -> float:
         return float(self.capacities.std(ddof=1)) if len(self.seeds) > 1 else 0.0
 
+    @property
+    def unit(self) -> str:
+        """What the search varied: ``qps`` (the Poisson rate) or ``users`` (the closed loop's)."""
+        return "users" if self.settings.users else "qps"
+
     def trials_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         rows = [asdict(t) for s in self.seeds for t in s.trials]
         columns = [f.name for f in Trial.__dataclass_fields__.values()]
-        return pd.DataFrame(rows, columns=columns)
+        return pd.DataFrame(rows, columns=columns).rename(columns={"qps": self.unit})
 
     def at_capacity_mean(self, key: str) -> float:
         values = [getattr(s.at_capacity, key) for s in self.seeds if s.at_capacity is not None]
@@ -153,11 +166,12 @@ class CapacityReport:
     def summary(self, include_wall: bool = True) -> dict[str, Any]:
         """Flat headline numbers (what ``--json`` prints, one sweep row)."""
         caps = self.capacities
+        unit = self.unit  # a users search's keys say users: capacity_users, ...
         out: dict[str, Any] = {
-            "capacity_qps": self.capacity_qps,
-            "capacity_qps_std": self.capacity_qps_std,
-            "capacity_qps_min": float(caps.min()),
-            "capacity_qps_max": float(caps.max()),
+            f"capacity_{unit}": self.capacity_qps,
+            f"capacity_{unit}_std": self.capacity_qps_std,
+            f"capacity_{unit}_min": float(caps.min()),
+            f"capacity_{unit}_max": float(caps.max()),
             # No trial failed (the search's ceiling or its trials ran out first): the capacity is a lower bound.
             "capacity_is_lower_bound": all(s.at_least for s in self.seeds),
             "num_seeds": len(self.seeds),
@@ -182,7 +196,7 @@ class CapacityReport:
         out = self.summary()
         out["slo_settings"] = asdict(self.slo)
         out["search_settings"] = asdict(self.settings)
-        out["per_seed"] = [{"seed": s.seed, "capacity_qps": s.capacity_qps, "reason": s.reason,
+        out["per_seed"] = [{"seed": s.seed, f"capacity_{self.unit}": s.capacity_qps, "reason": s.reason,
                             "at_capacity": asdict(s.at_capacity) if s.at_capacity else None} for s in self.seeds]
         out["trials"] = [asdict(t) for s in self.seeds for t in s.trials]
         out["config"] = self.config.to_dict()
@@ -419,11 +433,17 @@ def _quantile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else math.nan
 
 
-def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, tbt_early_exit: bool = True) -> Trial:
+def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, tbt_early_exit: bool = True,
+              users: bool = False) -> Trial:
     """Simulate ``config`` at ``qps`` and judge it against ``slo``, stopping as soon as it is
-    certain to fail (``early_exit``; on the TBT limit too with ``tbt_early_exit``)."""
+    certain to fail (``early_exit``; on the TBT limit too with ``tbt_early_exit``). ``users``:
+    ``qps`` is a closed loop's users instead (``qps`` of them, each sending its next request when
+    its last one ends, with no rate)."""
     start = time.perf_counter()
-    cfg = config.replace(workload__qps=qps)
+    if users:
+        cfg = config.replace(workload__concurrency=int(qps), workload__arrival="burst")
+    else:
+        cfg = config.replace(workload__qps=qps)
     if not early_exit:
         watch = None
     elif slo.criterion == "goodput":  # certain to miss the goodput target once too many are late for TTFT
@@ -708,46 +728,71 @@ def tpot_floors(config: RunConfig, floor: StepFloor, num_output_tokens: np.ndarr
     return np.where(n > 1, later * per_token_s / np.maximum(n - 1.0, 1.0), 0.0)
 
 
-def check_searchable(config: RunConfig) -> None:
+def check_searchable(config: RunConfig, users: bool = False, offer_users: bool = False) -> None:
+    """Refuse a config the search cannot vary: a rate search needs a rate process, a users search a
+    closed loop without one (its users send as fast as their requests end). ``offer_users``: the
+    command can search users (``simulate capacity --users``), and a closed loop's refusal says so."""
+    if users:
+        if config.workload.arrival not in ("burst", "poisson") or (
+                config.workload.arrival == "poisson" and config.workload.qps != WorkloadConfig().qps):
+            given = "--qps" if config.workload.arrival == "poisson" else "--arrival"
+            raise ConfigError(given, "--users searches a closed loop whose users send their next request as soon as "
+                              f"their last ends, with no rate, so {given} would do nothing",
+                              f"drop {given}, or drop --users to search the rate")
+        return
     if config.workload.concurrency is not None and config.workload.arrival == "burst":
+        fix = "drop --concurrency (or give it with --qps as a cap on requests in flight)"
         raise ConfigError("--concurrency", "capacity search varies the request rate, and a closed loop of "
-                          f"{config.workload.concurrency} users has none", "drop --concurrency (or give it with "
-                          "--qps as a cap on requests in flight), or sweep the users with `simulate sweep --grid concurrency=...`")
+                          f"{config.workload.concurrency} users has none",
+                          f"add --users to search the most users instead (--concurrency starts it), or {fix}"
+                          if offer_users else f"{fix}, or sweep the users with `simulate sweep --grid concurrency=...`")
     if config.workload.arrival not in RATE_ARRIVALS:
         raise ConfigError("workload.arrival", f"capacity search varies the request rate; {config.workload.arrival!r} "
                           "arrivals have none", f"use --arrival {' or '.join(RATE_ARRIVALS)}")
 
 
-def _search_plan(config: RunConfig, settings: SearchSettings) -> tuple[float, Limits, tuple[bool, bool]]:
-    """A seed's search: its first load, its limits and the trials' early exits."""
+def _search_plan(config: RunConfig, settings: SearchSettings) -> tuple[float, Limits, tuple[bool, bool, bool]]:
+    """A seed's search: its first load, its limits and :func:`run_trial`'s switches (early exits, users)."""
+    exits = (settings.early_exit, settings.tbt_early_exit, settings.users)
+    if settings.users:  # whole users from 1 to max_users, from the config's concurrency
+        first = min(max(config.workload.concurrency or DEFAULT_FIRST_USERS, 1), settings.max_users)
+        return first, Limits(settings.rel_tol, 1, settings.max_users, settings.max_trials, integer=True), exits
     qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
     limits = Limits(settings.rel_tol, settings.min_qps, settings.max_qps, settings.max_trials)
-    return qps, limits, (settings.early_exit, settings.tbt_early_exit)
+    return qps, limits, exits
 
 
-def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial]) -> SeedResult:
-    """The answer of a finished search and why it ended."""
+def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial], users: bool = False) -> SeedResult:
+    """The answer of a finished search and why it ended (``users``: a users search's words)."""
     result = SeedResult(config.seed, found.passed_qps or 0.0, "", trials)
     failed = {t.qps: t for t in trials}[found.failed_qps] if found.failed_qps is not None else None
+
+    def load(value: float, digits: int = 3) -> str:
+        return f"{int(value):,} users" if users else f"{value:.{digits}g} QPS"
+
+    start, ceiling = ("--concurrency", "--max-users") if users else ("--qps", "--max-qps")
     if found.passed_qps is None and found.stop == "max_trials":
         assert failed is not None
         result.not_found = True
-        result.reason = (f"not found: stopped after {len(trials)} trials before any QPS met {slo.describe()}; "
-                         f"the capacity is below {failed.qps:.3g} QPS (raise --max-trials, or start lower with --qps)")
+        result.reason = (f"not found: stopped after {len(trials)} trials before any {'number of users' if users else 'QPS'} "
+                         f"met {slo.describe()}; the capacity is below {load(failed.qps)} (raise --max-trials, or start "
+                         f"lower with {start})")
     elif found.passed_qps is None:
         assert failed is not None
-        result.reason = (f"capacity 0: no QPS down to {failed.qps:.3g} meets {slo.describe()} "
-                         f"(last failure: {failed.reason})")
+        result.reason = (f"capacity 0: {'no number of users down to 1' if users else f'no QPS down to {failed.qps:.3g}'} "
+                         f"meets {slo.describe()} (last failure: {failed.reason})")
     elif failed is None:
         result.at_least = True
-        result.reason = (f"still meets the SLO at {found.passed_qps:.3g} QPS after {len(trials)} trials, the most "
-                         "allowed (raise --max-trials, or start higher with --qps-start)" if found.stop == "max_trials"
-                         else f"still meets the SLO at {found.passed_qps:.3g} QPS (the search limit; raise --max-qps)")
+        result.reason = (f"still meets the SLO at {load(found.passed_qps)} after {len(trials)} trials, the most "
+                         f"allowed (raise --max-trials, or start higher with {'--concurrency' if users else '--qps-start'})"
+                         if found.stop == "max_trials"
+                         else f"still meets the SLO at {load(found.passed_qps)} (the search limit; raise {ceiling})")
     elif found.stop == "max_trials":
         result.reason = (f"stopped after {len(trials)} trials with the bracket "
-                         f"[{found.passed_qps:.3g}, {failed.qps:.3g}]")
+                         f"[{load(found.passed_qps)}, {load(failed.qps)}]")
     else:
-        result.reason = f"converged: passes at {found.passed_qps:.4g}, fails at {failed.qps:.4g} QPS ({failed.reason})"
+        result.reason = (f"converged: passes at {load(found.passed_qps, 4)}, fails at {load(failed.qps, 4)} "
+                         f"({failed.reason})")
     return result
 
 
@@ -755,7 +800,7 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
                 on_trial: Callable[[Trial], None] | None = None) -> SeedResult:
     """Bisection for one seed (``config.seed``), one trial after another; ``on_trial(trial)``
     as each ends. (:func:`find_capacity` with workers runs trials ahead of need instead.)"""
-    check_searchable(config)
+    check_searchable(config, settings.users, offer_users=True)
     reason = impossible_reason(config, slo)
     if reason is not None:
         return SeedResult(config.seed, 0.0, reason)
@@ -769,7 +814,7 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
 
     qps, limits, exits = _search_plan(config, settings)
     found = largest_passing(lambda q: used(run_trial(config, q, slo, *exits)).passed, qps, limits)
-    return _seed_result(config, slo, found, trials)
+    return _seed_result(config, slo, found, trials, settings.users)
 
 
 def _search_seeds_ahead(jobs: list[tuple[RunConfig, SLO, SearchSettings]], workers: int,
@@ -801,10 +846,10 @@ def _search_seeds_ahead(jobs: list[tuple[RunConfig, SLO, SearchSettings]], worke
                                         lambda t: t.passed, qps, limits, width, on_result=on_trial))
 
         def done(k: int) -> None:
-            config, slo, _ = jobs[todo[k]]
+            config, slo, settings = jobs[todo[k]]
             outcome = searches[k].outcome
             assert outcome is not None
-            results[todo[k]] = _seed_result(config, slo, outcome, searches[k].used)
+            results[todo[k]] = _seed_result(config, slo, outcome, searches[k].used, settings.users)
             if on_seed_done:
                 on_seed_done(results[todo[k]])
 
@@ -829,7 +874,7 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
                           "pass --seeds N (3-10 show the spread of the capacity)")
     if workers < 1:
         raise ConfigError("capacity.workers", f"must be >= 1, got {workers}")
-    check_searchable(config)
+    check_searchable(config, settings.users, offer_users=True)
     start = time.perf_counter()
     jobs = [(config.replace(seed=config.seed + i), slo, settings) for i in range(num_seeds)]
     results: list[SeedResult] = []

@@ -117,6 +117,11 @@ class SearchSettings:
     # their latency figures (plots of P99 TBT against QPS crossing the SLO); the verdicts and
     # the capacity are the same either way.
     tbt_early_exit: bool = True
+    # Search the closed loop's users instead of the rate: each trial is ``N`` users sending their next
+    # request when their last one ends (``--concurrency N``, no rate), N a whole number up to ``max_users``;
+    # the first trial's N is the config's concurrency (16 where it has none).
+    users: bool = False
+    max_users: int = 4096
 
     def __post_init__(self) -> None:
         if not 0 < self.rel_tol < 1:
@@ -130,7 +135,22 @@ class SearchSettings:
                               f"pass --max-qps {MAX_QPS:g} or lower")
         if self.max_trials < 2:
             raise ConfigError("capacity.max_trials", f"must be >= 2, got {self.max_trials}")
+        # A rate setting in a users search (or the users' ceiling in a rate search) would do nothing.
+        if self.users:
+            for name, flag in (("qps_start", "--qps-start"), ("min_qps", "--min-qps"), ("max_qps", "--max-qps")):
+                if getattr(self, name) != _field_default(SearchSettings, name):
+                    raise ConfigError(flag, f"sets the rate search, and --users searches the closed loop's users, "
+                                      f"so {flag} would do nothing", f"drop {flag} (--concurrency N starts the users "
+                                      "search at N, --max-users caps it), or drop --users")
+        elif self.max_users != _field_default(SearchSettings, "max_users"):
+            raise ConfigError("--max-users", "caps a users search, and this search varies the rate, so --max-users "
+                              "would do nothing", "add --users, or drop --max-users")
+        if not 1 <= self.max_users <= MAX_USERS:
+            raise ConfigError("capacity.max_users", f"must be in [1, {MAX_USERS:,}] users, got {self.max_users:,}",
+                              f"pass --max-users {MAX_USERS:,} or lower")
 
+
+MAX_USERS = 1_000_000  # a users search's ceiling at most (a trial holds every user's request at once)
 
 # A plan searches many layouts, each to this relative gap: coarser than one capacity search's.
 PLAN_REL_TOL = 0.05
@@ -246,6 +266,10 @@ PLANNER_OPTIONS: dict[str, PlannerOption] = {
                                 "sooner).", SEARCH_PANEL),
     "tbt_early_exit": PlannerOption("search.tbt_early_exit", bool, "With --early-exit, also stop trials certain to "
                                     "miss the TBT limit; off, they keep their latency figures.", SEARCH_PANEL),
+    "users": PlannerOption("search.users", bool, "Search the most closed-loop users (each sends its next request when "
+                           "its last ends, as vllm bench serve --max-concurrency) meeting the SLO instead of the "
+                           "Poisson rate; the first trial's is --concurrency (default 16).", SEARCH_PANEL),
+    "max_users": PlannerOption("search.max_users", int, "With --users, the search ceiling.", SEARCH_PANEL),
 }
 
 # Sweep-file key -> option name (the options a sweep file may hold).

@@ -32,12 +32,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Limits:
-    """How far and how finely to search (loads in QPS)."""
+    """How far and how finely to search (loads in QPS, or whole users where ``integer``: then
+    every load tried is a whole number, and the search also ends once the bracket is one apart)."""
 
     rel_tol: float
     min_qps: float
     max_qps: float
     max_trials: int
+    integer: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,20 +71,23 @@ class State:
 def next_load(state: State, start_qps: float, limits: Limits) -> float | Outcome:
     """The load to try next from ``state``, or how the search ends there."""
     p, f, n = state.passed_qps, state.failed_qps, state.num_trials
+    whole = limits.integer
     if p is None and f is None:
         return start_qps
     if p is None:
         assert f is not None
-        if f / 2 < limits.min_qps:
+        half = f // 2 if whole else f / 2
+        if half < limits.min_qps:
             return Outcome(None, f, "none_passes", n)
-        return Outcome(None, f, "max_trials", n) if n >= limits.max_trials else f / 2
+        return Outcome(None, f, "max_trials", n) if n >= limits.max_trials else half
     if f is None:
         if p * 2 > limits.max_qps:
             return Outcome(p, None, "max_qps", n)
         return Outcome(p, None, "max_trials", n) if n >= limits.max_trials else p * 2
-    if (f - p) / f <= limits.rel_tol:
+    if (f - p) / f <= limits.rel_tol or (whole and f - p <= 1):
         return Outcome(p, f, "converged", n)
-    return Outcome(p, f, "max_trials", n) if n >= limits.max_trials else (p + f) / 2
+    middle = (p + f) // 2 if whole else (p + f) / 2
+    return Outcome(p, f, "max_trials", n) if n >= limits.max_trials else middle
 
 
 def _initial(passed_qps: float | None, failed_qps: float | None, num_tried: int) -> State:

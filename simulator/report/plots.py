@@ -400,9 +400,17 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
         slo = f"at {slos[0]}" if len(slos) == 1 else "at each setting's SLO"
         seeds = int(info["base"].get("num_seeds", 1))
         spread = f", mean of {seeds} seeds (bars: std)" if seeds > 1 else ""
-        title = f"capacity (QPS) {slo}{spread}" + (f" · {base}" if base else "") + note
+        # What the points searched: the rate (capacity_qps) or a closed loop's users (capacity_users).
+        units = [u for u in ("qps", "users") if f"capacity_{u}" in table and table[f"capacity_{u}"].notna().any()]
+        if len(units) != 1:
+            raise ConfigError("plot sweep", f"{folder}'s points searched {' and '.join(units) or 'neither rates nor users'}"
+                              ", which one axis cannot show", "plot a sweep whose points all search the rate, or all "
+                              "the users (users = true)")
+        unit = units[0]
+        title = f"capacity ({'users' if unit == 'users' else 'QPS'}) {slo}{spread}" + (f" · {base}" if base else "") + note
         fig = capacity_bars_figure(table, group="setting", hue=hue, facet="panel" if facet_names else None,
-                                   title=title)
+                                   title=title, value=f"capacity_{unit}", err=f"capacity_{unit}_std",
+                                   ylabel=f"capacity ({'users' if unit == 'users' else 'QPS'})")
         return save(fig, Path(out) / "capacity")
     if x not in table:
         x = next((n for n in varied if n != hue), "point")

@@ -215,11 +215,13 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
     # a chain of k = 6 (EAGLE's tree depth) with the row's AL as an i.i.d. rate. Sequential heads (EAGLE*,
     # Hydra, SAMD) priced as k passes of one layer + LM head, Medusa's parallel heads as one pass; SpS as the Vicuna-68M draft; lookup methods
     # (PLD, REST, Lookahead, Recycling) as n-gram (free drafts). HF/PyTorch eager: the 'handset' engine.
-    arch = {"Vicuna-7B-v1.3": "llama-2-7b", "Vicuna-13B-v1.3": "llama-2-13b"}
+    # Vicuna v1.3 fine-tunes LLaMA-1 (7B and 13B: Llama-2's shapes; 33B: llama-33b).
+    arch = {"Vicuna-7B-v1.3": "llama-2-7b", "Vicuna-13B-v1.3": "llama-2-13b", "Vicuna-33B-v1.3": "llama-33b"}
+    gpus = {"A100 80GB": "a100-80gb", "RTX 3090 24GB": "rtx-3090"}
     for r in bench:
         label = f"spec-bench {r['target_model']} {r['gpu']} {r['method']}"
-        if r["gpu"] != "A100 80GB" or r["target_model"] not in arch:
-            skipped.append({"row": label, "why": "GPU or model not in the catalog (RTX 3090; Vicuna-33B = LLaMA-1 33B)"})
+        if r["gpu"] not in gpus or r["target_model"] not in arch:
+            skipped.append({"row": label, "why": f"GPU or model not in the catalog ({r['gpu']}, {r['target_model']})"})
             continue
         m = r["method"]
         if m == "Medusa":  # parallel heads: one pass a step
@@ -231,7 +233,7 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
         else:
             method, draft_model = "ngram", None
         al = float(r["mean_accepted_tokens"])
-        s = Setting(label, ReplicaConfig(arch[r["target_model"]], "a100-80gb"), "handset", v1,
+        s = Setting(label, ReplicaConfig(arch[r["target_model"]], gpus[r["gpu"]]), "handset", v1,
                     SpeculativeConfig(method, 6, draft_model, iid(al, 6), f"Spec-Bench AL {al}"),
                     "e2e_s", "concurrency", [1],
                     {"name": "fixed", "prompt_tokens": 256, "output_tokens": 256},
@@ -355,11 +357,15 @@ def plot(todo: list[Setting], sweep_rows: list[dict]) -> None:
         fig, ax = plt.subplots(figsize=(5, 5))
         x = [s.measured[0][2] for s in single]
         y = [next(r["predicted_speedup"] for r in sweep_rows if r["setting"] == s.name) for s in single]
-        ax.scatter(x, y, s=14)
+        groups = list(dict.fromkeys((s.replica.model, s.replica.gpu) for s in single))  # one colour a target x GPU
+        for group in groups:
+            idx = [i for i, s in enumerate(single) if (s.replica.model, s.replica.gpu) == group]
+            ax.scatter([x[i] for i in idx], [y[i] for i in idx], s=14, label=f"{group[0]} on {group[1]}")
         lim = [1.0, max(max(x), max(y)) * 1.05]
         ax.plot(lim, lim, "k-", lw=0.8)
         ax.fill_between(lim, [v * (1 - TOLERANCE) for v in lim], [v * (1 + TOLERANCE) for v in lim], alpha=0.15)
-        ax.set_xlabel("measured speedup (Spec-Bench, batch 1, A100)")
+        ax.legend(fontsize=7, title="Vicuna v1.3 (shape)", title_fontsize=7)
+        ax.set_xlabel("measured speedup (Spec-Bench, batch 1)")
         ax.set_ylabel("predicted speedup")
         fig.tight_layout()
         fig.savefig(OUT / "spec_bench_batch1.png", dpi=110)

@@ -133,6 +133,11 @@ _MODELS: tuple[ModelSpec, ...] = (
     # v0.3: v0.1's shape with a 32768-token vocabulary.
     ModelSpec("mistral-7b-v0.3", "mistralai/Mistral-7B-v0.3", 32, 4096, 32, 8, 14336, 32768, 32768,
               aliases=("mistralai/Mistral-7B-Instruct-v0.3",), source="mistralai/Mistral-7B-Instruct-v0.3 config.json"),
+    # LLaMA-1's 33B ("llama-30b" on the Hub): Vicuna-33B-v1.3 is a fine-tune of it (Spec-Bench's largest target).
+    ModelSpec("llama-33b", "huggyllama/llama-30b", 60, 6656, 52, 52, 17920, 32000, 2048,
+              aliases=("lmsys/vicuna-33b-v1.3", "vicuna-33b"),
+              source="LLaMA-30B config.json (hidden 6656, 60 layers, 52 heads, FFN 17920, 2,048 positions); "
+                     "lmsys/vicuna-33b-v1.3 keeps the shape"),
     ModelSpec("yi-34b", "01-ai/Yi-34B", 60, 7168, 56, 8, 20480, 64000, 4096),
     ModelSpec("yi-34b-200k", "01-ai/Yi-34B-200K", 60, 7168, 56, 8, 20480, 64000, 200000),
     ModelSpec("codellama-34b", "codellama/CodeLlama-34b-hf", 48, 8192, 64, 8, 22016, 32000, 16384,
@@ -160,6 +165,11 @@ _GPUS: tuple[GPUSpec, ...] = (
     GPUSpec("a100-80gb", 312 * TFLOPS, 2039 * GB, 80 * GiB, 300 * GB, 32 * GB, aliases=("a100", "a100-sxm4-80gb"),
             source=f"{_AIC}a100_sxm.yaml: 312 TF BF16, no FP8, 80 GiB, 2.039 TB/s, NVLink 300 GB/s, PCIe4 32 GB/s"),
     GPUSpec("a40", 149.7 * TFLOPS, 696 * GB, 48 * GiB, 56.25 * GB, 32 * GB),
+    # GeForce GA102: FP16/BF16 tensor cores run at half rate with FP32 accumulation (what PyTorch's half
+    # matmuls use), 71 TF dense; 142 TF only with FP16 accumulation. No NVLink switch (a 2-card bridge at most).
+    GPUSpec("rtx-3090", 71 * TFLOPS, 936 * GB, 24 * GiB, 0.0, 32 * GB, aliases=("geforce-rtx-3090",),
+            source="NVIDIA Ampere GA102 whitepaper (GeForce RTX 3090): 71 TF FP16/BF16 tensor with FP32 accumulate "
+                   "dense, 24 GB GDDR6X, 936 GB/s, PCIe4 x16"),
     # 46068 MiB (was 48 GiB, the marketing figure: ECC leaves nvidia-smi 46068 MiB); 362 TF BF16 kept
     # (the file's 362.05 differs by 0.01%).
     GPUSpec("l40s", 362 * TFLOPS, 864 * GB, 46068 * MiB, 0.0, 32 * GB, fp8_flops=733 * TFLOPS,

@@ -64,6 +64,7 @@ _ROWS: tuple[GPUPrice, ...] = (
     GPUPrice("a100-80gb", 21.60 / 8, 400, f"{_CW}: HGX A100 80GB node $21.60/h", "2025-06",
              "NVIDIA A100 datasheet: 400 W (SXM)"),
     GPUPrice("a40", None, 300, "", "", "NVIDIA A40 datasheet: 300 W"),
+    GPUPrice("rtx-3090", None, 350, "", "", "NVIDIA GeForce RTX 3090 specifications: 350 W total graphics power"),
     GPUPrice("l40s", 18.00 / 8, 350, f"{_CW}: 8x L40S node $18.00/h", "2025-06", "NVIDIA L40S datasheet: 350 W"),
     GPUPrice("h100-sxm", 49.24 / 8, 700, f"{_CW}: HGX H100 node $49.24/h", "2025-06",
              "NVIDIA H100 datasheet: up to 700 W (SXM)"),

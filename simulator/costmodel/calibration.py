@@ -240,7 +240,7 @@ TODAY: dict[str, dict[str, dict[str, Any]]] = load_today()
 # Catalog GPU -> the generation (architecture) whose "today" constants price it (efficiencies are fractions
 # of each GPU's own spec-sheet peaks): the RTX PRO 6000 is a Blackwell part, the L40S and L4 Ada ones.
 GENERATION: dict[str, str] = {
-    "a100-80gb": "ampere", "a100-40gb": "ampere", "a40": "ampere",
+    "a100-80gb": "ampere", "a100-40gb": "ampere", "a40": "ampere", "rtx-3090": "ampere",
     "h100-sxm": "hopper", "h100-pcie": "hopper", "h200": "hopper", "h20": "hopper",
     "b200": "blackwell", "b300": "blackwell", "gb200": "blackwell", "gb300": "blackwell", "rtx-pro-6000": "blackwell",
     "l40s": "ada", "l4": "ada",

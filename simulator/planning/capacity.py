@@ -159,6 +159,10 @@ class CapacityReport:
         columns = [f.name for f in Trial.__dataclass_fields__.values()]
         return pd.DataFrame(rows, columns=columns).rename(columns={"qps": self.unit})
 
+    def _trial_dict(self, trial: Trial) -> dict[str, Any]:
+        """A trial as the JSON writes it: its load named by :attr:`unit`."""
+        return {(self.unit if k == "qps" else k): v for k, v in asdict(trial).items()}
+
     def at_capacity_mean(self, key: str) -> float:
         values = [getattr(s.at_capacity, key) for s in self.seeds if s.at_capacity is not None]
         return float(np.mean(values)) if values else math.nan
@@ -197,8 +201,9 @@ class CapacityReport:
         out["slo_settings"] = asdict(self.slo)
         out["search_settings"] = asdict(self.settings)
         out["per_seed"] = [{"seed": s.seed, f"capacity_{self.unit}": s.capacity_qps, "reason": s.reason,
-                            "at_capacity": asdict(s.at_capacity) if s.at_capacity else None} for s in self.seeds]
-        out["trials"] = [asdict(t) for s in self.seeds for t in s.trials]
+                            "at_capacity": self._trial_dict(s.at_capacity) if s.at_capacity else None}
+                           for s in self.seeds]
+        out["trials"] = [self._trial_dict(t) for s in self.seeds for t in s.trials]
         out["config"] = self.config.to_dict()
         return out
 

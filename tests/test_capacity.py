@@ -437,9 +437,9 @@ def test_early_exit_agrees_with_running_every_trial_out(case: str):
 @pytest.mark.parametrize("criterion", ["tbt", "goodput"])
 def test_early_exit_never_changes_a_users_search(criterion: str):
     """A users search's trials are closed loops whose requests wait on the client until a user is
-    free (ready at 0, not arrived): the watches must not count them as late, under either
-    criterion. (The watches check at arrival instants, which in such a loop all fall at 0 before
-    the sends: its trials run to the end, so early exit saves nothing there; it must cost nothing.)"""
+    free (ready at 0, not arrived): the watches check each at its send, never count a request
+    waiting on the client as late, and stop the failing trials early (they had checked at the
+    ready times, all 0, and stopped nothing) with the verdicts of running them out."""
     config = RunConfig().replace(replica__model="tiny-llama-1b", workload__num_requests=200, seed=7,
                                  scheduler__max_num_seqs=8)  # users beyond 8 queue: late by either measure
     slo = (SLO(tbt_s=0.2, sched_delay_s=0.05, tpot_s=0.01) if criterion == "tbt"
@@ -448,6 +448,7 @@ def test_early_exit_never_changes_a_users_search(criterion: str):
                   for flag in (True, False))
     assert [(t.qps, t.passed) for t in fast.trials] == [(t.qps, t.passed) for t in slow.trials]
     assert fast.capacity_qps == slow.capacity_qps >= 1 and any(not t.passed for t in fast.trials)
+    assert all(t.stopped_early for t in fast.trials if not t.passed) and not any(t.stopped_early for t in slow.trials)
 
 
 def test_cli_capacity_bad_quantile_is_one_line():

@@ -58,7 +58,8 @@ class ClosedLoopClient:
     instant that request was sent (NaN until then).
     """
 
-    __slots__ = ("concurrency", "drain_before", "measured_at", "num_in_flight", "max_in_flight", "num_sent", "_wakeup")
+    __slots__ = ("concurrency", "drain_before", "measured_at", "num_in_flight", "max_in_flight", "num_sent", "_wakeup",
+                 "_sent_events")
 
     def __init__(self, concurrency: int, drain_before: int | None = None) -> None:
         if concurrency < 1:
@@ -71,6 +72,7 @@ class ClosedLoopClient:
         # Requests sent so far, in list order: the rest have a ready time, not an arrival, yet.
         self.num_sent = 0
         self._wakeup: simpy.Event | None = None
+        self._sent_events: dict[int, simpy.Event] = {}  # index -> an event to trigger when it is sent (until_sent)
 
     @classmethod
     def of(cls, workload: Any) -> ClosedLoopClient | None:
@@ -86,6 +88,17 @@ class ClosedLoopClient:
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.triggered:
             wakeup.succeed()  # the sender resumes at this instant, after the event that freed it
+
+    def until_sent(self, env: simpy.Environment, index: int) -> simpy.Event | None:
+        """An event that triggers at the instant request ``index`` is sent, or None if it was
+        already: a watch that judges requests by their arrival waits on it (until then the
+        request's ``arrival_at`` is only its ready time)."""
+        if index < self.num_sent:
+            return None
+        event = self._sent_events.get(index)
+        if event is None:
+            event = self._sent_events[index] = env.event()
+        return event
 
     def ended(self, finished: Sequence[Request]) -> None:
         """The recorder's call (:func:`notifying`): ``finished`` ended now, answered or refused."""
@@ -113,6 +126,9 @@ class ClosedLoopClient:
             req.arrival_at = env.now  # sent now: TTFT and E2E count from here
             self.num_sent = i + 1
             cluster.submit(req)  # a refusal calls done(1) before this returns
+            sent = self._sent_events.pop(i, None)
+            if sent is not None:
+                sent.succeed()  # a watch waiting on this send resumes at this instant, after it
         cluster.next_arrival_at = math.inf
 
 

@@ -246,12 +246,18 @@ class ArrivalWatch:
     _settle: Callable[[float], None] | None = None
 
     _num_sent: Callable[[], int] | None = None
+    _until_sent: Callable[[int], simpy.Event | None] | None = None
 
-    def watch_sent(self, num_sent: Callable[[], int]) -> None:
+    def watch_sent(self, num_sent: Callable[[], int],
+                   until_sent: Callable[[int], simpy.Event | None] | None = None) -> None:
         """The engine's hook in a closed loop: ``num_sent()`` requests (the first ones of the list)
         were sent; the others' ``arrival_at`` is the time they became ready, and they wait on the
-        client, not on the engine (they had counted as waiting to be scheduled)."""
+        client, not on the engine (they had counted as waiting to be scheduled). ``until_sent(i)``:
+        an event at the instant request ``i`` is sent (None once it is), so that a check waits
+        for its request's send, not its ready time (a burst closed loop's are all 0, and every
+        check had run at 0, stopping nothing)."""
         self._num_sent = num_sent
+        self._until_sent = until_sent
 
     def watch_settle(self, settle: Callable[[float], None]) -> None:
         """The engine's hook: ``settle(now)`` brings the replicas' state to now (a stretch in
@@ -285,6 +291,9 @@ class ArrivalWatch:
         # arrived requests in neither are settled on time. So ``late`` equals a full recount.
         late, num_arrived, open_reqs = 0, 0, []
         for index in range(every - 1, n, every):
+            sent_event = self._until_sent(index) if self._until_sent is not None else None
+            if sent_event is not None:  # a closed loop: check when the request is sent (its arrival)
+                yield sent_event
             now_at = requests[index].arrival_at
             if now_at > env.now:
                 yield env.timeout(now_at - env.now)

@@ -317,6 +317,18 @@ def test_a_users_search_finds_the_most_closed_loop_users_meeting_the_slo(constan
     assert started.seeds[0].trials[0].qps == 4 and started.capacity_qps == report.capacity_qps
 
 
+def test_a_users_search_says_how_it_ended_in_users(constant_cost):
+    config = slots_config(num_requests=64).replace(workload__qps=1.0)
+    # A first token sooner than one iteration: not even one user meets it.
+    none = find_capacity(config, SLO(tbt_s=0.05, ttft_s=ITERATION_S / 2), SearchSettings(users=True))
+    assert none.capacity_qps == 0.0 and none.seeds[0].reason.startswith("capacity 0: no number of users down to 1 meets")
+    assert [t.qps for t in none.seeds[0].trials] == [16, 8, 4, 2, 1]
+    # Every user meets a loose SLO up to the ceiling: a lower bound, in users.
+    capped = find_capacity(config, SLO(tbt_s=1.0, sched_delay_s=100.0), SearchSettings(users=True, max_users=20))
+    assert capped.summary()["capacity_is_lower_bound"] and capped.capacity_qps == 16
+    assert "still meets the SLO at 16 users (the search limit; raise --max-users)" in capped.seeds[0].reason
+
+
 def test_a_users_search_refuses_what_it_would_not_read(constant_cost):
     config = slots_config(num_requests=64)
     with pytest.raises(ConfigError, match="--qps: --users searches a closed loop"):

@@ -325,8 +325,9 @@ def test_a_users_search_says_how_it_ended_in_users(constant_cost):
     assert [t.qps for t in none.seeds[0].trials] == [16, 8, 4, 2, 1]
     # Every user meets a loose SLO up to the ceiling: a lower bound, in users.
     capped = find_capacity(config, SLO(tbt_s=1.0, sched_delay_s=100.0), SearchSettings(users=True, max_users=20))
-    assert capped.summary()["capacity_is_lower_bound"] and capped.capacity_qps == 16
-    assert "still meets the SLO at 16 users (the search limit; raise --max-users)" in capped.seeds[0].reason
+    assert capped.summary()["capacity_is_lower_bound"] and capped.capacity_qps == 20  # the ceiling itself tried
+    assert [t.qps for t in capped.seeds[0].trials] == [16, 20]
+    assert "still meets the SLO at 20 users (the search limit; raise --max-users)" in capped.seeds[0].reason
 
 
 def test_a_users_search_refuses_what_it_would_not_read(constant_cost):

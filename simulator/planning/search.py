@@ -33,7 +33,8 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Limits:
     """How far and how finely to search (loads in QPS, or whole users where ``integer``: then
-    every load tried is a whole number, and the search also ends once the bracket is one apart)."""
+    every load tried is a whole number, a doubling that would pass ``max_qps`` tries ``max_qps``
+    itself first, and the search also ends once the bracket is one apart)."""
 
     rel_tol: float
     min_qps: float
@@ -81,6 +82,8 @@ def next_load(state: State, start_qps: float, limits: Limits) -> float | Outcome
             return Outcome(None, f, "none_passes", n)
         return Outcome(None, f, "max_trials", n) if n >= limits.max_trials else half
     if f is None:
+        if whole and p < limits.max_qps < p * 2:  # whole users: the ceiling itself is worth a trial
+            return Outcome(p, None, "max_trials", n) if n >= limits.max_trials else int(limits.max_qps)
         if p * 2 > limits.max_qps:
             return Outcome(p, None, "max_qps", n)
         return Outcome(p, None, "max_trials", n) if n >= limits.max_trials else p * 2

@@ -358,7 +358,9 @@ def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,
             watch_gaps([r.scheduler.gaps for r in cluster.replicas], requests)
         watch_sent = getattr(watch, "watch_sent", None)
         if watch_sent is not None and hasattr(client, "num_sent"):  # a closed loop: arrived = sent
-            watch_sent(lambda: client.num_sent, lambda index: client.until_sent(env, index))
+            until_sent = getattr(client, "until_sent", None)  # a client that can say when request i goes out
+            watch_sent(lambda: client.num_sent,
+                       None if until_sent is None else (lambda index: until_sent(env, index)))
         watch_settle = getattr(watch, "watch_settle", None)
         if watch_settle is not None:  # it calls settle(now) before it reads (see Replica.settle)
             replicas = cluster.replicas

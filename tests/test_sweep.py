@@ -330,3 +330,21 @@ def test_a_sweep_folder_is_not_overwritten_by_another_sweep(tmp_path):  # noqa: 
     assert (again.num_run, again.num_skipped) == (1, 2)
     with pytest.raises(ConfigError, match="holds another sweep"):
         run_sweep(build_spec({"base": {**base, "num_requests": 16}, "grid": {"qps": [1.0]}}), tmp_path)
+
+
+def test_options_added_later_keep_an_older_points_key_at_their_defaults():
+    """A sweep folder written before an option existed resumes: the option at its default leaves
+    a point's key as it was (the point's options then lacked it)."""
+    from simulator.planning.options import PLANNER_OPTIONS, SWEEP_KEYS
+    from simulator.planning.sweep import LATER_OPTION_DEFAULTS, point_key
+
+    spec = build_spec({"mode": "capacity", "base": {"model": "mistral-7b"}})
+    point = spec.points[0]
+    config = point.config
+    older = {k: v for k, v in point.options.items() if k not in LATER_OPTION_DEFAULTS}
+    assert point_key("capacity", config, point.options) == point_key("capacity", config, older)
+    for key, value in LATER_OPTION_DEFAULTS.items():  # each is the option's own default
+        option = PLANNER_OPTIONS[SWEEP_KEYS[key]] if key in SWEEP_KEYS else None
+        assert option is None or option.default == value, key
+    moved = dict(point.options, users=True)
+    assert point_key("capacity", config, moved) != point_key("capacity", config, point.options)

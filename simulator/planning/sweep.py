@@ -404,7 +404,7 @@ def _slo_and_settings(options: dict[str, Any]) -> tuple[SLO, SearchSettings]:
 # Point options added after sweeps were first written: at these values they leave a point's key
 # as it was, so a sweep folder from before them still resumes instead of running every point again.
 LATER_OPTION_DEFAULTS: dict[str, Any] = {"criterion": "tbt", "goodput_tpot_slo": None, "tpot_slo": None,
-                                         "tpot_quantile": 99.0}
+                                         "tpot_quantile": 99.0, "users": False, "max_users": 4096}
 
 
 def point_key(mode: str, config: RunConfig, options: dict[str, Any]) -> str:

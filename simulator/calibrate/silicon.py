@@ -206,7 +206,6 @@ def recipe_changes(row: Any) -> dict[str, Any]:
         return {}
     timeout, ratio = wait
     return {"scheduler__batch_wait_timeout_iters": timeout, "scheduler__batch_wait_max_tokens_ratio": ratio}
-    return {}
 
 
 # InferenceX's disaggregated recipes (results/validation/silicon/inferencex_recipes.py writes it from snapshots

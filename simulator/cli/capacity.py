@@ -61,11 +61,6 @@ def capacity_auto_workers(num_seeds: int, requests_per_trial: int) -> int:
     return auto_workers(AHEAD_PER_SEED * max(1, num_seeds), requests_per_trial)
 
 
-def _load(value: float, users: bool) -> str:
-    """A search's load as the table and messages say it."""
-    return f"{int(value):,} users" if users else f"{value:.4g} QPS"
-
-
 def _s(value: float, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
 
@@ -89,7 +84,7 @@ def capacity(
     """Largest Poisson QPS (or with --users the most closed-loop users) meeting the SLO (P99 TBT <= --tbt-slo, P50 scheduling delay <= 2 s; or DistServe's goodput with --criterion goodput), by bisection over 2048-request trials."""
     if out is not None:  # checked before any trial (and import): a bad --out must not cost a search
         check_out_dir(out, "--out", replaceable=CAPACITY_FILES)
-    from simulator.planning.capacity import find_capacity
+    from simulator.planning.capacity import find_capacity, format_load
 
     _refuse_unread(config, planner, _typed(ctx, planner))
     slo, settings = slo_and_settings(planner)
@@ -101,10 +96,10 @@ def capacity(
         nonlocal num_trials
         num_trials += 1
         verdict = "passes" if t.passed else f"fails ({t.reason})"
-        steps.update(f"trial {num_trials} (seed {t.seed}): {_load(t.qps, settings.users)} {verdict}", num_trials)
+        steps.update(f"trial {num_trials} (seed {t.seed}): {format_load(t.qps, settings.users)} {verdict}", num_trials)
 
     def on_seed_done(seed) -> None:  # noqa: ANN001
-        steps.update(f"seed {seed.seed} done: capacity {_load(seed.capacity_qps, settings.users)}")
+        steps.update(f"seed {seed.seed} done: capacity {format_load(seed.capacity_qps, settings.users)}")
 
     # Progress on stderr, one step per trial (per seed when seeds run in parallel); --json stays quiet.
     try:
@@ -196,11 +191,12 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     from rich.measure import Measurement
     from rich.table import Column, Table
 
+    from simulator.planning.capacity import format_load, load_number
+
     r, s, slo = report.config.replica, report.config.scheduler, report.slo
     # One definition per column, named in its header and spelled out in the caption.
     multi_seed = len(report.seeds) > 1
-    # The TPOT column: the judged percentile where --tpot-slo holds one, else P99 (the tail a planner reads).
-    tpot_q = slo.tpot_quantile if slo.tpot_s is not None else 99.0
+    tpot_q = slo.tpot_quantile  # the judged percentile where --tpot-slo holds one, else P99 (SLO refuses another)
     users = report.settings.users
     headers = [*(["seed"] if multi_seed else []), "users" if users else "QPS", "pass", f"P{slo.tbt_quantile:g}\nTBT (s)\nall gaps",
                f"P{slo.sched_delay_quantile:g}\nsched.\ndelay (s)", "P50\nTTFT (s)", "P99\nTTFT (s)",
@@ -226,7 +222,7 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     for seed in report.seeds:
         for t in seed.trials:
             good = "-" if math.isnan(t.goodput_fraction) else _against(100 * t.goodput_fraction, good_limit) + "%"
-            rows.append([*([str(t.seed)] if multi_seed else []), _load(t.qps, users).split()[0], "yes" if t.passed else "no",
+            rows.append([*([str(t.seed)] if multi_seed else []), load_number(t.qps, users), "yes" if t.passed else "no",
                          _against(t.tbt_s_q, slo.tbt_s if judged else None),
                          _against(t.sched_delay_s_q, slo.sched_delay_s if judged else None),
                          _s(t.ttft_s_p50), _against(t.ttft_s_p99, ttft_limit),
@@ -252,7 +248,7 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
         print_table(console, table)
     if notes_below:
         for t in (t for seed in report.seeds for t in seed.trials if t.reason):
-            console.print(f"{'seed ' + str(t.seed) + ', ' if multi_seed else ''}{_load(t.qps, users)} failed: {t.reason}",
+            console.print(f"{'seed ' + str(t.seed) + ', ' if multi_seed else ''}{format_load(t.qps, users)} failed: {t.reason}",
                           highlight=False)
     summary = report.summary()
     key = f"capacity_{report.unit}"
@@ -266,13 +262,13 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
         f"P{slo.tbt_quantile:g} TBT {_against(summary['tbt_s_q_at_capacity'], slo.tbt_s if judged else None)} s, ")
     tbt_limit = slo.tbt_s if judged and slo.tbt_quantile == 99 else None
     # Over several seeds a users capacity is their mean, not a whole number.
-    shown = f"{summary[key]:.4g} {'users' if users else 'QPS'}" if len(report.seeds) > 1 else _load(summary[key], users)
+    shown = f"{summary[key]:.4g} {'users' if users else 'QPS'}" if len(report.seeds) > 1 else format_load(summary[key], users)
     headline = f"capacity {shown}{spread}"
     if all(seed.at_least for seed in report.seeds):  # a lower bound: no trial failed
         headline = f"capacity at least {shown}{spread}"
     if all(seed.not_found for seed in report.seeds):  # the trials ran out first
         lowest = min(t.qps for seed in report.seeds for t in seed.trials)
-        headline = f"capacity not found: below {_load(lowest, users)}"
+        headline = f"capacity not found: below {format_load(lowest, users)}"
     console.print(f"[bold]{headline}[/bold] · at capacity: {judged_tbt}P99 TBT "
                   f"{_against(summary['tbt_s_p99_at_capacity'], tbt_limit)} s, P50 TTFT "
                   f"{_s(summary['ttft_s_p50_at_capacity'])} s, P99 TTFT {_s(summary['ttft_s_p99_at_capacity'])} s, "

@@ -767,13 +767,23 @@ def check_searchable(config: RunConfig, users: bool = False, offer_users: bool =
 
 def _search_plan(config: RunConfig, settings: SearchSettings) -> tuple[float, Limits, tuple[bool, bool, bool]]:
     """A seed's search: its first load, its limits and :func:`run_trial`'s switches (early exits, users)."""
-    exits = (settings.early_exit, settings.tbt_early_exit, settings.users)
+    switches = (settings.early_exit, settings.tbt_early_exit, settings.users)
     if settings.users:  # whole users from 1 to max_users, from the config's concurrency
         first = min(max(config.workload.concurrency or DEFAULT_FIRST_USERS, 1), settings.max_users)
-        return first, Limits(settings.rel_tol, 1, settings.max_users, settings.max_trials, integer=True), exits
+        return first, Limits(settings.rel_tol, 1, settings.max_users, settings.max_trials, integer=True), switches
     qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
     limits = Limits(settings.rel_tol, settings.min_qps, settings.max_qps, settings.max_trials)
-    return qps, limits, exits
+    return qps, limits, switches
+
+
+def load_number(value: float, users: bool, digits: int = 4) -> str:
+    """A search's load as a number: whole users, or a rate to ``digits`` significant figures."""
+    return f"{int(value):,}" if users else f"{value:.{digits}g}"
+
+
+def format_load(value: float, users: bool, digits: int = 4) -> str:
+    """A search's load with its unit: ``264 users`` or ``2.56 QPS``."""
+    return f"{load_number(value, users, digits)} {'users' if users else 'QPS'}"
 
 
 def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial], users: bool = False) -> SeedResult:
@@ -782,15 +792,16 @@ def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial
     failed = {t.qps: t for t in trials}[found.failed_qps] if found.failed_qps is not None else None
 
     def load(value: float, digits: int = 3) -> str:
-        return f"{int(value):,} users" if users else f"{value:.{digits}g} QPS"
+        return format_load(value, users, digits)
 
-    start, ceiling = ("--concurrency", "--max-users") if users else ("--qps", "--max-qps")
+    lower, higher, ceiling = (("--concurrency", "--concurrency", "--max-users") if users
+                              else ("--qps", "--qps-start", "--max-qps"))
     if found.passed_qps is None and found.stop == "max_trials":
         assert failed is not None
         result.not_found = True
         result.reason = (f"not found: stopped after {len(trials)} trials before any {'number of users' if users else 'QPS'} "
                          f"met {slo.describe()}; the capacity is below {load(failed.qps)} (raise --max-trials, or start "
-                         f"lower with {start})")
+                         f"lower with {lower})")
     elif found.passed_qps is None:
         assert failed is not None
         result.reason = (f"capacity 0: {'no number of users down to 1' if users else f'no QPS down to {failed.qps:.3g}'} "
@@ -798,7 +809,7 @@ def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial
     elif failed is None:
         result.at_least = True
         result.reason = (f"still meets the SLO at {load(found.passed_qps)} after {len(trials)} trials, the most "
-                         f"allowed (raise --max-trials, or start higher with {'--concurrency' if users else '--qps-start'})"
+                         f"allowed (raise --max-trials, or start higher with {higher})"
                          if found.stop == "max_trials"
                          else f"still meets the SLO at {load(found.passed_qps)} (the search limit; raise {ceiling})")
     elif found.stop == "max_trials":

@@ -407,10 +407,10 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
                               ", which one axis cannot show", "plot a sweep whose points all search the rate, or all "
                               "the users (users = true)")
         unit = units[0]
-        title = f"capacity ({'users' if unit == 'users' else 'QPS'}) {slo}{spread}" + (f" · {base}" if base else "") + note
+        ylabel = f"capacity ({'users' if unit == 'users' else 'QPS'})"
+        title = f"{ylabel} {slo}{spread}" + (f" · {base}" if base else "") + note
         fig = capacity_bars_figure(table, group="setting", hue=hue, facet="panel" if facet_names else None,
-                                   title=title, value=f"capacity_{unit}", err=f"capacity_{unit}_std",
-                                   ylabel=f"capacity ({'users' if unit == 'users' else 'QPS'})")
+                                   title=title, value=f"capacity_{unit}", err=f"capacity_{unit}_std", ylabel=ylabel)
         return save(fig, Path(out) / "capacity")
     if x not in table:
         x = next((n for n in varied if n != hue), "point")

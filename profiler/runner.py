@@ -43,6 +43,7 @@ from profiler.schema import (
     with_achieved,
 )
 from profiler.shapes import ShardedShapes
+from profiler.timing import L2_FLUSH_MODES
 from profiler.work import comm_work
 from simulator.config.catalog import ModelSpec, get_model
 from simulator.config.errors import ConfigError
@@ -99,6 +100,7 @@ class ProfileConfig:
     num_threads: int | None = None  # CPU threads; default: the CPUs this process may use
     seed: int = 0
     cuda_graphs: bool = False
+    l2_flush: str | None = None  # CUDA: read (default) or write; see profiler.timing
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))
@@ -136,6 +138,11 @@ class ProfileConfig:
         if self.cuda_graphs and self.device != "cuda":
             raise ConfigError("--cuda-graphs", f"CUDA graphs replay on a GPU, so --cuda-graphs would do nothing on "
                               f"--device {self.device}", "use --device cuda, or drop --cuda-graphs")
+        if self.l2_flush is not None and self.device != "cuda":
+            raise ConfigError("--l2-flush", f"only the CUDA timer flushes L2, so --l2-flush would do nothing on "
+                              f"--device {self.device}", "use --device cuda, or drop --l2-flush")
+        if self.l2_flush is not None and self.l2_flush not in L2_FLUSH_MODES:
+            raise ConfigError("--l2-flush", f"unknown mode {self.l2_flush!r}", f"use one of {', '.join(L2_FLUSH_MODES)}")
         if self.world_sizes is not None and not set(self.ops) & set(COMM_OPS):
             raise ConfigError("--world-size", "only the comm ops run in process groups, and --ops has none, so "
                               "--world-size would do nothing", "add comm to --ops, or drop --world-size")
@@ -151,6 +158,10 @@ class ProfileConfig:
         return QUICK_MAX_TOKENS if self.quick else DEFAULT_MAX_TOKENS[self.device]
 
     @property
+    def effective_l2_flush(self) -> str:
+        return self.l2_flush or "read"
+
+    @property
     def effective_num_threads(self) -> int:
         if self.num_threads is not None:
             return self.num_threads
@@ -164,7 +175,8 @@ class ProfileConfig:
                 "device": self.device, "ops": list(self.ops), "max_tokens": self.effective_max_tokens,
                 "quick": self.quick, "dtype": self.dtype,
                 "world_sizes": list(self.world_sizes) if self.world_sizes is not None else None,
-                "num_threads": self.effective_num_threads, "seed": self.seed, "cuda_graphs": self.cuda_graphs}
+                "num_threads": self.effective_num_threads, "seed": self.seed, "cuda_graphs": self.cuda_graphs,
+                "l2_flush": self.effective_l2_flush if self.device == "cuda" else None}
 
 
 # -- storage --------------------------------------------------------------------------------
@@ -267,7 +279,14 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
     torch.set_num_threads(threads)
     info = devmod.detect(cfg.device, threads)
     label = device_label(info)
-    existing, _old_meta = _check_out_folder(cfg.out, spec.name, label)
+    existing, old_meta = _check_out_folder(cfg.out, spec.name, label)
+    if cfg.device == "cuda" and len(existing) and old_meta.get("bench"):
+        # Tables measured before the flush modes existed zeroed the buffer: "write".
+        old_flush = old_meta["bench"].get("l2_flush", "write")
+        if old_flush != cfg.effective_l2_flush:
+            raise ConfigError("--l2-flush", f"{cfg.out} was measured with --l2-flush {old_flush}, not "
+                              f"{cfg.effective_l2_flush}: one table would mix two cache states",
+                              f"pass --l2-flush {old_flush} to resume it, or choose another --out")
     world_sizes = cfg.world_sizes
     notes: list[str] = []
     if world_sizes is None:
@@ -295,7 +314,8 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
     skipped = len(points) - len(todo)
 
     settings = BenchSettings.quick() if cfg.quick else BenchSettings()
-    settings = BenchSettings(**{**settings.__dict__, "cuda_graphs": cfg.cuda_graphs})
+    settings = BenchSettings(**{**settings.__dict__, "cuda_graphs": cfg.cuda_graphs,
+                                "l2_flush": cfg.effective_l2_flush})
     meta = {
         "model": spec.name,
         "device": label,

@@ -5,9 +5,14 @@ CUDA (in the spirit of Triton's ``do_bench``):
 1. warm-up calls (compilation, autotuning, allocator, clocks);
 2. an estimate from a few calls picks the repeat count that fills ``target_s``
    (clamped to ``[min_repeats, max_repeats]``) unless ``repeats`` fixes it;
-3. before each repetition the L2 cache is flushed by writing a 256 MB buffer (so
-   weights are read from HBM as in a real forward pass) and ``before_each`` runs
-   (e.g. a barrier for collectives); neither is timed;
+3. before each repetition the L2 cache is emptied of the op's data (so weights are read
+   from HBM as in a real forward pass) and ``before_each`` runs (e.g. a barrier for
+   collectives); neither is timed. The flush (``BenchSettings.l2_flush``) *reads* a 256 MB
+   buffer by default, leaving L2 full of clean lines as a forward pass leaves it (the last
+   layer's weights); ``write`` zeroes the buffer as Triton's ``do_bench`` does, which leaves
+   L2 full of dirty lines whose write-back the timed op pays for (on an H200 it made Llama-3.1-8B's
+   decode GEMMs 15-27% slower, ``results/h200/``). There is no unflushed mode: with no kernel
+   queued ahead of it, a small op's events time the host's launch gap (an 18 us GEMM read 36 us);
 4. a pair of CUDA events brackets each repetition; one synchronize at the end;
 5. optionally the op is captured in a CUDA graph and replayed the same way: the graph
    time is reported as the op time and ``eager - graph`` as launch overhead.
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
+L2_FLUSH_MODES = ("read", "write")
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,11 @@ class BenchSettings:
     max_repeats: int = 100
     target_s: float = 0.1  # wall time per point the adaptive repeat count aims for
     cuda_graphs: bool = False
+    l2_flush: str = "read"  # one of L2_FLUSH_MODES; see the module docstring
+
+    def __post_init__(self) -> None:
+        if self.l2_flush not in L2_FLUSH_MODES:
+            raise ValueError(f"l2_flush must be one of {', '.join(L2_FLUSH_MODES)}, got {self.l2_flush!r}")
 
     @classmethod
     def quick(cls) -> BenchSettings:
@@ -67,7 +78,7 @@ class BenchSettings:
 
 
 class _FlushBuffer:
-    """The 256 MB buffer written before each CUDA repetition (one per device)."""
+    """The 256 MB buffer read (or written) before each CUDA repetition (one per device)."""
 
     _buffers: dict = {}
 
@@ -77,8 +88,20 @@ class _FlushBuffer:
 
         key = str(device)
         if key not in cls._buffers:
-            cls._buffers[key] = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+            # float32 zeros: a sum over them is a plain streaming read (no NaN, no int8 widening)
+            cls._buffers[key] = torch.zeros(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=device)
         return cls._buffers[key]
+
+
+def _l2_flusher(device, mode: str) -> Callable[[], object]:  # noqa: ANN001 - torch types are lazy
+    """What runs (untimed) before each repetition to empty L2 of the op's data."""
+    buf = _FlushBuffer.get(device)
+    if mode == "write":
+        return buf.zero_
+    import torch
+
+    out = torch.empty((), dtype=torch.float32, device=device)
+    return lambda: torch.sum(buf, dim=0, out=out)
 
 
 def bench(fn: Callable[[], object], *, device: str = "cpu", settings: BenchSettings | None = None,
@@ -129,7 +152,7 @@ def _bench_cuda(fn: Callable[[], object], device: str, settings: BenchSettings, 
     import torch
 
     dev = torch.device(device)
-    flush = _FlushBuffer.get(dev) if flush_l2 else None
+    flush = _l2_flusher(dev, settings.l2_flush) if flush_l2 else None
     for _ in range(settings.warmup):
         fn()
     torch.cuda.synchronize(dev)
@@ -139,7 +162,7 @@ def _bench_cuda(fn: Callable[[], object], device: str, settings: BenchSettings, 
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         for i in range(n):
             if flush is not None:
-                flush.zero_()
+                flush()
             if before_each is not None:
                 before_each()
             starts[i].record()

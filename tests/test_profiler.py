@@ -259,6 +259,8 @@ def test_cuda_requested_without_cuda_is_refused(tmp_path: Path) -> None:
     ({"model": "tiny-llama-1b", "dtype": "int8"}, "dtype"),
     ({"model": "tiny-llama-1b", "max_tokens": 0}, "max_tokens"),
     ({"model": "tiny-llama-1b", "world_sizes": (1,)}, "world_sizes"),
+    ({"model": "tiny-llama-1b", "l2_flush": "read"}, "--l2-flush"),  # the CPU timer has no L2 flush
+    ({"model": "tiny-llama-1b", "device": "cuda", "l2_flush": "sometimes"}, "--l2-flush"),
 ])
 def test_bad_config_is_a_one_line_config_error(tmp_path: Path, kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigError) as err:

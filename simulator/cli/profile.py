@@ -48,6 +48,10 @@ def profile(
     seed: Annotated[int, typer.Option(help="Seed of the mixed decode-batch lengths.")] = 0,
     cuda_graphs: Annotated[bool, typer.Option(help="Replay ops as CUDA graphs; report launch overhead apart.")]
     = False,
+    l2_flush: Annotated[str | None, typer.Option(
+        help="CUDA: how L2 is emptied before each repetition: read (default; leaves clean lines, as a forward "
+             "pass does) or write (zeroes a buffer, as Triton's do_bench; the op pays for the write-back).")]
+    = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Time real linear, attention, elementwise and communication kernels into a tidy table.
@@ -64,7 +68,7 @@ def profile(
     cfg = ProfileConfig(model=model, out=folder, tp=tuple(tp or (1,)), device=device, ops=tuple(ops or ()),
                         max_tokens=max_tokens, quick=quick, dtype=dtype,
                         world_sizes=tuple(world_size) if world_size else None, num_threads=threads, seed=seed,
-                        cuda_graphs=cuda_graphs)
+                        cuda_graphs=cuda_graphs, l2_flush=l2_flush)
     try:
         summary = run_profile(cfg, progress=progress)
     except KeyboardInterrupt:

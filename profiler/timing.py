@@ -11,7 +11,7 @@ CUDA (in the spirit of Triton's ``do_bench``):
    buffer by default, leaving L2 full of clean lines as a forward pass leaves it (the last
    layer's weights); ``write`` zeroes the buffer as Triton's ``do_bench`` does, which leaves
    L2 full of dirty lines whose write-back the timed op pays for (on an H200 it made Llama-3.1-8B's
-   decode GEMMs 15-27% slower, ``results/h200/``). There is no unflushed mode: with no kernel
+   decode GEMMs 12-23% slower, ``results/h200/``). There is no unflushed mode: with no kernel
    queued ahead of it, a small op's events time the host's launch gap (an 18 us GEMM read 36 us);
 4. a pair of CUDA events brackets each repetition; one synchronize at the end;
 5. optionally the op is captured in a CUDA graph and replayed the same way: the graph

@@ -70,6 +70,10 @@ BAD_PATHS = [
     (["calibrate", "--data", "{file}"], "--data"),
     (["calibrate", "--data", "{dir}"], "--data"),  # no profiles there: a fit to nothing was printed as a fit
     (["fidelity", "--out", "{new}", "--data", "{dir}"], "--data"),
+    (["fidelity", "--profile", "{missing}", "--out", "{new}"], "--profile"),
+    (["fidelity", "--profile", "{dir}", "--out", "{new}"], "--profile"),  # a folder with no profile.csv
+    (["fidelity", "--profile", "{file}", "--data", "{dir}", "--out", "{new}"], "--data"),
+    (["fidelity", "--kernels", "vllm", "--out", "{new}"], "--kernels"),
     (["import-aiconfigurator", "--gpu", "b200", "--out", "{file}"], "--out"),
     (["run", "--format", "csv"], "--format"),  # no --out: the format of nothing
     (["sweep", "--out", "{new}", "--grid", "qps=1", "--grid", "qps=2"], "--grid"),

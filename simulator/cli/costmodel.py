@@ -18,7 +18,14 @@ from simulator.cli.app import console as app_console
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, ReplicaConfig
-from simulator.util.paths import atomic_file, check_in_dir, check_in_file, check_out_dir, check_out_file
+from simulator.util.paths import (
+    atomic_file,
+    check_in_dir,
+    check_in_file,
+    check_out_dir,
+    check_out_file,
+    check_profile_table,
+)
 from simulator.util.progress import StepProgress
 
 if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for --help
@@ -268,11 +275,51 @@ def calibrate(
 
 @app.command()
 def fidelity(
-    out: Annotated[Path, typer.Option(help="report folder")] = Path("results/fidelity"),
+    out: Annotated[Path | None, typer.Option(
+        help="report folder (default results/fidelity; with --profile, ./fidelity_profile)")] = None,
     data: Annotated[Path | None, typer.Option(help="profiles folder (default ../shared/data/profiles)")] = None,
+    profile: Annotated[list[Path] | None, typer.Option(
+        help="a `simulate profile` folder or table to score every cost model against instead (repeatable)")] = None,
+    kernels: Annotated[str, typer.Option(
+        help="with --profile: the backends whose kernel tables are scored (comma-separated; the first also picks "
+             "the roofline's today constants)")] = "vllm,sglang,trtllm",
 ) -> None:
-    """Held-out error of the learned model and the calibrated roofline vs measured profiles."""
+    """Held-out error of the learned model and the calibrated roofline vs measured profiles.
+
+    With --profile: what every cost model (learned, roofline today and 2023, the kernel tables) charges
+    for the shapes your own `simulate profile` run measured, against what the kernels took.
+    """
     # Paths first (a wrong one answers before the heavy imports); a report folder is regenerated in place.
+    if profile:
+        if data is not None:
+            raise ConfigError("--data", "names the public profiles, which --profile replaces, so it would do nothing",
+                              "drop --data or --profile")
+        backends = tuple(b.strip() for b in kernels.split(",") if b.strip())
+        bad = [b for b in backends if b not in ("vllm", "sglang", "trtllm")]
+        if bad or not backends:
+            raise ConfigError("--kernels", f"unknown backend(s) {', '.join(bad) or '(none)'}",
+                              "pass some of vllm,sglang,trtllm, comma-separated")
+        out = out or Path("fidelity_profile")
+        check_out_dir(out, "--out", existing_ok=True)
+        for path in profile:
+            check_profile_table(path)
+        from rich.console import Console
+
+        from simulator.calibrate import profile_fidelity as pf
+
+        tables = pf.tables_available()
+        if not tables:
+            Console(stderr=True).print("note: AIConfigurator's kernel tables are not under ../shared/data/profiles/aiconfigurator: "
+                            "the tables columns are left out")
+        command = "simulate fidelity " + " ".join(f"--profile {p}" for p in profile) + f" --out {out}"
+        with StepProgress("fidelity") as steps:
+            summary = pf.write_report(list(profile), out, backends, tables, command, progress=steps.update)
+        Console(stderr=True).print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")
+        return
+    if kernels != "vllm,sglang,trtllm":
+        raise ConfigError("--kernels", "picks the tables scored against a --profile, so without one it would do "
+                          "nothing", "add --profile, or drop --kernels")
+    out = out or Path("results/fidelity")
     check_out_dir(out, "--out", existing_ok=True)
     if data is not None:
         _check_profiles(data)

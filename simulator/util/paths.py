@@ -124,6 +124,16 @@ def check_in_dir(path: Path | str, field: str, hint: str = "") -> Path:
     return path
 
 
+def check_profile_table(path: Path | str, field: str = "--profile") -> Path:
+    """The table of a profile argument: a ``simulate profile`` folder (its ``profile.csv``) or a table file."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / "profile.csv").is_file():
+            raise ConfigError(field, f"{path} holds no profile.csv", "pass a `simulate profile` folder or a profile table")
+        return path / "profile.csv"
+    return check_in_file(path, field, "pass a `simulate profile` folder or a profile table")
+
+
 def _made_parents(path: Path) -> list[Path]:
     """Create ``path``'s missing parent folders; return those created, deepest first."""
     missing = [p for p in path.absolute().parents if not p.exists()]

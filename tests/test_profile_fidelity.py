@@ -114,3 +114,20 @@ def test_cli_writes_the_report(tmp_path: Path) -> None:
     assert {"learned", "roofline today (vllm)", "roofline 2023"} <= set(summary["method"])
     readme = (out / "README.md").read_text()
     assert "NVIDIA H200" in readme and "2.11.0+cu130" in readme and (out / "ratio_llama-3.1-8b_tp1_tp1.png").exists()
+
+
+def test_fit_leaves_padded_sdpa_decode_batches_out() -> None:
+    """A mixed decode batch timed with SDPA is padded to its longest sequence, which a paged kernel
+    never is: the decode fit must not learn from those rows (here: whatever they say, same model)."""
+    from simulator.calibrate.fit import fit_tables, padded_decode
+
+    table = pd.read_csv(LLAMA8B / "profile.csv")
+    mask = padded_decode(table)
+    decode = table["op"] == "attn_decode"
+    assert mask.sum() == (decode & (table["context_len_max"] > table["context_len"])).sum() > 0
+    corrupted = table.copy()
+    corrupted.loc[mask, "median_s"] *= 100
+    ops = table[table["op"].isin(("attn_decode", "qkv_proj"))]
+    a = fit_tables(ops)["attn_decode"]
+    b = fit_tables(corrupted[corrupted["op"].isin(("attn_decode", "qkv_proj"))])["attn_decode"]
+    assert a == b

@@ -124,6 +124,17 @@ def decode_rms_context(rows: pd.DataFrame) -> np.ndarray:
     return k
 
 
+def padded_decode(rows: pd.DataFrame) -> np.ndarray:
+    """Mixed decode batches timed with SDPA, which pads every sequence to the longest: they time
+    padding that the engines' paged kernels never do, so the decode fit leaves them out."""
+    if "backend" not in rows or "context_len_max" not in rows:
+        return np.zeros(len(rows), dtype=bool)
+    sdpa = rows["backend"].astype(str).to_numpy() == "sdpa"  # a missing backend (<NA>, nan) is not SDPA
+    longest = pd.to_numeric(rows["context_len_max"], errors="coerce").to_numpy(dtype=float)
+    mean = pd.to_numeric(rows["context_len"], errors="coerce").to_numpy(dtype=float)
+    return sdpa & (longest > mean)  # NaN compares False
+
+
 def _decode_design(n: np.ndarray, k: np.ndarray, st: SplineTransformer | None) -> np.ndarray:
     basis = st.transform(n[:, None]) if st is not None else np.ones((len(n), 1))
     return np.hstack([basis, basis * k[:, None]])
@@ -294,6 +305,9 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         say(op)
         fit_one(op, rows, "message_bytes", {"world_size": world})
     rows = table[(table["op"] == "attn_decode") & (table["tp"].isna() | (table["tp"] == tp))]
+    padded = padded_decode(rows)
+    if padded.any() and len(rows[~padded][["batch_size", "context_len"]].drop_duplicates()) >= MIN_POINTS:
+        rows = rows[~padded]  # where too few uniform batches remain, the padded ones are better than none
     if not rows.empty:
         _check_shape(rows, model, tp)
         n = rows["batch_size"].to_numpy(dtype=float)

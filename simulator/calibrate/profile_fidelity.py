@@ -5,7 +5,7 @@ has to price the same shapes and reports the error per op, so a user who profile
 (and the project, for the tables in ``results/h200/``) sees which model to trust for what:
 
 * ``learned``: ``simulate fit``'s model, fitted on 80% of the op's rows (seed 0) and scored on the
-  other 20%, as ``simulate fit`` reports it;
+  other 20%, as ``simulate fit`` reports it (padded decode batches, which the fit leaves out, unscored);
 * ``roofline today (B)`` and ``roofline 2023``: the calibrated roofline with the constants a
   default run uses (fitted to backend B's kernel tables) and the 2023 ones (Vidur's profiles);
 * ``tables B``: AIConfigurator's measured kernel tables of backend B for the GPU (``--kernels B``),
@@ -41,6 +41,7 @@ from simulator.calibrate.fit import (
     fit_curve,
     fit_decode,
     fit_prefill,
+    padded_decode,
     prefill_features,
     split_holdout,
 )
@@ -196,12 +197,14 @@ def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, 
             rows = group[group["op"] == op].reset_index(drop=True)
             if rows.empty:
                 continue
-            te, learned = _learned_attention(op, rows, rng)
             kv = rows["kv_tokens"].to_numpy(dtype=float)
-            frames.append(_frame(label, rows.iloc[te], op, kv[te], "learned", learned))
-            # SDPA pads a mixed decode batch to its longest sequence (flash-attn's kernel does not)
-            padded = ((rows["context_len_max"] > rows["context_len"]) & (rows["backend"] == "sdpa")).to_numpy() \
-                if op == "attn_decode" else np.zeros(len(rows), dtype=bool)
+            # SDPA pads a mixed decode batch to its longest sequence (flash-attn's kernel does not);
+            # `simulate fit` leaves those rows out, so the learned model is scored on the others
+            padded = padded_decode(rows) if op == "attn_decode" else np.zeros(len(rows), dtype=bool)
+            fitted = rows[~padded].reset_index(drop=True)
+            te, learned = _learned_attention(op, fitted, rng)
+            frames.append(_frame(label, fitted.iloc[te], op, fitted["kv_tokens"].to_numpy(dtype=float)[te],
+                                 "learned", learned))
             for method, cm in models.items():
                 price = cm.attention_prefill if op == "attn_prefill" else cm.attention_decode
                 pred = np.array([price(_attention_shape(op, row, pad))

@@ -62,6 +62,7 @@ ELEMENTWISE = ("norms", "mlp_act", "rotary", "residual_add")
 TOKEN_OPS = (*LINEAR, *ELEMENTWISE, "embedding")
 ELEMENTWISE_SUM = "elementwise (sum)"
 PADDED = "attn_decode (padded)"
+ATTENTION = ("attn_prefill", "attn_decode", PADDED)
 TABLE_BACKENDS = ("vllm", "sglang", "trtllm")
 
 
@@ -193,7 +194,7 @@ def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, 
                 priced = priced.set_index("num_tokens").loc[wide.index]
                 frames.append(_frame(label, rows, ELEMENTWISE_SUM, rows["num_tokens"].to_numpy(), method,
                                      priced[list(ELEMENTWISE)].sum(axis=1).to_numpy()))
-        for op in ("attn_prefill", "attn_decode"):
+        for op in ATTENTION[:2]:
             rows = group[group["op"] == op].reset_index(drop=True)
             if rows.empty:
                 continue
@@ -294,13 +295,13 @@ def plot_profile(points: pd.DataFrame, label: str, tp: int, out: Path) -> Path:
             m = h[h["method"] == method].sort_values("x")
             if m.empty:
                 continue
-            style = "o" if method == "learned" or op.startswith("attn") else "-"
+            style = "o" if method == "learned" or op in ATTENTION else "-"
             ax.semilogx(m["x"], m["predicted_s"] / m["measured_s"], style, color=f"C{i}", ms=3, lw=1.2,
                         label=method + (" (held out)" if method == "learned" else ""))
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_ylim(0, 2)
         ax.set_title(op)
-        ax.set_xlabel("KV tokens" if op.startswith("attn") else "tokens")
+        ax.set_xlabel("KV tokens" if op in ATTENTION else "tokens")
         ax.set_ylabel("predicted / measured")
     for ax in list(axes.flat)[len(ops):]:
         ax.axis("off")

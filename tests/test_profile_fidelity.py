@@ -131,3 +131,21 @@ def test_fit_leaves_padded_sdpa_decode_batches_out() -> None:
     a = fit_tables(ops)["attn_decode"]
     b = fit_tables(corrupted[corrupted["op"].isin(("attn_decode", "qkv_proj"))])["attn_decode"]
     assert a == b
+
+
+@pytest.mark.parametrize("rel", ["vidur/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv",  # repeated token counts
+                                 "llmservingsim/H100/meta-llama/Llama-3.1-8B/tp1/layers.csv"])  # no kv_tokens column
+def test_imported_public_tables_are_scored_too(shared_data: Path, rel: str) -> None:
+    points, envs = pf.score_profiles([shared_data / "profiles" / rel], tables=False)
+    summary = pf.summarize(points)
+    assert len(envs) == 1 and {"learned", "roofline 2023"} <= set(summary["method"])
+    assert np.isfinite(points["predicted_s"]).all() and (points["measured_s"] > 0).all()
+
+
+def test_a_table_naming_no_model_or_given_twice_is_one_clear_error(shared_data: Path) -> None:
+    from simulator.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="names 0 models"):
+        pf.score_profiles([shared_data / "profiles" / "vidur/legacy_2024-05/a100/attention.csv"], tables=False)
+    with pytest.raises(ConfigError, match="more than once"):
+        pf.score_profiles([LLAMA8B, LLAMA8B / "profile.csv"], tables=False)

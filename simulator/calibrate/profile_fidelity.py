@@ -74,7 +74,11 @@ def environment(path: Path) -> dict:
     except (OSError, json.JSONDecodeError):
         return {}
     env = dict(data.get("environment") or {})
-    env["l2_flush"] = (data.get("bench") or {}).get("l2_flush", "write" if data.get("bench") else None)
+    config = data.get("config") or {}
+    if "l2_flush" in config:
+        env["l2_flush"] = config["l2_flush"]  # None on a CPU, which has no flush
+    else:  # written before the flush modes existed, when a CUDA run zeroed the buffer
+        env["l2_flush"] = "write" if (config.get("device") or env.get("device")) == "cuda" else None
     return env
 
 
@@ -113,6 +117,15 @@ def _token_prices(cm: object, rows: pd.DataFrame, spec: object, tp: int) -> np.n
     if op == "embedding":
         return cm.embedding_time(tokens)
     return np.asarray(cm.token_ops(tokens)[op], dtype=float)
+
+
+def _kv_tokens(rows: pd.DataFrame) -> np.ndarray:
+    """KV tokens each attention row reads (imported tables may not carry the column)."""
+    if "kv_tokens" in rows and rows["kv_tokens"].notna().all():
+        return rows["kv_tokens"].to_numpy(dtype=float)
+    context = rows["context_len"] if "context_len" in rows and rows["context_len"].notna().all() \
+        else rows["kv_context"] + rows["chunk_size"]
+    return (rows["batch_size"] * context).to_numpy(dtype=float)
 
 
 def _attention_shape(op: str, row: pd.Series, padded: bool) -> BatchShape:
@@ -168,7 +181,6 @@ def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, 
         tp = int(tp)
         spec = get_model(str(model))
         models = pricers(str(model), gpu, tp, backends, tables)
-        sums: dict[str, pd.DataFrame] = {}
         for op in TOKEN_OPS:
             rows = group[group["op"] == op].sort_values("num_tokens").reset_index(drop=True)
             if rows.empty:
@@ -177,12 +189,9 @@ def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, 
             te, learned = _learned_token(rows, rng)
             frames.append(_frame(label, rows.iloc[te], op, x[te], "learned", learned))
             for method, cm in models.items():
-                pred = _token_prices(cm, rows, spec, tp)
-                if op in ELEMENTWISE:
-                    sums.setdefault(method, pd.DataFrame({"num_tokens": x}))[op] = pred
                 if op == "residual_add" and method.startswith("tables"):
                     continue  # fused into the norm kernel in the tables: priced at zero
-                frames.append(_frame(label, rows, op, x, method, pred))
+                frames.append(_frame(label, rows, op, x, method, _token_prices(cm, rows, spec, tp)))
         # the four element-wise ops together, at the token counts every one of them was measured at
         present = [op for op in ELEMENTWISE if op in set(group["op"])]
         if len(present) == len(ELEMENTWISE):
@@ -190,22 +199,20 @@ def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, 
                                                                    values="median_s").dropna()
             rows = pd.DataFrame({"model": model, "tp": tp, "num_tokens": wide.index.to_numpy(dtype=float),
                                  "median_s": wide.sum(axis=1).to_numpy()})
-            for method, priced in sums.items():
-                priced = priced.set_index("num_tokens").loc[wide.index]
-                frames.append(_frame(label, rows, ELEMENTWISE_SUM, rows["num_tokens"].to_numpy(), method,
-                                     priced[list(ELEMENTWISE)].sum(axis=1).to_numpy()))
+            for method, cm in models.items():
+                pred = sum(_token_prices(cm, rows.assign(op=op), spec, tp) for op in ELEMENTWISE)
+                frames.append(_frame(label, rows, ELEMENTWISE_SUM, rows["num_tokens"].to_numpy(), method, pred))
         for op in ATTENTION[:2]:
             rows = group[group["op"] == op].reset_index(drop=True)
             if rows.empty:
                 continue
-            kv = rows["kv_tokens"].to_numpy(dtype=float)
+            kv = _kv_tokens(rows)
             # SDPA pads a mixed decode batch to its longest sequence (flash-attn's kernel does not);
             # `simulate fit` leaves those rows out, so the learned model is scored on the others
             padded = padded_decode(rows) if op == "attn_decode" else np.zeros(len(rows), dtype=bool)
             fitted = rows[~padded].reset_index(drop=True)
             te, learned = _learned_attention(op, fitted, rng)
-            frames.append(_frame(label, fitted.iloc[te], op, fitted["kv_tokens"].to_numpy(dtype=float)[te],
-                                 "learned", learned))
+            frames.append(_frame(label, fitted.iloc[te], op, _kv_tokens(fitted)[te], "learned", learned))
             for method, cm in models.items():
                 price = cm.attention_prefill if op == "attn_prefill" else cm.attention_decode
                 pred = np.array([price(_attention_shape(op, row, pad))
@@ -257,11 +264,18 @@ def score_profiles(paths: list[Path], backends: tuple[str, ...] = TABLE_BACKENDS
     """Points of every profile, and each profile's environment, by label (:func:`labels`)."""
     frames, envs = [], {}
     table_paths = [check_profile_table(p) for p in paths]  # every path checked before any is read
+    twice = sorted({str(t) for t in table_paths if sum(u.resolve() == t.resolve() for u in table_paths) > 1})
+    if twice:
+        raise ConfigError("--profile", f"{', '.join(twice)} given more than once", "pass each profile once")
     for done, (table_path, label) in enumerate(zip(table_paths, labels(table_paths), strict=True)):
         if progress:
             progress(label, done, len(paths))
         table = read_profile(table_path)
-        gpus = sorted({str(d) for d in table["device"].dropna()})
+        models = sorted({str(m) for m in table["model"].dropna() if str(m)})
+        if len(models) != 1:
+            raise ConfigError("--profile", f"{table_path} names {len(models)} models ({', '.join(models) or 'none'})",
+                              "score a `simulate profile` table, or a Vidur or LLMServingSim file in its model's folder")
+        gpus = sorted({str(d) for d in table["device"].dropna() if str(d)})
         if len(gpus) != 1:
             raise ConfigError("--profile", f"{table_path} holds {len(gpus)} devices ({', '.join(gpus) or 'none'})",
                               "score one GPU's profile at a time")

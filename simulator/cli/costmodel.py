@@ -297,7 +297,7 @@ def fidelity(
         backends = tuple(b.strip() for b in kernels.split(",") if b.strip())
         bad = [b for b in backends if b not in ("vllm", "sglang", "trtllm")]
         if bad or not backends:
-            raise ConfigError("--kernels", f"unknown backend(s) {', '.join(bad) or '(none)'}",
+            raise ConfigError("--kernels", f"unknown backend(s) {', '.join(bad)}" if bad else "no backend given",
                               "pass some of vllm,sglang,trtllm, comma-separated")
         out = out or Path("fidelity_profile")
         check_out_dir(out, "--out", existing_ok=True)

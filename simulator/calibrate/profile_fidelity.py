@@ -46,10 +46,10 @@ from simulator.calibrate.fit import (
     split_holdout,
 )
 from simulator.calibrate.fit_data import read_profile
-from simulator.config.catalog import get_model
+from simulator.config.catalog import ModelSpec, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
-from simulator.costmodel.base import BatchShape
+from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.calibration import calibration_for
 from simulator.costmodel.roofline import RooflineCostModel
 from simulator.util.paths import check_profile_table
@@ -83,10 +83,10 @@ def environment(path: Path) -> dict:
 
 
 # -- the models ---------------------------------------------------------------------------------------
-def pricers(model: str, gpu: str, tp: int, backends: tuple[str, ...], tables: bool) -> dict[str, object]:
+def pricers(model: str, gpu: str, tp: int, backends: tuple[str, ...], tables: bool) -> dict[str, TabulatedCostModel]:
     """Every cost model that can price ``model`` on ``gpu`` at ``tp``, by method name."""
     replica = ReplicaConfig(model=model, gpu=gpu, tp=tp)
-    out: dict[str, object] = {
+    out: dict[str, TabulatedCostModel] = {  # the roofline and the table model price the same ops
         f"roofline today ({backends[0] if backends else 'all'})":
             RooflineCostModel(replica, calibration_for(gpu, "today", backends[0] if backends else None),
                               table_tokens=1),
@@ -108,8 +108,8 @@ def pricers(model: str, gpu: str, tp: int, backends: tuple[str, ...], tables: bo
     return out
 
 
-def _token_prices(cm: object, rows: pd.DataFrame, spec: object, tp: int) -> np.ndarray:
-    """What ``cm`` charges for each token-op row (one op per call)."""
+def _token_prices(cm: TabulatedCostModel, rows: pd.DataFrame, spec: ModelSpec, tp: int) -> np.ndarray:
+    """What ``cm`` (a roofline or table model: both have ``gemm``) charges for each token-op row (one op a call)."""
     op = str(rows["op"].iloc[0])
     tokens = rows["num_tokens"].to_numpy(dtype=float)
     if op == "lm_head":

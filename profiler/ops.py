@@ -31,9 +31,13 @@ from dataclasses import dataclass
 from profiler.grid import Point
 from profiler.schema import ATTN_DECODE, ATTN_PREFILL, EMBEDDING, LINEAR_OPS, MLP_ACT, NORMS, RESIDUAL_ADD, ROTARY
 from profiler.shapes import ShardedShapes
-from profiler.work import decode_work, prefill_work, token_op_work
+from profiler.work import Work, decode_work, prefill_work, token_op_work
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# Activation dtypes by profile dtype. ``fp8`` is a deployment's: the linear layers multiply FP8 (e4m3)
+# weights and activations (per-tensor scales, bf16 out; the activations' quantisation not timed), and
+# every other op runs in bf16.
+ACTIVATION_DTYPE = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "fp8": "bfloat16"}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 2}  # the activations' bytes
 ATTENTION_BACKENDS = ("sdpa", "flash_attn")
 
 
@@ -50,7 +54,12 @@ class OpCase:
 def torch_dtype(name: str):  # noqa: ANN201 - torch is imported lazily
     import torch
 
-    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[ACTIVATION_DTYPE[name]]
+
+
+def op_dtype(op: str, dtype: str) -> str:
+    """The dtype an op of a ``dtype`` profile runs in (its rows' ``dtype`` column)."""
+    return dtype if dtype != "fp8" or op in LINEAR_OPS else ACTIVATION_DTYPE[dtype]
 
 
 def available_attention_backends(device: str) -> list[str]:
@@ -67,7 +76,11 @@ def make_case(point: Point, shapes: ShardedShapes, dtype: str, device: str, back
     dt = torch_dtype(dtype)
     db = DTYPE_BYTES[dtype]
     op = point.op
-    if op in LINEAR_OPS:
+    if op in LINEAR_OPS and dtype == "fp8":
+        t, (k, n) = point.num_tokens, shapes.linear_shape(op)
+        fn = _linear_fp8(t, k, n, device, weights)
+        w = Work(2.0 * t * k * n, float(k * n + t * k + 2 * t * n))  # 1-byte weights and inputs, bf16 out
+    elif op in LINEAR_OPS:
         fn = _linear(point.num_tokens, *shapes.linear_shape(op), dt, device, weights)
         w = token_op_work(op, point.num_tokens, shapes, db)
     elif op in (NORMS, MLP_ACT, ROTARY, RESIDUAL_ADD, EMBEDDING):
@@ -93,6 +106,17 @@ def _linear(t: int, k: int, n: int, dt, device: str, weights: dict | None = None
     return lambda: F.linear(x, w)
 
 
+def _linear_fp8(t: int, k: int, n: int, device: str, weights: dict | None = None) -> Callable[[], object]:
+    """``[t, k] x [k, n]`` in FP8 e4m3 with per-tensor scales (cuBLASLt on Hopper and later)."""
+    import torch
+
+    fp8 = torch.float8_e4m3fn
+    x = torch.randn(t, k, device=device).to(fp8)
+    w = _weight(n, k, fp8, device, weights)  # [n, k] row-major: its transpose is the column-major mat2
+    one = torch.ones((), dtype=torch.float32, device=device)
+    return lambda: torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
 def _weight(n: int, k: int, dt, device: str, weights: dict | None):  # noqa: ANN001, ANN202
     """An ``[n, k]`` weight, from ``weights`` when the previous point drew one of that shape."""
     import torch
@@ -100,7 +124,7 @@ def _weight(n: int, k: int, dt, device: str, weights: dict | None):  # noqa: ANN
     key = (n, k, dt, device)
     w = weights.get(key) if weights is not None else None
     if w is None:
-        w = torch.randn(n, k, dtype=dt, device=device) * k ** -0.5
+        w = (torch.randn(n, k, device=device) * k ** -0.5).to(dt)  # drawn in fp32: randn has no FP8
         if weights is not None:
             weights.clear()  # one weight alive at a time: memory stays that of one point
             weights[key] = w

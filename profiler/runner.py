@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.grid import Point, build_points
+from profiler.ops import op_dtype
 from profiler.schema import (
     ALL_OPS,
     COMM_OPS,
@@ -50,7 +51,7 @@ from simulator.config.errors import ConfigError
 
 FLUSH_EVERY_S = 2.0
 DEVICES = ("cpu", "cuda")
-DTYPES = ("bfloat16", "float16", "float32")
+DTYPES = ("bfloat16", "float16", "float32", "fp8")  # fp8: FP8 linear layers, everything else bf16
 DEFAULT_MAX_TOKENS = {"cuda": 16384, "cpu": 2048}
 QUICK_MAX_TOKENS = 64
 # Without --dtype: bf16 on CUDA; fp32 on CPU, where most cores emulate bf16 matmuls (4-5x slower
@@ -251,7 +252,7 @@ class RunSummary:
 def _skeleton(point: Point, cfg: ProfileConfig, model_name: str, device: str, topology: str | None) -> dict:
     row: dict = {name: None for name in SCHEMA}
     row.update(point.shape_columns())
-    row.update(model=model_name, op=point.op, dtype=cfg.dtype, device=device, backend=point.backend,
+    row.update(model=model_name, op=point.op, dtype=op_dtype(point.op, cfg.dtype), device=device, backend=point.backend,
                topology=topology if point.op in COMM_OPS else None, source="servesim")
     return row
 
@@ -379,6 +380,11 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
                         torch.cuda.empty_cache()
                     bar.advance(task)
                     continue
+                except RuntimeError as exc:  # a kernel this device or build cannot run (FP8 before Ada, say)
+                    failed.append(f"{point.op} {point.shape_columns()}: {(str(exc).splitlines() or [''])[0][:200]}")
+                    del case
+                    bar.advance(task)
+                    continue
                 row = {**row, "median_s": timing.median_s, "p20_s": timing.p20_s, "p80_s": timing.p80_s,
                        "repeats": timing.repeats, "launch_overhead_s": timing.launch_overhead_s,
                        "flops": case.flops, "bytes": case.bytes, "num_calls": case.num_calls}
@@ -412,7 +418,9 @@ def _finish(rows: list[dict], info) -> pd.DataFrame:  # noqa: ANN001 - DeviceInf
     t = df["median_s"].astype("float64")
     # Comm rows are held to the link's ceiling (where known), compute rows to HBM/compute.
     is_comm = df["op"].isin(COMM_OPS)
-    over = ~is_comm & ((df["achieved_flops_per_s"] > info.peak_flops_per_s)
+    # FP8 tensor cores run at twice the bf16 rate on every GPU that has them
+    peak_flops = np.where(df["dtype"] == "fp8", 2.0, 1.0) * info.peak_flops_per_s
+    over = ~is_comm & ((df["achieved_flops_per_s"] > peak_flops)
                        | (df["achieved_bytes_per_s"] > info.peak_bytes_per_s))
     if info.peak_link_bytes_per_s:
         over |= is_comm & (df["achieved_bytes_per_s"] > info.peak_link_bytes_per_s)

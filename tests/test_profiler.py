@@ -199,6 +199,23 @@ def test_quick_run_covers_every_op_family_with_the_schema(tmp_path: Path) -> Non
     pd.testing.assert_frame_equal(read_table(tmp_path / "out" / TABLE_FILE), table)
 
 
+def test_fp8_profile_times_fp8_linear_layers_beside_bf16_ops(tmp_path: Path) -> None:
+    """``--dtype fp8`` is an FP8 deployment: FP8 GEMMs (1-byte weights and inputs, bf16 out), the rest
+    bf16; a second fp8 run resumes it, and a bf16 run adds bf16 GEMMs beside (their dtype keys them)."""
+    cfg = ProfileConfig(model=str(tiny_config(tmp_path)), out=tmp_path / "out", quick=True, max_tokens=16,
+                        ops=("qkv_proj", "rotary"), num_threads=1, dtype="fp8")
+    table = run_profile_quiet(cfg).table
+    assert dict(table.groupby("op")["dtype"].unique().map(tuple)) == {"qkv_proj": ("fp8",), "rotary": ("bfloat16",)}
+    gemm = table[table["op"] == "qkv_proj"]
+    k, n = 256, (4 + 2 * 2) * 64  # hidden; (heads + 2 KV heads) x head_dim
+    t = gemm["num_tokens"].to_numpy()
+    np.testing.assert_allclose(gemm["bytes"], k * n + t * k + 2 * t * n)
+    assert run_profile_quiet(cfg).skipped == len(table)
+    both = run_profile_quiet(ProfileConfig(model=cfg.model, out=cfg.out, quick=True, max_tokens=16,
+                                           ops=("qkv_proj",), num_threads=1, dtype="bfloat16")).table
+    assert set(both.loc[both["op"] == "qkv_proj", "dtype"]) == {"fp8", "bfloat16"}
+
+
 def run_profile_quiet(cfg: ProfileConfig, **kw):  # noqa: ANN201
     from profiler.runner import run_profile
 

@@ -247,8 +247,11 @@ def _tidy(df: pd.DataFrame, path: Path, device: str, model: str) -> pd.DataFrame
     for c in TIDY_COLUMNS:
         if c not in out:
             out[c] = np.nan
-    if "dtype" in out and out["dtype"].nunique() > 1:
-        raise _bad(path, f"mixed dtypes {sorted(map(str, out['dtype'].unique()))}", "profile one dtype per table")
+    if "dtype" in out and out.groupby("op")["dtype"].nunique().max() > 1:
+        # One dtype per op: an FP8 profile's linear layers are fp8 beside bf16 element-wise ops and attention
+        mixed = out.groupby("op")["dtype"].nunique()
+        raise _bad(path, f"{', '.join(mixed[mixed > 1].index)} measured in more than one dtype "
+                   f"{sorted(map(str, out['dtype'].dropna().unique()))}", "profile one dtype per op and table")
     out["device"] = out["device"].fillna(device).astype(str).map(lambda s: _catalog_gpu(s) if s else s)
     out["model"] = out["model"].fillna(model).astype(str).map(lambda s: _catalog_model(s) if s else s)
     out["source"] = str(path)

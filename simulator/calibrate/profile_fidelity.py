@@ -19,6 +19,9 @@ residual add inside the norm, so it is not scored for them; ``elementwise (sum)`
 four together); and SDPA pads a mixed decode batch to its longest sequence, so those rows are
 priced as the padded batch they ran (``attn_decode (padded)``), uniform ones as themselves.
 
+A profile measured with ``--dtype fp8`` has FP8 linear layers (their ops named ``qkv_proj (fp8)``,
+priced as FP8 weights) beside bf16 element-wise ops and attention.
+
 Output: tidy ``points`` (one row per measured point and method) and a summary per profile, TP, op,
 regime (token ops: decode sizes are <= 256 tokens; prefill attention: with or without cached context
 before the chunk) and method: points, median predicted/measured ratio, median
@@ -83,9 +86,10 @@ def environment(path: Path) -> dict:
 
 
 # -- the models ---------------------------------------------------------------------------------------
-def pricers(model: str, gpu: str, tp: int, backends: tuple[str, ...], tables: bool) -> dict[str, TabulatedCostModel]:
-    """Every cost model that can price ``model`` on ``gpu`` at ``tp``, by method name."""
-    replica = ReplicaConfig(model=model, gpu=gpu, tp=tp)
+def pricers(model: str, gpu: str, tp: int, backends: tuple[str, ...], tables: bool,
+            weights: str = "bf16") -> dict[str, TabulatedCostModel]:
+    """Every cost model that can price ``model`` on ``gpu`` at ``tp`` with ``weights``, by method name."""
+    replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, dtype=weights)
     out: dict[str, TabulatedCostModel] = {  # the roofline and the table model price the same ops
         f"roofline today ({backends[0] if backends else 'all'})":
             RooflineCostModel(replica, calibration_for(gpu, "today", backends[0] if backends else None),
@@ -141,7 +145,7 @@ def _attention_shape(op: str, row: pd.Series, padded: bool) -> BatchShape:
 # -- scoring ------------------------------------------------------------------------------------------
 def _frame(label: str, rows: pd.DataFrame, op: str, x: np.ndarray, method: str, pred: np.ndarray) -> pd.DataFrame:
     tokens = rows["num_tokens"].to_numpy(dtype=float)
-    if op in (*TOKEN_OPS, ELEMENTWISE_SUM):
+    if op.split(" (")[0] in TOKEN_OPS or op == ELEMENTWISE_SUM:  # "qkv_proj (fp8)" is a token op too
         regime = np.where(tokens <= DECODE_TOKENS, "decode", "prefill")
     elif op == "attn_prefill":  # a chunk after cached context runs a masked kernel in SDPA, another path
         regime = np.where(rows["kv_context"].to_numpy(dtype=float) > 0, "cached context", "no context")
@@ -181,17 +185,20 @@ def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, 
         tp = int(tp)
         spec = get_model(str(model))
         models = pricers(str(model), gpu, tp, backends, tables)
+        fp8_models: dict[str, TabulatedCostModel] | None = None
         for op in TOKEN_OPS:
-            rows = group[group["op"] == op].sort_values("num_tokens").reset_index(drop=True)
-            if rows.empty:
-                continue
-            x = rows["num_tokens"].to_numpy(dtype=float)
-            te, learned = _learned_token(rows, rng)
-            frames.append(_frame(label, rows.iloc[te], op, x[te], "learned", learned))
-            for method, cm in models.items():
-                if op == "residual_add" and method.startswith("tables"):
-                    continue  # fused into the norm kernel in the tables: priced at zero
-                frames.append(_frame(label, rows, op, x, method, _token_prices(cm, rows, spec, tp)))
+            for dtype, rows in group[group["op"] == op].groupby(group["dtype"].astype(str), sort=True):
+                rows = rows.sort_values("num_tokens").reset_index(drop=True)
+                x = rows["num_tokens"].to_numpy(dtype=float)
+                name = f"{op} ({dtype})" if dtype == "fp8" else op  # FP8 linear layers: their own rows
+                if dtype == "fp8" and fp8_models is None:
+                    fp8_models = pricers(str(model), gpu, tp, backends, tables, weights="fp8")
+                te, learned = _learned_token(rows, rng)
+                frames.append(_frame(label, rows.iloc[te], name, x[te], "learned", learned))
+                for method, cm in (fp8_models if dtype == "fp8" else models).items():
+                    if op == "residual_add" and method.startswith("tables"):
+                        continue  # fused into the norm kernel in the tables: priced at zero
+                    frames.append(_frame(label, rows, name, x, method, _token_prices(cm, rows, spec, tp)))
         # the four element-wise ops together, at the token counts every one of them was measured at
         present = [op for op in ELEMENTWISE if op in set(group["op"])]
         if len(present) == len(ELEMENTWISE):
@@ -300,9 +307,11 @@ def plot_profile(points: pd.DataFrame, label: str, tp: int, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     g = points[(points["profile"] == label) & (points["tp"] == tp)]
-    ops = [op for op in PLOT_OPS if op in set(g["op"])]
+    ops = sorted((op for op in set(g["op"]) if op.split(" (")[0] in PLOT_OPS or op in PLOT_OPS),
+                 key=lambda op: (PLOT_OPS.index(op if op in PLOT_OPS else op.split(" (")[0]), op))
     methods = list(dict.fromkeys(g["method"]))
-    fig, axes = plt.subplots(2, 4, figsize=(17, 8), constrained_layout=True)
+    num_rows = max(1, -(-len(ops) // 4))
+    fig, axes = plt.subplots(num_rows, 4, figsize=(17, 4 * num_rows), constrained_layout=True, squeeze=False)
     for ax, op in zip(axes.flat, ops, strict=False):
         h = g[g["op"] == op]
         for i, method in enumerate(methods):

@@ -187,7 +187,9 @@ def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, 
         models = pricers(str(model), gpu, tp, backends, tables)
         fp8_models: dict[str, TabulatedCostModel] | None = None
         for op in TOKEN_OPS:
-            for dtype, rows in group[group["op"] == op].groupby(group["dtype"].astype(str), sort=True):
+            of_op = group[group["op"] == op]
+            dtypes = of_op["dtype"].astype(str) if "dtype" in of_op else pd.Series("", index=of_op.index)
+            for dtype, rows in of_op.groupby(dtypes, sort=True):
                 rows = rows.sort_values("num_tokens").reset_index(drop=True)
                 x = rows["num_tokens"].to_numpy(dtype=float)
                 name = f"{op} ({dtype})" if dtype == "fp8" else op  # FP8 linear layers: their own rows

@@ -149,3 +149,15 @@ def test_a_table_naming_no_model_or_given_twice_is_one_clear_error(shared_data: 
         pf.score_profiles([shared_data / "profiles" / "vidur/legacy_2024-05/a100/attention.csv"], tables=False)
     with pytest.raises(ConfigError, match="more than once"):
         pf.score_profiles([LLAMA8B, LLAMA8B / "profile.csv"], tables=False)
+
+
+def test_fp8_rows_are_priced_as_fp8_weights() -> None:
+    """The H200's FP8 GEMM table: its rows are their own ops, priced with FP8 weights (half the bytes
+    and twice the rate of the same shapes in bf16), and the measured FP8 GEMMs beat the bf16 ones."""
+    fp8, _ = pf.score_profiles([H200 / "llama-3.1-8b_tp1_fp8"], tables=False)
+    bf16, _ = pf.score_profiles([LLAMA8B], tables=False)
+    method = "roofline today (vllm)"
+    a = fp8[(fp8["op"] == "mlp_up_gate (fp8)") & (fp8["method"] == method)].set_index("x")
+    b = bf16[(bf16["op"] == "mlp_up_gate") & (bf16["method"] == method)].set_index("x")
+    assert len(a) == len(b) == 48
+    assert (a["predicted_s"] < b["predicted_s"]).all() and (a["measured_s"] < b["measured_s"]).all()

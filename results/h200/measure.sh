@@ -41,11 +41,15 @@ ops=linear,attention,elementwise
 stage 120 llama-3.1-8b_tp1 --model llama-3.1-8b --tp 1 --ops $ops
 stage 100 llama-3.1-70b_tp4 --model llama-3.1-70b --tp 4 --ops $ops
 stage 100 llama-3.1-70b_tp2_tp8 --model llama-3.1-70b --tp 2 --tp 8 --ops $ops
+# The five GEMMs again as FP8 (e4m3, per-tensor scales): what an FP8 deployment's linear layers run.
+stage 40 llama-3.1-8b_tp1_fp8 --model llama-3.1-8b --tp 1 --ops linear --dtype fp8
+stage 40 llama-3.1-70b_tp4_fp8 --model llama-3.1-70b --tp 4 --ops linear --dtype fp8
+stage 40 llama-3.1-70b_tp2_tp8_fp8 --model llama-3.1-70b --tp 2 --tp 8 --ops linear --dtype fp8
 # The same grids with `--l2-flush write` (Triton's flush) are in write-flush/: measured before `read`
 # existed, the first time this script ran; `--l2-flush write` and another OUT repeat them.
 # Launch overhead: the per-token ops and decode attention replayed as CUDA graphs.
 stage 45 llama-3.1-8b_tp1_graphs --model llama-3.1-8b --tp 1 --cuda-graphs --max-tokens 1024 \
   --ops linear,elementwise,attn_decode
-# The CUDA path's own tests (events, L2 flushes, graphs), which CI's CPU machines skip.
+# The CUDA path's own tests (events, L2 flushes, graphs, FP8), which CI's CPU machines skip.
 timeout -k 10 60 python3 -m pytest -p no:cacheprovider -q -m gpu tests/test_profiler_gpu.py > "$OUT/gpu_tests.log" 2>&1
 echo "gpu tests: exit $?"; tail -5 "$OUT/gpu_tests.log"

@@ -40,7 +40,8 @@ def profile(
     quick: Annotated[bool, typer.Option(help="Tiny grid and few repeats: a smoke test.")] = False,
     out: Annotated[Path | None, typer.Option(help="Output folder (default ./profile_<model>_<device>).")] = None,
     dtype: Annotated[str | None, typer.Option(
-        help="bfloat16, float16 or float32 (default: bfloat16 on CUDA, float32 on CPU, where bf16 is emulated).")]
+        help="bfloat16, float16, float32 (default: bfloat16 on CUDA, float32 on CPU, where bf16 is emulated) or "
+             "fp8 (FP8 e4m3 linear layers with per-tensor scales, every other op bf16).")]
     = None,
     world_size: Annotated[list[int] | None, typer.Option(
         help="Process-group sizes for comm ops (default 2 on CPU; 2/4/8 up to the GPU count on CUDA).")] = None,

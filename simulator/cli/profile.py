@@ -76,8 +76,9 @@ def profile(
         fail(f"interrupted; measured points are saved in {folder}; rerun the same command to resume", code=130)
     table = summary.table
     suspect = int(table["suspect"].fillna(False).sum())
+    flush = f", L2 flush: {cfg.effective_l2_flush}" if cfg.device == "cuda" else ""
     console().print(f"{len(table)} rows in {folder / 'profile.csv'} ({summary.measured} measured, {summary.skipped} "
-                    f"already there) in {summary.elapsed_s:.1f}s; {suspect} suspect; ops: "
+                    f"already there) in {summary.elapsed_s:.1f}s; {suspect} suspect; dtype {cfg.dtype}{flush}; ops: "
                     f"{', '.join(sorted(set(table['op'].dropna())))}")
     if summary.failed:
         fail(f"{len(summary.failed)} point(s) failed (see failed_points in {folder / 'metadata.json'}); "

@@ -338,6 +338,12 @@ def plot_profile(points: pd.DataFrame, label: str, tp: int, out: Path) -> Path:
     return dest
 
 
+def _short_revision(revision: str | None) -> str:
+    if not revision:
+        return "-"
+    return revision[:7] + ("-dirty" if revision.endswith("-dirty") else "")
+
+
 def _environment_lines(envs: dict[str, dict]) -> list[str]:
     lines = ["| profile | GPU | driver | torch | CUDA | cuDNN | L2 flush | measured | revision |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -345,7 +351,7 @@ def _environment_lines(envs: dict[str, dict]) -> list[str]:
         lines.append(f"| {label} | {env.get('device_name') or env.get('gpu')} | {env.get('driver_version') or '-'} | "
                      f"{env.get('torch_version') or '-'} | {env.get('cuda_version') or '-'} | "
                      f"{env.get('cudnn_version') or '-'} | {env.get('l2_flush') or '-'} | "
-                     f"{(env.get('date') or '-')[:16]} | {(env.get('git_revision') or '-')[:13]} |")
+                     f"{(env.get('date') or '-')[:16]} | {_short_revision(env.get('git_revision'))} |")
     return lines
 
 

@@ -161,3 +161,16 @@ def test_fp8_rows_are_priced_as_fp8_weights() -> None:
     b = bf16[(bf16["op"] == "mlp_up_gate") & (bf16["method"] == method)].set_index("x")
     assert len(a) == len(b) == 48
     assert (a["predicted_s"] < b["predicted_s"]).all() and (a["measured_s"] < b["measured_s"]).all()
+
+
+def test_layer_gemms_are_also_scored_together(points_8b: pd.DataFrame) -> None:
+    """What a step pays for a layer's GEMMs: the four measured times summed, and each model's sum."""
+    table = pd.read_csv(LLAMA8B / "profile.csv")
+    at64 = table[(table["num_tokens"] == 64) & table["op"].isin(pf.LAYER_GEMMS)]
+    row = points_8b[(points_8b["op"] == pf.LAYER_GEMMS_SUM) & (points_8b["x"] == 64)
+                    & (points_8b["method"] == "roofline 2023")]
+    assert len(at64) == 4 and len(row) == 1
+    assert row["measured_s"].iloc[0] == pytest.approx(at64["median_s"].sum())
+    parts = points_8b[points_8b["op"].isin(pf.LAYER_GEMMS) & (points_8b["x"] == 64)
+                      & (points_8b["method"] == "roofline 2023")]
+    assert row["predicted_s"].iloc[0] == pytest.approx(parts["predicted_s"].sum())

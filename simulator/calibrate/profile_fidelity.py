@@ -64,6 +64,8 @@ LINEAR = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down", "lm_head")
 ELEMENTWISE = ("norms", "mlp_act", "rotary", "residual_add")
 TOKEN_OPS = (*LINEAR, *ELEMENTWISE, "embedding")
 ELEMENTWISE_SUM = "elementwise (sum)"
+LAYER_GEMMS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down")
+LAYER_GEMMS_SUM = "layer GEMMs (sum)"
 PADDED = "attn_decode (padded)"
 ATTENTION = ("attn_prefill", "attn_decode", PADDED)
 TABLE_BACKENDS = ("vllm", "sglang", "trtllm")
@@ -143,9 +145,14 @@ def _attention_shape(op: str, row: pd.Series, padded: bool) -> BatchShape:
 
 
 # -- scoring ------------------------------------------------------------------------------------------
+def _base(op: str) -> str:
+    """The op a row group is named after: ``qkv_proj (fp8)`` is ``qkv_proj`` measured in FP8."""
+    return op.removesuffix(" (fp8)")
+
+
 def _frame(label: str, rows: pd.DataFrame, op: str, x: np.ndarray, method: str, pred: np.ndarray) -> pd.DataFrame:
     tokens = rows["num_tokens"].to_numpy(dtype=float)
-    if op.split(" (")[0] in TOKEN_OPS or op == ELEMENTWISE_SUM:  # "qkv_proj (fp8)" is a token op too
+    if _base(op) in (*TOKEN_OPS, LAYER_GEMMS_SUM, ELEMENTWISE_SUM):
         regime = np.where(tokens <= DECODE_TOKENS, "decode", "prefill")
     elif op == "attn_prefill":  # a chunk after cached context runs a masked kernel in SDPA, another path
         regime = np.where(rows["kv_context"].to_numpy(dtype=float) > 0, "cached context", "no context")
@@ -176,6 +183,19 @@ def _learned_attention(op: str, rows: pd.DataFrame, rng: np.random.Generator) ->
     return te, model.predict(prefill_features(b[te], c[te], kv[te]))
 
 
+def _summed(label: str, group: pd.DataFrame, ops: tuple[str, ...], name: str, model: str, tp: int,
+            spec: ModelSpec, models: dict[str, TabulatedCostModel]) -> list[pd.DataFrame]:
+    """``ops`` summed at the token counts every one of them was measured at (none if one is missing)."""
+    if not set(ops) <= set(group["op"]):
+        return []
+    wide = group[group["op"].isin(ops)].pivot_table(index="num_tokens", columns="op", values="median_s").dropna()
+    rows = pd.DataFrame({"model": model, "tp": tp, "num_tokens": wide.index.to_numpy(dtype=float),
+                         "median_s": wide[list(ops)].sum(axis=1).to_numpy()})
+    return [_frame(label, rows, name, rows["num_tokens"].to_numpy(), method,
+                   sum(_token_prices(cm, rows.assign(op=op), spec, tp) for op in ops))
+            for method, cm in models.items()]
+
+
 def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, ...] = TABLE_BACKENDS,
                 tables: bool = True) -> pd.DataFrame:
     """One row per (measured point, method) of a tidy profile table of one model on ``gpu``."""
@@ -201,16 +221,13 @@ def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, 
                     if op == "residual_add" and method.startswith("tables"):
                         continue  # fused into the norm kernel in the tables: priced at zero
                     frames.append(_frame(label, rows, name, x, method, _token_prices(cm, rows, spec, tp)))
-        # the four element-wise ops together, at the token counts every one of them was measured at
-        present = [op for op in ELEMENTWISE if op in set(group["op"])]
-        if len(present) == len(ELEMENTWISE):
-            wide = group[group["op"].isin(ELEMENTWISE)].pivot_table(index="num_tokens", columns="op",
-                                                                   values="median_s").dropna()
-            rows = pd.DataFrame({"model": model, "tp": tp, "num_tokens": wide.index.to_numpy(dtype=float),
-                                 "median_s": wide.sum(axis=1).to_numpy()})
-            for method, cm in models.items():
-                pred = sum(_token_prices(cm, rows.assign(op=op), spec, tp) for op in ELEMENTWISE)
-                frames.append(_frame(label, rows, ELEMENTWISE_SUM, rows["num_tokens"].to_numpy(), method, pred))
+        # what a step pays: a layer's GEMMs together (per dtype) and its element-wise ops together
+        dtypes = group["dtype"].astype(str) if "dtype" in group else pd.Series("", index=group.index)
+        for dtype in sorted(set(dtypes[group["op"].isin(LAYER_GEMMS)])):
+            name = f"{LAYER_GEMMS_SUM} ({dtype})" if dtype == "fp8" else LAYER_GEMMS_SUM
+            frames += _summed(label, group[dtypes == dtype], LAYER_GEMMS, name, model, tp, spec,
+                              fp8_models if dtype == "fp8" else models)
+        frames += _summed(label, group, ELEMENTWISE, ELEMENTWISE_SUM, model, tp, spec, models)
         for op in ATTENTION[:2]:
             rows = group[group["op"] == op].reset_index(drop=True)
             if rows.empty:
@@ -294,8 +311,8 @@ def score_profiles(paths: list[Path], backends: tuple[str, ...] = TABLE_BACKENDS
 
 
 # -- the report ---------------------------------------------------------------------------------------
-PLOT_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down", "lm_head", "attn_prefill", "attn_decode",
-            ELEMENTWISE_SUM)
+PLOT_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down", "lm_head", LAYER_GEMMS_SUM, "attn_prefill",
+            "attn_decode", ELEMENTWISE_SUM)
 
 
 def _safe(label: str) -> str:
@@ -309,8 +326,7 @@ def plot_profile(points: pd.DataFrame, label: str, tp: int, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     g = points[(points["profile"] == label) & (points["tp"] == tp)]
-    ops = sorted((op for op in set(g["op"]) if op.split(" (")[0] in PLOT_OPS or op in PLOT_OPS),
-                 key=lambda op: (PLOT_OPS.index(op if op in PLOT_OPS else op.split(" (")[0]), op))
+    ops = sorted((op for op in set(g["op"]) if _base(op) in PLOT_OPS), key=lambda op: (PLOT_OPS.index(_base(op)), op))
     methods = list(dict.fromkeys(g["method"]))
     num_rows = max(1, -(-len(ops) // 4))
     fig, axes = plt.subplots(num_rows, 4, figsize=(17, 4 * num_rows), constrained_layout=True, squeeze=False)

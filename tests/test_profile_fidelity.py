@@ -174,3 +174,22 @@ def test_layer_gemms_are_also_scored_together(points_8b: pd.DataFrame) -> None:
     parts = points_8b[points_8b["op"].isin(pf.LAYER_GEMMS) & (points_8b["x"] == 64)
                       & (points_8b["method"] == "roofline 2023")]
     assert row["predicted_s"].iloc[0] == pytest.approx(parts["predicted_s"].sum())
+
+
+def test_fit_ops_leaves_the_rest_to_the_roofline_of_the_runs_engine(tmp_path: Path) -> None:
+    """`simulate fit --ops linear,attention` on a torch profile: its GEMMs and attention learned, its
+    unfused element-wise ops left to the roofline, whose constants are the run's engine's."""
+    from simulator.cli.costmodel import fit_command
+    from simulator.config.errors import ConfigError
+    from simulator.costmodel import load_cost_model
+
+    out = tmp_path / "h200.json"
+    artifact = fit_command([LLAMA8B], out, ops=["linear,attention"])  # a profile folder is accepted too
+    assert set(artifact["learned_ops"]) == {*pf.LINEAR, "attn_prefill", "attn_decode"}
+    assert {"norms", "mlp_act", "rotary", "residual_add", "embedding"} <= set(artifact["roofline_ops"])
+    replica = ReplicaConfig(model="llama-3.1-8b", gpu="h200", tp=1)
+    for engine, backend in (("sglang-2026", "sglang"), ("vllm-v1", "vllm")):
+        model = load_cost_model(str(out), replica, engine).kernels
+        assert model.roofline.cal == calibration_for("h200", "today", backend)
+    with pytest.raises(ConfigError, match="--ops"):
+        fit_command([LLAMA8B], tmp_path / "x.json", ops=["comm"])

@@ -21,7 +21,6 @@ from simulator.config.run_config import DEFAULT_ENGINE, ReplicaConfig
 from simulator.util.paths import (
     atomic_file,
     check_in_dir,
-    check_in_file,
     check_out_dir,
     check_out_file,
     check_profile_table,
@@ -34,18 +33,28 @@ if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for
 
 # -- fit -----------------------------------------------------------------------------------------------------
 def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: str | None = None,
-                tp: int | None = None, holdout: float = 0.2, seed: int = 0, quiet: bool = True) -> dict[str, Any]:
-    """Read ``profiles``, fit, write the artifact to ``out``; return the artifact."""
+                tp: int | None = None, holdout: float = 0.2, seed: int = 0, quiet: bool = True,
+                ops: list[str] | None = None) -> dict[str, Any]:
+    """Read ``profiles``, fit (``ops``: only those families or ops), write the artifact to ``out``; return it."""
     check_out_file(out, "--out")  # every path before the fit (and before scikit-learn loads)
-    for path in profiles:
-        check_in_file(path, "--profile", "pass a profile table file (CSV or parquet)")
+    profiles = [check_profile_table(path) for path in profiles]
     from rich.console import Console
 
+    from profiler.runner import resolve_ops
     from simulator.calibrate.fit import fit_tables, save_artifact
     from simulator.calibrate.fit_data import read_profiles
 
+    wanted = resolve_ops(tuple(ops)) if ops else None
     console = Console(stderr=True, quiet=quiet)
     table = read_profiles(profiles, device=gpu, model=model)
+    if wanted is not None:
+        left = sorted(set(table["op"].dropna()) - set(wanted))
+        table = table[table["op"].isin(wanted)]
+        if table.empty:
+            raise ConfigError("--ops", f"the profiles hold none of {', '.join(wanted)}",
+                              "name ops or families the tables measured, or drop --ops")
+        if left:
+            console.print(f"left to the roofline by --ops: {', '.join(left)}")
     with console.status("fitting") as status:
         artifact = fit_tables(table, model=model, gpu=gpu, tp=tp, holdout=holdout, seed=seed,
                               sources=[str(p) for p in profiles], progress=lambda op: status.update(f"fitting {op}"))
@@ -56,18 +65,23 @@ def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: 
 
 @app.command()
 def fit(
-    profile: Annotated[list[Path], typer.Option("--profile", help="profile table (tidy, Vidur or LLMServingSim CSV); repeatable")],
+    profile: Annotated[list[Path], typer.Option("--profile", help="profile table (tidy, Vidur or LLMServingSim CSV) or a "
+                                                                  "`simulate profile` folder; repeatable")],
     out: Annotated[Path, typer.Option(help="artifact path to write (JSON)")],
     model: Annotated[str | None, typer.Option(help="model, if the tables do not say")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU, if the tables do not say")] = None,
     tp: Annotated[int | None, typer.Option(help="TP degree to fit (tables may hold several)")] = None,
     holdout: Annotated[float, typer.Option(help="fraction of rows held out for the report")] = 0.2,
     seed: Annotated[int, typer.Option(help="seed of the hold-out split and CV folds")] = 0,
+    ops: Annotated[list[str] | None, typer.Option(
+        help="learn only these op families (linear, attention, elementwise, comm) or ops, comma-separated or "
+             "repeated; the rest are priced by the roofline (e.g. linear,attention: a torch profile's unfused "
+             "element-wise ops left to the roofline's fused ones)")] = None,
 ) -> None:
-    """Fit a learned cost model to profile tables and write a versioned artifact."""
+    """Fit a learned cost model to profile tables (or `simulate profile` folders) and write a versioned artifact."""
     from rich.table import Table
 
-    artifact = fit_command(profile, out, model, gpu, tp, holdout, seed, quiet=False)
+    artifact = fit_command(profile, out, model, gpu, tp, holdout, seed, quiet=False, ops=ops)
     table = Table("op", "family", "train", "held out", "median APE", "P95 APE",
                   title=f"{artifact['model']} on {artifact['gpu']}, tp={artifact['tp']} -> {out}", title_justify="left")
     for r in artifact["report"]:

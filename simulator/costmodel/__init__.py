@@ -50,4 +50,4 @@ def _load_kernels(spec: str, replica: ReplicaConfig, engine: str | EngineModel |
         from simulator.costmodel.learned import load_artifact
     except ImportError as exc:  # pragma: no cover - until the learned model lands
         raise ConfigError("cost_model", "learned cost models are not available in this build") from exc
-    return load_artifact(path, replica)
+    return load_artifact(path, replica, engine)

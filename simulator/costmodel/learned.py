@@ -59,9 +59,10 @@ def read_artifact(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_artifact(path: str | Path, replica: ReplicaConfig) -> LearnedCostModel:
-    """Load a fitted artifact for ``replica``; a model/TP/GPU mismatch is a ConfigError."""
-    return LearnedCostModel(replica, read_artifact(path), source=str(path))
+def load_artifact(path: str | Path, replica: ReplicaConfig, engine: object = None) -> LearnedCostModel:
+    """Load a fitted artifact for ``replica`` (``engine``: whose 'today' roofline constants price the ops
+    it lacks); a model/TP/GPU mismatch is a ConfigError."""
+    return LearnedCostModel(replica, read_artifact(path), source=str(path), engine=engine)
 
 
 class LearnedCostModel(TabulatedCostModel):
@@ -70,7 +71,8 @@ class LearnedCostModel(TabulatedCostModel):
     name = "learned"
     STRETCH_FORMS = frozenset({"decode-rms", "decode-terms"})  # rms where decode attention is fitted
 
-    def __init__(self, replica: ReplicaConfig, artifact: dict[str, Any], source: str = "<memory>") -> None:
+    def __init__(self, replica: ReplicaConfig, artifact: dict[str, Any], source: str = "<memory>",
+                 engine: object = None) -> None:
         super().__init__(replica)
         for key, want in (("model", replica.model), ("tp", replica.tp), ("gpu", replica.gpu)):
             if artifact.get(key) != want:
@@ -84,7 +86,8 @@ class LearnedCostModel(TabulatedCostModel):
                               f"fit one for dtype_bytes={replica.dtype_bytes}")
         self.artifact = artifact
         self.source = source
-        self.roofline = RooflineCostModel(replica, table_tokens=1)
+        # The ops it leaves to the roofline get the constants a roofline run with this engine gets
+        self.roofline = RooflineCostModel(replica, table_tokens=1, engine=engine)
         self.curves = {op: Curve.from_json(c) for op, c in artifact.get("curves", {}).items()}
         self.decode = DecodeModel.from_json(artifact["attn_decode"]) if "attn_decode" in artifact else None
         self.prefill = PrefillModel.from_json(artifact["attn_prefill"]) if "attn_prefill" in artifact else None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from profiler.grid import Point
 from profiler.schema import ATTN_DECODE, ATTN_PREFILL, EMBEDDING, LINEAR_OPS, MLP_ACT, NORMS, RESIDUAL_ADD, ROTARY
 from profiler.shapes import ShardedShapes
-from profiler.work import Work, decode_work, prefill_work, token_op_work
+from profiler.work import decode_work, linear_work, prefill_work, token_op_work
 
 # Activation dtypes by profile dtype. ``fp8`` is a deployment's: the linear layers multiply FP8 (e4m3)
 # weights and activations (per-tensor scales, bf16 out; the activations' quantisation not timed), and
@@ -59,7 +59,7 @@ def torch_dtype(name: str):  # noqa: ANN201 - torch is imported lazily
 
 def op_dtype(op: str, dtype: str) -> str:
     """The dtype an op of a ``dtype`` profile runs in (its rows' ``dtype`` column)."""
-    return dtype if dtype != "fp8" or op in LINEAR_OPS else ACTIVATION_DTYPE[dtype]
+    return dtype if op in LINEAR_OPS else ACTIVATION_DTYPE[dtype]
 
 
 def available_attention_backends(device: str) -> list[str]:
@@ -79,7 +79,7 @@ def make_case(point: Point, shapes: ShardedShapes, dtype: str, device: str, back
     if op in LINEAR_OPS and dtype == "fp8":
         t, (k, n) = point.num_tokens, shapes.linear_shape(op)
         fn = _linear_fp8(t, k, n, device, weights)
-        w = Work(2.0 * t * k * n, float(k * n + t * k + 2 * t * n))  # 1-byte weights and inputs, bf16 out
+        w = linear_work(t, k, n, 1, out_db=2)  # 1-byte weights and inputs, bf16 out
     elif op in LINEAR_OPS:
         fn = _linear(point.num_tokens, *shapes.linear_shape(op), dt, device, weights)
         w = token_op_work(op, point.num_tokens, shapes, db)

@@ -32,8 +32,9 @@ class Work:
     num_calls: int = 1
 
 
-def linear_work(t: int, k: int, n: int, db: int) -> Work:
-    return Work(2.0 * t * k * n, float((k * n + t * k + t * n) * db))
+def linear_work(t: int, k: int, n: int, db: int, out_db: int | None = None) -> Work:
+    """``[t, k] x [k, n]``: weights and inputs of ``db`` bytes, the output of ``out_db`` (default ``db``)."""
+    return Work(2.0 * t * k * n, float((k * n + t * k) * db + t * n * (db if out_db is None else out_db)))
 
 
 def token_op_work(op: str, t: int, s: ShardedShapes, db: int) -> Work:

@@ -48,12 +48,13 @@ from simulator.calibrate.fit import (
     prefill_features,
     split_holdout,
 )
+from simulator.calibrate.fit_calibration import attention_shapes, roofline_attention_predictions
 from simulator.calibrate.fit_data import read_profile
 from simulator.config.catalog import ModelSpec, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
-from simulator.costmodel.base import BatchShape, TabulatedCostModel
-from simulator.costmodel.calibration import calibration_for
+from simulator.costmodel.base import TabulatedCostModel
+from simulator.costmodel.calibration import KERNEL_BACKENDS, calibration_for
 from simulator.costmodel.roofline import RooflineCostModel
 from simulator.util.paths import check_profile_table
 
@@ -68,7 +69,6 @@ LAYER_GEMMS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down")
 LAYER_GEMMS_SUM = "layer GEMMs (sum)"
 PADDED = "attn_decode (padded)"
 ATTENTION = ("attn_prefill", "attn_decode", PADDED)
-TABLE_BACKENDS = ("vllm", "sglang", "trtllm")
 
 
 def environment(path: Path) -> dict:
@@ -134,16 +134,6 @@ def _kv_tokens(rows: pd.DataFrame) -> np.ndarray:
     return (rows["batch_size"] * context).to_numpy(dtype=float)
 
 
-def _attention_shape(op: str, row: pd.Series, padded: bool) -> BatchShape:
-    if op == "attn_prefill":
-        return BatchShape.from_requests([(int(row["chunk_size"]), int(row["kv_context"]))] * int(row["batch_size"]))
-    shape = BatchShape()
-    length = int(row["context_len_max"] if padded else max(1, round(row["context_len"])))
-    for _ in range(int(row["batch_size"])):
-        shape.add_decode(length)
-    return shape
-
-
 # -- scoring ------------------------------------------------------------------------------------------
 def _base(op: str) -> str:
     """The op a row group is named after: ``qkv_proj (fp8)`` is ``qkv_proj`` measured in FP8."""
@@ -196,7 +186,7 @@ def _summed(label: str, group: pd.DataFrame, ops: tuple[str, ...], name: str, mo
             for method, cm in models.items()]
 
 
-def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, ...] = TABLE_BACKENDS,
+def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, ...] = KERNEL_BACKENDS,
                 tables: bool = True) -> pd.DataFrame:
     """One row per (measured point, method) of a tidy profile table of one model on ``gpu``."""
     frames: list[pd.DataFrame] = []
@@ -204,29 +194,27 @@ def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, 
     for (model, tp), group in table.groupby(["model", "tp"], sort=True):
         tp = int(tp)
         spec = get_model(str(model))
-        models = pricers(str(model), gpu, tp, backends, tables)
-        fp8_models: dict[str, TabulatedCostModel] | None = None
-        for op in TOKEN_OPS:
-            of_op = group[group["op"] == op]
-            dtypes = of_op["dtype"].astype(str) if "dtype" in of_op else pd.Series("", index=of_op.index)
-            for dtype, rows in of_op.groupby(dtypes, sort=True):
-                rows = rows.sort_values("num_tokens").reset_index(drop=True)
-                x = rows["num_tokens"].to_numpy(dtype=float)
-                name = f"{op} ({dtype})" if dtype == "fp8" else op  # FP8 linear layers: their own rows
-                if dtype == "fp8" and fp8_models is None:
-                    fp8_models = pricers(str(model), gpu, tp, backends, tables, weights="fp8")
-                te, learned = _learned_token(rows, rng)
-                frames.append(_frame(label, rows.iloc[te], name, x[te], "learned", learned))
-                for method, cm in (fp8_models if dtype == "fp8" else models).items():
-                    if op == "residual_add" and method.startswith("tables"):
-                        continue  # fused into the norm kernel in the tables: priced at zero
-                    frames.append(_frame(label, rows, name, x, method, _token_prices(cm, rows, spec, tp)))
+        # FP8 rows (an fp8 profile's linear layers) are their own ops, priced with FP8 weights
+        fp8 = (group["dtype"].astype(str) == "fp8") if "dtype" in group else pd.Series(False, index=group.index)
+        priced = {is_fp8: pricers(str(model), gpu, tp, backends, tables, weights="fp8" if is_fp8 else "bf16")
+                  for is_fp8 in set(fp8)}
+        models = priced.get(False, {})  # attention and element-wise ops run in bf16
+        # in TOKEN_OPS order: each op's held-out split draws from the shared generator in turn
+        token_rows = group[group["op"].isin(TOKEN_OPS)]
+        for (_, op, is_fp8), rows in token_rows.groupby([token_rows["op"].map(TOKEN_OPS.index), "op", fp8]):
+            rows = rows.sort_values("num_tokens").reset_index(drop=True)
+            x = rows["num_tokens"].to_numpy(dtype=float)
+            name = f"{op} (fp8)" if is_fp8 else op
+            te, learned = _learned_token(rows, rng)
+            frames.append(_frame(label, rows.iloc[te], name, x[te], "learned", learned))
+            for method, cm in priced[is_fp8].items():
+                if op == "residual_add" and method.startswith("tables"):
+                    continue  # fused into the norm kernel in the tables: priced at zero
+                frames.append(_frame(label, rows, name, x, method, _token_prices(cm, rows, spec, tp)))
         # what a step pays: a layer's GEMMs together (per dtype) and its element-wise ops together
-        dtypes = group["dtype"].astype(str) if "dtype" in group else pd.Series("", index=group.index)
-        for dtype in sorted(set(dtypes[group["op"].isin(LAYER_GEMMS)])):
-            name = f"{LAYER_GEMMS_SUM} ({dtype})" if dtype == "fp8" else LAYER_GEMMS_SUM
-            frames += _summed(label, group[dtypes == dtype], LAYER_GEMMS, name, model, tp, spec,
-                              fp8_models if dtype == "fp8" else models)
+        for is_fp8, cms in priced.items():
+            frames += _summed(label, group[fp8 == is_fp8], LAYER_GEMMS,
+                              f"{LAYER_GEMMS_SUM} (fp8)" if is_fp8 else LAYER_GEMMS_SUM, model, tp, spec, cms)
         frames += _summed(label, group, ELEMENTWISE, ELEMENTWISE_SUM, model, tp, spec, models)
         for op in ATTENTION[:2]:
             rows = group[group["op"] == op].reset_index(drop=True)
@@ -239,10 +227,11 @@ def score_table(table: pd.DataFrame, label: str, gpu: str, backends: tuple[str, 
             fitted = rows[~padded].reset_index(drop=True)
             te, learned = _learned_attention(op, fitted, rng)
             frames.append(_frame(label, fitted.iloc[te], op, _kv_tokens(fitted)[te], "learned", learned))
+            # a padded batch is priced as what it ran: every sequence at the longest one's length
+            shapes = attention_shapes(rows.assign(context_len=rows["context_len_max"].where(padded, rows["context_len"]))
+                                      if padded.any() else rows)
             for method, cm in models.items():
-                price = cm.attention_prefill if op == "attn_prefill" else cm.attention_decode
-                pred = np.array([price(_attention_shape(op, row, pad))
-                                 for (_, row), pad in zip(rows.iterrows(), padded, strict=True)])
+                pred = roofline_attention_predictions(cm, rows, shapes)
                 for name, mask in ((op, ~padded), (PADDED, padded)):
                     if mask.any():
                         frames.append(_frame(label, rows[mask], name, kv[mask], method, pred[mask]))
@@ -285,7 +274,7 @@ def tables_available() -> bool:
     return True
 
 
-def score_profiles(paths: list[Path], backends: tuple[str, ...] = TABLE_BACKENDS, tables: bool = True,
+def score_profiles(paths: list[Path], backends: tuple[str, ...] = KERNEL_BACKENDS, tables: bool = True,
                    progress: Callable[[str, int, int], None] | None = None) -> tuple[pd.DataFrame, dict[str, dict]]:
     """Points of every profile, and each profile's environment, by label (:func:`labels`)."""
     frames, envs = [], {}
@@ -404,7 +393,7 @@ def render_readme(summary: pd.DataFrame, envs: dict[str, dict], plots: list[Path
     return "\n".join(lines) + "\n"
 
 
-def write_report(paths: list[Path], out: Path, backends: tuple[str, ...] = TABLE_BACKENDS, tables: bool = True,
+def write_report(paths: list[Path], out: Path, backends: tuple[str, ...] = KERNEL_BACKENDS, tables: bool = True,
                  command: str = "simulate fidelity --profile ...",
                  progress: Callable[[str, int, int], None] | None = None) -> pd.DataFrame:
     """Score every profile and write ``fidelity.csv``, one plot per profile and ``README.md`` to ``out``."""

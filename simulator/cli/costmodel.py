@@ -17,7 +17,7 @@ from simulator.cli.app import app
 from simulator.cli.app import console as app_console
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import DEFAULT_ENGINE, ReplicaConfig
+from simulator.config.run_config import DEFAULT_ENGINE, KERNEL_TABLES, ReplicaConfig
 from simulator.util.paths import (
     atomic_file,
     check_in_dir,
@@ -26,6 +26,8 @@ from simulator.util.paths import (
     check_profile_table,
 )
 from simulator.util.progress import StepProgress
+
+TABLE_BACKENDS = tuple(k for k in KERNEL_TABLES if k != "roofline")  # --kernels' measured backends
 
 if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for --help
     from simulator.costmodel import BatchShape, CostModel
@@ -296,7 +298,7 @@ def fidelity(
         help="a `simulate profile` folder or table to score every cost model against instead (repeatable)")] = None,
     kernels: Annotated[str, typer.Option(
         help="with --profile: the backends whose kernel tables are scored (comma-separated; the first also picks "
-             "the roofline's today constants)")] = "vllm,sglang,trtllm",
+             "the roofline's today constants)")] = ",".join(TABLE_BACKENDS),
 ) -> None:
     """Held-out error of the learned model and the calibrated roofline vs measured profiles.
 
@@ -309,10 +311,10 @@ def fidelity(
             raise ConfigError("--data", "names the public profiles, which --profile replaces, so it would do nothing",
                               "drop --data or --profile")
         backends = tuple(b.strip() for b in kernels.split(",") if b.strip())
-        bad = [b for b in backends if b not in ("vllm", "sglang", "trtllm")]
+        bad = [b for b in backends if b not in TABLE_BACKENDS]
         if bad or not backends:
             raise ConfigError("--kernels", f"unknown backend(s) {', '.join(bad)}" if bad else "no backend given",
-                              "pass some of vllm,sglang,trtllm, comma-separated")
+                              f"pass some of {','.join(TABLE_BACKENDS)}, comma-separated")
         out = out or Path("fidelity_profile")
         check_out_dir(out, "--out", existing_ok=True)
         for path in profile:
@@ -330,7 +332,7 @@ def fidelity(
             summary = pf.write_report(list(profile), out, backends, tables, command, progress=steps.update)
         Console(stderr=True).print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")
         return
-    if kernels != "vllm,sglang,trtllm":
+    if kernels != ",".join(TABLE_BACKENDS):
         raise ConfigError("--kernels", "picks the tables scored against a --profile, so without one it would do "
                           "nothing", "add --profile, or drop --kernels")
     out = out or Path("results/fidelity")

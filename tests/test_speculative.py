@@ -428,8 +428,9 @@ def test_disaggregated_decode_pool_speculates() -> None:
 
 
 def test_speculative_options_combine() -> None:
+    from simulator.config.options import config_overrides
     from simulator.config.run_config import RunConfig
-    from simulator.planning.sweep import _point_config, config_overrides
+    from simulator.planning.sweep import _point_config
 
     base = RunConfig()
     with pytest.raises(ConfigError, match="--num-speculative-tokens"):

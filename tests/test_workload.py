@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -338,21 +337,6 @@ def test_same_seed_same_requests(kw: dict) -> None:
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     assert a.source == b.source
     assert not (np.array_equal(a.arrival_at, c.arrival_at) and np.array_equal(a.num_prompt_tokens, c.num_prompt_tokens))
-
-
-def test_speed(tmp_path: Path) -> None:
-    start = time.perf_counter()
-    gen(name="sharegpt", arrival="gamma", cv=2.0, num_requests=10_000, max_total_tokens=4096)
-    assert time.perf_counter() - start < 0.5
-    rng = np.random.default_rng(0)
-    frame = pd.DataFrame({"arrived_at": np.sort(rng.random(30_000)) * 3600,
-                          "num_prefill_tokens": rng.integers(1, 8000, 30_000),
-                          "num_decode_tokens": rng.integers(1, 1000, 30_000)})
-    path = tmp_path / "big.csv"
-    frame.to_csv(path, index=False)
-    start = time.perf_counter()
-    assert len(load_trace(path)) == 30_000
-    assert time.perf_counter() - start < 1.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     if bench is None and max_evals != 40:  # only the bench fit simulates; the others are least squares
         raise ConfigError("--max-evals", "bounds the simulations of a --bench fit, which this is not", "drop --max-evals")
     if table is not None or rows is not None:
-        from simulator.planning.sweep import config_overrides
+        from simulator.config.options import config_overrides
 
         # The flags given first, so the error names one typed (--burstiness, not the --arrival it set).
         options = [*sorted(given), *sorted(set(config_overrides(config)) - set(given))]

@@ -194,8 +194,7 @@ def given_overrides(config_file: Path | None = None, **options: Any) -> dict[str
     building a config from them: a sweep's base, which its grid completes (``--scheduler-recv-interval``
     is refused on the default scheduler, yet holds at every point of ``--grid scheduler=sglang``). The
     sweep validates each point as it builds it."""
-    from simulator.config.options import load_config_file, resolve_aliases
-    from simulator.planning.sweep import config_overrides
+    from simulator.config.options import config_overrides, load_config_file, resolve_aliases
 
     base = load_config_file(config_file) if config_file else RunConfig()
     given = {k: v for k, v in resolve_aliases(options, base, from_file=config_file is not None).items()
@@ -226,7 +225,7 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
         check_trace_given(config, run_kwargs, fn.__name__)
         config = replay_whole(config, run_kwargs)
         if as_overrides:
-            from simulator.planning.sweep import config_overrides
+            from simulator.config.options import config_overrides
 
             return fn(config=config_overrides(config), **kwargs)
         return fn(config=config, **kwargs)

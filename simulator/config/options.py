@@ -533,3 +533,22 @@ def build_config(config_file: Path | None = None, command: str = "run", **option
         raise ConfigError("options", str(exc)) from None
     check_given(config, options, command)
     return config
+
+
+def config_overrides(config: RunConfig, reference: RunConfig | None = None) -> dict[str, Any]:
+    """Run options whose value in ``config`` differs from ``reference`` (default: RunConfig())."""
+    reference = reference or RunConfig()
+    mine, theirs = config.to_dict(), reference.to_dict()
+    out = {}
+    for name, (path, _, _) in RUN_OPTIONS.items():
+        section, _, attr = path.partition("__")
+        if section == "speculative":  # options, not fields: one JSON string carries the whole config below
+            continue
+        value, default = (mine[section][attr], theirs[section][attr]) if attr else (mine[section], theirs[section])
+        if value != default:
+            out[name] = value
+    if config.speculative != reference.speculative:
+        from simulator.config.speculative import to_vllm_json
+
+        out["speculative_config"] = "off" if config.speculative is None else to_vllm_json(config.speculative)
+    return out

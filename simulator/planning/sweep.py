@@ -54,9 +54,7 @@ from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_SEEDS
@@ -74,6 +72,9 @@ from simulator.report.output import check_format, write_table
 from simulator.util.interrupts import WorkerPool, signals_blocked, signals_ignored, stop_on_signals
 from simulator.util.jsonio import jsonable
 from simulator.util.progress import StepProgress
+
+if TYPE_CHECKING:  # pandas loads with the first table, not with a sweep's validation (a wrong flag answers at once)
+    import pandas as pd
 
 MODES = ("run", "capacity")
 TOP_LEVEL_KEYS = ("mode", "base", "grid")
@@ -224,25 +225,6 @@ def split_grid_values(text: str) -> list[str]:
             out[-1] += "," + piece
         else:
             out.append(piece)
-    return out
-
-
-def config_overrides(config: RunConfig, reference: RunConfig | None = None) -> dict[str, Any]:
-    """Run options whose value in ``config`` differs from ``reference`` (default: RunConfig())."""
-    reference = reference or RunConfig()
-    mine, theirs = config.to_dict(), reference.to_dict()
-    out = {}
-    for name, (path, _, _) in RUN_OPTIONS.items():
-        section, _, attr = path.partition("__")
-        if section == "speculative":  # options, not fields: one JSON string carries the whole config below
-            continue
-        value, default = (mine[section][attr], theirs[section][attr]) if attr else (mine[section], theirs[section])
-        if value != default:
-            out[name] = value
-    if config.speculative != reference.speculative:
-        from simulator.config.speculative import to_vllm_json
-
-        out["speculative_config"] = "off" if config.speculative is None else to_vllm_json(config.speculative)
     return out
 
 
@@ -603,6 +585,8 @@ def _table(points: Iterable[tuple[int, str, dict[str, Any]]], param_names: list[
             # workload's description) stays in the point's file only.
             row.setdefault(name, value)
         rows.append(row)
+    import pandas as pd
+
     return pd.DataFrame(rows)
 
 

@@ -655,9 +655,14 @@ class EngineCostModel(CostModel):
                     j = bisect_right(xs, kv) - 1
                     layers.append(token + a + (fs[j] + (kv - xs[j]) * slopes[j]))
             elif n:  # attention_decode's float ops (decode_attention_terms); none without decodes: 0.0
-                kvb, per_token, bandwidth, per_seq, kernel_floor = k.decode_attention_terms(n)  # type: ignore[misc]
-                layers = [token + a + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor)
-                          for a, kv in zip(prefill, range(kv_sum, kv_sum + n * m, n))]  # noqa: B905 - m each
+                kvb, per_token, bandwidth, per_seq, kernel_floor, overlap = k.decode_attention_terms(n)  # type: ignore[misc]
+                kvs = range(kv_sum, kv_sum + n * m, n)
+                if overlap:
+                    layers = [token + a + (max((kv * kvb + per_token) / bandwidth, per_seq) + kernel_floor)
+                              for a, kv in zip(prefill, kvs)]  # noqa: B905 - m each
+                else:
+                    layers = [token + a + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor)
+                              for a, kv in zip(prefill, kvs)]  # noqa: B905 - m each
             else:
                 layers = [token + a + 0.0 for a in prefill]
             # every step of the stretch carries one chunk of the prompt: one floor for them all
@@ -779,7 +784,7 @@ class EngineCostModel(CostModel):
         terms = k.decode_attention_terms(n)
         if terms is None:
             return None
-        kvb, per_token, bandwidth, per_seq, kernel_floor = terms
+        kvb, per_token, bandwidth, per_seq, kernel_floor, overlap = terms
         mix = getattr(k, "decode_linear_mix", None)
         mix = mix(n) if mix is not None else None  # a hybrid: attention_decode's t + share * (recurrence - t)
         share, lin = mix or (0.0, 0.0)
@@ -788,17 +793,23 @@ class EngineCostModel(CostModel):
             if m > SMALL_STRETCH:
                 # KV bytes may be integers: the division makes the floats (as int / float does).
                 out = (np.arange(kv_sum, kv_sum + n * m, n, dtype=np.int64) * kvb + per_token) / bandwidth
-                out += per_seq
+                if overlap:
+                    np.maximum(out, per_seq, out=out)
+                else:
+                    out += per_seq
                 out += kernel_floor
                 if mix is not None:
                     out = out + share * (lin - out)
                 out += rest
                 return out
             kvs = range(kv_sum, kv_sum + n * m, n)
+            if overlap:
+                attn = [max((kv * kvb + per_token) / bandwidth, per_seq) + kernel_floor for kv in kvs]
+            else:
+                attn = [(kv * kvb + per_token) / bandwidth + per_seq + kernel_floor for kv in kvs]
             if mix is None:
-                return [rest + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor) for kv in kvs]
-            return [rest + (a + share * (lin - a))
-                    for a in ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor for kv in kvs)]
+                return [rest + a for a in attn]
+            return [rest + (a + share * (lin - a)) for a in attn]
         return (layers, *consts)
 
     def engine_breakdown(self, shape: BatchShape) -> dict[str, float]:

@@ -206,7 +206,7 @@ class LearnedCostModel(TabulatedCostModel):
         self._count("attn_decode")
         return float(self.decode.predict(np.array([n]), np.array([k_rms]))[0])
 
-    def decode_attention_terms(self, n: int) -> tuple[float, float, float, float, float] | None:
+    def decode_attention_terms(self, n: int) -> tuple[float, float, float, float, float, bool] | None:
         """The roofline's linear terms where no decode attention was fitted, else None (see
         :meth:`decode_attention_rms_terms`)."""
         return self.roofline.decode_attention_terms(n) if self.decode is None else None

@@ -123,6 +123,7 @@ class RooflineCostModel(TabulatedCostModel):
         self.decode_seq_s = (c.attn_decode_per_seq_s + self.kv_heads_per_gpu * c.attn_decode_per_kv_head_s
                              + self.heads_per_gpu * c.attn_decode_per_head_s)
         self.attn_decode_floor = self.attn_floor if c.attn_decode_floor_s is None else c.attn_decode_floor_s
+        self.decode_overlap = c.attn_decode_overlap  # max(KV read, n * decode_seq_s) + floor, else their sum
         self.mla_eff = self.cal.mla_eff
         self.prefill_ramp = bool(self.cal.attn_prefill_half_keys)
 
@@ -306,6 +307,9 @@ class RooflineCostModel(TabulatedCostModel):
             return mla_attention_decode(self, kv_tokens, num_decodes)
         c, g = self.cal, self.gpu
         nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_decodes * self.q_per_gpu * self.dtype_bytes
+        if self.decode_overlap:
+            return (max(nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff), num_decodes * self.decode_seq_s)
+                    + self.attn_decode_floor)
         return (nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff)
                 + num_decodes * self.decode_seq_s + self.attn_decode_floor)
 
@@ -333,12 +337,15 @@ class RooflineCostModel(TabulatedCostModel):
         c, g = self.cal, self.gpu
         flops = 4.0 * self.heads_per_gpu * self.model.head_dim * query_pairs
         nbytes = kv_tokens * self.kv_bytes_per_token + 2 * num_queries * self.q_per_gpu * self.dtype_bytes
-        return (max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff))
-                + num_seqs * self.decode_seq_s + self.attn_decode_floor)
+        bound = max(flops / (g.bf16_flops * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff))
+        if self.decode_overlap:  # the decode kernel's form (_attention_decode): its work items overlap the bound
+            return max(bound, num_seqs * self.decode_seq_s) + self.attn_decode_floor
+        return bound + num_seqs * self.decode_seq_s + self.attn_decode_floor
 
-    def decode_attention_terms(self, n: int) -> tuple[float, float, float, float, float] | None:
+    def decode_attention_terms(self, n: int) -> tuple[float, float, float, float, float, bool] | None:
         """Decode attention of ``n`` sequences holding ``kv`` KV tokens in all, as
-        ``(kv * kvb + per_token) / bandwidth + per_seq + floor``: these five terms (the scalar
+        ``(kv * kvb + per_token) / bandwidth + per_seq + floor``, or with ``overlap``
+        ``max((kv * kvb + per_token) / bandwidth, per_seq) + floor``: these six terms (the scalar
         path's float ops, its constant products evaluated once), for a caller that writes the
         formula into its own loop over a stretch; None for MLA and sliding-window attention (a hybrid's
         linear layers mix in after, :meth:`decode_linear_mix`)."""
@@ -346,7 +353,8 @@ class RooflineCostModel(TabulatedCostModel):
             return None
         c, g = self.cal, self.gpu
         return (self.kv_bytes_per_token, 2 * n * self.q_per_gpu * self.dtype_bytes,
-                g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * self.decode_seq_s, self.attn_decode_floor)
+                g.hbm_bytes_per_s * c.attn_decode_memory_eff, n * self.decode_seq_s, self.attn_decode_floor,
+                self.decode_overlap)
 
     def attention_decode_vector(self, n: int, kv_sums: np.ndarray, kv_sq_sums: np.ndarray,
                                 kv_maxes: np.ndarray) -> np.ndarray | None:
@@ -356,7 +364,11 @@ class RooflineCostModel(TabulatedCostModel):
             return None
         c, g = self.cal, self.gpu
         nbytes = kv_sums * self.kv_bytes_per_token + 2 * n * self.q_per_gpu * self.dtype_bytes
-        out = nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * self.decode_seq_s + self.attn_decode_floor
+        if self.decode_overlap:  # _attention_decode's max(read, per_seq) + floor, element by element
+            out = np.maximum(nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff), n * self.decode_seq_s)
+            out += self.attn_decode_floor
+        else:
+            out = nbytes / (g.hbm_bytes_per_s * c.attn_decode_memory_eff) + n * self.decode_seq_s + self.attn_decode_floor
         mix = self.decode_linear_mix(n)
         if mix is not None:  # attention_decode's t += f * (g - t), element by element
             f, lin = mix

@@ -357,3 +357,28 @@ def test_overlapped_decode_is_the_larger_of_read_and_work_items_in_every_form():
                                                {"batch_size": b, "isl": s, "step": np.zeros(3), **heads}), c)
     assert dec == pytest.approx([rf._attention_decode(bb * ss, int(bb)) for bb, ss in zip(b, s, strict=True)], rel=1e-12)
     assert R.constants_entry({**c, **{k: 1.0 for k in R.WRITTEN if c.get(k) is None}}, "x")["attn_decode_overlap"] is True
+
+
+@pytest.mark.skipif(not TODAY, reason="no 'today' calibration written yet")
+@pytest.mark.parametrize(("gpu", "engine"), [("b200", "vllm-2026"), ("h100-sxm", "sglang-2026"), ("h100-sxm", "vllm-2026")])
+def test_decode_stretches_keep_their_closed_form_in_either_decode_form(gpu: str, engine: str):
+    """Event skipping's closed forms price every step as the scalar path does, on the read-bound and the
+    item-bound side of an overlapped decode and under the sum: no stretch falls back (a disagreement would
+    send the instance to step-by-step pricing for good, silently slower)."""
+    from simulator.costmodel import load_cost_model
+
+    replica = ReplicaConfig(model="llama-3.1-8b", gpu=gpu, roofline_calibration="today")
+    model = load_cost_model("roofline", replica, engine)
+    overlap = model.kernels.decode_overlap
+    assert overlap == (TODAY[{"b200": "blackwell", "h100-sxm": "hopper"}[gpu]][engine.split("-")[0]]["attn_decode_overlap"])
+    for n, kv0, m in ((64, 64 * 3, 8), (64, 64 * 3, 200), (4, 4 * 30_000, 8), (4, 4 * 30_000, 200)):
+        kv_sq0 = n * (kv0 // n) ** 2
+        assert model._vector_stretch(n, kv0, kv_sq0, kv0 // n, m) is not None  # the closed form, not the generic path
+        assert model._chunk_stretch(n, kv0, kv_sq0, kv0 // n, 256, 0, 6) is not None
+        times = model.decode_stretch_times(n, kv0, kv_sq0, kv0 // n, m)
+        for i in (0, m - 1):
+            shape = BatchShape.decode_only(n, kv0 + n * i, kv_sq0 + 2 * i * kv0 + n * i * i, kv0 // n + i)
+            assert times[i] == model.iteration_time(shape)
+        chunked = model.chunk_stretch_times(n, kv0, kv_sq0, kv0 // n, 256, 0, 6)
+        assert len(chunked) == 6
+    assert model._stretch_ok

@@ -382,3 +382,29 @@ def test_decode_stretches_keep_their_closed_form_in_either_decode_form(gpu: str,
         chunked = model.chunk_stretch_times(n, kv0, kv_sq0, kv0 // n, 256, 0, 6)
         assert len(chunked) == 6
     assert model._stretch_ok
+
+
+def test_moe_routings_relate_to_the_runtimes_by_a_fitted_ep_load():
+    """The MoE tables' three routings: power_law_1.01 (the runtime's) owns the expert constants; balanced and
+    power_law_1.2 rows load an EP rank ``ep ** -a`` / ``ep ** b`` times as much, fitted; rows without a routing
+    price as the runtime's, and at EP 1 every routing's tokens are the rank's."""
+    truth = {**TRUE, "expert_balanced_ep_exp": 0.15, "expert_skewed_ep_exp": 0.08}
+    keys = _grid(num_tokens=[2 ** i for i in range(0, 15)], hidden_size=[4096], inter_size=[14336], topk=[2],
+                 num_experts=[8], moe_tp_size=[1], moe_ep_size=[1, 2, 4, 8])
+    n = len(keys["num_tokens"])
+    groups, rng = [], np.random.default_rng(3)
+    for routing in R.ROUTINGS:
+        k = {**keys, "distribution": np.array([routing] * n, dtype=object)}
+        terms = R.terms_for("h100_sxm", "moe", "bfloat16", k)
+        truth_s = R.predict("moe", terms, truth) * np.exp(rng.normal(0.0, 0.01, n))
+        groups.append(R.Group("h100_sxm", "synthetic", "moe", "bfloat16", "-", k, truth_s, terms))
+    fitted = R.fit(groups)
+    assert fitted["expert_balanced_ep_exp"] == pytest.approx(0.15, rel=0.1)
+    assert fitted["expert_skewed_ep_exp"] == pytest.approx(0.08, rel=0.15)
+    ref = R.terms_for("h100_sxm", "moe", "bfloat16", keys)  # no routing: the runtime's
+    assert R.predict("moe", ref, truth) == pytest.approx(R.predict("moe", groups[1].terms, truth), rel=1e-12)
+    ep1 = keys["moe_ep_size"] == 1
+    big = ep1 & (keys["num_tokens"] >= 64)  # every expert touched: the routings differ only in an EP rank's load
+    for g in (groups[0], groups[2]):
+        assert R.predict("moe", g.terms, truth)[big] == pytest.approx(R.predict("moe", ref, truth)[big], rel=1e-6)
+        assert not np.allclose(R.predict("moe", g.terms, truth)[~ep1], R.predict("moe", ref, truth)[~ep1])

@@ -46,7 +46,8 @@ to the per-op timings of today's vLLM, SGLang and TensorRT-LLM kernels in
   (the routed experts at the table's ``moe_tp x moe_ep`` split): the expert constants of
   :class:`~simulator.costmodel.moe.ExpertCalibration` and ``expert_permute_s`` (a cost per hidden element
   of every token entering the layer, whatever the EP split: without it, an EP rank's kernel at many
-  tokens is priced 2-5x too fast), then each low-precision lane its own five (``expert_formats``; the
+  tokens is priced 2-5x too fast) and the tables' routings (:data:`ROUTINGS`: the constants are the runtime's
+  power_law_1.01, the other two related to it by a fitted EP-rank load), then each low-precision lane its own five (``expert_formats``; the
   runtime puts a replica's lane into the ``expert_*`` fields, :meth:`RooflineCalibration.for_weights`).
 - **element-wise ops** have no tables: they take the table model's own treatment (AIConfigurator's
   ``bytes / (mem_bw x 0.8)``), and residual adds ride on the fused add-norm of a compiled engine
@@ -114,7 +115,7 @@ STAGES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
                        "mla_decode_floor_s")),
     (("allreduce",), ("allreduce_bus_eff", "allreduce_latency_s", "allreduce_gpu_latency_s")),
     (("moe",), ("expert_compute_eff", "expert_half_tokens", "expert_memory_eff", "expert_router_overhead_s",
-                "expert_permute_s")),
+                "expert_permute_s", "expert_balanced_ep_exp", "expert_skewed_ep_exp")),
 )
 INITIAL = {"gemm_compute_eff": 0.7, "gemm_half_tokens": 100.0, "gemm_memory_eff": 0.7, "kernel_floor_s": 3e-6,
            "attn_prefill_compute_eff": 0.4, "attn_prefill_half_keys": 64.0, "attn_floor_s": 8e-6,
@@ -124,7 +125,8 @@ INITIAL = {"gemm_compute_eff": 0.7, "gemm_half_tokens": 100.0, "gemm_memory_eff"
            "attn_decode_per_kv_head_s": 1e-8, "attn_decode_per_head_s": 1e-9, "attn_decode_floor_s": 8e-6,
            "mla_prefill_half_keys": 64.0, "mla_prefill_per_head_s": 1e-8, "mla_up_compute_eff": 0.5, "mla_prefill_floor_s": 8e-6,
            "mla_decode_compute_eff": 0.4, "mla_decode_memory_eff": 0.6, "mla_decode_per_seq_s": 2e-7,
-           "mla_decode_per_head_s": 1e-8, "mla_decode_floor_s": 8e-6, "attn_decode_overlap": False}
+           "mla_decode_per_head_s": 1e-8, "mla_decode_floor_s": 8e-6, "attn_decode_overlap": False,
+           "expert_balanced_ep_exp": 0.1, "expert_skewed_ep_exp": 0.05}
 # Stages fitted in each of two forms, the one of the lower loss kept: (flag, its values). Decode attention's
 # work items summed with its KV reads or overlapping them (RooflineCalibration.attn_decode_overlap).
 FORMS = {"attn_decode": ("attn_decode_overlap", (False, True))}
@@ -133,7 +135,8 @@ BOUNDS = {"gemm_half_tokens": (0.1, 1e5), "kernel_floor_s": (1e-8, 1e-4), "attn_
           "allreduce_latency_s": (1e-7, 1e-3), "allreduce_gpu_latency_s": (1e-10, 1e-4), "expert_half_tokens": (0.1, 1e5), "expert_router_overhead_s": (1e-9, 1e-3), "expert_permute_s": (1e-16, 1e-8),
           "attn_decode_per_kv_head_s": (1e-13, 1e-5), "attn_decode_per_head_s": (1e-13, 1e-5), "attn_decode_floor_s": (1e-8, 1e-4),
           "mla_prefill_half_keys": (1e-3, 1e6), "mla_prefill_per_head_s": (1e-13, 1e-5), "mla_prefill_floor_s": (1e-8, 1e-4),
-          "mla_decode_per_seq_s": (1e-10, 1e-4), "mla_decode_per_head_s": (1e-13, 1e-5), "mla_decode_floor_s": (1e-8, 1e-4)}
+          "mla_decode_per_seq_s": (1e-10, 1e-4), "mla_decode_per_head_s": (1e-13, 1e-5), "mla_decode_floor_s": (1e-8, 1e-4),
+          "expert_balanced_ep_exp": (1e-4, 2.0), "expert_skewed_ep_exp": (1e-4, 2.0)}
 EFF_BOUNDS = (0.01, 3.0)
 # Element-wise constants: the table model's treatment (see the module docstring), not fitted.
 ELEMENTWISE = {"elementwise_memory_eff": 0.8, "residual_add_memory_eff": 1.2, "embedding_memory_eff": 0.8}
@@ -221,11 +224,15 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
         t, h, inter, topk, e = f["num_tokens"], f["hidden_size"], f["inter_size"], f["topk"], f["num_experts"]
         mtp, mep = f["moe_tp_size"], f["moe_ep_size"]
         f_local = inter / mtp
-        touched = np.asarray(expected_experts_touched(t, e, topk), dtype=np.float64) / mep  # arrays of E and k
+        route = routing_codes(keys.get("distribution"), len(t))
+        touched = np.asarray(expected_experts_touched(t, e, topk), dtype=np.float64)  # arrays of E and k
+        # "balanced" rows give every expert an equal share: a batch touches min(E, n x k) distinct experts
+        touched = np.where(route == BALANCED, np.minimum(e, t * topk), touched) / mep
         per_expert = np.where(touched > 0, t * topk / mep / np.where(touched > 0, touched, 1.0), 0.0)
         out.update(touched=touched, per_expert=per_expert, flops=2.0 * per_expert * h * 3 * f_local, token_hidden=t * h,
                    bytes=3 * h * f_local * r.weight_bytes + per_expert * (2 * h + 3 * f_local) * db, peak=r.gemm_peak_flops,
-                   prefix=_expert_prefix(GEMM_CLASS[r.dtype]))
+                   prefix=_expert_prefix(GEMM_CLASS[r.dtype]), route=route, mep=mep,
+                   weight_bytes=3 * h * f_local * r.weight_bytes, token_bytes=(2 * h + 3 * f_local) * db)
     elif family == "allreduce":
         from dataclasses import replace
 
@@ -242,6 +249,23 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
         prefix = "allreduce_pcie_" if kinds == {"pcie"} else "allreduce_"
         out.update(volume=2.0 * (tp - 1) / tp * f["message_size"] * db, link=link, gpus=tp, prefix=prefix)
     return out
+
+
+# The MoE tables' routings (their ``distribution`` key). The runtime prices MoE at AIConfigurator's default
+# routing, power_law_1.01 (``aic.model.MOE_ROUTING``; ``--moe-imbalance`` 1), so the fitted expert constants are
+# that routing's; the other two enter the fit with an EP rank's load relative to it, ``ep ** -a`` (balanced: every
+# expert an equal share, min(E, n x k) touched) and ``ep ** b`` (power_law_1.2), ``a`` and ``b`` fitted with the
+# expert constants (fit-only: they describe the tables, not a run). Pooled as one routing, the EP ranks' rows
+# at thousands of tokens came out 15-38% slow for balanced routing and 10-34% fast for power_law_1.2.
+ROUTINGS = {"balanced": 0, "power_law_1.01": 1, "power_law_1.2": 2}
+BALANCED, REFERENCE, SKEWED = 0, 1, 2
+
+
+def routing_codes(distribution: Any, n: int) -> np.ndarray:
+    """Each row's :data:`ROUTINGS` code (rows without a ``distribution``: the runtime's reference routing)."""
+    if distribution is None:
+        return np.full(n, REFERENCE)
+    return np.array([ROUTINGS.get(str(d), REFERENCE) for d in np.asarray(distribution)], dtype=np.int64)
 
 
 def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
@@ -294,6 +318,11 @@ def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
     if family == "moe":  # the dtype lane's expert constants where the constants have them (expert_formats)
         p = _lane(t.get("prefix", "expert_"), c, "expert_")
         pe = t["per_expert"]
+        if "route" in t and c.get("expert_balanced_ep_exp") is not None:  # the tables' other routings (ROUTINGS)
+            load = np.where(t["route"] == BALANCED, t["mep"] ** -c["expert_balanced_ep_exp"],
+                            np.where(t["route"] == SKEWED, t["mep"] ** c["expert_skewed_ep_exp"], 1.0))
+            pe = pe * load
+            t = {**t, "flops": t["flops"] * load, "bytes": t["weight_bytes"] + pe * t["token_bytes"]}
         eff = c[f"{p}compute_eff"] * pe / (pe + c[f"{p}half_tokens"])
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(pe > 0, t["flops"] / (t["peak"] * eff), 0.0)

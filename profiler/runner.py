@@ -50,6 +50,8 @@ from simulator.config.catalog import ModelSpec, get_model
 from simulator.config.errors import ConfigError
 
 FLUSH_EVERY_S = 2.0
+# Piped or redirected (no terminal for the live bar), progress is a plain line this often, and at the end.
+PLAIN_PROGRESS_EVERY_S = 15.0
 DEVICES = ("cpu", "cuda")
 DTYPES = ("bfloat16", "float16", "float32", "fp8")  # fp8: FP8 linear layers, everything else bf16
 DEFAULT_MAX_TOKENS = {"cuda": 16384, "cpu": 2048}
@@ -356,55 +358,63 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
         if time.perf_counter() - last_flush > max(FLUSH_EVERY_S, 10 * flush_cost_s):
             flush()
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from simulator.util.progress import RunProgress
 
-    bar = Progress(TextColumn("[bold]{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   disable=not progress, transient=False)
+    # A live bar with an ETA on a terminal; piped or redirected, a plain line every PLAIN_PROGRESS_EVERY_S.
+    reporter = RunProgress(every_s=PLAIN_PROGRESS_EVERY_S) if progress else None
+    num_done = 0
+
+    def advance(n: int = 1) -> None:
+        nonlocal num_done
+        num_done += n
+        if reporter is not None:
+            reporter.update(num_done)
+
     completed = False
     try:
-        with bar:
-            task = bar.add_task("profiling", total=len(todo))
-            compute = [(p, r) for p, r in todo if p.op not in COMM_OPS]
-            weights: dict = {}  # the last linear weight, reused by the next point of the same shape
-            for point, row in compute:
-                bar.update(task, description=f"{point.op} tp={point.tp}")
-                case = None
-                try:
-                    case = make_case(point, shapes_by_tp[point.tp], cfg.dtype, cfg.device, point.backend, weights)
-                    timing = bench(case.fn, device=cfg.device, settings=settings)
-                except torch.OutOfMemoryError:
-                    failed.append(f"{point.op} {point.shape_columns()}: out of memory")
-                    del case
-                    weights.clear()
-                    if cfg.device == "cuda":
-                        torch.cuda.empty_cache()
-                    bar.advance(task)
-                    continue
-                except RuntimeError as exc:  # a kernel this device or build cannot run (FP8 before Ada, say)
-                    failed.append(f"{point.op} {point.shape_columns()}: {(str(exc).splitlines() or [''])[0][:200]}")
-                    del case
-                    bar.advance(task)
-                    continue
-                row = {**row, "median_s": timing.median_s, "p20_s": timing.p20_s, "p80_s": timing.p80_s,
-                       "repeats": timing.repeats, "launch_overhead_s": timing.launch_overhead_s,
-                       "flops": case.flops, "bytes": case.bytes, "num_calls": case.num_calls}
+        if reporter is not None:
+            reporter.start("profiling", len(todo))
+        compute = [(p, r) for p, r in todo if p.op not in COMM_OPS]
+        weights: dict = {}  # the last linear weight, reused by the next point of the same shape
+        for point, row in compute:
+            case = None
+            try:
+                case = make_case(point, shapes_by_tp[point.tp], cfg.dtype, cfg.device, point.backend, weights)
+                timing = bench(case.fn, device=cfg.device, settings=settings)
+            except torch.OutOfMemoryError:
+                failed.append(f"{point.op} {point.shape_columns()}: out of memory")
                 del case
-                record(row)
-                bar.advance(task)
-            for ws in world_sizes:
-                group = [(p, r) for p, r in todo if p.op in COMM_OPS and p.world_size == ws]
-                if not group:
-                    continue
-                bar.update(task, description=f"comm world_size={ws}")
-                results = comm.measure_comm([p for p, _ in group], ws, cfg.device, cfg.dtype, settings)
-                for res in results:
-                    point, row = group[res["index"]]
-                    w = comm_work(point.op, point.message_bytes, ws)
-                    record({**row, "median_s": res["median_s"], "p20_s": res["p20_s"], "p80_s": res["p80_s"],
-                            "repeats": res["repeats"], "flops": w.flops, "bytes": w.bytes, "num_calls": 1})
-                bar.advance(task, len(group))
+                weights.clear()
+                if cfg.device == "cuda":
+                    torch.cuda.empty_cache()
+                advance()
+                continue
+            except RuntimeError as exc:  # a kernel this device or build cannot run (FP8 before Ada, say)
+                failed.append(f"{point.op} {point.shape_columns()}: {(str(exc).splitlines() or [''])[0][:200]}")
+                del case
+                advance()
+                continue
+            row = {**row, "median_s": timing.median_s, "p20_s": timing.p20_s, "p80_s": timing.p80_s,
+                   "repeats": timing.repeats, "launch_overhead_s": timing.launch_overhead_s,
+                   "flops": case.flops, "bytes": case.bytes, "num_calls": case.num_calls}
+            del case
+            record(row)
+            advance()
+        for ws in world_sizes:
+            group = [(p, r) for p, r in todo if p.op in COMM_OPS and p.world_size == ws]
+            if not group:
+                continue
+            results = comm.measure_comm([p for p, _ in group], ws, cfg.device, cfg.dtype, settings)
+            for res in results:
+                point, row = group[res["index"]]
+                w = comm_work(point.op, point.message_bytes, ws)
+                record({**row, "median_s": res["median_s"], "p20_s": res["p20_s"], "p80_s": res["p80_s"],
+                        "repeats": res["repeats"], "flops": w.flops, "bytes": w.bytes, "num_calls": 1})
+            advance(len(group))
         completed = True
     finally:
+        if reporter is not None:
+            reporter.close()
         meta["complete"] = completed and not failed
         flush()
     table = read_table(table_path)

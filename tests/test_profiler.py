@@ -342,3 +342,20 @@ def test_cli_profile_of_a_config_json_fits_without_naming_the_model(tmp_path: Pa
     assert fit.returncode == 0, fit.stderr
     artifact = json.loads((tmp_path / "fit.json").read_text())
     assert artifact["model"] == path and "qkv_proj" in artifact["curves"]
+
+
+def test_piped_progress_is_plain_lines(tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
+    """Without a terminal (a log, CI, nohup) rich's bar printed nothing until the end: the profile says where it
+    is in plain lines instead (points done of the total, with an ETA), every PLAIN_PROGRESS_EVERY_S."""
+    from profiler import runner
+
+    monkeypatch.setattr(runner, "PLAIN_PROGRESS_EVERY_S", 0.0)  # a line a point
+    cfg = ProfileConfig(model=str(tiny_config(tmp_path)), out=tmp_path / "out", quick=True, max_tokens=16,
+                        ops=("norms", "rotary"), num_threads=1)
+    summary = runner.run_profile(cfg, progress=True)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "profiling: " in ln]
+    total = len(summary.table)
+    assert len(lines) >= total and f"profiling: {total}/{total} (100%)" in lines[-1]
+    run_profile_quiet(ProfileConfig(model=cfg.model, out=tmp_path / "again", quick=True, max_tokens=16, ops=("norms",),
+                                    num_threads=1))
+    assert "profiling" not in capsys.readouterr().err  # --no-progress: silent

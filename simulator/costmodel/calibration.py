@@ -65,10 +65,10 @@ class RooflineCalibration:
     attn_decode_floor_s: float | None = None
     attn_decode_per_kv_head_s: float = 0.0
     attn_decode_per_head_s: float = 0.0
-    # Whether a decode kernel's work items overlap its KV reads ("today"): the larger of the KV read time and the
-    # per-sequence costs, then the floor; False: their sum (the 2023 form, bit for bit). Today's split-KV kernels
-    # keep the reads going while other tiles reduce: summed, the held-out median error per group of decode
-    # attention was 0.157 across AIConfigurator's 27 GPU x backend groups, overlapped 0.130.
+    # Whether a decode kernel's work items overlap its KV reads: the larger of the KV read time and the
+    # per-sequence costs, then the floor; False: their sum (every 2023 calibration, bit for bit). The 'today' fit
+    # chooses per generation and backend (roofline_from_tables.FORMS): Ampere's and Blackwell's kernels overlap,
+    # most of Hopper's sum.
     attn_decode_overlap: bool = False
     # MLA's own prefill and decode constants ("today"; simulator.costmodel.moe). Prefill (non-absorbed):
     # ``mla_up_compute_eff`` set switches to the two-part form: the attention pairs at ``mla_compute_eff``

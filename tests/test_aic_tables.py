@@ -186,6 +186,26 @@ def test_moe_and_mla_models_load(aic) -> None:  # noqa: ANN001
     assert mla.iteration_time(BatchShape.from_requests(decodes=[2000] * 16)) > 0
 
 
+def test_moe_imbalance_scales_the_measured_experts_as_the_roofline_does(aic) -> None:  # noqa: ANN001
+    """--moe-imbalance under the tables: the default routing's rows times the roofline's price with the
+    imbalance over its price without. It once only switched to the power_law_1.2 rows past 1, so 1.5, 4 and 16
+    priced alike (and below 1: those rows touch fewer experts at decode sizes)."""
+    from simulator.costmodel.moe import moe_token_ops
+
+    shape = BatchShape.from_requests(decodes=[500] * 32)
+    layers = {}
+    for imb in (1.0, 1.5, 4.0, 16.0):
+        m = _model(aic, model="qwen3-30b-a3b", moe_imbalance=imb)
+        layers[imb] = m.breakdown(shape)["moe_experts"]
+        if imb == 1.0:
+            even = m
+    assert layers[1.0] < layers[1.5] < layers[4.0] < layers[16.0]
+    skew = _model(aic, model="qwen3-30b-a3b", moe_imbalance=4.0)
+    t = np.array([32.0])
+    rf_ratio = moe_token_ops(skew.rf, t)["moe_experts"][0] / moe_token_ops(even.rf, t)["moe_experts"][0]
+    assert layers[4.0] / layers[1.0] == pytest.approx(rf_ratio, rel=1e-9)
+
+
 def test_trtllm_nvfp4_experts_take_the_min_latency_kernel_up_to_128_tokens(aic) -> None:  # noqa: ANN001
     """TensorRT-LLM's NVFP4 fused MoE switches to its min-latency kernel at small batches (AIConfigurator prices
     it so); the tables' CUTLASS rows, the most numerous, price every other step. Other backends are unchanged."""

@@ -339,6 +339,7 @@ class TableCostModel(TabulatedCostModel):
         self._moe_low: tuple[np.ndarray, np.ndarray] | None = None
         self._moe_token_scale = 1
         self._moe_max_tokens = math.inf
+        self._rf_even: RooflineCostModel | None = None  # the roofline at --moe-imbalance 1 (_moe_experts)
         m, r = self.model, self.replica
         if not m.is_moe:
             return
@@ -356,11 +357,12 @@ class TableCostModel(TabulatedCostModel):
         shape = (("hidden_size", "==", m.hidden_size), ("inter_size", "==", m.expert_ffn_size),
                  ("topk", "==", m.num_experts_per_tok), ("num_experts", "==", m.num_experts))
         # Routing as AIConfigurator prices it by default (its ModelConfig's workload_distribution "power_law":
-        # the power_law_1.01 rows), the more skewed power_law_1.2 rows past that; the "balanced" rows (every
-        # expert given an equal share, so a decode batch touches n x top-k distinct experts) price small batches
-        # as if a real router never repeated an expert. On the silicon rows the power-law rows fit better
-        # (results/validation/silicon/README.md: vLLM's held-out TPOT 11.7% -> 9.4%).
-        dist = MOE_ROUTING if r.moe_imbalance <= 1.0 else "power_law_1.2"
+        # the power_law_1.01 rows); the "balanced" rows (every expert given an equal share, so a decode batch
+        # touches n x top-k distinct experts) price small batches as if a real router never repeated an expert.
+        # On the silicon rows the power-law rows fit better (results/validation/silicon/README.md: vLLM's
+        # held-out TPOT 11.7% -> 9.4%). --moe-imbalance above 1 scales these rows by the roofline's own
+        # imbalance effect (_moe_experts): the tables' power_law_1.2 rows record no imbalance a flag could name.
+        dist = MOE_ROUTING
         cols = ("num_tokens", "moe_tp_size", "moe_ep_size", "distribution", "latency")
         src, d, note = None, {}, None
         for candidate in candidates:
@@ -434,7 +436,22 @@ class TableCostModel(TabulatedCostModel):
                           "min-latency / CUTLASS ratio")
 
     def _moe_experts(self, t: np.ndarray, roofline_experts: np.ndarray) -> np.ndarray:
-        """Per-rank tokens ``t``; the table's tokens are the whole MoE group's (x attention_dp)."""
+        """Per-rank tokens ``t``; the table's tokens are the whole MoE group's (x attention_dp). With
+        ``--moe-imbalance`` above 1, the rows (measured at the default routing) times the roofline's price
+        with the imbalance over its price without: the busiest expert's extra tokens, as the roofline
+        counts them, on the measured kernel."""
+        out = self._moe_table_experts(t, roofline_experts)
+        if self.replica.moe_imbalance > 1.0:
+            if self._rf_even is None:
+                from dataclasses import replace
+
+                self._rf_even = RooflineCostModel(replace(self.replica, moe_imbalance=1.0), self.rf.cal, table_tokens=1)
+            base = moe_token_ops(self._rf_even, t)["moe_experts"]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = np.where(base > 0, out * roofline_experts / np.where(base > 0, base, 1.0), out)
+        return out
+
+    def _moe_table_experts(self, t: np.ndarray, roofline_experts: np.ndarray) -> np.ndarray:
         toks, lat = self._moe
         scale = self._moe_token_scale
         tt = t * scale

@@ -50,7 +50,7 @@ from simulator.config.catalog import ModelSpec, get_model
 from simulator.config.errors import ConfigError
 
 FLUSH_EVERY_S = 2.0
-# Piped or redirected (no terminal for the live bar), progress is a plain line this often, and at the end.
+# Piped or redirected (no terminal for the live bar), progress is a plain line this often (RunProgress).
 PLAIN_PROGRESS_EVERY_S = 15.0
 DEVICES = ("cpu", "cuda")
 DTYPES = ("bfloat16", "float16", "float32", "fp8")  # fp8: FP8 linear layers, everything else bf16

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from profiler.schema import TABLE_FILE
 from simulator.calibrate.fit import (
     ape,
     decode_rms_context,
@@ -256,7 +257,7 @@ def summarize(points: pd.DataFrame) -> pd.DataFrame:
 
 def labels(tables: list[Path]) -> list[str]:
     """Short unique names: each table's folder (or file stem) relative to what all of them share."""
-    names = [t.parent if t.name == "profile.csv" else t.with_suffix("") for t in tables]
+    names = [t.parent if t.name == TABLE_FILE else t.with_suffix("") for t in tables]
     resolved = [n.resolve() for n in names]
     common = Path(os.path.commonpath(resolved)) if len(resolved) > 1 else resolved[0].parent
     out = [str(r.relative_to(common)) if r != common else r.name for r in resolved]

@@ -303,11 +303,7 @@ def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
         read = t["bytes"] / (t["bw"] * c["attn_decode_memory_eff"])
         items = (t["b"] * c["attn_decode_per_seq_s"] + t["seq_kv_heads"] * c.get("attn_decode_per_kv_head_s", 0.0)
                  + t["seq_heads"] * c.get("attn_decode_per_head_s", 0.0))
-        if c.get("attn_decode_overlap"):
-            return np.maximum(read, items) + floor
-        return (read + t["b"] * c["attn_decode_per_seq_s"] + floor
-                + t["seq_kv_heads"] * c.get("attn_decode_per_kv_head_s", 0.0)
-                + t["seq_heads"] * c.get("attn_decode_per_head_s", 0.0))
+        return (np.maximum(read, items) if c.get("attn_decode_overlap") else read + items) + floor
     if family == "mla_decode":
         return (np.maximum(t["flops"] / (t["bf16"] * mla_eff), t["bytes"] / (t["bw"] * c["attn_decode_memory_eff"]))
                 + t["b"] * c["attn_decode_per_seq_s"] + attn_floor)

@@ -804,9 +804,9 @@ class EngineCostModel(CostModel):
                 return out
             kvs = range(kv_sum, kv_sum + n * m, n)
             if overlap:
-                attn = [max((kv * kvb + per_token) / bandwidth, per_seq) + kernel_floor for kv in kvs]
+                attn = (max((kv * kvb + per_token) / bandwidth, per_seq) + kernel_floor for kv in kvs)
             else:
-                attn = [(kv * kvb + per_token) / bandwidth + per_seq + kernel_floor for kv in kvs]
+                attn = ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor for kv in kvs)
             if mix is None:
                 return [rest + a for a in attn]
             return [rest + (a + share * (lin - a)) for a in attn]

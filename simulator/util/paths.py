@@ -125,7 +125,8 @@ def check_in_dir(path: Path | str, field: str, hint: str = "") -> Path:
 
 
 def check_profile_table(path: Path | str, field: str = "--profile") -> Path:
-    """The table of a profile argument: a ``simulate profile`` folder (its ``profile.csv``) or a table file."""
+    """The table of a profile argument: a ``simulate profile`` folder (its ``profile.csv``, the profiler's
+    ``TABLE_FILE``, named here because util sits below the profiler) or a table file."""
     path = Path(path)
     if path.is_dir():
         if not (path / "profile.csv").is_file():

@@ -447,8 +447,7 @@ class TableCostModel(TabulatedCostModel):
 
                 self._rf_even = RooflineCostModel(replace(self.replica, moe_imbalance=1.0), self.rf.cal, table_tokens=1)
             base = moe_token_ops(self._rf_even, t)["moe_experts"]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                out = np.where(base > 0, out * roofline_experts / np.where(base > 0, base, 1.0), out)
+            out = np.where(base > 0, out * roofline_experts / np.where(base > 0, base, 1.0), out)
         return out
 
     def _moe_table_experts(self, t: np.ndarray, roofline_experts: np.ndarray) -> np.ndarray:

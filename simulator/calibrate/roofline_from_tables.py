@@ -45,8 +45,11 @@ to the per-op timings of today's vLLM, SGLang and TensorRT-LLM kernels in
   latent cache), ``mla_decode_per_seq_s``, ``mla_decode_per_head_s`` and ``mla_decode_floor_s``; (3) the engines' custom all-reduce: ``allreduce_bus_eff``, ``allreduce_latency_s``; (4) fused MoE
   (the routed experts at the table's ``moe_tp x moe_ep`` split): the expert constants of
   :class:`~simulator.costmodel.moe.ExpertCalibration` and ``expert_permute_s`` (a cost per hidden element
-  of every token entering the layer, whatever the EP split: without it, an EP rank's kernel at many
-  tokens is priced 2-5x too fast) and the tables' routings (:data:`ROUTINGS`: the constants are the runtime's
+  of every routed copy of a token entering the layer, tokens x top-k, whatever the EP split: without it, an EP
+  rank's kernel at many tokens is priced 2-5x too fast; per token alone, models of top-k 1-4 came out
+  20-30% slow and of top-k 16-22 25% fast above 4K tokens), the gated activation between the two GEMMs
+  priced as the runtime prices it (``moe_act``: an element-wise kernel; the tables time it inside the fused
+  op, and a fit without it left the runtime charging it twice) and the tables' routings (:data:`ROUTINGS`: the constants are the runtime's
   power_law_1.01, the other two related to it by a fitted EP-rank load), then each low-precision lane its own five (``expert_formats``; the
   runtime puts a replica's lane into the ``expert_*`` fields, :meth:`RooflineCalibration.for_weights`).
 - **element-wise ops** have no tables: they take the table model's own treatment (AIConfigurator's
@@ -229,7 +232,11 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
         # "balanced" rows give every expert an equal share: a batch touches min(E, n x k) distinct experts
         touched = np.where(route == BALANCED, np.minimum(e, t * topk), touched) / mep
         per_expert = np.where(touched > 0, t * topk / mep / np.where(touched > 0, touched, 1.0), 0.0)
-        out.update(touched=touched, per_expert=per_expert, flops=2.0 * per_expert * h * 3 * f_local, token_hidden=t * h,
+        # token_hidden: the hidden elements of every routed copy of a token (t x top-k), which the kernels'
+        # permutation and un-permutation move whatever the EP split; act_bytes: the gated activation between
+        # the two expert GEMMs (moe.moe_token_ops' moe_act, an element-wise kernel over this rank's copies)
+        out.update(touched=touched, per_expert=per_expert, flops=2.0 * per_expert * h * 3 * f_local,
+                   token_hidden=t * topk * h, act_bytes=t * topk / mep * 3 * f_local * db,
                    bytes=3 * h * f_local * r.weight_bytes + per_expert * (2 * h + 3 * f_local) * db, peak=r.gemm_peak_flops,
                    prefix=_expert_prefix(GEMM_CLASS[r.dtype]), route=route, mep=mep,
                    weight_bytes=3 * h * f_local * r.weight_bytes, token_bytes=(2 * h + 3 * f_local) * db)
@@ -323,8 +330,9 @@ def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(pe > 0, t["flops"] / (t["peak"] * eff), 0.0)
         memory = t["bytes"] / (t["bw"] * c[f"{p}memory_eff"])
+        act = t["act_bytes"] / (t["bw"] * ELEMENTWISE["elementwise_memory_eff"]) + floor if "act_bytes" in t else 0.0
         return (t["touched"] * np.maximum(compute, memory) + 2 * floor + c[f"{p}router_overhead_s"]
-                + t["token_hidden"] * c.get(f"{p}permute_s", 0.0))
+                + t["token_hidden"] * c.get(f"{p}permute_s", 0.0) + act)
     raise ValueError(family)
 
 

@@ -89,8 +89,9 @@ class RooflineCalibration:
     expert_half_tokens: float | None = None  # None: the GPU's fitted 2023 ones, else its dense-GEMM calibration
     expert_memory_eff: float | None = None
     expert_router_overhead_s: float | None = None
-    # Seconds per hidden element of every token entering a MoE layer (routing, permutation, an EP rank's
-    # scan of all tokens for its experts' share): what fused MoE kernels spend beyond the expert GEMMs.
+    # Seconds per hidden element of every routed copy of a token entering a MoE layer (tokens x top-k: the
+    # permutation into expert order and the weighted un-permutation, which an EP rank runs over all tokens for
+    # its experts' share): what fused MoE kernels spend beyond the expert GEMMs and the activation.
     expert_permute_s: float = 0.0
     # GEMM curves of low-precision kernels: (class, compute_eff, half_tokens, memory_eff, floor_s, act_elem_s) per
     # class of GEMM_CLASS other than bf16; floor_s + act_elem_s * m * k: the activation-quantisation kernel before

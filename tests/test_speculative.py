@@ -10,7 +10,14 @@ import simpy
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, SchedulerConfig
-from simulator.config.speculative import SpeculativeConfig, al_iid, al_of_rates, from_vllm_json, parse_rates
+from simulator.config.speculative import (
+    SpeculativeConfig,
+    al_iid,
+    al_of_rates,
+    from_vllm_json,
+    parse_rates,
+    to_vllm_json,
+)
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
 from simulator.costmodel.speculative import SpecBatchShape, SpeculativeCostModel, drafter_memory
@@ -563,3 +570,68 @@ def test_mtp_needs_a_model_that_ships_mtp_modules() -> None:
            "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000, "num_nextn_predict_layers": 1}
     assert model_from_hf_dict(cfg, "tiny").num_mtp_layers == 1
     assert model_from_hf_dict({**cfg, "num_nextn_predict_layers": 0}, "tiny").num_mtp_layers == 0
+
+
+# -- token trees ---------------------------------------------------------------------------------------------------
+TREE = "[(0,), (1,), (2,), (0, 0), (1, 0), (0, 0, 0)]"  # 6 nodes, 3 deep: 3 candidates at position 1
+
+
+def test_token_tree_config() -> None:
+    """vLLM's speculative_token_tree: nodes are the draft tokens (vLLM's num_speculative_tokens), the depth is k;
+    it round-trips through the JSON and the config dict, and malformed trees are refused in one line."""
+    c = from_vllm_json(f'{{"method": "eagle", "speculative_token_tree": "{TREE}", "acceptance_rate": 0.7}}')
+    assert (c.k, c.num_verify_tokens, c.tree_widths) == (3, 6, (1, 3, 2))
+    assert c.verify_pairs == 1 + 3 * 2 + 2 * 3 + 4  # root, then each node's ancestors-or-self and the root
+    assert c.mean_acceptance_length == pytest.approx(al_iid(0.7, 3))  # the accepted path's rates
+    assert from_vllm_json(to_vllm_json(c)) == c and SpeculativeConfig.from_dict(c.to_dict()) == c
+    chain = SpeculativeConfig("eagle", 3, acceptance_rates=(0.7,))
+    assert (chain.num_verify_tokens, chain.tree_widths, chain.verify_pairs) == (3, (1, 1, 1), 10)  # c (c + 1) / 2
+    # A chain written as a tree is the chain's shape.
+    as_tree = from_vllm_json('{"method": "eagle", "speculative_token_tree": "[(0,), (0, 0), (0, 0, 0)]"}', (0.7,))
+    assert (as_tree.num_verify_tokens, as_tree.tree_widths, as_tree.verify_pairs) == (3, (1, 1, 1), 10)
+    for bad in (f'{{"method": "eagle", "num_speculative_tokens": 3, "speculative_token_tree": "{TREE}"}}',  # 6 nodes
+                '{"method": "eagle", "speculative_token_tree": "[(0,), (1, 0)]"}',  # (1, 0) has no parent
+                '{"method": "eagle", "speculative_token_tree": "[(0,), (0,)]"}',
+                '{"method": "eagle", "speculative_token_tree": "[(0,), (-1,)]"}',
+                '{"method": "eagle", "speculative_token_tree": "[(0,"}',
+                '{"method": "eagle", "speculative_token_tree": "[]"}'):
+        with pytest.raises(ConfigError) as err:
+            from_vllm_json(bad, (0.7,))
+        assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="deep"):
+        SpeculativeConfig("eagle", 2, acceptance_rates=(0.7,), token_tree=((0,), (0, 0), (0, 0, 0)))
+
+
+def test_token_tree_in_the_loop() -> None:
+    """A tree verifies all its nodes (budget, KV slots) and emits along one path: the mean emitted per step is
+    the path's AL, the drafted count is the nodes, KV balances, and the verify step costs more than the chain's."""
+    tree = from_vllm_json(f'{{"method": "ngram", "speculative_token_tree": "{TREE}"}}', (0.6,))
+    chain = SpeculativeConfig("ngram", 3, acceptance_rates=(0.6,))
+    runs = {}
+    for name, spec in (("tree", tree), ("chain", chain)):
+        requests, recorder, sched = run(spec, [(0.0, 64, 1500)] * 8)
+        s = sched.speculation.stats
+        assert all(r.num_generated == r.num_output_tokens for r in requests)
+        assert sched.blocks.num_free_blocks == sched.blocks.num_blocks
+        n = s.num_verify_steps
+        assert abs(s.mean_acceptance_length - al_iid(0.6, 3)) < 0.05
+        runs[name] = (s.num_drafted / n, max(row[3] + row[4] for row in recorder.iterations if not row[5]))
+    # Full steps verify 6 (tree) or 3 (chain) drafts; the request's last tokens cut to a chain.
+    assert runs["tree"][0] == pytest.approx(6, abs=0.1) and runs["chain"][0] == pytest.approx(3, abs=0.05)
+    assert runs["tree"][1] == 8 * 7 and runs["chain"][1] == 8 * 4  # 8 requests x (1 + drafts): the busiest prompt-free step
+    target, _ = _costs("eagle")
+    chain_cost = SpeculativeCostModel(target, SpeculativeConfig("eagle", 3, acceptance_rates=(0.7,)))
+    tree_cost = SpeculativeCostModel(target, from_vllm_json(f'{{"method": "eagle", "speculative_token_tree": "{TREE}"}}',
+                                                            (0.7,)))
+    for n in (1, 64):
+        a, b = SpecBatchShape(), SpecBatchShape()
+        for _ in range(n):
+            a.add_verify(3, 999)
+            b.add_verify(3, 999, 6, tree_cost.spec.verify_pairs)
+        assert (a.num_prefill_tokens, b.num_prefill_tokens) == (3 * n, 6 * n)
+        assert tree_cost.iteration_time(b) > chain_cost.iteration_time(a)
+        assert tree_cost.draft_time(b) > chain_cost.draft_time(a)  # the tree's wider levels are drafted too
+    # A chain shape under the tree's config costs what the chain config says (same float).
+    a = SpecBatchShape()
+    a.add_verify(2, 500)
+    assert tree_cost.iteration_time(a) == chain_cost.iteration_time(a)

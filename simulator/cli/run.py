@@ -176,7 +176,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     if config.speculative is not None:
         sp = config.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""
-        title += (f" · speculative {sp.method}{drafter} k={sp.k}, expected AL {sp.mean_acceptance_length:.2f} · "
+        tree = f" (a token tree of {sp.num_verify_tokens} nodes)" if sp.token_tree else ""
+        title += (f" · speculative {sp.method}{drafter} k={sp.k}{tree}, expected AL {sp.mean_acceptance_length:.2f} · "
                   "loop step by step (no lockstep or event skipping with speculation)")
     if "prefix_caching" in summary:  # on (simulator.engine.prefix_cache); said when turned off by hand
         pc = summary["prefix_caching"]

@@ -7,6 +7,13 @@ pass. The drafts are accepted left to right until the first rejection; the targe
 that position (correction, or the bonus token when all ``k`` are accepted) is emitted too, so a
 step emits ``1 + a`` tokens, ``a`` in ``0..k``.
 
+A drafter may propose a *token tree* instead of a chain (vLLM's ``speculative_token_tree``, SGLang's
+``--speculative-eagle-topk`` with ``--speculative-num-draft-tokens``; EAGLE-2, Medusa and Hydra trees): several
+candidates per position, all verified in the same pass (each node attends to the context and its own ancestors),
+of which one root-to-leaf path is accepted. The tree's depth is ``k``; its nodes are the draft tokens a step
+verifies (``num_verify_tokens``); the per-position rates below are the accepted path's (a measured tree AL is that
+path's length).
+
 Acceptance is held as *per-position conditional rates* ``r_1..r_k``: ``r_j`` is the chance
 that draft ``j`` is accepted given drafts ``1..j-1`` were. Then ``P(a >= j) = r_1 * ... * r_j``
 and the mean acceptance length (tokens per verify step, bonus included) is
@@ -16,16 +23,18 @@ README), hence per-position rates.
 
 :class:`SpeculativeConfig` is frozen and validated on construction; :func:`from_vllm_json`
 reads vLLM's ``--speculative-config`` JSON (``method``, ``num_speculative_tokens``, ``model``,
-``disable_by_batch_size``, ``draft_tensor_parallel_size``). A named data-folder row is resolved
+``disable_by_batch_size``, ``draft_tensor_parallel_size``, ``speculative_token_tree``). A named data-folder row is resolved
 to rates by :mod:`simulator.config.acceptance` when options are parsed;
 the config keeps the rates and names their source, so a saved config reproduces the run.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from simulator.config.errors import ConfigError
@@ -42,7 +51,8 @@ UNMODELLED_KEYS = {"prompt_lookup_max": "n-gram match lengths act through the ac
 # Draft tokens a step at most: far past any drafter's (and past 2^63 the verify step's arrays overflow).
 MAX_SPECULATIVE_TOKENS = 256
 _VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
-              "acceptance_rate", "acceptance_rates", "reduce_k_batch_size", "acceptance_source", *UNMODELLED_KEYS)
+              "acceptance_rate", "acceptance_rates", "reduce_k_batch_size", "acceptance_source", "speculative_token_tree",
+              *UNMODELLED_KEYS)
 
 
 def al_iid(rate: float, k: int) -> float:
@@ -84,6 +94,10 @@ class SpeculativeConfig:
     reduce_k_batch_size: int | None = None
     # vLLM keys the JSON gave that this run does not model (UNMODELLED_KEYS); said, not silent
     unmodelled_keys: tuple[str, ...] = field(default=(), compare=False)
+    # A token tree (vLLM's speculative_token_tree): each node the path of child ranks from the root, e.g.
+    # ((0,), (1,), (0, 0)) drafts 3 tokens, 2 candidates at position 1; its depth is num_speculative_tokens.
+    # () is the chain of k.
+    token_tree: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -130,6 +144,7 @@ class SpeculativeConfig:
                               "drop --spec-reduce-k-batch-size, or draft more tokens")
         if self.draft_model is not None and not isinstance(self.draft_model, str):
             raise ConfigError("speculative.model", f"must be a model name, got {self.draft_model!r}")
+        object.__setattr__(self, "token_tree", _checked_tree(self.token_tree, k))
         object.__setattr__(self, "unmodelled_keys", tuple(str(key) for key in self.unmodelled_keys))
         bad = sorted(set(self.unmodelled_keys) - set(UNMODELLED_KEYS))
         if bad:
@@ -145,6 +160,33 @@ class SpeculativeConfig:
     @property
     def k(self) -> int:
         return self.num_speculative_tokens
+
+    @property
+    def num_verify_tokens(self) -> int:
+        """Draft tokens a request verifies in a step at full ``k``: the tree's nodes, else ``k``."""
+        return len(self.token_tree) or self.num_speculative_tokens
+
+    @cached_property  # read by every step of a run (the config is frozen: computed once)
+    def tree_widths(self) -> tuple[int, ...]:
+        """Tokens each of the ``k`` draft passes feeds the drafter per request: the tree's nodes at depth
+        ``0..k-1`` (the root, the last token, first); all 1 for a chain."""
+        if not self.token_tree:
+            return (1,) * self.num_speculative_tokens
+        widths = [1] + [0] * (self.num_speculative_tokens - 1)
+        for node in self.token_tree:
+            if len(node) < len(widths):
+                widths[len(node)] += 1
+        return tuple(widths)
+
+    @cached_property  # read by every step of a run (the config is frozen: computed once)
+    def verify_pairs(self) -> int:
+        """Query-key pairs among a full verify's own ``num_verify_tokens + 1`` tokens: the root attends to
+        itself, a node at depth ``d`` to the root and its ``d`` ancestors-or-self (``c (c + 1) / 2`` for a chain
+        of ``c`` tokens)."""
+        if not self.token_tree:
+            c = self.num_speculative_tokens + 1
+            return c * (c + 1) // 2
+        return 1 + sum(len(node) + 1 for node in self.token_tree)
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -175,7 +217,7 @@ class SpeculativeConfig:
                 "draft_model": self.draft_model, "acceptance_rates": list(self.acceptance_rates),
                 "acceptance_source": self.acceptance_source, "draft_tp": self.draft_tp,
                 "disable_by_batch_size": self.disable_by_batch_size, "reduce_k_batch_size": self.reduce_k_batch_size,
-                "unmodelled_keys": list(self.unmodelled_keys)}
+                "unmodelled_keys": list(self.unmodelled_keys), "token_tree": [list(node) for node in self.token_tree]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SpeculativeConfig:
@@ -187,7 +229,45 @@ class SpeculativeConfig:
         for name in ("acceptance_rates", "unmodelled_keys"):
             if name in data:
                 data[name] = tuple(data[name])
+        if "token_tree" in data:
+            data["token_tree"] = _tree_tuple(data["token_tree"], "config.speculative.token_tree")
         return cls(**data)
+
+
+def _tree_tuple(raw: Any, where: str) -> tuple[tuple[int, ...], ...]:
+    """A tree given as a list of paths (JSON lists or tuples) as a tuple of int tuples (one-line error otherwise)."""
+    try:
+        return tuple(tuple(node) for node in raw)
+    except TypeError:
+        raise ConfigError(where, f"must be a list of paths, got {raw!r}", "e.g. [(0,), (1,), (0, 0)]") from None
+
+
+def _checked_tree(tree: Any, k: int) -> tuple[tuple[int, ...], ...]:
+    """``tree`` validated (paths of child ranks, each node's parent present, depth ``k``) and sorted
+    breadth-first, as vLLM sorts it; () stays the chain."""
+    tree = _tree_tuple(tree, "speculative.token_tree")
+    if not tree:
+        return ()
+    where = "speculative.token_tree"
+    fix = "write each node as the path of child ranks from the root, e.g. [(0,), (1,), (0, 0)]"
+    for node in tree:
+        if not node or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in node):
+            raise ConfigError(where, f"node {node!r} is not a non-empty path of ranks >= 0", fix)
+    nodes = sorted(tree, key=lambda n: (len(n), n))
+    seen: set[tuple[int, ...]] = set()
+    for node in nodes:
+        if node in seen:
+            raise ConfigError(where, f"node {node!r} given twice", "give each node once")
+        if len(node) > 1 and node[:-1] not in seen:
+            raise ConfigError(where, f"node {node!r} has no parent {node[:-1]!r}", "add the parent, or drop the node")
+        seen.add(node)
+    if len(nodes) > MAX_SPECULATIVE_TOKENS:
+        raise ConfigError(where, f"{len(nodes):,} nodes, more than {MAX_SPECULATIVE_TOKENS}", "verify a smaller tree")
+    depth = len(nodes[-1])
+    if depth != k:
+        raise ConfigError("speculative.num_speculative_tokens", f"{k} positions, but the token tree is {depth} deep",
+                          f"a tree's depth is its draft positions: drop --num-speculative-tokens or pass {depth}")
+    return tuple(nodes)
 
 
 def parse_rates(text: str) -> tuple[float, ...]:
@@ -235,6 +315,25 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
         raise ConfigError("--speculative-config.method", "missing", f"give one of {', '.join(METHODS)}")
     if str(method).lower() not in _VLLM_METHODS:
         raise ConfigError("--speculative-config.method", f"unknown method {method!r}", f"use one of {', '.join(METHODS)}")
+    tree: tuple[tuple[int, ...], ...] = ()
+    if data.get("speculative_token_tree") is not None:  # vLLM's string of a list of tuples (a list, too)
+        raw = data["speculative_token_tree"]
+        if isinstance(raw, str):
+            try:
+                raw = ast.literal_eval(raw)
+            except (ValueError, SyntaxError):
+                raise ConfigError("--speculative-config.speculative_token_tree", f"cannot read {raw!r}",
+                                  'write it as vLLM does, e.g. "[(0,), (1,), (0, 0)]"') from None
+        tree = _tree_tuple(raw, "--speculative-config.speculative_token_tree")
+        if not tree:
+            raise ConfigError("--speculative-config.speculative_token_tree", "empty", "give at least one node, or drop it")
+        given = data.get("num_speculative_tokens")
+        if given is not None and given != len(tree):  # vLLM counts a tree's nodes as its speculative tokens
+            raise ConfigError("--speculative-config.num_speculative_tokens",
+                              f"{given!r}, but speculative_token_tree has {len(tree)} nodes",
+                              f"pass {len(tree)} (vLLM's count of a tree's draft tokens), or leave it out")
+        depth = max(len(node) for node in tree)
+        data = {**data, "num_speculative_tokens": depth}  # ours: the tree's positions (SpeculativeConfig.k)
     if "num_speculative_tokens" not in data:
         raise ConfigError("--speculative-config.num_speculative_tokens", "missing", 'add "num_speculative_tokens": 3')
     rates: tuple[float, ...] = ()
@@ -263,13 +362,16 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
             "draft_tp": 1 if data.get("draft_tensor_parallel_size") is None else data["draft_tensor_parallel_size"],
             "disable_by_batch_size": data.get("disable_by_batch_size"),
             "reduce_k_batch_size": data.get("reduce_k_batch_size"),
-            "unmodelled_keys": tuple(key for key in UNMODELLED_KEYS if data.get(key) is not None)}
+            "unmodelled_keys": tuple(key for key in UNMODELLED_KEYS if data.get(key) is not None),
+            "token_tree": tree}
 
 
 def to_vllm_json(spec: SpeculativeConfig) -> str:
     """``spec`` as one ``--speculative-config`` string (:func:`vllm_json_fields` reads it back to
     an equal config): vLLM's keys plus ours for the acceptance and the k reduction."""
-    data: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
+    data: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_verify_tokens}
+    if spec.token_tree:
+        data["speculative_token_tree"] = str(list(spec.token_tree))
     if spec.draft_model is not None:
         data["model"] = spec.draft_model
     if spec.draft_tp != 1:

@@ -137,6 +137,7 @@ class SpecBatchShape(BatchShape):
     spec_kv_max: int = 0
     spec_tokens: int = 0  # their verify tokens: sum of k + 1
     spec_attn_pairs: float = 0.0  # their queries' query-key pairs: sum of c * context + c * (c + 1) / 2
+    num_tree: int = 0  # of them, requests verifying a whole token tree (the drafter feeds its wider levels)
 
     @classmethod
     def of(cls, shape: BatchShape) -> SpecBatchShape:
@@ -152,16 +153,21 @@ class SpecBatchShape(BatchShape):
     def num_prompt_tokens(self) -> int:
         return self.num_prefill_tokens - self.num_verify_rows
 
-    def add_verify(self, k: int, context: int) -> None:
+    def add_verify(self, k: int, context: int, width: int | None = None, pairs: int | None = None) -> None:
         """One request verifying ``k`` drafts after ``context`` cached tokens (its last token is
         fed again): ``k + 1`` query tokens over the context, every position scored, the KV of
-        ``context + k + 1`` keys read once (a decode of that length, ``k`` more GEMM rows)."""
-        c = k + 1
+        ``context + k + 1`` keys read once (a decode of that length, ``k`` more GEMM rows). A token
+        tree of ``width`` nodes ``k`` deep verifies ``width + 1`` tokens the same way, ``pairs`` the
+        query-key pairs among them (:attr:`SpeculativeConfig.verify_pairs`)."""
+        w = k if width is None else width
+        c = w + 1
         self.add_decode(context + c)
-        self.num_prefill_tokens += k
-        self.num_logits += k
+        self.num_prefill_tokens += w
+        self.num_logits += w
         self.spec_tokens += c
-        self.spec_attn_pairs += c * context + c * (c + 1) / 2
+        self.spec_attn_pairs += c * context + (c * (c + 1) / 2 if pairs is None else pairs)
+        if w > k:
+            self.num_tree += 1
         kv = context + 1
         self.num_spec += 1
         self.spec_kv_sum += kv
@@ -254,7 +260,8 @@ class SpeculativeCostModel(CostModel):
         self.kernels = getattr(target, "kernels", target)  # a kernel model under the engine terms
         self.target = verify_aware(target)
         self.spec = spec
-        self.name = f"{target.name} + speculative {spec.method} k={spec.k}"
+        tree = f", tree of {spec.num_verify_tokens}" if spec.token_tree else ""
+        self.name = f"{target.name} + speculative {spec.method} k={spec.k}{tree}"
         self.draft: CostModel | None = None
         engine = getattr(target, "engine", None)
         if spec.method == "draft_model":
@@ -295,8 +302,7 @@ class SpeculativeCostModel(CostModel):
             if shape.num_prefills:  # prompt chunks beside the verifies
                 total += self._draft_prefill_time(shape)
             for j in range(shape.spec_k):
-                total += self._draft_pass(
-                    BatchShape.decode_only(n, kv_sum + n * j, kv_sq + 2 * j * kv_sum + n * j * j, kv_max + j))
+                total += self._draft_pass(self._pass_shape(shape, j))
             return total
         k = self.kernels
         if self.spec.method == "medusa":  # k heads, one pass: a residual block and an LM head each
@@ -305,9 +311,23 @@ class SpeculativeCostModel(CostModel):
             block = float(k.gemm(np.array([n], dtype=np.float64), h, h // self.replica.tp)[0]) if hasattr(k, "gemm") else 0.0
             return shape.spec_k * (block + k.post_time(d)) + self.pass_cpu_s
         for j in range(shape.spec_k):  # one decoder layer + LM head per draft position
-            d = BatchShape.decode_only(n, kv_sum + n * j, kv_sq + 2 * j * kv_sum + n * j * j, kv_max + j)
+            d = self._pass_shape(shape, j)
             total += k.pre_time(d) + k.layer_time(d) + k.post_time(d) + self.pass_cpu_s
         return total
+
+    def _pass_shape(self, shape: SpecBatchShape, j: int) -> BatchShape:
+        """Draft pass ``j``'s batch: a decode per speculating request at its context plus ``j``; a
+        request verifying a whole token tree feeds the tree's nodes at depth ``j`` (:attr:`tree_widths`),
+        each a decode row over that context."""
+        n, kv_sum, kv_sq, kv_max = shape.num_spec, shape.spec_kv_sum, shape.spec_kv_sq_sum, shape.spec_kv_max
+        extra = shape.num_tree * (self.spec.tree_widths[j] - 1) if shape.num_tree else 0
+        if not extra:
+            return BatchShape.decode_only(n, kv_sum + n * j, kv_sq + 2 * j * kv_sum + n * j * j, kv_max + j)
+        # The tree's requests' mean context stands for each extra row's (the shape keeps sums, not each request's).
+        rows = n + extra
+        scale = rows / n
+        return BatchShape.decode_only(rows, round((kv_sum + n * j) * scale), round((kv_sq + 2 * j * kv_sum + n * j * j) * scale),
+                                      kv_max + j)
 
     def _draft_prefill_time(self, shape: SpecBatchShape) -> float:
         """The draft model's pass over the step's prompt chunks (the prefill fields hold only

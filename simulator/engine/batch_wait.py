@@ -69,7 +69,7 @@ class BatchWait:
         if not num_decodes:
             return False  # no generation requests: the engine never waits then
         speculation = getattr(scheduler, "speculation", None)
-        tokens += num_decodes * (1 + speculation.config.k if speculation is not None else 1)
+        tokens += num_decodes * (1 + speculation.config.num_verify_tokens if speculation is not None else 1)
         slots = scheduler.max_num_seqs - len(running)
         if waiting and slots > 0:
             head = waiting[0]

@@ -125,18 +125,24 @@ class SpeculativeMixin:
     speculation: Speculation
 
     def max_reserve_tokens(self, req: Request) -> int:
-        # The verify pass writes k slots past the cached tokens before the rejected ones are freed.
-        return super().max_reserve_tokens(req) + self.speculation.config.k  # type: ignore[misc]
+        # The verify pass writes a slot per draft token (a tree's every node) past the cached tokens before
+        # the rejected ones are freed.
+        return super().max_reserve_tokens(req) + self.speculation.config.num_verify_tokens  # type: ignore[misc]
 
     def _add_decodes(self, batch: Batch, budget: float, partial: list[Request] | None) -> int:
         """:meth:`Scheduler._add_decodes` where each decode verifies ``k`` drafts: ``1 + k``
         tokens of the budget (``k`` cut to what the budget and the request's remaining output
         leave), KV grown to hold them. The step's ``k`` is the adaptive policy's for the
-        number of running requests; 0 gives exactly the plain step."""
+        number of running requests; 0 gives exactly the plain step. A token tree is verified
+        whole (``1 + num_verify_tokens`` tokens) only at full depth; a cut ``k`` (the adaptive
+        policy, a request's last tokens, the budget's end) verifies a chain of ``k``."""
         self_: Scheduler = self  # type: ignore[assignment]
-        k_step = self.speculation.config.k_for(len(self_.running))
+        config = self.speculation.config
+        k_step = config.k_for(len(self_.running))
         if k_step == 0:
             return super()._add_decodes(batch, budget, partial)  # type: ignore[misc]
+        tree_width = config.num_verify_tokens if k_step == config.k else k_step
+        tree_pairs = config.verify_pairs if tree_width > k_step else None
         shape = batch.shape
         if not isinstance(shape, SpecBatchShape):
             shape = batch.shape = SpecBatchShape.of(shape)
@@ -156,11 +162,12 @@ class SpeculativeMixin:
                 break
             if req.num_generated:
                 k = min(k_step, req.num_output_tokens - req.num_generated - 1)
-                if budget - used - 1 < k:
-                    k = int(budget - used - 1)
-                need = computed + 1 + k
+                width = tree_width if k == k_step else k  # draft tokens verified: a whole tree, else the chain
+                if budget - used - 1 < width:
+                    width = k = min(k, int(budget - used - 1))
+                need = computed + 1 + width
             else:
-                k, need = 0, computed + 1  # a prompt's 1-token tail
+                k, width, need = 0, 0, computed + 1  # a prompt's 1-token tail
             if req.num_blocks * block_size < need:
                 grown = self_._grow_or_preempt(req, need, batch)
                 num_running = len(running)  # preemption removes from the end
@@ -171,13 +178,15 @@ class SpeculativeMixin:
                 used += 1
             else:
                 batch.requests.append(req)
-                batch.num_tokens.append(1 + k)
+                batch.num_tokens.append(1 + width)
                 req.in_flight = True
-                if k:
+                if width > k:
+                    shape.add_verify(k, computed, width, tree_pairs)
+                elif k:
                     shape.add_verify(k, computed)
                 else:
                     shape.add_decode(computed + 1)
-                used += 1 + k
+                used += 1 + width
             i += 1
         return used
 
@@ -196,13 +205,16 @@ class SpeculativeMixin:
         block_size = blocks.block_size
         finished: list[Request] = []
         run_gap, run_count, zeros = -1.0, 0, 0  # equal gaps as one run, and the steps' zero gaps as one
+        depth = spec.config.k
         for j in verify:
-            req, k = requests[j], num_tokens[j] - 1
+            # Verified tokens: a chain of k <= depth, or a whole tree (more nodes than its depth).
+            req, width = requests[j], num_tokens[j] - 1
+            k = width if width <= depth else depth
             req.in_flight = False
             a = spec.draw(k)
             emitted = min(a + 1, req.num_output_tokens - req.num_generated)
             stats.num_verify_steps += 1
-            stats.num_drafted += k
+            stats.num_drafted += width
             stats.num_accepted += a
             stats.num_emitted += emitted
             stats.accepted_hist[a] += 1

@@ -630,7 +630,10 @@ def step_floor(config: RunConfig) -> StepFloor:
     verify_s = []
     for j in range(1, spec.k + 1):
         shape = SpecBatchShape()
-        shape.add_verify(j, 1)  # a 1-token prompt's first verify: the least context a verify has
+        if j == spec.k and spec.num_verify_tokens > j:  # full depth verifies the whole token tree
+            shape.add_verify(j, 1, spec.num_verify_tokens, spec.verify_pairs)
+        else:
+            shape.add_verify(j, 1)  # a 1-token prompt's first verify: the least context a verify has
         verify_s.append(float(spec_cost.iteration_time(shape)))
     # Drafts are accepted left to right: none past the first position whose rate is 0.
     max_accepted = next((i for i, r in enumerate(spec.acceptance_rates) if r <= 0.0), spec.k)

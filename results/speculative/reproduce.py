@@ -91,6 +91,44 @@ def iid(al: float, k: int) -> tuple[float, ...]:
     return (iid_rate(al, k),)
 
 
+# What each Spec-Bench method verifies a step under Spec-Bench's own run settings (hemingkx/Spec-Bench: eval.sh,
+# scripts/eval_script.sh, the argparse defaults of evaluation/inference_*.py and the model code they call), the last
+# accepted token (the root) left out: a token tree's nodes per level, or (PLD, SpS) a chain's (k,).
+SPEC_BENCH_DRAFTS = {
+    "EAGLE": ((4, 8, 8, 3, 2), "EAGLE-1's 25-node tree mc_sim_7b_63"),
+    "EAGLE2": ((10, 10, 10, 10, 10, 9), "total_token 60 with the root, depth 5 + 1 levels, top_k 10"),
+    "EAGLE3": ((10, 10, 10, 10, 10, 9), "EAGLE-2's dynamic tree: total_token 60, depth 5 + 1, top_k 10"),
+    "SAMD[EAGLE2]": ((8, 8, 8, 8, 8, 22), "its EAGLE-2 tree: total_tokens 63 with the root, depth 5 + 1, top_k 8; "
+                                          "its 39-token suffix-automaton chain when a match is long is not modelled"),
+    "Hydra": ((10, 28, 23, 2), "Medusa's 63-node tree mc_sim_7b_63, 4 heads"),
+    "Medusa": ((10, 28, 23, 2), "mc_sim_7b_63: 63 nodes, 4 heads"),
+    "SpS": ((5,), "HF assisted decoding's 5 assistant tokens to start (its heuristic moves it +2 / -1 a step)"),
+    "PLD": ((10,), "draft_num_candidate_tokens 10 in a line"),
+    "Lookahead": ((41, 7, 7), "level 5, window 7, guess 7: 7 guesses of 3 acceptable tokens (their 4th is never "
+                              "accepted) and a 27-token lookahead branch, 55 tokens besides the root"),
+    "REST": ((16, 12, 10, 8, 6, 4, 3, 2, 2, 1), "num_draft 64: up to 64 trie nodes, at most 10 deep (the trie's "
+                                                "shape by level is not fixed: an even taper assumed)"),
+    "Recycling": ((8, 21, 25, 15, 8, 3), "tree template 2.2.2: 80 nodes"),
+}
+
+
+def tree_of(levels: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """A token tree with ``levels[j]`` nodes at depth ``j + 1``, each level's nodes spread over the level
+    above in turn (child ranks in order): the shape the verify pays for, not any method's exact tree."""
+    nodes: list[tuple[int, ...]] = []
+    parents: list[tuple[int, ...]] = [()]
+    for count in levels:
+        children = [0] * len(parents)
+        level = []
+        for i in range(count):
+            p = i % len(parents)
+            level.append(parents[p] + (children[p],))
+            children[p] += 1
+        nodes += level
+        parents = level
+    return tuple(nodes)
+
+
 def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[list[Setting], list[dict]]:
     """Expressible settings and the rows we cannot express (with why)."""
     out: list[Setting] = []
@@ -211,11 +249,12 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
             kimi.measured.append((f"EAGLE3.1 concurrency {r['concurrency']}", float(r["concurrency"]), float(r["speedup"])))
     out.append(kimi)
 
-    # 5. Spec-Bench, batch 1, A100-80GB: Vicuna-7B/13B (Llama-2 architectures). Tree methods have no k:
-    # a chain of k = 6 (EAGLE's tree depth) with the row's AL as an i.i.d. rate. Sequential heads (EAGLE*,
-    # Hydra, SAMD) priced as k passes of one layer + LM head, Medusa's parallel heads as one pass; SpS as the Vicuna-68M draft; lookup methods
-    # (PLD, REST, Lookahead, Recycling) as n-gram (free drafts). HF/PyTorch eager: the 'handset' engine.
-    # Vicuna v1.3 fine-tunes LLaMA-1 (7B and 13B: Llama-2's shapes; 33B: llama-33b).
+    # 5. Spec-Bench, batch 1, A100-80GB and RTX 3090: Vicuna-7B/13B/33B. Each method verifies what Spec-Bench's
+    # own run settings make it verify (SPEC_BENCH_DRAFTS: a token tree of that many nodes by level, or a chain),
+    # the row's AL as an i.i.d. rate along the accepted path of the tree's depth. Sequential heads (EAGLE*, Hydra,
+    # SAMD) priced as depth passes of one layer + LM head over the tree's levels, Medusa's parallel heads as one
+    # pass; SpS as the Vicuna-68M draft; lookup methods (PLD, REST, Lookahead, Recycling) as n-gram (free drafts).
+    # HF/PyTorch eager: the 'handset' engine. Vicuna v1.3 fine-tunes LLaMA-1 (7B and 13B: Llama-2's shapes; 33B: llama-33b).
     arch = {"Vicuna-7B-v1.3": "llama-2-7b", "Vicuna-13B-v1.3": "llama-2-13b", "Vicuna-33B-v1.3": "llama-33b"}
     gpus = {"A100 80GB": "a100-80gb", "RTX 3090 24GB": "rtx-3090"}
     for r in bench:
@@ -233,11 +272,16 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
         else:
             method, draft_model = "ngram", None
         al = float(r["mean_accepted_tokens"])
+        levels, why = SPEC_BENCH_DRAFTS[m]
+        tree = tree_of(levels) if len(levels) > 1 else ()  # a 1-tuple is a chain's k
+        depth = len(levels) if tree else levels[0]
+        shape = f"a token tree of {sum(levels)} nodes by level {'/'.join(map(str, levels))}" if tree else f"a chain of k={depth}"
         s = Setting(label, ReplicaConfig(arch[r["target_model"]], gpus[r["gpu"]]), "handset", v1,
-                    SpeculativeConfig(method, 6, draft_model, iid(al, 6), f"Spec-Bench AL {al}"),
+                    SpeculativeConfig(method, depth, draft_model, iid(al, depth), f"Spec-Bench AL {al}", token_tree=tree),
                     "e2e_s", "concurrency", [1],
                     {"name": "fixed", "prompt_tokens": 256, "output_tokens": 256},
-                    f"batch 1; chain k=6 with AL {al} i.i.d.; {method} pricing; engine handset (eager PyTorch); 256/256")
+                    f"batch 1; {shape} ({why}) with AL {al} i.i.d. along the accepted path; {method} pricing; "
+                    "engine handset (eager PyTorch); 256/256")
         s.measured.append(("batch 1", 1.0, float(r["speedup_overall"])))
         out.append(s)
 

@@ -213,19 +213,26 @@ def test_one_sigint_stops_a_ray_sweep_and_resume_runs_the_rest(tmp_path: Path, r
     spec = small_spec(grid={"qps": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}, num_requests=150, prompt_tokens=256,
                       output_tokens=256)
 
+    ended = threading.Event()
+
     def interrupt_after_the_first_point() -> None:
         deadline = time.monotonic() + 60
-        while not list((tmp_path / "points").glob("*.json")) and time.monotonic() < deadline:
+        while not list((tmp_path / "points").glob("*.json")) and time.monotonic() < deadline and not ended.is_set():
             time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGINT)
+        if not ended.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
 
-    # A signal landing after the sweep ended must not stop the test session.
+    # A signal landing after the sweep ended must not stop the test session: the sender stops once the sweep
+    # returns, and the harmless handler stays until the sender is done.
     previous = signal.signal(signal.SIGINT, lambda *args: None)
+    sender = threading.Thread(target=interrupt_after_the_first_point, daemon=True)
     try:
-        threading.Thread(target=interrupt_after_the_first_point, daemon=True).start()
+        sender.start()
         with pytest.raises(SweepInterrupted) as stop:
             run_sweep(spec, tmp_path, ray_address="local")
     finally:
+        ended.set()
+        sender.join(timeout=70)
         signal.signal(signal.SIGINT, previous)
     done = stop.value.num_done
     assert stop.value.signal_name == "SIGINT" and 1 <= done < 6

@@ -316,7 +316,9 @@ def speculation_extra(config: SpeculativeConfig, schedulers: list[Scheduler]) ->
     token_logs = [s.gaps for s in schedulers]
     step_logs = [per_step_gaps(s.gaps, s.speculation.stats.num_intra_step_zeros) if hasattr(s, "speculation")
                  else s.gaps for s in schedulers]
-    out: dict = {"method": config.method, "num_speculative_tokens": config.k, "draft_model": config.draft_model,
+    out: dict = {"method": config.method, "num_speculative_tokens": config.k,
+                 "num_verify_tokens": config.num_verify_tokens,  # a token tree's nodes, else k
+                 "draft_model": config.draft_model,
                  "acceptance_rates": list(config.acceptance_rates), "acceptance_source": config.acceptance_source,
                  "expected_acceptance_length": config.mean_acceptance_length,
                  "disable_by_batch_size": config.disable_by_batch_size,

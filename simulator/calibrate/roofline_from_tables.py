@@ -330,7 +330,7 @@ def predict(family: str, t: dict[str, Any], c: dict[str, float]) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(pe > 0, t["flops"] / (t["peak"] * eff), 0.0)
         memory = t["bytes"] / (t["bw"] * c[f"{p}memory_eff"])
-        act = t["act_bytes"] / (t["bw"] * ELEMENTWISE["elementwise_memory_eff"]) + floor if "act_bytes" in t else 0.0
+        act = t["act_bytes"] / (t["bw"] * ELEMENTWISE["elementwise_memory_eff"]) + floor
         return (t["touched"] * np.maximum(compute, memory) + 2 * floor + c[f"{p}router_overhead_s"]
                 + t["token_hidden"] * c.get(f"{p}permute_s", 0.0) + act)
     raise ValueError(family)

@@ -658,11 +658,10 @@ class EngineCostModel(CostModel):
                 kvb, per_token, bandwidth, per_seq, kernel_floor, overlap = k.decode_attention_terms(n)  # type: ignore[misc]
                 kvs = range(kv_sum, kv_sum + n * m, n)
                 if overlap:
-                    layers = [token + a + (max((kv * kvb + per_token) / bandwidth, per_seq) + kernel_floor)
-                              for a, kv in zip(prefill, kvs)]  # noqa: B905 - m each
+                    attn = (max((kv * kvb + per_token) / bandwidth, per_seq) + kernel_floor for kv in kvs)
                 else:
-                    layers = [token + a + ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor)
-                              for a, kv in zip(prefill, kvs)]  # noqa: B905 - m each
+                    attn = ((kv * kvb + per_token) / bandwidth + per_seq + kernel_floor for kv in kvs)
+                layers = [token + a + d for a, d in zip(prefill, attn)]  # noqa: B905 - m each
             else:
                 layers = [token + a + 0.0 for a in prefill]
             # every step of the stretch carries one chunk of the prompt: one floor for them all

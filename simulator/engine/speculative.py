@@ -209,7 +209,7 @@ class SpeculativeMixin:
         for j in verify:
             # Verified tokens: a chain of k <= depth, or a whole tree (more nodes than its depth).
             req, width = requests[j], num_tokens[j] - 1
-            k = width if width <= depth else depth
+            k = min(width, depth)
             req.in_flight = False
             a = spec.draw(k)
             emitted = min(a + 1, req.num_output_tokens - req.num_generated)

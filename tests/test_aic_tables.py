@@ -361,6 +361,14 @@ def test_trtllm_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpu
     b200 = _model(aic, model="gpt-oss-120b", gpu="b200", backend="trtllm", dtype="mxfp4")
     per_layer = b200.breakdown(BatchShape.from_requests(decodes=[1000] * 16))["moe_experts"] / b200.model.num_moe_layers
     assert 0.1e-3 < per_layer < 0.2e-3  # the w4a8 rows (0.15 ms at 16 tokens), not w4a16's (0.61 ms)
+    # what no table measures is priced by the roofline in the backend's kernel format, whatever the replica's
+    # --kernels says (the report builds table models over a plain replica)
+    assert b200.rf.kernel_format == "mxfp4-w4a8"
+    assert _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", dtype="mxfp4").rf.kernel_format == "mxfp4-w4a16"
+    explicit = _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", dtype="mxfp4-w4a8")
+    # vLLM's B200 tables hold w4a16 rows only: an explicit w4a8 is priced by the roofline's w4a8 lane, and said
+    assert explicit.rf.kernel_format == "mxfp4-w4a8" and explicit.moe_source is None
+    assert any("no MoE rows" in n and "w4a8_mxfp4_mxfp8 (that shape has: w4a16_mxfp4)" in n for n in explicit.notes)
 
 
 def test_four_bit_moe_checkpoints_price_attention_and_the_router_from_the_bf16_gemm_rows(aic) -> None:  # noqa: ANN001

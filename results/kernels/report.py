@@ -244,6 +244,7 @@ groups <= 15% of 323):
 | + decode's work items summed with its KV reads or overlapping them (`max`), the form of the lower loss kept per fit | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.205 | 153 |
 | + MoE rows read by their routing: the expert constants are power_law_1.01's (the runtime's), balanced and power_law_1.2 rows an EP rank's load `ep^-a` / `ep^b` from it, balanced touching min(E, n x k) experts | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.192 | 158 |
 | + MoE's permutation per routed copy (tokens x top-k, was per token) and the gated activation in the fit as the runtime prices it (`moe_act`) | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.190 | 162 |
+| + MXFP4 experts by their kernel's activations: w4a16 rows at the bf16 peak (weight-only), w4a8 rows at the FP8 peak, each its own lane; a run's `mxfp4` is the kernel its backend runs (`precision.kernel_format`: w4a8 for TensorRT-LLM on Blackwell, else w4a16), no longer W4A4 at the FP4 peak | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.173 | 174 of 329 |
 
 (*: a minimum-rows rule, since relaxed, had left A100's all-reduce halves unfitted.) The last two steps: GQA decode's
 per-(sequence, KV head) cost alone gave 0.179 (its prefill 0.147); with a per-(sequence, head) cost and a floor of its
@@ -290,8 +291,17 @@ half point: held out 0.158), a GQA decode compute term (FLOPs at a fitted share 
 larger of it and the memory time: 0.157; added to it: 0.158: decode kernels that leave CUDA cores to
 do GQA's math would show it), a cost per cached token read (0.157); these three against 0.157 for the
 kept form in the same scratch refit (the attention stage alone, every generation, GEMM constants at their
-initial values; 4-7 minutes each), MXFP4 w4a16 rows at the bf16 peak (the runtime's
-`--dtype mxfp4` cannot tell w4a16 from w4a8 kernels, so the fit must price both as the runtime does).
+initial values; 4-7 minutes each).
+
+The MXFP4 step: gpt-oss's experts were priced as W4A4 at the FP4 peak, a kernel no engine runs for them, and the fit
+pooled the tables' two MXFP4 kernels in that one lane: `w4a16_mxfp4` (bf16 activations: vLLM's and SGLang's, and
+every Hopper, Ada and Ampere row) and `w4a8_mxfp4_mxfp8` (MXFP8 activations: TensorRT-LLM's on Blackwell, also
+measured by vLLM 0.24 and SGLang 0.5.14 on GB200/GB300). Now each is its own `--dtype` (`mxfp4-w4a16`, `mxfp4-w4a8`)
+and lane, and `mxfp4` resolves to the kernel the run's backend runs, as the table model already chose its rows.
+Held out in this report: TensorRT-LLM's w4a16 groups on B200/B300/GB200/GB300 0.65-0.69 -> 0.07, its w4a8 groups
+0.17-0.23 -> 0.16-0.17, GB200/GB300 vLLM and SGLang 0.15-0.24 -> 0.11-0.17; B200 vLLM stays at 0.93 (its 0.19 kernel,
+3.5x the later FlashInfer one: below) and the RTX PRO 6000's w4a16 groups moved 0.39 -> 0.44 (vLLM) and 0.57 -> 0.58
+(SGLang). MoE groups within 15% 44 -> 54 of 123, median of group medians 0.188 -> 0.163; all groups 166 -> 176 of 325.
 
 Why families still miss: (1) **versions within a generation**: the database holds different engine versions per
 GPU (SGLang 0.5.9 on B200/B300, 0.5.14 on GB200/GB300; vLLM 0.19 vs 0.24; H100 0.24 vs H200 0.18), and their kernels
@@ -302,8 +312,7 @@ mostly these (vLLM on B200/B300, TRT-LLM on H100/H200/A100) and the workstation 
 (`simulator/costmodel/moe.py`): fitted with the constants the runtime uses (the written ones, on every GPU's rows), the
 expert form's median error is about 0.18 and grows with tokens per expert (0.15 at 8-32, 0.26-0.34 past 128): the
 compute regime's efficiency varies with the expert shape (hidden and slice width) in ways the terms tried above do
-not capture, and the `--dtype mxfp4` lane prices w4a16 and w4a8 kernels alike (their ratio to the fit is 0.35 vs 1.1
-on Blackwell TRT-LLM/vLLM); routing skew is not the cause (balanced and power-law rows err alike). (3) the **RTX PRO 6000** (sm_120, GDDR7, PCIe) is priced by datacenter Blackwell constants and misses on
+not capture; routing skew is not the cause (balanced and power-law rows err alike). (3) the **RTX PRO 6000** (sm_120, GDDR7, PCIe) is priced by datacenter Blackwell constants and misses on
 most families (its all-reduce 0.33-0.40, MoE 0.2-1.1).
 
 ## Per family, pooled over GPUs, backends and dtypes (groups with enough points)
@@ -378,7 +387,8 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   `w4a8_mxfp4_mxfp8`); with `--dtype bf16` its experts are priced by the roofline. `--kernels trtllm --dtype mxfp4`
   on B200/GB200/B300/GB300 takes the `w4a8_mxfp4_mxfp8` rows first (TensorRT-LLM's default MoE backend there runs
   MXFP8 activations; 0.15 ms a layer at 16 tokens and TP1 on B200 against w4a16's 0.61), where they hold the layout
-  (not at moe_tp 2: the table above). vLLM's B200 MXFP4 rows (`vllm_mxfp4_moe`, its 0.19 tables) are 3.5x the
+  (not at moe_tp 2: the table above); `--dtype mxfp4-w4a16` or `mxfp4-w4a8` names the kernel instead (a table without
+  its rows leaves the experts to the roofline's lane of that kernel, and a note says so). vLLM's B200 MXFP4 rows (`vllm_mxfp4_moe`, its 0.19 tables) are 3.5x the
   FlashInfer TensorRT-LLM MXFP4 rows that vLLM 0.24 and SGLang measured on GB200 (0.71 vs 0.20 ms at 16 tokens,
   TP1), like its older INT4 lane; no B200 rows of the faster kernel exist here, so they are taken as measured. Its sliding-window layers use the
   128-token window rows where a table has them (H100 all backends, B200 TRT-LLM), else keys capped at the window.

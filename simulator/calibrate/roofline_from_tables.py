@@ -23,7 +23,7 @@ to the per-op timings of today's vLLM, SGLang and TensorRT-LLM kernels in
 - **stages**, each a robust least-squares fit (Cauchy loss on ``log(predicted / measured)``, :data:`LOSS`) of a few
   constants with the earlier stages' held fixed: (1) bf16 GEMMs: ``gemm_compute_eff``, ``gemm_half_tokens``,
   ``gemm_memory_eff``, ``kernel_floor_s``; then each low-precision lane (``GEMM_CLASS``: fp8, fp8_block, fp4,
-  mxfp4, int4) its own ``compute_eff``, ``half_tokens``, ``memory_eff``, ``floor_s`` and ``act_elem_s``
+  mxfp4 (w4a16 kernels), mxfp4_w4a8 (MXFP8 activations), int4) its own ``compute_eff``, ``half_tokens``, ``memory_eff``, ``floor_s`` and ``act_elem_s``
   (``gemm_formats``; the activation-quantisation kernel before an FP8/FP4 GEMM: a launch plus a cost per
   ``m x k`` activation element, without which small-``n x k`` GEMMs at many tokens are priced 20-40% fast);
   (2) attention, prefill and decode: ``attn_prefill_compute_eff`` with its ramp
@@ -92,7 +92,7 @@ CATALOG_GPU = {"a100_sxm": "a100-80gb", "l40s": "l40s", "h100_sxm": "h100-sxm", 
                "gb200": "gb200", "b300_sxm": "b300", "gb300": "gb300", "rtx_pro_6000_server": "rtx-pro-6000"}
 # Table dtype -> the roofline's --dtype (tables' dtypes the roofline cannot represent are skipped).
 DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "nvfp4", "int4_wo": "int4",
-          "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4"}
+          "w4a16_mxfp4": "mxfp4-w4a16", "w4a8_mxfp4_mxfp8": "mxfp4-w4a8"}
 FAMILIES: dict[str, str] = {  # family -> table
     "gemm": "gemm", "attn_prefill": "context_attention", "attn_decode": "generation_attention",
     "mla_prefill": "context_mla", "mla_decode": "generation_mla", "moe": "moe", "allreduce": "custom_allreduce",
@@ -610,7 +610,7 @@ WRITTEN = ("gemm_compute_eff", "gemm_half_tokens", "gemm_memory_eff", "kernel_fl
            "expert_half_tokens", "expert_memory_eff", "expert_router_overhead_s", "expert_permute_s")
 
 
-LANES = ("fp8", "fp8_block", "fp4", "mxfp4", "int4")  # GEMM_CLASS values other than bf16, in writing order
+LANES = ("fp8", "fp8_block", "fp4", "mxfp4", "mxfp4_w4a8", "int4")  # GEMM_CLASS values other than bf16, in writing order
 
 
 def _rounded(v: float) -> float:

@@ -203,7 +203,7 @@ def predict_cmd(
     engine: Annotated[str, typer.Option(help="engine overheads: a preset or a calibrate-engine artifact")] = DEFAULT_ENGINE,
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON object")] = False,
     ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE models)")] = 1,
-    dtype: Annotated[str, typer.Option(help="weight dtype: bf16, fp16, fp8, fp8-block, nvfp4, mxfp4, int4 (as run's --dtype)")] = "bf16",
+    dtype: Annotated[str, typer.Option(help="weight dtype: bf16, fp16, fp8, fp8-block, nvfp4, mxfp4 (-w4a16, -w4a8), int4 (as run's --dtype)")] = "bf16",
     kv_cache_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16, fp16, fp8")] = "auto",
     kernels: Annotated[str, typer.Option(help="kernel prices: roofline, or the GPU's measured vllm, sglang or trtllm "
                                               "kernel tables (as run's --kernels)")] = "roofline",

@@ -95,6 +95,14 @@ def _pct(value: float) -> str:
     return "-" if value != value else f"{value:.1%}"
 
 
+def _dtype(r: Any, engine: str) -> str:
+    """The header's dtype: "weight-only" where the GPU lacks its tensor cores; mxfp4 with the kernel pricing it."""
+    from simulator.config.precision import describe_format
+    from simulator.costmodel.calibration import roofline_backend
+
+    return describe_format(r.dtype, roofline_backend(r.kernels, engine), r.gpu_spec)
+
+
 def _experts_only(r: Any) -> str:
     """Said in the title: a 4-bit MoE checkpoint's attention and router are 16-bit (ReplicaConfig.experts_only_quantized)."""
     return " (experts; attention and router 16-bit)" if r.experts_only_quantized else ""
@@ -131,7 +139,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     spare = f" +{r.redundant_experts} redundant experts" if r.redundant_experts else ""
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}{spare}) · "
              f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "
-             f"dtype {r.weight_format.describe(r.gpu_spec)}{_experts_only(r)}{kv}")
+             f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
     from simulator.costmodel.engine_model import ENGINES
 
     preset = ENGINES.get(config.engine)  # None: an artifact's terms
@@ -141,7 +149,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
 
         scope = "a KV link per worker" if config.kv_link_scope == "per-worker" else "one shared KV link"
         title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({scope}) · engine {config.engine} · "
-                 f"dtype {r.dtype}{_experts_only(r)}{kv}")
+                 f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"
     else:

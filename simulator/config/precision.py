@@ -8,8 +8,14 @@ A weight format (``--dtype``) fixes three things the simulator prices:
   scale per 16 values (``0.5 + 1 / 16`` B); MXFP4 one E8M0 scale per 32 values (``0.5 + 1 / 32`` B);
   INT4 weight-only (GPTQ/AWQ, w4a16) one bf16 scale per group of 128 (``0.5 + 2 / 128`` B).
 - **the tensor cores its GEMMs use** (``compute``): ``fp8`` and ``fp8-block`` run W8A8 on FP8 tensor
-  cores; ``nvfp4`` and ``mxfp4`` run W4A4 on FP4 tensor cores (Blackwell); ``int4`` is weight-only
-  (the weights are dequantised to bf16 in the kernel, activations stay 16-bit).
+  cores; ``nvfp4`` runs W4A4 on FP4 tensor cores (Blackwell); ``int4`` is weight-only (the weights
+  are dequantised to bf16 in the kernel, activations stay 16-bit). ``mxfp4`` (gpt-oss's experts)
+  is what the engine's MXFP4 MoE kernel makes of it, which no engine runs as W4A4: ``mxfp4-w4a16``
+  (bf16 activations, the 4-bit weights dequantised in the kernel: vLLM's and SGLang's default kernels,
+  and every engine's before Blackwell) or ``mxfp4-w4a8`` (MXFP8 activations on FP8 tensor cores:
+  TensorRT-LLM's TRTLLM MoE backend on Blackwell, its default there per its gpt-oss deployment guide;
+  vLLM's ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8``). :func:`kernel_format` resolves ``mxfp4`` for a
+  run's engine backend and GPU; the two explicit spellings choose the kernel.
 - **where the GPU lacks those tensor cores** the format is priced as *weight-only*: the weights
   are stored and streamed at their own bytes, the math runs at the bf16 peak. This is what the
   engines do: vLLM serves FP8 checkpoints on Ampere and NVFP4/MXFP4 checkpoints on Hopper and
@@ -87,7 +93,10 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {f.name: f for f in (
     WeightFormat("fp8-block", 1.0 + 4.0 / (128 * 128), "fp8", False,
                  "FP8 E4M3, one fp32 scale per 128x128 block (DeepSeek-V3's checkpoints; W8A8)"),
     WeightFormat("nvfp4", 0.5 + 1.0 / 16, "fp4", False, "NVFP4: E2M1, one E4M3 scale per 16 values (W4A4)"),
-    WeightFormat("mxfp4", 0.5 + 1.0 / 32, "fp4", False, "MXFP4: E2M1, one E8M0 scale per 32 values (gpt-oss; W4A4)"),
+    WeightFormat("mxfp4", 0.5 + 1.0 / 32, "bf16", True,
+                 "MXFP4: E2M1, one E8M0 scale per 32 values (gpt-oss), run as the engine's MXFP4 MoE kernel runs it"),
+    WeightFormat("mxfp4-w4a16", 0.5 + 1.0 / 32, "bf16", True, "MXFP4 weights, bf16 activations (w4a16_mxfp4)"),
+    WeightFormat("mxfp4-w4a8", 0.5 + 1.0 / 32, "fp8", False, "MXFP4 weights, MXFP8 activations (w4a8_mxfp4_mxfp8)"),
     WeightFormat("int4", 0.5 + 2.0 / 128, "bf16", True, "INT4 weight-only, one bf16 scale per 128 (GPTQ/AWQ, w4a16)"),
 )}
 # Other spellings engines and checkpoints use -> the canonical name above.
@@ -116,4 +125,23 @@ def kv_bytes_per_element(kv_cache_dtype: str, dtype_bytes: int) -> float:
 
 
 # Formats whose MoE checkpoints quantise the routed experts and leave attention and the router at 16 bits.
-EXPERT_ONLY_FORMATS = frozenset({"nvfp4", "mxfp4", "int4"})
+EXPERT_ONLY_FORMATS = frozenset({"nvfp4", "mxfp4", "mxfp4-w4a16", "mxfp4-w4a8", "int4"})
+MXFP4_FORMATS = frozenset({"mxfp4", "mxfp4-w4a16", "mxfp4-w4a8"})
+
+
+def kernel_format(name: str, backend: str, gpu: GPUSpec) -> str:
+    """The format a run's GEMMs and experts are priced in: ``name`` itself, except ``mxfp4``, which becomes
+    the kernel ``backend`` (vllm, sglang, trtllm, or ``all`` for none named) runs MXFP4 experts with on ``gpu``:
+    ``mxfp4-w4a8`` for TensorRT-LLM on a GPU with FP4 tensor cores (Blackwell), else ``mxfp4-w4a16``."""
+    if name != "mxfp4":
+        return name
+    return "mxfp4-w4a8" if backend == "trtllm" and gpu.fp4_flops > 0 else "mxfp4-w4a16"
+
+
+def describe_format(name: str, backend: str, gpu: GPUSpec) -> str:
+    """A run header's dtype: ``WeightFormat.describe``, and for ``mxfp4`` the kernel that prices it."""
+    resolved = kernel_format(name, backend, gpu)
+    if resolved != name:
+        whose = "no backend named" if backend == "all" else backend
+        return f"{name} (as {resolved}: {whose}'s MXFP4 MoE kernel on {gpu.name})"
+    return WEIGHT_FORMATS[name].describe(gpu)

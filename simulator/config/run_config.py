@@ -139,8 +139,9 @@ class ReplicaConfig:
     intra_node_link: str | None = None  # default: NVLink where the GPU has it, else PCIe
     allow_tp_across_nodes: bool = False
     # Numerics and experts (defaults: bf16 everything, no expert parallelism).
-    # weights: bf16, fp16, fp8 / fp8-block (W8A8 where the GPU has FP8 tensor cores), nvfp4 / mxfp4 (W4A4 on
-    # Blackwell's FP4 tensor cores, else weight-only), int4 (weight-only): simulator.config.precision
+    # weights: bf16, fp16, fp8 / fp8-block (W8A8 where the GPU has FP8 tensor cores), nvfp4 (W4A4 on Blackwell's
+    # FP4 tensor cores, else weight-only), mxfp4 (the engine's MXFP4 MoE kernel: mxfp4-w4a16 or mxfp4-w4a8), int4
+    # (weight-only): simulator.config.precision
     dtype: str = "bf16"
     kv_cache_dtype: str = "auto"  # auto (= the activation dtype, dtype_bytes), bf16, fp16 or fp8
     ep: int = 1  # expert-parallel degree: experts split over ep GPUs of the MoE group (ep divides tp * attention_dp)

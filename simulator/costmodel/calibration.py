@@ -26,9 +26,11 @@ from typing import Any
 
 # Weight format (simulator.config.precision) -> the lane of kernels one efficiency curve describes (GEMMs
 # and MoE experts); a lane a calibration has no curve for takes LANE_FALLBACK's, else the bf16 one.
+# MXFP4 has a lane per activation format (precision.kernel_format resolves a run's ``mxfp4``): ``mxfp4`` holds the
+# w4a16 kernels (weight-only, falling back to int4's curve), ``mxfp4_w4a8`` the MXFP8-activation ones (fp8's).
 GEMM_CLASS = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8-block": "fp8_block", "nvfp4": "fp4", "mxfp4": "mxfp4",
-              "int4": "int4"}
-LANE_FALLBACK = {"fp8_block": "fp8", "mxfp4": "fp4"}
+              "mxfp4-w4a16": "mxfp4", "mxfp4-w4a8": "mxfp4_w4a8", "int4": "int4"}
+LANE_FALLBACK = {"fp8_block": "fp8", "mxfp4": "int4", "mxfp4_w4a8": "fp8"}
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ Assumptions, stated once:
 - activations at ``dtype_bytes`` (bf16); weights at ``--dtype`` bytes, scales included (bf16,
   fp8, fp8-block, nvfp4, mxfp4, int4 weight-only: :mod:`simulator.config.precision`) and GEMMs at
   the FP8 or FP4 tensor-core peak for such weights where the GPU has one (else weight-only at
-  the bf16 peak); KV cache at ``--kv-cache-dtype`` bytes; attention math at the bf16 peak;
+  the bf16 peak; MXFP4 experts at the activations of the engine's kernel, ``kernel_format``); KV cache at ``--kv-cache-dtype`` bytes; attention math at the bf16 peak;
   weights read once per GEMM, activations read and written once;
 - mixture-of-experts layers, expert parallelism, attention data parallelism and multi-head
   latent attention are priced by :mod:`simulator.costmodel.moe`; sliding-window layers cap
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.config.precision import WEIGHT_FORMATS, kernel_format
 from simulator.config.run_config import ReplicaConfig
 from simulator.config.topology import topology_for
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
@@ -63,8 +64,11 @@ class RooflineCostModel(TabulatedCostModel):
         super().__init__(replica)
         # The calibration's constants for this GPU, engine backend ("today": --kernels' backend, else the
         # engine preset's, else every backend's pooled) and weight format (its MoE expert lane).
-        self.cal = calibration or calibration_for(replica.gpu, replica.roofline_calibration,
-                                                  roofline_backend(replica.kernels, engine), replica.dtype)
+        backend = roofline_backend(replica.kernels, engine)
+        # The format the kernels run: --dtype, except mxfp4, which the backend's MXFP4 MoE kernel makes w4a16 or w4a8.
+        self.kernel_format = kernel_format(replica.dtype, backend, replica.gpu_spec)
+        self.cal = calibration or calibration_for(replica.gpu, replica.roofline_calibration, backend,
+                                                  self.kernel_format)
         m, tp, db = self.model, replica.tp, replica.dtype_bytes
         self.dtype_bytes = db
         self.heads_per_gpu = m.num_heads // tp
@@ -90,13 +94,14 @@ class RooflineCostModel(TabulatedCostModel):
         self.weight_bytes = r.weight_bytes
         # FP8 (per-tensor or block) and FP4 (NVFP4/MXFP4) weights run on those tensor cores where the
         # GPU has them (simulator.config.precision), else weight-only at the bf16 peak.
-        self.gemm_peak_flops = r.gemm_peak_flops
+        fmt = WEIGHT_FORMATS[self.kernel_format]
+        self.gemm_peak_flops = fmt.peak_flops(r.gpu_spec)
         # The calibrated small-batch ramp of GEMM efficiency stands for the weight-streaming regime
-        # of bf16 kernels; a weight-only quantized kernel (int4, or fp8/fp4 without those tensor
-        # cores) streams weight_bytes/dtype_bytes as much, so its knee moves to as many fewer tokens.
-        self.gemm_knee_scale = self.weight_bytes / self.dtype_bytes if r.weight_only else 1.0
+        # of bf16 kernels; a weight-only quantized kernel (int4, mxfp4-w4a16, or fp8/fp4 without those
+        # tensor cores) streams weight_bytes/dtype_bytes as much, so its knee moves to as many fewer tokens.
+        self.gemm_knee_scale = self.weight_bytes / self.dtype_bytes if fmt.runs_weight_only(r.gpu_spec) else 1.0
         # This dtype's GEMM curve (the calibration's gemm_* fields unless it has one for the dtype's class).
-        self.gemm_constants = self.cal.gemm_constants(r.dtype)
+        self.gemm_constants = self.cal.gemm_constants(self.kernel_format)
         # A 4-bit MoE checkpoint's attention projections and router run 16-bit GEMMs (attn_gemm).
         self.attn_16bit = r.experts_only_quantized
         self._bf16_constants = self.cal.gemm_constants("bf16")

@@ -1018,7 +1018,8 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
     model = get_model(base.replica.model)
     name = getattr(model, "hf_id", base.replica.model)
     max_len = base.replica.effective_max_model_len
-    quant = {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4", "int4": "awq"}.get(lay.dtype)
+    quant = {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4", "mxfp4-w4a16": "mxfp4",
+             "mxfp4-w4a8": "mxfp4", "int4": "awq"}.get(lay.dtype)
 
     def vllm(tp: int, role: str | None) -> str:
         parts = [f"vllm serve {name}", f"--tensor-parallel-size {tp}"]

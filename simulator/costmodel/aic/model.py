@@ -60,7 +60,9 @@ from pathlib import Path
 import numpy as np
 
 from simulator.config.errors import ConfigError
+from simulator.config.precision import MXFP4_FORMATS, kernel_format
 from simulator.config.run_config import ReplicaConfig
+from simulator.config.specs import GPUSpec
 from simulator.costmodel.aic import tables as T
 from simulator.costmodel.aic.interp import Grid2D, anchored, isotonic, loglog, loglog_scalar
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
@@ -73,17 +75,26 @@ from simulator.costmodel.roofline import RooflineCostModel
 # pass through unchanged, so a precision added to the run config finds its rows by its own name.
 # MXFP4 checkpoints (gpt-oss) quantize the experts only: their dense layers' GEMMs run in bf16.
 GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int4": "int4_wo", "fp8-block": "fp8_block",
-               "fp8_block": "fp8_block", "nvfp4": "nvfp4", "mxfp4": "bfloat16"}
+               "fp8_block": "fp8_block", "nvfp4": "nvfp4", "mxfp4": "bfloat16", "mxfp4-w4a16": "bfloat16",
+               "mxfp4-w4a8": "bfloat16"}
 # MoE kernels to try, in order: FP8 MoE checkpoints (DeepSeek, Qwen3-FP8) are block-scaled where a
-# backend has no per-tensor kernel; MXFP4 runs weight-only (w4a16) on Hopper, W4A8 on Blackwell TRT-LLM.
+# backend has no per-tensor kernel. MXFP4 (gpt-oss) runs the kernel precision.kernel_format names for the
+# backend and GPU (w4a16; w4a8 for TensorRT-LLM on Blackwell), then the other where the tables lack it;
+# the explicit mxfp4-w4a16 / mxfp4-w4a8 take their own rows only.
 MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8", "fp8_block"), "int4": ("int4_wo",),
               "fp8-block": ("fp8_block",), "fp8_block": ("fp8_block",), "nvfp4": ("nvfp4",),
+              "mxfp4-w4a16": ("w4a16_mxfp4",), "mxfp4-w4a8": ("w4a8_mxfp4_mxfp8",),
               "mxfp4": ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")}
-# Where an engine's default MoE kernel for a --dtype takes another activation format than the first of
-# MOE_DTYPES: TensorRT-LLM runs MXFP4 experts on Blackwell with MXFP8 activations (its TRTLLM MoE backend, the
-# default on B200/GB200/B300/GB300 per its gpt-oss deployment guide; Hopper runs Triton with BF16 activations).
-MOE_DTYPE_PREFERENCE: dict[tuple[str, str], tuple[frozenset[str], tuple[str, ...]]] = {
-    ("trtllm", "mxfp4"): (frozenset({"b200", "gb200", "b300", "gb300"}), ("w4a8_mxfp4_mxfp8", "w4a16_mxfp4"))}
+
+
+def moe_candidates(dtype: str, backend: str, gpu: GPUSpec) -> tuple[str, ...]:
+    """The MoE tables' dtypes a run's ``--dtype`` is priced by, in the order tried."""
+    if dtype != "mxfp4":
+        return MOE_DTYPES.get(dtype, (dtype,))
+    first = MOE_DTYPES[kernel_format(dtype, backend, gpu)]
+    return first + tuple(d for d in MOE_DTYPES[dtype] if d not in first)
+
+
 # TensorRT-LLM's NVFP4 fused MoE runs its min-latency kernel up to this many tokens a step (the whole
 # MoE group's, attention-DP ranks gathered), as AIConfigurator's TensorRT-LLM path selects it.
 MOE_LOW_LATENCY_TOKENS = 128
@@ -126,7 +137,7 @@ class TableCostModel(TabulatedCostModel):
         super().__init__(replica)
         if backend not in T.BACKENDS:
             raise ConfigError("kernels", f"unknown kernel tables {backend!r}", f"use one of {', '.join(T.KERNEL_CHOICES)}")
-        if replica.dtype == "mxfp4" and not replica.model_spec.is_moe:
+        if replica.dtype in MXFP4_FORMATS and not replica.model_spec.is_moe:
             # The tables' MXFP4 rows are MoE kernels (gpt-oss quantises its experts only): pricing a dense
             # model's GEMMs at bfloat16 beside a 4-bit memory plan would quietly mix two precisions.
             raise ConfigError("replica.dtype", f"the {backend} tables hold MXFP4 rows for MoE experts only and "
@@ -136,7 +147,9 @@ class TableCostModel(TabulatedCostModel):
         self.system = T.system_for(replica.gpu)
         T.data_root(root)
         self.name = f"tables:{backend}"
-        self.rf = rf = RooflineCostModel(replica, table_tokens=1)
+        # The roofline prices what no table measures, with this backend's constants and kernels (its MXFP4 format)
+        # whatever replica.kernels says (the report builds table models over a plain replica).
+        self.rf = rf = RooflineCostModel(replica, table_tokens=1, engine=backend)
         # What the shared MoE/MLA helpers read from a kernel model (the roofline's geometry).
         for attr in ("dtype_bytes", "heads_per_gpu", "kv_heads_per_gpu", "q_per_gpu", "kv_per_gpu", "ffn_per_gpu",
                      "kv_bytes_per_token", "weight_bytes", "dense_fraction", "sliding_fraction", "sliding_window",
@@ -336,6 +349,8 @@ class TableCostModel(TabulatedCostModel):
     # -- MoE ---------------------------------------------------------------------------------------------
     def _load_moe(self) -> None:
         self._moe = None
+        self.moe_source: str | None = None  # the kernel and dtype of the rows pricing the experts (None: the roofline)
+        self.moe_dtype: str | None = None
         self._moe_low: tuple[np.ndarray, np.ndarray] | None = None
         self._moe_token_scale = 1
         self._moe_max_tokens = math.inf
@@ -344,8 +359,7 @@ class TableCostModel(TabulatedCostModel):
         if not m.is_moe:
             return
         ref = T.find_table(self.system, self.backend, "moe", self.root)
-        gpus, preferred = MOE_DTYPE_PREFERENCE.get((self.backend, r.dtype), (frozenset(), ()))
-        candidates = preferred if self.gpu.name in gpus else MOE_DTYPES.get(r.dtype, (r.dtype,))
+        candidates = moe_candidates(r.dtype, self.backend, self.gpu)
         dtype = candidates[0]
         if ref is None:
             self._lack("moe_experts", "no MoE table")
@@ -445,7 +459,8 @@ class TableCostModel(TabulatedCostModel):
             if self._rf_even is None:
                 from dataclasses import replace
 
-                self._rf_even = RooflineCostModel(replace(self.replica, moe_imbalance=1.0), self.rf.cal, table_tokens=1)
+                self._rf_even = RooflineCostModel(replace(self.replica, moe_imbalance=1.0), self.rf.cal, table_tokens=1,
+                                                  engine=self.backend)
             base = moe_token_ops(self._rf_even, t)["moe_experts"]
             out = np.where(base > 0, out * roofline_experts / np.where(base > 0, base, 1.0), out)
         return out

@@ -351,22 +351,35 @@ def test_blackwell_moe_runs_flashinfers_trtllm_kernels_priced_from_the_same_die(
         == "sglang_fused_moe_triton"
 
 
-def test_trtllm_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpus(aic) -> None:  # noqa: ANN001
-    """TensorRT-LLM's default MoE backend for MXFP4 weights on B200/GB200/B300/GB300 runs MXFP8 activations
-    (its gpt-oss deployment guide); Hopper runs BF16 activations, and so do the other backends' tables."""
+def test_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpus(aic) -> None:  # noqa: ANN001
+    """gpt-oss's MXFP4 experts on B200/GB200/B300/GB300 run FlashInfer's TensorRT-LLM MXFP4 x MXFP8 kernel (TensorRT-LLM's
+    default MoE backend there, SGLang's default precision, vLLM as deployed); Hopper runs BF16 activations."""
     for gpu in ("b200", "gb200"):
         assert _model(aic, model="gpt-oss-120b", gpu=gpu, backend="trtllm", dtype="mxfp4").moe_dtype == "w4a8_mxfp4_mxfp8"
     assert _model(aic, model="gpt-oss-120b", gpu="h200", backend="trtllm", dtype="mxfp4").moe_dtype == "w4a16_mxfp4"
-    assert _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", dtype="mxfp4").moe_dtype == "w4a16_mxfp4"
+    # No vLLM collector timed that kernel at gpt-oss's expert shapes: SGLang's GB200/GB300 rows of it, the same dies
+    for gpu, donor in (("b200", "gb200 sglang"), ("b300", "gb300 sglang"), ("gb200", "sglang")):
+        vllm = _model(aic, model="gpt-oss-120b", gpu=gpu, backend="vllm", dtype="mxfp4")
+        assert vllm.moe_dtype == "w4a8_mxfp4_mxfp8" and vllm.moe_source == f"sglang_flashinfer_trtllm_moe ({donor} 0.5.14)"
+        assert vllm.rf.kernel_format == "mxfp4-w4a8"
+    # ... filling gaps only: vLLM's own MXFP8 rows of other expert shapes stay its own
+    from simulator.costmodel.aic import tables as T
+
+    shape = (("hidden_size", "==", 4096), ("inter_size", "==", 2048), ("topk", "==", 6), ("num_experts", "==", 256))
+    ref = T.find_table("gb200", "vllm", "moe", aic)
+    src, _, read, note = T.read_priced_rows(ref, "w4a8_mxfp4_mxfp8", ("num_tokens", "latency"), shape, aic)
+    assert src.startswith("vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8") and read is ref and note is None
+    # vLLM's 0.19 B200 w4a16 lane timed another kernel than vLLM runs for gpt-oss (FlashInfer's TensorRT-LLM MXFP4 at
+    # bf16 activations), whose rows its 0.24 collector took on GB200, the same die
+    w4a16 = _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", dtype="mxfp4-w4a16")
+    assert w4a16.moe_source.endswith("flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic (gb200 vllm 0.24.0)")
+    assert any("priced by gb200 vllm" in n for n in w4a16.notes) and w4a16.rf.kernel_format == "mxfp4-w4a16"
     b200 = _model(aic, model="gpt-oss-120b", gpu="b200", backend="trtllm", dtype="mxfp4")
     per_layer = b200.breakdown(BatchShape.from_requests(decodes=[1000] * 16))["moe_experts"] / b200.model.num_moe_layers
     assert 0.1e-3 < per_layer < 0.2e-3  # the w4a8 rows (0.15 ms at 16 tokens), not w4a16's (0.61 ms)
-    # what no table measures is priced by the roofline in the backend's kernel format, whatever the replica's
-    # --kernels says (the report builds table models over a plain replica)
     assert b200.rf.kernel_format == "mxfp4-w4a8"
-    assert _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", dtype="mxfp4").rf.kernel_format == "mxfp4-w4a16"
-    explicit = _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", dtype="mxfp4-w4a8")
-    # vLLM's B200 tables hold w4a16 rows only: an explicit w4a8 is priced by the roofline's w4a8 lane, and said
+    # an explicit kernel a table lacks is priced by the roofline's lane of that kernel, and said (H100: w4a16 only)
+    explicit = _model(aic, model="gpt-oss-120b", gpu="h100-sxm", backend="vllm", dtype="mxfp4-w4a8")
     assert explicit.rf.kernel_format == "mxfp4-w4a8" and explicit.moe_source is None
     assert any("no MoE rows" in n and "w4a8_mxfp4_mxfp8 (that shape has: w4a16_mxfp4)" in n for n in explicit.notes)
 

@@ -101,7 +101,7 @@ def test_fp4_weights_against_bf16_memory_plan_by_hand():
 
 
 def test_gemm_peak_follows_the_weight_format():
-    cases = {("b200", "nvfp4"): 9e15, ("b200", "mxfp4"): 2.25e15, ("b200", "mxfp4-w4a8"): 4.5e15,
+    cases = {("b200", "nvfp4"): 9e15, ("b200", "mxfp4"): 4.5e15, ("h100-sxm", "mxfp4"): 989e12, ("b200", "mxfp4-w4a8"): 4.5e15,
              ("b200", "mxfp4-w4a16"): 2.25e15, ("b200", "fp8-block"): 4.5e15, ("b200", "fp8"): 4.5e15,
              ("b200", "int4"): 2.25e15, ("b200", "bf16"): 2.25e15, ("h100-sxm", "fp8-block"): 1979e12,
              ("h100-sxm", "nvfp4"): 989e12, ("a100-80gb", "fp8"): 312e12, ("b300", "nvfp4"): 14e15}
@@ -126,26 +126,27 @@ def test_fp4_without_fp4_tensor_cores_is_priced_weight_only_and_said_so():
 
 
 def test_mxfp4_runs_as_the_engines_moe_kernel_runs_it_never_w4a4():
-    """gpt-oss's MXFP4 experts: bf16 activations (w4a16) for vLLM, SGLang, no backend and every engine before
-    Blackwell; MXFP8 activations on FP8 tensor cores (w4a8) for TensorRT-LLM on Blackwell. The header says which."""
+    """gpt-oss's MXFP4 experts: MXFP8 activations on FP8 tensor cores (w4a8) on datacenter Blackwell, and for
+    TensorRT-LLM on the RTX PRO 6000 too; bf16 activations (w4a16) before Blackwell and for vLLM and SGLang on the
+    RTX PRO 6000 (sm_120, where FlashInfer's MXFP8 MoE kernel does not run). The header says which."""
     from simulator.config.precision import describe_format, kernel_format
 
-    b200, h100 = get_gpu("b200"), get_gpu("h100-sxm")
-    assert kernel_format("mxfp4", "trtllm", b200) == "mxfp4-w4a8"
-    assert {kernel_format("mxfp4", b, b200) for b in ("vllm", "sglang", "all")} == {"mxfp4-w4a16"}
-    assert kernel_format("mxfp4", "trtllm", h100) == "mxfp4-w4a16"
-    assert kernel_format("mxfp4-w4a8", "vllm", b200) == "mxfp4-w4a8" and kernel_format("nvfp4", "trtllm", b200) == "nvfp4"
+    b200, h100, rtx = get_gpu("b200"), get_gpu("h100-sxm"), get_gpu("rtx-pro-6000")
+    assert {kernel_format("mxfp4", b, b200) for b in ("vllm", "sglang", "trtllm", "all")} == {"mxfp4-w4a8"}
+    assert {kernel_format("mxfp4", b, h100) for b in ("vllm", "sglang", "trtllm", "all")} == {"mxfp4-w4a16"}
+    assert [kernel_format("mxfp4", b, rtx) for b in ("vllm", "sglang", "trtllm")] == ["mxfp4-w4a16"] * 2 + ["mxfp4-w4a8"]
+    assert kernel_format("mxfp4-w4a16", "trtllm", b200) == "mxfp4-w4a16" and kernel_format("nvfp4", "trtllm", b200) == "nvfp4"
     assert describe_format("mxfp4", "trtllm", b200) == "mxfp4 (as mxfp4-w4a8: trtllm's MXFP4 MoE kernel on b200)"
     peaks, times = {}, {}
     shape = BatchShape.from_requests(prefills=[(4096, 0)])
-    for kernels, engine in (("trtllm", None), ("roofline", "vllm-v1"), ("roofline", "trtllm-2026")):
-        rf = RooflineCostModel(ReplicaConfig("gpt-oss-120b", "b200", dtype="mxfp4", kernels=kernels), engine=engine)
-        peaks[kernels, engine], times[kernels, engine] = rf.gemm_peak_flops, rf.iteration_time(shape)
-        assert rf.kernel_format == ("mxfp4-w4a16" if engine == "vllm-v1" else "mxfp4-w4a8")
-    assert peaks["trtllm", None] == peaks["roofline", "trtllm-2026"] == b200.fp8_flops
-    assert peaks["roofline", "vllm-v1"] == b200.bf16_flops
+    for dtype, kernels, engine in (("mxfp4", "trtllm", None), ("mxfp4", "roofline", "trtllm-2026"),
+                                   ("mxfp4-w4a16", "trtllm", None)):
+        rf = RooflineCostModel(ReplicaConfig("gpt-oss-120b", "b200", dtype=dtype, kernels=kernels), engine=engine)
+        peaks[dtype, engine], times[dtype, engine] = rf.gemm_peak_flops, rf.iteration_time(shape)
+    assert peaks["mxfp4", None] == peaks["mxfp4", "trtllm-2026"] == b200.fp8_flops
+    assert peaks["mxfp4-w4a16", None] == b200.bf16_flops
     # a prefill's experts are compute-bound: MXFP8 activations on FP8 tensor cores beat bf16's
-    assert times["trtllm", None] == times["roofline", "trtllm-2026"] < times["roofline", "vllm-v1"]
+    assert times["mxfp4", None] == times["mxfp4", "trtllm-2026"] < times["mxfp4-w4a16", None]
     # the same bytes in memory whichever kernel runs them
     assert ReplicaConfig("gpt-oss-120b", "b200", dtype="mxfp4-w4a8").weight_bytes == \
         ReplicaConfig("gpt-oss-120b", "b200", dtype="mxfp4").weight_bytes == 0.53125
@@ -281,10 +282,10 @@ def test_deepseek_v3_dp8_ep8_nvfp4_on_b200_runs():
 
 
 def test_gpt_oss_header_names_the_mxfp4_kernel_its_engine_runs():
-    for engine, kernel in (("trtllm-2026", "mxfp4-w4a8: trtllm's"), ("vllm-v1", "mxfp4-w4a16: vllm's")):
-        res = _run("--model", "gpt-oss-120b", "--gpu", "b200", "--tp", "2", "--dtype", "mxfp4", "--engine", engine)
+    for gpu, engine, kernel in (("b200", "trtllm-2026", "mxfp4-w4a8: trtllm's"), ("h100-sxm", "vllm-v1", "mxfp4-w4a16: vllm's")):
+        res = _run("--model", "gpt-oss-120b", "--gpu", gpu, "--tp", "2", "--dtype", "mxfp4", "--engine", engine)
         assert res.exit_code == 0, res.output
-        assert f"dtype mxfp4 (as {kernel} MXFP4 MoE kernel on b200)" in res.output and "12 finished" in res.output
+        assert f"dtype mxfp4 (as {kernel} MXFP4 MoE kernel on {gpu})" in res.output and "12 finished" in res.output
 
 
 def test_qwen3_30b_dp2_ep2_runs():

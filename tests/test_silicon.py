@@ -131,6 +131,21 @@ def test_an_agg_row_becomes_its_closed_loop(silicon):
     assert w.arrival == "burst" and config.scheduler.name == "vllm-v1"
 
 
+def test_gpt_oss_rows_labelled_nvfp4_run_its_mxfp4_checkpoint(silicon):
+    """The data README: gpt-oss-120b is labelled nvfp4 although its checkpoint is MXFP4. Its rows run --dtype mxfp4
+    (each backend's MXFP4 MoE kernel), the KV cache as the label makes AIConfigurator infer it; other NVFP4 rows
+    stay NVFP4."""
+    kept, _ = silicon
+    agg = kept[kept["mode"] == "agg"]
+    oss = agg[agg["model_path"].str.contains("gpt-oss") & (agg["gemm_quant_mode"] == "nvfp4")]
+    assert len(oss) > 100
+    for row in oss.head(20).itertuples():
+        replica = row_config(row).replica
+        assert (replica.model, replica.dtype, replica.kv_cache_dtype) == ("gpt-oss-120b", "mxfp4", "fp8")
+    other = agg[~agg["model_path"].str.contains("gpt-oss") & (agg["gemm_quant_mode"] == "nvfp4")]
+    assert row_config(next(other.itertuples())).replica.dtype == "nvfp4"
+
+
 def test_each_provenance_runs_its_clients_load(silicon):
     """InferenceX's DB rows: its benchmark_serving.py's [0.8 len, len] band, 10 requests a user;
     the others AIPerf's exact lengths, 20 a user; both with the warm-up a phase of its own."""

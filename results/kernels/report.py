@@ -244,7 +244,8 @@ groups <= 15% of 323):
 | + decode's work items summed with its KV reads or overlapping them (`max`), the form of the lower loss kept per fit | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.205 | 153 |
 | + MoE rows read by their routing: the expert constants are power_law_1.01's (the runtime's), balanced and power_law_1.2 rows an EP rank's load `ep^-a` / `ep^b` from it, balanced touching min(E, n x k) experts | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.192 | 158 |
 | + MoE's permutation per routed copy (tokens x top-k, was per token) and the gated activation in the fit as the runtime prices it (`moe_act`) | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.190 | 162 |
-| + MXFP4 experts by their kernel's activations: w4a16 rows at the bf16 peak (weight-only), w4a8 rows at the FP8 peak, each its own lane; a run's `mxfp4` is the kernel its backend runs (`precision.kernel_format`: w4a8 for TensorRT-LLM on Blackwell, else w4a16), no longer W4A4 at the FP4 peak | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.173 | 174 of 329 |
+| + MXFP4 experts by their kernel's activations: w4a16 rows at the bf16 peak (weight-only), w4a8 rows at the FP8 peak, each its own lane; a run's `mxfp4` is the kernel its backend runs (`precision.kernel_format`: w4a8 on datacenter Blackwell and for TensorRT-LLM on the RTX PRO 6000, else w4a16), no longer W4A4 at the FP4 peak | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.173 | 174 of 329 |
+| + vLLM's MXFP4 experts on datacenter Blackwell by the kernels deployments run (`tables.LANE_DONORS`: its w4a16 lane by the FlashInfer TensorRT-LLM kernel vLLM 0.24 timed on GB200/GB300, the same dies; its w4a8 lane, which no vLLM collector timed at gpt-oss's shapes, by SGLang's rows of that FlashInfer kernel), SGLang's B200/B300 MXFP4 by its GB200/GB300 rows as its other MoE lanes there | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.172 | 176 of 329 |
 
 (*: a minimum-rows rule, since relaxed, had left A100's all-reduce halves unfitted.) The last two steps: GQA decode's
 per-(sequence, KV head) cost alone gave 0.179 (its prefill 0.147); with a per-(sequence, head) cost and a floor of its
@@ -294,14 +295,20 @@ kept form in the same scratch refit (the attention stage alone, every generation
 initial values; 4-7 minutes each).
 
 The MXFP4 step: gpt-oss's experts were priced as W4A4 at the FP4 peak, a kernel no engine runs for them, and the fit
-pooled the tables' two MXFP4 kernels in that one lane: `w4a16_mxfp4` (bf16 activations: vLLM's and SGLang's, and
-every Hopper, Ada and Ampere row) and `w4a8_mxfp4_mxfp8` (MXFP8 activations: TensorRT-LLM's on Blackwell, also
-measured by vLLM 0.24 and SGLang 0.5.14 on GB200/GB300). Now each is its own `--dtype` (`mxfp4-w4a16`, `mxfp4-w4a8`)
-and lane, and `mxfp4` resolves to the kernel the run's backend runs, as the table model already chose its rows.
-Held out in this report: TensorRT-LLM's w4a16 groups on B200/B300/GB200/GB300 0.65-0.69 -> 0.07, its w4a8 groups
-0.17-0.23 -> 0.16-0.17, GB200/GB300 vLLM and SGLang 0.15-0.24 -> 0.11-0.17; B200 vLLM stays at 0.93 (its 0.19 kernel,
-3.5x the later FlashInfer one: below) and the RTX PRO 6000's w4a16 groups moved 0.39 -> 0.44 (vLLM) and 0.57 -> 0.58
-(SGLang). MoE groups within 15% 44 -> 54 of 123, median of group medians 0.188 -> 0.163; all groups 166 -> 176 of 325.
+pooled the tables' two MXFP4 kernels in that one lane: `w4a16_mxfp4` (bf16 activations: every Hopper, Ada and Ampere
+row, vLLM's and SGLang's on the RTX PRO 6000, and the bf16 choice on datacenter Blackwell) and `w4a8_mxfp4_mxfp8` (MXFP8
+activations: FlashInfer's TensorRT-LLM MoE on datacenter Blackwell, which TensorRT-LLM and SGLang run by default and vLLM
+where deployed with `VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`, as gpt-oss recipes for B200 set it). Now each is its own
+`--dtype` (`mxfp4-w4a16`, `mxfp4-w4a8`) and lane, and `mxfp4` resolves to the kernel the run's engine runs
+(`precision.kernel_format`), the table model's rows too. vLLM's B200 w4a16 lane had timed another kernel than vLLM runs
+for gpt-oss (its 0.19 collector's `vllm_mxfp4_moe`, a median 10.8x vLLM 0.24's FlashInfer rows of the same die at <= 256
+tokens), so it and B300's (no lane) are priced by the GB200/GB300 rows of that kernel; no vLLM collector timed the MXFP8
+kernel at gpt-oss's shapes, so vLLM's w4a8 experts on datacenter Blackwell are SGLang's GB200/GB300 rows of it. On the
+silicon rows (`results/validation/silicon/README.md`) vLLM's gpt-oss on B200 measures a TPOT 4.4x below what the 0.19 lane
+priced at TP1. Held out in this report: TensorRT-LLM's w4a16 groups on B200/B300/GB200/GB300 0.65-0.69 -> 0.07, its w4a8
+groups 0.17-0.23 -> 0.16-0.17, GB200/GB300 vLLM and SGLang 0.15-0.24 -> 0.11-0.17, B200 vLLM 0.95 -> 0.09 (now the
+donor's rows, as a run prices them); the RTX PRO 6000's w4a16 groups moved 0.39 -> 0.44 (vLLM) and 0.57 -> 0.58
+(SGLang). MoE groups within 15% 44 -> 56 of 123, median of group medians 0.188 -> 0.158; all groups 166 -> 178 of 325.
 
 Why families still miss: (1) **versions within a generation**: the database holds different engine versions per
 GPU (SGLang 0.5.9 on B200/B300, 0.5.14 on GB200/GB300; vLLM 0.19 vs 0.24; H100 0.24 vs H200 0.18), and their kernels
@@ -388,9 +395,10 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   on B200/GB200/B300/GB300 takes the `w4a8_mxfp4_mxfp8` rows first (TensorRT-LLM's default MoE backend there runs
   MXFP8 activations; 0.15 ms a layer at 16 tokens and TP1 on B200 against w4a16's 0.61), where they hold the layout
   (not at moe_tp 2: the table above); `--dtype mxfp4-w4a16` or `mxfp4-w4a8` names the kernel instead (a table without
-  its rows leaves the experts to the roofline's lane of that kernel, and a note says so). vLLM's B200 MXFP4 rows (`vllm_mxfp4_moe`, its 0.19 tables) are 3.5x the
-  FlashInfer TensorRT-LLM MXFP4 rows that vLLM 0.24 and SGLang measured on GB200 (0.71 vs 0.20 ms at 16 tokens,
-  TP1), like its older INT4 lane; no B200 rows of the faster kernel exist here, so they are taken as measured. Its sliding-window layers use the
+  its rows leaves the experts to the roofline's lane of that kernel, and a note says so). vLLM's B200 MXFP4 rows (`vllm_mxfp4_moe`, its 0.19 tables) are 3.6x the
+  FlashInfer TensorRT-LLM MXFP4 rows that vLLM 0.24 measured on GB200 (0.55 vs 0.15 ms at 16 tokens, TP1; 10.8x at
+  <= 256 tokens over every split), the kernel vLLM 0.24 names for gpt-oss; vLLM on B200 and B300 is priced by those
+  GB200/GB300 rows (a note says so), SGLang on B200/B300 by its GB200/GB300 rows. Its sliding-window layers use the
   128-token window rows where a table has them (H100 all backends, B200 TRT-LLM), else keys capped at the window.
 - Qwen3.5-397B-A17B (a hybrid): its 45 Gated DeltaNet layers' recurrence has no tables (the shared subset keeps
   no `linear_attention` family), so it is the roofline's (`linear_attn` above); its projections are the GEMM tables'.

@@ -67,6 +67,10 @@ SYSTEM_NETWORKS = {"h100_sxm": "infiniband-400g-x8", "b200_sxm": "infiniband-800
                    "b300_sxm": "infiniband-800g-x8", "gb200": "infiniband-800g-x8", "gb300": "infiniband-800g-x8"}
 # AIConfigurator GEMM lane -> our weight format (--dtype); blank = bf16.
 GEMM_FORMATS = {"fp8": "fp8", "fp8_block": "fp8-block", "nvfp4": "nvfp4", "int4_wo": "int4", "": "bf16"}
+# Rows whose label names another format than the checkpoint the engines load (the data README: gpt-oss-120b is
+# labelled nvfp4, its checkpoint is MXFP4): model -> {label's --dtype: the checkpoint's}. MXFP4 then runs as each
+# backend's MXFP4 MoE kernel runs it (simulator.config.precision.kernel_format), not as NVFP4's W4A4.
+NATIVE_FORMATS = {"gpt-oss-120b": {"nvfp4": "mxfp4"}}
 DEFAULT_BUDGET = 8192
 # Each backend's scheduling policy as deployed by default: vLLM V1 mixes prefill chunks and
 # decodes under one budget; SGLang runs prefill batches first and never mixes them with decodes
@@ -566,8 +570,8 @@ def _dtypes(row: Any) -> tuple[str, str]:
     gemm = GEMM_FORMATS.get(row.gemm_quant_mode)
     if gemm is None:
         raise Unexpressible(f"GEMM format {row.gemm_quant_mode!r} has no --dtype")
-    kv = "fp8" if gemm in ("fp8", "fp8-block", "nvfp4") else "auto"
-    return gemm, kv
+    kv = "fp8" if gemm in ("fp8", "fp8-block", "nvfp4") else "auto"  # as AIConfigurator infers it from the label
+    return NATIVE_FORMATS.get(_model(row.model_path), {}).get(gemm, gemm), kv
 
 
 def _layout(row: Any, prefix: str, is_moe: bool) -> tuple[int, int, int, int]:

@@ -54,8 +54,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                            "(TensorRT-LLM's free_gpu_memory_fraction)."),
     "block_size": ("replica__block_size", int, "KV cache block size in tokens."),
     "dtype": ("replica__dtype", str, "Weight dtype: bf16, fp16, fp8, fp8-block (FP8 tensor cores where the GPU has "
-              "them), nvfp4 (or fp4; FP4 tensor cores on Blackwell, else weight-only), mxfp4 (gpt-oss's experts, as the "
-              "engine's kernel runs them: mxfp4-w4a8 for TensorRT-LLM on Blackwell, else mxfp4-w4a16; or name one), "
+              "them), nvfp4 (or fp4; FP4 tensor cores on Blackwell, else weight-only), mxfp4 (gpt-oss's experts, as deployed "
+              "engines run them: mxfp4-w4a8 on datacenter Blackwell, else mxfp4-w4a16; or name one), "
               "int4 (weight-only); "
               "on a MoE model the 4-bit formats quantise the experts (attention and router stay 16-bit)."),
     "kv_cache_dtype": ("replica__kv_cache_dtype", str, "KV cache dtype: auto (activation dtype), bf16, fp16, fp8."),

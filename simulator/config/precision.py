@@ -10,12 +10,15 @@ A weight format (``--dtype``) fixes three things the simulator prices:
 - **the tensor cores its GEMMs use** (``compute``): ``fp8`` and ``fp8-block`` run W8A8 on FP8 tensor
   cores; ``nvfp4`` runs W4A4 on FP4 tensor cores (Blackwell); ``int4`` is weight-only (the weights
   are dequantised to bf16 in the kernel, activations stay 16-bit). ``mxfp4`` (gpt-oss's experts)
-  is what the engine's MXFP4 MoE kernel makes of it, which no engine runs as W4A4: ``mxfp4-w4a16``
-  (bf16 activations, the 4-bit weights dequantised in the kernel: vLLM's and SGLang's default kernels,
-  and every engine's before Blackwell) or ``mxfp4-w4a8`` (MXFP8 activations on FP8 tensor cores:
-  TensorRT-LLM's TRTLLM MoE backend on Blackwell, its default there per its gpt-oss deployment guide;
-  vLLM's ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8``). :func:`kernel_format` resolves ``mxfp4`` for a
-  run's engine backend and GPU; the two explicit spellings choose the kernel.
+  is what the engine's MXFP4 MoE kernel makes of it, which no engine runs as W4A4: ``mxfp4-w4a8``
+  (MXFP8 activations on FP8 tensor cores: FlashInfer's TensorRT-LLM MXFP4 x MXFP8 kernel on datacenter
+  Blackwell, which TensorRT-LLM's TRTLLM MoE backend runs by default (its gpt-oss deployment guide),
+  SGLang by default (``--flashinfer-mxfp4-moe-precision default``; ``bf16`` is the other choice) and vLLM
+  where deployed with ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``, as gpt-oss recipes for B200 set it;
+  TensorRT-LLM on the RTX PRO 6000 too) or ``mxfp4-w4a16`` (bf16 activations, the 4-bit weights
+  dequantised in the kernel: every engine before Blackwell, vLLM and SGLang on the RTX PRO 6000).
+  :func:`kernel_format` resolves ``mxfp4`` for a run's engine backend and GPU; the two explicit
+  spellings choose the kernel.
 - **where the GPU lacks those tensor cores** the format is priced as *weight-only*: the weights
   are stored and streamed at their own bytes, the math runs at the bf16 peak. This is what the
   engines do: vLLM serves FP8 checkpoints on Ampere and NVFP4/MXFP4 checkpoints on Hopper and
@@ -129,13 +132,19 @@ EXPERT_ONLY_FORMATS = frozenset({"nvfp4", "mxfp4", "mxfp4-w4a16", "mxfp4-w4a8", 
 MXFP4_FORMATS = frozenset({"mxfp4", "mxfp4-w4a16", "mxfp4-w4a8"})
 
 
+# Datacenter Blackwell (sm_100/sm_103): where FlashInfer's TensorRT-LLM MXFP4 x MXFP8 MoE kernel runs (not sm_120).
+MXFP8_MOE_GPUS = frozenset({"b200", "b300", "gb200", "gb300"})
+
+
 def kernel_format(name: str, backend: str, gpu: GPUSpec) -> str:
     """The format a run's GEMMs and experts are priced in: ``name`` itself, except ``mxfp4``, which becomes
     the kernel ``backend`` (vllm, sglang, trtllm, or ``all`` for none named) runs MXFP4 experts with on ``gpu``:
-    ``mxfp4-w4a8`` for TensorRT-LLM on a GPU with FP4 tensor cores (Blackwell), else ``mxfp4-w4a16``."""
+    ``mxfp4-w4a8`` on datacenter Blackwell (:data:`MXFP8_MOE_GPUS`) and for TensorRT-LLM on any GPU with FP4
+    tensor cores, else ``mxfp4-w4a16``."""
     if name != "mxfp4":
         return name
-    return "mxfp4-w4a8" if backend == "trtllm" and gpu.fp4_flops > 0 else "mxfp4-w4a16"
+    mxfp8 = gpu.name in MXFP8_MOE_GPUS or (backend == "trtllm" and gpu.fp4_flops > 0)
+    return "mxfp4-w4a8" if mxfp8 else "mxfp4-w4a16"
 
 
 def describe_format(name: str, backend: str, gpu: GPUSpec) -> str:

@@ -248,7 +248,8 @@ class LaneDonor:
     engine runs, priced instead by ``donor``'s rows of the same system, or of its sibling in ``siblings``
     (``(system, donor's system)`` pairs: the same GPU die in another package), from its ``donor_source`` rows
     or the source :func:`choose_source` picks among them; a lane with ``siblings`` and no ``systems`` covers the
-    systems it has a sibling for. ``fills_gaps``: also a shape the lane has no rows for."""
+    systems it has a sibling for. ``fills_gaps``: also a shape the lane has no rows for; ``only_gaps``: only those
+    (the lane's own rows of other shapes stay its own)."""
 
     table: str
     backend: str
@@ -260,10 +261,14 @@ class LaneDonor:
     donor_source: str | None = None
     siblings: tuple[tuple[str, str], ...] = ()
     fills_gaps: bool = False
+    only_gaps: bool = False
 
     def covers(self, ref: TableRef, dtype: str, source: str | None) -> bool:
         """Whether this lane prices ``ref``'s ``dtype`` rows whose chosen kernel is ``source`` (None: none)."""
-        kernel = self.fills_gaps if source is None else self.source is None or source == self.source
+        if source is None:
+            kernel = self.fills_gaps or self.only_gaps
+        else:
+            kernel = not self.only_gaps and (self.source is None or source == self.source)
         systems = self.systems if self.systems is not None or not self.siblings else dict(self.siblings)
         return (kernel and ref.table == self.table and ref.backend == self.backend
                 and (self.dtype is None or dtype == self.dtype)
@@ -317,13 +322,27 @@ LANE_DONORS: tuple[LaneDonor, ...] = (
                     "and B300 (0.5.10) collectors did not time (Triton for bf16 and block-FP8 experts, at a median "
                     "1.6-1.8x and 1.2-1.5x the FlashInfer rows at <= 256 tokens; CuteDSL for NVFP4, 1.2x); the "
                     "GB200/GB300 collectors timed it on the same die")
-      for dt in ("bfloat16", "fp8_block", "nvfp4")),
+      for dt in ("bfloat16", "fp8_block", "nvfp4", "w4a16_mxfp4", "w4a8_mxfp4_mxfp8")),
     LaneDonor("moe", "trtllm", "sglang", dtype="fp8_block", source="deepgemm", donor_source="sglang_flashinfer_trtllm_moe",
               siblings=SAME_DIE,
               why="TensorRT-LLM's DeepSeek-R1 FP8 launch scripts there run moe_config backend TRTLLM (DeepGEMM only "
                   "at 1K/8K from 256 users), its TensorRT-LLM-generated block-FP8 MoE kernels, which its collector "
                   "did not time (DeepGEMM: a median 1.2x FlashInfer's TensorRT-LLM rows at <= 256 tokens, 0.8x "
                   "above); SGLang's GB200/GB300 collectors timed them through FlashInfer on the same die"),
+    # vLLM serves gpt-oss's MXFP4 experts on datacenter Blackwell with FlashInfer's TensorRT-LLM MXFP4 kernels (its 0.24
+    # collectors name them: GptOssMxfp4MoE at bf16 activations, Mxfp4MoE at MXFP8 ones), which its 0.19 B200 collector
+    # did not time and no B300 collector timed at all; its 0.24 GB200/GB300 collectors timed the bf16 one at gpt-oss's
+    # expert shapes (the MXFP8 one at other models' shapes only) on the same dies.
+    LaneDonor("moe", "vllm", "vllm", dtype="w4a16_mxfp4", source="vllm_mxfp4_moe", fills_gaps=True, siblings=SAME_DIE,
+              donor_source="vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
+              why="vLLM's 0.19 B200 MXFP4 lane (vllm_mxfp4_moe) times gpt-oss's experts at a median 10.8x (at <= 256 "
+                  "tokens, every split; gpt-oss-120b's at 16 tokens on one GPU 3.6x) the FlashInfer TensorRT-LLM MXFP4 "
+                  "kernel that vLLM 0.24 runs for gpt-oss and times on GB200, the same die"),
+    LaneDonor("moe", "vllm", "sglang", dtype="w4a8_mxfp4_mxfp8", only_gaps=True, siblings=SAME_DIE,
+              systems=frozenset({"b200_sxm", "b300_sxm", "gb200", "gb300"}), donor_source="sglang_flashinfer_trtllm_moe",
+              why="no vLLM collector timed the MXFP4 x MXFP8 kernel that gpt-oss deployments there run "
+                  "(VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: FlashInfer's TensorRT-LLM MoE) at its expert shapes; SGLang's "
+                  "GB200/GB300 collectors timed that FlashInfer kernel on the same dies"),
     LaneDonor("moe", "vllm", "sglang", source="vllm_marlin_int4_moe", donor_source="sglang_marlin_moe",
               why="the same Marlin MoE kernel: this older vLLM lane (0.18/0.19 tables: H200, B200, B300) times it 2-3x "
                   "slower than SGLang's rows of the same GPU and expert shape (median 1.96-2.24x), while vLLM's newer "

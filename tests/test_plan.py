@@ -146,6 +146,18 @@ def test_frontier_and_launch() -> None:
     assert "extra_llm_api_options" not in trt and "a fp8 checkpoint" in trt
     lines = launch_command(dis, base, "trtllm")
     assert "context.yml" in lines[0] and "generation.yml" in lines[1] and "cache_transceiver_config" in lines[1]
+    # gpt-oss's MXFP4 experts: the launch asks for the kernel the plan priced where the engine needs telling
+    oss = _base().replace(replica__model="gpt-oss-120b")
+    b200 = Candidate(Layout("b200", "agg", "mxfp4", 2), math.inf, price_of("b200"))
+    (line,) = launch_command(b200, oss, "vllm")
+    assert line.startswith("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 vllm serve") and "--quantization mxfp4" in line
+    assert "moe-precision" not in launch_command(b200, oss, "sglang")[0]
+    h100 = Candidate(Layout("h100-sxm", "agg", "mxfp4", 2), math.inf, price_of("h100-sxm"))
+    assert launch_command(h100, oss, "vllm")[0].startswith("vllm serve")
+    bf16 = Candidate(Layout("b200", "agg", "mxfp4-w4a16", 2), math.inf, price_of("b200"))
+    assert launch_command(bf16, oss, "vllm")[0].startswith("vllm serve")
+    assert "--flashinfer-mxfp4-moe-precision bf16" in launch_command(bf16, oss, "sglang")[0]
+    assert "bf16 activations" in launch_command(bf16, oss, "trtllm")[0]
 
 
 def test_trtllm_launch_carries_the_runs_scheduling_knobs() -> None:

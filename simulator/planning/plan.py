@@ -61,7 +61,7 @@ from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.options import CHUNKING_SCHEDULERS
-from simulator.config.precision import canonical_weight_format
+from simulator.config.precision import MXFP4_FORMATS, MXFP8_MOE_GPUS, canonical_weight_format, kernel_format
 from simulator.config.prices import GPUPrice, gpu_power_w, price_of
 from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig, SchedulerConfig
 from simulator.costmodel import load_cost_model
@@ -1021,8 +1021,14 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
     quant = {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4", "mxfp4-w4a16": "mxfp4",
              "mxfp4-w4a8": "mxfp4", "int4": "awq"}.get(lay.dtype)
 
+    # The MXFP4 MoE kernel the plan priced (precision.kernel_format), where an engine needs telling: vLLM runs the
+    # MXFP8-activation one only when asked; SGLang runs it by default on datacenter Blackwell, bf16 when asked.
+    gpu = get_gpu(lay.gpu)
+
     def vllm(tp: int, role: str | None) -> str:
-        parts = [f"vllm serve {name}", f"--tensor-parallel-size {tp}"]
+        mxfp8 = lay.dtype in MXFP4_FORMATS and kernel_format(lay.dtype, "vllm", gpu) == "mxfp4-w4a8"
+        parts = ["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"] if mxfp8 else []
+        parts += [f"vllm serve {name}", f"--tensor-parallel-size {tp}"]
         parts += [f"--pipeline-parallel-size {lay.pp}"] if lay.pp > 1 else []
         parts += [f"--data-parallel-size {lay.attention_dp}"] if lay.attention_dp > 1 else []
         parts += ["--enable-expert-parallel"] if lay.ep > 1 else []
@@ -1041,6 +1047,8 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--chunked-prefill-size {lay.budget}"] if lay.budget else []
         parts += [f"--max-running-requests {lay.max_num_seqs}", f"--context-length {max_len}"]
         parts += [f"--quantization {quant}"] if quant else []
+        if lay.dtype in MXFP4_FORMATS and gpu.name in MXFP8_MOE_GPUS and kernel_format(lay.dtype, "sglang", gpu) != "mxfp4-w4a8":
+            parts.append("--flashinfer-mxfp4-moe-precision bf16")
         parts += [f"--disaggregation-mode {role}"] if role else []
         return " ".join(parts)
 
@@ -1060,6 +1068,9 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
             notes.append(f"{role or 'extra'}.yml: {json.dumps(extra)}")
         if quant:
             notes.append(f"a {lay.dtype} checkpoint (TensorRT-LLM reads its quantization from it)")
+        if lay.dtype in MXFP4_FORMATS and gpu.fp4_flops > 0 and kernel_format(lay.dtype, "trtllm", gpu) != "mxfp4-w4a8":
+            notes.append("priced with MXFP4 experts at bf16 activations, which TensorRT-LLM's default MoE backend "
+                         "on Blackwell does not run (it takes MXFP8 activations)")
         return " ".join(parts) + ("  # " + "; ".join(notes) if notes else "")
 
     make = {"sglang": sglang, "trtllm": trtllm}.get(engine, vllm)

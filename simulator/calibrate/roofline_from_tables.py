@@ -191,11 +191,14 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
         return None
     g = r.gpu_spec
     db = float(r.dtype_bytes)
+    # The tables' dtypes map to explicit kernel formats (DTYPES), so the format's own peak is the kernel's
+    # (a run's plain mxfp4 is resolved by precision.kernel_format first).
+    peak, weight_only = r.weight_format.peak_flops(g), r.weight_format.runs_weight_only(g)
     out: dict[str, Any] = {"bw": g.hbm_bytes_per_s, "bf16": g.bf16_flops}
     if family == "gemm":
         m, n, k = f["m"], f["n"], f["k"]
         out.update(m=m, flops=2.0 * m * k * n, bytes=k * n * r.weight_bytes + m * k * db + m * n * db,
-                   peak=r.gemm_peak_flops, knee=(r.weight_bytes / db) if r.weight_only else 1.0, act=m * k,
+                   peak=peak, knee=(r.weight_bytes / db) if weight_only else 1.0, act=m * k,
                    prefix=_gemm_prefix(GEMM_CLASS[r.dtype]))
     elif family in ("attn_prefill", "attn_decode"):
         b, heads, kvh, hd = f["batch_size"], f["num_heads"], f["num_key_value_heads"], f["head_dim"]
@@ -237,7 +240,7 @@ def terms_for(system: str, family: str, dtype: str, keys: dict[str, np.ndarray])
         # the two expert GEMMs (moe.moe_token_ops' moe_act, an element-wise kernel over this rank's copies)
         out.update(touched=touched, per_expert=per_expert, flops=2.0 * per_expert * h * 3 * f_local,
                    token_hidden=t * topk * h, act_bytes=t * topk / mep * 3 * f_local * db,
-                   bytes=3 * h * f_local * r.weight_bytes + per_expert * (2 * h + 3 * f_local) * db, peak=r.gemm_peak_flops,
+                   bytes=3 * h * f_local * r.weight_bytes + per_expert * (2 * h + 3 * f_local) * db, peak=peak,
                    prefix=_expert_prefix(GEMM_CLASS[r.dtype]), route=route, mep=mep,
                    weight_bytes=3 * h * f_local * r.weight_bytes, token_bytes=(2 * h + 3 * f_local) * db)
     elif family == "allreduce":

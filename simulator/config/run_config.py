@@ -286,17 +286,6 @@ class ReplicaConfig:
         return (m.num_kv_layers * m.attention_params + m.num_moe_layers * m.hidden_size * m.num_experts) / m.num_layers
 
     @property
-    def gemm_peak_flops(self) -> float:
-        """Dense peak the layers' GEMMs run at: FP8 or FP4 tensor cores where the weights are in such a
-        format and the GPU has them, else bf16 (weight-only dequantisation)."""
-        return self.weight_format.peak_flops(self.gpu_spec)
-
-    @property
-    def weight_only(self) -> bool:
-        """GEMMs dequantise low-precision weights to 16 bits (int4, or fp8/fp4 without those tensor cores)."""
-        return self.weight_format.runs_weight_only(self.gpu_spec)
-
-    @property
     def kv_cache_bytes(self) -> float:
         """Bytes per cached K or V element."""
         return kv_bytes_per_element(self.kv_cache_dtype, self.dtype_bytes)

@@ -1018,16 +1018,18 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
     model = get_model(base.replica.model)
     name = getattr(model, "hf_id", base.replica.model)
     max_len = base.replica.effective_max_model_len
-    quant = {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "modelopt_fp4", "mxfp4": "mxfp4", "mxfp4-w4a16": "mxfp4",
-             "mxfp4-w4a8": "mxfp4", "int4": "awq"}.get(lay.dtype)
-
-    # The MXFP4 MoE kernel the plan priced (precision.kernel_format), where an engine needs telling: vLLM runs the
-    # MXFP8-activation one only when asked; SGLang runs it by default on datacenter Blackwell, bf16 when asked.
+    quant = "mxfp4" if lay.dtype in MXFP4_FORMATS else {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "modelopt_fp4",
+                                                         "int4": "awq"}.get(lay.dtype)
+    # The MXFP4 MoE kernel the plan priced (precision.kernel_format: the format itself for any other dtype), where an
+    # engine needs telling: vLLM runs the MXFP8-activation one only when asked; SGLang runs it by default on
+    # datacenter Blackwell, bf16 when asked; TensorRT-LLM's default MoE backend on Blackwell runs MXFP8 only.
     gpu = get_gpu(lay.gpu)
 
+    def kernel(backend: str) -> str:
+        return kernel_format(lay.dtype, backend, gpu)
+
     def vllm(tp: int, role: str | None) -> str:
-        mxfp8 = lay.dtype in MXFP4_FORMATS and kernel_format(lay.dtype, "vllm", gpu) == "mxfp4-w4a8"
-        parts = ["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"] if mxfp8 else []
+        parts = ["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"] if kernel("vllm") == "mxfp4-w4a8" else []
         parts += [f"vllm serve {name}", f"--tensor-parallel-size {tp}"]
         parts += [f"--pipeline-parallel-size {lay.pp}"] if lay.pp > 1 else []
         parts += [f"--data-parallel-size {lay.attention_dp}"] if lay.attention_dp > 1 else []
@@ -1047,7 +1049,7 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--chunked-prefill-size {lay.budget}"] if lay.budget else []
         parts += [f"--max-running-requests {lay.max_num_seqs}", f"--context-length {max_len}"]
         parts += [f"--quantization {quant}"] if quant else []
-        if lay.dtype in MXFP4_FORMATS and gpu.name in MXFP8_MOE_GPUS and kernel_format(lay.dtype, "sglang", gpu) != "mxfp4-w4a8":
+        if kernel("sglang") == "mxfp4-w4a16" and gpu.name in MXFP8_MOE_GPUS:
             parts.append("--flashinfer-mxfp4-moe-precision bf16")
         parts += [f"--disaggregation-mode {role}"] if role else []
         return " ".join(parts)
@@ -1068,7 +1070,7 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
             notes.append(f"{role or 'extra'}.yml: {json.dumps(extra)}")
         if quant:
             notes.append(f"a {lay.dtype} checkpoint (TensorRT-LLM reads its quantization from it)")
-        if lay.dtype in MXFP4_FORMATS and gpu.fp4_flops > 0 and kernel_format(lay.dtype, "trtllm", gpu) != "mxfp4-w4a8":
+        if kernel("trtllm") == "mxfp4-w4a16" and gpu.fp4_flops > 0:
             notes.append("priced with MXFP4 experts at bf16 activations, which TensorRT-LLM's default MoE backend "
                          "on Blackwell does not run (it takes MXFP8 activations)")
         return " ".join(parts) + ("  # " + "; ".join(notes) if notes else "")

@@ -79,7 +79,7 @@ GEMM_DTYPES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int4": "in
                "mxfp4-w4a8": "bfloat16"}
 # MoE kernels to try, in order: FP8 MoE checkpoints (DeepSeek, Qwen3-FP8) are block-scaled where a
 # backend has no per-tensor kernel. MXFP4 (gpt-oss) runs the kernel precision.kernel_format names for the
-# backend and GPU (w4a16; w4a8 for TensorRT-LLM on Blackwell), then the other where the tables lack it;
+# backend and GPU (w4a8 on datacenter Blackwell, else w4a16), then the other where the tables lack it;
 # the explicit mxfp4-w4a16 / mxfp4-w4a8 take their own rows only.
 MOE_DTYPES = {"bf16": ("bfloat16",), "fp16": ("bfloat16",), "fp8": ("fp8", "fp8_block"), "int4": ("int4_wo",),
               "fp8-block": ("fp8_block",), "fp8_block": ("fp8_block",), "nvfp4": ("nvfp4",),

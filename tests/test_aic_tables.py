@@ -351,6 +351,42 @@ def test_blackwell_moe_runs_flashinfers_trtllm_kernels_priced_from_the_same_die(
         == "sglang_fused_moe_triton"
 
 
+def test_vllm_blackwell_experts_are_priced_by_the_flashinfer_kernels_todays_vllm_runs(aic) -> None:  # noqa: ANN001
+    """vLLM's 0.19 B200/B300 MoE lanes timed its Triton experts; today's vLLM runs FlashInfer's TensorRT-LLM experts
+    there where they take the shape, which its 0.24 collectors timed on GB200/GB300 (the same dies): those rows price
+    bf16, FP8 and block-FP8 experts (DeepSeek-V3 at EP8: the lane they replace a median 1.24x their time at <= 256 tokens). Its NVFP4 lane (already
+    FlashInfer's), other backends and Hopper keep their own rows."""
+    from simulator.costmodel.aic import tables as T
+
+    shape = BatchShape.from_requests(decodes=[2000] * 64)
+    for gpu, sibling in (("b200", "gb200"), ("b300", "gb300")):
+        for model, dtype, ep in (("qwen3-235b-a22b", "bf16", 8), ("qwen3-235b-a22b", "fp8", 1), ("deepseek-v3", "fp8-block", 1)):
+            own = _model(aic, model=model, gpu=gpu, tp=8, ep=ep, dtype=dtype)
+            twin = _model(aic, model=model, gpu=sibling, tp=8, ep=ep, dtype=dtype)
+            assert "flashinfer_trtllm" in own.moe_source and own.moe_source.endswith(f"({sibling} vllm 0.24.0)"), own.moe_source
+            assert any(f"moe priced by {sibling} vllm" in n for n in own.notes)
+            assert own.breakdown(shape)["moe_experts"] == pytest.approx(twin.breakdown(shape)["moe_experts"], rel=1e-12)
+    ref = T.find_table("b200_sxm", "vllm", "moe", aic)
+    dsv3 = (("hidden_size", "==", 7168), ("inter_size", "==", 2048), ("topk", "==", 8), ("num_experts", "==", 256),
+            ("moe_tp_size", "==", 1), ("moe_ep_size", "==", 8), ("distribution", "==", "power_law_1.01"))
+    cols = ("num_tokens", "latency")
+    own_src, own_rows = T.read_source_rows(ref, "fp8_block", cols, dsv3)
+    src, rows, read, note = T.read_priced_rows(ref, "fp8_block", cols, dsv3, aic)
+    assert own_src == "vllm_fused_moe" and read.system == "gb200" and note is not None
+    common, i, j = np.intersect1d(own_rows["num_tokens"], rows["num_tokens"], return_indices=True)
+    small = common <= 256
+    assert small.sum() >= 4 and np.median(own_rows["latency"][i][small] / rows["latency"][j][small]) > 1.2
+    # a split the donor's kernel does not take (Qwen3-235B's experts over 8 GPUs: 192 columns, not a multiple of 128)
+    # falls back, as vLLM does, to the kernel the lane's own rows time
+    narrow = _model(aic, model="qwen3-235b-a22b", gpu="b200", tp=8)
+    assert narrow.moe_source == "vllm_fused_moe" and "moe_experts" not in narrow.roofline_ops
+    assert any("donor has no bfloat16 MoE rows for moe_tp=8 x moe_ep=1" in n for n in narrow.notes)
+    assert "moe_experts" in _model(aic, model="qwen3-235b-a22b", gpu="gb200", tp=8).roofline_ops  # no rows of its own
+    assert "(gb200 " not in _model(aic, model="deepseek-v3", gpu="b200", tp=8, dtype="nvfp4").moe_source
+    assert "(gb200 " not in _model(aic, backend="trtllm", model="qwen3-235b-a22b", gpu="b200", tp=8).moe_source
+    assert "(" not in _model(aic, model="qwen3-235b-a22b", gpu="h200", tp=8).moe_source
+
+
 def test_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpus(aic) -> None:  # noqa: ANN001
     """gpt-oss's MXFP4 experts on B200/GB200/B300/GB300 run FlashInfer's TensorRT-LLM MXFP4 x MXFP8 kernel (TensorRT-LLM's
     default MoE backend there, SGLang's default precision, vLLM as deployed); Hopper runs BF16 activations."""

@@ -246,6 +246,7 @@ groups <= 15% of 323):
 | + MoE's permutation per routed copy (tokens x top-k, was per token) and the gated activation in the fit as the runtime prices it (`moe_act`) | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.190 | 162 |
 | + MXFP4 experts by their kernel's activations: w4a16 rows at the bf16 peak (weight-only), w4a8 rows at the FP8 peak, each its own lane; a run's `mxfp4` is the kernel its backend runs (`precision.kernel_format`: w4a8 on datacenter Blackwell and for TensorRT-LLM on the RTX PRO 6000, else w4a16), no longer W4A4 at the FP4 peak | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.173 | 174 of 329 |
 | + vLLM's MXFP4 experts on datacenter Blackwell by the kernels deployments run (`tables.LANE_DONORS`: its w4a16 lane by the FlashInfer TensorRT-LLM kernel vLLM 0.24 timed on GB200/GB300, the same dies; its w4a8 lane, which no vLLM collector timed at gpt-oss's shapes, by SGLang's rows of that FlashInfer kernel), SGLang's B200/B300 MXFP4 by its GB200/GB300 rows as its other MoE lanes there | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.172 | 176 of 329 |
+| + vLLM's bf16, FP8 and block-FP8 experts on B200/B300 by the FlashInfer TensorRT-LLM rows vLLM 0.24 timed on GB200/GB300, the same dies (its 0.19 lanes there timed Triton; `tables.LANE_DONORS`), per expert split | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.149 | 188 of 329 |
 
 (*: a minimum-rows rule, since relaxed, had left A100's all-reduce halves unfitted.) The last two steps: GQA decode's
 per-(sequence, KV head) cost alone gave 0.179 (its prefill 0.147); with a per-(sequence, head) cost and a floor of its
@@ -309,6 +310,22 @@ priced at TP1. Held out in this report: TensorRT-LLM's w4a16 groups on B200/B300
 groups 0.17-0.23 -> 0.16-0.17, GB200/GB300 vLLM and SGLang 0.15-0.24 -> 0.11-0.17, B200 vLLM 0.95 -> 0.09 (now the
 donor's rows, as a run prices them); the RTX PRO 6000's w4a16 groups moved 0.39 -> 0.44 (vLLM) and 0.57 -> 0.58
 (SGLang). MoE groups within 15% 44 -> 56 of 123, median of group medians 0.188 -> 0.158; all groups 166 -> 178 of 325.
+
+The vLLM Blackwell MoE step: vLLM's MoE oracle takes FlashInfer's TensorRT-LLM experts where they take the shape, then
+FlashInfer's CUTLASS ones, then Triton's. Its 0.24 collectors timed what that chose on GB200/GB300; its 0.19 B200/B300
+collectors timed Triton's experts (`vllm_fused_moe`) for bf16, FP8 and block-FP8, a median 1.4-1.5x the 0.24 rows of the
+same die at <= 256 tokens and 1.8-2.1x above 4K tokens (the 0.24 rows within 2% of SGLang's rows of the FlashInfer kernel
+there). Those lanes are now priced by the GB200/GB300 rows, per expert shape and split; where those lack a split
+(FlashInfer's bf16 experts want slices of a multiple of 128 columns: Qwen3-235B's over 8 GPUs are 192 wide) the lane's
+own rows price it, as vLLM falls back (for every lane donor: such a split had gone to the roofline). Held out: the six
+B200/B300 groups 0.30-0.41 -> 0.11-0.12, GB200/GB300 vLLM's bf16, FP8 and block-FP8 groups 0.23-0.46 -> 0.10 (Blackwell's
+vLLM constants no longer fitted across two kernels); GB200 SGLang's INT4 group 0.12 -> 0.37 (its fold, fitted to B200/B300's
+Marlin rows and GB300's FlashInfer rows, moved with the shared constants). MoE groups within 15% 56 -> 67 of 123, median of
+group medians 0.158 -> 0.145; all groups 178 -> 189 of 325. One decode step below with `--kernels vllm` on B200: DeepSeek-V3
+block-FP8 at TP8 27.6 -> 23.3 ms, Qwen3.5-397B FP8 at TP8 18.4 -> 13.7 ms. The constants were written in full at this step:
+the committed file had not been rewritten since a change after the MXFP4 step, so other generations' constants moved too
+(Ampere's expert memory efficiency 1.56 -> 1.43, Hopper's MXFP4 lane: gpt-oss-120b's TP2 roofline step on H100 15.40 ->
+15.52 ms); the held-out figures refit their folds and do not read the file.
 
 Why families still miss: (1) **versions within a generation**: the database holds different engine versions per
 GPU (SGLang 0.5.9 on B200/B300, 0.5.14 on GB200/GB300; vLLM 0.19 vs 0.24; H100 0.24 vs H200 0.18), and their kernels

@@ -56,6 +56,7 @@ import sys
 from bisect import bisect_right
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -379,6 +380,7 @@ class TableCostModel(TabulatedCostModel):
         dist = MOE_ROUTING
         cols = ("num_tokens", "moe_tp_size", "moe_ep_size", "distribution", "latency")
         src, d, note = None, {}, None
+        own_ref = ref
         for candidate in candidates:
             src, d, read, note = T.read_priced_rows(ref, candidate, cols, shape, self.root)
             if src is not None:
@@ -393,10 +395,23 @@ class TableCostModel(TabulatedCostModel):
             have = ", ".join(sorted(set(have.astype(str).tolist()))) if have is not None and len(have) else "none"
             self._lack("moe_experts", f"no MoE rows for {m.name}'s expert shape in dtype {dtype} (that shape has: {have})")
             return
+        def split(rows: dict[str, Any]) -> dict[str, Any]:
+            keep = ((rows["moe_tp_size"] == moe_tp) & (rows["moe_ep_size"] == moe_ep)
+                    & (rows["distribution"].astype(str) == dist))
+            return {"num_tokens": rows["num_tokens"][keep], "latency": rows["latency"][keep]}
+
+        d = split(d)
+        if note is not None and len(d["latency"]) < 2:
+            # A lane donor's collector did not time this split (its kernel does not take the slice, e.g. FlashInfer's
+            # TensorRT-LLM bf16 experts want a multiple of 128 columns): the engine falls back to the kernel the
+            # lane's own rows time, so those price it.
+            own_src, own = T.read_source_rows(own_ref, dtype, cols, shape)
+            if own_src is not None and len((own := split(own))["latency"]) >= 2:
+                src, d, ref = own_src, own, own_ref
+                note = (f"{self.backend} tables of {self.system}: the lane's donor has no {dtype} MoE rows for "
+                        f"moe_tp={moe_tp} x moe_ep={moe_ep}: its own {own_src} rows price it")
         if note is not None:
             self.notes.append(note)
-        keep = (d["moe_tp_size"] == moe_tp) & (d["moe_ep_size"] == moe_ep) & (d["distribution"].astype(str) == dist)
-        d = {"num_tokens": d["num_tokens"][keep], "latency": d["latency"][keep]}
         if len(d["latency"]) < 2:
             self._lack("moe_experts", f"no MoE rows for moe_tp={moe_tp} x moe_ep={moe_ep} ({dist}, {dtype})")
             return

@@ -338,6 +338,16 @@ LANE_DONORS: tuple[LaneDonor, ...] = (
               why="vLLM's 0.19 B200 MXFP4 lane (vllm_mxfp4_moe) times gpt-oss's experts at a median 10.8x (at <= 256 "
                   "tokens, every split; gpt-oss-120b's at 16 tokens on one GPU 3.6x) the FlashInfer TensorRT-LLM MXFP4 "
                   "kernel that vLLM 0.24 runs for gpt-oss and times on GB200, the same die"),
+    # vLLM's MoE oracle tries FlashInfer's TensorRT-LLM experts first, then its CUTLASS ones, then Triton, and takes the
+    # first that supports the shape; its 0.24 GB200/GB300 collectors time what it took per shape, its 0.19 B200/B300
+    # collectors Triton's for every shape (`vllm_fused_moe`). Per shape the sibling's 0.24 rows are used where they
+    # exist (whichever kernel 0.24 took there), the lane's own Triton rows where not.
+    *(LaneDonor("moe", "vllm", "vllm", dtype=dt, source="vllm_fused_moe", fills_gaps=True, siblings=SAME_DIE,
+                why="vLLM's 0.19 B200/B300 collectors timed its Triton experts, which today's vLLM runs on datacenter "
+                    "Blackwell only where FlashInfer's kernels do not take the shape: a median 1.4-1.5x the FlashInfer "
+                    "TensorRT-LLM rows vLLM 0.24 timed on GB200/GB300, the same die, at <= 256 tokens and 1.8-2.1x "
+                    "above 4K (those rows within 2% of SGLang's of that kernel there)")
+      for dt in ("bfloat16", "fp8", "fp8_block")),
     LaneDonor("moe", "vllm", "sglang", dtype="w4a8_mxfp4_mxfp8", only_gaps=True, siblings=SAME_DIE,
               systems=frozenset({"b200_sxm", "b300_sxm", "gb200", "gb300"}), donor_source="sglang_flashinfer_trtllm_moe",
               why="no vLLM collector timed the MXFP4 x MXFP8 kernel that gpt-oss deployments there run "

@@ -332,7 +332,12 @@ GPU (SGLang 0.5.9 on B200/B300, 0.5.14 on GB200/GB300; vLLM 0.19 vs 0.24; H100 0
 differ by more than the target: SGLang's bf16 MoE on B200/B300 is off by 0.51-0.58 even fitted in-sample while
 GB200/GB300's fit to 0.14; vLLM's decode attention on B200/B300 0.29-0.30 against 0.11-0.14 on GB200/GB300 held out.
 A run cannot name a kernel version, so a GPU is priced by its siblings' versions; GQA decode's remaining misses are
-mostly these (vLLM on B200/B300, TRT-LLM on H100/H200/A100) and the workstation parts. (2) **the form of MoE**
+mostly these (vLLM on B200/B300, TRT-LLM on H100/H200/A100) and the workstation parts. The family's median group, H200
+vLLM, is one: its 0.18 rows take 0.82x the time of H100's 0.24 rows at batch 1-64 (0.88-0.94x above), where TensorRT-LLM's
+rows of the two GPUs agree within 1% (decode at those sizes waits on latency, not bandwidth; 0.75x at the largest KV reads,
+the bandwidth ratio being 0.70), so the fold fitted to H100's vLLM rows alone prices H200 +17-21% slow at batch 1-64 (signed
+median +13%). vLLM 0.19's B200/B300 decode rows, for their part, take 0.78-0.91x the time of vLLM 0.24's TensorRT-LLM decode
+rows of GB200/GB300: the older lane is the faster one there, so no lane donor stands in for it. (2) **the form of MoE**
 (`simulator/costmodel/moe.py`): fitted with the constants the runtime uses (the written ones, on every GPU's rows), the
 expert form's median error is about 0.18 and grows with tokens per expert (0.15 at 8-32, 0.26-0.34 past 128): the
 compute regime's efficiency varies with the expert shape (hidden and slice width) in ways the terms tried above do

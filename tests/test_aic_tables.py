@@ -365,6 +365,9 @@ def test_vllm_blackwell_experts_are_priced_by_the_flashinfer_kernels_todays_vllm
             twin = _model(aic, model=model, gpu=sibling, tp=8, ep=ep, dtype=dtype)
             assert "flashinfer_trtllm" in own.moe_source and own.moe_source.endswith(f"({sibling} vllm 0.24.0)"), own.moe_source
             assert any(f"moe priced by {sibling} vllm" in n for n in own.notes)
+            # the run's header (describe) names the tables that lent rows
+            assert own.describe().startswith(f"vllm 0.19.0 tables of {gpu}_sxm") and own.borrowed["moe"] == f"{sibling} vllm 0.24.0"
+            assert f"; moe by {sibling} vllm 0.24.0's rows" in own.describe() and "moe by" not in twin.describe()
             assert own.breakdown(shape)["moe_experts"] == pytest.approx(twin.breakdown(shape)["moe_experts"], rel=1e-12)
     ref = T.find_table("b200_sxm", "vllm", "moe", aic)
     dsv3 = (("hidden_size", "==", 7168), ("inter_size", "==", 2048), ("topk", "==", 8), ("num_experts", "==", 256),

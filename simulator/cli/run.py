@@ -168,10 +168,10 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
                        ("sched_delay_s", "scheduling delay")):
         table.add_row(label, *(_ms(summary[f"{key}_{q}"]) for q in ("p50", "p90", "p99", "max")))
     kernels = ""
-    if r.kernels != "roofline":  # which measured tables priced the run
-        from simulator.costmodel.aic.tables import describe
+    if r.kernels != "roofline":  # which measured tables priced the run (the model the run loaded, cached)
+        from simulator.costmodel.aic.model import table_cost_model
 
-        kernels = f" · kernels: {describe(r.gpu, r.kernels)}"
+        kernels = f" · kernels: {table_cost_model(r, r.kernels).describe()}"
     from simulator.costmodel import load_engine
     from simulator.costmodel.calibration import describe
 

@@ -160,6 +160,7 @@ class TableCostModel(TabulatedCostModel):
         self.notes: list[str] = []
         self.roofline_ops: list[str] = []
         self.versions: dict[str, str] = {}
+        self.borrowed: dict[str, str] = {}  # op family -> the other collector's tables whose rows price it
         self.num_extrapolations = 0
         self.extrapolations_by_op: dict[str, int] = {}
         spec = T.system_spec(self.system, root)
@@ -216,6 +217,7 @@ class TableCostModel(TabulatedCostModel):
         if note is not None:
             self.notes.append(note)
         self.versions["gemm"] = read.version
+        self._borrow("gemm", read)
         self.gemm_source = src
         mm, nn, kk, lat = d["m"].astype(np.int64), d["n"].astype(np.int64), d["k"].astype(np.int64), d["latency"]
         order = np.lexsort((mm, kk, nn))
@@ -239,7 +241,7 @@ class TableCostModel(TabulatedCostModel):
         twin.rf = copy.copy(self.rf)
         twin.rf.gemm = twin.rf.attn_gemm  # its roofline fallback and extrapolation anchor: 16-bit too
         twin._gemm_dtype, twin._gemm_curves = "bfloat16", {}
-        twin.notes, twin.roofline_ops, twin.versions = [], [], {}
+        twin.notes, twin.roofline_ops, twin.versions, twin.borrowed = [], [], {}, {}
         twin._load_gemm()
         if not twin._gemm_index:
             self._lack("attn_gemm", "no bfloat16 GEMM rows for the attention projections and router that a 4-bit "
@@ -419,6 +421,7 @@ class TableCostModel(TabulatedCostModel):
         self._moe = (toks, isotonic(d["latency"][idx] * MS))
         self.moe_source, self.moe_dtype = src, dtype
         self.versions["moe"] = ref.version
+        self._borrow("moe", ref)
         self._moe_max_tokens = float(toks[-1]) / self._moe_token_scale
         if self.backend == "trtllm" and dtype == "nvfp4" and src != MOE_LOW_LATENCY_SOURCE:
             self._load_moe_low(ref, src, shape, dtype, moe_tp, moe_ep, dist)
@@ -525,6 +528,7 @@ class TableCostModel(TabulatedCostModel):
             return None, f"no {table} rows with a {window}-token window"
         if window and len(d["latency"]) < 4:
             return None, f"no {table} rows with a {window}-token window"
+        self._borrow("mla" if mla else "attention", ref)
         self.versions["attention" if not mla else "mla"] = (ref.version if ref.backend == self.backend
                                                              else f"{ref.backend} {ref.version}")
         return d, src
@@ -890,10 +894,18 @@ class TableCostModel(TabulatedCostModel):
     def send_recv_time(self, num_tokens: int, hop: int | None = None) -> float:
         return self.rf.send_recv_time(num_tokens, hop)
 
+    def _borrow(self, family: str, ref: T.TableRef) -> None:
+        """Record that ``ref``, another system's or backend's table, priced ``family`` (a lane donor)."""
+        if ref.system != self.system or ref.backend != self.backend:
+            where = f"{ref.system} " if ref.system != self.system else ""
+            self.borrowed[family] = f"{where}{ref.backend} {ref.version}"
+
     def describe(self) -> str:
-        """One line: which tables priced this model, and what the roofline priced for lack of rows."""
+        """One line: which tables priced this model, which families another collector's rows priced, and what
+        the roofline priced for lack of rows."""
+        lent = "".join(f"; {family} by {who}'s rows" for family, who in self.borrowed.items())
         extra = f"; roofline for {', '.join(dict.fromkeys(self.roofline_ops))}" if self.roofline_ops else ""
-        return f"{self.source}{extra}"
+        return f"{self.source}{lent}{extra}"
 
 
 @functools.lru_cache(maxsize=32)

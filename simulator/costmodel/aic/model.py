@@ -216,8 +216,7 @@ class TableCostModel(TabulatedCostModel):
             return
         if note is not None:
             self.notes.append(note)
-        self.versions["gemm"] = read.version
-        self._borrow("gemm", read)
+        self._priced_by("gemm", read)
         self.gemm_source = src
         mm, nn, kk, lat = d["m"].astype(np.int64), d["n"].astype(np.int64), d["k"].astype(np.int64), d["latency"]
         order = np.lexsort((mm, kk, nn))
@@ -326,7 +325,7 @@ class TableCostModel(TabulatedCostModel):
         lat = d["latency"][idx] * MS
         self._ar = (msg, isotonic(lat))
         self.allreduce_source = src
-        self.versions["comm"] = ref.version
+        self._priced_by("comm", ref)
         self._ar_max_tokens = float(msg[-1] / self.model.hidden_size)
         self._ar_latency_s = float(lat[0])
 
@@ -397,6 +396,7 @@ class TableCostModel(TabulatedCostModel):
             have = ", ".join(sorted(set(have.astype(str).tolist()))) if have is not None and len(have) else "none"
             self._lack("moe_experts", f"no MoE rows for {m.name}'s expert shape in dtype {dtype} (that shape has: {have})")
             return
+
         def split(rows: dict[str, Any]) -> dict[str, Any]:
             keep = ((rows["moe_tp_size"] == moe_tp) & (rows["moe_ep_size"] == moe_ep)
                     & (rows["distribution"].astype(str) == dist))
@@ -420,8 +420,7 @@ class TableCostModel(TabulatedCostModel):
         toks, idx = np.unique(d["num_tokens"].astype(np.float64), return_index=True)
         self._moe = (toks, isotonic(d["latency"][idx] * MS))
         self.moe_source, self.moe_dtype = src, dtype
-        self.versions["moe"] = ref.version
-        self._borrow("moe", ref)
+        self._priced_by("moe", ref)
         self._moe_max_tokens = float(toks[-1]) / self._moe_token_scale
         if self.backend == "trtllm" and dtype == "nvfp4" and src != MOE_LOW_LATENCY_SOURCE:
             self._load_moe_low(ref, src, shape, dtype, moe_tp, moe_ep, dist)
@@ -528,9 +527,7 @@ class TableCostModel(TabulatedCostModel):
             return None, f"no {table} rows with a {window}-token window"
         if window and len(d["latency"]) < 4:
             return None, f"no {table} rows with a {window}-token window"
-        self._borrow("mla" if mla else "attention", ref)
-        self.versions["attention" if not mla else "mla"] = (ref.version if ref.backend == self.backend
-                                                             else f"{ref.backend} {ref.version}")
+        self._priced_by("mla" if mla else "attention", ref)
         return d, src
 
     def _grid(self, d: dict[str, np.ndarray], decode: bool) -> Grid2D:
@@ -894,8 +891,10 @@ class TableCostModel(TabulatedCostModel):
     def send_recv_time(self, num_tokens: int, hop: int | None = None) -> float:
         return self.rf.send_recv_time(num_tokens, hop)
 
-    def _borrow(self, family: str, ref: T.TableRef) -> None:
-        """Record that ``ref``, another system's or backend's table, priced ``family`` (a lane donor)."""
+    def _priced_by(self, family: str, ref: T.TableRef) -> None:
+        """Record the table whose rows price ``family``: its version, and where it is another system's or
+        backend's (a lane donor, vLLM's MLA by TensorRT-LLM's), whose (``borrowed``, said in :meth:`describe`)."""
+        self.versions[family] = ref.version if ref.backend == self.backend else f"{ref.backend} {ref.version}"
         if ref.system != self.system or ref.backend != self.backend:
             where = f"{ref.system} " if ref.system != self.system else ""
             self.borrowed[family] = f"{where}{ref.backend} {ref.version}"

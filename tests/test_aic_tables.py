@@ -55,6 +55,21 @@ def test_grid_fills_holes_from_the_roofline_and_flags_them() -> None:
     assert value == 2.0 and not extrapolated
 
 
+def test_streamed_bytes_count_a_gemms_operands_and_a_decodes_kv_reads() -> None:
+    from simulator.costmodel.aic import tables as T
+
+    gemm = T.streamed_bytes("gemm", "fp8", {"m": np.array([1, 64]), "n": np.array([4096, 4096]), "k": np.array([1024, 1024])})
+    assert gemm.tolist() == [4096 * 1024 * 1.0] * 2  # the weights: a step's activations may be in L2, its weights not
+    decode = T.streamed_bytes("generation_attention", "bfloat16", {
+        "batch_size": np.array([2, 2, 2]), "isl": np.array([1000, 1000, 1000]), "step": np.array([24, 24, 24]),
+        "num_key_value_heads": np.array([8, 8, 8]), "head_dim": np.array([128, 128, 128]),
+        "kv_cache_dtype": np.array(["bfloat16", "fp8", "bfloat16"], dtype=object), "window_size": np.array([0, 0, 128])})
+    # K and V of every sequence's 1,024 tokens (a 128-token window reads 128), at 2 bytes (FP8 KV: 1)
+    assert decode.tolist() == [2 * 1024 * 2 * 2 * 8 * 128, 2 * 1024 * 2 * 1 * 8 * 128, 2 * 128 * 2 * 2 * 8 * 128]
+    assert T.streamed_bytes("gemm", "no-such-format", {"m": np.array([1]), "n": np.array([8]), "k": np.array([8])}) is None
+    assert T.streamed_bytes("moe", "bfloat16", {}) is None
+
+
 # -- the database --------------------------------------------------------------------------------------------------
 def test_tables_found_with_version_and_source(aic) -> None:  # noqa: ANN001
     from simulator.costmodel.aic import tables as T
@@ -262,23 +277,23 @@ def test_vllm_block_fp8_gemms_are_priced_by_a_lane_that_runs_the_format_at_bf16_
     assert "(sglang " not in b200.gemm_source and not any("priced by sglang" in n for n in b200.notes)
     bf16 = _model(aic, model="llama-3.1-8b", gpu="h100-sxm")
     assert bf16.gemm_source == "torch.nn.functional.linear"
-    own, own_ms, donor, donor_ms, note = _gemm_lane_point(aic, "h100_sxm", "vllm", "fp8_block", (64, 7168, 2048))
-    assert own == "DeepGemmFp8BlockScaledMMKernel" and donor == "sglang" and note is not None
+    own, own_ms, donor, donor_ms, notes = _gemm_lane_point(aic, "h100_sxm", "vllm", "fp8_block", (64, 7168, 2048))
+    assert own == "DeepGemmFp8BlockScaledMMKernel" and donor == "sglang" and any("priced by sglang" in n for n in notes)
     assert own_ms > 4 * donor_ms  # the lane the donor replaces
 
 
 def _gemm_lane_point(aic, system, backend, dtype, mnk):  # noqa: ANN001, ANN202
-    """(own source, its latency at (m, n, k), the donor's backend, the donor's latency there, the note)."""
+    """(own source, its latency at (m, n, k), the donor's backend, the donor's latency there, the notes)."""
     from simulator.costmodel.aic import tables as T
 
     ref = T.find_table(system, backend, "gemm", aic)
     own, rows = T.read_source_rows(ref, dtype, ("m", "n", "k", "latency"))
-    _, priced, read, note = T.read_priced_rows(ref, dtype, ("m", "n", "k", "latency"), root=aic)
+    _, priced, read, notes = T.read_priced_rows(ref, dtype, ("m", "n", "k", "latency"), root=aic)
 
     def at(d):  # noqa: ANN001, ANN202
         return float(d["latency"][(d["m"] == mnk[0]) & (d["n"] == mnk[1]) & (d["k"] == mnk[2])][0])
 
-    return own, at(rows), read.backend, at(priced), note
+    return own, at(rows), read.backend, at(priced), notes
 
 
 def test_trtllm_fp8_and_nvfp4_gemms_are_priced_by_the_lane_that_runs_them_without_its_floor(aic) -> None:  # noqa: ANN001
@@ -291,8 +306,8 @@ def test_trtllm_fp8_and_nvfp4_gemms_are_priced_by_the_lane_that_runs_them_withou
         vllm = _model(aic, model="llama-3.1-70b", gpu=gpu, tp=8, dtype=dtype)
         assert "(vllm " in trt.gemm_source and any(f"{dtype} gemm priced by vllm" in n for n in trt.notes)
         assert np.allclose(trt.gemm(x, 8192, 1280), vllm.gemm(x, 8192, 1280), rtol=1e-12, atol=0)
-    own, own_ms, donor, donor_ms, note = _gemm_lane_point(aic, "b200_sxm", "trtllm", "fp8", (4, 1024, 1024))
-    assert own == "torch_flow" and donor == "vllm" and note is not None
+    own, own_ms, donor, donor_ms, notes = _gemm_lane_point(aic, "b200_sxm", "trtllm", "fp8", (4, 1024, 1024))
+    assert own == "torch_flow" and donor == "vllm" and any("priced by vllm" in n for n in notes)
     assert own_ms > 2 * donor_ms  # the floor the donor removes
     for kw in (dict(gpu="b200", dtype="fp8-block"), dict(gpu="b200"), dict(gpu="l40s", tp=4, dtype="fp8")):
         kept = _model(aic, backend="trtllm", model="llama-3.1-70b", **{"tp": 8, **kw})
@@ -374,8 +389,8 @@ def test_vllm_blackwell_experts_are_priced_by_the_flashinfer_kernels_todays_vllm
             ("moe_tp_size", "==", 1), ("moe_ep_size", "==", 8), ("distribution", "==", "power_law_1.01"))
     cols = ("num_tokens", "latency")
     own_src, own_rows = T.read_source_rows(ref, "fp8_block", cols, dsv3)
-    src, rows, read, note = T.read_priced_rows(ref, "fp8_block", cols, dsv3, aic)
-    assert own_src == "vllm_fused_moe" and read.system == "gb200" and note is not None
+    src, rows, read, notes = T.read_priced_rows(ref, "fp8_block", cols, dsv3, aic)
+    assert own_src == "vllm_fused_moe" and read.system == "gb200" and any("priced by gb200 vllm" in n for n in notes)
     common, i, j = np.intersect1d(own_rows["num_tokens"], rows["num_tokens"], return_indices=True)
     small = common <= 256
     assert small.sum() >= 4 and np.median(own_rows["latency"][i][small] / rows["latency"][j][small]) > 1.2
@@ -406,8 +421,8 @@ def test_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpus(aic) 
 
     shape = (("hidden_size", "==", 4096), ("inter_size", "==", 2048), ("topk", "==", 6), ("num_experts", "==", 256))
     ref = T.find_table("gb200", "vllm", "moe", aic)
-    src, _, read, note = T.read_priced_rows(ref, "w4a8_mxfp4_mxfp8", ("num_tokens", "latency"), shape, aic)
-    assert src.startswith("vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8") and read is ref and note is None
+    src, _, read, notes = T.read_priced_rows(ref, "w4a8_mxfp4_mxfp8", ("num_tokens", "latency"), shape, aic)
+    assert src.startswith("vllm_mxfp4moe_flashinfer_trtllm_mxfp4_mxfp8") and read is ref and notes == ()
     # vLLM's 0.19 B200 w4a16 lane timed another kernel than vLLM runs for gpt-oss (FlashInfer's TensorRT-LLM MXFP4 at
     # bf16 activations), whose rows its 0.24 collector took on GB200, the same die
     w4a16 = _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", dtype="mxfp4-w4a16")
@@ -622,3 +637,39 @@ def test_predict_refuses_bad_kernel_flags() -> None:
     assert isinstance(res.exception, ConfigError) and "replica.kernels" in str(res.exception)
     res = CliRunner().invoke(app, ["predict", "--decode", "2", "--context", "64", "--attention-dp", "2"])
     assert isinstance(res.exception, ConfigError) and "replica.attention_dp" in str(res.exception)
+
+
+def test_rows_timed_warm_in_l2_are_priced_at_what_the_kernel_sustains_from_memory(aic) -> None:  # noqa: ANN001
+    """The L40S's tables time small GEMMs and decodes with their operands resident in its 96 MiB L2, faster than its
+    GDDR6 can feed them; a serving step reads them from memory. Such rows are raised to the bandwidth the same kernel
+    sustains on working sets of 512 MiB and more (or dropped, for fits); H100's rows are (nearly) untouched."""
+    from simulator.config.catalog import get_gpu
+    from simulator.costmodel.aic import tables as T
+
+    cols = ("m", "n", "k", "latency")
+    l40s = T.find_table("l40s", "vllm", "gemm", aic)
+    src, raw, _, kept = T.read_priced_rows(l40s, "bfloat16", cols, root=aic, warm="keep")
+    _, priced, _, notes = T.read_priced_rows(l40s, "bfloat16", cols, root=aic)
+    _, dropped, _, _ = T.read_priced_rows(l40s, "bfloat16", cols, root=aic, warm="drop")
+    moved = T.streamed_bytes("gemm", "bfloat16", raw)
+    bw = T.sustained_bandwidth(l40s, "bfloat16", src)
+    assert kept == () and 0.5 * get_gpu("l40s").hbm_bytes_per_s < bw < get_gpu("l40s").hbm_bytes_per_s
+    warm = raw["latency"] < moved / bw * 1e3
+    beyond_peak = moved / (raw["latency"] * 1e-3) > get_gpu("l40s").hbm_bytes_per_s
+    assert beyond_peak.mean() > 0.03 and np.all(warm[beyond_peak])  # physically impossible from GDDR: warm
+    assert moved[warm].max() < T.SUSTAINED_FROM_BYTES / 2  # every warm row's operands fit in an L2-sized set
+    assert np.allclose(priced["latency"], np.maximum(raw["latency"], moved / bw * 1e3), rtol=1e-8, atol=0)
+    assert np.all(priced["latency"] >= raw["latency"]) and (priced["latency"] > raw["latency"]).sum() == warm.sum()
+    assert len(dropped["latency"]) == len(raw["latency"]) - warm.sum()
+    assert any("timed resident in L2" in n for n in notes)
+    # the model prices a Llama-3.1-8B decode's attention projections at least at that bandwidth
+    model = _model(aic, gpu="l40s")
+    assert any("l40s" in n and "L2" in n for n in model.notes)
+    qkv = float(model.gemm(np.array([1.0]), 4096, 6144)[0])
+    assert qkv >= 4096 * 6144 * 2 / bw * (1 - 1e-9)
+    h100 = T.find_table("h100_sxm", "vllm", "gemm", aic)
+    _, own, _, _ = T.read_priced_rows(h100, "bfloat16", cols, root=aic, warm="keep")
+    _, raised, _, h100_notes = T.read_priced_rows(h100, "bfloat16", cols, root=aic)
+    assert h100_notes == () and np.mean(raised["latency"] != own["latency"]) < 0.01
+    decode = _model(aic, gpu="l40s", backend="sglang")
+    assert any("generation_attention rows" in n for n in decode.notes)

@@ -206,7 +206,9 @@ def heldout(system: str, backend: str, family: str, root: str | Path | None = No
         extra: tuple = (("kv_cache_dtype", "==", "bfloat16"),) if family.startswith(("attn", "mla")) else ()
         cols = ["batch_size", "isl", "step", "window_size"] if family.startswith(("attn", "mla")) else []
         keys = [a for a, _ in axes if a != "length"] + list(others)
-        src, d, _, _ = T.read_priced_rows(ref, dtype, tuple(dict.fromkeys([*cols, *keys, "latency"])), extra, root)
+        # Rows timed warm in L2 are not serving measurements (tables.cold_cache): neither targets nor neighbours.
+        src, d, _, _ = T.read_priced_rows(ref, dtype, tuple(dict.fromkeys([*cols, *keys, "latency"])), extra, root,
+                                          warm="drop")
         if src is None:
             continue
         frame = pd.DataFrame({k: v for k, v in d.items() if k != "_rows" and v is not None})

@@ -395,7 +395,7 @@ def load_groups(system: str, backend: str, family: str, root: str | Path | None 
         if family not in ("gemm", "moe") and dtype not in ("bfloat16", "float16"):
             continue
         cols = (*KEYS[family], "latency", *(("window_size",) if attention else ()))
-        src, d, _, _ = T.read_priced_rows(ref, dtype, cols, extra, root)
+        src, d, _, _ = T.read_priced_rows(ref, dtype, cols, extra, root, warm="drop")  # tables.cold_cache
         if src is None:
             continue
         keep = np.ones(len(d["latency"]), dtype=bool)

@@ -208,14 +208,13 @@ class TableCostModel(TabulatedCostModel):
         self._gemm_index: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._gemm_max_m = math.inf
         ref = T.find_table(self.system, self.backend, "gemm", self.root)
-        src, d, read, note = (T.read_priced_rows(ref, self._gemm_dtype, ("m", "n", "k", "latency"), root=self.root)
-                              if ref is not None else (None, {}, None, None))
+        src, d, read, notes = (T.read_priced_rows(ref, self._gemm_dtype, ("m", "n", "k", "latency"), root=self.root)
+                               if ref is not None else (None, {}, None, ()))
         if src is None or read is None:
             have = ", ".join(T.dtypes_of(ref)) if ref is not None else "none"
             self._lack("gemm", f"no GEMM rows for dtype {self._gemm_dtype} (have: {have})")
             return
-        if note is not None:
-            self.notes.append(note)
+        self.notes.extend(notes)
         self._priced_by("gemm", read)
         self.gemm_source = src
         mm, nn, kk, lat = d["m"].astype(np.int64), d["n"].astype(np.int64), d["k"].astype(np.int64), d["latency"]
@@ -380,10 +379,10 @@ class TableCostModel(TabulatedCostModel):
         # imbalance effect (_moe_experts): the tables' power_law_1.2 rows record no imbalance a flag could name.
         dist = MOE_ROUTING
         cols = ("num_tokens", "moe_tp_size", "moe_ep_size", "distribution", "latency")
-        src, d, note = None, {}, None
+        src, d, notes = None, {}, ()
         own_ref = ref
         for candidate in candidates:
-            src, d, read, note = T.read_priced_rows(ref, candidate, cols, shape, self.root)
+            src, d, read, notes = T.read_priced_rows(ref, candidate, cols, shape, self.root)
             if src is not None:
                 ref = read
                 if candidate != dtype:
@@ -403,17 +402,16 @@ class TableCostModel(TabulatedCostModel):
             return {"num_tokens": rows["num_tokens"][keep], "latency": rows["latency"][keep]}
 
         d = split(d)
-        if note is not None and len(d["latency"]) < 2:
+        if ref is not own_ref and len(d["latency"]) < 2:
             # A lane donor's collector did not time this split (its kernel does not take the slice, e.g. FlashInfer's
             # TensorRT-LLM bf16 experts want a multiple of 128 columns): the engine falls back to the kernel the
             # lane's own rows time, so those price it.
             own_src, own = T.read_source_rows(own_ref, dtype, cols, shape)
             if own_src is not None and len((own := split(own))["latency"]) >= 2:
                 src, d, ref = own_src, own, own_ref
-                note = (f"{self.backend} tables of {self.system}: the lane's donor has no {dtype} MoE rows for "
-                        f"moe_tp={moe_tp} x moe_ep={moe_ep}: its own {own_src} rows price it")
-        if note is not None:
-            self.notes.append(note)
+                notes = (f"{self.backend} tables of {self.system}: the lane's donor has no {dtype} MoE rows for "
+                         f"moe_tp={moe_tp} x moe_ep={moe_ep}: its own {own_src} rows price it",)
+        self.notes.extend(notes)
         if len(d["latency"]) < 2:
             self._lack("moe_experts", f"no MoE rows for moe_tp={moe_tp} x moe_ep={moe_ep} ({dist}, {dtype})")
             return
@@ -515,7 +513,7 @@ class TableCostModel(TabulatedCostModel):
             flt = (("num_heads", "==", self.heads_per_gpu), ("num_key_value_heads", "==", self.kv_heads_per_gpu),
                    ("head_dim", "==", self.model.head_dim), ("kv_cache_dtype", "==", self._kv_dtype))
         cols = ("batch_size", "isl", "step", "window_size", "latency")
-        src, d = T.read_source_rows(ref, "bfloat16", cols, flt)
+        src, d, ref, notes = T.read_priced_rows(ref, "bfloat16", cols, flt, self.root)
         if src is None:
             shape = (f"{self.heads_per_gpu} heads" if mla else
                      f"{self.heads_per_gpu} heads / {self.kv_heads_per_gpu} KV heads / head dim {self.model.head_dim}")
@@ -527,6 +525,7 @@ class TableCostModel(TabulatedCostModel):
             return None, f"no {table} rows with a {window}-token window"
         if window and len(d["latency"]) < 4:
             return None, f"no {table} rows with a {window}-token window"
+        self.notes.extend(notes)
         self._priced_by("mla" if mla else "attention", ref)
         return d, src
 

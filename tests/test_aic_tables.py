@@ -55,7 +55,7 @@ def test_grid_fills_holes_from_the_roofline_and_flags_them() -> None:
     assert value == 2.0 and not extrapolated
 
 
-def test_streamed_bytes_count_a_gemms_operands_and_a_decodes_kv_reads() -> None:
+def test_streamed_bytes_count_a_gemms_weights_and_a_decodes_kv_reads() -> None:
     from simulator.costmodel.aic import tables as T
 
     gemm = T.streamed_bytes("gemm", "fp8", {"m": np.array([1, 64]), "n": np.array([4096, 4096]), "k": np.array([1024, 1024])})

@@ -673,3 +673,8 @@ def test_rows_timed_warm_in_l2_are_priced_at_what_the_kernel_sustains_from_memor
     assert h100_notes == () and np.mean(raised["latency"] != own["latency"]) < 0.01
     decode = _model(aic, gpu="l40s", backend="sglang")
     assert any("generation_attention rows" in n for n in decode.notes)
+    # the tidy export flags the same rows
+    tidy = T.tidy_tables("l40s", "vllm", aic)
+    flagged = tidy[(tidy["table"] == "gemm") & (tidy["dtype"] == "bfloat16") & (tidy["kernel_source"] == src)]
+    assert flagged["warm_in_l2"].sum() == warm.sum() and not tidy.loc[tidy["table"] == "moe", "warm_in_l2"].any()
+    assert tidy.loc[tidy["table"] == "generation_attention", "warm_in_l2"].mean() > 0.05

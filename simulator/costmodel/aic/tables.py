@@ -465,16 +465,16 @@ def sustained_bandwidth(ref: TableRef, dtype: str, source: str, kv_dtype: str = 
     return float(np.max(moved[big] / (d["latency"][big] * 1e-3)))
 
 
-def cold_cache(ref: TableRef, dtype: str, source: str, d: dict[str, Any], drop: bool = False,
-               ) -> tuple[dict[str, Any], str | None]:
-    """``d`` (rows of ``ref``'s ``source`` kernel in ``dtype``, with :data:`STREAMED_KEYS`) with every row that
-    moves its bytes faster than the lane sustains from memory (:func:`sustained_bandwidth`) raised to that
-    bandwidth's time, or dropped; and a note where at least 1% of the rows were."""
+def memory_floor_ms(ref: TableRef, dtype: str, source: str, d: dict[str, Any]) -> tuple[Any, list[float]] | None:
+    """Per row of ``d`` (rows of ``ref``'s ``source`` kernel in ``dtype``, with :data:`STREAMED_KEYS`), the time
+    (ms) its :func:`streamed_bytes` take at the bandwidth the kernel sustains from memory
+    (:func:`sustained_bandwidth`; 0 where there is none), and the rates used; None where the table or dtype moves
+    no modelled bytes."""
     import numpy as np
 
     moved = streamed_bytes(ref.table, dtype, d)
-    if moved is None or not len(moved):
-        return d, None
+    if moved is None:
+        return None
     kv = d.get("kv_cache_dtype")
     kvs = np.asarray(kv).astype(str) if kv is not None and ref.table == "generation_attention" else None
     floor_ms = np.zeros(len(moved))
@@ -486,14 +486,36 @@ def cold_cache(ref: TableRef, dtype: str, source: str, d: dict[str, Any], drop: 
         rows = kvs == value if kvs is not None else np.ones(len(moved), dtype=bool)
         floor_ms[rows] = moved[rows] / bw * 1e3
         rates.append(bw)
+    return floor_ms, rates
+
+
+def warm_rows(latency_ms: Any, floor_ms: Any) -> Any:
+    """Rows timed faster than their memory floor (:func:`memory_floor_ms`): warm in L2. The fastest large row
+    itself sets the floor, so it is not warm, rounding aside."""
+    import numpy as np
+
+    return np.asarray(latency_ms, dtype=np.float64) < floor_ms * (1.0 - 1e-9)
+
+
+def cold_cache(ref: TableRef, dtype: str, source: str, d: dict[str, Any], drop: bool = False,
+               ) -> tuple[dict[str, Any], str | None]:
+    """``d`` (rows of ``ref``'s ``source`` kernel in ``dtype``, with :data:`STREAMED_KEYS`) with every row timed
+    warm in L2 (:func:`warm_rows`) raised to its memory floor, or dropped; and a note where at least 1% of the
+    rows were."""
+    import numpy as np
+
+    found = memory_floor_ms(ref, dtype, source, d)
+    if found is None or not len(found[0]):
+        return d, None
+    floor_ms, rates = found
     lat = np.asarray(d["latency"], dtype=np.float64)
-    warm = lat < floor_ms * (1.0 - 1e-9)  # the fastest large row itself is not warm, rounding aside
+    warm = warm_rows(lat, floor_ms)
     if not warm.any():
         return d, None
     if drop:
         out = {c: (v[~warm] if isinstance(v, np.ndarray) and v.shape == warm.shape else v) for c, v in d.items()}
     else:
-        out = {**d, "latency": np.maximum(lat, floor_ms)}
+        out = {**d, "latency": np.where(warm, floor_ms, lat)}
     share = float(warm.mean())
     if share < 0.01:
         return out, None
@@ -561,7 +583,9 @@ def _check_export(gpu_or_system: str, backends: tuple[str, ...] | list[str], roo
 def tidy_tables(gpu_or_system: str, backend: str, root: str | Path | None = None) -> Any:
     """Every kept table of one system and backend as one long pandas frame: ``system, backend,
     version, family, table, kernel_source, dtype, latency_s`` and the table's keys (NaN where a
-    key belongs to another table). Reads everything: for export, never for a run."""
+    key belongs to another table), and ``warm_in_l2``: a GEMM or decode row timed faster than the
+    kernel sustains from memory (:func:`cold_cache`; the model prices it at that bandwidth). Reads
+    everything: for export, never for a run."""
     import pandas as pd
 
     system = _check_export(gpu_or_system, (backend,), root)
@@ -574,6 +598,7 @@ def tidy_tables(gpu_or_system: str, backend: str, root: str | Path | None = None
         data = read_table(ref, ("kernel_source", dcol, *keys, "latency"))
         rows = int(data.pop("_rows"))
         frame = pd.DataFrame({k: v for k, v in data.items() if v is not None})
+        frame["warm_in_l2"] = _warm_in_l2(ref, dcol, data)
         frame = frame.rename(columns={dcol: "dtype"})
         frame["latency_s"] = frame.pop("latency") * 1e-3
         frame.insert(0, "table", table)
@@ -586,6 +611,23 @@ def tidy_tables(gpu_or_system: str, backend: str, root: str | Path | None = None
     if not frames:
         raise ConfigError("backend", f"{system} has no {backend} tables in this database")
     return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def _warm_in_l2(ref: TableRef, dcol: str, data: dict[str, Any]) -> Any:
+    """Per row: timed warm in L2 (:func:`warm_rows`, per kernel source and dtype); False where not modelled."""
+    import numpy as np
+
+    out = np.zeros(len(data["latency"]), dtype=bool)
+    if ref.table not in STREAMED_KEYS or data["kernel_source"] is None or data[dcol] is None:
+        return out
+    sources, dtypes = data["kernel_source"].astype(str), data[dcol].astype(str)
+    for src, dt in sorted(set(zip(sources.tolist(), dtypes.tolist(), strict=True))):
+        rows = (sources == src) & (dtypes == dt)
+        part = {c: (v[rows] if isinstance(v, np.ndarray) else v) for c, v in data.items()}
+        found = memory_floor_ms(ref, dt, src, part)
+        if found is not None:
+            out[rows] = warm_rows(part["latency"], found[0])
+    return out
 
 
 def write_tidy(gpu_or_system: str, backends: tuple[str, ...] | list[str], out: str | Path, fmt: str = "parquet",

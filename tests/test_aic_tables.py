@@ -678,3 +678,10 @@ def test_rows_timed_warm_in_l2_are_priced_at_what_the_kernel_sustains_from_memor
     flagged = tidy[(tidy["table"] == "gemm") & (tidy["dtype"] == "bfloat16") & (tidy["kernel_source"] == src)]
     assert flagged["warm_in_l2"].sum() == warm.sum() and not tidy.loc[tidy["table"] == "moe", "warm_in_l2"].any()
     assert tidy.loc[tidy["table"] == "generation_attention", "warm_in_l2"].mean() > 0.05
+    # MLA's latent cache (576 values a token) the same way: warm rows only where it fits in the L40S's L2
+    mla = T.find_table("l40s", "sglang", "generation_mla", aic)
+    mla_cols = (*T.STREAMED_KEYS["generation_mla"], "latency")
+    mla_src, mla_raw, _, _ = T.read_priced_rows(mla, "bfloat16", mla_cols, root=aic, warm="keep")
+    _, mla_priced, _, _ = T.read_priced_rows(mla, "bfloat16", mla_cols, root=aic)
+    raised = mla_priced["latency"] > mla_raw["latency"]
+    assert raised.any() and T.streamed_bytes("generation_mla", "bfloat16", mla_raw)[raised].max() <= 96 * 2**20

@@ -256,6 +256,7 @@ groups <= 15% of 323):
 | + vLLM's MXFP4 experts on datacenter Blackwell by the kernels deployments run (`tables.LANE_DONORS`: its w4a16 lane by the FlashInfer TensorRT-LLM kernel vLLM 0.24 timed on GB200/GB300, the same dies; its w4a8 lane, which no vLLM collector timed at gpt-oss's shapes, by SGLang's rows of that FlashInfer kernel), SGLang's B200/B300 MXFP4 by its GB200/GB300 rows as its other MoE lanes there | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.172 | 176 of 329 |
 | + vLLM's bf16, FP8 and block-FP8 experts on B200/B300 by the FlashInfer TensorRT-LLM rows vLLM 0.24 timed on GB200/GB300, the same dies (its 0.19 lanes there timed Triton; `tables.LANE_DONORS`), per expert split | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.149 | 188 of 329 |
 | + GEMM and decode-attention rows timed warm in L2 left out of the fit and of this report, and priced at the kernel's sustained memory bandwidth at runtime (`tables.cold_cache`: 3-23% of the L40S's and RTX PRO 6000's rows, <= 0.4% elsewhere) | 0.116 | 0.116 | 0.119 | 0.136 | 0.091 | 0.116 | 0.148 | 192 of 329 |
+| + MLA decode rows likewise (the L40S's: 4% of them, the latent cache at most 72 MiB; none elsewhere) | 0.116 | 0.116 | 0.119 | 0.136 | 0.091 | 0.116 | 0.148 | 192 of 329 |
 
 **Rows timed warm in L2** (`tables.cold_cache`). A collector times one call over and over on the same weights or KV
 cache, so an operand that fits in the GPU's L2 is read from L2 after the first call; a serving step reads each layer's
@@ -273,7 +274,8 @@ fit and of this report: no table times those shapes cold, so what a run pays for
 measurement. Only the weights count for a GEMM (a step's activations may well be in L2: the previous kernel just
 wrote them). Held out: the L40S's decode groups, table P95 1.00-1.87 -> 0.29-0.41 and 'today' roofline
 0.16-0.21 -> 0.10-0.12; its bf16 GEMM groups 0.11-0.13 -> 0.10-0.12; the RTX PRO 6000's decode groups
-0.25-0.60 -> 0.24-0.45. The refit moved the Blackwell constants it shares with B200-GB300: GB200 SGLang decode
+0.25-0.60 -> 0.24-0.45. MLA decode's latent cache the same way (DeepSeek's 576 values a token; 4% of the L40S's rows,
+at most 72 MiB, none on any other GPU): the L40S's two MLA decode groups 0.11 / 0.28 -> 0.09 / 0.25. The refit moved the Blackwell constants it shares with B200-GB300: GB200 SGLang decode
 0.08 -> 0.15, B200 vLLM NVFP4 GEMM 0.15 -> 0.19. Decode attention's median of group medians 0.158 -> 0.123, within the
 target; groups within 15% 189 -> 190 of 325 (in: the L40S's three decode groups, the RTX PRO 6000's SGLang GEMM; out:
 B200's vLLM and TensorRT-LLM NVFP4 GEMMs, GB200's SGLang decode). The table model's P95 is within 15% in 113 -> 112

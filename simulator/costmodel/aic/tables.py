@@ -402,7 +402,8 @@ def read_priced_rows(ref: TableRef, dtype: str, columns: tuple[str, ...], extra:
 # the L2 is large next to the memory bandwidth (the L40S's 96 MiB of L2 over 864 GB/s of GDDR6, the RTX PRO 6000's
 # 128 MiB over 1.8 TB/s of GDDR7) the tables time 2-9% of their bf16 GEMM rows and 7-21% of their decode rows faster
 # than the GDDR peak can feed their weights or KV, up to 3.5x and 4.7x it, the decode rows among them with at most
-# 96 MiB and 128 MiB of KV; on H100 to GB300 no GEMM row and at most 0.1% of decode rows beat the peak.
+# 96 MiB and 128 MiB of KV (the L40S's MLA decode rows too: 4%, at most 72 MiB of latent cache); on H100 to GB300
+# no GEMM row and at most 0.1% of decode rows beat the peak.
 # Each row is held to what the same kernel sustains from memory: the fastest bytes / latency among its own rows
 # that move 512 MiB or more (4x the larger of those two L2s).
 SUSTAINED_FROM_BYTES = 512 * 2**20
@@ -411,7 +412,11 @@ STREAMED_KEYS: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k"),  # m too: read_table keeps a reused version's row by every key read
     "generation_attention": ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
                              "kv_cache_dtype", "window_size"),
+    "generation_mla": ("batch_size", "isl", "step", "num_heads", "kv_cache_dtype"),
 }
+# A token's MLA cache in the tables' one MLA shape, DeepSeek-V3's: its compressed KV (kv_lora_rank 512) and its
+# rotary key (64), one per token and layer whatever the heads.
+MLA_LATENT_WIDTH = 512 + 64
 # Bytes a GEMM reads per weight element by its table's dtype (scales included). Only the weights count: a step's
 # activations may well be in L2 (the previous kernel just wrote them), its weights are not. A dtype not named here is
 # left as measured.
@@ -422,11 +427,15 @@ WEIGHT_BYTES: dict[str, float] = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "
 
 def streamed_bytes(table: str, dtype: str, d: dict[str, Any]) -> Any:
     """Bytes each row must move from memory on a cold cache (numpy array), or None where this module does not
-    model the table or dtype: a GEMM's weights; a decode's K and V reads."""
+    model the table or dtype: a GEMM's weights; a decode's K and V reads (MLA: its latent cache)."""
     import numpy as np
 
     if table == "gemm" and dtype in WEIGHT_BYTES and d.get("n") is not None and d.get("k") is not None:
         return np.asarray(d["n"], dtype=np.float64) * np.asarray(d["k"], dtype=np.float64) * WEIGHT_BYTES[dtype]
+    if table == "generation_mla" and all(d.get(c) is not None for c in ("batch_size", "isl", "step", "kv_cache_dtype")):
+        length = np.asarray(d["isl"], dtype=np.float64) + np.asarray(d["step"], dtype=np.float64)
+        kv_bytes = np.where(np.char.startswith(np.asarray(d["kv_cache_dtype"]).astype(str), "fp8"), 1.0, 2.0)
+        return np.asarray(d["batch_size"], dtype=np.float64) * length * MLA_LATENT_WIDTH * kv_bytes
     keys = ("batch_size", "isl", "step", "num_key_value_heads", "head_dim", "kv_cache_dtype")
     if table == "generation_attention" and all(d.get(c) is not None for c in keys):
         length = np.asarray(d["isl"], dtype=np.float64) + np.asarray(d["step"], dtype=np.float64)
@@ -476,7 +485,7 @@ def memory_floor_ms(ref: TableRef, dtype: str, source: str, d: dict[str, Any]) -
     if moved is None:
         return None
     kv = d.get("kv_cache_dtype")
-    kvs = np.asarray(kv).astype(str) if kv is not None and ref.table == "generation_attention" else None
+    kvs = np.asarray(kv).astype(str) if kv is not None and ref.table != "gemm" else None
     floor_ms = np.zeros(len(moved))
     rates = []
     for value in (np.unique(kvs).tolist() if kvs is not None else [""]):

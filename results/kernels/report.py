@@ -236,7 +236,7 @@ medians) {_met_families(pool)}. Against the 2023 calibration it is
 {(pool["roofline_median_of_medians"] / pool["today_median_of_medians"]).min():.1f}-{(pool["roofline_median_of_medians"] / pool["today_median_of_medians"]).max():.1f}x closer per family.
 
 What each step gave (median of group medians on the fit's own held-out rows, `roofline_from_tables`, when written;
-groups <= 15% of 323):
+groups <= 15%, of the fit's groups at the time: 323 before the MXFP4 step, 329 from it on):
 
 | step | allreduce | attn_decode | attn_prefill | gemm | mla_decode | mla_prefill | moe | groups |
 |---|---|---|---|---|---|---|---|---|

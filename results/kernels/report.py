@@ -255,7 +255,7 @@ groups <= 15%, of the fit's groups at the time: 323 before the MXFP4 step, 329 f
 | + MXFP4 experts by their kernel's activations: w4a16 rows at the bf16 peak (weight-only), w4a8 rows at the FP8 peak, each its own lane; a run's `mxfp4` is the kernel its backend runs (`precision.kernel_format`: w4a8 on datacenter Blackwell and for TensorRT-LLM on the RTX PRO 6000, else w4a16), no longer W4A4 at the FP4 peak | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.173 | 174 of 329 |
 | + vLLM's MXFP4 experts on datacenter Blackwell by the kernels deployments run (`tables.LANE_DONORS`: its w4a16 lane by the FlashInfer TensorRT-LLM kernel vLLM 0.24 timed on GB200/GB300, the same dies; its w4a8 lane, which no vLLM collector timed at gpt-oss's shapes, by SGLang's rows of that FlashInfer kernel), SGLang's B200/B300 MXFP4 by its GB200/GB300 rows as its other MoE lanes there | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.172 | 176 of 329 |
 | + vLLM's bf16, FP8 and block-FP8 experts on B200/B300 by the FlashInfer TensorRT-LLM rows vLLM 0.24 timed on GB200/GB300, the same dies (its 0.19 lanes there timed Triton; `tables.LANE_DONORS`), per expert split | 0.116 | 0.130 | 0.119 | 0.139 | 0.091 | 0.116 | 0.149 | 188 of 329 |
-| + GEMM and decode-attention rows timed warm in L2 left out of the fit and of this report, and priced at the kernel's sustained memory bandwidth at runtime (`tables.cold_cache`: 3-23% of the L40S's and RTX PRO 6000's rows, <= 0.4% elsewhere) | 0.116 | 0.116 | 0.119 | 0.136 | 0.091 | 0.116 | 0.148 | 192 of 329 |
+| + GEMM and decode-attention rows timed warm in L2 left out of the fit and of this report, and priced at the kernel's sustained memory bandwidth at runtime (`tables.cold_cache`: 3-23% of the L40S's and RTX PRO 6000's rows, <= 0.05% elsewhere) | 0.116 | 0.116 | 0.119 | 0.136 | 0.091 | 0.116 | 0.148 | 192 of 329 |
 | + MLA decode rows likewise (the L40S's: 4% of them, the latent cache at most 72 MiB; none elsewhere) | 0.116 | 0.116 | 0.119 | 0.136 | 0.091 | 0.116 | 0.148 | 192 of 329 |
 
 **Rows timed warm in L2** (`tables.cold_cache`). A collector times one call over and over on the same weights or KV
@@ -268,7 +268,7 @@ faster than the GPU's memory peak can stream their K and V, up to 1.8-4.7x it, a
 faster than the peak (1.7-3.5x it). On H100 to GB300 no GEMM row and at most 0.1% of decode rows do. The same
 kernels' rows that move 512 MiB or more (4x the larger L2) reach at most 0.85-0.92 of the peak on those two GPUs; a row
 faster than that is priced, at runtime, at that bandwidth (a note line says what share of the rows it raised: 3-10%
-of the GEMM rows, 6-23% of the decode rows there; on any other GPU <= 0.4%, A100's TensorRT-LLM decode rows, 7% of
+of the GEMM rows, 6-23% of the decode rows there; on any other GPU <= 0.05%, A100's TensorRT-LLM decode rows, 7% of
 them above the peak at up to 4 GiB of KV, are held to their own fastest large row and untouched), and left out of the
 fit and of this report: no table times those shapes cold, so what a run pays for them is that bound, not a
 measurement. Only the weights count for a GEMM (a step's activations may well be in L2: the previous kernel just

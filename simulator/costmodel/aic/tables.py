@@ -432,20 +432,20 @@ def streamed_bytes(table: str, dtype: str, d: dict[str, Any]) -> Any:
 
     if table == "gemm" and dtype in WEIGHT_BYTES and d.get("n") is not None and d.get("k") is not None:
         return np.asarray(d["n"], dtype=np.float64) * np.asarray(d["k"], dtype=np.float64) * WEIGHT_BYTES[dtype]
-    if table == "generation_mla" and all(d.get(c) is not None for c in ("batch_size", "isl", "step", "kv_cache_dtype")):
-        length = np.asarray(d["isl"], dtype=np.float64) + np.asarray(d["step"], dtype=np.float64)
-        kv_bytes = np.where(np.char.startswith(np.asarray(d["kv_cache_dtype"]).astype(str), "fp8"), 1.0, 2.0)
-        return np.asarray(d["batch_size"], dtype=np.float64) * length * MLA_LATENT_WIDTH * kv_bytes
-    keys = ("batch_size", "isl", "step", "num_key_value_heads", "head_dim", "kv_cache_dtype")
-    if table == "generation_attention" and all(d.get(c) is not None for c in keys):
-        length = np.asarray(d["isl"], dtype=np.float64) + np.asarray(d["step"], dtype=np.float64)
-        if d.get("window_size") is not None:
-            window = np.asarray(d["window_size"], dtype=np.float64)
-            length = np.where(window > 0, np.minimum(length, window), length)
-        kv_bytes = np.where(np.char.startswith(np.asarray(d["kv_cache_dtype"]).astype(str), "fp8"), 1.0, 2.0)
-        return (np.asarray(d["batch_size"], dtype=np.float64) * length * 2.0 * kv_bytes
-                * np.asarray(d["num_key_value_heads"], dtype=np.float64) * np.asarray(d["head_dim"], dtype=np.float64))
-    return None
+    if table not in ("generation_attention", "generation_mla"):
+        return None
+    per_token = (("num_key_value_heads", "head_dim") if table == "generation_attention" else ())
+    if any(d.get(c) is None for c in ("batch_size", "isl", "step", "kv_cache_dtype", *per_token)):
+        return None
+    length = np.asarray(d["isl"], dtype=np.float64) + np.asarray(d["step"], dtype=np.float64)
+    if d.get("window_size") is not None:  # a sliding-window kernel reads the window's keys
+        window = np.asarray(d["window_size"], dtype=np.float64)
+        length = np.where(window > 0, np.minimum(length, window), length)
+    kv_bytes = np.where(np.char.startswith(np.asarray(d["kv_cache_dtype"]).astype(str), "fp8"), 1.0, 2.0)
+    # values a token caches per layer: K and V per KV head (GQA), or MLA's one latent vector
+    width = (2.0 * np.asarray(d["num_key_value_heads"], dtype=np.float64) * np.asarray(d["head_dim"], dtype=np.float64)
+             if per_token else MLA_LATENT_WIDTH)
+    return np.asarray(d["batch_size"], dtype=np.float64) * length * width * kv_bytes
 
 
 @functools.lru_cache(maxsize=256)

@@ -62,8 +62,9 @@ def test_memory_plan_keeps_kv_for_the_full_attention_layers_and_state_in_blocks(
     plan = plan_memory(replica, 8192, 256)
     kv_layer = m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, 8)
     assert plan.kv_bytes_per_token[0] == pytest.approx(m.num_kv_layers * kv_layer)  # 15 of 60 layers
-    # 8 of 64 value heads a GPU: 8 x 128 x 128 state + (2 x 2 + 8) x 128 x 3 conv inputs, bf16, 45 layers
-    state = 45 * (8 * 128 * 128 + 12 * 128 * 3) * 2
+    # 8 of 64 value heads a GPU: 8 x 128 x 128 state (float32: Qwen3.5's mamba_ssm_dtype) + (2 x 2 + 8) x 128
+    # x 3 conv inputs (bf16), 45 layers
+    state = 45 * (8 * 128 * 128 * 4 + 12 * 128 * 3 * 2)
     assert plan.num_state_blocks == math.ceil(round(state / (15 * kv_layer)) / replica.block_size)
     assert plan.num_state_blocks > 0 and plan.as_dict()["num_state_blocks_per_seq"] == plan.num_state_blocks
     dense = plan_memory(ReplicaConfig("qwen3-235b-a22b", "b200", tp=8, dtype="fp8"), 8192, 256)
@@ -159,6 +160,18 @@ def test_a_state_dtype_in_the_config_sizes_the_state():
     with pytest.raises(ConfigError) as err:
         model_from_hf_dict({**QWEN3_NEXT, "mamba_ssm_dtype": "int3"}, "c")
     assert err.value.field == "model.mamba_ssm_dtype"
+
+
+def test_qwen3_5_keeps_its_state_at_float32():
+    """Qwen3.5's configs name mamba_ssm_dtype float32 (AIConfigurator's copy of the 397B's drops it): the
+    catalog's state is twice a bf16 state, so a decode step reads and writes twice the bytes a sequence."""
+    m = get_model("qwen3.5-397b-a17b")
+    bf16 = model_from_hf_dict({**QWEN3_NEXT, "num_hidden_layers": 60, "linear_num_value_heads": 64}, "bf16-state")
+    conv = (2 * 2 * 128 + 8 * 128) * 3 * 2  # tp 8: 2 key heads, 8 value heads a GPU
+    assert m.linear_state_bytes_per_gpu_layer(2, 8) == 8 * 128 * 128 * 4 + conv
+    assert bf16.linear_state_bytes_per_gpu_layer(2, 8) == 8 * 128 * 128 * 2 + conv
+    km = RooflineCostModel(ReplicaConfig("qwen3.5-397b-a17b", "b200", tp=8, dtype="fp8"))
+    assert km.lin_state_bytes == m.linear_state_bytes_per_gpu_layer(2, 8)
 
 
 def test_speculation_keeps_a_state_per_verified_position():

@@ -113,8 +113,11 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
               explicit_head_dim=256, num_experts=512, num_experts_per_tok=10, expert_ffn_size=1024,
               num_shared_experts=1, shared_expert_ffn_size=1024, num_linear_layers=45, linear_num_key_heads=16,
               linear_num_value_heads=64, linear_key_head_dim=128, linear_value_head_dim=128, attn_output_gate=True,
-              num_mtp_layers=1, aliases=("Qwen/Qwen3.5-397B-A17B-FP8", "nvidia/Qwen3.5-397B-A17B-NVFP4"),
-              source="Qwen/Qwen3.5-397B-A17B config.json text_config (as AIConfigurator keeps it)"),
+              num_mtp_layers=1, linear_state_dtype_bytes=4.0,
+              aliases=("Qwen/Qwen3.5-397B-A17B-FP8", "nvidia/Qwen3.5-397B-A17B-NVFP4"),
+              source="Qwen/Qwen3.5-397B-A17B config.json text_config (as AIConfigurator keeps it); the recurrent "
+                     "state at float32, the Qwen3.5 configs' mamba_ssm_dtype (AIConfigurator's copy drops the "
+                     "field), as vLLM and TensorRT-LLM read it and SGLang keeps it by default"),
 )
 
 _MODELS: tuple[ModelSpec, ...] = (

@@ -343,6 +343,10 @@ def test_a_users_search_refuses_what_it_would_not_read(constant_cost):
     closed = config.replace(workload__concurrency=8, workload__arrival="burst")
     with pytest.raises(ConfigError, match="add --users"):  # a rate search over a closed loop: offered the users one
         find_capacity(closed, SLO())
+    # A rate under a cap on requests in flight: above what the cap carries the client holds requests back,
+    # the offered rate is never served, and every higher rate would pass (it reported 512 QPS here).
+    with pytest.raises(ConfigError, match="--concurrency 4 caps the requests in flight.*drop --concurrency"):
+        find_capacity(config.replace(workload__concurrency=4, workload__qps=1.0), SLO())
 
 
 def test_bad_inputs_are_config_errors():
@@ -431,19 +435,24 @@ def test_early_exit_agrees_with_running_every_trial_out(case: str):
     by the client counted as waiting to be scheduled (their ready time read as an arrival: capacity
     2 against 64 QPS), and a disaggregated run's live gap logs held the handoff gaps that the decode
     worker's delivery takes out after the run (capacity 0 against 16 QPS)."""
-    if case == "closed loop":
+    if case == "closed loop":  # a users search: the client holds each request until a user is free
         config = RunConfig().replace(replica__model="tiny-llama-1b", workload__concurrency=3,
-                                     workload__num_requests=150, workload__qps=8.0, seed=255)
+                                     workload__arrival="burst", workload__num_requests=150, seed=255)
         slo = SLO(tbt_s=0.2, sched_delay_s=2.0)
+        settings = {flag: SearchSettings(users=True, max_users=64, max_trials=4, early_exit=flag)
+                    for flag in (True, False)}
+        first = 3
     else:
         config = RunConfig().replace(replica__model="llama-3.1-8b", replica__gpu="b200", replica__tp=4,
                                      prefill_pool="2x", decode_pool="1x", workload__name="fixed",
                                      workload__prompt_tokens=512, workload__output_tokens=16,
                                      workload__num_requests=150, workload__qps=2.0)
         slo = SLO(tbt_s=0.02)
-    settings = {flag: SearchSettings(qps_start=config.workload.qps, max_trials=4, early_exit=flag) for flag in (True, False)}
+        settings = {flag: SearchSettings(qps_start=config.workload.qps, max_trials=4, early_exit=flag)
+                    for flag in (True, False)}
+        first = config.workload.qps
     fast, slow = (search_seed(config, slo, settings[flag]) for flag in (True, False))
-    assert fast.capacity_qps == slow.capacity_qps > 2 * config.workload.qps
+    assert fast.capacity_qps == slow.capacity_qps > 2 * first
     assert [(t.qps, t.passed) for t in fast.trials] == [(t.qps, t.passed) for t in slow.trials]
 
 

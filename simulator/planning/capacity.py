@@ -757,10 +757,16 @@ def check_searchable(config: RunConfig, users: bool = False, offer_users: bool =
                               f"their last ends, with no rate, so {given} would do nothing",
                               f"drop {given}, or drop --users to search the rate")
         return
-    if config.workload.concurrency is not None and config.workload.arrival == "burst":
-        fix = "drop --concurrency (or give it with --qps as a cap on requests in flight)"
-        raise ConfigError("--concurrency", "capacity search varies the request rate, and a closed loop of "
-                          f"{config.workload.concurrency} users has none",
+    if config.workload.concurrency is not None:
+        # With a rate as well, the users cap what is in flight: above the rate they sustain, the client holds
+        # requests back (TTFT counts from the send, as the benchmark clients count it), the offered rate is
+        # never served, and every higher rate would pass.
+        why = ("capacity search varies the request rate, and " + (
+            f"a closed loop of {config.workload.concurrency} users has none" if config.workload.arrival == "burst"
+            else f"--concurrency {config.workload.concurrency} caps the requests in flight, so the client holds "
+                 "back what that cap cannot carry and any higher rate would pass unserved"))
+        fix = "drop --concurrency to search the rate"
+        raise ConfigError("--concurrency", why,
                           f"add --users to search the most users instead (--concurrency starts it), or {fix}"
                           if offer_users else f"{fix}, or sweep the users with `simulate sweep --grid concurrency=...`")
     if config.workload.arrival not in RATE_ARRIVALS:

@@ -91,6 +91,8 @@ def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "
     if missing:
         raise ConfigError(where, f"missing column(s) {', '.join(missing)}",
                           f"an iteration table needs {', '.join(ITERATION_COLUMNS)} (prefill_context optional)")
+    if df.empty:  # (an empty frame's columns are not numbers: the checks below would end in a traceback)
+        raise ConfigError(where, "has a header but no rows", "add at least one measured iteration")
     df = df.copy()
     if "prefill_context" not in df.columns:
         df["prefill_context"] = 0

@@ -283,6 +283,10 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
             for other in list(grid):
                 if name in other:
                     raise ConfigError(where, f"{name!r} is already varied by {','.join(other)}")
+        if mode == "capacity" and "qps" in names:  # (a capacity point searches the rate; qps is only where it starts)
+            raise ConfigError(where, "a capacity point searches the rate itself: qps only sets its first trial, so "
+                              "points differing in qps find the same capacity", "drop qps from the grid (give "
+                              "--qps for where each search starts), or use mode = \"run\" to run each rate")
         grid[names] = rows
     if mode == "capacity" and "num_requests" not in base and not any("num_requests" in n for n in grid):
         base["num_requests"] = CAPACITY_DEFAULT_NUM_REQUESTS
@@ -321,7 +325,26 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         seen[key] = index
         spec.points.append(Point(index, values, config, options, key))
     _refuse_unread_base(spec.points, given, {name: key for name, key in file_keys.items() if name in base})
+    _refuse_unread_grid(spec.points, grid)
     return spec
+
+
+def _refuse_unread_grid(points: list[Point], grid: dict[tuple[str, ...], list[tuple[Any, ...]]]) -> None:
+    """Refuse a grid key that no point reads (:func:`simulator.config.options.inert_options`): its points
+    would differ in a column and nothing else (``chunk_size`` under ``--scheduler orca``, ``cv`` without
+    gamma arrivals, ``kv_link`` on a run that is not disaggregated). A key that some point reads is kept."""
+    from simulator.config.options import inert_options
+
+    inert = [inert_options(point.config) for point in points]
+    for names in grid:
+        for name in names:
+            if name not in RUN_OPTIONS or not all(name in unread for unread in inert):
+                continue
+            whys = list(dict.fromkeys(unread[name][0] for unread in inert))
+            why = "; ".join(whys[:2]) + ("; ..." if len(whys) > 2 else "")
+            raise ConfigError(f"sweep.grid.{','.join(names)}", f"no point of the sweep reads {name} ({why}), so its "
+                              "points would differ in that column and nothing else",
+                              inert[0][name][1].replace("{flag}", name))
 
 
 def _refuse_unread_base(points: list[Point], given: set[str], file_keys: dict[str, str]) -> None:

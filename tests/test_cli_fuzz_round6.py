@@ -1,0 +1,68 @@
+"""CLI fuzzing, round 6: flags accepted where nothing reads them, and one traceback.
+
+Each case was found by probing every subcommand: a traceback (calibrate-engine on an iteration table
+with a header and no rows), a wrong answer (a rate search under a cap on requests in flight passed
+every rate: capacity --qps 1 --concurrency 4 reported the search's ceiling), or a value that changed
+nothing (a sweep grid key no point reads: its points differed in one column and nothing else; qps in a
+capacity sweep's grid, which only moves where each search starts). Now each is one line naming the
+field, exit code 2; the valid neighbours still run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import one_line_error, simulate_module
+
+from simulator.calibrate.engine_fit import check_iteration_table
+from simulator.config.errors import ConfigError
+from simulator.planning.sweep import build_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+ITERATION_HEADER = "tp,num_prefills,prefill_tokens,num_decodes,decode_context,measured_s"
+
+
+def simulate(*args: str) -> subprocess.CompletedProcess:
+    return simulate_module(*args, cwd=ROOT)
+
+
+def test_calibrate_engine_refuses_a_table_without_rows(tmp_path: Path) -> None:
+    table = tmp_path / "table.csv"
+    table.write_text(ITERATION_HEADER + "\n")
+    line = one_line_error(simulate("calibrate-engine", "--out", str(tmp_path / "engine.json"), "--table", str(table)))
+    assert line.startswith("error: table: has a header but no rows"), line
+    assert not (tmp_path / "engine.json").exists()
+    rows = [f"1,1,{256 * i},{4 * i},500,0.0{i + 1}" for i in range(1, 9)]  # the fit's least: 8 rows
+    table.write_text("\n".join([ITERATION_HEADER, *rows]) + "\n")
+    assert len(check_iteration_table(pd.read_csv(table), "llama-2-7b", "a100-80gb")) == 8
+
+
+@pytest.mark.parametrize(("grid", "base", "needle"), [
+    ({"chunk_size": [256, 512]}, {"scheduler": "orca"}, "orca does not split prompts into chunks"),
+    ({"cv": [1.0, 2.0]}, {}, "--arrival is poisson, not gamma"),
+    ({"kv_link": ["infiniband-200g", "infinite"]}, {}, "the run is not disaggregated"),
+])
+def test_a_sweep_refuses_a_grid_key_no_point_reads(grid: dict, base: dict, needle: str) -> None:
+    key = next(iter(grid))
+    with pytest.raises(ConfigError) as err:
+        build_spec({"base": {"num_requests": 5, **base}, "grid": grid})
+    assert err.value.field == f"sweep.grid.{key}" and needle in err.value.problem
+    assert "nothing else" in err.value.problem
+
+
+def test_a_grid_key_that_some_point_reads_is_kept() -> None:
+    spec = build_spec({"base": {"num_requests": 5},
+                       "grid": {"chunk_size": [256, 512], "scheduler": ["orca", "sarathi"]}})
+    assert len(spec.points) == 4
+    spec = build_spec({"base": {"num_requests": 5, "arrival": "gamma"}, "grid": {"cv": [1.0, 2.0]}})
+    assert len(spec.points) == 2
+
+
+def test_a_capacity_sweep_refuses_qps_in_its_grid() -> None:
+    with pytest.raises(ConfigError, match="searches the rate itself") as err:
+        build_spec({"mode": "capacity", "grid": {"qps": [1.0, 2.0]}})
+    assert err.value.field == "sweep.grid.qps"
+    assert len(build_spec({"mode": "run", "base": {"num_requests": 5}, "grid": {"qps": [1.0, 2.0]}}).points) == 2

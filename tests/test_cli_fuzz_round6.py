@@ -66,3 +66,23 @@ def test_a_capacity_sweep_refuses_qps_in_its_grid() -> None:
         build_spec({"mode": "capacity", "grid": {"qps": [1.0, 2.0]}})
     assert err.value.field == "sweep.grid.qps"
     assert len(build_spec({"mode": "run", "base": {"num_requests": 5}, "grid": {"qps": [1.0, 2.0]}}).points) == 2
+
+
+def test_link_flags_are_refused_where_no_communication_crosses_nodes() -> None:
+    """--inter-node-link on a GB200 replica inside its NVL72 domain, and --allow-tp-across-nodes where every
+    TP group fits a node, changed nothing (identical results) and were accepted; where the link is crossed
+    they are read."""
+    from simulator.config.options import inert_options
+    from simulator.config.run_config import RunConfig
+
+    def inert(**changes: object) -> dict:
+        return inert_options(RunConfig().replace(**{f"replica__{k}": v for k, v in changes.items()}))
+
+    assert "inter_node_link" in inert(gpu="gb200", num_nodes=2, pp=2)  # NVLink across the rack's trays
+    assert "inter_node_link" not in inert(gpu="h100-sxm", num_nodes=2, pp=2)  # the hop crosses the NICs
+    assert "allow_tp_across_nodes" in inert(gpu="h100-sxm", num_nodes=2, pp=2, tp=2)
+    spanning = inert(gpu="h100-sxm", model="llama-3.1-70b", num_nodes=2, tp=16, allow_tp_across_nodes=True)
+    assert "allow_tp_across_nodes" not in spanning and "inter_node_link" not in spanning
+    line = one_line_error(simulate("run", "--num-requests", "4", "--gpu", "gb200", "--nodes", "2", "--pp", "2",
+                                   "--inter-node-link", "infiniband-400g", "--no-progress"))
+    assert line.startswith("error: --inter-node-link: the replica's 2 nodes are one NVLink domain of gb200"), line

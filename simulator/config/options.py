@@ -240,6 +240,18 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         if r.num_nodes == 1:
             for name in ("inter_node_link", "allow_tp_across_nodes"):
                 out[name] = ("the replica is on one node", "add --nodes N, or drop {flag}")
+        else:
+            from simulator.config.topology import topology_for
+
+            topo = topology_for(r)
+            if not topo.uses_inter_node_link:
+                out["inter_node_link"] = (f"the replica's {r.num_nodes} nodes are one NVLink domain of {r.gpu}: "
+                                          "nothing it does crosses the inter-node link",
+                                          "drop {flag}, or spread the replica over more GPUs than the domain")
+            if not topo.tp_ring_crosses_nodes:
+                out["allow_tp_across_nodes"] = (f"each tp={r.tp} group already fits "
+                                                + ("its NVLink domain" if topo.tp_in_nvlink_domain else "a node"),
+                                                "drop {flag}")
         if r.tp * r.pp * r.attention_dp == 1:
             out["intra_node_link"] = ("the replica is one GPU: nothing it does crosses a link",
                                       "add --tp or --pp, or drop {flag}")

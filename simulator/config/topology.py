@@ -216,6 +216,19 @@ class ReplicaTopology:
     ep_latency_s: float = 0.0
     # A TP group over several nodes of one NVLink domain (GB200/GB300 NVL72): its ring runs on NVLink.
     tp_in_nvlink_domain: bool = False
+    ep_crosses_nodes: bool = False  # the attention-DP group's all-to-all reaches peers over the inter-node link
+
+    @property
+    def tp_ring_crosses_nodes(self) -> bool:
+        """The TP ring runs over the inter-node link (across nodes, outside one NVLink domain)."""
+        return self.tp_spans_nodes and not self.tp_in_nvlink_domain
+
+    @property
+    def uses_inter_node_link(self) -> bool:
+        """Some communication of the replica crosses the inter-node link: its TP ring, a pipeline hop or
+        the MoE all-to-all. False on one node, and across the nodes of one NVLink domain (NVL72)."""
+        return (self.tp_ring_crosses_nodes or self.ep_crosses_nodes
+                or any(link.is_inter_node for link in self.hop_links))
 
     def node_of_rank(self, rank: int) -> int:
         return rank // self.gpus_per_node
@@ -318,6 +331,7 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
         same_node = (s * tp) // gpus_per_node == ((s + 1) * tp) // gpus_per_node
         hops.append(intra if same_node or in_domain(s * tp, (s + 2) * tp - 1) else inter)
     ep_bw, ep_latency = ring_bw, ring_latency  # without DP the MoE group is the TP group
+    ep_crosses_nodes = False
     if dp > 1:
         group = tp * dp
         local_bw, local_latency = intra.bytes_per_s, intra.latency_s
@@ -334,8 +348,9 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
             remote = (group - local) / (group - 1)
             nic = inter.nic_bytes_per_s(gpus_per_node) / gpus_per_node
             ep_bw, ep_latency = 1.0 / max((1.0 - remote) / local_bw, remote / nic), inter.latency_s
+            ep_crosses_nodes = True
     return ReplicaTopology(gpu.name, tp, pp, num_nodes, gpus_per_node, intra, inter, tp_spans_nodes,
-                           ring_bw, ring_latency, tuple(hops), dp, ep_bw, ep_latency, tp_in_domain)
+                           ring_bw, ring_latency, tuple(hops), dp, ep_bw, ep_latency, tp_in_domain, ep_crosses_nodes)
 
 
 def topology_for(replica: ReplicaConfig) -> ReplicaTopology:

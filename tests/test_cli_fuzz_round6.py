@@ -86,3 +86,18 @@ def test_link_flags_are_refused_where_no_communication_crosses_nodes() -> None:
     line = one_line_error(simulate("run", "--num-requests", "4", "--gpu", "gb200", "--nodes", "2", "--pp", "2",
                                    "--inter-node-link", "infiniband-400g", "--no-progress"))
     assert line.startswith("error: --inter-node-link: the replica's 2 nodes are one NVLink domain of gb200"), line
+
+
+def test_run_refuses_goodput_slos_its_vllm_view_does_not_show() -> None:
+    line = one_line_error(simulate("run", "--num-requests", "4", "--no-progress", "--metrics", "vllm",
+                                   "--ttft-slo", "0.01"))
+    assert line.startswith("error: --ttft-slo: --metrics vllm prints vllm bench serve's result block"), line
+    assert "--goodput" in line
+
+
+@pytest.mark.parametrize("flags", [["--kv-link", "infinite"], ["--first-token-at", "prefill"]])
+def test_plan_refuses_disaggregation_flags_when_it_searches_no_disaggregated_layout(flags: list[str]) -> None:
+    line = one_line_error(simulate("plan", "--qps", "1", "--gpus", "a100-80gb", "--tps", "1", "--modes", "agg",
+                                   "--num-requests", "20", "--no-verify", *flags))
+    assert line.startswith(f"error: {flags[0]}: it applies to disaggregated layouts"), line
+    assert "add disagg to --modes" in line

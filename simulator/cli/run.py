@@ -361,6 +361,13 @@ def run(
         if not (math.isfinite(seconds) and seconds > 0):  # else every request misses it: goodput 0% that looks measured
             raise ConfigError(flag, f"must be a positive number of seconds, got {seconds}", f"e.g. {flag} 0.2")
     bench = BenchOptions.parse(goodput, metrics, save_result, metric_percentiles, json_out)
+    if bench.view == "vllm" and not json_out and out is None:  # vllm's block shows no goodput at these SLOs
+        for flag, seconds, default in (("--ttft-slo", ttft_slo, 2.0), ("--tbt-slo", tbt_slo, 0.2)):
+            if seconds != default:
+                raise ConfigError(flag, "--metrics vllm prints vllm bench serve's result block, which has no goodput "
+                                  f"at this SLO, so {flag} would do nothing",
+                                  "give vLLM's SLOs with --goodput 'ttft:MS tpot:MS', add --json or --out for the "
+                                  f"summary's goodput, or drop {flag}")
     if out is not None:
         check_out_dir(out)
     check_run_fits(config.workload.num_requests)  # refuse, with the figure, a run that cannot fit in memory

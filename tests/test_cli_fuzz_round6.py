@@ -10,6 +10,7 @@ field, exit code 2; the valid neighbours still run.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -101,3 +102,23 @@ def test_plan_refuses_disaggregation_flags_when_it_searches_no_disaggregated_lay
                                    "--num-requests", "20", "--no-verify", *flags))
     assert line.startswith(f"error: {flags[0]}: it applies to disaggregated layouts"), line
     assert "add disagg to --modes" in line
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--num-decodes", "10", "--max-num-seqs", "4"], "--num-decodes: 10 decodes exceed the 4 sequences"),
+    (["--num-decodes", "10", "--decode-context", "1000", "--chunk-context", "500", "--workload", "arxiv"],
+     "--workload: --num-decodes, --decode-context and --chunk-context give the whole batch"),
+    (["--scheduler", "orca"], "--scheduler: tau is the token budget of a step that chunks a prompt"),
+])
+def test_tau_refuses_what_it_would_not_read(args: list[str], needle: str) -> None:
+    """tau priced 10 decodes under a cap of 4, the same batch whatever workload or seed once the batch
+    was given (its title naming the workload), and the same chunked step under a scheduler that never
+    chunks."""
+    line = one_line_error(simulate("tau", *args))
+    assert line.startswith(f"error: {needle}"), line
+
+
+def test_tau_says_when_the_batch_is_given() -> None:
+    res = simulate("tau", "--num-decodes", "10", "--decode-context", "1000", "--chunk-context", "500", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["mix_source"] == "the batch as given"

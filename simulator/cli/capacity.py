@@ -286,9 +286,38 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                       highlight=False)
 
 
+def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | None, decode_context: int | None,
+                     chunk_context: int | None) -> None:
+    """Refuse what tau would not read: a scheduler that never chunks a prompt (tau is a chunked-prefill
+    budget), more decodes than the scheduler runs at once, and the workload's flags once the three batch
+    figures are given (the workload then sizes nothing)."""
+    from simulator.config.options import CHUNKING_SCHEDULERS, RUN_OPTIONS
+
+    s = config.scheduler
+    if s.name not in CHUNKING_SCHEDULERS:
+        raise ConfigError("--scheduler", f"tau is the token budget of a step that chunks a prompt beside the decodes, "
+                          f"and {s.name} never splits a prompt", f"use --scheduler {' or '.join(CHUNKING_SCHEDULERS)}")
+    if num_decodes is not None:
+        from simulator.engine.replica import build_scheduler
+
+        max_seqs = build_scheduler(config)[0].max_num_seqs  # (the config's, else the engine's default)
+        if num_decodes > max_seqs:
+            raise ConfigError("--num-decodes", f"{num_decodes:,} decodes exceed the {max_seqs:,} sequences the "
+                              "scheduler runs at once (--max-num-seqs)", "lower --num-decodes or raise --max-num-seqs")
+    if None in (num_decodes, decode_context, chunk_context):
+        return
+    for name in sorted(given_run_flags(ctx)):
+        if RUN_OPTIONS.get(name, ("",))[0].startswith("workload__") or name == "seed":
+            flag = f"--{name.replace('_', '-')}"
+            raise ConfigError(flag, "--num-decodes, --decode-context and --chunk-context give the whole batch, so "
+                              f"the workload sizes nothing and {flag} would do nothing",
+                              f"drop {flag}, or drop one of the three to read it from the workload")
+
+
 @app.command()
 @run_options
 def tau(
+    ctx: typer.Context,
     config: RunConfig,
     tbt_slo: Annotated[float, typer.Option(help="TBT SLO (s) one hybrid iteration must fit.")] = 0.2,
     num_decodes: Annotated[int | None, typer.Option(help="Decodes in the batch (default: the most the replica holds for the workload).")] = None,
@@ -306,6 +335,7 @@ def tau(
     if num_decodes is not None and num_decodes > max_tokens:  # each decode is a token of the budget; 1e8 never end
         raise ConfigError("--num-decodes", f"{num_decodes:,} decodes exceed the largest budget considered "
                           f"(--max-tokens {max_tokens:,})", "lower --num-decodes or raise --max-tokens")
+    _check_tau_reads(ctx, config, num_decodes, decode_context, chunk_context)
     mix = workload_mix(config, num_decodes, decode_context, chunk_context)
     _check_mix_fits(config, mix)
     result = choose_tau(config, tbt_slo, mix, max_tokens=max_tokens)

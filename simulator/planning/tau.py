@@ -104,6 +104,9 @@ def workload_mix(config: RunConfig, num_decodes: int | None = None, decode_conte
     from simulator.engine.replica import build_scheduler
     from simulator.workload.generate import generate_requests
 
+    if None not in (num_decodes, decode_context, chunk_context):  # the whole batch given: no workload read
+        return DecodeMix(num_decodes=num_decodes, decode_context=decode_context, chunk_context=chunk_context,
+                         source="the batch as given")
     workload = config.workload
     if workload.trace is None and workload.max_total_tokens is None:
         workload = _replace(workload, max_total_tokens=config.replica.effective_max_model_len)  # as the engine does

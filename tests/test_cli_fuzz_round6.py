@@ -122,3 +122,24 @@ def test_tau_says_when_the_batch_is_given() -> None:
     res = simulate("tau", "--num-decodes", "10", "--decode-context", "1000", "--chunk-context", "500", "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["mix_source"] == "the batch as given"
+
+
+def test_a_learned_artifact_refuses_formats_its_curves_were_not_timed_in() -> None:
+    """A fitted artifact's curves were timed on 16-bit kernels: --dtype fp8 beside one moved TBT by under 1%
+    (the roofline: 30%), only the memory changed. Refused where a learned curve would price it; an op the
+    artifact leaves to the roofline prices either format."""
+    from simulator.config.run_config import ReplicaConfig
+    from simulator.costmodel.learned import LearnedCostModel
+
+    base = {"model": "llama-2-7b", "tp": 1, "gpu": "h100-sxm", "dtype_bytes": 2}
+    fp8 = ReplicaConfig("llama-2-7b", "h100-sxm", dtype="fp8")
+    with pytest.raises(ConfigError, match="fitted on 16-bit kernels, and the run's weights are fp8") as err:
+        LearnedCostModel(fp8, {**base, "curves": {"mlp_down": {}}})
+    assert err.value.field == "--dtype"
+    fp8_kv = ReplicaConfig("llama-2-7b", "h100-sxm", kv_cache_dtype="fp8")
+    with pytest.raises(ConfigError, match="over a 16-bit KV cache") as err:
+        LearnedCostModel(fp8_kv, {**base, "curves": {}, "attn_decode": {}})
+    assert err.value.field == "--kv-cache-dtype"
+    # Curves of element-wise ops only, decode attention left to the roofline: both formats are priced.
+    kept = LearnedCostModel(fp8_kv, {**base, "curves": {}})
+    assert kept.decode is None

@@ -42,6 +42,8 @@ from simulator.costmodel.moe import routed_experts, uses_moe_collectives
 from simulator.costmodel.roofline import TOKEN_OPS, RooflineCostModel
 
 MIN_TABLE_TOKENS = 16384
+# The weight GEMMs among the learned ops: a curve of these was timed at the profile's 16-bit weights.
+LINEAR_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down", "lm_head")
 
 
 def read_artifact(path: str | Path) -> dict[str, Any]:
@@ -81,6 +83,18 @@ class LearnedCostModel(TabulatedCostModel):
         if replica.model_spec.is_hybrid:  # the profiler times softmax attention only: every layer would be priced so
             raise ConfigError("cost_model", f"{replica.model} is a hybrid (Gated DeltaNet layers), which learned "
                               "profiles do not cover", "use --cost-model roofline or --kernels vllm|sglang|trtllm")
+        # The profiles time 16-bit kernels (bf16/fp16 GEMMs over a 16-bit KV cache): an FP8/FP4/INT4 run's
+        # weights or an FP8 cache would be priced at 16-bit speed by a learned curve, with only their memory
+        # changed. (Ops the artifact leaves to the roofline price either format.)
+        curves = artifact.get("curves", {})
+        if replica.dtype not in ("bf16", "fp16") and any(op in curves for op in LINEAR_OPS):
+            raise ConfigError("--dtype", f"{source} was fitted on 16-bit kernels, and the run's weights are "
+                              f"{replica.dtype}", "drop --dtype, or price it with --cost-model roofline or "
+                              "--kernels vllm|sglang|trtllm")
+        if replica.kv_cache_bytes != replica.dtype_bytes and "attn_decode" in artifact:
+            raise ConfigError("--kv-cache-dtype", f"{source} was fitted over a 16-bit KV cache, and the run's is "
+                              f"{replica.kv_cache_dtype}", "drop --kv-cache-dtype, or price it with --cost-model "
+                              "roofline or --kernels vllm|sglang|trtllm")
         if artifact.get("dtype_bytes", 2) != replica.dtype_bytes:
             raise ConfigError("cost_model", f"{source} was fitted for dtype_bytes={artifact.get('dtype_bytes')}",
                               f"fit one for dtype_bytes={replica.dtype_bytes}")

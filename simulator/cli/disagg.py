@@ -9,6 +9,7 @@ plot. Layouts the branch and bound searched only coarsely are listed apart, as b
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -67,6 +68,8 @@ def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, A
 
     if not candidates:
         raise ConfigError("gpus", "no layout of that many GPUs fits the model", "raise --gpus or allow larger --tps")
+    if not (math.isfinite(qps_start) and qps_start > 0):  # (the search's first rate: the run's --qps is not read)
+        raise ConfigError("--qps-start", f"must be a positive rate, got {qps_start}", "e.g. --qps-start 1")
     num_done = 0
 
     def on_done(result) -> None:  # noqa: ANN001

@@ -65,7 +65,7 @@ def test_gpu_catalog_matches_the_aiconfigurator_system_file(shared_data, name):
 
 def test_fp4_tensor_cores_only_on_blackwell():
     fp4 = {name for name, g in GPUS.items() if g.fp4_flops > 0}
-    assert fp4 == {"b200", "gb200", "b300", "gb300", "rtx-pro-6000"}
+    assert fp4 == {"b200", "gb200", "b300", "gb300", "rtx-pro-6000", "rtx-5090"}
     assert GPUS["b300"].fp4_flops == pytest.approx(14e15) and GPUS["gb300"].fp4_flops == pytest.approx(15e15)
     assert GPUS["gb200"].nvlink_domain_gpus == 72 and GPUS["rtx-pro-6000"].nvlink_bytes_per_s == 0
     for alias in ("b300-sxm", "gb300-nvl72", "rtx-pro-6000-server"):

@@ -81,6 +81,11 @@ _ROWS: tuple[GPUPrice, ...] = (
     GPUPrice("rtx-pro-6000", None, 600, "", "", "NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet: 600 W"),
     GPUPrice("mi300x", None, 750, "", "", "AMD Instinct MI300X datasheet: 750 W"),
     GPUPrice("h20", None, 400, "", "", "NVIDIA H20 product brief: 400 W"),
+    GPUPrice("rtx-4090", None, 450, "", "", "NVIDIA GeForce RTX 4090 specifications: 450 W total graphics power"),
+    GPUPrice("rtx-5090", None, 575, "", "", "NVIDIA GeForce RTX 5090 specifications: 575 W total graphics power"),
+    GPUPrice("rtx-6000-ada", None, 300, "", "", "NVIDIA RTX 6000 Ada Generation datasheet: 300 W"),
+    GPUPrice("rtx-a6000", None, 300, "", "", "NVIDIA RTX A6000 datasheet: 300 W"),
+    GPUPrice("l40", None, 300, "", "", "NVIDIA L40 datasheet: 300 W"),
     GPUPrice("l4", 0.71, 72, "Google Cloud g2-standard-4 (1x L4, 4 vCPU) on-demand, us-central1, mid-2025",
              "2025-06", "NVIDIA L4 datasheet: 72 W"),
 )

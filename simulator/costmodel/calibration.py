@@ -246,12 +246,14 @@ def load_today(path: Path = TODAY_PATH) -> dict[str, dict[str, dict[str, Any]]]:
 TODAY: dict[str, dict[str, dict[str, Any]]] = load_today()
 
 # Catalog GPU -> the generation (architecture) whose "today" constants price it (efficiencies are fractions
-# of each GPU's own spec-sheet peaks): the RTX PRO 6000 is a Blackwell part, the L40S and L4 Ada ones.
+# of each GPU's own spec-sheet peaks): the RTX PRO 6000 and RTX 5090 are Blackwell parts, the L40S, L40, L4,
+# RTX 4090 and RTX 6000 Ada Ada ones.
 GENERATION: dict[str, str] = {
-    "a100-80gb": "ampere", "a100-40gb": "ampere", "a40": "ampere", "rtx-3090": "ampere",
+    "a100-80gb": "ampere", "a100-40gb": "ampere", "a40": "ampere", "rtx-3090": "ampere", "rtx-a6000": "ampere",
     "h100-sxm": "hopper", "h100-pcie": "hopper", "h200": "hopper", "h20": "hopper",
     "b200": "blackwell", "b300": "blackwell", "gb200": "blackwell", "gb300": "blackwell", "rtx-pro-6000": "blackwell",
-    "l40s": "ada", "l4": "ada",
+    "rtx-5090": "blackwell",
+    "l40s": "ada", "l4": "ada", "l40": "ada", "rtx-4090": "ada", "rtx-6000-ada": "ada",
 }
 CALIBRATIONS = ("2023", "today")  # config.run_config.ROOFLINE_CALIBRATIONS names the same
 # "today" constants are fitted per engine backend (their kernels differ by more than the fit's error) and to

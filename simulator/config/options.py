@@ -217,6 +217,8 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if s.name in UNBUDGETED_SCHEDULERS:
         out["max_num_batched_tokens"] = (f"{s.name} batches whole prompts under no token budget",
                                          "drop {flag}, or use --scheduler vllm, vllm-v1, sarathi, sglang or trtllm")
+    if w.trace is not None:  # (a --config file's trace: both flags given are refused before this)
+        out["workload"] = (f"--trace {w.trace} gives the requests", "drop {flag}, or drop the trace")
     for name, readers in LENGTH_OPTIONS.items():
         if w.trace is not None:
             out[name] = (f"--trace {w.trace} gives the request lengths",

@@ -531,7 +531,11 @@ def _validate_times(raw: pd.Series, col: str, unit: str, lines: np.ndarray, path
     import pandas as pd
 
     if unit == "datetime":
-        stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce")
+        try:
+            stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce")
+        except (ValueError, TypeError):  # pandas refuses a column whose rows mix UTC offsets (or none)
+            raise ConfigError(_FIELD, f"{path}: column {col}: its date-times mix time zones (some rows with a UTC "
+                              "offset, some without, or different offsets)", "give every row the same form") from None
         bad = stamps.isna().to_numpy()
         if bad.any():
             i = int(np.argmax(bad))
@@ -587,10 +591,11 @@ def _read_csv_plain(path: str) -> TraceData | None:
     if any(len(row) != width for row in body):
         return None
     digits = [row[ip] for row in body] + [row[io] for row in body]
-    if not all(v.isascii() and v.isdigit() for v in digits):
+    # (more than 18 digits would overflow int64: the pandas path names the row beyond MAX_TOKENS)
+    if not all(v.isascii() and v.isdigit() and len(v) <= 18 for v in digits):
         return None
     values = np.array([int(v) for v in digits], dtype=np.int64)
-    if (values <= 0).any():
+    if (values <= 0).any() or (values > MAX_TOKENS).any():
         return None
     fmt = "vidur-csv" if prompt_col.strip().lower() == "num_prefill_tokens" else "csv"
     return TraceData(path, fmt, values[:len(body)].copy(), values[len(body):].copy(), None, tuple(columns))

@@ -111,6 +111,13 @@ def _seconds(value: object, path: str, where: str) -> float:
     return float(value)
 
 
+def _required(req: dict, key: str, path: str, where: str) -> object:
+    """A request's field that has no default (a missing ``t`` read as 0 sent the request at its session's start)."""
+    if key not in req:
+        raise ConfigError(_FIELD, f"{path}: {where}: no '{key}'", "give each request its time from the session's start")
+    return req[key]
+
+
 def _requests(value: object, path: str, where: str) -> list:
     if not isinstance(value, list):
         raise ConfigError(_FIELD, f"{path}: {where}: 'requests' must be a list, got {type(value).__name__}",
@@ -203,14 +210,15 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
             if not isinstance(req, dict):
                 raise ConfigError(_FIELD, f"{file}: request {i} is not an object", "pass Weka trace files")
             if req.get("type") == "subagent":
-                base = _seconds(req.get("t", 0.0), str(file), f"request {i}")
+                base = _seconds(_required(req, "t", str(file), f"request {i}"), str(file), f"request {i}")
                 for j, sub in enumerate(_requests(req.get("requests", []), str(file), f"request {i}")):
                     if not isinstance(sub, dict):
                         raise ConfigError(_FIELD, f"{file}: request {i}.{j} is not an object", "pass Weka trace files")
-                    entries.append((base + _seconds(sub.get("t", 0.0), str(file), f"request {i}.{j}"), sub,
-                                    f"request {i}.{j}"))
+                    entries.append((base + _seconds(_required(sub, "t", str(file), f"request {i}.{j}"), str(file),
+                                                    f"request {i}.{j}"), sub, f"request {i}.{j}"))
             else:
-                entries.append((_seconds(req.get("t", 0.0), str(file), f"request {i}"), req, f"request {i}"))
+                entries.append((_seconds(_required(req, "t", str(file), f"request {i}"), str(file), f"request {i}"),
+                                req, f"request {i}"))
         entries.sort(key=lambda e: e[0])  # stable: ties keep the file's order
         for t, req, where in entries:
             n_in = _positive_int(req.get("in"), "in", str(file), where)
@@ -230,6 +238,9 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
                 ids[k] = g
             rows.append((start + t, session, n_in, n_out, ids, len(rows)))
     assert block_size is not None
+    if not rows:
+        raise ConfigError(_FIELD, f"{path}: no requests in its session file(s)",
+                          "pass Weka session files that record requests")
     rows.sort(key=lambda r: (r[0], r[1], r[5]))
     at = np.array([r[0] for r in rows], dtype=np.float64)
     note = f", {num_zero_out} recorded with 0 output tokens given 1" if num_zero_out else ""

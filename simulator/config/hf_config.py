@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.errors import ConfigError
+from simulator.config.limits import MAX_TOKENS
 from simulator.config.specs import GB, TFLOPS, GPUSpec, ModelSpec
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",
@@ -249,11 +250,22 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
         kwargs.update(sliding_window=window, num_sliding_layers=num_sliding)
 
     hf_id = str(cfg.get("_name_or_path") or Path(where).parent.name or name)
+    # Absent, these take HF's defaults (MHA; 4,096 positions; untied); given, a value must mean what it says
+    # (a 0 was read as absent, the string "false" as true).
+    kv_heads = need("num_key_value_heads") if cfg.get("num_key_value_heads") is not None else heads
+    context = need("max_position_embeddings") if cfg.get("max_position_embeddings") is not None else 4096
+    if context > MAX_TOKENS:
+        raise ConfigError("model.max_position_embeddings", f"{where}: {context:,} positions is beyond any context "
+                          f"servesim runs (at most {MAX_TOKENS:,})", "give the model's real context length")
+    tied = cfg.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ConfigError("model.tie_word_embeddings", f"{where}: needs true or false, got {tied!r}",
+                          "write it as a JSON boolean")
     return ModelSpec(
         name=name, hf_id=hf_id, num_layers=num_layers, hidden_size=hidden, num_heads=heads,
-        num_kv_heads=opt("num_key_value_heads", heads) or heads, ffn_size=ffn, vocab_size=need("vocab_size"),
-        max_model_len=opt("max_position_embeddings", 4096) or 4096, activation=_ACTIVATIONS[act],  # type: ignore[arg-type]
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), source=where, **kwargs)
+        num_kv_heads=kv_heads, ffn_size=ffn, vocab_size=need("vocab_size"),
+        max_model_len=context, activation=_ACTIVATIONS[act],  # type: ignore[arg-type]
+        tied_embeddings=tied, source=where, **kwargs)
 
 
 def _check_fields(cfg: dict[str, Any], where: str) -> None:

@@ -119,10 +119,9 @@ class SpeculativeConfig:
                               "pass --acceptance-rate A, --acceptance-rates r1,r2,.. or --acceptance-data MODEL:METHOD")
         if len(rates) == 1 and k > 1:
             rates = rates * k
-        if len(rates) < k:
+        if len(rates) != k:  # (more than k were cut to k: a typo in k or in the list went unseen)
             raise ConfigError("speculative.acceptance_rates", f"{len(rates)} per-position rates for k={k}",
-                              f"give one rate (i.i.d.) or at least {k}")
-        rates = rates[:k]
+                              f"give one rate (i.i.d.) or exactly {k}, one a draft position")
         for r in rates:
             if not (0.0 <= r <= 1.0) or math.isnan(r):
                 raise ConfigError("speculative.acceptance_rates", f"rates must lie in [0, 1], got {r}")
@@ -130,6 +129,10 @@ class SpeculativeConfig:
         if not isinstance(self.draft_tp, int) or isinstance(self.draft_tp, bool) or self.draft_tp < 1:
             raise ConfigError("speculative.draft_tp", f"must be an integer >= 1, got {self.draft_tp!r}",
                               'give --speculative-config a "draft_tensor_parallel_size" >= 1, or leave it out')
+        if self.draft_tp != 1 and self.method != "draft_model":  # (heads and lookups run inside the target's step)
+            raise ConfigError("speculative.draft_tp", f"{self.method} has no draft model of its own to lay out, so "
+                              f"draft_tensor_parallel_size {self.draft_tp} would do nothing",
+                              "drop draft_tensor_parallel_size")
         for name in ("disable_by_batch_size", "reduce_k_batch_size"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):

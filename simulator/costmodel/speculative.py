@@ -109,6 +109,10 @@ def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConf
     """The draft model's layout: the target's GPU, numerics and roofline constants, ``draft_tp`` GPUs."""
     assert spec.draft_model is not None
     model = draft_spec(spec.draft_model)
+    if spec.draft_tp not in (1, target.tp):  # the draft runs on the target's GPUs: one of them, or all (vLLM's rule)
+        raise ConfigError("speculative.draft_tp", f"draft_tensor_parallel_size {spec.draft_tp} on a tp={target.tp} "
+                          "replica: the draft model runs on the target's GPUs, on one or on all of them",
+                          f"use draft_tensor_parallel_size 1{f' or {target.tp}' if target.tp > 1 else ''}")
     if model.num_heads % spec.draft_tp:
         raise ConfigError("speculative.draft_tp", f"draft_tp={spec.draft_tp} does not divide {model.name}'s "
                           f"{model.num_heads} heads", "use draft_tensor_parallel_size 1")

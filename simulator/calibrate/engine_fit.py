@@ -407,6 +407,10 @@ class BenchRun:
     ttfts: np.ndarray
     itls: list[np.ndarray]
     num_failed: int
+    # vllm bench's --max-concurrency (None: no cap, or a file that does not record it) and --burstiness (the
+    # gamma shape of its gaps at a finite rate; 1: Poisson)
+    max_concurrency: int | None = None
+    burstiness: float = 1.0
 
 
 def _check_numbers(path: Path, key: str, values: list[Any]) -> None:
@@ -459,6 +463,15 @@ def read_bench(path: Path) -> BenchRun:
         raise ConfigError("bench", f"request_rate {rate!r} is not a number") from None
     if not rate > 0:  # NaN, 0 or negative: no arrival process (inf: every request at once)
         raise ConfigError("bench", f"{path}: request_rate {rate!r} is not a positive rate (requests/s, or inf)", wrote)
+    max_concurrency = data.get("max_concurrency")
+    if max_concurrency is not None and (isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int)
+                                        or max_concurrency < 1):
+        raise ConfigError("bench", f"{path}: max_concurrency {max_concurrency!r} is not a whole number >= 1 (or null)",
+                          wrote)
+    burstiness = data.get("burstiness", 1.0)
+    burstiness = 1.0 if burstiness is None else burstiness
+    if isinstance(burstiness, bool) or not isinstance(burstiness, int | float) or not 0 < burstiness < math.inf:
+        raise ConfigError("bench", f"{path}: burstiness {burstiness!r} is not a positive number", wrote)
     submits = data.get("request_submit_times")
     arrival = None
     if submits and len(submits) == n:
@@ -483,7 +496,8 @@ def read_bench(path: Path) -> BenchRun:
                     input_lens=np.asarray(data["input_lens"], dtype=np.int64)[idx],
                     output_lens=np.asarray(data["output_lens"], dtype=np.int64)[idx],
                     ttfts=np.asarray(ttfts, dtype=float),
-                    itls=itls, num_failed=int(n - ok.sum()))
+                    itls=itls, num_failed=int(n - ok.sum()), max_concurrency=max_concurrency,
+                    burstiness=float(burstiness))
 
 
 def check_bench_model(run: BenchRun, model: str) -> str | None:
@@ -516,9 +530,13 @@ def bench_table(run: BenchRun, seed: int):  # noqa: ANN201 - a workload.RequestT
         arrival, how = run.arrival_at, "the file's submit times"
     elif math.isinf(run.request_rate):
         arrival, how = np.zeros(n), "all at once (request_rate inf)"
-    else:
+    elif run.burstiness == 1.0:
         gaps = np.random.default_rng(seed).exponential(1.0 / run.request_rate, size=n)
         arrival, how = np.cumsum(gaps) - gaps[0], f"Poisson at {run.request_rate:g}/s, seed {seed}"
+    else:  # vllm bench's gamma gaps: shape burstiness, mean 1 / rate
+        b = run.burstiness
+        gaps = np.random.default_rng(seed).gamma(b, 1.0 / (run.request_rate * b), size=n)
+        arrival, how = np.cumsum(gaps) - gaps[0], f"gamma (burstiness {b:g}) at {run.request_rate:g}/s, seed {seed}"
     return RequestTable(arrival, run.input_lens, run.output_lens, source=f"vLLM bench requests, arrivals {how}")
 
 
@@ -595,6 +613,11 @@ def calibrate_bench(run: BenchRun, config: Any, base: str | EngineModel, holdout
     from scipy.optimize import minimize_scalar
 
     note = check_bench_model(run, config.replica.model)
+    if run.max_concurrency is not None:  # the client's cap on requests in flight: a closed loop of that many users
+        if config.workload.concurrency not in (None, run.max_concurrency):
+            raise ConfigError("--concurrency", f"the benchmark ran at max_concurrency {run.max_concurrency}, its "
+                              "result says", "drop --concurrency")
+        config = config.replace(workload__concurrency=run.max_concurrency)
     base_engine = load_engine(base)
     mask = holdout_split(len(run.input_lens), holdout, seed)
     train, test = np.flatnonzero(~mask), np.flatnonzero(mask)

@@ -348,6 +348,21 @@ def read_user_rows(path: Path) -> Any:
             raise ConfigError("rows", f"{path} line {first + 2}: {col} must be a positive finite "
                               f"{'whole ' if whole else ''}number, got {value!r}", "fix or drop the line")
         df[col] = values
+    unknown = [c for c in df.columns if c not in USER_REQUIRED + USER_OPTIONAL]
+    if unknown:  # a misspelt optional column ("TP") was read as absent: every row at its default
+        raise ConfigError("rows", f"{path}: unknown column(s) {', '.join(map(str, unknown))}",
+                          f"columns are {', '.join(USER_REQUIRED)} (optional: {', '.join(USER_OPTIONAL)})")
+    for col in ("tp", "pp", "attention_dp", "ep"):  # optional layout: a whole number >= 1 where given
+        if col not in df.columns:
+            continue
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = df[col].notna() & ~((values >= 1) & np.isfinite(values) & (values == values.round()))
+        if bad.any():
+            first = int(np.argmax(bad.to_numpy()))
+            value = df[col].iloc[first:first + 1].tolist()[0]
+            raise ConfigError("rows", f"{path} line {first + 2}: {col} must be a whole number >= 1, got {value!r}",
+                              "fix the line, or leave the cell empty for 1")
+        df[col] = values
     if "mode" in df.columns and (df["mode"].fillna("agg") != "agg").any():
         raise ConfigError("rows", "only aggregated rows (mode agg) are fitted from a CSV",
                           "drop the disaggregated rows or set mode to agg")

@@ -88,6 +88,15 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
         raise ConfigError("--max-evals", f"must be >= 1, got {max_evals}", "e.g. --max-evals 40")
     if bench is None and max_evals != 40:  # only the bench fit simulates; the others are least squares
         raise ConfigError("--max-evals", "bounds the simulations of a --bench fit, which this is not", "drop --max-evals")
+    if bench is not None:  # the result names its requests, arrivals and client cap; the run's flags the engine
+        from simulator.config.options import RUN_OPTIONS
+
+        unread = [name for name in sorted(given) if RUN_OPTIONS.get(name, ("",))[0].startswith("workload__")
+                  and name != "concurrency"]
+        if unread:
+            flag = "--" + unread[0].replace("_", "-")
+            raise ConfigError(flag, "a --bench fit replays the benchmark's own requests (their lengths, its rate, "
+                              f"burstiness and submit times), so {flag} would do nothing", f"drop {flag}")
     if table is not None or rows is not None:
         from simulator.config.options import config_overrides
 

@@ -127,6 +127,9 @@ def _with_price(name: str, value: object, where: str, current: dict[str, GPUPric
     return replace(row, usd_per_gpu_hour=usd, price_source=f"given ({where})", price_date="")
 
 
+PRICE_COLUMNS = ("gpu", "usd_per_gpu_hour", "max_w")  # a price CSV's columns (max_w optional)
+
+
 def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict[str, GPUPrice]:
     """Prices from a file (``--prices``): CSV with columns ``gpu,usd_per_gpu_hour`` (and
     optionally ``max_w``), or a TOML/JSON table ``{gpu = usd_per_gpu_hour}``."""
@@ -146,14 +149,28 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
             raise ConfigError("--prices", f"{path} cannot be read ({exc})") from None
         if not isinstance(data, dict):
             raise ConfigError("--prices", f"{path} must map GPU names to USD per GPU-hour")
+        named: dict[str, str] = {}
         for name, value in data.items():
-            out[get_gpu(name).name] = _with_price(name, value, where, out)
+            canonical = get_gpu(name).name
+            if canonical in named:  # two spellings of one GPU: the later silently won
+                raise ConfigError(where, f"{name} and {named[canonical]} are the same GPU, priced twice",
+                                  "give each GPU one entry")
+            named[canonical] = name
+            out[canonical] = _with_price(name, value, where, out)
         return out
-    rows = list(csv.DictReader(text.splitlines()))
-    if not rows or "gpu" not in rows[0] or "usd_per_gpu_hour" not in rows[0]:
+    reader = csv.DictReader(text.lstrip("\ufeff").splitlines())  # (a spreadsheet's byte-order mark is no column)
+    rows = list(reader)
+    columns = list(reader.fieldnames or [])
+    if not rows or "gpu" not in columns or "usd_per_gpu_hour" not in columns:
         raise ConfigError("--prices", f"{path} needs the columns gpu,usd_per_gpu_hour", "one row per GPU")
+    unknown = [c for c in columns if c not in PRICE_COLUMNS]
+    if unknown:  # a misspelt max_w left the power at the table's, unseen
+        raise ConfigError(where, f"unknown column(s) {', '.join(unknown)}", f"use {', '.join(PRICE_COLUMNS)}")
     seen: set[str] = set()
-    for row in rows:
+    for line, row in enumerate(rows, 2):
+        if None in row:  # csv keeps a row's cells past the header under the key None
+            raise ConfigError(where, f"line {line} has more cells than the header's {len(columns)} columns",
+                              "one cell a column")
         name = row["gpu"].strip()
         canonical = get_gpu(name).name
         if canonical in seen:  # two prices for one GPU: which one the plan took would be a guess

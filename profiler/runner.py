@@ -60,6 +60,8 @@ QUICK_MAX_TOKENS = 64
 # than fp32 on the project's CI machine: lm_head of tiny-llama-1b at 256 tokens, 2.3 s vs 0.46 s).
 DEFAULT_DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
 MAX_CPU_WORLD_SIZE = 8
+# CPU threads a profile may ask torch for: far past any machine's cores (each thread takes memory of its own).
+MAX_THREADS = 1024
 # The largest --max-tokens: tau's largest budget (simulator.planning.tau); past it the grid's tensors are
 # more than any GPU holds, and a typo of 1e20 spent minutes before failing.
 MAX_PROFILE_TOKENS = 1 << 20
@@ -137,6 +139,9 @@ class ProfileConfig:
                 raise ConfigError("world_sizes", f"at most {MAX_CPU_WORLD_SIZE} CPU processes")
         if self.num_threads is not None and self.num_threads <= 0:
             raise ConfigError("num_threads", f"must be positive, got {self.num_threads}")
+        if self.num_threads is not None and self.num_threads > MAX_THREADS:  # torch allocates per thread: 1e5 ran out
+            raise ConfigError("--threads", f"must be at most {MAX_THREADS:,}, got {self.num_threads:,}",
+                              f"pass --threads {os.cpu_count() or 1} (this machine's CPUs) or fewer")
         # Options the run would not read: the CPU timer has no graphs, and only comm ops form process groups.
         if self.cuda_graphs and self.device != "cuda":
             raise ConfigError("--cuda-graphs", f"CUDA graphs replay on a GPU, so --cuda-graphs would do nothing on "

@@ -148,8 +148,14 @@ def _column(path: Path, column: str) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    names = pq.ParquetFile(path).schema_arrow
+    try:
+        names = pq.ParquetFile(path).schema_arrow
+    except (OSError, pa.ArrowException) as err:  # a truncated or foreign file (ArrowInvalid: no parquet magic)
+        raise ConfigError("kernels", f"{path}: not a readable parquet table ({type(err).__name__})",
+                          "restore the file from the shared data folder") from None
     if column not in names.names:
+        if column == "latency":  # every table's measured column: without it the file prices nothing
+            raise ConfigError("kernels", f"{path}: has no latency column", "restore the file from the shared data folder")
         return None
     field = names.field(column)
     if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):

@@ -205,3 +205,28 @@ def test_the_profiler_caps_its_threads(tmp_path: Path) -> None:
         ProfileConfig(model="tiny-llama-1b", out=tmp_path, num_threads=100_000)  # malloc failed inside torch
     assert err.value.field == "--threads" and f"at most {MAX_THREADS:,}" in err.value.problem
     assert ProfileConfig(model="tiny-llama-1b", out=tmp_path, num_threads=2).num_threads == 2
+
+
+@pytest.mark.parametrize(("ids", "needle"), [
+    ([[5, 5, 5]], "hash id 5 is twice in it"),
+    ([[7, 5], [5, 7]], "hash id 5 is at block 0 here, at block 1 in an earlier request"),
+])
+def test_a_prefix_trace_names_blocks_by_their_prefix(tmp_path: Path, ids: list, needle: str) -> None:
+    """Mooncake's and Weka's block hashes chain each block's prefix: an id is one block position and never
+    repeats in a request. A trace breaking that was read, its hits counted where no cache could have them."""
+    from simulator.workload.prefix_traces import read_mooncake, read_weka_sessions
+
+    mooncake = tmp_path / "t.jsonl"
+    mooncake.write_text("".join(json.dumps({"timestamp": i, "input_length": 2000, "output_length": 10,
+                                            "hash_ids": h}) + "\n" for i, h in enumerate(ids)))
+    with pytest.raises(ConfigError, match=needle):
+        read_mooncake(str(mooncake))
+    weka = tmp_path / "s.json"
+    weka.write_text(json.dumps({"block_size": 512, "requests": [{"t": i, "in": 2000, "out": 10, "hash_ids": h}
+                                                                for i, h in enumerate(ids)]}))
+    with pytest.raises(ConfigError, match=needle):
+        read_weka_sessions(str(weka))
+    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 2000, "output_length": 10, "hash_ids": [7, 5]})
+                        + "\n" + json.dumps({"timestamp": 1, "input_length": 2000, "output_length": 10,
+                                             "hash_ids": [7, 5, 9]}) + "\n")
+    assert len(read_mooncake(str(mooncake)).block_hashes) == 2  # a shared prefix, then a new block

@@ -103,6 +103,19 @@ def _hash_ids(value: object, path: str, where: str) -> list[int]:
     return value
 
 
+def _check_chain(ids: list[int], positions: dict[int, int], path: str, where: str) -> None:
+    """A request's block ids as a prefix chain: each block's hash covers every token before it, so an id names one
+    block position, the same in every request (``positions``: id -> position so far, updated), and never repeats
+    in one request. A trace that breaks this (hand-edited, or hashing blocks alone) would count hits no cache
+    could have made."""
+    for k, h in enumerate(ids):
+        at = positions.setdefault(h, k)
+        if at != k:
+            why = "twice in it" if h in ids[:k] else f"at block {k} here, at block {at} in an earlier request"
+            raise ConfigError(_FIELD, f"{path}: {where}: hash id {h} is {why}", "pass block hashes that chain each "
+                              "block's prefix (Mooncake's and Weka's traces do)")
+
+
 def _seconds(value: object, path: str, where: str) -> float:
     """A Weka request's ``t``: seconds >= 0 from its session's (or sub-agent's) start."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
@@ -128,6 +141,7 @@ def _requests(value: object, path: str, where: str) -> list:
 def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> PrefixTrace:
     """A Mooncake trace: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
     arrival, prompt, output, hashes = [], [], [], []
+    positions: dict[int, int] = {}
     try:
         with open(path, encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, start=1):
@@ -152,6 +166,7 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
                     raise ConfigError(_FIELD, f"{path}: {where}: {len(ids)} hash ids for {n_in} tokens "
                                       f"(at most {-(-n_in // block_tokens)} blocks of {block_tokens})",
                                       "check the trace's block size")
+                _check_chain(ids, positions, path, where)
                 t = rec["timestamp"]
                 if isinstance(t, bool) or not isinstance(t, int | float) or not np.isfinite(t) or t < 0:
                     raise ConfigError(_FIELD, f"{path}: {where}: timestamp must be a number >= 0 (ms), got {t!r}",
@@ -204,6 +219,7 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
             raise ConfigError(_FIELD, f"{file}: block_size {bs} differs from {block_size} of earlier files",
                               "replay files of one block size together")
         local: dict[int, int] = {}  # this file's ids -> the run's
+        positions: dict[int, int] = {}  # this file's ids -> their block position
         start = session * session_gap_s
         entries: list[tuple[float, dict, str]] = []
         for i, req in enumerate(_requests(data["requests"], str(file), "top level")):
@@ -229,6 +245,7 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
             raw = _hash_ids(req.get("hash_ids", []), str(file), where)
             if len(raw) > -(-n_in // bs):
                 raise ConfigError(_FIELD, f"{file}: {where}: {len(raw)} hash ids for {n_in} tokens", "check block_size")
+            _check_chain(raw, positions, str(file), where)
             ids = np.empty(len(raw), dtype=np.int64)
             for k, h in enumerate(raw):
                 g = local.get(h)

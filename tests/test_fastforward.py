@@ -413,10 +413,10 @@ def test_a_cost_model_subclass_gets_the_exact_generic_path(monkeypatch: pytest.M
 def test_iteration_log_reads_like_the_list_of_tuples_it_replaces() -> None:
     from simulator.engine.records import ITERATION_COLUMNS, IterationLog
 
-    rows = [(i % 3, 0.5 * i, 0.25, i, 2 * i, 1, 7, 0, i % 2) for i in range(IterationLog.BUFFER * 2 + 5)]
+    rows = [(i % 3, 0.5 * i, 0.25, i, 2 * i, 1, 7, 0, i % 2, i % 4) for i in range(IterationLog.BUFFER * 2 + 5)]
     # Two decode stretches' rows (every count but decodes and blocks zero), one past the zero buffer.
     for lo, hi in ((100, 200), (300, 700)):
-        rows[lo:hi] = [(2, 0.5 * i, 0.125 + i, 0, 17, 0, i // 3, 0, 0) for i in range(lo, hi)]
+        rows[lo:hi] = [(2, 0.5 * i, 0.125 + i, 0, 17, 0, i // 3, 0, 0, 0) for i in range(lo, hi)]
     log = IterationLog()
     for row in rows[:100]:
         log.append(row)
@@ -428,7 +428,7 @@ def test_iteration_log_reads_like_the_list_of_tuples_it_replaces() -> None:
             log.extend(rows[lo:hi])
     log.extend(rows[700:709])
     # A short chunked-prefill stretch (through the row buffer) with its constant prefill columns.
-    rows[709:714] = [(1, 0.5 * i, 0.25, 96, 5, 1, 40 + i, 0, 0) for i in range(709, 714)]
+    rows[709:714] = [(1, 0.5 * i, 0.25, 96, 5, 1, 40 + i, 0, 0, 0) for i in range(709, 714)]
     log.extend_stretch(1, [0.5 * i for i in range(709, 714)], [0.25] * 5, 5, [40 + i for i in range(709, 714)], 96, 1)
     log.extend(rows[714:])
     assert len(log) == len(rows) and log == rows and list(log) == rows

@@ -615,7 +615,8 @@ def test_token_tree_in_the_loop() -> None:
         assert sched.blocks.num_free_blocks == sched.blocks.num_blocks
         n = s.num_verify_steps
         assert abs(s.mean_acceptance_length - al_iid(0.6, 3)) < 0.05
-        runs[name] = (s.num_drafted / n, max(row[3] + row[4] for row in recorder.iterations if not row[5]))
+        assert all(row[3] == 0 for row in recorder.iterations if not row[5])  # drafts are no prompt tokens
+        runs[name] = (s.num_drafted / n, max(row[4] + row[9] for row in recorder.iterations if not row[5]))
     # Full steps verify 6 (tree) or 3 (chain) drafts; the request's last tokens cut to a chain.
     assert runs["tree"][0] == pytest.approx(6, abs=0.1) and runs["chain"][0] == pytest.approx(3, abs=0.05)
     assert runs["tree"][1] == 8 * 7 and runs["chain"][1] == 8 * 4  # 8 requests x (1 + drafts): the busiest prompt-free step

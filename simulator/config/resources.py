@@ -1,7 +1,7 @@
 """Will a run fit in memory? An estimate made before any work, the memory available, and the
 processes a command may start (``--workers auto``).
 
-A run keeps every request, every iteration record (44 bytes) and each replica's TBT gap
+A run keeps every request, every iteration record (48 bytes) and each replica's TBT gap
 runs (16 bytes, about one per iteration; token timestamps are not kept), and afterwards the
 per-request table its metrics come from. All of it grows with the number of requests, so
 the estimate is one figure per request:

@@ -61,6 +61,11 @@ class BatchShape:
         shape carries verify rows there too)."""
         return self.num_prefill_tokens
 
+    @property
+    def num_verify_rows(self) -> int:
+        """The drafts verified beside the decodes, in ``num_prefill_tokens`` (none here)."""
+        return 0
+
     def add_prefill(self, chunk: int, kv_before: int, produces_token: bool) -> None:
         self.num_prefill_tokens += chunk
         self.num_prefills += 1

@@ -17,13 +17,15 @@ if TYPE_CHECKING:
 
 # Recorded per iteration. A decode contributes exactly one token, so ``num_decodes`` is also
 # the decode-token count; iteration_frame() derives that column and ``batch_size``.
+# num_prefill_tokens: the prompts' tokens a step computes; num_draft_tokens: the drafts a speculating step
+# verifies beside its decodes (0 without speculation).
 ITERATION_COLUMNS = (
     "replica_id", "started_at", "duration_s", "num_prefill_tokens", "num_decodes",
-    "num_prefills", "kv_blocks_used", "num_preempted", "num_admitted",
+    "num_prefills", "kv_blocks_used", "num_preempted", "num_admitted", "num_draft_tokens",
 )
 FRAME_COLUMNS = (
     "replica_id", "started_at", "duration_s", "num_prefill_tokens", "num_decode_tokens", "batch_size",
-    "num_prefills", "num_decodes", "kv_blocks_used", "num_preempted", "num_admitted",
+    "num_prefills", "num_decodes", "kv_blocks_used", "num_preempted", "num_admitted", "num_draft_tokens",
 )
 # One row per (micro-batch, pipeline stage) execution; only replicas with pp > 1 write them.
 STAGE_COLUMNS = ("replica_id", "micro_batch_id", "stage", "started_at", "duration_s")
@@ -31,8 +33,8 @@ STAGE_COLUMNS = ("replica_id", "micro_batch_id", "stage", "started_at", "duratio
 
 # Typecodes of ITERATION_COLUMNS: replica_id, two float64 times, then counts. Counts are stored
 # as 32-bit ints (each is far below 2**31: tokens, blocks, requests of one iteration) and read
-# out as int64: 44 bytes a row instead of 72 (a 1M-request cluster run makes ~17M rows).
-_ITERATION_TYPES = "iddiiiiii"
+# out as int64: 48 bytes a row instead of 80 (a 1M-request cluster run makes ~17M rows).
+_ITERATION_TYPES = "iddiiiiiii"
 _NUMPY_TYPES = {"d": "float64", "i": "int32"}
 # Buffered rows are converted by numpy from this many (its per-call cost outweighs the gain below).
 FILL_ROWS = 256
@@ -89,7 +91,7 @@ class IterationLog(Sequence):
             raise ValueError("extend_stretch: columns of unequal length")
         self._flush()
         zeros = _ZEROS[:k] if k <= len(_ZEROS) else array("i", bytes(4 * k))
-        rid, start, dur, prefill_tokens, decodes, prefills, used, preempted, admitted = self._cols
+        rid, start, dur, prefill_tokens, decodes, prefills, used, preempted, admitted, drafts = self._cols
         rid.extend(array("i", (replica_id,)) * k)
         start.fromlist(starts)
         dur.fromlist(durations)
@@ -99,6 +101,7 @@ class IterationLog(Sequence):
         used.fromlist(kv_blocks_used)
         preempted.extend(zeros)
         admitted.extend(zeros)
+        drafts.extend(zeros)  # (a speculating run takes the step-by-step loop: no stretches)
 
     def extend_log(self, other: IterationLog) -> None:
         """Append another log's rows (column by column, no per-row work)."""
@@ -180,8 +183,10 @@ class Recorder:
 
     def on_iteration(self, replica_id: int, started_at: float, duration: float, batch: Batch, kv_blocks_used: int) -> None:
         s = batch.shape
-        self.iterations.append((replica_id, started_at, duration, s.num_prefill_tokens, s.num_decodes,
-                                s.num_prefills, kv_blocks_used, len(batch.preempted), len(batch.admitted)))
+        # A speculating step's verify rows (its drafts) are no prompt tokens: a column of their own.
+        self.iterations.append((replica_id, started_at, duration, s.num_prompt_tokens, s.num_decodes,
+                                s.num_prefills, kv_blocks_used, len(batch.preempted), len(batch.admitted),
+                                s.num_verify_rows))
 
     def on_stretch(self, replica_id: int, ends: list[float], durations: list[float], num_decodes: int,
                    kv_blocks_used: list[int], num_prefill_tokens: int = 0, num_prefills: int = 0) -> None:

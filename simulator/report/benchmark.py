@@ -140,6 +140,26 @@ def _token_times(result: RunResult) -> list[Any] | None:
     return None if any(t is None for t in times) else times
 
 
+def _first_token_ats(result: RunResult) -> np.ndarray:
+    """Each request's client-side first token time (NaN where it had none)."""
+    reqs = result.requests
+    if isinstance(reqs, RequestColumns):
+        return np.asarray(reqs.columns["first_token_at"], dtype=np.float64)
+    return np.array([np.nan if r.first_token_at is None else r.first_token_at for r in reqs], dtype=np.float64)
+
+
+def client_gaps(times: Any, first_token_at: float) -> np.ndarray:
+    """A request's inter-token gaps as its client sees them. ``times`` are where the engine computed each token;
+    a disaggregated request whose decode worker delivers the first token (``first_token_at`` later than its first
+    computed token) streams the tokens computed before then together with it, so the gaps start there (the
+    handoff is no time between tokens: :func:`simulator.engine.disagg.deliver_first_token_on_decode`)."""
+    t = np.frombuffer(times, dtype=np.float64) if isinstance(times, bytes | bytearray | memoryview) else \
+        np.asarray(times, dtype=np.float64)
+    if len(t) > 1 and t[0] < first_token_at:
+        t = t[t >= first_token_at]
+    return np.diff(t)
+
+
 def measured_gaps(result: RunResult, num_warmup: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """Every inter-token gap of the requests sent after the first ``num_warmup``, as sorted
     distinct values and counts, and whether that is exact: from the requests' token times, or,
@@ -150,7 +170,8 @@ def measured_gaps(result: RunResult, num_warmup: int) -> tuple[np.ndarray, np.nd
     if times is None:
         values, counts, _ = merged(result.tbt)
         return values, counts, False
-    gaps = [np.diff(np.frombuffer(t, dtype=np.float64)) for t in times[num_warmup:] if len(t) > 1]
+    first = _first_token_ats(result)
+    gaps = [client_gaps(t, first[i]) for i, t in enumerate(times) if i >= num_warmup and len(t) > 1]
     if not gaps:
         return np.zeros(0), np.zeros(0, dtype=np.int64), True
     values, counts = np.unique(np.concatenate(gaps), return_counts=True)
@@ -297,7 +318,8 @@ def per_request_lists(result: RunResult, cols: dict[str, np.ndarray]) -> dict[st
     }
     times = _token_times(result)
     if times is not None:
-        out["itls"] = [np.diff(np.frombuffer(times[i], dtype=np.float64)).tolist() for i in measured.tolist()]
+        first = _first_token_ats(result)
+        out["itls"] = [client_gaps(times[i], first[i]).tolist() for i in measured.tolist()]
     return out
 
 

@@ -45,9 +45,11 @@ def slo_attainment(requests: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float)
     return float(ok.mean())
 
 
-def decode_tbt_samples(result: RunResult) -> np.ndarray:
-    """Gaps between consecutive tokens after each request's second token began (tokens 2..n)."""
-    gaps = [np.diff(np.frombuffer(r.token_times, dtype=np.float64)[1:]) for r in result.requests if len(r.token_times) > 2]
+def decode_tbt_samples(result: RunResult, num_warmup: int = 0) -> np.ndarray:
+    """Gaps between consecutive tokens after each request's second token began (tokens 2..n), of the requests
+    sent after the first ``num_warmup``."""
+    gaps = [np.diff(np.frombuffer(r.token_times, dtype=np.float64)[1:]) for r in result.requests
+            if r.request_id >= num_warmup and len(r.token_times) > 2]
     return np.concatenate(gaps) if gaps else np.empty(0)
 
 
@@ -79,13 +81,19 @@ def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float 
     handoff = handoff_frame(result, requests)
     start = float(requests["arrival_at"].min()) if len(requests) else 0.0
     span = max(result.sim_end_at - start, 1e-12)
+    # The warm-up requests (--num-warmup) leave the per-request figures, as every other figure of the run;
+    # what the pools and links were busy with (utilization, occupancy) stays the whole run's.
+    num_warmup = int(result.config.workload.num_warmup or 0)
+    if num_warmup:
+        measured = (requests["request_id"] >= num_warmup).to_numpy()
+        handoff, requests = handoff[measured], requests[measured]
     out: dict[str, Any] = {"layout": info.layout, "num_gpus": info.num_gpus}
     transferred = handoff[~np.isnan(handoff["transfer_end_at"])]
     for col in ("queue_s", "prefill_s", "delivery_s", "backpressure_s", "stack_s", "link_queue_s", "transfer_s",
                 "handoff_gap_s"):
         source = handoff if col in ("queue_s", "prefill_s", "delivery_s") else transferred
         out.update(quantile_stats(source[col].to_numpy(dtype=np.float64), col))
-    out.update(quantile_stats(decode_tbt_samples(result), "decode_tbt_s"))
+    out.update(quantile_stats(decode_tbt_samples(result, num_warmup), "decode_tbt_s"))
     out["num_transfers"] = int(len(transferred))
     out["num_mixed"] = int(handoff["mixed"].sum())
     out["transfer_bytes"] = float(transferred["kv_bytes"].sum())

@@ -69,7 +69,7 @@ def test_stall_mask_marks_prefill_only_iterations_that_interrupt_decodes():
         (0, 10, 2),   # hybrid (Sarathi) iteration: decodes continue, no stall
         (1, 30, 0),   # another replica's first prefill is not a stall of replica 0
     ]
-    it = pd.DataFrame([(r, 0.0, 0.01, p, d, d + (p > 0), int(p > 0), d, 0, 0, 0) for r, p, d in rows],
+    it = pd.DataFrame([(r, 0.0, 0.01, p, d, d + (p > 0), int(p > 0), d, 0, 0, 0, 0) for r, p, d in rows],
                       columns=list(FRAME_COLUMNS))
     assert plots.stall_mask(it).tolist() == [False, False, True, True, True, False, False, False]
 
@@ -79,7 +79,7 @@ def test_stall_mask_from_request_timestamps_counts_every_back_to_back_stall():
     # wait), D (decodes), E (prefill of r3 after everyone finished: nobody waits).
     starts = [0.0, 0.1, 0.2, 0.3, 0.5]
     tokens = [(100, 0), (80, 0), (60, 0), (0, 3), (40, 0)]
-    it = pd.DataFrame([(0, t, 0.1, p, d, 1, int(p > 0), d, 0, 0, 0) for t, (p, d) in zip(starts, tokens, strict=True)],
+    it = pd.DataFrame([(0, t, 0.1, p, d, 1, int(p > 0), d, 0, 0, 0, 0) for t, (p, d) in zip(starts, tokens, strict=True)],
                       columns=list(FRAME_COLUMNS))
     requests = pd.DataFrame({"replica_id": [0, 0, 0, 0], "first_token_at": [0.1, 0.2, 0.3, 0.6],
                              "completed_at": [0.4, 0.4, 0.4, np.nan]})

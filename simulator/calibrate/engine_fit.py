@@ -468,8 +468,7 @@ def read_bench(path: Path) -> BenchRun:
                                         or max_concurrency < 1):
         raise ConfigError("bench", f"{path}: max_concurrency {max_concurrency!r} is not a whole number >= 1 (or null)",
                           wrote)
-    burstiness = data.get("burstiness", 1.0)
-    burstiness = 1.0 if burstiness is None else burstiness
+    burstiness = 1.0 if data.get("burstiness") is None else data["burstiness"]  # (null: vllm's default, Poisson)
     if isinstance(burstiness, bool) or not isinstance(burstiness, int | float) or not 0 < burstiness < math.inf:
         raise ConfigError("bench", f"{path}: burstiness {burstiness!r} is not a positive number", wrote)
     submits = data.get("request_submit_times")

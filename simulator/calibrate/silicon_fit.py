@@ -336,33 +336,29 @@ def read_user_rows(path: Path) -> Any:
     if missing:
         raise ConfigError("rows", f"{path} lacks column(s) {', '.join(missing)}",
                           f"give {', '.join(USER_REQUIRED)} (optional: {', '.join(USER_OPTIONAL)})")
-    for col in ("isl", "osl", "concurrency", "ttft_ms", "tpot_ms"):
+    # The measured columns: positive finite numbers, whole where they count tokens or users (a fraction was
+    # truncated); the optional layout columns: whole numbers >= 1 where a cell is given (empty: 1).
+    checks = [(col, col in ("isl", "osl", "concurrency"), False) for col in ("isl", "osl", "concurrency", "ttft_ms",
+                                                                              "tpot_ms")]
+    checks += [(col, True, True) for col in ("tp", "pp", "attention_dp", "ep") if col in df.columns]
+    for col, whole, optional in checks:
         values = pd.to_numeric(df[col], errors="coerce")
         bad = ~((values > 0) & np.isfinite(values))  # (inf is no measurement either)
-        whole = col in ("isl", "osl", "concurrency")  # token counts and users: a fraction was truncated
         if whole:
             bad |= values != values.round()
+        if optional:
+            bad &= df[col].notna()
         if bad.any():
             first = int(np.argmax(bad.to_numpy()))
             value = df[col].iloc[first:first + 1].tolist()[0]  # (a Python value: no np.float64(...) in the line)
-            raise ConfigError("rows", f"{path} line {first + 2}: {col} must be a positive finite "
-                              f"{'whole ' if whole else ''}number, got {value!r}", "fix or drop the line")
+            need = "a whole number >= 1" if optional else f"a positive finite {'whole ' if whole else ''}number"
+            raise ConfigError("rows", f"{path} line {first + 2}: {col} must be {need}, got {value!r}",
+                              "fix the line, or leave the cell empty for 1" if optional else "fix or drop the line")
         df[col] = values
     unknown = [c for c in df.columns if c not in USER_REQUIRED + USER_OPTIONAL]
     if unknown:  # a misspelt optional column ("TP") was read as absent: every row at its default
         raise ConfigError("rows", f"{path}: unknown column(s) {', '.join(map(str, unknown))}",
                           f"columns are {', '.join(USER_REQUIRED)} (optional: {', '.join(USER_OPTIONAL)})")
-    for col in ("tp", "pp", "attention_dp", "ep"):  # optional layout: a whole number >= 1 where given
-        if col not in df.columns:
-            continue
-        values = pd.to_numeric(df[col], errors="coerce")
-        bad = df[col].notna() & ~((values >= 1) & np.isfinite(values) & (values == values.round()))
-        if bad.any():
-            first = int(np.argmax(bad.to_numpy()))
-            value = df[col].iloc[first:first + 1].tolist()[0]
-            raise ConfigError("rows", f"{path} line {first + 2}: {col} must be a whole number >= 1, got {value!r}",
-                              "fix the line, or leave the cell empty for 1")
-        df[col] = values
     if "mode" in df.columns and (df["mode"].fillna("agg") != "agg").any():
         raise ConfigError("rows", "only aggregated rows (mode agg) are fitted from a CSV",
                           "drop the disaggregated rows or set mode to agg")

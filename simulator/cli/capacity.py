@@ -291,7 +291,7 @@ def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | N
     """Refuse what tau would not read: a scheduler that never chunks a prompt (tau is a chunked-prefill
     budget), more decodes than the scheduler runs at once, and the workload's flags once the three batch
     figures are given (the workload then sizes nothing)."""
-    from simulator.config.options import CHUNKING_SCHEDULERS, RUN_OPTIONS
+    from simulator.config.options import CHUNKING_SCHEDULERS, is_workload_option
 
     s = config.scheduler
     if s.name not in CHUNKING_SCHEDULERS:
@@ -307,7 +307,7 @@ def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | N
     if None in (num_decodes, decode_context, chunk_context):
         return
     for name in sorted(given_run_flags(ctx)):
-        if RUN_OPTIONS.get(name, ("",))[0].startswith("workload__") or name == "seed":
+        if is_workload_option(name) or name == "seed":
             flag = f"--{name.replace('_', '-')}"
             raise ConfigError(flag, "--num-decodes, --decode-context and --chunk-context give the whole batch, so "
                               f"the workload sizes nothing and {flag} would do nothing",

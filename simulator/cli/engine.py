@@ -89,10 +89,9 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     if bench is None and max_evals != 40:  # only the bench fit simulates; the others are least squares
         raise ConfigError("--max-evals", "bounds the simulations of a --bench fit, which this is not", "drop --max-evals")
     if bench is not None:  # the result names its requests, arrivals and client cap; the run's flags the engine
-        from simulator.config.options import RUN_OPTIONS
+        from simulator.config.options import is_workload_option
 
-        unread = [name for name in sorted(given) if RUN_OPTIONS.get(name, ("",))[0].startswith("workload__")
-                  and name != "concurrency"]
+        unread = [name for name in sorted(given) if is_workload_option(name) and name != "concurrency"]
         if unread:
             flag = "--" + unread[0].replace("_", "-")
             raise ConfigError(flag, "a --bench fit replays the benchmark's own requests (their lengths, its rate, "

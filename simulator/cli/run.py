@@ -25,6 +25,11 @@ if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, rich whe
     from simulator.engine.cluster import RunResult
 
 
+# The goodput SLOs of a run that names none (the summary's TTFT and TBT limits).
+TTFT_SLO_S = 2.0
+TBT_SLO_S = 0.2
+
+
 def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
     """:func:`simulator.engine.cluster.simulate`, imported on the first run (not for ``--help``)."""
     from simulator.simulation import simulate as engine_simulate
@@ -43,7 +48,7 @@ def run_auto_workers(config: RunConfig) -> int:
 
 
 def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parquet", progress: bool = False,
-                   ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> tuple[RunResult, dict[str, Any]]:
+                   ttft_slo_s: float = TTFT_SLO_S, tbt_slo_s: float = TBT_SLO_S) -> tuple[RunResult, dict[str, Any]]:
     """Simulate ``config``; write outputs to ``out`` if given; return the result and summary."""
     result, summary, requests = _simulate_and_summarize(config, progress, ttft_slo_s, tbt_slo_s)
     if out is not None:
@@ -332,8 +337,8 @@ def run(
     out: Annotated[Path | None, typer.Option(help="Folder for requests/iterations tables, summary.json, config.json.")] = None,
     fmt: Annotated[str | None, typer.Option("--format", help=f"Table format with --out: {', '.join(FORMATS)} "
                                              "(default parquet).")] = None,
-    ttft_slo: Annotated[float, typer.Option(help="TTFT SLO (s) for goodput.")] = 2.0,
-    tbt_slo: Annotated[float, typer.Option(help="TBT SLO (s) for goodput.")] = 0.2,
+    ttft_slo: Annotated[float, typer.Option(help="TTFT SLO (s) for goodput.")] = TTFT_SLO_S,
+    tbt_slo: Annotated[float, typer.Option(help="TBT SLO (s) for goodput.")] = TBT_SLO_S,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes for the replicas of a cluster "
@@ -362,7 +367,7 @@ def run(
             raise ConfigError(flag, f"must be a positive number of seconds, got {seconds}", f"e.g. {flag} 0.2")
     bench = BenchOptions.parse(goodput, metrics, save_result, metric_percentiles, json_out)
     if bench.view == "vllm" and not json_out and out is None:  # vllm's block shows no goodput at these SLOs
-        for flag, seconds, default in (("--ttft-slo", ttft_slo, 2.0), ("--tbt-slo", tbt_slo, 0.2)):
+        for flag, seconds, default in (("--ttft-slo", ttft_slo, TTFT_SLO_S), ("--tbt-slo", tbt_slo, TBT_SLO_S)):
             if seconds != default:
                 raise ConfigError(flag, "--metrics vllm prints vllm bench serve's result block, which has no goodput "
                                   f"at this SLO, so {flag} would do nothing",

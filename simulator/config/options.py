@@ -206,6 +206,12 @@ LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_token
                   "prompt_tokens_stddev": ("fixed", "random"), "output_tokens_stddev": ("fixed", "random")}
 
 
+def is_workload_option(name: str) -> bool:
+    """Whether run option ``name`` sets the workload (its requests, lengths or arrivals): what a command that
+    brings its own requests or batch (``calibrate-engine --bench``, ``tau`` given the whole batch) does not read."""
+    return name in RUN_OPTIONS and RUN_OPTIONS[name][0].startswith("workload__")
+
+
 def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     """Options that ``config`` would not read: option name -> (why, fix), ``{flag}`` in the fix
     standing for the option's flag."""

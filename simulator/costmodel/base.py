@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -38,6 +39,10 @@ class BatchShape:
     to ``p + c`` keys; causally that is ``c * p + c * (c + 1) / 2`` query-key pairs.
     A decode over a KV cache of ``k`` tokens (the new token included) reads ``k`` keys.
     """
+
+    # The drafts verified beside the decodes, in ``num_prefill_tokens``: none here (a class constant, read once an
+    # iteration by the recorder; a speculating shape computes it).
+    num_verify_rows: ClassVar[int] = 0
 
     num_prefill_tokens: int = 0  # sum of chunk sizes
     num_prefills: int = 0  # prefill chunks in the batch
@@ -61,10 +66,6 @@ class BatchShape:
         shape carries verify rows there too)."""
         return self.num_prefill_tokens
 
-    @property
-    def num_verify_rows(self) -> int:
-        """The drafts verified beside the decodes, in ``num_prefill_tokens`` (none here)."""
-        return 0
 
     def add_prefill(self, chunk: int, kv_before: int, produces_token: bool) -> None:
         self.num_prefill_tokens += chunk

@@ -183,10 +183,9 @@ class Recorder:
 
     def on_iteration(self, replica_id: int, started_at: float, duration: float, batch: Batch, kv_blocks_used: int) -> None:
         s = batch.shape
-        # A speculating step's verify rows (its drafts) are no prompt tokens: a column of their own.
-        self.iterations.append((replica_id, started_at, duration, s.num_prompt_tokens, s.num_decodes,
-                                s.num_prefills, kv_blocks_used, len(batch.preempted), len(batch.admitted),
-                                s.num_verify_rows))
+        drafts = s.num_verify_rows  # a speculating step's verify rows are no prompt tokens: a column of their own
+        self.iterations.append((replica_id, started_at, duration, s.num_prefill_tokens - drafts, s.num_decodes,
+                                s.num_prefills, kv_blocks_used, len(batch.preempted), len(batch.admitted), drafts))
 
     def on_stretch(self, replica_id: int, ends: list[float], durations: list[float], num_decodes: int,
                    kv_blocks_used: list[int], num_prefill_tokens: int = 0, num_prefills: int = 0) -> None:

@@ -324,46 +324,42 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                               "remove the duplicate values")
         seen[key] = index
         spec.points.append(Point(index, values, config, options, key))
-    _refuse_unread_base(spec.points, given, {name: key for name, key in file_keys.items() if name in base})
-    _refuse_unread_grid(spec.points, grid)
+    _refuse_unread(spec.points, grid, given, {name: key for name, key in file_keys.items() if name in base})
     return spec
 
 
-def _refuse_unread_grid(points: list[Point], grid: dict[tuple[str, ...], list[tuple[Any, ...]]]) -> None:
-    """Refuse a grid key that no point reads (:func:`simulator.config.options.inert_options`): its points
-    would differ in a column and nothing else (``chunk_size`` under ``--scheduler orca``, ``cv`` without
-    gamma arrivals, ``kv_link`` on a run that is not disaggregated). A key that some point reads is kept."""
+def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[Any, ...]]], given: set[str],
+                   file_keys: dict[str, str]) -> None:
+    """Refuse an option that no point of the sweep reads (:func:`simulator.config.options.inert_options`): a
+    base option (a flag given, or a key of the file's base), whose every row would show a value that changed
+    nothing, or a grid key, whose points would differ in that column and nothing else (``chunk_size`` under
+    ``--scheduler orca``, ``cv`` without gamma arrivals). One that some point reads is kept (``--chunk-size``
+    beside ``scheduler = vllm, sarathi``)."""
     from simulator.config.options import inert_options
 
     inert = [inert_options(point.config) for point in points]
+
+    def unread(name: str) -> str | None:
+        """Why no point reads ``name`` (up to two reasons), or None if one does."""
+        if name not in RUN_OPTIONS or not all(name in off for off in inert):
+            return None
+        whys = list(dict.fromkeys(off[name][0] for off in inert))
+        return "; ".join(whys[:2]) + ("; ..." if len(whys) > 2 else "")
+
+    for name in sorted(given) + sorted(file_keys):
+        why = unread(name)
+        if why is not None:
+            flag = f"--{name.replace('_', '-')}" if name in given else file_keys[name]
+            raise ConfigError(flag if name in given else f"sweep.base.{flag}",
+                              f"no point of the sweep reads it ({why}), so {flag} would do nothing",
+                              inert[0][name][1].replace("{flag}", flag))
     for names in grid:
         for name in names:
-            if name not in RUN_OPTIONS or not all(name in unread for unread in inert):
-                continue
-            whys = list(dict.fromkeys(unread[name][0] for unread in inert))
-            why = "; ".join(whys[:2]) + ("; ..." if len(whys) > 2 else "")
-            raise ConfigError(f"sweep.grid.{','.join(names)}", f"no point of the sweep reads {name} ({why}), so its "
-                              "points would differ in that column and nothing else",
-                              inert[0][name][1].replace("{flag}", name))
-
-
-def _refuse_unread_base(points: list[Point], given: set[str], file_keys: dict[str, str]) -> None:
-    """Refuse a base option (a flag given, or a key of the file's base) that no point of the sweep
-    reads (:func:`simulator.config.options.inert_options`): every row would show a value that
-    changed nothing. One that a grid value makes apply (``--chunk-size`` beside ``scheduler =
-    vllm, sarathi``) is kept."""
-    from simulator.config.options import inert_options
-
-    inert = [inert_options(point.config) for point in points]
-    for name in sorted(given) + sorted(file_keys):
-        if name not in RUN_OPTIONS or not all(name in unread for unread in inert):
-            continue
-        flag = f"--{name.replace('_', '-')}" if name in given else file_keys[name]
-        whys = list(dict.fromkeys(unread[name][0] for unread in inert))
-        why = "; ".join(whys[:2]) + ("; ..." if len(whys) > 2 else "")
-        raise ConfigError(flag if name in given else f"sweep.base.{flag}",
-                          f"no point of the sweep reads it ({why}), so {flag} would do nothing",
-                          inert[0][name][1].replace("{flag}", flag))
+            why = unread(name)
+            if why is not None:
+                raise ConfigError(f"sweep.grid.{','.join(names)}", f"no point of the sweep reads {name} ({why}), so "
+                                  "its points would differ in that column and nothing else",
+                                  inert[0][name][1].replace("{flag}", name))
 
 
 def _check_name(where: str, name: str, mode: str) -> None:

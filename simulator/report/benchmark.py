@@ -153,8 +153,7 @@ def client_gaps(times: Any, first_token_at: float) -> np.ndarray:
     a disaggregated request whose decode worker delivers the first token (``first_token_at`` later than its first
     computed token) streams the tokens computed before then together with it, so the gaps start there (the
     handoff is no time between tokens: :func:`simulator.engine.disagg.deliver_first_token_on_decode`)."""
-    t = np.frombuffer(times, dtype=np.float64) if isinstance(times, bytes | bytearray | memoryview) else \
-        np.asarray(times, dtype=np.float64)
+    t = np.frombuffer(times, dtype=np.float64)
     if len(t) > 1 and t[0] < first_token_at:
         t = t[t >= first_token_at]
     return np.diff(t)

@@ -130,6 +130,15 @@ def test_run_help_shows_every_default_and_cpu() -> None:
     assert "cpu" in lines["--gpu"] and "h200" in lines["--gpu"]
 
 
+def test_search_commands_help_names_their_own_request_default() -> None:
+    """capacity, plan and disagg give --num-requests defaults of their own; their help says which (it said run's 256)."""
+    for command, default in ((("capacity",), "2048"), (("plan",), "512"), (("disagg", "split"), "400"),
+                             (("disagg", "compare"), "400"), (("run",), "256")):
+        out = piped(*command, "--help", columns=300)
+        line = next(ln for ln in out.splitlines() if "--num-requests" in ln)
+        assert f"(default: {default})" in line and line.count("default:") == 1, (command, line)
+
+
 # -- overload ----------------------------------------------------------------------------------
 def test_overloaded_run_says_so_and_flags_summary(tmp_path: Path) -> None:
     import json

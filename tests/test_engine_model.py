@@ -246,11 +246,12 @@ def test_a_bench_of_a_model_outside_the_catalog_is_fitted_as_the_given_model_and
 
 # -- presets reproduce from the public data ---------------------------------------------------------------------
 def test_splitwise_preset_refits_and_meets_the_acceptance_errors(shared_data: Path):
-    from simulator.calibrate.engine_fit import fit_splitwise, splitwise_iteration_table, splitwise_rows
+    from simulator.calibrate.engine_fit import fit_splitwise_preset, splitwise_iteration_table, splitwise_rows
     from simulator.calibrate.validation import splitwise_predictions, summarize_splitwise
 
-    table = splitwise_iteration_table(splitwise_rows(shared_data / "profiles" / "splitwise-sim" / "perf_model.csv"))
-    refit = fit_splitwise(table, ["a100-80gb", "h100-sxm"])
+    path = shared_data / "profiles" / "splitwise-sim" / "perf_model.csv"
+    table = splitwise_iteration_table(splitwise_rows(path))
+    refit = fit_splitwise_preset(path)  # the fit the preset's provenance names
     preset = ENGINES["vllm-2023-splitwise"]
     for term in ("cpu_iteration_s", "cpu_per_seq_s", "cpu_per_prefill_token_s", "prefill_excess_token_s"):
         assert getattr(refit, term) == pytest.approx(getattr(preset, term), rel=0.01), term

@@ -46,6 +46,15 @@ def finish_batch(sched, batch, now: float = 1.0):
 
 
 # -- vllm ------------------------------------------------------------------------------------
+def test_config_knows_exactly_the_registered_schedulers():
+    """The config layer validates scheduler names without importing the engine: its list must be the registry's."""
+    from simulator.config.run_config import SCHEDULER_NAMES
+
+    assert sorted(SCHEDULER_NAMES) == sorted(SCHEDULERS)
+    with pytest.raises(ConfigError, match="scheduler"):
+        SchedulerConfig("no-such-policy")
+
+
 def test_vllm_prefill_only_iteration_stalls_decodes():
     s = make("vllm")
     decoding(s, 0, 100, 5)

@@ -73,18 +73,9 @@ SOURCES = (
 )
 # GPUs whose attention constants come from another part's table (see the module docstring).
 ATTENTION_FROM = {"a40": "a100-80gb", "h100-sxm": "a100-80gb"}
-# LLMServingSim's H100 tables: reported in results/fidelity (and fittable with calibrate_gpu) but not
-# applied: its kernels run an order of magnitude below the memory roofline (a 1-token layer norm takes
-# 18 us, a 65K-token single-sequence decode reads KV at 38 GB/s), which says more about that harness than
-# about H100 attention.
-LLMSERVINGSIM_H100 = GpuSources(
-    "h100-sxm", "h100", "",
-    extra_layers=("llmservingsim/H100/meta-llama/Llama-3.1-8B/tp1/layers.csv",
-                  "llmservingsim/H100/meta-llama/Llama-3.1-8B/tp2/layers.csv",
-                  "llmservingsim/H100/meta-llama/Llama-3.1-70B/tp1/layers.csv",
-                  "llmservingsim/H100/meta-llama/Llama-3.1-70B/tp2/layers.csv",
-                  "llmservingsim/H100/meta-llama/Llama-3.1-70B/tp4/layers.csv"),
-    attention=(("llmservingsim/H100/meta-llama/Llama-3.1-70B/tp4/attention.csv", "llama-3-70b", 4),))
+# LLMServingSim's H100 tables (llmservingsim/H100/...) are not applied: its kernels run an order of
+# magnitude below the memory roofline (a 1-token layer norm takes 18 us, a 65K-token single-sequence
+# decode reads KV at 38 GB/s), which says more about that harness than about H100 attention.
 # Catalog GPUs without their own tables take the constants of the same-architecture part.
 TRANSFERS = {"a100-40gb": "a100-80gb", "h100-pcie": "h100-sxm", "h200": "h100-sxm"}
 

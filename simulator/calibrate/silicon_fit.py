@@ -465,7 +465,3 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     engine = engine.with_terms(handoff_s=load_engine(base.engine).handoff_s)
     return CalibrationResult(engine, report, rows)
 
-
-def group_rows(rows: Any, traces: list[Trace], mask: Iterable[bool]) -> tuple[Any, list[Trace]]:
-    mask = np.asarray(list(mask), bool)
-    return rows[mask].reset_index(drop=True), [t for t, k in zip(traces, mask, strict=True) if k]

@@ -201,14 +201,6 @@ def _pct(x: float) -> str:
     return "-" if x != x else f"{100 * x:.1f}%"
 
 
-def _markdown(df: pd.DataFrame) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in df.itertuples(index=False):
-        lines.append("| " + " | ".join(str(v) for v in r) + " |")
-    return "\n".join(lines)
-
-
 def write_report(out: Path, data: Path | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     data = Path(data) if data else default_data()
     sw = data / "splitwise-sim" / "perf_model.csv"

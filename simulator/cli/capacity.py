@@ -7,7 +7,6 @@ Thin typer commands over :mod:`simulator.planning.capacity`, :mod:`simulator.pla
 # No ``from __future__ import annotations`` here: typer reads every command's annotations at each
 # start; evaluated once at import they cost less than strings it evaluates again every time.
 
-import functools
 import json
 import math
 from pathlib import Path
@@ -17,7 +16,7 @@ import typer
 
 from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
-from simulator.cli.options import WORKERS_METAVAR, given_run_flags, parse_workers, run_options
+from simulator.cli.options import WORKERS_METAVAR, default_option, given_run_flags, parse_workers, run_options
 from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
@@ -30,21 +29,6 @@ from simulator.util.text import count
 
 if TYPE_CHECKING:  # rich loads when a table is printed, not when the CLI is imported
     from rich.console import Console
-
-
-def default_option(name: str, value: Any):  # noqa: ANN201
-    """Give run option ``name`` a command-specific default (unless ``--config`` is given)."""
-
-    def decorate(fn):  # noqa: ANN001, ANN202
-        @functools.wraps(fn)
-        def wrapper(**kwargs: Any):  # noqa: ANN202
-            if kwargs.get(name) is None and kwargs.get("config_file") is None:
-                kwargs[name] = value
-            return fn(**kwargs)
-
-        return wrapper
-
-    return decorate
 
 
 # Trials a search may run ahead of need: the one it needs and the one after either verdict.

@@ -16,8 +16,7 @@ from typing import Annotated
 import typer
 
 from simulator.cli.app import app, console, fail
-from simulator.cli.capacity import default_option
-from simulator.cli.options import parse_ints, run_options
+from simulator.cli.options import default_option, parse_ints, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig

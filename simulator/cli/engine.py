@@ -176,7 +176,8 @@ def calibrate_engine(
     bench: Annotated[Path | None, typer.Option(help="`vllm bench serve --save-result --save-detailed` JSON")] = None,
     rows: Annotated[Path | None, typer.Option(help="aggregate benchmark rows CSV: backend, model, gpu, isl, osl, "
                                                   "concurrency, ttft_ms, tpot_ms (optional tp, pp, attention_dp, ep, "
-                                                  "dtype); closed-loop runs at each row's concurrency")] = None,
+                                                  "dtype, kernels, mode = agg, backend_version); closed-loop runs at "
+                                                  "each row's concurrency")] = None,
     holdout: Annotated[float, typer.Option(help="fraction of rows/requests held out for the report")] = 0.25,
     fit_seed: Annotated[int, typer.Option(help="seed of the hold-out split and bench arrivals")] = 0,
     name: Annotated[str | None, typer.Option(help="name of the fitted engine (default: the file's stem)")] = None,

@@ -12,8 +12,11 @@ Every option defaults to ``None`` meaning "not given": the value then comes from
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
+import re
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,10 +41,12 @@ RULE_DEFAULTS = {
     "max_model_len": "the model's",
     "num_gpu_blocks": "what the memory plan leaves for the KV cache",
     "intra_node_link": "NVLink if the GPU has it, else PCIe",
-    "max_num_batched_tokens": "the token budget for sarathi/vllm-v1/sglang, else max(max_model_len, 2048)",
-    "chunk_size": "2048 for vllm-v1 (8192 on H100-class GPUs), 512 for sarathi, 8192 for sglang (by GPU memory: "
-                  "4096 under 60 GiB, 16384 over 160)",
-    "max_num_seqs": "256 for vllm-v1 (1024 on H100-class GPUs), 2048-4096 for sglang (by its KV cache), else 128",
+    "max_num_batched_tokens": "the token budget for sarathi/vllm-v1/sglang, 8192 for trtllm (trtllm-serve's "
+                              "max_num_tokens), else max(max_model_len, 2048)",
+    "chunk_size": "2048 for vllm-v1 (8192 on GPUs of 70 GiB or more but the A100), 512 for sarathi; for sglang by GPU "
+                  "memory: 2048 under 35 GiB, 4096 under 60, 8192 under 160, 16384 above",
+    "max_num_seqs": "256 for vllm-v1 (1024 on GPUs of 70 GiB or more but the A100), 2048-4096 for sglang (by its KV "
+                    "cache), else 128",
     "max_total_tokens": "the context limit for built-in workloads, none for traces",
     "prompt_tokens_max": "--prompt-tokens",
     "output_tokens_max": "--output-tokens",
@@ -200,6 +205,35 @@ def given_overrides(config_file: Path | None = None, **options: Any) -> dict[str
     given = {k: v for k, v in resolve_aliases(options, base, from_file=config_file is not None).items()
              if v is not None and k in RUN_OPTIONS}
     return {**config_overrides(base), **given}
+
+
+def default_option(name: str, value: Any):  # noqa: ANN201 - decorator over a run_options command
+    """Give run option ``name`` a command-specific default (unless ``--config`` is given), and say
+    so in the command's ``--help`` (the shared option's text names the run default)."""
+
+    def decorate(fn):  # noqa: ANN001, ANN202
+        @functools.wraps(fn)
+        def wrapper(**kwargs: Any):  # noqa: ANN202
+            if kwargs.get(name) is None and kwargs.get("config_file") is None:
+                kwargs[name] = value
+            return fn(**kwargs)
+
+        signature = inspect.signature(fn)
+        wrapper.__signature__ = signature.replace(parameters=[  # type: ignore[attr-defined]
+            _with_default_help(p, value) if p.name == name else p for p in signature.parameters.values()])
+        del wrapper.__wrapped__  # typer must see this signature, not fn's
+        return wrapper
+
+    return decorate
+
+
+def _with_default_help(param: inspect.Parameter, value: Any) -> inspect.Parameter:
+    """``param`` (a shared option, ``Annotated[type, typer.Option]``) with its help naming ``value`` as the default."""
+    base, info = typing.get_args(param.annotation)
+    info = copy.copy(info)  # the shared option's info stays as it is for the other commands
+    text = re.sub(r" \(default: [^)]*\)\.$", "", info.help or "").rstrip(".")
+    info.help = f"{text} (default: {value})."
+    return param.replace(annotation=Annotated[base, info])
 
 
 def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201 - decorator over typer commands

@@ -15,8 +15,14 @@ import typer
 
 from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
-from simulator.cli.capacity import default_option
-from simulator.cli.options import WORKERS_METAVAR, given_run_flags, parse_ints, parse_workers, run_options
+from simulator.cli.options import (
+    WORKERS_METAVAR,
+    default_option,
+    given_run_flags,
+    parse_ints,
+    parse_workers,
+    run_options,
+)
 from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError

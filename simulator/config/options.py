@@ -143,7 +143,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                "unless overloaded) or session (a session stays on its replica)."),
     "seed": ("seed", int, "Random seed."),
     "fast_forward": ("fast_forward", bool, "Skip stretches of like iterations (decodes only, or a long prompt's chunks beside them) in one step (same results; off = step by step)."),
-    "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)' or '2x(tp=1,dp=8,ep=8)' (keys tp, pp, dp = attention DP, ep, nodes, gpu, sched, budget, seqs)."),
+    "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)' or '2x(tp=1,dp=8,ep=8)' (keys tp, pp, dp = attention DP, ep, redundant = redundant expert copies, nodes, gpu, sched, budget, seqs)."),
     "decode_pool": ("decode_pool", str, "Disaggregated: decode pool, e.g. '1x(tp=4,gpu=a100-80gb)' or '1x(tp=1,dp=16,ep=16,nodes=2)'."),
     "mixed_pool": ("mixed_pool", str, "Disaggregated: Splitwise mixed pool (aggregated replicas for overflow)."),
     "kv_link": ("kv_link", str, "Disaggregated: KV link (infiniband-200g, 25GB/s@10us, infinite): one worker's "

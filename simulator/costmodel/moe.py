@@ -59,7 +59,6 @@ if TYPE_CHECKING:
     from simulator.config.specs import ModelSpec
     from simulator.costmodel.roofline import RooflineCostModel
 
-MOE_TOKEN_OPS = ("moe_router", "moe_experts", "moe_act", "moe_shared_experts", "ep_all_to_all")
 
 
 @dataclass(frozen=True)

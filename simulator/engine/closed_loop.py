@@ -54,11 +54,10 @@ class ClosedLoopClient:
     ``concurrency``; ``max_in_flight`` records the largest value it took.
 
     ``drain_before``: the index of the first request held until none is in flight (the first
-    measured request under ``warmup_mode="drain"``); None: never held. ``measured_at`` is the
-    instant that request was sent (NaN until then).
+    measured request under ``warmup_mode="drain"``); None: never held.
     """
 
-    __slots__ = ("concurrency", "drain_before", "measured_at", "num_in_flight", "max_in_flight", "num_sent", "_wakeup",
+    __slots__ = ("concurrency", "drain_before", "num_in_flight", "max_in_flight", "num_sent", "_wakeup",
                  "_sent_events")
 
     def __init__(self, concurrency: int, drain_before: int | None = None) -> None:
@@ -66,7 +65,6 @@ class ClosedLoopClient:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
         self.drain_before = drain_before if drain_before else None  # 0 warm-up requests: nothing to drain
-        self.measured_at = math.nan
         self.num_in_flight = 0
         self.max_in_flight = 0
         # Requests sent so far, in list order: the rest have a ready time, not an arrival, yet.
@@ -118,8 +116,6 @@ class ClosedLoopClient:
                 self._wakeup = env.event()
                 yield self._wakeup
             self._wakeup = None
-            if i == self.drain_before:
-                self.measured_at = env.now
             self.num_in_flight += 1
             if self.num_in_flight > self.max_in_flight:
                 self.max_in_flight = self.num_in_flight

@@ -1007,7 +1007,7 @@ def mix_note(result: PlanResult, folder: Path, per_gpu: int = 2, rel_tol: float 
                 best[(name, gpu)] = min(best.get((name, gpu), math.inf), usd)
     gpus = sorted({g for _, g in best})
     pairs = [(best[("short", a)] + best[("long", b)], a, b) for a in gpus for b in gpus]
-    total_usd, short_gpu, long_gpu = min(pairs)
+    _, short_gpu, long_gpu = min(pairs)
     same = min(best[("short", g)] + best[("long", g)] for g in gpus)
     return MixNote(short_gpu, long_gpu, best[("short", short_gpu)], best[("long", long_gpu)],
                    answer.usd_per_hour(load), same, rows)

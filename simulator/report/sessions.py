@@ -21,7 +21,6 @@ import numpy as np
 from simulator.report.metrics import quantile_stats, request_columns
 
 if TYPE_CHECKING:
-    import pandas as pd
 
     from simulator.engine.cluster import RunResult
 
@@ -73,12 +72,6 @@ def session_columns(result: RunResult) -> dict[str, np.ndarray]:
             "span_s": ended - started, "ttft_sum_s": ttft_sum,
             "ttft_mean_s": np.where(served > 0, ttft_sum / np.maximum(served, 1), np.nan),
             "e2e_sum_s": e2e_sum, "cached_share": cached_share}
-
-
-def session_frame(result: RunResult) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame(session_columns(result))
 
 
 def session_summary(result: RunResult) -> dict[str, Any]:

@@ -73,7 +73,7 @@ from simulator.costmodel.base import BatchShape
 from simulator.engine.tbt import GapLog, percentiles
 from simulator.planning.options import SLO, SearchSettings  # declared with the planner options
 from simulator.planning.search import Limits, Outcome, largest_passing
-from simulator.report.metrics import request_columns, tbt_distribution
+from simulator.report.metrics import request_columns, tbt_distribution, within_slo
 from simulator.workload.request import Request, Status
 
 if TYPE_CHECKING:  # pandas loads for tables, not for a search
@@ -485,11 +485,10 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     tpot = cols["tpot_s"][is_finished]  # NaN for a one-token output (no TPOT): _quantile leaves it out
     tpot_q = _quantile(tpot, slo.tpot_quantile)
     max_tbt = cols["max_tbt_s"]
-    if slo.goodput_tpot_s is not None:  # DistServe: TTFT and TPOT (no TPOT for a one-token output: it meets it)
-        second_ok = np.where(np.isnan(cols["tpot_s"]), 0.0, cols["tpot_s"]) <= slo.goodput_tpot_s
+    if slo.goodput_tpot_s is not None:  # DistServe: TTFT and TPOT
+        good = within_slo(is_finished, cols["ttft_s"], cols["tpot_s"], slo.goodput_ttft_s, slo.goodput_tpot_s)
     else:
-        second_ok = np.where(np.isnan(max_tbt), 0.0, max_tbt) <= slo.tbt_s
-    good = is_finished & (cols["ttft_s"] <= slo.goodput_ttft_s) & second_ok
+        good = within_slo(is_finished, cols["ttft_s"], max_tbt, slo.goodput_ttft_s, slo.tbt_s)
     goodput = float(good.mean())
     num_finished = int(is_finished.sum())
     reasons = []

@@ -69,7 +69,7 @@ from simulator.costmodel.base import BatchShape
 from simulator.planning.capacity import SearchSettings, find_capacity, run_trial
 from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
-from simulator.report.metrics import request_columns
+from simulator.report.metrics import request_columns, within_slo
 from simulator.workload.request import Status
 
 MODES = ("agg", "disagg")
@@ -452,7 +452,7 @@ def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
     cols = request_columns(result)
     finished = cols["status"] == Status.FINISHED.value
     tpot = cols["tpot_s"]
-    good = finished & (cols["ttft_s"] <= slo.ttft_s) & (np.where(np.isnan(tpot), 0.0, tpot) <= slo.tpot_s)
+    good = within_slo(finished, cols["ttft_s"], tpot, slo.ttft_s, slo.tpot_s)
     ttft_f, tpot_f = cols["ttft_s"][finished], tpot[finished]
     tpot_f = tpot_f[~np.isnan(tpot_f)]
     span = float(np.nanmax(cols["completed_at"][finished]) - np.min(cols["arrival_at"])) if finished.any() else math.nan

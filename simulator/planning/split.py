@@ -20,7 +20,6 @@ grid, keeping its best) beside the disaggregated splits, one row per candidate.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -34,6 +33,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.engine.replica import memory_shortfall
 from simulator.planning.capacity import TTFTWatch
+from simulator.planning.options import PlanSLO
 from simulator.planning.search import Limits, largest_passing
 from simulator.report.disagg_metrics import slo_attainment
 from simulator.report.metrics import request_frame
@@ -43,20 +43,12 @@ DEFAULT_TAUS = (256, 512, 1024, 2048)
 
 
 @dataclass(frozen=True)
-class GoodputSLO:
-    """DistServe's targets: ``attainment`` of requests with TTFT <= ``ttft_s`` and TPOT <= ``tpot_s``."""
+class GoodputSLO(PlanSLO):
+    """DistServe's targets (:class:`PlanSLO`'s, validated the same way) at DistServe's defaults:
+    90% of requests with TTFT <= 2 s and TPOT <= 0.1 s."""
 
-    ttft_s: float = 2.0
     tpot_s: float = 0.1
     attainment: float = 0.9
-
-    def __post_init__(self) -> None:
-        for name in ("ttft_s", "tpot_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}")
-        if not 0 < self.attainment <= 1:
-            raise ConfigError("slo.attainment", f"must be a fraction in (0, 1], got {self.attainment}", "e.g. 0.9")
 
     def describe(self) -> str:
         return f"{self.attainment:.0%} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s:g}s"

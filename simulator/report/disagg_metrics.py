@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from simulator.report.metrics import quantile_stats
+from simulator.report.metrics import quantile_stats, within_slo
 
 if TYPE_CHECKING:
     from simulator.engine.cluster import RunResult
@@ -40,8 +40,8 @@ def slo_attainment(requests: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float)
     """Fraction of requests finished with TTFT <= ``ttft_slo_s`` and TPOT <= ``tpot_slo_s``."""
     if len(requests) == 0:
         return math.nan
-    ok = ((requests["status"] == "finished") & (requests["ttft_s"] <= ttft_slo_s)
-          & (requests["tpot_s"].fillna(0.0) <= tpot_slo_s))
+    ok = within_slo((requests["status"] == "finished").to_numpy(), requests["ttft_s"].to_numpy(),
+                    requests["tpot_s"].to_numpy(), ttft_slo_s, tpot_slo_s)
     return float(ok.mean())
 
 

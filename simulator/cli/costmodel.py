@@ -26,6 +26,7 @@ from simulator.util.paths import (
     check_profile_table,
 )
 from simulator.util.progress import StepProgress
+from simulator.util.text import comma_list
 
 TABLE_BACKENDS = tuple(k for k in KERNEL_TABLES if k != "roofline")  # --kernels' measured backends
 
@@ -179,12 +180,11 @@ def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roof
 def _split_ints(values: list[str] | None, name: str) -> list[int]:
     out: list[int] = []
     for v in values or []:
-        for part in str(v).split(","):
-            if part.strip():
-                try:
-                    out.append(int(part))
-                except ValueError:
-                    raise ConfigError(name, f"{part!r} is not an integer", f"pass --{name} 512 or --{name} 512,1024") from None
+        for part in comma_list(str(v)):
+            try:
+                out.append(int(part))
+            except ValueError:
+                raise ConfigError(name, f"{part!r} is not an integer", f"pass --{name} 512 or --{name} 512,1024") from None
     return out
 
 
@@ -310,7 +310,7 @@ def fidelity(
         if data is not None:
             raise ConfigError("--data", "names the public profiles, which --profile replaces, so it would do nothing",
                               "drop --data or --profile")
-        backends = tuple(b.strip() for b in kernels.split(",") if b.strip())
+        backends = comma_list(kernels)
         bad = [b for b in backends if b not in TABLE_BACKENDS]
         if bad or not backends:
             raise ConfigError("--kernels", f"unknown backend(s) {', '.join(bad)}" if bad else "no backend given",

@@ -33,6 +33,7 @@ from simulator.config.options import (
     build_config,
 )
 from simulator.config.run_config import RunConfig
+from simulator.util.text import comma_list
 
 WORKERS_METAVAR = "N|auto"
 
@@ -73,7 +74,7 @@ def default_text(name: str, base: RunConfig | None = None) -> str | None:
 def parse_ints(text: str, flag: str) -> tuple[int, ...]:
     """A comma-separated list of positive integers (``--tps 1,2,4``), or a one-line error naming ``flag``."""
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in comma_list(text))
     except ValueError:
         raise ConfigError(flag, f"expected comma-separated integers, got {text!r}", "e.g. 1,2,4,8") from None
     if not values or min(values) <= 0:

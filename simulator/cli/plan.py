@@ -30,6 +30,7 @@ from simulator.config.run_config import RunConfig
 from simulator.planning.options import plan_slo
 from simulator.util.paths import check_out_dir
 from simulator.util.progress import StepProgress
+from simulator.util.text import comma_list
 
 SPACE_PANEL = "Search space"
 COST_PANEL = "Cost and limits"
@@ -38,14 +39,10 @@ COST_PANEL = "Cost and limits"
 BUDGETS, ATTENTION_DPS, RATIOS = "512,2048", "1,2", "1:1,1:2,2:1"
 
 
-def _names(text: str | None) -> tuple[str, ...]:
-    return tuple(v.strip() for v in (text or "").split(",") if v.strip())
-
-
 def _given_names(text: str | None, flag: str, example: str) -> tuple[str, ...]:
-    """:func:`_names` of an option whose absence means a default: given, it must name something
+    """:func:`comma_list` of an option whose absence means a default: given, it must name something
     (an empty ``--gpus ""`` would otherwise search the default, every GPU, without a word)."""
-    names = _names(text)
+    names = comma_list(text)
     if text is not None and not names:
         raise ConfigError(flag, f"names nothing ({text!r})", f"pass e.g. {flag} {example}, or drop {flag} for the default")
     return names
@@ -53,7 +50,7 @@ def _given_names(text: str | None, flag: str, example: str) -> tuple[str, ...]:
 
 def _ratios(text: str) -> tuple[tuple[int, int], ...]:
     out = []
-    for item in _names(text):
+    for item in comma_list(text):
         try:
             p, d = item.split(":")
             out.append((int(p), int(d)))
@@ -118,7 +115,7 @@ def plan(
     if top < 0:
         raise ConfigError("--top", f"must be >= 0, got {top}", "e.g. --top 12")
     limits = Limits(max_gpus, max_cost)
-    space = SearchSpace(gpus=_given_names(gpus, "--gpus", "h100-sxm,a100-80gb"), modes=_names(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
+    space = SearchSpace(gpus=_given_names(gpus, "--gpus", "h100-sxm,a100-80gb"), modes=comma_list(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
                         dtypes=_given_names(dtypes, "--dtypes", "bf16,fp8"), budgets=parse_ints(budgets or BUDGETS, "--budgets"),
                         max_num_seqs=parse_ints(seqs, "--seqs"),
                         attention_dps=parse_ints(attention_dps or ATTENTION_DPS, "--attention-dps"),

@@ -39,6 +39,7 @@ import numpy as np
 from simulator.config.errors import ConfigError
 from simulator.engine.tbt import merged, percentiles
 from simulator.util.paths import check_out_file
+from simulator.util.text import comma_list
 from simulator.workload.request import RequestColumns
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def parse_percentiles(text: str | None) -> tuple[float, ...]:
     if text is None:
         return DEFAULT_PERCENTILES
     try:
-        values = tuple(float(p) for p in text.split(",") if p.strip())
+        values = tuple(float(p) for p in comma_list(text))
     except ValueError:
         values = ()
     if not values or any(not 0 <= p <= 100 for p in values):

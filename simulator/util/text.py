@@ -1,7 +1,13 @@
-"""Numbers in sentences: counts with their noun ("1 request", "1,000,000 requests").
-(Byte sizes: :func:`simulator.config.resources.format_bytes`.)"""
+"""Text in and out: counts with their noun ("1 request", "1,000,000 requests"), and the items of a
+comma-separated option value. (Byte sizes: :func:`simulator.config.resources.format_bytes`.)"""
 
 from __future__ import annotations
+
+
+def comma_list(text: str | None) -> tuple[str, ...]:
+    """The items of a comma-separated option value, stripped, empty ones dropped (``"1, 2,,4"`` ->
+    ``("1", "2", "4")``; None -> ``()``). Each option converts and validates its own items."""
+    return tuple(item for item in (part.strip() for part in (text or "").split(",")) if item)
 
 
 def plural(num: int | float, word: str, many: str | None = None) -> str:

@@ -49,6 +49,15 @@ from simulator.workload.request import Request
 __all__ = ["RunResult", "StopRun", "simulate"]
 
 
+def _may_lockstep(config: RunConfig, watch: Any) -> bool:
+    """Whether decodes may run in lockstep cohorts (``fast.lockstep``). A cohort leaves its running
+    requests' counters stale until settled, so not under a watch that reads them (see
+    ``ArrivalWatch.reads_only_timestamps``), and not under speculation, whose steps emit several
+    tokens a request (the plain loop, PLAIN_LOOP_NOTE)."""
+    return config.fast_forward and config.speculative is None and \
+        (watch is None or getattr(watch, "reads_only_timestamps", False))
+
+
 def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
              watch: Callable[[simpy.Environment, list[Request]], Any] | None = None,
              token_times: bool = False, workers: int = 1, record_iterations: bool = True) -> RunResult:
@@ -97,10 +106,8 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     if config.is_disaggregated:  # two pools and a KV link: simulator.engine.disagg
         from simulator.engine.disagg import simulate_disaggregated
 
-        # Lockstep decodes in the decode pools, under the aggregated run's conditions (below).
-        lockstep = config.fast_forward and config.speculative is None and \
-            (watch is None or getattr(watch, "reads_only_timestamps", False))
-        return simulate_disaggregated(config, table, progress, watch, lockstep_class if lockstep else None)
+        # Lockstep decodes in the decode pools (each pool's pipelining is its own to rule out).
+        return simulate_disaggregated(config, table, progress, watch, lockstep_class if _may_lockstep(config, watch) else None)
     wall_start = time.perf_counter()
     reporter = reporter_of(progress)
     table, source, router_rng = prepare_table(config, table, reporter)
@@ -145,12 +152,9 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     else:
         requests = make_requests(table, token_times) if objects is None else objects
         env = simpy.Environment()
-        # Lockstep decodes leave running requests' counters stale until settled: only without
-        # pipelining and without a watch that reads them (see ArrivalWatch.reads_only_timestamps).
         # Speculation emits several tokens per step: the plain loop (PLAIN_LOOP_NOTE).
         plain = config.speculative is not None
-        lockstep = config.fast_forward and config.replica.pp == 1 and not plain and \
-            (watch is None or getattr(watch, "reads_only_timestamps", False))
+        lockstep = _may_lockstep(config, watch) and config.replica.pp == 1  # not under pipelining either
         cluster = Cluster(env, config, recorder, router_rng, watched=watched, lockstep=lockstep_class if lockstep else None,
                           watch_settles=hasattr(watch, "watch_settle"), skipping=None if plain else SkippingReplica)
         stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter, client)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simulator.calibrate.csv_input import read_csv_checked
 from simulator.config.catalog import get_gpu, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_TOKENS
@@ -75,14 +76,7 @@ def error_summary(err: np.ndarray) -> dict[str, float]:
 
 # -- the iteration table ------------------------------------------------------------------------------------------
 def read_iteration_table(path: Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("table", f"{path} does not exist", "pass a CSV iteration table")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise ConfigError("table", f"{path} is not a readable CSV ({type(exc).__name__})") from None
-    return df
+    return read_csv_checked(path, "table", "pass a CSV iteration table")
 
 
 def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "table") -> pd.DataFrame:
@@ -279,13 +273,7 @@ def splitwise_rows(path: Path) -> pd.DataFrame:
     median of the repeats, for the models and GPUs the catalog has, and an ``anomaly`` note."""
     keys = ["model", "hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size"]
     fix = "pass --data pointing at the shared profiles folder (splitwise-sim/perf_model.csv as Splitwise published it)"
-    try:
-        raw = pd.read_csv(path)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise ConfigError("--data", f"{path} is not a readable CSV ({type(exc).__name__})", fix) from None
-    missing = [c for c in (*keys, "prompt_time", "token_time") if c not in raw.columns]
-    if missing:
-        raise ConfigError("--data", f"{path} lacks column(s) {', '.join(missing)}", fix)
+    raw = read_csv_checked(path, "--data", fix, (*keys, "prompt_time", "token_time"))
     raw = raw[raw.model.isin(SPLITWISE_MODELS) & raw.hardware.isin(SPLITWISE_GPUS)]
     numeric = raw[keys[2:] + ["prompt_time", "token_time"]].apply(pd.to_numeric, errors="coerce")
     bad = ~(np.isfinite(numeric).all(axis=1) & (numeric > 0).all(axis=1))

@@ -325,16 +325,9 @@ def read_user_rows(path: Path) -> Any:
     ones where known), one line per problem refused."""
     import pandas as pd
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("rows", f"{path} does not exist", "pass a CSV of benchmark rows")
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise ConfigError("rows", f"{path} is not a readable CSV ({type(exc).__name__})") from None
-    missing = [c for c in USER_REQUIRED if c not in df.columns]
-    if missing:
-        raise ConfigError("rows", f"{path} lacks column(s) {', '.join(missing)}",
+    from simulator.calibrate.csv_input import read_csv_checked
+
+    df = read_csv_checked(path, "rows", "pass a CSV of benchmark rows", USER_REQUIRED,
                           f"give {', '.join(USER_REQUIRED)} (optional: {', '.join(USER_OPTIONAL)})")
     # The measured columns: positive finite numbers, whole where they count tokens or users (a fraction was
     # truncated); the optional layout columns: whole numbers >= 1 where a cell is given (empty: 1).

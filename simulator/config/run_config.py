@@ -10,6 +10,8 @@ needs them. ``RunConfig.to_dict()`` is what ``config.json`` holds and
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import numbers
 import types
@@ -743,6 +745,15 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def result_key(self, **context: Any) -> str:
+        """16 hex digits naming everything this config's results depend on (every field but
+        ``fast_forward``, which changes speed, never results) and ``context``, the other inputs of
+        a search (its SLO, mode, options): the resume key of sweep points and planned layouts."""
+        resolved = self.to_dict()
+        resolved.pop("fast_forward", None)
+        blob = json.dumps({**context, "config": resolved}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:

@@ -13,7 +13,6 @@ bit for bit.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ import simpy
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.costmodel import CostModel, load_cost_model
+from simulator.engine.arrivals import send_at_arrival_times
 from simulator.engine.closed_loop import ClosedLoopClient
 from simulator.engine.dp_group import DPGroup, group_ranks
 from simulator.engine.kvcache import MemoryPlan
@@ -216,19 +216,6 @@ def make_replica(env: simpy.Environment, replica_id: int, scheduler, cost: CostM
     return cls(env, replica_id, scheduler, cost, recorder)
 
 
-def _arrivals(env: simpy.Environment, requests: list[Request], cluster: Cluster):  # noqa: ANN202
-    for req in requests:
-        gap = req.arrival_at - env.now
-        if gap > 0:
-            cluster.next_arrival_at = env.now + gap  # the time SimPy will wake us, to the last bit
-            yield env.timeout(gap)
-        # now + (t - now) may differ from t in the last bit: take the clock's value so every
-        # timestamp of a request comes from the same clock (first_scheduled_at >= arrival_at).
-        req.arrival_at = env.now
-        cluster.submit(req)
-    cluster.next_arrival_at = math.inf
-
-
 def make_requests(table, token_times: bool = False) -> list[Request]:  # noqa: ANN001 - RequestTable duck type
     arrival, prompt, output = checked_columns(table)
     requests = [Request(i, a, p, o, token_times)
@@ -349,7 +336,7 @@ def run_to_end(env: simpy.Environment, requests: list[Request], cluster: Any,
 
     Invariant checked here: unless stopped early, every request completed or was rejected.
     """
-    env.process(_arrivals(env, requests, cluster) if client is None else client.arrivals(env, requests, cluster))
+    env.process(send_at_arrival_times(env, requests, cluster) if client is None else client.arrivals(env, requests, cluster))
     if watch is not None:
         watch_gaps = getattr(watch, "watch_gaps", None)
         # A watch that judges TBT reads the live gap logs, where they are the run's final ones

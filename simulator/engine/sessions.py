@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from simulator.engine.arrivals import send_at_arrival_times
 from simulator.workload.request import Request
 
 
@@ -73,14 +74,7 @@ class SessionClient:
     def arrivals(self, env: simpy.Environment, requests: Sequence[Request], cluster: Any) -> Iterator[simpy.Event]:
         """The SimPy process: send every session's first request at its arrival time."""
         self.env, self.cluster = env, cluster
-        for req in requests:
-            if not self.is_first(req):
-                continue
-            gap = req.arrival_at - env.now
-            if gap > 0:
-                cluster.next_arrival_at = env.now + gap
-                yield env.timeout(gap)
-            req.arrival_at = env.now
-            self.num_sent += 1
-            cluster.submit(req)
-        cluster.next_arrival_at = math.inf
+        yield from send_at_arrival_times(env, (r for r in requests if self.is_first(r)), cluster, self._count_sent)
+
+    def _count_sent(self, _req: Request) -> None:
+        self.num_sent += 1

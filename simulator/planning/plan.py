@@ -46,7 +46,6 @@ in local worker processes or on Ray.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
 import time
@@ -679,11 +678,7 @@ def _append(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) 
 
 def plan_identity(base: RunConfig, load_qps: float, slo: PlanSLO, rel_tol: float) -> str:
     """What a searched layout's result depends on besides the layout (its resume key)."""
-    resolved = base.to_dict()
-    resolved.pop("fast_forward", None)
-    blob = json.dumps({"config": resolved, "load_qps": load_qps, "slo": asdict(slo), "rel_tol": rel_tol},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return base.result_key(load_qps=load_qps, slo=asdict(slo), rel_tol=rel_tol)
 
 
 def _read_done(out: Path, identity: str) -> dict[str, dict[str, Any]]:

@@ -43,7 +43,6 @@ columns, so it is identical whatever the backend or the number of workers.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import json
 import math
@@ -411,10 +410,7 @@ LATER_OPTION_DEFAULTS: dict[str, Any] = {"criterion": "tbt", "goodput_tpot_slo":
 def point_key(mode: str, config: RunConfig, options: dict[str, Any]) -> str:
     """Identity of a point: a hash of everything that determines its result."""
     options = {k: v for k, v in options.items() if k not in LATER_OPTION_DEFAULTS or v != LATER_OPTION_DEFAULTS[k]}
-    resolved = config.to_dict()
-    resolved.pop("fast_forward", None)  # event skipping changes speed, never results
-    blob = json.dumps({"mode": mode, "config": resolved, "options": options}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return config.result_key(mode=mode, options=options)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -398,3 +398,28 @@ def test_fast_paths_are_exact_with_caching_on(shared_data, monkeypatch, policy, 
     assert [bytes(r.token_times) for r in on.requests] == [bytes(r.token_times) for r in off.requests]
     hits = [r.num_cached_tokens for r in on.requests]
     assert hits == [r.num_cached_tokens for r in off.requests] and sum(hits) > 0
+
+
+def test_a_gzipped_mooncake_trace_is_read_as_mooncake_with_its_hashes(tmp_path):
+    """A gzipped Mooncake trace (.jsonl.gz, as such traces are often shipped) was refused as an unknown format; it
+    is the same trace as the plain file, block hashes included, and a truncated one is refused in one line."""
+    import gzip
+    import json
+
+    from simulator.config.errors import ConfigError
+    from simulator.workload.prefix_traces import prefix_trace_format, read_prefix_trace
+
+    lines = [{"timestamp": 0, "input_length": 1024, "output_length": 8, "hash_ids": [1, 2]},
+             {"timestamp": 250, "input_length": 1100, "output_length": 4, "hash_ids": [1, 2, 3]}]
+    text = "".join(json.dumps(r) + "\n" for r in lines)
+    plain, packed = tmp_path / "t.jsonl", tmp_path / "t.jsonl.gz"
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert prefix_trace_format(str(packed)) == "mooncake"
+    a, b = read_prefix_trace(str(plain)), read_prefix_trace(str(packed))
+    assert b is not None and [h.tolist() for h in b.block_hashes] == [[1, 2], [1, 2, 3]]
+    assert a.arrival_s.tolist() == b.arrival_s.tolist() == [0.0, 0.25]
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(text.encode())[:-12])
+    with pytest.raises(ConfigError, match="cannot read"):
+        _read_mooncake(str(cut))

@@ -25,6 +25,7 @@ Weka Claude Code sessions (``kv-cache-tester`` ``traces/trace_NNNN.json``)
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from dataclasses import dataclass
@@ -56,15 +57,20 @@ class PrefixTrace:
         return len(self.arrival_s)
 
 
+def _open_lines(path: str):  # noqa: ANN202 - a text file object
+    """A JSONL trace's text, gunzipped on the fly where the name ends in ``.gz``."""
+    return gzip.open(path, "rt", encoding="utf-8") if path.lower().endswith(".gz") else open(path, encoding="utf-8")
+
+
 def is_mooncake_jsonl(path: str) -> bool:
-    """Whether the first non-blank line of a JSONL file is an object with ``hash_ids``."""
+    """Whether the first non-blank line of a JSONL file (plain or gzipped) is an object with ``hash_ids``."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        with _open_lines(path) as fh:
             for line in fh:
                 if line.strip():
                     record = json.loads(line)
                     return isinstance(record, dict) and "hash_ids" in record and "input_length" in record
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError):  # (a truncated gzip: EOFError)
         return False
     return False
 
@@ -143,7 +149,7 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
     arrival, prompt, output, hashes = [], [], [], []
     positions: dict[int, int] = {}
     try:
-        with open(path, encoding="utf-8") as fh:
+        with _open_lines(path) as fh:
             for lineno, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
@@ -180,8 +186,8 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
                 hashes.append(np.asarray(ids, dtype=np.int64))
     except UnicodeDecodeError:
         raise ConfigError(_FIELD, f"{path}: not UTF-8 text", "pass a JSONL text file") from None
-    except OSError as err:
-        raise ConfigError(_FIELD, f"{path}: cannot read ({err})", "check the file") from None
+    except (OSError, EOFError) as err:  # (EOFError: a truncated gzip)
+        raise ConfigError(_FIELD, f"{path}: cannot read ({err or type(err).__name__})", "check the file") from None
     if not arrival:
         raise ConfigError(_FIELD, f"{path}: no requests", "pass a Mooncake JSONL trace")
     at = np.asarray(arrival) / 1000.0
@@ -272,7 +278,7 @@ def prefix_trace_format(path: str) -> str | None:
     Weka sessions name sessions (Mooncake's ``session_id`` is -1 throughout)."""
     if Path(path).is_dir() or path.lower().endswith(".json"):
         return "weka-sessions" if is_weka_session(path) else None
-    if path.lower().endswith(".jsonl") and is_mooncake_jsonl(path):
+    if path.lower().endswith((".jsonl", ".jsonl.gz")) and is_mooncake_jsonl(path):
         return "mooncake"
     return None
 

@@ -127,10 +127,61 @@ def _intake(s: SchedulerConfig) -> str:
 
 
 def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, console: Console) -> None:
+    """A run's answer on the terminal: what ran (title), its load and pricing, the latency table,
+    the totals, then a line for each feature the run used."""
     from rich.table import Table
 
+    title = run_title(config, summary)
+    pricing = _pricing_note(config)  # (loading a kernel table may print its notes: before the title, as ever)
+    console.print(title, highlight=False)
+    console.print(f"workload: {summary['workload']}{_loop_note(config)} · cost model: {config.cost_model}{pricing}",
+                  highlight=False)
+    table = Table("metric (ms)", "p50", "p90", "p99", "max")
+    for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
+                       ("sched_delay_s", "scheduling delay")):
+        table.add_row(label, *(_ms(summary[f"{key}_{q}"]) for q in ("p50", "p90", "p99", "max")))
+    print_table(console, table)
+    state = (f" (a sequence's recurrent state takes {summary['state_tokens_per_seq']:,})"
+             if "state_tokens_per_seq" in summary else "")
+    console.print(
+        f"requests: {summary['num_finished']:,} finished, {summary['num_rejected']:,} rejected, "
+        f"{count(summary['num_preemptions'], 'preemption')} · throughput {summary['throughput_rps']:.2f} req/s, "
+        f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
+        f"(TTFT<={summary['ttft_slo_s']}s, TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
+        f"tokens{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
+    if "prefix_caching" in summary:
+        pc = summary["prefix_caching"]
+        console.print(f"prefix cache: {_pct(pc['hit_rate'])} of prompt tokens found cached at admission · "
+                      f"{pc['prefill_tokens_saved']:,} of {pc['prompt_tokens']:,} prefill tokens saved"
+                      + (f" ({_pct(pc['gpu_hit_rate'])} in GPU memory, {_pct(pc['cpu_hit_rate'])} loaded from the CPU tier)"
+                         if "cpu_hit_rate" in pc else ""), highlight=False)
+    if "disagg" in summary:
+        console.print(_disagg_line(summary["disagg"]))
+    if "speculative" in summary:
+        console.print(_speculative_line(config, summary["speculative"]), highlight=False)
+    if summary.get("rejected_by_reason"):
+        console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()))
+    if summary.get("overloaded"):
+        console.print(
+            f"[bold]load exceeds capacity:[/bold] scheduling delay rose from {summary['sched_delay_s_p50_first_quarter']:.3g} s "
+            f"(P50, first quarter of arrivals) to {summary['sched_delay_s_p50_last_quarter']:.3g} s (last quarter) and "
+            f"{count(summary['num_waiting_at_last_arrival'], 'request')} "
+            f"{'was' if summary['num_waiting_at_last_arrival'] == 1 else 'were'} still queued at the last arrival, so "
+            "latencies grow with the run's length; lower --qps or find the sustainable rate with `simulate capacity` "
+            "(same options)")
+    if "stage_busy_fraction" in summary:
+        for replica_id, busy in enumerate(summary["stage_busy_fraction"]):
+            stages = ", ".join(f"{b:.0%}" for b in busy)
+            console.print(f"pipeline replica {replica_id}: stage busy {stages}; "
+                          f"bubble fraction sum {sum(1 - b for b in busy):.2f}")
+
+
+def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
+    """Everything that makes two runs differ, on one line (a pipe gets it whole; a terminal wraps it
+    between words): model, GPUs and layout, the policy's effective knobs, engine, dtype, and the
+    features the run used; where the engine preset was fitted under another policy or other kernel
+    prices, a note says so."""
     r, s = config.replica, config.scheduler
-    # Everything that makes two runs differ, on one line (a pipe gets it whole; a terminal wraps it between words).
     kv = f", KV cache {r.kv_cache_dtype}" if r.kv_cache_dtype != "auto" else ""
     # dp: attention data-parallel ranks; dtype says "weight-only" where the GPU lacks its tensor cores.
     # The policy's effective knobs, where they follow the GPU (and SGLang's batch cap its KV cache); a
@@ -168,24 +219,6 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         unlike.append(f"--kernels {fitted_over}")
     if unlike:
         title += f" · note: {config.engine} was fitted with {' and '.join(unlike)}"
-    table = Table("metric (ms)", "p50", "p90", "p99", "max")
-    for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
-                       ("sched_delay_s", "scheduling delay")):
-        table.add_row(label, *(_ms(summary[f"{key}_{q}"]) for q in ("p50", "p90", "p99", "max")))
-    kernels = ""
-    if r.kernels != "roofline":  # which measured tables priced the run (the model the run loaded, cached)
-        from simulator.costmodel.aic.model import table_cost_model
-
-        kernels = f" · kernels: {table_cost_model(r, r.kernels).describe()}"
-    from simulator.costmodel import load_engine
-    from simulator.costmodel.calibration import describe
-
-    kernels += (f" · roofline calibration: "
-                f"{describe(r.roofline_calibration, r.gpu, r.kernels, load_engine(config.engine))}")
-    w = config.workload
-    if w.trace is not None and w.arrival != "trace":  # the trace's timestamps are not used: say so
-        arrivals = {"poisson": "Poisson", "gamma": "gamma", "fixed": "fixed-rate", "burst": "burst"}[w.arrival]
-        kernels += (f" · {arrivals} arrivals over the trace's lengths (--arrival trace replays its timestamps)")
     if config.speculative is not None:
         sp = config.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""
@@ -199,73 +232,71 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
             title += f" + CPU tier {pc['cpu_kv_gib']:g} GiB"
     elif s.prefix_caching is False:
         title += " · prefix caching: off"
-    console.print(title, highlight=False)
+    return title
+
+
+def _pricing_note(config: RunConfig) -> str:
+    """Which measured tables priced the run (the model the run loaded, cached), the roofline's
+    calibration, and a trace whose timestamps the arrivals do not use."""
+    r = config.replica
+    kernels = ""
+    if r.kernels != "roofline":
+        from simulator.costmodel.aic.model import table_cost_model
+
+        kernels = f" · kernels: {table_cost_model(r, r.kernels).describe()}"
+    from simulator.costmodel import load_engine
+    from simulator.costmodel.calibration import describe
+
+    kernels += (f" · roofline calibration: "
+                f"{describe(r.roofline_calibration, r.gpu, r.kernels, load_engine(config.engine))}")
     w = config.workload
-    loop = ""
-    if w.concurrency is not None:  # the arrivals above are only the first sends: say who sends next
-        warm = f", the first {w.num_warmup:,} requests a warm-up left out ({w.warmup_mode})" if w.num_warmup else ""
-        loop = (f" · closed loop: {w.concurrency:,} users, each sending its next request when its last ends{warm}"
-                if w.arrival == "burst" else f" · at most {w.concurrency:,} requests in flight (a request waits for "
-                f"one to end, vLLM's --max-concurrency){warm}")
-    console.print(f"workload: {summary['workload']}{loop} · cost model: {config.cost_model}{kernels}", highlight=False)
-    print_table(console, table)
-    state = (f" (a sequence's recurrent state takes {summary['state_tokens_per_seq']:,})"
-             if "state_tokens_per_seq" in summary else "")
-    console.print(
-        f"requests: {summary['num_finished']:,} finished, {summary['num_rejected']:,} rejected, "
-        f"{count(summary['num_preemptions'], 'preemption')} · throughput {summary['throughput_rps']:.2f} req/s, "
-        f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
-        f"(TTFT<={summary['ttft_slo_s']}s, TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
-        f"tokens{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
-    if "prefix_caching" in summary:
-        pc = summary["prefix_caching"]
-        console.print(f"prefix cache: {_pct(pc['hit_rate'])} of prompt tokens found cached at admission · "
-                      f"{pc['prefill_tokens_saved']:,} of {pc['prompt_tokens']:,} prefill tokens saved"
-                      + (f" ({_pct(pc['gpu_hit_rate'])} in GPU memory, {_pct(pc['cpu_hit_rate'])} loaded from the CPU tier)"
-                         if "cpu_hit_rate" in pc else ""), highlight=False)
-    if "disagg" in summary:
-        d = summary["disagg"]
-        console.print(
-            f"disaggregated {d['layout']} ({d['num_gpus']} GPUs): TTFT = queue p50 {_ms(d['queue_s_p50'])} + prefill "
-            f"p50 {_ms(d['prefill_s_p50'])}"
-            + (f" + handoff to the decode worker's first step p50 {_ms(d['delivery_s_p50'])}"
-               if d["delivery_s_p50"] > 0 else "")
-            + f" ms; handoff p50/p99: backpressure {_ms(d['backpressure_s_p50'])}/"
-            f"{_ms(d['backpressure_s_p99'])}, "
-            + (f"stack {_ms(d['stack_s_p50'])}/{_ms(d['stack_s_p99'])}, " if d["stack_s_p99"] > 0 else "")
-            + f"link queue {_ms(d['link_queue_s_p50'])}/{_ms(d['link_queue_s_p99'])}, "
-            f"transfer {_ms(d['transfer_s_p50'])}/{_ms(d['transfer_s_p99'])} ms; decode TBT p99 "
-            f"{_ms(d['decode_tbt_s_p99'])} max {_ms(d['decode_tbt_s_max'])} ms · {count(d['num_transfers'], 'transfer')}, "
-            f"{d['transfer_bytes'] / 1e9:.2f} GB, {'busiest ' if 'link_utilization_by_link' in d else ''}link busy "
-            f"{d['link_utilization']:.1%} · busy prefill "
-            f"{d['prefill_busy_fraction']:.0%} decode {d['decode_busy_fraction']:.0%} · KV occupancy mean prefill "
-            f"{d.get('prefill_kv_occupancy_mean', float('nan')):.0%} decode {d.get('decode_kv_occupancy_mean', float('nan')):.0%}"
-            f" · SLO attainment {d['slo_attainment']:.1%} (TTFT<={d['ttft_slo_s']}s, TPOT<={d['tpot_slo_s']}s)")
-    if "speculative" in summary:
-        sp = summary["speculative"]
-        console.print(
-            f"speculative decoding: {sp['num_verify_steps']:,} verify steps, {sp['num_drafted']:,} draft tokens proposed, "
-            f"{sp['num_accepted']:,} accepted ({sp['draft_acceptance_rate']:.1%}) · mean acceptance length "
-            f"{sp['mean_acceptance_length']:.3f} tokens/step (expected {sp['expected_acceptance_length']:.3f}) · ITL per "
-            f"token p50/p99 {_ms(sp['itl_per_token_s_p50'])}/{_ms(sp['itl_per_token_s_p99'])} ms, per step "
-            f"{_ms(sp['itl_per_step_s_p50'])}/{_ms(sp['itl_per_step_s_p99'])} ms · acceptance: {sp['acceptance_source']}"
-            + (f" · note: --speculative-config {note}" if (note := config.speculative.unmodelled_note()) else ""),
-            highlight=False)
-    if summary.get("rejected_by_reason"):
-        console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()))
-    if summary.get("overloaded"):
-        console.print(
-            f"[bold]load exceeds capacity:[/bold] scheduling delay rose from {summary['sched_delay_s_p50_first_quarter']:.3g} s "
-            f"(P50, first quarter of arrivals) to {summary['sched_delay_s_p50_last_quarter']:.3g} s (last quarter) and "
-            f"{count(summary['num_waiting_at_last_arrival'], 'request')} "
-            f"{'was' if summary['num_waiting_at_last_arrival'] == 1 else 'were'} still queued at the last arrival, so "
-            "latencies grow with the run's length; lower --qps or find the sustainable rate with `simulate capacity` "
-            "(same options)")
-    if "stage_busy_fraction" in summary:
-        for replica_id, busy in enumerate(summary["stage_busy_fraction"]):
-            stages = ", ".join(f"{b:.0%}" for b in busy)
-            console.print(f"pipeline replica {replica_id}: stage busy {stages}; "
-                          f"bubble fraction sum {sum(1 - b for b in busy):.2f}")
+    if w.trace is not None and w.arrival != "trace":  # the trace's timestamps are not used: say so
+        arrivals = {"poisson": "Poisson", "gamma": "gamma", "fixed": "fixed-rate", "burst": "burst"}[w.arrival]
+        kernels += (f" · {arrivals} arrivals over the trace's lengths (--arrival trace replays its timestamps)")
+    return kernels
+
+
+def _loop_note(config: RunConfig) -> str:
+    """Under a concurrency cap the arrivals are only the first sends: who sends next."""
+    w = config.workload
+    if w.concurrency is None:
+        return ""
+    warm = f", the first {w.num_warmup:,} requests a warm-up left out ({w.warmup_mode})" if w.num_warmup else ""
+    return (f" · closed loop: {w.concurrency:,} users, each sending its next request when its last ends{warm}"
+            if w.arrival == "burst" else f" · at most {w.concurrency:,} requests in flight (a request waits for "
+            f"one to end, vLLM's --max-concurrency){warm}")
+
+
+def _disagg_line(d: dict[str, Any]) -> str:
+    """A disaggregated run's TTFT split, handoff tails, transfers, pool busy fractions and SLO attainment."""
+    return (
+        f"disaggregated {d['layout']} ({d['num_gpus']} GPUs): TTFT = queue p50 {_ms(d['queue_s_p50'])} + prefill "
+        f"p50 {_ms(d['prefill_s_p50'])}"
+        + (f" + handoff to the decode worker's first step p50 {_ms(d['delivery_s_p50'])}"
+           if d["delivery_s_p50"] > 0 else "")
+        + f" ms; handoff p50/p99: backpressure {_ms(d['backpressure_s_p50'])}/"
+        f"{_ms(d['backpressure_s_p99'])}, "
+        + (f"stack {_ms(d['stack_s_p50'])}/{_ms(d['stack_s_p99'])}, " if d["stack_s_p99"] > 0 else "")
+        + f"link queue {_ms(d['link_queue_s_p50'])}/{_ms(d['link_queue_s_p99'])}, "
+        f"transfer {_ms(d['transfer_s_p50'])}/{_ms(d['transfer_s_p99'])} ms; decode TBT p99 "
+        f"{_ms(d['decode_tbt_s_p99'])} max {_ms(d['decode_tbt_s_max'])} ms · {count(d['num_transfers'], 'transfer')}, "
+        f"{d['transfer_bytes'] / 1e9:.2f} GB, {'busiest ' if 'link_utilization_by_link' in d else ''}link busy "
+        f"{d['link_utilization']:.1%} · busy prefill "
+        f"{d['prefill_busy_fraction']:.0%} decode {d['decode_busy_fraction']:.0%} · KV occupancy mean prefill "
+        f"{d.get('prefill_kv_occupancy_mean', float('nan')):.0%} decode {d.get('decode_kv_occupancy_mean', float('nan')):.0%}"
+        f" · SLO attainment {d['slo_attainment']:.1%} (TTFT<={d['ttft_slo_s']}s, TPOT<={d['tpot_slo_s']}s)")
+
+
+def _speculative_line(config: RunConfig, sp: dict[str, Any]) -> str:
+    """A speculating run's verify steps, acceptance (measured against expected) and ITL both ways."""
+    assert config.speculative is not None
+    return (
+        f"speculative decoding: {sp['num_verify_steps']:,} verify steps, {sp['num_drafted']:,} draft tokens proposed, "
+        f"{sp['num_accepted']:,} accepted ({sp['draft_acceptance_rate']:.1%}) · mean acceptance length "
+        f"{sp['mean_acceptance_length']:.3f} tokens/step (expected {sp['expected_acceptance_length']:.3f}) · ITL per "
+        f"token p50/p99 {_ms(sp['itl_per_token_s_p50'])}/{_ms(sp['itl_per_token_s_p99'])} ms, per step "
+        f"{_ms(sp['itl_per_step_s_p50'])}/{_ms(sp['itl_per_step_s_p99'])} ms · acceptance: {sp['acceptance_source']}"
+        + (f" · note: --speculative-config {note}" if (note := config.speculative.unmodelled_note()) else ""))
 
 
 class BenchOptions:

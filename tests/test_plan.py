@@ -12,6 +12,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.prices import PRICES, gpu_power_w, load_price_file, parse_price_flags, price_of
 from simulator.config.run_config import RunConfig
 from simulator.planning.capacity import find_capacity
+from simulator.planning.launch import default_launch, launch_command
 from simulator.planning.plan import (
     Candidate,
     Lengths,
@@ -21,7 +22,6 @@ from simulator.planning.plan import (
     capacity_bound,
     enumerate_layouts,
     frontier,
-    launch_command,
     plan,
     search_settings,
 )
@@ -163,7 +163,7 @@ def test_frontier_and_launch() -> None:
 def test_trtllm_launch_carries_the_runs_scheduling_knobs() -> None:
     import json
 
-    from simulator.planning.plan import Layout, default_launch
+    from simulator.planning.plan import Layout
 
     moe = RunConfig().replace(replica__model="qwen3-30b-a3b", replica__gpu="b200", replica__attention_dp=4,
                               replica__ep=4, scheduler__name="trtllm", scheduler__dp_balance_timeout_iters=60)

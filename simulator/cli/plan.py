@@ -94,15 +94,8 @@ def plan(
     check_out_dir(out, "--out", existing_ok=True)  # a plan folder is resumed
     from simulator.config.prices import load_price_file, parse_price_flags
     from simulator.planning.capacity import check_searchable
-    from simulator.planning.plan import (
-        LAUNCH_ENGINES,
-        Limits,
-        SearchSpace,
-        default_launch,
-        launch_command,
-        unread_run_options,
-        unread_space_options,
-    )
+    from simulator.planning.launch import LAUNCH_ENGINES, default_launch, launch_command
+    from simulator.planning.plan import Limits, SearchSpace, unread_run_options, unread_space_options
     from simulator.planning.plan import plan as run_plan
 
     check_searchable(config)  # each layout's capacity search varies --qps: refuse rate-less arrivals before 1,000 searches do

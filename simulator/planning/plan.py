@@ -35,7 +35,7 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
    best (by bound) searched afterwards, so the frontier plot (tokens/s per GPU against
    tokens/s per user) shows every group; :func:`mix_note` prices the traffic's short and long
    halves apart on each GPU type (is a mix of GPU types cheaper?); the answer's launch
-   command comes from :func:`launch_command`.
+   command comes from :func:`simulator.planning.launch.launch_command`.
 
 Every searched layout is appended at once to ``OUT/layouts.csv`` and its trials to
 ``OUT/trials.csv``; a rerun with the same plan (``OUT/plan.json`` holds its identity)
@@ -60,12 +60,13 @@ from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.options import CHUNKING_SCHEDULERS
-from simulator.config.precision import MXFP4_FORMATS, MXFP8_MOE_GPUS, canonical_weight_format, kernel_format
+from simulator.config.precision import canonical_weight_format
 from simulator.config.prices import GPUPrice, gpu_power_w, price_of
-from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig, SchedulerConfig
+from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
 from simulator.planning.capacity import SearchSettings, find_capacity, run_trial
+from simulator.planning.launch import LAUNCH_ENGINES, launch_command
 from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
 from simulator.report.metrics import request_columns, within_slo
@@ -1010,109 +1011,6 @@ def mix_note(result: PlanResult, folder: Path, per_gpu: int = 2, rel_tol: float 
 
 # ---------------------------------------------------------------------------------------------
 # What a person acts on
-
-
-def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[str]:
-    """The launch command(s) of the candidate's engine, one unit (run ``units`` of them behind a router)."""
-    lay = c.layout
-    model = get_model(base.replica.model)
-    name = getattr(model, "hf_id", base.replica.model)
-    max_len = base.replica.effective_max_model_len
-    quant = "mxfp4" if lay.dtype in MXFP4_FORMATS else {"fp8": "fp8", "fp8-block": "fp8", "nvfp4": "modelopt_fp4",
-                                                         "int4": "awq"}.get(lay.dtype)
-    # The MXFP4 MoE kernel the plan priced (precision.kernel_format: the format itself for any other dtype), where an
-    # engine needs telling: vLLM runs the MXFP8-activation one only when asked; SGLang runs it by default on
-    # datacenter Blackwell, bf16 when asked; TensorRT-LLM's default MoE backend on Blackwell runs MXFP8 only.
-    gpu = get_gpu(lay.gpu)
-
-    def kernel(backend: str) -> str:
-        return kernel_format(lay.dtype, backend, gpu)
-
-    def vllm(tp: int, role: str | None) -> str:
-        parts = ["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"] if kernel("vllm") == "mxfp4-w4a8" else []
-        parts += [f"vllm serve {name}", f"--tensor-parallel-size {tp}"]
-        parts += [f"--pipeline-parallel-size {lay.pp}"] if lay.pp > 1 else []
-        parts += [f"--data-parallel-size {lay.attention_dp}"] if lay.attention_dp > 1 else []
-        parts += ["--enable-expert-parallel"] if lay.ep > 1 else []
-        parts += [f"--max-num-batched-tokens {lay.budget}"] if lay.budget else []
-        parts += [f"--max-num-seqs {lay.max_num_seqs}", f"--max-model-len {max_len}"]
-        parts += [f"--quantization {quant}"] if quant else []
-        if role is not None:
-            parts.append("--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'")
-        return " ".join(parts)
-
-    def sglang(tp: int, role: str | None) -> str:
-        parts = [f"python -m sglang.launch_server --model-path {name}", f"--tp {tp}"]
-        parts += [f"--pp-size {lay.pp}"] if lay.pp > 1 else []
-        parts += [f"--enable-dp-attention --dp {lay.attention_dp}"] if lay.attention_dp > 1 else []
-        parts += [f"--ep-size {lay.ep}"] if lay.ep > 1 else []
-        parts += [f"--chunked-prefill-size {lay.budget}"] if lay.budget else []
-        parts += [f"--max-running-requests {lay.max_num_seqs}", f"--context-length {max_len}"]
-        parts += [f"--quantization {quant}"] if quant else []
-        if kernel("sglang") == "mxfp4-w4a16" and gpu.name in MXFP8_MOE_GPUS:
-            parts.append("--flashinfer-mxfp4-moe-precision bf16")
-        parts += [f"--disaggregation-mode {role}"] if role else []
-        return " ".join(parts)
-
-    def trtllm(tp: int, role: str | None) -> str:
-        # TensorRT-LLM's attention-DP ranks are ranks of its TP world, each with its own attention and KV
-        # cache; the MoE layers run over the world as moe_tp x ep (ep_size). Its quantization comes
-        # from the checkpoint (a ModelOpt one), and its scheduler knobs from the extra options file.
-        parts = [f"trtllm-serve {name} --backend pytorch", f"--tp_size {tp * lay.attention_dp}"]
-        parts += [f"--pp_size {lay.pp}"] if lay.pp > 1 else []
-        parts += [f"--ep_size {lay.ep}"] if lay.ep > 1 else []
-        parts += [f"--max_num_tokens {lay.budget}"] if lay.budget else []
-        parts += [f"--max_batch_size {lay.max_num_seqs}", f"--max_seq_len {max_len}"]
-        notes = []
-        extra = trtllm_extra_options(lay, base.scheduler, role)
-        if extra:
-            parts.append(f"--extra_llm_api_options {role or 'extra'}.yml")
-            notes.append(f"{role or 'extra'}.yml: {json.dumps(extra)}")
-        if quant:
-            notes.append(f"a {lay.dtype} checkpoint (TensorRT-LLM reads its quantization from it)")
-        if kernel("trtllm") == "mxfp4-w4a16" and gpu.fp4_flops > 0:
-            notes.append("priced with MXFP4 experts at bf16 activations, which TensorRT-LLM's default MoE backend "
-                         "on Blackwell does not run (it takes MXFP8 activations)")
-        return " ".join(parts) + ("  # " + "; ".join(notes) if notes else "")
-
-    make = {"sglang": sglang, "trtllm": trtllm}.get(engine, vllm)
-    if lay.mode == "agg":
-        return [make(lay.tp, None)]
-    if engine == "trtllm":
-        return [f"# {lay.num_prefill}x context server: " + make(lay.prefill_tp, "context"),
-                f"# {lay.num_decode}x generation server: " + make(lay.tp, "generation"),
-                "# behind trtllm-serve disaggregated -c (its context_servers and generation_servers), or Dynamo"]
-    return [f"# {lay.num_prefill}x prefill: " + make(lay.prefill_tp, "prefill"),
-            f"# {lay.num_decode}x decode: " + make(lay.tp, "decode")]
-
-
-def trtllm_extra_options(lay: Layout, sched: SchedulerConfig, role: str | None) -> dict[str, Any]:
-    """The ``--extra_llm_api_options`` YAML (here as JSON, which YAML reads) of a TensorRT-LLM unit:
-    attention DP with the run's balance, the run's batch waiting (a replica without attention DP,
-    aggregated), a disaggregated role's KV transceiver."""
-    extra: dict[str, Any] = {}
-    if lay.attention_dp > 1:
-        extra["enable_attention_dp"] = True
-        if sched.dp_balance_timeout_iters:
-            extra["attention_dp_config"] = {"enable_balance": True, "timeout_iters": sched.dp_balance_timeout_iters,
-                                            "batching_wait_iters": sched.dp_balance_batching_wait_iters}
-    elif sched.batch_wait_timeout_iters and role is None:
-        extra["batch_wait_timeout_iters"] = sched.batch_wait_timeout_iters
-        extra["batch_wait_max_tokens_ratio"] = sched.batch_wait_max_tokens_ratio
-    if role is not None:
-        extra["cache_transceiver_config"] = {"backend": "DEFAULT"}
-    return extra
-
-
-LAUNCH_ENGINES = ("vllm", "sglang", "trtllm")
-
-
-def default_launch(config: RunConfig) -> str:
-    """The engine whose launch command fits a run: its kernels' backend, else its engine preset's."""
-    if config.replica.kernels in LAUNCH_ENGINES:
-        return config.replica.kernels
-    family = config.engine.split("-")[0]
-    return family if family in LAUNCH_ENGINES else "vllm"
 
 
 def frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

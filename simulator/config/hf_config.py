@@ -116,7 +116,60 @@ def _load_hf_model(name: str, file: str, _mtime_ns: int) -> ModelSpec:
 
 
 def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json") -> ModelSpec:
-    """Build a spec from a parsed ``config.json``; ``name`` becomes the spec's name."""
+    """Build a spec from a parsed ``config.json``; ``name`` becomes the spec's name. Each part of the
+    architecture is read by its own function below (dense shape here; experts, latent attention,
+    attention windows, linear-attention layers); any field the spec cannot honour is refused."""
+    cfg, model_type = _text_config(cfg, where)
+    f = _Fields(cfg, where)
+    num_layers = f.need("num_hidden_layers")
+    hidden = f.need("hidden_size")
+    heads = f.need("num_attention_heads")
+    act = str(cfg.get("hidden_act", "silu"))
+    if act not in _ACTIVATIONS:
+        raise ConfigError("model.hidden_act", f"{where}: unsupported activation {act!r}", f"known: {', '.join(_ACTIVATIONS)}")
+    head_dim = f.opt("head_dim")
+    kwargs: dict[str, Any] = {}
+    if head_dim and head_dim * heads != hidden:
+        kwargs["explicit_head_dim"] = head_dim
+    ffn = _experts(f, model_type, num_layers, kwargs)
+    if not ffn:
+        raise ConfigError("model.intermediate_size", f"{where}: needs a positive integer, got {cfg.get('intermediate_size')!r}")
+    _latent_attention(f, kwargs)
+    num_sliding, window, layer_types = _attention_windows(f, model_type, num_layers)
+    _linear_attention(f, layer_types, num_layers, kwargs)
+    if cfg.get("attn_output_gate", model_type in _GATED_ATTENTION):
+        kwargs["attn_output_gate"] = True
+    # Multi-token-prediction modules (the mtp drafter): DeepSeek, Qwen3-Next/3.5 and MiniMax-M2 name them differently.
+    num_mtp = max(f.opt(key, 0) or 0 for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))
+    if num_mtp:
+        kwargs["num_mtp_layers"] = num_mtp
+    if num_sliding and not window:
+        raise ConfigError("model.sliding_window", f"{where}: sliding layers need a positive sliding_window")
+    if num_sliding:
+        kwargs.update(sliding_window=window, num_sliding_layers=num_sliding)
+
+    hf_id = str(cfg.get("_name_or_path") or Path(where).parent.name or name)
+    # Absent, these take HF's defaults (MHA; 4,096 positions; untied); given, a value must mean what it says
+    # (a 0 was read as absent, the string "false" as true).
+    kv_heads = f.need("num_key_value_heads") if cfg.get("num_key_value_heads") is not None else heads
+    context = f.need("max_position_embeddings") if cfg.get("max_position_embeddings") is not None else 4096
+    if context > MAX_TOKENS:
+        raise ConfigError("model.max_position_embeddings", f"{where}: {context:,} positions is beyond any context "
+                          f"servesim runs (at most {MAX_TOKENS:,})", "give the model's real context length")
+    tied = cfg.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ConfigError("model.tie_word_embeddings", f"{where}: needs true or false, got {tied!r}",
+                          "write it as a JSON boolean")
+    return ModelSpec(
+        name=name, hf_id=hf_id, num_layers=num_layers, hidden_size=hidden, num_heads=heads,
+        num_kv_heads=kv_heads, ffn_size=ffn, vocab_size=f.need("vocab_size"),
+        max_model_len=context, activation=_ACTIVATIONS[act],  # type: ignore[arg-type]
+        tied_embeddings=tied, source=where, **kwargs)
+
+
+def _text_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
+    """The language model's fields (a multimodal wrapper's ``text_config``, its top level checked
+    too) and its ``model_type``, which must be one this module reads."""
     outer_type = str(cfg.get("model_type", ""))
     if outer_type in _TEXT_WRAPPERS and isinstance(cfg.get("text_config"), dict):
         top_level = {k: v for k, v in cfg.items() if k != "text_config"}
@@ -128,144 +181,126 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
     if model_type not in MODEL_TYPES:
         raise ConfigError("model.model_type", f"{where}: unsupported model_type {model_type!r}",
                           f"supported: {', '.join(MODEL_TYPES)}")
+    return cfg, model_type
 
-    def need(key: str) -> int:
-        value = cfg.get(key)
+
+class _Fields:
+    """A config's integer fields, each read with a one-line error naming it where it is not one."""
+
+    def __init__(self, cfg: dict[str, Any], where: str) -> None:
+        self.cfg, self.where = cfg, where
+
+    def need(self, key: str) -> int:
+        value = self.cfg.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(f"model.{key}", f"{where}: needs a positive integer, got {value!r}")
+            raise ConfigError(f"model.{key}", f"{self.where}: needs a positive integer, got {value!r}")
         return value
 
-    def opt(key: str, default: int = 0) -> int:
-        value = cfg.get(key)
+    def opt(self, key: str, default: int = 0) -> int:
+        value = self.cfg.get(key)
         if value is None:
             return default
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigError(f"model.{key}", f"{where}: needs a non-negative integer, got {value!r}")
+            raise ConfigError(f"model.{key}", f"{self.where}: needs a non-negative integer, got {value!r}")
         return value
 
-    def unsupported(key: str, why: str) -> ConfigError:
-        return ConfigError(f"model.{key}", f"{where}: {why}", "servesim cannot price this layer pattern yet")
+    def unsupported(self, key: str, why: str) -> ConfigError:
+        return ConfigError(f"model.{key}", f"{self.where}: {why}", "servesim cannot price this layer pattern yet")
 
-    num_layers = need("num_hidden_layers")
-    hidden = need("hidden_size")
-    heads = need("num_attention_heads")
-    act = str(cfg.get("hidden_act", "silu"))
-    if act not in _ACTIVATIONS:
-        raise ConfigError("model.hidden_act", f"{where}: unsupported activation {act!r}", f"known: {', '.join(_ACTIVATIONS)}")
-    head_dim = opt("head_dim")
-    kwargs: dict[str, Any] = {}
-    if head_dim and head_dim * heads != hidden:
-        kwargs["explicit_head_dim"] = head_dim
 
-    # Mixture of experts.
-    num_experts = opt("num_local_experts") or opt("num_experts") or opt("n_routed_experts")
-    top_k = opt("num_experts_per_tok") or opt("experts_per_token")
-    ffn = opt("intermediate_size")
-    if num_experts:
-        expert_ffn = opt("moe_intermediate_size") or ffn
-        if not expert_ffn:
-            raise ConfigError("model.moe_intermediate_size", f"{where}: a MoE config needs the expert width")
-        num_dense = opt("first_k_dense_replace")
-        if opt("moe_layer_freq", 1) != 1:
-            raise unsupported("moe_layer_freq", f"moe_layer_freq={cfg['moe_layer_freq']} (only 1 is read)")
-        if opt("decoder_sparse_step", 1) != 1:
-            raise unsupported("decoder_sparse_step", f"decoder_sparse_step={cfg['decoder_sparse_step']} (only 1 is read)")
-        if cfg.get("mlp_only_layers"):
-            raise unsupported("mlp_only_layers", "dense-only layers in a Qwen MoE")
-        step = opt("interleave_moe_layer_step", 1)
-        if step > 1:  # Llama-4 Maverick: every step-th layer is MoE, the others dense
-            num_dense = num_layers - num_layers // step
-        shared_width = opt("shared_expert_intermediate_size")
-        shared = opt("n_shared_experts") or (1 if model_type.startswith("llama4") or shared_width else 0)
-        if shared_width and shared_width != expert_ffn:
-            kwargs["shared_expert_ffn_size"] = shared_width
-        # ffn_size: the dense layers' width (only the activation reserve reads it when every layer is MoE)
-        dense_ffn = opt("intermediate_size_mlp") or ffn or expert_ffn
-        kwargs.update(num_experts=num_experts, num_experts_per_tok=top_k, expert_ffn_size=expert_ffn,
-                      num_shared_experts=shared, num_dense_layers=num_dense)
-        ffn = dense_ffn or expert_ffn
-    elif top_k:
-        raise ConfigError("model.num_experts_per_tok", f"{where}: top-k experts without an expert count",
-                          "add num_local_experts / num_experts / n_routed_experts")
-    if not ffn:
-        raise ConfigError("model.intermediate_size", f"{where}: needs a positive integer, got {cfg.get('intermediate_size')!r}")
+def _experts(f: _Fields, model_type: str, num_layers: int, kwargs: dict[str, Any]) -> int:
+    """Mixture of experts: the expert fields into ``kwargs``; returns the dense layers' FFN width
+    (0 where the config gives none)."""
+    num_experts = f.opt("num_local_experts") or f.opt("num_experts") or f.opt("n_routed_experts")
+    top_k = f.opt("num_experts_per_tok") or f.opt("experts_per_token")
+    ffn = f.opt("intermediate_size")
+    if not num_experts:
+        if top_k:
+            raise ConfigError("model.num_experts_per_tok", f"{f.where}: top-k experts without an expert count",
+                              "add num_local_experts / num_experts / n_routed_experts")
+        return ffn
+    expert_ffn = f.opt("moe_intermediate_size") or ffn
+    if not expert_ffn:
+        raise ConfigError("model.moe_intermediate_size", f"{f.where}: a MoE config needs the expert width")
+    num_dense = f.opt("first_k_dense_replace")
+    if f.opt("moe_layer_freq", 1) != 1:
+        raise f.unsupported("moe_layer_freq", f"moe_layer_freq={f.cfg['moe_layer_freq']} (only 1 is read)")
+    if f.opt("decoder_sparse_step", 1) != 1:
+        raise f.unsupported("decoder_sparse_step", f"decoder_sparse_step={f.cfg['decoder_sparse_step']} (only 1 is read)")
+    if f.cfg.get("mlp_only_layers"):
+        raise f.unsupported("mlp_only_layers", "dense-only layers in a Qwen MoE")
+    step = f.opt("interleave_moe_layer_step", 1)
+    if step > 1:  # Llama-4 Maverick: every step-th layer is MoE, the others dense
+        num_dense = num_layers - num_layers // step
+    shared_width = f.opt("shared_expert_intermediate_size")
+    shared = f.opt("n_shared_experts") or (1 if model_type.startswith("llama4") or shared_width else 0)
+    if shared_width and shared_width != expert_ffn:
+        kwargs["shared_expert_ffn_size"] = shared_width
+    # ffn_size: the dense layers' width (only the activation reserve reads it when every layer is MoE)
+    dense_ffn = f.opt("intermediate_size_mlp") or ffn or expert_ffn
+    kwargs.update(num_experts=num_experts, num_experts_per_tok=top_k, expert_ffn_size=expert_ffn,
+                  num_shared_experts=shared, num_dense_layers=num_dense)
+    return dense_ffn or expert_ffn
 
-    # Multi-head latent attention.
-    if opt("kv_lora_rank"):
-        kwargs.update(q_lora_rank=opt("q_lora_rank"), kv_lora_rank=opt("kv_lora_rank"),
-                      qk_nope_head_dim=need("qk_nope_head_dim"), qk_rope_head_dim=need("qk_rope_head_dim"),
-                      v_head_dim=need("v_head_dim"))
+
+def _latent_attention(f: _Fields, kwargs: dict[str, Any]) -> None:
+    """Multi-head latent attention (DeepSeek's MLA): its ranks and head widths into ``kwargs``."""
+    if f.opt("kv_lora_rank"):
+        kwargs.update(q_lora_rank=f.opt("q_lora_rank"), kv_lora_rank=f.opt("kv_lora_rank"),
+                      qk_nope_head_dim=f.need("qk_nope_head_dim"), qk_rope_head_dim=f.need("qk_rope_head_dim"),
+                      v_head_dim=f.need("v_head_dim"))
         kwargs.pop("explicit_head_dim", None)
 
-    # Sliding-window (or chunked local) attention.
-    window = opt("sliding_window")
-    layer_types = cfg.get("layer_types")
+
+def _attention_windows(f: _Fields, model_type: str, num_layers: int) -> tuple[int, int, list | None]:
+    """Sliding-window (or chunked local) attention: how many layers attend over a window, the
+    window, and the config's ``layer_types`` (checked; None where absent)."""
+    window = f.opt("sliding_window")
+    layer_types = f.cfg.get("layer_types")
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-            raise ConfigError("model.layer_types", f"{where}: needs one entry per layer ({num_layers})")
+            raise ConfigError("model.layer_types", f"{f.where}: needs one entry per layer ({num_layers})")
         bad = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention", "linear_attention")})
         if bad:
-            raise unsupported("layer_types", f"layer type {bad[0]!r} (full_attention, sliding_attention and "
-                              "linear_attention are read)")
-        num_sliding = layer_types.count("sliding_attention")
-    elif model_type in ("qwen2", "qwen3", "qwen3_moe"):
-        num_sliding = num_layers - min(opt("max_window_layers", num_layers), num_layers) \
-            if cfg.get("use_sliding_window") else 0
-    elif model_type.startswith("llama4") and opt("attention_chunk_size"):
-        window = opt("attention_chunk_size")
-        no_rope = cfg.get("no_rope_layers")
+            raise f.unsupported("layer_types", f"layer type {bad[0]!r} (full_attention, sliding_attention and "
+                                "linear_attention are read)")
+        return layer_types.count("sliding_attention"), window, layer_types
+    if model_type in ("qwen2", "qwen3", "qwen3_moe"):
+        num_sliding = num_layers - min(f.opt("max_window_layers", num_layers), num_layers) \
+            if f.cfg.get("use_sliding_window") else 0
+    elif model_type.startswith("llama4") and f.opt("attention_chunk_size"):
+        window = f.opt("attention_chunk_size")
+        no_rope = f.cfg.get("no_rope_layers")
         # no_rope_layers[i] == 1: layer i uses RoPE and chunked local attention; 0: global NoPE layer.
         num_sliding = sum(1 for x in no_rope if x) if isinstance(no_rope, list) and no_rope else num_layers - num_layers // 4
     else:
         num_sliding = num_layers if window else 0
-    # Hybrid linear attention (Gated DeltaNet): from layer_types, else every full_attention_interval-th
-    # layer is full attention (Qwen3-Next's config has no layer_types).
+    return num_sliding, window, None
+
+
+def _linear_attention(f: _Fields, layer_types: list | None, num_layers: int, kwargs: dict[str, Any]) -> None:
+    """Hybrid linear attention (Gated DeltaNet): from ``layer_types``, else every
+    ``full_attention_interval``-th layer is full attention (Qwen3-Next's config has no layer_types);
+    the recurrent state's dtype from ``mamba_ssm_dtype`` where given."""
     if isinstance(layer_types, list):
         num_linear = layer_types.count("linear_attention")
-    elif opt("full_attention_interval"):
-        num_linear = num_layers - num_layers // opt("full_attention_interval")
+    elif f.opt("full_attention_interval"):
+        num_linear = num_layers - num_layers // f.opt("full_attention_interval")
     else:
         num_linear = 0
-    if num_linear:
-        kwargs.update(num_linear_layers=num_linear, linear_num_key_heads=need("linear_num_key_heads"),
-                      linear_num_value_heads=need("linear_num_value_heads"),
-                      linear_key_head_dim=need("linear_key_head_dim"),
-                      linear_value_head_dim=need("linear_value_head_dim"),
-                      linear_conv_kernel_dim=opt("linear_conv_kernel_dim", 4) or 4)
-    ssm_dtype = cfg.get("mamba_ssm_dtype")
-    if num_linear and ssm_dtype is not None:
+    if not num_linear:
+        return
+    kwargs.update(num_linear_layers=num_linear, linear_num_key_heads=f.need("linear_num_key_heads"),
+                  linear_num_value_heads=f.need("linear_num_value_heads"),
+                  linear_key_head_dim=f.need("linear_key_head_dim"),
+                  linear_value_head_dim=f.need("linear_value_head_dim"),
+                  linear_conv_kernel_dim=f.opt("linear_conv_kernel_dim", 4) or 4)
+    ssm_dtype = f.cfg.get("mamba_ssm_dtype")
+    if ssm_dtype is not None:
         if ssm_dtype not in _STATE_DTYPE_BYTES:
-            raise ConfigError("model.mamba_ssm_dtype", f"{where}: unknown state dtype {ssm_dtype!r}",
+            raise ConfigError("model.mamba_ssm_dtype", f"{f.where}: unknown state dtype {ssm_dtype!r}",
                               f"known: {', '.join(_STATE_DTYPE_BYTES)}")
         kwargs["linear_state_dtype_bytes"] = _STATE_DTYPE_BYTES[ssm_dtype]
-    if cfg.get("attn_output_gate", model_type in _GATED_ATTENTION):
-        kwargs["attn_output_gate"] = True
-    # Multi-token-prediction modules (the mtp drafter): DeepSeek, Qwen3-Next/3.5 and MiniMax-M2 name them differently.
-    num_mtp = max(opt(key, 0) or 0 for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))
-    if num_mtp:
-        kwargs["num_mtp_layers"] = num_mtp
-    if num_sliding and not window:
-        raise ConfigError("model.sliding_window", f"{where}: sliding layers need a positive sliding_window")
-    if num_sliding:
-        kwargs.update(sliding_window=window, num_sliding_layers=num_sliding)
-
-    hf_id = str(cfg.get("_name_or_path") or Path(where).parent.name or name)
-    # Absent, these take HF's defaults (MHA; 4,096 positions; untied); given, a value must mean what it says
-    # (a 0 was read as absent, the string "false" as true).
-    kv_heads = need("num_key_value_heads") if cfg.get("num_key_value_heads") is not None else heads
-    context = need("max_position_embeddings") if cfg.get("max_position_embeddings") is not None else 4096
-    if context > MAX_TOKENS:
-        raise ConfigError("model.max_position_embeddings", f"{where}: {context:,} positions is beyond any context "
-                          f"servesim runs (at most {MAX_TOKENS:,})", "give the model's real context length")
-    tied = cfg.get("tie_word_embeddings", False)
-    if not isinstance(tied, bool):
-        raise ConfigError("model.tie_word_embeddings", f"{where}: needs true or false, got {tied!r}",
-                          "write it as a JSON boolean")
-    return ModelSpec(
-        name=name, hf_id=hf_id, num_layers=num_layers, hidden_size=hidden, num_heads=heads,
-        num_kv_heads=kv_heads, ffn_size=ffn, vocab_size=need("vocab_size"),
-        max_model_len=context, activation=_ACTIVATIONS[act],  # type: ignore[arg-type]
-        tied_embeddings=tied, source=where, **kwargs)
 
 
 def _check_fields(cfg: dict[str, Any], where: str) -> None:

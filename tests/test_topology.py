@@ -11,14 +11,9 @@ import pytest
 from simulator.config.catalog import get_gpu
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
-from simulator.config.topology import (
-    LINK_NAMES,
-    build_topology,
-    get_link,
-    ring_all_reduce_time,
-    send_recv_time,
-)
+from simulator.config.topology import LINK_NAMES, build_topology, get_link
 from simulator.costmodel.base import BatchShape
+from simulator.costmodel.network import ring_all_reduce_time, send_recv_time, tp_all_reduce_time
 from simulator.costmodel.roofline import RooflineCostModel
 
 
@@ -162,7 +157,7 @@ def test_pairwise_nvlink_ring_over_four_gpus_runs_at_pcie_speed_as_measured(shar
     size = int(df[(df["num_workers"] == 4)]["size"].max())
     measured = _median_ms(path, 4, 4, size, "all_reduce") / 1e3
     topo = build_topology("a100-80gb", 4, 1, intra_node_link="nvlink-pairwise")
-    predicted = topo.all_reduce_time(size)
+    predicted = tp_all_reduce_time(topo, size)
     assert predicted == pytest.approx(measured, rel=0.5), (predicted, measured)
     # ... and an NVLink-speed ring would have been off by an order of magnitude.
     nvlink_ring = ring_all_reduce_time(size, 4, get_gpu("a100-80gb").nvlink_bytes_per_s, 5e-6)

@@ -165,29 +165,6 @@ def default_intra_node_link(gpu: GPUSpec) -> str:
     return "nvlink" if gpu.nvlink_bytes_per_s > 0 else "pcie"
 
 
-def ring_all_reduce_time(nbytes: float, num_gpus: int, bytes_per_s: float, latency_s: float) -> float:
-    """Ring all-reduce: ``2 (n-1)`` steps, each moving ``B/n`` bytes over the slowest hop."""
-    if num_gpus <= 1 or nbytes <= 0:
-        return 0.0
-    steps = 2 * (num_gpus - 1)
-    return steps * latency_s + steps / num_gpus * nbytes / bytes_per_s
-
-
-def ring_all_gather_time(nbytes: float, num_gpus: int, bytes_per_s: float, latency_s: float) -> float:
-    """Ring all-gather of ``B`` bytes in total: ``n-1`` steps of ``B/n`` bytes."""
-    if num_gpus <= 1 or nbytes <= 0:
-        return 0.0
-    steps = num_gpus - 1
-    return steps * latency_s + steps / num_gpus * nbytes / bytes_per_s
-
-
-def send_recv_time(nbytes: float, link: Link) -> float:
-    """Point-to-point transfer of ``nbytes`` over ``link``."""
-    if nbytes <= 0:
-        return 0.0
-    return link.latency_s + nbytes / link.effective_bytes_per_s
-
-
 @dataclass(frozen=True)
 class ReplicaTopology:
     """Where one replica's GPUs sit and which link each communication crosses.
@@ -237,25 +214,6 @@ class ReplicaTopology:
         """Nodes that stage ``stage``'s TP group occupies."""
         first, last = stage * self.tp, (stage + 1) * self.tp - 1
         return tuple(range(self.node_of_rank(first), self.node_of_rank(last) + 1))
-
-    def all_reduce_time(self, nbytes: float, efficiency: float | None = None) -> float:
-        """One ring all-reduce of ``nbytes`` across the TP group."""
-        eff = self.intra.efficiency if efficiency is None else efficiency
-        return ring_all_reduce_time(nbytes, self.tp, self.tp_ring_bytes_per_s * eff, self.tp_ring_latency_s)
-
-    def hop_time(self, nbytes: float, hop: int) -> float:
-        """Move a micro-batch's activations (``nbytes`` in total) from stage ``hop`` to ``hop + 1``."""
-        if nbytes <= 0:
-            return 0.0
-        link = self.hop_links[hop]
-        gather = ring_all_gather_time(nbytes, self.tp, self.tp_ring_bytes_per_s * self.intra.efficiency,
-                                      self.tp_ring_latency_s)
-        if not link.is_inter_node:  # each TP rank sends its 1/tp slice over its own link
-            return send_recv_time(nbytes / self.tp, link) + gather
-        # Over NICs the slices share the NICs the stage's GPUs on a node reach (one NIC: all of them
-        # queue behind each other; the share is exactly 1.0 then, so the time is send_recv_time's).
-        nic = link.nic_bytes_per_s(min(self.tp, self.gpus_per_node))
-        return link.latency_s + nbytes / (nic * link.efficiency) + gather
 
     def describe(self) -> str:
         hops = ", ".join(f"{s}->{s + 1}: {link.name}" for s, link in enumerate(self.hop_links)) or "none"

@@ -47,6 +47,7 @@ from simulator.costmodel.moe import (
     moe_token_ops,
     uses_moe_collectives,
 )
+from simulator.costmodel.network import hop_time
 
 # Layer ops whose cost depends only on the number of tokens in the iteration.
 TOKEN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down",
@@ -147,8 +148,8 @@ class RooflineCostModel(TabulatedCostModel):
             return 0.0
         nbytes = num_tokens * self.model.hidden_size * self.dtype_bytes
         if hop is None:
-            return max(topo.hop_time(nbytes, h) for h in range(topo.pp - 1))
-        return topo.hop_time(nbytes, hop)
+            return max(hop_time(topo, nbytes, h) for h in range(topo.pp - 1))
+        return hop_time(topo, nbytes, hop)
 
     def gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
         """Time of ``[tokens, k] @ [k, n]`` in bf16 on one GPU."""

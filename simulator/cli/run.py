@@ -39,7 +39,7 @@ def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
 
 def run_auto_workers(config: RunConfig) -> int:
     """``--workers auto`` for a run: one process per available CPU, at most one a replica, where
-    the replicas run apart (:func:`simulator.engine.cluster.runs_apart`); else 1 (a joint run)."""
+    the replicas run apart (:func:`simulator.fast.partitioned.runs_apart`); else 1 (a joint run)."""
     from simulator.fast.partitioned import runs_apart
 
     if not runs_apart(config):

@@ -51,8 +51,8 @@ RUN_CASES = [
     (["--speculative-config", EAGLE3 % HUGE, "--acceptance-rate", "0.5"], "speculative.num_speculative_tokens"),
     # a hang: a pool of 1e20 replicas was built one by one
     (["--prefill-pool", f"{HUGE}x", "--decode-pool", "1x"], "prefill_pool"),
-    # an empty --trace is the working folder, read as a folder of Weka sessions
-    (["--trace", ""], "workload.trace: empty path"),
+    # an empty --trace is the working folder, read as a folder of Weka sessions (now refused as any blank value)
+    (["--trace", ""], "--trace: is empty"),
     # trace rows past int64: 'token counts must be > 0' after a RuntimeWarning, naming no file or line
     (["--trace", "{dir}/huge.csv"], "huge.csv: line 3, column num_prefill_tokens"),
     (["--trace", "{dir}/huge.jsonl"], "huge.jsonl: line 1, column output_toks"),
@@ -117,7 +117,7 @@ def test_profile_max_tokens_is_bounded(tmp_path: Path) -> None:
 
 def test_import_aiconfigurator_refuses_before_making_its_folder(tmp_path: Path, aic: Path) -> None:
     # --gpu "" read the systems folder itself ("backend:  has no vllm tables"); any refusal left --out behind
-    for args, needle in ((["--gpu", ""], "--gpu: no AIConfigurator system ''"),
+    for args, needle in ((["--gpu", ""], "--gpu: is empty"),
                          (["--gpu", ".."], "--gpu"),
                          (["--gpu", "h100-sxm", "--backend", "nope"], "--backend: unknown backend")):
         out = tmp_path / "tables"

@@ -148,4 +148,4 @@ def test_a_learned_artifact_refuses_formats_its_curves_were_not_timed_in() -> No
 def test_disagg_split_names_its_own_flag_for_a_bad_first_rate() -> None:
     """It said 'pass --qps > 0', a flag split refuses."""
     line = one_line_error(simulate("disagg", "split", "--qps-start", "0", "--num-requests", "10"))
-    assert line.startswith("error: --qps-start: must be a positive rate"), line
+    assert line.startswith("error: --qps-start: must be a rate in [0.001, 1e+06]"), line

@@ -89,6 +89,20 @@ def joined_values(argv: list[str]) -> list[str]:
     return out
 
 
+def refuse_blank_values(argv: list[str]) -> None:
+    """An empty or blank value (``--out ""``, ``--intra-node-link=``) is refused in one line: click would
+    take it, and a path made of it is the current folder (``--out ""`` wrote there, or failed after the run)."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--") and "=" in arg:
+            flag, _, value = arg.partition("=")
+        elif not arg.strip():
+            flag, value = (argv[i - 1] if i and argv[i - 1].startswith("-") else "argument"), arg
+        else:
+            continue
+        if not value.strip():
+            raise ConfigError(flag, "is empty", "give it a value, or leave it out")
+
+
 def _click_errors() -> tuple[type[Exception], type[Exception]]:
     """(UsageError, ClickException) of the click that typer runs on: the click package, or the copy
     newer typers vendor (typer._click); both are found from the public ``typer.BadParameter``."""
@@ -100,6 +114,7 @@ def main() -> None:
     usage_error, click_exception = _click_errors()
     argv = joined_values(sys.argv[1:])
     try:
+        refuse_blank_values(argv)
         # Not standalone: click's own handling would print a usage error as a boxed block of
         # five lines; here it is one, as every other mistake is.
         code = command_line(argv).main(args=argv, standalone_mode=False)

@@ -278,6 +278,10 @@ def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | N
     from simulator.config.options import CHUNKING_SCHEDULERS, is_workload_option
 
     s = config.scheduler
+    if config.is_disaggregated:  # (a --config of a disaggregated run: the pool flags themselves are refused)
+        raise ConfigError("--config", "tau prices one engine's hybrid step (prompt chunks beside decodes), and a "
+                          "disaggregated config's pools never run one", "run tau on an aggregated config, or size "
+                          "the pools with `simulate disagg split`")
     if s.name not in CHUNKING_SCHEDULERS:
         raise ConfigError("--scheduler", f"tau is the token budget of a step that chunks a prompt beside the decodes, "
                           f"and {s.name} never splits a prompt", f"use --scheduler {' or '.join(CHUNKING_SCHEDULERS)}")

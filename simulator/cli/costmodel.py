@@ -24,6 +24,7 @@ from simulator.util.paths import (
     check_out_dir,
     check_out_file,
     check_profile_table,
+    check_profile_tables,
 )
 from simulator.util.progress import StepProgress
 from simulator.util.text import comma_list
@@ -40,7 +41,7 @@ def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: 
                 ops: list[str] | None = None) -> dict[str, Any]:
     """Read ``profiles``, fit (``ops``: only those families or ops), write the artifact to ``out``; return it."""
     check_out_file(out, "--out")  # every path before the fit (and before scikit-learn loads)
-    profiles = [check_profile_table(path) for path in profiles]
+    profiles = check_profile_tables(profiles)
     from rich.console import Console
 
     from profiler.runner import resolve_ops
@@ -132,6 +133,12 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
         raise ConfigError("prefill-context", "must be >= 0")
     if decode and not context:  # before _expand, whose "0 values for N requests" would not say what is missing
         raise ConfigError("--context", "decodes need their KV length", "pass --context N (one, or one per decode)")
+    if context and not decode:
+        raise ConfigError("--context", "gives the decodes' KV lengths, and the batch has no decodes, so it would do "
+                          "nothing", "add --decode N, or give a chunk's cached tokens with --prefill-context")
+    if prefill_context and not prefill:
+        raise ConfigError("--prefill-context", "gives the prompt chunks' cached tokens, and the batch has no chunk, so it "
+                          "would do nothing", "add --prefill N, or drop --prefill-context")
     dctx = _expand(context or [], decode, "context") if decode else []
     if any(c <= 0 for c in dctx):
         raise ConfigError("context", "KV lengths must be positive")
@@ -317,7 +324,7 @@ def fidelity(
                               f"pass some of {','.join(TABLE_BACKENDS)}, comma-separated")
         out = out or Path("fidelity_profile")
         check_out_dir(out, "--out", existing_ok=True)
-        for path in profile:
+        for path in profile:  # (profile_fidelity refuses a table given twice itself)
             check_profile_table(path)
         from rich.console import Console
 

@@ -19,6 +19,7 @@ from simulator.cli.app import app, console, fail
 from simulator.cli.options import default_option, parse_ints, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
+from simulator.config.limits import MAX_QPS, MIN_QPS
 from simulator.config.run_config import RunConfig
 from simulator.report.output import jsonable
 from simulator.util.paths import atomic_dir, check_out_dir
@@ -67,8 +68,9 @@ def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, A
 
     if not candidates:
         raise ConfigError("gpus", "no layout of that many GPUs fits the model", "raise --gpus or allow larger --tps")
-    if not (math.isfinite(qps_start) and qps_start > 0):  # (the search's first rate: the run's --qps is not read)
-        raise ConfigError("--qps-start", f"must be a positive rate, got {qps_start}", "e.g. --qps-start 1")
+    if not (math.isfinite(qps_start) and MIN_QPS <= qps_start <= MAX_QPS):  # (the search's first rate: --qps is not read)
+        raise ConfigError("--qps-start", f"must be a rate in [{MIN_QPS:g}, {MAX_QPS:g}] requests/s, got {qps_start}",
+                          "e.g. --qps-start 1")
     num_done = 0
 
     def on_done(result) -> None:  # noqa: ANN001

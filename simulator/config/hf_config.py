@@ -85,7 +85,7 @@ _ACTIVATIONS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu
 def is_path_like(name: str) -> bool:
     """Whether a ``--model``/``--gpu`` value names a file rather than a catalog entry: an existing
     path, or one ending in .json/.toml (an unknown ``org/model`` id stays a catalog miss)."""
-    return name.endswith((".json", ".toml")) or os.path.exists(name)
+    return name.lower().endswith((".json", ".toml")) or os.path.exists(name)
 
 
 def _config_file(path: str) -> Path:
@@ -107,7 +107,7 @@ def load_hf_model(path: str) -> ModelSpec:
 @lru_cache(maxsize=64)
 def _load_hf_model(name: str, file: str, _mtime_ns: int) -> ModelSpec:
     try:
-        cfg = json.loads(Path(file).read_text())
+        cfg = json.loads(Path(file).read_text(encoding="utf-8-sig"))  # (a byte-order mark is no part of the JSON)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError("model", f"{file} is not valid JSON ({exc})") from None
     if not isinstance(cfg, dict):
@@ -127,7 +127,7 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
     act = str(cfg.get("hidden_act", "silu"))
     if act not in _ACTIVATIONS:
         raise ConfigError("model.hidden_act", f"{where}: unsupported activation {act!r}", f"known: {', '.join(_ACTIVATIONS)}")
-    head_dim = f.opt("head_dim")
+    head_dim = f.need("head_dim") if cfg.get("head_dim") is not None else 0
     kwargs: dict[str, Any] = {}
     if head_dim and head_dim * heads != hidden:
         kwargs["explicit_head_dim"] = head_dim
@@ -137,8 +137,11 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
     _latent_attention(f, kwargs)
     num_sliding, window, layer_types = _attention_windows(f, model_type, num_layers)
     _linear_attention(f, layer_types, num_layers, kwargs)
-    if cfg.get("attn_output_gate", model_type in _GATED_ATTENTION):
+    if f.flag("attn_output_gate", model_type in _GATED_ATTENTION):
         kwargs["attn_output_gate"] = True
+    if "text_config" in cfg:  # (a wrapper's was taken above and is gone)
+        f.refuse_unused(("text_config",), f"model_type {model_type} does not wrap a text model "
+                        f"({', '.join(_TEXT_WRAPPERS)} do)")
     # Multi-token-prediction modules (the mtp drafter): DeepSeek, Qwen3-Next/3.5 and MiniMax-M2 name them differently.
     num_mtp = max(f.opt(key, 0) or 0 for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"))
     if num_mtp:
@@ -207,17 +210,49 @@ class _Fields:
     def unsupported(self, key: str, why: str) -> ConfigError:
         return ConfigError(f"model.{key}", f"{self.where}: {why}", "servesim cannot price this layer pattern yet")
 
+    def flag(self, key: str, default: bool = False) -> bool:
+        """A true/false field: absent (or null) is ``default``; given, it must be a JSON boolean (the
+        string "false" is not false)."""
+        value = self.cfg.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ConfigError(f"model.{key}", f"{self.where}: needs true or false, got {value!r}", "write it as a JSON boolean")
+        return value
+
+    def one_of(self, keys: tuple[str, ...]) -> int:
+        """A count several families name differently (``num_local_experts`` / ``num_experts`` / ...):
+        the one given, or 0; two given with different values are refused (one would be dropped)."""
+        given = {k: self.opt(k) for k in keys if self.cfg.get(k) is not None}
+        if len(set(given.values())) > 1:
+            names = ", ".join(f"{k}={v}" for k, v in given.items())
+            raise ConfigError(f"model.{next(iter(given))}", f"{self.where}: {names} disagree", "keep the one the model uses")
+        return next(iter(given.values()), 0)
+
+    def refuse_unused(self, keys: tuple[str, ...], why: str) -> None:
+        """Refuse the first of ``keys`` given with a value that would change the model (not null,
+        0, false or an empty list) where the architecture does not use it: it would be dropped."""
+        for key in keys:
+            if self.cfg.get(key) not in (None, 0, False, [], ""):
+                raise ConfigError(f"model.{key}", f"{self.where}: given {self.cfg[key]!r}, but {why}, so it would be "
+                                  "ignored", "remove it, or give the fields that make the layers it describes")
+
 
 def _experts(f: _Fields, model_type: str, num_layers: int, kwargs: dict[str, Any]) -> int:
     """Mixture of experts: the expert fields into ``kwargs``; returns the dense layers' FFN width
     (0 where the config gives none)."""
-    num_experts = f.opt("num_local_experts") or f.opt("num_experts") or f.opt("n_routed_experts")
-    top_k = f.opt("num_experts_per_tok") or f.opt("experts_per_token")
+    num_experts = f.one_of(("num_local_experts", "num_experts", "n_routed_experts"))
+    top_k = f.one_of(("num_experts_per_tok", "experts_per_token"))
     ffn = f.opt("intermediate_size")
     if not num_experts:
         if top_k:
             raise ConfigError("model.num_experts_per_tok", f"{f.where}: top-k experts without an expert count",
                               "add num_local_experts / num_experts / n_routed_experts")
+        f.refuse_unused(("moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
+                         "first_k_dense_replace", "mlp_only_layers"), "the config has no experts")
+        for key in ("moe_layer_freq", "interleave_moe_layer_step", "decoder_sparse_step"):  # (1: every layer, harmless)
+            if f.opt(key, 1) != 1:
+                f.refuse_unused((key,), "the config has no experts")
         return ffn
     expert_ffn = f.opt("moe_intermediate_size") or ffn
     if not expert_ffn:
@@ -245,11 +280,14 @@ def _experts(f: _Fields, model_type: str, num_layers: int, kwargs: dict[str, Any
 
 def _latent_attention(f: _Fields, kwargs: dict[str, Any]) -> None:
     """Multi-head latent attention (DeepSeek's MLA): its ranks and head widths into ``kwargs``."""
-    if f.opt("kv_lora_rank"):
-        kwargs.update(q_lora_rank=f.opt("q_lora_rank"), kv_lora_rank=f.opt("kv_lora_rank"),
-                      qk_nope_head_dim=f.need("qk_nope_head_dim"), qk_rope_head_dim=f.need("qk_rope_head_dim"),
-                      v_head_dim=f.need("v_head_dim"))
-        kwargs.pop("explicit_head_dim", None)
+    if not f.opt("kv_lora_rank"):
+        f.refuse_unused(("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
+                        "latent attention needs kv_lora_rank")
+        return
+    kwargs.update(q_lora_rank=f.opt("q_lora_rank"), kv_lora_rank=f.opt("kv_lora_rank"),
+                  qk_nope_head_dim=f.need("qk_nope_head_dim"), qk_rope_head_dim=f.need("qk_rope_head_dim"),
+                  v_head_dim=f.need("v_head_dim"))
+    kwargs.pop("explicit_head_dim", None)
 
 
 def _attention_windows(f: _Fields, model_type: str, num_layers: int) -> tuple[int, int, list | None]:
@@ -265,15 +303,20 @@ def _attention_windows(f: _Fields, model_type: str, num_layers: int) -> tuple[in
             raise f.unsupported("layer_types", f"layer type {bad[0]!r} (full_attention, sliding_attention and "
                                 "linear_attention are read)")
         return layer_types.count("sliding_attention"), window, layer_types
+    if not model_type.startswith("llama4"):
+        f.refuse_unused(("attention_chunk_size", "no_rope_layers"),
+                        f"model_type {model_type} has no chunked local attention (llama4 has)")
     if model_type in ("qwen2", "qwen3", "qwen3_moe"):
         num_sliding = num_layers - min(f.opt("max_window_layers", num_layers), num_layers) \
-            if f.cfg.get("use_sliding_window") else 0
+            if f.flag("use_sliding_window") else 0
     elif model_type.startswith("llama4") and f.opt("attention_chunk_size"):
         window = f.opt("attention_chunk_size")
         no_rope = f.cfg.get("no_rope_layers")
         # no_rope_layers[i] == 1: layer i uses RoPE and chunked local attention; 0: global NoPE layer.
         num_sliding = sum(1 for x in no_rope if x) if isinstance(no_rope, list) and no_rope else num_layers - num_layers // 4
     else:
+        f.refuse_unused(("use_sliding_window",), f"model_type {model_type} reads sliding_window alone (qwen2, qwen3 "
+                        "and qwen3_moe read use_sliding_window)")
         num_sliding = num_layers if window else 0
     return num_sliding, window, None
 
@@ -289,6 +332,8 @@ def _linear_attention(f: _Fields, layer_types: list | None, num_layers: int, kwa
     else:
         num_linear = 0
     if not num_linear:
+        f.refuse_unused(("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                         "linear_conv_kernel_dim", "mamba_ssm_dtype"), "the config has no linear-attention layers")
         return
     kwargs.update(num_linear_layers=num_linear, linear_num_key_heads=f.need("linear_num_key_heads"),
                   linear_num_value_heads=f.need("linear_num_value_heads"),
@@ -329,11 +374,13 @@ def load_gpu_file(path: str) -> GPUSpec:
 
 @lru_cache(maxsize=16)
 def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
+    is_toml = path.lower().endswith(".toml")  # (GPU.TOML too)
     try:
-        text = Path(path).read_text()
-        data = tomllib.loads(text) if path.endswith(".toml") else json.loads(text)
+        text = Path(path).read_text(encoding="utf-8-sig")  # (a byte-order mark is not part of the table)
+        data = tomllib.loads(text) if is_toml else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError("gpu", f"{path} is not valid {'TOML' if path.endswith('.toml') else 'JSON'} ({exc})") from None
+        raise ConfigError("gpu", f"{path} is not valid {'TOML' if is_toml else 'JSON'} ({exc})",
+                          "write the GPU as a TOML or JSON table of the documented keys") from None
     if not isinstance(data, dict):
         raise ConfigError("gpu", f"{path} must hold a table")
     for key in data:
@@ -364,6 +411,12 @@ def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
     switch = data.get("nvlink_switch", False)
     if not isinstance(switch, bool):  # "no" would read as true
         raise ConfigError("gpu.nvlink_switch", f"{path}: needs true or false, got {switch!r}")
+    if switch and not num("nvlink_gb_per_s"):
+        raise ConfigError("gpu.nvlink_switch", f"{path}: an NVLink switch without NVLink (nvlink_gb_per_s 0) would change "
+                          "nothing", "give nvlink_gb_per_s, or drop nvlink_switch")
+    for key in ("name", "source"):
+        if key in data and not isinstance(data[key], str):
+            raise ConfigError(f"gpu.{key}", f"{path}: needs a string, got {data[key]!r}", f'e.g. {key} = "my-gpu"')
 
     return GPUSpec(path, num("bf16_tflops") * TFLOPS, num("hbm_gb_per_s") * GB, num("memory_gb") * GB,
                    num("nvlink_gb_per_s") * GB, num("pcie_gb_per_s", 64.0) * GB, fp8_flops=num("fp8_tflops") * TFLOPS,

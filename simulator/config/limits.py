@@ -6,6 +6,12 @@ layouts) and the workload readers can check against them too."""
 # A request rate above this is a mistake (an inf or 1e300 typed for "as fast as possible"),
 # not a load: --arrival burst sends every request at once.
 MAX_QPS = 1e6
+# Below this rate (one request every ~17 minutes) a rate is a typo (1e-307 for "slowly"): its arrivals
+# reach past MAX_ARRIVAL_S, or overflow to inf, within a few requests.
+MIN_QPS = 1e-3
+# Arrival times past this (~31 years) lose the microsecond: a float64 timestamp there resolves 0.1 us,
+# and at 1e15 s a whole token time rounds away (latencies of 0 ms were reported).
+MAX_ARRIVAL_S = 1e9
 # Gamma gaps' coefficient of variation and a trace's time divisor: outside these the gaps over- or
 # underflow (a gamma of shape 1/cv^2) long before any real traffic is described.
 CV_RANGE = (1e-3, 1e3)

@@ -184,7 +184,7 @@ def load_config_file(path: Path, field: str = "--config") -> RunConfig:
         raise ConfigError(field, f"{path} is a folder", f"pass {inside}" if inside.is_file() else
                           "pass the config.json a run wrote (simulate run --out FOLDER writes FOLDER/config.json)")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise ConfigError(field, f"{path} does not exist", "pass the config.json a run wrote") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -138,7 +138,7 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
         raise ConfigError("--prices", f"{path} does not exist", "pass a CSV (gpu,usd_per_gpu_hour) or TOML/JSON file")
     out = dict(base or {})
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:  # a binary or non-UTF-8 file
         raise ConfigError("--prices", f"{path} cannot be read ({exc.reason})", "pass a UTF-8 CSV, TOML or JSON file") from None
     where = f"--prices {path}"

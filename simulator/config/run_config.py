@@ -31,6 +31,7 @@ from simulator.config.limits import (  # the bounds (re-exported: callers import
     MAX_QPS,
     MAX_REPLICAS,
     MAX_TOKENS,
+    MIN_QPS,
     TIME_SCALE_RANGE,
 )
 from simulator.config.precision import (
@@ -520,6 +521,9 @@ class WorkloadConfig:
             if not self.qps <= MAX_QPS:  # inf, or a rate no server sees; NaN was refused above
                 raise ConfigError("workload.qps", f"must be a finite rate of at most {MAX_QPS:g} requests/s, got "
                                   f"{self.qps:g}", "pass --qps N, or --arrival burst for every request at t=0")
+            if self.qps < MIN_QPS:
+                raise ConfigError("workload.qps", f"must be at least {MIN_QPS:g} requests/s (one every "
+                                  f"{1 / MIN_QPS / 60:.0f} minutes), got {self.qps:g}", f"pass --qps {MIN_QPS:g} or more")
         _positive("workload", "cv", self.cv)
         if not CV_RANGE[0] <= self.cv <= CV_RANGE[1]:
             raise ConfigError("workload.cv", f"must be in [{CV_RANGE[0]:g}, {CV_RANGE[1]:g}], got {self.cv:g}",
@@ -603,9 +607,15 @@ class WorkloadConfig:
 
 def _fits(value: Any, hint: Any) -> bool:
     """Whether a JSON ``value`` has the type a config field declares (``int``, ``float``, ``str``,
-    ``bool``, or one of them ``| None``); other types are left to the field's own checks."""
+    ``bool``, one of them ``| None``, or a ``tuple[X, ...]`` of them, a JSON list); other types are
+    left to the field's own checks."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return any(value is None if arg is type(None) else _fits(value, arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return isinstance(value, list | tuple) and all(_fits(v, args[0]) for v in value)
+        return True
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:  # numbers.Integral: a planner's numpy integers too
@@ -624,8 +634,17 @@ def _check_json_types(prefix: str, cls: type, values: dict[str, Any]) -> None:
     for name, value in values.items():
         hint = hints.get(name)
         if hint is not None and not _fits(value, hint):
-            expected = " or ".join("null" if a is type(None) else a.__name__ for a in (typing.get_args(hint) or (hint,)))
-            raise ConfigError(f"{prefix}{name}", f"must be {expected}, got {value!r}", "use the config.json a run wrote")
+            raise ConfigError(f"{prefix}{name}", f"must be {_type_words(hint)}, got {value!r}",
+                              "use the config.json a run wrote")
+
+
+def _type_words(hint: Any) -> str:
+    """A declared type as a reader of config.json says it: ``int or null``, ``a list of float``."""
+    if typing.get_origin(hint) is tuple:
+        return f"a list of {_type_words(typing.get_args(hint)[0])}"
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_words(a) for a in typing.get_args(hint))
+    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
 
 
 @dataclass(frozen=True)
@@ -771,6 +790,8 @@ class RunConfig:
                 if value is not None and not isinstance(value, dict):
                     raise ConfigError("config.speculative", f"must be an object or null, got {value!r}",
                                       "use the config.json a run wrote")
+                if value is not None:
+                    _check_json_types("config.speculative.", SpeculativeConfig, value)
                 kwargs[key] = None if value is None else SpeculativeConfig.from_dict(value)
             elif key in sections:
                 sub_known = {f.name for f in dataclasses.fields(sections[key])}

@@ -113,6 +113,9 @@ class SpeculativeConfig:
         if self.method == "draft_model" and not self.draft_model:
             raise ConfigError("speculative.model", "method draft_model needs a draft model",
                               'add "model": "<catalog name>" to --speculative-config')
+        if self.method == "ngram" and self.draft_model:  # (an EAGLE/Medusa head's path is normal: priced as a layer)
+            raise ConfigError("speculative.model", f"ngram looks its drafts up in the request's own tokens, so a model "
+                              f"({self.draft_model!r}) would do nothing", 'drop "model", or use method draft_model')
         rates = tuple(float(r) for r in self.acceptance_rates)
         if not rates:
             raise ConfigError("speculative.acceptance", "no acceptance rates given",

@@ -239,6 +239,9 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
     gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
     num_gpus = tp * pp * dp
     what = "tp x pp" if dp == 1 else "tp x attention_dp"
+    if intra_node_link is not None and not intra_node_link.strip():  # "" is not "the default"
+        raise ConfigError("replica.intra_node_link", "is empty", "name a link inside a node (nvlink, nvlink-switch, "
+                          "nvlink-pairwise, pcie), or drop it for the GPU's own")
     intra_name = intra_node_link or default_intra_node_link(gpu)
     if intra_name.lower() not in INTRA_NODE_LINKS and is_link_name(intra_name):
         raise ConfigError("replica.intra_node_link", f"{intra_name!r} links nodes, not GPUs inside one",

@@ -150,7 +150,8 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     num_blocks = num_tokens // replica.block_size
     if replica.num_gpu_blocks is not None:
         # A given block count replaces the plan's (vLLM's num_gpu_blocks_override), e.g. to match
-        # another simulator's cache size; the weights must still fit, which is checked above.
+        # another simulator's cache size, or an unbounded cache; the weights must still fit, which is
+        # checked above. The blocks may exceed what the GPU holds: asked for, as vLLM's override allows.
         num_blocks = replica.num_gpu_blocks
     return MemoryPlan(tuple(weights), activation, tuple(budgets), tuple(per_token),
                       num_blocks * replica.block_size, num_blocks, replica.block_size,

@@ -779,7 +779,11 @@ def _search_plan(config: RunConfig, settings: SearchSettings) -> tuple[float, Li
     if settings.users:  # whole users from 1 to max_users, from the config's concurrency
         first = min(max(config.workload.concurrency or DEFAULT_FIRST_USERS, 1), settings.max_users)
         return first, Limits(settings.rel_tol, 1, settings.max_users, settings.max_trials, integer=True), switches
-    qps = min(max(settings.qps_start or config.workload.qps, settings.min_qps), settings.max_qps)
+    qps = settings.qps_start or config.workload.qps
+    if not settings.min_qps <= qps <= settings.max_qps:  # (only --qps can be: --qps-start is checked with the range)
+        raise ConfigError("--qps", f"the search's first rate, {qps:g} (--qps, as no --qps-start is given), is outside "
+                          f"its range [{settings.min_qps:g}, {settings.max_qps:g}]",
+                          "pass --qps-start inside it, or widen --min-qps/--max-qps")
     limits = Limits(settings.rel_tol, settings.min_qps, settings.max_qps, settings.max_trials)
     return qps, limits, switches
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.config.catalog import get_gpu, get_model
 from simulator.config.precision import MXFP4_FORMATS, MXFP8_MOE_GPUS, kernel_format
-from simulator.config.run_config import RunConfig, SchedulerConfig
+from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
+from simulator.config.speculative import SpeculativeConfig
 
 if TYPE_CHECKING:
     from simulator.planning.plan import Candidate, Layout
@@ -45,6 +46,9 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--max-num-batched-tokens {lay.budget}"] if lay.budget else []
         parts += [f"--max-num-seqs {lay.max_num_seqs}", f"--max-model-len {max_len}"]
         parts += [f"--quantization {quant}"] if quant else []
+        parts += _vllm_memory_flags(base)
+        if base.speculative is not None:
+            parts.append(f"--speculative-config '{json.dumps(_vllm_speculative(base.speculative))}'")
         if role is not None:
             parts.append("--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'")
         return " ".join(parts)
@@ -59,8 +63,14 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--quantization {quant}"] if quant else []
         if kernel("sglang") == "mxfp4-w4a16" and gpu.name in MXFP8_MOE_GPUS:
             parts.append("--flashinfer-mxfp4-moe-precision bf16")
+        parts += _sglang_memory_flags(base)
+        notes = []
+        if base.speculative is not None:
+            flags, note = _sglang_speculative(base.speculative)
+            parts += flags
+            notes += [note] if note else []
         parts += [f"--disaggregation-mode {role}"] if role else []
-        return " ".join(parts)
+        return " ".join(parts) + ("  # " + "; ".join(notes) if notes else "")
 
     def trtllm(tp: int, role: str | None) -> str:
         # TensorRT-LLM's attention-DP ranks are ranks of its TP world, each with its own attention and KV
@@ -72,7 +82,9 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--max_num_tokens {lay.budget}"] if lay.budget else []
         parts += [f"--max_batch_size {lay.max_num_seqs}", f"--max_seq_len {max_len}"]
         notes = []
-        extra = trtllm_extra_options(lay, base.scheduler, role)
+        extra = trtllm_extra_options(lay, base.scheduler, role) | _trtllm_memory_options(base)
+        if base.speculative is not None:
+            extra["speculative_config"] = _trtllm_speculative(base.speculative)
         if extra:
             parts.append(f"--extra_llm_api_options {role or 'extra'}.yml")
             notes.append(f"{role or 'extra'}.yml: {json.dumps(extra)}")
@@ -110,6 +122,103 @@ def trtllm_extra_options(lay: Layout, sched: SchedulerConfig, role: str | None) 
     if role is not None:
         extra["cache_transceiver_config"] = {"backend": "DEFAULT"}
     return extra
+
+
+# -- what the run priced beyond the layout: the KV cache's memory, dtype and blocks, and speculation ----------------
+# (each only where the run departs from the default, so a plain plan's commands stay as short as they were)
+_DEFAULT_REPLICA = ReplicaConfig()
+_DRAFT_HEAD = "<the draft head's checkpoint>"  # an EAGLE/Medusa head: the run names its method, not its weights
+
+
+def _vllm_memory_flags(base: RunConfig) -> list[str]:
+    r, out = base.replica, []
+    if r.gpu_memory_utilization != _DEFAULT_REPLICA.gpu_memory_utilization or r.memory_fraction_of != "total":
+        out.append(f"--gpu-memory-utilization {r.gpu_memory_utilization:g}")  # (vLLM's: a fraction of the total)
+    if r.kv_cache_dtype == "fp8":
+        out.append("--kv-cache-dtype fp8")
+    if r.block_size != _DEFAULT_REPLICA.block_size:
+        out.append(f"--block-size {r.block_size}")
+    if r.num_gpu_blocks is not None:
+        out.append(f"--num-gpu-blocks-override {r.num_gpu_blocks}")
+    return out
+
+
+def _sglang_memory_flags(base: RunConfig) -> list[str]:
+    r, out = base.replica, []
+    if r.gpu_memory_utilization != _DEFAULT_REPLICA.gpu_memory_utilization or r.memory_fraction_of != "total":
+        out.append(f"--mem-fraction-static {r.gpu_memory_utilization:g}")
+    if r.kv_cache_dtype == "fp8":
+        out.append("--kv-cache-dtype fp8_e4m3")
+    if r.block_size != _DEFAULT_REPLICA.block_size:
+        out.append(f"--page-size {r.block_size}")
+    if r.num_gpu_blocks is not None:
+        out.append(f"--max-total-tokens {r.num_gpu_blocks * r.block_size}")
+    return out
+
+
+def _trtllm_memory_options(base: RunConfig) -> dict[str, Any]:
+    r, kv = base.replica, {}
+    if r.gpu_memory_utilization != _DEFAULT_REPLICA.gpu_memory_utilization or r.memory_fraction_of != "total":
+        kv["free_gpu_memory_fraction"] = r.gpu_memory_utilization  # (TensorRT-LLM's: of the memory left after weights)
+    if r.kv_cache_dtype == "fp8":
+        kv["dtype"] = "fp8"
+    if r.block_size != _DEFAULT_REPLICA.block_size:
+        kv["tokens_per_block"] = r.block_size
+    if r.num_gpu_blocks is not None:
+        kv["max_tokens"] = r.num_gpu_blocks * r.block_size
+    return {"kv_cache_config": kv} if kv else {}
+
+
+def _vllm_speculative(spec: SpeculativeConfig) -> dict[str, Any]:
+    """vLLM's own ``--speculative-config`` keys (the simulator's acceptance keys are not vLLM's)."""
+    out: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_verify_tokens}
+    if spec.method == "draft_model":
+        out["model"] = spec.draft_model
+    elif spec.method in ("eagle", "eagle3", "medusa"):
+        out["model"] = _DRAFT_HEAD
+    if spec.draft_tp != 1:
+        out["draft_tensor_parallel_size"] = spec.draft_tp
+    if spec.token_tree:
+        out["speculative_token_tree"] = str(list(spec.token_tree))
+    if spec.disable_by_batch_size is not None:
+        out["disable_by_batch_size"] = spec.disable_by_batch_size
+    return out
+
+
+# SGLang's --speculative-algorithm per method (its MTP for DeepSeek runs as EAGLE over the NextN module).
+_SGLANG_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "EAGLE", "ngram": "NGRAM", "draft_model": "STANDALONE"}
+
+
+def _sglang_speculative(spec: SpeculativeConfig) -> tuple[list[str], str]:
+    algorithm = _SGLANG_ALGORITHMS.get(spec.method)
+    if algorithm is None:
+        return [], f"SGLang has no {spec.method} speculation: the plan priced it"
+    k = spec.k
+    flags = [f"--speculative-algorithm {algorithm}", f"--speculative-num-steps {k}", "--speculative-eagle-topk 1",
+             f"--speculative-num-draft-tokens {k + 1}"]
+    if spec.method == "draft_model":
+        flags.append(f"--speculative-draft-model-path {spec.draft_model}")
+    elif spec.method in ("eagle", "eagle3"):
+        flags.append(f"--speculative-draft-model-path {_DRAFT_HEAD}")
+    note = (f"the plan priced a token tree of {spec.num_verify_tokens} nodes: set --speculative-eagle-topk and "
+            "--speculative-num-draft-tokens to it" if spec.token_tree else "")
+    return flags, note
+
+
+# TensorRT-LLM's speculative_config decoding_type per method.
+_TRTLLM_DECODING = {"mtp": "MTP", "eagle": "Eagle", "eagle3": "Eagle", "ngram": "NGram", "draft_model": "DraftTarget",
+                    "medusa": "Medusa"}
+
+
+def _trtllm_speculative(spec: SpeculativeConfig) -> dict[str, Any]:
+    if spec.method == "mtp":
+        return {"decoding_type": "MTP", "num_nextn_predict_layers": spec.k}
+    out: dict[str, Any] = {"decoding_type": _TRTLLM_DECODING[spec.method], "max_draft_len": spec.k}
+    if spec.method == "draft_model":
+        out["speculative_model_dir"] = spec.draft_model
+    elif spec.method in ("eagle", "eagle3", "medusa"):
+        out["speculative_model_dir"] = _DRAFT_HEAD
+    return out
 
 
 LAUNCH_ENGINES = ("vllm", "sglang", "trtllm")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import MAX_QPS
+from simulator.config.run_config import MAX_QPS, MIN_QPS
 
 CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
 DEFAULT_GOODPUT_TARGET = 0.9  # DistServe: 90% of requests meet both SLOs
@@ -126,13 +126,18 @@ class SearchSettings:
     def __post_init__(self) -> None:
         if not 0 < self.rel_tol < 1:
             raise ConfigError("capacity.rel_tol", f"must be in (0, 1), got {self.rel_tol}", "e.g. 0.025")
-        if self.qps_start is not None and not self.qps_start > 0:
-            raise ConfigError("capacity.qps_start", f"must be positive, got {self.qps_start}")
-        if not 0 < self.min_qps < self.max_qps:
-            raise ConfigError("capacity.min_qps", f"need 0 < min_qps < max_qps, got {self.min_qps}, {self.max_qps}")
+        if self.qps_start is not None and not self.qps_start >= MIN_QPS:
+            raise ConfigError("capacity.qps_start", f"must be at least {MIN_QPS:g} requests/s, got {self.qps_start}",
+                              f"pass --qps-start {MIN_QPS:g} or more")
+        if not MIN_QPS <= self.min_qps < self.max_qps:
+            raise ConfigError("capacity.min_qps", f"need {MIN_QPS:g} <= min_qps < max_qps, got {self.min_qps}, "
+                              f"{self.max_qps}", f"pass --min-qps {MIN_QPS:g} or more, below --max-qps")
         if not self.max_qps <= MAX_QPS:  # inf, or a rate the workload refuses (mid-search, after many trials)
             raise ConfigError("capacity.max_qps", f"must be at most {MAX_QPS:g} requests/s, got {self.max_qps}",
                               f"pass --max-qps {MAX_QPS:g} or lower")
+        if self.qps_start is not None and not self.min_qps <= self.qps_start <= self.max_qps:  # (it was clamped)
+            raise ConfigError("capacity.qps_start", f"{self.qps_start:g} is outside the search's range [{self.min_qps:g}, "
+                              f"{self.max_qps:g}]", "pass a --qps-start inside it, or widen --min-qps/--max-qps")
         if self.max_trials < 2:
             raise ConfigError("capacity.max_trials", f"must be >= 2, got {self.max_trials}")
         # A rate setting in a users search (or the users' ceiling in a rate search) would do nothing.

@@ -441,7 +441,7 @@ def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanS
 def search_settings(bound_qps: float, load_qps: float, rel_tol: float) -> SearchSettings:
     """The capacity search of a layout: from the load (or half the bound, if lower), to ``rel_tol``."""
     start = min(load_qps, bound_qps / 2) if math.isfinite(bound_qps) else load_qps
-    return SearchSettings(rel_tol=rel_tol, qps_start=max(start, 0.02), min_qps=0.01, max_qps=1000.0)
+    return SearchSettings(rel_tol=rel_tol, qps_start=min(max(start, 0.02), 1000.0), min_qps=0.01, max_qps=1000.0)
 
 
 def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:

@@ -163,7 +163,7 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
         raise ConfigError("sweep", f"{path} is a folder, not a sweep file", "pass a .toml sweep file")
     if not path.is_file():
         raise ConfigError("sweep", f"{path} does not exist", "pass a .toml sweep file")
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8-sig")  # (a byte-order mark is no part of the table)
     if path.suffix in (".yaml", ".yml"):
         try:
             import yaml
@@ -264,6 +264,11 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         where = f"sweep.grid.{key}"
         for name in names:
             _check_name(where, name, mode)
+        if len(set(names)) < len(names):  # ("tp,tp": the last column would win, the first dropped)
+            raise ConfigError(where, f"names {max(names, key=names.count)!r} twice", "name each option once")
+        if "fast_forward" in names:  # (its points would be refused as one configuration, for the wrong reason)
+            raise ConfigError(where, "fast_forward changes a run's speed, never its results, so its points would be "
+                              "the same", "drop fast_forward from the grid (time runs with benchmarks/)")
         if not isinstance(values, list) or not values:
             raise ConfigError(where, "must be a non-empty list of values")
         rows = []

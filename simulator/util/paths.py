@@ -135,6 +135,19 @@ def check_profile_table(path: Path | str, field: str = "--profile") -> Path:
     return check_in_file(path, field, "pass a `simulate profile` folder or a profile table")
 
 
+def check_profile_tables(paths: list[Path] | list[str], field: str = "--profile") -> list[Path]:
+    """:func:`check_profile_table` of each, and no table twice (a folder and its profile.csv are one):
+    a table given twice would count its rows twice, and put copies of training rows in the hold-out."""
+    tables = [check_profile_table(path, field) for path in paths]
+    seen: dict[Path, Path] = {}
+    for given, table in zip(paths, tables, strict=True):
+        key = table.resolve()
+        if key in seen:
+            raise ConfigError(field, f"{given} is the table {seen[key]} already gave ({table})", "give each table once")
+        seen[key] = Path(given)
+    return tables
+
+
 def _made_parents(path: Path) -> list[Path]:
     """Create ``path``'s missing parent folders; return those created, deepest first."""
     missing = [p for p in path.absolute().parents if not p.exists()]

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
-from simulator.config.limits import MAX_TOKENS
+from simulator.config.limits import MAX_ARRIVAL_S, MAX_TOKENS
 from simulator.config.run_config import WorkloadConfig
 
 BUILTIN_NAMES = ("sharegpt", "arxiv")
@@ -119,6 +119,10 @@ class RequestTable:
                               f"{prompt.shape}, {output.shape}")
         if len(arrival) and (not np.all(np.isfinite(arrival)) or arrival[0] < 0 or np.any(np.diff(arrival) < 0)):
             raise ConfigError("requests", "arrival_at must be finite, >= 0 and non-decreasing")
+        if len(arrival) and arrival[-1] > MAX_ARRIVAL_S:
+            raise ConfigError("requests", f"arrivals reach {arrival[-1]:.3g} s, past {MAX_ARRIVAL_S:g} s (~31 years), "
+                              "where a timestamp no longer resolves a microsecond of latency",
+                              "raise --qps, send fewer requests, or (a trace) raise --time-scale or drop its far rows")
         if np.any(prompt <= 0) or np.any(output <= 0):
             raise ConfigError("requests", "token counts must be > 0")
         for name, arr in (("arrival_at", arrival), ("num_prompt_tokens", prompt), ("num_output_tokens", output)):
@@ -646,7 +650,7 @@ def _read_jsonl(path: str) -> TraceData:
     time_raw: list[Any] = []
     lines: list[int] = []
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
+        with opener(path, "rt", encoding="utf-8-sig") as fh:
             for lineno, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue  # blank lines carry no request

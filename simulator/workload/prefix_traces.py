@@ -59,7 +59,7 @@ class PrefixTrace:
 
 def _open_lines(path: str):  # noqa: ANN202 - a text file object
     """A JSONL trace's text, gunzipped on the fly where the name ends in ``.gz``."""
-    return gzip.open(path, "rt", encoding="utf-8") if path.lower().endswith(".gz") else open(path, encoding="utf-8")
+    return gzip.open(path, "rt", encoding="utf-8-sig") if path.lower().endswith(".gz") else open(path, encoding="utf-8-sig")
 
 
 def is_mooncake_jsonl(path: str) -> bool:
@@ -83,7 +83,7 @@ def is_weka_session(path: str) -> bool:
     if p.suffix.lower() != ".json":
         return False
     try:
-        with open(p, encoding="utf-8") as fh:
+        with open(p, encoding="utf-8-sig") as fh:
             head = fh.read(4096)
     except (OSError, UnicodeDecodeError):
         return False
@@ -213,7 +213,7 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
     next_id = 0
     for session, file in enumerate(_session_files(path)):
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
+            data = json.loads(file.read_text(encoding="utf-8-sig"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ConfigError(_FIELD, f"{file}: not a readable JSON session ({err})", "pass Weka trace files") from None
         if not isinstance(data, dict) or "requests" not in data or "block_size" not in data:

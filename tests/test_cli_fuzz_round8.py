@@ -204,3 +204,18 @@ def test_blank_values_are_refused_before_any_work(tmp_path: Path) -> None:
     refuse_blank_values(["run", "--out", "x", "--no-progress"])
     line = one_line_error(simulate_module("run", "--out", "", "--num-requests", "5", cwd=tmp_path))
     assert line.startswith("error: --out: is empty") and not list(tmp_path.iterdir())  # nothing simulated or written
+
+
+def test_a_kv_cache_set_past_the_memory_plan_is_said() -> None:
+    """--num-gpu-blocks may ask for more than the GPU holds (an unbounded cache, as the prefix-cache tests use);
+    10 million blocks on one A100 ran without a word. The summary now keeps what the memory plan gives."""
+    from simulator.cli.run import run_simulation
+
+    base = RunConfig(workload=WorkloadConfig(num_requests=3))
+    _, over = run_simulation(base.replace(replica__num_gpu_blocks=100_000))
+    assert over["kv_cache_tokens"] == 1_600_000 > over["kv_cache_tokens_by_memory"] > 0
+    _, given = run_simulation(base.replace(replica__num_gpu_blocks=3_000))
+    assert given["kv_cache_tokens"] == 48_000 < given["kv_cache_tokens_by_memory"] == over["kv_cache_tokens_by_memory"]
+    _, planned = run_simulation(base)
+    assert "kv_cache_tokens_by_memory" not in planned
+    assert planned["kv_cache_tokens"] == over["kv_cache_tokens_by_memory"]

@@ -143,6 +143,9 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     print_table(console, table)
     state = (f" (a sequence's recurrent state takes {summary['state_tokens_per_seq']:,})"
              if "state_tokens_per_seq" in summary else "")
+    if summary.get("kv_cache_tokens_by_memory", math.inf) < summary["kv_cache_tokens"]:  # said, not silent
+        state += (f" (set by --num-gpu-blocks: more than the {summary['kv_cache_tokens_by_memory']:,} the memory plan "
+                  f"gives at --gpu-memory-utilization {config.replica.gpu_memory_utilization:g})")
     console.print(
         f"requests: {summary['num_finished']:,} finished, {summary['num_rejected']:,} rejected, "
         f"{count(summary['num_preemptions'], 'preemption')} · throughput {summary['throughput_rps']:.2f} req/s, "

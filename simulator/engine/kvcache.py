@@ -52,6 +52,7 @@ class MemoryPlan:
     num_blocks: int
     block_size: int
     num_state_blocks: int = 0  # blocks each running sequence's recurrent state takes (hybrid models)
+    num_memory_tokens: int | None = None  # where num_gpu_blocks set the cache: the tokens the memory plan holds
 
     def as_dict(self) -> dict[str, float | int]:
         return {
@@ -155,7 +156,8 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
         num_blocks = replica.num_gpu_blocks
     return MemoryPlan(tuple(weights), activation, tuple(budgets), tuple(per_token),
                       num_blocks * replica.block_size, num_blocks, replica.block_size,
-                      state_blocks_per_seq(replica, kv_token_layer))
+                      state_blocks_per_seq(replica, kv_token_layer),
+                      None if replica.num_gpu_blocks is None else num_tokens // replica.block_size * replica.block_size)
 
 
 def state_blocks_per_seq(replica: ReplicaConfig, kv_token_layer: float) -> int:

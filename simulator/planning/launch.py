@@ -46,7 +46,7 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--max-num-batched-tokens {lay.budget}"] if lay.budget else []
         parts += [f"--max-num-seqs {lay.max_num_seqs}", f"--max-model-len {max_len}"]
         parts += [f"--quantization {quant}"] if quant else []
-        parts += _vllm_memory_flags(base)
+        parts += _memory_flags(base, "vllm")
         if base.speculative is not None:
             parts.append(f"--speculative-config '{json.dumps(_vllm_speculative(base.speculative))}'")
         if role is not None:
@@ -63,7 +63,7 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--quantization {quant}"] if quant else []
         if kernel("sglang") == "mxfp4-w4a16" and gpu.name in MXFP8_MOE_GPUS:
             parts.append("--flashinfer-mxfp4-moe-precision bf16")
-        parts += _sglang_memory_flags(base)
+        parts += _memory_flags(base, "sglang")
         notes = []
         if base.speculative is not None:
             flags, note = _sglang_speculative(base.speculative)
@@ -130,42 +130,40 @@ _DEFAULT_REPLICA = ReplicaConfig()
 _DRAFT_HEAD = "<the draft head's checkpoint>"  # an EAGLE/Medusa head: the run names its method, not its weights
 
 
-def _vllm_memory_flags(base: RunConfig) -> list[str]:
-    r, out = base.replica, []
+def _memory_departures(base: RunConfig) -> dict[str, Any]:
+    """The KV cache settings the run priced away from the defaults: the memory fraction, FP8 KV, the
+    block size and a given block count (each engine spells them its own way, below)."""
+    r, out = base.replica, {}
     if r.gpu_memory_utilization != _DEFAULT_REPLICA.gpu_memory_utilization or r.memory_fraction_of != "total":
-        out.append(f"--gpu-memory-utilization {r.gpu_memory_utilization:g}")  # (vLLM's: a fraction of the total)
+        out["fraction"] = r.gpu_memory_utilization
     if r.kv_cache_dtype == "fp8":
-        out.append("--kv-cache-dtype fp8")
+        out["fp8"] = True
     if r.block_size != _DEFAULT_REPLICA.block_size:
-        out.append(f"--block-size {r.block_size}")
+        out["block_size"] = r.block_size
     if r.num_gpu_blocks is not None:
-        out.append(f"--num-gpu-blocks-override {r.num_gpu_blocks}")
+        out["num_blocks"], out["num_tokens"] = r.num_gpu_blocks, r.num_gpu_blocks * r.block_size
     return out
 
 
-def _sglang_memory_flags(base: RunConfig) -> list[str]:
-    r, out = base.replica, []
-    if r.gpu_memory_utilization != _DEFAULT_REPLICA.gpu_memory_utilization or r.memory_fraction_of != "total":
-        out.append(f"--mem-fraction-static {r.gpu_memory_utilization:g}")
-    if r.kv_cache_dtype == "fp8":
-        out.append("--kv-cache-dtype fp8_e4m3")
-    if r.block_size != _DEFAULT_REPLICA.block_size:
-        out.append(f"--page-size {r.block_size}")
-    if r.num_gpu_blocks is not None:
-        out.append(f"--max-total-tokens {r.num_gpu_blocks * r.block_size}")
-    return out
+# Each engine's spelling of a departure (vLLM's fraction is of the GPU's total memory, SGLang's static
+# fraction likewise; TensorRT-LLM's free_gpu_memory_fraction is of the memory left after the weights).
+_MEMORY_FLAGS = {
+    "vllm": {"fraction": "--gpu-memory-utilization {:g}", "fp8": "--kv-cache-dtype fp8", "block_size": "--block-size {}",
+             "num_blocks": "--num-gpu-blocks-override {}"},
+    "sglang": {"fraction": "--mem-fraction-static {:g}", "fp8": "--kv-cache-dtype fp8_e4m3", "block_size": "--page-size {}",
+               "num_tokens": "--max-total-tokens {}"},
+}
+_TRTLLM_KV_KEYS = {"fraction": "free_gpu_memory_fraction", "fp8": "dtype", "block_size": "tokens_per_block",
+                   "num_tokens": "max_tokens"}
+
+
+def _memory_flags(base: RunConfig, engine: str) -> list[str]:
+    return [_MEMORY_FLAGS[engine][k].format(v) for k, v in _memory_departures(base).items() if k in _MEMORY_FLAGS[engine]]
 
 
 def _trtllm_memory_options(base: RunConfig) -> dict[str, Any]:
-    r, kv = base.replica, {}
-    if r.gpu_memory_utilization != _DEFAULT_REPLICA.gpu_memory_utilization or r.memory_fraction_of != "total":
-        kv["free_gpu_memory_fraction"] = r.gpu_memory_utilization  # (TensorRT-LLM's: of the memory left after weights)
-    if r.kv_cache_dtype == "fp8":
-        kv["dtype"] = "fp8"
-    if r.block_size != _DEFAULT_REPLICA.block_size:
-        kv["tokens_per_block"] = r.block_size
-    if r.num_gpu_blocks is not None:
-        kv["max_tokens"] = r.num_gpu_blocks * r.block_size
+    kv = {_TRTLLM_KV_KEYS[k]: ("fp8" if k == "fp8" else v) for k, v in _memory_departures(base).items()
+          if k in _TRTLLM_KV_KEYS}
     return {"kv_cache_config": kv} if kv else {}
 
 

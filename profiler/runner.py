@@ -31,6 +31,7 @@ from profiler.grid import Point, build_points
 from profiler.ops import op_dtype
 from profiler.schema import (
     ALL_OPS,
+    ATTN_DECODE,
     COMM_OPS,
     FAMILY_OF_OP,
     METADATA_FILE,
@@ -151,6 +152,9 @@ class ProfileConfig:
                               f"--device {self.device}", "use --device cuda, or drop --l2-flush")
         if self.l2_flush is not None and self.l2_flush not in L2_FLUSH_MODES:
             raise ConfigError("--l2-flush", f"unknown mode {self.l2_flush!r}", f"use one of {', '.join(L2_FLUSH_MODES)}")
+        if self.seed != 0 and ATTN_DECODE not in self.ops:  # (the seed draws decode batches' mixed lengths only)
+            raise ConfigError("--seed", f"draws the mixed lengths of the decode-attention batches, and --ops has no "
+                              f"{ATTN_DECODE}, so --seed would do nothing", f"add {ATTN_DECODE} to --ops, or drop --seed")
         if self.world_sizes is not None and not set(self.ops) & set(COMM_OPS):
             raise ConfigError("--world-size", "only the comm ops run in process groups, and --ops has none, so "
                               "--world-size would do nothing", "add comm to --ops, or drop --world-size")

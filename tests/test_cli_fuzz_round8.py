@@ -219,3 +219,12 @@ def test_a_kv_cache_set_past_the_memory_plan_is_said() -> None:
     _, planned = run_simulation(base)
     assert "kv_cache_tokens_by_memory" not in planned
     assert planned["kv_cache_tokens"] == over["kv_cache_tokens_by_memory"]
+
+
+def test_profile_refuses_a_seed_that_draws_nothing(tmp_path: Path) -> None:
+    """--seed draws only the decode-attention batches' mixed lengths: with --ops linear it changed nothing."""
+    from profiler.runner import ProfileConfig
+
+    with pytest.raises(ConfigError, match="--seed: draws the mixed lengths"):
+        ProfileConfig(model="tiny-llama-1b", out=tmp_path, ops=("linear",), seed=3)
+    assert ProfileConfig(model="tiny-llama-1b", out=tmp_path, ops=("attention",), seed=3).seed == 3

@@ -57,7 +57,7 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import TabulatedCostModel
 from simulator.costmodel.calibration import KERNEL_BACKENDS, calibration_for
 from simulator.costmodel.roofline import RooflineCostModel
-from simulator.util.paths import check_profile_table
+from simulator.util.paths import check_profile_tables
 
 HOLDOUT = 0.2
 SEED = 0
@@ -279,10 +279,7 @@ def score_profiles(paths: list[Path], backends: tuple[str, ...] = KERNEL_BACKEND
                    progress: Callable[[str, int, int], None] | None = None) -> tuple[pd.DataFrame, dict[str, dict]]:
     """Points of every profile, and each profile's environment, by label (:func:`labels`)."""
     frames, envs = [], {}
-    table_paths = [check_profile_table(p) for p in paths]  # every path checked before any is read
-    twice = sorted({str(t) for t in table_paths if sum(u.resolve() == t.resolve() for u in table_paths) > 1})
-    if twice:
-        raise ConfigError("--profile", f"{', '.join(twice)} given more than once", "pass each profile once")
+    table_paths = check_profile_tables(paths)  # every path checked, and none twice, before any is read
     for done, (table_path, label) in enumerate(zip(table_paths, labels(table_paths), strict=True)):
         if progress:
             progress(label, done, len(paths))

@@ -23,7 +23,6 @@ from simulator.util.paths import (
     check_in_dir,
     check_out_dir,
     check_out_file,
-    check_profile_table,
     check_profile_tables,
 )
 from simulator.util.progress import StepProgress
@@ -324,8 +323,7 @@ def fidelity(
                               f"pass some of {','.join(TABLE_BACKENDS)}, comma-separated")
         out = out or Path("fidelity_profile")
         check_out_dir(out, "--out", existing_ok=True)
-        for path in profile:  # (profile_fidelity refuses a table given twice itself)
-            check_profile_table(path)
+        check_profile_tables(profile)
         from rich.console import Console
 
         from simulator.calibrate import profile_fidelity as pf

@@ -159,10 +159,7 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
     if context > MAX_TOKENS:
         raise ConfigError("model.max_position_embeddings", f"{where}: {context:,} positions is beyond any context "
                           f"servesim runs (at most {MAX_TOKENS:,})", "give the model's real context length")
-    tied = cfg.get("tie_word_embeddings", False)
-    if not isinstance(tied, bool):
-        raise ConfigError("model.tie_word_embeddings", f"{where}: needs true or false, got {tied!r}",
-                          "write it as a JSON boolean")
+    tied = f.flag("tie_word_embeddings")
     return ModelSpec(
         name=name, hf_id=hf_id, num_layers=num_layers, hidden_size=hidden, num_heads=heads,
         num_kv_heads=kv_heads, ffn_size=ffn, vocab_size=f.need("vocab_size"),
@@ -188,7 +185,8 @@ def _text_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
 
 
 class _Fields:
-    """A config's integer fields, each read with a one-line error naming it where it is not one."""
+    """A config's integer and true/false fields, each read with a one-line error naming it where it is
+    not one, and the checks that a field the architecture would not read is absent."""
 
     def __init__(self, cfg: dict[str, Any], where: str) -> None:
         self.cfg, self.where = cfg, where

@@ -66,7 +66,6 @@ class BatchShape:
         shape carries verify rows there too)."""
         return self.num_prefill_tokens
 
-
     def add_prefill(self, chunk: int, kv_before: int, produces_token: bool) -> None:
         self.num_prefill_tokens += chunk
         self.num_prefills += 1

@@ -60,7 +60,6 @@ if TYPE_CHECKING:
     from simulator.costmodel.roofline import RooflineCostModel
 
 
-
 @dataclass(frozen=True)
 class ExpertCalibration:
     """Efficiencies of the expert GEMMs and the router's fixed cost on one GPU.

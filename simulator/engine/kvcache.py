@@ -148,7 +148,7 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
         budgets.append(budget)
         per_token.append(num_layers * kv_token_layer)
     num_tokens = int(min(b / t for b, t in zip(budgets, per_token, strict=True)))
-    num_blocks = num_tokens // replica.block_size
+    num_blocks = planned_blocks = num_tokens // replica.block_size
     if replica.num_gpu_blocks is not None:
         # A given block count replaces the plan's (vLLM's num_gpu_blocks_override), e.g. to match
         # another simulator's cache size, or an unbounded cache; the weights must still fit, which is
@@ -157,7 +157,7 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     return MemoryPlan(tuple(weights), activation, tuple(budgets), tuple(per_token),
                       num_blocks * replica.block_size, num_blocks, replica.block_size,
                       state_blocks_per_seq(replica, kv_token_layer),
-                      None if replica.num_gpu_blocks is None else num_tokens // replica.block_size * replica.block_size)
+                      None if replica.num_gpu_blocks is None else planned_blocks * replica.block_size)
 
 
 def state_blocks_per_seq(replica: ReplicaConfig, kv_token_layer: float) -> int:

@@ -143,7 +143,8 @@ def check_profile_tables(paths: list[Path] | list[str], field: str = "--profile"
     for given, table in zip(paths, tables, strict=True):
         key = table.resolve()
         if key in seen:
-            raise ConfigError(field, f"{given} is the table {seen[key]} already gave ({table})", "give each table once")
+            raise ConfigError(field, f"{given} given more than once: it is the table {seen[key]} already gave ({table})",
+                              "pass each profile once")
         seen[key] = Path(given)
     return tables
 

@@ -37,6 +37,7 @@ import pandas as pd
 from simulator.calibrate.csv_input import read_csv_checked
 from simulator.config.catalog import get_gpu, get_model
 from simulator.config.errors import ConfigError
+from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_TOKENS
 from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import BatchShape
@@ -415,7 +416,7 @@ def read_bench(path: Path) -> BenchRun:
     if not path.is_file():
         raise ConfigError("bench", f"{path} does not exist", "pass the JSON of `vllm bench serve --save-result --save-detailed`")
     try:
-        data = json.loads(path.read_text())
+        data = loads_once(path.read_text(), str(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("bench", f"{path} is not valid JSON ({type(exc).__name__})") from None
     if not isinstance(data, dict):

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.errors import ConfigError
+from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_TOKENS
 from simulator.config.specs import GB, TFLOPS, GPUSpec, ModelSpec
 
@@ -107,7 +108,7 @@ def load_hf_model(path: str) -> ModelSpec:
 @lru_cache(maxsize=64)
 def _load_hf_model(name: str, file: str, _mtime_ns: int) -> ModelSpec:
     try:
-        cfg = json.loads(Path(file).read_text(encoding="utf-8-sig"))  # (a byte-order mark is no part of the JSON)
+        cfg = loads_once(Path(file).read_text(encoding="utf-8-sig"), file)  # (a byte-order mark is no part of the JSON)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError("model", f"{file} is not valid JSON ({exc})") from None
     if not isinstance(cfg, dict):
@@ -375,7 +376,7 @@ def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
     is_toml = path.lower().endswith(".toml")  # (GPU.TOML too)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")  # (a byte-order mark is not part of the table)
-        data = tomllib.loads(text) if is_toml else json.loads(text)
+        data = tomllib.loads(text) if is_toml else loads_once(text, path)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("gpu", f"{path} is not valid {'TOML' if is_toml else 'JSON'} ({exc})",
                           "write the GPU as a TOML or JSON table of the documented keys") from None

@@ -15,6 +15,7 @@ from typing import Any
 from simulator.config.catalog import GPUS
 from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, parse_pool
 from simulator.config.errors import ConfigError
+from simulator.config.json_types import loads_once
 from simulator.config.run_config import CV_RANGE, RunConfig, engine_override_terms
 
 # vLLM's names (`vllm serve`, `vllm bench serve`) for options of RUN_OPTIONS below: the CLI takes either
@@ -174,7 +175,6 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
 }
 
 
-
 def load_config_file(path: Path, field: str = "--config") -> RunConfig:
     """The RunConfig a run's ``config.json`` holds; ``field`` names the option (or command)
     that passed it, in errors."""
@@ -184,7 +184,7 @@ def load_config_file(path: Path, field: str = "--config") -> RunConfig:
         raise ConfigError(field, f"{path} is a folder", f"pass {inside}" if inside.is_file() else
                           "pass the config.json a run wrote (simulate run --out FOLDER writes FOLDER/config.json)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        data = loads_once(path.read_text(encoding="utf-8-sig"), str(path))
     except FileNotFoundError:
         raise ConfigError(field, f"{path} does not exist", "pass the config.json a run wrote") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from simulator.config.catalog import get_gpu
 from simulator.config.errors import ConfigError
+from simulator.config.json_types import loads_once
 
 IDLE_FRACTION = 0.10  # idle board power over max board power, where none was measured
 
@@ -144,7 +145,7 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
     where = f"--prices {path}"
     if path.suffix.lower() in (".toml", ".json"):
         try:
-            data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+            data = tomllib.loads(text) if path.suffix.lower() == ".toml" else loads_once(text, where)
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             raise ConfigError("--prices", f"{path} cannot be read ({exc})") from None
         if not isinstance(data, dict):

@@ -13,9 +13,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import numbers
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ from typing import Any
 from simulator.config.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
 from simulator.config.disagg_layout import check_link_name
 from simulator.config.errors import ConfigError
+from simulator.config.json_types import check_json_types
 from simulator.config.limits import (  # the bounds (re-exported: callers import them from here too)
     CV_RANGE,
     MAX_BALANCE_ITERS,
@@ -605,48 +603,6 @@ class WorkloadConfig:
         return self.prompt_tokens_stddev > 0 or self.output_tokens_stddev > 0
 
 
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether a JSON ``value`` has the type a config field declares (``int``, ``float``, ``str``,
-    ``bool``, one of them ``| None``, or a ``tuple[X, ...]`` of them, a JSON list); other types are
-    left to the field's own checks."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return any(value is None if arg is type(None) else _fits(value, arg) for arg in typing.get_args(hint))
-    if typing.get_origin(hint) is tuple:
-        args = typing.get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return isinstance(value, list | tuple) and all(_fits(v, args[0]) for v in value)
-        return True
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:  # numbers.Integral: a planner's numpy integers too
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if hint is float:  # an integer too: JSON writes 1.0 as 1 in some hands
-        return isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    return True
-
-
-def _check_json_types(prefix: str, cls: type, values: dict[str, Any]) -> None:
-    """Refuse a ``config.json`` value of the wrong type (``"tp": "2"``, ``"model": null``) in one line:
-    the validators compare and call string methods, so it would otherwise end in a traceback."""
-    hints = typing.get_type_hints(cls)
-    for name, value in values.items():
-        hint = hints.get(name)
-        if hint is not None and not _fits(value, hint):
-            raise ConfigError(f"{prefix}{name}", f"must be {_type_words(hint)}, got {value!r}",
-                              "use the config.json a run wrote")
-
-
-def _type_words(hint: Any) -> str:
-    """A declared type as a reader of config.json says it: ``int or null``, ``a list of float``."""
-    if typing.get_origin(hint) is tuple:
-        return f"a list of {_type_words(typing.get_args(hint)[0])}"
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(_type_words(a) for a in typing.get_args(hint))
-    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint))
-
-
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that determines a run's results. Same config and seed, same outputs."""
@@ -784,14 +740,14 @@ class RunConfig:
                 raise ConfigError(f"config.{key}", "unknown key", f"known: {', '.join(sorted(known))}")
             if key in sections and not isinstance(value, dict):
                 raise ConfigError(f"config.{key}", f"must be an object, got {value!r}", "use the config.json a run wrote")
-            _check_json_types(f"config.{key}." if key in sections else "config.", sections.get(key, cls),
+            check_json_types(f"config.{key}." if key in sections else "config.", sections.get(key, cls),
                               value if key in sections else {key: value})
             if key == "speculative":
                 if value is not None and not isinstance(value, dict):
                     raise ConfigError("config.speculative", f"must be an object or null, got {value!r}",
                                       "use the config.json a run wrote")
                 if value is not None:
-                    _check_json_types("config.speculative.", SpeculativeConfig, value)
+                    check_json_types("config.speculative.", SpeculativeConfig, value)
                 kwargs[key] = None if value is None else SpeculativeConfig.from_dict(value)
             elif key in sections:
                 sub_known = {f.name for f in dataclasses.fields(sections[key])}

@@ -38,6 +38,7 @@ from functools import cached_property
 from typing import Any
 
 from simulator.config.errors import ConfigError
+from simulator.config.json_types import loads_once
 
 METHODS = ("draft_model", "eagle", "eagle3", "mtp", "medusa", "ngram")
 # vLLM's method names (and older spellings) mapped to ours.
@@ -294,17 +295,8 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
     An old-style ``"model": "[ngram]"`` means n-gram; a model without a method means a draft
     model. Keys ``acceptance_rate`` / ``acceptance_rates`` / ``reduce_k_batch_size`` /
     ``acceptance_source`` are ours (so a whole config fits in one JSON string)."""
-    def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:  # else the last of a key given twice wins
-        seen: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in seen and seen[key] != value:
-                raise ConfigError(f"--speculative-config.{key}", f"given twice: {seen[key]!r} and {value!r}",
-                                  "give each key once")
-            seen[key] = value
-        return seen
-
     try:
-        data = json.loads(text, object_pairs_hook=no_repeats)
+        data = loads_once(text, "--speculative-config")
     except json.JSONDecodeError as exc:
         raise ConfigError("--speculative-config", f"not valid JSON ({exc.msg} at column {exc.colno})",
                           """e.g. '{"method": "eagle3", "num_speculative_tokens": 3}'""") from None

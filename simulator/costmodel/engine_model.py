@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
+from simulator.config.json_types import check_json_types, loads_once
 from simulator.config.run_config import (
     DEFAULT_ENGINE,
     ENGINE_PRESETS,
@@ -133,7 +134,9 @@ class EngineModel:
                 for t, v in getattr(self, f.name):
                     if t < 1 or not math.isfinite(v) or (f.name == "rpc_s" and v < 0):
                         raise ConfigError(f"engine.{f.name}", f"bad entry tp={t}: {v}", "use tp >= 1 and finite seconds")
-            elif isinstance(value, float) and (not math.isfinite(value) or value < 0):
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            elif not math.isfinite(value) or value < 0:  # an int too: JSON writes -1.0 as -1 in some hands
                 raise ConfigError(f"engine.{f.name}", f"must be finite and >= 0, got {value}")
         if self.kernels is not None and self.kernels not in KERNEL_TABLES:
             raise ConfigError("engine.kernels", f"unknown kernel prices {self.kernels!r}", f"known: {', '.join(KERNEL_TABLES)}")
@@ -158,6 +161,10 @@ class EngineModel:
         bad = set(data) - known
         if bad:
             raise ConfigError("engine", f"unknown engine term {sorted(bad)[0]!r}", f"known: {', '.join(sorted(known))}")
+        check_json_types("engine.", cls, data, "use the JSON `simulate calibrate-engine` wrote")
+        for name in ("name", "source", "fitted"):
+            if name not in data:
+                raise ConfigError(f"engine.{name}", "missing", "use the JSON `simulate calibrate-engine` wrote")
         data = dict(data)
         for key in ("rpc_s", "collective_extra_s"):
             data[key] = tuple((int(t), float(v)) for t, v in data.get(key, ()))
@@ -298,8 +305,6 @@ assert tuple(ENGINES) == ENGINE_PRESETS, "config.ENGINE_PRESETS must list the pr
 assert DEFAULT_ENGINE in ENGINES  # the run config's default names a preset
 
 
-
-
 def load_engine(spec: str | EngineModel) -> EngineModel:
     """A preset name, an :class:`EngineModel`, or the path of a ``calibrate-engine`` artifact; either
     name may carry term overrides, ``vllm-2026:handoff_s=0.02,cpu_iteration_s=0.001`` (seconds)."""
@@ -315,7 +320,7 @@ def load_engine(spec: str | EngineModel) -> EngineModel:
         raise ConfigError("engine", f"{spec!r} is neither a preset nor an engine artifact",
                           f"presets: {', '.join(ENGINES)}; or the JSON written by `simulate calibrate-engine`")
     try:
-        data = json.loads(path.read_text())
+        data = loads_once(path.read_text(), str(path))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("engine", f"{path} is not readable JSON ({type(exc).__name__})") from None
     if not isinstance(data, dict) or data.get("format") != ARTIFACT_FORMAT:
@@ -323,6 +328,8 @@ def load_engine(spec: str | EngineModel) -> EngineModel:
     if data.get("format_version") != ARTIFACT_VERSION:
         raise ConfigError("engine", f"{path} has format_version {data.get('format_version')}, this build reads "
                           f"{ARTIFACT_VERSION}", "re-run `simulate calibrate-engine`")
+    if not isinstance(data.get("engine"), dict):
+        raise ConfigError("engine", f"{path} holds no 'engine' object of terms", "re-run `simulate calibrate-engine`")
     return EngineModel.from_dict(data["engine"])
 
 

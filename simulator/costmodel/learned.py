@@ -27,7 +27,6 @@ run summary: the numbers are a documented guess, never a silent one.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
+from simulator.config.json_types import loads_once
 from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.learned_schema import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
@@ -49,7 +49,7 @@ LINEAR_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down", "lm_head")
 def read_artifact(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = loads_once(path.read_text(), str(path))
     except (OSError, ValueError) as exc:
         raise ConfigError("cost_model", f"{path} is not a readable cost-model artifact ({type(exc).__name__})",
                           "pass a file written by `simulate fit`") from None

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
+from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_ARRIVAL_S, MAX_TOKENS
 from simulator.config.run_config import WorkloadConfig
 
@@ -594,15 +595,29 @@ def _read_csv_plain(path: str) -> TraceData | None:
     body = rows
     if any(len(row) != width for row in body):
         return None
-    digits = [row[ip] for row in body] + [row[io] for row in body]
+    total_col = _pick(columns, ("num_total_tokens",), path, "total lengths")
+    it = columns.index(total_col) if total_col is not None else None
+    digits = [row[ip] for row in body] + [row[io] for row in body] + ([row[it] for row in body] if it is not None else [])
     # (more than 18 digits would overflow int64: the pandas path names the row beyond MAX_TOKENS)
     if not all(v.isascii() and v.isdigit() and len(v) <= 18 for v in digits):
         return None
     values = np.array([int(v) for v in digits], dtype=np.int64)
     if (values <= 0).any() or (values > MAX_TOKENS).any():
         return None
+    n = len(body)
+    if it is not None and (values[2 * n:] != values[:n] + values[n:2 * n]).any():
+        return None  # the pandas path names the row whose total disagrees
     fmt = "vidur-csv" if prompt_col.strip().lower() == "num_prefill_tokens" else "csv"
-    return TraceData(path, fmt, values[:len(body)].copy(), values[len(body):].copy(), None, tuple(columns))
+    return TraceData(path, fmt, values[:n].copy(), values[n:2 * n].copy(), None, tuple(columns))
+
+
+def _csv_header(path: str) -> list[str]:
+    """The header row's cells as written (pandas renames a repeated one)."""
+    import csv
+
+    opener = gzip.open if path.lower().endswith(".gz") else open
+    with opener(path, "rt", newline="", encoding="utf-8-sig") as fh:
+        return next(csv.reader(fh), [])
 
 
 def _read_csv(path: str) -> TraceData:
@@ -620,6 +635,13 @@ def _read_csv(path: str) -> TraceData:
         detail = " ".join(str(err).split())
         raise ConfigError(_FIELD, f"{path}: not a readable CSV ({detail})", "fix the malformed line") from None
     columns = [str(c) for c in frame.columns]
+    header = _csv_header(path)
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:  # (pandas renames the second one "name.1", which nothing reads)
+        raise ConfigError(_FIELD, f"{path}: column {twice[0]!r} is named twice in the header", "keep one of them")
+    if not isinstance(frame.index, pd.RangeIndex):  # (pandas reads a first cell the header does not name as an index)
+        raise ConfigError(_FIELD, f"{path}: the rows have more cells than the header's {len(header)} columns",
+                          "give every row one cell per header column")
     prompt_col = _pick(columns, PROMPT_KEYS, path, "prompt lengths")
     output_col = _pick(columns, OUTPUT_KEYS, path, "output lengths")
     time_col = _pick(columns, TIME_KEYS, path, "timestamps")
@@ -634,6 +656,14 @@ def _read_csv(path: str) -> TraceData:
     lines = np.arange(2, len(frame) + 2)
     prompt = _validate_lengths(frame[prompt_col], prompt_col, lines, path)
     output = _validate_lengths(frame[output_col], output_col, lines, path)
+    total_col = _pick(columns, ("num_total_tokens",), path, "total lengths")  # (Vidur's traces carry one)
+    if total_col is not None:
+        total = _validate_lengths(frame[total_col], total_col, lines, path)
+        bad = total != prompt + output
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ConfigError(_FIELD, f"{path}: line {lines[i]}: {total_col} is {total[i]}, not {prompt_col} + "
+                              f"{output_col} = {prompt[i] + output[i]}", "fix that row, or drop the total column")
     arrival = None
     if time_col is not None:
         arrival = _validate_times(frame[time_col], time_col, TIME_KEYS[time_col.strip().lower()], lines, path)
@@ -655,7 +685,7 @@ def _read_jsonl(path: str) -> TraceData:
                 if not line.strip():
                     continue  # blank lines carry no request
                 try:
-                    record = json.loads(line)
+                    record = loads_once(line, f"{path}: line {lineno}")
                 except json.JSONDecodeError as err:
                     raise ConfigError(_FIELD, f"{path}: line {lineno} is not valid JSON ({err.msg})",
                                       "one JSON object per line") from None
@@ -663,6 +693,10 @@ def _read_jsonl(path: str) -> TraceData:
                     raise ConfigError(_FIELD, f"{path}: line {lineno} is not a JSON object", "one JSON object per line")
                 if keys is None:
                     names = list(record)
+                    if "hash_ids" in record:  # (a line in Mooncake's form is read with them: prefix_traces)
+                        raise ConfigError(_FIELD, f"{path}: line {lineno} has hash_ids, which are read only from "
+                                          "Mooncake lines", "name its keys timestamp (ms), input_length, "
+                                          "output_length, hash_ids, or drop hash_ids")
                     pk = _pick(names, PROMPT_KEYS, path, "prompt lengths")
                     ok = _pick(names, OUTPUT_KEYS, path, "output lengths")
                     tk = _pick(names, TIME_KEYS, path, "timestamps")

@@ -15,8 +15,9 @@ Weka Claude Code sessions (``kv-cache-tester`` ``traces/trace_NNNN.json``)
     One file per session: ``block_size`` (64), ``requests`` (``t`` s since the session start,
     ``in``, ``out``, ``hash_ids`` for the full 64-token blocks), sub-agent entries
     (``type: "subagent"``, ``t``, nested ``requests`` timed from the sub-agent start). Ids are
-    local to a file (``hash_id_scope: "local"``), so they are renumbered into one space with
-    the file's index; the session id is the file's index. Requests of a session are replayed
+    local to a file (``hash_id_scope: "local"``, every published file), so they are renumbered
+    into one space with the file's index (files of scope ``"global"`` share one id space); the
+    session id is the file's index. A folder's ``*.json`` and ``*.json.gz`` files are read. Requests of a session are replayed
     at ``session start + t`` (open loop: the recorded times, which include the original
     server's response times); sessions start together unless ``session_gap_s`` staggers them.
     A request recorded with 0 output tokens is given 1 (the simulator produces at least one
@@ -34,10 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from simulator.config.errors import ConfigError
+from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_TOKENS
 
 _FIELD = "workload.trace"
 MOONCAKE_BLOCK_TOKENS = 512
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,14 @@ def is_weka_session(path: str) -> bool:
     """A Weka session file, or a directory holding ``*.json`` session files."""
     p = Path(path)
     if p.is_dir():
-        return any(p.glob("*.json"))
-    if p.suffix.lower() != ".json":
+        return any(f.is_file() and _is_session_name(f.name) for f in p.iterdir())
+    if not _is_session_name(p.name):
         return False
     try:
-        with open(p, encoding="utf-8-sig") as fh:
+        opener = gzip.open if p.name.lower().endswith(".gz") else open
+        with opener(p, "rt", encoding="utf-8-sig") as fh:
             head = fh.read(4096)
-    except (OSError, UnicodeDecodeError):
+    except (OSError, EOFError, UnicodeDecodeError):
         return False
     return '"block_size"' in head and '"requests"' in head or '"hash_id_scope"' in head
 
@@ -154,17 +158,21 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
                 if not line.strip():
                     continue
                 try:
-                    rec = json.loads(line)
+                    rec = loads_once(line, f"{path}: line {lineno}")
                 except json.JSONDecodeError as err:
                     raise ConfigError(_FIELD, f"{path}: line {lineno} is not valid JSON ({err.msg})",
                                       "one JSON object per line") from None
                 where = f"line {lineno}"
                 if not isinstance(rec, dict):
                     raise ConfigError(_FIELD, f"{path}: {where} is not a JSON object", "one JSON object per line")
-                for key in ("timestamp", "input_length", "output_length", "hash_ids"):
+                for key in MOONCAKE_KEYS:
                     if key not in rec:
                         raise ConfigError(_FIELD, f"{path}: {where} lacks key {key!r}",
                                           "Mooncake lines have timestamp, input_length, output_length, hash_ids")
+                if len(rec) > len(MOONCAKE_KEYS):  # (a session_id here would be read as no session)
+                    extra = next(k for k in rec if k not in MOONCAKE_KEYS)
+                    raise ConfigError(_FIELD, f"{path}: {where}: key {extra!r} is not read from a Mooncake line",
+                                      "Mooncake lines have timestamp, input_length, output_length, hash_ids only")
                 n_in = _positive_int(rec["input_length"], "input_length", path, where)
                 n_out = _positive_int(rec["output_length"], "output_length", path, where)
                 ids = _hash_ids(rec["hash_ids"], path, where)
@@ -195,12 +203,24 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
                        tuple(hashes), block_tokens, np.full(len(at), -1, dtype=np.int64), "mooncake")
 
 
+def _is_session_name(name: str) -> bool:
+    return name.lower().endswith((".json", ".json.gz"))
+
+
 def _session_files(path: str) -> list[Path]:
+    """A session file, or a folder's ``*.json`` and ``*.json.gz`` files (any case) in name order."""
     p = Path(path)
-    files = sorted(p.glob("*.json")) if p.is_dir() else [p]
+    files = sorted(f for f in p.iterdir() if f.is_file() and _is_session_name(f.name)) if p.is_dir() else [p]
     if not files:
         raise ConfigError(_FIELD, f"{path}: no *.json session files", "pass a Weka session file or their folder")
     return files
+
+
+def _session_text(file: Path) -> str:
+    if file.name.lower().endswith(".gz"):
+        with gzip.open(file, "rt", encoding="utf-8-sig") as fh:
+            return fh.read()
+    return file.read_text(encoding="utf-8-sig")
 
 
 def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
@@ -211,10 +231,12 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
     block_size: int | None = None
     num_zero_out = 0
     next_id = 0
+    shared_ids: dict[int, int] = {}  # files of hash_id_scope 'global': their ids -> the run's
+    shared_positions: dict[int, int] = {}
     for session, file in enumerate(_session_files(path)):
         try:
-            data = json.loads(file.read_text(encoding="utf-8-sig"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            data = loads_once(_session_text(file), str(file))
+        except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ConfigError(_FIELD, f"{file}: not a readable JSON session ({err})", "pass Weka trace files") from None
         if not isinstance(data, dict) or "requests" not in data or "block_size" not in data:
             raise ConfigError(_FIELD, f"{file}: lacks 'requests' or 'block_size'", "pass Weka trace files")
@@ -224,14 +246,25 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
         elif bs != block_size:
             raise ConfigError(_FIELD, f"{file}: block_size {bs} differs from {block_size} of earlier files",
                               "replay files of one block size together")
-        local: dict[int, int] = {}  # this file's ids -> the run's
-        positions: dict[int, int] = {}  # this file's ids -> their block position
+        scope = data.get("hash_id_scope", "local")
+        if scope not in ("local", "global"):
+            raise ConfigError(_FIELD, f"{file}: hash_id_scope is {scope!r}", "use 'local' (ids comparable within "
+                              "one file, as in every Weka trace) or 'global' (across the files)")
+        if scope == "local":  # this file's ids -> the run's, and -> their block position
+            local: dict[int, int] = {}
+            positions: dict[int, int] = {}
+        else:  # one id space over the files: ids are kept as they are
+            local, positions = shared_ids, shared_positions
         start = session * session_gap_s
         entries: list[tuple[float, dict, str]] = []
         for i, req in enumerate(_requests(data["requests"], str(file), "top level")):
             if not isinstance(req, dict):
                 raise ConfigError(_FIELD, f"{file}: request {i} is not an object", "pass Weka trace files")
             if req.get("type") == "subagent":
+                own = [k for k in ("in", "out", "hash_ids") if k in req]
+                if own:  # (a marker: its requests are nested; a count of its own would be dropped)
+                    raise ConfigError(_FIELD, f"{file}: request {i}: a subagent entry with its own {own[0]!r}",
+                                      "put the sub-agent's requests in its 'requests' list")
                 base = _seconds(_required(req, "t", str(file), f"request {i}"), str(file), f"request {i}")
                 for j, sub in enumerate(_requests(req.get("requests", []), str(file), f"request {i}")):
                     if not isinstance(sub, dict):
@@ -276,9 +309,9 @@ def prefix_trace_format(path: str) -> str | None:
     """Which of these formats the trace at ``path`` is (``"weka-sessions"``, ``"mooncake"``), from
     its name and first line only, or None (a trace without block hashes: CSV, plain JSONL). Only
     Weka sessions name sessions (Mooncake's ``session_id`` is -1 throughout)."""
-    if Path(path).is_dir() or path.lower().endswith(".json"):
-        return "weka-sessions" if is_weka_session(path) else None
-    if path.lower().endswith((".jsonl", ".jsonl.gz")) and is_mooncake_jsonl(path):
+    if (Path(path).is_dir() or _is_session_name(path)) and is_weka_session(path):
+        return "weka-sessions"
+    if path.lower().removesuffix(".gz").endswith((".jsonl", ".ndjson", ".json")) and is_mooncake_jsonl(path):
         return "mooncake"
     return None
 

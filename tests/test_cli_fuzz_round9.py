@@ -1,0 +1,176 @@
+"""CLI fuzzing, round 9: the files other tools write, read back after a hand edit.
+
+Each case was a traceback (an engine artifact's term as a string, a TP table entry of one number, no
+``engine`` object), a wrong answer (an engine term of -1 ran with negative latencies; a CSV whose rows
+each carry one more cell than its header was read shifted by a column; a key given twice in a JSON file
+kept its last value), or something silently dropped (a duplicated CSV column, a total that contradicts
+its parts, hash ids on a plain JSONL line, a Mooncake line's extra key, a Weka folder's upper-case or
+gzipped session files, a Weka file's ``hash_id_scope``). Now each is one line naming the field; the
+valid neighbours run as before.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.config.errors import ConfigError
+from simulator.config.hf_config import load_hf_model
+from simulator.config.options import load_config_file
+from simulator.costmodel.engine_model import ARTIFACT_FORMAT, ARTIFACT_VERSION, ENGINES, load_engine
+from simulator.workload.generate import load_trace
+from simulator.workload.prefix_traces import read_prefix_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- an engine artifact edited by hand -------------------------------------------------------------------------
+
+def _artifact(tmp_path: Path, **changes: object) -> Path:
+    terms = ENGINES["vllm-2026"].to_dict()
+    for key, value in changes.items():
+        if value is KeyError:
+            terms.pop(key)
+        else:
+            terms[key] = value
+    path = tmp_path / "engine.json"
+    path.write_text(json.dumps({"format": ARTIFACT_FORMAT, "format_version": ARTIFACT_VERSION, "engine": terms}))
+    return path
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    ({"cpu_iteration_s": "0.005"}, "engine.cpu_iteration_s: must be float, got '0.005'"),
+    ({"cpu_iteration_s": -1}, "engine.cpu_iteration_s: must be finite and >= 0, got -1"),
+    ({"prefill_excess_threshold_tokens": "2048"}, "engine.prefill_excess_threshold_tokens: must be int"),
+    ({"prefill_excess_threshold_tokens": -5}, "engine.prefill_excess_threshold_tokens: must be finite and >= 0"),
+    ({"collective_extra_s": [[2]]}, "engine.collective_extra_s: must be a list of [int, float], got [[2]]"),
+    ({"rpc_s": "abc"}, "engine.rpc_s: must be a list of [int, float]"),
+    ({"overlap_cpu": "no"}, "engine.overlap_cpu: must be bool, got 'no'"),
+    ({"cuda_graphs": "false"}, "engine.cuda_graphs: must be bool"),
+    ({"name": KeyError}, "engine.name: missing"),
+])
+def test_an_engine_artifacts_terms_are_type_checked(tmp_path: Path, changes: dict, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_engine(str(_artifact(tmp_path, **changes)))
+    assert needle in str(err.value)
+
+
+def test_an_engine_artifact_without_its_terms_is_one_line_and_a_whole_one_loads(tmp_path: Path) -> None:
+    path = tmp_path / "engine.json"
+    path.write_text(json.dumps({"format": ARTIFACT_FORMAT, "format_version": ARTIFACT_VERSION}))
+    with pytest.raises(ConfigError, match="holds no 'engine' object"):
+        load_engine(str(path))
+    assert load_engine(str(_artifact(tmp_path))) == ENGINES["vllm-2026"]
+    assert load_engine(str(_artifact(tmp_path, collective_extra_s=[[2, 1e-6]]))).collective_extra_s == ((2, 1e-6),)
+
+
+# -- a key given twice ------------------------------------------------------------------------------------------
+
+def test_a_key_given_twice_in_a_json_file_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"seed": 0, "seed": 7}')
+    with pytest.raises(ConfigError, match="key 'seed': given twice: 0 and 7"):
+        load_config_file(config)
+    model = json.loads((ROOT / "tests" / "data" / "hf_configs" / "llama-3.1-8b" / "config.json").read_text())
+    text = json.dumps(model)[:-1] + ', "num_hidden_layers": 2}'
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(text)
+    with pytest.raises(ConfigError, match="key 'num_hidden_layers': given twice: 32 and 2"):
+        load_hf_model(str(tmp_path / "m" / "config.json"))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"input_toks": 100, "output_toks": 10, "input_toks": 999}\n')
+    with pytest.raises(ConfigError, match="line 1: key 'input_toks': given twice: 100 and 999"):
+        load_trace(trace)
+    same = tmp_path / "same.json"  # the same value twice changes nothing: it stays readable
+    same.write_text('{"seed": 7, "seed": 7}')
+    assert load_config_file(same).seed == 7
+
+
+# -- CSV traces -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,100,10,5\n1,200,20,6\n",
+     "the rows have more cells than the header's 3 columns"),
+    ("num_prefill_tokens,num_decode_tokens\n100,10,5\n200,20,6\n", "the rows have more cells than the header's 2"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens,num_prefill_tokens\n0,100,10,999\n",
+     "column 'num_prefill_tokens' is named twice"),
+    ("num_prefill_tokens,num_decode_tokens,num_total_tokens\n10,5,15\n20,5,26\n",
+     "line 3: num_total_tokens is 26, not num_prefill_tokens + num_decode_tokens = 25"),
+])
+def test_a_csv_trace_that_would_be_misread_is_refused(tmp_path: Path, text: str, needle: str) -> None:
+    for name, write in (("t.csv", lambda p: p.write_text(text)), ("t.csv.gz", lambda p: p.write_bytes(gzip.compress(text.encode())))):
+        path = tmp_path / name
+        write(path)
+        with pytest.raises(ConfigError) as err:
+            load_trace(path)
+        assert needle in str(err.value)
+
+
+def test_a_csv_trace_whose_total_agrees_reads_on_either_path(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.csv"  # lengths only: the csv module's path
+    plain.write_text("num_prefill_tokens,num_decode_tokens,num_total_tokens\n10,5,15\n20,5,25\n")
+    timed = tmp_path / "timed.csv"  # with arrivals: the pandas path
+    timed.write_text("arrived_at,num_prefill_tokens,num_decode_tokens,num_total_tokens\n0,10,5,15\n1.5,20,5,25\n")
+    for path in (plain, timed):
+        data = load_trace(path)
+        assert data.num_prompt_tokens.tolist() == [10, 20] and data.num_output_tokens.tolist() == [5, 5]
+    assert load_trace(timed).arrival_s.tolist() == [0.0, 1.5]
+
+
+# -- traces with block hashes -----------------------------------------------------------------------------------
+
+def test_hash_ids_are_read_or_refused_never_dropped(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text('{"input_toks": 100, "output_toks": 10, "hash_ids": [1]}\n')
+    with pytest.raises(ConfigError, match="line 1 has hash_ids, which are read only from Mooncake lines"):
+        load_trace(plain)
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2], "session_id": 3}\n')
+    with pytest.raises(ConfigError, match="key 'session_id' is not read from a Mooncake line"):
+        read_prefix_trace(str(extra))
+    ndjson = tmp_path / "mc.ndjson"  # Mooncake's form under another JSONL name is read as Mooncake
+    ndjson.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+                      '{"timestamp": 1000, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n')
+    trace = read_prefix_trace(str(ndjson))
+    assert trace is not None and trace.fmt == "mooncake" and [h.tolist() for h in trace.block_hashes] == [[1, 2]] * 2
+
+
+def _session(scope: str | None, ids: list[int], **extra: object) -> str:
+    data: dict = {"block_size": 64, "requests": [{"t": 0.0, "in": 200, "out": 4, "hash_ids": ids}]}
+    if scope is not None:
+        data["hash_id_scope"] = scope
+    data["requests"][0].update(extra)
+    return json.dumps(data)
+
+
+def test_a_weka_folder_reads_every_session_file_and_its_id_scope(tmp_path: Path) -> None:
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "trace_0.json").write_text(_session("local", [1, 2, 3]))
+    (folder / "trace_1.JSON").write_text(_session("local", [1, 2, 3]))
+    (folder / "trace_2.json.gz").write_bytes(gzip.compress(_session("local", [1, 2, 3]).encode()))
+    (folder / "README.md").write_text("not a session")
+    trace = read_prefix_trace(str(folder))
+    assert trace is not None and len(trace) == 3
+    assert len({int(h[0]) for h in trace.block_hashes}) == 3  # local ids: three id spaces
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for i in range(2):
+        (shared / f"trace_{i}.json").write_text(_session("global", [1, 2, 3]))
+    trace = read_prefix_trace(str(shared))
+    assert trace is not None and len({int(h[0]) for h in trace.block_hashes}) == 1  # one id space
+    (shared / "trace_2.json").write_text(_session("everywhere", [1]))
+    with pytest.raises(ConfigError, match="hash_id_scope is 'everywhere'"):
+        read_prefix_trace(str(shared))
+
+
+def test_a_weka_subagent_marker_with_counts_of_its_own_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"block_size": 64, "hash_id_scope": "local", "requests": [
+        {"t": 0.0, "in": 100, "out": 4, "hash_ids": [1]},
+        {"type": "subagent", "t": 1.0, "in": 500, "requests": [{"t": 0.5, "in": 80, "out": 2, "hash_ids": [9]}]}]}))
+    with pytest.raises(ConfigError, match="request 1: a subagent entry with its own 'in'"):
+        read_prefix_trace(str(path))

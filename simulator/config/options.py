@@ -94,7 +94,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                        "block hashes (default: on for vllm-v1, as vLLM V1, and sglang, as SGLang's radix cache; off for the others)."),
     "prefix_cache_policy": ("scheduler__prefix_cache_policy", str, "Prefix cache eviction: vllm-lru (vLLM V1: least "
                             "recently freed block) or radix-lru (SGLang: least recently used leaf); default: the "
-                            "scheduler's engine's (radix-lru for sglang, else vllm-lru)."),
+                            "scheduler's engine's (radix-lru for sglang, else vllm-lru). The two evict the same "
+                            "blocks (a request frees its blocks last-first, so the least recently freed is a leaf)."),
     "cpu_kv_gib": ("scheduler__cpu_kv_gib", float, "Prefix cache CPU tier: GiB of host memory per replica keeping "
                    "blocks evicted from the GPUs; a hit there is loaded over PCIe before the prefill (0: none)."),
     "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, random (vllm bench's name for "

@@ -85,6 +85,15 @@ def test_the_limits_name_why_the_search_stopped() -> None:
     assert found.stop == "max_trials" and tried == [1.0, 2.0, 4.0, 3.0]
 
 
+def test_a_rate_search_tries_its_ceiling_where_the_doubling_passes_it() -> None:
+    found, tried = _search(7.25, 1.0, Limits(0.05, 0.01, 6.0, 40))  # capacity above the ceiling: the ceiling
+    assert tried == [1.0, 2.0, 4.0, 6.0] and found.passed_qps == 6.0 and found.stop == "max_qps"
+    found, tried = _search(5.0, 1.0, Limits(0.05, 0.01, 6.0, 40))  # below it: bisected between 4 and 6
+    assert tried[:4] == [1.0, 2.0, 4.0, 6.0] and found.stop == "converged" and 4.0 <= found.passed_qps <= 5.0
+    found, tried = _search(5000.0, 1.0, Limits(0.05, 0.01, 1000.0, 40))
+    assert tried[-2:] == [512.0, 1000.0] and found.passed_qps == 1000.0
+
+
 def _ahead(start, passes, start_qps: float, limits: Limits, width: int, **kwargs) -> tuple[Outcome | None, list]:  # noqa: ANN001
     """One search run ahead alone (``run_ahead``'s ``wait_any`` and the search's ``on_result``
     from ``kwargs``): its outcome and the results it used."""

@@ -82,8 +82,10 @@ def next_load(state: State, start_qps: float, limits: Limits) -> float | Outcome
             return Outcome(None, f, "none_passes", n)
         return Outcome(None, f, "max_trials", n) if n >= limits.max_trials else half
     if f is None:
-        if whole and p < limits.max_qps < p * 2:  # whole users: the ceiling itself is worth a trial
-            return Outcome(p, None, "max_trials", n) if n >= limits.max_trials else int(limits.max_qps)
+        if p < limits.max_qps < p * 2:  # the ceiling itself is worth a trial (else --max-qps 6 stops at 4)
+            if n >= limits.max_trials:
+                return Outcome(p, None, "max_trials", n)
+            return int(limits.max_qps) if whole else limits.max_qps
         if p * 2 > limits.max_qps:
             return Outcome(p, None, "max_qps", n)
         return Outcome(p, None, "max_trials", n) if n >= limits.max_trials else p * 2

@@ -15,7 +15,9 @@ import gzip
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from helpers import one_line_error, simulate_module
 
 from simulator.config.errors import ConfigError
 from simulator.config.hf_config import load_hf_model
@@ -174,3 +176,26 @@ def test_a_weka_subagent_marker_with_counts_of_its_own_is_refused(tmp_path: Path
         {"type": "subagent", "t": 1.0, "in": 500, "requests": [{"t": 0.5, "in": 80, "out": 2, "hash_ids": [9]}]}]}))
     with pytest.raises(ConfigError, match="request 1: a subagent entry with its own 'in'"):
         read_prefix_trace(str(path))
+
+
+# -- plan: what it sets itself, and its limits ------------------------------------------------------------------
+
+_PLAN = ["plan", "--model", "llama-3.1-8b", "--qps", "4", "--num-requests", "64", "--gpus", "a100-80gb", "--tps", "1",
+         "--modes", "agg", "--budgets", "2048", "--seqs", "256"]
+
+
+def test_plan_refuses_a_budget_its_budgets_set(tmp_path: Path) -> None:
+    for flag in ("--chunk-size", "--max-num-batched-tokens"):  # (the second blamed the GPU's memory)
+        proc = simulate_module(*_PLAN, flag, "128", "--out", str(tmp_path / "p"))
+        assert f"{flag}: plan sets it in every layout it searches (from --budgets)" in one_line_error(proc)
+
+
+def test_a_plan_over_its_limits_says_which_limit_and_what_was_verified(tmp_path: Path) -> None:
+    proc = simulate_module(*_PLAN, "--max-gpus", "2", "--out", str(tmp_path / "p"))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    # 2 units were verified and missed; the row shows the 3 it would take, marked over the limit
+    assert "missed at 2" in proc.stdout and "*: the fleet exceeds --max-gpus 2" in proc.stdout
+    assert "no layout meets the SLO within --max-gpus 2: the cheapest, a100-80gb agg bf16 tp1 b2048 s256, needs 3 units" \
+        in " ".join(proc.stdout.split())
+    frame = pd.read_csv(tmp_path / "p" / "plan.csv")
+    assert frame.loc[0, "units"] == 3 and frame.loc[0, "verified_units"] == 2 and frame.loc[0, "over_limit"] == "--max-gpus 2"

@@ -141,7 +141,7 @@ def plan(
              code=130)
     print_plan(result, top, console)
     if result.answer is None:
-        console.print("[bold]no layout meets the SLO at this load within the limits[/bold]")
+        console.print(f"[bold]{result.why_no_answer()}[/bold]", highlight=False)
         raise typer.Exit(1)
     engine = launch or default_launch(config)
     a = result.answer
@@ -185,10 +185,18 @@ def print_plan(result, top: int, console) -> None:  # noqa: ANN001
                   caption_justify="left")
     for row in df.head(top).itertuples():
         verified = "-" if not row.verified else f"{_f(100 * row.verified_goodput, '.1f')}% {row.verified}"
-        table.add_row(str(row.rank), row.layout, str(row.units), str(row.gpus), f"{row.usd_per_hour:,.2f}",
+        if row.verified and row.verified_units != row.units:  # a missed fleet, shown with one unit more
+            verified += f" at {row.verified_units}"
+        over_gpus = "*" if row.over_limit.startswith("--max-gpus") else ""
+        over_usd = "*" if row.over_limit.startswith("--max-cost") else ""
+        table.add_row(str(row.rank), row.layout, str(row.units), f"{row.gpus}{over_gpus}", f"{row.usd_per_hour:,.2f}{over_usd}",
                       _f(row.usd_per_mtok, ".3f"), f"{100 * row.headroom:+.0f}%", verified,
                       _f(row.tokens_per_s_per_gpu, ",.0f"), _f(row.tokens_per_s_per_user, ".1f"),
                       _f(row.j_per_output_token, ".2f"))
     print_table(console, table)
+    shown = df.head(top)
+    if shown["over_limit"].astype(bool).any():
+        limits = ", ".join(dict.fromkeys(x for x in shown["over_limit"] if x))
+        console.print(f"*: the fleet exceeds {limits}", highlight=False)
     for note in result.notes:
         console.print(f"note: {note}", highlight=False)

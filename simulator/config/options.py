@@ -417,9 +417,11 @@ SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _S
                                              "tau": _TAU_SETS, "capacity": _SEARCH_SETS}
 
 
-def _set_by_command(options: dict[str, Any], command: str) -> None:
-    """Refuse an option that ``command`` sets itself (:data:`SET_BY_COMMAND`)."""
+def _set_by_command(options: dict[str, Any], command: str, scheduler: str) -> None:
+    """Refuse an option that ``command`` sets itself (:data:`SET_BY_COMMAND`) for a run of ``scheduler``."""
     sets = dict(SET_BY_COMMAND.get(command, {}))
+    if command == "plan" and scheduler in CHUNKING_SCHEDULERS:  # its --budgets are a chunking scheduler's budget
+        sets["chunk_size"] = sets["max_num_batched_tokens"] = "from --budgets"
     if command in ("split", "compare") and options.get("scheduler") not in (None, DEFAULT_POOL_SCHEDULER):
         sets["scheduler"] = f"pools run {DEFAULT_POOL_SCHEDULER}; compare's aggregated arms vllm and sarathi"
     if command in ("split", "compare") and options.get("scheduler") != DEFAULT_POOL_SCHEDULER:
@@ -446,7 +448,7 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
     if options.get("workload") is not None and options.get("trace") is not None:
         raise ConfigError("--workload", f"--trace {options['trace']} gives the request lengths, so --workload "
                           f"{options['workload']} would do nothing", "pass one of --workload and --trace")
-    _set_by_command(options, command)
+    _set_by_command(options, command, config.scheduler.name)
     decided = DECIDED_BY_COMMAND.get(command, frozenset())
     if decided is None:
         return

@@ -114,6 +114,14 @@ class Limits:
     max_gpus: int | None = None
     max_usd_per_hour: float | None = None
 
+    def exceeded(self, gpus: int, usd_per_hour: float) -> str:
+        """Which limit a fleet of ``gpus`` GPUs at ``usd_per_hour`` breaks, as its flag says it ('' if none)."""
+        if self.max_gpus is not None and gpus > self.max_gpus:
+            return f"--max-gpus {self.max_gpus}"
+        if self.max_usd_per_hour is not None and usd_per_hour > self.max_usd_per_hour + 1e-9:
+            return f"--max-cost {self.max_usd_per_hour:g}"
+        return ""
+
     def __post_init__(self) -> None:
         # A limit no fleet meets (0, negative) ends a long search with no answer; NaN would bound nothing.
         if self.max_gpus is not None and self.max_gpus < 1:
@@ -575,9 +583,7 @@ def within(c: Candidate, load_qps: float, limits: Limits, lower: bool = False) -
     units = least if lower else c.units(load_qps)
     gpus = units * c.layout.num_gpus
     usd = c.lower_bound_usd(load_qps) if lower else c.usd_per_hour(load_qps)
-    if limits.max_gpus is not None and gpus > limits.max_gpus:
-        return False
-    return not (limits.max_usd_per_hour is not None and usd > limits.max_usd_per_hour + 1e-9)
+    return not limits.exceeded(gpus, usd)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -728,9 +734,26 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)
     best: Candidate | None = None  # the cheapest by per-unit capacity, before verification
     answer: Candidate | None = None  # the verified answer (None: none meets the SLO within the limits)
+    limits: Limits = field(default_factory=Limits)
     num_searched: int = 0
     num_resumed: int = 0
     wall_s: float = 0.0
+
+    def why_no_answer(self) -> str:
+        """Why no fleet is the answer, from the cheapest layout's side of it."""
+        ranked = self.ranked()
+        if not ranked:
+            return "no layout searched can carry this load"
+        c = ranked[0]
+        units = c.units(self.load_qps)
+        over = self.limits.exceeded(units * c.layout.num_gpus, c.usd_per_hour(self.load_qps))
+        if not over:
+            return "no layout meets the SLO at this load within the limits"
+        v = c.verified
+        missed = (f"; {v['units']} units missed the SLO (goodput {v['goodput']:.1%})"
+                  if v is not None and not v["passed"] and v["units"] < units else "")
+        return (f"no layout meets the SLO within {over}: the cheapest, {c.layout.key}, needs {units} units "
+                f"({units * c.layout.num_gpus} GPUs, ${c.usd_per_hour(self.load_qps):,.2f}/h){missed}")
 
     def ranked(self) -> list[Candidate]:
         feasible = [c for c in self.candidates if c.feasible()]
@@ -759,7 +782,9 @@ class PlanResult:
                 "tokens_per_s_per_gpu": out_tok_s / gpus,
                 "tokens_per_s_per_user": row.get("at_capacity_tokens_per_s_per_user", math.nan),
                 "j_per_output_token": watts / out_tok_s if out_tok_s else math.nan,
+                "over_limit": self.limits.exceeded(gpus, usd),
                 "verified": "" if c.verified is None else ("met" if c.verified["passed"] else "missed"),
+                "verified_units": figures.get("units", 0),  # a missed fleet is shown with one unit more
                 "verified_goodput": figures.get("goodput", math.nan),
                 "verified_ttft_s_p99": figures.get("ttft_s_p99", math.nan),
                 "verified_tpot_s_p99": figures.get("tpot_s_p99", math.nan),
@@ -810,7 +835,7 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
     for c in candidates:  # limits rule a layout out before any search if even its bound breaks them
         if not within(c, load_qps, limits, lower=True):
             c.pruned = "limits"
-    result = PlanResult(base, load_qps, slo, lengths, candidates, notes)
+    result = PlanResult(base, load_qps, slo, lengths, candidates, notes, limits=limits)
     identity = plan_identity(base, load_qps, slo, rel_tol)
     done: dict[str, dict[str, Any]] = {}
     if out is not None:

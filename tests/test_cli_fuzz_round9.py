@@ -199,3 +199,40 @@ def test_a_plan_over_its_limits_says_which_limit_and_what_was_verified(tmp_path:
         in " ".join(proc.stdout.split())
     frame = pd.read_csv(tmp_path / "p" / "plan.csv")
     assert frame.loc[0, "units"] == 3 and frame.loc[0, "verified_units"] == 2 and frame.loc[0, "over_limit"] == "--max-gpus 2"
+
+
+# -- explicit values of options the run does not read ----------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--scheduler-recv-interval", "1"], "--scheduler-recv-interval: only the sglang scheduler polls"),
+    (["--warmup-mode", "steady"], "--warmup-mode: the warm-up mode is a closed loop's"),
+    (["--over-length", "drop"], "--over-length: it says what becomes of trace rows"),
+    (["--prefill-pool", "1x(tp=1)", "--decode-pool", "2x(tp=1)", "--kv-link-scope", "shared"],
+     "--kv-link-scope: one prefill worker sends every transfer"),
+    (["--tp", "2", "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3, '
+      '"draft_tensor_parallel_size": 1}', "--acceptance-rate", "0.7"],
+     "--speculative-config.draft_tensor_parallel_size: eagle3 has no draft model of its own"),
+])
+def test_an_explicit_default_the_run_does_not_read_is_refused(args: list[str], needle: str) -> None:
+    assert needle in one_line_error(simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "8", *args))
+
+
+def test_the_same_options_run_where_they_are_read(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("num_prefill_tokens,num_decode_tokens\n100,10\n9000,10\n")
+    for args in (["--scheduler", "sglang", "--scheduler-recv-interval", "1"],
+                 ["--concurrency", "4", "--num-warmup", "4", "--warmup-mode", "steady"],
+                 ["--trace", str(trace), "--max-total-tokens", "4096", "--over-length", "drop", "--num-requests", "1"],
+                 ["--prefill-pool", "2x(tp=1)", "--decode-pool", "2x(tp=1)", "--kv-link-scope", "shared"]):
+        proc = simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "8", *args)
+        assert proc.returncode == 0, (args, proc.stderr[-1500:])
+
+
+def test_a_saved_results_num_prompts_are_the_measured_requests(tmp_path: Path) -> None:
+    """vLLM's num_prompts are the measured requests (its --num-warmups are sent besides them)."""
+    out = tmp_path / "r.json"
+    proc = simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "24", "--concurrency", "4",
+                           "--num-warmup", "4", "--save-result", str(out))
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    saved = json.loads(out.read_text())
+    assert saved["num_prompts"] == saved["completed"] + saved["failed"] == 20

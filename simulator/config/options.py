@@ -233,6 +233,15 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         elif w.name not in readers:
             out[name] = (f"the {w.name} workload draws its own lengths",
                          f"drop {{flag}}, or use --workload {' or '.join(readers)}")
+    if s.name != "sglang":
+        out["scheduler_recv_interval"] = (f"only the sglang scheduler polls for new requests, not {s.name}",
+                                          "drop {flag}, or use --scheduler sglang")
+    if w.concurrency is None or w.num_warmup == 0:
+        out["warmup_mode"] = ("the warm-up mode is a closed loop's (--concurrency) with --num-warmup requests",
+                              "add --concurrency N and --num-warmup M, or drop {flag}")
+    if w.trace is None or w.max_total_tokens is None:
+        out["over_length"] = ("it says what becomes of trace rows longer than --max-total-tokens",
+                              "add --trace and --max-total-tokens, or drop {flag}")
     if not r.model_spec.is_moe:
         out["moe_imbalance"] = (f"{r.model} has no experts", "drop {flag} for a dense model")
     if s.prefix_cache is None:
@@ -286,6 +295,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         if all(pool.num_replicas * replica.attention_dp == 1 for pool, replica in pools):
             out["router"] = ("each pool is one replica, which takes every request it is sent",
                              "give a pool more replicas ('2x(tp=1)'), or drop {flag}")
+        if layout.mixed is None and layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:
+            # (tests/test_kv_links.py: one prefill worker runs bit for bit the same under either scope)
+            out["kv_link_scope"] = ("one prefill worker sends every transfer: its egress is the one link either way",
+                                    "give the prefill pool more workers ('2x(tp=1)'), or drop {flag}")
     if not _has_dp_ranks(config):
         for name in ("dp_balance_timeout_iters", "dp_balance_batching_wait_iters"):
             out[name] = ("no replica has attention-DP ranks to balance", "add --attention-dp N, or drop {flag}")

@@ -353,6 +353,10 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
                               'e.g. "acceptance_rate": 0.7')
         rates = (float(raw),)
         source = source or "--speculative-config acceptance_rate (i.i.d.)"
+    if data.get("draft_tensor_parallel_size") is not None and _VLLM_METHODS[str(method).lower()] != "draft_model":
+        raise ConfigError("--speculative-config.draft_tensor_parallel_size", f"{method} has no draft model of its own "
+                          "to lay out (its heads or lookups run inside the target's step), so it would do nothing",
+                          "drop draft_tensor_parallel_size")
     return {"method": _VLLM_METHODS[str(method).lower()], "num_speculative_tokens": data["num_speculative_tokens"],
             "draft_model": None if model == "[ngram]" else model, "acceptance_rates": rates,
             "acceptance_source": source,

@@ -250,7 +250,8 @@ def load_settings(result: RunResult) -> dict[str, Any]:
     concurrency = getattr(w, "concurrency", None)
     rate: float = math.inf if w.arrival == "burst" else float(w.qps)
     burstiness = 1.0 / w.cv**2 if w.arrival == "gamma" else 1.0
-    return {"backend": "servesim", "model_id": result.config.replica.model, "num_prompts": w.num_requests,
+    # num_prompts: the measured requests, as vLLM's (its --num-warmups are sent besides them)
+    return {"backend": "servesim", "model_id": result.config.replica.model, "num_prompts": w.num_requests - w.num_warmup,
             "request_rate": "inf" if math.isinf(rate) else rate, "burstiness": burstiness,
             "max_concurrency": concurrency}
 

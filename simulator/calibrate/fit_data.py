@@ -79,6 +79,10 @@ REQUIRED_BY_OP = {
     "all_gather": ("message_bytes", "world_size"),
     "send_recv": ("message_bytes", "world_size"),
 }
+# Count columns and the least each may be (a prefill's prior context may be none); blank is left to REQUIRED_BY_OP.
+COUNT_COLUMNS = {"num_tokens": 1, "batch_size": 1, "chunk_size": 1, "kv_context": 0, "context_len": 1,
+                 "message_bytes": 1, "world_size": 1, "tp": 1}
+MAX_COUNT = 1e15  # beyond any batch, context or message a kernel was timed at (1e20 tokens was fitted)
 # On an A100-class GPU a kernel slower than this is not a kernel: the table's unit is wrong (ms or
 # ns read as s). Slower devices get a proportionally higher limit (a CPU is slow, not wrong):
 # see plausible_limit_s.
@@ -333,6 +337,16 @@ def validate(table: pd.DataFrame, where: Path | str = "profile") -> None:
     token_rows = table[~table["op"].isin(REQUIRED_BY_OP)]
     if len(token_rows) and ("num_tokens" not in token_rows or token_rows["num_tokens"].isna().any()):
         raise _bad(where, "token-op rows need column num_tokens")
+    for column, least in COUNT_COLUMNS.items():  # (a 0 or fractional count reached the fit as log(0), or was fitted)
+        if column not in table:
+            continue
+        values = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=float)
+        given = ~np.isnan(values) | table[column].notna().to_numpy()
+        bad = given & ~(np.isfinite(values) & (values >= least) & (values == np.floor(values)) & (values <= MAX_COUNT))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise _bad(where, f"row {i + 1} ({table['op'].iloc[i]}): {column} is {table[column].iloc[i]!r}, not a whole "
+                       f"number in [{least}, {MAX_COUNT:.0e}]", "fix or delete that row")
     t = pd.to_numeric(table["median_s"], errors="coerce").to_numpy(dtype=float)
     if not np.isfinite(t).all() or (t <= 0).any():
         raise _bad(where, "median_s must be positive and finite in every row")

@@ -195,7 +195,7 @@ def print_plan(result, top: int, console) -> None:  # noqa: ANN001
                       _f(row.j_per_output_token, ".2f"))
     print_table(console, table)
     shown = df.head(top)
-    if shown["over_limit"].astype(bool).any():
+    if len(shown) and shown["over_limit"].astype(bool).any():  # (no row can carry the load: no columns)
         limits = ", ".join(dict.fromkeys(x for x in shown["over_limit"] if x))
         console.print(f"*: the fleet exceeds {limits}", highlight=False)
     for note in result.notes:

@@ -743,7 +743,10 @@ class PlanResult:
         """Why no fleet is the answer, from the cheapest layout's side of it."""
         ranked = self.ranked()
         if not ranked:
-            return "no layout searched can carry this load"
+            if any(c.pruned == "limits" for c in self.candidates):
+                limits = " and ".join(x for x in (self.limits.exceeded(10**9, 0.0), self.limits.exceeded(0, math.inf)) if x)
+                return f"no layout meets the SLO within {limits}: the least fleet each layout could be exceeds it"
+            return "no layout meets the SLO at this load within the limits"
         c = ranked[0]
         units = c.units(self.load_qps)
         over = self.limits.exceeded(units * c.layout.num_gpus, c.usd_per_hour(self.load_qps))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -236,3 +237,113 @@ def test_a_saved_results_num_prompts_are_the_measured_requests(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr[-1500:]
     saved = json.loads(out.read_text())
     assert saved["num_prompts"] == saved["completed"] + saved["failed"] == 20
+
+
+# -- artifacts, tables and folders other commands wrote ---------------------------------------------------------
+
+def _learned_artifact() -> dict:
+    from simulator.costmodel.learned_schema import FORMAT_VERSION
+
+    curve = {"x": "num_tokens", "family": "isotonic", "knots": [1.0, 64.0, 512.0], "values": [1e-5, 2e-5, 9e-5]}
+    return {"kind": "servesim-learned-cost-model", "format_version": FORMAT_VERSION, "model": "llama-3.1-8b", "tp": 1,
+            "gpu": "a100-80gb", "dtype_bytes": 2, "curves": {"qkv_proj": curve}}
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda a: a["curves"]["qkv_proj"].update(values=[1e-5, 2e-5]), "m.json: 3 knots and 2 values"),
+    (lambda a: a["curves"]["qkv_proj"].update(values=[-1.0, 2e-5, 9e-5]), "values must be seconds >= 0"),
+    (lambda a: a["curves"]["qkv_proj"].update(knots=[64.0, 1.0, 512.0]), "knots must be positive and increasing"),
+    (lambda a: a["curves"]["qkv_proj"].pop("knots"), "m.json: lacks 'knots'"),
+    (lambda a: a.update(curves=[1, 2]), "m.json: must map op names to curves"),
+    (lambda a: a["curves"].update(qkv_projj=a["curves"]["qkv_proj"]), "m.json: no op of that name"),
+    (lambda a: a.update(tp="1"), "was fitted for tp='1', the run has tp=1"),
+])
+def test_a_learned_artifact_edited_by_hand_is_one_line(tmp_path: Path, edit, needle: str) -> None:  # noqa: ANN001
+    from simulator.config.run_config import ReplicaConfig
+    from simulator.costmodel.learned import load_artifact
+
+    artifact = _learned_artifact()
+    load_artifact(_write(tmp_path, artifact), ReplicaConfig(model="llama-3.1-8b"))  # the unedited one loads
+    edit(artifact)
+    with pytest.raises(ConfigError) as err:
+        load_artifact(_write(tmp_path, artifact), ReplicaConfig(model="llama-3.1-8b"))
+    assert needle in str(err.value) and str(err.value).startswith("cost_model")
+
+
+def _write(tmp_path: Path, data: object) -> str:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+@pytest.mark.parametrize(("value", "shown"), [("0", "0"), ("-4", "-4"), ("1.5", "1.5"), ("1e20", "1e+20")])
+def test_a_profile_tables_counts_are_whole_numbers_in_range(tmp_path: Path, value: str, shown: str) -> None:
+    from simulator.calibrate.fit_data import read_profile
+
+    path = tmp_path / "profile.csv"
+    path.write_text("op,num_tokens,tp,median_s,device,model\nqkv_proj,8,1,1e-5,a100-80gb,llama-3.1-8b\n"
+                    f"qkv_proj,{value},1,2e-5,a100-80gb,llama-3.1-8b\n")
+    with pytest.raises(ConfigError, match=re.escape(f"data row 2 (qkv_proj): num_tokens is {shown}, not a whole number")):
+        read_profile(path)
+
+
+def test_validate_refuses_a_bad_vidur_table_before_writing_and_runs_without_one(tmp_path: Path) -> None:
+    from simulator.calibrate.validation import vidur_cpu_comparison, write_report
+    from simulator.config.shared_data import SHARED_DATA
+
+    splitwise = SHARED_DATA / "profiles" / "splitwise-sim" / "perf_model.csv"
+    if not splitwise.is_file():
+        pytest.skip("../shared/data is absent")
+    assert vidur_cpu_comparison(tmp_path).empty  # no legacy tables: an empty comparison, not an AttributeError
+    data = tmp_path / "data"
+    (data / "splitwise-sim").mkdir(parents=True)
+    (data / "splitwise-sim" / "perf_model.csv").write_bytes(splitwise.read_bytes())
+    (data / "vidur" / "legacy_2023" / "a100").mkdir(parents=True)
+    (data / "vidur" / "legacy_2023" / "a100" / "cpu_overheads.csv").write_text("model_name,batch_size\nx,1\n")
+    with pytest.raises(ConfigError, match="cpu_overheads.csv lacks column"):
+        write_report(tmp_path / "out", data)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_record_edited_by_hand_is_one_line(tmp_path: Path) -> None:
+    from simulator.planning.sweep import read_sweep_folder
+
+    for content in ('{"points": "abc"}', "[1, 2]", '{"points": [{"index": 0, "params": {}}]}'):
+        (tmp_path / "sweep.json").write_text(content)
+        with pytest.raises(ConfigError, match="is not a sweep's record"):
+            read_sweep_folder(tmp_path)
+
+
+def test_benchmark_rows_and_runs_name_a_bad_cell(tmp_path: Path) -> None:
+    from simulator.calibrate.engine_fit import read_bench
+    from simulator.calibrate.silicon_fit import read_user_rows
+
+    head = "backend,model,gpu,isl,osl,concurrency,ttft_ms,tpot_ms,kernels,dtype\n"
+    for cells, needle in (("banana,llama-3.1-8b,h100-sxm,1024,128,4,50,10,,", "backend 'banana' is not one of vllm"),
+                          ("vllm,llama-3.1-8b,h100-sxm,1024,128,4,50,10,vlm,", "kernels 'vlm' is not one of"),
+                          ("vllm,llama-3.1-8b,h100-sxm,1024,128,4,50,10,,fp9", "dtype 'fp9' is not one of")):
+        path = tmp_path / "rows.csv"
+        path.write_text(head + cells + "\n")
+        with pytest.raises(ConfigError, match=f"line 2: {needle}"):
+            read_user_rows(path)
+    path.write_text(head + "sglang,llama-3.1-8b,h100-sxm,1024,128,4,50,10,,FP8\n")
+    assert len(read_user_rows(path)) == 1  # known values (any case of a dtype) read
+    bench = json.loads((ROOT / "tests" / "data" / "vllm_bench_fixture.json").read_text())
+    for key, value, needle in (("request_submit_times", [0.0] * 99, "request_submit_times has 99 entries for 100"),
+                               ("input_lens", [0] + bench["input_lens"][1:], "input_lens\\[0\\] is 0, not a whole")):
+        edited = {**bench, key: value}
+        (tmp_path / "b.json").write_text(json.dumps(edited))
+        with pytest.raises(ConfigError, match=needle):
+            read_bench(tmp_path / "b.json")
+
+
+def test_tau_refuses_a_decode_context_without_decodes() -> None:
+    proc = simulate_module("tau", "--num-decodes", "0", "--decode-context", "3000")
+    assert "--decode-context: --num-decodes 0 puts no decode in the batch" in one_line_error(proc)
+
+
+def test_an_engine_artifacts_own_scheduler_is_said_like_a_presets(tmp_path: Path) -> None:
+    proc = simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "8", "--engine",
+                           str(_artifact(tmp_path, scheduler="sglang")))
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert "engine.json was fitted with --scheduler sglang" in " ".join(proc.stdout.split())

@@ -436,10 +436,11 @@ def read_bench(path: Path) -> BenchRun:
     for key in ("input_lens", "output_lens"):  # every request has its lengths, failed or not
         _check_numbers(path, key, data[key])
         # token counts: whole numbers within any context (past 2^63 they overflow the replay's integers)
-        odd = next((v for v in data[key] if v != int(v) or v > MAX_TOKENS), None)
+        least = 1 if key == "input_lens" else 0  # (a failed request may have generated nothing)
+        odd = next(((i, v) for i, v in enumerate(data[key]) if v != int(v) or not least <= v <= MAX_TOKENS), None)
         if odd is not None:
-            raise ConfigError("bench", f"{path}: {key} holds {odd!r}, not a whole token count of at most "
-                              f"{MAX_TOKENS:,}", wrote)
+            raise ConfigError("bench", f"{path}: {key}[{odd[0]}] is {odd[1]!r}, not a whole token count in "
+                              f"[{least}, {MAX_TOKENS:,}]", wrote)
     errors = data.get("errors") or [""] * n
     if len(errors) != n:
         raise ConfigError("bench", f"{path}: errors has {len(errors)} entries for {n} requests", wrote)
@@ -462,7 +463,9 @@ def read_bench(path: Path) -> BenchRun:
         raise ConfigError("bench", f"{path}: burstiness {burstiness!r} is not a positive number", wrote)
     submits = data.get("request_submit_times")
     arrival = None
-    if submits and len(submits) == n:
+    if submits and len(submits) != n:  # (they were dropped for Poisson arrivals without a word)
+        raise ConfigError("bench", f"{path}: request_submit_times has {len(submits)} entries for {n} requests", wrote)
+    if submits:
         _check_numbers(path, "request_submit_times", submits)
         s = np.asarray(submits, dtype=float)[ok]
         arrival = np.sort(s - s.min()) if len(s) else None

@@ -46,14 +46,18 @@ from sklearn.preprocessing import PolynomialFeatures, SplineTransformer
 from simulator.calibrate.fit_data import REQUIRED_BY_OP, TIDY_COLUMNS, validate
 from simulator.config.catalog import get_gpu, get_model
 from simulator.config.errors import ConfigError
-from simulator.costmodel.learned_schema import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
+from simulator.costmodel.learned_schema import (
+    COLLECTIVE_OPS,
+    FORMAT_VERSION,
+    MOE_FAMILY_OPS,
+    TOKEN_FAMILY_OPS,
+    Curve,
+    DecodeModel,
+    PrefillModel,
+)
 
 MIN_POINTS = 8  # distinct inputs an op needs before it is fitted
 CV_FOLDS = 5
-TOKEN_FAMILY_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary",
-                    "residual_add", "embedding", "lm_head")
-MOE_FAMILY_OPS = ("moe_gate", "moe_expert_up", "moe_expert_down", "moe_expert_act")  # per expert vs its tokens
-COLLECTIVE_OPS = ("all_reduce", "send_recv")
 PREFILL_FEATURES = ("num_prefill_tokens", "prefill_attn_pairs", "prefill_kv_tokens", "prefill_chunk_sq_sum")
 PREFILL_SUBSETS = (("num_prefill_tokens", "prefill_attn_pairs"),
                    ("num_prefill_tokens", "prefill_attn_pairs", "prefill_kv_tokens"),

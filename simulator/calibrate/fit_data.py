@@ -345,7 +345,8 @@ def validate(table: pd.DataFrame, where: Path | str = "profile") -> None:
         bad = given & ~(np.isfinite(values) & (values >= least) & (values == np.floor(values)) & (values <= MAX_COUNT))
         if bad.any():
             i = int(np.argmax(bad))
-            raise _bad(where, f"row {i + 1} ({table['op'].iloc[i]}): {column} is {table[column].iloc[i]!r}, not a whole "
+            value = table[column].iloc[i:i + 1].tolist()[0]  # (a Python value: no np.int64(...) in the line)
+            raise _bad(where, f"data row {i + 1} ({table['op'].iloc[i]}): {column} is {value!r}, not a whole "
                        f"number in [{least}, {MAX_COUNT:.0e}]", "fix or delete that row")
     t = pd.to_numeric(table["median_s"], errors="coerce").to_numpy(dtype=float)
     if not np.isfinite(t).all() or (t <= 0).any():

@@ -352,6 +352,26 @@ def read_user_rows(path: Path) -> Any:
     if unknown:  # a misspelt optional column ("TP") was read as absent: every row at its default
         raise ConfigError("rows", f"{path}: unknown column(s) {', '.join(map(str, unknown))}",
                           f"columns are {', '.join(USER_REQUIRED)} (optional: {', '.join(USER_OPTIONAL)})")
+    from simulator.calibrate.silicon import BACKEND_SCHEDULERS
+    from simulator.config.precision import WEIGHT_FORMATS, canonical_weight_format
+    from simulator.config.run_config import KERNEL_TABLES
+
+    # The text columns a row's run reads: a typo was run as vLLM's scheduler (backend) or skipped with a warning
+    # (kernels, dtype) where a bad tp is refused. (backend_version is a label: kept, not read.)
+    known = {"backend": tuple(BACKEND_SCHEDULERS), "kernels": tuple(KERNEL_TABLES)}
+    for col, names in known.items():
+        if col in df.columns:
+            cells = df[col].where(df[col].notna(), "" if col == "kernels" else None)
+            bad = ~cells.isin(names) & ~((col == "kernels") & (cells == ""))
+            if bad.any():
+                first = int(np.argmax(bad.to_numpy()))
+                raise ConfigError("rows", f"{path} line {first + 2}: {col} {df[col].iloc[first]!r} is not one of "
+                                  f"{', '.join(names)}", "fix the line" + (", or leave it empty" if col == "kernels" else ""))
+    if "dtype" in df.columns:
+        for i, cell in enumerate(df["dtype"]):
+            if isinstance(cell, str) and cell and canonical_weight_format(cell) not in WEIGHT_FORMATS:
+                raise ConfigError("rows", f"{path} line {i + 2}: dtype {cell!r} is not one of "
+                                  f"{', '.join(WEIGHT_FORMATS)}", "fix the line, or leave it empty")
     if "mode" in df.columns and (df["mode"].fillna("agg") != "agg").any():
         raise ConfigError("rows", "only aggregated rows (mode agg) are fitted from a CSV",
                           "drop the disaggregated rows or set mode to agg")

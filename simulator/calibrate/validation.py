@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from simulator.calibrate.csv_input import read_csv_checked
 from simulator.calibrate.engine_fit import (
     SPLITWISE_GPUS,
     SPLITWISE_MODELS,
@@ -103,7 +104,8 @@ def vidur_cpu_comparison(data: Path) -> pd.DataFrame:
     rows = []
     engine = ENGINES["sarathi-2023-vidur"]
     for path in sorted((data / "vidur" / "legacy_2023").glob("*/cpu_overheads.csv")):
-        df = pd.read_csv(path)
+        df = read_csv_checked(path, "--data", "pass the shared profiles folder", required=(
+            *VIDUR_CPU_COLUMNS, "RAY_COMM_TIME_MEDIAN", "tensor_parallel_degree", "model_name", "batch_size"))
         for r in df.itertuples(index=False):
             measured = (sum(getattr(r, c) for c in VIDUR_CPU_COLUMNS) + r.RAY_COMM_TIME_MEDIAN) / 1e3
             tp = int(r.tensor_parallel_degree)
@@ -119,7 +121,8 @@ def vidur_cpu_comparison(data: Path) -> pd.DataFrame:
             shape = BatchShape.from_requests(decodes=[512] * int(r.batch_size))
             rows.append({"gpu": path.parent.name, "model": cm.replica.model, "tp": tp, "batch": int(r.batch_size),
                          "measured_s": measured, "predicted_s": cm.cpu_time(shape), "note": ""})
-    out = pd.DataFrame(rows)
+    # (a data folder without Vidur's tables: an empty comparison, its columns kept for the report)
+    out = pd.DataFrame(rows, columns=["gpu", "model", "tp", "batch", "measured_s", "predicted_s", "note"])
     out["error"] = (out.predicted_s - out.measured_s) / out.measured_s
     return out
 
@@ -206,19 +209,19 @@ def write_report(out: Path, data: Path | None = None, progress: Callable[[str], 
     sw = data / "splitwise-sim" / "perf_model.csv"
     if not sw.exists():
         raise ConfigError("data", f"{sw} does not exist", "pass --data pointing at the shared profiles folder")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     rows = splitwise_rows(sw)
     table = splitwise_iteration_table(rows)
     pred, fitted = splitwise_predictions(table, progress)
+    if progress:
+        progress("vidur cpu overheads")
+    vidur = vidur_cpu_comparison(data)  # (read before anything is written: a bad table leaves no half report)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     pred.to_csv(out / "splitwise_predictions.csv", index=False, float_format="%.6g")
     summary = summarize_splitwise(pred)
     summary.to_csv(out / "splitwise_summary.csv", index=False, float_format="%.4f")
     pd.DataFrame([{"engine": n, **e.to_dict()} for n, e in fitted.items()]).to_csv(
         out / "cross_gpu_calibrations.csv", index=False)
-    if progress:
-        progress("vidur cpu overheads")
-    vidur = vidur_cpu_comparison(data)
     vidur.to_csv(out / "vidur_cpu_overheads.csv", index=False, float_format="%.6g")
     unusable = unusable_sources(data)
     unusable.to_csv(out / "not_compared.csv", index=False)

@@ -292,6 +292,9 @@ def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | N
         if num_decodes > max_seqs:
             raise ConfigError("--num-decodes", f"{num_decodes:,} decodes exceed the {max_seqs:,} sequences the "
                               "scheduler runs at once (--max-num-seqs)", "lower --num-decodes or raise --max-num-seqs")
+    if num_decodes == 0 and decode_context is not None:  # (predict refuses its --context alike)
+        raise ConfigError("--decode-context", "--num-decodes 0 puts no decode in the batch, so --decode-context would "
+                          "do nothing", "drop --decode-context, or give --num-decodes N")
     if None in (num_decodes, decode_context, chunk_context):
         return
     for name in sorted(given_run_flags(ctx)):

@@ -176,7 +176,7 @@ def calibrate_engine(
     bench: Annotated[Path | None, typer.Option(help="`vllm bench serve --save-result --save-detailed` JSON")] = None,
     rows: Annotated[Path | None, typer.Option(help="aggregate benchmark rows CSV: backend, model, gpu, isl, osl, "
                                                   "concurrency, ttft_ms, tpot_ms (optional tp, pp, attention_dp, ep, "
-                                                  "dtype, kernels, mode = agg, backend_version); closed-loop runs at "
+                                                  "dtype, kernels, mode = agg, backend_version as a label); closed-loop runs at "
                                                   "each row's concurrency")] = None,
     holdout: Annotated[float, typer.Option(help="fraction of rows/requests held out for the report")] = 0.25,
     fit_seed: Annotated[int, typer.Option(help="seed of the hold-out split and bench arrivals")] = 0,

@@ -199,10 +199,10 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}{spare}) · "
              f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "
              f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
-    from simulator.costmodel.engine_model import ENGINES
+    from simulator.costmodel.engine_model import load_engine
 
-    preset = ENGINES.get(config.engine)  # None: an artifact's terms
-    unlike: list[str] = []  # how this run differs from what its engine preset was fitted under
+    preset = load_engine(config.engine)  # a preset, one with terms overridden, or an artifact's terms (the run read it)
+    unlike: list[str] = []  # how this run differs from what its engine terms were fitted under
     if config.is_disaggregated:
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 

@@ -37,7 +37,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
-from simulator.costmodel.learned_schema import FORMAT_VERSION, Curve, DecodeModel, PrefillModel
+from simulator.costmodel.learned_schema import CURVE_OPS, FORMAT_VERSION, Curve, DecodeModel, PrefillModel
 from simulator.costmodel.moe import routed_experts, uses_moe_collectives
 from simulator.costmodel.roofline import TOKEN_OPS, RooflineCostModel
 
@@ -78,7 +78,7 @@ class LearnedCostModel(TabulatedCostModel):
         super().__init__(replica)
         for key, want in (("model", replica.model), ("tp", replica.tp), ("gpu", replica.gpu)):
             if artifact.get(key) != want:
-                raise ConfigError("cost_model", f"{source} was fitted for {key}={artifact.get(key)}, the run has "
+                raise ConfigError("cost_model", f"{source} was fitted for {key}={artifact.get(key)!r}, the run has "
                                   f"{key}={want}", f"fit an artifact for {key}={want} or use --cost-model roofline")
         if replica.model_spec.is_hybrid:  # the profiler times softmax attention only: every layer would be priced so
             raise ConfigError("cost_model", f"{replica.model} is a hybrid (Gated DeltaNet layers), which learned "
@@ -102,9 +102,28 @@ class LearnedCostModel(TabulatedCostModel):
         self.source = source
         # The ops it leaves to the roofline get the constants a roofline run with this engine gets
         self.roofline = RooflineCostModel(replica, table_tokens=1, engine=engine)
-        self.curves = {op: Curve.from_json(c) for op, c in artifact.get("curves", {}).items()}
-        self.decode = DecodeModel.from_json(artifact["attn_decode"]) if "attn_decode" in artifact else None
-        self.prefill = PrefillModel.from_json(artifact["attn_prefill"]) if "attn_prefill" in artifact else None
+        curves = artifact.get("curves", {})
+        if not isinstance(curves, dict):
+            raise ConfigError("cost_model.curves", f"{source}: must map op names to curves, got {curves!r:.40}",
+                              "pass the artifact `simulate fit` wrote")
+        unknown = sorted(set(curves) - set(CURVE_OPS))
+        if unknown:  # (a misspelt op's curve was never read: its op priced by the roofline without a word)
+            raise ConfigError(f"cost_model.curves.{unknown[0]}", f"{source}: no op of that name",
+                              f"ops: {', '.join(CURVE_OPS)}")
+        part = "curves"
+        try:  # an artifact edited by hand: a wrong shape or type is one line naming the part
+            self.curves = {}
+            for op, c in curves.items():
+                part = f"curves.{op}"
+                self.curves[op] = Curve.from_json(c)
+            part = "attn_decode"
+            self.decode = DecodeModel.from_json(artifact["attn_decode"]) if "attn_decode" in artifact else None
+            part = "attn_prefill"
+            self.prefill = PrefillModel.from_json(artifact["attn_prefill"]) if "attn_prefill" in artifact else None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            what = (f"lacks {exc}" if isinstance(exc, KeyError) else str(exc) if isinstance(exc, ValueError)
+                    else "is not the shape `simulate fit` writes")
+            raise ConfigError(f"cost_model.{part}", f"{source}: {what}", "pass the artifact `simulate fit` wrote") from None
         self.learned_ops = list(artifact.get("learned_ops", []))
         self.roofline_ops = list(artifact.get("roofline_ops", []))
         self.num_extrapolations = 0

@@ -8,12 +8,19 @@ Bump :data:`FORMAT_VERSION` when the JSON changes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 FORMAT_VERSION = 1
+# The ops an artifact has a curve for: fitted against tokens, tokens per expert, or message bytes.
+TOKEN_FAMILY_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary",
+                    "residual_add", "embedding", "lm_head")
+MOE_FAMILY_OPS = ("moe_gate", "moe_expert_up", "moe_expert_down", "moe_expert_act")  # per expert vs its tokens
+COLLECTIVE_OPS = ("all_reduce", "send_recv")
+CURVE_OPS = TOKEN_FAMILY_OPS + MOE_FAMILY_OPS + COLLECTIVE_OPS
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,17 @@ class Curve:
 
     knots: np.ndarray
     values: np.ndarray
+
+    def __post_init__(self) -> None:
+        k, v = self.knots, self.values
+        if k.ndim != 1 or k.shape != v.shape or not len(k):
+            raise ValueError(f"{len(k)} knots and {len(v)} values (one value a knot, at least one)")
+        if not (np.isfinite(k).all() and np.isfinite(v).all()):
+            raise ValueError("knots and values must be finite")
+        if (np.diff(k) <= 0).any() or k[0] <= 0:
+            raise ValueError("knots must be positive and increasing")
+        if (v < 0).any() or (np.diff(v) < 0).any():
+            raise ValueError("values must be seconds >= 0, non-decreasing (as fit writes them)")
 
     @property
     def x_max(self) -> float:
@@ -68,6 +86,12 @@ class DecodeModel:
     max_batch: int
     max_context: float
 
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.a.shape != (self.max_batch + 1,) or self.b.shape != self.a.shape:
+            raise ValueError(f"a and b need max_batch + 1 = {self.max_batch + 1} entries, got {len(self.a)} and {len(self.b)}")
+        if not (np.isfinite(self.a).all() and np.isfinite(self.b).all() and math.isfinite(self.max_context)):
+            raise ValueError("a, b and max_context must be finite")
+
     def coefficients(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = np.asarray(n, dtype=np.float64)
         m = self.max_batch
@@ -100,6 +124,12 @@ class PrefillModel:
     coef: dict[str, float]
     max_chunk: float
     max_kv: float
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(x) for x in (self.intercept, self.max_chunk, self.max_kv, *self.coef.values())):
+            raise ValueError("intercept, coefficients and ranges must be finite")
+        if any(c < 0 for c in self.coef.values()):
+            raise ValueError("coefficients must be >= 0 (as fit writes them)")
 
     def predict(self, feats: dict[str, np.ndarray]) -> np.ndarray:
         t = self.intercept + sum(c * np.asarray(feats[f], dtype=np.float64) for f, c in self.coef.items())

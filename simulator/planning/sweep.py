@@ -623,9 +623,16 @@ def read_sweep_folder(folder: Path) -> tuple[dict[str, Any], pd.DataFrame]:
         raise ConfigError("sweep folder", f"{folder} has no sweep.json", "pass the --out folder of `simulate sweep`")
     try:
         info = json.loads(info_path.read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("sweep folder", f"{info_path} is not valid JSON ({exc})") from None
-    points = [(p["index"], p["key"], p["params"]) for p in info.get("points", [])]
+    raw = info.get("points", []) if isinstance(info, dict) else None
+    ok = isinstance(raw, list) and all(
+        isinstance(p, dict) and isinstance(p.get("index"), int) and isinstance(p.get("key"), str)
+        and isinstance(p.get("params"), dict) for p in raw)
+    if not ok:  # (a hand edit: a KeyError, TypeError or AttributeError deep in the table)
+        raise ConfigError("sweep folder", f"{info_path} is not a sweep's record (each point needs an index, a key and "
+                          "params)", "pass the --out folder of `simulate sweep`, or rerun the sweep there")
+    points = [(p["index"], p["key"], p["params"]) for p in raw]
     names = list(dict.fromkeys(n for _, _, params in points for n in params))
     table = _table(points, names, {key: read_point(folder, key) for _, key, _ in points})
     return info, table

@@ -347,3 +347,26 @@ def test_an_engine_artifacts_own_scheduler_is_said_like_a_presets(tmp_path: Path
                            str(_artifact(tmp_path, scheduler="sglang")))
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert "engine.json was fitted with --scheduler sglang" in " ".join(proc.stdout.split())
+
+
+# -- disaggregated layouts said as they are ---------------------------------------------------------------------
+
+def test_a_pool_shows_the_layout_it_inherits_and_split_says_why_nothing_fits() -> None:
+    from simulator.config.disagg_layout import layout_of
+    from simulator.config.run_config import RunConfig
+    from simulator.planning.split import split_candidates
+
+    config = RunConfig().replace(replica__model="llama-3.1-8b", replica__pp=2, prefill_pool="1x(tp=1)",
+                                 decode_pool="1x(tp=1)")
+    assert layout_of(config).describe().startswith("prefill 1x(tp=1,pp=2) + decode 1x(tp=1,pp=2)")
+    pools = {(c.prefill_pool, c.decode_pool) for c in split_candidates(config, 4, (1,))}
+    assert pools == {("1x(tp=1,pp=2)", "1x(tp=1,pp=2)")}  # each passed back to `run` alone is the same layout
+    line = one_line_error(simulate_module("disagg", "split", "--model", "llama-3.1-8b", "--gpus", "2", "--tps", "2",
+                                          "--num-requests", "16"))
+    assert "a prefill and a decode worker of at least tp=2 need 4 GPUs, and --gpus is 2" in line and "--tps 1" in line
+
+
+def test_a_kv_cache_too_small_for_max_model_len_names_the_figure_a_run_reports() -> None:
+    line = one_line_error(simulate_module("run", "--model", "llama-3.1-8b", "--num-gpu-blocks", "2000",
+                                          "--num-requests", "8"))
+    assert "the KV cache holds 32000 tokens per replica (31680 past the scheduler's watermark)" in line

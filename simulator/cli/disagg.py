@@ -63,11 +63,25 @@ def _check_search(config: RunConfig, workers: int, gpus: int) -> None:
         raise ConfigError("--workers", f"must be at least 1, got {workers}", "e.g. --workers 2")
 
 
-def _search(candidates, slo, qps_start: float, workers: int):  # noqa: ANN001, ANN202
+def _no_layout(config: RunConfig, gpus: int, tps: list[int], split_only: bool) -> ConfigError:
+    """Why no layout of ``gpus`` GPUs is searched: too few GPUs for a worker of each kind, or none holds the model."""
+    per_tp = config.replica.pp * config.replica.attention_dp  # a replica's GPUs per TP rank
+    least = (2 if split_only else 1) * min(tps) * per_tp
+    if gpus < least:
+        layout = f"tp={min(tps)}" + (f" x pp={config.replica.pp}" if config.replica.pp > 1 else "") + (
+            f" x dp={config.replica.attention_dp}" if config.replica.attention_dp > 1 else "")
+        who = "a prefill and a decode worker" if split_only else "one replica"
+        return ConfigError("--gpus", f"{who} of at least {layout} need {least} GPUs, and --gpus is {gpus}",
+                           f"raise --gpus to {least} or more" + (", or allow --tps 1" if min(tps) > 1 else ""))
+    return ConfigError("--gpus", f"no layout of {gpus} GPUs at --tps {','.join(map(str, tps))} holds "
+                       f"{config.replica.model} in memory", "raise --gpus or allow larger --tps")
+
+
+def _search(candidates, slo, qps_start: float, workers: int, no_layout: ConfigError):  # noqa: ANN001, ANN202
     from simulator.planning.split import search_all
 
     if not candidates:
-        raise ConfigError("gpus", "no layout of that many GPUs fits the model", "raise --gpus or allow larger --tps")
+        raise no_layout
     if not (math.isfinite(qps_start) and MIN_QPS <= qps_start <= MAX_QPS):  # (the search's first rate: --qps is not read)
         raise ConfigError("--qps-start", f"must be a rate in [{MIN_QPS:g}, {MAX_QPS:g}] requests/s, got {qps_start}",
                           "e.g. --qps-start 1")
@@ -155,8 +169,9 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
     _check_search(config, workers, gpus)
-    candidates = [("disagg", c) for c in split_candidates(config, gpus, parse_ints(tps, "tps"))]
-    results = _search(candidates, slo, qps_start, workers)
+    tp_list = parse_ints(tps, "tps")
+    candidates = [("disagg", c) for c in split_candidates(config, gpus, tp_list)]
+    results = _search(candidates, slo, qps_start, workers, _no_layout(config, gpus, tp_list, split_only=True))
     _report(config, results, slo, out, f"prefill/decode splits of {gpus} GPUs", plot=False)
 
 
@@ -176,5 +191,5 @@ def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: T
     tp_list = parse_ints(tps, "tps")
     candidates = aggregated_candidates(config, gpus, tp_list, parse_ints(taus, "taus"))
     candidates += [("disagg", c) for c in split_candidates(config, gpus, tp_list)]
-    results = _search(candidates, slo, qps_start, workers)
+    results = _search(candidates, slo, qps_start, workers, _no_layout(config, gpus, tp_list, split_only=False))
     _report(config, results, slo, out, f"aggregated vs disaggregated on {gpus} GPUs", plot=True)

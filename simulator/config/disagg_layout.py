@@ -80,6 +80,15 @@ class PoolSpec:
         parts = [f"{k}={getattr(self, k)}" for k in POOL_KEYS if getattr(self, k) is not None]
         return f"{self.num_replicas}x({','.join(parts)})"
 
+    def effective(self, replica: ReplicaConfig) -> str:
+        """The pool's string with the layout its replicas take from the run filled in (``replica``: one of
+        them): passed back as a pool, it is the same layout without the run's --pp, --attention-dp or --ep."""
+        inherited = {"tp": replica.tp, "pp": replica.pp if replica.pp > 1 else None,
+                     "dp": replica.attention_dp if replica.attention_dp > 1 else None,
+                     "ep": replica.ep if replica.ep > 1 else None}
+        return replace(self, **{k: getattr(self, k) if getattr(self, k) is not None else v
+                                for k, v in inherited.items()}).canonical()
+
     def replica_config(self, base: ReplicaConfig) -> ReplicaConfig:
         changes = {f: getattr(self, k) for k, f in _REPLICA_KEYS.items() if getattr(self, k) is not None}
         changes["redundant_experts"] = self.redundant_of(base)
@@ -264,9 +273,10 @@ class DisaggLayout:
         return n
 
     def describe(self) -> str:
-        out = f"prefill {self.prefill.canonical()} + decode {self.decode.canonical()}"
-        if self.mixed is not None:
-            out += f" + mixed {self.mixed.canonical()}"
+        """The pools as their replicas are laid out (a tp, pp, dp or ep they inherit from the run is shown)."""
+        out = f"prefill {self.prefill.effective(self.prefill_replica)} + decode {self.decode.effective(self.decode_replica)}"
+        if self.mixed is not None and self.mixed_replica is not None:
+            out += f" + mixed {self.mixed.effective(self.mixed_replica)}"
         return out + f" over {self.link.name}"
 
 

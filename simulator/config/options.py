@@ -66,7 +66,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                      "--enable-dp-attention)."),
     "redundant_experts": ("replica__redundant_experts", int, "Redundant expert copies spread over the EP ranks for "
                           "load balance (SGLang --ep-num-redundant-experts, vLLM EPLB num_redundant_experts): --ep "
-                          "divides the experts plus these; each rank holds that many more weights."),
+                          "divides the experts plus these; each rank holds that many more weights. Memory only: the balance "
+                          "they buy is --moe-imbalance's to say (the busiest rank's load over the mean)."),
     "moe_imbalance": ("replica__moe_imbalance", float, "MoE load imbalance: busiest expert/EP rank over the mean (>= 1)."),
     "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
                        "(vLLM's --num-gpu-blocks-override)."),

@@ -264,4 +264,7 @@ def max_model_len_shortfall(blocks: BlockManager, max_model_len: int) -> str | N
         return (f"the KV cache holds {whole} tokens per replica, but the scheduler's watermark keeps "
                 f"{blocks.watermark_blocks} of its {blocks.num_blocks} blocks free, leaving {held}, fewer than "
                 f"max_model_len {max_model_len} (lower scheduler.watermark)")
+    if held < whole:  # (the figure a run reports is the whole cache: say both)
+        return (f"the KV cache holds {whole} tokens per replica ({held} past the scheduler's watermark), fewer than "
+                f"max_model_len {max_model_len}")
     return f"the KV cache holds {held} tokens per replica, fewer than max_model_len {max_model_len}"

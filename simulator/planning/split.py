@@ -161,6 +161,9 @@ def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 
     out = []
     base = config.replace(prefill_pool=None, decode_pool=None, mixed_pool=None)
     per_tp = base.replica.pp * base.replica.attention_dp  # GPUs a replica holds per TP rank
+    # The pools' strings say the pp and dp they keep: a row's pool, passed back to `run`, is the same layout.
+    keep = (f",pp={base.replica.pp}" if base.replica.pp > 1 else "") + (
+        f",dp={base.replica.attention_dp}" if base.replica.attention_dp > 1 else "")
     for tp_p in tps:
         for tp_d in tps:
             g_p, g_d = tp_p * per_tp, tp_d * per_tp
@@ -169,7 +172,7 @@ def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 
                 if rest < g_d or rest % g_d:
                     continue
                 try:
-                    cand = base.replace(prefill_pool=f"{n_p}x(tp={tp_p})", decode_pool=f"{rest // g_d}x(tp={tp_d})",
+                    cand = base.replace(prefill_pool=f"{n_p}x(tp={tp_p}{keep})", decode_pool=f"{rest // g_d}x(tp={tp_d}{keep})",
                                         num_replicas=1)
                 except ConfigError:
                     continue

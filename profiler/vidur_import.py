@@ -120,11 +120,18 @@ def _check_keys(df: pd.DataFrame, path: Path) -> None:
             raise _bad(path, f"line {i + 2}, column {col}: {str(df[col].iloc[i])!r} is not a whole number >= 0",
                        "fix or delete that row")
     for col in (c for c in df.columns if str(c).startswith("time_stats.")):
-        bad = (pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna()).to_numpy()
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = (values.isna() & df[col].notna()).to_numpy()
+        if str(col).endswith(".median"):  # a negative time is no kernel's (it was written, marked suspect); Vidur
+            bad = bad | (values < 0).to_numpy()  # times its reshapes at 0.0, which stay
         if bad.any():  # blank is fine (an op a row did not run); text is not
             i = int(np.argmax(bad))
-            raise _bad(path, f"line {i + 2}, column {col}: {str(df[col].iloc[i])!r} is not a time in ms",
-                       "fix or delete that row")
+            raise _bad(path, f"line {i + 2}, column {col}: {str(df[col].iloc[i])!r} is not a time in ms"
+                       + (" >= 0" if str(col).endswith(".median") else ""), "fix or delete that row")
+    if "num_tokens" in df.columns and (pd.to_numeric(df["num_tokens"], errors="coerce") < 1).any():
+        i = int(np.argmax((pd.to_numeric(df["num_tokens"], errors="coerce") < 1).to_numpy()))
+        raise _bad(path, f"line {i + 2}, column num_tokens: {str(df['num_tokens'].iloc[i])!r} tokens time no kernel",
+                   "fix or delete that row")
     if "is_prefill" in df.columns:
         flags = df["is_prefill"].astype(str).str.strip().str.lower()
         bad = ~flags.isin(("true", "false", "1", "0"))
@@ -364,6 +371,11 @@ def import_vidur(paths: Iterable[str | Path], *, model: str | None = None, gpu: 
             files.append(p)
     if not files:
         raise ConfigError("vidur", "no file given", "pass Vidur CSV files or folders")
+    seen: set[Path] = set()
+    for f in files:  # (a file given twice, or inside a folder also given, doubled its rows)
+        if f.resolve() in seen:
+            raise _bad(f, "given twice (or inside a folder also given)", "give each file once")
+        seen.add(f.resolve())
     frames = [import_vidur_file(f, model=model, gpu=gpu, all_topologies=all_topologies) for f in files]
     return conform(pd.concat(frames, ignore_index=True))
 

@@ -370,3 +370,48 @@ def test_a_kv_cache_too_small_for_max_model_len_names_the_figure_a_run_reports()
     line = one_line_error(simulate_module("run", "--model", "llama-3.1-8b", "--num-gpu-blocks", "2000",
                                           "--num-requests", "8"))
     assert "the KV cache holds 32000 tokens per replica (31680 past the scheduler's watermark)" in line
+
+
+# -- the importers -------------------------------------------------------------------------------------------
+
+def _vidur_mlp(tmp_path: Path, tokens: str = "8", emb: str = "0.01") -> Path:
+    folder = tmp_path / "h100" / "meta-llama" / "Llama-2-7b-hf"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "mlp.csv"
+    path.write_text("num_tokens,num_tensor_parallel_workers,n_head,n_kv_head,n_embd,n_expanded_embd,vocab_size,"
+                    "use_gated_mlp,time_stats.emb.median,time_stats.mlp_up_proj.median\n"
+                    f"{tokens},1,32,32,4096,11008,32000,True,{emb},0.05\n")
+    return path
+
+
+def test_import_vidur_refuses_negative_times_no_tokens_and_a_file_given_twice(tmp_path: Path) -> None:
+    from profiler.vidur_import import import_vidur
+
+    path = _vidur_mlp(tmp_path)
+    assert len(import_vidur([path])) == 2  # the embedding and the up projection
+    with pytest.raises(ConfigError, match="given twice"):
+        import_vidur([path, path.parent])
+    with pytest.raises(ConfigError, match="time_stats.emb.median: '-1.0' is not a time in ms >= 0"):
+        import_vidur([_vidur_mlp(tmp_path, emb="-1.0")])
+    with pytest.raises(ConfigError, match="num_tokens: '0' tokens time no kernel"):
+        import_vidur([_vidur_mlp(tmp_path, tokens="0")])
+
+
+def test_aiconfigurator_latencies_are_positive_numbers(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from simulator.costmodel.aic.tables import _column
+
+    for name, values, needle in (("neg", [1.0, -1.0], "row 1's latency is -1.0, not a positive finite time"),
+                                 ("nan", [1.0, float("nan")], "row 1's latency is nan"),
+                                 ("text", ["1.0", "2.0"], "its latency column holds string, not numbers")):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({"m": [1, 2], "latency": values}), path)
+        with pytest.raises(ConfigError, match=re.escape(needle)):
+            _column(path, "latency")
+    pq.write_table(pa.table({"m": [1, 2], "latency": [1.0, 2.0]}), tmp_path / "ok.parquet")
+    assert _column(tmp_path / "ok.parquet", "latency").tolist() == [1.0, 2.0]
+    line = one_line_error(simulate_module("import-aiconfigurator", "--gpu", "h100-sxm", "--backend", "vllm",
+                                          "--backend", "vllm", "--out", str(tmp_path / "out")))
+    assert "--backend: vllm given twice" in line

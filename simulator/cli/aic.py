@@ -28,6 +28,9 @@ def import_aiconfigurator(
     # what an earlier import wrote may be replaced; anything else there is refused before the work
     # (paths first, as every command checks them, whether or not the database is there)
     check_out_dir(out, "--out", replaceable=("*.parquet", "*.csv"))
+    twice = sorted({b for b in backend or () if list(backend or ()).count(b) > 1})
+    if twice:  # (the same table was written twice)
+        raise ConfigError("--backend", f"{twice[0]} given twice", "give each backend once")
     try:  # this command's flag, not a run's --kernels (which the shared reader's message names)
         data_root(data)
     except ConfigError as err:

@@ -415,3 +415,55 @@ def test_aiconfigurator_latencies_are_positive_numbers(tmp_path: Path) -> None:
     line = one_line_error(simulate_module("import-aiconfigurator", "--gpu", "h100-sxm", "--backend", "vllm",
                                           "--backend", "vllm", "--out", str(tmp_path / "out")))
     assert "--backend: vllm given twice" in line
+
+
+# -- a checkpoint's quantization, prices, a header alone --------------------------------------------------------
+
+@pytest.mark.parametrize(("quant", "named"), [
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8-block"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "nvfp4"),
+    ({"quant_method": "mxfp4"}, "mxfp4"),
+    ({"quant_method": "awq", "bits": 4}, "int4"),
+    ({"quant_method": "compressed-tensors", "format": "float-quantized"}, "fp8"),
+    ({"quant_method": "bitsandbytes"}, "bitsandbytes"),
+])
+def test_a_checkpoints_quantization_is_said_beside_the_dtype_priced(quant: dict, named: str) -> None:
+    from simulator.config.hf_config import checkpoint_quant
+
+    assert checkpoint_quant(quant) == named
+    assert checkpoint_quant(None) == ""
+
+
+def test_a_quantized_checkpoint_run_at_another_dtype_says_so(tmp_path: Path) -> None:
+    model = json.loads((ROOT / "tests" / "data" / "hf_configs" / "llama-3.1-8b" / "config.json").read_text())
+    model["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    (tmp_path / "config.json").write_text(json.dumps(model))
+    said = "note: the checkpoint's config.json is quantized (fp8); the run prices --dtype bf16"
+    plain = simulate_module("run", "--model", str(tmp_path / "config.json"), "--num-requests", "8")
+    assert plain.returncode == 0 and said in " ".join(plain.stdout.split()), plain.stderr[-1500:]
+    fp8 = simulate_module("run", "--model", str(tmp_path / "config.json"), "--num-requests", "8", "--dtype", "fp8")
+    assert fp8.returncode == 0 and "checkpoint's config.json" not in fp8.stdout
+
+
+@pytest.mark.parametrize(("name", "text", "needle"), [
+    ("h.csv", "gpu,usd_per_gpu_hour\n", "has no rows below its header"),
+    ("t.toml", "[prices]\nh100-sxm = 3.0\n", "[prices] is a table; the file maps GPU names"),
+    ("b.csv", "gpu,usd_per_gpu_hour\nh100-sxm,1e308\n", "must be a number of USD per GPU-hour in (0, 10000]"),
+    ("w.csv", "gpu,usd_per_gpu_hour,max_w\nh100-sxm,3,1e308\n", "must be a number of watts in (0, 100000]"),
+])
+def test_a_price_file_that_would_mislead_is_refused(tmp_path: Path, name: str, text: str, needle: str) -> None:
+    from simulator.config.prices import load_price_file
+
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_price_file(tmp_path / name)
+    assert needle in str(err.value)
+
+
+def test_a_profile_table_of_a_header_alone_says_so(tmp_path: Path) -> None:
+    from simulator.calibrate.fit_data import read_profile
+
+    (tmp_path / "p.csv").write_text("op,num_tokens,tp,median_s,device,model\n")
+    with pytest.raises(ConfigError, match="has no rows below its header"):
+        read_profile(tmp_path / "p.csv")

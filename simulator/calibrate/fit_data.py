@@ -271,6 +271,8 @@ def read_profile(path: str | Path, *, device: str | None = None, model: str | No
         df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
     except Exception as exc:  # noqa: BLE001 - any parse failure is the user's file
         raise _bad(path, f"cannot be read as a table ({type(exc).__name__})") from None
+    if not len(df):  # (a header alone was read as a profile that names no model, or covers tp [])
+        raise _bad(path, "has no rows below its header", "pass a profile with measurements")
     guessed_device, guessed_model = _guess_from_path(path)
     device = _catalog_gpu(device) if device else guessed_device
     model = _catalog_model(model) if model else guessed_model

@@ -222,6 +222,9 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         unlike.append(f"--kernels {fitted_over}")
     if unlike:
         title += f" · note: {config.engine} was fitted with {' and '.join(unlike)}"
+    quant = r.model_spec.checkpoint_quant  # a config.json's quantization_config (said, not read)
+    if quant and quant != r.dtype:
+        title += f" · note: the checkpoint's config.json is quantized ({quant}); the run prices --dtype {r.dtype}"
     if config.speculative is not None:
         sp = config.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""

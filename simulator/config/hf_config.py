@@ -17,7 +17,8 @@ The reader is strict on purpose: a field it does not know might change the archi
 (another attention kind, a different layer pattern), so it is refused with a one-line
 :class:`~simulator.config.errors.ConfigError` naming the field, rather than silently mispriced.
 Fields known not to change shapes or costs (token ids, initialisation, RoPE scaling, router
-loss coefficients, the checkpoint's quantization: weights' dtype is ``--dtype``) are ignored.
+loss coefficients) are ignored. The checkpoint's quantization is said, not read (a run's weights
+are its ``--dtype``): ``ModelSpec.checkpoint_quant``, which the run's header compares with ``--dtype``.
 
 ``--gpu PATH`` reads a GPU from a TOML or JSON table with keys ``name``, ``bf16_tflops``,
 ``hbm_gb_per_s``, ``memory_gb`` and optional ``fp8_tflops``, ``fp4_tflops``, ``nvlink_gb_per_s`` (per
@@ -52,7 +53,7 @@ _GATED_ATTENTION = ("qwen3_next",)
 
 # Fields the reader interprets.
 _READ = frozenset({
-    "model_type", "architectures", "text_config", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "quantization_config", "model_type", "architectures", "text_config", "hidden_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "head_dim", "intermediate_size", "intermediate_size_mlp", "vocab_size",
     "max_position_embeddings", "tie_word_embeddings", "hidden_act", "sliding_window", "use_sliding_window",
     "max_window_layers", "layer_types", "num_local_experts", "num_experts", "n_routed_experts",
@@ -71,7 +72,7 @@ _IGNORED = frozenset({
     "partial_rotary_factor", "torch_dtype", "dtype", "transformers_version", "use_cache", "auto_map",
     "pretraining_tp", "mlp_bias", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise",
     "norm_topk_prob", "aux_loss_alpha", "seq_aux", "scoring_func", "topk_method", "n_group", "topk_group",
-    "routed_scaling_factor", "ep_size", "quantization_config", "use_qk_norm",
+    "routed_scaling_factor", "ep_size", "use_qk_norm",
     "attn_temperature_tuning", "floor_scale", "attn_scale", "swiglu_limit", "initial_context_length",
     "vision_config", "boi_token_index", "eoi_token_index", "image_token_index", "cache_implementation",
     "for_llm_compressor", "router_dtype", "use_mla", "rope_interleave", "is_llama_config", "bos_token",
@@ -161,11 +162,31 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
         raise ConfigError("model.max_position_embeddings", f"{where}: {context:,} positions is beyond any context "
                           f"servesim runs (at most {MAX_TOKENS:,})", "give the model's real context length")
     tied = f.flag("tie_word_embeddings")
+    kwargs["checkpoint_quant"] = checkpoint_quant(cfg.get("quantization_config"))
     return ModelSpec(
         name=name, hf_id=hf_id, num_layers=num_layers, hidden_size=hidden, num_heads=heads,
         num_kv_heads=kv_heads, ffn_size=ffn, vocab_size=f.need("vocab_size"),
         max_model_len=context, activation=_ACTIVATIONS[act],  # type: ignore[arg-type]
         tied_embeddings=tied, source=where, **kwargs)
+
+
+def checkpoint_quant(quant: object) -> str:
+    """A config.json's ``quantization_config`` as the ``--dtype`` that prices such weights (``fp8``,
+    ``fp8-block``, ``nvfp4``, ``mxfp4``, ``int4``), else its ``quant_method`` as written; "" for none."""
+    if not isinstance(quant, dict):
+        return ""
+    method = str(quant.get("quant_method", "")).lower()
+    algo = str(quant.get("quant_algo", "")).upper()  # (ModelOpt's)
+    fmt = str(quant.get("format", "")).lower()  # (compressed-tensors')
+    if method == "fp8" or algo == "FP8" or fmt == "float-quantized":
+        return "fp8-block" if quant.get("weight_block_size") else "fp8"
+    if algo == "NVFP4" or fmt == "nvfp4-pack-quantized":
+        return "nvfp4"
+    if method == "mxfp4":
+        return "mxfp4"
+    if method in ("awq", "gptq") and quant.get("bits") == 4 or fmt == "pack-quantized":
+        return "int4"
+    return method or "quantized"
 
 
 def _text_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:

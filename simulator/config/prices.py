@@ -36,6 +36,9 @@ IDLE_FRACTION = 0.10  # idle board power over max board power, where none was me
 _CW = "CoreWeave on-demand list price, mid-2025"
 
 
+MAX_USD_PER_GPU_HOUR = 1e4  # no GPU rents for $10,000 an hour (1e308 printed a 300-digit fleet cost)
+
+
 @dataclass(frozen=True)
 class GPUPrice:
     """A GPU's price per GPU-hour (USD; None: no list price known) and board power (W)."""
@@ -52,9 +55,10 @@ class GPUPrice:
         return IDLE_FRACTION * self.max_w
 
     def __post_init__(self) -> None:
-        if self.usd_per_gpu_hour is not None and not (math.isfinite(self.usd_per_gpu_hour) and self.usd_per_gpu_hour > 0):
-            raise ConfigError(f"price.{self.gpu}", f"must be a positive number of USD per GPU-hour, got "
-                              f"{self.usd_per_gpu_hour}", "e.g. --price h100-sxm=6.16")
+        if self.usd_per_gpu_hour is not None and not (math.isfinite(self.usd_per_gpu_hour)
+                                                      and 0 < self.usd_per_gpu_hour <= MAX_USD_PER_GPU_HOUR):
+            raise ConfigError(f"price.{self.gpu}", f"must be a number of USD per GPU-hour in (0, "
+                              f"{MAX_USD_PER_GPU_HOUR:g}], got {self.usd_per_gpu_hour}", "e.g. --price h100-sxm=6.16")
         if not (math.isfinite(self.max_w) and self.max_w >= 0):
             raise ConfigError(f"power.{self.gpu}", f"must be a non-negative number of watts, got {self.max_w}")
 
@@ -128,7 +132,8 @@ def _with_price(name: str, value: object, where: str, current: dict[str, GPUPric
     return replace(row, usd_per_gpu_hour=usd, price_source=f"given ({where})", price_date="")
 
 
-PRICE_COLUMNS = ("gpu", "usd_per_gpu_hour", "max_w")  # a price CSV's columns (max_w optional)
+PRICE_COLUMNS = ("gpu", "usd_per_gpu_hour", "max_w")
+MAX_WATTS = 1e5  # one board: no GPU draws 100 kW (1e308 W printed a 300-digit J/tok)  # a price CSV's columns (max_w optional)
 
 
 def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict[str, GPUPrice]:
@@ -152,7 +157,13 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
             raise ConfigError("--prices", f"{path} must map GPU names to USD per GPU-hour")
         named: dict[str, str] = {}
         for name, value in data.items():
-            canonical = get_gpu(name).name
+            if isinstance(value, dict):  # ([prices] as a table of its own: 'prices' read as a GPU's name)
+                raise ConfigError(where, f"[{name}] is a table; the file maps GPU names to USD per GPU-hour at its "
+                                  "top level", 'e.g. h100-sxm = 6.16 (TOML) or {"h100-sxm": 6.16} (JSON)')
+            try:
+                canonical = get_gpu(name).name
+            except ConfigError as err:
+                raise ConfigError(where, err.problem, err.fix) from None
             if canonical in named:  # two spellings of one GPU: the later silently won
                 raise ConfigError(where, f"{name} and {named[canonical]} are the same GPU, priced twice",
                                   "give each GPU one entry")
@@ -162,8 +173,10 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
     reader = csv.DictReader(text.lstrip("\ufeff").splitlines())  # (a spreadsheet's byte-order mark is no column)
     rows = list(reader)
     columns = list(reader.fieldnames or [])
-    if not rows or "gpu" not in columns or "usd_per_gpu_hour" not in columns:
+    if "gpu" not in columns or "usd_per_gpu_hour" not in columns:
         raise ConfigError("--prices", f"{path} needs the columns gpu,usd_per_gpu_hour", "one row per GPU")
+    if not rows:
+        raise ConfigError("--prices", f"{path} has no rows below its header", "one row per GPU")
     unknown = [c for c in columns if c not in PRICE_COLUMNS]
     if unknown:  # a misspelt max_w left the power at the table's, unseen
         raise ConfigError(where, f"unknown column(s) {', '.join(unknown)}", f"use {', '.join(PRICE_COLUMNS)}")
@@ -183,8 +196,8 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
                 max_w = float(row["max_w"])
             except ValueError:
                 max_w = math.nan
-            if not (math.isfinite(max_w) and max_w > 0):  # else a ValueError traceback, or a fleet priced at NaN J/tok
-                raise ConfigError(where, f"max_w of {name} must be a positive number of watts, got {row['max_w']!r}",
+            if not (math.isfinite(max_w) and 0 < max_w <= MAX_WATTS):  # else a traceback, or NaN J/tok
+                raise ConfigError(where, f"max_w of {name} must be a number of watts in (0, {MAX_WATTS:g}], got {row['max_w']!r}",
                                   "give the board power in W, or leave the cell empty")
             priced = replace(priced, max_w=max_w, power_source=f"given ({where})")
         out[get_gpu(name).name] = priced

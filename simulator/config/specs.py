@@ -76,6 +76,9 @@ class ModelSpec:
     # mtp_num_hidden_layers, MiniMax's num_mtp_modules): speculative method ``mtp`` drafts with them (0: it cannot).
     num_mtp_layers: int = 0
     source: str = ""  # where the shape (and its published parameter count) comes from
+    # The weights' format a checkpoint's config.json names (quantization_config, as a --dtype name where one fits,
+    # else its quant_method); "" for none. Said, not read: a run's weights are its --dtype.
+    checkpoint_quant: str = ""
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "vocab_size"):

@@ -68,8 +68,8 @@ BENCH = {"input_lens": [100] * 10, "output_lens": [10] * 10, "ttfts": [0.05] * 1
 
 
 @pytest.mark.parametrize(("change", "needle"), [
-    ({"input_lens": [HUGE] + [100] * 9}, "input_lens holds 1e+20, not a whole token count"),  # OverflowError
-    ({"output_lens": [10.5] * 10}, "output_lens holds 10.5, not a whole token count"),  # truncated to 10
+    ({"input_lens": [HUGE] + [100] * 9}, "input_lens[0] is 1e+20, not a whole token count"),  # OverflowError
+    ({"output_lens": [10.5] * 10}, "output_lens[0] is 10.5, not a whole token count"),  # truncated to 10
     ({"request_rate": -3}, "request_rate -3.0 is not a positive rate"),  # 'scale < 0' from numpy
     ({"request_rate": "nan"}, "request_rate nan is not a positive rate"),  # blamed on 'requests: arrival_at'
     ({"request_submit_times": ["a"] * 10}, "request_submit_times holds 'a'"),  # ValueError

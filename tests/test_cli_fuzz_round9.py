@@ -467,3 +467,18 @@ def test_a_profile_table_of_a_header_alone_says_so(tmp_path: Path) -> None:
     (tmp_path / "p.csv").write_text("op,num_tokens,tp,median_s,device,model\n")
     with pytest.raises(ConfigError, match="has no rows below its header"):
         read_profile(tmp_path / "p.csv")
+
+
+def test_busy_fractions_stay_within_the_run_with_a_warm_up() -> None:
+    """A warm-up's compute is the GPUs' too: over the measured requests' span alone it put busy above 1."""
+    from simulator.config.run_config import RunConfig
+    from simulator.report.metrics import summarize
+    from simulator.simulation import simulate
+
+    for workload in ({"workload__concurrency": 4, "workload__num_warmup": 63, "workload__arrival": "burst"},
+                     {"workload__qps": 5.0, "workload__num_warmup": 10}):
+        config = RunConfig().replace(replica__model="llama-3.1-8b", workload__num_requests=64, num_replicas=2,
+                                     router="round_robin", **workload)
+        summary = summarize(simulate(config))
+        assert all(0 < b <= 1 + 1e-9 for b in summary["replica_busy_fraction"]), summary["replica_busy_fraction"]
+        assert [r["busy_fraction"] for r in summary["per_replica"]] == summary["replica_busy_fraction"]

@@ -167,8 +167,11 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     """Headline numbers of a run: latency quantiles, throughput, goodput, utilisation.
     ``requests``: :func:`request_frame` or :func:`request_columns` of the run, if already built."""
     cols = _as_columns(request_columns(result) if requests is None else requests)
+    # What the GPUs were busy with is the whole run's, warm-up included (as disagg_summary's pools): over the
+    # measured requests' span alone, a warm-up's compute put busy fractions above 1 (27x at 63 warm-up requests).
+    busy_span = max(result.sim_end_at - float(cols["arrival_at"].min()), 1e-12) if len(cols["arrival_at"]) else 1e-12
     num_warmup = result.config.workload.num_warmup
-    if num_warmup:  # the first requests sent warm the server up: every figure leaves them out
+    if num_warmup:  # the first requests sent warm the server up: every other figure leaves them out
         cols = {name: values[cols["request_id"] >= num_warmup] for name, values in cols.items()}
     status = cols["status"]
     done = status == "finished"
@@ -208,11 +211,11 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     out["tbt_slo_s"] = tbt_slo_s
     out["goodput_fraction"] = float(good.mean()) if n else math.nan
     out["goodput_rps"] = float(good.sum()) / span
-    out["replica_busy_fraction"] = [b / span for b in result.replica_busy_s]
+    out["replica_busy_fraction"] = [b / busy_span for b in result.replica_busy_s]
     if any(len(stages) > 1 for stages in result.stage_busy_s):
-        out.update(bubble_summary(result, span))
+        out.update(bubble_summary(result, busy_span))
     if len(result.replica_busy_s) > 1:
-        out["per_replica"] = replica_rows(result, cols, span)
+        out["per_replica"] = replica_rows(result, cols, span, busy_span)
     out.update(overload_summary(cols))
     out["kv_cache_tokens"] = result.memory.num_kv_tokens
     if result.memory.num_memory_tokens is not None:  # --num-gpu-blocks set it: what the memory would hold, beside
@@ -305,13 +308,15 @@ def replica_frame(result: RunResult, requests: pd.DataFrame | None = None, span:
     return pd.DataFrame(replica_rows(result, cols, span))
 
 
-def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | None = None) -> list[dict[str, Any]]:
+def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | None = None,
+                 busy_span: float | None = None) -> list[dict[str, Any]]:
     """One row per replica of a cluster: request counts, throughput, TTFT/TBT quantiles, busy
     and (with pipeline parallelism) mean bubble fraction. Same definitions as :func:`summarize`.
-    ``cols``: :func:`request_columns` of the run."""
+    ``cols``: :func:`request_columns` of the run; ``busy_span`` the whole run's (warm-up included), else ``span``."""
     if span is None:
         start = float(cols["arrival_at"].min()) if len(cols["arrival_at"]) else 0.0
         span = max(result.sim_end_at - start, 1e-12)
+    busy_span = span if busy_span is None else busy_span
     replica_id, status = cols["replica_id"], cols["status"]
     finished, rejected = status == "finished", status == "rejected"
     # Each TBT gap belongs to the replica whose iteration produced the token that ends it.
@@ -327,7 +332,7 @@ def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | N
             "num_rejected": int((mine & rejected).sum()),
             "throughput_rps": num_done / span,
             "output_tokens_per_s": float(cols["num_output_tokens"][done].sum()) / span,
-            "busy_fraction": result.replica_busy_s[rid] / span,
+            "busy_fraction": result.replica_busy_s[rid] / busy_span,
         }
         ttft = quantile_stats(cols["ttft_s"][done], "ttft_s")
         values, counts, _ = tbt_distribution(result, rid)
@@ -336,6 +341,6 @@ def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | N
         row.update({k: tbt[k] for k in ("tbt_s_p50", "tbt_s_p99")})
         if result.stage_busy_s and len(result.stage_busy_s[rid]) > 1:
             stages = result.stage_busy_s[rid]
-            row["bubble_fraction_mean"] = 1.0 - sum(stages) / len(stages) / span
+            row["bubble_fraction_mean"] = 1.0 - sum(stages) / len(stages) / busy_span
         rows.append(row)
     return rows

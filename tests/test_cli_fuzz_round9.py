@@ -482,3 +482,25 @@ def test_busy_fractions_stay_within_the_run_with_a_warm_up() -> None:
         summary = summarize(simulate(config))
         assert all(0 < b <= 1 + 1e-9 for b in summary["replica_busy_fraction"]), summary["replica_busy_fraction"]
         assert [r["busy_fraction"] for r in summary["per_replica"]] == summary["replica_busy_fraction"]
+
+
+def test_a_speculating_runs_itl_is_per_streamed_chunk_as_vllms() -> None:
+    """vLLM's benchmark times a gap per streamed chunk; a speculating step's tokens arrive as one chunk. Our TBT
+    keeps the per-token view (a zero gap for each token a step emits beside its first)."""
+    from simulator.config.run_config import RunConfig
+    from simulator.config.speculative import SpeculativeConfig
+    from simulator.report.benchmark import benchmark_metrics, per_request_lists
+    from simulator.report.metrics import request_columns, summarize
+    from simulator.simulation import simulate
+
+    spec = SpeculativeConfig(method="eagle3", num_speculative_tokens=3, acceptance_rates=(0.8, 0.65, 0.5))
+    config = RunConfig().replace(replica__model="llama-3.1-8b", workload__num_requests=16, workload__concurrency=1,
+                                 workload__arrival="burst", speculative=spec)
+    result = simulate(config, token_times=True)
+    cols = request_columns(result)
+    metrics = benchmark_metrics(result, cols)
+    lists = per_request_lists(result, cols)
+    assert metrics["median_itl_ms"] > 5 and all(all(g > 0 for g in itl) for itl in lists["itls"])
+    # each chunk a step: as many gaps as steps after the first, fewer than tokens after the first
+    assert sum(map(len, lists["itls"])) < sum(n - 1 for n in lists["output_lens"])
+    assert summarize(result)["tbt_s_p50"] == 0.0  # the per-token view: most gaps are the zeros of accepted runs

@@ -5,7 +5,10 @@ Definitions (per request, over the *measured* requests: those sent after the fir
 
 - TTFT = first token - send time (client side: queueing inside the server included);
 - TPOT = (E2E - TTFT) / (output tokens - 1), requests with more than one output token;
-- ITL = every gap between consecutive tokens of a request, pooled over requests;
+- ITL = every gap between consecutive chunks a request streams, pooled over requests: tokens one
+  step emits together (a speculating step's accepted run) arrive as one chunk, as in vLLM's
+  benchmark, where our TBT (``simulator.report.metrics``) counts a zero gap for each of them: the
+  per-step and the per-token views;
 - E2EL = completion - send time;
 - duration = from the first measured send to the last measured completion; request,
   output-token and total-token (input + output) throughput are totals over it;
@@ -231,7 +234,8 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
     out.update(_stats(tpot, "tpot", percentiles_))
     values, counts, itl_measured = measured_gaps(result, num_warmup)
     itl_measured = itl_measured or num_warmup == 0
-    out.update(_weighted_stats(values, counts, "itl", percentiles_))
+    chunk = values > 0  # tokens one step emits together (a speculating step's) stream as one chunk: no ITL between
+    out.update(_weighted_stats(values[chunk], counts[chunk], "itl", percentiles_))
     out.update(_stats(e2el, "e2el", percentiles_))
     # Ours (vLLM has no key for them): the Pareto axes, the deployment and the load.
     speed = 1.0 / tpot[tpot > 0] if len(tpot) else np.zeros(0)
@@ -320,7 +324,8 @@ def per_request_lists(result: RunResult, cols: dict[str, np.ndarray]) -> dict[st
     times = _token_times(result)
     if times is not None:
         first = _first_token_ats(result)
-        out["itls"] = [client_gaps(times[i], first[i]).tolist() for i in measured.tolist()]
+        gaps = (client_gaps(times[i], first[i]) for i in measured.tolist())
+        out["itls"] = [g[g > 0].tolist() for g in gaps]  # per streamed chunk, as vLLM's (benchmark_metrics' ITL)
     return out
 
 

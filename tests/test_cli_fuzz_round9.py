@@ -504,3 +504,21 @@ def test_a_speculating_runs_itl_is_per_streamed_chunk_as_vllms() -> None:
     # each chunk a step: as many gaps as steps after the first, fewer than tokens after the first
     assert sum(map(len, lists["itls"])) < sum(n - 1 for n in lists["output_lens"])
     assert summarize(result)["tbt_s_p50"] == 0.0  # the per-token view: most gaps are the zeros of accepted runs
+
+
+def test_capacity_trials_leave_a_warm_up_out_as_a_run_does() -> None:
+    """A users search's first wave (every user sends at once) set its P99 TTFT; --num-warmup was refused."""
+    from simulator.config.run_config import RunConfig
+    from simulator.planning.capacity import run_trial
+    from simulator.planning.options import SLO
+
+    config = RunConfig().replace(replica__model="llama-3.1-8b", workload__name="fixed", workload__prompt_tokens=1024,
+                                 workload__output_tokens=256, workload__num_requests=400)
+    slo = SLO(tbt_s=1.0, sched_delay_s=60.0, ttft_s=60.0)
+    cold = run_trial(config, 64, slo, users=True)
+    warm = run_trial(config.replace(workload__num_warmup=64), 64, slo, users=True)
+    assert warm.num_finished == cold.num_finished - 64
+    assert warm.ttft_s_p99 < cold.ttft_s_p99
+    proc = simulate_module("capacity", "--model", "llama-3.1-8b", "--users", "--max-users", "32", "--num-requests", "96",
+                           "--num-warmup", "16", "--workload", "fixed", "--prompt-tokens", "512", "--output-tokens", "64")
+    assert proc.returncode == 0 and "capacity" in proc.stdout, proc.stderr[-1500:]

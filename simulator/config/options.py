@@ -427,8 +427,9 @@ _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for nam
     name: "it prices a plain hybrid iteration (no draft, no verify)" for name in (
         "speculative_config", "num_speculative_tokens", "acceptance_rate", "acceptance_rates", "acceptance_data",
         "spec_disable_batch_size", "spec_reduce_k_batch_size")}
+# capacity judges its trials without a warm-up's requests (planning.capacity.run_trial), as a run reports
 SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS,
-                                             "tau": _TAU_SETS, "capacity": _SEARCH_SETS}
+                                             "tau": _TAU_SETS, "capacity": {}}
 
 
 def _set_by_command(options: dict[str, Any], command: str, scheduler: str) -> None:

@@ -73,6 +73,7 @@ from simulator.costmodel.base import BatchShape
 from simulator.engine.tbt import GapLog, percentiles
 from simulator.planning.options import SLO, SearchSettings  # declared with the planner options
 from simulator.planning.search import Limits, Outcome, largest_passing
+from simulator.report.benchmark import measured_gaps
 from simulator.report.metrics import request_columns, tbt_distribution, within_slo
 from simulator.workload.request import Request, Status
 
@@ -458,7 +459,8 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         cfg = config.replace(workload__concurrency=int(qps), workload__arrival="burst")
     else:
         cfg = config.replace(workload__qps=qps)
-    if not early_exit:
+    num_warmup = cfg.workload.num_warmup
+    if not early_exit or num_warmup:  # (the watches count every request and gap: a warm-up's would end a trial)
         watch = None
     elif slo.criterion == "goodput":  # certain to miss the goodput target once too many are late for TTFT
         assert slo.min_goodput is not None
@@ -468,6 +470,8 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
                               tbt_quantile=slo.tbt_quantile)
     result = simulation.simulate(cfg, watch=watch, record_iterations=False)  # a trial judges requests and gaps
     cols = request_columns(result)  # numpy columns: a trial needs no pandas
+    if num_warmup:  # the first requests sent warm the server up: judged without them, as a run reports
+        cols = {name: values[cols["request_id"] >= num_warmup] for name, values in cols.items()}
     status = cols["status"]
     is_finished = status == Status.FINISHED.value
     num_rejected = int((status == Status.REJECTED.value).sum())
@@ -476,7 +480,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         nan = math.nan
         return Trial(cfg.seed, qps, False, str(stopped), nan, nan, nan, nan, nan, nan, nan, nan, nan,
                      int(is_finished.sum()), num_rejected, True, time.perf_counter() - start)
-    values, counts, _ = tbt_distribution(result)
+    values, counts, _ = measured_gaps(result, num_warmup) if num_warmup else tbt_distribution(result)
     # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
     tbt_q, tbt_p99 = percentiles(values, counts, (slo.tbt_quantile, 99.0)) if len(values) else (0.0, 0.0)
     sched_q = _quantile(cols["sched_delay_s"][is_finished], slo.sched_delay_quantile)

@@ -522,3 +522,19 @@ def test_capacity_trials_leave_a_warm_up_out_as_a_run_does() -> None:
     proc = simulate_module("capacity", "--model", "llama-3.1-8b", "--users", "--max-users", "32", "--num-requests", "96",
                            "--num-warmup", "16", "--workload", "fixed", "--prompt-tokens", "512", "--output-tokens", "64")
     assert proc.returncode == 0 and "capacity" in proc.stdout, proc.stderr[-1500:]
+
+
+def test_compare_says_when_no_disaggregated_layout_fits() -> None:
+    """At a 131K context the pools' vllm scheduler reserves a whole-prompt prefill: no 1x(tp=2) pool of 70B fits
+    on 4 H100s; compare showed its aggregated side alone, titled 'aggregated vs disaggregated', without a word."""
+    from simulator.config.run_config import RunConfig
+    from simulator.planning.split import split_candidates
+
+    config = RunConfig().replace(replica__model="llama-3.1-70b", replica__gpu="h100-sxm")
+    dropped: list[str] = []
+    assert split_candidates(config, 4, (2, 4), dropped) == []
+    assert dropped and dropped[0].startswith("P 1x(tp=2) + D 1x(tp=2): ") and "does not fit" in dropped[0]
+    proc = simulate_module("disagg", "compare", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4",
+                           "--tps", "2,4", "--num-requests", "32")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert "note: no disaggregated layout of 4 GPUs fits, so none is compared (e.g. P 1x(tp=2)" in " ".join(proc.stdout.split())

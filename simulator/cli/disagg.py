@@ -63,8 +63,9 @@ def _check_search(config: RunConfig, workers: int, gpus: int) -> None:
         raise ConfigError("--workers", f"must be at least 1, got {workers}", "e.g. --workers 2")
 
 
-def _no_layout(config: RunConfig, gpus: int, tps: list[int], split_only: bool) -> ConfigError:
-    """Why no layout of ``gpus`` GPUs is searched: too few GPUs for a worker of each kind, or none holds the model."""
+def _no_layout(config: RunConfig, gpus: int, tps: list[int], split_only: bool, dropped: list[str]) -> ConfigError:
+    """Why no layout of ``gpus`` GPUs is searched: too few GPUs for a worker of each kind, or none holds the model
+    (``dropped``: the splits refused, with why)."""
     per_tp = config.replica.pp * config.replica.attention_dp  # a replica's GPUs per TP rank
     least = (2 if split_only else 1) * min(tps) * per_tp
     if gpus < least:
@@ -73,8 +74,10 @@ def _no_layout(config: RunConfig, gpus: int, tps: list[int], split_only: bool) -
         who = "a prefill and a decode worker" if split_only else "one replica"
         return ConfigError("--gpus", f"{who} of at least {layout} need {least} GPUs, and --gpus is {gpus}",
                            f"raise --gpus to {least} or more" + (", or allow --tps 1" if min(tps) > 1 else ""))
+    first = f" (e.g. {dropped[0]})" if dropped else ""
     return ConfigError("--gpus", f"no layout of {gpus} GPUs at --tps {','.join(map(str, tps))} holds "
-                       f"{config.replica.model} in memory", "raise --gpus or allow larger --tps")
+                       f"{config.replica.model} in memory{first}", "raise --gpus, allow larger --tps, or lower "
+                       "--max-model-len")
 
 
 def _search(candidates, slo, qps_start: float, workers: int, no_layout: ConfigError):  # noqa: ANN001, ANN202
@@ -170,8 +173,9 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
     _check_search(config, workers, gpus)
     tp_list = parse_ints(tps, "tps")
-    candidates = [("disagg", c) for c in split_candidates(config, gpus, tp_list)]
-    results = _search(candidates, slo, qps_start, workers, _no_layout(config, gpus, tp_list, split_only=True))
+    dropped: list[str] = []
+    candidates = [("disagg", c) for c in split_candidates(config, gpus, tp_list, dropped)]
+    results = _search(candidates, slo, qps_start, workers, _no_layout(config, gpus, tp_list, True, dropped))
     _report(config, results, slo, out, f"prefill/decode splits of {gpus} GPUs", plot=False)
 
 
@@ -190,6 +194,11 @@ def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: T
     _check_search(config, workers, gpus)
     tp_list = parse_ints(tps, "tps")
     candidates = aggregated_candidates(config, gpus, tp_list, parse_ints(taus, "taus"))
-    candidates += [("disagg", c) for c in split_candidates(config, gpus, tp_list)]
-    results = _search(candidates, slo, qps_start, workers, _no_layout(config, gpus, tp_list, split_only=False))
+    dropped: list[str] = []
+    splits = split_candidates(config, gpus, tp_list, dropped)
+    if not splits and candidates:  # said, not silent: the comparison has one side
+        console().print(f"note: no disaggregated layout of {gpus} GPUs fits, so none is compared"
+                            + (f" (e.g. {dropped[0]})" if dropped else ""), highlight=False)
+    candidates += [("disagg", c) for c in splits]
+    results = _search(candidates, slo, qps_start, workers, _no_layout(config, gpus, tp_list, False, dropped))
     _report(config, results, slo, out, f"aggregated vs disaggregated on {gpus} GPUs", plot=True)

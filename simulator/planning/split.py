@@ -142,22 +142,31 @@ def fits(config: RunConfig) -> bool:
     """Whether every replica of ``config`` holds its weights and a max_model_len KV cache, as
     its run sizes the cache (watermark included). Stricter than a run for a prefill pool,
     which a run lets reject long prompts one by one: a planner's layout serves every request."""
+    return fit_problem(config) is None
+
+
+def fit_problem(config: RunConfig) -> str | None:
+    """Why ``config`` does not :func:`fits` (the first replica's shortfall, or the config's refusal), or None."""
     try:
         layout = layout_of(config)
         pairs = ([(layout.prefill_replica, layout.prefill_scheduler), (layout.decode_replica, layout.decode_scheduler)]
                  if layout is not None else [(config.replica, config.scheduler)])
         if layout is not None and layout.mixed is not None:
             pairs.append((layout.mixed_replica, layout.mixed_scheduler))
-        if any(memory_shortfall(replica, sched) is not None for replica, sched in pairs):
-            return False
-    except ConfigError:
-        return False
-    return True
+        for replica, sched in pairs:
+            problem = memory_shortfall(replica, sched)
+            if problem is not None:
+                return str(problem)
+    except ConfigError as err:
+        return str(err)
+    return None
 
 
-def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 2, 4, 8)) -> list[RunConfig]:
+def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 2, 4, 8),
+                     dropped: list[str] | None = None) -> list[RunConfig]:
     """Every disaggregated layout of exactly ``num_gpus`` GPUs (pools of one TP each) that fits.
-    A pool's replica keeps the run's ``pp`` and attention DP, so it holds ``tp x pp x dp`` GPUs."""
+    A pool's replica keeps the run's ``pp`` and attention DP, so it holds ``tp x pp x dp`` GPUs.
+    ``dropped``, where given, gets one line for each layout that does not fit, with why."""
     out = []
     base = config.replace(prefill_pool=None, decode_pool=None, mixed_pool=None)
     per_tp = base.replica.pp * base.replica.attention_dp  # GPUs a replica holds per TP rank
@@ -176,8 +185,11 @@ def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 
                                         num_replicas=1)
                 except ConfigError:
                     continue
-                if fits(cand):
+                problem = fit_problem(cand)
+                if problem is None:
                     out.append(cand)
+                elif dropped is not None:
+                    dropped.append(f"P {cand.prefill_pool} + D {cand.decode_pool}: {problem}")
     # Balanced splits first: with pruning, a strong early incumbent makes the rest cheap.
     return sorted(out, key=lambda c: abs(2 * layout_of(c).prefill.num_gpus(c.replica) - num_gpus))
 

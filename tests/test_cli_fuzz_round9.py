@@ -538,3 +538,11 @@ def test_compare_says_when_no_disaggregated_layout_fits() -> None:
                            "--tps", "2,4", "--num-requests", "32")
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert "note: no disaggregated layout of 4 GPUs fits, so none is compared (e.g. P 1x(tp=2)" in " ".join(proc.stdout.split())
+
+
+def test_a_disaggregated_runs_header_names_its_pools_gpus_calibration() -> None:
+    proc = simulate_module("run", "--model", "llama-3.1-8b", "--prefill-pool", "1x(tp=1,gpu=b200)", "--decode-pool",
+                           "1x(tp=1,gpu=h100-sxm)", "--num-requests", "8")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    out = " ".join(proc.stdout.split())
+    assert "roofline calibration: today (blackwell, vllm's kernels); today (hopper, vllm's kernels)" in out  # was ampere

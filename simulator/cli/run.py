@@ -244,17 +244,26 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
 def _pricing_note(config: RunConfig) -> str:
     """Which measured tables priced the run (the model the run loaded, cached), the roofline's
     calibration, and a trace whose timestamps the arrivals do not use."""
-    r = config.replica
-    kernels = ""
-    if r.kernels != "roofline":
-        from simulator.costmodel.aic.model import table_cost_model
+    replicas = [config.replica]
+    if config.is_disaggregated:  # the pools' replicas (a pool may name another GPU than the run's)
+        from simulator.config.disagg_layout import layout_of
 
-        kernels = f" · kernels: {table_cost_model(r, r.kernels).describe()}"
+        layout = layout_of(config)
+        replicas = [layout.prefill_replica, layout.decode_replica] + (
+            [layout.mixed_replica] if layout.mixed_replica is not None else [])
+    replicas = list({(rep.gpu, rep.kernels): rep for rep in replicas}.values())
     from simulator.costmodel import load_engine
     from simulator.costmodel.calibration import describe
 
-    kernels += (f" · roofline calibration: "
-                f"{describe(r.roofline_calibration, r.gpu, r.kernels, load_engine(config.engine))}")
+    engine = load_engine(config.engine)
+    kernels = ""
+    tables = [rep for rep in replicas if rep.kernels != "roofline"]
+    if tables:
+        from simulator.costmodel.aic.model import table_cost_model
+
+        kernels = " · kernels: " + "; ".join(table_cost_model(rep, rep.kernels).describe() for rep in tables)
+    kernels += " · roofline calibration: " + "; ".join(
+        dict.fromkeys(describe(rep.roofline_calibration, rep.gpu, rep.kernels, engine) for rep in replicas))
     w = config.workload
     if w.trace is not None and w.arrival != "trace":  # the trace's timestamps are not used: say so
         arrivals = {"poisson": "Poisson", "gamma": "gamma", "fixed": "fixed-rate", "burst": "burst"}[w.arrival]

@@ -164,8 +164,10 @@ def plan(
                           f"{out}/mix/mix.csv)", highlight=False)
     console.print(f"wrote {out}/plan.csv, layouts.csv, trials.csv, answer.json, frontier.png; {result.num_searched} "
                   f"layouts searched, {result.num_resumed} resumed, "
-                  f"{sum(1 for c in result.candidates if c.pruned)} pruned of {len(result.candidates)}, "
-                  f"{result.wall_s:.0f}s", highlight=False)
+                  f"{sum(1 for c in result.candidates if c.pruned)} pruned of {len(result.candidates)}"
+                  + (f", {below} cut after a trial showed they cannot win (in layouts.csv, not in the table)"
+                     if (below := sum(1 for c in result.candidates if (c.row or {}).get("status") == "below")) else "")
+                  + f", {result.wall_s:.0f}s", highlight=False)
 
 
 def _f(value: float, fmt: str) -> str:

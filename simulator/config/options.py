@@ -117,7 +117,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                     "and output in proportion, as Vidur does)."),
     "concurrency": ("workload__concurrency", int, "Closed loop: N users, each sending its next request when its last "
                     "ends (vLLM's --max-concurrency with --request-rate inf; with --qps, a cap on requests in flight)."),
-    "num_warmup": ("workload__num_warmup", int, "The first requests sent, left out of every figure (warm-up)."),
+    "num_warmup": ("workload__num_warmup", int, "The first requests sent, left out of every figure (warm-up); they are part "
+                   "of --num-requests (vLLM's --num-warmups sends its warm-ups besides --num-prompts: give their sum)."),
     "warmup_mode": ("workload__warmup_mode", str, "Closed loop: steady (the warm-up is the loop's first requests) or "
                     "drain (a phase of its own, run to completion, then every user sends at once, as AIPerf and "
                     "vllm bench serve run it)."),

@@ -546,3 +546,13 @@ def test_a_disaggregated_runs_header_names_its_pools_gpus_calibration() -> None:
     assert proc.returncode == 0, proc.stderr[-1500:]
     out = " ".join(proc.stdout.split())
     assert "roofline calibration: today (blackwell, vllm's kernels); today (hopper, vllm's kernels)" in out  # was ampere
+
+
+def test_a_plan_verified_on_a_handful_of_late_requests_says_so(tmp_path: Path) -> None:
+    """A fleet verified on 768 requests at 99% passes or fails on 8 of them: another seed flipped it."""
+    proc = simulate_module(*_PLAN, "--out", str(tmp_path / "p"))
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    out = " ".join(proc.stdout.split())
+    assert "verified on 768 requests, of which 8 may miss the SLO at 99%: a handful of requests decides it" in out
+    proc = simulate_module(*_PLAN[:6], "2000", *_PLAN[7:], "--out", str(tmp_path / "q"))
+    assert proc.returncode == 0 and "a handful of requests decides it" not in proc.stdout, proc.stderr[-1500:]

@@ -76,6 +76,7 @@ MODES = ("agg", "disagg")
 CHUNKING = CHUNKING_SCHEDULERS  # schedulers whose token budget is a prompt chunk size
 PREFILL_MARGIN = 1.5  # the prefill pool's bound is one full-budget prompt's rate times this
 SHORT_TRIAL_TTFTS = 10  # trials whose arrivals span fewer TTFT limits than this are flagged as too short
+MIN_MISSES_JUDGED = 10  # a verification allowing fewer late requests than this is said to be a thin verdict
 
 
 @dataclass(frozen=True)
@@ -953,6 +954,13 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
             result.notes.append(f"the answer's capacity trials send {lengths.num_requests} requests in {span_s:.1f}s, "
                                 f"under {SHORT_TRIAL_TTFTS}x the TTFT limit: its capacity may be overstated; raise "
                                 "--num-requests")
+        v = result.answer.verified
+        if v is not None and (1 - slo.attainment) * v["num_requests"] < MIN_MISSES_JUDGED:
+            # The verdict turns on a handful of requests: another seed may pass or fail it.
+            result.notes.append(f"the answer's fleet was verified on {v['num_requests']:,} requests, of which "
+                                f"{(1 - slo.attainment) * v['num_requests']:.0f} may miss the SLO at "
+                                f"{slo.attainment:.0%}: a handful of requests decides it; raise --num-requests for a "
+                                "firmer verdict")
     result.wall_s = time.perf_counter() - start
     if out is not None:
         write_outputs(result, out)

@@ -556,3 +556,15 @@ def test_a_plan_verified_on_a_handful_of_late_requests_says_so(tmp_path: Path) -
     assert "verified on 768 requests, of which 8 may miss the SLO at 99%: a handful of requests decides it" in out
     proc = simulate_module(*_PLAN[:6], "2000", *_PLAN[7:], "--out", str(tmp_path / "q"))
     assert proc.returncode == 0 and "a handful of requests decides it" not in proc.stdout, proc.stderr[-1500:]
+
+
+def test_a_sweep_files_base_value_its_grid_replaces_is_refused(tmp_path: Path) -> None:
+    """[base] qps = 3 with [grid] qps = [1, 2]: the base's 3 never ran, and nothing said so (a flag was refused)."""
+    from simulator.planning.sweep import build_spec, load_sweep_file
+
+    path = tmp_path / "s.toml"
+    path.write_text('mode = "run"\n[base]\nqps = 3.0\nnum_requests = 8\n[grid]\nqps = [1.0, 2.0]\n')
+    with pytest.raises(ConfigError, match=r"sweep.base.qps: the grid \(qps\) sets it too .* qps = 3.0 would do nothing"):
+        build_spec(load_sweep_file(path))
+    path.write_text('mode = "run"\n[base]\nnum_requests = 8\n[grid]\nqps = [1.0, 2.0]\n')
+    assert len(build_spec(load_sweep_file(path)).points) == 2

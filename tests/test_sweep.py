@@ -23,8 +23,10 @@ SMALL = {"model": "mistral-7b", "num_requests": 24, "workload": "fixed", "prompt
 
 
 def small_spec(grid: dict | None = None, mode: str = "run", **base):
-    return build_spec({"mode": mode, "base": {**SMALL, **base},
-                       "grid": grid or {"scheduler": ["vllm", "sarathi"], "qps": [2.0, 8.0]}})
+    grid = grid or {"scheduler": ["vllm", "sarathi"], "qps": [2.0, 8.0]}
+    varied = {name for key in grid for name in key.split(",")}  # (a base key the grid varies is refused)
+    return build_spec({"mode": mode, "base": {k: v for k, v in {**SMALL, **base}.items() if k not in varied},
+                       "grid": grid})
 
 
 def point_files(out: Path) -> dict[str, float]:

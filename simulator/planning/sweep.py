@@ -283,7 +283,11 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                 source = f"--grid {key}=..." if from_cli else f"the sweep file's grid ({key})"
                 raise ConfigError(flag, f"{source} sets it too, and the grid wins at every point, so {flag} would "
                                   "do nothing", f"drop {flag}, or {name} from the grid")
-            base.pop(name, None)  # the grid wins over the file's base
+            if name in file_keys:  # the file's own base: its value would never run (the grid wins at every point)
+                raise ConfigError(f"sweep.base.{file_keys[name]}", f"the grid ({key}) sets it too and wins at every "
+                                  f"point, so the base's {file_keys[name]} = {raw_base[file_keys[name]]!r} would do "
+                                  "nothing", f"drop {file_keys[name]} from [base], or from the grid")
+            base.pop(name, None)  # the grid wins over a --config file's value
             for other in list(grid):
                 if name in other:
                     raise ConfigError(where, f"{name!r} is already varied by {','.join(other)}")

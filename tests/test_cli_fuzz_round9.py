@@ -568,3 +568,15 @@ def test_a_sweep_files_base_value_its_grid_replaces_is_refused(tmp_path: Path) -
         build_spec(load_sweep_file(path))
     path.write_text('mode = "run"\n[base]\nnum_requests = 8\n[grid]\nqps = [1.0, 2.0]\n')
     assert len(build_spec(load_sweep_file(path)).points) == 2
+
+
+def test_a_plan_over_a_closed_loop_config_names_the_config(tmp_path: Path) -> None:
+    """It blamed --qps (burst arrivals send no rate), and dropping --qps then blamed --concurrency, which was not given."""
+    proc = simulate_module("run", "--model", "llama-3.1-8b", "--concurrency", "4", "--num-requests", "8",
+                           "--out", str(tmp_path / "cl"))
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    for extra in (["--qps", "4"], []):
+        line = one_line_error(simulate_module("plan", "--config", str(tmp_path / "cl" / "config.json"), *extra,
+                                              "--gpus", "a100-80gb", "--tps", "1", "--modes", "agg",
+                                              "--out", str(tmp_path / "p")))
+        assert "--config: its run is a closed loop of 4 users (workload.concurrency), and plan searches" in line

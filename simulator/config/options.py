@@ -400,7 +400,8 @@ DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {
 # (--tps) that run the pools' default scheduler (DEFAULT_POOL_SCHEDULER, vllm; simulator.planning.split),
 # and compare's aggregated arms run vllm and sarathi at --tps and --taus; --scheduler vllm still says
 # whose budget the pools keep (PoolSpec.scheduler_config).
-# Searches judge every request of a trial: a warm-up is not left out of them (capacity, split, compare, plan).
+# These searches judge every request of a trial: a warm-up is not left out of them (split, compare, plan; capacity
+# leaves it out, as a run does: planning.capacity.run_trial).
 _SEARCH_SETS = {"num_warmup": "its trials judge every request (a search leaves no warm-up out)",
                 "warmup_mode": "its trials judge every request (a search leaves no warm-up out)"}
 # Batch waiting holds the prompts of steps that mix prompts and decodes, which no disaggregated pool runs (the
@@ -465,6 +466,11 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
         raise ConfigError("--workload", f"--trace {options['trace']} gives the request lengths, so --workload "
                           f"{options['workload']} would do nothing", "pass one of --workload and --trace")
     _set_by_command(options, command, config.scheduler.name)
+    if command in ("plan", "split", "compare") and config.workload.concurrency is not None \
+            and options.get("concurrency") is None:  # (a --config file's closed loop: --qps was blamed)
+        raise ConfigError("--config", f"its run is a closed loop of {config.workload.concurrency} users "
+                          f"(workload.concurrency), and {command} searches the request rate, which a closed loop has "
+                          "none of", "pass the config of an open-loop run (simulate run --qps N --out DIR writes one)")
     decided = DECIDED_BY_COMMAND.get(command, frozenset())
     if decided is None:
         return

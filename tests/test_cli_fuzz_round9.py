@@ -580,3 +580,11 @@ def test_a_plan_over_a_closed_loop_config_names_the_config(tmp_path: Path) -> No
                                               "--gpus", "a100-80gb", "--tps", "1", "--modes", "agg",
                                               "--out", str(tmp_path / "p")))
         assert "--config: its run is a closed loop of 4 users (workload.concurrency), and plan searches" in line
+
+
+def test_an_eagle_heads_named_checkpoint_is_said_not_read() -> None:
+    proc = simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "8", "--speculative-config",
+                           '{"method": "eagle3", "num_speculative_tokens": 3, "model": "org/EAGLE3-head"}',
+                           "--acceptance-rate", "0.7")
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert "eagle3 (org/EAGLE3-head: named, not read; priced as one layer of the target)" in " ".join(proc.stdout.split())

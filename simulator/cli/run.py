@@ -228,6 +228,10 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     if config.speculative is not None:
         sp = config.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""
+        if sp.draft_model and sp.method != "draft_model":  # a head's checkpoint: named, priced from the target's shape
+            drafter = (f" ({sp.draft_model}: named, not read; priced as "
+                       + ("k residual blocks and LM heads" if sp.method == "medusa" else "one layer of the target")
+                       + ")")
         tree = f" (a token tree of {sp.num_verify_tokens} nodes)" if sp.token_tree else ""
         title += (f" · speculative {sp.method}{drafter} k={sp.k}{tree}, expected AL {sp.mean_acceptance_length:.2f} · "
                   "loop step by step (no lockstep or event skipping with speculation)")

@@ -150,7 +150,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         f"requests: {summary['num_finished']:,} finished, {summary['num_rejected']:,} rejected, "
         f"{count(summary['num_preemptions'], 'preemption')} · throughput {summary['throughput_rps']:.2f} req/s, "
         f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
-        f"(TTFT<={summary['ttft_slo_s']}s, TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
+        f"(TTFT<={summary['ttft_slo_s']}s, each gap TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
         f"tokens{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
     if "prefix_caching" in summary:
         pc = summary["prefix_caching"]

@@ -189,8 +189,7 @@ class ReplicaTopology:
     # all tp * dp GPUs of the group, at ep_bytes_per_s per GPU and direction (the TP ring's link
     # when dp == 1, so a run without DP prices exactly as before).
     dp: int = 1
-    ep_bytes_per_s: float = 0.0
-    ep_latency_s: float = 0.0
+    ep_bytes_per_s: float = 0.0  # (its latency is the calibration's collective latency: costmodel.moe.ep_all_to_all)
     # A TP group over several nodes of one NVLink domain (GB200/GB300 NVL72): its ring runs on NVLink.
     tp_in_nvlink_domain: bool = False
     ep_crosses_nodes: bool = False  # the attention-DP group's all-to-all reaches peers over the inter-node link
@@ -291,16 +290,15 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
     for s in range(pp - 1):
         same_node = (s * tp) // gpus_per_node == ((s + 1) * tp) // gpus_per_node
         hops.append(intra if same_node or in_domain(s * tp, (s + 2) * tp - 1) else inter)
-    ep_bw, ep_latency = ring_bw, ring_latency  # without DP the MoE group is the TP group
+    ep_bw = ring_bw  # without DP the MoE group is the TP group
     ep_crosses_nodes = False
     if dp > 1:
         group = tp * dp
-        local_bw, local_latency = intra.bytes_per_s, intra.latency_s
+        local_bw = intra.bytes_per_s
         if intra.pairwise and min(group, gpus_per_node) > 2:
-            pcie = get_link("pcie", gpu)
-            local_bw, local_latency = min(intra.bytes_per_s, pcie.bytes_per_s), max(intra.latency_s, pcie.latency_s)
+            local_bw = min(intra.bytes_per_s, get_link("pcie", gpu).bytes_per_s)
         if num_nodes == 1 or (intra.kind == "nvlink" and not intra.pairwise and group <= gpu.nvlink_domain_gpus):
-            ep_bw, ep_latency = local_bw, local_latency
+            ep_bw = local_bw
         else:
             # A GPU's all-to-all peers: (local - 1) of the group's (group - 1) on its own node (or
             # NVLink domain), the rest behind the node's NICs, shared by the node's GPUs sending at
@@ -308,10 +306,10 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
             local = domain if domain > gpus_per_node else gpus_per_node
             remote = (group - local) / (group - 1)
             nic = inter.nic_bytes_per_s(gpus_per_node) / gpus_per_node
-            ep_bw, ep_latency = 1.0 / max((1.0 - remote) / local_bw, remote / nic), inter.latency_s
+            ep_bw = 1.0 / max((1.0 - remote) / local_bw, remote / nic)
             ep_crosses_nodes = True
     return ReplicaTopology(gpu.name, tp, pp, num_nodes, gpus_per_node, intra, inter, tp_spans_nodes,
-                           ring_bw, ring_latency, tuple(hops), dp, ep_bw, ep_latency, tp_in_domain, ep_crosses_nodes)
+                           ring_bw, ring_latency, tuple(hops), dp, ep_bw, tp_in_domain, ep_crosses_nodes)
 
 
 def topology_for(replica: ReplicaConfig) -> ReplicaTopology:

@@ -292,6 +292,14 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
     info = devmod.detect(cfg.device, threads)
     label = device_label(info)
     existing, old_meta = _check_out_folder(cfg.out, spec.name, label)
+    old_cfg = old_meta.get("config") or {}
+    if len(existing) and cfg.device == "cpu" and isinstance(old_cfg, dict):  # a resumed CPU table: its threads
+        # time its kernels (other threads reused the old timings as if new; a dtype keys its own rows)
+        for key, now, flag in (("num_threads", cfg.effective_num_threads, "--threads"),):
+            if key in old_cfg and old_cfg[key] != now:
+                raise ConfigError(flag, f"{cfg.out} was measured with {flag} {old_cfg[key]}, not {now}: one table "
+                                  "would mix two settings", f"pass {flag} {old_cfg[key]} to resume it, or choose "
+                                  "another --out")
     if cfg.device == "cuda" and len(existing) and old_meta.get("bench"):
         # Tables measured before the flush modes existed zeroed the buffer: "write".
         old_flush = old_meta["bench"].get("l2_flush", "write")

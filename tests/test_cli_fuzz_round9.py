@@ -588,3 +588,42 @@ def test_an_eagle_heads_named_checkpoint_is_said_not_read() -> None:
                            "--acceptance-rate", "0.7")
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert "eagle3 (org/EAGLE3-head: named, not read; priced as one layer of the target)" in " ".join(proc.stdout.split())
+
+
+# -- what the commands write, read back -------------------------------------------------------------------------
+
+def test_plan_and_sweep_refuse_another_commands_folder(tmp_path: Path) -> None:
+    """plan appended its rows to a capacity folder's trials.csv (a 6-column row under a 17-column header)."""
+    folder = tmp_path / "c1"
+    folder.mkdir()
+    (folder / "capacity.json").write_text("{}")
+    (folder / "trials.csv").write_text("seed,qps\n0,1.0\n")
+    line = one_line_error(simulate_module(*_PLAN, "--out", str(folder)))
+    assert "already holds other files (capacity.json)" in line
+    line = one_line_error(simulate_module("sweep", "--grid", "qps=1,2", "--num-requests", "8", "--out", str(folder)))
+    assert "already holds other files (capacity.json, trials.csv)" in line
+
+
+def test_a_runs_figures_go_with_it_and_plot_run_refuses_a_summary(tmp_path: Path) -> None:
+    run = tmp_path / "r1"
+    assert simulate_module("run", "--num-requests", "8", "--out", str(run)).returncode == 0
+    (run / "tbt_cdf.png").write_bytes(b"")  # what `plot run` writes beside it
+    assert simulate_module("run", "--num-requests", "8", "--out", str(run)).returncode == 0  # was refused
+    assert not (run / "tbt_cdf.png").exists()  # replaced whole: no figure of another run left
+    line = one_line_error(simulate_module("plot", "run", str(run / "summary.json")))
+    assert "summary.json is a run's summary, not its config" in line
+
+
+def test_a_saved_results_start_times_are_its_arrivals_when_read_back(tmp_path: Path) -> None:
+    """calibrate-engine --bench read only vLLM's request_submit_times and redrew Poisson arrivals for our own file."""
+    from simulator.calibrate.engine_fit import read_bench
+
+    out = tmp_path / "r.json"
+    proc = simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "32", "--qps", "2",
+                           "--save-result", str(out))
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    saved = json.loads(out.read_text())
+    assert "request_submit_times" not in saved and len(saved["start_times"]) == 32
+    run = read_bench(out)
+    assert run.arrival_at is not None and len(run.arrival_at) == len(run.ttfts)
+    assert run.arrival_at[0] == 0.0 and run.arrival_at[-1] > 0

@@ -359,3 +359,14 @@ def test_piped_progress_is_plain_lines(tmp_path: Path, capsys, monkeypatch) -> N
     run_profile_quiet(ProfileConfig(model=cfg.model, out=tmp_path / "again", quick=True, max_tokens=16, ops=("norms",),
                                     num_threads=1))
     assert "profiling" not in capsys.readouterr().err  # --no-progress: silent
+
+
+def test_a_cpu_profile_resumed_with_other_threads_is_refused(tmp_path: Path) -> None:
+    """--threads 2 into a 1-thread folder reused its timings as if measured now ('0 measured, 128 already there')."""
+    cfg = ProfileConfig(model=str(tiny_config(tmp_path)), out=tmp_path / "out", quick=True, max_tokens=16,
+                        ops=("rotary",), num_threads=1)
+    run_profile_quiet(cfg)
+    with pytest.raises(ConfigError, match="was measured with --threads 1, not 2"):
+        run_profile_quiet(ProfileConfig(model=cfg.model, out=cfg.out, quick=True, max_tokens=16, ops=("rotary",),
+                                        num_threads=2))
+    assert run_profile_quiet(cfg).skipped > 0  # the same threads resume it

@@ -426,7 +426,7 @@ def read_bench(path: Path) -> BenchRun:
         raise ConfigError("bench", f"{path} lacks {', '.join(missing)}",
                           "save it with `vllm bench serve --save-result --save-detailed`")
     wrote = "pass the JSON `vllm bench serve --save-result --save-detailed` wrote"
-    for key in (*BENCH_KEYS, "errors", "request_submit_times"):
+    for key in (*BENCH_KEYS, "errors", "request_submit_times", "start_times"):
         if data.get(key) is not None and not isinstance(data[key], list):
             raise ConfigError("bench", f"{path}: {key} must be a list (one entry per request), got {data[key]!r:.40}",
                               wrote)
@@ -461,10 +461,12 @@ def read_bench(path: Path) -> BenchRun:
     burstiness = 1.0 if data.get("burstiness") is None else data["burstiness"]  # (null: vllm's default, Poisson)
     if isinstance(burstiness, bool) or not isinstance(burstiness, int | float) or not 0 < burstiness < math.inf:
         raise ConfigError("bench", f"{path}: burstiness {burstiness!r} is not a positive number", wrote)
-    submits = data.get("request_submit_times")
+    # When each request was sent: vLLM's key, else the start_times our --save-result writes (a round trip redrew them)
+    submits = data.get("request_submit_times") or data.get("start_times")
     arrival = None
     if submits and len(submits) != n:  # (they were dropped for Poisson arrivals without a word)
-        raise ConfigError("bench", f"{path}: request_submit_times has {len(submits)} entries for {n} requests", wrote)
+        key = "request_submit_times" if data.get("request_submit_times") else "start_times"
+        raise ConfigError("bench", f"{path}: {key} has {len(submits)} entries for {n} requests", wrote)
     if submits:
         _check_numbers(path, "request_submit_times", submits)
         s = np.asarray(submits, dtype=float)[ok]

@@ -51,6 +51,8 @@ def _s(value: float, digits: int = 3) -> str:
 
 MIN_REQUESTS_PER_USER = 4  # below this many a user at a users capacity, the answer says the first wave weighs in
 CAPACITY_FILES = ("capacity.json", "trials.csv")  # what capacity --out holds (an earlier one is replaced whole)
+# What sweep --out holds: its record, point files, results table and `plot sweep`'s figures (written beside them)
+SWEEP_FILES = ("sweep.json", "points", "results.csv", "results.parquet", "*.png", "*.svg")
 
 
 @app.command()
@@ -380,7 +382,7 @@ def sweep(
     # Paths first, before the sweep machinery (pandas) loads: a wrong path answers at once.
     if file is not None:
         check_in_file(file, "sweep", "pass a .toml sweep file")
-    check_out_dir(out, "--out", existing_ok=True)  # a sweep folder is resumed, so it may hold points already
+    check_out_dir(out, "--out", replaceable=SWEEP_FILES)  # a sweep folder is resumed; another command's is refused
     from simulator.report.output import check_format
 
     check_format(fmt)
@@ -441,6 +443,9 @@ def plot(
     elif what == "run":
         if path.is_dir() and not (path / "config.json").is_file():
             raise ConfigError("plot run", f"{path} has no config.json", "pass a folder written by `simulate run --out`")
+        if path.is_file() and path.name == "summary.json":  # (read as a config: 'config.concurrency: unknown key')
+            raise ConfigError("plot run", f"{path} is a run's summary, not its config", "pass the run folder or its "
+                              "config.json")
         # A run folder is as good as its config.json (the help says so): check the file it stands for.
         check_in_file(path / "config.json" if path.is_dir() else path, "plot run", "pass a run folder or its config.json")
         for flag, value in (("--hue", hue), ("--x", x)):

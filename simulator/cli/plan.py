@@ -32,6 +32,8 @@ from simulator.util.paths import check_out_dir
 from simulator.util.progress import StepProgress
 from simulator.util.text import comma_list
 
+# What plan --out holds (its resume state, tables and figures): a folder holding anything else is another's
+PLAN_FILES = ("plan.json", "layouts.csv", "trials.csv", "plan.csv", "answer.json", "frontier.png", "frontier.svg", "mix")
 SPACE_PANEL = "Search space"
 COST_PANEL = "Cost and limits"
 # The search-space flags a layout may not read (simulator.planning.plan.unread_space_options) default
@@ -91,7 +93,7 @@ def plan(
     out: Annotated[Path, typer.Option(help="Folder: layouts.csv and trials.csv (as the search goes; a rerun resumes), plan.csv, answer.json, frontier.png.")] = Path("plan-out"),
 ) -> None:
     """The cheapest fleet (GPU type, layout, engine knobs, replicas) that serves --qps within the SLO, with its cost, energy and launch command."""
-    check_out_dir(out, "--out", existing_ok=True)  # a plan folder is resumed
+    check_out_dir(out, "--out", replaceable=PLAN_FILES)  # a plan folder is resumed; another command's is refused
     from simulator.config.prices import load_price_file, parse_price_flags
     from simulator.planning.capacity import check_searchable
     from simulator.planning.launch import LAUNCH_ENGINES, default_launch, launch_command

@@ -33,7 +33,8 @@ def check_format(fmt: str) -> None:
 
 
 # What a run folder holds: a folder holding only these (an earlier run) may be replaced whole.
-RUN_FILES = ("config.json", "summary.json", "requests.*", "iterations.*", "stages.*", "handoff.*")
+RUN_FILES = ("config.json", "summary.json", "requests.*", "iterations.*", "stages.*", "handoff.*",
+             "*.png", "*.svg")  # (and the figures `plot run` writes beside them, replaced with the run)
 
 
 def check_out_dir(out_dir: Path) -> None:

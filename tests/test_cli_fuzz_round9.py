@@ -627,3 +627,13 @@ def test_a_saved_results_start_times_are_its_arrivals_when_read_back(tmp_path: P
     run = read_bench(out)
     assert run.arrival_at is not None and len(run.arrival_at) == len(run.ttfts)
     assert run.arrival_at[0] == 0.0 and run.arrival_at[-1] > 0
+
+
+def test_a_sweep_folder_of_another_sweep_says_what_differs(tmp_path: Path) -> None:
+    out = tmp_path / "sw"
+    assert simulate_module("sweep", "--grid", "qps=1,2", "--num-requests", "8", "--out", str(out)).returncode == 0
+    line = one_line_error(simulate_module("sweep", "--grid", "qps=1,2", "--num-requests", "9", "--out", str(out)))
+    assert "holds another sweep: its sweep.json has points this one does not (the base differs in num_requests)" in line
+    (out / "sweep.json").write_text("{")
+    line = one_line_error(simulate_module("sweep", "--grid", "qps=1,2", "--num-requests", "8", "--out", str(out)))
+    assert "sweep.json is not a sweep's record (unreadable, or edited by hand)" in line

@@ -662,8 +662,14 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             before = None
         keys = {p.key for p in spec.points}
-        if not isinstance(before, dict) or {p.get("key") for p in before.get("points", []) if isinstance(p, dict)} - keys:
-            raise ConfigError("--out", f"{out} holds another sweep (its sweep.json has points this one does not)",
+        if not isinstance(before, dict) or not isinstance(before.get("points"), list):
+            raise ConfigError("--out", f"{earlier} is not a sweep's record (unreadable, or edited by hand)",
+                              "pass a new folder, or restore the sweep.json the sweep wrote")
+        if {p.get("key") for p in before["points"] if isinstance(p, dict)} - keys:
+            changed = sorted(k for k in set(before.get("base", {})) | set(spec.base)
+                             if before.get("base", {}).get(k) != jsonable(spec.base).get(k))
+            what = f" (the base differs in {', '.join(changed)})" if changed else ""
+            raise ConfigError("--out", f"{out} holds another sweep: its sweep.json has points this one does not{what}",
                               "pass a new folder, or the same sweep file and options to resume it")
     # A point not done (never run, or failed and rerun with --retry-failed) has no doc yet.
     docs = {p.key: read_point(out, p.key) for p in spec.points}

@@ -283,7 +283,8 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                 source = f"--grid {key}=..." if from_cli else f"the sweep file's grid ({key})"
                 raise ConfigError(flag, f"{source} sets it too, and the grid wins at every point, so {flag} would "
                                   "do nothing", f"drop {flag}, or {name} from the grid")
-            if name in file_keys:  # the file's own base: its value would never run (the grid wins at every point)
+            if name in file_keys and not from_cli:  # the file contradicts itself: its base value would never run
+                # (a --grid on the command line may vary a file's base: the file is then a template)
                 raise ConfigError(f"sweep.base.{file_keys[name]}", f"the grid ({key}) sets it too and wins at every "
                                   f"point, so the base's {file_keys[name]} = {raw_base[file_keys[name]]!r} would do "
                                   "nothing", f"drop {file_keys[name]} from [base], or from the grid")

@@ -637,3 +637,17 @@ def test_a_sweep_folder_of_another_sweep_says_what_differs(tmp_path: Path) -> No
     (out / "sweep.json").write_text("{")
     line = one_line_error(simulate_module("sweep", "--grid", "qps=1,2", "--num-requests", "8", "--out", str(out)))
     assert "sweep.json is not a sweep's record (unreadable, or edited by hand)" in line
+
+
+def test_a_file_that_cannot_be_written_inside_a_sweep_or_plan_folder_is_one_line(tmp_path: Path) -> None:
+    """A point file or trials.csv made unwritable inside a writable folder ended in a PermissionError traceback
+    (here a folder stands in the file's place: root writes through read-only modes)."""
+    from simulator.planning.sweep import build_spec, point_path, run_sweep
+
+    spec = build_spec({"mode": "run", "base": {"num_requests": 8}, "grid": {"qps": [1.0, 2.0]}})
+    point_path(tmp_path / "sw", spec.points[0].key).with_suffix(".json.tmp").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="cannot write .*json.tmp \\(Is a directory\\)"):
+        run_sweep(spec, tmp_path / "sw")
+    (tmp_path / "p" / "trials.csv").mkdir(parents=True)
+    line = one_line_error(simulate_module(*_PLAN, "--out", str(tmp_path / "p")))
+    assert "--out: cannot write" in line and "trials.csv (Is a directory)" in line

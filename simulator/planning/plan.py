@@ -675,7 +675,12 @@ TRIAL_COLUMNS = ("key", "qps", "passed", "goodput", "ttft_s_p99", "reason")
 
 def _append(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
     new = not path.exists()
-    with path.open("a", newline="") as f:
+    try:
+        f = path.open("a", newline="")
+    except OSError as exc:  # (a file made read-only inside a writable folder: a PermissionError traceback)
+        raise ConfigError("--out", f"cannot write {path} ({exc.strerror or type(exc).__name__})",
+                          "make the plan folder's files writable, or pass a new folder") from None
+    with f:
         writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         if new:
             writer.writeheader()

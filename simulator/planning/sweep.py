@@ -504,8 +504,12 @@ def _write_point(out: Path, mode: str, point: Point, record: dict[str, Any]) -> 
     text = json.dumps(jsonable({"key": point.key, "mode": mode, "params": point.params, "options": point.options,
                                 "config": point.config.to_dict(), **record}), indent=1, sort_keys=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)  # atomic: a killed sweep never leaves half a point
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)  # atomic: a killed sweep never leaves half a point
+    except OSError as exc:  # (a file made read-only inside a writable folder: a PermissionError traceback)
+        raise ConfigError("--out", f"cannot write {tmp} ({exc.strerror or type(exc).__name__})",
+                          "make the sweep folder's files writable, or pass a new folder") from None
     return json.loads(text)  # exactly what a later read_point returns
 
 

@@ -128,8 +128,9 @@ def _check_keys(df: pd.DataFrame, path: Path) -> None:
             i = int(np.argmax(bad))
             raise _bad(path, f"line {i + 2}, column {col}: {str(df[col].iloc[i])!r} is not a time in ms"
                        + (" >= 0" if str(col).endswith(".median") else ""), "fix or delete that row")
-    if "num_tokens" in df.columns and (pd.to_numeric(df["num_tokens"], errors="coerce") < 1).any():
-        i = int(np.argmax((pd.to_numeric(df["num_tokens"], errors="coerce") < 1).to_numpy()))
+    none = (pd.to_numeric(df["num_tokens"], errors="coerce") < 1).to_numpy() if "num_tokens" in df.columns else None
+    if none is not None and none.any():
+        i = int(np.argmax(none))
         raise _bad(path, f"line {i + 2}, column num_tokens: {str(df['num_tokens'].iloc[i])!r} tokens time no kernel",
                    "fix or delete that row")
     if "is_prefill" in df.columns:

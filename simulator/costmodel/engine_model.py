@@ -134,17 +134,13 @@ class EngineModel:
                 for t, v in getattr(self, f.name):
                     if t < 1 or not math.isfinite(v) or (f.name == "rpc_s" and v < 0):
                         raise ConfigError(f"engine.{f.name}", f"bad entry tp={t}: {v}", "use tp >= 1 and finite seconds")
-            elif isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            elif not math.isfinite(value) or value < 0:  # an int too: JSON writes -1.0 as -1 in some hands
+            elif (isinstance(value, int | float) and not isinstance(value, bool)  # ints too: -1.0 is -1 in JSON
+                  and (not math.isfinite(value) or value < 0)):
                 raise ConfigError(f"engine.{f.name}", f"must be finite and >= 0, got {value}")
         if self.kernels is not None and self.kernels not in KERNEL_TABLES:
             raise ConfigError("engine.kernels", f"unknown kernel prices {self.kernels!r}", f"known: {', '.join(KERNEL_TABLES)}")
         if self.scheduler is not None and self.scheduler not in SCHEDULER_NAMES:
             raise ConfigError("engine.scheduler", f"unknown scheduler {self.scheduler!r}", f"known: {', '.join(SCHEDULER_NAMES)}")
-        for name in ("prefill_excess_threshold_tokens", "prefill_floor_above_tokens"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"engine.{name}", "must be >= 0")
 
     def with_terms(self, **terms: Any) -> EngineModel:
         return replace(self, **terms)

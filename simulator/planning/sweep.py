@@ -671,8 +671,8 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
             raise ConfigError("--out", f"{earlier} is not a sweep's record (unreadable, or edited by hand)",
                               "pass a new folder, or restore the sweep.json the sweep wrote")
         if {p.get("key") for p in before["points"] if isinstance(p, dict)} - keys:
-            changed = sorted(k for k in set(before.get("base", {})) | set(spec.base)
-                             if before.get("base", {}).get(k) != jsonable(spec.base).get(k))
+            then, now = before.get("base", {}), jsonable(spec.base)
+            changed = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
             what = f" (the base differs in {', '.join(changed)})" if changed else ""
             raise ConfigError("--out", f"{out} holds another sweep: its sweep.json has points this one does not{what}",
                               "pass a new folder, or the same sweep file and options to resume it")

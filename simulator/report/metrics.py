@@ -162,6 +162,14 @@ def _as_columns(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, np.
     return {name: requests[name].to_numpy() for name in requests.columns}
 
 
+def measured_columns(cols: dict[str, np.ndarray], num_warmup: int) -> dict[str, np.ndarray]:
+    """``cols`` without the first ``num_warmup`` requests sent (the warm-up), as every figure is judged."""
+    if not num_warmup:
+        return cols
+    keep = cols["request_id"] >= num_warmup
+    return {name: values[keep] for name, values in cols.items()}
+
+
 def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] | None = None,
               ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> dict[str, Any]:
     """Headline numbers of a run: latency quantiles, throughput, goodput, utilisation.
@@ -171,8 +179,7 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     # measured requests' span alone, a warm-up's compute put busy fractions above 1 (27x at 63 warm-up requests).
     busy_span = max(result.sim_end_at - float(cols["arrival_at"].min()), 1e-12) if len(cols["arrival_at"]) else 1e-12
     num_warmup = result.config.workload.num_warmup
-    if num_warmup:  # the first requests sent warm the server up: every other figure leaves them out
-        cols = {name: values[cols["request_id"] >= num_warmup] for name, values in cols.items()}
+    cols = measured_columns(cols, num_warmup)  # the warm-up requests leave every other figure
     status = cols["status"]
     done = status == "finished"
     if num_warmup:  # their gaps too, from the others' token times (simulate keeps them for such runs)

@@ -86,8 +86,7 @@ def is_weka_session(path: str) -> bool:
     if not _is_session_name(p.name):
         return False
     try:
-        opener = gzip.open if p.name.lower().endswith(".gz") else open
-        with opener(p, "rt", encoding="utf-8-sig") as fh:
+        with _open_lines(str(p)) as fh:
             head = fh.read(4096)
     except (OSError, EOFError, UnicodeDecodeError):
         return False
@@ -217,10 +216,8 @@ def _session_files(path: str) -> list[Path]:
 
 
 def _session_text(file: Path) -> str:
-    if file.name.lower().endswith(".gz"):
-        with gzip.open(file, "rt", encoding="utf-8-sig") as fh:
-            return fh.read()
-    return file.read_text(encoding="utf-8-sig")
+    with _open_lines(str(file)) as fh:
+        return fh.read()
 
 
 def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:

@@ -158,17 +158,9 @@ def _column(path: Path, column: str) -> Any:
             raise ConfigError("kernels", f"{path}: has no latency column", "restore the file from the shared data folder")
         return None
     field = names.field(column)
-    if column == "latency":  # the measured column: positive finite milliseconds, or the file prices wrong
-        if not (pa.types.is_floating(field.type) or pa.types.is_integer(field.type)):
-            raise ConfigError("kernels", f"{path}: its latency column holds {field.type}, not numbers",
-                              "restore the file from the shared data folder")
-        values = pq.ParquetFile(path).read(columns=[column]).column(0).combine_chunks().to_numpy(zero_copy_only=False)
-        bad = ~(np.isfinite(values) & (values > 0))
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ConfigError("kernels", f"{path}: row {i}'s latency is {values[i].item()!r}, not a positive finite time",
-                              "restore the file from the shared data folder")
-        return values
+    if column == "latency" and not (pa.types.is_floating(field.type) or pa.types.is_integer(field.type)):
+        raise ConfigError("kernels", f"{path}: its latency column holds {field.type}, not numbers",
+                          "restore the file from the shared data folder")
     if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
         # Strings read as a dictionary: pyarrow's string -> numpy conversion would import pandas and
         # its dictionary encoding pyarrow.compute (most of a second of a run's start between them).
@@ -176,7 +168,14 @@ def _column(path: Path, column: str) -> Any:
         if data.null_count:
             return np.array(data.to_pylist(), dtype=object)
         return np.array(data.dictionary.to_pylist(), dtype=object)[data.indices.to_numpy()]
-    return pq.ParquetFile(path).read(columns=[column]).column(0).combine_chunks().to_numpy(zero_copy_only=False)
+    values = pq.ParquetFile(path).read(columns=[column]).column(0).combine_chunks().to_numpy(zero_copy_only=False)
+    if column == "latency":  # the measured column: positive finite milliseconds, or the file prices wrong
+        bad = ~(np.isfinite(values) & (values > 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ConfigError("kernels", f"{path}: row {i}'s latency is {values[i].item()!r}, not a positive finite "
+                              "time", "restore the file from the shared data folder")
+    return values
 
 
 def _mask(path: Path, filters: tuple[tuple[str, str, Any], ...]) -> Any:

@@ -651,3 +651,16 @@ def test_a_file_that_cannot_be_written_inside_a_sweep_or_plan_folder_is_one_line
     (tmp_path / "p" / "trials.csv").mkdir(parents=True)
     line = one_line_error(simulate_module(*_PLAN, "--out", str(tmp_path / "p")))
     assert "--out: cannot write" in line and "trials.csv (Is a directory)" in line
+
+
+def test_a_profile_tables_mean_context_may_be_a_fraction(tmp_path: Path) -> None:
+    """LLMServingSim's decode rows give a batch's mean context (0.97, 10.67): the count check refused two shared tables."""
+    from simulator.calibrate.fit_data import read_profile
+
+    (tmp_path / "p.csv").write_text("op,num_tokens,batch_size,context_len,tp,median_s,device,model\n"
+                                    "attn_decode,3,3,10.666667,1,2e-5,a100-80gb,llama-3.1-8b\n")
+    assert read_profile(tmp_path / "p.csv")["context_len"].tolist() == [10.666667]
+    (tmp_path / "p.csv").write_text("op,num_tokens,batch_size,context_len,tp,median_s,device,model\n"
+                                    "attn_decode,3,3,-0.5,1,2e-5,a100-80gb,llama-3.1-8b\n")
+    with pytest.raises(ConfigError, match="context_len is -0.5, not a number in"):
+        read_profile(tmp_path / "p.csv")

@@ -80,8 +80,9 @@ REQUIRED_BY_OP = {
     "send_recv": ("message_bytes", "world_size"),
 }
 # Count columns and the least each may be (a prefill's prior context may be none); blank is left to REQUIRED_BY_OP.
-COUNT_COLUMNS = {"num_tokens": 1, "batch_size": 1, "chunk_size": 1, "kv_context": 0, "context_len": 1,
+COUNT_COLUMNS = {"num_tokens": 1, "batch_size": 1, "chunk_size": 1, "kv_context": 0, "context_len": 0,
                  "message_bytes": 1, "world_size": 1, "tp": 1}
+MEAN_COLUMNS = ("context_len",)  # a decode batch's mean context: LLMServingSim's rows carry fractions (0.97, 10.67)
 MAX_COUNT = 1e15  # beyond any batch, context or message a kernel was timed at (1e20 tokens was fitted)
 # On an A100-class GPU a kernel slower than this is not a kernel: the table's unit is wrong (ms or
 # ns read as s). Slower devices get a proportionally higher limit (a CPU is slow, not wrong):
@@ -344,12 +345,14 @@ def validate(table: pd.DataFrame, where: Path | str = "profile") -> None:
             continue
         values = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=float)
         given = ~np.isnan(values) | table[column].notna().to_numpy()
-        bad = given & ~(np.isfinite(values) & (values >= least) & (values == np.floor(values)) & (values <= MAX_COUNT))
+        whole = (values == np.floor(values)) | (column in MEAN_COLUMNS)
+        bad = given & ~(np.isfinite(values) & (values >= least) & whole & (values <= MAX_COUNT))
         if bad.any():
             i = int(np.argmax(bad))
             value = table[column].iloc[i:i + 1].tolist()[0]  # (a Python value: no np.int64(...) in the line)
-            raise _bad(where, f"data row {i + 1} ({table['op'].iloc[i]}): {column} is {value!r}, not a whole "
-                       f"number in [{least}, {MAX_COUNT:.0e}]", "fix or delete that row")
+            kind = "a number" if column in MEAN_COLUMNS else "a whole number"
+            raise _bad(where, f"data row {i + 1} ({table['op'].iloc[i]}): {column} is {value!r}, not {kind} "
+                       f"in [{least}, {MAX_COUNT:.0e}]", "fix or delete that row")
     t = pd.to_numeric(table["median_s"], errors="coerce").to_numpy(dtype=float)
     if not np.isfinite(t).all() or (t <= 0).any():
         raise _bad(where, "median_s must be positive and finite in every row")

@@ -46,13 +46,38 @@ def finish_batch(sched, batch, now: float = 1.0):
 
 
 # -- vllm ------------------------------------------------------------------------------------
-def test_config_knows_exactly_the_registered_schedulers():
-    """The config layer validates scheduler names without importing the engine: its list must be the registry's."""
-    from simulator.config.run_config import SCHEDULER_NAMES
+def test_every_registered_policy_resolves_and_unknown_names_are_refused():
+    """The config layer names each policy by its import path; the engine's dict resolves every one."""
+    from simulator.config.schedulers import SCHEDULERS as ENTRIES
+    from simulator.engine.schedulers.base import Scheduler
 
-    assert sorted(SCHEDULER_NAMES) == sorted(SCHEDULERS)
+    assert list(SCHEDULERS) == list(ENTRIES)
+    assert all(issubclass(cls, Scheduler) for cls in SCHEDULERS.values())
     with pytest.raises(ConfigError, match="scheduler"):
         SchedulerConfig("no-such-policy")
+    with pytest.raises(ConfigError, match="module:Class"):
+        type(ENTRIES["vllm"])("simulator.engine.schedulers.vllm.VLLMScheduler")
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS))
+def test_registry_facts_match_what_the_policy_does(name):
+    """What the config layer says of a policy (it chunks prompts; a token budget bounds its steps) is
+    what the policy does with a budget of 256 tokens: a 1,000-token prompt alone, then two of 200."""
+    from simulator.config.schedulers import SCHEDULERS as ENTRIES
+
+    entry = ENTRIES[name]
+    sched = make(name, max_num_batched_tokens=256, max_model_len=2048)
+    waiting(sched, 0, 1000)
+    batch = sched.schedule()
+    took = dict(entries(batch)).get(0, 0) if batch is not None else 0
+    assert (took == 256) == entry.chunks_prompts, (name, took)
+
+    sched = make(name, max_num_batched_tokens=256, max_model_len=2048)
+    waiting(sched, 0, 200)
+    waiting(sched, 1, 200)
+    batch = sched.schedule()
+    assert batch is not None
+    assert (sum(batch.num_tokens) <= 256) == entry.token_budget, (name, entries(batch))
 
 
 def test_vllm_prefill_only_iteration_stalls_decodes():

@@ -277,7 +277,8 @@ def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | N
     """Refuse what tau would not read: a scheduler that never chunks a prompt (tau is a chunked-prefill
     budget), more decodes than the scheduler runs at once, and the workload's flags once the three batch
     figures are given (the workload then sizes nothing)."""
-    from simulator.config.options import CHUNKING_SCHEDULERS, is_workload_option
+    from simulator.config.options import is_workload_option
+    from simulator.config.schedulers import CHUNKING_SCHEDULERS
 
     s = config.scheduler
     if config.is_disaggregated:  # (a --config of a disaggregated run: the pool flags themselves are refused)

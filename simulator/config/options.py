@@ -17,6 +17,7 @@ from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, parse_pool
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 from simulator.config.run_config import CV_RANGE, RunConfig, engine_override_terms
+from simulator.config.schedulers import BUDGETED_SCHEDULERS, CHUNKING_SCHEDULERS, UNBUDGETED_SCHEDULERS
 
 # vLLM's names (`vllm serve`, `vllm bench serve`) for options of RUN_OPTIONS below: the CLI takes either
 # spelling; sweep files and build_config take them too (resolve_aliases).
@@ -197,11 +198,6 @@ def load_config_file(path: Path, field: str = "--config") -> RunConfig:
     return RunConfig.from_dict(data)
 
 
-# Schedulers that take a token budget per iteration (prompt chunks); --chunk-size means nothing to the others.
-CHUNKING_SCHEDULERS = ("sarathi", "vllm-v1", "sglang")
-# Schedulers whose iterations no token budget bounds (Orca's whole prompts, FasterTransformer's whole
-# batches): --max-num-batched-tokens means nothing to them.
-UNBUDGETED_SCHEDULERS = ("orca", "fastertransformer")
 # Length options, and the length sources that read each (the others draw lengths from a dataset or a trace).
 LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_tokens": ("fixed", "random", "uniform"),
                   "prompt_tokens_max": ("uniform",), "output_tokens_max": ("uniform",),
@@ -225,7 +221,7 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                              f"drop {{flag}}, or use --scheduler {' or '.join(CHUNKING_SCHEDULERS)}")
     if s.name in UNBUDGETED_SCHEDULERS:
         out["max_num_batched_tokens"] = (f"{s.name} batches whole prompts under no token budget",
-                                         "drop {flag}, or use --scheduler vllm, vllm-v1, sarathi, sglang or trtllm")
+                                         f"drop {{flag}}, or use --scheduler {' or '.join(BUDGETED_SCHEDULERS)}")
     if w.trace is not None:  # (a --config file's trace: both flags given are refused before this)
         out["workload"] = (f"--trace {w.trace} gives the requests", "drop {flag}, or drop the trace")
     for name, readers in LENGTH_OPTIONS.items():

@@ -41,13 +41,17 @@ from simulator.config.precision import (
     canonical_weight_format,
     kv_bytes_per_element,
 )
+from simulator.config.schedulers import (
+    BATCH_WAIT_SCHEDULERS,
+    CHUNKING_SCHEDULERS,
+    PREFIX_CACHE_POLICIES,
+    SCHEDULER_NAMES,
+    SCHEDULERS,
+)
 from simulator.config.specs import redundant_experts_to_fit, tp_shard_problem
 from simulator.config.speculative import SpeculativeConfig
 from simulator.config.topology import build_topology
 
-SCHEDULER_NAMES = ("vllm", "orca", "fastertransformer", "sarathi", "vllm-v1", "sglang", "trtllm")
-# The policies whose steps mix prompts with decodes, which batch waiting can hold (SchedulerConfig).
-BATCH_WAIT_SCHEDULERS = ("vllm-v1", "sarathi", "trtllm")
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
 WARMUP_MODES = ("steady", "drain")  # a closed loop's warm-up: inline, or a phase drained before the measured one
@@ -90,8 +94,6 @@ KERNEL_TABLES = ("roofline", "vllm", "sglang", "trtllm")
 # Roofline efficiency constants (simulator.costmodel.calibration): today (the default: fitted per GPU generation
 # to AIConfigurator's kernel tables) or 2023 (Vidur/LLMServingSim profiles, the paper reproductions').
 ROOFLINE_CALIBRATIONS = ("2023", "today")
-# Prefix cache rules (simulator.engine.prefix_cache): vLLM V1's LRU of freed blocks, SGLang's LRU of radix leaves.
-PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
 MEMORY_FRACTION_OF = ("total", "free")  # ReplicaConfig.memory_fraction_of
 # Disaggregated serving: who delivers the client's first token (RunConfig.first_token_at).
 FIRST_TOKEN_AT = ("decode", "prefill")
@@ -400,7 +402,7 @@ class SchedulerConfig:
         if self.cpu_kv_gib and self.prefix_cache is None:
             raise ConfigError("scheduler.cpu_kv_gib", "a CPU tier keeps the prefix cache's evicted blocks, "
                               "but prefix caching is off", "pass --prefix-caching, or drop --cpu-kv-gib")
-        if (self.name in ("sarathi", "vllm-v1", "sglang") and self.chunk_size and self.max_num_batched_tokens
+        if (self.name in CHUNKING_SCHEDULERS and self.chunk_size and self.max_num_batched_tokens
                 and self.chunk_size != self.max_num_batched_tokens):
             raise ConfigError("scheduler.chunk_size", f"{self.name} has one token budget but chunk_size={self.chunk_size} "
                               f"and max_num_batched_tokens={self.max_num_batched_tokens}", "give only one")
@@ -408,11 +410,12 @@ class SchedulerConfig:
     @property
     def prefix_cache(self) -> str | None:
         """The prefix cache policy the replicas run, or None when caching is off."""
-        # On by default where the engine has it on: vLLM v1's prefix caching, SGLang's radix cache.
-        on = self.name in ("vllm-v1", "sglang") if self.prefix_caching is None else self.prefix_caching
+        # On by default where the engine has it on (vLLM v1's prefix caching, SGLang's radix cache).
+        default = SCHEDULERS[self.name].prefix_cache
+        on = default is not None if self.prefix_caching is None else self.prefix_caching
         if not on:
             return None
-        return self.prefix_cache_policy or ("radix-lru" if self.name == "sglang" else "vllm-lru")
+        return self.prefix_cache_policy or default or "vllm-lru"
 
     def seq_limit(self, gpu: GPUSpec | None = None, num_kv_tokens: int | None = None,
                   max_model_len: int | None = None) -> int:

@@ -59,10 +59,10 @@ from simulator.config.run_config import (
     DEFAULT_ENGINE,
     ENGINE_PRESETS,
     KERNEL_TABLES,
-    SCHEDULER_NAMES,
     ReplicaConfig,
     split_engine_spec,
 )
+from simulator.config.schedulers import SCHEDULER_NAMES
 from simulator.costmodel.base import BatchShape, CostModel, stretch_forms
 from simulator.costmodel.moe import uses_moe_collectives
 

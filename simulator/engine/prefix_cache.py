@@ -92,8 +92,6 @@ from simulator.engine.kvcache import BlockManager
 if TYPE_CHECKING:
     from simulator.workload.request import Request
 
-PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
-
 
 def block_names(block_hashes, hash_block_size: int, num_prompt_tokens: int, block_size: int) -> list[int]:  # noqa: ANN001
     """Names of the engine's full prompt blocks that the trace's hash ids cover, in order.

@@ -59,10 +59,10 @@ import numpy as np
 from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
 from simulator.config.errors import ConfigError
-from simulator.config.options import CHUNKING_SCHEDULERS
 from simulator.config.precision import canonical_weight_format
 from simulator.config.prices import GPUPrice, gpu_power_w, price_of
 from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig
+from simulator.config.schedulers import CHUNKING_SCHEDULERS
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
 from simulator.planning.capacity import SearchSettings, find_capacity, run_trial

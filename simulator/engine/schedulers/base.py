@@ -29,7 +29,7 @@ steady-state rules from there. A policy here only builds its batch.
 
 Extension point: subclass :class:`Scheduler`, implement ``schedule`` (and
 ``reserve_tokens`` if the policy reserves memory up front), and add one line to
-``simulator.engine.schedulers.SCHEDULERS``.
+``simulator.config.schedulers.SCHEDULERS``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""The scheduling policies a run may name: one plain dict, :data:`SCHEDULERS`.
+
+A policy lives in the engine (``simulator/engine/schedulers/``), above this layer, yet the configs
+must validate a name, and say which flags a policy reads, before any engine is built. So the
+dict names each policy's class by its import path (as vLLM's ``SchedulerConfig.scheduler_cls``
+does) with the few facts the configs need; :mod:`simulator.engine.schedulers` resolves the paths.
+Adding a policy: its module in ``simulator/engine/schedulers/`` and one line here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.config.errors import ConfigError
+
+# Prefix cache rules (simulator.engine.prefix_cache): vLLM V1's LRU of freed blocks, SGLang's LRU of radix leaves.
+PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
+
+
+@dataclass(frozen=True)
+class SchedulerEntry:
+    """One policy: where its class is, and what a config must know of it.
+
+    ``policy``: ``"module:Class"``, a :class:`~simulator.engine.schedulers.base.Scheduler` subclass.
+    ``chunks_prompts``: its token budget is a prompt chunk size (``--chunk-size`` reads it).
+    ``token_budget``: a per-iteration token budget bounds its steps (``--max-num-batched-tokens``
+    reads it; Orca's whole prompts and FasterTransformer's whole batches have none).
+    ``batch_wait``: its steps mix prompts with decodes, which batch waiting can hold.
+    ``prefix_cache``: the prefix-cache policy the engine runs by default (vLLM V1's block hashes,
+    SGLang's radix tree); None where the engine caches no prefixes unless asked."""
+
+    policy: str
+    chunks_prompts: bool = False
+    token_budget: bool = True
+    batch_wait: bool = False
+    prefix_cache: str | None = None
+
+    def __post_init__(self) -> None:
+        module, _, cls = self.policy.partition(":")
+        if not module or not cls:
+            raise ConfigError("scheduler.policy", f"{self.policy!r} is not 'module:Class'",
+                              "name the policy's class as simulator.engine.schedulers.<module>:<Class>")
+        if self.chunks_prompts and not self.token_budget:
+            raise ConfigError("scheduler.policy", f"{self.policy} chunks prompts under no token budget",
+                              "a chunking policy's chunk size is its token budget: set token_budget")
+        if self.prefix_cache is not None and self.prefix_cache not in PREFIX_CACHE_POLICIES:
+            raise ConfigError("scheduler.prefix_cache", f"unknown prefix-cache policy {self.prefix_cache!r}",
+                              f"use one of {', '.join(PREFIX_CACHE_POLICIES)}, or None")
+
+
+_POLICIES = "simulator.engine.schedulers"
+SCHEDULERS: dict[str, SchedulerEntry] = {
+    "vllm": SchedulerEntry(f"{_POLICIES}.vllm:VLLMScheduler"),
+    "orca": SchedulerEntry(f"{_POLICIES}.orca:OrcaScheduler", token_budget=False),
+    "fastertransformer": SchedulerEntry(f"{_POLICIES}.fastertransformer:FasterTransformerScheduler",
+                                        token_budget=False),
+    "sarathi": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True),
+    # Sarathi's policy under vLLM's default budget (SchedulerConfig.token_budget).
+    "vllm-v1": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True,
+                              prefix_cache="vllm-lru"),
+    "sglang": SchedulerEntry(f"{_POLICIES}.sglang:SGLangScheduler", chunks_prompts=True, prefix_cache="radix-lru"),
+    "trtllm": SchedulerEntry(f"{_POLICIES}.trtllm:TRTLLMScheduler", batch_wait=True),
+}
+
+SCHEDULER_NAMES = tuple(SCHEDULERS)
+CHUNKING_SCHEDULERS = tuple(name for name, e in SCHEDULERS.items() if e.chunks_prompts)
+BUDGETED_SCHEDULERS = tuple(name for name, e in SCHEDULERS.items() if e.token_budget)
+UNBUDGETED_SCHEDULERS = tuple(name for name, e in SCHEDULERS.items() if not e.token_budget)
+BATCH_WAIT_SCHEDULERS = tuple(name for name, e in SCHEDULERS.items() if e.batch_wait)

@@ -162,3 +162,20 @@ def test_pairwise_nvlink_ring_over_four_gpus_runs_at_pcie_speed_as_measured(shar
     # ... and an NVLink-speed ring would have been off by an order of magnitude.
     nvlink_ring = ring_all_reduce_time(size, 4, get_gpu("a100-80gb").nvlink_bytes_per_s, 5e-6)
     assert measured > 5 * nvlink_ring
+
+
+def test_a_pipeline_hop_inside_a_node_pays_the_calibrations_measured_send_recv_latency():
+    """The 2023 calibrations fit NCCL send/recv's fixed cost to measured small messages (A100 DGX: 9 us);
+    an intra-node hop pays it, and a calibration without one pays the link's constant (NVLink: 5 us)."""
+    from dataclasses import replace
+
+    from simulator.config.run_config import ReplicaConfig
+    from simulator.costmodel.calibration import BY_GPU
+    from simulator.costmodel.roofline import RooflineCostModel
+
+    replica = ReplicaConfig("llama-2-7b", "a100-80gb", pp=2, roofline_calibration="2023")
+    measured = BY_GPU["a100-80gb"]
+    assert measured.send_recv_latency_s == pytest.approx(9e-6)
+    with_fit = RooflineCostModel(replica, measured).send_recv_time(64, 0)
+    without = RooflineCostModel(replica, replace(measured, send_recv_latency_s=None)).send_recv_time(64, 0)
+    assert with_fit - without == pytest.approx(9e-6 - 5e-6, rel=1e-9)

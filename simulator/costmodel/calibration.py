@@ -50,7 +50,9 @@ class RooflineCalibration:
     allreduce_latency_s: float = 12e-6  # NCCL all-reduce fixed cost per call
     allreduce_bus_eff: float = 0.75  # fraction of link bandwidth a ring all-reduce reaches
     allreduce_gpu_latency_s: float = 0.0  # fixed cost per GPU of the TP group beyond two ("today" only)
-    send_recv_latency_s: float = 15e-6
+    # Fixed cost of one NCCL send/recv between GPUs of a node (a pipeline hop), fitted to small messages of a
+    # measured send_recv table; None: the intra-node link's own constant (simulator.config.topology).
+    send_recv_latency_s: float | None = None
     cpu_overhead_s: float = 1.5e-3  # per iteration: scheduling, input prep, sampling launch
     cpu_overhead_per_seq_s: float = 25e-6  # per request in the batch
     # Terms only the "today" calibration sets (None / 0: absent, and the 2023 prices bit for bit).

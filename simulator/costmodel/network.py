@@ -10,6 +10,8 @@ textbook ones a pipeline hop and the checks against measured NCCL use.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.config.topology import Link, ReplicaTopology
 
 
@@ -43,15 +45,18 @@ def tp_all_reduce_time(topo: ReplicaTopology, nbytes: float, efficiency: float |
     return ring_all_reduce_time(nbytes, topo.tp, topo.tp_ring_bytes_per_s * eff, topo.tp_ring_latency_s)
 
 
-def hop_time(topo: ReplicaTopology, nbytes: float, hop: int) -> float:
+def hop_time(topo: ReplicaTopology, nbytes: float, hop: int, intra_latency_s: float | None = None) -> float:
     """Move a micro-batch's activations (``nbytes`` in total) from stage ``hop`` to ``hop + 1``:
-    each TP rank sends its ``1/tp`` slice, and the next stage all-gathers them."""
+    each TP rank sends its ``1/tp`` slice, and the next stage all-gathers them. ``intra_latency_s``:
+    a measured send/recv fixed cost for a hop inside a node (None: the link's constant)."""
     if nbytes <= 0:
         return 0.0
     link = topo.hop_links[hop]
     gather = ring_all_gather_time(nbytes, topo.tp, topo.tp_ring_bytes_per_s * topo.intra.efficiency,
                                   topo.tp_ring_latency_s)
     if not link.is_inter_node:  # each TP rank sends its 1/tp slice over its own link
+        if intra_latency_s is not None:
+            link = replace(link, latency_s=intra_latency_s)
         return send_recv_time(nbytes / topo.tp, link) + gather
     # Over NICs the slices share the NICs the stage's GPUs on a node reach (one NIC: all of them
     # queue behind each other; the share is exactly 1.0 then, so the time is send_recv_time's).

@@ -147,9 +147,10 @@ class RooflineCostModel(TabulatedCostModel):
         if topo.pp == 1 or num_tokens <= 0:
             return 0.0
         nbytes = num_tokens * self.model.hidden_size * self.dtype_bytes
+        latency = self.cal.send_recv_latency_s  # measured NCCL send/recv, where the calibration has it
         if hop is None:
-            return max(hop_time(topo, nbytes, h) for h in range(topo.pp - 1))
-        return hop_time(topo, nbytes, hop)
+            return max(hop_time(topo, nbytes, h, latency) for h in range(topo.pp - 1))
+        return hop_time(topo, nbytes, hop, latency)
 
     def gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
         """Time of ``[tokens, k] @ [k, n]`` in bf16 on one GPU."""

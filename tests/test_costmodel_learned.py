@@ -282,3 +282,24 @@ def test_learned_send_recv_only_prices_intra_node_hops(tmp_path):
     ethernet = two_nodes.send_recv_time(tokens, 0)
     assert ethernet == pytest.approx(RooflineCostModel(two_nodes.replica).send_recv_time(tokens, 0))
     assert ethernet > 5 * one_node.send_recv_time(tokens, 0)
+
+
+def test_an_fp8_profiles_gemms_price_fp8_runs_only():
+    """A --dtype fp8 profile times its GEMMs in FP8 (the other ops in bf16): the artifact says so, a bf16 run
+    refuses it (it priced bf16 weights at FP8 speed before), an FP8 run takes it; GEMMs timed in two dtypes
+    in one table are refused, while bf16 attention beside FP8 GEMMs is an FP8 deployment's profile."""
+    from profiler.runner import DTYPES
+    from simulator.costmodel.learned import LINEAR_OPS, PROFILE_DTYPES
+
+    assert PROFILE_DTYPES == DTYPES
+    table = synthetic_table()
+    table["dtype"] = np.where(table["op"].isin(LINEAR_OPS), "fp8", "bfloat16")
+    art = fit_tables(table, seed=0)
+    assert art["gemm_dtype"] == "fp8"
+    with pytest.raises(ConfigError, match="FP8 GEMMs"):
+        LearnedCostModel(ReplicaConfig(model=MODEL, gpu=GPU, tp=TP), art)
+    LearnedCostModel(ReplicaConfig(model=MODEL, gpu=GPU, tp=TP, dtype="fp8"), art)
+    assert fit_tables(synthetic_table(), seed=0)["gemm_dtype"] is None  # a table without a dtype column: 16-bit
+    both = pd.concat([table, table.assign(dtype="bfloat16")[table["op"] == "qkv_proj"]])
+    with pytest.raises(ConfigError, match="timed in bfloat16 and fp8"):
+        fit_tables(both, seed=0)

@@ -46,6 +46,7 @@ from sklearn.preprocessing import PolynomialFeatures, SplineTransformer
 from simulator.calibrate.fit_data import REQUIRED_BY_OP, TIDY_COLUMNS, validate
 from simulator.config.catalog import get_gpu, get_model
 from simulator.config.errors import ConfigError
+from simulator.costmodel.learned import LINEAR_OPS
 from simulator.costmodel.learned_schema import (
     COLLECTIVE_OPS,
     FORMAT_VERSION,
@@ -263,6 +264,15 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
     get_gpu(gpu)
     if devices and devices != [gpu]:
         raise ConfigError("gpu", f"profile is for {', '.join(devices)}, not {gpu}", "pass matching tables")
+    # The dtype the profiler timed the weight GEMMs in (its --dtype; fp8: FP8 GEMMs, the other ops in bf16, so a
+    # bf16 profile's attention may sit beside an fp8 profile's GEMMs). None: a table without one (Vidur's: 16-bit).
+    gemm_rows = table["op"].isin(LINEAR_OPS)
+    timed_in = table.loc[gemm_rows, "dtype"].dropna() if "dtype" in table else ()
+    dtypes = sorted({str(d) for d in timed_in} - {"", "nan", "<NA>"})
+    if len(dtypes) > 1:
+        raise ConfigError("profile", f"the profile's GEMMs were timed in {' and '.join(dtypes)}: one artifact prices "
+                          "one weight format", "fit each dtype's GEMM rows on their own")
+    gemm_dtype = dtypes[0] if dtypes else None
     tps = sorted({int(t) for t in table["tp"].dropna()})
     if tp is None:
         compute_tps = sorted({int(t) for t in table.loc[~table["op"].isin(COLLECTIVE_OPS), "tp"].dropna()})
@@ -273,7 +283,7 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
     rng = np.random.default_rng(seed)
     artifact: dict[str, Any] = {
         "format_version": FORMAT_VERSION, "kind": "servesim-learned-cost-model", "model": model, "gpu": gpu, "tp": tp,
-        "dtype_bytes": 2, "sklearn_version": sklearn.__version__, "numpy_version": np.__version__,
+        "dtype_bytes": 2, "gemm_dtype": gemm_dtype, "sklearn_version": sklearn.__version__, "numpy_version": np.__version__,
         "python_version": platform.python_version(), "holdout_fraction": holdout, "seed": seed,
         "sources": sources or (sorted(map(str, table["source"].dropna().unique())) if "source" in table else []),
         "curves": {}, "report": [],

@@ -42,8 +42,12 @@ from simulator.costmodel.moe import routed_experts, uses_moe_collectives
 from simulator.costmodel.roofline import TOKEN_OPS, RooflineCostModel
 
 MIN_TABLE_TOKENS = 16384
-# The weight GEMMs among the learned ops: a curve of these was timed at the profile's 16-bit weights.
+# The weight GEMMs among the learned ops: a curve of these was timed at the profile's weights (16-bit, or FP8
+# per-tensor for a --dtype fp8 profile; float32 on a CPU stands for 16-bit: the CPU path's own device).
 LINEAR_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down", "lm_head")
+# profiler.runner.DTYPES, named here since that module loads pandas, which a run's artifact never needs (a test
+# checks the two agree)
+PROFILE_DTYPES = ("bfloat16", "float16", "float32", "fp8")
 
 
 def read_artifact(path: str | Path) -> dict[str, Any]:
@@ -87,7 +91,14 @@ class LearnedCostModel(TabulatedCostModel):
         # weights or an FP8 cache would be priced at 16-bit speed by a learned curve, with only their memory
         # changed. (Ops the artifact leaves to the roofline price either format.)
         curves = artifact.get("curves", {})
-        if replica.dtype not in ("bf16", "fp16") and any(op in curves for op in LINEAR_OPS):
+        timed = artifact.get("gemm_dtype")  # the profiler's --dtype; None: a 16-bit table (Vidur, LLMServingSim)
+        if timed is not None and timed not in PROFILE_DTYPES:
+            raise ConfigError("cost_model", f"{source} has gemm_dtype {timed!r}",
+                              f"pass a file written by `simulate fit` (gemm_dtype one of {', '.join(PROFILE_DTYPES)})")
+        if timed == "fp8" and replica.dtype != "fp8" and any(op in curves for op in LINEAR_OPS):
+            raise ConfigError("--dtype", f"{source} was fitted on FP8 GEMMs (a --dtype fp8 profile), and the run's "
+                              f"weights are {replica.dtype}", "pass --dtype fp8, or fit a 16-bit profile")
+        if timed != "fp8" and replica.dtype not in ("bf16", "fp16") and any(op in curves for op in LINEAR_OPS):
             raise ConfigError("--dtype", f"{source} was fitted on 16-bit kernels, and the run's weights are "
                               f"{replica.dtype}", "drop --dtype, or price it with --cost-model roofline or "
                               "--kernels vllm|sglang|trtllm")

@@ -83,7 +83,11 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
     requests = request_frame(result) if result.disagg is not None else request_columns(result)
     summary = summarize(result, requests, ttft_slo_s=ttft_slo_s, tbt_slo_s=tbt_slo_s)
     if "speculative" in result.extra:  # counters and per-token / per-step ITL (simulator.engine.speculative)
-        summary["speculative"] = result.extra["speculative"]
+        from simulator.report.benchmark import measured_itl_views
+
+        # the ITL views over the measured requests, as every other figure (the engine's logs hold the warm-up's)
+        summary["speculative"] = {**result.extra["speculative"],
+                                  **measured_itl_views(result, config.workload.num_warmup)}
     if result.disagg is not None:  # disaggregated prefill/decode: pool, handoff and link metrics
         from simulator.report.disagg_metrics import disagg_summary
 
@@ -435,6 +439,8 @@ def run(
                                                                token_times=bench.save_result is not None)
         except KeyboardInterrupt:  # Ctrl-C (or SIGTERM to a run with --workers, whose workers are stopped)
             fail("interrupted: the run was stopped and nothing was written", code=130)
+        if bench.wanted:  # vllm bench serve's figures (warm-up left out), and its JSON; in the folder's summary too
+            summary["benchmark"] = bench.report(result, requests)
         if out is not None:
             if reporter is not None:
                 reporter.phase(f"writing tables to {out}", len(result.requests))
@@ -448,8 +454,6 @@ def run(
     finally:
         if reporter is not None:
             reporter.close()
-    if bench.wanted:  # vllm bench serve's figures (warm-up left out), and its JSON
-        summary["benchmark"] = bench.report(result, requests)
     if json_out:
         typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
     else:

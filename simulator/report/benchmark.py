@@ -10,7 +10,9 @@ Definitions (per request, over the *measured* requests: those sent after the fir
   benchmark, where our TBT (``simulator.report.metrics``) counts a zero gap for each of them: the
   per-step and the per-token views;
 - E2EL = completion - send time;
-- duration = from the first measured send to the last measured completion; request,
+- duration = from the first measured send to the last measured request's return, a failed
+  one's included (vLLM's runs until every request came back): a refused request returns when
+  refused (its last recorded time: its send for a prompt the replica refuses); request,
   output-token and total-token (input + output) throughput are totals over it;
 - request goodput = requests meeting every given SLO (``--goodput ttft:300 tpot:50``, in ms,
   as vLLM: a request meets an SLO when its value is <= the bound) per second of duration;
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
-from simulator.engine.tbt import merged, percentiles
+from simulator.engine.tbt import merged, percentiles, quantile_stats
 from simulator.util.paths import check_out_file
 from simulator.util.text import comma_list
 from simulator.workload.request import RequestColumns
@@ -163,22 +165,41 @@ def client_gaps(times: Any, first_token_at: float) -> np.ndarray:
     return np.diff(t)
 
 
-def measured_gaps(result: RunResult, num_warmup: int) -> tuple[np.ndarray, np.ndarray, bool]:
+def measured_gaps(result: RunResult, num_warmup: int, replica_id: int | None = None,
+                  replica_of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
     """Every inter-token gap of the requests sent after the first ``num_warmup``, as sorted
     distinct values and counts, and whether that is exact: from the requests' token times, or,
-    where the run kept none, the replicas' gap logs with the warm-up gaps in (False)."""
+    where the run kept none, the replicas' gap logs with the warm-up gaps in (False).
+    ``replica_id``: one replica's requests only (``replica_of``: each request's replica, in run order)."""
+    logs = result.tbt if replica_id is None else result.tbt[replica_id:replica_id + 1]
     if num_warmup == 0:
-        return merged(result.tbt)
+        return merged(logs)
     times = _token_times(result)
     if times is None:
-        values, counts, _ = merged(result.tbt)
+        values, counts, _ = merged(logs)
         return values, counts, False
     first = _first_token_ats(result)
-    gaps = [client_gaps(t, first[i]) for i, t in enumerate(times) if i >= num_warmup and len(t) > 1]
+    gaps = [client_gaps(t, first[i]) for i, t in enumerate(times) if i >= num_warmup and len(t) > 1
+            and (replica_id is None or replica_of[i] == replica_id)]
     if not gaps:
         return np.zeros(0), np.zeros(0, dtype=np.int64), True
     values, counts = np.unique(np.concatenate(gaps), return_counts=True)
     return values, counts, True
+
+
+def measured_itl_views(result: RunResult, num_warmup: int) -> dict[str, Any]:
+    """A speculating run's two ITL views (:func:`simulator.engine.speculative.speculation_extra`: per token, the
+    tokens of one verify step 0 apart, and per step, those zeros left out) over the requests sent after the first
+    ``num_warmup``; empty where the run kept no token times (the engine's views, warm-up in, stand)."""
+    values, counts, exact = measured_gaps(result, num_warmup)
+    if not num_warmup or not exact:
+        return {}
+    out: dict[str, Any] = {}
+    step = values > 0
+    for name, (v, c) in (("itl_per_token_s", (values, counts)), ("itl_per_step_s", (values[step], counts[step]))):
+        out.update(quantile_stats(v, c, name))
+        out[f"num_{name.removesuffix('_s')}_gaps"] = int(c.sum())
+    return out
 
 
 def num_gpus(result: RunResult) -> int:
@@ -199,7 +220,10 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
     done = measured & (status == "finished")
     failed = measured & (status == "rejected")
     sent = cols["arrival_at"][measured]
-    ends = cols["completed_at"][done]
+    # A failed request returns when it was refused: the latest time it has (its arrival, where the replica refused it).
+    refused = np.fmax(np.fmax(cols["arrival_at"][failed], cols["first_scheduled_at"][failed]),
+                      cols["first_token_at"][failed])
+    ends = np.concatenate([cols["completed_at"][done], refused])
     start = float(sent.min()) if len(sent) else 0.0
     end = float(ends.max()) if len(ends) else start
     duration = max(end - start, 1e-12)

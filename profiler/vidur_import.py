@@ -188,7 +188,21 @@ def _ms(df: pd.DataFrame, op: str) -> np.ndarray:
     return pd.to_numeric(df[f"time_stats.{op}.median"], errors="coerce").to_numpy(dtype=float) * MS
 
 
-def _read_mlp(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> list[dict]:
+def _check_model_shape(path: Path, i: int, model: ModelSpec, hidden: int, heads: int, kv_heads: int,
+                       ffn: int | None = None) -> None:
+    """A row's shape must be the named model's (``--model``, or the model of Vidur's folder layout): else its
+    times would be filed under a model they were not measured for. (Vidur pads the vocabulary: not compared.)"""
+    want = (model.hidden_size, model.num_heads, model.num_kv_heads)
+    got = (hidden, heads, kv_heads)
+    if ffn is not None and not model.is_moe:
+        want, got = (*want, model.ffn_size), (*got, ffn)
+    if got != want:
+        names = "hidden/heads/KV heads" + ("/FFN" if len(want) == 4 else "")
+        raise _bad(path, f"row {i} profiles {names} {'/'.join(map(str, got))}, not {model.name}'s "
+                   f"{'/'.join(map(str, want))}", "pass the model the file profiles with --model, or drop --model")
+
+
+def _read_mlp(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> tuple[list[dict], int]:
     _require(df, path, ("num_tokens", "num_tensor_parallel_workers", "n_head", "n_kv_head", "n_embd",
                         "n_expanded_embd", "vocab_size"))
     present = [op for op in MLP_OP_MAP if f"time_stats.{op}.median" in df.columns]
@@ -196,8 +210,12 @@ def _read_mlp(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> list[dic
         raise _bad(path, "no time_stats.<op>.median column of a known op", f"known: {', '.join(MLP_OP_MAP)}")
     ms = {op: _ms(df, op) for op in present}
     rows: list[dict] = []
+    num_blank = 0
     name = model.name if model else ""
     for i, rec in enumerate(df.to_dict("records")):
+        if model is not None:
+            _check_model_shape(path, i, model, int(rec["n_embd"]), int(rec["n_head"]), int(rec["n_kv_head"]),
+                               int(rec["n_expanded_embd"]))
         tp = int(rec["num_tensor_parallel_workers"])
         gated = str(rec.get("use_gated_mlp", True)).lower() in ("true", "1")
         # Vidur's n_expanded_embd is the full FFN width (before TP); heads are the model's.
@@ -216,13 +234,14 @@ def _read_mlp(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> list[dic
                 continue
             prev_t, prev_calls = by_op.get(op, (0.0, 0))
             by_op[op] = (prev_t + t, prev_calls + calls)
+        num_blank += not by_op
         for op, (t, calls) in by_op.items():
             w = token_op_work(op, tokens, shapes, VIDUR_DTYPE_BYTES)
             # Scale per-layer work by the kernels Vidur actually timed (e.g. one norm for phi-2).
             scale = calls / w.num_calls
             rows.append({"op": op, "num_tokens": tokens, "tp": tp, "num_calls": calls, "median_s": t,
                          "flops": w.flops * scale, "bytes": w.bytes * scale, "backend": "torch"})
-    return rows
+    return rows, num_blank
 
 
 def _infer_attention_model(hidden: int, heads: int, kv_heads: int) -> ModelSpec | None:
@@ -231,17 +250,20 @@ def _infer_attention_model(hidden: int, heads: int, kv_heads: int) -> ModelSpec 
     return fits[0] if len(fits) == 1 else None
 
 
-def _read_attention(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> list[dict]:
+def _read_attention(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> tuple[list[dict], int]:
     _require(df, path, ("is_prefill", "batch_size", "prefill_chunk_size", "kv_cache_size",
                         "num_tensor_parallel_workers", "n_embd", "n_q_head", "n_kv_head"))
     prefill_ms = _ms(df, "attn_prefill") if "time_stats.attn_prefill.median" in df else np.full(len(df), np.nan)
     decode_ms = _ms(df, "attn_decode") if "time_stats.attn_decode.median" in df else np.full(len(df), np.nan)
     rows: list[dict] = []
+    num_blank = 0
     shapes_cache: dict[tuple, ShardedShapes] = {}
     for i, rec in enumerate(df.to_dict("records")):
         key = (int(rec["n_embd"]), int(rec["n_q_head"]), int(rec["n_kv_head"]), int(rec["num_tensor_parallel_workers"]))
         if key not in shapes_cache:
             hidden, heads, kv_heads, tp = key
+            if model is not None:
+                _check_model_shape(path, i, model, hidden, heads, kv_heads)
             found = model if model is not None else _infer_attention_model(hidden, heads, kv_heads)
             if found is None or (found.hidden_size, found.num_heads, found.num_kv_heads) != (hidden, heads, kv_heads) \
                     or found.ffn_size % tp:
@@ -259,6 +281,7 @@ def _read_attention(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> li
         if str(rec["is_prefill"]).lower() in ("true", "1"):
             t = prefill_ms[i]
             if not np.isfinite(t):
+                num_blank += 1
                 continue
             chunk = int(rec["prefill_chunk_size"])
             ctx = kv + chunk
@@ -269,22 +292,24 @@ def _read_attention(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> li
         else:
             t = decode_ms[i]
             if not np.isfinite(t):
+                num_blank += 1
                 continue
             w = decode_work([kv] * batch, shapes, VIDUR_DTYPE_BYTES)
             rows.append({**base, "op": ATTN_DECODE, "num_tokens": batch, "chunk_size": 1, "kv_context": kv,
                          "context_len": kv, "context_len_max": kv, "kv_tokens": batch * kv,
                          "kv_sq_sum": batch * kv * kv, "median_s": t, "flops": w.flops, "bytes": w.bytes})
-    return rows
+    return rows, num_blank
 
 
 def _read_network(df: pd.DataFrame, path: Path, folder: str | None, model: ModelSpec | None,
-                  all_topologies: bool) -> list[dict]:
+                  all_topologies: bool) -> tuple[list[dict], int]:
     _require(df, path, ("size", "num_workers", "collective"))
     ops = sorted(set(map(str, df["collective"])))
     unknown = [op for op in ops if op not in NETWORK_OPS]
     if unknown:
         raise _bad(path, f"unsupported collective(s) {unknown}", f"supported: {', '.join(NETWORK_OPS)}")
     rows: list[dict] = []
+    num_blank = 0
     per_node_col = "devices_per_node" in df.columns
     for op in ops:
         sub = df[df["collective"] == op]
@@ -296,6 +321,7 @@ def _read_network(df: pd.DataFrame, path: Path, folder: str | None, model: Model
             if not all_topologies and per_node < world:
                 continue
             if not np.isfinite(t):
+                num_blank += 1
                 continue
             w = comm_work(op, size, world)
             tokens = size // (model.hidden_size * VIDUR_DTYPE_BYTES) if model is not None else None
@@ -303,12 +329,14 @@ def _read_network(df: pd.DataFrame, path: Path, folder: str | None, model: Model
                          "median_s": t, "flops": w.flops, "bytes": w.bytes, "num_calls": 1, "backend": "nccl",
                          "topology": f"{folder or 'vidur'}:devices_per_node={per_node}",
                          "_cross_node": per_node < world})
-    return rows
+    return rows, num_blank
 
 
 def import_vidur_file(path: str | Path, *, model: str | None = None, gpu: str | None = None,
-                      all_topologies: bool = False) -> pd.DataFrame:
-    """One Vidur CSV (``mlp.csv``, ``attention.csv``, ``all_reduce.csv``, ``send_recv.csv``) as a tidy table."""
+                      all_topologies: bool = False, skipped: list[tuple[Path, int]] | None = None) -> pd.DataFrame:
+    """One Vidur CSV (``mlp.csv``, ``attention.csv``, ``all_reduce.csv``, ``send_recv.csv``) as a tidy table.
+    A row without a median time (Vidur leaves it blank where a kernel was not timed) is left out; ``skipped``,
+    if given, gets ``(path, count)`` for a file with such rows."""
     path = Path(path)
     if not path.is_file():
         raise _bad(path, "no such file", "pass a Vidur mlp.csv, attention.csv, all_reduce.csv or send_recv.csv")
@@ -327,11 +355,13 @@ def import_vidur_file(path: str | Path, *, model: str | None = None, gpu: str | 
         spec_gpu, folder = get_gpu(gpu), folder or gpu
     model_spec = get_model(model) if model else _model_from_path(path)
     if kind == "attention":
-        rows = _read_attention(df, path, model_spec)
+        rows, num_blank = _read_attention(df, path, model_spec)
     elif kind == "network":
-        rows = _read_network(df, path, folder, model_spec, all_topologies)
+        rows, num_blank = _read_network(df, path, folder, model_spec, all_topologies)
     else:
-        rows = _read_mlp(df, path, model_spec)
+        rows, num_blank = _read_mlp(df, path, model_spec)
+    if num_blank and skipped is not None:
+        skipped.append((path, num_blank))
     if not rows:
         return conform(pd.DataFrame(columns=["op"]))
     out = pd.DataFrame(rows)
@@ -358,7 +388,7 @@ def import_vidur_file(path: str | Path, *, model: str | None = None, gpu: str | 
 
 
 def import_vidur(paths: Iterable[str | Path], *, model: str | None = None, gpu: str | None = None,
-                 all_topologies: bool = False) -> pd.DataFrame:
+                 all_topologies: bool = False, skipped: list[tuple[Path, int]] | None = None) -> pd.DataFrame:
     """Several Vidur CSVs (or folders searched for them) as one tidy table."""
     files: list[Path] = []
     for p in map(Path, paths):
@@ -377,12 +407,14 @@ def import_vidur(paths: Iterable[str | Path], *, model: str | None = None, gpu: 
         if f.resolve() in seen:
             raise _bad(f, "given twice (or inside a folder also given)", "give each file once")
         seen.add(f.resolve())
-    frames = [import_vidur_file(f, model=model, gpu=gpu, all_topologies=all_topologies) for f in files]
+    frames = [import_vidur_file(f, model=model, gpu=gpu, all_topologies=all_topologies, skipped=skipped)
+              for f in files]
     return conform(pd.concat(frames, ignore_index=True))
 
 
 def import_to_folder(paths: Iterable[str | Path], out: str | Path, *, model: str | None = None,
-                     gpu: str | None = None, all_topologies: bool = False) -> pd.DataFrame:
+                     gpu: str | None = None, all_topologies: bool = False,
+                     skipped: list[tuple[Path, int]] | None = None) -> pd.DataFrame:
     """Import into ``<out>/profile.csv`` (merged with rows already there, new ones win) plus metadata."""
     import datetime as dt
     import json
@@ -392,7 +424,7 @@ def import_to_folder(paths: Iterable[str | Path], out: str | Path, *, model: str
     from profiler.schema import KEY_COLUMNS, METADATA_FILE, TABLE_FILE, key_of
 
     paths = [Path(p) for p in paths]
-    table = import_vidur(paths, model=model, gpu=gpu, all_topologies=all_topologies)
+    table = import_vidur(paths, model=model, gpu=gpu, all_topologies=all_topologies, skipped=skipped)
     models = sorted(set(table["model"].dropna()))
     if len(models) > 1:
         raise ConfigError("model", f"the files hold several models ({', '.join(models)})",

@@ -102,7 +102,11 @@ def import_vidur(
     check_out_dir(out, "--out", existing_ok=True)  # rows are merged into a profile.csv already there
     from profiler.vidur_import import import_to_folder
 
-    table = import_to_folder(paths, out, model=model, gpu=gpu, all_topologies=all_topologies)
+    skipped: list[tuple[Path, int]] = []
+    table = import_to_folder(paths, out, model=model, gpu=gpu, all_topologies=all_topologies, skipped=skipped)
     counts = table["op"].value_counts().sort_index()
     console().print(f"{len(table)} rows in {out / 'profile.csv'}: "
-                    + ", ".join(f"{op} {n}" for op, n in counts.items()))
+                    + ", ".join(f"{op} {n}" for op, n in counts.items()), markup=False)
+    for path, n in skipped:  # said, not dropped silently
+        console().print(f"left out {n} row{'s' if n != 1 else ''} of {path} without a median time "
+                        "(a kernel Vidur did not time)", markup=False)

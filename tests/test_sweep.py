@@ -95,6 +95,9 @@ def test_resume_runs_only_missing_points(tmp_path: Path):
     pd.testing.assert_frame_equal(full.table, fresh.table)
     assert list(full.table["status"]) == ["ok"] * 4
     assert full.table_path.exists() and len(pd.read_csv(full.table_path)) == 4
+    as_parquet = run_sweep(small_spec(), out, fmt="parquet")  # resumed in another format: one table, not two
+    assert as_parquet.num_run == 0 and as_parquet.table_path.suffix == ".parquet"
+    assert not (out / "results.csv").exists() and len(pd.read_parquet(as_parquet.table_path)) == 4
 
 
 def test_failing_point_records_its_error_and_the_sweep_goes_on(tmp_path: Path):

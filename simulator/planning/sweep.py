@@ -67,7 +67,7 @@ from simulator.planning.options import (
     connect_ray,
     slo_and_settings,
 )
-from simulator.report.output import check_format, write_table
+from simulator.report.output import FORMATS, check_format, write_table
 from simulator.util.interrupts import WorkerPool, signals_blocked, signals_ignored, stop_on_signals
 from simulator.util.jsonio import jsonable
 from simulator.util.progress import StepProgress
@@ -694,6 +694,9 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
         return _table(((p.index, p.key, p.params) for p in spec.points), param_names, docs)
 
     write_table(current_table(), out / "results", fmt)
+    for other in FORMATS:  # a resumed sweep in another --format: its table is this one now, not a stale copy
+        if other != fmt:
+            (out / f"results.{other}").unlink(missing_ok=True)
     failed = 0
     num_skipped, num_total = len(spec.points) - len(todo), len(spec.points)
     num_done = num_skipped

@@ -172,7 +172,7 @@ def test_unmeetable_goodput_ends_at_min_qps_with_the_reason(constant_cost):
     slo = SLO(tbt_s=0.05, min_goodput=0.5, goodput_ttft_s=0.001)
     result = search_seed(slots_config(num_requests=64), slo, SearchSettings(qps_start=1.0, min_qps=0.2))
     assert result.capacity_qps == 0.0
-    assert [t.qps for t in result.trials] == [1.0, 0.5, 0.25]
+    assert [t.qps for t in result.trials] == [1.0, 0.5, 0.25, 0.2]  # halving, then the floor itself
     assert "capacity 0" in result.reason and "goodput" in result.reason
 
 

@@ -221,3 +221,21 @@ def test_mix_of_gpu_types(tmp_path) -> None:  # noqa: ANN001
     assert note.mixed_usd <= note.split_same_usd + 1e-9
     mixed = note.short_gpu != note.long_gpu and note.mixed_usd < note.single_usd - 1e-9
     assert note.describe().startswith("a mix is cheaper" if mixed else "no mix of GPU types")
+
+
+def test_a_disaggregated_bound_holds_at_a_long_context_budget() -> None:
+    """A prefill pool's bound priced one prompt as long as its token budget: at Llama-3.1-8B's 131,072-token
+    max_model_len (a non-chunking pool's budget) its attention put the bound below the layout's own capacity, and
+    branch and bound pruned the cheapest fleet (3 GPUs answered where 2 carry the load). The trial's own prompts,
+    packed into budgets, keep it above."""
+    base = RunConfig().replace(replica__model="llama-3.1-8b", scheduler__name="vllm-v1", engine="vllm-v1",
+                               workload__name="sharegpt", workload__num_requests=128)
+    space = SearchSpace(gpus=("h100-sxm",), modes=("disagg",), tps=(1,), budgets=(2048,), max_num_seqs=(128,),
+                        ratios=((1, 1),))
+    slo = PlanSLO(ttft_s=2.0, tpot_s=0.03, attainment=0.95)
+    layouts, _ = enumerate_layouts(base, space, space.gpus)
+    (layout,) = layouts
+    assert layout.config(base).replica.effective_max_model_len == 131072
+    bound = capacity_bound(layout, base, Lengths.of(base), slo)
+    report = find_capacity(layout.config(base), slo.capacity_slo(), search_settings(bound, 12.5, 0.05))
+    assert 0 < report.capacity_qps <= bound

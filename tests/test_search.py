@@ -42,6 +42,18 @@ def test_the_search_brackets_the_threshold_within_its_limits(threshold: float, s
         assert len(tried) == max_trials
     if max_trials == 60:  # enough trials for any bracket here: the search converges
         assert found.stop == "converged"
+    if found.stop == "none_passes":  # only where the floor itself was tried and failed
+        assert 0.01 in tried and threshold < 0.01 + 1e-12
+
+
+def test_a_rate_search_tries_its_floor_before_saying_none_passes() -> None:
+    """Halving from a failure past --min-qps tries --min-qps itself (it said 'none' at 0.6 having tried only 1)."""
+    found, tried = _search(0.8, 1.0, Limits(0.02, 0.6, 1000.0, 40))
+    assert tried[:2] == [1.0, 0.6] and found.stop == "converged" and 0.6 <= found.passed_qps <= 0.8
+    found, tried = _search(0.5, 1.0, Limits(0.02, 0.6, 1000.0, 40))
+    assert tried == [1.0, 0.6] and found.stop == "none_passes" and found.failed_qps == 0.6
+    found, tried = _search(3, 8, Limits(0.0, 3, 4096, 40, integer=True))  # users: 8, 4, then the floor 3
+    assert tried[:3] == [8, 4, 3] and found.passed_qps == 3
 
 
 @given(threshold=st.integers(0, 5000), start=st.integers(1, 4096), rel_tol=st.sampled_from([0.0, 0.025, 0.25]))

@@ -17,9 +17,10 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
    requests in the batch (``t`` the priced iteration over 2-token caches, non-decreasing in
    ``B``: so over ``[b_i, b_{i+1}]`` at most ``b_{i+1} / t(b_i)``), and every request that
    meets the SLO needs ``output - 1`` of them before its TPOT limit runs out (a trial is
-   finite: :func:`capacity_bound`); a disaggregated unit is bounded by its prefill pool too (a full
-   token budget of prompt tokens per iteration, times a 1.5 margin: batches of shorter prompts
-   attend over less, so this term is an estimate with room, not a proof). So each layout's fleet has a *lower bound*
+   finite: :func:`capacity_bound`); a disaggregated unit is bounded by its prefill pool too (the trial's
+   shortest prompts that must meet the SLO, packed into full token budgets and priced iteration by
+   iteration, times a 1.5 margin: a real schedule packs no fuller, yet per-sequence costs make this
+   an estimate with room, not a proof). So each layout's fleet has a *lower bound*
    on its cost, ``ceil(load / bound) x GPUs x price``.
 3. **Branch and bound**: layouts in order of that lower bound; each is searched for its
    per-unit capacity (:func:`simulator.planning.capacity.find_capacity`, criterion goodput)
@@ -74,7 +75,7 @@ from simulator.workload.request import Status
 
 MODES = ("agg", "disagg")
 CHUNKING = CHUNKING_SCHEDULERS  # schedulers whose token budget is a prompt chunk size
-PREFILL_MARGIN = 1.5  # the prefill pool's bound is one full-budget prompt's rate times this
+PREFILL_MARGIN = 1.5  # the prefill pool's bound is the rate of its shortest prompts packed into full budgets, times this
 SHORT_TRIAL_TTFTS = 10  # trials whose arrivals span fewer TTFT limits than this are flagged as too short
 MIN_MISSES_JUDGED = 10  # a verification allowing fewer late requests than this is said to be a thin verdict
 
@@ -388,6 +389,29 @@ class Lengths:
         return len(self.least_prompt) - 1
 
 
+def _prefill_tokens_per_s(cost, prompts: np.ndarray, budget: int) -> float:  # noqa: ANN001
+    """Prompt tokens a second with ``prompts`` packed in order into iterations of at most ``budget`` tokens (a
+    prompt that does not fit goes on as a chunk over what it computed), each priced over empty caches. Priced
+    as the trial's own prompts: one prompt as long as the budget attends over far more (a 131,072-token budget
+    priced a fifth of the rate real batches reach)."""
+    total_s = 0.0
+    batch: list[tuple[int, int]] = []
+    room = budget
+    for length in prompts.astype(np.int64).tolist():
+        done = 0
+        while done < length:
+            take = min(length - done, room)
+            batch.append((take, done))
+            done += take
+            room -= take
+            if room == 0:
+                total_s += cost.iteration_time(BatchShape.from_requests(prefills=batch))
+                batch, room = [], budget
+    if batch:
+        total_s += cost.iteration_time(BatchShape.from_requests(prefills=batch))
+    return float(prompts.sum()) / total_s if total_s > 0 else math.inf
+
+
 def _decode_tokens_per_s(cost, max_batch: int) -> float:  # noqa: ANN001
     """An upper bound on decode tokens a second with at most ``max_batch`` requests a batch
     (:mod:`module docstring <simulator.planning.plan>`, step 2)."""
@@ -435,10 +459,8 @@ def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanS
     prefill_cost = load_cost_model(config.cost_model, pools.prefill_replica, config.engine)
     budget = pools.prefill_scheduler.token_budget(pools.prefill_replica.effective_max_model_len,
                                                   pools.prefill_replica.gpu_spec, pools.prefill_replica.attention_dp)
-    # A prefill iteration of ``budget`` prompt tokens over empty caches, with PREFILL_MARGIN to
-    # spare: several shorter prompts in one batch attend over less (not a proof; see the docstring).
-    chunk_s = prefill_cost.iteration_time(BatchShape.from_requests(prefills=[(budget, 0)]))
-    prefill_rate = PREFILL_MARGIN * layout.num_prefill * budget / chunk_s
+    prompts = np.diff(lengths.least_prompt)[:must]  # the shortest prompts that must meet the SLO, ascending
+    prefill_rate = PREFILL_MARGIN * layout.num_prefill * _prefill_tokens_per_s(prefill_cost, prompts, budget)
     prefill = _finite_rate(lengths.least_prompt[must], prefill_rate, lengths.unit_span, slo.ttft_s)
     return min(decode, prefill)
 

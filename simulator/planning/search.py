@@ -7,8 +7,8 @@ fail is assumed monotone in the load.
 
 The search, from a first load ``start``:
 
-1. bracket: halve from a failure until a load passes (giving up below ``min_qps``), or
-   double from a pass until a load fails (giving up above ``max_qps``);
+1. bracket: halve from a failure until a load passes (``min_qps`` itself is the last load tried
+   below), or double from a pass until a load fails (``max_qps`` itself the last above);
 2. bisect the bracket ``[passed, failed]`` until ``(failed - passed) / failed <= rel_tol``.
 
 No trial runs once ``max_trials`` have (the caller's earlier trials count, see
@@ -20,6 +20,7 @@ may start the loads the search could need next before it needs them
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -79,6 +80,9 @@ def next_load(state: State, start_qps: float, limits: Limits) -> float | Outcome
         assert f is not None
         half = f // 2 if whole else f / 2
         if half < limits.min_qps:
+            floor = math.ceil(limits.min_qps) if whole else limits.min_qps
+            if floor < f:  # the floor itself is worth a trial (else --min-qps 0.6 stops at 1 having tried none)
+                return Outcome(None, f, "max_trials", n) if n >= limits.max_trials else floor
             return Outcome(None, f, "none_passes", n)
         return Outcome(None, f, "max_trials", n) if n >= limits.max_trials else half
     if f is None:

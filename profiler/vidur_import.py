@@ -324,7 +324,10 @@ def _read_network(df: pd.DataFrame, path: Path, folder: str | None, model: Model
                 num_blank += 1
                 continue
             w = comm_work(op, size, world)
+            # The tokens whose hidden states the message holds: none (NA) for a message smaller than one token's
+            # (Vidur times collectives from a few bytes up; a count of 0 is no token count, and fit refuses it).
             tokens = size // (model.hidden_size * VIDUR_DTYPE_BYTES) if model is not None else None
+            tokens = tokens or None
             rows.append({"op": op, "message_bytes": size, "world_size": world, "num_tokens": tokens,
                          "median_s": t, "flops": w.flops, "bytes": w.bytes, "num_calls": 1, "backend": "nccl",
                          "topology": f"{folder or 'vidur'}:devices_per_node={per_node}",

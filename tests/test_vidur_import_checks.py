@@ -3,6 +3,7 @@ left out for want of a median time (synthetic files: no shared data needed)."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -40,3 +41,17 @@ def test_rows_without_a_median_are_counted_and_said(tmp_path):
                                    "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     assert "left out 1 row of" in res.output and "without a median time" in res.output
+
+
+def test_a_message_smaller_than_one_token_has_no_token_count(tmp_path):
+    """Vidur times all-reduces from a few bytes up: size // (hidden x 2) was 0 for them, a token count fit
+    refused, so the README's import-vidur -> fit chain stopped at fit."""
+    from simulator.calibrate.fit_data import validate
+
+    net = tmp_path / "all_reduce.csv"
+    net.write_text("size,num_workers,devices_per_node,collective,time_stats.all_reduce.median\n"
+                   "1024,2,2,all_reduce,0.01\n1048576,2,2,all_reduce,0.05\n")
+    table = import_vidur_file(net, model="llama-2-7b", gpu="a100-80gb")
+    tokens = dict(zip(table["message_bytes"], table["num_tokens"], strict=True))
+    assert tokens[1048576] == 1048576 // (4096 * 2) and pd.isna(tokens[1024])
+    validate(table, "imported table")  # refused 'num_tokens is 0' before

@@ -70,3 +70,14 @@ def test_the_folders_summary_holds_the_benchmark_block(tmp_path):
     assert res.exit_code == 0, res.output
     block = json.loads((out / "summary.json").read_text())["benchmark"]
     assert block["completed"] == 20 and block["request_goodput"] is not None
+
+
+def test_an_overloaded_trace_replay_is_told_to_stretch_the_trace(tmp_path):
+    """The overload hint named --qps and `simulate capacity`, both of which a trace replay refuses."""
+    trace = tmp_path / "burst.csv"
+    rows = "".join(f"3000,300,{i * 0.01:.2f}\n" for i in range(300))
+    trace.write_text("num_prefill_tokens,num_decode_tokens,arrived_at\n" + rows)
+    res = CliRunner().invoke(app, ["run", "--trace", str(trace), "--arrival", "trace"])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "load exceeds capacity" in said and "--time-scale below 1" in said and "lower --qps" not in said

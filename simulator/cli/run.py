@@ -174,13 +174,20 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
             f"(P50, first quarter of arrivals) to {summary['sched_delay_s_p50_last_quarter']:.3g} s (last quarter) and "
             f"{count(summary['num_waiting_at_last_arrival'], 'request')} "
             f"{'was' if summary['num_waiting_at_last_arrival'] == 1 else 'were'} still queued at the last arrival, so "
-            "latencies grow with the run's length; lower --qps or find the sustainable rate with `simulate capacity` "
-            "(same options)")
+            "latencies grow with the run's length; " + _overload_fix(config))
     if "stage_busy_fraction" in summary:
         for replica_id, busy in enumerate(summary["stage_busy_fraction"]):
             stages = ", ".join(f"{b:.0%}" for b in busy)
             console.print(f"pipeline replica {replica_id}: stage busy {stages}; "
                           f"bubble fraction sum {sum(1 - b for b in busy):.2f}")
+
+
+def _overload_fix(config: RunConfig) -> str:
+    """What lowers an overloaded run's load: a replayed trace has no --qps, and capacity searches a rate."""
+    if config.workload.arrival == "trace":
+        return ("replay the trace slower with --time-scale below 1 (0.5 halves its rate), or serve it with more "
+                "--replicas")
+    return "lower --qps or find the sustainable rate with `simulate capacity` (same options)"
 
 
 def run_title(config: RunConfig, summary: dict[str, Any]) -> str:

@@ -63,6 +63,26 @@ def _check_search(config: RunConfig, workers: int, gpus: int) -> None:
         raise ConfigError("--workers", f"must be at least 1, got {workers}", "e.g. --workers 2")
 
 
+DEFAULT_TPS = "1,2,4,8"
+
+
+def _tps(config: RunConfig, text: str) -> tuple[int, ...]:
+    """``--tps``: each degree given must be one the model shards at (else every layout of it was dropped and the
+    search blamed memory: 'no layout of 8 GPUs at --tps 3 holds llama-2-7b in memory'); of the default degrees,
+    those it does not shard at are left out (TP 8 of a 28-head model)."""
+    from simulator.config.specs import tp_shard_problem
+
+    tps = parse_ints(text, "--tps")
+    problems = {tp: tp_shard_problem(config.replica.model_spec, tp) for tp in tps}
+    if text == DEFAULT_TPS:
+        return tuple(tp for tp in tps if problems[tp] is None)
+    for tp, problem in problems.items():
+        if problem is not None:
+            why, fix = problem
+            raise ConfigError("--tps", why, f"drop {tp} from --tps" + (f"; {fix}" if fix else ""))
+    return tps
+
+
 def _no_layout(config: RunConfig, gpus: int, tps: list[int], split_only: bool, dropped: list[str]) -> ConfigError:
     """Why no layout of ``gpus`` GPUs is searched: too few GPUs for a worker of each kind, or none holds the model
     (``dropped``: the splits refused, with why)."""
@@ -164,7 +184,7 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
 @default_option("num_requests", 400)
 @run_options
 def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
-          tps: TPS = "1,2,4,8", qps_start: QPS0 = 1.0, workers: WORKERS = 1, out: OUT = None) -> None:
+          tps: TPS = DEFAULT_TPS, qps_start: QPS0 = 1.0, workers: WORKERS = 1, out: OUT = None) -> None:
     """Goodput per GPU of every prefill/decode split of --gpus GPUs (DistServe's measure); the best first."""
     if out is not None:  # checked before any search (and import)
         check_out_dir(out, "--out", replaceable=SPLIT_FILES)
@@ -172,7 +192,7 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
     _check_search(config, workers, gpus)
-    tp_list = parse_ints(tps, "tps")
+    tp_list = _tps(config, tps)
     dropped: list[str] = []
     candidates = [("disagg", c) for c in split_candidates(config, gpus, tp_list, dropped)]
     results = _search(candidates, slo, qps_start, workers, _no_layout(config, gpus, tp_list, True, dropped))
@@ -183,7 +203,7 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
 @default_option("num_requests", 400)
 @run_options
 def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
-            tps: TPS = "1,2,4,8", taus: Annotated[str, typer.Option(help="Sarathi token budgets to try.")] = "256,512,1024,2048",
+            tps: TPS = DEFAULT_TPS, taus: Annotated[str, typer.Option(help="Sarathi token budgets to try.")] = "256,512,1024,2048",
             qps_start: QPS0 = 1.0, workers: WORKERS = 1, out: OUT_PLOT = None) -> None:
     """Aggregated vllm and sarathi (best tau) beside the disaggregated splits on the same GPUs, SLOs and workload."""
     if out is not None:  # checked before any search (and import)
@@ -192,8 +212,8 @@ def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: T
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
     _check_search(config, workers, gpus)
-    tp_list = parse_ints(tps, "tps")
-    candidates = aggregated_candidates(config, gpus, tp_list, parse_ints(taus, "taus"))
+    tp_list = _tps(config, tps)
+    candidates = aggregated_candidates(config, gpus, tp_list, parse_ints(taus, "--taus"))
     dropped: list[str] = []
     splits = split_candidates(config, gpus, tp_list, dropped)
     if not splits and candidates:  # said, not silent: the comparison has one side

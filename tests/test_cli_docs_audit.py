@@ -3,6 +3,8 @@ problem and the flag, where the command said something else."""
 
 from __future__ import annotations
 
+import re
+
 from typer.testing import CliRunner
 
 from simulator.cli import app
@@ -28,3 +30,21 @@ def test_disagg_default_tps_leave_out_degrees_the_model_does_not_shard():
     config = RunConfig().replace(replica__model="qwen2.5-7b")
     assert config.replica.model_spec.num_heads == 28
     assert _tps(config, DEFAULT_TPS) == (1, 2, 4)
+
+
+def test_options_a_command_always_refuses_are_out_of_its_help():
+    """tau's --help listed --qps, --num-requests, --arrival ... and each was refused when given."""
+    def help_of(*args: str) -> str:
+        res = runner.invoke(app, [*args, "--help"], terminal_width=200)
+        assert res.exit_code == 0, res.output
+        return res.output
+
+    def listed(text: str, flag: str) -> bool:  # an option's own row, not a mention in another's help
+        return re.search(rf"^\W? {re.escape(flag)}[\s,]", text, re.MULTILINE) is not None
+
+    tau, split, run = help_of("tau"), help_of("disagg", "split"), help_of("run")
+    assert all(listed(run, f) for f in ("--qps", "--prefill-pool", "--num-requests", "--tp"))
+    assert not any(listed(tau, f) for f in ("--qps", "--num-requests", "--arrival"))
+    assert not listed(split, "--prefill-pool") and not listed(split, "--tp") and listed(split, "--scheduler")
+    res = runner.invoke(app, ["tau", "--qps", "3"])  # still parsed, and refused in one line
+    assert isinstance(res.exception, ConfigError) and "tau does not read it" in str(res.exception)

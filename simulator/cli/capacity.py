@@ -16,7 +16,14 @@ import typer
 
 from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
-from simulator.cli.options import WORKERS_METAVAR, default_option, given_run_flags, parse_workers, run_options
+from simulator.cli.options import (
+    WORKERS_METAVAR,
+    default_help,
+    default_option,
+    given_run_flags,
+    parse_workers,
+    run_options,
+)
 from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
@@ -365,6 +372,7 @@ def tau(
 
 
 @app.command()
+@default_help("num_requests", "256 a run point, 2048 a capacity point's trials")
 @run_options(as_overrides=True)
 def sweep(
     ctx: typer.Context,

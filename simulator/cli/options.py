@@ -29,6 +29,7 @@ from simulator.config.options import (
     DERIVED_OPTIONS,
     OPTION_ALIASES,
     RUN_OPTIONS,
+    SET_BY_COMMAND,
     alias_of,
     build_config,
 )
@@ -228,12 +229,34 @@ def default_option(name: str, value: Any):  # noqa: ANN201 - decorator over a ru
     return decorate
 
 
+def default_help(name: str, text: str):  # noqa: ANN201 - decorator over a run_options command
+    """Say in the command's ``--help`` that run option ``name`` defaults to ``text`` there (a rule the command
+    applies itself, e.g. by mode), changing nothing else."""
+
+    def decorate(fn):  # noqa: ANN001, ANN202
+        signature = inspect.signature(fn)
+        fn.__signature__ = signature.replace(parameters=[  # type: ignore[attr-defined]
+            _with_default_help(p, text) if p.name == name else p for p in signature.parameters.values()])
+        return fn
+
+    return decorate
+
+
 def _with_default_help(param: inspect.Parameter, value: Any) -> inspect.Parameter:
     """``param`` (a shared option, ``Annotated[type, typer.Option]``) with its help naming ``value`` as the default."""
     base, info = typing.get_args(param.annotation)
     info = copy.copy(info)  # the shared option's info stays as it is for the other commands
     text = re.sub(r" \(default: [^)]*\)\.$", "", info.help or "").rstrip(".")
     info.help = f"{text} (default: {value})."
+    return param.replace(annotation=Annotated[base, info])
+
+
+def _hidden(param: inspect.Parameter) -> inspect.Parameter:
+    """``param`` (a shared option) left out of the command's ``--help``; still parsed, so giving it gets the
+    command's one-line refusal rather than 'no such option'."""
+    base, info = typing.get_args(param.annotation)
+    info = copy.copy(info)  # the shared option's info stays as it is for the other commands
+    info.hidden = True
     return param.replace(annotation=Annotated[base, info])
 
 
@@ -265,7 +288,9 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
             return fn(config=config_overrides(config), **kwargs)
         return fn(config=config, **kwargs)
 
-    merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + list(_parameters())
+    refused = SET_BY_COMMAND.get(fn.__name__, {})  # options the command always refuses: kept out of its --help
+    merged = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own] + [
+        _hidden(p) if p.name in refused else p for p in _parameters()]
     wrapper.__signature__ = inspect.Signature(merged)  # type: ignore[attr-defined]
     # typer reads the options from the signature; empty annotations spare it a type-hint walk of
     # every shared option at each start (typing.get_type_hints, twice per command).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
@@ -48,3 +49,35 @@ def test_options_a_command_always_refuses_are_out_of_its_help():
     assert not listed(split, "--prefill-pool") and not listed(split, "--tp") and listed(split, "--scheduler")
     res = runner.invoke(app, ["tau", "--qps", "3"])  # still parsed, and refused in one line
     assert isinstance(res.exception, ConfigError) and "tau does not read it" in str(res.exception)
+
+
+def test_an_error_names_the_flag_typed_not_the_config_field():
+    """'replica.gpu_memory_utilization: must be in (0, 1]' named no flag and no fix; from a --config file the
+    dotted field stays (the file's own name for it)."""
+    from simulator.cli.app import as_flag
+
+    err = ConfigError("replica.gpu_memory_utilization", "must be in (0, 1], got 1.5")
+    assert str(as_flag(err, ["run", "--gpu-memory-utilization", "1.5"])).startswith("--gpu-memory-utilization: ")
+    assert str(as_flag(err, ["run", "--config", "c.json"])).startswith("replica.gpu_memory_utilization: ")
+    slo = ConfigError("slo.tbt_s", "must be a positive number of seconds, got -1.0")
+    assert str(as_flag(slo, ["capacity", "--tbt-slo=-1"])).startswith("--tbt-slo: ")
+    res = runner.invoke(app, ["capacity", "--tbt-slo", "-1"])
+    assert isinstance(res.exception, ConfigError) and "e.g. 0.2 seconds" in str(res.exception)
+    res = runner.invoke(app, ["run", "--moe-imbalance", "1.3"])  # a dense model: the fix is to drop it
+    assert isinstance(res.exception, ConfigError) and "drop --moe-imbalance" in str(res.exception)
+
+
+def test_plan_refuses_an_unknown_gpu_before_it_starts(tmp_path):
+    res = runner.invoke(app, ["plan", "--gpus", "h100-sxm,zz9", "--out", str(tmp_path / "p")])
+    assert isinstance(res.exception, ConfigError) and str(res.exception).startswith("--gpus: unknown GPU 'zz9'")
+    assert "plan:" not in res.output  # no header printed before the error
+
+
+def test_disagg_workers_take_auto_as_the_other_searches_do(monkeypatch):
+    from simulator.cli.disagg import _workers
+    from simulator.config.run_config import RunConfig
+
+    monkeypatch.setattr("simulator.config.resources.available_cpus", lambda: 2)
+    assert _workers("auto", RunConfig(), num_layouts=5) in (1, 2) and _workers("3", RunConfig(), 5) == 3
+    with pytest.raises(ConfigError, match="--workers"):
+        _workers("0", RunConfig(), 5)

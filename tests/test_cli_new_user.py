@@ -99,7 +99,7 @@ BAD_INPUT = [
     (["--intra-node-link", "pcie"], "--intra-node-link"),
     (["--workload", "fixed", "--range-style", "sglang"], "--range-style"),
     (["--range-ratio", "0.5"], "--range-ratio"),
-    (["--kernels", "vllm", "--gpu", "h100-sxm", "--dtype", "mxfp4"], "replica.dtype"),
+    (["--kernels", "vllm", "--gpu", "h100-sxm", "--dtype", "mxfp4"], "--dtype"),
     (["--range-style", "sglang"], "--range-style"),
     (["--workload", "arxiv", "--output-tokens-max", "100"], "would do nothing"),
     (["--kernels", "trtllm", "--gpu", "cpu"], "no AIConfigurator tables"),  # it blamed the KV cache's size
@@ -107,20 +107,20 @@ BAD_INPUT = [
     (["--engine", "vllm-2026:handoff_s=0.02"], "not disaggregated"),  # the handoff of an aggregated run
     (["--cpu-kv-gib", "10"], "--cpu-kv-gib"),
     # robustness audit 3: values that overflowed or crashed, flags that did nothing, errors that blamed another flag
-    (["--arrival", "gamma", "--cv", "inf"], "workload.cv"),  # a ZeroDivisionError
-    (["--arrival", "gamma", "--cv", "1e-300"], "workload.cv"),
+    (["--arrival", "gamma", "--cv", "inf"], "--cv"),  # a ZeroDivisionError
+    (["--arrival", "gamma", "--cv", "1e-300"], "--cv"),
     (["--burstiness", "inf"], "--burstiness"),  # it named --cv
-    (["--model", "qwen3-30b-a3b", "--moe-imbalance", "inf"], "replica.moe_imbalance"),  # NaN latencies, exit 0
+    (["--model", "qwen3-30b-a3b", "--moe-imbalance", "inf"], "--moe-imbalance"),  # NaN latencies, exit 0
     (["--gpu", "{gpu_huge}"], "gpu.memory_gb"),  # an OverflowError
     (["--gpu", "{gpu_switch}"], "gpu.nvlink_switch"),  # "no" read as true
-    (["--trace", "{trace}", "--arrival", "trace", "--time-scale", "1e-320"], "workload.time_scale"),
+    (["--trace", "{trace}", "--arrival", "trace", "--time-scale", "1e-320"], "--time-scale"),
     (["--arrival", "burst", "--qps", "5"], "--qps"),
     (["--trace", "{trace}", "--arrival", "trace", "--qps", "100"], "--qps"),
     (["--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)", "--router", "random"], "--router"),
     (["--max-model-len", "10"], "raise --max-model-len"),  # it said --max-total-tokens
     (["--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)", "--num-gpu-blocks", "100"], "--num-gpu-blocks"),
     (["--speculative-config", '{{"method": "ngram", "num_speculative_tokens": 3}}', "--acceptance-rate", "0.7",
-      "--spec-disable-batch-size", "2", "--spec-reduce-k-batch-size", "4"], "reduce_k_batch_size"),
+      "--spec-disable-batch-size", "2", "--spec-reduce-k-batch-size", "4"], "--spec-reduce-k-batch-size"),
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),

@@ -103,6 +103,26 @@ def refuse_blank_values(argv: list[str]) -> None:
             raise ConfigError(flag, "is empty", "give it a value, or leave it out")
 
 
+def as_flag(err: ConfigError, argv: list[str]) -> ConfigError:
+    """``err`` named by the flag the user typed where its field is a config field that flag sets
+    (``replica.gpu_memory_utilization`` -> ``--gpu-memory-utilization``, ``slo.tbt_s`` -> ``--tbt-slo``); a
+    field from a ``--config`` file, or no flag's, keeps its dotted name, which the file uses."""
+    from simulator.config.options import OPTION_ALIASES, RUN_OPTIONS
+
+    typed = {arg.partition("=")[0] for arg in argv if arg.startswith("--")}
+    flags: dict[str, list[str]] = {}
+    for name, (target, _, _) in RUN_OPTIONS.items():
+        flags.setdefault(target.replace("__", "."), []).extend(
+            "--" + n.replace("_", "-") for n in (name, *OPTION_ALIASES.get(name, ())))
+    if err.field not in flags and err.field.startswith("slo."):
+        from simulator.planning.options import PLANNER_OPTIONS
+
+        for name, option in PLANNER_OPTIONS.items():
+            flags.setdefault(option.sets, []).append("--" + name.replace("_", "-"))
+    given = [flag for flag in flags.get(err.field, ()) if flag in typed]
+    return ConfigError(given[0], err.problem, err.fix) if given else err
+
+
 def _click_errors() -> tuple[type[Exception], type[Exception]]:
     """(UsageError, ClickException) of the click that typer runs on: the click package, or the copy
     newer typers vendor (typer._click); both are found from the public ``typer.BadParameter``."""
@@ -119,7 +139,7 @@ def main() -> None:
         # five lines; here it is one, as every other mistake is.
         code = command_line(argv).main(args=argv, standalone_mode=False)
     except ConfigError as err:
-        typer.echo(f"error: {err}", err=True)
+        typer.echo(f"error: {as_flag(err, argv)}", err=True)
         sys.exit(2)
     except usage_error as err:  # a bad value's type, an unknown option or command, a missing argument
         ctx = getattr(err, "ctx", None)

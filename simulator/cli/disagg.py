@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from simulator.cli.app import app, console, fail
-from simulator.cli.options import default_option, parse_ints, run_options
+from simulator.cli.options import WORKERS_METAVAR, default_option, parse_ints, parse_workers, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS, MIN_QPS
@@ -36,7 +36,8 @@ TPOT = Annotated[float, typer.Option(help="TPOT SLO (s).")]
 ATTAIN = Annotated[float, typer.Option(help="Share of requests that must meet both SLOs (DistServe: 0.9).")]
 TPS = Annotated[str, typer.Option(help="Comma-separated TP degrees to consider.")]
 QPS0 = Annotated[float, typer.Option(help="First trial's QPS of each search.")]
-WORKERS = Annotated[int, typer.Option(help="Processes (results do not depend on it).")]
+WORKERS = Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes (results do not depend on it); auto: one "
+                                      "per available CPU, at most one a layout and what memory holds.")]
 OUT = Annotated[Path | None, typer.Option(help="Folder for results.csv, trials.csv and summary.json.")]
 OUT_PLOT = Annotated[Path | None, typer.Option(help="Folder for results.csv, trials.csv, summary.json and the plot "
                                                     "(comparison.png/.svg).")]
@@ -49,18 +50,23 @@ SPLIT_FILES = ("results.csv", "trials.csv", "summary.json", "comparison.png", "c
 MAX_SPLIT_GPUS = 1024
 
 
-def _check_search(config: RunConfig, workers: int, gpus: int) -> None:
+def _workers(text: str, config: RunConfig, num_layouts: int) -> int:
+    """``--workers N|auto`` (auto: a process per CPU, at most one a layout, each holding one trial's requests)."""
+    from simulator.config.resources import auto_workers
+
+    return parse_workers(text, lambda: auto_workers(max(1, num_layouts), config.workload.num_requests))
+
+
+def _check_search(config: RunConfig, gpus: int) -> None:
     """Refuse, before any search, what the goodput searches cannot run: arrivals without a rate to
     vary (--qps inf, --concurrency, a trace's clock: each trial would be the same, its goodput meaningless),
-    a GPU count of no layout or of more than :data:`MAX_SPLIT_GPUS`, and fewer than one process."""
+    and a GPU count of no layout or of more than :data:`MAX_SPLIT_GPUS`."""
     from simulator.planning.capacity import check_searchable
 
     if not 1 <= gpus <= MAX_SPLIT_GPUS:
         raise ConfigError("--gpus", f"must be in [1, {MAX_SPLIT_GPUS:,}], got {gpus:,}",
                           "e.g. --gpus 8 (every layout uses exactly that many)")
     check_searchable(config)
-    if workers < 1:
-        raise ConfigError("--workers", f"must be at least 1, got {workers}", "e.g. --workers 2")
 
 
 DEFAULT_TPS = "1,2,4,8"
@@ -184,18 +190,19 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
 @default_option("num_requests", 400)
 @run_options
 def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
-          tps: TPS = DEFAULT_TPS, qps_start: QPS0 = 1.0, workers: WORKERS = 1, out: OUT = None) -> None:
+          tps: TPS = DEFAULT_TPS, qps_start: QPS0 = 1.0, workers: WORKERS = "1", out: OUT = None) -> None:
     """Goodput per GPU of every prefill/decode split of --gpus GPUs (DistServe's measure); the best first."""
     if out is not None:  # checked before any search (and import)
         check_out_dir(out, "--out", replaceable=SPLIT_FILES)
     from simulator.planning.split import GoodputSLO, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
-    _check_search(config, workers, gpus)
+    _check_search(config, gpus)
     tp_list = _tps(config, tps)
     dropped: list[str] = []
     candidates = [("disagg", c) for c in split_candidates(config, gpus, tp_list, dropped)]
-    results = _search(candidates, slo, qps_start, workers, _no_layout(config, gpus, tp_list, True, dropped))
+    results = _search(candidates, slo, qps_start, _workers(workers, config, len(candidates)),
+                      _no_layout(config, gpus, tp_list, True, dropped))
     _report(config, results, slo, out, f"prefill/decode splits of {gpus} GPUs", plot=False)
 
 
@@ -204,14 +211,14 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
 @run_options
 def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
             tps: TPS = DEFAULT_TPS, taus: Annotated[str, typer.Option(help="Sarathi token budgets to try.")] = "256,512,1024,2048",
-            qps_start: QPS0 = 1.0, workers: WORKERS = 1, out: OUT_PLOT = None) -> None:
+            qps_start: QPS0 = 1.0, workers: WORKERS = "1", out: OUT_PLOT = None) -> None:
     """Aggregated vllm and sarathi (best tau) beside the disaggregated splits on the same GPUs, SLOs and workload."""
     if out is not None:  # checked before any search (and import)
         check_out_dir(out, "--out", replaceable=SPLIT_FILES)
     from simulator.planning.split import GoodputSLO, aggregated_candidates, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
-    _check_search(config, workers, gpus)
+    _check_search(config, gpus)
     tp_list = _tps(config, tps)
     candidates = aggregated_candidates(config, gpus, tp_list, parse_ints(taus, "--taus"))
     dropped: list[str] = []
@@ -220,5 +227,6 @@ def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: T
         console().print(f"note: no disaggregated layout of {gpus} GPUs fits, so none is compared"
                             + (f" (e.g. {dropped[0]})" if dropped else ""), highlight=False)
     candidates += [("disagg", c) for c in splits]
-    results = _search(candidates, slo, qps_start, workers, _no_layout(config, gpus, tp_list, False, dropped))
+    results = _search(candidates, slo, qps_start, _workers(workers, config, len(candidates)),
+                      _no_layout(config, gpus, tp_list, False, dropped))
     _report(config, results, slo, out, f"aggregated vs disaggregated on {gpus} GPUs", plot=True)

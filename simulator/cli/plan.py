@@ -50,6 +50,19 @@ def _given_names(text: str | None, flag: str, example: str) -> tuple[str, ...]:
     return names
 
 
+def _gpu_names(text: str | None) -> tuple[str, ...]:
+    """``--gpus``, each a catalog GPU: refused before the plan's header is printed (and its search begins)."""
+    from simulator.config.catalog import get_gpu
+
+    names = _given_names(text, "--gpus", "h100-sxm,a100-80gb")
+    for name in names:
+        try:
+            get_gpu(name)
+        except ConfigError as err:
+            raise ConfigError("--gpus", err.problem, err.fix) from None
+    return names
+
+
 def _ratios(text: str) -> tuple[tuple[int, int], ...]:
     out = []
     for item in comma_list(text):
@@ -110,7 +123,7 @@ def plan(
     if top < 0:
         raise ConfigError("--top", f"must be >= 0, got {top}", "e.g. --top 12")
     limits = Limits(max_gpus, max_cost)
-    space = SearchSpace(gpus=_given_names(gpus, "--gpus", "h100-sxm,a100-80gb"), modes=comma_list(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
+    space = SearchSpace(gpus=_gpu_names(gpus), modes=comma_list(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
                         dtypes=_given_names(dtypes, "--dtypes", "bf16,fp8"), budgets=parse_ints(budgets or BUDGETS, "--budgets"),
                         max_num_seqs=parse_ints(seqs, "--seqs"),
                         attention_dps=parse_ints(attention_dps or ATTENTION_DPS, "--attention-dps"),

@@ -176,7 +176,8 @@ class ReplicaConfig:
         _positive("replica", "max_model_len", self.max_model_len, allow_none=True)
         _positive("replica", "num_gpu_blocks", self.num_gpu_blocks, allow_none=True)
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ConfigError("replica.gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}")
+            raise ConfigError("replica.gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}",
+                              "a fraction of the GPU's memory, e.g. 0.9, vLLM's default")
         if self.memory_fraction_of not in MEMORY_FRACTION_OF:
             raise ConfigError("replica.memory_fraction_of", f"unknown basis {self.memory_fraction_of!r}",
                               f"use one of {', '.join(MEMORY_FRACTION_OF)}")
@@ -230,6 +231,10 @@ class ReplicaConfig:
                               f"use --ep {group} (vLLM's --enable-expert-parallel) or one of its divisors")
         # The busiest expert takes at most every token: its load over the mean is at most the expert count.
         most = max(spec.num_experts, 1)
+        if self.moe_imbalance != 1.0 and not spec.is_moe:
+            raise ConfigError("replica.moe_imbalance", f"{spec.name} is a dense model: it routes no tokens to "
+                              f"experts, so an imbalance of {self.moe_imbalance:g} would do nothing",
+                              "drop --moe-imbalance, or pick a MoE --model")
         if not 1.0 <= self.moe_imbalance <= most:
             raise ConfigError("replica.moe_imbalance", f"must be in [1, {most}] (busiest over mean load; {spec.name} "
                               f"has {spec.num_experts} experts), got {self.moe_imbalance}",

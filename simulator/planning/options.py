@@ -31,6 +31,9 @@ def _field_default(holder: type, name: str) -> Any:
     return next(f.default for f in dataclasses.fields(holder) if f.name == name)
 
 
+_SLO_EXAMPLES = {"tbt_s": 0.2, "sched_delay_s": 2, "goodput_ttft_s": 2, "ttft_s": 2, "tpot_s": 0.05}  # error fixes
+
+
 @dataclass(frozen=True)
 class SLO:
     """What a trial must meet. Limits in seconds, quantiles in percent (0, 100]."""
@@ -61,15 +64,15 @@ class SLO:
             if self.goodput_tpot_s is None:
                 object.__setattr__(self, "goodput_tpot_s", self.tbt_s)
         if self.goodput_tpot_s is not None and not (math.isfinite(self.goodput_tpot_s) and self.goodput_tpot_s > 0):
-            raise ConfigError("slo.goodput_tpot_s", f"must be a positive number of seconds, got {self.goodput_tpot_s}")
-        for name in ("tbt_s", "sched_delay_s", "goodput_ttft_s"):
+            raise ConfigError("slo.goodput_tpot_s", f"must be a positive number of seconds, got {self.goodput_tpot_s}",
+                              "e.g. 0.1 seconds")
+        for name in ("tbt_s", "sched_delay_s", "goodput_ttft_s", "ttft_s", "tpot_s"):
             value = getattr(self, name)
+            if value is None and name in ("ttft_s", "tpot_s"):  # optional limits
+                continue
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}")
-        for name in ("ttft_s", "tpot_s"):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}")
+                raise ConfigError(f"slo.{name}", f"must be a positive number of seconds, got {value}",
+                                  f"e.g. {_SLO_EXAMPLES[name]} seconds")
         for name in ("tbt_quantile", "sched_delay_quantile", "ttft_quantile", "tpot_quantile"):
             value = getattr(self, name)
             if not 0 < value <= 100:

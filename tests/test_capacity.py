@@ -568,3 +568,23 @@ def test_cli_capacity_table_defines_each_column_and_shows_progress(constant_cost
         assert header in text
     assert "Goodput: share of all requests with TTFT <= 2s whose own largest gap is <= 0.05s" in text
     assert "P50 scheduling delay" in text and "s > 0.2s" in text  # a failed trial says why, in full
+
+
+def test_a_disaggregated_trial_judges_the_wait_for_a_decode_seat_too():
+    """A decode pool that cannot keep up queues requests after their prompt, not in the prefill queue: the
+    first wait alone passed 4.25 QPS for Llama-2-13B on 1x(tp=2) + 1x(tp=2), where the run then reported a P50
+    TTFT of 29 s and 'load exceeds capacity'."""
+    from simulator.planning.capacity import scheduling_delays
+    from simulator.report.metrics import request_columns
+
+    config = RunConfig().replace(replica__model="llama-2-13b", prefill_pool="1x(tp=2)", decode_pool="1x(tp=2)",
+                                 workload__num_requests=512, workload__qps=6.0)
+    result = simulate(config)
+    cols = request_columns(result)
+    delays = scheduling_delays(result, cols)
+    log = result.disagg.handoff
+    waited = np.nan_to_num(log.decode_reserved_at - log.prefill_done_at)[cols["request_id"]]
+    assert np.allclose(delays, cols["sched_delay_s"] + waited, equal_nan=True)
+    assert np.mean(waited) > 2.0 > np.nanmedian(cols["sched_delay_s"])  # overloaded past the prefill queue
+    report = find_capacity(config, SLO(tbt_s=0.2), SearchSettings(qps_start=6.0, rel_tol=0.1))
+    assert report.capacity_qps < 6.0

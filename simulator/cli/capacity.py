@@ -197,7 +197,9 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                f"goodput\nTTFT<={slo.goodput_ttft_s:g}s\n" + (f"max TBT\n<={slo.tbt_s:g}s" if slo.goodput_tpot_s is None
                                                           else f"TPOT\n<={slo.goodput_tpot_s:g}s")]
     caption = (f"P{slo.tbt_quantile:g} TBT: percentile of every gap between consecutive output tokens of all "
-               f"requests (the SLO's TBT). Scheduling delay: first scheduled - arrival. TTFT: first token - "
+               f"requests (the SLO's TBT). Scheduling delay: first scheduled - arrival"
+               + (", plus the wait for a decode seat after the prompt" if report.config.prefill_pool else "")
+               + ". TTFT: first token - "
                f"arrival. Goodput: share of all requests with TTFT <= {slo.goodput_ttft_s:g}s "
                + (f"whose own largest gap is <= {slo.tbt_s:g}s; a trial can meet the P{slo.tbt_quantile:g} TBT limit "
                   "with goodput below 100%." if slo.goodput_tpot_s is None else

@@ -5,7 +5,9 @@ largest QPS at which
 
 - the ``tbt_quantile`` (default P99) of *all* time-between-tokens gaps is <= ``tbt_s``, and
 - the ``sched_delay_quantile`` (default P50) of the scheduling delay is <= ``sched_delay_s``
-  (2 s: a system whose queue grows without bound fails this however fast it decodes);
+  (2 s: a system whose queue grows without bound fails this however fast it decodes; in a
+  disaggregated deployment both waits count, for a prefill worker and for a decode seat:
+  :func:`scheduling_delays`);
 
 optionally also a TTFT quantile limit, a TPOT quantile limit (over the requests' own TPOT:
 "P99 TPOT <= 50 ms") and a goodput criterion (the share of requests whose
@@ -79,6 +81,8 @@ from simulator.workload.request import Request, Status
 
 if TYPE_CHECKING:  # pandas loads for tables, not for a search
     import pandas as pd
+
+    from simulator.engine.cluster import RunResult
 
 RATE_ARRIVALS = ("poisson", "gamma", "fixed")
 DEFAULT_FIRST_USERS = 16  # a users search's first trial where the config names no concurrency
@@ -448,6 +452,19 @@ def _quantile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else math.nan
 
 
+def scheduling_delays(result: RunResult, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Each request's scheduling delay as the capacity criterion judges it: the wait for its first
+    scheduled step, and, in a disaggregated deployment, also the wait after its prompt for a decode
+    seat (backpressure): a decode pool that cannot keep up queues requests there, not in the prefill
+    queue, and the first wait alone passed rates at which the run reported TTFTs of half a minute."""
+    delay = cols["sched_delay_s"]
+    if result.disagg is None:
+        return delay
+    log = result.disagg.handoff
+    backpressure = (log.decode_reserved_at - log.prefill_done_at)[cols["request_id"]]
+    return delay + np.nan_to_num(backpressure, nan=0.0)  # NaN: served by a mixed replica, no handoff
+
+
 def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, tbt_early_exit: bool = True,
               users: bool = False) -> Trial:
     """Simulate ``config`` at ``qps`` and judge it against ``slo``, stopping as soon as it is
@@ -482,7 +499,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     values, counts, _ = measured_gaps(result, num_warmup) if num_warmup else tbt_distribution(result)
     # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
     tbt_q, tbt_p99 = percentiles(values, counts, (slo.tbt_quantile, 99.0)) if len(values) else (0.0, 0.0)
-    sched_q = _quantile(cols["sched_delay_s"][is_finished], slo.sched_delay_quantile)
+    sched_q = _quantile(scheduling_delays(result, cols)[is_finished], slo.sched_delay_quantile)
     ttft = cols["ttft_s"][is_finished]
     ttft_q = _quantile(ttft, slo.ttft_quantile)
     tpot = cols["tpot_s"][is_finished]  # NaN for a one-token output (no TPOT): _quantile leaves it out

@@ -81,3 +81,15 @@ def test_disagg_workers_take_auto_as_the_other_searches_do(monkeypatch):
     assert _workers("auto", RunConfig(), num_layouts=5) in (1, 2) and _workers("3", RunConfig(), 5) == 3
     with pytest.raises(ConfigError, match="--workers"):
         _workers("0", RunConfig(), 5)
+
+
+def test_orca_header_claims_no_token_budget_and_the_written_files_are_listed(tmp_path):
+    """Orca's header showed a '4,096-token budget' that --max-num-batched-tokens is refused for; the 'wrote'
+    line left out the stages table a pipelined run writes."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["run", "--scheduler", "orca", "--num-requests", "8", "--pp", "2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "orca (<= 128 seqs)" in text and "token budget" not in text
+    assert "(requests, iterations, stages, summary.json, config.json)" in text
+    assert {p.stem for p in out.iterdir()} == {"requests", "iterations", "stages", "summary", "config"}

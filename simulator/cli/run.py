@@ -15,6 +15,7 @@ from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.resources import auto_workers, check_run_fits
 from simulator.config.run_config import RunConfig, SchedulerConfig
+from simulator.config.schedulers import SCHEDULERS as SCHEDULER_ENTRIES
 from simulator.report.output import FORMATS, check_format, check_out_dir, jsonable, write_run
 from simulator.util.progress import RunProgress
 from simulator.util.text import count
@@ -56,18 +57,21 @@ def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parqu
     return result, summary
 
 
-def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requests: Any) -> None:
+def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requests: Any) -> list[str]:
     """Write the run into a folder beside ``out`` and rename it into place: ``out`` ends up a
-    complete run or as it was (an error or Ctrl-C while writing removes the partial folder)."""
+    complete run or as it was (an error or Ctrl-C while writing removes the partial folder).
+    The names of what it wrote, in order."""
     from simulator.util.paths import atomic_dir
 
     with atomic_dir(out) as folder:
-        write_run(result, folder, fmt, summary, requests)
+        paths = write_run(result, folder, fmt, summary, requests)
         if result.disagg is not None:  # disaggregated prefill/decode: one row per KV handoff
             from simulator.report.disagg_metrics import handoff_frame
             from simulator.report.output import write_table
 
-            write_table(handoff_frame(result, requests), folder / "handoff", fmt)
+            paths["handoff"] = write_table(handoff_frame(result, requests), folder / "handoff", fmt)
+    order = ("requests", "iterations", "stages", "handoff", "summary", "config")
+    return [paths[k].name if k in ("summary", "config") else k for k in order if k in paths]
 
 
 def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttft_slo_s: float,
@@ -204,8 +208,9 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     if not config.is_disaggregated:
         max_len = r.effective_max_model_len
         per_rank = " a rank" if r.attention_dp > 1 else ""
-        knobs = (f" ({s.token_budget(max_len, r.gpu_spec, r.attention_dp):,}-token budget{per_rank}, "
-                 f"<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)})")
+        budget = (f"{s.token_budget(max_len, r.gpu_spec, r.attention_dp):,}-token budget{per_rank}, "
+                  if SCHEDULER_ENTRIES[s.name].token_budget else "")  # (Orca's, FasterTransformer's steps have none)
+        knobs = f" ({budget}<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)})"
     spare = f" +{r.redundant_experts} redundant experts" if r.redundant_experts else ""
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}{spare}) · "
              f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "
@@ -452,7 +457,7 @@ def run(
             if reporter is not None:
                 reporter.phase(f"writing tables to {out}", len(result.requests))
             try:
-                _write(result, out, fmt, summary, requests)
+                written = _write(result, out, fmt, summary, requests)
             except KeyboardInterrupt:  # the partial folder is gone; out is as it was
                 fail(f"interrupted: nothing written to {out}", code=130)
             except OSError as exc:  # the folder was writable before the run; keep the results on screen
@@ -473,7 +478,7 @@ def run(
         if bench.save_result is not None:
             out_console.print(f"wrote {bench.save_result} (vllm bench serve's result JSON)", markup=False)
         if out is not None and write_error is None:
-            out_console.print(f"wrote {out}/ (requests, iterations, summary.json, config.json)")
+            out_console.print(f"wrote {out}/ ({', '.join(written)})")
     if write_error is not None:
         typer.echo(f"error: {write_error}", err=True)
         raise typer.Exit(1)

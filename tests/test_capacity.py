@@ -184,6 +184,10 @@ def test_trials_running_out_before_a_pass_is_not_capacity_zero(constant_cost):
     assert [t.qps for t in result.trials] == [1.0, 0.5]
     assert result.not_found and result.reason.startswith("not found") and "below 0.5 QPS" in result.reason
     assert "capacity 0" not in result.reason
+    report = find_capacity(slots_config(num_requests=64), slo, SearchSettings(qps_start=1.0, min_qps=0.2, max_trials=2))
+    assert report.summary()["capacity_not_found"] and report.capacity_qps == 0  # the JSON/sweep row says which 0
+    found = find_capacity(slots_config(num_requests=64), SLO(tbt_s=1.0), SearchSettings(qps_start=1.0, max_trials=3))
+    assert not found.summary()["capacity_not_found"]
 
 
 def test_quantiles_are_configurable(constant_cost):

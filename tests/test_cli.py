@@ -60,12 +60,12 @@ def test_json_summary(tmp_path: Path):
     (["--tp", "3"], "does not divide"),
     (["--model", "llama-2-70b", "--gpu", "a100-40gb"], "does not fit"),
     (["--qps", "-1"], "qps"),
-    (["--num-requests", "0"], "num_requests"),
+    (["--num-requests", "0"], "--num-requests"),
     (["--trace", "/nonexistent/trace.csv"], "trace"),
     (["--out", "/proc/x"], "--out"),
     (["--out", str(Path(__file__).resolve().parents[1] / "README.md" / "out")], "--out"),  # a path under a file
     (["--format", "xlsx"], "--format"),
-    (["--router", "fastest"], "cluster.router"),
+    (["--router", "fastest"], "--router"),
     (["--seed", "-1"], "seed"),
     (["--engine", "vllm-9"], "engine"),
     # issue 30: flags that would do nothing, absurd rates, the real flag's name, a folder for a file

@@ -706,7 +706,7 @@ class RunConfig:
             raise ConfigError("kv_link_scope", f"unknown KV link scope {self.kv_link_scope!r}",
                               f"use one of {', '.join(KV_LINK_SCOPES)}")
         if self.router not in ROUTERS:
-            raise ConfigError("cluster.router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
+            raise ConfigError("router", f"unknown router {self.router!r}", f"known: {', '.join(ROUTERS)}")
         if self.seed < 0:
             raise ConfigError("seed", f"must be >= 0, got {self.seed}")
         # A preset or an artifact (parsed on load), either with ':term=value,...' overrides (checked on load).

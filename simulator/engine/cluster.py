@@ -29,7 +29,7 @@ from simulator.engine.dp_group import DPGroup, group_ranks
 from simulator.engine.kvcache import MemoryPlan
 from simulator.engine.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.engine.replica import Replica, SchedulerWrap, build_scheduler, with_mixin
-from simulator.engine.routers import REQUEST_ROUTERS, ROUTERS
+from simulator.engine.routers import CACHE_ROUTERS, REQUEST_ROUTERS, ROUTERS
 from simulator.engine.schedulers import Scheduler
 from simulator.engine.tbt import GapLog
 from simulator.util.progress import RunProgress
@@ -144,8 +144,10 @@ class Cluster:
         # A stretch may straddle the event at its horizon (keep the iterations that start before
         # it) when that event is an arrival, or, for a lone replica, the wake-up of a watch that
         # settles the replica first (Replica.settle: the state is then the step-by-step loop's).
-        # Among several replicas the horizon may be another replica's iteration: never straddled.
-        straddle = not watched or (watch_settles and config.num_ranks == 1)
+        # Among several replicas the horizon may be another replica's iteration: never straddled. Nor is an
+        # arrival a cache-reading router routes: a stretch applies its prompt progress and block allocations
+        # at its end, so a router reading the caches mid-stretch saw other prefixes than the plain loop has.
+        straddle = (not watched or (watch_settles and config.num_ranks == 1)) and config.router not in CACHE_ROUTERS
         for replica_id in range(config.num_ranks):
             scheduler, plan, cost = replica_parts(config, lockstep, replica_id)
             self.memory = plan

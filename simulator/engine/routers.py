@@ -116,6 +116,9 @@ def session_affinity(outstanding: Sequence[int], step: int, rng: np.random.Gener
 
 # Routers that take ``req``, ``caches`` and ``memo`` (simulator.engine.cluster.Cluster.submit).
 REQUEST_ROUTERS = frozenset({"prefix_aware", "session"})
+# Those of them that read the replicas' KV caches: when they route, every cache must be the step-by-step
+# loop's, so no skipped stretch may run across an arrival (simulator.engine.cluster.Cluster).
+CACHE_ROUTERS = frozenset({"prefix_aware"})
 
 ROUTERS: dict[str, Router] = {
     "round_robin": round_robin,

@@ -183,6 +183,9 @@ class CapacityReport:
             f"capacity_{unit}_max": float(caps.max()),
             # No trial failed (the search's ceiling or its trials ran out first): the capacity is a lower bound.
             "capacity_is_lower_bound": all(s.at_least for s in self.seeds),
+            # A seed's trials ran out before any passed: its 0 is no capacity found, not a capacity of 0 (and
+            # the mean over seeds counts it as 0).
+            "capacity_not_found": any(s.not_found for s in self.seeds),
             "num_seeds": len(self.seeds),
             "num_trials": sum(len(s.trials) for s in self.seeds),
             "tbt_s_q_at_capacity": self.at_capacity_mean("tbt_s_q"),

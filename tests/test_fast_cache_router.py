@@ -33,3 +33,15 @@ def test_fast_forward_routes_as_the_step_by_step_loop(case: str) -> None:
     fast, plain = (request_columns(simulate(config.replace(fast_forward=ff), table=table)) for ff in (True, False))
     for name, column in plain.items():
         assert np.array_equal(fast[name], column, equal_nan=column.dtype.kind == "f"), name
+
+
+def test_a_trtllm_prefill_pool_rejects_a_prompt_over_its_budget() -> None:
+    """TensorRT-LLM runs a prompt in one piece: a prefill pool of budget 64 took 100-token prompts it could never
+    start and the run ended in 'scheduler returned an empty batch' (a traceback); now each is rejected, said why."""
+    config = RunConfig().replace(replica__model="llama-3.1-8b", replica__max_model_len=2048,
+                                 prefill_pool="1x(sched=trtllm,budget=64)", decode_pool="1x(sched=vllm)",
+                                 workload__name="fixed", workload__prompt_tokens=100, workload__output_tokens=4,
+                                 workload__num_requests=2)
+    cols = request_columns(simulate(config))
+    assert list(cols["status"]) == ["rejected", "rejected"]
+    assert all("exceeds the prefill pool's token budget 64" in r for r in cols["reject_reason"])

@@ -81,6 +81,7 @@ import simpy
 
 from simulator.config.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of, state_bytes_per_seq
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
+from simulator.config.schedulers import SCHEDULERS as SCHEDULER_ENTRIES
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.engine_model import load_engine
 from simulator.engine.closed_loop import ClosedLoopClient, make_recorder
@@ -130,7 +131,10 @@ class PrefillMixin:
         if req.num_prompt_tokens + req.num_output_tokens > self.max_model_len:  # type: ignore[attr-defined]
             return (f"prompt+output = {req.num_prompt_tokens + req.num_output_tokens} tokens exceeds "
                     f"max_model_len {self.max_model_len}")  # type: ignore[attr-defined]
-        if self.name == "vllm" and req.num_prompt_tokens > self.token_budget:  # type: ignore[attr-defined]
+        # A policy that runs a prompt in one piece under a token budget (vllm, trtllm) can never start a longer one.
+        entry = SCHEDULER_ENTRIES.get(self.name)  # type: ignore[attr-defined]
+        whole = entry is not None and entry.token_budget and not entry.chunks_prompts
+        if whole and req.num_prompt_tokens > self.token_budget:  # type: ignore[attr-defined]
             return f"prompt {req.num_prompt_tokens} tokens exceeds the prefill pool's token budget {self.token_budget}"  # type: ignore[attr-defined]
         blocks: BlockManager = self.blocks  # type: ignore[attr-defined]
         need = self.max_reserve_tokens(req)

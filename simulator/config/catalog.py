@@ -222,32 +222,35 @@ _GPUS: tuple[GPUSpec, ...] = (
             nvlink_switch=True,
             source="AMD Instinct MI300X datasheet: 1307.4 TF BF16 and 2614.9 TF FP8 dense, 192 GB HBM3, 5.3 TB/s, "
                    "Infinity Fabric 896 GB/s aggregate peer bandwidth, PCIe Gen5 x16"),
-    GPUSpec("h20", 148 * TFLOPS, 4000 * GB, 96 * GB, 450 * GB, 64 * GB, aliases=("h20-sxm",), fp8_flops=296 * TFLOPS,
+    GPUSpec("h20", 148 * TFLOPS, 4000 * GB, 97871 * MiB, 450 * GB, 64 * GB, aliases=("h20-sxm",), fp8_flops=296 * TFLOPS,
             nvlink_switch=True,
-            source="NVIDIA H20 product brief: 148 TF BF16 and 296 TF FP8 dense, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s"),
-    GPUSpec("l4", 121 * TFLOPS, 300 * GB, 24 * GB, 0.0, 32 * GB, fp8_flops=242.5 * TFLOPS,
-            source="NVIDIA L4 datasheet: 242 TF BF16 and 485 TF FP8 with sparsity (half dense), 24 GB GDDR6, "
-                   "300 GB/s, PCIe Gen4 x16"),
+            source="NVIDIA H20 product brief: 148 TF BF16 and 296 TF FP8 dense, 96 GB HBM3 (97,871 MiB as nvidia-smi reports "
+                   "it), 4.0 TB/s, NVLink 900 GB/s"),
+    GPUSpec("l4", 121 * TFLOPS, 300 * GB, 23034 * MiB, 0.0, 32 * GB, fp8_flops=242.5 * TFLOPS,
+            source="NVIDIA L4 datasheet: 242 TF BF16 and 485 TF FP8 with sparsity (half dense), 24 GB GDDR6 (23,034 "
+                   "MiB as nvidia-smi reports it, ECC on), 300 GB/s, PCIe Gen4 x16"),
     # Workstation and GeForce parts vLLM is often benchmarked on: PCIe cards without an NVLink switch. Dense
     # tensor peaks with FP32 accumulation (what BF16 and FP8 GEMMs use): GeForce parts run it at half the rate
-    # of FP16 accumulation, professional ones (RTX 6000 Ada, RTX A6000, L40) at full rate. Memory as sold (GB).
-    GPUSpec("rtx-4090", 165.2 * TFLOPS, 1008 * GB, 24 * GB, 0.0, 32 * GB, aliases=("geforce-rtx-4090",),
+    # of FP16 accumulation, professional ones (RTX 6000 Ada, RTX A6000, L40) at full rate. Memory as nvidia-smi
+    # reports it, which vLLM's --gpu-memory-utilization multiplies (ECC off on workstation cards, on on the L40: their
+    # defaults); the 24 GB as sold of a 4090 is 22.4 GiB, 7% less than its 24,564 MiB.
+    GPUSpec("rtx-4090", 165.2 * TFLOPS, 1008 * GB, 24564 * MiB, 0.0, 32 * GB, aliases=("geforce-rtx-4090",),
             fp8_flops=330.3 * TFLOPS,
             source="NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090): 165.2 TF FP16/BF16 and 330.3 TF "
                    "FP8 tensor with FP32 accumulate, dense; 24 GB GDDR6X, 1008 GB/s; PCIe4 x16"),
-    GPUSpec("rtx-5090", 209.5 * TFLOPS, 1792 * GB, 32 * GB, 0.0, 64 * GB, aliases=("geforce-rtx-5090",),
+    GPUSpec("rtx-5090", 209.5 * TFLOPS, 1792 * GB, 32607 * MiB, 0.0, 64 * GB, aliases=("geforce-rtx-5090",),
             fp8_flops=419 * TFLOPS, fp4_flops=1676 * TFLOPS,
             source="NVIDIA GeForce RTX 5090 (GB202) specifications: 209.5 TF FP16/BF16 and 419 TF FP8 tensor with FP32 "
                    "accumulate, dense (838 TF FP16 with sparsity, halved twice); FP4 1676 TF dense (the 3352 'AI "
                    "TOPS' with sparsity, halved); 32 GB GDDR7, 1792 GB/s; PCIe5 x16"),
-    GPUSpec("rtx-6000-ada", 364.2 * TFLOPS, 960 * GB, 48 * GB, 0.0, 32 * GB, aliases=("rtx-6000-ada-generation",),
+    GPUSpec("rtx-6000-ada", 364.2 * TFLOPS, 960 * GB, 49140 * MiB, 0.0, 32 * GB, aliases=("rtx-6000-ada-generation",),
             fp8_flops=728.5 * TFLOPS,
             source="NVIDIA RTX 6000 Ada Generation datasheet: 1457 TF FP8 tensor with sparsity (728.5 dense), 364.2 "
                    "TF FP16/BF16 dense; 48 GB GDDR6 with ECC, 960 GB/s; PCIe4 x16"),
-    GPUSpec("rtx-a6000", 154.8 * TFLOPS, 768 * GB, 48 * GB, 56.25 * GB, 32 * GB, aliases=("a6000",),
+    GPUSpec("rtx-a6000", 154.8 * TFLOPS, 768 * GB, 49140 * MiB, 56.25 * GB, 32 * GB, aliases=("a6000",),
             source="NVIDIA RTX A6000 datasheet: 309.7 TF tensor with sparsity (154.8 dense FP16/BF16); 48 GB GDDR6, "
                    "768 GB/s; a 2-card NVLink bridge at 112.5 GB/s both ways; PCIe4 x16"),
-    GPUSpec("l40", 181.05 * TFLOPS, 864 * GB, 48 * GB, 0.0, 32 * GB, fp8_flops=362.1 * TFLOPS,
+    GPUSpec("l40", 181.05 * TFLOPS, 864 * GB, 46068 * MiB, 0.0, 32 * GB, fp8_flops=362.1 * TFLOPS,
             source="NVIDIA L40 datasheet: 181.05 TF BF16 and 362.1 TF FP8 tensor dense (362.1 / 724 with sparsity); "
                    "48 GB GDDR6 with ECC, 864 GB/s; PCIe4 x16"),
     # A generic host CPU, so the profile -> fit -> simulate path runs (and is tested) without a GPU.

@@ -45,12 +45,12 @@ def traces(tmp_path: Path) -> Path:
 
 RUN_CASES = [
     # tracebacks: int64 overflows (numpy's draws, a list of that length, the CPU tier's block count)
-    (["--workload", "uniform", "--prompt-tokens", "10", "--prompt-tokens-max", HUGE], "workload.prompt_tokens_max"),
+    (["--workload", "uniform", "--prompt-tokens", "10", "--prompt-tokens-max", HUGE], "--prompt-tokens-max"),
     (["--replicas", HUGE], "cluster.num_replicas"),
-    (["--cpu-kv-gib", "1e300", "--trace", "{dir}/four.csv"], "scheduler.cpu_kv_gib"),
+    (["--cpu-kv-gib", "1e300", "--trace", "{dir}/four.csv"], "--cpu-kv-gib"),
     (["--speculative-config", EAGLE3 % HUGE, "--acceptance-rate", "0.5"], "speculative.num_speculative_tokens"),
     # a hang: a pool of 1e20 replicas was built one by one
-    (["--prefill-pool", f"{HUGE}x", "--decode-pool", "1x"], "prefill_pool"),
+    (["--prefill-pool", f"{HUGE}x", "--decode-pool", "1x"], "--prefill-pool"),
     # an empty --trace is the working folder, read as a folder of Weka sessions (now refused as any blank value)
     (["--trace", ""], "--trace: is empty"),
     # trace rows past int64: 'token counts must be > 0' after a RuntimeWarning, naming no file or line

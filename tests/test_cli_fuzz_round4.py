@@ -94,12 +94,12 @@ def test_capacity_refuses_contradictory_early_exit_flags(args: list[str], flag: 
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["--block-size", HUGE], "replica.block_size: a KV block of"),
-    (["--block-size", "65537"], "replica.block_size: a KV block of"),
-    (["--max-num-batched-tokens", HUGE], "scheduler.max_num_batched_tokens: a budget of"),
-    (["--chunk-size", HUGE], "scheduler.chunk_size: a budget of"),
-    (["--scheduler", "sarathi", "--chunk-size", HUGE], "scheduler.chunk_size: a budget of"),
-    (["--prefill-pool", f"1x(budget={HUGE})", "--decode-pool", "1x()"], "prefill_pool: budget="),
+    (["--block-size", HUGE], "--block-size: a KV block of"),
+    (["--block-size", "65537"], "--block-size: a KV block of"),
+    (["--max-num-batched-tokens", HUGE], "--max-num-batched-tokens: a budget of"),
+    (["--chunk-size", HUGE], "--chunk-size: a budget of"),
+    (["--scheduler", "sarathi", "--chunk-size", HUGE], "--chunk-size: a budget of"),
+    (["--prefill-pool", f"1x(budget={HUGE})", "--decode-pool", "1x()"], "--prefill-pool: budget="),
 ])
 def test_absurd_sizes_are_refused_naming_their_flag(args: list[str], needle: str) -> None:
     line = one_line_error(simulate("run", *args, "--num-requests", "4", "--no-progress"))

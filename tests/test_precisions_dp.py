@@ -302,7 +302,7 @@ def test_dp_error_through_the_cli_is_one_line_exit_2():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "replica.ep" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: --ep: ") and "Traceback" not in proc.stderr, proc.stderr
 
 
 def _fitted(tp: int) -> dict:

@@ -46,7 +46,7 @@ def traces(tmp_path: Path) -> Path:
 RUN_CASES = [
     # tracebacks: int64 overflows (numpy's draws, a list of that length, the CPU tier's block count)
     (["--workload", "uniform", "--prompt-tokens", "10", "--prompt-tokens-max", HUGE], "--prompt-tokens-max"),
-    (["--replicas", HUGE], "cluster.num_replicas"),
+    (["--replicas", HUGE], "--replicas: must be at most"),
     (["--cpu-kv-gib", "1e300", "--trace", "{dir}/four.csv"], "--cpu-kv-gib"),
     (["--speculative-config", EAGLE3 % HUGE, "--acceptance-rate", "0.5"], "speculative.num_speculative_tokens"),
     # a hang: a pool of 1e20 replicas was built one by one

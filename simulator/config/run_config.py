@@ -665,7 +665,7 @@ class RunConfig:
                 object.__setattr__(self, "scheduler", dataclasses.replace(self.scheduler, prefix_caching=False))
         _positive("cluster", "num_replicas", self.num_replicas, flag="--replicas")
         if self.num_replicas > MAX_REPLICAS:
-            raise ConfigError("cluster.num_replicas", f"must be at most {MAX_REPLICAS:,}, got {self.num_replicas:,}",
+            raise ConfigError("num_replicas", f"must be at most {MAX_REPLICAS:,}, got {self.num_replicas:,}",
                               f"pass --replicas {MAX_REPLICAS:,} or fewer")
         if self.scheduler.batch_wait_timeout_iters:
             if self.replica.attention_dp > 1 or self.is_disaggregated:

@@ -217,10 +217,11 @@ _GPUS: tuple[GPUSpec, ...] = (
             fp8_flops=935.601069927397 * TFLOPS, fp4_flops=1871.202139854795 * TFLOPS,
             source=f"{_AIC}rtx_pro_6000_server.yaml: 467.8 TF BF16, 935.6 TF FP8, 1871.2 TF FP4 dense at 2430 MHz, "
                    "97887 MiB GDDR7, 1.792 TB/s, PCIe5 x16 64 GB/s"),
-    GPUSpec("mi300x", 1307.4 * TFLOPS, 5300 * GB, 192 * GB, 448 * GB, 64 * GB, aliases=("amd-mi300x",),
+    GPUSpec("mi300x", 1307.4 * TFLOPS, 5300 * GB, 196288 * MiB, 448 * GB, 64 * GB, aliases=("amd-mi300x",),
             fp8_flops=2614.9 * TFLOPS,
             nvlink_switch=True,
-            source="AMD Instinct MI300X datasheet: 1307.4 TF BF16 and 2614.9 TF FP8 dense, 192 GB HBM3, 5.3 TB/s, "
+            source="AMD Instinct MI300X datasheet: 1307.4 TF BF16 and 2614.9 TF FP8 dense, 192 GB HBM3 (196,288 "
+                   "MiB as a MI300X reports its global memory), 5.3 TB/s, "
                    "Infinity Fabric 896 GB/s aggregate peer bandwidth, PCIe Gen5 x16"),
     GPUSpec("h20", 148 * TFLOPS, 4000 * GB, 97871 * MiB, 450 * GB, 64 * GB, aliases=("h20-sxm",), fp8_flops=296 * TFLOPS,
             nvlink_switch=True,

@@ -189,11 +189,25 @@ def _costs(method: str, model: str | None = None):  # noqa: ANN202
     return target, SpeculativeCostModel(target, spec)
 
 
-def test_plain_shapes_cost_what_the_target_says() -> None:
+def test_plain_shapes_cost_the_target_and_the_drafters_prompt_pass() -> None:
+    """A step of decodes alone costs what the target says; a prompt chunk also runs through the drafter (a draft
+    model's forward, an EAGLE head's layer), in a step that verifies nothing too: the draft model builds its own
+    KV of the prompt (it was charged only in steps that also verified, never under the vllm policy's prefill-only
+    steps); n-gram drafts from the text, at no cost."""
     target, spec_cost = _costs("draft_model", "qwama-0.5b")
-    shape = BatchShape.from_requests([(128, 0)], [1000, 2000])
-    assert spec_cost.iteration_time(shape) == target.iteration_time(shape)
-    assert spec_cost.iteration_time(SpecBatchShape.of(shape)) == target.iteration_time(shape)
+    decodes = BatchShape.from_requests([], [1000, 2000])
+    assert spec_cost.iteration_time(decodes) == target.iteration_time(decodes)
+    assert spec_cost.iteration_time(SpecBatchShape.of(decodes)) == target.iteration_time(decodes)
+    mixed = BatchShape.from_requests([(2000, 0)], [1000, 2000])
+    from simulator.costmodel.speculative import prompt_chunks
+
+    drafter = spec_cost._draft_pass(prompt_chunks(mixed))
+    assert drafter > 0 and spec_cost.iteration_time(mixed) == target.iteration_time(mixed) + drafter
+    assert spec_cost.iteration_time(SpecBatchShape.of(mixed)) == spec_cost.iteration_time(mixed)
+    eagle_target, eagle = _costs("eagle3")
+    assert eagle.iteration_time(mixed) > eagle_target.iteration_time(mixed)
+    ngram_target, ngram = _costs("ngram")
+    assert ngram.iteration_time(mixed) == ngram_target.iteration_time(mixed)
 
 
 def test_verify_pricing_and_crossover() -> None:
@@ -660,3 +674,37 @@ def test_cli_run_with_a_token_tree(tmp_path) -> None:  # noqa: ANN001
     assert res.exit_code == 0, res.output
     for name in ("requests.csv", "iterations.csv"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+NGRAM4 = '{"method":"ngram","num_speculative_tokens":4}'
+
+
+@pytest.mark.parametrize("scheduler", ["orca", "fastertransformer", "trtllm"])
+def test_a_verify_keeps_what_the_policy_reserved(scheduler: str) -> None:
+    """A verify gave back every block above its computed tokens, the up-front reservations of orca and
+    fastertransformer (max_model_len) and trtllm (prompt and output, never evicting) included: the KV held fell
+    from 384 to 39 blocks after the first decode step, and orca then ran 18 requests and preempted."""
+    from simulator.config.run_config import RunConfig, WorkloadConfig
+    from simulator.simulation import simulate
+
+    workload = WorkloadConfig(name="fixed", num_requests=20, arrival="burst", prompt_tokens=200, output_tokens=200)
+    base = RunConfig(workload=workload, seed=2, scheduler=SchedulerConfig(scheduler),
+                     replica=ReplicaConfig(num_gpu_blocks=400, max_model_len=2048))
+    runs = [next(simulate(c).iteration_chunks(1 << 30)) for c in
+            (base, base.replace(speculative__vllm_json=NGRAM4, speculative__acceptance_rate=0.7))]
+    plain, spec = ({k: int(its[k].max()) for k in ("batch_size", "kv_blocks_used")} for its in runs)
+    assert spec == plain and int(runs[1]["num_preempted"].sum()) == 0
+
+
+def test_a_chain_that_fits_is_not_refused_for_its_drafts() -> None:
+    """A chain's k is cut to the output left, so it never holds more than prompt + output: two 508 + 500-token
+    requests in a 1,008-token cache were refused under n-gram k=4 ('needs 1011 KV tokens')."""
+    from simulator.config.run_config import RunConfig, WorkloadConfig
+    from simulator.simulation import simulate
+
+    workload = WorkloadConfig(name="fixed", prompt_tokens=508, output_tokens=500, num_requests=2, qps=1.0)
+    config = RunConfig(replica=ReplicaConfig(num_gpu_blocks=63, max_model_len=1008), workload=workload, seed=1,
+                       scheduler=SchedulerConfig("sarathi", watermark=0.0))
+    result = simulate(config.replace(speculative__vllm_json=NGRAM4, speculative__acceptance_rate=0.7))
+    assert [r.status.name for r in result.requests] == ["FINISHED", "FINISHED"]
+    assert all(r.num_generated == 500 for r in result.requests)

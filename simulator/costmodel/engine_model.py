@@ -478,12 +478,14 @@ class EngineCostModel(CostModel):
         self.kernels.rollback_extrapolations(mark)
 
     # -- engine terms ----------------------------------------------------------------------------------------
+    # The per-token CPU and the prefill excess are the prompts' (fitted on steps of prompts and decodes): a
+    # speculative verify's query rows are no prompt (``num_prompt_tokens`` leaves them out), as for the floor.
     def cpu_time(self, shape: BatchShape) -> float:
         return (self.cpu_fixed_s + self.cpu_seq_s * (shape.num_prefills + shape.num_decodes)
-                + self._cpu_token_s * shape.num_prefill_tokens)
+                + self._cpu_token_s * shape.num_prompt_tokens)
 
     def prefill_excess_time(self, shape: BatchShape) -> float:
-        over = shape.num_prefill_tokens - self._excess_threshold
+        over = shape.num_prompt_tokens - self._excess_threshold
         return self._excess_s * over if over > 0 else 0.0
 
     def _kernel_time(self, shape: BatchShape) -> float:

@@ -183,10 +183,16 @@ class SpecBatchShape(BatchShape):
 
     def prefill_view(self) -> BatchShape:
         """The step's prompt chunks alone (the verifies' extra rows left out)."""
-        return BatchShape(num_prefill_tokens=self.num_prompt_tokens,
-                          num_prefills=self.num_prefills, prefill_attn_pairs=self.prefill_attn_pairs,
-                          prefill_kv_tokens=self.prefill_kv_tokens, prefill_chunk_sq_sum=self.prefill_chunk_sq_sum,
-                          prefill_max_kv=self.prefill_max_kv)
+        return prompt_chunks(self)
+
+
+def prompt_chunks(shape: BatchShape) -> BatchShape:
+    """``shape``'s prompt chunks alone: its prefill fields (a verify adds only GEMM rows there, which
+    ``num_prompt_tokens`` leaves out)."""
+    return BatchShape(num_prefill_tokens=shape.num_prompt_tokens,
+                      num_prefills=shape.num_prefills, prefill_attn_pairs=shape.prefill_attn_pairs,
+                      prefill_kv_tokens=shape.prefill_kv_tokens, prefill_chunk_sq_sum=shape.prefill_chunk_sq_sum,
+                      prefill_max_kv=shape.prefill_max_kv)
 
 
 class VerifyKernels(CostModel):
@@ -297,14 +303,16 @@ class SpeculativeCostModel(CostModel):
         return d.pre_time(shape) + d.model.num_layers * d.layer_time(shape) + d.post_time(shape) + self.pass_cpu_s
 
     def draft_time(self, shape: BatchShape) -> float:
-        """Seconds the drafter adds to this step (0.0 without speculating requests or for n-gram)."""
-        if not isinstance(shape, SpecBatchShape) or not shape.num_spec or self.spec.method == "ngram":
+        """Seconds the drafter adds to this step: its pass over the step's prompt chunks (a draft model's
+        forward, an EAGLE/MTP head's layer: each builds its own KV of the prompt, in steps that verify
+        nothing too) and its draft passes for the speculating requests; 0.0 for n-gram."""
+        if self.spec.method == "ngram":
             return 0.0
+        total = self._draft_prefill_time(shape) if shape.num_prefills else 0.0
+        if not isinstance(shape, SpecBatchShape) or not shape.num_spec:
+            return total
         n, kv_sum, kv_sq, kv_max = shape.num_spec, shape.spec_kv_sum, shape.spec_kv_sq_sum, shape.spec_kv_max
-        total = 0.0
         if self.draft is not None:
-            if shape.num_prefills:  # prompt chunks beside the verifies
-                total += self._draft_prefill_time(shape)
             for j in range(shape.spec_k):
                 total += self._draft_pass(self._pass_shape(shape, j))
             return total
@@ -333,14 +341,17 @@ class SpeculativeCostModel(CostModel):
         return BatchShape.decode_only(rows, round((kv_sum + n * j) * scale), round((kv_sq + 2 * j * kv_sum + n * j * j) * scale),
                                       kv_max + j)
 
-    def _draft_prefill_time(self, shape: SpecBatchShape) -> float:
-        """The draft model's pass over the step's prompt chunks (the prefill fields hold only
-        them: a verify is a decode plus GEMM rows)."""
-        assert self.draft is not None
-        p = shape.prefill_view()
-        if p.num_prefills <= 0 or p.num_prefill_tokens <= 0:
+    def _draft_prefill_time(self, shape: BatchShape) -> float:
+        """The drafter's pass over the step's prompt chunks (a verify's rows are no prompt): the draft model's
+        forward, or one head layer (EAGLE, MTP) over the prompt's hidden states; Medusa's heads read only
+        the last token's (nothing here)."""
+        p = prompt_chunks(shape)
+        if p.num_prefills <= 0 or p.num_prefill_tokens <= 0 or self.spec.method == "medusa":
             return 0.0
-        return self._draft_pass(p)
+        if self.draft is not None:
+            return self._draft_pass(p)
+        k = self.kernels
+        return k.pre_time(p) + k.layer_time(p) + self.pass_cpu_s
 
     # -- CostModel interface -----------------------------------------------------------------------------------
     def layer_time(self, shape: BatchShape) -> float:
@@ -357,7 +368,7 @@ class SpeculativeCostModel(CostModel):
 
     def iteration_time(self, shape: BatchShape) -> float:
         t = self.target.iteration_time(shape)
-        if isinstance(shape, SpecBatchShape) and shape.num_spec:
+        if shape.num_prefills or (isinstance(shape, SpecBatchShape) and shape.num_spec):
             t += self.draft_time(shape)
         return t
 

@@ -84,6 +84,8 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     if short is not None:
         if speculation is None:
             raise ConfigError(field, short, fix or "lower --max-model-len or add GPUs (--tp/--pp)")
+        if replica.num_gpu_blocks is not None or speculation.config.method == "ngram":  # no drafter memory taken
+            raise ConfigError(field, short, fix or "lower --max-model-len or add GPUs (--tp/--pp)")
         raise ConfigError(field, short + " (with the drafter's memory)",
                           fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
     if mixin is not None:

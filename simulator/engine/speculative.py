@@ -125,9 +125,11 @@ class SpeculativeMixin:
     speculation: Speculation
 
     def max_reserve_tokens(self, req: Request) -> int:
-        # The verify pass writes a slot per draft token (a tree's every node) past the cached tokens before
-        # the rejected ones are freed.
-        return super().max_reserve_tokens(req) + self.speculation.config.num_verify_tokens  # type: ignore[misc]
+        # The verify pass writes a slot per draft token past the cached tokens before the rejected ones are
+        # freed. A chain's k is cut to the output left, so it never passes prompt + output; a tree's nodes
+        # beyond its depth may (and a tree is verified only at full depth).
+        config = self.speculation.config
+        return super().max_reserve_tokens(req) + config.num_verify_tokens - config.k  # type: ignore[misc]
 
     def _add_decodes(self, batch: Batch, budget: float, partial: list[Request] | None) -> int:
         """:meth:`Scheduler._add_decodes` where each decode verifies ``k`` drafts: ``1 + k``
@@ -206,6 +208,9 @@ class SpeculativeMixin:
         finished: list[Request] = []
         run_gap, run_count, zeros = -1.0, 0, 0  # equal gaps as one run, and the steps' zero gaps as one
         depth = spec.config.k
+        # A policy that reserves up front (orca and fastertransformer max_model_len, trtllm prompt and output) keeps
+        # its reservation: only the slots a verify grew past it go back.
+        reserves = type(self).reserve_tokens is not Scheduler.reserve_tokens
         for j in verify:
             # Verified tokens: a chain of k <= depth, or a whole tree (more nodes than its depth).
             req, width = requests[j], num_tokens[j] - 1
@@ -235,6 +240,8 @@ class SpeculativeMixin:
             req.num_computed = computed
             req.num_generated += emitted
             keep = -(-computed // block_size)  # rejected drafts' slots go back
+            if reserves:
+                keep = max(keep, -(-self_.reserve_tokens(req) // block_size))
             if req.num_blocks > keep:
                 blocks.num_free_blocks += req.num_blocks - keep
                 req.num_blocks = keep

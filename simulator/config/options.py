@@ -114,6 +114,9 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "output_tokens_max": ("workload__output_tokens_max", int, "Upper bound of output length (uniform)."),
     "max_total_tokens": ("workload__max_total_tokens", int, "Drop source requests longer than this."),
     "time_scale": ("workload__time_scale", float, "Divide trace timestamps by this (trace arrivals)."),
+    "normalize_arrivals": ("workload__normalize_arrivals", bool, "Rescale Poisson or gamma arrivals so the last "
+                           "lands at --num-requests / --qps, as vllm bench serve does (every seed the same "
+                           "duration)."),
     "over_length": ("workload__over_length", str, "Trace rows over --max-total-tokens: drop, or clip (shorten prompt "
                     "and output in proportion, as Vidur does)."),
     "concurrency": ("workload__concurrency", int, "Closed loop: N users, each sending its next request when its last "
@@ -252,6 +255,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if w.arrival != "trace":
         out["time_scale"] = (f"--arrival is {w.arrival}: the trace's timestamps are not replayed",
                              "pass --arrival trace, or drop {flag}")
+    if w.arrival not in ("poisson", "gamma") or w.concurrency is not None:
+        why = "a closed loop sends as requests end" if w.concurrency is not None else f"--arrival is {w.arrival}"
+        out["normalize_arrivals"] = (f"{why}: no random gaps to rescale", "pass --arrival poisson or gamma, or drop "
+                                     "{flag}")
     if not config.is_disaggregated:  # (a pool's replicas have layouts of their own)
         if r.num_nodes == 1:
             for name in ("inter_node_link", "allow_tp_across_nodes"):

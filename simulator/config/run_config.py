@@ -518,8 +518,13 @@ class WorkloadConfig:
     # "steady" = the first num_warmup requests of the same loop; "drain" = a phase of its own, run to
     # completion, then every user sends at once (AIPerf --warmup-request-count, vllm bench --num-warmups).
     warmup_mode: str = "steady"
+    # Poisson/gamma arrivals rescaled so the last lands at num_requests / qps, as vllm bench serve does (its
+    # get_request closes the 1-2% gap a sum of random gaps leaves, so every seed runs the same duration).
+    normalize_arrivals: bool = False
 
     def __post_init__(self) -> None:
+        if self.normalize_arrivals not in (True, False):
+            raise ConfigError("workload.normalize_arrivals", f"must be true or false, got {self.normalize_arrivals!r}")
         if self.arrival not in ARRIVALS:
             raise ConfigError("workload.arrival", f"unknown arrival process {self.arrival!r}", f"known: {', '.join(ARRIVALS)}")
         if self.arrival in ("poisson", "gamma", "fixed"):

@@ -209,15 +209,23 @@ def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestT
     return RequestTable(arrival, prompt, output, f"{length_desc}, {arrival_desc}")
 
 
+def _normalized(cfg: WorkloadConfig, arrival: np.ndarray, n: int, desc: str) -> tuple[np.ndarray, str]:
+    """``arrival`` rescaled so the last lands at ``n / qps`` where the config asks (vllm bench serve's rescale);
+    a scale of every time by one factor, so a capacity search's trials still scale one draw by 1/qps."""
+    if not cfg.normalize_arrivals or not n or arrival[-1] <= 0:
+        return arrival, desc
+    return arrival * ((n / cfg.qps) / arrival[-1]), f"{desc}, rescaled to end at {n / cfg.qps:g} s (vllm bench)"
+
+
 def _arrivals(cfg: WorkloadConfig, n: int, rng: np.random.Generator) -> tuple[np.ndarray, str]:
     mean_gap = 1.0 / cfg.qps if cfg.qps else 0.0
     if cfg.arrival == "poisson":
         gaps = rng.exponential(mean_gap, n)
-        return np.cumsum(gaps), f"poisson {cfg.qps:g} qps"
+        return _normalized(cfg, np.cumsum(gaps), n, f"poisson {cfg.qps:g} qps")
     if cfg.arrival == "gamma":
         shape = 1.0 / cfg.cv**2  # CV of a gamma variable is 1/sqrt(shape)
         gaps = rng.gamma(shape, mean_gap / shape, n)
-        return np.cumsum(gaps), f"gamma {cfg.qps:g} qps cv {cfg.cv:g}"
+        return _normalized(cfg, np.cumsum(gaps), n, f"gamma {cfg.qps:g} qps cv {cfg.cv:g}")
     if cfg.arrival == "fixed":
         return np.arange(1, n + 1, dtype=np.float64) * mean_gap, f"fixed {cfg.qps:g} qps"
     if cfg.arrival == "burst":
@@ -800,13 +808,19 @@ def _lengths_from_trace(cfg: WorkloadConfig, rng: np.random.Generator
         replay = (arrival[:n] - arrival[0]) / cfg.time_scale
         return prompt[:n].copy(), output[:n].copy(), replay, f"{desc}, first {n} rows replayed"
 
-    if n <= rows:
-        idx = rng.choice(rows, size=n, replace=False)
-        how = f"{n} rows sampled without replacement"
-    else:
-        idx = rng.integers(0, rows, size=n)
-        how = f"{n} rows sampled with replacement (trace has only {rows})"
+    idx = sample_rows(rows, n, rng)
+    how = (f"{n} rows sampled without replacement" if n <= rows
+           else f"every row once, then {n - rows} drawn again (trace has only {rows})")
     return prompt[idx], output[idx], None, f"{desc}, {how}"
+
+
+def sample_rows(rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` row indices of a trace of ``rows``: without replacement while it has enough; past that every row
+    once and the extra ones drawn with replacement, as vllm bench oversamples a dataset (it drew all ``n`` with
+    replacement, leaving some rows out)."""
+    if n <= rows:
+        return rng.choice(rows, size=n, replace=False)
+    return np.concatenate([rng.choice(rows, size=rows, replace=False), rng.integers(0, rows, size=n - rows)])
 
 
 def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.Generator) -> RequestTable:
@@ -840,8 +854,7 @@ def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.G
         scale = f" / {cfg.time_scale:g}" if cfg.time_scale != 1 else ""
         desc += f", first {n} rows replayed, trace timestamps{scale}"
     else:
-        pick = rng.choice(rows, size=n, replace=False) if n <= rows else rng.integers(0, rows, size=n)
-        idx = keep[pick]
+        idx = keep[sample_rows(rows, n, rng)]
         arrival, arrival_desc = _arrivals(cfg, n, rng)
         desc += f", {n} rows sampled, {arrival_desc}"
     return RequestTable(arrival, trace.num_prompt_tokens[idx], trace.num_output_tokens[idx], desc,

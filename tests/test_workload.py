@@ -268,7 +268,7 @@ def test_trace_lengths_with_synthetic_arrivals() -> None:
     assert "without replacement" in few.source and "poisson 3 qps" in few.source
     many = gen(seed=1, trace=path, arrival="gamma", cv=2.0, qps=3.0, num_requests=200)
     got = set(zip(many.num_prompt_tokens.tolist(), many.num_output_tokens.tolist(), strict=True))
-    assert got == pairs and "with replacement (trace has only 8)" in many.source
+    assert got == pairs and "every row once, then 192 drawn again (trace has only 8)" in many.source
 
 
 def test_trace_arrival_without_timestamps_names_the_fix() -> None:

@@ -45,3 +45,33 @@ def test_a_trtllm_prefill_pool_rejects_a_prompt_over_its_budget() -> None:
     cols = request_columns(simulate(config))
     assert list(cols["status"]) == ["rejected", "rejected"]
     assert all("exceeds the prefill pool's token budget 64" in r for r in cols["reject_reason"])
+
+
+def test_a_disaggregated_prefill_pool_keeps_a_session_on_one_replica() -> None:
+    """--router session was silently least-outstanding in a disaggregated run (the pools' router got no request):
+    a session's second request went to the other prefill replica."""
+    from simulator.config.errors import ConfigError
+    from simulator.config.options import build_config
+
+    config = RunConfig().replace(prefill_pool="2x(tp=1)", decode_pool="1x(tp=1)", router="session")
+    table = RequestTable(arrival_at=np.array([0.0, 0.01, 0.1]), num_prompt_tokens=np.array([3000, 600, 3100]),
+                         num_output_tokens=np.array([8, 8, 8]), source="test", session_id=np.array([0, 1, 0]))
+    routed = simulate(config, table=table).disagg.handoff.prefill_replica_id.tolist()
+    assert routed[0] == routed[2] != routed[1]
+    plain = simulate(config.replace(router="least_outstanding"), table=table).disagg.handoff.prefill_replica_id
+    assert plain.tolist()[2] != routed[2]  # the load alone sends it elsewhere
+    with pytest.raises(ConfigError, match="no prefix cache"):
+        build_config(prefill_pool="2x(tp=1)", decode_pool="1x(tp=1)", router="prefix_aware", trace=None,
+                     workload="sharegpt")
+
+
+def test_a_pool_that_does_not_fit_is_named_with_its_layout() -> None:
+    """The memory error named 'replica' and told to raise --tp/--pp, which a run with pools refuses."""
+    from simulator.config.errors import ConfigError
+
+    config = RunConfig().replace(replica__model="llama-2-70b", prefill_pool="1x(tp=1)", decode_pool="1x(tp=4)",
+                                 workload__num_requests=4)
+    with pytest.raises(ConfigError) as err:
+        simulate(config)
+    assert err.value.field == "--prefill-pool" and "prefill pool's replica (a100-80gb tp=1" in str(err.value)
+    assert "--tp" not in str(err.value)

@@ -300,6 +300,9 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         if all(pool.num_replicas * replica.attention_dp == 1 for pool, replica in pools):
             out["router"] = ("each pool is one replica, which takes every request it is sent",
                              "give a pool more replicas ('2x(tp=1)'), or drop {flag}")
+        elif config.router == "prefix_aware":  # (the pools hand KV blocks over by count: no prefix cache to read)
+            out["router"] = ("a disaggregated pool keeps no prefix cache for --router prefix_aware to read",
+                             "use --router session or least_outstanding, or drop {flag}")
         if layout.mixed is None and layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:
             # (tests/test_kv_links.py: one prefill worker runs bit for bit the same under either scope)
             out["kv_link_scope"] = ("one prefill worker sends every transfer: its egress is the one link either way",

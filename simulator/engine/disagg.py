@@ -80,6 +80,7 @@ import numpy as np
 import simpy
 
 from simulator.config.disagg_layout import DisaggLayout, kv_bytes_per_token, layout_of, state_bytes_per_seq
+from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.config.schedulers import SCHEDULERS as SCHEDULER_ENTRIES
 from simulator.costmodel import load_cost_model
@@ -90,7 +91,7 @@ from simulator.engine.dp_group import group_ranks
 from simulator.engine.kvcache import BlockManager, MemoryPlan
 from simulator.engine.records import Recorder
 from simulator.engine.replica import Replica, SchedulerWrap, build_pool_scheduler
-from simulator.engine.routers import ROUTERS
+from simulator.engine.routers import REQUEST_ROUTERS, ROUTERS
 from simulator.engine.schedulers import Batch, Scheduler
 from simulator.engine.tbt import GapLog
 from simulator.util.progress import RunProgress
@@ -246,6 +247,25 @@ class ParkingReplicaMixin:
 def _build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type | None, field: str,
                           config: RunConfig | None = None, replica_id: int = 0,
                           lockstep: SchedulerWrap | None = None) -> tuple[Scheduler, MemoryPlan]:
+    try:
+        return _pool_scheduler(replica, sched, mixin, field, config, replica_id, lockstep)
+    except ConfigError as err:
+        if err.field != "replica":  # (the memory plan's: a layout whose weights and activations do not fit)
+            raise
+        # Named by its pool, whose layout string is what to change (--tp/--pp are refused beside pools).
+        flag = "--" + field.replace("_", "-")
+        raise ConfigError(flag, f"the {field.removesuffix('_pool')} pool's replica ({_layout_words(replica)}): "
+                          f"{err.problem}", f"give the pool more GPUs in {flag} (tp=, pp=, dp=), or a larger gpu=") \
+            from None
+
+
+def _layout_words(replica: ReplicaConfig) -> str:
+    return f"{replica.gpu} tp={replica.tp} pp={replica.pp} dp={replica.attention_dp} ep={replica.ep}"
+
+
+def _pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type | None, field: str,
+                    config: RunConfig | None, replica_id: int,
+                    lockstep: SchedulerWrap | None) -> tuple[Scheduler, MemoryPlan]:
     if config is not None and config.speculative is not None and mixin is not PrefillMixin:
         # Decode and mixed replicas speculate (a prefill replica emits only the first token).
         from simulator.engine.speculative import Speculation, speculation_rng
@@ -324,6 +344,10 @@ class DisaggCluster:
         self.router = ROUTERS[config.router]
         self.rng = rng
         self._step = 0
+        # A session router keeps a session's requests on one prefill replica (the config refuses prefix_aware
+        # here: the pools keep no prefix cache to read).
+        self._reads_request = config.router in REQUEST_ROUTERS
+        self._router_memo: dict = {}
         self.log = HandoffLog(num_requests)
         # Whether the replicas' gap logs are final as the run goes: not where the decode worker delivers
         # the first token (deliver_first_token_on_decode takes the handoff gaps out after the run).
@@ -423,7 +447,11 @@ class DisaggCluster:
         if len(self.prefill) == 1:
             index = 0
         else:
-            index = self.router([r.num_outstanding for r in self.prefill], self._step, self.rng)
+            outstanding = [r.num_outstanding for r in self.prefill]
+            if self._reads_request:
+                index = self.router(outstanding, self._step, self.rng, req=req, memo=self._router_memo)
+            else:
+                index = self.router(outstanding, self._step, self.rng)
             self._step += 1
         self.log.prefill_replica_id[req.request_id] = index
         self.prefill[index].submit(req)

@@ -245,3 +245,18 @@ def test_a_traces_key_names_every_field_a_trace_reads_and_not_the_engine() -> No
                 base.replace(replica__roofline_calibration="2023")]
     assert len({sf.cache_key(c) for c in variants}) == len(variants)
     assert sf.cache_key(base) == sf.cache_key(base.replace(engine="sglang-2026"))
+
+
+def test_user_rows_name_gpus_by_the_catalog_and_refuse_a_fleets_users(tmp_path):
+    """An alias and its name were two GPUs to the cross-validation ('leave one gpu out: num_rows 1'); a row of
+    10^7 users ran on past a minute with no word."""
+    from simulator.calibrate.silicon_fit import read_user_rows
+    from simulator.config.errors import ConfigError
+
+    path = tmp_path / "rows.csv"
+    head = "backend,model,gpu,isl,osl,concurrency,ttft_ms,tpot_ms\n"
+    path.write_text(head + "vllm,llama-3.1-8b,h100,1024,1024,8,50,10\nvllm,llama-3.1-8b,h100-sxm,1024,1024,16,60,12\n")
+    assert set(read_user_rows(path)["gpu"]) == {"h100-sxm"}
+    path.write_text(head + "vllm,llama-3.1-8b,h100,1024,1024,10000000,50,10\n")
+    with pytest.raises(ConfigError, match="concurrency 10,000,000 is beyond"):
+        read_user_rows(path)

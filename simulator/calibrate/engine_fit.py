@@ -41,6 +41,7 @@ from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_TOKENS
 from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import BatchShape
+from simulator.costmodel.calibration import roofline_backend
 from simulator.costmodel.engine_model import ENGINES, EngineCostModel, EngineModel, load_engine, num_collectives
 
 MIN_ROWS = 8
@@ -235,7 +236,13 @@ def fit_table(df: pd.DataFrame, model: str, gpu: str, cost_model: str = "rooflin
     theta = _solve(feats, df.measured_s.to_numpy(float))
     fitted = (f"non-negative least squares of relative error over {len(df)} rows on top of the {cost_model} "
               f"kernel model ({get_gpu(gpu).name}); terms: {', '.join(feats.names)}")
-    return _engine_from(theta, feats.names, base, name=name, source=source, fitted=fitted, cuda_graphs=True,
+    # The fitted terms over the kernels alone, as the features priced them: none of the starting preset's other
+    # terms (RPC, prefill floor; its scheduler and kernels), which the fit never saw, and the roofline constants
+    # of `ideal`, which priced the features, whatever the artifact's name.
+    clean = replace(ENGINES["ideal"], prefill_excess_threshold_tokens=threshold, handoff_s=base.handoff_s,
+                    drafter_in_graph=base.drafter_in_graph,
+                    roofline_prices=roofline_backend("roofline", ENGINES["ideal"]))
+    return _engine_from(theta, feats.names, clean, name=name, source=source, fitted=fitted, cuda_graphs=True,
                         launch_per_kernel_s=0.0)
 
 
@@ -441,6 +448,12 @@ def read_bench(path: Path) -> BenchRun:
         if odd is not None:
             raise ConfigError("bench", f"{path}: {key}[{odd[0]}] is {odd[1]!r}, not a whole token count in "
                               f"[{least}, {MAX_TOKENS:,}]", wrote)
+    if data.get("warmup_mode") == "steady" and data.get("num_warmups"):
+        # The warm-up's requests were in flight beside the measured ones but are not in the lists: a replay of
+        # the lists alone runs lighter than the benchmark did (a fitted CPU term came out 39% high).
+        raise ConfigError("bench", f"{path} was measured after a steady warm-up of {data['num_warmups']} requests "
+                          "that ran beside them and that it does not list", "save it with --warmup-mode drain (as "
+                          "vllm bench serve runs its warm-ups) or without --num-warmup")
     errors = data.get("errors") or [""] * n
     if len(errors) != n:
         raise ConfigError("bench", f"{path}: errors has {len(errors)} entries for {n} requests", wrote)

@@ -66,6 +66,7 @@ X_SCALE = np.array([1e-3, 1e-5, 1e-7, 1e-5, 1e-4])
 FLOOR_ABOVE_TOKENS = {"sglang": 0, "trtllm": 0}
 
 # A user's benchmark CSV: required and optional columns (layout columns as the silicon sample names them).
+MAX_ROW_USERS = 65_536  # a benchmark row's users, at most (the silicon rows reach 3,072)
 USER_REQUIRED = ("backend", "model", "gpu", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
 USER_OPTIONAL = ("tp", "pp", "attention_dp", "ep", "dtype", "kernels", "mode", "backend_version")
 
@@ -348,6 +349,26 @@ def read_user_rows(path: Path) -> Any:
             raise ConfigError("rows", f"{path} line {first + 2}: {col} must be {need}, got {value!r}",
                               "fix the line, or leave the cell empty for 1" if optional else "fix or drop the line")
         df[col] = values
+    # Each row is replayed as a closed loop of its users, each a few requests: 10^7 users ran on past a minute
+    # with no word (a row names one engine's load, not a fleet's).
+    for col, most in (("concurrency", MAX_ROW_USERS),):
+        over = df[col] > most
+        if over.any():
+            first = int(np.argmax(over.to_numpy()))
+            raise ConfigError("rows", f"{path} line {first + 2}: {col} {df[col].iloc[first]:,.0f} is beyond what one "
+                              f"row replays (at most {most:,})", "fix or drop the line")
+    # A GPU by its catalog name, so an alias ("h100") and the name ("h100-sxm") are one GPU to the cross-validation
+    # and the artifact's label (an unknown one stays as written: its rows are skipped, said why).
+    from simulator.calibrate.silicon import SYSTEMS
+    from simulator.config.catalog import get_gpu
+
+    def canonical(name: Any) -> Any:
+        try:
+            return get_gpu(SYSTEMS.get(str(name), str(name))).name
+        except ConfigError:
+            return name
+
+    df["gpu"] = [canonical(g) for g in df["gpu"]]
     unknown = [c for c in df.columns if c not in USER_REQUIRED + USER_OPTIONAL]
     if unknown:  # a misspelt optional column ("TP") was read as absent: every row at its default
         raise ConfigError("rows", f"{path}: unknown column(s) {', '.join(map(str, unknown))}",
@@ -427,13 +448,16 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     base engine, replayed) and after."""
     from simulator.calibrate.silicon import Unexpressible
     from simulator.config.errors import ConfigError as _CE
+    from simulator.costmodel.calibration import roofline_backend
     from simulator.costmodel.engine_model import load_engine
 
     cache = cache or TraceCache()
     traces, kept, skipped = [], [], []
+    prices: set[tuple[str, str]] = set()  # (kernels, roofline constants) each kept row replayed over
     for i, row in enumerate(df.itertuples(index=False)):
         try:
-            trace = cache.get(user_row_config(row, base, budget))
+            row_config = user_row_config(row, base, budget)
+            trace = cache.get(row_config)
         except (_CE, Unexpressible) as err:
             skipped.append((i + 2, str(err)))
             continue
@@ -442,6 +466,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
             continue
         traces.append(trace)
         kept.append(i)
+        prices.add((row_config.replica.kernels, roofline_backend(row_config.replica.kernels, load_engine(row_config.engine))))
         if progress:
             progress(f"simulated {len(kept)}/{len(df)} rows")
     if len(kept) < 4:
@@ -474,7 +499,13 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     engine = final.engine(name, source, f"servesim calibrate-engine --rows: least squares (soft-L1) of log "
                           f"TTFT/TPOT ratios over {len(rows)} rows' closed-loop replays; overlap "
                           f"{'on' if final.overlap_cpu else 'off'} chosen by fit cost")
-    # aggregated rows say nothing of a disaggregated handoff: the starting engine's stands
-    engine = engine.with_terms(handoff_s=load_engine(base.engine).handoff_s)
+    # aggregated rows say nothing of a disaggregated handoff: the starting engine's stands. The kernel prices the
+    # rows replayed over are the artifact's where they were one (a run over others is told; its roofline gaps
+    # priced by the same constants), else it names none.
+    from simulator.costmodel.calibration import POOLED
+
+    (kernels, constants), one = (next(iter(prices)), True) if len(prices) == 1 else ((None, POOLED), False)
+    engine = engine.with_terms(handoff_s=load_engine(base.engine).handoff_s,
+                               kernels=kernels if one and kernels != "roofline" else None, roofline_prices=constants)
     return CalibrationResult(engine, report, rows)
 

@@ -154,7 +154,12 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
         with console.status("calibrating") as status:
             result = engine_fit.calibrate_bench(run, config, config.engine, holdout, seed, max_evals,
                                                 progress=lambda msg: status.update(f"calibrating: {msg}"))
+        from simulator.costmodel.calibration import roofline_backend
+        from simulator.costmodel.engine_model import load_engine
+
         result["engine"] = result["engine"].with_terms(
+            # the roofline constants its simulations ran over (the starting preset's), not its new name's
+            roofline_prices=roofline_backend(replica.kernels, load_engine(config.engine)),
             name=label, source=f"vllm bench serve result {bench} ({replica.model}, {replica.gpu}, tp={replica.tp}, "
                                f"scheduler {config.scheduler.name})",
             fitted=f"Nelder-Mead over the exposed CPU terms (fixed, per request) matching TTFT and ITL quantiles "

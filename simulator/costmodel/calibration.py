@@ -270,6 +270,9 @@ def roofline_backend(kernels: str = "roofline", engine: object = None) -> str:
     an engine model by its ``name``), else :data:`POOLED` (every backend's rows: ``ideal``, ``handset``)."""
     if kernels in KERNEL_BACKENDS:
         return kernels
+    recorded = getattr(engine, "roofline_prices", None)  # a fitted artifact's, whatever its name
+    if recorded:
+        return recorded
     name = engine if isinstance(engine, str) else getattr(engine, "name", "")
     first = str(name).split("-")[0].lower()
     return first if first in KERNEL_BACKENDS else POOLED

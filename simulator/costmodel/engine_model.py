@@ -64,6 +64,7 @@ from simulator.config.run_config import (
 )
 from simulator.config.schedulers import SCHEDULER_NAMES
 from simulator.costmodel.base import BatchShape, CostModel, stretch_forms
+from simulator.costmodel.calibration import KERNEL_BACKENDS, POOLED
 from simulator.costmodel.moe import uses_moe_collectives
 
 ARTIFACT_FORMAT = "servesim-engine"
@@ -122,6 +123,10 @@ class EngineModel:
     handoff_s: float = 0.0
     scheduler: str | None = None  # the scheduling policy its fit ran (a run with another policy is told)
     kernels: str | None = None  # the kernel prices its terms were fitted over, where only those were checked (told)
+    # Whose 'today' roofline constants priced its fit (vllm, sglang, trtllm, or all: every backend's pooled); a
+    # run over the roofline uses them. None: its name's first word says (the presets). A fitted artifact records
+    # it, so its name (the --out file's) does not change the kernel prices under it.
+    roofline_prices: str | None = None
     # Speculative runs: an MTP/EAGLE-3 drafter's k passes launch inside the step as one CUDA graph (TensorRT-LLM's
     # "one model" drafters), so they add no CPU a pass (a draft model and n-gram still run from the executor)
     drafter_in_graph: bool = False
@@ -139,6 +144,9 @@ class EngineModel:
                 raise ConfigError(f"engine.{f.name}", f"must be finite and >= 0, got {value}")
         if self.kernels is not None and self.kernels not in KERNEL_TABLES:
             raise ConfigError("engine.kernels", f"unknown kernel prices {self.kernels!r}", f"known: {', '.join(KERNEL_TABLES)}")
+        if self.roofline_prices is not None and self.roofline_prices not in (*KERNEL_BACKENDS, POOLED):
+            raise ConfigError("engine.roofline_prices", f"unknown roofline constants {self.roofline_prices!r}",
+                              f"known: {', '.join((*KERNEL_BACKENDS, POOLED))}")
         if self.scheduler is not None and self.scheduler not in SCHEDULER_NAMES:
             raise ConfigError("engine.scheduler", f"unknown scheduler {self.scheduler!r}", f"known: {', '.join(SCHEDULER_NAMES)}")
 

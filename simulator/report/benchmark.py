@@ -279,9 +279,12 @@ def load_settings(result: RunResult) -> dict[str, Any]:
     rate: float = math.inf if w.arrival == "burst" else float(w.qps)
     burstiness = 1.0 / w.cv**2 if w.arrival == "gamma" else 1.0
     # num_prompts: the measured requests, as vLLM's (its --num-warmups are sent besides them)
-    return {"backend": "servesim", "model_id": result.config.replica.model, "num_prompts": w.num_requests - w.num_warmup,
-            "request_rate": "inf" if math.isinf(rate) else rate, "burstiness": burstiness,
-            "max_concurrency": concurrency}
+    out = {"backend": "servesim", "model_id": result.config.replica.model, "num_prompts": w.num_requests - w.num_warmup,
+           "request_rate": "inf" if math.isinf(rate) else rate, "burstiness": burstiness,
+           "max_concurrency": concurrency}
+    if w.num_warmup:  # (vllm bench drains its warm-ups first; a steady warm-up ran beside the measured requests)
+        out.update(num_warmups=w.num_warmup, warmup_mode=w.warmup_mode)
+    return out
 
 
 def format_vllm(metrics: dict[str, Any], settings: dict[str, Any] | None = None,

@@ -351,12 +351,11 @@ def read_user_rows(path: Path) -> Any:
         df[col] = values
     # Each row is replayed as a closed loop of its users, each a few requests: 10^7 users ran on past a minute
     # with no word (a row names one engine's load, not a fleet's).
-    for col, most in (("concurrency", MAX_ROW_USERS),):
-        over = df[col] > most
-        if over.any():
-            first = int(np.argmax(over.to_numpy()))
-            raise ConfigError("rows", f"{path} line {first + 2}: {col} {df[col].iloc[first]:,.0f} is beyond what one "
-                              f"row replays (at most {most:,})", "fix or drop the line")
+    over = df["concurrency"] > MAX_ROW_USERS
+    if over.any():
+        first = int(np.argmax(over.to_numpy()))
+        raise ConfigError("rows", f"{path} line {first + 2}: concurrency {df['concurrency'].iloc[first]:,.0f} is beyond "
+                          f"what one row replays (at most {MAX_ROW_USERS:,})", "fix or drop the line")
     # A GPU by its catalog name, so an alias ("h100") and the name ("h100-sxm") are one GPU to the cross-validation
     # and the artifact's label (an unknown one stays as written: its rows are skipped, said why).
     from simulator.calibrate.silicon import SYSTEMS

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
-from simulator.engine import cluster as engine
 from simulator.engine.routers import ROUTERS, STATE_FREE_ROUTERS, least_outstanding, random, round_robin
 from simulator.report.metrics import replica_frame, request_frame, summarize
 from simulator.simulation import simulate
@@ -31,7 +30,7 @@ def _spreads(monkeypatch, config: RunConfig) -> list[int]:
         spreads.append(max(after) - min(after))
         return i
 
-    monkeypatch.setitem(engine.ROUTERS, config.router, recording)
+    monkeypatch.setitem(ROUTERS, config.router, recording)  # (the table simulator.engine.routers.route reads)
     # The joint run: a state-free router's cluster otherwise runs replica by replica, never
     # asking for the counts this records.
     simulate(config.replace(fast_forward=False))

@@ -29,7 +29,7 @@ from simulator.engine.dp_group import DPGroup, group_ranks
 from simulator.engine.kvcache import MemoryPlan
 from simulator.engine.records import FRAME_COLUMNS, STAGE_COLUMNS, IterationLog, Recorder
 from simulator.engine.replica import Replica, SchedulerWrap, build_scheduler, with_mixin
-from simulator.engine.routers import CACHE_ROUTERS, REQUEST_ROUTERS, ROUTERS
+from simulator.engine.routers import CACHE_ROUTERS, route
 from simulator.engine.schedulers import Scheduler
 from simulator.engine.tbt import GapLog
 from simulator.util.progress import RunProgress
@@ -122,10 +122,7 @@ class Cluster:
                  watched: bool = False, lockstep: SchedulerWrap | None = None, watch_settles: bool = False,
                  skipping: type | None = None) -> None:
         self.env = env
-        self.router = ROUTERS[config.router]
-        # A router that reads the request gets it, every replica's KV cache (read only) and a
-        # table of its own for the run (simulator.engine.routers.REQUEST_ROUTERS).
-        self._reads_request = config.router in REQUEST_ROUTERS
+        self._router = config.router  # (simulator.engine.routers.route: what each router reads)
         self._router_memo: dict = {}
         self.rng = rng
         self.replicas: list[Replica] = []
@@ -167,10 +164,7 @@ class Cluster:
             self.replicas[0].submit(req)
             return
         outstanding = [r.num_outstanding for r in self.replicas]
-        if self._reads_request:
-            index = self.router(outstanding, self._step, self.rng, req=req, caches=self._caches, memo=self._router_memo)
-        else:
-            index = self.router(outstanding, self._step, self.rng)
+        index = route(self._router, outstanding, self._step, self.rng, req, self._caches, self._router_memo)
         self._step += 1
         self.replicas[index].submit(req)
 

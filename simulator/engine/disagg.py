@@ -91,7 +91,7 @@ from simulator.engine.dp_group import group_ranks
 from simulator.engine.kvcache import BlockManager, MemoryPlan
 from simulator.engine.records import Recorder
 from simulator.engine.replica import Replica, SchedulerWrap, build_pool_scheduler
-from simulator.engine.routers import REQUEST_ROUTERS, ROUTERS
+from simulator.engine.routers import route
 from simulator.engine.schedulers import Batch, Scheduler
 from simulator.engine.tbt import GapLog
 from simulator.util.progress import RunProgress
@@ -341,13 +341,12 @@ class DisaggCluster:
                  rng: np.random.Generator, num_requests: int, lockstep: SchedulerWrap | None = None) -> None:
         self.env = env
         self.layout = layout
-        self.router = ROUTERS[config.router]
+        # The router picks a prefill replica (a session router keeps a session on one; the config refuses
+        # prefix_aware here: the pools keep no prefix cache to read).
+        self._router = config.router
+        self._router_memo: dict = {}
         self.rng = rng
         self._step = 0
-        # A session router keeps a session's requests on one prefill replica (the config refuses prefix_aware
-        # here: the pools keep no prefix cache to read).
-        self._reads_request = config.router in REQUEST_ROUTERS
-        self._router_memo: dict = {}
         self.log = HandoffLog(num_requests)
         # Whether the replicas' gap logs are final as the run goes: not where the decode worker delivers
         # the first token (deliver_first_token_on_decode takes the handoff gaps out after the run).
@@ -448,10 +447,7 @@ class DisaggCluster:
             index = 0
         else:
             outstanding = [r.num_outstanding for r in self.prefill]
-            if self._reads_request:
-                index = self.router(outstanding, self._step, self.rng, req=req, memo=self._router_memo)
-            else:
-                index = self.router(outstanding, self._step, self.rng)
+            index = route(self._router, outstanding, self._step, self.rng, req, (), self._router_memo)
             self._step += 1
         self.log.prefill_replica_id[req.request_id] = index
         self.prefill[index].submit(req)

@@ -82,9 +82,9 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     if short is not None and replica.num_gpu_blocks is not None:  # the cache's size was given, not planned
         short += f" (--num-gpu-blocks {replica.num_gpu_blocks} sets the cache: raise it)"
     if short is not None:
-        if speculation is None:
-            raise ConfigError(field, short, fix or "lower --max-model-len or add GPUs (--tp/--pp)")
-        if replica.num_gpu_blocks is not None or speculation.config.method == "ngram":  # no drafter memory taken
+        # A drafter's memory took from the cache unless the cache's size was given or n-gram drafts from the text.
+        drafter = speculation is not None and replica.num_gpu_blocks is None and speculation.config.method != "ngram"
+        if not drafter:
             raise ConfigError(field, short, fix or "lower --max-model-len or add GPUs (--tp/--pp)")
         raise ConfigError(field, short + " (with the drafter's memory)",
                           fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")

@@ -127,3 +127,14 @@ ROUTERS: dict[str, Router] = {
     "prefix_aware": prefix_aware,
     "session": session_affinity,
 }
+
+
+def route(name: str, outstanding: Sequence[int], step: int, rng: np.random.Generator, req: Request,
+          caches: Sequence[object], memo: dict) -> int:
+    """The replica router ``name`` sends ``req`` to: a router of :data:`REQUEST_ROUTERS` also gets the
+    request, the replicas' caches (read only) and ``memo``, the run's table of its own; the others the
+    queue lengths alone."""
+    router = ROUTERS[name]
+    if name in REQUEST_ROUTERS:
+        return router(outstanding, step, rng, req=req, caches=caches, memo=memo)
+    return router(outstanding, step, rng)

@@ -40,7 +40,7 @@ from simulator.config.speculative import SpeculativeConfig
 from simulator.costmodel.speculative import SpecBatchShape, SpeculativeCostModel
 from simulator.engine.schedulers import SCHEDULERS
 from simulator.engine.schedulers.base import Batch, Scheduler
-from simulator.engine.tbt import GapLog, merged, quantile_stats
+from simulator.engine.tbt import GapLog, itl_views, merged
 from simulator.workload.request import Request
 
 _UNIFORM_BLOCK = 4096  # uniforms drawn per Generator call
@@ -123,6 +123,7 @@ class SpeculativeMixin:
     :func:`make_speculative`)."""
 
     speculation: Speculation
+    reserves_up_front: bool = False  # set per policy by speculative_class
 
     def max_reserve_tokens(self, req: Request) -> int:
         # The verify pass writes a slot per draft token past the cached tokens before the rejected ones are
@@ -208,9 +209,7 @@ class SpeculativeMixin:
         finished: list[Request] = []
         run_gap, run_count, zeros = -1.0, 0, 0  # equal gaps as one run, and the steps' zero gaps as one
         depth = spec.config.k
-        # A policy that reserves up front (orca and fastertransformer max_model_len, trtllm prompt and output) keeps
-        # its reservation: only the slots a verify grew past it go back.
-        reserves = type(self).reserve_tokens is not Scheduler.reserve_tokens
+        reserves = self.reserves_up_front
         for j in verify:
             # Verified tokens: a chain of k <= depth, or a whole tree (more nodes than its depth).
             req, width = requests[j], num_tokens[j] - 1
@@ -268,8 +267,11 @@ class SpeculativeMixin:
 
 @cache
 def speculative_class(base: type[Scheduler]) -> type[Scheduler]:
-    """``base`` with :class:`SpeculativeMixin`'s methods first (one class per policy)."""
-    return type(f"Speculative{base.__name__}", (SpeculativeMixin, base), {})
+    """``base`` with :class:`SpeculativeMixin`'s methods first (one class per policy). A policy that reserves
+    up front (orca and fastertransformer max_model_len, trtllm prompt and output) keeps its reservation after
+    a verify: only the slots the verify grew past it go back (``reserves_up_front``, known once per class)."""
+    return type(f"Speculative{base.__name__}", (SpeculativeMixin, base),
+                {"reserves_up_front": base.reserve_tokens is not Scheduler.reserve_tokens})
 
 
 def make_speculative(scheduler: Scheduler, config: SpeculativeConfig, rng: np.random.Generator) -> Scheduler:
@@ -330,10 +332,7 @@ def speculation_extra(config: SpeculativeConfig, schedulers: list[Scheduler]) ->
                  "expected_acceptance_length": config.mean_acceptance_length,
                  "disable_by_batch_size": config.disable_by_batch_size,
                  "reduce_k_batch_size": config.reduce_k_batch_size, "loop": PLAIN_LOOP_NOTE, **stats}
-    for name, logs in (("itl_per_token_s", token_logs), ("itl_per_step_s", step_logs)):
-        values, counts, _ = merged(logs)
-        out.update(quantile_stats(values, counts, name))
-        out[f"num_{name.removesuffix('_s')}_gaps"] = int(counts.sum()) if len(counts) else 0
+    out.update(itl_views(merged(token_logs)[:2], merged(step_logs)[:2]))
     return out
 
 

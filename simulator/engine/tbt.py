@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -210,4 +211,14 @@ def quantile_stats(values: np.ndarray, counts: np.ndarray, prefix: str) -> dict[
         out[f"{prefix}_p{q}"] = v
     out[f"{prefix}_mean"] = float(np.dot(values, counts.astype(np.float64)) / n)
     out[f"{prefix}_max"] = float(values[counts > 0].max())
+    return out
+
+
+def itl_views(per_token: tuple[np.ndarray, np.ndarray], per_step: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+    """A speculating run's two ITL views, each ``(values, counts)``, as its summary keys them: quantiles of
+    ``itl_per_token_s`` and ``itl_per_step_s`` and the count of each view's gaps."""
+    out: dict[str, Any] = {}
+    for name, (values, counts) in (("itl_per_token_s", per_token), ("itl_per_step_s", per_step)):
+        out.update(quantile_stats(values, counts, name))
+        out[f"num_{name.removesuffix('_s')}_gaps"] = int(counts.sum()) if len(counts) else 0
     return out

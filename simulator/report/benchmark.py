@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simulator.config.errors import ConfigError
-from simulator.engine.tbt import merged, percentiles, quantile_stats
+from simulator.engine.tbt import itl_views, merged, percentiles
 from simulator.util.paths import check_out_file
 from simulator.util.text import comma_list
 from simulator.workload.request import RequestColumns
@@ -165,26 +165,42 @@ def client_gaps(times: Any, first_token_at: float) -> np.ndarray:
     return np.diff(t)
 
 
-def measured_gaps(result: RunResult, num_warmup: int, replica_id: int | None = None,
-                  replica_of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+def measured_gaps(result: RunResult, num_warmup: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """Every inter-token gap of the requests sent after the first ``num_warmup``, as sorted
     distinct values and counts, and whether that is exact: from the requests' token times, or,
-    where the run kept none, the replicas' gap logs with the warm-up gaps in (False).
-    ``replica_id``: one replica's requests only (``replica_of``: each request's replica, in run order)."""
-    logs = result.tbt if replica_id is None else result.tbt[replica_id:replica_id + 1]
-    if num_warmup == 0:
-        return merged(logs)
-    times = _token_times(result)
-    if times is None:
-        values, counts, _ = merged(logs)
-        return values, counts, False
+    where the run kept none, the replicas' gap logs with the warm-up gaps in (False)."""
+    return measured_gaps_by_replica(result, num_warmup)[0]
+
+
+def measured_gaps_by_replica(result: RunResult, num_warmup: int, replica_of: np.ndarray | None = None
+                             ) -> list[tuple[np.ndarray, np.ndarray, bool]]:
+    """:func:`measured_gaps` per replica (``replica_of``: each request's replica, in run order), in one pass
+    over the requests; without ``replica_of``, one entry for the whole run."""
+    num = len(result.tbt) if replica_of is not None else 1
+
+    def logs(k: int) -> list:
+        return result.tbt[k:k + 1] if replica_of is not None else result.tbt
+
+    times = _token_times(result) if num_warmup else None
+    if times is None:  # every gap in the logs: exact without a warm-up, else the warm-up's gaps are in (False)
+        out = []
+        for k in range(num):
+            values, counts, exact = merged(logs(k))
+            out.append((values, counts, exact and not num_warmup))
+        return out
     first = _first_token_ats(result)
-    gaps = [client_gaps(t, first[i]) for i, t in enumerate(times) if i >= num_warmup and len(t) > 1
-            and (replica_id is None or replica_of[i] == replica_id)]
-    if not gaps:
-        return np.zeros(0), np.zeros(0, dtype=np.int64), True
-    values, counts = np.unique(np.concatenate(gaps), return_counts=True)
-    return values, counts, True
+    gaps: list[list[np.ndarray]] = [[] for _ in range(num)]
+    for i, t in enumerate(times):
+        if i >= num_warmup and len(t) > 1:
+            gaps[int(replica_of[i]) if replica_of is not None else 0].append(client_gaps(t, first[i]))
+    out = []
+    for bucket in gaps:
+        if not bucket:
+            out.append((np.zeros(0), np.zeros(0, dtype=np.int64), True))
+            continue
+        values, counts = np.unique(np.concatenate(bucket), return_counts=True)
+        out.append((values, counts, True))
+    return out
 
 
 def measured_itl_views(result: RunResult, num_warmup: int) -> dict[str, Any]:
@@ -194,12 +210,8 @@ def measured_itl_views(result: RunResult, num_warmup: int) -> dict[str, Any]:
     values, counts, exact = measured_gaps(result, num_warmup)
     if not num_warmup or not exact:
         return {}
-    out: dict[str, Any] = {}
     step = values > 0
-    for name, (v, c) in (("itl_per_token_s", (values, counts)), ("itl_per_step_s", (values[step], counts[step]))):
-        out.update(quantile_stats(v, c, name))
-        out[f"num_{name.removesuffix('_s')}_gaps"] = int(c.sum())
-    return out
+    return itl_views((values, counts), (values[step], counts[step]))
 
 
 def num_gpus(result: RunResult) -> int:

@@ -325,11 +325,11 @@ def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | N
         span = max(result.sim_end_at - start, 1e-12)
     busy_span = span if busy_span is None else busy_span
     num_warmup = result.config.workload.num_warmup
-    replica_of = None
+    measured = None
     if num_warmup:  # the warm-up requests' gaps leave each replica's TBT too, as they leave the run's
-        from simulator.report.benchmark import measured_gaps
+        from simulator.report.benchmark import measured_gaps_by_replica
 
-        replica_of = request_columns(result)["replica_id"]
+        measured = measured_gaps_by_replica(result, num_warmup, request_columns(result)["replica_id"])
         cols = measured_columns(cols, num_warmup)  # (idempotent: the summary's are measured already)
     replica_id, status = cols["replica_id"], cols["status"]
     finished, rejected = status == "finished", status == "rejected"
@@ -349,10 +349,7 @@ def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | N
             "busy_fraction": result.replica_busy_s[rid] / busy_span,
         }
         ttft = quantile_stats(cols["ttft_s"][done], "ttft_s")
-        if num_warmup:
-            values, counts, _ = measured_gaps(result, num_warmup, rid, replica_of)
-        else:
-            values, counts, _ = tbt_distribution(result, rid)
+        values, counts, _ = measured[rid] if measured is not None else tbt_distribution(result, rid)
         tbt = weighted_quantile_stats(values, counts, "tbt_s")
         row.update({k: ttft[k] for k in ("ttft_s_p50", "ttft_s_p99")})
         row.update({k: tbt[k] for k in ("tbt_s_p50", "tbt_s_p99")})

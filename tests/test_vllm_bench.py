@@ -84,6 +84,24 @@ def test_infinite_request_rate_sends_everything_at_once():
     assert build_config(max_concurrency=4).workload.arrival == "burst"  # vLLM's default rate is inf
 
 
+def test_concurrency_without_a_rate_stays_a_closed_loop_whatever_the_burstiness():
+    # vllm bench's --max-concurrency 4 --burstiness 1.0 runs at an infinite rate; burstiness 1 once
+    # turned this into Poisson arrivals at the default 1 qps, an open loop nobody asked for.
+    assert build_config(max_concurrency=4, burstiness=1.0).workload.arrival == "burst"
+    with pytest.raises(ConfigError, match="--burstiness: shapes the gaps"):
+        build_config(max_concurrency=4, burstiness=2.0)  # an infinite rate has no gaps to shape
+    assert build_config(max_concurrency=4, request_rate=2.0, burstiness=2.0).workload.arrival == "gamma"
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    ({"arrival": "poisson", "burstiness": 2.0}, "--arrival is poisson"),  # once gamma, silently
+    ({"burstiness": 2.0, "cv": 3.0}, "--cv 3.0 sets it too"),  # once named the cv as an --arrival
+])
+def test_burstiness_against_another_arrival_flag_is_refused(options, says):
+    with pytest.raises(ConfigError, match=says):
+        build_config(**options)
+
+
 def test_enable_expert_parallel_spreads_experts_over_the_tp_group():
     assert build_config(model="mixtral-8x7b", tp=4, enable_expert_parallel=True).replica.ep == 4
     assert build_config(model="mixtral-8x7b", tp=4).replica.ep == 1

@@ -543,8 +543,7 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
             raise ConfigError("--request-rate", f"inf sends every request at once, but --arrival is {out['arrival']}",
                               "drop one of them")
         out["qps"], out["arrival"] = None, "burst"
-    elif (out.get("concurrency") is not None and qps is None and out.get("arrival") is None and burstiness is None
-          and not from_file):
+    elif out.get("concurrency") is not None and qps is None and out.get("arrival") is None and not from_file:
         out["arrival"] = "burst"
     if burstiness == 1 and out.get("arrival") == "burst":
         burstiness = None  # vLLM's default, which an infinite rate ignores
@@ -554,9 +553,17 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
         if not low <= burstiness <= high:
             raise ConfigError("--burstiness", f"must be in [{low:g}, {high:g}], got {burstiness}",
                               "1 is Poisson; below 1 burstier")
-        if out.get("arrival") not in (None, "poisson", "gamma") or out.get("cv") is not None:
-            raise ConfigError("--burstiness", "shapes Poisson/gamma gaps, so it goes with neither --cv nor --arrival "
-                              f"{out.get('arrival') or out.get('cv')}", "drop one of them")
+        arrival = out.get("arrival")
+        if arrival == "burst":  # vLLM ignores it at an infinite rate; here a flag never does nothing
+            raise ConfigError("--burstiness", "shapes the gaps between arrivals at a finite rate, but every request "
+                              "is sent at once here (--request-rate inf, or --concurrency without --qps)",
+                              "give --qps too, or drop --burstiness")
+        if out.get("cv") is not None:
+            raise ConfigError("--burstiness", f"sets the gaps' cv (1/sqrt(B)), and --cv {out['cv']} sets it too",
+                              "drop one of them")
+        if arrival not in (None, "gamma") and not (arrival == "poisson" and burstiness == 1):
+            raise ConfigError("--burstiness", f"{burstiness:g} shapes gamma gaps (1 is Poisson), but --arrival is "
+                              f"{arrival}", "drop one of them")
         out["arrival"] = "poisson" if burstiness == 1 else "gamma"
         out["cv"] = None if burstiness == 1 else 1.0 / burstiness**0.5
     if expert_parallel:

@@ -5,6 +5,7 @@ independent LRU written here."""
 from __future__ import annotations
 
 import functools
+import json
 from collections import OrderedDict
 
 import numpy as np
@@ -68,6 +69,19 @@ def test_block_names_map_trace_blocks_onto_engine_blocks():
 
 
 # -- hits, sharing, the last token -------------------------------------------------------------
+def test_mooncake_ids_far_apart_never_name_one_block(tmp_path):
+    # Ids 5 and 5 + 2**55 once named the same engine blocks (id * hash_block_size wrapped in int64):
+    # two requests sharing nothing hit each other's cache.
+    lines = [{"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [5, 7]},
+             {"timestamp": 10, "input_length": 1024, "output_length": 4, "hash_ids": [5 + 2**55, 9]},
+             {"timestamp": 20, "input_length": 1024, "output_length": 4, "hash_ids": [5, 11]}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines))
+    tr = _read_mooncake(str(path))
+    names = [set(block_names(h, tr.hash_block_size, 1024, 16)) for h in tr.block_hashes]
+    assert not names[0] & names[1] and len(names[0] & names[2]) == 512 // 16  # the real shared block still shared
+
+
 def test_second_identical_prompt_hits_all_but_the_last_token():
     mgr = PrefixCachingBlockManager(1000, BS, watermark=0.0)
     prompt = 100 * BS + 1  # 100 full blocks and a 1-token tail
@@ -472,7 +486,7 @@ def test_a_gzipped_mooncake_trace_is_read_as_mooncake_with_its_hashes(tmp_path):
     packed.write_bytes(gzip.compress(text.encode()))
     assert prefix_trace_format(str(packed)) == "mooncake"
     a, b = read_prefix_trace(str(plain)), read_prefix_trace(str(packed))
-    assert b is not None and [h.tolist() for h in b.block_hashes] == [[1, 2], [1, 2, 3]]
+    assert b is not None and [h.tolist() for h in b.block_hashes] == [[0, 1], [0, 1, 2]]  # renumbered from 1, 2, 3
     assert a.arrival_s.tolist() == b.arrival_s.tolist() == [0.0, 0.25]
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(gzip.compress(text.encode())[:-12])

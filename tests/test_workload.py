@@ -217,6 +217,19 @@ def test_example_traces_load() -> None:
     assert list(jsonl.num_output_tokens) == [128, 256, 700, 100, 400]
 
 
+def test_a_csv_with_a_byte_order_mark_reads_as_without(tmp_path: Path) -> None:
+    # Excel's "CSV UTF-8" starts with a BOM; the quick reader once kept it in the first column's name,
+    # so a timestamp column went unseen (and an Azure file was read as a plain one).
+    for name in ("vidur_example.csv", "azure_example.csv"):
+        plain = load_trace(EXAMPLES / name)
+        bom = tmp_path / name
+        bom.write_bytes(b"\xef\xbb\xbf" + (EXAMPLES / name).read_bytes())
+        read = load_trace(bom)
+        assert read.fmt == plain.fmt and read.arrival_s is not None
+        np.testing.assert_array_equal(read.arrival_s, plain.arrival_s)
+        np.testing.assert_array_equal(read.num_prompt_tokens, plain.num_prompt_tokens)
+
+
 def test_azure_raw_and_vidur_processed_agree() -> None:
     raw = load_trace(shared("AzureLLMInferenceTrace_conv.csv"))
     processed = load_trace(shared("splitwise_conv.csv"))

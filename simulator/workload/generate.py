@@ -583,7 +583,7 @@ def _read_csv_plain(path: str) -> TraceData | None:
     import csv
 
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             columns = next(reader, [])
             if len(set(columns)) != len(columns):

@@ -151,6 +151,7 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
     """A Mooncake trace: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
     arrival, prompt, output, hashes = [], [], [], []
     positions: dict[int, int] = {}
+    dense: dict[int, int] = {}  # raw hash id -> its number in this trace
     try:
         with _open_lines(path) as fh:
             for lineno, line in enumerate(fh, start=1):
@@ -190,7 +191,10 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
                 arrival.append(float(t))
                 prompt.append(n_in)
                 output.append(n_out)
-                hashes.append(np.asarray(ids, dtype=np.int64))
+                # Renumbered densely in order of first use (a bijection, so every shared prefix stays shared):
+                # the engine names a block id * hash_block_size + offset, which for raw ids near 2**63
+                # wrapped in int64 and made two unrelated blocks one.
+                hashes.append(np.fromiter((dense.setdefault(h, len(dense)) for h in ids), dtype=np.int64, count=len(ids)))
     except UnicodeDecodeError:
         raise ConfigError(_FIELD, f"{path}: not UTF-8 text", "pass a JSONL text file") from None
     except (OSError, EOFError) as err:  # (EOFError: a truncated gzip)

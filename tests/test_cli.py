@@ -122,7 +122,7 @@ def test_models_and_gpus_list_catalogs():
 
 
 def test_hf_id_alias_gives_same_config(tmp_path: Path):
-    for name, model in (("a", "mistral-7b"), ("b", "mistralai/Mistral-7B-v0.1")):
+    for name, model in (("a", "mistral-7b"), ("b", "mistralai/Mistral-7B-Instruct-v0.2")):
         assert runner.invoke(app, ["run", "--model", model, "--num-requests", "5", "--format", "csv",
                                    "--out", str(tmp_path / name), "--no-progress"]).exit_code == 0
     assert (tmp_path / "a" / "config.json").read_text() == (tmp_path / "b" / "config.json").read_text()

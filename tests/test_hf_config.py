@@ -25,7 +25,7 @@ FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "tied_embeddings",
                 "num_experts", "num_experts_per_tok", "expert_ffn_size", "num_shared_experts", "num_dense_layers",
                 "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "num_params",
-                "num_active_params")
+                "num_active_params", "sliding_window", "num_sliding_layers")
 
 
 def test_one_fixture_per_family():
@@ -54,7 +54,7 @@ def test_family_specific_fields():
     assert (gpt.sliding_window, gpt.num_sliding_layers) == (128, 12)
     scout = get_model(str(FIXTURES / "llama-4-scout"))
     assert (scout.sliding_window, scout.num_sliding_layers, scout.num_shared_experts) == (8192, 36, 1)
-    mistral = get_model(str(FIXTURES / "mistral-7b"))
+    mistral = get_model(str(FIXTURES / "mistral-7b-v0.1"))
     assert (mistral.sliding_window, mistral.num_sliding_layers) == (4096, 32)
     qwen = get_model(str(FIXTURES / "qwen2.5-7b"))
     assert qwen.num_sliding_layers == 0  # use_sliding_window: false
@@ -91,6 +91,10 @@ def _base() -> dict:
     ({"decoder_sparse_step": 2}, "model.decoder_sparse_step"),
     ({"num_experts_per_tok": 200}, "model.num_experts_per_tok"),
     ({"layer_types": ["full_attention"] * 47 + ["mamba"]}, "model.layer_types"),
+    ({"layer_types": ["sliding_attention"] * 46 + ["full_attention", None]}, "model.layer_types"),  # a TypeError once
+    ({"layer_types": [{"a": 1}, "sliding_attention"] + ["full_attention"] * 46}, "model.layer_types"),
+    ({"moe_layers": list(range(47))}, "model.moe_layers"),  # 47 MoE layers, but every layer is one
+    ({"moe_layers": [0, 0] + list(range(2, 48))}, "model.moe_layers"),
     # a linear-attention layer needs its state's shape
     ({"layer_types": ["full_attention"] * 47 + ["linear_attention"]}, "model.linear_num_key_heads"),
     # a hybrid needs at least one full-attention layer
@@ -103,6 +107,19 @@ def test_bad_configs_name_the_field(change, field):
         model_from_hf_dict(cfg, "x")
     assert err.value.field == field
     assert "\n" not in str(err.value)
+
+
+def test_fields_of_real_configs_that_change_nothing_are_read():
+    # Llama-4's configs from transformers 4.51 list their MoE layers; Qwen2.5's carry use_mrope: false.
+    # Both were refused as unknown fields.
+    scout = json.loads((FIXTURES / "llama-4-scout" / "config.json").read_text())
+    scout["text_config"]["moe_layers"] = list(range(48))
+    assert model_from_hf_dict(scout, "x").num_dense_layers == 0
+    maverick = {**scout, "text_config": {**scout["text_config"], "interleave_moe_layer_step": 2,
+                                          "moe_layers": list(range(1, 48, 2))}}
+    assert model_from_hf_dict(maverick, "x").num_dense_layers == 24
+    qwen = json.loads((FIXTURES / "qwen2.5-7b" / "config.json").read_text())
+    assert model_from_hf_dict({**qwen, "use_mrope": False}, "x") == model_from_hf_dict(qwen, "x")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

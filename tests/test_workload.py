@@ -380,7 +380,7 @@ BAD = [
     ("keys.jsonl", '{"foo": 5, "bar": 2}\n', "unknown trace format, keys of line 1 \\[foo, bar\\]"),
     ("miss.jsonl", '{"input_toks": 5, "output_toks": 2}\n{"input_toks": 5}\n', "line 2 lacks key 'output_toks'"),
     ("null.jsonl", '{"input_toks": 5, "output_toks": null}\n', "line 1, column output_toks: empty or NaN value"),
-    ("bool.jsonl", '{"input_toks": true, "output_toks": 3}\n', "line 1, column input_toks"),
+    ("bool.jsonl", '{"input_toks": true, "output_toks": 3}\n', "line 1, column input_toks: 'true' is not a number"),
     ("str.jsonl", '{"input_toks": "many", "output_toks": 3}\n', "line 1, column input_toks: 'many' is not a number"),
     ("ns.jsonl", '{"input_toks": 5, "output_toks": 3, "arrival_time_ns": 9}\n'
                  '{"input_toks": 5, "output_toks": 3, "arrival_time_ns": 8}\n', "line 2, column arrival_time_ns"),

@@ -131,8 +131,13 @@ _MODELS: tuple[ModelSpec, ...] = (
               aliases=("meta-llama/Meta-Llama-3-8B-Instruct",)),
     ModelSpec("llama-3-70b", "meta-llama/Meta-Llama-3-70B", 80, 8192, 64, 8, 28672, 128256, 8192,
               aliases=("meta-llama/Meta-Llama-3-70B-Instruct",)),
-    ModelSpec("mistral-7b", "mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 14336, 32000, 32768,
-              aliases=("mistralai/Mistral-7B-Instruct-v0.2",)),
+    # v0.2 attends over its whole 32K context; v0.1 (same shape) over a 4096-token window in every layer
+    # (its config.json's sliding_window): one entry priced both until v0.1 got its own.
+    ModelSpec("mistral-7b", "mistralai/Mistral-7B-Instruct-v0.2", 32, 4096, 32, 8, 14336, 32000, 32768,
+              source="mistralai/Mistral-7B-Instruct-v0.2 config.json"),
+    ModelSpec("mistral-7b-v0.1", "mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 14336, 32000, 32768,
+              aliases=("mistralai/Mistral-7B-Instruct-v0.1",), sliding_window=4096, num_sliding_layers=32,
+              source="mistralai/Mistral-7B-v0.1 config.json"),
     # v0.3: v0.1's shape with a 32768-token vocabulary.
     ModelSpec("mistral-7b-v0.3", "mistralai/Mistral-7B-v0.3", 32, 4096, 32, 8, 14336, 32768, 32768,
               aliases=("mistralai/Mistral-7B-Instruct-v0.3",), source="mistralai/Mistral-7B-Instruct-v0.3 config.json"),

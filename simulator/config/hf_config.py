@@ -59,7 +59,7 @@ _READ = frozenset({
     "max_window_layers", "layer_types", "num_local_experts", "num_experts", "n_routed_experts",
     "num_experts_per_tok", "experts_per_token", "moe_intermediate_size", "n_shared_experts",
     "first_k_dense_replace", "moe_layer_freq", "interleave_moe_layer_step", "decoder_sparse_step",
-    "mlp_only_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "moe_layers", "mlp_only_layers", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
     "attention_chunk_size", "no_rope_layers", "_name_or_path", "full_attention_interval", "linear_conv_kernel_dim",
     "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules",
     "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
@@ -72,7 +72,7 @@ _IGNORED = frozenset({
     "partial_rotary_factor", "torch_dtype", "dtype", "transformers_version", "use_cache", "auto_map",
     "pretraining_tp", "mlp_bias", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise",
     "norm_topk_prob", "aux_loss_alpha", "seq_aux", "scoring_func", "topk_method", "n_group", "topk_group",
-    "routed_scaling_factor", "ep_size", "use_qk_norm",
+    "routed_scaling_factor", "ep_size", "use_qk_norm", "use_mrope",
     "attn_temperature_tuning", "floor_scale", "attn_scale", "swiglu_limit", "initial_context_length",
     "vision_config", "boi_token_index", "eoi_token_index", "image_token_index", "cache_implementation",
     "for_llm_compressor", "router_dtype", "use_mla", "rope_interleave", "is_llama_config", "bos_token",
@@ -287,6 +287,16 @@ def _experts(f: _Fields, model_type: str, num_layers: int, kwargs: dict[str, Any
     step = f.opt("interleave_moe_layer_step", 1)
     if step > 1:  # Llama-4 Maverick: every step-th layer is MoE, the others dense
         num_dense = num_layers - num_layers // step
+    moe_layers = f.cfg.get("moe_layers")  # Llama-4's configs (transformers >= 4.51) list the MoE layers too
+    if moe_layers is not None:
+        if (not isinstance(moe_layers, list) or not moe_layers or len(set(map(repr, moe_layers))) != len(moe_layers)
+                or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in moe_layers)):
+            raise ConfigError("model.moe_layers", f"{f.where}: must list distinct layer indices in [0, {num_layers})",
+                              "fix the config")
+        listed_dense = num_layers - len(moe_layers)
+        if listed_dense != (num_dense or 0):
+            raise ConfigError("model.moe_layers", f"{f.where}: lists {len(moe_layers)} MoE layers of {num_layers}, "
+                              f"but the other fields give {num_layers - (num_dense or 0)}", "make them agree")
     shared_width = f.opt("shared_expert_intermediate_size")
     shared = f.opt("n_shared_experts") or (1 if model_type.startswith("llama4") or shared_width else 0)
     if shared_width and shared_width != expert_ffn:
@@ -318,7 +328,8 @@ def _attention_windows(f: _Fields, model_type: str, num_layers: int) -> tuple[in
     if layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != num_layers:
             raise ConfigError("model.layer_types", f"{f.where}: needs one entry per layer ({num_layers})")
-        bad = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention", "linear_attention")})
+        bad = [t for t in layer_types if not isinstance(t, str)
+               or t not in ("full_attention", "sliding_attention", "linear_attention")]
         if bad:
             raise f.unsupported("layer_types", f"layer type {bad[0]!r} (full_attention, sliding_attention and "
                                 "linear_attention are read)")

@@ -731,8 +731,9 @@ def _read_jsonl(path: str) -> TraceData:
     import pandas as pd
 
     def series(values: list[Any]) -> pd.Series:
-        # bool is an int subclass in Python; a true/false token count is a mistake, not 1/0.
-        return pd.Series([None if isinstance(v, bool) else v for v in values], dtype=object)
+        # bool is an int subclass in Python; a true/false token count is a mistake, not 1/0, and is
+        # reported as the JSON it was (as a string is), not as an empty value.
+        return pd.Series([("true" if v else "false") if isinstance(v, bool) else v for v in values], dtype=object)
 
     prompt = _validate_lengths(series(prompt_raw), keys[0], line_arr, path)
     output = _validate_lengths(series(output_raw), keys[1], line_arr, path)

@@ -452,6 +452,11 @@ def test_four_bit_moe_checkpoints_price_attention_and_the_router_from_the_bf16_g
     assert fp4.gemm(t, 2048, 7168)[0] != pytest.approx(bf16.gemm(t, 2048, 7168)[0], rel=1e-3)  # the NVFP4 rows
     dense = _model(aic, model="llama-3.1-70b", gpu="b200", tp=2, backend="trtllm", dtype="nvfp4")
     assert dense.attn_gemm == dense.gemm
+    # every quantized checkpoint's LM head stays at 16 bits (as the memory plan holds it): the bfloat16 rows
+    dense_bf16 = _model(aic, model="llama-3.1-70b", gpu="b200", tp=2, backend="trtllm")
+    n = np.array([1.0, 64.0, 2048.0])
+    np.testing.assert_allclose(dense.lm_head_time(n), dense_bf16.lm_head_time(n), rtol=1e-12)
+    np.testing.assert_allclose(fp4.lm_head_time(n), bf16.lm_head_time(n), rtol=1e-12)
 
 
 def test_vllm_mla_on_blackwell_is_priced_by_the_kernel_it_runs(aic) -> None:  # noqa: ANN001

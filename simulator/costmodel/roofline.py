@@ -157,12 +157,16 @@ class RooflineCostModel(TabulatedCostModel):
         return self._gemm_time(tokens, k, n, self.weight_bytes, self.gemm_peak_flops, self.gemm_constants,
                                self.gemm_knee_scale)
 
-    def attn_gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
-        """An attention projection's or the router's GEMM: :meth:`gemm`, or in 16 bits (weights at
-        ``dtype_bytes``, the bf16 peak and curve) where a 4-bit MoE checkpoint keeps them so."""
-        if not self.attn_16bit:
-            return self.gemm(tokens, k, n)
+    def gemm16(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
+        """A GEMM a quantized checkpoint keeps at 16 bits (weights at ``dtype_bytes``, the bf16 peak and
+        curve): its LM head always (FP8, NVFP4 and MXFP4 checkpoints leave ``lm_head`` unquantized, and
+        memory is planned so), and a 4-bit MoE checkpoint's attention and router."""
         return self._gemm_time(tokens, k, n, float(self.dtype_bytes), self.gpu.bf16_flops, self._bf16_constants, 1.0)
+
+    def attn_gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
+        """An attention projection's or the router's GEMM: :meth:`gemm`, or :meth:`gemm16` where a 4-bit
+        MoE checkpoint keeps them at 16 bits."""
+        return self.gemm16(tokens, k, n) if self.attn_16bit else self.gemm(tokens, k, n)
 
     def _gemm_time(self, tokens: np.ndarray, k: int, n: int, weight_bytes: float, peak_flops: float,
                    constants: tuple[float, float, float, float, float], knee_scale: float) -> np.ndarray:
@@ -404,7 +408,7 @@ class RooflineCostModel(TabulatedCostModel):
 
     def lm_head_time(self, num_logits: np.ndarray) -> np.ndarray:
         m, n = self.model, np.asarray(num_logits, dtype=np.float64)
-        lm_head = self.gemm(n, m.hidden_size, m.vocab_size // self.replica.tp)
+        lm_head = self.gemm16(n, m.hidden_size, m.vocab_size // self.replica.tp)
         # Gathering the vocab-sharded logits, then sampling.
         gather = self.all_reduce(n) * (m.vocab_size / m.hidden_size / 2)
         norm = self.elementwise(n, 2 * m.hidden_size * self.dtype_bytes)

@@ -229,22 +229,26 @@ class TableCostModel(TabulatedCostModel):
         self._gemm_max_m = float(min(v[0][-1] for v in self._gemm_index.values()))
 
     def _load_attn_gemm(self) -> None:
-        """``attn_gemm``: the GEMM rows the attention projections and the router run on. A 4-bit MoE
-        checkpoint keeps them at 16 bits (``ReplicaConfig.experts_only_quantized``): the bfloat16 rows,
-        the roofline's 16-bit GEMM past them; else :meth:`gemm` itself."""
-        self.attn_gemm = self.gemm
-        if not self.replica.experts_only_quantized or self._gemm_dtype == "bfloat16":
+        """``gemm16``: the GEMMs a quantized checkpoint keeps at 16 bits, on the bfloat16 rows (the
+        roofline's 16-bit GEMM past them): its LM head always (FP8 and FP4 checkpoints leave ``lm_head``
+        unquantized), and ``attn_gemm``, the attention projections and router, where a 4-bit MoE
+        checkpoint keeps them so (``ReplicaConfig.experts_only_quantized``; else :meth:`gemm` itself).
+        At bfloat16 both are :meth:`gemm`."""
+        self.attn_gemm = self.gemm16 = self.gemm
+        if self._gemm_dtype == "bfloat16":
             return
         twin = copy.copy(self)  # the same tables but the GEMM index, read at bfloat16
         twin.rf = copy.copy(self.rf)
-        twin.rf.gemm = twin.rf.attn_gemm  # its roofline fallback and extrapolation anchor: 16-bit too
+        twin.rf.gemm = twin.rf.gemm16  # its roofline fallback and extrapolation anchor: 16-bit too
         twin._gemm_dtype, twin._gemm_curves = "bfloat16", {}
         twin.notes, twin.roofline_ops, twin.versions, twin.borrowed = [], [], {}, {}
         twin._load_gemm()
         if not twin._gemm_index:
-            self._lack("attn_gemm", "no bfloat16 GEMM rows for the attention projections and router that a 4-bit "
-                       "MoE checkpoint keeps at 16 bits")
-        self.attn_gemm = twin.gemm
+            self._lack("gemm16", "no bfloat16 GEMM rows for the LM head (and a 4-bit MoE checkpoint's attention "
+                       "projections and router) that the checkpoint keeps at 16 bits")
+        self.gemm16 = twin.gemm
+        if self.replica.experts_only_quantized:
+            self.attn_gemm = twin.gemm
 
     def gemm_curve(self, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Latency (s) over measured ``m`` of ``[m, k] @ [k, n]``: log-log blend of the nearest
@@ -879,7 +883,7 @@ class TableCostModel(TabulatedCostModel):
 
     def lm_head_time(self, num_logits: np.ndarray) -> np.ndarray:
         m, n = self.model, np.asarray(num_logits, dtype=np.float64)
-        lm_head = self.gemm(n, m.hidden_size, m.vocab_size // self.replica.tp)
+        lm_head = self.gemm16(n, m.hidden_size, m.vocab_size // self.replica.tp)
         gather = self.rf.all_reduce(n) * (m.vocab_size / m.hidden_size / 2)
         norm = self.elementwise(n, 2 * m.hidden_size * self.dtype_bytes)
         return np.where(n > 0, lm_head + gather + norm, 0.0)

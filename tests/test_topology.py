@@ -179,3 +179,37 @@ def test_a_pipeline_hop_inside_a_node_pays_the_calibrations_measured_send_recv_l
     with_fit = RooflineCostModel(replica, measured).send_recv_time(64, 0)
     without = RooflineCostModel(replica, replace(measured, send_recv_latency_s=None)).send_recv_time(64, 0)
     assert with_fit - without == pytest.approx(9e-6 - 5e-6, rel=1e-9)
+
+
+def test_a_mesh_gives_a_group_the_links_to_its_peers_only():
+    """An MI300X's 448 GB/s is seven 64 GB/s links, one to each other GPU of its server (a mesh, no switch):
+    a TP pair talks over one, a TP4 group over three, TP8 over all seven; a PP hop is one pair's link. The
+    mesh once priced every group at the full 448 GB/s (a TP2 all-reduce ~7x too fast)."""
+    link = 64e9
+    for tp in (2, 4, 8):
+        assert build_topology("mi300x", tp, 1).tp_ring_bytes_per_s == pytest.approx(link * (tp - 1))
+    assert [h.bytes_per_s for h in build_topology("mi300x", 2, 4).hop_links] == pytest.approx([link] * 3)
+    assert build_topology("mi300x", 2, 1, dp=4).ep_bytes_per_s == pytest.approx(7 * link)  # the 8-GPU MoE group
+    # a switch reaches its full bandwidth from any group
+    assert build_topology("h100-sxm", 2, 1).tp_ring_bytes_per_s == build_topology("h100-sxm", 8, 1).tp_ring_bytes_per_s
+
+
+def test_a_gpu_file_may_describe_a_mesh(tmp_path):
+    import json
+
+    from simulator.config.hf_config import load_gpu_file
+
+    table = {"name": "m", "bf16_tflops": 1000, "hbm_gb_per_s": 5000, "memory_gb": 192, "nvlink_gb_per_s": 448,
+             "nvlink_switch": True}
+    for mesh, needle in ((7, None), (-1, "mesh_links"), (True, "mesh_links"), (2.5, "mesh_links")):
+        path = tmp_path / f"g{mesh}.json"
+        path.write_text(json.dumps({**table, "mesh_links": mesh}))
+        if needle is None:
+            assert build_topology(load_gpu_file(str(path)), 2, 1).tp_ring_bytes_per_s == pytest.approx(64e9)
+        else:
+            with pytest.raises(ConfigError, match=needle):
+                load_gpu_file(str(path))
+    path = tmp_path / "noswitch.json"
+    path.write_text(json.dumps({**table, "nvlink_switch": False, "mesh_links": 7}))
+    with pytest.raises(ConfigError, match="add nvlink_switch"):
+        load_gpu_file(str(path))

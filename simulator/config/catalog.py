@@ -224,10 +224,11 @@ _GPUS: tuple[GPUSpec, ...] = (
                    "97887 MiB GDDR7, 1.792 TB/s, PCIe5 x16 64 GB/s"),
     GPUSpec("mi300x", 1307.4 * TFLOPS, 5300 * GB, 196288 * MiB, 448 * GB, 64 * GB, aliases=("amd-mi300x",),
             fp8_flops=2614.9 * TFLOPS,
-            nvlink_switch=True,
+            nvlink_switch=True, mesh_links=7,
             source="AMD Instinct MI300X datasheet: 1307.4 TF BF16 and 2614.9 TF FP8 dense, 192 GB HBM3 (196,288 "
                    "MiB as a MI300X reports its global memory), 5.3 TB/s, "
-                   "Infinity Fabric 896 GB/s aggregate peer bandwidth, PCIe Gen5 x16"),
+                   "Infinity Fabric 896 GB/s aggregate peer bandwidth over 7 links of 128 GB/s (64 GB/s a direction) "
+                   "to the other 7 GPUs of its server, PCIe Gen5 x16"),
     GPUSpec("h20", 148 * TFLOPS, 4000 * GB, 97871 * MiB, 450 * GB, 64 * GB, aliases=("h20-sxm",), fp8_flops=296 * TFLOPS,
             nvlink_switch=True,
             source="NVIDIA H20 product brief: 148 TF BF16 and 296 TF FP8 dense, 96 GB HBM3 (97,871 MiB as nvidia-smi reports "

@@ -22,8 +22,8 @@ are its ``--dtype``): ``ModelSpec.checkpoint_quant``, which the run's header com
 
 ``--gpu PATH`` reads a GPU from a TOML or JSON table with keys ``name``, ``bf16_tflops``,
 ``hbm_gb_per_s``, ``memory_gb`` and optional ``fp8_tflops``, ``fp4_tflops``, ``nvlink_gb_per_s`` (per
-direction; 0 without NVLink), ``pcie_gb_per_s`` (default 64), ``nvlink_switch`` and
-``source``.
+direction; 0 without NVLink), ``pcie_gb_per_s`` (default 64), ``nvlink_switch``, ``mesh_links`` (a
+fully connected mesh: how many peer links ``nvlink_gb_per_s`` sums, e.g. 7 on an MI300X) and ``source``.
 
 Both loaders key the spec's ``name`` on the path as given, so a run config holding the path
 reproduces the run; results are cached per path (and file modification time).
@@ -388,7 +388,7 @@ def _check_fields(cfg: dict[str, Any], where: str) -> None:
 
 # -- GPUs from files ---------------------------------------------------------------------------------------
 _GPU_KEYS = {"name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "hbm_gb_per_s", "memory_gb", "nvlink_gb_per_s", "pcie_gb_per_s",
-             "nvlink_switch", "source"}
+             "nvlink_switch", "mesh_links", "source"}
 
 
 # A GPU file's figures, each in its own unit (TFLOPS, GB/s, GB): what any GPU could have.
@@ -445,6 +445,12 @@ def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
     if switch and not num("nvlink_gb_per_s"):
         raise ConfigError("gpu.nvlink_switch", f"{path}: an NVLink switch without NVLink (nvlink_gb_per_s 0) would change "
                           "nothing", "give nvlink_gb_per_s, or drop nvlink_switch")
+    mesh = data.get("mesh_links", 0)
+    if isinstance(mesh, bool) or not isinstance(mesh, int) or not 0 <= mesh <= 71:
+        raise ConfigError("gpu.mesh_links", f"{path}: needs a whole number of peer links in [0, 71], got {mesh!r}",
+                          "e.g. 7 for a GPU meshed with the 7 others of its server; 0 (or none) for a switch")
+    if mesh and not switch:
+        raise ConfigError("gpu.mesh_links", f"{path}: a mesh links every pair directly", "add nvlink_switch = true")
     for key in ("name", "source"):
         if key in data and not isinstance(data[key], str):
             raise ConfigError(f"gpu.{key}", f"{path}: needs a string, got {data[key]!r}", f'e.g. {key} = "my-gpu"')
@@ -452,4 +458,4 @@ def _load_gpu_file(path: str, _mtime_ns: int) -> GPUSpec:
     return GPUSpec(path, num("bf16_tflops") * TFLOPS, num("hbm_gb_per_s") * GB, num("memory_gb") * GB,
                    num("nvlink_gb_per_s") * GB, num("pcie_gb_per_s", 64.0) * GB, fp8_flops=num("fp8_tflops") * TFLOPS,
                    fp4_flops=num("fp4_tflops") * TFLOPS,
-                   source=str(data.get("source", data.get("name", path))), nvlink_switch=switch)
+                   source=str(data.get("source", data.get("name", path))), nvlink_switch=switch, mesh_links=mesh)

@@ -279,14 +279,18 @@ class GPUSpec:
     aliases: tuple[str, ...] = field(default=())
     fp8_flops: float = 0.0  # dense FP8 tensor-core peak; 0 where the part has no FP8 tensor cores
     source: str = ""  # the datasheet the figures come from
-    nvlink_switch: bool = False  # every GPU pair at full link speed in its usual server (NVSwitch, MI300X mesh)
+    nvlink_switch: bool = False  # every GPU pair linked directly in its usual server (NVSwitch, MI300X mesh)
+    # A fully connected mesh (AMD Infinity Fabric): nvlink_bytes_per_s is the sum of this many peer links, one
+    # to each other GPU of the server, so a group of n GPUs talks over n - 1 of them (a pair over one); 0: a
+    # switch, where any group reaches the full bandwidth.
+    mesh_links: int = 0
     fp4_flops: float = 0.0  # dense FP4 (NVFP4/MXFP4) tensor-core peak; 0 where the part has none (before Blackwell)
     # GPUs one NVLink fabric joins at full speed where that reaches past a server (72 in a GB200/GB300
     # NVL72 rack); 0: the server's GPUs only. An expert-parallel group this size all-to-alls over NVLink.
     nvlink_domain_gpus: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("fp8_flops", "fp4_flops", "nvlink_domain_gpus"):
+        for name in ("fp8_flops", "fp4_flops", "nvlink_domain_gpus", "mesh_links"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"gpu.{name}", f"must be >= 0, got {getattr(self, name)}")
         for name in ("bf16_flops", "hbm_bytes_per_s", "memory_bytes", "pcie_bytes_per_s"):

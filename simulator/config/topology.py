@@ -53,7 +53,7 @@ The simulator itself never reads measured tables from here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from simulator.config.catalog import GPUSpec, get_gpu
@@ -275,11 +275,17 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
                           f"pp={pp} on {num_nodes} nodes)",
                           "keep TP inside a node (tp dividing GPUs per node, pp a multiple of --nodes) "
                           "or pass --allow-tp-across-nodes")
+    # A mesh (GPUSpec.mesh_links) gives a group of n GPUs n - 1 of its links, a pair (a PP hop) one.
+    mesh = gpu.mesh_links if intra.kind == "nvlink" and not intra.pairwise else 0
+
+    def mesh_share(link: Link, n: int) -> Link:
+        return replace(link, bytes_per_s=link.bytes_per_s * min(max(n - 1, 1), mesh) / mesh) if mesh else link
+
     if intra.pairwise and tp > 2:
         pcie = get_link("pcie", gpu)
         ring_bw, ring_latency = min(intra.bytes_per_s, pcie.bytes_per_s), max(intra.latency_s, pcie.latency_s)
     else:
-        ring_bw, ring_latency = intra.bytes_per_s, intra.latency_s
+        ring_bw, ring_latency = mesh_share(intra, tp).bytes_per_s, intra.latency_s
     if tp_spans_nodes and not tp_in_domain:
         # NCCL runs a ring per NIC: the ring crosses nodes at the NICs the group's GPUs of a node
         # reach, no faster than its hops inside the node (one NIC: the NIC, bytes_per_s exactly, as ever).
@@ -289,12 +295,12 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
     hops = []
     for s in range(pp - 1):
         same_node = (s * tp) // gpus_per_node == ((s + 1) * tp) // gpus_per_node
-        hops.append(intra if same_node or in_domain(s * tp, (s + 2) * tp - 1) else inter)
+        hops.append(mesh_share(intra, 2) if same_node or in_domain(s * tp, (s + 2) * tp - 1) else inter)
     ep_bw = ring_bw  # without DP the MoE group is the TP group
     ep_crosses_nodes = False
     if dp > 1:
         group = tp * dp
-        local_bw = intra.bytes_per_s
+        local_bw = mesh_share(intra, min(group, gpus_per_node)).bytes_per_s
         if intra.pairwise and min(group, gpus_per_node) > 2:
             local_bw = min(intra.bytes_per_s, get_link("pcie", gpu).bytes_per_s)
         if num_nodes == 1 or (intra.kind == "nvlink" and not intra.pairwise and group <= gpu.nvlink_domain_gpus):

@@ -180,7 +180,9 @@ def test_dtype_spellings_and_bad_names():
 def test_fp8_kv_bytes_per_token_by_hand(model, tp, kv, per_layer):
     r = ReplicaConfig(model, "b200", tp=tp, kv_cache_dtype=kv, dtype="nvfp4")
     plan = plan_memory(r, 2048, 64)
-    assert plan.kv_bytes_per_token[0] == MODELS[model].num_layers * per_layer
+    # per token, the layers whose KV grows with every token (gpt-oss: its 18 full-attention layers; its 18
+    # sliding ones hold a 128-token window a sequence, charged per sequence)
+    assert plan.kv_bytes_per_token[0] == MODELS[model].num_growing_kv_layers * per_layer
     assert RooflineCostModel(r, table_tokens=1).kv_bytes_per_token == per_layer
 
 
@@ -417,3 +419,35 @@ def test_a_quantized_checkpoints_lm_head_is_priced_at_16_bits_as_memory_plans_it
     bf16 = RooflineCostModel(ReplicaConfig("llama-3.1-8b", "h100-sxm"), table_tokens=1)
     np.testing.assert_allclose(q.lm_head_time(n), bf16.lm_head_time(n), rtol=1e-12)
     assert q.gemm(n, 4096, 14336)[0] < bf16.gemm(n, 4096, 14336)[0]  # the layers' GEMMs stay quantized
+
+
+def test_a_short_windows_layers_hold_the_window_not_the_context():
+    """gpt-oss's sliding layers attend over 128 tokens, and vLLM V1 frees their blocks that slide out of the
+    window: a sequence holds window + block_size tokens in each, not its whole context. Counted like full
+    layers, gpt-oss-120b on one H100 (MXFP4) held 127,552 tokens and was refused at its 131,072-token context,
+    where vLLM serves it on one 80 GB GPU."""
+    m = MODELS["gpt-oss-120b"]
+    assert (m.num_windowed_layers, m.num_growing_kv_layers) == (18, 18)
+    r = ReplicaConfig("gpt-oss-120b", "h100-sxm", dtype="mxfp4")
+    plan = plan_memory(r, 8192, 256)
+    per_layer = m.kv_bytes_per_token_per_gpu_layer(2, 1)
+    budget = plan.kv_budget_bytes[0]
+    assert plan.num_kv_tokens == pytest.approx(budget / (18 * per_layer), abs=r.block_size)  # twice the full count
+    assert plan.num_window_blocks == plan.num_state_blocks == (128 + 16) // 16  # 18 of 36 layers: one block each
+    assert plan.num_kv_tokens - plan.num_state_blocks * r.block_size >= 131_072
+    # a long window (Mistral-7B-v0.1's 4096 on every layer) and a model without windows keep the per-token count
+    assert MODELS["mistral-7b-v0.1"].num_windowed_layers == 0 == MODELS["llama-3.1-8b"].num_windowed_layers
+    assert plan_memory(ReplicaConfig("mistral-7b-v0.1", "h100-sxm"), 8192, 256).num_state_blocks == 0
+
+
+def test_windowed_blocks_balance_in_a_run():
+    from simulator.config.run_config import RunConfig, WorkloadConfig
+    from simulator.simulation import simulate
+
+    config = RunConfig(replica=ReplicaConfig("gpt-oss-20b", "h100-sxm", dtype="mxfp4", num_gpu_blocks=400,
+                                         max_model_len=4096),
+                       workload=WorkloadConfig(num_requests=60, qps=50.0))
+    result = simulate(config)
+    assert result.memory.num_state_blocks == 9
+    assert all(r.completed_at is not None for r in result.requests)
+    assert all(r.num_blocks == 0 and r.num_state_blocks == 0 for r in result.requests)  # every block returned

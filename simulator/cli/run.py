@@ -149,8 +149,11 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
                        ("sched_delay_s", "scheduling delay")):
         table.add_row(label, *(_ms(summary[f"{key}_{q}"]) for q in ("p50", "p90", "p99", "max")))
     print_table(console, table)
-    state = (f" (a sequence's recurrent state takes {summary['state_tokens_per_seq']:,})"
-             if "state_tokens_per_seq" in summary else "")
+    window = summary.get("window_tokens_per_seq", 0)
+    held = [f"its sliding layers' window {window:,}"] if window else []
+    if summary.get("state_tokens_per_seq", 0) > window:
+        held.insert(0, f"its recurrent state {summary['state_tokens_per_seq'] - window:,}")
+    state = f" (beside its tokens, a sequence holds {' and '.join(held)})" if held else ""
     if summary.get("kv_cache_tokens_by_memory", math.inf) < summary["kv_cache_tokens"]:  # said, not silent
         state += (f" (set by --num-gpu-blocks: more than the {summary['kv_cache_tokens_by_memory']:,} the memory plan "
                   f"gives at --gpu-memory-utilization {config.replica.gpu_memory_utilization:g})")

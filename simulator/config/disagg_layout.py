@@ -284,17 +284,20 @@ def kv_bytes_per_token(replica: ReplicaConfig) -> float:
     """KV bytes of one token for the whole model (all layers, all KV heads): what a transfer moves.
     As the cache stores it (``ModelSpec.kv_bytes_per_token_per_layer``): at the KV cache's dtype
     (``--kv-cache-dtype fp8`` moves half of bf16's bytes), and for MLA the compressed latent
-    (``kv_lora_rank + qk_rope_head_dim`` a layer), not K and V of every head; for a hybrid, its
-    full-attention layers only (:func:`state_bytes_per_seq` is the rest)."""
+    (``kv_lora_rank + qk_rope_head_dim`` a layer), not K and V of every head; the layers whose KV
+    grows with every token only (a hybrid's full-attention layers, not a short window's sliding layers:
+    :func:`state_bytes_per_seq` is the rest)."""
     m = replica.model_spec
-    return m.num_kv_layers * m.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)
+    return m.num_growing_kv_layers * m.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)
 
 
 def state_bytes_per_seq(replica: ReplicaConfig) -> float:
-    """A hybrid model's recurrent state of one sequence, every linear-attention layer and head (a
-    transfer moves it beside the prompt's KV); 0.0 for other models."""
+    """What a transfer moves of one sequence beside its prompt's per-token KV: a hybrid model's
+    recurrent state (every linear-attention layer and head), and a short window's sliding layers'
+    window (the window's tokens in each, an upper bound for a shorter prompt); 0.0 for other models."""
     m = replica.model_spec
-    return m.num_linear_layers * m.linear_state_bytes_per_gpu_layer(replica.dtype_bytes, 1)
+    window = m.num_windowed_layers * m.sliding_window * m.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)
+    return m.num_linear_layers * m.linear_state_bytes_per_gpu_layer(replica.dtype_bytes, 1) + window
 
 
 def layout_of(config: RunConfig) -> DisaggLayout | None:

@@ -19,6 +19,11 @@ GiB = 1024**3
 TFLOPS = 1e12
 
 
+# The longest sliding window whose layers are charged per sequence rather than per token
+# (ModelSpec.num_windowed_layers): a sequence shorter than the window is overcharged by at most this.
+WINDOWED_KV_MAX_TOKENS = 1024
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Shape of a decoder-only transformer, as the cost model and KV cache see it."""
@@ -145,6 +150,25 @@ class ModelSpec:
     def num_kv_layers(self) -> int:
         """Layers that keep per-token KV (all but the linear-attention ones)."""
         return self.num_layers - self.num_linear_layers
+
+    @property
+    def num_windowed_layers(self) -> int:
+        """Sliding-window layers whose KV a running sequence holds for its window only: vLLM V1's
+        sliding-window manager frees the blocks that slide out, so such a layer holds at most
+        ``sliding_window + block_size`` tokens of a sequence, however long. Charged once per
+        sequence (:func:`simulator.engine.kvcache.state_blocks_per_seq`) for windows of at most
+        :data:`WINDOWED_KV_MAX_TOKENS` (gpt-oss's 128); a longer window is counted like a full layer,
+        as is every layer of a model with no full-attention layer (Mistral-7B-v0.1's 4096), a bound
+        the other way: a sequence shorter than its window would be charged the window in each."""
+        if not 0 < self.sliding_window <= WINDOWED_KV_MAX_TOKENS or self.num_sliding_layers >= self.num_kv_layers:
+            return 0
+        return self.num_sliding_layers
+
+    @property
+    def num_growing_kv_layers(self) -> int:
+        """Layers whose KV grows with every token of a sequence (full attention, and the sliding
+        layers not in :attr:`num_windowed_layers`)."""
+        return self.num_kv_layers - self.num_windowed_layers
 
     @property
     def is_hybrid(self) -> bool:

@@ -409,7 +409,9 @@ def speculative_memory_plan(plan, replica: ReplicaConfig, spec: SpeculativeConfi
     ``num_gpu_blocks`` is kept as given)."""
     # A hybrid keeps a recurrent state for each of the k + 1 positions a verify may stop at (vLLM's
     # num_speculative_blocks), so that a rejected draft rolls back to the accepted one's state.
-    plan = dataclasses.replace(plan, num_state_blocks=plan.num_state_blocks * (1 + spec.k))
+    # (A sliding window's blocks are the window's, once.)
+    recurrent = plan.num_state_blocks - plan.num_window_blocks
+    plan = dataclasses.replace(plan, num_state_blocks=plan.num_window_blocks + recurrent * (1 + spec.k))
     weights, kv = drafter_memory(replica, spec)
     if (weights == 0.0 and kv == 0.0) or replica.num_gpu_blocks is not None:
         return plan

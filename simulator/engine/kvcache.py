@@ -17,7 +17,11 @@ Hybrid models (Gated DeltaNet layers beside full attention) keep per-token KV on
 full-attention layers, and a recurrent state per running sequence in the others. As vLLM V1's
 hybrid allocator pages both from one pool, the state is charged to the same blocks: each running
 sequence holds ``num_state_blocks`` blocks (its state's bytes over a block's KV bytes, rounded up)
-from its admission until it finishes or is preempted, beside the blocks of its tokens.
+from its admission until it finishes or is preempted, beside the blocks of its tokens. Sliding-window
+layers of a short window (gpt-oss's 128 tokens: ``ModelSpec.num_windowed_layers``) are charged the
+same way: a sequence holds at most ``window + block_size`` tokens in each (vLLM V1 frees the blocks
+that slide out of the window), so they take a fixed share of its blocks (``num_window_blocks``, part
+of ``num_state_blocks``) and its tokens grow the other layers' KV only.
 
 The block manager only counts blocks: which physical block holds which token does not
 change any timing the simulator models. Invariant: ``num_free_blocks + sum(r.num_blocks +
@@ -51,8 +55,9 @@ class MemoryPlan:
     num_kv_tokens: int  # tokens the whole replica can hold (tightest stage)
     num_blocks: int
     block_size: int
-    num_state_blocks: int = 0  # blocks each running sequence's recurrent state takes (hybrid models)
+    num_state_blocks: int = 0  # blocks each running sequence holds beside its tokens' (recurrent state, window)
     num_memory_tokens: int | None = None  # where num_gpu_blocks set the cache: the tokens the memory plan holds
+    num_window_blocks: int = 0  # of num_state_blocks: the windowed sliding layers' (the rest: recurrent state)
 
     def as_dict(self) -> dict[str, float | int]:
         return {
@@ -103,11 +108,13 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     """KV capacity of a replica; refuses layouts whose weights do not fit."""
     m, gpu, tp, db = replica.model_spec, replica.gpu_spec, replica.tp, replica.dtype_bytes
     layers = split_layers(m.num_layers, replica.pp)
-    # MHA/GQA heads are sharded by TP, an MLA latent is replicated; sliding-window layers are
-    # counted like full ones (a conservative bound: their blocks are not recycled).
-    kv_token_layer = m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, tp)
-    if m.is_hybrid:  # only the full-attention layers keep per-token KV (layers split evenly over stages)
-        kv_token_layer *= m.num_kv_layers / m.num_layers
+    # MHA/GQA heads are sharded by TP, an MLA latent is replicated. A hybrid's linear-attention layers
+    # and a short window's sliding layers keep no per-token KV (state_blocks_per_seq charges them); the
+    # other layers' is spread over all of them (layers split evenly over stages).
+    kv_layer = m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, tp)
+    kv_token_layer = kv_layer
+    if m.num_growing_kv_layers != m.num_layers:
+        kv_token_layer *= m.num_growing_kv_layers / m.num_layers
     wb = replica.weight_bytes  # transformer layers at --dtype; embeddings and LM head at dtype_bytes
     activation = activation_reserve_bytes(replica, max_num_batched_tokens, max_num_seqs)
     usable = gpu.memory_bytes * replica.gpu_memory_utilization
@@ -154,10 +161,11 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
         # another simulator's cache size, or an unbounded cache; the weights must still fit, which is
         # checked above. The blocks may exceed what the GPU holds: asked for, as vLLM's override allows.
         num_blocks = replica.num_gpu_blocks
+    window = window_blocks_per_seq(replica, kv_layer, kv_token_layer)
     return MemoryPlan(tuple(weights), activation, tuple(budgets), tuple(per_token),
                       num_blocks * replica.block_size, num_blocks, replica.block_size,
-                      state_blocks_per_seq(replica, kv_token_layer),
-                      None if replica.num_gpu_blocks is None else planned_blocks * replica.block_size)
+                      state_blocks_per_seq(replica, kv_token_layer) + window,
+                      None if replica.num_gpu_blocks is None else planned_blocks * replica.block_size, window)
 
 
 def state_blocks_per_seq(replica: ReplicaConfig, kv_token_layer: float) -> int:
@@ -169,6 +177,19 @@ def state_blocks_per_seq(replica: ReplicaConfig, kv_token_layer: float) -> int:
         return 0
     state = m.linear_state_bytes_per_gpu_layer(replica.dtype_bytes, replica.tp) * m.num_linear_layers / m.num_layers
     return -(-int(round(state / kv_token_layer)) // replica.block_size)
+
+
+def window_blocks_per_seq(replica: ReplicaConfig, kv_layer: float, kv_token_layer: float) -> int:
+    """Blocks one sequence's window takes in the windowed sliding layers (``ModelSpec.num_windowed_layers``;
+    0 without): ``window + block_size`` tokens of ``kv_layer`` bytes in each (vLLM V1 keeps the block
+    the window starts in), over the KV a block of tokens takes in the growing layers (``kv_token_layer``,
+    per mean layer), rounded up. At most the context's worth: a request never holds more."""
+    m = replica.model_spec
+    if not m.num_windowed_layers:
+        return 0
+    tokens = min(m.sliding_window + replica.block_size, replica.effective_max_model_len)
+    held = m.num_windowed_layers * tokens * kv_layer / m.num_layers
+    return -(-int(round(held / kv_token_layer)) // replica.block_size)
 
 
 class BlockManager:

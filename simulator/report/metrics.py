@@ -227,8 +227,10 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     out["kv_cache_tokens"] = result.memory.num_kv_tokens
     if result.memory.num_memory_tokens is not None:  # --num-gpu-blocks set it: what the memory would hold, beside
         out["kv_cache_tokens_by_memory"] = result.memory.num_memory_tokens
-    if result.memory.num_state_blocks:  # a hybrid: each running sequence's recurrent state, in blocks
+    if result.memory.num_state_blocks:  # each running sequence's recurrent state and window, in blocks' tokens
         out["state_tokens_per_seq"] = result.memory.num_state_blocks * result.memory.block_size
+        if result.memory.num_window_blocks:
+            out["window_tokens_per_seq"] = result.memory.num_window_blocks * result.memory.block_size
     if result.config.scheduler.prefix_cache is not None and not result.config.is_disaggregated:
         out["prefix_caching"] = prefix_cache_summary(result)
     out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)

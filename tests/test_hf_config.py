@@ -122,6 +122,17 @@ def test_fields_of_real_configs_that_change_nothing_are_read():
     assert model_from_hf_dict({**qwen, "use_mrope": False}, "x") == model_from_hf_dict(qwen, "x")
 
 
+@pytest.mark.parametrize(("family", "change", "key"), [
+    ("llama-3.1-8b", {"num_key_value_heads": 6}, "model.num_key_value_heads"),  # named num_kv_heads once
+    ("deepseek-v3", {"first_k_dense_replace": 70}, "model.first_k_dense_replace"),  # num_dense_layers once
+])
+def test_the_specs_own_checks_name_the_configs_field_and_file(family, change, key):
+    cfg = {**json.loads((FIXTURES / family / "config.json").read_text()), **change}
+    with pytest.raises(ConfigError) as err:
+        model_from_hf_dict(cfg, "x", where="my/config.json")
+    assert err.value.field == key and "my/config.json" in str(err.value) and "\n" not in str(err.value)
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True, timeout=120)
 

@@ -163,11 +163,24 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
                           f"servesim runs (at most {MAX_TOKENS:,})", "give the model's real context length")
     tied = f.flag("tie_word_embeddings")
     kwargs["checkpoint_quant"] = checkpoint_quant(cfg.get("quantization_config"))
-    return ModelSpec(
-        name=name, hf_id=hf_id, num_layers=num_layers, hidden_size=hidden, num_heads=heads,
-        num_kv_heads=kv_heads, ffn_size=ffn, vocab_size=f.need("vocab_size"),
-        max_model_len=context, activation=_ACTIVATIONS[act],  # type: ignore[arg-type]
-        tied_embeddings=tied, source=where, **kwargs)
+    try:
+        return ModelSpec(
+            name=name, hf_id=hf_id, num_layers=num_layers, hidden_size=hidden, num_heads=heads,
+            num_kv_heads=kv_heads, ffn_size=ffn, vocab_size=f.need("vocab_size"),
+            max_model_len=context, activation=_ACTIVATIONS[act],  # type: ignore[arg-type]
+            tied_embeddings=tied, source=where, **kwargs)
+    except ConfigError as err:  # the spec's own checks name its fields: name the config's, and the file
+        spec_field = err.field.removeprefix("model.")
+        key = _HF_NAMES.get(spec_field, spec_field)
+        problem = err.problem.replace(spec_field, key) if spec_field in err.problem else err.problem
+        raise ConfigError(f"model.{key}", f"{where}: {problem}", err.fix) from None
+
+
+# ModelSpec's fields as a config.json names them (for its validation errors).
+_HF_NAMES = {"num_kv_heads": "num_key_value_heads", "num_heads": "num_attention_heads", "num_layers": "num_hidden_layers",
+             "ffn_size": "intermediate_size", "num_dense_layers": "first_k_dense_replace",
+             "expert_ffn_size": "moe_intermediate_size", "num_shared_experts": "n_shared_experts",
+             "max_model_len": "max_position_embeddings", "num_sliding_layers": "layer_types"}
 
 
 def checkpoint_quant(quant: object) -> str:

@@ -31,6 +31,7 @@ HF_DIMS = {
     "llama-3.2-3b": (28, 3072, 24, 8, 8192, 128256, True, True),
     "mistral-7b-v0.3": (32, 4096, 32, 8, 14336, 32768, True, False),
     "mistral-7b": (32, 4096, 32, 8, 14336, 32000, True, False),
+    "mistral-7b-v0.1": (32, 4096, 32, 8, 14336, 32000, True, False),  # its 4096-token window: counted like full layers
     "llama-33b": (60, 6656, 52, 52, 17920, 32000, True, False),
     "yi-34b": (60, 7168, 56, 8, 20480, 64000, True, False),
     "yi-34b-200k": (60, 7168, 56, 8, 20480, 64000, True, False),
@@ -60,6 +61,7 @@ LAYOUTS = {
     "llama-3.2-3b": ("a100-80gb", 80, 1, 1, 1),
     "mistral-7b-v0.3": ("a100-80gb", 80, 1, 1, 1),
     "mistral-7b": ("a100-80gb", 80, 1, 1, 1),
+    "mistral-7b-v0.1": ("a100-80gb", 80, 1, 1, 1),
     "llama-33b": ("a100-80gb", 80, 1, 1, 1),  # Spec-Bench's Vicuna-33B: 65 GB of FP16 weights on one A100
     "yi-34b": ("a100-80gb", 80, 2, 1, 1),
     "yi-34b-200k": ("a100-80gb", 80, 2, 1, 1),

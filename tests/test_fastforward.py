@@ -592,3 +592,39 @@ def test_stretch_allocations_counted_in_a_loop_equal_numpy(monkeypatch: pytest.M
         vector = fastforward._allocations(firsts, bs, num)
         assert loop == vector and len(loop) == num
         assert sum(loop) == sum(max(0, -(-(c + num) // bs) - h) for c, h in zip(computed, held, strict=True))
+
+
+class _StopAt:
+    """A watch that settles the replicas, reads nothing else and stops the run at ``at`` (as the capacity
+    planner's ArrivalWatch may)."""
+
+    reads_only_timestamps = True
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def watch_settle(self, settle) -> None:  # noqa: ANN001
+        self.settle = settle
+
+    def __call__(self, env, requests):  # noqa: ANN001, ANN204
+        from simulator.simulation import StopRun
+
+        yield env.timeout(self.at)
+        self.settle(env.now)
+        raise StopRun("stop")
+
+
+def test_a_disaggregated_run_stopped_early_is_the_stepping_runs() -> None:
+    """A stopped disaggregated run left its decode pools' lockstep requests with the counters they had when they
+    joined: 1 token generated where the stepping run had 109, the first token at the prefill's time."""
+    config = RunConfig(replica=ReplicaConfig(model="tiny-llama-1b", gpu="h100-sxm", max_model_len=1024),
+                       scheduler=SchedulerConfig(name="vllm", prefix_caching=False),
+                       workload=WorkloadConfig(name="fixed", arrival="burst", num_requests=2, prompt_tokens=64,
+                                               output_tokens=200),
+                       prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)")
+    fields = ("num_generated", "num_computed", "num_blocks", "first_token_at", "last_token_at")
+    runs = [simulate(config.replace(fast_forward=ff), watch=_StopAt(0.3), token_times=True) for ff in (False, True)]
+    for plain, fast in zip(runs[0].requests, runs[1].requests, strict=True):
+        assert [getattr(plain, f) for f in fields] == [getattr(fast, f) for f in fields]
+        assert bytes(plain.token_times) == bytes(fast.token_times)
+    assert runs[0].requests[0].num_generated > 100  # stopped mid-decode, not before it

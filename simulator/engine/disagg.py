@@ -545,6 +545,8 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
     cluster = DisaggCluster(env, config, layout, recorder, router_rng, len(requests), lockstep)
     stopped = run_to_end(env, requests, cluster, watch, reporter, own_reporter=reporter is not progress, client=client)
     replicas = cluster.replicas
+    for r in replicas:  # a run stopped early leaves lockstep decodes carried: their true counters first
+        r.scheduler.settle()
     if config.first_token_at == "decode":
         deliver_first_token_on_decode(requests, cluster.log, {r.replica_id: r.scheduler.gaps for r in replicas})
     links_busy_s = cluster.links_busy_s()

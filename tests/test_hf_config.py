@@ -91,8 +91,8 @@ def _base() -> dict:
     ({"decoder_sparse_step": 2}, "model.decoder_sparse_step"),
     ({"num_experts_per_tok": 200}, "model.num_experts_per_tok"),
     ({"layer_types": ["full_attention"] * 47 + ["mamba"]}, "model.layer_types"),
-    ({"layer_types": ["sliding_attention"] * 46 + ["full_attention", None]}, "model.layer_types"),  # a TypeError once
-    ({"layer_types": [{"a": 1}, "sliding_attention"] + ["full_attention"] * 46}, "model.layer_types"),
+    ({"layer_types": ["sliding_attention"] * 46 + ["full_attention", None]}, "model.layer_types"),
+    ({"layer_types": [{"a": 1}, "sliding_attention"] + ["full_attention"] * 46}, "model.layer_types"),  # a TypeError once
     ({"moe_layers": list(range(47))}, "model.moe_layers"),  # 47 MoE layers, but every layer is one
     ({"moe_layers": [0, 0] + list(range(2, 48))}, "model.moe_layers"),
     # a linear-attention layer needs its state's shape

@@ -451,3 +451,15 @@ def test_windowed_blocks_balance_in_a_run():
     assert result.memory.num_state_blocks == 9
     assert all(r.completed_at is not None for r in result.requests)
     assert all(r.num_blocks == 0 and r.num_state_blocks == 0 for r in result.requests)  # every block returned
+
+
+def test_a_batch_that_fits_counts_each_sequences_window_blocks():
+    """predict's and capacity's batch check compares the batch's KV with the plan's tokens; a sequence's window
+    (and a hybrid's state) blocks sit beside its tokens: 1,800 gpt-oss-120b decodes of 100 tokens need 16 blocks
+    each, 28,800 in all, of the 15,996 an H100 holds."""
+    from simulator.engine.kvcache import batch_fit_problem
+
+    r = ReplicaConfig("gpt-oss-120b", "h100-sxm", dtype="mxfp4")
+    problem = batch_fit_problem(r, BatchShape.from_requests(decodes=[100] * 1800))
+    assert problem is not None and problem[0] == "kv"
+    assert batch_fit_problem(r, BatchShape.from_requests(decodes=[100] * 800)) is None

@@ -708,3 +708,17 @@ def test_a_chain_that_fits_is_not_refused_for_its_drafts() -> None:
     result = simulate(config.replace(speculative__vllm_json=NGRAM4, speculative__acceptance_rate=0.7))
     assert [r.status.name for r in result.requests] == ["FINISHED", "FINISHED"]
     assert all(r.num_generated == 500 for r in result.requests)
+
+
+def test_medusa_heads_hold_their_lm_heads_at_16_bits_as_they_are_priced() -> None:
+    """A Medusa head's LM head is priced by the 16-bit GEMM, as the target's; its memory was at the checkpoint's
+    weight bytes (a quarter of it under NVFP4)."""
+    from simulator.config.speculative import from_vllm_json
+    from simulator.costmodel.speculative import drafter_memory
+
+    spec = from_vllm_json('{"method": "medusa", "num_speculative_tokens": 3}', (0.6,))
+    fp4, bf16 = ReplicaConfig("llama-3.1-8b", "b200", dtype="nvfp4"), ReplicaConfig("llama-3.1-8b", "b200")
+    m = fp4.model_spec
+    lm_heads = 3 * m.hidden_size * m.vocab_size * 2
+    assert drafter_memory(fp4, spec)[0] == pytest.approx(lm_heads + 3 * m.hidden_size**2 * fp4.weight_bytes)
+    assert drafter_memory(bf16, spec)[0] == pytest.approx(lm_heads + 3 * m.hidden_size**2 * 2)

@@ -213,3 +213,17 @@ def test_a_gpu_file_may_describe_a_mesh(tmp_path):
     path.write_text(json.dumps({**table, "nvlink_switch": False, "mesh_links": 7}))
     with pytest.raises(ConfigError, match="add nvlink_switch"):
         load_gpu_file(str(path))
+
+
+def test_a_mesh_pair_hands_kv_over_one_link_and_a_learned_profile_keeps_its_hops():
+    """A disaggregated handoff between two MI300X workers (--kv-link nvlink) goes over one peer link, not the
+    seven together; and a learned profile's measured send/recv still prices a mesh's intra-node PP hop (the hop
+    is a share of the node's link, which an equality test against the link once missed)."""
+    from simulator.config.disagg_layout import parse_link
+
+    mesh, switch = parse_link("nvlink", "mi300x"), parse_link("nvlink", "h100-sxm")
+    link = get_link("nvlink", get_gpu("mi300x"))
+    assert mesh.bytes_per_s == pytest.approx(link.effective_bytes_per_s / 7)
+    assert switch.bytes_per_s == pytest.approx(get_link("nvlink", get_gpu("h100-sxm")).effective_bytes_per_s)
+    topo = build_topology("mi300x", 2, 2)
+    assert not topo.hop_links[0].is_inter_node and topo.hop_links[0] != topo.intra

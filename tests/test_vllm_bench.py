@@ -94,7 +94,7 @@ def test_concurrency_without_a_rate_stays_a_closed_loop_whatever_the_burstiness(
 
 
 @pytest.mark.parametrize(("options", "says"), [
-    ({"arrival": "poisson", "burstiness": 2.0}, "--arrival is poisson"),  # once gamma, silently
+    ({"arrival": "poisson", "burstiness": 2.0}, "the arrivals are poisson"),  # once gamma, silently
     ({"burstiness": 2.0, "cv": 3.0}, "--cv 3.0 sets it too"),  # once named the cv as an --arrival
 ])
 def test_burstiness_against_another_arrival_flag_is_refused(options, says):
@@ -171,3 +171,20 @@ def test_bad_bench_values_are_one_line_errors(tmp_path, key, value, needle):  # 
     path.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=re.escape(needle)):
         read_bench(path)
+
+
+def test_burstiness_against_a_config_files_closed_loop_and_in_a_sweeps_base():
+    """A --config file's closed loop (every user at once) has no gaps for --burstiness to shape: 1 keeps it (it
+    once became Poisson at 1 qps), 2 is refused (it became gamma at 1 qps); a rate given beside it shapes that
+    rate. A sweep's base waits for its grid: --concurrency 8 --burstiness 2 with --grid qps=1,2 is gamma at each."""
+    from simulator.cli.options import given_overrides
+    from simulator.config.options import resolve_aliases
+    from simulator.config.run_config import RunConfig
+
+    closed = RunConfig().replace(workload__arrival="burst", workload__concurrency=4)
+    assert "arrival" not in resolve_aliases({"burstiness": 1.0}, closed, from_file=True)
+    with pytest.raises(ConfigError, match="--burstiness: shapes the gaps"):
+        resolve_aliases({"burstiness": 2.0}, closed, from_file=True)
+    assert resolve_aliases({"burstiness": 2.0, "qps": 2.0}, closed, from_file=True)["arrival"] == "gamma"
+    base = given_overrides(concurrency=8, burstiness=2.0)
+    assert base["arrival"] == "gamma" and base["concurrency"] == 8

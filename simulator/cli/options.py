@@ -204,7 +204,7 @@ def given_overrides(config_file: Path | None = None, **options: Any) -> dict[str
     from simulator.config.options import config_overrides, load_config_file, resolve_aliases
 
     base = load_config_file(config_file) if config_file else RunConfig()
-    given = {k: v for k, v in resolve_aliases(options, base, from_file=config_file is not None).items()
+    given = {k: v for k, v in resolve_aliases(options, base, from_file=config_file is not None, partial=True).items()
              if v is not None and k in RUN_OPTIONS}
     return {**config_overrides(base), **given}
 

@@ -243,10 +243,11 @@ def parse_link(text: str, gpu: str, field: str = "kv_link") -> KVLink:
             raise ConfigError(field, f"bandwidth must be positive, got {text!r}")
         return KVLink(key, bytes_per_s, latency)
     from simulator.config.catalog import get_gpu
-    from simulator.config.topology import get_link
+    from simulator.config.topology import get_link, group_link
 
     check_link_name(key, field)
-    link = get_link(key, get_gpu(gpu), field)
+    spec = get_gpu(gpu)
+    link = group_link(get_link(key, spec, field), spec, 2)  # a worker's GPU to its peer's (one mesh link)
     return KVLink(key, link.effective_bytes_per_s * link.nics_per_node, link.latency_s)  # -x<N>: the N NICs together
 
 

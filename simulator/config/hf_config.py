@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tomllib
 from functools import lru_cache
 from pathlib import Path
@@ -163,16 +164,17 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
                           f"servesim runs (at most {MAX_TOKENS:,})", "give the model's real context length")
     tied = f.flag("tie_word_embeddings")
     kwargs["checkpoint_quant"] = checkpoint_quant(cfg.get("quantization_config"))
+    vocab = f.need("vocab_size")
     try:
         return ModelSpec(
             name=name, hf_id=hf_id, num_layers=num_layers, hidden_size=hidden, num_heads=heads,
-            num_kv_heads=kv_heads, ffn_size=ffn, vocab_size=f.need("vocab_size"),
+            num_kv_heads=kv_heads, ffn_size=ffn, vocab_size=vocab,
             max_model_len=context, activation=_ACTIVATIONS[act],  # type: ignore[arg-type]
             tied_embeddings=tied, source=where, **kwargs)
     except ConfigError as err:  # the spec's own checks name its fields: name the config's, and the file
         spec_field = err.field.removeprefix("model.")
         key = _HF_NAMES.get(spec_field, spec_field)
-        problem = err.problem.replace(spec_field, key) if spec_field in err.problem else err.problem
+        problem = re.sub(rf"\b{re.escape(spec_field)}\b", key, err.problem)
         raise ConfigError(f"model.{key}", f"{where}: {problem}", err.fix) from None
 
 

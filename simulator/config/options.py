@@ -499,14 +499,17 @@ def alias_of(name: str) -> str:
     return name
 
 
-def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = False) -> dict[str, Any]:
+def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = False,
+                    partial: bool = False) -> dict[str, Any]:
     """``options`` under RUN_OPTIONS names: vLLM's spellings renamed (the same option given twice,
     differently, is refused), and vLLM's derived options turned into fields, as vLLM means them:
 
     - ``request_rate``/``qps`` ``inf``: every request at once (``--arrival burst``);
     - ``max_concurrency``/``concurrency`` with no rate or arrival given: ``--request-rate inf``
       (vLLM's default), so a closed loop; unless ``--config`` gave the arrivals;
-    - ``burstiness`` B: gamma gaps with cv = 1/sqrt(B) (vLLM's gamma of shape B), Poisson at 1;
+    - ``burstiness`` B: gamma gaps with cv = 1/sqrt(B) (vLLM's gamma of shape B), Poisson at 1; refused
+      where every request is sent at once (an infinite rate, a closed loop), as it could shape nothing.
+      ``partial``: the options are a sweep's base, whose grid may give the rate B shapes.
     - ``enable_expert_parallel``: ``ep`` = ``tp x attention_dp`` GPUs.
     """
     out: dict[str, Any] = {}
@@ -543,9 +546,14 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
             raise ConfigError("--request-rate", f"inf sends every request at once, but --arrival is {out['arrival']}",
                               "drop one of them")
         out["qps"], out["arrival"] = None, "burst"
-    elif out.get("concurrency") is not None and qps is None and out.get("arrival") is None and not from_file:
+    elif (out.get("concurrency") is not None and qps is None and out.get("arrival") is None and not from_file
+          and not (partial and burstiness is not None)):  # (a sweep's burstiness waits for its grid's qps)
         out["arrival"] = "burst"
-    if burstiness == 1 and out.get("arrival") == "burst":
+    # The arrivals the flags leave: theirs, else a --config file's where no gaps could follow from the flags
+    # (every request at once, or a trace's times) and no rate given here replaces them.
+    file_arrival = base.workload.arrival if from_file and out.get("qps") is None else None
+    arrival = out.get("arrival") or (file_arrival if file_arrival in ("burst", "trace") else None)
+    if burstiness == 1 and arrival == "burst":
         burstiness = None  # vLLM's default, which an infinite rate ignores
     if burstiness is not None:
         # vLLM's gamma of shape B has cv = 1/sqrt(B): the range of cv the workload takes.
@@ -553,7 +561,6 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
         if not low <= burstiness <= high:
             raise ConfigError("--burstiness", f"must be in [{low:g}, {high:g}], got {burstiness}",
                               "1 is Poisson; below 1 burstier")
-        arrival = out.get("arrival")
         if arrival == "burst":  # vLLM ignores it at an infinite rate; here a flag never does nothing
             raise ConfigError("--burstiness", "shapes the gaps between arrivals at a finite rate, but every request "
                               "is sent at once here (--request-rate inf, or --concurrency without --qps)",
@@ -562,8 +569,9 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
             raise ConfigError("--burstiness", f"sets the gaps' cv (1/sqrt(B)), and --cv {out['cv']} sets it too",
                               "drop one of them")
         if arrival not in (None, "gamma") and not (arrival == "poisson" and burstiness == 1):
-            raise ConfigError("--burstiness", f"{burstiness:g} shapes gamma gaps (1 is Poisson), but --arrival is "
-                              f"{arrival}", "drop one of them")
+            raise ConfigError("--burstiness", f"{burstiness:g} shapes gamma gaps (1 is Poisson), but the arrivals "
+                              f"are {arrival} (--arrival{'' if out.get('arrival') else ', from --config'})",
+                              "drop one of them")
         out["arrival"] = "poisson" if burstiness == 1 else "gamma"
         out["cv"] = None if burstiness == 1 else 1.0 / burstiness**0.5
     if expert_parallel:

@@ -35,7 +35,9 @@ the attention projections and the router gate stay at 16 bits, as the published 
 checkpoints, whose ModelOpt exclusion lists name ``self_attn`` and the MoE ``gate``; DeepSeek-R1-0528-FP4
 v2 quantises the attention output too, which this rule prices at 16 bits). Shared experts and dense
 layers' MLPs are priced at the format (Kimi-K2 keeps its shared expert at 16 bits: not modelled). A dense
-model's 4-bit checkpoint quantises every linear layer.
+model's 4-bit checkpoint quantises every linear layer of its decoder. **Every quantized checkpoint keeps its
+LM head (and embeddings) at 16 bits** (``lm_head`` is in every FP8/FP4 exclusion list): memory plans it so and
+the cost models price it so (``gemm16``).
 
 Attention math stays at the bf16 peak for every format (FP8-KV decode kernels dequantise in
 registers; decode attention is memory-bound, so the KV bytes are what changes its time).

@@ -13,7 +13,10 @@ the fraction of bandwidth a transfer reaches:
 - ``nvlink`` (the GPU's own kind), ``nvlink-switch`` (NVSwitch, DGX/HGX: every pair at
   full speed), ``nvlink-pairwise`` (bridges join GPU pairs; a ring over more than two
   GPUs also crosses PCIe, so it runs at PCIe speed, as Vidur's measured all-reduces on
-  pairwise A100/H100 show); bandwidth from the GPU spec;
+  pairwise A100/H100 show); bandwidth from the GPU spec; on a fully connected mesh (an MI300X's
+  Infinity Fabric: ``GPUSpec.mesh_links``) the spec's bandwidth is the sum of one link to each peer,
+  so a group of n GPUs talks over n - 1 of them and a pair (a PP hop, a KV handoff) over one
+  (:func:`group_link`);
 - ``pcie`` (the GPU's host link);
 - ``ethernet-{10,25,100,200,400,800}g`` and ``infiniband-{100,200,400,800}g``: one NIC per node,
   shared by the GPUs of the node that send at once;
@@ -160,6 +163,16 @@ def get_link(name: str, gpu: GPUSpec, field: str = "link") -> Link:
     return Link(name.lower(), kind, int(speed[:-1]) * _GBIT, latency, eff, nics_per_node=nics)
 
 
+def group_link(link: Link, gpu: GPUSpec, n: int) -> Link:
+    """``link`` as a group of ``n`` GPUs of a node uses it: on a mesh (``GPUSpec.mesh_links``: the bandwidth is
+    the sum of one link to each peer) the ``n - 1`` links to the group's other GPUs, a pair's one (a PP hop, a
+    KV handoff); on a switch, the whole of it."""
+    mesh = gpu.mesh_links if link.kind == "nvlink" and not link.pairwise else 0
+    if not mesh:
+        return link
+    return replace(link, bytes_per_s=link.bytes_per_s * min(max(n - 1, 1), mesh) / mesh)
+
+
 def default_intra_node_link(gpu: GPUSpec) -> str:
     """NVLink where the GPU has it, else PCIe."""
     return "nvlink" if gpu.nvlink_bytes_per_s > 0 else "pcie"
@@ -275,17 +288,12 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
                           f"pp={pp} on {num_nodes} nodes)",
                           "keep TP inside a node (tp dividing GPUs per node, pp a multiple of --nodes) "
                           "or pass --allow-tp-across-nodes")
-    # A mesh (GPUSpec.mesh_links) gives a group of n GPUs n - 1 of its links, a pair (a PP hop) one.
-    mesh = gpu.mesh_links if intra.kind == "nvlink" and not intra.pairwise else 0
-
-    def mesh_share(link: Link, n: int) -> Link:
-        return replace(link, bytes_per_s=link.bytes_per_s * min(max(n - 1, 1), mesh) / mesh) if mesh else link
-
+    # a mesh (GPUSpec.mesh_links) gives a group of n GPUs n - 1 of its links, a pair (a PP hop) one
     if intra.pairwise and tp > 2:
         pcie = get_link("pcie", gpu)
         ring_bw, ring_latency = min(intra.bytes_per_s, pcie.bytes_per_s), max(intra.latency_s, pcie.latency_s)
     else:
-        ring_bw, ring_latency = mesh_share(intra, tp).bytes_per_s, intra.latency_s
+        ring_bw, ring_latency = group_link(intra, gpu, tp).bytes_per_s, intra.latency_s
     if tp_spans_nodes and not tp_in_domain:
         # NCCL runs a ring per NIC: the ring crosses nodes at the NICs the group's GPUs of a node
         # reach, no faster than its hops inside the node (one NIC: the NIC, bytes_per_s exactly, as ever).
@@ -295,12 +303,12 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
     hops = []
     for s in range(pp - 1):
         same_node = (s * tp) // gpus_per_node == ((s + 1) * tp) // gpus_per_node
-        hops.append(mesh_share(intra, 2) if same_node or in_domain(s * tp, (s + 2) * tp - 1) else inter)
+        hops.append(group_link(intra, gpu, 2) if same_node or in_domain(s * tp, (s + 2) * tp - 1) else inter)
     ep_bw = ring_bw  # without DP the MoE group is the TP group
     ep_crosses_nodes = False
     if dp > 1:
         group = tp * dp
-        local_bw = mesh_share(intra, min(group, gpus_per_node)).bytes_per_s
+        local_bw = group_link(intra, gpu, min(group, gpus_per_node)).bytes_per_s
         if intra.pairwise and min(group, gpus_per_node) > 2:
             local_bw = min(intra.bytes_per_s, get_link("pcie", gpu).bytes_per_s)
         if num_nodes == 1 or (intra.kind == "nvlink" and not intra.pairwise and group <= gpu.nvlink_domain_gpus):

@@ -323,6 +323,6 @@ class LearnedCostModel(TabulatedCostModel):
         if "send_recv" in self.curves and self.replica.pp > 1:
             topo = self.roofline.topology
             hops = range(topo.pp - 1) if hop is None else (hop,)
-            if all(topo.hop_links[h] == topo.intra for h in hops):
+            if all(not topo.hop_links[h].is_inter_node for h in hops):
                 return float(self.curves["send_recv"](np.array([num_tokens * self._bytes_per_token]))[0])
         return self.roofline.send_recv_time(num_tokens, hop)

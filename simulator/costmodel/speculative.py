@@ -396,8 +396,9 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
             / d.tp * replica.dtype_bytes
         kv = dm.num_layers * dm.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, d.tp)
         return weights, kv
-    if spec.method == "medusa":  # k heads: a hidden x hidden block and an LM head each, no KV
-        return spec.k * (m.hidden_size * m.hidden_size + m.hidden_size * m.vocab_size) / replica.tp * replica.weight_bytes, 0.0
+    if spec.method == "medusa":  # k heads: a hidden x hidden block and an LM head (16-bit, as the target's) each, no KV
+        head = m.hidden_size * m.hidden_size * replica.weight_bytes + m.hidden_size * m.vocab_size * replica.dtype_bytes
+        return spec.k * head / replica.tp, 0.0
     # EAGLE / MTP: one decoder layer (sharded like the target's) and its KV; the LM head is shared.
     return (m.params_per_layer / replica.tp * replica.weight_bytes,
             m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp))

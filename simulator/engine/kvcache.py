@@ -96,8 +96,11 @@ def batch_fit_problem(replica: ReplicaConfig, shape: BatchShape) -> tuple[str, s
                            f"{replica.model}'s context of {limit}")
     if shape.decode_max_kv > limit:
         return "decode", f"a decode's KV of {shape.decode_max_kv} tokens is beyond {replica.model}'s context of {limit}"
-    kv_tokens = shape.prefill_kv_tokens + shape.decode_kv_tokens
-    capacity = plan_memory(replica, max(shape.num_tokens, 1), max(shape.num_prefills + shape.num_decodes, 1)).num_kv_tokens
+    num_seqs = shape.num_prefills + shape.num_decodes
+    plan = plan_memory(replica, max(shape.num_tokens, 1), max(num_seqs, 1))
+    # each sequence also holds its recurrent state's and its window's blocks (plan.num_state_blocks)
+    kv_tokens = shape.prefill_kv_tokens + shape.decode_kv_tokens + num_seqs * plan.num_state_blocks * plan.block_size
+    capacity = plan.num_kv_tokens
     if kv_tokens > capacity:
         return "kv", (f"the batch holds {kv_tokens} KV tokens, but {replica.model} on {replica.tp}x{replica.gpu} "
                       f"keeps {capacity} in its KV cache")

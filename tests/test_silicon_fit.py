@@ -260,3 +260,32 @@ def test_user_rows_name_gpus_by_the_catalog_and_refuse_a_fleets_users(tmp_path):
     path.write_text(head + "vllm,llama-3.1-8b,h100,1024,1024,10000000,50,10\n")
     with pytest.raises(ConfigError, match="concurrency 10,000,000 is beyond"):
         read_user_rows(path)
+
+
+def test_user_rows_refusals_and_duplicates(simulated_rows, tmp_path: Path) -> None:  # noqa: ANN001
+    """calibrate-engine --rows: a row of one output token has no TPOT (a scipy traceback once); rows of two
+    backends are one engine's no more (pooled silently once); a repeated row is one measurement (a copy of a
+    held-out row sat in the training rows); too few training rows for the terms is said; vLLM rows fit no prefill
+    floor (one never bound on the rows yet priced a tiny model's prefill 21-39% slow)."""
+    import pandas as pd
+
+    from simulator.cli.engine import calibrate_engine_command
+
+    rows, _, _ = simulated_rows
+    base = RunConfig().replace(engine="vllm-2023-splitwise", scheduler__max_num_batched_tokens=2048)
+    frame = pd.DataFrame(rows)
+    cases = {"osl1.csv": (frame.assign(osl=[1] + list(frame["osl"][1:])), "line 2: osl must be at least 2"),
+             "mixed.csv": (frame.assign(backend=["vllm", "sglang"] * (len(frame) // 2) + ["vllm"] * (len(frame) % 2)),
+                           "rows of 2 backends")}
+    for name, (bad, needle) in cases.items():
+        bad.to_csv(tmp_path / name, index=False)
+        with pytest.raises(ConfigError, match=needle):
+            calibrate_engine_command(base, tmp_path / "x.json", rows=tmp_path / name)
+    doubled = tmp_path / "doubled.csv"
+    pd.concat([frame, frame]).to_csv(doubled, index=False)
+    report = calibrate_engine_command(base, tmp_path / "d.json", rows=doubled, holdout=0.34, seed=1)["report"]
+    assert report["rows"] == len(rows) and len(report["skipped"]) == len(rows)
+    assert all("one measurement, counted once" in why for _, why in report["skipped"])
+    with pytest.raises(ConfigError, match="give more rows or a smaller --holdout"):
+        calibrate_engine_command(base, tmp_path / "f.json", rows=doubled, holdout=0.8, seed=1)
+    assert json.loads((tmp_path / "d.json").read_text())["engine"]["prefill_floor_per_layer_s"] == 0.0

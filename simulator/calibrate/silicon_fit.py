@@ -351,6 +351,11 @@ def read_user_rows(path: Path) -> Any:
         df[col] = values
     # Each row is replayed as a closed loop of its users, each a few requests: 10^7 users ran on past a minute
     # with no word (a row names one engine's load, not a fleet's).
+    short = df["osl"] < 2  # TPOT is (E2E - TTFT) / (OSL - 1): one output token has none
+    if short.any():
+        first = int(np.argmax(short.to_numpy()))
+        raise ConfigError("rows", f"{path} line {first + 2}: osl must be at least 2 (a row's TPOT is the time between "
+                          f"its output tokens), got {df['osl'].iloc[first]:g}", "fix or drop the line")
     over = df["concurrency"] > MAX_ROW_USERS
     if over.any():
         first = int(np.argmax(over.to_numpy()))
@@ -392,6 +397,10 @@ def read_user_rows(path: Path) -> Any:
             if isinstance(cell, str) and cell and canonical_weight_format(cell) not in WEIGHT_FORMATS:
                 raise ConfigError("rows", f"{path} line {i + 2}: dtype {cell!r} is not one of "
                                   f"{', '.join(WEIGHT_FORMATS)}", "fix the line, or leave it empty")
+    backends = list(dict.fromkeys(df["backend"].tolist()))
+    if len(backends) > 1:  # one engine's terms from another engine's rows would be fitted as one
+        raise ConfigError("rows", f"{path}: rows of {len(backends)} backends ({', '.join(map(str, backends))}), and "
+                          "one engine is fitted from them", "split the file by backend and fit each")
     if "mode" in df.columns and (df["mode"].fillna("agg") != "agg").any():
         raise ConfigError("rows", "only aggregated rows (mode agg) are fitted from a CSV",
                           "drop the disaggregated rows or set mode to agg")
@@ -453,7 +462,17 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     cache = cache or TraceCache()
     traces, kept, skipped = [], [], []
     prices: set[tuple[str, str]] = set()  # (kernels, roofline constants) each kept row replayed over
+    # A repeated row is one measurement: counted twice it weighs twice, and a copy of a held-out row in the
+    # training rows makes the held-out error no such thing.
+    keys = [tuple(r) for r in df.astype(str).to_numpy()]
+    first_of: dict[tuple, int] = {}
+    for i, key in enumerate(keys):
+        first_of.setdefault(key, i)
     for i, row in enumerate(df.itertuples(index=False)):
+        key = keys[i]
+        if first_of[key] != i:
+            skipped.append((i + 2, f"the same row as line {first_of[key] + 2}: one measurement, counted once"))
+            continue
         try:
             row_config = user_row_config(row, base, budget)
             trace = cache.get(row_config)
@@ -481,18 +500,26 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     base_params = Params.from_engine(load_engine(base.engine))
     tr = [t for t, k in zip(traces, train, strict=True) if k]
     te = [t for t, k in zip(traces, test, strict=True) if k]
-    # the base engine's CUDA-graph bound on the prefill floor (not fitted)
-    split_fit = fit(tr, ttft[train], tpot[train], floor_above_tokens=base_params.floor_above_tokens)
+    # A prefill floor is fitted where the silicon presets fit one (FLOOR_ABOVE_TOKENS: SGLang, TensorRT-LLM),
+    # above the base engine's CUDA-graph bound (not fitted); none for vLLM, whose fitted floor never bound on its
+    # rows yet priced small models' prefills too slow (the artifact keeps the base engine's bound, at no floor).
+    above = base_params.floor_above_tokens if str(rows["backend"].iloc[0]) in FLOOR_ABOVE_TOKENS else None
+    num_terms = len(TERMS) - (above is None)
+    if 2 * len(tr) <= num_terms:  # each row is two measurements (TTFT, TPOT): no more than the terms fits anything
+        raise ConfigError("rows", f"{len(rows)} usable rows leave {len(tr)} to fit {num_terms} terms on "
+                          f"(--holdout {holdout:g} keeps {int(test.sum())} apart)", "give more rows or a smaller --holdout")
+    split_fit = fit(tr, ttft[train], tpot[train], floor_above_tokens=above)
     before = error_row(predict(te, base_params), rows[test])
     after = error_row(predict(te, split_fit), rows[test])
-    final = fit(traces, ttft, tpot, start=split_fit, floor_above_tokens=base_params.floor_above_tokens)
+    final = fit(traces, ttft, tpot, start=split_fit, floor_above_tokens=above)
+    final.floor_above_tokens = base_params.floor_above_tokens
     rows["pred_ttft_ms"], rows["pred_tpot_ms"] = predict(traces, final).T
     report: dict[str, Any] = {"kind": "benchmark rows", "rows": len(rows), "skipped": skipped,
                               "base_engine": base.engine, "holdout_rows": int(test.sum()),
                               "holdout_before": before, "holdout_after": after}
     for group in ("gpu", "model"):
         if rows[group].nunique() > 1:
-            cv = cross_validate(rows, traces, group, floor_above_tokens=base_params.floor_above_tokens)
+            cv = cross_validate(rows, traces, group, floor_above_tokens=above)
             report[f"leave_one_{group}_out"] = error_row(cv, rows)
             rows[f"cv_{group}_ttft_ms"], rows[f"cv_{group}_tpot_ms"] = cv.T
     engine = final.engine(name, source, f"servesim calibrate-engine --rows: least squares (soft-L1) of log "

@@ -370,3 +370,26 @@ def test_a_cpu_profile_resumed_with_other_threads_is_refused(tmp_path: Path) -> 
         run_profile_quiet(ProfileConfig(model=cfg.model, out=cfg.out, quick=True, max_tokens=16, ops=("rotary",),
                                         num_threads=2))
     assert run_profile_quiet(cfg).skipped > 0  # the same threads resume it
+
+
+def test_fit_says_when_a_profile_is_unfinished_or_an_op_fits_its_held_out_rows_badly(tmp_path: Path) -> None:
+    """`simulate fit` fitted a profile cut short (metadata complete: false) without a word, and reported a 78%
+    held-out error only in a table cell (a quick grid's three batch sizes cannot shape decode attention)."""
+    import numpy as np
+    import pandas as pd
+
+    out = tmp_path / "o"
+    prof = run_cli("profile", "--model", str(tiny_config(tmp_path)), "--quick", "--max-tokens", "8", "--ops", "linear",
+                   "--threads", "1", "--no-progress", "--out", str(out))
+    assert prof.returncode == 0, prof.stderr
+    meta = json.loads((out / "metadata.json").read_text())
+    (out / "metadata.json").write_text(json.dumps({**meta, "complete": False}))
+    table = pd.read_csv(out / TABLE_FILE)
+    noisy = table["op"] == "lm_head"
+    table.loc[noisy, "median_s"] *= np.random.default_rng(0).choice([0.1, 10.0], int(noisy.sum()))
+    table.to_csv(out / TABLE_FILE, index=False)
+    fit = run_cli("fit", "--profile", str(out), "--out", str(tmp_path / "fit.json"))
+    assert fit.returncode == 0, fit.stderr
+    said = " ".join((fit.stdout + fit.stderr).split())
+    assert "is an unfinished profile" in said
+    assert "held-out median error above 25%:" in said and "lm_head" in said.split("above 25%:")[1]

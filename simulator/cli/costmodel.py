@@ -49,6 +49,15 @@ def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: 
 
     wanted = resolve_ops(tuple(ops)) if ops else None
     console = Console(stderr=True, quiet=quiet)
+    for path in profiles:  # a profile cut short (Ctrl-C, a crash) is fitted as it stands, but said
+        meta = path.parent / "metadata.json" if path.is_file() else path / "metadata.json"
+        try:
+            complete = json.loads(meta.read_text()).get("complete", True) if meta.is_file() else True
+        except (OSError, ValueError, AttributeError):
+            complete = True  # (a folder's metadata is the profiler's: one it cannot read is not this check's)
+        if complete is False:
+            console.print(f"note: {path} is an unfinished profile (metadata.json: complete false); rerun its "
+                          "`simulate profile` command to finish it")
     table = read_profiles(profiles, device=gpu, model=model)
     if wanted is not None:
         left = sorted(set(table["op"].dropna()) - set(wanted))
@@ -94,6 +103,16 @@ def fit(
     console = app_console()
     print_table(console, table)
     console.print(f"roofline fallback for: {', '.join(artifact['roofline_ops']) or 'nothing'}")
+    poor = [f"{r['op']} {100 * r['holdout_median_ape']:.0f}%" for r in artifact["report"]
+            if r["holdout_median_ape"] is not None and r["holdout_median_ape"] > POOR_FIT_APE]
+    if poor:  # a curve this far off its own held-out rows prices a run as badly: said, not left in a table cell
+        console.print(f"warning: held-out median error above {POOR_FIT_APE:.0%}: {', '.join(poor)}; profile more "
+                      "sizes of these ops (a quick grid's few batch sizes cannot shape decode attention), or leave "
+                      "them to the roofline with --ops")
+
+
+# A fitted op whose held-out median error is above this is warned of (`simulate fit`).
+POOR_FIT_APE = 0.25
 
 
 # -- predict -------------------------------------------------------------------------------------------------

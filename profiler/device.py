@@ -27,16 +27,35 @@ CPU_BYTES_PER_CYCLE = 192
 UNKNOWN_GPU_FLOPS = 2.5e15
 UNKNOWN_GPU_BYTES_PER_S = 8.0e12
 
-# Substrings of torch.cuda.get_device_name() -> catalog GPU (first match wins).
-_GPU_NAME_HINTS = (
+# Substrings of torch.cuda.get_device_name() -> catalog GPU (first match wins, so a name that holds
+# another's comes first: GB200 holds B200, H200 holds H20, L40S holds L40 and L4); None: a part the
+# catalog has no entry for, which no near name may stand in for (H100 NVL's 94 GB and 3.9 TB/s are no
+# H100 SXM's; a GH200's HBM is no H200's).
+_GPU_NAME_HINTS: tuple[tuple[str, str | None], ...] = (
+    ("gh200", None),
+    ("h100 nvl", None),
+    ("gb300", "gb300"),
+    ("b300", "b300"),
+    ("gb200", "gb200"),
+    ("b200", "b200"),
     ("h200", "h200"),
     ("h100 pcie", "h100-pcie"),
     ("h100", "h100-sxm"),
+    ("h20", "h20"),
     ("a100-sxm4-40gb", "a100-40gb"),
     ("a100-pcie-40gb", "a100-40gb"),
     ("a100", "a100-80gb"),
+    ("rtx pro 6000", "rtx-pro-6000"),
+    ("rtx 6000 ada", "rtx-6000-ada"),
+    ("rtx a6000", "rtx-a6000"),
+    ("rtx 5090", "rtx-5090"),
+    ("rtx 4090", "rtx-4090"),
+    ("rtx 3090", "rtx-3090"),
     ("l40s", "l40s"),
+    ("l40", "l40"),
+    ("l4", "l4"),
     ("a40", "a40"),
+    ("mi300x", "mi300x"),
 )
 
 
@@ -57,7 +76,7 @@ def catalog_gpu_for(device_name: str) -> GPUSpec | None:
     lowered = device_name.lower()
     for hint, name in _GPU_NAME_HINTS:
         if hint in lowered:
-            return GPUS[name]
+            return GPUS[name] if name is not None else None
     return None
 
 

@@ -393,3 +393,18 @@ def test_fit_says_when_a_profile_is_unfinished_or_an_op_fits_its_held_out_rows_b
     said = " ".join((fit.stdout + fit.stderr).split())
     assert "is an unfinished profile" in said
     assert "held-out median error above 25%:" in said and "lm_head" in said.split("above 25%:")[1]
+
+
+@pytest.mark.parametrize(("device_name", "catalog"), [
+    ("NVIDIA B200", "b200"), ("NVIDIA GB200", "gb200"), ("NVIDIA H20", "h20"), ("NVIDIA H200", "h200"),
+    ("NVIDIA L4", "l4"), ("NVIDIA L40", "l40"), ("NVIDIA L40S", "l40s"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+    ("NVIDIA RTX A6000", "rtx-a6000"), ("AMD Instinct MI300X", "mi300x"),
+    ("NVIDIA GH200 480GB", None), ("NVIDIA H100 NVL", None),  # once read as an H200 and an H100 SXM
+])
+def test_a_profiled_gpu_is_the_catalog_gpu_it_is(device_name: str, catalog: str | None) -> None:
+    """Profiles of catalog GPUs the detector did not know (B200, L4, RTX 4090, MI300X ...) could not be fitted;
+    a GH200 matched "h200" and an H100 NVL "h100"."""
+    from profiler.device import catalog_gpu_for
+
+    found = catalog_gpu_for(device_name)
+    assert (found.name if found is not None else None) == catalog

@@ -34,6 +34,10 @@ def test_profile_fit_simulate_on_cpu(tmp_path: Path):
     assert s_learned["num_finished"] == 12
     # The measured CPU kernels, not the spec-sheet roofline, set the pace.
     assert s_learned["tpot_s_p50"] != pytest.approx(s_roof["tpot_s_p50"], rel=0.05)
+    # The header says which ops the roofline prices beside the learned ones (linear only: attention, the rest).
+    shown = simulate_cli(*[a for a in common if a != "--json"], "--cost-model", str(art), "--no-progress")
+    assert shown.returncode == 0 and "roofline for: " in shown.stdout
+    assert "attn_decode" in shown.stdout.split("roofline for: ")[1].split(" · ")[0]
     # An artifact is for one model: another model is refused in one line.
     bad = simulate_cli("run", "--model", "llama-2-7b", "--gpu", "cpu", "--cost-model", str(art), "--num-requests", "2")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -285,6 +285,11 @@ def _pricing_note(config: RunConfig) -> str:
         from simulator.costmodel.aic.model import table_cost_model
 
         kernels = " · kernels: " + "; ".join(table_cost_model(rep, rep.kernels).describe() for rep in tables)
+    if config.cost_model != "roofline":  # a fitted artifact learns some ops; the roofline prices the rest: said
+        from simulator.costmodel.learned import read_artifact
+
+        left = read_artifact(config.cost_model).get("roofline_ops") or []
+        kernels += f" · roofline for: {', '.join(left)}" if left else " · every op learned"
     kernels += " · roofline calibration: " + "; ".join(
         dict.fromkeys(describe(rep.roofline_calibration, rep.gpu, rep.kernels, engine) for rep in replicas))
     w = config.workload

@@ -392,3 +392,16 @@ def test_engine_term_overrides_on_a_preset_name() -> None:
             load_engine(spec)
     with pytest.raises(ConfigError, match="neither a preset"):
         RunConfig().replace(engine="nope:handoff_s=1")
+
+
+def test_a_bench_files_failed_requests_are_said(tmp_path: Path):
+    """calibrate-engine --bench left a bench file's failed requests out with no word on the terminal (only the
+    artifact's report counted them)."""
+    data = json.loads(FIXTURE.read_text())
+    data["ttfts"][3], data["errors"][3] = None, "timeout"
+    bench = tmp_path / "b.json"
+    bench.write_text(json.dumps(data))
+    res = runner.invoke(app, ["calibrate-engine", "--bench", str(bench), "--model", "llama-2-7b",
+                              "--out", str(tmp_path / "e.json")])
+    assert res.exit_code == 0, res.output
+    assert "1 failed request(s) of the bench file not used" in " ".join(res.output.split())

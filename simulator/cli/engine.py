@@ -209,6 +209,9 @@ def calibrate_engine(
         shown = "; ".join(f"line {line}: {why}" for line, why in skipped[:3])
         console.print(f"[yellow]{len(skipped)} row(s) not used[/yellow] ({shown}{'; ...' if len(skipped) > 3 else ''})",
                       highlight=False)
+    if report.get("failed_requests_not_used"):  # a bench file's failed requests carry no timings: said
+        console.print(f"[yellow]{report['failed_requests_not_used']} failed request(s) of the bench file not used"
+                      "[/yellow] (no TTFT or token times recorded)", highlight=False)
     terms = {k: v for k, v in result["engine"].to_dict().items() if k not in ("name", "source", "fitted")}
     console.print(json.dumps(terms))
 

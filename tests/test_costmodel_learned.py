@@ -303,3 +303,22 @@ def test_an_fp8_profiles_gemms_price_fp8_runs_only():
     both = pd.concat([table, table.assign(dtype="bfloat16")[table["op"] == "qkv_proj"]])
     with pytest.raises(ConfigError, match="timed in bfloat16 and fp8"):
         fit_tables(both, seed=0)
+
+
+def test_decode_attention_from_few_batch_sizes_still_grows_with_the_sequences() -> None:
+    """A `--quick` CPU profile times decode attention at three batch sizes (1, 4, 8): too few for the spline, so
+    the one candidate was one line for every batch size, and 1, 8 and 64 decodes cost alike (helper: 7.85 ms each,
+    8.5x under the measured batch of 8). A per-sequence line is tried there too, and CV picks it on such data;
+    with four or more sizes the candidates are as before."""
+    from simulator.calibrate.fit import fit_decode
+
+    rng = np.random.default_rng(0)
+    n = np.repeat([1.0, 4.0, 8.0], 12)
+    k = np.tile(np.linspace(128, 4096, 12), 3)
+    truth = n * (2e-5 + 3e-8 * k)
+    model, family, scores = fit_decode(n, k, truth * rng.uniform(0.95, 1.05, len(n)))
+    assert family == "per-seq-lines" and scores["per-seq-lines"] < 0.05 < scores["batch-lines-1"]
+    at = model.predict(np.array([1.0, 8.0, 64.0]), np.full(3, 1024.0))
+    np.testing.assert_allclose(at, np.array([1, 8, 64]) * (2e-5 + 3e-8 * 1024), rtol=0.05)
+    many = np.repeat([1.0, 2.0, 4.0, 8.0], 9)
+    assert "per-seq-lines" not in fit_decode(many, np.tile(np.linspace(128, 4096, 9), 4), many * 1e-5)[2]

@@ -140,21 +140,25 @@ def padded_decode(rows: pd.DataFrame) -> np.ndarray:
     return sdpa & (longest > mean)  # NaN compares False
 
 
-def _decode_design(n: np.ndarray, k: np.ndarray, st: SplineTransformer | None) -> np.ndarray:
-    basis = st.transform(n[:, None]) if st is not None else np.ones((len(n), 1))
+def _decode_design(n: np.ndarray, k: np.ndarray, st: SplineTransformer | None, per_seq: bool = False) -> np.ndarray:
+    basis = st.transform(n[:, None]) if st is not None else (n[:, None] if per_seq else np.ones((len(n), 1)))
     return np.hstack([basis, basis * k[:, None]])
 
 
-def _fit_decode_once(n: np.ndarray, k: np.ndarray, y: np.ndarray, n_knots: int) -> DecodeModel:
+def _fit_decode_once(n: np.ndarray, k: np.ndarray, y: np.ndarray, n_knots: int, per_seq: bool = False) -> DecodeModel:
+    """``n_knots`` spline knots in the batch size (1: one line in the RMS context for every batch size);
+    ``per_seq``: one line per sequence, ``n * (a + b * k)`` (a profile of too few batch sizes to shape a
+    spline still grows with the sequences it reads)."""
     distinct = len(np.unique(n))
     st = None
-    if distinct >= 3 and n_knots >= 2:
+    if distinct >= 3 and n_knots >= 2 and not per_seq:
         st = SplineTransformer(n_knots=min(n_knots, distinct), degree=1, knots="quantile",
                                extrapolation="constant").fit(n[:, None])
-    lr = LinearRegression(positive=True, fit_intercept=False).fit(_decode_design(n, k, st), y, sample_weight=1.0 / y**2)
+    lr = LinearRegression(positive=True, fit_intercept=False).fit(_decode_design(n, k, st, per_seq), y,
+                                                                  sample_weight=1.0 / y**2)
     max_batch = int(n.max())
     grid = np.arange(max_batch + 1, dtype=np.float64)
-    g = _decode_design(np.maximum(grid, 1.0), np.zeros_like(grid), st)
+    g = _decode_design(np.maximum(grid, 1.0), np.zeros_like(grid), st, per_seq)
     width = g.shape[1] // 2
     a = g[:, :width] @ lr.coef_[:width]
     b = g[:, :width] @ lr.coef_[width:]
@@ -163,13 +167,20 @@ def _fit_decode_once(n: np.ndarray, k: np.ndarray, y: np.ndarray, n_knots: int) 
 
 
 def fit_decode(n: np.ndarray, k: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[DecodeModel, str, dict[str, float]]:
-    options = [o for o in (1, 4, 8, 16, 32, 64, 128) if o <= max(1, len(np.unique(n)))]
+    distinct = max(1, len(np.unique(n)))
+    options = [o for o in (1, 4, 8, 16, 32, 64, 128) if o <= distinct]
     folds = KFold(n_splits=min(CV_FOLDS, len(n)), shuffle=True, random_state=seed)
     scores: dict[str, float] = {}
     for o in options:
         errs = [ape(_fit_decode_once(n[tr], k[tr], y[tr], o).predict(n[te], k[te]), y[te]) for tr, te in folds.split(n)]
         scores[f"batch-lines-{o}"] = float(np.mean(np.concatenate(errs)))
+    if distinct < 4:  # too few batch sizes for a spline: one line for every size (flat in the sequences), or per sequence
+        errs = [ape(_fit_decode_once(n[tr], k[tr], y[tr], 1, per_seq=True).predict(n[te], k[te]), y[te])
+                for tr, te in folds.split(n)]
+        scores["per-seq-lines"] = float(np.mean(np.concatenate(errs)))
     best = min(scores, key=scores.get)
+    if best == "per-seq-lines":
+        return _fit_decode_once(n, k, y, 1, per_seq=True), best, scores
     return _fit_decode_once(n, k, y, int(best.rsplit("-", 1)[1])), best, scores
 
 

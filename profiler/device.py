@@ -34,6 +34,7 @@ UNKNOWN_GPU_BYTES_PER_S = 8.0e12
 _GPU_NAME_HINTS: tuple[tuple[str, str | None], ...] = (
     ("gh200", None),
     ("h100 nvl", None),
+    ("h200 nvl", None),  # (the NVL parts' lower clocks and power are no SXM part's)
     ("gb300", "gb300"),
     ("b300", "b300"),
     ("gb200", "gb200"),
@@ -54,7 +55,7 @@ _GPU_NAME_HINTS: tuple[tuple[str, str | None], ...] = (
     ("l40s", "l40s"),
     ("l40", "l40"),
     ("l4", "l4"),
-    ("a40", "a40"),
+    ("nvidia a40", "a40"),  # (not "rtx a4000": a bare "a40" is inside it)
     ("mi300x", "mi300x"),
 )
 

@@ -386,7 +386,7 @@ def test_fit_says_when_a_profile_is_unfinished_or_an_op_fits_its_held_out_rows_b
     (out / "metadata.json").write_text(json.dumps({**meta, "complete": False}))
     table = pd.read_csv(out / TABLE_FILE)
     noisy = table["op"] == "lm_head"
-    table.loc[noisy, "median_s"] *= np.random.default_rng(0).choice([0.1, 10.0], int(noisy.sum()))
+    table.loc[noisy, "median_s"] *= np.resize([0.1, 10.0], int(noisy.sum()))  # no curve follows a 100x zigzag
     table.to_csv(out / TABLE_FILE, index=False)
     fit = run_cli("fit", "--profile", str(out), "--out", str(tmp_path / "fit.json"))
     assert fit.returncode == 0, fit.stderr
@@ -400,6 +400,7 @@ def test_fit_says_when_a_profile_is_unfinished_or_an_op_fits_its_held_out_rows_b
     ("NVIDIA L4", "l4"), ("NVIDIA L40", "l40"), ("NVIDIA L40S", "l40s"), ("NVIDIA GeForce RTX 4090", "rtx-4090"),
     ("NVIDIA RTX A6000", "rtx-a6000"), ("AMD Instinct MI300X", "mi300x"),
     ("NVIDIA GH200 480GB", None), ("NVIDIA H100 NVL", None),  # once read as an H200 and an H100 SXM
+    ("NVIDIA H200 NVL", None), ("NVIDIA RTX A4000", None), ("NVIDIA A40", "a40"),  # an A4000 was read as an A40
 ])
 def test_a_profiled_gpu_is_the_catalog_gpu_it_is(device_name: str, catalog: str | None) -> None:
     """Profiles of catalog GPUs the detector did not know (B200, L4, RTX 4090, MI300X ...) could not be fitted;

@@ -188,3 +188,12 @@ def test_burstiness_against_a_config_files_closed_loop_and_in_a_sweeps_base():
     assert resolve_aliases({"burstiness": 2.0, "qps": 2.0}, closed, from_file=True)["arrival"] == "gamma"
     base = given_overrides(concurrency=8, burstiness=2.0)
     assert base["arrival"] == "gamma" and base["concurrency"] == 8
+
+
+def test_a_sweep_of_a_closed_loop_with_burstiness_needs_a_rate_somewhere(tmp_path):
+    """The sweep's base waits for its grid's rate; a grid without one ran every point as gamma arrivals at the
+    default 1 qps (``run`` refuses the same flags)."""
+    res = CliRunner().invoke(app, ["sweep", "--workload", "fixed", "--num-requests", "10", "--concurrency", "8",
+                                   "--burstiness", "2", "--grid", "tp=1,2", "--out", str(tmp_path / "s")])
+    assert isinstance(res.exception, ConfigError) and res.exception.field == "--burstiness"
+    assert "no point has one" in str(res.exception) and not (tmp_path / "s").exists()

@@ -410,8 +410,16 @@ def sweep(
 
     data = load_sweep_file(file) if file is not None else {}
     # The flags typed (not a --config file's values, nor what a flag implies): a grid may not silently drop them.
+    flags = given_run_flags(ctx)
     spec = build_spec(data, mode=mode, base_overrides=config, grid_overrides=parse_cli_grid(grid or []),
-                      given_flags=given_run_flags(ctx))
+                      given_flags=flags)
+    # --burstiness with a closed loop waited for the grid's rate (given_overrides): no rate anywhere would run
+    # every point as gamma arrivals at the default 1 qps, where `run` refuses the same flags.
+    looped = "concurrency" in spec.base or "concurrency" in spec.varied
+    if "burstiness" in flags and looped and "qps" not in spec.base and "qps" not in spec.varied:
+        raise ConfigError("--burstiness", "shapes the gaps between arrivals at a rate, but no point has one (with "
+                          "--concurrency and no --qps every user sends at once)",
+                          "give --qps, or vary qps in the grid (--grid qps=1,2)")
     num_workers = parse_workers(workers, lambda: auto_workers(
         len(spec.points), max((p.config.workload.num_requests for p in spec.points), default=1)))
     console = Console()

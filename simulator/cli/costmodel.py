@@ -49,15 +49,17 @@ def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: 
 
     wanted = resolve_ops(tuple(ops)) if ops else None
     console = Console(stderr=True, quiet=quiet)
-    for path in profiles:  # a profile cut short (Ctrl-C, a crash) is fitted as it stands, but said
-        meta = path.parent / "metadata.json" if path.is_file() else path / "metadata.json"
+    for path in profiles:  # a profile cut short (Ctrl-C, a crash) or with failed points is fitted as it stands, but said
+        meta_path = path.parent / "metadata.json"  # (check_profile_tables gives each folder's table file)
         try:
-            complete = json.loads(meta.read_text()).get("complete", True) if meta.is_file() else True
-        except (OSError, ValueError, AttributeError):
-            complete = True  # (a folder's metadata is the profiler's: one it cannot read is not this check's)
-        if complete is False:
-            console.print(f"note: {path} is an unfinished profile (metadata.json: complete false); rerun its "
-                          "`simulate profile` command to finish it")
+            meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        except (OSError, ValueError):
+            meta = {}  # (a folder's metadata is the profiler's: one it cannot read is not this check's)
+        if isinstance(meta, dict) and meta.get("complete") is False:
+            failed = meta.get("failed_points") or []
+            console.print(f"note: {path} is an unfinished profile (metadata.json: complete false); " + (
+                f"{len(failed)} point(s) failed there (out of memory, or a kernel the device cannot run), which a rerun "
+                "tries again" if failed else "rerun its `simulate profile` command to finish it"))
     table = read_profiles(profiles, device=gpu, model=model)
     if wanted is not None:
         left = sorted(set(table["op"].dropna()) - set(wanted))

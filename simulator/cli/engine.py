@@ -137,7 +137,8 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
 
         df = silicon_fit.read_user_rows(rows)
         with console.status("calibrating") as status:
-            fitted = silicon_fit.calibrate_rows(df, config, label, f"benchmark rows {rows} ({len(df)} rows)",
+            distinct = len(df.astype(str).drop_duplicates())  # (a repeated row is one measurement)
+            fitted = silicon_fit.calibrate_rows(df, config, label, f"benchmark rows {rows} ({distinct} distinct rows)",
                                                 holdout, seed, config.scheduler.max_num_batched_tokens or 8192,
                                                 progress=lambda msg: status.update(f"calibrating: {msg}"))
         result = {"engine": fitted.engine, "report": fitted.report}

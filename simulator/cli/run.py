@@ -289,7 +289,8 @@ def _pricing_note(config: RunConfig) -> str:
         from simulator.costmodel.learned import read_artifact
 
         left = read_artifact(config.cost_model).get("roofline_ops") or []
-        kernels += f" · roofline for: {', '.join(left)}" if left else " · every op learned"
+        if left:
+            kernels += f" · roofline for: {', '.join(left)}"
     kernels += " · roofline calibration: " + "; ".join(
         dict.fromkeys(describe(rep.roofline_calibration, rep.gpu, rep.kernels, engine) for rep in replicas))
     w = config.workload

@@ -551,7 +551,7 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
         out["arrival"] = "burst"
     # The arrivals the flags leave: theirs, else a --config file's where no gaps could follow from the flags
     # (every request at once, or a trace's times) and no rate given here replaces them.
-    file_arrival = base.workload.arrival if from_file and out.get("qps") is None else None
+    file_arrival = base.workload.arrival if from_file and out.get("qps") is None and not partial else None
     arrival = out.get("arrival") or (file_arrival if file_arrival in ("burst", "trace") else None)
     if burstiness == 1 and arrival == "burst":
         burstiness = None  # vLLM's default, which an infinite rate ignores

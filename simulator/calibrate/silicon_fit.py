@@ -440,6 +440,18 @@ def user_row_config(row: Any, base: Any, budget: int = 8192, requests_per_user: 
     return base.replace(**changes)
 
 
+def repeated_rows(df: Any) -> dict[int, int]:
+    """Rows of ``df`` that repeat an earlier one, cell for cell: position -> the first's. A repeated row is one
+    measurement: counted twice it weighs twice, and a copy of a held-out row in the training rows makes the
+    held-out error no such thing."""
+    first_of: dict[tuple, int] = {}
+    out: dict[int, int] = {}
+    for i, key in enumerate(map(tuple, df.astype(str).to_numpy())):
+        if first_of.setdefault(key, i) != i:
+            out[i] = first_of[key]
+    return out
+
+
 @dataclass
 class CalibrationResult:
     engine: EngineModel
@@ -462,16 +474,10 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     cache = cache or TraceCache()
     traces, kept, skipped = [], [], []
     prices: set[tuple[str, str]] = set()  # (kernels, roofline constants) each kept row replayed over
-    # A repeated row is one measurement: counted twice it weighs twice, and a copy of a held-out row in the
-    # training rows makes the held-out error no such thing.
-    keys = [tuple(r) for r in df.astype(str).to_numpy()]
-    first_of: dict[tuple, int] = {}
-    for i, key in enumerate(keys):
-        first_of.setdefault(key, i)
+    repeated = repeated_rows(df)
     for i, row in enumerate(df.itertuples(index=False)):
-        key = keys[i]
-        if first_of[key] != i:
-            skipped.append((i + 2, f"the same row as line {first_of[key] + 2}: one measurement, counted once"))
+        if i in repeated:
+            skipped.append((i + 2, f"the same row as line {repeated[i] + 2}: one measurement, counted once"))
             continue
         try:
             row_config = user_row_config(row, base, budget)

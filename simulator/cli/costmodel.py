@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # numpy and the cost models load when a command runs, not for
 
 
 # -- fit -----------------------------------------------------------------------------------------------------
+# A fitted op whose held-out median error is above this is warned of (`simulate fit`).
+POOR_FIT_APE = 0.25
+
+
 def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: str | None = None,
                 tp: int | None = None, holdout: float = 0.2, seed: int = 0, quiet: bool = True,
                 ops: list[str] | None = None) -> dict[str, Any]:
@@ -111,10 +115,6 @@ def fit(
         console.print(f"warning: held-out median error above {POOR_FIT_APE:.0%}: {', '.join(poor)}; profile more "
                       "sizes of these ops (a quick grid's few batch sizes cannot shape decode attention), or leave "
                       "them to the roofline with --ops")
-
-
-# A fitted op whose held-out median error is above this is warned of (`simulate fit`).
-POOR_FIT_APE = 0.25
 
 
 # -- predict -------------------------------------------------------------------------------------------------

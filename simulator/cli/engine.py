@@ -137,7 +137,7 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
 
         df = silicon_fit.read_user_rows(rows)
         with console.status("calibrating") as status:
-            distinct = len(df.astype(str).drop_duplicates())  # (a repeated row is one measurement)
+            distinct = len(df) - len(silicon_fit.repeated_rows(df))
             fitted = silicon_fit.calibrate_rows(df, config, label, f"benchmark rows {rows} ({distinct} distinct rows)",
                                                 holdout, seed, config.scheduler.max_num_batched_tokens or 8192,
                                                 progress=lambda msg: status.update(f"calibrating: {msg}"))

@@ -288,7 +288,6 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
                           f"pp={pp} on {num_nodes} nodes)",
                           "keep TP inside a node (tp dividing GPUs per node, pp a multiple of --nodes) "
                           "or pass --allow-tp-across-nodes")
-    # a mesh (GPUSpec.mesh_links) gives a group of n GPUs n - 1 of its links, a pair (a PP hop) one
     if intra.pairwise and tp > 2:
         pcie = get_link("pcie", gpu)
         ring_bw, ring_latency = min(intra.bytes_per_s, pcie.bytes_per_s), max(intra.latency_s, pcie.latency_s)

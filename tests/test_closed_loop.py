@@ -198,3 +198,52 @@ def test_bad_closed_loop_settings_are_one_line(changes, field):
     with pytest.raises(ConfigError) as err:
         closed(**changes)
     assert err.value.field == field
+
+
+def test_peak_concurrency_counts_refused_requests_as_the_users_they_held():
+    # Refused requests return at once: each was a send and a return, not a return alone (which read 0 users).
+    config = closed(replica__max_model_len=600, workload__range_ratio=0.5, workload__max_total_tokens=10**6,
+                    workload__num_requests=100, workload__concurrency=4)
+    result = simulate(config)
+    cols = request_columns(result)
+    assert (cols["status"] == "rejected").any()
+    assert benchmark_metrics(result, cols)["max_concurrent_requests"] == 4
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rescaled_poisson_loads_duration_starts_before_the_first_send_as_vllms(seed):
+    # vllm bench serve starts its clock, then sleeps delay_ts[0] before the first send; the rescale puts the last
+    # send at n / qps, so its duration (and throughput) barely moves with the seed. From the first send it moved 30%.
+    config = RunConfig().replace(replica__model="llama-3-8b", replica__gpu="h100-sxm", workload__name="fixed",
+                                 workload__prompt_tokens=128, workload__output_tokens=16, workload__qps=2.0,
+                                 workload__num_requests=10, workload__normalize_arrivals=True, seed=seed)
+    result = simulate(config)
+    cols = request_columns(result)
+    m = benchmark_metrics(result, cols)
+    last = float(cols["completed_at"].max())
+    assert cols["arrival_at"].min() > 0
+    assert m["duration"] == pytest.approx(last)
+    assert 5.0 < m["duration"] < 5.0 + float((cols["completed_at"] - cols["arrival_at"]).max()) + 1e-9
+    assert summarize(result, cols)["duration_s"] == pytest.approx(m["duration"])
+
+
+def test_a_warmups_tail_is_no_part_of_the_measured_throughput(tmp_path):
+    # One long warm-up request still streams long after the nine measured ones finished: the figures' window
+    # ends with the last measured request, in the summary as in the vLLM view.
+    from simulator.workload.generate import RequestTable
+
+    arrival = 0.5 + 0.1 * np.arange(10)
+    output = np.full(10, 20)
+    output[0] = 2000
+    table = RequestTable(arrival, np.full(10, 100), output, "hand-made")
+    config = RunConfig().replace(replica__model="llama-3-8b", replica__gpu="h100-sxm", workload__num_warmup=1,
+                                 workload__num_requests=10)
+    result = simulate(config, table)
+    cols = request_columns(result)
+    measured = cols["request_id"] >= 1
+    window = float(cols["completed_at"][measured].max() - cols["arrival_at"][measured].min())
+    assert result.sim_end_at > cols["completed_at"][measured].max() + 1.0  # the warm-up ran on well after
+    s = summarize(result, cols)
+    assert s["duration_s"] == pytest.approx(window)
+    assert s["output_tokens_per_s"] == pytest.approx(9 * 20 / window)
+    assert benchmark_metrics(result, cols)["duration"] == pytest.approx(window)

@@ -83,3 +83,15 @@ def test_bad_warmup_mode_is_one_line(changes):
     with pytest.raises(ConfigError) as err:
         phased(**changes)
     assert err.value.field == "workload.warmup_mode"
+
+
+def test_the_plotted_gaps_leave_the_warmup_out():
+    # simulate plot run's TBT CDF: the measured requests' gaps, as the summary's TBT figures.
+    from simulator.report.metrics import summarize, tbt_samples
+
+    result = simulate(phased(), token_times=True)
+    cols = request_columns(result)
+    gaps = tbt_samples(result)
+    measured = cols["request_id"] >= 24
+    assert len(gaps) == int((cols["num_output_tokens"][measured] - 1).sum())
+    assert float(np.percentile(gaps, 99)) == pytest.approx(summarize(result, cols)["tbt_s_p99"])

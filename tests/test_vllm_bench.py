@@ -197,3 +197,29 @@ def test_a_sweep_of_a_closed_loop_with_burstiness_needs_a_rate_somewhere(tmp_pat
                                    "--burstiness", "2", "--grid", "tp=1,2", "--out", str(tmp_path / "s")])
     assert isinstance(res.exception, ConfigError) and res.exception.field == "--burstiness"
     assert "no point has one" in str(res.exception) and not (tmp_path / "s").exists()
+
+
+def test_a_replayed_trace_has_no_configured_rate_and_its_file_reads_back(tmp_path):
+    # A trace's timestamps are its load: no "Request rate configured" (it printed the unused --qps default, 1.00),
+    # null in the JSON, and calibrate-engine reads such a file by its send times.
+    from simulator.calibrate.engine_fit import read_bench
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"arrived_at": 0.5 + 0.1 * i, "num_prompt_tokens": 100,
+                                         "num_output_tokens": 20 + i}) + "\n" for i in range(12)))
+    out = tmp_path / "r.json"
+    done = CliRunner().invoke(app, ["run", "--trace", str(trace), "--arrival", "trace", "--metrics", "vllm",
+                                    "--save-result", str(out), "--no-progress"])
+    assert done.exit_code == 0, done.output
+    assert "Request rate configured" not in done.output
+    doc = json.loads(out.read_text())
+    assert doc["request_rate"] is None
+    run = read_bench(out)
+    assert run.arrival_at is not None and np.allclose(run.arrival_at, 0.1 * np.arange(12))
+
+
+def test_per_user_speed_without_a_two_token_output_says_so():
+    done = CliRunner().invoke(app, ["run", "--output-tokens", "1", "--prompt-tokens", "100", "--concurrency", "4",
+                                    "--num-requests", "12", "--metrics", "vllm", "--no-progress"])
+    assert done.exit_code == 0, done.output
+    assert "per user (mean 1/TPOT):     n/a" in done.output and "nan" not in done.output

@@ -460,12 +460,18 @@ def read_bench(path: Path) -> BenchRun:
     ok = np.array([not e and o and o > 1 and t is not None for e, o, t in zip(errors, data["output_lens"], data["ttfts"],
                                                                              strict=True)], dtype=bool)
     rate = data.get("request_rate", "inf")
-    try:
-        rate = float(rate)
-    except (TypeError, ValueError):
-        raise ConfigError("bench", f"request_rate {rate!r} is not a number") from None
-    if not rate > 0:  # NaN, 0 or negative: no arrival process (inf: every request at once)
-        raise ConfigError("bench", f"{path}: request_rate {rate!r} is not a positive rate (requests/s, or inf)", wrote)
+    # When each request was sent: vLLM's key, else the start_times our --save-result writes (a round trip redrew them)
+    submits = data.get("request_submit_times") or data.get("start_times")
+    if rate is None and submits:  # a replayed trace's (ours): no configured rate, its send times are the load
+        rate = math.nan
+    else:
+        try:
+            rate = float(rate)
+        except (TypeError, ValueError):
+            raise ConfigError("bench", f"request_rate {rate!r} is not a number") from None
+        if not rate > 0:  # NaN, 0 or negative: no arrival process (inf: every request at once)
+            raise ConfigError("bench", f"{path}: request_rate {rate!r} is not a positive rate (requests/s, or inf)",
+                              wrote)
     max_concurrency = data.get("max_concurrency")
     if max_concurrency is not None and (isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int)
                                         or max_concurrency < 1):
@@ -474,8 +480,6 @@ def read_bench(path: Path) -> BenchRun:
     burstiness = 1.0 if data.get("burstiness") is None else data["burstiness"]  # (null: vllm's default, Poisson)
     if isinstance(burstiness, bool) or not isinstance(burstiness, int | float) or not 0 < burstiness < math.inf:
         raise ConfigError("bench", f"{path}: burstiness {burstiness!r} is not a positive number", wrote)
-    # When each request was sent: vLLM's key, else the start_times our --save-result writes (a round trip redrew them)
-    submits = data.get("request_submit_times") or data.get("start_times")
     arrival = None
     if submits and len(submits) != n:  # (they were dropped for Poisson arrivals without a word)
         key = "request_submit_times" if data.get("request_submit_times") else "start_times"

@@ -10,9 +10,11 @@ Definitions (per request, over the *measured* requests: those sent after the fir
   benchmark, where our TBT (``simulator.report.metrics``) counts a zero gap for each of them: the
   per-step and the per-token views;
 - E2EL = completion - send time;
-- duration = from the first measured send to the last measured request's return, a failed
-  one's included (vLLM's runs until every request came back): a refused request returns when
-  refused (its last recorded time: its send for a prompt the replica refuses); request,
+- duration = from the start of the measured load (time 0 for a generated one: vLLM's clock starts
+  before the first request's delay; the first measured send after a warm-up or in a trace) to the
+  last measured request's return, a failed one's included (vLLM's runs until every request came
+  back): a refused request returns when refused (its last recorded time: its send for a prompt
+  the replica refuses); request,
   output-token and total-token (input + output) throughput are totals over it;
 - request goodput = requests meeting every given SLO (``--goodput ttft:300 tpot:50``, in ms,
   as vLLM: a request meets an SLO when its value is <= the bound) per second of duration;
@@ -125,6 +127,30 @@ def _weighted_stats(values: np.ndarray, counts: np.ndarray, name: str, qs: Seque
     return out
 
 
+def returned_at(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """When each request came back to its client: a finished one on completion, a refused one when refused (the
+    latest time it has: its send, for a prompt the replica refused on arrival); NaN for one still in flight."""
+    refused = np.fmax(np.fmax(cols["arrival_at"], cols["first_scheduled_at"]), cols["first_token_at"])
+    status = cols["status"]
+    return np.where(status == "finished", cols["completed_at"], np.where(status == "rejected", refused, np.nan))
+
+
+def measured_window(cols: dict[str, np.ndarray], num_warmup: int, arrival: str) -> tuple[float, float]:
+    """The measured load's (start, end), as ``vllm bench serve`` times its duration: from the benchmark's start to
+    the last measured request's return (a refused one's included). Its start is the instant the load began, before
+    the first request's own delay (vLLM sleeps ``delay_ts[0]`` before the first send): time 0 for a generated
+    load; the first measured send after a warm-up (a drained one releases every user at once) and for a trace
+    (its timestamps are the trace's, not a benchmark's)."""
+    measured = cols["request_id"] >= num_warmup
+    sent = cols["arrival_at"][measured]
+    if not len(sent):
+        return 0.0, 0.0
+    start = 0.0 if not num_warmup and arrival != "trace" else float(sent.min())
+    ends = returned_at(cols)[measured]
+    ends = ends[~np.isnan(ends)]
+    return start, float(ends.max()) if len(ends) else start
+
+
 def max_in_flight(sent_at: np.ndarray, ended_at: np.ndarray) -> int:
     """The most requests in flight at once, each over ``[sent, ended)`` (an end before a
     start at the same instant: the slot is free again)."""
@@ -231,13 +257,7 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
     measured = cols["request_id"] >= num_warmup
     done = measured & (status == "finished")
     failed = measured & (status == "rejected")
-    sent = cols["arrival_at"][measured]
-    # A failed request returns when it was refused: the latest time it has (its arrival, where the replica refused it).
-    refused = np.fmax(np.fmax(cols["arrival_at"][failed], cols["first_scheduled_at"][failed]),
-                      cols["first_token_at"][failed])
-    ends = np.concatenate([cols["completed_at"][done], refused])
-    start = float(sent.min()) if len(sent) else 0.0
-    end = float(ends.max()) if len(ends) else start
+    start, end = measured_window(cols, num_warmup, workload.arrival)
     duration = max(end - start, 1e-12)
     out_tokens = cols["num_output_tokens"][done]
     in_tokens = cols["num_prompt_tokens"][done]
@@ -264,8 +284,8 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
             if name in goodput_ms:
                 good &= goodput_ms[name] / 1000 >= values
         out["request_goodput"] = int(good.sum()) / duration
-    sent_all = cols["arrival_at"][done]
-    out["max_concurrent_requests"] = max_in_flight(sent_all, ends)
+    returned = measured & ((status == "finished") | (status == "rejected"))
+    out["max_concurrent_requests"] = max_in_flight(cols["arrival_at"][returned], returned_at(cols)[returned])
     out.update(_stats(ttft, "ttft", percentiles_))
     out.update(_stats(tpot, "tpot", percentiles_))
     values, counts, itl_measured = measured_gaps(result, num_warmup)
@@ -288,11 +308,13 @@ def load_settings(result: RunResult) -> dict[str, Any]:
     """The load a run simulated, under the names ``vllm bench serve`` saves them."""
     w = result.config.workload
     concurrency = getattr(w, "concurrency", None)
-    rate: float = math.inf if w.arrival == "burst" else float(w.qps)
+    # A closed loop without --qps sends as fast as its users allow (vllm bench's infinite rate under
+    # --max-concurrency); a trace has no configured rate (its timestamps are the load: null, and no line printed).
+    rate: float | None = (math.inf if w.arrival == "burst" else None if w.arrival == "trace" else float(w.qps))
     burstiness = 1.0 / w.cv**2 if w.arrival == "gamma" else 1.0
     # num_prompts: the measured requests, as vLLM's (its --num-warmups are sent besides them)
     out = {"backend": "servesim", "model_id": result.config.replica.model, "num_prompts": w.num_requests - w.num_warmup,
-           "request_rate": "inf" if math.isinf(rate) else rate, "burstiness": burstiness,
+           "request_rate": "inf" if rate is not None and math.isinf(rate) else rate, "burstiness": burstiness,
            "max_concurrency": concurrency}
     if w.num_warmup:  # (vllm bench drains its warm-ups first; a steady warm-up ran beside the measured requests)
         out.update(num_warmups=w.num_warmup, warmup_mode=w.warmup_mode)
@@ -327,7 +349,11 @@ def format_vllm(metrics: dict[str, Any], settings: dict[str, Any] | None = None,
     row("Peak concurrent requests:", metrics["max_concurrent_requests"], ".2f")
     row("Total Token throughput (tok/s):", metrics["total_token_throughput"], ".2f")
     row(f"Output tok/s per GPU ({metrics['num_gpus']} GPUs):", metrics["output_throughput_per_gpu"], ".2f")
-    row("Output tok/s per user (mean 1/TPOT):", metrics["output_throughput_per_user"], ".2f")
+    per_user = metrics["output_throughput_per_user"]
+    if math.isnan(per_user):  # no measured request streamed two tokens: no TPOT to invert
+        row("Output tok/s per user (mean 1/TPOT):", "n/a (no output of 2+ tokens)")
+    else:
+        row("Output tok/s per user (mean 1/TPOT):", per_user, ".2f")
     for key, name, header in METRICS:
         lines.append(f"{header:-^50}")
         row(f"Mean {name} (ms):", metrics[f"mean_{key}_ms"], ".2f")

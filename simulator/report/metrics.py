@@ -23,6 +23,7 @@ import numpy as np
 
 from simulator.engine.tbt import QUANTILES, expand, merged, nan_stats
 from simulator.engine.tbt import quantile_stats as weighted_quantile_stats
+from simulator.report.benchmark import measured_gaps, measured_gaps_by_replica, measured_window
 from simulator.workload.request import Request, RequestColumns
 
 if TYPE_CHECKING:
@@ -66,9 +67,10 @@ def tbt_distribution(result: RunResult, replica_id: int | None = None) -> tuple[
 
 
 def tbt_samples(result: RunResult) -> np.ndarray:
-    """Every time-between-tokens gap of every request, sorted (for plots and small runs: this
-    expands the run-length log to 8 bytes a gap)."""
-    values, counts, _ = tbt_distribution(result)
+    """Every time-between-tokens gap of every measured request (the warm-up's left out, as every figure), sorted
+    (for plots and small runs: this expands the run-length log to 8 bytes a gap)."""
+    num_warmup = result.config.workload.num_warmup
+    values, counts, _ = measured_gaps(result, num_warmup) if num_warmup else tbt_distribution(result)
     return expand(values, counts)
 
 
@@ -170,6 +172,11 @@ def measured_columns(cols: dict[str, np.ndarray], num_warmup: int) -> dict[str, 
     return {name: values[keep] for name, values in cols.items()}
 
 
+def run_span(result: RunResult, cols: dict[str, np.ndarray]) -> float:
+    """The whole run's span, warm-up included (from its first send to its end): what the GPUs' busy time is over."""
+    return max(result.sim_end_at - float(cols["arrival_at"].min()), 1e-12) if len(cols["arrival_at"]) else 1e-12
+
+
 def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] | None = None,
               ttft_slo_s: float = 2.0, tbt_slo_s: float = 0.2) -> dict[str, Any]:
     """Headline numbers of a run: latency quantiles, throughput, goodput, utilisation.
@@ -177,14 +184,14 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     cols = _as_columns(request_columns(result) if requests is None else requests)
     # What the GPUs were busy with is the whole run's, warm-up included (as disagg_summary's pools): over the
     # measured requests' span alone, a warm-up's compute put busy fractions above 1 (27x at 63 warm-up requests).
-    busy_span = max(result.sim_end_at - float(cols["arrival_at"].min()), 1e-12) if len(cols["arrival_at"]) else 1e-12
+    busy_span = run_span(result, cols)
     num_warmup = result.config.workload.num_warmup
+    # Throughput is over the measured requests' window (vllm bench's duration): a warm-up's tail is none of it.
+    start, end = measured_window(cols, num_warmup, result.config.workload.arrival)
     cols = measured_columns(cols, num_warmup)  # the warm-up requests leave every other figure
     status = cols["status"]
     done = status == "finished"
     if num_warmup:  # their gaps too, from the others' token times (simulate keeps them for such runs)
-        from simulator.report.benchmark import measured_gaps
-
         tbt_values, tbt_counts, tbt_exact = measured_gaps(result, num_warmup)
     else:
         tbt_values, tbt_counts, tbt_exact = tbt_distribution(result)
@@ -206,8 +213,7 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     out.update(quantile_stats(cols["tpot_s"][done], "tpot_s"))
     out.update(quantile_stats(cols["e2e_s"][done], "e2e_s"))
     out.update(quantile_stats(cols["sched_delay_s"][done], "sched_delay_s"))
-    start = float(cols["arrival_at"].min()) if n else 0.0
-    span = max(result.sim_end_at - start, 1e-12)
+    span = max(end - start, 1e-12)
     out["duration_s"] = span
     out["throughput_rps"] = int(done.sum()) / span
     out["output_tokens_per_s"] = float(cols["num_output_tokens"][done].sum()) / span
@@ -321,16 +327,15 @@ def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | N
                  busy_span: float | None = None) -> list[dict[str, Any]]:
     """One row per replica of a cluster: request counts, throughput, TTFT/TBT quantiles, busy
     and (with pipeline parallelism) mean bubble fraction. Same definitions as :func:`summarize`.
-    ``cols``: :func:`request_columns` of the run; ``busy_span`` the whole run's (warm-up included), else ``span``."""
-    if span is None:
-        start = float(cols["arrival_at"].min()) if len(cols["arrival_at"]) else 0.0
-        span = max(result.sim_end_at - start, 1e-12)
-    busy_span = span if busy_span is None else busy_span
+    ``cols``: :func:`request_columns` of the run; ``busy_span`` by default the whole run's (warm-up included)."""
     num_warmup = result.config.workload.num_warmup
+    if span is None:
+        start, end = measured_window(cols, num_warmup, result.config.workload.arrival)
+        span = max(end - start, 1e-12)
+    if busy_span is None:  # the whole run's, warm-up included, as summarize's
+        busy_span = run_span(result, cols)
     measured = None
     if num_warmup:  # the warm-up requests' gaps leave each replica's TBT too, as they leave the run's
-        from simulator.report.benchmark import measured_gaps_by_replica
-
         measured = measured_gaps_by_replica(result, num_warmup, request_columns(result)["replica_id"])
         cols = measured_columns(cols, num_warmup)  # (idempotent: the summary's are measured already)
     replica_id, status = cols["replica_id"], cols["status"]

@@ -423,3 +423,31 @@ def test_a_preemption_that_empties_the_seats_seats_the_waiting_transfers(ff: boo
     assert result.disagg.final_free_blocks == result.disagg.num_blocks
     if ff:
         assert df.equals(request_frame(simulate(config.replace(fast_forward=False))))
+
+
+@pytest.mark.parametrize("policy", ["orca", "fastertransformer", "trtllm"])
+def test_a_reserve_ahead_policy_never_preempts_on_the_decode_pool_either(policy) -> None:  # noqa: ANN001
+    # orca/fastertransformer reserve max_model_len at admission, trtllm the whole request: aggregated they never
+    # preempt. The handoff reserved the prompt alone on the decode worker: 24 preemptions where the twin had 0.
+    config = RunConfig().replace(prefill_pool=f"2x(sched={policy})", decode_pool=f"1x(sched={policy})",
+                                 replica__num_gpu_blocks=600, replica__max_model_len=4096, workload__name="fixed",
+                                 workload__prompt_tokens=2000, workload__output_tokens=1000,
+                                 workload__num_requests=60, workload__qps=20.0)
+    result = simulate(config)
+    df = request_frame(result)
+    assert (df["status"] == "finished").all()
+    assert df["num_preemptions"].sum() == 0
+    assert result.disagg.final_free_blocks == result.disagg.num_blocks
+    vllm = simulate(config.replace(prefill_pool="2x(sched=vllm)", decode_pool="1x(sched=vllm)"))
+    assert request_frame(vllm)["num_preemptions"].sum() > 0  # the same load does press the cache
+
+
+def test_decode_tbt_leaves_the_mixed_pools_requests_out() -> None:
+    config = disagg_config(prefill="1x", decode="1x", mixed="1x", max_model_len=4096, workload__num_requests=200,
+                           workload__qps=12.0)
+    result = simulate(config, token_times=True)
+    mixed = result.disagg.handoff.mixed
+    assert mixed.any() and (~mixed).any()
+    decode_only = [np.diff(np.frombuffer(r.token_times, dtype=np.float64)[1:]) for r in result.requests
+                   if not mixed[r.request_id] and len(r.token_times) > 2]
+    assert np.array_equal(decode_tbt_samples(result), np.concatenate(decode_only))

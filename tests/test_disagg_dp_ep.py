@@ -205,3 +205,31 @@ def test_run_redundant_experts_that_no_pool_takes_are_refused() -> None:
     assert isinstance(res.exception, ConfigError) and "--redundant-experts would do nothing" in str(res.exception)
     res = CliRunner().invoke(app, [*args, "--prefill-pool", "1x(ep=8)", "--decode-pool", "1x(pp=1)"])
     assert res.exit_code == 0, res.output  # the decode pool keeps the run's EP and its copies
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--prefill-pool", "1x", "--decode-pool", "2x", "--router", "random"], "--router would do nothing"),
+    (["--prefill-pool", "1x", "--decode-pool", "1x", "--intra-node-link", "pcie"], "--intra-node-link would do nothing"),
+    (["--prefill-pool", "1x", "--decode-pool", "1x", "--inter-node-link", "infiniband-400g-x8"],
+     "--inter-node-link would do nothing"),
+])
+def test_flags_no_pool_reads_are_refused(flags, says) -> None:  # noqa: ANN001
+    """The router picks a prefill worker only (decode workers go by free blocks and load), and a link flag acts
+    only where some pool's replica crosses that link: results were bit for bit the same with and without them."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--num-requests", "8", "--no-progress", *flags])
+    assert isinstance(res.exception, ConfigError) and says in str(res.exception)
+
+
+@pytest.mark.parametrize("flags", [["--prefill-pool", "2x", "--decode-pool", "1x", "--router", "random"],
+                                   ["--prefill-pool", "1x(tp=2)", "--decode-pool", "1x", "--intra-node-link", "pcie"]])
+def test_the_same_flags_where_a_pool_reads_them_run(flags) -> None:  # noqa: ANN001
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--num-requests", "8", "--no-progress", *flags])
+    assert res.exit_code == 0, res.output

@@ -322,7 +322,9 @@ def _disagg_line(d: dict[str, Any]) -> str:
         f"{_ms(d['backpressure_s_p99'])}, "
         + (f"stack {_ms(d['stack_s_p50'])}/{_ms(d['stack_s_p99'])}, " if d["stack_s_p99"] > 0 else "")
         + f"link queue {_ms(d['link_queue_s_p50'])}/{_ms(d['link_queue_s_p99'])}, "
-        f"transfer {_ms(d['transfer_s_p50'])}/{_ms(d['transfer_s_p99'])} ms; decode TBT p99 "
+        f"transfer {_ms(d['transfer_s_p50'])}/{_ms(d['transfer_s_p99'])}"
+        + (f", decode seat {_ms(d['seat_wait_s_p50'])}/{_ms(d['seat_wait_s_p99'])}" if d["seat_wait_s_p99"] > 0 else "")
+        + f" ms; decode TBT p99 "
         f"{_ms(d['decode_tbt_s_p99'])} max {_ms(d['decode_tbt_s_max'])} ms · {count(d['num_transfers'], 'transfer')}, "
         f"{d['transfer_bytes'] / 1e9:.2f} GB, {'busiest ' if 'link_utilization_by_link' in d else ''}link busy "
         f"{d['link_utilization']:.1%} · busy prefill "

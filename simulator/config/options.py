@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.catalog import GPUS
-from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, parse_pool
+from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, layout_of, parse_pool
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
-from simulator.config.run_config import CV_RANGE, RunConfig, engine_override_terms
+from simulator.config.run_config import CV_RANGE, ReplicaConfig, RunConfig, engine_override_terms
 from simulator.config.schedulers import BUDGETED_SCHEDULERS, CHUNKING_SCHEDULERS, UNBUDGETED_SCHEDULERS
 
 # vLLM's names (`vllm serve`, `vllm bench serve`) for options of RUN_OPTIONS below: the CLI takes either
@@ -259,25 +259,16 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         why = "a closed loop sends as requests end" if w.concurrency is not None else f"--arrival is {w.arrival}"
         out["normalize_arrivals"] = (f"{why}: no random gaps to rescale", "pass --arrival poisson or gamma, or drop "
                                      "{flag}")
-    if not config.is_disaggregated:  # (a pool's replicas have layouts of their own)
-        if r.num_nodes == 1:
-            for name in ("inter_node_link", "allow_tp_across_nodes"):
-                out[name] = ("the replica is on one node", "add --nodes N, or drop {flag}")
-        else:
-            from simulator.config.topology import topology_for
-
-            topo = topology_for(r)
-            if not topo.uses_inter_node_link:
-                out["inter_node_link"] = (f"the replica's {r.num_nodes} nodes are one NVLink domain of {r.gpu}: "
-                                          "nothing it does crosses the inter-node link",
-                                          "drop {flag}, or spread the replica over more GPUs than the domain")
-            if not topo.tp_ring_crosses_nodes:
-                out["allow_tp_across_nodes"] = (f"each tp={r.tp} group already fits "
-                                                + ("its NVLink domain" if topo.tp_in_nvlink_domain else "a node"),
-                                                "drop {flag}")
-        if r.tp * r.pp * r.attention_dp == 1:
-            out["intra_node_link"] = ("the replica is one GPU: nothing it does crosses a link",
-                                      "add --tp or --pp, or drop {flag}")
+    if not config.is_disaggregated:
+        out.update(_link_inert_options(r))
+    else:  # a pool's replicas have layouts of their own: a link flag does nothing where it does nothing to any
+        layout = layout_of(config)
+        replicas = [layout.prefill_replica, layout.decode_replica, layout.mixed_replica]
+        each = [_link_inert_options(p) for p in replicas if p is not None]
+        for name in set.intersection(*(set(e) for e in each)):
+            why, fix = each[0][name]
+            fix = fix.replace("--tp or --pp", "tp= to a pool").replace("--nodes N", "nodes=N to a pool")
+            out[name] = (f"in every pool: {why}", fix)
     if w.trace is None:  # a built-in workload draws lengths only: no KV blocks to share, no sessions
         why = (f"the {w.name} workload names no prompt blocks (only a trace with block hashes shares prefixes)",
                "pass a --trace with hash_ids (e.g. Mooncake's), or drop {flag}")
@@ -289,17 +280,16 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if config.num_replicas == 1 and r.attention_dp == 1 and not config.is_disaggregated:
         out["router"] = ("one replica takes every request", "add --replicas N, or drop {flag}")
     if config.is_disaggregated:
-        from simulator.config.disagg_layout import layout_of
-
         for name, why in _pool_inert_options(config).items():
             out.setdefault(name, why)
         layout = layout_of(config)
         pools = [(layout.prefill, layout.prefill_replica), (layout.decode, layout.decode_replica)]
         if layout.mixed is not None:
             pools.append((layout.mixed, layout.mixed_replica))
-        if all(pool.num_replicas * replica.attention_dp == 1 for pool, replica in pools):
-            out["router"] = ("each pool is one replica, which takes every request it is sent",
-                             "give a pool more replicas ('2x(tp=1)'), or drop {flag}")
+        if layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:
+            # The router picks a prefill worker; a decode worker is picked by free blocks and load, a mixed one by load.
+            out["router"] = ("the router picks a prefill worker, and the prefill pool is one, which takes every request",
+                             "give the prefill pool more replicas ('2x(tp=1)'), or drop {flag}")
         elif config.router == "prefix_aware":  # (the pools hand KV blocks over by count: no prefix cache to read)
             out["router"] = ("a disaggregated pool keeps no prefix cache for --router prefix_aware to read",
                              "use --router session or least_outstanding, or drop {flag}")
@@ -354,6 +344,30 @@ def _draws_at_random(config: RunConfig) -> bool:
 # Run options that a disaggregated pool's key overrides: option name -> pool key (simulator.config.disagg_layout).
 POOL_OVERRIDES = {"tp": "tp", "pp": "pp", "attention_dp": "dp", "ep": "ep", "redundant_experts": "redundant",
                   "nodes": "nodes", "gpu": "gpu", "max_num_seqs": "seqs"}
+
+
+def _link_inert_options(r: ReplicaConfig) -> dict[str, tuple[str, str]]:
+    """The link options that change nothing for a replica laid out as ``r``."""
+    out: dict[str, tuple[str, str]] = {}
+    if r.num_nodes == 1:
+        for name in ("inter_node_link", "allow_tp_across_nodes"):
+            out[name] = ("the replica is on one node", "add --nodes N, or drop {flag}")
+    else:
+        from simulator.config.topology import topology_for
+
+        topo = topology_for(r)
+        if not topo.uses_inter_node_link:
+            out["inter_node_link"] = (f"the replica's {r.num_nodes} nodes are one NVLink domain of {r.gpu}: "
+                                      "nothing it does crosses the inter-node link",
+                                      "drop {flag}, or spread the replica over more GPUs than the domain")
+        if not topo.tp_ring_crosses_nodes:
+            out["allow_tp_across_nodes"] = (f"each tp={r.tp} group already fits "
+                                            + ("its NVLink domain" if topo.tp_in_nvlink_domain else "a node"),
+                                            "drop {flag}")
+    if r.tp * r.pp * r.attention_dp == 1:
+        out["intra_node_link"] = ("the replica is one GPU: nothing it does crosses a link",
+                                  "add --tp or --pp, or drop {flag}")
+    return out
 
 
 def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:

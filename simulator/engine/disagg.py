@@ -98,7 +98,7 @@ from simulator.util.progress import RunProgress
 from simulator.workload.request import Request, Status
 
 HANDOFF_COLUMNS = ("request_id", "prefill_replica_id", "decode_replica_id", "prefill_done_at", "decode_reserved_at",
-                   "handoff_done_at", "transfer_start_at", "transfer_end_at", "kv_bytes")
+                   "handoff_done_at", "transfer_start_at", "transfer_end_at", "decode_seated_at", "kv_bytes")
 
 
 _ARRIVAL_KEY = attrgetter("arrival_at", "request_id")  # the schedulers' running order
@@ -162,9 +162,11 @@ class DecodeMixin:
     """Decode-pool scheduler: a transferred request (its prompt's blocks reserved by the
     handoff) joins ``running`` directly, or, while ``max_num_seqs`` requests already run, waits
     in ``seated_later`` (its KV held here) for a finishing request's seat, first come first
-    seated; ``on_freed`` is told when blocks come back."""
+    seated; ``on_freed`` is told when blocks come back, ``on_seated`` when a transferred request
+    joins ``running`` (the end of its wait for a seat)."""
 
     on_freed: Callable[[], None]
+    on_seated: Callable[[Request], None] | None = None
     num_parked: int = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -182,6 +184,8 @@ class DecodeMixin:
         super().add_request(req)  # type: ignore[misc]
 
     def _seat(self, req: Request) -> None:
+        if self.on_seated is not None:
+            self.on_seated(req)
         req.status = Status.RUNNING
         self._admission_counter += 1  # type: ignore[attr-defined]
         req.admitted_seq = self._admission_counter  # type: ignore[attr-defined]
@@ -191,6 +195,13 @@ class DecodeMixin:
             insort(running, req, key=_ARRIVAL_KEY)
         else:
             running.append(req)
+
+    def handoff_tokens(self, req: Request) -> int:
+        """KV tokens a landing transfer reserves here: its prompt's, or, for a policy that reserves ahead of what a
+        request knows (orca and fastertransformer: max_model_len; trtllm: prompt and output), the policy's, so
+        that such a decode worker never preempts, as its aggregated twin never does."""
+        ahead = self.reserve_tokens(req)  # type: ignore[attr-defined]
+        return ahead if ahead > req.num_prompt_tokens + req.num_generated else req.num_prompt_tokens
 
     @property
     def num_outstanding(self) -> int:
@@ -324,6 +335,9 @@ class HandoffLog:
         self.handoff_done_at = np.full(n, np.nan)  # the engine's handoff latency over: the link may be queued for
         self.transfer_start_at = np.full(n, np.nan)
         self.transfer_end_at = np.full(n, np.nan)
+        # When the decode worker seated it (it joined ``running``): later than the transfer's end while
+        # ``max_num_seqs`` requests already ran there (its KV held meanwhile: a wait no block count shows).
+        self.decode_seated_at = np.full(n, np.nan)
         self.kv_bytes = np.zeros(n)
         self.mixed = np.zeros(n, dtype=bool)  # served wholly by a mixed replica
 
@@ -391,6 +405,7 @@ class DisaggCluster:
             sched, self.plans["decode"] = _build_pool_scheduler(layout.decode_replica, layout.decode_scheduler,
                                                                 DecodeMixin, "decode_pool", config, rid, lockstep)
             sched.on_freed = self._dispatch  # type: ignore[attr-defined]
+            sched.on_seated = self._on_seated  # type: ignore[attr-defined]
             self.decode.append(_make_replica(env, rid, sched, config, layout.decode_replica, recorder, True))
             rid += 1
         if layout.mixed is not None:
@@ -458,21 +473,25 @@ class DisaggCluster:
         self.pending.append((req, hold, prefill_index))
         self._dispatch()
 
+    def _on_seated(self, req: Request) -> None:
+        self.log.decode_seated_at[req.request_id] = self.env.now
+
     def _dispatch(self) -> None:
         """Reserve decode blocks for pending handoffs, oldest first, and start their transfers."""
         pending = self.pending
         while pending:
             req = pending[0][0]
             best, best_load = None, 0
+            need = self.decode[0].scheduler.handoff_tokens(req)  # (every decode replica runs one policy)
             for replica in self.decode:  # the least loaded that can take it; the first of equals
-                if replica.scheduler.blocks.can_admit(req.num_prompt_tokens):
+                if replica.scheduler.blocks.can_admit(need):
                     load = replica.num_outstanding + replica.scheduler.num_parked
                     if best is None or load < best_load:
                         best, best_load = replica, load
             if best is None:
                 return  # backpressure: the prefill replicas keep holding the KV
             req, hold, prefill_index = pending.popleft()
-            best.scheduler.blocks.reserve(req, req.num_prompt_tokens)
+            best.scheduler.blocks.reserve(req, need)
             best.scheduler.blocks.take_state(req)
             best.scheduler.num_parked += 1
             rid = req.request_id

@@ -457,15 +457,20 @@ def _quantile(values: np.ndarray, q: float) -> float:
 
 def scheduling_delays(result: RunResult, cols: dict[str, np.ndarray]) -> np.ndarray:
     """Each request's scheduling delay as the capacity criterion judges it: the wait for its first
-    scheduled step, and, in a disaggregated deployment, also the wait after its prompt for a decode
-    seat (backpressure): a decode pool that cannot keep up queues requests there, not in the prefill
-    queue, and the first wait alone passed rates at which the run reported TTFTs of half a minute."""
+    scheduled step, and, in a disaggregated deployment, also its waits after its prompt: for decode
+    blocks (backpressure: the prefill worker holds the KV) and, its KV landed, for a decode seat while
+    ``max_num_seqs`` requests run there. A decode pool that cannot keep up queues requests at one of
+    those, not in the prefill queue: the first wait alone passed rates whose TTFTs were half a minute,
+    and without the seat wait 45 QPS passed on a 16-seat decode worker that serves ~8."""
     delay = cols["sched_delay_s"]
     if result.disagg is None:
         return delay
     log = result.disagg.handoff
-    backpressure = (log.decode_reserved_at - log.prefill_done_at)[cols["request_id"]]
-    return delay + np.nan_to_num(backpressure, nan=0.0)  # NaN: served by a mixed replica, no handoff
+    ids = cols["request_id"]
+    backpressure = (log.decode_reserved_at - log.prefill_done_at)[ids]
+    seat = (log.decode_seated_at - log.transfer_end_at)[ids]
+    # NaN: served by a mixed replica (no handoff), or a run stopped before the step
+    return delay + np.nan_to_num(backpressure, nan=0.0) + np.nan_to_num(seat, nan=0.0)
 
 
 def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, tbt_early_exit: bool = True,

@@ -47,9 +47,10 @@ def slo_attainment(requests: pd.DataFrame, ttft_slo_s: float, tpot_slo_s: float)
 
 def decode_tbt_samples(result: RunResult, num_warmup: int = 0) -> np.ndarray:
     """Gaps between consecutive tokens after each request's second token began (tokens 2..n), of the requests
-    sent after the first ``num_warmup``."""
+    sent after the first ``num_warmup`` that the decode pool served (a mixed replica's gaps carry its prefills)."""
+    mixed = result.disagg.handoff.mixed if result.disagg is not None else None
     gaps = [np.diff(np.frombuffer(r.token_times, dtype=np.float64)[1:]) for r in result.requests
-            if r.request_id >= num_warmup and len(r.token_times) > 2]
+            if r.request_id >= num_warmup and len(r.token_times) > 2 and (mixed is None or not mixed[r.request_id])]
     return np.concatenate(gaps) if gaps else np.empty(0)
 
 
@@ -69,6 +70,7 @@ def handoff_frame(result: RunResult, requests: pd.DataFrame) -> pd.DataFrame:
     df["stack_s"] = df["handoff_done_at"] - df["decode_reserved_at"]  # the engine's handoff latency
     df["link_queue_s"] = df["transfer_start_at"] - df["handoff_done_at"]
     df["transfer_s"] = df["transfer_end_at"] - df["transfer_start_at"]
+    df["seat_wait_s"] = df["decode_seated_at"] - df["transfer_end_at"]  # landed, waiting for a decode seat
     df["handoff_gap_s"] = second - first
     return df
 
@@ -90,7 +92,7 @@ def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float 
     out: dict[str, Any] = {"layout": info.layout, "num_gpus": info.num_gpus}
     transferred = handoff[~np.isnan(handoff["transfer_end_at"])]
     for col in ("queue_s", "prefill_s", "delivery_s", "backpressure_s", "stack_s", "link_queue_s", "transfer_s",
-                "handoff_gap_s"):
+                "seat_wait_s", "handoff_gap_s"):
         source = handoff if col in ("queue_s", "prefill_s", "delivery_s") else transferred
         out.update(quantile_stats(source[col].to_numpy(dtype=np.float64), col))
     out.update(quantile_stats(decode_tbt_samples(result, num_warmup), "decode_tbt_s"))

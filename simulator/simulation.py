@@ -111,8 +111,9 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     wall_start = time.perf_counter()
     reporter = reporter_of(progress)
     table, source, router_rng = prepare_table(config, table, reporter)
-    if getattr(table, "block_hashes", None) is not None:
-        workers = 1  # worker processes get token counts only, not prefix hashes: the same run in this one
+    if workers > 1 and getattr(table, "block_hashes", None) is not None:  # (it ran in one process, unsaid)
+        raise ConfigError("--workers", "worker processes take token counts only, not a trace's prefix block hashes",
+                          "drop --workers for this trace (the run is the same in one process)")
     arrival, prompt, output = checked_columns(table)
     num_requests = len(arrival)
     objects = None

@@ -492,3 +492,37 @@ def test_a_gzipped_mooncake_trace_is_read_as_mooncake_with_its_hashes(tmp_path):
     cut.write_bytes(gzip.compress(text.encode())[:-12])
     with pytest.raises(ConfigError, match="cannot read"):
         _read_mooncake(str(cut))
+
+
+def test_the_prefix_cache_summary_leaves_the_warmup_out():
+    # The warm-up meets a cold cache: counted in, it pulled the measured hit rate down (3.6% read for 4.1%).
+    from simulator.report.metrics import summarize
+
+    prompt = 4 * 512
+    table = RequestTable([0.0, 50.0, 100.0], [prompt] * 3, [2] * 3, "thrice", block_hashes=[np.arange(4)] * 3,
+                         hash_block_size=512)
+    config = _engine_config(1_000, max_model_len=8192).replace(workload__num_warmup=1, workload__num_requests=3)
+    result = simulate(config, table)
+    summary = summarize(result)["prefix_caching"]
+    hits = [r.num_cached_tokens for r in result.requests]
+    assert hits[0] == 0 and hits[1] == hits[2] > 0
+    assert summary["prompt_tokens"] == 2 * prompt and summary["prefill_tokens_saved"] == 2 * hits[1]
+    assert summary["hit_rate"] == pytest.approx(hits[1] / prompt)
+
+
+def test_a_cpu_tier_too_small_for_one_block_and_workers_with_hashes_are_refused():
+    # Both ran as if the flag were absent: the header named a 0.001 GiB tier that held no block, and --workers
+    # ran the hashed trace in one process.
+    from simulator.config.errors import ConfigError
+
+    table = RequestTable([0.0, 1.0], [2048, 2048], [2, 2], "twice", block_hashes=[np.arange(4)] * 2,
+                         hash_block_size=512)
+    tiny = _engine_config(1_000, max_model_len=8192).replace(scheduler__cpu_kv_gib=0.001, workload__num_requests=2)
+    with pytest.raises(ConfigError, match="holds no KV block") as err:
+        simulate(tiny, table)
+    assert err.value.field == "scheduler.cpu_kv_gib"
+    fixed = float(err.value.fix.split("--cpu-kv-gib ")[1].split()[0])
+    assert simulate(tiny.replace(scheduler__cpu_kv_gib=fixed), table).requests  # the suggested size builds a tier
+    two = _engine_config(1_000, max_model_len=8192).replace(num_replicas=2, workload__num_requests=2)
+    with pytest.raises(ConfigError, match="prefix block hashes"):
+        simulate(two, table, workers=2)

@@ -211,3 +211,28 @@ def test_fast_paths_are_exact_with_sessions_and_cache_routers(router, closed, mo
     hits = [r.num_cached_tokens for r in on.requests]
     assert hits == [r.num_cached_tokens for r in off.requests]
     assert sum(hits) > 0 and sum(evicted) > 100  # hits, and a cache small enough to evict
+
+
+def test_sampled_rows_of_a_session_trace_keep_each_sessions_turns_in_order():
+    """With synthetic arrivals a hashed trace's rows are sampled: a turn sent before its predecessor finds none of
+    that turn cached (its prompt holds the predecessor's answer). Each session's turns take its slots in order;
+    rows without a session keep the sampled order."""
+    from simulator.config.run_config import WorkloadConfig
+    from simulator.workload.generate import prefix_trace_table
+    from simulator.workload.prefix_traces import PrefixTrace
+
+    n = 60
+    session = np.where(np.arange(n) % 4 == 3, -1, np.arange(n) % 3)  # three sessions, every 4th row none
+    trace = PrefixTrace(arrival_s=np.arange(n, dtype=float), num_prompt_tokens=np.arange(1, n + 1) * 16,
+                        num_output_tokens=np.full(n, 8), block_hashes=tuple(np.arange(k + 1) for k in range(n)),
+                        hash_block_size=16, session_id=session, fmt="test")
+    table = prefix_trace_table(WorkloadConfig(trace="t.jsonl", num_requests=40, arrival="poisson", qps=2.0), trace,
+                               np.random.default_rng(3))
+    rows = np.asarray(table.num_prompt_tokens) // 16 - 1  # the trace row each request came from
+    sessions = np.asarray(table.session_id)
+    assert len(set(rows.tolist())) == 40  # sampled without replacement
+    for s in (0, 1, 2):
+        mine = rows[sessions == s]
+        assert len(mine) > 1 and np.all(np.diff(mine) > 0)
+    loose = rows[sessions < 0]
+    assert not np.all(np.diff(loose) > 0)  # rows without a session stay in their sampled (random) order

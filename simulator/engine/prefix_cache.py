@@ -14,8 +14,12 @@ block counts:
   names mean equal prefixes; an engine block inside a trace block whose id differs is a miss
   even if its tokens might agree (the trace cannot tell), so hits are counted at the trace's
   granularity, never above it. Engine blocks past the hashed tokens (the partial tail, and
-  every generated token) have no name: they are never cached (vLLM caches decode blocks too;
-  a trace's next turn names that content in its own prompt hashes).
+  every generated token) have no name: they are never cached. That is a bound below vLLM and
+  SGLang, which cache a request's output blocks too: a session's next turn, whose prompt holds
+  this answer, recomputes it here (its prompt hashes name that content, but no cached block
+  carries those names), measured 576 computed tokens where vLLM's rule computes 80 on a two-turn
+  session with a 512-token answer, and a best hit rate of 83.8% where vLLM's rule reaches 94.7%
+  on the generated ``gen-chat`` sessions.
 - **Lookup at admission.** The longest run of cached blocks from the prompt's start is the
   cache hit; it is capped at ``(num_known - 1) // bs`` blocks, since the last known token is
   always computed to get logits (vLLM's ``max_cache_hit_length = num_tokens - 1``). So a

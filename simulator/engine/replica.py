@@ -107,6 +107,10 @@ def cpu_tier(replica: ReplicaConfig, sched: SchedulerConfig, plan: MemoryPlan) -
         return 0, 0.0
     block_bytes_per_gpu = plan.kv_bytes_per_token[0] * replica.block_size
     host_blocks = int(sched.cpu_kv_gib * GiB // (block_bytes_per_gpu * replica.tp))
+    if host_blocks == 0:  # (no tier at all was built, while the header named one)
+        need = block_bytes_per_gpu * replica.tp / GiB
+        raise ConfigError("scheduler.cpu_kv_gib", f"{sched.cpu_kv_gib:g} GiB holds no KV block (one is {need:.3g} GiB "
+                          f"over the replica's {replica.tp} GPUs)", f"pass --cpu-kv-gib {need * 1.01:.3g} or more, or drop it")
     return host_blocks, block_bytes_per_gpu / replica.gpu_spec.pcie_bytes_per_s
 
 

@@ -246,7 +246,7 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
 
 def prefix_cache_summary(result: RunResult) -> dict[str, Any]:
     """Prefix caching (simulator.engine.prefix_cache): the policy, the cache's blocks per replica,
-    and over the requests that were admitted, the share of their prompt tokens found cached at
+    and over the measured requests that were admitted, the share of their prompt tokens found cached at
     their first admission (``hit_rate``) and the prefill tokens that saved. With a CPU tier
     (``cpu_kv_gib``), the hits split by tier: ``gpu_hit_rate`` and ``cpu_hit_rate`` (loaded from host
     memory) add up to ``hit_rate``."""
@@ -255,12 +255,15 @@ def prefix_cache_summary(result: RunResult) -> dict[str, Any]:
         cols = reqs.columns
         cached, prompt = cols["num_cached_tokens"], cols["num_prompt_tokens"]
         host = cols["num_host_cached_tokens"]
-        admitted = cols["admitted_seq"] >= 0
+        admitted, ids = cols["admitted_seq"] >= 0, cols["request_id"]
     else:
         cached = np.fromiter((r.num_cached_tokens for r in reqs), dtype=np.int64, count=len(reqs))
         host = np.fromiter((r.num_host_cached_tokens for r in reqs), dtype=np.int64, count=len(reqs))
         prompt = np.fromiter((r.num_prompt_tokens for r in reqs), dtype=np.int64, count=len(reqs))
         admitted = np.fromiter((r.admitted_seq >= 0 for r in reqs), dtype=bool, count=len(reqs))
+        ids = np.fromiter((r.request_id for r in reqs), dtype=np.int64, count=len(reqs))
+    # The warm-up requests leave these figures too (they met a cold cache: the hit rate read low).
+    admitted = admitted & (ids >= result.config.workload.num_warmup)
     saved, queried = int(cached[admitted].sum()), int(prompt[admitted].sum())
     out = {"policy": result.config.scheduler.prefix_cache, "num_blocks": result.memory.num_blocks,
            "hit_rate": saved / queried if queried else math.nan, "prefill_tokens_saved": saved,

@@ -824,6 +824,21 @@ def sample_rows(rows: int, n: int, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate([rng.choice(rows, size=rows, replace=False), rng.integers(0, rows, size=n - rows)])
 
 
+def _turns_in_order(idx: np.ndarray, session_id: np.ndarray) -> np.ndarray:
+    """The sampled rows ``idx`` (in the order they take the arrival slots) with each session's rows swapped among
+    that session's slots into trace order: a turn's prompt holds its predecessor's answer, so sent first it would
+    find nothing of it cached (233 of 277 same-session pairs were reversed). Rows without a session stay put."""
+    sess = session_id[idx]
+    if not (sess >= 0).any():
+        return idx
+    out = idx.copy()
+    slots = np.flatnonzero(sess >= 0)
+    by_slot = slots[np.lexsort((slots, sess[slots]))]  # the session's slots, earliest first
+    by_row = slots[np.lexsort((idx[slots], sess[slots]))]  # the session's rows, trace order
+    out[by_slot] = idx[by_row]
+    return out
+
+
 def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.Generator) -> RequestTable:
     """The run's requests from a hashed trace, as :func:`~simulator.workload.generate.generate_requests`
     treats any trace: rows over ``max_total_tokens`` removed (clipping would cut prompts
@@ -855,9 +870,11 @@ def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.G
         scale = f" / {cfg.time_scale:g}" if cfg.time_scale != 1 else ""
         desc += f", first {n} rows replayed, trace timestamps{scale}"
     else:
-        idx = keep[sample_rows(rows, n, rng)]
+        idx = _turns_in_order(keep[sample_rows(rows, n, rng)], trace.session_id)
         arrival, arrival_desc = _arrivals(cfg, n, rng)
         desc += f", {n} rows sampled, {arrival_desc}"
+        if (trace.session_id[idx] >= 0).any():
+            desc += " (each session's turns in its order)"
     return RequestTable(arrival, trace.num_prompt_tokens[idx], trace.num_output_tokens[idx], desc,
                         block_hashes=tuple(trace.block_hashes[i] for i in idx.tolist()),
                         hash_block_size=trace.hash_block_size, session_id=trace.session_id[idx])

@@ -233,3 +233,15 @@ def test_the_same_flags_where_a_pool_reads_them_run(flags) -> None:  # noqa: ANN
 
     res = CliRunner().invoke(app, ["run", "--num-requests", "8", "--no-progress", *flags])
     assert res.exit_code == 0, res.output
+
+
+def test_an_attention_dp_runs_kv_figure_says_it_is_one_ranks():
+    # Each rank has its own cache: the figure read as the replica's halved its capacity against --tp 2.
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--attention-dp", "2",
+                                   "--ep", "2", "--num-requests", "8", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "tokens per attention-DP rank (x2)" in res.output

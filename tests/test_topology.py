@@ -227,3 +227,19 @@ def test_a_mesh_pair_hands_kv_over_one_link_and_a_learned_profile_keeps_its_hops
     assert switch.bytes_per_s == pytest.approx(get_link("nvlink", get_gpu("h100-sxm")).effective_bytes_per_s)
     topo = build_topology("mi300x", 2, 2)
     assert not topo.hop_links[0].is_inter_node and topo.hop_links[0] != topo.intra
+
+
+def test_a_pipeline_hop_crosses_nodes_where_any_rank_pair_does():
+    # tp=4 over 6-GPU nodes (--allow-tp-across-nodes): stage 1 holds GPUs 4-7, two of them on node 1, so ranks
+    # 2 and 3 of stage 0 send to another node. Comparing the stages' first GPUs read the hop as NVLink.
+    topo = build_topology("h100-sxm", tp=4, pp=3, num_nodes=2, allow_tp_across_nodes=True)
+    assert [h.kind for h in topo.hop_links] == ["ethernet", "ethernet"]
+    aligned = build_topology("h100-sxm", tp=4, pp=4, num_nodes=2)  # stages 0-1 on node 0, 2-3 on node 1
+    assert [h.kind for h in aligned.hop_links] == ["nvlink", "ethernet", "nvlink"]
+
+
+def test_an_attention_dp_ranks_tp_group_across_an_nvlink_domain_is_refused_as_a_stages_is():
+    # GB200 NVL72: rank 4 of tp=16 holds GPUs 64-79, across the 72-GPU domain; it was priced as NVLink.
+    with pytest.raises(ConfigError, match="attention-dp=5"):
+        build_topology("gb200", tp=16, pp=1, num_nodes=10, dp=5)
+    assert build_topology("gb200", tp=16, pp=1, num_nodes=8, dp=4).tp_in_nvlink_domain

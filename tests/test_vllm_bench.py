@@ -105,6 +105,8 @@ def test_burstiness_against_another_arrival_flag_is_refused(options, says):
 def test_enable_expert_parallel_spreads_experts_over_the_tp_group():
     assert build_config(model="mixtral-8x7b", tp=4, enable_expert_parallel=True).replica.ep == 4
     assert build_config(model="mixtral-8x7b", tp=4).replica.ep == 1
+    with pytest.raises(ConfigError, match="one GPU"):  # (it ran, ep=1, as without the flag)
+        build_config(model="mixtral-8x7b", enable_expert_parallel=True)
 
 
 @pytest.mark.parametrize("text", ["ttft", "ttft:abc", "latency:30", "tpot:-1", "", "ttft:300 ttft:200"])

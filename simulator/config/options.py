@@ -70,8 +70,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                           "divides the experts plus these; each rank holds that many more weights. Memory only: the balance "
                           "they buy is --moe-imbalance's to say (the busiest rank's load over the mean)."),
     "moe_imbalance": ("replica__moe_imbalance", float, "MoE load imbalance: busiest expert/EP rank over the mean (>= 1)."),
-    "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica, overriding the memory plan "
-                       "(vLLM's --num-gpu-blocks-override)."),
+    "num_gpu_blocks": ("replica__num_gpu_blocks", int, "KV cache blocks per replica (per attention-DP rank: each "
+                       "has its own cache), overriding the memory plan (vLLM's --num-gpu-blocks-override)."),
     "scheduler": ("scheduler__name", str, "vllm, orca, fastertransformer, sarathi, vllm-v1, sglang or trtllm (each engine's "
                   "own policy)."),
     "max_num_seqs": ("scheduler__max_num_seqs", int, "Max requests in a batch."),
@@ -98,7 +98,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                             "recently freed block) or radix-lru (SGLang: least recently used leaf); default: the "
                             "scheduler's engine's (radix-lru for sglang, else vllm-lru). The two evict the same "
                             "blocks (a request frees its blocks last-first, so the least recently freed is a leaf)."),
-    "cpu_kv_gib": ("scheduler__cpu_kv_gib", float, "Prefix cache CPU tier: GiB of host memory per replica keeping "
+    "cpu_kv_gib": ("scheduler__cpu_kv_gib", float, "Prefix cache CPU tier: GiB of host memory per replica (per "
+                   "attention-DP rank) keeping "
                    "blocks evicted from the GPUs; a hit there is loaded over PCIe before the prefill (0: none)."),
     "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, random (vllm bench's name for "
                  "fixed lengths, banded by --range-ratio), uniform."),
@@ -596,6 +597,9 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
             raise ConfigError("--enable-expert-parallel", f"{model} has no experts", "drop it for a dense model")
         tp = out.get("tp") or base.replica.tp
         ep = tp * (out.get("attention_dp") or getattr(base.replica, "attention_dp", 1))
+        if ep == 1:  # (it ran, ep=1, as without it)
+            raise ConfigError("--enable-expert-parallel", "the MoE group is one GPU: there is nothing to spread the "
+                              "experts over", "add --tp or --attention-dp, or drop it")
         if out.get("ep") not in (None, ep):
             raise ConfigError("--enable-expert-parallel", f"sets --ep {ep} (every GPU of the MoE group), but --ep is "
                               f"{out['ep']}", "drop one of them")

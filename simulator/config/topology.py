@@ -282,12 +282,15 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
     def in_domain(first: int, last: int) -> bool:
         return domain > gpus_per_node and first // domain == last // domain
 
-    tp_in_domain = tp_spans_nodes and all(in_domain(s * tp, (s + 1) * tp - 1) for s in range(pp))
+    # Every TP group: one per pipeline stage, or per attention-DP rank (DP and PP do not combine).
+    tp_in_domain = tp_spans_nodes and all(in_domain(g * tp, (g + 1) * tp - 1) for g in range(pp * dp))
     if tp_spans_nodes and not tp_in_domain and not allow_tp_across_nodes:
+        layout = f"pp={pp}" if dp == 1 else f"attention-dp={dp}"
         raise ConfigError("replica.tp", f"a tp={tp} group would span nodes ({gpus_per_node} GPUs per node with "
-                          f"pp={pp} on {num_nodes} nodes)",
-                          "keep TP inside a node (tp dividing GPUs per node, pp a multiple of --nodes) "
-                          "or pass --allow-tp-across-nodes")
+                          f"{layout} on {num_nodes} nodes)",
+                          ("keep TP inside a node (tp dividing GPUs per node, pp a multiple of --nodes)" if dp == 1
+                           else "keep each rank's TP group inside a node or NVLink domain (tp dividing its GPUs)")
+                          + " or pass --allow-tp-across-nodes")
     if intra.pairwise and tp > 2:
         pcie = get_link("pcie", gpu)
         ring_bw, ring_latency = min(intra.bytes_per_s, pcie.bytes_per_s), max(intra.latency_s, pcie.latency_s)
@@ -301,8 +304,11 @@ def build_topology(gpu: GPUSpec | str, tp: int, pp: int, num_nodes: int = 1, int
         ring_latency = inter.latency_s
     hops = []
     for s in range(pp - 1):
-        same_node = (s * tp) // gpus_per_node == ((s + 1) * tp) // gpus_per_node
-        hops.append(group_link(intra, gpu, 2) if same_node or in_domain(s * tp, (s + 2) * tp - 1) else inter)
+        # Rank i of stage s sends to rank i of stage s + 1: the hop stays local only if every such pair does (a
+        # TP group across nodes puts some pairs on two nodes even where the stages' first GPUs share one).
+        pairs = [(s * tp + i, (s + 1) * tp + i) for i in range(tp)]
+        local = all(a // gpus_per_node == b // gpus_per_node or in_domain(a, b) for a, b in pairs)
+        hops.append(group_link(intra, gpu, 2) if local else inter)
     ep_bw = ring_bw  # without DP the MoE group is the TP group
     ep_crosses_nodes = False
     if dp > 1:

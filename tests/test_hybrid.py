@@ -71,6 +71,19 @@ def test_memory_plan_keeps_kv_for_the_full_attention_layers_and_state_in_blocks(
     assert dense.num_state_blocks == 0
 
 
+def test_a_pipeline_stage_holds_its_own_full_attention_layers_not_the_mean():
+    # 15 full-attention layers in 60, one in four: 15-layer stages hold 3 or 4 of them, never the mean 3.75; the
+    # fullest stage sets the cache (the mean read 6.7% more tokens than the stages hold).
+    replica = ReplicaConfig("qwen3.5-397b-a17b", "h200", tp=8, pp=4, num_nodes=4, dtype="fp8")
+    m = replica.model_spec
+    plan = plan_memory(replica, 8192, 256)
+    kv_layer = m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, 8)
+    assert plan.kv_bytes_per_token == pytest.approx((4 * kv_layer,) * 4)
+    assert plan.num_kv_tokens <= min(b / (4 * kv_layer) for b in plan.kv_budget_bytes)
+    one = plan_memory(ReplicaConfig("qwen3.5-397b-a17b", "h200", tp=8, dtype="fp8"), 8192, 256)
+    assert one.kv_bytes_per_token[0] == pytest.approx(15 * kv_layer)  # one stage: all 15, as before
+
+
 def test_block_manager_charges_state_per_running_sequence():
     blocks = BlockManager(100, 16, watermark=0.0, state_blocks=10)
     a, b = Request(0, 0.0, 40, 8), Request(1, 0.0, 40, 8)

@@ -31,6 +31,7 @@ holds is returned when it finishes or is preempted.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simulator.config.errors import ConfigError
@@ -156,7 +157,14 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
                 f"(short by {(w + activation - usable) / GiB:.1f} GiB)", fix)
         weights.append(w)
         budgets.append(budget)
-        per_token.append(num_layers * kv_token_layer)
+        if replica.pp > 1 and m.num_growing_kv_layers != m.num_layers:
+            # The stage's own full-attention layers, not the mean: interleaved (one in k, as hybrids and
+            # gpt-oss alternate), a stage holds at most ceil(its share) of them, and the fullest stage sets
+            # the cache (the mean over-counted Qwen3.5-397B's at pp=4, stages of 3, 4, 4 and 4, by 6.7%).
+            num_growing = math.ceil(m.num_growing_kv_layers * num_layers / m.num_layers - 1e-9)
+            per_token.append(num_growing * kv_layer)
+        else:
+            per_token.append(num_layers * kv_token_layer)
     num_tokens = int(min(b / t for b, t in zip(budgets, per_token, strict=True)))
     num_blocks = planned_blocks = num_tokens // replica.block_size
     if replica.num_gpu_blocks is not None:

@@ -236,3 +236,59 @@ def test_sampled_rows_of_a_session_trace_keep_each_sessions_turns_in_order():
         assert len(mine) > 1 and np.all(np.diff(mine) > 0)
     loose = rows[sessions < 0]
     assert not np.all(np.diff(loose) > 0)  # rows without a session stay in their sampled (random) order
+
+
+@pytest.mark.parametrize("policy", ["vllm-lru", "radix-lru"])
+def test_a_turn_finds_the_previous_answer_cached_as_vllm_and_sglang_cache_output_blocks(policy):
+    """A turn resends the last prompt and its answer: it hits every full block of them the last turn computed
+    (its last output token is never fed back), through the hash blocks that cover them. Only prompt blocks were
+    cached before: each turn recomputed the previous answer."""
+    table = generate_sessions(conversations(12, session_rate=2.0, think_mean_s=1.0), np.random.default_rng(8))
+    config = _config().replace(scheduler__prefix_cache_policy=policy, replica__num_gpu_blocks=200_000)
+    run = simulate(config, table)
+    reqs, bs, hbs = run.requests, config.replica.block_size, table.hash_block_size
+    num_turns = 0
+    for rows in _by_session(table).values():
+        for prev, cur in zip(rows, rows[1:], strict=False):
+            p, o = int(table.num_prompt_tokens[prev]), int(table.num_output_tokens[prev])
+            named = (p + o) // hbs * hbs  # the next turn's ids cover this far
+            expected = min(min(p + o - 1, named) // bs, (int(table.num_prompt_tokens[cur]) - 1) // bs) * bs
+            assert reqs[cur].num_cached_tokens == expected, (prev, cur)
+            num_turns += expected > p  # the answer among the hits (where it completes a hash block)
+    assert num_turns > 5
+
+
+@pytest.mark.parametrize("policy", ["vllm-lru", "radix-lru"])
+def test_cached_answers_keep_the_pools_invariants_in_a_cache_that_evicts(policy, monkeypatch):
+    managers: list[PrefixCachingBlockManager] = []
+    real_free = PrefixCachingBlockManager.free
+
+    def free(self, req) -> None:  # noqa: ANN001
+        real_free(self, req)
+        self.check()
+        if self not in managers:
+            managers.append(self)
+
+    monkeypatch.setattr(PrefixCachingBlockManager, "free", free)
+    table = generate_sessions(conversations(30, session_rate=8.0, think_mean_s=0.5), np.random.default_rng(9))
+    run = simulate(_config().replace(scheduler__prefix_cache_policy=policy, replica__num_gpu_blocks=2500,
+                                     replica__max_model_len=32_768), table)
+    assert all(r.status.value == "finished" for r in run.requests)
+    assert managers and all(m.num_free_blocks == m.num_blocks for m in managers)
+    assert sum(m.num_evicted_blocks for m in managers) > 0
+
+
+def test_ids_carry_on_only_where_the_next_turn_resends_the_answer():
+    from simulator.workload.prefix_traces import continued_hashes
+
+    ids = [np.arange(4), np.arange(10), np.array([0, 1, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59]), np.arange(30),
+           np.arange(5), np.arange(3)]
+    sessions = np.array([0, 0, 0, 1, 1, 2])
+    prompts = np.array([256, 640, 768, 1920, 320, 200])
+    outputs = np.array([300, 100, 50, 200, 10, 50])
+    out = continued_hashes(ids, sessions, prompts, outputs, 64)
+    assert out[0][1] == 512 and np.array_equal(out[0][0], np.arange(8))  # (256 + 300) // 64 blocks of row 1's ids
+    assert out[1][1] == 0  # row 2 branches off at block 2: not a resend (a sub-agent, a rewritten history)
+    assert out[2][1] == 0 and out[5][1] == 0  # the last of its session; a session of one
+    assert out[3][1] == 0  # row 4's prompt (320) does not hold row 3's prompt and answer (a compacted history)
+    assert np.array_equal(out[1][0], ids[1]) and np.array_equal(out[3][0], ids[3])

@@ -33,6 +33,7 @@ from simulator.engine.routers import CACHE_ROUTERS, route
 from simulator.engine.schedulers import Scheduler
 from simulator.engine.tbt import GapLog
 from simulator.util.progress import RunProgress
+from simulator.workload.prefix_traces import continued_hashes
 from simulator.workload.request import Request
 
 if TYPE_CHECKING:
@@ -217,12 +218,19 @@ def make_requests(table, token_times: bool = False) -> list[Request]:  # noqa: A
     requests = [Request(i, a, p, o, token_times)
                 for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt.tolist(), output.tolist(), strict=False))]
     hashes = getattr(table, "block_hashes", None)
+    sessions = getattr(table, "session_id", None)
     if hashes is not None:  # prefix block ids (simulator.engine.prefix_cache)
         block_size = table.hash_block_size
-        for req, ids in zip(requests, hashes, strict=True):
-            req.block_hashes = ids
-            req.hash_block_size = block_size
-    sessions = getattr(table, "session_id", None)
+        if sessions is not None:  # a turn's answer is named as the session's next turn resends it
+            for req, (ids, named) in zip(requests, continued_hashes(hashes, sessions, prompt, output, block_size),
+                                         strict=True):
+                req.block_hashes = ids
+                req.hash_block_size = block_size
+                req.num_named_tokens = named
+        else:
+            for req, ids in zip(requests, hashes, strict=True):
+                req.block_hashes = ids
+                req.hash_block_size = block_size
     if sessions is not None:  # conversation or agent sessions (session affinity, per-session metrics)
         for req, session in zip(requests, sessions.tolist(), strict=True):
             req.session_id = session

@@ -14,12 +14,14 @@ block counts:
   names mean equal prefixes; an engine block inside a trace block whose id differs is a miss
   even if its tokens might agree (the trace cannot tell), so hits are counted at the trace's
   granularity, never above it. Engine blocks past the hashed tokens (the partial tail, and
-  every generated token) have no name: they are never cached. That is a bound below vLLM and
-  SGLang, which cache a request's output blocks too: a session's next turn, whose prompt holds
-  this answer, recomputes it here (its prompt hashes name that content, but no cached block
-  carries those names), measured 576 computed tokens where vLLM's rule computes 80 on a two-turn
-  session with a 512-token answer, and a best hit rate of 83.8% where vLLM's rule reaches 94.7%
-  on the generated ``gen-chat`` sessions.
+  every generated token) have no name, except where the session's next request resends this
+  prompt and its answer: the trace names that content in the next request's hashes, which
+  :func:`~simulator.workload.prefix_traces.continued_hashes` carries over to this request
+  (``Request.num_named_tokens``), so its answer's full blocks join the cache when it ends
+  (:meth:`PrefixCachingBlockManager._cache_answer`), as vLLM and SGLang cache output blocks
+  (they do so as the blocks fill; a next turn sent before the answer ends finds none of it
+  here). Without it a two-turn session with a 512-token answer recomputed 576 tokens of its
+  second prompt where vLLM's rule computes 80.
 - **Lookup at admission.** The longest run of cached blocks from the prompt's start is the
   cache hit; it is capped at ``(num_known - 1) // bs`` blocks, since the last known token is
   always computed to get logits (vLLM's ``max_cache_hit_length = num_tokens - 1``). So a
@@ -348,10 +350,43 @@ class PrefixCachingBlockManager(BlockManager):
         del self._lru[block.name]
         del self._cache[block.name]
 
+    def _cache_answer(self, req: Request, held: list[_Block] | None) -> None:
+        """Name the full blocks past the prompt's that ``req`` computed (its answer, and a prompt tail named only
+        by the ids carried on from its session's next turn: ``Request.num_named_tokens``) and release them to the
+        pool, last first, before the prompt's blocks are: vLLM and SGLang cache output blocks too. A name already
+        registered keeps its block; ours is then freed as an anonymous one."""
+        bs = self.block_size
+        first = len(self.names_of(req))
+        names = block_names(req.block_hashes, req.hash_block_size, min(req.num_computed, req.num_named_tokens), bs)
+        if len(names) <= first:
+            return
+        cache = self._cache
+        parent = held[-1] if held and held[-1].end == first * bs and self._linked else None
+        made = []
+        for k in range(first, len(names)):
+            name = names[k]
+            if name in cache:
+                parent = None  # (another request's copy; the chain continues from none of ours)
+                continue
+            block = _Block(name, None, (k + 1) * bs, parent)
+            block.ref = 0
+            self._link(block)
+            cache[name] = block
+            made.append(block)
+            parent = block if self._linked else None
+        release = self._release if self._linked else None
+        for block in reversed(made):  # the answer's last block the least recent, as a request frees its blocks
+            if release is None:
+                self._lru[block.name] = block
+            else:
+                release(block)
+
     def free(self, req: Request) -> None:
         self._reconcile()
         num_freed = req.num_blocks
         held = self._held.pop(req.request_id, None)
+        if req.num_named_tokens > req.num_prompt_tokens:
+            self._cache_answer(req, held)
         if held:
             computed = req.num_computed
             lru = self._lru

@@ -29,6 +29,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -343,3 +344,35 @@ def ideal_hit_blocks(block_hashes: tuple[np.ndarray, ...] | list) -> np.ndarray:
         seen.update(ids)
     return out
 
+
+def continued_hashes(block_hashes: Sequence[np.ndarray], session_id: np.ndarray, num_prompt_tokens: np.ndarray,
+                     num_output_tokens: np.ndarray, hash_block_size: int) -> list[tuple[np.ndarray, int]]:
+    """Per request (table order): its block hash ids and the tokens they name, carried on over its answer where the
+    session's next request resends this one's prompt and answer (its ids agree on the prompt's full blocks and its
+    prompt is at least this one's prompt plus output): that request's ids for every full block up to this one's
+    prompt plus output. A prefix cache then names this request's answer blocks (and a prompt tail its own ids left
+    unhashed) as the next turn will look them up, as vLLM and SGLang cache a request's output blocks too. A request
+    without a session, the last of its session, or one whose successor does not resend it (a sub-agent's branch, a
+    rewritten history) keeps its ids and names its prompt only (tokens 0)."""
+    n = len(block_hashes)
+    out: list[tuple[np.ndarray, int]] = [(np.asarray(h), 0) for h in block_hashes]
+    later: dict[int, int] = {}  # session -> its next request (walking backwards)
+    sessions = np.asarray(session_id).tolist()
+    for i in range(n - 1, -1, -1):
+        s = sessions[i]
+        if s < 0:
+            continue
+        j = later.get(s)
+        later[s] = i
+        if j is None:
+            continue
+        prompt, total = int(num_prompt_tokens[i]), int(num_prompt_tokens[i] + num_output_tokens[i])
+        mine, nxt = np.asarray(block_hashes[i]), np.asarray(block_hashes[j])
+        span = total // hash_block_size
+        full = prompt // hash_block_size
+        if span <= full or int(num_prompt_tokens[j]) < total or len(nxt) < span:
+            continue  # the answer completes no block past the prompt's, or the next request does not resend it
+        if not np.array_equal(nxt[:full], mine[:full]):
+            continue
+        out[i] = (nxt[:span], span * hash_block_size)
+    return out

@@ -51,7 +51,7 @@ class Request:
         "replica_id", "first_scheduled_at", "completed_at", "num_preemptions",
         "first_token_at", "last_token_at", "max_tbt_s", "token_times", "reject_reason", "admitted_seq",
         "block_hashes", "hash_block_size", "num_cached_tokens", "session_id",
-        "num_host_cached_tokens", "num_state_blocks",
+        "num_host_cached_tokens", "num_state_blocks", "num_named_tokens",
     )
 
     def __init__(self, request_id: int, arrival_at: float, num_prompt_tokens: int, num_output_tokens: int,
@@ -81,6 +81,10 @@ class Request:
         # found cached at its first admission.
         self.block_hashes: Sequence[int] | None = None
         self.hash_block_size = 0
+        # Tokens past the prompt its ids name too (0: the prompt's alone): where the session's next request
+        # resends this one's prompt and answer, its ids carry on over the answer (continued_hashes), so the
+        # answer's blocks are cached under the names that request will look up.
+        self.num_named_tokens = 0
         self.num_cached_tokens = 0
         self.num_host_cached_tokens = 0  # of those, the tokens loaded from a CPU tier
         self.session_id = -1  # the conversation or agent session it belongs to (-1: none); routers read it
@@ -112,7 +116,8 @@ class Request:
 # A request's fields as columns (one entry per request): what a replica's run sets, read off
 # its requests in a worker process, and the whole run's requests merged in the parent.
 RUN_FIELDS = tuple(f for f in Request.__slots__ if f not in ("request_id", "num_prompt_tokens", "num_output_tokens",
-                                                             "block_hashes", "hash_block_size", "session_id"))
+                                                             "block_hashes", "hash_block_size", "session_id",
+                                                             "num_named_tokens"))
 _TIMES_OR_NONE = ("first_scheduled_at", "completed_at", "first_token_at")  # NaN for None in a column
 _DTYPES = {"arrival_at": np.float64, "last_token_at": np.float64, "max_tbt_s": np.float64, "in_flight": np.bool_,
            **dict.fromkeys(("num_computed", "num_generated", "num_blocks", "replica_id", "num_preemptions",

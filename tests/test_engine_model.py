@@ -405,3 +405,26 @@ def test_a_bench_files_failed_requests_are_said(tmp_path: Path):
                               "--out", str(tmp_path / "e.json")])
     assert res.exit_code == 0, res.output
     assert "1 failed request(s) of the bench file not used" in " ".join(res.output.split())
+
+
+def test_vllm_v1s_async_overlap_is_off_with_pipeline_parallelism():
+    # vLLM runs PP steps synchronously (no async scheduling): the preset hid its CPU under the GPU there too
+    # (TPOT 6.72 ms where the synchronous engine gave 8.61, helper-measured).
+    from simulator.costmodel.engine_model import ENGINES
+
+    shape = BatchShape.from_requests(decodes=[600] * 8)
+    for pp, hidden in ((1, True), (2, False)):
+        replica = ReplicaConfig("llama-2-7b", "h100-sxm", pp=pp)
+        on = load_cost_model("roofline", replica, engine="vllm-v1")
+        off = load_cost_model("roofline", replica, engine=ENGINES["vllm-v1"].with_terms(overlap_cpu=False))
+        assert (on.iteration_time(shape) < off.iteration_time(shape)) is hidden
+        if not hidden:
+            assert on.iteration_time(shape) == off.iteration_time(shape)
+
+
+def test_a_run_over_other_roofline_constants_than_its_presets_fit_says_so():
+    res = CliRunner().invoke(app, ["run", "--engine", "vllm-2023-splitwise", "--num-requests", "4", "--no-progress"])
+    assert res.exit_code == 0 and "fitted with --roofline-calibration 2023" in res.output
+    res = CliRunner().invoke(app, ["run", "--engine", "vllm-2023-splitwise", "--roofline-calibration", "2023",
+                                   "--num-requests", "4", "--no-progress"])
+    assert res.exit_code == 0 and "--roofline-calibration 2023" not in res.output

@@ -242,6 +242,10 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     fitted_over = getattr(preset, "kernels", None)
     if fitted_over is not None and fitted_over != r.kernels:
         unlike.append(f"--kernels {fitted_over}")
+    calibration = getattr(preset, "roofline_calibration", None)  # (its terms sit on those prices: ~10% apart)
+    if (calibration is not None and calibration != r.roofline_calibration and config.cost_model == "roofline"
+            and (fitted_over or "roofline") == r.kernels == "roofline"):
+        unlike.append(f"--roofline-calibration {calibration}")
     if unlike:
         title += f" · note: {config.engine} was fitted with {' and '.join(unlike)}"
     quant = r.model_spec.checkpoint_quant  # a config.json's quantization_config (said, not read)

@@ -106,6 +106,8 @@ class EngineModel:
     source: str
     fitted: str
     overlap_cpu: bool = False  # async scheduling: CPU work hides under GPU work
+    # ... with pipeline parallelism too (vLLM's async scheduling does not run with PP: its PP steps are synchronous)
+    overlap_pipeline: bool = False
     cpu_iteration_s: float = 0.0  # per step: schedule, prepare inputs, sampler launch, process outputs
     cpu_per_seq_s: float = 0.0  # per request in the batch (block tables, sampling params, detokenize)
     cpu_per_prefill_token_s: float = 0.0  # per prompt token (token lists, positions, slot mapping)
@@ -123,6 +125,7 @@ class EngineModel:
     handoff_s: float = 0.0
     scheduler: str | None = None  # the scheduling policy its fit ran (a run with another policy is told)
     kernels: str | None = None  # the kernel prices its terms were fitted over, where only those were checked (told)
+    roofline_calibration: str | None = None  # the roofline constants its terms were fitted over, where it matters (told)
     # Whose 'today' roofline constants priced its fit (vllm, sglang, trtllm, or all: every backend's pooled); a
     # run over the roofline uses them. None: its name's first word says (the presets). A fitted artifact records
     # it, so its name (the --out file's) does not change the kernel prices under it.
@@ -205,7 +208,7 @@ ENGINES: dict[str, EngineModel] = {
         cpu_iteration_s=2.99e-3, cpu_per_seq_s=0.2913e-3, cpu_per_prefill_token_s=8.247e-6,
         collective_extra_s=((2, 0.0), (4, 39.09e-6), (8, 94.76e-6)),
         prefill_excess_token_s=51.61e-6, prefill_excess_threshold_tokens=2048,
-        cuda_graphs=False,
+        cuda_graphs=False, roofline_calibration="2023",
     ),
     "sarathi-2023-vidur": EngineModel(
         name="sarathi-2023-vidur",
@@ -224,7 +227,8 @@ ENGINES: dict[str, EngineModel] = {
                "(--async-scheduling: the scheduler prepares step n+1 while step n runs), persistent batch with "
                "incremental input updates, piecewise CUDA graphs for decode and mixed steps, custom one-shot "
                "all-reduce for small TP messages on NVLink, chunked prefill always on",
-        fitted="not fitted: CPU work ~1 ms + 10 us/request (hidden under GPU time by async scheduling); no launch "
+        fitted="not fitted: CPU work ~1 ms + 10 us/request (hidden under GPU time by async scheduling, which vLLM "
+               "does not run with pipeline parallelism: there it adds); no launch "
                "bound (CUDA graphs); collectives 20 us below NCCL's per-call latency (custom all-reduce ~10 us vs "
                "NCCL ~30-47 us in the calibrated roofline); no prefill excess",
         overlap_cpu=True,
@@ -450,7 +454,7 @@ class EngineCostModel(CostModel):
         self.prefill_floor_s = max(self.launch_s, e.prefill_floor_per_layer_s * replica.model_spec.num_layers)
         self._floor_above = e.prefill_floor_above_tokens
         self._has_prefill_floor = self.prefill_floor_s > self.launch_s
-        self.overlap = e.overlap_cpu
+        self.overlap = e.overlap_cpu and (replica.pp == 1 or e.overlap_pipeline)
         self._excess_threshold, self._excess_s = e.prefill_excess_threshold_tokens, e.prefill_excess_token_s
         self._cpu_token_s = e.cpu_per_prefill_token_s
         self._num_layers = replica.model_spec.num_layers

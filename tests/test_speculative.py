@@ -185,7 +185,8 @@ def test_other_policies_speculate(scheduler: str) -> None:
 def _costs(method: str, model: str | None = None):  # noqa: ANN202
     replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
     target = load_cost_model("roofline", replica, "vllm-v1")
-    spec = SpeculativeConfig(method, 4, model, acceptance_rates=(0.7,))
+    # A draft model on one GPU, as the vLLM 2024 blog's Qwama-0.5B (whose 14 heads TP 4 would not divide).
+    spec = SpeculativeConfig(method, 4, model, acceptance_rates=(0.7,), draft_tp=1 if model else None)
     return target, SpeculativeCostModel(target, spec)
 
 
@@ -239,8 +240,36 @@ def test_drafter_costs() -> None:
     assert 0 < times["eagle3", None] < times["draft_model", "llama-3-8b"]
     assert times["draft_model", "qwama-0.5b"] < times["draft_model", "llama-3-8b"]
     replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
-    w, kv = drafter_memory(replica, SpeculativeConfig("draft_model", 4, "qwama-0.5b", acceptance_rates=(0.7,)))
+    w, kv = drafter_memory(replica, SpeculativeConfig("draft_model", 4, "qwama-0.5b", acceptance_rates=(0.7,), draft_tp=1))
     assert 0.5e9 < w < 1.5e9 and kv > 0  # ~0.5B params in bf16 on the draft's one GPU
+
+
+def test_an_unset_draft_tp_is_the_targets() -> None:
+    """vLLM sets an unset draft_tensor_parallel_size to the target's TP (only mlp_speculator gets 1): a 3B draft
+    beside a TP-4 70B target was priced on one GPU (its passes at TP 1, its weights whole on every GPU: TPOT
+    12.19 ms and 168,224 KV tokens where TP 4 gives 10.39 ms and 342,656). A given 1 is kept, a draft whose heads
+    the target's TP does not divide is one line, and the unset value round-trips as unset."""
+    from simulator.costmodel.speculative import draft_replica
+
+    replica = ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=4)
+    base = '{"method": "draft_model", "model": "llama-3.2-3b", "num_speculative_tokens": 3'
+    unset, four, one = (from_vllm_json(base + extra + "}", (0.7,)) for extra in
+                        ("", ', "draft_tensor_parallel_size": 4', ', "draft_tensor_parallel_size": 1'))
+    assert unset.draft_tp is None and draft_replica(replica, unset).tp == 4 and draft_replica(replica, one).tp == 1
+    assert drafter_memory(replica, unset) == drafter_memory(replica, four)
+    assert drafter_memory(replica, unset)[0] < drafter_memory(replica, one)[0] / 3
+    verify = SpecBatchShape()
+    for _ in range(4):
+        verify.add_verify(3, 600)
+    target = load_cost_model("roofline", replica, "vllm-v1")
+    times = [SpeculativeCostModel(target, s).draft_time(verify) for s in (unset, four, one)]
+    assert times[0] == times[1] < times[2]
+    assert "draft_tensor_parallel_size" not in to_vllm_json(unset)
+    assert from_vllm_json(to_vllm_json(unset)).draft_tp is None and from_vllm_json(to_vllm_json(one)).draft_tp == 1
+    assert SpeculativeConfig.from_dict(unset.to_dict()) == unset
+    qwama = from_vllm_json('{"method": "draft_model", "model": "qwama-0.5b", "num_speculative_tokens": 3}', (0.7,))
+    with pytest.raises(ConfigError, match="unset takes the target's tp=4, which does not divide qwama-0.5b's 14 heads"):
+        draft_replica(replica, qwama)
 
 
 @pytest.mark.parametrize(("model", "gpu", "tp", "dtype"), [("deepseek-v3", "gb200", 4, "int4"),  # MLA
@@ -277,7 +306,7 @@ def test_drafter_pass_cpu_follows_the_engine() -> None:
     """A draft model's pass costs its kernels, plus the engine's fixed per-step CPU where the
     engine runs it synchronously (once a pass), nothing where the engine hides its CPU."""
     replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
-    spec = SpeculativeConfig("draft_model", 4, "qwama-0.5b", acceptance_rates=(0.7,))
+    spec = SpeculativeConfig("draft_model", 4, "qwama-0.5b", acceptance_rates=(0.7,), draft_tp=1)
     verify = SpecBatchShape()
     for _ in range(32):
         verify.add_verify(4, 999)
@@ -535,7 +564,7 @@ def test_llama3_70b_speeds_up_at_low_load_and_slows_at_high() -> None:
     from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
     from simulator.simulation import simulate
 
-    spec = SpeculativeConfig("draft_model", 4, "qwama-0.5b", (iid_rate(2.01, 4),))
+    spec = SpeculativeConfig("draft_model", 4, "qwama-0.5b", (iid_rate(2.01, 4),), draft_tp=1)  # the blog's draft TP
 
     def figures(qps: float, speculative: SpeculativeConfig | None) -> tuple[float, float]:
         config = RunConfig(ReplicaConfig("llama-3-70b", "h100", tp=4), SchedulerConfig("vllm", max_num_seqs=256),

@@ -90,7 +90,9 @@ class SpeculativeConfig:
     draft_model: str | None = None  # a catalog model (or qwama-0.5b, see costmodel.speculative) for draft_model
     acceptance_rates: tuple[float, ...] = ()
     acceptance_source: str = ""  # where the rates came from (flag, data-folder row)
-    draft_tp: int = 1  # draft model's tensor parallelism (vLLM's draft_tensor_parallel_size)
+    # The draft model's tensor parallelism (vLLM's draft_tensor_parallel_size): None, as vLLM leaves it unset, is
+    # the target's TP (vLLM sets an unset value to it; V1's draft-model proposer needs it equal), else 1 or the target's.
+    draft_tp: int | None = None
     disable_by_batch_size: int | None = None
     reduce_k_batch_size: int | None = None
     # vLLM keys the JSON gave that this run does not model (UNMODELLED_KEYS); said, not silent
@@ -130,10 +132,12 @@ class SpeculativeConfig:
             if not (0.0 <= r <= 1.0) or math.isnan(r):
                 raise ConfigError("speculative.acceptance_rates", f"rates must lie in [0, 1], got {r}")
         object.__setattr__(self, "acceptance_rates", rates)
-        if not isinstance(self.draft_tp, int) or isinstance(self.draft_tp, bool) or self.draft_tp < 1:
+        if self.draft_tp is not None and (not isinstance(self.draft_tp, int) or isinstance(self.draft_tp, bool)
+                                          or self.draft_tp < 1):
             raise ConfigError("speculative.draft_tp", f"must be an integer >= 1, got {self.draft_tp!r}",
                               'give --speculative-config a "draft_tensor_parallel_size" >= 1, or leave it out')
-        if self.draft_tp != 1 and self.method != "draft_model":  # (heads and lookups run inside the target's step)
+        # (heads and lookups run inside the target's step; 1 is kept: configs saved before None meant the target's)
+        if self.draft_tp not in (None, 1) and self.method != "draft_model":
             raise ConfigError("speculative.draft_tp", f"{self.method} has no draft model of its own to lay out, so "
                               f"draft_tensor_parallel_size {self.draft_tp} would do nothing",
                               "drop draft_tensor_parallel_size")
@@ -167,6 +171,10 @@ class SpeculativeConfig:
     @property
     def k(self) -> int:
         return self.num_speculative_tokens
+
+    def draft_tp_for(self, target_tp: int) -> int:
+        """The draft model's TP beside a target at ``target_tp``: ``draft_tp`` as given, else the target's."""
+        return target_tp if self.draft_tp is None else self.draft_tp
 
     @property
     def num_verify_tokens(self) -> int:
@@ -360,8 +368,8 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
     return {"method": _VLLM_METHODS[str(method).lower()], "num_speculative_tokens": data["num_speculative_tokens"],
             "draft_model": None if model == "[ngram]" else model, "acceptance_rates": rates,
             "acceptance_source": source,
-            # None (vLLM's default) is 1; a 0 or -1 typed is refused by SpeculativeConfig, not read as 1
-            "draft_tp": 1 if data.get("draft_tensor_parallel_size") is None else data["draft_tensor_parallel_size"],
+            # None (vLLM's default) is the target's TP; a 0 or -1 typed is refused by SpeculativeConfig, not read as None
+            "draft_tp": data.get("draft_tensor_parallel_size"),
             "disable_by_batch_size": data.get("disable_by_batch_size"),
             "reduce_k_batch_size": data.get("reduce_k_batch_size"),
             "unmodelled_keys": tuple(key for key in UNMODELLED_KEYS if data.get(key) is not None),
@@ -376,7 +384,7 @@ def to_vllm_json(spec: SpeculativeConfig) -> str:
         data["speculative_token_tree"] = str(list(spec.token_tree))
     if spec.draft_model is not None:
         data["model"] = spec.draft_model
-    if spec.draft_tp != 1:
+    if spec.draft_tp is not None:
         data["draft_tensor_parallel_size"] = spec.draft_tp
     if spec.disable_by_batch_size is not None:
         data["disable_by_batch_size"] = spec.disable_by_batch_size

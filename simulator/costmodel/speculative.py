@@ -27,8 +27,8 @@ The drafter's cost is added per step by :class:`SpeculativeCostModel`, from the 
 - ``draft_model``: ``k`` autoregressive decode passes of the small model over the speculating
   requests (context ``j`` tokens longer in pass ``j``), plus its own pass over the step's
   prefill chunks (a draft model keeps its own KV cache, so it prefills every prompt too), priced
-  by the roofline kernel model of the draft on the target's GPU at ``draft_tp`` (the calibration
-  the target's engine selects), kernels only plus the per-pass CPU below;
+  by the roofline kernel model of the draft on the target's GPU at ``draft_tp`` (the target's TP where unset, as
+  vLLM sets it; the calibration the target's engine selects), kernels only plus the per-pass CPU below;
 - ``eagle``/``eagle3``/``mtp``: ``k`` sequential passes of one target-sized decoder layer plus
   the LM head over the speculating requests (an EAGLE head or MTP module is one layer reusing
   the target's head), kernels plus the per-pass CPU below;
@@ -106,17 +106,21 @@ class DraftReplicaConfig(ReplicaConfig):
 
 
 def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConfig:
-    """The draft model's layout: the target's GPU, numerics and roofline constants, ``draft_tp`` GPUs."""
+    """The draft model's layout: the target's GPU, numerics and roofline constants, ``draft_tp`` GPUs (unset: the
+    target's TP, as vLLM sets it)."""
     assert spec.draft_model is not None
     model = draft_spec(spec.draft_model)
-    if spec.draft_tp not in (1, target.tp):  # the draft runs on the target's GPUs: one of them, or all (vLLM's rule)
-        raise ConfigError("speculative.draft_tp", f"draft_tensor_parallel_size {spec.draft_tp} on a tp={target.tp} "
+    tp = spec.draft_tp_for(target.tp)
+    if tp not in (1, target.tp):  # the draft runs on the target's GPUs: one of them, or all (vLLM's rule)
+        raise ConfigError("speculative.draft_tp", f"draft_tensor_parallel_size {tp} on a tp={target.tp} "
                           "replica: the draft model runs on the target's GPUs, on one or on all of them",
                           f"use draft_tensor_parallel_size 1{f' or {target.tp}' if target.tp > 1 else ''}")
-    if model.num_heads % spec.draft_tp:
-        raise ConfigError("speculative.draft_tp", f"draft_tp={spec.draft_tp} does not divide {model.name}'s "
-                          f"{model.num_heads} heads", "use draft_tensor_parallel_size 1")
-    return DraftReplicaConfig(model=model.name, gpu=target.gpu, tp=spec.draft_tp, dtype_bytes=target.dtype_bytes,
+    if model.num_heads % tp:
+        given = f"draft_tp={tp}" if spec.draft_tp is not None else \
+            f"draft_tensor_parallel_size unset takes the target's tp={tp}, which"
+        raise ConfigError("speculative.draft_tp", f"{given} does not divide {model.name}'s {model.num_heads} heads",
+                          'give --speculative-config "draft_tensor_parallel_size": 1')
+    return DraftReplicaConfig(model=model.name, gpu=target.gpu, tp=tp, dtype_bytes=target.dtype_bytes,
                               num_nodes=1, block_size=target.block_size, draft=model,
                               roofline_calibration=target.roofline_calibration)
 

@@ -272,6 +272,32 @@ def test_an_unset_draft_tp_is_the_targets() -> None:
         draft_replica(replica, qwama)
 
 
+@pytest.mark.parametrize(("method", "model"), [("eagle3", None), ("draft_model", "qwama-0.5b")])
+def test_the_drafter_runs_on_the_last_pipeline_stage(method: str, model: str | None) -> None:
+    """Under PP the drafter runs on the last stage (vLLM V1 builds its proposer on the last PP rank only), for its
+    pass over a prompt as for its drafts: stage_time added the drafter only to steps that verify, so a 2000-token
+    prompt's TTFT at --pp 2 was the plain run's (63.80 ms; at PP 1 EAGLE-3 adds 1.6 ms, a Qwama draft 4.3 ms).
+    The drafter's weights and KV come off the last stage's memory alone."""
+    from simulator.costmodel.speculative import speculative_memory_plan
+    from simulator.engine.kvcache import plan_memory
+
+    replica = ReplicaConfig("llama-3.1-8b", "h100-sxm", pp=2)
+    target = load_cost_model("roofline", replica, "vllm-v1")
+    spec = SpeculativeConfig(method, 3, model, acceptance_rates=(0.7,))
+    cost = SpeculativeCostModel(target, spec)
+    verify = SpecBatchShape()
+    verify.add_verify(3, 999)
+    for shape in (BatchShape.from_requests([(2000, 0)], []), verify):
+        drafter = cost.draft_time(shape)  # (cost.target: the target with verifies through its decode kernel)
+        assert drafter > 0 and cost.stage_time(shape, 0) == cost.target.stage_time(shape, 0)
+        assert cost.stage_time(shape, 1) == pytest.approx(cost.target.stage_time(shape, 1) + drafter, rel=1e-12)
+    plan = plan_memory(replica, 8192, 256)
+    weights, kv = drafter_memory(replica, spec)
+    held = speculative_memory_plan(plan, replica, spec)
+    assert held.kv_budget_bytes == (plan.kv_budget_bytes[0], plan.kv_budget_bytes[1] - weights)
+    assert held.kv_bytes_per_token == (plan.kv_bytes_per_token[0], plan.kv_bytes_per_token[1] + kv)
+
+
 @pytest.mark.parametrize(("model", "gpu", "tp", "dtype"), [("deepseek-v3", "gb200", 4, "int4"),  # MLA
                                                           ("llama-3-70b", "h100", 4, "bf16")])  # GQA
 def test_verify_attention_is_the_decode_kernel(model: str, gpu: str, tp: int, dtype: str) -> None:

@@ -378,8 +378,12 @@ class SpeculativeCostModel(CostModel):
 
     def stage_time(self, shape: BatchShape, stage: int) -> float:
         t = self.target.stage_time(shape, stage)
-        if stage == 0 and isinstance(shape, SpecBatchShape) and shape.num_spec:
-            t += self.draft_time(shape)  # the drafter runs where the step starts
+        # The drafter runs on the last stage, beside the target's last hidden states and sampled tokens (vLLM V1
+        # builds its proposer on the last PP rank only): there it passes over a step's prompt chunks as well as
+        # drafting for its verifies, as iteration_time prices both.
+        if stage == len(self.layers_per_stage) - 1 and (
+                shape.num_prefills or (isinstance(shape, SpecBatchShape) and shape.num_spec)):
+            t += self.draft_time(shape)
         return t
 
     def breakdown(self, shape: BatchShape) -> dict[str, float]:
@@ -409,8 +413,9 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
 
 
 def speculative_memory_plan(plan, replica: ReplicaConfig, spec: SpeculativeConfig):  # noqa: ANN001, ANN201 - MemoryPlan
-    """``plan`` with the drafter's weights taken from each stage's KV budget and its KV bytes
-    added to each cached token's, so the target holds fewer KV blocks (a given
+    """``plan`` with the drafter's weights taken from the last stage's KV budget and its KV bytes
+    added to each cached token's there (the drafter runs on the last PP stage, as
+    :meth:`SpeculativeCostModel.stage_time` prices it), so the target holds fewer KV blocks (a given
     ``num_gpu_blocks`` is kept as given)."""
     # A hybrid keeps a recurrent state for each of the k + 1 positions a verify may stop at (vLLM's
     # num_speculative_blocks), so that a rejected draft rolls back to the accepted one's state.
@@ -420,11 +425,12 @@ def speculative_memory_plan(plan, replica: ReplicaConfig, spec: SpeculativeConfi
     weights, kv = drafter_memory(replica, spec)
     if (weights == 0.0 and kv == 0.0) or replica.num_gpu_blocks is not None:
         return plan
-    budgets = tuple(b - weights for b in plan.kv_budget_bytes)
-    if min(budgets) <= 0:
+    last = len(plan.kv_budget_bytes) - 1
+    budgets = tuple(b - weights if stage == last else b for stage, b in enumerate(plan.kv_budget_bytes))
+    if budgets[last] <= 0:
         raise ConfigError("speculative.model", f"the drafter's weights ({weights / 2**30:.1f} GiB per GPU) leave no KV "
                           "cache", "use a smaller draft model or more GPUs")
-    per_token = tuple(t + kv for t in plan.kv_bytes_per_token)
+    per_token = tuple(t + kv if stage == last else t for stage, t in enumerate(plan.kv_bytes_per_token))
     num_tokens = int(min(b / t for b, t in zip(budgets, per_token, strict=True)))
     num_blocks = num_tokens // plan.block_size
     return dataclasses.replace(plan, kv_budget_bytes=budgets, kv_bytes_per_token=per_token,

@@ -412,16 +412,31 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
             m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp))
 
 
-def speculative_memory_plan(plan, replica: ReplicaConfig, spec: SpeculativeConfig):  # noqa: ANN001, ANN201 - MemoryPlan
+def drafter_kv_bytes_per_token(replica: ReplicaConfig, spec: SpeculativeConfig) -> float:
+    """The drafter's KV bytes of one token for its whole model (every layer and KV head, at the KV cache's dtype):
+    what a disaggregated handoff moves beside the target's (:func:`~simulator.config.disagg_layout.kv_bytes_per_token`).
+    0.0 where the drafter keeps no KV (Medusa, n-gram)."""
+    if spec.method in ("ngram", "medusa"):
+        return 0.0
+    if spec.method == "draft_model":
+        dm = draft_spec(spec.draft_model or "")
+        return dm.num_layers * dm.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)
+    return replica.model_spec.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)  # one EAGLE/MTP layer
+
+
+def speculative_memory_plan(plan, replica: ReplicaConfig, spec: SpeculativeConfig,  # noqa: ANN001, ANN201 - MemoryPlan
+                            verifies: bool = True):
     """``plan`` with the drafter's weights taken from the last stage's KV budget and its KV bytes
     added to each cached token's there (the drafter runs on the last PP stage, as
     :meth:`SpeculativeCostModel.stage_time` prices it), so the target holds fewer KV blocks (a given
-    ``num_gpu_blocks`` is kept as given)."""
-    # A hybrid keeps a recurrent state for each of the k + 1 positions a verify may stop at (vLLM's
-    # num_speculative_blocks), so that a rejected draft rolls back to the accepted one's state.
-    # (A sliding window's blocks are the window's, once.)
-    recurrent = plan.num_state_blocks - plan.num_window_blocks
-    plan = dataclasses.replace(plan, num_state_blocks=plan.num_window_blocks + recurrent * (1 + spec.k))
+    ``num_gpu_blocks`` is kept as given). ``verifies`` False: a replica that runs the drafter over
+    prompts but verifies nothing (a disaggregated prefill pool's)."""
+    if verifies:
+        # A hybrid keeps a recurrent state for each of the k + 1 positions a verify may stop at (vLLM's
+        # num_speculative_blocks), so that a rejected draft rolls back to the accepted one's state.
+        # (A sliding window's blocks are the window's, once.)
+        recurrent = plan.num_state_blocks - plan.num_window_blocks
+        plan = dataclasses.replace(plan, num_state_blocks=plan.num_window_blocks + recurrent * (1 + spec.k))
     weights, kv = drafter_memory(replica, spec)
     if (weights == 0.0 and kv == 0.0) or replica.num_gpu_blocks is not None:
         return plan

@@ -293,6 +293,26 @@ class ReplicaConfig:
         m = self.model_spec
         return (m.num_kv_layers * m.attention_params + m.num_moe_layers * m.hidden_size * m.num_experts) / m.num_layers
 
+    def layer_weights_bytes(self, num_layers: int | float) -> float:
+        """Bytes on one GPU of ``num_layers`` mean layers (``ModelSpec.params_per_layer``): routed experts, and
+        EPLB's redundant copies of them, sharded over the whole MoE group (``tp x attention_dp`` GPUs), the rest
+        over ``tp``; a 4-bit MoE checkpoint's attention projections and router at ``dtype_bytes``. The memory
+        plan's layers and an MTP/EAGLE drafter's layer alike."""
+        m, tp, wb, dp = self.model_spec, self.tp, self.weight_bytes, self.attention_dp
+        # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
+        experts_per_layer = m.num_moe_layers * m.num_experts * m.expert_params / m.num_layers
+        # Redundant copies of experts (EPLB) on top, spread over every GPU of the MoE group like the rest.
+        redundant_per_layer = m.num_moe_layers * self.redundant_experts * m.expert_params / m.num_layers
+        # A 4-bit MoE checkpoint keeps its attention projections and router at 16 bits (0 otherwise).
+        p16 = self.params_16bit_per_layer
+        if dp == 1:
+            w = num_layers * (m.params_per_layer - p16) / tp * wb
+        else:
+            w = num_layers * ((m.params_per_layer - p16 - experts_per_layer) / tp + experts_per_layer / (tp * dp)) * wb
+        if p16:
+            w += num_layers * p16 / tp * self.dtype_bytes
+        return w + num_layers * redundant_per_layer / (tp * dp) * wb
+
     @property
     def kv_cache_bytes(self) -> float:
         """Bytes per cached K or V element."""

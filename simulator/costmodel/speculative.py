@@ -407,9 +407,9 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
     if spec.method == "medusa":  # k heads: a hidden x hidden block and an LM head (16-bit, as the target's) each, no KV
         head = m.hidden_size * m.hidden_size * replica.weight_bytes + m.hidden_size * m.vocab_size * replica.dtype_bytes
         return spec.k * head / replica.tp, 0.0
-    # EAGLE / MTP: one decoder layer (sharded like the target's) and its KV; the LM head is shared.
-    return (m.params_per_layer / replica.tp * replica.weight_bytes,
-            m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp))
+    # EAGLE / MTP: one decoder layer, sharded as the target's are (an MoE layer's experts over the tp x attention-DP
+    # GPUs of the MoE group, a 4-bit checkpoint's attention at 16 bits), and its KV; the LM head is shared.
+    return (replica.layer_weights_bytes(1), m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp))
 
 
 def drafter_kv_bytes_per_token(replica: ReplicaConfig, spec: SpeculativeConfig) -> float:

@@ -665,6 +665,19 @@ def test_mtp_needs_a_model_that_ships_mtp_modules() -> None:
     assert model_from_hf_dict({**cfg, "num_nextn_predict_layers": 0}, "tiny").num_mtp_layers == 0
 
 
+def test_a_draft_with_another_vocabulary_is_refused() -> None:
+    """vLLM refuses a draft model whose vocabulary is not the target's (verify_equal_vocab_size_if_draft_model: its
+    drafts are token ids the target verifies); Vicuna-68M's 32,000 tokens beside Llama-3.1-70B's 128,256 ran."""
+    from simulator.config.run_config import RunConfig
+
+    spec = SpeculativeConfig("draft_model", 3, "vicuna-68m", (0.7,))
+    with pytest.raises(ConfigError, match="vicuna-68m's vocabulary of 32,000 tokens is not llama-3.1-70b's 128,256"
+                       ) as err:
+        RunConfig(replica=ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=4), speculative=spec)
+    assert "\n" not in str(err.value) and "qwama-0.5b" in str(err.value)
+    assert RunConfig(replica=ReplicaConfig("llama-2-7b", "h100-sxm"), speculative=spec).speculative == spec
+
+
 # -- token trees ---------------------------------------------------------------------------------------------------
 TREE = "[(0,), (1,), (2,), (0, 0), (1, 0), (0, 0, 0)]"  # 6 nodes, 3 deep: 3 candidates at position 1
 

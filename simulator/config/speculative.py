@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from simulator.config.catalog import MODELS, ModelSpec, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 
@@ -87,7 +88,7 @@ class SpeculativeConfig:
 
     method: str = "eagle3"
     num_speculative_tokens: int = 3
-    draft_model: str | None = None  # a catalog model (or qwama-0.5b, see costmodel.speculative) for draft_model
+    draft_model: str | None = None  # a catalog model (or one of DRAFT_MODELS) for draft_model
     acceptance_rates: tuple[float, ...] = ()
     acceptance_source: str = ""  # where the rates came from (flag, data-folder row)
     # The draft model's tensor parallelism (vLLM's draft_tensor_parallel_size): None, as vLLM leaves it unset, is
@@ -247,6 +248,46 @@ class SpeculativeConfig:
         if "token_tree" in data:
             data["token_tree"] = _tree_tuple(data["token_tree"], "config.speculative.token_tree")
         return cls(**data)
+
+
+# Draft models not in the main catalog (a draft is never served on its own).
+DRAFT_MODELS: dict[str, ModelSpec] = {
+    # Qwen2-0.5B with Llama-3's vocabulary (the vLLM 2024 blog's draft for Llama-3-70B):
+    # turboderp/Qwama-0.5B-Instruct config.json.
+    "qwama-0.5b": ModelSpec("qwama-0.5b", "turboderp/Qwama-0.5B-Instruct", 24, 896, 14, 2, 4864, 128256, 32768,
+                            tied_embeddings=True),
+    # The Spec-Bench SpS draft for Vicuna (double7/vicuna-68m config.json).
+    "vicuna-68m": ModelSpec("vicuna-68m", "double7/vicuna-68m", 2, 768, 12, 12, 3072, 32000, 2048),
+}
+
+
+def draft_spec(name: str) -> ModelSpec:
+    """A draft model by name: :data:`DRAFT_MODELS` first, then the catalog (HF ids accepted)."""
+    key = name.lower()
+    for spec in DRAFT_MODELS.values():
+        if key in (spec.name, spec.hf_id.lower()):
+            return spec
+    try:
+        return get_model(name)
+    except ConfigError:
+        raise ConfigError("speculative.model", f"unknown draft model {name!r}",
+                          f"use a catalog model or one of {', '.join(DRAFT_MODELS)}") from None
+
+
+def check_draft_vocab(spec: SpeculativeConfig, target: ModelSpec) -> None:
+    """Refuses a draft model whose vocabulary is not the target's, as vLLM does
+    (``verify_equal_vocab_size_if_draft_model``): its drafts are token ids the target verifies."""
+    if spec.method != "draft_model" or spec.draft_model is None:
+        return
+    draft = draft_spec(spec.draft_model)
+    if draft.vocab_size == target.vocab_size:
+        return
+    same = sorted((m for m in (*DRAFT_MODELS.values(), *MODELS.values())
+                   if m.vocab_size == target.vocab_size and m.num_params < target.num_params), key=lambda m: m.num_params)
+    raise ConfigError("speculative.model", f"draft {draft.name}'s vocabulary of {draft.vocab_size:,} tokens is not "
+                      f"{target.name}'s {target.vocab_size:,}: its drafts would be another tokenizer's ids",
+                      "use a draft with the target's tokenizer" + (f", e.g. {', '.join(m.name for m in same[:3])}"
+                                                                  if same else ""))
 
 
 def _tree_tuple(raw: Any, where: str) -> tuple[tuple[int, ...], ...]:

@@ -60,34 +60,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.config.catalog import ModelSpec, get_gpu, get_model
+from simulator.config.catalog import ModelSpec, get_gpu
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
-from simulator.config.speculative import SpeculativeConfig
+from simulator.config.speculative import SpeculativeConfig, draft_spec
 from simulator.costmodel.base import BatchShape, CostModel
-
-# Draft models not in the main catalog (a draft is never served on its own).
-DRAFT_MODELS: dict[str, ModelSpec] = {
-    # Qwen2-0.5B with Llama-3's vocabulary (the vLLM 2024 blog's draft for Llama-3-70B):
-    # turboderp/Qwama-0.5B-Instruct config.json.
-    "qwama-0.5b": ModelSpec("qwama-0.5b", "turboderp/Qwama-0.5B-Instruct", 24, 896, 14, 2, 4864, 128256, 32768,
-                            tied_embeddings=True),
-    # The Spec-Bench SpS draft for Vicuna (double7/vicuna-68m config.json).
-    "vicuna-68m": ModelSpec("vicuna-68m", "double7/vicuna-68m", 2, 768, 12, 12, 3072, 32000, 2048),
-}
-
-
-def draft_spec(name: str) -> ModelSpec:
-    """A draft model by name: :data:`DRAFT_MODELS` first, then the catalog (HF ids accepted)."""
-    key = name.lower()
-    for spec in DRAFT_MODELS.values():
-        if key in (spec.name, spec.hf_id.lower()):
-            return spec
-    try:
-        return get_model(name)
-    except ConfigError:
-        raise ConfigError("speculative.model", f"unknown draft model {name!r}",
-                          f"use a catalog model or one of {', '.join(DRAFT_MODELS)}") from None
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,16 @@ def test_vllm_keys_without_effect_are_named() -> None:
 
 
 def test_adaptive_k() -> None:
+    """vLLM turns speculation off at running_queue_size >= disable_by_batch_size (it was off only above it, 32
+    running requests still speculating here); a disable_by_batch_size of 1 (every step off) is refused, as vLLM
+    does, and a reduction that only batches already off would reach."""
     c = SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), disable_by_batch_size=32, reduce_k_batch_size=8)
-    assert [c.k_for(n) for n in (1, 8, 9, 16, 32, 33)] == [4, 4, 3, 2, 1, 0]
+    assert [c.k_for(n) for n in (1, 8, 9, 16, 31, 32, 33)] == [4, 4, 3, 2, 1, 0, 0]
+    with pytest.raises(ConfigError, match="disable_by_batch_size: must be an integer >= 2, got 1"):
+        SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), disable_by_batch_size=1)
+    with pytest.raises(ConfigError, match="7 leaves no batch to shrink k in"):
+        SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), disable_by_batch_size=8, reduce_k_batch_size=7)
+    assert SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), disable_by_batch_size=8, reduce_k_batch_size=6)
 
 
 # -- acceptance in the loop ----------------------------------------------------------------------------------------
@@ -164,9 +172,9 @@ def test_same_seed_same_run_and_seed_matters() -> None:
 
 
 def test_adaptive_off_step_is_the_plain_step() -> None:
-    """With speculation disabled above one running request, a batch of several is the plain run."""
+    """With speculation disabled from two running requests, a batch of several is the plain run."""
     specs = [(0.0, 50, 30)] * 6
-    spec = SpeculativeConfig("ngram", 3, acceptance_rates=(0.9,), disable_by_batch_size=1)
+    spec = SpeculativeConfig("ngram", 3, acceptance_rates=(0.9,), disable_by_batch_size=2)
     plain = run(None, specs)
     specd = run(spec, specs)
     assert [list(r.token_times) for r in plain[0]] == [list(r.token_times) for r in specd[0]]

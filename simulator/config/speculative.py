@@ -79,11 +79,12 @@ class SpeculativeConfig:
     """One run's speculative decoding. Off when a run config holds None.
 
     ``acceptance_rates`` holds ``k`` per-position conditional rates (one given rate is
-    repeated: i.i.d.). Adaptive policy (as engines do, so a planner can compare): above
-    ``disable_by_batch_size`` running requests nobody speculates (vLLM's
-    ``disable_by_batch_size``); above ``reduce_k_batch_size`` each step's ``k`` shrinks to
-    ``max(1, k * reduce_k_batch_size // running)`` so the verify tokens per step stay near
-    ``reduce_k_batch_size * (k + 1)``.
+    repeated: i.i.d.). Adaptive policy (as engines do, so a planner can compare): with
+    ``disable_by_batch_size`` running requests or more nobody speculates (vLLM's
+    ``disable_by_batch_size``: ``running_queue_size >= disable_by_batch_size``); above
+    ``reduce_k_batch_size`` each step's ``k`` shrinks to ``max(1, k * reduce_k_batch_size // running)``
+    so the drafts per step stay near ``reduce_k_batch_size * k`` (the verify tokens near
+    ``running + reduce_k_batch_size * k``).
     """
 
     method: str = "eagle3"
@@ -142,15 +143,19 @@ class SpeculativeConfig:
             raise ConfigError("speculative.draft_tp", f"{self.method} has no draft model of its own to lay out, so "
                               f"draft_tensor_parallel_size {self.draft_tp} would do nothing",
                               "drop draft_tensor_parallel_size")
-        for name in ("disable_by_batch_size", "reduce_k_batch_size"):
+        # vLLM refuses a disable_by_batch_size below 2: at 1 every step (one running request at least) is off.
+        for name, least in (("disable_by_batch_size", 2), ("reduce_k_batch_size", 1)):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise ConfigError(f"speculative.{name}", f"must be an integer >= 1, got {v!r}", "drop it to keep k fixed")
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
+                raise ConfigError(f"speculative.{name}", f"must be an integer >= {least}, got {v!r}",
+                                  "drop it to keep k fixed")
         reduce, disable = self.reduce_k_batch_size, self.disable_by_batch_size
-        if reduce is not None and disable is not None and reduce >= disable:  # above it, speculation is off anyway
-            raise ConfigError("speculative.reduce_k_batch_size", f"{reduce} is not below disable_by_batch_size "
-                              f"{disable}: every batch that would shrink k turns speculation off instead",
-                              "give --spec-reduce-k-batch-size below --spec-disable-batch-size, or drop one")
+        # k shrinks above `reduce` running requests, and speculation is off from `disable` on.
+        if reduce is not None and disable is not None and reduce >= disable - 1:
+            raise ConfigError("speculative.reduce_k_batch_size", f"{reduce} leaves no batch to shrink k in: k would "
+                              f"shrink above {reduce} running requests, and speculation is off from "
+                              f"disable_by_batch_size {disable} on", "give --spec-reduce-k-batch-size below "
+                              "--spec-disable-batch-size minus 1, or drop one")
         if reduce is not None and self.num_speculative_tokens == 1:  # max(1, ...) keeps one draft
             raise ConfigError("speculative.reduce_k_batch_size", "k = 1 draft cannot shrink (k falls to 1 at least)",
                               "drop --spec-reduce-k-batch-size, or draft more tokens")
@@ -211,7 +216,7 @@ class SpeculativeConfig:
 
     def k_for(self, num_running: int) -> int:
         """Draft tokens per request in a step with ``num_running`` running requests (0: off)."""
-        if self.disable_by_batch_size is not None and num_running > self.disable_by_batch_size:
+        if self.disable_by_batch_size is not None and num_running >= self.disable_by_batch_size:  # vLLM's test
             return 0
         k = self.num_speculative_tokens
         if self.reduce_k_batch_size is not None and num_running > self.reduce_k_batch_size:

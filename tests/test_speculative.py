@@ -500,6 +500,18 @@ def test_simulate_speculates_reproducibly() -> None:
     assert len(result.iterations) < len(plain.iterations)
 
 
+def test_workers_refused_for_a_speculating_run_say_why() -> None:
+    """--replicas 2 --workers 2 with speculation (or disaggregated pools) was refused with a list of conditions all
+    met (two replicas, round robin, PP 1, ...): the message names the one the run misses."""
+    from simulator.simulation import simulate
+
+    config = _config(num_replicas=2, speculative__vllm_json=SPEC_JSON, speculative__acceptance_rate=0.7)
+    with pytest.raises(ConfigError, match="--workers: this run's replicas cannot run in parallel: a speculating run"):
+        simulate(config, workers=2)
+    with pytest.raises(ConfigError, match="cannot run in parallel: a disaggregated run's pools"):
+        simulate(_config(prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)"), workers=2)
+
+
 def test_disaggregated_decode_pool_speculates() -> None:
     from simulator.simulation import simulate
 

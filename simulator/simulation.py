@@ -94,9 +94,11 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     closed = config.workload.concurrency is not None or sessions
     partitionable = watch is None and not closed and partitioned_runs.runs_apart(config)
     if workers > 1 and not partitionable:
-        raise ConfigError("--workers", "only the replicas of a cluster behind a state-free router run in parallel "
-                          "(more than one replica, --router round_robin or random, PP 1, no attention DP, event "
-                          "skipping on, open-loop arrivals)", "drop --workers for this run")
+        # Name the condition this run misses (the list of every condition read as met where one unlisted failed).
+        why = ("a watch reads the joint run" if watch is not None else "closed-loop arrivals land at completions "
+               "anywhere in the cluster" if closed else partitioned_runs.apart_problem(config))
+        raise ConfigError("--workers", f"this run's replicas cannot run in parallel: {why}",
+                          "drop --workers for this run")
     # Warm-up requests are left out of the figures: ITL then comes from the others' token times.
     token_times = token_times or config.workload.num_warmup > 0
     # A closed loop's sends land at completions anywhere in a cluster: event skipping then stops

@@ -113,7 +113,7 @@ RUNS = [
     dict(json=NGRAM, rate=1.0, qps=0.3),
     dict(json=NGRAM, rate=0.6, qps=20.0),
     dict(json='{"method": "eagle3", "num_speculative_tokens": 2}', rate=0.8, qps=0.5),
-    dict(json='{"method": "draft_model", "num_speculative_tokens": 4, "model": "qwama-0.5b"}', rate=0.95, qps=1.0),
+    dict(json='{"method": "draft_model", "num_speculative_tokens": 4, "model": "vicuna-68m"}', rate=0.95, qps=1.0),
     dict(json='{"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rates": [0.9, 0.0, 0.5]}', rate=None,
          qps=0.5),
     dict(json='{"method": "ngram", "num_speculative_tokens": 4, "disable_by_batch_size": 2}', rate=0.9, qps=8.0),

@@ -94,8 +94,16 @@ def test_vllm_keys_without_effect_are_named() -> None:
 
 
 def test_adaptive_k() -> None:
+    """vLLM turns speculation off at running_queue_size >= disable_by_batch_size (it was off only above it, 32
+    running requests still speculating here); a disable_by_batch_size of 1 (every step off) is refused, as vLLM
+    does, and a reduction that only batches already off would reach."""
     c = SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), disable_by_batch_size=32, reduce_k_batch_size=8)
-    assert [c.k_for(n) for n in (1, 8, 9, 16, 32, 33)] == [4, 4, 3, 2, 1, 0]
+    assert [c.k_for(n) for n in (1, 8, 9, 16, 31, 32, 33)] == [4, 4, 3, 2, 1, 0, 0]
+    with pytest.raises(ConfigError, match="disable_by_batch_size: must be an integer >= 2, got 1"):
+        SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), disable_by_batch_size=1)
+    with pytest.raises(ConfigError, match="7 leaves no batch to shrink k in"):
+        SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), disable_by_batch_size=8, reduce_k_batch_size=7)
+    assert SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), disable_by_batch_size=8, reduce_k_batch_size=6)
 
 
 # -- acceptance in the loop ----------------------------------------------------------------------------------------
@@ -164,9 +172,9 @@ def test_same_seed_same_run_and_seed_matters() -> None:
 
 
 def test_adaptive_off_step_is_the_plain_step() -> None:
-    """With speculation disabled above one running request, a batch of several is the plain run."""
+    """With speculation disabled from two running requests, a batch of several is the plain run."""
     specs = [(0.0, 50, 30)] * 6
-    spec = SpeculativeConfig("ngram", 3, acceptance_rates=(0.9,), disable_by_batch_size=1)
+    spec = SpeculativeConfig("ngram", 3, acceptance_rates=(0.9,), disable_by_batch_size=2)
     plain = run(None, specs)
     specd = run(spec, specs)
     assert [list(r.token_times) for r in plain[0]] == [list(r.token_times) for r in specd[0]]
@@ -185,7 +193,8 @@ def test_other_policies_speculate(scheduler: str) -> None:
 def _costs(method: str, model: str | None = None):  # noqa: ANN202
     replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
     target = load_cost_model("roofline", replica, "vllm-v1")
-    spec = SpeculativeConfig(method, 4, model, acceptance_rates=(0.7,))
+    # A draft model on one GPU, as the vLLM 2024 blog's Qwama-0.5B (whose 14 heads TP 4 would not divide).
+    spec = SpeculativeConfig(method, 4, model, acceptance_rates=(0.7,), draft_tp=1 if model else None)
     return target, SpeculativeCostModel(target, spec)
 
 
@@ -239,8 +248,62 @@ def test_drafter_costs() -> None:
     assert 0 < times["eagle3", None] < times["draft_model", "llama-3-8b"]
     assert times["draft_model", "qwama-0.5b"] < times["draft_model", "llama-3-8b"]
     replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
-    w, kv = drafter_memory(replica, SpeculativeConfig("draft_model", 4, "qwama-0.5b", acceptance_rates=(0.7,)))
+    w, kv = drafter_memory(replica, SpeculativeConfig("draft_model", 4, "qwama-0.5b", acceptance_rates=(0.7,), draft_tp=1))
     assert 0.5e9 < w < 1.5e9 and kv > 0  # ~0.5B params in bf16 on the draft's one GPU
+
+
+def test_an_unset_draft_tp_is_the_targets() -> None:
+    """vLLM sets an unset draft_tensor_parallel_size to the target's TP (only mlp_speculator gets 1): a 3B draft
+    beside a TP-4 70B target was priced on one GPU (its passes at TP 1, its weights whole on every GPU: TPOT
+    12.19 ms and 168,224 KV tokens where TP 4 gives 10.39 ms and 342,656). A given 1 is kept, a draft whose heads
+    the target's TP does not divide is one line, and the unset value round-trips as unset."""
+    from simulator.costmodel.speculative import draft_replica
+
+    replica = ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=4)
+    base = '{"method": "draft_model", "model": "llama-3.2-3b", "num_speculative_tokens": 3'
+    unset, four, one = (from_vllm_json(base + extra + "}", (0.7,)) for extra in
+                        ("", ', "draft_tensor_parallel_size": 4', ', "draft_tensor_parallel_size": 1'))
+    assert unset.draft_tp is None and draft_replica(replica, unset).tp == 4 and draft_replica(replica, one).tp == 1
+    assert drafter_memory(replica, unset) == drafter_memory(replica, four)
+    assert drafter_memory(replica, unset)[0] < drafter_memory(replica, one)[0] / 3
+    verify = SpecBatchShape()
+    for _ in range(4):
+        verify.add_verify(3, 600)
+    target = load_cost_model("roofline", replica, "vllm-v1")
+    times = [SpeculativeCostModel(target, s).draft_time(verify) for s in (unset, four, one)]
+    assert times[0] == times[1] < times[2]
+    assert "draft_tensor_parallel_size" not in to_vllm_json(unset)
+    assert from_vllm_json(to_vllm_json(unset)).draft_tp is None and from_vllm_json(to_vllm_json(one)).draft_tp == 1
+    assert SpeculativeConfig.from_dict(unset.to_dict()) == unset
+    qwama = from_vllm_json('{"method": "draft_model", "model": "qwama-0.5b", "num_speculative_tokens": 3}', (0.7,))
+    with pytest.raises(ConfigError, match="unset takes the target's tp=4, which does not divide qwama-0.5b's 14 heads"):
+        draft_replica(replica, qwama)
+
+
+@pytest.mark.parametrize(("method", "model"), [("eagle3", None), ("draft_model", "qwama-0.5b")])
+def test_the_drafter_runs_on_the_last_pipeline_stage(method: str, model: str | None) -> None:
+    """Under PP the drafter runs on the last stage (vLLM V1 builds its proposer on the last PP rank only), for its
+    pass over a prompt as for its drafts: stage_time added the drafter only to steps that verify, so a 2000-token
+    prompt's TTFT at --pp 2 was the plain run's (63.80 ms; at PP 1 EAGLE-3 adds 1.6 ms, a Qwama draft 4.3 ms).
+    The drafter's weights and KV come off the last stage's memory alone."""
+    from simulator.costmodel.speculative import speculative_memory_plan
+    from simulator.engine.kvcache import plan_memory
+
+    replica = ReplicaConfig("llama-3.1-8b", "h100-sxm", pp=2)
+    target = load_cost_model("roofline", replica, "vllm-v1")
+    spec = SpeculativeConfig(method, 3, model, acceptance_rates=(0.7,))
+    cost = SpeculativeCostModel(target, spec)
+    verify = SpecBatchShape()
+    verify.add_verify(3, 999)
+    for shape in (BatchShape.from_requests([(2000, 0)], []), verify):
+        drafter = cost.draft_time(shape)  # (cost.target: the target with verifies through its decode kernel)
+        assert drafter > 0 and cost.stage_time(shape, 0) == cost.target.stage_time(shape, 0)
+        assert cost.stage_time(shape, 1) == pytest.approx(cost.target.stage_time(shape, 1) + drafter, rel=1e-12)
+    plan = plan_memory(replica, 8192, 256)
+    weights, kv = drafter_memory(replica, spec)
+    held = speculative_memory_plan(plan, replica, spec)
+    assert held.kv_budget_bytes == (plan.kv_budget_bytes[0], plan.kv_budget_bytes[1] - weights)
+    assert held.kv_bytes_per_token == (plan.kv_bytes_per_token[0], plan.kv_bytes_per_token[1] + kv)
 
 
 @pytest.mark.parametrize(("model", "gpu", "tp", "dtype"), [("deepseek-v3", "gb200", 4, "int4"),  # MLA
@@ -277,7 +340,7 @@ def test_drafter_pass_cpu_follows_the_engine() -> None:
     """A draft model's pass costs its kernels, plus the engine's fixed per-step CPU where the
     engine runs it synchronously (once a pass), nothing where the engine hides its CPU."""
     replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
-    spec = SpeculativeConfig("draft_model", 4, "qwama-0.5b", acceptance_rates=(0.7,))
+    spec = SpeculativeConfig("draft_model", 4, "qwama-0.5b", acceptance_rates=(0.7,), draft_tp=1)
     verify = SpecBatchShape()
     for _ in range(32):
         verify.add_verify(4, 999)
@@ -437,6 +500,18 @@ def test_simulate_speculates_reproducibly() -> None:
     assert len(result.iterations) < len(plain.iterations)
 
 
+def test_workers_refused_for_a_speculating_run_say_why() -> None:
+    """--replicas 2 --workers 2 with speculation (or disaggregated pools) was refused with a list of conditions all
+    met (two replicas, round robin, PP 1, ...): the message names the one the run misses."""
+    from simulator.simulation import simulate
+
+    config = _config(num_replicas=2, speculative__vllm_json=SPEC_JSON, speculative__acceptance_rate=0.7)
+    with pytest.raises(ConfigError, match="--workers: this run's replicas cannot run in parallel: a speculating run"):
+        simulate(config, workers=2)
+    with pytest.raises(ConfigError, match="cannot run in parallel: a disaggregated run's pools"):
+        simulate(_config(prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)"), workers=2)
+
+
 def test_disaggregated_decode_pool_speculates() -> None:
     from simulator.simulation import simulate
 
@@ -446,6 +521,30 @@ def test_disaggregated_decode_pool_speculates() -> None:
     assert all(r.completed_at is not None for r in result.requests)
     assert result.extra["speculative"]["num_verify_steps"] > 0
     assert result.disagg.final_free_blocks == [n for n in result.disagg.num_blocks]  # every block back
+
+
+def test_a_disaggregated_prefill_pool_runs_the_drafter_over_prompts() -> None:
+    """The drafter needs the prompt's KV (a draft model's own, an EAGLE/MTP layer's): a prefill replica runs its
+    pass over each prompt and holds its weights and KV, and its KV goes over the link with the target's (SGLang's
+    PD serving). Prefill replicas had the plain cost model and no drafter memory, and decode replicas never run a
+    prompt, so the pass was priced nowhere: a 2000-token prompt's TTFT with --first-token-at prefill was 63.751 ms
+    with or without a Qwama-0.5B draft (now 68.059 ms, the aggregated run's)."""
+    from simulator.config.run_config import ReplicaConfig as Replica
+    from simulator.simulation import simulate
+
+    base = _config(replica=Replica("llama-3.1-8b", "h100-sxm"), prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)",
+                   first_token_at="prefill", workload__name="fixed", workload__num_requests=1,
+                   workload__prompt_tokens=2000, workload__output_tokens=4)
+    draft = '{"method": "draft_model", "model": "qwama-0.5b", "num_speculative_tokens": 3}'
+    runs = {name: simulate(base.replace(**changes)) for name, changes in (
+        ("plain", {}), ("draft", {"speculative__vllm_json": draft, "speculative__acceptance_rate": 0.7}),
+        ("aggregated", {"prefill_pool": None, "decode_pool": None, "speculative__vllm_json": draft,
+                        "speculative__acceptance_rate": 0.7}))}
+    ttft = {name: r.requests[0].first_token_at - r.requests[0].arrival_at for name, r in runs.items()}
+    assert ttft["draft"] > ttft["plain"] + 3e-3 and ttft["draft"] == pytest.approx(ttft["aggregated"], rel=1e-9)
+    plain, draft_run = runs["plain"].disagg, runs["draft"].disagg
+    assert draft_run.num_blocks[0] < plain.num_blocks[0]  # the prefill replica holds the drafter
+    assert draft_run.kv_bytes_per_token > plain.kv_bytes_per_token  # its KV travels with the target's
 
 
 def test_speculative_options_combine() -> None:
@@ -535,7 +634,7 @@ def test_llama3_70b_speeds_up_at_low_load_and_slows_at_high() -> None:
     from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
     from simulator.simulation import simulate
 
-    spec = SpeculativeConfig("draft_model", 4, "qwama-0.5b", (iid_rate(2.01, 4),))
+    spec = SpeculativeConfig("draft_model", 4, "qwama-0.5b", (iid_rate(2.01, 4),), draft_tp=1)  # the blog's draft TP
 
     def figures(qps: float, speculative: SpeculativeConfig | None) -> tuple[float, float]:
         config = RunConfig(ReplicaConfig("llama-3-70b", "h100", tp=4), SchedulerConfig("vllm", max_num_seqs=256),
@@ -584,6 +683,19 @@ def test_mtp_needs_a_model_that_ships_mtp_modules() -> None:
            "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000, "num_nextn_predict_layers": 1}
     assert model_from_hf_dict(cfg, "tiny").num_mtp_layers == 1
     assert model_from_hf_dict({**cfg, "num_nextn_predict_layers": 0}, "tiny").num_mtp_layers == 0
+
+
+def test_a_draft_with_another_vocabulary_is_refused() -> None:
+    """vLLM refuses a draft model whose vocabulary is not the target's (verify_equal_vocab_size_if_draft_model: its
+    drafts are token ids the target verifies); Vicuna-68M's 32,000 tokens beside Llama-3.1-70B's 128,256 ran."""
+    from simulator.config.run_config import RunConfig
+
+    spec = SpeculativeConfig("draft_model", 3, "vicuna-68m", (0.7,))
+    with pytest.raises(ConfigError, match="vicuna-68m's vocabulary of 32,000 tokens is not llama-3.1-70b's 128,256"
+                       ) as err:
+        RunConfig(replica=ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=4), speculative=spec)
+    assert "\n" not in str(err.value) and "qwama-0.5b" in str(err.value)
+    assert RunConfig(replica=ReplicaConfig("llama-2-7b", "h100-sxm"), speculative=spec).speculative == spec
 
 
 # -- token trees ---------------------------------------------------------------------------------------------------
@@ -708,6 +820,23 @@ def test_a_chain_that_fits_is_not_refused_for_its_drafts() -> None:
     result = simulate(config.replace(speculative__vllm_json=NGRAM4, speculative__acceptance_rate=0.7))
     assert [r.status.name for r in result.requests] == ["FINISHED", "FINISHED"]
     assert all(r.num_generated == 500 for r in result.requests)
+
+
+def test_an_mtp_layer_is_sharded_as_the_targets_layers_are() -> None:
+    """An MoE MTP layer's experts are spread over the MoE group's tp x attention-DP GPUs, as the target's layers'
+    are: DeepSeek-V3 FP8 on H200 at --tp 1 --attention-dp 8 --ep 8 held 10.22 GiB of MTP weights a GPU (its
+    experts divided by tp alone) where --tp 8 --ep 8 holds 1.28 GiB, and the KV cache fell from 458,448 tokens to
+    297,472 for one MTP layer. Now 1.48 GiB (its attention whole on each DP rank), one mean layer of the plan's."""
+    from simulator.engine.kvcache import plan_memory
+
+    spec = SpeculativeConfig("mtp", 1, None, (0.7,))
+    dep = ReplicaConfig("deepseek-v3", "h200", dtype="fp8", tp=1, attention_dp=8, ep=8)
+    tep = ReplicaConfig("deepseek-v3", "h200", dtype="fp8", tp=8, ep=8)
+    w_dep, w_tep = drafter_memory(dep, spec)[0], drafter_memory(tep, spec)[0]
+    assert w_tep < w_dep < 1.25 * w_tep and w_tep == pytest.approx(1.277 * 2**30, rel=1e-3)
+    m = dep.model_spec
+    layers = plan_memory(dep, 8192, 256).weights_bytes[0] - 2 * m.vocab_size * m.hidden_size * dep.dtype_bytes
+    assert w_dep == pytest.approx(layers / m.num_layers, rel=1e-12)
 
 
 def test_medusa_heads_hold_their_lm_heads_at_16_bits_as_they_are_priced() -> None:

@@ -177,7 +177,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "acceptance_data": ("speculative__acceptance_data", str, "Speculative decoding: per-position rates from the data "
                         "folder's acceptance-length curves, MODEL:METHOD[:THINKING], e.g. qwen3.5:mtp."),
     "spec_disable_batch_size": ("speculative__disable_by_batch_size", int, "Speculative decoding, adaptive: nobody "
-                                "speculates in a step with more running requests than this (vLLM's disable_by_batch_size)."),
+                                "speculates in a step with this many running requests or more (vLLM's "
+                                "disable_by_batch_size, at least 2)."),
     "spec_reduce_k_batch_size": ("speculative__reduce_k_batch_size", int, "Speculative decoding, adaptive: above this "
                                  "many running requests k shrinks to max(1, k x this // running)."),
 }

@@ -49,7 +49,7 @@ from simulator.config.schedulers import (
     SCHEDULERS,
 )
 from simulator.config.specs import redundant_experts_to_fit, tp_shard_problem
-from simulator.config.speculative import SpeculativeConfig
+from simulator.config.speculative import SpeculativeConfig, check_draft_vocab
 from simulator.config.topology import build_topology
 
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
@@ -292,6 +292,26 @@ class ReplicaConfig:
             return 0.0
         m = self.model_spec
         return (m.num_kv_layers * m.attention_params + m.num_moe_layers * m.hidden_size * m.num_experts) / m.num_layers
+
+    def layer_weights_bytes(self, num_layers: int | float) -> float:
+        """Bytes on one GPU of ``num_layers`` mean layers (``ModelSpec.params_per_layer``): routed experts, and
+        EPLB's redundant copies of them, sharded over the whole MoE group (``tp x attention_dp`` GPUs), the rest
+        over ``tp``; a 4-bit MoE checkpoint's attention projections and router at ``dtype_bytes``. The memory
+        plan's layers and an MTP/EAGLE drafter's layer alike."""
+        m, tp, wb, dp = self.model_spec, self.tp, self.weight_bytes, self.attention_dp
+        # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
+        experts_per_layer = m.num_moe_layers * m.num_experts * m.expert_params / m.num_layers
+        # Redundant copies of experts (EPLB) on top, spread over every GPU of the MoE group like the rest.
+        redundant_per_layer = m.num_moe_layers * self.redundant_experts * m.expert_params / m.num_layers
+        # A 4-bit MoE checkpoint keeps its attention projections and router at 16 bits (0 otherwise).
+        p16 = self.params_16bit_per_layer
+        if dp == 1:
+            w = num_layers * (m.params_per_layer - p16) / tp * wb
+        else:
+            w = num_layers * ((m.params_per_layer - p16 - experts_per_layer) / tp + experts_per_layer / (tp * dp)) * wb
+        if p16:
+            w += num_layers * p16 / tp * self.dtype_bytes
+        return w + num_layers * redundant_per_layer / (tp * dp) * wb
 
     @property
     def kv_cache_bytes(self) -> float:
@@ -660,6 +680,8 @@ class RunConfig:
             raise ConfigError("speculative.method", f"mtp drafts with the checkpoint's multi-token-prediction module, "
                               f"and {self.replica.model} ships none", f"use eagle3, draft_model or ngram, or a model "
                               f"with MTP ({with_mtp})")
+        if self.speculative is not None:
+            check_draft_vocab(self.speculative, self.replica.model_spec)
         if self.speculative is not None and self.scheduler.prefix_caching is not False:
             # A speculating replica's KV cache is a plain block manager (engine.speculative): say so in
             # the config (and so in the header and config.json) rather than run without it silently.

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from simulator.config.catalog import MODELS, ModelSpec, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 
@@ -78,19 +79,22 @@ class SpeculativeConfig:
     """One run's speculative decoding. Off when a run config holds None.
 
     ``acceptance_rates`` holds ``k`` per-position conditional rates (one given rate is
-    repeated: i.i.d.). Adaptive policy (as engines do, so a planner can compare): above
-    ``disable_by_batch_size`` running requests nobody speculates (vLLM's
-    ``disable_by_batch_size``); above ``reduce_k_batch_size`` each step's ``k`` shrinks to
-    ``max(1, k * reduce_k_batch_size // running)`` so the verify tokens per step stay near
-    ``reduce_k_batch_size * (k + 1)``.
+    repeated: i.i.d.). Adaptive policy (as engines do, so a planner can compare): with
+    ``disable_by_batch_size`` running requests or more nobody speculates (vLLM's
+    ``disable_by_batch_size``: ``running_queue_size >= disable_by_batch_size``); above
+    ``reduce_k_batch_size`` each step's ``k`` shrinks to ``max(1, k * reduce_k_batch_size // running)``
+    so the drafts per step stay near ``reduce_k_batch_size * k`` (the verify tokens near
+    ``running + reduce_k_batch_size * k``).
     """
 
     method: str = "eagle3"
     num_speculative_tokens: int = 3
-    draft_model: str | None = None  # a catalog model (or qwama-0.5b, see costmodel.speculative) for draft_model
+    draft_model: str | None = None  # a catalog model (or one of DRAFT_MODELS) for draft_model
     acceptance_rates: tuple[float, ...] = ()
     acceptance_source: str = ""  # where the rates came from (flag, data-folder row)
-    draft_tp: int = 1  # draft model's tensor parallelism (vLLM's draft_tensor_parallel_size)
+    # The draft model's tensor parallelism (vLLM's draft_tensor_parallel_size): None, as vLLM leaves it unset, is
+    # the target's TP (vLLM sets an unset value to it; V1's draft-model proposer needs it equal), else 1 or the target's.
+    draft_tp: int | None = None
     disable_by_batch_size: int | None = None
     reduce_k_batch_size: int | None = None
     # vLLM keys the JSON gave that this run does not model (UNMODELLED_KEYS); said, not silent
@@ -130,22 +134,28 @@ class SpeculativeConfig:
             if not (0.0 <= r <= 1.0) or math.isnan(r):
                 raise ConfigError("speculative.acceptance_rates", f"rates must lie in [0, 1], got {r}")
         object.__setattr__(self, "acceptance_rates", rates)
-        if not isinstance(self.draft_tp, int) or isinstance(self.draft_tp, bool) or self.draft_tp < 1:
+        if self.draft_tp is not None and (not isinstance(self.draft_tp, int) or isinstance(self.draft_tp, bool)
+                                          or self.draft_tp < 1):
             raise ConfigError("speculative.draft_tp", f"must be an integer >= 1, got {self.draft_tp!r}",
                               'give --speculative-config a "draft_tensor_parallel_size" >= 1, or leave it out')
-        if self.draft_tp != 1 and self.method != "draft_model":  # (heads and lookups run inside the target's step)
+        # (heads and lookups run inside the target's step; 1 is kept: configs saved before None meant the target's)
+        if self.draft_tp not in (None, 1) and self.method != "draft_model":
             raise ConfigError("speculative.draft_tp", f"{self.method} has no draft model of its own to lay out, so "
                               f"draft_tensor_parallel_size {self.draft_tp} would do nothing",
                               "drop draft_tensor_parallel_size")
-        for name in ("disable_by_batch_size", "reduce_k_batch_size"):
+        # vLLM refuses a disable_by_batch_size below 2: at 1 every step (one running request at least) is off.
+        for name, least in (("disable_by_batch_size", 2), ("reduce_k_batch_size", 1)):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise ConfigError(f"speculative.{name}", f"must be an integer >= 1, got {v!r}", "drop it to keep k fixed")
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
+                raise ConfigError(f"speculative.{name}", f"must be an integer >= {least}, got {v!r}",
+                                  "drop it to keep k fixed")
         reduce, disable = self.reduce_k_batch_size, self.disable_by_batch_size
-        if reduce is not None and disable is not None and reduce >= disable:  # above it, speculation is off anyway
-            raise ConfigError("speculative.reduce_k_batch_size", f"{reduce} is not below disable_by_batch_size "
-                              f"{disable}: every batch that would shrink k turns speculation off instead",
-                              "give --spec-reduce-k-batch-size below --spec-disable-batch-size, or drop one")
+        # k shrinks above `reduce` running requests, and speculation is off from `disable` on.
+        if reduce is not None and disable is not None and reduce >= disable - 1:
+            raise ConfigError("speculative.reduce_k_batch_size", f"{reduce} leaves no batch to shrink k in: k would "
+                              f"shrink above {reduce} running requests, and speculation is off from "
+                              f"disable_by_batch_size {disable} on", "give --spec-reduce-k-batch-size below "
+                              "--spec-disable-batch-size minus 1, or drop one")
         if reduce is not None and self.num_speculative_tokens == 1:  # max(1, ...) keeps one draft
             raise ConfigError("speculative.reduce_k_batch_size", "k = 1 draft cannot shrink (k falls to 1 at least)",
                               "drop --spec-reduce-k-batch-size, or draft more tokens")
@@ -167,6 +177,10 @@ class SpeculativeConfig:
     @property
     def k(self) -> int:
         return self.num_speculative_tokens
+
+    def draft_tp_for(self, target_tp: int) -> int:
+        """The draft model's TP beside a target at ``target_tp``: ``draft_tp`` as given, else the target's."""
+        return target_tp if self.draft_tp is None else self.draft_tp
 
     @property
     def num_verify_tokens(self) -> int:
@@ -202,7 +216,7 @@ class SpeculativeConfig:
 
     def k_for(self, num_running: int) -> int:
         """Draft tokens per request in a step with ``num_running`` running requests (0: off)."""
-        if self.disable_by_batch_size is not None and num_running > self.disable_by_batch_size:
+        if self.disable_by_batch_size is not None and num_running >= self.disable_by_batch_size:  # vLLM's test
             return 0
         k = self.num_speculative_tokens
         if self.reduce_k_batch_size is not None and num_running > self.reduce_k_batch_size:
@@ -239,6 +253,46 @@ class SpeculativeConfig:
         if "token_tree" in data:
             data["token_tree"] = _tree_tuple(data["token_tree"], "config.speculative.token_tree")
         return cls(**data)
+
+
+# Draft models not in the main catalog (a draft is never served on its own).
+DRAFT_MODELS: dict[str, ModelSpec] = {
+    # Qwen2-0.5B with Llama-3's vocabulary (the vLLM 2024 blog's draft for Llama-3-70B):
+    # turboderp/Qwama-0.5B-Instruct config.json.
+    "qwama-0.5b": ModelSpec("qwama-0.5b", "turboderp/Qwama-0.5B-Instruct", 24, 896, 14, 2, 4864, 128256, 32768,
+                            tied_embeddings=True),
+    # The Spec-Bench SpS draft for Vicuna (double7/vicuna-68m config.json).
+    "vicuna-68m": ModelSpec("vicuna-68m", "double7/vicuna-68m", 2, 768, 12, 12, 3072, 32000, 2048),
+}
+
+
+def draft_spec(name: str) -> ModelSpec:
+    """A draft model by name: :data:`DRAFT_MODELS` first, then the catalog (HF ids accepted)."""
+    key = name.lower()
+    for spec in DRAFT_MODELS.values():
+        if key in (spec.name, spec.hf_id.lower()):
+            return spec
+    try:
+        return get_model(name)
+    except ConfigError:
+        raise ConfigError("speculative.model", f"unknown draft model {name!r}",
+                          f"use a catalog model or one of {', '.join(DRAFT_MODELS)}") from None
+
+
+def check_draft_vocab(spec: SpeculativeConfig, target: ModelSpec) -> None:
+    """Refuses a draft model whose vocabulary is not the target's, as vLLM does
+    (``verify_equal_vocab_size_if_draft_model``): its drafts are token ids the target verifies."""
+    if spec.method != "draft_model" or spec.draft_model is None:
+        return
+    draft = draft_spec(spec.draft_model)
+    if draft.vocab_size == target.vocab_size:
+        return
+    same = sorted((m for m in (*DRAFT_MODELS.values(), *MODELS.values())
+                   if m.vocab_size == target.vocab_size and m.num_params < target.num_params), key=lambda m: m.num_params)
+    raise ConfigError("speculative.model", f"draft {draft.name}'s vocabulary of {draft.vocab_size:,} tokens is not "
+                      f"{target.name}'s {target.vocab_size:,}: its drafts would be another tokenizer's ids",
+                      "use a draft with the target's tokenizer" + (f", e.g. {', '.join(m.name for m in same[:3])}"
+                                                                  if same else ""))
 
 
 def _tree_tuple(raw: Any, where: str) -> tuple[tuple[int, ...], ...]:
@@ -360,8 +414,8 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
     return {"method": _VLLM_METHODS[str(method).lower()], "num_speculative_tokens": data["num_speculative_tokens"],
             "draft_model": None if model == "[ngram]" else model, "acceptance_rates": rates,
             "acceptance_source": source,
-            # None (vLLM's default) is 1; a 0 or -1 typed is refused by SpeculativeConfig, not read as 1
-            "draft_tp": 1 if data.get("draft_tensor_parallel_size") is None else data["draft_tensor_parallel_size"],
+            # None (vLLM's default) is the target's TP; a 0 or -1 typed is refused by SpeculativeConfig, not read as None
+            "draft_tp": data.get("draft_tensor_parallel_size"),
             "disable_by_batch_size": data.get("disable_by_batch_size"),
             "reduce_k_batch_size": data.get("reduce_k_batch_size"),
             "unmodelled_keys": tuple(key for key in UNMODELLED_KEYS if data.get(key) is not None),
@@ -376,7 +430,7 @@ def to_vllm_json(spec: SpeculativeConfig) -> str:
         data["speculative_token_tree"] = str(list(spec.token_tree))
     if spec.draft_model is not None:
         data["model"] = spec.draft_model
-    if spec.draft_tp != 1:
+    if spec.draft_tp is not None:
         data["draft_tensor_parallel_size"] = spec.draft_tp
     if spec.disable_by_batch_size is not None:
         data["disable_by_batch_size"] = spec.disable_by_batch_size

@@ -27,8 +27,8 @@ The drafter's cost is added per step by :class:`SpeculativeCostModel`, from the 
 - ``draft_model``: ``k`` autoregressive decode passes of the small model over the speculating
   requests (context ``j`` tokens longer in pass ``j``), plus its own pass over the step's
   prefill chunks (a draft model keeps its own KV cache, so it prefills every prompt too), priced
-  by the roofline kernel model of the draft on the target's GPU at ``draft_tp`` (the calibration
-  the target's engine selects), kernels only plus the per-pass CPU below;
+  by the roofline kernel model of the draft on the target's GPU at ``draft_tp`` (the target's TP where unset, as
+  vLLM sets it; the calibration the target's engine selects), kernels only plus the per-pass CPU below;
 - ``eagle``/``eagle3``/``mtp``: ``k`` sequential passes of one target-sized decoder layer plus
   the LM head over the speculating requests (an EAGLE head or MTP module is one layer reusing
   the target's head), kernels plus the per-pass CPU below;
@@ -60,34 +60,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.config.catalog import ModelSpec, get_gpu, get_model
+from simulator.config.catalog import ModelSpec, get_gpu
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
-from simulator.config.speculative import SpeculativeConfig
+from simulator.config.speculative import SpeculativeConfig, draft_spec
 from simulator.costmodel.base import BatchShape, CostModel
-
-# Draft models not in the main catalog (a draft is never served on its own).
-DRAFT_MODELS: dict[str, ModelSpec] = {
-    # Qwen2-0.5B with Llama-3's vocabulary (the vLLM 2024 blog's draft for Llama-3-70B):
-    # turboderp/Qwama-0.5B-Instruct config.json.
-    "qwama-0.5b": ModelSpec("qwama-0.5b", "turboderp/Qwama-0.5B-Instruct", 24, 896, 14, 2, 4864, 128256, 32768,
-                            tied_embeddings=True),
-    # The Spec-Bench SpS draft for Vicuna (double7/vicuna-68m config.json).
-    "vicuna-68m": ModelSpec("vicuna-68m", "double7/vicuna-68m", 2, 768, 12, 12, 3072, 32000, 2048),
-}
-
-
-def draft_spec(name: str) -> ModelSpec:
-    """A draft model by name: :data:`DRAFT_MODELS` first, then the catalog (HF ids accepted)."""
-    key = name.lower()
-    for spec in DRAFT_MODELS.values():
-        if key in (spec.name, spec.hf_id.lower()):
-            return spec
-    try:
-        return get_model(name)
-    except ConfigError:
-        raise ConfigError("speculative.model", f"unknown draft model {name!r}",
-                          f"use a catalog model or one of {', '.join(DRAFT_MODELS)}") from None
 
 
 @dataclass(frozen=True)
@@ -106,17 +83,21 @@ class DraftReplicaConfig(ReplicaConfig):
 
 
 def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConfig:
-    """The draft model's layout: the target's GPU, numerics and roofline constants, ``draft_tp`` GPUs."""
+    """The draft model's layout: the target's GPU, numerics and roofline constants, ``draft_tp`` GPUs (unset: the
+    target's TP, as vLLM sets it)."""
     assert spec.draft_model is not None
     model = draft_spec(spec.draft_model)
-    if spec.draft_tp not in (1, target.tp):  # the draft runs on the target's GPUs: one of them, or all (vLLM's rule)
-        raise ConfigError("speculative.draft_tp", f"draft_tensor_parallel_size {spec.draft_tp} on a tp={target.tp} "
+    tp = spec.draft_tp_for(target.tp)
+    if tp not in (1, target.tp):  # the draft runs on the target's GPUs: one of them, or all (vLLM's rule)
+        raise ConfigError("speculative.draft_tp", f"draft_tensor_parallel_size {tp} on a tp={target.tp} "
                           "replica: the draft model runs on the target's GPUs, on one or on all of them",
                           f"use draft_tensor_parallel_size 1{f' or {target.tp}' if target.tp > 1 else ''}")
-    if model.num_heads % spec.draft_tp:
-        raise ConfigError("speculative.draft_tp", f"draft_tp={spec.draft_tp} does not divide {model.name}'s "
-                          f"{model.num_heads} heads", "use draft_tensor_parallel_size 1")
-    return DraftReplicaConfig(model=model.name, gpu=target.gpu, tp=spec.draft_tp, dtype_bytes=target.dtype_bytes,
+    if model.num_heads % tp:
+        given = f"draft_tp={tp}" if spec.draft_tp is not None else \
+            f"draft_tensor_parallel_size unset takes the target's tp={tp}, which"
+        raise ConfigError("speculative.draft_tp", f"{given} does not divide {model.name}'s {model.num_heads} heads",
+                          'give --speculative-config "draft_tensor_parallel_size": 1')
+    return DraftReplicaConfig(model=model.name, gpu=target.gpu, tp=tp, dtype_bytes=target.dtype_bytes,
                               num_nodes=1, block_size=target.block_size, draft=model,
                               roofline_calibration=target.roofline_calibration)
 
@@ -374,8 +355,12 @@ class SpeculativeCostModel(CostModel):
 
     def stage_time(self, shape: BatchShape, stage: int) -> float:
         t = self.target.stage_time(shape, stage)
-        if stage == 0 and isinstance(shape, SpecBatchShape) and shape.num_spec:
-            t += self.draft_time(shape)  # the drafter runs where the step starts
+        # The drafter runs on the last stage, beside the target's last hidden states and sampled tokens (vLLM V1
+        # builds its proposer on the last PP rank only): there it passes over a step's prompt chunks as well as
+        # drafting for its verifies, as iteration_time prices both.
+        if stage == len(self.layers_per_stage) - 1 and (
+                shape.num_prefills or (isinstance(shape, SpecBatchShape) and shape.num_spec)):
+            t += self.draft_time(shape)
         return t
 
     def breakdown(self, shape: BatchShape) -> dict[str, float]:
@@ -399,28 +384,45 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
     if spec.method == "medusa":  # k heads: a hidden x hidden block and an LM head (16-bit, as the target's) each, no KV
         head = m.hidden_size * m.hidden_size * replica.weight_bytes + m.hidden_size * m.vocab_size * replica.dtype_bytes
         return spec.k * head / replica.tp, 0.0
-    # EAGLE / MTP: one decoder layer (sharded like the target's) and its KV; the LM head is shared.
-    return (m.params_per_layer / replica.tp * replica.weight_bytes,
-            m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp))
+    # EAGLE / MTP: one decoder layer, sharded as the target's are (an MoE layer's experts over the tp x attention-DP
+    # GPUs of the MoE group, a 4-bit checkpoint's attention at 16 bits), and its KV; the LM head is shared.
+    return (replica.layer_weights_bytes(1), m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp))
 
 
-def speculative_memory_plan(plan, replica: ReplicaConfig, spec: SpeculativeConfig):  # noqa: ANN001, ANN201 - MemoryPlan
-    """``plan`` with the drafter's weights taken from each stage's KV budget and its KV bytes
-    added to each cached token's, so the target holds fewer KV blocks (a given
-    ``num_gpu_blocks`` is kept as given)."""
-    # A hybrid keeps a recurrent state for each of the k + 1 positions a verify may stop at (vLLM's
-    # num_speculative_blocks), so that a rejected draft rolls back to the accepted one's state.
-    # (A sliding window's blocks are the window's, once.)
-    recurrent = plan.num_state_blocks - plan.num_window_blocks
-    plan = dataclasses.replace(plan, num_state_blocks=plan.num_window_blocks + recurrent * (1 + spec.k))
+def drafter_kv_bytes_per_token(replica: ReplicaConfig, spec: SpeculativeConfig) -> float:
+    """The drafter's KV bytes of one token for its whole model (every layer and KV head, at the KV cache's dtype):
+    what a disaggregated handoff moves beside the target's (:func:`~simulator.config.disagg_layout.kv_bytes_per_token`).
+    0.0 where the drafter keeps no KV (Medusa, n-gram)."""
+    if spec.method in ("ngram", "medusa"):
+        return 0.0
+    if spec.method == "draft_model":
+        dm = draft_spec(spec.draft_model or "")
+        return dm.num_layers * dm.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)
+    return replica.model_spec.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)  # one EAGLE/MTP layer
+
+
+def speculative_memory_plan(plan, replica: ReplicaConfig, spec: SpeculativeConfig,  # noqa: ANN001, ANN201 - MemoryPlan
+                            verifies: bool = True):
+    """``plan`` with the drafter's weights taken from the last stage's KV budget and its KV bytes
+    added to each cached token's there (the drafter runs on the last PP stage, as
+    :meth:`SpeculativeCostModel.stage_time` prices it), so the target holds fewer KV blocks (a given
+    ``num_gpu_blocks`` is kept as given). ``verifies`` False: a replica that runs the drafter over
+    prompts but verifies nothing (a disaggregated prefill pool's)."""
+    if verifies:
+        # A hybrid keeps a recurrent state for each of the k + 1 positions a verify may stop at (vLLM's
+        # num_speculative_blocks), so that a rejected draft rolls back to the accepted one's state.
+        # (A sliding window's blocks are the window's, once.)
+        recurrent = plan.num_state_blocks - plan.num_window_blocks
+        plan = dataclasses.replace(plan, num_state_blocks=plan.num_window_blocks + recurrent * (1 + spec.k))
     weights, kv = drafter_memory(replica, spec)
     if (weights == 0.0 and kv == 0.0) or replica.num_gpu_blocks is not None:
         return plan
-    budgets = tuple(b - weights for b in plan.kv_budget_bytes)
-    if min(budgets) <= 0:
+    last = len(plan.kv_budget_bytes) - 1
+    budgets = tuple(b - weights if stage == last else b for stage, b in enumerate(plan.kv_budget_bytes))
+    if budgets[last] <= 0:
         raise ConfigError("speculative.model", f"the drafter's weights ({weights / 2**30:.1f} GiB per GPU) leave no KV "
                           "cache", "use a smaller draft model or more GPUs")
-    per_token = tuple(t + kv for t in plan.kv_bytes_per_token)
+    per_token = tuple(t + kv if stage == last else t for stage, t in enumerate(plan.kv_bytes_per_token))
     num_tokens = int(min(b / t for b, t in zip(budgets, per_token, strict=True)))
     num_blocks = num_tokens // plan.block_size
     return dataclasses.replace(plan, kv_budget_bytes=budgets, kv_bytes_per_token=per_token,

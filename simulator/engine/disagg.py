@@ -12,7 +12,12 @@ running decodes) disappears when prompts and decodes never share a GPU. A reques
    handoff, so TTFT = queueing + prefill + handoff + that step; ``prefill`` delivers it when
    the prompt ends (TTFT excludes the transfer, which is then part of the first TBT gap, as
    DistServe and Splitwise account it). A request with one output token finishes on the
-   prefill replica and is never transferred.
+   prefill replica and is never transferred. Where the run speculates, the prefill replica also
+   runs the drafter's pass over each prompt (a draft model's forward, an EAGLE/MTP layer) and
+   holds the drafter's weights and KV, and the drafter's KV of the prompt travels with the
+   target's: the decode worker's first draft needs it (SGLang's PD prefill server runs its
+   EAGLE/MTP drafter over the prompt and sends the draft KV beside the target's); the decode
+   replicas speculate.
 2. **handoff**: the prefill replica keeps the prompt's KV blocks (they leave its running
    set but stay allocated) until a decode replica has room. Decode replicas are tried
    FIFO (the oldest finished prompt first, no overtaking): the one with the fewest
@@ -284,15 +289,17 @@ def _pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type 
         return build_pool_scheduler(replica, sched, mixin=mixin, field=field,
                                     speculation=Speculation(config.speculative, speculation_rng(config.seed, replica_id)),
                                     fix="lower --max-model-len, give the pool more GPUs or use a smaller drafter")
-    # A prefill replica holds prompts only: one too long for it is rejected per request.
+    # A prefill replica holds prompts only: one too long for it is rejected per request. Where the run speculates it
+    # holds the drafter too (module docstring, step 1).
     return build_pool_scheduler(replica, sched, mixin=mixin, whole_requests=mixin is not PrefillMixin, field=field,
                                 fix="lower --max-model-len or give the pool more GPUs",
-                                lockstep=lockstep if replica.pp == 1 else None)
+                                lockstep=lockstep if replica.pp == 1 else None,
+                                drafter=config.speculative if config is not None else None)
 
 
 def _make_replica(env: simpy.Environment, replica_id: int, scheduler: Scheduler, config: RunConfig,
                   replica_cfg: ReplicaConfig, recorder: Recorder, parking: bool) -> Replica:
-    if hasattr(scheduler, "speculation"):  # the drafter's time beside the target's
+    if config.speculative is not None:  # the drafter's time beside the target's (a prefill replica's: over prompts)
         from simulator.engine.speculative import speculative_cost_model
 
         assert config.speculative is not None
@@ -366,6 +373,10 @@ class DisaggCluster:
         # the first token (deliver_first_token_on_decode takes the handoff gaps out after the run).
         self.gap_logs_final = config.first_token_at != "decode"
         self.kv_bytes_per_token = kv_bytes_per_token(layout.prefill_replica)
+        if config.speculative is not None:  # the drafter's KV of the prompt travels with the target's (step 1)
+            from simulator.costmodel.speculative import drafter_kv_bytes_per_token
+
+            self.kv_bytes_per_token += drafter_kv_bytes_per_token(layout.prefill_replica, config.speculative)
         self.state_bytes_per_seq = state_bytes_per_seq(layout.prefill_replica)  # a hybrid's recurrent state
         # The serving stack's handoff latency (the engine preset's ``handoff_s``): before the transfer, no link held.
         self.handoff_s = load_engine(config.engine).handoff_s
@@ -396,7 +407,7 @@ class DisaggCluster:
         # (ranks of one replica consecutive), as in an aggregated run: num_replicas x dp per pool.
         for _ in range(layout.prefill.num_replicas * layout.prefill_replica.attention_dp):
             sched, self.plans["prefill"] = _build_pool_scheduler(layout.prefill_replica, layout.prefill_scheduler,
-                                                                 PrefillMixin, "prefill_pool")
+                                                                 PrefillMixin, "prefill_pool", config, rid)
             replica_id = rid
             sched.on_prefilled = lambda req, hold, i=replica_id: self._on_prefilled(req, hold, i)  # type: ignore[attr-defined]
             self.prefill.append(_make_replica(env, rid, sched, config, layout.prefill_replica, recorder, True))

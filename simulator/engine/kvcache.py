@@ -119,25 +119,11 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     kv_token_layer = kv_layer
     if m.num_growing_kv_layers != m.num_layers:
         kv_token_layer *= m.num_growing_kv_layers / m.num_layers
-    wb = replica.weight_bytes  # transformer layers at --dtype; embeddings and LM head at dtype_bytes
     activation = activation_reserve_bytes(replica, max_num_batched_tokens, max_num_seqs)
     usable = gpu.memory_bytes * replica.gpu_memory_utilization
     weights, budgets, per_token = [], [], []
-    # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
-    dp = replica.attention_dp
-    experts_per_layer = m.num_moe_layers * m.num_experts * m.expert_params / m.num_layers
-    # Redundant copies of experts (EPLB) on top, spread over every GPU of the MoE group like the rest.
-    redundant_per_layer = m.num_moe_layers * replica.redundant_experts * m.expert_params / m.num_layers
-    # A 4-bit MoE checkpoint keeps its attention projections and router at 16 bits (0 otherwise).
-    p16 = replica.params_16bit_per_layer
     for stage, num_layers in enumerate(layers):
-        if dp == 1:
-            w = num_layers * (m.params_per_layer - p16) / tp * wb
-        else:
-            w = num_layers * ((m.params_per_layer - p16 - experts_per_layer) / tp + experts_per_layer / (tp * dp)) * wb
-        if p16:
-            w += num_layers * p16 / tp * db
-        w += num_layers * redundant_per_layer / (tp * dp) * wb
+        w = replica.layer_weights_bytes(num_layers)  # at --dtype; embeddings and LM head at dtype_bytes
         if stage == 0:
             w += m.embedding_params / tp * db
         if stage == len(layers) - 1 and (not m.tied_embeddings or replica.pp > 1):

@@ -31,6 +31,7 @@ from simulator.engine.schedulers import SCHEDULERS, Batch, Scheduler
 from simulator.workload.request import Request, Status
 
 if TYPE_CHECKING:
+    from simulator.config.speculative import SpeculativeConfig
     from simulator.engine.records import Recorder
     from simulator.engine.speculative import Speculation
 
@@ -49,14 +50,15 @@ def memory_shortfall(replica: ReplicaConfig, sched: SchedulerConfig) -> str | No
 
 def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixin: type | None = None,
                          lockstep: SchedulerWrap | None = None, speculation: Speculation | None = None,
-                         whole_requests: bool = True, field: str = "replica.max_model_len",
-                         fix: str | None = None) -> tuple[Scheduler, MemoryPlan]:
+                         drafter: SpeculativeConfig | None = None, whole_requests: bool = True,
+                         field: str = "replica.max_model_len", fix: str | None = None) -> tuple[Scheduler, MemoryPlan]:
     """The one scheduler factory: scheduler and KV cache for one replica of a pool (an
     aggregated run's replica, a disaggregated pool's, the split planner's). The policy of
     ``sched``, with ``speculation``'s mixin over it where the replica's decodes speculate (its
     KV cache less the drafter's memory, :func:`~simulator.costmodel.speculative.speculative_memory_plan`)
     and ``mixin``'s methods outside both (a disaggregated pool's role, so its ``complete`` sees
-    the verify steps' finishers). Refuses a layout whose cache cannot hold a ``max_model_len``
+    the verify steps' finishers). ``drafter``: a drafter the replica holds (its memory) without speculating, as a
+    disaggregated prefill pool's replica runs its pass over each prompt. Refuses a layout whose cache cannot hold a ``max_model_len``
     request (:func:`memory_shortfall`) unless the pool serves parts of requests
     (``whole_requests=False``: a prefill pool rejects too-long prompts one by one), the error's
     ``fix`` by default naming GPUs (and a smaller drafter). ``lockstep``: the policy's class
@@ -65,14 +67,17 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     max_model_len = replica.effective_max_model_len
     blocks, plan = build_kv_cache(replica, sched)
     cls = SCHEDULERS[sched.name]
-    if speculation is not None:  # a plain block manager: speculation turns prefix caching off (config)
+    held = speculation.config if speculation is not None else drafter
+    if held is not None:  # a plain block manager: speculation turns prefix caching off (config)
         # Imported here: a run without speculation never loads the speculative modules (start-up).
         from simulator.costmodel.speculative import speculative_memory_plan
-        from simulator.engine.speculative import speculative_class
 
-        plan = speculative_memory_plan(plan, replica, speculation.config)
+        plan = speculative_memory_plan(plan, replica, held, verifies=speculation is not None)
         blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark, plan.num_state_blocks)
-        cls = speculative_class(cls)
+        if speculation is not None:
+            from simulator.engine.speculative import speculative_class
+
+            cls = speculative_class(cls)
     # Prefix caching, where on; not in a disaggregated pool's role (a mixin): they hand blocks over by count.
     elif sched.prefix_cache is not None and mixin is None:
         host_blocks, host_load_s = cpu_tier(replica, sched, plan)
@@ -83,8 +88,7 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
         short += f" (--num-gpu-blocks {replica.num_gpu_blocks} sets the cache: raise it)"
     if short is not None:
         # A drafter's memory took from the cache unless the cache's size was given or n-gram drafts from the text.
-        drafter = speculation is not None and replica.num_gpu_blocks is None and speculation.config.method != "ngram"
-        if not drafter:
+        if held is None or replica.num_gpu_blocks is not None or held.method == "ngram":
             raise ConfigError(field, short, fix or "lower --max-model-len or add GPUs (--tp/--pp)")
         raise ConfigError(field, short + " (with the drafter's memory)",
                           fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")

@@ -33,9 +33,26 @@ def runs_apart(config: RunConfig) -> bool:
     PP 1, no attention DP (its ranks step together: :mod:`simulator.engine.dp_group`), event skipping
     on, not disaggregated, not speculating (a speculating run takes the plain loop:
     :mod:`simulator.engine.speculative`), and no watch process: see :func:`simulate`."""
-    return (config.fast_forward and config.speculative is None and config.num_ranks > 1 and config.replica.pp == 1
-            and config.replica.attention_dp == 1 and config.router in STATE_FREE_ROUTERS
-            and not config.is_disaggregated)
+    return apart_problem(config) is None
+
+
+def apart_problem(config: RunConfig) -> str | None:
+    """Why the replicas of ``config`` do not run apart (:func:`runs_apart`), in words, or None where they do."""
+    if config.is_disaggregated:
+        return "a disaggregated run's pools hand requests to each other"
+    if config.speculative is not None:
+        return "a speculating run takes the plain step-by-step loop"
+    if not config.fast_forward:
+        return "event skipping is off (--no-fast-forward)"
+    if config.num_ranks <= 1:
+        return "there is one replica"
+    if config.replica.pp != 1:
+        return "pipeline-parallel replicas (--pp > 1) run jointly"
+    if config.replica.attention_dp != 1:
+        return "attention-DP ranks step together"
+    if config.router not in STATE_FREE_ROUTERS:
+        return f"--router {config.router} reads the replicas' state (use round_robin or random)"
+    return None
 
 
 class _Tie(Exception):  # noqa: N818 - a signal, not an error

@@ -174,7 +174,7 @@ def _vllm_speculative(spec: SpeculativeConfig) -> dict[str, Any]:
         out["model"] = spec.draft_model
     elif spec.method in ("eagle", "eagle3", "medusa"):
         out["model"] = _DRAFT_HEAD
-    if spec.draft_tp != 1:
+    if spec.draft_tp is not None:  # unset: vLLM runs the draft at the target's TP, as the plan priced it
         out["draft_tensor_parallel_size"] = spec.draft_tp
     if spec.token_tree:
         out["speculative_token_tree"] = str(list(spec.token_tree))

@@ -152,7 +152,8 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
     pld = next(r for r in bench if r["target_model"] == "Vicuna-33B-v1.3" and r["method"] == "PLD" and r["gpu"] == "A100 80GB")
     al_pld = round(float(pld["mean_accepted_tokens"]) * float(pld["speedup_summarization"]) / float(pld["speedup_overall"]), 3)
     draft = Setting("vllm2024 llama-3-70b 4xH100 draft Qwama-0.5B", r70, "vllm-2023-splitwise", v0,
-                    SpeculativeConfig("draft_model", 4, "qwama-0.5b", iid(al_sps, 4), f"Spec-Bench SpS Vicuna-33B AL {al_sps}"),
+                    SpeculativeConfig("draft_model", 4, "qwama-0.5b", iid(al_sps, 4), f"Spec-Bench SpS Vicuna-33B AL {al_sps}",
+                                      draft_tp=1),
                     "tpot_s", "qps", qps, {"name": "sharegpt", "num_requests": 300},
                     f"k=4 (not stated); AL {al_sps} (Spec-Bench SpS on Vicuna-33B, i.i.d.); draft TP1; ShareGPT; "
                     "engine vllm-2023-splitwise; scheduler vllm (V0); speedup = mean TPOT ratio")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -239,3 +240,20 @@ def test_a_disaggregated_bound_holds_at_a_long_context_budget() -> None:
     bound = capacity_bound(layout, base, Lengths.of(base), slo)
     report = find_capacity(layout.config(base), slo.capacity_slo(), search_settings(bound, 12.5, 0.05))
     assert 0 < report.capacity_qps <= bound
+
+
+def test_a_resumed_narrower_plan_answers_what_a_fresh_one_does(tmp_path) -> None:  # noqa: ANN001
+    """A plan resumed into the folder of a wider one reloaded the rows that wider plan cut as "cannot win"
+    against a fleet outside the narrower space: with no incumbent the cut stayed, and the answer was "no layout
+    meets the SLO" while its own table (the frontier fill) listed a layout that carries the load."""
+    base = RunConfig().replace(replica__model="llama-3-8b", workload__name="sharegpt", workload__num_requests=128)
+    slo = PlanSLO(ttft_s=2.0, tpot_s=0.05, attainment=0.99)
+    wide = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1, 2), budgets=(512,), max_num_seqs=(128,))
+    narrow = dataclasses.replace(wide, tps=(2,))
+    out = tmp_path / "p"
+    first = plan(base, LOAD, slo, wide, verify_fleet=False, out=out)
+    assert any(c.row is not None and c.row.get("status") == "below" for c in first.candidates)  # tp2 was cut
+    resumed = plan(base, LOAD, slo, narrow, verify_fleet=False, out=out)
+    fresh = plan(base, LOAD, slo, narrow, verify_fleet=False, out=tmp_path / "fresh")
+    assert fresh.answer is not None and resumed.answer is not None
+    assert (resumed.answer.layout, resumed.answer.units(LOAD)) == (fresh.answer.layout, fresh.answer.units(LOAD))

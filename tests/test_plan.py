@@ -183,6 +183,20 @@ def test_trtllm_launch_carries_the_runs_scheduling_knobs() -> None:
     assert default_launch(_base().replace(replica__kernels="sglang")) == "sglang"
 
 
+def test_sglang_launch_counts_the_attention_dp_ranks_in_its_tp() -> None:
+    """SGLang's --tp is the whole group's GPU count, which its --dp attention ranks split (--tp 8 --dp 8
+    --enable-dp-attention on 8 GPUs): a tp1 dp4 layout was written --tp 1 --dp 4, which SGLang refuses."""
+    from simulator.planning.plan import Layout
+
+    moe = RunConfig().replace(replica__model="qwen3-30b-a3b", replica__gpu="b200")
+    dp = Candidate(Layout("b200", "agg", "bf16", 1, ep=4, attention_dp=4, max_num_seqs=64), math.inf, price_of("b200"))
+    (line,) = launch_command(dp, moe, "sglang")
+    assert "--tp 4 " in line and "--enable-dp-attention --dp 4" in line and "--ep-size 4" in line
+    tp2 = Candidate(Layout("b200", "agg", "bf16", 2, attention_dp=2), math.inf, price_of("b200"))
+    (line,) = launch_command(tp2, moe, "sglang")
+    assert "--tp 4 " in line and "--dp 2" in line and "--ep-size" not in line
+
+
 def test_cli_plan(tmp_path) -> None:  # noqa: ANN001
     out = tmp_path / "cli"
     res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--max-model-len", "4096", "--workload", "sharegpt",

@@ -54,7 +54,10 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         return " ".join(parts)
 
     def sglang(tp: int, role: str | None) -> str:
-        parts = [f"python -m sglang.launch_server --model-path {name}", f"--tp {tp}"]
+        # SGLang's --tp is the whole group's GPU count and its attention-DP ranks split it (--tp 8 --dp 8
+        # --enable-dp-attention on 8 GPUs; tp must be divisible by dp), so a layout's tp per rank times its ranks;
+        # its --ep-size splits that same group, as the layout's ep does (1, or every GPU of the group).
+        parts = [f"python -m sglang.launch_server --model-path {name}", f"--tp {tp * lay.attention_dp}"]
         parts += [f"--pp-size {lay.pp}"] if lay.pp > 1 else []
         parts += [f"--enable-dp-attention --dp {lay.attention_dp}"] if lay.attention_dp > 1 else []
         parts += [f"--ep-size {lay.ep}"] if lay.ep > 1 else []

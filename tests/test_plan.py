@@ -197,6 +197,23 @@ def test_sglang_launch_counts_the_attention_dp_ranks_in_its_tp() -> None:
     assert "--tp 4 " in line and "--dp 2" in line and "--ep-size" not in line
 
 
+def test_launch_carries_a_budget_the_run_gave_a_scheduler_that_does_not_chunk() -> None:
+    """A scheduler that does not chunk has no layout budget (the plan searches none), yet the run's
+    --max-num-batched-tokens bounds its steps and was priced: the launch lines dropped it."""
+    from simulator.planning.plan import Layout
+
+    base = _base().replace(scheduler__name="vllm", scheduler__max_num_batched_tokens=16384)
+    one = Candidate(Layout("h100-sxm", "agg", "bf16", 1), math.inf, price_of("h100-sxm"))
+    assert "--max-num-batched-tokens 16384" in launch_command(one, base, "vllm")[0]
+    assert "--max-prefill-tokens 16384" in launch_command(one, base, "sglang")[0]  # whole prompts: not a chunk size
+    assert "--max_num_tokens 16384" in launch_command(one, base, "trtllm")[0]
+    # A disaggregated unit's pools run vLLM's policy by default: the run's budget is theirs where it is vLLM's too
+    dis = Candidate(Layout("h100-sxm", "disagg", "bf16", 1, prefill_tp=1, num_prefill=1, num_decode=1), math.inf,
+                    price_of("h100-sxm"))
+    assert all("--max-num-batched-tokens 16384" in line for line in launch_command(dis, base, "vllm"))
+    assert not any("--max-num-batched-tokens" in line for line in launch_command(dis, _base(), "vllm"))
+
+
 def test_cli_plan(tmp_path) -> None:  # noqa: ANN001
     out = tmp_path / "cli"
     res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--max-model-len", "4096", "--workload", "sharegpt",

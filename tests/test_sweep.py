@@ -132,6 +132,13 @@ def test_capacity_mode_records_capacity_and_trials(tmp_path: Path):
     assert build_spec({"mode": "capacity"}).points[0].config.workload.num_requests == 2048
 
 
+def test_a_capacity_point_whose_model_does_not_fit_records_an_error(tmp_path: Path):
+    # It recorded status ok and capacity 0, blaming the TBT SLO on a lone decode the replica could never run.
+    spec = small_spec(grid={"model": ["llama-3.1-405b"]}, mode="capacity", gpu="l4", tbt_slo=0.2)
+    row = run_sweep(spec, tmp_path).table.iloc[0]
+    assert row["status"] == "error" and "does not fit" in row["error"]
+
+
 def test_yaml_and_cli_grid(tmp_path: Path):
     assert parse_cli_grid(["scheduler=vllm,sarathi", "qps=1"]) == {"scheduler": ["vllm", "sarathi"], "qps": ["1"]}
     with pytest.raises(ConfigError, match="--grid"):

@@ -228,6 +228,18 @@ def test_cli_plan(tmp_path) -> None:  # noqa: ANN001
     assert bad.exit_code != 0
 
 
+@pytest.mark.parametrize("flags", [["--redundant-experts", "2"], ["--ep", "2"]])
+def test_plan_refuses_what_it_sets_before_the_base_config_sends_the_user_elsewhere(flags: list[str],
+                                                                                  tmp_path) -> None:  # noqa: ANN001
+    """The base config (EP 1, TP 1) was built first and refused these with a fix plan refuses too: "give
+    --redundant-experts N >= 0 with --ep > 1", then "--ep: plan sets it"; "ep=2 must divide tp=1", then --tp."""
+    res = runner.invoke(app, ["plan", "--model", "qwen3-30b-a3b", "--gpus", "h100-sxm", "--modes", "agg", "--tps", "1",
+                              "--qps", "5", *flags, "--out", str(tmp_path / "p")])
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
+    assert str(res.exception).startswith(f"{flags[0]}: plan sets it in every layout it searches")
+    assert str(res.exception).endswith(f"(drop {flags[0]})")
+
+
 def test_worker_processes_give_the_same_answer() -> None:
     base = _base()
     one = plan(base, LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=False, frontier_per_group=0)

@@ -300,3 +300,20 @@ def test_a_resumed_narrower_plan_answers_what_a_fresh_one_does(tmp_path) -> None
     fresh = plan(base, LOAD, slo, narrow, verify_fleet=False, out=tmp_path / "fresh")
     assert fresh.answer is not None and resumed.answer is not None
     assert (resumed.answer.layout, resumed.answer.units(LOAD)) == (fresh.answer.layout, fresh.answer.units(LOAD))
+
+
+def test_the_frontier_fill_leaves_a_layout_searched_in_full_alone(tmp_path) -> None:  # noqa: ANN001
+    """A group whose every layout was searched to capacity 0 had its layouts searched again by the frontier fill:
+    each twice in layouts.csv and trials.csv."""
+    import csv
+
+    base = RunConfig().replace(replica__model="llama-3-8b", scheduler__name="vllm", engine="vllm-v1",
+                               scheduler__max_num_batched_tokens=4096, workload__name="sharegpt",
+                               workload__num_requests=64)
+    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), max_num_seqs=(128,))
+    slo = PlanSLO(ttft_s=2.0, tpot_s=0.05, attainment=0.99)
+    result = plan(base, 5.0, slo, space, verify_fleet=False, out=tmp_path / "p")
+    assert result.answer is None and result.num_searched == 1
+    with (tmp_path / "p" / "layouts.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 1 and rows[0]["status"] == "ok" and float(rows[0]["capacity_qps"]) == 0

@@ -977,7 +977,10 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                         shape = (lay.tp, lay.pp, lay.ep, lay.attention_dp, lay.prefill_tp, lay.num_prefill, lay.num_decode)
                         if c.pruned != "limits" and shape not in shapes:
                             shapes[shape] = c
-                    fill += list(shapes.values())[:frontier_per_group]
+                    # A layout searched in full already (capacity 0, or an error) would only be searched again:
+                    # its row is its answer (and a second row in layouts.csv and trials.csv).
+                    fill += [c for c in list(shapes.values())[:frontier_per_group]
+                             if c.row is None or c.row.get("status") == "below"]
             for c in fill:
                 c.row, c.pruned = None, ""
             saved_prune, prune = prune, False  # searched in full: a capacity, not a verdict

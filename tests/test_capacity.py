@@ -380,6 +380,18 @@ def test_cli_capacity_json_reports_zero_for_an_impossible_slo():
     assert data["config"]["workload"]["num_requests"] == 2048  # capacity's own default trial size
 
 
+def test_a_model_that_does_not_fit_is_an_error_not_capacity_zero():
+    """The SLO's floor was judged first: Llama-3.1-405B on one L4 read "capacity 0: the TBT SLO 0.2s is below the
+    fastest possible iteration" with exit 0, the lone decode priced on a replica that cannot hold the weights."""
+    result = runner.invoke(app, ["capacity", "--model", "llama-3.1-405b", "--gpu", "l4", "--num-requests", "64",
+                                 "--workers", "1"])
+    assert result.exit_code != 0 and isinstance(result.exception, ConfigError), result.output  # (main: one line, 2)
+    assert "does not fit" in str(result.exception) and "capacity 0" not in result.output
+    with pytest.raises(ConfigError, match="does not fit"):  # a disaggregated pool's replica too
+        find_capacity(RunConfig().replace(replica__model="llama-3.1-405b", replica__gpu="l4",
+                                          prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)"), SLO())
+
+
 def test_cli_capacity_small_search(tmp_path):
     result = runner.invoke(app, ["capacity", "--model", "mistral-7b", "--num-requests", "128", "--qps", "2",
                                  "--tbt-slo", "0.5", "--rel-tol", "0.2", "--out", str(tmp_path), "--json"])

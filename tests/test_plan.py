@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -182,6 +183,37 @@ def test_trtllm_launch_carries_the_runs_scheduling_knobs() -> None:
     assert default_launch(_base().replace(replica__kernels="sglang")) == "sglang"
 
 
+def test_sglang_launch_counts_the_attention_dp_ranks_in_its_tp() -> None:
+    """SGLang's --tp is the whole group's GPU count, which its --dp attention ranks split (--tp 8 --dp 8
+    --enable-dp-attention on 8 GPUs): a tp1 dp4 layout was written --tp 1 --dp 4, which SGLang refuses."""
+    from simulator.planning.plan import Layout
+
+    moe = RunConfig().replace(replica__model="qwen3-30b-a3b", replica__gpu="b200")
+    dp = Candidate(Layout("b200", "agg", "bf16", 1, ep=4, attention_dp=4, max_num_seqs=64), math.inf, price_of("b200"))
+    (line,) = launch_command(dp, moe, "sglang")
+    assert "--tp 4 " in line and "--enable-dp-attention --dp 4" in line and "--ep-size 4" in line
+    tp2 = Candidate(Layout("b200", "agg", "bf16", 2, attention_dp=2), math.inf, price_of("b200"))
+    (line,) = launch_command(tp2, moe, "sglang")
+    assert "--tp 4 " in line and "--dp 2" in line and "--ep-size" not in line
+
+
+def test_launch_carries_a_budget_the_run_gave_a_scheduler_that_does_not_chunk() -> None:
+    """A scheduler that does not chunk has no layout budget (the plan searches none), yet the run's
+    --max-num-batched-tokens bounds its steps and was priced: the launch lines dropped it."""
+    from simulator.planning.plan import Layout
+
+    base = _base().replace(scheduler__name="vllm", scheduler__max_num_batched_tokens=16384)
+    one = Candidate(Layout("h100-sxm", "agg", "bf16", 1), math.inf, price_of("h100-sxm"))
+    assert "--max-num-batched-tokens 16384" in launch_command(one, base, "vllm")[0]
+    assert "--max-prefill-tokens 16384" in launch_command(one, base, "sglang")[0]  # whole prompts: not a chunk size
+    assert "--max_num_tokens 16384" in launch_command(one, base, "trtllm")[0]
+    # A disaggregated unit's pools run vLLM's policy by default: the run's budget is theirs where it is vLLM's too
+    dis = Candidate(Layout("h100-sxm", "disagg", "bf16", 1, prefill_tp=1, num_prefill=1, num_decode=1), math.inf,
+                    price_of("h100-sxm"))
+    assert all("--max-num-batched-tokens 16384" in line for line in launch_command(dis, base, "vllm"))
+    assert not any("--max-num-batched-tokens" in line for line in launch_command(dis, _base(), "vllm"))
+
+
 def test_cli_plan(tmp_path) -> None:  # noqa: ANN001
     out = tmp_path / "cli"
     res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--max-model-len", "4096", "--workload", "sharegpt",
@@ -194,6 +226,18 @@ def test_cli_plan(tmp_path) -> None:  # noqa: ANN001
     assert (out / "plan.csv").is_file()
     bad = runner.invoke(app, ["plan", "--gpus", "h100-sxm", "--price", "oops", "--out", str(tmp_path / "x")])
     assert bad.exit_code != 0
+
+
+@pytest.mark.parametrize("flags", [["--redundant-experts", "2"], ["--ep", "2"]])
+def test_plan_refuses_what_it_sets_before_the_base_config_sends_the_user_elsewhere(flags: list[str],
+                                                                                  tmp_path) -> None:  # noqa: ANN001
+    """The base config (EP 1, TP 1) was built first and refused these with a fix plan refuses too: "give
+    --redundant-experts N >= 0 with --ep > 1", then "--ep: plan sets it"; "ep=2 must divide tp=1", then --tp."""
+    res = runner.invoke(app, ["plan", "--model", "qwen3-30b-a3b", "--gpus", "h100-sxm", "--modes", "agg", "--tps", "1",
+                              "--qps", "5", *flags, "--out", str(tmp_path / "p")])
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError)
+    assert str(res.exception).startswith(f"{flags[0]}: plan sets it in every layout it searches")
+    assert str(res.exception).endswith(f"(drop {flags[0]})")
 
 
 def test_worker_processes_give_the_same_answer() -> None:
@@ -239,3 +283,37 @@ def test_a_disaggregated_bound_holds_at_a_long_context_budget() -> None:
     bound = capacity_bound(layout, base, Lengths.of(base), slo)
     report = find_capacity(layout.config(base), slo.capacity_slo(), search_settings(bound, 12.5, 0.05))
     assert 0 < report.capacity_qps <= bound
+
+
+def test_a_resumed_narrower_plan_answers_what_a_fresh_one_does(tmp_path) -> None:  # noqa: ANN001
+    """A plan resumed into the folder of a wider one reloaded the rows that wider plan cut as "cannot win"
+    against a fleet outside the narrower space: with no incumbent the cut stayed, and the answer was "no layout
+    meets the SLO" while its own table (the frontier fill) listed a layout that carries the load."""
+    base = RunConfig().replace(replica__model="llama-3-8b", workload__name="sharegpt", workload__num_requests=128)
+    slo = PlanSLO(ttft_s=2.0, tpot_s=0.05, attainment=0.99)
+    wide = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1, 2), budgets=(512,), max_num_seqs=(128,))
+    narrow = dataclasses.replace(wide, tps=(2,))
+    out = tmp_path / "p"
+    first = plan(base, LOAD, slo, wide, verify_fleet=False, out=out)
+    assert any(c.row is not None and c.row.get("status") == "below" for c in first.candidates)  # tp2 was cut
+    resumed = plan(base, LOAD, slo, narrow, verify_fleet=False, out=out)
+    fresh = plan(base, LOAD, slo, narrow, verify_fleet=False, out=tmp_path / "fresh")
+    assert fresh.answer is not None and resumed.answer is not None
+    assert (resumed.answer.layout, resumed.answer.units(LOAD)) == (fresh.answer.layout, fresh.answer.units(LOAD))
+
+
+def test_the_frontier_fill_leaves_a_layout_searched_in_full_alone(tmp_path) -> None:  # noqa: ANN001
+    """A group whose every layout was searched to capacity 0 had its layouts searched again by the frontier fill:
+    each twice in layouts.csv and trials.csv."""
+    import csv
+
+    base = RunConfig().replace(replica__model="llama-3-8b", scheduler__name="vllm", engine="vllm-v1",
+                               scheduler__max_num_batched_tokens=4096, workload__name="sharegpt",
+                               workload__num_requests=64)
+    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), max_num_seqs=(128,))
+    slo = PlanSLO(ttft_s=2.0, tpot_s=0.05, attainment=0.99)
+    result = plan(base, 5.0, slo, space, verify_fleet=False, out=tmp_path / "p")
+    assert result.answer is None and result.num_searched == 1
+    with (tmp_path / "p" / "layouts.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 1 and rows[0]["status"] == "ok" and float(rows[0]["capacity_qps"]) == 0

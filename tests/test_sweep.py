@@ -132,6 +132,24 @@ def test_capacity_mode_records_capacity_and_trials(tmp_path: Path):
     assert build_spec({"mode": "capacity"}).points[0].config.workload.num_requests == 2048
 
 
+def test_a_capacity_point_whose_model_does_not_fit_records_an_error(tmp_path: Path):
+    # It recorded status ok and capacity 0, blaming the TBT SLO on a lone decode the replica could never run.
+    spec = small_spec(grid={"model": ["llama-3.1-405b"]}, mode="capacity", gpu="l4", tbt_slo=0.2)
+    row = run_sweep(spec, tmp_path).table.iloc[0]
+    assert row["status"] == "error" and "does not fit" in row["error"]
+
+
+def test_a_capacity_sweep_refuses_a_qps_its_qps_start_overrides():
+    # qps only sets where a rate search starts, and qps_start wins over it: simulate capacity refuses the pair,
+    # and the sweep ran it, every row showing a qps that changed nothing.
+    with pytest.raises(ConfigError, match=r"^sweep\.base\.qps: qps 3 only sets where each capacity search starts"):
+        small_spec(grid={"qps_start": [1.0, 2.0]}, mode="capacity", qps=3.0, tbt_slo=0.5)
+    with pytest.raises(ConfigError, match=r"^--qps: "):
+        build_spec({"mode": "capacity", "base": SMALL, "grid": {"qps_start": [1.0, 2.0]}}, base_overrides={"qps": 3.0})
+    assert len(small_spec(grid={"qps_start": [1.0, 2.0]}, mode="capacity").points) == 2  # either alone is fine
+    assert small_spec(grid={"scheduler": ["sarathi"]}, mode="capacity", qps=3.0).points
+
+
 def test_yaml_and_cli_grid(tmp_path: Path):
     assert parse_cli_grid(["scheduler=vllm,sarathi", "qps=1"]) == {"scheduler": ["vllm", "sarathi"], "qps": ["1"]}
     with pytest.raises(ConfigError, match="--grid"):

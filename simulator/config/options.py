@@ -436,7 +436,10 @@ _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", 
                **_BATCH_WAIT_SETS, **_SEARCH_SETS}
 # plan chooses each layout's GPU, parallelism, batch cap and unit count (simulator.planning.plan.Layout.config).
 _PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "attention_dp": "from --attention-dps",
-              "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts", **_SEARCH_SETS}
+              "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts",
+              # (at 0: a layout's EP is chosen with its attention DP, and the base config, EP 1, could hold no copies)
+              "redundant_experts": "at 0: each layout's EP is its own, and none places redundant experts",
+              **_SEARCH_SETS}
 # tau prices one hybrid iteration from the workload's lengths (2,048 sampled) on one replica, and chooses the
 # budget itself (simulator.planning.tau): the arrival process, the run's size and the cluster are not read.
 _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for name in (
@@ -613,6 +616,10 @@ def build_config(config_file: Path | None = None, command: str = "run", **option
     ``command`` (:func:`check_given`)."""
     base = load_config_file(config_file) if config_file else RunConfig()
     options = resolve_aliases(options, base, from_file=config_file is not None)
+    # What the command sets in every config it builds is refused before the base is built: the base alone may not
+    # hold the value (plan's --redundant-experts or --ep beside its EP 1, TP 1), and the base's own refusal would
+    # then send the user to a fix the command refuses too (give --ep, give --tp).
+    _set_by_command(options, command, options.get("scheduler") or base.scheduler.name)
     changes = {RUN_OPTIONS[k][0]: v for k, v in options.items() if v is not None}
     try:
         config = base.replace(**changes)

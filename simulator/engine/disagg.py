@@ -297,6 +297,19 @@ def _pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, mixin: type 
                                 drafter=config.speculative if config is not None else None)
 
 
+def check_pools_fit(config: RunConfig) -> None:
+    """Raise what building the pools raises where a pool's replica does not hold the model (its weights and
+    activations; a whole request's KV cache in a decode or mixed pool), without a run: one replica of each pool,
+    built as :class:`DisaggCluster` builds them."""
+    layout = layout_of(config)
+    assert layout is not None
+    _build_pool_scheduler(layout.prefill_replica, layout.prefill_scheduler, PrefillMixin, "prefill_pool")
+    _build_pool_scheduler(layout.decode_replica, layout.decode_scheduler, DecodeMixin, "decode_pool", config)
+    if layout.mixed is not None:
+        assert layout.mixed_replica is not None and layout.mixed_scheduler is not None
+        _build_pool_scheduler(layout.mixed_replica, layout.mixed_scheduler, None, "mixed_pool", config)
+
+
 def _make_replica(env: simpy.Environment, replica_id: int, scheduler: Scheduler, config: RunConfig,
                   replica_cfg: ReplicaConfig, recorder: Recorder, parking: bool) -> Replica:
     if config.speculative is not None:  # the drafter's time beside the target's (a prefill replica's: over prompts)

@@ -772,6 +772,21 @@ def tpot_floors(config: RunConfig, floor: StepFloor, num_output_tokens: np.ndarr
     return np.where(n > 1, later * per_token_s / np.maximum(n - 1.0, 1.0), 0.0)
 
 
+def check_fits(config: RunConfig) -> None:
+    """Raise the run's own error where a replica of ``config`` does not hold the model (weights, activations,
+    a ``max_model_len`` request), before any trial: checked ahead of :func:`impossible_reason`, whose floor
+    prices a step the replica could never run, so a model that does not fit is an error (a sweep point's
+    too), not a capacity of 0 blamed on the SLO."""
+    if config.is_disaggregated:
+        from simulator.engine.disagg import check_pools_fit
+
+        check_pools_fit(config)
+    else:
+        from simulator.engine.replica import build_scheduler
+
+        build_scheduler(config)
+
+
 def check_searchable(config: RunConfig, users: bool = False, offer_users: bool = False) -> None:
     """Refuse a config the search cannot vary: a rate search needs a rate process, a users search a
     closed loop without one (its users send as fast as their requests end). ``offer_users``: the
@@ -940,6 +955,7 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
     if workers < 1:
         raise ConfigError("capacity.workers", f"must be >= 1, got {workers}")
     check_searchable(config, settings.users, offer_users=True)
+    check_fits(config)
     start = time.perf_counter()
     jobs = [(config.replace(seed=config.seed + i), slo, settings) for i in range(num_seeds)]
     results: list[SeedResult] = []

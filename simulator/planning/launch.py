@@ -13,8 +13,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from simulator.config.catalog import get_gpu, get_model
+from simulator.config.disagg_layout import layout_of
 from simulator.config.precision import MXFP4_FORMATS, MXFP8_MOE_GPUS, kernel_format
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
+from simulator.config.schedulers import CHUNKING_SCHEDULERS
 from simulator.config.speculative import SpeculativeConfig
 
 if TYPE_CHECKING:
@@ -37,13 +39,24 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
     def kernel(backend: str) -> str:
         return kernel_format(lay.dtype, backend, gpu)
 
+    # Each server's token budget as the plan priced it: the layout's, else one the run gave its scheduler (a
+    # scheduler that does not chunk has no layout budget, yet --max-num-batched-tokens still bounds its steps).
+    config = lay.config(base)
+    pools = layout_of(config)
+    schedulers = ({None: config.scheduler} if pools is None else
+                  {role: pools.prefill_scheduler for role in ("prefill", "context")}
+                  | {role: pools.decode_scheduler for role in ("decode", "generation")})
+
+    def budget(role: str | None) -> int | None:
+        return _priced_budget(schedulers[role])
+
     def vllm(tp: int, role: str | None) -> str:
         parts = ["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"] if kernel("vllm") == "mxfp4-w4a8" else []
         parts += [f"vllm serve {name}", f"--tensor-parallel-size {tp}"]
         parts += [f"--pipeline-parallel-size {lay.pp}"] if lay.pp > 1 else []
         parts += [f"--data-parallel-size {lay.attention_dp}"] if lay.attention_dp > 1 else []
         parts += ["--enable-expert-parallel"] if lay.ep > 1 else []
-        parts += [f"--max-num-batched-tokens {lay.budget}"] if lay.budget else []
+        parts += [f"--max-num-batched-tokens {budget(role)}"] if budget(role) else []
         parts += [f"--max-num-seqs {lay.max_num_seqs}", f"--max-model-len {max_len}"]
         parts += [f"--quantization {quant}"] if quant else []
         parts += _memory_flags(base, "vllm")
@@ -54,11 +67,16 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         return " ".join(parts)
 
     def sglang(tp: int, role: str | None) -> str:
-        parts = [f"python -m sglang.launch_server --model-path {name}", f"--tp {tp}"]
+        # SGLang's --tp is the whole group's GPU count and its attention-DP ranks split it (--tp 8 --dp 8
+        # --enable-dp-attention on 8 GPUs; tp must be divisible by dp), so a layout's tp per rank times its ranks;
+        # its --ep-size splits that same group, as the layout's ep does (1, or every GPU of the group).
+        parts = [f"python -m sglang.launch_server --model-path {name}", f"--tp {tp * lay.attention_dp}"]
         parts += [f"--pp-size {lay.pp}"] if lay.pp > 1 else []
         parts += [f"--enable-dp-attention --dp {lay.attention_dp}"] if lay.attention_dp > 1 else []
         parts += [f"--ep-size {lay.ep}"] if lay.ep > 1 else []
-        parts += [f"--chunked-prefill-size {lay.budget}"] if lay.budget else []
+        if budget(role):  # a chunk size, or a cap on a prefill batch's whole prompts (a policy that does not chunk)
+            chunks = schedulers[role].name in CHUNKING_SCHEDULERS
+            parts.append(f"--{'chunked-prefill-size' if chunks else 'max-prefill-tokens'} {budget(role)}")
         parts += [f"--max-running-requests {lay.max_num_seqs}", f"--context-length {max_len}"]
         parts += [f"--quantization {quant}"] if quant else []
         if kernel("sglang") == "mxfp4-w4a16" and gpu.name in MXFP8_MOE_GPUS:
@@ -79,7 +97,7 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts = [f"trtllm-serve {name} --backend pytorch", f"--tp_size {tp * lay.attention_dp}"]
         parts += [f"--pp_size {lay.pp}"] if lay.pp > 1 else []
         parts += [f"--ep_size {lay.ep}"] if lay.ep > 1 else []
-        parts += [f"--max_num_tokens {lay.budget}"] if lay.budget else []
+        parts += [f"--max_num_tokens {budget(role)}"] if budget(role) else []
         parts += [f"--max_batch_size {lay.max_num_seqs}", f"--max_seq_len {max_len}"]
         notes = []
         extra = trtllm_extra_options(lay, base.scheduler, role) | _trtllm_memory_options(base)
@@ -104,6 +122,14 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
                 "# behind trtllm-serve disaggregated -c (its context_servers and generation_servers), or Dynamo"]
     return [f"# {lay.num_prefill}x prefill: " + make(lay.prefill_tp, "prefill"),
             f"# {lay.num_decode}x decode: " + make(lay.tp, "decode")]
+
+
+def _priced_budget(sched: SchedulerConfig) -> int | None:
+    """The token budget a server's scheduler was given (None: the engine's own default, left to it), read as
+    :meth:`SchedulerConfig.token_budget` reads it: a chunking policy's chunk size first."""
+    if sched.name in CHUNKING_SCHEDULERS:
+        return sched.chunk_size or sched.max_num_batched_tokens
+    return sched.max_num_batched_tokens
 
 
 def trtllm_extra_options(lay: Layout, sched: SchedulerConfig, role: str | None) -> dict[str, Any]:

@@ -40,8 +40,10 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
 
 Every searched layout is appended at once to ``OUT/layouts.csv`` and its trials to
 ``OUT/trials.csv``; a rerun with the same plan (``OUT/plan.json`` holds its identity)
-skips the layouts already there, so an interrupted plan resumes. Searches run in-process,
-in local worker processes or on Ray.
+skips the layouts already there, so an interrupted plan resumes (a layout an earlier run cut as
+unable to win is searched again unless this run's own incumbent still rules it out: the search
+space and limits are not part of the identity). Searches run in-process, in local worker
+processes or on Ray.
 """
 
 from __future__ import annotations
@@ -929,6 +931,14 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                 if c.pruned == "bound":
                     c.pruned = ""  # reconsidered against the incumbent of this round
                 if c.row is not None and c.row.get("status") == "below":
+                    # A cut is a fact about the layout (it fails at below_qps) judged against an incumbent; it
+                    # holds only while this run's incumbent needs at least below_qps of it. A resumed plan's
+                    # cut may have been made against a fleet outside this run's space or limits: with no
+                    # incumbent here (or no pruning) nothing justifies it, and left cut it would hide a layout
+                    # that carries the load (the answer is fixed before the frontier fill searches it).
+                    if not prune or not math.isfinite(best_now):
+                        c.row = None
+                        continue
                     need = c.need_qps(load_qps, best_now)
                     # None: not even one unit matches the incumbent; the bound prunes it.
                     if need is not None and need < float(c.row["below_qps"]) - 1e-12:
@@ -967,7 +977,10 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                         shape = (lay.tp, lay.pp, lay.ep, lay.attention_dp, lay.prefill_tp, lay.num_prefill, lay.num_decode)
                         if c.pruned != "limits" and shape not in shapes:
                             shapes[shape] = c
-                    fill += list(shapes.values())[:frontier_per_group]
+                    # A layout searched in full already (capacity 0, or an error) would only be searched again:
+                    # its row is its answer (and a second row in layouts.csv and trials.csv).
+                    fill += [c for c in list(shapes.values())[:frontier_per_group]
+                             if c.row is None or c.row.get("status") == "below"]
             for c in fill:
                 c.row, c.pruned = None, ""
             saved_prune, prune = prune, False  # searched in full: a capacity, not a verdict

@@ -334,6 +334,14 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         seen[key] = index
         spec.points.append(Point(index, values, config, options, key))
     _refuse_unread(spec.points, grid, given, {name: key for name, key in file_keys.items() if name in base})
+    if mode == "capacity" and "qps" in base and all(p.options["qps_start"] is not None and not p.options["users"]
+                                                    for p in spec.points):
+        # A rate search's qps only sets its first trial, which qps_start sets too and wins (simulate capacity
+        # refuses the pair alike): every row would show a qps that changed nothing.
+        flag = "--qps" if "qps" in given else f"sweep.base.{file_keys['qps']}" if "qps" in file_keys else "--config"
+        raise ConfigError(flag, f"qps {base['qps']:g} only sets where each capacity search starts, and qps_start "
+                          "(the sweep's) sets it too and wins at every point, so it would do nothing",
+                          "give one of qps and qps_start")
     return spec
 
 

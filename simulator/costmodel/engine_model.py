@@ -108,6 +108,9 @@ class EngineModel:
     overlap_cpu: bool = False  # async scheduling: CPU work hides under GPU work
     # ... with pipeline parallelism too (vLLM's async scheduling does not run with PP: its PP steps are synchronous)
     overlap_pipeline: bool = False
+    # ... with any drafter (vLLM's async scheduling runs with EAGLE and MTP drafters only: n-gram, draft-model and
+    # Medusa speculation run synchronously)
+    overlap_any_drafter: bool = False
     cpu_iteration_s: float = 0.0  # per step: schedule, prepare inputs, sampler launch, process outputs
     cpu_per_seq_s: float = 0.0  # per request in the batch (block tables, sampling params, detokenize)
     cpu_per_prefill_token_s: float = 0.0  # per prompt token (token lists, positions, slot mapping)

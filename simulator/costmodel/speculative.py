@@ -43,10 +43,12 @@ CPU work synchronously (``overlap_cpu`` off) launches each pass from Python and 
 token, so a pass costs its fixed per-step CPU (``cpu_iteration_s``; the per-request terms are
 paid once a step: vLLM V0's draft worker runs its ``k`` passes in one call, advancing the inputs
 on the GPU, and a batch-1 research loop has one request); an engine that hides its CPU (async
-scheduling, the drafter in the step's CUDA graphs: vLLM V1's proposer) adds nothing, nor does an
+scheduling, the drafter in the step's CUDA graphs: vLLM V1's EAGLE and MTP proposers) adds nothing, nor does an
 MTP/EAGLE drafter that an engine launches as one graph inside the step (``drafter_in_graph``:
 TensorRT-LLM's "one model" MTP and EAGLE-3); a bare kernel model charges its own fixed per-step
-overhead, as it does the target's step.
+overhead, as it does the target's step. vLLM's async scheduling takes EAGLE and MTP drafters only: with
+n-gram, draft-model or Medusa speculation the whole run is synchronous (``vllm-v1``'s overlap off, its CPU
+added to every step and pass: :func:`synchronous_unless_async_drafter`).
 
 Memory (:func:`speculative_memory_plan`): a draft model holds its weights and a KV cache of
 its own for every token the target caches; an EAGLE/MTP head, one layer's weights and KV.
@@ -105,6 +107,8 @@ def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConf
 # The drafters an engine with ``drafter_in_graph`` runs inside the step: TensorRT-LLM's "one model" list is MTP
 # and EAGLE-3 (a draft model, n-gram lookup and older EAGLE are proposed from the executor, a pass at a time).
 IN_GRAPH_METHODS = frozenset({"mtp", "eagle3"})
+# The drafters an async-scheduling engine overlaps (vLLM's: its async scheduler takes EAGLE and MTP proposers only).
+ASYNC_DRAFTERS = frozenset({"eagle", "eagle3", "mtp"})
 _SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))  # SpecBatchShape.of, per step
 
 
@@ -231,35 +235,45 @@ class VerifyKernels(CostModel):
         return out
 
 
-def verify_aware(target: CostModel) -> CostModel:
+def verify_aware(target: CostModel, engine=None) -> CostModel:  # noqa: ANN001 - EngineModel
     """``target`` with its kernels wrapped in :class:`VerifyKernels` (an engine model rebuilt over
     them with the same terms), so verifies are priced as decode-kernel attention."""
     from simulator.costmodel.engine_model import EngineCostModel
 
     if isinstance(target, EngineCostModel):
-        return EngineCostModel(VerifyKernels(target.kernels), target.engine)
+        return EngineCostModel(VerifyKernels(target.kernels), engine or target.engine)
     return VerifyKernels(target)
+
+
+def synchronous_unless_async_drafter(engine, method: str):  # noqa: ANN001, ANN201 - EngineModel | None
+    """``engine`` as it runs this drafter: an async-scheduling engine whose overlap takes only EAGLE and MTP
+    drafters (vLLM's) runs the others synchronously (its CPU time adds to every step)."""
+    if engine is None or not engine.overlap_cpu or engine.overlap_any_drafter or method in ASYNC_DRAFTERS:
+        return engine
+    return engine.with_terms(overlap_cpu=False)
 
 
 class SpeculativeCostModel(CostModel):
     """The target's cost model plus the drafter's time (see the module docstring).
 
-    A shape without speculating requests costs exactly what the target says (same float)."""
+    A shape without speculating requests costs exactly what the target says (same float), the target as the
+    engine runs it beside this drafter (:func:`synchronous_unless_async_drafter`)."""
 
     def __init__(self, target: CostModel, spec: SpeculativeConfig) -> None:
         super().__init__(target.replica)
         self.kernels = getattr(target, "kernels", target)  # a kernel model under the engine terms
-        self.target = verify_aware(target)
+        engine = synchronous_unless_async_drafter(getattr(target, "engine", None), spec.method)
+        self.target = verify_aware(target, engine)
         self.spec = spec
         tree = f", tree of {spec.num_verify_tokens}" if spec.token_tree else ""
         self.name = f"{target.name} + speculative {spec.method} k={spec.k}{tree}"
         self.draft: CostModel | None = None
-        engine = getattr(target, "engine", None)
         if spec.method == "draft_model":
             from simulator.costmodel.roofline import RooflineCostModel
 
-            # The draft's kernels at the calibration the target's roofline uses (same engine backend).
-            self.draft = RooflineCostModel(draft_replica(target.replica, spec), engine=engine.name if engine else None)
+            # The draft's kernels at the calibration the target's roofline uses (the engine's backend, a fitted
+            # artifact's roofline_prices included: the model, not its name).
+            self.draft = RooflineCostModel(draft_replica(target.replica, spec), engine=engine)
         # The CPU a drafter pass adds (see pass_cpu_s): a synchronous engine's fixed per-step CPU,
         # a bare kernel model's own fixed overhead, nothing where the engine hides its CPU or launches
         # an MTP/EAGLE drafting loop as one graph inside the step.

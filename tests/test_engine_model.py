@@ -428,3 +428,21 @@ def test_a_run_over_other_roofline_constants_than_its_presets_fit_says_so():
     res = CliRunner().invoke(app, ["run", "--engine", "vllm-2023-splitwise", "--roofline-calibration", "2023",
                                    "--num-requests", "4", "--no-progress"])
     assert res.exit_code == 0 and "--roofline-calibration 2023" not in res.output
+
+
+def test_overrides_of_roofline_prices_and_launch_terms_take_effect_or_are_refused():
+    # roofline_prices was listed as overridable but every value failed ("is not a str | None"); cuda_graphs=false
+    # alone changed nothing (no preset has a per-kernel launch time).
+    from simulator.costmodel.engine_model import load_engine
+
+    assert load_engine("vllm-2026:roofline_prices=sglang").roofline_prices == "sglang"
+    with pytest.raises(ConfigError, match="none of vllm, sglang, trtllm, all"):
+        load_engine("vllm-2026:roofline_prices=foo")
+    for text in ("cuda_graphs=false", "launch_per_kernel_s=4e-6"):
+        with pytest.raises(ConfigError, match="would do nothing"):
+            load_engine(f"vllm-2026:{text}")
+    floor = load_engine("vllm-2026:cuda_graphs=false,launch_per_kernel_s=5e-5")  # above a decode step of 7 ms
+    replica = ReplicaConfig("llama-3-8b", "h100-sxm")
+    shape = BatchShape.from_requests(decodes=[500])
+    assert (load_cost_model("roofline", replica, floor).iteration_time(shape)
+            > load_cost_model("roofline", replica, "vllm-2026").iteration_time(shape))

@@ -323,7 +323,9 @@ def load_engine(spec: str | EngineModel) -> EngineModel:
         return spec
     base, overrides = split_engine_spec(spec)
     if overrides:
-        return load_engine(base).with_terms(name=spec, **parse_overrides(overrides))
+        model, terms = load_engine(base), parse_overrides(overrides)
+        check_override_effects(model, terms)
+        return model.with_terms(name=spec, **terms)
     if spec in ENGINES:
         return ENGINES[spec]
     path = Path(spec)
@@ -346,7 +348,8 @@ def load_engine(spec: str | EngineModel) -> EngineModel:
 
 # Terms an override may set: the numbers (the TP tables, flags and provenance stay the base's).
 OVERRIDABLE = tuple(f.name for f in fields(EngineModel)
-                    if f.name not in ("name", "source", "fitted", "rpc_s", "collective_extra_s", "scheduler", "kernels"))
+                    if f.name not in ("name", "source", "fitted", "rpc_s", "collective_extra_s", "scheduler", "kernels",
+                                      "roofline_calibration"))
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
@@ -369,12 +372,29 @@ def parse_overrides(text: str) -> dict[str, Any]:
                 out[key] = value.lower() in ("true", "1")
             elif kind in ("int", int):
                 out[key] = int(value)
+            elif "str" in str(kind):  # roofline_prices: whose 'today' constants price the roofline under it
+                out[key] = value
             else:
                 out[key] = float(value)
         except ValueError:
             raise ConfigError("engine", f"{key}={value!r} is not a {getattr(kind, '__name__', kind)}",
                               f"e.g. {key}=0.02" if "float" in str(kind) else f"give {key} a valid value") from None
+    choices = (*KERNEL_BACKENDS, POOLED)
+    if "roofline_prices" in out and out["roofline_prices"] not in choices:
+        raise ConfigError("engine", f"roofline_prices={out['roofline_prices']!r} is none of {', '.join(choices)}",
+                          "e.g. roofline_prices=sglang")
     return out
+
+
+def check_override_effects(base: EngineModel, terms: dict[str, Any]) -> None:
+    """Refuse launch terms that change nothing on ``base``: a launch floor needs both CUDA graphs off and a per-kernel
+    launch time (every preset has none: cuda_graphs=false alone left a step as it was)."""
+    merged = replace(base, **terms)
+    if ("cuda_graphs" in terms or "launch_per_kernel_s" in terms) and (merged.cuda_graphs or
+                                                                       not merged.launch_per_kernel_s):
+        given = " and ".join(f"{k}={str(terms[k]).lower()}" for k in ("cuda_graphs", "launch_per_kernel_s") if k in terms)
+        raise ConfigError("engine", f"{given} would do nothing: a step's launch floor needs cuda_graphs=false and a "
+                          "launch_per_kernel_s above 0", "give both, e.g. cuda_graphs=false,launch_per_kernel_s=4e-6")
 
 
 def save_engine_artifact(engine: EngineModel, path: Path, extra: dict[str, Any]) -> None:

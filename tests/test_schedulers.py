@@ -417,3 +417,39 @@ def test_recv_interval_is_sglangs_only():
         SchedulerConfig("vllm-v1", recv_interval=4)
     with pytest.raises(ConfigError, match="--scheduler-recv-interval"):
         SchedulerConfig("sglang", recv_interval=0)
+
+
+def test_trtllm_counts_a_cached_prefix_out_of_the_steps_budget():
+    # TensorRT-LLM charges a context request its uncached tokens (_reuse_adjusted_compute): 8,000 cached of 8,016
+    # beside 201 decodes fits a 16,384 budget; the whole prompt against it kept the request waiting.
+    from simulator.engine.prefix_cache import PrefixCachingBlockManager
+
+    cfg = SchedulerConfig("trtllm", watermark=0.0, prefix_caching=True, max_num_seqs=512)
+    sched = SCHEDULERS["trtllm"](cfg, PrefixCachingBlockManager(20000, 16, 0.0), 16384)
+
+    def hashed(i: int, prompt: int) -> Request:
+        req = Request(i, float(i), prompt, 500)
+        req.block_hashes, req.hash_block_size = list(range(prompt // 16)), 16
+        return req
+
+    sched.add_request(hashed(0, 8000))
+    sched.complete(sched.schedule(), 1.0)  # its 8,000-token prompt computed and cached
+    for i in range(1, 201):
+        sched.add_request(Request(i, float(i), 16, 500))
+    sched.complete(sched.schedule(), 2.0)
+    late = hashed(999, 8016)
+    sched.add_request(late)
+    batch = sched.schedule()
+    assert late in batch.requests and sum(batch.num_tokens) <= sched.token_budget
+
+
+def test_a_vllm_budget_below_its_sequence_cap_is_refused():
+    from simulator.config.run_config import RunConfig
+
+    with pytest.raises(ConfigError, match="below max_num_seqs 256"):
+        RunConfig().replace(scheduler__name="vllm-v1", scheduler__max_num_batched_tokens=64,
+                            scheduler__max_num_seqs=256)
+    with pytest.raises(ConfigError, match=r"\(the default\)"):  # vLLM V1's default cap on an A100: 256
+        RunConfig().replace(scheduler__name="vllm-v1", scheduler__max_num_batched_tokens=64)
+    assert RunConfig().replace(scheduler__name="vllm-v1", scheduler__max_num_batched_tokens=64,
+                               scheduler__max_num_seqs=64).scheduler.max_num_seqs == 64

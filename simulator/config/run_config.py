@@ -694,6 +694,18 @@ class RunConfig:
         if self.num_replicas > MAX_REPLICAS:
             raise ConfigError("num_replicas", f"must be at most {MAX_REPLICAS:,}, got {self.num_replicas:,}",
                               f"pass --replicas {MAX_REPLICAS:,} or fewer")
+        sched = self.scheduler
+        if sched.name in ("vllm", "vllm-v1") and (sched.max_num_batched_tokens or sched.chunk_size) \
+                and not self.is_disaggregated:
+            # vLLM refuses a budget below its sequence cap (SchedulerConfig: max_num_batched_tokens >= max_num_seqs):
+            # a step carries a token a sequence at least, so the cap above the budget does nothing.
+            budget = sched.token_budget(self.replica.effective_max_model_len, self.replica.gpu_spec)
+            seqs = sched.seq_limit(self.replica.gpu_spec)
+            if budget < seqs:
+                raise ConfigError("scheduler.max_num_batched_tokens", f"{budget:,} tokens is below max_num_seqs "
+                                  f"{seqs:,}{'' if sched.max_num_seqs else ' (the default)'}: a step carries a token a "
+                                  "sequence, so no more than the budget ever run (vLLM refuses it)",
+                                  f"pass --max-num-seqs {budget} or fewer, or a budget of at least {seqs}")
         if self.scheduler.batch_wait_timeout_iters:
             if self.replica.attention_dp > 1 or self.is_disaggregated:
                 raise ConfigError("scheduler.batch_wait_timeout_iters", "TensorRT-LLM applies batch waiting only to a "

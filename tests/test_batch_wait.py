@@ -53,6 +53,21 @@ def test_prompts_reaching_the_share_of_the_budget_go_at_once() -> None:
     assert wait.holds(s)
 
 
+@pytest.mark.parametrize(("name", "held"), [("trtllm", True), ("vllm-v1", False)])
+def test_a_whole_prompt_past_the_budget_is_not_counted_where_prompts_run_whole(name, held) -> None:  # noqa: ANN001
+    """TensorRT-LLM counts the context requests its micro-batch scheduler picked, which stops at the first that
+    does not fit max_num_tokens: beside 100 decodes, two 5,000-token prompts under an 8,192 budget schedule one,
+    5,100 tokens, under 0.8 x 8,192, so the step is held (it was released, the second prompt counted). A policy
+    that chunks schedules a chunk of the second up to the budget: released."""
+    config = SchedulerConfig(name, max_num_batched_tokens=8192, max_num_seqs=256, batch_wait_timeout_iters=40,
+                             batch_wait_max_tokens_ratio=0.8)
+    s = SCHEDULERS[name](config, BlockManager(100_000, 16), 32_768)
+    wait = BatchWait.of(s)
+    s.running = [_request(i, 50, generated=5) for i in range(100)]
+    s.waiting.extend([_request(100, 5000), _request(101, 5000)])
+    assert wait.holds(s) is held
+
+
 def test_nothing_waits_or_counts_without_decodes_or_without_a_prompt() -> None:
     s = _scheduler(timeout=3)
     wait = BatchWait.of(s)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simulator.config.schedulers import SCHEDULERS as ENTRIES
+
 if TYPE_CHECKING:
     from simulator.engine.schedulers import Scheduler
 
@@ -37,13 +39,22 @@ class BatchWait:
     (1, or 1 + k verified where decodes speculate), every prompt under way's whole length, and the
     whole lengths of waiting prompts in order, while a batch slot is free and the budget is not yet
     reached (a prompt is counted whole, as the engine counts a scheduled context request, even where
-    the policy will chunk it). Only held or released steps with both move the counter.
+    the policy will chunk it; under a policy that runs prompts whole, only while it fits the budget:
+    the first that does not is not scheduled, and neither is any after it). Only held or released
+    steps with both move the counter.
     """
 
-    def __init__(self, timeout_iters: int, max_tokens_ratio: float, token_budget: int) -> None:
+    def __init__(self, timeout_iters: int, max_tokens_ratio: float, token_budget: int,
+                 whole_prompts: bool = False) -> None:
         self.timeout_iters = timeout_iters
         # (the ratio is at most 1, so a step under the threshold is under the budget too)
         self.threshold = max_tokens_ratio * token_budget
+        self.token_budget = token_budget
+        # A policy that runs a prompt in one piece (trtllm): a waiting prompt past what the budget leaves is not
+        # scheduled, so not counted (TensorRT-LLM's micro-batch scheduler stops at the first context request that
+        # does not fit max_num_tokens). A chunking policy schedules a chunk of it up to the budget, which reaches the
+        # threshold either way.
+        self.whole_prompts = whole_prompts
         self.num_waited = 0  # the engine's batch_wait_iters_count
 
     @classmethod
@@ -52,7 +63,9 @@ class BatchWait:
         config = scheduler.config
         if not config.batch_wait_timeout_iters:
             return None
-        return cls(config.batch_wait_timeout_iters, config.batch_wait_max_tokens_ratio, scheduler.token_budget)
+        entry = ENTRIES.get(config.name)
+        return cls(config.batch_wait_timeout_iters, config.batch_wait_max_tokens_ratio, scheduler.token_budget,
+                   whole_prompts=entry is not None and not entry.chunks_prompts)
 
     def holds(self, scheduler: Scheduler) -> bool:
         waiting = scheduler.waiting
@@ -79,7 +92,10 @@ class BatchWait:
                 for req in waiting:  # whole prompts, in order, while a slot is free and the threshold not reached
                     if slots == 0 or tokens >= threshold:
                         break
-                    tokens += req.num_prompt_tokens + req.num_generated
+                    need = req.num_prompt_tokens + req.num_generated
+                    if self.whole_prompts and tokens + need > self.token_budget:
+                        break  # not scheduled this step (it waits for room): not counted
+                    tokens += need
                     slots -= 1
         if not has_prompt:
             return False

@@ -162,3 +162,26 @@ def test_fast_paths_agree_where_decodes_leave_no_room_for_the_waiting(scheduler:
         batch_wait_max_tokens_ratio=0.9))
     assert_same_run(config)
     assert stretches
+
+
+def test_a_cached_prefix_fits_the_budget_as_trtllm_schedules_it() -> None:
+    """The fit test takes the reuse-adjusted tokens the trtllm policy schedules (8,000 of 8,016 cached beside 201
+    decodes fits 8,192), while the threshold counts the whole prompt (8,217 >= 0.8 x 8,192): released."""
+    from simulator.engine.prefix_cache import PrefixCachingBlockManager
+
+    config = SchedulerConfig("trtllm", max_num_batched_tokens=8192, max_num_seqs=512, batch_wait_timeout_iters=40,
+                             batch_wait_max_tokens_ratio=0.8, prefix_caching=True, watermark=0.0)
+    s = SCHEDULERS["trtllm"](config, PrefixCachingBlockManager(20_000, 16, 0.0), 32_768)
+
+    def hashed(i: int, prompt: int) -> Request:
+        req = Request(i, float(i), prompt, 500)
+        req.block_hashes, req.hash_block_size = list(range(prompt // 16)), 16
+        return req
+
+    s.add_request(hashed(0, 8000))
+    s.complete(s.schedule(), 1.0)  # cached
+    for i in range(1, 201):
+        s.add_request(Request(i, float(i), 16, 500))
+    s.complete(s.schedule(), 2.0)
+    s.add_request(hashed(999, 8016))
+    assert not BatchWait.of(s).holds(s)

@@ -881,3 +881,12 @@ def test_vllm_v1_overlaps_only_eagle_and_mtp_drafters(method, model, overlapped)
     if not overlapped:
         assert cost.iteration_time(decodes) > target.iteration_time(decodes)
         assert cost.pass_cpu_s == target.engine.cpu_iteration_s > 0
+
+
+def test_an_eagle_pass_pays_its_cpu_where_pipeline_parallelism_stops_the_overlap() -> None:
+    # vllm-v1 runs PP steps synchronously: the target's CPU adds there, and so does each drafter pass's (it read
+    # the preset's overlap, not the one the target runs with).
+    spec = SpeculativeConfig("eagle3", 3, acceptance_rates=(0.7,))
+    for pp, cpu in ((1, 0.0), (2, 1.0e-3)):
+        target = load_cost_model("roofline", ReplicaConfig("llama-3.1-8b", "h100-sxm", pp=pp), "vllm-v1")
+        assert SpeculativeCostModel(target, spec).pass_cpu_s == cpu

@@ -279,7 +279,9 @@ class SpeculativeCostModel(CostModel):
         # an MTP/EAGLE drafting loop as one graph inside the step.
         if engine is None:
             self.pass_cpu_s = self.kernels.overhead_time(BatchShape())
-        elif engine.overlap_cpu or (engine.drafter_in_graph and spec.method in IN_GRAPH_METHODS):
+        elif getattr(self.target, "overlap", engine.overlap_cpu) or (engine.drafter_in_graph and
+                                                                      spec.method in IN_GRAPH_METHODS):
+            # (the overlap the target runs with: none under PP where the engine's async scheduling stops there)
             self.pass_cpu_s = 0.0
         else:
             self.pass_cpu_s = engine.cpu_iteration_s

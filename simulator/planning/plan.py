@@ -72,6 +72,7 @@ from simulator.planning.capacity import SearchSettings, find_capacity, run_trial
 from simulator.planning.launch import LAUNCH_ENGINES, launch_command
 from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
+from simulator.report.benchmark import measured_window
 from simulator.report.metrics import request_columns, within_slo
 from simulator.workload.request import Status
 
@@ -488,7 +489,9 @@ def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
     good = within_slo(finished, cols["ttft_s"], tpot, slo.ttft_s, slo.tpot_s)
     ttft_f, tpot_f = cols["ttft_s"][finished], tpot[finished]
     tpot_f = tpot_f[~np.isnan(tpot_f)]
-    span = float(np.nanmax(cols["completed_at"][finished]) - np.min(cols["arrival_at"])) if finished.any() else math.nan
+    # The load's window as every throughput figure takes it (vllm bench's duration: from the load's start, refusals in)
+    start, end = measured_window(cols, config.workload.num_warmup, config.workload.arrival)
+    span = end - start if finished.any() else math.nan
     out_tokens = float(cols["num_output_tokens"][finished].sum())
     busy = np.asarray(result.replica_busy_s, dtype=np.float64)
     return {

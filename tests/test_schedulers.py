@@ -453,3 +453,25 @@ def test_a_vllm_budget_below_its_sequence_cap_is_refused():
         RunConfig().replace(scheduler__name="vllm-v1", scheduler__max_num_batched_tokens=64)
     assert RunConfig().replace(scheduler__name="vllm-v1", scheduler__max_num_batched_tokens=64,
                                scheduler__max_num_seqs=64).scheduler.max_num_seqs == 64
+
+
+def test_sglang_retracts_the_fewest_outputs_and_longest_prompt_to_the_back_of_the_queue():
+    # SGLang's retract_decode sorts by (len(output_ids), -len(origin_input_ids)) and requeues at the end: with equal
+    # outputs the longer (older) prompt goes, behind the request already waiting. The base policy took the newest
+    # and put it at the front, as vLLM does.
+    s = make("sglang", num_blocks=40)
+    a, b = Request(0, 0.0, 320, 500), Request(1, 0.1, 304, 500)
+    for r in (a, b):
+        s.add_request(r)
+    s.complete(s.schedule(), 1.0)  # both prefilled in one batch: 20 + 19 blocks of 40
+    w = Request(2, 0.5, 200, 10)
+    s.add_request(w)
+    t = 2.0
+    while True:
+        batch = s.schedule()
+        if batch.preempted:
+            break
+        s.complete(batch, t)
+        t += 1.0
+    assert batch.preempted == [a] and a.num_generated == b.num_generated
+    assert list(s.waiting) == [w, a] and s.running == [b] and batch.requests == [b]

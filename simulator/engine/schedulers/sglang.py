@@ -11,7 +11,9 @@ to build a prefill batch, and decodes only when no prompt can be taken:
    what is left of the budget (it becomes the chunked request);
 3. if the batch holds any prefill it runs alone: every running decode waits (SGLang's
    prefill priority, the generation stall that mixed batches remove); else every running
-   request decodes one token, preempting the newest when blocks run out (SGLang's retract).
+   request decodes one token, and when their new blocks do not fit, requests are retracted
+   first, fewest output tokens and then longest prompt first, each to the end of the waiting
+   queue (SGLang's ``retract_decode``).
 
 So under a closed loop at high concurrency the decodes stall while a wave of prompts is
 prefilled, and a prompt's TTFT is short while decodes are many: the opposite trade-off to
@@ -96,5 +98,26 @@ class SGLangScheduler(Scheduler):
                 self.chunked = req
         if batch.requests or self.chunked is not None:
             return batch  # a prefill batch (or the chunked prompt in flight): decodes wait
+        if self.blocks.num_free_blocks < len(self.running):  # (a decode grows by a block at most)
+            self._retract(batch)
         self._add_decodes(batch, math.inf, None)  # every running request decodes; no budget
         return batch
+
+    def _retract(self, batch: Batch) -> None:
+        """SGLang's ``retract_decode``: before a decode step whose new blocks do not fit, retract running requests,
+        fewest output tokens first and, among those, the longest prompt (its sort key, ``(len(output_ids),
+        -len(origin_input_ids))``), each back to the end of the waiting queue, until the rest grow; the last one
+        stays (the base loop preempts it if even it cannot grow). The base policy's newest-first victim, sent to the
+        front of the queue, is vLLM's."""
+        blocks, bs = self.blocks, self.blocks.block_size
+        self.settle()  # the requests' counters true (a fast path's deferred decodes written: its cohort dissolves)
+        decoding = [r for r in self.running if not r.in_flight]
+        need = sum(1 for r in decoding if r.num_blocks * bs <= r.num_computed)  # last block full: grows this step
+        if need <= blocks.num_free_blocks:
+            return
+        order = sorted(decoding, key=lambda r: (r.num_generated, -r.num_prompt_tokens), reverse=True)
+        while len(order) > 1 and need > blocks.num_free_blocks:
+            victim = order.pop()
+            need -= victim.num_blocks * bs <= victim.num_computed
+            self._preempt(victim, batch)
+            self.waiting.append(self.waiting.popleft())  # (the base sent it to the front; SGLang extends the queue)

@@ -25,7 +25,8 @@ def _table(arrivals, prompts, outputs, hashes) -> RequestTable:  # noqa: ANN001
 @pytest.mark.parametrize("case", ["chunked prefill in flight", "decode in flight"])
 def test_fast_forward_routes_as_the_step_by_step_loop(case: str) -> None:
     if case == "chunked prefill in flight":  # the owner's prompt progress was stale mid-stretch
-        config = BASE.replace(replica__num_gpu_blocks=1000, scheduler__chunk_size=64)
+        config = BASE.replace(replica__num_gpu_blocks=1000, scheduler__chunk_size=64,
+                              scheduler__max_num_seqs=64)  # (vLLM refuses a budget below its sequence cap)
         table = _table([0.0, 0.25], [1600, 1000], [4, 4], [range(100), range(62)])
     else:  # the stretch's allocations (and the LRU evictions they make) were not yet made
         config = BASE.replace(replica__num_gpu_blocks=140)

@@ -103,7 +103,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                    "blocks evicted from the GPUs; a hit there is loaded over PCIe before the prefill (0: none)."),
     "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, random (vllm bench's name for "
                  "fixed lengths, banded by --range-ratio), uniform."),
-    "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL)."),
+    "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL, Mooncake JSONL with hash_ids), or Claude Code session files (a trace_NNNN.json or their folder: weka_claude_code/sessions)."),
     "arrival": ("workload__arrival", str, "poisson, gamma, fixed, burst or trace."),
     "qps": ("workload__qps", float, "Mean request rate (requests/s)."),
     "cv": ("workload__cv", float, "Coefficient of variation of gaps (gamma arrivals)."),

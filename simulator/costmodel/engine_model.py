@@ -231,7 +231,8 @@ ENGINES: dict[str, EngineModel] = {
                "incremental input updates, piecewise CUDA graphs for decode and mixed steps, custom one-shot "
                "all-reduce for small TP messages on NVLink, chunked prefill always on",
         fitted="not fitted: CPU work ~1 ms + 10 us/request (hidden under GPU time by async scheduling, which vLLM "
-               "does not run with pipeline parallelism: there it adds); no launch "
+               "does not run with pipeline parallelism, nor beside n-gram, draft-model or Medusa drafters: there it "
+               "adds); no launch "
                "bound (CUDA graphs); collectives 20 us below NCCL's per-call latency (custom all-reduce ~10 us vs "
                "NCCL ~30-47 us in the calibrated roofline); no prefill excess",
         overlap_cpu=True,

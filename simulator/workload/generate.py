@@ -474,7 +474,8 @@ def load_trace(path: str | os.PathLike[str]) -> TraceData:
     except OSError:
         raise ConfigError(_FIELD, f"{path}: no such file", "check the path given to --trace") from None
     if not p.is_file():
-        raise ConfigError(_FIELD, f"{path}: not a file", "pass a CSV or JSONL trace file")
+        raise ConfigError(_FIELD, f"{path}: not a file", "pass a CSV or JSONL trace file, or a folder of Claude "
+                          "Code session files (e.g. ../shared/data/traces/weka_claude_code/sessions)")
     return _load_trace_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
 
 

@@ -350,8 +350,8 @@ def format_vllm(metrics: dict[str, Any], settings: dict[str, Any] | None = None,
     row("Total Token throughput (tok/s):", metrics["total_token_throughput"], ".2f")
     row(f"Output tok/s per GPU ({metrics['num_gpus']} GPUs):", metrics["output_throughput_per_gpu"], ".2f")
     per_user = metrics["output_throughput_per_user"]
-    if math.isnan(per_user):  # no measured request streamed two tokens: no TPOT to invert
-        row("Output tok/s per user (mean 1/TPOT):", "n/a (no output of 2+ tokens)")
+    if math.isnan(per_user):  # no measured TPOT above 0 to invert (1-token outputs; 2 tokens delivered at once)
+        row("Output tok/s per user (mean 1/TPOT):", "n/a (no request with a TPOT above 0)")
     else:
         row("Output tok/s per user (mean 1/TPOT):", per_user, ".2f")
     for key, name, header in METRICS:

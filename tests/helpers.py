@@ -234,3 +234,24 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 2, proc.stderr[-2000:] + proc.stdout[-500:]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     return lines[0]
+
+
+def hashed_request(rid: int, prompt: int, output: int = 500):  # noqa: ANN201 - a Request
+    """A request whose prompt is named by 16-token block ids 0, 1, ... (the same prefix as any other such one)."""
+    from simulator.workload.request import Request
+
+    req = Request(rid, float(rid), prompt, output)
+    req.block_hashes, req.hash_block_size = list(range(prompt // 16)), 16
+    return req
+
+
+def cache_a_prefix_beside_decodes(sched, prefix: int = 8000, num_decodes: int = 200) -> None:  # noqa: ANN001
+    """Run a ``prefix``-token hashed prompt through ``sched`` (its blocks cached), then admit ``num_decodes``
+    16-token requests, which decode beside whatever comes next (as the trtllm budget tests need)."""
+    from simulator.workload.request import Request
+
+    sched.add_request(hashed_request(0, prefix))
+    sched.complete(sched.schedule(), 1.0)
+    for i in range(1, num_decodes + 1):
+        sched.add_request(Request(i, float(i), 16, 500))
+    sched.complete(sched.schedule(), 2.0)

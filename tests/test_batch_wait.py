@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import assert_same_run, record_stretches
+from helpers import assert_same_run, cache_a_prefix_beside_decodes, hashed_request, record_stretches
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
@@ -172,16 +172,6 @@ def test_a_cached_prefix_fits_the_budget_as_trtllm_schedules_it() -> None:
     config = SchedulerConfig("trtllm", max_num_batched_tokens=8192, max_num_seqs=512, batch_wait_timeout_iters=40,
                              batch_wait_max_tokens_ratio=0.8, prefix_caching=True, watermark=0.0)
     s = SCHEDULERS["trtllm"](config, PrefixCachingBlockManager(20_000, 16, 0.0), 32_768)
-
-    def hashed(i: int, prompt: int) -> Request:
-        req = Request(i, float(i), prompt, 500)
-        req.block_hashes, req.hash_block_size = list(range(prompt // 16)), 16
-        return req
-
-    s.add_request(hashed(0, 8000))
-    s.complete(s.schedule(), 1.0)  # cached
-    for i in range(1, 201):
-        s.add_request(Request(i, float(i), 16, 500))
-    s.complete(s.schedule(), 2.0)
-    s.add_request(hashed(999, 8016))
+    cache_a_prefix_beside_decodes(s)
+    s.add_request(hashed_request(999, 8016))
     assert not BatchWait.of(s).holds(s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import cache_a_prefix_beside_decodes, hashed_request
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import SchedulerConfig
@@ -426,18 +427,8 @@ def test_trtllm_counts_a_cached_prefix_out_of_the_steps_budget():
 
     cfg = SchedulerConfig("trtllm", watermark=0.0, prefix_caching=True, max_num_seqs=512)
     sched = SCHEDULERS["trtllm"](cfg, PrefixCachingBlockManager(20000, 16, 0.0), 16384)
-
-    def hashed(i: int, prompt: int) -> Request:
-        req = Request(i, float(i), prompt, 500)
-        req.block_hashes, req.hash_block_size = list(range(prompt // 16)), 16
-        return req
-
-    sched.add_request(hashed(0, 8000))
-    sched.complete(sched.schedule(), 1.0)  # its 8,000-token prompt computed and cached
-    for i in range(1, 201):
-        sched.add_request(Request(i, float(i), 16, 500))
-    sched.complete(sched.schedule(), 2.0)
-    late = hashed(999, 8016)
+    cache_a_prefix_beside_decodes(sched)  # an 8,000-token prompt computed and cached, 200 decodes beside
+    late = hashed_request(999, 8016)
     sched.add_request(late)
     batch = sched.schedule()
     assert late in batch.requests and sum(batch.num_tokens) <= sched.token_budget

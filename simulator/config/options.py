@@ -261,10 +261,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         why = "a closed loop sends as requests end" if w.concurrency is not None else f"--arrival is {w.arrival}"
         out["normalize_arrivals"] = (f"{why}: no random gaps to rescale", "pass --arrival poisson or gamma, or drop "
                                      "{flag}")
-    if not config.is_disaggregated:
+    layout = layout_of(config) if config.is_disaggregated else None
+    if layout is None:
         out.update(_link_inert_options(r))
     else:  # a pool's replicas have layouts of their own: a link flag does nothing where it does nothing to any
-        layout = layout_of(config)
         replicas = [layout.prefill_replica, layout.decode_replica, layout.mixed_replica]
         each = [_link_inert_options(p) for p in replicas if p is not None]
         for name in set.intersection(*(set(e) for e in each)):
@@ -281,21 +281,18 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                              f"which the {w.name} workload does not have", "use a trace that has them, or another --router")
     if config.num_replicas == 1 and r.attention_dp == 1 and not config.is_disaggregated:
         out["router"] = ("one replica takes every request", "add --replicas N, or drop {flag}")
-    if config.is_disaggregated:
+    if layout is not None:
         for name, why in _pool_inert_options(config).items():
             out.setdefault(name, why)
-        layout = layout_of(config)
-        pools = [(layout.prefill, layout.prefill_replica), (layout.decode, layout.decode_replica)]
-        if layout.mixed is not None:
-            pools.append((layout.mixed, layout.mixed_replica))
-        if layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:
+        one_prefill_worker = layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1
+        if one_prefill_worker:
             # The router picks a prefill worker; a decode worker is picked by free blocks and load, a mixed one by load.
             out["router"] = ("the router picks a prefill worker, and the prefill pool is one, which takes every request",
                              "give the prefill pool more replicas ('2x(tp=1)'), or drop {flag}")
         elif config.router == "prefix_aware":  # (the pools hand KV blocks over by count: no prefix cache to read)
             out["router"] = ("a disaggregated pool keeps no prefix cache for --router prefix_aware to read",
                              "use --router session or least_outstanding, or drop {flag}")
-        if layout.mixed is None and layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:
+        if layout.mixed is None and one_prefill_worker:
             # (tests/test_kv_links.py: one prefill worker runs bit for bit the same under either scope)
             out["kv_link_scope"] = ("one prefill worker sends every transfer: its egress is the one link either way",
                                     "give the prefill pool more workers ('2x(tp=1)'), or drop {flag}")

@@ -90,13 +90,12 @@ class BatchWait:
                 has_prompt = True
                 threshold = self.threshold
                 computed = tokens  # what the step computes: a cached prefix is not (the engine's fit test)
-                cached_of = getattr(scheduler.blocks, "cached_prefix_tokens", None) if self.whole_prompts else None
                 for req in waiting:  # whole prompts, in order, while a slot is free and the threshold not reached
                     if slots == 0 or tokens >= threshold:
                         break
                     need = req.num_prompt_tokens + req.num_generated
                     if self.whole_prompts:
-                        cached = cached_of(req) if cached_of is not None and req.block_hashes is not None else 0
+                        cached = scheduler.blocks.cached_prefix_tokens(req) if req.block_hashes is not None else 0
                         if computed + need - cached > self.token_budget:
                             break  # not scheduled this step (it waits for room): not counted
                         computed += need - cached

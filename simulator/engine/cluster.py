@@ -221,16 +221,13 @@ def make_requests(table, token_times: bool = False) -> list[Request]:  # noqa: A
     sessions = getattr(table, "session_id", None)
     if hashes is not None:  # prefix block ids (simulator.engine.prefix_cache)
         block_size = table.hash_block_size
-        if sessions is not None:  # a turn's answer is named as the session's next turn resends it
-            for req, (ids, named) in zip(requests, continued_hashes(hashes, sessions, prompt, output, block_size),
-                                         strict=True):
-                req.block_hashes = ids
-                req.hash_block_size = block_size
-                req.num_named_tokens = named
-        else:
-            for req, ids in zip(requests, hashes, strict=True):
-                req.block_hashes = ids
-                req.hash_block_size = block_size
+        # A turn's answer is named as the session's next turn resends it (sessions only; else the prompt's ids alone).
+        named = (continued_hashes(hashes, sessions, prompt, output, block_size) if sessions is not None
+                 else [(ids, 0) for ids in hashes])
+        for req, (ids, num_named) in zip(requests, named, strict=True):
+            req.block_hashes = ids
+            req.hash_block_size = block_size
+            req.num_named_tokens = num_named
     if sessions is not None:  # conversation or agent sessions (session affinity, per-session metrics)
         for req, session in zip(requests, sessions.tolist(), strict=True):
             req.session_id = session

@@ -222,6 +222,10 @@ class BlockManager:
         (``req``, the request itself, matters only to a prefix cache: its hits need no blocks)."""
         return self.num_free_blocks - (-(-num_tokens // self.block_size)) - self.state_blocks >= self.watermark_blocks
 
+    def cached_prefix_tokens(self, req: Request) -> int:
+        """Tokens of ``req``'s prompt a lookup now would find cached: none without a prefix cache."""
+        return 0
+
     def reserve(self, req: Request, num_tokens: int) -> None:
         """Grow ``req``'s allocation to hold ``num_tokens`` (caller checked it fits)."""
         need = -(-num_tokens // self.block_size) - req.num_blocks

@@ -356,7 +356,8 @@ class PrefixCachingBlockManager(BlockManager):
         pool, last first, before the prompt's blocks are: vLLM and SGLang cache output blocks too. A name already
         registered keeps its block; ours is then freed as an anonymous one."""
         bs = self.block_size
-        first = len(self.names_of(req))
+        # the prompt's named blocks (names_of's count, without its memo: the blocked head's stays)
+        first = min(len(req.block_hashes) * req.hash_block_size, req.num_prompt_tokens) // bs
         names = block_names(req.block_hashes, req.hash_block_size, min(req.num_computed, req.num_named_tokens), bs)
         if len(names) <= first:
             return

@@ -284,7 +284,7 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
             if name in goodput_ms:
                 good &= goodput_ms[name] / 1000 >= values
         out["request_goodput"] = int(good.sum()) / duration
-    returned = measured & ((status == "finished") | (status == "rejected"))
+    returned = done | failed
     out["max_concurrent_requests"] = max_in_flight(cols["arrival_at"][returned], returned_at(cols)[returned])
     out.update(_stats(ttft, "ttft", percentiles_))
     out.update(_stats(tpot, "tpot", percentiles_))

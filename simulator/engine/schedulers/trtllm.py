@@ -36,10 +36,6 @@ class TRTLLMScheduler(Scheduler):
                     "(trtllm runs a prompt in one piece)")
         return super().rejection_reason(req)
 
-    @property
-    def _caches(self) -> bool:
-        return hasattr(self.blocks, "cached_prefix_tokens")
-
     def schedule(self) -> Batch:
         batch = Batch()
         # Every running request decodes: its blocks were reserved at admission, so none grows short.
@@ -49,7 +45,7 @@ class TRTLLMScheduler(Scheduler):
             req = waiting[0]
             # The step's tokens as TensorRT-LLM counts them: a reused (cached) prefix is not computed
             # (_reuse_adjusted_compute); without hashes (or caching) nothing is cached.
-            cached = self.blocks.cached_prefix_tokens(req) if req.block_hashes is not None and self._caches else 0
+            cached = self.blocks.cached_prefix_tokens(req) if req.block_hashes is not None else 0
             if used + req.num_prompt_tokens + req.num_generated - cached > budget or \
                     not self.blocks.can_admit(self.reserve_tokens(req), req):
                 break

@@ -92,6 +92,20 @@ def test_unknown_gpu_or_backend_is_one_config_error(aic) -> None:  # noqa: ANN00
         TableCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm"), "vllm", root=aic / "nowhere")
 
 
+def test_a_gpu_whose_sibling_was_measured_is_refused_in_one_line(aic) -> None:  # noqa: ANN001
+    """a100_sxm is the 80 GB card: its tables (and its memory bandwidth, a third above the 40 GB's) would price an
+    A100-40GB run too fast, silently; the run says so before anything is priced."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--model", "llama-3.1-8b", "--gpu", "a100-40gb", "--kernels", "vllm",
+                                   "--num-requests", "5", "--no-progress"])
+    assert isinstance(res.exception, ConfigError) and "\n" not in str(res.exception)
+    assert str(res.exception).startswith("kernels:") and "--gpu a100-80gb" in str(res.exception)
+    assert _model(aic, gpu="a100-80gb").system == "a100_sxm"
+
+
 def test_a_table_gap_is_one_line_and_the_roofline_prices_that_op(aic) -> None:  # noqa: ANN001
     m = _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", tp=2)
     assert any("generation_attention" in n and "head dim 64" in n for n in m.notes)

@@ -189,11 +189,39 @@ def test_extrapolation_past_the_grid_is_counted_and_continuous(aic) -> None:  # 
     m = _model(aic)
     inside = BatchShape.from_requests(decodes=[1000] * 16)
     m.iteration_time(inside)
-    assert m.num_extrapolations == 0
+    assert m.extrapolations_by_op == {"lm_head": 1}  # its TP1 LM head only (128,256 columns: no table's shape)
     edge = m.attention_decode(BatchShape.from_requests(decodes=[32768] * 16))
     past = m.attention_decode(BatchShape.from_requests(decodes=[32769] * 16))
     assert m.extrapolations_by_op.get("attn_decode", 0) >= 1
     assert past == pytest.approx(edge, rel=1e-3) and past >= edge
+
+
+def test_gemm_shapes_past_the_measured_widths_are_counted_at_the_same_price(aic) -> None:  # noqa: ANN001
+    """The GEMM tables measure n and k up to 65,536: a TP1 Llama-3 LM head (128,256 columns) and a TP1 Llama-3.1-405B
+    gate/up (106,496) are a measured shape scaled by the roofline, an extrapolation in every iteration that prices
+    them, counted alike step by step and by a stretch; a TP2 LM head (64,128 columns) was measured."""
+    from simulator.costmodel import CostModel
+
+    tp1, tp2 = _model(aic), _model(aic, tp=2)
+    chunk = BatchShape()
+    chunk.add_prefill(512, 0, False)  # a chunk that does not end its prompt: no logits, no LM head
+    tp1.iteration_time(chunk)
+    assert tp1.num_extrapolations == 0
+    decodes = BatchShape.from_requests(decodes=[1000] * 16)
+    tp1.iteration_time(decodes)
+    tp2.iteration_time(decodes)
+    assert tp1.extrapolations_by_op == {"lm_head": 1} and tp2.num_extrapolations == 0
+    wide = _model(aic, model="llama-3.1-405b", gpu="h200", dtype="fp8")
+    for n, kv0, steps in ((8, 3000, 40), (8, 32700, 200)):  # the second crosses the measured KV lengths
+        kv = [kv0 + 7 * i for i in range(n)]
+        args = (n, sum(kv), sum(x * x for x in kv), max(kv), steps)
+        wide.num_extrapolations, wide.extrapolations_by_op = 0, {}
+        fast = wide.decode_stretch_times(*args)
+        counted = list(wide.extrapolations_by_op.items())
+        wide.num_extrapolations, wide.extrapolations_by_op = 0, {}
+        assert fast == CostModel.decode_stretch_times(wide, *args)
+        assert counted == list(wide.extrapolations_by_op.items())  # the same counts, first counted in the same order
+        assert dict(counted)["token_ops"] == dict(counted)["lm_head"] == steps
 
 
 def test_vector_decode_stretch_matches_the_scalar_path(aic) -> None:  # noqa: ANN001
@@ -545,6 +573,9 @@ def test_table_priced_run_skips_stretches_with_the_same_results(aic) -> None:  #
     a = [(r.first_token_at, r.completed_at) for r in fast.requests]
     assert a == [(r.first_token_at, r.completed_at) for r in slow.requests]
     assert a != [(r.first_token_at, r.completed_at) for r in roof.requests]  # the tables priced it
+    # every step with logits prices the 75,968-column TP2 LM head, wider than the tables measured: counted alike
+    count = fast.extra["cost_model_extrapolations"]
+    assert count == slow.extra["cost_model_extrapolations"] and count >= len(fast.requests)
 
 
 def test_engine_stretches_over_tables_are_float_exact_and_counted_alike(aic) -> None:  # noqa: ANN001

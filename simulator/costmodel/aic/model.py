@@ -54,6 +54,7 @@ import functools
 import math
 import sys
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,9 @@ class TableCostModel(TabulatedCostModel):
     """Kernel model from one system's AIConfigurator tables for one backend (see the module docstring)."""
 
     STRETCH_FORMS = frozenset({"decode-curve", "chunk-terms"})
+    # While :meth:`_reads_scaled_gemm` probes an op: per GEMM priced, whether its curve was scaled by the roofline
+    # from another measured shape (shared by the 16-bit twin, whose own GEMMs count too); None otherwise.
+    _gemm_log: list[bool] | None = None
     # Ops no table measures, always priced by the roofline (the database has no all-to-all rows).
     ROOFLINE_ALWAYS = ("ep_all_to_all",)
 
@@ -180,8 +184,14 @@ class TableCostModel(TabulatedCostModel):
             self._lack("linear_attn", f"no linear_attention rows (the shared subset keeps none) for "
                        f"{replica.model_spec.num_linear_layers} Gated DeltaNet layers")
         self.source = T.describe(replica.gpu, backend, root)
-        # Largest token count every token op was measured at: past it, an iteration extrapolates.
-        self._max_tokens = min(self._gemm_max_m, self._moe_max_tokens, self._ar_max_tokens)
+        # A GEMM whose (n, k) no table measured (wider than the tables' 65,536, e.g. a TP1 Llama-3 LM head's
+        # 128,256 columns) is a measured shape scaled by the roofline at every token count: the iterations
+        # that price it extrapolate, as past the measured tokens.
+        self._wide_lm_head = self._reads_scaled_gemm(self.lm_head_time)
+        # Largest token count every token op was measured at: past it (at any count, where a token op's GEMM
+        # shape was not measured), an iteration extrapolates.
+        self._max_tokens = (0.0 if self._reads_scaled_gemm(self.token_ops)
+                            else min(self._gemm_max_m, self._moe_max_tokens, self._ar_max_tokens))
         self.cal = replace(rf.cal, allreduce_latency_s=self._ar_latency_s,
                            source=f"{rf.cal.source}; all-reduce latency from the {backend} tables")
         self._build_tables(table_tokens + 1)
@@ -206,6 +216,7 @@ class TableCostModel(TabulatedCostModel):
     # -- GEMM --------------------------------------------------------------------------------------------
     def _load_gemm(self) -> None:
         self._gemm_index: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._gemm_scaled: set[tuple[int, int]] = set()  # (k, n) curves scaled from another shape (gemm_curve)
         self._gemm_max_m = math.inf
         ref = T.find_table(self.system, self.backend, "gemm", self.root)
         src, d, read, notes = (T.read_priced_rows(ref, self._gemm_dtype, ("m", "n", "k", "latency"), root=self.root)
@@ -286,9 +297,24 @@ class TableCostModel(TabulatedCostModel):
             ts = np.exp(low + wn * (high - low))
         if (nc, kc) != (float(n), float(k)):
             ts = anchored(ts, self.rf.gemm(ms, k, n), self.rf.gemm(ms, int(kc), int(nc)))
+            self._gemm_scaled.add(key)
         ts = isotonic(ts)  # weakly increasing in m (a library's tiling switches aside)
         self._gemm_curves[key] = (ms, ts)
         return ms, ts
+
+    def _reads_scaled_gemm(self, op: Callable[[np.ndarray], object]) -> bool:
+        """Whether ``op`` (:meth:`token_ops`, :meth:`lm_head_time`) of one token prices a GEMM from a curve
+        :meth:`gemm_curve` scaled by the roofline from another measured shape (this model's or its 16-bit twin's)."""
+        owners = {id(g.__self__): g.__self__ for g in (self.gemm, self.attn_gemm, self.gemm16)}.values()
+        log: list[bool] = []
+        for owner in owners:
+            owner._gemm_log = log
+        try:
+            op(np.ones(1))
+        finally:
+            for owner in owners:
+                del owner._gemm_log  # back to the class's None
+        return any(log)
 
     def gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
         """Time of ``[tokens, k] @ [k, n]`` (the roofline's signature), from the tables."""
@@ -296,6 +322,8 @@ class TableCostModel(TabulatedCostModel):
         if not self._gemm_index or n <= 0 or k <= 0:
             return self.rf.gemm(t, k, n)
         ms, ts = self.gemm_curve(k, n)
+        if self._gemm_log is not None:
+            self._gemm_log.append((int(k), int(n)) in self._gemm_scaled)
         out = loglog(ms, ts, np.maximum(t, 1.0))
         over = t > ms[-1]
         if over.any():
@@ -655,8 +683,8 @@ class TableCostModel(TabulatedCostModel):
         (:meth:`CostModel.chunk_stretch_times`'s steps, which a fast path prices quietly): per step
         the token ops past the measured tokens, the chunk's prompt length past the measured lengths
         (on the window kernel's or the capped rows too, with sliding-window layers), a decode past
-        the measured KV lengths; each op first counted where stepping would first count it (the
-        per-op dict keeps the same order)."""
+        the measured KV lengths, an LM head of a shape no table measured (the decodes' logits); each
+        op first counted where stepping would first count it (the per-op dict keeps the same order)."""
         m, counts = num_iterations, []
         if num_decodes + chunk > self._max_tokens:
             counts.append((0, 0, "token_ops", m))
@@ -676,6 +704,8 @@ class TableCostModel(TabulatedCostModel):
             first = m if math.isinf(dlimit) else (0 if kv_max > dlimit else min(m, int(math.floor(dlimit)) - kv_max + 1))
             if first < m:
                 counts.append((first, 2, "attn_decode", m - first))
+            if self._wide_lm_head:  # the decodes' logits (the chunk does not end its prompt)
+                counts.append((0, 3, "lm_head", m))
         for _, _, op, k in sorted(counts):
             self._count(op, k)
 
@@ -797,13 +827,21 @@ class TableCostModel(TabulatedCostModel):
 
     def count_stretch(self, n: int, kv_max: int, num_iterations: int) -> None:
         """Count the extrapolations the scalar path would over a decode stretch (a fast path
-        prices the stretch quietly): iteration ``i`` has a sequence of ``kv_max + i`` tokens."""
+        prices the stretch quietly): iteration ``i`` has a sequence of ``kv_max + i`` tokens. Each
+        op first counted where stepping would first count it (token ops, decode attention, LM head
+        in an iteration), so the per-op dict keeps the same order."""
         limit = self._decode_curve(n)[3]
         if math.isinf(limit):  # no table edge (a sliding window caps the KV read): never an extrapolation
             first_over = num_iterations
         else:
             first_over = 0 if kv_max > limit else min(num_iterations, int(math.floor(limit)) - kv_max + 1)
-        self._count("attn_decode", num_iterations - first_over)
+        counts = [(first_over, 1, "attn_decode", num_iterations - first_over)]
+        if n > self._max_tokens:
+            counts.append((0, 0, "token_ops", num_iterations))
+        if n and self._wide_lm_head:
+            counts.append((0, 2, "lm_head", num_iterations))
+        for _, _, op, k in sorted(counts):
+            self._count(op, k)
 
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:
@@ -877,6 +915,11 @@ class TableCostModel(TabulatedCostModel):
         if t > self._max_tokens and not self._quiet:
             self._count("token_ops")
         return self._table[t] + self.attention_prefill(shape) + self.attention_decode(shape)
+
+    def post_time(self, shape: BatchShape) -> float:
+        if self._wide_lm_head and shape.num_logits:  # an LM head shape no table measured (_count: not while quiet)
+            self._count("lm_head")
+        return TabulatedCostModel.post_time(self, shape)
 
     def embedding_time(self, tokens: np.ndarray) -> np.ndarray:
         return self.elementwise(tokens, 2 * self.model.hidden_size * self.dtype_bytes)

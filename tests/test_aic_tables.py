@@ -612,8 +612,23 @@ def test_run_header_names_the_tables(aic, tmp_path) -> None:  # noqa: ANN001
     result = CliRunner().invoke(app, ["run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--kernels", "trtllm",
                                       "--num-requests", "30", "--no-progress", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "kernels: trtllm 1.3.0rc20 tables of h100_sxm" in " ".join(result.output.split())
+    header = " ".join(result.output.split())
+    assert "kernels: trtllm 1.3.0rc20 tables of h100_sxm" in header
+    # the tables price the run; the default --cost-model roofline does not (it prices only what describe() lists)
+    assert "cost model: kernel tables · kernels:" in header and "cost model: roofline" not in header
     assert json.loads((tmp_path / "config.json").read_text())["replica"]["kernels"] == "trtllm"
+
+
+def test_the_tables_line_names_only_what_priced_the_run(aic) -> None:  # noqa: ANN001
+    """describe() names the table families whose rows price some op: no all-reduce table at TP1 (L40S's comm
+    table is another version than its others), the MLA tables and not the attention ones for an MLA model, and
+    the roofline's ep_all_to_all (ROOFLINE_ALWAYS) where attention DP makes it price something."""
+    assert _model(aic, gpu="l40s").describe() == "vllm 0.24.0 tables of l40s (AIConfigurator)"
+    assert _model(aic, gpu="l40s", tp=2).describe() == "vllm tables of l40s (AIConfigurator): gemm/attention 0.24.0, comm 0.22.0"
+    ds = {"model": "deepseek-v3", "gpu": "b200", "backend": "trtllm", "dtype": "nvfp4"}
+    tp8 = _model(aic, tp=8, **ds).describe()
+    assert "mla/comm 1.3.0rc20" in tp8 and "attention" not in tp8 and "ep_all_to_all" not in tp8
+    assert _model(aic, tp=1, attention_dp=8, ep=8, **ds).describe().endswith("; roofline only for ep_all_to_all")
 
 
 def test_import_aiconfigurator_writes_a_tidy_table(aic, tmp_path) -> None:  # noqa: ANN001

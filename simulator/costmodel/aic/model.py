@@ -134,7 +134,9 @@ class TableCostModel(TabulatedCostModel):
     # While :meth:`_reads_scaled_gemm` probes an op: per GEMM priced, whether its curve was scaled by the roofline
     # from another measured shape (shared by the 16-bit twin, whose own GEMMs count too); None otherwise.
     _gemm_log: list[bool] | None = None
-    # Ops no table measures, always priced by the roofline (the database has no all-to-all rows).
+    # Ops always priced by the roofline. The database's comm/nccl/<version>/nccl_perf tables do hold alltoall rows
+    # (and all_gather, reduce_scatter); they are not used yet: pricing from them would move the silicon report's
+    # attention-DP rows (results/validation/silicon).
     ROOFLINE_ALWAYS = ("ep_all_to_all",)
 
     def __init__(self, replica: ReplicaConfig, backend: str, root: str | Path | None = None,
@@ -254,6 +256,10 @@ class TableCostModel(TabulatedCostModel):
         twin._gemm_dtype, twin._gemm_curves = "bfloat16", {}
         twin.notes, twin.roofline_ops, twin.versions, twin.borrowed = [], [], {}, {}
         twin._load_gemm()
+        if "gemm" not in self.versions and "gemm" in twin.versions:  # the table prices the 16-bit GEMMs only: said
+            self.versions["gemm"] = twin.versions["gemm"]
+            if "gemm" in twin.borrowed:
+                self.borrowed["gemm"] = twin.borrowed["gemm"]
         if not twin._gemm_index:
             self._lack("gemm16", "no bfloat16 GEMM rows for the LM head (and a 4-bit MoE checkpoint's attention "
                        "projections and router) that the checkpoint keeps at 16 bits")
@@ -946,11 +952,24 @@ class TableCostModel(TabulatedCostModel):
             self.borrowed[family] = f"{where}{ref.backend} {ref.version}"
 
     def describe(self) -> str:
-        """One line: which tables priced this model, which families another collector's rows priced, and what
-        the roofline priced for lack of rows."""
+        """One line: which tables priced this model (only the families whose rows price some op of it: no
+        all-reduce table at TP1, no attention table where the MLA tables or the roofline price attention), which
+        families another collector's rows priced, and what the roofline priced (for lack of rows, or always)."""
+        own: dict[str, list[str]] = {}
+        for family, version in self.versions.items():
+            if family not in self.borrowed:
+                own.setdefault(version, []).append(family)
+        if len(own) == 1:
+            head = f"{self.backend} {next(iter(own))} tables of {self.system} (AIConfigurator)"
+        else:
+            parts = "".join(f"{', ' if i else ': '}{'/'.join(fams)} {v}" for i, (v, fams) in enumerate(own.items()))
+            head = f"{self.backend} tables of {self.system} (AIConfigurator){parts}"
         lent = "".join(f"; {family} by {who}'s rows" for family, who in self.borrowed.items())
-        extra = f"; roofline for {', '.join(dict.fromkeys(self.roofline_ops))}" if self.roofline_ops else ""
-        return f"{self.source}{lent}{extra}"
+        ops = list(dict.fromkeys(self.roofline_ops))
+        if self.model.is_moe and uses_moe_collectives(self.replica):  # ROOFLINE_ALWAYS: ep_all_to_all is not 0
+            ops += [op for op in self.ROOFLINE_ALWAYS if op not in ops]
+        extra = f"; roofline only for {', '.join(ops)}" if ops else ""
+        return f"{head}{lent}{extra}"
 
 
 @functools.lru_cache(maxsize=32)

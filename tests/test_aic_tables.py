@@ -693,6 +693,27 @@ def test_predict_breaks_down_a_table_priced_step(aic) -> None:  # noqa: ANN001
     assert "│ tables" in text.output
 
 
+def test_predict_marks_the_ops_the_roofline_priced(aic) -> None:  # noqa: ANN001
+    """roofline_ops names families ("gemm": every GEMM at the run's dtype); predict's from column marks their ops.
+    H100's vLLM tables have no int4 GEMM rows: the projections and MLP GEMMs are the roofline's, the LM head (kept at
+    16 bits) the bf16 rows'. Its TP1 LM head, wider than any measured shape, is the step's one extrapolated lookup."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    args = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--kernels", "vllm", "--dtype", "int4",
+            "--decode", "8", "--context", "1000"]
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["roofline_ops"][0] == "gemm" and out["num_extrapolations"] == 1
+    assert out["roofline_priced"] == dict.fromkeys(("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down"), "roofline")
+    res = CliRunner().invoke(app, args)
+    rows = {line.split("│")[1].strip(): line.split("│")[4].strip() for line in res.output.splitlines()
+            if line.count("│") == 5}
+    assert rows["mlp_down"] == rows["qkv_proj"] == "roofline" and rows["lm_head_sampling"] == "tables"
+
+
 def test_predict_refuses_bad_kernel_flags() -> None:
     from typer.testing import CliRunner
 

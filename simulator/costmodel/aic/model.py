@@ -248,6 +248,8 @@ class TableCostModel(TabulatedCostModel):
         checkpoint keeps them so (``ReplicaConfig.experts_only_quantized``; else :meth:`gemm` itself).
         At bfloat16 both are :meth:`gemm`."""
         self.attn_gemm = self.gemm16 = self.gemm
+        # Which priced by the bfloat16 rows (the twin below), for roofline_breakdown_ops: the LM head, the attention.
+        self._head_16 = self._attn_16 = False
         if self._gemm_dtype == "bfloat16":
             return
         twin = copy.copy(self)  # the same tables but the GEMM index, read at bfloat16
@@ -264,8 +266,10 @@ class TableCostModel(TabulatedCostModel):
             self._lack("gemm16", "no bfloat16 GEMM rows for the LM head (and a 4-bit MoE checkpoint's attention "
                        "projections and router) that the checkpoint keeps at 16 bits")
         self.gemm16 = twin.gemm
+        self._head_16 = True
         if self.replica.experts_only_quantized:
             self.attn_gemm = twin.gemm
+            self._attn_16 = True
 
     def gemm_curve(self, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Latency (s) over measured ``m`` of ``[m, k] @ [k, n]``: log-log blend of the nearest
@@ -950,6 +954,27 @@ class TableCostModel(TabulatedCostModel):
         if ref.system != self.system or ref.backend != self.backend:
             where = f"{ref.system} " if ref.system != self.system else ""
             self.borrowed[family] = f"{where}{ref.backend} {ref.version}"
+
+    def roofline_breakdown_ops(self) -> dict[str, str]:
+        """The :meth:`breakdown` ops the roofline prices, each ``"roofline"`` (all of it) or ``"tables + roofline"``
+        (some of its layers: a hybrid's linear ones); the others are the tables'. ``roofline_ops`` names families
+        (``gemm``: every GEMM the run's dtype prices; ``gemm16``: the LM head, and a 4-bit MoE checkpoint's
+        attention projections and router); this names the ops they price."""
+        attn, head = ("gemm16" if self._attn_16 else "gemm"), ("gemm16" if self._head_16 else "gemm")
+        linear = ("linear_attn",) if self.linear_fraction else ()
+        priced = {  # op -> the families pricing its parts (a hybrid's linear layers: plain GEMMs, the recurrence)
+            "qkv_proj": (attn, *("gemm" for _ in linear)), "attn_out_proj": (attn, *("gemm" for _ in linear)),
+            "moe_router": (attn,), "mlp_up_gate": ("gemm",), "mlp_down": ("gemm",), "moe_shared_experts": ("gemm",),
+            "lm_head_sampling": (head,), "moe_experts": ("moe_experts",), "moe_act": ("moe_experts",),
+            "attn_prefill": ("attn_prefill", *linear), "attn_decode": ("attn_decode", *linear),
+            "tp_all_reduce": ("tp_all_reduce",), "ep_all_to_all": ("ep_all_to_all",)}
+        by_roofline = {*self.roofline_ops, *self.ROOFLINE_ALWAYS}
+        out = {}
+        for op, families in priced.items():
+            share = sum(f in by_roofline for f in families)
+            if share:
+                out[op] = "roofline" if share == len(families) else "tables + roofline"
+        return out
 
     def describe(self) -> str:
         """One line: which tables priced this model (only the families whose rows price some op of it: no

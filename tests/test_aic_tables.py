@@ -646,6 +646,26 @@ def test_import_aiconfigurator_writes_a_tidy_table(aic, tmp_path) -> None:  # no
     assert set(frame["family"]) >= {"gemm", "attention", "moe", "comm"} and frame["latency_s"].gt(0).all()
 
 
+def test_a_database_without_the_gpus_hardware_file_is_one_line(aic, tmp_path) -> None:  # noqa: ANN001
+    """A copy of the database holding systems/data/l40s but not systems/l40s.yaml (whose memory bandwidth prices
+    the element-wise ops and bounds the warm rows): the export refuses it before making its folder, a model too."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+    from simulator.costmodel.aic.model import TableCostModel
+
+    partial = tmp_path / "db"
+    (partial / "systems" / "data").mkdir(parents=True)
+    (partial / "systems" / "data" / "l40s").symlink_to(aic / "systems" / "data" / "l40s")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["import-aiconfigurator", "--gpu", "l40s", "--backend", "vllm", "--out", str(out),
+                                   "--data", str(partial)])
+    assert isinstance(res.exception, ConfigError) and str(res.exception).startswith("--data:")
+    assert "l40s.yaml" in str(res.exception) and "\n" not in str(res.exception) and not out.exists()
+    with pytest.raises(ConfigError, match=r"^kernels: .*l40s\.yaml is missing"):
+        TableCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="l40s"), "vllm", root=partial)
+
+
 def test_a_runs_table_model_shares_the_tables_and_counts_its_own_extrapolations(aic) -> None:  # noqa: ANN001
     """table_cost_model (what a run loads) reads a system's tables once per process; each run's
     copy prices the same and counts only its own extrapolations."""

@@ -134,10 +134,19 @@ def find_table(system: str, backend: str, table: str, root: str | Path | None = 
     return TableRef(system, backend, table, tuple(base / v / f"{stem}.parquet" for v in chosen), tuple(chosen))
 
 
+def system_file(system: str, root: str | Path | None = None) -> Path:
+    """``systems/<system>.yaml``: the system's hardware file (it may be absent: a partial copy of the database)."""
+    return data_root(root) / "systems" / f"{system}.yaml"
+
+
 def system_spec(system: str, root: str | Path | None = None) -> dict[str, float]:
     """The few numbers of ``systems/<system>.yaml`` the model uses (read without a YAML library):
     ``mem_bw`` (B/s), ``mem_bw_empirical_scaling_factor``, ``mem_empirical_constant_latency`` (s)."""
-    text = (data_root(root) / "systems" / f"{system}.yaml").read_text()
+    path = system_file(system, root)
+    if not path.is_file():
+        raise ConfigError("kernels", f"{path} is missing (the GPU's hardware constants the tables are priced with)",
+                          "restore the database folder from ../shared/data/profiles/aiconfigurator")
+    text = path.read_text()
     out: dict[str, float] = {}
     for key in ("mem_bw", "mem_bw_empirical_scaling_factor", "mem_empirical_constant_latency"):
         found = re.search(rf"^\s+{key}:\s*([0-9.eE+-]+)", text, re.MULTILINE)
@@ -615,6 +624,9 @@ def _check_export(gpu_or_system: str, backends: tuple[str, ...] | list[str], roo
     for backend in backends:
         if backend not in BACKENDS:
             raise ConfigError("--backend", f"unknown backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
+    if not system_file(system, root).is_file():  # the export reads its memory bandwidth (warm_in_l2): say so first
+        raise ConfigError("--data", f"{system_file(system, root)} is missing beside systems/data/{system}",
+                          "pass the whole database folder: systems/<gpu>.yaml beside systems/data")
     return system
 
 

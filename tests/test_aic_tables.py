@@ -92,6 +92,20 @@ def test_unknown_gpu_or_backend_is_one_config_error(aic) -> None:  # noqa: ANN00
         TableCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm"), "vllm", root=aic / "nowhere")
 
 
+def test_a_gpu_whose_sibling_was_measured_is_refused_in_one_line(aic) -> None:  # noqa: ANN001
+    """a100_sxm is the 80 GB card: its tables (and its memory bandwidth, a third above the 40 GB's) would price an
+    A100-40GB run too fast, silently; the run says so before anything is priced."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--model", "llama-3.1-8b", "--gpu", "a100-40gb", "--kernels", "vllm",
+                                   "--num-requests", "5", "--no-progress"])
+    assert isinstance(res.exception, ConfigError) and "\n" not in str(res.exception)
+    assert str(res.exception).startswith("kernels:") and "--gpu a100-80gb" in str(res.exception)
+    assert _model(aic, gpu="a100-80gb").system == "a100_sxm"
+
+
 def test_a_table_gap_is_one_line_and_the_roofline_prices_that_op(aic) -> None:  # noqa: ANN001
     m = _model(aic, model="gpt-oss-120b", gpu="b200", backend="vllm", tp=2)
     assert any("generation_attention" in n and "head dim 64" in n for n in m.notes)
@@ -175,11 +189,39 @@ def test_extrapolation_past_the_grid_is_counted_and_continuous(aic) -> None:  # 
     m = _model(aic)
     inside = BatchShape.from_requests(decodes=[1000] * 16)
     m.iteration_time(inside)
-    assert m.num_extrapolations == 0
+    assert m.extrapolations_by_op == {"lm_head": 1}  # its TP1 LM head only (128,256 columns: no table's shape)
     edge = m.attention_decode(BatchShape.from_requests(decodes=[32768] * 16))
     past = m.attention_decode(BatchShape.from_requests(decodes=[32769] * 16))
     assert m.extrapolations_by_op.get("attn_decode", 0) >= 1
     assert past == pytest.approx(edge, rel=1e-3) and past >= edge
+
+
+def test_gemm_shapes_past_the_measured_widths_are_counted_at_the_same_price(aic) -> None:  # noqa: ANN001
+    """The GEMM tables measure n and k up to 65,536: a TP1 Llama-3 LM head (128,256 columns) and a TP1 Llama-3.1-405B
+    gate/up (106,496) are a measured shape scaled by the roofline, an extrapolation in every iteration that prices
+    them, counted alike step by step and by a stretch; a TP2 LM head (64,128 columns) was measured."""
+    from simulator.costmodel import CostModel
+
+    tp1, tp2 = _model(aic), _model(aic, tp=2)
+    chunk = BatchShape()
+    chunk.add_prefill(512, 0, False)  # a chunk that does not end its prompt: no logits, no LM head
+    tp1.iteration_time(chunk)
+    assert tp1.num_extrapolations == 0
+    decodes = BatchShape.from_requests(decodes=[1000] * 16)
+    tp1.iteration_time(decodes)
+    tp2.iteration_time(decodes)
+    assert tp1.extrapolations_by_op == {"lm_head": 1} and tp2.num_extrapolations == 0
+    wide = _model(aic, model="llama-3.1-405b", gpu="h200", dtype="fp8")
+    for n, kv0, steps in ((8, 3000, 40), (8, 32700, 200)):  # the second crosses the measured KV lengths
+        kv = [kv0 + 7 * i for i in range(n)]
+        args = (n, sum(kv), sum(x * x for x in kv), max(kv), steps)
+        wide.num_extrapolations, wide.extrapolations_by_op = 0, {}
+        fast = wide.decode_stretch_times(*args)
+        counted = list(wide.extrapolations_by_op.items())
+        wide.num_extrapolations, wide.extrapolations_by_op = 0, {}
+        assert fast == CostModel.decode_stretch_times(wide, *args)
+        assert counted == list(wide.extrapolations_by_op.items())  # the same counts, first counted in the same order
+        assert dict(counted)["token_ops"] == dict(counted)["lm_head"] == steps
 
 
 def test_vector_decode_stretch_matches_the_scalar_path(aic) -> None:  # noqa: ANN001
@@ -531,6 +573,9 @@ def test_table_priced_run_skips_stretches_with_the_same_results(aic) -> None:  #
     a = [(r.first_token_at, r.completed_at) for r in fast.requests]
     assert a == [(r.first_token_at, r.completed_at) for r in slow.requests]
     assert a != [(r.first_token_at, r.completed_at) for r in roof.requests]  # the tables priced it
+    # every step with logits prices the 75,968-column TP2 LM head, wider than the tables measured: counted alike
+    count = fast.extra["cost_model_extrapolations"]
+    assert count == slow.extra["cost_model_extrapolations"] and count >= len(fast.requests)
 
 
 def test_engine_stretches_over_tables_are_float_exact_and_counted_alike(aic) -> None:  # noqa: ANN001
@@ -567,8 +612,23 @@ def test_run_header_names_the_tables(aic, tmp_path) -> None:  # noqa: ANN001
     result = CliRunner().invoke(app, ["run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--kernels", "trtllm",
                                       "--num-requests", "30", "--no-progress", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "kernels: trtllm 1.3.0rc20 tables of h100_sxm" in " ".join(result.output.split())
+    header = " ".join(result.output.split())
+    assert "kernels: trtllm 1.3.0rc20 tables of h100_sxm" in header
+    # the tables price the run; the default --cost-model roofline does not (it prices only what describe() lists)
+    assert "cost model: kernel tables · kernels:" in header and "cost model: roofline" not in header
     assert json.loads((tmp_path / "config.json").read_text())["replica"]["kernels"] == "trtllm"
+
+
+def test_the_tables_line_names_only_what_priced_the_run(aic) -> None:  # noqa: ANN001
+    """describe() names the table families whose rows price some op: no all-reduce table at TP1 (L40S's comm
+    table is another version than its others), the MLA tables and not the attention ones for an MLA model, and
+    the roofline's ep_all_to_all (ROOFLINE_ALWAYS) where attention DP makes it price something."""
+    assert _model(aic, gpu="l40s").describe() == "vllm 0.24.0 tables of l40s (AIConfigurator)"
+    assert _model(aic, gpu="l40s", tp=2).describe() == "vllm tables of l40s (AIConfigurator): gemm/attention 0.24.0, comm 0.22.0"
+    ds = {"model": "deepseek-v3", "gpu": "b200", "backend": "trtllm", "dtype": "nvfp4"}
+    tp8 = _model(aic, tp=8, **ds).describe()
+    assert "mla/comm 1.3.0rc20" in tp8 and "attention" not in tp8 and "ep_all_to_all" not in tp8
+    assert _model(aic, tp=1, attention_dp=8, ep=8, **ds).describe().endswith("; roofline only for ep_all_to_all")
 
 
 def test_import_aiconfigurator_writes_a_tidy_table(aic, tmp_path) -> None:  # noqa: ANN001
@@ -584,6 +644,26 @@ def test_import_aiconfigurator_writes_a_tidy_table(aic, tmp_path) -> None:  # no
     frame = pd.read_parquet(path)
     assert {"system", "backend", "version", "family", "kernel_source", "dtype", "latency_s"} <= set(frame.columns)
     assert set(frame["family"]) >= {"gemm", "attention", "moe", "comm"} and frame["latency_s"].gt(0).all()
+
+
+def test_a_database_without_the_gpus_hardware_file_is_one_line(aic, tmp_path) -> None:  # noqa: ANN001
+    """A copy of the database holding systems/data/l40s but not systems/l40s.yaml (whose memory bandwidth prices
+    the element-wise ops and bounds the warm rows): the export refuses it before making its folder, a model too."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+    from simulator.costmodel.aic.model import TableCostModel
+
+    partial = tmp_path / "db"
+    (partial / "systems" / "data").mkdir(parents=True)
+    (partial / "systems" / "data" / "l40s").symlink_to(aic / "systems" / "data" / "l40s")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["import-aiconfigurator", "--gpu", "l40s", "--backend", "vllm", "--out", str(out),
+                                   "--data", str(partial)])
+    assert isinstance(res.exception, ConfigError) and str(res.exception).startswith("--data:")
+    assert "l40s.yaml" in str(res.exception) and "\n" not in str(res.exception) and not out.exists()
+    with pytest.raises(ConfigError, match=r"^kernels: .*l40s\.yaml is missing"):
+        TableCostModel(ReplicaConfig(model="llama-3.1-8b", gpu="l40s"), "vllm", root=partial)
 
 
 def test_a_runs_table_model_shares_the_tables_and_counts_its_own_extrapolations(aic) -> None:  # noqa: ANN001
@@ -631,6 +711,27 @@ def test_predict_breaks_down_a_table_priced_step(aic) -> None:  # noqa: ANN001
     text = runner.invoke(app, base[:-1] + ["--tp", "8", "--kernels", "trtllm"])
     assert text.exit_code == 0 and "kernels: trtllm" in " ".join(text.output.split())
     assert "│ tables" in text.output
+
+
+def test_predict_marks_the_ops_the_roofline_priced(aic) -> None:  # noqa: ANN001
+    """roofline_ops names families ("gemm": every GEMM at the run's dtype); predict's from column marks their ops.
+    H100's vLLM tables have no int4 GEMM rows: the projections and MLP GEMMs are the roofline's, the LM head (kept at
+    16 bits) the bf16 rows'. Its TP1 LM head, wider than any measured shape, is the step's one extrapolated lookup."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    args = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--kernels", "vllm", "--dtype", "int4",
+            "--decode", "8", "--context", "1000"]
+    res = CliRunner().invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["roofline_ops"][0] == "gemm" and out["num_extrapolations"] == 1
+    assert out["roofline_priced"] == dict.fromkeys(("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down"), "roofline")
+    res = CliRunner().invoke(app, args)
+    rows = {line.split("│")[1].strip(): line.split("│")[4].strip() for line in res.output.splitlines()
+            if line.count("│") == 5}
+    assert rows["mlp_down"] == rows["qkv_proj"] == "roofline" and rows["lm_head_sampling"] == "tables"
 
 
 def test_predict_refuses_bad_kernel_flags() -> None:

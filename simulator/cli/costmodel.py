@@ -186,7 +186,10 @@ def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roof
     from simulator.costmodel import load_cost_model
 
     cm: CostModel = load_cost_model(cost_model, replica, engine)
+    mark = cm.extrapolation_mark()
     breakdown = cm.breakdown(shape)
+    if mark is not None:  # the breakdown prices the step's ops again (twice under an engine): count the step once
+        cm.rollback_extrapolations(mark)
     total = cm.iteration_time(shape)
     kernels = getattr(cm, "kernels", cm)  # under an engine model, the kernel model it wraps
     tables = kernels.describe() if replica.kernels != "roofline" else None
@@ -195,9 +198,12 @@ def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roof
             "cost_model": cm.name, "engine": getattr(getattr(cm, "engine", None), "name", None),
             "kernels": replica.kernels, "tables": tables,
             "table_notes": list(dict.fromkeys(getattr(kernels, "notes", []))) if tables else [],
-            # ops the tables lack rows for, priced by the roofline instead (empty without --kernels)
+            # families the tables lack rows for, priced by the roofline instead (empty without --kernels)
             "roofline_ops": list(dict.fromkeys([*getattr(kernels, "roofline_ops", []),
                                                 *getattr(kernels, "ROOFLINE_ALWAYS", ())])) if tables else [],
+            # the breakdown's ops those families price: "roofline", or "tables + roofline" for a share of the layers
+            "roofline_priced": {op: by for op, by in kernels.roofline_breakdown_ops().items() if op in breakdown}
+            if tables else {},
             "num_tokens": shape.num_tokens, "num_prefills": shape.num_prefills,
             "num_decodes": shape.num_decodes, "iteration_time_s": total, "breakdown_s": breakdown,
             "learned_ops": getattr(cm, "learned_ops", []),
@@ -269,10 +275,10 @@ def predict_cmd(
     learned = set(result["learned_ops"])
     learned |= {"tp_all_reduce"} if "all_reduce" in learned else set()
     learned |= {"lm_head_sampling"} if "lm_head" in learned else set()
-    by_roofline = set(result["roofline_ops"])
+    by_roofline = result["roofline_priced"]  # ops, not roofline_ops' families (gemm prices qkv_proj, mlp_down, ...)
     for op, t in result["breakdown_s"].items():
         source = ("engine" if op.startswith("engine_") else "learned" if op in learned
-                  else "tables" if result["tables"] and op not in by_roofline else "roofline")
+                  else by_roofline.get(op, "tables") if result["tables"] else "roofline")
         table.add_row(op, f"{t * 1e3:.3f}", f"{100 * t / total:.1f}%" if total else "-", source)
     table.add_row("iteration", f"{total * 1e3:.3f}", "100%", "", style="bold")
     console = Console()

@@ -142,7 +142,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     title = run_title(config, summary)
     pricing = _pricing_note(config)  # (loading a kernel table may print its notes: before the title, as ever)
     console.print(title, highlight=False)
-    console.print(f"workload: {summary['workload']}{_loop_note(config)} · cost model: {config.cost_model}{pricing}",
+    console.print(f"workload: {summary['workload']}{_loop_note(config)} · {pricing}",
                   highlight=False)
     table = Table("metric (ms)", "p50", "p90", "p99", "max")
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
@@ -272,8 +272,9 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
 
 
 def _pricing_note(config: RunConfig) -> str:
-    """Which measured tables priced the run (the model the run loaded, cached), the roofline's
-    calibration, and a trace whose timestamps the arrivals do not use."""
+    """The cost model: which measured tables priced the run (the model the run loaded, cached) and
+    the ops the roofline priced beside them, the roofline's calibration, and a trace whose timestamps
+    the arrivals do not use."""
     replicas = [config.replica]
     if config.is_disaggregated:  # the pools' replicas (a pool may name another GPU than the run's)
         from simulator.config.disagg_layout import layout_of
@@ -286,12 +287,15 @@ def _pricing_note(config: RunConfig) -> str:
     from simulator.costmodel.calibration import describe
 
     engine = load_engine(config.engine)
-    kernels = ""
+    kernels = f"cost model: {config.cost_model}"
     tables = [rep for rep in replicas if rep.kernels != "roofline"]
     if tables:
         from simulator.costmodel.aic.model import table_cost_model
 
-        kernels = " · kernels: " + "; ".join(table_cost_model(rep, rep.kernels).describe() for rep in tables)
+        # The tables price the run (config.cost_model is the roofline by default, which a kernels flag replaces);
+        # the roofline only the ops each describe() names.
+        kernels = ("cost model: kernel tables · kernels: "
+                   + "; ".join(table_cost_model(rep, rep.kernels).describe() for rep in tables))
     if config.cost_model != "roofline":  # a fitted artifact learns some ops; the roofline prices the rest: said
         from simulator.costmodel.learned import read_artifact
 

@@ -54,6 +54,7 @@ import functools
 import math
 import sys
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,12 @@ class TableCostModel(TabulatedCostModel):
     """Kernel model from one system's AIConfigurator tables for one backend (see the module docstring)."""
 
     STRETCH_FORMS = frozenset({"decode-curve", "chunk-terms"})
-    # Ops no table measures, always priced by the roofline (the database has no all-to-all rows).
+    # While :meth:`_reads_scaled_gemm` probes an op: per GEMM priced, whether its curve was scaled by the roofline
+    # from another measured shape (shared by the 16-bit twin, whose own GEMMs count too); None otherwise.
+    _gemm_log: list[bool] | None = None
+    # Ops always priced by the roofline. The database's comm/nccl/<version>/nccl_perf tables do hold alltoall rows
+    # (and all_gather, reduce_scatter); they are not used yet: pricing from them would move the silicon report's
+    # attention-DP rows (results/validation/silicon).
     ROOFLINE_ALWAYS = ("ep_all_to_all",)
 
     def __init__(self, replica: ReplicaConfig, backend: str, root: str | Path | None = None,
@@ -180,8 +186,14 @@ class TableCostModel(TabulatedCostModel):
             self._lack("linear_attn", f"no linear_attention rows (the shared subset keeps none) for "
                        f"{replica.model_spec.num_linear_layers} Gated DeltaNet layers")
         self.source = T.describe(replica.gpu, backend, root)
-        # Largest token count every token op was measured at: past it, an iteration extrapolates.
-        self._max_tokens = min(self._gemm_max_m, self._moe_max_tokens, self._ar_max_tokens)
+        # A GEMM whose (n, k) no table measured (wider than the tables' 65,536, e.g. a TP1 Llama-3 LM head's
+        # 128,256 columns) is a measured shape scaled by the roofline at every token count: the iterations
+        # that price it extrapolate, as past the measured tokens.
+        self._wide_lm_head = self._reads_scaled_gemm(self.lm_head_time)
+        # Largest token count every token op was measured at: past it (at any count, where a token op's GEMM
+        # shape was not measured), an iteration extrapolates.
+        self._max_tokens = (0.0 if self._reads_scaled_gemm(self.token_ops)
+                            else min(self._gemm_max_m, self._moe_max_tokens, self._ar_max_tokens))
         self.cal = replace(rf.cal, allreduce_latency_s=self._ar_latency_s,
                            source=f"{rf.cal.source}; all-reduce latency from the {backend} tables")
         self._build_tables(table_tokens + 1)
@@ -206,6 +218,7 @@ class TableCostModel(TabulatedCostModel):
     # -- GEMM --------------------------------------------------------------------------------------------
     def _load_gemm(self) -> None:
         self._gemm_index: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._gemm_scaled: set[tuple[int, int]] = set()  # (k, n) curves scaled from another shape (gemm_curve)
         self._gemm_max_m = math.inf
         ref = T.find_table(self.system, self.backend, "gemm", self.root)
         src, d, read, notes = (T.read_priced_rows(ref, self._gemm_dtype, ("m", "n", "k", "latency"), root=self.root)
@@ -235,6 +248,8 @@ class TableCostModel(TabulatedCostModel):
         checkpoint keeps them so (``ReplicaConfig.experts_only_quantized``; else :meth:`gemm` itself).
         At bfloat16 both are :meth:`gemm`."""
         self.attn_gemm = self.gemm16 = self.gemm
+        # Which priced by the bfloat16 rows (the twin below), for roofline_breakdown_ops: the LM head, the attention.
+        self._head_16 = self._attn_16 = False
         if self._gemm_dtype == "bfloat16":
             return
         twin = copy.copy(self)  # the same tables but the GEMM index, read at bfloat16
@@ -243,12 +258,18 @@ class TableCostModel(TabulatedCostModel):
         twin._gemm_dtype, twin._gemm_curves = "bfloat16", {}
         twin.notes, twin.roofline_ops, twin.versions, twin.borrowed = [], [], {}, {}
         twin._load_gemm()
+        if "gemm" not in self.versions and "gemm" in twin.versions:  # the table prices the 16-bit GEMMs only: said
+            self.versions["gemm"] = twin.versions["gemm"]
+            if "gemm" in twin.borrowed:
+                self.borrowed["gemm"] = twin.borrowed["gemm"]
         if not twin._gemm_index:
             self._lack("gemm16", "no bfloat16 GEMM rows for the LM head (and a 4-bit MoE checkpoint's attention "
                        "projections and router) that the checkpoint keeps at 16 bits")
         self.gemm16 = twin.gemm
+        self._head_16 = True
         if self.replica.experts_only_quantized:
             self.attn_gemm = twin.gemm
+            self._attn_16 = True
 
     def gemm_curve(self, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Latency (s) over measured ``m`` of ``[m, k] @ [k, n]``: log-log blend of the nearest
@@ -286,9 +307,24 @@ class TableCostModel(TabulatedCostModel):
             ts = np.exp(low + wn * (high - low))
         if (nc, kc) != (float(n), float(k)):
             ts = anchored(ts, self.rf.gemm(ms, k, n), self.rf.gemm(ms, int(kc), int(nc)))
+            self._gemm_scaled.add(key)
         ts = isotonic(ts)  # weakly increasing in m (a library's tiling switches aside)
         self._gemm_curves[key] = (ms, ts)
         return ms, ts
+
+    def _reads_scaled_gemm(self, op: Callable[[np.ndarray], object]) -> bool:
+        """Whether ``op`` (:meth:`token_ops`, :meth:`lm_head_time`) of one token prices a GEMM from a curve
+        :meth:`gemm_curve` scaled by the roofline from another measured shape (this model's or its 16-bit twin's)."""
+        owners = {id(g.__self__): g.__self__ for g in (self.gemm, self.attn_gemm, self.gemm16)}.values()
+        log: list[bool] = []
+        for owner in owners:
+            owner._gemm_log = log
+        try:
+            op(np.ones(1))
+        finally:
+            for owner in owners:
+                del owner._gemm_log  # back to the class's None
+        return any(log)
 
     def gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
         """Time of ``[tokens, k] @ [k, n]`` (the roofline's signature), from the tables."""
@@ -296,6 +332,8 @@ class TableCostModel(TabulatedCostModel):
         if not self._gemm_index or n <= 0 or k <= 0:
             return self.rf.gemm(t, k, n)
         ms, ts = self.gemm_curve(k, n)
+        if self._gemm_log is not None:
+            self._gemm_log.append((int(k), int(n)) in self._gemm_scaled)
         out = loglog(ms, ts, np.maximum(t, 1.0))
         over = t > ms[-1]
         if over.any():
@@ -655,8 +693,8 @@ class TableCostModel(TabulatedCostModel):
         (:meth:`CostModel.chunk_stretch_times`'s steps, which a fast path prices quietly): per step
         the token ops past the measured tokens, the chunk's prompt length past the measured lengths
         (on the window kernel's or the capped rows too, with sliding-window layers), a decode past
-        the measured KV lengths; each op first counted where stepping would first count it (the
-        per-op dict keeps the same order)."""
+        the measured KV lengths, an LM head of a shape no table measured (the decodes' logits); each
+        op first counted where stepping would first count it (the per-op dict keeps the same order)."""
         m, counts = num_iterations, []
         if num_decodes + chunk > self._max_tokens:
             counts.append((0, 0, "token_ops", m))
@@ -676,6 +714,8 @@ class TableCostModel(TabulatedCostModel):
             first = m if math.isinf(dlimit) else (0 if kv_max > dlimit else min(m, int(math.floor(dlimit)) - kv_max + 1))
             if first < m:
                 counts.append((first, 2, "attn_decode", m - first))
+            if self._wide_lm_head:  # the decodes' logits (the chunk does not end its prompt)
+                counts.append((0, 3, "lm_head", m))
         for _, _, op, k in sorted(counts):
             self._count(op, k)
 
@@ -797,13 +837,21 @@ class TableCostModel(TabulatedCostModel):
 
     def count_stretch(self, n: int, kv_max: int, num_iterations: int) -> None:
         """Count the extrapolations the scalar path would over a decode stretch (a fast path
-        prices the stretch quietly): iteration ``i`` has a sequence of ``kv_max + i`` tokens."""
+        prices the stretch quietly): iteration ``i`` has a sequence of ``kv_max + i`` tokens. Each
+        op first counted where stepping would first count it (token ops, decode attention, LM head
+        in an iteration), so the per-op dict keeps the same order."""
         limit = self._decode_curve(n)[3]
         if math.isinf(limit):  # no table edge (a sliding window caps the KV read): never an extrapolation
             first_over = num_iterations
         else:
             first_over = 0 if kv_max > limit else min(num_iterations, int(math.floor(limit)) - kv_max + 1)
-        self._count("attn_decode", num_iterations - first_over)
+        counts = [(first_over, 1, "attn_decode", num_iterations - first_over)]
+        if n > self._max_tokens:
+            counts.append((0, 0, "token_ops", num_iterations))
+        if n and self._wide_lm_head:
+            counts.append((0, 2, "lm_head", num_iterations))
+        for _, _, op, k in sorted(counts):
+            self._count(op, k)
 
     def decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                              num_iterations: int) -> list[float]:
@@ -878,6 +926,11 @@ class TableCostModel(TabulatedCostModel):
             self._count("token_ops")
         return self._table[t] + self.attention_prefill(shape) + self.attention_decode(shape)
 
+    def post_time(self, shape: BatchShape) -> float:
+        if self._wide_lm_head and shape.num_logits:  # an LM head shape no table measured (_count: not while quiet)
+            self._count("lm_head")
+        return TabulatedCostModel.post_time(self, shape)
+
     def embedding_time(self, tokens: np.ndarray) -> np.ndarray:
         return self.elementwise(tokens, 2 * self.model.hidden_size * self.dtype_bytes)
 
@@ -902,12 +955,46 @@ class TableCostModel(TabulatedCostModel):
             where = f"{ref.system} " if ref.system != self.system else ""
             self.borrowed[family] = f"{where}{ref.backend} {ref.version}"
 
+    def roofline_breakdown_ops(self) -> dict[str, str]:
+        """The :meth:`breakdown` ops the roofline prices, each ``"roofline"`` (all of it) or ``"tables + roofline"``
+        (some of its layers: a hybrid's linear ones); the others are the tables'. ``roofline_ops`` names families
+        (``gemm``: every GEMM the run's dtype prices; ``gemm16``: the LM head, and a 4-bit MoE checkpoint's
+        attention projections and router); this names the ops they price."""
+        attn, head = ("gemm16" if self._attn_16 else "gemm"), ("gemm16" if self._head_16 else "gemm")
+        linear = ("linear_attn",) if self.linear_fraction else ()
+        priced = {  # op -> the families pricing its parts (a hybrid's linear layers: plain GEMMs, the recurrence)
+            "qkv_proj": (attn, *("gemm" for _ in linear)), "attn_out_proj": (attn, *("gemm" for _ in linear)),
+            "moe_router": (attn,), "mlp_up_gate": ("gemm",), "mlp_down": ("gemm",), "moe_shared_experts": ("gemm",),
+            "lm_head_sampling": (head,), "moe_experts": ("moe_experts",), "moe_act": ("moe_experts",),
+            "attn_prefill": ("attn_prefill", *linear), "attn_decode": ("attn_decode", *linear),
+            "tp_all_reduce": ("tp_all_reduce",), "ep_all_to_all": ("ep_all_to_all",)}
+        by_roofline = {*self.roofline_ops, *self.ROOFLINE_ALWAYS}
+        out = {}
+        for op, families in priced.items():
+            share = sum(f in by_roofline for f in families)
+            if share:
+                out[op] = "roofline" if share == len(families) else "tables + roofline"
+        return out
+
     def describe(self) -> str:
-        """One line: which tables priced this model, which families another collector's rows priced, and what
-        the roofline priced for lack of rows."""
+        """One line: which tables priced this model (only the families whose rows price some op of it: no
+        all-reduce table at TP1, no attention table where the MLA tables or the roofline price attention), which
+        families another collector's rows priced, and what the roofline priced (for lack of rows, or always)."""
+        own: dict[str, list[str]] = {}
+        for family, version in self.versions.items():
+            if family not in self.borrowed:
+                own.setdefault(version, []).append(family)
+        if len(own) == 1:
+            head = f"{self.backend} {next(iter(own))} tables of {self.system} (AIConfigurator)"
+        else:
+            parts = "".join(f"{', ' if i else ': '}{'/'.join(fams)} {v}" for i, (v, fams) in enumerate(own.items()))
+            head = f"{self.backend} tables of {self.system} (AIConfigurator){parts}"
         lent = "".join(f"; {family} by {who}'s rows" for family, who in self.borrowed.items())
-        extra = f"; roofline for {', '.join(dict.fromkeys(self.roofline_ops))}" if self.roofline_ops else ""
-        return f"{self.source}{lent}{extra}"
+        ops = list(dict.fromkeys(self.roofline_ops))
+        if self.model.is_moe and uses_moe_collectives(self.replica):  # ROOFLINE_ALWAYS: ep_all_to_all is not 0
+            ops += [op for op in self.ROOFLINE_ALWAYS if op not in ops]
+        extra = f"; roofline only for {', '.join(ops)}" if ops else ""
+        return f"{head}{lent}{extra}"
 
 
 @functools.lru_cache(maxsize=32)

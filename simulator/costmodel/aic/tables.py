@@ -42,10 +42,14 @@ DEFAULT_ROOT = SHARED_DATA / "profiles" / "aiconfigurator"
 # Catalog GPU name -> AIConfigurator system. Names the catalog may not have yet (B300, GB300,
 # RTX PRO 6000) are listed so they work as soon as the catalog has them.
 SYSTEMS: dict[str, str] = {
-    "a100-80gb": "a100_sxm", "a100-40gb": "a100_sxm", "l40s": "l40s", "h100-sxm": "h100_sxm",
+    "a100-80gb": "a100_sxm", "l40s": "l40s", "h100-sxm": "h100_sxm",
     "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200", "b300": "b300_sxm", "gb300": "gb300",
     "rtx-pro-6000": "rtx_pro_6000_server", "rtx-pro-6000-server": "rtx_pro_6000_server",
 }
+# Catalog GPUs whose sibling the database measured, not they: the sibling's tables would price them with its
+# memory bandwidth (a100_sxm is the 80 GB card, 2.04 TB/s against the 40 GB's 1.56: a memory-bound decode step
+# about a quarter too fast), so they are refused, naming the sibling.
+MEASURED_SIBLING: dict[str, str] = {"a100-40gb": "a100-80gb"}
 
 # (family folder, table file stem) of every table the cost model reads.
 TABLES: dict[str, tuple[str, str]] = {
@@ -77,6 +81,9 @@ def data_root(root: str | Path | None = None) -> Path:
 
 def system_for(gpu: str) -> str:
     """The AIConfigurator system measured for a catalog GPU, or a ConfigError listing those that have one."""
+    if gpu in MEASURED_SIBLING:
+        raise ConfigError("kernels", f"the AIConfigurator tables were measured on the {MEASURED_SIBLING[gpu]}, not the "
+                          f"{gpu} (slower memory)", f"use --kernels roofline, or --gpu {MEASURED_SIBLING[gpu]}")
     try:
         return SYSTEMS[gpu]
     except KeyError:
@@ -127,10 +134,19 @@ def find_table(system: str, backend: str, table: str, root: str | Path | None = 
     return TableRef(system, backend, table, tuple(base / v / f"{stem}.parquet" for v in chosen), tuple(chosen))
 
 
+def system_file(system: str, root: str | Path | None = None) -> Path:
+    """``systems/<system>.yaml``: the system's hardware file (it may be absent: a partial copy of the database)."""
+    return data_root(root) / "systems" / f"{system}.yaml"
+
+
 def system_spec(system: str, root: str | Path | None = None) -> dict[str, float]:
     """The few numbers of ``systems/<system>.yaml`` the model uses (read without a YAML library):
     ``mem_bw`` (B/s), ``mem_bw_empirical_scaling_factor``, ``mem_empirical_constant_latency`` (s)."""
-    text = (data_root(root) / "systems" / f"{system}.yaml").read_text()
+    path = system_file(system, root)
+    if not path.is_file():
+        raise ConfigError("kernels", f"{path} is missing (the GPU's hardware constants the tables are priced with)",
+                          "restore the database folder from ../shared/data/profiles/aiconfigurator")
+    text = path.read_text()
     out: dict[str, float] = {}
     for key in ("mem_bw", "mem_bw_empirical_scaling_factor", "mem_empirical_constant_latency"):
         found = re.search(rf"^\s+{key}:\s*([0-9.eE+-]+)", text, re.MULTILINE)
@@ -608,6 +624,9 @@ def _check_export(gpu_or_system: str, backends: tuple[str, ...] | list[str], roo
     for backend in backends:
         if backend not in BACKENDS:
             raise ConfigError("--backend", f"unknown backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
+    if not system_file(system, root).is_file():  # the export reads its memory bandwidth (warm_in_l2): say so first
+        raise ConfigError("--data", f"{system_file(system, root)} is missing beside systems/data/{system}",
+                          "pass the whole database folder: systems/<gpu>.yaml beside systems/data")
     return system
 
 

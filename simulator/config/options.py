@@ -608,10 +608,12 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     return out
 
 
-def build_config(config_file: Path | None = None, command: str = "run", **options: Any) -> RunConfig:
-    """A RunConfig from a base (``--config`` or defaults) plus the options that were given, for
-    ``command`` (:func:`check_given`)."""
-    base = load_config_file(config_file) if config_file else RunConfig()
+def build_config(config_file: Path | None = None, command: str = "run", base: RunConfig | None = None,
+                 **options: Any) -> RunConfig:
+    """A RunConfig from a base (``--config``, else ``base``, else defaults) plus the options that were
+    given, for ``command`` (:func:`check_given`). ``base``: defaults the command line sets from what
+    the options name (a trace replay's row count, :func:`simulator.cli.options.replay_whole`)."""
+    base = load_config_file(config_file) if config_file else base or RunConfig()
     options = resolve_aliases(options, base, from_file=config_file is not None)
     # What the command sets in every config it builds is refused before the base is built: the base alone may not
     # hold the value (plan's --redundant-experts or --ep beside its EP 1, TP 1), and the base's own refusal would

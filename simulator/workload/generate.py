@@ -61,6 +61,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_ARRIVAL_S, MAX_TOKENS
 from simulator.config.run_config import WorkloadConfig
+from simulator.workload.prefix_traces import zero_output_note
 
 BUILTIN_NAMES = ("sharegpt", "arxiv")
 LONG_CONTEXT = "long-context"  # prompts log-uniform in [32K, 128K - output], outputs uniform in [128, 1024]
@@ -461,6 +462,7 @@ class TraceData:
     num_output_tokens: np.ndarray
     arrival_s: np.ndarray | None
     columns: tuple[str, ...]
+    note: str = ""  # what the reader changed, for the source line (rows of 0 output tokens given 1)
 
     def __len__(self) -> int:
         return len(self.num_prompt_tokens)
@@ -517,8 +519,9 @@ def _one_line(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str) -> np.ndarray:
-    """Token counts: numeric, integral, > 0; otherwise a ConfigError naming the line and column."""
+def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str, zero_ok: bool = False) -> np.ndarray:
+    """Token counts: numeric, integral, > 0 (>= 0 with ``zero_ok``: output lengths, whose 0s
+    :func:`_zero_outputs_given_one` turns to 1); otherwise a ConfigError naming the line and column."""
     import pandas as pd
 
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -527,17 +530,26 @@ def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str) ->
         i = int(np.argmax(bad))
         shown = "empty or NaN value" if pd.isna(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
         raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {shown}", "give a positive integer token count")
-    bad = (values <= 0) | (values != np.floor(values)) | ~np.isfinite(values)
+    bad = (values < 0 if zero_ok else values <= 0) | (values != np.floor(values)) | ~np.isfinite(values)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {raw.iloc[i]!s} is not a positive integer "
-                          "token count", "fix or delete that row")
+        what = "an integer token count >= 0" if zero_ok else "a positive integer token count"
+        raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {raw.iloc[i]!s} is not {what}",
+                          "fix or delete that row")
     bad = values > MAX_TOKENS  # (past 2^63 the cast below wraps to a negative count)
     if bad.any():
         i = int(np.argmax(bad))
         raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {raw.iloc[i]!s} tokens is beyond any "
                           f"model's context (at most {MAX_TOKENS:,})", "fix or delete that row")
     return values.astype(np.int64)
+
+
+def _zero_outputs_given_one(output: np.ndarray) -> tuple[np.ndarray, str]:
+    """A trace's output lengths with each 0 given 1, and the source line's note saying how many: the
+    Weka and Mooncake readers' rule (:func:`~simulator.workload.prefix_traces.output_tokens`), so that a
+    log's few requests answered with no token (27 of Weka's 49,334 rows) do not refuse the whole file."""
+    zero = output == 0
+    return np.where(zero, 1, output), zero_output_note(int(zero.sum()))
 
 
 def _validate_times(raw: pd.Series, col: str, unit: str, lines: np.ndarray, path: str) -> np.ndarray:
@@ -611,13 +623,15 @@ def _read_csv_plain(path: str) -> TraceData | None:
     if not all(v.isascii() and v.isdigit() and len(v) <= 18 for v in digits):
         return None
     values = np.array([int(v) for v in digits], dtype=np.int64)
-    if (values <= 0).any() or (values > MAX_TOKENS).any():
-        return None
     n = len(body)
+    # (an output of 0 is read, as on the pandas path; the digits above hold no sign)
+    if (values[:n] <= 0).any() or (values[2 * n:] <= 0).any() or (values > MAX_TOKENS).any():
+        return None
     if it is not None and (values[2 * n:] != values[:n] + values[n:2 * n]).any():
         return None  # the pandas path names the row whose total disagrees
     fmt = "vidur-csv" if prompt_col.strip().lower() == "num_prefill_tokens" else "csv"
-    return TraceData(path, fmt, values[:n].copy(), values[n:2 * n].copy(), None, tuple(columns))
+    output, note = _zero_outputs_given_one(values[n:2 * n])
+    return TraceData(path, fmt, values[:n].copy(), output, None, tuple(columns), note)
 
 
 def _csv_header(path: str) -> list[str]:
@@ -664,7 +678,7 @@ def _read_csv(path: str) -> TraceData:
         raise ConfigError(_FIELD, f"{path}: no rows after the header", "add at least one request row")
     lines = np.arange(2, len(frame) + 2)
     prompt = _validate_lengths(frame[prompt_col], prompt_col, lines, path)
-    output = _validate_lengths(frame[output_col], output_col, lines, path)
+    output = _validate_lengths(frame[output_col], output_col, lines, path, zero_ok=True)
     total_col = _pick(columns, ("num_total_tokens",), path, "total lengths")  # (Vidur's traces carry one)
     if total_col is not None:
         total = _validate_lengths(frame[total_col], total_col, lines, path)
@@ -673,12 +687,13 @@ def _read_csv(path: str) -> TraceData:
             i = int(np.argmax(bad))
             raise ConfigError(_FIELD, f"{path}: line {lines[i]}: {total_col} is {total[i]}, not {prompt_col} + "
                               f"{output_col} = {prompt[i] + output[i]}", "fix that row, or drop the total column")
+    output, note = _zero_outputs_given_one(output)  # (after the total's check: the file's 0 adds up)
     arrival = None
     if time_col is not None:
         arrival = _validate_times(frame[time_col], time_col, TIME_KEYS[time_col.strip().lower()], lines, path)
     fmt = "azure-csv" if time_col is not None and time_col.strip().lower() == "timestamp" else (
         "vidur-csv" if prompt_col.strip().lower() == "num_prefill_tokens" else "csv")
-    return TraceData(path, fmt, prompt, output, arrival, tuple(columns))
+    return TraceData(path, fmt, prompt, output, arrival, tuple(columns), note)
 
 
 def _read_jsonl(path: str) -> TraceData:
@@ -737,11 +752,11 @@ def _read_jsonl(path: str) -> TraceData:
         return pd.Series([("true" if v else "false") if isinstance(v, bool) else v for v in values], dtype=object)
 
     prompt = _validate_lengths(series(prompt_raw), keys[0], line_arr, path)
-    output = _validate_lengths(series(output_raw), keys[1], line_arr, path)
+    output, note = _zero_outputs_given_one(_validate_lengths(series(output_raw), keys[1], line_arr, path, zero_ok=True))
     arrival = None
     if keys[2] is not None:
         arrival = _validate_times(series(time_raw), keys[2], TIME_KEYS[keys[2].strip().lower()], line_arr, path)
-    return TraceData(path, "jsonl", prompt, output, arrival, tuple(k for k in keys if k is not None))
+    return TraceData(path, "jsonl", prompt, output, arrival, tuple(k for k in keys if k is not None), note)
 
 
 def clip_lengths(prompt: np.ndarray, output: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -781,7 +796,7 @@ def _lengths_from_trace(cfg: WorkloadConfig, rng: np.random.Generator
     trace = load_trace(cfg.trace)
     name = Path(cfg.trace).name
     prompt, output, arrival = trace.num_prompt_tokens, trace.num_output_tokens, trace.arrival_s
-    desc = f"trace {name} ({trace.fmt}, {len(trace)} rows"
+    desc = f"trace {name} ({trace.fmt}, {len(trace)} rows{trace.note}"
     if cfg.max_total_tokens is not None and cfg.over_length == "clip":
         over = prompt + output > cfg.max_total_tokens
         if over.any():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import WorkloadConfig
-from simulator.workload.generate import RequestTable, builtin_data, generate_requests, load_trace
+from simulator.workload.generate import RequestTable, band, builtin_data, generate_requests, load_trace
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 EXAMPLES = Path(__file__).resolve().parents[1] / "traces" / "examples"
@@ -125,6 +126,48 @@ def test_uniform_covers_range_and_filters() -> None:
               max_total_tokens=600, num_requests=3000)
     total = cut.num_prompt_tokens + cut.num_output_tokens
     assert len(cut) == 3000 and total.max() <= 600 and total.min() >= 200
+
+
+def test_a_band_over_the_limit_is_refused_as_fixed_lengths_over_it_are() -> None:
+    # It was redrawn under the limit without a word: 4000 +- 10% under 4096 gave a mean prompt of 3,747, while
+    # vllm bench sends the whole band and the server refuses the longer requests (a 400).
+    with pytest.raises(ConfigError, match=r"\[180, 221\], up to 4621 tokens, above the 4096") as err:
+        gen(name="random", prompt_tokens=4000, output_tokens=200, range_ratio=0.1, max_total_tokens=4096)
+    assert err.value.field == "workload.range_ratio" and "--max-model-len" in err.value.fix
+    with pytest.raises(ConfigError, match="workload.range_ratio"):  # SGLang's band, [r len, len], too
+        gen(name="random", prompt_tokens=4000, output_tokens=200, range_ratio=0.5, range_style="sglang",
+            max_total_tokens=4100)
+    # A band whose top is the limit runs whole.
+    top = band(3600, 0.1)[1] + band(100, 0.1)[1]
+    table = gen(name="random", prompt_tokens=3600, output_tokens=100, range_ratio=0.1, max_total_tokens=top,
+                num_requests=2000)
+    assert table.num_prompt_tokens.mean() == pytest.approx(3600, rel=0.01)
+
+
+def test_a_spread_over_the_limit_says_what_share_was_redrawn() -> None:
+    # A normal spread has no top to refuse: what crosses the limit is redrawn, and the source line says how much.
+    table = gen(name="fixed", prompt_tokens=4000, output_tokens=46, prompt_tokens_stddev=100, max_total_tokens=4096,
+                num_requests=4000)
+    assert (table.num_prompt_tokens + table.num_output_tokens).max() <= 4096
+    found = re.search(r"warning: ([\d,]+) of ([\d,]+) draws \(([\d.]+)%\) were over the 4096-token limit", table.source)
+    assert found, table.source
+    redrawn, drawn = (int(found[i].replace(",", "")) for i in (1, 2))
+    assert drawn - redrawn == 4000
+    assert redrawn / drawn == pytest.approx(0.3228, abs=0.02)  # P(prompt > 4050) = P(Z > 0.5 - 0.5/100)
+    # Nothing redrawn, nothing said.
+    assert "warning" not in gen(name="fixed", prompt_tokens=400, output_tokens=46, prompt_tokens_stddev=10,
+                                max_total_tokens=4096).source
+
+
+def test_a_band_over_the_models_context_is_one_line_naming_the_ratio() -> None:
+    from typer.testing import CliRunner
+
+    from simulator.cli.app import app
+
+    res = CliRunner().invoke(app, ["run", "--prompt-tokens", "4000", "--output-tokens", "200", "--random-range-ratio",
+                                   "0.1", "--num-requests", "4", "--no-progress"])
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError), res.output
+    assert res.exception.field == "workload.range_ratio" and "4096" in str(res.exception)
 
 
 # Sarathi-Serve (OSDI'24) Table 2.

@@ -36,8 +36,10 @@ Arrival processes
 
 Max-length filtering follows the papers: requests with ``prompt + output >
 max_total_tokens`` are removed from the *source* before sampling (trace rows are
-dropped; built-in and uniform draws are resampled until enough remain), so the sample
-is the source distribution conditioned on the limit. With ``over_length="clip"`` a
+dropped; built-in, uniform and normally spread draws are resampled until enough remain), so the
+sample is the source distribution conditioned on the limit. Fixed lengths over it, and a
+``range_ratio`` band whose top is over it, are refused instead: a benchmark client sends them
+as asked, and the server refuses the longer requests. With ``over_length="clip"`` a
 trace row over the limit is instead shortened the way Vidur's trace length generator
 does it (:func:`clip_lengths`), so the same trace gives the same requests in both tools. Nothing else is ever dropped: a
 malformed trace row is a :class:`~simulator.config.errors.ConfigError` naming its line.
@@ -244,8 +246,10 @@ def _check_total(what: str, min_total: int, limit: int | None) -> None:
                           f"above max_total_tokens={limit}", f"raise --max-total-tokens to >= {min_total}")
 
 
-def _draw_filtered(draw, n: int, limit: float, rng: np.random.Generator, what: str) -> tuple[np.ndarray, np.ndarray]:
-    """Rejection sampling: draw batches with ``draw(k, rng)`` until ``n`` pairs have total <= limit."""
+def _draw_filtered(draw, n: int, limit: float, rng: np.random.Generator, what: str  # noqa: ANN001
+                   ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Rejection sampling: draw batches with ``draw(k, rng)`` until ``n`` pairs have total <= limit; also how
+    many draws before the ``n``-th kept one were over the limit and redrawn (for the source line)."""
     prompts: list[np.ndarray] = []
     outputs: list[np.ndarray] = []
     have, drawn, kept = 0, 0, 0
@@ -261,9 +265,11 @@ def _draw_filtered(draw, n: int, limit: float, rng: np.random.Generator, what: s
         kept += int(ok.sum())
         prompts.append(p[ok])
         outputs.append(o[ok])
+        if have + int(ok.sum()) >= n:
+            # this batch's draws up to its (n - have)-th kept one were used; the rest of it never was
+            used = drawn - k + int(np.flatnonzero(ok)[n - have - 1]) + 1
+            return np.concatenate(prompts)[:n], np.concatenate(outputs)[:n], used - n
         have += int(ok.sum())
-        if have >= n:
-            return np.concatenate(prompts)[:n], np.concatenate(outputs)[:n]
     raise ConfigError("workload.max_total_tokens", f"max_total_tokens={limit:g} keeps only {kept} of {drawn} "
                       f"{what} draws", "raise --max-total-tokens")
 
@@ -278,7 +284,7 @@ def _lengths_uniform(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.
         return g.integers(p_lo, p_hi, k, endpoint=True), g.integers(o_lo, o_hi, k, endpoint=True)
 
     limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
-    prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "uniform")
+    prompt, output, _ = _draw_filtered(draw, cfg.num_requests, limit, rng, "uniform")
     desc = f"uniform prompt [{p_lo}, {p_hi}] / output [{o_lo}, {o_hi}] tokens"
     if cfg.max_total_tokens is not None:
         desc += f" (total <= {cfg.max_total_tokens})"
@@ -298,21 +304,30 @@ def band(length: int, ratio: float, at_least: int = 1, style: str = "vllm") -> t
 def _lengths_banded(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
     """Fixed lengths banded by ``range_ratio`` (``--random-range-ratio``, read as ``range_style``'s
     client reads it): prompt and output drawn uniformly from :func:`band` of each, prompts first,
-    as both clients draw them."""
+    as both clients draw them.
+
+    A band whose top (longest prompt + longest output) is over ``max_total_tokens`` (the model's
+    context, unless given) is refused, as fixed lengths over it are: the client draws the whole band,
+    and a server of that context refuses the longer requests (vLLM answers them with a 400), so a
+    band redrawn under the limit (once done silently: 4000 +- 10% under 4096 gave a mean prompt of
+    3,747) is not the workload the client sends."""
     p_lo, p_hi = band(cfg.prompt_tokens, cfg.range_ratio, style=cfg.range_style)
     o_lo, o_hi = band(cfg.output_tokens, cfg.range_ratio, style=cfg.range_style)
-    _check_total("banded", p_lo + o_lo, cfg.max_total_tokens)
+    style = "" if cfg.range_style == "vllm" else f" as {cfg.range_style} reads it"
+    if cfg.max_total_tokens is not None and p_hi + o_hi > cfg.max_total_tokens:
+        limit = cfg.max_total_tokens
+        raise ConfigError("workload.range_ratio", f"{cfg.range_ratio:g}{style} draws prompts in [{p_lo}, {p_hi}] and "
+                          f"outputs in [{o_lo}, {o_hi}], up to {p_hi + o_hi} tokens, above the {limit} a request may "
+                          "hold (--max-total-tokens, else the model's context): a server refuses the longer ones "
+                          "(vLLM: a 400)", f"narrow --random-range-ratio or lower --prompt-tokens/"
+                          f"--output-tokens to a top of at most {limit} tokens, or raise --max-model-len")
 
     def draw(k: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         return g.integers(p_lo, p_hi, k, endpoint=True), g.integers(o_lo, o_hi, k, endpoint=True)
 
-    limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
-    prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "banded")
-    style = "" if cfg.range_style == "vllm" else f" as {cfg.range_style} reads it"
+    prompt, output, _ = _draw_filtered(draw, cfg.num_requests, math.inf, rng, "banded")
     desc = (f"random {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens, range ratio "
             f"{cfg.range_ratio:g}{style} ([{p_lo}, {p_hi}] / [{o_lo}, {o_hi}])")
-    if cfg.max_total_tokens is not None and p_hi + o_hi > cfg.max_total_tokens:
-        desc += f" (total <= {cfg.max_total_tokens})"
     return prompt.astype(np.int64), output.astype(np.int64), desc
 
 
@@ -320,7 +335,9 @@ def _lengths_spread(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.n
     """Fixed lengths spread as AIPerf's and genai-perf's synthetic prompts are (``--isl-stddev``,
     ``--osl-stddev``): each drawn from a normal distribution around the length, rounded to a whole
     token and at least 1; prompt and output drawn side by side, prompts first. A zero deviation
-    leaves that length exact (no draw: the other length's draws are the same either way)."""
+    leaves that length exact (no draw: the other length's draws are the same either way). A normal
+    spread has no top to refuse, as a band over ``max_total_tokens`` is; a draw over it (one a server
+    of that context would refuse) is redrawn, and the source line says how many were."""
     _check_total("spread", 2, cfg.max_total_tokens)
 
     def one(length: int, sd: float, k: int, g: np.random.Generator) -> np.ndarray:
@@ -333,9 +350,13 @@ def _lengths_spread(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.n
         return prompt, one(cfg.output_tokens, cfg.output_tokens_stddev, k, g)
 
     limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
-    prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "spread")
+    prompt, output, redrawn = _draw_filtered(draw, cfg.num_requests, limit, rng, "spread")
     desc = (f"fixed {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens, standard deviation "
             f"{cfg.prompt_tokens_stddev:g} / {cfg.output_tokens_stddev:g}")
+    if redrawn:
+        drawn = cfg.num_requests + redrawn
+        desc += (f" (warning: {redrawn:,} of {drawn:,} draws ({redrawn / drawn:.1%}) were over the {limit}-token "
+                 "limit and redrawn: a server of that context would refuse them)")
     return prompt, output, desc
 
 
@@ -438,7 +459,7 @@ def _lengths_from_builtin(cfg: WorkloadConfig, rng: np.random.Generator) -> tupl
     # The source itself was filtered at source_limit total tokens; a tighter user limit applies on top.
     limit = min(source_limit, cfg.max_total_tokens or source_limit)
     _check_total(cfg.name, sampler.min_total, limit)
-    prompt, output = _draw_filtered(sampler.sample, cfg.num_requests, limit, rng, cfg.name)
+    prompt, output, _ = _draw_filtered(sampler.sample, cfg.num_requests, limit, rng, cfg.name)
     desc = f"{cfg.name} ({label})"
     if limit < source_limit:
         desc += f", total <= {limit}"

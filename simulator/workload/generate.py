@@ -52,6 +52,7 @@ import gzip
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -246,8 +247,8 @@ def _check_total(what: str, min_total: int, limit: int | None) -> None:
                           f"above max_total_tokens={limit}", f"raise --max-total-tokens to >= {min_total}")
 
 
-def _draw_filtered(draw, n: int, limit: float, rng: np.random.Generator, what: str  # noqa: ANN001
-                   ) -> tuple[np.ndarray, np.ndarray, int]:
+def _draw_filtered(draw: Callable[[int, np.random.Generator], tuple[np.ndarray, np.ndarray]], n: int, limit: float,
+                   rng: np.random.Generator, what: str) -> tuple[np.ndarray, np.ndarray, int]:
     """Rejection sampling: draw batches with ``draw(k, rng)`` until ``n`` pairs have total <= limit; also how
     many draws before the ``n``-th kept one were over the limit and redrawn (for the source line)."""
     prompts: list[np.ndarray] = []

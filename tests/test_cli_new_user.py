@@ -217,6 +217,22 @@ def test_a_trace_replays_whole_by_default(four_rows: Path, tmp_path: Path) -> No
     assert res.exit_code == 0 and json.loads(res.stdout)["num_requests"] == 2
 
 
+def test_a_whole_replays_warm_up_is_checked_against_its_rows(tmp_path: Path) -> None:
+    # --num-warmup was checked against the default 256 requests before the replay's row count was set.
+    import json
+
+    path = tmp_path / "rows.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                    + "".join(f"{i * 0.01:.2f},20,2\n" for i in range(300)))
+    replay = ["run", "--trace", str(path), "--arrival", "trace", "--no-progress"]
+    res = runner.invoke(app, [*replay, "--num-warmup", "260", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert (summary["num_warmup"], summary["num_requests"]) == (260, 40)  # the 300 rows less the warm-up
+    res = runner.invoke(app, [*replay, "--num-warmup", "300"])
+    assert res.exit_code != 0 and "num_requests=300" in str(res.exception), res.output
+
+
 # -- names -------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("name", "short"), [
     ("Llama-3.3-70B-Instruct", "llama-3.3-70b"),

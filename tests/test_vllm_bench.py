@@ -68,6 +68,19 @@ def test_aliases_give_the_canonical_config():
     assert vllm == ours
 
 
+def test_dataset_name_random_takes_vllms_default_lengths():
+    # vllm bench serve --dataset-name random draws 1024-token prompts (--random-input-len's default) and 128-token
+    # outputs; the prompts here were `fixed`'s 512.
+    workload = build_config(dataset_name="random", num_prompts=50, request_rate=float("inf")).workload
+    assert (workload.prompt_tokens, workload.output_tokens) == (1024, 128)
+    assert build_config(workload="random").workload.prompt_tokens == 1024  # the same option under its own name
+    assert build_config(dataset_name="random", random_input_len=300).workload.prompt_tokens == 300  # given, it stands
+    assert build_config(workload="fixed").workload.prompt_tokens == 512  # fixed is this project's own
+    res = runner.invoke(app, ["run", "--dataset-name", "random", "--num-prompts", "4", "--request-rate", "inf",
+                              "--no-progress"])
+    assert res.exit_code == 0 and "1024 prompt / 128 output tokens" in res.stdout, res.output
+
+
 def test_an_alias_and_its_name_together_is_refused():
     with pytest.raises(ConfigError, match="--tp"):
         build_config(tp=2, tensor_parallel_size=4, model="llama-3-8b")

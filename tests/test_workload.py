@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import WorkloadConfig
-from simulator.workload.generate import RequestTable, builtin_data, generate_requests, load_trace
+from simulator.workload.generate import RequestTable, band, builtin_data, generate_requests, load_trace
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 EXAMPLES = Path(__file__).resolve().parents[1] / "traces" / "examples"
@@ -125,6 +126,48 @@ def test_uniform_covers_range_and_filters() -> None:
               max_total_tokens=600, num_requests=3000)
     total = cut.num_prompt_tokens + cut.num_output_tokens
     assert len(cut) == 3000 and total.max() <= 600 and total.min() >= 200
+
+
+def test_a_band_over_the_limit_is_refused_as_fixed_lengths_over_it_are() -> None:
+    # It was redrawn under the limit without a word: 4000 +- 10% under 4096 gave a mean prompt of 3,747, while
+    # vllm bench sends the whole band and the server refuses the longer requests (a 400).
+    with pytest.raises(ConfigError, match=r"\[180, 221\], up to 4621 tokens, above the 4096") as err:
+        gen(name="random", prompt_tokens=4000, output_tokens=200, range_ratio=0.1, max_total_tokens=4096)
+    assert err.value.field == "workload.range_ratio" and "--max-model-len" in err.value.fix
+    with pytest.raises(ConfigError, match="workload.range_ratio"):  # SGLang's band, [r len, len], too
+        gen(name="random", prompt_tokens=4000, output_tokens=200, range_ratio=0.5, range_style="sglang",
+            max_total_tokens=4100)
+    # A band whose top is the limit runs whole.
+    top = band(3600, 0.1)[1] + band(100, 0.1)[1]
+    table = gen(name="random", prompt_tokens=3600, output_tokens=100, range_ratio=0.1, max_total_tokens=top,
+                num_requests=2000)
+    assert table.num_prompt_tokens.mean() == pytest.approx(3600, rel=0.01)
+
+
+def test_a_spread_over_the_limit_says_what_share_was_redrawn() -> None:
+    # A normal spread has no top to refuse: what crosses the limit is redrawn, and the source line says how much.
+    table = gen(name="fixed", prompt_tokens=4000, output_tokens=46, prompt_tokens_stddev=100, max_total_tokens=4096,
+                num_requests=4000)
+    assert (table.num_prompt_tokens + table.num_output_tokens).max() <= 4096
+    found = re.search(r"warning: ([\d,]+) of ([\d,]+) draws \(([\d.]+)%\) were over the 4096-token limit", table.source)
+    assert found, table.source
+    redrawn, drawn = (int(found[i].replace(",", "")) for i in (1, 2))
+    assert drawn - redrawn == 4000
+    assert redrawn / drawn == pytest.approx(0.3228, abs=0.02)  # P(prompt > 4050) = P(Z > 0.5 - 0.5/100)
+    # Nothing redrawn, nothing said.
+    assert "warning" not in gen(name="fixed", prompt_tokens=400, output_tokens=46, prompt_tokens_stddev=10,
+                                max_total_tokens=4096).source
+
+
+def test_a_band_over_the_models_context_is_one_line_naming_the_ratio() -> None:
+    from typer.testing import CliRunner
+
+    from simulator.cli.app import app
+
+    res = CliRunner().invoke(app, ["run", "--prompt-tokens", "4000", "--output-tokens", "200", "--random-range-ratio",
+                                   "0.1", "--num-requests", "4", "--no-progress"])
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError), res.output
+    assert res.exception.field == "workload.range_ratio" and "4096" in str(res.exception)
 
 
 # Sarathi-Serve (OSDI'24) Table 2.
@@ -362,7 +405,9 @@ BAD = [
     ("header.csv", V, "no rows"),
     ("cols.csv", "a,b,c\n1,2,3\n", "unknown trace format, columns \\[a, b, c\\]"),
     ("text.csv", V + "0,10,5\n1,ten,5\n", "line 3, column num_prefill_tokens: 'ten' is not a number"),
-    ("zero.csv", V + "0,10,5\n1,10,0\n", "line 3, column num_decode_tokens: 0 is not a positive"),
+    ("zero.csv", V + "0,10,5\n1,0,5\n", "line 3, column num_prefill_tokens: 0 is not a positive"),
+    ("negout.csv", V + "0,10,-5\n", "line 2, column num_decode_tokens: -5 is not an integer token count >= 0"),
+    ("fracout.csv", "num_prefill_tokens,num_decode_tokens\n10,0.5\n", "0.5 is not an integer token count >= 0"),
     ("neg.csv", V + "0,-4,5\n", "line 2, column num_prefill_tokens: -4 is not a positive"),
     ("frac.csv", V + "0,4.5,5\n", "line 2, column num_prefill_tokens: 4.5 is not a positive integer"),
     ("nan.csv", V + "0,10,5\n1,,5\n", "line 3, column num_prefill_tokens: empty or NaN value"),
@@ -381,6 +426,7 @@ BAD = [
     ("miss.jsonl", '{"input_toks": 5, "output_toks": 2}\n{"input_toks": 5}\n', "line 2 lacks key 'output_toks'"),
     ("null.jsonl", '{"input_toks": 5, "output_toks": null}\n', "line 1, column output_toks: empty or NaN value"),
     ("bool.jsonl", '{"input_toks": true, "output_toks": 3}\n', "line 1, column input_toks: 'true' is not a number"),
+    ("boolout.jsonl", '{"input_toks": 5, "output_toks": false}\n', "column output_toks: 'false' is not a number"),
     ("str.jsonl", '{"input_toks": "many", "output_toks": 3}\n', "line 1, column input_toks: 'many' is not a number"),
     ("ns.jsonl", '{"input_toks": 5, "output_toks": 3, "arrival_time_ns": 9}\n'
                  '{"input_toks": 5, "output_toks": 3, "arrival_time_ns": 8}\n', "line 2, column arrival_time_ns"),
@@ -397,6 +443,40 @@ def test_bad_trace(tmp_path: Path, name: str, text: str, message: str) -> None:
     text = str(info.value)
     assert "\n" not in text and name in text and info.value.field == "workload.trace"
     assert info.value.fix  # every trace error says what to do
+
+
+ZERO_OUTPUT = [  # a second row recorded with 0 output tokens, in each format a trace is read from
+    ("plain.csv", "num_prefill_tokens,num_decode_tokens\n10,5\n12,0\n"),
+    ("total.csv", "num_prefill_tokens,num_decode_tokens,num_total_tokens\n10,5,15\n12,0,12\n"),  # the file's 0 adds up
+    ("timed.csv", V + "0,10,5\n1,12,0\n"),
+    ("rows.jsonl", '{"input_toks": 10, "output_toks": 5}\n{"input_toks": 12, "output_toks": 0}\n'),
+    ("mooncake.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [0]}\n'
+                       '{"timestamp": 1, "input_length": 12, "output_length": 0, "hash_ids": [0]}\n'),
+    ("trace_0001.json", json.dumps({"block_size": 64, "requests": [{"t": 0, "in": 10, "out": 5},
+                                                                   {"t": 1, "in": 12, "out": 0}]})),
+]
+
+
+@pytest.mark.parametrize(("name", "text"), ZERO_OUTPUT, ids=[z[0] for z in ZERO_OUTPUT])
+def test_every_reader_gives_a_zero_output_one_token_and_says_so(tmp_path: Path, name: str, text: str) -> None:
+    # Only the Weka sessions reader did: the CSV, JSONL and Mooncake readers refused the whole file for the
+    # row (Weka's requests_all.csv: 27 of 49,334).
+    table = gen(trace=write(tmp_path / name, text), num_requests=2, arrival="burst")
+    assert sorted(table.num_output_tokens.tolist()) == [1, 5]
+    assert "1 recorded with 0 output tokens given 1" in table.source
+
+
+@pytest.mark.parametrize("value", [-1, False, 0.0])
+def test_a_hashed_traces_output_of_zero_is_an_integer_zero(tmp_path: Path, value: object) -> None:
+    # Negative and non-integer outputs are still refused (False == 0 in Python; it was given 1 silently).
+    from simulator.workload.prefix_traces import read_mooncake, read_weka_sessions
+
+    line = {"timestamp": 0, "input_length": 10, "output_length": value, "hash_ids": [0]}
+    with pytest.raises(ConfigError, match="output_length must be a positive integer"):
+        read_mooncake(write(tmp_path / "m.jsonl", json.dumps(line) + "\n"))
+    session = {"block_size": 64, "requests": [{"t": 0, "in": 10, "out": value}]}
+    with pytest.raises(ConfigError, match="out must be a positive integer"):
+        read_weka_sessions(write(tmp_path / "trace_0001.json", json.dumps(session)))
 
 
 def test_missing_trace_file(tmp_path: Path) -> None:

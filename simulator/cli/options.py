@@ -135,15 +135,22 @@ def _parameters() -> tuple[inspect.Parameter, ...]:
     return tuple(params)
 
 
-def replay_whole(config: RunConfig, given: dict[str, Any]) -> RunConfig:
-    """A trace replay (``--arrival trace``) replays every row unless ``--num-requests`` (or a
-    ``--config``) says how many."""
-    if config.workload.arrival != "trace" or given.get("num_requests") is not None or given.get("config_file"):
-        return config
+def replay_whole(given: dict[str, Any]) -> RunConfig | None:
+    """The defaults a trace replay (``--arrival trace``) starts from: every row it can replay as
+    ``num_requests``, unless ``--num-requests`` (or a ``--config``) says how many; None for any other
+    run. Read from the options as given, before the config is built, because the config checks
+    ``--num-warmup`` against ``num_requests`` as it is built: the rows, not the default 256, must be there."""
+    if (given.get("arrival") != "trace" or given.get("trace") is None or given.get("num_requests") is not None
+            or given.get("config_file")):
+        return None
+    from simulator.config.run_config import WorkloadConfig
     from simulator.workload.generate import replayable_rows  # late: reads the trace (pandas) only for a replay
 
-    rows = replayable_rows(config.workload)
-    return config.replace(workload__num_requests=rows) if rows > 0 else config
+    # What replayable_rows reads; a value the config refuses is refused here with the config's own message.
+    workload = WorkloadConfig(trace=given["trace"], arrival="trace", max_total_tokens=given.get("max_total_tokens"),
+                              over_length=given.get("over_length") or WorkloadConfig.over_length)
+    rows = replayable_rows(workload)
+    return RunConfig().replace(workload__num_requests=rows) if rows > 0 else None
 
 
 def check_trace_given(config: RunConfig, options: dict[str, Any], command: str = "run") -> None:
@@ -274,14 +281,14 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
     def wrapper(**kwargs: Any):  # noqa: ANN202
         run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k in DERIVED_OPTIONS
                       or k == "config_file"}
+        base = replay_whole(run_kwargs)
         try:
-            config = build_config(command=fn.__name__, **run_kwargs)
+            config = build_config(command=fn.__name__, base=base, **run_kwargs)
         except ConfigError:
             if not as_overrides:
                 raise
             return fn(config=given_overrides(**run_kwargs), **kwargs)
         check_trace_given(config, run_kwargs, fn.__name__)
-        config = replay_whole(config, run_kwargs)
         if as_overrides:
             from simulator.config.options import config_overrides
 

@@ -109,7 +109,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "cv": ("workload__cv", float, "Coefficient of variation of gaps (gamma arrivals)."),
     "num_requests": ("workload__num_requests", int, "Requests to simulate (--arrival trace: every row of the "
                      "trace unless given)."),
-    "prompt_tokens": ("workload__prompt_tokens", int, "Prompt length (fixed) or lower bound (uniform)."),
+    "prompt_tokens": ("workload__prompt_tokens", int, "Prompt length (fixed) or lower bound (uniform) (default: 512; "
+                      "1024 for --workload random, vllm bench's --random-input-len default)."),
     "output_tokens": ("workload__output_tokens", int, "Output length (fixed) or lower bound (uniform)."),
     "prompt_tokens_max": ("workload__prompt_tokens_max", int, "Upper bound of prompt length (uniform)."),
     "output_tokens_max": ("workload__output_tokens_max", int, "Upper bound of output length (uniform)."),
@@ -203,6 +204,8 @@ def load_config_file(path: Path, field: str = "--config") -> RunConfig:
     return RunConfig.from_dict(data)
 
 
+# vllm bench serve's --random-input-len default (vllm.benchmarks.datasets): `--workload random`'s prompt length.
+VLLM_RANDOM_INPUT_LEN = 1024
 # Length options, and the length sources that read each (the others draw lengths from a dataset or a trace).
 LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_tokens": ("fixed", "random", "uniform"),
                   "prompt_tokens_max": ("uniform",), "output_tokens_max": ("uniform",),
@@ -554,6 +557,11 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
                           "give --range-ratio too (1: fixed; 0.8: [0.8 len, len]; 0: [1, len])")
     if given and out.get("workload") is None and out.get("trace") is None and not from_file:
         out["workload"] = "uniform" if any(name.endswith("_max") for name in given) else "fixed"
+    # `random` is vllm bench's dataset (--dataset-name random), whose prompts default to its --random-input-len,
+    # 1024 tokens, not the 512 of `fixed` here: reproducing its run as written must not halve the prompts. (Its
+    # --random-output-len default, 128, is the output default here too.) A --config file's lengths stand.
+    if lengths_read and out.get("workload") == "random" and out.get("prompt_tokens") is None:
+        out["prompt_tokens"] = VLLM_RANDOM_INPUT_LEN
     burstiness = out.pop("burstiness", None)
     expert_parallel = out.pop("enable_expert_parallel", None)
     qps = out.get("qps")
@@ -608,10 +616,12 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     return out
 
 
-def build_config(config_file: Path | None = None, command: str = "run", **options: Any) -> RunConfig:
-    """A RunConfig from a base (``--config`` or defaults) plus the options that were given, for
-    ``command`` (:func:`check_given`)."""
-    base = load_config_file(config_file) if config_file else RunConfig()
+def build_config(config_file: Path | None = None, command: str = "run", base: RunConfig | None = None,
+                 **options: Any) -> RunConfig:
+    """A RunConfig from a base (``--config``, else ``base``, else defaults) plus the options that were
+    given, for ``command`` (:func:`check_given`). ``base``: defaults the command line sets from what
+    the options name (a trace replay's row count, :func:`simulator.cli.options.replay_whole`)."""
+    base = load_config_file(config_file) if config_file else base or RunConfig()
     options = resolve_aliases(options, base, from_file=config_file is not None)
     # What the command sets in every config it builds is refused before the base is built: the base alone may not
     # hold the value (plan's --redundant-experts or --ep beside its EP 1, TP 1), and the base's own refusal would

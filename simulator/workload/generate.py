@@ -36,8 +36,10 @@ Arrival processes
 
 Max-length filtering follows the papers: requests with ``prompt + output >
 max_total_tokens`` are removed from the *source* before sampling (trace rows are
-dropped; built-in and uniform draws are resampled until enough remain), so the sample
-is the source distribution conditioned on the limit. With ``over_length="clip"`` a
+dropped; built-in, uniform and normally spread draws are resampled until enough remain), so the
+sample is the source distribution conditioned on the limit. Fixed lengths over it, and a
+``range_ratio`` band whose top is over it, are refused instead: a benchmark client sends them
+as asked, and the server refuses the longer requests. With ``over_length="clip"`` a
 trace row over the limit is instead shortened the way Vidur's trace length generator
 does it (:func:`clip_lengths`), so the same trace gives the same requests in both tools. Nothing else is ever dropped: a
 malformed trace row is a :class:`~simulator.config.errors.ConfigError` naming its line.
@@ -50,6 +52,7 @@ import gzip
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -61,6 +64,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_ARRIVAL_S, MAX_TOKENS
 from simulator.config.run_config import WorkloadConfig
+from simulator.workload.prefix_traces import zero_output_note
 
 BUILTIN_NAMES = ("sharegpt", "arxiv")
 LONG_CONTEXT = "long-context"  # prompts log-uniform in [32K, 128K - output], outputs uniform in [128, 1024]
@@ -243,8 +247,10 @@ def _check_total(what: str, min_total: int, limit: int | None) -> None:
                           f"above max_total_tokens={limit}", f"raise --max-total-tokens to >= {min_total}")
 
 
-def _draw_filtered(draw, n: int, limit: float, rng: np.random.Generator, what: str) -> tuple[np.ndarray, np.ndarray]:
-    """Rejection sampling: draw batches with ``draw(k, rng)`` until ``n`` pairs have total <= limit."""
+def _draw_filtered(draw: Callable[[int, np.random.Generator], tuple[np.ndarray, np.ndarray]], n: int, limit: float,
+                   rng: np.random.Generator, what: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """Rejection sampling: draw batches with ``draw(k, rng)`` until ``n`` pairs have total <= limit; also how
+    many draws before the ``n``-th kept one were over the limit and redrawn (for the source line)."""
     prompts: list[np.ndarray] = []
     outputs: list[np.ndarray] = []
     have, drawn, kept = 0, 0, 0
@@ -260,9 +266,11 @@ def _draw_filtered(draw, n: int, limit: float, rng: np.random.Generator, what: s
         kept += int(ok.sum())
         prompts.append(p[ok])
         outputs.append(o[ok])
+        if have + int(ok.sum()) >= n:
+            # this batch's draws up to its (n - have)-th kept one were used; the rest of it never was
+            used = drawn - k + int(np.flatnonzero(ok)[n - have - 1]) + 1
+            return np.concatenate(prompts)[:n], np.concatenate(outputs)[:n], used - n
         have += int(ok.sum())
-        if have >= n:
-            return np.concatenate(prompts)[:n], np.concatenate(outputs)[:n]
     raise ConfigError("workload.max_total_tokens", f"max_total_tokens={limit:g} keeps only {kept} of {drawn} "
                       f"{what} draws", "raise --max-total-tokens")
 
@@ -277,7 +285,7 @@ def _lengths_uniform(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.
         return g.integers(p_lo, p_hi, k, endpoint=True), g.integers(o_lo, o_hi, k, endpoint=True)
 
     limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
-    prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "uniform")
+    prompt, output, _ = _draw_filtered(draw, cfg.num_requests, limit, rng, "uniform")
     desc = f"uniform prompt [{p_lo}, {p_hi}] / output [{o_lo}, {o_hi}] tokens"
     if cfg.max_total_tokens is not None:
         desc += f" (total <= {cfg.max_total_tokens})"
@@ -297,21 +305,30 @@ def band(length: int, ratio: float, at_least: int = 1, style: str = "vllm") -> t
 def _lengths_banded(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, str]:
     """Fixed lengths banded by ``range_ratio`` (``--random-range-ratio``, read as ``range_style``'s
     client reads it): prompt and output drawn uniformly from :func:`band` of each, prompts first,
-    as both clients draw them."""
+    as both clients draw them.
+
+    A band whose top (longest prompt + longest output) is over ``max_total_tokens`` (the model's
+    context, unless given) is refused, as fixed lengths over it are: the client draws the whole band,
+    and a server of that context refuses the longer requests (vLLM answers them with a 400), so a
+    band redrawn under the limit (once done silently: 4000 +- 10% under 4096 gave a mean prompt of
+    3,747) is not the workload the client sends."""
     p_lo, p_hi = band(cfg.prompt_tokens, cfg.range_ratio, style=cfg.range_style)
     o_lo, o_hi = band(cfg.output_tokens, cfg.range_ratio, style=cfg.range_style)
-    _check_total("banded", p_lo + o_lo, cfg.max_total_tokens)
+    style = "" if cfg.range_style == "vllm" else f" as {cfg.range_style} reads it"
+    if cfg.max_total_tokens is not None and p_hi + o_hi > cfg.max_total_tokens:
+        limit = cfg.max_total_tokens
+        raise ConfigError("workload.range_ratio", f"{cfg.range_ratio:g}{style} draws prompts in [{p_lo}, {p_hi}] and "
+                          f"outputs in [{o_lo}, {o_hi}], up to {p_hi + o_hi} tokens, above the {limit} a request may "
+                          "hold (--max-total-tokens, else the model's context): a server refuses the longer ones "
+                          "(vLLM: a 400)", f"narrow --random-range-ratio or lower --prompt-tokens/"
+                          f"--output-tokens to a top of at most {limit} tokens, or raise --max-model-len")
 
     def draw(k: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         return g.integers(p_lo, p_hi, k, endpoint=True), g.integers(o_lo, o_hi, k, endpoint=True)
 
-    limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
-    prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "banded")
-    style = "" if cfg.range_style == "vllm" else f" as {cfg.range_style} reads it"
+    prompt, output, _ = _draw_filtered(draw, cfg.num_requests, math.inf, rng, "banded")
     desc = (f"random {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens, range ratio "
             f"{cfg.range_ratio:g}{style} ([{p_lo}, {p_hi}] / [{o_lo}, {o_hi}])")
-    if cfg.max_total_tokens is not None and p_hi + o_hi > cfg.max_total_tokens:
-        desc += f" (total <= {cfg.max_total_tokens})"
     return prompt.astype(np.int64), output.astype(np.int64), desc
 
 
@@ -319,7 +336,9 @@ def _lengths_spread(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.n
     """Fixed lengths spread as AIPerf's and genai-perf's synthetic prompts are (``--isl-stddev``,
     ``--osl-stddev``): each drawn from a normal distribution around the length, rounded to a whole
     token and at least 1; prompt and output drawn side by side, prompts first. A zero deviation
-    leaves that length exact (no draw: the other length's draws are the same either way)."""
+    leaves that length exact (no draw: the other length's draws are the same either way). A normal
+    spread has no top to refuse, as a band over ``max_total_tokens`` is; a draw over it (one a server
+    of that context would refuse) is redrawn, and the source line says how many were."""
     _check_total("spread", 2, cfg.max_total_tokens)
 
     def one(length: int, sd: float, k: int, g: np.random.Generator) -> np.ndarray:
@@ -332,9 +351,13 @@ def _lengths_spread(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.n
         return prompt, one(cfg.output_tokens, cfg.output_tokens_stddev, k, g)
 
     limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
-    prompt, output = _draw_filtered(draw, cfg.num_requests, limit, rng, "spread")
+    prompt, output, redrawn = _draw_filtered(draw, cfg.num_requests, limit, rng, "spread")
     desc = (f"fixed {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens, standard deviation "
             f"{cfg.prompt_tokens_stddev:g} / {cfg.output_tokens_stddev:g}")
+    if redrawn:
+        drawn = cfg.num_requests + redrawn
+        desc += (f" (warning: {redrawn:,} of {drawn:,} draws ({redrawn / drawn:.1%}) were over the {limit}-token "
+                 "limit and redrawn: a server of that context would refuse them)")
     return prompt, output, desc
 
 
@@ -437,7 +460,7 @@ def _lengths_from_builtin(cfg: WorkloadConfig, rng: np.random.Generator) -> tupl
     # The source itself was filtered at source_limit total tokens; a tighter user limit applies on top.
     limit = min(source_limit, cfg.max_total_tokens or source_limit)
     _check_total(cfg.name, sampler.min_total, limit)
-    prompt, output = _draw_filtered(sampler.sample, cfg.num_requests, limit, rng, cfg.name)
+    prompt, output, _ = _draw_filtered(sampler.sample, cfg.num_requests, limit, rng, cfg.name)
     desc = f"{cfg.name} ({label})"
     if limit < source_limit:
         desc += f", total <= {limit}"
@@ -461,6 +484,7 @@ class TraceData:
     num_output_tokens: np.ndarray
     arrival_s: np.ndarray | None
     columns: tuple[str, ...]
+    note: str = ""  # what the reader changed, for the source line (rows of 0 output tokens given 1)
 
     def __len__(self) -> int:
         return len(self.num_prompt_tokens)
@@ -517,8 +541,9 @@ def _one_line(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str) -> np.ndarray:
-    """Token counts: numeric, integral, > 0; otherwise a ConfigError naming the line and column."""
+def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str, zero_ok: bool = False) -> np.ndarray:
+    """Token counts: numeric, integral, > 0 (>= 0 with ``zero_ok``: output lengths, whose 0s
+    :func:`_zero_outputs_given_one` turns to 1); otherwise a ConfigError naming the line and column."""
     import pandas as pd
 
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -527,17 +552,26 @@ def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str) ->
         i = int(np.argmax(bad))
         shown = "empty or NaN value" if pd.isna(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
         raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {shown}", "give a positive integer token count")
-    bad = (values <= 0) | (values != np.floor(values)) | ~np.isfinite(values)
+    bad = (values < 0 if zero_ok else values <= 0) | (values != np.floor(values)) | ~np.isfinite(values)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {raw.iloc[i]!s} is not a positive integer "
-                          "token count", "fix or delete that row")
+        what = "an integer token count >= 0" if zero_ok else "a positive integer token count"
+        raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {raw.iloc[i]!s} is not {what}",
+                          "fix or delete that row")
     bad = values > MAX_TOKENS  # (past 2^63 the cast below wraps to a negative count)
     if bad.any():
         i = int(np.argmax(bad))
         raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {raw.iloc[i]!s} tokens is beyond any "
                           f"model's context (at most {MAX_TOKENS:,})", "fix or delete that row")
     return values.astype(np.int64)
+
+
+def _zero_outputs_given_one(output: np.ndarray) -> tuple[np.ndarray, str]:
+    """A trace's output lengths with each 0 given 1, and the source line's note saying how many: the
+    Weka and Mooncake readers' rule (:func:`~simulator.workload.prefix_traces.output_tokens`), so that a
+    log's few requests answered with no token (27 of Weka's 49,334 rows) do not refuse the whole file."""
+    zero = output == 0
+    return np.where(zero, 1, output), zero_output_note(int(zero.sum()))
 
 
 def _validate_times(raw: pd.Series, col: str, unit: str, lines: np.ndarray, path: str) -> np.ndarray:
@@ -611,13 +645,15 @@ def _read_csv_plain(path: str) -> TraceData | None:
     if not all(v.isascii() and v.isdigit() and len(v) <= 18 for v in digits):
         return None
     values = np.array([int(v) for v in digits], dtype=np.int64)
-    if (values <= 0).any() or (values > MAX_TOKENS).any():
-        return None
     n = len(body)
+    # (an output of 0 is read, as on the pandas path; the digits above hold no sign)
+    if (values[:n] <= 0).any() or (values[2 * n:] <= 0).any() or (values > MAX_TOKENS).any():
+        return None
     if it is not None and (values[2 * n:] != values[:n] + values[n:2 * n]).any():
         return None  # the pandas path names the row whose total disagrees
     fmt = "vidur-csv" if prompt_col.strip().lower() == "num_prefill_tokens" else "csv"
-    return TraceData(path, fmt, values[:n].copy(), values[n:2 * n].copy(), None, tuple(columns))
+    output, note = _zero_outputs_given_one(values[n:2 * n])
+    return TraceData(path, fmt, values[:n].copy(), output, None, tuple(columns), note)
 
 
 def _csv_header(path: str) -> list[str]:
@@ -664,7 +700,7 @@ def _read_csv(path: str) -> TraceData:
         raise ConfigError(_FIELD, f"{path}: no rows after the header", "add at least one request row")
     lines = np.arange(2, len(frame) + 2)
     prompt = _validate_lengths(frame[prompt_col], prompt_col, lines, path)
-    output = _validate_lengths(frame[output_col], output_col, lines, path)
+    output = _validate_lengths(frame[output_col], output_col, lines, path, zero_ok=True)
     total_col = _pick(columns, ("num_total_tokens",), path, "total lengths")  # (Vidur's traces carry one)
     if total_col is not None:
         total = _validate_lengths(frame[total_col], total_col, lines, path)
@@ -673,12 +709,13 @@ def _read_csv(path: str) -> TraceData:
             i = int(np.argmax(bad))
             raise ConfigError(_FIELD, f"{path}: line {lines[i]}: {total_col} is {total[i]}, not {prompt_col} + "
                               f"{output_col} = {prompt[i] + output[i]}", "fix that row, or drop the total column")
+    output, note = _zero_outputs_given_one(output)  # (after the total's check: the file's 0 adds up)
     arrival = None
     if time_col is not None:
         arrival = _validate_times(frame[time_col], time_col, TIME_KEYS[time_col.strip().lower()], lines, path)
     fmt = "azure-csv" if time_col is not None and time_col.strip().lower() == "timestamp" else (
         "vidur-csv" if prompt_col.strip().lower() == "num_prefill_tokens" else "csv")
-    return TraceData(path, fmt, prompt, output, arrival, tuple(columns))
+    return TraceData(path, fmt, prompt, output, arrival, tuple(columns), note)
 
 
 def _read_jsonl(path: str) -> TraceData:
@@ -737,11 +774,11 @@ def _read_jsonl(path: str) -> TraceData:
         return pd.Series([("true" if v else "false") if isinstance(v, bool) else v for v in values], dtype=object)
 
     prompt = _validate_lengths(series(prompt_raw), keys[0], line_arr, path)
-    output = _validate_lengths(series(output_raw), keys[1], line_arr, path)
+    output, note = _zero_outputs_given_one(_validate_lengths(series(output_raw), keys[1], line_arr, path, zero_ok=True))
     arrival = None
     if keys[2] is not None:
         arrival = _validate_times(series(time_raw), keys[2], TIME_KEYS[keys[2].strip().lower()], line_arr, path)
-    return TraceData(path, "jsonl", prompt, output, arrival, tuple(k for k in keys if k is not None))
+    return TraceData(path, "jsonl", prompt, output, arrival, tuple(k for k in keys if k is not None), note)
 
 
 def clip_lengths(prompt: np.ndarray, output: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -781,7 +818,7 @@ def _lengths_from_trace(cfg: WorkloadConfig, rng: np.random.Generator
     trace = load_trace(cfg.trace)
     name = Path(cfg.trace).name
     prompt, output, arrival = trace.num_prompt_tokens, trace.num_output_tokens, trace.arrival_s
-    desc = f"trace {name} ({trace.fmt}, {len(trace)} rows"
+    desc = f"trace {name} ({trace.fmt}, {len(trace)} rows{trace.note}"
     if cfg.max_total_tokens is not None and cfg.over_length == "clip":
         over = prompt + output > cfg.max_total_tokens
         if over.any():

@@ -20,8 +20,9 @@ Weka Claude Code sessions (``kv-cache-tester`` ``traces/trace_NNNN.json``)
     session id is the file's index. A folder's ``*.json`` and ``*.json.gz`` files are read. Requests of a session are replayed
     at ``session start + t`` (open loop: the recorded times, which include the original
     server's response times); sessions start together unless ``session_gap_s`` staggers them.
-    A request recorded with 0 output tokens is given 1 (the simulator produces at least one
-    token); the table's ``source`` says how many.
+
+A request recorded with 0 output tokens (in either format, and in a CSV or JSONL trace) is given 1
+(the simulator produces at least one token); the table's ``source`` says how many.
 """
 
 from __future__ import annotations
@@ -104,6 +105,20 @@ def _positive_int(value: object, what: str, path: str, where: str) -> int:
     return value
 
 
+def output_tokens(value: object, path: str, where: str, what: str) -> tuple[int, bool]:
+    """A request's recorded output length, and whether it was 0 and given 1: a request the server answered
+    with no token (recorded in Claude Code's and other logs) still costs its prefill, and the simulator
+    produces at least one token, so it is kept rather than the whole trace refused (:func:`zero_output_note`)."""
+    if type(value) is int and value == 0:  # (not False, which == 0 too; refused below as not an integer)
+        return 1, True
+    return _positive_int(value, what, path, where), False
+
+
+def zero_output_note(count: int) -> str:
+    """What a trace's source line adds for ``count`` rows recorded with 0 output tokens, given 1."""
+    return f", {count} recorded with 0 output tokens given 1" if count else ""
+
+
 def _hash_ids(value: object, path: str, where: str) -> list[int]:
     """A request's block hash ids: a list of non-negative integers that fit int64."""
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 63
@@ -151,6 +166,7 @@ def _requests(value: object, path: str, where: str) -> list:
 def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> PrefixTrace:
     """A Mooncake trace: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
     arrival, prompt, output, hashes = [], [], [], []
+    num_zero_out = 0
     positions: dict[int, int] = {}
     dense: dict[int, int] = {}  # raw hash id -> its number in this trace
     try:
@@ -175,7 +191,8 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
                     raise ConfigError(_FIELD, f"{path}: {where}: key {extra!r} is not read from a Mooncake line",
                                       "Mooncake lines have timestamp, input_length, output_length, hash_ids only")
                 n_in = _positive_int(rec["input_length"], "input_length", path, where)
-                n_out = _positive_int(rec["output_length"], "output_length", path, where)
+                n_out, zero = output_tokens(rec["output_length"], path, where, "output_length")
+                num_zero_out += zero
                 ids = _hash_ids(rec["hash_ids"], path, where)
                 if len(ids) > -(-n_in // block_tokens):
                     raise ConfigError(_FIELD, f"{path}: {where}: {len(ids)} hash ids for {n_in} tokens "
@@ -204,7 +221,8 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
         raise ConfigError(_FIELD, f"{path}: no requests", "pass a Mooncake JSONL trace")
     at = np.asarray(arrival) / 1000.0
     return PrefixTrace(at - at[0], np.asarray(prompt, dtype=np.int64), np.asarray(output, dtype=np.int64),
-                       tuple(hashes), block_tokens, np.full(len(at), -1, dtype=np.int64), "mooncake")
+                       tuple(hashes), block_tokens, np.full(len(at), -1, dtype=np.int64), "mooncake",
+                       zero_output_note(num_zero_out))
 
 
 def _is_session_name(name: str) -> bool:
@@ -279,10 +297,8 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
         entries.sort(key=lambda e: e[0])  # stable: ties keep the file's order
         for t, req, where in entries:
             n_in = _positive_int(req.get("in"), "in", str(file), where)
-            n_out = req.get("out")
-            if n_out == 0:
-                n_out, num_zero_out = 1, num_zero_out + 1
-            n_out = _positive_int(n_out, "out", str(file), where)
+            n_out, zero = output_tokens(req.get("out"), str(file), where, "out")
+            num_zero_out += zero
             raw = _hash_ids(req.get("hash_ids", []), str(file), where)
             if len(raw) > -(-n_in // bs):
                 raise ConfigError(_FIELD, f"{file}: {where}: {len(raw)} hash ids for {n_in} tokens", "check block_size")
@@ -301,7 +317,7 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
                           "pass Weka session files that record requests")
     rows.sort(key=lambda r: (r[0], r[1], r[5]))
     at = np.array([r[0] for r in rows], dtype=np.float64)
-    note = f", {num_zero_out} recorded with 0 output tokens given 1" if num_zero_out else ""
+    note = zero_output_note(num_zero_out)
     return PrefixTrace(at - at[0], np.array([r[2] for r in rows], dtype=np.int64),
                        np.array([r[3] for r in rows], dtype=np.int64), tuple(r[4] for r in rows), block_size,
                        np.array([r[1] for r in rows], dtype=np.int64), "weka-sessions", note)

@@ -68,6 +68,14 @@ def _rows_label(values: Any) -> str:
     return ", ".join(dict.fromkeys(str(v) for v in values))
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (a link, a relative path or another spelling of it)."""
+    try:
+        return Path(a).samefile(b)
+    except OSError:  # one of them does not exist (yet): compare where they point
+        return Path(a).resolve() == Path(b).resolve()
+
+
 def _fmt(report: dict[str, Any]) -> str:
     return ", ".join(f"{k} {100 * v:.1f}%" if isinstance(v, float) else f"{k} {v}" for k, v in report.items())
 
@@ -124,6 +132,11 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     if rows is not None:
         check_in_file(rows, "--rows", "pass a CSV of benchmark rows (backend, model, gpu, isl, osl, concurrency, "
                       "ttft_ms, tpot_ms)")
+    for flag, given_path in (("--table", table), ("--bench", bench), ("--rows", rows)):
+        # The artifact is written over --out: where that is the measurement itself, it was lost in silence.
+        if given_path is not None and _same_file(out, given_path):
+            raise ConfigError("--out", f"{out} is the {flag} file: writing the artifact would overwrite the measurement",
+                              "pass another --out path")
     from rich.console import Console
 
     from simulator.calibrate import engine_fit

@@ -25,3 +25,59 @@ def test_out_may_not_be_an_input(tmp_path: Path, flag: str) -> None:
         with pytest.raises(ConfigError, match=f"is the --{flag} file: writing the artifact would overwrite"):
             calibrate_engine_command(RunConfig(), out, **{flag: measured})
     assert measured.read_text() == "the measurement\n"
+
+
+def _rows_frame(rows: list, truth: object, budget: int | None = None):  # noqa: ANN202 - a DataFrame
+    """Rows 'measured' by replaying each row's kernels-only run (at ``budget``: None, its engine's default)
+    under ``truth``'s terms: what the simulator itself reports for them (the replay equals the simulation)."""
+    import pandas as pd
+
+    from simulator.calibrate import silicon_fit as sf
+
+    out = []
+    for row in rows:
+        ttft, tpot = sf.replay(sf.trace_of(sf.user_row_config(row, RunConfig(), budget)), truth)
+        out.append({**row._asdict(), "ttft_ms": ttft, "tpot_ms": tpot})
+    return pd.DataFrame(out)
+
+
+def test_rows_replay_at_each_engines_own_budget() -> None:
+    """Without --max-num-batched-tokens a row steps under its engine's default for its GPU and backend (vLLM's
+    2048 on an A100, SGLang's by memory, trtllm-serve's 8192), as `simulate run` does, not 8192 everywhere."""
+    import collections
+
+    from simulator.calibrate import silicon_fit as sf
+
+    row = collections.namedtuple("Row", "backend model gpu isl osl concurrency tp")
+    budgets = {(b, g): sf.row_budget(sf.user_row_config(row(b, "llama-3.1-8b", g, 1024, 128, 4, 1), RunConfig(), None))
+               for b in ("vllm", "sglang", "trtllm") for g in ("a100-80gb", "h100-sxm", "b200")}
+    assert budgets == {("vllm", "a100-80gb"): 2048, ("vllm", "h100-sxm"): 8192, ("vllm", "b200"): 8192,
+                       ("sglang", "a100-80gb"): 8192, ("sglang", "h100-sxm"): 8192, ("sglang", "b200"): 16384,
+                       ("trtllm", "a100-80gb"): 8192, ("trtllm", "h100-sxm"): 8192, ("trtllm", "b200"): 8192}
+    given = sf.user_row_config(row("vllm", "llama-3.1-8b", "a100-80gb", 1024, 128, 4, 1), RunConfig(), 4096)
+    assert sf.row_budget(given) == 4096
+
+
+def test_rows_made_at_the_engines_default_budget_fit_exactly(tmp_path: Path) -> None:
+    """A100 rows measured at vLLM's own budget (2048) were replayed at 8192: held-out TTFT 103% off after the fit
+    (0% with --max-num-batched-tokens 2048). The artifact says which budget the replays ran."""
+    import collections
+    import json
+
+    import numpy as np
+
+    from simulator.calibrate import silicon_fit as sf
+
+    truth = sf.Params(False, np.array([2e-3, 20e-6, 1e-6, 5e-6]))
+    row = collections.namedtuple("Row", "backend model gpu isl osl concurrency tp")
+    rows = [row("vllm", m, "a100-80gb", isl, osl, c, 1) for m in ("llama-3.1-8b", "qwen3-8b")
+            for isl, osl, c in ((1024, 32, 4), (4096, 32, 8), (8000, 32, 4), (512, 64, 32))]
+    csv = tmp_path / "rows.csv"
+    _rows_frame(rows, truth).to_csv(csv, index=False)
+    out = tmp_path / "e.json"
+    report = calibrate_engine_command(RunConfig(), out, rows=csv, holdout=0.25, seed=0)["report"]
+    assert report["holdout_after"]["ttft_median"] < 0.01 and report["holdout_after"]["tpot_median"] < 0.01
+    assert json.loads(out.read_text())["report"]["token_budget"] == "engine default per GPU: a100-80gb 2048"
+    given = calibrate_engine_command(RunConfig().replace(scheduler__max_num_batched_tokens=4096), tmp_path / "g.json",
+                                     rows=csv, holdout=0.25, seed=0)["report"]
+    assert given["token_budget"] == 4096

@@ -407,13 +407,14 @@ def read_user_rows(path: Path) -> Any:
     return df
 
 
-def user_row_config(row: Any, base: Any, budget: int = 8192, requests_per_user: int = 3,
+def user_row_config(row: Any, base: Any, budget: int | None = 8192, requests_per_user: int = 3,
                     max_requests: int = 1200) -> Any:
     """A closed-loop run of one user row over ``base`` (a RunConfig): its model, GPU, layout,
     lengths and concurrency; the row's ``kernels`` if given, else its backend's measured kernel
-    tables where the backend has them (vllm, sglang, trtllm), else the roofline."""
+    tables where the backend has them (vllm, sglang, trtllm), else the roofline. ``budget``: the
+    step's token budget, or None for the row's engine's own default on its GPU (:func:`row_budget`)."""
     from simulator.calibrate.silicon import BACKEND_SCHEDULERS, SYSTEMS, _model
-    from simulator.config.run_config import KERNEL_TABLES
+    from simulator.config.run_config import KERNEL_TABLES, SchedulerConfig
 
     def opt(name: str, default: Any) -> Any:
         v = getattr(row, name, default)
@@ -423,10 +424,14 @@ def user_row_config(row: Any, base: Any, budget: int = 8192, requests_per_user: 
     total = min(conc + max(requests_per_user * conc, 32), max(max_requests, 2 * conc))
     tp, pp, adp, ep = int(opt("tp", 1)), int(opt("pp", 1)), int(opt("attention_dp", 1)), int(opt("ep", 1))
     backend = str(row.backend)
+    if budget is None and backend == "trtllm":
+        # TensorRT-LLM's rows run vllm-v1's policy (BACKEND_SCHEDULERS), whose default budget is vLLM's; the engine
+        # measured ran trtllm-serve's own default max_num_tokens.
+        budget = SchedulerConfig(name="trtllm").token_budget(0)
     changes: dict[str, Any] = {
         "replica__model": _model(str(row.model)), "replica__gpu": SYSTEMS.get(str(row.gpu), str(row.gpu)), "replica__tp": tp, "replica__pp": pp,
         "replica__ep": ep, "scheduler__name": BACKEND_SCHEDULERS.get(backend, "vllm-v1"),
-        "scheduler__max_num_batched_tokens": budget,
+        "scheduler__max_num_batched_tokens": budget,  # None: the policy's default for the GPU, as `simulate run`'s
         "scheduler__max_num_seqs": max(256, -(-conc // adp)),
         "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
         "workload__arrival": "burst", "workload__num_requests": total, "workload__concurrency": conc,
@@ -438,6 +443,12 @@ def user_row_config(row: Any, base: Any, budget: int = 8192, requests_per_user: 
     if "dtype" in row._fields and isinstance(row.dtype, str) and row.dtype:
         changes["replica__dtype"] = row.dtype
     return base.replace(**changes)
+
+
+def row_budget(config: Any) -> int:
+    """The token budget a row's run steps under (one attention-DP rank's), as its scheduler applies it."""
+    r = config.replica
+    return config.scheduler.token_budget(r.effective_max_model_len, r.gpu_spec, r.attention_dp)
 
 
 def repeated_rows(df: Any) -> dict[int, int]:
@@ -460,12 +471,13 @@ class CalibrationResult:
 
 
 def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 0.25, seed: int = 0,
-                   budget: int = 8192, progress: Callable[[str], None] | None = None,
+                   budget: int | None = None, progress: Callable[[str], None] | None = None,
                    cache: TraceCache | None = None) -> CalibrationResult:
     """``simulate calibrate-engine --rows``: fit one preset's terms on a user's rows (one kernels-
     only simulation each), report the held-out error (a seeded split of ``holdout`` of the rows,
     and leave-one-GPU-out / leave-one-model-out where the rows span more than one) before (the
-    base engine, replayed) and after."""
+    base engine, replayed) and after. ``budget``: every row's token budget, or None for each row's
+    engine's own default on its GPU (what `simulate run` steps under without --max-num-batched-tokens)."""
     from simulator.calibrate.silicon import Unexpressible
     from simulator.config.errors import ConfigError as _CE
     from simulator.costmodel.calibration import roofline_backend
@@ -474,6 +486,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     cache = cache or TraceCache()
     traces, kept, skipped = [], [], []
     prices: set[tuple[str, str]] = set()  # (kernels, roofline constants) each kept row replayed over
+    budgets: dict[str, set[int]] = {}  # GPU -> the token budgets its kept rows stepped under
     repeated = repeated_rows(df)
     for i, row in enumerate(df.itertuples(index=False)):
         if i in repeated:
@@ -490,6 +503,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
             continue
         traces.append(trace)
         kept.append(i)
+        budgets.setdefault(str(row_config.replica.gpu), set()).add(row_budget(row_config))
         prices.add((row_config.replica.kernels, roofline_backend(row_config.replica.kernels, load_engine(row_config.engine))))
         if progress:
             progress(f"simulated {len(kept)}/{len(df)} rows")
@@ -522,6 +536,8 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     rows["pred_ttft_ms"], rows["pred_tpot_ms"] = predict(traces, final).T
     report: dict[str, Any] = {"kind": "benchmark rows", "rows": len(rows), "skipped": skipped,
                               "base_engine": base.engine, "holdout_rows": int(test.sum()),
+                              "token_budget": budget if budget is not None else "engine default per GPU: " + ", ".join(
+                                  f"{gpu} {'/'.join(map(str, sorted(b)))}" for gpu, b in budgets.items()),
                               "holdout_before": before, "holdout_after": after}
     for group in ("gpu", "model"):
         if rows[group].nunique() > 1:

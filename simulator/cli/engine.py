@@ -152,7 +152,7 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
         with console.status("calibrating") as status:
             distinct = len(df) - len(silicon_fit.repeated_rows(df))
             fitted = silicon_fit.calibrate_rows(df, config, label, f"benchmark rows {rows} ({distinct} distinct rows)",
-                                                holdout, seed, config.scheduler.max_num_batched_tokens or 8192,
+                                                holdout, seed, config.scheduler.max_num_batched_tokens,
                                                 progress=lambda msg: status.update(f"calibrating: {msg}"))
         result = {"engine": fitted.engine, "report": fitted.report}
         # The rows name their models and GPUs (the run's --model and --gpu, unread, are the defaults).
@@ -210,6 +210,8 @@ def calibrate_engine(
     console = Console()
     report = result["report"]
     console.print(f"{report['kind']}: fitted {result['engine'].name} -> {out}")
+    if "token_budget" in report:  # the rows' replays: what each step could carry
+        console.print(f"token budget: {report['token_budget']}")
     console.print(f"held-out error before ({report['base_engine']}): {_fmt(report['holdout_before'])}")
     console.print(f"held-out error after:  {_fmt(report['holdout_after'])}")
     for group in ("gpu", "model"):

@@ -81,3 +81,37 @@ def test_rows_made_at_the_engines_default_budget_fit_exactly(tmp_path: Path) -> 
     given = calibrate_engine_command(RunConfig().replace(scheduler__max_num_batched_tokens=4096), tmp_path / "g.json",
                                      rows=csv, holdout=0.25, seed=0)["report"]
     assert given["token_budget"] == 4096
+
+
+SGLANG_ROWS = [("llama-3.1-8b", "h100-sxm"), ("qwen3-8b", "h100-sxm"), ("llama-3.1-8b", "b200"), ("qwen3-8b", "b200")]
+
+
+@pytest.mark.parametrize("floor", [0.0, 1.5e-3])
+def test_sglang_rows_write_the_prefill_floor_they_identify_and_their_policy(tmp_path: Path, floor: float) -> None:
+    """SGLang rows whose steps no floor lengthens wrote the floor at the fit's start (1 ms a layer: rows made with
+    0 and 0.5 ms fitted alike, and a 64-token prompt was priced 4x its TTFT): now 0, said in a note; a floor the
+    rows do show is fitted as before. The artifact names the policy the rows were replayed under (it was null)."""
+    import collections
+    import json
+
+    import numpy as np
+
+    from simulator.calibrate import silicon_fit as sf
+
+    truth = sf.Params(False, np.array([1e-3, 15e-6, 2e-6, 5e-6, floor]))
+    row = collections.namedtuple("Row", "backend model gpu isl osl concurrency tp")
+    shapes = ((1024, 32, 4), (4096, 32, 16)) if floor == 0 else ((64, 32, 1), (4096, 32, 16))
+    rows = [row("sglang", m, g, isl, osl, c, 1) for m, g in SGLANG_ROWS for isl, osl, c in shapes]
+    csv = tmp_path / "rows.csv"
+    _rows_frame(rows, truth).to_csv(csv, index=False)
+    out = tmp_path / "e.json"
+    report = calibrate_engine_command(RunConfig(), out, rows=csv, holdout=0.25, seed=0)["report"]
+    engine = json.loads(out.read_text())["engine"]
+    assert engine["scheduler"] == "sglang"
+    unbound = [n for n in report["notes"] if "prefill floor" in n]
+    if floor == 0:
+        assert engine["prefill_floor_per_layer_s"] == 0.0
+        assert len(unbound) == 1 and "not identified by them, written as 0" in unbound[0]
+    else:
+        assert engine["prefill_floor_per_layer_s"] == pytest.approx(floor, rel=0.02) and not unbound
+    assert report["holdout_after"]["ttft_median"] < 0.01

@@ -250,6 +250,27 @@ def fit(traces: list[Trace], ttft_ms: np.ndarray, tpot_ms: np.ndarray, overlap: 
     return best[1]
 
 
+def floor_binds(traces: list[Trace], params: Params) -> bool:
+    """Whether ``params``'s prefill floor lengthens any step of ``traces`` (as :func:`replay` prices it)."""
+    c, f = params.values[3], params.values[4]
+    if f <= 0:
+        return False
+    for t in traces:
+        gpu = t.kernel_s + t.num_collectives * max(c, t.min_collective_extra_s)
+        if np.any((t.prefill_tokens > params.floor_above_tokens) & (f * t.num_layers > gpu)):
+            return True
+    return False
+
+
+def without_unbound_floor(params: Params, traces: list[Trace]) -> Params:
+    """``params`` with its prefill floor at 0 where it binds on no step of the ``traces`` it was fitted on: such a
+    floor has no gradient there, so the fit leaves it at its start (:data:`START`), a value the rows never saw,
+    which priced a short prompt's step of other rows 4x too slow; 0 is all the rows say. Else ``params``."""
+    if params.values[4] <= 0 or floor_binds(traces, params):
+        return params
+    return Params(params.overlap_cpu, np.append(params.values[:4], 0.0), params.floor_above_tokens)
+
+
 def predict(traces: list[Trace], params: Params) -> np.ndarray:
     return np.array([replay(t, params) for t in traces]).reshape(-1, 2)
 
@@ -530,18 +551,31 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
                           f"(--holdout {holdout:g} keeps {int(test.sum())} apart)", "give more rows or a smaller --holdout")
     split_fit = fit(tr, ttft[train], tpot[train], floor_above_tokens=above)
     before = error_row(predict(te, base_params), rows[test])
-    after = error_row(predict(te, split_fit), rows[test])
+    # (the final fit starts where the split's ended, its floor included: a floor the split's rows left unbound may
+    # bind on the held-out rows)
     final = fit(traces, ttft, tpot, start=split_fit, floor_above_tokens=above)
     final.floor_above_tokens = base_params.floor_above_tokens
+    # Each fit's prefill floor as the rows it was fitted on identify it (the artifact's, the split's that the
+    # held-out error judges, the folds' below): where it bound on none of their steps, 0.
+    split_fit = without_unbound_floor(split_fit, tr)
+    after = error_row(predict(te, split_fit), rows[test])
+    notes = []
+    if final.values[4] > 0 and not floor_binds(traces, final):
+        notes.append(f"the prefill floor the fit left at {final.values[4] * 1e3:.3g} ms a layer lengthened no step of "
+                     "the rows: not identified by them, written as 0")
+        final = without_unbound_floor(final, traces)
     rows["pred_ttft_ms"], rows["pred_tpot_ms"] = predict(traces, final).T
     report: dict[str, Any] = {"kind": "benchmark rows", "rows": len(rows), "skipped": skipped,
                               "base_engine": base.engine, "holdout_rows": int(test.sum()),
                               "token_budget": budget if budget is not None else "engine default per GPU: " + ", ".join(
                                   f"{gpu} {'/'.join(map(str, sorted(b)))}" for gpu, b in budgets.items()),
-                              "holdout_before": before, "holdout_after": after}
+                              "holdout_before": before, "holdout_after": after, "notes": notes}
     for group in ("gpu", "model"):
         if rows[group].nunique() > 1:
-            cv = cross_validate(rows, traces, group, floor_above_tokens=above)
+            groups = np.asarray(rows[group])
+            folds = {held: without_unbound_floor(p, [t for t, g in zip(traces, groups, strict=True) if g != held])
+                     for held, p in fold_params(rows, traces, group, floor_above_tokens=above).items()}
+            cv = cross_validate(rows, traces, group, folds=folds)
             report[f"leave_one_{group}_out"] = error_row(cv, rows)
             rows[f"cv_{group}_ttft_ms"], rows[f"cv_{group}_tpot_ms"] = cv.T
     engine = final.engine(name, source, f"servesim calibrate-engine --rows: least squares (soft-L1) of log "
@@ -553,7 +587,12 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     from simulator.costmodel.calibration import POOLED
 
     (kernels, constants), one = (next(iter(prices)), True) if len(prices) == 1 else ((None, POOLED), False)
+    # The policy the replays stepped under (the rows are one backend's: read_user_rows), so a run under another
+    # is told, as for the presets.
+    from simulator.calibrate.silicon import BACKEND_SCHEDULERS
+
     engine = engine.with_terms(handoff_s=load_engine(base.engine).handoff_s,
-                               kernels=kernels if one and kernels != "roofline" else None, roofline_prices=constants)
+                               kernels=kernels if one and kernels != "roofline" else None, roofline_prices=constants,
+                               scheduler=BACKEND_SCHEDULERS.get(str(rows["backend"].iloc[0]), "vllm-v1"))
     return CalibrationResult(engine, report, rows)
 

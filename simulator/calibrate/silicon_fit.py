@@ -472,6 +472,35 @@ def row_budget(config: Any) -> int:
     return config.scheduler.token_budget(r.effective_max_model_len, r.gpu_spec, r.attention_dp)
 
 
+def replay_gaps(engine: EngineModel, configs: Iterable[Any]) -> list[str]:
+    """The terms of ``engine`` that a :func:`replay` of :meth:`Params.from_engine` leaves out or prices otherwise
+    on the runs ``configs``: where any is, a figure replayed under ``engine`` is not what the simulator gives."""
+    from simulator.costmodel.calibration import roofline_backend
+    from simulator.costmodel.engine_model import ENGINES, num_collectives, tp_lookup
+
+    configs = list(configs)
+    tps = {c.replica.tp for c in configs}
+    gaps = []
+    if any(tp_lookup(engine.rpc_s, t) for t in tps):  # (0 at tp 1)
+        gaps.append("rpc_s")
+    if engine.rpc_per_seq_s and max(tps, default=1) > 1:
+        gaps.append("rpc_per_seq_s")
+    if engine.prefill_excess_token_s:
+        gaps.append("prefill_excess_token_s")
+    if not engine.cuda_graphs and engine.launch_per_kernel_s:
+        gaps.append("cuda_graphs false (its launch floor)")
+    first = Params.from_engine(engine).values[3]  # the one collective extra a replay prices every TP at
+    if any(num_collectives(c.replica) and tp_lookup(engine.collective_extra_s, c.replica.tp) != first for c in configs):
+        gaps.append("collective_extra_s by TP")
+    cpu = engine.cpu_iteration_s or engine.cpu_per_seq_s or engine.cpu_per_prefill_token_s  # (none: nothing to hide)
+    if cpu and engine.overlap_cpu and not engine.overlap_pipeline and any(c.replica.pp > 1 for c in configs):
+        gaps.append("overlap_cpu off under pipeline parallelism (overlap_pipeline false)")
+    ideal = ENGINES["ideal"]  # the kernels-only replays' roofline constants (trace_of runs the ideal engine)
+    if any(roofline_backend(c.replica.kernels, engine) != roofline_backend(c.replica.kernels, ideal) for c in configs):
+        gaps.append(f"roofline_prices ({roofline_backend('roofline', engine)}'s roofline constants)")
+    return gaps
+
+
 def repeated_rows(df: Any) -> dict[int, int]:
     """Rows of ``df`` that repeat an earlier one, cell for cell: position -> the first's. A repeated row is one
     measurement: counted twice it weighs twice, and a copy of a held-out row in the training rows makes the
@@ -505,7 +534,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     from simulator.costmodel.engine_model import load_engine
 
     cache = cache or TraceCache()
-    traces, kept, skipped = [], [], []
+    traces, kept, skipped, configs = [], [], [], []
     prices: set[tuple[str, str]] = set()  # (kernels, roofline constants) each kept row replayed over
     budgets: dict[str, set[int]] = {}  # GPU -> the token budgets its kept rows stepped under
     repeated = repeated_rows(df)
@@ -524,6 +553,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
             continue
         traces.append(trace)
         kept.append(i)
+        configs.append(row_config)
         budgets.setdefault(str(row_config.replica.gpu), set()).add(row_budget(row_config))
         prices.add((row_config.replica.kernels, roofline_backend(row_config.replica.kernels, load_engine(row_config.engine))))
         if progress:
@@ -550,7 +580,18 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
         raise ConfigError("rows", f"{len(rows)} usable rows leave {len(tr)} to fit {num_terms} terms on "
                           f"(--holdout {holdout:g} keeps {int(test.sum())} apart)", "give more rows or a smaller --holdout")
     split_fit = fit(tr, ttft[train], tpot[train], floor_above_tokens=above)
-    before = error_row(predict(te, base_params), rows[test])
+    notes = []
+    gaps = replay_gaps(load_engine(base.engine), configs)
+    if gaps:  # the base engine replayed would be another engine's figure (a preset's RPC, excess, ...): simulated
+        from simulator.calibrate.silicon import simulate_row
+
+        if progress:
+            progress(f"simulating the {int(test.sum())} held-out rows under {base.engine}")
+        sims = [simulate_row(c) for c, k in zip(configs, test, strict=True) if k]
+        before = error_row(np.array([s if isinstance(s, tuple) else (math.nan, math.nan) for s in sims]), rows[test])
+        notes.append(f"held-out error before simulated: the replay cannot express {base.engine}'s {', '.join(gaps)}")
+    else:
+        before = error_row(predict(te, base_params), rows[test])
     # (the final fit starts where the split's ended, its floor included: a floor the split's rows left unbound may
     # bind on the held-out rows)
     final = fit(traces, ttft, tpot, start=split_fit, floor_above_tokens=above)
@@ -559,7 +600,6 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     # held-out error judges, the folds' below): where it bound on none of their steps, 0.
     split_fit = without_unbound_floor(split_fit, tr)
     after = error_row(predict(te, split_fit), rows[test])
-    notes = []
     if final.values[4] > 0 and not floor_binds(traces, final):
         notes.append(f"the prefill floor the fit left at {final.values[4] * 1e3:.3g} ms a layer lengthened no step of "
                      "the rows: not identified by them, written as 0")

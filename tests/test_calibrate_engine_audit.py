@@ -162,3 +162,71 @@ def test_replay_gaps_name_the_terms_a_replay_leaves_out() -> None:
     assert sf.replay_gaps(ENGINES["vllm-2023-splitwise"], roof_tp4) == [
         "prefill_excess_token_s", "collective_extra_s by TP", "roofline_prices (vllm's roofline constants)"]
     assert sf.replay_gaps(ENGINES["sarathi-2023-vidur"], roof_tp4) == ["rpc_s", "rpc_per_seq_s"]
+
+
+def test_unit_slips_are_refused_with_the_column_and_the_likely_unit(tmp_path: Path) -> None:
+    """Timings in another unit fitted in silence, exit 0: --rows with ttft_ms in seconds (93,834% held-out error),
+    --table with measured_s in milliseconds (12 s a step fitted), --bench with TTFT and ITL in milliseconds (the
+    search's 100 ms edge, 99.6% off). Each is now one line naming the column and the unit it looks to be in."""
+    import collections
+    import json
+
+    import numpy as np
+
+    from simulator.calibrate import silicon_fit as sf
+    from simulator.calibrate.engine_fit import predict_rows
+    from simulator.costmodel.engine_model import ENGINES
+
+    row = collections.namedtuple("Row", "backend model gpu isl osl concurrency tp")
+    rows = [row("vllm", m, "h100-sxm", isl, 32, c, 1) for m in ("llama-3.1-8b", "qwen3-8b")
+            for isl, c in ((1024, 4), (4096, 8))]
+    frame = _rows_frame(rows, sf.Params(False, np.array([2e-3, 20e-6, 1e-6, 5e-6])))
+    for column, scale, unit in (("ttft_ms", 1e-3, "in seconds"), ("tpot_ms", 1e3, "in microseconds")):
+        csv = tmp_path / f"{column}.csv"
+        frame.assign(**{column: frame[column] * scale}).to_csv(csv, index=False)
+        with pytest.raises(ConfigError, match=f"{column} is a median .* what the kernels alone take .*: {unit}, where "
+                                              "milliseconds are expected"):
+            calibrate_engine_command(RunConfig(), tmp_path / "e.json", rows=csv)
+    # an iteration table in milliseconds
+    import pandas as pd
+
+    table = pd.DataFrame([{"tp": 1, "num_prefills": p, "prefill_tokens": 512 * p, "num_decodes": d,
+                           "decode_context": 700} for p, d in ((0, 8), (1, 4), (0, 32), (2, 0), (0, 1), (1, 16),
+                                                              (0, 64), (1, 0), (0, 4), (3, 8))])
+    table["measured_s"] = predict_rows(table, ENGINES["vllm-v1"], "llama-2-7b", "a100-80gb") * 1e3
+    table.to_csv(tmp_path / "table.csv", index=False)
+    config = RunConfig().replace(replica__model="llama-2-7b", replica__gpu="a100-80gb")
+    with pytest.raises(ConfigError, match="measured_s is a median .*x what the kernels alone take .*: in "
+                                          "milliseconds, where seconds are expected"):
+        calibrate_engine_command(config, tmp_path / "t.json", table=tmp_path / "table.csv")
+    # a vllm bench result with its timings in milliseconds
+    data = json.loads((Path(__file__).parent / "data" / "vllm_bench_fixture.json").read_text())
+    data["ttfts"] = [t * 1e3 for t in data["ttfts"]]
+    data["itls"] = [[g * 1e3 for g in gaps] for gaps in data["itls"]]
+    (tmp_path / "bench.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="itls is a median .*x what the kernels alone take .*: in milliseconds, "
+                                          "where seconds are expected"):
+        calibrate_engine_command(config, tmp_path / "b.json", bench=tmp_path / "bench.json")
+    assert not any((tmp_path / f).exists() for f in ("e.json", "t.json", "b.json"))
+
+
+def test_a_term_at_its_search_bound_is_warned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --rows fit whose term ends at its search bound says so (the rows ask for more than the fit allows); a term
+    at 0, the least it may take, is no warning."""
+    import collections
+
+    import numpy as np
+
+    from simulator.calibrate import silicon_fit as sf
+
+    row = collections.namedtuple("Row", "backend model gpu isl osl concurrency tp")
+    rows = [row("vllm", m, "h100-sxm", isl, 32, c, 1) for m in ("llama-3.1-8b", "qwen3-8b")
+            for isl, c in ((1024, 4), (4096, 8), (512, 32))]
+    csv = tmp_path / "rows.csv"
+    _rows_frame(rows, sf.Params(False, np.array([2e-3, 20e-6, 0.0, 0.0]))).to_csv(csv, index=False)
+    report = calibrate_engine_command(RunConfig(), tmp_path / "e.json", rows=csv)["report"]
+    assert report["warnings"] == []
+    monkeypatch.setattr(sf, "UPPER", np.array([1e-3, 2e-3, 20e-6, 2e-3, 10e-3]))  # the per-step CPU capped under 2 ms
+    report = calibrate_engine_command(RunConfig(), tmp_path / "e.json", rows=csv)["report"]
+    assert report["warnings"] == ["cpu_iteration_s ended at its search bound (0.001 s): the rows ask for more than "
+                                  "the fit allows"]

@@ -564,6 +564,11 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     rows = df.iloc[kept].reset_index(drop=True).rename(columns={"ttft_ms": "measured_ttft_ms",
                                                                  "tpot_ms": "measured_tpot_ms"})
     ttft, tpot = rows["measured_ttft_ms"].to_numpy(float), rows["measured_tpot_ms"].to_numpy(float)
+    from simulator.calibrate.engine_fit import check_units
+
+    for column, measured, kernels_only in (("ttft_ms", ttft, [t.kernel_ttft_ms for t in traces]),
+                                           ("tpot_ms", tpot, [t.kernel_tpot_ms for t in traces])):
+        check_units(measured, kernels_only, "rows", column, "ms")
     rng = np.random.default_rng(seed)
     test = np.zeros(len(rows), bool)
     test[rng.permutation(len(rows))[:max(1, int(round(holdout * len(rows))))]] = True
@@ -605,11 +610,17 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
                      "the rows: not identified by them, written as 0")
         final = without_unbound_floor(final, traces)
     rows["pred_ttft_ms"], rows["pred_tpot_ms"] = predict(traces, final).T
+    # A term at a bound of its search (not a 0 it may rest at: a term the rows do not need) is what the rows asked
+    # beyond what the fit allows: said, not written in silence.
+    warnings = [f"{term} ended at its search bound ({bound:.3g} s): the rows ask for more than the fit allows"
+                for term, value, bound in zip(TERMS, final.values, np.where(final.values > 0, UPPER, LOWER), strict=True)
+                if bound != 0 and abs(value - bound) <= 1e-4 * abs(bound)]
     report: dict[str, Any] = {"kind": "benchmark rows", "rows": len(rows), "skipped": skipped,
                               "base_engine": base.engine, "holdout_rows": int(test.sum()),
                               "token_budget": budget if budget is not None else "engine default per GPU: " + ", ".join(
                                   f"{gpu} {'/'.join(map(str, sorted(b)))}" for gpu, b in budgets.items()),
-                              "holdout_before": before, "holdout_after": after, "notes": notes}
+                              "holdout_before": before, "holdout_after": after, "notes": notes,
+                              "warnings": warnings}
     for group in ("gpu", "model"):
         if rows[group].nunique() > 1:
             groups = np.asarray(rows[group])

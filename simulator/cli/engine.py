@@ -220,6 +220,8 @@ def calibrate_engine(
             console.print(f"leave one {group} out:  " + (_fmt(held) if held.get("num_rows") else "no rows to judge"))
     for note in report.get("notes") or []:
         console.print(f"[yellow]note[/yellow]: {escape_markup(note)}", highlight=False)
+    for warning in report.get("warnings") or []:
+        console.print(f"[yellow]warning[/yellow]: {escape_markup(warning)}", highlight=False)
     skipped = report.get("skipped") or []
     if skipped:  # rows the fit could not use are said, not only kept in the artifact
         shown = "; ".join(f"line {line}: {why}" for line, why in skipped[:3])

@@ -230,3 +230,46 @@ def test_a_term_at_its_search_bound_is_warned(tmp_path: Path, monkeypatch: pytes
     report = calibrate_engine_command(RunConfig(), tmp_path / "e.json", rows=csv)["report"]
     assert report["warnings"] == ["cpu_iteration_s ended at its search bound (0.001 s): the rows ask for more than "
                                   "the fit allows"]
+
+
+def test_a_skipped_rows_reason_names_its_cause(tmp_path: Path) -> None:
+    """A pipeline-parallel row whose micro-batches' steps overlap was skipped as 'attention DP or idle gaps'; an
+    attention-DP row's ranks are said as such."""
+    import collections
+
+    import numpy as np
+
+    from simulator.calibrate import silicon_fit as sf
+
+    row = collections.namedtuple("Row", "backend model gpu isl osl concurrency tp pp attention_dp ep")
+    rows = [row("vllm", m, "h100-sxm", isl, 32, c, 1, 1, 1, 1) for m in ("llama-3.1-8b", "qwen3-8b")
+            for isl, c in ((1024, 4), (4096, 8), (512, 16))]
+    frame = _rows_frame(rows, sf.Params(False, np.array([2e-3, 20e-6, 1e-6, 0.0])))
+    odd = [row("vllm", "llama-3.1-8b", "h100-sxm", 1024, 32, 16, 1, 2, 1, 1),
+           row("vllm", "qwen3-30b-a3b", "h100-sxm", 1024, 32, 8, 1, 1, 2, 2)]
+    import pandas as pd
+
+    frame = pd.concat([frame, pd.DataFrame([{**r._asdict(), "ttft_ms": 100.0, "tpot_ms": 10.0} for r in odd])],
+                      ignore_index=True)
+    csv = tmp_path / "rows.csv"
+    frame.to_csv(csv, index=False)
+    report = calibrate_engine_command(RunConfig(), tmp_path / "e.json", rows=csv)["report"]
+    assert report["skipped"] == [
+        (8, "not one replica's back-to-back steps, which the fit replays: pipeline parallelism (pp 2) overlaps its "
+            "micro-batches' steps"),
+        (9, "not one replica's back-to-back steps, which the fit replays: attention-DP ranks step side by side")]
+
+
+def test_help_says_what_max_evals_bounds_and_that_rows_are_means() -> None:
+    """--max-evals' help said 'simulations the bench fit may run' while a 13-point grid and 5 search steps always
+    ran; --rows' did not say its TTFT and TPOT are means (the replay's are)."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["calibrate-engine", "--help"], env={"COLUMNS": "200"})
+    text = re.sub(r"\s+", " ", res.output.replace("│", " "))
+    assert "a fixed 13-point grid, which always runs" in text
+    assert "each row's mean TTFT and TPOT, not a median or percentile" in text

@@ -548,8 +548,12 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
         except (_CE, Unexpressible) as err:
             skipped.append((i + 2, str(err)))
             continue
-        if trace is None:
-            skipped.append((i + 2, "not a single replica's back-to-back steps (attention DP or idle gaps)"))
+        if trace is None:  # (trace_of keeps no reason: the row's layout names the likely one)
+            r = row_config.replica
+            why = ("attention-DP ranks step side by side" if r.attention_dp > 1
+                   else f"pipeline parallelism (pp {r.pp}) overlaps its micro-batches' steps" if r.pp > 1
+                   else "its steps leave idle gaps")
+            skipped.append((i + 2, f"not one replica's back-to-back steps, which the fit replays: {why}"))
             continue
         traces.append(trace)
         kept.append(i)

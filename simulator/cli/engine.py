@@ -194,13 +194,17 @@ def calibrate_engine(
                                                     "num_decodes, decode_context, measured_s")] = None,
     bench: Annotated[Path | None, typer.Option(help="`vllm bench serve --save-result --save-detailed` JSON")] = None,
     rows: Annotated[Path | None, typer.Option(help="aggregate benchmark rows CSV: backend, model, gpu, isl, osl, "
-                                                  "concurrency, ttft_ms, tpot_ms (optional tp, pp, attention_dp, ep, "
+                                                  "concurrency, ttft_ms, tpot_ms (each row's mean TTFT and TPOT, not "
+                                                  "a median or percentile) (optional tp, pp, attention_dp, ep, "
                                                   "dtype, kernels, mode = agg, backend_version as a label); closed-loop runs at "
-                                                  "each row's concurrency")] = None,
+                                                  "each row's concurrency, at its engine's default token budget for "
+                                                  "its GPU unless --max-num-batched-tokens")] = None,
     holdout: Annotated[float, typer.Option(help="fraction of rows/requests held out for the report")] = 0.25,
     fit_seed: Annotated[int, typer.Option(help="seed of the hold-out split and bench arrivals")] = 0,
     name: Annotated[str | None, typer.Option(help="name of the fitted engine (default: the file's stem)")] = None,
-    max_evals: Annotated[int, typer.Option(help="simulations the bench fit may run")] = 40,
+    max_evals: Annotated[int, typer.Option(help="bench fit: bounds its search after a fixed 13-point grid, which "
+                                                "always runs, to at most max(5, N - 13) + 1 more simulations; 3 "
+                                                "more price the kernels-only check and the report")] = 40,
 ) -> None:
     """Fit engine overheads on top of the kernel cost model; --engine is the starting preset."""
     from rich.console import Console

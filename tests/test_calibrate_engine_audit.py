@@ -273,3 +273,21 @@ def test_help_says_what_max_evals_bounds_and_that_rows_are_means() -> None:
     text = re.sub(r"\s+", " ", res.output.replace("│", " "))
     assert "a fixed 13-point grid, which always runs" in text
     assert "each row's mean TTFT and TPOT, not a median or percentile" in text
+
+
+def test_validate_prints_its_summary_and_names_the_preset_it_is_of(tmp_path: Path, shared_data: Path) -> None:
+    """validate's summary filtered on the run default (vllm-2026), which the report does not price: it never
+    printed; its README called vllm-2023-splitwise 'the default preset'."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    data = tmp_path / "data"
+    (data / "splitwise-sim").mkdir(parents=True)
+    (data / "splitwise-sim" / "perf_model.csv").write_bytes(
+        (shared_data / "profiles" / "splitwise-sim" / "perf_model.csv").read_bytes())
+    res = CliRunner().invoke(app, ["validate", "--out", str(tmp_path / "out"), "--data", str(data)])
+    assert res.exit_code == 0, res.output
+    assert "vllm-2023-splitwise decode: median" in res.output and "vllm-2023-splitwise prompt: median" in res.output
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert "default preset" not in readme and "`vllm-2023-splitwise`'s errors above are in" in readme

@@ -291,3 +291,26 @@ def test_validate_prints_its_summary_and_names_the_preset_it_is_of(tmp_path: Pat
     assert "vllm-2023-splitwise decode: median" in res.output and "vllm-2023-splitwise prompt: median" in res.output
     readme = (tmp_path / "out" / "README.md").read_text()
     assert "default preset" not in readme and "`vllm-2023-splitwise`'s errors above are in" in readme
+
+
+def test_a_rows_artifact_over_the_roofline_runs_as_its_fit_replayed(tmp_path: Path) -> None:
+    """Rows over the roofline were replayed with the pooled constants (the kernels-only traces' ideal engine) while
+    the artifact recorded the base preset's (vllm's under vllm-2026): simulated, it ran 2-3% off its own fit."""
+    import collections
+
+    import numpy as np
+
+    from simulator.calibrate import silicon_fit as sf
+    from simulator.calibrate.silicon import simulate_row
+
+    row = collections.namedtuple("Row", "backend kernels model gpu isl osl concurrency tp")
+    rows = [row("vllm", "roofline", m, "h100-sxm", isl, 32, c, 1) for m in ("llama-3.1-8b", "qwen3-8b")
+            for isl, c in ((1024, 4), (4096, 8), (512, 16))]
+    csv = tmp_path / "rows.csv"
+    _rows_frame(rows, sf.Params(False, np.array([2e-3, 20e-6, 1e-6, 5e-6]))).to_csv(csv, index=False)
+    out = tmp_path / "e.json"
+    engine = calibrate_engine_command(RunConfig(), out, rows=csv)["engine"]
+    assert engine.roofline_prices == "all"
+    config = sf.user_row_config(rows[1], RunConfig(), None)
+    replayed = sf.replay(sf.trace_of(config), sf.Params.from_engine(engine))
+    assert simulate_row(config.replace(engine=str(out))) == pytest.approx(replayed, rel=1e-9)

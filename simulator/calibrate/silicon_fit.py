@@ -531,7 +531,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     from simulator.calibrate.silicon import Unexpressible
     from simulator.config.errors import ConfigError as _CE
     from simulator.costmodel.calibration import roofline_backend
-    from simulator.costmodel.engine_model import load_engine
+    from simulator.costmodel.engine_model import ENGINES, load_engine
 
     cache = cache or TraceCache()
     traces, kept, skipped, configs = [], [], [], []
@@ -559,7 +559,9 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
         kept.append(i)
         configs.append(row_config)
         budgets.setdefault(str(row_config.replica.gpu), set()).add(row_budget(row_config))
-        prices.add((row_config.replica.kernels, roofline_backend(row_config.replica.kernels, load_engine(row_config.engine))))
+        # the constants the kernels-only trace ran over (trace_of's ideal engine: the pooled ones on the roofline), not
+        # the base engine's, which priced the artifact's runs 2-3% off its own replays
+        prices.add((row_config.replica.kernels, roofline_backend(row_config.replica.kernels, ENGINES["ideal"])))
         if progress:
             progress(f"simulated {len(kept)}/{len(df)} rows")
     if len(kept) < 4:

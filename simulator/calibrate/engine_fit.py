@@ -76,6 +76,39 @@ def error_summary(err: np.ndarray) -> dict[str, float]:
     return {"n": len(err), "median_ape": float(np.median(err)), "p95_ape": float(np.quantile(err, 0.95))}
 
 
+# Measurements whose median is more than this many times the kernels-only prediction (or less than its inverse)
+# are taken for a unit slip: no engine's overhead multiplies its kernels' time tenfold (nor beats the kernels),
+# and milliseconds read as seconds are 1000x. Fitted, they ended at a search bound with exit 0.
+UNIT_SLIP_RATIO = 10.0
+UNIT_NAMES = {"us": "microseconds", "ms": "milliseconds", "s": "seconds"}
+_UNITS = ("us", "ms", "s")
+
+
+def unit_slip(measured: Any, kernels_only: Any, column: str, unit: str) -> tuple[float, str] | None:
+    """The median ratio of ``measured`` to the ``kernels_only`` prediction (pairwise) and the line that names the
+    likely unit mistake of ``column`` (in ``unit``), where the ratio is beyond :data:`UNIT_SLIP_RATIO` either way;
+    None where it is within (or nothing is comparable)."""
+    m, k = np.asarray(measured, dtype=float), np.asarray(kernels_only, dtype=float)
+    ok = np.isfinite(m) & np.isfinite(k) & (m > 0) & (k > 0)
+    if not ok.any():
+        return None
+    ratio = float(np.median(m[ok] / k[ok]))
+    if 1 / UNIT_SLIP_RATIO <= ratio <= UNIT_SLIP_RATIO:
+        return None
+    i = _UNITS.index(unit) + (-1 if ratio > 1 else 1)  # too large: a smaller unit's numbers; too small: a larger's
+    guess = f"in {UNIT_NAMES[_UNITS[i]]}" if 0 <= i < len(_UNITS) else f"not in {UNIT_NAMES[unit]}"
+    size = f"{ratio:,.0f}x" if ratio > 1 else f"1/{1 / ratio:,.0f} of"
+    return ratio, (f"{column} is a median {size} what the kernels alone take on the same work: {guess}, where "
+                   f"{UNIT_NAMES[unit]} are expected?")
+
+
+def check_units(measured: Any, kernels_only: Any, where: str, column: str, unit: str) -> None:
+    """Refuses ``column`` where :func:`unit_slip` finds a likely unit mistake, with one line naming it."""
+    slip = unit_slip(measured, kernels_only, column, unit)
+    if slip is not None:
+        raise ConfigError(where, slip[1], f"give {column} in {UNIT_NAMES[unit]}")
+
+
 # -- the iteration table ------------------------------------------------------------------------------------------
 def read_iteration_table(path: Path) -> pd.DataFrame:
     return read_csv_checked(path, "table", "pass a CSV iteration table")
@@ -260,6 +293,7 @@ def calibrate_table(df: pd.DataFrame, model: str, gpu: str, cost_model: str = "r
                     name: str = "calibrated", source: str = "iteration table") -> dict[str, Any]:
     """Check, fit on a split, report held-out error before/after, refit on all rows."""
     df = check_iteration_table(df, model, gpu)
+    check_units(df.measured_s, predict_rows(df, ENGINES["ideal"], model, gpu, cost_model), "table", "measured_s", "s")
     base_engine = load_engine(base)
     mask = holdout_split(len(df), holdout, seed)
     train, test = df[~mask], df[mask]
@@ -629,6 +663,17 @@ def calibrate_bench(run: BenchRun, config: Any, base: str | EngineModel, holdout
                               "result says", "drop --concurrency")
         config = config.replace(workload__concurrency=run.max_concurrency)
     base_engine = load_engine(base)
+    # The kernels alone first: timings in another unit than seconds are refused before the search's simulations.
+    ttft_k, itl_k = simulate_bench(run, config, ENGINES["ideal"], seed)
+    tpot = [np.array([x.mean() if len(x) else np.nan for x in itls]) for itls in (run.itls, itl_k)]
+    check_units(tpot[0], tpot[1], "bench", "itls", "s")
+    warnings = []
+    ttft_slip = unit_slip(run.ttfts, ttft_k, "ttfts", "s")
+    if ttft_slip is not None:
+        if ttft_slip[0] < 1:  # faster than the kernels alone: no load explains it
+            raise ConfigError("bench", ttft_slip[1], "give ttfts in seconds")
+        # slower: queueing at a rate the engine could not keep up with, which the search is for, or a unit slip
+        warnings.append(f"{ttft_slip[1]} (or the benchmark's rate queued its requests)")
     mask = holdout_split(len(run.input_lens), holdout, seed)
     train, test = np.flatnonzero(~mask), np.flatnonzero(mask)
     # One number is what one benchmark at one rate identifies well: the exposed CPU time of a step
@@ -655,15 +700,18 @@ def calibrate_bench(run: BenchRun, config: Any, base: str | EngineModel, holdout
     best = minimize_scalar(objective, bounds=(lo, hi), method="bounded",
                            options={"maxiter": max(5, max_evals - len(grid)), "xatol": 0.002})
     engine = engine_at(best.x)
+    if best.x >= grid[-1] - 0.01:  # the search's top (100 ms a step): the data asks for more than it allows
+        warnings.append(f"cpu_iteration_s ended at its search bound ({math.exp(grid[-1]) * 1e3:g} ms a step): the "
+                        "measurements ask for more than the search allows (timings not in seconds?)")
     t0, i0 = simulate_bench(run, config, base_engine, seed)
     t1, i1 = simulate_bench(run, config, engine, seed)
     return {"engine": engine, "report": {
         "kind": "vllm bench serve", "requests": len(run.input_lens), "failed_requests_not_used": run.num_failed,
         "holdout_requests": len(test), "request_rate": run.request_rate, "base_engine": base_engine.name,
-        "simulations": len(cache) + 1,
+        "simulations": len(cache) + 3,  # the search's, then the kernels alone, the base engine and the fitted one
         "holdout_before": _dist_error(t0, i0, run.ttfts, run.itls, test),
         "holdout_after": _dist_error(t1, i1, run.ttfts, run.itls, test),
-        "notes": [note] if note else []}}
+        "notes": [note] if note else [], "warnings": warnings}}
 
 
 def make_bench_fixture(config: Any, engine: EngineModel, rate: float, num_requests: int, seed: int,

@@ -250,6 +250,27 @@ def fit(traces: list[Trace], ttft_ms: np.ndarray, tpot_ms: np.ndarray, overlap: 
     return best[1]
 
 
+def floor_binds(traces: list[Trace], params: Params) -> bool:
+    """Whether ``params``'s prefill floor lengthens any step of ``traces`` (as :func:`replay` prices it)."""
+    c, f = params.values[3], params.values[4]
+    if f <= 0:
+        return False
+    for t in traces:
+        gpu = t.kernel_s + t.num_collectives * max(c, t.min_collective_extra_s)
+        if np.any((t.prefill_tokens > params.floor_above_tokens) & (f * t.num_layers > gpu)):
+            return True
+    return False
+
+
+def without_unbound_floor(params: Params, traces: list[Trace]) -> Params:
+    """``params`` with its prefill floor at 0 where it binds on no step of the ``traces`` it was fitted on: such a
+    floor has no gradient there, so the fit leaves it at its start (:data:`START`), a value the rows never saw,
+    which priced a short prompt's step of other rows 4x too slow; 0 is all the rows say. Else ``params``."""
+    if params.values[4] <= 0 or floor_binds(traces, params):
+        return params
+    return Params(params.overlap_cpu, np.append(params.values[:4], 0.0), params.floor_above_tokens)
+
+
 def predict(traces: list[Trace], params: Params) -> np.ndarray:
     return np.array([replay(t, params) for t in traces]).reshape(-1, 2)
 
@@ -407,13 +428,14 @@ def read_user_rows(path: Path) -> Any:
     return df
 
 
-def user_row_config(row: Any, base: Any, budget: int = 8192, requests_per_user: int = 3,
+def user_row_config(row: Any, base: Any, budget: int | None = 8192, requests_per_user: int = 3,
                     max_requests: int = 1200) -> Any:
     """A closed-loop run of one user row over ``base`` (a RunConfig): its model, GPU, layout,
     lengths and concurrency; the row's ``kernels`` if given, else its backend's measured kernel
-    tables where the backend has them (vllm, sglang, trtllm), else the roofline."""
+    tables where the backend has them (vllm, sglang, trtllm), else the roofline. ``budget``: the
+    step's token budget, or None for the row's engine's own default on its GPU (:func:`row_budget`)."""
     from simulator.calibrate.silicon import BACKEND_SCHEDULERS, SYSTEMS, _model
-    from simulator.config.run_config import KERNEL_TABLES
+    from simulator.config.run_config import KERNEL_TABLES, SchedulerConfig
 
     def opt(name: str, default: Any) -> Any:
         v = getattr(row, name, default)
@@ -423,10 +445,14 @@ def user_row_config(row: Any, base: Any, budget: int = 8192, requests_per_user: 
     total = min(conc + max(requests_per_user * conc, 32), max(max_requests, 2 * conc))
     tp, pp, adp, ep = int(opt("tp", 1)), int(opt("pp", 1)), int(opt("attention_dp", 1)), int(opt("ep", 1))
     backend = str(row.backend)
+    if budget is None and backend == "trtllm":
+        # TensorRT-LLM's rows run vllm-v1's policy (BACKEND_SCHEDULERS), whose default budget is vLLM's; the engine
+        # measured ran trtllm-serve's own default max_num_tokens.
+        budget = SchedulerConfig(name="trtllm").token_budget(0)
     changes: dict[str, Any] = {
         "replica__model": _model(str(row.model)), "replica__gpu": SYSTEMS.get(str(row.gpu), str(row.gpu)), "replica__tp": tp, "replica__pp": pp,
         "replica__ep": ep, "scheduler__name": BACKEND_SCHEDULERS.get(backend, "vllm-v1"),
-        "scheduler__max_num_batched_tokens": budget,
+        "scheduler__max_num_batched_tokens": budget,  # None: the policy's default for the GPU, as `simulate run`'s
         "scheduler__max_num_seqs": max(256, -(-conc // adp)),
         "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
         "workload__arrival": "burst", "workload__num_requests": total, "workload__concurrency": conc,
@@ -438,6 +464,41 @@ def user_row_config(row: Any, base: Any, budget: int = 8192, requests_per_user: 
     if "dtype" in row._fields and isinstance(row.dtype, str) and row.dtype:
         changes["replica__dtype"] = row.dtype
     return base.replace(**changes)
+
+
+def row_budget(config: Any) -> int:
+    """The token budget a row's run steps under (one attention-DP rank's), as its scheduler applies it."""
+    r = config.replica
+    return config.scheduler.token_budget(r.effective_max_model_len, r.gpu_spec, r.attention_dp)
+
+
+def replay_gaps(engine: EngineModel, configs: Iterable[Any]) -> list[str]:
+    """The terms of ``engine`` that a :func:`replay` of :meth:`Params.from_engine` leaves out or prices otherwise
+    on the runs ``configs``: where any is, a figure replayed under ``engine`` is not what the simulator gives."""
+    from simulator.costmodel.calibration import roofline_backend
+    from simulator.costmodel.engine_model import ENGINES, num_collectives, tp_lookup
+
+    configs = list(configs)
+    tps = {c.replica.tp for c in configs}
+    gaps = []
+    if any(tp_lookup(engine.rpc_s, t) for t in tps):  # (0 at tp 1)
+        gaps.append("rpc_s")
+    if engine.rpc_per_seq_s and max(tps, default=1) > 1:
+        gaps.append("rpc_per_seq_s")
+    if engine.prefill_excess_token_s:
+        gaps.append("prefill_excess_token_s")
+    if not engine.cuda_graphs and engine.launch_per_kernel_s:
+        gaps.append("cuda_graphs false (its launch floor)")
+    first = Params.from_engine(engine).values[3]  # the one collective extra a replay prices every TP at
+    if any(num_collectives(c.replica) and tp_lookup(engine.collective_extra_s, c.replica.tp) != first for c in configs):
+        gaps.append("collective_extra_s by TP")
+    cpu = engine.cpu_iteration_s or engine.cpu_per_seq_s or engine.cpu_per_prefill_token_s  # (none: nothing to hide)
+    if cpu and engine.overlap_cpu and not engine.overlap_pipeline and any(c.replica.pp > 1 for c in configs):
+        gaps.append("overlap_cpu off under pipeline parallelism (overlap_pipeline false)")
+    ideal = ENGINES["ideal"]  # the kernels-only replays' roofline constants (trace_of runs the ideal engine)
+    if any(roofline_backend(c.replica.kernels, engine) != roofline_backend(c.replica.kernels, ideal) for c in configs):
+        gaps.append(f"roofline_prices ({roofline_backend('roofline', engine)}'s roofline constants)")
+    return gaps
 
 
 def repeated_rows(df: Any) -> dict[int, int]:
@@ -460,20 +521,22 @@ class CalibrationResult:
 
 
 def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 0.25, seed: int = 0,
-                   budget: int = 8192, progress: Callable[[str], None] | None = None,
+                   budget: int | None = None, progress: Callable[[str], None] | None = None,
                    cache: TraceCache | None = None) -> CalibrationResult:
     """``simulate calibrate-engine --rows``: fit one preset's terms on a user's rows (one kernels-
     only simulation each), report the held-out error (a seeded split of ``holdout`` of the rows,
     and leave-one-GPU-out / leave-one-model-out where the rows span more than one) before (the
-    base engine, replayed) and after."""
+    base engine, replayed) and after. ``budget``: every row's token budget, or None for each row's
+    engine's own default on its GPU (what `simulate run` steps under without --max-num-batched-tokens)."""
     from simulator.calibrate.silicon import Unexpressible
     from simulator.config.errors import ConfigError as _CE
     from simulator.costmodel.calibration import roofline_backend
-    from simulator.costmodel.engine_model import load_engine
+    from simulator.costmodel.engine_model import ENGINES, load_engine
 
     cache = cache or TraceCache()
-    traces, kept, skipped = [], [], []
+    traces, kept, skipped, configs = [], [], [], []
     prices: set[tuple[str, str]] = set()  # (kernels, roofline constants) each kept row replayed over
+    budgets: dict[str, set[int]] = {}  # GPU -> the token budgets its kept rows stepped under
     repeated = repeated_rows(df)
     for i, row in enumerate(df.itertuples(index=False)):
         if i in repeated:
@@ -485,12 +548,20 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
         except (_CE, Unexpressible) as err:
             skipped.append((i + 2, str(err)))
             continue
-        if trace is None:
-            skipped.append((i + 2, "not a single replica's back-to-back steps (attention DP or idle gaps)"))
+        if trace is None:  # (trace_of keeps no reason: the row's layout names the likely one)
+            r = row_config.replica
+            why = ("attention-DP ranks step side by side" if r.attention_dp > 1
+                   else f"pipeline parallelism (pp {r.pp}) overlaps its micro-batches' steps" if r.pp > 1
+                   else "its steps leave idle gaps")
+            skipped.append((i + 2, f"not one replica's back-to-back steps, which the fit replays: {why}"))
             continue
         traces.append(trace)
         kept.append(i)
-        prices.add((row_config.replica.kernels, roofline_backend(row_config.replica.kernels, load_engine(row_config.engine))))
+        configs.append(row_config)
+        budgets.setdefault(str(row_config.replica.gpu), set()).add(row_budget(row_config))
+        # the constants the kernels-only trace ran over (trace_of's ideal engine: the pooled ones on the roofline), not
+        # the base engine's, which priced the artifact's runs 2-3% off its own replays
+        prices.add((row_config.replica.kernels, roofline_backend(row_config.replica.kernels, ENGINES["ideal"])))
         if progress:
             progress(f"simulated {len(kept)}/{len(df)} rows")
     if len(kept) < 4:
@@ -499,6 +570,11 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     rows = df.iloc[kept].reset_index(drop=True).rename(columns={"ttft_ms": "measured_ttft_ms",
                                                                  "tpot_ms": "measured_tpot_ms"})
     ttft, tpot = rows["measured_ttft_ms"].to_numpy(float), rows["measured_tpot_ms"].to_numpy(float)
+    from simulator.calibrate.engine_fit import check_units
+
+    for column, measured, kernels_only in (("ttft_ms", ttft, [t.kernel_ttft_ms for t in traces]),
+                                           ("tpot_ms", tpot, [t.kernel_tpot_ms for t in traces])):
+        check_units(measured, kernels_only, "rows", column, "ms")
     rng = np.random.default_rng(seed)
     test = np.zeros(len(rows), bool)
     test[rng.permutation(len(rows))[:max(1, int(round(holdout * len(rows))))]] = True
@@ -515,17 +591,48 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
         raise ConfigError("rows", f"{len(rows)} usable rows leave {len(tr)} to fit {num_terms} terms on "
                           f"(--holdout {holdout:g} keeps {int(test.sum())} apart)", "give more rows or a smaller --holdout")
     split_fit = fit(tr, ttft[train], tpot[train], floor_above_tokens=above)
-    before = error_row(predict(te, base_params), rows[test])
-    after = error_row(predict(te, split_fit), rows[test])
+    notes = []
+    gaps = replay_gaps(load_engine(base.engine), configs)
+    if gaps:  # the base engine replayed would be another engine's figure (a preset's RPC, excess, ...): simulated
+        from simulator.calibrate.silicon import simulate_row
+
+        if progress:
+            progress(f"simulating the {int(test.sum())} held-out rows under {base.engine}")
+        sims = [simulate_row(c) for c, k in zip(configs, test, strict=True) if k]
+        before = error_row(np.array([s if isinstance(s, tuple) else (math.nan, math.nan) for s in sims]), rows[test])
+        notes.append(f"held-out error before simulated: the replay cannot express {base.engine}'s {', '.join(gaps)}")
+    else:
+        before = error_row(predict(te, base_params), rows[test])
+    # (the final fit starts where the split's ended, its floor included: a floor the split's rows left unbound may
+    # bind on the held-out rows)
     final = fit(traces, ttft, tpot, start=split_fit, floor_above_tokens=above)
     final.floor_above_tokens = base_params.floor_above_tokens
+    # Each fit's prefill floor as the rows it was fitted on identify it (the artifact's, the split's that the
+    # held-out error judges, the folds' below): where it bound on none of their steps, 0.
+    split_fit = without_unbound_floor(split_fit, tr)
+    after = error_row(predict(te, split_fit), rows[test])
+    if final.values[4] > 0 and not floor_binds(traces, final):
+        notes.append(f"the prefill floor the fit left at {final.values[4] * 1e3:.3g} ms a layer lengthened no step of "
+                     "the rows: not identified by them, written as 0")
+        final = without_unbound_floor(final, traces)
     rows["pred_ttft_ms"], rows["pred_tpot_ms"] = predict(traces, final).T
+    # A term at a bound of its search (not a 0 it may rest at: a term the rows do not need) is what the rows asked
+    # beyond what the fit allows: said, not written in silence.
+    warnings = [f"{term} ended at its search bound ({bound:.3g} s): the rows ask for more than the fit allows"
+                for term, value, bound in zip(TERMS, final.values, np.where(final.values > 0, UPPER, LOWER), strict=True)
+                if bound != 0 and abs(value - bound) <= 1e-4 * abs(bound)]
     report: dict[str, Any] = {"kind": "benchmark rows", "rows": len(rows), "skipped": skipped,
                               "base_engine": base.engine, "holdout_rows": int(test.sum()),
-                              "holdout_before": before, "holdout_after": after}
+                              "token_budget": budget if budget is not None else "engine default per GPU: " + ", ".join(
+                                  f"{gpu} {'/'.join(map(str, sorted(b)))}" for gpu, b in budgets.items()),
+                              "holdout_before": before, "holdout_after": after, "notes": notes,
+                              "warnings": warnings}
     for group in ("gpu", "model"):
         if rows[group].nunique() > 1:
-            cv = cross_validate(rows, traces, group, floor_above_tokens=above)
+            groups = np.asarray(rows[group])
+            folds = {held: without_unbound_floor(p, [t for t, g in zip(traces, groups, strict=True) if g != held])
+                     for held, p in fold_params(rows, traces, group, floor_above_tokens=above).items()}
+            cv = cross_validate(rows, traces, group, folds=folds)
             report[f"leave_one_{group}_out"] = error_row(cv, rows)
             rows[f"cv_{group}_ttft_ms"], rows[f"cv_{group}_tpot_ms"] = cv.T
     engine = final.engine(name, source, f"servesim calibrate-engine --rows: least squares (soft-L1) of log "
@@ -537,7 +644,12 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     from simulator.costmodel.calibration import POOLED
 
     (kernels, constants), one = (next(iter(prices)), True) if len(prices) == 1 else ((None, POOLED), False)
+    # The policy the replays stepped under (the rows are one backend's: read_user_rows), so a run under another
+    # is told, as for the presets.
+    from simulator.calibrate.silicon import BACKEND_SCHEDULERS
+
     engine = engine.with_terms(handoff_s=load_engine(base.engine).handoff_s,
-                               kernels=kernels if one and kernels != "roofline" else None, roofline_prices=constants)
+                               kernels=kernels if one and kernels != "roofline" else None, roofline_prices=constants,
+                               scheduler=BACKEND_SCHEDULERS.get(str(rows["backend"].iloc[0]), "vllm-v1"))
     return CalibrationResult(engine, report, rows)
 

@@ -4,8 +4,9 @@
 
 - **Splitwise's vLLM runs** of Llama-2-70B on A100-80GB and H100-80GB, TP 2/4/8
   (``splitwise-sim/perf_model.csv``): the per-token decode time of a batch and the time to
-  prefill its prompts, every row (medians of the repeats), under every engine preset, plus
-  overheads calibrated on one GPU's rows predicting the other GPU. The acceptance subset is
+  prefill its prompts, every row (medians of the repeats), under every preset but the 2026 ones
+  (:data:`OUT_OF_THE_BOX`; those, fitted on AIConfigurator's silicon rows, are checked against them
+  in ``results/validation/silicon``), plus overheads calibrated on one GPU's rows predicting the other GPU. The acceptance subset is
   output 128 tokens, prompts 512 and 2048, batches 1-64, without the rows flagged as source
   anomalies (see :func:`simulator.calibrate.engine_fit.splitwise_rows`).
 - **Vidur's CPU-overhead tables** (``vidur/legacy_2023/*/cpu_overheads.csv``): the measured
@@ -41,6 +42,8 @@ from simulator.costmodel.engine_model import ENGINES, EngineCostModel, EngineMod
 
 # The preset fitted to the Splitwise rows this report compares against (named: not the run default).
 SPLITWISE_PRESET = "vllm-2023-splitwise"
+# The presets priced on the 2023 rows: every one but the 2026 presets, which model today's engines over their kernel
+# tables (fitted on AIConfigurator's silicon rows, and checked against those in results/validation/silicon).
 OUT_OF_THE_BOX = ("ideal", "handset", "sarathi-2023-vidur", "vllm-v1", SPLITWISE_PRESET)
 
 
@@ -58,8 +61,8 @@ def _predict(table: pd.DataFrame, engine: EngineModel) -> np.ndarray:
 
 def splitwise_predictions(table: pd.DataFrame, progress: Callable[[str], None] | None = None
                           ) -> tuple[pd.DataFrame, dict[str, EngineModel]]:
-    """Every Splitwise row under every preset and the cross-GPU calibrations (tidy, one row
-    per measurement and engine)."""
+    """Every Splitwise row under each preset of :data:`OUT_OF_THE_BOX` and the cross-GPU calibrations
+    (tidy, one row per measurement and engine)."""
     engines: dict[str, tuple[EngineModel, str]] = {n: (ENGINES[n], "preset") for n in OUT_OF_THE_BOX}
     fitted: dict[str, EngineModel] = {}
     for fit_gpu in SPLITWISE_GPUS.values():
@@ -305,8 +308,11 @@ decode floor of 45 ms (A100) / 30 ms (H100) at TP4 and TP8 that the kernels alon
 Batched prompts beyond ~2048 tokens a step run slower per token than the kernels predict
 (`prefill_excess_token_s`); the kernels explain single prompts within a few percent. The
 TP2 floor comes out 0 because these rows (one model, no TP1) cannot separate the lowest TP's
-floor from the per-step constant, which absorbs it. The default preset's errors above are in
-sample (it was fitted to these rows); the cross-GPU rows are the out-of-sample check.
+floor from the per-step constant, which absorbs it. `{SPLITWISE_PRESET}`'s errors above are in
+sample (it was fitted to these rows); the cross-GPU rows are the out-of-sample check. Today's
+presets (`vllm-2026`, the run default, `sglang-2026`, `trtllm-2026`) are not priced here: they
+model today's engines over their kernel tables, and are checked against AIConfigurator's silicon
+rows in `silicon/`.
 
 Plots: `splitwise_scatter.png` (predicted vs measured), `splitwise_decode_vs_batch.png`.
 Tables: `splitwise_predictions.csv` (every row x engine), `splitwise_summary.csv`,

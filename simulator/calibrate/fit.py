@@ -21,8 +21,11 @@ cross-validation on the training rows (5-fold, lowest mean absolute percentage e
   in :class:`~simulator.costmodel.base.BatchShape` (chunk tokens, causal query-key pairs,
   keys read, squared chunk lengths), the subset chosen by CV.
 
-A fraction of each op's rows (``holdout``, default 20%, seeded) is never used in fitting;
-the training report gives the error on those rows per op. The artifact is plain JSON (no
+A fraction of each op's rows (``holdout``, default 20%, seeded) is kept out of choosing and
+fitting the family; the training report gives that fit's error on those rows per op. The family
+chosen is then fitted again on *all* the op's rows for the artifact, so the artifact's profiled
+range (where :mod:`simulator.costmodel.learned` starts counting extrapolations) is the
+profile's, and its edge points are priced by a curve that saw them. The artifact is plain JSON (no
 pickles; its schema is :mod:`simulator.costmodel.learned_schema`): :mod:`simulator.costmodel.learned`
 loads it without scikit-learn.
 """
@@ -101,6 +104,11 @@ def _to_curve(predict: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> Cur
     return Curve(knots.astype(np.float64), values.astype(np.float64))
 
 
+def curve_of_family(family: str, x: np.ndarray, y: np.ndarray) -> Curve:
+    """The curve of ``family`` (a name :func:`fit_curve` returns) fitted on all of ``x, y``."""
+    return _to_curve(_curve_families()[family](x, y), x)
+
+
 def fit_curve(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[Curve, str, dict[str, float]]:
     """Choose a family by K-fold CV (mean APE) and fit it on all of ``x, y``."""
     families = _curve_families()
@@ -114,7 +122,7 @@ def fit_curve(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[Curve, str, 
             errs.append(ape(_to_curve(family(x[tr], y[tr]), x[tr])(x[te]), y[te]))
         scores[name] = float(np.mean(np.concatenate(errs))) if errs else float("inf")
     best = min(scores, key=scores.get)
-    return _to_curve(families[best](x, y), x), best, scores
+    return curve_of_family(best, x, y), best, scores
 
 
 # -- decode attention ----------------------------------------------------------------------------------
@@ -179,9 +187,14 @@ def fit_decode(n: np.ndarray, k: np.ndarray, y: np.ndarray, seed: int = 0) -> tu
                 for tr, te in folds.split(n)]
         scores["per-seq-lines"] = float(np.mean(np.concatenate(errs)))
     best = min(scores, key=scores.get)
-    if best == "per-seq-lines":
-        return _fit_decode_once(n, k, y, 1, per_seq=True), best, scores
-    return _fit_decode_once(n, k, y, int(best.rsplit("-", 1)[1])), best, scores
+    return decode_of_family(best, n, k, y), best, scores
+
+
+def decode_of_family(family: str, n: np.ndarray, k: np.ndarray, y: np.ndarray) -> DecodeModel:
+    """The decode model of ``family`` (a name :func:`fit_decode` returns) fitted on all of ``n, k, y``."""
+    if family == "per-seq-lines":
+        return _fit_decode_once(n, k, y, 1, per_seq=True)
+    return _fit_decode_once(n, k, y, int(family.rsplit("-", 1)[1]))
 
 
 # -- prefill attention ----------------------------------------------------------------------------
@@ -211,8 +224,13 @@ def fit_prefill(batch: np.ndarray, chunk: np.ndarray, kv: np.ndarray, y: np.ndar
             errs.append(ape(m.predict({f: v[te] for f, v in feats.items()}), y[te]))
         scores["linear:" + "+".join(subset)] = float(np.mean(np.concatenate(errs)))
     best = min(scores, key=scores.get)
-    subset = tuple(best.split(":", 1)[1].split("+"))
-    return _fit_prefill_once(feats, y, subset, chunk, kv), best, scores
+    return prefill_of_family(best, batch, chunk, kv, y), best, scores
+
+
+def prefill_of_family(family: str, batch: np.ndarray, chunk: np.ndarray, kv: np.ndarray, y: np.ndarray) -> PrefillModel:
+    """The prefill model of ``family`` (a name :func:`fit_prefill` returns) fitted on all the rows given."""
+    subset = tuple(family.split(":", 1)[1].split("+"))
+    return _fit_prefill_once(prefill_features(batch, chunk, kv), y, subset, chunk, kv)
 
 
 # -- the whole fit ---------------------------------------------------------------------------------------
@@ -306,15 +324,17 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
             progress(msg)
 
     def fit_one(op: str, rows: pd.DataFrame, x_column: str, extra: dict[str, Any]) -> None:
-        """Fit one op's curve on the training split; record it and its held-out error."""
+        """Choose and score one op's curve on the training split; store the family refitted on every row."""
         x = rows[x_column].to_numpy(dtype=float)
         y = rows["median_s"].to_numpy(dtype=float)
         if len(np.unique(x)) < MIN_POINTS:
             raise _too_few(op, len(np.unique(x)))
         tr, te = split_holdout(len(x), holdout, rng)
         curve, family, scores = fit_curve(x[tr], y[tr], seed)
-        artifact["curves"][op] = {"x": x_column, "family": family, **extra, **curve.to_json()}
         report.append(_report_row(op, family, scores, len(tr), ape(curve(x[te]), y[te])))
+        if len(te):
+            curve = curve_of_family(family, x, y)
+        artifact["curves"][op] = {"x": x_column, "family": family, **extra, **curve.to_json()}
 
     for op in TOKEN_FAMILY_OPS + MOE_FAMILY_OPS:
         rows = table[(table["op"] == op) & (table["tp"].isna() | (table["tp"] == tp))]
@@ -343,8 +363,10 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         say("attn_decode")
         tr, te = split_holdout(len(y), holdout, rng)
         dm, family, scores = fit_decode(n[tr], k[tr], y[tr], seed)
-        artifact["attn_decode"] = {"family": family, **dm.to_json()}
         report.append(_report_row("attn_decode", family, scores, len(tr), ape(dm.predict(n[te], k[te]), y[te])))
+        if len(te):
+            dm = decode_of_family(family, n, k, y)
+        artifact["attn_decode"] = {"family": family, **dm.to_json()}
     rows = table[(table["op"] == "attn_prefill") & (table["tp"].isna() | (table["tp"] == tp))]
     if not rows.empty:
         _check_shape(rows, model, tp)
@@ -355,9 +377,11 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         say("attn_prefill")
         tr, te = split_holdout(len(y), holdout, rng)
         pm, family, scores = fit_prefill(b[tr], c[tr], kv[tr], y[tr], seed)
-        artifact["attn_prefill"] = {"family": family, **pm.to_json()}
         feats = prefill_features(b[te], c[te], kv[te])
         report.append(_report_row("attn_prefill", family, scores, len(tr), ape(pm.predict(feats), y[te])))
+        if len(te):
+            pm = prefill_of_family(family, b, c, kv, y)
+        artifact["attn_prefill"] = {"family": family, **pm.to_json()}
     if not report:
         raise ConfigError("profile", f"no rows for {model} at tp={tp}", "check the table's tp and op columns")
     learned = [r["op"] for r in report]

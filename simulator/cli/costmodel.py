@@ -89,7 +89,8 @@ def fit(
     model: Annotated[str | None, typer.Option(help="model, if the tables do not say")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU, if the tables do not say")] = None,
     tp: Annotated[int | None, typer.Option(help="TP degree to fit (tables may hold several)")] = None,
-    holdout: Annotated[float, typer.Option(help="fraction of rows held out for the report")] = 0.2,
+    holdout: Annotated[float, typer.Option(help="fraction of each op's rows held out to choose and score its model "
+                                                "family (the report's error); the artifact is then refitted on all rows")] = 0.2,
     seed: Annotated[int, typer.Option(help="seed of the hold-out split and CV folds")] = 0,
     ops: Annotated[list[str] | None, typer.Option(
         help="learn only these op families (linear, attention, elementwise, comm) or ops, comma-separated or "

@@ -21,11 +21,13 @@ cross-validation on the training rows (5-fold, lowest mean absolute percentage e
   in :class:`~simulator.costmodel.base.BatchShape` (chunk tokens, causal query-key pairs,
   keys read, squared chunk lengths), the subset chosen by CV.
 
-A fraction of each op's rows (``holdout``, default 20%, seeded) is kept out of choosing and
-fitting the family; the training report gives that fit's error on those rows per op. The family
-chosen is then fitted again on *all* the op's rows for the artifact, so the artifact's profiled
-range (where :mod:`simulator.costmodel.learned` starts counting extrapolations) is the
-profile's, and its edge points are priced by a curve that saw them. The artifact is plain JSON (no
+A fraction of each op's rows (``holdout``, default 20%) is kept out of choosing and fitting
+the family; the training report gives that fit's error on those rows per op. The family chosen
+is then fitted again on *all* the op's rows for the artifact, so the artifact's profiled range
+(where :mod:`simulator.costmodel.learned` starts counting extrapolations) is the profile's,
+and its edge points are priced by a curve that saw them. Each op's split is drawn from
+``(seed, op name)`` alone, so fitting a subset of ops (``--ops``) gives the same models for
+them as fitting all. The artifact is plain JSON (no
 pickles; its schema is :mod:`simulator.costmodel.learned_schema`): :mod:`simulator.costmodel.learned`
 loads it without scikit-learn.
 """
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 import platform
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -249,6 +252,12 @@ def _report_row(op: str, family: str, scores: dict[str, float], num_train: int, 
             "cv_mape": {k: round(v, 5) for k, v in scores.items()}}
 
 
+def _op_rng(seed: int, op: str) -> np.random.Generator:
+    """The hold-out split's generator for ``op``: from the seed and the op's name alone (a stable hash, not
+    Python's salted one), so an op's split does not depend on which other ops were fitted before it."""
+    return np.random.default_rng([seed, zlib.crc32(op.encode())])
+
+
 def _too_few(op: str, n: int) -> ConfigError:
     return ConfigError("profile", f"op {op} has {n} distinct points, too few to fit (need {MIN_POINTS})",
                        "profile more token counts or drop the op's rows")
@@ -309,7 +318,6 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
             raise ConfigError("tp", f"profile covers tp {compute_tps or tps}", "pass --tp to choose one")
         tp = compute_tps[0]
     spec = get_model(model)
-    rng = np.random.default_rng(seed)
     artifact: dict[str, Any] = {
         "format_version": FORMAT_VERSION, "kind": "servesim-learned-cost-model", "model": model, "gpu": gpu, "tp": tp,
         "dtype_bytes": 2, "gemm_dtype": gemm_dtype, "sklearn_version": sklearn.__version__, "numpy_version": np.__version__,
@@ -329,7 +337,7 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         y = rows["median_s"].to_numpy(dtype=float)
         if len(np.unique(x)) < MIN_POINTS:
             raise _too_few(op, len(np.unique(x)))
-        tr, te = split_holdout(len(x), holdout, rng)
+        tr, te = split_holdout(len(x), holdout, _op_rng(seed, op))
         curve, family, scores = fit_curve(x[tr], y[tr], seed)
         report.append(_report_row(op, family, scores, len(tr), ape(curve(x[te]), y[te])))
         if len(te):
@@ -361,7 +369,7 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         if len(rows[["batch_size", "context_len"]].drop_duplicates()) < MIN_POINTS:
             raise _too_few("attn_decode", len(rows))
         say("attn_decode")
-        tr, te = split_holdout(len(y), holdout, rng)
+        tr, te = split_holdout(len(y), holdout, _op_rng(seed, "attn_decode"))
         dm, family, scores = fit_decode(n[tr], k[tr], y[tr], seed)
         report.append(_report_row("attn_decode", family, scores, len(tr), ape(dm.predict(n[te], k[te]), y[te])))
         if len(te):
@@ -375,7 +383,7 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         if len(rows[["batch_size", "chunk_size", "kv_context"]].drop_duplicates()) < MIN_POINTS:
             raise _too_few("attn_prefill", len(rows))
         say("attn_prefill")
-        tr, te = split_holdout(len(y), holdout, rng)
+        tr, te = split_holdout(len(y), holdout, _op_rng(seed, "attn_prefill"))
         pm, family, scores = fit_prefill(b[tr], c[tr], kv[tr], y[tr], seed)
         feats = prefill_features(b[te], c[te], kv[te])
         report.append(_report_row("attn_prefill", family, scores, len(tr), ape(pm.predict(feats), y[te])))

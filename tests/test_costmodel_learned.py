@@ -352,3 +352,16 @@ def test_an_ops_split_does_not_depend_on_which_other_ops_are_fitted() -> None:
     for op in ("attn_decode", "attn_prefill"):
         assert alone[op] == whole[op]
         assert [r for r in alone["report"] if r["op"] == op] == [r for r in whole["report"] if r["op"] == op]
+
+
+def test_a_holdout_leaving_too_few_training_points_is_one_line() -> None:
+    """`--holdout 0.85` on a quick grid (8 sizes an op) left one training row, and scikit-learn's KFold raised a
+    ValueError traceback; a negative --seed did in numpy's seeding. The default still fits a quick grid."""
+    df = synthetic_table()
+    df = df[(df["op"] == "qkv_proj") & (df["num_tokens"] <= 8)]
+    with pytest.raises(ConfigError, match=r"^--holdout: 0.85 leaves op qkv_proj 1 of its 8 distinct points") as err:
+        fit_tables(df, holdout=0.85)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^--seed: must be >= 0"):
+        fit_tables(df, seed=-1)
+    assert fit_tables(df)["report"][0]["num_train"] == 6

@@ -64,6 +64,9 @@ from simulator.costmodel.learned_schema import (
 )
 
 MIN_POINTS = 8  # distinct inputs an op needs before it is fitted
+# Distinct inputs the training split must keep: the fewest with which every CV fold fits a curve on two
+# distinct inputs. With fewer every family scored inf and the first was taken unchosen; with one, KFold raised.
+MIN_TRAIN_POINTS = 3
 CV_FOLDS = 5
 PREFILL_FEATURES = ("num_prefill_tokens", "prefill_attn_pairs", "prefill_kv_tokens", "prefill_chunk_sq_sum")
 PREFILL_SUBSETS = (("num_prefill_tokens", "prefill_attn_pairs"),
@@ -263,6 +266,14 @@ def _too_few(op: str, n: int) -> ConfigError:
                        "profile more token counts or drop the op's rows")
 
 
+def _check_train(op: str, num_train: int, num_total: int, holdout: float) -> None:
+    """The training split must be able to choose a family (see :data:`MIN_TRAIN_POINTS`)."""
+    if num_train < MIN_TRAIN_POINTS:
+        raise ConfigError("--holdout", f"{holdout:g} leaves op {op} {num_train} of its {num_total} distinct points to "
+                          f"choose a model family on (cross-validation needs {MIN_TRAIN_POINTS})",
+                          "pass a smaller --holdout (default 0.2), or profile more sizes")
+
+
 def _check_shape(rows: pd.DataFrame, model: str, tp: int) -> None:
     """Attention tables fix a shape, not a name: it must be the artifact model's."""
     if not {"hidden_size", "num_heads", "num_kv_heads"} <= set(rows.columns):
@@ -282,6 +293,8 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
     """Fit every op the table covers for one (model, GPU, TP); return the artifact dict."""
     if not 0 <= holdout < 1:
         raise ConfigError("holdout", f"must be in [0, 1), got {holdout}")
+    if seed < 0:  # (numpy's seeding refuses it with a traceback)
+        raise ConfigError("--seed", f"must be >= 0, got {seed}")
     validate(table, "profile table")
     table = table.copy()
     for column in TIDY_COLUMNS:
@@ -331,13 +344,20 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         if progress:
             progress(msg)
 
+    def split(op: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``op``'s (train, held out) rows; ``keys``: one row per row, its distinct inputs (a 2-D array)."""
+        num_total = len(np.unique(keys, axis=0))
+        if num_total < MIN_POINTS:
+            raise _too_few(op, num_total)
+        tr, te = split_holdout(len(keys), holdout, _op_rng(seed, op))
+        _check_train(op, len(np.unique(keys[tr], axis=0)), num_total, holdout)
+        return tr, te
+
     def fit_one(op: str, rows: pd.DataFrame, x_column: str, extra: dict[str, Any]) -> None:
         """Choose and score one op's curve on the training split; store the family refitted on every row."""
         x = rows[x_column].to_numpy(dtype=float)
         y = rows["median_s"].to_numpy(dtype=float)
-        if len(np.unique(x)) < MIN_POINTS:
-            raise _too_few(op, len(np.unique(x)))
-        tr, te = split_holdout(len(x), holdout, _op_rng(seed, op))
+        tr, te = split(op, x[:, None])
         curve, family, scores = fit_curve(x[tr], y[tr], seed)
         report.append(_report_row(op, family, scores, len(tr), ape(curve(x[te]), y[te])))
         if len(te):
@@ -366,10 +386,8 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         n = rows["batch_size"].to_numpy(dtype=float)
         k = decode_rms_context(rows)
         y = rows["median_s"].to_numpy(dtype=float)
-        if len(rows[["batch_size", "context_len"]].drop_duplicates()) < MIN_POINTS:
-            raise _too_few("attn_decode", len(rows))
+        tr, te = split("attn_decode", rows[["batch_size", "context_len"]].to_numpy(dtype=float))
         say("attn_decode")
-        tr, te = split_holdout(len(y), holdout, _op_rng(seed, "attn_decode"))
         dm, family, scores = fit_decode(n[tr], k[tr], y[tr], seed)
         report.append(_report_row("attn_decode", family, scores, len(tr), ape(dm.predict(n[te], k[te]), y[te])))
         if len(te):
@@ -380,10 +398,8 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         _check_shape(rows, model, tp)
         b, c, kv = (rows[col].to_numpy(dtype=float) for col in REQUIRED_BY_OP["attn_prefill"])
         y = rows["median_s"].to_numpy(dtype=float)
-        if len(rows[["batch_size", "chunk_size", "kv_context"]].drop_duplicates()) < MIN_POINTS:
-            raise _too_few("attn_prefill", len(rows))
+        tr, te = split("attn_prefill", np.column_stack([b, c, kv]))
         say("attn_prefill")
-        tr, te = split_holdout(len(y), holdout, _op_rng(seed, "attn_prefill"))
         pm, family, scores = fit_prefill(b[tr], c[tr], kv[tr], y[tr], seed)
         feats = prefill_features(b[te], c[te], kv[te])
         report.append(_report_row("attn_prefill", family, scores, len(tr), ape(pm.predict(feats), y[te])))

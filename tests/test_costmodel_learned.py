@@ -365,3 +365,21 @@ def test_a_holdout_leaving_too_few_training_points_is_one_line() -> None:
     with pytest.raises(ConfigError, match=r"^--seed: must be >= 0"):
         fit_tables(df, seed=-1)
     assert fit_tables(df)["report"][0]["num_train"] == 6
+
+
+def test_rows_the_profiler_marked_suspect_are_left_out_and_counted(tmp_path) -> None:
+    """The profiler flags a timing faster than the device's peak (or not positive) as `suspect`; fit used it as a
+    measurement. It is left out now, and `simulate fit` says how many were."""
+    table = synthetic_table()
+    table["suspect"] = False
+    at = table.index[(table["op"] == "norms") & (table["num_tokens"] == 1024)][0]
+    table.loc[at, "median_s"] *= 0.01
+    table.loc[at, "suspect"] = True
+    res = CliRunner().invoke(app, ["fit", "--profile", _write(table, tmp_path / "p.csv"), "--out", str(tmp_path / "cm.json")])
+    assert res.exit_code == 0, res.output
+    assert "left out 1 row(s) the profiler marked suspect" in " ".join(res.output.split())
+    art = json.loads((tmp_path / "cm.json").read_text())
+    assert art["suspect_rows_dropped"] == {"norms": 1} and 1024.0 not in art["curves"]["norms"]["knots"]
+    few = table[(table["op"] == "norms") & ((table["num_tokens"] <= 7) | (table.index == at))]  # 7 sound, 1 suspect
+    with pytest.raises(ConfigError, match=r"has 7 distinct points \(1 more the profiler marked suspect"):
+        fit_tables(few)

@@ -27,7 +27,8 @@ is then fitted again on *all* the op's rows for the artifact, so the artifact's 
 (where :mod:`simulator.costmodel.learned` starts counting extrapolations) is the profile's,
 and its edge points are priced by a curve that saw them. Each op's split is drawn from
 ``(seed, op name)`` alone, so fitting a subset of ops (``--ops``) gives the same models for
-them as fitting all. The artifact is plain JSON (no
+them as fitting all. Rows the profiler marked ``suspect`` (faster than the device's peak, or
+not positive) are left out, and the artifact counts them per op. The artifact is plain JSON (no
 pickles; its schema is :mod:`simulator.costmodel.learned_schema`): :mod:`simulator.costmodel.learned`
 loads it without scikit-learn.
 """
@@ -261,8 +262,9 @@ def _op_rng(seed: int, op: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(op.encode())])
 
 
-def _too_few(op: str, n: int) -> ConfigError:
-    return ConfigError("profile", f"op {op} has {n} distinct points, too few to fit (need {MIN_POINTS})",
+def _too_few(op: str, n: int, suspect: int = 0) -> ConfigError:
+    left_out = f" ({suspect} more the profiler marked suspect were left out)" if suspect else ""
+    return ConfigError("profile", f"op {op} has {n} distinct points{left_out}, too few to fit (need {MIN_POINTS})",
                        "profile more token counts or drop the op's rows")
 
 
@@ -272,6 +274,13 @@ def _check_train(op: str, num_train: int, num_total: int, holdout: float) -> Non
         raise ConfigError("--holdout", f"{holdout:g} leaves op {op} {num_train} of its {num_total} distinct points to "
                           f"choose a model family on (cross-validation needs {MIN_TRAIN_POINTS})",
                           "pass a smaller --holdout (default 0.2), or profile more sizes")
+
+
+def _suspect(table: pd.DataFrame) -> np.ndarray:
+    """Rows the profiler marked ``suspect`` (a bool column; read from CSV it may be strings, blank: not)."""
+    if "suspect" not in table:
+        return np.zeros(len(table), dtype=bool)
+    return table["suspect"].astype(str).str.strip().str.lower().isin(("true", "1", "1.0")).to_numpy()
 
 
 def _check_shape(rows: pd.DataFrame, model: str, tp: int) -> None:
@@ -296,7 +305,10 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
     if seed < 0:  # (numpy's seeding refuses it with a traceback)
         raise ConfigError("--seed", f"must be >= 0, got {seed}")
     validate(table, "profile table")
-    table = table.copy()
+    suspect = _suspect(table)
+    # The profiler's flag: faster than the device's peak, or not positive; no kernel's time, so not a curve's point.
+    suspect_by_op = {str(op): int(n) for op, n in table.loc[suspect, "op"].value_counts().sort_index().items()}
+    table = table[~suspect].copy()
     for column in TIDY_COLUMNS:
         if column not in table:
             table[column] = np.nan
@@ -336,7 +348,7 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         "dtype_bytes": 2, "gemm_dtype": gemm_dtype, "sklearn_version": sklearn.__version__, "numpy_version": np.__version__,
         "python_version": platform.python_version(), "holdout_fraction": holdout, "seed": seed,
         "sources": sources or (sorted(map(str, table["source"].dropna().unique())) if "source" in table else []),
-        "curves": {}, "report": [],
+        "suspect_rows_dropped": suspect_by_op, "curves": {}, "report": [],
     }
     report = artifact["report"]
 
@@ -348,7 +360,7 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         """``op``'s (train, held out) rows; ``keys``: one row per row, its distinct inputs (a 2-D array)."""
         num_total = len(np.unique(keys, axis=0))
         if num_total < MIN_POINTS:
-            raise _too_few(op, num_total)
+            raise _too_few(op, num_total, suspect_by_op.get(op, 0))
         tr, te = split_holdout(len(keys), holdout, _op_rng(seed, op))
         _check_train(op, len(np.unique(keys[tr], axis=0)), num_total, holdout)
         return tr, te

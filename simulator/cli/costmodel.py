@@ -76,6 +76,10 @@ def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: 
     with console.status("fitting") as status:
         artifact = fit_tables(table, model=model, gpu=gpu, tp=tp, holdout=holdout, seed=seed,
                               sources=[str(p) for p in profiles], progress=lambda op: status.update(f"fitting {op}"))
+    dropped = artifact["suspect_rows_dropped"]
+    if dropped:  # not fitted, and said: the profiler's own verdict on those timings
+        console.print(f"left out {sum(dropped.values())} row(s) the profiler marked suspect (faster than the device's "
+                      f"peak, or not positive): {', '.join(f'{op} {n}' for op, n in dropped.items())}")
     with atomic_file(out) as tmp:  # out ends up whole or as it was
         save_artifact(artifact, tmp)
     return artifact

@@ -383,3 +383,16 @@ def test_rows_the_profiler_marked_suspect_are_left_out_and_counted(tmp_path) -> 
     few = table[(table["op"] == "norms") & ((table["num_tokens"] <= 7) | (table.index == at))]  # 7 sound, 1 suspect
     with pytest.raises(ConfigError, match=r"has 7 distinct points \(1 more the profiler marked suspect"):
         fit_tables(few)
+
+
+@pytest.mark.parametrize("noisy", ["norms", "attn_decode"])
+def test_the_poor_fit_warning_blames_a_quick_grid_for_decode_attention_only(tmp_path, noisy: str) -> None:
+    """The hint that a quick grid's few batch sizes cannot shape decode attention was printed for any poor op."""
+    table = synthetic_table()
+    rows = table["op"] == noisy
+    table.loc[rows, "median_s"] *= np.resize([0.1, 10.0, 1.0], int(rows.sum()))  # no curve follows it
+    res = CliRunner().invoke(app, ["fit", "--profile", _write(table, tmp_path / "p.csv"), "--out", str(tmp_path / "cm.json")])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert f"held-out median error above 25%: {noisy}" in said
+    assert ("cannot shape decode attention" in said) == (noisy == "attn_decode")

@@ -114,12 +114,13 @@ def fit(
     console = app_console()
     print_table(console, table)
     console.print(f"roofline fallback for: {', '.join(artifact['roofline_ops']) or 'nothing'}")
-    poor = [f"{r['op']} {100 * r['holdout_median_ape']:.0f}%" for r in artifact["report"]
-            if r["holdout_median_ape"] is not None and r["holdout_median_ape"] > POOR_FIT_APE]
+    poor = {r["op"]: r["holdout_median_ape"] for r in artifact["report"]
+            if r["holdout_median_ape"] is not None and r["holdout_median_ape"] > POOR_FIT_APE}
     if poor:  # a curve this far off its own held-out rows prices a run as badly: said, not left in a table cell
-        console.print(f"warning: held-out median error above {POOR_FIT_APE:.0%}: {', '.join(poor)}; profile more "
-                      "sizes of these ops (a quick grid's few batch sizes cannot shape decode attention), or leave "
-                      "them to the roofline with --ops")
+        why = " (a quick grid's few batch sizes cannot shape decode attention)" if "attn_decode" in poor else ""
+        console.print(f"warning: held-out median error above {POOR_FIT_APE:.0%}: "
+                      f"{', '.join(f'{op} {100 * e:.0f}%' for op, e in poor.items())}; profile more sizes of these "
+                      f"ops{why}, or leave them to the roofline with --ops")
 
 
 # -- predict -------------------------------------------------------------------------------------------------

@@ -396,3 +396,24 @@ def test_the_poor_fit_warning_blames_a_quick_grid_for_decode_attention_only(tmp_
     said = " ".join(res.output.split())
     assert f"held-out median error above 25%: {noisy}" in said
     assert ("cannot shape decode attention" in said) == (noisy == "attn_decode")
+
+
+def test_a_run_says_when_its_cost_model_extrapolated(artifact, tmp_path) -> None:
+    """summary.json counted a learned model's extrapolations and the terminal said nothing, though the model promises
+    they are never silent. A run prints one line with the total and the ops, and summary.json has the ops too."""
+    path = save_artifact(artifact, tmp_path / "cm.json")
+    args = ["run", "--model", MODEL, "--gpu", GPU, "--cost-model", str(path), "--workload", "fixed", "--num-requests",
+            "4", "--output-tokens", "64", "--qps", "1"]
+    # Decodes read up to 3900 + 64 KV tokens, past the profile's longest context (3904)
+    res = CliRunner().invoke(app, [*args, "--prompt-tokens", "3900", "--out", str(tmp_path / "past")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "past" / "summary.json").read_text())
+    num, by_op = summary["cost_model_extrapolations"], summary["cost_model_extrapolations_by_op"]
+    assert num == sum(by_op.values()) > 0 and by_op["attn_decode"] > 0
+    said = " ".join(res.output.split())
+    assert (f"warning: {num:,} cost-model lookup(s) outside the profiled range were extrapolated "
+            f"(attn_decode {by_op['attn_decode']:,}" in said)
+    res = CliRunner().invoke(app, [*args, "--prompt-tokens", "512", "--out", str(tmp_path / "inside")])
+    assert res.exit_code == 0 and "extrapolated" not in res.output, res.output
+    summary = json.loads((tmp_path / "inside" / "summary.json").read_text())
+    assert summary["cost_model_extrapolations"] == 0 and "cost_model_extrapolations_by_op" not in summary

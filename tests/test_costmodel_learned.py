@@ -417,3 +417,13 @@ def test_a_run_says_when_its_cost_model_extrapolated(artifact, tmp_path) -> None
     assert res.exit_code == 0 and "extrapolated" not in res.output, res.output
     summary = json.loads((tmp_path / "inside" / "summary.json").read_text())
     assert summary["cost_model_extrapolations"] == 0 and "cost_model_extrapolations_by_op" not in summary
+
+
+@pytest.mark.parametrize("engine", [None, "vllm-2026"])
+def test_predict_counts_an_extrapolated_lookup_once(artifact, replica, tmp_path, engine: str | None) -> None:
+    """predict priced the batch twice (breakdown, then iteration_time) and counted each extrapolated lookup in both."""
+    path = str(save_artifact(artifact, tmp_path / "cm.json"))
+    for shape in (build_shape([6000], [], 0, []), build_shape([], [], 8, [4000])):  # past 4096 tokens; 3904 context
+        cm = load_cost_model(path, replica, engine)
+        cm.iteration_time(shape)
+        assert predict(replica, shape, path, engine)["num_extrapolations"] == cm.num_extrapolations > 0

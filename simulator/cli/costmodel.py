@@ -192,7 +192,10 @@ def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roof
     from simulator.costmodel import load_cost_model
 
     cm: CostModel = load_cost_model(cost_model, replica, engine)
+    mark = cm.extrapolation_mark()
     breakdown = cm.breakdown(shape)
+    if mark is not None:  # the breakdown prices the lookups iteration_time counts: each is counted once
+        cm.rollback_extrapolations(mark)
     total = cm.iteration_time(shape)
     kernels = getattr(cm, "kernels", cm)  # under an engine model, the kernel model it wraps
     tables = kernels.describe() if replica.kernels != "roofline" else None

@@ -428,3 +428,12 @@ def test_a_profile_resumed_with_other_timing_settings_is_refused(tmp_path: Path)
                                           r"--cuda-graphs: .*\(drop --cuda-graphs to resume it"):
         check_resume_settings(graphs, {"quick": False, "cuda_graphs": False})
     check_resume_settings(graphs, {"num_threads": 1})  # metadata without the settings: nothing to hold it to
+
+
+def test_a_cpu_profile_records_no_l2_flush(tmp_path: Path) -> None:
+    """metadata.json's bench settings said l2_flush "read" for a CPU table, though only the CUDA timer flushes."""
+    cfg = ProfileConfig(model=str(tiny_config(tmp_path)), out=tmp_path / "out", quick=True, max_tokens=4,
+                        ops=("rotary",), num_threads=1)
+    run_profile_quiet(cfg)
+    meta = json.loads((cfg.out / METADATA_FILE).read_text())
+    assert meta["bench"]["l2_flush"] is None and meta["config"]["l2_flush"] is None

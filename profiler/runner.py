@@ -249,6 +249,19 @@ def _check_out_folder(out: Path, model_name: str | None, device: str | None) -> 
     return table, meta
 
 
+def check_resume_settings(cfg: ProfileConfig, old_cfg: dict) -> None:
+    """Refuse to resume a table measured under other timing settings: --quick (no warm-up, at most 10 repeats)
+    or --cuda-graphs (replayed graphs, without most launch overhead) time the same kernels differently, and the
+    resumed table, its metadata rewritten with the new settings, would mix the two unsaid. ``old_cfg``: the
+    folder's ``metadata.json`` config; a setting it lacks is not checked."""
+    for key, now, flag in (("quick", cfg.quick, "--quick"), ("cuda_graphs", cfg.cuda_graphs, "--cuda-graphs")):
+        if key in old_cfg and bool(old_cfg[key]) != now:
+            then = flag if old_cfg[key] else f"no {flag}"
+            raise ConfigError(flag, f"{cfg.out} was measured with {then}, this run has {flag if now else f'no {flag}'}: "
+                              "one table would mix two timing settings",
+                              f"{'pass' if old_cfg[key] else 'drop'} {flag} to resume it, or choose another --out")
+
+
 # -- the run --------------------------------------------------------------------------------
 @dataclass
 class RunSummary:
@@ -293,6 +306,8 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
     label = device_label(info)
     existing, old_meta = _check_out_folder(cfg.out, spec.name, label)
     old_cfg = old_meta.get("config") or {}
+    if len(existing) and isinstance(old_cfg, dict):
+        check_resume_settings(cfg, old_cfg)
     if len(existing) and cfg.device == "cpu" and isinstance(old_cfg, dict):  # a resumed CPU table: its threads
         # time its kernels (other threads reused the old timings as if new; a dtype keys its own rows)
         for key, now, flag in (("num_threads", cfg.effective_num_threads, "--threads"),):
@@ -341,7 +356,8 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
         "device": label,
         "config": cfg.to_dict(),
         "world_sizes": list(world_sizes),
-        "bench": settings.__dict__,
+        # (only the CUDA timer flushes L2: a CPU table's settings say none, as its config does)
+        "bench": {**settings.__dict__, "l2_flush": settings.l2_flush if cfg.device == "cuda" else None},
         "environment": devmod.environment(info, threads, attention_backends),
         "num_points": len(points),
         "complete": False,

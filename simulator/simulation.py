@@ -37,6 +37,7 @@ from simulator.engine.cluster import (
     reporter_of,
     rng_streams,
     run_to_end,
+    summed_by_op,
 )
 from simulator.engine.records import Recorder, TallyRecorder
 from simulator.engine.sessions import SessionClient
@@ -176,6 +177,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         stage_busy_s=[t.stage_busy_s for t in totals],
         tbt=[t.gaps for t in totals],
         extra={"cost_model_extrapolations": sum(t.num_extrapolations for t in totals),
+               "cost_model_extrapolations_by_op": summed_by_op([t.extrapolations_by_op for t in totals]),
                **({"stopped": stopped} if stopped is not None else {}),
                **({"speculative": speculative} if speculative is not None else {}),
                **({} if record_iterations else {"iterations": "not recorded"})},

@@ -322,3 +322,108 @@ def test_decode_attention_from_few_batch_sizes_still_grows_with_the_sequences() 
     np.testing.assert_allclose(at, np.array([1, 8, 64]) * (2e-5 + 3e-8 * 1024), rtol=0.05)
     many = np.repeat([1.0, 2.0, 4.0, 8.0], 9)
     assert "per-seq-lines" not in fit_decode(many, np.tile(np.linspace(128, 4096, 9), 4), many * 1e-5)[2]
+
+
+# -- the fit's splits ----------------------------------------------------------------------------------------
+def test_the_artifact_is_refitted_on_every_row_after_scoring_on_the_held_out_ones() -> None:
+    """The artifact stored the training split's fit, so its range was the training rows': a held-out edge size was
+    then counted as an extrapolation and priced by a curve that never saw it (a quick CPU profile's norms at 64
+    tokens, 0.56x measured). The family is still chosen and scored on the training split (the report's rows);
+    the stored model is that family fitted on every row."""
+    table = synthetic_table()
+    art = fit_tables(table, holdout=0.5, seed=0)
+    for op in TOKEN_COST:
+        np.testing.assert_array_equal(art["curves"][op]["knots"], np.unique(table.loc[table["op"] == op, "num_tokens"]))
+    decode, prefill = table[table["op"] == "attn_decode"], table[table["op"] == "attn_prefill"]
+    assert art["attn_decode"]["max_batch"] == decode["batch_size"].max()
+    assert art["attn_decode"]["max_context"] == decode["context_len"].max()
+    assert art["attn_prefill"]["max_chunk"] == prefill["chunk_size"].max()
+    assert art["attn_prefill"]["max_kv"] == (prefill["chunk_size"] + prefill["kv_context"]).max()
+    for row in art["report"]:  # the report is the held-out half's, as before
+        assert row["num_holdout"] == pytest.approx(row["num_train"], abs=1) and row["holdout_median_ape"] < 0.05
+
+
+def test_an_ops_split_does_not_depend_on_which_other_ops_are_fitted() -> None:
+    """One generator was drawn op after op, so `--ops attention` held out other rows (and stored other models) for
+    attention than fitting every op did. Each op's split is now seeded by (seed, op name)."""
+    table = synthetic_table()
+    whole = fit_tables(table, seed=0)
+    alone = fit_tables(table[table["op"].isin(["attn_decode", "attn_prefill"])], seed=0)
+    for op in ("attn_decode", "attn_prefill"):
+        assert alone[op] == whole[op]
+        assert [r for r in alone["report"] if r["op"] == op] == [r for r in whole["report"] if r["op"] == op]
+
+
+def test_a_holdout_leaving_too_few_training_points_is_one_line() -> None:
+    """`--holdout 0.85` on a quick grid (8 sizes an op) left one training row, and scikit-learn's KFold raised a
+    ValueError traceback; a negative --seed did in numpy's seeding. The default still fits a quick grid."""
+    df = synthetic_table()
+    df = df[(df["op"] == "qkv_proj") & (df["num_tokens"] <= 8)]
+    with pytest.raises(ConfigError, match=r"^--holdout: 0.85 leaves op qkv_proj 1 of its 8 distinct points") as err:
+        fit_tables(df, holdout=0.85)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^--seed: must be >= 0"):
+        fit_tables(df, seed=-1)
+    assert fit_tables(df)["report"][0]["num_train"] == 6
+
+
+def test_rows_the_profiler_marked_suspect_are_left_out_and_counted(tmp_path) -> None:
+    """The profiler flags a timing faster than the device's peak (or not positive) as `suspect`; fit used it as a
+    measurement. It is left out now, and `simulate fit` says how many were."""
+    table = synthetic_table()
+    table["suspect"] = False
+    at = table.index[(table["op"] == "norms") & (table["num_tokens"] == 1024)][0]
+    table.loc[at, "median_s"] *= 0.01
+    table.loc[at, "suspect"] = True
+    res = CliRunner().invoke(app, ["fit", "--profile", _write(table, tmp_path / "p.csv"), "--out", str(tmp_path / "cm.json")])
+    assert res.exit_code == 0, res.output
+    assert "left out 1 row(s) the profiler marked suspect" in " ".join(res.output.split())
+    art = json.loads((tmp_path / "cm.json").read_text())
+    assert art["suspect_rows_dropped"] == {"norms": 1} and 1024.0 not in art["curves"]["norms"]["knots"]
+    few = table[(table["op"] == "norms") & ((table["num_tokens"] <= 7) | (table.index == at))]  # 7 sound, 1 suspect
+    with pytest.raises(ConfigError, match=r"has 7 distinct points \(1 more the profiler marked suspect"):
+        fit_tables(few)
+
+
+@pytest.mark.parametrize("noisy", ["norms", "attn_decode"])
+def test_the_poor_fit_warning_blames_a_quick_grid_for_decode_attention_only(tmp_path, noisy: str) -> None:
+    """The hint that a quick grid's few batch sizes cannot shape decode attention was printed for any poor op."""
+    table = synthetic_table()
+    rows = table["op"] == noisy
+    table.loc[rows, "median_s"] *= np.resize([0.1, 10.0, 1.0], int(rows.sum()))  # no curve follows it
+    res = CliRunner().invoke(app, ["fit", "--profile", _write(table, tmp_path / "p.csv"), "--out", str(tmp_path / "cm.json")])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert f"held-out median error above 25%: {noisy}" in said
+    assert ("cannot shape decode attention" in said) == (noisy == "attn_decode")
+
+
+def test_a_run_says_when_its_cost_model_extrapolated(artifact, tmp_path) -> None:
+    """summary.json counted a learned model's extrapolations and the terminal said nothing, though the model promises
+    they are never silent. A run prints one line with the total and the ops, and summary.json has the ops too."""
+    path = save_artifact(artifact, tmp_path / "cm.json")
+    args = ["run", "--model", MODEL, "--gpu", GPU, "--cost-model", str(path), "--workload", "fixed", "--num-requests",
+            "4", "--output-tokens", "64", "--qps", "1"]
+    # Decodes read up to 3900 + 64 KV tokens, past the profile's longest context (3904)
+    res = CliRunner().invoke(app, [*args, "--prompt-tokens", "3900", "--out", str(tmp_path / "past")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "past" / "summary.json").read_text())
+    num, by_op = summary["cost_model_extrapolations"], summary["cost_model_extrapolations_by_op"]
+    assert num == sum(by_op.values()) > 0 and by_op["attn_decode"] > 0
+    said = " ".join(res.output.split())
+    assert (f"warning: {num:,} cost-model lookup(s) outside the profiled range were extrapolated "
+            f"(attn_decode {by_op['attn_decode']:,}" in said)
+    res = CliRunner().invoke(app, [*args, "--prompt-tokens", "512", "--out", str(tmp_path / "inside")])
+    assert res.exit_code == 0 and "extrapolated" not in res.output, res.output
+    summary = json.loads((tmp_path / "inside" / "summary.json").read_text())
+    assert summary["cost_model_extrapolations"] == 0 and "cost_model_extrapolations_by_op" not in summary
+
+
+@pytest.mark.parametrize("engine", [None, "vllm-2026"])
+def test_predict_counts_an_extrapolated_lookup_once(artifact, replica, tmp_path, engine: str | None) -> None:
+    """predict priced the batch twice (breakdown, then iteration_time) and counted each extrapolated lookup in both."""
+    path = str(save_artifact(artifact, tmp_path / "cm.json"))
+    for shape in (build_shape([6000], [], 0, []), build_shape([], [], 8, [4000])):  # past 4096 tokens; 3904 context
+        cm = load_cost_model(path, replica, engine)
+        cm.iteration_time(shape)
+        assert predict(replica, shape, path, engine)["num_extrapolations"] == cm.num_extrapolations > 0

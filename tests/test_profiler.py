@@ -409,3 +409,31 @@ def test_a_profiled_gpu_is_the_catalog_gpu_it_is(device_name: str, catalog: str 
 
     found = catalog_gpu_for(device_name)
     assert (found.name if found is not None else None) == catalog
+
+
+def test_a_profile_resumed_with_other_timing_settings_is_refused(tmp_path: Path) -> None:
+    """A --quick table resumed without --quick (or the reverse; --cuda-graphs on and off likewise) kept its rows,
+    timed the rest otherwise and rewrote metadata.json as if every row had the new settings."""
+    from profiler.runner import check_resume_settings
+
+    cfg = ProfileConfig(model=str(tiny_config(tmp_path)), out=tmp_path / "out", quick=True, max_tokens=16,
+                        ops=("rotary",), num_threads=1)
+    run_profile_quiet(cfg)
+    with pytest.raises(ConfigError, match=r"^--quick: .* was measured with --quick, this run has no --quick: one table "
+                                          r"would mix two timing settings \(pass --quick to resume it"):
+        run_profile_quiet(ProfileConfig(model=cfg.model, out=cfg.out, max_tokens=16, ops=("rotary",), num_threads=1))
+    assert run_profile_quiet(cfg).skipped > 0  # the same settings resume it
+    graphs = ProfileConfig(model=cfg.model, out=cfg.out, device="cuda", cuda_graphs=True, ops=("rotary",))
+    with pytest.raises(ConfigError, match=r"^--cuda-graphs: .* was measured with no --cuda-graphs, this run has "
+                                          r"--cuda-graphs: .*\(drop --cuda-graphs to resume it"):
+        check_resume_settings(graphs, {"quick": False, "cuda_graphs": False})
+    check_resume_settings(graphs, {"num_threads": 1})  # metadata without the settings: nothing to hold it to
+
+
+def test_a_cpu_profile_records_no_l2_flush(tmp_path: Path) -> None:
+    """metadata.json's bench settings said l2_flush "read" for a CPU table, though only the CUDA timer flushes."""
+    cfg = ProfileConfig(model=str(tiny_config(tmp_path)), out=tmp_path / "out", quick=True, max_tokens=4,
+                        ops=("rotary",), num_threads=1)
+    run_profile_quiet(cfg)
+    meta = json.loads((cfg.out / METADATA_FILE).read_text())
+    assert meta["bench"]["l2_flush"] is None and meta["config"]["l2_flush"] is None

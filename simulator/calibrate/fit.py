@@ -21,8 +21,14 @@ cross-validation on the training rows (5-fold, lowest mean absolute percentage e
   in :class:`~simulator.costmodel.base.BatchShape` (chunk tokens, causal query-key pairs,
   keys read, squared chunk lengths), the subset chosen by CV.
 
-A fraction of each op's rows (``holdout``, default 20%, seeded) is never used in fitting;
-the training report gives the error on those rows per op. The artifact is plain JSON (no
+A fraction of each op's rows (``holdout``, default 20%) is kept out of choosing and fitting
+the family; the training report gives that fit's error on those rows per op. The family chosen
+is then fitted again on *all* the op's rows for the artifact, so the artifact's profiled range
+(where :mod:`simulator.costmodel.learned` starts counting extrapolations) is the profile's,
+and its edge points are priced by a curve that saw them. Each op's split is drawn from
+``(seed, op name)`` alone, so fitting a subset of ops (``--ops``) gives the same models for
+them as fitting all. Rows the profiler marked ``suspect`` (faster than the device's peak, or
+not positive) are left out, and the artifact counts them per op. The artifact is plain JSON (no
 pickles; its schema is :mod:`simulator.costmodel.learned_schema`): :mod:`simulator.costmodel.learned`
 loads it without scikit-learn.
 """
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import json
 import platform
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,6 +65,9 @@ from simulator.costmodel.learned_schema import (
 )
 
 MIN_POINTS = 8  # distinct inputs an op needs before it is fitted
+# Distinct inputs the training split must keep: the fewest with which every CV fold fits a curve on two
+# distinct inputs. With fewer every family scored inf and the first was taken unchosen; with one, KFold raised.
+MIN_TRAIN_POINTS = 3
 CV_FOLDS = 5
 PREFILL_FEATURES = ("num_prefill_tokens", "prefill_attn_pairs", "prefill_kv_tokens", "prefill_chunk_sq_sum")
 PREFILL_SUBSETS = (("num_prefill_tokens", "prefill_attn_pairs"),
@@ -101,6 +111,11 @@ def _to_curve(predict: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> Cur
     return Curve(knots.astype(np.float64), values.astype(np.float64))
 
 
+def curve_of_family(family: str, x: np.ndarray, y: np.ndarray) -> Curve:
+    """The curve of ``family`` (a name :func:`fit_curve` returns) fitted on all of ``x, y``."""
+    return _to_curve(_curve_families()[family](x, y), x)
+
+
 def fit_curve(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[Curve, str, dict[str, float]]:
     """Choose a family by K-fold CV (mean APE) and fit it on all of ``x, y``."""
     families = _curve_families()
@@ -114,7 +129,7 @@ def fit_curve(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[Curve, str, 
             errs.append(ape(_to_curve(family(x[tr], y[tr]), x[tr])(x[te]), y[te]))
         scores[name] = float(np.mean(np.concatenate(errs))) if errs else float("inf")
     best = min(scores, key=scores.get)
-    return _to_curve(families[best](x, y), x), best, scores
+    return curve_of_family(best, x, y), best, scores
 
 
 # -- decode attention ----------------------------------------------------------------------------------
@@ -179,9 +194,14 @@ def fit_decode(n: np.ndarray, k: np.ndarray, y: np.ndarray, seed: int = 0) -> tu
                 for tr, te in folds.split(n)]
         scores["per-seq-lines"] = float(np.mean(np.concatenate(errs)))
     best = min(scores, key=scores.get)
-    if best == "per-seq-lines":
-        return _fit_decode_once(n, k, y, 1, per_seq=True), best, scores
-    return _fit_decode_once(n, k, y, int(best.rsplit("-", 1)[1])), best, scores
+    return decode_of_family(best, n, k, y), best, scores
+
+
+def decode_of_family(family: str, n: np.ndarray, k: np.ndarray, y: np.ndarray) -> DecodeModel:
+    """The decode model of ``family`` (a name :func:`fit_decode` returns) fitted on all of ``n, k, y``."""
+    if family == "per-seq-lines":
+        return _fit_decode_once(n, k, y, 1, per_seq=True)
+    return _fit_decode_once(n, k, y, int(family.rsplit("-", 1)[1]))
 
 
 # -- prefill attention ----------------------------------------------------------------------------
@@ -211,8 +231,13 @@ def fit_prefill(batch: np.ndarray, chunk: np.ndarray, kv: np.ndarray, y: np.ndar
             errs.append(ape(m.predict({f: v[te] for f, v in feats.items()}), y[te]))
         scores["linear:" + "+".join(subset)] = float(np.mean(np.concatenate(errs)))
     best = min(scores, key=scores.get)
-    subset = tuple(best.split(":", 1)[1].split("+"))
-    return _fit_prefill_once(feats, y, subset, chunk, kv), best, scores
+    return prefill_of_family(best, batch, chunk, kv, y), best, scores
+
+
+def prefill_of_family(family: str, batch: np.ndarray, chunk: np.ndarray, kv: np.ndarray, y: np.ndarray) -> PrefillModel:
+    """The prefill model of ``family`` (a name :func:`fit_prefill` returns) fitted on all the rows given."""
+    subset = tuple(family.split(":", 1)[1].split("+"))
+    return _fit_prefill_once(prefill_features(batch, chunk, kv), y, subset, chunk, kv)
 
 
 # -- the whole fit ---------------------------------------------------------------------------------------
@@ -231,9 +256,31 @@ def _report_row(op: str, family: str, scores: dict[str, float], num_train: int, 
             "cv_mape": {k: round(v, 5) for k, v in scores.items()}}
 
 
-def _too_few(op: str, n: int) -> ConfigError:
-    return ConfigError("profile", f"op {op} has {n} distinct points, too few to fit (need {MIN_POINTS})",
+def _op_rng(seed: int, op: str) -> np.random.Generator:
+    """The hold-out split's generator for ``op``: from the seed and the op's name alone (a stable hash, not
+    Python's salted one), so an op's split does not depend on which other ops were fitted before it."""
+    return np.random.default_rng([seed, zlib.crc32(op.encode())])
+
+
+def _too_few(op: str, n: int, suspect: int = 0) -> ConfigError:
+    left_out = f" ({suspect} more the profiler marked suspect were left out)" if suspect else ""
+    return ConfigError("profile", f"op {op} has {n} distinct points{left_out}, too few to fit (need {MIN_POINTS})",
                        "profile more token counts or drop the op's rows")
+
+
+def _check_train(op: str, num_train: int, num_total: int, holdout: float) -> None:
+    """The training split must be able to choose a family (see :data:`MIN_TRAIN_POINTS`)."""
+    if num_train < MIN_TRAIN_POINTS:
+        raise ConfigError("--holdout", f"{holdout:g} leaves op {op} {num_train} of its {num_total} distinct points to "
+                          f"choose a model family on (cross-validation needs {MIN_TRAIN_POINTS})",
+                          "pass a smaller --holdout (default 0.2), or profile more sizes")
+
+
+def _suspect(table: pd.DataFrame) -> np.ndarray:
+    """Rows the profiler marked ``suspect`` (a bool column; read from CSV it may be strings, blank: not)."""
+    if "suspect" not in table:
+        return np.zeros(len(table), dtype=bool)
+    return table["suspect"].astype(str).str.strip().str.lower().isin(("true", "1", "1.0")).to_numpy()
 
 
 def _check_shape(rows: pd.DataFrame, model: str, tp: int) -> None:
@@ -255,8 +302,13 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
     """Fit every op the table covers for one (model, GPU, TP); return the artifact dict."""
     if not 0 <= holdout < 1:
         raise ConfigError("holdout", f"must be in [0, 1), got {holdout}")
+    if seed < 0:  # (numpy's seeding refuses it with a traceback)
+        raise ConfigError("--seed", f"must be >= 0, got {seed}")
     validate(table, "profile table")
-    table = table.copy()
+    suspect = _suspect(table)
+    # The profiler's flag: faster than the device's peak, or not positive; no kernel's time, so not a curve's point.
+    suspect_by_op = {str(op): int(n) for op, n in table.loc[suspect, "op"].value_counts().sort_index().items()}
+    table = table[~suspect].copy()
     for column in TIDY_COLUMNS:
         if column not in table:
             table[column] = np.nan
@@ -291,13 +343,12 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
             raise ConfigError("tp", f"profile covers tp {compute_tps or tps}", "pass --tp to choose one")
         tp = compute_tps[0]
     spec = get_model(model)
-    rng = np.random.default_rng(seed)
     artifact: dict[str, Any] = {
         "format_version": FORMAT_VERSION, "kind": "servesim-learned-cost-model", "model": model, "gpu": gpu, "tp": tp,
         "dtype_bytes": 2, "gemm_dtype": gemm_dtype, "sklearn_version": sklearn.__version__, "numpy_version": np.__version__,
         "python_version": platform.python_version(), "holdout_fraction": holdout, "seed": seed,
         "sources": sources or (sorted(map(str, table["source"].dropna().unique())) if "source" in table else []),
-        "curves": {}, "report": [],
+        "suspect_rows_dropped": suspect_by_op, "curves": {}, "report": [],
     }
     report = artifact["report"]
 
@@ -305,16 +356,25 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         if progress:
             progress(msg)
 
+    def split(op: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``op``'s (train, held out) rows; ``keys``: one row per row, its distinct inputs (a 2-D array)."""
+        num_total = len(np.unique(keys, axis=0))
+        if num_total < MIN_POINTS:
+            raise _too_few(op, num_total, suspect_by_op.get(op, 0))
+        tr, te = split_holdout(len(keys), holdout, _op_rng(seed, op))
+        _check_train(op, len(np.unique(keys[tr], axis=0)), num_total, holdout)
+        return tr, te
+
     def fit_one(op: str, rows: pd.DataFrame, x_column: str, extra: dict[str, Any]) -> None:
-        """Fit one op's curve on the training split; record it and its held-out error."""
+        """Choose and score one op's curve on the training split; store the family refitted on every row."""
         x = rows[x_column].to_numpy(dtype=float)
         y = rows["median_s"].to_numpy(dtype=float)
-        if len(np.unique(x)) < MIN_POINTS:
-            raise _too_few(op, len(np.unique(x)))
-        tr, te = split_holdout(len(x), holdout, rng)
+        tr, te = split(op, x[:, None])
         curve, family, scores = fit_curve(x[tr], y[tr], seed)
-        artifact["curves"][op] = {"x": x_column, "family": family, **extra, **curve.to_json()}
         report.append(_report_row(op, family, scores, len(tr), ape(curve(x[te]), y[te])))
+        if len(te):
+            curve = curve_of_family(family, x, y)
+        artifact["curves"][op] = {"x": x_column, "family": family, **extra, **curve.to_json()}
 
     for op in TOKEN_FAMILY_OPS + MOE_FAMILY_OPS:
         rows = table[(table["op"] == op) & (table["tp"].isna() | (table["tp"] == tp))]
@@ -338,26 +398,26 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         n = rows["batch_size"].to_numpy(dtype=float)
         k = decode_rms_context(rows)
         y = rows["median_s"].to_numpy(dtype=float)
-        if len(rows[["batch_size", "context_len"]].drop_duplicates()) < MIN_POINTS:
-            raise _too_few("attn_decode", len(rows))
+        tr, te = split("attn_decode", rows[["batch_size", "context_len"]].to_numpy(dtype=float))
         say("attn_decode")
-        tr, te = split_holdout(len(y), holdout, rng)
         dm, family, scores = fit_decode(n[tr], k[tr], y[tr], seed)
-        artifact["attn_decode"] = {"family": family, **dm.to_json()}
         report.append(_report_row("attn_decode", family, scores, len(tr), ape(dm.predict(n[te], k[te]), y[te])))
+        if len(te):
+            dm = decode_of_family(family, n, k, y)
+        artifact["attn_decode"] = {"family": family, **dm.to_json()}
     rows = table[(table["op"] == "attn_prefill") & (table["tp"].isna() | (table["tp"] == tp))]
     if not rows.empty:
         _check_shape(rows, model, tp)
         b, c, kv = (rows[col].to_numpy(dtype=float) for col in REQUIRED_BY_OP["attn_prefill"])
         y = rows["median_s"].to_numpy(dtype=float)
-        if len(rows[["batch_size", "chunk_size", "kv_context"]].drop_duplicates()) < MIN_POINTS:
-            raise _too_few("attn_prefill", len(rows))
+        tr, te = split("attn_prefill", np.column_stack([b, c, kv]))
         say("attn_prefill")
-        tr, te = split_holdout(len(y), holdout, rng)
         pm, family, scores = fit_prefill(b[tr], c[tr], kv[tr], y[tr], seed)
-        artifact["attn_prefill"] = {"family": family, **pm.to_json()}
         feats = prefill_features(b[te], c[te], kv[te])
         report.append(_report_row("attn_prefill", family, scores, len(tr), ape(pm.predict(feats), y[te])))
+        if len(te):
+            pm = prefill_of_family(family, b, c, kv, y)
+        artifact["attn_prefill"] = {"family": family, **pm.to_json()}
     if not report:
         raise ConfigError("profile", f"no rows for {model} at tp={tp}", "check the table's tp and op columns")
     learned = [r["op"] for r in report]

@@ -76,6 +76,10 @@ def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: 
     with console.status("fitting") as status:
         artifact = fit_tables(table, model=model, gpu=gpu, tp=tp, holdout=holdout, seed=seed,
                               sources=[str(p) for p in profiles], progress=lambda op: status.update(f"fitting {op}"))
+    dropped = artifact["suspect_rows_dropped"]
+    if dropped:  # not fitted, and said: the profiler's own verdict on those timings
+        console.print(f"left out {sum(dropped.values())} row(s) the profiler marked suspect (faster than the device's "
+                      f"peak, or not positive): {', '.join(f'{op} {n}' for op, n in dropped.items())}")
     with atomic_file(out) as tmp:  # out ends up whole or as it was
         save_artifact(artifact, tmp)
     return artifact
@@ -89,7 +93,8 @@ def fit(
     model: Annotated[str | None, typer.Option(help="model, if the tables do not say")] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU, if the tables do not say")] = None,
     tp: Annotated[int | None, typer.Option(help="TP degree to fit (tables may hold several)")] = None,
-    holdout: Annotated[float, typer.Option(help="fraction of rows held out for the report")] = 0.2,
+    holdout: Annotated[float, typer.Option(help="fraction of each op's rows held out to choose and score its model "
+                                                "family (the report's error); the artifact is then refitted on all rows")] = 0.2,
     seed: Annotated[int, typer.Option(help="seed of the hold-out split and CV folds")] = 0,
     ops: Annotated[list[str] | None, typer.Option(
         help="learn only these op families (linear, attention, elementwise, comm) or ops, comma-separated or "
@@ -109,12 +114,13 @@ def fit(
     console = app_console()
     print_table(console, table)
     console.print(f"roofline fallback for: {', '.join(artifact['roofline_ops']) or 'nothing'}")
-    poor = [f"{r['op']} {100 * r['holdout_median_ape']:.0f}%" for r in artifact["report"]
-            if r["holdout_median_ape"] is not None and r["holdout_median_ape"] > POOR_FIT_APE]
+    poor = {r["op"]: r["holdout_median_ape"] for r in artifact["report"]
+            if r["holdout_median_ape"] is not None and r["holdout_median_ape"] > POOR_FIT_APE}
     if poor:  # a curve this far off its own held-out rows prices a run as badly: said, not left in a table cell
-        console.print(f"warning: held-out median error above {POOR_FIT_APE:.0%}: {', '.join(poor)}; profile more "
-                      "sizes of these ops (a quick grid's few batch sizes cannot shape decode attention), or leave "
-                      "them to the roofline with --ops")
+        why = " (a quick grid's few batch sizes cannot shape decode attention)" if "attn_decode" in poor else ""
+        console.print(f"warning: held-out median error above {POOR_FIT_APE:.0%}: "
+                      f"{', '.join(f'{op} {100 * e:.0f}%' for op, e in poor.items())}; profile more sizes of these "
+                      f"ops{why}, or leave them to the roofline with --ops")
 
 
 # -- predict -------------------------------------------------------------------------------------------------
@@ -188,7 +194,7 @@ def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roof
     cm: CostModel = load_cost_model(cost_model, replica, engine)
     mark = cm.extrapolation_mark()
     breakdown = cm.breakdown(shape)
-    if mark is not None:  # the breakdown prices the step's ops again (twice under an engine): count the step once
+    if mark is not None:  # the breakdown prices the lookups iteration_time counts: each is counted once
         cm.rollback_extrapolations(mark)
     total = cm.iteration_time(shape)
     kernels = getattr(cm, "kernels", cm)  # under an engine model, the kernel model it wraps

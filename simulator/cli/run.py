@@ -192,6 +192,17 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
                           f"bubble fraction sum {sum(1 - b for b in busy):.2f}")
 
 
+def extrapolation_warning(summary: dict[str, Any]) -> str | None:
+    """The line saying the cost model priced lookups past what it measured (a learned model's or kernel
+    tables' linear continuation): a documented guess, never a silent one. None where there were none."""
+    num = summary.get("cost_model_extrapolations", 0)
+    if not num:
+        return None
+    by_op = summary.get("cost_model_extrapolations_by_op") or {}
+    ops = f" ({', '.join(f'{op} {n:,}' for op, n in by_op.items())})" if by_op else ""
+    return f"warning: {num:,} cost-model lookup(s) outside the profiled range were extrapolated{ops}"
+
+
 def _overload_fix(config: RunConfig) -> str:
     """What lowers an overloaded run's load: a replayed trace has no --qps, and capacity searches a rate."""
     if config.workload.arrival == "trace":
@@ -497,6 +508,9 @@ def run(
         else:
             print_summary(config, summary, result.wall_s, out_console)
             bench.print_goodput(summary, out_console)
+        warning = extrapolation_warning(summary)  # in either view: the summary's figures lean on it
+        if warning is not None:
+            out_console.print(f"[yellow]{warning}[/yellow]", highlight=False)
         if bench.save_result is not None:
             out_console.print(f"wrote {bench.save_result} (vllm bench serve's result JSON)", markup=False)
         if out is not None and write_error is None:

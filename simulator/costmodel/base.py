@@ -129,6 +129,12 @@ def stretch_forms(model: object) -> frozenset[str]:
     return type(model).__dict__.get("STRETCH_FORMS", frozenset())
 
 
+def extrapolation_counts(cost: object) -> dict[str, int]:
+    """A cost model's extrapolations per op (a copy; empty for one that counts none). A model under engine
+    terms or speculation counts them in the kernel model it wraps (its ``kernels``), whose total it reports."""
+    return dict(getattr(getattr(cost, "kernels", cost), "extrapolations_by_op", None) or {})
+
+
 class CostModel(ABC):
     """Predicts iteration time for a replica (model, GPU, TP, PP) and a batch shape.
 

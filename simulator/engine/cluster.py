@@ -23,6 +23,7 @@ import simpy
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.costmodel import CostModel, load_cost_model
+from simulator.costmodel.base import extrapolation_counts
 from simulator.engine.arrivals import send_at_arrival_times
 from simulator.engine.closed_loop import ClosedLoopClient
 from simulator.engine.dp_group import DPGroup, group_ranks
@@ -260,12 +261,22 @@ class ReplicaTotals:
     stage_busy_s: list[float]
     gaps: GapLog
     num_extrapolations: int
+    extrapolations_by_op: dict[str, int]
 
     @classmethod
     def of(cls, replica: Any, cost: CostModel) -> ReplicaTotals:
         replica.scheduler.settle()  # a run stopped early leaves requests running: true counters first
         return cls(replica.num_busy_s, list(getattr(replica, "stage_busy_s", (replica.num_busy_s,))),
-                   replica.scheduler.gaps, getattr(cost, "num_extrapolations", 0))
+                   replica.scheduler.gaps, getattr(cost, "num_extrapolations", 0), extrapolation_counts(cost))
+
+
+def summed_by_op(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    """Per-op counts of several replicas added up (ops in order of first appearance)."""
+    out: dict[str, int] = {}
+    for by_op in counts:
+        for op, n in by_op.items():
+            out[op] = out.get(op, 0) + n
+    return out
 
 
 def check_all_done(requests: list[Request]) -> None:

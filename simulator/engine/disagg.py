@@ -89,9 +89,17 @@ from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.config.schedulers import SCHEDULERS as SCHEDULER_ENTRIES
 from simulator.costmodel import load_cost_model
+from simulator.costmodel.base import extrapolation_counts
 from simulator.costmodel.engine_model import load_engine
 from simulator.engine.closed_loop import ClosedLoopClient, make_recorder
-from simulator.engine.cluster import RunResult, make_replica, prepare_requests, reporter_of, run_to_end
+from simulator.engine.cluster import (
+    RunResult,
+    make_replica,
+    prepare_requests,
+    reporter_of,
+    run_to_end,
+    summed_by_op,
+)
 from simulator.engine.dp_group import group_ranks
 from simulator.engine.kvcache import BlockManager, MemoryPlan
 from simulator.engine.records import Recorder
@@ -610,6 +618,7 @@ def simulate_disaggregated(config: RunConfig, table=None, progress: bool | RunPr
                              handoff=cluster.log, link_scope=cluster.link_scope,
                              links_busy_s=links_busy_s),
         extra={"cost_model_extrapolations": sum(getattr(r.cost_model, "num_extrapolations", 0) for r in replicas),
+               "cost_model_extrapolations_by_op": summed_by_op([extrapolation_counts(r.cost_model) for r in replicas]),
                **({"stopped": stopped} if stopped is not None else {}),
                **({"speculative": _speculation_extra(config, replicas)} if config.speculative is not None else {})},
     )

@@ -240,6 +240,8 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     if result.config.scheduler.prefix_cache is not None and not result.config.is_disaggregated:
         out["prefix_caching"] = prefix_cache_summary(result)
     out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
+    if out["cost_model_extrapolations"]:  # which ops (absent where none: the summary of most runs is unchanged)
+        out["cost_model_extrapolations_by_op"] = result.extra.get("cost_model_extrapolations_by_op", {})
     out["workload"] = result.workload_source
     return out
 

@@ -214,3 +214,29 @@ def test_activation_width_other_than_two_bytes_is_refused(width):
     (1 byte beside bf16 weights) would price the weights at a width the header does not show."""
     with pytest.raises(ConfigError, match="replica.dtype_bytes.*kv_cache_dtype"):
         ReplicaConfig("llama-2-7b", "a100-80gb", dtype_bytes=width)
+
+
+def test_weights_that_do_not_fit_at_16_bits_name_a_quantised_dtype():
+    """The weights' own knob: a 16-bit model that does not fit halves its weights as an FP8 checkpoint; an FP8 one
+    has no such step left to name."""
+    with pytest.raises(ConfigError, match=r"\(raise --tp/--pp, quantise the weights \(--dtype fp8\) or use a larger "
+                                          r"GPU\)$"):
+        plan_memory(ReplicaConfig("llama-3.1-70b", "h100-sxm"), BUDGET, SEQS)
+    with pytest.raises(ConfigError, match=r"\(raise --tp/--pp or use a larger GPU\)$"):
+        plan_memory(ReplicaConfig("llama-3.1-405b", "h100-sxm", tp=2, dtype="fp8"), BUDGET, SEQS)
+
+
+def test_a_kv_cache_too_small_for_one_request_names_the_memory_knobs():
+    """A cache below max_model_len grows without GPUs too: FP8 KV (half a token's bytes) and a larger share of
+    the memory; each is named while it has something left to give, on the one line."""
+    from simulator.engine.replica import build_pool_scheduler
+
+    sched = SchedulerConfig()
+    with pytest.raises(ConfigError) as err:
+        build_pool_scheduler(ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=2), sched)
+    assert str(err.value).endswith("(lower --max-model-len or add GPUs (--tp/--pp), or store the KV cache in FP8 "
+                                   "(--kv-cache-dtype fp8) or raise --gpu-memory-utilization (now 0.9))")
+    with pytest.raises(ConfigError) as err:
+        build_pool_scheduler(ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=2, kv_cache_dtype="fp8",
+                                           gpu_memory_utilization=0.96), sched)
+    assert str(err.value).endswith("(lower --max-model-len or add GPUs (--tp/--pp))") and "\n" not in str(err.value)

@@ -134,6 +134,8 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
         if budget <= 0:
             need_gib = (w + activation) / GiB
             fix = "raise --tp/--pp or use a larger GPU"
+            if replica.dtype in ("bf16", "fp16"):  # 16-bit weights: an FP8 checkpoint holds them in half the bytes
+                fix = "raise --tp/--pp, quantise the weights (--dtype fp8) or use a larger GPU"
             if activation > w:  # a step's activations, not the weights, fill the GPU: its size is a knob
                 fix = (f"lower --max-num-batched-tokens or --max-num-seqs (a step of {max_num_batched_tokens:,} tokens "
                        f"and {max_num_seqs:,} sequences needs {activation / GiB:.1f} GiB of activations), or {fix}")
@@ -201,7 +203,8 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, state_blocks: int = 0) -> None:
         if num_blocks <= 0:
-            raise ConfigError("kv_cache", f"no KV blocks available ({num_blocks})", "lower the model size or raise --tp")
+            raise ConfigError("kv_cache", f"no KV blocks available ({num_blocks})", "raise --tp/--pp, store the KV "
+                              "cache in FP8 (--kv-cache-dtype fp8) or raise --gpu-memory-utilization")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.num_free_blocks = num_blocks

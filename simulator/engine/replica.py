@@ -89,9 +89,10 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     if short is not None:
         # A drafter's memory took from the cache unless the cache's size was given or n-gram drafts from the text.
         if held is None or replica.num_gpu_blocks is not None or held.method == "ngram":
-            raise ConfigError(field, short, fix or "lower --max-model-len or add GPUs (--tp/--pp)")
+            raise ConfigError(field, short, (fix or "lower --max-model-len or add GPUs (--tp/--pp)") + _kv_knobs(replica))
         raise ConfigError(field, short + " (with the drafter's memory)",
-                          fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
+                          (fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
+                          + _kv_knobs(replica))
     if mixin is not None:
         cls = with_mixin(mixin, cls)
     if lockstep is not None and speculation is None:
@@ -100,6 +101,18 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     if speculation is not None:
         scheduler.speculation = speculation  # type: ignore[attr-defined]
     return scheduler, plan
+
+
+def _kv_knobs(replica: ReplicaConfig) -> str:
+    """The memory knobs that grow a planned KV cache without more GPUs, as the tail of a too-small cache's fix
+    ('' where the cache's size was given, or both knobs are spent): FP8 KV halves a token's bytes, and a larger
+    share of the GPU's memory leaves more of it to the cache."""
+    if replica.num_gpu_blocks is not None:
+        return ""
+    knobs = [] if replica.kv_cache_dtype == "fp8" else ["store the KV cache in FP8 (--kv-cache-dtype fp8)"]
+    if replica.gpu_memory_utilization < 0.95:  # (past it there is next to nothing left to give)
+        knobs.append(f"raise --gpu-memory-utilization (now {replica.gpu_memory_utilization:g})")
+    return f", or {' or '.join(knobs)}" if knobs else ""
 
 
 def cpu_tier(replica: ReplicaConfig, sched: SchedulerConfig, plan: MemoryPlan) -> tuple[int, float]:

@@ -410,6 +410,20 @@ def test_four_bit_moe_checkpoints_keep_attention_and_the_router_at_16_bits():
     assert dense.breakdown(shape)["qkv_proj"] < dense_bf16.breakdown(shape)["qkv_proj"]
 
 
+def test_metas_fp8_405b_prices_its_attention_as_the_bf16_checkpoints():
+    """Meta's FP8 Llama-3.1-405B keeps self-attention at BF16: its projections' GEMMs are the BF16 checkpoint's,
+    its MLPs FP8; the plain entry at --dtype fp8 (every layer quantised) prices them at FP8."""
+    shape = BatchShape.from_requests(decodes=[1500] * 4)
+    metas = RooflineCostModel(ReplicaConfig("llama-3.1-405b-fp8", "h100-sxm", tp=8, dtype="fp8"), table_tokens=1)
+    bf16 = RooflineCostModel(ReplicaConfig("llama-3.1-405b", "h100-sxm", tp=8), table_tokens=1)
+    every = RooflineCostModel(ReplicaConfig("llama-3.1-405b", "h100-sxm", tp=8, dtype="fp8"), table_tokens=1)
+    ops, ops16, ops8 = metas.breakdown(shape), bf16.breakdown(shape), every.breakdown(shape)
+    for op in ("qkv_proj", "attn_out_proj"):
+        assert ops[op] == pytest.approx(ops16[op], rel=1e-9) and ops8[op] < ops[op], op
+    for op in ("mlp_up_gate", "mlp_down"):
+        assert ops[op] == pytest.approx(ops8[op], rel=1e-9) and ops[op] < ops16[op], op
+
+
 @pytest.mark.parametrize("dtype", ["fp8", "nvfp4", "int4"])
 def test_a_quantized_checkpoints_lm_head_is_priced_at_16_bits_as_memory_plans_it(dtype):
     """FP8/FP4 checkpoints leave lm_head unquantized (the memory plan holds it at 2 bytes); it was priced at

@@ -117,8 +117,14 @@ def _dtype(r: Any, engine: str) -> str:
 
 
 def _experts_only(r: Any) -> str:
-    """Said in the title: a 4-bit MoE checkpoint's attention and router are 16-bit (ReplicaConfig.experts_only_quantized)."""
-    return " (experts; attention and router 16-bit)" if r.experts_only_quantized else ""
+    """Said in the title: a 4-bit MoE checkpoint's attention and router are 16-bit (ReplicaConfig.experts_only_quantized),
+    as what a checkpoint keeps so (ReplicaConfig.attention_16bit, mlp_16bit_layers: Meta's FP8 Llama-3.1-405B)."""
+    if r.experts_only_quantized:
+        return " (experts; attention and router 16-bit)"
+    kept = ["attention"] if r.attention_16bit else []
+    if r.mlp_16bit_layers:
+        kept.append(f"layer {' and '.join(map(str, r.mlp_16bit_layers))}'s MLPs")
+    return f" (the checkpoint's {' and '.join(kept)} 16-bit)" if kept else ""
 
 
 def _intake(s: SchedulerConfig) -> str:

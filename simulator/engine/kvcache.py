@@ -123,7 +123,8 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     usable = gpu.memory_bytes * replica.gpu_memory_utilization
     weights, budgets, per_token = [], [], []
     for stage, num_layers in enumerate(layers):
-        w = replica.layer_weights_bytes(num_layers)  # at --dtype; embeddings and LM head at dtype_bytes
+        # at --dtype (what the checkpoint keeps at 16 bits in the stage's own layers apart); embeddings, LM head at dtype_bytes
+        w = replica.layer_weights_bytes(num_layers, sum(layers[:stage]))
         if stage == 0:
             w += m.embedding_params / tp * db
         if stage == len(layers) - 1 and (not m.tied_embeddings or replica.pp > 1):

@@ -446,9 +446,9 @@ def test_a_short_windows_layers_hold_the_window_not_the_context():
     plan = plan_memory(r, 8192, 256)
     per_layer = m.kv_bytes_per_token_per_gpu_layer(2, 1)
     budget = plan.kv_budget_bytes[0]
-    assert plan.num_kv_tokens == pytest.approx(budget / (18 * per_layer), abs=r.block_size)  # twice the full count
+    assert plan.num_kv_tokens == pytest.approx(budget / (18 * per_layer), abs=plan.block_size)  # twice the full count
     assert plan.num_window_blocks == plan.num_state_blocks == (128 + 16) // 16  # 18 of 36 layers: one block each
-    assert plan.num_kv_tokens - plan.num_state_blocks * r.block_size >= 131_072
+    assert plan.num_kv_tokens - plan.num_state_blocks * plan.block_size >= 131_072
     # a long window (Mistral-7B-v0.1's 4096 on every layer) and a model without windows keep the per-token count
     assert MODELS["mistral-7b-v0.1"].num_windowed_layers == 0 == MODELS["llama-3.1-8b"].num_windowed_layers
     assert plan_memory(ReplicaConfig("mistral-7b-v0.1", "h100-sxm"), 8192, 256).num_state_blocks == 0

@@ -278,6 +278,7 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         tree = f" (a token tree of {sp.num_verify_tokens} nodes)" if sp.token_tree else ""
         title += (f" · speculative {sp.method}{drafter} k={sp.k}{tree}, expected AL {sp.mean_acceptance_length:.2f} · "
                   "loop step by step (no lockstep or event skipping with speculation)")
+    title += _hybrid_block_note(config)
     if "prefix_caching" in summary:  # on (simulator.engine.prefix_cache); said when turned off by hand
         pc = summary["prefix_caching"]
         title += f" · prefix caching: on, {pc['policy']}, {pc['num_blocks']:,} blocks"
@@ -286,6 +287,36 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     elif s.prefix_caching is False:
         title += " · prefix caching: off"
     return title
+
+
+def _hybrid_block_note(config: RunConfig) -> str:
+    """Said in the title: a hybrid model's KV blocks under vLLM's schedulers, vLLM's rule where --block-size is
+    unset (simulator.engine.kvcache.engine_block_size), or that vLLM would raise a smaller one given (it does)."""
+    from simulator.engine.kvcache import vllm_hybrid_block_size
+
+    pairs = [(config.replica, config.scheduler)]
+    if config.is_disaggregated:  # the pools' own layouts and policies
+        from simulator.config.disagg_layout import layout_of
+
+        layout = layout_of(config)
+        pairs = [(layout.prefill_replica, layout.prefill_scheduler), (layout.decode_replica, layout.decode_scheduler)]
+        if layout.mixed_replica is not None:
+            pairs.append((layout.mixed_replica, layout.mixed_scheduler))
+    notes: list[str] = []
+    for replica, sched in pairs:
+        if not (replica.model_spec.is_hybrid and SCHEDULER_ENTRIES[sched.name].hybrid_page):
+            continue
+        vllm = vllm_hybrid_block_size(replica)
+        if replica.block_size is None:
+            note = (f"KV blocks of {vllm:,} tokens (vLLM's for a hybrid under {sched.name}: an attention page holds a "
+                    "linear layer's state; --block-size sets another)")
+        elif replica.block_size < vllm:
+            note = f"note: vLLM raises a hybrid's --block-size {replica.block_size} to {vllm:,} at tp={replica.tp}"
+        else:
+            continue
+        if note not in notes:
+            notes.append(note)
+    return "".join(f" · {note}" for note in notes)
 
 
 def _pricing_note(config: RunConfig) -> str:

@@ -134,7 +134,9 @@ class ReplicaConfig:
     # activations and KV cache share that much of the GPU) or "free" (TensorRT-LLM's
     # free_gpu_memory_fraction: the KV cache gets that much of what weights and activations leave).
     memory_fraction_of: str = "total"
-    block_size: int = 16
+    # KV block (page) in tokens; None: the engine's, 16, or for a hybrid model under vLLM's schedulers as many as
+    # hold a linear-attention layer's state, as vLLM sets it (simulator.engine.kvcache.engine_block_size).
+    block_size: int | None = None
     max_model_len: int | None = None  # default: the model's own context length
     dtype_bytes: int = 2  # the activations' width (bf16/fp16); weights: dtype, KV cache: kv_cache_dtype
     num_nodes: int = 1
@@ -168,8 +170,8 @@ class ReplicaConfig:
         object.__setattr__(self, "kv_cache_dtype", canonical_kv_format(self.kv_cache_dtype))  # fp8_e4m3 -> fp8
         _positive("replica", "tp", self.tp)
         _positive("replica", "pp", self.pp)
-        _positive("replica", "block_size", self.block_size)
-        if self.block_size > MAX_BLOCK_SIZE:
+        _positive("replica", "block_size", self.block_size, allow_none=True)
+        if self.block_size is not None and self.block_size > MAX_BLOCK_SIZE:
             raise ConfigError("replica.block_size", f"a KV block of {self.block_size:,} tokens is beyond any "
                               f"engine's (at most {MAX_BLOCK_SIZE:,})", "pass --block-size with a page size in tokens, e.g. 16")
         _positive("replica", "num_nodes", self.num_nodes, flag="--nodes")

@@ -73,7 +73,7 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
         from simulator.costmodel.speculative import speculative_memory_plan
 
         plan = speculative_memory_plan(plan, replica, held, verifies=speculation is not None)
-        blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark, plan.num_state_blocks)
+        blocks = BlockManager(plan.num_blocks, plan.block_size, sched.watermark, plan.num_state_blocks)
         if speculation is not None:
             from simulator.engine.speculative import speculative_class
 
@@ -81,7 +81,7 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     # Prefix caching, where on; not in a disaggregated pool's role (a mixin): they hand blocks over by count.
     elif sched.prefix_cache is not None and mixin is None:
         host_blocks, host_load_s = cpu_tier(replica, sched, plan)
-        blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, replica.block_size, sched.watermark,
+        blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, plan.block_size, sched.watermark,
                                     host_blocks, host_load_s, plan.num_state_blocks)
     short = max_model_len_shortfall(blocks, max_model_len) if whole_requests else None
     if short is not None and replica.num_gpu_blocks is not None:  # the cache's size was given, not planned
@@ -122,7 +122,7 @@ def cpu_tier(replica: ReplicaConfig, sched: SchedulerConfig, plan: MemoryPlan) -
     direction (in parallel). (0, 0.0) without a tier."""
     if not sched.cpu_kv_gib:
         return 0, 0.0
-    block_bytes_per_gpu = plan.kv_bytes_per_token[0] * replica.block_size
+    block_bytes_per_gpu = plan.kv_bytes_per_token[0] * plan.block_size
     host_blocks = int(sched.cpu_kv_gib * GiB // (block_bytes_per_gpu * replica.tp))
     if host_blocks == 0:  # (no tier at all was built, while the header named one)
         need = block_bytes_per_gpu * replica.tp / GiB

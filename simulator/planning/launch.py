@@ -18,6 +18,7 @@ from simulator.config.precision import MXFP4_FORMATS, MXFP8_MOE_GPUS, kernel_for
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.config.schedulers import CHUNKING_SCHEDULERS
 from simulator.config.speculative import SpeculativeConfig
+from simulator.engine.kvcache import engine_block_size
 
 if TYPE_CHECKING:
     from simulator.planning.plan import Candidate, Layout
@@ -167,7 +168,8 @@ def _memory_departures(base: RunConfig) -> dict[str, Any]:
     if r.block_size != _DEFAULT_REPLICA.block_size:
         out["block_size"] = r.block_size
     if r.num_gpu_blocks is not None:
-        out["num_blocks"], out["num_tokens"] = r.num_gpu_blocks, r.num_gpu_blocks * r.block_size
+        out["num_blocks"] = r.num_gpu_blocks
+        out["num_tokens"] = r.num_gpu_blocks * engine_block_size(r, base.scheduler.name)
     return out
 
 

@@ -477,3 +477,35 @@ def test_a_batch_that_fits_counts_each_sequences_window_blocks():
     problem = batch_fit_problem(r, BatchShape.from_requests(decodes=[100] * 1800))
     assert problem is not None and problem[0] == "kv"
     assert batch_fit_problem(r, BatchShape.from_requests(decodes=[100] * 800)) is None
+
+
+def test_the_kv_figure_says_it_is_the_whole_pool_and_gives_vllms_beside_it():
+    """The KV cache figure is the whole pool in full-attention tokens; vLLM logs "GPU KV cache size" as its blocks
+    over its KV cache groups (one block is one group's page): gpt-oss's 18 full and 18 sliding layers are 2 groups,
+    so vLLM logs half (~127,560 on one H100), Qwen3.5's 15 full and 45 linear 4 groups, a quarter. A model of one
+    layer kind (Llama-4-Scout's 12 full and 36 chunked are 4 groups of 12, each growing) logs the figure itself."""
+    from simulator.config.run_config import SchedulerConfig
+    from simulator.engine.kvcache import build_kv_cache, vllm_kv_cache_groups, vllm_reported_kv_tokens
+    from simulator.report.metrics import summarize
+    from simulator.simulation import simulate
+
+    oss = ReplicaConfig("gpt-oss-120b", "h100-sxm", dtype="mxfp4")
+    plan = build_kv_cache(oss, SchedulerConfig())[1]
+    assert vllm_kv_cache_groups(oss) == (18, 2)
+    assert plan.num_kv_tokens == 255_120 and vllm_reported_kv_tokens(oss, plan) == plan.num_blocks // 2 * 16 == 127_552
+    qwen = ReplicaConfig("qwen3.5-397b-a17b", "b200", tp=4, dtype="nvfp4")
+    plan = build_kv_cache(qwen, SchedulerConfig())[1]
+    assert vllm_kv_cache_groups(qwen) == (15, 4)
+    assert vllm_reported_kv_tokens(qwen, plan) == plan.num_blocks // 4 * plan.block_size
+    for plain in (ReplicaConfig("llama-4-scout", "h100-sxm", tp=4), ReplicaConfig("llama-3.1-8b", "h100-sxm")):
+        plan = build_kv_cache(plain, SchedulerConfig())[1]
+        assert vllm_reported_kv_tokens(plain, plan) == plan.num_kv_tokens
+    workload = WorkloadConfig("fixed", prompt_tokens=256, output_tokens=4, num_requests=2)
+    summary = summarize(simulate(RunConfig(replica=oss, workload=workload)))
+    assert (summary["kv_cache_tokens"], summary["kv_cache_tokens_vllm"]) == (255_120, 127_552)
+    assert "kv_cache_tokens_vllm" not in summarize(simulate(RunConfig(replica=ReplicaConfig("llama-3.1-8b", "h100-sxm"),
+                                                                      workload=workload)))
+    out = runner.invoke(app, ["run", "--model", "gpt-oss-120b", "--gpu", "h100-sxm", "--dtype", "mxfp4",
+                                   "--workload", "fixed", "--num-requests", "2", "--no-progress"]).output
+    assert 'KV cache 255,120 tokens of full attention, the whole pool (vLLM\'s "GPU KV cache size" 127,552' in \
+        " ".join(out.split())

@@ -166,12 +166,17 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     dp = config.replica.attention_dp
     # Each attention-DP rank has a cache of its own (vLLM and SGLang size each so): the figure is one rank's.
     per_rank = f" per attention-DP rank (x{dp})" if dp > 1 and not config.is_disaggregated else ""
+    # The figure is the whole pool in full-attention tokens; vLLM logs it over its layer groups (gpt-oss: half).
+    kind = ""
+    if "kv_cache_tokens_vllm" in summary:
+        kind = (f" of full attention, the whole pool (vLLM's \"GPU KV cache size\" {summary['kv_cache_tokens_vllm']:,}: "
+                "the pool over its layer groups)")
     console.print(
         f"requests: {summary['num_finished']:,} finished, {summary['num_rejected']:,} rejected, "
         f"{count(summary['num_preemptions'], 'preemption')} · throughput {summary['throughput_rps']:.2f} req/s, "
         f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
         f"(TTFT<={summary['ttft_slo_s']}s, each gap TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
-        f"tokens{per_rank}{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
+        f"tokens{kind}{per_rank}{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
     if "prefix_caching" in summary:
         pc = summary["prefix_caching"]
         console.print(f"prefix cache: {_pct(pc['hit_rate'])} of prompt tokens found cached at admission · "

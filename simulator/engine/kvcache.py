@@ -113,6 +113,29 @@ def engine_block_size(replica: ReplicaConfig, scheduler: str | None) -> int:
     return DEFAULT_BLOCK_SIZE
 
 
+def vllm_kv_cache_groups(replica: ReplicaConfig) -> tuple[int, int]:
+    """vLLM V1's KV cache groups of a model (kv_cache_utils._get_kv_cache_groups_uniform_page_size), as ``(layers a
+    group, groups)``: its layers by kind (full attention, sliding window, linear attention) cut into groups of the
+    smallest kind's count (of the largest's where that is under 1.25 times it). One block of the pool is one group's
+    page: a block's tokens in each of a group's layers. gpt-oss: 18 full and 18 sliding layers, 2 groups of 18;
+    Qwen3.5-397B: 15 full and 45 linear, 4 groups of 15; a model of one kind, 1 group of all its layers."""
+    m = replica.model_spec
+    kinds = [n for n in (m.num_kv_layers - m.num_sliding_layers, m.num_sliding_layers, m.num_linear_layers) if n]
+    size = max(kinds) if max(kinds) < 1.25 * min(kinds) else min(kinds)
+    return size, sum(-(-n // size) for n in kinds)
+
+
+def vllm_reported_kv_tokens(replica: ReplicaConfig, plan: MemoryPlan) -> int:
+    """The cache ``plan`` leaves as vLLM logs it ("GPU KV cache size: N tokens", _report_kv_cache_config): vLLM's
+    blocks (a group's page each, :func:`vllm_kv_cache_groups`) over its groups, times a block's tokens, the tokens
+    one sequence could hold were every group to grow with it. ``plan.num_kv_tokens`` is the whole pool in tokens of
+    the layers that grow with every token (a hybrid's full-attention layers, gpt-oss's full ones), the same for a
+    model of one kind, twice it for gpt-oss (255,120 where vLLM logs ~127,560) and four times for Qwen3.5."""
+    size, groups = vllm_kv_cache_groups(replica)
+    blocks = plan.num_blocks * replica.model_spec.num_growing_kv_layers // size  # the pool in vLLM's blocks
+    return blocks // groups * plan.block_size
+
+
 def batch_fit_problem(replica: ReplicaConfig, shape: BatchShape, scheduler: str | None = None) -> tuple[str, str] | None:
     """Why ``replica`` could not run the batch ``shape`` as one iteration, as ``(what, problem)``
     with ``what`` one of ``prefill`` (a chunk and the tokens before it beyond the model's context),

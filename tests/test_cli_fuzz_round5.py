@@ -256,7 +256,8 @@ def test_a_step_too_large_for_the_gpu_names_the_budget_not_only_the_layout() -> 
     assert line.startswith("error: replica: ") and "lower --max-num-batched-tokens or --max-num-seqs" in line, line
     # weights that do not fit still point at the layout alone
     line = one_line_error(simulate("run", "--model", "llama-3.1-70b", "--num-requests", "4", "--no-progress"))
-    assert "(raise --tp/--pp or use a larger GPU)" in line and "max-num-batched-tokens" not in line, line
+    assert "(raise --tp/--pp, quantise the weights (--dtype fp8) or use a larger GPU)" in line \
+        and "max-num-batched-tokens" not in line, line
 
 
 @pytest.mark.parametrize("seeds", ["1000000", "0"])

@@ -65,7 +65,7 @@ def test_memory_plan_keeps_kv_for_the_full_attention_layers_and_state_in_blocks(
     # 8 of 64 value heads a GPU: 8 x 128 x 128 state (float32: Qwen3.5's mamba_ssm_dtype) + (2 x 2 + 8) x 128
     # x 3 conv inputs (bf16), 45 layers
     state = 45 * (8 * 128 * 128 * 4 + 12 * 128 * 3 * 2)
-    assert plan.num_state_blocks == math.ceil(round(state / (15 * kv_layer)) / replica.block_size)
+    assert plan.num_state_blocks == math.ceil(round(state / (15 * kv_layer)) / plan.block_size)
     assert plan.num_state_blocks > 0 and plan.as_dict()["num_state_blocks_per_seq"] == plan.num_state_blocks
     dense = plan_memory(ReplicaConfig("qwen3-235b-a22b", "b200", tp=8, dtype="fp8"), 8192, 256)
     assert dense.num_state_blocks == 0
@@ -103,8 +103,9 @@ def test_block_manager_charges_state_per_running_sequence():
 
 def _run(model: str, fast: bool = True, kernels: str = "roofline", gpu_blocks: int | None = None,
          num_requests: int = 60) -> object:
+    # 16-token blocks, as these cases were sized (vllm-v1 would page this hybrid in vLLM's larger ones unasked)
     replica = ReplicaConfig(model, "h100", tp=4, dtype="fp8", kernels=kernels, max_model_len=4096,
-                            num_gpu_blocks=gpu_blocks)
+                            num_gpu_blocks=gpu_blocks, block_size=16)
     return simulate(RunConfig(replica=replica, scheduler=SchedulerConfig("vllm-v1", max_num_batched_tokens=2048),
                               workload=WorkloadConfig(num_requests=num_requests, qps=8.0), seed=3,
                               fast_forward=fast))
@@ -238,3 +239,35 @@ def test_profiles_and_learned_models_refuse_a_hybrid():
     artifact = {"model": replica.model, "tp": 4, "gpu": replica.gpu, "dtype_bytes": 2}
     with pytest.raises(ConfigError, match="hybrid"):
         LearnedCostModel(replica, artifact)
+
+
+def test_vllms_schedulers_page_a_hybrid_in_vllms_blocks_unless_told():
+    """vLLM raises a hybrid's attention block until one layer's page holds a linear layer's state, 16 x
+    ceil(state / (16 x attention KV a token)) on one GPU ("Setting attention block size to 1056 tokens" for
+    Qwen3.5-397B at TP4): vllm and vllm-v1 page in it where --block-size is unset; SGLang, which keeps its
+    mamba states in a pool of their own, and an explicit --block-size keep theirs; the run's title says which."""
+    from simulator.cli.run import run_title
+    from simulator.engine.kvcache import build_kv_cache, engine_block_size
+
+    replica = ReplicaConfig("qwen3.5-397b-a17b", "b200", tp=4, dtype="nvfp4", max_model_len=32768)
+    # at TP4: 1 KV head x 256 x K,V x 2 B = 1,024 B a token; 16 x 128 x 128 x 4 B + (2 x 4 + 16) x 128 x 3 x 2 B of
+    # state, 1,042 tokens' worth: 66 x 16 = 1,056
+    m = replica.model_spec
+    assert m.kv_bytes_per_token_per_gpu_layer(2, 4) == 1024
+    assert m.linear_state_bytes_per_gpu_layer(2, 4) == 16 * 128 * 128 * 4 + 24 * 128 * 3 * 2 == 1042 * 1024
+    for name in ("vllm", "vllm-v1"):
+        _, plan = build_kv_cache(replica, SchedulerConfig(name))
+        assert plan.block_size == 1056 and plan.num_state_blocks == 3  # a block a group of 15 DeltaNet layers
+    assert engine_block_size(ReplicaConfig(replica.model, "b200", tp=4, dtype="nvfp4", kv_cache_dtype="fp8"),
+                             "vllm-v1") == 2096  # half the bytes a token: 2,084 tokens, rounded up to 16s
+    assert build_kv_cache(replica, SchedulerConfig("sglang"))[1].block_size == 16
+    given = ReplicaConfig(replica.model, "b200", tp=4, dtype="nvfp4", max_model_len=32768, block_size=16)
+    assert build_kv_cache(given, SchedulerConfig("vllm-v1"))[1].block_size == 16
+    assert engine_block_size(ReplicaConfig("llama-3.1-8b", "h100-sxm"), "vllm-v1") == 16  # not a hybrid
+    workload = WorkloadConfig("fixed", prompt_tokens=2000, output_tokens=8, num_requests=4, qps=4.0)
+    result = simulate(RunConfig(replica=replica, workload=workload))
+    assert result.memory.block_size == 1056 and all(r.completed_at is not None for r in result.requests)
+    title = run_title(RunConfig(replica=replica), {})
+    assert "KV blocks of 1,056 tokens (vLLM's for a hybrid under vllm-v1" in title
+    assert "vLLM raises a hybrid's --block-size 16 to 1,056" in run_title(RunConfig(replica=given), {})
+    assert "KV blocks" not in run_title(RunConfig(replica=replica, scheduler=SchedulerConfig("sglang")), {})

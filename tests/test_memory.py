@@ -44,6 +44,7 @@ HF_DIMS = {
     "llama-3.1-8b": (32, 4096, 32, 8, 14336, 128256, True, False),
     "llama-3.1-70b": (80, 8192, 64, 8, 28672, 128256, True, False),
     "llama-3.1-405b": (126, 16384, 128, 8, 53248, 128256, True, False),
+    "llama-3.1-405b-fp8": (126, 16384, 128, 8, 53248, 128256, True, False),  # (at bf16 here: its FP8 form below)
     "qwen2.5-7b": (28, 3584, 28, 4, 18944, 152064, True, False),
     "qwen2.5-72b": (80, 8192, 64, 8, 29568, 152064, True, False),
 }
@@ -74,6 +75,7 @@ LAYOUTS = {
     "llama-3.1-8b": ("h100-sxm", 80, 1, 1, 1),
     "llama-3.1-70b": ("h100-sxm", 80, 4, 1, 1),
     "llama-3.1-405b": ("h100-sxm", 80, 8, 2, 2),
+    "llama-3.1-405b-fp8": ("h100-sxm", 80, 8, 2, 2),
     "qwen2.5-7b": ("a100-80gb", 80, 1, 1, 1),
     "qwen2.5-72b": ("a100-80gb", 80, 4, 1, 1),
 }
@@ -214,3 +216,55 @@ def test_activation_width_other_than_two_bytes_is_refused(width):
     (1 byte beside bf16 weights) would price the weights at a width the header does not show."""
     with pytest.raises(ConfigError, match="replica.dtype_bytes.*kv_cache_dtype"):
         ReplicaConfig("llama-2-7b", "a100-80gb", dtype_bytes=width)
+
+
+def test_weights_that_do_not_fit_at_16_bits_name_a_quantised_dtype():
+    """The weights' own knob: a 16-bit model that does not fit halves its weights as an FP8 checkpoint; an FP8 one
+    has no such step left to name."""
+    with pytest.raises(ConfigError, match=r"\(raise --tp/--pp, quantise the weights \(--dtype fp8\) or use a larger "
+                                          r"GPU\)$"):
+        plan_memory(ReplicaConfig("llama-3.1-70b", "h100-sxm"), BUDGET, SEQS)
+    with pytest.raises(ConfigError, match=r"\(raise --tp/--pp or use a larger GPU\)$"):
+        plan_memory(ReplicaConfig("llama-3.1-405b", "h100-sxm", tp=2, dtype="fp8"), BUDGET, SEQS)
+
+
+def test_a_kv_cache_too_small_for_one_request_names_the_memory_knobs():
+    """A cache below max_model_len grows without GPUs too: FP8 KV (half a token's bytes) and a larger share of
+    the memory; each is named while it has something left to give, on the one line."""
+    from simulator.engine.replica import build_pool_scheduler
+
+    sched = SchedulerConfig()
+    with pytest.raises(ConfigError) as err:
+        build_pool_scheduler(ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=2), sched)
+    assert str(err.value).endswith("(lower --max-model-len or add GPUs (--tp/--pp), or store the KV cache in FP8 "
+                                   "(--kv-cache-dtype fp8) or raise --gpu-memory-utilization (now 0.9))")
+    with pytest.raises(ConfigError) as err:
+        build_pool_scheduler(ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=2, kv_cache_dtype="fp8",
+                                           gpu_memory_utilization=0.96), sched)
+    assert str(err.value).endswith("(lower --max-model-len or add GPUs (--tp/--pp))") and "\n" not in str(err.value)
+
+
+def test_metas_fp8_405b_keeps_attention_and_its_edge_layers_mlps_at_16_bits():
+    """Meta's FP8 Llama-3.1-405B (fbgemm_fp8) quantises the FFNs but layer 0's and 125's and leaves self-attention
+    at BF16: vLLM logged 57.75 GiB of its weights a GPU at TP8 on H100 (vLLM issue 6746; vLLM's "GB" is GiB), where
+    FP8 everywhere plans 47.7 GiB and so about twice the KV cache."""
+    metas = ReplicaConfig("meta-llama/Llama-3.1-405B-Instruct-FP8", "h100-sxm", tp=8, dtype="fp8")
+    assert metas.model == "llama-3.1-405b-fp8" and metas.attention_16bit and metas.mlp_16bit_layers == (0, 125)
+    plan = plan_memory(metas, BUDGET, SEQS)
+    assert plan.weights_bytes[0] / GiB == pytest.approx(57.75, rel=0.03)
+    # by hand: 126 attention blocks and 2 MLPs at 2 B, 124 MLPs at 1 B, embedding and LM head at 2 B, norms at 1 B
+    h, q, kv, ffn, vocab = 16384, 16384, 1024, 53248, 128256
+    attention, mlp = h * (q + 2 * kv) + q * h, 3 * h * ffn
+    by_hand = (126 * attention * 2 + 2 * mlp * 2 + 124 * mlp + 126 * 2 * h + 2 * vocab * h * 2) / 8
+    assert plan.weights_bytes[0] == pytest.approx(by_hand, rel=1e-12)
+    # any other FP8 checkpoint of the shape (vLLM's --quantization fp8 of the BF16 one) quantises every layer
+    everything = plan_memory(ReplicaConfig("llama-3.1-405b", "h100-sxm", tp=8, dtype="fp8"), BUDGET, SEQS)
+    assert everything.weights_bytes[0] / GiB == pytest.approx(47.7, abs=0.05)
+    assert plan.num_kv_tokens < 0.65 * everything.num_kv_tokens  # (at this small step; 0.58 at vLLM's 8192 tokens)
+    # over pipeline stages each kept MLP weighs on the stage that holds its layer: the first and the last of four
+    staged = plan_memory(ReplicaConfig(metas.model, "h100-sxm", tp=8, pp=4, num_nodes=4, dtype="fp8"), BUDGET, SEQS)
+    edge = mlp * (2 - 1) / 8
+    assert staged.weights_bytes[0] - staged.weights_bytes[1] == pytest.approx(edge + vocab * h * 2 / 8)
+    assert staged.weights_bytes[3] - staged.weights_bytes[2] == pytest.approx(edge + vocab * h * 2 / 8)
+    # at another --dtype it is some other checkpoint: nothing kept (the header notes the config's fp8)
+    assert not ReplicaConfig(metas.model, "h200", tp=8).attention_16bit

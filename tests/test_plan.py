@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
+from simulator.config.disagg_layout import layout_of
 from simulator.config.errors import ConfigError
 from simulator.config.prices import PRICES, gpu_power_w, load_price_file, parse_price_flags, price_of
 from simulator.config.run_config import RunConfig
@@ -144,7 +145,7 @@ def test_frontier_and_launch() -> None:
     assert "--disaggregation-mode prefill" in lines[0] and "--disaggregation-mode decode" in lines[1]
     (trt,) = launch_command(agg, base, "trtllm")
     assert "--tp_size 2" in trt and "--max_num_tokens 2048" in trt and "--max_batch_size 256" in trt
-    assert "extra_llm_api_options" not in trt and "a fp8 checkpoint" in trt
+    assert "a fp8 checkpoint" in trt and "free_gpu_memory_fraction" in trt  # its own 0.9 of free memory is not the plan's
     lines = launch_command(dis, base, "trtllm")
     assert "context.yml" in lines[0] and "generation.yml" in lines[1] and "cache_transceiver_config" in lines[1]
     # gpt-oss's MXFP4 experts: the launch asks for the kernel the plan priced where the engine needs telling
@@ -172,13 +173,16 @@ def test_trtllm_launch_carries_the_runs_scheduling_knobs() -> None:
     (line,) = launch_command(dp, moe, "trtllm")
     assert "--tp_size 4" in line and "--ep_size 4" in line  # the DP ranks are TensorRT-LLM's TP world
     extra = json.loads(line.split("extra.yml: ")[1])
+    assert set(extra.pop("kv_cache_config")) == {"free_gpu_memory_fraction"}  # the planned cache, always said
     assert extra == {"enable_attention_dp": True,
                      "attention_dp_config": {"enable_balance": True, "timeout_iters": 60, "batching_wait_iters": 0}}
     waiting = _base().replace(scheduler__name="trtllm", scheduler__batch_wait_timeout_iters=40,
                               scheduler__batch_wait_max_tokens_ratio=0.8, engine="trtllm-2026")
     one = Candidate(Layout("h100-sxm", "agg", "bf16", 1, max_num_seqs=64), math.inf, price_of("h100-sxm"))
     (line,) = launch_command(one, waiting, "trtllm")
-    assert json.loads(line.split("extra.yml: ")[1]) == {"batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8}
+    extra = json.loads(line.split("extra.yml: ")[1])
+    assert set(extra.pop("kv_cache_config")) == {"free_gpu_memory_fraction"}
+    assert extra == {"batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8}
     assert default_launch(waiting) == "trtllm" and default_launch(_base()) == "vllm"
     assert default_launch(_base().replace(replica__kernels="sglang")) == "sglang"
 
@@ -317,3 +321,50 @@ def test_the_frontier_fill_leaves_a_layout_searched_in_full_alone(tmp_path) -> N
     with (tmp_path / "p" / "layouts.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 1 and rows[0]["status"] == "ok" and float(rows[0]["capacity_qps"]) == 0
+
+
+def _launched_fraction(line: str, engine: str) -> float:
+    """The memory fraction a launch line gives its server (vLLM's own 0.9 where it says none)."""
+    import re
+
+    pattern = {"vllm": r"--gpu-memory-utilization ([\d.]+)", "sglang": r"--mem-fraction-static ([\d.]+)",
+               "trtllm": r'"free_gpu_memory_fraction": ([\d.]+)'}[engine]
+    found = re.search(pattern, line)
+    assert found is not None or engine == "vllm", line
+    return float(found.group(1)) if found else 0.9
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize(("fraction", "of"), [(0.9, "total"), (0.8, "total"), (0.9, "free"), (0.95, "free")])
+def test_each_engines_launched_fraction_gives_its_server_the_planned_kv_cache(engine: str, fraction: float,
+                                                                              of: str) -> None:
+    """The engines read the fraction on three bases (vLLM: weights + activations + KV over total memory; SGLang:
+    weights, CUDA's context and the KV pool over it; TensorRT-LLM: KV over what weights and activations leave): a
+    plan's fraction copied unchanged gave vLLM less KV than a plan on free memory priced, TensorRT-LLM a quarter
+    more than one on total 0.8, and a default plan nothing for TensorRT-LLM (its own 0.9 of free memory). Each line
+    now gives its server the planned cache within 1%, never more; a pipeline's stages and a disaggregated unit's
+    pools, each of its own layout and budget, alike."""
+    from simulator.engine.kvcache import NON_TORCH_RESERVE_BYTES, build_kv_cache
+    from simulator.planning.plan import Layout
+
+    base = _base().replace(replica__gpu_memory_utilization=fraction, replica__memory_fraction_of=of)
+    seventy = base.replace(replica__model="llama-3.1-70b")
+    cases = [(base, Layout("h100-sxm", "agg", "bf16", 1, budget=2048, max_num_seqs=256)),
+             (seventy, Layout("h100-sxm", "agg", "fp8", 2, pp=3, budget=8192)),  # stages of 27, 27 and 26 layers
+             (base, Layout("h100-sxm", "disagg", "bf16", 2, prefill_tp=1, num_prefill=2, num_decode=1, budget=16384))]
+    for run, layout in cases:
+        lines = launch_command(Candidate(layout, math.inf, price_of(layout.gpu)), run, engine)
+        config = layout.config(run)
+        pools = layout_of(config)
+        servers = ([(config.replica, config.scheduler)] if pools is None else
+                   [(pools.prefill_replica, pools.prefill_scheduler), (pools.decode_replica, pools.decode_scheduler)])
+        commands = [ln for ln in lines if "behind" not in ln]  # (TensorRT-LLM's last line names its router)
+        for line, (replica, sched) in zip(commands, servers, strict=True):
+            plan = build_kv_cache(replica, sched)[1]
+            f, memory, act = _launched_fraction(line, engine), replica.gpu_spec.memory_bytes, plan.activation_bytes
+            server = {"vllm": lambda w, f=f, memory=memory, act=act: f * memory - w - act,
+                      "sglang": lambda w, f=f, memory=memory: f * memory - w - NON_TORCH_RESERVE_BYTES,
+                      "trtllm": lambda w, f=f, memory=memory, act=act: f * (memory - w - act)}[engine]
+            planned = min(b / t for b, t in zip(plan.kv_budget_bytes, plan.kv_bytes_per_token, strict=True))
+            served = min(server(w) / t for w, t in zip(plan.weights_bytes, plan.kv_bytes_per_token, strict=True))
+            assert served == pytest.approx(planned, rel=0.01) and served <= planned * (1 + 1e-9), (line, served, planned)

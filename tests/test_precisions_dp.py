@@ -410,6 +410,20 @@ def test_four_bit_moe_checkpoints_keep_attention_and_the_router_at_16_bits():
     assert dense.breakdown(shape)["qkv_proj"] < dense_bf16.breakdown(shape)["qkv_proj"]
 
 
+def test_metas_fp8_405b_prices_its_attention_as_the_bf16_checkpoints():
+    """Meta's FP8 Llama-3.1-405B keeps self-attention at BF16: its projections' GEMMs are the BF16 checkpoint's,
+    its MLPs FP8; the plain entry at --dtype fp8 (every layer quantised) prices them at FP8."""
+    shape = BatchShape.from_requests(decodes=[1500] * 4)
+    metas = RooflineCostModel(ReplicaConfig("llama-3.1-405b-fp8", "h100-sxm", tp=8, dtype="fp8"), table_tokens=1)
+    bf16 = RooflineCostModel(ReplicaConfig("llama-3.1-405b", "h100-sxm", tp=8), table_tokens=1)
+    every = RooflineCostModel(ReplicaConfig("llama-3.1-405b", "h100-sxm", tp=8, dtype="fp8"), table_tokens=1)
+    ops, ops16, ops8 = metas.breakdown(shape), bf16.breakdown(shape), every.breakdown(shape)
+    for op in ("qkv_proj", "attn_out_proj"):
+        assert ops[op] == pytest.approx(ops16[op], rel=1e-9) and ops8[op] < ops[op], op
+    for op in ("mlp_up_gate", "mlp_down"):
+        assert ops[op] == pytest.approx(ops8[op], rel=1e-9) and ops[op] < ops16[op], op
+
+
 @pytest.mark.parametrize("dtype", ["fp8", "nvfp4", "int4"])
 def test_a_quantized_checkpoints_lm_head_is_priced_at_16_bits_as_memory_plans_it(dtype):
     """FP8/FP4 checkpoints leave lm_head unquantized (the memory plan holds it at 2 bytes); it was priced at
@@ -432,9 +446,9 @@ def test_a_short_windows_layers_hold_the_window_not_the_context():
     plan = plan_memory(r, 8192, 256)
     per_layer = m.kv_bytes_per_token_per_gpu_layer(2, 1)
     budget = plan.kv_budget_bytes[0]
-    assert plan.num_kv_tokens == pytest.approx(budget / (18 * per_layer), abs=r.block_size)  # twice the full count
+    assert plan.num_kv_tokens == pytest.approx(budget / (18 * per_layer), abs=plan.block_size)  # twice the full count
     assert plan.num_window_blocks == plan.num_state_blocks == (128 + 16) // 16  # 18 of 36 layers: one block each
-    assert plan.num_kv_tokens - plan.num_state_blocks * r.block_size >= 131_072
+    assert plan.num_kv_tokens - plan.num_state_blocks * plan.block_size >= 131_072
     # a long window (Mistral-7B-v0.1's 4096 on every layer) and a model without windows keep the per-token count
     assert MODELS["mistral-7b-v0.1"].num_windowed_layers == 0 == MODELS["llama-3.1-8b"].num_windowed_layers
     assert plan_memory(ReplicaConfig("mistral-7b-v0.1", "h100-sxm"), 8192, 256).num_state_blocks == 0
@@ -463,3 +477,35 @@ def test_a_batch_that_fits_counts_each_sequences_window_blocks():
     problem = batch_fit_problem(r, BatchShape.from_requests(decodes=[100] * 1800))
     assert problem is not None and problem[0] == "kv"
     assert batch_fit_problem(r, BatchShape.from_requests(decodes=[100] * 800)) is None
+
+
+def test_the_kv_figure_says_it_is_the_whole_pool_and_gives_vllms_beside_it():
+    """The KV cache figure is the whole pool in full-attention tokens; vLLM logs "GPU KV cache size" as its blocks
+    over its KV cache groups (one block is one group's page): gpt-oss's 18 full and 18 sliding layers are 2 groups,
+    so vLLM logs half (~127,560 on one H100), Qwen3.5's 15 full and 45 linear 4 groups, a quarter. A model of one
+    layer kind (Llama-4-Scout's 12 full and 36 chunked are 4 groups of 12, each growing) logs the figure itself."""
+    from simulator.config.run_config import SchedulerConfig
+    from simulator.engine.kvcache import build_kv_cache, vllm_kv_cache_groups, vllm_reported_kv_tokens
+    from simulator.report.metrics import summarize
+    from simulator.simulation import simulate
+
+    oss = ReplicaConfig("gpt-oss-120b", "h100-sxm", dtype="mxfp4")
+    plan = build_kv_cache(oss, SchedulerConfig())[1]
+    assert vllm_kv_cache_groups(oss) == (18, 2)
+    assert plan.num_kv_tokens == 255_120 and vllm_reported_kv_tokens(oss, plan) == plan.num_blocks // 2 * 16 == 127_552
+    qwen = ReplicaConfig("qwen3.5-397b-a17b", "b200", tp=4, dtype="nvfp4")
+    plan = build_kv_cache(qwen, SchedulerConfig())[1]
+    assert vllm_kv_cache_groups(qwen) == (15, 4)
+    assert vllm_reported_kv_tokens(qwen, plan) == plan.num_blocks // 4 * plan.block_size
+    for plain in (ReplicaConfig("llama-4-scout", "h100-sxm", tp=4), ReplicaConfig("llama-3.1-8b", "h100-sxm")):
+        plan = build_kv_cache(plain, SchedulerConfig())[1]
+        assert vllm_reported_kv_tokens(plain, plan) == plan.num_kv_tokens
+    workload = WorkloadConfig("fixed", prompt_tokens=256, output_tokens=4, num_requests=2)
+    summary = summarize(simulate(RunConfig(replica=oss, workload=workload)))
+    assert (summary["kv_cache_tokens"], summary["kv_cache_tokens_vllm"]) == (255_120, 127_552)
+    assert "kv_cache_tokens_vllm" not in summarize(simulate(RunConfig(replica=ReplicaConfig("llama-3.1-8b", "h100-sxm"),
+                                                                      workload=workload)))
+    out = runner.invoke(app, ["run", "--model", "gpt-oss-120b", "--gpu", "h100-sxm", "--dtype", "mxfp4",
+                                   "--workload", "fixed", "--num-requests", "2", "--no-progress"]).output
+    assert 'KV cache 255,120 tokens of full attention, the whole pool (vLLM\'s "GPU KV cache size" 127,552' in \
+        " ".join(out.split())

@@ -246,7 +246,7 @@ def test_a_turn_finds_the_previous_answer_cached_as_vllm_and_sglang_cache_output
     table = generate_sessions(conversations(12, session_rate=2.0, think_mean_s=1.0), np.random.default_rng(8))
     config = _config().replace(scheduler__prefix_cache_policy=policy, replica__num_gpu_blocks=200_000)
     run = simulate(config, table)
-    reqs, bs, hbs = run.requests, config.replica.block_size, table.hash_block_size
+    reqs, bs, hbs = run.requests, run.memory.block_size, table.hash_block_size
     num_turns = 0
     for rows in _by_session(table).values():
         for prev, cur in zip(rows, rows[1:], strict=False):

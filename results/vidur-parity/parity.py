@@ -46,6 +46,7 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape, CostModel
 from simulator.engine import cluster as engine
+from simulator.engine.kvcache import DEFAULT_BLOCK_SIZE
 from simulator.report.metrics import summarize
 from simulator.simulation import simulate
 from simulator.workload.generate import RequestTable, clip_lengths
@@ -100,7 +101,7 @@ def vidur_num_blocks(replica: ReplicaConfig, max_tokens: int = MAX_TOKENS) -> in
     available = replica.gpu_spec.memory_bytes * (1 - MEMORY_MARGIN)
     per_request = 2 * 2 * d * kv * max_tokens * m.num_layers
     slots = int((available - weights) // per_request)
-    return (max_tokens // replica.block_size) * slots
+    return (max_tokens // (replica.block_size or DEFAULT_BLOCK_SIZE)) * slots  # (unset: 16 tokens, Vidur's too)
 
 
 def vidur_request_table(seed: int = VIDUR_SEED) -> RequestTable:

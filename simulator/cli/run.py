@@ -117,8 +117,14 @@ def _dtype(r: Any, engine: str) -> str:
 
 
 def _experts_only(r: Any) -> str:
-    """Said in the title: a 4-bit MoE checkpoint's attention and router are 16-bit (ReplicaConfig.experts_only_quantized)."""
-    return " (experts; attention and router 16-bit)" if r.experts_only_quantized else ""
+    """Said in the title: a 4-bit MoE checkpoint's attention and router are 16-bit (ReplicaConfig.experts_only_quantized),
+    as what a checkpoint keeps so (ReplicaConfig.attention_16bit, mlp_16bit_layers: Meta's FP8 Llama-3.1-405B)."""
+    if r.experts_only_quantized:
+        return " (experts; attention and router 16-bit)"
+    kept = ["attention"] if r.attention_16bit else []
+    if r.mlp_16bit_layers:
+        kept.append(f"layer {' and '.join(map(str, r.mlp_16bit_layers))}'s MLPs")
+    return f" (the checkpoint's {' and '.join(kept)} 16-bit)" if kept else ""
 
 
 def _intake(s: SchedulerConfig) -> str:
@@ -160,12 +166,17 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     dp = config.replica.attention_dp
     # Each attention-DP rank has a cache of its own (vLLM and SGLang size each so): the figure is one rank's.
     per_rank = f" per attention-DP rank (x{dp})" if dp > 1 and not config.is_disaggregated else ""
+    # The figure is the whole pool in full-attention tokens; vLLM logs it over its layer groups (gpt-oss: half).
+    kind = ""
+    if "kv_cache_tokens_vllm" in summary:
+        kind = (f" of full attention, the whole pool (vLLM's \"GPU KV cache size\" {summary['kv_cache_tokens_vllm']:,}: "
+                "the pool over its layer groups)")
     console.print(
         f"requests: {summary['num_finished']:,} finished, {summary['num_rejected']:,} rejected, "
         f"{count(summary['num_preemptions'], 'preemption')} · throughput {summary['throughput_rps']:.2f} req/s, "
         f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
         f"(TTFT<={summary['ttft_slo_s']}s, each gap TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
-        f"tokens{per_rank}{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
+        f"tokens{kind}{per_rank}{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
     if "prefix_caching" in summary:
         pc = summary["prefix_caching"]
         console.print(f"prefix cache: {_pct(pc['hit_rate'])} of prompt tokens found cached at admission · "
@@ -272,6 +283,7 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         tree = f" (a token tree of {sp.num_verify_tokens} nodes)" if sp.token_tree else ""
         title += (f" · speculative {sp.method}{drafter} k={sp.k}{tree}, expected AL {sp.mean_acceptance_length:.2f} · "
                   "loop step by step (no lockstep or event skipping with speculation)")
+    title += _hybrid_block_note(config)
     if "prefix_caching" in summary:  # on (simulator.engine.prefix_cache); said when turned off by hand
         pc = summary["prefix_caching"]
         title += f" · prefix caching: on, {pc['policy']}, {pc['num_blocks']:,} blocks"
@@ -280,6 +292,36 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     elif s.prefix_caching is False:
         title += " · prefix caching: off"
     return title
+
+
+def _hybrid_block_note(config: RunConfig) -> str:
+    """Said in the title: a hybrid model's KV blocks under vLLM's schedulers, vLLM's rule where --block-size is
+    unset (simulator.engine.kvcache.engine_block_size), or that vLLM would raise a smaller one given (it does)."""
+    from simulator.engine.kvcache import vllm_hybrid_block_size
+
+    pairs = [(config.replica, config.scheduler)]
+    if config.is_disaggregated:  # the pools' own layouts and policies
+        from simulator.config.disagg_layout import layout_of
+
+        layout = layout_of(config)
+        pairs = [(layout.prefill_replica, layout.prefill_scheduler), (layout.decode_replica, layout.decode_scheduler)]
+        if layout.mixed_replica is not None:
+            pairs.append((layout.mixed_replica, layout.mixed_scheduler))
+    notes: list[str] = []
+    for replica, sched in pairs:
+        if not (replica.model_spec.is_hybrid and SCHEDULER_ENTRIES[sched.name].hybrid_page):
+            continue
+        vllm = vllm_hybrid_block_size(replica)
+        if replica.block_size is None:
+            note = (f"KV blocks of {vllm:,} tokens (vLLM's for a hybrid under {sched.name}: an attention page holds a "
+                    "linear layer's state; --block-size sets another)")
+        elif replica.block_size < vllm:
+            note = f"note: vLLM raises a hybrid's --block-size {replica.block_size} to {vllm:,} at tp={replica.tp}"
+        else:
+            continue
+        if note not in notes:
+            notes.append(note)
+    return "".join(f" · {note}" for note in notes)
 
 
 def _pricing_note(config: RunConfig) -> str:

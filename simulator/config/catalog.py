@@ -34,8 +34,16 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
               tied_embeddings=True, aliases=("meta-llama/Llama-3.2-3B-Instruct",),
               source="meta-llama/Llama-3.2-3B-Instruct config.json (tie_word_embeddings: true)"),
     ModelSpec("llama-3.1-405b", "meta-llama/Llama-3.1-405B", 126, 16384, 128, 8, 53248, 128256, 131072,
-              aliases=("meta-llama/Llama-3.1-405B-Instruct", "meta-llama/Llama-3.1-405B-Instruct-FP8"),
-              source="meta-llama/Llama-3.1-405B config.json"),
+              aliases=("meta-llama/Llama-3.1-405B-Instruct",), source="meta-llama/Llama-3.1-405B config.json"),
+    # Meta's own FP8 checkpoint (fbgemm_fp8, rowwise scales) quantises the FFNs but for the first and last layers'
+    # and keeps self-attention at BF16 (Llama 3 paper, section 6.2; its config.json's modules_to_not_convert): 487 GB
+    # of weights where FP8 everywhere would be 410, 56.7 GiB a GPU at TP8 against the 57.75 GiB vLLM logged loading
+    # it (vLLM issue 6746). Its own entry, so that --dtype fp8 prices that checkpoint; the plain entry with --dtype
+    # fp8 is one that quantises every layer (as vLLM's --quantization fp8 does a BF16 checkpoint).
+    ModelSpec("llama-3.1-405b-fp8", "meta-llama/Llama-3.1-405B-Instruct-FP8", 126, 16384, 128, 8, 53248, 128256,
+              131072, checkpoint_quant="fp8", quant_16bit_attention=True, quant_16bit_mlp_layers=(0, 125),
+              source="meta-llama/Llama-3.1-405B config.json; meta-llama/Llama-3.1-405B-Instruct-FP8 config.json "
+                     "quantization_config (modules_to_not_convert: every self_attn, layers 0 and 125's mlp, lm_head)"),
     ModelSpec("qwen2.5-7b", "Qwen/Qwen2.5-7B", 28, 3584, 28, 4, 18944, 152064, 131072,
               aliases=("Qwen/Qwen2.5-7B-Instruct",), source="Qwen/Qwen2.5-7B config.json"),
     ModelSpec("qwen2.5-72b", "Qwen/Qwen2.5-72B", 80, 8192, 64, 8, 29568, 152064, 131072,

@@ -54,7 +54,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "memory_fraction_of": ("replica__memory_fraction_of", str, "What --gpu-memory-utilization is a fraction of: total "
                            "(vLLM, SGLang) or free, the memory weights and activations leave, all of it KV cache "
                            "(TensorRT-LLM's free_gpu_memory_fraction)."),
-    "block_size": ("replica__block_size", int, "KV cache block size in tokens."),
+    "block_size": ("replica__block_size", int, "KV cache block size in tokens (default 16; a hybrid model under "
+                   "--scheduler vllm or vllm-v1: vLLM's, as many as hold one linear-attention layer's state)."),
     "dtype": ("replica__dtype", str, "Weight dtype: bf16, fp16, fp8, fp8-block (FP8 tensor cores where the GPU has "
               "them), nvfp4 (or fp4; FP4 tensor cores on Blackwell, else weight-only), mxfp4 (gpt-oss's experts, as deployed "
               "engines run them: mxfp4-w4a8 on datacenter Blackwell, else mxfp4-w4a16; or name one), "

@@ -35,7 +35,10 @@ the attention projections and the router gate stay at 16 bits, as the published 
 checkpoints, whose ModelOpt exclusion lists name ``self_attn`` and the MoE ``gate``; DeepSeek-R1-0528-FP4
 v2 quantises the attention output too, which this rule prices at 16 bits). Shared experts and dense
 layers' MLPs are priced at the format (Kimi-K2 keeps its shared expert at 16 bits: not modelled). A dense
-model's 4-bit checkpoint quantises every linear layer of its decoder. **Every quantized checkpoint keeps its
+model's 4-bit checkpoint quantises every linear layer of its decoder, as a dense model's FP8 one does, but for a catalog
+entry of a checkpoint that keeps more at 16 bits where ``--dtype`` is its format (``ModelSpec.quant_16bit_attention``,
+``quant_16bit_mlp_layers``: Meta's FP8 Llama-3.1-405B keeps self-attention and layers 0 and 125's MLPs at BF16, Llama 3
+paper section 6.2; the attention is priced at 16 bits in memory and GEMMs, those two MLPs in memory). **Every quantized checkpoint keeps its
 LM head (and embeddings) at 16 bits** (``lm_head`` is in every FP8/FP4 exclusion list): memory plans it so and
 the cost models price it so (``gemm16``).
 

@@ -134,7 +134,9 @@ class ReplicaConfig:
     # activations and KV cache share that much of the GPU) or "free" (TensorRT-LLM's
     # free_gpu_memory_fraction: the KV cache gets that much of what weights and activations leave).
     memory_fraction_of: str = "total"
-    block_size: int = 16
+    # KV block (page) in tokens; None: the engine's, 16, or for a hybrid model under vLLM's schedulers as many as
+    # hold a linear-attention layer's state, as vLLM sets it (simulator.engine.kvcache.engine_block_size).
+    block_size: int | None = None
     max_model_len: int | None = None  # default: the model's own context length
     dtype_bytes: int = 2  # the activations' width (bf16/fp16); weights: dtype, KV cache: kv_cache_dtype
     num_nodes: int = 1
@@ -168,8 +170,8 @@ class ReplicaConfig:
         object.__setattr__(self, "kv_cache_dtype", canonical_kv_format(self.kv_cache_dtype))  # fp8_e4m3 -> fp8
         _positive("replica", "tp", self.tp)
         _positive("replica", "pp", self.pp)
-        _positive("replica", "block_size", self.block_size)
-        if self.block_size > MAX_BLOCK_SIZE:
+        _positive("replica", "block_size", self.block_size, allow_none=True)
+        if self.block_size is not None and self.block_size > MAX_BLOCK_SIZE:
             raise ConfigError("replica.block_size", f"a KV block of {self.block_size:,} tokens is beyond any "
                               f"engine's (at most {MAX_BLOCK_SIZE:,})", "pass --block-size with a page size in tokens, e.g. 16")
         _positive("replica", "num_nodes", self.num_nodes, flag="--nodes")
@@ -285,19 +287,42 @@ class ReplicaConfig:
         return self.dtype in EXPERT_ONLY_FORMATS and self.model_spec.is_moe
 
     @property
+    def runs_checkpoint_format(self) -> bool:
+        """The run's ``dtype`` is the format the model's checkpoint names (``ModelSpec.checkpoint_quant``): what
+        that checkpoint keeps at 16 bits stays so (another ``dtype`` is some other checkpoint of the shape)."""
+        return self.dtype == self.model_spec.checkpoint_quant
+
+    @property
+    def attention_16bit(self) -> bool:
+        """Attention projections at ``dtype_bytes`` whatever ``dtype`` says, in memory and in their GEMMs: a 4-bit
+        MoE checkpoint's (its router too), or a checkpoint's that keeps them so (``ModelSpec.quant_16bit_attention``,
+        Meta's FP8 Llama-3.1-405B) where ``dtype`` is its format."""
+        return self.experts_only_quantized or (self.runs_checkpoint_format and self.model_spec.quant_16bit_attention)
+
+    @property
+    def mlp_16bit_layers(self) -> tuple[int, ...]:
+        """Layers whose dense MLP the run's checkpoint keeps at ``dtype_bytes`` (``ModelSpec.quant_16bit_mlp_layers``,
+        where ``dtype`` is its format; else none). Memory only: the cost models price every layer as the mean one."""
+        return self.model_spec.quant_16bit_mlp_layers if self.runs_checkpoint_format else ()
+
+    @property
     def params_16bit_per_layer(self) -> float:
         """Weights of a layer (the mean over layers) held at ``dtype_bytes`` whatever ``dtype`` says: the
-        softmax-attention projections and the router gate of a 4-bit MoE checkpoint, else 0."""
-        if not self.experts_only_quantized:
+        softmax-attention projections (:attr:`attention_16bit`) and a 4-bit MoE checkpoint's router gate, else 0.
+        (The MLPs of :attr:`mlp_16bit_layers` are counted where their layers are: :meth:`layer_weights_bytes`.)"""
+        if not self.attention_16bit:
             return 0.0
         m = self.model_spec
-        return (m.num_kv_layers * m.attention_params + m.num_moe_layers * m.hidden_size * m.num_experts) / m.num_layers
+        router = m.num_moe_layers * m.hidden_size * m.num_experts if self.experts_only_quantized else 0
+        return (m.num_kv_layers * m.attention_params + router) / m.num_layers
 
-    def layer_weights_bytes(self, num_layers: int | float) -> float:
+    def layer_weights_bytes(self, num_layers: int | float, first_layer: int | None = None) -> float:
         """Bytes on one GPU of ``num_layers`` mean layers (``ModelSpec.params_per_layer``): routed experts, and
         EPLB's redundant copies of them, sharded over the whole MoE group (``tp x attention_dp`` GPUs), the rest
-        over ``tp``; a 4-bit MoE checkpoint's attention projections and router at ``dtype_bytes``. The memory
-        plan's layers and an MTP/EAGLE drafter's layer alike."""
+        over ``tp``; a 4-bit MoE checkpoint's attention projections and router at ``dtype_bytes``, as a checkpoint's
+        that keeps its attention so. The memory plan's layers and an MTP/EAGLE drafter's layer alike. The dense MLPs
+        a checkpoint keeps at 16 bits (:attr:`mlp_16bit_layers`) are counted in the layers ``first_layer`` onwards
+        (a pipeline stage's), or, without it, as their mean share of ``num_layers``."""
         m, tp, wb, dp = self.model_spec, self.tp, self.weight_bytes, self.attention_dp
         # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
         experts_per_layer = m.num_moe_layers * m.num_experts * m.expert_params / m.num_layers
@@ -311,6 +336,11 @@ class ReplicaConfig:
             w = num_layers * ((m.params_per_layer - p16 - experts_per_layer) / tp + experts_per_layer / (tp * dp)) * wb
         if p16:
             w += num_layers * p16 / tp * self.dtype_bytes
+        kept = self.mlp_16bit_layers
+        if kept:  # each such MLP at dtype_bytes where the mean layer has it at wb
+            held = (len(kept) * num_layers / m.num_layers if first_layer is None
+                    else sum(first_layer <= i < first_layer + num_layers for i in kept))
+            w += held * m.mlp_params(m.ffn_size) / tp * (self.dtype_bytes - wb)
         return w + num_layers * redundant_per_layer / (tp * dp) * wb
 
     @property

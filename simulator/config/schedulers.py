@@ -27,13 +27,17 @@ class SchedulerEntry:
     reads it; Orca's whole prompts and FasterTransformer's whole batches have none).
     ``batch_wait``: its steps mix prompts with decodes, which batch waiting can hold.
     ``prefix_cache``: the prefix-cache policy the engine runs by default (vLLM V1's block hashes,
-    SGLang's radix tree); None where the engine caches no prefixes unless asked."""
+    SGLang's radix tree); None where the engine caches no prefixes unless asked.
+    ``hybrid_page``: its engine (vLLM) pages a hybrid model's attention and linear-attention state from one pool,
+    so a block unset by ``--block-size`` is as many tokens as hold a linear layer's state
+    (:func:`simulator.engine.kvcache.engine_block_size`)."""
 
     policy: str
     chunks_prompts: bool = False
     token_budget: bool = True
     batch_wait: bool = False
     prefix_cache: str | None = None
+    hybrid_page: bool = False
 
     def __post_init__(self) -> None:
         module, _, cls = self.policy.partition(":")
@@ -50,14 +54,14 @@ class SchedulerEntry:
 
 _POLICIES = "simulator.engine.schedulers"
 SCHEDULERS: dict[str, SchedulerEntry] = {
-    "vllm": SchedulerEntry(f"{_POLICIES}.vllm:VLLMScheduler"),
+    "vllm": SchedulerEntry(f"{_POLICIES}.vllm:VLLMScheduler", hybrid_page=True),
     "orca": SchedulerEntry(f"{_POLICIES}.orca:OrcaScheduler", token_budget=False),
     "fastertransformer": SchedulerEntry(f"{_POLICIES}.fastertransformer:FasterTransformerScheduler",
                                         token_budget=False),
     "sarathi": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True),
     # Sarathi's policy under vLLM's default budget (SchedulerConfig.token_budget).
     "vllm-v1": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True,
-                              prefix_cache="vllm-lru"),
+                              prefix_cache="vllm-lru", hybrid_page=True),
     "sglang": SchedulerEntry(f"{_POLICIES}.sglang:SGLangScheduler", chunks_prompts=True, prefix_cache="radix-lru"),
     "trtllm": SchedulerEntry(f"{_POLICIES}.trtllm:TRTLLMScheduler", batch_wait=True),
 }

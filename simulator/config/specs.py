@@ -84,6 +84,11 @@ class ModelSpec:
     # The weights' format a checkpoint's config.json names (quantization_config, as a --dtype name where one fits,
     # else its quant_method); "" for none. Said, not read: a run's weights are its --dtype.
     checkpoint_quant: str = ""
+    # What that checkpoint keeps at 16 bits beyond its LM head and embeddings (its config.json's
+    # modules_to_not_convert), where the run's --dtype is checkpoint_quant: every layer's attention projections,
+    # and the dense MLPs of these layers (indices). Meta's FP8 Llama-3.1-405B keeps both (its first and last).
+    quant_16bit_attention: bool = False
+    quant_16bit_mlp_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "vocab_size"):
@@ -99,6 +104,11 @@ class ModelSpec:
                                   f"1..{self.num_experts} experts")
             if self.expert_ffn_size <= 0:
                 raise ConfigError("model.expert_ffn_size", f"must be positive for a MoE model, got {self.expert_ffn_size}")
+        if self.quant_16bit_mlp_layers and not self.checkpoint_quant or any(
+                not 0 <= i < (self.num_dense_layers if self.num_experts else self.num_layers)
+                for i in self.quant_16bit_mlp_layers):  # (a MoE layer's experts are not one dense MLP)
+            raise ConfigError("model.quant_16bit_mlp_layers", f"{self.quant_16bit_mlp_layers} must name dense-MLP "
+                              f"layers of a quantized checkpoint (checkpoint_quant {self.checkpoint_quant!r})")
         if not 0 <= self.num_dense_layers <= self.num_layers:
             raise ConfigError("model.num_dense_layers", f"must be in 0..{self.num_layers}, got {self.num_dense_layers}")
         if self.kv_lora_rank and (self.qk_rope_head_dim <= 0 or self.qk_nope_head_dim <= 0 or self.v_head_dim <= 0):

@@ -103,8 +103,9 @@ class RooflineCostModel(TabulatedCostModel):
         self.gemm_knee_scale = self.weight_bytes / self.dtype_bytes if fmt.runs_weight_only(r.gpu_spec) else 1.0
         # This dtype's GEMM curve (the calibration's gemm_* fields unless it has one for the dtype's class).
         self.gemm_constants = self.cal.gemm_constants(self.kernel_format)
-        # A 4-bit MoE checkpoint's attention projections and router run 16-bit GEMMs (attn_gemm).
-        self.attn_16bit = r.experts_only_quantized
+        # A 4-bit MoE checkpoint's attention projections and router, and those of a checkpoint that keeps its
+        # attention at 16 bits (Meta's FP8 Llama-3.1-405B), run 16-bit GEMMs (attn_gemm).
+        self.attn_16bit = r.attention_16bit
         self._bf16_constants = self.cal.gemm_constants("bf16")
         if r.kv_cache_dtype != "auto" or m.is_mla:
             self.kv_bytes_per_token = m.kv_bytes_per_token_per_gpu_layer(r.kv_cache_bytes, r.tp)
@@ -164,8 +165,8 @@ class RooflineCostModel(TabulatedCostModel):
         return self._gemm_time(tokens, k, n, float(self.dtype_bytes), self.gpu.bf16_flops, self._bf16_constants, 1.0)
 
     def attn_gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
-        """An attention projection's or the router's GEMM: :meth:`gemm`, or :meth:`gemm16` where a 4-bit
-        MoE checkpoint keeps them at 16 bits."""
+        """An attention projection's or the router's GEMM: :meth:`gemm`, or :meth:`gemm16` where the checkpoint
+        keeps them at 16 bits (``ReplicaConfig.attention_16bit``)."""
         return self.gemm16(tokens, k, n) if self.attn_16bit else self.gemm(tokens, k, n)
 
     def _gemm_time(self, tokens: np.ndarray, k: int, n: int, weight_bytes: float, peak_flops: float,

@@ -17,7 +17,9 @@ Hybrid models (Gated DeltaNet layers beside full attention) keep per-token KV on
 full-attention layers, and a recurrent state per running sequence in the others. As vLLM V1's
 hybrid allocator pages both from one pool, the state is charged to the same blocks: each running
 sequence holds ``num_state_blocks`` blocks (its state's bytes over a block's KV bytes, rounded up)
-from its admission until it finishes or is preempted, beside the blocks of its tokens. Sliding-window
+from its admission until it finishes or is preempted, beside the blocks of its tokens. Unless
+``--block-size`` says otherwise, vLLM's schedulers page such a model in vLLM's blocks, as many tokens as hold
+one linear layer's state (:func:`engine_block_size`; Qwen3.5-397B at TP4: 1,056), the others in 16. Sliding-window
 layers of a short window (gpt-oss's 128 tokens: ``ModelSpec.num_windowed_layers``) are charged the
 same way: a sequence holds at most ``window + block_size`` tokens in each (vLLM V1 frees the blocks
 that slide out of the window), so they take a fixed share of its blocks (``num_window_blocks``, part
@@ -36,10 +38,12 @@ from dataclasses import dataclass
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, SchedulerConfig
+from simulator.config.schedulers import SCHEDULERS
 from simulator.costmodel.base import BatchShape, split_layers
 from simulator.workload.request import Request
 
 GiB = 1024**3
+DEFAULT_BLOCK_SIZE = 16  # tokens a KV block holds unless --block-size (or a hybrid's engine) says otherwise: vLLM's
 # CUDA context, cuBLAS/NCCL workspaces and allocator slack that vLLM's profiling run sees
 # outside the model's own activations.
 NON_TORCH_RESERVE_BYTES = 1.0 * GiB
@@ -86,11 +90,58 @@ def activation_reserve_bytes(replica: ReplicaConfig, max_num_batched_tokens: int
     return NON_TORCH_RESERVE_BYTES + max_num_batched_tokens * per_token + logits
 
 
-def batch_fit_problem(replica: ReplicaConfig, shape: BatchShape) -> tuple[str, str] | None:
+def vllm_hybrid_block_size(replica: ReplicaConfig) -> int:
+    """vLLM's attention block for a hybrid model (HybridAttentionMambaModelConfig): the fewest multiple of 16
+    tokens whose attention page, one full-attention layer's KV on one GPU, holds one linear-attention layer's state
+    (its mamba page), so that both page one pool; vLLM logs "Setting attention block size to N tokens"
+    (Qwen3.5-397B at TP4: 1,056)."""
+    m = replica.model_spec
+    attention = m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp)
+    state = m.linear_state_bytes_per_gpu_layer(replica.dtype_bytes, replica.tp)
+    return DEFAULT_BLOCK_SIZE * math.ceil(state / (DEFAULT_BLOCK_SIZE * attention))
+
+
+def engine_block_size(replica: ReplicaConfig, scheduler: str | None) -> int:
+    """The KV block a replica's engine pages in: ``--block-size`` where given; else, for a hybrid model under a
+    policy whose engine pages its attention and state from one pool (vLLM's: ``SchedulerEntry.hybrid_page``),
+    :func:`vllm_hybrid_block_size`; else 16 tokens (vLLM's default; SGLang keeps its mamba states in a pool of
+    their own). ``scheduler`` None: no engine's rule, 16."""
+    if replica.block_size is not None:
+        return replica.block_size
+    if scheduler is not None and SCHEDULERS[scheduler].hybrid_page and replica.model_spec.is_hybrid:
+        return vllm_hybrid_block_size(replica)
+    return DEFAULT_BLOCK_SIZE
+
+
+def vllm_kv_cache_groups(replica: ReplicaConfig) -> tuple[int, int]:
+    """vLLM V1's KV cache groups of a model (kv_cache_utils._get_kv_cache_groups_uniform_page_size), as ``(layers a
+    group, groups)``: its layers by kind (full attention, sliding window, linear attention) cut into groups of the
+    smallest kind's count (of the largest's where that is under 1.25 times it). One block of the pool is one group's
+    page: a block's tokens in each of a group's layers. gpt-oss: 18 full and 18 sliding layers, 2 groups of 18;
+    Qwen3.5-397B: 15 full and 45 linear, 4 groups of 15; a model of one kind, 1 group of all its layers."""
+    m = replica.model_spec
+    kinds = [n for n in (m.num_kv_layers - m.num_sliding_layers, m.num_sliding_layers, m.num_linear_layers) if n]
+    size = max(kinds) if max(kinds) < 1.25 * min(kinds) else min(kinds)
+    return size, sum(-(-n // size) for n in kinds)
+
+
+def vllm_reported_kv_tokens(replica: ReplicaConfig, plan: MemoryPlan) -> int:
+    """The cache ``plan`` leaves as vLLM logs it ("GPU KV cache size: N tokens", _report_kv_cache_config): vLLM's
+    blocks (a group's page each, :func:`vllm_kv_cache_groups`) over its groups, times a block's tokens, the tokens
+    one sequence could hold were every group to grow with it. ``plan.num_kv_tokens`` is the whole pool in tokens of
+    the layers that grow with every token (a hybrid's full-attention layers, gpt-oss's full ones), the same for a
+    model of one kind, twice it for gpt-oss (255,120 where vLLM logs ~127,560) and four times for Qwen3.5."""
+    size, groups = vllm_kv_cache_groups(replica)
+    blocks = plan.num_blocks * replica.model_spec.num_growing_kv_layers // size  # the pool in vLLM's blocks
+    return blocks // groups * plan.block_size
+
+
+def batch_fit_problem(replica: ReplicaConfig, shape: BatchShape, scheduler: str | None = None) -> tuple[str, str] | None:
     """Why ``replica`` could not run the batch ``shape`` as one iteration, as ``(what, problem)``
     with ``what`` one of ``prefill`` (a chunk and the tokens before it beyond the model's context),
     ``decode`` (a decode's KV beyond it) or ``kv`` (the batch's KV beyond the cache the memory plan
-    leaves); None if it could. The callers (predict, tau) name their own flags."""
+    leaves, in ``scheduler``'s blocks: :func:`engine_block_size`); None if it could. The callers (predict,
+    tau) name their own flags."""
     limit = replica.effective_max_model_len
     if shape.prefill_max_kv > limit:
         return "prefill", (f"a chunk reaches {shape.prefill_max_kv} tokens with the tokens before it, beyond "
@@ -98,7 +149,7 @@ def batch_fit_problem(replica: ReplicaConfig, shape: BatchShape) -> tuple[str, s
     if shape.decode_max_kv > limit:
         return "decode", f"a decode's KV of {shape.decode_max_kv} tokens is beyond {replica.model}'s context of {limit}"
     num_seqs = shape.num_prefills + shape.num_decodes
-    plan = plan_memory(replica, max(shape.num_tokens, 1), max(num_seqs, 1))
+    plan = plan_memory(replica, max(shape.num_tokens, 1), max(num_seqs, 1), scheduler)
     # each sequence also holds its recurrent state's and its window's blocks (plan.num_state_blocks)
     kv_tokens = shape.prefill_kv_tokens + shape.decode_kv_tokens + num_seqs * plan.num_state_blocks * plan.block_size
     capacity = plan.num_kv_tokens
@@ -108,8 +159,10 @@ def batch_fit_problem(replica: ReplicaConfig, shape: BatchShape) -> tuple[str, s
     return None
 
 
-def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seqs: int) -> MemoryPlan:
-    """KV capacity of a replica; refuses layouts whose weights do not fit."""
+def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seqs: int,
+                scheduler: str | None = None) -> MemoryPlan:
+    """KV capacity of a replica, in the blocks of ``scheduler``'s engine (:func:`engine_block_size`); refuses
+    layouts whose weights do not fit."""
     m, gpu, tp, db = replica.model_spec, replica.gpu_spec, replica.tp, replica.dtype_bytes
     layers = split_layers(m.num_layers, replica.pp)
     # MHA/GQA heads are sharded by TP, an MLA latent is replicated. A hybrid's linear-attention layers
@@ -123,7 +176,8 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     usable = gpu.memory_bytes * replica.gpu_memory_utilization
     weights, budgets, per_token = [], [], []
     for stage, num_layers in enumerate(layers):
-        w = replica.layer_weights_bytes(num_layers)  # at --dtype; embeddings and LM head at dtype_bytes
+        # at --dtype (what the checkpoint keeps at 16 bits in the stage's own layers apart); embeddings, LM head at dtype_bytes
+        w = replica.layer_weights_bytes(num_layers, sum(layers[:stage]))
         if stage == 0:
             w += m.embedding_params / tp * db
         if stage == len(layers) - 1 and (not m.tied_embeddings or replica.pp > 1):
@@ -134,6 +188,8 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
         if budget <= 0:
             need_gib = (w + activation) / GiB
             fix = "raise --tp/--pp or use a larger GPU"
+            if replica.dtype in ("bf16", "fp16"):  # 16-bit weights: an FP8 checkpoint holds them in half the bytes
+                fix = "raise --tp/--pp, quantise the weights (--dtype fp8) or use a larger GPU"
             if activation > w:  # a step's activations, not the weights, fill the GPU: its size is a knob
                 fix = (f"lower --max-num-batched-tokens or --max-num-seqs (a step of {max_num_batched_tokens:,} tokens "
                        f"and {max_num_seqs:,} sequences needs {activation / GiB:.1f} GiB of activations), or {fix}")
@@ -152,20 +208,21 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
         else:
             per_token.append(num_layers * kv_token_layer)
     num_tokens = int(min(b / t for b, t in zip(budgets, per_token, strict=True)))
-    num_blocks = planned_blocks = num_tokens // replica.block_size
+    block = engine_block_size(replica, scheduler)
+    num_blocks = planned_blocks = num_tokens // block
     if replica.num_gpu_blocks is not None:
         # A given block count replaces the plan's (vLLM's num_gpu_blocks_override), e.g. to match
         # another simulator's cache size, or an unbounded cache; the weights must still fit, which is
         # checked above. The blocks may exceed what the GPU holds: asked for, as vLLM's override allows.
         num_blocks = replica.num_gpu_blocks
-    window = window_blocks_per_seq(replica, kv_layer, kv_token_layer)
+    window = window_blocks_per_seq(replica, kv_layer, kv_token_layer, block)
     return MemoryPlan(tuple(weights), activation, tuple(budgets), tuple(per_token),
-                      num_blocks * replica.block_size, num_blocks, replica.block_size,
-                      state_blocks_per_seq(replica, kv_token_layer) + window,
-                      None if replica.num_gpu_blocks is None else planned_blocks * replica.block_size, window)
+                      num_blocks * block, num_blocks, block,
+                      state_blocks_per_seq(replica, kv_token_layer, block) + window,
+                      None if replica.num_gpu_blocks is None else planned_blocks * block, window)
 
 
-def state_blocks_per_seq(replica: ReplicaConfig, kv_token_layer: float) -> int:
+def state_blocks_per_seq(replica: ReplicaConfig, kv_token_layer: float, block_size: int) -> int:
     """Blocks one sequence's recurrent state takes in a hybrid model (0 otherwise): the state of
     its linear-attention layers over the KV a block of tokens takes in its full-attention layers,
     per mean layer (``kv_token_layer`` is already that mean), rounded up."""
@@ -173,10 +230,10 @@ def state_blocks_per_seq(replica: ReplicaConfig, kv_token_layer: float) -> int:
     if not m.is_hybrid:
         return 0
     state = m.linear_state_bytes_per_gpu_layer(replica.dtype_bytes, replica.tp) * m.num_linear_layers / m.num_layers
-    return -(-int(round(state / kv_token_layer)) // replica.block_size)
+    return -(-int(round(state / kv_token_layer)) // block_size)
 
 
-def window_blocks_per_seq(replica: ReplicaConfig, kv_layer: float, kv_token_layer: float) -> int:
+def window_blocks_per_seq(replica: ReplicaConfig, kv_layer: float, kv_token_layer: float, block_size: int) -> int:
     """Blocks one sequence's window takes in the windowed sliding layers (``ModelSpec.num_windowed_layers``;
     0 without): ``window + block_size`` tokens of ``kv_layer`` bytes in each (vLLM V1 keeps the block
     the window starts in), over the KV a block of tokens takes in the growing layers (``kv_token_layer``,
@@ -184,9 +241,9 @@ def window_blocks_per_seq(replica: ReplicaConfig, kv_layer: float, kv_token_laye
     m = replica.model_spec
     if not m.num_windowed_layers:
         return 0
-    tokens = min(m.sliding_window + replica.block_size, replica.effective_max_model_len)
+    tokens = min(m.sliding_window + block_size, replica.effective_max_model_len)
     held = m.num_windowed_layers * tokens * kv_layer / m.num_layers
-    return -(-int(round(held / kv_token_layer)) // replica.block_size)
+    return -(-int(round(held / kv_token_layer)) // block_size)
 
 
 class BlockManager:
@@ -201,7 +258,8 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.01, state_blocks: int = 0) -> None:
         if num_blocks <= 0:
-            raise ConfigError("kv_cache", f"no KV blocks available ({num_blocks})", "lower the model size or raise --tp")
+            raise ConfigError("kv_cache", f"no KV blocks available ({num_blocks})", "raise --tp/--pp, store the KV "
+                              "cache in FP8 (--kv-cache-dtype fp8) or raise --gpu-memory-utilization")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.num_free_blocks = num_blocks
@@ -271,8 +329,9 @@ def build_kv_cache(replica: ReplicaConfig, sched: SchedulerConfig) -> tuple[Bloc
     """One replica's KV cache as its scheduler sees it: the memory plan's blocks, with the
     scheduler's watermark. The one place a replica's cache is sized (runs, pools, planners)."""
     max_model_len = replica.effective_max_model_len
-    plan = plan_memory(replica, sched.token_budget(max_model_len, replica.gpu_spec, replica.attention_dp), sched.seq_limit(replica.gpu_spec))
-    return BlockManager(plan.num_blocks, replica.block_size, sched.watermark, plan.num_state_blocks), plan
+    plan = plan_memory(replica, sched.token_budget(max_model_len, replica.gpu_spec, replica.attention_dp),
+                       sched.seq_limit(replica.gpu_spec), sched.name)
+    return BlockManager(plan.num_blocks, plan.block_size, sched.watermark, plan.num_state_blocks), plan
 
 
 def max_model_len_shortfall(blocks: BlockManager, max_model_len: int) -> str | None:

@@ -73,7 +73,7 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
         from simulator.costmodel.speculative import speculative_memory_plan
 
         plan = speculative_memory_plan(plan, replica, held, verifies=speculation is not None)
-        blocks = BlockManager(plan.num_blocks, replica.block_size, sched.watermark, plan.num_state_blocks)
+        blocks = BlockManager(plan.num_blocks, plan.block_size, sched.watermark, plan.num_state_blocks)
         if speculation is not None:
             from simulator.engine.speculative import speculative_class
 
@@ -81,7 +81,7 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     # Prefix caching, where on; not in a disaggregated pool's role (a mixin): they hand blocks over by count.
     elif sched.prefix_cache is not None and mixin is None:
         host_blocks, host_load_s = cpu_tier(replica, sched, plan)
-        blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, replica.block_size, sched.watermark,
+        blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, plan.block_size, sched.watermark,
                                     host_blocks, host_load_s, plan.num_state_blocks)
     short = max_model_len_shortfall(blocks, max_model_len) if whole_requests else None
     if short is not None and replica.num_gpu_blocks is not None:  # the cache's size was given, not planned
@@ -89,9 +89,10 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     if short is not None:
         # A drafter's memory took from the cache unless the cache's size was given or n-gram drafts from the text.
         if held is None or replica.num_gpu_blocks is not None or held.method == "ngram":
-            raise ConfigError(field, short, fix or "lower --max-model-len or add GPUs (--tp/--pp)")
+            raise ConfigError(field, short, (fix or "lower --max-model-len or add GPUs (--tp/--pp)") + _kv_knobs(replica))
         raise ConfigError(field, short + " (with the drafter's memory)",
-                          fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
+                          (fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
+                          + _kv_knobs(replica))
     if mixin is not None:
         cls = with_mixin(mixin, cls)
     if lockstep is not None and speculation is None:
@@ -102,6 +103,18 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     return scheduler, plan
 
 
+def _kv_knobs(replica: ReplicaConfig) -> str:
+    """The memory knobs that grow a planned KV cache without more GPUs, as the tail of a too-small cache's fix
+    ('' where the cache's size was given, or both knobs are spent): FP8 KV halves a token's bytes, and a larger
+    share of the GPU's memory leaves more of it to the cache."""
+    if replica.num_gpu_blocks is not None:
+        return ""
+    knobs = [] if replica.kv_cache_dtype == "fp8" else ["store the KV cache in FP8 (--kv-cache-dtype fp8)"]
+    if replica.gpu_memory_utilization < 0.95:  # (past it there is next to nothing left to give)
+        knobs.append(f"raise --gpu-memory-utilization (now {replica.gpu_memory_utilization:g})")
+    return f", or {' or '.join(knobs)}" if knobs else ""
+
+
 def cpu_tier(replica: ReplicaConfig, sched: SchedulerConfig, plan: MemoryPlan) -> tuple[int, float]:
     """The prefix cache's CPU tier for one replica: blocks that ``sched.cpu_kv_gib`` of host memory
     holds (every GPU's shard of a block: the per-GPU KV bytes times ``tp``), and the seconds to
@@ -109,7 +122,7 @@ def cpu_tier(replica: ReplicaConfig, sched: SchedulerConfig, plan: MemoryPlan) -
     direction (in parallel). (0, 0.0) without a tier."""
     if not sched.cpu_kv_gib:
         return 0, 0.0
-    block_bytes_per_gpu = plan.kv_bytes_per_token[0] * replica.block_size
+    block_bytes_per_gpu = plan.kv_bytes_per_token[0] * plan.block_size
     host_blocks = int(sched.cpu_kv_gib * GiB // (block_bytes_per_gpu * replica.tp))
     if host_blocks == 0:  # (no tier at all was built, while the header named one)
         need = block_bytes_per_gpu * replica.tp / GiB

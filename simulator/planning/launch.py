@@ -10,6 +10,7 @@ the run (its kernels' backend, else its engine preset's).
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 from simulator.config.catalog import get_gpu, get_model
@@ -18,6 +19,7 @@ from simulator.config.precision import MXFP4_FORMATS, MXFP8_MOE_GPUS, kernel_for
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.config.schedulers import CHUNKING_SCHEDULERS
 from simulator.config.speculative import SpeculativeConfig
+from simulator.engine.kvcache import NON_TORCH_RESERVE_BYTES, build_kv_cache, engine_block_size
 
 if TYPE_CHECKING:
     from simulator.planning.plan import Candidate, Layout
@@ -46,9 +48,15 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
     schedulers = ({None: config.scheduler} if pools is None else
                   {role: pools.prefill_scheduler for role in ("prefill", "context")}
                   | {role: pools.decode_scheduler for role in ("decode", "generation")})
+    replicas = ({None: config.replica} if pools is None else
+                {role: pools.prefill_replica for role in ("prefill", "context")}
+                | {role: pools.decode_replica for role in ("decode", "generation")})
 
     def budget(role: str | None) -> int | None:
         return _priced_budget(schedulers[role])
+
+    def fraction(role: str | None, engine: str) -> float:
+        return launch_memory_fraction(replicas[role], schedulers[role], engine)
 
     def vllm(tp: int, role: str | None) -> str:
         parts = ["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"] if kernel("vllm") == "mxfp4-w4a8" else []
@@ -59,7 +67,7 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--max-num-batched-tokens {budget(role)}"] if budget(role) else []
         parts += [f"--max-num-seqs {lay.max_num_seqs}", f"--max-model-len {max_len}"]
         parts += [f"--quantization {quant}"] if quant else []
-        parts += _memory_flags(base, "vllm")
+        parts += _memory_flags(base, "vllm", fraction(role, "vllm"))
         if base.speculative is not None:
             parts.append(f"--speculative-config '{json.dumps(_vllm_speculative(base.speculative))}'")
         if role is not None:
@@ -81,7 +89,7 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--quantization {quant}"] if quant else []
         if kernel("sglang") == "mxfp4-w4a16" and gpu.name in MXFP8_MOE_GPUS:
             parts.append("--flashinfer-mxfp4-moe-precision bf16")
-        parts += _memory_flags(base, "sglang")
+        parts += _memory_flags(base, "sglang", fraction(role, "sglang"))
         notes = []
         if base.speculative is not None:
             flags, note = _sglang_speculative(base.speculative)
@@ -100,7 +108,7 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--max_num_tokens {budget(role)}"] if budget(role) else []
         parts += [f"--max_batch_size {lay.max_num_seqs}", f"--max_seq_len {max_len}"]
         notes = []
-        extra = trtllm_extra_options(lay, base.scheduler, role) | _trtllm_memory_options(base)
+        extra = trtllm_extra_options(lay, base.scheduler, role) | _trtllm_memory_options(base, fraction(role, "trtllm"))
         if base.speculative is not None:
             extra["speculative_config"] = _trtllm_speculative(base.speculative)
         if extra:
@@ -157,22 +165,21 @@ _DRAFT_HEAD = "<the draft head's checkpoint>"  # an EAGLE/Medusa head: the run n
 
 
 def _memory_departures(base: RunConfig) -> dict[str, Any]:
-    """The KV cache settings the run priced away from the defaults: the memory fraction, FP8 KV, the
-    block size and a given block count (each engine spells them its own way, below)."""
+    """The KV cache settings the run priced away from the defaults: FP8 KV, the block size and a given block count
+    (each engine spells them its own way, below; the memory fraction is each server's own:
+    :func:`launch_memory_fraction`)."""
     r, out = base.replica, {}
-    if r.gpu_memory_utilization != _DEFAULT_REPLICA.gpu_memory_utilization or r.memory_fraction_of != "total":
-        out["fraction"] = r.gpu_memory_utilization
     if r.kv_cache_dtype == "fp8":
         out["fp8"] = True
     if r.block_size != _DEFAULT_REPLICA.block_size:
         out["block_size"] = r.block_size
     if r.num_gpu_blocks is not None:
-        out["num_blocks"], out["num_tokens"] = r.num_gpu_blocks, r.num_gpu_blocks * r.block_size
+        out["num_blocks"] = r.num_gpu_blocks
+        out["num_tokens"] = r.num_gpu_blocks * engine_block_size(r, base.scheduler.name)
     return out
 
 
-# Each engine's spelling of a departure (vLLM's fraction is of the GPU's total memory, SGLang's static
-# fraction likewise; TensorRT-LLM's free_gpu_memory_fraction is of the memory left after the weights).
+# Each engine's spelling of a departure, and of its memory fraction (each of another base: launch_memory_fraction).
 _MEMORY_FLAGS = {
     "vllm": {"fraction": "--gpu-memory-utilization {:g}", "fp8": "--kv-cache-dtype fp8", "block_size": "--block-size {}",
              "num_blocks": "--num-gpu-blocks-override {}"},
@@ -181,16 +188,52 @@ _MEMORY_FLAGS = {
 }
 _TRTLLM_KV_KEYS = {"fraction": "free_gpu_memory_fraction", "fp8": "dtype", "block_size": "tokens_per_block",
                    "num_tokens": "max_tokens"}
+VLLM_DEFAULT_FRACTION = 0.9  # vLLM's --gpu-memory-utilization: a plan's own fraction there stays unsaid
 
 
-def _memory_flags(base: RunConfig, engine: str) -> list[str]:
-    return [_MEMORY_FLAGS[engine][k].format(v) for k, v in _memory_departures(base).items() if k in _MEMORY_FLAGS[engine]]
+def launch_memory_fraction(replica: ReplicaConfig, sched: SchedulerConfig, engine: str) -> float:
+    """The memory fraction that gives ``engine``'s server the KV cache the plan priced for ``replica`` under
+    ``sched`` (:func:`~simulator.engine.kvcache.build_kv_cache`), whatever base the plan's fraction was given on. The
+    engines read theirs on three bases: vLLM's ``--gpu-memory-utilization`` is weights, activations (its profiling
+    run's, non-torch memory included) and KV cache over the GPU's total memory; SGLang's ``--mem-fraction-static``
+    weights and KV pool over it (it measures the memory left after loading, so CUDA's context counts with the
+    weights, activations not at all); TensorRT-LLM's ``free_gpu_memory_fraction`` the KV cache over what weights and
+    activations leave. Copied unchanged, 0.9 of free memory as vLLM's total would give its server less KV than the
+    plan's, and 0.8 of total as TensorRT-LLM's free a quarter more. Pipeline stages hold different weights under one
+    fraction: the one that gives every stage the plan's tokens. Rounded down to 3 decimals, so a server never
+    gets more than was planned. (A drafter's weights are left out: they come off every base's cache alike but
+    TensorRT-LLM's, whose free memory they shrink by their own size times the fraction.)"""
+    plan = build_kv_cache(replica, sched)[1]
+    memory = replica.gpu_spec.memory_bytes
+    # the cache's tokens as memory sets them (a given --num-gpu-blocks is said beside: num_blocks, num_tokens)
+    tokens = min(b / t for b, t in zip(plan.kv_budget_bytes, plan.kv_bytes_per_token, strict=True))
+
+    def stage_fraction(weights: float, per_token: float) -> float:
+        kv = tokens * per_token
+        if engine == "trtllm":
+            return kv / (memory - weights - plan.activation_bytes)
+        if engine == "sglang":
+            return (weights + NON_TORCH_RESERVE_BYTES + kv) / memory
+        return (weights + plan.activation_bytes + kv) / memory
+
+    need = max(stage_fraction(w, t) for w, t in zip(plan.weights_bytes, plan.kv_bytes_per_token, strict=True))
+    return math.floor(need * 1000 + 1e-6) / 1000  # (a plan's own 0.9 of total is 0.9 again, not 0.899)
 
 
-def _trtllm_memory_options(base: RunConfig) -> dict[str, Any]:
-    kv = {_TRTLLM_KV_KEYS[k]: ("fp8" if k == "fp8" else v) for k, v in _memory_departures(base).items()
-          if k in _TRTLLM_KV_KEYS}
-    return {"kv_cache_config": kv} if kv else {}
+def _memory_flags(base: RunConfig, engine: str, fraction: float) -> list[str]:
+    """An engine's memory flags: the departures, and the fraction that gives its server the planned cache (vLLM's
+    unsaid where it is vLLM's default)."""
+    said = {} if engine == "vllm" and fraction == VLLM_DEFAULT_FRACTION else {"fraction": fraction}
+    flags = _MEMORY_FLAGS[engine]
+    return [flags[k].format(v) for k, v in (said | _memory_departures(base)).items() if k in flags]
+
+
+def _trtllm_memory_options(base: RunConfig, fraction: float) -> dict[str, Any]:
+    """TensorRT-LLM's kv_cache_config: always its free_gpu_memory_fraction (its own default, 0.9 of free memory,
+    is not what a plan on total memory priced), and the departures."""
+    kv = {_TRTLLM_KV_KEYS[k]: ("fp8" if k == "fp8" else v)
+          for k, v in ({"fraction": fraction} | _memory_departures(base)).items() if k in _TRTLLM_KV_KEYS}
+    return {"kv_cache_config": kv}
 
 
 def _vllm_speculative(spec: SpeculativeConfig) -> dict[str, Any]:

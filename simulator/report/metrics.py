@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.engine.kvcache import vllm_reported_kv_tokens
 from simulator.engine.tbt import QUANTILES, expand, merged, nan_stats
 from simulator.engine.tbt import quantile_stats as weighted_quantile_stats
 from simulator.report.benchmark import measured_gaps, measured_gaps_by_replica, measured_window
@@ -230,7 +231,10 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     if len(result.replica_busy_s) > 1:
         out["per_replica"] = replica_rows(result, cols, span, busy_span)
     out.update(overload_summary(cols))
-    out["kv_cache_tokens"] = result.memory.num_kv_tokens
+    out["kv_cache_tokens"] = result.memory.num_kv_tokens  # the whole pool in full-attention tokens
+    reported = vllm_reported_kv_tokens(result.config.replica, result.memory)
+    if reported != result.memory.num_kv_tokens:  # layers of more than one kind (gpt-oss, hybrids): vLLM's log differs
+        out["kv_cache_tokens_vllm"] = reported
     if result.memory.num_memory_tokens is not None:  # --num-gpu-blocks set it: what the memory would hold, beside
         out["kv_cache_tokens_by_memory"] = result.memory.num_memory_tokens
     if result.memory.num_state_blocks:  # each running sequence's recurrent state and window, in blocks' tokens

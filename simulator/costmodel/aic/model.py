@@ -245,7 +245,8 @@ class TableCostModel(TabulatedCostModel):
         """``gemm16``: the GEMMs a quantized checkpoint keeps at 16 bits, on the bfloat16 rows (the
         roofline's 16-bit GEMM past them): its LM head always (FP8 and FP4 checkpoints leave ``lm_head``
         unquantized), and ``attn_gemm``, the attention projections and router, where a 4-bit MoE
-        checkpoint keeps them so (``ReplicaConfig.experts_only_quantized``; else :meth:`gemm` itself).
+        checkpoint, or one that keeps its attention at 16 bits, has them so (``ReplicaConfig.attention_16bit``;
+        else :meth:`gemm` itself).
         At bfloat16 both are :meth:`gemm`."""
         self.attn_gemm = self.gemm16 = self.gemm
         # Which priced by the bfloat16 rows (the twin below), for roofline_breakdown_ops: the LM head, the attention.
@@ -267,7 +268,7 @@ class TableCostModel(TabulatedCostModel):
                        "projections and router) that the checkpoint keeps at 16 bits")
         self.gemm16 = twin.gemm
         self._head_16 = True
-        if self.replica.experts_only_quantized:
+        if self.replica.attention_16bit:
             self.attn_gemm = twin.gemm
             self._attn_16 = True
 

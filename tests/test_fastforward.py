@@ -628,3 +628,21 @@ def test_a_disaggregated_run_stopped_early_is_the_stepping_runs() -> None:
         assert [getattr(plain, f) for f in fields] == [getattr(fast, f) for f in fields]
         assert bytes(plain.token_times) == bytes(fast.token_times)
     assert runs[0].requests[0].num_generated > 100  # stopped mid-decode, not before it
+
+
+def test_trtllm_skipping_admits_a_head_whose_cached_prefix_makes_it_fit(tmp_path, count_stretches: list[int]) -> None:
+    """TensorRT-LLM counts a waiting prompt's cached prefix out of max_num_tokens (schedule()): the decode
+    stretch's rule must too, or it skips past the step that admits the head (here request 2: 1,024 tokens
+    of which block 0's 512 are cached, beside one decode under a 1,024-token budget, once request 0 ends;
+    the rule counted 1,024 and held it for request 1's 290 more decodes: TTFT 3.57 s against 0.22 s)."""
+    trace = tmp_path / "hashed.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 512, "output_length": 10, "hash_ids": [0]}\n'
+                     '{"timestamp": 0, "input_length": 512, "output_length": 300, "hash_ids": [1]}\n'
+                     '{"timestamp": 1, "input_length": 1024, "output_length": 10, "hash_ids": [0, 2]}\n')
+    config = RunConfig(scheduler=SchedulerConfig(name="trtllm", max_num_seqs=2, max_num_batched_tokens=1024,
+                                                 prefix_caching=True),
+                       workload=WorkloadConfig(trace=str(trace), arrival="trace", num_requests=3))
+    assert_same_run(config, count_stretches)
+    assert sum(count_stretches) > 0  # the decodes around it were skipped
+    ttft = request_frame(simulate(config)).set_index("request_id")["ttft_s"]
+    assert ttft[2] < 0.5

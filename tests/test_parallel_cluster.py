@@ -18,6 +18,7 @@ from simulator.engine.tbt import same_gaps
 from simulator.fast import partitioned as partitioned_runs
 from simulator.report.metrics import request_frame
 from simulator.simulation import simulate
+from simulator.util.interrupts import WorkerPool
 from simulator.workload.generate import RequestTable
 
 
@@ -135,8 +136,13 @@ def test_a_tie_in_a_worker_falls_back_to_the_joint_run(monkeypatch: pytest.Monke
     tied = RequestTable(np.r_[arrival, tie_at], np.r_[table.num_prompt_tokens, 100], np.r_[table.num_output_tokens, 10],
                         source="hand")
     outcomes = record_outcomes(monkeypatch, partitioned_runs, "run_partitioned_in_workers")
+    stops: list[bool] = []
+    real_stop = WorkerPool.stop
+    monkeypatch.setattr(WorkerPool, "stop", lambda pool: (stops.append(True), real_stop(pool))[1])
     parallel = simulate(config, tied, workers=2)
     assert outcomes == [False]  # the worker met the tie
+    # and the pool was left to finish, not terminated (a worker killed mid-write could hang the parent)
+    assert stops == []
     _assert_same(parallel, simulate(config, tied))  # which the serial partitioned run meets too
     stepped = simulate(config.replace(fast_forward=False), tied)
     assert request_frame(parallel).equals(request_frame(stepped))

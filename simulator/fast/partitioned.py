@@ -172,7 +172,8 @@ def run_partitioned_in_workers(config: RunConfig, arrival: np.ndarray, prompt: n
     # large payload blocks the pool's feeder thread on a full pipe, and stopping the workers
     # mid-read would then hang the parent for good.
     # SIGTERM, like Ctrl-C, becomes KeyboardInterrupt in the pool's block, so the workers are stopped
-    # either way (WorkerPool terminates them on any exception: Ctrl-C, SIGTERM, a tie or a failure).
+    # either way (WorkerPool terminates them on any exception: Ctrl-C, SIGTERM or a failure; a tie is no
+    # exception: it leaves the block normally, below).
     with tempfile.TemporaryDirectory(prefix="servesim-replicas-") as folder, \
             WorkerPool(min(workers, n), "spawn") as pool:
         paths = []
@@ -186,8 +187,13 @@ def run_partitioned_in_workers(config: RunConfig, arrival: np.ndarray, prompt: n
         for i, mine in enumerate(positions):  # in replica order, as each is ready
             out = futures[i].result()
             futures[i] = None  # a merged replica's records are not held twice
-            if out is None:
-                pool.stop()  # a tie: the other replicas' runs are not wanted
+            if out is None:  # a tie: the other replicas' runs are not wanted
+                # Those not started are cancelled; those running finish (milliseconds to seconds) and the pool
+                # shuts down as usual. Terminating a worker while it writes its result into the pool's pipe
+                # leaves the parent's reader on half a message for good (a hang that ignored SIGTERM).
+                for future in futures:
+                    if future is not None:
+                        future.cancel()
                 return None
             totals, memory, end_at, iterations, num_done, fields = out
             del out

@@ -296,8 +296,9 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         elif config.router == "prefix_aware":  # (the pools hand KV blocks over by count: no prefix cache to read)
             out["router"] = ("a disaggregated pool keeps no prefix cache for --router prefix_aware to read",
                              "use --router session or least_outstanding, or drop {flag}")
-        if layout.mixed is None and one_prefill_worker:
-            # (tests/test_kv_links.py: one prefill worker runs bit for bit the same under either scope)
+        if one_prefill_worker:
+            # (tests/test_kv_links.py: one prefill worker runs bit for bit the same under either scope; a mixed
+            # pool's requests are served whole where they land and never cross a KV link)
             out["kv_link_scope"] = ("one prefill worker sends every transfer: its egress is the one link either way",
                                     "give the prefill pool more workers ('2x(tp=1)'), or drop {flag}")
     if not _has_dp_ranks(config):

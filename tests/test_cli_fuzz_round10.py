@@ -1,0 +1,37 @@
+"""CLI fuzzing, round 10: flags that did nothing in some combination, or were refused where they act.
+
+Each case ran silently the same as without the flag (--kv-link-scope beside a mixed pool, --tbt-slo beside
+--goodput-tpot-slo, --normalize-arrivals in a closed-loop capacity search, --arrival gamma without --cv,
+--workload uniform without a --*-max, --roofline-calibration where the kernel tables price every op), took
+a value vLLM refuses (--max-model-len over the model's context), kept the last of two spellings of one
+option, or was refused where it acts (--normalize-arrivals in a capped open loop). Now each refusal is one
+line naming the flag and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulator.config.errors import ConfigError
+from simulator.config.options import build_config
+
+
+def refused(**options: Any) -> ConfigError:
+    """The error :func:`build_config` raises for a run of ``options``."""
+    with pytest.raises(ConfigError) as err:
+        build_config(**options)
+    return err.value
+
+
+# -- --kv-link-scope with one prefill worker and a mixed pool ------------------------------------------------
+
+def test_kv_link_scope_with_one_prefill_worker_is_refused_beside_a_mixed_pool() -> None:
+    """The mixed pool's requests never cross a KV link: the one prefill worker's egress is the link either way
+    (tests/test_kv_links.py runs it bit for bit)."""
+    err = refused(prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)", mixed_pool="1x(tp=1)", kv_link="5GB/s@10us",
+                  kv_link_scope="shared")
+    assert err.field == "--kv-link-scope" and "one prefill worker sends every transfer" in str(err)
+    build_config(prefill_pool="2x(tp=1)", decode_pool="1x(tp=1)", mixed_pool="1x(tp=1)", kv_link="5GB/s@10us",
+                 kv_link_scope="shared")

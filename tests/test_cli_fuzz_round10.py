@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from helpers import one_line_error, simulate_module
 
 from simulator.config.errors import ConfigError
 from simulator.config.options import build_config
@@ -35,3 +36,11 @@ def test_kv_link_scope_with_one_prefill_worker_is_refused_beside_a_mixed_pool() 
     assert err.field == "--kv-link-scope" and "one prefill worker sends every transfer" in str(err)
     build_config(prefill_pool="2x(tp=1)", decode_pool="1x(tp=1)", mixed_pool="1x(tp=1)", kv_link="5GB/s@10us",
                  kv_link_scope="shared")
+
+
+# -- capacity --criterion goodput: --tbt-slo beside --goodput-tpot-slo ---------------------------------------
+
+def test_tbt_slo_is_refused_where_goodput_tpot_slo_holds_the_good_requests() -> None:
+    proc = simulate_module("capacity", "--num-requests", "16", "--criterion", "goodput", "--goodput-tpot-slo", "0.1",
+                           "--tbt-slo", "0.05")
+    assert "--tbt-slo: --criterion goodput holds a good request's TPOT to --goodput-tpot-slo 0.1" in one_line_error(proc)

@@ -44,3 +44,10 @@ def test_tbt_slo_is_refused_where_goodput_tpot_slo_holds_the_good_requests() -> 
     proc = simulate_module("capacity", "--num-requests", "16", "--criterion", "goodput", "--goodput-tpot-slo", "0.1",
                            "--tbt-slo", "0.05")
     assert "--tbt-slo: --criterion goodput holds a good request's TPOT to --goodput-tpot-slo 0.1" in one_line_error(proc)
+
+
+# -- capacity --users: a closed loop has no gaps to rescale ----------------------------------------------------
+
+def test_a_users_search_refuses_normalize_arrivals() -> None:
+    proc = simulate_module("capacity", "--users", "--num-requests", "16", "--normalize-arrivals")
+    assert "--normalize-arrivals: --users searches a closed loop" in one_line_error(proc)

@@ -51,3 +51,19 @@ def test_tbt_slo_is_refused_where_goodput_tpot_slo_holds_the_good_requests() -> 
 def test_a_users_search_refuses_normalize_arrivals() -> None:
     proc = simulate_module("capacity", "--users", "--num-requests", "16", "--normalize-arrivals")
     assert "--normalize-arrivals: --users searches a closed loop" in one_line_error(proc)
+
+
+# -- --normalize-arrivals in a capped open loop ------------------------------------------------------------------
+
+def test_normalize_arrivals_moves_the_sends_of_a_capped_open_loop() -> None:
+    """--concurrency with --qps draws Poisson gaps and holds each send for a free user: the rescale moves them,
+    as vllm bench serve rescales under --max-concurrency. A closed loop (no rate) still refuses it."""
+    from simulator.report.metrics import request_columns
+    from simulator.simulation import simulate
+
+    options = dict(model="llama-3.1-8b", gpu="h100-sxm", workload="fixed", prompt_tokens=128, output_tokens=16,
+                   num_requests=20, concurrency=4, qps=2.0, seed=1)
+    plain, rescaled = (request_columns(simulate(build_config(**options, normalize_arrivals=flag)))
+                       for flag in (None, True))
+    assert not (plain["arrival_at"] == rescaled["arrival_at"]).all()
+    assert refused(concurrency=4, normalize_arrivals=True).field == "--normalize-arrivals"

@@ -261,10 +261,15 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if w.arrival != "trace":
         out["time_scale"] = (f"--arrival is {w.arrival}: the trace's timestamps are not replayed",
                              "pass --arrival trace, or drop {flag}")
-    if w.arrival not in ("poisson", "gamma") or w.concurrency is not None:
-        why = "a closed loop sends as requests end" if w.concurrency is not None else f"--arrival is {w.arrival}"
-        out["normalize_arrivals"] = (f"{why}: no random gaps to rescale", "pass --arrival poisson or gamma, or drop "
-                                     "{flag}")
+    # A capped open loop (--concurrency with --qps) draws its Poisson or gamma gaps and holds each send until a
+    # user frees up: the rescale moves its sends (vllm bench serve rescales under --max-concurrency too). A true
+    # closed loop's arrival is burst.
+    if w.arrival not in ("poisson", "gamma"):
+        closed = w.concurrency is not None and w.arrival == "burst"
+        why = "a closed loop sends as requests end" if closed else f"--arrival is {w.arrival}"
+        out["normalize_arrivals"] = (f"{why}: no random gaps to rescale",
+                                     ("add --qps R for a capped open loop with Poisson gaps" if closed
+                                      else "pass --arrival poisson or gamma") + ", or drop {flag}")
     layout = layout_of(config) if config.is_disaggregated else None
     if layout is None:
         out.update(_link_inert_options(r))

@@ -67,3 +67,28 @@ def test_normalize_arrivals_moves_the_sends_of_a_capped_open_loop() -> None:
                        for flag in (None, True))
     assert not (plain["arrival_at"] == rescaled["arrival_at"]).all()
     assert refused(concurrency=4, normalize_arrivals=True).field == "--normalize-arrivals"
+
+
+# -- --arrival gamma without --cv, --workload uniform without a --*-max -----------------------------------------
+
+def test_gamma_of_cv_1_and_uniform_without_a_range_are_refused_as_the_runs_they_repeat() -> None:
+    """Gamma gaps of shape 1 are numpy's exponential draws, and a uniform draw over one length is that
+    length: each run is the other's bit for bit, so the flag that names it is refused."""
+    from simulator.config.run_config import RunConfig
+    from simulator.report.metrics import request_columns
+    from simulator.simulation import simulate
+
+    base = RunConfig().replace(workload__num_requests=30, workload__qps=4.0, seed=3)
+    pairs = [(base, base.replace(workload__arrival="gamma")),
+             (base.replace(workload__name="fixed"), base.replace(workload__name="uniform"))]
+    for a, b in pairs:
+        ca, cb = (request_columns(simulate(c)) for c in (a, b))
+        for col in ("arrival_at", "num_prompt_tokens", "num_output_tokens", "completed_at"):
+            assert (ca[col] == cb[col]).all(), col
+    err = refused(arrival="gamma", qps=4.0)
+    assert err.field == "--arrival" and "give a --cv other than 1" in str(err)
+    assert refused(arrival="gamma", cv=1.0).field == "--arrival"
+    err = refused(workload="uniform", prompt_tokens=512)
+    assert err.field == "--workload" and "--prompt-tokens-max or --output-tokens-max" in str(err)
+    assert build_config(arrival="gamma", cv=2.0).workload.cv == 2.0
+    assert build_config(workload="uniform", output_tokens_max=200).workload.name == "uniform"

@@ -258,6 +258,14 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
             out[name] = ("the run is not disaggregated", "add --prefill-pool and --decode-pool, or drop {flag}")
     if w.arrival != "gamma":
         out["cv"] = (f"--arrival is {w.arrival}, not gamma", "pass --arrival gamma, or drop {flag}")
+    elif w.cv == 1:  # a gamma of shape 1 is the exponential: numpy draws the very gaps of --arrival poisson
+        out["arrival"] = ("gamma gaps of cv 1 are Poisson's exponential ones, bit for bit",
+                          "give a --cv other than 1, or use --arrival poisson")
+    if w.trace is None and w.name == "uniform" and w.prompt_tokens_max in (None, w.prompt_tokens) \
+            and w.output_tokens_max in (None, w.output_tokens):  # (no range to draw from: fixed lengths)
+        out["workload"] = (f"uniform lengths in [{w.prompt_tokens}, {w.prompt_tokens}] and [{w.output_tokens}, "
+                           f"{w.output_tokens}] are --workload fixed's, bit for bit",
+                           "give --prompt-tokens-max or --output-tokens-max, or use --workload fixed")
     if w.arrival != "trace":
         out["time_scale"] = (f"--arrival is {w.arrival}: the trace's timestamps are not replayed",
                              "pass --arrival trace, or drop {flag}")

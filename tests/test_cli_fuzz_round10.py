@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 from helpers import one_line_error, simulate_module
+from typer.testing import CliRunner
 
+from simulator.cli.app import app
 from simulator.config.errors import ConfigError
-from simulator.config.options import build_config
+from simulator.config.options import OPTION_ALIASES, build_config
 
 
 def refused(**options: Any) -> ConfigError:
@@ -92,3 +94,38 @@ def test_gamma_of_cv_1_and_uniform_without_a_range_are_refused_as_the_runs_they_
     assert err.field == "--workload" and "--prompt-tokens-max or --output-tokens-max" in str(err)
     assert build_config(arrival="gamma", cv=2.0).workload.cv == 2.0
     assert build_config(workload="uniform", output_tokens_max=200).workload.name == "uniform"
+
+
+# -- a vLLM spelling and the option's own name, given together ----------------------------------------------------
+
+# Two different values for each option that has vLLM spellings (OPTION_ALIASES).
+_TWO_VALUES = {"tp": ("2", "4"), "pp": ("1", "2"), "attention_dp": ("2", "4"), "qps": ("2", "3"),
+               "num_requests": ("8", "9"), "concurrency": ("2", "3"), "num_warmup": ("1", "2"),
+               "workload": ("fixed", "random"), "prompt_tokens": ("100", "200"), "output_tokens": ("10", "20"),
+               "range_ratio": ("0.1", "0.2"), "prompt_tokens_stddev": ("1", "2"), "output_tokens_stddev": ("1", "2"),
+               "dtype": ("bf16", "fp8")}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@pytest.mark.parametrize(("name", "alias"), [(name, alias) for name, aliases in OPTION_ALIASES.items()
+                                             for alias in aliases])
+def test_an_option_and_its_vllm_spelling_with_different_values_are_refused(name: str, alias: str) -> None:
+    """typer folded both spellings into one parameter, whose last value won (--tensor-parallel-size 2 --tp 4 ran
+    at TP 4); each is a parameter of its own now, and resolve_aliases refuses the pair."""
+    ours, theirs = _TWO_VALUES[name]
+    res = CliRunner().invoke(app, ["run", "--no-progress", _flag(alias), theirs, _flag(name), ours])
+    assert isinstance(res.exception, ConfigError), res.output
+    assert res.exception.field == _flag(name) and "given twice" in str(res.exception) and _flag(alias) in str(res.exception)
+
+
+def test_the_same_value_under_both_spellings_runs_and_a_commands_default_yields_to_vllms_spelling() -> None:
+    res = CliRunner().invoke(app, ["run", "--no-progress", "--num-prompts", "4", "--num-requests", "4",
+                                   "--tensor-parallel-size", "2", "--tp", "2"])
+    assert res.exit_code == 0 and "tp=2" in res.output, res.output
+    # capacity's own --num-requests default (2048) is not a second value beside --num-prompts: the run options
+    # pass, and the next check (--out) speaks
+    res = CliRunner().invoke(app, ["capacity", "--num-prompts", "16", "--out", "/proc/servesim-capacity"])
+    assert isinstance(res.exception, ConfigError) and res.exception.field == "--out", res.output

@@ -129,3 +129,14 @@ def test_the_same_value_under_both_spellings_runs_and_a_commands_default_yields_
     # pass, and the next check (--out) speaks
     res = CliRunner().invoke(app, ["capacity", "--num-prompts", "16", "--out", "/proc/servesim-capacity"])
     assert isinstance(res.exception, ConfigError) and res.exception.field == "--out", res.output
+
+
+# -- replicas: at most 10,000 ------------------------------------------------------------------------------------
+
+def test_more_than_10000_replicas_are_refused_with_why() -> None:
+    """Each replica takes ~8 ms to build: 100,000 were accepted and sat silent for 13 minutes."""
+    assert build_config(replicas=10_000, num_requests=4).num_replicas == 10_000
+    err = refused(replicas=10_001, num_requests=4)
+    assert "at most 10,000 (each replica takes milliseconds to build" in str(err) and "--replicas 10,000" in str(err)
+    err = refused(prefill_pool="10001x(tp=1)", decode_pool="1x(tp=1)")
+    assert err.field == "prefill_pool" and "10,001 replicas is more than 10,000" in str(err)

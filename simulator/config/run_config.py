@@ -28,6 +28,7 @@ from simulator.config.limits import (  # the bounds (re-exported: callers import
     MAX_CPU_KV_GIB,
     MAX_QPS,
     MAX_REPLICAS,
+    MAX_REPLICAS_WHY,
     MAX_TOKENS,
     MIN_QPS,
     TIME_SCALE_RANGE,
@@ -722,8 +723,8 @@ class RunConfig:
                 object.__setattr__(self, "scheduler", dataclasses.replace(self.scheduler, prefix_caching=False))
         _positive("cluster", "num_replicas", self.num_replicas, flag="--replicas")
         if self.num_replicas > MAX_REPLICAS:
-            raise ConfigError("num_replicas", f"must be at most {MAX_REPLICAS:,}, got {self.num_replicas:,}",
-                              f"pass --replicas {MAX_REPLICAS:,} or fewer")
+            raise ConfigError("num_replicas", f"must be at most {MAX_REPLICAS:,} ({MAX_REPLICAS_WHY}), got "
+                              f"{self.num_replicas:,}", f"pass --replicas {MAX_REPLICAS:,} or fewer")
         sched = self.scheduler
         if sched.name in ("vllm", "vllm-v1") and (sched.max_num_batched_tokens or sched.chunk_size) \
                 and not self.is_disaggregated:

@@ -140,3 +140,15 @@ def test_more_than_10000_replicas_are_refused_with_why() -> None:
     assert "at most 10,000 (each replica takes milliseconds to build" in str(err) and "--replicas 10,000" in str(err)
     err = refused(prefill_pool="10001x(tp=1)", decode_pool="1x(tp=1)")
     assert err.field == "prefill_pool" and "10,001 replicas is more than 10,000" in str(err)
+
+
+# -- errors name the flag, not the field behind it ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["capacity", "--max-trials", "1"], "error: --max-trials: must be >= 2, got 1 (pass --max-trials 2 or more)"),
+    (["capacity", "--rel-tol", "2"], "error: --rel-tol: must be in (0, 1), got 2.0"),
+    (["run", "--replicas", "0"], "error: --replicas: must be positive, got 0 (pass --replicas > 0)"),
+])
+def test_a_search_setting_and_the_replica_count_are_named_by_their_flags(args: list[str], line: str) -> None:
+    """They were named capacity.max_trials, capacity.rel_tol and cluster.num_replicas (no field of a config file)."""
+    assert one_line_error(simulate_module(*args, "--num-requests", "8")).startswith(line)

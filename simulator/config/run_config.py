@@ -106,11 +106,12 @@ KV_LINK_SCOPES = ("per-worker", "shared")
 
 def _positive(section: str, name: str, value: float | int | None, *, allow_none: bool = False,
               flag: str | None = None) -> None:
-    """``flag``: the command-line option that sets the field, where it is not ``--<name>``."""
+    """``flag``: the command-line option that sets the field, where it is not ``--<name>``; ``section`` empty: a
+    field of RunConfig itself (``num_replicas``), named as a config file and the CLI's flag map (cli.app.as_flag) have it."""
     if value is None and allow_none:
         return
     if value is None or (isinstance(value, float) and math.isnan(value)) or value <= 0:
-        raise ConfigError(f"{section}.{name}", f"must be positive, got {value}",
+        raise ConfigError(f"{section}.{name}" if section else name, f"must be positive, got {value}",
                           f"pass {flag or '--' + name.replace('_', '-')} > 0")
 
 
@@ -721,7 +722,7 @@ class RunConfig:
                                   "modelled yet", "drop --prefix-caching, or speculation")
             if self.scheduler.prefix_cache is not None:  # on by the scheduler's default (vllm-v1)
                 object.__setattr__(self, "scheduler", dataclasses.replace(self.scheduler, prefix_caching=False))
-        _positive("cluster", "num_replicas", self.num_replicas, flag="--replicas")
+        _positive("", "num_replicas", self.num_replicas, flag="--replicas")
         if self.num_replicas > MAX_REPLICAS:
             raise ConfigError("num_replicas", f"must be at most {MAX_REPLICAS:,} ({MAX_REPLICAS_WHY}), got "
                               f"{self.num_replicas:,}", f"pass --replicas {MAX_REPLICAS:,} or fewer")

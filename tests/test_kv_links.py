@@ -90,14 +90,18 @@ def test_report_gives_the_busiest_link_and_each_link() -> None:
     assert "link_utilization_by_link" not in disagg_summary(shared, request_frame(shared))
 
 
-@pytest.mark.parametrize("prefill, decode", [("1x(tp=1)", "1x(tp=1)"), ("1x(tp=1)", "3x(tp=1)"),
-                                             ("1x(tp=2,pp=2)", "2x(tp=1)")])
-def test_one_prefill_worker_runs_bit_for_bit_the_same_either_way(prefill: str, decode: str) -> None:
+@pytest.mark.parametrize("prefill, decode, mixed", [("1x(tp=1)", "1x(tp=1)", None), ("1x(tp=1)", "3x(tp=1)", None),
+                                                    ("1x(tp=2,pp=2)", "2x(tp=1)", None),
+                                                    ("1x(tp=1)", "1x(tp=1)", "1x(tp=1)")])
+def test_one_prefill_worker_runs_bit_for_bit_the_same_either_way(prefill: str, decode: str, mixed: str | None) -> None:
+    """A mixed pool changes nothing here: its requests never cross a KV link (so --kv-link-scope is refused)."""
     rng = np.random.default_rng(5)
     n = 40
     tab = table(np.sort(rng.uniform(0, 2, n)), rng.integers(16, 900, n), rng.integers(1, 30, n))
-    runs = [simulate(disagg_config(prefill=prefill, decode=decode, link="2GB/s@10us", kv_link_scope=s), tab)
-            for s in KV_LINK_SCOPES]
+    runs = [simulate(disagg_config(prefill=prefill, decode=decode, mixed=mixed, link="2GB/s@10us", kv_link_scope=s),
+                     tab) for s in KV_LINK_SCOPES]
+    if mixed is not None:  # the mixed pool took some of the requests
+        assert 0 < runs[0].disagg.handoff.mixed.sum() < n
     a, b = (r.disagg.handoff for r in runs)
     for col in ("decode_replica_id", "transfer_start_at", "transfer_end_at"):
         np.testing.assert_array_equal(getattr(a, col), getattr(b, col))

@@ -92,8 +92,9 @@ def test_capacity_hands_its_flags_to_the_slo_and_the_search(monkeypatch: pytest.
     monkeypatch.setattr(capacity_mod, "find_capacity", no_search)
     names = options_of("capacity")
     # Under the goodput criterion the TBT and delay limits judge nothing (refused): each criterion's own flags.
-    # The TBT early exit is read only by the TBT criterion's early exit (refused with --no-early-exit).
-    unread_by_goodput = {"tbt_quantile", "sched_delay_slo", "sched_delay_quantile", "tbt_early_exit"}
+    # The TBT early exit is read only by the TBT criterion's early exit (refused with --no-early-exit), and
+    # --tbt-slo only as the good requests' TPOT limit where --goodput-tpot-slo is not given (refused beside it).
+    unread_by_goodput = {"tbt_quantile", "sched_delay_slo", "sched_delay_quantile", "tbt_early_exit", "tbt_slo"}
     # The rate search's settings and the users search's are each refused in the other search.
     users_only, rate_only = {"users", "max_users"}, {"qps_start", "min_qps", "max_qps"}
     for given in ([n for n in names if n not in ("criterion", "tbt_early_exit", *users_only)],

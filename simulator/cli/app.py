@@ -114,11 +114,13 @@ def as_flag(err: ConfigError, argv: list[str]) -> ConfigError:
     for name, (target, _, _) in RUN_OPTIONS.items():
         flags.setdefault(target.replace("__", "."), []).extend(
             "--" + n.replace("_", "-") for n in (name, *OPTION_ALIASES.get(name, ())))
-    if err.field not in flags and err.field.startswith("slo."):
+    if err.field not in flags and err.field.startswith(("slo.", "capacity.")):
         from simulator.planning.options import PLANNER_OPTIONS
 
         for name, option in PLANNER_OPTIONS.items():
-            flags.setdefault(option.sets, []).append("--" + name.replace("_", "-"))
+            # (SearchSettings names its fields capacity.<field> in errors, as a sweep file's capacity keys)
+            field = option.sets.replace("search.", "capacity.", 1) if option.sets.startswith("search.") else option.sets
+            flags.setdefault(field, []).append("--" + name.replace("_", "-"))
     given = [flag for flag in flags.get(err.field, ()) if flag in typed]
     return ConfigError(given[0], err.problem, err.fix) if given else err
 

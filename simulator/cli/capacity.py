@@ -169,6 +169,12 @@ def _refuse_unread(config: RunConfig, planner: dict, typed: set[str] | frozenset
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(flag, f"--criterion goodput judges a trial by its goodput alone, so {flag} "
                                   "would do nothing", f"drop {flag}, or use --criterion tbt")
+        # A good request's TPOT limit is --goodput-tpot-slo where given, else --tbt-slo (SLO.__post_init__): with
+        # both, no figure of the search reads --tbt-slo.
+        if given("tbt_slo") and given("goodput_tpot_slo"):
+            raise ConfigError("--tbt-slo", f"--criterion goodput holds a good request's TPOT to --goodput-tpot-slo "
+                              f"{planner['goodput_tpot_slo']:g}, so --tbt-slo would do nothing",
+                              "drop --tbt-slo (it is the TPOT limit only without --goodput-tpot-slo)")
 
 
 def _against(value: float | None, limit: float | None) -> str:

@@ -37,6 +37,8 @@ from simulator.config.run_config import RunConfig
 from simulator.util.text import comma_list
 
 WORKERS_METAVAR = "N|auto"
+# vLLM's spellings of run options (OPTION_ALIASES), each a command parameter of its own.
+ALIAS_NAMES = frozenset(alias for aliases in OPTION_ALIASES.values() for alias in aliases)
 
 # Defaults that are a rule rather than one value (the dataclass holds None for "decide later").
 RULE_DEFAULTS = {
@@ -116,14 +118,22 @@ def _parameters() -> tuple[inspect.Parameter, ...]:
     base = RunConfig()  # one validated default config, not one per option
     params = []
     for name, (_, typ, help_text) in RUN_OPTIONS.items():
+        aliases = OPTION_ALIASES.get(name, ())
+        if aliases:  # vLLM's spellings, each a hidden parameter of its own (below), named in the option's help
+            help_text = f"{help_text.rstrip('.')} (vLLM: {', '.join(_flag(alias) for alias in aliases)})."
         default = default_text(name, base)
         if default is not None and "default" not in help_text:  # parentheses: [..] would read as rich markup
             help_text = f"{help_text.rstrip('.')} (default: {default})."
-        names = [_flag(name), *(_flag(alias) for alias in OPTION_ALIASES.get(name, ()))]  # vLLM's spellings too
+        flag = _flag(name)
         if typ is bool:  # named bool options get their --no- form only when asked for it
-            names[0] = f"{names[0]}/--no-{names[0][2:]}"
-        annotation = Annotated[typ | None, typer.Option(*names, help=escape_markup(help_text), rich_help_panel="Run options")]
+            flag = f"{flag}/--no-{flag[2:]}"
+        annotation = Annotated[typ | None, typer.Option(flag, help=escape_markup(help_text), rich_help_panel="Run options")]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
+        # One parameter per spelling: typer folds the spellings of one parameter into its last value, so
+        # `--tensor-parallel-size 2 --tp 4` ran at TP 4; apart, resolve_aliases sees both and refuses the pair.
+        for alias in aliases:
+            annotation = Annotated[typ | None, typer.Option(_flag(alias), hidden=True, help=f"vLLM's {flag}.")]
+            params.append(inspect.Parameter(alias, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     for name, (typ, help_text) in DERIVED_OPTIONS.items():  # vLLM's options that set several fields
         # A bool is the flag alone, as vLLM's (typer adds no --no- form to a named bool option).
         annotation = Annotated[typ | None, typer.Option(_flag(name), help=escape_markup(help_text), rich_help_panel="Run options")]
@@ -140,6 +150,7 @@ def replay_whole(given: dict[str, Any]) -> RunConfig | None:
     ``num_requests``, unless ``--num-requests`` (or a ``--config``) says how many; None for any other
     run. Read from the options as given, before the config is built, because the config checks
     ``--num-warmup`` against ``num_requests`` as it is built: the rows, not the default 256, must be there."""
+    given = {alias_of(name): value for name, value in given.items() if value is not None}  # (--num-prompts)
     if (given.get("arrival") != "trace" or given.get("trace") is None or given.get("num_requests") is not None
             or given.get("config_file")):
         return None
@@ -198,8 +209,8 @@ def check_trace_given(config: RunConfig, options: dict[str, Any], command: str =
 def given_run_flags(ctx: typer.Context) -> set[str]:
     """The run options given on the command line, a default's value included (``--gpu a100-80gb``):
     :func:`config_overrides` sees only values that differ from the defaults."""
-    sources = {name: ctx.get_parameter_source(name) for name in (*RUN_OPTIONS, *DERIVED_OPTIONS)}
-    return {name for name, source in sources.items()
+    sources = {name: ctx.get_parameter_source(name) for name in (*RUN_OPTIONS, *DERIVED_OPTIONS, *ALIAS_NAMES)}
+    return {alias_of(name) for name, source in sources.items()  # (vLLM's spellings under the option's name)
             if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")}
 
 
@@ -223,7 +234,8 @@ def default_option(name: str, value: Any):  # noqa: ANN201 - decorator over a ru
     def decorate(fn):  # noqa: ANN001, ANN202
         @functools.wraps(fn)
         def wrapper(**kwargs: Any):  # noqa: ANN202
-            if kwargs.get(name) is None and kwargs.get("config_file") is None:
+            spellings = (name, *OPTION_ALIASES.get(name, ()))  # (--num-prompts gives --num-requests)
+            if all(kwargs.get(n) is None for n in spellings) and kwargs.get("config_file") is None:
                 kwargs[name] = value
             return fn(**kwargs)
 
@@ -280,7 +292,7 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
     @functools.wraps(fn)
     def wrapper(**kwargs: Any):  # noqa: ANN202
         run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k in DERIVED_OPTIONS
-                      or k == "config_file"}
+                      or k in ALIAS_NAMES or k == "config_file"}
         base = replay_whole(run_kwargs)
         try:
             config = build_config(command=fn.__name__, base=base, **run_kwargs)

@@ -189,10 +189,11 @@ def parse_pool(text: str, field: str) -> PoolSpec:
     num = int(m.group(1))
     if num <= 0:
         raise ConfigError(field, f"needs at least one replica, got {num}", fix)
-    from simulator.config.limits import MAX_REPLICAS, MAX_TOKENS
+    from simulator.config.limits import MAX_REPLICAS, MAX_REPLICAS_WHY, MAX_TOKENS
 
     if num > MAX_REPLICAS:
-        raise ConfigError(field, f"{num:,} replicas is more than {MAX_REPLICAS:,}", f"give at most {MAX_REPLICAS:,}x(...)")
+        raise ConfigError(field, f"{num:,} replicas is more than {MAX_REPLICAS:,} ({MAX_REPLICAS_WHY})",
+                          f"give at most {MAX_REPLICAS:,}x(...)")
     budget = values.get("budget")
     if isinstance(budget, int) and budget > MAX_TOKENS:  # else the run blames the GPU's memory (activations)
         raise ConfigError(field, f"budget={budget:,} tokens an iteration is beyond any model's context (at most "

@@ -23,8 +23,11 @@ MAX_TOKENS = 1 << 40
 # SGLang's --page-size, TensorRT-LLM's tokens_per_block; vLLM's hybrid models some thousands); past it a
 # block is a typo, and the run would find no block fits the cache and blame the GPU's memory.
 MAX_BLOCK_SIZE = 1 << 16
-# More replicas than any fleet: past it a run builds replicas for minutes, and past 2^63 it overflows.
-MAX_REPLICAS = 100_000
+# More replicas than any fleet simulated here: each replica takes ~8 ms to build (its scheduler, KV cache and cost
+# model), so 10,000 take about a minute before the first request, and 100,000 sat silent for 13 minutes.
+MAX_REPLICAS = 10_000
+# What the refusals say of it.
+MAX_REPLICAS_WHY = "each replica takes milliseconds to build: more would take minutes before the first request"
 # GiB of host memory a replica's CPU KV tier may have (1 PiB): beyond it the block count overflows.
 MAX_CPU_KV_GIB = float(1 << 20)
 # Iterations an attention-DP balance may hold prompts (TensorRT-LLM's recipes: 50-500).

@@ -258,13 +258,26 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
             out[name] = ("the run is not disaggregated", "add --prefill-pool and --decode-pool, or drop {flag}")
     if w.arrival != "gamma":
         out["cv"] = (f"--arrival is {w.arrival}, not gamma", "pass --arrival gamma, or drop {flag}")
+    elif w.cv == 1:  # a gamma of shape 1 is the exponential: numpy draws the very gaps of --arrival poisson
+        out["arrival"] = ("gamma gaps of cv 1 are Poisson's exponential ones, bit for bit",
+                          "give a --cv other than 1, or use --arrival poisson")
+    if w.trace is None and w.name == "uniform" and w.prompt_tokens_max in (None, w.prompt_tokens) \
+            and w.output_tokens_max in (None, w.output_tokens):  # (no range to draw from: fixed lengths)
+        out["workload"] = (f"uniform lengths in [{w.prompt_tokens}, {w.prompt_tokens}] and [{w.output_tokens}, "
+                           f"{w.output_tokens}] are --workload fixed's, bit for bit",
+                           "give --prompt-tokens-max or --output-tokens-max, or use --workload fixed")
     if w.arrival != "trace":
         out["time_scale"] = (f"--arrival is {w.arrival}: the trace's timestamps are not replayed",
                              "pass --arrival trace, or drop {flag}")
-    if w.arrival not in ("poisson", "gamma") or w.concurrency is not None:
-        why = "a closed loop sends as requests end" if w.concurrency is not None else f"--arrival is {w.arrival}"
-        out["normalize_arrivals"] = (f"{why}: no random gaps to rescale", "pass --arrival poisson or gamma, or drop "
-                                     "{flag}")
+    # A capped open loop (--concurrency with --qps) draws its Poisson or gamma gaps and holds each send until a
+    # user frees up: the rescale moves its sends (vllm bench serve rescales under --max-concurrency too). A true
+    # closed loop's arrival is burst.
+    if w.arrival not in ("poisson", "gamma"):
+        closed = w.concurrency is not None and w.arrival == "burst"
+        why = "a closed loop sends as requests end" if closed else f"--arrival is {w.arrival}"
+        out["normalize_arrivals"] = (f"{why}: no random gaps to rescale",
+                                     ("add --qps R for a capped open loop with Poisson gaps" if closed
+                                      else "pass --arrival poisson or gamma") + ", or drop {flag}")
     layout = layout_of(config) if config.is_disaggregated else None
     if layout is None:
         out.update(_link_inert_options(r))
@@ -296,8 +309,9 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         elif config.router == "prefix_aware":  # (the pools hand KV blocks over by count: no prefix cache to read)
             out["router"] = ("a disaggregated pool keeps no prefix cache for --router prefix_aware to read",
                              "use --router session or least_outstanding, or drop {flag}")
-        if layout.mixed is None and one_prefill_worker:
-            # (tests/test_kv_links.py: one prefill worker runs bit for bit the same under either scope)
+        if one_prefill_worker:
+            # (tests/test_kv_links.py: one prefill worker runs bit for bit the same under either scope; a mixed
+            # pool's requests are served whole where they land and never cross a KV link)
             out["kv_link_scope"] = ("one prefill worker sends every transfer: its egress is the one link either way",
                                     "give the prefill pool more workers ('2x(tp=1)'), or drop {flag}")
     if not _has_dp_ranks(config):

@@ -28,6 +28,7 @@ from simulator.config.limits import (  # the bounds (re-exported: callers import
     MAX_CPU_KV_GIB,
     MAX_QPS,
     MAX_REPLICAS,
+    MAX_REPLICAS_WHY,
     MAX_TOKENS,
     MIN_QPS,
     TIME_SCALE_RANGE,
@@ -105,11 +106,12 @@ KV_LINK_SCOPES = ("per-worker", "shared")
 
 def _positive(section: str, name: str, value: float | int | None, *, allow_none: bool = False,
               flag: str | None = None) -> None:
-    """``flag``: the command-line option that sets the field, where it is not ``--<name>``."""
+    """``flag``: the command-line option that sets the field, where it is not ``--<name>``; ``section`` empty: a
+    field of RunConfig itself (``num_replicas``), named as a config file and the CLI's flag map (cli.app.as_flag) have it."""
     if value is None and allow_none:
         return
     if value is None or (isinstance(value, float) and math.isnan(value)) or value <= 0:
-        raise ConfigError(f"{section}.{name}", f"must be positive, got {value}",
+        raise ConfigError(f"{section}.{name}" if section else name, f"must be positive, got {value}",
                           f"pass {flag or '--' + name.replace('_', '-')} > 0")
 
 
@@ -720,10 +722,10 @@ class RunConfig:
                                   "modelled yet", "drop --prefix-caching, or speculation")
             if self.scheduler.prefix_cache is not None:  # on by the scheduler's default (vllm-v1)
                 object.__setattr__(self, "scheduler", dataclasses.replace(self.scheduler, prefix_caching=False))
-        _positive("cluster", "num_replicas", self.num_replicas, flag="--replicas")
+        _positive("", "num_replicas", self.num_replicas, flag="--replicas")
         if self.num_replicas > MAX_REPLICAS:
-            raise ConfigError("num_replicas", f"must be at most {MAX_REPLICAS:,}, got {self.num_replicas:,}",
-                              f"pass --replicas {MAX_REPLICAS:,} or fewer")
+            raise ConfigError("num_replicas", f"must be at most {MAX_REPLICAS:,} ({MAX_REPLICAS_WHY}), got "
+                              f"{self.num_replicas:,}", f"pass --replicas {MAX_REPLICAS:,} or fewer")
         sched = self.scheduler
         if sched.name in ("vllm", "vllm-v1") and (sched.max_num_batched_tokens or sched.chunk_size) \
                 and not self.is_disaggregated:

@@ -798,6 +798,10 @@ def check_searchable(config: RunConfig, users: bool = False, offer_users: bool =
             raise ConfigError(given, "--users searches a closed loop whose users send their next request as soon as "
                               f"their last ends, with no rate, so {given} would do nothing",
                               f"drop {given}, or drop --users to search the rate")
+        if config.workload.normalize_arrivals:  # (its trials run burst arrivals: run_trial)
+            raise ConfigError("--normalize-arrivals", "--users searches a closed loop whose users send as their "
+                              "requests end: no random gaps to rescale, so --normalize-arrivals would do nothing",
+                              "drop --normalize-arrivals, or drop --users to search the rate")
         return
     if config.workload.concurrency is not None:
         # With a rate as well, the users cap what is in flight: above the rate they sustain, the client holds

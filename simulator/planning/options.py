@@ -142,7 +142,7 @@ class SearchSettings:
             raise ConfigError("capacity.qps_start", f"{self.qps_start:g} is outside the search's range [{self.min_qps:g}, "
                               f"{self.max_qps:g}]", "pass a --qps-start inside it, or widen --min-qps/--max-qps")
         if self.max_trials < 2:
-            raise ConfigError("capacity.max_trials", f"must be >= 2, got {self.max_trials}")
+            raise ConfigError("capacity.max_trials", f"must be >= 2, got {self.max_trials}", "pass --max-trials 2 or more")
         # A rate setting in a users search (or the users' ceiling in a rate search) would do nothing.
         if self.users:
             for name, flag in (("qps_start", "--qps-start"), ("min_qps", "--min-qps"), ("max_qps", "--max-qps")):

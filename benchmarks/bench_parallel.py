@@ -3,7 +3,10 @@
 Same requests (the built-in ``sharegpt`` distribution, Poisson arrivals, one seed) through
 three layouts of LLaMA2-70B on A100-80GB:
 
-- ``tp4``: one TP4 replica (the PP=1 loop; the baseline);
+- ``tp4``: one TP4 replica (the PP=1 loop; the baseline), stepped iteration by iteration
+  (``fast_forward`` off), as a pipelined replica always is;
+- ``tp4-fast``: the same replica with the fast paths on (event skipping, lockstep decodes),
+  shown for scale: skipped iterations cost far less each, so it is no like-for-like baseline;
 - ``tp4-pp2``: one TP4 x PP2 replica (two stage processes, micro-batches in flight);
 - ``tp4-x4``: four TP4 replicas behind a least-outstanding router.
 
@@ -22,7 +25,8 @@ import argparse
 import time
 
 LAYOUTS = {
-    "tp4": {"tp": 4, "pp": 1, "num_replicas": 1},
+    "tp4": {"tp": 4, "pp": 1, "num_replicas": 1, "fast_forward": False},
+    "tp4-fast": {"tp": 4, "pp": 1, "num_replicas": 1},
     "tp4-pp2": {"tp": 4, "pp": 2, "num_replicas": 1},
     "tp4-x4": {"tp": 4, "pp": 1, "num_replicas": 4},
 }
@@ -36,7 +40,8 @@ def one(layout: str, num_requests: int, qps: float, scheduler: str, repeats: int
     config = RunConfig(replica=ReplicaConfig("llama-2-70b", "a100-80gb", tp=spec["tp"], pp=spec["pp"]),
                        scheduler=SchedulerConfig(scheduler), num_replicas=spec["num_replicas"],
                        router="least_outstanding",
-                       workload=WorkloadConfig("sharegpt", num_requests=num_requests, qps=qps), seed=0)
+                       workload=WorkloadConfig("sharegpt", num_requests=num_requests, qps=qps), seed=0,
+                       fast_forward=spec.get("fast_forward", True))
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
@@ -60,7 +65,7 @@ def main() -> None:
     print(f"{'layout':<10}{'wall s':>8}{'iterations':>12}{'us/iter':>10}{'per iter vs tp4':>17}{'wall vs tp4':>13}")
     for r in rows:
         ratio = r["us_per_iteration"] / base
-        flag = "" if ratio <= 2.0 else "  <- over the 2x target"
+        flag = "" if ratio <= 2.0 or r["layout"] == "tp4-fast" else "  <- over the 2x target"
         print(f"{r['layout']:<10}{r['wall_s']:>8.2f}{r['num_iterations']:>12}{r['us_per_iteration']:>10.1f}"
               f"{ratio:>17.2f}{r['wall_s'] / rows[0]['wall_s']:>13.2f}{flag}")
 

@@ -43,3 +43,12 @@ def test_config_validation_messages():
         SchedulerConfig("sarathi", chunk_size=512, max_num_batched_tokens=1024)
     assert SchedulerConfig("vllm").token_budget(4096) == 4096
     assert SchedulerConfig("sarathi").token_budget(4096) == 512
+
+
+def test_a_max_model_len_beyond_the_models_context_is_refused() -> None:
+    """vLLM refuses it (without VLLM_ALLOW_LONG_MAX_MODEL_LEN): yi-34b's context is 4,096 tokens, and
+    a 16k limit is its 200K variant's (same shapes), not a quiet stretch of the 4k model."""
+    with pytest.raises(ConfigError, match=r"replica.max_model_len: 16,384 is beyond yi-34b's context of 4,096"):
+        ReplicaConfig("yi-34b", tp=2, max_model_len=16384)
+    assert ReplicaConfig("yi-34b", tp=2, max_model_len=4096).effective_max_model_len == 4096
+    assert ReplicaConfig("yi-34b-200k", tp=2, max_model_len=16384).effective_max_model_len == 16384

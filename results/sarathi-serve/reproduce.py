@@ -32,9 +32,9 @@ from simulator.simulation import simulate
 HERE = Path(__file__).resolve().parent
 FIGURES = HERE / "figures"
 SCHEDULERS = ("vllm", "orca", "sarathi")
-MODEL_LABEL = {"mistral-7b": "Mistral-7B, 1xA100", "yi-34b": "Yi-34B, 2xA100 (TP2)"}
+MODEL_LABEL = {"mistral-7b": "Mistral-7B, 1xA100", "yi-34b-200k": "Yi-34B, 2xA100 (TP2)"}
 # The paper's headline ratios (Sarathi-Serve over vLLM; abstract and Sec. 5.1).
-PAPER_VS_VLLM = {"mistral-7b": 2.6, "yi-34b": 3.7}
+PAPER_VS_VLLM = {"mistral-7b": 2.6, "yi-34b-200k": 3.7}
 
 
 def slo_label(chunk_size: int) -> str:
@@ -102,7 +102,7 @@ def ratio_table(cap: pd.DataFrame) -> pd.DataFrame:
         out[f"sarathi_vs_{other}_low"] = lo["sarathi"] / hi[other]
         out[f"sarathi_vs_{other}_high"] = hi["sarathi"] / lo[other]
     out["paper_sarathi_vs_vllm_headline"] = out["model"].map(PAPER_VS_VLLM)
-    order = {"mistral-7b": 0, "yi-34b": 1, "sharegpt": 0, "arxiv": 1, "strict": 0, "relaxed": 1}
+    order = {"mistral-7b": 0, "yi-34b-200k": 1, "sharegpt": 0, "arxiv": 1, "strict": 0, "relaxed": 1}
     return out.sort_values(["model", "workload", "slo"], key=lambda s: s.map(order), ignore_index=True)
 
 

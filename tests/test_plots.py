@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from simulator.config.run_config import RunConfig
 from simulator.engine.records import FRAME_COLUMNS
@@ -242,3 +243,14 @@ def test_plot_sweep_of_a_users_search_shows_users_and_refuses_a_mixed_one(tmp_pa
     run_sweep(mixed, tmp_path / "mixed")
     with pytest.raises(ConfigError, match="qps and users"):
         plot_sweep(tmp_path / "mixed", tmp_path / "mixed")
+
+
+def test_a_figure_saved_twice_is_the_same_svg(tmp_path: Path) -> None:
+    """Regenerated results/ figures differ only where their content does: no date, no random ids."""
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([0, 1, 2], [1, 3, 2], label="a")
+    ax.legend()
+    first = plots.save(fig, tmp_path / "a", formats=("svg",))[0].read_bytes()
+    second = plots.save(fig, tmp_path / "b", formats=("svg",))[0].read_bytes()
+    assert first == second and b"clip-path" in first

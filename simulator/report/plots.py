@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -47,8 +48,10 @@ def save(fig: Figure, stem: str | Path, formats: Sequence[str] = FORMATS) -> lis
     paths = []
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")
-        # SVG without a date stamp so regenerated figures only differ when their content does.
-        fig.savefig(path, dpi=130, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
+        # SVG without a date stamp, and its element ids salted by a constant, not random ones, so regenerated
+        # figures only differ when their content does.
+        with matplotlib.rc_context({"svg.hashsalt": "servesim"}):
+            fig.savefig(path, dpi=130, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
         paths.append(path)
     return paths
 

@@ -13,7 +13,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
 from simulator.config.topology import LINK_NAMES, build_topology, get_link
 from simulator.costmodel.base import BatchShape
-from simulator.costmodel.network import ring_all_reduce_time, send_recv_time, tp_all_reduce_time
+from simulator.costmodel.network import hop_time, ring_all_reduce_time, send_recv_time, tp_all_reduce_time
 from simulator.costmodel.roofline import RooflineCostModel
 
 
@@ -83,6 +83,16 @@ def test_roofline_uses_the_topology_for_all_reduce_and_hops():
     assert two.send_recv_time(2048, 0) > 3 * one.send_recv_time(2048, 0) > 0
     assert two.send_recv_time(2048) == two.send_recv_time(2048, 0)  # hop=None: the slowest hop
     assert RooflineCostModel(ReplicaConfig("llama-2-7b")).send_recv_time(2048) == 0.0  # no pipeline, no hop
+
+
+def test_a_pipeline_hop_carries_the_hidden_states_and_the_residual():
+    """vLLM's IntermediateTensors (and SGLang's PPProxyTensors) send both between stages: two hidden-size
+    vectors a token, which over 100 Gb Ethernet is what a hop of a 2,048-token chunk costs."""
+    cm = RooflineCostModel(ReplicaConfig("llama-3-70b", "h100-sxm", tp=8, pp=2, num_nodes=2,
+                                         inter_node_link="ethernet-100g"))
+    nbytes = 2048 * 2 * 8192 * 2
+    assert cm.send_recv_time(2048, 0) == pytest.approx(hop_time(cm.topology, nbytes, 0, cm.cal.send_recv_latency_s))
+    assert cm.send_recv_time(2048, 0) > 1.9 * hop_time(cm.topology, nbytes / 2, 0, cm.cal.send_recv_latency_s)
 
 
 @pytest.mark.parametrize(("kwargs", "field", "needle"), [

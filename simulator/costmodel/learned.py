@@ -39,7 +39,7 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
 from simulator.costmodel.learned_schema import CURVE_OPS, FORMAT_VERSION, Curve, DecodeModel, PrefillModel
 from simulator.costmodel.moe import routed_experts, uses_moe_collectives
-from simulator.costmodel.roofline import TOKEN_OPS, RooflineCostModel
+from simulator.costmodel.roofline import PP_HOP_VECTORS, TOKEN_OPS, RooflineCostModel
 
 MIN_TABLE_TOKENS = 16384
 # The weight GEMMs among the learned ops: a curve of these was timed at the profile's weights (16-bit, or FP8
@@ -324,5 +324,5 @@ class LearnedCostModel(TabulatedCostModel):
             topo = self.roofline.topology
             hops = range(topo.pp - 1) if hop is None else (hop,)
             if all(not topo.hop_links[h].is_inter_node for h in hops):
-                return float(self.curves["send_recv"](np.array([num_tokens * self._bytes_per_token]))[0])
+                return float(self.curves["send_recv"](np.array([num_tokens * PP_HOP_VECTORS * self._bytes_per_token]))[0])
         return self.roofline.send_recv_time(num_tokens, hop)

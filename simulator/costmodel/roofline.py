@@ -54,6 +54,12 @@ TOKEN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down",
              "norms", "rotary", "residual_add", "tp_all_reduce")
 
 
+
+# Vectors of ``hidden_size`` a pipeline hop sends per token: the hidden states and the residual stream, as
+# vLLM's IntermediateTensors ({"hidden_states", "residual"}) and SGLang's PPProxyTensors carry them between
+# stages of its pre-norm models (the residual is added back after the next stage's first norm).
+PP_HOP_VECTORS = 2
+
 class RooflineCostModel(TabulatedCostModel):
     """Analytical cost model for any catalog GPU; the default when no profile exists."""
 
@@ -147,7 +153,7 @@ class RooflineCostModel(TabulatedCostModel):
         topo = self.topology
         if topo.pp == 1 or num_tokens <= 0:
             return 0.0
-        nbytes = num_tokens * self.model.hidden_size * self.dtype_bytes
+        nbytes = num_tokens * PP_HOP_VECTORS * self.model.hidden_size * self.dtype_bytes
         latency = self.cal.send_recv_latency_s  # measured NCCL send/recv, where the calibration has it
         if hop is None:
             return max(hop_time(topo, nbytes, h, latency) for h in range(topo.pp - 1))

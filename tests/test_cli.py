@@ -46,6 +46,25 @@ def test_same_seed_same_files_and_config_reproduces(tmp_path: Path, fmt: str):
     assert summary["num_finished"] == (reader(tmp_path / "a" / f"requests.{fmt}")["status"] == "finished").sum()
 
 
+def test_a_config_with_a_relative_trace_reproduces_the_run_from_another_folder(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch):
+    """config.json names the files a run read by absolute paths: `--config` from another folder reads the
+    same trace (a relative path was read relative to the new folder: no such file)."""
+    made, other = tmp_path / "made", tmp_path / "other"
+    made.mkdir()
+    other.mkdir()
+    (made / "t.csv").write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                                + "".join(f"{i * 0.5},{100 + 10 * i},{5 + i}\n" for i in range(6)))
+    monkeypatch.chdir(made)
+    res = runner.invoke(app, ["run", "--trace", "t.csv", "--arrival", "trace", "--out", "a", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((made / "a" / "config.json").read_text())["workload"]["trace"] == str(made / "t.csv")
+    monkeypatch.chdir(other)
+    res = runner.invoke(app, ["run", "--config", str(made / "a" / "config.json"), "--out", "b", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert (other / "b" / "requests.parquet").read_bytes() == (made / "a" / "requests.parquet").read_bytes()
+
+
 def test_json_summary(tmp_path: Path):
     res = runner.invoke(app, ["run", "--num-requests", "20", "--json", "--scheduler", "vllm"])
     assert res.exit_code == 0

@@ -21,6 +21,7 @@ from simulator.util.jsonio import jsonable
 if TYPE_CHECKING:  # pandas and the engine load when something is written, not on import
     import pandas as pd
 
+    from simulator.config.run_config import RunConfig
     from simulator.engine.cluster import RunResult
 
 FORMATS = ("parquet", "csv")
@@ -139,5 +140,27 @@ def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: d
     paths["summary"] = out_dir / "summary.json"
     paths["summary"].write_text(json.dumps(jsonable(summary), indent=2, sort_keys=True) + "\n")
     paths["config"] = out_dir / "config.json"
-    paths["config"].write_text(json.dumps(result.config.to_dict(), indent=2, sort_keys=True) + "\n")
+    paths["config"].write_text(json.dumps(portable_config(result.config), indent=2, sort_keys=True) + "\n")
     return paths
+
+
+def portable_config(config: RunConfig) -> dict[str, Any]:
+    """``config`` as ``config.json`` holds it: every file it names (a trace, a model's or GPU's file, a
+    fitted cost model or engine, a draft's config) made absolute, so ``simulate run --config`` reproduces the
+    run from any folder, not only the one it was made in (a relative path read relative to the new one)."""
+    from simulator.config.hf_config import is_path_like
+
+    def absolute(value: Any) -> Any:
+        if isinstance(value, str) and is_path_like(value) and Path(value).exists():
+            return str(Path(value).resolve())
+        return value
+
+    data = config.to_dict()
+    data["workload"]["trace"] = absolute(data["workload"]["trace"])
+    for key in ("model", "gpu"):
+        data["replica"][key] = absolute(data["replica"][key])
+    for key in ("cost_model", "engine"):
+        data[key] = absolute(data[key])
+    if data.get("speculative"):
+        data["speculative"]["draft_model"] = absolute(data["speculative"].get("draft_model"))
+    return data

@@ -480,6 +480,38 @@ def test_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpus(aic) 
     assert any("no MoE rows" in n and "w4a8_mxfp4_mxfp8 (that shape has: w4a16_mxfp4)" in n for n in explicit.notes)
 
 
+def test_sglang_hopper_gpt_oss_experts_are_priced_by_the_triton_kernels_rows_at_ep1(aic) -> None:  # noqa: ANN001
+    """SGLang's GPT-OSS rule runs OpenAI's triton_kernels MXFP4 MoE on Hopper at ep_size 1 (and refuses it above), the
+    kernel vLLM's H100 rows time; SGLang's own H100 rows (its Triton fused MoE, 2.9-3.1x those at moe_tp 1) price only
+    its EP > 1 splits. Old code: gpt-oss-20b's experts at 32 decodes 13.9 ms a step against vLLM's 4.8."""
+    from simulator.costmodel.aic import tables as T
+    from simulator.costmodel.aic.tables import LaneDonor, TableRef
+
+    shape = BatchShape.from_requests(decodes=[8192] * 32)
+    for model, tp in (("gpt-oss-20b", 1), ("gpt-oss-120b", 2)):
+        sglang = _model(aic, model=model, backend="sglang", tp=tp, dtype="mxfp4")
+        vllm = _model(aic, model=model, backend="vllm", tp=tp, dtype="mxfp4")
+        ours, theirs = sglang.breakdown(shape)["moe_experts"], vllm.breakdown(shape)["moe_experts"]
+        assert ours == pytest.approx(theirs, rel=0.10), (model, ours, theirs)
+        assert sglang.moe_source.endswith("oaitritonmxfp4expertsmonolithic (vllm 0.24.0)"), sglang.moe_source
+        assert any("moe at moe_ep_size 1 priced by vllm 0.24.0" in n for n in sglang.notes)
+    # at EP > 1 SGLang runs its Triton fused MoE: its own rows
+    ep2 = _model(aic, model="gpt-oss-120b", backend="sglang", tp=2, ep=2, dtype="mxfp4")
+    assert ep2.moe_source == "sglang_fused_moe_triton" and not any("priced by vllm" in n for n in ep2.notes)
+    # fits and held-out errors read every split: the donor's rows at moe_ep 1, the lane's own elsewhere
+    ref = T.find_table("h100_sxm", "sglang", "moe", aic)
+    src, rows, read, _ = T.read_priced_rows(ref, "w4a16_mxfp4", ("moe_ep_size", "latency"), root=aic, warm="keep")
+    own_src, own = T.read_source_rows(ref, "w4a16_mxfp4", ("moe_ep_size", "latency"))
+    assert src.endswith("at moe_ep_size 1, sglang_fused_moe_triton elsewhere") and read.backend == "vllm"
+    assert sorted(rows["latency"][rows["moe_ep_size"] > 1]) == sorted(own["latency"][own["moe_ep_size"] > 1])
+    assert (rows["moe_ep_size"] == 1).sum() > 0
+    # a lane's `where` against the split a caller prices
+    lane = LaneDonor("moe", "sglang", "vllm", "why", where=(("moe_ep_size", 1),))
+    h100 = TableRef("h100_sxm", "sglang", "moe", (), ("0.5.14",))
+    assert lane.covers(h100, "w4a16_mxfp4", "k") and lane.covers(h100, "w4a16_mxfp4", "k", {"moe_ep_size": 1})
+    assert not lane.covers(h100, "w4a16_mxfp4", "k", {"moe_tp_size": 1, "moe_ep_size": 2})
+
+
 def test_four_bit_moe_checkpoints_price_attention_and_the_router_from_the_bf16_gemm_rows(aic) -> None:  # noqa: ANN001
     """An NVFP4 MoE checkpoint keeps its attention projections and router gate at 16 bits: the tables' bfloat16
     GEMM rows price them (as they price the bf16 checkpoint's), its NVFP4 rows the rest; a dense NVFP4 model's

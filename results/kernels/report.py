@@ -454,7 +454,15 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   its rows leaves the experts to the roofline's lane of that kernel, and a note says so). vLLM's B200 MXFP4 rows (`vllm_mxfp4_moe`, its 0.19 tables) are 3.6x the
   FlashInfer TensorRT-LLM MXFP4 rows that vLLM 0.24 measured on GB200 (0.55 vs 0.15 ms at 16 tokens, TP1; 10.8x at
   <= 256 tokens over every split), the kernel vLLM 0.24 names for gpt-oss; vLLM on B200 and B300 is priced by those
-  GB200/GB300 rows (a note says so), SGLang on B200/B300 by its GB200/GB300 rows. Its sliding-window layers use the
+  GB200/GB300 rows (a note says so), SGLang on B200/B300 by its GB200/GB300 rows. SGLang on H100 runs OpenAI's
+  triton_kernels MXFP4 MoE for gpt-oss at ep_size 1 (its GPT-OSS server-args rule: `--moe-runner-backend
+  triton_kernel` off SM100 where triton_kernels is installed, refused at ep_size > 1), which its H100 collector did not
+  time: its `sglang_fused_moe_triton` rows run at a median 2.9-3.1x vLLM's H100 rows of that kernel
+  (`oaitritonmxfp4`) at moe_tp 1 and 1.9x over moe_tp 1-32 (<= 256 tokens; 2.6x TensorRT-LLM's). `--kernels sglang`
+  prices its moe_ep 1 splits by vLLM's rows (a note says so; `LaneDonor.where`), its moe_ep > 1 splits, where SGLang
+  runs its Triton MoE, by its own: gpt-oss-120b's TP2 step above 35.25 -> 14.36 ms (experts 32.00 -> 11.11), held out
+  that group (vLLM's rows at moe_ep 1) 0.022 -> 0.024 (table median). H200's SGLang 0.5.9 table has no MXFP4 rows.
+  Its sliding-window layers use the
   128-token window rows where a table has them (H100 all backends, B200 TRT-LLM), else keys capped at the window.
 - Qwen3.5-397B-A17B (a hybrid): its 45 Gated DeltaNet layers' recurrence has no tables (the shared subset keeps
   no `linear_attention` family), so it is the roofline's (`linear_attn` above); its projections are the GEMM tables'.

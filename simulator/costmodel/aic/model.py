@@ -425,7 +425,8 @@ class TableCostModel(TabulatedCostModel):
         src, d, notes = None, {}, ()
         own_ref = ref
         for candidate in candidates:
-            src, d, read, notes = T.read_priced_rows(ref, candidate, cols, shape, self.root)
+            src, d, read, notes = T.read_priced_rows(ref, candidate, cols, shape, self.root,
+                                                     at={"moe_tp_size": moe_tp, "moe_ep_size": moe_ep})
             if src is not None:
                 ref = read
                 if candidate != dtype:

@@ -281,7 +281,10 @@ class LaneDonor:
     (``(system, donor's system)`` pairs: the same GPU die in another package), from its ``donor_source`` rows
     or the source :func:`choose_source` picks among them; a lane with ``siblings`` and no ``systems`` covers the
     systems it has a sibling for. ``fills_gaps``: also a shape the lane has no rows for; ``only_gaps``: only those
-    (the lane's own rows of other shapes stay its own)."""
+    (the lane's own rows of other shapes stay its own). ``where``: only the lane's rows with these column values (the
+    condition of the engine's rule that selects the donor's kernel, e.g. ``(("moe_ep_size", 1),)``): the donor's rows
+    of those values stand in for them, the lane's other rows stay its own; a caller pricing one split names it
+    (``at``), and a split ``where`` excludes is the lane's own."""
 
     table: str
     backend: str
@@ -294,9 +297,13 @@ class LaneDonor:
     siblings: tuple[tuple[str, str], ...] = ()
     fills_gaps: bool = False
     only_gaps: bool = False
+    where: tuple[tuple[str, Any], ...] = ()
 
-    def covers(self, ref: TableRef, dtype: str, source: str | None) -> bool:
-        """Whether this lane prices ``ref``'s ``dtype`` rows whose chosen kernel is ``source`` (None: none)."""
+    def covers(self, ref: TableRef, dtype: str, source: str | None, at: dict[str, Any] | None = None) -> bool:
+        """Whether this lane prices ``ref``'s ``dtype`` rows whose chosen kernel is ``source`` (None: none), at the
+        split ``at`` (column -> value; None or a column it does not name: any) where the lane has a ``where``."""
+        if at and any(c in at and at[c] != v for c, v in self.where):
+            return False
         if source is None:
             kernel = self.fills_gaps or self.only_gaps
         else:
@@ -389,43 +396,87 @@ LANE_DONORS: tuple[LaneDonor, ...] = (
               why="the same Marlin MoE kernel: this older vLLM lane (0.18/0.19 tables: H200, B200, B300) times it 2-3x "
                   "slower than SGLang's rows of the same GPU and expert shape (median 1.96-2.24x), while vLLM's newer "
                   "lane (0.24, H100) is within 5% of SGLang's"),
+    # SGLang serves gpt-oss's MXFP4 experts with the OpenAI triton_kernels MoE (`--moe-runner-backend triton_kernel`)
+    # wherever neither FlashInfer's MXFP4 kernels (SM100/SM120) nor AITER (ROCm) apply and ep_size is 1: its server
+    # args' GPT-OSS rule (ServerArgs._handle_model_specific_adjustments, now arg_groups/model_overrides/gpt_oss.py's
+    # _gpt_oss_overrides), which also refuses that backend at ep_size > 1. The kernel vLLM 0.24 runs for gpt-oss on
+    # Hopper (OAITritonMxfp4ExpertsMonolithic) and timed on H100; SGLang's H100 collector timed its Triton fused MoE
+    # instead. At ep_size > 1 SGLang runs that Triton MoE: those rows stay its own. (H200's SGLang 0.5.9 table has no
+    # MXFP4 rows.)
+    LaneDonor("moe", "sglang", "vllm", dtype="w4a16_mxfp4", source="sglang_fused_moe_triton",
+              systems=frozenset({"h100_sxm"}), where=(("moe_ep_size", 1),),
+              donor_source="vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
+              why="SGLang's GPT-OSS rule runs the triton_kernels MXFP4 MoE on Hopper at ep_size 1, the kernel vLLM's "
+                  "oaitritonmxfp4 rows time; SGLang's H100 MXFP4 lane (its Triton fused MoE) times gpt-oss's experts "
+                  "at a median 2.9-3.1x those rows at moe_tp 1 and 1.9x over moe_tp 1-32 (<= 256 tokens, moe_ep 1), "
+                  "2.6x TensorRT-LLM's"),
 )
 
 
 def read_priced_rows(ref: TableRef, dtype: str, columns: tuple[str, ...], extra: tuple[tuple[str, str, Any], ...] = (),
-                     root: str | Path | None = None, warm: str = "raise",
+                     root: str | Path | None = None, warm: str = "raise", at: dict[str, Any] | None = None,
                      ) -> tuple[str | None, dict[str, Any], TableRef, tuple[str, ...]]:
     """:func:`read_source_rows`, then, where :data:`LANE_DONORS` names the lane (a lane with no rows of these
     filters only where it ``fills_gaps``), the donor's rows of the same system or its sibling, dtype and filters;
     rows timed warm in L2 (:func:`cold_cache`) raised to the lane's sustained bandwidth (``warm="raise"``, what a
     serving step pays), dropped (``"drop"``: not a serving measurement, for fits and held-out errors) or kept
-    (``"keep"``). ``(source label, rows, the table read, one-line notes)``. A donor without such rows leaves the
-    lane its own."""
+    (``"keep"``). ``at``: the one split (column -> value) the caller prices, against a lane's ``where``; a lane
+    with a ``where`` that ``at`` does not pin gives the donor's rows of it and the lane's own rows of the other
+    values, under one label saying so. ``(source label, rows, the table read, one-line notes)``. A donor without
+    such rows leaves the lane its own."""
     if warm not in ("raise", "drop", "keep"):
         raise ValueError(f"warm must be 'raise', 'drop' or 'keep', got {warm!r}")
+    import numpy as np
+
     wanted = tuple(dict.fromkeys([*columns, *(STREAMED_KEYS.get(ref.table, ()) if warm != "keep" else ())]))
     src, d = read_source_rows(ref, dtype, wanted, extra)
-    read, label, notes = ref, src, []
-    lane = next((x for x in LANE_DONORS if x.covers(ref, dtype, src)), None)
+    read, label, notes, own = ref, src, [], None
+    lane = next((x for x in LANE_DONORS if x.covers(ref, dtype, src, at)), None)
     other = find_table(lane.donor_system(ref.system), lane.donor, ref.table, root) if lane is not None else None
     if lane is not None and other is not None:
         col = DTYPE_COLUMN[ref.table]
-        rows = read_table(other, ("kernel_source", *wanted), ((col, "==", dtype), *extra))
+        # a lane with a `where` the caller's split does not pin: the lane's own rows of the other values stay
+        mixed = bool(lane.where) and not all(c in (at or {}) for c, _ in lane.where)
+        wanted = tuple(dict.fromkeys([*wanted, *(c for c, _ in lane.where)])) if mixed else wanted
+        if mixed and src is not None:
+            src, d = read_source_rows(ref, dtype, wanted, extra)
+        rows = read_table(other, ("kernel_source", *wanted), ((col, "==", dtype), *extra,
+                                                              *((c, "==", v) for c, v in lane.where)))
         theirs = lane.donor_source or choose_source(other.table, rows["kernel_source"])
         if theirs is not None and rows["kernel_source"] is not None and (keep := rows["kernel_source"].astype(str) == theirs).any():
             where = "" if other.system == ref.system else f"{other.system} "
-            notes.append(f"{ref.backend} tables of {ref.system}: {dtype} {ref.table} priced by {where}{lane.donor} "
-                         f"{other.version}'s {theirs} rows ({lane.why})")
-            read, src, label = other, theirs, f"{theirs} ({where}{lane.donor} {other.version})"
+            cond = " and ".join(f"{c} {v}" for c, v in lane.where)
+            notes.append(f"{ref.backend} tables of {ref.system}: {dtype} {ref.table} {f'at {cond} ' if cond else ''}"
+                         f"priced by {where}{lane.donor} {other.version}'s {theirs} rows ({lane.why})")
+            if mixed and src is not None:
+                rest = ~np.logical_and.reduce([d[c] == v for c, v in lane.where])
+                own = (src, {c: d[c][rest] for c in wanted})
+            label = f"{theirs} ({where}{lane.donor} {other.version})"
+            if own is not None:
+                label = f"{theirs} ({where}{lane.donor} {other.version}) at {cond}, {src} elsewhere"
+            read, src = other, theirs
             d = {c: rows[c][keep] for c in wanted}
     if src is None:
         return None, {}, ref, ()
     if warm != "keep":
-        d, note = cold_cache(read, dtype, src, d, drop=warm == "drop")
-        if note is not None:
-            notes.append(f"{ref.backend} tables of {ref.system}: {note}")
+        parts = [(read, src, d), *([(ref, *own)] if own is not None else [])]
+        d = {}
+        for table, source, part in parts:
+            part, note = cold_cache(table, dtype, source, part, drop=warm == "drop")
+            d = {c: _joined(d[c], part[c]) if c in d else part[c] for c in wanted}
+            if note is not None:
+                notes.append(f"{ref.backend} tables of {ref.system}: {note}")
+    elif own is not None:
+        d = {c: _joined(d[c], own[1][c]) for c in wanted}
     return label, {c: d[c] for c in columns}, read, tuple(notes)
 
+
+
+def _joined(a: Any, b: Any) -> Any:
+    """Two parts' values of one column, one after the other (None where either part lacks the column)."""
+    import numpy as np
+
+    return None if a is None or b is None else np.concatenate([a, b])
 
 # -- rows timed warm in L2 ---------------------------------------------------------------------------------------
 # A collector times one kernel call over and over on the same weights (GEMM) or the same KV cache (decode

@@ -40,10 +40,12 @@ def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
 
 def run_auto_workers(config: RunConfig) -> int:
     """``--workers auto`` for a run: one process per available CPU, at most one a replica, where
-    the replicas run apart (:func:`simulator.fast.partitioned.runs_apart`); else 1 (a joint run)."""
-    from simulator.fast.partitioned import runs_apart
+    the run takes worker processes; else 1, where :func:`simulator.simulation.worker_problem` names why
+    not (replicas that do not run apart, a closed loop, a trace's block hashes): the rule that refuses
+    ``--workers N`` there, so auto never asks for what the run refuses."""
+    from simulator.simulation import worker_problem
 
-    if not runs_apart(config):
+    if worker_problem(config) is not None:
         return 1
     return auto_workers(config.num_ranks, -(-config.workload.num_requests // config.num_ranks))
 
@@ -485,7 +487,8 @@ def run(
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes for the replicas of a cluster "
                                                "behind a state-free router (round_robin, random): same results, sooner "
                                                "from a few thousand requests. auto: one per available CPU, at most one "
-                                               "a replica; 1 where the replicas cannot run apart.")] = "1",
+                                               "a replica; 1 where the run cannot use more (replicas that cannot run "
+                                               "apart, a closed loop, a trace's block hashes).")] = "1",
     goodput: Annotated[str | None, typer.Option(metavar="NAME:MS ...", help="vLLM's goodput SLOs in ms, e.g. "
                                                 "'ttft:300 tpot:50' (ttft, tpot, e2el): request goodput counts the "
                                                 "requests meeting all of them, per second.")] = None,

@@ -293,9 +293,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                "pass a --trace with hash_ids (e.g. Mooncake's), or drop {flag}")
         for name in ("prefix_cache_policy", "cpu_kv_gib", "prefix_caching"):  # (on or off, the same run)
             out.setdefault(name, why)
-        if config.router in ("prefix_aware", "session"):
-            out["router"] = (f"--router {config.router} routes by {'cached prefix' if config.router == 'prefix_aware' else 'session'}, "
-                             f"which the {w.name} workload does not have", "use a trace that has them, or another --router")
+        # (a trace's blocks and sessions are known from its file only: simulator.workload.prefix_traces.check_router)
+        unread = router_unread(config, hashes=False, sessions=False, source=f"the {w.name} workload")
+        if unread is not None:
+            out["router"] = unread
     if config.num_replicas == 1 and r.attention_dp == 1 and not config.is_disaggregated:
         out["router"] = ("one replica takes every request", "add --replicas N, or drop {flag}")
     if layout is not None:
@@ -306,9 +307,6 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
             # The router picks a prefill worker; a decode worker is picked by free blocks and load, a mixed one by load.
             out["router"] = ("the router picks a prefill worker, and the prefill pool is one, which takes every request",
                              "give the prefill pool more replicas ('2x(tp=1)'), or drop {flag}")
-        elif config.router == "prefix_aware":  # (the pools hand KV blocks over by count: no prefix cache to read)
-            out["router"] = ("a disaggregated pool keeps no prefix cache for --router prefix_aware to read",
-                             "use --router session or least_outstanding, or drop {flag}")
         if one_prefill_worker:
             # (tests/test_kv_links.py: one prefill worker runs bit for bit the same under either scope; a mixed
             # pool's requests are served whole where they land and never cross a KV link)
@@ -331,6 +329,43 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                       + (f" (here as {w.concurrency} users free up)" if w.concurrency is not None else ""),
                       "pass --arrival poisson (or gamma/fixed) for a rate, or drop {flag}")
     return out
+
+
+def router_unread(config: RunConfig, hashes: bool, sessions: bool, source: str) -> tuple[str, str] | None:
+    """Why ``config.router`` would have nothing to route by, and the fix (``{flag}`` standing for the option's flag),
+    or None: ``prefix_aware`` where no replica keeps a prefix cache of the workload's blocks, ``session`` where the
+    workload names no sessions; either then sends every request to the least outstanding replica, a run labelled
+    with a router it never ran. ``hashes``/``sessions``: whether the run's requests name their prompts' blocks and
+    their sessions, which ``source`` (the workload, in words) says; a trace's are read from its file
+    (:func:`simulator.workload.prefix_traces.check_router`). None too where the router has no choice to make (one
+    replica, one prefill worker: :func:`inert_options` says so of a ``--router`` given)."""
+    router = config.router
+    if router not in ("prefix_aware", "session"):
+        return None
+    if config.is_disaggregated:
+        layout = layout_of(config)
+        if layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:
+            return None
+    elif config.num_ranks == 1:
+        return None
+    # In a disaggregated run the router picks the prefill worker; a decode worker is picked by free blocks and load.
+    least = f"every request would go to the least outstanding {'prefill worker' if config.is_disaggregated else 'replica'}"
+    if router == "prefix_aware" and config.is_disaggregated:  # (the pools hand KV blocks over by count)
+        # --router session keeps a session on one prefill worker: a fix only where the workload has sessions.
+        return (f"a disaggregated pool keeps no prefix cache for prefix_aware to read ({least})",
+                "use --router session or least_outstanding, or drop {flag}" if sessions
+                else "use --router least_outstanding, or drop {flag}")
+    if router == "prefix_aware" and not hashes:
+        return (f"prefix_aware routes by cached prefix, but {source} names no prompt blocks (only Mooncake JSONL and "
+                f"Weka session traces do; {least})", "use a trace with hash_ids, or another --router")
+    if router == "prefix_aware" and config.scheduler.prefix_cache is None:
+        off = f", {config.scheduler.name}'s default" if config.scheduler.prefix_caching is None else ""
+        return (f"prefix_aware routes to the replica that has the longest prefix cached, but prefix caching is off{off} "
+                f"({least})", "pass --prefix-caching, or use --router least_outstanding")
+    if router == "session" and not sessions:
+        return (f"session keeps each session on one replica, but {source} names no sessions (only Weka session traces "
+                f"do; {least})", "use a trace with sessions, or another --router")
+    return None
 
 
 def _has_dp_ranks(config: RunConfig) -> bool:

@@ -33,12 +33,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_TOKENS
+
+if TYPE_CHECKING:
+    from simulator.config.run_config import RunConfig
 
 _FIELD = "workload.trace"
 MOONCAKE_BLOCK_TOKENS = 512
@@ -332,6 +336,30 @@ def prefix_trace_format(path: str) -> str | None:
     if path.lower().removesuffix(".gz").endswith((".jsonl", ".ndjson", ".json")) and is_mooncake_jsonl(path):
         return "mooncake"
     return None
+
+
+def check_router(config: RunConfig) -> None:
+    """Refuse ``config.router`` where the run's workload gives it nothing to route by (no block hashes for
+    ``prefix_aware``, no sessions for ``session``: :func:`simulator.config.options.router_unread`), read from what the
+    config's trace holds (its first line). A one-line error, as ``--router`` given there gets from the options
+    (``check_given``), whether the router came from a flag, a ``--config`` file or a sweep point: each ran silently
+    as least outstanding. A trace that is not there, or a folder of no session files, is left to be refused where
+    it is read, with its own reason."""
+    from simulator.config.options import router_unread
+
+    w = config.workload
+    fmt = None
+    if w.trace is not None:
+        if not Path(w.trace).exists():
+            return
+        fmt = prefix_trace_format(w.trace)
+        if fmt is None and Path(w.trace).is_dir():
+            return
+    source = f"--trace {w.trace}" if w.trace is not None else f"the {w.name} workload"
+    unread = router_unread(config, hashes=fmt is not None, sessions=fmt == "weka-sessions", source=source)
+    if unread is not None:
+        why, fix = unread
+        raise ConfigError("--router", f"{why}, so --router would do nothing", fix.replace("{flag}", "--router"))
 
 
 def read_prefix_trace(path: str) -> PrefixTrace | None:

@@ -122,3 +122,24 @@ def test_the_claude_code_sessions_take_both_routers() -> None:
     config = RunConfig().replace(num_replicas=2, workload__trace=str(WEKA), workload__arrival="trace")
     for router in ("prefix_aware", "session"):
         check_router(config.replace(router=router))
+
+
+def test_the_run_header_names_the_router_where_it_has_a_choice() -> None:
+    """Two runs that differ in --router alone printed the same header."""
+    from simulator.cli.run import run_title
+
+    assert " · 2 replicas behind least_outstanding · " in run_title(RunConfig(num_replicas=2,
+                                                                              router="least_outstanding"), {})
+    assert " · 1 replica · " in run_title(RunConfig(), {})  # one replica: no choice, no router said
+    pools = RunConfig().replace(prefill_pool="2x(tp=1)", decode_pool="1x(tp=1)", router="least_outstanding")
+    assert " · prefill workers by least_outstanding · " in run_title(pools, {})
+    assert "prefill workers by" not in run_title(pools.replace(prefill_pool="1x(tp=1)", router="round_robin"), {})
+
+
+def test_router_help_says_how_least_outstanding_breaks_ties() -> None:
+    from simulator.config.options import RUN_OPTIONS
+    from simulator.engine.routers import least_outstanding
+
+    text = RUN_OPTIONS["router"][2]
+    assert "a tie goes to the lowest replica index" in text and "prefill worker" in text
+    assert least_outstanding([2, 1, 1], 0, None) == 1  # what it says  # type: ignore[arg-type]

@@ -224,6 +224,18 @@ def _overload_fix(config: RunConfig) -> str:
     return "lower --qps or find the sustainable rate with `simulate capacity` (same options)"
 
 
+def _router(config: RunConfig) -> str:
+    """The title's router, where it has a choice to make (two runs that differ in it alone must not read the same):
+    among the replicas (their attention-DP ranks), or in a disaggregated run among the prefill workers."""
+    if config.is_disaggregated:
+        from simulator.config.disagg_layout import layout_of
+
+        layout = layout_of(config)
+        workers = layout.prefill.num_replicas * layout.prefill_replica.attention_dp
+        return f" · prefill workers by {config.router}" if workers > 1 else ""
+    return f" behind {config.router}" if config.num_ranks > 1 else ""
+
+
 def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     """Everything that makes two runs differ, on one line (a pipe gets it whole; a terminal wraps it
     between words): model, GPUs and layout, the policy's effective knobs, engine, dtype, and the
@@ -243,7 +255,7 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         knobs = f" ({budget}<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)})"
     spare = f" +{r.redundant_experts} redundant experts" if r.redundant_experts else ""
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}{spare}) · "
-             f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "
+             f"{count(config.num_replicas, 'replica')}{_router(config)} · {s.name}{knobs} · engine {config.engine} · "
              f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
     from simulator.costmodel.engine_model import load_engine
 
@@ -253,7 +265,8 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 
         scope = "a KV link per worker" if config.kv_link_scope == "per-worker" else "one shared KV link"
-        title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({scope}) · engine {config.engine} · "
+        title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({scope}){_router(config)} · "
+                 f"engine {config.engine} · "
                  f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"
@@ -459,7 +472,8 @@ class BenchOptions:
         from simulator.report.benchmark import format_vllm
 
         r = config.replica
-        out.print(f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, ep={r.ep}) x{config.num_replicas} · "
+        out.print(f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, ep={r.ep}) x{config.num_replicas}"
+                  f"{_router(config)} · "
                   f"{config.scheduler.name} · engine {config.engine} · workload: {summary['workload']}", markup=False)
         out.print(format_vllm(summary["benchmark"], summary["benchmark"], self.percentiles), markup=False,
                   highlight=False)

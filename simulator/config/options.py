@@ -150,8 +150,10 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                "sarathi-2023-vidur of the paper reproductions; ideal, handset) or an artifact from "
                "`simulate calibrate-engine`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),
-    "router": ("router", str, "round_robin, least_outstanding, random, prefix_aware (longest cached prefix "
-               "unless overloaded) or session (a session stays on its replica)."),
+    "router": ("router", str, "round_robin, least_outstanding (fewest waiting + running requests; a tie goes to "
+               "the lowest replica index), random, prefix_aware (longest cached prefix unless overloaded) or session "
+               "(a session stays on its replica); both fall back to least_outstanding. Disaggregated: it picks the "
+               "prefill worker (a decode worker is the least loaded with free blocks for the request)."),
     "seed": ("seed", int, "Random seed."),
     "fast_forward": ("fast_forward", bool, "Skip stretches of like iterations (decodes only, or a long prompt's chunks beside them) in one step (same results; off = step by step)."),
     "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)' or '2x(tp=1,dp=8,ep=8)' (keys tp, pp, dp = attention DP, ep, redundant = redundant expert copies, nodes, gpu, sched, budget, seqs)."),

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import simpy
 
 from simulator.config.errors import ConfigError
@@ -210,6 +211,10 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         extra={"cost_model_extrapolations": sum(t.num_extrapolations for t in totals),
                "cost_model_extrapolations_by_op": summed_by_op([t.extrapolations_by_op for t in totals]),
                **({"stopped": stopped} if stopped is not None else {}),
+               # Closed-loop sessions send as earlier turns end, not in id order: the warm-up is the first
+               # sent (simulator.report.benchmark.measured_mask).
+               **({"send_order": np.asarray(client.sent_ids, dtype=np.int64)} if isinstance(client, SessionClient)
+                  else {}),
                **({"speculative": speculative} if speculative is not None else {}),
                **({} if record_iterations else {"iterations": "not recorded"})},
     )

@@ -32,9 +32,11 @@ class SessionClient:
     """Sends each session's requests in order (see the module docstring).
 
     Invariant: at most one request per session is in flight; a request with a finite
-    ``think_s`` is sent exactly ``think_s`` after its predecessor ended."""
+    ``think_s`` is sent exactly ``think_s`` after its predecessor ended. ``sent_ids``: the requests'
+    ids in the order they were sent, which is not id order (a later session's turn may go before an
+    earlier one's): the warm-up is the first ``num_warmup`` of them (``RunResult.extra["send_order"]``)."""
 
-    __slots__ = ("env", "cluster", "_next", "_think", "num_sent")
+    __slots__ = ("env", "cluster", "_next", "_think", "num_sent", "sent_ids")
 
     def __init__(self, requests: Sequence[Request], session_id: np.ndarray, think_s: np.ndarray) -> None:
         self._next: dict[int, Request] = {}  # request id -> the next request of its session
@@ -54,6 +56,7 @@ class SessionClient:
         self.env: simpy.Environment | None = None
         self.cluster: Any = None
         self.num_sent = 0
+        self.sent_ids: list[int] = []
 
     def is_first(self, req: Request) -> bool:
         return req.request_id not in self._think
@@ -69,6 +72,7 @@ class SessionClient:
     def _send(self, req: Request, _event: simpy.Event) -> None:
         req.arrival_at = self.env.now  # sent now: TTFT and E2E count from here
         self.num_sent += 1
+        self.sent_ids.append(req.request_id)
         self.cluster.submit(req)
 
     def arrivals(self, env: simpy.Environment, requests: Sequence[Request], cluster: Any) -> Iterator[simpy.Event]:
@@ -76,5 +80,6 @@ class SessionClient:
         self.env, self.cluster = env, cluster
         yield from send_at_arrival_times(env, (r for r in requests if self.is_first(r)), cluster, self._count_sent)
 
-    def _count_sent(self, _req: Request) -> None:
+    def _count_sent(self, req: Request) -> None:
         self.num_sent += 1
+        self.sent_ids.append(req.request_id)

@@ -62,7 +62,10 @@ def _may_lockstep(config: RunConfig, watch: Any) -> bool:
 
 def _closed_sessions(config: RunConfig, table: Any) -> bool:
     """Whether the run's sessions are closed loop (each turn sent after its predecessor ends, a think later:
-    :mod:`simulator.engine.sessions`): a table with think times, one given or drawn from the config."""
+    :mod:`simulator.engine.sessions`): a table with think times, or one the config draws with them
+    (``--session-replay closed``)."""
+    if table is None:
+        return config.workload.session_replay == "closed"
     return getattr(table, "think_s", None) is not None
 
 
@@ -162,7 +165,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     client = ClosedLoopClient.of(config.workload)
     if sessions:
         assert objects is not None  # never partitioned
-        client = SessionClient(objects, table.session_id, table.think_s)
+        client = SessionClient(objects, table.session_id, table.think_s, table.after)
     recorder = make_recorder(recorder_class, client, on_progress=reporter.update if reporter else None,
                              report_every=max(1, num_requests // 200))
     own_reporter = reporter is not progress

@@ -165,9 +165,10 @@ def replay_whole(given: dict[str, Any]) -> RunConfig | None:
 
 
 def check_trace_given(config: RunConfig, options: dict[str, Any], command: str = "run") -> None:
-    """Refuse prefix-cache options that were given (``options``: the command line's, not ``--config``'s)
-    but that ``config`` would not read because of what its ``--trace`` holds: only a trace naming its
-    prompts' blocks (Mooncake JSONL, Weka sessions) shares prefixes. The config layer refuses them for
+    """Refuse prefix-cache options and ``--session-replay`` that were given (``options``: the command line's, not
+    ``--config``'s) but that ``config`` would not read because of what its ``--trace`` holds: only a trace naming its
+    prompts' blocks (Mooncake JSONL, Weka sessions) shares prefixes, only Weka sessions name sessions to replay
+    open or closed. The config layer refuses them for
     built-in workloads (:func:`~simulator.config.options.check_given`); a trace's format is known only
     from its file, which the config layer does not read. And the run's router, given or from ``--config``,
     where it has nothing to route by (:func:`simulator.workload.prefix_traces.check_router`): the run
@@ -182,15 +183,20 @@ def check_trace_given(config: RunConfig, options: dict[str, Any], command: str =
     given = {alias_of(name) for name, value in options.items() if value is not None}
     names = [name for name in ("prefix_cache_policy", "cpu_kv_gib", "prefix_caching") if name in given]
     trace = config.workload.trace
-    if trace is None or not names or not Path(trace).is_file():
+    if trace is None or not (names or "session_replay" in given) or not Path(trace).is_file():
         return  # (a trace that is not there, or a folder, is refused where it is read, with its own reason)
     from simulator.workload.prefix_traces import prefix_trace_format  # late: reads the trace's first line only
 
-    if prefix_trace_format(str(trace)) is None:
+    fmt = prefix_trace_format(str(trace))
+    if fmt is None and names:
         flag = _flag(names[0])
         raise ConfigError(flag, f"--trace {trace} names no prompt blocks (only a trace with block hashes shares "
                           f"prefixes: Mooncake JSONL, Weka sessions), so {flag} would do nothing",
                           f"pass a --trace with hash_ids (e.g. Mooncake's), or drop {flag}")
+    if fmt != "weka-sessions" and "session_replay" in given:  # (closed is refused where the trace is read, too)
+        raise ConfigError("--session-replay", f"--trace {trace} names no sessions (only Claude Code session files "
+                          "do), so --session-replay would do nothing", "pass Claude Code session files as --trace, "
+                          "or drop --session-replay")
 
 
 def given_run_flags(ctx: typer.Context) -> set[str]:

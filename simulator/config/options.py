@@ -104,7 +104,12 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                    "blocks evicted from the GPUs; a hit there is loaded over PCIe before the prefill (0: none)."),
     "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, random (vllm bench's name for "
                  "fixed lengths, banded by --range-ratio), uniform."),
-    "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL, Mooncake JSONL with hash_ids), or Claude Code session files (a trace_NNNN.json or their folder: weka_claude_code/sessions)."),
+    "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL, Mooncake JSONL with hash_ids), "
+              "or Claude Code session files (a trace_NNNN.json or their folder: weka_claude_code/sessions). With "
+              "--arrival trace, sessions replay as --session-replay says: open (the default) sends every turn at its "
+              "recorded time, which holds the original server's response times, so a slower simulated server gets "
+              "a turn before the answer it builds on; closed sends each session's first turn at its recorded time "
+              "and each later one when the turn it waited for ends, plus its recorded think_time."),
     "arrival": ("workload__arrival", str, "poisson, gamma, fixed, burst or trace."),
     "qps": ("workload__qps", float, "Mean request rate (requests/s)."),
     "cv": ("workload__cv", float, "Coefficient of variation of gaps (gamma arrivals)."),
@@ -120,6 +125,10 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "normalize_arrivals": ("workload__normalize_arrivals", bool, "Rescale Poisson or gamma arrivals so the last "
                            "lands at --num-requests / --qps, as vllm bench serve does (every seed the same "
                            "duration)."),
+    "session_replay": ("workload__session_replay", str, "Claude Code sessions (--trace, --arrival trace): open "
+                       "(every turn at its recorded time) or closed (each later turn sent its recorded think_time "
+                       "after the turn it waited for ends; a sub-agent's first turn the recorded gap after the turn "
+                       "that started it)."),
     "over_length": ("workload__over_length", str, "Trace rows over --max-total-tokens: drop, or clip (shorten prompt "
                     "and output in proportion, as Vidur does)."),
     "concurrency": ("workload__concurrency", int, "Closed loop: N users, each sending its next request when its last "
@@ -271,6 +280,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if w.arrival != "trace":
         out["time_scale"] = (f"--arrival is {w.arrival}: the trace's timestamps are not replayed",
                              "pass --arrival trace, or drop {flag}")
+        # (a trace without sessions is known from its file: simulator.cli.options.check_trace_given)
+        out["session_replay"] = ("it says how a session trace's turns are replayed, and " +
+                                 ("no --trace is given" if w.trace is None else f"--arrival is {w.arrival}, not trace"),
+                                 "pass --trace with Claude Code sessions and --arrival trace, or drop {flag}")
     # A capped open loop (--concurrency with --qps) draws its Poisson or gamma gaps and holds each send until a
     # user frees up: the rescale moves its sends (vllm bench serve rescales under --max-concurrency too). A true
     # closed loop's arrival is burst.

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import simpy
 
 from simulator.config.errors import ConfigError
@@ -59,6 +60,45 @@ def _may_lockstep(config: RunConfig, watch: Any) -> bool:
         (watch is None or getattr(watch, "reads_only_timestamps", False))
 
 
+def _closed_sessions(config: RunConfig, table: Any) -> bool:
+    """Whether the run's sessions are closed loop (each turn sent after its predecessor ends, a think later:
+    :mod:`simulator.engine.sessions`): a table with think times, or one the config draws with them
+    (``--session-replay closed``)."""
+    if table is None:
+        return config.workload.session_replay == "closed"
+    return getattr(table, "think_s", None) is not None
+
+
+def _has_block_hashes(config: RunConfig, table: Any) -> bool:
+    """Whether the run's requests name their prompts' blocks: the table given, else the config's trace (its
+    format, from the first line: :func:`simulator.workload.prefix_traces.prefix_trace_format`)."""
+    if table is not None:
+        return getattr(table, "block_hashes", None) is not None
+    if config.workload.trace is None:
+        return False
+    from simulator.workload.prefix_traces import prefix_trace_format
+
+    return prefix_trace_format(config.workload.trace) is not None
+
+
+def worker_problem(config: RunConfig, table: Any = None, watch: Any = None) -> tuple[str, str] | None:
+    """Why the replicas of this run cannot be simulated in worker processes (``workers`` > 1), and the fix, or None
+    where they can. The one rule both :func:`simulate`'s refusal of ``--workers N`` and ``--workers auto`` (one
+    process where this names a problem) read, so auto never picks a count the run then refuses."""
+    if watch is not None:
+        why = "a watch reads the joint run"
+    elif config.workload.concurrency is not None or _closed_sessions(config, table):
+        why = "closed-loop arrivals land at completions anywhere in the cluster"
+    else:
+        why = partitioned_runs.apart_problem(config)
+    if why is not None:  # (the first condition this run misses: a list of every condition read as met)
+        return f"this run's replicas cannot run in parallel: {why}", "drop --workers for this run"
+    if _has_block_hashes(config, table):  # (it ran in one process, unsaid)
+        return ("worker processes take token counts only, not a trace's prefix block hashes",
+                "drop --workers for this trace (the run is the same in one process)")
+    return None
+
+
 def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False,  # noqa: ANN001
              watch: Callable[[simpy.Environment, list[Request]], Any] | None = None,
              token_times: bool = False, workers: int = 1, record_iterations: bool = True) -> RunResult:
@@ -85,7 +125,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         from simulator.costmodel.aic.tables import system_for
 
         system_for(config.replica.gpu)
-    sessions = getattr(table, "think_s", None) is not None
+    sessions = _closed_sessions(config, table)
     if sessions and config.workload.concurrency is not None:
         raise ConfigError("--concurrency", "session traffic is closed loop already (one user per session)",
                           "drop --concurrency, or make the sessions open loop")
@@ -94,12 +134,10 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
                           "use open-loop sessions, or drop the pools")
     closed = config.workload.concurrency is not None or sessions
     partitionable = watch is None and not closed and partitioned_runs.runs_apart(config)
-    if workers > 1 and not partitionable:
-        # Name the condition this run misses (the list of every condition read as met where one unlisted failed).
-        why = ("a watch reads the joint run" if watch is not None else "closed-loop arrivals land at completions "
-               "anywhere in the cluster" if closed else partitioned_runs.apart_problem(config))
-        raise ConfigError("--workers", f"this run's replicas cannot run in parallel: {why}",
-                          "drop --workers for this run")
+    if workers > 1:
+        problem = worker_problem(config, table, watch)
+        if problem is not None:
+            raise ConfigError("--workers", *problem)
     # Warm-up requests are left out of the figures: ITL then comes from the others' token times.
     token_times = token_times or config.workload.num_warmup > 0
     # A closed loop's sends land at completions anywhere in a cluster: event skipping then stops
@@ -114,9 +152,6 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     wall_start = time.perf_counter()
     reporter = reporter_of(progress)
     table, source, router_rng = prepare_table(config, table, reporter)
-    if workers > 1 and getattr(table, "block_hashes", None) is not None:  # (it ran in one process, unsaid)
-        raise ConfigError("--workers", "worker processes take token counts only, not a trace's prefix block hashes",
-                          "drop --workers for this trace (the run is the same in one process)")
     arrival, prompt, output = checked_columns(table)
     num_requests = len(arrival)
     objects = None
@@ -130,7 +165,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
     client = ClosedLoopClient.of(config.workload)
     if sessions:
         assert objects is not None  # never partitioned
-        client = SessionClient(objects, table.session_id, table.think_s)
+        client = SessionClient(objects, table.session_id, table.think_s, table.after)
     recorder = make_recorder(recorder_class, client, on_progress=reporter.update if reporter else None,
                              report_every=max(1, num_requests // 200))
     own_reporter = reporter is not progress
@@ -179,6 +214,10 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
         extra={"cost_model_extrapolations": sum(t.num_extrapolations for t in totals),
                "cost_model_extrapolations_by_op": summed_by_op([t.extrapolations_by_op for t in totals]),
                **({"stopped": stopped} if stopped is not None else {}),
+               # Closed-loop sessions send as earlier turns end, not in id order: the warm-up is the first
+               # sent (simulator.report.benchmark.measured_mask).
+               **({"send_order": np.asarray(client.sent_ids, dtype=np.int64)} if isinstance(client, SessionClient)
+                  else {}),
                **({"speculative": speculative} if speculative is not None else {}),
                **({} if record_iterations else {"iterations": "not recorded"})},
     )

@@ -81,3 +81,36 @@ def test_an_overloaded_trace_replay_is_told_to_stretch_the_trace(tmp_path):
     assert res.exit_code == 0, res.output
     said = " ".join(res.output.split())
     assert "load exceeds capacity" in said and "--time-scale below 1" in said and "lower --qps" not in said
+
+
+def test_closed_loop_sessions_leave_out_the_first_requests_sent(tmp_path):
+    """--num-warmup is "the first requests sent", but the warm-up was the first request ids: closed-loop sessions
+    send a turn as its predecessor ends, so ids 0..19 (in table order) were not the first 20 sent (5 of them here
+    were sent after 20 others). The run records its send order; every figure and the written table read it."""
+    import pandas as pd
+
+    from simulator.report.output import write_run
+    from simulator.workload.sessions import agents, generate_sessions
+
+    table = generate_sessions(agents(num_sessions=16, session_rate=2.0, mean_turns=8, think_mean_s=1.0,
+                                     max_prompt_tokens=32768), np.random.default_rng(1))
+    n = len(table.arrival_at)
+    config = RunConfig().replace(replica__model="llama-3.1-8b", replica__gpu="h100-sxm", num_replicas=2,
+                                 router="session", workload__num_warmup=WARMUP, workload__num_requests=n)
+    result = simulate(config, table)
+    cols = request_columns(result)
+    sent_at = cols["arrival_at"]
+    order = np.argsort(sent_at, kind="stable")
+    assert sent_at[order[WARMUP - 1]] < sent_at[order[WARMUP]]  # the first 20 sent are one set, whatever the ties
+    warmup = set(order[:WARMUP].tolist())
+    assert warmup != set(range(WARMUP))  # the case: ids are not the send order
+    assert set(result.extra["send_order"][:WARMUP].tolist()) == warmup
+    measured = np.array([i not in warmup for i in cols["request_id"].tolist()])
+    done = measured & (cols["status"] == "finished")
+    summary = summarize(result)
+    assert summary["num_requests"] == n - WARMUP
+    assert summary["ttft_s_mean"] == float(cols["ttft_s"][done].mean())
+    assert summary["e2e_s_max"] == float(cols["e2e_s"][done].max())
+    write_run(result, tmp_path, "csv")
+    written = pd.read_csv(tmp_path / "requests.csv")
+    assert set(written.request_id[written.is_warmup].tolist()) == warmup

@@ -100,6 +100,34 @@ def test_run_cli_workers_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     assert joint.exit_code == 0, joint.output
 
 
+def test_workers_auto_is_one_process_wherever_the_run_refuses_workers(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path) -> None:  # noqa: ANN001
+    """auto asked only whether the replicas run apart: a closed loop (--concurrency) or a trace with block
+    hashes behind round robin got 2 processes, which the run then refused ('--workers: ...'), though the
+    option's help promises one process where the run cannot use more. Both now read simulation.worker_problem."""
+    import simulator.config.resources
+    from simulator.cli.run import run_auto_workers
+    from simulator.simulation import worker_problem
+
+    monkeypatch.setattr(simulator.config.resources, "available_cpus", lambda: 4)
+    mooncake = tmp_path / "hashed.jsonl"
+    mooncake.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 600, "output_length": 8,
+                                            "hash_ids": [0, i + 1]}) + "\n" for i in range(6)))
+    closed = RunConfig(num_replicas=2, workload=WorkloadConfig(num_requests=12, concurrency=4, arrival="burst"))
+    hashed = RunConfig(num_replicas=2, workload=WorkloadConfig(trace=str(mooncake), arrival="trace", num_requests=6))
+    for config in (closed, hashed):
+        assert worker_problem(config) is not None
+        assert run_auto_workers(config) == 1
+        with pytest.raises(ConfigError, match="^--workers: "):  # what an explicit count gets there
+            simulate(config, workers=2)
+        assert request_frame(simulate(config, workers=run_auto_workers(config))).status.eq("finished").all()
+    assert worker_problem(RunConfig(num_replicas=2)) is None and run_auto_workers(RunConfig(num_replicas=2)) == 2
+    runner = CliRunner()  # the command of the report, as typed
+    res = runner.invoke(app, ["run", "--replicas", "2", "--num-requests", "40", "--concurrency", "8", "--workers",
+                              "auto", "--no-progress", "--json"])
+    assert res.exit_code == 0, res.output
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process groups from /proc")
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_a_signal_stops_a_parallel_run_and_its_workers(how: str) -> None:

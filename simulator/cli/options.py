@@ -165,45 +165,38 @@ def replay_whole(given: dict[str, Any]) -> RunConfig | None:
 
 
 def check_trace_given(config: RunConfig, options: dict[str, Any], command: str = "run") -> None:
-    """Refuse prefix-cache and routing options that were given (``options``: the command line's,
-    not ``--config``'s) but that ``config`` would not read because of what its ``--trace`` holds:
-    only a trace naming its prompts' blocks (Mooncake JSONL, Weka sessions) shares prefixes, and
-    only Weka sessions name sessions. The config layer refuses them for built-in workloads
-    (:func:`~simulator.config.options.check_given`); a trace's format is known only from its file,
-    which the config layer does not read. Also refused: ``--router prefix_aware`` with prefix
-    caching off (no replica has a cache to score, so every request goes to the least outstanding)."""
+    """Refuse prefix-cache options and ``--session-replay`` that were given (``options``: the command line's, not
+    ``--config``'s) but that ``config`` would not read because of what its ``--trace`` holds: only a trace naming its
+    prompts' blocks (Mooncake JSONL, Weka sessions) shares prefixes, only Weka sessions name sessions to replay
+    open or closed. The config layer refuses them for
+    built-in workloads (:func:`~simulator.config.options.check_given`); a trace's format is known only
+    from its file, which the config layer does not read. And the run's router, given or from ``--config``,
+    where it has nothing to route by (:func:`simulator.workload.prefix_traces.check_router`): the run
+    would be labelled with a router it never ran."""
     decided = DECIDED_BY_COMMAND.get(command, frozenset())
-    if decided is None:  # a sweep's grid may change the trace, the scheduler or the router
+    if decided is None:  # a sweep's grid may change the trace, the scheduler or the router: each point is checked
         return
+    if "router" not in decided:
+        from simulator.workload.prefix_traces import check_router  # late: reads the trace's first line only
+
+        check_router(config)
     given = {alias_of(name) for name, value in options.items() if value is not None}
-    router = config.router if "router" in given else None
-    if (router == "prefix_aware" and config.scheduler.prefix_cache is None and not config.is_disaggregated
-            and "router" not in decided):
-        off = f" ({config.scheduler.name}'s default)" if config.scheduler.prefix_caching is None else ""
-        raise ConfigError("--router", f"prefix_aware routes to the replica that has the longest prefix cached, but "
-                          f"prefix caching is off{off}, so every request would go to the least outstanding replica",
-                          "pass --prefix-caching, or use --router least_outstanding")
     names = [name for name in ("prefix_cache_policy", "cpu_kv_gib", "prefix_caching") if name in given]
     trace = config.workload.trace
-    if trace is None or not (names or router in ("prefix_aware", "session")) or not Path(trace).is_file():
+    if trace is None or not (names or "session_replay" in given) or not Path(trace).is_file():
         return  # (a trace that is not there, or a folder, is refused where it is read, with its own reason)
     from simulator.workload.prefix_traces import prefix_trace_format  # late: reads the trace's first line only
 
     fmt = prefix_trace_format(str(trace))
-    if fmt is None:
-        if names:
-            flag = _flag(names[0])
-            raise ConfigError(flag, f"--trace {trace} names no prompt blocks (only a trace with block hashes shares "
-                              f"prefixes: Mooncake JSONL, Weka sessions), so {flag} would do nothing",
-                              f"pass a --trace with hash_ids (e.g. Mooncake's), or drop {flag}")
-        if router == "prefix_aware":
-            raise ConfigError("--router", f"prefix_aware routes by cached prefix, but --trace {trace} names no prompt "
-                              "blocks (only Mooncake JSONL and Weka session traces do), so every request would go to "
-                              "the least outstanding replica", "use a trace with hash_ids, or another --router")
-    if router == "session" and fmt != "weka-sessions":
-        raise ConfigError("--router", f"session keeps each session on one replica, but --trace {trace} names no "
-                          "sessions (only Weka session traces do), so every request would go to the least outstanding "
-                          "replica", "use a trace with sessions, or another --router")
+    if fmt is None and names:
+        flag = _flag(names[0])
+        raise ConfigError(flag, f"--trace {trace} names no prompt blocks (only a trace with block hashes shares "
+                          f"prefixes: Mooncake JSONL, Weka sessions), so {flag} would do nothing",
+                          f"pass a --trace with hash_ids (e.g. Mooncake's), or drop {flag}")
+    if fmt != "weka-sessions" and "session_replay" in given:  # (closed is refused where the trace is read, too)
+        raise ConfigError("--session-replay", f"--trace {trace} names no sessions (only Claude Code session files "
+                          "do), so --session-replay would do nothing", "pass Claude Code session files as --trace, "
+                          "or drop --session-replay")
 
 
 def given_run_flags(ctx: typer.Context) -> set[str]:

@@ -40,10 +40,12 @@ def simulate(config: RunConfig, **kwargs: Any) -> RunResult:
 
 def run_auto_workers(config: RunConfig) -> int:
     """``--workers auto`` for a run: one process per available CPU, at most one a replica, where
-    the replicas run apart (:func:`simulator.fast.partitioned.runs_apart`); else 1 (a joint run)."""
-    from simulator.fast.partitioned import runs_apart
+    the run takes worker processes; else 1, where :func:`simulator.simulation.worker_problem` names why
+    not (replicas that do not run apart, a closed loop, a trace's block hashes): the rule that refuses
+    ``--workers N`` there, so auto never asks for what the run refuses."""
+    from simulator.simulation import worker_problem
 
-    if not runs_apart(config):
+    if worker_problem(config) is not None:
         return 1
     return auto_workers(config.num_ranks, -(-config.workload.num_requests // config.num_ranks))
 
@@ -222,6 +224,18 @@ def _overload_fix(config: RunConfig) -> str:
     return "lower --qps or find the sustainable rate with `simulate capacity` (same options)"
 
 
+def _router(config: RunConfig) -> str:
+    """The title's router, where it has a choice to make (two runs that differ in it alone must not read the same):
+    among the replicas (their attention-DP ranks), or in a disaggregated run among the prefill workers."""
+    if config.is_disaggregated:
+        from simulator.config.disagg_layout import layout_of
+
+        layout = layout_of(config)
+        workers = layout.prefill.num_replicas * layout.prefill_replica.attention_dp
+        return f" · prefill workers by {config.router}" if workers > 1 else ""
+    return f" behind {config.router}" if config.num_ranks > 1 else ""
+
+
 def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     """Everything that makes two runs differ, on one line (a pipe gets it whole; a terminal wraps it
     between words): model, GPUs and layout, the policy's effective knobs, engine, dtype, and the
@@ -241,7 +255,7 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         knobs = f" ({budget}<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)})"
     spare = f" +{r.redundant_experts} redundant experts" if r.redundant_experts else ""
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}{spare}) · "
-             f"{count(config.num_replicas, 'replica')} · {s.name}{knobs} · engine {config.engine} · "
+             f"{count(config.num_replicas, 'replica')}{_router(config)} · {s.name}{knobs} · engine {config.engine} · "
              f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
     from simulator.costmodel.engine_model import load_engine
 
@@ -251,7 +265,8 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 
         scope = "a KV link per worker" if config.kv_link_scope == "per-worker" else "one shared KV link"
-        title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({scope}) · engine {config.engine} · "
+        title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({scope}){_router(config)} · "
+                 f"engine {config.engine} · "
                  f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"
@@ -457,7 +472,8 @@ class BenchOptions:
         from simulator.report.benchmark import format_vllm
 
         r = config.replica
-        out.print(f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, ep={r.ep}) x{config.num_replicas} · "
+        out.print(f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, ep={r.ep}) x{config.num_replicas}"
+                  f"{_router(config)} · "
                   f"{config.scheduler.name} · engine {config.engine} · workload: {summary['workload']}", markup=False)
         out.print(format_vllm(summary["benchmark"], summary["benchmark"], self.percentiles), markup=False,
                   highlight=False)
@@ -485,7 +501,8 @@ def run(
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes for the replicas of a cluster "
                                                "behind a state-free router (round_robin, random): same results, sooner "
                                                "from a few thousand requests. auto: one per available CPU, at most one "
-                                               "a replica; 1 where the replicas cannot run apart.")] = "1",
+                                               "a replica; 1 where the run cannot use more (replicas that cannot run "
+                                               "apart, a closed loop, a trace's block hashes).")] = "1",
     goodput: Annotated[str | None, typer.Option(metavar="NAME:MS ...", help="vLLM's goodput SLOs in ms, e.g. "
                                                 "'ttft:300 tpot:50' (ttft, tpot, e2el): request goodput counts the "
                                                 "requests meeting all of them, per second.")] = None,

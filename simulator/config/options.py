@@ -104,7 +104,12 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                    "blocks evicted from the GPUs; a hit there is loaded over PCIe before the prefill (0: none)."),
     "workload": ("workload__name", str, "Built-in workload: sharegpt, arxiv, long-context (32K-128K prompts), fixed, random (vllm bench's name for "
                  "fixed lengths, banded by --range-ratio), uniform."),
-    "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL, Mooncake JSONL with hash_ids), or Claude Code session files (a trace_NNNN.json or their folder: weka_claude_code/sessions)."),
+    "trace": ("workload__trace", str, "Trace file (Vidur/Sarathi CSV, Azure CSV, JSONL, Mooncake JSONL with hash_ids), "
+              "or Claude Code session files (a trace_NNNN.json or their folder: weka_claude_code/sessions). With "
+              "--arrival trace, sessions replay as --session-replay says: open (the default) sends every turn at its "
+              "recorded time, which holds the original server's response times, so a slower simulated server gets "
+              "a turn before the answer it builds on; closed sends each session's first turn at its recorded time "
+              "and each later one when the turn it waited for ends, plus its recorded think_time."),
     "arrival": ("workload__arrival", str, "poisson, gamma, fixed, burst or trace."),
     "qps": ("workload__qps", float, "Mean request rate (requests/s)."),
     "cv": ("workload__cv", float, "Coefficient of variation of gaps (gamma arrivals)."),
@@ -120,6 +125,10 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "normalize_arrivals": ("workload__normalize_arrivals", bool, "Rescale Poisson or gamma arrivals so the last "
                            "lands at --num-requests / --qps, as vllm bench serve does (every seed the same "
                            "duration)."),
+    "session_replay": ("workload__session_replay", str, "Claude Code sessions (--trace, --arrival trace): open "
+                       "(every turn at its recorded time) or closed (each later turn sent its recorded think_time "
+                       "after the turn it waited for ends; a sub-agent's first turn the recorded gap after the turn "
+                       "that started it)."),
     "over_length": ("workload__over_length", str, "Trace rows over --max-total-tokens: drop, or clip (shorten prompt "
                     "and output in proportion, as Vidur does)."),
     "concurrency": ("workload__concurrency", int, "Closed loop: N users, each sending its next request when its last "
@@ -150,8 +159,10 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                "sarathi-2023-vidur of the paper reproductions; ideal, handset) or an artifact from "
                "`simulate calibrate-engine`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),
-    "router": ("router", str, "round_robin, least_outstanding, random, prefix_aware (longest cached prefix "
-               "unless overloaded) or session (a session stays on its replica)."),
+    "router": ("router", str, "round_robin, least_outstanding (fewest waiting + running requests; a tie goes to "
+               "the lowest replica index), random, prefix_aware (longest cached prefix unless overloaded) or session "
+               "(a session stays on its replica); both fall back to least_outstanding. Disaggregated: it picks the "
+               "prefill worker (a decode worker is the least loaded with free blocks for the request)."),
     "seed": ("seed", int, "Random seed."),
     "fast_forward": ("fast_forward", bool, "Skip stretches of like iterations (decodes only, or a long prompt's chunks beside them) in one step (same results; off = step by step)."),
     "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)' or '2x(tp=1,dp=8,ep=8)' (keys tp, pp, dp = attention DP, ep, redundant = redundant expert copies, nodes, gpu, sched, budget, seqs)."),
@@ -269,6 +280,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if w.arrival != "trace":
         out["time_scale"] = (f"--arrival is {w.arrival}: the trace's timestamps are not replayed",
                              "pass --arrival trace, or drop {flag}")
+        # (a trace without sessions is known from its file: simulator.cli.options.check_trace_given)
+        out["session_replay"] = ("it says how a session trace's turns are replayed, and " +
+                                 ("no --trace is given" if w.trace is None else f"--arrival is {w.arrival}, not trace"),
+                                 "pass --trace with Claude Code sessions and --arrival trace, or drop {flag}")
     # A capped open loop (--concurrency with --qps) draws its Poisson or gamma gaps and holds each send until a
     # user frees up: the rescale moves its sends (vllm bench serve rescales under --max-concurrency too). A true
     # closed loop's arrival is burst.
@@ -293,9 +308,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                "pass a --trace with hash_ids (e.g. Mooncake's), or drop {flag}")
         for name in ("prefix_cache_policy", "cpu_kv_gib", "prefix_caching"):  # (on or off, the same run)
             out.setdefault(name, why)
-        if config.router in ("prefix_aware", "session"):
-            out["router"] = (f"--router {config.router} routes by {'cached prefix' if config.router == 'prefix_aware' else 'session'}, "
-                             f"which the {w.name} workload does not have", "use a trace that has them, or another --router")
+        # (a trace's blocks and sessions are known from its file only: simulator.workload.prefix_traces.check_router)
+        unread = router_unread(config, hashes=False, sessions=False, source=f"the {w.name} workload")
+        if unread is not None:
+            out["router"] = unread
     if config.num_replicas == 1 and r.attention_dp == 1 and not config.is_disaggregated:
         out["router"] = ("one replica takes every request", "add --replicas N, or drop {flag}")
     if layout is not None:
@@ -306,9 +322,6 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
             # The router picks a prefill worker; a decode worker is picked by free blocks and load, a mixed one by load.
             out["router"] = ("the router picks a prefill worker, and the prefill pool is one, which takes every request",
                              "give the prefill pool more replicas ('2x(tp=1)'), or drop {flag}")
-        elif config.router == "prefix_aware":  # (the pools hand KV blocks over by count: no prefix cache to read)
-            out["router"] = ("a disaggregated pool keeps no prefix cache for --router prefix_aware to read",
-                             "use --router session or least_outstanding, or drop {flag}")
         if one_prefill_worker:
             # (tests/test_kv_links.py: one prefill worker runs bit for bit the same under either scope; a mixed
             # pool's requests are served whole where they land and never cross a KV link)
@@ -331,6 +344,43 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                       + (f" (here as {w.concurrency} users free up)" if w.concurrency is not None else ""),
                       "pass --arrival poisson (or gamma/fixed) for a rate, or drop {flag}")
     return out
+
+
+def router_unread(config: RunConfig, hashes: bool, sessions: bool, source: str) -> tuple[str, str] | None:
+    """Why ``config.router`` would have nothing to route by, and the fix (``{flag}`` standing for the option's flag),
+    or None: ``prefix_aware`` where no replica keeps a prefix cache of the workload's blocks, ``session`` where the
+    workload names no sessions; either then sends every request to the least outstanding replica, a run labelled
+    with a router it never ran. ``hashes``/``sessions``: whether the run's requests name their prompts' blocks and
+    their sessions, which ``source`` (the workload, in words) says; a trace's are read from its file
+    (:func:`simulator.workload.prefix_traces.check_router`). None too where the router has no choice to make (one
+    replica, one prefill worker: :func:`inert_options` says so of a ``--router`` given)."""
+    router = config.router
+    if router not in ("prefix_aware", "session"):
+        return None
+    if config.is_disaggregated:
+        layout = layout_of(config)
+        if layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:
+            return None
+    elif config.num_ranks == 1:
+        return None
+    # In a disaggregated run the router picks the prefill worker; a decode worker is picked by free blocks and load.
+    least = f"every request would go to the least outstanding {'prefill worker' if config.is_disaggregated else 'replica'}"
+    if router == "prefix_aware" and config.is_disaggregated:  # (the pools hand KV blocks over by count)
+        # --router session keeps a session on one prefill worker: a fix only where the workload has sessions.
+        return (f"a disaggregated pool keeps no prefix cache for prefix_aware to read ({least})",
+                "use --router session or least_outstanding, or drop {flag}" if sessions
+                else "use --router least_outstanding, or drop {flag}")
+    if router == "prefix_aware" and not hashes:
+        return (f"prefix_aware routes by cached prefix, but {source} names no prompt blocks (only Mooncake JSONL and "
+                f"Weka session traces do; {least})", "use a trace with hash_ids, or another --router")
+    if router == "prefix_aware" and config.scheduler.prefix_cache is None:
+        off = f", {config.scheduler.name}'s default" if config.scheduler.prefix_caching is None else ""
+        return (f"prefix_aware routes to the replica that has the longest prefix cached, but prefix caching is off{off} "
+                f"({least})", "pass --prefix-caching, or use --router least_outstanding")
+    if router == "session" and not sessions:
+        return (f"session keeps each session on one replica, but {source} names no sessions (only Weka session traces "
+                f"do; {least})", "use a trace with sessions, or another --router")
+    return None
 
 
 def _has_dp_ranks(config: RunConfig) -> bool:

@@ -56,6 +56,12 @@ from simulator.config.topology import build_topology
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
 OVER_LENGTH = ("drop", "clip")  # what a trace row longer than max_total_tokens becomes
 WARMUP_MODES = ("steady", "drain")  # a closed loop's warm-up: inline, or a phase drained before the measured one
+# How a session trace's turns are sent (WorkloadConfig.session_replay; simulator.workload.prefix_traces): at their
+# recorded times (open), or each after the turn it waited for ends plus its recorded think time (closed).
+SESSION_REPLAYS = ("open", "closed")
+# Fields added after results were stored (sweep points, planned layouts): at these values result_key leaves them
+# out, so a stored point's key stays what it was and its sweep resumes instead of running every point again.
+LATER_FIELD_DEFAULTS: dict[tuple[str, str], Any] = {("workload", "session_replay"): "open"}
 # How a benchmark client reads --random-range-ratio r: vllm bench serve draws each length in
 # [len*(1-r), len*(1+r)] (r < 1; 0 is fixed); SGLang's bench_serving, and the older vLLM
 # benchmark_serving.py copies such as InferenceX's, in [len*r, len] (r <= 1; 1 is fixed, their 0 is [1, len]).
@@ -579,6 +585,11 @@ class WorkloadConfig:
     # Poisson/gamma arrivals rescaled so the last lands at num_requests / qps, as vllm bench serve does (its
     # get_request closes the 1-2% gap a sum of random gaps leaves, so every seed runs the same duration).
     normalize_arrivals: bool = False
+    # A session trace's replay (SESSION_REPLAYS): "open" sends every turn at its recorded time, which holds the
+    # original server's response times, so a slower simulated server gets a turn before the answer it builds on;
+    # "closed" sends a session's first turn at its recorded time and each later turn when the turn it waited for
+    # ends, plus its recorded think_time (simulator.engine.sessions).
+    session_replay: str = "open"
 
     def __post_init__(self) -> None:
         if self.normalize_arrivals not in (True, False):
@@ -629,6 +640,20 @@ class WorkloadConfig:
         if not 0 <= self.num_warmup < self.num_requests:
             raise ConfigError("workload.num_warmup", f"must be in [0, num_requests={self.num_requests}), got "
                               f"{self.num_warmup}", "pass --num-warmup below --num-requests")
+        if self.session_replay not in SESSION_REPLAYS:
+            raise ConfigError("workload.session_replay", f"unknown replay {self.session_replay!r}",
+                              f"use one of {', '.join(SESSION_REPLAYS)}")
+        if self.session_replay == "closed":
+            if self.trace is None or self.arrival != "trace":
+                raise ConfigError("workload.session_replay", "closed replays a session trace's turns from their "
+                                  "recorded times and think times" + (", but no trace is given" if self.trace is None
+                                  else f", but --arrival is {self.arrival} (rows sampled at other arrivals)"),
+                                  "pass --trace with Claude Code session files and --arrival trace, or drop "
+                                  "--session-replay")
+            if self.concurrency is not None:
+                raise ConfigError("workload.concurrency", "--session-replay closed sends each session's turns as "
+                                  "its earlier ones end (one user per session) already",
+                                  "drop --concurrency, or --session-replay")
         if self.warmup_mode not in WARMUP_MODES:
             raise ConfigError("workload.warmup_mode", f"unknown value {self.warmup_mode!r}",
                               f"use one of {', '.join(WARMUP_MODES)}")
@@ -778,6 +803,9 @@ class RunConfig:
         if self.first_token_at not in FIRST_TOKEN_AT:
             raise ConfigError("first_token_at", f"unknown delivery point {self.first_token_at!r}",
                               f"use one of {', '.join(FIRST_TOKEN_AT)}")
+        if self.is_disaggregated and self.workload.session_replay == "closed":  # (simulate refuses such tables too)
+            raise ConfigError("workload.session_replay", "closed-loop sessions in disaggregated pools are not modelled",
+                              "drop --session-replay for the recorded times, or drop the pools")
         check_link_name(self.kv_link)  # in every run: a config file's typo must not wait for pools
         if self.kv_link_scope not in KV_LINK_SCOPES:
             raise ConfigError("kv_link_scope", f"unknown KV link scope {self.kv_link_scope!r}",
@@ -812,6 +840,9 @@ class RunConfig:
         a search (its SLO, mode, options): the resume key of sweep points and planned layouts."""
         resolved = self.to_dict()
         resolved.pop("fast_forward", None)
+        for (section, name), default in LATER_FIELD_DEFAULTS.items():
+            if resolved[section].get(name) == default:
+                del resolved[section][name]
         blob = json.dumps({**context, "config": resolved}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

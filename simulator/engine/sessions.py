@@ -4,6 +4,8 @@ Session traffic (:mod:`simulator.workload.sessions`) carries, per request, its s
 think time. A session's first request is sent at its ``arrival_at``; every later one is sent
 ``think_s`` after the session's previous request finished (or was refused), so a slow server
 slows its users down instead of growing an unbounded queue, as real chat users and agents do.
+A table's ``after`` names the request that releases each one instead of the session's previous
+request (a recorded Claude Code session replayed closed: ``--session-replay closed``).
 This is :mod:`simulator.engine.closed_loop`'s mechanism (sends at completions, learnt through
 the run's recorder) with one user per session and a delay, instead of N interchangeable users.
 
@@ -31,29 +33,38 @@ from simulator.workload.request import Request
 class SessionClient:
     """Sends each session's requests in order (see the module docstring).
 
-    Invariant: at most one request per session is in flight; a request with a finite
-    ``think_s`` is sent exactly ``think_s`` after its predecessor ended."""
+    Invariant: a request with a finite ``think_s`` is sent exactly ``think_s`` after its predecessor
+    ended, so never before it ended; at most one request per session is in flight unless ``after``
+    releases several by one request (a Claude Code session's side calls and parallel sub-agents). ``sent_ids``: the requests'
+    ids in the order they were sent, which is not id order (a later session's turn may go before an
+    earlier one's): the warm-up is the first ``num_warmup`` of them (``RunResult.extra["send_order"]``)."""
 
-    __slots__ = ("env", "cluster", "_next", "_think", "num_sent")
+    __slots__ = ("env", "cluster", "_next", "_think", "num_sent", "sent_ids")
 
-    def __init__(self, requests: Sequence[Request], session_id: np.ndarray, think_s: np.ndarray) -> None:
-        self._next: dict[int, Request] = {}  # request id -> the next request of its session
+    def __init__(self, requests: Sequence[Request], session_id: np.ndarray, think_s: np.ndarray,
+                 after: np.ndarray | None = None) -> None:
+        """``after``: per request, the row of the request whose end releases it (-1: none), where that is not
+        its session's previous request (``RequestTable.after``)."""
+        # request id -> the requests its end releases, in table order (one, but where ``after`` says more)
+        self._next: dict[int, list[Request]] = {}
         self._think: dict[int, float] = {}  # request id -> its think time (later turns only)
         last: dict[int, Request] = {}  # session -> its latest request so far, in table order
-        for req, session, think in zip(requests, session_id.tolist(), think_s.tolist(), strict=True):
+        links = after.tolist() if after is not None else [None] * len(requests)
+        for req, session, think, link in zip(requests, session_id.tolist(), think_s.tolist(), links, strict=True):
             if session < 0:
                 continue
             if not math.isnan(think):  # sent after its predecessor ends
-                prev = last.get(session)
+                prev = last.get(session) if link is None else requests[link]
                 if prev is None:
                     raise ValueError(f"request {req.request_id} has a think time but no earlier request "
                                      f"in session {session}")
-                self._next[prev.request_id] = req
+                self._next.setdefault(prev.request_id, []).append(req)
                 self._think[req.request_id] = think
             last[session] = req
         self.env: simpy.Environment | None = None
         self.cluster: Any = None
         self.num_sent = 0
+        self.sent_ids: list[int] = []
 
     def is_first(self, req: Request) -> bool:
         return req.request_id not in self._think
@@ -62,13 +73,13 @@ class SessionClient:
         """``finished`` ended now (answered or refused): their sessions' next turns are due after a think."""
         env = self.env
         for req in finished:
-            nxt = self._next.get(req.request_id)
-            if nxt is not None:
+            for nxt in self._next.get(req.request_id, ()):
                 env.timeout(self._think[nxt.request_id]).callbacks.append(functools.partial(self._send, nxt))
 
     def _send(self, req: Request, _event: simpy.Event) -> None:
         req.arrival_at = self.env.now  # sent now: TTFT and E2E count from here
         self.num_sent += 1
+        self.sent_ids.append(req.request_id)
         self.cluster.submit(req)
 
     def arrivals(self, env: simpy.Environment, requests: Sequence[Request], cluster: Any) -> Iterator[simpy.Event]:
@@ -76,5 +87,6 @@ class SessionClient:
         self.env, self.cluster = env, cluster
         yield from send_at_arrival_times(env, (r for r in requests if self.is_first(r)), cluster, self._count_sent)
 
-    def _count_sent(self, _req: Request) -> None:
+    def _count_sent(self, req: Request) -> None:
         self.num_sent += 1
+        self.sent_ids.append(req.request_id)

@@ -75,7 +75,7 @@ from simulator.costmodel.base import BatchShape
 from simulator.engine.tbt import GapLog, percentiles
 from simulator.planning.options import SLO, SearchSettings  # declared with the planner options
 from simulator.planning.search import Limits, Outcome, largest_passing
-from simulator.report.benchmark import measured_gaps
+from simulator.report.benchmark import measured_gaps, send_order
 from simulator.report.metrics import measured_columns, request_columns, tbt_distribution, within_slo
 from simulator.workload.request import Request, Status
 
@@ -495,7 +495,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
                               tbt_quantile=slo.tbt_quantile)
     result = simulation.simulate(cfg, watch=watch, record_iterations=False)  # a trial judges requests and gaps
     cols = request_columns(result)  # numpy columns: a trial needs no pandas
-    cols = measured_columns(cols, num_warmup)  # judged without a warm-up's requests, as a run reports
+    cols = measured_columns(cols, num_warmup, send_order(result))  # the warm-up left out, as a run reports
     status = cols["status"]
     is_finished = status == Status.FINISHED.value
     num_rejected = int((status == Status.REJECTED.value).sum())

@@ -72,7 +72,7 @@ from simulator.planning.capacity import SearchSettings, find_capacity, run_trial
 from simulator.planning.launch import LAUNCH_ENGINES, launch_command
 from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
-from simulator.report.benchmark import measured_window
+from simulator.report.benchmark import measured_window, send_order
 from simulator.report.metrics import request_columns, within_slo
 from simulator.workload.request import Status
 
@@ -490,7 +490,7 @@ def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
     ttft_f, tpot_f = cols["ttft_s"][finished], tpot[finished]
     tpot_f = tpot_f[~np.isnan(tpot_f)]
     # The load's window as every throughput figure takes it (vllm bench's duration: from the load's start, refusals in)
-    start, end = measured_window(cols, config.workload.num_warmup, config.workload.arrival)
+    start, end = measured_window(cols, config.workload.num_warmup, config.workload.arrival, send_order(result))
     span = end - start if finished.any() else math.nan
     out_tokens = float(cols["num_output_tokens"][finished].sum())
     busy = np.asarray(result.replica_busy_s, dtype=np.float64)

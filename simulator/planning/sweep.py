@@ -389,9 +389,15 @@ def _check_name(where: str, name: str, mode: str) -> None:
 
 
 def _point_config(values: dict[str, Any], where: str) -> RunConfig:
+    """A point's config, refused as ``simulate run`` refuses it; its router too, where the point's workload gives it
+    nothing to route by (``prefix_aware`` on ShareGPT ran as least outstanding under the router's name)."""
+    from simulator.workload.prefix_traces import check_router  # (reads a trace's first line only)
+
     changes = {RUN_OPTIONS[k][0]: v for k, v in values.items() if k in RUN_OPTIONS}
     try:
-        return RunConfig().replace(**changes)
+        config = RunConfig().replace(**changes)
+        check_router(config)
+        return config
     except ConfigError as err:
         raise ConfigError(where, f"{err.field}: {err.problem}", err.fix) from None
     except (TypeError, ValueError) as err:

@@ -135,13 +135,31 @@ def returned_at(cols: dict[str, np.ndarray]) -> np.ndarray:
     return np.where(status == "finished", cols["completed_at"], np.where(status == "rejected", refused, np.nan))
 
 
-def measured_window(cols: dict[str, np.ndarray], num_warmup: int, arrival: str) -> tuple[float, float]:
+def send_order(result: RunResult) -> np.ndarray | None:
+    """The request ids in the order the run sent them, where that is not id order and the run recorded it
+    (closed-loop sessions: a turn is sent as its predecessor ends, so a later session's turn can go before an
+    earlier one's); None where requests are sent in id order (open loop, and --concurrency's users, who take
+    the next request in line)."""
+    return result.extra.get("send_order")
+
+
+def measured_mask(request_id: np.ndarray, num_warmup: int, order: np.ndarray | None = None) -> np.ndarray:
+    """Which of these requests are measured: every one but the first ``num_warmup`` sent (``--num-warmup``), the
+    first ids unless ``order`` (:func:`send_order`) says in which order they were sent."""
+    request_id = np.asarray(request_id)
+    if order is None or not num_warmup:
+        return request_id >= num_warmup
+    return ~np.isin(request_id, order[:num_warmup])
+
+
+def measured_window(cols: dict[str, np.ndarray], num_warmup: int, arrival: str,
+                    order: np.ndarray | None = None) -> tuple[float, float]:
     """The measured load's (start, end), as ``vllm bench serve`` times its duration: from the benchmark's start to
     the last measured request's return (a refused one's included). Its start is the instant the load began, before
     the first request's own delay (vLLM sleeps ``delay_ts[0]`` before the first send): time 0 for a generated
     load; the first measured send after a warm-up (a drained one releases every user at once) and for a trace
-    (its timestamps are the trace's, not a benchmark's)."""
-    measured = cols["request_id"] >= num_warmup
+    (its timestamps are the trace's, not a benchmark's). ``order``: :func:`send_order`."""
+    measured = measured_mask(cols["request_id"], num_warmup, order)
     sent = cols["arrival_at"][measured]
     if not len(sent):
         return 0.0, 0.0
@@ -215,9 +233,10 @@ def measured_gaps_by_replica(result: RunResult, num_warmup: int, replica_of: np.
             out.append((values, counts, exact and not num_warmup))
         return out
     first = _first_token_ats(result)
+    measured = measured_mask(np.arange(len(times)), num_warmup, send_order(result))
     gaps: list[list[np.ndarray]] = [[] for _ in range(num)]
     for i, t in enumerate(times):
-        if i >= num_warmup and len(t) > 1:
+        if measured[i] and len(t) > 1:
             gaps[int(replica_of[i]) if replica_of is not None else 0].append(client_gaps(t, first[i]))
     out = []
     for bucket in gaps:
@@ -254,10 +273,11 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
     workload = result.config.workload
     num_warmup = int(getattr(workload, "num_warmup", 0) or 0)
     status = cols["status"]
-    measured = cols["request_id"] >= num_warmup
+    order = send_order(result)
+    measured = measured_mask(cols["request_id"], num_warmup, order)
     done = measured & (status == "finished")
     failed = measured & (status == "rejected")
-    start, end = measured_window(cols, num_warmup, workload.arrival)
+    start, end = measured_window(cols, num_warmup, workload.arrival, order)
     duration = max(end - start, 1e-12)
     out_tokens = cols["num_output_tokens"][done]
     in_tokens = cols["num_prompt_tokens"][done]
@@ -372,7 +392,12 @@ def per_request_lists(result: RunResult, cols: dict[str, np.ndarray]) -> dict[st
     ``start_times`` (seconds), ``errors`` ('' or the refusal), and ``itls`` (each request's
     gaps) where the run kept token times."""
     num_warmup = int(getattr(result.config.workload, "num_warmup", 0) or 0)
-    measured = np.flatnonzero(cols["request_id"] >= num_warmup)
+    order = send_order(result)
+    measured = np.flatnonzero(measured_mask(cols["request_id"], num_warmup, order))
+    if order is not None:  # in the order they were sent (ids: rows; a request never sent, last)
+        sent_at = np.full(len(cols["request_id"]), len(order), dtype=np.int64)
+        sent_at[order] = np.arange(len(order))
+        measured = measured[np.argsort(sent_at[cols["request_id"][measured]], kind="stable")]
     ok = cols["status"][measured] == "finished"
 
     def seconds(name: str) -> list[float | None]:

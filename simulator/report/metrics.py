@@ -24,7 +24,13 @@ import numpy as np
 from simulator.engine.kvcache import vllm_reported_kv_tokens
 from simulator.engine.tbt import QUANTILES, expand, merged, nan_stats
 from simulator.engine.tbt import quantile_stats as weighted_quantile_stats
-from simulator.report.benchmark import measured_gaps, measured_gaps_by_replica, measured_window
+from simulator.report.benchmark import (
+    measured_gaps,
+    measured_gaps_by_replica,
+    measured_mask,
+    measured_window,
+    send_order,
+)
 from simulator.workload.request import Request, RequestColumns
 
 if TYPE_CHECKING:
@@ -165,11 +171,13 @@ def _as_columns(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, np.
     return {name: requests[name].to_numpy() for name in requests.columns}
 
 
-def measured_columns(cols: dict[str, np.ndarray], num_warmup: int) -> dict[str, np.ndarray]:
-    """``cols`` without the first ``num_warmup`` requests sent (the warm-up), as every figure is judged."""
+def measured_columns(cols: dict[str, np.ndarray], num_warmup: int,
+                     order: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """``cols`` without the first ``num_warmup`` requests sent (the warm-up), as every figure is judged; ``order``:
+    the run's :func:`~simulator.report.benchmark.send_order` where it is not id order."""
     if not num_warmup:
         return cols
-    keep = cols["request_id"] >= num_warmup
+    keep = measured_mask(cols["request_id"], num_warmup, order)
     return {name: values[keep] for name, values in cols.items()}
 
 
@@ -188,8 +196,9 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     busy_span = run_span(result, cols)
     num_warmup = result.config.workload.num_warmup
     # Throughput is over the measured requests' window (vllm bench's duration): a warm-up's tail is none of it.
-    start, end = measured_window(cols, num_warmup, result.config.workload.arrival)
-    cols = measured_columns(cols, num_warmup)  # the warm-up requests leave every other figure
+    order = send_order(result)
+    start, end = measured_window(cols, num_warmup, result.config.workload.arrival, order)
+    cols = measured_columns(cols, num_warmup, order)  # the warm-up requests leave every other figure
     status = cols["status"]
     done = status == "finished"
     if num_warmup:  # their gaps too, from the others' token times (simulate keeps them for such runs)
@@ -339,14 +348,14 @@ def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | N
     ``cols``: :func:`request_columns` of the run; ``busy_span`` by default the whole run's (warm-up included)."""
     num_warmup = result.config.workload.num_warmup
     if span is None:
-        start, end = measured_window(cols, num_warmup, result.config.workload.arrival)
+        start, end = measured_window(cols, num_warmup, result.config.workload.arrival, send_order(result))
         span = max(end - start, 1e-12)
     if busy_span is None:  # the whole run's, warm-up included, as summarize's
         busy_span = run_span(result, cols)
     measured = None
     if num_warmup:  # the warm-up requests' gaps leave each replica's TBT too, as they leave the run's
         measured = measured_gaps_by_replica(result, num_warmup, request_columns(result)["replica_id"])
-        cols = measured_columns(cols, num_warmup)  # (idempotent: the summary's are measured already)
+        cols = measured_columns(cols, num_warmup, send_order(result))  # (idempotent: the summary's are measured)
     replica_id, status = cols["replica_id"], cols["status"]
     finished, rejected = status == "finished", status == "rejected"
     # Each TBT gap belongs to the replica whose iteration produced the token that ends it.

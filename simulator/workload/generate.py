@@ -103,7 +103,9 @@ class RequestTable:
     and ``session_id`` (-1: none); otherwise they are None. Closed-loop session traffic
     (:mod:`simulator.workload.sessions`) adds ``think_s``: a session's request is sent that long
     after its previous one finished (NaN for a session's first request, sent at ``arrival_at``;
-    later requests' ``arrival_at`` are then only placeholders).
+    later requests' ``arrival_at`` are then only placeholders). ``after`` (with ``think_s``) names the
+    request whose end releases each one instead (its row, earlier than its own; -1 for a first request): a
+    session whose requests do not wait one for the next (a Claude Code session's side calls and sub-agents).
     """
 
     arrival_at: np.ndarray
@@ -114,6 +116,7 @@ class RequestTable:
     hash_block_size: int = 0
     session_id: np.ndarray | None = None
     think_s: np.ndarray | None = None
+    after: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         arrival = np.array(self.arrival_at, dtype=np.float64)
@@ -150,6 +153,15 @@ class RequestTable:
                 raise ConfigError("requests", "think_s needs session_id and one delay >= 0 (or NaN) per request")
             think.setflags(write=False)
             object.__setattr__(self, "think_s", think)
+        if self.after is not None:
+            after = np.array(self.after, dtype=np.int64)
+            if (self.think_s is None or after.shape != arrival.shape
+                    or np.any(after >= np.arange(len(after))) or np.any(after < -1)
+                    or not np.array_equal(after < 0, np.isnan(self.think_s))):
+                raise ConfigError("requests", "after needs think_s and one earlier row per request (-1 where "
+                                  "think_s is NaN: a first request)")
+            after.setflags(write=False)
+            object.__setattr__(self, "after", after)
 
     def __len__(self) -> int:
         return len(self.arrival_at)
@@ -180,9 +192,12 @@ def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestT
     if cfg.trace is not None:
         from simulator.workload.prefix_traces import read_prefix_trace
 
-        hashed = read_prefix_trace(cfg.trace)  # Mooncake JSONL, Weka sessions: with block hash ids
+        # Mooncake JSONL, Weka sessions: with block hash ids (and, replayed closed, the sessions' links)
+        hashed = read_prefix_trace(cfg.trace, closed=cfg.session_replay == "closed")
         if hashed is not None:
             return prefix_trace_table(cfg, hashed, rng)
+        if cfg.session_replay == "closed":
+            raise _no_sessions(cfg)
         prompt, output, arrival_override, length_desc = _lengths_from_trace(cfg, rng)
     elif cfg.name in BUILTIN_NAMES:
         prompt, output, length_desc = _lengths_from_builtin(cfg, rng)
@@ -877,6 +892,32 @@ def _turns_in_order(idx: np.ndarray, session_id: np.ndarray) -> np.ndarray:
     return out
 
 
+def _no_sessions(cfg: WorkloadConfig) -> ConfigError:
+    """The refusal of ``--session-replay closed`` on a trace that names no sessions."""
+    return ConfigError("--session-replay", f"closed sends each session's later turns as the turns they waited for end, "
+                       f"but {Path(cfg.trace or '').name} names no sessions (only Claude Code session files do)",
+                       "drop --session-replay, or pass Claude Code session files as --trace")
+
+
+def _closed_links(trace: PrefixTrace, idx: np.ndarray, time_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """A closed replay's ``after`` and ``think_s`` (:class:`RequestTable`) for the trace rows ``idx`` (in order): a
+    row whose releasing request was left out (over ``max_total_tokens``) waits for what released that one, the two
+    thinks added (the request left out took no time); one left without any is a first turn, sent at its recorded
+    time. Thinks are divided by ``time_scale`` as the recorded times are."""
+    assert trace.after is not None and trace.think_s is not None
+    row = {int(r): k for k, r in enumerate(idx.tolist())}
+    after = np.full(len(idx), -1, dtype=np.int64)
+    think = np.full(len(idx), np.nan)
+    for k, r in enumerate(idx.tolist()):
+        a, total = int(trace.after[r]), float(trace.think_s[r])
+        while a >= 0 and a not in row:
+            total += float(trace.think_s[a])  # (NaN where the one left out was a first turn: a >= 0 ends then)
+            a = int(trace.after[a])
+        if a >= 0:
+            after[k], think[k] = row[a], total / time_scale
+    return after, think
+
+
 def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.Generator) -> RequestTable:
     """The run's requests from a hashed trace, as :func:`~simulator.workload.generate.generate_requests`
     treats any trace: rows over ``max_total_tokens`` removed (clipping would cut prompts
@@ -898,6 +939,9 @@ def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.G
                               f"{cfg.max_total_tokens}", "raise --max-total-tokens")
     desc += ")"
     n, rows = cfg.num_requests, len(keep)
+    after = think = None
+    if cfg.session_replay == "closed" and trace.after is None:  # (Mooncake: no sessions)
+        raise _no_sessions(cfg)
     if cfg.arrival == "trace":
         if n > rows:
             raise ConfigError("workload.num_requests", f"replaying {name} needs num_requests <= its {rows} rows, "
@@ -906,7 +950,12 @@ def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.G
         at = trace.arrival_s[idx]
         arrival = (at - at[0]) / cfg.time_scale
         scale = f" / {cfg.time_scale:g}" if cfg.time_scale != 1 else ""
-        desc += f", first {n} rows replayed, trace timestamps{scale}"
+        if cfg.session_replay == "closed":  # (the config refuses it with other arrivals)
+            after, think = _closed_links(trace, idx, cfg.time_scale)
+            desc += (f", first {n} rows replayed closed: each session's first turn at its trace timestamp{scale}, each "
+                     f"later one its think_time{scale} after the turn it waited for ends")
+        else:
+            desc += f", first {n} rows replayed, trace timestamps{scale}"
     else:
         idx = _turns_in_order(keep[sample_rows(rows, n, rng)], trace.session_id)
         arrival, arrival_desc = _arrivals(cfg, n, rng)
@@ -915,4 +964,5 @@ def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.G
             desc += " (each session's turns in its order)"
     return RequestTable(arrival, trace.num_prompt_tokens[idx], trace.num_output_tokens[idx], desc,
                         block_hashes=tuple(trace.block_hashes[i] for i in idx.tolist()),
-                        hash_block_size=trace.hash_block_size, session_id=trace.session_id[idx])
+                        hash_block_size=trace.hash_block_size, session_id=trace.session_id[idx], think_s=think,
+                        after=after)

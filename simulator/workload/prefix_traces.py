@@ -20,6 +20,11 @@ Weka Claude Code sessions (``kv-cache-tester`` ``traces/trace_NNNN.json``)
     session id is the file's index. A folder's ``*.json`` and ``*.json.gz`` files are read. Requests of a session are replayed
     at ``session start + t`` (open loop: the recorded times, which include the original
     server's response times); sessions start together unless ``session_gap_s`` staggers them.
+    Read for a closed replay (``closed=True``; ``--session-replay closed``), each request also gets the request
+    whose end releases it and its think time after that end (:func:`_replay_links`), from the files' ``think_time``
+    and ``api_time``: ``t[k] = t[j] + api_time[j] + think_time[k]`` with ``j`` the agent's latest earlier request
+    that records an ``api_time`` (an answer the client waited for; 48,436 of the 48,445 later turns of the 710
+    published files within 1.5 s, their times being whole seconds).
 
 A request recorded with 0 output tokens (in either format, and in a CSV or JSONL trace) is given 1
 (the simulator produces at least one token); the table's ``source`` says how many.
@@ -33,12 +38,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_TOKENS
+
+if TYPE_CHECKING:
+    from simulator.config.run_config import RunConfig
 
 _FIELD = "workload.trace"
 MOONCAKE_BLOCK_TOKENS = 512
@@ -57,6 +66,10 @@ class PrefixTrace:
     session_id: np.ndarray  # int64; -1 where the trace has no sessions
     fmt: str
     note: str = ""
+    # A closed replay's links (read_weka_sessions(closed=True), else None): per request the row of the request
+    # whose end releases it (-1: a first turn, sent at its arrival) and the think time after that end (NaN there).
+    after: np.ndarray | None = None
+    think_s: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -243,11 +256,62 @@ def _session_text(file: Path) -> str:
         return fh.read()
 
 
-def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
+def _optional_seconds(req: dict, key: str, path: str, where: str) -> float | None:
+    """A request's ``api_time`` or ``think_time``: seconds >= 0, or None where the file records none (old traces)."""
+    value = req.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ConfigError(_FIELD, f"{path}: {where}: {key} must be a number of seconds >= 0, got {value!r}",
+                          "fix that request, or replay the sessions at their recorded times (--session-replay open)")
+    return float(value)
+
+
+def _replay_links(entries: list[tuple[float, dict, str, int]], path: str) -> list[tuple[int, float]]:
+    """A closed replay of one session file (``entries`` in time order: ``(t, request, where, agent)``, agent 0 the
+    main one): per entry, the entry whose end releases it and the think time after that end, or ``(-1, NaN)`` for
+    the first request, sent at its recorded time.
+
+    A later request of an agent waits for that agent's latest earlier request that records an ``api_time`` (the
+    client waited for its answer; a request without one, a side call, releases nothing, and several requests may
+    wait for one: the trace's ``think_time`` counts from it), else for the one before it; then its ``think_time``,
+    or where none is recorded the recorded gap, the earlier answer's ``api_time`` taken off where known. A
+    sub-agent's first request waits for the main agent's request it followed (by that rule), then the recorded gap
+    from that answer to the sub-agent's start (its own ``think_time``, 0, counts from the sub-agent's start); the
+    main agent's next turn counts its ``think_time`` from its own last answer, which spans the sub-agents' work."""
+    out: list[tuple[int, float]] = []
+    times: list[float] = []
+    apis: list[float | None] = []
+    latest: dict[int, int] = {}  # agent -> its latest entry so far
+    waited: dict[int, int] = {}  # agent -> its latest entry with an api_time
+    for k, (t, req, where, agent) in enumerate(entries):
+        api = _optional_seconds(req, "api_time", path, where)
+        think = _optional_seconds(req, "think_time", path, where)
+        if agent in latest:
+            after = waited.get(agent, latest[agent])
+        else:  # an agent's first request: a sub-agent's waits for the main agent's
+            after = waited.get(0, latest.get(0, -1)) if agent else -1
+            think = None
+        if after < 0:
+            out.append((-1, math.nan))
+        else:
+            gap = t - times[after] - (apis[after] or 0.0)  # the recorded gap after that answer
+            out.append((after, think if think is not None else max(0.0, gap)))
+        times.append(t)
+        apis.append(api)
+        latest[agent] = k
+        if api is not None:
+            waited[agent] = k
+    return out
+
+
+def read_weka_sessions(path: str, session_gap_s: float = 0.0, closed: bool = False) -> PrefixTrace:
     """Weka agent sessions (one file, or a folder of ``*.json``): every request of every
     session (sub-agents flattened), ids renumbered per file, sorted by arrival (stable:
-    session order, then the file's order)."""
+    session order, then the file's order). ``closed``: with each request's release for a closed replay
+    (:func:`_replay_links`; ``PrefixTrace.after`` and ``think_s``)."""
     rows: list[tuple[float, int, int, int, np.ndarray, int]] = []  # (t, session, in, out, ids, order)
+    links: list[tuple[int, float]] = []  # a closed replay's, by order: (the order of the row releasing it, think)
     block_size: int | None = None
     num_zero_out = 0
     next_id = 0
@@ -276,7 +340,7 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
         else:  # one id space over the files: ids are kept as they are
             local, positions = shared_ids, shared_positions
         start = session * session_gap_s
-        entries: list[tuple[float, dict, str]] = []
+        entries: list[tuple[float, dict, str, int]] = []  # (t, request, where, agent: 0 main, i + 1 request i's)
         for i, req in enumerate(_requests(data["requests"], str(file), "top level")):
             if not isinstance(req, dict):
                 raise ConfigError(_FIELD, f"{file}: request {i} is not an object", "pass Weka trace files")
@@ -290,12 +354,15 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
                     if not isinstance(sub, dict):
                         raise ConfigError(_FIELD, f"{file}: request {i}.{j} is not an object", "pass Weka trace files")
                     entries.append((base + _seconds(_required(sub, "t", str(file), f"request {i}.{j}"), str(file),
-                                                    f"request {i}.{j}"), sub, f"request {i}.{j}"))
+                                                    f"request {i}.{j}"), sub, f"request {i}.{j}", i + 1))
             else:
                 entries.append((_seconds(_required(req, "t", str(file), f"request {i}"), str(file), f"request {i}"),
-                                req, f"request {i}"))
+                                req, f"request {i}", 0))
         entries.sort(key=lambda e: e[0])  # stable: ties keep the file's order
-        for t, req, where in entries:
+        if closed:
+            first = len(rows)  # the file's entries become rows first, first + 1, ... (their order)
+            links.extend((first + a if a >= 0 else -1, think) for a, think in _replay_links(entries, str(file)))
+        for t, req, where, _ in entries:
             n_in = _positive_int(req.get("in"), "in", str(file), where)
             n_out, zero = output_tokens(req.get("out"), str(file), where, "out")
             num_zero_out += zero
@@ -318,9 +385,16 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0) -> PrefixTrace:
     rows.sort(key=lambda r: (r[0], r[1], r[5]))
     at = np.array([r[0] for r in rows], dtype=np.float64)
     note = zero_output_note(num_zero_out)
+    after = think_s = None
+    if closed:  # the links by order, to rows in arrival order (a request's release sorts before it: earlier t, or
+        row_of = np.empty(len(rows), dtype=np.int64)  # the same t and an earlier order)
+        row_of[[r[5] for r in rows]] = np.arange(len(rows))
+        after = np.array([row_of[links[r[5]][0]] if links[r[5]][0] >= 0 else -1 for r in rows], dtype=np.int64)
+        think_s = np.array([links[r[5]][1] for r in rows], dtype=np.float64)
+        assert np.all(after < np.arange(len(rows)))
     return PrefixTrace(at - at[0], np.array([r[2] for r in rows], dtype=np.int64),
                        np.array([r[3] for r in rows], dtype=np.int64), tuple(r[4] for r in rows), block_size,
-                       np.array([r[1] for r in rows], dtype=np.int64), "weka-sessions", note)
+                       np.array([r[1] for r in rows], dtype=np.int64), "weka-sessions", note, after, think_s)
 
 
 def prefix_trace_format(path: str) -> str | None:
@@ -334,11 +408,36 @@ def prefix_trace_format(path: str) -> str | None:
     return None
 
 
-def read_prefix_trace(path: str) -> PrefixTrace | None:
-    """The trace at ``path`` if it is one of these formats, else None."""
+def check_router(config: RunConfig) -> None:
+    """Refuse ``config.router`` where the run's workload gives it nothing to route by (no block hashes for
+    ``prefix_aware``, no sessions for ``session``: :func:`simulator.config.options.router_unread`), read from what the
+    config's trace holds (its first line). A one-line error, as ``--router`` given there gets from the options
+    (``check_given``), whether the router came from a flag, a ``--config`` file or a sweep point: each ran silently
+    as least outstanding. A trace that is not there, or a folder of no session files, is left to be refused where
+    it is read, with its own reason."""
+    from simulator.config.options import router_unread
+
+    w = config.workload
+    fmt = None
+    if w.trace is not None:
+        if not Path(w.trace).exists():
+            return
+        fmt = prefix_trace_format(w.trace)
+        if fmt is None and Path(w.trace).is_dir():
+            return
+    source = f"--trace {w.trace}" if w.trace is not None else f"the {w.name} workload"
+    unread = router_unread(config, hashes=fmt is not None, sessions=fmt == "weka-sessions", source=source)
+    if unread is not None:
+        why, fix = unread
+        raise ConfigError("--router", f"{why}, so --router would do nothing", fix.replace("{flag}", "--router"))
+
+
+def read_prefix_trace(path: str, closed: bool = False) -> PrefixTrace | None:
+    """The trace at ``path`` if it is one of these formats, else None; ``closed``: Weka sessions with their closed
+    replay's links (:func:`read_weka_sessions`)."""
     fmt = prefix_trace_format(path)
     if fmt == "weka-sessions":
-        return read_weka_sessions(path)
+        return read_weka_sessions(path, closed=closed)
     return read_mooncake(path) if fmt == "mooncake" else None
 
 

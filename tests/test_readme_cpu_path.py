@@ -67,7 +67,7 @@ def test_readme_cpu_path_runs_as_written(tmp_path: Path) -> None:
     assert f"cost model: {artifact_path}" in res.stdout  # the run says which cost model it used
     out = tmp_path / run[run.index("--out") + 1]
     config = json.loads((out / "config.json").read_text())
-    assert config["cost_model"] == artifact_path
+    assert config["cost_model"] == str((tmp_path / artifact_path).resolve())  # absolute: --config from anywhere
     # The fitted model set the pace: the same config replayed here gives the written iterations
     # bit for bit, and the roofline would have given others.
     written = pd.read_parquet(out / "iterations.parquet")
@@ -75,4 +75,5 @@ def test_readme_cpu_path_runs_as_written(tmp_path: Path) -> None:
     again = simulate(replay).iteration_frame()
     assert written["duration_s"].tolist() == again["duration_s"].tolist()
     roofline = simulate(replay.replace(cost_model="roofline")).iteration_frame()
-    assert roofline["duration_s"].sum() != pytest.approx(written["duration_s"].sum(), rel=0.05)
+    # (the typical step: a run's summed durations can land close by chance, as prefills and decodes trade off)
+    assert roofline["duration_s"].median() != pytest.approx(written["duration_s"].median(), rel=0.05)

@@ -58,7 +58,7 @@ def test_rows_replay_at_each_engines_own_budget() -> None:
     assert sf.row_budget(given) == 4096
 
 
-def test_rows_made_at_the_engines_default_budget_fit_exactly(tmp_path: Path) -> None:
+def test_rows_made_at_the_engines_default_budget_fit_exactly(aic: Path, tmp_path: Path) -> None:
     """A100 rows measured at vLLM's own budget (2048) were replayed at 8192: held-out TTFT 103% off after the fit
     (0% with --max-num-batched-tokens 2048). The artifact says which budget the replays ran."""
     import collections
@@ -87,7 +87,7 @@ SGLANG_ROWS = [("llama-3.1-8b", "h100-sxm"), ("qwen3-8b", "h100-sxm"), ("llama-3
 
 
 @pytest.mark.parametrize("floor", [0.0, 1.5e-3])
-def test_sglang_rows_write_the_prefill_floor_they_identify_and_their_policy(tmp_path: Path, floor: float) -> None:
+def test_sglang_rows_write_the_prefill_floor_they_identify_and_their_policy(aic: Path, tmp_path: Path, floor: float) -> None:
     """SGLang rows whose steps no floor lengthens wrote the floor at the fit's start (1 ms a layer: rows made with
     0 and 0.5 ms fitted alike, and a 64-token prompt was priced 4x its TTFT): now 0, said in a note; a floor the
     rows do show is fitted as before. The artifact names the policy the rows were replayed under (it was null)."""
@@ -117,7 +117,7 @@ def test_sglang_rows_write_the_prefill_floor_they_identify_and_their_policy(tmp_
     assert report["holdout_after"]["ttft_median"] < 0.01
 
 
-def test_before_is_simulated_for_a_preset_the_replay_cannot_express(tmp_path: Path) -> None:
+def test_before_is_simulated_for_a_preset_the_replay_cannot_express(aic: Path, tmp_path: Path) -> None:
     """The held-out error 'before' replayed the base preset as the fit's five terms: vllm-2023-splitwise's prefill
     excess (and RPC, launch floor, collective extra by TP of others) left out, a 4096-token row's TTFT at 554 ms
     where the simulator gives 1181. Such a preset's 'before' is now its simulation, and a note says why."""
@@ -164,7 +164,7 @@ def test_replay_gaps_name_the_terms_a_replay_leaves_out() -> None:
     assert sf.replay_gaps(ENGINES["sarathi-2023-vidur"], roof_tp4) == ["rpc_s", "rpc_per_seq_s"]
 
 
-def test_unit_slips_are_refused_with_the_column_and_the_likely_unit(tmp_path: Path) -> None:
+def test_unit_slips_are_refused_with_the_column_and_the_likely_unit(aic: Path, tmp_path: Path) -> None:
     """Timings in another unit fitted in silence, exit 0: --rows with ttft_ms in seconds (93,834% held-out error),
     --table with measured_s in milliseconds (12 s a step fitted), --bench with TTFT and ITL in milliseconds (the
     search's 100 ms edge, 99.6% off). Each is now one line naming the column and the unit it looks to be in."""
@@ -210,7 +210,7 @@ def test_unit_slips_are_refused_with_the_column_and_the_likely_unit(tmp_path: Pa
     assert not any((tmp_path / f).exists() for f in ("e.json", "t.json", "b.json"))
 
 
-def test_a_term_at_its_search_bound_is_warned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_term_at_its_search_bound_is_warned(aic: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A --rows fit whose term ends at its search bound says so (the rows ask for more than the fit allows); a term
     at 0, the least it may take, is no warning."""
     import collections
@@ -232,7 +232,7 @@ def test_a_term_at_its_search_bound_is_warned(tmp_path: Path, monkeypatch: pytes
                                   "the fit allows"]
 
 
-def test_a_skipped_rows_reason_names_its_cause(tmp_path: Path) -> None:
+def test_a_skipped_rows_reason_names_its_cause(aic: Path, tmp_path: Path) -> None:
     """A pipeline-parallel row whose micro-batches' steps overlap was skipped as 'attention DP or idle gaps'; an
     attention-DP row's ranks are said as such."""
     import collections

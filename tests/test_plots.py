@@ -254,3 +254,21 @@ def test_a_figure_saved_twice_is_the_same_svg(tmp_path: Path) -> None:
     first = plots.save(fig, tmp_path / "a", formats=("svg",))[0].read_bytes()
     second = plots.save(fig, tmp_path / "b", formats=("svg",))[0].read_bytes()
     assert first == second and b"clip-path" in first
+
+
+def test_plot_sweep_of_one_key_other_than_the_rate_puts_it_on_x(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A sweep over tp alone: latency against tp, one series (the key went to the colours and x fell back to the
+    row index, 'latency_vs_point', a one-dot series per tp)."""
+    from simulator.planning.sweep import build_spec, run_sweep
+    from simulator.report import plots
+
+    spec = build_spec({"base": {"model": "mistral-7b", "num_requests": 16, "workload": "fixed", "prompt_tokens": 32,
+                                "output_tokens": 4},
+                       "grid": {"tp": [1, 2]}})
+    run_sweep(spec, tmp_path)
+    seen = {}
+    original = plots.latency_vs_qps
+    monkeypatch.setattr(plots, "latency_vs_qps", lambda *a, **k: seen.update(k, rows=len(a[0])) or original(*a, **k))
+    written = plot_sweep(tmp_path, tmp_path / "figs")
+    assert [p.name for p in written if p.suffix == ".png"] == ["latency_vs_tp.png"]
+    assert seen["x"] == "tp" and seen["hue"] == "series" and seen["rows"] == 2

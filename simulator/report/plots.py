@@ -385,6 +385,7 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
     table = table[table["status"] == "ok"]
     entries = [names.split(",") for names in info["grid"]]  # grid keys; zipped ones vary together
     varied = [n for names in entries for n in names]
+    hue_given = hue in table  # (asked for, or the scheduler column a sweep over schedulers has)
     if hue not in table:
         hue = varied[0] if varied else "point"
     fixed = {k: v for k, v in info["base"].items() if k in ("model", "gpu", "workload", "tp", "pp")}
@@ -415,10 +416,12 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
         fig = capacity_bars_figure(table, group="setting", hue=hue, facet="panel" if facet_names else None,
                                    title=title, value=f"capacity_{unit}", err=f"capacity_{unit}_std", ylabel=ylabel)
         return save(fig, Path(out) / "capacity")
-    if x not in table:
-        x = next((n for n in varied if n != hue), "point")
+    if x not in table:  # the rate is no column: x takes a grid key, before the default colour does
+        x = next((n for n in varied if not (hue_given and n == hue)), "point")
     if hue == x:  # the default colour fell on the x axis: each x would be a series of its own
-        hue = next((n for n in varied if n != x), "point")
+        hue = next((n for n in varied if n != x), None)
+    if hue is None:  # one key varied, on x: one series
+        table, hue = table.assign(series="all points"), "series"
     title = f"latency against {x}" + (f" · {base}" if base else "") + note
     return latency_vs_qps(table, Path(out) / f"latency_vs_{x}", x=x, hue=hue, title=title)
 

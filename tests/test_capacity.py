@@ -507,6 +507,8 @@ def test_tau_fits_the_slo_and_grows_with_it():
     assert cost.iteration_time(hybrid_shape(mix, strict.tau)) <= 0.1 < cost.iteration_time(hybrid_shape(mix, strict.tau + 1))
     # The knee sits where the GEMMs' arithmetic intensity meets the GPU's ridge: tens to a few hundred tokens.
     assert 16 <= knee_tokens(cost) <= 1024
+    # a property of the model and GPU: a search bounded at 64 tokens reports the same knee (it said 1 token)
+    assert choose_tau(config, 0.1, mix, max_tokens=64).knee_tokens == strict.knee_tokens == knee_tokens(cost)
     impossible = choose_tau(config, 0.001, mix)
     assert impossible.tau == 0 and "decodes alone" in impossible.reason
 

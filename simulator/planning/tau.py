@@ -221,4 +221,6 @@ def choose_tau(config: RunConfig, tbt_slo_s: float, mix: DecodeMix | None = None
         extra["throughput_tokens_per_s"] = extra["num_tokens"] / extra["iteration_s"]
         extra["linear_tokens_per_s"] = extra["num_tokens"] / extra["linear_layers_s"]
         table = pd.concat([table, extra[table.columns]]).sort_values("num_tokens", ignore_index=True)
-    return TauResult(config, tbt_slo_s, mix, tau, knee_tokens(cost, max_tokens), reason, table)
+    # The knee is the model's and GPU's, not the search's: fitted on the default grid whatever --max-tokens bounds
+    # (a bound of 256 or less left both fitting points memory-bound and the knee at 1 token).
+    return TauResult(config, tbt_slo_s, mix, tau, knee_tokens(cost), reason, table)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -272,3 +273,24 @@ def test_plot_sweep_of_one_key_other_than_the_rate_puts_it_on_x(tmp_path: Path, 
     written = plot_sweep(tmp_path, tmp_path / "figs")
     assert [p.name for p in written if p.suffix == ".png"] == ["latency_vs_tp.png"]
     assert seen["x"] == "tp" and seen["hue"] == "series" and seen["rows"] == 2
+
+
+def test_plot_run_of_a_disaggregated_run_draws_each_pools_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The decode worker's steps are where a disaggregated run's TBT comes from: it gets a timeline of its own beside
+    the prefill worker's (only replica 0, the prefill worker, was drawn)."""
+    from simulator.config.run_config import RunConfig, WorkloadConfig
+    from simulator.report import plots
+
+    config = RunConfig(prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)",
+                       workload=WorkloadConfig(num_requests=20, qps=4.0))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config.to_dict()))
+    drawn = []
+    original = plots.iteration_timeline_figure
+    monkeypatch.setattr(plots, "iteration_timeline_figure",
+                        lambda it, **k: drawn.append((k["replica_id"], int((it["replica_id"] == k["replica_id"]).sum())))
+                        or original(it, **k))
+    written = plots.plot_run(tmp_path / "run", tmp_path / "figs")
+    names = {p.name for p in written if p.suffix == ".png"}
+    assert {"iteration_timeline_prefill.png", "iteration_timeline_decode.png"} <= names
+    assert [rid for rid, _ in drawn] == [0, 1] and all(n > 0 for _, n in drawn)

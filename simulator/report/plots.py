@@ -439,9 +439,24 @@ def plot_run(path: Path, out: Path) -> list[Path]:
     label = config.scheduler.name
     written = tbt_cdf({label: tbt_samples(result)}, out / "tbt_cdf", title=f"TBT CDF: {config.replica.model}, {label}")
     iters = result.iteration_frame()
-    mid = float(iters["started_at"].median()) if len(iters) else 0.0
-    written += iteration_timeline(iters, out / "iteration_timeline", start_at=mid, end_at=mid + 10.0,
-                                  requests=request_frame(result))
+    requests = request_frame(result)
+    # One timeline a run; a disaggregated run's workers do different work: one for the first prefill worker and
+    # one for the first decode worker (ids: the prefill ranks first, simulator.engine.disagg), whose steps the
+    # TBT comes from.
+    timelines = [("iteration_timeline", 0, "")]
+    if config.is_disaggregated:
+        from simulator.config.disagg_layout import layout_of
+
+        layout = layout_of(config)
+        assert layout is not None
+        first_decode = layout.prefill.num_replicas * layout.prefill_replica.attention_dp
+        timelines = [("iteration_timeline_prefill", 0, "prefill worker 0"),
+                     ("iteration_timeline_decode", first_decode, f"decode worker (replica {first_decode})")]
+    for stem, replica_id, what in timelines:
+        own = iters["started_at"][iters["replica_id"] == replica_id]
+        mid = float(own.median()) if len(own) else 0.0
+        written += iteration_timeline(iters, out / stem, start_at=mid, end_at=mid + 10.0, replica_id=replica_id,
+                                      title=what, requests=requests)
     if config.replica.pp > 1 and hasattr(result, "stage_frame"):
         stages = result.stage_frame()
         if len(stages):

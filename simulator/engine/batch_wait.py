@@ -95,7 +95,7 @@ class BatchWait:
                         break
                     need = req.num_prompt_tokens + req.num_generated
                     if self.whole_prompts:
-                        cached = scheduler.blocks.cached_prefix_tokens(req) if req.block_hashes is not None else 0
+                        cached = scheduler.blocks.cached_prefix_tokens(req)
                         if computed + need - cached > self.token_budget:
                             break  # not scheduled this step (it waits for room): not counted
                         computed += need - cached

@@ -99,6 +99,11 @@ if TYPE_CHECKING:
     from simulator.workload.request import Request
 
 
+def num_named_blocks(block_hashes, hash_block_size: int, num_prompt_tokens: int, block_size: int) -> int:  # noqa: ANN001
+    """How many of the engine's prompt blocks :func:`block_names` names: those ending within the hashed tokens."""
+    return min(len(block_hashes) * hash_block_size, num_prompt_tokens) // block_size
+
+
 def block_names(block_hashes, hash_block_size: int, num_prompt_tokens: int, block_size: int) -> list[int]:  # noqa: ANN001
     """Names of the engine's full prompt blocks that the trace's hash ids cover, in order.
 
@@ -108,8 +113,7 @@ def block_names(block_hashes, hash_block_size: int, num_prompt_tokens: int, bloc
     within the hashed tokens, ``min(len(ids) * hash_block_size, num_prompt_tokens)``, are named.
     """
     ids = np.asarray(block_hashes, dtype=np.int64)
-    hashed = min(len(ids) * hash_block_size, num_prompt_tokens)
-    n = hashed // block_size
+    n = num_named_blocks(block_hashes, hash_block_size, num_prompt_tokens, block_size)
     if n <= 0:
         return []
     ends = np.arange(1, n + 1, dtype=np.int64) * block_size
@@ -243,7 +247,10 @@ class PrefixCachingBlockManager(BlockManager):
         return hits
 
     def cached_prefix_tokens(self, req: Request) -> int:
-        """Tokens of ``req``'s prompt a lookup now would find cached (a router's score)."""
+        """Tokens of ``req``'s prompt a lookup now would find cached (a router's score); 0 for a request
+        whose prompt names no blocks (no hashes), without touching the cache."""
+        if req.block_hashes is None:
+            return 0
         self._reconcile()
         return len(self._lookup(req, self.names_of(req))) * self.block_size
 
@@ -357,7 +364,7 @@ class PrefixCachingBlockManager(BlockManager):
         registered keeps its block; ours is then freed as an anonymous one."""
         bs = self.block_size
         # the prompt's named blocks (names_of's count, without its memo: the blocked head's stays)
-        first = min(len(req.block_hashes) * req.hash_block_size, req.num_prompt_tokens) // bs
+        first = num_named_blocks(req.block_hashes, req.hash_block_size, req.num_prompt_tokens, bs)
         names = block_names(req.block_hashes, req.hash_block_size, min(req.num_computed, req.num_named_tokens), bs)
         if len(names) <= first:
             return

@@ -122,10 +122,9 @@ def trtllm_decode_steady(s: Scheduler) -> bool:
     if not waiting or len(s.running) >= s.max_num_seqs:
         return True
     head = waiting[0]
-    # The step's tokens as schedule() counts them: less a cached prefix (reserved requests allocate no
+    # The step's tokens as schedule() counts them, a cached prefix out (reserved requests allocate no
     # blocks while decoding, so the cache, and with it this count, holds still over the stretch).
-    cached = s.blocks.cached_prefix_tokens(head) if head.block_hashes is not None else 0
-    prompt = head.num_prompt_tokens + head.num_generated - cached
+    prompt = s.prompt_step_tokens(head)  # type: ignore[attr-defined]
     return len(s.running) + prompt > s.token_budget or not s.blocks.can_admit(s.reserve_tokens(head), head)
 
 

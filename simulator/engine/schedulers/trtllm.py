@@ -36,6 +36,11 @@ class TRTLLMScheduler(Scheduler):
                     "(trtllm runs a prompt in one piece)")
         return super().rejection_reason(req)
 
+    def prompt_step_tokens(self, req: Request) -> int:
+        """The tokens admitting ``req`` adds to a step as TensorRT-LLM counts them: its whole prompt (and any
+        output a preemption left to recompute) less a reused, cached prefix (_reuse_adjusted_compute)."""
+        return req.num_prompt_tokens + req.num_generated - self.blocks.cached_prefix_tokens(req)
+
     def schedule(self) -> Batch:
         batch = Batch()
         # Every running request decodes: its blocks were reserved at admission, so none grows short.
@@ -43,10 +48,7 @@ class TRTLLMScheduler(Scheduler):
         budget, waiting = self.token_budget, self.waiting
         while waiting and len(self.running) < self.max_num_seqs:
             req = waiting[0]
-            # The step's tokens as TensorRT-LLM counts them: a reused (cached) prefix is not computed
-            # (_reuse_adjusted_compute); without hashes (or caching) nothing is cached.
-            cached = self.blocks.cached_prefix_tokens(req) if req.block_hashes is not None else 0
-            if used + req.num_prompt_tokens + req.num_generated - cached > budget or \
+            if used + self.prompt_step_tokens(req) > budget or \
                     not self.blocks.can_admit(self.reserve_tokens(req), req):
                 break
             self._admit(batch)

@@ -317,12 +317,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if layout is not None:
         for name, why in _pool_inert_options(config).items():
             out.setdefault(name, why)
-        one_prefill_worker = layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1
-        if one_prefill_worker:
+        if layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:  # one prefill worker
             # The router picks a prefill worker; a decode worker is picked by free blocks and load, a mixed one by load.
             out["router"] = ("the router picks a prefill worker, and the prefill pool is one, which takes every request",
                              "give the prefill pool more replicas ('2x(tp=1)'), or drop {flag}")
-        if one_prefill_worker:
             # (tests/test_kv_links.py: one prefill worker runs bit for bit the same under either scope; a mixed
             # pool's requests are served whole where they land and never cross a KV link)
             out["kv_link_scope"] = ("one prefill worker sends every transfer: its egress is the one link either way",

@@ -611,10 +611,11 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     # held-out error judges, the folds' below): where it bound on none of their steps, 0.
     split_fit = without_unbound_floor(split_fit, tr)
     after = error_row(predict(te, split_fit), rows[test])
-    if final.values[4] > 0 and not floor_binds(traces, final):
+    identified = without_unbound_floor(final, traces)
+    if identified is not final:
         notes.append(f"the prefill floor the fit left at {final.values[4] * 1e3:.3g} ms a layer lengthened no step of "
                      "the rows: not identified by them, written as 0")
-        final = without_unbound_floor(final, traces)
+        final = identified
     rows["pred_ttft_ms"], rows["pred_tpot_ms"] = predict(traces, final).T
     # A term at a bound of its search (not a 0 it may rest at: a term the rows do not need) is what the rows asked
     # beyond what the fit allows: said, not written in silence.

@@ -162,6 +162,21 @@ def test_link_time_matches_a_hand_calculation() -> None:
     assert ib.transfer_s(1e9) == pytest.approx(10e-6 + 1e9 / (200e9 / 8 * 0.85), rel=1e-12)
 
 
+def test_bandwidth_units_are_read_case_sensitively() -> None:
+    # B is bytes, b bits: 200 Gbit/s is 25 GB/s however the bits are spelt, and the name shows the canonical unit.
+    bits = [parse_link(text, "a100-80gb") for text in ("200Gb/s", "200Gbps", "200gbps")]
+    gbytes = parse_link("25GB/s", "a100-80gb")
+    assert all(link.bytes_per_s == pytest.approx(gbytes.bytes_per_s) for link in bits)
+    assert {link.name for link in bits} == {"200Gb/s"} and gbytes.name == "25GB/s"
+    assert parse_link("25GB/s@10US", "a100-80gb").name == "25GB/s@10us"
+    # A spelling that says neither bytes nor bits is refused, at parse and at config validation.
+    for text in ("200gb/s", "200GBPS", "200gB/s"):
+        with pytest.raises(ConfigError, match="bytes or bits"):
+            parse_link(text, "a100-80gb")
+        with pytest.raises(ConfigError, match="bytes or bits"):
+            RunConfig().replace(kv_link=text)  # validated in __post_init__
+
+
 def test_transfers_queue_on_the_shared_link() -> None:
     config = disagg_config(prefill="2x(tp=1)", decode="2x(tp=1)", link="1GB/s", kv_link_scope="shared")
     result = simulate(config, table([0.0, 0.0], [512, 512], [4, 4]))

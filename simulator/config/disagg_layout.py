@@ -26,8 +26,8 @@ model prices the MoE layers for the whole ``tp x dp`` group (:mod:`simulator.cos
 A pool's ``ep`` must divide its ``tp x dp`` GPUs (checked here, naming the pool).
 
 KV link (``--kv-link``): a link name of :mod:`simulator.config.topology` (``infiniband-200g``,
-``ethernet-100g``, ``nvlink``, ``pcie``, ...), a bandwidth ``25GB/s`` or ``100gbps``
-with an optional latency ``@10us``, or ``infinite`` (no time at all). Its effective
+``ethernet-100g``, ``nvlink``, ``pcie``, ...), a bandwidth in gigabytes ``25GB/s`` or gigabits
+``100Gb/s`` (``100Gbps``, ``100gbps``; ``gb/s`` says neither and is refused) with an optional latency ``@10us``, or ``infinite`` (no time at all). Its effective
 bandwidth is the topology's (rated x efficiency). ``--kv-link-scope`` says whose link it is:
 ``per-worker`` (default) gives every prefill pool replica an egress of this link and every
 decode pool replica an ingress as wide as its GPUs hold prefill workers' GPUs (NICs scale with
@@ -57,7 +57,14 @@ POOL_KEYS = ("tp", "pp", "dp", "ep", "redundant", "nodes", "gpu", "sched", "budg
 _REPLICA_KEYS = {"tp": "tp", "pp": "pp", "dp": "attention_dp", "ep": "ep", "nodes": "num_nodes", "gpu": "gpu"}
 DEFAULT_POOL_SCHEDULER = "vllm"
 _POOL_RE = re.compile(r"^\s*(\d+)\s*x\s*(?:\((.*)\))?\s*$", re.IGNORECASE)
+# The unit is matched in any case, then read case-sensitively (_BW_UNITS): B is bytes, b bits, as link
+# datasheets write them; a spelling that does not say which (gb/s, GBPS) is refused, not guessed.
 _BW_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(gb/s|gbps)(?:\s*@\s*(\d+(?:\.\d+)?)\s*(us|ms|s))?$", re.IGNORECASE)
+# unit -> (bytes a second of one unit, the canonical spelling a header prints)
+_BW_UNITS: dict[str, tuple[float, str]] = {
+    "GB/s": (1e9, "GB/s"),
+    "Gb/s": (1e9 / 8, "Gb/s"), "Gbps": (1e9 / 8, "Gb/s"), "gbps": (1e9 / 8, "Gb/s"),
+}
 
 
 @dataclass(frozen=True)
@@ -215,34 +222,50 @@ class KVLink:
         return self.latency_s + nbytes / self.bytes_per_s
 
 
+def _bandwidth_link(text: str, field: str) -> KVLink | None:
+    """``text`` as a bandwidth link (``25GB/s@10us``, ``200Gb/s``), named in its canonical unit; None if it is
+    no bandwidth. A unit that does not say bytes or bits is refused: read either way it would be 8x off."""
+    m = _BW_RE.match(text)
+    if m is None:
+        return None
+    number, unit = m.group(1), m.group(2)
+    if unit not in _BW_UNITS:
+        raise ConfigError(field, f"{text!r}: {unit!r} does not say bytes or bits",
+                          f"write GB/s for gigabytes a second or Gb/s (Gbps) for gigabits, e.g. '{number}GB/s' "
+                          f"or '{number}Gb/s'")
+    per_unit, canonical = _BW_UNITS[unit]
+    bytes_per_s = float(number) * per_unit
+    if bytes_per_s <= 0:
+        raise ConfigError(field, f"bandwidth must be positive, got {text!r}", "give a bandwidth above 0, e.g. '25GB/s'")
+    name, latency = f"{number}{canonical}", 0.0
+    if m.group(3):
+        latency_unit = m.group(4).lower()
+        latency = float(m.group(3)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[latency_unit]
+        name += f"@{m.group(3)}{latency_unit}"
+    return KVLink(name, bytes_per_s, latency)
+
+
 def check_link_name(text: str, field: str = "kv_link") -> None:
     """Refuse a KV link that is neither ``infinite``, a bandwidth nor a link name (what
     :func:`parse_link` reads, before it looks at a GPU)."""
     from simulator.config.topology import LINK_NAMES, is_link_name
 
-    key = (text or "").strip().lower()
-    if key not in ("inf", "infinite") and not _BW_RE.match(key) and not is_link_name(key):
+    key = (text or "").strip()
+    if _bandwidth_link(key, field) is None and key.lower() not in ("inf", "infinite") and not is_link_name(key):
         raise ConfigError(field, f"unknown link {text!r}",
                           f"use a link name ({', '.join(LINK_NAMES)}; a NIC's with -x<N> for N NICs), "
                           "e.g. '25GB/s@10us', or 'infinite'")
 
 
 def parse_link(text: str, gpu: str, field: str = "kv_link") -> KVLink:
-    """A topology link name (a NIC's ``-x<N>``: its ``N`` NICs together), ``<n>GB/s`` / ``<n>gbps`` with
-    optional ``@<latency>``, or ``infinite``."""
+    """A topology link name (a NIC's ``-x<N>``: its ``N`` NICs together), ``<n>GB/s`` (bytes) /
+    ``<n>Gb/s`` / ``<n>Gbps`` (bits) with optional ``@<latency>``, or ``infinite``."""
+    bandwidth = _bandwidth_link((text or "").strip(), field)
+    if bandwidth is not None:
+        return bandwidth
     key = (text or "").strip().lower()
     if key in ("inf", "infinite"):
         return KVLink("infinite", math.inf, 0.0)
-    m = _BW_RE.match(key)
-    if m:
-        value = float(m.group(1))
-        bytes_per_s = value * 1e9 if m.group(2).lower() == "gb/s" else value * 1e9 / 8
-        latency = 0.0
-        if m.group(3):
-            latency = float(m.group(3)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(4).lower()]
-        if bytes_per_s <= 0:
-            raise ConfigError(field, f"bandwidth must be positive, got {text!r}")
-        return KVLink(key, bytes_per_s, latency)
     from simulator.config.catalog import get_gpu
     from simulator.config.topology import get_link, group_link
 

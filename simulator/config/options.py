@@ -168,7 +168,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)' or '2x(tp=1,dp=8,ep=8)' (keys tp, pp, dp = attention DP, ep, redundant = redundant expert copies, nodes, gpu, sched, budget, seqs)."),
     "decode_pool": ("decode_pool", str, "Disaggregated: decode pool, e.g. '1x(tp=4,gpu=a100-80gb)' or '1x(tp=1,dp=16,ep=16,nodes=2)'."),
     "mixed_pool": ("mixed_pool", str, "Disaggregated: Splitwise mixed pool (aggregated replicas for overflow)."),
-    "kv_link": ("kv_link", str, "Disaggregated: KV link (infiniband-200g, 25GB/s@10us, infinite): one worker's "
+    "kv_link": ("kv_link", str, "Disaggregated: KV link (infiniband-200g, 25GB/s@10us in bytes, 200Gb/s in bits, infinite): one worker's "
                 "NICs, or the one shared link with --kv-link-scope shared."),
     "kv_link_scope": ("kv_link_scope", str, "Disaggregated: per-worker (each prefill worker's egress is a --kv-link, "
                       "each decode worker's ingress takes its GPUs // a prefill worker's GPUs transfers at once; "

@@ -115,6 +115,33 @@ def test_failing_point_records_its_error_and_the_sweep_goes_on(tmp_path: Path):
     assert run_sweep(spec, tmp_path, retry_failed=True).num_run == 1
 
 
+def test_cli_sweep_with_a_failed_point_exits_non_zero(tmp_path: Path):
+    # Llama-2-70B does not fit one A100-40GB: that point fails at run time; the sweep must not read as done.
+    args = ["sweep", "--grid", "model=mistral-7b,llama-2-70b", "--gpu", "a100-40gb", "--num-requests", "8",
+            "--workload", "fixed", "--prompt-tokens", "32", "--output-tokens", "4", "--out", str(tmp_path),
+            "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "1 failed" in result.output and "point 1:" in result.output
+    rerun = runner.invoke(app, args)  # resumed: the failed point is skipped, still not done
+    assert rerun.exit_code == 1 and "ran 0 points" in rerun.output
+
+
+@pytest.mark.parametrize("where", ["base", "grid", "flag"])
+def test_cli_sweep_refuses_a_missing_trace_before_any_point_runs(tmp_path: Path, where: str):
+    missing = tmp_path / "no-such-trace.csv"
+    sweep = tmp_path / "sweep.toml"
+    base = f'trace = "{missing}"\n' if where == "base" else ""
+    grid = f'trace = ["{missing}"]\n' if where == "grid" else "qps = [1, 2]\n"
+    sweep.write_text(f"[base]\nnum_requests = 8\n{base}[grid]\n{grid}")
+    out = tmp_path / "out"
+    flags = ["--trace", str(missing)] if where == "flag" else []
+    result = runner.invoke(app, ["sweep", str(sweep), *flags, "--out", str(out), "--no-progress"])
+    assert isinstance(result.exception, ConfigError) and "no such file" in str(result.exception)
+    assert {"base": "sweep.base.trace", "grid": "sweep.grid.trace", "flag": "--trace"}[where] in str(result.exception)
+    assert not (out / "points").exists()
+
+
 def test_worker_count_does_not_change_the_table(tmp_path: Path):
     one = run_sweep(small_spec(), tmp_path / "one", workers=1)
     two = run_sweep(small_spec(), tmp_path / "two", workers=2)

@@ -397,7 +397,9 @@ def sweep(
     retry_failed: Annotated[bool, typer.Option(help="Rerun points that failed before.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Run a grid of configurations (resumable); run options given here override the file's \\[base]."""
+    """Run a grid of configurations (resumable); run options given here override the file's \\[base].
+
+    Exits 1 if any point failed (its error is listed and kept in results.csv), 2 if the sweep is refused before it runs."""
     # Paths first, before the sweep machinery (pandas) loads: a wrong path answers at once.
     if file is not None:
         check_in_file(file, "sweep", "pass a .toml sweep file")
@@ -428,6 +430,9 @@ def sweep(
         raise ConfigError("--burstiness", "shapes the gaps between arrivals at a rate, but no point has one (with "
                           "--concurrency and no --qps every user sends at once)",
                           "give --qps, or vary qps in the grid (--grid qps=1,2)")
+    from simulator.cli.options import read_sweep_traces
+
+    read_sweep_traces([p.config for p in spec.points], spec.varied, flags)  # (paths of the points: checked as built)
     num_workers = parse_workers(workers, lambda: auto_workers(
         len(spec.points), max((p.config.workload.num_requests for p in spec.points), default=1)))
     console = Console()
@@ -449,6 +454,7 @@ def sweep(
     if result.num_failed or failed_before > 0:
         for _, row in result.table[result.table["status"] != "ok"].iterrows():
             console.print(f"  point {row['point']}: {row['error']}")
+        raise typer.Exit(1)  # a script must not read a sweep with failed points as done (2: refused before it ran)
 
 
 @app.command()

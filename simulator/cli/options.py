@@ -199,6 +199,26 @@ def check_trace_given(config: RunConfig, options: dict[str, Any], command: str =
                           "or drop --session-replay")
 
 
+def read_sweep_traces(configs: list[RunConfig], varied: list[str], flags: set[str]) -> None:
+    """Read each distinct trace of a sweep's point ``configs`` once, before any point runs, as ``run`` reads its
+    trace before it simulates: a missing or unreadable trace is one error naming where it was given
+    (``varied``: the grid's names; ``flags``: the run flags typed), not a failure at every point."""
+    from simulator.workload.generate import load_trace  # late: the readers load pandas
+    from simulator.workload.prefix_traces import read_prefix_trace
+
+    seen: set[str] = set()
+    for config in configs:
+        trace = config.workload.trace
+        if trace is None or trace in seen:
+            continue
+        seen.add(trace)
+        field = f"sweep.grid.trace={trace}" if "trace" in varied else "--trace" if "trace" in flags else "sweep.base.trace"
+        try:
+            read_prefix_trace(trace) or load_trace(trace)  # a hashed trace, or any other (as the point reads it)
+        except ConfigError as err:
+            raise ConfigError(field, err.problem, err.fix) from None
+
+
 def given_run_flags(ctx: typer.Context) -> set[str]:
     """The run options given on the command line, a default's value included (``--gpu a100-80gb``):
     :func:`config_overrides` sees only values that differ from the defaults."""

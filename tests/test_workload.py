@@ -357,6 +357,41 @@ def test_gzip_traces(tmp_path: Path) -> None:
         assert list(trace.num_prompt_tokens) == [5] and list(trace.num_output_tokens) == [2]
 
 
+def _damaged_gzip(text: str, damage: str) -> bytes:
+    packed = gzip.compress(text.encode())
+    if damage == "not-gzip":
+        return text.encode()
+    if damage == "truncated":
+        return packed[: len(packed) // 2]
+    body = bytearray(packed)  # corrupt: the header stands, the deflate stream does not
+    for i in range(20, len(body) - 8, 5):
+        body[i] ^= 0x5A
+    return bytes(body)
+
+
+_ROWS = range(1, 400)
+_GZ_TRACES = {
+    "t.csv.gz": "num_prefill_tokens,num_decode_tokens\n" + "".join(f"{i},{i % 7 + 1}\n" for i in _ROWS),
+    "t.jsonl.gz": "".join(json.dumps({"input_toks": i, "output_toks": i % 7 + 1}) + "\n" for i in _ROWS),
+    "mooncake.jsonl.gz": "".join(json.dumps({"timestamp": i, "input_length": 600, "output_length": 2,
+                                             "hash_ids": [2 * i, 2 * i + 1]}) + "\n" for i in _ROWS),
+    "sessions/s.json.gz": json.dumps({"block_size": 16, "requests": []}) + " " * 4000,
+}
+
+
+@pytest.mark.parametrize("damage", ["not-gzip", "truncated", "corrupt"])
+@pytest.mark.parametrize("name", list(_GZ_TRACES))
+def test_a_damaged_gzip_trace_is_one_line_error(tmp_path: Path, name: str, damage: str) -> None:
+    # gzip.BadGzipFile, EOFError (a bare "Aborted!" at the command line) and zlib.error escaped some readers.
+    path = tmp_path / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(_damaged_gzip(_GZ_TRACES[name], damage))
+    trace = str(path.parent if name.startswith("sessions/") else path)
+    with pytest.raises(ConfigError) as err:
+        generate_requests(WorkloadConfig(trace=trace, num_requests=4), np.random.default_rng(0))
+    assert "\n" not in str(err.value) and ("cannot read" in str(err.value) or "not a readable" in str(err.value))
+
+
 @settings(max_examples=25, deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(1, 10**6), st.integers(1, 10**5), st.floats(0, 100)), min_size=1,
                      max_size=40), as_jsonl=st.booleans())

@@ -64,7 +64,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_ARRIVAL_S, MAX_TOKENS
 from simulator.config.run_config import WorkloadConfig
-from simulator.workload.prefix_traces import zero_output_note
+from simulator.workload.prefix_traces import READ_ERRORS, zero_output_note
 
 BUILTIN_NAMES = ("sharegpt", "arxiv")
 LONG_CONTEXT = "long-context"  # prompts log-uniform in [32K, 128K - output], outputs uniform in [128, 1024]
@@ -632,6 +632,8 @@ def _read_csv_plain(path: str) -> TraceData | None:
     (quirks, errors, timestamps): :func:`_read_csv` then parses it and reports problems."""
     import csv
 
+    if path.lower().endswith(".gz"):  # pandas gunzips it; opened here as text, a plain file named .gz was read
+        return None  # (and a .gz that is not gzip is refused, as the JSONL reader refuses it)
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
@@ -676,8 +678,11 @@ def _csv_header(path: str) -> list[str]:
     import csv
 
     opener = gzip.open if path.lower().endswith(".gz") else open
-    with opener(path, "rt", newline="", encoding="utf-8-sig") as fh:
-        return next(csv.reader(fh), [])
+    try:
+        with opener(path, "rt", newline="", encoding="utf-8-sig") as fh:
+            return next(csv.reader(fh), [])
+    except READ_ERRORS as err:  # (pandas read it a moment ago: the file changed since)
+        raise ConfigError(_FIELD, f"{path}: cannot read ({err or type(err).__name__})", "check the file") from None
 
 
 def _read_csv(path: str) -> TraceData:
@@ -691,6 +696,8 @@ def _read_csv(path: str) -> TraceData:
         frame = pd.read_csv(path, skip_blank_lines=False, dtype=str)
     except pd.errors.EmptyDataError:
         raise ConfigError(_FIELD, f"{path}: file is empty", "pass a trace with a header and at least one row") from None
+    except READ_ERRORS as err:  # a .gz that is not gzip, truncated or corrupt
+        raise ConfigError(_FIELD, f"{path}: cannot read ({err or type(err).__name__})", "check the file") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as err:
         detail = " ".join(str(err).split())
         raise ConfigError(_FIELD, f"{path}: not a readable CSV ({detail})", "fix the malformed line") from None
@@ -776,8 +783,8 @@ def _read_jsonl(path: str) -> TraceData:
                 lines.append(lineno)
     except UnicodeDecodeError:
         raise ConfigError(_FIELD, f"{path}: not UTF-8 text", "pass a JSONL text file") from None
-    except (OSError, EOFError) as err:
-        raise ConfigError(_FIELD, f"{path}: cannot read ({err})", "check the file") from None
+    except READ_ERRORS as err:
+        raise ConfigError(_FIELD, f"{path}: cannot read ({err or type(err).__name__})", "check the file") from None
     if keys is None:
         raise ConfigError(_FIELD, f"{path}: file is empty", "pass a JSONL trace with one request per line")
     line_arr = np.asarray(lines)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,10 @@ if TYPE_CHECKING:
 _FIELD = "workload.trace"
 MOONCAKE_BLOCK_TOKENS = 512
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+# What reading a trace file raises when its bytes are bad, not its content: a file that cannot be opened (OSError;
+# gzip.BadGzipFile, not gzipped), a truncated gzip (EOFError, which click would turn into a bare "Aborted!") and a
+# corrupt one (zlib.error). Every trace reader answers them as one line.
+READ_ERRORS: tuple[type[Exception], ...] = (OSError, EOFError, zlib.error)
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ def is_mooncake_jsonl(path: str) -> bool:
                 if line.strip():
                     record = json.loads(line)
                     return isinstance(record, dict) and "hash_ids" in record and "input_length" in record
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError):  # (a truncated gzip: EOFError)
+    except (*READ_ERRORS, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return False
 
@@ -103,7 +108,7 @@ def is_weka_session(path: str) -> bool:
     try:
         with _open_lines(str(p)) as fh:
             head = fh.read(4096)
-    except (OSError, EOFError, UnicodeDecodeError):
+    except (*READ_ERRORS, UnicodeDecodeError):
         return False
     return '"block_size"' in head and '"requests"' in head or '"hash_id_scope"' in head
 
@@ -228,7 +233,7 @@ def read_mooncake(path: str, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Prefi
                 hashes.append(np.fromiter((dense.setdefault(h, len(dense)) for h in ids), dtype=np.int64, count=len(ids)))
     except UnicodeDecodeError:
         raise ConfigError(_FIELD, f"{path}: not UTF-8 text", "pass a JSONL text file") from None
-    except (OSError, EOFError) as err:  # (EOFError: a truncated gzip)
+    except READ_ERRORS as err:
         raise ConfigError(_FIELD, f"{path}: cannot read ({err or type(err).__name__})", "check the file") from None
     if not arrival:
         raise ConfigError(_FIELD, f"{path}: no requests", "pass a Mooncake JSONL trace")
@@ -320,7 +325,7 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0, closed: bool = Fal
     for session, file in enumerate(_session_files(path)):
         try:
             data = loads_once(_session_text(file), str(file))
-        except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        except (*READ_ERRORS, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ConfigError(_FIELD, f"{file}: not a readable JSON session ({err})", "pass Weka trace files") from None
         if not isinstance(data, dict) or "requests" not in data or "block_size" not in data:
             raise ConfigError(_FIELD, f"{file}: lacks 'requests' or 'block_size'", "pass Weka trace files")

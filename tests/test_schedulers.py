@@ -339,6 +339,17 @@ def test_trtllm_reserves_the_whole_request_and_refuses_prompts_over_the_budget()
     assert s.rejection_reason(Request(9, 0.0, 5000, 10)) is not None
 
 
+def test_vllm_names_max_model_len_for_a_request_over_it_and_the_budget_for_one_within() -> None:
+    # vLLM's server refuses prompt + max_tokens over max_model_len before its scheduler sees the request, so that
+    # is the reason even where the token budget (here equal to it) is also exceeded.
+    s = make("vllm", max_model_len=4096, max_num_batched_tokens=4096)
+    over_context = s.rejection_reason(Request(0, 0.0, 5000, 10))
+    assert over_context is not None and "max_model_len 4096" in over_context
+    assert "max_num_batched_tokens" not in over_context
+    within = make("vllm", max_model_len=4096, max_num_batched_tokens=2048).rejection_reason(Request(1, 0.0, 3000, 10))
+    assert within is not None and "max_num_batched_tokens 2048" in within
+
+
 # -- orca and fastertransformer -----------------------------------------------------------------
 def test_orca_runs_decodes_and_whole_prompts_together():
     s = make("orca", max_model_len=1024)

@@ -19,10 +19,14 @@ class VLLMScheduler(Scheduler):
     name = "vllm"
 
     def rejection_reason(self, req):  # type: ignore[override]
-        if req.num_prompt_tokens + req.num_output_tokens - 1 > self.token_budget:
-            return (f"prompt+output = {req.num_prompt_tokens + req.num_output_tokens} tokens exceeds "
-                    f"max_num_batched_tokens {self.token_budget} (vllm runs a recomputed prompt in one piece)")
-        return super().rejection_reason(req)
+        # max_model_len first, as vLLM answers it: its OpenAI server refuses prompt + max_tokens over max_model_len
+        # ("This model's maximum context length is ...", OpenAIServing._validate_prompt_and_tokenize) before the
+        # scheduler ever sees the request; only one within it meets the scheduler's token budget.
+        reason = super().rejection_reason(req)
+        if reason is None and req.num_prompt_tokens + req.num_output_tokens - 1 > self.token_budget:
+            reason = (f"prompt+output = {req.num_prompt_tokens + req.num_output_tokens} tokens exceeds "
+                      f"max_num_batched_tokens {self.token_budget} (vllm runs a recomputed prompt in one piece)")
+        return reason
 
     def schedule(self) -> Batch:
         batch = Batch()

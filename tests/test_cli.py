@@ -193,3 +193,35 @@ def test_a_seed_that_only_picks_trace_rows_is_read(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="replays its first rows"):
         build_config(trace=str(trace), arrival="trace", num_requests=3, seed=1)
     assert build_config(trace=str(trace), arrival="fixed", qps=1.0, num_requests=2, seed=1).seed == 1  # rows sampled
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["run", "--tp", "2", "--tp", "4"], "--tp"),
+    (["run", "--tp=2", "--tp", "4"], "--tp"),
+    (["run", "--prefix-caching", "--no-prefix-caching"], "--no-prefix-caching"),
+    (["capacity", "--max-qps", "3", "--max-qps=4"], "--max-qps"),
+    (["run", "--goodput", "ttft:300", "tpot:50", "--goodput", "ttft:1"], "--goodput"),
+])
+def test_a_single_value_option_given_twice_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str], args: list[str],
+                                                      flag: str) -> None:
+    # click kept the last value silently: --tp 2 --tp 4 ran at TP 4.
+    from simulator.cli.app import main
+
+    monkeypatch.setattr(sys, "argv", ["simulate", *args, "--no-progress"])
+    with pytest.raises(SystemExit) as done:
+        main()
+    err = capsys.readouterr().err.strip()
+    assert done.value.code == 2 and "\n" not in err and err.startswith(f"error: {flag}: given twice")
+
+
+def test_repeatable_options_and_values_like_flags_are_not_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    from simulator.cli.app import main
+
+    # --grid repeats by design; --model's value spells a flag, and is a value.
+    for args in (["sweep", "--grid", "qps=1", "--grid", "tp=1,2", "--help"],
+                 ["run", "--model", "--tp", "--tp", "2", "--help"]):
+        monkeypatch.setattr(sys, "argv", ["simulate", *args])
+        with pytest.raises(SystemExit) as done:
+            main()
+        assert done.value.code == 0, args

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 import typer.main
@@ -103,6 +103,50 @@ def refuse_blank_values(argv: list[str]) -> None:
             raise ConfigError(flag, "is empty", "give it a value, or leave it out")
 
 
+def refuse_repeated_options(command: Any, argv: list[str]) -> None:  # noqa: ANN401 - a click command or group
+    """A single-value option given twice (``--tp 2 --tp 4``, ``--tp=2 --tp 4``, ``--prefix-caching
+    --no-prefix-caching``) is refused in one line: click keeps the last silently, so the run would differ from
+    the one the first spelling asked for. Options that repeat by design (``--grid``, ``--profile``: click's
+    ``multiple``) and counts are left alone. ``argv`` is walked with ``command``'s own options, into the
+    subcommand it names, so an option's value (``--qps -1``) is never read as a flag."""
+    cmd, seen, i = command, {}, 0
+    options = _options_of(cmd)
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg == "--":  # the rest are arguments
+            return
+        commands = getattr(cmd, "commands", None)
+        if isinstance(commands, dict) and arg in commands:  # a subcommand: its own options from here on
+            cmd, seen = commands[arg], {}
+            options = _options_of(cmd)
+            continue
+        flag, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        param = options.get(flag)
+        if param is None:  # an argument, or an unknown option (click names it)
+            continue
+        takes_value = not param.is_flag and not param.count and param.nargs != 0
+        if takes_value and not eq and i < len(argv):
+            value, i = argv[i], i + 1
+        if param.multiple or param.count:
+            continue
+        typed = f"{flag} {value}" if takes_value else flag
+        if param.name in seen:
+            raise ConfigError(flag, f"given twice ('{seen[param.name]}', then '{typed}'), and only the last would "
+                              "count", "give it once")
+        seen[param.name] = typed
+
+
+def _options_of(command: Any) -> dict[str, Any]:  # noqa: ANN401 - a click command
+    """``command``'s options by each spelling (``--tp``, ``--no-prefix-caching``)."""
+    out: dict[str, Any] = {}
+    for param in getattr(command, "params", ()):
+        if getattr(param, "param_type_name", None) == "option":
+            for name in (*param.opts, *param.secondary_opts):
+                out[name] = param
+    return out
+
+
 def as_flag(err: ConfigError, argv: list[str]) -> ConfigError:
     """``err`` named by the flag the user typed where its field is a config field that flag sets
     (``replica.gpu_memory_utilization`` -> ``--gpu-memory-utilization``, ``slo.tbt_s`` -> ``--tbt-slo``); a
@@ -139,7 +183,9 @@ def main() -> None:
         refuse_blank_values(argv)
         # Not standalone: click's own handling would print a usage error as a boxed block of
         # five lines; here it is one, as every other mistake is.
-        code = command_line(argv).main(args=argv, standalone_mode=False)
+        command = command_line(argv)
+        refuse_repeated_options(command, argv)
+        code = command.main(args=argv, standalone_mode=False)
     except ConfigError as err:
         typer.echo(f"error: {as_flag(err, argv)}", err=True)
         sys.exit(2)

@@ -174,3 +174,37 @@ def test_unknown_hf_id_is_a_catalog_miss_and_a_missing_file_names_the_path(tmp_p
         get_model("some-org/some-model")
     with pytest.raises(ConfigError, match="no config file"):
         get_model(str(tmp_path / "nowhere" / "config.json"))
+
+
+def test_a_config_without_max_position_embeddings_gets_vllms_assumed_context(tmp_path: Path) -> None:
+    # vLLM assumes 2,048 tokens (_get_and_verify_max_len) and takes a --max-model-len as given; 4,096 was read here.
+    cfg = {k: v for k, v in _base().items() if k != "max_position_embeddings"}
+    spec = model_from_hf_dict(cfg, "x")
+    assert spec.max_model_len == 2048 and spec.max_model_len_assumed
+    assert not model_from_hf_dict(_base(), "x").max_model_len_assumed
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert ReplicaConfig(model=str(path), max_model_len=8192).effective_max_model_len == 8192  # not refused
+    path.write_text(json.dumps({**cfg, "max_position_embeddings": 4096}))  # a trained context is a limit
+    with pytest.raises(ConfigError, match="beyond"):
+        ReplicaConfig(model=str(path), max_model_len=8192)
+
+
+@pytest.mark.parametrize(("rope", "context", "expected"), [
+    ({"type": "linear", "factor": 2.0}, 4096, 8192),
+    ({"rope_type": "dynamic", "factor": 4}, 4096, 16384),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 32768, 131072),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 131072, 131072),
+    ({"rope_type": "longrope", "factor": 32.0}, 131072, 131072),
+    ({"rope_type": "default"}, 40960, 40960),
+])
+def test_rope_scaling_stretches_the_context_as_vllm_reads_it(rope: dict, context: int, expected: int) -> None:
+    cfg = {**_base(), "max_position_embeddings": context, "rope_scaling": rope}
+    assert model_from_hf_dict(cfg, "x").max_model_len == expected
+
+
+@pytest.mark.parametrize("rope", [{"type": "linear", "factor": -2}, {"rope_type": "yarn", "factor": 4.0}, "yarn"])
+def test_a_bad_rope_scaling_is_refused_in_one_line(rope: object) -> None:
+    with pytest.raises(ConfigError) as err:
+        model_from_hf_dict({**_base(), "rope_scaling": rope}, "x")
+    assert err.value.field == "model.rope_scaling" and "\n" not in str(err.value)

@@ -285,6 +285,9 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         unlike.append(f"--roofline-calibration {calibration}")
     if unlike:
         title += f" · note: {config.engine} was fitted with {' and '.join(unlike)}"
+    if r.model_spec.max_model_len_assumed and r.max_model_len is None:  # said, not silent (vLLM warns)
+        title += (f" · note: the model's config.json names no max_position_embeddings: a context of "
+                  f"{r.model_spec.max_model_len:,} tokens assumed, as vLLM does (--max-model-len gives it)")
     quant = r.model_spec.checkpoint_quant  # a config.json's quantization_config (said, not read)
     if quant and quant != r.dtype:
         title += f" · note: the checkpoint's config.json is quantized ({quant}); the run prices --dtype {r.dtype}"

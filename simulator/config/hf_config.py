@@ -64,12 +64,12 @@ _READ = frozenset({
     "attention_chunk_size", "no_rope_layers", "_name_or_path", "full_attention_interval", "linear_conv_kernel_dim",
     "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules",
     "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
-    "attn_output_gate", "shared_expert_intermediate_size", "mamba_ssm_dtype",
+    "attn_output_gate", "shared_expert_intermediate_size", "mamba_ssm_dtype", "rope_scaling", "rope_parameters",
 })
 # Fields that change neither shapes nor costs the simulator models.
 _IGNORED = frozenset({
     "attention_bias", "attention_dropout", "hidden_dropout", "bos_token_id", "eos_token_id", "pad_token_id",
-    "initializer_range", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "rope_type",
+    "initializer_range", "rms_norm_eps", "rope_theta", "rope_type",
     "partial_rotary_factor", "torch_dtype", "dtype", "transformers_version", "use_cache", "auto_map",
     "pretraining_tp", "mlp_bias", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise",
     "norm_topk_prob", "aux_loss_alpha", "seq_aux", "scoring_func", "topk_method", "n_group", "topk_group",
@@ -155,13 +155,16 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
         kwargs.update(sliding_window=window, num_sliding_layers=num_sliding)
 
     hf_id = str(cfg.get("_name_or_path") or Path(where).parent.name or name)
-    # Absent, these take HF's defaults (MHA; 4,096 positions; untied); given, a value must mean what it says
-    # (a 0 was read as absent, the string "false" as true).
+    # Absent, these take HF's defaults (MHA; untied); given, a value must mean what it says (a 0 was read as
+    # absent, the string "false" as true). The context is vLLM's reading of the config (_context).
     kv_heads = f.need("num_key_value_heads") if cfg.get("num_key_value_heads") is not None else heads
-    context = f.need("max_position_embeddings") if cfg.get("max_position_embeddings") is not None else 4096
+    context, context_assumed, scaled = _context(f, model_type)
     if context > MAX_TOKENS:
-        raise ConfigError("model.max_position_embeddings", f"{where}: {context:,} positions is beyond any context "
+        raise ConfigError("model.max_position_embeddings", f"{where}: {context:,} positions"
+                          f"{' (rope_scaling applied)' if scaled else ''} is beyond any context "
                           f"servesim runs (at most {MAX_TOKENS:,})", "give the model's real context length")
+    if context_assumed:
+        kwargs["max_model_len_assumed"] = True
     tied = f.flag("tie_word_embeddings")
     kwargs["checkpoint_quant"] = checkpoint_quant(cfg.get("quantization_config"))
     vocab = f.need("vocab_size")
@@ -176,6 +179,47 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
         key = _HF_NAMES.get(spec_field, spec_field)
         problem = re.sub(rf"\b{re.escape(spec_field)}\b", key, err.problem)
         raise ConfigError(f"model.{key}", f"{where}: {problem}", err.fix) from None
+
+
+# A config.json's context as vLLM reads it (ModelConfig's _get_and_verify_max_len, vllm/config/model.py): with no
+# max_position_embeddings it assumes 2,048 tokens (and warns) unless --max-model-len gives the length; a
+# rope_scaling (transformers v5: rope_parameters, one per layer type) stretches it by its factor, from
+# original_max_position_embeddings for yarn, except for llama3, longrope and su, whose max_position_embeddings is
+# already the stretched length, and for gemma3, whose is too. (LlamaConfig's own default, 2,048, agrees; the
+# 4,096 read here before was neither.)
+VLLM_ASSUMED_CONTEXT = 2048
+_ROPE_UNSCALED = ("su", "longrope", "llama3")
+
+
+def _context(f: _Fields, model_type: str) -> tuple[int, bool, bool]:
+    """The model's context, whether it was assumed (the config gives no length) and whether rope_scaling
+    stretched it."""
+    cfg, where = f.cfg, f.where
+    given = cfg.get("max_position_embeddings") is not None
+    context = f.need("max_position_embeddings") if given else VLLM_ASSUMED_CONTEXT
+    key = "rope_parameters" if cfg.get("rope_parameters") is not None else "rope_scaling"
+    rope = cfg.get(key)
+    if rope is None or "gemma3" in model_type:
+        return context, not given, False
+    if not isinstance(rope, dict):
+        raise ConfigError(f"model.{key}", f"{where}: needs a JSON object, got {rope!r}", "write it as the model ships it")
+    entries = list(rope.values()) if rope and all(isinstance(v, dict) for v in rope.values()) else [rope]
+    factor: Any = 1.0
+    for entry in entries:
+        kind = entry.get("rope_type", entry.get("type", "default"))  # (transformers reads an old "type" as rope_type)
+        if kind in _ROPE_UNSCALED:
+            continue
+        factor = entry.get("factor", factor)  # (as vLLM: the layer types are taken to share one factor)
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not math.isfinite(factor) or factor <= 0:
+            raise ConfigError(f"model.{key}", f"{where}: factor needs a positive number, got {factor!r}",
+                              "write it as the model ships it")
+        if kind == "yarn":
+            original = entry.get("original_max_position_embeddings")
+            if isinstance(original, bool) or not isinstance(original, int) or original <= 0:
+                raise ConfigError(f"model.{key}", f"{where}: yarn needs original_max_position_embeddings, a positive "
+                                  f"integer, got {original!r}", "write it as the model ships it")
+            context, given = original, True
+    return int(context * factor), not given, factor != 1
 
 
 # ModelSpec's fields as a config.json names them (for its validation errors).

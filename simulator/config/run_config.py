@@ -195,9 +195,10 @@ class ReplicaConfig:
             raise ConfigError("replica.dtype_bytes", f"must be 2 (bf16/fp16 activations), got {self.dtype_bytes}",
                               "set the weights' format with dtype and the KV cache's with kv_cache_dtype")
         spec = self.model_spec
-        if self.max_model_len is not None and self.max_model_len > spec.max_model_len:
+        if self.max_model_len is not None and self.max_model_len > spec.max_model_len and not spec.max_model_len_assumed:
             # vLLM refuses it too (without VLLM_ALLOW_LONG_MAX_MODEL_LEN): positions past the trained context
             # are not a deployment, and a longer limit would quietly admit prompts the model cannot serve.
+            # (A config.json naming no length gives no trained context: vLLM then takes --max-model-len as given.)
             raise ConfigError("replica.max_model_len", f"{self.max_model_len:,} is beyond {spec.name}'s context of "
                               f"{spec.max_model_len:,} tokens", f"pass --max-model-len <= {spec.max_model_len:,}, or "
                               "a long-context variant of the model (simulate models) or its config.json")

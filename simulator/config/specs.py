@@ -81,6 +81,9 @@ class ModelSpec:
     # mtp_num_hidden_layers, MiniMax's num_mtp_modules): speculative method ``mtp`` drafts with them (0: it cannot).
     num_mtp_layers: int = 0
     source: str = ""  # where the shape (and its published parameter count) comes from
+    # The config.json names no context length: max_model_len is vLLM's assumed 2,048 (hf_config._context), which a
+    # --max-model-len replaces, as vLLM lets it (a run's header says so).
+    max_model_len_assumed: bool = False
     # The weights' format a checkpoint's config.json names (quantization_config, as a --dtype name where one fits,
     # else its quant_method); "" for none. Said, not read: a run's weights are its --dtype.
     checkpoint_quant: str = ""

@@ -139,3 +139,18 @@ def test_sweep_files_take_each_capacity_key_and_refuse_it_where_it_does_not_appl
     for name in set(PLANNER_OPTIONS) - set(SWEEP_KEYS.values()):  # plan's own options are no sweep keys
         with pytest.raises(ConfigError, match="unknown key"):
             build_spec({"mode": "capacity", "base": {name: CHANGED[name]}})
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_non_finite_max_qps_is_named_as_itself(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                 value: str) -> None:
+    # NaN fails every comparison: the range check blamed --min-qps for --max-qps nan.
+    import sys
+
+    from simulator.cli.app import main
+
+    monkeypatch.setattr(sys, "argv", ["simulate", "capacity", "--max-qps", value])
+    with pytest.raises(SystemExit) as done:
+        main()
+    err = capsys.readouterr().err.strip()
+    assert done.value.code == 2 and err.startswith("error: --max-qps:") and "finite" in err

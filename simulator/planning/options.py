@@ -132,12 +132,13 @@ class SearchSettings:
         if self.qps_start is not None and not self.qps_start >= MIN_QPS:
             raise ConfigError("capacity.qps_start", f"must be at least {MIN_QPS:g} requests/s, got {self.qps_start}",
                               f"pass --qps-start {MIN_QPS:g} or more")
+        # max_qps first: a NaN fails every comparison, and the range check below blamed --min-qps for it.
+        if not self.max_qps <= MAX_QPS:  # nan, inf, or a rate the workload refuses (mid-search, after many trials)
+            raise ConfigError("capacity.max_qps", f"must be a finite rate of at most {MAX_QPS:g} requests/s, got "
+                              f"{self.max_qps}", f"pass a finite --max-qps of {MAX_QPS:g} or lower")
         if not MIN_QPS <= self.min_qps < self.max_qps:
             raise ConfigError("capacity.min_qps", f"need {MIN_QPS:g} <= min_qps < max_qps, got {self.min_qps}, "
-                              f"{self.max_qps}", f"pass --min-qps {MIN_QPS:g} or more, below --max-qps")
-        if not self.max_qps <= MAX_QPS:  # inf, or a rate the workload refuses (mid-search, after many trials)
-            raise ConfigError("capacity.max_qps", f"must be at most {MAX_QPS:g} requests/s, got {self.max_qps}",
-                              f"pass --max-qps {MAX_QPS:g} or lower")
+                              f"{self.max_qps}", f"pass a finite --min-qps of {MIN_QPS:g} or more, below --max-qps")
         if self.qps_start is not None and not self.min_qps <= self.qps_start <= self.max_qps:  # (it was clamped)
             raise ConfigError("capacity.qps_start", f"{self.qps_start:g} is outside the search's range [{self.min_qps:g}, "
                               f"{self.max_qps:g}]", "pass a --qps-start inside it, or widen --min-qps/--max-qps")

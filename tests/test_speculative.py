@@ -93,6 +93,32 @@ def test_vllm_keys_without_effect_are_named() -> None:
         SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), unmodelled_keys=("foo",))
 
 
+@pytest.mark.parametrize(("lookup", "key"), [
+    ('"prompt_lookup_max": -1, "prompt_lookup_min": 5', "prompt_lookup_max"),  # vLLM: each must be > 0
+    ('"prompt_lookup_min": 0', "prompt_lookup_min"),
+    ('"prompt_lookup_max": 2, "prompt_lookup_min": 5', "prompt_lookup_min"),  # vLLM: min <= max
+    ('"prompt_lookup_min": 2.5', "prompt_lookup_min"),
+])
+def test_ngram_lookup_ranges_vllm_refuses_are_refused(lookup: str, key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        from_vllm_json(f'{{"method": "ngram", "num_speculative_tokens": 4, {lookup}}}', (0.5,))
+    assert err.value.field == f"--speculative-config.{key}" and "\n" not in str(err.value)
+    # one given stands for both (vLLM copies it), and another method has no lookup to set
+    assert from_vllm_json('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}', (0.5,))
+    with pytest.raises(ConfigError, match="would do nothing"):
+        from_vllm_json('{"method": "eagle3", "model": "x", "num_speculative_tokens": 4, "prompt_lookup_min": 3}',
+                       (0.5,))
+
+
+def test_the_header_names_the_keys_given_that_are_not_modelled() -> None:
+    from simulator.cli.run import run_title
+    from simulator.config.run_config import RunConfig
+
+    spec = from_vllm_json('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 5}', (0.5,))
+    title = run_title(RunConfig().replace(speculative=spec, scheduler__prefix_caching=False), {})
+    assert "not modelled: prompt_lookup_max" in title
+
+
 def test_adaptive_k() -> None:
     """vLLM turns speculation off at running_queue_size >= disable_by_batch_size (it was off only above it, 32
     running requests still speculating here); a disable_by_batch_size of 1 (every step off) is refused, as vLLM

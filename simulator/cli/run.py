@@ -301,6 +301,8 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         tree = f" (a token tree of {sp.num_verify_tokens} nodes)" if sp.token_tree else ""
         title += (f" · speculative {sp.method}{drafter} k={sp.k}{tree}, expected AL {sp.mean_acceptance_length:.2f} · "
                   "loop step by step (no lockstep or event skipping with speculation)")
+        if note := sp.unmodelled_note():  # which keys given were read but not modelled, before the figures
+            title += f" · note: --speculative-config {note}"
     title += _hybrid_block_note(config)
     if "prefix_caching" in summary:  # on (simulator.engine.prefix_cache); said when turned off by hand
         pc = summary["prefix_caching"]
@@ -423,8 +425,7 @@ def _speculative_line(config: RunConfig, sp: dict[str, Any]) -> str:
         f"{sp['num_accepted']:,} accepted ({sp['draft_acceptance_rate']:.1%}) · mean acceptance length "
         f"{sp['mean_acceptance_length']:.3f} tokens/step (expected {sp['expected_acceptance_length']:.3f}) · ITL per "
         f"token p50/p99 {_ms(sp['itl_per_token_s_p50'])}/{_ms(sp['itl_per_token_s_p99'])} ms, per step "
-        f"{_ms(sp['itl_per_step_s_p50'])}/{_ms(sp['itl_per_step_s_p99'])} ms · acceptance: {sp['acceptance_source']}"
-        + (f" · note: --speculative-config {note}" if (note := config.speculative.unmodelled_note()) else ""))
+        f"{_ms(sp['itl_per_step_s_p50'])}/{_ms(sp['itl_per_step_s_p99'])} ms · acceptance: {sp['acceptance_source']}")
 
 
 class BenchOptions:

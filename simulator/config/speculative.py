@@ -343,6 +343,30 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return rates
 
 
+def _check_prompt_lookup(data: dict[str, Any], method: str) -> None:
+    """n-gram's ``prompt_lookup_min``/``prompt_lookup_max`` checked as vLLM's SpeculativeConfig checks them (one given
+    stands for both; each at least 1, min <= max), though their effect here is the acceptance rates': a range
+    vLLM refuses must not run. Given to another method they would do nothing (vLLM sets them to 0)."""
+    given = {key: data[key] for key in ("prompt_lookup_min", "prompt_lookup_max") if data.get(key) is not None}
+    if not given:
+        return
+    if method != "ngram":
+        key = next(iter(given))
+        raise ConfigError(f"--speculative-config.{key}", f"sets n-gram's lookup, and {method} looks nothing up, so it "
+                          "would do nothing", f"drop {key}, or use method ngram")
+    for key, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"--speculative-config.{key}", f"must be a whole number of tokens, got {value!r}",
+                              f'e.g. "{key}": 4')
+        if value < 1:
+            raise ConfigError(f"--speculative-config.{key}", f"must be at least 1, got {value}", f'e.g. "{key}": 4')
+    low = given.get("prompt_lookup_min", given.get("prompt_lookup_max"))
+    high = given.get("prompt_lookup_max", low)
+    if low > high:
+        raise ConfigError("--speculative-config.prompt_lookup_min", f"{low} is above prompt_lookup_max {high}",
+                          "give prompt_lookup_min <= prompt_lookup_max")
+
+
 def vllm_json_fields(text: str) -> dict[str, Any]:
     """The :class:`SpeculativeConfig` fields vLLM's ``--speculative-config`` JSON gives (one-line
     errors on anything else), e.g. ``{"method": "eagle3", "num_speculative_tokens": 3, "model": "..."}``.
@@ -407,6 +431,7 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
                               'e.g. "acceptance_rate": 0.7')
         rates = (float(raw),)
         source = source or "--speculative-config acceptance_rate (i.i.d.)"
+    _check_prompt_lookup(data, _VLLM_METHODS[str(method).lower()])
     if data.get("draft_tensor_parallel_size") is not None and _VLLM_METHODS[str(method).lower()] != "draft_model":
         raise ConfigError("--speculative-config.draft_tensor_parallel_size", f"{method} has no draft model of its own "
                           "to lay out (its heads or lookups run inside the target's step), so it would do nothing",

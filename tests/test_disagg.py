@@ -278,6 +278,22 @@ def test_pool_syntax_is_canonical_and_errors_name_the_field() -> None:
         assert str(err.value).startswith(field)
 
 
+def test_run_and_split_headers_name_the_link_in_its_canonical_unit() -> None:
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    runner = CliRunner()
+    ran = runner.invoke(app, ["run", "--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)", "--num-requests", "8",
+                              "--kv-link", "200gbps", "--no-progress"])
+    assert ran.exit_code == 0, ran.output
+    assert "over 200Gb/s" in ran.output and "200gbps" not in ran.output
+    split = runner.invoke(app, ["disagg", "split", "--gpus", "2", "--num-requests", "16", "--kv-link", "100gbps",
+                                "--workers", "1"])
+    assert split.exit_code == 0, split.output
+    assert "KV link 100Gb/s" in split.output
+
+
 def test_cli_runs_a_disaggregated_layout_and_reports_bad_pools_in_one_line(tmp_path) -> None:  # noqa: ANN001
     from typer.testing import CliRunner
 

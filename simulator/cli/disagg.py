@@ -149,9 +149,12 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
                   title_justify="left")
     for row in ranked.itertuples():
         table.add_row(row.label, str(row.num_gpus), f"{row.rate_qps:.3g}", f"{row.goodput_per_gpu:.3g}", str(row.num_trials))
+    from simulator.config.disagg_layout import parse_link
+
+    link = parse_link(config.kv_link, config.replica.gpu).name  # in its canonical unit (100gbps: 100Gb/s), as run says
     out_console = console()
     out_console.print(f"{config.replica.model} on {config.replica.gpu} · workload {config.workload.name}, "
-                      f"{count(config.workload.num_requests, 'request')} per trial · KV link {config.kv_link} "
+                      f"{count(config.workload.num_requests, 'request')} per trial · KV link {link} "
                       f"({'one per worker' if config.kv_link_scope == 'per-worker' else 'one shared'})",
                       highlight=False)
     print_table(out_console, table)

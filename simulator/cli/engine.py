@@ -203,8 +203,12 @@ def calibrate_engine(
     ctx: typer.Context,
     config: RunConfig,
     out: Annotated[Path, typer.Option(help="engine artifact to write (JSON); pass it to --engine")],
-    table: Annotated[Path | None, typer.Option(help="iteration table CSV: tp, num_prefills, prefill_tokens, "
-                                                    "num_decodes, decode_context, measured_s")] = None,
+    table: Annotated[Path | None, typer.Option(help="iteration table CSV, one measured step a row: tp, num_prefills, "
+                                                    "prefill_tokens (each prefill chunk's tokens, not the step's "
+                                                    "total: give that as num_prefill_tokens), num_decodes, "
+                                                    "decode_context (each decode's tokens already in the KV cache), "
+                                                    "measured_s (seconds); optional prefill_context (each chunk's "
+                                                    "cached tokens before it), model, gpu")] = None,
     bench: Annotated[Path | None, typer.Option(help="`vllm bench serve --save-result --save-detailed` JSON")] = None,
     rows: Annotated[Path | None, typer.Option(help="aggregate benchmark rows CSV: backend, model, gpu, isl, osl, "
                                                   "concurrency, ttft_ms, tpot_ms (each row's mean TTFT and TPOT, not "

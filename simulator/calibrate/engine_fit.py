@@ -762,13 +762,25 @@ def calibrate_bench(run: BenchRun, config: Any, base: str | EngineModel, holdout
                         "measurements ask for more than the search allows (timings not in seconds?)")
     t0, i0 = simulate_bench(run, config, base_engine, seed)
     t1, i1 = simulate_bench(run, config, engine, seed)
+    notes = [note] if note else []
+    # The search moves one term of a synchronous engine: from a starting engine that already matches (its async
+    # overlap, its per-request term) it can only drift (3-4% held-out from vllm-2026 on vllm-2026's own run). Where
+    # the fit matches the training requests no better than the start, the start's terms are kept. (Judged on the
+    # training requests, as the search was: the held-out figures stay held out.)
+    base_score, fit_score = _score(t0, i0, run.ttfts, run.itls, train), _score(t1, i1, run.ttfts, run.itls, train)
+    kept = base_score <= fit_score
+    if kept:
+        notes.append(f"kept {base_engine.name}'s terms: the fit (cpu_iteration_s {engine.cpu_iteration_s * 1e3:.3g} ms, "
+                     f"synchronous) matched the training requests no better (score {fit_score:.3g} against "
+                     f"{base_score:.3g})")
+        engine, t1, i1 = base_engine, t0, i0
     return {"engine": engine, "report": {
         "kind": "vllm bench serve", "requests": len(run.input_lens), "failed_requests_not_used": run.num_failed,
         "holdout_requests": len(test), "request_rate": run.request_rate, "base_engine": base_engine.name,
         "simulations": len(cache) + 3,  # the search's, then the kernels alone, the base engine and the fitted one
         "holdout_before": _dist_error(t0, i0, run.ttfts, run.itls, test),
-        "holdout_after": _dist_error(t1, i1, run.ttfts, run.itls, test),
-        "notes": [note] if note else [], "warnings": warnings}}
+        "holdout_after": _dist_error(t1, i1, run.ttfts, run.itls, test), "kept_base_engine": kept,
+        "notes": notes, "warnings": warnings}}
 
 
 def make_bench_fixture(config: Any, engine: EngineModel, rate: float, num_requests: int, seed: int,

@@ -189,8 +189,11 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
             roofline_prices=roofline_backend(replica.kernels, load_engine(config.engine)),
             name=label, source=f"vllm bench serve result {bench} ({replica.model}, {replica.gpu}, tp={replica.tp}, "
                                f"scheduler {config.scheduler.name})",
-            fitted=f"Nelder-Mead over the exposed CPU terms (fixed, per request) matching TTFT and ITL quantiles "
-                   f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests")
+            fitted=(f"{result['report']['base_engine']}'s terms, kept: " if result["report"]["kept_base_engine"]
+                    else "")
+            + f"Nelder-Mead over the exposed CPU terms (fixed, per request) matching TTFT and ITL quantiles "
+              f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests"
+            + (" fitted them no better" if result["report"]["kept_base_engine"] else ""))
     with atomic_file(out) as tmp:  # out ends up whole or as it was
         save_engine_artifact(result["engine"], tmp, {**labels, "cost_model": config.cost_model,
                                                      "report": jsonable(result["report"])})

@@ -222,9 +222,9 @@ def calibrate_engine(
                                                   "its GPU unless --max-num-batched-tokens")] = None,
     client: Annotated[str | None, typer.Option(
         help="--rows: the benchmark client that measured them, NAME[,key=value,...]: vllm-bench (the default: `vllm "
-             "bench serve`'s random dataset, exact lengths unless range_ratio=r draws them in [len x (1-r), len x "
-             "(1+r)], num_prompts 1000), inferencex (its benchmark_serving.py: lengths in [0.8 len, len] or "
-             "[r len, len], 10 requests a user), aiperf (exact lengths unless isl_stddev / osl_stddev spread them, "
+             "bench serve`'s random dataset, exact lengths unless range_ratio=r draws them from len x (1-r) to len x "
+             "(1+r), num_prompts 1000), inferencex (its benchmark_serving.py: lengths from 0.8 len, or r len, to "
+             "len, 10 requests a user), aiperf (exact lengths unless isl_stddev / osl_stddev spread them, "
              "20 requests a user); every user sends at once after a drained warm-up. Keys: range_ratio, "
              "isl_stddev, osl_stddev, num_prompts (the measured requests); a row's client, range_ratio, isl_stddev, "
              "osl_stddev and num_prompts columns override it. Exact lengths lock a closed loop's users into waves "

@@ -22,11 +22,13 @@ TRUE = sf.Params(False, np.array([2.0e-3, 40e-6, 0.5e-6, 0.0]))  # synchronous e
 
 
 def _closed_loop(model: str, tp: int, isl: int, osl: int, conc: int) -> RunConfig:
+    """``conc`` users, a warm-up request each drained before 2 x ``conc`` measured ones all users send at once, as
+    `vllm bench serve --num-prompts 2xconc` runs them (the --rows fit's default client, told num_prompts)."""
     return RunConfig().replace(
         replica__model=model, replica__gpu="h100-sxm", replica__tp=tp, scheduler__name="vllm-v1",
         scheduler__max_num_batched_tokens=2048, workload__name="fixed", workload__prompt_tokens=isl,
         workload__output_tokens=osl, workload__arrival="burst", workload__num_requests=3 * conc,
-        workload__concurrency=conc, workload__num_warmup=conc)
+        workload__concurrency=conc, workload__num_warmup=conc, workload__warmup_mode="drain")
 
 
 CASES = [("llama-3.1-8b", 1, 1024, 64, 4), ("llama-3.1-8b", 1, 2048, 32, 16), ("llama-3.1-8b", 2, 512, 64, 32),
@@ -45,7 +47,8 @@ def simulated_rows(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         result = simulate(config.replace(engine=str(artifact)))
         m = benchmark_metrics(result, request_columns(result))
         rows.append({"backend": "vllm", "kernels": "roofline", "model": model, "gpu": "h100-sxm", "tp": tp, "isl": isl, "osl": osl,
-                     "concurrency": conc, "ttft_ms": m["mean_ttft_ms"], "tpot_ms": m["mean_tpot_ms"]})
+                     "concurrency": conc, "num_prompts": 2 * conc, "ttft_ms": m["mean_ttft_ms"],
+                     "tpot_ms": m["mean_tpot_ms"]})
         traces.append(sf.trace_of(config))
     return rows, traces, folder
 

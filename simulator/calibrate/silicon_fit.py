@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.calibrate.silicon import AIPERF_CLIENT, INFERENCEX_CLIENT
 from simulator.config.errors import ConfigError
 from simulator.costmodel.engine_model import EngineModel
 
@@ -68,7 +69,9 @@ FLOOR_ABOVE_TOKENS = {"sglang": 0, "trtllm": 0}
 # A user's benchmark CSV: required and optional columns (layout columns as the silicon sample names them).
 MAX_ROW_USERS = 65_536  # a benchmark row's users, at most (the silicon rows reach 3,072)
 USER_REQUIRED = ("backend", "model", "gpu", "isl", "osl", "concurrency", "ttft_ms", "tpot_ms")
-USER_OPTIONAL = ("tp", "pp", "attention_dp", "ep", "dtype", "kernels", "mode", "backend_version")
+# The client columns (:func:`row_client`): which benchmark client measured the row and how it drew its lengths.
+CLIENT_COLUMNS = ("client", "range_ratio", "isl_stddev", "osl_stddev", "num_prompts")
+USER_OPTIONAL = ("tp", "pp", "attention_dp", "ep", "dtype", "kernels", "mode", "backend_version", *CLIENT_COLUMNS)
 
 
 @dataclass
@@ -341,10 +344,129 @@ def error_row(pred: np.ndarray, rows: Any) -> dict[str, float]:
             "tpot_p90": float(np.quantile(e_tpot[ok], 0.9))}
 
 
+# -- the benchmark client of a user's rows -------------------------------------------------------------------------
+# How the client that measured a row drew its requests, which the rows do not record (--client, or a row's client
+# column, says): it sets the replay's lengths, request count and start. Exact lengths lock a closed loop's users into
+# waves (every prefill in one step: README, "Benchmarks as vllm bench serve runs them"), so a row measured with
+# banded lengths and replayed exact came out with its TTFT several times too high. vllm bench serve's random dataset
+# sends exact lengths unless --random-range-ratio r draws them in [len x (1-r), len x (1+r)], 1000 prompts unless
+# --num-prompts, every user at once from the start; InferenceX's and AIPerf's clients as the silicon report reads
+# them (silicon.INFERENCEX_CLIENT: [0.8 len, len], 10 requests a user; silicon.AIPERF_CLIENT: exact lengths, or
+# spread by --isl-stddev / --osl-stddev, 20 requests a user). Each client's measured requests start together after
+# its warm-up (warmup_mode drain).
+VLLM_BENCH_CLIENT = {"range_ratio": 0.0, "range_style": "vllm", "warmup_mode": "drain", "num_prompts": 1000}
+ROW_CLIENTS: dict[str, dict[str, Any]] = {"vllm-bench": VLLM_BENCH_CLIENT, "inferencex": INFERENCEX_CLIENT,
+                                          "aiperf": AIPERF_CLIENT}
+DEFAULT_ROW_CLIENT = "vllm-bench"
+# A row's measured requests replayed, at most: a client's count beyond it is capped (and said), as a row of 64
+# users at 10,000 prompts would simulate for minutes for a mean its first 4,096 requests already give.
+MAX_ROW_REQUESTS = 4096
+
+
+@dataclass(frozen=True)
+class RowClient:
+    """One row's benchmark client as :func:`user_row_config` replays it (WorkloadConfig's fields)."""
+
+    name: str
+    range_ratio: float
+    range_style: str
+    prompt_stddev: float
+    output_stddev: float
+    warmup_mode: str
+    num_prompts: int | None  # the measured requests; None: requests_per_user a user
+    requests_per_user: int = 0
+
+    def num_requests(self, concurrency: int) -> int:
+        """The measured requests the client sent at ``concurrency`` users."""
+        return self.num_prompts if self.num_prompts is not None else self.requests_per_user * concurrency
+
+    def describe(self) -> str:
+        if self.prompt_stddev or self.output_stddev:
+            lengths = f"lengths spread by {self.prompt_stddev:g} / {self.output_stddev:g} tokens"
+        elif self.range_style == "sglang" and self.range_ratio < 1:
+            lengths = f"lengths in [{self.range_ratio:g} len, len]"
+        elif self.range_style == "vllm" and self.range_ratio > 0:
+            lengths = f"lengths in [{1 - self.range_ratio:g} len, {1 + self.range_ratio:g} len]"
+        else:
+            lengths = "exact lengths"
+        sent = f"{self.num_prompts} prompts" if self.num_prompts is not None else f"{self.requests_per_user} a user"
+        return f"{self.name}: {lengths}, {sent}"
+
+
+def _client_number(key: str, value: Any) -> float:
+    """A client column's cell as a number, or a ConfigError naming what the column takes."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    whole = key == "num_prompts"
+    ok = math.isfinite(number) and (number >= 1 and number == round(number) if whole else number >= 0)
+    if not ok:
+        raise ConfigError(key, f"must be {'a whole number >= 1' if whole else 'a finite number >= 0'}, got {value!r}",
+                          "fix the value, or leave the cell empty for the client's own")
+    return int(number) if whole else number
+
+
+def parse_client(spec: str) -> dict[str, Any]:
+    """``--client NAME[,key=value,...]`` as client column cells (keys: :data:`CLIENT_COLUMNS`' but ``client``)."""
+    name, *pairs = (part.strip() for part in str(spec).split(","))
+    cells: dict[str, Any] = {"client": name}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key.strip() not in CLIENT_COLUMNS[1:]:
+            raise ConfigError("--client", f"{pair!r} is not key=value with a key of {', '.join(CLIENT_COLUMNS[1:])}",
+                              "e.g. --client vllm-bench,range_ratio=0.5")
+        cells[key.strip()] = value.strip()
+    try:
+        row_client(cells)  # refused here, not on the first row
+    except ConfigError as err:
+        raise ConfigError("--client", f"{err.field} {err.problem}", err.fix) from None
+    return cells
+
+
+def _given(value: Any) -> bool:
+    return value is not None and value != "" and not (isinstance(value, float) and math.isnan(value))
+
+
+def row_client(cells: dict[str, Any], file_cells: dict[str, Any] | None = None) -> RowClient:
+    """The client a row's client column ``cells`` name, over the file's (``--client``: :func:`parse_client`); the
+    file's settings stand for a row naming no other client. Raises ConfigError (the caller names the line)."""
+    file_cells = file_cells or {}
+    row_name = cells.get("client")
+    if _given(row_name) and row_name != file_cells.get("client", DEFAULT_ROW_CLIENT):
+        file_cells = {}  # another client than the file's: none of the file's settings, which were its client's
+    merged = {**file_cells, **{k: v for k, v in cells.items() if _given(v)}}
+    name = str(merged.get("client") or DEFAULT_ROW_CLIENT)
+    if name not in ROW_CLIENTS:
+        raise ConfigError("client", f"{name!r} is not one of {', '.join(ROW_CLIENTS)}",
+                          "name the client that measured the row")
+    base = ROW_CLIENTS[name]
+    values = {key: _client_number(key, merged[key]) for key in CLIENT_COLUMNS[1:] if _given(merged.get(key))}
+    spread = [key for key in ("isl_stddev", "osl_stddev") if key in values]
+    if spread and name != "aiperf":  # vllm bench serve's and InferenceX's random datasets band lengths, never spread
+        raise ConfigError(spread[0], f"{name} draws no normal spread of lengths (AIPerf's --isl-stddev / --osl-stddev)",
+                          "give range_ratio, or client aiperf")
+    if "range_ratio" in values and name == "aiperf":
+        raise ConfigError("range_ratio", "aiperf draws no band of lengths: exact, or spread by isl_stddev / osl_stddev",
+                          "give isl_stddev and osl_stddev, or another client")
+    ratio = float(values.get("range_ratio", base["range_ratio"]))
+    if base["range_style"] == "vllm" and not ratio < 1:  # [len x (1-r), len x (1+r)] needs r < 1
+        raise ConfigError("range_ratio", f"{name} draws lengths in [len x (1-r), len x (1+r)], so r must be below 1, "
+                          f"got {ratio:g}", "e.g. 0.5")
+    if base["range_style"] == "sglang" and not ratio <= 1:
+        raise ConfigError("range_ratio", f"{name} draws lengths in [len x r, len], so r must be at most 1, got "
+                          f"{ratio:g}", "e.g. 0.8")
+    num_prompts = values.get("num_prompts", base.get("num_prompts"))
+    return RowClient(name, ratio, base["range_style"], float(values.get("isl_stddev", 0.0)),
+                     float(values.get("osl_stddev", 0.0)), base["warmup_mode"],
+                     None if num_prompts is None else int(num_prompts), int(base.get("requests_per_user", 0)))
+
+
 # -- rows from a user's CSV -----------------------------------------------------------------------------------------
-def read_user_rows(path: Path) -> Any:
+def read_user_rows(path: Path, client: dict[str, Any] | None = None) -> Any:
     """A user's aggregate benchmark rows (:data:`USER_REQUIRED` columns, :data:`USER_OPTIONAL`
-    ones where known), one line per problem refused."""
+    ones where known), one line per problem refused; ``client``: the file's (``--client``,
+    :func:`parse_client`), under which each row's client columns are checked."""
     import pandas as pd
 
     from simulator.calibrate.csv_input import read_csv_checked
@@ -418,6 +540,11 @@ def read_user_rows(path: Path) -> Any:
             if isinstance(cell, str) and cell and canonical_weight_format(cell) not in WEIGHT_FORMATS:
                 raise ConfigError("rows", f"{path} line {i + 2}: dtype {cell!r} is not one of "
                                   f"{', '.join(WEIGHT_FORMATS)}", "fix the line, or leave it empty")
+    for i, cells in enumerate(df.reindex(columns=list(CLIENT_COLUMNS)).to_dict("records")):
+        try:
+            row_client(cells, client)
+        except ConfigError as err:
+            raise ConfigError("rows", f"{path} line {i + 2}: {err.field} {err.problem}", err.fix) from None
     backends = list(dict.fromkeys(df["backend"].tolist()))
     if len(backends) > 1:  # one engine's terms from another engine's rows would be fitted as one
         raise ConfigError("rows", f"{path}: rows of {len(backends)} backends ({', '.join(map(str, backends))}), and "
@@ -428,12 +555,14 @@ def read_user_rows(path: Path) -> Any:
     return df
 
 
-def user_row_config(row: Any, base: Any, budget: int | None = 8192, requests_per_user: int = 3,
-                    max_requests: int = 1200) -> Any:
+def user_row_config(row: Any, base: Any, budget: int | None = 8192, client: RowClient | None = None,
+                    max_requests: int = MAX_ROW_REQUESTS) -> Any:
     """A closed-loop run of one user row over ``base`` (a RunConfig): its model, GPU, layout,
     lengths and concurrency; the row's ``kernels`` if given, else its backend's measured kernel
     tables where the backend has them (vllm, sglang, trtllm), else the roofline. ``budget``: the
-    step's token budget, or None for the row's engine's own default on its GPU (:func:`row_budget`)."""
+    step's token budget, or None for the row's engine's own default on its GPU (:func:`row_budget`).
+    ``client``: the benchmark client that measured it (its lengths, requests and warm-up; at most
+    ``max_requests`` measured), by default the one its own client columns name (:func:`row_client`)."""
     from simulator.calibrate.silicon import BACKEND_SCHEDULERS, SYSTEMS, _model
     from simulator.config.run_config import KERNEL_TABLES, SchedulerConfig
 
@@ -441,8 +570,11 @@ def user_row_config(row: Any, base: Any, budget: int | None = 8192, requests_per
         v = getattr(row, name, default)
         return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
+    if client is None:
+        client = row_client({key: getattr(row, key, None) for key in CLIENT_COLUMNS})
     conc = int(row.concurrency)
-    total = min(conc + max(requests_per_user * conc, 32), max(max_requests, 2 * conc))
+    # one warm-up request a user (drained before the measured ones, which every user then sends at once)
+    measured = min(client.num_requests(conc), max(max_requests, conc))
     tp, pp, adp, ep = int(opt("tp", 1)), int(opt("pp", 1)), int(opt("attention_dp", 1)), int(opt("ep", 1))
     backend = str(row.backend)
     if budget is None and backend == "trtllm":
@@ -455,8 +587,10 @@ def user_row_config(row: Any, base: Any, budget: int | None = 8192, requests_per
         "scheduler__max_num_batched_tokens": budget,  # None: the policy's default for the GPU, as `simulate run`'s
         "scheduler__max_num_seqs": max(256, -(-conc // adp)),
         "workload__name": "fixed", "workload__prompt_tokens": int(row.isl), "workload__output_tokens": int(row.osl),
-        "workload__arrival": "burst", "workload__num_requests": total, "workload__concurrency": conc,
-        "workload__num_warmup": conc,
+        "workload__range_ratio": client.range_ratio, "workload__range_style": client.range_style,
+        "workload__prompt_tokens_stddev": client.prompt_stddev, "workload__output_tokens_stddev": client.output_stddev,
+        "workload__arrival": "burst", "workload__num_requests": conc + measured, "workload__concurrency": conc,
+        "workload__num_warmup": conc, "workload__warmup_mode": client.warmup_mode,
         "replica__kernels": str(opt("kernels", backend if backend in KERNEL_TABLES else "roofline")),
     }
     if adp > 1:
@@ -522,12 +656,13 @@ class CalibrationResult:
 
 def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 0.25, seed: int = 0,
                    budget: int | None = None, progress: Callable[[str], None] | None = None,
-                   cache: TraceCache | None = None) -> CalibrationResult:
+                   cache: TraceCache | None = None, client: dict[str, Any] | None = None) -> CalibrationResult:
     """``simulate calibrate-engine --rows``: fit one preset's terms on a user's rows (one kernels-
     only simulation each), report the held-out error (a seeded split of ``holdout`` of the rows,
     and leave-one-GPU-out / leave-one-model-out where the rows span more than one) before (the
     base engine, replayed) and after. ``budget``: every row's token budget, or None for each row's
-    engine's own default on its GPU (what `simulate run` steps under without --max-num-batched-tokens)."""
+    engine's own default on its GPU (what `simulate run` steps under without --max-num-batched-tokens).
+    ``client``: the file's benchmark client (``--client``: :func:`parse_client`; a row's client columns over it)."""
     from simulator.calibrate.silicon import Unexpressible
     from simulator.config.errors import ConfigError as _CE
     from simulator.costmodel.calibration import roofline_backend
@@ -538,12 +673,15 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     prices: set[tuple[str, str]] = set()  # (kernels, roofline constants) each kept row replayed over
     budgets: dict[str, set[int]] = {}  # GPU -> the token budgets its kept rows stepped under
     repeated = repeated_rows(df)
+    clients: dict[str, int] = {}  # each client's description -> its rows replayed
+    capped = 0  # rows whose client sent more requests than a replay runs (MAX_ROW_REQUESTS)
     for i, row in enumerate(df.itertuples(index=False)):
         if i in repeated:
             skipped.append((i + 2, f"the same row as line {repeated[i] + 2}: one measurement, counted once"))
             continue
         try:
-            row_config = user_row_config(row, base, budget)
+            measured_by = row_client({key: getattr(row, key, None) for key in CLIENT_COLUMNS}, client)
+            row_config = user_row_config(row, base, budget, measured_by)
             trace = cache.get(row_config)
         except (_CE, Unexpressible) as err:
             skipped.append((i + 2, str(err)))
@@ -557,6 +695,9 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
             continue
         traces.append(trace)
         kept.append(i)
+        clients[measured_by.describe()] = clients.get(measured_by.describe(), 0) + 1
+        w = row_config.workload
+        capped += int(measured_by.num_requests(int(row.concurrency)) > w.num_requests - w.num_warmup)
         configs.append(row_config)
         budgets.setdefault(str(row_config.replica.gpu), set()).add(row_budget(row_config))
         # the constants the kernels-only trace ran over (trace_of's ideal engine: the pooled ones on the roofline), not
@@ -592,6 +733,9 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
                           f"(--holdout {holdout:g} keeps {int(test.sum())} apart)", "give more rows or a smaller --holdout")
     split_fit = fit(tr, ttft[train], tpot[train], floor_above_tokens=above)
     notes = []
+    if capped:  # the first wave (every user at once) weighs more in fewer requests
+        notes.append(f"{capped} row(s) replay {MAX_ROW_REQUESTS:,} of the requests their client sent (the most a row "
+                     "replays)")
     gaps = replay_gaps(load_engine(base.engine), configs)
     if gaps:  # the base engine replayed would be another engine's figure (a preset's RPC, excess, ...): simulated
         from simulator.calibrate.silicon import simulate_row
@@ -624,6 +768,8 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
                 if bound != 0 and abs(value - bound) <= 1e-4 * abs(bound)]
     report: dict[str, Any] = {"kind": "benchmark rows", "rows": len(rows), "skipped": skipped,
                               "base_engine": base.engine, "holdout_rows": int(test.sum()),
+                              "client": "; ".join(f"{d} ({n} rows)" if len(clients) > 1 else d
+                                                  for d, n in clients.items()),
                               "token_budget": budget if budget is not None else "engine default per GPU: " + ", ".join(
                                   f"{gpu} {'/'.join(map(str, sorted(b)))}" for gpu, b in budgets.items()),
                               "holdout_before": before, "holdout_after": after, "notes": notes,

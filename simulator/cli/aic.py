@@ -20,8 +20,9 @@ def import_aiconfigurator(
     data: Annotated[Path | None, typer.Option(help="The database folder (default ../shared/data/profiles/aiconfigurator).")] = None,
 ) -> None:
     """Turn one system's AIConfigurator tables (GEMM, attention, MLA, MoE, all-reduce) into one tidy
-    table per backend and version: system, backend, version, family, table, kernel_source, dtype,
-    the table's keys and latency_s (seconds per call on one GPU)."""
+    file per backend with all its versions in one table (SYSTEM_BACKEND_VERSIONS.FORMAT, the versions joined
+    by '-'): system, backend, version, family, table, kernel_source, dtype, the table's keys and latency_s
+    (seconds per call on one GPU)."""
     from simulator.costmodel.aic.tables import BACKENDS, data_root, write_tidy
     from simulator.util.paths import check_out_dir
 

@@ -57,10 +57,15 @@ ROWS_SET: dict[str, str | None] = {
     "model": "model", "gpu": "gpu", "tp": "tp", "pp": "pp", "ep": "ep", "enable_expert_parallel": "ep",
     "attention_dp": "attention_dp", "kernels": "kernels", "scheduler": "backend", "max_num_seqs": "concurrency",
     "workload": "isl and osl", "trace": "isl and osl", "prompt_tokens": "isl", "prompt_tokens_max": "isl",
-    "output_tokens": "osl", "output_tokens_max": "osl", "concurrency": "concurrency", "num_requests": "concurrency",
-    "num_warmup": "concurrency", "arrival": "concurrency", "qps": "concurrency", "cv": "concurrency",
+    "output_tokens": "osl", "output_tokens_max": "osl", "concurrency": "concurrency", "num_requests": "num_prompts",
+    "num_warmup": "concurrency", "warmup_mode": "client", "arrival": "concurrency", "qps": "concurrency",
+    "cv": "concurrency",
     "burstiness": "concurrency", "time_scale": None, "replicas": None, "router": None, "prefill_pool": None,
     "decode_pool": None, "mixed_pool": None, "kv_link": None, "kv_link_scope": None, "first_token_at": None}
+
+# Of those, the ones the rows' benchmark client sets (--client and the client columns): how it drew the lengths,
+# how many requests it sent and how it warmed up.
+CLIENT_SET = frozenset({"workload", "prompt_tokens", "output_tokens", "num_requests", "num_warmup", "warmup_mode"})
 
 
 def _rows_label(values: Any) -> str:
@@ -83,13 +88,17 @@ def _fmt(report: dict[str, Any]) -> str:
 def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = None, bench: Path | None = None,
                              holdout: float = 0.25, seed: int = 0, name: str | None = None,
                              max_evals: int = 40, quiet: bool = True, rows: Path | None = None,
-                             given: Collection[str] = ()) -> dict[str, Any]:
+                             given: Collection[str] = (), client: str | None = None) -> dict[str, Any]:
     """Fit engine terms to an iteration table, a vLLM bench result or aggregate benchmark rows
     (a CSV: backend, model, gpu, isl, osl, concurrency, ttft_ms, tpot_ms [, tp, pp, attention_dp,
-    ep, dtype]) and write the artifact. ``given``: the run options given as flags (beyond those
-    ``config`` holds other than the defaults), refused where the fit does not read them."""
+    ep, dtype, client columns]) and write the artifact. ``given``: the run options given as flags (beyond
+    those ``config`` holds other than the defaults), refused where the fit does not read them.
+    ``client``: the benchmark client that measured the rows (``NAME[,key=value,...]``), default vllm-bench."""
     if sum(x is not None for x in (table, bench, rows)) != 1:
         raise ConfigError("calibrate-engine", "give exactly one of --table, --bench and --rows")
+    if client is not None and rows is None:  # a table's steps and a bench file's requests are the client's own
+        raise ConfigError("--client", "names the client that measured --rows; a --table or --bench fit reads its "
+                          "own requests", "drop --client")
     if not 0 < holdout < 1:
         raise ConfigError("holdout", f"must be in (0, 1), got {holdout}")
     if bench is not None and max_evals < 1:
@@ -122,7 +131,9 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
             flag, column = "--" + unread[0].replace("_", "-"), ROWS_SET[unread[0]]
             raise ConfigError(flag, "a --rows fit replays each row as a closed loop of its own model, GPU, layout, "
                               f"backend, lengths and concurrency on one aggregated replica, so {flag} would do nothing",
-                              f"drop {flag}" + (f"; the rows' {column} column sets it per row" if column else ""))
+                              f"drop {flag}" + (f"; the rows' {column} column sets it per row" if column else "")
+                              + ("; --client says how the benchmark drew lengths and sent requests"
+                                 if unread[0] in CLIENT_SET else ""))
     # Every path is checked before the fit (a bench fit runs dozens of simulations).
     check_out_file(out, "--out")
     if table is not None:
@@ -148,12 +159,14 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     if rows is not None:
         from simulator.calibrate import silicon_fit
 
-        df = silicon_fit.read_user_rows(rows)
+        file_client = silicon_fit.parse_client(client or silicon_fit.DEFAULT_ROW_CLIENT)
+        df = silicon_fit.read_user_rows(rows, file_client)
         with console.status("calibrating") as status:
             distinct = len(df) - len(silicon_fit.repeated_rows(df))
             fitted = silicon_fit.calibrate_rows(df, config, label, f"benchmark rows {rows} ({distinct} distinct rows)",
                                                 holdout, seed, config.scheduler.max_num_batched_tokens,
-                                                progress=lambda msg: status.update(f"calibrating: {msg}"))
+                                                progress=lambda msg: status.update(f"calibrating: {msg}"),
+                                                client=file_client)
         result = {"engine": fitted.engine, "report": fitted.report}
         # The rows name their models and GPUs (the run's --model and --gpu, unread, are the defaults).
         labels = {"model": _rows_label(fitted.predictions["model"]), "gpu": _rows_label(fitted.predictions["gpu"])}
@@ -176,8 +189,11 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
             roofline_prices=roofline_backend(replica.kernels, load_engine(config.engine)),
             name=label, source=f"vllm bench serve result {bench} ({replica.model}, {replica.gpu}, tp={replica.tp}, "
                                f"scheduler {config.scheduler.name})",
-            fitted=f"Nelder-Mead over the exposed CPU terms (fixed, per request) matching TTFT and ITL quantiles "
-                   f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests")
+            fitted=(f"{result['report']['base_engine']}'s terms, kept: " if result["report"]["kept_base_engine"]
+                    else "")
+            + f"Nelder-Mead over the exposed CPU terms (fixed, per request) matching TTFT and ITL quantiles "
+              f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests"
+            + (" fitted them no better" if result["report"]["kept_base_engine"] else ""))
     with atomic_file(out) as tmp:  # out ends up whole or as it was
         save_engine_artifact(result["engine"], tmp, {**labels, "cost_model": config.cost_model,
                                                      "report": jsonable(result["report"])})
@@ -190,15 +206,29 @@ def calibrate_engine(
     ctx: typer.Context,
     config: RunConfig,
     out: Annotated[Path, typer.Option(help="engine artifact to write (JSON); pass it to --engine")],
-    table: Annotated[Path | None, typer.Option(help="iteration table CSV: tp, num_prefills, prefill_tokens, "
-                                                    "num_decodes, decode_context, measured_s")] = None,
+    table: Annotated[Path | None, typer.Option(help="iteration table CSV, one measured step a row: tp, num_prefills, "
+                                                    "prefill_tokens (each prefill chunk's tokens, not the step's "
+                                                    "total: give that as num_prefill_tokens), num_decodes, "
+                                                    "decode_context (each decode's tokens already in the KV cache), "
+                                                    "measured_s (seconds); optional prefill_context (each chunk's "
+                                                    "cached tokens before it), model, gpu")] = None,
     bench: Annotated[Path | None, typer.Option(help="`vllm bench serve --save-result --save-detailed` JSON")] = None,
     rows: Annotated[Path | None, typer.Option(help="aggregate benchmark rows CSV: backend, model, gpu, isl, osl, "
                                                   "concurrency, ttft_ms, tpot_ms (each row's mean TTFT and TPOT, not "
                                                   "a median or percentile) (optional tp, pp, attention_dp, ep, "
-                                                  "dtype, kernels, mode = agg, backend_version as a label); closed-loop runs at "
+                                                  "dtype, kernels, mode = agg, backend_version as a label, and the "
+                                                  "client columns of --client); closed-loop runs at "
                                                   "each row's concurrency, at its engine's default token budget for "
                                                   "its GPU unless --max-num-batched-tokens")] = None,
+    client: Annotated[str | None, typer.Option(
+        help="--rows: the benchmark client that measured them, NAME[,key=value,...]: vllm-bench (the default: `vllm "
+             "bench serve`'s random dataset, exact lengths unless range_ratio=r draws them from len x (1-r) to len x "
+             "(1+r), num_prompts 1000), inferencex (its benchmark_serving.py: lengths from 0.8 len, or r len, to "
+             "len, 10 requests a user), aiperf (exact lengths unless isl_stddev / osl_stddev spread them, "
+             "20 requests a user); every user sends at once after a drained warm-up. Keys: range_ratio, "
+             "isl_stddev, osl_stddev, num_prompts (the measured requests); a row's client, range_ratio, isl_stddev, "
+             "osl_stddev and num_prompts columns override it. Exact lengths lock a closed loop's users into waves "
+             "(TTFT far above a run whose lengths varied): name the client's band or spread")] = None,
     holdout: Annotated[float, typer.Option(help="fraction of rows/requests held out for the report")] = 0.25,
     fit_seed: Annotated[int, typer.Option(help="seed of the hold-out split and bench arrivals")] = 0,
     name: Annotated[str | None, typer.Option(help="name of the fitted engine (default: the file's stem)")] = None,
@@ -210,12 +240,14 @@ def calibrate_engine(
     from rich.console import Console
 
     result = calibrate_engine_command(config, out, table, bench, holdout, fit_seed, name, max_evals, quiet=False,
-                                      rows=rows, given=given_run_flags(ctx))
+                                      rows=rows, given=given_run_flags(ctx), client=client)
     console = Console()
     report = result["report"]
     console.print(f"{report['kind']}: fitted {result['engine'].name} -> {out}")
     if "token_budget" in report:  # the rows' replays: what each step could carry
         console.print(f"token budget: {report['token_budget']}")
+    if "client" in report:  # the rows' replays: how their client drew lengths and sent requests
+        console.print(f"client: {report['client']}", highlight=False)
     console.print(f"held-out error before ({report['base_engine']}): {_fmt(report['holdout_before'])}")
     console.print(f"held-out error after:  {_fmt(report['holdout_after'])}")
     for group in ("gpu", "model"):

@@ -209,7 +209,7 @@ def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestT
         _check_total("fixed", cfg.prompt_tokens + cfg.output_tokens, cfg.max_total_tokens)
         prompt = np.full(n, cfg.prompt_tokens, dtype=np.int64)
         output = np.full(n, cfg.output_tokens, dtype=np.int64)
-        length_desc = f"fixed {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens"
+        length_desc = f"{cfg.name} {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens"  # as named: vllm bench's random is fixed lengths too
     elif cfg.name == "uniform":
         prompt, output, length_desc = _lengths_uniform(cfg, rng)
     elif cfg.name == LONG_CONTEXT:
@@ -367,7 +367,7 @@ def _lengths_spread(cfg: WorkloadConfig, rng: np.random.Generator) -> tuple[np.n
 
     limit = cfg.max_total_tokens if cfg.max_total_tokens is not None else math.inf
     prompt, output, redrawn = _draw_filtered(draw, cfg.num_requests, limit, rng, "spread")
-    desc = (f"fixed {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens, standard deviation "
+    desc = (f"{cfg.name} {cfg.prompt_tokens} prompt / {cfg.output_tokens} output tokens, standard deviation "
             f"{cfg.prompt_tokens_stddev:g} / {cfg.output_tokens_stddev:g}")
     if redrawn:
         drawn = cfg.num_requests + redrawn

@@ -733,8 +733,9 @@ def _warm_in_l2(ref: TableRef, dcol: str, data: dict[str, Any]) -> Any:
 
 def write_tidy(gpu_or_system: str, backends: tuple[str, ...] | list[str], out: str | Path, fmt: str = "parquet",
                root: str | Path | None = None) -> list[Path]:
-    """``simulate import-aiconfigurator``: one tidy file per backend (``<system>_<backend>_<version>.<fmt>``)
-    under ``out``, from :func:`tidy_tables`; returns the paths written."""
+    """``simulate import-aiconfigurator``: one tidy file per backend, all its versions in it
+    (``<system>_<backend>_<versions>.<fmt>``, the versions joined by ``-``) under ``out``, from
+    :func:`tidy_tables`; returns the paths written."""
     if fmt not in ("parquet", "csv"):
         raise ConfigError("--format", f"unknown format {fmt!r}", "use parquet or csv")
     _check_export(gpu_or_system, backends, root)  # before the folder is made: a refusal leaves nothing behind

@@ -86,6 +86,18 @@ class SLO:
         if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
             raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
 
+    def wait_limit(self) -> tuple[float, float, str]:
+        """The shortest limit judged on a wait that a growing queue lengthens (the scheduling delay, TTFT,
+        a good request's TTFT): its seconds, the percentile of requests held to it, and its name. The first
+        limit a queue outgrowing the server must break."""
+        limits = [] if self.criterion == "goodput" else [
+            (self.sched_delay_s, self.sched_delay_quantile, "scheduling-delay limit")]
+        if self.ttft_s is not None:
+            limits.append((self.ttft_s, self.ttft_quantile, "TTFT limit"))
+        if self.min_goodput is not None:
+            limits.append((self.goodput_ttft_s, 100 * self.min_goodput, "goodput's TTFT limit"))
+        return min(limits)
+
     @property
     def good_request(self) -> str:
         """What a request must meet to count in goodput."""

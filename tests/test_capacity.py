@@ -242,6 +242,31 @@ def test_seeds_report_spread(constant_cost):
     assert set(report.trials_frame()["seed"]) == {0, 1, 2}
 
 
+def test_one_censored_seed_makes_the_capacity_a_lower_bound_and_says_so(constant_cost):
+    """Seeds' capacities straddle MU = 40 (38.75 to 41.9 QPS uncapped): at --max-qps 40 some seeds still pass at
+    the ceiling and others converge below it. Their mean counts the censored seeds at the ceiling, so it is a lower
+    bound too (the flag asked every seed to be censored, and the headline read a plain capacity). A search stopped
+    at --max-trials with a wide bracket is flagged as not converged."""
+    args = (slots_config(num_requests=256), SLO(tbt_s=0.05, sched_delay_s=0.2))
+    report = find_capacity(*args, SearchSettings(qps_start=20.0, max_qps=40.0), num_seeds=3)
+    lower = sum(s.at_least for s in report.seeds)
+    assert 0 < lower < 3
+    summary = report.summary()
+    assert summary["capacity_is_lower_bound"] and summary["num_seeds_lower_bound"] == lower
+    assert not summary["capacity_converged"]
+    settled = find_capacity(*args, SearchSettings(qps_start=20.0)).summary()
+    assert settled["capacity_converged"] and not settled["capacity_is_lower_bound"]
+    cut = find_capacity(*args, SearchSettings(qps_start=20.0, max_trials=3)).summary()  # [40, 80] after 20, 40, 80
+    assert not cut["capacity_converged"] and not cut["capacity_is_lower_bound"]
+    flags = ["--model", "mistral-7b", "--scheduler", "sarathi", "--max-num-seqs", "4", "--workload", "fixed",
+             "--prompt-tokens", "16", "--output-tokens", "10", "--num-requests", "256", "--qps", "20",
+             "--tbt-slo", "0.05", "--sched-delay-slo", "0.2", "--workers", "1"]
+    text = " ".join(runner.invoke(app, ["capacity", *flags, "--seeds", "3", "--max-qps", "40"]).output.split())
+    assert "capacity at least" in text and f"({lower} of 3 seeds a lower bound)" in text
+    text = " ".join(runner.invoke(app, ["capacity", *flags, "--max-trials", "3"]).output.split())
+    assert "not converged" in text and "capacity at least" not in text
+
+
 @pytest.mark.parametrize("workers", [2, 3])
 def test_trials_run_ahead_in_workers_give_the_same_search(constant_cost, workers: int):
     """One seed with --workers: the trials it may need next run ahead in processes; the trials

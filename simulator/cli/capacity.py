@@ -272,8 +272,12 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     # Over several seeds a users capacity is their mean, not a whole number.
     shown = f"{summary[key]:.4g} {'users' if users else 'QPS'}" if len(report.seeds) > 1 else format_load(summary[key], users)
     headline = f"capacity {shown}{spread}"
-    if all(seed.at_least for seed in report.seeds):  # a lower bound: no trial failed
-        headline = f"capacity at least {shown}{spread}"
+    if summary["capacity_is_lower_bound"]:  # a seed's capacity is a lower bound, and so is their mean
+        lower = summary["num_seeds_lower_bound"]
+        some = f" ({lower} of {len(report.seeds)} seeds a lower bound)" if lower < len(report.seeds) else ""
+        headline = f"capacity at least {shown}{spread}{some}"
+    elif not summary["capacity_converged"]:  # stopped at --max-trials with a bracket wider than --rel-tol
+        headline = f"capacity {shown}{spread}, not converged (the seed lines give the bracket; raise --max-trials)"
     if all(seed.not_found for seed in report.seeds):  # the trials ran out first
         lowest = min(t.qps for seed in report.seeds for t in seed.trials)
         headline = f"capacity not found: below {format_load(lowest, users)}"

@@ -140,6 +140,9 @@ class SeedResult:
     not_found: bool = False  # the trials ran out before any passed: the capacity is below the lowest tried, not 0
     at_least: bool = False  # no trial failed (the ceiling or the trials ran out): the capacity is at least this
     too_short: bool = False  # the rate above the answer was too short a trial to judge: the capacity is at least this
+    # The answer is settled: bracketed to rel_tol, or 0 for certain. False where the search stopped short of
+    # that (max_trials, the ceiling, trials too short): its capacity is a bracket's end or a lower bound.
+    converged: bool = True
 
     @property
     def at_capacity(self) -> Trial | None:
@@ -199,7 +202,12 @@ class CapacityReport:
             f"capacity_{unit}_min": float(caps.min()),
             f"capacity_{unit}_max": float(caps.max()),
             # No trial failed (the search's ceiling or its trials ran out first): the capacity is a lower bound.
-            "capacity_is_lower_bound": all(s.at_least for s in self.seeds),
+            # One censored seed makes the mean over seeds a lower bound too: it counts the seed at its bound.
+            "capacity_is_lower_bound": any(s.at_least for s in self.seeds),
+            "num_seeds_lower_bound": sum(s.at_least for s in self.seeds),
+            # Every seed's answer settled (bracketed to rel_tol, or 0 for certain); False where one stopped at
+            # max_trials with a wider bracket, or is a lower bound.
+            "capacity_converged": all(s.converged for s in self.seeds),
             # A seed's trials ran out before any passed: its 0 is no capacity found, not a capacity of 0 (and
             # the mean over seeds counts it as 0).
             "capacity_not_found": any(s.not_found for s in self.seeds),
@@ -912,6 +920,9 @@ def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial
     """The answer of a finished search and why it ended (``users``: a users search's words)."""
     result = SeedResult(config.seed, found.passed_qps or 0.0, "", trials)
     failed = {t.qps: t for t in trials}[found.failed_qps] if found.failed_qps is not None else None
+    # Settled: bracketed to rel_tol by a failure (not by a trial too short to judge), or no load passes down to
+    # the floor (capacity 0). Every other end is a lower bound or a bracket wider than asked.
+    result.converged = found.stop in ("converged", "none_passes") and not (failed is not None and failed.too_short)
 
     def load(value: float, digits: int = 3) -> str:
         return format_load(value, users, digits)

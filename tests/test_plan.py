@@ -232,6 +232,31 @@ def test_cli_plan(tmp_path) -> None:  # noqa: ANN001
     assert bad.exit_code != 0
 
 
+def test_the_verification_judges_the_warm_up_as_the_capacity_search_does(tmp_path) -> None:  # noqa: ANN001
+    """measure() judged every request while run_trial left the warm-up out: a config with --num-warmup 128 of 256
+    searched 2.37 req/s a unit, and then the fleet's own verification (with the cold-start warm-up in it, fast)
+    and its figures disagreed with it (an answer of 2 units, +106% headroom). Both judge the same requests now,
+    and --num-warmup is taken as a flag as from a --config file."""
+    from simulator.config.options import check_given
+    from simulator.planning.capacity import run_trial
+    from simulator.planning.plan import Layout, measure
+
+    config = Layout("h100-sxm", "agg", "bf16", 1, budget=512, max_num_seqs=64).config(
+        _base().replace(workload__num_warmup=32))
+    trial = run_trial(config, 32.0, SLO.capacity_slo(), early_exit=False)
+    assert trial.goodput_fraction < 0.9  # a load whose warm-up would read better than the rest
+    assert measure(config, 32.0, SLO)["goodput"] == trial.goodput_fraction
+    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--max-model-len", "4096", "--workload", "sharegpt",
+                              "--qps", "6", "--num-requests", "64", "--num-warmup", "16", "--scheduler", "vllm-v1",
+                              "--engine", "vllm-v1", "--gpus", "h100-sxm", "--modes", "agg", "--tps", "1", "--budgets",
+                              "512", "--seqs", "64", "--ttft-slo", "1", "--tpot-slo", "0.03", "--attainment", "0.9",
+                              "--rel-tol", "0.2", "--out", str(tmp_path / "w")])
+    assert res.exit_code == 0, res.output
+    # disagg split's goodput trials judge every request: a --config file's warm-up is refused as the flag is.
+    with pytest.raises(ConfigError, match="judge every request"):
+        check_given(config, {}, "split")
+
+
 @pytest.mark.parametrize("flags", [["--redundant-experts", "2"], ["--ep", "2"]])
 def test_plan_refuses_what_it_sets_before_the_base_config_sends_the_user_elsewhere(flags: list[str],
                                                                                   tmp_path) -> None:  # noqa: ANN001

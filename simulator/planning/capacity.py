@@ -522,8 +522,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile, tbt_s=slo.tbt_s if tbt_early_exit else None,
                               tbt_quantile=slo.tbt_quantile)
     result = simulation.simulate(cfg, watch=watch, record_iterations=False)  # a trial judges requests and gaps
-    cols = request_columns(result)  # numpy columns: a trial needs no pandas
-    cols = measured_columns(cols, num_warmup, send_order(result))  # the warm-up left out, as a run reports
+    cols, good = judged_requests(result, slo)
     status = cols["status"]
     is_finished = status == Status.FINISHED.value
     num_rejected = int((status == Status.REJECTED.value).sum())
@@ -543,11 +542,6 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     ttft_q = _quantile(ttft, slo.ttft_quantile)
     tpot = cols["tpot_s"][is_finished]  # NaN for a one-token output (no TPOT): _quantile leaves it out
     tpot_q = _quantile(tpot, slo.tpot_quantile)
-    max_tbt = cols["max_tbt_s"]
-    if slo.goodput_tpot_s is not None:  # DistServe: TTFT and TPOT
-        good = within_slo(is_finished, cols["ttft_s"], cols["tpot_s"], slo.goodput_ttft_s, slo.goodput_tpot_s)
-    else:
-        good = within_slo(is_finished, cols["ttft_s"], max_tbt, slo.goodput_ttft_s, slo.tbt_s)
     goodput = float(good.mean())
     num_finished = int(is_finished.sum())
     reasons = []
@@ -574,6 +568,22 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     return Trial(cfg.seed, qps, not reasons, "; ".join(reasons), tbt_q, sched_q, tbt_p99,
                  _quantile(ttft, 50.0), _quantile(ttft, 99.0), tpot_q, _quantile(tpot, 50.0), _quantile(tpot, 99.0),
                  goodput, num_finished, num_rejected, False, time.perf_counter() - start, span, too_short)
+
+
+def judged_requests(result: RunResult, slo: SLO) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """A run's requests as a trial judges them, the warm-up left out as a run reports it (numpy columns: a trial
+    needs no pandas), and which of them are good by ``slo``'s goodput rule (finished, TTFT within
+    ``goodput_ttft_s``, and TPOT within ``goodput_tpot_s``, DistServe's, or else the largest TBT gap within
+    ``tbt_s``). The one judgement of :func:`run_trial` and of the planner's fleet verification
+    (:func:`simulator.planning.plan.measure`), so a fleet is held to what its units' capacity was."""
+    cols = request_columns(result)
+    cols = measured_columns(cols, result.config.workload.num_warmup, send_order(result))
+    finished = cols["status"] == Status.FINISHED.value
+    if slo.goodput_tpot_s is not None:  # DistServe: TTFT and TPOT
+        good = within_slo(finished, cols["ttft_s"], cols["tpot_s"], slo.goodput_ttft_s, slo.goodput_tpot_s)
+    else:
+        good = within_slo(finished, cols["ttft_s"], cols["max_tbt_s"], slo.goodput_ttft_s, slo.tbt_s)
+    return cols, good
 
 
 def sustained(result: RunResult, cols: dict[str, np.ndarray], delays: np.ndarray, span_s: float,

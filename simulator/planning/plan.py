@@ -68,12 +68,11 @@ from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig
 from simulator.config.schedulers import CHUNKING_SCHEDULERS
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
-from simulator.planning.capacity import SearchSettings, find_capacity, run_trial
+from simulator.planning.capacity import SearchSettings, find_capacity, judged_requests, run_trial
 from simulator.planning.launch import LAUNCH_ENGINES, launch_command
 from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
 from simulator.report.benchmark import measured_window, send_order
-from simulator.report.metrics import request_columns, within_slo
 from simulator.workload.request import Status
 
 MODES = ("agg", "disagg")
@@ -439,14 +438,16 @@ def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanS
     model; inf where none is derived (pipelines, attention DP, speculative decoding).
 
     A trial is finite, so the bound is a finite trial's, not a steady state's: the requests
-    that must meet the SLO (``ceil(attainment x n)``; at best those with the fewest tokens)
+    that must meet the SLO (``ceil(attainment x n)`` of the ``n`` measured; at best those with the fewest tokens)
     must have their decode tokens produced by the last of them finishes (at most ``ttft_s +
     tpot_s x max output`` after the last arrival), and in a disaggregated unit their prompts
     prefilled by ``ttft_s`` after it."""
     if layout.pp > 1 or layout.attention_dp > 1 or base.speculative is not None:
         return math.inf
     config = layout.config(base)
-    must = math.ceil(slo.attainment * lengths.num_requests - 1e-9)
+    # The measured requests that must meet it (a warm-up is judged by no trial); at best the ones with the fewest
+    # tokens of all, warm-up or not, so the bound stays a bound.
+    must = math.ceil(slo.attainment * (lengths.num_requests - base.workload.num_warmup) - 1e-9)
     decode_slack_s = slo.ttft_s + slo.tpot_s * lengths.max_output
     if layout.mode == "agg":
         cost = load_cost_model(config.cost_model, config.replica, config.engine)
@@ -479,17 +480,18 @@ def search_settings(bound_qps: float, load_qps: float, rel_tol: float) -> Search
 
 
 def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
-    """One run of ``config`` at ``qps``: goodput by the capacity search's rule (finished, TTFT
-    and TPOT within the SLO; a one-token output meets TPOT), the latency tails, throughput and
-    per-user speed, and the ranks' busy fraction."""
+    """One run of ``config`` at ``qps``: goodput judged as a capacity trial judges it
+    (:func:`~simulator.planning.capacity.judged_requests`: the warm-up left out; finished, TTFT and
+    TPOT within the SLO; a one-token output meets TPOT), the latency tails, throughput and per-user
+    speed over the same requests, and the ranks' busy fraction."""
     result = simulation.simulate(config.replace(workload__qps=qps), record_iterations=False)
-    cols = request_columns(result)
+    cols, good = judged_requests(result, slo.capacity_slo())
     finished = cols["status"] == Status.FINISHED.value
     tpot = cols["tpot_s"]
-    good = within_slo(finished, cols["ttft_s"], tpot, slo.ttft_s, slo.tpot_s)
     ttft_f, tpot_f = cols["ttft_s"][finished], tpot[finished]
     tpot_f = tpot_f[~np.isnan(tpot_f)]
-    # The load's window as every throughput figure takes it (vllm bench's duration: from the load's start, refusals in)
+    # The load's window as every throughput figure takes it (vllm bench's duration: from the load's start, refusals
+    # in). The columns hold the measured requests already, which the window's own warm-up mask keeps whole.
     start, end = measured_window(cols, config.workload.num_warmup, config.workload.arrival, send_order(result))
     span = end - start if finished.any() else math.nan
     out_tokens = float(cols["num_output_tokens"][finished].sum())

@@ -257,6 +257,33 @@ def test_the_verification_judges_the_warm_up_as_the_capacity_search_does(tmp_pat
         check_given(config, {}, "split")
 
 
+def test_a_units_capacity_the_search_could_not_bound_is_a_lower_bound(tmp_path) -> None:  # noqa: ANN001
+    """A layout's search stopped at 1,000 req/s a unit whatever the load (a unit under a 2,000 req/s load read
+    2 units at +0% headroom, and its row said to raise a --max-qps plan does not have). The ceiling is a multiple
+    of the load now, and a row whose search never failed says its capacity (and headroom) is a lower bound, in
+    the table and through a resume."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.cli.plan import print_plan
+
+    assert search_settings(math.inf, 2000.0, 0.05).max_qps >= 4 * 2000.0
+    assert search_settings(math.inf, 5.0, 0.05).max_qps == 1000.0  # small loads search as far as before
+    # 64 requests of 1B-model traffic: every trial passes until too short to judge, so no failure bounds it.
+    base = RunConfig().replace(replica__model="tiny-llama-1b", workload__name="random", workload__prompt_tokens=64,
+                               workload__output_tokens=16, workload__num_requests=64)
+    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
+    result = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    row = result.table().iloc[0]
+    assert row["capacity_is_lower_bound"] and row["units"] == 1
+    console = Console(file=io.StringIO(), width=200, record=True)
+    print_plan(result, 5, console)
+    assert f">={100 * row['headroom']:+.0f}%" in console.export_text()
+    resumed = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    assert resumed.num_resumed == 1 and resumed.table().iloc[0]["capacity_is_lower_bound"]
+
+
 @pytest.mark.parametrize("flags", [["--redundant-experts", "2"], ["--ep", "2"]])
 def test_plan_refuses_what_it_sets_before_the_base_config_sends_the_user_elsewhere(flags: list[str],
                                                                                   tmp_path) -> None:  # noqa: ANN001

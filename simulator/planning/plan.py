@@ -62,6 +62,7 @@ import numpy as np
 from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
 from simulator.config.errors import ConfigError
+from simulator.config.limits import MAX_QPS
 from simulator.config.precision import canonical_weight_format
 from simulator.config.prices import GPUPrice, gpu_power_w, price_of
 from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig
@@ -79,6 +80,8 @@ MODES = ("agg", "disagg")
 CHUNKING = CHUNKING_SCHEDULERS  # schedulers whose token budget is a prompt chunk size
 PREFILL_MARGIN = 1.5  # the prefill pool's bound is the rate of its shortest prompts packed into full budgets, times this
 SHORT_TRIAL_TTFTS = 10  # trials whose arrivals span fewer TTFT limits than this are flagged as too short
+CEILING_LOADS = 4.0  # a layout's search tries a unit at up to this many times the load (search_ceiling) ...
+MIN_CEILING_QPS = 1000.0  # ... and at least this many req/s (the ceiling plans had, for small loads alike)
 MIN_MISSES_JUDGED = 10  # a verification allowing fewer late requests than this is said to be a thin verdict
 
 
@@ -473,10 +476,20 @@ def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanS
 # Searching one layout (a pure function of its arguments: runs in any process)
 
 
+def search_ceiling(load_qps: float) -> float:
+    """The most req/s a layout's search tries one unit at: :data:`CEILING_LOADS` times the load, and never
+    below :data:`MIN_CEILING_QPS`. A unit that still passes there carries the whole load alone (its fleet is
+    one unit whatever more it could carry), so the ceiling only bounds the headroom shown, and its row says
+    the capacity is a lower bound; a fixed 1,000 req/s had capped a unit below loads above it in silence."""
+    return min(MAX_QPS, max(MIN_CEILING_QPS, CEILING_LOADS * load_qps))
+
+
 def search_settings(bound_qps: float, load_qps: float, rel_tol: float) -> SearchSettings:
-    """The capacity search of a layout: from the load (or half the bound, if lower), to ``rel_tol``."""
+    """The capacity search of a layout: from the load (or half the bound, if lower), to ``rel_tol``, up to
+    :func:`search_ceiling`."""
     start = min(load_qps, bound_qps / 2) if math.isfinite(bound_qps) else load_qps
-    return SearchSettings(rel_tol=rel_tol, qps_start=min(max(start, 0.02), 1000.0), min_qps=0.01, max_qps=1000.0)
+    ceiling = search_ceiling(load_qps)
+    return SearchSettings(rel_tol=rel_tol, qps_start=min(max(start, 0.02), ceiling), min_qps=0.01, max_qps=ceiling)
 
 
 def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
@@ -535,10 +548,17 @@ def search_layout(layout_dict: dict[str, Any], base_dict: dict[str, Any], slo_di
                            reason=f"cannot win: fails at {need_qps:.3g} req/s per unit ({first.reason})")
                 row["wall_s"] = time.perf_counter() - start
                 return {"row": row, "trials": trials}
-        report = find_capacity(config, slo.capacity_slo(), search_settings(bound_qps, load_qps, rel_tol))
+        settings = search_settings(bound_qps, load_qps, rel_tol)
+        report = find_capacity(config, slo.capacity_slo(), settings)
         capacity = report.capacity_qps
+        seed = report.seeds[0]
         row["capacity_qps"] = capacity
-        row["reason"] = report.seeds[0].reason
+        # Still passing at the ceiling (or below trials too short to judge): the unit carries at least this much.
+        row["capacity_is_lower_bound"] = seed.at_least
+        row["reason"] = seed.reason
+        if seed.at_least and not seed.too_short and capacity >= settings.max_qps:  # (plan has no --max-qps to raise)
+            row["reason"] = (f"carries at least {capacity:.4g} req/s a unit, the search's ceiling ({CEILING_LOADS:g}x "
+                             f"the load, {MIN_CEILING_QPS:,.0f} at least): one unit carries the load")
         trials += [{"key": layout.key, "qps": t.qps, "passed": t.passed, "goodput": t.goodput_fraction,
                    "ttft_s_p99": t.ttft_s_p99, "reason": t.reason} for t in report.seeds[0].trials]
         figures = measure(config, capacity, slo) if capacity > 0 else {}
@@ -569,6 +589,12 @@ class Candidate:
     @property
     def capacity_qps(self) -> float:
         return float(self.row.get("capacity_qps", 0.0)) if self.row else 0.0
+
+    @property
+    def capacity_is_lower_bound(self) -> bool:
+        """The search still passed at its ceiling, or below trials too short to judge: the unit carries at least
+        :attr:`capacity_qps` (its headroom is at least what the table shows)."""
+        return bool(self.row) and self.row.get("capacity_is_lower_bound") is True
 
     def units_for(self, load_qps: float, capacity_qps: float) -> int:
         return math.ceil(load_qps / capacity_qps * (1 - 1e-12)) if capacity_qps > 0 else 0
@@ -695,7 +721,7 @@ class Runner:
 
 
 LAYOUT_COLUMNS = ("key", *(f.name for f in fields(Layout)), "num_gpus", "bound_qps", "status", "error", "capacity_qps",
-                  "below_qps",
+                  "capacity_is_lower_bound", "below_qps",
                   "reason", "at_capacity_goodput", "at_capacity_ttft_s_p99", "at_capacity_tpot_s_p99",
                   "at_capacity_tpot_s_p50", "at_capacity_output_tokens_per_s", "at_capacity_tokens_per_s_per_user",
                   "at_capacity_busy_fraction", "at_capacity_num_rejected", "wall_s")
@@ -745,6 +771,8 @@ def _read_done(out: Path, identity: str) -> dict[str, dict[str, Any]]:
             for k, v in row.items():
                 if k in ("key", "gpu", "mode", "dtype", "status", "error", "reason"):
                     parsed[k] = v
+                elif k == "capacity_is_lower_bound":
+                    parsed[k] = v == "True"
                 else:
                     try:
                         parsed[k] = float(v) if v not in ("", "None") else math.nan
@@ -817,6 +845,7 @@ class PlanResult:
                 "gpus_per_unit": c.layout.num_gpus, "units": units, "gpus": gpus, "usd_per_hour": usd,
                 "usd_per_mtok": usd / (out_tok_s * 3600) * 1e6,
                 "capacity_qps_per_unit": c.capacity_qps, "headroom": units * c.capacity_qps / self.load_qps - 1,
+                "capacity_is_lower_bound": c.capacity_is_lower_bound,  # the headroom is at least the figure
                 "tokens_per_s_per_gpu": out_tok_s / gpus,
                 "tokens_per_s_per_user": row.get("at_capacity_tokens_per_s_per_user", math.nan),
                 "j_per_output_token": watts / out_tok_s if out_tok_s else math.nan,

@@ -257,6 +257,24 @@ def test_the_verification_judges_the_warm_up_as_the_capacity_search_does(tmp_pat
         check_given(config, {}, "split")
 
 
+def test_a_fleet_far_short_of_the_load_grows_until_its_verification_settles() -> None:
+    """16-request trials put Mistral-7B on one L40S at 8.1 req/s a unit, 3 units for 20 req/s; the fleet needs
+    about 17. Verification added one unit a round for 6 rounds, stopped at 9 with goodput 1.8%, and then blamed
+    "the limits" no one had set. It grows faster now, bisects once a size passes, and settles on the fewest units
+    that pass; rounds that run out say the verification did not converge, with the short-trial note."""
+    base = RunConfig().replace(replica__model="mistral-7b", workload__num_requests=16, workload__qps=20.0)
+    space = SearchSpace(gpus=("l40s",), modes=("agg",), tps=(1,), budgets=(2048,), max_num_seqs=(128,))
+    slo = PlanSLO(attainment=0.9)
+    result = plan(base, 20.0, slo, space, frontier_per_group=0)
+    answer = result.answer
+    assert answer is not None and answer.verified is not None and answer.verified["passed"]
+    units = answer.units(20.0)
+    assert units > 9 and answer.verifications[units]["passed"] and not answer.verifications[units - 1]["passed"]
+    cut = plan(base, 20.0, slo, space, frontier_per_group=0, max_verify_rounds=1)
+    assert cut.answer is None and cut.why_no_answer().startswith("verification did not converge after 2 rounds")
+    assert any("capacity trials send 16 requests" in note for note in cut.notes)
+
+
 def test_a_units_capacity_the_search_could_not_bound_is_a_lower_bound(tmp_path) -> None:  # noqa: ANN001
     """A layout's search stopped at 1,000 req/s a unit whatever the load (a unit under a 2,000 req/s load read
     2 units at +0% headroom, and its row said to raise a --max-qps plan does not have). The ceiling is a multiple

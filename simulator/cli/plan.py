@@ -203,7 +203,7 @@ def print_plan(result, top: int, console) -> None:  # noqa: ANN001
                   caption_justify="left")
     for row in df.head(top).itertuples():
         verified = "-" if not row.verified else f"{_f(100 * row.verified_goodput, '.1f')}% {row.verified}"
-        if row.verified and row.verified_units != row.units:  # a missed fleet, shown with one unit more
+        if row.verified and row.verified_units != row.units:  # a missed fleet, shown with the units tried next
             verified += f" at {row.verified_units}"
         over_gpus = "*" if row.over_limit.startswith("--max-gpus") else ""
         over_usd = "*" if row.over_limit.startswith("--max-cost") else ""

@@ -29,8 +29,11 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
    is ``ceil(load / capacity)`` units. The answer is the one an exhaustive grid of
    capacity searches would give (tested), with fewer searches.
 4. **Verify**: the cheapest fleet is simulated whole behind its router at the load; if it
-   misses the SLO a unit is added and it is verified again; if that makes it dearer than
-   another candidate, the search goes on with the new incumbent.
+   misses the SLO it grows (a unit at least, faster after each miss and to what its own
+   throughput says the load needs) and is verified again, and once a size passes the fewest
+   units between is bisected (:meth:`Candidate.units_after`); if that makes it dearer than
+   another candidate, the search goes on with the new incumbent. Rounds that run out first
+   give no answer, and say so (:meth:`PlanResult.why_no_answer`).
 
 5. **For the reader**: each GPU type and mode with no layout searched in full gets its few
    best (by bound) searched afterwards, so the frontier plot (tokens/s per GPU against
@@ -515,6 +518,7 @@ def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
         "tpot_s_p99": float(np.percentile(tpot_f, 99)) if len(tpot_f) else math.nan,
         "tpot_s_p50": float(np.percentile(tpot_f, 50)) if len(tpot_f) else math.nan,
         "output_tokens_per_s": out_tokens / span if span and span > 0 else math.nan,
+        "throughput_rps": float(finished.sum()) / span if span and span > 0 else math.nan,
         "tokens_per_s_per_user": float(1.0 / np.median(tpot_f)) if len(tpot_f) else math.nan,
         "busy_fraction": float(busy.mean() / result.sim_end_at) if len(busy) and result.sim_end_at > 0 else math.nan,
         "num_rejected": int((cols["status"] == Status.REJECTED.value).sum()),
@@ -583,8 +587,28 @@ class Candidate:
     price: GPUPrice
     row: dict[str, Any] | None = None
     extra_units: int = 0  # units verification added
-    verified: dict[str, Any] | None = None
+    verified: dict[str, Any] | None = None  # the last verification's figures (of units() when it passed)
     pruned: str = ""
+    verifications: dict[int, dict[str, Any]] = field(default_factory=dict)  # every verification's, by units
+
+    def units_after(self, load_qps: float) -> int | None:
+        """The fleet to verify next after the verifications so far, or None once they settle it: the fewest
+        units that passed, one above the most that missed (or the first tried, which passed).
+
+        After a miss and no pass yet, at least one unit more, at least twice the units added so far (a fleet far
+        short of the load grows in a few rounds, not one unit a round: six rounds left 9 units of a fleet that
+        needed more), and at least what the missed fleet's own throughput says the load needs (a saturated
+        fleet serves what its units can, so the load needs ``units x load / served`` of them); once one passed,
+        the middle of the fewest that passed and the most that missed (pass or miss is monotone in units)."""
+        base = self.units_for(load_qps, self.capacity_qps)
+        # (Fewer units than the per-unit capacity asks for are never tried: a first fleet that passes settles it.)
+        missed = max((u for u, v in self.verifications.items() if not v["passed"]), default=base - 1)
+        passed = min((u for u, v in self.verifications.items() if v["passed"]), default=None)
+        if passed is not None:
+            return None if passed - missed <= 1 else (missed + passed) // 2
+        served = self.verifications[missed]["throughput_rps"]
+        needed = math.ceil(missed * load_qps / served * (1 - 1e-12)) if served > 0 else 0  # (NaN: none served)
+        return max(missed + 1, base + 2 * (missed - base), needed)
 
     @property
     def capacity_qps(self) -> float:
@@ -801,9 +825,21 @@ class PlanResult:
     num_searched: int = 0
     num_resumed: int = 0
     wall_s: float = 0.0
+    num_verified: int = 0  # fleets simulated whole
+    unconverged: Candidate | None = None  # the cheapest, whose verifications the rounds ran out before settling
 
     def why_no_answer(self) -> str:
         """Why no fleet is the answer, from the cheapest layout's side of it."""
+        if self.unconverged is not None:
+            c = self.unconverged
+            missed = max((u for u, v in c.verifications.items() if not v["passed"]), default=None)
+            passed = min((u for u, v in c.verifications.items() if v["passed"]), default=None)
+            tried = (f"missed the SLO with {missed} units (goodput {c.verifications[missed]['goodput']:.1%})"
+                     if missed is not None else "")
+            met = f"{' and ' if tried else ''}met it with {passed}" if passed is not None else ""
+            return (f"verification did not converge after {self.num_verified} rounds: the cheapest layout, "
+                    f"{c.layout.key}, {tried}{met}, against the {c.units_for(self.load_qps, c.capacity_qps)} its "
+                    "per-unit capacity asks for (see the notes)")
         ranked = self.ranked()
         if not ranked:
             if any(c.pruned == "limits" for c in self.candidates):
@@ -875,7 +911,7 @@ def verify(candidate: Candidate, base: RunConfig, load_qps: float, slo: PlanSLO,
 def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = SearchSpace(),  # noqa: B008, PLR0913
          prices: dict[str, GPUPrice] | None = None, limits: Limits = Limits(), rel_tol: float = PLAN_REL_TOL,  # noqa: B008
          workers: int = 1, ray_address: str | None = None, out: Path | None = None, verify_fleet: bool = True,
-         prune: bool = True, max_verify_rounds: int = 6, verify_requests_per_unit: int = 256,
+         prune: bool = True, max_verify_rounds: int = 12, verify_requests_per_unit: int = 256,
          frontier_per_group: int = 3,
          on_progress: Callable[[str, int, int], None] | None = None) -> PlanResult:
     """The cheapest fleet meeting ``slo`` at ``load_qps`` (module docstring). ``prune=False``
@@ -986,20 +1022,23 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                 result.answer = ranked[0] if ranked else None
                 break
             top = ranked[0]
-            if top.verified is not None and top.verified["passed"] and top.verified["units"] == top.units(load_qps):
+            units = top.units(load_qps)
+            if units not in top.verifications:
+                top.verifications[units] = verify(top, base, load_qps, slo, verify_requests_per_unit)
+                result.num_verified += 1
+                if on_progress is not None:
+                    v = top.verifications[units]
+                    on_progress(f"verified {units}x {top.layout.key} at {load_qps:g} req/s: goodput {v['goodput']:.2%} "
+                                f"({'met' if v['passed'] else 'missed'})", 0, 0)
+            top.verified = top.verifications[units]
+            following = top.units_after(load_qps)
+            if following is None:  # settled: the fewest units that met the SLO, and it is the cheapest
                 result.answer = top
                 break
-            top.verified = verify(top, base, load_qps, slo, verify_requests_per_unit)
-            if on_progress is not None:
-                v = top.verified
-                on_progress(f"verified {v['units']}x {top.layout.key} at {load_qps:g} req/s: goodput {v['goodput']:.2%} "
-                            f"({'met' if v['passed'] else 'missed; one unit more'})", 0, 0)
-            if top.verified["passed"]:
-                if ranked[0] is top:
-                    result.answer = top
-                    break
-            else:
-                top.extra_units += 1  # one more unit, verified next round if it is still the cheapest
+            # The next fleet to verify, next round if it is still the cheapest.
+            top.extra_units = following - top.units_for(load_qps, top.capacity_qps)
+        else:  # the rounds ran out before the cheapest fleet's verifications settled (a break ends every other way)
+            result.unconverged = ranked[0]
         if frontier_per_group > 0:  # each GPU type and mode on the frontier plot, even those that cannot win
             fill = []
             for group in dict.fromkeys((c.layout.gpu, c.layout.mode) for c in order):
@@ -1020,14 +1059,19 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
             saved_prune, prune = prune, False  # searched in full: a capacity, not a verdict
             search_round(runner, "frontier: ")
             prune = saved_prune
-    if result.answer is not None:
+    # The answer, or the cheapest layout where there is none: a plan that gives no answer because its trials are
+    # too short (a verification that never settles) needs the note most.
+    shown = result.answer or next((c for c in result.ranked() if within(c, load_qps, limits)), None)
+    if shown is not None:
         # A finite trial cannot tell rates apart once its arrivals take less time than a few TTFT
         # limits: the queue a too-high rate builds has no time to grow past the SLO.
-        span_s = lengths.unit_span / result.answer.capacity_qps
+        span_s = lengths.unit_span / shown.capacity_qps
         if span_s < SHORT_TRIAL_TTFTS * slo.ttft_s:
-            result.notes.append(f"the answer's capacity trials send {lengths.num_requests} requests in {span_s:.1f}s, "
+            whose = "the answer's" if shown is result.answer else f"the cheapest layout's ({shown.layout.key})"
+            result.notes.append(f"{whose} capacity trials send {lengths.num_requests} requests in {span_s:.1f}s, "
                                 f"under {SHORT_TRIAL_TTFTS}x the TTFT limit: its capacity may be overstated; raise "
                                 "--num-requests")
+    if result.answer is not None:
         v = result.answer.verified
         if v is not None and (1 - slo.attainment) * v["num_requests"] < MIN_MISSES_JUDGED:
             # The verdict turns on a handful of requests: another seed may pass or fail it.

@@ -302,6 +302,26 @@ def test_a_units_capacity_the_search_could_not_bound_is_a_lower_bound(tmp_path) 
     assert resumed.num_resumed == 1 and resumed.table().iloc[0]["capacity_is_lower_bound"]
 
 
+def test_the_plan_table_says_what_it_prices_and_the_target_it_was_given(tmp_path) -> None:  # noqa: ANN001
+    """The title read "100% of requests" for --attainment 0.999, and $/Mtok did not say it counts output tokens."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.cli.plan import print_plan
+
+    base = RunConfig().replace(replica__model="tiny-llama-1b", workload__name="random", workload__prompt_tokens=64,
+                               workload__output_tokens=16, workload__num_requests=64)
+    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
+    result = plan(base, 5.0, dataclasses.replace(SLO, attainment=0.999), space, verify_fleet=False,
+                  frontier_per_group=0)
+    console = Console(file=io.StringIO(), width=250, record=True)
+    print_plan(result, 5, console)
+    text = " ".join(console.export_text().split())
+    assert "99.9% of requests" in text and "100% of requests" not in text
+    assert "$/Mtok: USD per million output tokens" in text and "output" in text.split("headroom")[0]
+
+
 @pytest.mark.parametrize("flags", [["--redundant-experts", "2"], ["--ep", "2"]])
 def test_plan_refuses_what_it_sets_before_the_base_config_sends_the_user_elsewhere(flags: list[str],
                                                                                   tmp_path) -> None:  # noqa: ANN001

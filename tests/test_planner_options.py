@@ -139,3 +139,14 @@ def test_sweep_files_take_each_capacity_key_and_refuse_it_where_it_does_not_appl
     for name in set(PLANNER_OPTIONS) - set(SWEEP_KEYS.values()):  # plan's own options are no sweep keys
         with pytest.raises(ConfigError, match="unknown key"):
             build_spec({"mode": "capacity", "base": {name: CHANGED[name]}})
+
+
+def test_a_goodput_target_is_shown_with_the_digits_it_was_given() -> None:
+    """--min-goodput 0.999 read "goodput >= 100%" (``:.0%``), as if every request had to meet it, and plan's
+    --attainment 0.999 likewise (plan's table: test_plan)."""
+    from simulator.planning.split import GoodputSLO
+
+    assert "goodput >= 99.9% (" in SLO(min_goodput=0.999).describe()
+    assert SLO(min_goodput=0.9).describe().endswith("goodput >= 90% (TTFT <= 2s, max TBT <= 0.2s)")
+    assert PlanSLO(attainment=0.999).describe().startswith("99.9% of requests")
+    assert GoodputSLO(attainment=0.999).describe().startswith("99.9% of requests")

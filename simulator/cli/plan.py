@@ -194,11 +194,12 @@ def print_plan(result, top: int, console) -> None:  # noqa: ANN001
     from rich.table import Table
 
     df = result.table()
-    table = Table("#", "layout (one unit)", "units", "GPUs", "$/hour", "$/Mtok", "headroom", "verified\ngoodput",
+    table = Table("#", "layout (one unit)", "units", "GPUs", "$/hour", "$/Mtok\noutput", "headroom", "verified\ngoodput",
                   "tok/s\nper GPU", "tok/s\nper user", "J/tok", title=f"cheapest fleets for {result.load_qps:g} req/s: "
                   f"{result.slo.describe()}", title_justify="left", box=box.SIMPLE_HEAD,
                   caption="headroom: units x per-unit capacity over the load, - 1 (>=: the unit's capacity is a lower "
-                          "bound, its search still passing at its ceiling). tok/s per user: 1 / median TPOT at per-unit "
+                          "bound, its search still passing at its ceiling). $/Mtok: USD per million output tokens at the "
+                          "load. tok/s per user: 1 / median TPOT at per-unit "
                           "capacity. J/tok: GPU board power (idle to max by busy time) per output token.",
                   caption_justify="left")
     for row in df.head(top).itertuples():

@@ -21,6 +21,7 @@ from typing import Any
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import MAX_QPS, MIN_QPS
+from simulator.util.text import percent
 
 CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
 DEFAULT_GOODPUT_TARGET = 0.9  # DistServe: 90% of requests meet both SLOs
@@ -114,7 +115,7 @@ class SLO:
         if self.tpot_s is not None:
             parts.append(f"P{self.tpot_quantile:g} TPOT <= {self.tpot_s:g}s")
         if self.min_goodput is not None:
-            parts.append(f"goodput >= {self.min_goodput:.0%} ({self.good_request})")
+            parts.append(f"goodput >= {percent(self.min_goodput)} ({self.good_request})")
         return ", ".join(parts)
 
 
@@ -200,7 +201,7 @@ class PlanSLO:
                    min_goodput=self.attainment)
 
     def describe(self) -> str:
-        return f"{self.attainment:.0%} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s * 1e3:g}ms"
+        return f"{percent(self.attainment)} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s * 1e3:g}ms"
 
 
 

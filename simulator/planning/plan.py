@@ -77,6 +77,7 @@ from simulator.planning.launch import LAUNCH_ENGINES, launch_command
 from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
 from simulator.report.benchmark import measured_window, send_order
+from simulator.util.text import percent
 from simulator.workload.request import Status
 
 MODES = ("agg", "disagg")
@@ -1077,7 +1078,7 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
             # The verdict turns on a handful of requests: another seed may pass or fail it.
             result.notes.append(f"the answer's fleet was verified on {v['num_requests']:,} requests, of which "
                                 f"{(1 - slo.attainment) * v['num_requests']:.0f} may miss the SLO at "
-                                f"{slo.attainment:.0%}: a handful of requests decides it; raise --num-requests for a "
+                                f"{percent(slo.attainment)}: a handful of requests decides it; raise --num-requests for a "
                                 "firmer verdict")
     result.wall_s = time.perf_counter() - start
     if out is not None:

@@ -83,6 +83,37 @@ def test_capacity_brackets_the_service_rate(constant_cost):
     assert result.at_capacity is not None and result.at_capacity.tbt_s_p99 == pytest.approx(ITERATION_S)
 
 
+def test_a_trial_too_short_to_build_a_queue_is_no_pass(constant_cost):
+    """64 requests at any rate over MU arrive in under the 2 s scheduling-delay limit, and the server drains them
+    (64 / MU = 1.6 s) before the median waits 2 s: every rate up to --max-qps passed ("capacity at least 1000 QPS"
+    for a server that sustains 40). Such a trial is too short to judge: the answer is the most a long enough trial
+    shows, a lower bound that says why."""
+    slo = SLO(tbt_s=0.05, sched_delay_s=2.0)
+    report = find_capacity(slots_config(num_requests=64), slo, SearchSettings(qps_start=10.0))
+    seed = report.seeds[0]
+    assert seed.capacity_qps <= MU and seed.at_least and seed.too_short
+    assert "too short to judge" in seed.reason and "--num-requests" in seed.reason
+    short = [t for t in seed.trials if t.too_short]
+    assert short and all(not t.passed and t.arrival_span_s < 2.0 for t in short)
+    assert all(t.arrival_span_s >= 2.0 for t in seed.trials if t.passed)
+    summary = report.summary()
+    assert summary["capacity_is_lower_bound"] and summary["capacity_limited_by_trial_length"]
+    long_enough = find_capacity(slots_config(num_requests=512), slo, SearchSettings(qps_start=10.0))
+    assert not long_enough.summary()["capacity_limited_by_trial_length"]
+
+
+def test_a_trial_whose_queue_still_grows_past_the_limit_fails(constant_cost):
+    """10% over MU for 512 requests: the median request waits ~0.58 s, under a 0.8 s limit, but the last quarter's
+    ~1 s, and the backlog is still growing at the last arrival. The whole run's P50 passed only because the run
+    ended; the run itself is overloaded (as `simulate run` says), so it is no sustainable rate."""
+    slo = SLO(tbt_s=0.05, sched_delay_s=0.8)
+    over = run_trial(slots_config(), 1.1 * MU, slo, early_exit=False)
+    assert over.sched_delay_s_q <= 0.8  # the P50 limit alone would pass it
+    assert not over.passed and not over.too_short and over.reason.startswith("overloaded")
+    assert run_trial(slots_config(), 0.9 * MU, slo, early_exit=False).passed
+    assert search_seed(slots_config(), slo, SearchSettings(qps_start=10.0)).capacity_qps <= 1.1 * MU
+
+
 def test_early_exit_gives_the_same_verdicts_and_capacity(constant_cost):
     slo = SLO(tbt_s=0.05, sched_delay_s=0.2)
     fast = search_seed(slots_config(), slo, SearchSettings(qps_start=10.0, early_exit=True))
@@ -191,9 +222,11 @@ def test_trials_running_out_before_a_pass_is_not_capacity_zero(constant_cost):
 
 
 def test_quantiles_are_configurable(constant_cost):
-    config = slots_config(num_requests=256).replace(workload__qps=45.0)
-    loose = run_trial(config, 45.0, SLO(tbt_s=0.05, sched_delay_s=0.3, sched_delay_quantile=10.0), early_exit=False)
-    tight = run_trial(config, 45.0, SLO(tbt_s=0.05, sched_delay_s=0.3, sched_delay_quantile=99.0), early_exit=False)
+    # Under MU, a queue that stays bounded: over it the backlog grows, and a trial whose last quarter waits past
+    # the limit at its percentile (P10 too) fails as overloaded, whatever the whole run's P10.
+    config = slots_config(num_requests=256).replace(workload__qps=38.0)
+    loose = run_trial(config, 38.0, SLO(tbt_s=0.05, sched_delay_s=0.3, sched_delay_quantile=10.0), early_exit=False)
+    tight = run_trial(config, 38.0, SLO(tbt_s=0.05, sched_delay_s=0.3, sched_delay_quantile=99.0), early_exit=False)
     assert loose.sched_delay_s_q < tight.sched_delay_s_q
     assert loose.passed and not tight.passed
 
@@ -207,6 +240,31 @@ def test_seeds_report_spread(constant_cost):
     assert report.summary()["capacity_qps_min"] == caps.min() <= caps.max() == report.summary()["capacity_qps_max"]
     assert report.capacity_qps_std == pytest.approx(caps.std(ddof=1))
     assert set(report.trials_frame()["seed"]) == {0, 1, 2}
+
+
+def test_one_censored_seed_makes_the_capacity_a_lower_bound_and_says_so(constant_cost):
+    """Seeds' capacities straddle MU = 40 (38.75 to 41.9 QPS uncapped): at --max-qps 40 some seeds still pass at
+    the ceiling and others converge below it. Their mean counts the censored seeds at the ceiling, so it is a lower
+    bound too (the flag asked every seed to be censored, and the headline read a plain capacity). A search stopped
+    at --max-trials with a wide bracket is flagged as not converged."""
+    args = (slots_config(num_requests=256), SLO(tbt_s=0.05, sched_delay_s=0.2))
+    report = find_capacity(*args, SearchSettings(qps_start=20.0, max_qps=40.0), num_seeds=3)
+    lower = sum(s.at_least for s in report.seeds)
+    assert 0 < lower < 3
+    summary = report.summary()
+    assert summary["capacity_is_lower_bound"] and summary["num_seeds_lower_bound"] == lower
+    assert not summary["capacity_converged"]
+    settled = find_capacity(*args, SearchSettings(qps_start=20.0)).summary()
+    assert settled["capacity_converged"] and not settled["capacity_is_lower_bound"]
+    cut = find_capacity(*args, SearchSettings(qps_start=20.0, max_trials=3)).summary()  # [40, 80] after 20, 40, 80
+    assert not cut["capacity_converged"] and not cut["capacity_is_lower_bound"]
+    flags = ["--model", "mistral-7b", "--scheduler", "sarathi", "--max-num-seqs", "4", "--workload", "fixed",
+             "--prompt-tokens", "16", "--output-tokens", "10", "--num-requests", "256", "--qps", "20",
+             "--tbt-slo", "0.05", "--sched-delay-slo", "0.2", "--workers", "1"]
+    text = " ".join(runner.invoke(app, ["capacity", *flags, "--seeds", "3", "--max-qps", "40"]).output.split())
+    assert "capacity at least" in text and f"({lower} of 3 seeds a lower bound)" in text
+    text = " ".join(runner.invoke(app, ["capacity", *flags, "--max-trials", "3"]).output.split())
+    assert "not converged" in text and "capacity at least" not in text
 
 
 @pytest.mark.parametrize("workers", [2, 3])

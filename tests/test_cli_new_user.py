@@ -551,8 +551,7 @@ def test_disagg_split_keeps_a_vllm_budget_for_its_pools() -> None:
     (["--prices", "{binary}"], "--prices"),
     (["--prices", "{max_w}"], "max_w"),
     (["--prices", "{dup}"], "priced twice"),  # the last row won in silence
-    (["--ratios", "1:0"], "--ratios"),
-    (["--num-warmup", "5"], "--num-warmup"),  # its trials judge every request  # a pool of no replicas: every layout was dropped as invalid
+    (["--ratios", "1:0"], "--ratios"),  # a pool of no replicas: every layout was dropped as invalid
     (["--tps", "3"], "does not divide"),  # the error said no layout fits, not why
 ])
 def test_plan_refuses_before_searching(tmp_path: Path, args: list[str], needle: str) -> None:

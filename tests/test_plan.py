@@ -232,6 +232,96 @@ def test_cli_plan(tmp_path) -> None:  # noqa: ANN001
     assert bad.exit_code != 0
 
 
+def test_the_verification_judges_the_warm_up_as_the_capacity_search_does(tmp_path) -> None:  # noqa: ANN001
+    """measure() judged every request while run_trial left the warm-up out: a config with --num-warmup 128 of 256
+    searched 2.37 req/s a unit, and then the fleet's own verification (with the cold-start warm-up in it, fast)
+    and its figures disagreed with it (an answer of 2 units, +106% headroom). Both judge the same requests now,
+    and --num-warmup is taken as a flag as from a --config file."""
+    from simulator.config.options import check_given
+    from simulator.planning.capacity import run_trial
+    from simulator.planning.plan import Layout, measure
+
+    config = Layout("h100-sxm", "agg", "bf16", 1, budget=512, max_num_seqs=64).config(
+        _base().replace(workload__num_warmup=32))
+    trial = run_trial(config, 32.0, SLO.capacity_slo(), early_exit=False)
+    assert trial.goodput_fraction < 0.9  # a load whose warm-up would read better than the rest
+    assert measure(config, 32.0, SLO)["goodput"] == trial.goodput_fraction
+    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--max-model-len", "4096", "--workload", "sharegpt",
+                              "--qps", "6", "--num-requests", "64", "--num-warmup", "16", "--scheduler", "vllm-v1",
+                              "--engine", "vllm-v1", "--gpus", "h100-sxm", "--modes", "agg", "--tps", "1", "--budgets",
+                              "512", "--seqs", "64", "--ttft-slo", "1", "--tpot-slo", "0.03", "--attainment", "0.9",
+                              "--rel-tol", "0.2", "--out", str(tmp_path / "w")])
+    assert res.exit_code == 0, res.output
+    # disagg split's goodput trials judge every request: a --config file's warm-up is refused as the flag is.
+    with pytest.raises(ConfigError, match="judge every request"):
+        check_given(config, {}, "split")
+
+
+def test_a_fleet_far_short_of_the_load_grows_until_its_verification_settles() -> None:
+    """16-request trials put Mistral-7B on one L40S at 8.1 req/s a unit, 3 units for 20 req/s; the fleet needs
+    about 17. Verification added one unit a round for 6 rounds, stopped at 9 with goodput 1.8%, and then blamed
+    "the limits" no one had set. It grows faster now, bisects once a size passes, and settles on the fewest units
+    that pass; rounds that run out say the verification did not converge, with the short-trial note."""
+    base = RunConfig().replace(replica__model="mistral-7b", workload__num_requests=16, workload__qps=20.0)
+    space = SearchSpace(gpus=("l40s",), modes=("agg",), tps=(1,), budgets=(2048,), max_num_seqs=(128,))
+    slo = PlanSLO(attainment=0.9)
+    result = plan(base, 20.0, slo, space, frontier_per_group=0)
+    answer = result.answer
+    assert answer is not None and answer.verified is not None and answer.verified["passed"]
+    units = answer.units(20.0)
+    assert units > 9 and answer.verifications[units]["passed"] and not answer.verifications[units - 1]["passed"]
+    cut = plan(base, 20.0, slo, space, frontier_per_group=0, max_verify_rounds=1)
+    assert cut.answer is None and cut.why_no_answer().startswith("verification did not converge after 2 rounds")
+    assert any("capacity trials send 16 requests" in note for note in cut.notes)
+
+
+def test_a_units_capacity_the_search_could_not_bound_is_a_lower_bound(tmp_path) -> None:  # noqa: ANN001
+    """A layout's search stopped at 1,000 req/s a unit whatever the load (a unit under a 2,000 req/s load read
+    2 units at +0% headroom, and its row said to raise a --max-qps plan does not have). The ceiling is a multiple
+    of the load now, and a row whose search never failed says its capacity (and headroom) is a lower bound, in
+    the table and through a resume."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.cli.plan import print_plan
+
+    assert search_settings(math.inf, 2000.0, 0.05).max_qps >= 4 * 2000.0
+    assert search_settings(math.inf, 5.0, 0.05).max_qps == 1000.0  # small loads search as far as before
+    # 64 requests of 1B-model traffic: every trial passes until too short to judge, so no failure bounds it.
+    base = RunConfig().replace(replica__model="tiny-llama-1b", workload__name="random", workload__prompt_tokens=64,
+                               workload__output_tokens=16, workload__num_requests=64)
+    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
+    result = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    row = result.table().iloc[0]
+    assert row["capacity_is_lower_bound"] and row["units"] == 1
+    console = Console(file=io.StringIO(), width=200, record=True)
+    print_plan(result, 5, console)
+    assert f">={100 * row['headroom']:+.0f}%" in console.export_text()
+    resumed = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    assert resumed.num_resumed == 1 and resumed.table().iloc[0]["capacity_is_lower_bound"]
+
+
+def test_the_plan_table_says_what_it_prices_and_the_target_it_was_given(tmp_path) -> None:  # noqa: ANN001
+    """The title read "100% of requests" for --attainment 0.999, and $/Mtok did not say it counts output tokens."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.cli.plan import print_plan
+
+    base = RunConfig().replace(replica__model="tiny-llama-1b", workload__name="random", workload__prompt_tokens=64,
+                               workload__output_tokens=16, workload__num_requests=64)
+    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
+    result = plan(base, 5.0, dataclasses.replace(SLO, attainment=0.999), space, verify_fleet=False,
+                  frontier_per_group=0)
+    console = Console(file=io.StringIO(), width=250, record=True)
+    print_plan(result, 5, console)
+    text = " ".join(console.export_text().split())
+    assert "99.9% of requests" in text and "100% of requests" not in text
+    assert "$/Mtok: USD per million output tokens" in text and "output" in text.split("headroom")[0]
+
+
 @pytest.mark.parametrize("flags", [["--redundant-experts", "2"], ["--ep", "2"]])
 def test_plan_refuses_what_it_sets_before_the_base_config_sends_the_user_elsewhere(flags: list[str],
                                                                                   tmp_path) -> None:  # noqa: ANN001

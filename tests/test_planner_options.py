@@ -154,3 +154,14 @@ def test_a_non_finite_max_qps_is_named_as_itself(monkeypatch: pytest.MonkeyPatch
         main()
     err = capsys.readouterr().err.strip()
     assert done.value.code == 2 and err.startswith("error: --max-qps:") and "finite" in err
+
+
+def test_a_goodput_target_is_shown_with_the_digits_it_was_given() -> None:
+    """--min-goodput 0.999 read "goodput >= 100%" (``:.0%``), as if every request had to meet it, and plan's
+    --attainment 0.999 likewise (plan's table: test_plan)."""
+    from simulator.planning.split import GoodputSLO
+
+    assert "goodput >= 99.9% (" in SLO(min_goodput=0.999).describe()
+    assert SLO(min_goodput=0.9).describe().endswith("goodput >= 90% (TTFT <= 2s, max TBT <= 0.2s)")
+    assert PlanSLO(attainment=0.999).describe().startswith("99.9% of requests")
+    assert GoodputSLO(attainment=0.999).describe().startswith("99.9% of requests")

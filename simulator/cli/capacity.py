@@ -213,6 +213,10 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                   "with goodput below 100%." if slo.goodput_tpot_s is None else
                   f"whose TPOT (mean gap after the first token) is <= {slo.goodput_tpot_s:g}s.")
                + f" TPOT: a request's mean gap after its first token (P{tpot_q:g} over requests with one).")
+    if any(t.too_short for seed in report.seeds for t in seed.trials):
+        limit_s, _, limit_name = slo.wait_limit()
+        caption += (f" pass short: met the SLO, but its arrivals span less than the {limit_s:g}s {limit_name}, too "
+                    "short for a queue the server cannot drain to show: neither pass nor failure.")
     ttft_limit = slo.ttft_s if slo.ttft_quantile == 99 else None  # the column is P99
     good_limit = 100 * slo.min_goodput if slo.min_goodput else None
     judged = slo.criterion != "goodput"  # under goodput, TBT and scheduling delay are shown, not judged
@@ -225,7 +229,8 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     for seed in report.seeds:
         for t in seed.trials:
             good = "-" if math.isnan(t.goodput_fraction) else _against(100 * t.goodput_fraction, good_limit) + "%"
-            rows.append([*([str(t.seed)] if multi_seed else []), load_number(t.qps, users), "yes" if t.passed else "no",
+            rows.append([*([str(t.seed)] if multi_seed else []), load_number(t.qps, users),
+                         "yes" if t.passed else "short" if t.too_short else "no",
                          _against(t.tbt_s_q, slo.tbt_s if judged else None),
                          _against(t.sched_delay_s_q, slo.sched_delay_s if judged else None),
                          _s(t.ttft_s_p50), _against(t.ttft_s_p99, ttft_limit),
@@ -267,8 +272,12 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     # Over several seeds a users capacity is their mean, not a whole number.
     shown = f"{summary[key]:.4g} {'users' if users else 'QPS'}" if len(report.seeds) > 1 else format_load(summary[key], users)
     headline = f"capacity {shown}{spread}"
-    if all(seed.at_least for seed in report.seeds):  # a lower bound: no trial failed
-        headline = f"capacity at least {shown}{spread}"
+    if summary["capacity_is_lower_bound"]:  # a seed's capacity is a lower bound, and so is their mean
+        lower = summary["num_seeds_lower_bound"]
+        some = f" ({lower} of {len(report.seeds)} seeds a lower bound)" if lower < len(report.seeds) else ""
+        headline = f"capacity at least {shown}{spread}{some}"
+    elif not summary["capacity_converged"]:  # stopped at --max-trials with a bracket wider than --rel-tol
+        headline = f"capacity {shown}{spread}, not converged (the seed lines give the bracket; raise --max-trials)"
     if all(seed.not_found for seed in report.seeds):  # the trials ran out first
         lowest = min(t.qps for seed in report.seeds for t in seed.trials)
         headline = f"capacity not found: below {format_load(lowest, users)}"

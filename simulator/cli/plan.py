@@ -194,20 +194,23 @@ def print_plan(result, top: int, console) -> None:  # noqa: ANN001
     from rich.table import Table
 
     df = result.table()
-    table = Table("#", "layout (one unit)", "units", "GPUs", "$/hour", "$/Mtok", "headroom", "verified\ngoodput",
+    table = Table("#", "layout (one unit)", "units", "GPUs", "$/hour", "$/Mtok\noutput", "headroom", "verified\ngoodput",
                   "tok/s\nper GPU", "tok/s\nper user", "J/tok", title=f"cheapest fleets for {result.load_qps:g} req/s: "
                   f"{result.slo.describe()}", title_justify="left", box=box.SIMPLE_HEAD,
-                  caption="headroom: units x per-unit capacity over the load, - 1. tok/s per user: 1 / median TPOT at "
-                          "per-unit capacity. J/tok: GPU board power (idle to max by busy time) per output token.",
+                  caption="headroom: units x per-unit capacity over the load, - 1 (>=: the unit's capacity is a lower "
+                          "bound, its search still passing at its ceiling). $/Mtok: USD per million output tokens at the "
+                          "load. tok/s per user: 1 / median TPOT at per-unit "
+                          "capacity. J/tok: GPU board power (idle to max by busy time) per output token.",
                   caption_justify="left")
     for row in df.head(top).itertuples():
         verified = "-" if not row.verified else f"{_f(100 * row.verified_goodput, '.1f')}% {row.verified}"
-        if row.verified and row.verified_units != row.units:  # a missed fleet, shown with one unit more
+        if row.verified and row.verified_units != row.units:  # a missed fleet, shown with the units tried next
             verified += f" at {row.verified_units}"
         over_gpus = "*" if row.over_limit.startswith("--max-gpus") else ""
         over_usd = "*" if row.over_limit.startswith("--max-cost") else ""
         table.add_row(str(row.rank), row.layout, str(row.units), f"{row.gpus}{over_gpus}", f"{row.usd_per_hour:,.2f}{over_usd}",
-                      _f(row.usd_per_mtok, ".3f"), f"{100 * row.headroom:+.0f}%", verified,
+                      _f(row.usd_per_mtok, ".3f"),
+                      f"{'>=' if row.capacity_is_lower_bound else ''}{100 * row.headroom:+.0f}%", verified,
                       _f(row.tokens_per_s_per_gpu, ",.0f"), _f(row.tokens_per_s_per_user, ".1f"),
                       _f(row.j_per_output_token, ".2f"))
     print_table(console, table)

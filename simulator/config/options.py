@@ -485,10 +485,11 @@ DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {
 # (--tps) that run the pools' default scheduler (DEFAULT_POOL_SCHEDULER, vllm; simulator.planning.split),
 # and compare's aggregated arms run vllm and sarathi at --tps and --taus; --scheduler vllm still says
 # whose budget the pools keep (PoolSpec.scheduler_config).
-# These searches judge every request of a trial: a warm-up is not left out of them (split, compare, plan; capacity
-# leaves it out, as a run does: planning.capacity.run_trial).
-_SEARCH_SETS = {"num_warmup": "its trials judge every request (a search leaves no warm-up out)",
-                "warmup_mode": "its trials judge every request (a search leaves no warm-up out)"}
+# disagg split and compare's goodput trials judge every request (planning.split.attainment_at): a warm-up is not
+# left out of them. capacity and plan leave it out of every trial and of plan's fleet verification alike, as a run
+# does (planning.capacity.judged_requests), so they take it.
+_SEARCH_SETS = {"num_warmup": "its goodput trials judge every request (they leave no warm-up out)",
+                "warmup_mode": "its goodput trials judge every request (they leave no warm-up out)"}
 # Batch waiting holds the prompts of steps that mix prompts and decodes, which no disaggregated pool runs (the
 # run refuses it there) and neither do compare's vllm arms: every layout of split and compare would be refused.
 _NO_MIXED_STEPS = ("disaggregated pools never run a step that mixes prompts and decodes, the steps batch waiting "
@@ -501,8 +502,7 @@ _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", 
 _PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "attention_dp": "from --attention-dps",
               "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts",
               # (at 0: a layout's EP is chosen with its attention DP, and the base config, EP 1, could hold no copies)
-              "redundant_experts": "at 0: each layout's EP is its own, and none places redundant experts",
-              **_SEARCH_SETS}
+              "redundant_experts": "at 0: each layout's EP is its own, and none places redundant experts"}
 # tau prices one hybrid iteration from the workload's lengths (2,048 sampled) on one replica, and chooses the
 # budget itself (simulator.planning.tau): the arrival process, the run's size and the cluster are not read.
 _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for name in (
@@ -559,6 +559,11 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
         raise ConfigError("--config", f"its run is a closed loop of {config.workload.concurrency} users "
                           f"(workload.concurrency), and {command} searches the request rate, which a closed loop has "
                           "none of", "pass the config of an open-loop run (simulate run --qps N --out DIR writes one)")
+    if command in ("split", "compare") and config.workload.num_warmup and options.get("num_warmup") is None:
+        # (the flag is refused above; a --config file's warm-up would have been judged with the rest, unsaid)
+        raise ConfigError("--config", f"its run leaves a warm-up of {config.workload.num_warmup:,} requests out "
+                          f"(workload.num_warmup), and disagg {command}'s goodput trials judge every request",
+                          "pass the config of a run without --num-warmup, or set workload.num_warmup to 0 in it")
     decided = DECIDED_BY_COMMAND.get(command, frozenset())
     if decided is None:
         return

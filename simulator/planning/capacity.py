@@ -30,6 +30,12 @@ lengths first, then arrivals), so trials differ only in load: common random numb
 the pass/fail boundary sharp. One 2048-request trial is still noisy; ``num_seeds > 1``
 repeats the whole search with seeds ``seed, seed+1, ...`` and reports the spread.
 
+Sustained (:func:`sustained`): capacity is the largest rate the server sustains, so a rate trial that meets
+the SLO still fails when the run itself is overloaded (its queue still growing at the last arrival, the
+last quarter waiting past the SLO's wait limit: a longer trial fails), and is too short to judge, neither
+pass nor failure, when its arrivals span less than that limit (a queue the server cannot drain has no time
+to show). A search whose answer lies below such trials reports it as a lower bound set by the trial length.
+
 Users instead of a rate (``SearchSettings.users``): each trial is a closed loop of ``N`` users, each
 sending its next request when its last one ends (``workload.concurrency``, no rate), judged on the same
 SLO; ``N`` is a whole number and the bisection ends at neighbours (or the relative gap), so the answer
@@ -76,7 +82,13 @@ from simulator.engine.tbt import GapLog, percentiles
 from simulator.planning.options import SLO, SearchSettings  # declared with the planner options
 from simulator.planning.search import Limits, Outcome, largest_passing
 from simulator.report.benchmark import measured_gaps, send_order
-from simulator.report.metrics import measured_columns, request_columns, tbt_distribution, within_slo
+from simulator.report.metrics import (
+    measured_columns,
+    overload_summary,
+    request_columns,
+    tbt_distribution,
+    within_slo,
+)
 from simulator.workload.request import Request, Status
 
 if TYPE_CHECKING:  # pandas loads for tables, not for a search
@@ -111,6 +123,10 @@ class Trial:
     num_rejected: int
     stopped_early: bool
     wall_s: float
+    arrival_span_s: float = math.nan  # the measured requests' first to last arrival (NaN: a users search's)
+    # It met the SLO, but its arrivals span less than the shortest wait limit it judges: a rate the server
+    # cannot sustain passes such a trial, so it counts as no pass (:func:`run_trial`); ``passed`` is False.
+    too_short: bool = False
 
 
 @dataclass
@@ -123,6 +139,10 @@ class SeedResult:
     trials: list[Trial] = field(default_factory=list)
     not_found: bool = False  # the trials ran out before any passed: the capacity is below the lowest tried, not 0
     at_least: bool = False  # no trial failed (the ceiling or the trials ran out): the capacity is at least this
+    too_short: bool = False  # the rate above the answer was too short a trial to judge: the capacity is at least this
+    # The answer is settled: bracketed to rel_tol, or 0 for certain. False where the search stopped short of
+    # that (max_trials, the ceiling, trials too short): its capacity is a bracket's end or a lower bound.
+    converged: bool = True
 
     @property
     def at_capacity(self) -> Trial | None:
@@ -182,10 +202,18 @@ class CapacityReport:
             f"capacity_{unit}_min": float(caps.min()),
             f"capacity_{unit}_max": float(caps.max()),
             # No trial failed (the search's ceiling or its trials ran out first): the capacity is a lower bound.
-            "capacity_is_lower_bound": all(s.at_least for s in self.seeds),
+            # One censored seed makes the mean over seeds a lower bound too: it counts the seed at its bound.
+            "capacity_is_lower_bound": any(s.at_least for s in self.seeds),
+            "num_seeds_lower_bound": sum(s.at_least for s in self.seeds),
+            # Every seed's answer settled (bracketed to rel_tol, or 0 for certain); False where one stopped at
+            # max_trials with a wider bracket, or is a lower bound.
+            "capacity_converged": all(s.converged for s in self.seeds),
             # A seed's trials ran out before any passed: its 0 is no capacity found, not a capacity of 0 (and
             # the mean over seeds counts it as 0).
             "capacity_not_found": any(s.not_found for s in self.seeds),
+            # Trials above a seed's answer were too short to judge (their arrivals span less than the SLO's wait
+            # limit, :func:`sustained`): its answer is a lower bound set by --num-requests, not by the server.
+            "capacity_limited_by_trial_length": any(s.too_short for s in self.seeds),
             "num_seeds": len(self.seeds),
             "num_trials": sum(len(s.trials) for s in self.seeds),
             "tbt_s_q_at_capacity": self.at_capacity_mean("tbt_s_q"),
@@ -494,29 +522,26 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         watch = OverloadWatch(slo.sched_delay_s, slo.sched_delay_quantile, tbt_s=slo.tbt_s if tbt_early_exit else None,
                               tbt_quantile=slo.tbt_quantile)
     result = simulation.simulate(cfg, watch=watch, record_iterations=False)  # a trial judges requests and gaps
-    cols = request_columns(result)  # numpy columns: a trial needs no pandas
-    cols = measured_columns(cols, num_warmup, send_order(result))  # the warm-up left out, as a run reports
+    cols, good = judged_requests(result, slo)
     status = cols["status"]
     is_finished = status == Status.FINISHED.value
     num_rejected = int((status == Status.REJECTED.value).sum())
+    arrivals = cols["arrival_at"]
+    span = math.nan if users or not len(arrivals) else float(arrivals.max() - arrivals.min())
     stopped = result.extra.get("stopped")
     if stopped is not None:
         nan = math.nan
         return Trial(cfg.seed, qps, False, str(stopped), nan, nan, nan, nan, nan, nan, nan, nan, nan,
-                     int(is_finished.sum()), num_rejected, True, time.perf_counter() - start)
+                     int(is_finished.sum()), num_rejected, True, time.perf_counter() - start, span)
     values, counts, _ = measured_gaps(result, num_warmup) if num_warmup else tbt_distribution(result)
     # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
     tbt_q, tbt_p99 = percentiles(values, counts, (slo.tbt_quantile, 99.0)) if len(values) else (0.0, 0.0)
-    sched_q = _quantile(scheduling_delays(result, cols)[is_finished], slo.sched_delay_quantile)
+    delays = scheduling_delays(result, cols)
+    sched_q = _quantile(delays[is_finished], slo.sched_delay_quantile)
     ttft = cols["ttft_s"][is_finished]
     ttft_q = _quantile(ttft, slo.ttft_quantile)
     tpot = cols["tpot_s"][is_finished]  # NaN for a one-token output (no TPOT): _quantile leaves it out
     tpot_q = _quantile(tpot, slo.tpot_quantile)
-    max_tbt = cols["max_tbt_s"]
-    if slo.goodput_tpot_s is not None:  # DistServe: TTFT and TPOT
-        good = within_slo(is_finished, cols["ttft_s"], cols["tpot_s"], slo.goodput_ttft_s, slo.goodput_tpot_s)
-    else:
-        good = within_slo(is_finished, cols["ttft_s"], max_tbt, slo.goodput_ttft_s, slo.tbt_s)
     goodput = float(good.mean())
     num_finished = int(is_finished.sum())
     reasons = []
@@ -537,9 +562,65 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         if slo.min_goodput is not None and goodput < slo.min_goodput:
             reasons.append(f"goodput {format_against(100 * goodput, 100 * slo.min_goodput)}% "
                            f"< {100 * slo.min_goodput:g}%")
+    too_short = False
+    if not reasons and not users:  # (a closed loop's users wait for their replies: its queue cannot outgrow them)
+        reasons, too_short = sustained(result, cols, delays, span, slo)
     return Trial(cfg.seed, qps, not reasons, "; ".join(reasons), tbt_q, sched_q, tbt_p99,
                  _quantile(ttft, 50.0), _quantile(ttft, 99.0), tpot_q, _quantile(tpot, 50.0), _quantile(tpot, 99.0),
-                 goodput, num_finished, num_rejected, False, time.perf_counter() - start)
+                 goodput, num_finished, num_rejected, False, time.perf_counter() - start, span, too_short)
+
+
+def judged_requests(result: RunResult, slo: SLO) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """A run's requests as a trial judges them, the warm-up left out as a run reports it (numpy columns: a trial
+    needs no pandas), and which of them are good by ``slo``'s goodput rule (finished, TTFT within
+    ``goodput_ttft_s``, and TPOT within ``goodput_tpot_s``, DistServe's, or else the largest TBT gap within
+    ``tbt_s``). The one judgement of :func:`run_trial` and of the planner's fleet verification
+    (:func:`simulator.planning.plan.measure`), so a fleet is held to what its units' capacity was."""
+    cols = request_columns(result)
+    cols = measured_columns(cols, result.config.workload.num_warmup, send_order(result))
+    finished = cols["status"] == Status.FINISHED.value
+    if slo.goodput_tpot_s is not None:  # DistServe: TTFT and TPOT
+        good = within_slo(finished, cols["ttft_s"], cols["tpot_s"], slo.goodput_ttft_s, slo.goodput_tpot_s)
+    else:
+        good = within_slo(finished, cols["ttft_s"], cols["max_tbt_s"], slo.goodput_ttft_s, slo.tbt_s)
+    return cols, good
+
+
+def sustained(result: RunResult, cols: dict[str, np.ndarray], delays: np.ndarray, span_s: float,
+              slo: SLO) -> tuple[list[str], bool]:
+    """Why a rate trial that met ``slo`` still shows no sustainable rate (an empty list where it does), and
+    whether that is because it was too short to judge. ``delays``: :func:`scheduling_delays` of ``cols``.
+
+    Capacity is the largest rate the server sustains, and a finite trial at a rate above that meets the SLO
+    whenever its run ends before its backlog waits past the SLO's wait limit (:meth:`SLO.wait_limit`): a
+    2,048-request trial at 20,000 QPS arrives in 0.1 s, and its server, draining them at ~1,070 a second,
+    kept every wait under 2 s. So a pass counts only if
+
+    - the run's own overload verdict (:func:`simulator.report.metrics.overload_summary`, what ``simulate
+      run`` prints as "load exceeds capacity"), judged at the wait limit and its percentile, clears it: no
+      queue still growing at the last arrival with the last quarter's delay (P50 by default) past the limit.
+      Such a queue grows on with the run, so a longer trial at this rate fails the SLO: the whole run's
+      percentile passed only because the run ended. (At the default P50 and 2 s it is ``simulate run``'s
+      verdict exactly.) And
+    - its arrivals span at least the wait limit: a shorter trial cannot show a queue outgrowing the server
+      (its backlog need not wait that long), so it is too short to judge, neither pass nor failure; the
+      search's answer below it is then a lower bound (:func:`_seed_result`), not a capacity.
+    """
+    limit_s, quantile, limit_name = slo.wait_limit()
+    overload = overload_summary({**cols, "sched_delay_s": delays}, limit_s, quantile)
+    if overload["overloaded"]:
+        first, last = (overload[f"sched_delay_s_p{quantile:g}_{part}_quarter"] for part in ("first", "last"))
+        return [f"overloaded: the P{quantile:g} scheduling delay rose from {first:.3g}s (first quarter of arrivals) "
+                f"to {format_against(last, limit_s)}s > {limit_s:g}s (last quarter) with "
+                f"{overload['num_waiting_at_last_arrival']:,} requests still queued at the last arrival: arrivals "
+                "outpace service"], False
+    if span_s < limit_s:
+        needed = math.ceil(len(cols["arrival_at"]) * limit_s / span_s) if span_s > 0 else None
+        more = f" well above {needed:,} (what spans the limit at this rate)" if needed is not None else ""
+        return [f"too short to judge: its {len(cols['arrival_at']):,} arrivals span {span_s:.3g}s, under the "
+                f"{limit_s:g}s {limit_name}, so a rate the server cannot sustain passes it too (its backlog drains "
+                f"within the limit); raise --num-requests{more}"], True
+    return [], False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -849,12 +930,27 @@ def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial
     """The answer of a finished search and why it ended (``users``: a users search's words)."""
     result = SeedResult(config.seed, found.passed_qps or 0.0, "", trials)
     failed = {t.qps: t for t in trials}[found.failed_qps] if found.failed_qps is not None else None
+    # Settled: bracketed to rel_tol by a failure (not by a trial too short to judge), or no load passes down to
+    # the floor (capacity 0). Every other end is a lower bound or a bracket wider than asked.
+    result.converged = found.stop in ("converged", "none_passes") and not (failed is not None and failed.too_short)
 
     def load(value: float, digits: int = 3) -> str:
         return format_load(value, users, digits)
 
     lower, higher, ceiling = (("--concurrency", "--concurrency", "--max-users") if users
                               else ("--qps", "--qps-start", "--max-qps"))
+    if failed is not None and failed.too_short:
+        # The least rate above every pass was too short a trial to judge, and so is every rate above it (a
+        # trial's arrivals span 1 / rate): what the passes show is a lower bound, not where the SLO breaks.
+        if found.passed_qps is None:
+            result.not_found = True
+            result.reason = (f"not found: no trial down to {load(failed.qps)} was long enough to judge "
+                             f"({failed.reason})")
+        else:
+            result.at_least = result.too_short = True
+            result.reason = (f"at least {load(found.passed_qps, 4)}: the trials above it are too short to judge; at "
+                             f"{load(failed.qps, 4)} {failed.reason.removeprefix('too short to judge: ')}")
+        return result
     if found.passed_qps is None and found.stop == "max_trials":
         assert failed is not None
         result.not_found = True

@@ -21,6 +21,7 @@ from typing import Any
 
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import MAX_QPS, MIN_QPS
+from simulator.util.text import percent
 
 CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
 DEFAULT_GOODPUT_TARGET = 0.9  # DistServe: 90% of requests meet both SLOs
@@ -86,6 +87,18 @@ class SLO:
         if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
             raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
 
+    def wait_limit(self) -> tuple[float, float, str]:
+        """The shortest limit judged on a wait that a growing queue lengthens (the scheduling delay, TTFT,
+        a good request's TTFT): its seconds, the percentile of requests held to it, and its name. The first
+        limit a queue outgrowing the server must break."""
+        limits = [] if self.criterion == "goodput" else [
+            (self.sched_delay_s, self.sched_delay_quantile, "scheduling-delay limit")]
+        if self.ttft_s is not None:
+            limits.append((self.ttft_s, self.ttft_quantile, "TTFT limit"))
+        if self.min_goodput is not None:
+            limits.append((self.goodput_ttft_s, 100 * self.min_goodput, "goodput's TTFT limit"))
+        return min(limits)
+
     @property
     def good_request(self) -> str:
         """What a request must meet to count in goodput."""
@@ -102,7 +115,7 @@ class SLO:
         if self.tpot_s is not None:
             parts.append(f"P{self.tpot_quantile:g} TPOT <= {self.tpot_s:g}s")
         if self.min_goodput is not None:
-            parts.append(f"goodput >= {self.min_goodput:.0%} ({self.good_request})")
+            parts.append(f"goodput >= {percent(self.min_goodput)} ({self.good_request})")
         return ", ".join(parts)
 
 
@@ -189,7 +202,7 @@ class PlanSLO:
                    min_goodput=self.attainment)
 
     def describe(self) -> str:
-        return f"{self.attainment:.0%} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s * 1e3:g}ms"
+        return f"{percent(self.attainment)} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s * 1e3:g}ms"
 
 
 

@@ -29,8 +29,11 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
    is ``ceil(load / capacity)`` units. The answer is the one an exhaustive grid of
    capacity searches would give (tested), with fewer searches.
 4. **Verify**: the cheapest fleet is simulated whole behind its router at the load; if it
-   misses the SLO a unit is added and it is verified again; if that makes it dearer than
-   another candidate, the search goes on with the new incumbent.
+   misses the SLO it grows (a unit at least, faster after each miss and to what its own
+   throughput says the load needs) and is verified again, and once a size passes the fewest
+   units between is bisected (:meth:`Candidate.units_after`); if that makes it dearer than
+   another candidate, the search goes on with the new incumbent. Rounds that run out first
+   give no answer, and say so (:meth:`PlanResult.why_no_answer`).
 
 5. **For the reader**: each GPU type and mode with no layout searched in full gets its few
    best (by bound) searched afterwards, so the frontier plot (tokens/s per GPU against
@@ -62,24 +65,27 @@ import numpy as np
 from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
 from simulator.config.errors import ConfigError
+from simulator.config.limits import MAX_QPS
 from simulator.config.precision import canonical_weight_format
 from simulator.config.prices import GPUPrice, gpu_power_w, price_of
 from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig
 from simulator.config.schedulers import CHUNKING_SCHEDULERS
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
-from simulator.planning.capacity import SearchSettings, find_capacity, run_trial
+from simulator.planning.capacity import SearchSettings, find_capacity, judged_requests, run_trial
 from simulator.planning.launch import LAUNCH_ENGINES, launch_command
 from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
 from simulator.report.benchmark import measured_window, send_order
-from simulator.report.metrics import request_columns, within_slo
+from simulator.util.text import percent
 from simulator.workload.request import Status
 
 MODES = ("agg", "disagg")
 CHUNKING = CHUNKING_SCHEDULERS  # schedulers whose token budget is a prompt chunk size
 PREFILL_MARGIN = 1.5  # the prefill pool's bound is the rate of its shortest prompts packed into full budgets, times this
 SHORT_TRIAL_TTFTS = 10  # trials whose arrivals span fewer TTFT limits than this are flagged as too short
+CEILING_LOADS = 4.0  # a layout's search tries a unit at up to this many times the load (search_ceiling) ...
+MIN_CEILING_QPS = 1000.0  # ... and at least this many req/s (the ceiling plans had, for small loads alike)
 MIN_MISSES_JUDGED = 10  # a verification allowing fewer late requests than this is said to be a thin verdict
 
 
@@ -439,14 +445,16 @@ def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanS
     model; inf where none is derived (pipelines, attention DP, speculative decoding).
 
     A trial is finite, so the bound is a finite trial's, not a steady state's: the requests
-    that must meet the SLO (``ceil(attainment x n)``; at best those with the fewest tokens)
+    that must meet the SLO (``ceil(attainment x n)`` of the ``n`` measured; at best those with the fewest tokens)
     must have their decode tokens produced by the last of them finishes (at most ``ttft_s +
     tpot_s x max output`` after the last arrival), and in a disaggregated unit their prompts
     prefilled by ``ttft_s`` after it."""
     if layout.pp > 1 or layout.attention_dp > 1 or base.speculative is not None:
         return math.inf
     config = layout.config(base)
-    must = math.ceil(slo.attainment * lengths.num_requests - 1e-9)
+    # The measured requests that must meet it (a warm-up is judged by no trial); at best the ones with the fewest
+    # tokens of all, warm-up or not, so the bound stays a bound.
+    must = math.ceil(slo.attainment * (lengths.num_requests - base.workload.num_warmup) - 1e-9)
     decode_slack_s = slo.ttft_s + slo.tpot_s * lengths.max_output
     if layout.mode == "agg":
         cost = load_cost_model(config.cost_model, config.replica, config.engine)
@@ -472,24 +480,35 @@ def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanS
 # Searching one layout (a pure function of its arguments: runs in any process)
 
 
+def search_ceiling(load_qps: float) -> float:
+    """The most req/s a layout's search tries one unit at: :data:`CEILING_LOADS` times the load, and never
+    below :data:`MIN_CEILING_QPS`. A unit that still passes there carries the whole load alone (its fleet is
+    one unit whatever more it could carry), so the ceiling only bounds the headroom shown, and its row says
+    the capacity is a lower bound; a fixed 1,000 req/s had capped a unit below loads above it in silence."""
+    return min(MAX_QPS, max(MIN_CEILING_QPS, CEILING_LOADS * load_qps))
+
+
 def search_settings(bound_qps: float, load_qps: float, rel_tol: float) -> SearchSettings:
-    """The capacity search of a layout: from the load (or half the bound, if lower), to ``rel_tol``."""
+    """The capacity search of a layout: from the load (or half the bound, if lower), to ``rel_tol``, up to
+    :func:`search_ceiling`."""
     start = min(load_qps, bound_qps / 2) if math.isfinite(bound_qps) else load_qps
-    return SearchSettings(rel_tol=rel_tol, qps_start=min(max(start, 0.02), 1000.0), min_qps=0.01, max_qps=1000.0)
+    ceiling = search_ceiling(load_qps)
+    return SearchSettings(rel_tol=rel_tol, qps_start=min(max(start, 0.02), ceiling), min_qps=0.01, max_qps=ceiling)
 
 
 def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
-    """One run of ``config`` at ``qps``: goodput by the capacity search's rule (finished, TTFT
-    and TPOT within the SLO; a one-token output meets TPOT), the latency tails, throughput and
-    per-user speed, and the ranks' busy fraction."""
+    """One run of ``config`` at ``qps``: goodput judged as a capacity trial judges it
+    (:func:`~simulator.planning.capacity.judged_requests`: the warm-up left out; finished, TTFT and
+    TPOT within the SLO; a one-token output meets TPOT), the latency tails, throughput and per-user
+    speed over the same requests, and the ranks' busy fraction."""
     result = simulation.simulate(config.replace(workload__qps=qps), record_iterations=False)
-    cols = request_columns(result)
+    cols, good = judged_requests(result, slo.capacity_slo())
     finished = cols["status"] == Status.FINISHED.value
     tpot = cols["tpot_s"]
-    good = within_slo(finished, cols["ttft_s"], tpot, slo.ttft_s, slo.tpot_s)
     ttft_f, tpot_f = cols["ttft_s"][finished], tpot[finished]
     tpot_f = tpot_f[~np.isnan(tpot_f)]
-    # The load's window as every throughput figure takes it (vllm bench's duration: from the load's start, refusals in)
+    # The load's window as every throughput figure takes it (vllm bench's duration: from the load's start, refusals
+    # in). The columns hold the measured requests already, which the window's own warm-up mask keeps whole.
     start, end = measured_window(cols, config.workload.num_warmup, config.workload.arrival, send_order(result))
     span = end - start if finished.any() else math.nan
     out_tokens = float(cols["num_output_tokens"][finished].sum())
@@ -500,6 +519,7 @@ def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
         "tpot_s_p99": float(np.percentile(tpot_f, 99)) if len(tpot_f) else math.nan,
         "tpot_s_p50": float(np.percentile(tpot_f, 50)) if len(tpot_f) else math.nan,
         "output_tokens_per_s": out_tokens / span if span and span > 0 else math.nan,
+        "throughput_rps": float(finished.sum()) / span if span and span > 0 else math.nan,
         "tokens_per_s_per_user": float(1.0 / np.median(tpot_f)) if len(tpot_f) else math.nan,
         "busy_fraction": float(busy.mean() / result.sim_end_at) if len(busy) and result.sim_end_at > 0 else math.nan,
         "num_rejected": int((cols["status"] == Status.REJECTED.value).sum()),
@@ -533,10 +553,17 @@ def search_layout(layout_dict: dict[str, Any], base_dict: dict[str, Any], slo_di
                            reason=f"cannot win: fails at {need_qps:.3g} req/s per unit ({first.reason})")
                 row["wall_s"] = time.perf_counter() - start
                 return {"row": row, "trials": trials}
-        report = find_capacity(config, slo.capacity_slo(), search_settings(bound_qps, load_qps, rel_tol))
+        settings = search_settings(bound_qps, load_qps, rel_tol)
+        report = find_capacity(config, slo.capacity_slo(), settings)
         capacity = report.capacity_qps
+        seed = report.seeds[0]
         row["capacity_qps"] = capacity
-        row["reason"] = report.seeds[0].reason
+        # Still passing at the ceiling (or below trials too short to judge): the unit carries at least this much.
+        row["capacity_is_lower_bound"] = seed.at_least
+        row["reason"] = seed.reason
+        if seed.at_least and not seed.too_short and capacity >= settings.max_qps:  # (plan has no --max-qps to raise)
+            row["reason"] = (f"carries at least {capacity:.4g} req/s a unit, the search's ceiling ({CEILING_LOADS:g}x "
+                             f"the load, {MIN_CEILING_QPS:,.0f} at least): one unit carries the load")
         trials += [{"key": layout.key, "qps": t.qps, "passed": t.passed, "goodput": t.goodput_fraction,
                    "ttft_s_p99": t.ttft_s_p99, "reason": t.reason} for t in report.seeds[0].trials]
         figures = measure(config, capacity, slo) if capacity > 0 else {}
@@ -561,12 +588,38 @@ class Candidate:
     price: GPUPrice
     row: dict[str, Any] | None = None
     extra_units: int = 0  # units verification added
-    verified: dict[str, Any] | None = None
+    verified: dict[str, Any] | None = None  # the last verification's figures (of units() when it passed)
     pruned: str = ""
+    verifications: dict[int, dict[str, Any]] = field(default_factory=dict)  # every verification's, by units
+
+    def units_after(self, load_qps: float) -> int | None:
+        """The fleet to verify next after the verifications so far, or None once they settle it: the fewest
+        units that passed, one above the most that missed (or the first tried, which passed).
+
+        After a miss and no pass yet, at least one unit more, at least twice the units added so far (a fleet far
+        short of the load grows in a few rounds, not one unit a round: six rounds left 9 units of a fleet that
+        needed more), and at least what the missed fleet's own throughput says the load needs (a saturated
+        fleet serves what its units can, so the load needs ``units x load / served`` of them); once one passed,
+        the middle of the fewest that passed and the most that missed (pass or miss is monotone in units)."""
+        base = self.units_for(load_qps, self.capacity_qps)
+        # (Fewer units than the per-unit capacity asks for are never tried: a first fleet that passes settles it.)
+        missed = max((u for u, v in self.verifications.items() if not v["passed"]), default=base - 1)
+        passed = min((u for u, v in self.verifications.items() if v["passed"]), default=None)
+        if passed is not None:
+            return None if passed - missed <= 1 else (missed + passed) // 2
+        served = self.verifications[missed]["throughput_rps"]
+        needed = math.ceil(missed * load_qps / served * (1 - 1e-12)) if served > 0 else 0  # (NaN: none served)
+        return max(missed + 1, base + 2 * (missed - base), needed)
 
     @property
     def capacity_qps(self) -> float:
         return float(self.row.get("capacity_qps", 0.0)) if self.row else 0.0
+
+    @property
+    def capacity_is_lower_bound(self) -> bool:
+        """The search still passed at its ceiling, or below trials too short to judge: the unit carries at least
+        :attr:`capacity_qps` (its headroom is at least what the table shows)."""
+        return bool(self.row) and self.row.get("capacity_is_lower_bound") is True
 
     def units_for(self, load_qps: float, capacity_qps: float) -> int:
         return math.ceil(load_qps / capacity_qps * (1 - 1e-12)) if capacity_qps > 0 else 0
@@ -693,7 +746,7 @@ class Runner:
 
 
 LAYOUT_COLUMNS = ("key", *(f.name for f in fields(Layout)), "num_gpus", "bound_qps", "status", "error", "capacity_qps",
-                  "below_qps",
+                  "capacity_is_lower_bound", "below_qps",
                   "reason", "at_capacity_goodput", "at_capacity_ttft_s_p99", "at_capacity_tpot_s_p99",
                   "at_capacity_tpot_s_p50", "at_capacity_output_tokens_per_s", "at_capacity_tokens_per_s_per_user",
                   "at_capacity_busy_fraction", "at_capacity_num_rejected", "wall_s")
@@ -743,6 +796,8 @@ def _read_done(out: Path, identity: str) -> dict[str, dict[str, Any]]:
             for k, v in row.items():
                 if k in ("key", "gpu", "mode", "dtype", "status", "error", "reason"):
                     parsed[k] = v
+                elif k == "capacity_is_lower_bound":
+                    parsed[k] = v == "True"
                 else:
                     try:
                         parsed[k] = float(v) if v not in ("", "None") else math.nan
@@ -771,9 +826,21 @@ class PlanResult:
     num_searched: int = 0
     num_resumed: int = 0
     wall_s: float = 0.0
+    num_verified: int = 0  # fleets simulated whole
+    unconverged: Candidate | None = None  # the cheapest, whose verifications the rounds ran out before settling
 
     def why_no_answer(self) -> str:
         """Why no fleet is the answer, from the cheapest layout's side of it."""
+        if self.unconverged is not None:
+            c = self.unconverged
+            missed = max((u for u, v in c.verifications.items() if not v["passed"]), default=None)
+            passed = min((u for u, v in c.verifications.items() if v["passed"]), default=None)
+            tried = (f"missed the SLO with {missed} units (goodput {c.verifications[missed]['goodput']:.1%})"
+                     if missed is not None else "")
+            met = f"{' and ' if tried else ''}met it with {passed}" if passed is not None else ""
+            return (f"verification did not converge after {self.num_verified} rounds: the cheapest layout, "
+                    f"{c.layout.key}, {tried}{met}, against the {c.units_for(self.load_qps, c.capacity_qps)} its "
+                    "per-unit capacity asks for (see the notes)")
         ranked = self.ranked()
         if not ranked:
             if any(c.pruned == "limits" for c in self.candidates):
@@ -815,6 +882,7 @@ class PlanResult:
                 "gpus_per_unit": c.layout.num_gpus, "units": units, "gpus": gpus, "usd_per_hour": usd,
                 "usd_per_mtok": usd / (out_tok_s * 3600) * 1e6,
                 "capacity_qps_per_unit": c.capacity_qps, "headroom": units * c.capacity_qps / self.load_qps - 1,
+                "capacity_is_lower_bound": c.capacity_is_lower_bound,  # the headroom is at least the figure
                 "tokens_per_s_per_gpu": out_tok_s / gpus,
                 "tokens_per_s_per_user": row.get("at_capacity_tokens_per_s_per_user", math.nan),
                 "j_per_output_token": watts / out_tok_s if out_tok_s else math.nan,
@@ -844,7 +912,7 @@ def verify(candidate: Candidate, base: RunConfig, load_qps: float, slo: PlanSLO,
 def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = SearchSpace(),  # noqa: B008, PLR0913
          prices: dict[str, GPUPrice] | None = None, limits: Limits = Limits(), rel_tol: float = PLAN_REL_TOL,  # noqa: B008
          workers: int = 1, ray_address: str | None = None, out: Path | None = None, verify_fleet: bool = True,
-         prune: bool = True, max_verify_rounds: int = 6, verify_requests_per_unit: int = 256,
+         prune: bool = True, max_verify_rounds: int = 12, verify_requests_per_unit: int = 256,
          frontier_per_group: int = 3,
          on_progress: Callable[[str, int, int], None] | None = None) -> PlanResult:
     """The cheapest fleet meeting ``slo`` at ``load_qps`` (module docstring). ``prune=False``
@@ -955,20 +1023,23 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                 result.answer = ranked[0] if ranked else None
                 break
             top = ranked[0]
-            if top.verified is not None and top.verified["passed"] and top.verified["units"] == top.units(load_qps):
+            units = top.units(load_qps)
+            if units not in top.verifications:
+                top.verifications[units] = verify(top, base, load_qps, slo, verify_requests_per_unit)
+                result.num_verified += 1
+                if on_progress is not None:
+                    v = top.verifications[units]
+                    on_progress(f"verified {units}x {top.layout.key} at {load_qps:g} req/s: goodput {v['goodput']:.2%} "
+                                f"({'met' if v['passed'] else 'missed'})", 0, 0)
+            top.verified = top.verifications[units]
+            following = top.units_after(load_qps)
+            if following is None:  # settled: the fewest units that met the SLO, and it is the cheapest
                 result.answer = top
                 break
-            top.verified = verify(top, base, load_qps, slo, verify_requests_per_unit)
-            if on_progress is not None:
-                v = top.verified
-                on_progress(f"verified {v['units']}x {top.layout.key} at {load_qps:g} req/s: goodput {v['goodput']:.2%} "
-                            f"({'met' if v['passed'] else 'missed; one unit more'})", 0, 0)
-            if top.verified["passed"]:
-                if ranked[0] is top:
-                    result.answer = top
-                    break
-            else:
-                top.extra_units += 1  # one more unit, verified next round if it is still the cheapest
+            # The next fleet to verify, next round if it is still the cheapest.
+            top.extra_units = following - top.units_for(load_qps, top.capacity_qps)
+        else:  # the rounds ran out before the cheapest fleet's verifications settled (a break ends every other way)
+            result.unconverged = ranked[0]
         if frontier_per_group > 0:  # each GPU type and mode on the frontier plot, even those that cannot win
             fill = []
             for group in dict.fromkeys((c.layout.gpu, c.layout.mode) for c in order):
@@ -989,20 +1060,25 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
             saved_prune, prune = prune, False  # searched in full: a capacity, not a verdict
             search_round(runner, "frontier: ")
             prune = saved_prune
-    if result.answer is not None:
+    # The answer, or the cheapest layout where there is none: a plan that gives no answer because its trials are
+    # too short (a verification that never settles) needs the note most.
+    shown = result.answer or next((c for c in result.ranked() if within(c, load_qps, limits)), None)
+    if shown is not None:
         # A finite trial cannot tell rates apart once its arrivals take less time than a few TTFT
         # limits: the queue a too-high rate builds has no time to grow past the SLO.
-        span_s = lengths.unit_span / result.answer.capacity_qps
+        span_s = lengths.unit_span / shown.capacity_qps
         if span_s < SHORT_TRIAL_TTFTS * slo.ttft_s:
-            result.notes.append(f"the answer's capacity trials send {lengths.num_requests} requests in {span_s:.1f}s, "
+            whose = "the answer's" if shown is result.answer else f"the cheapest layout's ({shown.layout.key})"
+            result.notes.append(f"{whose} capacity trials send {lengths.num_requests} requests in {span_s:.1f}s, "
                                 f"under {SHORT_TRIAL_TTFTS}x the TTFT limit: its capacity may be overstated; raise "
                                 "--num-requests")
+    if result.answer is not None:
         v = result.answer.verified
         if v is not None and (1 - slo.attainment) * v["num_requests"] < MIN_MISSES_JUDGED:
             # The verdict turns on a handful of requests: another seed may pass or fail it.
             result.notes.append(f"the answer's fleet was verified on {v['num_requests']:,} requests, of which "
                                 f"{(1 - slo.attainment) * v['num_requests']:.0f} may miss the SLO at "
-                                f"{slo.attainment:.0%}: a handful of requests decides it; raise --num-requests for a "
+                                f"{percent(slo.attainment)}: a handful of requests decides it; raise --num-requests for a "
                                 "firmer verdict")
     result.wall_s = time.perf_counter() - start
     if out is not None:

@@ -38,6 +38,7 @@ from simulator.planning.search import Limits, largest_passing
 from simulator.report.disagg_metrics import slo_attainment
 from simulator.report.metrics import request_frame
 from simulator.util.interrupts import WorkerPool
+from simulator.util.text import percent
 
 DEFAULT_TAUS = (256, 512, 1024, 2048)
 
@@ -51,7 +52,7 @@ class GoodputSLO(PlanSLO):
     attainment: float = 0.9
 
     def describe(self) -> str:
-        return f"{self.attainment:.0%} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s:g}s"
+        return f"{percent(self.attainment)} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s:g}s"
 
 
 @dataclass

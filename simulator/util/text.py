@@ -1,5 +1,6 @@
-"""Text in and out: counts with their noun ("1 request", "1,000,000 requests"), and the items of a
-comma-separated option value. (Byte sizes: :func:`simulator.config.resources.format_bytes`.)"""
+"""Text in and out: counts with their noun ("1 request", "1,000,000 requests"), a target share as a
+percentage, and the items of a comma-separated option value. (Byte sizes:
+:func:`simulator.config.resources.format_bytes`.)"""
 
 from __future__ import annotations
 
@@ -20,3 +21,15 @@ def count(num: int | float, word: str, many: str | None = None) -> str:
     ``count(1_000_000, "request") == "1,000,000 requests"``."""
     shown = f"{int(num):,}" if float(num).is_integer() else f"{num:,.3g}"
     return f"{shown} {plural(num, word, many)}"
+
+
+def percent(fraction: float) -> str:
+    """A target share as a percentage with the digits it was given: ``0.9 -> "90%"``, ``0.999 -> "99.9%"``,
+    never a rounded ``"100%"`` that reads as every request (``:.0%`` showed a 0.999 goodput target so)."""
+    value = 100 * fraction
+    text = f"{value:.3g}"
+    for digits in range(3, 16):  # the fewest significant digits that give the value back
+        text = f"{value:.{digits}g}"
+        if abs(float(text) - value) <= 1e-9 * max(1.0, abs(value)):
+            break
+    return f"{text}%"

@@ -287,6 +287,24 @@ def test_plain_shapes_cost_the_target_and_the_drafters_prompt_pass() -> None:
     assert ngram.iteration_time(mixed) == ngram_target.iteration_time(mixed)
 
 
+@pytest.mark.parametrize("engine", ["vllm-2026", "sglang-2026", "trtllm-2026", "vllm-2023-splitwise"])
+def test_a_verify_steps_breakdown_adds_up_to_its_time(engine: str) -> None:
+    """Each part of a step's breakdown is what it adds to the step: the engine's per-prompt-token CPU charged a
+    verify's query rows as prompt tokens in the breakdown (cpu_time leaves them out), 18.3 ms of parts for a
+    15.8 ms step of 64 verifies at 1,000 tokens of context."""
+    # (engines with a per-prompt-token CPU term)
+    target = load_cost_model("roofline", ReplicaConfig("llama-3.1-8b", "h100-sxm"), engine)
+    cost = SpeculativeCostModel(target, SpeculativeConfig("eagle3", 4, acceptance_rates=(0.7,)))
+    verifies = SpecBatchShape()
+    for _ in range(64):
+        verifies.add_verify(4, 999)
+    mixed = SpecBatchShape.of(BatchShape.from_requests([(2000, 0)], [500] * 8))
+    for _ in range(16):
+        mixed.add_verify(2, 3000)
+    for shape in (verifies, mixed):
+        assert sum(cost.breakdown(shape).values()) == pytest.approx(cost.iteration_time(shape), rel=1e-9)
+
+
 def test_verify_pricing_and_crossover() -> None:
     """Verifying k+1 tokens is nearly free at batch 1 (weight-bound) and costs about k+1 decodes
     when the step is compute-bound: the cost ratio of a verify step to a plain step grows with

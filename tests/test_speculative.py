@@ -253,6 +253,17 @@ def test_sglang_retracts_for_the_verifys_blocks_from_the_back_of_the_batch(k: in
     assert all(r.num_blocks * 16 >= r.num_computed + 1 + k for r in batch.requests)
 
 
+def test_sglang_retraction_counts_the_adaptive_k_that_grows_as_the_batch_shrinks() -> None:
+    # k = 48 // running: 12 drafts each at four running (a block more each: 4 > 2 free), 16 at three (2 blocks each:
+    # 6 > 5 free after the first retraction), 24 at two. Keeping the first count (3 blocks at three running) left
+    # the third verify to preempt vLLM's victim to the front of the queue.
+    spec = SpeculativeConfig("ngram", 48, acceptance_rates=(0.7,), reduce_k_batch_size=1)
+    sched, late = _sglang_decodes(spec, 48, 2)
+    batch = sched.schedule()
+    assert [r.request_id for r in batch.preempted] == [0, 3] and [r.request_id for r in sched.waiting] == [9, 0, 3]
+    assert [r.request_id for r in batch.requests] == [1, 2] and batch.num_tokens == [1 + 24] * 2
+
+
 # -- pricing -------------------------------------------------------------------------------------------------------
 def _costs(method: str, model: str | None = None):  # noqa: ANN202
     from simulator.costmodel.engine_model import ENGINES

@@ -114,3 +114,26 @@ def test_closed_loop_sessions_leave_out_the_first_requests_sent(tmp_path):
     write_run(result, tmp_path, "csv")
     written = pd.read_csv(tmp_path / "requests.csv")
     assert set(written.request_id[written.is_warmup].tolist()) == warmup
+
+
+def test_closed_loop_sessions_prefix_hit_rate_leaves_out_the_first_requests_sent():
+    """The prefix cache's hit rate judged the warm-up by id (ids < num_warmup) while every other figure takes the
+    first sent: in a closed-loop session replay the two sets differ, and its saved and prompt tokens were another
+    set's than the summary's requests."""
+    from simulator.workload.sessions import agents, generate_sessions
+
+    table = generate_sessions(agents(num_sessions=16, session_rate=2.0, mean_turns=8, think_mean_s=1.0,
+                                     max_prompt_tokens=32768), np.random.default_rng(1))
+    config = RunConfig().replace(replica__model="llama-3.1-8b", replica__gpu="h100-sxm",
+                                 scheduler__prefix_caching=True, workload__num_warmup=WARMUP,
+                                 workload__num_requests=len(table.arrival_at))
+    result = simulate(config, table)
+    warmup = set(result.extra["send_order"][:WARMUP].tolist())
+    assert warmup != set(range(WARMUP))  # the case: ids are not the send order
+    ids = [r.request_id for r in result.requests]
+    measured = [r for r in result.requests if r.request_id not in warmup and r.admitted_seq >= 0]
+    summary = summarize(result)
+    pc = summary["prefix_caching"]
+    assert pc["prompt_tokens"] == sum(r.num_prompt_tokens for r in measured)
+    assert pc["prefill_tokens_saved"] == sum(r.num_cached_tokens for r in measured)
+    assert len(ids) - len(warmup) == summary["num_requests"]

@@ -94,6 +94,30 @@ def test_second_identical_prompt_hits_all_but_the_last_token():
     assert run_prompt(mgr2, make_req(1, 64 * BS, [1, 2])) == 63 * BS
 
 
+@pytest.mark.parametrize("cls", [PrefixCachingBlockManager, RadixBlockManager])
+def test_a_wholly_cached_prompt_of_whole_blocks_keeps_the_cached_copy_of_its_last_block(cls):
+    """A prompt of k*bs tokens, all cached, recomputes its last block (the last token runs): in a block of its own,
+    as vLLM's block pool keeps duplicate copies of a name. The cached copy, not hit for the cap alone, stays a hit
+    for a longer prompt admitted beside it and stays cached if the recomputing request is preempted; replacing it
+    with the recomputing request's uncomputed block cut the longer prompt's hit by a block and lost the copy."""
+    mgr = cls(100, BS, watermark=0.0)
+    run_prompt(mgr, make_req(0, 4 * BS, [1, 2, 3, 4], hash_bs=BS))  # 4 blocks computed and cached
+    assert mgr.num_cached_blocks == 4
+    same = make_req(1, 4 * BS, [1, 2, 3, 4], hash_bs=BS)
+    mgr.admit(same, 4 * BS)
+    assert same.num_computed == 3 * BS and same.num_blocks == 4  # its last block runs again
+    longer = make_req(2, 5 * BS, [1, 2, 3, 4, 5], hash_bs=BS)
+    mgr.admit(longer, 5 * BS)
+    assert longer.num_computed == 4 * BS  # the cached copy of block 4 is a hit
+    mgr.free(longer)
+    longer.num_computed = 0
+    mgr.free(same)  # preempted before its chunk ran
+    same.num_computed = 0
+    mgr.check()
+    assert mgr.num_cached_blocks == 4 and mgr.num_free_blocks == 100
+    assert mgr.cached_prefix_tokens(make_req(3, 5 * BS, [1, 2, 3, 4, 5], hash_bs=BS)) == 4 * BS
+
+
 def test_shared_blocks_are_counted_once_and_freed_when_the_last_holder_goes():
     mgr = PrefixCachingBlockManager(200, BS, watermark=0.0)
     a = make_req(0, 1024, [1, 2])  # 64 blocks
@@ -323,14 +347,23 @@ def _reference_lru(reqs: list[tuple[int, list[int]]], capacity: int, bs: int) ->
         empty -= take
         for _ in range(new - take):
             pool.popitem(last=False)
-        for name in names[k:]:  # a stranded copy of a name is replaced by the new block
+        # A copy of a name past the hits: where a miss stopped the walk it is stranded and the new block replaces
+        # it; where the cap did (a wholly cached prompt of whole blocks) it stays where it is and the new block
+        # is anonymous.
+        capped = k == (prompt - 1) // bs
+        kept = set()
+        for name in names[k:]:
             if name in pool:
-                del pool[name]
-                empty += 1
-        # finish: named blocks back to the pool, last first; the rest are empty again
+                if capped:
+                    kept.add(name)
+                else:
+                    del pool[name]
+                    empty += 1
+        # finish: named blocks back to the pool, last first; the rest (anonymous ones too) are empty again
         for name in reversed(names):
-            pool[name] = None
-        empty += -(-prompt // bs) - len(names)
+            if name not in kept:
+                pool[name] = None
+        empty += -(-prompt // bs) - len(names) + len(kept)
     return total
 
 

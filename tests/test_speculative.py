@@ -25,8 +25,9 @@ from simulator.engine.kvcache import BlockManager
 from simulator.engine.records import Recorder
 from simulator.engine.replica import Replica
 from simulator.engine.schedulers import SCHEDULERS
+from simulator.engine.schedulers.base import insert_fcfs
 from simulator.engine.speculative import make_speculative, per_step_gaps, speculation_rng
-from simulator.workload.request import Request
+from simulator.workload.request import Request, Status
 from tests.helpers import ConstantCostModel, submit_all
 
 REPLICA = ReplicaConfig("mistral-7b", "a100-80gb")
@@ -215,6 +216,54 @@ def test_other_policies_speculate(scheduler: str) -> None:
     assert sched.speculation.stats.num_verify_steps > 0
 
 
+def _sglang_decodes(spec: SpeculativeConfig, computed: int, free_blocks: int) -> tuple:  # noqa: ANN001
+    """A speculating SGLang scheduler with four decodes, each ``computed`` tokens cached, in blocks that hold them,
+    ``free_blocks`` left, and a waiting prompt too long to admit. Request 0 arrived first but was admitted last
+    (re-admitted after a retraction), request 1 has the fewest output tokens, request 3 arrived last."""
+    blocks = BlockManager(64, 16, 0.0)
+    sched = make_speculative(SCHEDULERS["sglang"](SchedulerConfig("sglang"), blocks, 4096), spec, speculation_rng(0, 0))
+    generated = {0: 20, 1: 16, 2: 17, 3: 18}
+    for rid, seq in ((1, 1), (2, 2), (3, 3), (0, 4)):
+        req = Request(rid, float(rid), computed + 1 - generated[rid], 100)
+        req.num_generated, req.num_computed, req.status, req.admitted_seq = generated[rid], computed, Status.RUNNING, seq
+        blocks.reserve(req, computed)
+        insert_fcfs(sched.running, req)
+    blocks.reserve(Request(99, 0.0, 1, 1), 16 * (blocks.num_free_blocks - free_blocks))  # the rest held elsewhere
+    late = Request(9, 9.0, 16 * (free_blocks + 1), 10)
+    sched.add_request(late)
+    return sched, late
+
+
+@pytest.mark.parametrize(("k", "computed", "free_blocks"), [
+    (4, 45, 3),  # each verify needs a block (45 + 1 + 4 > 48) where its last one is not full: 4 > 3 free
+    (20, 47, 5),  # each needs two (47 + 1 + 20 = 68 tokens, 5 blocks of 3): 8 > 5 free, though 5 >= 4 running
+])
+def test_sglang_retracts_for_the_verifys_blocks_from_the_back_of_the_batch(k: int, computed: int,
+                                                                        free_blocks: int) -> None:
+    # A verify writes 1 + k slots: SGLang's memory check counts them and, speculating, retracts from the back of the
+    # running batch (the latest admitted; retract_decode leaves it unsorted with speculation) to the back of the
+    # queue. Counting only the decodes whose last block is full let the verifies' growth preempt vLLM's victim (the
+    # newest arrival) to the front of the queue.
+    sched, late = _sglang_decodes(SpeculativeConfig("ngram", k, acceptance_rates=(0.7,)), computed, free_blocks)
+    first = sched.running[0]
+    assert first.request_id == 0 and first.admitted_seq == 4
+    batch = sched.schedule()
+    assert batch.preempted == [first] and list(sched.waiting) == [late, first]
+    assert [r.request_id for r in batch.requests] == [1, 2, 3] and batch.num_tokens == [1 + k] * 3
+    assert all(r.num_blocks * 16 >= r.num_computed + 1 + k for r in batch.requests)
+
+
+def test_sglang_retraction_counts_the_adaptive_k_that_grows_as_the_batch_shrinks() -> None:
+    # k = 48 // running: 12 drafts each at four running (a block more each: 4 > 2 free), 16 at three (2 blocks each:
+    # 6 > 5 free after the first retraction), 24 at two. Keeping the first count (3 blocks at three running) left
+    # the third verify to preempt vLLM's victim to the front of the queue.
+    spec = SpeculativeConfig("ngram", 48, acceptance_rates=(0.7,), reduce_k_batch_size=1)
+    sched, late = _sglang_decodes(spec, 48, 2)
+    batch = sched.schedule()
+    assert [r.request_id for r in batch.preempted] == [0, 3] and [r.request_id for r in sched.waiting] == [9, 0, 3]
+    assert [r.request_id for r in batch.requests] == [1, 2] and batch.num_tokens == [1 + 24] * 2
+
+
 # -- pricing -------------------------------------------------------------------------------------------------------
 def _costs(method: str, model: str | None = None):  # noqa: ANN202
     from simulator.costmodel.engine_model import ENGINES
@@ -247,6 +296,24 @@ def test_plain_shapes_cost_the_target_and_the_drafters_prompt_pass() -> None:
     assert eagle.iteration_time(mixed) > eagle_target.iteration_time(mixed)
     ngram_target, ngram = _costs("ngram")
     assert ngram.iteration_time(mixed) == ngram_target.iteration_time(mixed)
+
+
+@pytest.mark.parametrize("engine", ["vllm-2026", "sglang-2026", "trtllm-2026", "vllm-2023-splitwise"])
+def test_a_verify_steps_breakdown_adds_up_to_its_time(engine: str) -> None:
+    """Each part of a step's breakdown is what it adds to the step: the engine's per-prompt-token CPU charged a
+    verify's query rows as prompt tokens in the breakdown (cpu_time leaves them out), 18.3 ms of parts for a
+    15.8 ms step of 64 verifies at 1,000 tokens of context."""
+    # (engines with a per-prompt-token CPU term)
+    target = load_cost_model("roofline", ReplicaConfig("llama-3.1-8b", "h100-sxm"), engine)
+    cost = SpeculativeCostModel(target, SpeculativeConfig("eagle3", 4, acceptance_rates=(0.7,)))
+    verifies = SpecBatchShape()
+    for _ in range(64):
+        verifies.add_verify(4, 999)
+    mixed = SpecBatchShape.of(BatchShape.from_requests([(2000, 0)], [500] * 8))
+    for _ in range(16):
+        mixed.add_verify(2, 3000)
+    for shape in (verifies, mixed):
+        assert sum(cost.breakdown(shape).values()) == pytest.approx(cost.iteration_time(shape), rel=1e-9)
 
 
 def test_verify_pricing_and_crossover() -> None:

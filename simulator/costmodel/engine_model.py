@@ -859,7 +859,8 @@ class EngineCostModel(CostModel):
         seqs = shape.num_prefills + shape.num_decodes
         rpc = (tp_lookup(e.rpc_s, self.replica.tp) + e.rpc_per_seq_s * seqs) if self.replica.tp > 1 else 0.0
         cpu_terms = {"engine_cpu_iteration": e.cpu_iteration_s, "engine_cpu_per_seq": e.cpu_per_seq_s * seqs,
-                     "engine_cpu_prefill_tokens": e.cpu_per_prefill_token_s * shape.num_prefill_tokens,
+                     # the prompts' tokens, as cpu_time charges them (a verify's query rows are none)
+                     "engine_cpu_prefill_tokens": e.cpu_per_prefill_token_s * shape.num_prompt_tokens,
                      "engine_rpc_tp_workers": rpc}
         gpu = kernel_s + self.collective_s + self.prefill_excess_time(shape)
         floor = self._floor(shape)

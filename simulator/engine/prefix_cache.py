@@ -26,7 +26,8 @@ block counts:
   cache hit; it is capped at ``(num_known - 1) // bs`` blocks, since the last known token is
   always computed to get logits (vLLM's ``max_cache_hit_length = num_tokens - 1``). So a
   wholly cached prompt of ``k*bs + 1`` tokens runs 1 token, one of ``k*bs`` tokens runs its last
-  block again. ``num_computed`` starts at the hit; the scheduler's token budget covers only the
+  block again, in a block of its own: the cached copy stays cached and a hit for others (vLLM's
+  block pool does not de-duplicate, and a lookup takes a name's first copy). ``num_computed`` starts at the hit; the scheduler's token budget covers only the
   rest; the cost model prices the chunk with the hit as attention context (``kv_before``).
   The walk costs O(hit blocks + 1) dictionary lookups: it never scans the cache.
 - **Sharing.** A hit block gains a reference; a block is free only when no request
@@ -334,12 +335,17 @@ class PrefixCachingBlockManager(BlockManager):
             held.extend(blocks)
         elif new_names:
             parent = hits[-1] if hits else None
+            # Whether the walk stopped at the cap (the last known token runs), not at a miss: a wholly cached prompt
+            # of k*bs tokens recomputes its last block, whose cached copy was not hit for the cap alone.
+            capped = num_hits + num_host >= (req.num_prompt_tokens + req.num_generated - 1) // bs
             for k in range(num_hits, stop):
                 name = names[k]
                 old = cache.get(name)
                 if old is not None:
-                    if old.ref:
-                        parent = None  # another request's copy stays the named one; ours is anonymous
+                    if old.ref or capped:
+                        # Another request's copy, or a computed one the walk reaches, stays the named one (vLLM's
+                        # block pool keeps both copies and a lookup takes the first); ours is anonymous.
+                        parent = None
                         continue
                     self._drop_stranded(old)  # an evictable copy past a miss: ours replaces it
                 block = _Block(name, req, (k + 1) * bs, parent if self._linked else None)

@@ -124,6 +124,28 @@ class SpeculativeMixin:
 
     speculation: Speculation
     reserves_up_front: bool = False  # set per policy by speculative_class
+    speculates = True
+
+    @property
+    def max_decode_blocks(self) -> int:
+        # A verify holds computed + 1 + width tokens, width <= num_verify_tokens, in blocks that hold computed
+        # already: ceil((c + 1 + w) / bs) - ceil(c / bs) <= ceil((1 + w) / bs).
+        self_: Scheduler = self  # type: ignore[assignment]
+        return -(-(1 + self.speculation.config.num_verify_tokens) // self_.blocks.block_size)
+
+    def decode_k(self, num_running: int) -> int:
+        return self.speculation.config.k_for(num_running)
+
+    def decode_tokens(self, req: Request, num_running: int) -> int:
+        # What _add_decodes grows a decode to when the budget cuts nothing (SGLang's decode step has none): the
+        # step's k for num_running, cut to the output left; a whole tree at full depth, else the chain.
+        config = self.speculation.config
+        k_step = config.k_for(num_running)
+        if k_step == 0 or not req.num_generated:
+            return req.num_computed + 1
+        k = min(k_step, req.num_output_tokens - req.num_generated - 1)
+        width = (config.num_verify_tokens if k_step == config.k else k_step) if k == k_step else k
+        return req.num_computed + 1 + width
 
     def max_reserve_tokens(self, req: Request) -> int:
         # The verify pass writes a slot per draft token past the cached tokens before the rejected ones are

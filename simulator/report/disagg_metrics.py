@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from simulator.report.benchmark import measured_mask, send_order
 from simulator.report.metrics import quantile_stats, within_slo
 
 if TYPE_CHECKING:
@@ -49,8 +50,11 @@ def decode_tbt_samples(result: RunResult, num_warmup: int = 0) -> np.ndarray:
     """Gaps between consecutive tokens after each request's second token began (tokens 2..n), of the requests
     sent after the first ``num_warmup`` that the decode pool served (a mixed replica's gaps carry its prefills)."""
     mixed = result.disagg.handoff.mixed if result.disagg is not None else None
-    gaps = [np.diff(np.frombuffer(r.token_times, dtype=np.float64)[1:]) for r in result.requests
-            if r.request_id >= num_warmup and len(r.token_times) > 2 and (mixed is None or not mixed[r.request_id])]
+    reqs = result.requests
+    measured = measured_mask(np.fromiter((r.request_id for r in reqs), dtype=np.int64, count=len(reqs)), num_warmup,
+                             send_order(result))
+    gaps = [np.diff(np.frombuffer(r.token_times, dtype=np.float64)[1:]) for r, keep in zip(reqs, measured, strict=True)
+            if keep and len(r.token_times) > 2 and (mixed is None or not mixed[r.request_id])]
     return np.concatenate(gaps) if gaps else np.empty(0)
 
 
@@ -87,7 +91,7 @@ def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float 
     # what the pools and links were busy with (utilization, occupancy) stays the whole run's.
     num_warmup = int(result.config.workload.num_warmup or 0)
     if num_warmup:
-        measured = (requests["request_id"] >= num_warmup).to_numpy()
+        measured = measured_mask(requests["request_id"].to_numpy(), num_warmup, send_order(result))
         handoff, requests = handoff[measured], requests[measured]
     out: dict[str, Any] = {"layout": info.layout, "num_gpus": info.num_gpus}
     transferred = handoff[~np.isnan(handoff["transfer_end_at"])]

@@ -277,8 +277,9 @@ def prefix_cache_summary(result: RunResult) -> dict[str, Any]:
         prompt = np.fromiter((r.num_prompt_tokens for r in reqs), dtype=np.int64, count=len(reqs))
         admitted = np.fromiter((r.admitted_seq >= 0 for r in reqs), dtype=bool, count=len(reqs))
         ids = np.fromiter((r.request_id for r in reqs), dtype=np.int64, count=len(reqs))
-    # The warm-up requests leave these figures too (they met a cold cache: the hit rate read low).
-    admitted = admitted & (ids >= result.config.workload.num_warmup)
+    # The warm-up requests leave these figures too (they met a cold cache: the hit rate read low): the first sent,
+    # as every other figure judges them (closed-loop sessions do not send in id order).
+    admitted = admitted & measured_mask(ids, result.config.workload.num_warmup, send_order(result))
     saved, queried = int(cached[admitted].sum()), int(prompt[admitted].sum())
     out = {"policy": result.config.scheduler.prefix_cache, "num_blocks": result.memory.num_blocks,
            "hit_rate": saved / queried if queried else math.nan, "prefill_tokens_saved": saved,

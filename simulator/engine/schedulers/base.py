@@ -95,6 +95,11 @@ class Scheduler:
     """Base policy. Subclasses implement :meth:`schedule`."""
 
     name = "base"
+    # The most KV blocks one request's decode step can add: its fed-back token's slot, so one (a speculating
+    # scheduler's verify writes its drafts' slots too: SpeculativeMixin). What a policy that checks the step's
+    # memory before building it (SGLang's retract_decode) bounds the step's need by, at no per-request cost.
+    max_decode_blocks: int = 1
+    speculates: bool = False  # its decodes verify drafts (SpeculativeMixin sets it)
 
     def __init__(self, config: SchedulerConfig, blocks: BlockManager, max_model_len: int,
                  gpu: GPUSpec | None = None, attention_dp: int = 1) -> None:
@@ -184,6 +189,15 @@ class Scheduler:
                 return False
             self._preempt(victim, batch)
         return True
+
+    def decode_k(self, num_running: int) -> int:
+        """Draft tokens each decode verifies in a step of ``num_running`` running requests: none here."""
+        return 0
+
+    def decode_tokens(self, req: Request, num_running: int) -> int:
+        """KV tokens ``req`` must hold for its next decode step in a step of ``num_running`` running requests (what
+        :meth:`_add_decodes` grows it to, a token budget aside): the fed-back token's slot past what is computed."""
+        return req.num_computed + 1
 
     # -- policy --------------------------------------------------------------------------
     def schedule(self) -> Batch:

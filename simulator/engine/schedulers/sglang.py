@@ -13,7 +13,8 @@ to build a prefill batch, and decodes only when no prompt can be taken:
    prefill priority, the generation stall that mixed batches remove); else every running
    request decodes one token, and when their new blocks do not fit, requests are retracted
    first, fewest output tokens and then longest prompt first, each to the end of the waiting
-   queue (SGLang's ``retract_decode``).
+   queue (SGLang's ``retract_decode``); speculating, a verify's drafts need their slots too, and
+   SGLang retracts from the back of the running batch (the latest admitted) instead.
 
 So under a closed loop at high concurrency the decodes stall while a wave of prompts is
 prefilled, and a prompt's TTFT is short while decodes are many: the opposite trade-off to
@@ -98,26 +99,46 @@ class SGLangScheduler(Scheduler):
                 self.chunked = req
         if batch.requests or self.chunked is not None:
             return batch  # a prefill batch (or the chunked prompt in flight): decodes wait
-        if self.blocks.num_free_blocks < len(self.running):  # (a decode grows by a block at most)
+        if self.blocks.num_free_blocks < len(self.running) * self.max_decode_blocks:  # (what a decode adds at most)
             self._retract(batch)
         self._add_decodes(batch, math.inf, None)  # every running request decodes; no budget
         return batch
 
     def _retract(self, batch: Batch) -> None:
         """SGLang's ``retract_decode``: before a decode step whose new blocks do not fit, retract running requests,
-        fewest output tokens first and, among those, the longest prompt (its sort key, ``(len(output_ids),
-        -len(origin_input_ids))``), each back to the end of the waiting queue, until the rest grow; the last one
-        stays (the base loop preempts it if even it cannot grow). The base policy's newest-first victim, sent to the
-        front of the queue, is vLLM's."""
-        blocks, bs = self.blocks, self.blocks.block_size
+        each back to the end of the waiting queue, until the rest grow; the last one stays (the base loop preempts
+        it if even it cannot grow). Without speculation the victims go fewest output tokens first and, among those,
+        the longest prompt (its sort key, ``(len(output_ids), -len(origin_input_ids))``); with it SGLang leaves the
+        batch unsorted and retracts from its back ("For spec decoding, filter_batch API can only filter requests
+        from the back", python/sglang/srt/managers/schedule_batch.py), the batch being in the order requests
+        joined it: the latest admitted first here. A verify writes its drafts' slots too, so a request needs
+        blocks for ``decode_tokens`` (computed + 1 + its drafts), not one token. (SGLang's own check reserves
+        ``speculative_num_draft_tokens + topk * num_steps`` slots per request, more than the verify writes; the
+        blocks the step really takes are what is checked here, as the step then grows.) The base policy's
+        newest-first victim, sent to the front of the queue, is vLLM's."""
+        blocks = self.blocks
         self.settle()  # the requests' counters true (a fast path's deferred decodes written: its cohort dissolves)
         decoding = [r for r in self.running if not r.in_flight]
-        need = sum(1 for r in decoding if r.num_blocks * bs <= r.num_computed)  # last block full: grows this step
+        num_running = len(self.running)
+        need = self._decode_blocks(decoding, num_running)
         if need <= blocks.num_free_blocks:
             return
-        order = sorted(decoding, key=lambda r: (r.num_generated, -r.num_prompt_tokens), reverse=True)
+        if self.speculates:
+            order = sorted(decoding, key=lambda r: r.admitted_seq)
+        else:
+            order = sorted(decoding, key=lambda r: (r.num_generated, -r.num_prompt_tokens), reverse=True)
+        k = self.decode_k(num_running)
         while len(order) > 1 and need > blocks.num_free_blocks:
             victim = order.pop()
-            need -= victim.num_blocks * bs <= victim.num_computed
+            need -= self._decode_blocks([victim], num_running)  # (before the preemption clears its counters)
             self._preempt(victim, batch)
             self.waiting.append(self.waiting.popleft())  # (the base sent it to the front; SGLang extends the queue)
+            num_running -= 1
+            if self.decode_k(num_running) != k:  # an adaptive k moved with the running count: recount the rest
+                k = self.decode_k(num_running)
+                need = self._decode_blocks(order, num_running)
+
+    def _decode_blocks(self, requests: list[Request], num_running: int) -> int:
+        """New KV blocks these requests' decodes take in a step of ``num_running`` running requests."""
+        blocks = self.blocks
+        return sum(max(0, blocks.blocks_for(self.decode_tokens(r, num_running)) - r.num_blocks) for r in requests)

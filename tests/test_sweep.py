@@ -405,3 +405,14 @@ def test_options_added_later_keep_an_older_points_key_at_their_defaults():
         assert option is None or option.default == value, key
     moved = dict(point.options, users=True)
     assert point_key("capacity", config, moved) != point_key("capacity", config, point.options)
+
+
+def test_a_random_workload_point_takes_vllm_benchs_prompt_length_as_run_does() -> None:
+    """`simulate run --workload random` sends vllm bench's 1,024-token prompts; a sweep point naming the same
+    workload ran the 512 of `fixed`. A point that gives its own length keeps it."""
+    from simulator.config.options import VLLM_RANDOM_INPUT_LEN
+
+    spec = build_spec({"base": {"workload": "random", "num_requests": 8}, "grid": {"qps": [1, 2]}})
+    assert {p.config.workload.prompt_tokens for p in spec.points} == {VLLM_RANDOM_INPUT_LEN}
+    spec = build_spec({"base": {"num_requests": 8}, "grid": {"workload,prompt_tokens": [["random", 300], ["fixed", 300]]}})
+    assert {p.config.workload.prompt_tokens for p in spec.points} == {300}

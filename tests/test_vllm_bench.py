@@ -238,3 +238,29 @@ def test_per_user_speed_without_a_two_token_output_says_so():
                                     "--num-requests", "12", "--metrics", "vllm", "--no-progress"])
     assert done.exit_code == 0, done.output
     assert "per user (mean 1/TPOT):     n/a" in done.output and "nan" not in done.output
+
+
+SMALL_BENCH = ["--num-requests", "24", "--qps", "8", "--workload", "fixed", "--prompt-tokens", "128",
+               "--output-tokens", "16", "--no-progress"]
+
+
+def _saved(tmp_path: Path, *args: str) -> dict:
+    """The --save-result document of a small run with ``args`` added."""
+    out = tmp_path / "result.json"
+    done = runner.invoke(app, ["run", *SMALL_BENCH, *args, "--save-result", str(out)])
+    assert done.exit_code == 0, done.output
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("goodput", [(), ("--goodput", "ttft:300 tpot:50")])
+def test_every_key_ending_in_ms_is_a_number_as_scripts_for_vllms_files_read_it(tmp_path, goodput):
+    """InferenceX's process_result float()s every key of vLLM's JSON that ends in "ms"; the SLOs were written as a
+    dict under goodput_slos_ms ({} without --goodput), which crashed it. vLLM writes no SLOs: ours only where
+    --goodput gave them, under a name that ends in no "ms"."""
+    doc = _saved(tmp_path, *goodput)
+    for key, value in doc.items():
+        if key.endswith("ms"):
+            float(value)  # (raises on a dict, a list or null)
+    assert ("goodput_config" in doc) == bool(goodput)
+    if goodput:
+        assert doc["goodput_config"] == {"ttft": 300.0, "tpot": 50.0}

@@ -264,3 +264,27 @@ def test_every_key_ending_in_ms_is_a_number_as_scripts_for_vllms_files_read_it(t
     assert ("goodput_config" in doc) == bool(goodput)
     if goodput:
         assert doc["goodput_config"] == {"ttft": 300.0, "tpot": 50.0}
+
+
+REFUSING = ("--workload", "uniform", "--prompt-tokens", "100", "--prompt-tokens-max", "1000", "--max-model-len", "512",
+            "--max-total-tokens", "100000")  # prompts over 512 tokens are refused (prompt+output > max_model_len)
+
+
+def test_a_refused_requests_times_are_vllms_zeros_and_its_error_says_why(tmp_path):
+    """A refused request's TTFT and latency were null in --save-result's lists, where vLLM writes a failed request's
+    0.0 (its RequestFuncOutput's defaults): np.mean(doc["ttfts"]) failed in scripts written for vLLM's files."""
+    out = tmp_path / "result.json"
+    done = runner.invoke(app, ["run", "--num-requests", "40", "--qps", "8", *REFUSING, "--output-tokens", "10",
+                               "--save-result", str(out), "--no-progress"])
+    assert done.exit_code == 0, done.output
+    doc = json.loads(out.read_text())
+    failed = [i for i, e in enumerate(doc["errors"]) if e]
+    assert doc["failed"] == len(failed) > 0
+    assert all("max_model_len" in doc["errors"][i] for i in failed)  # our reason, where vLLM's error text goes
+    for key in ("ttfts", "latencies", "output_lens"):
+        assert all(doc[key][i] == 0 for i in failed), key
+    assert all(doc["itls"][i] == [] for i in failed)
+    assert np.isfinite(np.mean(doc["ttfts"])) and np.isfinite(np.mean(doc["latencies"]))
+    finished = [i for i, e in enumerate(doc["errors"]) if not e]
+    # the figures are the finished requests' (vLLM's calculate_metrics skips the failed ones)
+    assert doc["mean_ttft_ms"] == pytest.approx(np.mean([doc["ttfts"][i] for i in finished]) * 1000)

@@ -390,9 +390,9 @@ def format_vllm(metrics: dict[str, Any], settings: dict[str, Any] | None = None,
 
 def per_request_lists(result: RunResult, cols: dict[str, np.ndarray]) -> dict[str, list]:
     """The per-request lists of vLLM's JSON over the measured requests (send order):
-    ``input_lens``, ``output_lens`` (0 for a refused request), ``ttfts``, ``latencies``,
-    ``start_times`` (seconds), ``errors`` ('' or the refusal), and ``itls`` (each request's
-    gaps) where the run kept token times."""
+    ``input_lens``, ``output_lens``, ``ttfts``, ``latencies`` (0 for a refused request, as vLLM's
+    for a failed one), ``start_times`` (seconds), ``errors`` ('' or the refusal's reason), and
+    ``itls`` (each request's gaps; none for a refused one) where the run kept token times."""
     num_warmup = int(getattr(result.config.workload, "num_warmup", 0) or 0)
     order = send_order(result)
     measured = np.flatnonzero(measured_mask(cols["request_id"], num_warmup, order))
@@ -402,21 +402,26 @@ def per_request_lists(result: RunResult, cols: dict[str, np.ndarray]) -> dict[st
         measured = measured[np.argsort(sent_at[cols["request_id"][measured]], kind="stable")]
     ok = cols["status"][measured] == "finished"
 
-    def seconds(name: str) -> list[float | None]:
-        return [float(v) if good else None for v, good in zip(cols[name][measured].tolist(), ok, strict=True)]
+    def seconds(name: str) -> list[float]:
+        # A refused request's 0.0, as vLLM writes a failed one's (its RequestFuncOutput's defaults): a null made
+        # np.mean(doc["ttfts"]) fail in scripts written for vLLM's files; ``errors`` says which ones failed.
+        return np.where(ok, cols[name][measured], 0.0).tolist()
 
+    reasons = [str(e) for e in cols["reject_reason"][measured].tolist()]
     out: dict[str, list] = {
         "input_lens": cols["num_prompt_tokens"][measured].tolist(),
         "output_lens": np.where(ok, cols["num_output_tokens"][measured], 0).tolist(),
         "ttfts": seconds("ttft_s"),
         "latencies": seconds("e2e_s"),
         "start_times": cols["arrival_at"][measured].tolist(),
-        "errors": [str(e) for e in cols["reject_reason"][measured].tolist()],
+        # '' for a finished request, as vLLM's; a refused one's reason, never '' (readers tell failures by it)
+        "errors": [e if good else e or "refused" for e, good in zip(reasons, ok.tolist(), strict=True)],
     }
     times = _token_times(result)
     if times is not None:
         first = _first_token_ats(result)
-        gaps = (client_gaps(times[i], first[i]) for i in measured.tolist())
+        gaps = (client_gaps(times[i], first[i]) if good else np.zeros(0)
+                for i, good in zip(measured.tolist(), ok.tolist(), strict=True))
         out["itls"] = [g[g > 0].tolist() for g in gaps]  # per streamed chunk, as vLLM's (benchmark_metrics' ITL)
     return out
 

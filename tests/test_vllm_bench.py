@@ -288,3 +288,41 @@ def test_a_refused_requests_times_are_vllms_zeros_and_its_error_says_why(tmp_pat
     finished = [i for i, e in enumerate(doc["errors"]) if not e]
     # the figures are the finished requests' (vLLM's calculate_metrics skips the failed ones)
     assert doc["mean_ttft_ms"] == pytest.approx(np.mean([doc["ttfts"][i] for i in finished]) * 1000)
+
+
+def _vllms_peak_output_tokens_per_s(doc: dict) -> float:
+    """vLLM's calculate_metrics' max_output_tokens_per_s, from a result file's per-request lists."""
+    ok = [i for i, e in enumerate(doc["errors"]) if not e]
+    origin = min(doc["start_times"][i] for i in ok)
+    buckets: dict[int, int] = {}
+    for i in ok:
+        t = doc["start_times"][i] + doc["ttfts"][i]
+        for gap in [0.0, *doc["itls"][i]]:
+            t += gap
+            buckets[int(t - origin)] = buckets.get(int(t - origin), 0) + 1
+    return float(max(buckets.values()))
+
+
+@pytest.mark.parametrize("load", [("--qps", "8"), ("--concurrency", "6", "--num-warmup", "6", "--warmup-mode", "drain"),
+                                  ("--concurrency", "4", "--model", "llama-3.1-8b", "--acceptance-rate", "0.7",
+                                   "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3}')])
+def test_peak_output_token_throughput_is_vllms_from_the_files_own_lists(tmp_path, load):
+    """vLLM's max_output_tokens_per_s ("Peak output token throughput") was missing from the JSON and the block:
+    the most tokens streamed in one 1-second bucket from the first send, each chunk one token (a speculating
+    step's accepted run is one chunk)."""
+    out = tmp_path / "result.json"
+    done = runner.invoke(app, ["run", "--num-requests", "48", *load, "--workload", "fixed", "--prompt-tokens", "256",
+                               "--output-tokens", "64", "--metrics", "vllm", "--save-result", str(out), "--no-progress"])
+    assert done.exit_code == 0, done.output
+    doc = json.loads(out.read_text())
+    assert doc["max_output_tokens_per_s"] == _vllms_peak_output_tokens_per_s(doc)
+    assert 0 < doc["max_output_tokens_per_s"] <= doc["total_output_tokens"]
+    line = next(x for x in done.output.splitlines() if x.startswith("Peak output token throughput (tok/s):"))
+    assert float(line.split()[-1]) == pytest.approx(doc["max_output_tokens_per_s"], abs=0.005)
+
+
+def test_vllms_block_alone_shows_the_peak_output_token_throughput():
+    """The block without --save-result keeps the token times the peak is counted from (no warm-up here)."""
+    done = runner.invoke(app, ["run", *SMALL_BENCH, "--metrics", "vllm"])
+    assert done.exit_code == 0, done.output
+    assert "Peak output token throughput (tok/s):" in done.output

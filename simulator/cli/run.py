@@ -461,6 +461,12 @@ class BenchOptions:
     def wanted(self) -> bool:
         return bool(self.goodput_ms) or self.view == "vllm" or self.save_result is not None
 
+    @property
+    def keeps_token_times(self) -> bool:
+        """Whether the run keeps every token's time (8 bytes a token): the JSON's itls and vLLM's peak output
+        token throughput, in its block and its JSON, are counted from them."""
+        return self.view == "vllm" or self.save_result is not None
+
     def report(self, result: RunResult, requests: Any) -> dict[str, Any]:
         """The figures (and the JSON file, if asked); per-request lists stay out of the summary."""
         from simulator.report.benchmark import benchmark_metrics, load_settings, result_json, save_result
@@ -544,7 +550,7 @@ def run(
     try:
         try:
             result, summary, requests = _simulate_and_summarize(config, reporter or False, ttft_slo, tbt_slo, num_workers,
-                                                               token_times=bench.save_result is not None)
+                                                               token_times=bench.keeps_token_times)
         except KeyboardInterrupt:  # Ctrl-C (or SIGTERM to a run with --workers, whose workers are stopped)
             fail("interrupted: the run was stopped and nothing was written", code=130)
         if bench.wanted:  # vllm bench serve's figures (warm-up left out), and its JSON; in the folder's summary too

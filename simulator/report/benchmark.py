@@ -16,6 +16,8 @@ Definitions (per request, over the *measured* requests: those sent after the fir
   back): a refused request returns when refused (its last recorded time: its send for a prompt
   the replica refuses); request,
   output-token and total-token (input + output) throughput are totals over it;
+- peak output token throughput = the most tokens the finished requests streamed in one 1-second
+  bucket counted from their first send, each streamed chunk one token (vLLM's ``max_output_tokens_per_s``);
 - request goodput = requests meeting every given SLO (``--goodput ttft:300 tpot:50``, in ms,
   as vLLM: a request meets an SLO when its value is <= the bound) per second of duration;
 - output tokens/s per GPU = output throughput / GPUs of the deployment, and per user = the
@@ -180,6 +182,30 @@ def max_in_flight(sent_at: np.ndarray, ended_at: np.ndarray) -> int:
     return int(np.cumsum(deltas[order]).max())
 
 
+def peak_output_tokens_per_s(result: RunResult, cols: dict[str, np.ndarray], done: np.ndarray) -> float | None:
+    """vLLM's ``max_output_tokens_per_s`` ("Peak output token throughput") over the requests ``done`` marks (the
+    measured finished ones), as its calculate_metrics counts it: each request's token times are its first token
+    and then one per streamed chunk (first token + the cumulative ITLs it saves: a speculating step's run of
+    tokens is one), counted in 1-second buckets from the first of those requests' sends; the fullest bucket.
+    Post-run, from the token times the run kept; None where it kept none (a run asked for neither vLLM's block
+    nor its JSON, nor with a warm-up to leave out)."""
+    times = _token_times(result)
+    if times is None:
+        return None
+    rows = np.flatnonzero(done)
+    if not len(rows):
+        return 0.0  # (vLLM's value when no request succeeded)
+    first = cols["first_token_at"]
+    origin = float(cols["arrival_at"][rows].min())
+    stamps = []
+    for i in rows.tolist():
+        gaps = client_gaps(times[i], first[i])
+        # Summed as vLLM rebuilds them from the saved ttft and itls, so the file's own lists give the same figure.
+        stamps.append(first[i] + np.concatenate(([0.0], np.cumsum(gaps[gaps > 0]))))
+    buckets = np.floor(np.concatenate(stamps) - origin).astype(np.int64)
+    return float(np.bincount(buckets[buckets >= 0]).max())
+
+
 def _token_times(result: RunResult) -> list[Any] | None:
     """Each request's token times (arrays), or None where the run did not keep them."""
     reqs = result.requests
@@ -305,6 +331,7 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
                 good &= goodput_ms[name] / 1000 >= values
         out["request_goodput"] = int(good.sum()) / duration
     returned = done | failed
+    out["max_output_tokens_per_s"] = peak_output_tokens_per_s(result, cols, done)
     out["max_concurrent_requests"] = max_in_flight(cols["arrival_at"][returned], returned_at(cols)[returned])
     out.update(_stats(ttft, "ttft", percentiles_))
     out.update(_stats(tpot, "tpot", percentiles_))
@@ -368,6 +395,8 @@ def format_vllm(metrics: dict[str, Any], settings: dict[str, Any] | None = None,
     if metrics.get("request_goodput") is not None:
         row("Request goodput (req/s):", metrics["request_goodput"], ".2f")
     row("Output token throughput (tok/s):", metrics["output_throughput"], ".2f")
+    if metrics.get("max_output_tokens_per_s") is not None:  # (None: the run kept no token times to count)
+        row("Peak output token throughput (tok/s):", metrics["max_output_tokens_per_s"], ".2f")
     row("Peak concurrent requests:", metrics["max_concurrent_requests"], ".2f")
     row("Total Token throughput (tok/s):", metrics["total_token_throughput"], ".2f")
     row(f"Output tok/s per GPU ({metrics['num_gpus']} GPUs):", metrics["output_throughput_per_gpu"], ".2f")

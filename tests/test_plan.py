@@ -458,3 +458,39 @@ def test_each_engines_launched_fraction_gives_its_server_the_planned_kv_cache(en
             planned = min(b / t for b, t in zip(plan.kv_budget_bytes, plan.kv_bytes_per_token, strict=True))
             served = min(server(w) / t for w, t in zip(plan.weights_bytes, plan.kv_bytes_per_token, strict=True))
             assert served == pytest.approx(planned, rel=0.01) and served <= planned * (1 + 1e-9), (line, served, planned)
+
+
+def test_plans_tokens_per_s_per_user_is_the_runs_mean_of_one_over_tpot() -> None:
+    """plan's tokens/s per user was 1 / median TPOT, simulate run's the mean over requests of 1 / TPOT (AIPerf's
+    output token throughput per user): one name, two figures (18.42 against 19.85 on one run). One definition now."""
+    from simulator.planning.plan import Layout, measure
+    from simulator.report.benchmark import benchmark_metrics
+    from simulator.report.metrics import request_columns
+    from simulator.simulation import simulate
+
+    config = Layout("h100-sxm", "agg", "bf16", 1, budget=512, max_num_seqs=64).config(_base())
+    result = simulate(config.replace(workload__qps=16.0), record_iterations=False)
+    run = benchmark_metrics(result, request_columns(result))["output_throughput_per_user"]
+    assert measure(config, 16.0, SLO)["tokens_per_s_per_user"] == pytest.approx(run, rel=1e-12)
+
+
+def test_a_resumed_plan_never_mixes_two_per_user_definitions(tmp_path) -> None:  # noqa: ANN001
+    """A folder written while layouts.csv held 1 / median TPOT (its plan.json records no per-user definition)
+    gives its rows' tokens/s per user as unknown on a resume, not as this figure."""
+    import json
+
+    base = RunConfig().replace(replica__model="tiny-llama-1b", workload__name="random", workload__prompt_tokens=64,
+                               workload__output_tokens=16, workload__num_requests=64)
+    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
+    out = tmp_path / "p"
+    first = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=out)
+    per_user = first.table().iloc[0]["tokens_per_s_per_user"]
+    assert per_user > 0
+    resumed = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=out)
+    assert resumed.num_resumed == 1 and resumed.table().iloc[0]["tokens_per_s_per_user"] == per_user
+    info = json.loads((out / "plan.json").read_text())
+    del info["per_user"]  # as an older plan wrote it
+    (out / "plan.json").write_text(json.dumps(info))
+    older = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=out)
+    assert older.num_resumed == 1 and math.isnan(older.table().iloc[0]["tokens_per_s_per_user"])
+    assert "per_user" not in json.loads((out / "plan.json").read_text())  # its rows stay unknown on later resumes

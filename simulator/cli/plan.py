@@ -199,8 +199,8 @@ def print_plan(result, top: int, console) -> None:  # noqa: ANN001
                   f"{result.slo.describe()}", title_justify="left", box=box.SIMPLE_HEAD,
                   caption="headroom: units x per-unit capacity over the load, - 1 (>=: the unit's capacity is a lower "
                           "bound, its search still passing at its ceiling). $/Mtok: USD per million output tokens at the "
-                          "load. tok/s per user: 1 / median TPOT at per-unit "
-                          "capacity. J/tok: GPU board power (idle to max by busy time) per output token.",
+                          "load. tok/s per user: output tok/s per user, the mean over requests of 1/TPOT "
+                          "(AIPerf's; simulate run's), at per-unit capacity. J/tok: GPU board power (idle to max by busy time) per output token.",
                   caption_justify="left")
     for row in df.head(top).itertuples():
         verified = "-" if not row.verified else f"{_f(100 * row.verified_goodput, '.1f')}% {row.verified}"

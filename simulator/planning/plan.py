@@ -76,7 +76,7 @@ from simulator.planning.capacity import SearchSettings, find_capacity, judged_re
 from simulator.planning.launch import LAUNCH_ENGINES, launch_command
 from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
-from simulator.report.benchmark import measured_window, send_order
+from simulator.report.benchmark import measured_window, output_throughput_per_user, send_order
 from simulator.util.text import percent
 from simulator.workload.request import Status
 
@@ -520,7 +520,9 @@ def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
         "tpot_s_p50": float(np.percentile(tpot_f, 50)) if len(tpot_f) else math.nan,
         "output_tokens_per_s": out_tokens / span if span and span > 0 else math.nan,
         "throughput_rps": float(finished.sum()) / span if span and span > 0 else math.nan,
-        "tokens_per_s_per_user": float(1.0 / np.median(tpot_f)) if len(tpot_f) else math.nan,
+        # simulate run's figure (mean 1/TPOT, AIPerf's), under the name plan's tables have always given it; it was
+        # 1 / median TPOT before plan.json recorded PER_USER_DEFINITION (an older folder's rows read as unknown)
+        "tokens_per_s_per_user": output_throughput_per_user(tpot_f),
         "busy_fraction": float(busy.mean() / result.sim_end_at) if len(busy) and result.sim_end_at > 0 else math.nan,
         "num_rejected": int((cols["status"] == Status.REJECTED.value).sum()),
     }
@@ -774,8 +776,24 @@ def plan_identity(base: RunConfig, load_qps: float, slo: PlanSLO, rel_tol: float
     return base.result_key(load_qps=load_qps, slo=asdict(slo), rel_tol=rel_tol)
 
 
+# What layouts.csv's at_capacity_tokens_per_s_per_user holds, recorded in plan.json as "per_user": the run's
+# output tok/s per user (report.benchmark.output_throughput_per_user). A folder without it was written when the
+# column held 1 / median TPOT.
+PER_USER_DEFINITION = "mean 1/TPOT"
+
+
+def _per_user_is_current(out: Path) -> bool:
+    """Whether ``out``'s layouts.csv rows hold tokens/s per user as :data:`PER_USER_DEFINITION` (plan.json says so)."""
+    try:
+        return json.loads((out / "plan.json").read_text()).get("per_user") == PER_USER_DEFINITION
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return False
+
+
 def _read_done(out: Path, identity: str) -> dict[str, dict[str, Any]]:
-    """The layouts an earlier run of this plan searched (by key), from ``out``."""
+    """The layouts an earlier run of this plan searched (by key), from ``out``; a folder written before
+    :data:`PER_USER_DEFINITION` was recorded gives its rows' tokens/s per user as unknown (NaN): another figure
+    (1 / median TPOT), which a resumed table would otherwise rank and plot beside this one unsaid."""
     info = out / "plan.json"
     if not info.is_file():
         return {}
@@ -783,6 +801,7 @@ def _read_done(out: Path, identity: str) -> dict[str, dict[str, Any]]:
         data = json.loads(info.read_text())
     except json.JSONDecodeError:
         return {}
+    current = data.get("per_user") == PER_USER_DEFINITION
     if data.get("identity") != identity:
         raise ConfigError("--out", f"{out} holds another plan (other model, traffic, SLO or search settings)",
                           "pass a new --out folder, or delete that one")
@@ -803,6 +822,8 @@ def _read_done(out: Path, identity: str) -> dict[str, dict[str, Any]]:
                         parsed[k] = float(v) if v not in ("", "None") else math.nan
                     except ValueError:
                         parsed[k] = v
+            if not current:
+                parsed["at_capacity_tokens_per_s_per_user"] = math.nan
             if parsed.get("status") in ("ok", "below"):
                 done[parsed["key"]] = parsed
     return done
@@ -946,8 +967,11 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         done = _read_done(out, identity)
+        # The rows appended here hold the current per-user figure; a folder with older rows stays unmarked (its
+        # figures all read as unknown on a later resume: never two definitions in one column).
+        marker = {"per_user": PER_USER_DEFINITION} if not done or _per_user_is_current(out) else {}
         (out / "plan.json").write_text(json.dumps({"identity": identity, "load_qps": load_qps, "slo": asdict(slo),
-                                                   "rel_tol": rel_tol, "config": base.to_dict()}, indent=1))
+                                                   "rel_tol": rel_tol, "config": base.to_dict(), **marker}, indent=1))
     base_dict, slo_dict = base.to_dict(), asdict(slo)
     order = sorted(candidates, key=lambda c: (c.lower_bound_usd(load_qps), c.layout.key))
     for c in order:
@@ -1204,7 +1228,7 @@ def frontier_figure(result: PlanResult):  # noqa: ANN201
                    [result.answer.capacity_qps * result.lengths.mean_output / result.answer.layout.num_gpus],
                    marker="*", s=220, color="k", zorder=10, label=f"answer: {result.answer.layout.key}")
     ax.axvline(1.0 / result.slo.tpot_s, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("output tokens/s per user (1 / median TPOT) at the layout's capacity")
+    ax.set_xlabel("output tokens/s per user (mean 1/TPOT) at the layout's capacity")
     ax.set_ylabel("output tokens/s per GPU at capacity (capacity x mean output / GPUs)")
     ax.set_title(f"{result.base.replica.model}: {result.slo.describe()}", fontsize=9)
     if ax.get_legend_handles_labels()[0]:  # (no frontier and no answer: a legend of nothing warns on stderr)

@@ -21,7 +21,10 @@ Definitions (per request, over the *measured* requests: those sent after the fir
 - request goodput = requests meeting every given SLO (``--goodput ttft:300 tpot:50``, in ms,
   as vLLM: a request meets an SLO when its value is <= the bound) per second of duration;
 - output tokens/s per GPU = output throughput / GPUs of the deployment, and per user = the
-  mean over requests of 1 / TPOT: the two axes of a serving Pareto chart.
+  mean over requests of 1 / TPOT (:func:`output_throughput_per_user`: AIPerf's output token throughput
+  per user, averaged; ``simulate plan``'s tokens/s per user is the same figure): the two axes of a
+  serving Pareto chart. (InferenceX plots 1000 / TPOT in ms of a percentile, and SGLang's per-user figure is
+  output tokens / E2E: figures of their own, under their own names where shown.)
 
 Means, medians, standard deviations and percentiles are numpy's (``np.percentile``'s
 ``linear`` method), as vLLM computes them; ITL's come from the run's gap logs without
@@ -285,6 +288,17 @@ def measured_itl_views(result: RunResult, num_warmup: int) -> dict[str, Any]:
     return itl_views((values, counts), (values[step], counts[step]))
 
 
+def output_throughput_per_user(tpot_s: np.ndarray) -> float:
+    """Output tokens/s per user: the mean over requests of 1 / TPOT (seconds), requests with a TPOT above 0 (one
+    with a single output token has none; two delivered at once, 0). AIPerf's ``output_token_throughput_per_user``
+    (1 / its per-request inter-token latency, our TPOT), averaged over requests as its summary's headline; the
+    one definition of "tokens/s per user" here (``simulate run``'s and ``simulate plan``'s). NaN where no request
+    has a TPOT above 0."""
+    tpot_s = np.asarray(tpot_s, dtype=np.float64)
+    tpot_s = tpot_s[tpot_s > 0]  # (NaN compares False: left out too)
+    return float(np.mean(1.0 / tpot_s)) if len(tpot_s) else math.nan
+
+
 def num_gpus(result: RunResult) -> int:
     """GPUs of the deployment the run simulated (both pools of a disaggregated one)."""
     if result.disagg is not None:
@@ -341,10 +355,9 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
     out.update(_weighted_stats(values[chunk], counts[chunk], "itl", percentiles_))
     out.update(_stats(e2el, "e2el", percentiles_))
     # Ours (vLLM has no key for them): the Pareto axes, the deployment and the load.
-    speed = 1.0 / tpot[tpot > 0] if len(tpot) else np.zeros(0)
     out["num_gpus"] = gpus
     out["output_throughput_per_gpu"] = total_output / duration / gpus
-    out["output_throughput_per_user"] = float(speed.mean()) if len(speed) else math.nan
+    out["output_throughput_per_user"] = output_throughput_per_user(tpot)
     out["num_warmup"] = num_warmup
     out["itl_excludes_warmup"] = itl_measured
     if goodput_ms:  # vLLM writes no SLOs; ours only where --goodput gave them. The name ends in no "ms": scripts

@@ -350,3 +350,15 @@ def test_the_help_says_what_vllms_num_warmups_does():
     done = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "400"})
     text = " ".join(done.output.split())
     assert "Given as vLLM's --num-warmups in a closed loop, the warm-up drains first" in text
+
+
+def test_each_goodput_on_a_runs_screen_is_named_by_its_rule():
+    """One screen said "goodput 2.0%" (the summary's TTFT-and-every-gap share) and "request goodput 1.78 req/s"
+    (vLLM's, TTFT and TPOT), two rules under one name; each is named by its rule now."""
+    done = runner.invoke(app, ["run", "--num-requests", "40", "--qps", "4", "--ttft-slo", "2", "--tbt-slo", "0.1",
+                               "--goodput", "ttft:2000 tpot:100", "--no-progress"])
+    assert done.exit_code == 0, done.output
+    text = " ".join(done.output.split())
+    assert "SLO attainment (TTFT<=2.0s and every gap<=0.1s)" in text
+    assert "vLLM request goodput (ttft<=2000 ms and tpot<=100 ms)" in text
+    assert text.count("goodput") == text.count("vLLM request goodput") == 1

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the engine (numpy, SimPy) loads when a run starts, rich whe
     from simulator.engine.cluster import RunResult
 
 
-# The goodput SLOs of a run that names none (the summary's TTFT and TBT limits).
+# The SLOs of the summary's SLO attainment (goodput_fraction) where the run names none: TTFT and every gap.
 TTFT_SLO_S = 2.0
 TBT_SLO_S = 0.2
 
@@ -176,8 +176,10 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     console.print(
         f"requests: {summary['num_finished']:,} finished, {summary['num_rejected']:,} rejected, "
         f"{count(summary['num_preemptions'], 'preemption')} · throughput {summary['throughput_rps']:.2f} req/s, "
-        f"{summary['output_tokens_per_s']:,.0f} output tok/s · goodput {summary['goodput_fraction']:.1%} "
-        f"(TTFT<={summary['ttft_slo_s']}s, each gap TBT<={summary['tbt_slo_s']}s) · KV cache {summary['kv_cache_tokens']:,} "
+        # Named by its rule: as "goodput" it read as one figure with --goodput's vLLM request goodput (its bounds met,
+        # per second) on the same screen, and with capacity's and plan's DistServe goodput (TTFT and TPOT).
+        f"{summary['output_tokens_per_s']:,.0f} output tok/s · SLO attainment (TTFT<={summary['ttft_slo_s']}s and every "
+        f"gap<={summary['tbt_slo_s']}s) {summary['goodput_fraction']:.1%} · KV cache {summary['kv_cache_tokens']:,} "
         f"tokens{kind}{per_rank}{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
     if "prefix_caching" in summary:
         pc = summary["prefix_caching"]
@@ -492,8 +494,9 @@ class BenchOptions:
         b = summary.get("benchmark")
         if b is None or b.get("request_goodput") is None:
             return
-        slos = ", ".join(f"{k}<={v:g} ms" for k, v in self.goodput_ms.items())
-        out.print(f"request goodput {b['request_goodput']:.2f} req/s of {b['request_throughput']:.2f} ({slos})",
+        slos = " and ".join(f"{k}<={v:g} ms" for k, v in self.goodput_ms.items())
+        # vLLM's own name and rule (every --goodput bound met), said as such beside the summary's SLO attainment
+        out.print(f"vLLM request goodput ({slos}) {b['request_goodput']:.2f} req/s of {b['request_throughput']:.2f}",
                   markup=False)
 
 
@@ -504,8 +507,10 @@ def run(
     out: Annotated[Path | None, typer.Option(help="Folder for requests/iterations tables, summary.json, config.json.")] = None,
     fmt: Annotated[str | None, typer.Option("--format", help=f"Table format with --out: {', '.join(FORMATS)} "
                                              "(default parquet).")] = None,
-    ttft_slo: Annotated[float, typer.Option(help="TTFT SLO (s) for goodput.")] = TTFT_SLO_S,
-    tbt_slo: Annotated[float, typer.Option(help="TBT SLO (s) for goodput.")] = TBT_SLO_S,
+    ttft_slo: Annotated[float, typer.Option(help="TTFT SLO (s) of the summary's SLO attainment (goodput_fraction: "
+                                            "TTFT and every gap within their SLOs).")] = TTFT_SLO_S,
+    tbt_slo: Annotated[float, typer.Option(help="SLO (s) every gap between tokens must meet for the summary's SLO "
+                                           "attainment (goodput_fraction).")] = TBT_SLO_S,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Processes for the replicas of a cluster "
@@ -537,10 +542,10 @@ def run(
     if bench.view == "vllm" and not json_out and out is None:  # vllm's block shows no goodput at these SLOs
         for flag, seconds, default in (("--ttft-slo", ttft_slo, TTFT_SLO_S), ("--tbt-slo", tbt_slo, TBT_SLO_S)):
             if seconds != default:
-                raise ConfigError(flag, "--metrics vllm prints vllm bench serve's result block, which has no goodput "
-                                  f"at this SLO, so {flag} would do nothing",
+                raise ConfigError(flag, "--metrics vllm prints vllm bench serve's result block, which has no SLO "
+                                  f"attainment at this SLO, so {flag} would do nothing",
                                   "give vLLM's SLOs with --goodput 'ttft:MS tpot:MS', add --json or --out for the "
-                                  f"summary's goodput, or drop {flag}")
+                                  f"summary's SLO attainment, or drop {flag}")
     if out is not None:
         check_out_dir(out)
     check_run_fits(config.workload.num_requests)  # refuse, with the figure, a run that cannot fit in memory

@@ -8,8 +8,12 @@ Definitions (DESIGN.md):
   taken over all gaps of all requests;
 - TPOT = (completion - first token) / (output tokens - 1), for requests with more than
   one output token; E2E = completion - arrival;
-- goodput = share of all requests (rejected ones count as misses) whose TTFT <=
-  ``ttft_slo_s`` and whose largest TBT gap <= ``tbt_slo_s``.
+- SLO attainment (TTFT and every gap), the summary's ``goodput_fraction`` (``goodput_rps``: those
+  requests per second; the keys keep their old names for their readers) = share of all requests
+  (rejected ones count as misses) whose TTFT <= ``ttft_slo_s`` and whose largest TBT gap <=
+  ``tbt_slo_s``. Not DistServe's goodput, which judges TPOT (capacity's ``--criterion goodput``,
+  ``plan``), nor vLLM's request goodput (``--goodput``, :mod:`simulator.report.benchmark`); one gap
+  over the limit misses the request here, however short the rest.
 """
 
 from __future__ import annotations
@@ -144,9 +148,10 @@ def request_frame(result: RunResult) -> pd.DataFrame:
 
 def within_slo(finished: np.ndarray, ttft_s: np.ndarray, second_s: np.ndarray, ttft_slo_s: float,
                second_slo_s: float) -> np.ndarray:
-    """Per request: finished, TTFT <= ``ttft_slo_s`` and its second figure (TPOT, or its largest
-    TBT) <= ``second_slo_s``. A one-token output has neither (NaN) and meets that limit: it made
-    no one wait for a second token. The goodput rule of every SLO here (DistServe's)."""
+    """Per request: finished, TTFT <= ``ttft_slo_s`` and its second figure <= ``second_slo_s``. A one-token output
+    has none (NaN) and meets that limit: it made no one wait for a second token. The rule of every SLO share here,
+    by what it is given: TPOT, DistServe's goodput (capacity's ``--criterion goodput``, ``plan``); the largest TBT
+    gap, the stricter SLO attainment (TTFT and every gap) of a run's summary and capacity's default."""
     second = np.asarray(second_s, dtype=np.float64)
     return (np.asarray(finished, dtype=bool) & (np.asarray(ttft_s, dtype=np.float64) <= ttft_slo_s)
             & (np.where(np.isnan(second), 0.0, second) <= second_slo_s))

@@ -221,11 +221,12 @@ def test_an_explicit_default_the_run_does_not_read_is_refused(args: list[str], n
 def test_the_same_options_run_where_they_are_read(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("num_prefill_tokens,num_decode_tokens\n100,10\n9000,10\n")
-    for args in (["--scheduler", "sglang", "--scheduler-recv-interval", "1"],
-                 ["--concurrency", "4", "--num-warmup", "4", "--warmup-mode", "steady"],
+    for args in (["--num-requests", "8", "--scheduler", "sglang", "--scheduler-recv-interval", "1"],
+                 ["--num-requests", "8", "--concurrency", "4", "--num-warmup", "4", "--warmup-mode", "steady"],
                  ["--trace", str(trace), "--max-total-tokens", "4096", "--over-length", "drop", "--num-requests", "1"],
-                 ["--prefill-pool", "2x(tp=1)", "--decode-pool", "2x(tp=1)", "--kv-link-scope", "shared"]):
-        proc = simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "8", *args)
+                 ["--num-requests", "8", "--prefill-pool", "2x(tp=1)", "--decode-pool", "2x(tp=1)",
+                  "--kv-link-scope", "shared"]):
+        proc = simulate_module("run", "--model", "llama-3.1-8b", *args)
         assert proc.returncode == 0, (args, proc.stderr[-1500:])
 
 

@@ -182,9 +182,9 @@ class EngineModel:
 
 
 # -- presets ------------------------------------------------------------------------------------------------------
-SILICON_HANDOFF_S = 0.095  # the 2026 presets' handoff latency: see the comment above vllm-2026
-HANDOFF_FITTED = ("; in disaggregated runs a handoff of 95 ms a request, one constant fitted on the 355 disaggregated "
-                  "silicon rows of all three backends (leaving one GPU out: 70-120 ms)")
+SILICON_HANDOFF_S = 0.090  # the 2026 presets' handoff latency: see the comment above vllm-2026
+HANDOFF_FITTED = ("; in disaggregated runs a handoff of 90 ms a request, one constant fitted on the 355 disaggregated "
+                  "silicon rows of all three backends (leaving one GPU out: 60-125 ms)")
 # Each preset names what it was measured on. The fitted numbers are reproduced by
 # simulator.calibrate.engine_fit (tests refit them from ../shared/data and compare).
 ENGINES: dict[str, EngineModel] = {
@@ -249,7 +249,7 @@ ENGINES: dict[str, EngineModel] = {
     # NIXL-style KV connector each), fitted on the silicon rows' 355 simulated disaggregated deployments (TRT-LLM 228
     # on Dynamo, SGLang 114, vLLM 13; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added to
     # their TTFT simulated without one (silicon_fit.fit_handoff; results/validation/silicon/fit_report.py, which also
-    # holds each GPU out: 70-120 ms; 135 ms, 95-140, at code 0c78f9c, before the kernel and layout revisions since).
+    # holds each GPU out: 60-125 ms; 95 ms at code cac8f5b's report before it was regenerated, 135 ms at code 0c78f9c).
     # At a few users the measured first token sits a constant above queueing +
     # prefill + KV transfer + one decode step (vLLM's Kimi-K2.5 rows on GB200: ~175 ms at 1K and at 8K prompts).
     "vllm-2026": EngineModel(
@@ -263,13 +263,14 @@ ENGINES: dict[str, EngineModel] = {
                "lengths, warm-up a phase of its own, every request the client sent; --kernels vllm with the tables' "
                "gaps priced by the 'today' roofline, scheduler vllm-v1, budget 8192, 2048 for AIConfigurator's own "
                "runs: silicon.AIPERF_BUDGETS; MoE at AIConfigurator's default routing): median abs error TTFT 18%, "
-               "TPOT 9% in-sample (kernels alone 38%, 12%), leave-one-GPU-out 18%, 9%, leave-one-model-out 18%, 10%. "
-               "The 9.8 us a prompt token stands "
+               "TPOT 9% in-sample (kernels alone 39%, 10%), leave-one-GPU-out 19%, 10%, leave-one-model-out 18%, 11%. "
+               "Its CPU a step fits to none (0.26 ms before the report's regeneration at cac8f5b priced the LM head at "
+               "16 bits and capped the tables at the GPU's memory bandwidth). The 10 us a prompt token stands "
                "for what a prefill costs beyond the tables' kernels (input preparation, the API server's tokenizing, "
                "kernels slower in the engine than alone): the rows cannot tell these apart. A prefill floor (SGLang's "
                "and TensorRT-LLM's term) fits to zero here" + HANDOFF_FITTED,
-        cpu_iteration_s=0.256e-3, cpu_per_prefill_token_s=9.77e-6,
-        collective_extra_s=((2, 2.44e-6), (4, 2.44e-6), (8, 2.44e-6)),
+        cpu_per_prefill_token_s=10.03e-6,
+        collective_extra_s=((2, 2.732e-6), (4, 2.732e-6), (8, 2.732e-6)),
         scheduler="vllm-v1", handoff_s=SILICON_HANDOFF_S,
     ),
     "sglang-2026": EngineModel(
@@ -280,16 +281,18 @@ ENGINES: dict[str, EngineModel] = {
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
                "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake, "
                "each layout read as the node it ran on, MoE at AIConfigurator's default routing: median abs error TTFT "
-               "26%, TPOT 11% in-sample (kernels alone 50%, 13%), leave-one-GPU-out 37%, 13%, leave-one-model-out "
-               "30%, 12%. Its CPU is 13 us a request in the batch and none a step (the two trade off: a step's CPU "
-               "fitted 1.1 ms under the balanced MoE rows). The floor, 3.4 ms a layer on "
+               "26%, TPOT 11% in-sample (kernels alone 50%, 13%), leave-one-GPU-out 39%, 13%, leave-one-model-out "
+               "30%, 12%. Its CPU is 0.83 ms a step and 10 us a request in the batch (the two trade off along a flat "
+               "direction of the fit: none a step and 13 us a request before the report's regeneration at cac8f5b). "
+               "The floor, 3.4 ms a layer on "
                "every step that carries a prompt (SGLang runs extend batches outside its CUDA graphs), is far above "
                "launch latency alone: it holds what a prefill step costs that the tables do not show (at 4 users the "
                "measured TTFT is 150-200 ms at 1K prompt tokens and grows slowly to 8K). Every SGLang row is a "
                "60-64-layer model, so whether the floor goes per layer or per step is not identified: on a 32-layer "
                "model it holds a prefill step to at least 108 ms" + HANDOFF_FITTED,
-        cpu_per_seq_s=13.0e-6, cpu_per_prefill_token_s=1.93e-6, prefill_floor_per_layer_s=3.44e-3,
-        collective_extra_s=((2, 1.78e-6), (4, 1.78e-6), (8, 1.78e-6)), scheduler="sglang", kernels="sglang",
+        cpu_iteration_s=0.8335e-3, cpu_per_seq_s=10.05e-6, cpu_per_prefill_token_s=1.858e-6,
+        prefill_floor_per_layer_s=3.444e-3,
+        collective_extra_s=((2, -5.482e-6), (4, -5.482e-6), (8, -5.482e-6)), scheduler="sglang", kernels="sglang",
         handoff_s=SILICON_HANDOFF_S,
     ),
     "trtllm-2026": EngineModel(
@@ -299,12 +302,13 @@ ENGINES: dict[str, EngineModel] = {
                "measurements once, rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
                "generation; budget 2048 for AIConfigurator's own runs, MoE routing as vllm-2026, and the batch waiting "
-               "InferenceX's recipes set: silicon.recipe_changes): median abs error TTFT 22%, TPOT 8% in-sample "
-               "(kernels alone 42%, 8%), leave-one-GPU-out 25%, 8%, leave-one-model-out 23%, 9%; its CPU a step fits "
-               "to none; the floor, 0.87 ms a layer on every step with context tokens (the PyTorch flow captures "
+               "InferenceX's recipes set: silicon.recipe_changes): median abs error TTFT 23%, TPOT 8% in-sample "
+               "(kernels alone 41%, 7%), leave-one-GPU-out 26%, 8%, leave-one-model-out 24%, 9%; its CPU a step "
+               "0.25 ms (none before the report's regeneration at cac8f5b); the floor, 0.87 ms a layer on every step "
+               "with context tokens (the PyTorch flow captures "
                "generation-only batches in CUDA graphs)" + HANDOFF_FITTED,
-        cpu_per_prefill_token_s=4.00e-6, prefill_floor_per_layer_s=0.873e-3,
-        collective_extra_s=((2, -1.11e-6), (4, -1.11e-6), (8, -1.11e-6)), scheduler="vllm-v1", kernels="trtllm",
+        cpu_iteration_s=0.2455e-3, cpu_per_prefill_token_s=3.746e-6, prefill_floor_per_layer_s=0.8743e-3,
+        collective_extra_s=((2, -20.22e-6), (4, -20.22e-6), (8, -20.22e-6)), scheduler="vllm-v1", kernels="trtllm",
         handoff_s=SILICON_HANDOFF_S,
         # TensorRT-LLM's PyTorch flow runs MTP and EAGLE-3 "one model": the drafter is a submodule of the model and
         # its drafting loop launches as one CUDA graph (its speculative-decoding docs); not fitted (no fitted

@@ -133,8 +133,11 @@ def test_engine_field_and_flag_reach_the_simulation(tmp_path: Path):
     assert cfg.engine == DEFAULT_ENGINE == "vllm-2026"  # today's vLLM unless a run names another preset
     engines = ("ideal", "vllm-2026", "handset", "vllm-2023-splitwise")
     ends = {e: simulate(cfg.replace(engine=e)).sim_end_at for e in engines}
-    # the kernels alone < today's vLLM (terms fitted to ~0) < a constant 1.5 ms a step < the 2023 Splitwise fit
-    assert ends["ideal"] < ends["vllm-2026"] < ends["handset"] < ends["vllm-2023-splitwise"]
+    # Each preset reaches the run. Today's vLLM (no CPU a step, 10 us a prompt token) < a constant 1.5 ms a step <
+    # the 2023 Splitwise fit. `ideal` names no backend, so the roofline prices it with every backend's constants
+    # pooled, vllm-2026 with vLLM's own (faster): the two are not ordered by their CPU terms.
+    assert len(set(ends.values())) == len(engines)
+    assert ends["vllm-2026"] < ends["handset"] < ends["vllm-2023-splitwise"]
     assert simulate(cfg).sim_end_at == ends["vllm-2026"]
     res = runner.invoke(app, ["predict", "--model", "llama-2-70b", "--tp", "8", "--decode", "4", "--context", "512",
                               "--engine", "vllm-v1", "--json"])

@@ -264,8 +264,8 @@ ENGINES: dict[str, EngineModel] = {
                "gaps priced by the 'today' roofline, scheduler vllm-v1, budget 8192, 2048 for AIConfigurator's own "
                "runs: silicon.AIPERF_BUDGETS; MoE at AIConfigurator's default routing): median abs error TTFT 18%, "
                "TPOT 9% in-sample (kernels alone 39%, 10%), leave-one-GPU-out 19%, 10%, leave-one-model-out 18%, 11%. "
-               "Its CPU a step fits to none (0.26 ms before the report's regeneration at cac8f5b priced the LM head at "
-               "16 bits and capped the tables at the GPU's memory bandwidth). The 10 us a prompt token stands "
+               "Its CPU a step fits to none (0.26 ms in the report before, at 31d497d, whose kernel prices have moved "
+               "since: the silicon README's revisions). The 10 us a prompt token stands "
                "for what a prefill costs beyond the tables' kernels (input preparation, the API server's tokenizing, "
                "kernels slower in the engine than alone): the rows cannot tell these apart. A prefill floor (SGLang's "
                "and TensorRT-LLM's term) fits to zero here" + HANDOFF_FITTED,

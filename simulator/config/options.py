@@ -221,6 +221,15 @@ def load_config_file(path: Path, field: str = "--config") -> RunConfig:
 
 # vllm bench serve's --random-input-len default (vllm.benchmarks.datasets): `--workload random`'s prompt length.
 VLLM_RANDOM_INPUT_LEN = 1024
+
+
+def default_random_input_len(options: dict[str, Any]) -> None:
+    """``random`` is vllm bench's dataset (--dataset-name random), whose prompts default to its --random-input-len,
+    1024 tokens, not the 512 of ``fixed`` here: a run or sweep point naming it without a prompt length (nor a
+    trace) gets vLLM's. (Its --random-output-len default, 128, is the output default here too.) ``options``: by
+    option name, changed in place."""
+    if options.get("workload") == "random" and options.get("prompt_tokens") is None and options.get("trace") is None:
+        options["prompt_tokens"] = VLLM_RANDOM_INPUT_LEN
 # Length options, and the length sources that read each (the others draw lengths from a dataset or a trace).
 LENGTH_OPTIONS = {"prompt_tokens": ("fixed", "random", "uniform"), "output_tokens": ("fixed", "random", "uniform"),
                   "prompt_tokens_max": ("uniform",), "output_tokens_max": ("uniform",),
@@ -630,11 +639,8 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
                           "give --range-ratio too (1: fixed; 0.8: [0.8 len, len]; 0: [1, len])")
     if given and out.get("workload") is None and out.get("trace") is None and not from_file:
         out["workload"] = "uniform" if any(name.endswith("_max") for name in given) else "fixed"
-    # `random` is vllm bench's dataset (--dataset-name random), whose prompts default to its --random-input-len,
-    # 1024 tokens, not the 512 of `fixed` here: reproducing its run as written must not halve the prompts. (Its
-    # --random-output-len default, 128, is the output default here too.) A --config file's lengths stand.
-    if lengths_read and out.get("workload") == "random" and out.get("prompt_tokens") is None:
-        out["prompt_tokens"] = VLLM_RANDOM_INPUT_LEN
+    if lengths_read:  # (a --config file's lengths stand)
+        default_random_input_len(out)
     # vllm bench serve runs its --num-warmups as a phase of their own, gathered before the measured load starts
     # (its benchmark()): given in its spelling to a closed loop, with no --warmup-mode, the warm-up is that, our
     # drain; steady kept a warm-up sent beside the measured requests (P99 TTFT 431 ms against vLLM's drained 1,129

@@ -137,15 +137,24 @@ class SpeculativeMixin:
         return self.speculation.config.k_for(num_running)
 
     def decode_tokens(self, req: Request, num_running: int) -> int:
-        # What _add_decodes grows a decode to when the budget cuts nothing (SGLang's decode step has none): the
-        # step's k for num_running, cut to the output left; a whole tree at full depth, else the chain.
-        config = self.speculation.config
-        k_step = config.k_for(num_running)
+        # What _add_decodes grows a decode to when the budget cuts nothing (SGLang's decode step has none).
+        k_step = self.speculation.config.k_for(num_running)
         if k_step == 0 or not req.num_generated:
             return req.num_computed + 1
+        return req.num_computed + 1 + self._drafts(req, k_step, self._tree_width(k_step))[1]
+
+    def _tree_width(self, k_step: int) -> int:
+        """Draft tokens a full-depth verify holds in a step whose k is ``k_step``: the whole token tree at the
+        configured k, else a chain of ``k_step``."""
+        config = self.speculation.config
+        return config.num_verify_tokens if k_step == config.k else k_step
+
+    @staticmethod
+    def _drafts(req: Request, k_step: int, tree_width: int) -> tuple[int, int]:
+        """``req``'s drafts and verified width in such a step: ``k_step`` cut to the output left; the whole tree
+        (``tree_width``) at full depth, else the chain. (A token budget may cut both further.)"""
         k = min(k_step, req.num_output_tokens - req.num_generated - 1)
-        width = (config.num_verify_tokens if k_step == config.k else k_step) if k == k_step else k
-        return req.num_computed + 1 + width
+        return k, (tree_width if k == k_step else k)
 
     def max_reserve_tokens(self, req: Request) -> int:
         # The verify pass writes a slot per draft token past the cached tokens before the rejected ones are
@@ -166,7 +175,7 @@ class SpeculativeMixin:
         k_step = config.k_for(len(self_.running))
         if k_step == 0:
             return super()._add_decodes(batch, budget, partial)  # type: ignore[misc]
-        tree_width = config.num_verify_tokens if k_step == config.k else k_step
+        tree_width = self._tree_width(k_step)
         tree_pairs = config.verify_pairs if tree_width > k_step else None
         shape = batch.shape
         if not isinstance(shape, SpecBatchShape):
@@ -186,8 +195,7 @@ class SpeculativeMixin:
             if used >= budget:
                 break
             if req.num_generated:
-                k = min(k_step, req.num_output_tokens - req.num_generated - 1)
-                width = tree_width if k == k_step else k  # draft tokens verified: a whole tree, else the chain
+                k, width = self._drafts(req, k_step, tree_width)
                 if budget - used - 1 < width:
                     width = k = min(k, int(budget - used - 1))
                 need = computed + 1 + width

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_SEEDS
-from simulator.config.options import RUN_OPTIONS, VLLM_RANDOM_INPUT_LEN, alias_of
+from simulator.config.options import RUN_OPTIONS, alias_of, default_random_input_len
 from simulator.config.run_config import RunConfig
 from simulator.planning.options import (
     PLANNER_OPTIONS,
@@ -393,12 +393,9 @@ def _point_config(values: dict[str, Any], where: str) -> RunConfig:
     nothing to route by (``prefix_aware`` on ShareGPT ran as least outstanding under the router's name)."""
     from simulator.workload.prefix_traces import check_router  # (reads a trace's first line only)
 
+    values = dict(values)
+    default_random_input_len(values)  # as `simulate run --workload random` reads it
     changes = {RUN_OPTIONS[k][0]: v for k, v in values.items() if k in RUN_OPTIONS}
-    # `random` is vllm bench's dataset, whose prompts default to its --random-input-len (1,024 tokens), as `simulate
-    # run --workload random` reads it (config.options): a point naming it without prompt lengths ran 512.
-    if (changes.get("workload__name") == "random" and "workload__prompt_tokens" not in changes
-            and changes.get("workload__trace") is None):
-        changes["workload__prompt_tokens"] = VLLM_RANDOM_INPUT_LEN
     try:
         config = RunConfig().replace(**changes)
         check_router(config)

@@ -27,7 +27,6 @@ def test_a_starting_engine_that_matches_is_kept(tmp_path: Path) -> None:
     out = _fit(tmp_path, ENGINES["vllm-2026"], "vllm-2026")
     report = out["report"]
     assert max(report["holdout_after"].values()) < 1e-4  # (the file's timings have 6 significant digits)
-    assert report["holdout_after"] == report["holdout_before"]
     assert report["kept_base_engine"]
     assert out["engine"] == ENGINES["vllm-2026"]
     assert any(n.startswith("kept vllm-2026's terms: the fit") for n in report["notes"])

@@ -494,3 +494,30 @@ def test_a_resumed_plan_never_mixes_two_per_user_definitions(tmp_path) -> None: 
     older = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=out)
     assert older.num_resumed == 1 and math.isnan(older.table().iloc[0]["tokens_per_s_per_user"])
     assert "per_user" not in json.loads((out / "plan.json").read_text())  # its rows stay unknown on later resumes
+
+
+@pytest.mark.parametrize("extra", [1, 2, 3, 4, 5, 6])
+def test_the_answer_is_a_fleet_that_passed_however_the_bisection_ends(monkeypatch: pytest.MonkeyPatch,
+                                                                      extra: int) -> None:
+    """Verification bisects between the most units that missed and the fewest that passed; when its last try
+    missed (a fleet the bisection's middle fell on), the answer was that missed fleet, one unit short. Here a
+    stub passes from the planned units + ``extra`` up: the answer is exactly that many units, verified passing."""
+    import simulator.planning.plan as plan_module
+
+    base = RunConfig().replace(replica__model="tiny-llama-1b", workload__name="random", workload__prompt_tokens=64,
+                               workload__output_tokens=16, workload__num_requests=64)
+    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
+    slo = PlanSLO(attainment=0.9)
+    planned = plan(base, 5.0, slo, space, verify_fleet=False, frontier_per_group=0).answer.units(5.0)
+    need = planned + extra
+
+    def verify(c, _base, load, _slo, _n):  # noqa: ANN001, ANN202
+        units = c.units(load)
+        ok = units >= need
+        return {"passed": ok, "goodput": 1.0 if ok else 0.5, "throughput_rps": load if ok else 0.2 * load,
+                "units": units, "num_requests": 1000, "ttft_s_p99": 0.0, "tpot_s_p99": 0.0, "tpot_s_p50": 0.0,
+                "output_tokens_per_s": 1.0, "tokens_per_s_per_user": 1.0, "busy_fraction": 0.5, "num_rejected": 0}
+
+    monkeypatch.setattr(plan_module, "verify", verify)
+    answer = plan(base, 5.0, slo, space, frontier_per_group=0).answer
+    assert answer is not None and answer.units(5.0) == need and answer.verified["passed"]

@@ -866,10 +866,11 @@ class EngineCostModel(CostModel):
                      # the prompts' tokens, as cpu_time charges them (a verify's query rows are none)
                      "engine_cpu_prefill_tokens": e.cpu_per_prefill_token_s * shape.num_prompt_tokens,
                      "engine_rpc_tp_workers": rpc}
-        gpu = kernel_s + self.collective_s + self.prefill_excess_time(shape)
+        excess = self.prefill_excess_time(shape)
+        gpu = kernel_s + self.collective_s + excess
         floor = self._floor(shape)
         # collective_extra_s per collective: negative where the engine's all-reduce beats the kernels' one
-        out = {"engine_collective_extra": self.collective_s, "engine_prefill_excess": self.prefill_excess_time(shape),
+        out = {"engine_collective_extra": self.collective_s, "engine_prefill_excess": excess,
                "engine_launch_bound": max(0.0, floor - gpu)}  # the launch floor, or a prefill step's
         gpu = max(gpu, floor)
         cpu = sum(cpu_terms.values())

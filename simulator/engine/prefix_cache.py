@@ -231,7 +231,7 @@ class PrefixCachingBlockManager(BlockManager):
     def _lookup(self, req: Request, names: list[int]) -> list[_Block]:
         """The longest run of computed cached blocks from the prompt's start, capped so the last
         known token is computed."""
-        limit = (req.num_prompt_tokens + req.num_generated - 1) // self.block_size
+        limit = _hit_cap_blocks(req, self.block_size)
         if limit > len(names):
             limit = len(names)
         cache, hits = self._cache, []
@@ -286,7 +286,7 @@ class PrefixCachingBlockManager(BlockManager):
         num_host = 0
         host = self._host
         if host is not None and names:  # the walk goes on in the CPU tier (before this admission evicts)
-            limit = min(len(names), (req.num_prompt_tokens + req.num_generated - 1) // bs, -(-num_tokens // bs))
+            limit = min(len(names), _hit_cap_blocks(req, bs), -(-num_tokens // bs))
             k = num_hits
             while k < limit and names[k] in host:
                 host.move_to_end(names[k])
@@ -337,7 +337,7 @@ class PrefixCachingBlockManager(BlockManager):
             parent = hits[-1] if hits else None
             # Whether the walk stopped at the cap (the last known token runs), not at a miss: a wholly cached prompt
             # of k*bs tokens recomputes its last block, whose cached copy was not hit for the cap alone.
-            capped = num_hits + num_host >= (req.num_prompt_tokens + req.num_generated - 1) // bs
+            capped = num_hits + num_host >= _hit_cap_blocks(req, bs)
             for k in range(num_hits, stop):
                 name = names[k]
                 old = cache.get(name)
@@ -508,3 +508,9 @@ def make_block_manager(policy: str | None, num_blocks: int, block_size: int, wat
     if policy == "radix-lru":
         return RadixBlockManager(num_blocks, block_size, watermark, host_blocks, host_load_s, state_blocks)
     raise ValueError(f"unknown prefix cache policy {policy!r}")  # the config validates it
+
+
+def _hit_cap_blocks(req: Request, block_size: int) -> int:
+    """The most blocks a lookup may hit for ``req``: its last known token always runs (vLLM's
+    ``max_cache_hit_length = num_tokens - 1``)."""
+    return (req.num_prompt_tokens + req.num_generated - 1) // block_size

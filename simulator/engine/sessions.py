@@ -39,7 +39,7 @@ class SessionClient:
     ids in the order they were sent, which is not id order (a later session's turn may go before an
     earlier one's): the warm-up is the first ``num_warmup`` of them (``RunResult.extra["send_order"]``)."""
 
-    __slots__ = ("env", "cluster", "_next", "_think", "num_sent", "sent_ids")
+    __slots__ = ("env", "cluster", "_next", "_think", "sent_ids")
 
     def __init__(self, requests: Sequence[Request], session_id: np.ndarray, think_s: np.ndarray,
                  after: np.ndarray | None = None) -> None:
@@ -63,8 +63,7 @@ class SessionClient:
             last[session] = req
         self.env: simpy.Environment | None = None
         self.cluster: Any = None
-        self.num_sent = 0
-        self.sent_ids: list[int] = []
+        self.sent_ids: list[int] = []  # in the order sent
 
     def is_first(self, req: Request) -> bool:
         return req.request_id not in self._think
@@ -78,8 +77,7 @@ class SessionClient:
 
     def _send(self, req: Request, _event: simpy.Event) -> None:
         req.arrival_at = self.env.now  # sent now: TTFT and E2E count from here
-        self.num_sent += 1
-        self.sent_ids.append(req.request_id)
+        self._count_sent(req)
         self.cluster.submit(req)
 
     def arrivals(self, env: simpy.Environment, requests: Sequence[Request], cluster: Any) -> Iterator[simpy.Event]:
@@ -88,5 +86,8 @@ class SessionClient:
         yield from send_at_arrival_times(env, (r for r in requests if self.is_first(r)), cluster, self._count_sent)
 
     def _count_sent(self, req: Request) -> None:
-        self.num_sent += 1
         self.sent_ids.append(req.request_id)
+
+    @property
+    def num_sent(self) -> int:
+        return len(self.sent_ids)

@@ -1057,9 +1057,13 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                                 f"({'met' if v['passed'] else 'missed'})", 0, 0)
             top.verified = top.verifications[units]
             following = top.units_after(load_qps)
-            if following is None:  # settled: the fewest units that met the SLO, and it is the cheapest
-                result.answer = top
-                break
+            if following is None:
+                if top.verified["passed"]:  # settled: the fewest units that met the SLO, and it is the cheapest
+                    result.answer = top
+                    break
+                # Settled by a miss just below the fewest that passed (the bisection's last try): that fleet is
+                # the one, verified already; ranked again next round, as it is dearer than the size that missed.
+                following = min(u for u, v in top.verifications.items() if v["passed"])
             # The next fleet to verify, next round if it is still the cheapest.
             top.extra_units = following - top.units_for(load_qps, top.capacity_qps)
         else:  # the rounds ran out before the cheapest fleet's verifications settled (a break ends every other way)

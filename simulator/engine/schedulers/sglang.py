@@ -140,5 +140,8 @@ class SGLangScheduler(Scheduler):
 
     def _decode_blocks(self, requests: list[Request], num_running: int) -> int:
         """New KV blocks these requests' decodes take in a step of ``num_running`` running requests."""
-        blocks = self.blocks
-        return sum(max(0, blocks.blocks_for(self.decode_tokens(r, num_running)) - r.num_blocks) for r in requests)
+        bs = self.blocks.block_size
+        if not self.speculates:  # a plain decode grows by one block exactly when its last block is full
+            return sum(1 for r in requests if r.num_blocks * bs <= r.num_computed)
+        blocks_for, decode_tokens = self.blocks.blocks_for, self.decode_tokens
+        return sum(max(0, blocks_for(decode_tokens(r, num_running)) - r.num_blocks) for r in requests)

@@ -85,6 +85,37 @@ def test_roofline_uses_the_topology_for_all_reduce_and_hops():
     assert RooflineCostModel(ReplicaConfig("llama-2-7b")).send_recv_time(2048) == 0.0  # no pipeline, no hop
 
 
+def test_a_tp_group_across_nodes_pays_the_inter_node_latency_per_all_reduce():
+    # The calibrated collective latency was measured inside a node; across two nodes NCCL's tree adds an
+    # inter-node hop up and one down (ceil(log2(2)) = 1 level), four nodes two levels each way.
+    from simulator.config.topology import topology_for
+
+    def latency(nodes: int) -> tuple[float, float]:
+        r = ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=8 * nodes, num_nodes=nodes, allow_tp_across_nodes=nodes > 1,
+                          inter_node_link="infiniband-400g")
+        return RooflineCostModel(r).collective_latency_s(), topology_for(r).inter.latency_s
+
+    inside, _ = latency(1)
+    per_gpu = RooflineCostModel(ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=8)).cal.allreduce_gpu_latency_s
+    two, hop = latency(2)
+    four, _ = latency(4)
+    assert two == pytest.approx(inside + 8 * per_gpu + 2 * hop)
+    assert four == pytest.approx(inside + 24 * per_gpu + 4 * hop)
+
+
+def test_kernel_tables_leave_an_all_reduce_across_nodes_to_the_roofline(aic):  # noqa: ANN001
+    # The engines' custom all-reduce runs between NVLink peers of one node: its table does not price a ring
+    # across nodes, which the roofline prices (NCCL over the NIC), and the run's notes say so.
+    from simulator.costmodel.aic.model import TableCostModel
+
+    r = ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=16, num_nodes=2, allow_tp_across_nodes=True,
+                      inter_node_link="infiniband-400g", kernels="vllm")
+    model = TableCostModel(r, "vllm", root=aic, quiet=True)
+    assert "tp_all_reduce" in model.roofline_ops
+    assert any("across nodes" in note for note in model.notes)
+    assert model.collective_latency_s() == model.rf.collective_latency_s()
+
+
 def test_a_pipeline_hop_carries_the_hidden_states_and_the_residual():
     """vLLM's IntermediateTensors (and SGLang's PPProxyTensors) send both between stages: two hidden-size
     vectors a token, which over 100 Gb Ethernet is what a hop of a 2,048-token chunk costs."""

@@ -47,7 +47,7 @@ from simulator.costmodel.moe import (
     moe_token_ops,
     uses_moe_collectives,
 )
-from simulator.costmodel.network import hop_time
+from simulator.costmodel.network import cross_node_latency_s, hop_time
 
 # Layer ops whose cost depends only on the number of tokens in the iteration.
 TOKEN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down",
@@ -208,8 +208,13 @@ class RooflineCostModel(TabulatedCostModel):
 
     def collective_latency_s(self) -> float:
         """The latency each TP all-reduce is charged: a fixed part and, with the 'today' constants,
-        one per GPU past two (the 2023 calibration's is 0.0)."""
-        return self.cal.allreduce_latency_s + max(0, self.replica.tp - 2) * self.cal.allreduce_gpu_latency_s
+        one per GPU past two (the 2023 calibration's is 0.0); a TP group across nodes (outside one NVLink
+        domain) adds :func:`cross_node_latency_s` (the calibrated part was measured inside a node)."""
+        latency = self.cal.allreduce_latency_s + max(0, self.replica.tp - 2) * self.cal.allreduce_gpu_latency_s
+        topo = self.topology
+        if topo.tp_ring_crosses_nodes:
+            latency += cross_node_latency_s(topo)
+        return latency
 
     # -- per-op view ----------------------------------------------------------------------
     def token_ops(self, tokens: np.ndarray) -> dict[str, np.ndarray]:

@@ -355,6 +355,9 @@ class TableCostModel(TabulatedCostModel):
         tp = self.replica.tp
         if tp == 1:
             return
+        if self.rf.topology.tp_ring_crosses_nodes:  # a custom all-reduce runs inside a node (NVLink/IPC peers)
+            self._lack("tp_all_reduce", f"no all-reduce across nodes (a tp={tp} group spans them)")
+            return
         ref = T.find_table(self.system, self.backend, "custom_allreduce", self.root)
         if ref is None:
             self._lack("tp_all_reduce", "no custom all-reduce table")

@@ -76,7 +76,7 @@ from simulator.planning.capacity import SearchSettings, find_capacity, judged_re
 from simulator.planning.launch import LAUNCH_ENGINES, launch_command
 from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
-from simulator.report.benchmark import measured_window, output_throughput_per_user, send_order
+from simulator.report.benchmark import measured_window, output_throughput_per_user
 from simulator.util.text import percent
 from simulator.workload.request import Status
 
@@ -509,7 +509,7 @@ def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
     tpot_f = tpot_f[~np.isnan(tpot_f)]
     # The load's window as every throughput figure takes it (vllm bench's duration: from the load's start, refusals
     # in). The columns hold the measured requests already, which the window's own warm-up mask keeps whole.
-    start, end = measured_window(cols, config.workload.num_warmup, config.workload.arrival, send_order(result))
+    start, end = measured_window(result, cols)
     span = end - start if finished.any() else math.nan
     out_tokens = float(cols["num_output_tokens"][finished].sum())
     busy = np.asarray(result.replica_busy_s, dtype=np.float64)

@@ -93,13 +93,12 @@ class BatchWait:
                 for req in waiting:  # whole prompts, in order, while a slot is free and the threshold not reached
                     if slots == 0 or tokens >= threshold:
                         break
-                    need = req.num_prompt_tokens + req.num_generated
                     if self.whole_prompts:
-                        cached = scheduler.blocks.cached_prefix_tokens(req)
-                        if computed + need - cached > self.token_budget:
+                        step = scheduler.prompt_step_tokens(req)
+                        if computed + step > self.token_budget:
                             break  # not scheduled this step (it waits for room): not counted
-                        computed += need - cached
-                    tokens += need
+                        computed += step
+                    tokens += req.num_prompt_tokens + req.num_generated
                     slots -= 1
         if not has_prompt:
             return False

@@ -134,6 +134,12 @@ class Scheduler:
         """KV tokens a request must hold to be admitted. Default: everything it knows."""
         return req.num_prompt_tokens + req.num_generated
 
+    def prompt_step_tokens(self, req: Request) -> int:
+        """The tokens ``req``'s prompt adds to a step where it runs in one piece: the whole prompt (and any output
+        a preemption left to recompute) less a prefix its cache would find now (TensorRT-LLM's
+        _reuse_adjusted_compute; batch waiting's fit test under a policy that runs prompts whole)."""
+        return req.num_prompt_tokens + req.num_generated - self.blocks.cached_prefix_tokens(req)
+
     def max_reserve_tokens(self, req: Request) -> int:
         """The most KV tokens the request will ever hold under this policy."""
         return max(self.reserve_tokens(req), req.max_num_tokens)

@@ -81,7 +81,7 @@ class BatchWait:
                 tokens += req.num_prompt_tokens
         if not num_decodes:
             return False  # no generation requests: the engine never waits then
-        speculation = getattr(scheduler, "speculation", None)
+        speculation = scheduler.speculation
         tokens += num_decodes * (1 + speculation.config.num_verify_tokens if speculation is not None else 1)
         slots = scheduler.max_num_seqs - len(running)
         if waiting and slots > 0:

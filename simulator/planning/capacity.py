@@ -81,12 +81,11 @@ from simulator.costmodel.base import BatchShape
 from simulator.engine.tbt import GapLog, percentiles
 from simulator.planning.options import SLO, SearchSettings  # declared with the planner options
 from simulator.planning.search import Limits, Outcome, largest_passing
-from simulator.report.benchmark import measured_gaps, send_order
+from simulator.report.benchmark import measured_gaps
 from simulator.report.metrics import (
     measured_columns,
     overload_summary,
     request_columns,
-    tbt_distribution,
     within_slo,
 )
 from simulator.workload.request import Request, Status
@@ -512,8 +511,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         cfg = config.replace(workload__concurrency=int(qps), workload__arrival="burst")
     else:
         cfg = config.replace(workload__qps=qps)
-    num_warmup = cfg.workload.num_warmup
-    if not early_exit or num_warmup:  # (the watches count every request and gap: a warm-up's would end a trial)
+    if not early_exit or cfg.workload.num_warmup:  # (the watches count every request and gap: a warm-up's would end a trial)
         watch = None
     elif slo.criterion == "goodput":  # certain to miss the goodput target once too many are late for TTFT
         assert slo.min_goodput is not None
@@ -533,7 +531,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         nan = math.nan
         return Trial(cfg.seed, qps, False, str(stopped), nan, nan, nan, nan, nan, nan, nan, nan, nan,
                      int(is_finished.sum()), num_rejected, True, time.perf_counter() - start, span)
-    values, counts, _ = measured_gaps(result, num_warmup) if num_warmup else tbt_distribution(result)
+    values, counts, _ = measured_gaps(result)
     # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
     tbt_q, tbt_p99 = percentiles(values, counts, (slo.tbt_quantile, 99.0)) if len(values) else (0.0, 0.0)
     delays = scheduling_delays(result, cols)
@@ -577,7 +575,7 @@ def judged_requests(result: RunResult, slo: SLO) -> tuple[dict[str, np.ndarray],
     ``tbt_s``). The one judgement of :func:`run_trial` and of the planner's fleet verification
     (:func:`simulator.planning.plan.measure`), so a fleet is held to what its units' capacity was."""
     cols = request_columns(result)
-    cols = measured_columns(cols, result.config.workload.num_warmup, send_order(result))
+    cols = measured_columns(result, cols)
     finished = cols["status"] == Status.FINISHED.value
     if slo.goodput_tpot_s is not None:  # DistServe: TTFT and TPOT
         good = within_slo(finished, cols["ttft_s"], cols["tpot_s"], slo.goodput_ttft_s, slo.goodput_tpot_s)

@@ -119,7 +119,8 @@ def _search(candidates, slo, qps_start: float, workers: int, no_layout: ConfigEr
     def on_done(result) -> None:  # noqa: ANN001
         nonlocal num_done
         num_done += 1
-        steps.update(f"{result.label}: {result.rate_qps:.3g} req/s", num_done, len(candidates))
+        steps.update(f"{result.label}: {'at least ' if result.at_least else ''}{result.rate_qps:.3g} req/s", num_done,
+                     len(candidates))
 
     try:
         with StepProgress("goodput searches") as steps:
@@ -148,7 +149,9 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
     table = Table("layout", "GPUs", "goodput (req/s)", "per GPU", "trials", title=f"{title} · {slo.describe()}",
                   title_justify="left")
     for row in ranked.itertuples():
-        table.add_row(row.label, str(row.num_gpus), f"{row.rate_qps:.3g}", f"{row.goodput_per_gpu:.3g}", str(row.num_trials))
+        least = "at least " if row.at_least else ""  # a lower bound: no trial above it failed, or was long enough
+        table.add_row(row.label, str(row.num_gpus), f"{least}{row.rate_qps:.3g}", f"{least}{row.goodput_per_gpu:.3g}",
+                      str(row.num_trials))
     from simulator.config.disagg_layout import parse_link
 
     link = parse_link(config.kv_link, config.replica.gpu).name  # in its canonical unit (100gbps: 100Gb/s), as run says
@@ -168,8 +171,13 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
             below.add_row(row.label, str(row.num_gpus), f">= {row.rate_qps:.3g}, {upper}",
                           f">= {row.goodput_per_gpu:.3g}", str(row.num_trials))
         print_table(out_console, below)
+    short = df[df["limited_by_trial_length"].astype(bool)]
+    if len(short):  # as `simulate capacity` says it: the answer is set by the trials' length, not the layout
+        others = f" ({count(len(short) - 1, 'other layout')} likewise)" if len(short) > 1 else ""
+        out_console.print(f"{short.iloc[0]['label']}: {short.iloc[0]['reason']}{others}", highlight=False)
     best = ranked.iloc[0] if len(ranked) else df.iloc[0]
-    out_console.print(f"[bold]best: {best['label']} at {best['goodput_per_gpu']:.3g} req/s per GPU[/bold]")
+    out_console.print(f"[bold]best: {best['label']} at {'least ' if best['at_least'] else ''}"
+                      f"{best['goodput_per_gpu']:.3g} req/s per GPU[/bold]")
     if out is not None:
         written = ["results.csv", "trials.csv", "summary.json"]
         try:

@@ -329,7 +329,7 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if layout is not None:
         for name, why in _pool_inert_options(config).items():
             out.setdefault(name, why)
-        if layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:  # one prefill worker
+        if layout.num_prefill_workers == 1:  # one prefill worker
             # The router picks a prefill worker; a decode worker is picked by free blocks and load, a mixed one by load.
             out["router"] = ("the router picks a prefill worker, and the prefill pool is one, which takes every request",
                              "give the prefill pool more replicas ('2x(tp=1)'), or drop {flag}")
@@ -369,7 +369,7 @@ def router_unread(config: RunConfig, hashes: bool, sessions: bool, source: str) 
         return None
     if config.is_disaggregated:
         layout = layout_of(config)
-        if layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:
+        if layout.num_prefill_workers == 1:
             return None
     elif config.num_ranks == 1:
         return None

@@ -249,7 +249,7 @@ def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 
                 elif dropped is not None:
                     dropped.append(f"P {cand.prefill_pool} + D {cand.decode_pool}: {problem}")
     # Balanced splits first: with pruning, a strong early incumbent makes the rest cheap.
-    return sorted(out, key=lambda c: abs(2 * layout_of(c).prefill.num_gpus(c.replica) - num_gpus))
+    return sorted(out, key=lambda c: abs(2 * layout_of(c).num_prefill_gpus - num_gpus))
 
 
 def aggregated_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 2, 4, 8),

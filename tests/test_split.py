@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 from helpers import ConstantCostModel
@@ -80,3 +82,49 @@ def test_split_says_at_least_when_its_trials_are_too_short(tmp_path) -> None:  #
     assert f"at least {row['rate_qps']:.3g}" in res.output and "too short to judge" in res.output
     assert "raise --num-requests" in res.output
     assert "best: P 1x(tp=1) + D 1x(tp=1) at least" in res.output
+
+
+def _disagg_params(command: str) -> dict:
+    import click
+    import typer
+
+    root = typer.main.get_command(app)
+    ctx = click.Context(root)
+    return {p.name: p for p in root.get_command(ctx, "disagg").get_command(ctx, command).params}
+
+
+# Every value of these is refused by split and compare (the pools run vllm, the search an open loop's rate); split's
+# pools keep no prefix cache either.
+NEVER_READ = {"concurrency": "4", "time_scale": "2", "session_replay": "open", "scheduler_recv_interval": "2",
+              "chunk_size": "512"}
+NO_POOL_CACHE = {"prefix_caching": None, "prefix_cache_policy": "radix-lru", "cpu_kv_gib": "4"}
+
+
+@pytest.mark.parametrize("command", ["split", "compare"])
+def test_disagg_help_leaves_out_what_it_always_refuses_and_says_when_it_refuses_the_rest(command: str) -> None:
+    params = _disagg_params(command)
+    hidden = set(NEVER_READ) | (set(NO_POOL_CACHE) if command == "split" else set())
+    assert all(params[name].hidden for name in hidden)
+    assert command == "split" or not params["prefix_caching"].hidden  # (compare's aggregated arms may cache)
+    assert "poisson, gamma or fixed only" in params["arrival"].help
+    assert "vllm only" in params["scheduler"].help
+    assert "with --scheduler vllm only" in params["max_num_batched_tokens"].help
+
+
+@pytest.mark.parametrize("name", [*NEVER_READ, *NO_POOL_CACHE])
+def test_split_refuses_what_its_help_leaves_out_as_never_read(name: str, tmp_path) -> None:  # noqa: ANN001
+    """Each was refused before with a fix the command refuses too (--arrival trace, --scheduler sglang/sarathi), or
+    (--prefix-caching, --cpu-kv-gib) every layout was dropped and memory blamed; --prefix-cache-policy did nothing
+    (on a trace that names prompt blocks, which a prefix cache reads)."""
+    flag = "--" + name.replace("_", "-")
+    value = NEVER_READ.get(name, NO_POOL_CACHE.get(name))
+    rows = [{"timestamp": 100 * i, "input_length": 2048, "output_length": 8, "hash_ids": [1, 2, 3, 10 + i]}
+            for i in range(8)]
+    (tmp_path / "mooncake.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    trace = ["--trace", str(tmp_path / "mooncake.jsonl")]
+    args = ["disagg", "split", "--gpus", "2", "--tps", "1", "--num-requests", "8",
+            *(trace if name in NO_POOL_CACHE else ["--scheduler", "vllm"] if name == "chunk_size" else []),
+            flag, *([value] if value is not None else [])]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code != 0, res.output
+    assert "disagg split does not read it" in str(res.exception) and f"drop {flag}" in str(res.exception)

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from simulator.cli.app import app, console, fail
-from simulator.cli.options import WORKERS_METAVAR, default_option, parse_ints, parse_workers, run_options
+from simulator.cli.options import WORKERS_METAVAR, default_option, help_note, parse_ints, parse_workers, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS, MIN_QPS
@@ -44,6 +44,14 @@ OUT_PLOT = Annotated[Path | None, typer.Option(help="Folder for results.csv, tri
 # What --out holds (an earlier one is replaced whole).
 SPLIT_FILES = ("results.csv", "trials.csv", "summary.json", "comparison.png", "comparison.svg")
 
+
+# What split and compare accept of a run option only in part (the rest is refused: config.options.SET_BY_COMMAND,
+# planning.capacity.check_searchable); the options they never accept are left out of their --help.
+HELP_NOTES = {
+    "arrival": "Here poisson, gamma or fixed only: the search varies their rate.",
+    "scheduler": "Here vllm only, the pools' scheduler: it lets them keep --max-num-batched-tokens.",
+    "max_num_batched_tokens": "Here the pools' token budget, with --scheduler vllm only.",
+}
 
 # The most GPUs a split search lays out: it runs one goodput search per split, about --gpus of them for each
 # pair of --tps (1,024 GPUs: ~10,000 searches); a typo of 1e5 spent minutes listing splits before the first.
@@ -198,6 +206,7 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
 
 
 @disagg_app.command()
+@help_note(HELP_NOTES)
 @default_option("num_requests", 400)
 @run_options
 def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
@@ -218,6 +227,7 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
 
 
 @disagg_app.command()
+@help_note(HELP_NOTES)
 @default_option("num_requests", 400)
 @run_options
 def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,

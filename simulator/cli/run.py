@@ -233,7 +233,7 @@ def _router(config: RunConfig) -> str:
         from simulator.config.disagg_layout import layout_of
 
         layout = layout_of(config)
-        workers = layout.prefill.num_replicas * layout.prefill_replica.attention_dp
+        workers = layout.num_prefill_workers
         return f" · prefill workers by {config.router}" if workers > 1 else ""
     return f" behind {config.router}" if config.num_ranks > 1 else ""
 

@@ -116,6 +116,22 @@ def test_kernel_tables_leave_an_all_reduce_across_nodes_to_the_roofline(aic):  #
     assert model.collective_latency_s() == model.rf.collective_latency_s()
 
 
+def test_the_logits_gather_pays_one_collective_latency():
+    # Gathering vocab-sharded logits is one collective: its bytes scale with vocab / (2 hidden) of an all-reduce
+    # of the hidden states, its latency does not (it was charged vocab / (2 hidden) = 7.8 times for Llama-3).
+    import numpy as np
+
+    for calibration in ("today", "2023"):
+        rf = RooflineCostModel(ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=4, roofline_calibration=calibration))
+        latency = rf.collective_latency_s()
+        ratio = rf.model.vocab_size / rf.model.hidden_size / 2
+        n = np.array([1.0, 256.0])
+        bandwidth = rf.all_reduce(n) - latency
+        assert rf.logits_gather(n) == pytest.approx(bandwidth * ratio + latency)
+        assert rf.logits_gather(np.array([1.0]))[0] < 2 * latency < ratio * latency
+    assert RooflineCostModel(ReplicaConfig("llama-3.1-8b", "h100-sxm")).logits_gather(np.array([8.0]))[0] == 0.0
+
+
 def test_a_pipeline_hop_carries_the_hidden_states_and_the_residual():
     """vLLM's IntermediateTensors (and SGLang's PPProxyTensors) send both between stages: two hidden-size
     vectors a token, which over 100 Gb Ethernet is what a hop of a 2,048-token chunk costs."""

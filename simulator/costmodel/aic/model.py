@@ -942,7 +942,7 @@ class TableCostModel(TabulatedCostModel):
     def lm_head_time(self, num_logits: np.ndarray) -> np.ndarray:
         m, n = self.model, np.asarray(num_logits, dtype=np.float64)
         lm_head = self.gemm16(n, m.hidden_size, m.vocab_size // self.replica.tp)
-        gather = self.rf.all_reduce(n) * (m.vocab_size / m.hidden_size / 2)
+        gather = self.rf.logits_gather(n)
         norm = self.elementwise(n, 2 * m.hidden_size * self.dtype_bytes)
         return np.where(n > 0, lm_head + gather + norm, 0.0)
 

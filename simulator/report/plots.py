@@ -422,6 +422,14 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
         hue = next((n for n in varied if n != x), None)
     if hue is None:  # one key varied, on x: one series
         table, hue = table.assign(series="all points"), "series"
+    # A line is one configuration: every key that varies, but x, tells the series apart (the colour alone joined
+    # sarathi at chunk 256 and at 512 into one zigzag). One such key colours the lines by its values; several
+    # label each line by all of them, the colour key's first.
+    keys = [n for n in dict.fromkeys([hue, *varied]) if n != x and n in table and table[n].astype(str).nunique() > 1]
+    if len(keys) == 1:
+        hue = keys[0]
+    elif len(keys) > 1:
+        table, hue = table.assign(series=table.apply(_setting_label, axis=1, names=keys)), "series"
     title = f"latency against {x}" + (f" · {base}" if base else "") + note
     return latency_vs_qps(table, Path(out) / f"latency_vs_{x}", x=x, hue=hue, title=title)
 

@@ -332,3 +332,23 @@ def test_plot_sweep_of_one_varied_key_besides_x_keeps_its_colours(tmp_path: Path
     monkeypatch.setattr(plots, "latency_vs_qps", lambda df, *a, **k: seen.update(k, df=df) or original(df, *a, **k))
     plots.plot_sweep_table(info, table, tmp_path, tmp_path)
     assert (seen["x"], seen["hue"]) == ("qps", "scheduler")
+
+
+@pytest.mark.parametrize("hue", ["scheduler", "chunk_size"])
+def test_plot_capacity_sweep_whose_zipped_key_holds_the_colour(tmp_path: Path, hue: str) -> None:
+    """grid "scheduler,chunk_size": the zipped key went out of the bar groups whole with the colour, chunk_size with
+    it, so each colour had two bars in the one group: 'cannot reindex on an axis with duplicate labels'."""
+    pairs = [("sarathi", 256), ("sarathi", 512), ("vllm-v1", 512)]
+    info = {"mode": "capacity", "base": {"model": "tiny-llama-1b"}, "grid": {"scheduler,chunk_size": [list(p) for p in pairs]}}
+    table = pd.DataFrame([{"scheduler": s, "chunk_size": c, "status": "ok", "capacity_qps": 1.0 + i,
+                           "capacity_qps_std": 0.0, "slo": "P99 TBT <= 0.2s"} for i, (s, c) in enumerate(pairs)])
+    seen = {}
+    original = plots.capacity_bars_figure
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "capacity_bars_figure", lambda df, **k: seen.update(k, df=df) or original(df, **k))
+        written = plots.plot_sweep_table(info, table, tmp_path, tmp_path, hue=hue)
+    assert [p.name for p in written if p.suffix == ".png"] == ["capacity.png"]
+    df = seen["df"]
+    assert seen["hue"] == hue and not df.duplicated(["setting", hue]).any()  # each bar a point of its own
+    other = "chunk_size" if hue == "scheduler" else "scheduler"
+    assert df["setting"].nunique() == df[other].nunique()

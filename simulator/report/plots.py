@@ -391,7 +391,9 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
     fixed = {k: v for k, v in info["base"].items() if k in ("model", "gpu", "workload", "tp", "pp")}
     base = ", ".join(str(v) if isinstance(v, str) else f"{k}={v}" for k, v in fixed.items())
     if info["mode"] == "capacity":
-        others = [names for names in entries if hue not in names]
+        # The grid keys besides the colour's: a key zipped with it keeps its partners (their values set the bars
+        # of one colour apart; dropping them left one group holding two bars of a colour).
+        others = [rest for names in entries if (rest := [n for n in names if n != hue])]
         facet_names: list[str] = []
         if len(others) > 1:
             # Many settings: one panel per value of the first grid key, bars grouped by the rest.

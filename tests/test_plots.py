@@ -352,3 +352,18 @@ def test_plot_capacity_sweep_whose_zipped_key_holds_the_colour(tmp_path: Path, h
     assert seen["hue"] == hue and not df.duplicated(["setting", hue]).any()  # each bar a point of its own
     other = "chunk_size" if hue == "scheduler" else "scheduler"
     assert df["setting"].nunique() == df[other].nunique()
+
+
+def test_a_tbt_cdf_of_no_gaps_says_so_without_a_legend_warning() -> None:
+    """A run whose every request was rejected has no TBT gaps: `plot run` leaked matplotlib's 'No artists with
+    labels found to put in legend' UserWarning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plots.tbt_cdf_figure({"trtllm": np.array([])})
+        FigureCanvasAgg(fig).draw()
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and any("no gaps" in t.get_text() for t in ax.texts)
+    fig = plots.tbt_cdf_figure({"trtllm": np.array([])}, slo_s=0.1)  # the SLO line alone: in a legend
+    assert ax.get_legend() is None and fig.axes[0].get_legend() is not None

@@ -194,7 +194,11 @@ def tbt_cdf_figure(samples: Mapping[str, np.ndarray], slo_s: float | None = None
     ax.set_ylabel("fraction of gaps")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # (none where no run has a gap, every request rejected: a UserWarning)
+        ax.legend(fontsize=7, loc="lower right")
+    if not any(len(values) for values in samples.values()):
+        ax.text(0.5, 0.5, "no gaps between tokens (no request produced two)", transform=ax.transAxes, ha="center",
+                va="center", fontsize=8, color="grey")
     fig.tight_layout()
     return fig
 

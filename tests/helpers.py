@@ -255,3 +255,9 @@ def cache_a_prefix_beside_decodes(sched, prefix: int = 8000, num_decodes: int = 
     for i in range(1, num_decodes + 1):
         sched.add_request(Request(i, float(i), 16, 500))
     sched.complete(sched.schedule(), 2.0)
+
+
+def exit_at_once(*args, **kwargs) -> None:  # noqa: ANN002, ANN003
+    """A worker task that dies as the out-of-memory killer's victim does: no exception, no result
+    (importable by name, so a spawn pool's worker can run it)."""
+    os._exit(9)

@@ -686,3 +686,19 @@ def test_a_disaggregated_trial_judges_the_wait_for_a_decode_seat_after_the_trans
     assert np.median(scheduling_delays(result, cols)) > 2.0 > np.median(cols["sched_delay_s"])
     report = find_capacity(config, SLO(tbt_s=0.2), SearchSettings(qps_start=20.0, rel_tol=0.1))
     assert report.capacity_qps < 10.0
+
+
+@pytest.mark.parametrize("workers", [1, 2])  # one trial after another; trials run ahead in processes
+def test_a_search_whose_every_request_is_rejected_stops_at_once(workers: int) -> None:
+    """trtllm under a 256-token budget refuses every 500-token prompt at any rate: the search halved through all
+    its trials to the floor (or to --max-trials, then advised to 'start lower with --qps'). It stops after the
+    first trial, capacity 0, naming the rejection and what lets the requests in."""
+    config = RunConfig().replace(scheduler__name="trtllm", scheduler__max_num_batched_tokens=256,
+                                 workload__name="fixed", workload__prompt_tokens=500, workload__num_requests=50)
+    report = find_capacity(config, SLO(), SearchSettings(max_trials=6), workers=workers)
+    seed = report.seeds[0]
+    assert [t.qps for t in seed.trials] == [config.workload.qps] and seed.capacity_qps == 0.0
+    assert seed.converged and not seed.not_found
+    assert seed.reason.startswith("capacity 0: every request is rejected (prompt 500 tokens exceeds max_num_tokens")
+    assert "at any rate" in seed.reason and "raise --max-num-batched-tokens" in seed.reason
+    assert "start lower" not in seed.reason

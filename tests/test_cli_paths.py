@@ -218,3 +218,38 @@ def test_outputs_inside_the_shared_data_folder_are_refused(tmp_path: Path) -> No
     res = runner.invoke(app, ["capacity", "--out", str(SHARED_DATA / "x")])
     assert isinstance(res.exception, ConfigError) and str(res.exception).startswith("--out")
     check_out_dir(tmp_path / "elsewhere", "--out")  # anywhere else is as before
+
+
+def test_validate_out_is_rewritten_whole_or_left_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate wrote straight into --out: Ctrl-C after its CSVs left new tables beside the old README and figures,
+    and said nothing. The report is written beside it and moved in; files of others in the folder stay."""
+    import pandas as pd
+
+    import simulator.calibrate.validation as validation
+
+    out = tmp_path / "validation"
+    (out / "silicon").mkdir(parents=True)
+    (out / "silicon" / "fit_report.py").write_text("kept")
+    for name in ("README.md", "splitwise_summary.csv"):
+        (out / name).write_text("old")
+
+    def report(folder, data=None, progress=None, stop=True):  # noqa: ANN001, ANN202 - a table, then Ctrl-C
+        (Path(folder) / "splitwise_summary.csv").write_text("new")
+        if stop:
+            raise KeyboardInterrupt
+        (Path(folder) / "README.md").write_text("new")
+        return {"summary": pd.DataFrame(columns=["rows", "engine", "kind", "median_abs_error", "p95_abs_error"])}
+
+    monkeypatch.setattr(validation, "write_report", report)
+    res = runner.invoke(app, ["validate", "--out", str(out)])
+    assert res.exit_code == 130, res.output
+    assert f"interrupted: nothing written, {out} left as it was" in res.stderr
+    assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == {"README.md": "old",
+                                                                            "splitwise_summary.csv": "old"}
+    assert _leftovers(tmp_path) == ["validation"]  # no temporary folder left beside it
+    monkeypatch.setattr(validation, "write_report", lambda folder, data=None, progress=None: report(folder, stop=False))
+    res = runner.invoke(app, ["validate", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == {"README.md": "new",
+                                                                            "splitwise_summary.csv": "new"}
+    assert (out / "silicon" / "fit_report.py").read_text() == "kept" and _leftovers(tmp_path) == ["validation"]

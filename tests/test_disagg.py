@@ -483,3 +483,17 @@ def test_decode_tbt_leaves_the_mixed_pools_requests_out() -> None:
     decode_only = [np.diff(np.frombuffer(r.token_times, dtype=np.float64)[1:]) for r in result.requests
                    if not mixed[r.request_id] and len(r.token_times) > 2]
     assert np.array_equal(decode_tbt_samples(result), np.concatenate(decode_only))
+
+
+def test_a_disaggregated_run_that_rejects_everything_prints_no_nan() -> None:
+    """Every request rejected (500-token prompts past a 256-token budget): the run line's KV occupancy read
+    'prefill nan% decode nan%'; it reads '-' where no request held a block."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--prefill-pool", "1x(tp=1,sched=trtllm,budget=256)", "--decode-pool",
+                                   "1x(tp=1)", "--workload", "fixed", "--prompt-tokens", "500", "--output-tokens", "10",
+                                   "--num-requests", "20", "--no-progress"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    assert "KV occupancy mean prefill - decode -" in " ".join(res.stdout.split()) and "nan" not in res.stdout

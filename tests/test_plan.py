@@ -521,3 +521,13 @@ def test_the_answer_is_a_fleet_that_passed_however_the_bisection_ends(monkeypatc
     monkeypatch.setattr(plan_module, "verify", verify)
     answer = plan(base, 5.0, slo, space, frontier_per_group=0).answer
     assert answer is not None and answer.units(5.0) == need and answer.verified["passed"]
+
+
+@pytest.mark.parametrize("text", [b"{not json", b"[]", b"null", b"3", b"\xff\xfe"])
+def test_a_plan_json_that_is_no_object_reads_as_unreadable(tmp_path, text: bytes) -> None:  # noqa: ANN001
+    """plan.json holding valid JSON that is not an object ([]) was an AttributeError traceback on resume (bytes
+    that are no UTF-8 a UnicodeDecodeError); each reads as an unparsable one does: nothing to resume."""
+    from simulator.planning.plan import _read_done
+
+    (tmp_path / "plan.json").write_bytes(text)
+    assert _read_done(tmp_path, "identity") == ({}, True)

@@ -294,3 +294,76 @@ def test_plot_run_of_a_disaggregated_run_draws_each_pools_worker(tmp_path: Path,
     names = {p.name for p in written if p.suffix == ".png"}
     assert {"iteration_timeline_prefill.png", "iteration_timeline_decode.png"} <= names
     assert [rid for rid, _ in drawn] == [0, 1] and all(n > 0 for _, n in drawn)
+
+
+def _run_sweep_table(grid: dict, rows: list[dict]) -> tuple[dict, pd.DataFrame]:
+    """A finished run-mode sweep's info and table, by hand (two latency figures a point)."""
+    table = pd.DataFrame([{**r, "status": "ok", "tbt_s_p99": 0.01 * (i + 1), "ttft_s_p50": 0.1 * (i + 1)}
+                          for i, r in enumerate(rows)])
+    return {"mode": "run", "base": {"model": "tiny-llama-1b"}, "grid": grid}, table
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_plot_sweep_draws_one_line_per_configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     zipped: bool) -> None:
+    """qps x scheduler x chunk_size: the lines were grouped by scheduler alone, so sarathi at chunk 256 and at 512
+    made one zigzag line (two points at each qps). Each line is now one (scheduler, chunk_size)."""
+    pairs = [("sarathi", 256), ("sarathi", 512), ("vllm-v1", 512)] if zipped else \
+        [(s, c) for s in ("sarathi", "vllm-v1") for c in (256, 512)]
+    grid = ({"qps": [[2.0], [8.0]], "scheduler,chunk_size": [list(p) for p in pairs]} if zipped else
+            {"qps": [[2.0], [8.0]], "scheduler": [["sarathi"], ["vllm-v1"]], "chunk_size": [[256], [512]]})
+    info, table = _run_sweep_table(grid, [{"qps": q, "scheduler": s, "chunk_size": c} for q in (2.0, 8.0)
+                                          for s, c in pairs])
+    seen = {}
+    original = plots.latency_vs_qps
+    monkeypatch.setattr(plots, "latency_vs_qps", lambda df, *a, **k: seen.update(k, df=df) or original(df, *a, **k))
+    plots.plot_sweep_table(info, table, tmp_path, tmp_path)
+    df, hue = seen["df"], seen["hue"]
+    assert df.groupby(hue)["qps"].apply(lambda q: q.is_unique).all()  # no line holds two points at one qps
+    assert sorted(df[hue].unique()) == sorted(f"{s}, chunk_size={c}" for s, c in pairs)
+
+
+def test_plot_sweep_of_one_varied_key_besides_x_keeps_its_colours(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    info, table = _run_sweep_table({"qps": [[1.0], [4.0]], "scheduler": [["vllm"], ["sarathi"]]},
+                                   [{"qps": q, "scheduler": s} for q in (1.0, 4.0) for s in ("vllm", "sarathi")])
+    seen = {}
+    original = plots.latency_vs_qps
+    monkeypatch.setattr(plots, "latency_vs_qps", lambda df, *a, **k: seen.update(k, df=df) or original(df, *a, **k))
+    plots.plot_sweep_table(info, table, tmp_path, tmp_path)
+    assert (seen["x"], seen["hue"]) == ("qps", "scheduler")
+
+
+@pytest.mark.parametrize("hue", ["scheduler", "chunk_size"])
+def test_plot_capacity_sweep_whose_zipped_key_holds_the_colour(tmp_path: Path, hue: str) -> None:
+    """grid "scheduler,chunk_size": the zipped key went out of the bar groups whole with the colour, chunk_size with
+    it, so each colour had two bars in the one group: 'cannot reindex on an axis with duplicate labels'."""
+    pairs = [("sarathi", 256), ("sarathi", 512), ("vllm-v1", 512)]
+    info = {"mode": "capacity", "base": {"model": "tiny-llama-1b"}, "grid": {"scheduler,chunk_size": [list(p) for p in pairs]}}
+    table = pd.DataFrame([{"scheduler": s, "chunk_size": c, "status": "ok", "capacity_qps": 1.0 + i,
+                           "capacity_qps_std": 0.0, "slo": "P99 TBT <= 0.2s"} for i, (s, c) in enumerate(pairs)])
+    seen = {}
+    original = plots.capacity_bars_figure
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "capacity_bars_figure", lambda df, **k: seen.update(k, df=df) or original(df, **k))
+        written = plots.plot_sweep_table(info, table, tmp_path, tmp_path, hue=hue)
+    assert [p.name for p in written if p.suffix == ".png"] == ["capacity.png"]
+    df = seen["df"]
+    assert seen["hue"] == hue and not df.duplicated(["setting", hue]).any()  # each bar a point of its own
+    other = "chunk_size" if hue == "scheduler" else "scheduler"
+    assert df["setting"].nunique() == df[other].nunique()
+
+
+def test_a_tbt_cdf_of_no_gaps_says_so_without_a_legend_warning() -> None:
+    """A run whose every request was rejected has no TBT gaps: `plot run` leaked matplotlib's 'No artists with
+    labels found to put in legend' UserWarning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plots.tbt_cdf_figure({"trtllm": np.array([])})
+        FigureCanvasAgg(fig).draw()
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and any("no gaps" in t.get_text() for t in ax.texts)
+    fig = plots.tbt_cdf_figure({"trtllm": np.array([])}, slo_s=0.1)  # the SLO line alone: in a legend
+    assert ax.get_legend() is None and fig.axes[0].get_legend() is not None

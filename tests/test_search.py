@@ -224,3 +224,16 @@ def test_searches_sharing_one_pool_each_give_the_serial_search(thresholds: list[
     for search, threshold in zip(searches, thresholds, strict=True):
         serial, tried = _search(threshold, start, limits)
         assert search.outcome == serial and search.used == tried
+
+
+def test_a_never_verdict_ends_the_search_at_once() -> None:
+    """A failure no load can turn (every request refused whatever the rate) ends the search, as none passing,
+    without halving on to the floor; the loads run ahead past it are none."""
+    from simulator.planning.search import NEVER
+
+    tried: list[float] = []
+    limits = Limits(0.05, 0.01, 100.0, 20)
+    found = largest_passing(lambda q: tried.append(q) or NEVER, 4.0, limits)
+    assert found == Outcome(None, 4.0, "none_passes", 1) and tried == [4.0]
+    assert loads_ahead(State(None, None, 0), 4.0, limits, 3, {4.0: NEVER}) == []
+    assert loads_ahead(State(None, 8.0, 1), 4.0, limits, 2, {4.0: NEVER}) == []

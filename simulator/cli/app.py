@@ -3,7 +3,8 @@
 Commands are thin: each parses options, builds frozen configs and calls a plain
 function that tests can call directly. :func:`main` is the console entry point; it
 turns any :class:`~simulator.config.errors.ConfigError` into one line on stderr and exit
-code 2, so users never see a traceback for their own mistakes.
+code 2, so users never see a traceback for their own mistakes; a worker process that died
+(:class:`~simulator.config.errors.WorkerDied`) is one line and exit code 1.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 import typer.main
 
-from simulator.config.errors import ConfigError
+from simulator.config.errors import ConfigError, WorkerDied
 
 if TYPE_CHECKING:  # rich loads when a command prints, not when the CLI is imported
     from rich.console import Console
@@ -189,6 +190,9 @@ def main() -> None:
     except ConfigError as err:
         typer.echo(f"error: {as_flag(err, argv)}", err=True)
         sys.exit(2)
+    except WorkerDied as err:  # (a sweep and a plan say it themselves, with what they kept)
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(1)
     except usage_error as err:  # a bad value's type, an unknown option or command, a missing argument
         ctx = getattr(err, "ctx", None)
         where = ctx.command_path if ctx is not None else " ".join(["simulate", *argv[:1]])

@@ -26,7 +26,7 @@ from simulator.cli.options import (
 )
 from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
-from simulator.config.errors import ConfigError
+from simulator.config.errors import ConfigError, WorkerDied
 from simulator.config.run_config import RunConfig
 from simulator.planning.options import SEARCH_PANEL, slo_and_settings
 from simulator.util.jsonio import jsonable
@@ -451,11 +451,12 @@ def sweep(
                            retry_failed=retry_failed)
     except SweepInterrupted as stop:
         left = stop.num_total - stop.num_done
+        what = f"error: {WorkerDied.MESSAGE};" if stop.worker_died else f"interrupted ({stop.signal_name}):"
         app_console(stderr=True).print(
-            f"interrupted ({stop.signal_name}): {stop.num_done} of {stop.num_total} points done, kept in "
-            f"{stop.out}/points/ and {stop.table_path}; {left} left. To resume, run the same command again: "
-            "finished points are skipped.", highlight=False)
-        raise typer.Exit(130) from None
+            f"{what} {stop.num_done} of {stop.num_total} points done, kept in "
+            f"{stop.out}/points/ and {stop.table_path}; {left} left. To resume, run the same command again"
+            f"{' with fewer --workers' if stop.worker_died else ''}: finished points are skipped.", highlight=False)
+        raise typer.Exit(1 if stop.worker_died else 130) from None
     failed_before = int((result.table["status"] == "error").sum()) - result.num_failed if "status" in result.table else 0
     console.print(f"ran {count(result.num_run, 'point')} ({result.num_failed:,} failed), {result.num_skipped:,} already done"
                   + (f" ({failed_before:,} of them failed: --retry-failed runs them again)" if failed_before > 0 else "")

@@ -14,13 +14,13 @@ from typing import Annotated, Any
 
 import typer
 
-from simulator.cli.app import app
+from simulator.cli.app import app, fail
 from simulator.cli.options import escape_markup, given_run_flags, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, RunConfig
 from simulator.util.jsonio import jsonable
-from simulator.util.paths import atomic_file, check_in_dir, check_in_file, check_out_dir, check_out_file
+from simulator.util.paths import atomic_file, atomic_update, check_in_dir, check_in_file, check_out_dir, check_out_file
 
 
 @app.command()
@@ -285,8 +285,13 @@ def validate(
     from simulator.calibrate.validation import SPLITWISE_PRESET, write_report
 
     console = Console(stderr=True)
-    with console.status("validating") as status:
-        result = write_report(out, data, progress=lambda msg: status.update(f"validating: {msg}"))
+    try:
+        # Written beside out, then moved in: an interrupted report leaves out as it was, not half new (its other
+        # files, results/validation/silicon, stay).
+        with console.status("validating") as status, atomic_update(out) as folder:
+            result = write_report(folder, data, progress=lambda msg: status.update(f"validating: {msg}"))
+    except KeyboardInterrupt:
+        fail(f"interrupted: nothing written, {out} left as it was", code=130)
     s = result["summary"]
     # The preset fitted to these 2023 rows (the run default, a 2026 engine, is not priced on them: it was filtered
     # on and the line never printed).

@@ -25,7 +25,7 @@ from simulator.cli.options import (
 )
 from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
-from simulator.config.errors import ConfigError
+from simulator.config.errors import ConfigError, WorkerDied
 from simulator.config.run_config import RunConfig
 from simulator.planning.options import plan_slo
 from simulator.util.paths import check_out_dir
@@ -154,6 +154,9 @@ def plan(
     except KeyboardInterrupt:
         fail(f"interrupted: the layouts searched so far are in {out}/layouts.csv; run the same command to resume",
              code=130)
+    except WorkerDied as err:
+        fail(f"{err}; the layouts searched so far are in {out}/layouts.csv; run the same command with fewer "
+             "--workers to resume", code=1)
     print_plan(result, top, console)
     if result.answer is None:
         console.print(f"[bold]{result.why_no_answer()}[/bold]", highlight=False)

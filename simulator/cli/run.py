@@ -105,9 +105,9 @@ def _ms(value: float) -> str:
     return "-" if value != value else f"{value * 1e3:,.1f}"  # NaN check without math
 
 
-def _pct(value: float) -> str:
+def _pct(value: float, digits: int = 1) -> str:
     """A share as a percentage; '-' where there is nothing to share (no prompt admitted: NaN)."""
-    return "-" if value != value else f"{value:.1%}"
+    return "-" if value != value else f"{value:.{digits}%}"
 
 
 def _dtype(r: Any, engine: str) -> str:
@@ -415,7 +415,8 @@ def _disagg_line(d: dict[str, Any]) -> str:
         f"{d['transfer_bytes'] / 1e9:.2f} GB, {'busiest ' if 'link_utilization_by_link' in d else ''}link busy "
         f"{d['link_utilization']:.1%} · busy prefill "
         f"{d['prefill_busy_fraction']:.0%} decode {d['decode_busy_fraction']:.0%} · KV occupancy mean prefill "
-        f"{d.get('prefill_kv_occupancy_mean', float('nan')):.0%} decode {d.get('decode_kv_occupancy_mean', float('nan')):.0%}"
+        f"{_pct(d.get('prefill_kv_occupancy_mean', float('nan')), 0)} "
+        f"decode {_pct(d.get('decode_kv_occupancy_mean', float('nan')), 0)}"
         f" · SLO attainment {d['slo_attainment']:.1%} (TTFT<={d['ttft_slo_s']}s, TPOT<={d['tpot_slo_s']}s)")
 
 

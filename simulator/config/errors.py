@@ -26,3 +26,14 @@ class ConfigError(ValueError):
         # back to the parent, which would otherwise call __init__ with the message alone and
         # turn the user's one-line error into a BrokenProcessPool traceback.
         return (type(self), (self.field, self.problem, self.fix))
+
+
+class WorkerDied(RuntimeError):
+    """A worker process of a pool died (the kernel's out-of-memory killer, ``kill -9``): the pool is
+    broken and its running tasks are lost. ``str(err)`` is one line; the CLI prints it and exits 1
+    (a sweep and a plan keep what finished first and say how to resume)."""
+
+    MESSAGE = "a worker process died (out of memory?): rerun with fewer --workers"
+
+    def __init__(self, message: str = MESSAGE) -> None:
+        super().__init__(message)

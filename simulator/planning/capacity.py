@@ -80,7 +80,7 @@ from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
 from simulator.engine.tbt import GapLog, percentiles
 from simulator.planning.options import SLO, SearchSettings  # declared with the planner options
-from simulator.planning.search import Limits, Outcome, largest_passing
+from simulator.planning.search import NEVER, Limits, Outcome, Verdict, largest_passing
 from simulator.report.benchmark import measured_gaps
 from simulator.report.metrics import (
     measured_columns,
@@ -126,6 +126,18 @@ class Trial:
     # It met the SLO, but its arrivals span less than the shortest wait limit it judges: a rate the server
     # cannot sustain passes such a trial, so it counts as no pass (:func:`run_trial`); ``passed`` is False.
     too_short: bool = False
+
+    @property
+    def all_rejected(self) -> bool:
+        """Every request judged was refused on arrival (run_trial's 'every request was rejected'): by its own size
+        against the config (a prompt over the token budget, a request over max_model_len or the KV cache), the
+        same at any load, so no lower load can pass."""
+        return not self.stopped_early and self.num_finished == 0 and self.num_rejected > 0
+
+    @property
+    def verdict(self) -> Verdict:
+        """The search's verdict (:mod:`simulator.planning.search`): a failure no load can turn is NEVER."""
+        return NEVER if self.all_rejected else self.passed
 
 
 @dataclass
@@ -963,6 +975,10 @@ def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial
         result.reason = (f"not found: stopped after {len(trials)} trials before any {'number of users' if users else 'QPS'} "
                          f"met {slo.describe()}; the capacity is below {load(failed.qps)} (raise --max-trials, or start "
                          f"lower with {lower})")
+    elif found.passed_qps is None and failed is not None and failed.all_rejected:
+        # Refused whatever the load: halving on to the floor (or --max-trials, then 'start lower') cannot help.
+        result.reason = (f"capacity 0: {failed.reason.replace('was rejected', 'is rejected', 1)}, at any "
+                         f"{'number of users' if users else 'rate'} ({rejection_fix(failed.reason)})")
     elif found.passed_qps is None:
         assert failed is not None
         result.reason = (f"capacity 0: {'no number of users down to 1' if users else f'no QPS down to {failed.qps:.3g}'} "
@@ -982,6 +998,19 @@ def _seed_result(config: RunConfig, slo: SLO, found: Outcome, trials: list[Trial
     return result
 
 
+def rejection_fix(reason: str) -> str:
+    """What lets the requests in, for a trial whose every request was rejected for ``reason``."""
+    if "max_model_len" in reason:
+        return "raise --max-model-len, or shorten the requests"
+    if "KV tokens" in reason:
+        return ("give the KV cache room for a request (more GPUs or --tp, a higher --gpu-memory-utilization), or "
+                "shorten the requests")
+    if "max_num_tokens" in reason or "max_num_batched_tokens" in reason or "token budget" in reason:
+        return ("raise --max-num-batched-tokens above the longest prompt, use a scheduler that chunks prompts, or "
+                "shorten them")
+    return "shorten the requests, or raise the limit the reason names"
+
+
 def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSettings(),  # noqa: B008
                 on_trial: Callable[[Trial], None] | None = None) -> SeedResult:
     """Bisection for one seed (``config.seed``), one trial after another; ``on_trial(trial)``
@@ -999,7 +1028,7 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
         return t
 
     qps, limits, exits = _search_plan(config, settings)
-    found = largest_passing(lambda q: used(run_trial(config, q, slo, *exits)).passed, qps, limits)
+    found = largest_passing(lambda q: used(run_trial(config, q, slo, *exits)).verdict, qps, limits)
     return _seed_result(config, slo, found, trials, settings.users)
 
 
@@ -1029,7 +1058,7 @@ def _search_seeds_ahead(jobs: list[tuple[RunConfig, SLO, SearchSettings]], worke
             qps, limits, exits = _search_plan(config, settings)
             width = workers // len(todo) + (k < workers % len(todo))
             searches.append(SearchAhead(lambda q, c=config, s=slo, e=exits: pool.submit(run_trial, c, q, s, *e),
-                                        lambda t: t.passed, qps, limits, width, on_result=on_trial))
+                                        lambda t: t.verdict, qps, limits, width, on_result=on_trial))
 
         def done(k: int) -> None:
             config, slo, settings = jobs[todo[k]]

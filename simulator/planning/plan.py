@@ -793,7 +793,9 @@ def _read_done(out: Path, identity: str) -> tuple[dict[str, dict[str, Any]], boo
         return {}, True
     try:
         data = json.loads(info.read_text())
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}, True
+    if not isinstance(data, dict):  # valid JSON, not a plan's record ([], a number): unreadable as one
         return {}, True
     current = data.get("per_user") == PER_USER_DEFINITION
     if data.get("identity") != identity:

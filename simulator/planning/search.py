@@ -12,7 +12,8 @@ The search, from a first load ``start``:
 2. bisect the bracket ``[passed, failed]`` until ``(failed - passed) / failed <= rel_tol``.
 
 No trial runs once ``max_trials`` have (the caller's earlier trials count, see
-``num_tried``). The next load follows from the verdicts so far alone (:func:`next_load`),
+``num_tried``). A verdict of :data:`NEVER` (a failure no load can turn: every request refused
+whatever the rate) ends the search at once, as ``none_passes``. The next load follows from the verdicts so far alone (:func:`next_load`),
 so two runs with the same verdicts try the same loads in the same order, and a runner
 may start the loads the search could need next before it needs them
 (:class:`SearchAhead`, :func:`run_ahead`): the same search, with trials in parallel.
@@ -29,6 +30,10 @@ from typing import Generic, Literal, TypeVar
 
 Stop = Literal["converged", "none_passes", "max_qps", "max_trials"]
 T = TypeVar("T")
+# A trial's verdict: passed (True), failed (False), or failed at every load alike (NEVER): halving further
+# could not pass, so the search ends on it.
+NEVER: Literal["never"] = "never"
+Verdict = bool | Literal["never"]
 
 
 @dataclass(frozen=True)
@@ -58,14 +63,18 @@ class Outcome:
 
 @dataclass(frozen=True)
 class State:
-    """The verdicts so far: the largest pass, the smallest failure above it, trials run."""
+    """The verdicts so far: the largest pass, the smallest failure above it, trials run, and
+    whether a failure holds at every load (a :data:`NEVER` verdict)."""
 
     passed_qps: float | None
     failed_qps: float | None
     num_trials: int
+    never: bool = False
 
-    def after(self, qps: float, passed: bool) -> State:
-        if passed:
+    def after(self, qps: float, verdict: Verdict) -> State:
+        if verdict is NEVER:
+            return State(self.passed_qps, qps, self.num_trials + 1, never=True)
+        if verdict:
             return State(qps, self.failed_qps, self.num_trials + 1)
         return State(self.passed_qps, qps, self.num_trials + 1)
 
@@ -74,6 +83,8 @@ def next_load(state: State, start_qps: float, limits: Limits) -> float | Outcome
     """The load to try next from ``state``, or how the search ends there."""
     p, f, n = state.passed_qps, state.failed_qps, state.num_trials
     whole = limits.integer
+    if state.never:
+        return Outcome(p, f, "none_passes", n)
     if p is None and f is None:
         return start_qps
     if p is None:
@@ -105,7 +116,7 @@ def _initial(passed_qps: float | None, failed_qps: float | None, num_tried: int)
     return State(passed_qps, failed_qps, num_tried)
 
 
-def largest_passing(passes: Callable[[float], bool], start_qps: float, limits: Limits, *,
+def largest_passing(passes: Callable[[float], Verdict], start_qps: float, limits: Limits, *,
                     passed_qps: float | None = None, failed_qps: float | None = None, num_tried: int = 0) -> Outcome:
     """Search from ``start_qps`` (the first load tried), or from verdicts the caller already
     has: a load that passed (``passed_qps``) or failed (``failed_qps``, above any pass), and
@@ -119,7 +130,7 @@ def largest_passing(passes: Callable[[float], bool], start_qps: float, limits: L
 
 
 def loads_ahead(state: State, start_qps: float, limits: Limits, count: int,
-                known: Mapping[float, bool] | None = None) -> list[float]:
+                known: Mapping[float, Verdict] | None = None) -> list[float]:
     """The next ``count`` loads the search may try from ``state``: the one it tries next,
     then those after each verdict, breadth first. While bracketing, a pass's follow-up comes
     before a failure's: doubling is cheap to try, a load far above capacity fails at once.
@@ -162,7 +173,7 @@ class SearchAhead(Generic[T]):
     else left to end unread, holding its place till then; one inside it is kept, as the search
     may still need it."""
 
-    def __init__(self, start: Callable[[float], Future[T]], passes: Callable[[T], bool], start_qps: float,
+    def __init__(self, start: Callable[[float], Future[T]], passes: Callable[[T], Verdict], start_qps: float,
                  limits: Limits, width: int, on_result: Callable[[T], None] | None = None) -> None:
         self.start, self.passes, self.start_qps, self.limits, self.width = start, passes, start_qps, limits, width
         self.on_result = on_result

@@ -30,7 +30,8 @@ sweep can be read and plotted.
 
 Interruption: one SIGINT (Ctrl-C) or SIGTERM cancels the queued points, stops the workers
 (local processes are terminated; Ray tasks are cancelled), keeps every finished point and
-raises :class:`SweepInterrupted`; rerunning the same sweep resumes with the points left.
+raises :class:`SweepInterrupted`; rerunning the same sweep resumes with the points left. A
+worker process that dies (the out-of-memory killer) stops the sweep the same way.
 Local workers ignore SIGINT themselves (a terminal sends Ctrl-C to the whole process
 group): only the sweep's own process decides how to stop.
 
@@ -51,11 +52,12 @@ import time
 import tomllib
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.config.errors import ConfigError
+from simulator.config.errors import ConfigError, WorkerDied
 from simulator.config.limits import MAX_SEEDS
 from simulator.config.options import RUN_OPTIONS, alias_of, default_random_input_len
 from simulator.config.run_config import RunConfig
@@ -499,16 +501,20 @@ class SweepResult:
 
 
 class SweepInterrupted(Exception):  # noqa: N818 - it is an outcome, not an error of the sweep
-    """A sweep stopped by SIGINT or SIGTERM: finished points are kept under ``out`` and the
+    """A sweep stopped by SIGINT or SIGTERM, or by a worker process that died (``worker_died``:
+    the out-of-memory killer, ``kill -9``): finished points are kept under ``out`` and the
     results table is current; running the same sweep again runs only the points left."""
 
-    def __init__(self, signal_name: str, num_done: int, num_total: int, out: Path, table_path: Path) -> None:
+    def __init__(self, signal_name: str, num_done: int, num_total: int, out: Path, table_path: Path,
+                 worker_died: bool = False) -> None:
         self.signal_name = signal_name
         self.num_done = num_done
         self.num_total = num_total
         self.out = out
         self.table_path = table_path
-        super().__init__(f"sweep interrupted by {signal_name}: {num_done} of {num_total} points done")
+        self.worker_died = worker_died
+        why = WorkerDied.MESSAGE if worker_died else f"interrupted by {signal_name}"
+        super().__init__(f"sweep {why}: {num_done} of {num_total} points done")
 
 
 def point_path(out: Path, key: str) -> Path:
@@ -560,9 +566,9 @@ def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callab
                 for future in finished:
                     handled.add(future)
                     on_done(futures[future], future.result())
-        except KeyboardInterrupt:
-            # Points that finished while we were interrupted are kept; the ones in flight are
-            # stopped (leaving the pool) and rerun on resume.
+        except (KeyboardInterrupt, BrokenProcessPool):
+            # Points that finished while we were interrupted (or before a worker died) are kept; the
+            # ones in flight are stopped (leaving the pool) and rerun on resume.
             with signals_ignored():
                 for future, point in futures.items():
                     if future not in handled and future.done() and not future.cancelled() and future.exception() is None:
@@ -667,8 +673,8 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
               progress: bool = False, retry_failed: bool = False) -> SweepResult:
     """Run the points of ``spec`` not yet done under ``out``, keeping the results table current.
 
-    Raises :class:`SweepInterrupted` on SIGINT/SIGTERM (from the main thread), after
-    stopping the workers and writing the table of the points finished so far.
+    Raises :class:`SweepInterrupted` on SIGINT/SIGTERM (from the main thread), or when a worker
+    process dies, after stopping the workers and writing the table of the points finished so far.
     """
     if workers < 1:
         raise ConfigError("--workers", f"must be >= 1, got {workers}")
@@ -737,13 +743,13 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
                     _run_ray(spec, todo, session, on_done)
                 elif not ray_address:  # (with Ray and nothing to run, nothing connects)
                     _run_local(spec, todo, min(workers, max(1, len(todo))), on_done)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, WorkerDied) as stop:
             # From the files: a signal may have landed between writing a point and noting it.
             docs.update({p.key: read_point(out, p.key) for p in todo})
             write_table(current_table(), out / "results", fmt)
             num_done = sum(_is_done(doc, False) for doc in docs.values())
             raise SweepInterrupted(received[0] if received else "SIGINT", num_done, num_total, out,
-                                   table_path) from None
+                                   table_path, worker_died=isinstance(stop, WorkerDied)) from None
     table = current_table()
     write_table(table, out / "results", fmt)
     return SweepResult(table, len(todo), num_skipped, failed, out, table_path)

@@ -194,7 +194,11 @@ def tbt_cdf_figure(samples: Mapping[str, np.ndarray], slo_s: float | None = None
     ax.set_ylabel("fraction of gaps")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # (none where no run has a gap, every request rejected: a UserWarning)
+        ax.legend(fontsize=7, loc="lower right")
+    if not any(len(values) for values in samples.values()):
+        ax.text(0.5, 0.5, "no gaps between tokens (no request produced two)", transform=ax.transAxes, ha="center",
+                va="center", fontsize=8, color="grey")
     fig.tight_layout()
     return fig
 
@@ -391,7 +395,9 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
     fixed = {k: v for k, v in info["base"].items() if k in ("model", "gpu", "workload", "tp", "pp")}
     base = ", ".join(str(v) if isinstance(v, str) else f"{k}={v}" for k, v in fixed.items())
     if info["mode"] == "capacity":
-        others = [names for names in entries if hue not in names]
+        # The grid keys besides the colour's: a key zipped with it keeps its partners (their values set the bars
+        # of one colour apart; dropping them left one group holding two bars of a colour).
+        others = [rest for names in entries if (rest := [n for n in names if n != hue])]
         facet_names: list[str] = []
         if len(others) > 1:
             # Many settings: one panel per value of the first grid key, bars grouped by the rest.
@@ -422,6 +428,14 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
         hue = next((n for n in varied if n != x), None)
     if hue is None:  # one key varied, on x: one series
         table, hue = table.assign(series="all points"), "series"
+    # A line is one configuration: every key that varies, but x, tells the series apart (the colour alone joined
+    # sarathi at chunk 256 and at 512 into one zigzag). One such key colours the lines by its values; several
+    # label each line by all of them, the colour key's first.
+    keys = [n for n in dict.fromkeys([hue, *varied]) if n != x and n in table and table[n].astype(str).nunique() > 1]
+    if len(keys) == 1:
+        hue = keys[0]
+    elif len(keys) > 1:
+        table, hue = table.assign(series=table.apply(_setting_label, axis=1, names=keys)), "series"
     title = f"latency against {x}" + (f" · {base}" if base else "") + note
     return latency_vs_qps(table, Path(out) / f"latency_vs_{x}", x=x, hue=hue, title=title)
 

@@ -20,7 +20,10 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
+
+from simulator.config.errors import WorkerDied
 
 
 def ignore_interrupts() -> None:
@@ -109,7 +112,9 @@ class WorkerPool:
     Contract: :meth:`submit_all` returns once every worker it started has run its
     initializer (so a signal from then on finds only workers that ignore Ctrl-C and die
     quietly on SIGTERM); leaving the ``with`` block normally waits for the pool, leaving it
-    by any exception (``KeyboardInterrupt`` included) terminates the workers first. Inside
+    by any exception (``KeyboardInterrupt`` included) terminates the workers first. A worker
+    that died (the out-of-memory killer, ``kill -9``) breaks the pool: the ``BrokenProcessPool``
+    a future or a submit raises leaves the block as :class:`WorkerDied`, one line. Inside
     the block SIGINT and SIGTERM raise ``KeyboardInterrupt`` (:func:`stop_on_signals`),
     unless ``signals_interrupt=False``: a caller that installs its own handlers (a sweep
     records which signal arrived).
@@ -156,3 +161,6 @@ class WorkerPool:
                 self.stop()
         finally:
             self._handlers.__exit__(exc_type, exc, tb)
+        # A worker gone without a word (no cause: a result that failed to unpickle has one, and is a bug to show).
+        if isinstance(exc, BrokenProcessPool) and exc.__cause__ is None:
+            raise WorkerDied from None

@@ -199,6 +199,37 @@ def atomic_dir(target: Path | str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
+def atomic_update(target: Path | str) -> Iterator[Path]:
+    """:func:`atomic_dir` for a folder regenerated in place, which may hold other files (a report folder beside
+    the scripts of another): yield a temporary folder beside ``target``; when the block ends normally, move each
+    file written there onto ``target``'s of the same path, the rest of ``target`` staying, with Ctrl-C and
+    SIGTERM ignored for those few renames. On any exception the temporary folder and the parents made for it
+    are removed and ``target`` is untouched."""
+    from simulator.util.interrupts import signals_ignored
+
+    target = Path(target)
+    made = _made_parents(target)
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + target.name + "-", dir=target.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(made)
+        raise
+    with signals_ignored():
+        try:
+            target.mkdir(exist_ok=True)
+            for path in sorted(tmp.rglob("*")):  # a folder before what it holds
+                dest = target / path.relative_to(tmp)
+                if path.is_dir():
+                    dest.mkdir(exist_ok=True)
+                else:
+                    os.replace(path, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def atomic_file(target: Path | str) -> Iterator[Path]:
     """Yield a temporary file path beside ``target`` (same suffix, so writers that go by it
     still do); ``os.replace`` it onto ``target`` when the block ends normally, remove it

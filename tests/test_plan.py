@@ -385,7 +385,8 @@ def test_a_resumed_narrower_plan_answers_what_a_fresh_one_does(tmp_path) -> None
     meets the SLO" while its own table (the frontier fill) listed a layout that carries the load."""
     base = RunConfig().replace(replica__model="llama-3-8b", workload__name="sharegpt", workload__num_requests=128)
     slo = PlanSLO(ttft_s=2.0, tpot_s=0.05, attainment=0.99)
-    wide = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1, 2), budgets=(512,), max_num_seqs=(128,))
+    # (a budget of 256 tokens: tp2 carries fewer requests a GPU than tp1 there, so the wide plan cuts it)
+    wide = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1, 2), budgets=(256,), max_num_seqs=(128,))
     narrow = dataclasses.replace(wide, tps=(2,))
     out = tmp_path / "p"
     first = plan(base, LOAD, slo, wide, verify_fleet=False, out=out)

@@ -82,8 +82,9 @@ def test_the_roofline_prices_tp_and_ep_collectives_over_the_nics() -> None:
                             inter_node_link=link, roofline_calibration="2023")  # the closed form below: 2023's
         rf = RooflineCostModel(rep)
         nbytes = t * rf.model.hidden_size * rf.dtype_bytes
+        # (a ring across two nodes: the inter-node latency up and down NCCL's tree, one level)
         want = 2.0 * 15 / 16 * nbytes / (rf.topology.tp_ring_bytes_per_s * rf.cal.allreduce_bus_eff) \
-            + rf.cal.allreduce_latency_s
+            + rf.cal.allreduce_latency_s + 2 * rf.topology.inter.latency_s
         np.testing.assert_allclose(rf.all_reduce(t), want, rtol=1e-12)
         return rf.all_reduce(t)
 

@@ -255,9 +255,9 @@ class PrefixCachingBlockManager(BlockManager):
         self._reconcile()
         return len(self._lookup(req, self.names_of(req))) * self.block_size
 
-    def can_admit(self, num_tokens: int, req: Request | None = None) -> bool:
+    def admission_blocks(self, num_tokens: int, req: Request | None = None) -> int:
         if req is None or req.block_hashes is None:
-            return super().can_admit(num_tokens)
+            return super().admission_blocks(num_tokens)
         self._reconcile()
         hits = self._lookup(req, self.names_of(req))
         referenced = 0
@@ -265,8 +265,7 @@ class PrefixCachingBlockManager(BlockManager):
             if block.ref:
                 referenced += 1
         # An evictable hit leaves the free pool, so only hits others hold save blocks.
-        return (self.num_free_blocks - (-(-num_tokens // self.block_size)) - self.state_blocks + referenced
-                >= self.watermark_blocks)
+        return -(-num_tokens // self.block_size) + self.state_blocks - referenced
 
     # -- allocation ------------------------------------------------------------------------
     def admit(self, req: Request, num_tokens: int) -> None:

@@ -118,6 +118,12 @@ class Scheduler:
         """Make every running request's counters true before anything outside the policy reads
         them: always so here; a fast path that defers them (lockstep decodes) writes them."""
 
+    def remaining_outputs(self, clip: int) -> int:
+        """Sum over the running requests of the tokens each has still to generate, at most ``clip``
+        each (what a policy that predicts its memory reads: SGLang's admission); a fast path that
+        defers the counters (lockstep decodes) answers from its own."""
+        return sum(min(r.num_output_tokens - r.num_generated, clip) for r in self.running)
+
     # -- queue management --------------------------------------------------------------
     def add_request(self, req: Request) -> None:
         req.status = Status.WAITING

@@ -289,11 +289,15 @@ def split(stretch: Stretch, num: int, num_used_blocks: int) -> tuple[Stretch, St
 
 
 def apply(replica: Replica, stretch: Stretch) -> bool:
-    """Write the stretch's effects, at its end, as ``num_iterations`` single steps would have.
+    """Write the stretch's effects, at its end, as ``num_iterations`` single steps would have (the
+    policy's own state too: its rules' ``skipped``).
     Returns whether requests finished (the state may allow another stretch at once)."""
     scheduler = replica.scheduler
     blocks = scheduler.blocks
     blocks.num_free_blocks -= stretch.num_allocated
+    rules = replica.steady  # type: ignore[attr-defined]  # (a SkippingReplica's)
+    if rules.skipped is not None:  # the policy's own state over the iterations its schedule() did not see
+        rules.skipped(scheduler, stretch.num_iterations)
     replica.num_busy_s = reduce(add, stretch.durations, replica.num_busy_s)  # the per-iteration float adds
     cohort = getattr(scheduler, "cohort", None)
     prefill = stretch.prefill

@@ -215,7 +215,7 @@ def simulate(config: RunConfig, table=None, progress: bool | RunProgress = False
                "cost_model_extrapolations_by_op": summed_by_op([t.extrapolations_by_op for t in totals]),
                **({"stopped": stopped} if stopped is not None else {}),
                # Closed-loop sessions send as earlier turns end, not in id order: the warm-up is the first
-               # sent (simulator.report.benchmark.measured_mask).
+               # sent (simulator.report.benchmark.measured_requests).
                **({"send_order": np.asarray(client.sent_ids, dtype=np.int64)} if isinstance(client, SessionClient)
                   else {}),
                **({"speculative": speculative} if speculative is not None else {}),

@@ -359,8 +359,9 @@ def test_goodput_search_brackets_the_slo_attainment() -> None:
     res = goodput_search(config, slo, qps_start=2.0, rel_tol=0.1)
     assert res.rate_qps > 0 and res.num_gpus == 2
     assert res.goodput_per_gpu == pytest.approx(res.rate_qps / 2)
-    passing = [q for q, a in res.trials if a >= 0.9]
-    failing = [q for q, a in res.trials if a < 0.9]
+    passing = [t.qps for t in res.trials if t.passed]
+    failing = [t.qps for t in res.trials if not t.passed]
+    assert all(t.attainment >= 0.9 for t in res.trials if t.passed)
     assert max(passing) == res.rate_qps and min(failing) > res.rate_qps
     assert (min(failing) - res.rate_qps) / min(failing) <= 0.1
     assert attainment_at(config, res.rate_qps, slo, early_exit=False) >= 0.9

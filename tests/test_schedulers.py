@@ -541,3 +541,15 @@ def test_sglang_retracts_the_fewest_outputs_and_longest_prompt_to_the_back_of_th
     batch = s.schedule()  # w does not fit the predicted room; both decodes need a block, one is free
     assert batch.preempted == [a] and a.num_generated == b.num_generated
     assert list(s.waiting) == [w, a] and s.running == [b] and batch.requests == [b]
+
+
+def test_trtllm_defaults_are_trtllm_serves():
+    # trtllm-serve schedules up to max_batch_size 2048 requests (its 128 is the largest CUDA-graph batch) and reuses
+    # KV blocks across requests (KvCacheConfig.enable_block_reuse=True); the 2023-era policies keep 128.
+    from simulator.config.catalog import GPUS
+
+    trt = SchedulerConfig("trtllm")
+    assert trt.seq_limit(GPUS["h100-sxm"]) == 2048
+    assert trt.prefix_cache == "vllm-lru"
+    assert SchedulerConfig("trtllm", prefix_caching=False).prefix_cache is None
+    assert SchedulerConfig("orca").seq_limit(GPUS["h100-sxm"]) == 128

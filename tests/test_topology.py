@@ -85,6 +85,53 @@ def test_roofline_uses_the_topology_for_all_reduce_and_hops():
     assert RooflineCostModel(ReplicaConfig("llama-2-7b")).send_recv_time(2048) == 0.0  # no pipeline, no hop
 
 
+def test_a_tp_group_across_nodes_pays_the_inter_node_latency_per_all_reduce():
+    # The calibrated collective latency was measured inside a node; across two nodes NCCL's tree adds an
+    # inter-node hop up and one down (ceil(log2(2)) = 1 level), four nodes two levels each way.
+    from simulator.config.topology import topology_for
+
+    def latency(nodes: int) -> tuple[float, float]:
+        r = ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=8 * nodes, num_nodes=nodes, allow_tp_across_nodes=nodes > 1,
+                          inter_node_link="infiniband-400g")
+        return RooflineCostModel(r).collective_latency_s(), topology_for(r).inter.latency_s
+
+    inside, _ = latency(1)
+    per_gpu = RooflineCostModel(ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=8)).cal.allreduce_gpu_latency_s
+    two, hop = latency(2)
+    four, _ = latency(4)
+    assert two == pytest.approx(inside + 8 * per_gpu + 2 * hop)
+    assert four == pytest.approx(inside + 24 * per_gpu + 4 * hop)
+
+
+def test_kernel_tables_leave_an_all_reduce_across_nodes_to_the_roofline(aic):  # noqa: ANN001
+    # The engines' custom all-reduce runs between NVLink peers of one node: its table does not price a ring
+    # across nodes, which the roofline prices (NCCL over the NIC), and the run's notes say so.
+    from simulator.costmodel.aic.model import TableCostModel
+
+    r = ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=16, num_nodes=2, allow_tp_across_nodes=True,
+                      inter_node_link="infiniband-400g", kernels="vllm")
+    model = TableCostModel(r, "vllm", root=aic, quiet=True)
+    assert "tp_all_reduce" in model.roofline_ops
+    assert any("across nodes" in note for note in model.notes)
+    assert model.collective_latency_s() == model.rf.collective_latency_s()
+
+
+def test_the_logits_gather_pays_one_collective_latency():
+    # Gathering vocab-sharded logits is one collective: its bytes scale with vocab / (2 hidden) of an all-reduce
+    # of the hidden states, its latency does not (it was charged vocab / (2 hidden) = 7.8 times for Llama-3).
+    import numpy as np
+
+    for calibration in ("today", "2023"):
+        rf = RooflineCostModel(ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=4, roofline_calibration=calibration))
+        latency = rf.collective_latency_s()
+        ratio = rf.model.vocab_size / rf.model.hidden_size / 2
+        n = np.array([1.0, 256.0])
+        bandwidth = rf.all_reduce(n) - latency
+        assert rf.logits_gather(n) == pytest.approx(bandwidth * ratio + latency)
+        assert rf.logits_gather(np.array([1.0]))[0] < 2 * latency < ratio * latency
+    assert RooflineCostModel(ReplicaConfig("llama-3.1-8b", "h100-sxm")).logits_gather(np.array([8.0]))[0] == 0.0
+
+
 def test_a_pipeline_hop_carries_the_hidden_states_and_the_residual():
     """vLLM's IntermediateTensors (and SGLang's PPProxyTensors) send both between stages: two hidden-size
     vectors a token, which over 100 Gb Ethernet is what a hop of a 2,048-token chunk costs."""

@@ -126,6 +126,7 @@ def trace_of(config: Any) -> Trace | None:
     """Simulate ``config`` with the kernels alone and keep its steps and the measured requests'
     step indices; None where the run is not one replica's back-to-back steps (not replayable)."""
     from simulator.costmodel.engine_model import kernel_collective_latency_s, num_collectives
+    from simulator.report.benchmark import measured_requests
     from simulator.report.metrics import request_columns
     from simulator.simulation import simulate
 
@@ -140,8 +141,7 @@ def trace_of(config: Any) -> Trace | None:
     if len(end) > 1 and not np.allclose(start[1:], end[:-1], rtol=0, atol=1e-9 * max(1.0, end[-1])):
         return None  # idle gaps: the step sequence could depend on the step times
     req = request_columns(result)
-    warm = config.workload.num_warmup or 0
-    keep = (np.asarray(req["request_id"]) >= warm) & np.isfinite(req["completed_at"])
+    keep = measured_requests(result, req["request_id"]) & np.isfinite(req["completed_at"])
     if not keep.any():
         return None
 

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from simulator.cli.app import app, console, fail
-from simulator.cli.options import WORKERS_METAVAR, default_option, parse_ints, parse_workers, run_options
+from simulator.cli.options import WORKERS_METAVAR, default_option, help_note, parse_ints, parse_workers, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS, MIN_QPS
@@ -44,6 +44,14 @@ OUT_PLOT = Annotated[Path | None, typer.Option(help="Folder for results.csv, tri
 # What --out holds (an earlier one is replaced whole).
 SPLIT_FILES = ("results.csv", "trials.csv", "summary.json", "comparison.png", "comparison.svg")
 
+
+# What split and compare accept of a run option only in part (the rest is refused: config.options.SET_BY_COMMAND,
+# planning.capacity.check_searchable); the options they never accept are left out of their --help.
+HELP_NOTES = {
+    "arrival": "Here poisson, gamma or fixed only: the search varies their rate.",
+    "scheduler": "Here vllm only, the pools' scheduler: it lets them keep --max-num-batched-tokens.",
+    "max_num_batched_tokens": "Here the pools' token budget, with --scheduler vllm only.",
+}
 
 # The most GPUs a split search lays out: it runs one goodput search per split, about --gpus of them for each
 # pair of --tps (1,024 GPUs: ~10,000 searches); a typo of 1e5 spent minutes listing splits before the first.
@@ -119,7 +127,8 @@ def _search(candidates, slo, qps_start: float, workers: int, no_layout: ConfigEr
     def on_done(result) -> None:  # noqa: ANN001
         nonlocal num_done
         num_done += 1
-        steps.update(f"{result.label}: {result.rate_qps:.3g} req/s", num_done, len(candidates))
+        steps.update(f"{result.label}: {'at least ' if result.at_least else ''}{result.rate_qps:.3g} req/s", num_done,
+                     len(candidates))
 
     try:
         with StepProgress("goodput searches") as steps:
@@ -148,7 +157,9 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
     table = Table("layout", "GPUs", "goodput (req/s)", "per GPU", "trials", title=f"{title} · {slo.describe()}",
                   title_justify="left")
     for row in ranked.itertuples():
-        table.add_row(row.label, str(row.num_gpus), f"{row.rate_qps:.3g}", f"{row.goodput_per_gpu:.3g}", str(row.num_trials))
+        least = "at least " if row.at_least else ""  # a lower bound: no trial above it failed, or was long enough
+        table.add_row(row.label, str(row.num_gpus), f"{least}{row.rate_qps:.3g}", f"{least}{row.goodput_per_gpu:.3g}",
+                      str(row.num_trials))
     from simulator.config.disagg_layout import parse_link
 
     link = parse_link(config.kv_link, config.replica.gpu).name  # in its canonical unit (100gbps: 100Gb/s), as run says
@@ -168,8 +179,13 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
             below.add_row(row.label, str(row.num_gpus), f">= {row.rate_qps:.3g}, {upper}",
                           f">= {row.goodput_per_gpu:.3g}", str(row.num_trials))
         print_table(out_console, below)
+    short = df[df["limited_by_trial_length"].astype(bool)]
+    if len(short):  # as `simulate capacity` says it: the answer is set by the trials' length, not the layout
+        others = f" ({count(len(short) - 1, 'other layout')} likewise)" if len(short) > 1 else ""
+        out_console.print(f"{short.iloc[0]['label']}: {short.iloc[0]['reason']}{others}", highlight=False)
     best = ranked.iloc[0] if len(ranked) else df.iloc[0]
-    out_console.print(f"[bold]best: {best['label']} at {best['goodput_per_gpu']:.3g} req/s per GPU[/bold]")
+    out_console.print(f"[bold]best: {best['label']} at {'least ' if best['at_least'] else ''}"
+                      f"{best['goodput_per_gpu']:.3g} req/s per GPU[/bold]")
     if out is not None:
         written = ["results.csv", "trials.csv", "summary.json"]
         try:
@@ -190,6 +206,7 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
 
 
 @disagg_app.command()
+@help_note(HELP_NOTES)
 @default_option("num_requests", 400)
 @run_options
 def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
@@ -210,6 +227,7 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
 
 
 @disagg_app.command()
+@help_note(HELP_NOTES)
 @default_option("num_requests", 400)
 @run_options
 def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,

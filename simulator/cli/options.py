@@ -274,6 +274,25 @@ def default_help(name: str, text: str):  # noqa: ANN201 - decorator over a run_o
     return decorate
 
 
+def help_note(notes: dict[str, str]):  # noqa: ANN201 - decorator over a run_options command
+    """Add to run options' ``--help`` in this command what it accepts of them (``notes``: option name -> a
+    sentence, e.g. the values it refuses), changing nothing else."""
+
+    def decorate(fn):  # noqa: ANN001, ANN202
+        def noted(param: inspect.Parameter) -> inspect.Parameter:
+            base, info = typing.get_args(param.annotation)
+            info = copy.copy(info)  # the shared option's info stays as it is for the other commands
+            info.help = f"{(info.help or '').rstrip()} {notes[param.name]}"
+            return param.replace(annotation=Annotated[base, info])
+
+        signature = inspect.signature(fn)
+        fn.__signature__ = signature.replace(parameters=[  # type: ignore[attr-defined]
+            noted(p) if p.name in notes else p for p in signature.parameters.values()])
+        return fn
+
+    return decorate
+
+
 def _with_default_help(param: inspect.Parameter, value: Any) -> inspect.Parameter:
     """``param`` (a shared option, ``Annotated[type, typer.Option]``) with its help naming ``value`` as the default."""
     base, info = typing.get_args(param.annotation)

@@ -93,7 +93,7 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
 
         # the ITL views over the measured requests, as every other figure (the engine's logs hold the warm-up's)
         summary["speculative"] = {**result.extra["speculative"],
-                                  **measured_itl_views(result, config.workload.num_warmup)}
+                                  **measured_itl_views(result)}
     if result.disagg is not None:  # disaggregated prefill/decode: pool, handoff and link metrics
         from simulator.report.disagg_metrics import disagg_summary
 
@@ -233,7 +233,7 @@ def _router(config: RunConfig) -> str:
         from simulator.config.disagg_layout import layout_of
 
         layout = layout_of(config)
-        workers = layout.prefill.num_replicas * layout.prefill_replica.attention_dp
+        workers = layout.num_prefill_workers
         return f" · prefill workers by {config.router}" if workers > 1 else ""
     return f" behind {config.router}" if config.num_ranks > 1 else ""
 

@@ -169,9 +169,6 @@ class PoolSpec:
             cfg = replace(cfg, chunk_size=None, max_num_batched_tokens=self.budget)
         return cfg
 
-    def num_gpus(self, base: ReplicaConfig) -> int:
-        return self.num_replicas * self.replica_config(base).num_gpus
-
 
 def parse_pool(text: str, field: str) -> PoolSpec:
     """``'2x(tp=2,gpu=h100-sxm)'`` -> PoolSpec; ConfigError naming ``field`` otherwise."""
@@ -291,8 +288,19 @@ class DisaggLayout:
     mixed_scheduler: SchedulerConfig | None
 
     @property
+    def num_prefill_workers(self) -> int:
+        """Prefill workers: the engine replicas the router picks among, one per attention-DP rank of each
+        prefill pool replica (each rank schedules and caches on its own, as in an aggregated run)."""
+        return self.prefill.num_replicas * self.prefill_replica.attention_dp
+
+    @property
+    def num_prefill_gpus(self) -> int:
+        """GPUs the prefill pool occupies."""
+        return self.prefill.num_replicas * self.prefill_replica.num_gpus
+
+    @property
     def num_gpus(self) -> int:
-        n = self.prefill.num_replicas * self.prefill_replica.num_gpus + self.decode.num_replicas * self.decode_replica.num_gpus
+        n = self.num_prefill_gpus + self.decode.num_replicas * self.decode_replica.num_gpus
         if self.mixed is not None and self.mixed_replica is not None:
             n += self.mixed.num_replicas * self.mixed_replica.num_gpus
         return n

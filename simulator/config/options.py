@@ -329,7 +329,7 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if layout is not None:
         for name, why in _pool_inert_options(config).items():
             out.setdefault(name, why)
-        if layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:  # one prefill worker
+        if layout.num_prefill_workers == 1:  # one prefill worker
             # The router picks a prefill worker; a decode worker is picked by free blocks and load, a mixed one by load.
             out["router"] = ("the router picks a prefill worker, and the prefill pool is one, which takes every request",
                              "give the prefill pool more replicas ('2x(tp=1)'), or drop {flag}")
@@ -369,7 +369,7 @@ def router_unread(config: RunConfig, hashes: bool, sessions: bool, source: str) 
         return None
     if config.is_disaggregated:
         layout = layout_of(config)
-        if layout.prefill.num_replicas * layout.prefill_replica.attention_dp == 1:
+        if layout.num_prefill_workers == 1:
             return None
     elif config.num_ranks == 1:
         return None
@@ -507,9 +507,28 @@ _SEARCH_SETS = {"num_warmup": "its goodput trials judge every request (they leav
 _NO_MIXED_STEPS = ("disaggregated pools never run a step that mixes prompts and decodes, the steps batch waiting "
                    "holds, nor do compare's vllm arms")
 _BATCH_WAIT_SETS = {"batch_wait_timeout_iters": _NO_MIXED_STEPS, "batch_wait_max_tokens_ratio": _NO_MIXED_STEPS}
+# What else split and compare never read, each refused before by a check whose fix sent the user to an option they
+# refuse too: their search varies an open loop's rate (planning.capacity.check_searchable: no closed loop, no
+# --arrival trace, so no trace clock to scale or sessions to replay); no pool or arm runs sglang, the one scheduler
+# that polls for requests (--scheduler sglang is refused); and none splits prompts under --chunk-size (the pools and
+# vllm arms run vllm, which does not chunk; compare's sarathi arms take --taus).
+_RATE_SEARCH = "its goodput search varies the request rate of open-loop arrivals"
+_UNREAD_SETS = {"concurrency": f"{_RATE_SEARCH}, and a closed loop has none",
+                "time_scale": f"{_RATE_SEARCH}, never a trace's timestamps",
+                "session_replay": f"{_RATE_SEARCH}, never a trace's sessions",
+                "scheduler_recv_interval": "its pools run vllm and compare's arms vllm and sarathi, never sglang, "
+                                           "the one scheduler that polls for requests",
+                "chunk_size": "its pools run vllm, which does not split prompts into chunks, and compare's sarathi "
+                              "arms take theirs from --taus"}
+# split searches disaggregated layouts alone, whose pools keep no prefix cache (a run refuses --prefix-caching on
+# pools): the flag had dropped every layout, blamed on memory. (compare's aggregated arms may cache.)
+_NO_PREFIX_CACHE = "its disaggregated pools keep no prefix cache: a pool's is not modelled"
+_POOL_CACHE_SETS = {name: _NO_PREFIX_CACHE for name in ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib")}
 _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", "mixed_pool": "its own pools",
                "tp": "from --tps", "replicas": "from the split of --gpus", "qps": "its goodput search over rates",
-               **_BATCH_WAIT_SETS, **_SEARCH_SETS}
+               **_BATCH_WAIT_SETS, **_SEARCH_SETS, **_UNREAD_SETS}
+# What split and compare never read (refused as doing nothing), beside what they set in every layout.
+_SPLIT_UNREAD = frozenset({*_SEARCH_SETS, *_BATCH_WAIT_SETS, *_UNREAD_SETS, *_POOL_CACHE_SETS, "qps"})
 # plan chooses each layout's GPU, parallelism, batch cap and unit count (simulator.planning.plan.Layout.config).
 _PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "attention_dp": "from --attention-dps",
               "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts",
@@ -530,7 +549,7 @@ _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for nam
         "speculative_config", "num_speculative_tokens", "acceptance_rate", "acceptance_rates", "acceptance_data",
         "spec_disable_batch_size", "spec_reduce_k_batch_size")}
 # capacity judges its trials without a warm-up's requests (planning.capacity.run_trial), as a run reports
-SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS,
+SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS | _POOL_CACHE_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS,
                                              "tau": _TAU_SETS, "capacity": {}}
 
 
@@ -543,13 +562,13 @@ def _set_by_command(options: dict[str, Any], command: str, scheduler: str) -> No
         sets["scheduler"] = f"pools run {DEFAULT_POOL_SCHEDULER}; compare's aggregated arms vllm and sarathi"
     if command in ("split", "compare") and options.get("scheduler") != DEFAULT_POOL_SCHEDULER:
         # the pools keep no other scheduler's budget
-        sets["chunk_size"] = sets["max_num_batched_tokens"] = (
+        sets["max_num_batched_tokens"] = (
             f"pools run {DEFAULT_POOL_SCHEDULER}, which keeps a budget only with --scheduler {DEFAULT_POOL_SCHEDULER}")
     for name, setter in sets.items():
         if options.get(name) is not None:
             flag = f"--{name.replace('_', '-')}"
             where = command if command in ("plan", "capacity", "tau") else f"disagg {command}"
-            if command == "tau" or name in _SEARCH_SETS or name in _BATCH_WAIT_SETS or name == "qps":
+            if command == "tau" or (command in ("split", "compare") and name in _SPLIT_UNREAD):
                 raise ConfigError(flag, f"{where} does not read it ({setter}), so {flag} would do nothing",
                                   f"drop {flag}")
             raise ConfigError(flag, f"{where} sets it in every layout it searches ({setter}), so {flag} would "

@@ -492,8 +492,10 @@ class SchedulerConfig:
         """Requests one iteration may carry: ``max_num_seqs`` where given, else the engine's default.
         vLLM V1's API server: 1024 on GPUs of 70 GiB or more but the A100, else 256
         (EngineArgs.get_batch_defaults). SGLang: ``num_kv_tokens / max_model_len * 512`` held in
-        [2048, 4096] (its model runner's max_num_reqs; 2048 before the KV cache is sized). The others
-        keep 128, the batch cap the paper reproductions (and Vidur) were made with."""
+        [2048, 4096] (its model runner's max_num_reqs; 2048 before the KV cache is sized). TensorRT-LLM:
+        2048 (``trtllm-serve``'s max_batch_size, BuildConfig's; its 128 is the largest CUDA-graph batch,
+        not a cap on what it schedules). The 2023-era policies keep 128, the batch cap the paper
+        reproductions (and Vidur) were made with."""
         if self.max_num_seqs is not None:
             return self.max_num_seqs
         if self.name == "vllm-v1":
@@ -502,6 +504,8 @@ class SchedulerConfig:
             if not num_kv_tokens or not max_model_len:
                 return 2048
             return min(max(int(num_kv_tokens / max_model_len * 512), 2048), 4096)
+        if self.name == "trtllm":
+            return 2048
         return 128
 
     def _check_batch_wait(self) -> None:

@@ -63,7 +63,8 @@ SCHEDULERS: dict[str, SchedulerEntry] = {
     "vllm-v1": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True,
                               prefix_cache="vllm-lru", hybrid_page=True),
     "sglang": SchedulerEntry(f"{_POLICIES}.sglang:SGLangScheduler", chunks_prompts=True, prefix_cache="radix-lru"),
-    "trtllm": SchedulerEntry(f"{_POLICIES}.trtllm:TRTLLMScheduler", batch_wait=True),
+    # TensorRT-LLM reuses KV blocks across requests by default (KvCacheConfig.enable_block_reuse).
+    "trtllm": SchedulerEntry(f"{_POLICIES}.trtllm:TRTLLMScheduler", batch_wait=True, prefix_cache="vllm-lru"),
 }
 
 SCHEDULER_NAMES = tuple(SCHEDULERS)

@@ -208,7 +208,7 @@ ENGINES: dict[str, EngineModel] = {
         fitted="non-negative least squares of relative error on top of the calibrated roofline, both GPUs, "
                "TP2 batch-64 rows excluded (KV cache cannot hold 64 sequences there: the source ran fewer); "
                "engine_fit.fit_splitwise_preset()",
-        cpu_iteration_s=2.99e-3, cpu_per_seq_s=0.2913e-3, cpu_per_prefill_token_s=8.247e-6,
+        cpu_iteration_s=3.023e-3, cpu_per_seq_s=0.2913e-3, cpu_per_prefill_token_s=8.245e-6,
         collective_extra_s=((2, 0.0), (4, 39.09e-6), (8, 94.76e-6)),
         prefill_excess_token_s=51.61e-6, prefill_excess_threshold_tokens=2048,
         cuda_graphs=False, roofline_calibration="2023",

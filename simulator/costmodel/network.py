@@ -10,6 +10,7 @@ textbook ones a pipeline hop and the checks against measured NCCL use.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from simulator.config.topology import Link, ReplicaTopology
@@ -43,6 +44,15 @@ def tp_all_reduce_time(topo: ReplicaTopology, nbytes: float, efficiency: float |
     ``efficiency`` (default: the intra-node link's)."""
     eff = topo.intra.efficiency if efficiency is None else efficiency
     return ring_all_reduce_time(nbytes, topo.tp, topo.tp_ring_bytes_per_s * eff, topo.tp_ring_latency_s)
+
+
+def cross_node_latency_s(topo: ReplicaTopology) -> float:
+    """What a TP group's all-reduce across nodes adds to the latency measured inside one node (the calibrated
+    collective latency, the engines' custom all-reduce tables): NCCL takes small messages across nodes by its
+    tree, whose reduce goes up and broadcast comes down ``ceil(log2(nodes))`` levels of inter-node hops. A floor
+    (no per-hop software cost, no congestion): nothing measured here crosses nodes to calibrate it on."""
+    nodes = -(-topo.tp // topo.gpus_per_node)
+    return 2 * math.ceil(math.log2(nodes)) * topo.inter.latency_s if nodes > 1 else 0.0
 
 
 def hop_time(topo: ReplicaTopology, nbytes: float, hop: int, intra_latency_s: float | None = None) -> float:

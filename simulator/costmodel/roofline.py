@@ -47,7 +47,7 @@ from simulator.costmodel.moe import (
     moe_token_ops,
     uses_moe_collectives,
 )
-from simulator.costmodel.network import hop_time
+from simulator.costmodel.network import cross_node_latency_s, hop_time
 
 # Layer ops whose cost depends only on the number of tokens in the iteration.
 TOKEN_OPS = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down",
@@ -208,8 +208,13 @@ class RooflineCostModel(TabulatedCostModel):
 
     def collective_latency_s(self) -> float:
         """The latency each TP all-reduce is charged: a fixed part and, with the 'today' constants,
-        one per GPU past two (the 2023 calibration's is 0.0)."""
-        return self.cal.allreduce_latency_s + max(0, self.replica.tp - 2) * self.cal.allreduce_gpu_latency_s
+        one per GPU past two (the 2023 calibration's is 0.0); a TP group across nodes (outside one NVLink
+        domain) adds :func:`cross_node_latency_s` (the calibrated part was measured inside a node)."""
+        latency = self.cal.allreduce_latency_s + max(0, self.replica.tp - 2) * self.cal.allreduce_gpu_latency_s
+        topo = self.topology
+        if topo.tp_ring_crosses_nodes:
+            latency += cross_node_latency_s(topo)
+        return latency
 
     # -- per-op view ----------------------------------------------------------------------
     def token_ops(self, tokens: np.ndarray) -> dict[str, np.ndarray]:
@@ -413,11 +418,21 @@ class RooflineCostModel(TabulatedCostModel):
     def embedding_time(self, tokens: np.ndarray) -> np.ndarray:
         return self.elementwise(tokens, 2 * self.model.hidden_size * self.dtype_bytes, eff=self.cal.embedding_memory_eff)
 
+    def logits_gather(self, num_logits: np.ndarray) -> np.ndarray:
+        """Gathering the vocab-sharded logits of ``num_logits`` tokens over the TP group: one collective, whose
+        bytes are ``vocab / (2 hidden)`` times an all-reduce of the hidden states' (an all-gather moves half an
+        all-reduce's bytes an element), its latency paid once."""
+        n = np.asarray(num_logits, dtype=np.float64)
+        if self.replica.tp == 1:
+            return np.zeros_like(n)
+        latency = self.collective_latency_s()
+        ratio = self.model.vocab_size / self.model.hidden_size / 2
+        return np.where(n > 0, (self.all_reduce(n) - latency) * ratio + latency, 0.0)
+
     def lm_head_time(self, num_logits: np.ndarray) -> np.ndarray:
         m, n = self.model, np.asarray(num_logits, dtype=np.float64)
         lm_head = self.gemm16(n, m.hidden_size, m.vocab_size // self.replica.tp)
-        # Gathering the vocab-sharded logits, then sampling.
-        gather = self.all_reduce(n) * (m.vocab_size / m.hidden_size / 2)
+        gather = self.logits_gather(n)
         norm = self.elementwise(n, 2 * m.hidden_size * self.dtype_bytes)
         return np.where(n > 0, lm_head + gather + norm + self.cal.kernel_floor_s, 0.0)
 

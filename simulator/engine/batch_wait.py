@@ -81,7 +81,7 @@ class BatchWait:
                 tokens += req.num_prompt_tokens
         if not num_decodes:
             return False  # no generation requests: the engine never waits then
-        speculation = getattr(scheduler, "speculation", None)
+        speculation = scheduler.speculation
         tokens += num_decodes * (1 + speculation.config.num_verify_tokens if speculation is not None else 1)
         slots = scheduler.max_num_seqs - len(running)
         if waiting and slots > 0:
@@ -93,13 +93,12 @@ class BatchWait:
                 for req in waiting:  # whole prompts, in order, while a slot is free and the threshold not reached
                     if slots == 0 or tokens >= threshold:
                         break
-                    need = req.num_prompt_tokens + req.num_generated
                     if self.whole_prompts:
-                        cached = scheduler.blocks.cached_prefix_tokens(req)
-                        if computed + need - cached > self.token_budget:
+                        step = scheduler.prompt_step_tokens(req)
+                        if computed + step > self.token_budget:
                             break  # not scheduled this step (it waits for room): not counted
-                        computed += need - cached
-                    tokens += need
+                        computed += step
+                    tokens += req.num_prompt_tokens + req.num_generated
                     slots -= 1
         if not has_prompt:
             return False

@@ -426,7 +426,7 @@ class DisaggCluster:
         rid = 0
         # With attention DP (a pool's ``dp``) each rank of a pool replica is a replica of its own
         # (ranks of one replica consecutive), as in an aggregated run: num_replicas x dp per pool.
-        for _ in range(layout.prefill.num_replicas * layout.prefill_replica.attention_dp):
+        for _ in range(layout.num_prefill_workers):
             sched, self.plans["prefill"] = _build_pool_scheduler(layout.prefill_replica, layout.prefill_scheduler,
                                                                  PrefillMixin, "prefill_pool", config, rid)
             replica_id = rid

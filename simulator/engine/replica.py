@@ -99,7 +99,7 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
         cls = lockstep(cls)  # the fast layer's wrap decides which classes take it
     scheduler = cls(sched, blocks, max_model_len, gpu=replica.gpu_spec, attention_dp=replica.attention_dp)
     if speculation is not None:
-        scheduler.speculation = speculation  # type: ignore[attr-defined]
+        scheduler.speculation = speculation
     return scheduler, plan
 
 

@@ -124,7 +124,6 @@ class SpeculativeMixin:
 
     speculation: Speculation
     reserves_up_front: bool = False  # set per policy by speculative_class
-    speculates = True
 
     @property
     def max_decode_blocks(self) -> int:
@@ -311,7 +310,7 @@ def make_speculative(scheduler: Scheduler, config: SpeculativeConfig, rng: np.ra
     cls = speculative_class(type(scheduler))
     out = cls.__new__(cls)
     out.__dict__.update(scheduler.__dict__)
-    out.speculation = Speculation(config, rng)  # type: ignore[attr-defined]
+    out.speculation = Speculation(config, rng)
     return out
 
 
@@ -334,7 +333,7 @@ def speculation_stats(schedulers: list[Scheduler]) -> dict | None:
     """The replicas' speculation counters merged (None where nobody speculates)."""
     total: SpeculationStats | None = None
     for s in schedulers:
-        spec = getattr(s, "speculation", None)
+        spec = s.speculation
         if spec is None:
             continue
         if total is None:
@@ -353,7 +352,7 @@ def speculation_extra(config: SpeculativeConfig, schedulers: list[Scheduler]) ->
     of a verify step have gap 0) and per step (those zeros left out: one gap per request-step)."""
     stats = speculation_stats(schedulers) or SpeculationStats(config.k).as_dict()
     token_logs = [s.gaps for s in schedulers]
-    step_logs = [per_step_gaps(s.gaps, s.speculation.stats.num_intra_step_zeros) if hasattr(s, "speculation")
+    step_logs = [per_step_gaps(s.gaps, s.speculation.stats.num_intra_step_zeros) if s.speculation is not None
                  else s.gaps for s in schedulers]
     out: dict = {"method": config.method, "num_speculative_tokens": config.k,
                  "num_verify_tokens": config.num_verify_tokens,  # a token tree's nodes, else k

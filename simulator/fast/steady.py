@@ -135,7 +135,7 @@ def trtllm_decode_steady(s: Scheduler) -> bool:
     head = waiting[0]
     # The step's tokens as schedule() counts them, a cached prefix out (reserved requests allocate no
     # blocks while decoding, so the cache, and with it this count, holds still over the stretch).
-    prompt = s.prompt_step_tokens(head)  # type: ignore[attr-defined]
+    prompt = s.prompt_step_tokens(head)
     return len(s.running) + prompt > s.token_budget or not s.blocks.can_admit(s.reserve_tokens(head), head)
 
 

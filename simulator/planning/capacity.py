@@ -81,12 +81,11 @@ from simulator.costmodel.base import BatchShape
 from simulator.engine.tbt import GapLog, percentiles
 from simulator.planning.options import SLO, SearchSettings  # declared with the planner options
 from simulator.planning.search import Limits, Outcome, largest_passing
-from simulator.report.benchmark import measured_gaps, send_order
+from simulator.report.benchmark import measured_gaps
 from simulator.report.metrics import (
     measured_columns,
     overload_summary,
     request_columns,
-    tbt_distribution,
     within_slo,
 )
 from simulator.workload.request import Request, Status
@@ -512,8 +511,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         cfg = config.replace(workload__concurrency=int(qps), workload__arrival="burst")
     else:
         cfg = config.replace(workload__qps=qps)
-    num_warmup = cfg.workload.num_warmup
-    if not early_exit or num_warmup:  # (the watches count every request and gap: a warm-up's would end a trial)
+    if not early_exit or cfg.workload.num_warmup:  # (the watches count every request and gap: a warm-up's would end a trial)
         watch = None
     elif slo.criterion == "goodput":  # certain to miss the goodput target once too many are late for TTFT
         assert slo.min_goodput is not None
@@ -533,7 +531,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         nan = math.nan
         return Trial(cfg.seed, qps, False, str(stopped), nan, nan, nan, nan, nan, nan, nan, nan, nan,
                      int(is_finished.sum()), num_rejected, True, time.perf_counter() - start, span)
-    values, counts, _ = measured_gaps(result, num_warmup) if num_warmup else tbt_distribution(result)
+    values, counts, _ = measured_gaps(result)
     # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
     tbt_q, tbt_p99 = percentiles(values, counts, (slo.tbt_quantile, 99.0)) if len(values) else (0.0, 0.0)
     delays = scheduling_delays(result, cols)
@@ -564,7 +562,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
                            f"< {100 * slo.min_goodput:g}%")
     too_short = False
     if not reasons and not users:  # (a closed loop's users wait for their replies: its queue cannot outgrow them)
-        reasons, too_short = sustained(result, cols, delays, span, slo)
+        reasons, too_short = sustained(result, cols, slo, delays, span)
     return Trial(cfg.seed, qps, not reasons, "; ".join(reasons), tbt_q, sched_q, tbt_p99,
                  _quantile(ttft, 50.0), _quantile(ttft, 99.0), tpot_q, _quantile(tpot, 50.0), _quantile(tpot, 99.0),
                  goodput, num_finished, num_rejected, False, time.perf_counter() - start, span, too_short)
@@ -577,7 +575,7 @@ def judged_requests(result: RunResult, slo: SLO) -> tuple[dict[str, np.ndarray],
     ``tbt_s``). The one judgement of :func:`run_trial` and of the planner's fleet verification
     (:func:`simulator.planning.plan.measure`), so a fleet is held to what its units' capacity was."""
     cols = request_columns(result)
-    cols = measured_columns(cols, result.config.workload.num_warmup, send_order(result))
+    cols = measured_columns(result, cols)
     finished = cols["status"] == Status.FINISHED.value
     if slo.goodput_tpot_s is not None:  # DistServe: TTFT and TPOT
         good = within_slo(finished, cols["ttft_s"], cols["tpot_s"], slo.goodput_ttft_s, slo.goodput_tpot_s)
@@ -586,10 +584,13 @@ def judged_requests(result: RunResult, slo: SLO) -> tuple[dict[str, np.ndarray],
     return cols, good
 
 
-def sustained(result: RunResult, cols: dict[str, np.ndarray], delays: np.ndarray, span_s: float,
-              slo: SLO) -> tuple[list[str], bool]:
+def sustained(result: RunResult, cols: dict[str, np.ndarray], slo: SLO, delays: np.ndarray | None = None,
+              span_s: float | None = None) -> tuple[list[str], bool]:
     """Why a rate trial that met ``slo`` still shows no sustainable rate (an empty list where it does), and
-    whether that is because it was too short to judge. ``delays``: :func:`scheduling_delays` of ``cols``.
+    whether that is because it was too short to judge. ``cols``: the requests judged (:func:`judged_requests`);
+    ``delays``: their :func:`scheduling_delays` and ``span_s``: their first to last arrival, each computed here
+    where not given. The judgement of :func:`run_trial` and of the disaggregation planner's goodput trials
+    (:func:`simulator.planning.split.goodput_trial`, its SLO as :meth:`PlanSLO.capacity_slo`).
 
     Capacity is the largest rate the server sustains, and a finite trial at a rate above that meets the SLO
     whenever its run ends before its backlog waits past the SLO's wait limit (:meth:`SLO.wait_limit`): a
@@ -606,6 +607,11 @@ def sustained(result: RunResult, cols: dict[str, np.ndarray], delays: np.ndarray
       (its backlog need not wait that long), so it is too short to judge, neither pass nor failure; the
       search's answer below it is then a lower bound (:func:`_seed_result`), not a capacity.
     """
+    if delays is None:
+        delays = scheduling_delays(result, cols)
+    if span_s is None:
+        arrivals = cols["arrival_at"]
+        span_s = float(arrivals.max() - arrivals.min()) if len(arrivals) else math.nan
     limit_s, quantile, limit_name = slo.wait_limit()
     overload = overload_summary({**cols, "sched_delay_s": delays}, limit_s, quantile)
     if overload["overloaded"]:

@@ -76,7 +76,7 @@ from simulator.planning.capacity import SearchSettings, find_capacity, judged_re
 from simulator.planning.launch import LAUNCH_ENGINES, launch_command
 from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
 from simulator.planning.split import fits
-from simulator.report.benchmark import measured_window, output_throughput_per_user, send_order
+from simulator.report.benchmark import measured_window, output_throughput_per_user
 from simulator.util.text import percent
 from simulator.workload.request import Status
 
@@ -509,7 +509,7 @@ def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
     tpot_f = tpot_f[~np.isnan(tpot_f)]
     # The load's window as every throughput figure takes it (vllm bench's duration: from the load's start, refusals
     # in). The columns hold the measured requests already, which the window's own warm-up mask keeps whole.
-    start, end = measured_window(cols, config.workload.num_warmup, config.workload.arrival, send_order(result))
+    start, end = measured_window(result, cols)
     span = end - start if finished.any() else math.nan
     out_tokens = float(cols["num_output_tokens"][finished].sum())
     busy = np.asarray(result.replica_busy_s, dtype=np.float64)
@@ -782,32 +782,26 @@ def plan_identity(base: RunConfig, load_qps: float, slo: PlanSLO, rel_tol: float
 PER_USER_DEFINITION = "mean 1/TPOT"
 
 
-def _per_user_is_current(out: Path) -> bool:
-    """Whether ``out``'s layouts.csv rows hold tokens/s per user as :data:`PER_USER_DEFINITION` (plan.json says so)."""
-    try:
-        return json.loads((out / "plan.json").read_text()).get("per_user") == PER_USER_DEFINITION
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return False
-
-
-def _read_done(out: Path, identity: str) -> dict[str, dict[str, Any]]:
-    """The layouts an earlier run of this plan searched (by key), from ``out``; a folder written before
-    :data:`PER_USER_DEFINITION` was recorded gives its rows' tokens/s per user as unknown (NaN): another figure
-    (1 / median TPOT), which a resumed table would otherwise rank and plot beside this one unsaid."""
+def _read_done(out: Path, identity: str) -> tuple[dict[str, dict[str, Any]], bool]:
+    """The layouts an earlier run of this plan searched (by key), from ``out`` (its plan.json read once), and
+    whether those rows hold tokens/s per user as :data:`PER_USER_DEFINITION` (plan.json says so; True where there
+    are no rows). A folder written before the definition was recorded gives its rows' tokens/s per user as unknown
+    (NaN): another figure (1 / median TPOT), which a resumed table would otherwise rank and plot beside this one
+    unsaid."""
     info = out / "plan.json"
     if not info.is_file():
-        return {}
+        return {}, True
     try:
         data = json.loads(info.read_text())
     except json.JSONDecodeError:
-        return {}
+        return {}, True
     current = data.get("per_user") == PER_USER_DEFINITION
     if data.get("identity") != identity:
         raise ConfigError("--out", f"{out} holds another plan (other model, traffic, SLO or search settings)",
                           "pass a new --out folder, or delete that one")
     path = out / "layouts.csv"
     if not path.is_file():
-        return {}
+        return {}, True
     done = {}
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
@@ -826,7 +820,7 @@ def _read_done(out: Path, identity: str) -> dict[str, dict[str, Any]]:
                 parsed["at_capacity_tokens_per_s_per_user"] = math.nan
             if parsed.get("status") in ("ok", "below"):
                 done[parsed["key"]] = parsed
-    return done
+    return done, current or not done
 
 
 # ---------------------------------------------------------------------------------------------
@@ -966,10 +960,10 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        done = _read_done(out, identity)
+        done, current = _read_done(out, identity)
         # The rows appended here hold the current per-user figure; a folder with older rows stays unmarked (its
         # figures all read as unknown on a later resume: never two definitions in one column).
-        marker = {"per_user": PER_USER_DEFINITION} if not done or _per_user_is_current(out) else {}
+        marker = {"per_user": PER_USER_DEFINITION} if current else {}
         (out / "plan.json").write_text(json.dumps({"identity": identity, "load_qps": load_qps, "slo": asdict(slo),
                                                    "rel_tol": rel_tol, "config": base.to_dict(), **marker}, indent=1))
     base_dict, slo_dict = base.to_dict(), asdict(slo)

@@ -9,6 +9,13 @@ by doubling/halving from a start rate, then bisect to a relative gap ``rel_tol``
 stops early (the engine's ``watch`` hook) once more requests than the SLO tolerates have
 already waited longer than the TTFT SLO for their first token: the verdict is certain.
 
+Sustained (:func:`simulator.planning.capacity.sustained`, capacity's own judgement): goodput is a rate
+the layout sustains, so a trial that meets the attainment still fails when its run is overloaded (its
+queue still growing at the last arrival), and is too short to judge, no pass, when its arrivals span less
+than the TTFT SLO: a short trial at a rate the layout cannot drain meets it anyway. A search whose
+answer lies below such trials reports it as a lower bound (``at_least``, ``too_short``) set by
+``--num-requests``, not by the layout.
+
 **Split search**: for a fixed GPU count, every (prefill replicas x prefill TP, decode
 replicas x decode TP) that uses exactly those GPUs and fits in memory, each searched for
 goodput; the best goodput per GPU wins.
@@ -20,10 +27,11 @@ grid, keeping its best) beside the disaggregated splits, one row per candidate.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -32,11 +40,9 @@ from simulator.config.disagg_layout import layout_of, num_gpus_of
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.engine.replica import memory_shortfall
-from simulator.planning.capacity import TTFTWatch
+from simulator.planning.capacity import TTFTWatch, format_against, judged_requests, sustained
 from simulator.planning.options import PlanSLO
 from simulator.planning.search import Limits, largest_passing
-from simulator.report.disagg_metrics import slo_attainment
-from simulator.report.metrics import request_frame
 from simulator.util.interrupts import WorkerPool
 from simulator.util.text import percent
 
@@ -55,9 +61,21 @@ class GoodputSLO(PlanSLO):
         return f"{percent(self.attainment)} of requests with TTFT <= {self.ttft_s:g}s and TPOT <= {self.tpot_s:g}s"
 
 
+class GoodputTrial(NamedTuple):
+    """One goodput trial: its rate, SLO attainment (a stopped trial's: the upper bound it was stopped at),
+    and verdict. ``reason``: why it is no pass ("" where it passed); ``too_short``: it met the attainment,
+    but its arrivals span less than the TTFT SLO, too short to judge (:func:`~simulator.planning.capacity.sustained`)."""
+
+    qps: float
+    attainment: float
+    passed: bool
+    reason: str = ""
+    too_short: bool = False
+
+
 @dataclass
 class GoodputResult:
-    """One layout's goodput search: trials as (qps, attainment), the rate found, per GPU."""
+    """One layout's goodput search: its trials, the rate found, per GPU."""
 
     label: str
     family: str  # vllm, sarathi, disagg
@@ -65,13 +83,19 @@ class GoodputResult:
     num_gpus: int
     rate_qps: float = 0.0
     reason: str = ""
-    trials: list[tuple[float, float]] = field(default_factory=list)
+    trials: list[GoodputTrial] = field(default_factory=list)
     wall_s: float = 0.0
     rel_tol: float = 0.05  # how finely rate_qps was bisected
     # Bisected only coarsely below a better layout of its family (branch and bound): rate_qps is
     # then a lower bound, the true rate in [rate_qps, failed_qps), never ranked beside exact rates.
     coarse: bool = False
     failed_qps: float | None = None  # the lowest rate that failed (None: none did)
+    # No trial above rate_qps failed outright (the search limit or max_trials came first), or those above it
+    # were too short to judge: the rate is at least rate_qps, with no upper bound found.
+    at_least: bool = False
+    # The rates above rate_qps were too short a trial to judge (their arrivals span less than the TTFT SLO): the
+    # answer is a lower bound set by --num-requests (capacity's capacity_limited_by_trial_length).
+    too_short: bool = False
 
     @property
     def goodput_per_gpu(self) -> float:
@@ -85,23 +109,41 @@ class GoodputResult:
                 "num_replicas": cfg.num_replicas if not cfg.is_disaggregated else 0,
                 "scheduler": cfg.scheduler.name if not cfg.is_disaggregated else "disagg",
                 "chunk_size": cfg.scheduler.chunk_size or 0, "num_trials": len(self.trials), "rel_tol": self.rel_tol,
-                "coarse": self.coarse, "failed_qps": self.failed_qps, "reason": self.reason}
+                "coarse": self.coarse, "failed_qps": self.failed_qps, "at_least": self.at_least,
+                "limited_by_trial_length": self.too_short, "reason": self.reason}
+
+
+def goodput_trial(config: RunConfig, qps: float, slo: GoodputSLO, early_exit: bool = True) -> GoodputTrial:
+    """Simulate ``config`` at ``qps`` and judge it: it passes when its SLO attainment is at least
+    ``slo.attainment`` and the run sustains the rate, as a capacity trial judges that
+    (:func:`simulator.planning.capacity.sustained`: not overloaded, and long enough to tell). A trial
+    stopped as certain to fail reports the upper bound it was stopped at (``1 - missed so far / requests``)."""
+    watch = TTFTWatch(slo.ttft_s, slo.attainment)
+    result = simulation.simulate(config.replace(workload__qps=qps), watch=watch if early_exit else None)
+    stopped = result.extra.get("stopped")
+    if stopped is not None:  # certain miss: report the bound it was stopped at
+        return GoodputTrial(qps, 1.0 - watch.num_late / watch.num_requests, False, str(stopped))
+    as_capacity = slo.capacity_slo()  # DistServe's goodput as capacity's --criterion goodput judges it
+    cols, good = judged_requests(result, as_capacity)
+    attainment = float(good.mean()) if len(good) else math.nan
+    if not attainment >= slo.attainment:
+        return GoodputTrial(qps, attainment, False, f"SLO attainment {format_against(100 * attainment, 100 * slo.attainment)}% "
+                            f"< {percent(slo.attainment)}")
+    reasons, too_short = sustained(result, cols, as_capacity)
+    return GoodputTrial(qps, attainment, not reasons, "; ".join(reasons), too_short)
 
 
 def attainment_at(config: RunConfig, qps: float, slo: GoodputSLO, early_exit: bool = True) -> float:
-    """SLO attainment of ``config`` at ``qps``; for a trial stopped as certain to fail, the
-    upper bound it was stopped at (``1 - missed so far / requests``, below the target)."""
-    watch = TTFTWatch(slo.ttft_s, slo.attainment)
-    result = simulation.simulate(config.replace(workload__qps=qps), watch=watch if early_exit else None)
-    if "stopped" in result.extra:  # certain miss: report the bound it was stopped at
-        return 1.0 - watch.num_late / watch.num_requests
-    return slo_attainment(request_frame(result), slo.ttft_s, slo.tpot_s)
+    """SLO attainment of ``config`` at ``qps`` (:func:`goodput_trial`'s; a stopped trial's upper bound)."""
+    return goodput_trial(config, qps, slo, early_exit).attainment
 
 
 def goodput_search(config: RunConfig, slo: GoodputSLO, label: str = "", family: str = "", qps_start: float = 1.0,
                    rel_tol: float = 0.05, min_qps: float = 0.01, max_qps: float = 500.0, max_trials: int = 24,
                    incumbent_qps: float | None = None, coarse_rel_tol: float = 0.25) -> GoodputResult:
-    """Largest QPS whose attainment >= ``slo.attainment`` (bracket, then bisect).
+    """Largest QPS whose trial passes (:func:`goodput_trial`: attainment >= ``slo.attainment``, sustained),
+    by bracket, then bisect. Trials too short to judge count as no pass; an answer below them is a lower
+    bound (``at_least``, ``too_short``), as is one no trial above failed.
 
     With ``incumbent_qps`` (the best rate of a competitor on as many GPUs), the first trial
     runs there; a layout that fails it cannot win, and is bisected only to ``coarse_rel_tol``.
@@ -110,9 +152,9 @@ def goodput_search(config: RunConfig, slo: GoodputSLO, label: str = "", family: 
     res = GoodputResult(label or (config.prefill_pool or config.scheduler.name), family, config, num_gpus_of(config))
 
     def passes(qps: float) -> bool:
-        att = attainment_at(config, qps, slo)
-        res.trials.append((qps, att))
-        return att >= slo.attainment
+        trial = goodput_trial(config, qps, slo)
+        res.trials.append(trial)
+        return trial.passed
 
     limits = Limits(rel_tol, min_qps, max_qps, max_trials)
     if not incumbent_qps:
@@ -126,13 +168,28 @@ def goodput_search(config: RunConfig, slo: GoodputSLO, label: str = "", family: 
         res.reason = "below the best so far (coarse): "
         res.coarse = True
     lo, hi = found.passed_qps, found.failed_qps
-    if lo is None and found.stop == "none_passes":
-        res.reason = f"misses the SLO down to {hi:.3g} QPS"
-    elif hi is None and found.stop == "max_qps":
-        res.reason = f"meets the SLO up to the search limit {max_qps:g} QPS"
+    failed = next(t for t in res.trials if t.qps == hi) if hi is not None else None
     res.rate_qps = lo or 0.0
     res.failed_qps = hi
-    if lo and hi:
+    if failed is not None and failed.too_short:
+        # The least rate above every pass was too short a trial to judge, and so is every rate above it (a
+        # trial's arrivals span 1 / rate): the passes show a lower bound, not where the SLO breaks.
+        res.too_short = True
+        why = failed.reason.removeprefix("too short to judge: ")
+        if lo is None:
+            res.reason = f"not found: no trial down to {hi:.3g} QPS was long enough to judge ({why})"
+        else:
+            res.at_least = True
+            res.reason += f"at least {lo:.4g} QPS: the trials above it are too short to judge; at {hi:.4g} QPS {why}"
+    elif lo is None and found.stop == "none_passes":
+        res.reason = f"misses the SLO down to {hi:.3g} QPS"
+    elif hi is None:
+        res.at_least = lo is not None
+        if found.stop == "max_qps":
+            res.reason = f"meets the SLO up to the search limit {max_qps:g} QPS"
+        elif lo is not None:
+            res.reason = f"still meets the SLO at {lo:.4g} QPS after {found.num_trials} trials, the most allowed"
+    elif lo:
         res.reason += f"passes at {lo:.4g}, fails at {hi:.4g} QPS"
     res.rel_tol = rel_tol
     res.wall_s = time.perf_counter() - start
@@ -192,7 +249,7 @@ def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 
                 elif dropped is not None:
                     dropped.append(f"P {cand.prefill_pool} + D {cand.decode_pool}: {problem}")
     # Balanced splits first: with pruning, a strong early incumbent makes the rest cheap.
-    return sorted(out, key=lambda c: abs(2 * layout_of(c).prefill.num_gpus(c.replica) - num_gpus))
+    return sorted(out, key=lambda c: abs(2 * layout_of(c).num_prefill_gpus - num_gpus))
 
 
 def aggregated_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 2, 4, 8),
@@ -270,8 +327,10 @@ def results_frame(results: Sequence[GoodputResult]) -> pd.DataFrame:
 
 
 def trials_frame(results: Sequence[GoodputResult]) -> pd.DataFrame:
-    rows = [{"label": r.label, "family": r.family, "qps": q, "attainment": a} for r in results for q, a in r.trials]
-    return pd.DataFrame(rows, columns=["label", "family", "qps", "attainment"])
+    """Every trial: its rate, SLO attainment and verdict (``passed``, ``too_short``, ``reason``: why it is no pass)."""
+    columns = ["label", "family", *GoodputTrial._fields]
+    rows = [{"label": r.label, "family": r.family, **t._asdict()} for r in results for t in r.trials]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def slo_dict(slo: GoodputSLO) -> dict[str, Any]:
@@ -284,7 +343,7 @@ FAMILY_COLORS = {"vllm": "#d62728", "sarathi": "#2ca02c", "disagg": "#1f77b4"}
 def comparison_figure(results: pd.DataFrame, trials: pd.DataFrame, slo: GoodputSLO, title: str = ""):  # noqa: ANN201
     """Left: goodput per GPU of every candidate, grouped by family, best of each labelled; a
     layout searched only coarsely (``coarse``) is a hatched, faint bar marked "bound" (its rate
-    is a lower bound, not a rank). Right: SLO attainment against QPS for the best candidate of
+    is a lower bound, not a rank), and a rate that is a lower bound otherwise (``at_least``) reads ">=". Right: SLO attainment against QPS for the best candidate of
     each family, the target marked."""
     from matplotlib.figure import Figure
 
@@ -293,6 +352,8 @@ def comparison_figure(results: pd.DataFrame, trials: pd.DataFrame, slo: GoodputS
     df = results.sort_values(["family", "goodput_per_gpu"], ascending=[True, False], kind="stable").reset_index(drop=True)
     colors = [FAMILY_COLORS.get(f, "C7") for f in df["family"]]
     coarse = df["coarse"].astype(bool) if "coarse" in df else pd.Series(False, index=df.index)
+    # a lower bound either way: searched coarsely, or no trial above it failed or was long enough to judge
+    bound = coarse | (df["at_least"].astype(bool) if "at_least" in df else False)
     bars = ax.barh(range(len(df)), df["goodput_per_gpu"], color=colors)
     for bar, is_bound in zip(bars, coarse, strict=True):
         if is_bound:
@@ -304,7 +365,7 @@ def comparison_figure(results: pd.DataFrame, trials: pd.DataFrame, slo: GoodputS
     ax.set_xlabel("goodput per GPU (req/s at which the SLO attainment holds)")
     ax.set_title(title or "goodput per GPU", fontsize=10)
     for i, row in df.iterrows():
-        ax.text(row["goodput_per_gpu"], i, f" {'>= ' if coarse[i] else ''}{row['goodput_per_gpu']:.2f}", va="center",
+        ax.text(row["goodput_per_gpu"], i, f" {'>= ' if bound[i] else ''}{row['goodput_per_gpu']:.2f}", va="center",
                 fontsize=7)
     best = results.sort_values("goodput_per_gpu", ascending=False, kind="stable").groupby("family", sort=False).head(1)
     for row in best.itertuples():

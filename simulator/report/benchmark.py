@@ -148,27 +148,38 @@ def send_order(result: RunResult) -> np.ndarray | None:
     return result.extra.get("send_order")
 
 
+def warmup_count(result: RunResult) -> int:
+    """How many of the run's first requests sent are a warm-up, left out of every figure (``--num-warmup``)."""
+    return int(getattr(result.config.workload, "num_warmup", 0) or 0)
+
+
 def measured_mask(request_id: np.ndarray, num_warmup: int, order: np.ndarray | None = None) -> np.ndarray:
     """Which of these requests are measured: every one but the first ``num_warmup`` sent (``--num-warmup``), the
-    first ids unless ``order`` (:func:`send_order`) says in which order they were sent."""
+    first ids unless ``order`` (:func:`send_order`) says in which order they were sent. A run's figures take its
+    own warm-up and order: :func:`measured_requests`."""
     request_id = np.asarray(request_id)
     if order is None or not num_warmup:
         return request_id >= num_warmup
     return ~np.isin(request_id, order[:num_warmup])
 
 
-def measured_window(cols: dict[str, np.ndarray], num_warmup: int, arrival: str,
-                    order: np.ndarray | None = None) -> tuple[float, float]:
+def measured_requests(result: RunResult, request_id: np.ndarray) -> np.ndarray:
+    """Which of these requests of ``result`` are measured, as every figure of the run judges them: all but the
+    first :func:`warmup_count` sent, in the run's :func:`send_order`."""
+    return measured_mask(request_id, warmup_count(result), send_order(result))
+
+
+def measured_window(result: RunResult, cols: dict[str, np.ndarray]) -> tuple[float, float]:
     """The measured load's (start, end), as ``vllm bench serve`` times its duration: from the benchmark's start to
     the last measured request's return (a refused one's included). Its start is the instant the load began, before
     the first request's own delay (vLLM sleeps ``delay_ts[0]`` before the first send): time 0 for a generated
     load; the first measured send after a warm-up (a drained one releases every user at once) and for a trace
-    (its timestamps are the trace's, not a benchmark's). ``order``: :func:`send_order`."""
-    measured = measured_mask(cols["request_id"], num_warmup, order)
+    (its timestamps are the trace's, not a benchmark's). ``cols``: the run's requests (or some of them)."""
+    measured = measured_requests(result, cols["request_id"])
     sent = cols["arrival_at"][measured]
     if not len(sent):
         return 0.0, 0.0
-    start = 0.0 if not num_warmup and arrival != "trace" else float(sent.min())
+    start = 0.0 if not warmup_count(result) and result.config.workload.arrival != "trace" else float(sent.min())
     ends = returned_at(cols)[measured]
     ends = ends[~np.isnan(ends)]
     return start, float(ends.max()) if len(ends) else start
@@ -238,18 +249,20 @@ def client_gaps(times: Any, first_token_at: float) -> np.ndarray:
     return np.diff(t)
 
 
-def measured_gaps(result: RunResult, num_warmup: int) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Every inter-token gap of the requests sent after the first ``num_warmup``, as sorted
+def measured_gaps(result: RunResult) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Every inter-token gap of the measured requests (:func:`measured_requests`), as sorted
     distinct values and counts, and whether that is exact: from the requests' token times, or,
-    where the run kept none, the replicas' gap logs with the warm-up gaps in (False)."""
-    return measured_gaps_by_replica(result, num_warmup)[0]
+    where the run kept none, the replicas' gap logs with the warm-up gaps in (False). Without a
+    warm-up, the gap logs (:func:`simulator.report.metrics.tbt_distribution`)."""
+    return measured_gaps_by_replica(result)[0]
 
 
-def measured_gaps_by_replica(result: RunResult, num_warmup: int, replica_of: np.ndarray | None = None
+def measured_gaps_by_replica(result: RunResult, replica_of: np.ndarray | None = None
                              ) -> list[tuple[np.ndarray, np.ndarray, bool]]:
     """:func:`measured_gaps` per replica (``replica_of``: each request's replica, in run order), in one pass
     over the requests; without ``replica_of``, one entry for the whole run."""
     num = len(result.tbt) if replica_of is not None else 1
+    num_warmup = warmup_count(result)
 
     def logs(k: int) -> list:
         return result.tbt[k:k + 1] if replica_of is not None else result.tbt
@@ -262,7 +275,7 @@ def measured_gaps_by_replica(result: RunResult, num_warmup: int, replica_of: np.
             out.append((values, counts, exact and not num_warmup))
         return out
     first = _first_token_ats(result)
-    measured = measured_mask(np.arange(len(times)), num_warmup, send_order(result))
+    measured = measured_requests(result, np.arange(len(times)))
     gaps: list[list[np.ndarray]] = [[] for _ in range(num)]
     for i, t in enumerate(times):
         if measured[i] and len(t) > 1:
@@ -277,12 +290,12 @@ def measured_gaps_by_replica(result: RunResult, num_warmup: int, replica_of: np.
     return out
 
 
-def measured_itl_views(result: RunResult, num_warmup: int) -> dict[str, Any]:
+def measured_itl_views(result: RunResult) -> dict[str, Any]:
     """A speculating run's two ITL views (:func:`simulator.engine.speculative.speculation_extra`: per token, the
-    tokens of one verify step 0 apart, and per step, those zeros left out) over the requests sent after the first
-    ``num_warmup``; empty where the run kept no token times (the engine's views, warm-up in, stand)."""
-    values, counts, exact = measured_gaps(result, num_warmup)
-    if not num_warmup or not exact:
+    tokens of one verify step 0 apart, and per step, those zeros left out) over the measured requests; empty
+    without a warm-up or where the run kept no token times (the engine's views, warm-up in, stand)."""
+    values, counts, exact = measured_gaps(result)
+    if not warmup_count(result) or not exact:
         return {}
     step = values > 0
     return itl_views((values, counts), (values[step], counts[step]))
@@ -310,14 +323,12 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
                       percentiles_: Sequence[float] = DEFAULT_PERCENTILES) -> dict[str, Any]:
     """The run's benchmark figures (module docstring), keyed as ``vllm bench serve``'s JSON.
     ``cols``: :func:`simulator.report.metrics.request_columns` of the run."""
-    workload = result.config.workload
-    num_warmup = int(getattr(workload, "num_warmup", 0) or 0)
+    num_warmup = warmup_count(result)
     status = cols["status"]
-    order = send_order(result)
-    measured = measured_mask(cols["request_id"], num_warmup, order)
+    measured = measured_requests(result, cols["request_id"])
     done = measured & (status == "finished")
     failed = measured & (status == "rejected")
-    start, end = measured_window(cols, num_warmup, workload.arrival, order)
+    start, end = measured_window(result, cols)
     duration = max(end - start, 1e-12)
     out_tokens = cols["num_output_tokens"][done]
     in_tokens = cols["num_prompt_tokens"][done]
@@ -349,7 +360,7 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
     out["max_concurrent_requests"] = max_in_flight(cols["arrival_at"][returned], returned_at(cols)[returned])
     out.update(_stats(ttft, "ttft", percentiles_))
     out.update(_stats(tpot, "tpot", percentiles_))
-    values, counts, itl_measured = measured_gaps(result, num_warmup)
+    values, counts, itl_measured = measured_gaps(result)
     itl_measured = itl_measured or num_warmup == 0
     chunk = values > 0  # tokens one step emits together (a speculating step's) stream as one chunk: no ITL between
     out.update(_weighted_stats(values[chunk], counts[chunk], "itl", percentiles_))
@@ -435,9 +446,8 @@ def per_request_lists(result: RunResult, cols: dict[str, np.ndarray]) -> dict[st
     ``input_lens``, ``output_lens``, ``ttfts``, ``latencies`` (0 for a refused request, as vLLM's
     for a failed one), ``start_times`` (seconds), ``errors`` ('' or the refusal's reason), and
     ``itls`` (each request's gaps; none for a refused one) where the run kept token times."""
-    num_warmup = int(getattr(result.config.workload, "num_warmup", 0) or 0)
     order = send_order(result)
-    measured = np.flatnonzero(measured_mask(cols["request_id"], num_warmup, order))
+    measured = np.flatnonzero(measured_requests(result, cols["request_id"]))
     if order is not None:  # in the order they were sent (ids: rows; a request never sent, last)
         sent_at = np.full(len(cols["request_id"]), len(order), dtype=np.int64)
         sent_at[order] = np.arange(len(order))

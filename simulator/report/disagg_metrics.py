@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from simulator.report.benchmark import measured_mask, send_order
+from simulator.report.benchmark import measured_mask, measured_requests, send_order, warmup_count
 from simulator.report.metrics import quantile_stats, within_slo
 
 if TYPE_CHECKING:
@@ -89,9 +89,9 @@ def disagg_summary(result: RunResult, requests: pd.DataFrame, ttft_slo_s: float 
     span = max(result.sim_end_at - start, 1e-12)
     # The warm-up requests (--num-warmup) leave the per-request figures, as every other figure of the run;
     # what the pools and links were busy with (utilization, occupancy) stays the whole run's.
-    num_warmup = int(result.config.workload.num_warmup or 0)
+    num_warmup = warmup_count(result)
     if num_warmup:
-        measured = measured_mask(requests["request_id"].to_numpy(), num_warmup, send_order(result))
+        measured = measured_requests(result, requests["request_id"].to_numpy())
         handoff, requests = handoff[measured], requests[measured]
     out: dict[str, Any] = {"layout": info.layout, "num_gpus": info.num_gpus}
     transferred = handoff[~np.isnan(handoff["transfer_end_at"])]

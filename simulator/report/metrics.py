@@ -31,9 +31,9 @@ from simulator.engine.tbt import quantile_stats as weighted_quantile_stats
 from simulator.report.benchmark import (
     measured_gaps,
     measured_gaps_by_replica,
-    measured_mask,
+    measured_requests,
     measured_window,
-    send_order,
+    warmup_count,
 )
 from simulator.workload.request import Request, RequestColumns
 
@@ -80,8 +80,7 @@ def tbt_distribution(result: RunResult, replica_id: int | None = None) -> tuple[
 def tbt_samples(result: RunResult) -> np.ndarray:
     """Every time-between-tokens gap of every measured request (the warm-up's left out, as every figure), sorted
     (for plots and small runs: this expands the run-length log to 8 bytes a gap)."""
-    num_warmup = result.config.workload.num_warmup
-    values, counts, _ = measured_gaps(result, num_warmup) if num_warmup else tbt_distribution(result)
+    values, counts, _ = measured_gaps(result)
     return expand(values, counts)
 
 
@@ -176,13 +175,12 @@ def _as_columns(requests: pd.DataFrame | dict[str, np.ndarray]) -> dict[str, np.
     return {name: requests[name].to_numpy() for name in requests.columns}
 
 
-def measured_columns(cols: dict[str, np.ndarray], num_warmup: int,
-                     order: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """``cols`` without the first ``num_warmup`` requests sent (the warm-up), as every figure is judged; ``order``:
-    the run's :func:`~simulator.report.benchmark.send_order` where it is not id order."""
-    if not num_warmup:
+def measured_columns(result: RunResult, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``cols`` (``result``'s requests) without its warm-up, as every figure is judged
+    (:func:`~simulator.report.benchmark.measured_requests`)."""
+    if not warmup_count(result):
         return cols
-    keep = measured_mask(cols["request_id"], num_warmup, order)
+    keep = measured_requests(result, cols["request_id"])
     return {name: values[keep] for name, values in cols.items()}
 
 
@@ -199,17 +197,13 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     # What the GPUs were busy with is the whole run's, warm-up included (as disagg_summary's pools): over the
     # measured requests' span alone, a warm-up's compute put busy fractions above 1 (27x at 63 warm-up requests).
     busy_span = run_span(result, cols)
-    num_warmup = result.config.workload.num_warmup
     # Throughput is over the measured requests' window (vllm bench's duration): a warm-up's tail is none of it.
-    order = send_order(result)
-    start, end = measured_window(cols, num_warmup, result.config.workload.arrival, order)
-    cols = measured_columns(cols, num_warmup, order)  # the warm-up requests leave every other figure
+    start, end = measured_window(result, cols)
+    cols = measured_columns(result, cols)  # the warm-up requests leave every other figure
     status = cols["status"]
     done = status == "finished"
-    if num_warmup:  # their gaps too, from the others' token times (simulate keeps them for such runs)
-        tbt_values, tbt_counts, tbt_exact = measured_gaps(result, num_warmup)
-    else:
-        tbt_values, tbt_counts, tbt_exact = tbt_distribution(result)
+    # their gaps too, from the others' token times (simulate keeps them for such runs)
+    tbt_values, tbt_counts, tbt_exact = measured_gaps(result)
     n = len(status)
     out: dict[str, Any] = {
         "num_requests": int(n),
@@ -220,7 +214,7 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
         "num_iterations": len(result.iterations),
         "num_tbt_samples": int(tbt_counts.sum()),
         "tbt_exact": tbt_exact,
-        "num_warmup": num_warmup,
+        "num_warmup": warmup_count(result),
         "concurrency": result.config.workload.concurrency,
     }
     out.update(quantile_stats(cols["ttft_s"][done], "ttft_s"))
@@ -284,7 +278,7 @@ def prefix_cache_summary(result: RunResult) -> dict[str, Any]:
         ids = np.fromiter((r.request_id for r in reqs), dtype=np.int64, count=len(reqs))
     # The warm-up requests leave these figures too (they met a cold cache: the hit rate read low): the first sent,
     # as every other figure judges them (closed-loop sessions do not send in id order).
-    admitted = admitted & measured_mask(ids, result.config.workload.num_warmup, send_order(result))
+    admitted = admitted & measured_requests(result, ids)
     saved, queried = int(cached[admitted].sum()), int(prompt[admitted].sum())
     out = {"policy": result.config.scheduler.prefix_cache, "num_blocks": result.memory.num_blocks,
            "hit_rate": saved / queried if queried else math.nan, "prefill_tokens_saved": saved,
@@ -354,16 +348,15 @@ def replica_rows(result: RunResult, cols: dict[str, np.ndarray], span: float | N
     """One row per replica of a cluster: request counts, throughput, TTFT/TBT quantiles, busy
     and (with pipeline parallelism) mean bubble fraction. Same definitions as :func:`summarize`.
     ``cols``: :func:`request_columns` of the run; ``busy_span`` by default the whole run's (warm-up included)."""
-    num_warmup = result.config.workload.num_warmup
     if span is None:
-        start, end = measured_window(cols, num_warmup, result.config.workload.arrival, send_order(result))
+        start, end = measured_window(result, cols)
         span = max(end - start, 1e-12)
     if busy_span is None:  # the whole run's, warm-up included, as summarize's
         busy_span = run_span(result, cols)
     measured = None
-    if num_warmup:  # the warm-up requests' gaps leave each replica's TBT too, as they leave the run's
-        measured = measured_gaps_by_replica(result, num_warmup, request_columns(result)["replica_id"])
-        cols = measured_columns(cols, num_warmup, send_order(result))  # (idempotent: the summary's are measured)
+    if warmup_count(result):  # the warm-up requests' gaps leave each replica's TBT too, as they leave the run's
+        measured = measured_gaps_by_replica(result, request_columns(result)["replica_id"])
+        cols = measured_columns(result, cols)  # (idempotent: the summary's are measured)
     replica_id, status = cols["replica_id"], cols["status"]
     finished, rejected = status == "finished", status == "rejected"
     # Each TBT gap belongs to the replica whose iteration produced the token that ends it.

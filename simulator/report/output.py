@@ -123,11 +123,10 @@ def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: d
     requests = request_columns(result) if requests is None else requests
     summary = summarize(result, requests) if summary is None else summary
     columns = requests if isinstance(requests, dict) else {name: requests[name].to_numpy() for name in requests.columns}
-    num_warmup = result.config.workload.num_warmup
-    if num_warmup and "request_id" in columns:  # the rows every figure of summary.json leaves out
-        from simulator.report.benchmark import measured_mask, send_order
+    from simulator.report.benchmark import measured_requests, warmup_count
 
-        columns = {**columns, "is_warmup": ~measured_mask(columns["request_id"], num_warmup, send_order(result))}
+    if warmup_count(result) and "request_id" in columns:  # the rows every figure of summary.json leaves out
+        columns = {**columns, "is_warmup": ~measured_requests(result, columns["request_id"])}
     # The two tables are written side by side, and the iteration table's next chunk is gathered
     # while one is written: pyarrow's writer and numpy's gathers release the GIL, so a large run
     # writes on two cores (a million-request cluster: 4.1-5.3 s instead of 5.9-7.0 one after the other).

@@ -449,7 +449,7 @@ def plot_run(path: Path, out: Path) -> list[Path]:
 
         layout = layout_of(config)
         assert layout is not None
-        first_decode = layout.prefill.num_replicas * layout.prefill_replica.attention_dp
+        first_decode = layout.num_prefill_workers
         timelines = [("iteration_timeline_prefill", 0, "prefill worker 0"),
                      ("iteration_timeline_decode", first_decode, f"decode worker (replica {first_decode})")]
     for stem, replica_id, what in timelines:

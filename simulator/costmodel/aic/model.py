@@ -355,6 +355,9 @@ class TableCostModel(TabulatedCostModel):
         tp = self.replica.tp
         if tp == 1:
             return
+        if self.rf.topology.tp_ring_crosses_nodes:  # a custom all-reduce runs inside a node (NVLink/IPC peers)
+            self._lack("tp_all_reduce", f"no all-reduce across nodes (a tp={tp} group spans them)")
+            return
         ref = T.find_table(self.system, self.backend, "custom_allreduce", self.root)
         if ref is None:
             self._lack("tp_all_reduce", "no custom all-reduce table")
@@ -939,7 +942,7 @@ class TableCostModel(TabulatedCostModel):
     def lm_head_time(self, num_logits: np.ndarray) -> np.ndarray:
         m, n = self.model, np.asarray(num_logits, dtype=np.float64)
         lm_head = self.gemm16(n, m.hidden_size, m.vocab_size // self.replica.tp)
-        gather = self.rf.all_reduce(n) * (m.vocab_size / m.hidden_size / 2)
+        gather = self.rf.logits_gather(n)
         norm = self.elementwise(n, 2 * m.hidden_size * self.dtype_bytes)
         return np.where(n > 0, lm_head + gather + norm, 0.0)
 

@@ -38,6 +38,7 @@ from bisect import insort
 from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from simulator.config.catalog import GPUSpec
 from simulator.config.run_config import SchedulerConfig
@@ -45,6 +46,9 @@ from simulator.costmodel.base import BatchShape
 from simulator.engine.kvcache import BlockManager
 from simulator.engine.tbt import GapLog
 from simulator.workload.request import Request, Status
+
+if TYPE_CHECKING:
+    from simulator.engine.speculative import Speculation
 
 _FCFS_KEY = attrgetter("arrival_at", "request_id")  # running order: arrival, ties by id
 
@@ -99,7 +103,9 @@ class Scheduler:
     # scheduler's verify writes its drafts' slots too: SpeculativeMixin). What a policy that checks the step's
     # memory before building it (SGLang's retract_decode) bounds the step's need by, at no per-request cost.
     max_decode_blocks: int = 1
-    speculates: bool = False  # its decodes verify drafts (SpeculativeMixin sets it)
+    # A speculating replica's drafts and acceptance stream (simulator.engine.speculative), set on a scheduler whose
+    # class has SpeculativeMixin over its policy; None for a plain one. Ask :attr:`speculates`.
+    speculation: Speculation | None = None
 
     def __init__(self, config: SchedulerConfig, blocks: BlockManager, max_model_len: int,
                  gpu: GPUSpec | None = None, attention_dp: int = 1) -> None:
@@ -113,6 +119,11 @@ class Scheduler:
         self.running: list[Request] = []
         self._admission_counter = 0  # per-scheduler sequence, not a global
         self.gaps = GapLog()  # every TBT gap of the tokens this scheduler's iterations produced
+
+    @property
+    def speculates(self) -> bool:
+        """Its decodes verify drafts (the one test of it: a speculating scheduler's ``speculation`` is set)."""
+        return self.speculation is not None
 
     def settle(self) -> None:
         """Make every running request's counters true before anything outside the policy reads
@@ -139,6 +150,12 @@ class Scheduler:
     def reserve_tokens(self, req: Request) -> int:
         """KV tokens a request must hold to be admitted. Default: everything it knows."""
         return req.num_prompt_tokens + req.num_generated
+
+    def prompt_step_tokens(self, req: Request) -> int:
+        """The tokens ``req``'s prompt adds to a step where it runs in one piece: the whole prompt (and any output
+        a preemption left to recompute) less a prefix its cache would find now (TensorRT-LLM's
+        _reuse_adjusted_compute; batch waiting's fit test under a policy that runs prompts whole)."""
+        return req.num_prompt_tokens + req.num_generated - self.blocks.cached_prefix_tokens(req)
 
     def max_reserve_tokens(self, req: Request) -> int:
         """The most KV tokens the request will ever hold under this policy."""

@@ -36,11 +36,6 @@ class TRTLLMScheduler(Scheduler):
                     "(trtllm runs a prompt in one piece)")
         return super().rejection_reason(req)
 
-    def prompt_step_tokens(self, req: Request) -> int:
-        """The tokens admitting ``req`` adds to a step as TensorRT-LLM counts them: its whole prompt (and any
-        output a preemption left to recompute) less a reused, cached prefix (_reuse_adjusted_compute)."""
-        return req.num_prompt_tokens + req.num_generated - self.blocks.cached_prefix_tokens(req)
-
     def schedule(self) -> Batch:
         batch = Batch()
         # Every running request decodes: its blocks were reserved at admission, so none grows short.

@@ -1,0 +1,130 @@
+"""The split planner's goodput search judges a rate as capacity does: sustained, or no pass."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from helpers import ConstantCostModel
+from typer.testing import CliRunner
+
+from simulator.cli import app
+from simulator.config.run_config import RunConfig
+from simulator.engine import cluster
+from simulator.planning import capacity as capacity_module
+from simulator.planning.split import GoodputSLO, goodput_search, results_frame, trials_frame
+
+ITERATION_S = 0.01
+NUM_SLOTS = 4
+NUM_OUTPUT = 10
+MU = NUM_SLOTS / (NUM_OUTPUT * ITERATION_S)  # 40 requests/s: what the server drains
+
+
+@pytest.fixture
+def constant_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every iteration takes ITERATION_S whatever its batch."""
+    load = lambda spec, replica, engine=None: ConstantCostModel(replica, ITERATION_S)  # noqa: E731
+    monkeypatch.setattr(cluster, "load_cost_model", load)
+    monkeypatch.setattr(capacity_module, "load_cost_model", load)
+
+
+def slots_config(num_requests: int) -> RunConfig:
+    """NUM_SLOTS requests at a time, each NUM_OUTPUT constant iterations: a server saturated at MU requests/s
+    (as tests/test_capacity.py's), searched as `disagg compare` searches its aggregated arms."""
+    return RunConfig().replace(
+        replica__model="mistral-7b", scheduler__name="sarathi", scheduler__max_num_seqs=NUM_SLOTS,
+        scheduler__chunk_size=64, workload__name="fixed", workload__prompt_tokens=16,
+        workload__output_tokens=NUM_OUTPUT, workload__num_requests=num_requests, workload__qps=10.0)
+
+
+def test_a_goodput_trial_too_short_to_build_a_queue_is_no_pass(constant_cost):
+    """64 requests at any rate over MU arrive in under the 2 s TTFT SLO and drain (64 / MU = 1.6 s) before 10% of
+    them wait 2 s: every rate up to the search's limit passed, 500 QPS for a server that sustains 40. The answer
+    is now the most a long enough trial shows, flagged as a lower bound set by the trial length."""
+    res = goodput_search(slots_config(64), GoodputSLO(ttft_s=2.0, tpot_s=0.05, attainment=0.9), qps_start=10.0)
+    assert res.rate_qps <= MU and res.at_least and res.too_short
+    assert res.reason.startswith("at least") and "too short to judge" in res.reason and "--num-requests" in res.reason
+    short = [t for t in res.trials if t.too_short]
+    assert short and all(not t.passed and t.attainment >= 0.9 and t.qps > res.rate_qps for t in short)
+    row = results_frame([res]).iloc[0]
+    assert row["at_least"] and row["limited_by_trial_length"]
+    trials = trials_frame([res])
+    assert list(trials.columns) == ["label", "family", "qps", "attainment", "passed", "reason", "too_short"]
+    assert trials["too_short"].sum() == len(short)
+
+
+def test_a_goodput_trial_whose_queue_still_grows_fails(constant_cost):
+    """Just under 1 MU with 512 requests, 90% of requests meet a 0.8 s TTFT, but the last quarter's P90 wait is past
+    it and the backlog still grows at the last arrival: the run is overloaded (a longer trial misses the SLO), so
+    the rate is no goodput."""
+    slo = GoodputSLO(ttft_s=0.8, tpot_s=0.05, attainment=0.9)
+    res = goodput_search(slots_config(512), slo, qps_start=10.0)
+    met = max(t[0] for t in res.trials if t[1] >= slo.attainment)  # the most QPS whose attainment holds
+    assert res.rate_qps < met  # (the attainment alone answered it)
+    overloaded = [t for t in res.trials if t.reason.startswith("overloaded")]
+    assert overloaded and all(t.attainment >= slo.attainment and not t.passed and not t.too_short for t in overloaded)
+    assert res.rate_qps < min(t.qps for t in overloaded)
+    assert not res.at_least and not res.too_short and res.reason.startswith("passes at")
+
+
+def test_split_says_at_least_when_its_trials_are_too_short(tmp_path) -> None:  # noqa: ANN001
+    """Llama-2-7B on A100s, 2,048-token prompts, 16 requests a trial: a 1+1 split drains ~6.4 req/s (capacity
+    --criterion goodput over 1,000 requests), yet 16 requests at 58 QPS arrive and drain within the 2 s TTFT SLO,
+    and the split read '58 req/s' (29 per GPU). Its answer is now a lower bound, said as one."""
+    out = tmp_path / "split"
+    res = CliRunner().invoke(app, ["disagg", "split", "--gpus", "2", "--tps", "1", "--workload", "fixed",
+                                   "--prompt-tokens", "2048", "--output-tokens", "16", "--num-requests", "16",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    row = pd.read_csv(out / "results.csv").iloc[0]
+    assert row["rate_qps"] < 16 and row["at_least"] and row["limited_by_trial_length"]
+    assert f"at least {row['rate_qps']:.3g}" in res.output and "too short to judge" in res.output
+    assert "raise --num-requests" in res.output
+    assert "best: P 1x(tp=1) + D 1x(tp=1) at least" in res.output
+
+
+def _disagg_params(command: str) -> dict:
+    import click
+    import typer
+
+    root = typer.main.get_command(app)
+    ctx = click.Context(root)
+    return {p.name: p for p in root.get_command(ctx, "disagg").get_command(ctx, command).params}
+
+
+# Every value of these is refused by split and compare (the pools run vllm, the search an open loop's rate); split's
+# pools keep no prefix cache either.
+NEVER_READ = {"concurrency": "4", "time_scale": "2", "session_replay": "open", "scheduler_recv_interval": "2",
+              "chunk_size": "512"}
+NO_POOL_CACHE = {"prefix_caching": None, "prefix_cache_policy": "radix-lru", "cpu_kv_gib": "4"}
+
+
+@pytest.mark.parametrize("command", ["split", "compare"])
+def test_disagg_help_leaves_out_what_it_always_refuses_and_says_when_it_refuses_the_rest(command: str) -> None:
+    params = _disagg_params(command)
+    hidden = set(NEVER_READ) | (set(NO_POOL_CACHE) if command == "split" else set())
+    assert all(params[name].hidden for name in hidden)
+    assert command == "split" or not params["prefix_caching"].hidden  # (compare's aggregated arms may cache)
+    assert "poisson, gamma or fixed only" in params["arrival"].help
+    assert "vllm only" in params["scheduler"].help
+    assert "with --scheduler vllm only" in params["max_num_batched_tokens"].help
+
+
+@pytest.mark.parametrize("name", [*NEVER_READ, *NO_POOL_CACHE])
+def test_split_refuses_what_its_help_leaves_out_as_never_read(name: str, tmp_path) -> None:  # noqa: ANN001
+    """Each was refused before with a fix the command refuses too (--arrival trace, --scheduler sglang/sarathi), or
+    (--prefix-caching, --cpu-kv-gib) every layout was dropped and memory blamed; --prefix-cache-policy did nothing
+    (on a trace that names prompt blocks, which a prefix cache reads)."""
+    flag = "--" + name.replace("_", "-")
+    value = NEVER_READ.get(name, NO_POOL_CACHE.get(name))
+    rows = [{"timestamp": 100 * i, "input_length": 2048, "output_length": 8, "hash_ids": [1, 2, 3, 10 + i]}
+            for i in range(8)]
+    (tmp_path / "mooncake.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    trace = ["--trace", str(tmp_path / "mooncake.jsonl")]
+    args = ["disagg", "split", "--gpus", "2", "--tps", "1", "--num-requests", "8",
+            *(trace if name in NO_POOL_CACHE else ["--scheduler", "vllm"] if name == "chunk_size" else []),
+            flag, *([value] if value is not None else [])]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code != 0, res.output
+    assert "disagg split does not read it" in str(res.exception) and f"drop {flag}" in str(res.exception)

@@ -17,7 +17,8 @@ form; these rules say when that holds, from the same queues ``schedule()`` reads
 
 A policy listed in :data:`RULES` also allows lockstep decodes (:mod:`simulator.fast.lockstep`):
 it adds its running decodes only through ``Scheduler._add_decodes`` and reads running
-requests' counters nowhere else but through ``Scheduler.remaining_outputs`` or after ``settle()``. A policy that is not listed (a new one, or a speculating or
+requests' counters nowhere else but through ``Scheduler.remaining_outputs``,
+``Scheduler.new_decode_blocks`` or after ``settle()``. A policy that is not listed (a new one, or a speculating or
 disaggregated pool's class) runs step by step: slower, never different. The skipping and
 lockstep on/off tests (tests/test_fastforward.py, tests/test_cohort.py) check each rule
 against its policy's ``schedule()``; a rule must change with its policy.

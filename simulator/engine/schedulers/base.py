@@ -135,6 +135,13 @@ class Scheduler:
         defers the counters (lockstep decodes) answers from its own."""
         return sum(min(r.num_output_tokens - r.num_generated, clip) for r in self.running)
 
+    def new_decode_blocks(self) -> int:
+        """KV blocks the running requests not in flight take in a plain decode step (one each whose last block is
+        full): what a policy that checks the step's memory before building it reads (SGLang's retract_decode);
+        a fast path that defers the counters (lockstep decodes) answers from its own."""
+        bs = self.blocks.block_size
+        return sum(1 for r in self.running if not r.in_flight and r.num_blocks * bs <= r.num_computed)
+
     # -- queue management --------------------------------------------------------------
     def add_request(self, req: Request) -> None:
         req.status = Status.WAITING

@@ -222,6 +222,8 @@ class SGLangScheduler(Scheduler):
         blocks the step really takes are what is checked here, as the step then grows.) The base policy's
         newest-first victim, sent to the front of the queue, is vLLM's."""
         blocks = self.blocks
+        if not self.speculates and self.new_decode_blocks() <= blocks.num_free_blocks:
+            return False  # (the usual answer, counted without settling: a fast path's cohort stays)
         self.settle()  # the requests' counters true (a fast path's deferred decodes written: its cohort dissolves)
         decoding = [r for r in self.running if not r.in_flight]
         num_running = len(self.running)

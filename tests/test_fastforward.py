@@ -670,3 +670,32 @@ def test_trtllm_skipping_admits_a_head_whose_cached_prefix_makes_it_fit(tmp_path
     assert sum(count_stretches) > 0  # the decodes around it were skipped
     ttft = request_frame(simulate(config)).set_index("request_id")["ttft_s"]
     assert ttft[2] < 0.5
+
+
+def test_a_run_collects_garbage_less_often_and_puts_the_thresholds_back() -> None:
+    """simulate() raises CPython's generation-0 collection threshold while it runs (simulator.util.collector:
+    fewer collector passes, nothing computed differs) and leaves the thresholds as it found them, also when the
+    run stops early."""
+    import gc
+
+    from simulator.simulation import StopRun
+    from simulator.util.collector import GEN0_THRESHOLD
+
+    seen = []
+
+    def watch(env, requests):  # noqa: ANN001, ANN202
+        seen.append(gc.get_threshold())
+        yield env.timeout(5.0)
+        raise StopRun("enough")
+
+    config = RunConfig(replica=ReplicaConfig("llama-2-7b", "a100-80gb"),
+                       workload=WorkloadConfig("sharegpt", arrival="poisson", qps=2.0, num_requests=50), seed=1)
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(500, 7, 9)
+        result = simulate(config, watch=watch)
+        assert result.extra["stopped"] == "enough"
+        assert seen == [(GEN0_THRESHOLD, 7, 9)]
+        assert gc.get_threshold() == (500, 7, 9)
+    finally:
+        gc.set_threshold(*before)

@@ -629,6 +629,39 @@ def test_engine_stretches_over_tables_are_float_exact_and_counted_alike(aic) -> 
         assert cm._stretch_ok and k.num_extrapolations > 0  # the fast path answered; long contexts were counted
 
 
+def test_a_stretchs_extrapolations_are_counted_as_pricing_it_counts_them_without_its_times(aic, monkeypatch) -> None:  # noqa: ANN001
+    """Event skipping counts the extrapolations of the iterations it applies after pricing more: where the
+    stretch is priced in closed form and counted once (its checks against the scalar path over), the model
+    counts it without pricing it again, the counters (per op, in order) as pricing leaves them."""
+    from simulator.costmodel import load_cost_model
+
+    cm = load_cost_model("roofline", ReplicaConfig(model="llama-3.1-70b", gpu="h100-sxm", tp=4, kernels="vllm"),
+                         "vllm-v1")
+    assert cm.fast_chunk_stretches
+    priced_calls = []
+    series_times = cm._series_times
+    monkeypatch.setattr(cm, "_series_times", lambda *a: (priced_calls.append(1), series_times(*a))[1])
+    for checks_left in (32, 0):  # the first stretches of an instance are checked (and priced again), then trusted
+        cm._stretch_checks_left = checks_left
+        # (a chunk of 32,768 tokens beside 600 decodes: token ops, prefill and decode attention past the tables)
+        for n, kv0, c, m in ((8, 3000, 512, 40), (64, 30000, 512, 120), (150, 5000, 8192, 90), (600, 3000, 32768, 10)):
+            kv = [kv0 + 7 * i for i in range(n)]
+            decode = (n, sum(kv), sum(x * x for x in kv), max(kv), m)
+            chunk = (*decode[:4], c, kv0, m)
+            for price, count, args in ((cm.decode_stretch_times, cm.count_decode_stretch_times, decode),
+                                       (cm.chunk_stretch_times, cm.count_chunk_stretch_times, chunk)):
+                price(*args)  # as skipping prices a stretch before counting its applied iterations
+                mark = cm.extrapolation_mark()
+                price(*args)
+                priced = cm.extrapolation_mark()
+                cm.rollback_extrapolations(mark)
+                priced_calls.clear()
+                count(*args)
+                assert cm.extrapolation_mark() == priced
+                assert bool(priced_calls) == (checks_left > 0)
+    assert {"token_ops", "attn_prefill", "attn_decode"} <= set(cm.kernels.extrapolations_by_op) and cm._stretch_ok
+
+
 def test_tables_and_a_fitted_artifact_are_alternatives(aic) -> None:  # noqa: ANN001
     from simulator.costmodel import load_cost_model
 

@@ -309,3 +309,64 @@ def test_sglang_with_a_recv_interval_is_the_same_with_fast_paths_on_and_off() ->
     # requests wait for a poll.
     plain = simulate(config.replace(scheduler__recv_interval=1), token_times=True)
     assert request_frame(on)["ttft_s"].mean() > request_frame(plain)["ttft_s"].mean()
+
+
+@settings(max_examples=60, deadline=None)
+@given(specs=st.lists(st.tuples(st.integers(0, 30), st.integers(1, 200), st.integers(1, 400)), min_size=1, max_size=25),
+       name=st.sampled_from(["sglang", "sarathi"]))
+def test_remaining_outputs_from_the_cohort_are_the_requests(specs, name) -> None:  # noqa: ANN001
+    """What a policy predicting its memory reads of its running requests (their outputs still to come, each
+    clipped; SGLang's admission): the cohort's members answer from their finish steps what the stepping
+    scheduler's requests say, clipped below and above the outputs left; and the blocks their next decodes take
+    (SGLang's retraction check) from their block phases."""
+    config = SchedulerConfig(name, chunk_size=64)
+    plain = SCHEDULERS[name](config, BlockManager(400, 16, config.watermark), 4096)
+    lock = lockstep_class(SCHEDULERS[name])(config, BlockManager(400, 16, config.watermark), 4096)
+    arrivals = [[Request(i, float(step), p, o) for i, (step, p, o) in enumerate(specs)] for _ in range(2)]
+    for step in range(3000):
+        for scheduler, requests in zip((plain, lock), arrivals, strict=True):
+            for req in requests:
+                if req.arrival_at == step and scheduler.rejection_reason(req) is None:
+                    scheduler.add_request(req)
+        for clip in (1, 7, 50, 4096):
+            assert lock.remaining_outputs(clip) == plain.remaining_outputs(clip)
+        assert lock.new_decode_blocks() == plain.new_decode_blocks()
+        if not plain.has_unfinished() and step > 30:
+            break
+        for scheduler in (plain, lock):
+            batch = scheduler.schedule()
+            if batch:
+                scheduler.complete(batch, step + 1.0)
+    assert not lock.has_unfinished()
+
+
+def test_sglang_checks_its_decode_memory_without_dissolving_the_cohort(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang checks, before each decode step where fewer blocks are free than requests run, whether the step's
+    blocks fit: mostly they do and nobody is retracted; the cohort answers that without dissolving (it is
+    dissolved only where a retraction follows), and runs stay those of stepping each decode."""
+    calls = {"kept": 0, "retracted": 0}
+    real_retract = SCHEDULERS["sglang"]._retract
+
+    def retract(self, batch) -> bool:  # noqa: ANN001
+        cohort = getattr(self, "cohort", None)
+        active = cohort is not None and cohort.active
+        retracted = real_retract(self, batch)
+        if active:
+            if retracted:
+                calls["retracted"] += 1
+            else:
+                calls["kept"] += 1
+                assert cohort.active  # nobody retracted: the cohort carries on
+        return retracted
+
+    monkeypatch.setattr(SCHEDULERS["sglang"], "_retract", retract)
+    config = RunConfig(replica=ReplicaConfig("llama-2-7b", "a100-80gb", num_gpu_blocks=1000),
+                       scheduler=SchedulerConfig("sglang"),
+                       workload=WorkloadConfig("fixed", prompt_tokens=1024, output_tokens=1024, num_requests=100,
+                                               concurrency=64), seed=1)
+    on = simulate(config, token_times=True)
+    off = simulate(config.replace(fast_forward=False), token_times=True)
+    assert request_frame(on).equals(request_frame(off))
+    assert [bytes(r.token_times) for r in on.requests] == [bytes(r.token_times) for r in off.requests]
+    assert same_gaps(on.tbt, off.tbt)
+    assert calls["kept"] and calls["retracted"]

@@ -135,6 +135,30 @@ def test_chunked_prefill_stretches_are_exact_under_today_and_table_kernels(
         assert int(request_frame(result)["num_preemptions"].sum()) > 0  # the case is really tight
 
 
+def test_sglang_skipping_is_exact_while_refused_prompts_wait(monkeypatch: pytest.MonkeyPatch,
+                                                             count_stretches: list[int]) -> None:
+    """SGLang's predicted admission in a cache it keeps prompts out of (a closed loop of 48 over 400 blocks):
+    decode stretches are skipped while refused prompts wait, the running batch being full (so the ratio, which
+    decays at every step, admits nobody within a stretch; each stretch decays it by its length), retractions
+    reset the ratio, and the tables are the stepping run's."""
+    waited: list[int] = []
+    counted = fastforward.apply
+
+    def watched(replica, stretch):  # noqa: ANN001, ANN202
+        if replica.scheduler.waiting:
+            assert replica.scheduler.admission_blocked
+            waited.append(stretch.num_iterations)
+        return counted(replica, stretch)
+
+    monkeypatch.setattr(fastforward, "apply", watched)
+    config = RunConfig(replica=ReplicaConfig("llama-2-7b", "a100-80gb", num_gpu_blocks=400),
+                       scheduler=SchedulerConfig("sglang"),
+                       workload=WorkloadConfig("sharegpt", concurrency=48, num_requests=150), seed=3)
+    assert_same_run(config, count_stretches)
+    assert len(waited) > 100 and sum(waited) > 10_000  # skipped beside refused prompts
+    assert int(request_frame(simulate(config)).num_preemptions.sum()) > 0  # and retracted (the ratio reset)
+
+
 def _hand_run(name: str, num_blocks: int, fast: bool) -> tuple[list[Request], Recorder, Replica]:
     """A hand-sized cache (preemptions) with a constant-time cost model: every stretch has
     equal iteration times, the hardest case for end-time ties."""
@@ -646,3 +670,32 @@ def test_trtllm_skipping_admits_a_head_whose_cached_prefix_makes_it_fit(tmp_path
     assert sum(count_stretches) > 0  # the decodes around it were skipped
     ttft = request_frame(simulate(config)).set_index("request_id")["ttft_s"]
     assert ttft[2] < 0.5
+
+
+def test_a_run_collects_garbage_less_often_and_puts_the_thresholds_back() -> None:
+    """simulate() raises CPython's generation-0 collection threshold while it runs (simulator.util.collector:
+    fewer collector passes, nothing computed differs) and leaves the thresholds as it found them, also when the
+    run stops early."""
+    import gc
+
+    from simulator.simulation import StopRun
+    from simulator.util.collector import GEN0_THRESHOLD
+
+    seen = []
+
+    def watch(env, requests):  # noqa: ANN001, ANN202
+        seen.append(gc.get_threshold())
+        yield env.timeout(5.0)
+        raise StopRun("enough")
+
+    config = RunConfig(replica=ReplicaConfig("llama-2-7b", "a100-80gb"),
+                       workload=WorkloadConfig("sharegpt", arrival="poisson", qps=2.0, num_requests=50), seed=1)
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(500, 7, 9)
+        result = simulate(config, watch=watch)
+        assert result.extra["stopped"] == "enough"
+        assert seen == [(GEN0_THRESHOLD, 7, 9)]
+        assert gc.get_threshold() == (500, 7, 9)
+    finally:
+        gc.set_threshold(*before)

@@ -301,6 +301,79 @@ def test_sglang_decodes_when_the_head_cannot_be_admitted():
     assert entries(t.schedule()) == [(0, 1)]  # max_num_seqs reached
 
 
+def test_sglang_refuses_a_prompt_whose_predicted_usage_exceeds_the_cache():
+    # SGLang's PrefillAdder: the running request's 3,999 tokens to come count at new_token_ratio 0.7 (2,799 tokens)
+    # against the 99 free blocks' 1,584: the waiting prompt's 4 blocks fit, its predicted usage does not.
+    s = make("sglang", num_blocks=100)
+    decoding(s, 0, 16, 1, output=4000)
+    w = waiting(s, 1, 64, output=64)
+    assert s.blocks.can_admit(64, w) and s.new_token_ratio == 0.7
+    batch = s.schedule()
+    assert entries(batch) == [(0, 1)] and list(s.waiting) == [w]
+    assert s.batch_is_full and s.admission_blocked  # no prefill is tried until the running batch shrinks
+
+
+def _decode_steps(s, num_steps: int, t: float = 1.0) -> float:
+    for _ in range(num_steps):
+        batch = s.schedule()
+        assert batch.shape.num_decodes == len(batch) and not batch.admitted and not batch.preempted
+        finish_batch(s, batch, t)
+        t += 0.01
+    return t
+
+
+def test_sglang_admits_once_the_ratio_has_decayed():
+    # The same running request (600 tokens decoded, 3,399 to come, 39 blocks held) and the same free blocks: at
+    # the starting ratio the prompt is refused; after 600 decode steps the ratio is at its floor (0.7 x 0.14) and
+    # the same prompt is admitted.
+    fresh = make("sglang", num_blocks=100)
+    decoding(fresh, 0, 16, 601, output=4000)
+    waiting(fresh, 1, 64, output=64)
+    assert entries(fresh.schedule()) == [(0, 1)]
+    decayed = make("sglang", num_blocks=100)
+    r = decoding(decayed, 0, 16, 1, output=4000)
+    _decode_steps(decayed, 600)  # nobody waits: no prefill is tried, the ratio decays at every step
+    assert r.num_generated == 601 and r.num_blocks == 39 and decayed.blocks.num_free_blocks == 61
+    assert decayed.new_token_ratio == pytest.approx(0.7 * 0.14)
+    w = waiting(decayed, 1, 64, output=64)
+    batch = decayed.schedule()
+    assert entries(batch) == [(1, 64)] and batch.admitted == [w]
+
+
+def test_sglang_does_not_retry_a_refused_prompt_until_a_request_leaves():
+    # Refused at ratio 0.7, the prompt would fit the predicted room a few hundred steps later, but SGLang marks the
+    # running batch full and tries no prefill until it shrinks: here when the short request finishes, step 700.
+    s = make("sglang", num_blocks=200)
+    decoding(s, 0, 16, 1, output=4000)
+    short = decoding(s, 1, 16, 1, output=701)
+    w = waiting(s, 2, 64, output=64)
+    t = _decode_steps(s, 1)
+    assert s.admission_blocked
+    ratio = s.new_token_ratio
+    t = _decode_steps(s, 698, t)
+    assert s.new_token_ratio < ratio and s.admission_blocked and list(s.waiting) == [w]
+    batch = s.schedule()  # the short request's last token
+    assert finish_batch(s, batch, t) == [short] and not s.admission_blocked
+    batch = s.schedule()
+    assert batch.admitted == [w] and entries(batch) == [(2, 64)]
+
+
+def test_sglang_resets_the_ratio_from_the_requests_left_after_a_retraction():
+    # retract_decode: (tokens decoded + 20 a request) / (max_new_tokens summed + 1) over the requests left; the
+    # running batch shrank, so the next step tries prefill again, at that ratio.
+    s = make("sglang", num_blocks=40)
+    decoding(s, 0, 320, 1, output=500)
+    b = decoding(s, 1, 304, 1, output=500)
+    w = waiting(s, 2, 200)
+    s.decay_new_token_ratio(50)
+    batch = s.schedule()  # w refused; the decodes need two blocks, one is free: the first is retracted
+    assert len(batch.preempted) == 1 and s.running == [b]
+    assert s.new_token_ratio == (1 + 20) / (500 + 1) and not s.admission_blocked
+    finish_batch(s, batch)
+    batch = s.schedule()  # 20 free blocks less b's 498 tokens to come at 21/501: w's 13 blocks and 10 tokens fit
+    assert batch.admitted == [w]
+
+
 def test_sglang_budget_is_its_chunked_prefill_size_and_radix_cache_on_by_default():
     from simulator.config.catalog import get_gpu
 
@@ -461,20 +534,11 @@ def test_sglang_retracts_the_fewest_outputs_and_longest_prompt_to_the_back_of_th
     # SGLang's retract_decode sorts by (len(output_ids), -len(origin_input_ids)) and requeues at the end: with equal
     # outputs the longer (older) prompt goes, behind the request already waiting. The base policy took the newest
     # and put it at the front, as vLLM does.
+    # (Both are put in the running batch by hand: SGLang's predicted admission would not have taken the second.)
     s = make("sglang", num_blocks=40)
-    a, b = Request(0, 0.0, 320, 500), Request(1, 0.1, 304, 500)
-    for r in (a, b):
-        s.add_request(r)
-    s.complete(s.schedule(), 1.0)  # both prefilled in one batch: 20 + 19 blocks of 40
-    w = Request(2, 0.5, 200, 10)
-    s.add_request(w)
-    t = 2.0
-    while True:
-        batch = s.schedule()
-        if batch.preempted:
-            break
-        s.complete(batch, t)
-        t += 1.0
+    a, b = decoding(s, 0, 320, 1, output=500), decoding(s, 1, 304, 1, output=500)  # 20 + 19 blocks of 40, both full
+    w = waiting(s, 2, 200)
+    batch = s.schedule()  # w does not fit the predicted room; both decodes need a block, one is free
     assert batch.preempted == [a] and a.num_generated == b.num_generated
     assert list(s.waiting) == [w, a] and s.running == [b] and batch.requests == [b]
 

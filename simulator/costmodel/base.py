@@ -228,6 +228,18 @@ class CostModel(ABC):
         return out
 
 
+    def count_decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
+                                   num_iterations: int) -> None:
+        """Count the extrapolations :meth:`decode_stretch_times` of these arguments counts, its times unwanted
+        (event skipping, after pricing iterations it will not apply, counts those it applies). This default
+        prices them; a model that counts a stretch's extrapolations apart from its pricing counts only."""
+        self.decode_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations)
+
+    def count_chunk_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int,
+                                  kv_before: int, num_iterations: int) -> None:
+        """:meth:`count_decode_stretch_times` for :meth:`chunk_stretch_times`."""
+        self.chunk_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, num_iterations)
+
     def chunk_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int,
                             kv_before: int, num_iterations: int) -> list[float]:
         """``iteration_time`` of ``num_iterations`` consecutive iterations that each carry the

@@ -657,6 +657,29 @@ class EngineCostModel(CostModel):
                                                num_iterations)
         return times
 
+    def count_decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
+                                   num_iterations: int) -> None:
+        """Where :meth:`_vector_stretch` would price the stretch quietly and count it once (kernels that count
+        extrapolations, its series for ``num_decodes`` known, its checks over), that count alone; else priced."""
+        count = self._count_stretch
+        if (count is not None and num_decodes > 0 and num_iterations >= 2 and self._stretch_ok
+                and self._kernels_learned is not None and self._stretch_checks_left <= 0
+                and self._decode_layers_by_n.get(num_decodes) is not None):
+            count(num_decodes, kv_max, num_iterations)
+        else:
+            super().count_decode_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, num_iterations)
+
+    def count_chunk_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int, chunk: int,
+                                  kv_before: int, num_iterations: int) -> None:
+        """Where :meth:`_chunk_stretch` would price the stretch quietly and count it once (as above), that count
+        alone; else priced."""
+        count = self._count_chunk_stretch
+        if count is not None and self._stretch_ok and self.fast_chunk_stretches and self._stretch_checks_left <= 0:
+            count(num_decodes, kv_max, chunk, kv_before, num_iterations)
+        else:
+            super().count_chunk_stretch_times(num_decodes, kv_sum, kv_sq_sum, kv_max, chunk, kv_before,
+                                              num_iterations)
+
     def _agrees(self, times: list[float], first: BatchShape, last: BatchShape) -> bool:
         """Whether a stretch's first and last times are the scalar path's (``first`` and ``last``
         its first and last steps); counts one of the instance's checked stretches. A disagreement

@@ -275,10 +275,14 @@ class BlockManager:
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
+    def admission_blocks(self, num_tokens: int, req: Request | None = None) -> int:
+        """Free blocks admitting a new request holding ``num_tokens`` tokens would take: its tokens' and its
+        state's (``req``, the request itself, matters only to a prefix cache: hits others hold take none)."""
+        return -(-num_tokens // self.block_size) + self.state_blocks
+
     def can_admit(self, num_tokens: int, req: Request | None = None) -> bool:
-        """Whether a new request holding ``num_tokens`` tokens fits above the watermark
-        (``req``, the request itself, matters only to a prefix cache: its hits need no blocks)."""
-        return self.num_free_blocks - (-(-num_tokens // self.block_size)) - self.state_blocks >= self.watermark_blocks
+        """Whether a new request holding ``num_tokens`` tokens fits above the watermark (see :meth:`admission_blocks`)."""
+        return self.num_free_blocks - self.admission_blocks(num_tokens, req) >= self.watermark_blocks
 
     def cached_prefix_tokens(self, req: Request) -> int:
         """Tokens of ``req``'s prompt a lookup now would find cached: none without a prefix cache."""

@@ -255,9 +255,9 @@ class PrefixCachingBlockManager(BlockManager):
         self._reconcile()
         return len(self._lookup(req, self.names_of(req))) * self.block_size
 
-    def can_admit(self, num_tokens: int, req: Request | None = None) -> bool:
+    def admission_blocks(self, num_tokens: int, req: Request | None = None) -> int:
         if req is None or req.block_hashes is None:
-            return super().can_admit(num_tokens)
+            return super().admission_blocks(num_tokens)
         self._reconcile()
         hits = self._lookup(req, self.names_of(req))
         referenced = 0
@@ -265,8 +265,7 @@ class PrefixCachingBlockManager(BlockManager):
             if block.ref:
                 referenced += 1
         # An evictable hit leaves the free pool, so only hits others hold save blocks.
-        return (self.num_free_blocks - (-(-num_tokens // self.block_size)) - self.state_blocks + referenced
-                >= self.watermark_blocks)
+        return -(-num_tokens // self.block_size) + self.state_blocks - referenced
 
     # -- allocation ------------------------------------------------------------------------
     def admit(self, req: Request, num_tokens: int) -> None:
@@ -481,17 +480,23 @@ class RadixBlockManager(PrefixCachingBlockManager):
         self._unlink(block)
 
     def _evict(self, num: int) -> None:
-        heap, lru, cache = self._heap, self._lru, self._cache
+        # The hot loop of a prefix-cache run that overflows its pool: _unlink and _push_if_leaf written out.
+        heap, lru, cache, host = self._heap, self._lru, self._cache, self._host
+        heappop, heappush = heapq.heappop, heapq.heappush
         for _ in range(num):
             while True:
-                last_used, name, block = heapq.heappop(heap)  # a ref-0 block always leads to a leaf
-                if (cache.get(name) is block and not block.ref and not block.num_children
-                        and block.last_used == last_used):
+                last_used, name, block = heappop(heap)  # a ref-0 block always leads to a leaf
+                if (not block.ref and not block.num_children and block.last_used == last_used
+                        and cache.get(name) is block):
                     break
             del lru[name]
             del cache[name]
-            self._unlink(block)
-            if self._host is not None:
+            parent = block.parent
+            if parent is not None and cache.get(parent.name) is parent:
+                parent.num_children -= 1
+                if not parent.ref and not parent.num_children:
+                    heappush(heap, (parent.last_used, parent.name, parent))
+            if host is not None:
                 self._offload(name)
         self.num_evicted_blocks += num
 

@@ -15,7 +15,9 @@ is kept where it is needed:
   never moves: the blocks due before a step are one lookup, and a stretch's allocations the
   ring tiled (members whose first allocation is further ahead wait in a dict until it comes
   within one period);
-- finishes: a member finishes at a step fixed at join (its bucket by finish step);
+- finishes: a member finishes at a step fixed at join (its bucket by finish step), so the
+  tokens the members have still to generate are a running sum of those steps less ``tick``
+  each (what SGLang's admission predicts from: :meth:`DecodeCohort.remaining_outputs`);
 - gaps: a member's first gap is its own (its previous token may be older than the last
   step); after that every member's gap is the step's, recorded as one run, and its largest
   gap is a suffix maximum of the steps' gaps (a monotonic stack: O(log) per query).
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 class _Member:
     """A request in the cohort: ``offset = num_computed - tick`` (constant while a member)."""
 
-    __slots__ = ("req", "tick0", "offset", "blocks0", "first_due", "alive")
+    __slots__ = ("req", "tick0", "offset", "blocks0", "first_due", "last", "alive")
 
     def __init__(self, req: Request, tick0: int, block_size: int) -> None:
         self.req = req
@@ -60,6 +62,7 @@ class _Member:
         # Its first new block is allocated before the step in which num_computed == num_blocks * bs,
         # then one every block_size steps.
         self.first_due = tick0 + req.num_blocks * block_size - req.num_computed
+        self.last = tick0 + req.num_output_tokens - req.num_generated  # the step producing its last token
         self.alive = True
 
 
@@ -74,7 +77,8 @@ class DecodeCohort:
     """
 
     __slots__ = ("block_size", "active", "pending", "tick", "ends", "members", "loose", "sum_offset",
-                 "sum_offset_sq", "_offsets", "_ring", "_far", "_finish", "_finish_steps", "_fresh", "_stack_ticks", "_stack_gaps")
+                 "sum_offset_sq", "_offsets", "_ring", "_far", "_finish", "_finish_steps", "_sum_finish", "_max_finish",
+                 "_fresh", "_stack_ticks", "_stack_gaps")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
@@ -96,6 +100,8 @@ class DecodeCohort:
         self._far: dict[int, int] = {}
         self._finish: dict[int, list[_Member]] = {}  # step -> members whose last token it produces
         self._finish_steps: list[int] = []  # min-heap of _finish's keys (popped keys leave lazily)
+        self._sum_finish = 0  # of the members' finish steps: their outputs still to come sum to it less n * tick
+        self._max_finish = 0  # at least the members' latest finish step (not lowered when they leave)
         self._fresh: list[_Member] = []  # joined since the last step: their next gap is their own
         # Monotonic stack of the steps' common gaps: ticks increasing, gaps strictly decreasing, so the
         # largest gap of steps >= t is the first entry at or after t. A decode stretch pushes its
@@ -122,7 +128,10 @@ class DecodeCohort:
             self._ring[m.first_due % self.block_size] += 1
         else:
             self._far[m.first_due] = self._far.get(m.first_due, 0) + 1
-        last = tick + req.num_output_tokens - req.num_generated
+        last = m.last
+        self._sum_finish += last
+        if last > self._max_finish:
+            self._max_finish = last
         finishers = self._finish.get(last)
         if finishers is None:
             self._finish[last] = [m]
@@ -221,6 +230,14 @@ class DecodeCohort:
             heapq.heappop(offsets)
         return n, s1 + n * t, self.sum_offset_sq + 2 * t * s1 + n * t * t, -offsets[0][0] + t
 
+    def remaining_outputs(self, clip: int) -> int:
+        """Sum over the members of the tokens each has still to generate, at most ``clip`` each (a
+        member finishing at step ``last`` has ``last - tick`` to go)."""
+        tick = self.tick
+        if self._max_finish - tick <= clip:  # nobody is clipped: the running sum
+            return self._sum_finish - len(self.members) * tick
+        return sum(len(done) * min(last - tick, clip) for last, done in self._finish.items())
+
     def steps_to_first_finish(self) -> int:
         steps, finish = self._finish_steps, self._finish
         while steps[0] not in finish:  # popped at its step (a key is only ever removed there)
@@ -299,6 +316,7 @@ class DecodeCohort:
         else:
             self._far[first] -= 1
         del self.members[m.req.request_id]
+        self._sum_finish -= m.last
         self.sum_offset -= m.offset
         self.sum_offset_sq -= m.offset * m.offset
 

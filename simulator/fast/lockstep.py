@@ -5,13 +5,14 @@ most entries are decodes that did the same thing the iteration before. :class:`L
 goes over a policy class (:func:`lockstep_class`) and lets a :class:`~simulator.fast.cohort.DecodeCohort`
 carry such decodes: the policy's ``schedule()`` is unchanged; the mixin overrides the base's
 mechanism methods it calls (``_add_decodes``, ``_admit``, ``_preempt``, ``carried_step``,
-``retire``) so that they visit only requests outside the cohort. Where the step-by-step batch
+``retire``, ``remaining_outputs``, ``new_decode_blocks``) so that they visit only requests outside the cohort. Where the step-by-step batch
 would differ (a decode cut by the token budget, a preemption) the cohort is dissolved first
 and the base methods run as in the plain loop. Tests compare whole runs with lockstep on and off.
 
 Which policies may be wrapped is stated once, in :data:`simulator.fast.steady.RULES`: a policy
 that adds its running decodes only through ``Scheduler._add_decodes`` and reads running
-requests' counters nowhere else (vllm, orca, fastertransformer, sarathi, sglang, trtllm). A disaggregated
+requests' counters nowhere else but through ``Scheduler.remaining_outputs``, ``Scheduler.new_decode_blocks``
+or after ``settle()`` (vllm, orca, fastertransformer, sarathi, sglang, trtllm). A disaggregated
 decode pool's class (:class:`~simulator.engine.disagg.DecodeMixin` over such a policy) is wrapped
 too, with :class:`LockstepDecodePool`: a handed-off request joins ``running`` without admission,
 so it joins the cohort's loose requests there. Any other class (a new policy, a speculating
@@ -68,12 +69,30 @@ class LockstepMixin:
         cohort.dissolve()  # step by step from here: this iteration preempts or cuts decodes
         return Scheduler._add_decodes(self, batch, budget, partial)
 
+    def remaining_outputs(self: Scheduler, clip: int) -> int:
+        cohort = self.cohort  # type: ignore[attr-defined]
+        if not cohort.active:
+            return Scheduler.remaining_outputs(self, clip)
+        # The members' counters are stale: their finish steps say what is left; the loose ones' are true.
+        return cohort.remaining_outputs(clip) + sum(min(r.num_output_tokens - r.num_generated, clip)
+                                                    for r in cohort.loose)
+
+    def new_decode_blocks(self: Scheduler) -> int:
+        cohort = self.cohort  # type: ignore[attr-defined]
+        if not cohort.active:
+            return Scheduler.new_decode_blocks(self)
+        # The members' blocks due before the coming step (none while a step is pending: they are in flight);
+        # the loose ones' counters are true.
+        bs = self.blocks.block_size
+        return (0 if cohort.pending else cohort.num_due()) + sum(
+            1 for r in cohort.loose if not r.in_flight and r.num_blocks * bs <= r.num_computed)
+
     def carried_step(self: Scheduler, now: float) -> list[Request]:
         # complete() calls it first: the cohort's finishers come before the entries' (the recorder's order).
         return self.cohort.step(now, self.gaps)  # type: ignore[attr-defined]
 
     def retire(self: Scheduler, finished: list[Request], now: float) -> None:
-        Scheduler.retire(self, finished, now)
+        super().retire(finished, now)  # type: ignore[misc]  # the policy's own, if it keeps state of its finishes
         cohort = self.cohort  # type: ignore[attr-defined]
         if cohort.active:
             cohort.loose = [r for r in cohort.loose if r.status is Status.RUNNING]

@@ -24,6 +24,7 @@ from simulator.engine.records import Recorder, TallyRecorder
 from simulator.engine.routers import ROUTERS, STATE_FREE_ROUTERS
 from simulator.fast.lockstep import lockstep_class
 from simulator.fast.replica import SkippingReplica
+from simulator.util.collector import fewer_collections
 from simulator.workload.request import Request, RequestColumns, run_field_columns
 
 
@@ -139,7 +140,8 @@ def _replica_in_worker(config: RunConfig, replica_id: int, path: str, token_time
             zip(ids.tolist(), submit_at.tolist(), prompt.tolist(), output.tolist(), strict=True)]
     recorder = Recorder() if record_iterations else TallyRecorder()
     try:
-        totals, memory, end_at = _run_replica(config, replica_id, mine, recorder)
+        with fewer_collections():  # as simulate() in the parent
+            totals, memory, end_at = _run_replica(config, replica_id, mine, recorder)
     except _Tie:
         return None
     totals.gaps.canonicalise()  # sorted distinct gaps: the parent's merges of all logs cost least so

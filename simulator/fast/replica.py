@@ -80,6 +80,8 @@ class SkippingReplica(Replica):
             return
         scheduler = self.scheduler
         blocks = scheduler.blocks
+        if self.steady.skipped is not None:  # type: ignore[union-attr]  # (a stretch's replica has rules)
+            self.steady.skipped(scheduler, 1)  # type: ignore[union-attr]  # its schedule() for that iteration ran
         cohort = getattr(scheduler, "cohort", None)
         if cohort is not None and cohort.active:
             if cohort.members:

@@ -192,7 +192,10 @@ def plan(replica: SkippingReplica, horizon_at: float, duration_hint: float = 0.0
     def price(num: int, m: int) -> list[float]:  # iterations num .. num + m - 1
         return cost.decode_stretch_times(n, kv_sum + n * num, kv_sq_sum + 2 * num * kv_sum + n * num * num,
                                          kv_max + num, m)
-    return _stretch(replica, horizon_at, straddle, duration_hint, n, max_iterations, allocations, price)
+
+    def count(m: int) -> None:  # the extrapolations price(0, m) counts
+        cost.count_decode_stretch_times(n, kv_sum, kv_sq_sum, kv_max, m)
+    return _stretch(replica, horizon_at, straddle, duration_hint, n, max_iterations, allocations, price, count)
 
 
 def plan_chunks(replica: SkippingReplica, horizon_at: float, duration_hint: float = 0.0, straddle: bool = True,
@@ -233,16 +236,21 @@ def plan_chunks(replica: SkippingReplica, horizon_at: float, duration_hint: floa
     def price(num: int, m: int) -> list[float]:  # iterations num .. num + m - 1
         return cost.chunk_stretch_times(n, kv_sum + n * num, kv_sq_sum + 2 * num * kv_sum + n * num * num,
                                         kv_max + num, chunk, kv_before + num * chunk, m)
-    stretch = _stretch(replica, horizon_at, straddle, duration_hint, n, max_iterations, allocations, price)
+
+    def count(m: int) -> None:  # the extrapolations price(0, m) counts
+        cost.count_chunk_stretch_times(n, kv_sum, kv_sq_sum, kv_max, chunk, kv_before, m)
+    stretch = _stretch(replica, horizon_at, straddle, duration_hint, n, max_iterations, allocations, price, count)
     if stretch is not None:
         stretch.prefill, stretch.chunk = prefill, chunk
     return stretch
 
 
 def _stretch(replica: Replica, horizon_at: float, straddle: bool, duration_hint: float, n: int, max_iterations: int,
-             allocations: Callable[[int], list[int]], price: Callable[[int, int], list[float]]) -> Stretch | None:
+             allocations: Callable[[int], list[int]], price: Callable[[int, int], list[float]],
+             count: Callable[[int], None]) -> Stretch | None:
     """The stretch of at most ``max_iterations`` iterations of ``n`` decodes (each allocating
-    as ``allocations`` says), priced by ``price``, that fits the free blocks and the horizon."""
+    as ``allocations`` says), priced by ``price``, that fits the free blocks and the horizon.
+    ``count(m)`` counts the cost model's extrapolations as ``price(0, m)`` does (its times unwanted)."""
     if max_iterations < 2:
         return None
     blocks = replica.scheduler.blocks
@@ -259,10 +267,11 @@ def _stretch(replica: Replica, horizon_at: float, straddle: bool, duration_hint:
     if mark is not None and cost.extrapolation_mark() != mark:
         # Pricing counted extrapolations in iterations the stretch will not apply (past the horizon,
         # or the whole stretch where none fits): count only the applied ones, as pricing them at once
-        # does (the stepping loop counts the rest when it runs them).
+        # does (the stepping loop counts the rest when it runs them); counted without pricing them again
+        # where the model can.
         cost.rollback_extrapolations(mark)
         if fitted is not None:
-            price(0, len(fitted[1]))
+            count(len(fitted[1]))
     if fitted is None:
         return None
     ends, durations = fitted
@@ -289,11 +298,15 @@ def split(stretch: Stretch, num: int, num_used_blocks: int) -> tuple[Stretch, St
 
 
 def apply(replica: Replica, stretch: Stretch) -> bool:
-    """Write the stretch's effects, at its end, as ``num_iterations`` single steps would have.
+    """Write the stretch's effects, at its end, as ``num_iterations`` single steps would have (the
+    policy's own state too: its rules' ``skipped``).
     Returns whether requests finished (the state may allow another stretch at once)."""
     scheduler = replica.scheduler
     blocks = scheduler.blocks
     blocks.num_free_blocks -= stretch.num_allocated
+    rules = replica.steady  # type: ignore[attr-defined]  # (a SkippingReplica's)
+    if rules.skipped is not None:  # the policy's own state over the iterations its schedule() did not see
+        rules.skipped(scheduler, stretch.num_iterations)
     replica.num_busy_s = reduce(add, stretch.durations, replica.num_busy_s)  # the per-iteration float adds
     cohort = getattr(scheduler, "cohort", None)
     prefill = stretch.prefill

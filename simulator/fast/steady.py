@@ -10,11 +10,15 @@ form; these rules say when that holds, from the same queues ``schedule()`` reads
 - ``chunk`` (optional): ``(req, chunk)`` where, until a request finishes or free KV blocks run
   short, every ``schedule()`` would return the running decodes as lockstep decodes (the cohort
   is active) plus ``chunk`` tokens of ``req``'s prompt, as long as more than ``chunk`` remain,
-  and admit or preempt nobody; else None.
+  and admit or preempt nobody; else None;
+- ``skipped`` (optional): what the policy's own state does over ``k`` such iterations that a
+  stretch applies at once (their ``schedule()`` calls are not made): SGLang's ``new_token_ratio``
+  decays once a decode step.
 
 A policy listed in :data:`RULES` also allows lockstep decodes (:mod:`simulator.fast.lockstep`):
 it adds its running decodes only through ``Scheduler._add_decodes`` and reads running
-requests' counters nowhere else. A policy that is not listed (a new one, or a speculating or
+requests' counters nowhere else but through ``Scheduler.remaining_outputs``,
+``Scheduler.new_decode_blocks`` or after ``settle()``. A policy that is not listed (a new one, or a speculating or
 disaggregated pool's class) runs step by step: slower, never different. The skipping and
 lockstep on/off tests (tests/test_fastforward.py, tests/test_cohort.py) check each rule
 against its policy's ``schedule()``; a rule must change with its policy.
@@ -44,6 +48,7 @@ class SteadyRules:
 
     decode: Callable[[Scheduler], bool]
     chunk: Callable[[Scheduler], tuple[Request, int] | None] | None = None
+    skipped: Callable[[Scheduler, int], None] | None = None
 
 
 def _cohort(scheduler: Scheduler):  # noqa: ANN202 - a DecodeCohort or None
@@ -103,13 +108,20 @@ def sarathi_decode_steady(s: Scheduler) -> bool:
 
 
 def sglang_decode_steady(s: Scheduler) -> bool:
-    # A decode batch repeats while no prefill can be built: no prompt is under way (every running
-    # request decodes) and the head of waiting cannot be admitted (max_num_seqs, or blocks, which
-    # only shrink while decodes grow); the budget never stops admission (the prompt is chunked).
-    # With a request-intake interval the policy counts its iterations (its polls): never skipped.
+    # A decode batch repeats while no prefill is tried: no prompt is under way (every running request
+    # decodes) and nobody waits, max_num_seqs run, or the running batch is full (an admission ran out of
+    # predicted room and nobody has left since: until one does, SGLang tries no prefill, so the ratio's
+    # decay admits nobody within the stretch, which ends at the first finish). A head refused while the
+    # flag is clear is not steady: that refusal sets the flag, so the step is taken. With a request-intake
+    # interval the policy counts its iterations (its polls): never skipped.
     if s.recv_interval != 1 or not all_running_decode(s):  # type: ignore[attr-defined]
         return False
-    return not s.waiting or len(s.running) >= s.max_num_seqs or head_short_of_blocks(s)
+    return not s.waiting or len(s.running) >= s.max_num_seqs or s.admission_blocked  # type: ignore[attr-defined]
+
+
+def sglang_skipped(s: Scheduler, num_steps: int) -> None:
+    # A decode step that retracts nobody decays the ratio: a stretch fits its blocks, so it retracts nobody.
+    s.decay_new_token_ratio(num_steps)  # type: ignore[attr-defined]
 
 
 def trtllm_decode_steady(s: Scheduler) -> bool:
@@ -158,7 +170,7 @@ RULES: dict[type[Scheduler], SteadyRules] = {
     OrcaScheduler: SteadyRules(orca_decode_steady),
     FasterTransformerScheduler: SteadyRules(fastertransformer_decode_steady),
     SarathiScheduler: SteadyRules(sarathi_decode_steady, sarathi_chunk_steady),
-    SGLangScheduler: SteadyRules(sglang_decode_steady),
+    SGLangScheduler: SteadyRules(sglang_decode_steady, skipped=sglang_skipped),
     TRTLLMScheduler: SteadyRules(trtllm_decode_steady),
 }
 

@@ -129,6 +129,19 @@ class Scheduler:
         """Make every running request's counters true before anything outside the policy reads
         them: always so here; a fast path that defers them (lockstep decodes) writes them."""
 
+    def remaining_outputs(self, clip: int) -> int:
+        """Sum over the running requests of the tokens each has still to generate, at most ``clip``
+        each (what a policy that predicts its memory reads: SGLang's admission); a fast path that
+        defers the counters (lockstep decodes) answers from its own."""
+        return sum(min(r.num_output_tokens - r.num_generated, clip) for r in self.running)
+
+    def new_decode_blocks(self) -> int:
+        """KV blocks the running requests not in flight take in a plain decode step (one each whose last block is
+        full): what a policy that checks the step's memory before building it reads (SGLang's retract_decode);
+        a fast path that defers the counters (lockstep decodes) answers from its own."""
+        bs = self.blocks.block_size
+        return sum(1 for r in self.running if not r.in_flight and r.num_blocks * bs <= r.num_computed)
+
     # -- queue management --------------------------------------------------------------
     def add_request(self, req: Request) -> None:
         req.status = Status.WAITING

@@ -227,7 +227,6 @@ class CostModel(ABC):
             out.append(self.iteration_time(shape))
         return out
 
-
     def count_decode_stretch_times(self, num_decodes: int, kv_sum: int, kv_sq_sum: int, kv_max: int,
                                    num_iterations: int) -> None:
         """Count the extrapolations :meth:`decode_stretch_times` of these arguments counts, its times unwanted

@@ -553,3 +553,12 @@ def test_trtllm_defaults_are_trtllm_serves():
     assert trt.prefix_cache == "vllm-lru"
     assert SchedulerConfig("trtllm", prefix_caching=False).prefix_cache is None
     assert SchedulerConfig("orca").seq_limit(GPUS["h100-sxm"]) == 128
+    # ... and its cap does not cost KV cache: TensorRT-LLM sizes the cache after a forward of max_num_tokens dummy
+    # tokens, not of 2048 sequences' logits (Llama-3.1-8B on an L4 would lose 28% of its cache)
+    from simulator.config.run_config import ReplicaConfig
+    from simulator.engine.kvcache import build_kv_cache
+
+    replica = ReplicaConfig("llama-3.1-8b", "l4", max_model_len=8192)
+    default = build_kv_cache(replica, trt)[1].num_kv_tokens
+    assert default == build_kv_cache(replica, SchedulerConfig("trtllm", max_num_seqs=128))[1].num_kv_tokens
+    assert default > build_kv_cache(replica, SchedulerConfig("trtllm", max_num_seqs=2048))[1].num_kv_tokens

@@ -101,6 +101,12 @@ def test_a_tp_group_across_nodes_pays_the_inter_node_latency_per_all_reduce():
     four, _ = latency(4)
     assert two == pytest.approx(inside + 8 * per_gpu + 2 * hop)
     assert four == pytest.approx(inside + 24 * per_gpu + 4 * hop)
+    # a group that straddles two nodes though tp is smaller than a node (tp=4 at ranks 4-7, 6 GPUs a node)
+    straddle = ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=4, pp=3, num_nodes=2, allow_tp_across_nodes=True,
+                             inter_node_link="infiniband-400g")
+    assert topology_for(straddle).gpus_per_node == 6 and topology_for(straddle).tp_ring_crosses_nodes
+    one_node = RooflineCostModel(ReplicaConfig("llama-3.1-70b", "h100-sxm", tp=4)).collective_latency_s()
+    assert RooflineCostModel(straddle).collective_latency_s() == pytest.approx(one_node + 2 * hop)
 
 
 def test_kernel_tables_leave_an_all_reduce_across_nodes_to_the_roofline(aic):  # noqa: ANN001

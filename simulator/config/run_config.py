@@ -508,6 +508,16 @@ class SchedulerConfig:
             return 2048
         return 128
 
+    def reserved_logits_seqs(self, gpu: GPUSpec | None = None) -> int:
+        """Sequences whose logits the memory plan reserves (:func:`~simulator.engine.kvcache.activation_reserve_bytes`):
+        vLLM's profiling run samples ``max_num_seqs`` dummy sequences, so its cap (:meth:`seq_limit`); TensorRT-LLM
+        sizes its cache after a forward of ``max_num_tokens`` dummy context tokens, not of its 2048-request batch
+        cap, so without a given ``max_num_seqs`` the plan keeps the 128 it reserved before that cap was its
+        default (a 2048-sequence reserve would cost Llama-3.1-8B on an L4 28% of its cache)."""
+        if self.max_num_seqs is None and self.name == "trtllm":
+            return 128
+        return self.seq_limit(gpu)
+
     def _check_batch_wait(self) -> None:
         timeout, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio
         if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout <= MAX_BALANCE_ITERS:

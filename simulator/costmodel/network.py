@@ -51,7 +51,9 @@ def cross_node_latency_s(topo: ReplicaTopology) -> float:
     collective latency, the engines' custom all-reduce tables): NCCL takes small messages across nodes by its
     tree, whose reduce goes up and broadcast comes down ``ceil(log2(nodes))`` levels of inter-node hops. A floor
     (no per-hop software cost, no congestion): nothing measured here crosses nodes to calibrate it on."""
-    nodes = -(-topo.tp // topo.gpus_per_node)
+    tp, gpn = topo.tp, topo.gpus_per_node
+    # the most nodes any TP group touches (a group of tp=4 at ranks 4-7 with 6 GPUs a node touches two)
+    nodes = max(((g + 1) * tp - 1) // gpn - g * tp // gpn + 1 for g in range(topo.pp * topo.dp))
     return 2 * math.ceil(math.log2(nodes)) * topo.inter.latency_s if nodes > 1 else 0.0
 
 

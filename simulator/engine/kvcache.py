@@ -334,7 +334,7 @@ def build_kv_cache(replica: ReplicaConfig, sched: SchedulerConfig) -> tuple[Bloc
     scheduler's watermark. The one place a replica's cache is sized (runs, pools, planners)."""
     max_model_len = replica.effective_max_model_len
     plan = plan_memory(replica, sched.token_budget(max_model_len, replica.gpu_spec, replica.attention_dp),
-                       sched.seq_limit(replica.gpu_spec), sched.name)
+                       sched.reserved_logits_seqs(replica.gpu_spec), sched.name)
     return BlockManager(plan.num_blocks, plan.block_size, sched.watermark, plan.num_state_blocks), plan
 
 

@@ -173,6 +173,9 @@ class SGLangScheduler(Scheduler):
         admission its prompt (the blocks it takes), a page and its ``max_new_tokens`` where the whole prompt
         goes now. SGLang checks a request's remaining output, and reserves its whole ``max_new_tokens``."""
         blocks, budget, waiting, running = self.blocks, self.token_budget, self.waiting, self.running
+        if len(running) >= self.max_num_seqs:  # at --max-running-requests SGLang marks the batch full too
+            self.batch_is_full = True
+            return
         bs = blocks.block_size
         rest = self.remaining_outputs(CLIP_MAX_NEW_TOKENS) if running else 0
         room = float(blocks.num_free_blocks * bs)

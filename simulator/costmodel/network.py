@@ -50,7 +50,10 @@ def cross_node_latency_s(topo: ReplicaTopology) -> float:
     """What a TP group's all-reduce across nodes adds to the latency measured inside one node (the calibrated
     collective latency, the engines' custom all-reduce tables): NCCL takes small messages across nodes by its
     tree, whose reduce goes up and broadcast comes down ``ceil(log2(nodes))`` levels of inter-node hops. A floor
-    (no per-hop software cost, no congestion): nothing measured here crosses nodes to calibrate it on."""
+    (no per-hop software cost, no congestion): nothing measured here crosses nodes to calibrate it on. None
+    where the ring stays inside a node or an NVLink domain (NVL72)."""
+    if not topo.tp_ring_crosses_nodes:
+        return 0.0
     tp, gpn = topo.tp, topo.gpus_per_node
     # the most nodes any TP group touches (a group of tp=4 at ranks 4-7 with 6 GPUs a node touches two)
     nodes = max(((g + 1) * tp - 1) // gpn - g * tp // gpn + 1 for g in range(topo.pp * topo.dp))

@@ -210,11 +210,8 @@ class RooflineCostModel(TabulatedCostModel):
         """The latency each TP all-reduce is charged: a fixed part and, with the 'today' constants,
         one per GPU past two (the 2023 calibration's is 0.0); a TP group across nodes (outside one NVLink
         domain) adds :func:`cross_node_latency_s` (the calibrated part was measured inside a node)."""
-        latency = self.cal.allreduce_latency_s + max(0, self.replica.tp - 2) * self.cal.allreduce_gpu_latency_s
-        topo = self.topology
-        if topo.tp_ring_crosses_nodes:
-            latency += cross_node_latency_s(topo)
-        return latency
+        return (self.cal.allreduce_latency_s + max(0, self.replica.tp - 2) * self.cal.allreduce_gpu_latency_s
+                + cross_node_latency_s(self.topology))
 
     # -- per-op view ----------------------------------------------------------------------
     def token_ops(self, tokens: np.ndarray) -> dict[str, np.ndarray]:

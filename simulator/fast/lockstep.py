@@ -28,7 +28,7 @@ from __future__ import annotations
 from functools import cache
 
 from simulator.engine.disagg import DecodeMixin
-from simulator.engine.schedulers.base import Batch, Scheduler, insert_fcfs
+from simulator.engine.schedulers.base import Batch, Scheduler, insert_fcfs, outputs_left, plain_decode_blocks
 from simulator.fast.cohort import DecodeCohort
 from simulator.fast.steady import RULES
 from simulator.workload.request import Request, Status
@@ -74,8 +74,7 @@ class LockstepMixin:
         if not cohort.active:
             return Scheduler.remaining_outputs(self, clip)
         # The members' counters are stale: their finish steps say what is left; the loose ones' are true.
-        return cohort.remaining_outputs(clip) + sum(min(r.num_output_tokens - r.num_generated, clip)
-                                                    for r in cohort.loose)
+        return cohort.remaining_outputs(clip) + outputs_left(cohort.loose, clip)
 
     def new_decode_blocks(self: Scheduler) -> int:
         cohort = self.cohort  # type: ignore[attr-defined]
@@ -83,9 +82,7 @@ class LockstepMixin:
             return Scheduler.new_decode_blocks(self)
         # The members' blocks due before the coming step (none while a step is pending: they are in flight);
         # the loose ones' counters are true.
-        bs = self.blocks.block_size
-        return (0 if cohort.pending else cohort.num_due()) + sum(
-            1 for r in cohort.loose if not r.in_flight and r.num_blocks * bs <= r.num_computed)
+        return (0 if cohort.pending else cohort.num_due()) + plain_decode_blocks(cohort.loose, self.blocks.block_size)
 
     def carried_step(self: Scheduler, now: float) -> list[Request]:
         # complete() calls it first: the cohort's finishers come before the entries' (the recorder's order).

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -95,6 +96,16 @@ class Batch:
             self.shape.add_prefill(num_tokens, kv_before, produces)
 
 
+def outputs_left(requests: Iterable[Request], clip: int) -> int:
+    """Tokens these requests have still to generate, at most ``clip`` each (their counters true)."""
+    return sum(min(r.num_output_tokens - r.num_generated, clip) for r in requests)
+
+
+def plain_decode_blocks(requests: Iterable[Request], block_size: int) -> int:
+    """New KV blocks a plain decode step takes for these requests: one each, not in flight, whose last block is full."""
+    return sum(1 for r in requests if not r.in_flight and r.num_blocks * block_size <= r.num_computed)
+
+
 class Scheduler:
     """Base policy. Subclasses implement :meth:`schedule`."""
 
@@ -133,14 +144,13 @@ class Scheduler:
         """Sum over the running requests of the tokens each has still to generate, at most ``clip``
         each (what a policy that predicts its memory reads: SGLang's admission); a fast path that
         defers the counters (lockstep decodes) answers from its own."""
-        return sum(min(r.num_output_tokens - r.num_generated, clip) for r in self.running)
+        return outputs_left(self.running, clip)
 
     def new_decode_blocks(self) -> int:
         """KV blocks the running requests not in flight take in a plain decode step (one each whose last block is
         full): what a policy that checks the step's memory before building it reads (SGLang's retract_decode);
         a fast path that defers the counters (lockstep decodes) answers from its own."""
-        bs = self.blocks.block_size
-        return sum(1 for r in self.running if not r.in_flight and r.num_blocks * bs <= r.num_computed)
+        return plain_decode_blocks(self.running, self.blocks.block_size)
 
     # -- queue management --------------------------------------------------------------
     def add_request(self, req: Request) -> None:

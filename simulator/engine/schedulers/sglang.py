@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from simulator.engine.schedulers.base import Batch, Scheduler
+from simulator.engine.schedulers.base import Batch, Scheduler, plain_decode_blocks
 from simulator.workload.request import Request, Status
 
 # SGLang's admission constants, its defaults (python/sglang/srt/environ.py, "Scheduler token budgeting and
@@ -264,8 +264,7 @@ class SGLangScheduler(Scheduler):
 
     def _decode_blocks(self, requests: list[Request], num_running: int) -> int:
         """New KV blocks these requests' decodes take in a step of ``num_running`` running requests."""
-        bs = self.blocks.block_size
-        if not self.speculates:  # a plain decode grows by one block exactly when its last block is full
-            return sum(1 for r in requests if r.num_blocks * bs <= r.num_computed)
+        if not self.speculates:  # (these requests are not in flight: settled, about to decode)
+            return plain_decode_blocks(requests, self.blocks.block_size)
         blocks_for, decode_tokens = self.blocks.blocks_for, self.decode_tokens
         return sum(max(0, blocks_for(decode_tokens(r, num_running)) - r.num_blocks) for r in requests)

@@ -227,7 +227,7 @@ def test_mtp_image_rows_are_the_faster_twin_at_their_point(silicon):
                 pairs += 1
                 plain_pairs += named
                 assert mtp["silicon_tpot_ms"].max() < tpot
-    assert plain_pairs >= 8 and pairs >= 25
+    assert plain_pairs >= 5 and pairs >= 30  # distinct measurements (copies to 0.01 ms kept once)
     refused = kept[kept["spec_refusal"] != ""]
     assert len(refused) > 80 and (refused["mode"] == "agg").all()
     assert set(refused["backend"]) == {"trtllm", "sglang"}
@@ -236,12 +236,15 @@ def test_mtp_image_rows_are_the_faster_twin_at_their_point(silicon):
 
 
 def test_every_copy_of_a_measurement_gets_the_same_speculation_verdict(silicon):
-    """A measurement recorded twice (identical TTFT and TPOT; the db-dump's copy has no image) is one run: the
+    """A measurement recorded twice (the same TTFT and TPOT to 0.01 ms; the db-dump's copy has no image) is one run: the
     copies dropped as duplicates carry the kept row's verdict, so dropping them cannot change what runs."""
+    from simulator.calibrate.silicon import MEASUREMENT_KEY, measurement_key
+
     kept, dropped = silicon
-    pair = ["silicon_ttft_ms", "silicon_tpot_ms"]
-    copies = dropped[dropped["dropped"].str.startswith("duplicate")].merge(kept[[*pair, "spec_refusal"]], on=pair,
-                                                                          suffixes=("", "_kept"))
+    pair = list(MEASUREMENT_KEY)
+    copies = dropped[dropped["dropped"].str.startswith("duplicate")]
+    copies = pd.concat([copies, measurement_key(copies)], axis=1).merge(
+        pd.concat([kept[["spec_refusal"]], measurement_key(kept)], axis=1), on=pair, suffixes=("", "_kept"))
     assert len(copies) > 100
     assert (copies["spec_refusal"] == copies["spec_refusal_kept"]).all()
     assert (copies["spec_refusal"] != "").sum() >= 6  # copies of refused measurements exist and agree

@@ -16,8 +16,9 @@ This module reads it the way its README asks (:func:`read_silicon`):
   the deployment InferenceX's benchmark matrix names at that point (:func:`recipe_layout`, from
   ``simulator/data/inferencex_disagg_recipes.csv``) where exactly one recipe fits and it runs without MTP
   (or, asked for, with MTP at an acceptance the caller states: the matrix gives its draft length only);
-- rows exported by more than one dump (an identical (TTFT, TPOT) pair: the same measurement,
-  sometimes with another id, model alias or layout encoding) are kept once: the most
+- rows exported by more than one dump (the same (TTFT, TPOT) pair to 0.01 ms, :func:`measurement_key`: the
+  same measurement, sometimes with another id, model alias or layout encoding, its figures rounded to
+  0.01 ms by the gap-analysis export or a last digit apart between dumps) are kept once: the most
   informative copy (most layout fields given, then the db-dump, then the first in file order),
   with ``num_copies`` saying how many there were;
 
@@ -420,10 +421,12 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: boo
     points = pd.read_csv(agg_images_path) if Path(agg_images_path).is_file() else pd.DataFrame()
     verdicts = [agg_spec_refusal(row, points) for row in df.itertuples()]
     imaged = [bool(_row_image(row)) for row in df.itertuples()]
-    # A measurement recorded twice (an identical (TTFT, TPOT) pair, e.g. the db-dump's copy without its image)
+    # A measurement recorded twice (the same (TTFT, TPOT) pair, e.g. the db-dump's copy without its image)
     # is the same run: what one copy's image says holds for every copy, an MTP image first, then an image that
     # ran the point without MTP, then any other refusal (a copy without an image says nothing of its own).
-    for idx in df.groupby(["silicon_ttft_ms", "silicon_tpot_ms"], sort=False, dropna=False).indices.values():
+    pair = list(MEASUREMENT_KEY)
+    df[pair] = measurement_key(df)
+    for idx in df.groupby(pair, sort=False, dropna=False).indices.values():
         if len(idx) < 2:
             continue
         reasons = [verdicts[i] for i in idx]
@@ -438,14 +441,28 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: boo
     rest["num_given"] = rest[list(_LAYOUT_FIELDS)].notna().sum(axis=1)
     rest["is_db_dump"] = rest["family"] == "db-dump"
     rest = rest.sort_values(["num_given", "is_db_dump", "row"], ascending=[False, False, True], kind="stable")
-    pair = ["silicon_ttft_ms", "silicon_tpot_ms"]
     rest["num_copies"] = rest.groupby(pair, sort=False)["row"].transform("size")
     first = ~rest.duplicated(pair, keep="first")
-    kept = rest[first].sort_values("row").drop(columns=["num_given", "is_db_dump"])
-    copies = rest[~first].assign(dropped="duplicate: same (TTFT, TPOT) as a row kept").drop(
-        columns=["num_given", "is_db_dump"])
-    dropped = pd.concat([wip, copies]).sort_values("row")
+    kept = rest[first].sort_values("row").drop(columns=["num_given", "is_db_dump", *pair])
+    copies = rest[~first].assign(dropped="duplicate: same (TTFT, TPOT) to 0.01 ms as a row kept").drop(
+        columns=["num_given", "is_db_dump", *pair])
+    dropped = pd.concat([wip.drop(columns=pair), copies]).sort_values("row")
     return kept.reset_index(drop=True), dropped.reset_index(drop=True)
+
+
+MEASUREMENT_KEY = ("ttft_key_cms", "tpot_key_cms")
+
+
+def measurement_key(df: Any) -> Any:
+    """Each row's measurement as whole hundredths of a millisecond (TTFT, TPOT): two rows with the same key
+    are one measurement exported twice. The gap-analysis export rounds its figures to 0.01 ms and the dated
+    dumps' copies of one run can differ in the last binary digit, so equality of the raw floats misses them
+    (118 copies of this file's rows did); two runs agreeing on both figures to 0.01 ms by chance are not to
+    be expected (no two kept rows do)."""
+    import pandas as pd
+
+    return pd.DataFrame({"ttft_key_cms": (df["silicon_ttft_ms"] * 100).round().astype("Int64"),
+                         "tpot_key_cms": (df["silicon_tpot_ms"] * 100).round().astype("Int64")}, index=df.index)
 
 
 def engine_copies(row: Any) -> int:

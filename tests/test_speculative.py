@@ -435,8 +435,8 @@ def test_verify_attention_is_the_decode_kernel(model: str, gpu: str, tp: int, dt
 
 def test_drafter_pass_cpu_follows_the_engine() -> None:
     """A draft model's pass costs its kernels, plus the engine's fixed per-step CPU where the
-    engine runs it synchronously (once a pass: vllm-v1 too, whose async scheduling takes EAGLE and MTP
-    drafters only), nothing where the engine hides its CPU."""
+    engine runs it synchronously (once a pass), nothing where the engine hides its CPU (vllm-v1: vLLM's async
+    scheduling takes a draft model's passes since vllm-project/vllm#48341)."""
     from simulator.costmodel.engine_model import ENGINES
 
     replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
@@ -446,7 +446,7 @@ def test_drafter_pass_cpu_follows_the_engine() -> None:
         verify.add_verify(4, 999)
     times = {}
     engines = {"vllm-v1": "vllm-v1", "vllm-2023-splitwise": "vllm-2023-splitwise",
-               "async": ENGINES["vllm-v1"].with_terms(overlap_any_drafter=True)}
+               "sync": ENGINES["vllm-v1"].with_terms(overlap_cpu=False)}
     for engine, model in engines.items():
         cost = SpeculativeCostModel(load_cost_model("roofline", replica, model), spec)
         d = cost.draft
@@ -454,9 +454,9 @@ def test_drafter_pass_cpu_follows_the_engine() -> None:
         kernels = sum(d.pre_time(s) + d.model.num_layers * d.layer_time(s) + d.post_time(s) for s in
                       (BatchShape.decode_only(32, 32 * (1000 + j), 32 * (1000 + j) ** 2, 1000 + j) for j in range(4)))
         times[engine] = cost.draft_time(verify), kernels
-    t, kernels = times["async"]
-    assert t == pytest.approx(kernels, rel=1e-12) and t < 6e-3  # ~1 ms a pass of a 0.5B model
     t, kernels = times["vllm-v1"]
+    assert t == pytest.approx(kernels, rel=1e-12) and t < 6e-3  # ~1 ms a pass of a 0.5B model
+    t, kernels = times["sync"]
     assert t == pytest.approx(kernels + 4 * 1.0e-3, rel=1e-9)
     t, kernels = times["vllm-2023-splitwise"]
     assert t == pytest.approx(kernels + 4 * ENGINES["vllm-2023-splitwise"].cpu_iteration_s, rel=1e-9)
@@ -960,11 +960,11 @@ def test_medusa_heads_hold_their_lm_heads_at_16_bits_as_they_are_priced() -> Non
 
 
 @pytest.mark.parametrize(("method", "model", "overlapped"), [("eagle3", None, True), ("mtp", None, True),
-                                                            ("ngram", None, False), ("draft_model", "qwama-0.5b", False)])
-def test_vllm_v1_overlaps_only_eagle_and_mtp_drafters(method, model, overlapped) -> None:  # noqa: ANN001
-    """vLLM's async scheduling takes EAGLE and MTP proposers only: with n-gram or a draft model its steps are
-    synchronous, the CPU added (vllm-v1 hid it: n-gram TPOT 3.5 ms where the synchronous engine gives 4.0,
-    helper-measured)."""
+                                                            ("ngram", None, False), ("draft_model", "qwama-0.5b", True),
+                                                            ("medusa", None, False)])
+def test_vllm_v1_overlaps_eagle_mtp_and_draft_model_drafters(method, model, overlapped) -> None:  # noqa: ANN001
+    """vLLM's async scheduling takes EAGLE, MTP and draft-model proposers (the last by default since
+    vllm-project/vllm#48341): with CPU n-gram lookup or Medusa its steps are synchronous, the CPU added."""
     replica = ReplicaConfig("llama-3-70b", "h100", tp=4)
     target = load_cost_model("roofline", replica, "vllm-v1")
     spec = SpeculativeConfig(method, 4, model, acceptance_rates=(0.7,), draft_tp=1 if model else None)
@@ -977,9 +977,15 @@ def test_vllm_v1_overlaps_only_eagle_and_mtp_drafters(method, model, overlapped)
 
 
 def test_an_eagle_pass_pays_its_cpu_where_pipeline_parallelism_stops_the_overlap() -> None:
-    # vllm-v1 runs PP steps synchronously: the target's CPU adds there, and so does each drafter pass's (it read
-    # the preset's overlap, not the one the target runs with).
+    # An engine that runs PP steps synchronously (vLLM before #32359; vllm-v1 without overlap_pipeline): the
+    # target's CPU adds there, and so does each drafter pass's (it read the preset's overlap, not the one the target
+    # runs with). vllm-v1 itself overlaps under PP.
+    from simulator.costmodel.engine_model import ENGINES
+
     spec = SpeculativeConfig("eagle3", 3, acceptance_rates=(0.7,))
+    engine = ENGINES["vllm-v1"].with_terms(overlap_pipeline=False)
     for pp, cpu in ((1, 0.0), (2, 1.0e-3)):
-        target = load_cost_model("roofline", ReplicaConfig("llama-3.1-8b", "h100-sxm", pp=pp), "vllm-v1")
+        target = load_cost_model("roofline", ReplicaConfig("llama-3.1-8b", "h100-sxm", pp=pp), engine)
         assert SpeculativeCostModel(target, spec).pass_cpu_s == cpu
+        overlapped = load_cost_model("roofline", ReplicaConfig("llama-3.1-8b", "h100-sxm", pp=pp), "vllm-v1")
+        assert SpeculativeCostModel(overlapped, spec).pass_cpu_s == 0.0

@@ -106,9 +106,10 @@ class EngineModel:
     source: str
     fitted: str
     overlap_cpu: bool = False  # async scheduling: CPU work hides under GPU work
-    # ... with pipeline parallelism too (vLLM's async scheduling does not run with PP: its PP steps are synchronous)
+    # ... with pipeline parallelism too (vLLM's async scheduling runs with PP since vllm-project/vllm#32359,
+    # January 2026; before it its PP steps were synchronous)
     overlap_pipeline: bool = False
-    # ... with any drafter (vLLM's async scheduling runs with EAGLE and MTP drafters only: n-gram, draft-model and
+    # ... with any drafter (vLLM's async scheduling runs with EAGLE, MTP and draft-model drafters: CPU n-gram and
     # Medusa speculation run synchronously)
     overlap_any_drafter: bool = False
     cpu_iteration_s: float = 0.0  # per step: schedule, prepare inputs, sampler launch, process outputs
@@ -229,13 +230,13 @@ ENGINES: dict[str, EngineModel] = {
         source="argued from vLLM's V1 engine source and release notes (not fitted): async scheduling "
                "(--async-scheduling: the scheduler prepares step n+1 while step n runs), persistent batch with "
                "incremental input updates, piecewise CUDA graphs for decode and mixed steps, custom one-shot "
-               "all-reduce for small TP messages on NVLink, chunked prefill always on",
+               "all-reduce for small TP messages on NVLink, chunked prefill always on; async scheduling with "
+               "pipeline parallelism (vllm-project/vllm#32359, 2026-01) and draft models (#48341, 2026-07)",
         fitted="not fitted: CPU work ~1 ms + 10 us/request (hidden under GPU time by async scheduling, which vLLM "
-               "does not run with pipeline parallelism, nor beside n-gram, draft-model or Medusa drafters: there it "
-               "adds); no launch "
+               "does not run beside its CPU n-gram or Medusa drafters: there it adds); no launch "
                "bound (CUDA graphs); collectives 20 us below NCCL's per-call latency (custom all-reduce ~10 us vs "
                "NCCL ~30-47 us in the calibrated roofline); no prefill excess",
-        overlap_cpu=True,
+        overlap_cpu=True, overlap_pipeline=True,
         cpu_iteration_s=1.0e-3, cpu_per_seq_s=10e-6,
         collective_extra_s=((2, -20e-6), (4, -20e-6), (8, -20e-6)),
     ),

@@ -43,12 +43,12 @@ CPU work synchronously (``overlap_cpu`` off) launches each pass from Python and 
 token, so a pass costs its fixed per-step CPU (``cpu_iteration_s``; the per-request terms are
 paid once a step: vLLM V0's draft worker runs its ``k`` passes in one call, advancing the inputs
 on the GPU, and a batch-1 research loop has one request); an engine that hides its CPU (async
-scheduling, the drafter in the step's CUDA graphs: vLLM V1's EAGLE and MTP proposers) adds nothing, nor does an
+scheduling, the drafter in the step's CUDA graphs: vLLM V1's EAGLE, MTP and draft-model proposers) adds nothing, nor does an
 MTP/EAGLE drafter that an engine launches as one graph inside the step (``drafter_in_graph``:
 TensorRT-LLM's "one model" MTP and EAGLE-3); a bare kernel model charges its own fixed per-step
-overhead, as it does the target's step. vLLM's async scheduling takes EAGLE and MTP drafters only: with
-n-gram, draft-model or Medusa speculation the whole run is synchronous (``vllm-v1``'s overlap off, its CPU
-added to every step and pass: :func:`synchronous_unless_async_drafter`).
+overhead, as it does the target's step. vLLM's async scheduling takes EAGLE, MTP and draft-model drafters
+(:data:`ASYNC_DRAFTERS`): with CPU n-gram lookup or Medusa the whole run is synchronous (``vllm-v1``'s overlap
+off, its CPU added to every step and pass: :func:`synchronous_unless_async_drafter`).
 
 Memory (:func:`speculative_memory_plan`): a draft model holds its weights and a KV cache of
 its own for every token the target caches; an EAGLE/MTP head, one layer's weights and KV.
@@ -107,8 +107,10 @@ def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConf
 # The drafters an engine with ``drafter_in_graph`` runs inside the step: TensorRT-LLM's "one model" list is MTP
 # and EAGLE-3 (a draft model, n-gram lookup and older EAGLE are proposed from the executor, a pass at a time).
 IN_GRAPH_METHODS = frozenset({"mtp", "eagle3"})
-# The drafters an async-scheduling engine overlaps (vLLM's: its async scheduler takes EAGLE and MTP proposers only).
-ASYNC_DRAFTERS = frozenset({"eagle", "eagle3", "mtp"})
+# The drafters an async-scheduling engine overlaps (vLLM's: EAGLE and MTP proposers, and a draft model, whose
+# async scheduling vLLM turns on by default since vllm-project/vllm#48341, July 2026; the CPU n-gram lookup and
+# Medusa still run synchronously).
+ASYNC_DRAFTERS = frozenset({"eagle", "eagle3", "mtp", "draft_model"})
 _SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(BatchShape))  # SpecBatchShape.of, per step
 
 
@@ -246,8 +248,8 @@ def verify_aware(target: CostModel, engine=None) -> CostModel:  # noqa: ANN001 -
 
 
 def synchronous_unless_async_drafter(engine, method: str):  # noqa: ANN001, ANN201 - EngineModel | None
-    """``engine`` as it runs this drafter: an async-scheduling engine whose overlap takes only EAGLE and MTP
-    drafters (vLLM's) runs the others synchronously (its CPU time adds to every step)."""
+    """``engine`` as it runs this drafter: an async-scheduling engine whose overlap takes only some drafters
+    (vLLM's: :data:`ASYNC_DRAFTERS`) runs the others synchronously (its CPU time adds to every step)."""
     if engine is None or not engine.overlap_cpu or engine.overlap_any_drafter or method in ASYNC_DRAFTERS:
         return engine
     return engine.with_terms(overlap_cpu=False)

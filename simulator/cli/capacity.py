@@ -125,7 +125,7 @@ def _check_mix_fits(config: RunConfig, mix: Any) -> None:  # noqa: ANN401 - a pl
     from simulator.planning.tau import hybrid_shape
 
     problem = batch_fit_problem(config.replica, hybrid_shape(mix, mix.num_decodes + 1),  # a one-token chunk
-                                config.scheduler.name)
+                                config.scheduler)
     if problem is not None:
         limit = config.replica.effective_max_model_len
         flag, fix = {"prefill": ("--chunk-context", f"pass --chunk-context below {limit}"),

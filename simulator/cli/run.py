@@ -164,7 +164,7 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     state = f" (beside its tokens, a sequence holds {' and '.join(held)})" if held else ""
     if summary.get("kv_cache_tokens_by_memory", math.inf) < summary["kv_cache_tokens"]:  # said, not silent
         state += (f" (set by --num-gpu-blocks: more than the {summary['kv_cache_tokens_by_memory']:,} the memory plan "
-                  f"gives at --gpu-memory-utilization {config.replica.gpu_memory_utilization:g})")
+                  f"gives at --gpu-memory-utilization {config.scheduler.memory_fraction(config.replica)[0]:g})")
     dp = config.replica.attention_dp
     # Each attention-DP rank has a cache of its own (vLLM and SGLang size each so): the figure is one rank's.
     per_rank = f" per attention-DP rank (x{dp})" if dp > 1 and not config.is_disaggregated else ""

@@ -45,6 +45,7 @@ from simulator.config.precision import (
 from simulator.config.schedulers import (
     BATCH_WAIT_SCHEDULERS,
     CHUNKING_SCHEDULERS,
+    MEMORY_BASES,
     PREFIX_CACHE_POLICIES,
     SCHEDULER_NAMES,
     SCHEDULERS,
@@ -101,7 +102,14 @@ KERNEL_TABLES = ("roofline", "vllm", "sglang", "trtllm")
 # Roofline efficiency constants (simulator.costmodel.calibration): today (the default: fitted per GPU generation
 # to AIConfigurator's kernel tables) or 2023 (Vidur/LLMServingSim profiles, the paper reproductions').
 ROOFLINE_CALIBRATIONS = ("2023", "today")
-MEMORY_FRACTION_OF = ("total", "free")  # ReplicaConfig.memory_fraction_of
+MEMORY_FRACTION_OF = MEMORY_BASES  # ReplicaConfig.memory_fraction_of: total, static, free
+# The memory fraction of the total and free bases unless --gpu-memory-utilization gives one: vLLM's
+# --gpu-memory-utilization, TensorRT-LLM's free_gpu_memory_fraction (SGLang's static one is computed:
+# sglang_mem_fraction_static).
+DEFAULT_MEMORY_FRACTION = 0.9
+# Each basis in words, after its fraction ("0.835 of memory for weights and KV cache"): run headers, error fixes.
+MEMORY_BASIS_WORDS = {"total": "of total memory", "static": "of memory, SGLang's static share for weights and KV cache",
+                      "free": "of the memory weights and activations leave, TensorRT-LLM's free fraction"}
 # Disaggregated serving: who delivers the client's first token (RunConfig.first_token_at).
 FIRST_TOKEN_AT = ("decode", "prefill")
 # Disaggregated serving: what --kv-link describes (RunConfig.kv_link_scope; simulator.engine.disagg).
@@ -137,11 +145,14 @@ class ReplicaConfig:
     gpu: str = "a100-80gb"
     tp: int = 1
     pp: int = 1
-    gpu_memory_utilization: float = 0.9
-    # What gpu_memory_utilization is a fraction of: "total" (vLLM's --gpu-memory-utilization: weights,
-    # activations and KV cache share that much of the GPU) or "free" (TensorRT-LLM's
-    # free_gpu_memory_fraction: the KV cache gets that much of what weights and activations leave).
-    memory_fraction_of: str = "total"
+    # The KV cache's memory fraction, and what it is a fraction of (MEMORY_FRACTION_OF): "total" (vLLM's
+    # --gpu-memory-utilization: weights, activations and KV cache share that much of the GPU), "static" (SGLang's
+    # --mem-fraction-static: weights and KV pool share it) or "free" (TensorRT-LLM's free_gpu_memory_fraction: the
+    # KV cache gets that much of what weights and activations leave). None: the scheduler's engine's own
+    # (SchedulerConfig.memory_fraction: vLLM's 0.9 of total, SGLang's computed static fraction, TensorRT-LLM's 0.9
+    # of free).
+    gpu_memory_utilization: float | None = None
+    memory_fraction_of: str | None = None
     # KV block (page) in tokens; None: the engine's, 16, or for a hybrid model under vLLM's schedulers as many as
     # hold a linear-attention layer's state, as vLLM sets it (simulator.engine.kvcache.engine_block_size).
     block_size: int | None = None
@@ -185,12 +196,12 @@ class ReplicaConfig:
         _positive("replica", "num_nodes", self.num_nodes, flag="--nodes")
         _positive("replica", "max_model_len", self.max_model_len, allow_none=True)
         _positive("replica", "num_gpu_blocks", self.num_gpu_blocks, allow_none=True)
-        if not 0 < self.gpu_memory_utilization <= 1:
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError("replica.gpu_memory_utilization", f"must be in (0, 1], got {self.gpu_memory_utilization}",
-                              "a fraction of the GPU's memory, e.g. 0.9, vLLM's default")
-        if self.memory_fraction_of not in MEMORY_FRACTION_OF:
+                              "a fraction of the GPU's memory, e.g. 0.9, vLLM's default (or leave it out: the engine's)")
+        if self.memory_fraction_of is not None and self.memory_fraction_of not in MEMORY_FRACTION_OF:
             raise ConfigError("replica.memory_fraction_of", f"unknown basis {self.memory_fraction_of!r}",
-                              f"use one of {', '.join(MEMORY_FRACTION_OF)}")
+                              f"use one of {', '.join(MEMORY_FRACTION_OF)} (or leave it out: the engine's)")
         if self.dtype_bytes != 2:  # the activations' width; weights and KV have their own fields
             raise ConfigError("replica.dtype_bytes", f"must be 2 (bf16/fp16 activations), got {self.dtype_bytes}",
                               "set the weights' format with dtype and the KV cache's with kv_cache_dtype")
@@ -384,6 +395,38 @@ def _sglang_chunk(gpu: GPUSpec | None) -> int:
     return 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384
 
 
+def _sglang_cuda_graph_max_bs(gpu: GPUSpec, tp: int) -> int:
+    """SGLang's default --cuda-graph-max-bs by GPU memory and its ``tp_size`` (ServerArgs._handle_gpu_memory_settings):
+    8 under 20 GiB; 24 (80 at TP >= 4) under 35; 32 (160) under 60; 256 (512) under 160 (H100, H200); 512 above."""
+    gib = gpu.memory_bytes / 2**30
+    if gib < 20:
+        return 8
+    if gib >= 160:
+        return 512
+    small, large = (24, 80) if gib < 35 else (32, 160) if gib < 60 else (256, 512)
+    return small if tp < 4 else large
+
+
+def sglang_mem_fraction_static(gpu: GPUSpec, tp: int, pp: int, attention_dp: int, chunk: int) -> float:
+    """SGLang's default --mem-fraction-static (0.5.3 on, ServerArgs._handle_gpu_memory_settings): the GPU's memory
+    less a reserve for what lives outside the static weights-and-KV share, over the memory, rounded to 3 decimals.
+    The reserve, in MiB: 512 (attention metadata) + 1.5 per token of the prefill chunk (at least 2048; activations)
+    + 2 per CUDA-graph batch slot (--cuda-graph-max-bs, :func:`_sglang_cuda_graph_max_bs`) + 1024 per 8 GPUs of TP x PP;
+    with DP attention 3 more per slot per rank (4.5 above 300 slots); at least 10 GiB on a GPU above 60 GiB. SGLang's
+    ``tp_size`` is every GPU of an attention-DP replica (``tp x attention_dp``), and ``chunk`` its
+    --chunked-prefill-size before it is divided over the ranks. (Left out: speculative decoding's 2-6 GiB and
+    piecewise CUDA graphs', which differ between releases, and a multimodal model's cut.)"""
+    sglang_tp = tp * attention_dp
+    slots = _sglang_cuda_graph_max_bs(gpu, sglang_tp)
+    gpu_mib = gpu.memory_bytes / 2**20
+    reserved = 512 + max(chunk, 2048) * 1.5 + slots * 2 + sglang_tp * pp / 8 * 1024
+    if attention_dp > 1:
+        reserved += slots * attention_dp * (4.5 if slots > 300 else 3)
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Scheduler policy and its knobs, named as vLLM names them.
@@ -507,6 +550,28 @@ class SchedulerConfig:
         if self.name == "trtllm":
             return 2048
         return 128
+
+    def memory_fraction(self, replica: ReplicaConfig) -> tuple[float, str]:
+        """The memory fraction ``replica``'s KV cache is planned with, and its basis (``MEMORY_FRACTION_OF``;
+        :func:`~simulator.engine.kvcache.plan_memory`): ``--gpu-memory-utilization`` and ``--memory-fraction-of``
+        where given, else this policy's engine's (``SchedulerEntry.memory_basis``): vLLM's 0.9 of total memory,
+        SGLang's static fraction (:func:`sglang_mem_fraction_static`, from its chunk: ``--chunk-size`` or
+        ``--max-num-batched-tokens``, else its default for the GPU), TensorRT-LLM's 0.9 of free memory. A basis
+        given without a fraction takes that basis's default (static: SGLang's computed one)."""
+        basis = replica.memory_fraction_of or SCHEDULERS[self.name].memory_basis
+        if replica.gpu_memory_utilization is not None:
+            return replica.gpu_memory_utilization, basis
+        if basis != "static":
+            return DEFAULT_MEMORY_FRACTION, basis
+        gpu = replica.gpu_spec
+        chunk = self.chunk_size or self.max_num_batched_tokens or _sglang_chunk(gpu)
+        fraction = sglang_mem_fraction_static(gpu, replica.tp, replica.pp, replica.attention_dp, chunk)
+        if fraction <= 0:
+            raise ConfigError("replica.gpu_memory_utilization", f"SGLang's default --mem-fraction-static for "
+                              f"{replica.gpu} ({gpu.memory_bytes / 2**30:g} GiB) is {fraction:g}: its reserve for "
+                              "activations and CUDA graphs fills the GPU", "pass --gpu-memory-utilization F "
+                              "(SGLang's --mem-fraction-static), or a smaller --chunk-size")
+        return fraction, basis
 
     def reserved_logits_seqs(self, gpu: GPUSpec | None = None) -> int:
         """Sequences whose logits the memory plan reserves (:func:`~simulator.engine.kvcache.activation_reserve_bytes`):

@@ -15,6 +15,12 @@ from simulator.config.errors import ConfigError
 
 # Prefix cache rules (simulator.engine.prefix_cache): vLLM V1's LRU of freed blocks, SGLang's LRU of radix leaves.
 PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
+# What a KV cache's memory fraction (--gpu-memory-utilization) is a fraction of (ReplicaConfig.memory_fraction_of,
+# simulator.engine.kvcache.plan_memory): "total", vLLM's --gpu-memory-utilization (weights, activations and KV cache
+# share that much of the GPU); "static", SGLang's --mem-fraction-static (weights and KV pool share it, activations and
+# CUDA graphs live in the rest); "free", TensorRT-LLM's free_gpu_memory_fraction (the KV cache gets that much of what
+# weights and activations leave).
+MEMORY_BASES = ("total", "static", "free")
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,11 @@ class SchedulerEntry:
     SGLang's radix tree); None where the engine caches no prefixes unless asked.
     ``hybrid_page``: its engine (vLLM) pages a hybrid model's attention and linear-attention state from one pool,
     so a block unset by ``--block-size`` is as many tokens as hold a linear layer's state
-    (:func:`simulator.engine.kvcache.engine_block_size`)."""
+    (:func:`simulator.engine.kvcache.engine_block_size`).
+    ``memory_basis``: what its engine's memory fraction is a fraction of (:data:`MEMORY_BASES`), unless
+    ``--memory-fraction-of`` says; its default fraction follows (:meth:`SchedulerConfig.memory_fraction`).
+    ``block_size``: its engine's KV page in tokens, unless ``--block-size`` says (vLLM's 16; TensorRT-LLM's
+    tokens_per_block 32)."""
 
     policy: str
     chunks_prompts: bool = False
@@ -38,6 +48,8 @@ class SchedulerEntry:
     batch_wait: bool = False
     prefix_cache: str | None = None
     hybrid_page: bool = False
+    memory_basis: str = "total"
+    block_size: int = 16
 
     def __post_init__(self) -> None:
         module, _, cls = self.policy.partition(":")
@@ -50,6 +62,12 @@ class SchedulerEntry:
         if self.prefix_cache is not None and self.prefix_cache not in PREFIX_CACHE_POLICIES:
             raise ConfigError("scheduler.prefix_cache", f"unknown prefix-cache policy {self.prefix_cache!r}",
                               f"use one of {', '.join(PREFIX_CACHE_POLICIES)}, or None")
+        if self.memory_basis not in MEMORY_BASES:
+            raise ConfigError("scheduler.memory_basis", f"unknown memory basis {self.memory_basis!r}",
+                              f"use one of {', '.join(MEMORY_BASES)}")
+        if self.block_size <= 0:
+            raise ConfigError("scheduler.block_size", f"must be positive, got {self.block_size}",
+                              "give the engine's KV page in tokens, e.g. 16")
 
 
 _POLICIES = "simulator.engine.schedulers"
@@ -62,9 +80,15 @@ SCHEDULERS: dict[str, SchedulerEntry] = {
     # Sarathi's policy under vLLM's default budget (SchedulerConfig.token_budget).
     "vllm-v1": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True,
                               prefix_cache="vllm-lru", hybrid_page=True),
-    "sglang": SchedulerEntry(f"{_POLICIES}.sglang:SGLangScheduler", chunks_prompts=True, prefix_cache="radix-lru"),
-    # TensorRT-LLM reuses KV blocks across requests by default (KvCacheConfig.enable_block_reuse).
-    "trtllm": SchedulerEntry(f"{_POLICIES}.trtllm:TRTLLMScheduler", batch_wait=True, prefix_cache="vllm-lru"),
+    # SGLang sizes its pool by --mem-fraction-static (weights and KV pool). Its page is 1 token by default; the
+    # simulator keeps 16-token blocks (at most 15 tokens a request apart, and a radix cache named per token
+    # would cost 16 times the lookups).
+    "sglang": SchedulerEntry(f"{_POLICIES}.sglang:SGLangScheduler", chunks_prompts=True, prefix_cache="radix-lru",
+                             memory_basis="static"),
+    # TensorRT-LLM reuses KV blocks across requests by default (KvCacheConfig.enable_block_reuse); its
+    # KvCacheConfig sizes the cache by free_gpu_memory_fraction (0.9) in blocks of tokens_per_block (32).
+    "trtllm": SchedulerEntry(f"{_POLICIES}.trtllm:TRTLLMScheduler", batch_wait=True, prefix_cache="vllm-lru",
+                             memory_basis="free", block_size=32),
 }
 
 SCHEDULER_NAMES = tuple(SCHEDULERS)

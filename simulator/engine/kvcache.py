@@ -1,8 +1,12 @@
 """Paged KV cache: memory budget and block accounting.
 
-Capacity (DESIGN.md): per GPU, ``memory * utilisation - weights - activation reserve``
-divided by the KV bytes one token costs on that GPU, unless ``num_gpu_blocks`` gives the
-block count outright (vLLM's ``num_gpu_blocks_override``). KV bytes per token per layer are
+Capacity (DESIGN.md): per GPU, a KV budget divided by the KV bytes one token costs on that GPU, unless
+``num_gpu_blocks`` gives the block count outright (vLLM's ``num_gpu_blocks_override``). The budget is the
+engine's rule for its memory fraction ``f`` (``SchedulerConfig.memory_fraction``: the run's
+``--gpu-memory-utilization`` and ``--memory-fraction-of``, else the scheduler's engine's): vLLM's total basis,
+``memory * f - weights - activation reserve``; SGLang's static one, ``memory * f - weights - non-torch memory``
+(its ``--mem-fraction-static`` holds weights and KV pool; activations and CUDA graphs live in the rest);
+TensorRT-LLM's free one, ``(memory - weights - activation reserve) * f``. KV bytes per token per layer are
 ``2 * kv_heads * head_dim * kv_dtype_bytes``, sharded by TP (a GPU keeps at least one KV
 head: GQA models replicate heads when ``tp > kv_heads``), or for multi-head latent
 attention ``(kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes``, replicated on every TP
@@ -37,13 +41,13 @@ import math
 from dataclasses import dataclass
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import ReplicaConfig, SchedulerConfig
+from simulator.config.run_config import DEFAULT_MEMORY_FRACTION, ReplicaConfig, SchedulerConfig
 from simulator.config.schedulers import SCHEDULERS
 from simulator.costmodel.base import BatchShape, split_layers
 from simulator.workload.request import Request
 
 GiB = 1024**3
-DEFAULT_BLOCK_SIZE = 16  # tokens a KV block holds unless --block-size (or a hybrid's engine) says otherwise: vLLM's
+DEFAULT_BLOCK_SIZE = 16  # tokens a KV block holds unless --block-size (or the engine: SchedulerEntry.block_size) says: vLLM's
 # CUDA context, cuBLAS/NCCL workspaces and allocator slack that vLLM's profiling run sees
 # outside the model's own activations.
 NON_TORCH_RESERVE_BYTES = 1.0 * GiB
@@ -63,14 +67,22 @@ class MemoryPlan:
     num_state_blocks: int = 0  # blocks each running sequence holds beside its tokens' (recurrent state, window)
     num_memory_tokens: int | None = None  # where num_gpu_blocks set the cache: the tokens the memory plan holds
     num_window_blocks: int = 0  # of num_state_blocks: the windowed sliding layers' (the rest: recurrent state)
+    # The memory fraction the budget was planned with, and its basis (SchedulerConfig.memory_fraction).
+    memory_fraction: float = DEFAULT_MEMORY_FRACTION
+    memory_basis: str = "total"
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> dict[str, float | int | str]:
+        # (the fraction and its basis where they are not vLLM's default, so a vLLM run's figures stay as they were;
+        # on SGLang's static basis the activation reserve is not taken from the budget)
+        basis = ({} if (self.memory_fraction, self.memory_basis) == (DEFAULT_MEMORY_FRACTION, "total")
+                 else {"memory_fraction": self.memory_fraction, "memory_basis": self.memory_basis})
         return {
             "weights_gib_per_gpu": max(self.weights_bytes) / GiB,
             "activation_reserve_gib": self.activation_bytes / GiB,
             "kv_budget_gib_per_gpu": min(self.kv_budget_bytes) / GiB,
             "num_kv_tokens": self.num_kv_tokens,
             "num_kv_blocks": self.num_blocks,
+            **basis,
             **({"num_state_blocks_per_seq": self.num_state_blocks} if self.num_state_blocks else {}),
         }
 
@@ -104,13 +116,17 @@ def vllm_hybrid_block_size(replica: ReplicaConfig) -> int:
 def engine_block_size(replica: ReplicaConfig, scheduler: str | None) -> int:
     """The KV block a replica's engine pages in: ``--block-size`` where given; else, for a hybrid model under a
     policy whose engine pages its attention and state from one pool (vLLM's: ``SchedulerEntry.hybrid_page``),
-    :func:`vllm_hybrid_block_size`; else 16 tokens (vLLM's default; SGLang keeps its mamba states in a pool of
-    their own). ``scheduler`` None: no engine's rule, 16."""
+    :func:`vllm_hybrid_block_size`; else the engine's page (``SchedulerEntry.block_size``: 16 tokens, vLLM's
+    default, and SGLang's here, which keeps its mamba states in a pool of their own; TensorRT-LLM's 32).
+    ``scheduler`` None: no engine's rule, 16."""
     if replica.block_size is not None:
         return replica.block_size
-    if scheduler is not None and SCHEDULERS[scheduler].hybrid_page and replica.model_spec.is_hybrid:
+    if scheduler is None:
+        return DEFAULT_BLOCK_SIZE
+    entry = SCHEDULERS[scheduler]
+    if entry.hybrid_page and replica.model_spec.is_hybrid:
         return vllm_hybrid_block_size(replica)
-    return DEFAULT_BLOCK_SIZE
+    return entry.block_size
 
 
 def vllm_kv_cache_groups(replica: ReplicaConfig) -> tuple[int, int]:
@@ -136,12 +152,13 @@ def vllm_reported_kv_tokens(replica: ReplicaConfig, plan: MemoryPlan) -> int:
     return blocks // groups * plan.block_size
 
 
-def batch_fit_problem(replica: ReplicaConfig, shape: BatchShape, scheduler: str | None = None) -> tuple[str, str] | None:
+def batch_fit_problem(replica: ReplicaConfig, shape: BatchShape,
+                      scheduler: SchedulerConfig | str | None = None) -> tuple[str, str] | None:
     """Why ``replica`` could not run the batch ``shape`` as one iteration, as ``(what, problem)``
     with ``what`` one of ``prefill`` (a chunk and the tokens before it beyond the model's context),
     ``decode`` (a decode's KV beyond it) or ``kv`` (the batch's KV beyond the cache the memory plan
-    leaves, in ``scheduler``'s blocks: :func:`engine_block_size`); None if it could. The callers (predict,
-    tau) name their own flags."""
+    leaves, in ``scheduler``'s blocks and under its engine's memory rule: :func:`plan_memory`); None if it could.
+    The callers (predict, tau) name their own flags."""
     limit = replica.effective_max_model_len
     if shape.prefill_max_kv > limit:
         return "prefill", (f"a chunk reaches {shape.prefill_max_kv} tokens with the tokens before it, beyond "
@@ -160,9 +177,13 @@ def batch_fit_problem(replica: ReplicaConfig, shape: BatchShape, scheduler: str 
 
 
 def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seqs: int,
-                scheduler: str | None = None) -> MemoryPlan:
-    """KV capacity of a replica, in the blocks of ``scheduler``'s engine (:func:`engine_block_size`); refuses
-    layouts whose weights do not fit."""
+                scheduler: SchedulerConfig | str | None = None) -> MemoryPlan:
+    """KV capacity of a replica, in the blocks of ``scheduler``'s engine (:func:`engine_block_size`), at its
+    memory fraction and on its basis (``SchedulerConfig.memory_fraction``; a name: that policy at its defaults;
+    None: vLLM's rule, 16-token blocks); refuses layouts whose weights do not fit."""
+    name = scheduler.name if isinstance(scheduler, SchedulerConfig) else scheduler
+    sched = scheduler if isinstance(scheduler, SchedulerConfig) else SchedulerConfig(scheduler or "vllm")
+    fraction, basis = sched.memory_fraction(replica)
     m, gpu, tp, db = replica.model_spec, replica.gpu_spec, replica.tp, replica.dtype_bytes
     layers = split_layers(m.num_layers, replica.pp)
     # MHA/GQA heads are sharded by TP, an MLA latent is replicated. A hybrid's linear-attention layers
@@ -173,7 +194,12 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     if m.num_growing_kv_layers != m.num_layers:
         kv_token_layer *= m.num_growing_kv_layers / m.num_layers
     activation = activation_reserve_bytes(replica, max_num_batched_tokens, max_num_seqs)
-    usable = gpu.memory_bytes * replica.gpu_memory_utilization
+    usable = gpu.memory_bytes * fraction
+    # What a stage's weights share the budget with: vLLM's profiled activations (total basis, and free, where they
+    # come off before the fraction), or on SGLang's static basis the memory in use before it loads the model (its
+    # fraction is of the GPU, the pool what the weights leave of it: as the launch line converts it,
+    # simulator.planning.launch.launch_memory_fraction).
+    beside = NON_TORCH_RESERVE_BYTES if basis == "static" else activation
     weights, budgets, per_token = [], [], []
     for stage, num_layers in enumerate(layers):
         # at --dtype (what the checkpoint keeps at 16 bits in the stage's own layers apart); embeddings, LM head at dtype_bytes
@@ -182,21 +208,26 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
             w += m.embedding_params / tp * db
         if stage == len(layers) - 1 and (not m.tied_embeddings or replica.pp > 1):
             w += m.vocab_size * m.hidden_size / tp * db
-        budget = usable - w - activation
-        if replica.memory_fraction_of == "free" and gpu.memory_bytes > w + activation:
-            budget = (gpu.memory_bytes - w - activation) * replica.gpu_memory_utilization
+        budget = usable - w - beside
+        if basis == "free" and gpu.memory_bytes > w + activation:
+            budget = (gpu.memory_bytes - w - activation) * fraction
         if budget <= 0:
-            need_gib = (w + activation) / GiB
+            need_gib = (w + beside) / GiB
             fix = "raise --tp/--pp or use a larger GPU"
             if replica.dtype in ("bf16", "fp16"):  # 16-bit weights: an FP8 checkpoint holds them in half the bytes
                 fix = "raise --tp/--pp, quantise the weights (--dtype fp8) or use a larger GPU"
-            if activation > w:  # a step's activations, not the weights, fill the GPU: its size is a knob
+            if basis == "static":  # SGLang's: the static share holds the weights, the rest its activations
+                what = "weights and the memory in use before loading"
+                fix = f"raise --gpu-memory-utilization (SGLang's --mem-fraction-static, now {fraction:g}), or {fix}"
+            else:
+                what = "weights+activations"
+            if basis != "static" and activation > w:  # a step's activations, not the weights, fill the GPU: a knob
                 fix = (f"lower --max-num-batched-tokens or --max-num-seqs (a step of {max_num_batched_tokens:,} tokens "
                        f"and {max_num_seqs:,} sequences needs {activation / GiB:.1f} GiB of activations), or {fix}")
             raise ConfigError(
                 "replica", f"{m.name} on {replica.gpu} tp={tp} pp={replica.pp} does not fit: stage {stage} needs "
-                f"{need_gib:.1f} GiB for weights+activations but {usable / GiB:.1f} GiB are usable per GPU "
-                f"(short by {(w + activation - usable) / GiB:.1f} GiB)", fix)
+                f"{need_gib:.1f} GiB for {what} but {usable / GiB:.1f} GiB are usable per GPU "
+                f"(short by {(w + beside - usable) / GiB:.1f} GiB)", fix)
         weights.append(w)
         budgets.append(budget)
         if replica.pp > 1 and m.num_growing_kv_layers != m.num_layers:
@@ -208,7 +239,7 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
         else:
             per_token.append(num_layers * kv_token_layer)
     num_tokens = int(min(b / t for b, t in zip(budgets, per_token, strict=True)))
-    block = engine_block_size(replica, scheduler)
+    block = engine_block_size(replica, name)
     num_blocks = planned_blocks = num_tokens // block
     if replica.num_gpu_blocks is not None:
         # A given block count replaces the plan's (vLLM's num_gpu_blocks_override), e.g. to match
@@ -219,7 +250,7 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
     return MemoryPlan(tuple(weights), activation, tuple(budgets), tuple(per_token),
                       num_blocks * block, num_blocks, block,
                       state_blocks_per_seq(replica, kv_token_layer, block) + window,
-                      None if replica.num_gpu_blocks is None else planned_blocks * block, window)
+                      None if replica.num_gpu_blocks is None else planned_blocks * block, window, fraction, basis)
 
 
 def state_blocks_per_seq(replica: ReplicaConfig, kv_token_layer: float, block_size: int) -> int:
@@ -334,7 +365,7 @@ def build_kv_cache(replica: ReplicaConfig, sched: SchedulerConfig) -> tuple[Bloc
     scheduler's watermark. The one place a replica's cache is sized (runs, pools, planners)."""
     max_model_len = replica.effective_max_model_len
     plan = plan_memory(replica, sched.token_budget(max_model_len, replica.gpu_spec, replica.attention_dp),
-                       sched.reserved_logits_seqs(replica.gpu_spec), sched.name)
+                       sched.reserved_logits_seqs(replica.gpu_spec), sched)
     return BlockManager(plan.num_blocks, plan.block_size, sched.watermark, plan.num_state_blocks), plan
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
+from simulator.config.run_config import MEMORY_BASIS_WORDS, ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.costmodel.base import CostModel
 from simulator.engine.batch_wait import BatchWait
 from simulator.engine.kvcache import BlockManager, GiB, MemoryPlan, build_kv_cache, max_model_len_shortfall
@@ -89,10 +89,10 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     if short is not None:
         # A drafter's memory took from the cache unless the cache's size was given or n-gram drafts from the text.
         if held is None or replica.num_gpu_blocks is not None or held.method == "ngram":
-            raise ConfigError(field, short, (fix or "lower --max-model-len or add GPUs (--tp/--pp)") + _kv_knobs(replica))
+            raise ConfigError(field, short, (fix or "lower --max-model-len or add GPUs (--tp/--pp)") + _kv_knobs(replica, plan))
         raise ConfigError(field, short + " (with the drafter's memory)",
                           (fix or "lower --max-model-len, add GPUs (--tp/--pp) or use a smaller drafter")
-                          + _kv_knobs(replica))
+                          + _kv_knobs(replica, plan))
     if mixin is not None:
         cls = with_mixin(mixin, cls)
     if lockstep is not None and speculation is None:
@@ -103,15 +103,16 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
     return scheduler, plan
 
 
-def _kv_knobs(replica: ReplicaConfig) -> str:
+def _kv_knobs(replica: ReplicaConfig, plan: MemoryPlan) -> str:
     """The memory knobs that grow a planned KV cache without more GPUs, as the tail of a too-small cache's fix
     ('' where the cache's size was given, or both knobs are spent): FP8 KV halves a token's bytes, and a larger
     share of the GPU's memory leaves more of it to the cache."""
     if replica.num_gpu_blocks is not None:
         return ""
     knobs = [] if replica.kv_cache_dtype == "fp8" else ["store the KV cache in FP8 (--kv-cache-dtype fp8)"]
-    if replica.gpu_memory_utilization < 0.95:  # (past it there is next to nothing left to give)
-        knobs.append(f"raise --gpu-memory-utilization (now {replica.gpu_memory_utilization:g})")
+    if plan.memory_fraction < 0.95:  # (past it there is next to nothing left to give)
+        basis = "" if plan.memory_basis == "total" else f" {MEMORY_BASIS_WORDS[plan.memory_basis]}"
+        knobs.append(f"raise --gpu-memory-utilization (now {plan.memory_fraction:g}{basis})")
     return f", or {' or '.join(knobs)}" if knobs else ""
 
 

@@ -121,6 +121,18 @@ def test_a_default_static_fraction_at_or_below_zero_is_refused_in_one_line() -> 
         build_config(memory_fraction_of="spare")
 
 
+def test_the_run_header_says_each_engines_memory_rule() -> None:
+    from simulator.cli.run import run_title
+
+    sglang = run_title(build_config(model="llama-3.1-8b", gpu="h100-sxm", scheduler="sglang"), {})
+    assert "KV cache memory 0.836 of memory, SGLang's static share for weights and KV cache" in sglang
+    trtllm = run_title(build_config(model="llama-3.1-8b", gpu="h100-sxm", scheduler="trtllm"), {})
+    assert ("KV cache memory 0.9 of the memory weights and activations leave, TensorRT-LLM's free fraction, "
+            "32-token blocks") in trtllm
+    vllm = run_title(build_config(model="llama-3.1-8b", gpu="h100-sxm"), {})
+    assert "KV cache memory" not in vllm and "token blocks" not in vllm
+
+
 def test_each_engines_launch_line_says_the_fraction_its_plan_used() -> None:
     """A plan under --scheduler sglang launches SGLang at the static fraction it priced (--mem-fraction-static), one
     under trtllm TensorRT-LLM at its free fraction 0.9 (free_gpu_memory_fraction), each in its own blocks."""

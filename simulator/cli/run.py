@@ -14,7 +14,7 @@ from simulator.cli.options import WORKERS_METAVAR, parse_workers, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.resources import auto_workers, check_run_fits
-from simulator.config.run_config import RunConfig, SchedulerConfig
+from simulator.config.run_config import DEFAULT_MEMORY_FRACTION, MEMORY_BASIS_WORDS, RunConfig, SchedulerConfig
 from simulator.config.schedulers import SCHEDULERS as SCHEDULER_ENTRIES
 from simulator.report.output import FORMATS, check_format, check_out_dir, jsonable, write_run
 from simulator.util.progress import RunProgress
@@ -238,6 +238,20 @@ def _router(config: RunConfig) -> str:
     return f" behind {config.router}" if config.num_ranks > 1 else ""
 
 
+def _kv_memory(config: RunConfig) -> str:
+    """The KV cache's memory fraction and its basis (``SchedulerConfig.memory_fraction``), and the engine's block,
+    where they are not vLLM's defaults (0.9 of total memory, 16-token blocks): said, not silent, as SGLang's
+    and TensorRT-LLM's engines size their caches their own ways."""
+    r, s = config.replica, config.scheduler
+    fraction, basis = s.memory_fraction(r)
+    out = "" if (fraction, basis) == (DEFAULT_MEMORY_FRACTION, "total") else (
+        f" · KV cache memory {fraction:g} {MEMORY_BASIS_WORDS[basis]}")
+    block = SCHEDULER_ENTRIES[s.name].block_size
+    if r.block_size is None and block != SCHEDULER_ENTRIES["vllm"].block_size:
+        out += f"{',' if out else ' · KV cache in'} {block}-token blocks"
+    return out
+
+
 def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     """Everything that makes two runs differ, on one line (a pipe gets it whole; a terminal wraps it
     between words): model, GPUs and layout, the policy's effective knobs, engine, dtype, and the
@@ -255,6 +269,7 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         budget = (f"{s.token_budget(max_len, r.gpu_spec, r.attention_dp):,}-token budget{per_rank}, "
                   if SCHEDULER_ENTRIES[s.name].token_budget else "")  # (Orca's, FasterTransformer's steps have none)
         knobs = f" ({budget}<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)})"
+        knobs += _kv_memory(config)
     spare = f" +{r.redundant_experts} redundant experts" if r.redundant_experts else ""
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}{spare}) · "
              f"{count(config.num_replicas, 'replica')}{_router(config)} · {s.name}{knobs} · engine {config.engine} · "

@@ -50,12 +50,19 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "intra_node_link": ("replica__intra_node_link", str, "Link inside a node (default: NVLink if present, else PCIe)."),
     "allow_tp_across_nodes": ("replica__allow_tp_across_nodes", bool, "Let a TP group span nodes."),
     "max_model_len": ("replica__max_model_len", int, "Context limit (default: the model's)."),
-    "gpu_memory_utilization": ("replica__gpu_memory_utilization", float, "Fraction of GPU memory to use."),
-    "memory_fraction_of": ("replica__memory_fraction_of", str, "What --gpu-memory-utilization is a fraction of: total "
-                           "(vLLM, SGLang) or free, the memory weights and activations leave, all of it KV cache "
-                           "(TensorRT-LLM's free_gpu_memory_fraction)."),
-    "block_size": ("replica__block_size", int, "KV cache block size in tokens (default 16; a hybrid model under "
-                   "--scheduler vllm or vllm-v1: vLLM's, as many as hold one linear-attention layer's state)."),
+    "gpu_memory_utilization": ("replica__gpu_memory_utilization", float, "Fraction of GPU memory for the KV cache's "
+                               "plan, on --memory-fraction-of's basis (default: the engine's: vLLM's 0.9 of total; "
+                               "--scheduler sglang: SGLang's --mem-fraction-static default, from the GPU's memory, "
+                               "the chunk size and TP x PP, 0.836 on one H100; --scheduler trtllm: 0.9 of free)."),
+    "memory_fraction_of": ("replica__memory_fraction_of", str, "What --gpu-memory-utilization is a fraction of "
+                           "(default: the engine's): total (vLLM's --gpu-memory-utilization: weights, activations and "
+                           "KV cache), static (SGLang's --mem-fraction-static, the default under --scheduler sglang: "
+                           "weights and KV pool; activations and CUDA graphs in the rest) or free, the memory weights "
+                           "and activations leave, all of it KV cache (TensorRT-LLM's free_gpu_memory_fraction, the "
+                           "default under --scheduler trtllm)."),
+    "block_size": ("replica__block_size", int, "KV cache block size in tokens (default 16; --scheduler trtllm: 32, "
+                   "TensorRT-LLM's tokens_per_block; a hybrid model under --scheduler vllm or vllm-v1: vLLM's, as "
+                   "many as hold one linear-attention layer's state)."),
     "dtype": ("replica__dtype", str, "Weight dtype: bf16, fp16, fp8, fp8-block (FP8 tensor cores where the GPU has "
               "them), nvfp4 (or fp4; FP4 tensor cores on Blackwell, else weight-only), mxfp4 (gpt-oss's experts, as deployed "
               "engines run them: mxfp4-w4a8 on datacenter Blackwell, else mxfp4-w4a16; or name one), "

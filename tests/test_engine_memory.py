@@ -13,6 +13,7 @@ import pytest
 
 from simulator.config.errors import ConfigError
 from simulator.config.options import build_config
+from simulator.config.run_config import RunConfig
 from simulator.engine.kvcache import NON_TORCH_RESERVE_BYTES, build_kv_cache
 
 GiB, MiB = 2**30, 2**20
@@ -153,3 +154,16 @@ def test_each_engines_launch_line_says_the_fraction_its_plan_used() -> None:
     trtllm = build_config(model="llama-3.1-8b", gpu="h100-sxm", scheduler="trtllm")
     line = launch_command(candidate, trtllm, "trtllm")[0]
     assert '"kv_cache_config": {"free_gpu_memory_fraction": 0.9}' in line  # tokens_per_block: its own 32
+
+
+def test_result_keys_of_vllm_runs_stay_and_other_engines_change() -> None:
+    """A stored sweep point resumes by its result key: a vLLM-family run's key is the one it had when its memory
+    defaults were 0.9 of total memory; an SGLang or TensorRT-LLM run's changes with the cache it now plans."""
+    for name in ("vllm-v1", "vllm"):
+        run = RunConfig().replace(scheduler__name=name)
+        before = run.replace(replica__gpu_memory_utilization=0.9, replica__memory_fraction_of="total")
+        assert run.result_key(a=1) == before.result_key(a=1)
+    for name in ("sglang", "trtllm"):
+        run = RunConfig().replace(scheduler__name=name)
+        before = run.replace(replica__gpu_memory_utilization=0.9, replica__memory_fraction_of="total")
+        assert run.result_key(a=1) != before.result_key(a=1)

@@ -63,6 +63,12 @@ SESSION_REPLAYS = ("open", "closed")
 # Fields added after results were stored (sweep points, planned layouts): at these values result_key leaves them
 # out, so a stored point's key stays what it was and its sweep resumes instead of running every point again.
 LATER_FIELD_DEFAULTS: dict[tuple[str, str], Any] = {("workload", "session_replay"): "open"}
+# Fields whose default became None (the engine's own) after results were stored, with the value they held then: where
+# every scheduler of a run plans its KV cache on the total basis (vLLM's rule, whose defaults these were), result_key
+# writes that value for None, so a stored vLLM-family point's key stays what it was; an SGLang or TensorRT-LLM run's
+# key changes with the cache its engine's rule now plans (SchedulerConfig.memory_fraction).
+FORMER_DEFAULTS_ON_TOTAL: dict[tuple[str, str], Any] = {("replica", "gpu_memory_utilization"): 0.9,
+                                                        ("replica", "memory_fraction_of"): "total"}
 # How a benchmark client reads --random-range-ratio r: vllm bench serve draws each length in
 # [len*(1-r), len*(1+r)] (r < 1; 0 is fixed); SGLang's bench_serving, and the older vLLM
 # benchmark_serving.py copies such as InferenceX's, in [len*r, len] (r <= 1; 1 is fixed, their 0 is [1, len]).
@@ -923,8 +929,22 @@ class RunConfig:
         for (section, name), default in LATER_FIELD_DEFAULTS.items():
             if resolved[section].get(name) == default:
                 del resolved[section][name]
+        if self._plans_on_total_memory():
+            for (section, name), former in FORMER_DEFAULTS_ON_TOTAL.items():
+                if resolved[section].get(name) is None:
+                    resolved[section][name] = former
         blob = json.dumps({**context, "config": resolved}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def _plans_on_total_memory(self) -> bool:
+        """Every scheduler of the run (a disaggregated run's pools' too) plans its KV cache on the total basis."""
+        schedulers = [self.scheduler]
+        if self.is_disaggregated:
+            from simulator.config.disagg_layout import layout_of
+
+            pools = layout_of(self)
+            schedulers = [pools.prefill_scheduler, pools.decode_scheduler, *filter(None, [pools.mixed_scheduler])]
+        return all((self.replica.memory_fraction_of or SCHEDULERS[s.name].memory_basis) == "total" for s in schedulers)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:

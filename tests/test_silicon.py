@@ -145,6 +145,32 @@ def test_an_agg_row_becomes_its_closed_loop(silicon):
     assert w.arrival == "burst" and config.scheduler.name == "vllm-v1"
 
 
+def test_each_backends_rows_plan_the_kv_cache_by_its_engines_rule(silicon):
+    """TensorRT-LLM's rows run vLLM V1's policy but TensorRT-LLM's cache (0.9 of free memory, 32-token blocks, as the
+    trtllm preset plans it), its disaggregated pools too; SGLang's and vLLM's rows their own schedulers' rules."""
+    from simulator.config.disagg_layout import layout_of
+    from simulator.engine.kvcache import build_kv_cache
+
+    kept, _ = silicon
+
+    def first_config(rows):  # noqa: ANN001, ANN202 - the first expressible row's run
+        for row in rows.itertuples():
+            try:
+                return row_config(row)
+            except Unexpressible:
+                continue
+        raise AssertionError("no expressible row")
+
+    agg = kept[(kept["mode"] == "agg") & (kept["model_path"] == "Qwen/Qwen3-32B")]
+    for backend, fraction_of, block in (("trtllm", "free", 32), ("sglang", "static", 16), ("vllm", "total", 16)):
+        config = first_config(agg[agg["backend"] == backend])
+        _, plan = build_kv_cache(config.replica, config.scheduler)
+        assert (plan.memory_basis, plan.block_size) == (fraction_of, block)
+    pools = layout_of(first_config(kept[(kept["mode"] == "disagg") & (kept["backend"] == "trtllm")]))
+    for pool in (pools.prefill_replica, pools.decode_replica):
+        assert (pool.memory_fraction_of, pool.block_size) == ("free", 32)
+
+
 def test_gpt_oss_rows_labelled_nvfp4_run_its_mxfp4_checkpoint(silicon):
     """The data README: gpt-oss-120b is labelled nvfp4 although its checkpoint is MXFP4. Its rows run --dtype mxfp4
     (each backend's MXFP4 MoE kernel), the KV cache as the label makes AIConfigurator infer it; other NVFP4 rows

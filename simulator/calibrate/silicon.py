@@ -34,7 +34,9 @@ express (a model outside the catalog, a disaggregated row without workers and no
 Choices stated (not in the data): each backend's default policy (:data:`BACKEND_SCHEDULERS`:
 ``vllm-v1`` for vLLM and TensorRT-LLM, SGLang's prefill-first ``sglang``), with
 ``max_num_batched_tokens`` 8192 (vLLM V1's API-server default on H100-class GPUs) and
-``max_num_seqs`` at least the engine's batch; the KV cache is FP8 when
+``max_num_seqs`` at least the engine's batch; the KV cache sized by the backend's engine's rule
+(:data:`BACKEND_ENGINES`: vLLM's 0.9 of total memory, SGLang's static fraction, TensorRT-LLM's 0.9 of free memory in
+32-token blocks); the KV cache is FP8 when
 the GEMMs are FP8/FP4 (as AIConfigurator infers it from the checkpoint), else the activation
 dtype. Engine preset and kernels are the caller's (the run's defaults unless given).
 """
@@ -78,6 +80,10 @@ DEFAULT_BUDGET = 8192
 # (no --enable-mixed-chunk); TensorRT-LLM's in-flight batching puts context and generation
 # requests in one step under max_num_tokens (closest here: vllm-v1's mixed batches).
 BACKEND_SCHEDULERS = {"vllm": "vllm-v1", "sglang": "sglang", "trtllm": "vllm-v1"}
+# Each backend's engine as it sizes its KV cache (its scheduler preset's memory basis and block:
+# SchedulerEntry.memory_basis, block_size), whichever policy runs its batches: TensorRT-LLM's rows run vLLM V1's
+# policy with TensorRT-LLM's cache, 0.9 of the memory weights and activations leave, in 32-token blocks.
+BACKEND_ENGINES = {"vllm": "vllm-v1", "sglang": "sglang", "trtllm": "trtllm"}
 DEFAULT_MAX_NUM_SEQS = 256
 # A disaggregated prefill pool's batch cap: the prompts of a step are held by the budget long before
 # it; pinned at the value the committed reports ran with (it sizes the logits' activation reserve).
@@ -677,6 +683,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
     dtype, kv = _dtypes(row)
     is_moe = get_model(model).is_moe
     sched = BACKEND_SCHEDULERS.get(str(getattr(row, "backend", "")), "vllm-v1")  # a row without one: vLLM V1's
+    memory = _engine_memory(BACKEND_ENGINES.get(str(getattr(row, "backend", "")), sched), sched)
     warmup = concurrency
     total = warmup + max(requests_per_user * concurrency, 32)
     if max_requests is not None:
@@ -691,6 +698,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         "workload__output_tokens_stddev": output_stddev,
         "workload__warmup_mode": warmup_mode,
         "replica__inter_node_link": SYSTEM_NETWORKS[row.system],  # pools take it from the replica
+        **memory,  # (the pools too)
     }
     if row.mode == "agg":
         tp, pp, adp, ep = _layout(row, "", is_moe)
@@ -739,6 +747,16 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         raise Unexpressible(f"refused by the config: {err}") from None
     except TypeError as err:  # a field this build does not have yet
         raise Unexpressible(f"not supported by this build: {err}") from None
+
+
+def _engine_memory(engine: str, policy: str) -> dict[str, Any]:
+    """The replica changes that plan the KV cache as ``engine``'s scheduler preset does where ``policy``'s would
+    plan it otherwise (its memory basis, its block)."""
+    from simulator.config.schedulers import SCHEDULERS
+
+    own, runs = SCHEDULERS[engine], SCHEDULERS[policy]
+    return {**({"replica__memory_fraction_of": own.memory_basis} if own.memory_basis != runs.memory_basis else {}),
+            **({"replica__block_size": own.block_size} if own.block_size != runs.block_size else {})}
 
 
 def mtp_changes(drafts: int, acceptance: str | float | None) -> dict[str, Any]:

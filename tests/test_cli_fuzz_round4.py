@@ -45,7 +45,7 @@ TRACE_CASES = [
     (["--trace", PLAIN, "--prefix-cache-policy", "radix-lru"], "--prefix-cache-policy: --trace"),
     # prefix caching on or off: the same run where no prompt names its blocks (a built-in workload too)
     (["--trace", PLAIN, "--prefix-caching"], "--prefix-caching: --trace"),
-    (["--no-prefix-caching"], "--prefix-caching: the sharegpt workload names no prompt blocks"),
+    (["--no-prefix-caching"], "--no-prefix-caching: the sharegpt workload names no prompt blocks"),
     (["--trace", PLAIN, "--router", "prefix_aware", "--replicas", "2"], "--router: prefix_aware routes by cached prefix"),
     # no sessions (CSV, and Mooncake's hashed requests alike): the session router is least_outstanding
     (["--trace", PLAIN, "--router", "session", "--replicas", "2"], "--router: session keeps each session"),

@@ -281,8 +281,16 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                               "add --trace and --max-total-tokens, or drop {flag}")
     if not r.model_spec.is_moe:
         out["moe_imbalance"] = (f"{r.model} has no experts", "drop {flag} for a dense model")
-    if s.prefix_cache is None:
-        out["prefix_cache_policy"] = ("prefix caching is off", "pass --prefix-caching, or drop {flag}")
+    layout = layout_of(config) if config.is_disaggregated else None
+    if layout is not None and layout.mixed_scheduler is None:
+        # The prefill and decode pools hand KV blocks over by count: no replica of the run caches a prefix, on or off
+        # (engine.replica.build_scheduler gives a pool's role no prefix cache; only a mixed pool's replicas cache).
+        for name in ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib"):
+            out[name] = ("prefix caching is modelled only on the mixed pool of a disaggregated run; its prefill and "
+                         "decode pools do not cache prefixes", "add --mixed-pool, or drop {flag}")
+    elif (layout.mixed_scheduler if layout is not None else s).prefix_cache is None:
+        off = "the mixed pool's prefix caching is off" if layout is not None else "prefix caching is off"
+        out["prefix_cache_policy"] = (off, "pass --prefix-caching, or drop {flag}")
     if not config.is_disaggregated:
         for name in ("kv_link", "kv_link_scope", "first_token_at"):
             out[name] = ("the run is not disaggregated", "add --prefill-pool and --decode-pool, or drop {flag}")
@@ -312,7 +320,6 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         out["normalize_arrivals"] = (f"{why}: no random gaps to rescale",
                                      ("add --qps R for a capped open loop with Poisson gaps" if closed
                                       else "pass --arrival poisson or gamma") + ", or drop {flag}")
-    layout = layout_of(config) if config.is_disaggregated else None
     if layout is None:
         out.update(_link_inert_options(r))
     else:  # a pool's replicas have layouts of their own: a link flag does nothing where it does nothing to any
@@ -560,6 +567,11 @@ SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS | _POOL_CACHE_
                                              "tau": _TAU_SETS, "capacity": {}}
 
 
+def given_flag(name: str, value: Any) -> str:
+    """The flag that gave option ``name`` ``value``: a bool option's ``--no-`` form where it was turned off."""
+    return f"--{'no-' if value is False else ''}{name.replace('_', '-')}"
+
+
 def _set_by_command(options: dict[str, Any], command: str, scheduler: str) -> None:
     """Refuse an option that ``command`` sets itself (:data:`SET_BY_COMMAND`) for a run of ``scheduler``."""
     sets = dict(SET_BY_COMMAND.get(command, {}))
@@ -573,7 +585,7 @@ def _set_by_command(options: dict[str, Any], command: str, scheduler: str) -> No
             f"pools run {DEFAULT_POOL_SCHEDULER}, which keeps a budget only with --scheduler {DEFAULT_POOL_SCHEDULER}")
     for name, setter in sets.items():
         if options.get(name) is not None:
-            flag = f"--{name.replace('_', '-')}"
+            flag = given_flag(name, options[name])
             where = command if command in ("plan", "capacity", "tau") else f"disagg {command}"
             if command == "tau" or (command in ("split", "compare") and name in _SPLIT_UNREAD):
                 raise ConfigError(flag, f"{where} does not read it ({setter}), so {flag} would do nothing",
@@ -607,7 +619,7 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
         return
     for name, (why, fix) in inert_options(config).items():
         if options.get(name) is not None and name not in decided:
-            flag = f"--{name.replace('_', '-')}"
+            flag = given_flag(name, options[name])
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
     if ("handoff_s" in engine_override_terms(options.get("engine") or "") and not config.is_disaggregated
             and "engine" not in decided):

@@ -1,0 +1,72 @@
+"""CLI fuzzing, round 11: flags accepted where they change nothing (an audit ran each beside its run without it
+and found the same numbers), now refused as doing nothing, each in one line naming the flag and the fix:
+the prefix-cache flags on disaggregated pools that keep no prefix cache, the attention-DP balance on pools that
+never hold a prompt for it, and what a command decides for itself (plan without aggregated layouts, tau's one
+iteration, split's one prefill worker, capacity's closed loop, values equal to a default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator.cli.app import app
+from simulator.config.errors import ConfigError
+from simulator.config.options import build_config
+
+POOLS = {"prefill_pool": "1x(tp=1)", "decode_pool": "1x(tp=1)"}
+DIS = ["--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)"]
+
+
+@pytest.fixture
+def mooncake(shared_data: Path) -> str:
+    """Mooncake's conversation trace (block hashes: what a prefix cache reads)."""
+    return str(shared_data / "traces" / "mooncake" / "conversation_trace.jsonl")
+
+
+def refused(**options: Any) -> ConfigError:
+    """The error :func:`build_config` raises for a run of ``options``."""
+    with pytest.raises(ConfigError) as err:
+        build_config(**options)
+    return err.value
+
+
+def refusal(*args: str) -> ConfigError:
+    """The ConfigError ``simulate ARGS`` stops on (a one-line error, exit 2, no traceback)."""
+    res = CliRunner().invoke(app, list(args))
+    assert isinstance(res.exception, ConfigError), res.output
+    return res.exception
+
+
+# -- prefix caching: only a mixed pool caches ---------------------------------------------------------------------
+
+NO_CACHE = "prefix caching is modelled only on the mixed pool of a disaggregated run"
+
+
+@pytest.mark.parametrize("flag", [["--prefix-cache-policy", "radix-lru"], ["--prefix-cache-policy", "vllm-lru"],
+                                  ["--no-prefix-caching"], ["--prefix-caching"], ["--cpu-kv-gib", "4"]])
+@pytest.mark.parametrize("command", ["run", "capacity"])
+def test_prefix_cache_flags_are_refused_on_pools_that_cache_nothing(command: str, flag: list[str], mooncake: str) -> None:
+    """The prefill and decode pools hand KV blocks over by count (no replica of theirs builds a prefix cache):
+    --prefix-cache-policy and --no-prefix-caching ran the very run without them, and config.json said otherwise."""
+    err = refusal(command, "--trace", mooncake, "--num-requests", "30", *DIS, *flag)
+    text = str(err)
+    assert flag[0] in text and "\n" not in text
+    if flag[0] == "--cpu-kv-gib":  # (it had sent the user to --prefix-caching, refused too)
+        assert "aggregated run only" in text and "drop --cpu-kv-gib" in text
+    else:
+        assert NO_CACHE in text and "add --mixed-pool, or drop " + flag[0] in text
+
+
+def test_a_mixed_pool_caches_and_takes_the_prefix_cache_flags(mooncake: str) -> None:
+    """A mixed pool's replicas serve whole requests and cache as an aggregated replica: --prefix-caching had been
+    refused there as "not modelled in disaggregated pools". The policy flag still needs caching on there."""
+    mixed = dict(POOLS, mixed_pool="1x(tp=1)", trace=mooncake, num_requests=30)
+    assert build_config(**mixed, scheduler="vllm", prefix_caching=True).scheduler.prefix_cache == "vllm-lru"
+    assert build_config(**mixed, prefix_caching=False).scheduler.prefix_caching is False
+    build_config(**mixed, prefix_cache_policy="radix-lru")  # vllm-v1's mixed pool caches by default
+    err = refused(**mixed, scheduler="vllm", prefix_cache_policy="radix-lru")
+    assert err.field == "--prefix-cache-policy" and "the mixed pool's prefix caching is off" in str(err)

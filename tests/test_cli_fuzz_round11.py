@@ -70,3 +70,24 @@ def test_a_mixed_pool_caches_and_takes_the_prefix_cache_flags(mooncake: str) -> 
     build_config(**mixed, prefix_cache_policy="radix-lru")  # vllm-v1's mixed pool caches by default
     err = refused(**mixed, scheduler="vllm", prefix_cache_policy="radix-lru")
     assert err.field == "--prefix-cache-policy" and "the mixed pool's prefix caching is off" in str(err)
+
+
+# -- the attention-DP balance: only an aggregated replica's or a mixed pool's ranks hold prompts ----------------
+
+DP_POOLS = {"model": "mixtral-8x7b", "gpu": "h100-sxm", "num_requests": 120, "arrival": "burst",
+            "prefill_pool": "1x(tp=1,dp=4,ep=4)", "decode_pool": "1x(tp=1,dp=4,ep=4)"}
+
+
+@pytest.mark.parametrize("balance", [{"dp_balance_timeout_iters": 50},
+                                     {"dp_balance_timeout_iters": 50, "dp_balance_batching_wait_iters": 5}])
+def test_dp_balance_is_refused_on_prefill_and_decode_pools(balance: dict[str, int]) -> None:
+    """The balance holds new prompts while every rank decodes: a prefill pool's rank with a prompt has no decode
+    (the balance lets prompts go at once), and a decode pool schedules no prompts; the run was the run without."""
+    err = refused(**DP_POOLS, **balance)
+    assert err.field == "--dp-balance-timeout-iters" and "a prefill pool's ranks never all decode" in str(err)
+    assert "add a --mixed-pool with dp=N, or drop --dp-balance-timeout-iters" in str(err)
+    err = refused(**DP_POOLS, **balance, mixed_pool="1x(tp=2)")
+    assert "the mixed pool has no attention DP" in str(err) and "add dp=N to --mixed-pool" in str(err)
+    # where ranks do hold prompts: a mixed pool with attention DP, an aggregated replica with it
+    build_config(**DP_POOLS, **balance, mixed_pool="1x(tp=1,dp=4,ep=4)")
+    build_config(model="mixtral-8x7b", gpu="h100-sxm", attention_dp=4, ep=4, **balance)

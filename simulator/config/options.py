@@ -353,7 +353,13 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                                     "give the prefill pool more workers ('2x(tp=1)'), or drop {flag}")
     if not _has_dp_ranks(config):
         for name in ("dp_balance_timeout_iters", "dp_balance_batching_wait_iters"):
-            out[name] = ("no replica has attention-DP ranks to balance", "add --attention-dp N, or drop {flag}")
+            out[name] = (("the balance holds new prompts while every attention-DP rank decodes: a prefill pool's "
+                          "ranks never all decode and a decode pool's schedule no prompts, so only a mixed pool's "
+                          "ranks could be held" + (", and the run has no mixed pool" if layout.mixed is None else
+                                                   ", and the mixed pool has no attention DP"),
+                          ("add a --mixed-pool with dp=N" if layout.mixed is None else "add dp=N to --mixed-pool")
+                          + ", or drop {flag}") if layout is not None else
+                         ("no replica has attention-DP ranks to balance", "add --attention-dp N, or drop {flag}"))
     if not _draws_at_random(config):
         sent = (f"sent as {w.concurrency} users free up" if w.concurrency is not None
                 else "all at t=0" if w.arrival == "burst" else f"at {w.arrival} arrivals")
@@ -408,16 +414,14 @@ def router_unread(config: RunConfig, hashes: bool, sessions: bool, source: str) 
 
 
 def _has_dp_ranks(config: RunConfig) -> bool:
-    """Whether some replica of the run has attention-DP ranks (a disaggregated run's: any pool's)."""
+    """Whether some replica of the run has attention-DP ranks whose prompts the balance could hold (TensorRT-LLM's
+    attention_dp_config: :class:`simulator.engine.dp_group.PromptBalance`): an aggregated run's, or a disaggregated
+    run's mixed pool's. A prefill pool's ranks never all decode (a rank with a prompt has no decode, so the balance
+    lets prompts go at once), and a decode pool's schedule no prompts to hold."""
     if not config.is_disaggregated:
         return config.replica.attention_dp > 1
-    from simulator.config.disagg_layout import layout_of
-
     layout = layout_of(config)
-    replicas = [layout.prefill_replica, layout.decode_replica]
-    if layout.mixed is not None:
-        replicas.append(layout.mixed_replica)
-    return any(replica.attention_dp > 1 for replica in replicas)
+    return layout.mixed_replica is not None and layout.mixed_replica.attention_dp > 1
 
 
 def _draws_at_random(config: RunConfig) -> bool:

@@ -91,3 +91,31 @@ def test_dp_balance_is_refused_on_prefill_and_decode_pools(balance: dict[str, in
     # where ranks do hold prompts: a mixed pool with attention DP, an aggregated replica with it
     build_config(**DP_POOLS, **balance, mixed_pool="1x(tp=1,dp=4,ep=4)")
     build_config(model="mixtral-8x7b", gpu="h100-sxm", attention_dp=4, ep=4, **balance)
+
+
+# -- plan --modes disagg: the pools run vllm and keep no prefix cache --------------------------------------------
+
+PLAN = ["plan", "--gpus", "a100-80gb", "--modes", "disagg", "--tps", "1", "--seqs", "128", "--ratios", "1:1",
+        "--num-requests", "60", "--qps", "1", "--no-verify"]
+
+
+@pytest.mark.parametrize("flag", [["--scheduler", "sglang"], ["--scheduler", "vllm"], ["--prefix-caching"],
+                                  ["--no-prefix-caching"], ["--prefix-cache-policy", "radix-lru"],
+                                  ["--cpu-kv-gib", "4"]])
+def test_plan_without_aggregated_layouts_refuses_what_only_they_read(flag: list[str], mooncake: str,
+                                                                     tmp_path: Path) -> None:
+    """Every layout of --modes disagg runs the pools' scheduler (vllm) and no prefix cache: --scheduler sglang
+    planned the very layouts as without it, and --prefix-caching had every layout dropped, blamed on --gpus."""
+    err = refusal(*PLAN, "--trace", mooncake, "--out", str(tmp_path / "plan"), *flag)
+    assert err.field == flag[0] and "--modes disagg searches only disaggregated pools" in str(err)
+    assert f"add agg to --modes, or drop {flag[0]}" in str(err)
+
+
+def test_plan_without_aggregated_layouts_takes_scheduler_vllm_that_keeps_a_budget() -> None:
+    """--scheduler vllm says the pools keep --max-num-batched-tokens; with agg in --modes every flag is read."""
+    from simulator.planning.plan import SearchSpace, unread_run_options
+
+    disagg, both = (SearchSpace(modes=modes) for modes in (("disagg",), ("agg", "disagg")))
+    assert "scheduler" not in unread_run_options(build_config(scheduler="vllm", max_num_batched_tokens=4096), disagg)
+    unread = unread_run_options(build_config(scheduler="sglang"), both)
+    assert not {"scheduler", "prefix_caching", "prefix_cache_policy", "cpu_kv_gib"} & set(unread)

@@ -64,6 +64,7 @@ import numpy as np
 
 from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
+from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS
 from simulator.config.precision import canonical_weight_format
@@ -360,6 +361,17 @@ def unread_run_options(base: RunConfig, space: SearchSpace) -> dict[str, tuple[s
         for name in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"):
             out[name] = ("--modes disagg searches only disaggregated pools, which never run a step that mixes prompts "
                          "and decodes, the steps batch waiting holds", "add agg to --modes, or drop {flag}")
+        # The pools run the pools' scheduler (a --scheduler of that name says only that they keep its
+        # --max-num-batched-tokens: PoolSpec.scheduler_config), and hand KV blocks over by count: no prefix cache
+        # (a mixed pool's replicas cache, and plan lays out none), as disagg split refuses the same flags.
+        if not (base.scheduler.name == DEFAULT_POOL_SCHEDULER and base.scheduler.max_num_batched_tokens is not None):
+            out["scheduler"] = (f"--modes disagg searches only disaggregated pools, which run {DEFAULT_POOL_SCHEDULER} "
+                                f"(--scheduler {DEFAULT_POOL_SCHEDULER} only keeps a --max-num-batched-tokens for them)",
+                                "add agg to --modes, or drop {flag}")
+        for name in ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib"):
+            out[name] = ("--modes disagg searches only disaggregated pools, whose prefill and decode pools keep no "
+                         "prefix cache (only a mixed pool caches, and plan lays out none)",
+                         "add agg to --modes, or drop {flag}")
     return out
 
 

@@ -119,3 +119,30 @@ def test_plan_without_aggregated_layouts_takes_scheduler_vllm_that_keeps_a_budge
     assert "scheduler" not in unread_run_options(build_config(scheduler="vllm", max_num_batched_tokens=4096), disagg)
     unread = unread_run_options(build_config(scheduler="sglang"), both)
     assert not {"scheduler", "prefix_caching", "prefix_cache_policy", "cpu_kv_gib"} & set(unread)
+
+
+# -- capacity: the seed of trials that draw nothing -----------------------------------------------------------------
+
+FIXED_USERS = ["capacity", "--users", "--workload", "fixed", "--prompt-tokens", "300", "--output-tokens", "50",
+               "--num-requests", "100", "--max-trials", "4", "--workers", "1"]
+
+
+@pytest.mark.parametrize(("flag", "needle"), [(["--seeds", "3"], "each of the 3 seeds would search the very same"),
+                                              (["--seed", "5"], "--seed would do nothing")])
+def test_capacity_refuses_seeds_where_its_trials_draw_nothing(flag: list[str], needle: str) -> None:
+    """The run options are checked on the config before --users makes each trial a closed loop (its Poisson
+    arrivals read the seed; the trials' burst of users does not): three seeds searched one answer three times."""
+    err = refusal(*FIXED_USERS, *flag)
+    assert err.field == flag[0] and "nothing in the search's trials is drawn at random" in str(err)
+    assert needle in str(err) and f"drop {flag[0]}" in str(err)
+    # fixed arrivals of fixed lengths in a rate search: the same
+    err = refusal("capacity", "--arrival", "fixed", "--workload", "fixed", "--num-requests", "100", "--seeds", "3")
+    assert err.field == "--seeds" and "at fixed arrivals" in str(err)
+
+
+def test_capacity_takes_seeds_where_its_trials_draw() -> None:
+    from simulator.planning.capacity import seed_unread
+
+    assert seed_unread(build_config(workload="fixed", num_requests=100), users=False) is None  # Poisson gaps
+    assert seed_unread(build_config(num_requests=100), users=True) is None  # ShareGPT's drawn lengths
+    assert seed_unread(build_config(workload="fixed", num_requests=100), users=True) is not None

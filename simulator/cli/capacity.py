@@ -77,11 +77,19 @@ def capacity(
     """Largest Poisson QPS (or with --users the most closed-loop users) meeting the SLO (P99 TBT <= --tbt-slo, P50 scheduling delay <= 2 s; or DistServe's goodput with --criterion goodput), by bisection over 2048-request trials."""
     if out is not None:  # checked before any trial (and import): a bad --out must not cost a search
         check_out_dir(out, "--out", replaceable=CAPACITY_FILES)
-    from simulator.planning.capacity import find_capacity, format_load
+    from simulator.planning.capacity import find_capacity, format_load, seed_unread
 
     _refuse_unread(config, planner, _typed(ctx, planner))
     slo, settings = slo_and_settings(planner)
     seeds = planner["seeds"]
+    # (the run options' own check judged the config before --users makes each trial a closed loop; a sweep's
+    # --seeds holds at its points that draw)
+    if (unread := seed_unread(config, settings.users)) is not None:
+        if seeds > 1:
+            raise ConfigError("--seeds", f"{unread[0]}, so each of the {seeds} seeds would search the very same "
+                              "trials", unread[1].replace("{flag}", "--seeds"))
+        if "seed" in given_run_flags(ctx):
+            raise ConfigError("--seed", f"{unread[0]}, so --seed would do nothing", unread[1].replace("{flag}", "--seed"))
     num_workers = parse_workers(workers, lambda: capacity_auto_workers(seeds, config.workload.num_requests))
     num_trials = 0
 

@@ -360,7 +360,7 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                           ("add a --mixed-pool with dp=N" if layout.mixed is None else "add dp=N to --mixed-pool")
                           + ", or drop {flag}") if layout is not None else
                          ("no replica has attention-DP ranks to balance", "add --attention-dp N, or drop {flag}"))
-    if not _draws_at_random(config):
+    if not draws_at_random(config):
         sent = (f"sent as {w.concurrency} users free up" if w.concurrency is not None
                 else "all at t=0" if w.arrival == "burst" else f"at {w.arrival} arrivals")
         source = (f"--trace {w.trace} replays its first rows at their own timestamps" if w.trace is not None
@@ -424,7 +424,7 @@ def _has_dp_ranks(config: RunConfig) -> bool:
     return layout.mixed_replica is not None and layout.mixed_replica.attention_dp > 1
 
 
-def _draws_at_random(config: RunConfig) -> bool:
+def draws_at_random(config: RunConfig) -> bool:
     """Whether the run reads its seed: the streams split from it draw request lengths (a built-in
     or banded workload), trace rows (sampled for synthetic arrivals), Poisson or gamma gaps, a random
     router's picks and speculation's acceptances (simulator.engine.cluster.rng_streams, speculation_rng)."""

@@ -512,6 +512,31 @@ def scheduling_delays(result: RunResult, cols: dict[str, np.ndarray]) -> np.ndar
     return delay + np.nan_to_num(backpressure, nan=0.0) + np.nan_to_num(seat, nan=0.0)
 
 
+def trial_config(config: RunConfig, load: float, users: bool = False) -> RunConfig:
+    """The run a trial at ``load`` makes of ``config``: ``load`` requests a second, or (``users``) a closed loop of
+    ``load`` users, each sending its next request when its last ends, with no rate."""
+    if users:
+        return config.replace(workload__concurrency=int(load), workload__arrival="burst")
+    return config.replace(workload__qps=load)
+
+
+def seed_unread(config: RunConfig, users: bool = False) -> tuple[str, str] | None:
+    """Why every seed of a search of ``config`` would run the very same trials (nothing in them is drawn at random,
+    :func:`simulator.config.options.inert_options` on a trial's run: a closed loop of fixed lengths, say), and the
+    fix (``{flag}`` standing for the flag); None where a trial reads its seed. The options' own check sees the
+    config before ``--users`` makes its trials closed loops."""
+    from simulator.config.options import draws_at_random
+
+    trial = trial_config(config, max(config.workload.concurrency or 1, 1) if users else config.workload.qps, users)
+    if draws_at_random(trial):
+        return None
+    # (a rate search's trials replay no trace clock, check_searchable: their lengths are fixed, their arrivals too)
+    sent = "sent as --users' closed loops free up" if users else f"at {trial.workload.arrival} arrivals"
+    return (f"nothing in the search's trials is drawn at random (fixed lengths {sent}; no --router random, no "
+            "speculation)", "drop {flag} (a seed varies drawn lengths, sampled trace rows, Poisson or gamma gaps, "
+            "--router random and speculation)")
+
+
 def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, tbt_early_exit: bool = True,
               users: bool = False) -> Trial:
     """Simulate ``config`` at ``qps`` and judge it against ``slo``, stopping as soon as it is
@@ -519,10 +544,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     ``qps`` is a closed loop's users instead (``qps`` of them, each sending its next request when
     its last one ends, with no rate)."""
     start = time.perf_counter()
-    if users:
-        cfg = config.replace(workload__concurrency=int(qps), workload__arrival="burst")
-    else:
-        cfg = config.replace(workload__qps=qps)
+    cfg = trial_config(config, qps, users)
     if not early_exit or cfg.workload.num_warmup:  # (the watches count every request and gap: a warm-up's would end a trial)
         watch = None
     elif slo.criterion == "goodput":  # certain to miss the goodput target once too many are late for TTFT

@@ -146,3 +146,23 @@ def test_capacity_takes_seeds_where_its_trials_draw() -> None:
     assert seed_unread(build_config(workload="fixed", num_requests=100), users=False) is None  # Poisson gaps
     assert seed_unread(build_config(num_requests=100), users=True) is None  # ShareGPT's drawn lengths
     assert seed_unread(build_config(workload="fixed", num_requests=100), users=True) is not None
+
+
+# -- a value equal to the default, given, does nothing as much as another -------------------------------------------
+
+CAPACITY = ["capacity", "--workload", "fixed", "--num-requests", "64", "--max-trials", "2", "--workers", "1"]
+
+
+@pytest.mark.parametrize("qps", ["1", "2"])
+def test_capacity_refuses_a_qps_it_does_not_read_whatever_its_value(qps: str) -> None:
+    """The checks compared --qps with its default (1): --qps 2 was refused beside --users and --qps-start, and
+    --qps 1 ran, ignored."""
+    err = refusal(*CAPACITY, "--users", "--qps", qps)
+    assert err.field == "--qps" and "--users searches a closed loop" in str(err) and "drop --qps" in str(err)
+    err = refusal(*CAPACITY, "--qps-start", "3", "--qps", qps)
+    assert err.field == "--qps-start" and f"--qps {qps} sets the first trial's rate too" in str(err)
+
+
+def test_capacity_refuses_a_goodput_search_sched_delay_slo_at_its_default() -> None:
+    err = refusal(*CAPACITY, "--criterion", "goodput", "--sched-delay-slo", "2")
+    assert err.field == "--sched-delay-slo" and "judges a trial by its goodput alone" in str(err)

@@ -77,10 +77,12 @@ def capacity(
     """Largest Poisson QPS (or with --users the most closed-loop users) meeting the SLO (P99 TBT <= --tbt-slo, P50 scheduling delay <= 2 s; or DistServe's goodput with --criterion goodput), by bisection over 2048-request trials."""
     if out is not None:  # checked before any trial (and import): a bad --out must not cost a search
         check_out_dir(out, "--out", replaceable=CAPACITY_FILES)
-    from simulator.planning.capacity import find_capacity, format_load, seed_unread
+    from simulator.planning.capacity import check_searchable, find_capacity, format_load, seed_unread
 
-    _refuse_unread(config, planner, _typed(ctx, planner))
+    run_flags = given_run_flags(ctx)  # (a value equal to the default, given, does nothing as much as another)
+    _refuse_unread(config, planner, _typed(ctx, planner), run_flags)
     slo, settings = slo_and_settings(planner)
+    check_searchable(config, settings.users, offer_users=True, given=run_flags)
     seeds = planner["seeds"]
     # (the run options' own check judged the config before --users makes each trial a closed loop; a sweep's
     # --seeds holds at its points that draw)
@@ -88,7 +90,7 @@ def capacity(
         if seeds > 1:
             raise ConfigError("--seeds", f"{unread[0]}, so each of the {seeds} seeds would search the very same "
                               "trials", unread[1].replace("{flag}", "--seeds"))
-        if "seed" in given_run_flags(ctx):
+        if "seed" in run_flags:
             raise ConfigError("--seed", f"{unread[0]}, so --seed would do nothing", unread[1].replace("{flag}", "--seed"))
     num_workers = parse_workers(workers, lambda: capacity_auto_workers(seeds, config.workload.num_requests))
     num_trials = 0
@@ -149,14 +151,17 @@ def _typed(ctx: typer.Context, planner: dict) -> set[str]:
             if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")}
 
 
-def _refuse_unread(config: RunConfig, planner: dict, typed: set[str] | frozenset[str] = frozenset()) -> None:
+def _refuse_unread(config: RunConfig, planner: dict, typed: set[str] | frozenset[str] = frozenset(),
+                   run_flags: set[str] | frozenset[str] = frozenset()) -> None:
     """Refuse search and SLO options that this search would not read (given, they would change
-    nothing); ``typed``: the planner options typed on the command line (:func:`_typed`)."""
+    nothing); ``typed``: the planner options typed on the command line (:func:`_typed`), ``run_flags``
+    the run options (:func:`given_run_flags`): a value equal to the default, typed, is refused as any other."""
     from simulator.config.run_config import WorkloadConfig
     from simulator.planning.options import PLANNER_OPTIONS
 
-    def given(name: str) -> bool:  # (a value equal to the default changes nothing either way)
-        return planner.get(name) is not None and planner[name] != PLANNER_OPTIONS[name].for_command("capacity").default
+    def given(name: str) -> bool:  # typed, or (a --config file, a caller's dict) away from the default
+        return name in typed or (planner.get(name) is not None
+                                 and planner[name] != PLANNER_OPTIONS[name].for_command("capacity").default)
 
     if "tbt_early_exit" in typed or given("tbt_early_exit"):  # read only by the TBT criterion's early exit
         flag = "--tbt-early-exit" if planner["tbt_early_exit"] else "--no-tbt-early-exit"
@@ -168,7 +173,7 @@ def _refuse_unread(config: RunConfig, planner: dict, typed: set[str] | frozenset
                               f"them on the TTFT goodput alone, so {flag} would do nothing",
                               f"drop {flag}, or use --criterion tbt")
 
-    if given("qps_start") and config.workload.qps != WorkloadConfig().qps:
+    if given("qps_start") and ("qps" in run_flags or config.workload.qps != WorkloadConfig().qps):
         raise ConfigError("--qps-start", f"--qps {config.workload.qps:g} sets the first trial's rate too, and "
                           f"--qps-start {planner['qps_start']:g} would win over it", "give one of them")
     if planner.get("criterion") == "goodput":  # the goodput target alone judges a trial

@@ -65,7 +65,7 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -908,13 +908,15 @@ def check_fits(config: RunConfig) -> None:
         build_scheduler(config)
 
 
-def check_searchable(config: RunConfig, users: bool = False, offer_users: bool = False) -> None:
+def check_searchable(config: RunConfig, users: bool = False, offer_users: bool = False,
+                     given: Collection[str] = ()) -> None:
     """Refuse a config the search cannot vary: a rate search needs a rate process, a users search a
     closed loop without one (its users send as fast as their requests end). ``offer_users``: the
-    command can search users (``simulate capacity --users``), and a closed loop's refusal says so."""
+    command can search users (``simulate capacity --users``), and a closed loop's refusal says so.
+    ``given``: the run options given on the command line (a value equal to the default is given too)."""
     if users:
-        if config.workload.arrival not in ("burst", "poisson") or (
-                config.workload.arrival == "poisson" and config.workload.qps != WorkloadConfig().qps):
+        if config.workload.arrival not in ("burst", "poisson") or (config.workload.arrival == "poisson" and (
+                "qps" in given or config.workload.qps != WorkloadConfig().qps)):
             given = "--qps" if config.workload.arrival == "poisson" else "--arrival"
             raise ConfigError(given, "--users searches a closed loop whose users send their next request as soon as "
                               f"their last ends, with no rate, so {given} would do nothing",

@@ -166,3 +166,13 @@ def test_capacity_refuses_a_qps_it_does_not_read_whatever_its_value(qps: str) ->
 def test_capacity_refuses_a_goodput_search_sched_delay_slo_at_its_default() -> None:
     err = refusal(*CAPACITY, "--criterion", "goodput", "--sched-delay-slo", "2")
     assert err.field == "--sched-delay-slo" and "judges a trial by its goodput alone" in str(err)
+
+
+# -- tau prices one iteration: no arrivals to rescale, no prefix cache ------------------------------------------------
+
+@pytest.mark.parametrize("flag", [["--normalize-arrivals"], ["--prefix-caching"], ["--no-prefix-caching"],
+                                  ["--prefix-cache-policy", "radix-lru"], ["--cpu-kv-gib", "4"]])
+def test_tau_refuses_what_one_iteration_does_not_read(flag: list[str], mooncake: str) -> None:
+    """Each ran the very tau of the run without it (--normalize-arrivals changed a label only)."""
+    err = refusal("tau", "--trace", mooncake, "--model", "llama-3.1-8b", "--max-model-len", "32768", *flag)
+    assert err.field == flag[0] and "tau does not read it" in str(err) and f"drop {flag[0]}" in str(err)

@@ -555,9 +555,11 @@ _PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "att
 # tau prices one hybrid iteration from the workload's lengths (2,048 sampled) on one replica, and chooses the
 # budget itself (simulator.planning.tau): the arrival process, the run's size and the cluster are not read.
 _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for name in (
-    "concurrency", "qps", "arrival", "cv", "time_scale", "num_warmup", "warmup_mode", "num_requests", "replicas",
-    "router", "fast_forward", "prefill_pool", "decode_pool", "mixed_pool", "kv_link", "kv_link_scope",
-    "first_token_at")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget",
+    "concurrency", "qps", "arrival", "cv", "normalize_arrivals", "time_scale", "num_warmup", "warmup_mode",
+    "num_requests", "replicas", "router", "fast_forward", "prefill_pool", "decode_pool", "mixed_pool", "kv_link",
+    "kv_link_scope", "first_token_at")} | {
+    name: "it prices one iteration from the workload's lengths, with no prefix cache"
+    for name in ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib")} | {"chunk_size": "it chooses the budget", "max_num_batched_tokens": "it chooses the budget",
                           "scheduler_recv_interval": "it prices one iteration (no intake to poll)",
                           "dp_balance_timeout_iters": "it prices one iteration (no ranks to balance)",
                           "dp_balance_batching_wait_iters": "it prices one iteration (no ranks to balance)",

@@ -176,3 +176,15 @@ def test_tau_refuses_what_one_iteration_does_not_read(flag: list[str], mooncake:
     """Each ran the very tau of the run without it (--normalize-arrivals changed a label only)."""
     err = refusal("tau", "--trace", mooncake, "--model", "llama-3.1-8b", "--max-model-len", "32768", *flag)
     assert err.field == flag[0] and "tau does not read it" in str(err) and f"drop {flag[0]}" in str(err)
+
+
+# -- --kv-link-scope over an infinite link ---------------------------------------------------------------------------
+
+def test_kv_link_scope_is_refused_over_an_infinite_link() -> None:
+    """A transfer holds an infinite link for no time: no transfer waits for another, shared or per worker."""
+    pools = {"prefill_pool": "2x(tp=1)", "decode_pool": "1x(tp=1)", "num_requests": 60, "qps": 8.0}
+    err = refused(**pools, kv_link="infinite", kv_link_scope="shared")
+    assert err.field == "--kv-link-scope" and "--kv-link infinite moves every transfer in no time" in str(err)
+    assert "give --kv-link a bandwidth" in str(err) and "drop --kv-link-scope" in str(err)
+    build_config(**pools, kv_link="infinite")
+    assert build_config(**pools, kv_link="5GB/s@10us", kv_link_scope="shared").kv_link_scope == "shared"

@@ -9,6 +9,7 @@ so planning code never imports the CLI.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -351,6 +352,11 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
             # pool's requests are served whole where they land and never cross a KV link)
             out["kv_link_scope"] = ("one prefill worker sends every transfer: its egress is the one link either way",
                                     "give the prefill pool more workers ('2x(tp=1)'), or drop {flag}")
+        elif math.isinf(layout.link.bytes_per_s) and layout.link.latency_s == 0:
+            # (a transfer holds its link for no time at all: none ever waits for another, shared or not)
+            out["kv_link_scope"] = ("--kv-link infinite moves every transfer in no time: none ever waits for "
+                                    "another, on one shared link or on each worker's own",
+                                    "give --kv-link a bandwidth (e.g. infiniband-200g or 25GB/s@10us), or drop {flag}")
     if not _has_dp_ranks(config):
         for name in ("dp_balance_timeout_iters", "dp_balance_batching_wait_iters"):
             out[name] = (("the balance holds new prompts while every attention-DP rank decodes: a prefill pool's "

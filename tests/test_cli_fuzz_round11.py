@@ -188,3 +188,31 @@ def test_kv_link_scope_is_refused_over_an_infinite_link() -> None:
     assert "give --kv-link a bandwidth" in str(err) and "drop --kv-link-scope" in str(err)
     build_config(**pools, kv_link="infinite")
     assert build_config(**pools, kv_link="5GB/s@10us", kv_link_scope="shared").kv_link_scope == "shared"
+
+
+# -- disagg split/compare: a pool option that no layout reads ---------------------------------------------------------
+
+@pytest.mark.parametrize(("flag", "needle"), [(["--router", "random"], "the prefill pool is one"),
+                                              (["--kv-link-scope", "shared"], "one prefill worker sends every transfer")])
+def test_split_refuses_a_pool_option_no_layout_reads(flag: list[str], needle: str) -> None:
+    """Every split of 2 GPUs at TP 1 has one prefill worker: --router random and --kv-link-scope shared searched
+    the very layouts (a run refuses them for one prefill worker; split lays the pools out itself)."""
+    err = refusal("disagg", "split", "--gpus", "2", "--tps", "1", "--num-requests", "60", *flag)
+    assert err.field == flag[0] and "no layout of the search reads it" in str(err) and needle in str(err)
+    assert f"drop {flag[0]}" in str(err)
+
+
+def test_split_and_compare_keep_a_pool_option_some_layout_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """3 GPUs lay out two prefill workers beside one decode worker; compare's aggregated arms route over replicas."""
+    from simulator.cli import disagg
+
+    class Searched(Exception):
+        """The command got past its checks to the search (not run here)."""
+
+    def search(candidates, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        raise Searched(len(candidates))
+
+    monkeypatch.setattr(disagg, "_search", search)
+    for args in (["split", "--gpus", "3"], ["compare", "--gpus", "2", "--taus", "256"]):
+        res = CliRunner().invoke(app, ["disagg", *args, "--tps", "1", "--num-requests", "60", "--router", "random"])
+        assert isinstance(res.exception, Searched), res.output

@@ -16,7 +16,15 @@ from typing import Annotated
 import typer
 
 from simulator.cli.app import app, console, fail
-from simulator.cli.options import WORKERS_METAVAR, default_option, help_note, parse_ints, parse_workers, run_options
+from simulator.cli.options import (
+    WORKERS_METAVAR,
+    default_option,
+    given_run_flags,
+    help_note,
+    parse_ints,
+    parse_workers,
+    run_options,
+)
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS, MIN_QPS
@@ -114,6 +122,26 @@ def _no_layout(config: RunConfig, gpus: int, tps: list[int], split_only: bool, d
                        "--max-model-len")
 
 
+def _refuse_unread(ctx: typer.Context, command: str, candidates: list[tuple[str, RunConfig]]) -> None:
+    """Refuse a pool option given that no layout of the search reads (:func:`simulator.config.options.inert_options`):
+    the command lays out the pools, so the options' own check leaves these to it (``DECIDED_BY_COMMAND``), and one
+    that does nothing in every layout (``--router`` where each has one prefill worker) would show a search it did
+    not make. One that some layout reads is kept (as a sweep keeps one that some point reads)."""
+    from simulator.config.options import DECIDED_BY_COMMAND, given_flag, inert_options, option_value
+
+    decided = DECIDED_BY_COMMAND[command] or frozenset()
+    typed = sorted(name for name in given_run_flags(ctx) if name in decided)
+    if not typed or not candidates:  # (no layout at all: the search says why)
+        return
+    inert = [inert_options(config) for _, config in candidates]
+    for name in typed:
+        if all(name in off for off in inert):
+            whys = list(dict.fromkeys(off[name][0] for off in inert))
+            flag = given_flag(name, option_value(candidates[0][1], name))
+            raise ConfigError(flag, f"no layout of the search reads it ({'; '.join(whys[:2])}"
+                              f"{'; ...' if len(whys) > 2 else ''}), so {flag} would do nothing", f"drop {flag}")
+
+
 def _search(candidates, slo, qps_start: float, workers: int, no_layout: ConfigError):  # noqa: ANN001, ANN202
     from simulator.planning.split import search_all
 
@@ -209,7 +237,7 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
 @help_note(HELP_NOTES)
 @default_option("num_requests", 400)
 @run_options
-def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
+def split(ctx: typer.Context, config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
           tps: TPS = DEFAULT_TPS, qps_start: QPS0 = 1.0, workers: WORKERS = "1", out: OUT = None) -> None:
     """Goodput per GPU of every prefill/decode split of --gpus GPUs (DistServe's measure); the best first."""
     if out is not None:  # checked before any search (and import)
@@ -221,6 +249,7 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
     tp_list = _tps(config, tps)
     dropped: list[str] = []
     candidates = [("disagg", c) for c in split_candidates(config, gpus, tp_list, dropped)]
+    _refuse_unread(ctx, "split", candidates)
     results = _search(candidates, slo, qps_start, _workers(workers, config, len(candidates)),
                       _no_layout(config, gpus, tp_list, True, dropped))
     _report(config, results, slo, out, f"prefill/decode splits of {gpus} GPUs", plot=False)
@@ -230,7 +259,7 @@ def split(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPO
 @help_note(HELP_NOTES)
 @default_option("num_requests", 400)
 @run_options
-def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
+def compare(ctx: typer.Context, config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: TPOT = 0.1, attainment: ATTAIN = 0.9,
             tps: TPS = DEFAULT_TPS, taus: Annotated[str, typer.Option(help="Sarathi token budgets to try.")] = "256,512,1024,2048",
             qps_start: QPS0 = 1.0, workers: WORKERS = "1", out: OUT_PLOT = None) -> None:
     """Aggregated vllm and sarathi (best tau) beside the disaggregated splits on the same GPUs, SLOs and workload."""
@@ -248,6 +277,7 @@ def compare(config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT = 2.0, tpot_slo: T
         console().print(f"note: no disaggregated layout of {gpus} GPUs fits, so none is compared"
                             + (f" (e.g. {dropped[0]})" if dropped else ""), highlight=False)
     candidates += [("disagg", c) for c in splits]
+    _refuse_unread(ctx, "compare", candidates)
     results = _search(candidates, slo, qps_start, _workers(workers, config, len(candidates)),
                       _no_layout(config, gpus, tp_list, False, dropped))
     _report(config, results, slo, out, f"aggregated vs disaggregated on {gpus} GPUs", plot=True)

@@ -26,7 +26,7 @@ from simulator.cli.options import (
 from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError, WorkerDied
-from simulator.config.options import given_flag
+from simulator.config.options import given_flag, option_value
 from simulator.config.run_config import RunConfig
 from simulator.planning.options import plan_slo
 from simulator.util.paths import check_out_dir
@@ -136,7 +136,7 @@ def plan(
     typed = given_run_flags(ctx)  # (a --config file's values are not the command line's to drop)
     for name, (why, fix) in unread_run_options(config, space).items():
         if name in typed:
-            flag = given_flag(name, config.scheduler.prefix_caching if name == "prefix_caching" else None)
+            flag = given_flag(name, option_value(config, name))
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
     if launch not in (None, *LAUNCH_ENGINES):
         raise ConfigError("--launch", f"unknown engine {launch!r}", f"use {', '.join(LAUNCH_ENGINES)}")

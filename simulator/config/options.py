@@ -584,6 +584,14 @@ def given_flag(name: str, value: Any) -> str:
     return f"--{'no-' if value is False else ''}{name.replace('_', '-')}"
 
 
+def option_value(config: RunConfig, name: str) -> Any:  # noqa: ANN401 - any option's type
+    """The value run option ``name`` holds in ``config`` (None for speculation's, which one JSON carries)."""
+    value: Any = config
+    for part in RUN_OPTIONS[name][0].split("__"):
+        value = getattr(value, part, None)
+    return value
+
+
 def _set_by_command(options: dict[str, Any], command: str, scheduler: str) -> None:
     """Refuse an option that ``command`` sets itself (:data:`SET_BY_COMMAND`) for a run of ``scheduler``."""
     sets = dict(SET_BY_COMMAND.get(command, {}))

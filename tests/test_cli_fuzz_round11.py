@@ -216,3 +216,25 @@ def test_split_and_compare_keep_a_pool_option_some_layout_reads(monkeypatch: pyt
     for args in (["split", "--gpus", "3"], ["compare", "--gpus", "2", "--taus", "256"]):
         res = CliRunner().invoke(app, ["disagg", *args, "--tps", "1", "--num-requests", "60", "--router", "random"])
         assert isinstance(res.exception, Searched), res.output
+
+
+# -- plan --price of a GPU not searched -------------------------------------------------------------------------------
+
+def test_plan_refuses_a_price_of_a_gpu_it_does_not_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--gpus a100-80gb --price h100-sxm=1.0 planned the A100 alone, the H100's price unread."""
+    from simulator.planning import plan
+
+    args = [*PLAN, "--out", str(tmp_path / "plan"), "--price", "A100-80GB=5"]
+    err = refusal(*args, "--price", "h100-sxm=1.0")
+    assert err.field == "--price" and "--gpus a100-80gb does not search it" in str(err)
+    assert "add h100-sxm to --gpus, or drop --price h100-sxm=1.0" in str(err)
+
+    class Planned(Exception):
+        """The command got past its checks to the plan (not run here)."""
+
+    def planned(config, qps, slo, space, prices, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        raise Planned(prices["a100-80gb"].usd_per_gpu_hour)
+
+    monkeypatch.setattr(plan, "plan", planned)
+    res = CliRunner().invoke(app, args)  # the searched GPU's price, however spelled, is taken
+    assert isinstance(res.exception, Planned) and res.exception.args == (5.0,), res.output

@@ -129,6 +129,15 @@ def plan(
                         max_num_seqs=parse_ints(seqs, "--seqs"),
                         attention_dps=parse_ints(attention_dps or ATTENTION_DPS, "--attention-dps"),
                         ratios=_ratios(ratios or RATIOS))
+    if space.gpus:  # a --price of a GPU the plan does not search prices nothing (a --prices file is a whole table)
+        from simulator.config.catalog import get_gpu
+
+        searched = {get_gpu(name).name for name in space.gpus}
+        for item in price or []:
+            name = get_gpu(item.split("=", 1)[0].strip()).name
+            if name not in searched:
+                raise ConfigError("--price", f"{item} prices {name}, and --gpus {gpus} does not search it, so the "
+                                  "--price would do nothing", f"add {name} to --gpus, or drop --price {item}")
     given = {"--budgets": budgets, "--attention-dps": attention_dps, "--ratios": ratios}
     for flag, (why, fix) in unread_space_options(config, space.modes).items():
         if given[flag] is not None:  # a default the layouts do not read is fine; a value given is not

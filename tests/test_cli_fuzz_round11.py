@@ -163,6 +163,14 @@ def test_capacity_refuses_a_qps_it_does_not_read_whatever_its_value(qps: str) ->
     assert err.field == "--qps-start" and f"--qps {qps} sets the first trial's rate too" in str(err)
 
 
+@pytest.mark.parametrize("arrival", ["poisson", "burst"])
+def test_capacity_users_refuses_an_arrival_process_typed(arrival: str) -> None:
+    """--users runs each trial as a closed loop (users send as theirs end): --arrival poisson or burst, typed, was
+    accepted and changed nothing."""
+    err = refusal(*CAPACITY, "--users", "--arrival", arrival)
+    assert err.field == "--arrival" and "--users searches a closed loop" in str(err) and "drop --arrival" in str(err)
+
+
 def test_capacity_refuses_a_goodput_search_sched_delay_slo_at_its_default() -> None:
     err = refusal(*CAPACITY, "--criterion", "goodput", "--sched-delay-slo", "2")
     assert err.field == "--sched-delay-slo" and "judges a trial by its goodput alone" in str(err)

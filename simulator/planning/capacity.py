@@ -915,12 +915,13 @@ def check_searchable(config: RunConfig, users: bool = False, offer_users: bool =
     command can search users (``simulate capacity --users``), and a closed loop's refusal says so.
     ``given``: the run options given on the command line (a value equal to the default is given too)."""
     if users:
-        if config.workload.arrival not in ("burst", "poisson") or (config.workload.arrival == "poisson" and (
-                "qps" in given or config.workload.qps != WorkloadConfig().qps)):
-            given = "--qps" if config.workload.arrival == "poisson" else "--arrival"
-            raise ConfigError(given, "--users searches a closed loop whose users send their next request as soon as "
-                              f"their last ends, with no rate, so {given} would do nothing",
-                              f"drop {given}, or drop --users to search the rate")
+        if config.workload.arrival not in ("burst", "poisson") or "arrival" in given or (
+                config.workload.arrival == "poisson" and ("qps" in given or config.workload.qps != WorkloadConfig().qps)):
+            # (an --arrival typed is refused whatever its process: the trials send as users free up, burst or not)
+            flag = "--qps" if "arrival" not in given and config.workload.arrival == "poisson" else "--arrival"
+            raise ConfigError(flag, "--users searches a closed loop whose users send their next request as soon as "
+                              f"their last ends, with no rate, so {flag} would do nothing",
+                              f"drop {flag}, or drop --users to search the rate")
         if config.workload.normalize_arrivals:  # (its trials run burst arrivals: run_trial)
             raise ConfigError("--normalize-arrivals", "--users searches a closed loop whose users send as their "
                               "requests end: no random gaps to rescale, so --normalize-arrivals would do nothing",

@@ -349,18 +349,42 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
     decode = parse_pool(config.decode_pool, "decode_pool")
     mixed = parse_pool(config.mixed_pool, "mixed_pool") if config.mixed_pool is not None else None
 
-    def build(pool: PoolSpec, field: str, default: str | None):  # noqa: ANN202
+    def build(pool: PoolSpec, field: str, default: str | None, base: SchedulerConfig):  # noqa: ANN202
         pool.check(config.replica, field)
         try:
-            return pool.replica_config(config.replica), pool.scheduler_config(config.scheduler, default)
+            return pool.replica_config(config.replica), pool.scheduler_config(base, default)
         except ConfigError as err:
             raise ConfigError(f"{field} ({err.field})", err.problem, err.fix) from None
 
-    p_rep, p_sched = build(prefill, "prefill_pool", DEFAULT_POOL_SCHEDULER)
-    d_rep, d_sched = build(decode, "decode_pool", DEFAULT_POOL_SCHEDULER)
-    m_rep, m_sched = build(mixed, "mixed_pool", None) if mixed is not None else (None, None)
+    base = config.scheduler
+    # The prefill pool caches prefixes where the run's engine would (pool_prefix_cache); the decode pool never does.
+    policy = pool_prefix_cache(base, prefill.sched or DEFAULT_POOL_SCHEDULER)
+    p_rep, p_sched = build(prefill, "prefill_pool", DEFAULT_POOL_SCHEDULER,
+                           replace(base, prefix_caching=policy is not None, prefix_cache_policy=policy,
+                                   cpu_kv_gib=base.cpu_kv_gib if policy is not None else 0.0))
+    d_rep, d_sched = build(decode, "decode_pool", DEFAULT_POOL_SCHEDULER,
+                           replace(base, prefix_caching=False, prefix_cache_policy=None, cpu_kv_gib=0.0))
+    m_rep, m_sched = build(mixed, "mixed_pool", None, base) if mixed is not None else (None, None)
     link = parse_link(config.kv_link, p_rep.gpu)
     return DisaggLayout(prefill, decode, mixed, link, p_rep, d_rep, m_rep, p_sched, d_sched, m_sched)
+
+
+def pool_prefix_cache(base: SchedulerConfig, pool_scheduler: str, run_scheduler: str | None = None) -> str | None:
+    """The prefix-cache policy a prefill pool running ``pool_scheduler`` keeps in a run whose scheduler
+    options are ``base``, or None where it keeps none. Deployed disaggregated serving (vLLM V1 with a NIXL
+    connector, SGLang PD, Dynamo) keeps automatic prefix caching on its prefill workers, so the pool caches where
+    the run's engine would by default (``--scheduler``'s, e.g. vllm-v1; or the pool's own ``sched=``, e.g. sglang)
+    unless ``--prefix-caching``/``--no-prefix-caching`` says otherwise; the policy is ``--prefix-cache-policy``, else
+    the pool's scheduler's, else the run's, else vllm-lru. A decode pool keeps none (its blocks come over the link
+    by count); a mixed pool caches as the run's scheduler does (``base.prefix_cache``). ``run_scheduler``: another
+    ``--scheduler`` than ``base``'s (whether the flag changes the pool's cache)."""
+    from simulator.config.schedulers import SCHEDULERS
+
+    default = SCHEDULERS[pool_scheduler].prefix_cache or SCHEDULERS[run_scheduler or base.name].prefix_cache
+    on = default is not None if base.prefix_caching is None else base.prefix_caching
+    if not on:
+        return None
+    return base.prefix_cache_policy or default or "vllm-lru"
 
 
 def canonical_pool(text: str | None, field: str) -> str | None:

@@ -874,24 +874,27 @@ class RunConfig:
                                   "would never hold a prompt", "pass --batch-wait-max-tokens-ratio R with R x the "
                                   "budget above one token (InferenceX's TensorRT-LLM recipe: 0.8), or drop both "
                                   "--batch-wait flags")
-        # (before the pools are built: a pool's scheduler would blame its prefix caching, off, sending the user
-        # to --prefix-caching, which a pool refuses)
-        if self.scheduler.cpu_kv_gib and (self.replica.pp > 1 or self.is_disaggregated):
-            raise ConfigError("scheduler.cpu_kv_gib", "a CPU KV tier is modelled for one-stage replicas of an "
-                              "aggregated run only", "drop --cpu-kv-gib, or use --pp 1 without pools")
+        if self.scheduler.cpu_kv_gib and self.replica.pp > 1 and not self.is_disaggregated:
+            raise ConfigError("scheduler.cpu_kv_gib", "a CPU KV tier is modelled for one-stage replicas only",
+                              "drop --cpu-kv-gib, or use --pp 1")
         if self.prefill_pool is not None or self.decode_pool is not None or self.mixed_pool is not None:
             from simulator.config.disagg_layout import canonical_pool, layout_of
 
             for name in ("prefill_pool", "decode_pool", "mixed_pool"):
                 object.__setattr__(self, name, canonical_pool(getattr(self, name), name))
-            layout_of(self)  # validates every pool and the link (pools take the run's attention DP unless they set dp)
-            # The prefill and decode pools hand KV blocks over by count (engine.disagg, engine.replica.build_scheduler
-            # gives a pool's role no prefix cache); a mixed pool's replicas serve whole requests and cache as an
-            # aggregated replica does.
-            if self.scheduler.prefix_caching and self.mixed_pool is None:
-                raise ConfigError("scheduler.prefix_caching", "prefix caching is modelled only on the mixed pool of a "
-                                  "disaggregated run; its prefill and decode pools do not cache prefixes",
-                                  "add --mixed-pool, or drop --prefix-caching")
+            # validates every pool and the link (pools take the run's attention DP unless they set dp)
+            layout = layout_of(self)
+            # The prefill pool caches prefixes as the run's engine would (disagg_layout.pool_prefix_cache), a mixed pool
+            # as the run's scheduler does; the decode pool takes its blocks over by count. A CPU tier is modelled on
+            # one-stage replicas only: on each pool that caches.
+            if self.scheduler.cpu_kv_gib:
+                staged = [f"--{name.replace('_', '-')}" for name, replica, sched in (
+                    ("prefill_pool", layout.prefill_replica, layout.prefill_scheduler),
+                    ("mixed_pool", layout.mixed_replica, layout.mixed_scheduler))
+                    if replica is not None and sched is not None and sched.prefix_cache is not None and replica.pp > 1]
+                if staged:
+                    raise ConfigError("scheduler.cpu_kv_gib", f"a CPU KV tier is modelled for one-stage replicas only, "
+                                      f"and {' and '.join(staged)} set pp > 1", "drop --cpu-kv-gib, or pp= from the pool")
         if self.first_token_at not in FIRST_TOKEN_AT:
             raise ConfigError("first_token_at", f"unknown delivery point {self.first_token_at!r}",
                               f"use one of {', '.join(FIRST_TOKEN_AT)}")

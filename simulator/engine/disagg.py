@@ -118,20 +118,32 @@ _ARRIVAL_KEY = attrgetter("arrival_at", "request_id")  # the schedulers' running
 
 
 class _KVHold:
-    """Blocks a request left behind on the prefill replica (duck-types ``Request.num_blocks``
-    for :meth:`BlockManager.free`)."""
+    """Blocks a request left behind on the prefill replica (duck-types the request for
+    :meth:`BlockManager.free`, and for a prefix cache's: which request's named blocks go back to
+    the cache, and that its whole prompt was computed). The request itself moves on: the decode
+    worker reserves its own blocks in the request's counts while the hold is still on the link."""
 
-    __slots__ = ("num_blocks", "num_state_blocks")
+    __slots__ = ("num_blocks", "num_state_blocks", "request_id", "num_computed", "num_prompt_tokens",
+                 "num_named_tokens")
 
-    def __init__(self, num_blocks: int, num_state_blocks: int = 0) -> None:
+    def __init__(self, num_blocks: int, num_state_blocks: int = 0, request_id: int = -1, num_computed: int = 0) -> None:
         self.num_blocks = num_blocks
         self.num_state_blocks = num_state_blocks  # a hybrid's recurrent state, handed off with the KV
+        self.request_id = request_id
+        self.num_computed = num_computed  # the prompt's tokens: every named block is computed
+        self.num_prompt_tokens = num_computed
+        self.num_named_tokens = 0  # no answer computed here to name (PrefixCachingBlockManager._cache_answer)
 
 
 class PrefillMixin:
     """Prefill-pool scheduler: a request leaves ``running`` when its prompt is done (its KV
     blocks stay allocated as a :class:`_KVHold`) and goes to ``on_prefilled``.
-    Only the prompt's KV is ever held here."""
+    Only the prompt's KV is ever held here. Where the pool caches prefixes (its block manager is a
+    prefix cache: :attr:`caches_prefixes`), a prompt's cached prefix is not computed again, and when
+    the transfer ends its blocks go back to the cache (evictable) rather than to the empty pool."""
+
+    # The role takes the pool scheduler's prefix cache where one is on (engine.replica.build_pool_scheduler).
+    caches_prefixes = True
 
     on_prefilled: Callable[[Request, _KVHold], None]
     num_parked: int = 0
@@ -163,7 +175,7 @@ class PrefillMixin:
         if done:
             self.running = [r for r in self.running if r.num_generated == 0]  # type: ignore[attr-defined]
             for req in done:
-                hold = _KVHold(req.num_blocks, req.num_state_blocks)
+                hold = _KVHold(req.num_blocks, req.num_state_blocks, req.request_id, req.num_computed)
                 req.num_blocks = 0
                 req.num_state_blocks = 0
                 self.num_parked += 1
@@ -247,7 +259,8 @@ class ParkingReplicaMixin:
         sched = self.scheduler  # type: ignore[attr-defined]
         if sched.num_parked and sched.waiting and not sched.running:
             head = sched.waiting[0]
-            if not sched.blocks.can_admit(head.num_prompt_tokens + head.num_generated):
+            # (the head itself: a prefix cache counts its hits on blocks others hold, as the policy's admission does)
+            if not sched.blocks.can_admit(head.num_prompt_tokens + head.num_generated, head):
                 return None
         return super()._take_batch()  # type: ignore[misc]
 
@@ -383,8 +396,8 @@ class DisaggCluster:
                  rng: np.random.Generator, num_requests: int, lockstep: SchedulerWrap | None = None) -> None:
         self.env = env
         self.layout = layout
-        # The router picks a prefill replica (a session router keeps a session on one; the config refuses
-        # prefix_aware here: the pools keep no prefix cache to read).
+        # The router picks a prefill replica (a session router keeps a session on one; prefix_aware reads the
+        # prefill replicas' prefix caches, and the config refuses it where the prefill pool keeps none).
         self._router = config.router
         self._router_memo: dict = {}
         self.rng = rng
@@ -447,6 +460,7 @@ class DisaggCluster:
                                                                    "mixed_pool", config, rid)
                 self.mixed.append(_make_replica(env, rid, sched, config, layout.mixed_replica, recorder, False))
                 rid += 1
+        self._caches = [r.scheduler.blocks for r in self.prefill]  # what prefix_aware reads (read only)
         # Each pool replica's attention-DP ranks step together (simulator.engine.dp_group).
         for ranks, replica in ((self.prefill, layout.prefill_replica), (self.decode, layout.decode_replica),
                                (self.mixed, layout.mixed_replica)):
@@ -471,6 +485,10 @@ class DisaggCluster:
         for req, hold, index, decode in self.in_transit.values():
             held[self.prefill[index].replica_id] += hold.num_blocks + hold.num_state_blocks
             held[decode.replica_id] += req.num_blocks + req.num_state_blocks
+        for r in self.replicas:  # a prefix cache's shared blocks: each holder counts them (evictable ones are free)
+            shared = getattr(r.scheduler.blocks, "num_shared_references", None)
+            if shared is not None:
+                held[r.replica_id] -= shared()
         return [(r.scheduler.blocks.num_free_blocks, held[r.replica_id], r.scheduler.blocks.num_blocks)
                 for r in self.replicas]
 
@@ -494,7 +512,7 @@ class DisaggCluster:
             index = 0
         else:
             outstanding = [r.num_outstanding for r in self.prefill]
-            index = route(self._router, outstanding, self._step, self.rng, req, (), self._router_memo)
+            index = route(self._router, outstanding, self._step, self.rng, req, self._caches, self._router_memo)
             self._step += 1
         self.log.prefill_replica_id[req.request_id] = index
         self.prefill[index].submit(req)

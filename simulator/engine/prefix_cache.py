@@ -421,6 +421,11 @@ class PrefixCachingBlockManager(BlockManager):
         req.num_blocks = 0
         req.num_state_blocks = 0
 
+    def num_shared_references(self) -> int:
+        """References to registered blocks beyond one a block: the holders' ``num_blocks`` count a shared block once
+        per holder, so their sum less this is the distinct blocks they hold (a block balance's, tests). O(cache)."""
+        return sum(block.ref - 1 for block in self._cache.values() if block.ref > 1)
+
     def check(self) -> None:
         """Assert the invariants (tests)."""
         self._reconcile()

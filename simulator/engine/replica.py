@@ -78,8 +78,9 @@ def build_pool_scheduler(replica: ReplicaConfig, sched: SchedulerConfig, *, mixi
             from simulator.engine.speculative import speculative_class
 
             cls = speculative_class(cls)
-    # Prefix caching, where on; not in a disaggregated pool's role (a mixin): they hand blocks over by count.
-    elif sched.prefix_cache is not None and mixin is None:
+    # Prefix caching, where on; in a disaggregated pool's role (a mixin) only where the role caches (the prefill
+    # pool's: a decode worker takes its blocks over by count from the link).
+    elif sched.prefix_cache is not None and (mixin is None or getattr(mixin, "caches_prefixes", False)):
         host_blocks, host_load_s = cpu_tier(replica, sched, plan)
         blocks = make_block_manager(sched.prefix_cache, plan.num_blocks, plan.block_size, sched.watermark,
                                     host_blocks, host_load_s, plan.num_state_blocks)

@@ -8,16 +8,17 @@ so planning code never imports the CLI.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 from simulator.config.catalog import GPUS
-from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, layout_of, parse_pool
+from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, DisaggLayout, layout_of, parse_pool, pool_prefix_cache
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
-from simulator.config.run_config import CV_RANGE, ReplicaConfig, RunConfig, engine_override_terms
+from simulator.config.run_config import CV_RANGE, ReplicaConfig, RunConfig, SchedulerConfig, engine_override_terms
 from simulator.config.schedulers import BUDGETED_SCHEDULERS, CHUNKING_SCHEDULERS, UNBUDGETED_SCHEDULERS
 
 # vLLM's names (`vllm serve`, `vllm bench serve`) for options of RUN_OPTIONS below: the CLI takes either
@@ -102,7 +103,9 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
     "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
     "prefix_caching": ("scheduler__prefix_caching", bool, "Automatic prefix caching of KV blocks named by a trace's "
-                       "block hashes (default: on for vllm-v1, as vLLM V1, and sglang, as SGLang's radix cache; off for the others)."),
+                       "block hashes (default: on for vllm-v1, as vLLM V1, and sglang, as SGLang's radix cache; off for the others). "
+                       "A disaggregated run: its prefill pool's (on where --scheduler or the pool's sched= caches by "
+                       "default) and a mixed pool's; a decode pool keeps none."),
     "prefix_cache_policy": ("scheduler__prefix_cache_policy", str, "Prefix cache eviction: vllm-lru (vLLM V1: least "
                             "recently freed block) or radix-lru (SGLang: least recently used leaf); default: the "
                             "scheduler's engine's (radix-lru for sglang, else vllm-lru). The two evict the same "
@@ -283,15 +286,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if not r.model_spec.is_moe:
         out["moe_imbalance"] = (f"{r.model} has no experts", "drop {flag} for a dense model")
     layout = layout_of(config) if config.is_disaggregated else None
-    if layout is not None and layout.mixed_scheduler is None:
-        # The prefill and decode pools hand KV blocks over by count: no replica of the run caches a prefix, on or off
-        # (engine.replica.build_scheduler gives a pool's role no prefix cache; only a mixed pool's replicas cache).
-        for name in ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib"):
-            out[name] = ("prefix caching is modelled only on the mixed pool of a disaggregated run; its prefill and "
-                         "decode pools do not cache prefixes", "add --mixed-pool, or drop {flag}")
-    elif (layout.mixed_scheduler if layout is not None else s).prefix_cache is None:
-        off = "the mixed pool's prefix caching is off" if layout is not None else "prefix caching is off"
-        out["prefix_cache_policy"] = (off, "pass --prefix-caching, or drop {flag}")
+    if layout is not None:
+        out.update(_pool_cache_inert_options(config, layout))
+    elif s.prefix_cache is None:
+        out["prefix_cache_policy"] = ("prefix caching is off", "pass --prefix-caching, or drop {flag}")
     if not config.is_disaggregated:
         for name in ("kv_link", "kv_link_scope", "first_token_at"):
             out[name] = ("the run is not disaggregated", "add --prefill-pool and --decode-pool, or drop {flag}")
@@ -382,6 +380,30 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     return out
 
 
+def _pool_cache_inert_options(config: RunConfig, layout: DisaggLayout) -> dict[str, tuple[str, str]]:
+    """The prefix-cache flags that no pool of a disaggregated ``config`` reads: the prefill pool caches where the
+    run's engine would (:func:`~simulator.config.disagg_layout.pool_prefix_cache`), a mixed pool as the run's
+    scheduler does, the decode pool never (it takes a prompt's blocks over the link by count)."""
+    s = config.scheduler
+    caching = [pool for pool, sched in (("prefill", layout.prefill_scheduler), ("mixed", layout.mixed_scheduler))
+               if sched is not None and sched.prefix_cache is not None]
+    out: dict[str, tuple[str, str]] = {}
+    if not caching:
+        off = "prefix caching is off in the prefill" + (" and mixed pools" if layout.mixed is not None else " pool") \
+              + " (the decode pool keeps no prefix cache)"
+        out["prefix_cache_policy"] = (off, "pass --prefix-caching, or drop {flag}")
+        # --no-prefix-caching does something only where a pool would cache without it.
+        unset = dataclasses.replace(s, prefix_caching=None)
+        would = pool_prefix_cache(unset, layout.prefill_scheduler.name) is not None or (
+            layout.mixed_scheduler is not None and dataclasses.replace(layout.mixed_scheduler, prefix_caching=None)
+            .prefix_cache is not None)
+        if not would:
+            out["prefix_caching"] = (f"no pool of the run caches prefixes by default ({layout.prefill_scheduler.name} "
+                                     f"in the prefill pool under --scheduler {s.name}; the decode pool never does)",
+                                     "drop {flag}")
+    return out
+
+
 def router_unread(config: RunConfig, hashes: bool, sessions: bool, source: str) -> tuple[str, str] | None:
     """Why ``config.router`` would have nothing to route by, and the fix (``{flag}`` standing for the option's flag),
     or None: ``prefix_aware`` where no replica keeps a prefix cache of the workload's blocks, ``session`` where the
@@ -401,15 +423,16 @@ def router_unread(config: RunConfig, hashes: bool, sessions: bool, source: str) 
         return None
     # In a disaggregated run the router picks the prefill worker; a decode worker is picked by free blocks and load.
     least = f"every request would go to the least outstanding {'prefill worker' if config.is_disaggregated else 'replica'}"
-    if router == "prefix_aware" and config.is_disaggregated:  # (the pools hand KV blocks over by count)
-        # --router session keeps a session on one prefill worker: a fix only where the workload has sessions.
-        return (f"a disaggregated pool keeps no prefix cache for prefix_aware to read ({least})",
-                "use --router session or least_outstanding, or drop {flag}" if sessions
-                else "use --router least_outstanding, or drop {flag}")
+    if router == "prefix_aware" and config.is_disaggregated and layout.prefill_scheduler.prefix_cache is None:
+        # (it reads the prefill workers' caches; the decode pool keeps none.) --router session keeps a session on one
+        # prefill worker: a fix only where the workload has sessions.
+        return (f"prefix caching is off in the prefill pool, so prefix_aware has no cache to read ({least})",
+                "pass --prefix-caching, use --router session or least_outstanding, or drop {flag}" if sessions
+                else "pass --prefix-caching, use --router least_outstanding, or drop {flag}")
     if router == "prefix_aware" and not hashes:
         return (f"prefix_aware routes by cached prefix, but {source} names no prompt blocks (only Mooncake JSONL and "
                 f"Weka session traces do; {least})", "use a trace with hash_ids, or another --router")
-    if router == "prefix_aware" and config.scheduler.prefix_cache is None:
+    if router == "prefix_aware" and not config.is_disaggregated and config.scheduler.prefix_cache is None:
         off = f", {config.scheduler.name}'s default" if config.scheduler.prefix_caching is None else ""
         return (f"prefix_aware routes to the replica that has the longest prefix cached, but prefix caching is off{off} "
                 f"({least})", "pass --prefix-caching, or use --router least_outstanding")
@@ -490,10 +513,14 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                                               for pool, _ in pools.values()):
         out["redundant_experts"] = (f"{named} each set ep= or redundant= themselves (a pool's own ep= places no "
                                     "redundant experts unless it sets redundant=)", "give the pools redundant=N, or drop {flag}")
+    prefill_sched = pools["--prefill-pool"][0].sched or DEFAULT_POOL_SCHEDULER
     if ("--mixed-pool" not in pools and config.scheduler.chunk_size is None and config.scheduler.max_num_batched_tokens is None
-            and config.scheduler.recv_interval == 1):
+            and config.scheduler.recv_interval == 1
+            and (config.workload.trace is None or pool_prefix_cache(config.scheduler, prefill_sched)
+                 == pool_prefix_cache(config.scheduler, prefill_sched, SchedulerConfig().name))):
         # The prefill and decode pools run sched= or vllm; --scheduler only says whose budget knobs (and SGLang's
-        # intake interval, which only --scheduler sglang takes) they keep.
+        # intake interval, which only --scheduler sglang takes) they keep, and, over a trace (whose prompts may
+        # name blocks), whether and how the prefill pool caches prefixes by default (disagg_layout.pool_prefix_cache).
         out["scheduler"] = (f"{named} run their own scheduler (sched=, else {DEFAULT_POOL_SCHEDULER})",
                             "set sched= in a pool, add --mixed-pool (which runs --scheduler), or drop {flag}")
     if all(pool.budget is not None or (pool.sched or default) != config.scheduler.name for pool, default in pools.values()):
@@ -544,9 +571,11 @@ _UNREAD_SETS = {"concurrency": f"{_RATE_SEARCH}, and a closed loop has none",
                                            "the one scheduler that polls for requests",
                 "chunk_size": "its pools run vllm, which does not split prompts into chunks, and compare's sarathi "
                               "arms take theirs from --taus"}
-# split searches disaggregated layouts alone, whose pools keep no prefix cache (a run refuses --prefix-caching on
-# pools): the flag had dropped every layout, blamed on memory. (compare's aggregated arms may cache.)
-_NO_PREFIX_CACHE = "its disaggregated pools keep no prefix cache: a pool's is not modelled"
+# split searches disaggregated layouts alone, and takes no prefix-cache flag: each layout's prefill pool caches as
+# --scheduler does by default (disagg_layout.pool_prefix_cache: over a trace with block hashes, vllm-v1's vllm-lru;
+# --scheduler vllm, none), its decode pool never. (compare's aggregated arms may cache.)
+_NO_PREFIX_CACHE = ("its layouts' prefill pools cache prefixes as --scheduler does by default (vllm-v1: on; "
+                    "--scheduler vllm: off) and their decode pools keep none; the search takes no prefix-cache flag")
 _POOL_CACHE_SETS = {name: _NO_PREFIX_CACHE for name in ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib")}
 _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", "mixed_pool": "its own pools",
                "tp": "from --tps", "replicas": "from the split of --gpus", "qps": "its goodput search over rates",

@@ -362,15 +362,16 @@ def unread_run_options(base: RunConfig, space: SearchSpace) -> dict[str, tuple[s
             out[name] = ("--modes disagg searches only disaggregated pools, which never run a step that mixes prompts "
                          "and decodes, the steps batch waiting holds", "add agg to --modes, or drop {flag}")
         # The pools run the pools' scheduler (a --scheduler of that name says only that they keep its
-        # --max-num-batched-tokens: PoolSpec.scheduler_config), and hand KV blocks over by count: no prefix cache
-        # (a mixed pool's replicas cache, and plan lays out none), as disagg split refuses the same flags.
+        # --max-num-batched-tokens: PoolSpec.scheduler_config). The bound prices no prefix cache, and the layouts
+        # take no prefix-cache flag (their verify runs' prefill pools cache as --scheduler does by default:
+        # disagg_layout.pool_prefix_cache), as disagg split refuses the same flags.
         if not (base.scheduler.name == DEFAULT_POOL_SCHEDULER and base.scheduler.max_num_batched_tokens is not None):
             out["scheduler"] = (f"--modes disagg searches only disaggregated pools, which run {DEFAULT_POOL_SCHEDULER} "
                                 f"(--scheduler {DEFAULT_POOL_SCHEDULER} only keeps a --max-num-batched-tokens for them)",
                                 "add agg to --modes, or drop {flag}")
         for name in ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib"):
-            out[name] = ("--modes disagg searches only disaggregated pools, whose prefill and decode pools keep no "
-                         "prefix cache (only a mixed pool caches, and plan lays out none)",
+            out[name] = ("--modes disagg searches only disaggregated pools, whose bound prices no prefix cache (a "
+                         "verify run's prefill pool caches as --scheduler does by default; its decode pool never)",
                          "add agg to --modes, or drop {flag}")
     return out
 

@@ -183,7 +183,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         f"tokens{kind}{per_rank}{state} · {summary['num_iterations']:,} iterations in {wall_s:.2f}s wall")
     if "prefix_caching" in summary:
         pc = summary["prefix_caching"]
-        console.print(f"prefix cache: {_pct(pc['hit_rate'])} of prompt tokens found cached at admission · "
+        where = f" ({pc['pool']} pool)" if "pool" in pc else ""
+        console.print(f"prefix cache{where}: {_pct(pc['hit_rate'])} of prompt tokens found cached at admission · "
                       f"{pc['prefill_tokens_saved']:,} of {pc['prompt_tokens']:,} prefill tokens saved"
                       + (f" ({_pct(pc['gpu_hit_rate'])} in GPU memory, {_pct(pc['cpu_hit_rate'])} loaded from the CPU tier)"
                          if "cpu_hit_rate" in pc else ""), highlight=False)
@@ -323,7 +324,8 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     title += _hybrid_block_note(config)
     if "prefix_caching" in summary:  # on (simulator.engine.prefix_cache); said when turned off by hand
         pc = summary["prefix_caching"]
-        title += f" · prefix caching: on, {pc['policy']}, {pc['num_blocks']:,} blocks"
+        where = f" in the {pc['pool']} pool" if "pool" in pc else ""
+        title += f" · prefix caching: on{where}, {pc['policy']}, {pc['num_blocks']:,} blocks"
         if "cpu_kv_gib" in pc:
             title += f" + CPU tier {pc['cpu_kv_gib']:g} GiB"
     elif s.prefix_caching is False:

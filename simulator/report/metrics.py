@@ -249,7 +249,7 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
         out["state_tokens_per_seq"] = result.memory.num_state_blocks * result.memory.block_size
         if result.memory.num_window_blocks:
             out["window_tokens_per_seq"] = result.memory.num_window_blocks * result.memory.block_size
-    if result.config.scheduler.prefix_cache is not None and not result.config.is_disaggregated:
+    if _summarised_cache(result) is not None:
         out["prefix_caching"] = prefix_cache_summary(result)
     out["cost_model_extrapolations"] = result.extra.get("cost_model_extrapolations", 0)
     if out["cost_model_extrapolations"]:  # which ops (absent where none: the summary of most runs is unchanged)
@@ -258,12 +258,32 @@ def summarize(result: RunResult, requests: pd.DataFrame | dict[str, np.ndarray] 
     return out
 
 
+def _summarised_cache(result: RunResult) -> tuple[str, int, float, str | None] | None:
+    """The prefix cache the summary reports: ``(policy, blocks a replica, CPU tier GiB, pool)`` of an aggregated run's
+    replicas, or of a disaggregated run's prefill pool (the pool whose replicas cache prompts: a decode worker takes
+    a prompt's blocks over the link by count; a mixed pool's hits count in the same figures); None where none
+    caches (the prefill pool's cache off, a mixed pool's too)."""
+    config = result.config
+    if not config.is_disaggregated:
+        s = config.scheduler
+        return (s.prefix_cache, result.memory.num_blocks, s.cpu_kv_gib, None) if s.prefix_cache is not None else None
+    from simulator.config.disagg_layout import layout_of
+
+    layout = layout_of(config)
+    assert layout is not None and result.disagg is not None
+    for pool, sched in (("prefill", layout.prefill_scheduler), ("mixed", layout.mixed_scheduler)):
+        if sched is not None and sched.prefix_cache is not None:
+            return sched.prefix_cache, result.disagg.num_blocks[result.disagg.pools.index(pool)], sched.cpu_kv_gib, pool
+    return None
+
+
 def prefix_cache_summary(result: RunResult) -> dict[str, Any]:
     """Prefix caching (simulator.engine.prefix_cache): the policy, the cache's blocks per replica,
     and over the measured requests that were admitted, the share of their prompt tokens found cached at
     their first admission (``hit_rate``) and the prefill tokens that saved. With a CPU tier
     (``cpu_kv_gib``), the hits split by tier: ``gpu_hit_rate`` and ``cpu_hit_rate`` (loaded from host
-    memory) add up to ``hit_rate``."""
+    memory) add up to ``hit_rate``. A disaggregated run's: its prefill pool's cache (``pool`` names it), a
+    request's first admission being on its prefill worker (or a mixed replica, which caches too where it runs)."""
     reqs = result.requests
     if isinstance(reqs, RequestColumns):
         cols = reqs.columns
@@ -280,12 +300,17 @@ def prefix_cache_summary(result: RunResult) -> dict[str, Any]:
     # as every other figure judges them (closed-loop sessions do not send in id order).
     admitted = admitted & measured_requests(result, ids)
     saved, queried = int(cached[admitted].sum()), int(prompt[admitted].sum())
-    out = {"policy": result.config.scheduler.prefix_cache, "num_blocks": result.memory.num_blocks,
+    cache = _summarised_cache(result)
+    assert cache is not None
+    policy, num_blocks, cpu_kv_gib, pool = cache
+    out = {"policy": policy, "num_blocks": num_blocks,
            "hit_rate": saved / queried if queried else math.nan, "prefill_tokens_saved": saved,
            "prompt_tokens": queried}
-    if result.config.scheduler.cpu_kv_gib:
+    if pool is not None:
+        out["pool"] = pool
+    if cpu_kv_gib:
         loaded = int(host[admitted].sum())
-        out.update({"cpu_kv_gib": result.config.scheduler.cpu_kv_gib,
+        out.update({"cpu_kv_gib": cpu_kv_gib,
                     "gpu_hit_rate": (saved - loaded) / queried if queried else math.nan,
                     "cpu_hit_rate": loaded / queried if queried else math.nan, "tokens_loaded_from_cpu": loaded})
     return out

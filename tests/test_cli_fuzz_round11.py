@@ -1,6 +1,6 @@
 """CLI fuzzing, round 11: flags accepted where they change nothing (an audit ran each beside its run without it
 and found the same numbers), now refused as doing nothing, each in one line naming the flag and the fix:
-the prefix-cache flags on disaggregated pools that keep no prefix cache, the attention-DP balance on pools that
+the prefix-cache flags on disaggregated pools that cache nothing, the attention-DP balance on pools that
 never hold a prompt for it, and what a command decides for itself (plan without aggregated layouts, tau's one
 iteration, split's one prefill worker, capacity's closed loop, values equal to a default).
 """
@@ -41,24 +41,36 @@ def refusal(*args: str) -> ConfigError:
     return res.exception
 
 
-# -- prefix caching: only a mixed pool caches ---------------------------------------------------------------------
+# -- prefix caching: the prefill pool caches as the run's engine would, a mixed pool as its scheduler -------------
 
-NO_CACHE = "prefix caching is modelled only on the mixed pool of a disaggregated run"
+VLLM = ["--scheduler", "vllm", "--max-num-batched-tokens", "8192"]  # (no pool caches by default)
 
 
-@pytest.mark.parametrize("flag", [["--prefix-cache-policy", "radix-lru"], ["--prefix-cache-policy", "vllm-lru"],
-                                  ["--no-prefix-caching"], ["--prefix-caching"], ["--cpu-kv-gib", "4"]])
+@pytest.mark.parametrize(("flag", "needle"), [(["--prefix-cache-policy", "radix-lru"], "prefix caching is off in the "
+                                               "prefill pool"),
+                                              (["--no-prefix-caching"], "no pool of the run caches prefixes by default")])
 @pytest.mark.parametrize("command", ["run", "capacity"])
-def test_prefix_cache_flags_are_refused_on_pools_that_cache_nothing(command: str, flag: list[str], mooncake: str) -> None:
-    """The prefill and decode pools hand KV blocks over by count (no replica of theirs builds a prefix cache):
-    --prefix-cache-policy and --no-prefix-caching ran the very run without them, and config.json said otherwise."""
-    err = refusal(command, "--trace", mooncake, "--num-requests", "30", *DIS, *flag)
+def test_prefix_cache_flags_are_refused_on_pools_that_cache_nothing(command: str, flag: list[str], needle: str,
+                                                                   mooncake: str) -> None:
+    """Under --scheduler vllm no pool caches by default (the decode pool never does): --prefix-cache-policy and
+    --no-prefix-caching would run the very run without them, and config.json would say otherwise."""
+    err = refusal(command, "--trace", mooncake, "--num-requests", "30", *DIS, *VLLM, *flag)
     text = str(err)
-    assert flag[0] in text and "\n" not in text
-    if flag[0] == "--cpu-kv-gib":  # (it had sent the user to --prefix-caching, refused too)
-        assert "aggregated run only" in text and "drop --cpu-kv-gib" in text
-    else:
-        assert NO_CACHE in text and "add --mixed-pool, or drop " + flag[0] in text
+    assert flag[0] in text and "\n" not in text and needle in text
+
+
+@pytest.mark.parametrize("flag", [["--prefix-cache-policy", "radix-lru"], ["--no-prefix-caching"], ["--prefix-caching"],
+                                  ["--cpu-kv-gib", "4"]])
+def test_prefix_cache_flags_set_the_prefill_pool_s_cache(flag: list[str], mooncake: str) -> None:
+    """The prefill pool caches where the run's engine would (vllm-v1: on), so each flag is read there (it had been
+    refused: the pools kept no prefix cache)."""
+    from simulator.config.disagg_layout import layout_of
+
+    options = {"prefix_cache_policy": "radix-lru"} if flag[0] == "--prefix-cache-policy" else \
+        {"prefix_caching": flag[0] == "--prefix-caching"} if "caching" in flag[0] else {"cpu_kv_gib": 4.0}
+    layout = layout_of(build_config(**POOLS, trace=mooncake, num_requests=30, **options))
+    expect = None if flag[0] == "--no-prefix-caching" else options.get("prefix_cache_policy", "vllm-lru")
+    assert layout.prefill_scheduler.prefix_cache == expect and layout.decode_scheduler.prefix_cache is None
 
 
 def test_a_mixed_pool_caches_and_takes_the_prefix_cache_flags(mooncake: str) -> None:
@@ -69,7 +81,7 @@ def test_a_mixed_pool_caches_and_takes_the_prefix_cache_flags(mooncake: str) -> 
     assert build_config(**mixed, prefix_caching=False).scheduler.prefix_caching is False
     build_config(**mixed, prefix_cache_policy="radix-lru")  # vllm-v1's mixed pool caches by default
     err = refused(**mixed, scheduler="vllm", prefix_cache_policy="radix-lru")
-    assert err.field == "--prefix-cache-policy" and "the mixed pool's prefix caching is off" in str(err)
+    assert err.field == "--prefix-cache-policy" and "prefix caching is off in the prefill and mixed pools" in str(err)
 
 
 # -- the attention-DP balance: only an aggregated replica's or a mixed pool's ranks hold prompts ----------------

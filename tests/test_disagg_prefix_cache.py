@@ -73,10 +73,10 @@ def test_the_prefill_pool_caches_by_default_where_the_run_s_engine_does() -> Non
 
 
 def test_replicas_build_a_prefix_cache_on_the_prefill_pool_only() -> None:
+    import simpy
+
     from simulator.engine.disagg import DisaggCluster
     from simulator.engine.records import Recorder
-
-    import simpy
 
     for config, kind in ((pools(), PrefixCachingBlockManager), (pools(scheduler__prefix_cache_policy="radix-lru"),
                                                                 RadixBlockManager)):

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.catalog import GPUS
-from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, DisaggLayout, layout_of, parse_pool, pool_prefix_cache
+from simulator.config.disagg_layout import (
+    DEFAULT_POOL_SCHEDULER,
+    DisaggLayout,
+    layout_of,
+    parse_pool,
+    pool_prefix_cache,
+)
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 from simulator.config.run_config import CV_RANGE, ReplicaConfig, RunConfig, SchedulerConfig, engine_override_terms

@@ -384,18 +384,20 @@ def _simulate_rows(rows: pd.DataFrame, configs: list, artifact_of, first_token_a
         if done % 10 == 0:
             print(f"    {label} {done}/{len(pending)} rows to run, {time.perf_counter() - started:.0f} s", flush=True)
 
-    # The largest rows (over BIG_ROW_REQUESTS requests) run one at a time, the rest `jobs` at a time: running
-    # rows of up to 80,000 two at a time, the report's process peaked at 4.7 GB (trace cache included) and a
-    # worker at 3.1 GB, well inside a 24 GB machine; the 16 rows above it run alone.
+    # The largest rows (over BIG_ROW_REQUESTS requests) run one at a time in this process, the rest `jobs` at a
+    # time in spawned workers. Spawned, not forked: after the big rows this process holds ~12 GB (the trace cache
+    # and the freed heap), and two forked workers touching their copies of it ran a 24 GB machine out of memory
+    # (the OOM killer took this process, three times); a spawned worker holds its own row only.
     alone = [jobs <= 1 or config.workload.num_requests > BIG_ROW_REQUESTS for _, _, config in pending]
     big = [p for p, a in zip(pending, alone, strict=True) if a]
     small = [p for p, a in zip(pending, alone, strict=True) if not a]
     for k, key, config in big:
         keep(k, key, simulate_row(config))
     if small:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(simulate_row, config): (k, key) for k, key, config in small}
             for fut in as_completed(futures):
                 keep(*futures[fut], fut.result())

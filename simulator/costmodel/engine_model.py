@@ -183,9 +183,9 @@ class EngineModel:
 
 
 # -- presets ------------------------------------------------------------------------------------------------------
-SILICON_HANDOFF_S = 0.090  # the 2026 presets' handoff latency: see the comment above vllm-2026
-HANDOFF_FITTED = ("; in disaggregated runs a handoff of 90 ms a request, one constant fitted on the 355 disaggregated "
-                  "silicon rows of all three backends (leaving one GPU out: 60-125 ms)")
+SILICON_HANDOFF_S = 0.085  # the 2026 presets' handoff latency: see the comment above vllm-2026
+HANDOFF_FITTED = ("; in disaggregated runs a handoff of 85 ms a request, one constant fitted on the 329 disaggregated "
+                  "silicon rows of all three backends (leaving one GPU out: 45-135 ms)")
 # Each preset names what it was measured on. The fitted numbers are reproduced by
 # simulator.calibrate.engine_fit (tests refit them from ../shared/data and compare).
 ENGINES: dict[str, EngineModel] = {
@@ -248,68 +248,69 @@ ENGINES: dict[str, EngineModel] = {
     # (``kernels``), so a run over other prices says so.
     # The 2026 presets' handoff latency (disaggregated runs only): one constant for the three stacks (a router and a
     # NIXL-style KV connector each), fitted on the silicon rows' 355 simulated disaggregated deployments (TRT-LLM 228
-    # on Dynamo, SGLang 114, vLLM 13; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added to
+    # on Dynamo, SGLang 105, vLLM 13; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added to
     # their TTFT simulated without one (silicon_fit.fit_handoff; results/validation/silicon/fit_report.py, which also
-    # holds each GPU out: 60-125 ms; 95 ms at code cac8f5b's report before it was regenerated, 135 ms at code 0c78f9c).
+    # holds each GPU out: 45-135 ms; 90 ms in the report at cac8f5b, 95 ms at 31d497d, 135 ms at code 0c78f9c).
     # At a few users the measured first token sits a constant above queueing +
     # prefill + KV transfer + one decode step (vLLM's Kimi-K2.5 rows on GB200: ~175 ms at 1K and at 8K prompts).
     "vllm-2026": EngineModel(
         name="vllm-2026",
-        source="AIConfigurator silicon_train.csv, vLLM 0.11-0.19 aggregated rows (538 replayed: H100, B200, B300; "
+        source="AIConfigurator silicon_train.csv, vLLM 0.11-0.19 aggregated rows (506 replayed: H100, B200, B300; "
                "Llama-3.1-70B, Qwen3-32B, gpt-oss-120b, Kimi-K2.5, MiniMax-M2.5; ISL 1K-8K, OSL 1K-8K, concurrency "
                "4-512), wip rows dropped, repeated measurements once; versions not separable (each version is one GPU "
-               "x model)",
+               "x model); repeated measurements found to 0.01 ms",
         fitted="soft-L1 least squares of log TTFT/TPOT ratios over closed-loop replays under the load each row's "
                "client made (fit_report.py --client benchmark: InferenceX's [0.8 len, len] band or AIPerf's exact "
                "lengths, warm-up a phase of its own, every request the client sent; --kernels vllm with the tables' "
                "gaps priced by the 'today' roofline, scheduler vllm-v1, budget 8192, 2048 for AIConfigurator's own "
-               "runs: silicon.AIPERF_BUDGETS; MoE at AIConfigurator's default routing): median abs error TTFT 18%, "
-               "TPOT 9% in-sample (kernels alone 39%, 10%), leave-one-GPU-out 19%, 10%, leave-one-model-out 18%, 11%. "
-               "Its CPU a step fits to none (0.26 ms in the report before, at 31d497d, whose kernel prices have moved "
-               "since: the silicon README's revisions). The 10 us a prompt token stands "
+               "runs: silicon.AIPERF_BUDGETS; MoE at AIConfigurator's default routing): median abs error TTFT 17%, "
+               "TPOT 9% in-sample (kernels alone 40%, 11%), leave-one-GPU-out 18.5%, 9.5% (attention-DP "
+               "engines included), leave-one-model-out 17%, 12%. Its CPU a step fits to none (0.26 ms in the report at "
+               "31d497d, whose kernel prices have moved since: the silicon README's revisions). The 10 us a prompt "
+               "token stands "
                "for what a prefill costs beyond the tables' kernels (input preparation, the API server's tokenizing, "
                "kernels slower in the engine than alone): the rows cannot tell these apart. A prefill floor (SGLang's "
                "and TensorRT-LLM's term) fits to zero here" + HANDOFF_FITTED,
-        cpu_per_prefill_token_s=10.03e-6,
-        collective_extra_s=((2, 2.732e-6), (4, 2.732e-6), (8, 2.732e-6)),
+        cpu_per_prefill_token_s=10.13e-6,
+        collective_extra_s=((2, 4.407e-6), (4, 4.407e-6), (8, 4.407e-6)),
         scheduler="vllm-v1", handoff_s=SILICON_HANDOFF_S,
     ),
     "sglang-2026": EngineModel(
         name="sglang-2026",
-        source="AIConfigurator silicon_train.csv, SGLang 0.5.x aggregated rows (342 replayed: H100, B200, B300; "
+        source="AIConfigurator silicon_train.csv, SGLang 0.5.x aggregated rows (288 replayed: H100, B200, B300; "
                "DeepSeek-V3/R1, Qwen3-32B, Qwen3.5-397B-A17B), wip rows dropped, repeated measurements once, "
                "rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
                "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake, "
                "each layout read as the node it ran on, MoE at AIConfigurator's default routing: median abs error TTFT "
-               "26%, TPOT 11% in-sample (kernels alone 50%, 13%), leave-one-GPU-out 39%, 13%, leave-one-model-out "
-               "30%, 12%. Its CPU is 0.83 ms a step and 10 us a request in the batch (the two trade off along a flat "
-               "direction of the fit: none a step and 13 us a request before the report's regeneration at cac8f5b). "
+               "26%, TPOT 10% in-sample (kernels alone 49%, 11%), leave-one-GPU-out 41%, 12%, leave-one-model-out "
+               "32%, 11%. Its CPU is 0.98 ms a step and 5.4 us a request in the batch (the two trade off along a flat "
+               "direction of the fit: 0.83 ms and 10 us in the report at cac8f5b, none a step and 13 us before it). "
                "The floor, 3.4 ms a layer on "
                "every step that carries a prompt (SGLang runs extend batches outside its CUDA graphs), is far above "
                "launch latency alone: it holds what a prefill step costs that the tables do not show (at 4 users the "
                "measured TTFT is 150-200 ms at 1K prompt tokens and grows slowly to 8K). Every SGLang row is a "
                "60-64-layer model, so whether the floor goes per layer or per step is not identified: on a 32-layer "
                "model it holds a prefill step to at least 108 ms" + HANDOFF_FITTED,
-        cpu_iteration_s=0.8335e-3, cpu_per_seq_s=10.05e-6, cpu_per_prefill_token_s=1.858e-6,
-        prefill_floor_per_layer_s=3.444e-3,
-        collective_extra_s=((2, -5.482e-6), (4, -5.482e-6), (8, -5.482e-6)), scheduler="sglang", kernels="sglang",
+        cpu_iteration_s=0.9769e-3, cpu_per_seq_s=5.450e-6, cpu_per_prefill_token_s=1.960e-6,
+        prefill_floor_per_layer_s=3.482e-3,
+        collective_extra_s=((2, -7.652e-6), (4, -7.652e-6), (8, -7.652e-6)), scheduler="sglang", kernels="sglang",
         handoff_s=SILICON_HANDOFF_S,
     ),
     "trtllm-2026": EngineModel(
         name="trtllm-2026",
-        source="AIConfigurator silicon_train.csv, TensorRT-LLM 1.0-1.3 aggregated rows (510 replayed: H100, B200, "
+        source="AIConfigurator silicon_train.csv, TensorRT-LLM 1.0-1.3 aggregated rows (505 replayed: H100, B200, "
                "GB200; DeepSeek-V3/R1, gpt-oss-120b, Llama-3.1-8B/70B, Qwen3-32B), wip rows dropped, repeated "
                "measurements once, rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
                "generation; budget 2048 for AIConfigurator's own runs, MoE routing as vllm-2026, and the batch waiting "
-               "InferenceX's recipes set: silicon.recipe_changes): median abs error TTFT 23%, TPOT 8% in-sample "
-               "(kernels alone 41%, 7%), leave-one-GPU-out 26%, 8%, leave-one-model-out 24%, 9%; its CPU a step "
-               "0.25 ms (none before the report's regeneration at cac8f5b); the floor, 0.87 ms a layer on every step "
+               "InferenceX's recipes set: silicon.recipe_changes): median abs error TTFT 22.5%, TPOT 8% in-sample "
+               "(kernels alone 41%, 8%), leave-one-GPU-out 25.5%, 8%, leave-one-model-out 24%, 9%; its CPU a step "
+               "4 us (0.25 ms in the report at cac8f5b, none before it); the floor, 0.87 ms a layer on every step "
                "with context tokens (the PyTorch flow captures "
                "generation-only batches in CUDA graphs)" + HANDOFF_FITTED,
-        cpu_iteration_s=0.2455e-3, cpu_per_prefill_token_s=3.746e-6, prefill_floor_per_layer_s=0.8743e-3,
-        collective_extra_s=((2, -20.22e-6), (4, -20.22e-6), (8, -20.22e-6)), scheduler="vllm-v1", kernels="trtllm",
+        cpu_iteration_s=0.0038e-3, cpu_per_prefill_token_s=3.892e-6, prefill_floor_per_layer_s=0.8707e-3,
+        collective_extra_s=((2, -0.016e-6), (4, -0.016e-6), (8, -0.016e-6)), scheduler="vllm-v1", kernels="trtllm",
         handoff_s=SILICON_HANDOFF_S,
         # TensorRT-LLM's PyTorch flow runs MTP and EAGLE-3 "one model": the drafter is a submodule of the model and
         # its drafting loop launches as one CUDA graph (its speculative-decoding docs); not fitted (no fitted

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -92,17 +93,40 @@ DP_POOLS = {"model": "mixtral-8x7b", "gpu": "h100-sxm", "num_requests": 120, "ar
 
 @pytest.mark.parametrize("balance", [{"dp_balance_timeout_iters": 50},
                                      {"dp_balance_timeout_iters": 50, "dp_balance_batching_wait_iters": 5}])
-def test_dp_balance_is_refused_on_prefill_and_decode_pools(balance: dict[str, int]) -> None:
+def test_dp_balance_is_refused_where_only_the_prefill_pool_has_dp_ranks(balance: dict[str, int]) -> None:
     """The balance holds new prompts while every rank decodes: a prefill pool's rank with a prompt has no decode
-    (the balance lets prompts go at once), and a decode pool schedules no prompts; the run was the run without."""
-    err = refused(**DP_POOLS, **balance)
+    (the balance lets prompts go at once), so there it did nothing; a decode pool's ranks recompute preempted
+    requests' prompts, and a mixed pool's take whole requests: the balance is read there."""
+    prefill_only = {**DP_POOLS, "decode_pool": "1x(tp=4,ep=4)"}
+    err = refused(**prefill_only, **balance)
     assert err.field == "--dp-balance-timeout-iters" and "a prefill pool's ranks never all decode" in str(err)
-    assert "add a --mixed-pool with dp=N, or drop --dp-balance-timeout-iters" in str(err)
-    err = refused(**DP_POOLS, **balance, mixed_pool="1x(tp=2)")
-    assert "the mixed pool has no attention DP" in str(err) and "add dp=N to --mixed-pool" in str(err)
-    # where ranks do hold prompts: a mixed pool with attention DP, an aggregated replica with it
-    build_config(**DP_POOLS, **balance, mixed_pool="1x(tp=1,dp=4,ep=4)")
+    assert "add dp=N to --decode-pool or --mixed-pool, or drop --dp-balance-timeout-iters" in str(err)
+    # where ranks do hold prompts: a decode pool or a mixed pool with attention DP, an aggregated replica with it
+    build_config(**DP_POOLS, **balance)
+    build_config(**prefill_only, **balance, mixed_pool="1x(tp=1,dp=4,ep=4)")
     build_config(model="mixtral-8x7b", gpu="h100-sxm", attention_dp=4, ep=4, **balance)
+
+
+def test_dp_balance_moves_a_decode_pool_whose_ranks_preempt() -> None:
+    """A decode rank's preempted request goes back to waiting to recompute its prompt, and the balance holds it: a
+    tight cache on a DP2 decode pool ran differently with the balance on (a reviewer's case), yet was refused."""
+    from types import SimpleNamespace
+
+    from simulator.config.run_config import RunConfig
+    from simulator.simulation import simulate
+
+    rng = np.random.default_rng(1)
+    n = 60
+    table = SimpleNamespace(arrival_at=list(np.arange(n) * 0.01), source="t",
+                            num_prompt_tokens=[int(x) for x in rng.integers(200, 600, n)],
+                            num_output_tokens=[int(x) for x in rng.integers(200, 800, n)])
+    base = RunConfig().replace(prefill_pool="1x(tp=1)", decode_pool="1x(tp=1,dp=2)", kv_link="infiniband-200g",
+                               replica__model="qwen3-30b-a3b", replica__gpu="h100-sxm", replica__max_model_len=2048,
+                               replica__num_gpu_blocks=400)
+    off = simulate(base, table)
+    on = simulate(base.replace(scheduler__dp_balance_timeout_iters=50), table)
+    assert sum(r.num_preemptions for r in off.requests) > 0
+    assert [r.completed_at for r in on.requests] != [r.completed_at for r in off.requests]
 
 
 # -- plan --modes disagg: the pools run vllm and keep no prefix cache --------------------------------------------

@@ -364,11 +364,9 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if not _has_dp_ranks(config):
         for name in ("dp_balance_timeout_iters", "dp_balance_batching_wait_iters"):
             out[name] = (("the balance holds new prompts while every attention-DP rank decodes: a prefill pool's "
-                          "ranks never all decode and a decode pool's schedule no prompts, so only a mixed pool's "
-                          "ranks could be held" + (", and the run has no mixed pool" if layout.mixed is None else
-                                                   ", and the mixed pool has no attention DP"),
-                          ("add a --mixed-pool with dp=N" if layout.mixed is None else "add dp=N to --mixed-pool")
-                          + ", or drop {flag}") if layout is not None else
+                          "ranks never all decode, so only a decode pool's (its preempted requests' recomputed "
+                          "prompts) or a mixed pool's ranks could be held, and neither has attention DP",
+                          "add dp=N to --decode-pool or --mixed-pool, or drop {flag}") if layout is not None else
                          ("no replica has attention-DP ranks to balance", "add --attention-dp N, or drop {flag}"))
     if not draws_at_random(config):
         sent = (f"sent as {w.concurrency} users free up" if w.concurrency is not None
@@ -451,12 +449,13 @@ def router_unread(config: RunConfig, hashes: bool, sessions: bool, source: str) 
 def _has_dp_ranks(config: RunConfig) -> bool:
     """Whether some replica of the run has attention-DP ranks whose prompts the balance could hold (TensorRT-LLM's
     attention_dp_config: :class:`simulator.engine.dp_group.PromptBalance`): an aggregated run's, or a disaggregated
-    run's mixed pool's. A prefill pool's ranks never all decode (a rank with a prompt has no decode, so the balance
-    lets prompts go at once), and a decode pool's schedule no prompts to hold."""
+    run's mixed or decode pool's. A prefill pool's ranks never all decode (a rank with a prompt has no decode, so the
+    balance lets prompts go at once); a decode pool's ranks take a preempted request's prompt back to recompute it,
+    and the balance holds that."""
     if not config.is_disaggregated:
         return config.replica.attention_dp > 1
     layout = layout_of(config)
-    return layout.mixed_replica is not None and layout.mixed_replica.attention_dp > 1
+    return any(r is not None and r.attention_dp > 1 for r in (layout.mixed_replica, layout.decode_replica))
 
 
 def draws_at_random(config: RunConfig) -> bool:

@@ -110,7 +110,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
     "prefix_caching": ("scheduler__prefix_caching", bool, "Automatic prefix caching of KV blocks named by a trace's "
                        "block hashes (default: on for vllm-v1, as vLLM V1, and sglang, as SGLang's radix cache; off for the others). "
-                       "A disaggregated run: its prefill pool's (on where --scheduler or the pool's sched= caches by "
+                       "A disaggregated run: its prefill pool's (on where the run's scheduler or the pool's sched= caches by "
                        "default) and a mixed pool's; a decode pool keeps none."),
     "prefix_cache_policy": ("scheduler__prefix_cache_policy", str, "Prefix cache eviction: vllm-lru (vLLM V1: least "
                             "recently freed block) or radix-lru (SGLang: least recently used leaf); default: the "

@@ -557,6 +557,11 @@ class SchedulerConfig:
             return 2048
         return 128
 
+    def memory_basis(self, replica: ReplicaConfig) -> str:
+        """What ``replica``'s KV memory fraction is a fraction of: ``--memory-fraction-of`` where given, else this
+        policy's engine's (``SchedulerEntry.memory_basis``)."""
+        return replica.memory_fraction_of or SCHEDULERS[self.name].memory_basis
+
     def memory_fraction(self, replica: ReplicaConfig) -> tuple[float, str]:
         """The memory fraction ``replica``'s KV cache is planned with, and its basis (``MEMORY_FRACTION_OF``;
         :func:`~simulator.engine.kvcache.plan_memory`): ``--gpu-memory-utilization`` and ``--memory-fraction-of``
@@ -564,7 +569,7 @@ class SchedulerConfig:
         SGLang's static fraction (:func:`sglang_mem_fraction_static`, from its chunk: ``--chunk-size`` or
         ``--max-num-batched-tokens``, else its default for the GPU), TensorRT-LLM's 0.9 of free memory. A basis
         given without a fraction takes that basis's default (static: SGLang's computed one)."""
-        basis = replica.memory_fraction_of or SCHEDULERS[self.name].memory_basis
+        basis = self.memory_basis(replica)
         if replica.gpu_memory_utilization is not None:
             return replica.gpu_memory_utilization, basis
         if basis != "static":
@@ -953,7 +958,7 @@ class RunConfig:
 
             pools = layout_of(self)
             schedulers = [pools.prefill_scheduler, pools.decode_scheduler, *filter(None, [pools.mixed_scheduler])]
-        return all((self.replica.memory_fraction_of or SCHEDULERS[s.name].memory_basis) == "total" for s in schedulers)
+        return all(s.memory_basis(self.replica) == "total" for s in schedulers)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:

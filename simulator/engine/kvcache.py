@@ -309,7 +309,7 @@ class BlockManager:
     def admission_blocks(self, num_tokens: int, req: Request | None = None) -> int:
         """Free blocks admitting a new request holding ``num_tokens`` tokens would take: its tokens' and its
         state's (``req``, the request itself, matters only to a prefix cache: hits others hold take none)."""
-        return -(-num_tokens // self.block_size) + self.state_blocks
+        return self.blocks_for(num_tokens) + self.state_blocks
 
     def can_admit(self, num_tokens: int, req: Request | None = None) -> bool:
         """Whether a new request holding ``num_tokens`` tokens fits above the watermark (see :meth:`admission_blocks`)."""

@@ -216,3 +216,90 @@ def test_the_balance_is_refused_where_it_would_do_nothing() -> None:
         SchedulerConfig("trtllm", dp_balance_batching_wait_iters=2)
     assert build_config(model="qwen3-30b-a3b", attention_dp=2, ep=2, scheduler="trtllm",
                         dp_balance_timeout_iters=60).scheduler.dp_balance_timeout_iters == 60
+
+
+# -- what a prompt step's MoE layers carry (--dp-padding) -----------------------------------------------------------
+def _first_step_s(result) -> float:  # noqa: ANN001
+    frame = result.iteration_frame()
+    return float(frame.duration_s[frame.started_at == frame.started_at.min()].max())
+
+
+@pytest.mark.parametrize("kernels", ["roofline", "vllm"])
+def test_a_lone_prompt_pays_one_ranks_experts_where_the_engine_routes_the_ranks_own_tokens(kernels, request) -> None:
+    # One 6,000-token prompt on the first of four ranks, the others idle. Padded to the largest rank (vLLM) its
+    # step prices the routed experts for 4 x 6,000 tokens; routing the ranks' own tokens (SGLang, TensorRT-LLM),
+    # for 6,000: the step a rank prices with BatchShape.moe_group_tokens = 6,000.
+    if kernels != "roofline":
+        request.getfixturevalue("aic")
+    replica = ReplicaConfig(**{**MOE, "ep": 4}, attention_dp=4, kernels=kernels)
+    table = _table([0.0], [6000], [3])
+    steps = {}
+    for padding in ("max", "sum"):
+        config = RunConfig(replica=replica, scheduler=SchedulerConfig("vllm-v1", dp_padding=padding),
+                           workload=WorkloadConfig(name="fixed", num_requests=1, prompt_tokens=6000, output_tokens=3))
+        steps[padding] = _first_step_s(simulate(config, table))
+    cost = load_cost_model(config.cost_model, replica, config.engine)
+    shape = BatchShape.from_requests(prefills=[(6000, 0)])
+    assert steps["max"] == cost.iteration_time(shape)
+    shape.moe_group_tokens = 6000
+    assert steps["sum"] == cost.iteration_time(shape)
+    assert steps["sum"] < 0.8 * steps["max"]  # Qwen3-30B-A3B's experts are most of a prompt step
+
+
+@pytest.mark.parametrize("kernels", ["roofline", "vllm"])
+def test_a_group_of_every_ranks_padded_tokens_prices_as_a_rank_alone(kernels, request) -> None:
+    # The default reading of a rank's shape is the group padded to it: moe_group_tokens = tokens x attention_dp
+    # prices the same step (to rounding), so only a group that routes fewer tokens changes a price.
+    if kernels != "roofline":
+        request.getfixturevalue("aic")
+    cost = load_cost_model("roofline", ReplicaConfig(
+        **{**MOE, "ep": 4}, attention_dp=4, kernels=kernels), "vllm-2026")
+    for tokens in (1, 37, 512, 5000):
+        shape = BatchShape.from_requests(prefills=[(tokens, 0)])
+        alone = cost.iteration_time(shape)
+        shape.moe_group_tokens = 4 * tokens
+        assert cost.iteration_time(shape) == pytest.approx(alone, rel=1e-12)
+        shape.moe_group_tokens = tokens
+        assert cost.iteration_time(shape) < alone
+
+
+def test_decode_only_steps_are_padded_to_the_largest_rank_under_either_rule() -> None:
+    # Steps without a prompt keep the padded price (the engines' CUDA graphs, SGLang's MAX_LEN gather): a group
+    # whose ranks only decode runs the same under both rules once its prompts are done.
+    table = _table([0.0, 0.0], [16, 16], [60, 60])
+    runs = {}
+    for padding in ("max", "sum"):
+        config = _config().replace(scheduler__dp_padding=padding)
+        runs[padding] = simulate(config, table).iteration_frame()
+    decode = {p: f[f.num_prefill_tokens == 0].groupby("started_at").duration_s.max() for p, f in runs.items()}
+    assert len(decode["max"]) > 50
+    assert decode["max"].to_numpy().tolist() == pytest.approx(decode["sum"].to_numpy().tolist(), rel=0, abs=0)
+
+
+def test_dp_padding_is_the_engines_and_refused_where_nothing_reads_it() -> None:
+    from simulator.config.errors import ConfigError
+    from simulator.config.options import build_config
+
+    assert [SchedulerConfig(name).dp_padding_rule() for name in ("vllm", "vllm-v1", "sglang", "trtllm")] == [
+        "max", "max", "sum", "sum"]
+    assert SchedulerConfig("sglang", dp_padding="max").dp_padding_rule() == "max"
+    with pytest.raises(ConfigError, match="unknown attention-DP padding"):
+        SchedulerConfig("vllm-v1", dp_padding="min")
+    with pytest.raises(ConfigError, match="attention-DP ranks of a MoE model"):
+        build_config(model="qwen3-30b-a3b", dp_padding="sum")  # no attention DP
+    with pytest.raises(ConfigError, match="attention-DP ranks of a MoE model"):
+        build_config(model="llama-3.1-8b", tp=2, dp_padding="sum")
+    assert build_config(model="qwen3-30b-a3b", attention_dp=2, ep=2, dp_padding="sum").scheduler.dp_padding == "sum"
+
+
+
+def test_result_keys_name_the_padding_rule_where_it_changes_results() -> None:
+    # A stored point resumes by its key: an SGLang or TensorRT-LLM attention-DP MoE run's key says the engine's
+    # rule (its results changed with it), a vLLM run's key is the one it had before the rule existed.
+    moe = RunConfig(replica=ReplicaConfig(**MOE, attention_dp=2))
+    for name in ("sglang", "trtllm"):
+        run = moe.replace(scheduler__name=name)
+        assert run.result_key() == run.replace(scheduler__dp_padding="sum").result_key()
+        assert run.result_key() != run.replace(scheduler__dp_padding="max").result_key()
+    run = moe.replace(scheduler__name="vllm-v1")
+    assert run.result_key() != run.replace(scheduler__dp_padding="sum").result_key()

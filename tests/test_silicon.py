@@ -166,9 +166,13 @@ def test_each_backends_rows_plan_the_kv_cache_by_its_engines_rule(silicon):
         config = first_config(agg[agg["backend"] == backend])
         _, plan = build_kv_cache(config.replica, config.scheduler)
         assert (plan.memory_basis, plan.block_size) == (fraction_of, block)
-    pools = layout_of(first_config(kept[(kept["mode"] == "disagg") & (kept["backend"] == "trtllm")]))
+        # ... and its attention-DP steps' MoE layers as its engine runs them (TensorRT-LLM's: the ranks' own tokens)
+        assert config.scheduler.dp_padding_rule() == ("max" if backend == "vllm" else "sum")
+    trt = first_config(kept[(kept["mode"] == "disagg") & (kept["backend"] == "trtllm")])
+    pools = layout_of(trt)
     for pool in (pools.prefill_replica, pools.decode_replica):
         assert (pool.memory_fraction_of, pool.block_size) == ("free", 32)
+    assert pools.prefill_scheduler.dp_padding_rule() == pools.decode_scheduler.dp_padding_rule() == "sum"
 
 
 def test_gpt_oss_rows_labelled_nvfp4_run_its_mxfp4_checkpoint(silicon):

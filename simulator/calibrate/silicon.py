@@ -683,7 +683,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
     dtype, kv = _dtypes(row)
     is_moe = get_model(model).is_moe
     sched = BACKEND_SCHEDULERS.get(str(getattr(row, "backend", "")), "vllm-v1")  # a row without one: vLLM V1's
-    memory = _engine_memory(BACKEND_ENGINES.get(str(getattr(row, "backend", "")), sched), sched)
+    engine_rules = _engine_rules(BACKEND_ENGINES.get(str(getattr(row, "backend", "")), sched), sched)
     warmup = concurrency
     total = warmup + max(requests_per_user * concurrency, 32)
     if max_requests is not None:
@@ -698,7 +698,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         "workload__output_tokens_stddev": output_stddev,
         "workload__warmup_mode": warmup_mode,
         "replica__inter_node_link": SYSTEM_NETWORKS[row.system],  # pools take it from the replica
-        **memory,  # (the pools too)
+        **engine_rules,  # (the pools too)
     }
     if row.mode == "agg":
         tp, pp, adp, ep = _layout(row, "", is_moe)
@@ -749,14 +749,15 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         raise Unexpressible(f"not supported by this build: {err}") from None
 
 
-def _engine_memory(engine: str, policy: str) -> dict[str, Any]:
-    """The replica changes that plan the KV cache as ``engine``'s scheduler preset does where ``policy``'s would
-    plan it otherwise (its memory basis, its block)."""
+def _engine_rules(engine: str, policy: str) -> dict[str, Any]:
+    """The changes that run ``engine``'s rules where ``policy``'s scheduler preset has others: the KV cache as its
+    engine plans it (memory basis, block) and what its attention-DP steps' MoE layers carry (``dp_padding``)."""
     from simulator.config.schedulers import SCHEDULERS
 
     own, runs = SCHEDULERS[engine], SCHEDULERS[policy]
     return {**({"replica__memory_fraction_of": own.memory_basis} if own.memory_basis != runs.memory_basis else {}),
-            **({"replica__block_size": own.block_size} if own.block_size != runs.block_size else {})}
+            **({"replica__block_size": own.block_size} if own.block_size != runs.block_size else {}),
+            **({"scheduler__dp_padding": own.dp_padding} if own.dp_padding != runs.dp_padding else {})}
 
 
 def mtp_changes(drafts: int, acceptance: str | float | None) -> dict[str, Any]:

@@ -269,8 +269,11 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         per_rank = " a rank" if r.attention_dp > 1 else ""
         budget = (f"{s.token_budget(max_len, r.gpu_spec, r.attention_dp):,}-token budget{per_rank}, "
                   if SCHEDULER_ENTRIES[s.name].token_budget else "")  # (Orca's, FasterTransformer's steps have none)
-        knobs = f" ({budget}<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)})"
-        knobs += _kv_memory(config)
+        knobs = f" ({budget}<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)}"
+        if r.attention_dp > 1 and r.model_spec.is_moe:  # what its MoE layers carry (DPGroup.routes_own_tokens)
+            knobs += (", prompt steps' MoE on the ranks' own tokens" if s.dp_padding_rule() == "sum"
+                      else ", MoE padded to the largest rank")
+        knobs += ")" + _kv_memory(config)
     spare = f" +{r.redundant_experts} redundant experts" if r.redundant_experts else ""
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}{spare}) · "
              f"{count(config.num_replicas, 'replica')}{_router(config)} · {s.name}{knobs} · engine {config.engine} · "

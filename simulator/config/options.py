@@ -99,6 +99,11 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "dp_balance_batching_wait_iters": ("scheduler__dp_balance_batching_wait_iters", int, "Attention DP balance: once "
                                        "every rank has a prompt while all decode, hold them this many iterations more "
                                        "(TensorRT-LLM's batching_wait_iters; default 0)."),
+    "dp_padding": ("scheduler__dp_padding", str, "Attention DP with a MoE model: what a step's MoE layers carry "
+                   "(default: the engine's): max, every rank padded to the largest rank's tokens (vLLM, the default "
+                   "under vllm and vllm-v1), or sum, a step that carries a prompt routes the ranks' own tokens only "
+                   "(SGLang's SUM_LEN, TensorRT-LLM's context steps: the default under --scheduler sglang and "
+                   "trtllm), decode-only steps padded to the largest rank."),
     "batch_wait_timeout_iters": ("scheduler__batch_wait_timeout_iters", int, "Hold the new prompts of a step that "
                                  "also decodes until the step's tokens reach --batch-wait-max-tokens-ratio of the "
                                  "budget, at most this many such steps (TensorRT-LLM's batch_wait_timeout_iters; "
@@ -368,6 +373,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                           "prompts) or a mixed pool's ranks could be held, and neither has attention DP",
                           "add dp=N to --decode-pool or --mixed-pool, or drop {flag}") if layout is not None else
                          ("no replica has attention-DP ranks to balance", "add --attention-dp N, or drop {flag}"))
+    if not _has_moe_dp_ranks(config):
+        out["dp_padding"] = ("it says what the MoE layers of an attention-DP step carry, and no replica of the run "
+                             "has attention-DP ranks of a MoE model", "add --attention-dp N with a MoE model (or dp=N "
+                             "to a pool), or drop {flag}")
     if not draws_at_random(config):
         sent = (f"sent as {w.concurrency} users free up" if w.concurrency is not None
                 else "all at t=0" if w.arrival == "burst" else f"at {w.arrival} arrivals")
@@ -458,6 +467,17 @@ def _has_dp_ranks(config: RunConfig) -> bool:
     return any(r is not None and r.attention_dp > 1 for r in (layout.mixed_replica, layout.decode_replica))
 
 
+def _has_moe_dp_ranks(config: RunConfig) -> bool:
+    """Whether some replica of the run has attention-DP ranks of a MoE model (what ``--dp-padding`` prices)."""
+    if not config.replica.model_spec.is_moe:
+        return False
+    if not config.is_disaggregated:
+        return config.replica.attention_dp > 1
+    layout = layout_of(config)
+    return any(r is not None and r.attention_dp > 1
+               for r in (layout.prefill_replica, layout.mixed_replica, layout.decode_replica))
+
+
 def draws_at_random(config: RunConfig) -> bool:
     """Whether the run reads its seed: the streams split from it draw request lengths (a built-in
     or banded workload), trace rows (sampled for synthetic arrivals), Poisson or gamma gaps, a random
@@ -545,7 +565,8 @@ POOL_OPTIONS = frozenset({"kv_link", "kv_link_scope", "first_token_at", "router"
 # (simulator.planning.plan.unread_run_options).
 DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {
     "split": POOL_OPTIONS, "compare": POOL_OPTIONS,
-    "plan": POOL_OPTIONS | {"dp_balance_timeout_iters", "dp_balance_batching_wait_iters"}, "sweep": None}
+    "plan": POOL_OPTIONS | {"dp_balance_timeout_iters", "dp_balance_batching_wait_iters", "dp_padding"},
+    "sweep": None}
 
 
 # Options that a command sets itself in every config it builds from the base, so a value given would do
@@ -603,6 +624,7 @@ _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for nam
                           "scheduler_recv_interval": "it prices one iteration (no intake to poll)",
                           "dp_balance_timeout_iters": "it prices one iteration (no ranks to balance)",
                           "dp_balance_batching_wait_iters": "it prices one iteration (no ranks to balance)",
+                          "dp_padding": "it prices one iteration of one rank (no group to pad)",
                           "batch_wait_timeout_iters": "it prices one iteration (no prompts to hold)",
                           "batch_wait_max_tokens_ratio": "it prices one iteration (no prompts to hold)"} | {
     name: "it prices a plain hybrid iteration (no draft, no verify)" for name in (

@@ -45,6 +45,7 @@ from simulator.config.precision import (
 from simulator.config.schedulers import (
     BATCH_WAIT_SCHEDULERS,
     CHUNKING_SCHEDULERS,
+    DP_PADDINGS,
     MEMORY_BASES,
     PREFIX_CACHE_POLICIES,
     SCHEDULER_NAMES,
@@ -62,7 +63,8 @@ WARMUP_MODES = ("steady", "drain")  # a closed loop's warm-up: inline, or a phas
 SESSION_REPLAYS = ("open", "closed")
 # Fields added after results were stored (sweep points, planned layouts): at these values result_key leaves them
 # out, so a stored point's key stays what it was and its sweep resumes instead of running every point again.
-LATER_FIELD_DEFAULTS: dict[tuple[str, str], Any] = {("workload", "session_replay"): "open"}
+LATER_FIELD_DEFAULTS: dict[tuple[str, str], Any] = {("workload", "session_replay"): "open",
+                                                    ("scheduler", "dp_padding"): None}
 # Fields whose default became None (the engine's own) after results were stored, with the value they held then: where
 # every scheduler of a run plans its KV cache on the total basis (vLLM's rule, whose defaults these were), result_key
 # writes that value for None, so a stored vLLM-family point's key stays what it was; an SGLang or TensorRT-LLM run's
@@ -473,6 +475,10 @@ class SchedulerConfig:
     # 0 is off (the engine's default). Both or neither: either alone makes the engine stop waiting at once.
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
+    # What the MoE layers of an attention-DP step carry (schedulers.DP_PADDINGS): None is the engine's own
+    # (SchedulerEntry.dp_padding: vLLM pads every rank to the largest; SGLang and TensorRT-LLM route the ranks' own
+    # tokens in a step that carries a prompt). Read only by an attention-DP replica of a MoE model.
+    dp_padding: str | None = None
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULER_NAMES:
@@ -502,6 +508,9 @@ class SchedulerConfig:
             raise ConfigError("scheduler.dp_balance_timeout_iters", "is TensorRT-LLM's attention-DP balance; SGLang "
                               "schedules its DP ranks its own way", "drop --dp-balance-timeout-iters, or use another "
                               "--scheduler (trtllm, vllm-v1)")
+        if self.dp_padding is not None and self.dp_padding not in DP_PADDINGS:
+            raise ConfigError("scheduler.dp_padding", f"unknown attention-DP padding {self.dp_padding!r}",
+                              f"pass --dp-padding with one of {', '.join(DP_PADDINGS)}")
         self._check_batch_wait()
         if not 0 <= self.watermark < 1:
             raise ConfigError("scheduler.watermark", f"must be in [0, 1), got {self.watermark}")
@@ -556,6 +565,11 @@ class SchedulerConfig:
         if self.name == "trtllm":
             return 2048
         return 128
+
+    def dp_padding_rule(self) -> str:
+        """What the MoE layers of this policy's attention-DP steps carry: ``--dp-padding`` where given, else its
+        engine's (``SchedulerEntry.dp_padding``)."""
+        return self.dp_padding or SCHEDULERS[self.name].dp_padding
 
     def memory_basis(self, replica: ReplicaConfig) -> str:
         """What ``replica``'s KV memory fraction is a fraction of: ``--memory-fraction-of`` where given, else this
@@ -947,8 +961,25 @@ class RunConfig:
             for (section, name), former in FORMER_DEFAULTS_ON_TOTAL.items():
                 if resolved[section].get(name) is None:
                     resolved[section][name] = former
+        if resolved["scheduler"].get("dp_padding") is None and self._routes_own_dp_tokens():
+            resolved["scheduler"]["dp_padding"] = "sum"  # the engine's rule, which results stored before it lacked
         blob = json.dumps({**context, "config": resolved}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def _routes_own_dp_tokens(self) -> bool:
+        """Some attention-DP replica of a MoE model in the run steps under the ``sum`` padding rule
+        (:meth:`SchedulerConfig.dp_padding_rule`)."""
+        if not self.replica.model_spec.is_moe:
+            return False
+        pairs = [(self.scheduler, self.replica)]
+        if self.is_disaggregated:
+            from simulator.config.disagg_layout import layout_of
+
+            pools = layout_of(self)
+            pairs = [(pools.prefill_scheduler, pools.prefill_replica), (pools.decode_scheduler, pools.decode_replica)]
+            if pools.mixed_scheduler is not None:
+                pairs.append((pools.mixed_scheduler, pools.mixed_replica))
+        return any(r.attention_dp > 1 and s.dp_padding_rule() == "sum" for s, r in pairs)
 
     def _plans_on_total_memory(self) -> bool:
         """Every scheduler of the run (a disaggregated run's pools' too) plans its KV cache on the total basis."""

@@ -21,6 +21,10 @@ PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
 # CUDA graphs live in the rest); "free", TensorRT-LLM's free_gpu_memory_fraction (the KV cache gets that much of what
 # weights and activations leave).
 MEMORY_BASES = ("total", "static", "free")
+# What the MoE layers of an attention-DP step carry (SchedulerEntry.dp_padding, --dp-padding;
+# simulator.engine.dp_group): "max", every rank padded to the largest rank's tokens; "sum", the ranks' own tokens
+# in a step that carries a prompt (decode-only steps padded as under "max").
+DP_PADDINGS = ("max", "sum")
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,12 @@ class SchedulerEntry:
     ``memory_basis``: what its engine's memory fraction is a fraction of (:data:`MEMORY_BASES`), unless
     ``--memory-fraction-of`` says; its default fraction follows (:meth:`SchedulerConfig.memory_fraction`).
     ``block_size``: its engine's KV page in tokens, unless ``--block-size`` says (vLLM's 16; TensorRT-LLM's
-    tokens_per_block 32)."""
+    tokens_per_block 32).
+    ``dp_padding``: what the MoE layers of its engine's attention-DP steps carry (:data:`DP_PADDINGS`), unless
+    ``--dp-padding`` says: ``max``, every rank padded to the largest rank's tokens (vLLM pads each DP rank's batch
+    to the largest across the group); ``sum``, a step that carries a prompt routes the ranks' own tokens only
+    (SGLang's ``SUM_LEN`` gather whenever a rank extends, TensorRT-LLM's padded rows skipped by its MoE), its
+    decode-only steps still padded to the largest rank (both engines' CUDA graphs and ``MAX_LEN`` gathers)."""
 
     policy: str
     chunks_prompts: bool = False
@@ -50,6 +59,7 @@ class SchedulerEntry:
     hybrid_page: bool = False
     memory_basis: str = "total"
     block_size: int = 16
+    dp_padding: str = "max"
 
     def __post_init__(self) -> None:
         module, _, cls = self.policy.partition(":")
@@ -65,6 +75,9 @@ class SchedulerEntry:
         if self.memory_basis not in MEMORY_BASES:
             raise ConfigError("scheduler.memory_basis", f"unknown memory basis {self.memory_basis!r}",
                               f"use one of {', '.join(MEMORY_BASES)}")
+        if self.dp_padding not in DP_PADDINGS:
+            raise ConfigError("scheduler.dp_padding", f"unknown attention-DP padding {self.dp_padding!r}",
+                              f"use one of {', '.join(DP_PADDINGS)}")
         if self.block_size <= 0:
             raise ConfigError("scheduler.block_size", f"must be positive, got {self.block_size}",
                               "give the engine's KV page in tokens, e.g. 16")
@@ -84,11 +97,11 @@ SCHEDULERS: dict[str, SchedulerEntry] = {
     # simulator keeps 16-token blocks (at most 15 tokens a request apart, and a radix cache named per token
     # would cost 16 times the lookups).
     "sglang": SchedulerEntry(f"{_POLICIES}.sglang:SGLangScheduler", chunks_prompts=True, prefix_cache="radix-lru",
-                             memory_basis="static"),
+                             memory_basis="static", dp_padding="sum"),
     # TensorRT-LLM reuses KV blocks across requests by default (KvCacheConfig.enable_block_reuse); its
     # KvCacheConfig sizes the cache by free_gpu_memory_fraction (0.9) in blocks of tokens_per_block (32).
     "trtllm": SchedulerEntry(f"{_POLICIES}.trtllm:TRTLLMScheduler", batch_wait=True, prefix_cache="vllm-lru",
-                             memory_basis="free", block_size=32),
+                             memory_basis="free", block_size=32, dp_padding="sum"),
 }
 
 SCHEDULER_NAMES = tuple(SCHEDULERS)

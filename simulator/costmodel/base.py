@@ -55,6 +55,11 @@ class BatchShape:
     decode_kv_sq_sum: float = 0.0  # sum of squared decode KV lengths
     decode_max_kv: int = 0
     num_logits: int = 0  # entries that produce an output token this iteration
+    # Tokens entering the routed experts this step across an attention-DP group, where the engine routes the
+    # ranks' own tokens (a prompt step under ``--dp-padding sum``: :mod:`simulator.engine.dp_group`); 0 is the
+    # default reading, ``num_tokens x attention_dp`` (every rank padded to this one's tokens). Set by the
+    # group for one pricing only, never by a scheduler.
+    moe_group_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -352,7 +357,26 @@ class TabulatedCostModel(CostModel):
         t = shape.num_prefill_tokens + shape.num_decodes  # token_time, inlined: once per iteration
         if t >= len(self._table):
             self._grow(t)
+        if shape.moe_group_tokens:
+            return self._table[t] + self.group_token_delta(t, shape.moe_group_tokens) + self.attention_prefill(shape) \
+                + self.attention_decode(shape)
         return self._table[t] + self.attention_prefill(shape) + self.attention_decode(shape)
+
+    # The token-count ops that price the MoE group's tokens (the routed experts and their activation; with attention
+    # DP over a TP MoE, ``ep`` 1, the all-gather of every rank's tokens too): each prices ``t x attention_dp`` tokens
+    # for a rank of ``t``, as if every rank were padded to this one's tokens.
+    def group_ops(self) -> tuple[str, ...]:
+        return ("moe_experts", "moe_act", "ep_all_to_all") if self.replica.ep == 1 else ("moe_experts", "moe_act")
+
+    def group_token_delta(self, num_tokens: int, group_tokens: int) -> float:
+        """Per-layer seconds a rank of ``num_tokens`` tokens gains (or loses) when the MoE group routes
+        ``group_tokens`` tokens, not ``num_tokens x attention_dp`` (:attr:`BatchShape.moe_group_tokens`): the
+        group ops (:meth:`group_ops`) priced at ``group_tokens / attention_dp`` tokens a rank, less their price at
+        ``num_tokens``. Not tabulated: only a prompt step of an attention-DP group asks, once a rank."""
+        dp = self.replica.attention_dp
+        ops = self.token_ops(np.array([num_tokens, group_tokens / dp], dtype=np.float64))
+        names = self.group_ops()
+        return float(sum(ops[name][1] - ops[name][0] for name in names if name in ops))
 
     def pre_time(self, shape: BatchShape) -> float:
         t = shape.num_prefill_tokens + shape.num_decodes

@@ -212,9 +212,12 @@ class VerifyKernels(CostModel):
         if type(shape) is not SpecBatchShape or not shape.num_spec or not self._tabulated:
             return self._k.layer_time(shape)
         k = self._k
+        t = shape.num_prefill_tokens + shape.num_decodes
         # TabulatedCostModel.layer_time's three terms, with the verifies' attention as above.
-        return (k.token_time(shape.num_prefill_tokens + shape.num_decodes) + k.attention_prefill(shape.prefill_view())
-                + self._verify_attention(shape))
+        if shape.moe_group_tokens:
+            return (k.token_time(t) + k.group_token_delta(t, shape.moe_group_tokens)
+                    + k.attention_prefill(shape.prefill_view()) + self._verify_attention(shape))
+        return k.token_time(t) + k.attention_prefill(shape.prefill_view()) + self._verify_attention(shape)
 
     def pre_time(self, shape: BatchShape) -> float:
         return self._k.pre_time(shape)

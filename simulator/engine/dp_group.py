@@ -18,6 +18,15 @@ prefills a long prompt thus holds up every other rank's decodes, which independe
 not show. Each rank records its own iteration (its batch, the group's duration); an idle rank
 records nothing and is not counted busy (its dummy pass has no tokens).
 
+**What the MoE layers carry** (``--dp-padding``, the engine's rule by default:
+:meth:`~simulator.config.run_config.SchedulerConfig.dp_padding_rule`). Priced as above, every rank is
+padded to the busiest rank's tokens: vLLM's rule (it pads each DP rank's batch to the largest across the
+group). SGLang and TensorRT-LLM route the ranks' own tokens in a step that carries a prompt (SGLang gathers
+with ``SUM_LEN`` whenever a rank extends; TensorRT-LLM's MoE skips the padded rows of its context steps): there
+the group sets each rank's :attr:`~simulator.costmodel.base.BatchShape.moe_group_tokens` to the sum of the
+ranks' tokens for the pricing, so one rank's long prompt beside idle ranks costs one prompt's experts, not
+``attention_dp`` of them. Their decode-only steps stay padded to the largest rank (CUDA graphs, ``MAX_LEN``).
+
 TensorRT-LLM can also *balance* the ranks (``attention_dp_config.enable_balance``, which
 InferenceX's TensorRT-LLM recipes turn on with DP attention): since a rank's prompt stalls every
 rank's decodes, it holds new prompts until every rank has one, for at most ``timeout_iters``
@@ -53,6 +62,9 @@ class DPGroup:
         self.env = env
         self.ranks = ranks
         self.balance = PromptBalance.of(ranks[0].scheduler.config)
+        # Whether a prompt step's MoE layers carry the ranks' own tokens (module docstring).
+        self.routes_own_tokens = (ranks[0].scheduler.config.dp_padding_rule() == "sum"
+                                  and ranks[0].cost_model.model.is_moe)
         self.process = env.process(self.run())
 
     def _sleep(self) -> simpy.Event:
@@ -75,13 +87,31 @@ class DPGroup:
         """One group step over ``batches`` (None: an idle rank): the slowest rank's time, then every rank applies."""
         started_at = self.env.now
         ranks = self.ranks
+        group = self._own_tokens(batches) if self.routes_own_tokens else 0
+        if group:
+            for batch in batches:
+                if batch is not None:
+                    batch.shape.moe_group_tokens = group
         duration = max(rank._price(batch) for rank, batch in zip(ranks, batches, strict=True) if batch is not None)
+        if group:  # for this pricing only: a shape priced again (a skipping rank's) is priced as a rank alone
+            for batch in batches:
+                if batch is not None:
+                    batch.shape.moe_group_tokens = 0
         yield self.env.timeout(duration)
         for rank, batch in zip(ranks, batches, strict=True):
             if batch is not None:
                 rank._apply(batch, started_at, duration)
         return duration
 
+
+    @staticmethod
+    def _own_tokens(batches: list[Batch | None]) -> int:
+        """The tokens the MoE layers route in a step that carries a prompt on some rank (every rank's own), or 0
+        for a decode-only step (padded to the largest rank, as priced by default)."""
+        shapes = [batch.shape for batch in batches if batch is not None]
+        if not any(shape.num_prompt_tokens for shape in shapes):
+            return 0
+        return sum(shape.num_tokens for shape in shapes)
 
     def _take_batches(self) -> list[Batch | None]:
         """Every rank's batch for the step that begins now; its decodes only where the balance holds prompts."""

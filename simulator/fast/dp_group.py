@@ -44,7 +44,9 @@ class SkippingDPGroup(DPGroup):
         env, ranks = self.env, self.ranks
         lead = ranks[0]  # the ranks share the cluster's horizon and its straddle rule
         horizon, straddle = lead.horizon, lead.horizon_is_arrival
-        chunk_ok = [rank.cost_model.fast_chunk_stretches for rank in ranks]
+        # A chunked-prefill stretch's steps carry a prompt, which the group prices at the ranks' own tokens where
+        # its engine routes them (DPGroup.routes_own_tokens): no rank's stretch knows the others', so none is taken.
+        chunk_ok = [rank.cost_model.fast_chunk_stretches and not self.routes_own_tokens for rank in ranks]
         modes = [0] * len(ranks)  # per rank, what its last step allows (_DECODE, _CHUNK or 0)
         retry = False  # whether the last step left every busy rank steady, or a stretch ended at a finish
         duration = 0.0

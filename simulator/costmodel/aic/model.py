@@ -929,6 +929,9 @@ class TableCostModel(TabulatedCostModel):
             self._grow(t)
         if t > self._max_tokens and not self._quiet:
             self._count("token_ops")
+        if shape.moe_group_tokens:
+            return self._table[t] + self.group_token_delta(t, shape.moe_group_tokens) + self.attention_prefill(shape) \
+                + self.attention_decode(shape)
         return self._table[t] + self.attention_prefill(shape) + self.attention_decode(shape)
 
     def post_time(self, shape: BatchShape) -> float:

@@ -195,3 +195,56 @@ def test_the_prefix_cache_flags_are_refused_where_no_pool_caches(mooncake: str) 
 def test_a_cpu_tier_is_refused_on_a_pipelined_prefill_pool(mooncake: str) -> None:
     with pytest.raises(ConfigError, match="one-stage replicas only"):
         build_config(**{**DIS, "prefill_pool": "1x(tp=1,pp=2)"}, trace=mooncake, cpu_kv_gib=4)
+
+
+# -- a pool's own sched= and the run's --scheduler: the pools decide whether (and what) they cache ----------------
+
+SGLANG_POOLS = ["--prefill-pool", "1x(tp=1,sched=sglang)", "--decode-pool", "1x(tp=1)",
+                "--scheduler", "vllm", "--max-num-batched-tokens", "8192"]  # (vllm caches nothing by default)
+
+
+@pytest.fixture
+def evicting_trace(tmp_path) -> str:  # noqa: ANN001
+    """A Mooncake JSONL of four 2,048-token prompts (512-token hash blocks), the last the first's again after two
+    others have pushed it out of a 300-block GPU cache (``--num-gpu-blocks 300``)."""
+    import json
+
+    path = tmp_path / "hashed.jsonl"
+    rows = [(0, [0, 1, 2, 3]), (5000, [10, 11, 12, 13]), (10000, [20, 21, 22, 23]), (15000, [0, 1, 2, 3])]
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 2048, "output_length": 4, "hash_ids": ids})
+                            + "\n" for t, ids in rows))
+    return str(path)
+
+
+def _cli(*args: str):  # noqa: ANN202
+    from typer.testing import CliRunner
+
+    from simulator.cli.app import app
+
+    return CliRunner().invoke(app, ["run", *args, "--no-progress"])
+
+
+def test_speculation_turns_off_the_cache_a_pool_s_own_scheduler_would_keep(evicting_trace: str) -> None:
+    """A speculating run's prefill (and mixed) replicas hold the drafter with a plain block manager: no prefix cache,
+    whatever the pool's sched=. The config said so only where --scheduler cached by default, so under --scheduler
+    vllm with sched=sglang the header and summary reported a radix cache (with a 0% hit rate) that no replica kept."""
+    import simpy
+
+    from simulator.engine.disagg import DisaggCluster
+    from simulator.engine.records import Recorder
+
+    spec = SpeculativeConfig("ngram", 3, acceptance_rates=(0.5,))
+    for extra in ({"prefill_pool": "2x(tp=1,sched=sglang)"}, {"mixed_pool": "1x(tp=1,sched=sglang)"}):
+        config = pools(scheduler__name="vllm", scheduler__max_num_batched_tokens=8192, speculative=spec).replace(**extra)
+        assert config.scheduler.prefix_caching is False  # said in the config (config.json, the result key)
+        layout = layout_of(config)
+        assert layout.prefill_scheduler.prefix_cache is None
+        assert layout.mixed_scheduler is None or layout.mixed_scheduler.prefix_cache is None
+        cluster = DisaggCluster(simpy.Environment(), config, layout, Recorder(), np.random.default_rng(0), 1)
+        assert all(type(r.scheduler.blocks) is BlockManager for r in cluster.replicas)  # what the replicas keep
+    # Where nothing would cache, the config is left as given (its result key unchanged).
+    assert pools(scheduler__name="vllm", speculative=spec).scheduler.prefix_caching is None
+    res = _cli(*SGLANG_POOLS, "--trace", evicting_trace, "--arrival", "trace",
+               "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}', "--acceptance-rate", "0.5")
+    assert res.exit_code == 0, res.output
+    assert "prefix caching: off" in res.output and "prefix cache (prefill pool)" not in res.output

@@ -387,6 +387,20 @@ def pool_prefix_cache(base: SchedulerConfig, pool_scheduler: str, run_scheduler:
     return base.prefix_cache_policy or default or "vllm-lru"
 
 
+def prefix_cache_schedulers(config: RunConfig) -> dict[str, str]:
+    """The schedulers whose engines' defaults decide whether replicas of ``config`` keep a prefix cache, by where they
+    run: ``run`` (``--scheduler``: an aggregated run's replicas, and a prefill pool caches where the run's engine would,
+    :func:`pool_prefix_cache`), ``prefill`` (the prefill pool's ``sched=``, else vllm) and ``mixed`` (the mixed pool's
+    ``sched=``, else the run's). The decode pool never caches. Reads only the pools' ``sched=`` (:func:`layout_of`
+    checks the rest), so a check that runs before the layout is built sees the pools' schedulers, not only the run's."""
+    out = {"run": config.scheduler.name}
+    if config.prefill_pool is not None:
+        out["prefill"] = parse_pool(config.prefill_pool, "prefill_pool").sched or DEFAULT_POOL_SCHEDULER
+    if config.mixed_pool is not None:
+        out["mixed"] = parse_pool(config.mixed_pool, "mixed_pool").sched or config.scheduler.name
+    return out
+
+
 def canonical_pool(text: str | None, field: str) -> str | None:
     return None if text is None else parse_pool(text, field).canonical()
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
-from simulator.config.disagg_layout import check_link_name
+from simulator.config.disagg_layout import check_link_name, prefix_cache_schedulers
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import check_json_types
 from simulator.config.limits import (  # the bounds (re-exported: callers import them from here too)
@@ -842,7 +842,9 @@ class RunConfig:
             if self.scheduler.prefix_caching:
                 raise ConfigError("scheduler.prefix_caching", "prefix caching with speculative decoding is not "
                                   "modelled yet", "drop --prefix-caching, or speculation")
-            if self.scheduler.prefix_cache is not None:  # on by the scheduler's default (vllm-v1)
+            # On by a scheduler's default (vllm-v1, sglang): the run's, or a pool's own sched= (the pools' replicas
+            # speculate or hold the drafter, with a plain block manager too: engine.disagg._pool_scheduler).
+            if any(SCHEDULERS[name].prefix_cache is not None for name in prefix_cache_schedulers(self).values()):
                 object.__setattr__(self, "scheduler", dataclasses.replace(self.scheduler, prefix_caching=False))
         _positive("", "num_replicas", self.num_replicas, flag="--replicas")
         if self.num_replicas > MAX_REPLICAS:

@@ -224,6 +224,43 @@ def _cli(*args: str):  # noqa: ANN202
     return CliRunner().invoke(app, ["run", *args, "--no-progress"])
 
 
+def test_a_cpu_tier_is_read_where_a_pool_s_own_scheduler_caches(evicting_trace: str) -> None:
+    """--scheduler vllm caches nothing by default, but the prefill pool's sched=sglang does (its radix cache):
+    --cpu-kv-gib had been refused by the run's scheduler alone ("prefix caching is off"). The pool's cache keeps its
+    evictions in the tier now: the repeated prompt is found there, saving prefill tokens and TTFT."""
+    import json
+
+    args = [*SGLANG_POOLS, "--trace", evicting_trace, "--arrival", "trace", "--num-gpu-blocks", "300", "--json"]
+    plain, tiered = _cli(*args), _cli(*args, "--cpu-kv-gib", "4")
+    assert plain.exit_code == 0, plain.output
+    assert tiered.exit_code == 0, tiered.output
+    without, with_tier = json.loads(plain.output), json.loads(tiered.output)
+    pc = with_tier["prefix_caching"]
+    assert pc["pool"] == "prefill" and pc["policy"] == "radix-lru" and pc["cpu_kv_gib"] == 4
+    assert pc["tokens_loaded_from_cpu"] > 0
+    assert pc["prefill_tokens_saved"] > without["prefix_caching"]["prefill_tokens_saved"]
+    assert with_tier["ttft_s_mean"] < without["ttft_s_mean"]
+
+
+def test_a_cpu_tier_goes_to_the_pools_that_cache_and_is_refused_where_none_does() -> None:
+    """The pools decide: a mixed pool whose sched= caches takes the tier under a --scheduler that does not; a mixed
+    pool that caches nothing no longer refuses a tier the prefill pool reads (it keeps none itself); where no pool
+    caches, the tier is refused, naming the pools' schedulers (or speculation, which turns caching off)."""
+    base = pools(scheduler__name="vllm", scheduler__max_num_batched_tokens=8192)
+    mixed = layout_of(base.replace(mixed_pool="1x(tp=1,sched=sglang)", scheduler__cpu_kv_gib=4.0))
+    assert mixed.prefill_scheduler.prefix_cache is None and mixed.prefill_scheduler.cpu_kv_gib == 0
+    assert mixed.mixed_scheduler.prefix_cache == "radix-lru" and mixed.mixed_scheduler.cpu_kv_gib == 4
+    plain_mixed = layout_of(pools(mixed_pool="1x(tp=1,sched=vllm)", scheduler__cpu_kv_gib=4.0))
+    assert plain_mixed.prefill_scheduler.prefix_cache == "vllm-lru" and plain_mixed.prefill_scheduler.cpu_kv_gib == 4
+    assert plain_mixed.mixed_scheduler.prefix_cache is None and plain_mixed.mixed_scheduler.cpu_kv_gib == 0
+    with pytest.raises(ConfigError) as err:
+        base.replace(scheduler__cpu_kv_gib=4.0)
+    assert err.value.field == "scheduler.cpu_kv_gib" and "vllm in the prefill pool under --scheduler vllm" in str(err.value)
+    with pytest.raises(ConfigError, match="speculative decoding turns prefix caching off"):
+        base.replace(prefill_pool="2x(tp=1,sched=sglang)", scheduler__cpu_kv_gib=4.0,
+                     speculative=SpeculativeConfig("ngram", 3, acceptance_rates=(0.5,)))
+
+
 def test_speculation_turns_off_the_cache_a_pool_s_own_scheduler_would_keep(evicting_trace: str) -> None:
     """A speculating run's prefill (and mixed) replicas hold the drafter with a plain block manager: no prefix cache,
     whatever the pool's sched=. The config said so only where --scheduler cached by default, so under --scheduler

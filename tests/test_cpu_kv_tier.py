@@ -119,8 +119,9 @@ def test_fast_paths_are_exact_with_a_cpu_tier():
 
 
 def test_refusals():
+    # (the run refuses it, not its SchedulerConfig: a disaggregated run's pools may cache under their own sched=)
     with pytest.raises(ConfigError, match="scheduler.cpu_kv_gib.*prefix caching is off"):
-        SchedulerConfig("sarathi", cpu_kv_gib=8.0)
+        RunConfig(scheduler=SchedulerConfig("sarathi", cpu_kv_gib=8.0))
     with pytest.raises(ConfigError, match="scheduler.cpu_kv_gib"):
         SchedulerConfig("vllm-v1", cpu_kv_gib=-1.0)
     with pytest.raises(ConfigError, match="scheduler.cpu_kv_gib.*one-stage"):

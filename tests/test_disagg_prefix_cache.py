@@ -195,3 +195,93 @@ def test_the_prefix_cache_flags_are_refused_where_no_pool_caches(mooncake: str) 
 def test_a_cpu_tier_is_refused_on_a_pipelined_prefill_pool(mooncake: str) -> None:
     with pytest.raises(ConfigError, match="one-stage replicas only"):
         build_config(**{**DIS, "prefill_pool": "1x(tp=1,pp=2)"}, trace=mooncake, cpu_kv_gib=4)
+
+
+# -- a pool's own sched= and the run's --scheduler: the pools decide whether (and what) they cache ----------------
+
+SGLANG_POOLS = ["--prefill-pool", "1x(tp=1,sched=sglang)", "--decode-pool", "1x(tp=1)",
+                "--scheduler", "vllm", "--max-num-batched-tokens", "8192"]  # (vllm caches nothing by default)
+
+
+@pytest.fixture
+def evicting_trace(tmp_path) -> str:  # noqa: ANN001
+    """A Mooncake JSONL of four 2,048-token prompts (512-token hash blocks), the last the first's again after two
+    others have pushed it out of a 300-block GPU cache (``--num-gpu-blocks 300``)."""
+    import json
+
+    path = tmp_path / "hashed.jsonl"
+    rows = [(0, [0, 1, 2, 3]), (5000, [10, 11, 12, 13]), (10000, [20, 21, 22, 23]), (15000, [0, 1, 2, 3])]
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 2048, "output_length": 4, "hash_ids": ids})
+                            + "\n" for t, ids in rows))
+    return str(path)
+
+
+def _cli(*args: str):  # noqa: ANN202
+    from typer.testing import CliRunner
+
+    from simulator.cli.app import app
+
+    return CliRunner().invoke(app, ["run", *args, "--no-progress"])
+
+
+def test_a_cpu_tier_is_read_where_a_pool_s_own_scheduler_caches(evicting_trace: str) -> None:
+    """--scheduler vllm caches nothing by default, but the prefill pool's sched=sglang does (its radix cache):
+    --cpu-kv-gib had been refused by the run's scheduler alone ("prefix caching is off"). The pool's cache keeps its
+    evictions in the tier now: the repeated prompt is found there, saving prefill tokens and TTFT."""
+    import json
+
+    args = [*SGLANG_POOLS, "--trace", evicting_trace, "--arrival", "trace", "--num-gpu-blocks", "300", "--json"]
+    plain, tiered = _cli(*args), _cli(*args, "--cpu-kv-gib", "4")
+    assert plain.exit_code == 0, plain.output
+    assert tiered.exit_code == 0, tiered.output
+    without, with_tier = json.loads(plain.output), json.loads(tiered.output)
+    pc = with_tier["prefix_caching"]
+    assert pc["pool"] == "prefill" and pc["policy"] == "radix-lru" and pc["cpu_kv_gib"] == 4
+    assert pc["tokens_loaded_from_cpu"] > 0
+    assert pc["prefill_tokens_saved"] > without["prefix_caching"]["prefill_tokens_saved"]
+    assert with_tier["ttft_s_mean"] < without["ttft_s_mean"]
+
+
+def test_a_cpu_tier_goes_to_the_pools_that_cache_and_is_refused_where_none_does() -> None:
+    """The pools decide: a mixed pool whose sched= caches takes the tier under a --scheduler that does not; a mixed
+    pool that caches nothing no longer refuses a tier the prefill pool reads (it keeps none itself); where no pool
+    caches, the tier is refused, naming the pools' schedulers (or speculation, which turns caching off)."""
+    base = pools(scheduler__name="vllm", scheduler__max_num_batched_tokens=8192)
+    mixed = layout_of(base.replace(mixed_pool="1x(tp=1,sched=sglang)", scheduler__cpu_kv_gib=4.0))
+    assert mixed.prefill_scheduler.prefix_cache is None and mixed.prefill_scheduler.cpu_kv_gib == 0
+    assert mixed.mixed_scheduler.prefix_cache == "radix-lru" and mixed.mixed_scheduler.cpu_kv_gib == 4
+    plain_mixed = layout_of(pools(mixed_pool="1x(tp=1,sched=vllm)", scheduler__cpu_kv_gib=4.0))
+    assert plain_mixed.prefill_scheduler.prefix_cache == "vllm-lru" and plain_mixed.prefill_scheduler.cpu_kv_gib == 4
+    assert plain_mixed.mixed_scheduler.prefix_cache is None and plain_mixed.mixed_scheduler.cpu_kv_gib == 0
+    with pytest.raises(ConfigError) as err:
+        base.replace(scheduler__cpu_kv_gib=4.0)
+    assert err.value.field == "scheduler.cpu_kv_gib" and "vllm in the prefill pool under --scheduler vllm" in str(err.value)
+    with pytest.raises(ConfigError, match="speculative decoding turns prefix caching off"):
+        base.replace(prefill_pool="2x(tp=1,sched=sglang)", scheduler__cpu_kv_gib=4.0,
+                     speculative=SpeculativeConfig("ngram", 3, acceptance_rates=(0.5,)))
+
+
+def test_speculation_turns_off_the_cache_a_pool_s_own_scheduler_would_keep(evicting_trace: str) -> None:
+    """A speculating run's prefill (and mixed) replicas hold the drafter with a plain block manager: no prefix cache,
+    whatever the pool's sched=. The config said so only where --scheduler cached by default, so under --scheduler
+    vllm with sched=sglang the header and summary reported a radix cache (with a 0% hit rate) that no replica kept."""
+    import simpy
+
+    from simulator.engine.disagg import DisaggCluster
+    from simulator.engine.records import Recorder
+
+    spec = SpeculativeConfig("ngram", 3, acceptance_rates=(0.5,))
+    for extra in ({"prefill_pool": "2x(tp=1,sched=sglang)"}, {"mixed_pool": "1x(tp=1,sched=sglang)"}):
+        config = pools(scheduler__name="vllm", scheduler__max_num_batched_tokens=8192, speculative=spec).replace(**extra)
+        assert config.scheduler.prefix_caching is False  # said in the config (config.json, the result key)
+        layout = layout_of(config)
+        assert layout.prefill_scheduler.prefix_cache is None
+        assert layout.mixed_scheduler is None or layout.mixed_scheduler.prefix_cache is None
+        cluster = DisaggCluster(simpy.Environment(), config, layout, Recorder(), np.random.default_rng(0), 1)
+        assert all(type(r.scheduler.blocks) is BlockManager for r in cluster.replicas)  # what the replicas keep
+    # Where nothing would cache, the config is left as given (its result key unchanged).
+    assert pools(scheduler__name="vllm", speculative=spec).scheduler.prefix_caching is None
+    res = _cli(*SGLANG_POOLS, "--trace", evicting_trace, "--arrival", "trace",
+               "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}', "--acceptance-rate", "0.5")
+    assert res.exit_code == 0, res.output
+    assert "prefix caching: off" in res.output and "prefix cache (prefill pool)" not in res.output

@@ -357,7 +357,8 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
             raise ConfigError(f"{field} ({err.field})", err.problem, err.fix) from None
 
     base = config.scheduler
-    # The prefill pool caches prefixes where the run's engine would (pool_prefix_cache); the decode pool never does.
+    # The prefill pool caches prefixes where its sched= or the run's engine would (pool_prefix_cache); the decode pool
+    # never does; a mixed pool where its scheduler does (sched=, else the run's), with the CPU tier only if it caches.
     policy = pool_prefix_cache(base, prefill.sched or DEFAULT_POOL_SCHEDULER)
     p_rep, p_sched = build(prefill, "prefill_pool", DEFAULT_POOL_SCHEDULER,
                            replace(base, prefix_caching=policy is not None, prefix_cache_policy=policy,
@@ -365,6 +366,8 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
     d_rep, d_sched = build(decode, "decode_pool", DEFAULT_POOL_SCHEDULER,
                            replace(base, prefix_caching=False, prefix_cache_policy=None, cpu_kv_gib=0.0))
     m_rep, m_sched = build(mixed, "mixed_pool", None, base) if mixed is not None else (None, None)
+    if m_sched is not None and m_sched.prefix_cache is None:  # (a CPU tier is the prefix cache's: the pools that cache)
+        m_sched = replace(m_sched, cpu_kv_gib=0.0)
     link = parse_link(config.kv_link, p_rep.gpu)
     return DisaggLayout(prefill, decode, mixed, link, p_rep, d_rep, m_rep, p_sched, d_sched, m_sched)
 
@@ -376,7 +379,7 @@ def pool_prefix_cache(base: SchedulerConfig, pool_scheduler: str, run_scheduler:
     the run's engine would by default (``--scheduler``'s, e.g. vllm-v1; or the pool's own ``sched=``, e.g. sglang)
     unless ``--prefix-caching``/``--no-prefix-caching`` says otherwise; the policy is ``--prefix-cache-policy``, else
     the pool's scheduler's, else the run's, else vllm-lru. A decode pool keeps none (its blocks come over the link
-    by count); a mixed pool caches as the run's scheduler does (``base.prefix_cache``). ``run_scheduler``: another
+    by count); a mixed pool caches as its own scheduler does (its ``sched=``, else the run's). ``run_scheduler``: another
     ``--scheduler`` than ``base``'s (whether the flag changes the pool's cache)."""
     from simulator.config.schedulers import SCHEDULERS
 
@@ -385,6 +388,20 @@ def pool_prefix_cache(base: SchedulerConfig, pool_scheduler: str, run_scheduler:
     if not on:
         return None
     return base.prefix_cache_policy or default or "vllm-lru"
+
+
+def prefix_cache_schedulers(config: RunConfig) -> dict[str, str]:
+    """The schedulers whose engines' defaults decide whether replicas of ``config`` keep a prefix cache, by where they
+    run: ``run`` (``--scheduler``: an aggregated run's replicas, and a prefill pool caches where the run's engine would,
+    :func:`pool_prefix_cache`), ``prefill`` (the prefill pool's ``sched=``, else vllm) and ``mixed`` (the mixed pool's
+    ``sched=``, else the run's). The decode pool never caches. Reads only the pools' ``sched=`` (:func:`layout_of`
+    checks the rest), so a check that runs before the layout is built sees the pools' schedulers, not only the run's."""
+    out = {"run": config.scheduler.name}
+    if config.prefill_pool is not None:
+        out["prefill"] = parse_pool(config.prefill_pool, "prefill_pool").sched or DEFAULT_POOL_SCHEDULER
+    if config.mixed_pool is not None:
+        out["mixed"] = parse_pool(config.mixed_pool, "mixed_pool").sched or config.scheduler.name
+    return out
 
 
 def canonical_pool(text: str | None, field: str) -> str | None:

@@ -395,8 +395,8 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
 
 def _pool_cache_inert_options(config: RunConfig, layout: DisaggLayout) -> dict[str, tuple[str, str]]:
     """The prefix-cache flags that no pool of a disaggregated ``config`` reads: the prefill pool caches where the
-    run's engine would (:func:`~simulator.config.disagg_layout.pool_prefix_cache`), a mixed pool as the run's
-    scheduler does, the decode pool never (it takes a prompt's blocks over the link by count)."""
+    run's engine would (:func:`~simulator.config.disagg_layout.pool_prefix_cache`), a mixed pool as its own
+    scheduler does (``sched=``, else the run's), the decode pool never (it takes a prompt's blocks over the link by count)."""
     s = config.scheduler
     caching = [pool for pool, sched in (("prefill", layout.prefill_scheduler), ("mixed", layout.mixed_scheduler))
                if sched is not None and sched.prefix_cache is not None]

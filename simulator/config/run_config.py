@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
-from simulator.config.disagg_layout import check_link_name
+from simulator.config.disagg_layout import DisaggLayout, check_link_name, prefix_cache_schedulers
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import check_json_types
 from simulator.config.limits import (  # the bounds (re-exported: callers import them from here too)
@@ -527,9 +527,8 @@ class SchedulerConfig:
             raise ConfigError("scheduler.cpu_kv_gib", f"must be at most {MAX_CPU_KV_GIB:,.0f} GiB (1 PiB) of host "
                               f"memory per replica, got {self.cpu_kv_gib:g}", "pass --cpu-kv-gib with the host "
                               "memory a replica keeps KV blocks in, e.g. 512")
-        if self.cpu_kv_gib and self.prefix_cache is None:
-            raise ConfigError("scheduler.cpu_kv_gib", "a CPU tier keeps the prefix cache's evicted blocks, "
-                              "but prefix caching is off", "pass --prefix-caching, or drop --cpu-kv-gib")
+        # Whether a CPU tier has a prefix cache to keep is the run's to say (RunConfig._check_cpu_tier): a
+        # disaggregated run's pools may cache under schedulers of their own (sched=) where this one does not.
         if (self.name in CHUNKING_SCHEDULERS and self.chunk_size and self.max_num_batched_tokens
                 and self.chunk_size != self.max_num_batched_tokens):
             raise ConfigError("scheduler.chunk_size", f"{self.name} has one token budget but chunk_size={self.chunk_size} "
@@ -856,7 +855,9 @@ class RunConfig:
             if self.scheduler.prefix_caching:
                 raise ConfigError("scheduler.prefix_caching", "prefix caching with speculative decoding is not "
                                   "modelled yet", "drop --prefix-caching, or speculation")
-            if self.scheduler.prefix_cache is not None:  # on by the scheduler's default (vllm-v1)
+            # On by a scheduler's default (vllm-v1, sglang): the run's, or a pool's own sched= (the pools' replicas
+            # speculate or hold the drafter, with a plain block manager too: engine.disagg._pool_scheduler).
+            if any(SCHEDULERS[name].prefix_cache is not None for name in prefix_cache_schedulers(self).values()):
                 object.__setattr__(self, "scheduler", dataclasses.replace(self.scheduler, prefix_caching=False))
         _positive("", "num_replicas", self.num_replicas, flag="--replicas")
         if self.num_replicas > MAX_REPLICAS:
@@ -893,6 +894,8 @@ class RunConfig:
                                   "would never hold a prompt", "pass --batch-wait-max-tokens-ratio R with R x the "
                                   "budget above one token (InferenceX's TensorRT-LLM recipe: 0.8), or drop both "
                                   "--batch-wait flags")
+        if self.prefill_pool is None and self.decode_pool is None and self.mixed_pool is None:
+            self._check_cpu_tier(None)
         if self.scheduler.cpu_kv_gib and self.replica.pp > 1 and not self.is_disaggregated:
             raise ConfigError("scheduler.cpu_kv_gib", "a CPU KV tier is modelled for one-stage replicas only",
                               "drop --cpu-kv-gib, or use --pp 1")
@@ -903,9 +906,10 @@ class RunConfig:
                 object.__setattr__(self, name, canonical_pool(getattr(self, name), name))
             # validates every pool and the link (pools take the run's attention DP unless they set dp)
             layout = layout_of(self)
-            # The prefill pool caches prefixes as the run's engine would (disagg_layout.pool_prefix_cache), a mixed pool
-            # as the run's scheduler does; the decode pool takes its blocks over by count. A CPU tier is modelled on
-            # one-stage replicas only: on each pool that caches.
+            self._check_cpu_tier(layout)
+            # The prefill pool caches prefixes as its sched= or the run's engine would (disagg_layout.pool_prefix_cache),
+            # a mixed pool as its scheduler does (sched=, else the run's); the decode pool takes its blocks over by count.
+            # A CPU tier is modelled on one-stage replicas only: on each pool that caches.
             if self.scheduler.cpu_kv_gib:
                 staged = [f"--{name.replace('_', '-')}" for name, replica, sched in (
                     ("prefill_pool", layout.prefill_replica, layout.prefill_scheduler),
@@ -934,6 +938,36 @@ class RunConfig:
             raise ConfigError("engine", f"{base!r} is neither a preset nor an engine artifact",
                               f"presets: {', '.join(ENGINE_PRESETS)}; or the JSON written by `simulate calibrate-engine`; "
                               "either may end in :term=value overrides, e.g. vllm-2026:handoff_s=0.02")
+
+    def _check_cpu_tier(self, layout: DisaggLayout | None) -> None:
+        """Refuse ``--cpu-kv-gib`` where no replica keeps a prefix cache for the tier to hold the evictions of: an
+        aggregated run's scheduler caches nothing, or no pool of a disaggregated run (``layout``) does (the prefill
+        pool caches where its ``sched=`` or the run's engine would, a mixed pool where its scheduler does: the pools
+        decide, so the check waits for them rather than reading ``--scheduler`` alone)."""
+        if not self.scheduler.cpu_kv_gib:
+            return
+        if layout is None:
+            if self.scheduler.prefix_cache is not None:
+                return
+            where = "prefix caching is off"
+        elif any(s is not None and s.prefix_cache is not None for s in (layout.prefill_scheduler, layout.mixed_scheduler)):
+            return
+        elif self.scheduler.prefix_caching is False:  # (turned off for every pool)
+            where = "prefix caching is off"
+        else:
+            pools = [f"{layout.prefill_scheduler.name} in the prefill pool"]
+            if layout.mixed_scheduler is not None:
+                pools.append(f"{layout.mixed_scheduler.name} in the mixed pool")
+            where = (f"no pool keeps one ({' and '.join(pools)} under --scheduler {self.scheduler.name}; the decode "
+                     "pool never does)")
+        if self.speculative is not None and any(SCHEDULERS[name].prefix_cache is not None
+                                                for name in prefix_cache_schedulers(self).values()):
+            # (the rewrite in __post_init__ turned caching off, and --prefix-caching is refused beside speculation)
+            raise ConfigError("scheduler.cpu_kv_gib", "a CPU tier keeps the prefix cache's evicted blocks, and "
+                              "speculative decoding turns prefix caching off (a speculating replica keeps a plain KV "
+                              "cache)", "drop --cpu-kv-gib, or speculation")
+        raise ConfigError("scheduler.cpu_kv_gib", f"a CPU tier keeps the prefix cache's evicted blocks, but {where}",
+                          "pass --prefix-caching, or drop --cpu-kv-gib")
 
     @property
     def is_disaggregated(self) -> bool:

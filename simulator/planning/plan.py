@@ -57,7 +57,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ import numpy as np
 
 from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
-from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER
+from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, pool_prefix_cache
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS
 from simulator.config.precision import canonical_weight_format
@@ -363,17 +363,21 @@ def unread_run_options(base: RunConfig, space: SearchSpace) -> dict[str, tuple[s
             out[name] = ("--modes disagg searches only disaggregated pools, which never run a step that mixes prompts "
                          "and decodes, the steps batch waiting holds", "add agg to --modes, or drop {flag}")
         # The pools run the pools' scheduler (a --scheduler of that name says only that they keep its
-        # --max-num-batched-tokens: PoolSpec.scheduler_config). The bound prices no prefix cache, and the layouts
-        # take no prefix-cache flag (their verify runs' prefill pools cache as --scheduler does by default:
-        # disagg_layout.pool_prefix_cache), as disagg split refuses the same flags.
+        # --max-num-batched-tokens: PoolSpec.scheduler_config).
         if not (base.scheduler.name == DEFAULT_POOL_SCHEDULER and base.scheduler.max_num_batched_tokens is not None):
             out["scheduler"] = (f"--modes disagg searches only disaggregated pools, which run {DEFAULT_POOL_SCHEDULER} "
                                 f"(--scheduler {DEFAULT_POOL_SCHEDULER} only keeps a --max-num-batched-tokens for them)",
                                 "add agg to --modes, or drop {flag}")
-        for name in ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib"):
-            out[name] = ("--modes disagg searches only disaggregated pools, whose bound prices no prefix cache (a "
-                         "verify run's prefill pool caches as --scheduler does by default; its decode pool never)",
-                         "add agg to --modes, or drop {flag}")
+        # The prefix-cache flags reach every layout's prefill pool (its capacity searches and verify runs), which
+        # caches as the run's engine would (disagg_layout.pool_prefix_cache; capacity_bound prices the tokens no
+        # cache spares); the base config's check judged them as a run's. --no-prefix-caching is read only where a
+        # prefill pool would cache without it.
+        if base.scheduler.prefix_caching is False and pool_prefix_cache(
+                replace(base.scheduler, prefix_caching=None), DEFAULT_POOL_SCHEDULER) is None:
+            out["prefix_caching"] = ("--modes disagg searches only disaggregated pools, and no prefill pool caches "
+                                     f"prefixes by default ({DEFAULT_POOL_SCHEDULER} under --scheduler "
+                                     f"{base.scheduler.name}; a decode pool never does)",
+                                     "add agg to --modes, or drop {flag}")
     return out
 
 

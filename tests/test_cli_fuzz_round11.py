@@ -135,16 +135,40 @@ PLAN = ["plan", "--gpus", "a100-80gb", "--modes", "disagg", "--tps", "1", "--seq
         "--num-requests", "60", "--qps", "1", "--no-verify"]
 
 
-@pytest.mark.parametrize("flag", [["--scheduler", "sglang"], ["--scheduler", "vllm"], ["--prefix-caching"],
-                                  ["--no-prefix-caching"], ["--prefix-cache-policy", "radix-lru"],
-                                  ["--cpu-kv-gib", "4"]])
+@pytest.mark.parametrize("flag", [["--scheduler", "sglang"], ["--scheduler", "vllm"],
+                                  ["--scheduler", "vllm", "--max-num-batched-tokens", "8192", "--no-prefix-caching"]])
 def test_plan_without_aggregated_layouts_refuses_what_only_they_read(flag: list[str], mooncake: str,
                                                                      tmp_path: Path) -> None:
-    """Every layout of --modes disagg runs the pools' scheduler (vllm) and no prefix cache: --scheduler sglang
-    planned the very layouts as without it, and --prefix-caching had every layout dropped, blamed on --gpus."""
+    """Every layout of --modes disagg runs the pools' scheduler (vllm): --scheduler sglang planned the very layouts as
+    without it. Under --scheduler vllm no prefill pool caches by default: --no-prefix-caching does nothing."""
     err = refusal(*PLAN, "--trace", mooncake, "--out", str(tmp_path / "plan"), *flag)
-    assert err.field == flag[0] and "--modes disagg searches only disaggregated pools" in str(err)
-    assert f"add agg to --modes, or drop {flag[0]}" in str(err)
+    named = flag[-1] if flag[-1].startswith("--") else flag[0]
+    assert err.field == named and "--modes disagg searches only disaggregated pools" in str(err)
+    assert f"add agg to --modes, or drop {named}" in str(err)
+
+
+def test_plan_without_aggregated_layouts_passes_the_prefix_cache_flags_to_the_prefill_pools(tmp_path: Path) -> None:
+    """Each layout's prefill pool caches as a run's would (vllm-v1: on), so over a trace with block hashes the flags
+    change the plan: they had been refused as 'whose bound prices no prefix cache'. 100 prompts of 8,192 tokens
+    sharing 15 of their 16 blocks: recomputing them takes more units."""
+    import json
+
+    import pandas as pd
+
+    rows = [{"timestamp": 50 * i, "input_length": 8192, "output_length": 16, "hash_ids": [*range(15), 1000 + i]}
+            for i in range(100)]
+    trace = tmp_path / "shared.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = ["plan", "--model", "llama-3.1-8b", "--max-model-len", "16384", "--gpus", "h100-sxm", "--modes", "disagg",
+            "--tps", "1", "--seqs", "128", "--ratios", "1:1", "--num-requests", "100", "--qps", "4", "--no-verify",
+            "--trace", str(trace)]
+    units = {}
+    for name, flags in {"cached": [], "off": ["--no-prefix-caching"], "radix": ["--prefix-cache-policy", "radix-lru"],
+                        "cpu": ["--cpu-kv-gib", "4"]}.items():
+        res = CliRunner().invoke(app, [*args, *flags, "--out", str(tmp_path / name)])
+        assert res.exit_code == 0, res.output
+        units[name] = int(pd.read_csv(tmp_path / name / "plan.csv")["units"].iloc[0])
+    assert units["off"] > units["cached"]
 
 
 def test_plan_without_aggregated_layouts_takes_scheduler_vllm_that_keeps_a_budget() -> None:

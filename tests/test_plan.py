@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -377,6 +378,47 @@ def test_a_disaggregated_bound_holds_at_a_long_context_budget() -> None:
     bound = capacity_bound(layout, base, Lengths.of(base), slo)
     report = find_capacity(layout.config(base), slo.capacity_slo(), search_settings(bound, 12.5, 0.05))
     assert 0 < report.capacity_qps <= bound
+
+
+def test_uncached_prompt_tokens_charge_each_block_to_the_first_request_that_names_it() -> None:
+    """A prompt's tokens in no full named block always run; a named block is charged once, to its first request."""
+    from simulator.planning.plan import uncached_prompt_tokens
+
+    ids = [np.array([1, 2, 3]), np.array([1, 2, 4]), np.array([5]), np.array([1, 2, 3])]
+    prompts = np.array([12, 14, 3, 12])  # 4-token trace blocks; the second has a 2-token tail no id names
+    assert uncached_prompt_tokens(ids, 4, prompts, 4).tolist() == [12, 4 + 2, 3, 0]
+    # engine blocks of 2 tokens inside 4-token trace blocks: named by their trace block and offset
+    assert uncached_prompt_tokens(ids, 4, prompts, 2).tolist() == [12, 4 + 2, 3, 0]
+    # a name given twice is charged once (a lower bound: some computation of it exists, perhaps only one)
+    assert uncached_prompt_tokens([np.array([7, 7])], 4, np.array([8]), 4).tolist() == [4]
+
+
+def test_a_disaggregated_bound_holds_over_a_prefix_cache(tmp_path) -> None:  # noqa: ANN001
+    """A prefill pool caches prefixes (vllm-v1's default) and the trace names its prompts' blocks: 200 prompts of
+    8,192 tokens sharing 15 of their 16 blocks compute one block each. The bound priced every prompt token and sat
+    at a third of the layout's capacity (branch and bound would prune a layout that wins); priced at the tokens
+    no cache can spare it stays above it."""
+    import json
+
+    from simulator.config.options import build_config
+
+    rows = [{"timestamp": 50 * i, "input_length": 8192, "output_length": 16, "hash_ids": [*range(15), 1000 + i]}
+            for i in range(200)]
+    trace = tmp_path / "shared.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    base = build_config(model="llama-3.1-8b", trace=str(trace), num_requests=200, qps=1.0, max_model_len=16384)
+    space = SearchSpace(gpus=("h100-sxm",), modes=("disagg",), tps=(1,), max_num_seqs=(128,), ratios=((1, 1),))
+    slo = PlanSLO(ttft_s=0.5, tpot_s=0.05, attainment=0.9)
+    (layout,), _ = enumerate_layouts(base, space, space.gpus)
+    lengths = Lengths.of(base)
+    bound = capacity_bound(layout, base, lengths, slo)
+    computed = capacity_bound(layout, base.replace(scheduler__prefix_caching=False), lengths, slo)  # every token
+    report = find_capacity(layout.config(base), slo.capacity_slo(), search_settings(bound, 4.0, 0.1))
+    assert computed < report.capacity_qps <= bound < math.inf
+    # without the cache the pool computes every prompt token: the bound prices them all, and holds
+    off = find_capacity(layout.config(base.replace(scheduler__prefix_caching=False)), slo.capacity_slo(),
+                        search_settings(computed, 4.0, 0.1))
+    assert off.capacity_qps <= computed
 
 
 def test_a_resumed_narrower_plan_answers_what_a_fresh_one_does(tmp_path) -> None:  # noqa: ANN001

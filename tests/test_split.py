@@ -93,38 +93,76 @@ def _disagg_params(command: str) -> dict:
     return {p.name: p for p in root.get_command(ctx, "disagg").get_command(ctx, command).params}
 
 
-# Every value of these is refused by split and compare (the pools run vllm, the search an open loop's rate); split's
-# pools keep no prefix cache either.
+# Every value of these is refused by split and compare (the pools run vllm, the search an open loop's rate).
 NEVER_READ = {"concurrency": "4", "time_scale": "2", "session_replay": "open", "scheduler_recv_interval": "2",
               "chunk_size": "512"}
-NO_POOL_CACHE = {"prefix_caching": None, "prefix_cache_policy": "radix-lru", "cpu_kv_gib": "4"}
+PREFIX_CACHE_FLAGS = ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib")
 
 
 @pytest.mark.parametrize("command", ["split", "compare"])
 def test_disagg_help_leaves_out_what_it_always_refuses_and_says_when_it_refuses_the_rest(command: str) -> None:
     params = _disagg_params(command)
-    hidden = set(NEVER_READ) | (set(NO_POOL_CACHE) if command == "split" else set())
-    assert all(params[name].hidden for name in hidden)
-    assert command == "split" or not params["prefix_caching"].hidden  # (compare's aggregated arms may cache)
+    assert all(params[name].hidden for name in NEVER_READ)
+    # (the layouts' prefill pools cache as a run's would; compare's aggregated arms may cache)
+    assert not any(params[name].hidden for name in PREFIX_CACHE_FLAGS)
     assert "poisson, gamma or fixed only" in params["arrival"].help
     assert "vllm only" in params["scheduler"].help
     assert "with --scheduler vllm only" in params["max_num_batched_tokens"].help
 
 
-@pytest.mark.parametrize("name", [*NEVER_READ, *NO_POOL_CACHE])
-def test_split_refuses_what_its_help_leaves_out_as_never_read(name: str, tmp_path) -> None:  # noqa: ANN001
-    """Each was refused before with a fix the command refuses too (--arrival trace, --scheduler sglang/sarathi), or
-    (--prefix-caching, --cpu-kv-gib) every layout was dropped and memory blamed; --prefix-cache-policy did nothing
-    (on a trace that names prompt blocks, which a prefix cache reads)."""
+@pytest.mark.parametrize("name", [*NEVER_READ])
+def test_split_refuses_what_its_help_leaves_out_as_never_read(name: str) -> None:
+    """Each was refused before with a fix the command refuses too (--arrival trace, --scheduler sglang/sarathi)."""
     flag = "--" + name.replace("_", "-")
-    value = NEVER_READ.get(name, NO_POOL_CACHE.get(name))
-    rows = [{"timestamp": 100 * i, "input_length": 2048, "output_length": 8, "hash_ids": [1, 2, 3, 10 + i]}
-            for i in range(8)]
-    (tmp_path / "mooncake.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    trace = ["--trace", str(tmp_path / "mooncake.jsonl")]
+    value = NEVER_READ[name]
     args = ["disagg", "split", "--gpus", "2", "--tps", "1", "--num-requests", "8",
-            *(trace if name in NO_POOL_CACHE else ["--scheduler", "vllm"] if name == "chunk_size" else []),
-            flag, *([value] if value is not None else [])]
+            *(["--scheduler", "vllm"] if name == "chunk_size" else []), flag, value]
     res = CliRunner().invoke(app, args)
     assert res.exit_code != 0, res.output
     assert "disagg split does not read it" in str(res.exception) and f"drop {flag}" in str(res.exception)
+
+
+# -- the prefix-cache flags reach every layout's prefill pool (and compare's aggregated arms) -------------------------
+
+SHARED = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "16384", "--gpus", "2", "--tps", "1",
+          "--num-requests", "40"]
+
+
+def shared_prefix_trace(folder, n: int = 40) -> str:  # noqa: ANN001
+    """A Mooncake JSONL of ``n`` 8,192-token prompts sharing their first 15 of 16 512-token blocks."""
+    rows = [{"timestamp": 50 * i, "input_length": 8192, "output_length": 16, "hash_ids": [*range(15), 1000 + i]}
+            for i in range(n)]
+    path = folder / "shared.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def test_split_passes_the_prefix_cache_flags_to_every_layout(tmp_path) -> None:  # noqa: ANN001
+    """Over a trace with block hashes each layout's prefill pool caches as a run's (vllm-v1: on), so the flags
+    change what the layouts do: they had been refused as 'disagg split does not read it'."""
+    trace = ["--trace", shared_prefix_trace(tmp_path)]
+    rates = {}
+    for name, flags in {"cached": [], "off": ["--no-prefix-caching"], "radix": ["--prefix-cache-policy", "radix-lru"],
+                        "cpu": ["--cpu-kv-gib", "4"]}.items():
+        res = CliRunner().invoke(app, ["disagg", "split", *SHARED, *trace, *flags, "--out", str(tmp_path / name)])
+        assert res.exit_code == 0, res.output
+        rates[name] = pd.read_csv(tmp_path / name / "results.csv")["rate_qps"].tolist()
+        config = json.loads((tmp_path / name / "summary.json").read_text())["config"]["scheduler"]
+        assert config["prefix_caching"] is (False if name == "off" else None)
+    # recomputing 15 shared blocks of every prompt carries a fraction of the rate (prefill-bound)
+    assert rates["off"][0] < rates["cached"][0] / 2
+    # --no-prefix-caching where no prefill pool caches by default (--scheduler vllm) still does nothing
+    res = CliRunner().invoke(app, ["disagg", "split", *SHARED, *trace, "--scheduler", "vllm", "--no-prefix-caching"])
+    assert "no layout of the search reads it" in str(res.exception) and "drop --no-prefix-caching" in str(res.exception)
+
+
+def test_compare_keeps_its_aggregated_arms_beside_a_cpu_tier_for_the_prefill_pools(tmp_path) -> None:  # noqa: ANN001
+    """--cpu-kv-gib is the layouts' prefill pools' (vllm-v1: caching on); the vllm and sarathi arms cache only with
+    --prefix-caching, as their runs do, and a run refuses a CPU tier of a cache that is off: every arm had been
+    dropped in silence, leaving a comparison of one side. With --prefix-caching they take it."""
+    trace = ["--trace", shared_prefix_trace(tmp_path)]
+    for flags in (["--cpu-kv-gib", "4"], ["--prefix-caching", "--cpu-kv-gib", "4"]):
+        out = tmp_path / "-".join(flags)
+        res = CliRunner().invoke(app, ["disagg", "compare", *SHARED, *trace, "--taus", "512", *flags, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        assert sorted(pd.read_csv(out / "results.csv")["family"]) == ["disagg", "sarathi", "vllm"]

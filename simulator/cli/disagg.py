@@ -126,10 +126,18 @@ def _refuse_unread(ctx: typer.Context, command: str, candidates: list[tuple[str,
     """Refuse a pool option given that no layout of the search reads (:func:`simulator.config.options.inert_options`):
     the command lays out the pools, so the options' own check leaves these to it (``DECIDED_BY_COMMAND``), and one
     that does nothing in every layout (``--router`` where each has one prefill worker) would show a search it did
-    not make. One that some layout reads is kept (as a sweep keeps one that some point reads)."""
-    from simulator.config.options import DECIDED_BY_COMMAND, given_flag, inert_options, option_value
+    not make. One that some layout reads is kept (as a sweep keeps one that some point reads). The prefix-cache flags
+    too (:data:`~simulator.config.options.PREFIX_CACHE_OPTIONS`): the base config judged them as a run's, and a
+    layout's pools may still leave one unread (--no-prefix-caching where no prefill pool caches by default)."""
+    from simulator.config.options import (
+        DECIDED_BY_COMMAND,
+        PREFIX_CACHE_OPTIONS,
+        given_flag,
+        inert_options,
+        option_value,
+    )
 
-    decided = DECIDED_BY_COMMAND[command] or frozenset()
+    decided = (DECIDED_BY_COMMAND[command] or frozenset()) | PREFIX_CACHE_OPTIONS
     typed = sorted(name for name in given_run_flags(ctx) if name in decided)
     if not typed or not candidates:  # (no layout at all: the search says why)
         return

@@ -597,17 +597,16 @@ _UNREAD_SETS = {"concurrency": f"{_RATE_SEARCH}, and a closed loop has none",
                                            "the one scheduler that polls for requests",
                 "chunk_size": "its pools run vllm, which does not split prompts into chunks, and compare's sarathi "
                               "arms take theirs from --taus"}
-# split searches disaggregated layouts alone, and takes no prefix-cache flag: each layout's prefill pool caches as
-# --scheduler does by default (disagg_layout.pool_prefix_cache: over a trace with block hashes, vllm-v1's vllm-lru;
-# --scheduler vllm, none), its decode pool never. (compare's aggregated arms may cache.)
-_NO_PREFIX_CACHE = ("its layouts' prefill pools cache prefixes as --scheduler does by default (vllm-v1: on; "
-                    "--scheduler vllm: off) and their decode pools keep none; the search takes no prefix-cache flag")
-_POOL_CACHE_SETS = {name: _NO_PREFIX_CACHE for name in ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib")}
+# The prefix-cache flags: split and compare pass them to every layout (each prefill pool caches as a run's would:
+# disagg_layout.pool_prefix_cache, their pools running vllm, so they cache where the base config does) and compare
+# to its aggregated arms too; each is judged on the base config as a run's, and then on every layout
+# (simulator.cli.disagg._refuse_unread: --no-prefix-caching where no pool caches by default does nothing).
+PREFIX_CACHE_OPTIONS = frozenset({"prefix_caching", "prefix_cache_policy", "cpu_kv_gib"})
 _SPLIT_SETS = {"prefill_pool": "its own pools", "decode_pool": "its own pools", "mixed_pool": "its own pools",
                "tp": "from --tps", "replicas": "from the split of --gpus", "qps": "its goodput search over rates",
                **_BATCH_WAIT_SETS, **_SEARCH_SETS, **_UNREAD_SETS}
 # What split and compare never read (refused as doing nothing), beside what they set in every layout.
-_SPLIT_UNREAD = frozenset({*_SEARCH_SETS, *_BATCH_WAIT_SETS, *_UNREAD_SETS, *_POOL_CACHE_SETS, "qps"})
+_SPLIT_UNREAD = frozenset({*_SEARCH_SETS, *_BATCH_WAIT_SETS, *_UNREAD_SETS, "qps"})
 # plan chooses each layout's GPU, parallelism, batch cap and unit count (simulator.planning.plan.Layout.config).
 _PLAN_SETS = {"gpu": "from --gpus", "tp": "from --tps", "pp": "from --pps", "attention_dp": "from --attention-dps",
               "ep": "with --attention-dps", "max_num_seqs": "from --seqs", "replicas": "its unit counts",
@@ -631,7 +630,7 @@ _TAU_SETS = {name: "it prices one iteration from the workload's lengths" for nam
         "speculative_config", "num_speculative_tokens", "acceptance_rate", "acceptance_rates", "acceptance_data",
         "spec_disable_batch_size", "spec_reduce_k_batch_size")}
 # capacity judges its trials without a warm-up's requests (planning.capacity.run_trial), as a run reports
-SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS | _POOL_CACHE_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS,
+SET_BY_COMMAND: dict[str, dict[str, str]] = {"split": _SPLIT_SETS, "compare": _SPLIT_SETS, "plan": _PLAN_SETS,
                                              "tau": _TAU_SETS, "capacity": {}}
 
 

@@ -20,7 +20,8 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
    finite: :func:`capacity_bound`); a disaggregated unit is bounded by its prefill pool too (the trial's
    shortest prompts that must meet the SLO, packed into full token budgets and priced iteration by
    iteration, times a 1.5 margin: a real schedule packs no fuller, yet per-sequence costs make this
-   an estimate with room, not a proof). So each layout's fleet has a *lower bound*
+   an estimate with room, not a proof; where the pool caches prefixes and the prompts name their
+   blocks, only the tokens no cache can spare, :func:`uncached_prompt_tokens`). So each layout's fleet has a *lower bound*
    on its cost, ``ceil(load / bound) x GPUs x price``.
 3. **Branch and bound**: layouts in order of that lower bound; each is searched for its
    per-unit capacity (:func:`simulator.planning.capacity.find_capacity`, criterion goodput)
@@ -56,7 +57,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ import numpy as np
 
 from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
-from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER
+from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, pool_prefix_cache
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS
 from simulator.config.precision import canonical_weight_format
@@ -362,17 +363,21 @@ def unread_run_options(base: RunConfig, space: SearchSpace) -> dict[str, tuple[s
             out[name] = ("--modes disagg searches only disaggregated pools, which never run a step that mixes prompts "
                          "and decodes, the steps batch waiting holds", "add agg to --modes, or drop {flag}")
         # The pools run the pools' scheduler (a --scheduler of that name says only that they keep its
-        # --max-num-batched-tokens: PoolSpec.scheduler_config). The bound prices no prefix cache, and the layouts
-        # take no prefix-cache flag (their verify runs' prefill pools cache as --scheduler does by default:
-        # disagg_layout.pool_prefix_cache), as disagg split refuses the same flags.
+        # --max-num-batched-tokens: PoolSpec.scheduler_config).
         if not (base.scheduler.name == DEFAULT_POOL_SCHEDULER and base.scheduler.max_num_batched_tokens is not None):
             out["scheduler"] = (f"--modes disagg searches only disaggregated pools, which run {DEFAULT_POOL_SCHEDULER} "
                                 f"(--scheduler {DEFAULT_POOL_SCHEDULER} only keeps a --max-num-batched-tokens for them)",
                                 "add agg to --modes, or drop {flag}")
-        for name in ("prefix_caching", "prefix_cache_policy", "cpu_kv_gib"):
-            out[name] = ("--modes disagg searches only disaggregated pools, whose bound prices no prefix cache (a "
-                         "verify run's prefill pool caches as --scheduler does by default; its decode pool never)",
-                         "add agg to --modes, or drop {flag}")
+        # The prefix-cache flags reach every layout's prefill pool (its capacity searches and verify runs), which
+        # caches as the run's engine would (disagg_layout.pool_prefix_cache; capacity_bound prices the tokens no
+        # cache spares); the base config's check judged them as a run's. --no-prefix-caching is read only where a
+        # prefill pool would cache without it.
+        if base.scheduler.prefix_caching is False and pool_prefix_cache(
+                replace(base.scheduler, prefix_caching=None), DEFAULT_POOL_SCHEDULER) is None:
+            out["prefix_caching"] = ("--modes disagg searches only disaggregated pools, and no prefill pool caches "
+                                     f"prefixes by default ({DEFAULT_POOL_SCHEDULER} under --scheduler "
+                                     f"{base.scheduler.name}; a decode pool never does)",
+                                     "add agg to --modes, or drop {flag}")
     return out
 
 
@@ -385,7 +390,10 @@ class Lengths:
     """The traffic of one trial, from the run's own request table: mean lengths (tokens), the
     last arrival at unit rate (a trial at ``q`` req/s ends its arrivals at ``unit_span / q``:
     the trials scale one draw, see :mod:`simulator.planning.capacity`), and the least prompt
-    and decode tokens any ``k`` of its requests hold (``least_*[k]``)."""
+    and decode tokens any ``k`` of its requests hold (``least_*[k]``). Where the requests name
+    their prompts' blocks (a trace with block hashes), ``block_ids`` holds each one's ids as the
+    engine reads them (``Request.block_hashes``, table order) and ``prompts`` its prompt tokens,
+    for :meth:`least_uncached_prompt`."""
 
     mean_prompt: float
     mean_output: float
@@ -393,22 +401,68 @@ class Lengths:
     least_prompt: np.ndarray
     least_decode: np.ndarray
     max_output: int
+    block_ids: tuple[Any, ...] | None = None
+    hash_block_size: int = 0
+    prompts: np.ndarray | None = None
+    # least_uncached_prompt by engine block size (the bound asks once per layout; the requests' names once a size)
+    _uncached: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, config: RunConfig) -> Lengths:
-        from simulator.engine.cluster import prepare_table
+        from simulator.engine.cluster import make_requests, prepare_table
 
         table, _, _ = prepare_table(config, None, None)
         prompt = np.asarray(table.num_prompt_tokens, dtype=np.float64)
         output = np.asarray(table.num_output_tokens, dtype=np.float64)
         qps = config.workload.qps
+        named: dict[str, Any] = {}
+        if getattr(table, "block_hashes", None) is not None:
+            # The ids the engine names each request's blocks by (a session's turn may carry its successor's ids).
+            requests = make_requests(table)
+            named = {"block_ids": tuple(req.block_hashes for req in requests), "hash_block_size": table.hash_block_size,
+                     "prompts": np.asarray(table.num_prompt_tokens, dtype=np.int64)}
         return cls(float(prompt.mean()), float(output.mean()), float(np.max(table.arrival_at)) * qps,
                    np.concatenate([[0.0], np.cumsum(np.sort(prompt))]),
-                   np.concatenate([[0.0], np.cumsum(np.sort(output - 1.0))]), int(output.max()))
+                   np.concatenate([[0.0], np.cumsum(np.sort(output - 1.0))]), int(output.max()), **named)
 
     @property
     def num_requests(self) -> int:
         return len(self.least_prompt) - 1
+
+    def least_uncached_prompt(self, block_size: int) -> np.ndarray:
+        """Like ``least_prompt``, over the prompt tokens no prefix cache of ``block_size``-token blocks can spare:
+        ``[k]``, the least that any ``k`` requests leave to compute whatever their order, workers and caches
+        (:func:`uncached_prompt_tokens`). Only where the requests name blocks (``block_ids``)."""
+        if block_size not in self._uncached:
+            assert self.block_ids is not None and self.prompts is not None
+            tokens = uncached_prompt_tokens(self.block_ids, self.hash_block_size, self.prompts, block_size)
+            self._uncached[block_size] = np.concatenate([[0.0], np.cumsum(np.sort(tokens))])
+        return self._uncached[block_size]
+
+
+def uncached_prompt_tokens(block_ids: Sequence[Any], hash_block_size: int, prompts: np.ndarray,
+                           block_size: int) -> np.ndarray:
+    """Per request (table order): its prompt tokens in no full block it names (never cached), plus a
+    ``block_size`` for each block name it is the first request (in table order) to name.
+
+    A lower bound on prefill work that holds for any set ``S`` of requests, in any order, on any number of
+    workers, with any cache size, eviction rule or CPU tier: every block name of a prompt in ``S`` is computed at
+    least once (a hit, or a CPU tier's load, is a block some prompt computed before), each computation is of one
+    name, and the unnamed tokens are computed by their own request; charging each name to the first request that
+    names it charges it once, so the work done for ``S`` is at least the sum over ``S``. (It is what an unbounded
+    cache serving the requests one by one in table order would leave, where a trace's ids name prefixes, as
+    Mooncake's do; it may count fewer, never more: the last token a hit always leaves and a chain broken by a
+    miss are not counted.) Names as the engine gives them (:func:`~simulator.engine.prefix_cache.block_names`)."""
+    from simulator.engine.prefix_cache import block_names
+
+    seen: set[int] = set()
+    out = np.zeros(len(prompts), dtype=np.float64)
+    for i, (ids, prompt) in enumerate(zip(block_ids, prompts.tolist(), strict=True)):
+        names = block_names(ids, hash_block_size, prompt, block_size) if ids is not None and len(ids) else []
+        new = set(names) - seen
+        out[i] = prompt - block_size * len(names) + block_size * len(new)
+        seen.update(new)
+    return out
 
 
 def _prefill_tokens_per_s(cost, prompts: np.ndarray, budget: int) -> float:  # noqa: ANN001
@@ -470,6 +524,8 @@ def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanS
     must = math.ceil(slo.attainment * (lengths.num_requests - base.workload.num_warmup) - 1e-9)
     decode_slack_s = slo.ttft_s + slo.tpot_s * lengths.max_output
     if layout.mode == "agg":
+        # Decode tokens only: a prefix cache spares prompt tokens, never an output's, so the bound holds with
+        # prefix caching on as off.
         cost = load_cost_model(config.cost_model, config.replica, config.engine)
         return _finite_rate(lengths.least_decode[must], _decode_tokens_per_s(cost, layout.max_num_seqs),
                             lengths.unit_span, decode_slack_s)
@@ -483,9 +539,19 @@ def capacity_bound(layout: Layout, base: RunConfig, lengths: Lengths, slo: PlanS
     prefill_cost = load_cost_model(config.cost_model, pools.prefill_replica, config.engine)
     budget = pools.prefill_scheduler.token_budget(pools.prefill_replica.effective_max_model_len,
                                                   pools.prefill_replica.gpu_spec, pools.prefill_replica.attention_dp)
-    prompts = np.diff(lengths.least_prompt)[:must]  # the shortest prompts that must meet the SLO, ascending
+    least = lengths.least_prompt
+    if pools.prefill_scheduler.prefix_cache is not None and lengths.block_ids is not None:
+        # The prefill pool caches prefixes and the prompts name blocks: a prompt computes only what no cache
+        # holds, so pricing every prompt token would put the bound below the layout's capacity (and prune a layout
+        # that could win). Priced instead at the tokens no cache can spare (Lengths.least_uncached_prompt: a lower
+        # bound on the work of any `must` requests, whatever their order, workers and cache), each request's as a
+        # prompt of its own over an empty cache (its cached prefix, attended over, costs a real step more).
+        from simulator.engine.kvcache import engine_block_size
+
+        least = lengths.least_uncached_prompt(engine_block_size(pools.prefill_replica, pools.prefill_scheduler.name))
+    prompts = np.diff(least)[:must]  # the shortest prompts that must meet the SLO, ascending
     prefill_rate = PREFILL_MARGIN * layout.num_prefill * _prefill_tokens_per_s(prefill_cost, prompts, budget)
-    prefill = _finite_rate(lengths.least_prompt[must], prefill_rate, lengths.unit_span, slo.ttft_s)
+    prefill = _finite_rate(least[must], prefill_rate, lengths.unit_span, slo.ttft_s)
     return min(decode, prefill)
 
 

@@ -39,6 +39,7 @@ from simulator import simulation
 from simulator.config.disagg_layout import layout_of, num_gpus_of
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
+from simulator.config.schedulers import SCHEDULERS
 from simulator.engine.replica import memory_shortfall
 from simulator.planning.capacity import TTFTWatch, format_against, judged_requests, sustained
 from simulator.planning.options import PlanSLO
@@ -259,19 +260,30 @@ def aggregated_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] =
     out = []
     base = config.replace(prefill_pool=None, decode_pool=None, mixed_pool=None)
     per_tp = base.replica.pp * base.replica.attention_dp
+    # The arms take the prefix-cache flags as a run of vllm or sarathi would: neither caches by default, so a
+    # --cpu-kv-gib meant for the layouts' prefill pools (which cache as the run's scheduler does) goes to an arm only
+    # where --prefix-caching turns its cache on (a run refuses a CPU tier of a cache that is off: every arm had been
+    # dropped, unsaid).
+    def cpu_kv_gib(name: str) -> float:
+        on = base.scheduler.prefix_caching
+        caches = SCHEDULERS[name].prefix_cache is not None if on is None else on
+        return base.scheduler.cpu_kv_gib if caches else 0.0
+
     for tp in tps:
         if num_gpus % (tp * per_tp):
             continue
         try:
             vllm = base.replace(replica__tp=tp, num_replicas=num_gpus // (tp * per_tp), scheduler__name="vllm",
-                                scheduler__chunk_size=None, scheduler__max_num_batched_tokens=None)
+                                scheduler__chunk_size=None, scheduler__max_num_batched_tokens=None,
+                                scheduler__cpu_kv_gib=cpu_kv_gib("vllm"))
         except ConfigError:
             continue
         if not fits(vllm):
             continue
         out.append(("vllm", vllm))
         for tau in taus:
-            out.append(("sarathi", vllm.replace(scheduler__name="sarathi", scheduler__chunk_size=tau)))
+            out.append(("sarathi", vllm.replace(scheduler__name="sarathi", scheduler__chunk_size=tau,
+                                                scheduler__cpu_kv_gib=cpu_kv_gib("sarathi"))))
     return out
 
 

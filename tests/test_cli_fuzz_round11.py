@@ -306,3 +306,14 @@ def test_plan_refuses_a_price_of_a_gpu_it_does_not_search(tmp_path: Path, monkey
     monkeypatch.setattr(plan, "plan", planned)
     res = CliRunner().invoke(app, args)  # the searched GPU's price, however spelled, is taken
     assert isinstance(res.exception, Planned) and res.exception.args == (5.0,), res.output
+
+
+@pytest.mark.parametrize("flag", ["--prefix-caching", "--no-prefix-caching"])
+def test_a_trace_without_block_hashes_names_the_prefix_flag_as_typed(tmp_path: Path, flag: str) -> None:
+    # The refusal read --no-prefix-caching as the field it sets and named "--prefix-caching", a flag not typed.
+    trace = tmp_path / "plain.csv"
+    trace.write_text("prompt_tokens,output_tokens,arrival_time\n100,10,0\n200,10,1\n")
+    res = CliRunner().invoke(app, ["run", "--trace", str(trace), flag])
+    assert res.exit_code != 0
+    assert str(res.exception).startswith(f"{flag}: --trace {trace} names no prompt blocks")
+    assert str(res.exception).endswith(f"or drop {flag})")

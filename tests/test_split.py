@@ -146,6 +146,8 @@ def test_split_passes_the_prefix_cache_flags_to_every_layout(tmp_path) -> None: 
                         "cpu": ["--cpu-kv-gib", "4"]}.items():
         res = CliRunner().invoke(app, ["disagg", "split", *SHARED, *trace, *flags, "--out", str(tmp_path / name)])
         assert res.exit_code == 0, res.output
+        # the header names the trials' own requests: the trace's 40 rows (it had said "workload sharegpt")
+        assert "workload trace shared.jsonl" in res.output and "40 requests per trial" in res.output
         rates[name] = pd.read_csv(tmp_path / name / "results.csv")["rate_qps"].tolist()
         config = json.loads((tmp_path / name / "summary.json").read_text())["config"]["scheduler"]
         assert config["prefix_caching"] is (False if name == "off" else None)

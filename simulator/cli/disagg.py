@@ -197,11 +197,13 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
         table.add_row(row.label, str(row.num_gpus), f"{least}{row.rate_qps:.3g}", f"{least}{row.goodput_per_gpu:.3g}",
                       str(row.num_trials))
     from simulator.config.disagg_layout import parse_link
+    from simulator.engine.cluster import prepare_table  # late: the trials' own table (a --trace's rows, its source)
 
     link = parse_link(config.kv_link, config.replica.gpu).name  # in its canonical unit (100gbps: 100Gb/s), as run says
+    requests, source, _ = prepare_table(config, None, None)
     out_console = console()
-    out_console.print(f"{config.replica.model} on {config.replica.gpu} · workload {config.workload.name}, "
-                      f"{count(config.workload.num_requests, 'request')} per trial · KV link {link} "
+    out_console.print(f"{config.replica.model} on {config.replica.gpu} · workload {source}, "
+                      f"{count(len(requests.arrival_at), 'request')} per trial · KV link {link} "
                       f"({'one per worker' if config.kv_link_scope == 'per-worker' else 'one shared'})",
                       highlight=False)
     print_table(out_console, table)

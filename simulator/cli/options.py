@@ -180,7 +180,8 @@ def check_trace_given(config: RunConfig, options: dict[str, Any], command: str =
         from simulator.workload.prefix_traces import check_router  # late: reads the trace's first line only
 
         check_router(config)
-    given = {alias_of(name) for name, value in options.items() if value is not None}
+    given_values = {alias_of(name): value for name, value in options.items() if value is not None}
+    given = set(given_values)
     names = [name for name in ("prefix_cache_policy", "cpu_kv_gib", "prefix_caching") if name in given]
     trace = config.workload.trace
     if trace is None or not (names or "session_replay" in given) or not Path(trace).is_file():
@@ -189,7 +190,9 @@ def check_trace_given(config: RunConfig, options: dict[str, Any], command: str =
 
     fmt = prefix_trace_format(str(trace))
     if fmt is None and names:
-        flag = _flag(names[0])
+        # (the spelling typed: --no-prefix-caching gives prefix_caching False)
+        flag = "--no-prefix-caching" if names[0] == "prefix_caching" and given_values.get("prefix_caching") is False \
+            else _flag(names[0])
         raise ConfigError(flag, f"--trace {trace} names no prompt blocks (only a trace with block hashes shares "
                           f"prefixes: Mooncake JSONL, Weka sessions), so {flag} would do nothing",
                           f"pass a --trace with hash_ids (e.g. Mooncake's), or drop {flag}")

@@ -317,3 +317,22 @@ def test_a_trace_without_block_hashes_names_the_prefix_flag_as_typed(tmp_path: P
     assert res.exit_code != 0
     assert str(res.exception).startswith(f"{flag}: --trace {trace} names no prompt blocks")
     assert str(res.exception).endswith(f"or drop {flag})")
+
+
+def test_where_speculation_turned_prefix_caching_off_the_fix_is_not_the_refused_prefix_caching(mooncake: str) -> None:
+    # Speculative decoding turns prefix caching off, and --prefix-caching is refused beside it: a refusal whose fix
+    # said "pass --prefix-caching" sent the user to a second refusal.
+    spec = dict(speculative_config='{"method": "ngram", "num_speculative_tokens": 3}', acceptance_rate=0.6)
+    with pytest.raises(ConfigError) as err:
+        build_config(num_requests=20, **spec, prefix_cache_policy="radix-lru")
+    assert "speculative decoding turns it off" in str(err.value) and "drop the speculation" in err.value.fix
+    assert "--prefix-caching" not in err.value.fix
+    res = CliRunner().invoke(app, ["run", "--num-requests", "20", "--speculative-config", spec["speculative_config"],
+                                   "--acceptance-rate", "0.6", "--replicas", "2", "--router", "prefix_aware",
+                                   "--trace", mooncake])
+    assert isinstance(res.exception, ConfigError), res.output
+    assert "speculative decoding turns it off" in str(res.exception) and "drop the speculation" in res.exception.fix
+    assert "--prefix-caching" not in res.exception.fix
+    with pytest.raises(ConfigError, match="prefix caching is off") as err:  # without speculation: as before
+        build_config(num_requests=20, scheduler="vllm", prefix_cache_policy="radix-lru")
+    assert err.value.fix.startswith("pass --prefix-caching")

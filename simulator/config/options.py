@@ -300,7 +300,7 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if layout is not None:
         out.update(_pool_cache_inert_options(config, layout))
     elif s.prefix_cache is None:
-        out["prefix_cache_policy"] = ("prefix caching is off", "pass --prefix-caching, or drop {flag}")
+        out["prefix_cache_policy"] = ("prefix caching is off" + _spec_off(config), _cache_on(config, "or drop {flag}"))
     if not config.is_disaggregated:
         for name in ("kv_link", "kv_link_scope", "first_token_at"):
             out[name] = ("the run is not disaggregated", "add --prefill-pool and --decode-pool, or drop {flag}")
@@ -404,7 +404,7 @@ def _pool_cache_inert_options(config: RunConfig, layout: DisaggLayout) -> dict[s
     if not caching:
         off = "prefix caching is off in the prefill" + (" and mixed pools" if layout.mixed is not None else " pool") \
               + " (the decode pool keeps no prefix cache)"
-        out["prefix_cache_policy"] = (off, "pass --prefix-caching, or drop {flag}")
+        out["prefix_cache_policy"] = (off + _spec_off(config), _cache_on(config, "or drop {flag}"))
         # --no-prefix-caching does something only where a pool would cache without it.
         unset = dataclasses.replace(s, prefix_caching=None)
         would = pool_prefix_cache(unset, layout.prefill_scheduler.name) is not None or (
@@ -439,16 +439,16 @@ def router_unread(config: RunConfig, hashes: bool, sessions: bool, source: str) 
     if router == "prefix_aware" and config.is_disaggregated and layout.prefill_scheduler.prefix_cache is None:
         # (it reads the prefill workers' caches; the decode pool keeps none.) --router session keeps a session on one
         # prefill worker: a fix only where the workload has sessions.
-        return (f"prefix caching is off in the prefill pool, so prefix_aware has no cache to read ({least})",
-                "pass --prefix-caching, use --router session or least_outstanding, or drop {flag}" if sessions
-                else "pass --prefix-caching, use --router least_outstanding, or drop {flag}")
+        return (f"prefix caching is off in the prefill pool{_spec_off(config)}, so prefix_aware has no cache to read "
+                f"({least})", _cache_on(config, "use --router session or least_outstanding, or drop {flag}" if sessions
+                                        else "use --router least_outstanding, or drop {flag}"))
     if router == "prefix_aware" and not hashes:
         return (f"prefix_aware routes by cached prefix, but {source} names no prompt blocks (only Mooncake JSONL and "
                 f"Weka session traces do; {least})", "use a trace with hash_ids, or another --router")
     if router == "prefix_aware" and not config.is_disaggregated and config.scheduler.prefix_cache is None:
         off = f", {config.scheduler.name}'s default" if config.scheduler.prefix_caching is None else ""
-        return (f"prefix_aware routes to the replica that has the longest prefix cached, but prefix caching is off{off} "
-                f"({least})", "pass --prefix-caching, or use --router least_outstanding")
+        return (f"prefix_aware routes to the replica that has the longest prefix cached, but prefix caching is off{off}"
+                f"{_spec_off(config)} ({least})", _cache_on(config, "or use --router least_outstanding"))
     if router == "session" and not sessions:
         return (f"session keeps each session on one replica, but {source} names no sessions (only Weka session traces "
                 f"do; {least})", "use a trace with sessions, or another --router")
@@ -465,6 +465,18 @@ def _has_dp_ranks(config: RunConfig) -> bool:
         return config.replica.attention_dp > 1
     layout = layout_of(config)
     return any(r is not None and r.attention_dp > 1 for r in (layout.mixed_replica, layout.decode_replica))
+
+
+def _spec_off(config: RunConfig) -> str:
+    """Why prefix caching is off, where speculative decoding turned it off (RunConfig: a speculating replica keeps a
+    plain KV cache), as a clause; '' otherwise."""
+    return " (speculative decoding turns it off)" if config.speculative is not None else ""
+
+
+def _cache_on(config: RunConfig, rest: str) -> str:
+    """A fix that turns prefix caching on, then ``rest``: ``--prefix-caching``, which is refused beside speculation
+    (dropping the speculation is the fix there)."""
+    return f"{'drop the speculation' if config.speculative is not None else 'pass --prefix-caching'}, {rest}"
 
 
 def _has_moe_dp_ranks(config: RunConfig) -> bool:

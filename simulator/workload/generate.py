@@ -512,6 +512,10 @@ def load_trace(path: str | os.PathLike[str]) -> TraceData:
         st = p.stat()
     except OSError:
         raise ConfigError(_FIELD, f"{path}: no such file", "check the path given to --trace") from None
+    if p.is_dir():  # (a folder of any *.json file is read as sessions before this: prefix_traces)
+        raise ConfigError(_FIELD, f"{path}: the folder holds no *.json (or *.json.gz) session files",
+                          "pass a folder of Claude Code session files, as ../shared/data/traces/weka_claude_code/"
+                          "sessions, or a CSV or JSONL trace file")
     if not p.is_file():
         raise ConfigError(_FIELD, f"{path}: not a file", "pass a CSV or JSONL trace file, or a folder of Claude "
                           "Code session files (e.g. ../shared/data/traces/weka_claude_code/sessions)")

@@ -191,3 +191,37 @@ def test_an_empty_acceptance_rate_is_refused(rates: str, needle: str) -> None:
     with pytest.raises(ConfigError, match="^--acceptance-rates: " + needle):
         parse_rates(rates)
     assert parse_rates("0.7, 0.5,0.3") == (0.7, 0.5, 0.3)
+
+
+# -- 5: columns and keys no reader reads -----------------------------------------------------------------------------
+
+def test_a_jsonl_key_first_given_on_a_later_line_is_refused(tmp_path: Path) -> None:
+    """The first line's keys picked the columns: arrival times first given on line 2 were dropped in silence."""
+    from simulator.workload.generate import load_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"input_toks": 10, "output_toks": 5}\n{"input_toks": 12, "output_toks": 5, "arrived_at": 3}\n')
+    with pytest.raises(ConfigError, match=f"{path}: line 2 has key 'arrived_at', which the first line"):
+        load_trace(path)
+    path.write_text('{"input_toks": 10, "output_toks": 5}\n{"input_toks": 12, "output_toks": 5, "note": "x"}\n')
+    assert list(load_trace(path).num_prompt_tokens) == [10, 12]  # a key no reader reads is no column
+
+
+def test_the_shared_jsonl_traces_still_load(shared_data: Path) -> None:
+    from simulator.workload.generate import load_trace
+
+    assert len(load_trace(shared_data / "traces" / "sharegpt-llama-3.1-8b-300-sps10.jsonl")) > 0
+
+
+def test_an_iteration_table_column_no_fit_reads_is_refused(tmp_path: Path) -> None:
+    """--rows refused a misspelt column; --table read it as absent (every row's prefill_context 0)."""
+    from simulator.calibrate.engine_fit import read_iteration_table
+
+    rows = [f"1,1,{256 * i},4,500,0.0{i + 2},{128 * i}" for i in range(1, 10)]
+    header = "tp,num_prefills,prefill_tokens,num_decodes,decode_context,measured_s,"
+    path = tmp_path / "steps.csv"
+    path.write_text("\n".join([header + "Prefill_Context", *rows]) + "\n")
+    with pytest.raises(ConfigError, match=f"^table: {path}: unknown column\\(s\\) Prefill_Context"):
+        read_iteration_table(path)
+    path.write_text("\n".join([header + "prefill_context", *rows]) + "\n")
+    assert list(read_iteration_table(path).prefill_context)[:2] == [128, 256]

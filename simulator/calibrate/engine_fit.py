@@ -122,8 +122,20 @@ def check_units(measured: Any, kernels_only: Any, where: str, column: str, unit:
 
 
 # -- the iteration table ------------------------------------------------------------------------------------------
+# An iteration table's optional columns, beside ITERATION_COLUMNS (TOTAL_PREFILL_COLUMN may stand for prefill_tokens).
+OPTIONAL_ITERATION_COLUMNS = (TOTAL_PREFILL_COLUMN, "prefill_context", "model", "gpu")
+
+
 def read_iteration_table(path: Path) -> pd.DataFrame:
-    return read_csv_checked(path, "table", "pass a CSV iteration table")
+    """A user's iteration table (``calibrate-engine --table``), its columns all known: a misspelt optional one
+    (``Prefill_Context``) was read as absent, every row at its default, as ``--rows`` refuses."""
+    df = read_csv_checked(path, "table", "pass a CSV iteration table")
+    unknown = [str(c) for c in df.columns if c not in (*ITERATION_COLUMNS, *OPTIONAL_ITERATION_COLUMNS)]
+    if unknown:
+        raise ConfigError("table", f"{path}: unknown column(s) {', '.join(unknown)}",
+                          f"columns are {', '.join(ITERATION_COLUMNS)} (optional: "
+                          f"{', '.join(OPTIONAL_ITERATION_COLUMNS)})")
+    return df
 
 
 def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "table") -> pd.DataFrame:

@@ -253,3 +253,104 @@ def test_validate_out_is_rewritten_whole_or_left_as_it_was(tmp_path: Path, monke
     assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == {"README.md": "new",
                                                                             "splitwise_summary.csv": "new"}
     assert (out / "silicon" / "fit_report.py").read_text() == "kept" and _leftovers(tmp_path) == ["validation"]
+
+
+# -- special files and links as output paths -------------------------------------------------------------------
+# Outputs are renamed into place, so a FIFO, a device (/dev/null: never named in a test) or a link was replaced by a
+# plain file. Every file output is checked first: a path that is not a regular file is refused, a link is followed
+# and its target written (the link kept). A FIFO here is made in tmp_path; nothing outside it is touched.
+
+def _special(tmp_path: Path) -> dict[str, Path]:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    (tmp_path / "to_pipe.json").symlink_to(fifo)
+    (tmp_path / "loop_a.json").symlink_to(tmp_path / "loop_b.json")
+    (tmp_path / "loop_b.json").symlink_to(tmp_path / "loop_a.json")
+    (tmp_path / "to_dir.json").symlink_to(tmp_path)
+    return {"fifo": fifo, "link": tmp_path / "to_pipe.json", "loop": tmp_path / "loop_a.json",
+            "dir": tmp_path / "to_dir.json"}
+
+
+def test_check_out_file_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    from simulator.util.paths import atomic_file, check_out_file
+
+    special = _special(tmp_path)
+    for kind, needle in (("fifo", "is a FIFO"), ("link", f"(a link to {special['fifo']}) is a FIFO"),
+                         ("loop", "link that loops"), ("dir", "is a folder")):
+        with pytest.raises(ConfigError, match="^--out: .*" + needle.replace("(", r"\(").replace(")", r"\)")):
+            check_out_file(special[kind], "--out")
+        # and the writer itself, should the path change after the check
+        with pytest.raises(ConfigError), atomic_file(special[kind]) as tmp:
+            tmp.write_text("x")
+    assert (tmp_path / "pipe").is_fifo() and (tmp_path / "to_pipe.json").is_symlink()
+    assert not any(p.name.startswith(".servesim-tmp-") for p in tmp_path.iterdir())
+
+
+OUT_FILE_COMMANDS = [
+    (["run", "--num-requests", "3", "--save-result", "{out}"], "--save-result"),
+    (["fit", "--profile", "{table}", "--out", "{out}"], "--out"),
+    (["calibrate-engine", "--table", "{table}", "--out", "{out}"], "--out"),
+    (["tau", "--plot", "{stem}"], "--plot"),
+]
+
+
+@pytest.mark.parametrize(("args", "flag"), OUT_FILE_COMMANDS, ids=[a[0] for a, _ in OUT_FILE_COMMANDS])
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_outputs_never_replace_a_fifo(tmp_path: Path, args: list[str], flag: str, kind: str,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import simulator.planning.tau as tau_module
+
+    def worked(*a, **k):  # noqa: ANN002, ANN003, ANN202 - refused before any work (and savefig never opens the FIFO)
+        raise AssertionError("tau worked before refusing --plot")
+
+    monkeypatch.setattr(tau_module, "choose_tau", worked)
+    special = _special(tmp_path)
+    table = tmp_path / "table.csv"
+    table.write_text("not,a\ntable,\n")
+    out = special[kind]
+    if args[0] == "tau":  # a stem: PATH.svg is the FIFO (or the link to it)
+        out = tmp_path / ("plot.svg" if kind == "fifo" else "plot_link.svg")
+        os.mkfifo(out) if kind == "fifo" else out.symlink_to(special["fifo"])
+    argv = [a.format(out=out, table=table, stem=out.with_suffix("")) for a in args]
+    res = runner.invoke(app, argv)
+    assert isinstance(res.exception, ConfigError), res.output
+    assert str(res.exception).startswith(f"{flag}: ") and "is a FIFO" in str(res.exception)
+    assert out.is_fifo() and special["fifo"].is_fifo() and (kind == "fifo" or out.is_symlink())
+
+
+def test_save_result_through_a_link_writes_its_target(tmp_path: Path) -> None:
+    """The link stays and points at the fresh result (it was replaced by a plain file)."""
+    target = tmp_path / "runs" / "r1.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    res = runner.invoke(app, ["run", "--num-requests", "3", "--save-result", str(link)])
+    assert res.exit_code == 0, res.output
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert json.loads(target.read_text())["num_prompts"] == 3
+    assert sorted(p.name for p in target.parent.iterdir()) == ["r1.json"]  # no temporary file left
+
+
+def test_tau_plot_checks_the_files_it_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tau checked its stem, not STEM.png and STEM.svg: a folder d.png failed after the work (IsADirectoryError),
+    and --plot x.png wrote x.png.png."""
+    import simulator.planning.tau as tau_module
+
+    (tmp_path / "d.png").mkdir()
+    calls = []
+    real = tau_module.choose_tau
+    monkeypatch.setattr(tau_module, "choose_tau", lambda *a, **k: calls.append(1) or real(*a, **k))
+    res = runner.invoke(app, ["tau", "--plot", str(tmp_path / "d")])
+    assert isinstance(res.exception, ConfigError) and str(res.exception).startswith("--plot: "), res.output
+    assert "d.png is a folder" in str(res.exception) and not calls  # before any work
+    res = runner.invoke(app, ["tau", "--plot", str(tmp_path / "x.png")])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("x")) == ["x.png", "x.svg"]
+
+
+def test_tau_checks_the_formats_plots_writes() -> None:
+    from simulator.cli.capacity import PLOT_FORMATS
+    from simulator.report.plots import FORMATS
+
+    assert PLOT_FORMATS == FORMATS

@@ -517,8 +517,8 @@ def test_a_hashed_traces_output_of_zero_is_an_integer_zero(tmp_path: Path, value
 def test_missing_trace_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file.*--trace"):
         gen(trace=str(tmp_path / "nope.csv"))
-    with pytest.raises(ConfigError, match="not a file"):
-        gen(trace=str(tmp_path))
+    with pytest.raises(ConfigError, match=r"the folder holds no \*\.json \(or \*\.json\.gz\) session files"):
+        gen(trace=str(tmp_path))  # (an empty folder: 'not a file', said as though it were none of these)
 
 
 def test_filter_that_removes_every_row() -> None:

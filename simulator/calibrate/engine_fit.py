@@ -122,8 +122,20 @@ def check_units(measured: Any, kernels_only: Any, where: str, column: str, unit:
 
 
 # -- the iteration table ------------------------------------------------------------------------------------------
+# An iteration table's optional columns, beside ITERATION_COLUMNS (TOTAL_PREFILL_COLUMN may stand for prefill_tokens).
+OPTIONAL_ITERATION_COLUMNS = (TOTAL_PREFILL_COLUMN, "prefill_context", "model", "gpu")
+
+
 def read_iteration_table(path: Path) -> pd.DataFrame:
-    return read_csv_checked(path, "table", "pass a CSV iteration table")
+    """A user's iteration table (``calibrate-engine --table``), its columns all known: a misspelt optional one
+    (``Prefill_Context``) was read as absent, every row at its default, as ``--rows`` refuses."""
+    df = read_csv_checked(path, "table", "pass a CSV iteration table")
+    unknown = [str(c) for c in df.columns if c not in (*ITERATION_COLUMNS, *OPTIONAL_ITERATION_COLUMNS)]
+    if unknown:
+        raise ConfigError("table", f"{path}: unknown column(s) {', '.join(unknown)}",
+                          f"columns are {', '.join(ITERATION_COLUMNS)} (optional: "
+                          f"{', '.join(OPTIONAL_ITERATION_COLUMNS)})")
+    return df
 
 
 def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "table") -> pd.DataFrame:
@@ -509,7 +521,10 @@ def _check_numbers(path: Path, key: str, values: list[Any]) -> None:
                           "pass the JSON `vllm bench serve --save-result --save-detailed` wrote")
 
 
-def read_bench(path: Path) -> BenchRun:
+def read_bench(path: Path, max_model_len: int | None = None, model: str | None = None) -> BenchRun:
+    """The usable requests of a ``vllm bench serve`` result; with ``max_model_len`` (the context of the replica
+    that replays them, ``model``'s), a served request longer than that is refused: its replay would be rejected,
+    leaving nothing to score (the fit wrote an artifact scored inf against inf)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError("bench", f"{path} does not exist", "pass the JSON of `vllm bench serve --save-result --save-detailed`")
@@ -583,6 +598,14 @@ def read_bench(path: Path) -> BenchRun:
         raise ConfigError("bench", f"only {int(ok.sum())} successful requests with 2+ output tokens; "
                           f"the fit needs {MIN_ROWS}", "benchmark more prompts")
     idx = np.flatnonzero(ok)
+    if max_model_len is not None:
+        long = next((int(i) for i in idx if data["input_lens"][i] + data["output_lens"][i] > max_model_len), None)
+        if long is not None:  # the server did serve it: its context was longer than the replica's
+            tokens = int(data["input_lens"][long] + data["output_lens"][long])
+            raise ConfigError("bench", f"{path}: request {long} ({data['input_lens'][long]:,} prompt + "
+                              f"{data['output_lens'][long]:,} output tokens = {tokens:,}) is longer than the "
+                              f"{max_model_len:,}-token context of {model or 'the model'}, so its replay would be "
+                              "rejected", "pass the --model the benchmark served, or a --max-model-len that holds it")
     ttfts = [data["ttfts"][i] for i in idx]
     _check_numbers(path, "ttfts", ttfts)
     for i in idx:
@@ -593,6 +616,15 @@ def read_bench(path: Path) -> BenchRun:
     itls = [np.asarray(data["itls"][i] or [], dtype=float) for i in idx]
     if not any(len(x) for x in itls):
         raise ConfigError("bench", f"{path}: every request's itls list is empty", "save it with --save-detailed")
+    for i, gaps in zip(idx, itls, strict=True):
+        # One gap between each two tokens: the fit compares them with the replay's per-token gaps (and their mean,
+        # the TPOT), so a list of another length (shifted lists, a stream of several tokens a chunk) misleads it.
+        if len(gaps) != data["output_lens"][i] - 1:
+            raise ConfigError("bench", f"{path}: itls[{i}] has {len(gaps)} gaps for output_lens[{i}] = "
+                              f"{data['output_lens'][i]} tokens (one gap between each two: "
+                              f"{data['output_lens'][i] - 1})", "pass the lists as vllm bench wrote them, from a "
+                              "server that streamed one token a chunk: speculative decoding and --stream-interval "
+                              "stream several")
     return BenchRun(model_id=data.get("model_id"), request_rate=rate, arrival_at=arrival,
                     input_lens=np.asarray(data["input_lens"], dtype=np.int64)[idx],
                     output_lens=np.asarray(data["output_lens"], dtype=np.int64)[idx],
@@ -768,6 +800,10 @@ def calibrate_bench(run: BenchRun, config: Any, base: str | EngineModel, holdout
     # the fit matches the training requests no better than the start, the start's terms are kept. (Judged on the
     # training requests, as the search was: the held-out figures stay held out.)
     base_score, fit_score = _score(t0, i0, run.ttfts, run.itls, train), _score(t1, i1, run.ttfts, run.itls, train)
+    if not math.isfinite(min(base_score, fit_score)):  # no replay served a training request: nothing was fitted
+        raise ConfigError("bench", f"no replay of the benchmark's training requests served them (score {fit_score:g} "
+                          f"against {base_score:g}), so there is no fit to write", "check --model, --gpu, --tp and "
+                          "--max-model-len against the benchmark's server: the replica rejects its requests")
     kept = base_score <= fit_score
     if kept:
         notes.append(f"kept {base_engine.name}'s terms: the fit (cpu_iteration_s {engine.cpu_iteration_s * 1e3:.3g} ms, "

@@ -347,6 +347,27 @@ def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | N
                               f"drop {flag}, or drop one of the three to read it from the workload")
 
 
+# The formats a figure is written in (report.plots.FORMATS, named here so matplotlib loads after the checks).
+PLOT_FORMATS = ("png", "svg")
+
+
+def _plot_stem(plot: Path) -> Path:
+    """``--plot``'s path stem, each file it names checked before any work: PATH.png and PATH.svg are written, so a
+    .png or .svg given is the stem's own (``--plot x.png`` wrote x.png.png), and a stem that is a folder is refused
+    (a figure beside it named after it is not what was meant)."""
+    stem = plot.with_suffix("") if plot.suffix.lower() in tuple(f".{fmt}" for fmt in PLOT_FORMATS) else plot
+    if stem.is_dir():
+        raise ConfigError("--plot", f"{stem} is a folder, and --plot takes a path stem (PATH.png and PATH.svg "
+                          "are written)", f"pass e.g. --plot {stem / 'tau'}")
+    for fmt in PLOT_FORMATS:
+        path = stem.with_name(f"{stem.name}.{fmt}")
+        if path.is_dir():
+            raise ConfigError("--plot", f"{path} is a folder, and --plot {stem} writes {path}",
+                              "pass another path stem, or move the folder")
+        check_out_file(path, "--plot")
+    return stem
+
+
 @app.command()
 @run_options
 def tau(
@@ -357,12 +378,12 @@ def tau(
     decode_context: Annotated[int | None, typer.Option(help="KV tokens per decode (default: workload mean prompt + output/2).")] = None,
     chunk_context: Annotated[int | None, typer.Option(help="Tokens of the prompt before the chunk (default: half the mean prompt).")] = None,
     max_tokens: Annotated[int, typer.Option(help="Largest budget considered.")] = 8192,
-    plot: Annotated[Path | None, typer.Option(help="Write the plot to PATH.png and PATH.svg.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write the plot to PATH.png and PATH.svg (a .png or .svg suffix given is dropped).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Largest token budget (tau) whose predicted hybrid iteration fits the TBT SLO, and the linear layers' knee."""
     if plot is not None:
-        check_out_file(plot, "--plot")  # a path stem: PATH.png and PATH.svg
+        plot = _plot_stem(plot)
     from simulator.planning.tau import choose_tau, workload_mix
 
     if num_decodes is not None and num_decodes > max_tokens:  # each decode is a token of the budget; 1e8 never end

@@ -177,7 +177,7 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
                                             holdout, seed, name=label, source=f"iteration table {table}")
     else:
         labels = {"model": replica.model, "gpu": replica.gpu}
-        run = engine_fit.read_bench(bench)
+        run = engine_fit.read_bench(bench, replica.effective_max_model_len, replica.model)
         with console.status("calibrating") as status:
             result = engine_fit.calibrate_bench(run, config, config.engine, holdout, seed, max_evals,
                                                 progress=lambda msg: status.update(f"calibrating: {msg}"))

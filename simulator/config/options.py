@@ -238,7 +238,13 @@ def load_config_file(path: Path, field: str = "--config") -> RunConfig:
         raise ConfigError(field, f"{path} is not valid JSON ({exc})", "pass the config.json a run wrote") from None
     if not isinstance(data, dict):
         raise ConfigError(field, f"{path} must hold a JSON object", "pass the config.json a run wrote")
-    return RunConfig.from_dict(data)
+    try:
+        return RunConfig.from_dict(data)
+    except ConfigError as err:
+        # The file's value, named by the file and its key: a field error named after the flag that sets it blamed
+        # the flag typed beside the file (--config q.json --qps 2: "--qps: must be positive, got -1").
+        raise ConfigError(f"{field} {path}", f"{err.field}: {err.problem}",
+                          f"correct {err.field} in the file" + (f"; {err.fix}" if err.fix else "")) from None
 
 
 # vllm bench serve's --random-input-len default (vllm.benchmarks.datasets): `--workload random`'s prompt length.

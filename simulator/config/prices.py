@@ -124,6 +124,9 @@ def parse_price_flags(items: list[str] | None, base: dict[str, GPUPrice] | None 
 
 
 def _with_price(name: str, value: object, where: str, current: dict[str, GPUPrice]) -> GPUPrice:
+    if isinstance(value, bool):  # (JSON's or TOML's true: float(True) priced the GPU at $1/h)
+        raise ConfigError(where, f"price of {name} is {str(value).lower()}, not a number",
+                          "give USD per GPU-hour, e.g. 6.16")
     try:
         usd = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -185,6 +188,9 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
         if None in row:  # csv keeps a row's cells past the header under the key None
             raise ConfigError(where, f"line {line} has more cells than the header's {len(columns)} columns",
                               "one cell a column")
+        lacking = [c for c in ("gpu", "usd_per_gpu_hour") if row[c] is None]  # (csv fills a short row with None)
+        if lacking:  # (an optional max_w cell left off reads as empty, as a blank one does)
+            raise ConfigError(where, f"line {line} lacks {' and '.join(lacking)}", "one cell a column: gpu,usd_per_gpu_hour")
         name = row["gpu"].strip()
         canonical = get_gpu(name).name
         if canonical in seen:  # two prices for one GPU: which one the plan took would be a guess

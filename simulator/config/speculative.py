@@ -333,8 +333,14 @@ def _checked_tree(tree: Any, k: int) -> tuple[tuple[int, ...], ...]:
 
 def parse_rates(text: str) -> tuple[float, ...]:
     """``'0.8,0.7,0.6'`` -> per-position rates (one-line error on anything else)."""
+    items = text.split(",")
+    if text.strip():
+        empty = next((i for i, x in enumerate(items, 1) if not x.strip()), None)
+        if empty is not None:  # (dropped, it moved every later rate one draft position earlier)
+            raise ConfigError("--acceptance-rates", f"item {empty} of {len(items)} in {text!r} is empty",
+                              "give one rate per draft position, e.g. --acceptance-rates 0.8,0.7,0.6")
     try:
-        rates = tuple(float(x) for x in text.split(",") if x.strip())
+        rates = tuple(float(x) for x in items if x.strip())
     except ValueError:
         raise ConfigError("--acceptance-rates", f"not a comma-separated list of numbers: {text!r}",
                           "e.g. --acceptance-rates 0.8,0.7,0.6") from None

@@ -165,7 +165,11 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
         raise ConfigError("sweep", f"{path} is a folder, not a sweep file", "pass a .toml sweep file")
     if not path.is_file():
         raise ConfigError("sweep", f"{path} does not exist", "pass a .toml sweep file")
-    text = path.read_text(encoding="utf-8-sig")  # (a byte-order mark is no part of the table)
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # (a byte-order mark is no part of the table)
+    except UnicodeDecodeError as exc:  # a binary file, or another encoding (UTF-16's byte-order mark)
+        raise ConfigError("sweep", f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          "save the sweep file as UTF-8") from None
     if path.suffix in (".yaml", ".yml"):
         try:
             import yaml

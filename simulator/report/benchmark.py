@@ -493,7 +493,7 @@ def save_result(path: Path, document: dict[str, Any]) -> None:
     from simulator.util.jsonio import jsonable
     from simulator.util.paths import atomic_file
 
-    with atomic_file(path) as tmp:
+    with atomic_file(path, "--save-result") as tmp:
         tmp.write_text(json.dumps(jsonable(document), indent=2) + "\n")
 
 

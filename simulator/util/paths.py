@@ -7,7 +7,8 @@ any simulation, never a traceback after it:
 - :func:`check_out_dir`: an output folder is new, empty, or (``replaceable``) holds only
   what an earlier run of the same command wrote; never a file, never under a file, and
   its nearest existing folder is writable. Nothing is created by the check.
-- :func:`check_out_file`: an output file is not a folder and its folder can be written.
+- :func:`check_out_file`: an output file is new or a regular file (never a folder, device, FIFO or socket)
+  and its folder can be written; a symbolic link is followed, its target checked and written.
 - neither is inside the shared data folder (:data:`~simulator.config.shared_data.SHARED_DATA`), read only.
 - :func:`check_in_file` / :func:`check_in_dir`: an input exists and is of the right kind.
 
@@ -23,6 +24,7 @@ import contextlib
 import fnmatch
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -57,7 +59,7 @@ def _check_writable(folder: Path, path: Path, field: str, what: str) -> None:
 
 def _refuse_shared_data(path: Path, field: str) -> None:
     """The public data is read, never written (provenance: its READMEs describe what is there)."""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, RuntimeError):  # (a loop of links: RuntimeError before Python 3.13)
         if path.resolve().is_relative_to(SHARED_DATA.resolve()):
             raise ConfigError(field, f"{path} is inside the shared data folder {SHARED_DATA}, which servesim reads "
                               "and never writes", "pass an output path outside it")
@@ -92,13 +94,47 @@ def check_out_dir(path: Path | str, field: str = "--out", replaceable: Iterable[
     return path
 
 
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def out_file_target(path: Path | str, field: str = "--out") -> Path:
+    """The file an output path writes: the path itself, or a symbolic link's final target, which is written in
+    its place (replacing the link with a plain file would cut the user's link from the fresh output, e.g. a
+    ``latest.json`` pointing into a dated folder). Refuse a target that exists and is not a regular file:
+    outputs are renamed into place, which would replace a device, FIFO or socket (``/dev/null``) with a file."""
+    path = Path(path)
+    target = path
+    if path.is_symlink():
+        try:
+            target = path.resolve(strict=False)
+        except (OSError, RuntimeError):  # a loop of links (RuntimeError before Python 3.13)
+            raise ConfigError(field, f"{path} is a symbolic link that loops", "pass a file path") from None
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        return target  # new (or a dangling link's target, written there)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot reach {path} ({exc.strerror or exc})", "pass a file path") from None
+    if not stat.S_ISREG(mode):
+        shown = f"{path} (a link to {target})" if target != path else str(path)
+        fix = "pass a file path, e.g. " + str(target / "out.json") if stat.S_ISDIR(mode) else "pass a regular file path"
+        raise ConfigError(field, f"{shown} is {_kind(mode)}", fix)
+    return target
+
+
 def check_out_file(path: Path | str, field: str = "--out") -> Path:
-    """Refuse an output file path that is a folder or cannot be written, before any work."""
+    """Refuse an output file path that is not a regular file (a folder, device, FIFO, socket: followed through a
+    symbolic link) or cannot be written, before any work. Returns the path given."""
     path = Path(path)
     _refuse_shared_data(path, field)
-    if path.is_dir():
-        raise ConfigError(field, f"{path} is a folder", "pass a file path, e.g. " + str(path / "out.json"))
-    _check_writable(_nearest_existing(path, field, "file"), path, field, "file")
+    target = out_file_target(path, field)
+    _check_writable(_nearest_existing(target, field, "file"), path, field, "file")
     return path
 
 
@@ -230,11 +266,13 @@ def atomic_update(target: Path | str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_file(target: Path | str) -> Iterator[Path]:
+def atomic_file(target: Path | str, field: str = "--out") -> Iterator[Path]:
     """Yield a temporary file path beside ``target`` (same suffix, so writers that go by it
     still do); ``os.replace`` it onto ``target`` when the block ends normally, remove it
-    (and the parents made for it) on any exception."""
-    target = Path(target)
+    (and the parents made for it) on any exception. A symbolic link's target is written, and
+    one that is not a regular file refused (:func:`out_file_target`; :func:`check_out_file`
+    said so before any work)."""
+    target = out_file_target(target, field)
     made = _made_parents(target)
     fd, name = tempfile.mkstemp(prefix=TMP_PREFIX + target.stem + "-", suffix=target.suffix, dir=target.parent)
     os.close(fd)

@@ -52,7 +52,7 @@ import gzip
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -512,6 +512,10 @@ def load_trace(path: str | os.PathLike[str]) -> TraceData:
         st = p.stat()
     except OSError:
         raise ConfigError(_FIELD, f"{path}: no such file", "check the path given to --trace") from None
+    if p.is_dir():  # (a folder of any *.json file is read as sessions before this: prefix_traces)
+        raise ConfigError(_FIELD, f"{path}: the folder holds no *.json (or *.json.gz) session files",
+                          "pass a folder of Claude Code session files, as ../shared/data/traces/weka_claude_code/"
+                          "sessions, or a CSV or JSONL trace file")
     if not p.is_file():
         raise ConfigError(_FIELD, f"{path}: not a file", "pass a CSV or JSONL trace file, or a folder of Claude "
                           "Code session files (e.g. ../shared/data/traces/weka_claude_code/sessions)")
@@ -740,6 +744,17 @@ def _read_csv(path: str) -> TraceData:
     return TraceData(path, fmt, prompt, output, arrival, tuple(columns), note)
 
 
+def _check_later_keys(record: dict[str, Any], first_keys: Container[str], path: str, lineno: int, first_line: int) -> None:
+    """Refuse a key a later line gives that the reader would read but the first line lacks: the first line's keys
+    pick the columns, so a timestamp (or a second length key, or hash_ids) first given there was dropped in
+    silence. Other keys a line adds (a record's own notes) are no column and are left alone."""
+    read = (*PROMPT_KEYS, *OUTPUT_KEYS, *TIME_KEYS, "hash_ids")
+    new = next((k for k in record if k not in first_keys and k.strip().lower() in read), None)
+    if new is not None:
+        raise ConfigError(_FIELD, f"{path}: line {lineno} has key {new!r}, which the first line (line {first_line}) "
+                          "lacks: the first line's keys name the trace's columns", "give every line the same keys")
+
+
 def _read_jsonl(path: str) -> TraceData:
     opener = gzip.open if path.lower().endswith(".gz") else open
     keys: tuple[str, str, str | None] | None = None
@@ -771,6 +786,9 @@ def _read_jsonl(path: str) -> TraceData:
                     if pk is None or ok is None:
                         raise _columns_error(path, names, where=f"keys of line {lineno}")
                     keys = (pk, ok, tk)
+                    first_line, first_keys = lineno, record.keys()
+                elif record.keys() != first_keys:  # (the usual line: every key of the first, no other)
+                    _check_later_keys(record, first_keys, path, lineno, first_line)
                 pk, ok, tk = keys
                 for key in (pk, ok, tk):
                     if key is not None and key not in record:

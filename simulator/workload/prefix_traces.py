@@ -106,11 +106,31 @@ def is_weka_session(path: str) -> bool:
     if not _is_session_name(p.name):
         return False
     try:
-        with _open_lines(str(p)) as fh:
-            head = fh.read(4096)
-    except (*READ_ERRORS, UnicodeDecodeError):
+        keys = _document_keys(str(p))
+    except (*READ_ERRORS, UnicodeDecodeError, json.JSONDecodeError):
         return False
-    return '"block_size"' in head and '"requests"' in head or '"hash_id_scope"' in head
+    return keys is not None and ({"block_size", "requests"} <= keys or "hash_id_scope" in keys)
+
+
+def _document_keys(path: str) -> set[str] | None:
+    """The top-level keys of a file holding one JSON object, else None. Read from the parsed object, not from the
+    text's head (a session whose long ``requests`` came before ``block_size`` was an unknown format); a JSONL file,
+    a whole object on its first line and another line after it, is told after two lines, however long the file."""
+    with _open_lines(path) as fh:
+        first = fh.readline()
+        while first and not first.strip():
+            first = fh.readline()
+        try:
+            record = json.loads(first)
+        except json.JSONDecodeError:  # an object spread over lines (pretty-printed): the one document, whole
+            record = json.loads(first + fh.read())
+        else:
+            line = fh.readline()
+            while line and not line.strip():
+                line = fh.readline()
+            if line:
+                return None  # a line after a whole object: JSON lines
+    return set(record) if isinstance(record, dict) else None
 
 
 def _positive_int(value: object, what: str, path: str, where: str) -> int:
@@ -403,9 +423,9 @@ def read_weka_sessions(path: str, session_gap_s: float = 0.0, closed: bool = Fal
 
 
 def prefix_trace_format(path: str) -> str | None:
-    """Which of these formats the trace at ``path`` is (``"weka-sessions"``, ``"mooncake"``), from
-    its name and first line only, or None (a trace without block hashes: CSV, plain JSONL). Only
-    Weka sessions name sessions (Mooncake's ``session_id`` is -1 throughout)."""
+    """Which of these formats the trace at ``path`` is (``"weka-sessions"``, ``"mooncake"``), from its name
+    and first line (a session file's: its top-level keys), or None (a trace without block hashes: CSV, plain
+    JSONL). Only Weka sessions name sessions (Mooncake's ``session_id`` is -1 throughout)."""
     if (Path(path).is_dir() or _is_session_name(path)) and is_weka_session(path):
         return "weka-sessions"
     if path.lower().removesuffix(".gz").endswith((".jsonl", ".ndjson", ".json")) and is_mooncake_jsonl(path):

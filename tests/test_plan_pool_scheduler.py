@@ -34,9 +34,10 @@ def _base(scheduler: str) -> RunConfig:
                                workload__name="sharegpt", workload__num_requests=32)
 
 
-@pytest.mark.parametrize("scheduler", ["sglang", "trtllm"])
+@pytest.mark.parametrize("scheduler", ["sglang", "trtllm", "vllm-v1"])
 def test_a_disaggregated_layout_runs_the_plans_engine_in_both_pools(scheduler: str) -> None:
-    """Its pools say sched=, and run that policy with its engine's memory basis and KV page."""
+    """Its pools say sched=, and run that policy with its engine's memory basis and KV page. vllm-v1 too: the launch
+    starts vLLM servers with a NIXL connector, which only vLLM's V1 engine runs (its pools ran V0's policy)."""
     base = _base(scheduler)
     config = UNIT.config(base, units=2)
     assert f"sched={scheduler}" in config.prefill_pool and f"sched={scheduler}" in config.decode_pool

@@ -51,7 +51,8 @@ class SchedulerEntry:
     (SGLang's ``SUM_LEN`` gather whenever a rank extends, TensorRT-LLM's padded rows skipped by its MoE), its
     decode-only steps still padded to the largest rank (both engines' CUDA graphs and ``MAX_LEN`` gathers).
     ``serves_pools``: its engine's disaggregated deployments run this policy in their prefill and decode workers
-    (SGLang's PD disaggregation, TensorRT-LLM's context and generation servers), so a plan's disaggregated layouts run
+    (vLLM's NIXL-connected workers, which only its V1 engine runs; SGLang's PD disaggregation; TensorRT-LLM's context
+    and generation servers), so a plan's disaggregated layouts run
     it in both pools (:func:`simulator.config.disagg_layout.plan_pool_scheduler`); a plan under any other policy lays
     its pools out under ``vllm``, the pools' default (``DEFAULT_POOL_SCHEDULER``)."""
 
@@ -98,7 +99,7 @@ SCHEDULERS: dict[str, SchedulerEntry] = {
     "sarathi": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True),
     # Sarathi's policy under vLLM's default budget (SchedulerConfig.token_budget).
     "vllm-v1": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True,
-                              prefix_cache="vllm-lru", hybrid_page=True),
+                              prefix_cache="vllm-lru", hybrid_page=True, serves_pools=True),
     # SGLang sizes its pool by --mem-fraction-static (weights and KV pool). Its page is 1 token by default; the
     # simulator keeps 16-token blocks (at most 15 tokens a request apart, and a radix cache named per token
     # would cost 16 times the lookups).

@@ -129,22 +129,23 @@ def test_dp_balance_moves_a_decode_pool_whose_ranks_preempt() -> None:
     assert [r.completed_at for r in on.requests] != [r.completed_at for r in off.requests]
 
 
-# -- plan --modes disagg: the pools run vllm and keep no prefix cache --------------------------------------------
+# -- plan --modes disagg: pools of a research policy run vllm; under --scheduler vllm they keep no prefix cache ----
 
 PLAN = ["plan", "--gpus", "a100-80gb", "--modes", "disagg", "--tps", "1", "--seqs", "128", "--ratios", "1:1",
         "--num-requests", "60", "--qps", "1", "--no-verify"]
 
 
-@pytest.mark.parametrize("flag", [["--scheduler", "sglang"], ["--scheduler", "vllm"],
+@pytest.mark.parametrize("flag", [["--scheduler", "sarathi"], ["--scheduler", "orca"],
                                   ["--scheduler", "vllm", "--max-num-batched-tokens", "8192", "--no-prefix-caching"]])
 def test_plan_without_aggregated_layouts_refuses_what_only_they_read(flag: list[str], mooncake: str,
                                                                      tmp_path: Path) -> None:
-    """Every layout of --modes disagg runs the pools' scheduler (vllm): --scheduler sglang planned the very layouts as
-    without it. Under --scheduler vllm no prefill pool caches by default: --no-prefix-caching does nothing."""
+    """Every layout of --modes disagg runs the pools' scheduler: a research policy's pools run vllm, so --scheduler
+    sarathi schedules none of them (an engine's, sglang or trtllm, runs its pools: tests/test_plan_pool_scheduler.py).
+    Under --scheduler vllm no prefill pool caches by default: --no-prefix-caching does nothing."""
     err = refusal(*PLAN, "--trace", mooncake, "--out", str(tmp_path / "plan"), *flag)
     named = flag[-1] if flag[-1].startswith("--") else flag[0]
     assert err.field == named and "--modes disagg searches only disaggregated pools" in str(err)
-    assert f"add agg to --modes, or drop {named}" in str(err)
+    assert "add agg to --modes, or " in str(err) and f"drop {named}" in str(err)
 
 
 def test_plan_without_aggregated_layouts_passes_the_prefix_cache_flags_to_the_prefill_pools(tmp_path: Path) -> None:

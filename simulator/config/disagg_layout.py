@@ -13,7 +13,8 @@ GPUs: ``--ep``), ``nodes`` (nodes each replica spans: ``--nodes``), ``gpu``, ``s
 chunk size for sarathi) and ``seqs`` (``max_num_seqs``). Keys not given come from the run options,
 except the scheduler, which defaults to ``vllm`` in both pools: a prefill pool batches
 whole prompts under its token budget (DistServe's prefill instance), a decode pool only
-ever receives decodes, so vLLM's continuous batching is all it needs. ``--mixed-pool``
+ever receives decodes, so vLLM's continuous batching is all it needs (``simulate plan`` writes
+``sched=`` in its layouts' pools: the plan's engine's, :func:`plan_pool_scheduler`). ``--mixed-pool``
 (same syntax) adds Splitwise's mixed machines: aggregated replicas running the run's own
 scheduler, which take whole requests when every prefill replica is backed up.
 
@@ -388,6 +389,17 @@ def pool_prefix_cache(base: SchedulerConfig, pool_scheduler: str, run_scheduler:
     if not on:
         return None
     return base.prefix_cache_policy or default or "vllm-lru"
+
+
+def plan_pool_scheduler(run_scheduler: str) -> str:
+    """The scheduler both pools of a planned disaggregated layout run under ``--scheduler run_scheduler``
+    (``simulate plan`` writes it as each pool's ``sched=``): the run's own where its engine serves disaggregated
+    pools with it (``SchedulerEntry.serves_pools``: a plan of SGLang compares SGLang's aggregated replicas with
+    SGLang's PD pools, and launches what it simulated), else :data:`DEFAULT_POOL_SCHEDULER` (a research policy,
+    sarathi, orca or fastertransformer, that no engine deploys disaggregated)."""
+    from simulator.config.schedulers import SCHEDULERS
+
+    return run_scheduler if SCHEDULERS[run_scheduler].serves_pools else DEFAULT_POOL_SCHEDULER
 
 
 def prefix_cache_schedulers(config: RunConfig) -> dict[str, str]:

@@ -49,7 +49,12 @@ class SchedulerEntry:
     ``--dp-padding`` says: ``max``, every rank padded to the largest rank's tokens (vLLM pads each DP rank's batch
     to the largest across the group); ``sum``, a step that carries a prompt routes the ranks' own tokens only
     (SGLang's ``SUM_LEN`` gather whenever a rank extends, TensorRT-LLM's padded rows skipped by its MoE), its
-    decode-only steps still padded to the largest rank (both engines' CUDA graphs and ``MAX_LEN`` gathers)."""
+    decode-only steps still padded to the largest rank (both engines' CUDA graphs and ``MAX_LEN`` gathers).
+    ``serves_pools``: its engine's disaggregated deployments run this policy in their prefill and decode workers
+    (vLLM's NIXL-connected workers, which only its V1 engine runs; SGLang's PD disaggregation; TensorRT-LLM's context
+    and generation servers), so a plan's disaggregated layouts run
+    it in both pools (:func:`simulator.config.disagg_layout.plan_pool_scheduler`); a plan under any other policy lays
+    its pools out under ``vllm``, the pools' default (``DEFAULT_POOL_SCHEDULER``)."""
 
     policy: str
     chunks_prompts: bool = False
@@ -60,6 +65,7 @@ class SchedulerEntry:
     memory_basis: str = "total"
     block_size: int = 16
     dp_padding: str = "max"
+    serves_pools: bool = False
 
     def __post_init__(self) -> None:
         module, _, cls = self.policy.partition(":")
@@ -85,23 +91,24 @@ class SchedulerEntry:
 
 _POLICIES = "simulator.engine.schedulers"
 SCHEDULERS: dict[str, SchedulerEntry] = {
-    "vllm": SchedulerEntry(f"{_POLICIES}.vllm:VLLMScheduler", hybrid_page=True),
+    # (the pools' default: DistServe's prefill and decode instances)
+    "vllm": SchedulerEntry(f"{_POLICIES}.vllm:VLLMScheduler", hybrid_page=True, serves_pools=True),
     "orca": SchedulerEntry(f"{_POLICIES}.orca:OrcaScheduler", token_budget=False),
     "fastertransformer": SchedulerEntry(f"{_POLICIES}.fastertransformer:FasterTransformerScheduler",
                                         token_budget=False),
     "sarathi": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True),
     # Sarathi's policy under vLLM's default budget (SchedulerConfig.token_budget).
     "vllm-v1": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True,
-                              prefix_cache="vllm-lru", hybrid_page=True),
+                              prefix_cache="vllm-lru", hybrid_page=True, serves_pools=True),
     # SGLang sizes its pool by --mem-fraction-static (weights and KV pool). Its page is 1 token by default; the
     # simulator keeps 16-token blocks (at most 15 tokens a request apart, and a radix cache named per token
     # would cost 16 times the lookups).
     "sglang": SchedulerEntry(f"{_POLICIES}.sglang:SGLangScheduler", chunks_prompts=True, prefix_cache="radix-lru",
-                             memory_basis="static", dp_padding="sum"),
+                             memory_basis="static", dp_padding="sum", serves_pools=True),
     # TensorRT-LLM reuses KV blocks across requests by default (KvCacheConfig.enable_block_reuse); its
     # KvCacheConfig sizes the cache by free_gpu_memory_fraction (0.9) in blocks of tokens_per_block (32).
     "trtllm": SchedulerEntry(f"{_POLICIES}.trtllm:TRTLLMScheduler", batch_wait=True, prefix_cache="vllm-lru",
-                             memory_basis="free", block_size=32, dp_padding="sum"),
+                             memory_basis="free", block_size=32, dp_padding="sum", serves_pools=True),
 }
 
 SCHEDULER_NAMES = tuple(SCHEDULERS)
@@ -109,3 +116,4 @@ CHUNKING_SCHEDULERS = tuple(name for name, e in SCHEDULERS.items() if e.chunks_p
 BUDGETED_SCHEDULERS = tuple(name for name, e in SCHEDULERS.items() if e.token_budget)
 UNBUDGETED_SCHEDULERS = tuple(name for name, e in SCHEDULERS.items() if not e.token_budget)
 BATCH_WAIT_SCHEDULERS = tuple(name for name, e in SCHEDULERS.items() if e.batch_wait)
+POOL_SCHEDULERS = tuple(name for name, e in SCHEDULERS.items() if e.serves_pools)

@@ -6,7 +6,9 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
 
 1. **Layouts** (:func:`enumerate_layouts`): per GPU type, precision, TP x PP (x EP and
    attention DP for MoE models), aggregated or disaggregated (a *unit* of ``num_prefill``
-   prefill replicas and ``num_decode`` decode replicas, each pool its own TP), and the
+   prefill replicas and ``num_decode`` decode replicas, each pool its own TP, both running the
+   plan's scheduler where its engine deploys disaggregated pools, else vllm:
+   :func:`~simulator.config.disagg_layout.plan_pool_scheduler`), and the
    engine knobs (token budget, ``max_num_seqs``). Dropped before any simulation: layouts that
    do not fit (:func:`simulator.engine.replica.memory_shortfall`, the one memory check, through
    :func:`simulator.planning.split.fits`), pipeline layouts where a TP-only layout of as many
@@ -65,13 +67,13 @@ import numpy as np
 
 from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
-from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER, pool_prefix_cache
+from simulator.config.disagg_layout import plan_pool_scheduler, pool_prefix_cache
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS
 from simulator.config.precision import canonical_weight_format
 from simulator.config.prices import GPUPrice, gpu_power_w, price_of
 from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig
-from simulator.config.schedulers import CHUNKING_SCHEDULERS
+from simulator.config.schedulers import CHUNKING_SCHEDULERS, POOL_SCHEDULERS
 from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
 from simulator.planning.capacity import SearchSettings, find_capacity, judged_requests, run_trial
@@ -206,9 +208,18 @@ class Layout:
             one = parse_link(base.kv_link, self.gpu)
             if math.isfinite(one.bytes_per_s):
                 link = f"{units * one.bytes_per_s / 1e9:.9g}GB/s@{one.latency_s * 1e6:.9g}us"
-        return base.replace(kv_link=link, prefill_pool=f"{units * self.num_prefill}x(tp={self.prefill_tp}{budget})",
-                            decode_pool=f"{units * self.num_decode}x(tp={self.tp},seqs={self.max_num_seqs})",
+        # Both pools run the plan's scheduler where its engine deploys disaggregated pools (plan_pool_scheduler), so
+        # its memory rules, budget and prefix cache are the engine's the launch command starts; said in the pools.
+        sched = f",sched={self.scheduler(base)}"
+        return base.replace(kv_link=link,
+                            prefill_pool=f"{units * self.num_prefill}x(tp={self.prefill_tp}{budget}{sched})",
+                            decode_pool=f"{units * self.num_decode}x(tp={self.tp},seqs={self.max_num_seqs}{sched})",
                             mixed_pool=None, num_replicas=1, replica__tp=self.tp, **common)
+
+    def scheduler(self, base: RunConfig) -> str:
+        """The scheduler this layout's replicas run under ``base``: the run's, a disaggregated layout's pools
+        :func:`~simulator.config.disagg_layout.plan_pool_scheduler`'s."""
+        return plan_pool_scheduler(base.scheduler.name) if self.mode == "disagg" else base.scheduler.name
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -303,7 +314,8 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
                 for tp_p in tps:
                     for tp_d in tps:
                         for n_p, n_d in space.ratios:
-                            # Pools keep their own token budget (a prefill pool batches whole prompts).
+                            # Pools keep their scheduler's own token budget (its engine's default, or a
+                            # --max-num-batched-tokens of the run's where they run --scheduler), not --budgets.
                             for seqs in space.max_num_seqs:
                                 layout = Layout(gpu, "disagg", dtype, tp_d, 1, 1, 1, None, seqs, tp_p, n_p, n_d)
                                 if not fits_layout(layout):
@@ -342,7 +354,8 @@ def unread_run_options(base: RunConfig, space: SearchSpace) -> dict[str, tuple[s
     """Run options whose reader is a layout shape the planner chooses (attention DP, an aggregated
     replica), where no layout of ``space`` has that shape: option name -> (why, fix). The run options'
     own check leaves these to the plan (its layouts, not the base config, have the DP ranks), so a
-    value given here would otherwise do nothing."""
+    value given here would otherwise do nothing. A ``why`` that names ``{flag}`` is the whole problem (it says
+    itself what the flag fails to do); ``{flag}`` in either stands for the flag as given."""
     out: dict[str, tuple[str, str]] = {}
     dp_layouts = base.replica.model_spec.is_moe and "agg" in space.modes and max(space.attention_dps) > 1
     if not dp_layouts:
@@ -362,22 +375,24 @@ def unread_run_options(base: RunConfig, space: SearchSpace) -> dict[str, tuple[s
         for name in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"):
             out[name] = ("--modes disagg searches only disaggregated pools, which never run a step that mixes prompts "
                          "and decodes, the steps batch waiting holds", "add agg to --modes, or drop {flag}")
-        # The pools run the pools' scheduler (a --scheduler of that name says only that they keep its
-        # --max-num-batched-tokens: PoolSpec.scheduler_config).
-        if not (base.scheduler.name == DEFAULT_POOL_SCHEDULER and base.scheduler.max_num_batched_tokens is not None):
-            out["scheduler"] = (f"--modes disagg searches only disaggregated pools, which run {DEFAULT_POOL_SCHEDULER} "
-                                f"(--scheduler {DEFAULT_POOL_SCHEDULER} only keeps a --max-num-batched-tokens for them)",
-                                "add agg to --modes, or drop {flag}")
+        # The pools run --scheduler where its engine deploys disaggregated pools (plan_pool_scheduler), else vllm: a
+        # research policy named there schedules no layout (its pools run vllm, as under --scheduler vllm).
+        pools = plan_pool_scheduler(base.scheduler.name)
+        if pools != base.scheduler.name:  # (the flag still changes the pools, to vllm's: "would do nothing" is untrue)
+            out["scheduler"] = (f"--modes disagg searches only disaggregated pools, which run {pools} under --scheduler "
+                                f"{base.scheduler.name} (a plan's pools run its --scheduler where that engine deploys "
+                                f"disaggregated pools: {', '.join(POOL_SCHEDULERS)}), so {{flag}} {base.scheduler.name} "
+                                "schedules no layout",
+                                f"add agg to --modes, or pass --scheduler {' or '.join(POOL_SCHEDULERS)}, or drop {{flag}}")
         # The prefix-cache flags reach every layout's prefill pool (its capacity searches and verify runs), which
-        # caches as the run's engine would (disagg_layout.pool_prefix_cache; capacity_bound prices the tokens no
+        # caches as the pools' engine would (disagg_layout.pool_prefix_cache; capacity_bound prices the tokens no
         # cache spares); the base config's check judged them as a run's. --no-prefix-caching is read only where a
         # prefill pool would cache without it.
         if base.scheduler.prefix_caching is False and pool_prefix_cache(
-                replace(base.scheduler, prefix_caching=None), DEFAULT_POOL_SCHEDULER) is None:
+                replace(base.scheduler, prefix_caching=None), pools) is None:
             out["prefix_caching"] = ("--modes disagg searches only disaggregated pools, and no prefill pool caches "
-                                     f"prefixes by default ({DEFAULT_POOL_SCHEDULER} under --scheduler "
-                                     f"{base.scheduler.name}; a decode pool never does)",
-                                     "add agg to --modes, or drop {flag}")
+                                     f"prefixes by default ({pools} under --scheduler {base.scheduler.name}; a decode "
+                                     "pool never does)", "add agg to --modes, or drop {flag}")
     return out
 
 
@@ -624,7 +639,9 @@ def search_layout(layout_dict: dict[str, Any], base_dict: dict[str, Any], slo_di
                            "bound_qps": bound_qps, "status": "ok", "error": ""}
     trials: list[dict[str, Any]] = []
     try:
-        config = layout.config(RunConfig.from_dict(base_dict))
+        base = RunConfig.from_dict(base_dict)
+        row["scheduler"] = layout.scheduler(base)  # (a disaggregated layout's pools': plan_pool_scheduler)
+        config = layout.config(base)
         if need_qps is not None:
             first = run_trial(config, need_qps, slo.capacity_slo())
             trials.append({"key": layout.key, "qps": need_qps, "passed": first.passed, "goodput": first.goodput_fraction,
@@ -826,8 +843,8 @@ class Runner:
 # Files: every searched layout written at once
 
 
-LAYOUT_COLUMNS = ("key", *(f.name for f in fields(Layout)), "num_gpus", "bound_qps", "status", "error", "capacity_qps",
-                  "capacity_is_lower_bound", "below_qps",
+LAYOUT_COLUMNS = ("key", *(f.name for f in fields(Layout)), "scheduler", "num_gpus", "bound_qps", "status", "error",
+                  "capacity_qps", "capacity_is_lower_bound", "below_qps",
                   "reason", "at_capacity_goodput", "at_capacity_ttft_s_p99", "at_capacity_tpot_s_p99",
                   "at_capacity_tpot_s_p50", "at_capacity_output_tokens_per_s", "at_capacity_tokens_per_s_per_user",
                   "at_capacity_busy_fraction", "at_capacity_num_rejected", "wall_s")
@@ -835,24 +852,34 @@ TRIAL_COLUMNS = ("key", "qps", "passed", "goodput", "ttft_s_p99", "reason")
 
 
 def _append(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
-    new = not path.exists()
+    header = None
     try:
+        if path.exists():  # a resumed folder keeps its own header (one written before a column was added lacks it)
+            with path.open(newline="") as f:
+                header = next(csv.reader(f), None)
         f = path.open("a", newline="")
     except OSError as exc:  # (a file made read-only inside a writable folder: a PermissionError traceback)
         raise ConfigError("--out", f"cannot write {path} ({exc.strerror or type(exc).__name__})",
                           "make the plan folder's files writable, or pass a new folder") from None
+    names = list(header or columns)
     with f:
-        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
-        if new:
+        writer = csv.DictWriter(f, fieldnames=names, extrasaction="ignore")
+        if not header:
             writer.writeheader()
         for row in rows:
-            writer.writerow({k: row.get(k, "") for k in columns})
+            writer.writerow({k: row.get(k, "") for k in names})
         f.flush()
 
 
 def plan_identity(base: RunConfig, load_qps: float, slo: PlanSLO, rel_tol: float) -> str:
-    """What a searched layout's result depends on besides the layout (its resume key)."""
-    return base.result_key(load_qps=load_qps, slo=asdict(slo), rel_tol=rel_tol)
+    """What a searched layout's result depends on besides the layout (its resume key). The pools' scheduler where
+    it is not the one every plan's pools ran before they ran the plan's engine (DEFAULT_POOL_SCHEDULER): a folder
+    whose disaggregated rows ran vllm pools under this --scheduler is another plan, never resumed into this one."""
+    from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER
+
+    pools = plan_pool_scheduler(base.scheduler.name)
+    context = {"pool_scheduler": pools} if pools != DEFAULT_POOL_SCHEDULER else {}
+    return base.result_key(load_qps=load_qps, slo=asdict(slo), rel_tol=rel_tol, **context)
 
 
 # What layouts.csv's at_capacity_tokens_per_s_per_user holds, recorded in plan.json as "per_user": the run's
@@ -878,7 +905,8 @@ def _read_done(out: Path, identity: str) -> tuple[dict[str, dict[str, Any]], boo
         return {}, True
     current = data.get("per_user") == PER_USER_DEFINITION
     if data.get("identity") != identity:
-        raise ConfigError("--out", f"{out} holds another plan (other model, traffic, SLO or search settings)",
+        raise ConfigError("--out", f"{out} holds another plan (other model, traffic, SLO or search settings, or "
+                          "disaggregated pools run under another scheduler)",
                           "pass a new --out folder, or delete that one")
     path = out / "layouts.csv"
     if not path.is_file():
@@ -888,7 +916,7 @@ def _read_done(out: Path, identity: str) -> tuple[dict[str, dict[str, Any]], boo
         for row in csv.DictReader(f):
             parsed: dict[str, Any] = {}
             for k, v in row.items():
-                if k in ("key", "gpu", "mode", "dtype", "status", "error", "reason"):
+                if k in ("key", "gpu", "mode", "dtype", "scheduler", "status", "error", "reason"):
                     parsed[k] = v
                 elif k == "capacity_is_lower_bound":
                     parsed[k] = v == "True"
@@ -1046,7 +1074,9 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
         # figures all read as unknown on a later resume: never two definitions in one column).
         marker = {"per_user": PER_USER_DEFINITION} if current else {}
         (out / "plan.json").write_text(json.dumps({"identity": identity, "load_qps": load_qps, "slo": asdict(slo),
-                                                   "rel_tol": rel_tol, "config": base.to_dict(), **marker}, indent=1))
+                                                   "rel_tol": rel_tol, "config": base.to_dict(),
+                                                   "pool_scheduler": plan_pool_scheduler(base.scheduler.name),
+                                                   **marker}, indent=1))
     base_dict, slo_dict = base.to_dict(), asdict(slo)
     order = sorted(candidates, key=lambda c: (c.lower_bound_usd(load_qps), c.layout.key))
     for c in order:
@@ -1326,7 +1356,8 @@ def write_outputs(result: PlanResult, out: Path) -> list[Path]:
     answer = None
     if result.answer is not None:
         a = result.answer
-        answer = {"layout": a.layout.to_dict(), "key": a.layout.key, "units": a.units(result.load_qps),
+        answer = {"layout": a.layout.to_dict(), "key": a.layout.key, "scheduler": a.layout.scheduler(result.base),
+                  "units": a.units(result.load_qps),
                   "usd_per_hour": a.usd_per_hour(result.load_qps), "verified": a.verified,
                   "price": asdict(a.price),
                   **{f"launch_{engine}": launch_command(a, result.base, engine) for engine in LAUNCH_ENGINES}}

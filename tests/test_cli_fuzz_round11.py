@@ -337,3 +337,14 @@ def test_where_speculation_turned_prefix_caching_off_the_fix_is_not_the_refused_
     with pytest.raises(ConfigError, match="prefix caching is off") as err:  # without speculation: as before
         build_config(num_requests=20, scheduler="vllm", prefix_cache_policy="radix-lru")
     assert err.value.fix.startswith("pass --prefix-caching")
+
+
+def test_plan_refuses_dp_padding_where_no_layout_has_attention_dp(tmp_path: Path) -> None:
+    # --dp-padding says what an attention-DP step's MoE layers carry: a plan of a dense model, or one searching
+    # attention DP 1 only, has no such layout, and ran to the end with it in silence.
+    for extra in (["--model", "llama-3.1-8b"], ["--model", "qwen3-30b-a3b", "--attention-dps", "1"]):
+        res = CliRunner().invoke(app, ["plan", *extra, "--dp-padding", "sum", "--gpus", "h100-sxm", "--tps", "1",
+                                       "--num-requests", "20", "--qps", "1", "--out", str(tmp_path / "p")])
+        assert isinstance(res.exception, ConfigError), res.output
+        assert str(res.exception).startswith("--dp-padding: no layout of the plan has attention-DP ranks")
+

@@ -303,3 +303,4 @@ def test_result_keys_name_the_padding_rule_where_it_changes_results() -> None:
         assert run.result_key() != run.replace(scheduler__dp_padding="max").result_key()
     run = moe.replace(scheduler__name="vllm-v1")
     assert run.result_key() != run.replace(scheduler__dp_padding="sum").result_key()
+    assert run.result_key() == run.replace(scheduler__dp_padding="max").result_key()  # the rule in force, not typed

@@ -63,8 +63,7 @@ WARMUP_MODES = ("steady", "drain")  # a closed loop's warm-up: inline, or a phas
 SESSION_REPLAYS = ("open", "closed")
 # Fields added after results were stored (sweep points, planned layouts): at these values result_key leaves them
 # out, so a stored point's key stays what it was and its sweep resumes instead of running every point again.
-LATER_FIELD_DEFAULTS: dict[tuple[str, str], Any] = {("workload", "session_replay"): "open",
-                                                    ("scheduler", "dp_padding"): None}
+LATER_FIELD_DEFAULTS: dict[tuple[str, str], Any] = {("workload", "session_replay"): "open"}
 # Fields whose default became None (the engine's own) after results were stored, with the value they held then: where
 # every scheduler of a run plans its KV cache on the total basis (vLLM's rule, whose defaults these were), result_key
 # writes that value for None, so a stored vLLM-family point's key stays what it was; an SGLang or TensorRT-LLM run's
@@ -995,8 +994,11 @@ class RunConfig:
             for (section, name), former in FORMER_DEFAULTS_ON_TOTAL.items():
                 if resolved[section].get(name) is None:
                     resolved[section][name] = former
-        if resolved["scheduler"].get("dp_padding") is None and self._routes_own_dp_tokens():
-            resolved["scheduler"]["dp_padding"] = "sum"  # the engine's rule, which results stored before it lacked
+        # The rule in effect, not the flag typed: "sum" where it is read and in force (results stored before the rule
+        # existed lacked it), nothing otherwise ("max", typed or the engine's, is what every earlier result ran).
+        resolved["scheduler"].pop("dp_padding", None)
+        if self._routes_own_dp_tokens():
+            resolved["scheduler"]["dp_padding"] = "sum"
         blob = json.dumps({**context, "config": resolved}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

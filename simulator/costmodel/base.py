@@ -368,15 +368,34 @@ class TabulatedCostModel(CostModel):
     def group_ops(self) -> tuple[str, ...]:
         return ("moe_experts", "moe_act", "ep_all_to_all") if self.replica.ep == 1 else ("moe_experts", "moe_act")
 
+    # The group ops' tables (group_token_delta): by a rank's tokens (the padded reading) and by the group's tokens.
+    _group_by_rank: list[float] | None = None
+    _group_by_total: list[float] | None = None
+
     def group_token_delta(self, num_tokens: int, group_tokens: int) -> float:
         """Per-layer seconds a rank of ``num_tokens`` tokens gains (or loses) when the MoE group routes
         ``group_tokens`` tokens, not ``num_tokens x attention_dp`` (:attr:`BatchShape.moe_group_tokens`): the
         group ops (:meth:`group_ops`) priced at ``group_tokens / attention_dp`` tokens a rank, less their price at
-        ``num_tokens``. Not tabulated: only a prompt step of an attention-DP group asks, once a rank."""
-        dp = self.replica.attention_dp
-        ops = self.token_ops(np.array([num_tokens, group_tokens / dp], dtype=np.float64))
+        ``num_tokens``. Tabulated both ways, as ``layer_time``'s ops are: a chunked prompt makes most of an
+        attention-DP group's steps ask, every rank of them."""
+        by_rank, by_total = self._group_by_rank, self._group_by_total
+        if by_rank is None or by_total is None or num_tokens >= len(by_rank) or group_tokens >= len(by_total):
+            self._grow_group_tables(num_tokens, group_tokens)
+            by_rank, by_total = self._group_by_rank, self._group_by_total
+        return by_total[group_tokens] - by_rank[num_tokens]
+
+    def _grow_group_tables(self, num_tokens: int, group_tokens: int) -> None:
         names = self.group_ops()
-        return float(sum(ops[name][1] - ops[name][0] for name in names if name in ops))
+        dp = self.replica.attention_dp
+
+        def table(per_rank: np.ndarray) -> list[float]:
+            ops = self.token_ops(per_rank)
+            return sum((ops[name] for name in names if name in ops), np.zeros_like(per_rank)).tolist()
+
+        size = max(num_tokens + 1, 2 * len(self._group_by_rank or ()), 1024)
+        total = max(group_tokens + 1, 2 * len(self._group_by_total or ()), 1024 * dp)
+        self._group_by_rank = table(np.arange(size, dtype=np.float64))
+        self._group_by_total = table(np.arange(total, dtype=np.float64) / dp)
 
     def pre_time(self, shape: BatchShape) -> float:
         t = shape.num_prefill_tokens + shape.num_decodes

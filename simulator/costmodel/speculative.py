@@ -346,7 +346,8 @@ class SpeculativeCostModel(CostModel):
     def _draft_prefill_time(self, shape: BatchShape) -> float:
         """The drafter's pass over the step's prompt chunks (a verify's rows are no prompt): the draft model's
         forward, or one head layer (EAGLE, MTP) over the prompt's hidden states; Medusa's heads read only
-        the last token's (nothing here)."""
+        the last token's (nothing here). An attention-DP group's MoE rule (``BatchShape.moe_group_tokens``) is the
+        target's: a MoE head layer's pass here stays priced as every rank padded to this one's prompt tokens."""
         p = prompt_chunks(shape)
         if p.num_prefills <= 0 or p.num_prefill_tokens <= 0 or self.spec.method == "medusa":
             return 0.0

@@ -366,6 +366,8 @@ def unread_run_options(base: RunConfig, space: SearchSpace) -> dict[str, tuple[s
         for name in ("dp_balance_timeout_iters", "dp_balance_batching_wait_iters"):
             out[name] = (f"no layout of the plan has attention-DP ranks to balance ({why})",
                          "drop {flag}, or search --attention-dps 1,2 with agg in --modes for a MoE model")
+        out["dp_padding"] = (f"no layout of the plan has attention-DP ranks whose MoE layers it pads ({why})",
+                             "drop {flag}, or search --attention-dps 1,2 with agg in --modes for a MoE model")
     if "disagg" not in space.modes:  # (the pools' KV handoff and first-token point: no such layout searched)
         for name in ("kv_link", "kv_link_scope", "first_token_at"):
             out[name] = ("it applies to disaggregated layouts (their KV handoff, where the first token is "

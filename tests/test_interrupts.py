@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 from helpers import assert_a_signal_stops_workers
@@ -57,13 +58,19 @@ def test_a_signal_while_workers_start_waits_for_them_to_have_started(sig: int) -
     other = threading.Thread(target=lambda: (go.wait(), os.kill(os.getpid(), sig), os.kill(os.getpid(), sig)))
     other.start()  # before the block: its signal mask lets the signal in
     finished_block = False
-    with signal_handlers(handler), pytest.raises(KeyboardInterrupt), signals_blocked():
+    with signal_handlers(handler), pytest.raises(KeyboardInterrupt), signals_blocked() as held:
         go.set()
         other.join()
-        for _ in range(200_000):  # bytecode: where an unguarded handler would run
+        # Bytecode, where an unguarded handler would run, until the signal has reached this thread's handler: the
+        # kernel hands it to another thread whenever that one runs next (a fixed count of loops was too few on a
+        # loaded machine, and the signal then arrived after the block, under the default handler).
+        deadline = time.monotonic() + 10.0
+        while not held and time.monotonic() < deadline:
+            pass
+        for _ in range(200_000):
             pass
         finished_block = True
-    assert finished_block and seen == [sig]
+    assert finished_block and held and seen == [sig]
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process groups from /proc")

@@ -48,16 +48,17 @@ def signals_blocked() -> Iterator[None]:
     worker whose start-up data was never written prints a traceback). The mask alone does not
     do the second: the kernel hands a process-wide signal to any thread that does not block it
     (numpy's BLAS threads, started at import), and Python then runs the handler in the main
-    thread all the same. A signal that arrives meanwhile is raised again once the block ends."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    thread all the same. A signal that arrives meanwhile is raised again once the block ends. Yields the
+    signals held so far (a list that grows as they arrive; always empty outside the main thread)."""
     held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
     handlers = {sig: signal.signal(sig, lambda signum, frame: held.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        yield
+        yield held
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         for sig, previous in handlers.items():

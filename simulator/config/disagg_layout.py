@@ -288,6 +288,13 @@ class DisaggLayout:
     decode_scheduler: SchedulerConfig
     mixed_scheduler: SchedulerConfig | None
 
+    def pools(self) -> list[tuple[SchedulerConfig, ReplicaConfig]]:
+        """Each pool's scheduler and replica: prefill, decode, and the mixed pool where there is one."""
+        out = [(self.prefill_scheduler, self.prefill_replica), (self.decode_scheduler, self.decode_replica)]
+        if self.mixed_scheduler is not None and self.mixed_replica is not None:
+            out.append((self.mixed_scheduler, self.mixed_replica))
+        return out
+
     @property
     def num_prefill_workers(self) -> int:
         """Prefill workers: the engine replicas the router picks among, one per attention-DP rank of each

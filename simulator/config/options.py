@@ -487,13 +487,7 @@ def _cache_on(config: RunConfig, rest: str) -> str:
 
 def _has_moe_dp_ranks(config: RunConfig) -> bool:
     """Whether some replica of the run has attention-DP ranks of a MoE model (what ``--dp-padding`` prices)."""
-    if not config.replica.model_spec.is_moe:
-        return False
-    if not config.is_disaggregated:
-        return config.replica.attention_dp > 1
-    layout = layout_of(config)
-    return any(r is not None and r.attention_dp > 1
-               for r in (layout.prefill_replica, layout.mixed_replica, layout.decode_replica))
+    return config.replica.model_spec.is_moe and any(r.attention_dp > 1 for _, r in config.scheduler_replicas())
 
 
 def draws_at_random(config: RunConfig) -> bool:

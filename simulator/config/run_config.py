@@ -856,7 +856,7 @@ class RunConfig:
                                   "modelled yet", "drop --prefix-caching, or speculation")
             # On by a scheduler's default (vllm-v1, sglang): the run's, or a pool's own sched= (the pools' replicas
             # speculate or hold the drafter, with a plain block manager too: engine.disagg._pool_scheduler).
-            if any(SCHEDULERS[name].prefix_cache is not None for name in prefix_cache_schedulers(self).values()):
+            if self._caches_by_default():
                 object.__setattr__(self, "scheduler", dataclasses.replace(self.scheduler, prefix_caching=False))
         _positive("", "num_replicas", self.num_replicas, flag="--replicas")
         if self.num_replicas > MAX_REPLICAS:
@@ -959,8 +959,7 @@ class RunConfig:
                 pools.append(f"{layout.mixed_scheduler.name} in the mixed pool")
             where = (f"no pool keeps one ({' and '.join(pools)} under --scheduler {self.scheduler.name}; the decode "
                      "pool never does)")
-        if self.speculative is not None and any(SCHEDULERS[name].prefix_cache is not None
-                                                for name in prefix_cache_schedulers(self).values()):
+        if self.speculative is not None and self._caches_by_default():
             # (the rewrite in __post_init__ turned caching off, and --prefix-caching is refused beside speculation)
             raise ConfigError("scheduler.cpu_kv_gib", "a CPU tier keeps the prefix cache's evicted blocks, and "
                               "speculative decoding turns prefix caching off (a speculating replica keeps a plain KV "
@@ -1002,30 +1001,29 @@ class RunConfig:
         blob = json.dumps({**context, "config": resolved}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def scheduler_replicas(self) -> list[tuple[SchedulerConfig, ReplicaConfig]]:
+        """The run's replicas as they are built, each with the scheduler that runs it: the run's own, or a
+        disaggregated run's pools' (:meth:`~simulator.config.disagg_layout.DisaggLayout.pools`)."""
+        if not self.is_disaggregated:
+            return [(self.scheduler, self.replica)]
+        from simulator.config.disagg_layout import layout_of
+
+        return layout_of(self).pools()
+
     def _routes_own_dp_tokens(self) -> bool:
         """Some attention-DP replica of a MoE model in the run steps under the ``sum`` padding rule
         (:meth:`SchedulerConfig.dp_padding_rule`)."""
-        if not self.replica.model_spec.is_moe:
-            return False
-        pairs = [(self.scheduler, self.replica)]
-        if self.is_disaggregated:
-            from simulator.config.disagg_layout import layout_of
-
-            pools = layout_of(self)
-            pairs = [(pools.prefill_scheduler, pools.prefill_replica), (pools.decode_scheduler, pools.decode_replica)]
-            if pools.mixed_scheduler is not None:
-                pairs.append((pools.mixed_scheduler, pools.mixed_replica))
-        return any(r.attention_dp > 1 and s.dp_padding_rule() == "sum" for s, r in pairs)
+        return self.replica.model_spec.is_moe and any(
+            r.attention_dp > 1 and s.dp_padding_rule() == "sum" for s, r in self.scheduler_replicas())
 
     def _plans_on_total_memory(self) -> bool:
         """Every scheduler of the run (a disaggregated run's pools' too) plans its KV cache on the total basis."""
-        schedulers = [self.scheduler]
-        if self.is_disaggregated:
-            from simulator.config.disagg_layout import layout_of
+        return all(s.memory_basis(self.replica) == "total" for s, _ in self.scheduler_replicas())
 
-            pools = layout_of(self)
-            schedulers = [pools.prefill_scheduler, pools.decode_scheduler, *filter(None, [pools.mixed_scheduler])]
-        return all(s.memory_basis(self.replica) == "total" for s in schedulers)
+    def _caches_by_default(self) -> bool:
+        """Some scheduler whose engine's default decides a replica's prefix cache (the run's, a pool's ``sched=``:
+        :func:`~simulator.config.disagg_layout.prefix_cache_schedulers`) caches by default."""
+        return any(SCHEDULERS[name].prefix_cache is not None for name in prefix_cache_schedulers(self).values())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:

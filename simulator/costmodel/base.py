@@ -357,10 +357,9 @@ class TabulatedCostModel(CostModel):
         t = shape.num_prefill_tokens + shape.num_decodes  # token_time, inlined: once per iteration
         if t >= len(self._table):
             self._grow(t)
-        if shape.moe_group_tokens:
-            return self._table[t] + self.group_token_delta(t, shape.moe_group_tokens) + self.attention_prefill(shape) \
-                + self.attention_decode(shape)
-        return self._table[t] + self.attention_prefill(shape) + self.attention_decode(shape)
+        group = shape.moe_group_tokens  # (0 but in an attention-DP group's prompt step; x + 0.0 is x, bit for bit)
+        return (self._table[t] + (self.group_token_delta(t, group) if group else 0.0) + self.attention_prefill(shape)
+                + self.attention_decode(shape))
 
     # The token-count ops that price the MoE group's tokens (the routed experts and their activation; with attention
     # DP over a TP MoE, ``ep`` 1, the all-gather of every rank's tokens too): each prices ``t x attention_dp`` tokens

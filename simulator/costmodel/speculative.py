@@ -214,10 +214,9 @@ class VerifyKernels(CostModel):
         k = self._k
         t = shape.num_prefill_tokens + shape.num_decodes
         # TabulatedCostModel.layer_time's three terms, with the verifies' attention as above.
-        if shape.moe_group_tokens:
-            return (k.token_time(t) + k.group_token_delta(t, shape.moe_group_tokens)
-                    + k.attention_prefill(shape.prefill_view()) + self._verify_attention(shape))
-        return k.token_time(t) + k.attention_prefill(shape.prefill_view()) + self._verify_attention(shape)
+        group = shape.moe_group_tokens
+        return (k.token_time(t) + (k.group_token_delta(t, group) if group else 0.0)
+                + k.attention_prefill(shape.prefill_view()) + self._verify_attention(shape))
 
     def pre_time(self, shape: BatchShape) -> float:
         return self._k.pre_time(shape)

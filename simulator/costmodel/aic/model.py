@@ -924,15 +924,9 @@ class TableCostModel(TabulatedCostModel):
         return ops
 
     def layer_time(self, shape: BatchShape) -> float:
-        t = shape.num_prefill_tokens + shape.num_decodes
-        if t >= len(self._table):
-            self._grow(t)
-        if t > self._max_tokens and not self._quiet:
+        if shape.num_prefill_tokens + shape.num_decodes > self._max_tokens and not self._quiet:
             self._count("token_ops")
-        if shape.moe_group_tokens:
-            return self._table[t] + self.group_token_delta(t, shape.moe_group_tokens) + self.attention_prefill(shape) \
-                + self.attention_decode(shape)
-        return self._table[t] + self.attention_prefill(shape) + self.attention_decode(shape)
+        return TabulatedCostModel.layer_time(self, shape)
 
     def post_time(self, shape: BatchShape) -> float:
         if self._wide_lm_head and shape.num_logits:  # an LM head shape no table measured (_count: not while quiet)

@@ -578,6 +578,40 @@ def test_heldout_error_of_a_small_family(aic) -> None:  # noqa: ANN001
 
 
 # -- runs ----------------------------------------------------------------------------------------------------------
+def test_moe_kernel_names_the_tables_own_kernel_in_place_of_the_engines_default(aic) -> None:  # noqa: ANN001
+    """--moe-kernel deepgemm (TensorRT-LLM's moe_config backend DEEPGEMM, which its high-throughput DeepSeek recipes
+    run) prices TensorRT-LLM's block-FP8 experts on B200 by its own DeepGEMM rows, where the default prices the TRTLLM
+    backend by the GB200 FlashInfer rows; naming the default's kernel changes nothing; a name the tables lack, or
+    that fits several kernels, is one ConfigError naming the ones they have."""
+    kw = dict(backend="trtllm", model="deepseek-v3", gpu="b200", tp=1, attention_dp=8, ep=8, dtype="fp8-block",
+              kernels="trtllm")
+    default, deepgemm = _model(aic, **kw), _model(aic, **kw, moe_kernel="DeepGEMM")
+    assert default.moe_source == "sglang_flashinfer_trtllm_moe (gb200 sglang 0.5.14)"
+    assert deepgemm.moe_source == "deepgemm (--moe-kernel deepgemm)" and deepgemm.replica.moe_kernel == "deepgemm"
+    assert "moe kernel deepgemm (--moe-kernel)" in deepgemm.describe() and "--moe-kernel" not in default.describe()
+    prompt = BatchShape.from_requests(prefills=[(8192, 0)])  # every rank's 8K tokens enter each MoE layer: 64K
+    t_default, t_deepgemm = (m.breakdown(prompt)["moe_experts"] for m in (default, deepgemm))
+    assert t_deepgemm < 0.5 * t_default  # DeepGEMM's grouped GEMM scales with EP; the FlashInfer rows barely do
+    same = _model(aic, **kw, moe_kernel="flashinfer_trtllm")
+    assert same.moe_source == default.moe_source and same.breakdown(prompt) == default.breakdown(prompt)
+    with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*no MoE kernel 'cutlass'.*deepgemm \(fp8_block\)"):
+        _model(aic, **kw, moe_kernel="cutlass")
+    with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*several.*moe_torch_flow_cutlass, moe_torch_flow_min"):
+        _model(aic, **{**kw, "dtype": "nvfp4"}, moe_kernel="moe_torch_flow")
+    fp4 = _model(aic, **{**kw, "dtype": "nvfp4"}, moe_kernel="cutlass")
+    assert fp4.moe_source == "moe_torch_flow_cutlass (--moe-kernel cutlass)"  # the whole way: no min-latency blend
+
+
+def test_moe_kernel_is_refused_where_nothing_would_read_it() -> None:
+    with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*dense model"):
+        ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", kernels="trtllm", moe_kernel="deepgemm")
+    with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*roofline prices from no table"):
+        ReplicaConfig(model="deepseek-v3", gpu="b200", tp=8, moe_kernel="deepgemm")
+    with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*empty"):
+        ReplicaConfig(model="deepseek-v3", gpu="b200", tp=8, kernels="trtllm", moe_kernel=" ")
+    assert ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", moe_kernel="AUTO").moe_kernel == "auto"
+
+
 def _run_config(kernels: str, fast_forward: bool = True, **replica):  # noqa: ANN003, ANN202
     from simulator.config.run_config import RunConfig, SchedulerConfig, WorkloadConfig
 

@@ -245,3 +245,17 @@ def test_an_attention_dp_runs_kv_figure_says_it_is_one_ranks():
                                    "--ep", "2", "--num-requests", "8", "--no-progress"])
     assert res.exit_code == 0, res.output
     assert "tokens per attention-DP rank (x2)" in res.output
+
+
+def test_a_pool_names_its_own_moe_kernel_and_a_roofline_run_refuses_it() -> None:
+    """moe= sets a pool's --moe-kernel (a deployment's prefill and decode workers each set their engine's MoE
+    backend); the other pool keeps the run's; a run the roofline prices refuses it, naming the pool."""
+    pool = parse_pool("1x(tp=1, dp=8, ep=8, moe=DeepGEMM)", "prefill_pool")
+    assert pool.moe == "deepgemm" and pool.canonical() == "1x(tp=1,dp=8,ep=8,moe=deepgemm)"
+    base = RunConfig().replace(replica__model="deepseek-v3", replica__gpu="b200", replica__tp=8,
+                               replica__kernels="trtllm").replica
+    assert pool.replica_config(base).moe_kernel == "deepgemm"
+    assert parse_pool("1x(tp=8)", "decode_pool").replica_config(base).moe_kernel == "auto"
+    with pytest.raises(ConfigError, match=r"prefill_pool.*moe_kernel.*roofline prices from no table"):
+        RunConfig().replace(replica__model="deepseek-v3", replica__gpu="b200", replica__tp=8,
+                            prefill_pool="1x(tp=8,moe=deepgemm)", decode_pool="1x(tp=8)")

@@ -15,6 +15,7 @@ from simulator.calibrate.silicon import (
     read_silicon,
     recipe_layout,
     row_config,
+    trtllm_moe_kernels,
 )
 
 _POINT = {"backend": "trtllm", "system": "b200", "model": "dsr1", "precision": "fp4", "isl": 1024, "osl": 1024,
@@ -248,3 +249,32 @@ def test_every_copy_of_a_measurement_gets_the_same_speculation_verdict(silicon):
     assert len(copies) > 100
     assert (copies["spec_refusal"] == copies["spec_refusal_kept"]).all()
     assert (copies["spec_refusal"] != "").sum() >= 6  # copies of refused measurements exist and agree
+
+
+def test_trtllm_deepseek_fp8_b200_rows_run_the_moe_kernel_their_recipe_sets():
+    """InferenceX's DeepSeek-R1 FP8 B200 deployments set TensorRT-LLM's moe_config backend DEEPGEMM: the single-node
+    script from 256 users at 1K/1K and 1K/8K, the disaggregated 1K/1K recipes on every prefill worker and on decode
+    workers with DP attention; 8K/1K recipes, other rows and other backends keep the engine's default. Only a
+    table-priced run names the kernel (the roofline times none)."""
+    fp8 = dict(precision="fp8", gemm_quant_mode="fp8", silicon_data_source="db-dump; silicon_concurrency=8")
+    dep = dict(prefill_num_workers=1.0, prefill_tp_size=1.0, prefill_attention_dp_size=8.0, prefill_moe_tp_size=1.0,
+               prefill_moe_ep_size=8.0, decode_num_workers=5.0, decode_tp_size=1.0, decode_pp_size=1.0,
+               decode_attention_dp_size=8.0, decode_moe_tp_size=1.0, decode_moe_ep_size=8.0, prefill_pp_size=1.0,
+               concurrency=1920.0, spec_refusal="")
+    row = _row(**fp8, **dep)
+    assert trtllm_moe_kernels(row) == ("deepgemm", "deepgemm")
+    tp8 = {**dep, "decode_tp_size": 8.0, "decode_attention_dp_size": 1.0, "decode_moe_tp_size": 8.0,
+           "decode_moe_ep_size": 1.0}
+    assert trtllm_moe_kernels(_row(**fp8, **tp8)) == ("deepgemm", None)
+    assert trtllm_moe_kernels(_row(**fp8, **{**dep, "isl": 8192.0})) == (None, None)
+    for other in ({"gemm_quant_mode": "nvfp4"}, {"system": "gb200"}, {"backend": "sglang"},
+                  {"silicon_data_source": "gtl; x=1"}):
+        assert trtllm_moe_kernels(_row(**{**fp8, **other}, **dep)) == (None, None), other
+    agg = dict(mode="agg", tp_size=1.0, pp_size=1.0, attention_dp_size=8.0, moe_tp_size=1.0, moe_ep_size=8.0)
+    assert trtllm_moe_kernels(_row(**fp8, **{**dep, **agg, "concurrency": 256.0, "osl": 8192.0})) == ("deepgemm", None)
+    assert trtllm_moe_kernels(_row(**fp8, **{**dep, **agg, "concurrency": 128.0})) == (None, None)
+    tables = row_config(row, extra={"replica__kernels": "trtllm"})
+    assert ",moe=deepgemm," in tables.prefill_pool and ",moe=deepgemm," in tables.decode_pool
+    assert "moe=" not in row_config(row).prefill_pool and row_config(row).replica.moe_kernel == "auto"
+    one = row_config(_row(**fp8, **{**dep, **agg, "concurrency": 256.0}), extra={"replica__kernels": "trtllm"})
+    assert one.replica.moe_kernel == "deepgemm"

@@ -177,6 +177,13 @@ TRTLLM_BATCH_WAIT = (40, 0.8)
 # of the row's own TPOTs. (Their max_num_tokens differ, 16384 for FP8 and max_seq_len for FP4, in the scripts
 # read, which predate the rows: the harness's budget for both.)
 TRTLLM_LLAMA_BATCH_WAIT = (20, 0.9)
+# InferenceX's TensorRT-LLM DeepSeek-R1 FP8 B200 deployments that set moe_config backend DEEPGEMM, not the engine's
+# TRTLLM default: its single-node script (benchmarks/dsr1_fp8_b200_trt.sh) from this many users at 1K/1K and 1K/8K
+# (where it also turns the batch waiting off); its disaggregated 1K/1K recipes (ishandhanani/srt-slurm,
+# recipes/trtllm/b200-fp8/1k1k, branch sa-submission-q1-2026) on every prefill worker (TP8, EP8, DP attention) and
+# on decode workers with DP attention (their TP8 decode workers without it keep TRTLLM); its 8K/1K recipes keep
+# TRTLLM on both.
+TRTLLM_DEEPGEMM_USERS = 256
 
 
 def recipe_changes(row: Any) -> dict[str, Any]:
@@ -189,7 +196,7 @@ def recipe_changes(row: Any) -> dict[str, Any]:
     ``enable_balance: true, timeout_iters: 60, batching_wait_iters: 0``); taken for every InferenceX
     TensorRT-LLM aggregated row with DP attention (:class:`~simulator.engine.dp_group.PromptBalance`;
     a disaggregated pool's ranks never hold a prompt: a prefill pool's have no decodes, a decode
-    pool's no prompts). Their DeepSeek-R1 FP8 B200 script also sets batch waiting at 1K/1K from 64 users
+    pool's no prompts). Their DeepSeek-R1 FP8 B200 script also sets batch waiting at 1K/1K at 64-255 users
     (``batch_wait_timeout_iters: 40, batch_wait_max_tokens_ratio: 0.8``), which the engine applies
     without DP attention (:class:`~simulator.engine.batch_wait.BatchWait`); taken for those rows (the
     script's max_num_tokens, the larger of 8192 and users + ISL rounded up, is the harness's budget of
@@ -211,12 +218,30 @@ def recipe_changes(row: Any) -> dict[str, Any]:
             and (_int(getattr(row, "tp_size", None)) or 8) < 8):
         wait = TRTLLM_LLAMA_BATCH_WAIT
     elif (one_k_one_k and str(row.system) == "b200_sxm" and "deepseek" in model
-          and str(getattr(row, "gemm_quant_mode", "")) == "fp8" and (_int(row.concurrency) or 0) >= 64):
+          and str(getattr(row, "gemm_quant_mode", "")) == "fp8"
+          and 64 <= (_int(row.concurrency) or 0) < TRTLLM_DEEPGEMM_USERS):  # (from there it runs DeepGEMM, unwaited)
         wait = TRTLLM_BATCH_WAIT
     if wait is None:
         return {}
     timeout, ratio = wait
     return {"scheduler__batch_wait_timeout_iters": timeout, "scheduler__batch_wait_max_tokens_ratio": ratio}
+
+
+def trtllm_moe_kernels(row: Any) -> tuple[str | None, str | None]:
+    """The ``--moe-kernel`` of ``row``'s deployment where its recipe sets TensorRT-LLM's MoE backend to another
+    than the engine's default (:data:`TRTLLM_DEEPGEMM_USERS`): (the aggregated engine's or the prefill workers',
+    the decode workers'); None: the default's. Only InferenceX's DeepSeek-R1 FP8 rows on B200 set one."""
+    if (str(getattr(row, "backend", "")) != "trtllm" or not _is_inferencex(row) or str(row.system) != "b200_sxm"
+            or "deepseek" not in str(row.model_path).lower() or str(getattr(row, "gemm_quant_mode", "")) != "fp8"
+            or _int(row.isl) != 1024):
+        return None, None
+    if row.mode == "agg":
+        many = _int(row.osl) in (1024, 8192) and (_int(row.concurrency) or 0) >= TRTLLM_DEEPGEMM_USERS
+        return ("deepgemm" if many else None), None
+    if _int(row.osl) != 1024:
+        return None, None
+    decode_dp = (_int(getattr(row, "decode_attention_dp_size", 1)) or 1) > 1
+    return "deepgemm", ("deepgemm" if decode_dp else None)
 
 
 # InferenceX's disaggregated recipes (results/validation/silicon/inferencex_recipes.py writes it from snapshots
@@ -664,8 +689,9 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
     run it; :mod:`simulator.engine.closed_loop`). A row whose recipe runs MTP (``mtp_drafts`` > 0:
     :func:`read_silicon`'s ``with_mtp``) runs it only with ``mtp_acceptance``, an AL curve of the data
     folder (``MODEL:METHOD[:THINKING]``, :func:`~simulator.config.acceptance.find_curve`) or one i.i.d.
-    rate. ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels). Raises
-    :class:`Unexpressible` with the reason."""
+    rate. ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels); where they price by the tables, a row
+    whose recipe sets TensorRT-LLM's MoE backend (:func:`trtllm_moe_kernels`) runs that kernel (``--moe-kernel``,
+    a pool's ``moe=``). Raises :class:`Unexpressible` with the reason."""
     from simulator.config.catalog import get_model
     from simulator.config.run_config import RunConfig
 
@@ -700,11 +726,16 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         "replica__inter_node_link": SYSTEM_NETWORKS[row.system],  # pools take it from the replica
         **engine_rules,  # (the pools too)
     }
+    # the MoE kernel the deployment's recipe sets, where the tables price it (the roofline times no named kernel)
+    tables = (extra or {}).get("replica__kernels", "roofline") != "roofline"
+    moe_kernels = trtllm_moe_kernels(row) if tables else (None, None)
     if row.mode == "agg":
         tp, pp, adp, ep = _layout(row, "", is_moe)
         batch = -(-concurrency // adp)  # per attention-DP rank (README item 6)
         changes.update({"replica__tp": tp, "replica__pp": pp, "replica__ep": ep,
                         "scheduler__max_num_seqs": max(DEFAULT_MAX_NUM_SEQS, batch)})
+        if moe_kernels[0] is not None:
+            changes["replica__moe_kernel"] = moe_kernels[0]
         if adp > 1:
             changes["replica__attention_dp"] = adp
         changes.update(_nodes(tp, tp * pp * adp))
@@ -727,9 +758,10 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
             changes.update({"replica__tp": dtp, **_nodes(dtp, dtp)})
             if max(ptp, dtp) > MAX_GPUS_PER_NODE:
                 changes["replica__allow_tp_across_nodes"] = True
-        changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu},sched={sched},budget={budget},"
+        pmoe, dmoe = (f",moe={k}" if k else "" for k in moe_kernels)
+        changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu}{pmoe},sched={sched},budget={budget},"
                                         f"seqs={PREFILL_MAX_NUM_SEQS})",
-                        "decode_pool": f"{dw}x({decode},gpu={gpu},sched={sched},budget={budget},seqs={seqs})",
+                        "decode_pool": f"{dw}x({decode},gpu={gpu}{dmoe},sched={sched},budget={budget},seqs={seqs})",
                         "kv_link": kv_link})
     else:
         raise Unexpressible(f"unknown mode {row.mode!r}")

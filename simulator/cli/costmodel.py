@@ -246,6 +246,8 @@ def predict_cmd(
     kv_cache_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16, fp16, fp8")] = "auto",
     kernels: Annotated[str, typer.Option(help="kernel prices: roofline, or the GPU's measured vllm, sglang or trtllm "
                                               "kernel tables (as run's --kernels)")] = "roofline",
+    moe_kernel: Annotated[str, typer.Option(help="the MoE kernel those tables price: auto (the engine's default), or "
+                                                 "one of the tables' kernels, e.g. deepgemm (as run's)")] = "auto",
     attention_dp: Annotated[int, typer.Option(help="attention data-parallel ranks; the batch described is one rank's, "
                                                    "and every rank's tokens enter the MoE layers (as run's)")] = 1,
     moe_imbalance: Annotated[float, typer.Option(help="MoE load imbalance: busiest expert over the mean (>= 1)")] = 1.0,
@@ -259,8 +261,8 @@ def predict_cmd(
                           "drop --pp: the stages add up to the --pp 1 time plus the hops between them; "
                           "simulate run --pp N shows a pipeline")
     replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp, ep=ep, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
-                            kernels=kernels, attention_dp=attention_dp, moe_imbalance=moe_imbalance,
-                            roofline_calibration=roofline_calibration)
+                            kernels=kernels, moe_kernel=moe_kernel, attention_dp=attention_dp,
+                            moe_imbalance=moe_imbalance, roofline_calibration=roofline_calibration)
     shape = build_shape(_split_ints(prefill, "prefill"), _split_ints(prefill_context, "prefill-context"), decode,
                         _split_ints(context, "context"))
     _check_batch_fits(replica, shape)

@@ -53,9 +53,10 @@ from simulator.config.errors import ConfigError
 if TYPE_CHECKING:
     from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 
-POOL_KEYS = ("tp", "pp", "dp", "ep", "redundant", "nodes", "gpu", "sched", "budget", "seqs")
+POOL_KEYS = ("tp", "pp", "dp", "ep", "redundant", "nodes", "gpu", "moe", "sched", "budget", "seqs")
 # Pool keys that override ReplicaConfig fields, and the field each sets (redundant: PoolSpec.redundant_of).
-_REPLICA_KEYS = {"tp": "tp", "pp": "pp", "dp": "attention_dp", "ep": "ep", "nodes": "num_nodes", "gpu": "gpu"}
+_REPLICA_KEYS = {"tp": "tp", "pp": "pp", "dp": "attention_dp", "ep": "ep", "nodes": "num_nodes", "gpu": "gpu",
+                 "moe": "moe_kernel"}
 DEFAULT_POOL_SCHEDULER = "vllm"
 _POOL_RE = re.compile(r"^\s*(\d+)\s*x\s*(?:\((.*)\))?\s*$", re.IGNORECASE)
 # The unit is matched in any case, then read case-sensitively (_BW_UNITS): B is bytes, b bits, as link
@@ -80,6 +81,9 @@ class PoolSpec:
     redundant: int | None = None  # redundant expert copies over the pool's EP ranks (ReplicaConfig.redundant_experts)
     nodes: int | None = None  # nodes per replica (ReplicaConfig.num_nodes)
     gpu: str | None = None
+    # the MoE kernel the pool's tables price (ReplicaConfig.moe_kernel): a deployment's prefill and decode workers
+    # each set their own (TensorRT-LLM's moe_config per worker)
+    moe: str | None = None
     sched: str | None = None
     budget: int | None = None
     seqs: int | None = None
@@ -185,7 +189,7 @@ def parse_pool(text: str, field: str) -> PoolSpec:
             raise ConfigError(field, f"bad entry {item!r} in {text!r}", fix)
         if key in values:  # else the last would win silently
             raise ConfigError(field, f"{key} given twice in {text!r}", "give each key once")
-        if key in ("gpu", "sched"):
+        if key in ("gpu", "sched", "moe"):
             values[key] = value.lower()
         else:
             if not value.isdigit() or int(value) <= 0:

@@ -175,6 +175,9 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "cost_model": ("cost_model", str, "'roofline' or a cost-model artifact from `simulate fit`."),
     "kernels": ("replica__kernels", str, "Kernel prices: roofline (calibrated), or the GPU's measured vllm, sglang or "
                 "trtllm kernel tables (NVIDIA AIConfigurator's database in ../shared/data)."),
+    "moe_kernel": ("replica__moe_kernel", str, "The MoE kernel the --kernels tables price: auto (the engine's default "
+                   "as deployed), or a kernel of those tables, whole or by a part only it has: deepgemm (TensorRT-LLM's "
+                   "moe_config backend DEEPGEMM), cutlass, triton, ..."),
     "roofline_calibration": ("replica__roofline_calibration", str, "Roofline constants: today (the default: fitted per GPU "
                              "generation to AIConfigurator's tables of vLLM/SGLang/TensorRT-LLM kernels; a GPU of "
                              "no measured generation keeps 2023's) or 2023 (Vidur/LLMServingSim profiles; the paper "
@@ -190,7 +193,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                "prefill worker (a decode worker is the least loaded with free blocks for the request)."),
     "seed": ("seed", int, "Random seed."),
     "fast_forward": ("fast_forward", bool, "Skip stretches of like iterations (decodes only, or a long prompt's chunks beside them) in one step (same results; off = step by step)."),
-    "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)' or '2x(tp=1,dp=8,ep=8)' (keys tp, pp, dp = attention DP, ep, redundant = redundant expert copies, nodes, gpu, sched, budget, seqs)."),
+    "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)' or '2x(tp=1,dp=8,ep=8)' (keys tp, pp, dp = attention DP, ep, redundant = redundant expert copies, nodes, gpu, moe = the pool's --moe-kernel, sched, budget, seqs)."),
     "decode_pool": ("decode_pool", str, "Disaggregated: decode pool, e.g. '1x(tp=4,gpu=a100-80gb)' or '1x(tp=1,dp=16,ep=16,nodes=2)'."),
     "mixed_pool": ("mixed_pool", str, "Disaggregated: Splitwise mixed pool (aggregated replicas for overflow)."),
     "kv_link": ("kv_link", str, "Disaggregated: KV link (infiniband-200g, 25GB/s@10us in bytes, 200Gb/s in bits, infinite): one worker's "
@@ -504,7 +507,7 @@ def draws_at_random(config: RunConfig) -> bool:
 
 # Run options that a disaggregated pool's key overrides: option name -> pool key (simulator.config.disagg_layout).
 POOL_OVERRIDES = {"tp": "tp", "pp": "pp", "attention_dp": "dp", "ep": "ep", "redundant_experts": "redundant",
-                  "nodes": "nodes", "gpu": "gpu", "max_num_seqs": "seqs"}
+                  "nodes": "nodes", "gpu": "gpu", "moe_kernel": "moe", "max_num_seqs": "seqs"}
 
 
 def _link_inert_options(r: ReplicaConfig) -> dict[str, tuple[str, str]]:

@@ -179,6 +179,11 @@ class ReplicaConfig:
     moe_imbalance: float = 1.0  # busiest expert's (EP rank's) load over the mean; >= 1
     num_gpu_blocks: int | None = None  # KV blocks per replica, overriding the memory plan (vLLM's num_gpu_blocks_override)
     kernels: str = "roofline"  # kernel prices: roofline, or the vllm / sglang / trtllm kernel tables of the GPU
+    # The MoE kernel those tables price: auto (the one the engine runs by default as deployed, another collector's
+    # rows where its own collector did not time it: simulator.costmodel.aic.tables.LANE_DONORS), or a kernel source
+    # of the run's own tables, named whole or by a part only it has (TensorRT-LLM's moe_config backend DEEPGEMM:
+    # deepgemm; CUTLASS: cutlass; SGLang's --moe-runner-backend triton: triton).
+    moe_kernel: str = "auto"
     attention_dp: int = 1  # attention data-parallel ranks (each tp GPUs, its own batch and KV cache)
     # The roofline's constants (ROOFLINE_CALIBRATIONS): today's kernels, fitted per GPU generation (a GPU of no
     # measured generation, e.g. MI300X or a GPU file, keeps the 2023 constants and the run header says so);
@@ -228,6 +233,18 @@ class ReplicaConfig:
         if self.kernels not in KERNEL_TABLES:
             raise ConfigError("replica.kernels", f"unknown kernel prices {self.kernels!r}",
                               f"use one of {', '.join(KERNEL_TABLES)}")
+        object.__setattr__(self, "moe_kernel", str(self.moe_kernel).strip().lower())
+        if self.moe_kernel != "auto":
+            if not self.moe_kernel:
+                raise ConfigError("replica.moe_kernel", "is empty", "name a MoE kernel of the tables (e.g. deepgemm), "
+                                  "or auto (the engine's default)")
+            if not spec.is_moe:
+                raise ConfigError("replica.moe_kernel", f"{spec.name} is a dense model: it runs no MoE kernel",
+                                  "drop --moe-kernel, or pick a MoE --model")
+            if self.kernels == "roofline":
+                raise ConfigError("replica.moe_kernel", f"{self.moe_kernel!r} names a measured kernel of the tables, "
+                                  "and the roofline prices from no table", "add --kernels vllm|sglang|trtllm, or drop "
+                                  "--moe-kernel (a pool's moe=)")
         object.__setattr__(self, "roofline_calibration", str(self.roofline_calibration))  # a JSON 2023 is the year
         if self.roofline_calibration not in ROOFLINE_CALIBRATIONS:
             raise ConfigError("replica.roofline_calibration", f"unknown calibration {self.roofline_calibration!r}",

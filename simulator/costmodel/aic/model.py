@@ -402,6 +402,7 @@ class TableCostModel(TabulatedCostModel):
         self._moe_token_scale = 1
         self._moe_max_tokens = math.inf
         self._rf_even: RooflineCostModel | None = None  # the roofline at --moe-imbalance 1 (_moe_experts)
+        self._moe_named: str | None = None  # the kernel --moe-kernel named, where it did
         m, r = self.model, self.replica
         if not m.is_moe:
             return
@@ -427,9 +428,13 @@ class TableCostModel(TabulatedCostModel):
         cols = ("num_tokens", "moe_tp_size", "moe_ep_size", "distribution", "latency")
         src, d, notes = None, {}, ()
         own_ref = ref
+        at = {"moe_tp_size": moe_tp, "moe_ep_size": moe_ep}
+        named = self._named_moe_kernel(ref, candidates, shape, at)
         for candidate in candidates:
-            src, d, read, notes = T.read_priced_rows(ref, candidate, cols, shape, self.root,
-                                                     at={"moe_tp_size": moe_tp, "moe_ep_size": moe_ep})
+            if named is not None and candidate != named[0]:
+                continue
+            src, d, read, notes = T.read_priced_rows(ref, candidate, cols, shape, self.root, at=at,
+                                                     source=None if named is None else named[1])
             if src is not None:
                 ref = read
                 if candidate != dtype:
@@ -459,6 +464,10 @@ class TableCostModel(TabulatedCostModel):
                 notes = (f"{self.backend} tables of {self.system}: the lane's donor has no {dtype} MoE rows for "
                          f"moe_tp={moe_tp} x moe_ep={moe_ep}: its own {own_src} rows price it",)
         self.notes.extend(notes)
+        if len(d["latency"]) < 2 and named is not None:
+            raise ConfigError("replica.moe_kernel", f"{self.backend} tables of {self.system} time {src} for "
+                              f"{m.name}'s experts, but not at moe_tp={moe_tp} x moe_ep={moe_ep}",
+                              "use --moe-kernel auto, or a layout that kernel was timed at")
         if len(d["latency"]) < 2:
             self._lack("moe_experts", f"no MoE rows for moe_tp={moe_tp} x moe_ep={moe_ep} ({dist}, {dtype})")
             return
@@ -467,8 +476,42 @@ class TableCostModel(TabulatedCostModel):
         self.moe_source, self.moe_dtype = src, dtype
         self._priced_by("moe", ref)
         self._moe_max_tokens = float(toks[-1]) / self._moe_token_scale
-        if self.backend == "trtllm" and dtype == "nvfp4" and src != MOE_LOW_LATENCY_SOURCE:
+        if named is not None:
+            self.moe_source = f"{src} (--moe-kernel {r.moe_kernel})"
+            self._moe_named = src
+        elif self.backend == "trtllm" and dtype == "nvfp4" and src != MOE_LOW_LATENCY_SOURCE:
             self._load_moe_low(ref, src, shape, dtype, moe_tp, moe_ep, dist)
+
+    def _named_moe_kernel(self, ref: T.TableRef, candidates: tuple[str, ...], shape: tuple,
+                          at: dict[str, Any]) -> tuple[str, str] | None:
+        """(dtype, kernel source) of the table's own rows that ``--moe-kernel`` names, for the first of
+        ``candidates`` (the MoE dtypes the run's format is priced by) with such rows; None for ``auto``, or where
+        the kernel named is the one the default prices (another collector's rows of it included). A name is a
+        source whole or a part of one (case aside); one that names none, or several, is refused with those known."""
+        name = getattr(self.replica, "moe_kernel", "auto")
+        if name == "auto":
+            return None
+        known: list[str] = []
+        for candidate in candidates:
+            sources = T.kernel_sources(ref, candidate, shape)
+            if not sources:
+                continue
+            default, *_ = T.read_priced_rows(ref, candidate, ("num_tokens",), shape, self.root, warm="keep", at=at)
+            lent = default if default is not None and default not in sources else None  # a donor's (LANE_DONORS)
+            exact = [s for s in sources if s.lower() == name]
+            hits = exact or [s for s in [*sources, *([lent] if lent else [])] if name in s.lower()]
+            if hits == [lent]:
+                return None  # the engine's default kernel, another collector's rows of it
+            if len(hits) > 1:
+                raise ConfigError("replica.moe_kernel", f"{name!r} names several of the {self.backend} tables' "
+                                  f"{candidate} MoE kernels on {self.system}: {', '.join(hits)}",
+                                  "give one of them whole")
+            if hits:
+                return candidate, hits[0]
+            known += [f"{s} ({candidate})" for s in sources] + ([f"{lent} ({candidate}, the default)"] if lent else [])
+        raise ConfigError("replica.moe_kernel", f"the {self.backend} tables of {self.system} time no MoE kernel "
+                          f"{name!r} for {self.model.name}'s experts", f"use auto or one of: "
+                          f"{', '.join(dict.fromkeys(known)) or 'none (no MoE rows for its expert shape)'}")
 
     def _load_moe_low(self, ref: T.TableRef, src: str, shape: tuple, dtype: str, moe_tp: int, moe_ep: int,
                       dist: str) -> None:
@@ -996,7 +1039,8 @@ class TableCostModel(TabulatedCostModel):
         if self.model.is_moe and uses_moe_collectives(self.replica):  # ROOFLINE_ALWAYS: ep_all_to_all is not 0
             ops += [op for op in self.ROOFLINE_ALWAYS if op not in ops]
         extra = f"; roofline only for {', '.join(ops)}" if ops else ""
-        return f"{head}{lent}{extra}"
+        named = f"; moe kernel {self._moe_named} (--moe-kernel)" if self._moe_named else ""
+        return f"{head}{lent}{named}{extra}"
 
 
 @functools.lru_cache(maxsize=32)

@@ -261,12 +261,16 @@ def pick_source(ref: TableRef, dtype: str, extra: tuple[tuple[str, str, Any], ..
 
 
 def read_source_rows(ref: TableRef, dtype: str, columns: tuple[str, ...],
-                     extra: tuple[tuple[str, str, Any], ...] = ()) -> tuple[str | None, dict[str, Any]]:
-    """One read: ``columns`` of the rows of ``dtype`` (and ``extra``) of the source
-    :func:`choose_source` picks among them; (None, {}) where there are none."""
+                     extra: tuple[tuple[str, str, Any], ...] = (), source: str | None = None,
+                     ) -> tuple[str | None, dict[str, Any]]:
+    """One read: ``columns`` of the rows of ``dtype`` (and ``extra``) of ``source`` (None: the source
+    :func:`choose_source` picks among them); (None, {}) where there are none."""
     col = DTYPE_COLUMN[ref.table]
     data = read_table(ref, ("kernel_source", *columns), ((col, "==", dtype), *extra))
     src = choose_source(ref.table, data["kernel_source"])
+    if source is not None:
+        names = data["kernel_source"]
+        src = source if names is not None and (names.astype(str) == source).any() else None
     if src is None:
         return None, {}
     keep = data["kernel_source"] == src
@@ -413,11 +417,19 @@ LANE_DONORS: tuple[LaneDonor, ...] = (
 )
 
 
+def kernel_sources(ref: TableRef, dtype: str, extra: tuple[tuple[str, str, Any], ...] = ()) -> list[str]:
+    """The kernel sources ``ref``'s own rows of ``dtype`` (and ``extra``) time, sorted."""
+    col = DTYPE_COLUMN[ref.table]
+    names = read_table(ref, ("kernel_source",), ((col, "==", dtype), *extra))["kernel_source"]
+    return [] if names is None else sorted(set(names.astype(str).tolist()))
+
+
 def read_priced_rows(ref: TableRef, dtype: str, columns: tuple[str, ...], extra: tuple[tuple[str, str, Any], ...] = (),
                      root: str | Path | None = None, warm: str = "raise", at: dict[str, Any] | None = None,
-                     ) -> tuple[str | None, dict[str, Any], TableRef, tuple[str, ...]]:
+                     source: str | None = None) -> tuple[str | None, dict[str, Any], TableRef, tuple[str, ...]]:
     """:func:`read_source_rows`, then, where :data:`LANE_DONORS` names the lane (a lane with no rows of these
     filters only where it ``fills_gaps``), the donor's rows of the same system or its sibling, dtype and filters;
+    ``source``: the lane's own rows of that kernel, no donor's (a run that names the kernel its engine runs);
     rows timed warm in L2 (:func:`cold_cache`) raised to the lane's sustained bandwidth (``warm="raise"``, what a
     serving step pays), dropped (``"drop"``: not a serving measurement, for fits and held-out errors) or kept
     (``"keep"``). ``at``: the one split (column -> value) the caller prices, against a lane's ``where``; a lane
@@ -429,9 +441,9 @@ def read_priced_rows(ref: TableRef, dtype: str, columns: tuple[str, ...], extra:
     import numpy as np
 
     wanted = tuple(dict.fromkeys([*columns, *(STREAMED_KEYS.get(ref.table, ()) if warm != "keep" else ())]))
-    src, d = read_source_rows(ref, dtype, wanted, extra)
+    src, d = read_source_rows(ref, dtype, wanted, extra, source)
     read, label, notes, own = ref, src, [], None
-    lane = next((x for x in LANE_DONORS if x.covers(ref, dtype, src, at)), None)
+    lane = None if source is not None else next((x for x in LANE_DONORS if x.covers(ref, dtype, src, at)), None)
     other = find_table(lane.donor_system(ref.system), lane.donor, ref.table, root) if lane is not None else None
     if lane is not None and other is not None:
         col = DTYPE_COLUMN[ref.table]

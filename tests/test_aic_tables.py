@@ -594,12 +594,28 @@ def test_moe_kernel_names_the_tables_own_kernel_in_place_of_the_engines_default(
     assert t_deepgemm < 0.5 * t_default  # DeepGEMM's grouped GEMM scales with EP; the FlashInfer rows barely do
     same = _model(aic, **kw, moe_kernel="flashinfer_trtllm")
     assert same.moe_source == default.moe_source and same.breakdown(prompt) == default.breakdown(prompt)
-    with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*no MoE kernel 'cutlass'.*deepgemm \(fp8_block\)"):
+    with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*no table of b200_sxm times a MoE kernel 'cutlass'"
+                                          r".*trtllm tables': deepgemm \(fp8_block\)"):
         _model(aic, **kw, moe_kernel="cutlass")
     with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*several.*moe_torch_flow_cutlass, moe_torch_flow_min"):
         _model(aic, **{**kw, "dtype": "nvfp4"}, moe_kernel="moe_torch_flow")
     fp4 = _model(aic, **{**kw, "dtype": "nvfp4"}, moe_kernel="cutlass")
     assert fp4.moe_source == "moe_torch_flow_cutlass (--moe-kernel cutlass)"  # the whole way: no min-latency blend
+
+
+def test_moe_kernel_another_backends_collector_timed_prices_it_with_a_note(aic) -> None:  # noqa: ANN001
+    """A kernel the engines share that the backend's own collector did not time (SGLang's DeepEP experts run
+    DeepGEMM's grouped GEMMs; only TensorRT-LLM's GB200 collector timed DeepGEMM there) is priced by the other
+    backend's rows of the same GPU, the run's notes and tables line saying whose."""
+    kw = dict(backend="sglang", model="deepseek-v3", gpu="gb200", tp=1, attention_dp=32, ep=32, dtype="fp8-block",
+              kernels="sglang", num_nodes=8)
+    default, deepgemm = _model(aic, **kw), _model(aic, **kw, moe_kernel="deepgemm")
+    trt = _model(aic, **{**kw, "backend": "trtllm", "kernels": "trtllm"}, moe_kernel="deepgemm")
+    assert default.moe_source == "sglang_flashinfer_trtllm_moe" and deepgemm.moe_source.startswith("deepgemm")
+    assert "moe by trtllm" in deepgemm.describe() and any("priced by trtllm" in n for n in deepgemm.notes)
+    decode = BatchShape.from_requests(decodes=[2000] * 192)  # 192 a rank x 32 ranks enter each MoE layer
+    assert deepgemm.breakdown(decode)["moe_experts"] == pytest.approx(trt.breakdown(decode)["moe_experts"], rel=1e-12)
+    assert deepgemm.breakdown(decode)["moe_experts"] < 0.5 * default.breakdown(decode)["moe_experts"]
 
 
 def test_moe_kernel_is_refused_where_nothing_would_read_it() -> None:
@@ -902,3 +918,32 @@ def test_no_decode_attention_lane_reads_kv_faster_than_the_gpus_memory(aic) -> N
                                     ("h100-sxm", "vllm", 3.35e12)):
         model = _model(aic, model="llama-3-8b", gpu=gpu, backend=backend)
         assert model.breakdown(shape)["attn_decode"] >= kv_bytes / bandwidth * (1 - 1e-9), (gpu, backend)
+
+
+def test_a_named_moe_kernel_is_priced_in_the_dtype_the_default_prices(aic) -> None:  # noqa: ANN001
+    """A name is looked for in the dtype the run's format prices (per-tensor FP8 where the table has it), never in a
+    fallback dtype the default would not take; a donor's label is matched by its kernel's name, not its system."""
+    kw = dict(backend="trtllm", model="mixtral-8x7b", gpu="b200", tp=8, ep=8, dtype="fp8", kernels="trtllm")
+    assert _model(aic, **kw).moe_dtype == "fp8"
+    with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*'deepgemm'.* in fp8 .*trtllm tables'"):
+        _model(aic, **kw, moe_kernel="deepgemm")  # DeepGEMM's rows are block-FP8 only
+    ds = dict(backend="trtllm", model="deepseek-v3", gpu="b200", tp=8, ep=8, dtype="fp8-block", kernels="trtllm")
+    with pytest.raises(ConfigError, match=r"no table of b200_sxm times a MoE kernel 'gb200'"):
+        _model(aic, **ds, moe_kernel="gb200")
+
+
+def test_a_moe_kernel_left_at_auto_keeps_stored_result_keys(monkeypatch) -> None:  # noqa: ANN001
+    """Sweep points and planned layouts stored before --moe-kernel resume: its default is not hashed (one that names
+    a kernel is)."""
+    import simulator.config.run_config as rc
+    from simulator.config.run_config import RunConfig
+
+    hashed: list[dict] = []
+    real = rc.json.dumps
+    monkeypatch.setattr(rc.json, "dumps", lambda obj, **kw: hashed.append(obj) or real(obj, **kw))
+    base = RunConfig().replace(replica__model="deepseek-v3", replica__gpu="b200", replica__tp=8,
+                               replica__kernels="trtllm")
+    base.result_key()
+    assert "moe_kernel" not in hashed[-1]["config"]["replica"]
+    base.replace(replica__moe_kernel="deepgemm").result_key()
+    assert hashed[-1]["config"]["replica"]["moe_kernel"] == "deepgemm"

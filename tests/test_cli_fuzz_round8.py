@@ -185,6 +185,24 @@ def test_a_plans_launch_commands_carry_what_it_priced() -> None:
     (trt,) = launch_command(candidate, priced, "trtllm")
     assert '"kv_cache_config": {"free_gpu_memory_fraction": 0.371, "dtype": "fp8", "tokens_per_block": 32}' in trt
     assert '"speculative_config": {"decoding_type": "Eagle", "max_draft_len": 3' in trt
+    assert "moe_config" not in trt and "--moe-runner-backend" not in sglang  # the engines' own MoE kernel
+
+
+def test_a_plans_launch_commands_select_the_moe_kernel_it_priced() -> None:
+    from simulator.config.prices import price_of
+    from simulator.planning.launch import launch_command
+    from simulator.planning.plan import Candidate, Layout
+
+    layout = Layout("b200", "agg", "fp8-block", 8, ep=8, budget=8192, max_num_seqs=256)
+    candidate = Candidate(layout, 1.0, price_of("b200"))
+    base = RunConfig(replica=ReplicaConfig(model="deepseek-v3", gpu="b200", tp=8, kernels="trtllm",
+                                           moe_kernel="deepgemm"))
+    (trt,) = launch_command(candidate, base, "trtllm")
+    assert '"moe_config": {"backend": "DEEPGEMM"}' in trt
+    (sglang,) = launch_command(candidate, base, "sglang")
+    assert "--moe-runner-backend deep_gemm" in sglang
+    (vllm,) = launch_command(candidate, base, "vllm")
+    assert "priced with the tables' deepgemm MoE kernel, which this command does not select" in vllm
 
 
 def test_tau_refuses_a_disaggregated_config() -> None:

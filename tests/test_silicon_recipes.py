@@ -14,8 +14,9 @@ from simulator.calibrate.silicon import (
     read_recipes,
     read_silicon,
     recipe_layout,
+    recipe_moe_kernels,
     row_config,
-    trtllm_moe_kernels,
+    sglang_prefill_recipe,
 )
 
 _POINT = {"backend": "trtllm", "system": "b200", "model": "dsr1", "precision": "fp4", "isl": 1024, "osl": 1024,
@@ -262,19 +263,60 @@ def test_trtllm_deepseek_fp8_b200_rows_run_the_moe_kernel_their_recipe_sets():
                decode_attention_dp_size=8.0, decode_moe_tp_size=1.0, decode_moe_ep_size=8.0, prefill_pp_size=1.0,
                concurrency=1920.0, spec_refusal="")
     row = _row(**fp8, **dep)
-    assert trtllm_moe_kernels(row) == ("deepgemm", "deepgemm")
+    assert recipe_moe_kernels(row) == ("deepgemm", "deepgemm")
     tp8 = {**dep, "decode_tp_size": 8.0, "decode_attention_dp_size": 1.0, "decode_moe_tp_size": 8.0,
            "decode_moe_ep_size": 1.0}
-    assert trtllm_moe_kernels(_row(**fp8, **tp8)) == ("deepgemm", None)
-    assert trtllm_moe_kernels(_row(**fp8, **{**dep, "isl": 8192.0})) == (None, None)
-    for other in ({"gemm_quant_mode": "nvfp4"}, {"system": "gb200"}, {"backend": "sglang"},
+    assert recipe_moe_kernels(_row(**fp8, **tp8)) == ("deepgemm", None)
+    assert recipe_moe_kernels(_row(**fp8, **{**dep, "isl": 8192.0})) == (None, None)
+    for other in ({"gemm_quant_mode": "nvfp4"}, {"system": "gb200"}, {"backend": "sglang"}, {"backend": "vllm"},
                   {"silicon_data_source": "gtl; x=1"}):
-        assert trtllm_moe_kernels(_row(**{**fp8, **other}, **dep)) == (None, None), other
+        assert recipe_moe_kernels(_row(**{**fp8, **other}, **dep)) == (None, None), other
     agg = dict(mode="agg", tp_size=1.0, pp_size=1.0, attention_dp_size=8.0, moe_tp_size=1.0, moe_ep_size=8.0)
-    assert trtllm_moe_kernels(_row(**fp8, **{**dep, **agg, "concurrency": 256.0, "osl": 8192.0})) == ("deepgemm", None)
-    assert trtllm_moe_kernels(_row(**fp8, **{**dep, **agg, "concurrency": 128.0})) == (None, None)
+    assert recipe_moe_kernels(_row(**fp8, **{**dep, **agg, "concurrency": 256.0, "osl": 8192.0})) == ("deepgemm", None)
+    assert recipe_moe_kernels(_row(**fp8, **{**dep, **agg, "concurrency": 128.0})) == (None, None)
     tables = row_config(row, extra={"replica__kernels": "trtllm"})
     assert ",moe=deepgemm," in tables.prefill_pool and ",moe=deepgemm," in tables.decode_pool
     assert "moe=" not in row_config(row).prefill_pool and row_config(row).replica.moe_kernel == "auto"
     one = row_config(_row(**fp8, **{**dep, **agg, "concurrency": 256.0}), extra={"replica__kernels": "trtllm"})
     assert one.replica.moe_kernel == "deepgemm"
+
+
+def test_sglang_wide_ep_deepseek_fp8_pools_on_gb200_and_gb300_run_deepgemm():
+    """InferenceX's SGLang DeepSeek-R1 FP8 recipes on GB200/GB300 run their expert-parallel workers over DeepEP, whose
+    block-FP8 experts run DeepGEMM (a pool without EP keeps FlashInfer's TensorRT-LLM MoE); not on B200 (FlashInfer
+    there), not in FP4 (CuteDSL / CUTLASS runners), not aggregated."""
+    wide = dict(backend="sglang", system="gb200", precision="fp8", gemm_quant_mode="fp8", prefill_num_workers=2.0,
+                prefill_tp_size=1.0, prefill_pp_size=1.0, prefill_attention_dp_size=8.0, prefill_moe_tp_size=1.0,
+                prefill_moe_ep_size=8.0, decode_num_workers=1.0, decode_tp_size=4.0, decode_pp_size=1.0,
+                decode_attention_dp_size=1.0, decode_moe_tp_size=4.0, decode_moe_ep_size=1.0, concurrency=1024.0,
+                silicon_data_source="db-dump; silicon_concurrency=1024", spec_refusal="")
+    assert recipe_moe_kernels(_row(**wide)) == ("deepgemm", None)
+    assert recipe_moe_kernels(_row(**{**wide, "system": "gb300", "decode_moe_ep_size": 4.0,
+                                        "decode_moe_tp_size": 1.0})) == ("deepgemm", "deepgemm")
+    for other in ({"system": "b200_sxm"}, {"gemm_quant_mode": "nvfp4"}, {"mode": "agg"}):
+        assert recipe_moe_kernels(_row(**{**wide, **other})) == (None, None), other
+
+
+def test_sglang_prefill_workers_take_their_recipes_chunk_and_memory_fraction():
+    """SGLang splits --chunked-prefill-size over a worker's attention-DP ranks: the harness's 8,192 gave a DP8 prefill
+    rank one 1K prompt a step, where the recipes chunk 131,072 (GB200/GB300 wide-EP FP8; 65,536 FP4) or 32,768
+    (B200), with their --mem-fraction-static; the decode pool keeps the harness's budget; other rows nothing."""
+    wide = dict(backend="sglang", system="gb200", precision="fp8", gemm_quant_mode="fp8", prefill_num_workers=2.0,
+                prefill_tp_size=1.0, prefill_pp_size=1.0, prefill_attention_dp_size=8.0, prefill_moe_tp_size=1.0,
+                prefill_moe_ep_size=8.0, decode_num_workers=1.0, decode_tp_size=1.0, decode_pp_size=1.0,
+                decode_attention_dp_size=32.0, decode_moe_tp_size=1.0, decode_moe_ep_size=32.0, concurrency=2048.0,
+                silicon_data_source="db-dump; silicon_concurrency=2048", spec_refusal="")
+    assert sglang_prefill_recipe(_row(**wide)) == (131072, 0.82)
+    assert sglang_prefill_recipe(_row(**{**wide, "gemm_quant_mode": "nvfp4"})) == (65536, 0.83)
+    assert sglang_prefill_recipe(_row(**{**wide, "prefill_attention_dp_size": 1.0, "prefill_tp_size": 8.0,
+                                          "prefill_moe_tp_size": 1.0})) is None  # a low-latency TP recipe
+    assert sglang_prefill_recipe(_row(**{**wide, "system": "b200_sxm"})) == (32768, 0.85)
+    assert sglang_prefill_recipe(_row(**{**wide, "system": "b200_sxm", "gemm_quant_mode": "nvfp4", "isl": 8192.0,
+                                          "prefill_num_workers": 7.0})) == (65536, 0.85)
+    for other in ({"backend": "trtllm"}, {"mode": "agg"}, {"silicon_data_source": "gtl; x=1"}):
+        assert sglang_prefill_recipe(_row(**{**wide, **other})) is None, other
+    config = row_config(_row(**wide))
+    assert ",budget=131072," in config.prefill_pool and ",budget=8192," in config.decode_pool
+    assert config.replica.gpu_memory_utilization == 0.82
+    assert recipe_moe_kernels(_row(**{**wide, "decode_moe_ep_size": 48.0, "decode_attention_dp_size": 48.0})) == \
+        ("deepgemm", None)  # TensorRT-LLM's collectors timed DeepGEMM at EP powers of two only

@@ -184,6 +184,29 @@ TRTLLM_LLAMA_BATCH_WAIT = (20, 0.9)
 # on decode workers with DP attention (their TP8 decode workers without it keep TRTLLM); its 8K/1K recipes keep
 # TRTLLM on both.
 TRTLLM_DEEPGEMM_USERS = 256
+# InferenceX's SGLang DeepSeek-R1 FP8 disaggregated recipes on these systems (srt-slurm recipes/gb200-fp8, gb300-fp8:
+# mid-curve, max-tpt, ultra-tpt) run every worker with expert parallelism over DeepEP (--moe-a2a-backend deepep:
+# normal mode on the prefill workers, low_latency on the decode workers), whose block-FP8 experts run DeepGEMM's
+# grouped GEMMs (SGLang's DeepEP MoE; no --moe-runner-backend set); their low-latency recipes (TP4/TP8 without EP)
+# run FlashInfer's TensorRT-LLM MoE, the default. SGLang's collectors timed no DeepGEMM MoE: TensorRT-LLM's
+# GB200/GB300 rows price it (TableCostModel: --moe-kernel from another backend's tables).
+SGLANG_DEEPEP_SYSTEMS = ("gb200", "gb300")
+# ... and the expert-parallel splits TensorRT-LLM's collectors timed DeepGEMM's MoE at (powers of two): a recipe's
+# EP 24 or 48 decode workers keep the default's rows.
+DEEPGEMM_TIMED_EP = (2, 4, 8, 16, 32, 64, 128, 256)
+# The same SGLang recipes' --chunked-prefill-size on their prefill workers (the whole DP group's: SGLang splits it
+# over its attention-DP ranks, so the harness's DEFAULT_BUDGET gave a DP8 prefill rank 1,024 tokens, one prompt a
+# step) and their --mem-fraction-static (the decode workers', which hold the load; the prefill workers' is within
+# 0.1 of it): (system, gemm lane, prefill attention DP) -> (chunk tokens, memory fraction). B200: every recipe's
+# workers, DP or not (the 8K/1K FP4 recipe of seven prefill workers chunks 65,536: PREFILL_CHUNK_7P); GB200/GB300:
+# their wide-EP recipes (the low-latency TP recipes chunk 8,192 to 32,768 by ISL and keep the harness's).
+SGLANG_PREFILL_RECIPES: dict[tuple[str, str, bool], tuple[int, float]] = {
+    ("b200_sxm", "fp8", False): (32768, 0.85), ("b200_sxm", "fp8", True): (32768, 0.85),
+    ("b200_sxm", "nvfp4", False): (32768, 0.85), ("b200_sxm", "nvfp4", True): (32768, 0.85),
+    ("gb200", "fp8", True): (131072, 0.82), ("gb300", "fp8", True): (131072, 0.82),
+    ("gb200", "nvfp4", True): (65536, 0.83), ("gb300", "nvfp4", True): (65536, 0.83),
+}
+PREFILL_CHUNK_7P = 65536
 
 
 def recipe_changes(row: Any) -> dict[str, Any]:
@@ -227,13 +250,20 @@ def recipe_changes(row: Any) -> dict[str, Any]:
     return {"scheduler__batch_wait_timeout_iters": timeout, "scheduler__batch_wait_max_tokens_ratio": ratio}
 
 
-def trtllm_moe_kernels(row: Any) -> tuple[str | None, str | None]:
-    """The ``--moe-kernel`` of ``row``'s deployment where its recipe sets TensorRT-LLM's MoE backend to another
-    than the engine's default (:data:`TRTLLM_DEEPGEMM_USERS`): (the aggregated engine's or the prefill workers',
-    the decode workers'); None: the default's. Only InferenceX's DeepSeek-R1 FP8 rows on B200 set one."""
-    if (str(getattr(row, "backend", "")) != "trtllm" or not _is_inferencex(row) or str(row.system) != "b200_sxm"
-            or "deepseek" not in str(row.model_path).lower() or str(getattr(row, "gemm_quant_mode", "")) != "fp8"
-            or _int(row.isl) != 1024):
+def recipe_moe_kernels(row: Any) -> tuple[str | None, str | None]:
+    """The ``--moe-kernel`` of ``row``'s deployment where its recipe runs another MoE kernel than the engine's
+    default: (the aggregated engine's or the prefill workers', the decode workers'); None: the default's. Only
+    InferenceX's DeepSeek-R1 FP8 rows set one: TensorRT-LLM's on B200 (:data:`TRTLLM_DEEPGEMM_USERS`), and SGLang's
+    disaggregated wide-EP workers on GB200 and GB300 (:data:`SGLANG_DEEPEP_SYSTEMS`)."""
+    if (not _is_inferencex(row) or "deepseek" not in str(row.model_path).lower()
+            or str(getattr(row, "gemm_quant_mode", "")) != "fp8"):
+        return None, None
+    backend = str(getattr(row, "backend", ""))
+    if backend == "sglang" and str(row.system) in SGLANG_DEEPEP_SYSTEMS and row.mode == "disagg":
+        prefill, decode = ("deepgemm" if (_int(getattr(row, f"{pool}_moe_ep_size", 1)) or 1) in DEEPGEMM_TIMED_EP
+                           else None for pool in ("prefill", "decode"))
+        return prefill, decode
+    if backend != "trtllm" or str(row.system) != "b200_sxm" or _int(row.isl) != 1024:
         return None, None
     if row.mode == "agg":
         many = _int(row.osl) in (1024, 8192) and (_int(row.concurrency) or 0) >= TRTLLM_DEEPGEMM_USERS
@@ -242,6 +272,21 @@ def trtllm_moe_kernels(row: Any) -> tuple[str | None, str | None]:
         return None, None
     decode_dp = (_int(getattr(row, "decode_attention_dp_size", 1)) or 1) > 1
     return "deepgemm", ("deepgemm" if decode_dp else None)
+
+
+def sglang_prefill_recipe(row: Any) -> tuple[int, float] | None:
+    """(the prefill workers' chunked-prefill size, the memory fraction) of an InferenceX SGLang DeepSeek-R1
+    disaggregated row's recipe (:data:`SGLANG_PREFILL_RECIPES`); None: the harness's own."""
+    if (str(getattr(row, "backend", "")) != "sglang" or row.mode != "disagg" or not _is_inferencex(row)
+            or "deepseek" not in str(row.model_path).lower()):
+        return None
+    lane = str(getattr(row, "gemm_quant_mode", ""))
+    dp = (_int(getattr(row, "prefill_attention_dp_size", 1)) or 1) > 1
+    got = SGLANG_PREFILL_RECIPES.get((str(row.system), lane, dp))
+    if got is not None and str(row.system) == "b200_sxm" and lane == "nvfp4" and _int(row.isl) == 8192 \
+            and _int(getattr(row, "prefill_num_workers", 1)) == 7:
+        return PREFILL_CHUNK_7P, got[1]
+    return got
 
 
 # InferenceX's disaggregated recipes (results/validation/silicon/inferencex_recipes.py writes it from snapshots
@@ -689,9 +734,10 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
     run it; :mod:`simulator.engine.closed_loop`). A row whose recipe runs MTP (``mtp_drafts`` > 0:
     :func:`read_silicon`'s ``with_mtp``) runs it only with ``mtp_acceptance``, an AL curve of the data
     folder (``MODEL:METHOD[:THINKING]``, :func:`~simulator.config.acceptance.find_curve`) or one i.i.d.
-    rate. ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels); where they price by the tables, a row
-    whose recipe sets TensorRT-LLM's MoE backend (:func:`trtllm_moe_kernels`) runs that kernel (``--moe-kernel``,
-    a pool's ``moe=``). Raises :class:`Unexpressible` with the reason."""
+    rate. ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels); where they price by the row's own
+    backend's tables, a row whose recipe runs another MoE kernel than its engine's default
+    (:func:`recipe_moe_kernels`) runs it (``--moe-kernel``, a pool's ``moe=``). Raises :class:`Unexpressible` with
+    the reason."""
     from simulator.config.catalog import get_model
     from simulator.config.run_config import RunConfig
 
@@ -726,9 +772,10 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         "replica__inter_node_link": SYSTEM_NETWORKS[row.system],  # pools take it from the replica
         **engine_rules,  # (the pools too)
     }
-    # the MoE kernel the deployment's recipe sets, where the tables price it (the roofline times no named kernel)
-    tables = (extra or {}).get("replica__kernels", "roofline") != "roofline"
-    moe_kernels = trtllm_moe_kernels(row) if tables else (None, None)
+    # the MoE kernel the deployment's recipe runs, where the row's own engine's tables price it (the roofline times
+    # no named kernel, and another engine's tables price that engine's kernels)
+    own_tables = (extra or {}).get("replica__kernels") == getattr(row, "backend", None)
+    moe_kernels = recipe_moe_kernels(row) if own_tables else (None, None)
     if row.mode == "agg":
         tp, pp, adp, ep = _layout(row, "", is_moe)
         batch = -(-concurrency // adp)  # per attention-DP rank (README item 6)
@@ -759,7 +806,11 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
             if max(ptp, dtp) > MAX_GPUS_PER_NODE:
                 changes["replica__allow_tp_across_nodes"] = True
         pmoe, dmoe = (f",moe={k}" if k else "" for k in moe_kernels)
-        changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu}{pmoe},sched={sched},budget={budget},"
+        chunk = budget
+        if (recipe := sglang_prefill_recipe(row)) is not None:  # its prefill workers' chunk and memory fraction
+            chunk = recipe[0]
+            changes["replica__gpu_memory_utilization"] = recipe[1]
+        changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu}{pmoe},sched={sched},budget={chunk},"
                                         f"seqs={PREFILL_MAX_NUM_SEQS})",
                         "decode_pool": f"{dw}x({decode},gpu={gpu}{dmoe},sched={sched},budget={budget},seqs={seqs})",
                         "kv_link": kv_link})

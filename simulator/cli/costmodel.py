@@ -202,7 +202,7 @@ def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roof
     return {"model": replica.model, "gpu": replica.gpu, "tp": replica.tp, "pp": replica.pp,
             "attention_dp": replica.attention_dp, "ep": replica.ep, "dtype": replica.dtype,
             "cost_model": cm.name, "engine": getattr(getattr(cm, "engine", None), "name", None),
-            "kernels": replica.kernels, "tables": tables,
+            "kernels": replica.kernels, "moe_kernel": replica.moe_kernel, "tables": tables,
             "table_notes": list(dict.fromkeys(getattr(kernels, "notes", []))) if tables else [],
             # families the tables lack rows for, priced by the roofline instead (empty without --kernels)
             "roofline_ops": list(dict.fromkeys([*getattr(kernels, "roofline_ops", []),

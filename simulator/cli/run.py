@@ -377,7 +377,7 @@ def _pricing_note(config: RunConfig) -> str:
         layout = layout_of(config)
         replicas = [layout.prefill_replica, layout.decode_replica] + (
             [layout.mixed_replica] if layout.mixed_replica is not None else [])
-    replicas = list({(rep.gpu, rep.kernels): rep for rep in replicas}.values())
+    replicas = list({(rep.gpu, rep.kernels, rep.moe_kernel): rep for rep in replicas}.values())
     from simulator.costmodel import load_engine
     from simulator.costmodel.calibration import describe
 

@@ -63,7 +63,8 @@ WARMUP_MODES = ("steady", "drain")  # a closed loop's warm-up: inline, or a phas
 SESSION_REPLAYS = ("open", "closed")
 # Fields added after results were stored (sweep points, planned layouts): at these values result_key leaves them
 # out, so a stored point's key stays what it was and its sweep resumes instead of running every point again.
-LATER_FIELD_DEFAULTS: dict[tuple[str, str], Any] = {("workload", "session_replay"): "open"}
+LATER_FIELD_DEFAULTS: dict[tuple[str, str], Any] = {("workload", "session_replay"): "open",
+                                                    ("replica", "moe_kernel"): "auto"}
 # Fields whose default became None (the engine's own) after results were stored, with the value they held then: where
 # every scheduler of a run plans its KV cache on the total basis (vLLM's rule, whose defaults these were), result_key
 # writes that value for None, so a stored vLLM-family point's key stays what it was; an SGLang or TensorRT-LLM run's

@@ -58,6 +58,15 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
     def fraction(role: str | None, engine: str) -> float:
         return launch_memory_fraction(replicas[role], schedulers[role], engine)
 
+    def moe(role: str | None, engine: str) -> tuple[str | None, str | None]:
+        """(the engine's MoE backend value for the kernel --moe-kernel priced, a note where it has none)."""
+        named = replicas[role].moe_kernel
+        if named == "auto":
+            return None, None
+        value = moe_backend_of(engine, named)
+        return value, (None if value else f"priced with the tables' {named} MoE kernel, which this command does not "
+                       "select: set the engine's MoE backend to it")
+
     def vllm(tp: int, role: str | None) -> str:
         parts = ["VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"] if kernel("vllm") == "mxfp4-w4a8" else []
         parts += [f"vllm serve {name}", f"--tensor-parallel-size {tp}"]
@@ -72,7 +81,8 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
             parts.append(f"--speculative-config '{json.dumps(_vllm_speculative(base.speculative))}'")
         if role is not None:
             parts.append("--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'")
-        return " ".join(parts)
+        note = moe(role, "vllm")[1]
+        return " ".join(parts) + (f"  # {note}" if note else "")
 
     def sglang(tp: int, role: str | None) -> str:
         # SGLang's --tp is the whole group's GPU count and its attention-DP ranks split it (--tp 8 --dp 8
@@ -90,7 +100,9 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         if kernel("sglang") == "mxfp4-w4a16" and gpu.name in MXFP8_MOE_GPUS:
             parts.append("--flashinfer-mxfp4-moe-precision bf16")
         parts += _memory_flags(base, "sglang", fraction(role, "sglang"))
-        notes = []
+        runner, note = moe(role, "sglang")
+        parts += [f"--moe-runner-backend {runner}"] if runner else []
+        notes = [note] if note else []
         if base.speculative is not None:
             flags, note = _sglang_speculative(base.speculative)
             parts += flags
@@ -107,8 +119,11 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
         parts += [f"--ep_size {lay.ep}"] if lay.ep > 1 else []
         parts += [f"--max_num_tokens {budget(role)}"] if budget(role) else []
         parts += [f"--max_batch_size {lay.max_num_seqs}", f"--max_seq_len {max_len}"]
-        notes = []
+        backend, note = moe(role, "trtllm")
+        notes = [note] if note else []
         extra = trtllm_extra_options(lay, base.scheduler, role) | _trtllm_memory_options(base, fraction(role, "trtllm"))
+        if backend:
+            extra["moe_config"] = {"backend": backend}
         if base.speculative is not None:
             extra["speculative_config"] = _trtllm_speculative(base.speculative)
         if extra:
@@ -130,6 +145,21 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
                 "# behind trtllm-serve disaggregated -c (its context_servers and generation_servers), or Dynamo"]
     return [f"# {lay.num_prefill}x prefill: " + make(lay.prefill_tp, "prefill"),
             f"# {lay.num_decode}x decode: " + make(lay.tp, "decode")]
+
+
+# A --moe-kernel name (a part of the tables' kernel source) -> the value of each engine's MoE backend option that runs
+# that kernel (TensorRT-LLM's moe_config backend, SGLang's --moe-runner-backend), the first part it holds; vLLM picks
+# its MoE kernel itself (its MoE oracle), so a plan priced with a named kernel says so beside its command instead.
+MOE_BACKENDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "trtllm": (("deepgemm", "DEEPGEMM"), ("cutedsl", "CUTEDSL"), ("cutlass", "CUTLASS"), ("trtllm", "TRTLLM")),
+    "sglang": (("deepgemm", "deep_gemm"), ("cutedsl", "flashinfer_cutedsl"), ("cutlass", "flashinfer_cutlass"),
+               ("trtllm", "flashinfer_trtllm"), ("triton", "triton")),
+}
+
+
+def moe_backend_of(engine: str, moe_kernel: str) -> str | None:
+    """The value of ``engine``'s MoE backend option that runs the kernel ``moe_kernel`` names; None where it has none."""
+    return next((value for part, value in MOE_BACKENDS.get(engine, ()) if part in moe_kernel), None)
 
 
 def _priced_budget(sched: SchedulerConfig) -> int | None:

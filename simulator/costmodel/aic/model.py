@@ -433,8 +433,12 @@ class TableCostModel(TabulatedCostModel):
         for candidate in candidates:
             if named is not None and candidate != named[0]:
                 continue
-            src, d, read, notes = T.read_priced_rows(ref, candidate, cols, shape, self.root, at=at,
-                                                     source=None if named is None else named[1])
+            src, d, read, notes = T.read_priced_rows(ref if named is None else named[2], candidate, cols, shape,
+                                                     self.root, at=at, source=None if named is None else named[1])
+            if named is not None and named[2] is not ref:
+                notes = (f"{self.backend} tables of {self.system}: {candidate} moe priced by {named[2].backend} "
+                         f"{named[2].version}'s {src} rows (--moe-kernel {r.moe_kernel}: a kernel the engines "
+                         f"share, which the {self.backend} collector did not time)",)
             if src is not None:
                 ref = read
                 if candidate != dtype:
@@ -454,7 +458,7 @@ class TableCostModel(TabulatedCostModel):
             return {"num_tokens": rows["num_tokens"][keep], "latency": rows["latency"][keep]}
 
         d = split(d)
-        if ref is not own_ref and len(d["latency"]) < 2:
+        if ref is not own_ref and len(d["latency"]) < 2 and named is None:
             # A lane donor's collector did not time this split (its kernel does not take the slice, e.g. FlashInfer's
             # TensorRT-LLM bf16 experts want a multiple of 128 columns): the engine falls back to the kernel the
             # lane's own rows time, so those price it.
@@ -465,7 +469,7 @@ class TableCostModel(TabulatedCostModel):
                          f"moe_tp={moe_tp} x moe_ep={moe_ep}: its own {own_src} rows price it",)
         self.notes.extend(notes)
         if len(d["latency"]) < 2 and named is not None:
-            raise ConfigError("replica.moe_kernel", f"{self.backend} tables of {self.system} time {src} for "
+            raise ConfigError("replica.moe_kernel", f"{ref.backend} tables of {self.system} time {src} for "
                               f"{m.name}'s experts, but not at moe_tp={moe_tp} x moe_ep={moe_ep}",
                               "use --moe-kernel auto, or a layout that kernel was timed at")
         if len(d["latency"]) < 2:
@@ -482,35 +486,45 @@ class TableCostModel(TabulatedCostModel):
         elif self.backend == "trtllm" and dtype == "nvfp4" and src != MOE_LOW_LATENCY_SOURCE:
             self._load_moe_low(ref, src, shape, dtype, moe_tp, moe_ep, dist)
 
-    def _named_moe_kernel(self, ref: T.TableRef, candidates: tuple[str, ...], shape: tuple,
-                          at: dict[str, Any]) -> tuple[str, str] | None:
-        """(dtype, kernel source) of the table's own rows that ``--moe-kernel`` names, for the first of
-        ``candidates`` (the MoE dtypes the run's format is priced by) with such rows; None for ``auto``, or where
-        the kernel named is the one the default prices (another collector's rows of it included). A name is a
-        source whole or a part of one (case aside); one that names none, or several, is refused with those known."""
-        name = getattr(self.replica, "moe_kernel", "auto")
+    def _named_moe_kernel(self, ref: T.TableRef, candidates: tuple[str, ...], shape: tuple[tuple[str, str, Any], ...],
+                          at: dict[str, Any]) -> tuple[str, str, T.TableRef] | None:
+        """(dtype, kernel source, table) of the rows ``--moe-kernel`` names: in the dtype the default prices (the
+        first of ``candidates``, the MoE dtypes the run's format is priced by, that the backend's table ``ref`` has
+        rows of), ``ref``'s own rows, else another backend's table of the same GPU (the engines share kernel
+        libraries: DeepGEMM, FlashInfer's CUTLASS and TensorRT-LLM kernels, which one collector may time and another
+        not). None for ``auto``, or where the name is the kernel the default prices from another collector's rows
+        (LANE_DONORS). A name is a source whole or a part of one (case aside); one that names none, or several in one
+        table, is refused with the backend's own. A kernel named prices every step (TensorRT-LLM's NVFP4 switch to
+        its min-latency kernel at small batches is the default's, not a named kernel's)."""
+        name = self.replica.moe_kernel
         if name == "auto":
             return None
+        own = {c: T.kernel_sources(ref, c, shape) for c in candidates}
+        dtypes = tuple(c for c in candidates if own[c])[:1] or candidates  # (no own rows: the first another has)
         known: list[str] = []
-        for candidate in candidates:
-            sources = T.kernel_sources(ref, candidate, shape)
-            if not sources:
-                continue
-            default, *_ = T.read_priced_rows(ref, candidate, ("num_tokens",), shape, self.root, warm="keep", at=at)
-            lent = default if default is not None and default not in sources else None  # a donor's (LANE_DONORS)
-            exact = [s for s in sources if s.lower() == name]
-            hits = exact or [s for s in [*sources, *([lent] if lent else [])] if name in s.lower()]
-            if hits == [lent]:
-                return None  # the engine's default kernel, another collector's rows of it
-            if len(hits) > 1:
-                raise ConfigError("replica.moe_kernel", f"{name!r} names several of the {self.backend} tables' "
-                                  f"{candidate} MoE kernels on {self.system}: {', '.join(hits)}",
-                                  "give one of them whole")
-            if hits:
-                return candidate, hits[0]
-            known += [f"{s} ({candidate})" for s in sources] + ([f"{lent} ({candidate}, the default)"] if lent else [])
-        raise ConfigError("replica.moe_kernel", f"the {self.backend} tables of {self.system} time no MoE kernel "
-                          f"{name!r} for {self.model.name}'s experts", f"use auto or one of: "
+        for dtype in dtypes:
+            lent = None
+            if own[dtype]:
+                default, *_ = T.read_priced_rows(ref, dtype, ("num_tokens",), shape, self.root, warm="keep", at=at)
+                lent = default if default is not None and default not in own[dtype] else None  # LANE_DONORS' label
+                known += [f"{s} ({dtype})" for s in own[dtype]] + ([f"{lent} ({dtype}, the default)"] if lent else [])
+            lent_source = lent.split(" (")[0] if lent else None
+            tables = [(ref, [*own[dtype], *([lent_source] if lent_source else [])])]
+            tables += [(t, T.kernel_sources(t, dtype, shape)) for b in T.BACKENDS if b != self.backend
+                       and (t := T.find_table(self.system, b, "moe", self.root)) is not None]
+            for table, sources in tables:
+                hits = [s for s in sources if s.lower() == name] or [s for s in sources if name in s.lower()]
+                if table is ref and lent_source is not None and hits == [lent_source]:
+                    return None  # the engine's default kernel, another collector's rows of it
+                if len(hits) > 1:
+                    raise ConfigError("replica.moe_kernel", f"{name!r} names several of the {table.backend} tables' "
+                                      f"{dtype} MoE kernels on {self.system}: {', '.join(hits)}",
+                                      "give one of them whole")
+                if hits:
+                    return dtype, hits[0], table
+        raise ConfigError("replica.moe_kernel", f"no table of {self.system} times a MoE kernel {name!r} for "
+                          f"{self.model.name}'s experts" + (f" in {dtypes[0]}" if len(dtypes) == 1 else ""),
+                          f"use auto or one of the {self.backend} tables': "
                           f"{', '.join(dict.fromkeys(known)) or 'none (no MoE rows for its expert shape)'}")
 
     def _load_moe_low(self, ref: T.TableRef, src: str, shape: tuple, dtype: str, moe_tp: int, moe_ep: int,

@@ -369,7 +369,7 @@ LANE_DONORS: tuple[LaneDonor, ...] = (
     LaneDonor("moe", "trtllm", "sglang", dtype="fp8_block", source="deepgemm", donor_source="sglang_flashinfer_trtllm_moe",
               siblings=SAME_DIE,
               why="TensorRT-LLM's DeepSeek-R1 FP8 launch scripts there run moe_config backend TRTLLM (DeepGEMM only "
-                  "at 1K/8K from 256 users), its TensorRT-LLM-generated block-FP8 MoE kernels, which its collector "
+                  "at 1K/1K and 1K/8K from 256 users: --moe-kernel deepgemm), its TensorRT-LLM-generated block-FP8 MoE kernels, which its collector "
                   "did not time (DeepGEMM: a median 1.2x FlashInfer's TensorRT-LLM rows at <= 256 tokens, 0.8x "
                   "above); SGLang's GB200/GB300 collectors timed them through FlashInfer on the same die"),
     # vLLM serves gpt-oss's MXFP4 experts on datacenter Blackwell with FlashInfer's TensorRT-LLM MXFP4 kernels (its 0.24

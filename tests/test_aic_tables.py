@@ -595,7 +595,7 @@ def test_moe_kernel_names_the_tables_own_kernel_in_place_of_the_engines_default(
     same = _model(aic, **kw, moe_kernel="flashinfer_trtllm")
     assert same.moe_source == default.moe_source and same.breakdown(prompt) == default.breakdown(prompt)
     with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*no table of b200_sxm times a MoE kernel 'cutlass'"
-                                          r".*trtllm tables': deepgemm \(fp8_block\)"):
+                                          r".*trtllm tables' \(deepgemm \(fp8_block\)"):
         _model(aic, **kw, moe_kernel="cutlass")
     with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*several.*moe_torch_flow_cutlass, moe_torch_flow_min"):
         _model(aic, **{**kw, "dtype": "nvfp4"}, moe_kernel="moe_torch_flow")
@@ -947,3 +947,17 @@ def test_a_moe_kernel_left_at_auto_keeps_stored_result_keys(monkeypatch) -> None
     assert "moe_kernel" not in hashed[-1]["config"]["replica"]
     base.replace(replica__moe_kernel="deepgemm").result_key()
     assert hashed[-1]["config"]["replica"]["moe_kernel"] == "deepgemm"
+
+
+
+def test_a_named_kernel_lent_by_a_donor_or_another_backend_is_the_engines_own_or_a_shared_one(aic) -> None:  # noqa: ANN001
+    """Where a lane donor prices the default (gpt-oss's MXFP4 experts on B200 under SGLang: FlashInfer's rows of
+    GB200), naming that kernel is the default; another backend's rows lend only kernels the engines share (DeepGEMM,
+    FlashInfer's), not a backend's own (TensorRT-LLM's torch-flow CUTLASS MoE)."""
+    kw = dict(backend="sglang", model="gpt-oss-120b", gpu="b200", tp=1, dtype="mxfp4", kernels="sglang")
+    default = _model(aic, **kw)
+    same = _model(aic, **kw, moe_kernel="flashinfer_trtllm")
+    assert same.moe_source == default.moe_source and same.moe_dtype == default.moe_dtype
+    with pytest.raises(ConfigError, match=r"no table of h100_sxm times a MoE kernel 'torch_flow'"):
+        _model(aic, backend="sglang", model="deepseek-v3", gpu="h100-sxm", tp=8, dtype="fp8-block", kernels="sglang",
+               moe_kernel="torch_flow")

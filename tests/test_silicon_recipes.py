@@ -310,6 +310,8 @@ def test_sglang_prefill_workers_take_their_recipes_chunk_and_memory_fraction():
     assert sglang_prefill_recipe(_row(**{**wide, "gemm_quant_mode": "nvfp4"})) == (65536, 0.83)
     assert sglang_prefill_recipe(_row(**{**wide, "prefill_attention_dp_size": 1.0, "prefill_tp_size": 8.0,
                                           "prefill_moe_tp_size": 1.0})) is None  # a low-latency TP recipe
+    assert sglang_prefill_recipe(_row(**{**wide, "prefill_moe_ep_size": 1.0, "prefill_moe_tp_size": 8.0})) is None
+    # (DP attention without EP: no recipe read runs it)
     assert sglang_prefill_recipe(_row(**{**wide, "system": "b200_sxm"})) == (32768, 0.85)
     assert sglang_prefill_recipe(_row(**{**wide, "system": "b200_sxm", "gemm_quant_mode": "nvfp4", "isl": 8192.0,
                                           "prefill_num_workers": 7.0})) == (65536, 0.85)

@@ -197,9 +197,10 @@ DEEPGEMM_TIMED_EP = (2, 4, 8, 16, 32, 64, 128, 256)
 # The same SGLang recipes' --chunked-prefill-size on their prefill workers (the whole DP group's: SGLang splits it
 # over its attention-DP ranks, so the harness's DEFAULT_BUDGET gave a DP8 prefill rank 1,024 tokens, one prompt a
 # step) and their --mem-fraction-static (the decode workers', which hold the load; the prefill workers' is within
-# 0.1 of it): (system, gemm lane, prefill attention DP) -> (chunk tokens, memory fraction). B200: every recipe's
-# workers, DP or not (the 8K/1K FP4 recipe of seven prefill workers chunks 65,536: PREFILL_CHUNK_7P); GB200/GB300:
-# their wide-EP recipes (the low-latency TP recipes chunk 8,192 to 32,768 by ISL and keep the harness's).
+# 0.1 of it; the run's fraction, both pools take it): (system, gemm lane, prefill pool with DP attention and EP) ->
+# (chunk tokens, memory fraction). B200: every recipe's workers (the 8K/1K FP4 recipe of seven prefill workers chunks
+# 65,536: PREFILL_CHUNK_7P); GB200/GB300: their wide-EP recipes (the low-latency TP recipes chunk 8,192 to 32,768 by
+# ISL, and a layout no recipe read has keeps the harness's).
 SGLANG_PREFILL_RECIPES: dict[tuple[str, str, bool], tuple[int, float]] = {
     ("b200_sxm", "fp8", False): (32768, 0.85), ("b200_sxm", "fp8", True): (32768, 0.85),
     ("b200_sxm", "nvfp4", False): (32768, 0.85), ("b200_sxm", "nvfp4", True): (32768, 0.85),
@@ -281,8 +282,9 @@ def sglang_prefill_recipe(row: Any) -> tuple[int, float] | None:
             or "deepseek" not in str(row.model_path).lower()):
         return None
     lane = str(getattr(row, "gemm_quant_mode", ""))
-    dp = (_int(getattr(row, "prefill_attention_dp_size", 1)) or 1) > 1
-    got = SGLANG_PREFILL_RECIPES.get((str(row.system), lane, dp))
+    wide = ((_int(getattr(row, "prefill_attention_dp_size", 1)) or 1) > 1
+            and (_int(getattr(row, "prefill_moe_ep_size", 1)) or 1) > 1)  # DP attention with EP: a wide-EP recipe's
+    got = SGLANG_PREFILL_RECIPES.get((str(row.system), lane, wide))
     if got is not None and str(row.system) == "b200_sxm" and lane == "nvfp4" and _int(row.isl) == 8192 \
             and _int(getattr(row, "prefill_num_workers", 1)) == 7:
         return PREFILL_CHUNK_7P, got[1]
@@ -736,8 +738,9 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
     folder (``MODEL:METHOD[:THINKING]``, :func:`~simulator.config.acceptance.find_curve`) or one i.i.d.
     rate. ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels); where they price by the row's own
     backend's tables, a row whose recipe runs another MoE kernel than its engine's default
-    (:func:`recipe_moe_kernels`) runs it (``--moe-kernel``, a pool's ``moe=``). Raises :class:`Unexpressible` with
-    the reason."""
+    (:func:`recipe_moe_kernels`) runs it (``--moe-kernel``, a pool's ``moe=``); an SGLang disaggregated row's prefill
+    pool takes its recipe's chunk and the run its memory fraction (:func:`sglang_prefill_recipe`), whatever prices it.
+    Raises :class:`Unexpressible` with the reason."""
     from simulator.config.catalog import get_model
     from simulator.config.run_config import RunConfig
 
@@ -807,7 +810,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
                 changes["replica__allow_tp_across_nodes"] = True
         pmoe, dmoe = (f",moe={k}" if k else "" for k in moe_kernels)
         chunk = budget
-        if (recipe := sglang_prefill_recipe(row)) is not None:  # its prefill workers' chunk and memory fraction
+        if (recipe := sglang_prefill_recipe(row)) is not None:  # its prefill workers' chunk; the run's memory fraction
             chunk = recipe[0]
             changes["replica__gpu_memory_utilization"] = recipe[1]
         changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu}{pmoe},sched={sched},budget={chunk},"

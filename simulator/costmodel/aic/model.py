@@ -105,6 +105,9 @@ MOE_LOW_LATENCY_SOURCE = "moe_torch_flow_min_latency"
 MOE_LOW_LATENCY_DONORS = {"b300_sxm": "b200_sxm", "gb300": "gb200"}
 # The MoE tables' routing distribution a run is priced by (``moe_imbalance`` 1): AIConfigurator's own default.
 MOE_ROUTING = "power_law_1.01"
+# The MoE kernels the engines share (one library, run by several), which --moe-kernel may take from another backend's
+# tables of the GPU where the run's backend's collector did not time them: DeepGEMM's grouped GEMMs, FlashInfer's.
+SHARED_MOE_KERNELS = ("deepgemm", "flashinfer")
 # Lanes of one backend's tables priced by another collector's rows of the same kernel: tables.LANE_DONORS.
 KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).
@@ -499,18 +502,20 @@ class TableCostModel(TabulatedCostModel):
         name = self.replica.moe_kernel
         if name == "auto":
             return None
-        own = {c: T.kernel_sources(ref, c, shape) for c in candidates}
-        dtypes = tuple(c for c in candidates if own[c])[:1] or candidates  # (no own rows: the first another has)
+        # the dtype the default prices (its first candidate with rows, a lane donor's included) and its label
+        dtype, default = next(((c, src) for c in candidates if (src := T.read_priced_rows(
+            ref, c, ("num_tokens",), shape, self.root, warm="keep", at=at)[0]) is not None), (None, None))
+        dtypes = candidates if dtype is None else (dtype,)  # (no rows at all: the first another table has)
         known: list[str] = []
         for dtype in dtypes:
-            lent = None
-            if own[dtype]:
-                default, *_ = T.read_priced_rows(ref, dtype, ("num_tokens",), shape, self.root, warm="keep", at=at)
-                lent = default if default is not None and default not in own[dtype] else None  # LANE_DONORS' label
-                known += [f"{s} ({dtype})" for s in own[dtype]] + ([f"{lent} ({dtype}, the default)"] if lent else [])
+            own = T.kernel_sources(ref, dtype, shape)
+            lent = default if default is not None and default not in own else None  # LANE_DONORS' label
+            known += [f"{s} ({dtype})" for s in own] + ([f"{lent} ({dtype}, the default)"] if lent else [])
             lent_source = lent.split(" (")[0] if lent else None
-            tables = [(ref, [*own[dtype], *([lent_source] if lent_source else [])])]
-            tables += [(t, T.kernel_sources(t, dtype, shape)) for b in T.BACKENDS if b != self.backend
+            tables = [(ref, [*own, *([lent_source] if lent_source else [])])]
+            # another backend's rows only of the kernels the engines share (a backend's own kernels are its own)
+            tables += [(t, [k for k in T.kernel_sources(t, dtype, shape) if any(x in k for x in SHARED_MOE_KERNELS)])
+                       for b in T.BACKENDS if b != self.backend
                        and (t := T.find_table(self.system, b, "moe", self.root)) is not None]
             for table, sources in tables:
                 hits = [s for s in sources if s.lower() == name] or [s for s in sources if name in s.lower()]
@@ -524,8 +529,9 @@ class TableCostModel(TabulatedCostModel):
                     return dtype, hits[0], table
         raise ConfigError("replica.moe_kernel", f"no table of {self.system} times a MoE kernel {name!r} for "
                           f"{self.model.name}'s experts" + (f" in {dtypes[0]}" if len(dtypes) == 1 else ""),
-                          f"use auto or one of the {self.backend} tables': "
-                          f"{', '.join(dict.fromkeys(known)) or 'none (no MoE rows for its expert shape)'}")
+                          f"use auto, one of the {self.backend} tables' "
+                          f"({', '.join(dict.fromkeys(known)) or 'none: no MoE rows for its expert shape'}), or a "
+                          f"kernel the engines share that another backend's tables time ({', '.join(SHARED_MOE_KERNELS)})")
 
     def _load_moe_low(self, ref: T.TableRef, src: str, shape: tuple, dtype: str, moe_tp: int, moe_ep: int,
                       dist: str) -> None:

@@ -185,7 +185,7 @@ class EngineModel:
 # -- presets ------------------------------------------------------------------------------------------------------
 SILICON_HANDOFF_S = 0.085  # the 2026 presets' handoff latency: see the comment above vllm-2026
 HANDOFF_FITTED = ("; in disaggregated runs a handoff of 85 ms a request, one constant fitted on the 329 disaggregated "
-                  "silicon rows of all three backends (leaving one GPU out: 85-145 ms)")
+                  "silicon rows of all three backends (leaving one GPU out: 85-140 ms)")
 # Each preset names what it was measured on. The fitted numbers are reproduced by
 # simulator.calibrate.engine_fit (tests refit them from ../shared/data and compare).
 ENGINES: dict[str, EngineModel] = {
@@ -250,7 +250,7 @@ ENGINES: dict[str, EngineModel] = {
     # NIXL-style KV connector each), fitted on the silicon rows' 329 simulated disaggregated deployments (TRT-LLM 211
     # on Dynamo, SGLang 105, vLLM 13; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added to
     # their TTFT simulated without one (silicon_fit.fit_handoff; results/validation/silicon/fit_report.py, which also
-    # holds each GPU out: 85-145 ms; 75 ms in the report at 81e2597, before the rows ran the MoE kernels and SGLang
+    # holds each GPU out: 85-140 ms; 75 ms in the report at 81e2597, before the rows ran the MoE kernels and SGLang
     # prefill chunks their recipes set; 85 ms at 5d6b194, before SGLang's and TensorRT-LLM's attention-DP prompt
     # steps routed the ranks' own tokens; 90 ms at cac8f5b, 95 ms at 31d497d, 135 ms at code 0c78f9c).
     # At a few users the measured first token sits a constant above queueing +

@@ -197,15 +197,14 @@ DEEPGEMM_TIMED_EP = (2, 4, 8, 16, 32, 64, 128, 256)
 # The same SGLang recipes' --chunked-prefill-size on their prefill workers (the whole DP group's: SGLang splits it
 # over its attention-DP ranks, so the harness's DEFAULT_BUDGET gave a DP8 prefill rank 1,024 tokens, one prompt a
 # step) and their --mem-fraction-static (the decode workers', which hold the load; the prefill workers' is within
-# 0.1 of it; the run's fraction, both pools take it): (system, gemm lane, prefill pool with DP attention and EP) ->
-# (chunk tokens, memory fraction). B200: every recipe's workers (the 8K/1K FP4 recipe of seven prefill workers chunks
-# 65,536: PREFILL_CHUNK_7P); GB200/GB300: their wide-EP recipes (the low-latency TP recipes chunk 8,192 to 32,768 by
-# ISL, and a layout no recipe read has keeps the harness's).
-SGLANG_PREFILL_RECIPES: dict[tuple[str, str, bool], tuple[int, float]] = {
-    ("b200_sxm", "fp8", False): (32768, 0.85), ("b200_sxm", "fp8", True): (32768, 0.85),
-    ("b200_sxm", "nvfp4", False): (32768, 0.85), ("b200_sxm", "nvfp4", True): (32768, 0.85),
-    ("gb200", "fp8", True): (131072, 0.82), ("gb300", "fp8", True): (131072, 0.82),
-    ("gb200", "nvfp4", True): (65536, 0.83), ("gb300", "nvfp4", True): (65536, 0.83),
+# 0.1 of it; the run's fraction, both pools take it): (system, gemm lane) -> (chunk tokens, memory fraction, only a
+# prefill pool with DP attention and EP: a wide-EP recipe's). B200: every recipe's workers (the 8K/1K FP4 recipe of
+# seven prefill workers chunks 65,536: PREFILL_CHUNK_7P); GB200/GB300: their wide-EP recipes (the low-latency TP
+# recipes chunk 8,192 to 32,768 by ISL, and a layout no recipe read has keeps the harness's).
+SGLANG_PREFILL_RECIPES: dict[tuple[str, str], tuple[int, float, bool]] = {
+    ("b200_sxm", "fp8"): (32768, 0.85, False), ("b200_sxm", "nvfp4"): (32768, 0.85, False),
+    ("gb200", "fp8"): (131072, 0.82, True), ("gb300", "fp8"): (131072, 0.82, True),
+    ("gb200", "nvfp4"): (65536, 0.83, True), ("gb300", "nvfp4"): (65536, 0.83, True),
 }
 PREFILL_CHUNK_7P = 65536
 
@@ -282,13 +281,18 @@ def sglang_prefill_recipe(row: Any) -> tuple[int, float] | None:
             or "deepseek" not in str(row.model_path).lower()):
         return None
     lane = str(getattr(row, "gemm_quant_mode", ""))
+    recipe = SGLANG_PREFILL_RECIPES.get((str(row.system), lane))
+    if recipe is None:
+        return None
+    chunk, fraction, wide_only = recipe
     wide = ((_int(getattr(row, "prefill_attention_dp_size", 1)) or 1) > 1
             and (_int(getattr(row, "prefill_moe_ep_size", 1)) or 1) > 1)  # DP attention with EP: a wide-EP recipe's
-    got = SGLANG_PREFILL_RECIPES.get((str(row.system), lane, wide))
-    if got is not None and str(row.system) == "b200_sxm" and lane == "nvfp4" and _int(row.isl) == 8192 \
-            and _int(getattr(row, "prefill_num_workers", 1)) == 7:
-        return PREFILL_CHUNK_7P, got[1]
-    return got
+    if wide_only and not wide:
+        return None
+    if (str(row.system), lane, _int(row.isl), _int(getattr(row, "prefill_num_workers", 1))) == ("b200_sxm", "nvfp4",
+                                                                                                 8192, 7):
+        chunk = PREFILL_CHUNK_7P
+    return chunk, fraction
 
 
 # InferenceX's disaggregated recipes (results/validation/silicon/inferencex_recipes.py writes it from snapshots

@@ -433,9 +433,7 @@ class TableCostModel(TabulatedCostModel):
         own_ref = ref
         at = {"moe_tp_size": moe_tp, "moe_ep_size": moe_ep}
         named = self._named_moe_kernel(ref, candidates, shape, at)
-        for candidate in candidates:
-            if named is not None and candidate != named[0]:
-                continue
+        for candidate in (candidates if named is None else named[:1]):
             src, d, read, notes = T.read_priced_rows(ref if named is None else named[2], candidate, cols, shape,
                                                      self.root, at=at, source=None if named is None else named[1])
             if named is not None and named[2] is not ref:
@@ -503,9 +501,9 @@ class TableCostModel(TabulatedCostModel):
         if name == "auto":
             return None
         # the dtype the default prices (its first candidate with rows, a lane donor's included) and its label
-        dtype, default = next(((c, src) for c in candidates if (src := T.read_priced_rows(
+        priced, default = next(((c, src) for c in candidates if (src := T.read_priced_rows(
             ref, c, ("num_tokens",), shape, self.root, warm="keep", at=at)[0]) is not None), (None, None))
-        dtypes = candidates if dtype is None else (dtype,)  # (no rows at all: the first another table has)
+        dtypes = candidates if priced is None else (priced,)  # (no rows at all: the first another table has)
         known: list[str] = []
         for dtype in dtypes:
             own = T.kernel_sources(ref, dtype, shape)

@@ -60,8 +60,8 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
 
     def moe(role: str | None, engine: str) -> tuple[str | None, str | None]:
         """(the engine's MoE backend value for the kernel --moe-kernel priced, a note where it has none)."""
-        named = replicas[role].moe_kernel
-        if named == "auto":
+        named = priced_moe_kernel(replicas[role])
+        if named is None:
             return None, None
         value = moe_backend_of(engine, named)
         return value, (None if value else f"priced with the tables' {named} MoE kernel, which this command does not "
@@ -101,8 +101,13 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
             parts.append("--flashinfer-mxfp4-moe-precision bf16")
         parts += _memory_flags(base, "sglang", fraction(role, "sglang"))
         runner, note = moe(role, "sglang")
-        parts += [f"--moe-runner-backend {runner}"] if runner else []
         notes = [note] if note else []
+        if runner == "deep_gemm" and lay.ep <= 1:  # its DeepGEMM runner takes DeepEP's dispatch, over EP ranks
+            runner = None
+            notes.append("priced with DeepGEMM's MoE kernel, which SGLang runs only with expert parallelism over "
+                         "DeepEP (--ep-size > 1 --moe-a2a-backend deepep): at ep 1 it picks its own")
+        parts += [f"--moe-runner-backend {runner}"] if runner else []
+        parts += ["--moe-a2a-backend deepep"] if runner == "deep_gemm" else []
         if base.speculative is not None:
             flags, note = _sglang_speculative(base.speculative)
             parts += flags
@@ -155,6 +160,23 @@ MOE_BACKENDS: dict[str, tuple[tuple[str, str], ...]] = {
     "sglang": (("deepgemm", "deep_gemm"), ("cutedsl", "flashinfer_cutedsl"), ("cutlass", "flashinfer_cutlass"),
                ("trtllm", "flashinfer_trtllm"), ("triton", "triton")),
 }
+
+
+def priced_moe_kernel(replica: ReplicaConfig) -> str | None:
+    """The MoE kernel a replica's ``--moe-kernel`` priced, as its tables name it (a part of a name resolved to the
+    whole: ``deep`` -> ``deepgemm``); None for ``auto``, the engine's own choice. The tables are read (once per
+    process) only where a kernel is named; a name they refuse stays as given (the run says why)."""
+    if replica.moe_kernel == "auto":
+        return None
+    if replica.kernels == "roofline":
+        return replica.moe_kernel
+    from simulator.config.errors import ConfigError
+    from simulator.costmodel.aic.model import table_cost_model
+
+    try:
+        return table_cost_model(replica, replica.kernels).named_moe_source or replica.moe_kernel
+    except ConfigError:
+        return replica.moe_kernel
 
 
 def moe_backend_of(engine: str, moe_kernel: str) -> str | None:

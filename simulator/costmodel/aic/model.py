@@ -487,6 +487,12 @@ class TableCostModel(TabulatedCostModel):
         elif self.backend == "trtllm" and dtype == "nvfp4" and src != MOE_LOW_LATENCY_SOURCE:
             self._load_moe_low(ref, src, shape, dtype, moe_tp, moe_ep, dist)
 
+    @property
+    def named_moe_source(self) -> str | None:
+        """The tables' kernel source ``--moe-kernel`` resolved to (a part of a name, e.g. ``deep``, to the kernel
+        whose rows price the experts: ``deepgemm``); None for ``auto`` or a dense model."""
+        return self._moe_named
+
     def _named_moe_kernel(self, ref: T.TableRef, candidates: tuple[str, ...], shape: tuple[tuple[str, str, Any], ...],
                           at: dict[str, Any]) -> tuple[str, str, T.TableRef] | None:
         """(dtype, kernel source, table) of the rows ``--moe-kernel`` names: in the dtype the default prices (the

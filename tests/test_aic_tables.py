@@ -618,6 +618,23 @@ def test_moe_kernel_another_backends_collector_timed_prices_it_with_a_note(aic) 
     assert deepgemm.breakdown(decode)["moe_experts"] < 0.5 * default.breakdown(decode)["moe_experts"]
 
 
+def test_moe_kernel_timed_only_on_the_same_die_prices_from_its_sibling(aic) -> None:  # noqa: ANN001
+    """SGLang's wide-EP NVFP4 decode workers on GB200 run FlashInfer's CuteDSL experts, which SGLang's collectors timed
+    on B200 (the same die) and not on GB200: --moe-kernel cutedsl prices them by B200's rows, saying so, where the
+    default's FlashInfer TensorRT-LLM rows price an EP32 decode's experts twice as slow."""
+    kw = dict(backend="sglang", model="deepseek-v3", gpu="gb200", tp=1, attention_dp=32, ep=32, dtype="nvfp4",
+              kernels="sglang", num_nodes=8)
+    default, cutedsl = _model(aic, **kw), _model(aic, **kw, moe_kernel="cutedsl")
+    b200 = _model(aic, **{**kw, "gpu": "b200", "num_nodes": 4}, moe_kernel="cutedsl")
+    assert default.moe_source.startswith("sglang_flashinfer_trtllm_moe")
+    assert cutedsl.moe_source == "sglang_flashinfer_cutedsl_moe (--moe-kernel cutedsl)"
+    assert any("priced by b200_sxm sglang" in n and "the same die" in n for n in cutedsl.notes)
+    assert "moe by b200_sxm sglang" in cutedsl.describe()
+    decode = BatchShape.from_requests(decodes=[1500] * 256)  # 256 a rank x 32 ranks enter each MoE layer
+    assert cutedsl.breakdown(decode)["moe_experts"] == pytest.approx(b200.breakdown(decode)["moe_experts"], rel=1e-12)
+    assert cutedsl.breakdown(decode)["moe_experts"] < 0.6 * default.breakdown(decode)["moe_experts"]
+
+
 def test_moe_kernel_is_refused_where_nothing_would_read_it() -> None:
     with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*dense model"):
         ReplicaConfig(model="llama-3.1-8b", gpu="h100-sxm", kernels="trtllm", moe_kernel="deepgemm")

@@ -207,6 +207,24 @@ def test_fit_handoff_recovers_a_constant_gap() -> None:
     assert sf.fit_handoff(base, base + 1e6) == sf.HANDOFF_GRID_S[-1]
 
 
+def test_each_backend_with_enough_rows_fits_its_own_handoff() -> None:
+    """Two serving stacks 100 ms and 300 ms short of measured TTFT get those handoffs, not one between them; a
+    backend with too few rows takes the pooled fit, as do its rows' neighbours of every backend."""
+    rng = np.random.default_rng(1)
+    base = rng.uniform(100, 3000, 90)
+    backends = np.array(["trtllm"] * 50 + ["sglang"] * 30 + ["vllm"] * 10)
+    gap = np.where(backends == "sglang", 300.0, 100.0)
+    own, pooled = sf.fit_handoffs(base, base + gap, backends)
+    assert own["trtllm"] == pytest.approx(0.100, abs=0.005)
+    assert own["sglang"] == pytest.approx(0.300, abs=0.005)
+    assert own["vllm"] == pooled == sf.fit_handoff(base, base + gap)  # 10 rows: under MIN_OWN_HANDOFF_ROWS
+    assert sf.fit_handoffs(base, base + gap, backends, min_rows=5)[0]["vllm"] == pytest.approx(0.100, abs=0.005)
+    # rows without a simulated TTFT count for nobody: sglang's 30 less 15 fall under the minimum
+    holes = base.copy()
+    holes[50:65] = np.nan
+    assert sf.fit_handoffs(holes, base + gap, backends)[0]["sglang"] == sf.fit_handoffs(holes, base + gap, backends)[1]
+
+
 def test_presets_carry_the_committed_reports_fit() -> None:
     """The committed silicon report (results/validation/silicon/fitted_presets.csv) and the presets agree: every
     2026 preset's handoff latency is the report's, and each preset's terms are its backend's fit (the README says

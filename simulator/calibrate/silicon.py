@@ -194,6 +194,13 @@ SGLANG_DEEPEP_SYSTEMS = ("gb200", "gb300")
 # ... and the expert-parallel splits TensorRT-LLM's collectors timed DeepGEMM's MoE at (powers of two): a recipe's
 # EP 24 or 48 decode workers keep the default's rows.
 DEEPGEMM_TIMED_EP = (2, 4, 8, 16, 32, 64, 128, 256)
+# Their NVFP4 recipes' wide-EP decode workers (mid-curve, max-tpt: DEP32 and DEP48 over DeepEP's low-latency mode)
+# run FlashInfer's CuteDSL MoE (--moe-runner-backend flashinfer_cutedsl); the low-latency recipes' TP4 decode workers
+# and every prefill worker keep FlashInfer's TensorRT-LLM MoE, the default (the 1K-input recipes' DEP4 prefill
+# workers run FlashInfer's CUTLASS MoE, which no GB200/GB300 table times at DeepSeek's shape). SGLang's collectors
+# timed CuteDSL on B200 and B300, the same dies (TableCostModel: --moe-kernel from the sibling's tables), at these
+# EP splits: the EP 48 workers keep the default's rows.
+CUTEDSL_TIMED_EP = (2, 4, 8, 16, 32, 64, 128, 256)
 # The same SGLang recipes' --chunked-prefill-size on their prefill workers (the whole DP group's: SGLang splits it
 # over its attention-DP ranks, so the harness's DEFAULT_BUDGET gave a DP8 prefill rank 1,024 tokens, one prompt a
 # step) and their --mem-fraction-static (the decode workers', which hold the load; the prefill workers' is within
@@ -207,6 +214,21 @@ SGLANG_PREFILL_RECIPES: dict[tuple[str, str], tuple[int, float, bool]] = {
     ("gb200", "nvfp4"): (65536, 0.83, True), ("gb300", "nvfp4"): (65536, 0.83, True),
 }
 PREFILL_CHUNK_7P = 65536
+# InferenceX's SGLang single-node launch scripts (benchmarks/single_node/fixed_seq_len/<model>_<lane>_<gpu>.sh; the
+# B300 ones copy B200's but for Qwen3.5's FP4 and BF16): their --chunked-prefill-size (with --max-prefill-tokens the
+# same or unset, its default 16,384 then the smaller bound), --mem-fraction-static and --max-running-requests (None:
+# unset, or the concurrency itself). (model family, gemm lane, system, tp: None any) -> (chunk tokens, memory
+# fraction, max running requests). The harness's 8,192 and SGLang's own fraction had priced these rows until
+# these were read.
+SGLANG_AGG_RECIPES: dict[tuple[str, str, str, int | None], tuple[int, float, int | None]] = {
+    **{("deepseek", "nvfp4", system, None): (16384, 0.85, 256) for system in ("b200_sxm", "b300_sxm")},
+    **{("deepseek", "fp8", system, 8): (32768, 0.82, 128) for system in ("b200_sxm", "b300_sxm")},
+    **{("deepseek", "fp8", system, 4): (8192, 0.95, 32) for system in ("b200_sxm", "b300_sxm")},
+    **{("qwen3.5", "fp8", system, None): (16384, 0.8, None) for system in ("b200_sxm", "b300_sxm")},
+    ("qwen3.5", "nvfp4", "b200_sxm", None): (16384, 0.8, None),
+    ("qwen3.5", "nvfp4", "b300_sxm", None): (32768, 0.8, 128),
+    **{("qwen3.5", "", system, None): (32768, 0.82, 128) for system in ("b200_sxm", "b300_sxm")},
+}
 
 
 def recipe_changes(row: Any) -> dict[str, Any]:
@@ -253,12 +275,17 @@ def recipe_changes(row: Any) -> dict[str, Any]:
 def recipe_moe_kernels(row: Any) -> tuple[str | None, str | None]:
     """The ``--moe-kernel`` of ``row``'s deployment where its recipe runs another MoE kernel than the engine's
     default: (the aggregated engine's or the prefill workers', the decode workers'); None: the default's. Only
-    InferenceX's DeepSeek-R1 FP8 rows set one: TensorRT-LLM's on B200 (:data:`TRTLLM_DEEPGEMM_USERS`), and SGLang's
-    disaggregated wide-EP workers on GB200 and GB300 (:data:`SGLANG_DEEPEP_SYSTEMS`)."""
-    if (not _is_inferencex(row) or "deepseek" not in str(row.model_path).lower()
-            or str(getattr(row, "gemm_quant_mode", "")) != "fp8"):
+    InferenceX's DeepSeek-R1 rows set one: FP8, TensorRT-LLM's on B200 (:data:`TRTLLM_DEEPGEMM_USERS`) and SGLang's
+    disaggregated wide-EP workers on GB200 and GB300 (:data:`SGLANG_DEEPEP_SYSTEMS`); FP4, SGLang's wide-EP decode
+    workers there (:data:`CUTEDSL_TIMED_EP`)."""
+    lane = str(getattr(row, "gemm_quant_mode", ""))
+    if not _is_inferencex(row) or "deepseek" not in str(row.model_path).lower() or lane not in ("fp8", "nvfp4"):
         return None, None
     backend = str(getattr(row, "backend", ""))
+    if lane == "nvfp4":  # SGLang's wide-EP decode workers on GB200/GB300: FlashInfer's CuteDSL experts over DeepEP
+        wide = (backend == "sglang" and str(row.system) in SGLANG_DEEPEP_SYSTEMS and row.mode == "disagg"
+                and (_int(getattr(row, "decode_moe_ep_size", 1)) or 1) in CUTEDSL_TIMED_EP)
+        return None, ("cutedsl" if wide else None)
     if backend == "sglang" and str(row.system) in SGLANG_DEEPEP_SYSTEMS and row.mode == "disagg":
         prefill, decode = ("deepgemm" if (_int(getattr(row, f"{pool}_moe_ep_size", 1)) or 1) in DEEPGEMM_TIMED_EP
                            else None for pool in ("prefill", "decode"))
@@ -272,6 +299,21 @@ def recipe_moe_kernels(row: Any) -> tuple[str | None, str | None]:
         return None, None
     decode_dp = (_int(getattr(row, "decode_attention_dp_size", 1)) or 1) > 1
     return "deepgemm", ("deepgemm" if decode_dp else None)
+
+
+def sglang_agg_recipe(row: Any) -> tuple[int, float, int | None] | None:
+    """(the chunked-prefill size, the memory fraction, the max running requests or None) of an InferenceX SGLang
+    aggregated row's single-node launch script (:data:`SGLANG_AGG_RECIPES`); None: the harness's own."""
+    if str(getattr(row, "backend", "")) != "sglang" or row.mode != "agg" or not _is_inferencex(row):
+        return None
+    path = str(row.model_path).lower()
+    family = next((f for f in ("deepseek", "qwen3.5") if f in path), None)
+    if family is None:
+        return None
+    lane = str(getattr(row, "gemm_quant_mode", "") or "")
+    lane = "" if lane == "nan" else lane
+    system, tp = str(row.system), _int(getattr(row, "tp_size", None))
+    return SGLANG_AGG_RECIPES.get((family, lane, system, tp)) or SGLANG_AGG_RECIPES.get((family, lane, system, None))
 
 
 def sglang_prefill_recipe(row: Any) -> tuple[int, float] | None:
@@ -788,6 +830,11 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         batch = -(-concurrency // adp)  # per attention-DP rank (README item 6)
         changes.update({"replica__tp": tp, "replica__pp": pp, "replica__ep": ep,
                         "scheduler__max_num_seqs": max(DEFAULT_MAX_NUM_SEQS, batch)})
+        if (script := sglang_agg_recipe(row)) is not None:  # its launch script's chunk, fraction, running cap
+            chunk, fraction, running = script
+            changes.update({"scheduler__max_num_batched_tokens": chunk, "replica__gpu_memory_utilization": fraction})
+            if running is not None:
+                changes["scheduler__max_num_seqs"] = running
         if moe_kernels[0] is not None:
             changes["replica__moe_kernel"] = moe_kernels[0]
         if adp > 1:

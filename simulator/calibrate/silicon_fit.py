@@ -27,7 +27,8 @@ full simulation by the tests and by the validation script). Runs with more than 
 (attention-DP ranks, disaggregated pools) are not replayed; they are simulated.
 
 Disaggregated deployments add one term, fitted on their simulated rows: the serving stack's
-handoff latency per request (``EngineModel.handoff_s``, :func:`fit_handoff`).
+handoff latency per request (``EngineModel.handoff_s``, :func:`fit_handoff`), a backend's own where it has
+enough rows (:func:`fit_handoffs`).
 
 Cross-validation: leave one GPU out and leave one model out (:func:`cross_validate`), per
 backend; the folds refit everything but the discrete overlap choice, which is itself chosen
@@ -325,6 +326,28 @@ def fit_handoff(base_ttft_ms: Any, measured_ttft_ms: Any) -> float:
         return 0.0
     cost = [np.median(np.abs(np.log((base[ok] + 1e3 * h) / meas[ok]))) for h in HANDOFF_GRID_S]
     return float(HANDOFF_GRID_S[int(np.argmin(cost))])
+
+
+# A backend's disaggregated rows fit a handoff latency of their own from this many on (its serving stack's: Dynamo
+# with NIXL for TensorRT-LLM, SGLang's bootstrap server and transfer engine, vLLM's NIXL connector); fewer take the
+# one fitted on every backend's rows.
+MIN_OWN_HANDOFF_ROWS = 20
+
+
+def fit_handoffs(base_ttft_ms: Any, measured_ttft_ms: Any, backends: Any,
+                 min_rows: int = MIN_OWN_HANDOFF_ROWS) -> tuple[dict[str, float], float]:
+    """Each backend's handoff latency (s), :func:`fit_handoff` on its own rows where it has at least ``min_rows``
+    usable ones, else the pooled one; and the pooled one (fitted on every row). Unusable rows (no simulated or
+    measured TTFT) count for neither."""
+    base, meas = np.asarray(base_ttft_ms, dtype=float), np.asarray(measured_ttft_ms, dtype=float)
+    names = np.asarray(backends).astype(str)
+    usable = np.isfinite(base) & np.isfinite(meas) & (meas > 0) & (base > 0)
+    pooled = fit_handoff(base[usable], meas[usable])
+    out = {}
+    for b in sorted(set(names.tolist())):
+        own = usable & (names == b)
+        out[b] = fit_handoff(base[own], meas[own]) if own.sum() >= min_rows else pooled
+    return out, pooled
 
 
 def abs_err(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:

@@ -15,7 +15,8 @@ engine terms (:mod:`simulator.calibrate.silicon_fit`: CPU time per step, per req
 token, the per-collective extra, async overlap) by replaying those runs. Writes into this folder:
 
 - ``fitted_presets.csv``: each backend's terms, fitted on every aggregated row (the ENGINES presets),
-  and the disaggregated deployments' handoff latency, fitted on every disaggregated row (pooled);
+  and the disaggregated deployments' handoff latency, fitted on each backend's disaggregated rows (pooled over the
+  backends for one with too few: ``silicon_fit.MIN_OWN_HANDOFF_ROWS``);
 - ``predictions_fit.csv``: every row run: measured, kernels-only, in-sample, leave-one-GPU-out and
   leave-one-model-out TTFT/TPOT; disaggregated rows simulated with each fold's terms and handoff latency
   (first token delivered by the decode worker; ``handoff0``: in-sample terms without a handoff latency;
@@ -290,11 +291,12 @@ def _artifact(params, backend: str, folder: Path, handoff_s: float = 0.0) -> str
 def _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, presets, started) -> None:  # noqa: ANN001
     """Simulate the rows that are not replayed (disaggregated pools, attention-DP ranks) with each fold's
     terms. Disaggregated rows first run once without a handoff latency, which is then fitted on them
-    (:func:`~simulator.calibrate.silicon_fit.fit_handoff`, one constant pooled over the backends: on every
-    row for the in-sample column, without the held-out GPU's or model's rows for the folds), and they run
+    (:func:`~simulator.calibrate.silicon_fit.fit_handoffs`: each backend's own where it has enough rows, else one
+    pooled over the backends; on every row for the in-sample column, without the held-out GPU's or model's rows for
+    the folds), and they run
     again with it. (The first run uses the in-sample engine terms, so a fold's handoff saw the held-out
     GPU's aggregated rows through them: the handoff itself never sees the held-out rows.)"""
-    from simulator.calibrate.silicon_fit import fit_handoff
+    from simulator.calibrate.silicon_fit import fit_handoffs
 
     row_cache = RowCache(args.cache.with_name(args.cache.stem + "_rows.pkl"))
     disagg = (rows["mode"] == "disagg").to_numpy()
@@ -310,20 +312,29 @@ def _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, pres
         pred.loc[d, "pred_ttft_ms_handoff0"], pred.loc[d, "pred_tpot_ms_handoff0"] = res[:, 0], res[:, 1]
     measured = rows["measured_ttft_ms"].to_numpy(float)
     usable = disagg & np.isfinite(base)
-    h_all = fit_handoff(base[usable], measured[usable])
-    h_fold = {group: {v: fit_handoff(base[usable & (rows[group] != v).to_numpy()],
-                                     measured[usable & (rows[group] != v).to_numpy()])
-                      for v in rows[group].unique()} for group in ("gpu", "model")}
-    print(f"  handoff fitted on {usable.sum()} disaggregated rows: {h_all * 1e3:.0f} ms (leaving one GPU out: "
-          + ", ".join(f"{g} {h * 1e3:.0f}" for g, h in sorted(h_fold["gpu"].items())) + " ms)", flush=True)
+    names = rows["backend"].to_numpy()
+
+    def handoffs(train: np.ndarray) -> dict[str, float]:  # each backend's, or the pooled one (fit_handoffs)
+        own, pooled = fit_handoffs(base[train], measured[train], names[train])
+        return {b: own.get(b, pooled) for b in set(names.tolist())}
+
+    h_all = handoffs(usable)
+    h_fold = {group: {v: handoffs(usable & (rows[group] != v).to_numpy()) for v in rows[group].unique()}
+              for group in ("gpu", "model")}
+    print(f"  handoff fitted on {usable.sum()} disaggregated rows: "
+          + ", ".join(f"{b} {h * 1e3:.0f} ms" for b, h in sorted(h_all.items())) + " (leaving one GPU out: "
+          + "; ".join(f"{g} " + ", ".join(f"{b} {h * 1e3:.0f}" for b, h in sorted(hs.items()))
+                      for g, hs in sorted(h_fold["gpu"].items())) + " ms)", flush=True)
     for p in presets:
-        p["handoff_ms"] = h_all * 1e3
+        p["handoff_ms"] = h_all.get(p["backend"], 0.0) * 1e3
     for backend, other, params, folds in deferred:
-        arts = {"fit": (_artifact(params, f"{backend}-all", folder), _artifact(params, f"{backend}-all", folder, h_all))}
+        arts = {"fit": (_artifact(params, f"{backend}-all", folder),
+                        _artifact(params, f"{backend}-all", folder, h_all[backend]))}
         for group, fp in folds.items():
             for held, prm in fp.items():
                 name = f"{backend}-{group}-{held}"
-                arts[group, held] = (_artifact(prm, name, folder), _artifact(prm, name, folder, h_fold[group].get(held, 0.0)))
+                h = h_fold[group][held][backend] if held in h_fold[group] else 0.0
+                arts[group, held] = (_artifact(prm, name, folder), _artifact(prm, name, folder, h))
 
         def art_of(key, arts=arts):  # noqa: ANN001, ANN202 - a row's artifact: the handoff variant if disaggregated
             return lambda r: arts[key(r)][r.mode == "disagg"] if key(r) in arts else None

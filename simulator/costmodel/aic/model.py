@@ -108,6 +108,9 @@ MOE_ROUTING = "power_law_1.01"
 # The MoE kernels the engines share (one library, run by several), which --moe-kernel may take from another backend's
 # tables of the GPU where the run's backend's collector did not time them: DeepGEMM's grouped GEMMs, FlashInfer's.
 SHARED_MOE_KERNELS = ("deepgemm", "flashinfer")
+# Each system's sibling on the same die (tables.SAME_DIE, both ways): a --moe-kernel none of its own tables time is
+# looked for there (SGLang's collectors timed FlashInfer's CuteDSL NVFP4 MoE on B200 and B300, not GB200 and GB300).
+SIBLING_DIE = {a: b for pair in T.SAME_DIE for a, b in (pair, pair[::-1])}
 # Lanes of one backend's tables priced by another collector's rows of the same kernel: tables.LANE_DONORS.
 KV_DTYPES = {"auto": "bfloat16", "bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 # Element-wise kernels each backend runs per layer (besides the fused add + norm and activation).
@@ -436,7 +439,11 @@ class TableCostModel(TabulatedCostModel):
         for candidate in (candidates if named is None else named[:1]):
             src, d, read, notes = T.read_priced_rows(ref if named is None else named[2], candidate, cols, shape,
                                                      self.root, at=at, source=None if named is None else named[1])
-            if named is not None and named[2] is not ref:
+            if named is not None and named[2].system != self.system:
+                notes = (f"{self.backend} tables of {self.system}: {candidate} moe priced by {named[2].system} "
+                         f"{named[2].backend} {named[2].version}'s {src} rows (--moe-kernel {r.moe_kernel}: the "
+                         f"same die, whose {named[2].backend} collector timed it and this system's did not)",)
+            elif named is not None and named[2] is not ref:
                 notes = (f"{self.backend} tables of {self.system}: {candidate} moe priced by {named[2].backend} "
                          f"{named[2].version}'s {src} rows (--moe-kernel {r.moe_kernel}: a kernel the engines "
                          f"share, which the {self.backend} collector did not time)",)
@@ -470,7 +477,7 @@ class TableCostModel(TabulatedCostModel):
                          f"moe_tp={moe_tp} x moe_ep={moe_ep}: its own {own_src} rows price it",)
         self.notes.extend(notes)
         if len(d["latency"]) < 2 and named is not None:
-            raise ConfigError("replica.moe_kernel", f"{ref.backend} tables of {self.system} time {src} for "
+            raise ConfigError("replica.moe_kernel", f"{ref.backend} tables of {ref.system} time {src} for "
                               f"{m.name}'s experts, but not at moe_tp={moe_tp} x moe_ep={moe_ep}",
                               "use --moe-kernel auto, or a layout that kernel was timed at")
         if len(d["latency"]) < 2:
@@ -499,7 +506,7 @@ class TableCostModel(TabulatedCostModel):
         first of ``candidates``, the MoE dtypes the run's format is priced by, that the backend's table ``ref`` has
         rows of), ``ref``'s own rows, else another backend's table of the same GPU (the engines share kernel
         libraries: DeepGEMM, FlashInfer's CUTLASS and TensorRT-LLM kernels, which one collector may time and another
-        not). None for ``auto``, or where the name is the kernel the default prices from another collector's rows
+        not), else the same tables of the same die in its other package (:data:`SIBLING_DIE`). None for ``auto``, or where the name is the kernel the default prices from another collector's rows
         (LANE_DONORS). A name is a source whole or a part of one (case aside); one that names none, or several in one
         table, is refused with the backend's own. A kernel named prices every step (TensorRT-LLM's NVFP4 switch to
         its min-latency kernel at small batches is the default's, not a named kernel's)."""
@@ -517,10 +524,15 @@ class TableCostModel(TabulatedCostModel):
             known += [f"{s} ({dtype})" for s in own] + ([f"{lent} ({dtype}, the default)"] if lent else [])
             lent_source = lent.split(" (")[0] if lent else None
             tables = [(ref, [*own, *([lent_source] if lent_source else [])])]
-            # another backend's rows only of the kernels the engines share (a backend's own kernels are its own)
-            tables += [(t, [k for k in T.kernel_sources(t, dtype, shape) if any(x in k for x in SHARED_MOE_KERNELS)])
-                       for b in T.BACKENDS if b != self.backend
-                       and (t := T.find_table(self.system, b, "moe", self.root)) is not None]
+            # another backend's rows only of the kernels the engines share (a backend's own kernels are its own);
+            # then the same die in its other package (SAME_DIE: B200 and GB200, B300 and GB300), where a collector
+            # timed a kernel on one of them only: the backend's own rows there, then the shared kernels of others
+            for system in (self.system, *([sibling] if (sibling := SIBLING_DIE.get(self.system)) else [])):
+                if system != self.system and (t := T.find_table(system, self.backend, "moe", self.root)) is not None:
+                    tables.append((t, list(T.kernel_sources(t, dtype, shape))))
+                tables += [(t, [k for k in T.kernel_sources(t, dtype, shape) if any(x in k for x in SHARED_MOE_KERNELS)])
+                           for b in T.BACKENDS if b != self.backend
+                           and (t := T.find_table(system, b, "moe", self.root)) is not None]
             for table, sources in tables:
                 hits = [s for s in sources if s.lower() == name] or [s for s in sources if name in s.lower()]
                 if table is ref and lent_source is not None and hits == [lent_source]:
@@ -535,7 +547,8 @@ class TableCostModel(TabulatedCostModel):
                           f"{self.model.name}'s experts" + (f" in {dtypes[0]}" if len(dtypes) == 1 else ""),
                           f"use auto, one of the {self.backend} tables' "
                           f"({', '.join(dict.fromkeys(known)) or 'none: no MoE rows for its expert shape'}), or a "
-                          f"kernel the engines share that another backend's tables time ({', '.join(SHARED_MOE_KERNELS)})")
+                          f"kernel the engines share that another backend's tables time ({', '.join(SHARED_MOE_KERNELS)})"
+                          + (f", on {self.system} or {SIBLING_DIE[self.system]}" if self.system in SIBLING_DIE else ""))
 
     def _load_moe_low(self, ref: T.TableRef, src: str, shape: tuple, dtype: str, moe_tp: int, moe_ep: int,
                       dist: str) -> None:

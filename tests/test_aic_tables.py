@@ -594,7 +594,7 @@ def test_moe_kernel_names_the_tables_own_kernel_in_place_of_the_engines_default(
     assert t_deepgemm < 0.5 * t_default  # DeepGEMM's grouped GEMM scales with EP; the FlashInfer rows barely do
     same = _model(aic, **kw, moe_kernel="flashinfer_trtllm")
     assert same.moe_source == default.moe_source and same.breakdown(prompt) == default.breakdown(prompt)
-    with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*no table of b200_sxm times a MoE kernel 'cutlass'"
+    with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*no table of b200_sxm or gb200 times a MoE kernel 'cutlass'"
                                           r".*trtllm tables' \(deepgemm \(fp8_block\)"):
         _model(aic, **kw, moe_kernel="cutlass")
     with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*several.*moe_torch_flow_cutlass, moe_torch_flow_min"):
@@ -945,7 +945,7 @@ def test_a_named_moe_kernel_is_priced_in_the_dtype_the_default_prices(aic) -> No
     with pytest.raises(ConfigError, match=r"replica\.moe_kernel.*'deepgemm'.* in fp8 .*trtllm tables'"):
         _model(aic, **kw, moe_kernel="deepgemm")  # DeepGEMM's rows are block-FP8 only
     ds = dict(backend="trtllm", model="deepseek-v3", gpu="b200", tp=8, ep=8, dtype="fp8-block", kernels="trtllm")
-    with pytest.raises(ConfigError, match=r"no table of b200_sxm times a MoE kernel 'gb200'"):
+    with pytest.raises(ConfigError, match=r"no table of b200_sxm or gb200 times a MoE kernel 'gb200'"):
         _model(aic, **ds, moe_kernel="gb200")
 
 

@@ -207,6 +207,11 @@ def test_a_plans_launch_commands_select_the_moe_kernel_it_priced() -> None:
     # option value: it emitted nothing and said the command did not select it)
     (trt,) = launch_command(candidate, base.replace(replica__moe_kernel="deep"), "trtllm")
     assert '"moe_config": {"backend": "DEEPGEMM"}' in trt
+    # a part of the default's name (SGLang's block-FP8 experts on B200 are priced by FlashInfer's TensorRT-LLM rows,
+    # which its GB200 collector timed) is that kernel: SGLang's flashinfer_trtllm runner
+    (sglang,) = launch_command(candidate, base.replace(replica__kernels="sglang", replica__moe_kernel="flashinfer"),
+                               "sglang")
+    assert "--moe-runner-backend flashinfer_trtllm" in sglang
     # SGLang runs DeepGEMM's experts only over DeepEP's EP ranks: at ep 1 the command leaves the runner to it, saying so
     dense_ep = Layout("b200", "agg", "fp8-block", 8, ep=1, budget=8192, max_num_seqs=256)
     (sglang,) = launch_command(Candidate(dense_ep, 1.0, price_of("b200")), base, "sglang")

@@ -448,7 +448,19 @@ def test_the_aiperf_rows_of_vllm_and_trtllm_run_at_a_2048_token_budget(silicon):
         assert budget == expected, r.id
         if not inferencex:
             assert benchmark_client(r, aiperf_budget=4096)["budget"] == 4096
-    assert {("vllm", False), ("trtllm", False), ("sglang", False), ("vllm", True)} <= seen
+    assert {("vllm", False), ("trtllm", False), ("sglang", False), ("vllm", True), ("sglang", True)} <= seen
+    # and one InferenceX SGLang row whose script was read: DeepSeek-R1 FP8 at TP8 on B200 chunks 32,768
+    dsr1 = kept[(kept["backend"] == "sglang") & (kept["mode"] == "agg") & (kept["system"] == "b200_sxm")
+                & (kept["gemm_quant_mode"] == "fp8") & (kept["tp_size"] == 8)
+                & kept["model_path"].str.contains("DeepSeek-R1")]
+    configs = []
+    for r in dsr1.itertuples():
+        try:
+            configs.append(row_config(r, **benchmark_client(r)))
+        except Unexpressible:  # an MTP run
+            continue
+    assert configs and all((c.scheduler.max_num_batched_tokens, c.scheduler.max_num_seqs) == (32768, 128)
+                           for c in configs)
     assert AIPERF_BUDGETS == {"vllm": 2048, "trtllm": 2048} and DEFAULT_BUDGET == 8192
 
 

@@ -209,7 +209,7 @@ def test_fit_handoff_recovers_a_constant_gap() -> None:
 
 def test_each_backend_with_enough_rows_fits_its_own_handoff() -> None:
     """Two serving stacks 100 ms and 300 ms short of measured TTFT get those handoffs, not one between them; a
-    backend with too few rows takes the pooled fit, as do its rows' neighbours of every backend."""
+    backend with too few rows takes the one fitted on every backend's rows."""
     rng = np.random.default_rng(1)
     base = rng.uniform(100, 3000, 90)
     backends = np.array(["trtllm"] * 50 + ["sglang"] * 30 + ["vllm"] * 10)

@@ -177,7 +177,9 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                 "trtllm kernel tables (NVIDIA AIConfigurator's database in ../shared/data)."),
     "moe_kernel": ("replica__moe_kernel", str, "The MoE kernel the --kernels tables price: auto (the engine's default "
                    "as deployed), or a kernel of those tables, whole or by a part only it has: deepgemm (TensorRT-LLM's "
-                   "moe_config backend DEEPGEMM), cutlass, triton, ..."),
+                   "moe_config backend DEEPGEMM), cutedsl, cutlass, triton, ...; a kernel the engines share "
+                   "(DeepGEMM's, FlashInfer's) from another backend's tables of the GPU, and the same die's tables "
+                   "(B200's for GB200) where the GPU's lack it"),
     "roofline_calibration": ("replica__roofline_calibration", str, "Roofline constants: today (the default: fitted per GPU "
                              "generation to AIConfigurator's tables of vLLM/SGLang/TensorRT-LLM kernels; a GPU of "
                              "no measured generation keeps 2023's) or 2023 (Vidur/LLMServingSim profiles; the paper "

@@ -296,7 +296,7 @@ def _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, pres
     the folds), and they run
     again with it. (The first run uses the in-sample engine terms, so a fold's handoff saw the held-out
     GPU's aggregated rows through them: the handoff itself never sees the held-out rows.)"""
-    from simulator.calibrate.silicon_fit import fit_handoffs
+    from simulator.calibrate.silicon_fit import MIN_OWN_HANDOFF_ROWS, fit_handoffs
 
     row_cache = RowCache(args.cache.with_name(args.cache.stem + "_rows.pkl"))
     disagg = (rows["mode"] == "disagg").to_numpy()
@@ -319,10 +319,13 @@ def _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, pres
         return {b: own.get(b, pooled) for b in set(names.tolist())}
 
     h_all = handoffs(usable)
+    pooled_all = fit_handoffs(base[usable], measured[usable], names[usable])[1]
+    own_rows = {b: int((usable & (names == b)).sum()) for b in h_all}
     h_fold = {group: {v: handoffs(usable & (rows[group] != v).to_numpy()) for v in rows[group].unique()}
               for group in ("gpu", "model")}
     print(f"  handoff fitted on {usable.sum()} disaggregated rows: "
-          + ", ".join(f"{b} {h * 1e3:.0f} ms" for b, h in sorted(h_all.items())) + " (leaving one GPU out: "
+          + ", ".join(f"{b} {h * 1e3:.0f} ms" + (" (pooled)" if own_rows[b] < MIN_OWN_HANDOFF_ROWS else "")
+                      for b, h in sorted(h_all.items())) + f"; pooled {pooled_all * 1e3:.0f} ms (leaving one GPU out: "
           + "; ".join(f"{g} " + ", ".join(f"{b} {h * 1e3:.0f}" for b, h in sorted(hs.items()))
                       for g, hs in sorted(h_fold["gpu"].items())) + " ms)", flush=True)
     for p in presets:

@@ -497,7 +497,10 @@ class TableCostModel(TabulatedCostModel):
     @property
     def named_moe_source(self) -> str | None:
         """The tables' kernel source ``--moe-kernel`` resolved to (a part of a name, e.g. ``deep``, to the kernel
-        whose rows price the experts: ``deepgemm``); None for ``auto`` or a dense model."""
+        whose rows price the experts: ``deepgemm``), the default's own where the name is the kernel it prices from
+        another collector's rows; None for ``auto`` or a dense model."""
+        if self._moe_named is None and self.replica.moe_kernel != "auto" and self.moe_source:
+            return self.moe_source.split(" (")[0]  # (the default's source, its label's version dropped)
         return self._moe_named
 
     def _named_moe_kernel(self, ref: T.TableRef, candidates: tuple[str, ...], shape: tuple[tuple[str, str, Any], ...],
@@ -506,8 +509,8 @@ class TableCostModel(TabulatedCostModel):
         first of ``candidates``, the MoE dtypes the run's format is priced by, that the backend's table ``ref`` has
         rows of), ``ref``'s own rows, else another backend's table of the same GPU (the engines share kernel
         libraries: DeepGEMM, FlashInfer's CUTLASS and TensorRT-LLM kernels, which one collector may time and another
-        not), else the same tables of the same die in its other package (:data:`SIBLING_DIE`). None for ``auto``, or where the name is the kernel the default prices from another collector's rows
-        (LANE_DONORS). A name is a source whole or a part of one (case aside); one that names none, or several in one
+        not), else the same tables of the same die in its other package (:data:`SIBLING_DIE`). None for ``auto``,
+        or where the name is the kernel the default prices from another collector's rows (LANE_DONORS). A name is a source whole or a part of one (case aside); one that names none, or several in one
         table, is refused with the backend's own. A kernel named prices every step (TensorRT-LLM's NVFP4 switch to
         its min-latency kernel at small batches is the default's, not a named kernel's)."""
         name = self.replica.moe_kernel
@@ -530,6 +533,7 @@ class TableCostModel(TabulatedCostModel):
             for system in (self.system, *([sibling] if (sibling := SIBLING_DIE.get(self.system)) else [])):
                 if system != self.system and (t := T.find_table(system, self.backend, "moe", self.root)) is not None:
                     tables.append((t, list(T.kernel_sources(t, dtype, shape))))
+                    known += [f"{k} ({dtype}, {system}'s)" for k in tables[-1][1] if k not in own]
                 tables += [(t, [k for k in T.kernel_sources(t, dtype, shape) if any(x in k for x in SHARED_MOE_KERNELS)])
                            for b in T.BACKENDS if b != self.backend
                            and (t := T.find_table(system, b, "moe", self.root)) is not None]
@@ -539,16 +543,16 @@ class TableCostModel(TabulatedCostModel):
                     return None  # the engine's default kernel, another collector's rows of it
                 if len(hits) > 1:
                     raise ConfigError("replica.moe_kernel", f"{name!r} names several of the {table.backend} tables' "
-                                      f"{dtype} MoE kernels on {self.system}: {', '.join(hits)}",
+                                      f"{dtype} MoE kernels on {table.system}: {', '.join(hits)}",
                                       "give one of them whole")
                 if hits:
                     return dtype, hits[0], table
-        raise ConfigError("replica.moe_kernel", f"no table of {self.system} times a MoE kernel {name!r} for "
+        where = f"{self.system} or {SIBLING_DIE[self.system]}" if self.system in SIBLING_DIE else self.system
+        raise ConfigError("replica.moe_kernel", f"no table of {where} times a MoE kernel {name!r} for "
                           f"{self.model.name}'s experts" + (f" in {dtypes[0]}" if len(dtypes) == 1 else ""),
                           f"use auto, one of the {self.backend} tables' "
                           f"({', '.join(dict.fromkeys(known)) or 'none: no MoE rows for its expert shape'}), or a "
-                          f"kernel the engines share that another backend's tables time ({', '.join(SHARED_MOE_KERNELS)})"
-                          + (f", on {self.system} or {SIBLING_DIE[self.system]}" if self.system in SIBLING_DIE else ""))
+                          f"kernel the engines share that another backend's tables time ({', '.join(SHARED_MOE_KERNELS)})")
 
     def _load_moe_low(self, ref: T.TableRef, src: str, shape: tuple, dtype: str, moe_tp: int, moe_ep: int,
                       dist: str) -> None:

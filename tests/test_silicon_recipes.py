@@ -16,7 +16,6 @@ from simulator.calibrate.silicon import (
     recipe_layout,
     recipe_moe_kernels,
     row_config,
-    sglang_agg_recipe,
     sglang_prefill_recipe,
 )
 
@@ -333,26 +332,3 @@ def test_sglang_prefill_workers_take_their_recipes_chunk_and_memory_fraction():
     assert recipe_moe_kernels(_row(**{**wide, "decode_moe_ep_size": 48.0, "decode_attention_dp_size": 48.0})) == \
         ("deepgemm", None)  # TensorRT-LLM's collectors timed DeepGEMM at EP powers of two only
 
-
-def test_sglang_aggregated_rows_take_their_launch_scripts_chunk_fraction_and_running_cap():
-    """InferenceX's SGLang single-node scripts set --chunked-prefill-size, --mem-fraction-static and
-    --max-running-requests by model, precision and TP (DeepSeek-R1 FP8 at TP8 chunks 32,768 and runs at most 128
-    requests, at TP4 8,192 and 32; FP4 16,384 and 256; Qwen3.5 FP8 16,384 without a cap): the rows run them, where
-    they had run the harness's 8,192 and SGLang's own fraction; other backends, other models and AIPerf rows not."""
-    agg = dict(backend="sglang", mode="agg", system="b200_sxm", gemm_quant_mode="fp8", tp_size=8.0, pp_size=1.0,
-               attention_dp_size=1.0, moe_tp_size=8.0, moe_ep_size=1.0, concurrency=256.0, isl=1024.0, osl=1024.0,
-               silicon_data_source="db-dump; silicon_concurrency=256", spec_refusal="", model_path="deepseek-ai/DeepSeek-R1")
-    assert sglang_agg_recipe(_row(**agg)) == (32768, 0.82, 128)
-    assert sglang_agg_recipe(_row(**{**agg, "tp_size": 4.0, "moe_tp_size": 4.0})) == (8192, 0.95, 32)
-    assert sglang_agg_recipe(_row(**{**agg, "gemm_quant_mode": "nvfp4", "system": "b300_sxm"})) == (16384, 0.85, 256)
-    qwen = {**agg, "model_path": "Qwen/Qwen3.5-397B-A17B"}
-    assert sglang_agg_recipe(_row(**qwen)) == (16384, 0.8, None)
-    assert sglang_agg_recipe(_row(**{**qwen, "gemm_quant_mode": math.nan})) == (32768, 0.82, 128)  # BF16
-    for other in ({"backend": "vllm"}, {"mode": "disagg"}, {"silicon_data_source": "gtl; x=1"},
-                  {"model_path": "Qwen/Qwen3-32B"}, {"system": "h100_sxm"}):
-        assert sglang_agg_recipe(_row(**{**agg, **other})) is None, other
-    config = row_config(_row(**agg))
-    assert config.scheduler.max_num_batched_tokens == 32768 and config.scheduler.max_num_seqs == 128
-    assert config.replica.gpu_memory_utilization == 0.82
-    free = row_config(_row(**qwen))  # no cap in its script: the harness's (at least the users)
-    assert free.scheduler.max_num_seqs >= 256 and free.scheduler.max_num_batched_tokens == 16384

@@ -214,22 +214,6 @@ SGLANG_PREFILL_RECIPES: dict[tuple[str, str], tuple[int, float, bool]] = {
     ("gb200", "nvfp4"): (65536, 0.83, True), ("gb300", "nvfp4"): (65536, 0.83, True),
 }
 PREFILL_CHUNK_7P = 65536
-# InferenceX's SGLang single-node launch scripts (benchmarks/single_node/fixed_seq_len/<model>_<lane>_<gpu>.sh; the
-# B300 ones copy B200's but for Qwen3.5's FP4): their --chunked-prefill-size (with --max-prefill-tokens the
-# same or unset, its default 16,384 then the smaller bound), --mem-fraction-static and --max-running-requests (None:
-# unset, or the concurrency itself). (model family, gemm lane, system, tp: None any) -> (chunk tokens, memory
-# fraction, max running requests). The harness's 8,192 and SGLang's own fraction had priced these rows until
-# these were read. Every such row runs without attention DP (the scripts set --dp 1), where SGLang's chunk and running
-# cap are one rank's; a row with DP attention is not read by this table.
-SGLANG_AGG_RECIPES: dict[tuple[str, str, str, int | None], tuple[int, float, int | None]] = {
-    **{("deepseek", "nvfp4", system, None): (16384, 0.85, 256) for system in ("b200_sxm", "b300_sxm")},
-    **{("deepseek", "fp8", system, 8): (32768, 0.82, 128) for system in ("b200_sxm", "b300_sxm")},
-    **{("deepseek", "fp8", system, 4): (8192, 0.95, 32) for system in ("b200_sxm", "b300_sxm")},
-    **{("qwen3.5", "fp8", system, None): (16384, 0.8, None) for system in ("b200_sxm", "b300_sxm")},
-    ("qwen3.5", "nvfp4", "b200_sxm", None): (16384, 0.8, None),
-    ("qwen3.5", "nvfp4", "b300_sxm", None): (32768, 0.8, 128),
-    **{("qwen3.5", "", system, None): (32768, 0.82, 128) for system in ("b200_sxm", "b300_sxm")},
-}
 
 
 def recipe_changes(row: Any) -> dict[str, Any]:
@@ -300,23 +284,6 @@ def recipe_moe_kernels(row: Any) -> tuple[str | None, str | None]:
         return None, None
     decode_dp = (_int(getattr(row, "decode_attention_dp_size", 1)) or 1) > 1
     return "deepgemm", ("deepgemm" if decode_dp else None)
-
-
-def sglang_agg_recipe(row: Any) -> tuple[int, float, int | None] | None:
-    """(the chunked-prefill size, the memory fraction, the max running requests or None) of an InferenceX SGLang
-    aggregated row's single-node launch script (:data:`SGLANG_AGG_RECIPES`); None: the harness's own."""
-    if str(getattr(row, "backend", "")) != "sglang" or row.mode != "agg" or not _is_inferencex(row):
-        return None
-    if (_int(getattr(row, "attention_dp_size", 1), 1) or 1) > 1:  # no script read runs DP attention
-        return None
-    path = str(row.model_path).lower()
-    family = next((f for f in ("deepseek", "qwen3.5") if f in path), None)
-    if family is None:
-        return None
-    lane = str(getattr(row, "gemm_quant_mode", "") or "")
-    lane = "" if lane == "nan" else lane
-    system, tp = str(row.system), _int(getattr(row, "tp_size", None))
-    return SGLANG_AGG_RECIPES.get((family, lane, system, tp)) or SGLANG_AGG_RECIPES.get((family, lane, system, None))
 
 
 def sglang_prefill_recipe(row: Any) -> tuple[int, float] | None:
@@ -785,9 +752,7 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
     run it; :mod:`simulator.engine.closed_loop`). A row whose recipe runs MTP (``mtp_drafts`` > 0:
     :func:`read_silicon`'s ``with_mtp``) runs it only with ``mtp_acceptance``, an AL curve of the data
     folder (``MODEL:METHOD[:THINKING]``, :func:`~simulator.config.acceptance.find_curve`) or one i.i.d.
-    rate. InferenceX's SGLang aggregated rows take their launch script's chunk (in place of ``budget``), memory
-    fraction and running cap (:func:`sglang_agg_recipe`). ``extra``: more :meth:`RunConfig.replace` changes (e.g.
-    kernels); where they price by the row's own
+    rate. ``extra``: more :meth:`RunConfig.replace` changes (e.g. kernels); where they price by the row's own
     backend's tables, a row whose recipe runs another MoE kernel than its engine's default
     (:func:`recipe_moe_kernels`) runs it (``--moe-kernel``, a pool's ``moe=``); an SGLang disaggregated row's prefill
     pool takes its recipe's chunk and the run its memory fraction (:func:`sglang_prefill_recipe`), whatever prices it.
@@ -835,11 +800,6 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         batch = -(-concurrency // adp)  # per attention-DP rank (README item 6)
         changes.update({"replica__tp": tp, "replica__pp": pp, "replica__ep": ep,
                         "scheduler__max_num_seqs": max(DEFAULT_MAX_NUM_SEQS, batch)})
-        if (script := sglang_agg_recipe(row)) is not None:  # its launch script's chunk, fraction, running cap
-            chunk, fraction, running = script
-            changes.update({"scheduler__max_num_batched_tokens": chunk, "replica__gpu_memory_utilization": fraction})
-            if running is not None:
-                changes["scheduler__max_num_seqs"] = running
         if moe_kernels[0] is not None:
             changes["replica__moe_kernel"] = moe_kernels[0]
         if adp > 1:

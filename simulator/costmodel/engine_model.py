@@ -183,9 +183,19 @@ class EngineModel:
 
 
 # -- presets ------------------------------------------------------------------------------------------------------
-SILICON_HANDOFF_S = 0.085  # the 2026 presets' handoff latency: see the comment above vllm-2026
-HANDOFF_FITTED = ("; in disaggregated runs a handoff of 85 ms a request, one constant fitted on the 329 disaggregated "
-                  "silicon rows of all three backends (leaving one GPU out: 85-140 ms)")
+# The 2026 presets' handoff latency, each backend's: see the comment above vllm-2026.
+SILICON_HANDOFF_S = {"vllm": 0.085, "sglang": 0.085, "trtllm": 0.085}
+
+
+def _handoff_fitted(backend: str) -> str:
+    rows = {"vllm": 13, "sglang": 105, "trtllm": 211}[backend]
+    ms = SILICON_HANDOFF_S[backend] * 1e3
+    if backend == "vllm":  # under silicon_fit.MIN_OWN_HANDOFF_ROWS: the pooled fit
+        return (f"; in disaggregated runs a handoff of {ms:.0f} ms a request, fitted on the 329 disaggregated silicon "
+                f"rows of all three backends (its own {rows} rows, all GB200, are too few for one of its own)")
+    return (f"; in disaggregated runs a handoff of {ms:.0f} ms a request, fitted on its {rows} disaggregated silicon "
+            "rows (each backend's own since the report at 68bad06; one pooled constant, 85 ms, before)")
+
 # Each preset names what it was measured on. The fitted numbers are reproduced by
 # simulator.calibrate.engine_fit (tests refit them from ../shared/data and compare).
 ENGINES: dict[str, EngineModel] = {
@@ -246,13 +256,14 @@ ENGINES: dict[str, EngineModel] = {
     # async overlap chosen by fit cost. vllm-2026 was also checked over the roofline (it is the run default:
     # results/validation/silicon/default_engine.py); sglang-2026 and trtllm-2026 only over their own tables
     # (``kernels``), so a run over other prices says so.
-    # The 2026 presets' handoff latency (disaggregated runs only): one constant for the three stacks (a router and a
-    # NIXL-style KV connector each), fitted on the silicon rows' 329 simulated disaggregated deployments (TRT-LLM 211
-    # on Dynamo, SGLang 105, vLLM 13; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added to
-    # their TTFT simulated without one (silicon_fit.fit_handoff; results/validation/silicon/fit_report.py, which also
-    # holds each GPU out: 85-140 ms; 75 ms in the report at 81e2597, before the rows ran the MoE kernels and SGLang
-    # prefill chunks their recipes set; 85 ms at 5d6b194, before SGLang's and TensorRT-LLM's attention-DP prompt
-    # steps routed the ranks' own tokens; 90 ms at cac8f5b, 95 ms at 31d497d, 135 ms at code 0c78f9c).
+    # The 2026 presets' handoff latency (disaggregated runs only): each serving stack's own (TensorRT-LLM on Dynamo,
+    # SGLang's bootstrap server and transfer engine, vLLM's NIXL connector), fitted on its simulated disaggregated
+    # silicon rows (TRT-LLM 211, SGLang 105; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added
+    # to their TTFT simulated without one (silicon_fit.fit_handoffs; results/validation/silicon/fit_report.py, which
+    # also holds each GPU out: SGLang 130-225 ms, TRT-LLM 30-85 ms); vLLM's 13 rows (all GB200) are too few
+    # (MIN_OWN_HANDOFF_ROWS), so it takes the one fitted on all 329. Until the report at 68bad06 one pooled constant
+    # served all three: 85 ms (75 ms at 81e2597, 85 ms at 5d6b194, 90 ms at cac8f5b, 95 ms at 31d497d, 135 ms at
+    # code 0c78f9c).
     # At a few users the measured first token sits a constant above queueing +
     # prefill + KV transfer + one decode step (vLLM's Kimi-K2.5 rows on GB200: ~175 ms at 1K and at 8K prompts).
     "vllm-2026": EngineModel(
@@ -272,10 +283,10 @@ ENGINES: dict[str, EngineModel] = {
                "token stands "
                "for what a prefill costs beyond the tables' kernels (input preparation, the API server's tokenizing, "
                "kernels slower in the engine than alone): the rows cannot tell these apart. A prefill floor (SGLang's "
-               "and TensorRT-LLM's term) fits to zero here" + HANDOFF_FITTED,
+               "and TensorRT-LLM's term) fits to zero here" + _handoff_fitted("vllm"),
         cpu_per_prefill_token_s=10.13e-6,
         collective_extra_s=((2, 4.407e-6), (4, 4.407e-6), (8, 4.407e-6)),
-        scheduler="vllm-v1", handoff_s=SILICON_HANDOFF_S,
+        scheduler="vllm-v1", handoff_s=SILICON_HANDOFF_S["vllm"],
     ),
     "sglang-2026": EngineModel(
         name="sglang-2026",
@@ -287,17 +298,20 @@ ENGINES: dict[str, EngineModel] = {
                "each layout read as the node it ran on, MoE at AIConfigurator's default routing: median abs error TTFT "
                "26%, TPOT 10% in-sample (kernels alone 49%, 11%), leave-one-GPU-out 41%, 12%, leave-one-model-out "
                "32%, 11%. Its CPU is 0.98 ms a step and 5.4 us a request in the batch (the two trade off along a flat "
-               "direction of the fit: 0.83 ms and 10 us in the report at cac8f5b, none a step and 13 us before it). "
-               "The floor, 3.4 ms a layer on "
+               "direction of the fit: 0.83 ms and 10 us in the report at cac8f5b, none a step and 13 us before it; "
+               "run with their launch scripts' chunk, memory fraction and running cap, InferenceX's rows fit none a "
+               "step, 7.5 us a request and 7.9 us a prompt token, which put SGLang's EAGLE-3 speedup at batch 1 "
+               "+47% over the measured where this fit is +9%: results/validation/silicon/HISTORY.md). The floor, "
+               "3.4 ms a layer on "
                "every step that carries a prompt (SGLang runs extend batches outside its CUDA graphs), is far above "
                "launch latency alone: it holds what a prefill step costs that the tables do not show (at 4 users the "
                "measured TTFT is 150-200 ms at 1K prompt tokens and grows slowly to 8K). Every SGLang row is a "
                "60-64-layer model, so whether the floor goes per layer or per step is not identified: on a 32-layer "
-               "model it holds a prefill step to at least 108 ms" + HANDOFF_FITTED,
+               "model it holds a prefill step to at least 108 ms" + _handoff_fitted("sglang"),
         cpu_iteration_s=0.9769e-3, cpu_per_seq_s=5.450e-6, cpu_per_prefill_token_s=1.960e-6,
         prefill_floor_per_layer_s=3.482e-3,
         collective_extra_s=((2, -7.652e-6), (4, -7.652e-6), (8, -7.652e-6)), scheduler="sglang", kernels="sglang",
-        handoff_s=SILICON_HANDOFF_S,
+        handoff_s=SILICON_HANDOFF_S["sglang"],
     ),
     "trtllm-2026": EngineModel(
         name="trtllm-2026",
@@ -310,10 +324,10 @@ ENGINES: dict[str, EngineModel] = {
                "(kernels alone 41%, 8%), leave-one-GPU-out 25.5%, 8%, leave-one-model-out 24%, 9%; its CPU a step "
                "4 us (0.25 ms in the report at cac8f5b, none before it); the floor, 0.87 ms a layer on every step "
                "with context tokens (the PyTorch flow captures "
-               "generation-only batches in CUDA graphs)" + HANDOFF_FITTED,
+               "generation-only batches in CUDA graphs)" + _handoff_fitted("trtllm"),
         cpu_iteration_s=0.0038e-3, cpu_per_prefill_token_s=3.892e-6, prefill_floor_per_layer_s=0.8707e-3,
         collective_extra_s=((2, -0.016e-6), (4, -0.016e-6), (8, -0.016e-6)), scheduler="vllm-v1", kernels="trtllm",
-        handoff_s=SILICON_HANDOFF_S,
+        handoff_s=SILICON_HANDOFF_S["trtllm"],
         # TensorRT-LLM's PyTorch flow runs MTP and EAGLE-3 "one model": the drafter is a submodule of the model and
         # its drafting loop launches as one CUDA graph (its speculative-decoding docs); not fitted (no fitted
         # silicon row speculates)

@@ -184,7 +184,7 @@ class EngineModel:
 
 # -- presets ------------------------------------------------------------------------------------------------------
 # The 2026 presets' handoff latency, each backend's: see the comment above vllm-2026.
-SILICON_HANDOFF_S = {"vllm": 0.085, "sglang": 0.085, "trtllm": 0.085}
+SILICON_HANDOFF_S = {"vllm": 0.085, "sglang": 0.205, "trtllm": 0.075}
 
 
 def _handoff_fitted(backend: str) -> str:
@@ -194,7 +194,7 @@ def _handoff_fitted(backend: str) -> str:
         return (f"; in disaggregated runs a handoff of {ms:.0f} ms a request, fitted on the 329 disaggregated silicon "
                 f"rows of all three backends (its own {rows} rows, all GB200, are too few for one of its own)")
     return (f"; in disaggregated runs a handoff of {ms:.0f} ms a request, fitted on its {rows} disaggregated silicon "
-            "rows (each backend's own since the report at 68bad06; one pooled constant, 85 ms, before)")
+            "rows (each backend's own since the report at bfc593d; one pooled constant, 85 ms, before)")
 
 # Each preset names what it was measured on. The fitted numbers are reproduced by
 # simulator.calibrate.engine_fit (tests refit them from ../shared/data and compare).
@@ -260,9 +260,9 @@ ENGINES: dict[str, EngineModel] = {
     # SGLang's bootstrap server and transfer engine, vLLM's NIXL connector), fitted on its simulated disaggregated
     # silicon rows (TRT-LLM 211, SGLang 105; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added
     # to their TTFT simulated without one (silicon_fit.fit_handoffs; results/validation/silicon/fit_report.py, which
-    # also holds each GPU out: SGLang 130-225 ms, TRT-LLM 30-85 ms); vLLM's 13 rows (all GB200) are too few
-    # (MIN_OWN_HANDOFF_ROWS), so it takes the one fitted on all 329. Until the report at 68bad06 one pooled constant
-    # served all three: 85 ms (75 ms at 81e2597, 85 ms at 5d6b194, 90 ms at cac8f5b, 95 ms at 31d497d, 135 ms at
+    # also holds each GPU out: SGLang 155-205 ms, TRT-LLM 30-85 ms); vLLM's 13 rows (all GB200) are too few
+    # (MIN_OWN_HANDOFF_ROWS), so it takes the one fitted on all 329 (85 ms; 85-140 ms leaving one GPU out). Until the
+    # report at bfc593d one pooled constant served all three: 85 ms (75 ms at 81e2597, 85 ms at 5d6b194, 90 ms at cac8f5b, 95 ms at 31d497d, 135 ms at
     # code 0c78f9c).
     # At a few users the measured first token sits a constant above queueing +
     # prefill + KV transfer + one decode step (vLLM's Kimi-K2.5 rows on GB200: ~175 ms at 1K and at 8K prompts).

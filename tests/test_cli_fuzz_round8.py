@@ -203,21 +203,31 @@ def test_a_plans_launch_commands_select_the_moe_kernel_it_priced() -> None:
     assert "--moe-runner-backend deep_gemm --moe-a2a-backend deepep" in sglang  # SGLang's DeepGEMM runner needs it
     (vllm,) = launch_command(candidate, base, "vllm")
     assert "priced with the tables' deepgemm MoE kernel, which this command does not select" in vllm
-    # A part of a name is the kernel it resolved to in the tables, not the letters typed ("deep" is in no engine's
-    # option value: it emitted nothing and said the command did not select it)
-    (trt,) = launch_command(candidate, base.replace(replica__moe_kernel="deep"), "trtllm")
-    assert '"moe_config": {"backend": "DEEPGEMM"}' in trt
-    # a part of the default's name (SGLang's block-FP8 experts on B200 are priced by FlashInfer's TensorRT-LLM rows,
-    # which its GB200 collector timed) is that kernel: SGLang's flashinfer_trtllm runner
-    (sglang,) = launch_command(candidate, base.replace(replica__kernels="sglang", replica__moe_kernel="flashinfer"),
-                               "sglang")
-    assert "--moe-runner-backend flashinfer_trtllm" in sglang
     # SGLang runs DeepGEMM's experts only over DeepEP's EP ranks: at ep 1 the command leaves the runner to it, saying so
     dense_ep = Layout("b200", "agg", "fp8-block", 8, ep=1, budget=8192, max_num_seqs=256)
     (sglang,) = launch_command(Candidate(dense_ep, 1.0, price_of("b200")), base, "sglang")
     command, _, note = sglang.partition("  # ")
     assert "--moe-runner-backend" not in command and "--moe-a2a-backend" not in command
     assert "SGLang runs only with expert parallelism over DeepEP" in note
+
+
+def test_a_plans_launch_commands_map_the_kernel_the_tables_resolved(aic) -> None:  # noqa: ANN001
+    """A part of a name is the kernel it resolved to in the tables, not the letters typed ("deep" is in no engine's
+    option value: it had emitted nothing and said the command did not select it); a part of the default's name
+    (SGLang's block-FP8 experts on B200 are priced by FlashInfer's TensorRT-LLM rows, which its GB200 collector timed)
+    is that kernel, SGLang's flashinfer_trtllm runner."""
+    from simulator.config.prices import price_of
+    from simulator.planning.launch import launch_command
+    from simulator.planning.plan import Candidate, Layout
+
+    candidate = Candidate(Layout("b200", "agg", "fp8-block", 8, ep=8, budget=8192, max_num_seqs=256), 1.0,
+                          price_of("b200"))
+    base = RunConfig(replica=ReplicaConfig(model="deepseek-v3", gpu="b200", tp=8, kernels="trtllm", moe_kernel="deep"))
+    (trt,) = launch_command(candidate, base, "trtllm")
+    assert '"moe_config": {"backend": "DEEPGEMM"}' in trt
+    (sglang,) = launch_command(candidate, base.replace(replica__kernels="sglang", replica__moe_kernel="flashinfer"),
+                               "sglang")
+    assert "--moe-runner-backend flashinfer_trtllm" in sglang
 
 
 def test_tau_refuses_a_disaggregated_config() -> None:

@@ -199,8 +199,8 @@ DEEPGEMM_TIMED_EP = (2, 4, 8, 16, 32, 64, 128, 256)
 # and every prefill worker keep FlashInfer's TensorRT-LLM MoE, the default (the 1K-input recipes' DEP4 prefill
 # workers run FlashInfer's CUTLASS MoE, which no GB200/GB300 table times at DeepSeek's shape). SGLang's collectors
 # timed CuteDSL on B200 and B300, the same dies (TableCostModel: --moe-kernel from the sibling's tables), at these
-# EP splits: the EP 48 workers keep the default's rows.
-CUTEDSL_TIMED_EP = (2, 4, 8, 16, 32, 64, 128, 256)
+# EP splits (the powers of two, as DeepGEMM's): the EP 48 workers keep the default's rows.
+CUTEDSL_TIMED_EP = DEEPGEMM_TIMED_EP
 # The same SGLang recipes' --chunked-prefill-size on their prefill workers (the whole DP group's: SGLang splits it
 # over its attention-DP ranks, so the harness's DEFAULT_BUDGET gave a DP8 prefill rank 1,024 tokens, one prompt a
 # step) and their --mem-fraction-static (the decode workers', which hold the load; the prefill workers' is within

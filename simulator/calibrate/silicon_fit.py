@@ -336,18 +336,15 @@ MIN_OWN_HANDOFF_ROWS = 20
 
 def fit_handoffs(base_ttft_ms: Any, measured_ttft_ms: Any, backends: Any,
                  min_rows: int = MIN_OWN_HANDOFF_ROWS) -> tuple[dict[str, float], float]:
-    """Each backend's handoff latency (s), :func:`fit_handoff` on its own rows where it has at least ``min_rows``
-    usable ones, else the pooled one; and the pooled one (fitted on every row). Unusable rows (no simulated or
-    measured TTFT) count for neither."""
+    """The handoff latency (s) of each backend with at least ``min_rows`` usable rows, :func:`fit_handoff` on its own
+    rows (a backend with fewer is absent: the pooled one is its); and the pooled one, fitted on every row. Unusable
+    rows (no simulated or measured TTFT) count for neither."""
     base, meas = np.asarray(base_ttft_ms, dtype=float), np.asarray(measured_ttft_ms, dtype=float)
     names = np.asarray(backends).astype(str)
     usable = np.isfinite(base) & np.isfinite(meas) & (meas > 0) & (base > 0)
-    pooled = fit_handoff(base[usable], meas[usable])
-    out = {}
-    for b in sorted(set(names.tolist())):
-        own = usable & (names == b)
-        out[b] = fit_handoff(base[own], meas[own]) if own.sum() >= min_rows else pooled
-    return out, pooled
+    own = {b: usable & (names == b) for b in sorted(set(names.tolist()))}
+    return ({b: fit_handoff(base[m], meas[m]) for b, m in own.items() if m.sum() >= min_rows},
+            fit_handoff(base[usable], meas[usable]))
 
 
 def abs_err(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:

@@ -296,7 +296,7 @@ def _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, pres
     the folds), and they run
     again with it. (The first run uses the in-sample engine terms, so a fold's handoff saw the held-out
     GPU's aggregated rows through them: the handoff itself never sees the held-out rows.)"""
-    from simulator.calibrate.silicon_fit import MIN_OWN_HANDOFF_ROWS, fit_handoffs
+    from simulator.calibrate.silicon_fit import fit_handoffs
 
     row_cache = RowCache(args.cache.with_name(args.cache.stem + "_rows.pkl"))
     disagg = (rows["mode"] == "disagg").to_numpy()
@@ -314,30 +314,29 @@ def _simulate_deferred(args, rows, configs, pred, deferred, failed, folder, pres
     usable = disagg & np.isfinite(base)
     names = rows["backend"].to_numpy()
 
-    def handoffs(train: np.ndarray) -> dict[str, float]:  # each backend's, or the pooled one (fit_handoffs)
+    def handoffs(train: np.ndarray) -> tuple[dict[str, float], dict[str, float], float]:
+        """Every backend's handoff (its own where it has enough rows, else the pooled one), the own ones, the pooled."""
         own, pooled = fit_handoffs(base[train], measured[train], names[train])
-        return {b: own.get(b, pooled) for b in set(names.tolist())}
+        return {b: own.get(b, pooled) for b in set(names.tolist())}, own, pooled
 
-    h_all = handoffs(usable)
-    pooled_all = fit_handoffs(base[usable], measured[usable], names[usable])[1]
-    own_rows = {b: int((usable & (names == b)).sum()) for b in h_all}
-    h_fold = {group: {v: handoffs(usable & (rows[group] != v).to_numpy()) for v in rows[group].unique()}
+    h_all, own_all, pooled_all = handoffs(usable)
+    h_fold = {group: {v: handoffs(usable & (rows[group] != v).to_numpy())[0] for v in rows[group].unique()}
               for group in ("gpu", "model")}
     print(f"  handoff fitted on {usable.sum()} disaggregated rows: "
-          + ", ".join(f"{b} {h * 1e3:.0f} ms" + (" (pooled)" if own_rows[b] < MIN_OWN_HANDOFF_ROWS else "")
+          + ", ".join(f"{b} {h * 1e3:.0f} ms" + ("" if b in own_all else " (pooled)")
                       for b, h in sorted(h_all.items())) + f"; pooled {pooled_all * 1e3:.0f} ms (leaving one GPU out: "
           + "; ".join(f"{g} " + ", ".join(f"{b} {h * 1e3:.0f}" for b, h in sorted(hs.items()))
                       for g, hs in sorted(h_fold["gpu"].items())) + " ms)", flush=True)
     for p in presets:
-        p["handoff_ms"] = h_all.get(p["backend"], 0.0) * 1e3
+        p["handoff_ms"] = h_all[p["backend"]] * 1e3
     for backend, other, params, folds in deferred:
         arts = {"fit": (_artifact(params, f"{backend}-all", folder),
                         _artifact(params, f"{backend}-all", folder, h_all[backend]))}
         for group, fp in folds.items():
             for held, prm in fp.items():
                 name = f"{backend}-{group}-{held}"
-                h = h_fold[group][held][backend] if held in h_fold[group] else 0.0
-                arts[group, held] = (_artifact(prm, name, folder), _artifact(prm, name, folder, h))
+                arts[group, held] = (_artifact(prm, name, folder),
+                                     _artifact(prm, name, folder, h_fold[group][held][backend]))
 
         def art_of(key, arts=arts):  # noqa: ANN001, ANN202 - a row's artifact: the handoff variant if disaggregated
             return lambda r: arts[key(r)][r.mode == "disagg"] if key(r) in arts else None

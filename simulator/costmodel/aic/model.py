@@ -510,8 +510,9 @@ class TableCostModel(TabulatedCostModel):
         rows of), ``ref``'s own rows, else another backend's table of the same GPU (the engines share kernel
         libraries: DeepGEMM, FlashInfer's CUTLASS and TensorRT-LLM kernels, which one collector may time and another
         not), else the same tables of the same die in its other package (:data:`SIBLING_DIE`). None for ``auto``,
-        or where the name is the kernel the default prices from another collector's rows (LANE_DONORS). A name is a source whole or a part of one (case aside); one that names none, or several in one
-        table, is refused with the backend's own. A kernel named prices every step (TensorRT-LLM's NVFP4 switch to
+        or where the name is the kernel the default prices from another collector's rows (LANE_DONORS). A name is a
+        source whole or a part of one (case aside); one that names none, or several in one table, is refused with the
+        backend's own. A kernel named prices every step (TensorRT-LLM's NVFP4 switch to
         its min-latency kernel at small batches is the default's, not a named kernel's)."""
         name = self.replica.moe_kernel
         if name == "auto":
@@ -520,23 +521,28 @@ class TableCostModel(TabulatedCostModel):
         priced, default = next(((c, src) for c in candidates if (src := T.read_priced_rows(
             ref, c, ("num_tokens",), shape, self.root, warm="keep", at=at)[0]) is not None), (None, None))
         dtypes = candidates if priced is None else (priced,)  # (no rows at all: the first another table has)
+        sibling = SIBLING_DIE.get(self.system)
+
+        def shared(system: str, dtype: str) -> list[tuple[T.TableRef, list[str]]]:
+            """Another backend's rows on ``system``, only of the kernels the engines share (a backend's own are its)."""
+            return [(t, [k for k in T.kernel_sources(t, dtype, shape) if any(x in k for x in SHARED_MOE_KERNELS)])
+                    for b in T.BACKENDS
+                    if b != self.backend and (t := T.find_table(system, b, "moe", self.root)) is not None]
+
         known: list[str] = []
         for dtype in dtypes:
             own = T.kernel_sources(ref, dtype, shape)
             lent = default if default is not None and default not in own else None  # LANE_DONORS' label
             known += [f"{s} ({dtype})" for s in own] + ([f"{lent} ({dtype}, the default)"] if lent else [])
             lent_source = lent.split(" (")[0] if lent else None
-            tables = [(ref, [*own, *([lent_source] if lent_source else [])])]
-            # another backend's rows only of the kernels the engines share (a backend's own kernels are its own);
-            # then the same die in its other package (SAME_DIE: B200 and GB200, B300 and GB300), where a collector
-            # timed a kernel on one of them only: the backend's own rows there, then the shared kernels of others
-            for system in (self.system, *([sibling] if (sibling := SIBLING_DIE.get(self.system)) else [])):
-                if system != self.system and (t := T.find_table(system, self.backend, "moe", self.root)) is not None:
-                    tables.append((t, list(T.kernel_sources(t, dtype, shape))))
-                    known += [f"{k} ({dtype}, {system}'s)" for k in tables[-1][1] if k not in own]
-                tables += [(t, [k for k in T.kernel_sources(t, dtype, shape) if any(x in k for x in SHARED_MOE_KERNELS)])
-                           for b in T.BACKENDS if b != self.backend
-                           and (t := T.find_table(system, b, "moe", self.root)) is not None]
+            tables = [(ref, [*own, *([lent_source] if lent_source else [])]), *shared(self.system, dtype)]
+            # the same die in its other package, where a collector timed a kernel on one of them only: the backend's
+            # own rows there, then the shared kernels of the others
+            if sibling and (t := T.find_table(sibling, self.backend, "moe", self.root)) is not None:
+                theirs = list(T.kernel_sources(t, dtype, shape))
+                tables.append((t, theirs))
+                known += [f"{k} ({dtype}, {sibling}'s)" for k in theirs if k not in own]
+            tables += shared(sibling, dtype) if sibling else []
             for table, sources in tables:
                 hits = [s for s in sources if s.lower() == name] or [s for s in sources if name in s.lower()]
                 if table is ref and lent_source is not None and hits == [lent_source]:
@@ -547,7 +553,7 @@ class TableCostModel(TabulatedCostModel):
                                       "give one of them whole")
                 if hits:
                     return dtype, hits[0], table
-        where = f"{self.system} or {SIBLING_DIE[self.system]}" if self.system in SIBLING_DIE else self.system
+        where = f"{self.system} or {sibling}" if sibling else self.system
         raise ConfigError("replica.moe_kernel", f"no table of {where} times a MoE kernel {name!r} for "
                           f"{self.model.name}'s experts" + (f" in {dtypes[0]}" if len(dtypes) == 1 else ""),
                           f"use auto, one of the {self.backend} tables' "

@@ -142,7 +142,9 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
     # engine overheads are the Splitwise-fitted vLLM preset). k is not stated: 4. Acceptance of the
     # Qwama-0.5B draft is not in the data: the data's draft-model AL on the largest target (Spec-Bench
     # SpS, Vicuna-33B, A100: 2.01); n-gram: Spec-Bench PLD on Vicuna-33B (1.54, all categories).
-    r70 = ReplicaConfig("llama-3-70b", "h100", tp=4)
+    # vLLM's rows are priced by vLLM's measured kernel tables of their GPU (AIConfigurator's, vLLM 0.1x; the 2024
+    # engine's GEMMs are the same cuBLAS calls, its attention an older FlashAttention).
+    r70 = ReplicaConfig("llama-3-70b", "h100", tp=4, kernels="vllm")
     v0 = SchedulerConfig("vllm", max_num_seqs=256)
     qps = [0.25, 0.5, 1, 2, 3, 4, 6, 8, 10]
     al_sps = al_of("Vicuna-33B-v1.3", "SpS")
@@ -156,7 +158,7 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
                                       draft_tp=1),
                     "tpot_s", "qps", qps, {"name": "sharegpt", "num_requests": 300},
                     f"k=4 (not stated); AL {al_sps} (Spec-Bench SpS on Vicuna-33B, i.i.d.); draft TP1; ShareGPT; "
-                    "engine vllm-2023-splitwise; scheduler vllm (V0); speedup = mean TPOT ratio")
+                    "engine vllm-2023-splitwise; scheduler vllm (V0); vLLM's H100 kernel tables; speedup = mean TPOT ratio")
     ngram = Setting("vllm2024 llama-3-70b 4xH100 n-gram", r70, "vllm-2023-splitwise", v0,
                     SpeculativeConfig("ngram", 4, None, iid(al_pld, 4), f"Spec-Bench PLD Vicuna-33B summarization AL {al_pld}"),
                     # Short summaries: the replica serves ~10 QPS of them under today's presets, so the sweep
@@ -165,7 +167,8 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
                     {"name": "fixed", "prompt_tokens": 800, "output_tokens": 96, "num_requests": 300},
                     f"k=4 (not stated); AL {al_pld} (Spec-Bench PLD on Vicuna-33B, summarization = CNN/DailyMail: "
                     f"AL {pld['mean_accepted_tokens']} x speedup {pld['speedup_summarization']} / {pld['speedup_overall']}, i.i.d.); "
-                    "CNN/DailyMail not in the data: fixed 800-token articles, 96-token summaries; speedup = mean TPOT ratio")
+                    "CNN/DailyMail not in the data: fixed 800-token articles, 96-token summaries; vLLM's H100 kernel tables; "
+                    "speedup = mean TPOT ratio")
     for r in rows:
         if r["source_id"] != "vllm_blog_2024_spec_decode":
             continue
@@ -238,13 +241,13 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
     # on GB200 TP4, SPEED-Bench coding; NVFP4 weights; k = 3 (not stated);
     # per-position rates from the Kimi-K2.5 EAGLE3 curve (InferenceX, coding).
     kcurve = find_curve("kimi-k2.5:eagle3:thinking_on")
-    rk = ReplicaConfig("kimi-k2.5", "gb200", tp=4, dtype="nvfp4")
+    rk = ReplicaConfig("kimi-k2.5", "gb200", tp=4, dtype="nvfp4", kernels="vllm")
     kimi = Setting("vllm kimi-k2.6(proxy kimi-k2.5) GB200 TP4 EAGLE3.1", rk, "vllm-v1", v1,
                    SpeculativeConfig("eagle3", 3, None, kcurve.rates(3), kcurve.name),
                    "tpot_s", "concurrency", [1, 4, 16, 64, 256],
                    {"name": "fixed", "prompt_tokens": 1024, "output_tokens": 1024},
                    "proxy model Kimi-K2.5 (Kimi-K2.6 not in catalog); nvfp4 weights, KV cache bf16 (not stated); k=3 (not stated); "
-                   "rates from Kimi-K2.5 EAGLE3 AL curve (InferenceX); per-user TPS = TPOT ratio; 1K/1K")
+                   "rates from Kimi-K2.5 EAGLE3 AL curve (InferenceX); vLLM's GB200 kernel tables; per-user TPS = TPOT ratio; 1K/1K")
     for r in rows:
         if r["source_id"] == "vllm_blog_eagle_3_1":
             kimi.measured.append((f"EAGLE3.1 concurrency {r['concurrency']}", float(r["concurrency"]), float(r["speedup"])))
@@ -258,6 +261,12 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
     # HF/PyTorch eager: the 'handset' engine. Vicuna v1.3 fine-tunes LLaMA-1 (7B and 13B: Llama-2's shapes; 33B: llama-33b).
     arch = {"Vicuna-7B-v1.3": "llama-2-7b", "Vicuna-13B-v1.3": "llama-2-13b", "Vicuna-33B-v1.3": "llama-33b"}
     gpus = {"A100 80GB": "a100-80gb", "RTX 3090 24GB": "rtx-3090"}
+    # The A100's steps are priced by its measured kernel tables (vLLM's: an unquantized linear layer there is
+    # torch.nn.functional.linear, the cuBLAS GEMM that HF's nn.Linear calls at FP16; where the tables lack a shape,
+    # Vicuna-13B/33B's attention heads, the roofline prices it, as a run's header says). GEMMs are nearly all of a
+    # batch-1 step, and their measured rise from 1 token to a tree's 60 is what a verify costs over a decode. No
+    # GeForce tables: the RTX 3090 keeps the roofline.
+    kernels = {"A100 80GB": "vllm", "RTX 3090 24GB": "roofline"}
     for r in bench:
         label = f"spec-bench {r['target_model']} {r['gpu']} {r['method']}"
         if r["gpu"] not in gpus or r["target_model"] not in arch:
@@ -277,12 +286,12 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
         tree = tree_of(levels) if len(levels) > 1 else ()  # a 1-tuple is a chain's k
         depth = len(levels) if tree else levels[0]
         shape = f"a token tree of {sum(levels)} nodes by level {'/'.join(map(str, levels))}" if tree else f"a chain of k={depth}"
-        s = Setting(label, ReplicaConfig(arch[r["target_model"]], gpus[r["gpu"]]), "handset", v1,
+        s = Setting(label, ReplicaConfig(arch[r["target_model"]], gpus[r["gpu"]], kernels=kernels[r["gpu"]]), "handset", v1,
                     SpeculativeConfig(method, depth, draft_model, iid(al, depth), f"Spec-Bench AL {al}", token_tree=tree),
                     "e2e_s", "concurrency", [1],
                     {"name": "fixed", "prompt_tokens": 256, "output_tokens": 256},
                     f"batch 1; {shape} ({why}) with AL {al} i.i.d. along the accepted path; {method} pricing; "
-                    "engine handset (eager PyTorch); 256/256")
+                    f"engine handset (eager PyTorch); kernels {kernels[r['gpu']]}; 256/256")
         s.measured.append(("batch 1", 1.0, float(r["speedup_overall"])))
         out.append(s)
 

@@ -16,7 +16,7 @@ from simulator.config.catalog import MODELS
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig, WorkloadConfig
 from simulator.costmodel import BatchShape, RooflineCostModel
-from simulator.costmodel.moe import expected_experts_touched
+from simulator.costmodel.moe import expected_destination_ranks, expected_experts_touched
 from simulator.engine.kvcache import plan_memory
 from simulator.simulation import simulate
 from simulator.workload.generate import generate_requests
@@ -123,6 +123,30 @@ def test_imbalance_slows_the_experts():
                              table_tokens=1).token_ops(shape)
     # 1.5x the busiest expert's tokens: more FLOPs, partly offset by the better GEMM efficiency.
     assert skew["moe_experts"][0] > 1.15 * base["moe_experts"][0]
+
+
+@pytest.mark.parametrize(("num_experts", "top_k", "ep"), [(256, 8, 4), (256, 8, 8), (256, 8, 32), (8, 2, 2), (128, 8, 16)])
+def test_a_dispatch_sends_a_token_once_to_each_rank_holding_its_experts(num_experts, top_k, ep):
+    """The closed form against sampled routings: top-k distinct experts, E/ep contiguous experts a rank."""
+    rng = np.random.default_rng(7)
+    picks = np.argsort(rng.random((20_000, num_experts)), axis=1)[:, :top_k]  # k distinct experts a token
+    ranks = picks // (num_experts // ep)
+    sampled = np.mean([len(np.unique(row)) for row in ranks])
+    assert expected_destination_ranks(num_experts, top_k, ep) == pytest.approx(sampled, rel=0.01)
+    assert 1.0 <= expected_destination_ranks(num_experts, top_k, ep) <= min(top_k, ep)
+    assert expected_destination_ranks(num_experts, top_k, 1) == 1.0
+
+
+def test_all_to_all_bytes_follow_the_ranks_a_token_reaches():
+    """Dispatch and combine move a token once per remote rank it touches: at EP 4 (DeepSeek-V3, top-8 of 256)
+    3.61 ranks, not 8 copies, so the bandwidth part is 3.61 / 8 of a per-expert count's."""
+    shape = np.array([8192.0])
+    r = ReplicaConfig("deepseek-v3", "b200", tp=1, attention_dp=4, ep=4, dtype="fp8")
+    rf = RooflineCostModel(r)
+    a2a = float(rf.token_ops(shape)["ep_all_to_all"][0]) / (1.0 - rf.dense_fraction)  # a MoE layer's (58 of 61)
+    latency = 2 * rf.cal.allreduce_latency_s
+    per_byte = 2 * 8192 * r.model_spec.hidden_size * rf.dtype_bytes * 3 / 4 / (rf.ep_link_bytes_per_s * rf.cal.allreduce_bus_eff)
+    assert a2a - latency == pytest.approx(expected_destination_ranks(256, 8, 4) * per_byte, rel=1e-9)
 
 
 def test_expert_parallelism_prices_all_to_all_only_under_attention_dp():

@@ -107,6 +107,21 @@ def expected_experts_touched(num_tokens: np.ndarray | float, num_experts: int, t
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** n)
 
 
+def expected_destination_ranks(num_experts: int, top_k: int, ep: int) -> float:
+    """Expected EP ranks a token's ``top_k`` distinct experts live on, ``num_experts / ep`` of them a rank,
+    chosen uniformly: ``ep * (1 - C(E - E/ep, k) / C(E, k))``; 1 at ``ep`` 1, ``k`` as ``ep`` grows past E/k.
+    What an EP dispatch sends a token to: DeepEP, pplx and TensorRT-LLM's all-to-all send it once to each rank
+    that holds any of its experts (and the combine sums a rank's experts there before sending one vector back),
+    not once an expert."""
+    if ep <= 1:
+        return 1.0
+    per_rank = num_experts / ep
+    missed = 1.0  # P(no chosen expert on a given rank)
+    for i in range(top_k):
+        missed *= max(0.0, num_experts - per_rank - i) / (num_experts - i)
+    return ep * (1.0 - missed)
+
+
 def uses_moe_collectives(replica: ReplicaConfig) -> bool:
     """Whether a MoE layer swaps the MLP's TP all-reduce for :func:`ep_all_to_all`'s collectives
     (dispatch and combine under EP, gather and scatter without it): the rule every cost model applies
@@ -178,7 +193,9 @@ def ep_all_to_all(rf: RooflineCostModel, tokens: np.ndarray) -> np.ndarray:
         g = r.tp * dp
         nbytes = t * dp * m.hidden_size * rf.dtype_bytes
         return np.where(t > 0, 2.0 * ((g - 1) / g * nbytes / bw + c.allreduce_latency_s), 0.0)
-    sent = t / r.tp * m.num_experts_per_tok * m.hidden_size * rf.dtype_bytes * (r.ep - 1) / r.ep
+    # Each token to the other ranks holding its experts (on average (ep - 1) / ep of the ranks it touches).
+    ranks = expected_destination_ranks(m.num_experts, m.num_experts_per_tok, r.ep)
+    sent = t / r.tp * ranks * m.hidden_size * rf.dtype_bytes * (r.ep - 1) / r.ep
     a2a = 2.0 * (sent / bw + c.allreduce_latency_s)
     if r.tp == 1:  # a DP rank of one GPU: nothing to gather
         return np.where(t > 0, a2a, 0.0)

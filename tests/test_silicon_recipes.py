@@ -17,6 +17,7 @@ from simulator.calibrate.silicon import (
     recipe_moe_kernels,
     row_config,
     sglang_prefill_recipe,
+    trtllm_prefill_budget,
 )
 
 _POINT = {"backend": "trtllm", "system": "b200", "model": "dsr1", "precision": "fp4", "isl": 1024, "osl": 1024,
@@ -268,8 +269,7 @@ def test_trtllm_deepseek_fp8_b200_rows_run_the_moe_kernel_their_recipe_sets():
            "decode_moe_ep_size": 1.0}
     assert recipe_moe_kernels(_row(**fp8, **tp8)) == ("deepgemm", None)
     assert recipe_moe_kernels(_row(**fp8, **{**dep, "isl": 8192.0})) == (None, None)
-    for other in ({"gemm_quant_mode": "nvfp4"}, {"system": "gb200"}, {"backend": "sglang"}, {"backend": "vllm"},
-                  {"silicon_data_source": "gtl; x=1"}):
+    for other in ({"system": "gb200"}, {"backend": "sglang"}, {"backend": "vllm"}, {"silicon_data_source": "gtl; x=1"}):
         assert recipe_moe_kernels(_row(**{**fp8, **other}, **dep)) == (None, None), other
     agg = dict(mode="agg", tp_size=1.0, pp_size=1.0, attention_dp_size=8.0, moe_tp_size=1.0, moe_ep_size=8.0)
     assert recipe_moe_kernels(_row(**fp8, **{**dep, **agg, "concurrency": 256.0, "osl": 8192.0})) == ("deepgemm", None)
@@ -302,8 +302,33 @@ def test_sglang_wide_ep_deepseek_fp8_pools_on_gb200_and_gb300_run_deepgemm():
     assert recipe_moe_kernels(_row(**fp4)) == (None, "cutedsl")
     assert recipe_moe_kernels(_row(**{**fp4, "system": "gb300"})) == (None, "cutedsl")
     for other in ({"decode_moe_ep_size": 48.0}, {"decode_moe_ep_size": 1.0}, {"system": "b200_sxm"},
-                  {"backend": "trtllm"}):
+                  {"backend": "trtllm", "system": "gb300"}):
         assert recipe_moe_kernels(_row(**{**fp4, **other})) == (None, None), other
+
+
+def test_trtllm_deepseek_fp4_prefill_workers_run_trtllm_gen_moe_under_their_recipes_max_num_tokens():
+    """InferenceX's TensorRT-LLM DeepSeek-R1 NVFP4 disaggregated recipes on B200 and GB200 run their DP-attention
+    prefill workers with moe_config backend TRTLLM (the TRTLLM-Gen MoE, AIConfigurator's min-latency rows, at every
+    token count) and max_num_tokens 10,240 / 16,896 (B200, 1K / 8K prompts) or 16,384 / 16,640 (GB200); decode pools,
+    B300/GB300 (no TRTLLM-Gen rows), FP8, prefill workers without DP attention and other backends keep the default."""
+    fp4 = dict(precision="fp4", gemm_quant_mode="nvfp4", silicon_data_source="db-dump; silicon_concurrency=90",
+               prefill_num_workers=1.0, prefill_tp_size=1.0, prefill_pp_size=1.0, prefill_attention_dp_size=4.0,
+               prefill_moe_tp_size=1.0, prefill_moe_ep_size=4.0, decode_num_workers=5.0, decode_tp_size=8.0,
+               decode_pp_size=1.0, decode_attention_dp_size=1.0, decode_moe_tp_size=1.0, decode_moe_ep_size=8.0,
+               spec_refusal="")
+    row = _row(**fp4)
+    assert recipe_moe_kernels(row) == ("min_latency", None)
+    assert trtllm_prefill_budget(row) == 10240
+    assert trtllm_prefill_budget(_row(**{**fp4, "isl": 8192.0})) == 16896
+    assert trtllm_prefill_budget(_row(**{**fp4, "system": "gb200", "isl": 8192.0})) == 16640
+    for other in ({"system": "b300_sxm"}, {"system": "gb300"}, {"gemm_quant_mode": "fp8", "precision": "fp8"},
+                  {"prefill_attention_dp_size": 1.0, "prefill_tp_size": 4.0}, {"isl": 4096.0},
+                  {"silicon_data_source": "gtl; x=1"}, {"mode": "agg"}):
+        assert trtllm_prefill_budget(_row(**{**fp4, **other})) is None, other
+        assert recipe_moe_kernels(_row(**{**fp4, **other}))[0] != "min_latency", other
+    tables = row_config(row, extra={"replica__kernels": "trtllm"})
+    assert ",moe=min_latency," in tables.prefill_pool and ",budget=10240," in tables.prefill_pool
+    assert "moe=" not in tables.decode_pool and ",budget=8192," in tables.decode_pool
 
 
 def test_sglang_prefill_workers_take_their_recipes_chunk_and_memory_fraction():

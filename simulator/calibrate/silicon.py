@@ -201,6 +201,15 @@ DEEPGEMM_TIMED_EP = (2, 4, 8, 16, 32, 64, 128, 256)
 # timed CuteDSL on B200 and B300, the same dies (TableCostModel: --moe-kernel from the sibling's tables), at these
 # EP splits (the powers of two, as DeepGEMM's): the EP 48 workers keep the default's rows.
 CUTEDSL_TIMED_EP = DEEPGEMM_TIMED_EP
+# InferenceX's TensorRT-LLM DeepSeek-R1 NVFP4 disaggregated recipes on B200 and GB200 (srt-slurm recipes/trtllm/
+# b200-fp4 and gb200-fp4, as InferenceX keeps them under benchmarks/multi_node/srt-slurm-recipes/dsr1/trtllm) run
+# their prefill workers (TP4, EP4, DP attention) with moe_config backend TRTLLM: TensorRT-LLM's TRTLLM-Gen fused MoE,
+# which AIConfigurator's collector times as moe_torch_flow_min_latency ("trtllm gen"; AIConfigurator prices it only up
+# to 128 tokens, where TensorRT-LLM's own choice runs it, and the engine's default here does the same). Their
+# max_num_tokens (per attention-DP rank: two 8K prompts a step, eight to sixteen 1K ones) is the prefill pool's budget:
+# system -> ISL -> tokens. B300/GB300 tables time no TRTLLM-Gen MoE: their workers keep the default's rows.
+TRTLLM_GEN_PREFILL: dict[str, dict[int, int]] = {"b200_sxm": {1024: 10240, 8192: 16896},
+                                                 "gb200": {1024: 16384, 8192: 16640}}
 # The same SGLang recipes' --chunked-prefill-size on their prefill workers (the whole DP group's: SGLang splits it
 # over its attention-DP ranks, so the harness's DEFAULT_BUDGET gave a DP8 prefill rank 1,024 tokens, one prompt a
 # step) and their --mem-fraction-static (the decode workers', which hold the load; the prefill workers' is within
@@ -262,11 +271,14 @@ def recipe_moe_kernels(row: Any) -> tuple[str | None, str | None]:
     default: (the aggregated engine's or the prefill workers', the decode workers'); None: the default's. Only
     InferenceX's DeepSeek-R1 rows set one: FP8, TensorRT-LLM's on B200 (:data:`TRTLLM_DEEPGEMM_USERS`) and SGLang's
     disaggregated wide-EP workers on GB200 and GB300 (:data:`SGLANG_DEEPEP_SYSTEMS`); FP4, SGLang's wide-EP decode
-    workers there (:data:`CUTEDSL_TIMED_EP`)."""
+    workers there (:data:`CUTEDSL_TIMED_EP`) and TensorRT-LLM's DP-attention prefill workers on B200 and GB200
+    (:data:`TRTLLM_GEN_PREFILL`)."""
     lane = str(getattr(row, "gemm_quant_mode", ""))
     if not _is_inferencex(row) or "deepseek" not in str(row.model_path).lower() or lane not in ("fp8", "nvfp4"):
         return None, None
     backend = str(getattr(row, "backend", ""))
+    if lane == "nvfp4" and _trtllm_gen_prefill(row):
+        return "min_latency", None
     if lane == "nvfp4":  # SGLang's wide-EP decode workers on GB200/GB300: FlashInfer's CuteDSL experts over DeepEP
         wide = (backend == "sglang" and str(row.system) in SGLANG_DEEPEP_SYSTEMS and row.mode == "disagg"
                 and (_int(getattr(row, "decode_moe_ep_size", 1)) or 1) in CUTEDSL_TIMED_EP)
@@ -284,6 +296,22 @@ def recipe_moe_kernels(row: Any) -> tuple[str | None, str | None]:
         return None, None
     decode_dp = (_int(getattr(row, "decode_attention_dp_size", 1)) or 1) > 1
     return "deepgemm", ("deepgemm" if decode_dp else None)
+
+
+def _trtllm_gen_prefill(row: Any) -> bool:
+    """Whether ``row`` is a TensorRT-LLM DeepSeek NVFP4 disaggregated deployment of InferenceX's whose prefill
+    workers (DP attention with EP) run the TRTLLM-Gen MoE under a recipe's max_num_tokens (:data:`TRTLLM_GEN_PREFILL`)."""
+    return (str(getattr(row, "backend", "")) == "trtllm" and row.mode == "disagg" and _is_inferencex(row)
+            and "deepseek" in str(row.model_path).lower() and str(getattr(row, "gemm_quant_mode", "")) == "nvfp4"
+            and _int(row.isl) in TRTLLM_GEN_PREFILL.get(str(row.system), {})
+            and (_int(getattr(row, "prefill_attention_dp_size", 1)) or 1) > 1
+            and (_int(getattr(row, "prefill_moe_ep_size", 1)) or 1) > 1)
+
+
+def trtllm_prefill_budget(row: Any) -> int | None:
+    """The prefill workers' max_num_tokens of ``row``'s TensorRT-LLM recipe (:data:`TRTLLM_GEN_PREFILL`); None: the
+    harness's budget."""
+    return TRTLLM_GEN_PREFILL[str(row.system)][_int(row.isl)] if _trtllm_gen_prefill(row) else None
 
 
 def sglang_prefill_recipe(row: Any) -> tuple[int, float] | None:
@@ -829,6 +857,8 @@ def row_config(row: Any, *, requests_per_user: int = 3, max_requests: int | None
         if (recipe := sglang_prefill_recipe(row)) is not None:  # its prefill workers' chunk; the run's memory fraction
             chunk = recipe[0]
             changes["replica__gpu_memory_utilization"] = recipe[1]
+        elif (tokens := trtllm_prefill_budget(row)) is not None:  # its prefill workers' max_num_tokens
+            chunk = tokens
         changes.update({"prefill_pool": f"{pw}x({prefill},gpu={gpu}{pmoe},sched={sched},budget={chunk},"
                                         f"seqs={PREFILL_MAX_NUM_SEQS})",
                         "decode_pool": f"{dw}x({decode},gpu={gpu}{dmoe},sched={sched},budget={budget},seqs={seqs})",

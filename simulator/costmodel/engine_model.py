@@ -184,7 +184,7 @@ class EngineModel:
 
 # -- presets ------------------------------------------------------------------------------------------------------
 # The 2026 presets' handoff latency, each backend's: see the comment above vllm-2026.
-SILICON_HANDOFF_S = {"vllm": 0.085, "sglang": 0.205, "trtllm": 0.075}
+SILICON_HANDOFF_S = {"vllm": 0.150, "sglang": 0.205, "trtllm": 0.100}
 
 
 def _handoff_fitted(backend: str) -> str:
@@ -277,7 +277,7 @@ ENGINES: dict[str, EngineModel] = {
                "lengths, warm-up a phase of its own, every request the client sent; --kernels vllm with the tables' "
                "gaps priced by the 'today' roofline, scheduler vllm-v1, budget 8192, 2048 for AIConfigurator's own "
                "runs: silicon.AIPERF_BUDGETS; MoE at AIConfigurator's default routing): median abs error TTFT 17%, "
-               "TPOT 9% in-sample (kernels alone 40%, 11%), leave-one-GPU-out 18.5%, 9.5% (attention-DP "
+               "TPOT 9% in-sample (kernels alone 40%, 11%), leave-one-GPU-out 18%, 9.6% (attention-DP "
                "engines included), leave-one-model-out 17%, 12%. Its CPU a step fits to none (0.26 ms in the report at "
                "31d497d, whose kernel prices have moved since: the silicon README's revisions). The 10 us a prompt "
                "token stands "
@@ -320,13 +320,15 @@ ENGINES: dict[str, EngineModel] = {
                "measurements once, rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels trtllm (scheduler vllm-v1: in-flight batching mixes context and "
                "generation; budget 2048 for AIConfigurator's own runs, MoE routing as vllm-2026, and the batch waiting "
-               "InferenceX's recipes set: silicon.recipe_changes): median abs error TTFT 22.5%, TPOT 8% in-sample "
-               "(kernels alone 41%, 8%), leave-one-GPU-out 25.5%, 8%, leave-one-model-out 24%, 9%; its CPU a step "
-               "4 us (0.25 ms in the report at cac8f5b, none before it); the floor, 0.87 ms a layer on every step "
+               "InferenceX's recipes set: silicon.recipe_changes): median abs error TTFT 22.4%, TPOT 8% in-sample "
+               "(kernels alone 41%, 8%), leave-one-GPU-out 25.7%, 8%, leave-one-model-out 24%, 9%; its CPU a step "
+               "0.34 ms and -28 us a collective (4 us and -0.02 us in the report at bfc593d, before the all-to-alls "
+               "of its attention-DP rows counted a token once a rank; 0.25 ms in the report at cac8f5b); the floor, "
+               "0.86 ms a layer on every step "
                "with context tokens (the PyTorch flow captures "
                "generation-only batches in CUDA graphs)" + _handoff_fitted("trtllm"),
-        cpu_iteration_s=0.0038e-3, cpu_per_prefill_token_s=3.892e-6, prefill_floor_per_layer_s=0.8707e-3,
-        collective_extra_s=((2, -0.016e-6), (4, -0.016e-6), (8, -0.016e-6)), scheduler="vllm-v1", kernels="trtllm",
+        cpu_iteration_s=0.3401e-3, cpu_per_prefill_token_s=3.809e-6, prefill_floor_per_layer_s=0.8631e-3,
+        collective_extra_s=((2, -28.46e-6), (4, -28.46e-6), (8, -28.46e-6)), scheduler="vllm-v1", kernels="trtllm",
         handoff_s=SILICON_HANDOFF_S["trtllm"],
         # TensorRT-LLM's PyTorch flow runs MTP and EAGLE-3 "one model": the drafter is a submodule of the model and
         # its drafting loop launches as one CUDA graph (its speculative-decoding docs); not fitted (no fitted

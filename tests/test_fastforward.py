@@ -654,7 +654,8 @@ def test_a_disaggregated_run_stopped_early_is_the_stepping_runs() -> None:
     for plain, fast in zip(runs[0].requests, runs[1].requests, strict=True):
         assert [getattr(plain, f) for f in fields] == [getattr(fast, f) for f in fields]
         assert bytes(plain.token_times) == bytes(fast.token_times)
-    assert runs[0].requests[0].num_generated > 100  # stopped mid-decode, not before it
+    # stopped mid-decode, neither before it nor after (how far in follows the default engine's handoff latency)
+    assert 10 < runs[0].requests[0].num_generated < 200
 
 
 def test_trtllm_skipping_admits_a_head_whose_cached_prefix_makes_it_fit(tmp_path, count_stretches: list[int]) -> None:

@@ -260,13 +260,12 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
     # pass; SpS as the Vicuna-68M draft; lookup methods (PLD, REST, Lookahead, Recycling) as n-gram (free drafts).
     # HF/PyTorch eager: the 'handset' engine. Vicuna v1.3 fine-tunes LLaMA-1 (7B and 13B: Llama-2's shapes; 33B: llama-33b).
     arch = {"Vicuna-7B-v1.3": "llama-2-7b", "Vicuna-13B-v1.3": "llama-2-13b", "Vicuna-33B-v1.3": "llama-33b"}
-    gpus = {"A100 80GB": "a100-80gb", "RTX 3090 24GB": "rtx-3090"}
-    # The A100's steps are priced by its measured kernel tables (vLLM's: an unquantized linear layer there is
-    # torch.nn.functional.linear, the cuBLAS GEMM that HF's nn.Linear calls at FP16; where the tables lack a shape,
-    # Vicuna-13B/33B's attention heads, the roofline prices it, as a run's header says). GEMMs are nearly all of a
-    # batch-1 step, and their measured rise from 1 token to a tree's 60 is what a verify costs over a decode. No
-    # GeForce tables: the RTX 3090 keeps the roofline.
-    kernels = {"A100 80GB": "vllm", "RTX 3090 24GB": "roofline"}
+    # Spec-Bench's GPU -> (catalog GPU, kernel prices). The A100's steps are priced by its measured kernel tables
+    # (vLLM's: an unquantized linear layer there is torch.nn.functional.linear, the cuBLAS GEMM that HF's nn.Linear
+    # calls at FP16; where the tables lack a shape, Vicuna-13B/33B's attention heads, the roofline prices it, as a
+    # run's header says). GEMMs are nearly all of a batch-1 step, and their measured rise from 1 token to a tree's 60
+    # is what a verify costs over a decode. No GeForce tables: the RTX 3090 keeps the roofline.
+    gpus = {"A100 80GB": ("a100-80gb", "vllm"), "RTX 3090 24GB": ("rtx-3090", "roofline")}
     for r in bench:
         label = f"spec-bench {r['target_model']} {r['gpu']} {r['method']}"
         if r["gpu"] not in gpus or r["target_model"] not in arch:
@@ -286,12 +285,13 @@ def settings(rows: list[dict[str, str]], bench: list[dict[str, str]]) -> tuple[l
         tree = tree_of(levels) if len(levels) > 1 else ()  # a 1-tuple is a chain's k
         depth = len(levels) if tree else levels[0]
         shape = f"a token tree of {sum(levels)} nodes by level {'/'.join(map(str, levels))}" if tree else f"a chain of k={depth}"
-        s = Setting(label, ReplicaConfig(arch[r["target_model"]], gpus[r["gpu"]], kernels=kernels[r["gpu"]]), "handset", v1,
+        gpu, kernels = gpus[r["gpu"]]
+        s = Setting(label, ReplicaConfig(arch[r["target_model"]], gpu, kernels=kernels), "handset", v1,
                     SpeculativeConfig(method, depth, draft_model, iid(al, depth), f"Spec-Bench AL {al}", token_tree=tree),
                     "e2e_s", "concurrency", [1],
                     {"name": "fixed", "prompt_tokens": 256, "output_tokens": 256},
                     f"batch 1; {shape} ({why}) with AL {al} i.i.d. along the accepted path; {method} pricing; "
-                    f"engine handset (eager PyTorch); kernels {kernels[r['gpu']]}; 256/256")
+                    f"engine handset (eager PyTorch); kernels {kernels}; 256/256")
         s.measured.append(("batch 1", 1.0, float(r["speedup_overall"])))
         out.append(s)
 

@@ -277,7 +277,7 @@ def recipe_moe_kernels(row: Any) -> tuple[str | None, str | None]:
     if not _is_inferencex(row) or "deepseek" not in str(row.model_path).lower() or lane not in ("fp8", "nvfp4"):
         return None, None
     backend = str(getattr(row, "backend", ""))
-    if lane == "nvfp4" and _trtllm_gen_prefill(row):
+    if _trtllm_gen_prefill(row):  # (an NVFP4 row)
         return "min_latency", None
     if lane == "nvfp4":  # SGLang's wide-EP decode workers on GB200/GB300: FlashInfer's CuteDSL experts over DeepEP
         wide = (backend == "sglang" and str(row.system) in SGLANG_DEEPEP_SYSTEMS and row.mode == "disagg"

@@ -260,10 +260,11 @@ ENGINES: dict[str, EngineModel] = {
     # SGLang's bootstrap server and transfer engine, vLLM's NIXL connector), fitted on its simulated disaggregated
     # silicon rows (TRT-LLM 211, SGLang 105; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added
     # to their TTFT simulated without one (silicon_fit.fit_handoffs; results/validation/silicon/fit_report.py, which
-    # also holds each GPU out: SGLang 155-205 ms, TRT-LLM 30-85 ms); vLLM's 13 rows (all GB200) are too few
-    # (MIN_OWN_HANDOFF_ROWS), so it takes the one fitted on all 329 (85 ms; 85-140 ms leaving one GPU out). Until the
-    # report at bfc593d one pooled constant served all three: 85 ms (75 ms at 81e2597, 85 ms at 5d6b194, 90 ms at cac8f5b, 95 ms at 31d497d, 135 ms at
-    # code 0c78f9c).
+    # also holds each GPU out: SGLang 195-225 ms, TRT-LLM 45-140 ms); vLLM's 13 rows (all GB200) are too few
+    # (MIN_OWN_HANDOFF_ROWS), so it takes the one fitted on all 329 (150 ms; 155-195 ms leaving one GPU out). In the
+    # report at bfc593d, before the all-to-alls counted a token once a rank: 205, 75 and 85 ms. Until that report one
+    # pooled constant served all three: 85 ms (75 ms at 81e2597, 85 ms at 5d6b194, 90 ms at cac8f5b, 95 ms at 31d497d,
+    # 135 ms at code 0c78f9c).
     # At a few users the measured first token sits a constant above queueing +
     # prefill + KV transfer + one decode step (vLLM's Kimi-K2.5 rows on GB200: ~175 ms at 1K and at 8K prompts).
     "vllm-2026": EngineModel(

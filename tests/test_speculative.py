@@ -989,3 +989,80 @@ def test_an_eagle_pass_pays_its_cpu_where_pipeline_parallelism_stops_the_overlap
         assert SpeculativeCostModel(target, spec).pass_cpu_s == cpu
         overlapped = load_cost_model("roofline", ReplicaConfig("llama-3.1-8b", "h100-sxm", pp=pp), "vllm-v1")
         assert SpeculativeCostModel(overlapped, spec).pass_cpu_s == 0.0
+
+
+# -- parallel drafting and known heads (P-EAGLE) ----------------------------------------------------------------------
+GPT_OSS = ReplicaConfig("gpt-oss-20b", "b200", dtype="mxfp4", kv_cache_dtype="fp8")
+P_EAGLE = "amazon/GPT-OSS-20B-P-EAGLE"
+
+
+def test_parallel_drafting_from_vllms_json_and_back() -> None:
+    """vLLM's ``parallel_drafting`` key is read, kept through both round trips, and refused where no drafter
+    proposes its drafts in one pass (n-gram, MTP, Medusa) or with a token tree (a parallel drafter proposes a chain)."""
+    spec = from_vllm_json(f'{{"method": "eagle3", "model": "{P_EAGLE}", "num_speculative_tokens": 7, '
+                          '"parallel_drafting": true}', (0.7,), "a rate")
+    assert spec.parallel_drafting and spec.draft_model == P_EAGLE
+    assert from_vllm_json(to_vllm_json(spec)) == spec
+    assert SpeculativeConfig.from_dict(spec.to_dict()) == spec
+    assert not from_vllm_json('{"method": "eagle3", "num_speculative_tokens": 3}', (0.7,)).parallel_drafting
+    with pytest.raises(ConfigError, match="parallel_drafting.*true or false"):
+        from_vllm_json('{"method": "eagle3", "num_speculative_tokens": 3, "parallel_drafting": "yes"}', (0.7,))
+    for method in ("ngram", "mtp", "medusa"):
+        with pytest.raises(ConfigError, match=f"{method} has no drafter that proposes its drafts in one pass"):
+            SpeculativeConfig(method, 3, acceptance_rates=(0.7,), parallel_drafting=True)
+    with pytest.raises(ConfigError, match="a chain of k drafts, not a token tree"):
+        SpeculativeConfig("eagle", 2, acceptance_rates=(0.7,), token_tree=((0,), (1,), (0, 0)), parallel_drafting=True)
+
+
+def test_a_known_head_for_another_model_is_refused() -> None:
+    """A known head reads its target's hidden states: P-EAGLE's gpt-oss-20b head beside Llama-3.1-8B is refused
+    (one line, naming both sizes); beside gpt-oss-20b it runs."""
+    from simulator.config.run_config import RunConfig
+
+    spec = SpeculativeConfig("eagle3", 7, P_EAGLE, acceptance_rates=(0.7,), parallel_drafting=True)
+    with pytest.raises(ConfigError, match="hidden size 2,880.*llama-3.1-8b's is 4,096"):
+        RunConfig(replica=ReplicaConfig("llama-3.1-8b", "h100"), speculative=spec)
+    RunConfig(replica=GPT_OSS, speculative=spec)
+
+
+def _peagle_costs(k: int, parallel: bool, head: str | None = P_EAGLE, n: int = 1):  # noqa: ANN202
+    cost = SpeculativeCostModel(load_cost_model("roofline", GPT_OSS, "vllm-2026"),
+                                SpeculativeConfig("eagle3", k, head, acceptance_rates=(0.7,), parallel_drafting=parallel))
+    verify = SpecBatchShape()
+    for _ in range(n):
+        verify.add_verify(k, 999)
+    return cost, verify
+
+
+def test_parallel_drafting_is_one_pass_of_k_rows() -> None:
+    """A parallel drafter runs one pass a step over k rows a request: at k = 1 that is the sequential drafter's one
+    pass, to the float; at k = 7 on a batch of one it costs less than 7 sequential passes of the same head and more
+    than one of them (its 4 layers x 7 rows, its LM head over 7 positions)."""
+    for n in (1, 16):
+        seq, shape = _peagle_costs(1, False, n=n)
+        par, _ = _peagle_costs(1, True, n=n)
+        assert par.draft_time(shape) == seq.draft_time(shape)
+    seq, shape = _peagle_costs(7, False)
+    par, _ = _peagle_costs(7, True)
+    one_pass = seq._draft_pass(seq._pass_shape(shape, 0))
+    assert one_pass < par.draft_time(shape) < 7 * one_pass < seq.draft_time(shape) + 1e-12
+
+
+def test_a_known_head_is_priced_and_held_as_its_own_layers() -> None:
+    """A known EAGLE head is priced as its own small model (P-EAGLE: 4 llama layers, a 32,000-row LM head), not as
+    one layer of its MoE target and the target's 201,088-row LM head; its memory is its layers and LM head (the
+    embedding is the target's) and 4 layers' KV."""
+    head, shape = _peagle_costs(3, False)
+    unknown, _ = _peagle_costs(3, False, head=None)
+    assert head.draft is not None and head.draft.model.num_layers == 4 and unknown.draft is None
+    assert head.draft_time(shape) != unknown.draft_time(shape)
+    spec = SpeculativeConfig("eagle3", 3, P_EAGLE, acceptance_rates=(0.7,))
+    w, kv = drafter_memory(GPT_OSS, spec)
+    h = 2880
+    layer = h * 64 * 64 + 2 * h * 8 * 64 + 64 * 64 * h + 3 * h * 2880  # q, k, v, o and a 2880-wide MLP
+    assert layer * 4 < w / 2 - h * 32000 < layer * 4 * 1.01  # bf16: norms are the rest
+    assert kv == 4 * 2 * 8 * 64 * 1  # 4 layers of K and V, 8 heads of 64, FP8
+    from simulator.planning.launch import _vllm_speculative
+
+    out = _vllm_speculative(SpeculativeConfig("eagle3", 7, P_EAGLE, acceptance_rates=(0.7,), parallel_drafting=True))
+    assert out["model"] == P_EAGLE and out["parallel_drafting"] is True

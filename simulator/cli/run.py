@@ -16,6 +16,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.resources import auto_workers, check_run_fits
 from simulator.config.run_config import DEFAULT_MEMORY_FRACTION, MEMORY_BASIS_WORDS, RunConfig, SchedulerConfig
 from simulator.config.schedulers import SCHEDULERS as SCHEDULER_ENTRIES
+from simulator.config.speculative import draft_head
 from simulator.report.output import FORMATS, check_format, check_out_dir, jsonable, write_run
 from simulator.util.progress import RunProgress
 from simulator.util.text import count
@@ -315,11 +316,17 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     if config.speculative is not None:
         sp = config.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""
-        if sp.draft_model and sp.method != "draft_model":  # a head's checkpoint: named, priced from the target's shape
+        head = draft_head(sp.draft_model) if sp.method in ("eagle", "eagle3") else None
+        if head is not None:  # a known head: its own shape
+            drafter = (f" ({head.hf_id}: {head.num_layers} layer{'s' if head.num_layers > 1 else ''} of hidden "
+                       f"{head.hidden_size:,}, draft vocabulary {head.vocab_size:,}: {head.source})")
+        elif sp.draft_model and sp.method != "draft_model":  # a head's checkpoint: named, priced from the target's shape
             drafter = (f" ({sp.draft_model}: named, not read; priced as "
                        + ("k residual blocks and LM heads" if sp.method == "medusa" else "one layer of the target")
                        + ")")
         tree = f" (a token tree of {sp.num_verify_tokens} nodes)" if sp.token_tree else ""
+        if sp.parallel_drafting:
+            tree += " drafted in parallel (one drafter pass a step)"
         title += (f" · speculative {sp.method}{drafter} k={sp.k}{tree}, expected AL {sp.mean_acceptance_length:.2f} · "
                   "loop step by step (no lockstep or event skipping with speculation)")
         if note := sp.unmodelled_note():  # which keys given were read but not modelled, before the figures

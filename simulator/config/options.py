@@ -210,7 +210,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     # SpeculativeConfig; the other flags need --speculative-config, or a --config that speculates).
     "speculative_config": ("speculative__vllm_json", str, "Speculative decoding: vLLM's --speculative-config JSON, "
                            'e.g. \'{"method": "eagle3", "num_speculative_tokens": 3}\' (method draft_model with "model", '
-                           "eagle, eagle3, mtp, medusa or ngram), or off. Give the acceptance too (next options)."),
+                           'eagle, eagle3, mtp, medusa or ngram; "parallel_drafting": true drafts in one pass), or off. Give the '
+                           "acceptance too (next options)."),
     "num_speculative_tokens": ("speculative__num_speculative_tokens", int, "Speculative decoding: draft tokens per step "
                                "(k), over the JSON's."),
     "acceptance_rate": ("speculative__acceptance_rate", float, "Speculative decoding: one acceptance rate for every "

@@ -26,6 +26,12 @@ reads vLLM's ``--speculative-config`` JSON (``method``, ``num_speculative_tokens
 ``disable_by_batch_size``, ``draft_tensor_parallel_size``, ``speculative_token_tree``). A named data-folder row is resolved
 to rates by :mod:`simulator.config.acceptance` when options are parsed;
 the config keeps the rates and names their source, so a saved config reproduces the run.
+
+**Parallel drafting** (vLLM's ``parallel_drafting``, P-EAGLE and PARD drafters): the drafter proposes all ``k``
+drafts in one forward pass (the last token and ``k - 1`` mask tokens a request) instead of ``k`` passes one after
+another; it needs a drafter trained for it, named by ``model``. **Known heads** (:data:`DRAFT_HEADS`): an EAGLE
+head whose shape is known (its layers, MLP width and draft vocabulary) is priced as that small dense model; any
+other head as one layer of the target and the target's LM head.
 """
 
 from __future__ import annotations
@@ -54,7 +60,11 @@ UNMODELLED_KEYS = {"prompt_lookup_max": "n-gram match lengths act through the ac
 MAX_SPECULATIVE_TOKENS = 256
 _VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
               "acceptance_rate", "acceptance_rates", "reduce_k_batch_size", "acceptance_source", "speculative_token_tree",
-              *UNMODELLED_KEYS)
+              "parallel_drafting", *UNMODELLED_KEYS)
+# The methods whose drafter can propose its k drafts in one pass (vLLM's unified parallel drafting: EAGLE heads
+# trained for it, P-EAGLE, and parallel draft models, PARD). Medusa's heads are parallel already; n-gram and MTP
+# modules are not trained for it.
+PARALLEL_DRAFTING_METHODS = ("eagle", "eagle3", "draft_model")
 
 
 def al_iid(rate: float, k: int) -> float:
@@ -103,6 +113,8 @@ class SpeculativeConfig:
     # ((0,), (1,), (0, 0)) drafts 3 tokens, 2 candidates at position 1; its depth is num_speculative_tokens.
     # () is the chain of k.
     token_tree: tuple[tuple[int, ...], ...] = ()
+    # vLLM's parallel_drafting: the k drafts in one drafter pass (module docstring); a chain only.
+    parallel_drafting: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -118,7 +130,7 @@ class SpeculativeConfig:
         if self.method == "draft_model" and not self.draft_model:
             raise ConfigError("speculative.model", "method draft_model needs a draft model",
                               'add "model": "<catalog name>" to --speculative-config')
-        if self.method == "ngram" and self.draft_model:  # (an EAGLE/Medusa head's path is normal: priced as a layer)
+        if self.method == "ngram" and self.draft_model:  # (an EAGLE/Medusa head's path is normal: DRAFT_HEADS)
             raise ConfigError("speculative.model", f"ngram looks its drafts up in the request's own tokens, so a model "
                               f"({self.draft_model!r}) would do nothing", 'drop "model", or use method draft_model')
         rates = tuple(float(r) for r in self.acceptance_rates)
@@ -162,6 +174,15 @@ class SpeculativeConfig:
         if self.draft_model is not None and not isinstance(self.draft_model, str):
             raise ConfigError("speculative.model", f"must be a model name, got {self.draft_model!r}")
         object.__setattr__(self, "token_tree", _checked_tree(self.token_tree, k))
+        if not isinstance(self.parallel_drafting, bool):
+            raise ConfigError("speculative.parallel_drafting", f"must be true or false, got {self.parallel_drafting!r}")
+        if self.parallel_drafting and self.method not in PARALLEL_DRAFTING_METHODS:
+            raise ConfigError("speculative.parallel_drafting", f"{self.method} has no drafter that proposes its drafts "
+                              f"in one pass", f"use it with {', '.join(PARALLEL_DRAFTING_METHODS)} and a drafter "
+                              "trained for it, or drop parallel_drafting")
+        if self.parallel_drafting and self.token_tree:  # (vLLM's parallel drafting proposes a chain)
+            raise ConfigError("speculative.parallel_drafting", "proposes a chain of k drafts, not a token tree",
+                              "drop speculative_token_tree, or parallel_drafting")
         object.__setattr__(self, "unmodelled_keys", tuple(str(key) for key in self.unmodelled_keys))
         bad = sorted(set(self.unmodelled_keys) - set(UNMODELLED_KEYS))
         if bad:
@@ -238,7 +259,8 @@ class SpeculativeConfig:
                 "draft_model": self.draft_model, "acceptance_rates": list(self.acceptance_rates),
                 "acceptance_source": self.acceptance_source, "draft_tp": self.draft_tp,
                 "disable_by_batch_size": self.disable_by_batch_size, "reduce_k_batch_size": self.reduce_k_batch_size,
-                "unmodelled_keys": list(self.unmodelled_keys), "token_tree": [list(node) for node in self.token_tree]}
+                "unmodelled_keys": list(self.unmodelled_keys), "token_tree": [list(node) for node in self.token_tree],
+                "parallel_drafting": self.parallel_drafting}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SpeculativeConfig:
@@ -266,6 +288,35 @@ DRAFT_MODELS: dict[str, ModelSpec] = {
 }
 
 
+# EAGLE heads whose shape is known: each priced as a small dense model of its own (its layers, its draft
+# vocabulary's LM head; the embedding is the target's), where an unknown head is one layer of the target. An
+# EAGLE-3 layer's attention reads the token's embedding and hidden state side by side (2 x hidden inputs) and its
+# fc folds three target hidden states into one: both left out (under a tenth of a pass's weights here).
+DRAFT_HEADS: dict[str, ModelSpec] = {
+    # gpt-oss-20b's EAGLE-3 head: the speculators-format head's shape (nm-testing/for_testing_gptoss20b_spec_eagle3
+    # config.json, a copy of the gpt-oss-20b EAGLE-3 speculator: one llama layer, hidden 2880, MLP 2880, 64 query /
+    # 8 KV heads of 64, draft vocabulary 32,000), taken for RedHatAI's checkpoint (whose config was not read).
+    "gpt-oss-20b-eagle3": ModelSpec("gpt-oss-20b-eagle3", "RedHatAI/gpt-oss-20b-speculator.eagle3", 1, 2880, 64, 8,
+                                    2880, 32000, 131072, explicit_head_dim=64,
+                                    source="nm-testing/for_testing_gptoss20b_spec_eagle3 config.json (shape taken "
+                                           "for RedHatAI/gpt-oss-20b-speculator.eagle3)"),
+    # P-EAGLE for gpt-oss-20b (vLLM's P-EAGLE post, 2026-03-13, and the model card: "a 4-layer P-EAGLE"); each
+    # layer and the draft vocabulary assumed the EAGLE-3 head's (the checkpoint's config.json was not read).
+    "gpt-oss-20b-p-eagle": ModelSpec("gpt-oss-20b-p-eagle", "amazon/GPT-OSS-20B-P-EAGLE", 4, 2880, 64, 8, 2880, 32000,
+                                     131072, explicit_head_dim=64,
+                                     source="amazon/GPT-OSS-20B-P-EAGLE model card (4 layers); the layer's shape "
+                                            "and draft vocabulary assumed gpt-oss-20b's EAGLE-3 head's"),
+}
+
+
+def draft_head(name: str | None) -> ModelSpec | None:
+    """A known EAGLE head (:data:`DRAFT_HEADS`) by name or HF id, any case; None for any other."""
+    if not name:
+        return None
+    key = name.lower()
+    return next((h for h in DRAFT_HEADS.values() if key in (h.name, h.hf_id.lower())), None)
+
+
 def draft_spec(name: str) -> ModelSpec:
     """A draft model by name: :data:`DRAFT_MODELS` first, then the catalog (HF ids accepted)."""
     key = name.lower()
@@ -281,7 +332,13 @@ def draft_spec(name: str) -> ModelSpec:
 
 def check_draft_vocab(spec: SpeculativeConfig, target: ModelSpec) -> None:
     """Refuses a draft model whose vocabulary is not the target's, as vLLM does
-    (``verify_equal_vocab_size_if_draft_model``): its drafts are token ids the target verifies."""
+    (``verify_equal_vocab_size_if_draft_model``): its drafts are token ids the target verifies; and a known EAGLE
+    head (:data:`DRAFT_HEADS`) made for a model of another hidden size."""
+    head = draft_head(spec.draft_model) if spec.method in ("eagle", "eagle3") else None
+    if head is not None and head.hidden_size != target.hidden_size:  # a head reads the target's hidden states
+        raise ConfigError("speculative.model", f"{head.hf_id} is a head for a model of hidden size "
+                          f"{head.hidden_size:,}, and {target.name}'s is {target.hidden_size:,}",
+                          f"name {target.name}'s own head, or leave \"model\" out (priced as one layer of it)")
     if spec.method != "draft_model" or spec.draft_model is None:
         return
     draft = draft_spec(spec.draft_model)
@@ -442,6 +499,10 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
         raise ConfigError("--speculative-config.draft_tensor_parallel_size", f"{method} has no draft model of its own "
                           "to lay out (its heads or lookups run inside the target's step), so it would do nothing",
                           "drop draft_tensor_parallel_size")
+    parallel = data.get("parallel_drafting")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise ConfigError("--speculative-config.parallel_drafting", f"must be true or false, got {parallel!r}",
+                          '"parallel_drafting": true')
     return {"method": _VLLM_METHODS[str(method).lower()], "num_speculative_tokens": data["num_speculative_tokens"],
             "draft_model": None if model == "[ngram]" else model, "acceptance_rates": rates,
             "acceptance_source": source,
@@ -450,7 +511,7 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
             "disable_by_batch_size": data.get("disable_by_batch_size"),
             "reduce_k_batch_size": data.get("reduce_k_batch_size"),
             "unmodelled_keys": tuple(key for key in UNMODELLED_KEYS if data.get(key) is not None),
-            "token_tree": tree}
+            "token_tree": tree, "parallel_drafting": bool(parallel)}
 
 
 def to_vllm_json(spec: SpeculativeConfig) -> str:
@@ -467,6 +528,8 @@ def to_vllm_json(spec: SpeculativeConfig) -> str:
         data["disable_by_batch_size"] = spec.disable_by_batch_size
     if spec.reduce_k_batch_size is not None:
         data["reduce_k_batch_size"] = spec.reduce_k_batch_size
+    if spec.parallel_drafting:
+        data["parallel_drafting"] = True
     data["acceptance_rates"] = list(spec.acceptance_rates)
     if spec.acceptance_source:
         data["acceptance_source"] = spec.acceptance_source

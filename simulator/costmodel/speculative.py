@@ -31,7 +31,11 @@ The drafter's cost is added per step by :class:`SpeculativeCostModel`, from the 
   vLLM sets it; the calibration the target's engine selects), kernels only plus the per-pass CPU below;
 - ``eagle``/``eagle3``/``mtp``: ``k`` sequential passes of one target-sized decoder layer plus
   the LM head over the speculating requests (an EAGLE head or MTP module is one layer reusing
-  the target's head), kernels plus the per-pass CPU below;
+  the target's head), kernels plus the per-pass CPU below; a known EAGLE head
+  (:data:`~simulator.config.speculative.DRAFT_HEADS`) as its own layers and draft vocabulary's LM head, priced
+  as a draft model is;
+- *parallel drafting* (``parallel_drafting``: P-EAGLE, PARD): one pass of the drafter a step, over ``k`` rows a
+  request (the last token and ``k - 1`` mask tokens), in place of ``k`` passes of one row;
 - ``medusa``: one pass of ``k`` parallel heads on the target's last hidden state (each a
   residual ``hidden x hidden`` block and its own LM head: Medusa's heads predict positions
   ``1..k`` at once, and vLLM's Medusa proposer runs them in one forward), so one pass a step
@@ -65,7 +69,7 @@ import numpy as np
 from simulator.config.catalog import ModelSpec, get_gpu
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
-from simulator.config.speculative import SpeculativeConfig, draft_spec
+from simulator.config.speculative import SpeculativeConfig, draft_head, draft_spec
 from simulator.costmodel.base import BatchShape, CostModel
 
 
@@ -84,11 +88,17 @@ class DraftReplicaConfig(ReplicaConfig):
         return self.draft
 
 
+def drafter_head(spec: SpeculativeConfig) -> ModelSpec | None:
+    """The known EAGLE head an ``eagle``/``eagle3`` run names (:data:`~simulator.config.speculative.DRAFT_HEADS`),
+    else None (an unknown head: one layer of the target)."""
+    return draft_head(spec.draft_model) if spec.method in ("eagle", "eagle3") else None
+
+
 def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConfig:
     """The draft model's layout: the target's GPU, numerics and roofline constants, ``draft_tp`` GPUs (unset: the
-    target's TP, as vLLM sets it)."""
+    target's TP, as vLLM sets it); a known EAGLE head's, at the target's TP (a head is sharded as the target is)."""
     assert spec.draft_model is not None
-    model = draft_spec(spec.draft_model)
+    model = drafter_head(spec) or draft_spec(spec.draft_model)
     tp = spec.draft_tp_for(target.tp)
     if tp not in (1, target.tp):  # the draft runs on the target's GPUs: one of them, or all (vLLM's rule)
         raise ConfigError("speculative.draft_tp", f"draft_tensor_parallel_size {tp} on a tp={target.tp} "
@@ -272,7 +282,7 @@ class SpeculativeCostModel(CostModel):
         tree = f", tree of {spec.num_verify_tokens}" if spec.token_tree else ""
         self.name = f"{target.name} + speculative {spec.method} k={spec.k}{tree}"
         self.draft: CostModel | None = None
-        if spec.method == "draft_model":
+        if spec.method == "draft_model" or drafter_head(spec) is not None:
             from simulator.costmodel.roofline import RooflineCostModel
 
             # The draft's kernels at the calibration the target's roofline uses (the engine's backend, a fitted
@@ -313,6 +323,12 @@ class SpeculativeCostModel(CostModel):
         if not isinstance(shape, SpecBatchShape) or not shape.num_spec:
             return total
         n, kv_sum, kv_sq, kv_max = shape.num_spec, shape.spec_kv_sum, shape.spec_kv_sq_sum, shape.spec_kv_max
+        if self.spec.parallel_drafting:  # one pass: k rows a request
+            d = self._parallel_shape(shape)
+            if self.draft is not None:
+                return total + self._draft_pass(d)
+            k = self.kernels
+            return total + k.pre_time(d) + k.layer_time(d) + k.post_time(d) + self.pass_cpu_s
         if self.draft is not None:
             for j in range(shape.spec_k):
                 total += self._draft_pass(self._pass_shape(shape, j))
@@ -341,6 +357,17 @@ class SpeculativeCostModel(CostModel):
         scale = rows / n
         return BatchShape.decode_only(rows, round((kv_sum + n * j) * scale), round((kv_sq + 2 * j * kv_sum + n * j * j) * scale),
                                       kv_max + j)
+
+    @staticmethod
+    def _parallel_shape(shape: SpecBatchShape) -> BatchShape:
+        """A parallel drafter's one pass: per speculating request its last token as a decode over its context and
+        ``k - 1`` mask tokens after it, as GEMM rows scored by the LM head (their attention over the context it
+        reads once is left to the decode's: a few more queries on the same keys)."""
+        n, k = shape.num_spec, shape.spec_k
+        d = BatchShape.decode_only(n, shape.spec_kv_sum, shape.spec_kv_sq_sum, shape.spec_kv_max)
+        d.num_prefill_tokens += n * (k - 1)
+        d.num_logits += n * (k - 1)
+        return d
 
     def _draft_prefill_time(self, shape: BatchShape) -> float:
         """The drafter's pass over the step's prompt chunks (a verify's rows are no prompt): the draft model's
@@ -395,6 +422,11 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
     m = replica.model_spec
     if spec.method == "ngram":
         return 0.0, 0.0
+    head = drafter_head(spec)
+    if head is not None:  # its layers and its draft vocabulary's LM head (the embedding is the target's), 16-bit
+        weights = (head.num_layers * head.params_per_layer + head.vocab_size * head.hidden_size) \
+            / replica.tp * replica.dtype_bytes
+        return weights, head.num_layers * head.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp)
     if spec.method == "draft_model":
         d = draft_replica(replica, spec)
         dm = d.model_spec
@@ -416,6 +448,9 @@ def drafter_kv_bytes_per_token(replica: ReplicaConfig, spec: SpeculativeConfig) 
     0.0 where the drafter keeps no KV (Medusa, n-gram)."""
     if spec.method in ("ngram", "medusa"):
         return 0.0
+    head = drafter_head(spec)
+    if head is not None:
+        return head.num_layers * head.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)
     if spec.method == "draft_model":
         dm = draft_spec(spec.draft_model or "")
         return dm.num_layers * dm.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)

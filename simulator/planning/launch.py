@@ -18,7 +18,7 @@ from simulator.config.disagg_layout import layout_of
 from simulator.config.precision import MXFP4_FORMATS, MXFP8_MOE_GPUS, kernel_format
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.config.schedulers import CHUNKING_SCHEDULERS
-from simulator.config.speculative import SpeculativeConfig
+from simulator.config.speculative import SpeculativeConfig, draft_head
 from simulator.engine.kvcache import NON_TORCH_RESERVE_BYTES, build_kv_cache, engine_block_size
 
 if TYPE_CHECKING:
@@ -131,6 +131,9 @@ def launch_command(c: Candidate, base: RunConfig, engine: str = "vllm") -> list[
             extra["moe_config"] = {"backend": backend}
         if base.speculative is not None:
             extra["speculative_config"] = _trtllm_speculative(base.speculative)
+            if base.speculative.parallel_drafting:
+                notes.append("the plan priced parallel drafting (one drafter pass a step), which this "
+                             "speculative_config does not ask for")
         if extra:
             parts.append(f"--extra_llm_api_options {role or 'extra'}.yml")
             notes.append(f"{role or 'extra'}.yml: {json.dumps(extra)}")
@@ -294,7 +297,10 @@ def _vllm_speculative(spec: SpeculativeConfig) -> dict[str, Any]:
     if spec.method == "draft_model":
         out["model"] = spec.draft_model
     elif spec.method in ("eagle", "eagle3", "medusa"):
-        out["model"] = _DRAFT_HEAD
+        head = draft_head(spec.draft_model)
+        out["model"] = head.hf_id if head is not None else _DRAFT_HEAD
+    if spec.parallel_drafting:
+        out["parallel_drafting"] = True
     if spec.draft_tp is not None:  # unset: vLLM runs the draft at the target's TP, as the plan priced it
         out["draft_tensor_parallel_size"] = spec.draft_tp
     if spec.token_tree:
@@ -318,9 +324,12 @@ def _sglang_speculative(spec: SpeculativeConfig) -> tuple[list[str], str]:
     if spec.method == "draft_model":
         flags.append(f"--speculative-draft-model-path {spec.draft_model}")
     elif spec.method in ("eagle", "eagle3"):
-        flags.append(f"--speculative-draft-model-path {_DRAFT_HEAD}")
+        head = draft_head(spec.draft_model)
+        flags.append(f"--speculative-draft-model-path {head.hf_id if head is not None else _DRAFT_HEAD}")
     note = (f"the plan priced a token tree of {spec.num_verify_tokens} nodes: set --speculative-eagle-topk and "
             "--speculative-num-draft-tokens to it" if spec.token_tree else "")
+    if spec.parallel_drafting:
+        note = "the plan priced parallel drafting (one drafter pass a step), which SGLang does not run"
     return flags, note
 
 
@@ -336,7 +345,8 @@ def _trtllm_speculative(spec: SpeculativeConfig) -> dict[str, Any]:
     if spec.method == "draft_model":
         out["speculative_model_dir"] = spec.draft_model
     elif spec.method in ("eagle", "eagle3", "medusa"):
-        out["speculative_model_dir"] = _DRAFT_HEAD
+        head = draft_head(spec.draft_model)
+        out["speculative_model_dir"] = head.hf_id if head is not None else _DRAFT_HEAD
     return out
 
 

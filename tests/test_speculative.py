@@ -1011,18 +1011,25 @@ def test_parallel_drafting_from_vllms_json_and_back() -> None:
         with pytest.raises(ConfigError, match=f"{method} has no drafter that proposes its drafts in one pass"):
             SpeculativeConfig(method, 3, acceptance_rates=(0.7,), parallel_drafting=True)
     with pytest.raises(ConfigError, match="a chain of k drafts, not a token tree"):
-        SpeculativeConfig("eagle", 2, acceptance_rates=(0.7,), token_tree=((0,), (1,), (0, 0)), parallel_drafting=True)
+        SpeculativeConfig("eagle", 2, "some/head", acceptance_rates=(0.7,), token_tree=((0,), (1,), (0, 0)),
+                          parallel_drafting=True)
 
 
-def test_a_known_head_for_another_model_is_refused() -> None:
-    """A known head reads its target's hidden states: P-EAGLE's gpt-oss-20b head beside Llama-3.1-8B is refused
-    (one line, naming both sizes); beside gpt-oss-20b it runs."""
+def test_a_known_head_for_another_model_or_method_is_refused() -> None:
+    """A known head reads its own target's hidden states: P-EAGLE's gpt-oss-20b head beside Llama-3.1-8B or beside
+    gpt-oss-120b (the same hidden size) is refused, one line naming both; beside gpt-oss-20b it runs. Named as a
+    draft model it is refused as a head; parallel drafting without a named drafter is refused."""
     from simulator.config.run_config import RunConfig
 
     spec = SpeculativeConfig("eagle3", 7, P_EAGLE, acceptance_rates=(0.7,), parallel_drafting=True)
-    with pytest.raises(ConfigError, match="hidden size 2,880.*llama-3.1-8b's is 4,096"):
-        RunConfig(replica=ReplicaConfig("llama-3.1-8b", "h100"), speculative=spec)
+    for model in ("llama-3.1-8b", "gpt-oss-120b"):
+        with pytest.raises(ConfigError, match=f"gpt-oss-20b's head, not {model}'s"):
+            RunConfig(replica=ReplicaConfig(model, "h100"), speculative=spec)
     RunConfig(replica=GPT_OSS, speculative=spec)
+    with pytest.raises(ConfigError, match='is an EAGLE head, not a draft model.*"method": "eagle3"'):
+        RunConfig(replica=GPT_OSS, speculative=SpeculativeConfig("draft_model", 3, P_EAGLE, acceptance_rates=(0.7,)))
+    with pytest.raises(ConfigError, match="parallel_drafting needs the drafter trained for it"):
+        SpeculativeConfig("eagle3", 7, acceptance_rates=(0.7,), parallel_drafting=True)
 
 
 def _peagle_costs(k: int, parallel: bool, head: str | None = P_EAGLE, n: int = 1):  # noqa: ANN202
@@ -1037,15 +1044,15 @@ def _peagle_costs(k: int, parallel: bool, head: str | None = P_EAGLE, n: int = 1
 def test_parallel_drafting_is_one_pass_of_k_rows() -> None:
     """A parallel drafter runs one pass a step over k rows a request: at k = 1 that is the sequential drafter's one
     pass, to the float; at k = 7 on a batch of one it costs less than 7 sequential passes of the same head and more
-    than one of them (its 4 layers x 7 rows, its LM head over 7 positions)."""
+    than the first of them (its 4 layers x 7 rows, its LM head over 7 positions)."""
     for n in (1, 16):
         seq, shape = _peagle_costs(1, False, n=n)
         par, _ = _peagle_costs(1, True, n=n)
         assert par.draft_time(shape) == seq.draft_time(shape)
     seq, shape = _peagle_costs(7, False)
     par, _ = _peagle_costs(7, True)
-    one_pass = seq._draft_pass(seq._pass_shape(shape, 0))
-    assert one_pass < par.draft_time(shape) < 7 * one_pass < seq.draft_time(shape) + 1e-12
+    first_pass = seq._draft_pass(seq._pass_shape(shape, 0))
+    assert first_pass < par.draft_time(shape) < seq.draft_time(shape) / 2
 
 
 def test_a_known_head_is_priced_and_held_as_its_own_layers() -> None:
@@ -1055,14 +1062,48 @@ def test_a_known_head_is_priced_and_held_as_its_own_layers() -> None:
     head, shape = _peagle_costs(3, False)
     unknown, _ = _peagle_costs(3, False, head=None)
     assert head.draft is not None and head.draft.model.num_layers == 4 and unknown.draft is None
-    assert head.draft_time(shape) != unknown.draft_time(shape)
+    # 4 dense layers at one row a request read less than a 32-expert layer (4 experts a token) with a 6x wider LM head
+    assert 0 < head.draft_time(shape) < unknown.draft_time(shape)
     spec = SpeculativeConfig("eagle3", 3, P_EAGLE, acceptance_rates=(0.7,))
     w, kv = drafter_memory(GPT_OSS, spec)
     h = 2880
     layer = h * 64 * 64 + 2 * h * 8 * 64 + 64 * 64 * h + 3 * h * 2880  # q, k, v, o and a 2880-wide MLP
-    assert layer * 4 < w / 2 - h * 32000 < layer * 4 * 1.01  # bf16: norms are the rest
+    inputs = h * (64 + 2 * 8) * 64 + 3 * h * h  # the embedding's q, k, v inputs and the fc (EAGLE-3)
+    assert layer * 4 + inputs < w / 2 - h * 32000 < (layer * 4 + inputs) * 1.01  # bf16: norms are the rest
     assert kv == 4 * 2 * 8 * 64 * 1  # 4 layers of K and V, 8 heads of 64, FP8
     from simulator.planning.launch import _vllm_speculative
 
     out = _vllm_speculative(SpeculativeConfig("eagle3", 7, P_EAGLE, acceptance_rates=(0.7,), parallel_drafting=True))
     assert out["model"] == P_EAGLE and out["parallel_drafting"] is True
+
+
+def test_a_heads_wider_inputs_its_prompt_pass_and_a_parallel_draft_model() -> None:
+    """An EAGLE-3 head's fc runs once a step (the first pass pays it, the later ones only the embedding's inputs);
+    its prompt pass is one pass of the head over the prompt's tokens, in a step that verifies nothing too; a
+    parallel draft model (PARD) runs one pass of k rows, cheaper than k passes; the title names the head and the
+    parallel drafting."""
+    cost, shape = _peagle_costs(3, False)
+    first = cost._draft_pass(cost._pass_shape(shape, 0), first=True)
+    later = cost._draft_pass(cost._pass_shape(shape, 0), first=False)
+    x = np.array([1.0])
+    fc = float(cost.draft.gemm(x, 3 * 2880, 2880)[0])
+    assert first - later == pytest.approx(fc, rel=1e-9) and fc > 0
+    from simulator.costmodel.speculative import prompt_chunks
+
+    mixed = BatchShape.from_requests([(2000, 0)], [1000])
+    assert cost.draft_time(mixed) == cost._draft_pass(prompt_chunks(mixed)) > cost._draft_pass(prompt_chunks(
+        BatchShape.from_requests([(200, 0)], [1000])))
+    r70 = load_cost_model("roofline", ReplicaConfig("llama-3-70b", "h100", tp=4), "vllm-2026")
+    verify = SpecBatchShape()
+    for _ in range(4):
+        verify.add_verify(6, 999)
+    seq, par = (SpeculativeCostModel(r70, SpeculativeConfig("draft_model", 6, "qwama-0.5b", acceptance_rates=(0.7,),
+                                                              draft_tp=1, parallel_drafting=p)) for p in (False, True))
+    assert 0 < par.draft_time(verify) < seq.draft_time(verify) / 3
+    from simulator.cli.run import run_title
+    from simulator.config.run_config import RunConfig
+
+    title = run_title(RunConfig(replica=GPT_OSS, speculative=SpeculativeConfig(
+        "eagle3", 7, P_EAGLE, acceptance_rates=(0.7,), parallel_drafting=True)), {})
+    assert f"({P_EAGLE}: 4 layers of hidden 2,880, draft vocabulary 32,000" in title
+    assert "k=7 drafted in parallel (one drafter pass a step)" in title

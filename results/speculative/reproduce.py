@@ -57,17 +57,20 @@ def run(config: RunConfig, spec: SpeculativeConfig | None) -> dict[str, float]:
             "al": stats["mean_acceptance_length"] if stats else 1.0}
 
 
+LATENCY_METRICS = ("tpot_s", "e2e_s")  # lower is better; the others (throughputs) higher
+
+
 def speedup(base: dict[str, float], spec: dict[str, float], metric: str) -> float:
-    if metric in ("tpot_s", "e2e_s"):
+    if metric in LATENCY_METRICS:
         return base[metric] / spec[metric]
     return spec[metric] / base[metric]
 
 
-def best(metric: str, runs: list[dict[str, float]]) -> dict[str, float]:
-    """The run a benchmark would keep: the lowest latency or the highest throughput by ``metric``."""
-    if metric in ("tpot_s", "e2e_s"):
-        return min(runs, key=lambda r: r[metric])
-    return max(runs, key=lambda r: r[metric])
+def best(metric: str, runs: list[tuple[str, dict[str, float]]]) -> tuple[str, dict[str, float]]:
+    """The (label, run) a benchmark would keep: the lowest latency or the highest throughput by ``metric``."""
+    if metric in LATENCY_METRICS:
+        return min(runs, key=lambda r: r[1][metric])
+    return max(runs, key=lambda r: r[1][metric])
 
 
 # -- settings --------------------------------------------------------------------------------------------------------
@@ -85,10 +88,10 @@ class Setting:
     assumptions: str
     measured: list[tuple[str, float | None, float]] = field(default_factory=list)  # (row label, load or None=high, speedup)
     # The baseline: no speculation, or (given) the best of these speculative configs by the metric at each load,
-    # as a benchmark that picks each method's best k reports it
+    # as a benchmark that picks each method's best k reports it.
     baselines: tuple[SpeculativeConfig, ...] = ()
     # Concurrency loads: None, a burst of `load` requests decoding together; N, a closed loop of N requests at
-    # most `load` in flight (vllm bench serve --num-prompts N --max-concurrency load)
+    # most `load` in flight (vllm bench serve --num-prompts N --max-concurrency load).
     num_requests: int | None = None
 
     def config(self, load: float) -> RunConfig:
@@ -378,15 +381,17 @@ def main() -> None:
     for s in todo:
         preds: dict[float, float] = {}
         thr: dict[float, float] = {}
-        base_tok_s: dict[float, float] = {}  # the plain run's output throughput by load
+        base_tok_s: dict[float, float] = {}  # the baseline's output throughput by load
         for load in s.loads:
             cfg = s.config(load)
-            base = best(s.metric, [run(cfg, b) for b in s.baselines]) if s.baselines else run(cfg, None)
+            base_label, base = (best(s.metric, [(f"{b.method} k={b.k}", run(cfg, b)) for b in s.baselines]) if s.baselines
+                           else ("no speculation", run(cfg, None)))
             spec = run(cfg, s.spec)
             preds[load] = speedup(base, spec, s.metric)
             thr[load] = speedup(base, spec, "throughput_tok_s")
             base_tok_s[load] = base["throughput_tok_s"]
             sweep_rows.append({"setting": s.name, "load_kind": s.load_kind, "load": load, "metric": s.metric,
+                               "baseline": base_label,
                                "predicted_speedup": round(preds[load], 4), "throughput_ratio": round(thr[load], 4),
                                "simulated_al": round(spec["al"], 3),
                                "base_tpot_ms": round(1e3 * base["tpot_s"], 3), "spec_tpot_ms": round(1e3 * spec["tpot_s"], 3),

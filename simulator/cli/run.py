@@ -16,7 +16,6 @@ from simulator.config.errors import ConfigError
 from simulator.config.resources import auto_workers, check_run_fits
 from simulator.config.run_config import DEFAULT_MEMORY_FRACTION, MEMORY_BASIS_WORDS, RunConfig, SchedulerConfig
 from simulator.config.schedulers import SCHEDULERS as SCHEDULER_ENTRIES
-from simulator.config.speculative import draft_head
 from simulator.report.output import FORMATS, check_format, check_out_dir, jsonable, write_run
 from simulator.util.progress import RunProgress
 from simulator.util.text import count
@@ -316,8 +315,8 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     if config.speculative is not None:
         sp = config.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""
-        head = draft_head(sp.draft_model) if sp.method in ("eagle", "eagle3") else None
-        if head is not None:  # a known head: its own shape
+        if (known := sp.known_head) is not None:  # a known head: its own shape
+            head = known.spec
             drafter = (f" ({head.hf_id}: {head.num_layers} layer{'s' if head.num_layers > 1 else ''} of hidden "
                        f"{head.hidden_size:,}, draft vocabulary {head.vocab_size:,}: {head.source})")
         elif sp.draft_model and sp.method != "draft_model":  # a head's checkpoint: named, priced from the target's shape

@@ -52,7 +52,7 @@ from simulator.config.schedulers import (
     SCHEDULERS,
 )
 from simulator.config.specs import redundant_experts_to_fit, tp_shard_problem
-from simulator.config.speculative import SpeculativeConfig, check_draft_vocab
+from simulator.config.speculative import SpeculativeConfig, check_drafter
 from simulator.config.topology import build_topology
 
 ARRIVALS = ("poisson", "gamma", "fixed", "burst", "trace")
@@ -865,7 +865,7 @@ class RunConfig:
                               f"and {self.replica.model} ships none", f"use eagle3, draft_model or ngram, or a model "
                               f"with MTP ({with_mtp})")
         if self.speculative is not None:
-            check_draft_vocab(self.speculative, self.replica.model_spec)
+            check_drafter(self.speculative, self.replica.model_spec)
         if self.speculative is not None and self.scheduler.prefix_caching is not False:
             # A speculating replica's KV cache is a plain block manager (engine.speculative): say so in
             # the config (and so in the header and config.json) rather than run without it silently.

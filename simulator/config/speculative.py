@@ -180,6 +180,9 @@ class SpeculativeConfig:
             raise ConfigError("speculative.parallel_drafting", f"{self.method} has no drafter that proposes its drafts "
                               f"in one pass", f"use it with {', '.join(PARALLEL_DRAFTING_METHODS)} and a drafter "
                               "trained for it, or drop parallel_drafting")
+        if self.parallel_drafting and not self.draft_model:  # (only a drafter trained for it proposes k at once)
+            raise ConfigError("speculative.model", "parallel_drafting needs the drafter trained for it",
+                              'name it with "model" (e.g. "amazon/GPT-OSS-20B-P-EAGLE"), or drop parallel_drafting')
         if self.parallel_drafting and self.token_tree:  # (vLLM's parallel drafting proposes a chain)
             raise ConfigError("speculative.parallel_drafting", "proposes a chain of k drafts, not a token tree",
                               "drop speculative_token_tree, or parallel_drafting")
@@ -198,6 +201,12 @@ class SpeculativeConfig:
     @property
     def k(self) -> int:
         return self.num_speculative_tokens
+
+    @cached_property  # read by every drafter pass (the config is frozen: looked up once)
+    def known_head(self) -> DraftHead | None:
+        """The known EAGLE head ``model`` names (:data:`DRAFT_HEADS`), for an EAGLE method; else None (an unknown
+        head: one layer of the target)."""
+        return draft_head(self.draft_model) if self.method in HEAD_METHODS else None
 
     def draft_tp_for(self, target_tp: int) -> int:
         """The draft model's TP beside a target at ``target_tp``: ``draft_tp`` as given, else the target's."""
@@ -289,32 +298,44 @@ DRAFT_MODELS: dict[str, ModelSpec] = {
 
 
 # EAGLE heads whose shape is known: each priced as a small dense model of its own (its layers, its draft
-# vocabulary's LM head; the embedding is the target's), where an unknown head is one layer of the target. An
-# EAGLE-3 layer's attention reads the token's embedding and hidden state side by side (2 x hidden inputs) and its
-# fc folds three target hidden states into one: both left out (under a tenth of a pass's weights here).
-DRAFT_HEADS: dict[str, ModelSpec] = {
+# vocabulary's LM head; the embedding is the target's), where an unknown head is one layer of the target. EAGLE-3
+# heads (both here) also read wider inputs, priced beside the layers (SpeculativeCostModel): the first layer's
+# attention projections read the token's embedding and hidden state side by side (2 x hidden inputs), and an fc
+# folds three of the target's hidden states into one, once a step.
+@dataclass(frozen=True)
+class DraftHead:
+    """A known EAGLE head: its shape as a model (``spec``: layers, widths, draft vocabulary) and the catalog model
+    it was trained for (``target``: its hidden states are what it reads)."""
+
+    spec: ModelSpec
+    target: str
+
+
+DRAFT_HEADS: dict[str, DraftHead] = {
     # gpt-oss-20b's EAGLE-3 head: the speculators-format head's shape (nm-testing/for_testing_gptoss20b_spec_eagle3
     # config.json, a copy of the gpt-oss-20b EAGLE-3 speculator: one llama layer, hidden 2880, MLP 2880, 64 query /
     # 8 KV heads of 64, draft vocabulary 32,000), taken for RedHatAI's checkpoint (whose config was not read).
-    "gpt-oss-20b-eagle3": ModelSpec("gpt-oss-20b-eagle3", "RedHatAI/gpt-oss-20b-speculator.eagle3", 1, 2880, 64, 8,
-                                    2880, 32000, 131072, explicit_head_dim=64,
-                                    source="nm-testing/for_testing_gptoss20b_spec_eagle3 config.json (shape taken "
-                                           "for RedHatAI/gpt-oss-20b-speculator.eagle3)"),
-    # P-EAGLE for gpt-oss-20b (vLLM's P-EAGLE post, 2026-03-13, and the model card: "a 4-layer P-EAGLE"); each
-    # layer and the draft vocabulary assumed the EAGLE-3 head's (the checkpoint's config.json was not read).
-    "gpt-oss-20b-p-eagle": ModelSpec("gpt-oss-20b-p-eagle", "amazon/GPT-OSS-20B-P-EAGLE", 4, 2880, 64, 8, 2880, 32000,
-                                     131072, explicit_head_dim=64,
-                                     source="amazon/GPT-OSS-20B-P-EAGLE model card (4 layers); the layer's shape "
-                                            "and draft vocabulary assumed gpt-oss-20b's EAGLE-3 head's"),
+    "gpt-oss-20b-eagle3": DraftHead(ModelSpec(
+        "gpt-oss-20b-eagle3", "RedHatAI/gpt-oss-20b-speculator.eagle3", 1, 2880, 64, 8, 2880, 32000, 131072,
+        explicit_head_dim=64, source="nm-testing/for_testing_gptoss20b_spec_eagle3 config.json (shape taken for "
+                                     "RedHatAI/gpt-oss-20b-speculator.eagle3)"), "gpt-oss-20b"),
+    # P-EAGLE for gpt-oss-20b (vLLM's P-EAGLE post, 2026-03-13, and the model card: "a 4-layer P-EAGLE", following
+    # EAGLE-3 over three of the target's hidden states); each layer and the draft vocabulary assumed the EAGLE-3
+    # head's (the checkpoint's config.json was not read).
+    "gpt-oss-20b-p-eagle": DraftHead(ModelSpec(
+        "gpt-oss-20b-p-eagle", "amazon/GPT-OSS-20B-P-EAGLE", 4, 2880, 64, 8, 2880, 32000, 131072,
+        explicit_head_dim=64, source="amazon/GPT-OSS-20B-P-EAGLE model card (4 layers); the layer's shape and draft "
+                                     "vocabulary assumed gpt-oss-20b's EAGLE-3 head's"), "gpt-oss-20b"),
 }
+HEAD_METHODS = ("eagle", "eagle3")  # the methods whose "model" may name a known head
 
 
-def draft_head(name: str | None) -> ModelSpec | None:
+def draft_head(name: str | None) -> DraftHead | None:
     """A known EAGLE head (:data:`DRAFT_HEADS`) by name or HF id, any case; None for any other."""
     if not name:
         return None
     key = name.lower()
-    return next((h for h in DRAFT_HEADS.values() if key in (h.name, h.hf_id.lower())), None)
+    return next((h for h in DRAFT_HEADS.values() if key in (h.spec.name, h.spec.hf_id.lower())), None)
 
 
 def draft_spec(name: str) -> ModelSpec:
@@ -326,18 +347,20 @@ def draft_spec(name: str) -> ModelSpec:
     try:
         return get_model(name)
     except ConfigError:
+        if draft_head(name) is not None:
+            raise ConfigError("speculative.model", f"{name} is an EAGLE head, not a draft model",
+                              'use "method": "eagle3" with it') from None
         raise ConfigError("speculative.model", f"unknown draft model {name!r}",
                           f"use a catalog model or one of {', '.join(DRAFT_MODELS)}") from None
 
 
-def check_draft_vocab(spec: SpeculativeConfig, target: ModelSpec) -> None:
+def check_drafter(spec: SpeculativeConfig, target: ModelSpec) -> None:
     """Refuses a draft model whose vocabulary is not the target's, as vLLM does
     (``verify_equal_vocab_size_if_draft_model``): its drafts are token ids the target verifies; and a known EAGLE
-    head (:data:`DRAFT_HEADS`) made for a model of another hidden size."""
-    head = draft_head(spec.draft_model) if spec.method in ("eagle", "eagle3") else None
-    if head is not None and head.hidden_size != target.hidden_size:  # a head reads the target's hidden states
-        raise ConfigError("speculative.model", f"{head.hf_id} is a head for a model of hidden size "
-                          f"{head.hidden_size:,}, and {target.name}'s is {target.hidden_size:,}",
+    head (:data:`DRAFT_HEADS`) trained for another model (it reads its own target's hidden states)."""
+    head = spec.known_head
+    if head is not None and head.target != target.name:  # a head reads its own target's hidden states
+        raise ConfigError("speculative.model", f"{head.spec.hf_id} is {head.target}'s head, not {target.name}'s",
                           f"name {target.name}'s own head, or leave \"model\" out (priced as one layer of it)")
     if spec.method != "draft_model" or spec.draft_model is None:
         return

@@ -33,7 +33,8 @@ The drafter's cost is added per step by :class:`SpeculativeCostModel`, from the 
   the LM head over the speculating requests (an EAGLE head or MTP module is one layer reusing
   the target's head), kernels plus the per-pass CPU below; a known EAGLE head
   (:data:`~simulator.config.speculative.DRAFT_HEADS`) as its own layers and draft vocabulary's LM head, priced
-  as a draft model is;
+  as a draft model is, with an EAGLE-3 head's wider inputs (the embedding beside the hidden state into its first
+  layer's q, k and v each pass; the fc over three target hidden states on a step's first pass);
 - *parallel drafting* (``parallel_drafting``: P-EAGLE, PARD): one pass of the drafter a step, over ``k`` rows a
   request (the last token and ``k - 1`` mask tokens), in place of ``k`` passes of one row;
 - ``medusa``: one pass of ``k`` parallel heads on the target's last hidden state (each a
@@ -69,7 +70,7 @@ import numpy as np
 from simulator.config.catalog import ModelSpec, get_gpu
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
-from simulator.config.speculative import SpeculativeConfig, draft_head, draft_spec
+from simulator.config.speculative import SpeculativeConfig, draft_spec
 from simulator.costmodel.base import BatchShape, CostModel
 
 
@@ -88,18 +89,13 @@ class DraftReplicaConfig(ReplicaConfig):
         return self.draft
 
 
-def drafter_head(spec: SpeculativeConfig) -> ModelSpec | None:
-    """The known EAGLE head an ``eagle``/``eagle3`` run names (:data:`~simulator.config.speculative.DRAFT_HEADS`),
-    else None (an unknown head: one layer of the target)."""
-    return draft_head(spec.draft_model) if spec.method in ("eagle", "eagle3") else None
-
-
 def draft_replica(target: ReplicaConfig, spec: SpeculativeConfig) -> ReplicaConfig:
     """The draft model's layout: the target's GPU, numerics and roofline constants, ``draft_tp`` GPUs (unset: the
     target's TP, as vLLM sets it); a known EAGLE head's, at the target's TP (a head is sharded as the target is)."""
     assert spec.draft_model is not None
-    model = drafter_head(spec) or draft_spec(spec.draft_model)
-    tp = spec.draft_tp_for(target.tp)
+    head = spec.known_head
+    model = head.spec if head is not None else draft_spec(spec.draft_model)
+    tp = target.tp if head is not None else spec.draft_tp_for(target.tp)
     if tp not in (1, target.tp):  # the draft runs on the target's GPUs: one of them, or all (vLLM's rule)
         raise ConfigError("speculative.draft_tp", f"draft_tensor_parallel_size {tp} on a tp={target.tp} "
                           "replica: the draft model runs on the target's GPUs, on one or on all of them",
@@ -282,7 +278,9 @@ class SpeculativeCostModel(CostModel):
         tree = f", tree of {spec.num_verify_tokens}" if spec.token_tree else ""
         self.name = f"{target.name} + speculative {spec.method} k={spec.k}{tree}"
         self.draft: CostModel | None = None
-        if spec.method == "draft_model" or drafter_head(spec) is not None:
+        self._known_head = spec.known_head is not None
+        self._head_input_s: dict[tuple[int, bool], float] = {}  # _head_inputs by (rows, first pass)
+        if spec.method == "draft_model" or self._known_head:
             from simulator.costmodel.roofline import RooflineCostModel
 
             # The draft's kernels at the calibration the target's roofline uses (the engine's backend, a fitted
@@ -307,11 +305,32 @@ class SpeculativeCostModel(CostModel):
         return getattr(self.target, "num_extrapolations", 0)
 
     # -- the drafter -------------------------------------------------------------------------------------------
-    def _draft_pass(self, shape: BatchShape) -> float:
-        """One forward pass of the draft model: its kernels plus :attr:`pass_cpu_s`."""
+    def _draft_pass(self, shape: BatchShape, first: bool = True) -> float:
+        """One forward pass of the draft model: its kernels plus :attr:`pass_cpu_s`; a known EAGLE-3 head's also
+        its wider inputs (:meth:`_head_inputs`), the fc on a step's ``first`` pass."""
         d = self.draft
         assert d is not None
-        return d.pre_time(shape) + d.model.num_layers * d.layer_time(shape) + d.post_time(shape) + self.pass_cpu_s
+        t = d.pre_time(shape) + d.model.num_layers * d.layer_time(shape) + d.post_time(shape) + self.pass_cpu_s
+        return t + self._head_inputs(shape.num_tokens, first) if self._known_head else t
+
+    def _head_inputs(self, rows: int, first: bool) -> float:
+        """An EAGLE-3 head's GEMMs beyond its layers as a model: its first layer's attention projections read the
+        token's embedding beside the hidden state (``hidden`` more inputs to q, k and v), and, once a step, the
+        fc folds three of the target's hidden states into one (``3 hidden -> hidden``, sharded as the layer's
+        projections are)."""
+        key = (rows, first)
+        if (t := self._head_input_s.get(key)) is not None:  # (every drafter pass asks: a step's rows repeat)
+            return t
+        d = self.draft
+        assert d is not None
+        m, tp = d.model, d.replica.tp
+        x = np.array([rows], dtype=np.float64)
+        qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim // tp
+        t = float(d.gemm(x, m.hidden_size, qkv)[0])
+        if first:
+            t += float(d.gemm(x, 3 * m.hidden_size, m.hidden_size // tp)[0])
+        self._head_input_s[key] = t
+        return t
 
     def draft_time(self, shape: BatchShape) -> float:
         """Seconds the drafter adds to this step: its pass over the step's prompt chunks (a draft model's
@@ -322,16 +341,13 @@ class SpeculativeCostModel(CostModel):
         total = self._draft_prefill_time(shape) if shape.num_prefills else 0.0
         if not isinstance(shape, SpecBatchShape) or not shape.num_spec:
             return total
-        n, kv_sum, kv_sq, kv_max = shape.num_spec, shape.spec_kv_sum, shape.spec_kv_sq_sum, shape.spec_kv_max
         if self.spec.parallel_drafting:  # one pass: k rows a request
-            d = self._parallel_shape(shape)
-            if self.draft is not None:
-                return total + self._draft_pass(d)
-            k = self.kernels
-            return total + k.pre_time(d) + k.layer_time(d) + k.post_time(d) + self.pass_cpu_s
+            rows = self._parallel_shape(shape)
+            return total + (self._draft_pass(rows) if self.draft is not None else self._target_layer_pass(rows))
+        n, kv_sum, kv_sq, kv_max = shape.num_spec, shape.spec_kv_sum, shape.spec_kv_sq_sum, shape.spec_kv_max
         if self.draft is not None:
             for j in range(shape.spec_k):
-                total += self._draft_pass(self._pass_shape(shape, j))
+                total += self._draft_pass(self._pass_shape(shape, j), first=j == 0)
             return total
         k = self.kernels
         if self.spec.method == "medusa":  # k heads, one pass: a residual block and an LM head each
@@ -340,9 +356,14 @@ class SpeculativeCostModel(CostModel):
             block = float(k.gemm(np.array([n], dtype=np.float64), h, h // self.replica.tp)[0]) if hasattr(k, "gemm") else 0.0
             return shape.spec_k * (block + k.post_time(d)) + self.pass_cpu_s
         for j in range(shape.spec_k):  # one decoder layer + LM head per draft position
-            d = self._pass_shape(shape, j)
-            total += k.pre_time(d) + k.layer_time(d) + k.post_time(d) + self.pass_cpu_s
+            total += self._target_layer_pass(self._pass_shape(shape, j))
         return total
+
+    def _target_layer_pass(self, d: BatchShape) -> float:
+        """An unknown EAGLE head's or an MTP module's pass: one layer of the target and its LM head, plus
+        :attr:`pass_cpu_s`."""
+        k = self.kernels
+        return k.pre_time(d) + k.layer_time(d) + k.post_time(d) + self.pass_cpu_s
 
     def _pass_shape(self, shape: SpecBatchShape, j: int) -> BatchShape:
         """Draft pass ``j``'s batch: a decode per speculating request at its context plus ``j``; a
@@ -422,10 +443,11 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
     m = replica.model_spec
     if spec.method == "ngram":
         return 0.0, 0.0
-    head = drafter_head(spec)
-    if head is not None:  # its layers and its draft vocabulary's LM head (the embedding is the target's), 16-bit
-        weights = (head.num_layers * head.params_per_layer + head.vocab_size * head.hidden_size) \
-            / replica.tp * replica.dtype_bytes
+    if spec.known_head is not None:  # its layers, wider inputs (module docstring) and draft vocabulary's LM head
+        head = spec.known_head.spec  # (the embedding is the target's), 16-bit
+        h = head.hidden_size
+        inputs = h * (head.num_heads + 2 * head.num_kv_heads) * head.head_dim + 3 * h * h
+        weights = (head.num_layers * head.params_per_layer + inputs + head.vocab_size * h) / replica.tp * replica.dtype_bytes
         return weights, head.num_layers * head.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp)
     if spec.method == "draft_model":
         d = draft_replica(replica, spec)
@@ -448,8 +470,8 @@ def drafter_kv_bytes_per_token(replica: ReplicaConfig, spec: SpeculativeConfig) 
     0.0 where the drafter keeps no KV (Medusa, n-gram)."""
     if spec.method in ("ngram", "medusa"):
         return 0.0
-    head = drafter_head(spec)
-    if head is not None:
+    if spec.known_head is not None:
+        head = spec.known_head.spec
         return head.num_layers * head.kv_bytes_per_token_per_layer(replica.kv_cache_bytes)
     if spec.method == "draft_model":
         dm = draft_spec(spec.draft_model or "")

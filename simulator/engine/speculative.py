@@ -356,7 +356,7 @@ def speculation_extra(config: SpeculativeConfig, schedulers: list[Scheduler]) ->
                  else s.gaps for s in schedulers]
     out: dict = {"method": config.method, "num_speculative_tokens": config.k,
                  "num_verify_tokens": config.num_verify_tokens,  # a token tree's nodes, else k
-                 "draft_model": config.draft_model,
+                 "draft_model": config.draft_model, "parallel_drafting": config.parallel_drafting,
                  "acceptance_rates": list(config.acceptance_rates), "acceptance_source": config.acceptance_source,
                  "expected_acceptance_length": config.mean_acceptance_length,
                  "disable_by_batch_size": config.disable_by_batch_size,

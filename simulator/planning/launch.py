@@ -18,7 +18,7 @@ from simulator.config.disagg_layout import layout_of
 from simulator.config.precision import MXFP4_FORMATS, MXFP8_MOE_GPUS, kernel_format
 from simulator.config.run_config import ReplicaConfig, RunConfig, SchedulerConfig
 from simulator.config.schedulers import CHUNKING_SCHEDULERS
-from simulator.config.speculative import SpeculativeConfig, draft_head
+from simulator.config.speculative import SpeculativeConfig
 from simulator.engine.kvcache import NON_TORCH_RESERVE_BYTES, build_kv_cache, engine_block_size
 
 if TYPE_CHECKING:
@@ -291,14 +291,18 @@ def _trtllm_memory_options(base: RunConfig, fraction: float) -> dict[str, Any]:
     return {"kv_cache_config": kv}
 
 
+def _head_path(spec: SpeculativeConfig) -> str:
+    """An EAGLE/Medusa head's checkpoint for a launch line: a known head's id, else a placeholder."""
+    return spec.known_head.spec.hf_id if spec.known_head is not None else _DRAFT_HEAD
+
+
 def _vllm_speculative(spec: SpeculativeConfig) -> dict[str, Any]:
     """vLLM's own ``--speculative-config`` keys (the simulator's acceptance keys are not vLLM's)."""
     out: dict[str, Any] = {"method": spec.method, "num_speculative_tokens": spec.num_verify_tokens}
     if spec.method == "draft_model":
         out["model"] = spec.draft_model
     elif spec.method in ("eagle", "eagle3", "medusa"):
-        head = draft_head(spec.draft_model)
-        out["model"] = head.hf_id if head is not None else _DRAFT_HEAD
+        out["model"] = _head_path(spec)
     if spec.parallel_drafting:
         out["parallel_drafting"] = True
     if spec.draft_tp is not None:  # unset: vLLM runs the draft at the target's TP, as the plan priced it
@@ -324,8 +328,7 @@ def _sglang_speculative(spec: SpeculativeConfig) -> tuple[list[str], str]:
     if spec.method == "draft_model":
         flags.append(f"--speculative-draft-model-path {spec.draft_model}")
     elif spec.method in ("eagle", "eagle3"):
-        head = draft_head(spec.draft_model)
-        flags.append(f"--speculative-draft-model-path {head.hf_id if head is not None else _DRAFT_HEAD}")
+        flags.append(f"--speculative-draft-model-path {_head_path(spec)}")
     note = (f"the plan priced a token tree of {spec.num_verify_tokens} nodes: set --speculative-eagle-topk and "
             "--speculative-num-draft-tokens to it" if spec.token_tree else "")
     if spec.parallel_drafting:
@@ -345,8 +348,7 @@ def _trtllm_speculative(spec: SpeculativeConfig) -> dict[str, Any]:
     if spec.method == "draft_model":
         out["speculative_model_dir"] = spec.draft_model
     elif spec.method in ("eagle", "eagle3", "medusa"):
-        head = draft_head(spec.draft_model)
-        out["speculative_model_dir"] = head.hf_id if head is not None else _DRAFT_HEAD
+        out["speculative_model_dir"] = _head_path(spec)
     return out
 
 

@@ -152,6 +152,8 @@ class ProfileConfig:
                               f"--device {self.device}", "use --device cuda, or drop --l2-flush")
         if self.l2_flush is not None and self.l2_flush not in L2_FLUSH_MODES:
             raise ConfigError("--l2-flush", f"unknown mode {self.l2_flush!r}", f"use one of {', '.join(L2_FLUSH_MODES)}")
+        if self.seed < 0:  # (numpy's generators take none below 0)
+            raise ConfigError("--seed", f"must be >= 0, got {self.seed}", "pass --seed 0 or more")
         if self.seed != 0 and ATTN_DECODE not in self.ops:  # (the seed draws decode batches' mixed lengths only)
             raise ConfigError("--seed", f"draws the mixed lengths of the decode-attention batches, and --ops has no "
                               f"{ATTN_DECODE}, so --seed would do nothing", f"add {ATTN_DECODE} to --ops, or drop --seed")

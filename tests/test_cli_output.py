@@ -116,6 +116,10 @@ def test_rejection_kinds_drop_the_request_figures() -> None:
     assert rejection_kind(too_big) == "needs more KV tokens than the cache holds (160)"
     assert rejection_kind(scheduler.rejection_reason(Request(2, 0.0, 900, 20))) == rejection_kind(too_big)
     assert rejection_kind("something else at 12.5 s") == "something else at N s"
+    # a prompt over a prefill pool's or TensorRT-LLM's token budget keeps the budget (it had read "budget N")
+    trtllm = SCHEDULERS["trtllm"](SchedulerConfig("trtllm", max_num_batched_tokens=2048), BlockManager(10_000, 16, 0.0),
+                                  8192)
+    assert rejection_kind(trtllm.rejection_reason(Request(3, 0.0, 3000, 10))).startswith("prompt exceeds max_num_tokens 2048")
 
 
 # -- help -----------------------------------------------------------------------------------------

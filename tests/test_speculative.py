@@ -90,6 +90,8 @@ def test_vllm_keys_without_effect_are_named() -> None:
     d = from_vllm_json('{"model": "qwama-0.5b", "num_speculative_tokens": 4, "quantization": "fp8"}', (0.6,))
     assert d.unmodelled_keys == ("quantization",) and "--dtype" in d.unmodelled_note()
     assert SpeculativeConfig.from_dict(d.to_dict()).unmodelled_keys == ("quantization",)
+    with pytest.raises(ConfigError, match="quantization: ngram .* has no draft model to quantize"):
+        from_vllm_json('{"method": "ngram", "num_speculative_tokens": 4, "quantization": "fp8"}', (0.5,))
     with pytest.raises(ConfigError, match="unmodelled_keys"):
         SpeculativeConfig("ngram", 4, acceptance_rates=(0.5,), unmodelled_keys=("foo",))
 

@@ -96,6 +96,8 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     ``client``: the benchmark client that measured the rows (``NAME[,key=value,...]``), default vllm-bench."""
     if sum(x is not None for x in (table, bench, rows)) != 1:
         raise ConfigError("calibrate-engine", "give exactly one of --table, --bench and --rows")
+    if seed < 0:  # (numpy's generators take none below 0)
+        raise ConfigError("--fit-seed", f"must be >= 0, got {seed}", "pass --fit-seed 0 or more")
     if client is not None and rows is None:  # a table's steps and a bench file's requests are the client's own
         raise ConfigError("--client", "names the client that measured --rows; a --table or --bench fit reads its "
                           "own requests", "drop --client")

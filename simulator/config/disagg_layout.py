@@ -371,6 +371,11 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
     base = config.scheduler
     # The prefill pool caches prefixes where its sched= or the run's engine would (pool_prefix_cache); the decode pool
     # never does; a mixed pool where its scheduler does (sched=, else the run's), with the CPU tier only if it caches.
+    from simulator.config.schedulers import SCHEDULER_NAMES
+
+    if prefill.sched is not None and prefill.sched not in SCHEDULER_NAMES:  # (before its prefix cache is looked up)
+        raise ConfigError("prefill_pool (scheduler)", f"unknown scheduler {prefill.sched!r}",
+                          f"known: {', '.join(SCHEDULER_NAMES)}")
     policy = pool_prefix_cache(base, prefill.sched or DEFAULT_POOL_SCHEDULER)
     p_rep, p_sched = build(prefill, "prefill_pool", DEFAULT_POOL_SCHEDULER,
                            replace(base, prefix_caching=policy is not None, prefix_cache_policy=policy,

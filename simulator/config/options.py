@@ -676,6 +676,12 @@ def _set_by_command(options: dict[str, Any], command: str, scheduler: str) -> No
         # the pools keep no other scheduler's budget
         sets["max_num_batched_tokens"] = (
             f"pools run {DEFAULT_POOL_SCHEDULER}, which keeps a budget only with --scheduler {DEFAULT_POOL_SCHEDULER}")
+    if command in ("split", "compare") and (options.get("ep") or 1) > 1 and (options.get("attention_dp") or 1) == 1:
+        # (the base config is built at tp 1 before any layout, and EP without attention DP must divide a TP)
+        raise ConfigError("--ep", f"disagg {command} sets each layout's TP from --tps, and EP without attention DP must "
+                          "divide a replica's TP, which its base config (tp 1) cannot hold",
+                          "add --attention-dp N for EP over data-parallel ranks, or lay the pools out yourself: "
+                          "`simulate run --tp 2 --ep 2 --prefill-pool 1x --decode-pool 2x`")
     for name, setter in sets.items():
         if options.get(name) is not None:
             flag = given_flag(name, options[name])

@@ -799,15 +799,22 @@ class WorkloadConfig:
                 raise ConfigError(f"workload.{name}", f"must be a finite number of tokens >= 0, got {value}",
                                   f"pass {flag} 0 for exact lengths")
             if value > 0 and self.name not in ("fixed", "random"):
-                raise ConfigError(f"workload.{name}", f"spreads fixed lengths, but the workload is {self.name!r}",
-                                  f"pass --workload fixed, or drop {flag}")
+                raise ConfigError(f"workload.{name}", f"spreads fixed lengths, but the workload is {self._lengths}",
+                                  f"drop {flag} (a trace's lengths are its own)" if self.trace
+                                  else f"pass --workload fixed, or drop {flag}")
             if value > 0 and self.is_banded:
                 raise ConfigError(f"workload.{name}", "a normal spread and a --random-range-ratio band are two "
                                   "clients' ways of varying lengths", f"pass one of {flag} and --random-range-ratio")
         if self.is_banded and self.name not in ("fixed", "random"):
-            raise ConfigError("workload.range_ratio", f"bands fixed lengths, but the workload is {self.name!r}",
-                              "pass --workload fixed (or --dataset-name random), or drop --random-range-ratio and "
+            raise ConfigError("workload.range_ratio", f"bands fixed lengths, but the workload is {self._lengths}",
+                              "drop --random-range-ratio and --range-style (a trace's lengths are its own)" if self.trace
+                              else "pass --workload fixed (or --dataset-name random), or drop --random-range-ratio and "
                               "--range-style")
+
+    @property
+    def _lengths(self) -> str:
+        """Where this workload's lengths come from, for a message: the trace's file, else the named workload."""
+        return f"the trace {self.trace}" if self.trace else repr(self.name)
 
     @property
     def is_banded(self) -> bool:

@@ -518,6 +518,9 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
         rates = (float(raw),)
         source = source or "--speculative-config acceptance_rate (i.i.d.)"
     _check_prompt_lookup(data, _VLLM_METHODS[str(method).lower()])
+    if data.get("quantization") is not None and _VLLM_METHODS[str(method).lower()] == "ngram":
+        raise ConfigError("--speculative-config.quantization", "ngram looks its drafts up in the request's own tokens "
+                          "and has no draft model to quantize, so it would do nothing", "drop quantization")
     if data.get("draft_tensor_parallel_size") is not None and _VLLM_METHODS[str(method).lower()] != "draft_model":
         raise ConfigError("--speculative-config.draft_tensor_parallel_size", f"{method} has no draft model of its own "
                           "to lay out (its heads or lookups run inside the target's step), so it would do nothing",

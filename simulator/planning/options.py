@@ -149,6 +149,9 @@ class SearchSettings:
         if not self.max_qps <= MAX_QPS:  # nan, inf, or a rate the workload refuses (mid-search, after many trials)
             raise ConfigError("capacity.max_qps", f"must be a finite rate of at most {MAX_QPS:g} requests/s, got "
                               f"{self.max_qps}", f"pass a finite --max-qps of {MAX_QPS:g} or lower")
+        if self.min_qps >= MIN_QPS and not self.max_qps > self.min_qps:  # (the ceiling is what is off: name it)
+            raise ConfigError("capacity.max_qps", f"must be above --min-qps {self.min_qps:g}, got {self.max_qps:g}",
+                              f"pass a --max-qps above {self.min_qps:g}")
         if not MIN_QPS <= self.min_qps < self.max_qps:
             raise ConfigError("capacity.min_qps", f"need {MIN_QPS:g} <= min_qps < max_qps, got {self.min_qps}, "
                               f"{self.max_qps}", f"pass a finite --min-qps of {MIN_QPS:g} or more, below --max-qps")

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 # keeps the limit and drops the request's number, so reasons group into a few counted kinds.
 _REASON_KINDS = (
     (re.compile(r"^prompt\+output = [\d,]+ tokens exceeds (.*)$"), r"prompt+output exceeds \1"),
+    (re.compile(r"^prompt [\d,]+ tokens exceeds (.*)$"), r"prompt exceeds \1"),
     (re.compile(r"^needs [\d,]+ KV tokens but the cache holds (.*)$"), r"needs more KV tokens than the cache holds (\1)"),
 )
 

@@ -355,7 +355,11 @@ def import_vidur_file(path: str | Path, *, model: str | None = None, gpu: str | 
     _check_keys(df, path)
     folder, spec_gpu = _gpu_from_path(path)
     if gpu is not None:
-        spec_gpu, folder = get_gpu(gpu), folder or gpu
+        given = get_gpu(gpu)
+        if spec_gpu is not None and given.name != spec_gpu.name:  # (the rows' plausibility checks use the GPU)
+            raise ConfigError("--gpu", f"{path}'s Vidur folder ({folder}) names {spec_gpu.name}, not {gpu}",
+                              f"drop --gpu (the folder says {spec_gpu.name}), or import a profile of {gpu}")
+        spec_gpu, folder = given, folder or gpu
     model_spec = get_model(model) if model else _model_from_path(path)
     if kind == "attention":
         rows, num_blank = _read_attention(df, path, model_spec)
@@ -410,9 +414,22 @@ def import_vidur(paths: Iterable[str | Path], *, model: str | None = None, gpu: 
         if f.resolve() in seen:
             raise _bad(f, "given twice (or inside a folder also given)", "give each file once")
         seen.add(f.resolve())
+    if all_topologies and not any(_is_network_file(f) for f in files):  # (only collective rows have topologies)
+        raise ConfigError("--all-topologies", "keeps cross-node collective rows, and no file given is a collective's "
+                          "(all_reduce.csv, send_recv.csv), so it would do nothing",
+                          "drop --all-topologies, or add the network profiles")
     frames = [import_vidur_file(f, model=model, gpu=gpu, all_topologies=all_topologies, skipped=skipped)
               for f in files]
     return conform(pd.concat(frames, ignore_index=True))
+
+
+def _is_network_file(path: Path) -> bool:
+    """Whether a Vidur CSV holds collectives (its header names a ``collective`` column); False if unreadable (the
+    import says why)."""
+    try:
+        return "collective" in pd.read_csv(path, nrows=0).columns
+    except (ValueError, OSError):
+        return False
 
 
 def import_to_folder(paths: Iterable[str | Path], out: str | Path, *, model: str | None = None,

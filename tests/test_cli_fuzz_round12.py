@@ -66,3 +66,76 @@ def test_a_capacity_ceiling_at_or_below_the_floor_names_the_ceiling() -> None:
         SearchSettings(max_qps=0.0)
     with pytest.raises(ConfigError, match="capacity.min_qps"):  # the floor itself off: the floor named
         SearchSettings(min_qps=1e-16)
+
+
+def test_tau_says_which_fields_of_a_config_it_does_not_read(tmp_path: Path) -> None:
+    """tau --config priced a run's saved config with its replicas, request count or budget and said nothing (the same
+    values as flags are refused); it now names them, in the table's output and the JSON's."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli.app import app
+    from simulator.config.run_config import RunConfig, SchedulerConfig
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(RunConfig(num_replicas=2, scheduler=SchedulerConfig("sarathi", chunk_size=512)).to_dict()))
+    res = CliRunner().invoke(app, ["tau", "--config", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "note: the config's chunk_size, replicas do nothing here" in " ".join(res.output.split())
+    res = CliRunner().invoke(app, ["tau", "--config", str(path), "--json"])
+    assert json.loads(res.output)["unread_config_fields"] == ["chunk_size", "replicas"]
+    path.write_text(json.dumps(RunConfig().to_dict()))
+    res = CliRunner().invoke(app, ["tau", "--config", str(path), "--json"])
+    assert "unread_config_fields" not in json.loads(res.output)
+
+
+def test_an_intra_node_link_between_one_gpu_nodes_is_refused() -> None:
+    """PP over two one-GPU nodes sends every hop over the inter-node link: --intra-node-link pcie and nvlink gave the
+    same run; refused as doing nothing (with TP inside each node it is read)."""
+    line = one_line_error("run", "--pp", "2", "--nodes", "2", "--intra-node-link", "pcie", "--num-requests", "5",
+                          "--no-progress")
+    assert "--intra-node-link: each of the replica's 2 nodes holds one of its GPUs" in line
+    from simulator.config.options import build_config
+
+    build_config(pp=2, tp=2, nodes=2, intra_node_link="pcie")
+
+
+def test_a_scheduler_name_is_read_in_any_case() -> None:
+    """--gpu H100-SXM and --model LLAMA-2-7B were read in any case, --scheduler VLLM refused."""
+    from simulator.config.options import build_config
+    from simulator.config.run_config import SchedulerConfig
+
+    assert build_config(scheduler="Sarathi", chunk_size=512).scheduler == SchedulerConfig("sarathi", chunk_size=512)
+    assert SchedulerConfig("VLLM-V1").name == "vllm-v1"
+
+
+def test_plan_mix_of_equal_lengths_is_refused_before_its_search(tmp_path: Path) -> None:
+    """plan --mix --workload fixed searched every layout, printed the answer, then failed on an empty long half."""
+    line = one_line_error("plan", "--out", str(tmp_path / "p"), "--qps", "1", "--mix", "--gpus", "a100-80gb", "--modes",
+                          "agg", "--tps", "1", "--seqs", "128", "--budgets", "512", "--workload", "fixed")
+    assert "--mix: splits the traffic at the median length" in line and not (tmp_path / "p").exists()
+
+
+def test_import_vidur_refuses_a_gpu_its_folder_contradicts_and_topologies_of_no_collective(shared_data: Path,
+                                                                                         tmp_path: Path) -> None:
+    """--gpu a40 on an H100 folder's mlp.csv relabelled its rows (its plausibility checks then read the A40's peaks);
+    --all-topologies on compute profiles alone gave the same table."""
+    mlp = shared_data / "profiles" / "vidur" / "compute" / "h100" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv"
+    line = one_line_error("import-vidur", str(mlp), "--gpu", "a40", "--out", str(tmp_path / "a"))
+    assert "--gpu:" in line and "names h100-sxm, not a40" in line
+    line = one_line_error("import-vidur", str(mlp), "--all-topologies", "--out", str(tmp_path / "b"))
+    assert "--all-topologies:" in line and "no file given is a collective's" in line
+
+
+def test_messages_name_the_flag_given_and_what_the_pools_run() -> None:
+    """plan --price of an unknown GPU named the catalog's field (gpu:); --chunk-size beside two default pools said they
+    'each set budget= or run another scheduler' though neither did: they run vllm."""
+    from simulator.config.errors import ConfigError
+    from simulator.config.options import build_config
+    from simulator.config.prices import parse_price_flags
+
+    with pytest.raises(ConfigError, match=r"^--price: 'nope=2': unknown GPU 'nope'"):
+        parse_price_flags(["nope=2"], {})
+    with pytest.raises(ConfigError, match="--prefill-pool and --decode-pool run vllm, not --scheduler vllm-v1"):
+        build_config(chunk_size=256, prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)")

@@ -390,6 +390,7 @@ def tau(
         raise ConfigError("--num-decodes", f"{num_decodes:,} decodes exceed the largest budget considered "
                           f"(--max-tokens {max_tokens:,})", "lower --num-decodes or raise --max-tokens")
     _check_tau_reads(ctx, config, num_decodes, decode_context, chunk_context)
+    unread = tau_unread(config)
     mix = workload_mix(config, num_decodes, decode_context, chunk_context)
     _check_mix_fits(config, mix)
     result = choose_tau(config, tbt_slo, mix, max_tokens=max_tokens)
@@ -399,6 +400,8 @@ def tau(
 
         paths = tau_plot(result, plot)
     summary = result.summary()
+    if unread:
+        summary["unread_config_fields"] = unread
     if json_out:
         typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
         return
@@ -422,6 +425,20 @@ def tau(
                   f"linear-layer compute/memory knee at ~{result.knee_tokens} tokens")
     for p in paths:
         console.print(f"wrote {p}")
+    if unread:
+        console.print(f"note: the config's {', '.join(unread)} do nothing here: tau prices one iteration from the "
+                      "workload's lengths and chooses the budget (a run's config is read for its model, GPU, layout, "
+                      "engine and workload)")
+
+
+def tau_unread(config: RunConfig) -> list[str]:
+    """The fields a ``--config`` sets that tau does not read (the flags are refused before the config is built, so
+    what differs from the defaults here came from the file): said in its output, not refused, so that a run's saved
+    config can be priced as it is."""
+    from simulator.config.options import SET_BY_COMMAND, config_overrides
+
+    unread = SET_BY_COMMAND["tau"]
+    return sorted(name for name in config_overrides(config) if name in unread)
 
 
 @app.command()

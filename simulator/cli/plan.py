@@ -126,6 +126,12 @@ def plan(
         raise ConfigError("--rel-tol", f"must be in (0, 1), got {rel_tol}", "e.g. --rel-tol 0.05")
     if top < 0:
         raise ConfigError("--top", f"must be >= 0, got {top}", "e.g. --top 12")
+    w = config.workload
+    if mix and w.trace is None and w.name in ("fixed", "random") and not w.is_banded and not w.is_spread:
+        # (it failed after the whole search, on an empty long half)
+        raise ConfigError("--mix", f"splits the traffic at the median length, and --workload {w.name} gives every "
+                          "request the same lengths: there is no long half to price", "drop --mix, or vary the lengths "
+                          "(--random-range-ratio, --isl-stddev, a dataset or a trace)")
     limits = Limits(max_gpus, max_cost)
     space = SearchSpace(gpus=_gpu_names(gpus), modes=comma_list(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
                         dtypes=_given_names(dtypes, "--dtypes", "bf16,fp8"), budgets=parse_ints(budgets or BUDGETS, "--budgets"),

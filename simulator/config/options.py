@@ -531,6 +531,9 @@ def _link_inert_options(r: ReplicaConfig) -> dict[str, tuple[str, str]]:
             out["allow_tp_across_nodes"] = (f"each tp={r.tp} group already fits "
                                             + ("its NVLink domain" if topo.tp_in_nvlink_domain else "a node"),
                                             "drop {flag}")
+        if r.tp * r.pp * r.attention_dp == r.num_nodes and topo.uses_inter_node_link:  # one GPU a node
+            out["intra_node_link"] = (f"each of the replica's {r.num_nodes} nodes holds one of its GPUs: nothing it "
+                                      "does crosses a link inside a node", "drop {flag}, or put more GPUs on a node")
     if r.tp * r.pp * r.attention_dp == 1:
         out["intra_node_link"] = ("the replica is one GPU: nothing it does crosses a link",
                                   "add --tp or --pp, or drop {flag}")
@@ -568,8 +571,12 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                             "set sched= in a pool, add --mixed-pool (which runs --scheduler), or drop {flag}")
     if all(pool.budget is not None or (pool.sched or default) != config.scheduler.name for pool, default in pools.values()):
         for name in ("chunk_size", "max_num_batched_tokens"):
-            out[name] = (f"{named} each set budget= or run another scheduler than --scheduler "
-                         f"{config.scheduler.name}", "give the pools budget=N, or drop {flag}")
+            runs = sorted({pool.sched or default or config.scheduler.name for pool, default in pools.values()
+                           if pool.budget is None})
+            why = (f"run {' and '.join(runs)}, not --scheduler {config.scheduler.name} whose budget it is" if runs
+                   else "each set budget=")
+            out[name] = (f"{named} {why}", "give the pools budget=N, or drop {flag}" if runs
+                         else "drop {flag} (each pool's budget= is its own)")
     return out
 
 
@@ -848,6 +855,8 @@ def build_config(config_file: Path | None = None, command: str = "run", base: Ru
     the options name (a trace replay's row count, :func:`simulator.cli.options.replay_whole`)."""
     base = load_config_file(config_file) if config_file else base or RunConfig()
     options = resolve_aliases(options, base, from_file=config_file is not None)
+    if isinstance(options.get("scheduler"), str):  # any case, as SchedulerConfig reads it (every check below sees one)
+        options["scheduler"] = options["scheduler"].lower()
     # What the command sets in every config it builds is refused before the base is built: the base alone may not
     # hold the value (plan's --redundant-experts or --ep beside its EP 1, TP 1), and the base's own refusal would
     # then send the user to a fix the command refuses too (give --ep, give --tp).

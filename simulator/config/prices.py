@@ -119,7 +119,11 @@ def parse_price_flags(items: list[str] | None, base: dict[str, GPUPrice] | None 
         if "=" not in item:
             raise ConfigError("--price", f"{item!r} is not GPU=USD_PER_GPU_HOUR", "e.g. --price h100-sxm=6.16")
         name, value = (s.strip() for s in item.split("=", 1))
-        out[get_gpu(name).name] = _with_price(name, value, "--price", out)
+        try:
+            gpu = get_gpu(name).name
+        except ConfigError as err:  # (it named the catalog's field: "gpu")
+            raise ConfigError("--price", f"{item!r}: {err.problem}", err.fix) from None
+        out[gpu] = _with_price(name, value, "--price", out)
     return out
 
 

@@ -498,6 +498,8 @@ class SchedulerConfig:
     dp_padding: str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.name, str) and self.name.lower() in SCHEDULER_NAMES:  # any case, as --gpu and --model
+            object.__setattr__(self, "name", self.name.lower())
         if self.name not in SCHEDULER_NAMES:
             raise ConfigError("scheduler", f"unknown scheduler {self.name!r}", f"known: {', '.join(SCHEDULER_NAMES)}")
         _positive("scheduler", "max_num_seqs", self.max_num_seqs, allow_none=True)

@@ -379,7 +379,7 @@ def max_model_len_shortfall(blocks: BlockManager, max_model_len: int) -> str | N
     if whole >= max_model_len:  # the watermark is what leaves too little: name it
         return (f"the KV cache holds {whole} tokens per replica, but the scheduler's watermark keeps "
                 f"{blocks.watermark_blocks} of its {blocks.num_blocks} blocks free, leaving {held}, fewer than "
-                f"max_model_len {max_model_len} (lower scheduler.watermark)")
+                f"max_model_len {max_model_len} (lower the config's scheduler.watermark)")
     if held < whole:  # (the figure a run reports is the whole cache: say both)
         return (f"the KV cache holds {whole} tokens per replica ({held} past the scheduler's watermark), fewer than "
                 f"max_model_len {max_model_len}")

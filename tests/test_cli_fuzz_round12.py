@@ -139,3 +139,24 @@ def test_messages_name_the_flag_given_and_what_the_pools_run() -> None:
         parse_price_flags(["nope=2"], {})
     with pytest.raises(ConfigError, match="--prefill-pool and --decode-pool run vllm, not --scheduler vllm-v1"):
         build_config(chunk_size=256, prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)")
+
+
+def test_an_infinite_rate_beside_an_arrival_names_the_spelling_given() -> None:
+    """--qps inf --arrival gamma named --request-rate (vLLM's spelling, not typed)."""
+    from simulator.config.errors import ConfigError
+    from simulator.config.options import build_config
+
+    for spelling in ("qps", "request_rate"):
+        with pytest.raises(ConfigError, match=f"^--{spelling.replace('_', '-')}: inf sends every request at once"):
+            build_config(**{spelling: float("inf")}, arrival="gamma")
+
+
+def test_tau_names_burstiness_as_typed() -> None:
+    """vLLM's --burstiness becomes --arrival gamma and --cv: tau refused it as '--arrival'."""
+    from simulator.config.errors import ConfigError
+    from simulator.config.options import build_config
+
+    with pytest.raises(ConfigError, match="^--burstiness: tau does not read it"):
+        build_config(command="tau", burstiness=2.0)
+    with pytest.raises(ConfigError, match="^--arrival: tau does not read it"):
+        build_config(command="tau", arrival="gamma")

@@ -799,7 +799,8 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     qps = out.get("qps")
     if qps is not None and qps == float("inf"):
         if out.get("arrival") not in (None, "burst"):
-            raise ConfigError("--request-rate", f"inf sends every request at once, but --arrival is {out['arrival']}",
+            flag = "--request-rate" if options.get("request_rate") is not None else "--qps"  # (the spelling given)
+            raise ConfigError(flag, f"inf sends every request at once, but --arrival is {out['arrival']}",
                               "drop one of them")
         out["qps"], out["arrival"] = None, "burst"
     elif (out.get("concurrency") is not None and qps is None and out.get("arrival") is None and not from_file
@@ -854,13 +855,20 @@ def build_config(config_file: Path | None = None, command: str = "run", base: Ru
     given, for ``command`` (:func:`check_given`). ``base``: defaults the command line sets from what
     the options name (a trace replay's row count, :func:`simulator.cli.options.replay_whole`)."""
     base = load_config_file(config_file) if config_file else base or RunConfig()
+    typed = {name for name, value in options.items() if value is not None}
     options = resolve_aliases(options, base, from_file=config_file is not None)
     if isinstance(options.get("scheduler"), str):  # any case, as SchedulerConfig reads it (every check below sees one)
         options["scheduler"] = options["scheduler"].lower()
     # What the command sets in every config it builds is refused before the base is built: the base alone may not
     # hold the value (plan's --redundant-experts or --ep beside its EP 1, TP 1), and the base's own refusal would
     # then send the user to a fix the command refuses too (give --ep, give --tp).
-    _set_by_command(options, command, options.get("scheduler") or base.scheduler.name)
+    try:
+        _set_by_command(options, command, options.get("scheduler") or base.scheduler.name)
+    except ConfigError as err:  # vLLM's --burstiness becomes --arrival gamma and --cv: name the flag typed
+        if err.field in ("--arrival", "--cv") and "burstiness" in typed and not typed & {"arrival", "cv"}:
+            raise ConfigError("--burstiness", err.problem.replace(err.field, "--burstiness"),
+                              (err.fix or "").replace(err.field, "--burstiness")) from None
+        raise
     changes = {RUN_OPTIONS[k][0]: v for k, v in options.items() if v is not None}
     try:
         config = base.replace(**changes)

@@ -123,7 +123,10 @@ def test_import_vidur_refuses_a_gpu_its_folder_contradicts_and_topologies_of_no_
     --all-topologies on compute profiles alone gave the same table."""
     mlp = shared_data / "profiles" / "vidur" / "compute" / "h100" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv"
     line = one_line_error("import-vidur", str(mlp), "--gpu", "a40", "--out", str(tmp_path / "a"))
-    assert "--gpu:" in line and "names h100-sxm, not a40" in line
+    assert "--gpu:" in line and "folder of h100 profiles (h100), not a40's" in line
+    from profiler.vidur_import import import_vidur_file  # within the folder's family --gpu overrides its guess
+
+    assert set(import_vidur_file(mlp, gpu="h100-pcie")["device"]) == {"h100-pcie"}
     line = one_line_error("import-vidur", str(mlp), "--all-topologies", "--out", str(tmp_path / "b"))
     assert "--all-topologies:" in line and "no file given is a collective's" in line
 

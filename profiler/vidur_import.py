@@ -356,11 +356,13 @@ def import_vidur_file(path: str | Path, *, model: str | None = None, gpu: str | 
     folder, spec_gpu = _gpu_from_path(path)
     if gpu is not None:
         given = get_gpu(gpu)
-        # Another GPU than the folder's family (h100 -> a40) is refused: the rows' plausibility checks read its peaks.
-        # Within the family the folder's guess is overridden (Vidur's "a100" folder may hold an A100-40GB's).
-        if spec_gpu is not None and given.name.split("-")[0] != spec_gpu.name.split("-")[0]:
-            raise ConfigError("--gpu", f"{path} is in Vidur's folder of {spec_gpu.name.split('-')[0]} profiles "
-                              f"({folder}), not {gpu}'s",
+        # In Vidur's layout (compute/<gpu>/..., network/<gpu>_<topology>/...) a GPU the folder does not name (h100 ->
+        # a40) is refused: the rows' plausibility checks read its peaks. A GPU it names is taken over the folder's
+        # guess (Vidur's "a100" folder may hold an A100-40GB's profiles); elsewhere the folder is no GPU's.
+        named = (folder or "").split("_")[0].lower()
+        vidur_layout = {"compute", "network"} & set(path.resolve().parts)
+        if spec_gpu is not None and vidur_layout and not given.name.startswith(named):
+            raise ConfigError("--gpu", f"{path} is in Vidur's folder of {named} profiles ({folder}), not {gpu}'s",
                               f"drop --gpu (the folder says {spec_gpu.name}), or import a profile of {gpu}")
         spec_gpu, folder = given, folder or gpu
     model_spec = get_model(model) if model else _model_from_path(path)

@@ -46,7 +46,14 @@ def test_split_with_ep_and_no_attention_dp_says_why_and_how() -> None:
     """disagg split builds its base config at tp 1 before its layouts take --tps: --ep 2 alone was refused as
     'must divide tp=1, use --ep equal to --tp', a flag split refuses; it now says so and gives the two ways."""
     line = one_line_error("disagg", "split", "--model", "mixtral-8x7b", "--ep", "2", "--gpus", "4", "--tps", "2")
-    assert "--ep: disagg split sets each layout's TP from --tps" in line and "--attention-dp N" in line
+    assert "--ep: disagg split sets each layout's TP from --tps" in line and "(tp 1)" in line
+    from simulator.config.options import build_config
+    from simulator.config.run_config import ReplicaConfig, RunConfig
+
+    for replica in (ReplicaConfig("mixtral-8x7b", "a100-80gb", tp=2), ReplicaConfig("mixtral-8x7b", "a100-80gb",
+                                                                                      attention_dp=2)):
+        # a --config whose TP or attention DP holds the EP runs (the first form of the check refused it)
+        assert build_config(command="split", base=RunConfig(replica=replica), ep=2).replica.ep == 2
 
 
 def test_a_traces_lengths_are_named_as_the_trace(shared_data: Path) -> None:
@@ -66,6 +73,8 @@ def test_a_capacity_ceiling_at_or_below_the_floor_names_the_ceiling() -> None:
         SearchSettings(max_qps=0.0)
     with pytest.raises(ConfigError, match="capacity.min_qps"):  # the floor itself off: the floor named
         SearchSettings(min_qps=1e-16)
+    with pytest.raises(ConfigError, match="capacity.min_qps"):  # a floor above the default ceiling: the floor named
+        SearchSettings(min_qps=5000.0)
 
 
 def test_tau_says_which_fields_of_a_config_it_does_not_read(tmp_path: Path) -> None:
@@ -99,6 +108,10 @@ def test_an_intra_node_link_between_one_gpu_nodes_is_refused() -> None:
     from simulator.config.options import build_config
 
     build_config(pp=2, tp=2, nodes=2, intra_node_link="pcie")
+    # read where it changes the run: a GB200 rack's hops ride NVLink unless the link says PCIe, and a TP ring across
+    # one-GPU nodes reads its efficiency (a review found both refused by the first form of the check)
+    build_config(gpu="gb200", pp=2, nodes=2, intra_node_link="pcie")
+    build_config(tp=2, nodes=2, allow_tp_across_nodes=True, intra_node_link="pcie")
 
 
 def test_a_scheduler_name_is_read_in_any_case() -> None:
@@ -140,8 +153,10 @@ def test_messages_name_the_flag_given_and_what_the_pools_run() -> None:
 
     with pytest.raises(ConfigError, match=r"^--price: 'nope=2': unknown GPU 'nope'"):
         parse_price_flags(["nope=2"], {})
-    with pytest.raises(ConfigError, match="--prefill-pool and --decode-pool run vllm, not --scheduler vllm-v1"):
+    with pytest.raises(ConfigError, match="--prefill-pool runs vllm; --decode-pool runs vllm, not --scheduler vllm-v1"):
         build_config(chunk_size=256, prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)")
+    with pytest.raises(ConfigError, match="--prefill-pool sets budget=; --decode-pool runs sarathi, not --scheduler"):
+        build_config(chunk_size=256, prefill_pool="1x(budget=512)", decode_pool="1x(sched=sarathi)")
 
 
 def test_an_infinite_rate_beside_an_arrival_names_the_spelling_given() -> None:

@@ -129,7 +129,7 @@ def plan(
     w = config.workload
     if mix and w.trace is None and w.name in ("fixed", "random") and not w.is_banded and not w.is_spread:
         # (it failed after the whole search, on an empty long half)
-        raise ConfigError("--mix", f"splits the traffic at the median length, and --workload {w.name} gives every "
+        raise ConfigError("--mix", f"splits the traffic at the median length, and the {w.name} workload gives every "
                           "request the same lengths: there is no long half to price", "drop --mix, or vary the lengths "
                           "(--random-range-ratio, --isl-stddev, a dataset or a trace)")
     limits = Limits(max_gpus, max_cost)

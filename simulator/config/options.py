@@ -531,9 +531,17 @@ def _link_inert_options(r: ReplicaConfig) -> dict[str, tuple[str, str]]:
             out["allow_tp_across_nodes"] = (f"each tp={r.tp} group already fits "
                                             + ("its NVLink domain" if topo.tp_in_nvlink_domain else "a node"),
                                             "drop {flag}")
-        if r.tp * r.pp * r.attention_dp == r.num_nodes and topo.uses_inter_node_link:  # one GPU a node
-            out["intra_node_link"] = (f"each of the replica's {r.num_nodes} nodes holds one of its GPUs: nothing it "
-                                      "does crosses a link inside a node", "drop {flag}, or put more GPUs on a node")
+        if r.tp == 1 and r.attention_dp == 1 and r.intra_node_link is not None:
+            # Without TP or DP only the PP hops could read it (a TP ring, even of one GPU a node, reads its
+            # efficiency): it does nothing where they cross the same links as with the GPU's own (one GPU a node
+            # outside an NVLink domain: every hop on the inter-node link).
+            from dataclasses import replace as _replace
+
+            default = topology_for(_replace(r, intra_node_link=None))
+            if topo.hop_links == default.hop_links and r.pp == r.num_nodes and topo.uses_inter_node_link:
+                out["intra_node_link"] = (f"each of the replica's {r.num_nodes} nodes holds one of its GPUs and "
+                                          "every pipeline hop crosses nodes: nothing it does uses a link inside a node",
+                                          "drop {flag}, or put more GPUs on a node")
     if r.tp * r.pp * r.attention_dp == 1:
         out["intra_node_link"] = ("the replica is one GPU: nothing it does crosses a link",
                                   "add --tp or --pp, or drop {flag}")
@@ -570,13 +578,14 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         out["scheduler"] = (f"{named} run their own scheduler (sched=, else {DEFAULT_POOL_SCHEDULER})",
                             "set sched= in a pool, add --mixed-pool (which runs --scheduler), or drop {flag}")
     if all(pool.budget is not None or (pool.sched or default) != config.scheduler.name for pool, default in pools.values()):
+        # Each pool as it is: its own budget=, or another scheduler than the one whose budget the flag is.
+        parts = [f"{flag} sets budget=" if pool.budget is not None
+                 else f"{flag} runs {pool.sched or default or config.scheduler.name}"
+                 for flag, (pool, default) in pools.items()]
+        if any(pool.budget is None for pool, _ in pools.values()):
+            parts[-1] += f", not --scheduler {config.scheduler.name} whose budget it is"
         for name in ("chunk_size", "max_num_batched_tokens"):
-            runs = sorted({pool.sched or default or config.scheduler.name for pool, default in pools.values()
-                           if pool.budget is None})
-            why = (f"run {' and '.join(runs)}, not --scheduler {config.scheduler.name} whose budget it is" if runs
-                   else "each set budget=")
-            out[name] = (f"{named} {why}", "give the pools budget=N, or drop {flag}" if runs
-                         else "drop {flag} (each pool's budget= is its own)")
+            out[name] = ("; ".join(parts), "give the pools budget=N, or drop {flag}")
     return out
 
 
@@ -683,12 +692,6 @@ def _set_by_command(options: dict[str, Any], command: str, scheduler: str) -> No
         # the pools keep no other scheduler's budget
         sets["max_num_batched_tokens"] = (
             f"pools run {DEFAULT_POOL_SCHEDULER}, which keeps a budget only with --scheduler {DEFAULT_POOL_SCHEDULER}")
-    if command in ("split", "compare") and (options.get("ep") or 1) > 1 and (options.get("attention_dp") or 1) == 1:
-        # (the base config is built at tp 1 before any layout, and EP without attention DP must divide a TP)
-        raise ConfigError("--ep", f"disagg {command} sets each layout's TP from --tps, and EP without attention DP must "
-                          "divide a replica's TP, which its base config (tp 1) cannot hold",
-                          "add --attention-dp N for EP over data-parallel ranks, or lay the pools out yourself: "
-                          "`simulate run --tp 2 --ep 2 --prefill-pool 1x --decode-pool 2x`")
     for name, setter in sets.items():
         if options.get(name) is not None:
             flag = given_flag(name, options[name])
@@ -862,6 +865,14 @@ def build_config(config_file: Path | None = None, command: str = "run", base: Ru
     # What the command sets in every config it builds is refused before the base is built: the base alone may not
     # hold the value (plan's --redundant-experts or --ep beside its EP 1, TP 1), and the base's own refusal would
     # then send the user to a fix the command refuses too (give --ep, give --tp).
+    ep = options.get("ep") or 1
+    if (command in ("split", "compare") and ep > 1 and (options.get("attention_dp") or base.replica.attention_dp) == 1
+            and base.replica.tp % ep):
+        # (the base config is built before any layout takes --tps, and EP without attention DP must divide its TP)
+        raise ConfigError("--ep", f"disagg {command} sets each layout's TP from --tps, and EP without attention DP must "
+                          f"divide a replica's TP, which its base config (tp {base.replica.tp}) cannot hold",
+                          "add --attention-dp N for EP over data-parallel ranks, or lay the pools out yourself: "
+                          "`simulate run --tp 2 --ep 2 --prefill-pool 1x --decode-pool 2x`")
     try:
         _set_by_command(options, command, options.get("scheduler") or base.scheduler.name)
     except ConfigError as err:  # vLLM's --burstiness becomes --arrival gamma and --cv: name the flag typed

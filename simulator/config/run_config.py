@@ -809,7 +809,7 @@ class WorkloadConfig:
                                   "clients' ways of varying lengths", f"pass one of {flag} and --random-range-ratio")
         if self.is_banded and self.name not in ("fixed", "random"):
             raise ConfigError("workload.range_ratio", f"bands fixed lengths, but the workload is {self._lengths}",
-                              "drop --random-range-ratio and --range-style (a trace's lengths are its own)" if self.trace
+                              "drop the band (--range-ratio, --range-style): a trace's lengths are its own" if self.trace
                               else "pass --workload fixed (or --dataset-name random), or drop --random-range-ratio and "
                               "--range-style")
 

@@ -149,7 +149,9 @@ class SearchSettings:
         if not self.max_qps <= MAX_QPS:  # nan, inf, or a rate the workload refuses (mid-search, after many trials)
             raise ConfigError("capacity.max_qps", f"must be a finite rate of at most {MAX_QPS:g} requests/s, got "
                               f"{self.max_qps}", f"pass a finite --max-qps of {MAX_QPS:g} or lower")
-        if self.min_qps >= MIN_QPS and not self.max_qps > self.min_qps:  # (the ceiling is what is off: name it)
+        default_max = type(self).__dataclass_fields__["max_qps"].default
+        if self.min_qps >= MIN_QPS and not self.max_qps > self.min_qps and self.max_qps != default_max:
+            # (a ceiling given at or below the floor is what is off: name it; against the default, the floor is)
             raise ConfigError("capacity.max_qps", f"must be above --min-qps {self.min_qps:g}, got {self.max_qps:g}",
                               f"pass a --max-qps above {self.min_qps:g}")
         if not MIN_QPS <= self.min_qps < self.max_qps:

@@ -535,9 +535,7 @@ def _link_inert_options(r: ReplicaConfig) -> dict[str, tuple[str, str]]:
             # Without TP or DP only the PP hops could read it (a TP ring, even of one GPU a node, reads its
             # efficiency): it does nothing where they cross the same links as with the GPU's own (one GPU a node
             # outside an NVLink domain: every hop on the inter-node link).
-            from dataclasses import replace as _replace
-
-            default = topology_for(_replace(r, intra_node_link=None))
+            default = topology_for(dataclasses.replace(r, intra_node_link=None))
             if topo.hop_links == default.hop_links and r.pp == r.num_nodes and topo.uses_inter_node_link:
                 out["intra_node_link"] = (f"each of the replica's {r.num_nodes} nodes holds one of its GPUs and "
                                           "every pipeline hop crosses nodes: nothing it does uses a link inside a node",
@@ -681,8 +679,9 @@ def option_value(config: RunConfig, name: str) -> Any:  # noqa: ANN401 - any opt
     return value
 
 
-def _set_by_command(options: dict[str, Any], command: str, scheduler: str) -> None:
-    """Refuse an option that ``command`` sets itself (:data:`SET_BY_COMMAND`) for a run of ``scheduler``."""
+def _set_by_command(options: dict[str, Any], command: str, scheduler: str, typed_as: dict[str, str] | None = None) -> None:
+    """Refuse an option that ``command`` sets itself (:data:`SET_BY_COMMAND`) for a run of ``scheduler``;
+    ``typed_as``: the flag that gave an option another option became (vLLM's ``--burstiness``: ``--arrival``, ``--cv``)."""
     sets = dict(SET_BY_COMMAND.get(command, {}))
     if command == "plan" and scheduler in CHUNKING_SCHEDULERS:  # its --budgets are a chunking scheduler's budget
         sets["chunk_size"] = sets["max_num_batched_tokens"] = "from --budgets"
@@ -694,7 +693,7 @@ def _set_by_command(options: dict[str, Any], command: str, scheduler: str) -> No
             f"pools run {DEFAULT_POOL_SCHEDULER}, which keeps a budget only with --scheduler {DEFAULT_POOL_SCHEDULER}")
     for name, setter in sets.items():
         if options.get(name) is not None:
-            flag = given_flag(name, options[name])
+            flag = (typed_as or {}).get(name) or given_flag(name, options[name])
             where = command if command in ("plan", "capacity", "tau") else f"disagg {command}"
             if command == "tau" or (command in ("split", "compare") and name in _SPLIT_UNREAD):
                 raise ConfigError(flag, f"{where} does not read it ({setter}), so {flag} would do nothing",
@@ -873,13 +872,9 @@ def build_config(config_file: Path | None = None, command: str = "run", base: Ru
                           f"divide a replica's TP, which its base config (tp {base.replica.tp}) cannot hold",
                           "add --attention-dp N for EP over data-parallel ranks, or lay the pools out yourself: "
                           "`simulate run --tp 2 --ep 2 --prefill-pool 1x --decode-pool 2x`")
-    try:
-        _set_by_command(options, command, options.get("scheduler") or base.scheduler.name)
-    except ConfigError as err:  # vLLM's --burstiness becomes --arrival gamma and --cv: name the flag typed
-        if err.field in ("--arrival", "--cv") and "burstiness" in typed and not typed & {"arrival", "cv"}:
-            raise ConfigError("--burstiness", err.problem.replace(err.field, "--burstiness"),
-                              (err.fix or "").replace(err.field, "--burstiness")) from None
-        raise
+    # vLLM's --burstiness becomes --arrival gamma and --cv: a refusal of those names the flag typed
+    typed_as = {name: "--burstiness" for name in ("arrival", "cv") if "burstiness" in typed and name not in typed}
+    _set_by_command(options, command, options.get("scheduler") or base.scheduler.name, typed_as)
     changes = {RUN_OPTIONS[k][0]: v for k, v in options.items() if v is not None}
     try:
         config = base.replace(**changes)

@@ -310,6 +310,14 @@ class DraftHead:
     spec: ModelSpec
     target: str
 
+    @property
+    def input_gemms(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(k, n) of its two GEMMs beyond its layers as a model (EAGLE-3's wider inputs): the embedding's inputs to
+        the first layer's q, k and v (``hidden -> (heads + 2 kv heads) x head_dim``), and the fc over three target
+        hidden states (``3 hidden -> hidden``), once a step."""
+        m = self.spec
+        return (m.hidden_size, (m.num_heads + 2 * m.num_kv_heads) * m.head_dim), (3 * m.hidden_size, m.hidden_size)
+
 
 DRAFT_HEADS: dict[str, DraftHead] = {
     # gpt-oss-20b's EAGLE-3 head: the speculators-format head's shape (nm-testing/for_testing_gptoss20b_spec_eagle3
@@ -517,11 +525,12 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
                               'e.g. "acceptance_rate": 0.7')
         rates = (float(raw),)
         source = source or "--speculative-config acceptance_rate (i.i.d.)"
-    _check_prompt_lookup(data, _VLLM_METHODS[str(method).lower()])
-    if data.get("quantization") is not None and _VLLM_METHODS[str(method).lower()] == "ngram":
+    ours = _VLLM_METHODS[str(method).lower()]
+    _check_prompt_lookup(data, ours)
+    if data.get("quantization") is not None and ours == "ngram":
         raise ConfigError("--speculative-config.quantization", "ngram looks its drafts up in the request's own tokens "
                           "and has no draft model to quantize, so it would do nothing", "drop quantization")
-    if data.get("draft_tensor_parallel_size") is not None and _VLLM_METHODS[str(method).lower()] != "draft_model":
+    if data.get("draft_tensor_parallel_size") is not None and ours != "draft_model":
         raise ConfigError("--speculative-config.draft_tensor_parallel_size", f"{method} has no draft model of its own "
                           "to lay out (its heads or lookups run inside the target's step), so it would do nothing",
                           "drop draft_tensor_parallel_size")
@@ -529,7 +538,7 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
     if parallel is not None and not isinstance(parallel, bool):
         raise ConfigError("--speculative-config.parallel_drafting", f"must be true or false, got {parallel!r}",
                           '"parallel_drafting": true')
-    return {"method": _VLLM_METHODS[str(method).lower()], "num_speculative_tokens": data["num_speculative_tokens"],
+    return {"method": ours, "num_speculative_tokens": data["num_speculative_tokens"],
             "draft_model": None if model == "[ngram]" else model, "acceptance_rates": rates,
             "acceptance_source": source,
             # None (vLLM's default) is the target's TP; a 0 or -1 typed is refused by SpeculativeConfig, not read as None

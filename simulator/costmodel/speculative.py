@@ -278,9 +278,8 @@ class SpeculativeCostModel(CostModel):
         tree = f", tree of {spec.num_verify_tokens}" if spec.token_tree else ""
         self.name = f"{target.name} + speculative {spec.method} k={spec.k}{tree}"
         self.draft: CostModel | None = None
-        self._known_head = spec.known_head is not None
         self._head_input_s: dict[tuple[int, bool], float] = {}  # _head_inputs by (rows, first pass)
-        if spec.method == "draft_model" or self._known_head:
+        if spec.method == "draft_model" or spec.known_head is not None:
             from simulator.costmodel.roofline import RooflineCostModel
 
             # The draft's kernels at the calibration the target's roofline uses (the engine's backend, a fitted
@@ -311,7 +310,7 @@ class SpeculativeCostModel(CostModel):
         d = self.draft
         assert d is not None
         t = d.pre_time(shape) + d.model.num_layers * d.layer_time(shape) + d.post_time(shape) + self.pass_cpu_s
-        return t + self._head_inputs(shape.num_tokens, first) if self._known_head else t
+        return t + self._head_inputs(shape.num_tokens, first) if self.spec.known_head is not None else t
 
     def _head_inputs(self, rows: int, first: bool) -> float:
         """An EAGLE-3 head's GEMMs beyond its layers as a model: its first layer's attention projections read the
@@ -321,14 +320,11 @@ class SpeculativeCostModel(CostModel):
         key = (rows, first)
         if (t := self._head_input_s.get(key)) is not None:  # (every drafter pass asks: a step's rows repeat)
             return t
-        d = self.draft
-        assert d is not None
-        m, tp = d.model, d.replica.tp
+        d, head = self.draft, self.spec.known_head
+        assert d is not None and head is not None
         x = np.array([rows], dtype=np.float64)
-        qkv = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim // tp
-        t = float(d.gemm(x, m.hidden_size, qkv)[0])
-        if first:
-            t += float(d.gemm(x, 3 * m.hidden_size, m.hidden_size // tp)[0])
+        gemms = head.input_gemms if first else head.input_gemms[:1]
+        t = sum(float(d.gemm(x, k, n // d.replica.tp)[0]) for k, n in gemms)
         self._head_input_s[key] = t
         return t
 
@@ -445,9 +441,9 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
         return 0.0, 0.0
     if spec.known_head is not None:  # its layers, wider inputs (module docstring) and draft vocabulary's LM head
         head = spec.known_head.spec  # (the embedding is the target's), 16-bit
-        h = head.hidden_size
-        inputs = h * (head.num_heads + 2 * head.num_kv_heads) * head.head_dim + 3 * h * h
-        weights = (head.num_layers * head.params_per_layer + inputs + head.vocab_size * h) / replica.tp * replica.dtype_bytes
+        inputs = sum(k * n for k, n in spec.known_head.input_gemms)
+        weights = (head.num_layers * head.params_per_layer + inputs + head.vocab_size * head.hidden_size) \
+            / replica.tp * replica.dtype_bytes
         return weights, head.num_layers * head.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp)
     if spec.method == "draft_model":
         d = draft_replica(replica, spec)

@@ -222,11 +222,12 @@ class Replica:
         scheduler = self.scheduler
         batch = scheduler.schedule()
         if not batch.requests and not batch.num_lockstep:  # len(batch) == 0, without the call
+            if batch.preempted:  # (a pipeline's in-flight requests are no victims: a request can preempt itself
+                # and leave nothing to run) the pass is a row of its own, so the table counts every preemption;
+                # recorded first: a pass that preempted the last running request leaves only waiting ones (stalled)
+                self.recorder.on_iteration(self.replica_id, self.env.now, 0.0, batch, scheduler.blocks.num_used_blocks)
             if scheduler.waiting and not scheduler.running:
                 return self._stalled()
-            if batch.preempted:  # (a pipeline's in-flight requests are no victims: a request can preempt itself
-                # and leave nothing to run) the pass is a row of its own, so the table counts every preemption
-                self.recorder.on_iteration(self.replica_id, self.env.now, 0.0, batch, scheduler.blocks.num_used_blocks)
             return None
         if batch.admitted:
             now = self.env.now

@@ -52,11 +52,16 @@ _REASON_KINDS = (
 )
 
 
+_WHERE = re.compile(r"^([a-z]+ pool: )")  # a disaggregated run's reason names the pool that refused it first
+
+
 def rejection_kind(reason: str) -> str:
     """The reason without the request's own figures (any other digits read as N)."""
+    where = _WHERE.match(reason)
+    prefix, rest = (where.group(1), reason[where.end():]) if where else ("", reason)
     for pattern, kind in _REASON_KINDS:
-        if pattern.match(reason):
-            return pattern.sub(kind, reason)
+        if pattern.match(rest):
+            return prefix + pattern.sub(kind, rest)
     return re.sub(r"\d[\d,.]*", "N", reason)
 
 

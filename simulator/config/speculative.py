@@ -183,6 +183,12 @@ class SpeculativeConfig:
         if self.parallel_drafting and not self.draft_model:  # (only a drafter trained for it proposes k at once)
             raise ConfigError("speculative.model", "parallel_drafting needs the drafter trained for it",
                               'name it with "model" (e.g. "amazon/GPT-OSS-20B-P-EAGLE"), or drop parallel_drafting')
+        head = draft_head(self.draft_model) if self.parallel_drafting else None
+        if head is not None and not head.parallel:  # (it was trained on chains: one pass would propose garbage)
+            parallel = [h.spec.hf_id for h in DRAFT_HEADS.values() if h.parallel and h.target == head.target]
+            raise ConfigError("speculative.parallel_drafting", f"{head.spec.hf_id} drafts a chain, one pass a token: it "
+                              "was not trained to propose its drafts in one pass",
+                              f"drop parallel_drafting{f', or use {parallel[0]}' if parallel else ''}")
         if self.parallel_drafting and self.token_tree:  # (vLLM's parallel drafting proposes a chain)
             raise ConfigError("speculative.parallel_drafting", "proposes a chain of k drafts, not a token tree",
                               "drop speculative_token_tree, or parallel_drafting")
@@ -309,6 +315,7 @@ class DraftHead:
 
     spec: ModelSpec
     target: str
+    parallel: bool = False  # trained to propose its k drafts in one pass (vLLM's parallel_drafting), not a chain
 
     @property
     def input_gemms(self) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -333,7 +340,7 @@ DRAFT_HEADS: dict[str, DraftHead] = {
     "gpt-oss-20b-p-eagle": DraftHead(ModelSpec(
         "gpt-oss-20b-p-eagle", "amazon/GPT-OSS-20B-P-EAGLE", 4, 2880, 64, 8, 2880, 32000, 131072,
         explicit_head_dim=64, source="amazon/GPT-OSS-20B-P-EAGLE model card (4 layers); the layer's shape and draft "
-                                     "vocabulary assumed gpt-oss-20b's EAGLE-3 head's"), "gpt-oss-20b"),
+                                     "vocabulary assumed gpt-oss-20b's EAGLE-3 head's"), "gpt-oss-20b", parallel=True),
 }
 HEAD_METHODS = ("eagle", "eagle3")  # the methods whose "model" may name a known head
 

@@ -59,14 +59,15 @@ def run_simulation(config: RunConfig, out: Path | None = None, fmt: str = "parqu
     return result, summary
 
 
-def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requests: Any) -> list[str]:
+def _write(result: RunResult, out: Path, fmt: str, summary: dict[str, Any], requests: Any,
+           report: dict[str, Any] | None = None) -> list[str]:
     """Write the run into a folder beside ``out`` and rename it into place: ``out`` ends up a
     complete run or as it was (an error or Ctrl-C while writing removes the partial folder).
     The names of what it wrote, in order."""
     from simulator.util.paths import atomic_dir
 
     with atomic_dir(out) as folder:
-        paths = write_run(result, folder, fmt, summary, requests)
+        paths = write_run(result, folder, fmt, summary, requests, report)
         if result.disagg is not None:  # disaggregated prefill/decode: one row per KV handoff
             from simulator.report.disagg_metrics import handoff_frame
             from simulator.report.output import write_table
@@ -413,10 +414,10 @@ def _pricing_note(config: RunConfig) -> str:
 
 
 def _loop_note(config: RunConfig) -> str:
-    """Under a concurrency cap the arrivals are only the first sends: who sends next."""
+    """Under a concurrency cap the arrivals are only the first sends: who sends next; and a warm-up left out."""
     w = config.workload
-    if w.concurrency is None:
-        return ""
+    if w.concurrency is None:  # (an open loop's warm-up: its first requests sent, left out of every figure below)
+        return f" · the first {w.num_warmup:,} requests a warm-up left out" if w.num_warmup else ""
     warm = f", the first {w.num_warmup:,} requests a warm-up left out ({w.warmup_mode})" if w.num_warmup else ""
     return (f" · closed loop: {w.concurrency:,} users, each sending its next request when its last ends{warm}"
             if w.arrival == "burst" else f" · at most {w.concurrency:,} requests in flight (a request waits for "
@@ -527,9 +528,49 @@ class BenchOptions:
                   markup=False)
 
 
+# config.json's report section (REPORT_KEY): the run options that shape what is reported, not what is simulated,
+# by their key there -> (the command's parameter, its flag, the JSON type it takes).
+REPORT_OPTIONS: dict[str, tuple[str, str, tuple[type, ...]]] = {
+    "format": ("fmt", "--format", (str,)), "ttft_slo_s": ("ttft_slo", "--ttft-slo", (int, float)),
+    "tbt_slo_s": ("tbt_slo", "--tbt-slo", (int, float)), "goodput": ("goodput", "--goodput", (str,)),
+    "metrics": ("metrics", "--metrics", (str,)), "metric_percentiles": ("metric_percentiles", "--metric-percentiles", (str,)),
+}
+
+
+def file_report_options(ctx: typer.Context) -> dict[str, Any]:
+    """What a ``--config`` file's report section sets of the options not given on this command line (a reproduction
+    writes the first run's summary.json, goodput at its SLOs included), by parameter name; {} without one."""
+    from simulator.config.json_types import loads_once
+    from simulator.config.run_config import REPORT_KEY
+
+    path = ctx.params.get("config_file")
+    if path is None:
+        return {}
+    data = loads_once(Path(path).read_text(encoding="utf-8-sig"), str(path))  # (read whole once already)
+    report = data.get(REPORT_KEY)
+    if report is None:
+        return {}
+    where = f"--config {path}"
+    if not isinstance(report, dict):
+        raise ConfigError(where, f"{REPORT_KEY}: must be an object, got {report!r}", "use the config.json a run wrote")
+    out = {}
+    for key, value in report.items():
+        if key not in REPORT_OPTIONS:
+            raise ConfigError(where, f"{REPORT_KEY}.{key}: unknown key", f"known: {', '.join(REPORT_OPTIONS)}")
+        name, flag, types = REPORT_OPTIONS[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            raise ConfigError(where, f"{REPORT_KEY}.{key}: must be {'a number' if float in types else 'a string'} "
+                              f"(what {flag} takes), got {value!r}", f"correct {REPORT_KEY}.{key} in the file")
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name not in ("COMMANDLINE", "ENVIRONMENT"):  # (typer's click: by name)
+            out[name] = value
+    return out
+
+
 @app.command()
 @run_options
 def run(
+    ctx: typer.Context,
     config: RunConfig,
     out: Annotated[Path | None, typer.Option(help="Folder for requests/iterations tables, summary.json, config.json.")] = None,
     fmt: Annotated[str | None, typer.Option("--format", help=f"Table format with --out: {', '.join(FORMATS)} "
@@ -556,6 +597,13 @@ def run(
                                                                  "e.g. 50,90,99 (default 99).")] = None,
 ) -> None:
     """Simulate one configuration and print TTFT/TBT/TPOT quantiles (defaults: Llama-2-7B, A100-80GB, vLLM V1 scheduling, engine vllm-2026, ShareGPT)."""
+    from_file = file_report_options(ctx)  # a --config's own SLOs, views and format, where not given again
+    fmt = from_file.get("fmt", fmt) if out is not None else fmt
+    ttft_slo = from_file.get("ttft_slo", ttft_slo)
+    tbt_slo = from_file.get("tbt_slo", tbt_slo)
+    goodput = from_file.get("goodput", goodput)
+    metrics = from_file.get("metrics", metrics)
+    metric_percentiles = from_file.get("metric_percentiles", metric_percentiles)
     # Every option is checked before the run: a bad --format or --out must not cost a simulation.
     if fmt is not None and out is None:
         raise ConfigError("--format", "sets the format of the tables --out writes, but no --out was given",
@@ -568,7 +616,7 @@ def run(
     bench = BenchOptions.parse(goodput, metrics, save_result, metric_percentiles, json_out)
     if bench.view == "vllm" and not json_out and out is None:  # vllm's block shows no goodput at these SLOs
         for flag, seconds, default in (("--ttft-slo", ttft_slo, TTFT_SLO_S), ("--tbt-slo", tbt_slo, TBT_SLO_S)):
-            if seconds != default:
+            if seconds != default and flag[2:].replace("-", "_") not in from_file:  # (a --config's: not typed)
                 raise ConfigError(flag, "--metrics vllm prints vllm bench serve's result block, which has no SLO "
                                   f"attainment at this SLO, so {flag} would do nothing",
                                   "give vLLM's SLOs with --goodput 'ttft:MS tpot:MS', add --json or --out for the "
@@ -591,7 +639,9 @@ def run(
             if reporter is not None:
                 reporter.phase(f"writing tables to {out}", len(result.requests))
             try:
-                written = _write(result, out, fmt, summary, requests)
+                report = {"format": fmt, "ttft_slo_s": ttft_slo, "tbt_slo_s": tbt_slo, "goodput": goodput,
+                          "metrics": metrics, "metric_percentiles": metric_percentiles}
+                written = _write(result, out, fmt, summary, requests, report)
             except KeyboardInterrupt:  # the partial folder is gone; out is as it was
                 fail(f"interrupted: nothing written to {out}", code=130)
             except OSError as exc:  # the folder was writable before the run; keep the results on screen

@@ -25,7 +25,7 @@ from simulator.config.disagg_layout import (
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 from simulator.config.run_config import CV_RANGE, ReplicaConfig, RunConfig, SchedulerConfig, engine_override_terms
-from simulator.config.schedulers import BUDGETED_SCHEDULERS, CHUNKING_SCHEDULERS, UNBUDGETED_SCHEDULERS
+from simulator.config.schedulers import BUDGETED_SCHEDULERS, CHUNKING_SCHEDULERS, SCHEDULERS, UNBUDGETED_SCHEDULERS
 
 # vLLM's names (`vllm serve`, `vllm bench serve`) for options of RUN_OPTIONS below: the CLI takes either
 # spelling; sweep files and build_config take them too (resolve_aliases).
@@ -114,7 +114,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "max_num_batched_tokens": ("scheduler__max_num_batched_tokens", int, "Token budget per iteration."),
     "chunk_size": ("scheduler__chunk_size", int, "Sarathi token budget (tau)."),
     "prefix_caching": ("scheduler__prefix_caching", bool, "Automatic prefix caching of KV blocks named by a trace's "
-                       "block hashes (default: on for vllm-v1, as vLLM V1, and sglang, as SGLang's radix cache; off for the others). "
+                       "block hashes (default: on where the engine keeps it on: " + ", ".join(
+                           name for name, entry in SCHEDULERS.items() if entry.prefix_cache) + "; off for the others). "
                        "A disaggregated run: its prefill pool's (on where the run's scheduler or the pool's sched= caches by "
                        "default) and a mixed pool's; a decode pool keeps none."),
     "prefix_cache_policy": ("scheduler__prefix_cache_policy", str, "Prefix cache eviction: vllm-lru (vLLM V1: least "
@@ -244,6 +245,12 @@ def load_config_file(path: Path, field: str = "--config") -> RunConfig:
         raise ConfigError(field, f"{path} is not valid JSON ({exc})", "pass the config.json a run wrote") from None
     if not isinstance(data, dict):
         raise ConfigError(field, f"{path} must hold a JSON object", "pass the config.json a run wrote")
+    if "num_finished" in data and not {"replica", "scheduler"} & set(data):
+        # (a run's summary.json, beside its config.json: its first key that is no field was blamed as unknown)
+        beside = path.with_name("config.json")
+        raise ConfigError(field, f"{path} is a run's summary (it holds num_finished and neither of a config's replica "
+                          "and scheduler)", f"pass {beside}" if beside.is_file() and beside != path else
+                          "pass the config.json a run wrote")
     try:
         return RunConfig.from_dict(data)
     except ConfigError as err:

@@ -93,6 +93,12 @@ def split_engine_spec(spec: str) -> tuple[str, str]:
     return (base, overrides) if sep and "=" in overrides else (spec, "")
 
 
+# config.json's section of what `simulate run` reported the run with (its summary's SLOs, its views, the tables'
+# format): none changes the simulation, and `simulate run --config` takes them back where not given again, so the
+# folder it writes is the first one's (RunConfig.from_dict skips it; simulator.cli.run reads it).
+REPORT_KEY = "report"
+
+
 def engine_override_terms(spec: str) -> list[str]:
     """The term names an engine spec overrides, in order (checked by the cost model on load)."""
     overrides = split_engine_spec(spec)[1]
@@ -1058,6 +1064,8 @@ class RunConfig:
         kwargs: dict[str, Any] = {}
         known = {f.name for f in dataclasses.fields(cls)}
         for key, value in data.items():
+            if key == REPORT_KEY:  # how `simulate run` reported the run (its SLOs, views): read there, not a field
+                continue
             if key not in known:
                 raise ConfigError(f"config.{key}", "unknown key", f"known: {', '.join(sorted(known))}")
             if key in sections and not isinstance(value, dict):

@@ -4,7 +4,8 @@ An output folder holds ``requests.{parquet,csv}`` (one row per request),
 ``iterations.{parquet,csv}`` (one row per iteration; per micro-batch with pipeline
 parallelism, plus ``stages.{parquet,csv}``: one row per micro-batch and stage), ``summary.json`` (headline
 metrics) and ``config.json`` (the exact :class:`~simulator.config.run_config.RunConfig`; pass it
-back with ``simulate run --config`` to reproduce the run bit for bit).
+back with ``simulate run --config`` to reproduce the run bit for bit; its ``report`` section holds how
+``simulate run`` reported it, its SLOs, views and table format, which that takes back where not given again).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.config.errors import ConfigError
+from simulator.config.run_config import REPORT_KEY
 from simulator.util.jsonio import jsonable
 
 if TYPE_CHECKING:  # pandas and the engine load when something is written, not on import
@@ -110,9 +112,11 @@ def prefetched(items: Iterator[Any], pool: Executor) -> Iterator[Any]:
 
 
 def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: dict[str, Any] | None = None,
-              requests: pd.DataFrame | dict[str, Any] | None = None) -> dict[str, Path]:
+              requests: pd.DataFrame | dict[str, Any] | None = None,
+              report: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write a run's tables (requests and iterations, each in chunks), ``summary.json`` and
-    ``config.json``. ``requests``: its :func:`~simulator.report.metrics.request_columns` (or frame), if built."""
+    ``config.json``. ``requests``: its :func:`~simulator.report.metrics.request_columns` (or frame), if built;
+    ``report``: how the run was reported (config.json's ``report`` section, :data:`~simulator.config.run_config.REPORT_KEY`)."""
     check_format(fmt)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -139,7 +143,10 @@ def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: d
     paths["summary"] = out_dir / "summary.json"
     paths["summary"].write_text(json.dumps(jsonable(summary), indent=2, sort_keys=True) + "\n")
     paths["config"] = out_dir / "config.json"
-    paths["config"].write_text(json.dumps(portable_config(result.config), indent=2, sort_keys=True) + "\n")
+    data = portable_config(result.config)
+    if report is not None:
+        data[REPORT_KEY] = report
+    paths["config"].write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return paths
 
 

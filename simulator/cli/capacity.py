@@ -204,7 +204,7 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     from rich.measure import Measurement
     from rich.table import Column, Table
 
-    from simulator.planning.capacity import format_load, load_number
+    from simulator.planning.capacity import format_load, load_number, rejection_fix
 
     r, s, slo = report.config.replica, report.config.scheduler, report.slo
     # One definition per column, named in its header and spelled out in the caption.
@@ -236,8 +236,10 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     cfg = report.config
     from simulator.config.disagg_layout import layout_of
 
-    title = (f"{r.model} disaggregated: {layout_of(cfg).describe()} · {slo.describe()}" if cfg.is_disaggregated else
-             f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {slo.describe()}")
+    priced = f"engine {cfg.engine} · kernels {r.kernels}"  # (what priced the trials, as run's header names them)
+    title = (f"{r.model} disaggregated: {layout_of(cfg).describe()} · {priced} · {slo.describe()}"
+             if cfg.is_disaggregated else
+             f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {priced} · {slo.describe()}")
     rows = []
     for seed in report.seeds:
         for t in seed.trials:
@@ -263,7 +265,8 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     figures_width = Measurement.get(console, console.options, build(with_note=False)).maximum
     notes_below = figures_width + 18 > console.width
     table = build(with_note=not notes_below)
-    console.print(f"workload: {report.config.workload.name}, {count(report.config.workload.num_requests, 'request')} "
+    w = report.config.workload
+    console.print(f"workload: {w.name if w.trace is None else f'trace {w.trace}'}, {count(w.num_requests, 'request')} "
                   "per trial", highlight=False)
     if table.row_count:
         print_table(console, table)
@@ -302,6 +305,13 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                   f"{report.wall_s:.1f}s")
     for seed in report.seeds:
         console.print(f"seed {seed.seed}: {seed.reason}")
+    rejecting = [t for seed in report.seeds for t in seed.trials if t.num_rejected and t.num_finished]
+    if rejecting:  # said, not silent: the TBT, TTFT and TPOT figures are over the finished requests only
+        most = max(rejecting, key=lambda t: t.num_rejected)
+        console.print(f"note: up to {most.num_rejected:,} of a trial's {w.num_requests:,} requests were rejected on "
+                      f"arrival ({most.reject_reason}), at any load: they count as misses in goodput only, the other "
+                      f"figures are over the finished requests ({rejection_fix(most.reject_reason)}; a trace's "
+                      "--max-total-tokens leaves its longer rows out)", highlight=False)
     num_requests = report.config.workload.num_requests
     if users and summary[key] > 0 and num_requests < MIN_REQUESTS_PER_USER * summary[key]:
         # Every user sends its first request at once: with few requests each, that wave is much of a trial.

@@ -76,12 +76,18 @@ def default_text(name: str, base: RunConfig | None = None) -> str | None:
 
 def parse_ints(text: str, flag: str) -> tuple[int, ...]:
     """A comma-separated list of positive integers (``--tps 1,2,4``), or a one-line error naming ``flag``."""
+    items = [part.strip() for part in text.split(",")]
+    if len(items) > 1 and not all(items):  # ("1,,2": a slip, not a list of two)
+        raise ConfigError(flag, f"has an empty item ({text!r})", "e.g. 1,2,4,8")
     try:
         values = tuple(int(v) for v in comma_list(text))
     except ValueError:
         raise ConfigError(flag, f"expected comma-separated integers, got {text!r}", "e.g. 1,2,4,8") from None
     if not values or min(values) <= 0:
         raise ConfigError(flag, f"expected positive integers, got {text!r}", "e.g. 1,2,4,8")
+    repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if repeated is not None:  # (each value's layouts or arms would be searched twice)
+        raise ConfigError(flag, f"{repeated} is given twice ({text!r})", "name each value once")
     return values
 
 

@@ -126,6 +126,7 @@ class Trial:
     # It met the SLO, but its arrivals span less than the shortest wait limit it judges: a rate the server
     # cannot sustain passes such a trial, so it counts as no pass (:func:`run_trial`); ``passed`` is False.
     too_short: bool = False
+    reject_reason: str = ""  # one rejected request's reason ("" when none was): refused by size, at any load
 
     @property
     def all_rejected(self) -> bool:
@@ -372,12 +373,16 @@ class TTFTWatch(ArrivalWatch):
     def __init__(self, ttft_s: float, attainment: float, num_checks: int = 32) -> None:
         self.ttft_s, self.attainment, self.num_checks = ttft_s, attainment, num_checks
         self.num_late, self.num_requests = 0, 1
+        # Of the late: those refused on arrival (a miss, but not a slow one: the stop message says so), one reason.
+        self.num_rejected, self.reject_reason = 0, ""
 
     def threshold(self, num_requests: int) -> int:
         return math.floor((1.0 - self.attainment) * num_requests + 1e-9) + 1
 
     def is_late(self, req: Request, now_at: float) -> bool:
-        if req.reject_reason is not None:
+        if req.reject_reason is not None:  # (judged once: a late request leaves the open set)
+            self.num_rejected += 1
+            self.reject_reason = self.reject_reason or req.reject_reason
             return True
         if req.first_token_at is not None:
             return req.first_token_at - req.arrival_at > self.ttft_s
@@ -388,7 +393,14 @@ class TTFTWatch(ArrivalWatch):
 
     def stop_message(self, late: int, num_requests: int, now_at: float) -> str:
         self.num_late, self.num_requests = late, num_requests  # the bound a caller may report
-        return f"{late} of {num_requests} requests already missed TTFT {self.ttft_s:g}s"
+        if not self.num_rejected:
+            return f"{late} of {num_requests} requests already missed TTFT {self.ttft_s:g}s"
+        slow = late - self.num_rejected
+        if not slow:
+            return (f"{late} of {num_requests} requests already missed TTFT {self.ttft_s:g}s, rejected on arrival "
+                    f"({self.reject_reason})")
+        return (f"{late} of {num_requests} requests already missed TTFT {self.ttft_s:g}s: {slow} slow, "
+                f"{self.num_rejected} rejected on arrival ({self.reject_reason})")
 
 
 class GapsAbove:
@@ -558,13 +570,15 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     status = cols["status"]
     is_finished = status == Status.FINISHED.value
     num_rejected = int((status == Status.REJECTED.value).sum())
+    rejected_why = str(cols["reject_reason"][status == Status.REJECTED.value][0]) if num_rejected else ""
     arrivals = cols["arrival_at"]
     span = math.nan if users or not len(arrivals) else float(arrivals.max() - arrivals.min())
     stopped = result.extra.get("stopped")
     if stopped is not None:
         nan = math.nan
         return Trial(cfg.seed, qps, False, str(stopped), nan, nan, nan, nan, nan, nan, nan, nan, nan,
-                     int(is_finished.sum()), num_rejected, True, time.perf_counter() - start, span)
+                     int(is_finished.sum()), num_rejected, True, time.perf_counter() - start, span,
+                     reject_reason=rejected_why)
     values, counts, _ = measured_gaps(result)
     # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
     tbt_q, tbt_p99 = percentiles(values, counts, (slo.tbt_quantile, 99.0)) if len(values) else (0.0, 0.0)
@@ -599,7 +613,8 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
         reasons, too_short = sustained(result, cols, slo, delays, span)
     return Trial(cfg.seed, qps, not reasons, "; ".join(reasons), tbt_q, sched_q, tbt_p99,
                  _quantile(ttft, 50.0), _quantile(ttft, 99.0), tpot_q, _quantile(tpot, 50.0), _quantile(tpot, 99.0),
-                 goodput, num_finished, num_rejected, False, time.perf_counter() - start, span, too_short)
+                 goodput, num_finished, num_rejected, False, time.perf_counter() - start, span, too_short,
+                 rejected_why)
 
 
 def judged_requests(result: RunResult, slo: SLO) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -948,6 +963,9 @@ def _search_plan(config: RunConfig, settings: SearchSettings) -> tuple[float, Li
     """A seed's search: its first load, its limits and :func:`run_trial`'s switches (early exits, users)."""
     switches = (settings.early_exit, settings.tbt_early_exit, settings.users)
     if settings.users:  # whole users from 1 to max_users, from the config's concurrency
+        if (config.workload.concurrency or 0) > settings.max_users:  # (it was lowered to the limit, unsaid)
+            raise ConfigError("--concurrency", f"the search's first users, {config.workload.concurrency:,}, are above "
+                              f"--max-users {settings.max_users:,}", "lower --concurrency, or raise --max-users")
         first = min(max(config.workload.concurrency or DEFAULT_FIRST_USERS, 1), settings.max_users)
         return first, Limits(settings.rel_tol, 1, settings.max_users, settings.max_trials, integer=True), switches
     qps = settings.qps_start or config.workload.qps

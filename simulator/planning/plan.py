@@ -120,6 +120,21 @@ class SearchSpace:
         for name in ("tps", "pps", "budgets", "max_num_seqs", "attention_dps"):
             if not getattr(self, name) or any(v < 1 for v in getattr(self, name)):
                 raise ConfigError(f"--{name.replace('_', '-')}", "must list positive integers")
+        # A value given twice would search its layouts twice (every row and trial doubled), not more of the space.
+        flags = {"max_num_seqs": "--seqs"}
+        for name, canonical in (("gpus", lambda n: get_gpu(n).name), ("modes", str), ("dtypes", canonical_weight_format),
+                                ("tps", int), ("pps", int), ("budgets", int), ("max_num_seqs", int),
+                                ("attention_dps", int), ("ratios", tuple)):
+            seen: dict[Any, Any] = {}
+            for value in getattr(self, name):
+                key = canonical(value)
+                if key in seen:
+                    shown = ":".join(map(str, value)) if name == "ratios" else value
+                    again = "" if seen[key] == value else f" (as {seen[key]})"
+                    raise ConfigError(flags.get(name, f"--{name.replace('_', '-')}"),
+                                      f"{shown} is given twice{again}, so its layouts would be searched twice",
+                                      "name each value once")
+                seen[key] = value
 
 
 @dataclass(frozen=True)
@@ -972,7 +987,9 @@ class PlanResult:
             if any(c.pruned == "limits" for c in self.candidates):
                 limits = " and ".join(x for x in (self.limits.exceeded(10**9, 0.0), self.limits.exceeded(0, math.inf)) if x)
                 return f"no layout meets the SLO within {limits}: the least fleet each layout could be exceeds it"
-            return "no layout meets the SLO at this load within the limits"
+            searched = [c for c in self.candidates if c.row is not None and c.row.get("reason")]
+            why = f" (e.g. {searched[0].layout.key}: {searched[0].row['reason']})" if searched else ""
+            return f"no layout meets the SLO at this load within the limits{why}"
         c = ranked[0]
         units = c.units(self.load_qps)
         over = self.limits.exceeded(units * c.layout.num_gpus, c.usd_per_hour(self.load_qps))

@@ -183,7 +183,7 @@ def goodput_search(config: RunConfig, slo: GoodputSLO, label: str = "", family: 
             res.at_least = True
             res.reason += f"at least {lo:.4g} QPS: the trials above it are too short to judge; at {hi:.4g} QPS {why}"
     elif lo is None and found.stop == "none_passes":
-        res.reason = f"misses the SLO down to {hi:.3g} QPS"
+        res.reason = f"misses the SLO down to {hi:.3g} QPS ({failed.reason if failed is not None else ''})"
     elif hi is None:
         res.at_least = lo is not None
         if found.stop == "max_qps":

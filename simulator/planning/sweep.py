@@ -198,7 +198,10 @@ def parse_cli_grid(items: Iterable[str]) -> dict[str, Any]:
         name, values = item.split("=", 1)
         if name.strip() in grid:  # a second --grid for a name would silently replace the first
             raise ConfigError("--grid", f"{name.strip()} given twice", f"give its values once: --grid {name.strip()}=V1,V2,...")
-        grid[name.strip()] = [v for v in split_grid_values(values) if v.strip() != ""]
+        pieces = split_grid_values(values)
+        if len(pieces) > 1 and any(v.strip() == "" for v in pieces):  # ("1,,2": a slip; a point would go missing)
+            raise ConfigError("--grid", f"{item!r} has an empty value", f"e.g. --grid {name.strip()}=V1,V2")
+        grid[name.strip()] = [v for v in pieces if v.strip() != ""]
     return grid
 
 
@@ -333,6 +336,15 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                 raise failing[0] from None
             raise
         options = _point_options(values, mode, where)
+        if mode == "capacity":  # what no trial could search is refused here, not point by point after they run
+            from simulator.planning.capacity import check_searchable
+
+            try:
+                check_searchable(config, bool(options["users"]))
+            except ConfigError as err:
+                fix = ("set users = true to search the most users (concurrency starts it), or drop concurrency"
+                       if err.field == "--concurrency" else err.fix)
+                raise ConfigError(where, f"{err.field}: {err.problem}", fix) from None
         key = point_key(mode, config, options)
         if key in seen:
             raise ConfigError("sweep.grid", f"points {seen[key]} and {index} are the same configuration ({where})",

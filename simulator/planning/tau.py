@@ -153,11 +153,14 @@ def linear_layer_time(cost: CostModel, tokens: np.ndarray) -> np.ndarray:
     return np.array([cost.layer_time(BatchShape(num_prefill_tokens=int(t))) for t in tokens])
 
 
-def knee_tokens(cost: CostModel, max_tokens: int = 8192) -> int:
+def knee_tokens(cost: CostModel, max_tokens: int = 8192, flat_tokens: int = 1) -> int:
     """Token count where the flat (memory-bound) and linear (compute-bound) regimes of the
-    linear layers meet: ``(T(1) - b) / s`` for the asymptote ``T(t) ~ s t + b``."""
-    hi = max(64, max_tokens)
-    grid = np.array([1, hi // 2, hi])
+    linear layers meet: ``(T(f) - b) / s`` for the asymptote ``T(t) ~ s t + b``, where ``f`` (``flat_tokens``)
+    is where the flat regime reads every weight: one token for a dense model; for an MoE the tokens whose
+    routing touches 95% of the experts (one token reads only its top-k experts, and the line through the
+    compute-bound end passed above that cost: every MoE's knee came out 1)."""
+    hi = max(64, max_tokens, 4 * flat_tokens)
+    grid = np.array([min(flat_tokens, hi // 2), hi // 2, hi])
     t1, t_half, t_hi = linear_layer_time(cost, grid)
     slope = (t_hi - t_half) / (hi - hi // 2)
     if slope <= 0:
@@ -223,4 +226,8 @@ def choose_tau(config: RunConfig, tbt_slo_s: float, mix: DecodeMix | None = None
         table = pd.concat([table, extra[table.columns]]).sort_values("num_tokens", ignore_index=True)
     # The knee is the model's and GPU's, not the search's: fitted on the default grid whatever --max-tokens bounds
     # (a bound of 256 or less left both fitting points memory-bound and the knee at 1 token).
-    return TauResult(config, tbt_slo_s, mix, tau, knee_tokens(cost), reason, table)
+    spec = config.replica.model_spec
+    # (each token picks top-k of E experts: t tokens leave an expert untouched with probability (1 - k/E)^t)
+    share = spec.num_experts_per_tok / spec.num_experts if spec.num_experts else 1.0
+    flat = 1 if share >= 1 else math.ceil(math.log(0.05) / math.log(1.0 - share))
+    return TauResult(config, tbt_slo_s, mix, tau, knee_tokens(cost, flat_tokens=flat), reason, table)

@@ -201,8 +201,10 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
 
     link = parse_link(config.kv_link, config.replica.gpu).name  # in its canonical unit (100gbps: 100Gb/s), as run says
     requests, source, _ = prepare_table(config, None, None)
+    source = source.replace(f" {config.workload.qps:g} qps", " at each trial's rate")  # (the search varies it)
     out_console = console()
-    out_console.print(f"{config.replica.model} on {config.replica.gpu} · workload {source}, "
+    out_console.print(f"{config.replica.model} on {config.replica.gpu} · engine {config.engine} · kernels "
+                      f"{config.replica.kernels} · workload {source}, "
                       f"{count(len(requests.arrival_at), 'request')} per trial · KV link {link} "
                       f"({'one per worker' if config.kv_link_scope == 'per-worker' else 'one shared'})",
                       highlight=False)

@@ -825,7 +825,7 @@ def test_predict_breaks_down_a_table_priced_step(aic) -> None:  # noqa: ANN001
             "2048", "--engine", "trtllm-2026", "--json"]
     runner = CliRunner()
     out = {}
-    for name, extra in {"roofline": ["--tp", "8"], "tables": ["--tp", "8", "--kernels", "trtllm"],
+    for name, extra in {"roofline": ["--tp", "8", "--kernels", "roofline"], "tables": ["--tp", "8"],  # (the engine's)
                         "dp": ["--tp", "1", "--attention-dp", "8", "--ep", "8", "--kernels", "trtllm"]}.items():
         res = runner.invoke(app, base + extra)
         assert res.exit_code == 0, res.output

@@ -196,3 +196,21 @@ def test_an_open_loop_warm_up_is_said_in_the_header() -> None:
     code, output = invoke("run", "--num-requests", "20", "--num-warmup", "5", "--no-progress")
     assert code == 0, output
     assert "the first 5 requests a warm-up left out" in " ".join(output.split())
+
+
+def test_an_engine_preset_runs_the_scheduler_it_was_fitted_with(tmp_path: Path) -> None:
+    """--engine sglang-2026 alone ran vLLM V1's scheduling (a note said it was fitted with SGLang's); a refusal that
+    what it set brought says so, one it did not bring does not; a sweep point naming it takes it too, in a column."""
+    code, output = invoke("run", "--engine", "sglang-2026", "--gpu", "rtx-4090", "--num-requests", "5", "--no-progress")
+    assert code == 0 and " · sglang (" in output and "--scheduler sglang" not in output, output
+    line = refused("run", "--engine", "sglang-2026", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--attention-dp",
+                   "2", "--ep", "2", "--dp-balance-timeout-iters", "5", "--num-requests", "5", "--no-progress")
+    assert "SGLang schedules its DP ranks its own way" in line and "--engine sglang-2026 runs --scheduler sglang" in line
+    line = refused("run", "--engine", "sglang-2026", "--gpu", "rtx-4090", "--prefix-cache-policy", "vllm-lru")
+    assert "names no prompt blocks" in line and "--engine sglang-2026 runs" not in line  # (not what it set)
+    out = tmp_path / "sweep"
+    code, output = invoke("sweep", "--grid", "engine=vllm-2026,sglang-2026", "--gpu", "rtx-4090", "--num-requests",
+                          "10", "--out", str(out))
+    assert code == 0, output
+    table = pd.read_csv(out / "results.csv")
+    assert table[["engine", "scheduler"]].values.tolist() == [["vllm-2026", "vllm-v1"], ["sglang-2026", "sglang"]]

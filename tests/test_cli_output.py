@@ -355,20 +355,23 @@ def test_prefetched_yields_every_item_in_order_and_passes_errors_on() -> None:
 
 
 def test_a_preset_run_under_another_policy_says_so() -> None:
-    """sglang-2026 was fitted with SGLang's own batches: a run under another policy says so in
-    its title; under sglang (or a preset fitted with the run's policy) nothing is added."""
+    """sglang-2026 was fitted with SGLang's own batches: --engine sglang-2026 alone runs them (it ran vLLM V1's,
+    with a note); a run under another policy given says so in its title; under sglang (or a preset fitted with the
+    run's policy) nothing is added."""
     from typer.testing import CliRunner
 
     from simulator.cli import app
     from simulator.config.errors import ConfigError
     from simulator.costmodel.engine_model import EngineModel
 
-    base = ["run", "--num-requests", "10", "--no-progress"]
-    other = CliRunner().invoke(app, [*base, "--engine", "sglang-2026"])
+    base = ["run", "--num-requests", "10", "--no-progress", "--gpu", "rtx-4090"]  # (a GPU without kernel tables)
+    implied = CliRunner().invoke(app, [*base, "--engine", "sglang-2026"])
+    assert implied.exit_code == 0 and " · sglang (" in implied.stdout and "--scheduler sglang" not in implied.stdout
+    other = CliRunner().invoke(app, [*base, "--engine", "sglang-2026", "--scheduler", "vllm-v1"])
     assert other.exit_code == 0 and "note: sglang-2026 was fitted with --scheduler sglang" in other.stdout
     own = CliRunner().invoke(app, [*base, "--engine", "sglang-2026", "--scheduler", "sglang"])
     assert own.exit_code == 0 and "--scheduler sglang" not in own.stdout
-    # ... and over other kernel prices than its own tables (the roofline here)
+    # ... and over other kernel prices than its own tables (the roofline: the GPU has none)
     assert "note: sglang-2026 was fitted with --kernels sglang" in own.stdout
     trt = CliRunner().invoke(app, [*base, "--engine", "trtllm-2026"])  # fitted under vllm-v1, the run's policy
     assert trt.exit_code == 0 and "note: trtllm-2026 was fitted with --kernels trtllm" in trt.stdout
@@ -388,6 +391,13 @@ def test_a_preset_run_as_fitted_adds_no_note(aic) -> None:  # noqa: ANN001
                                    "--engine", "sglang-2026", "--scheduler", "sglang", "--kernels", "sglang"])
     assert res.exit_code == 0, res.output
     assert "engine sglang-2026" in res.stdout and "fitted with" not in res.stdout
+    # --engine alone takes both where the GPU has the tables: the same run
+    alone = CliRunner().invoke(app, ["run", "--num-requests", "10", "--no-progress", "--gpu", "h100-sxm",
+                                     "--engine", "sglang-2026"])
+    def figures(out: str) -> list[str]:
+        return [line for line in out.splitlines() if " wall" not in line]  # (the wall-clock time differs)
+
+    assert alone.exit_code == 0 and figures(alone.stdout) == figures(res.stdout)
 
 
 def test_warmup_rows_are_marked_in_the_requests_table(tmp_path):  # noqa: ANN001

@@ -492,6 +492,7 @@ def sweep(
     # The flags typed (not a --config file's values, nor what a flag implies): a grid may not silently drop them.
     flags = given_run_flags(ctx)
     spec = build_spec(data, mode=mode, base_overrides=config, grid_overrides=parse_cli_grid(grid or []),
+                      imply_engine=ctx.params.get("config_file") is None,
                       given_flags=flags)
     # --burstiness with a closed loop waited for the grid's rate (given_overrides): no rate anywhere would run
     # every point as gamma arrivals at the default 1 qps, where `run` refuses the same flags.

@@ -244,8 +244,9 @@ def predict_cmd(
     ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE models)")] = 1,
     dtype: Annotated[str, typer.Option(help="weight dtype: bf16, fp16, fp8, fp8-block, nvfp4, mxfp4 (-w4a16, -w4a8), int4 (as run's --dtype)")] = "bf16",
     kv_cache_dtype: Annotated[str, typer.Option(help="KV cache dtype: auto, bf16, fp16, fp8")] = "auto",
-    kernels: Annotated[str, typer.Option(help="kernel prices: roofline, or the GPU's measured vllm, sglang or trtllm "
-                                              "kernel tables (as run's --kernels)")] = "roofline",
+    kernels: Annotated[str | None, typer.Option(help="kernel prices: roofline, or the GPU's measured vllm, sglang or "
+                                                     "trtllm kernel tables (as run's --kernels; default: the --engine "
+                                                     "preset's where the GPU has them, else roofline)")] = None,
     moe_kernel: Annotated[str, typer.Option(help="the MoE kernel those tables price: auto (the engine's default), or "
                                                  "one of the tables' kernels, e.g. deepgemm (as run's)")] = "auto",
     attention_dp: Annotated[int, typer.Option(help="attention data-parallel ranks; the batch described is one rank's, "
@@ -260,6 +261,10 @@ def predict_cmd(
                           "which one batch does not show), so --pp would do nothing but change the title",
                           "drop --pp: the stages add up to the --pp 1 time plus the hops between them; "
                           "simulate run --pp N shows a pipeline")
+    if kernels is None:  # as run's --engine: the tables its preset was fitted over, where the GPU has them
+        from simulator.costmodel.engine_model import implied_options
+
+        kernels = implied_options(engine, gpu).get("kernels", "roofline") if cost_model == "roofline" else "roofline"
     replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp, ep=ep, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
                             kernels=kernels, moe_kernel=moe_kernel, attention_dp=attention_dp,
                             moe_imbalance=moe_imbalance, roofline_calibration=roofline_calibration)

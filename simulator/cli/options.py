@@ -320,6 +320,34 @@ def _hidden(param: inspect.Parameter) -> inspect.Parameter:
     return param.replace(annotation=Annotated[base, info])
 
 
+def engine_implies(run_kwargs: dict[str, Any], command: str) -> dict[str, str]:
+    """What ``--engine`` sets where the command line does not (:func:`simulator.costmodel.engine_model.implied_options`:
+    the scheduler and kernel tables its preset was fitted with): not beside a ``--config`` file (its own hold), not
+    the scheduler of disagg split and compare (their pools run theirs), not the kernels of a plan (its GPUs vary) or
+    of a run priced by another cost model."""
+    engine = run_kwargs.get("engine")
+    if engine is None or run_kwargs.get("config_file") is not None:
+        return {}
+    from simulator.costmodel.engine_model import implied_options
+
+    skip = {"scheduler"} if command in ("split", "compare") else set()
+    if command == "plan" or run_kwargs.get("cost_model") not in (None, "roofline"):
+        skip.add("kernels")
+    gpu = run_kwargs.get("gpu") or RunConfig().replica.gpu
+    return {name: value for name, value in implied_options(engine, gpu).items()
+            if name not in skip and run_kwargs.get(name) is None}
+
+
+def _caused_by(implied: dict[str, str], err: ConfigError, base: RunConfig | None, command: str,
+               run_kwargs: dict[str, Any]) -> bool:
+    """Whether what ``--engine`` set (``implied``) brought refusal ``err``: the config without it is not refused so."""
+    try:
+        build_config(command=command, base=base, **{**run_kwargs, **dict.fromkeys(implied)})
+    except ConfigError as other:
+        return (other.field, other.problem) != (err.field, err.problem)
+    return True
+
+
 def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201 - decorator over typer commands
     """Add the shared run options to ``fn`` and pass it ``config: RunConfig``; with ``as_overrides``,
     ``config: dict`` instead: the options given as :func:`given_overrides` reads them, for a command
@@ -335,9 +363,16 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
         run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k in DERIVED_OPTIONS
                       or k in ALIAS_NAMES or k == "config_file"}
         base = replay_whole(run_kwargs)
+        implied = {} if as_overrides else engine_implies(run_kwargs, fn.__name__)  # (a sweep's points: its own)
+        run_kwargs.update(implied)
         try:
             config = build_config(command=fn.__name__, base=base, **run_kwargs)
-        except ConfigError:
+        except ConfigError as err:
+            if implied and _caused_by(implied, err, base, fn.__name__, run_kwargs):
+                took = " and ".join(f"--{name} {value}" for name, value in implied.items())
+                raise ConfigError(err.field, err.problem, f"{err.fix + '; ' if err.fix else ''}--engine "
+                                  f"{run_kwargs['engine']} runs {took}, as it was fitted (give them to run "
+                                  "others)") from None
             if not as_overrides:
                 raise
             return fn(config=given_overrides(**run_kwargs), **kwargs)

@@ -186,7 +186,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                              "no measured generation keeps 2023's) or 2023 (Vidur/LLMServingSim profiles; the paper "
                              "reproductions')."),
     "engine": ("engine", str, "Engine overheads: a preset (vllm-2026, the default: today's vLLM; sglang-2026 "
-               "(with --scheduler sglang), trtllm-2026, fitted over their --kernels; vllm-v1; the 2023 vllm-2023-splitwise and "
+               "and trtllm-2026, which run the --scheduler and --kernels they were fitted with where those are not "
+               "given: sglang and sglang's tables, trtllm's tables; vllm-v1; the 2023 vllm-2023-splitwise and "
                "sarathi-2023-vidur of the paper reproductions; ideal, handset) or an artifact from "
                "`simulate calibrate-engine`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),

@@ -342,6 +342,33 @@ assert tuple(ENGINES) == ENGINE_PRESETS, "config.ENGINE_PRESETS must list the pr
 assert DEFAULT_ENGINE in ENGINES  # the run config's default names a preset
 
 
+def implied_options(engine: str, gpu: str) -> dict[str, str]:
+    """What a run naming ``engine`` takes from it where nothing else sets them (the CLI's ``--engine``, a sweep
+    point's ``engine``): the scheduling policy its terms were fitted under, where it is not the run's default, and
+    the kernel tables they were fitted over, where ``gpu`` has them here (elsewhere the roofline prices the run, and
+    its header says the preset was fitted over tables). Option name -> value; {} for an engine that fixes neither,
+    or one that does not load (the run's own check says why)."""
+    from simulator.config.catalog import get_gpu
+    from simulator.config.run_config import SchedulerConfig
+    from simulator.costmodel.aic import tables
+
+    try:
+        preset = load_engine(engine)
+    except ConfigError:
+        return {}
+    out = {}
+    if preset.scheduler is not None and preset.scheduler != SchedulerConfig().name:
+        out["scheduler"] = preset.scheduler
+    if preset.kernels is not None:
+        try:
+            system = tables.system_for(get_gpu(gpu).name)
+            if tables.find_table(system, preset.kernels, "gemm") is not None:
+                out["kernels"] = preset.kernels
+        except ConfigError:  # a GPU without tables, or no database here: the roofline prices it (said)
+            pass
+    return out
+
+
 def load_engine(spec: str | EngineModel) -> EngineModel:
     """A preset name, an :class:`EngineModel`, or the path of a ``calibrate-engine`` artifact; either
     name may carry term overrides, ``vllm-2026:handoff_s=0.02,cpu_iteration_s=0.001`` (seconds)."""

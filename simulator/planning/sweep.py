@@ -93,7 +93,7 @@ class Point:
     """One grid point: its position, the values that define it, and what it runs."""
 
     index: int
-    params: dict[str, Any]  # base options given explicitly plus this point's grid values
+    params: dict[str, Any]  # base options given explicitly plus this point's grid values (and what its engine set)
     config: RunConfig
     options: dict[str, Any]  # point options (POINT_OPTIONS), defaults filled in
     key: str
@@ -237,12 +237,16 @@ def split_grid_values(text: str) -> list[str]:
 
 
 def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: dict[str, Any] | None = None,
-               grid_overrides: dict[str, Any] | None = None, given_flags: Collection[str] | None = None) -> SweepSpec:
+               grid_overrides: dict[str, Any] | None = None, given_flags: Collection[str] | None = None,
+               imply_engine: bool = True) -> SweepSpec:
     """Validate a sweep (file content plus CLI overrides) and resolve all its points.
 
     ``given_flags``: the run options given as flags, where ``base_overrides`` holds more (a
     ``--config`` file's values, a base a grid may vary); None: every base override was given.
-    A flag that a grid varies too, or that no point reads, is refused (it would do nothing)."""
+    A flag that a grid varies too, or that no point reads, is refused (it would do nothing).
+    ``imply_engine``: a point naming an engine takes the scheduler and kernels its preset was fitted with where the
+    point sets none (:func:`~simulator.costmodel.engine_model.implied_options`, as ``simulate run --engine``); off
+    for a base from a ``--config`` file, which holds its own."""
     for key in data:
         if key not in TOP_LEVEL_KEYS:
             raise ConfigError(f"sweep.{key}", "unknown key", f"known: {', '.join(TOP_LEVEL_KEYS)}")
@@ -316,6 +320,13 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         for names, row in zip(grid, combo, strict=True):
             values.update(zip(names, row, strict=True))
         where = "sweep point " + ", ".join(f"{k}={v}" for k, v in values.items() if k in spec.varied)
+        if imply_engine and values.get("engine") is not None:
+            from simulator.costmodel.engine_model import implied_options
+
+            implied = implied_options(values["engine"], values.get("gpu") or RunConfig().replica.gpu)
+            if values.get("cost_model") not in (None, "roofline"):
+                implied.pop("kernels", None)
+            values.update({name: value for name, value in implied.items() if values.get(name) is None})
         try:
             config = _point_config(values, where)
         except ConfigError:
@@ -351,6 +362,13 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                               "remove the duplicate values")
         seen[key] = index
         spec.points.append(Point(index, values, config, options, key))
+    # What an engine set at some point is a column: the other points' values of it are their configs'.
+    from simulator.config.options import option_value
+
+    implied = {name for p in spec.points for name in p.params if name not in base and name not in spec.varied}
+    for point in spec.points:
+        for name in implied:
+            point.params.setdefault(name, option_value(point.config, name))
     _refuse_unread(spec.points, grid, given, {name: key for name, key in file_keys.items() if name in base})
     if mode == "capacity" and "qps" in base and all(p.options["qps_start"] is not None and not p.options["users"]
                                                     for p in spec.points):
@@ -658,7 +676,9 @@ def _table(points: Iterable[tuple[int, str, dict[str, Any]]], param_names: list[
 
 
 def _param_names(spec: SweepSpec) -> list[str]:
-    return list(spec.base) + [n for n in spec.varied if n not in spec.base]
+    names = list(spec.base) + [n for n in spec.varied if n not in spec.base]
+    # ... and what a point's engine set where nothing else did (build_spec's imply_engine): a column, not unsaid
+    return names + list(dict.fromkeys(n for p in spec.points for n in p.params if n not in names))
 
 
 def read_sweep_folder(folder: Path) -> tuple[dict[str, Any], pd.DataFrame]:
@@ -748,7 +768,8 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
         write_table(current_table(), out / "results", fmt)
         num_done += 1
         note = "ok" if record["status"] == "ok" else f"failed: {record['error'][:60]}"
-        steps.update(f"point {point.index} {note}", num_done, num_total)
+        where = ", ".join(f"{name}={point.params[name]}" for name in spec.varied if name in point.params)
+        steps.update(f"point {point.index}{f' ({where})' if where else ''} {note}", num_done, num_total)
 
     received: list[str] = []
     with steps:

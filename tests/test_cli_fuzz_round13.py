@@ -125,7 +125,7 @@ def test_capacity_refuses_what_it_could_not_search_before_any_trial(tmp_path: Pa
     line = refused("sweep", "--mode", "capacity", "--grid", "concurrency=2,4", "--num-requests", "20", "--out", str(out))
     assert "sweep point concurrency=2: --concurrency:" in line and "set users = true" in line
     assert not out.exists()
-    assert "--concurrency: the search's first users, 100, are above --max-users 10" in refused(
+    assert "--concurrency: the search's first users, 100, are above the most it may try, 10" in refused(
         "capacity", "--users", "--concurrency", "100", "--max-users", "10", "--num-requests", "20")
 
 
@@ -214,3 +214,39 @@ def test_an_engine_preset_runs_the_scheduler_it_was_fitted_with(tmp_path: Path) 
     assert code == 0, output
     table = pd.read_csv(out / "results.csv")
     assert table[["engine", "scheduler"]].values.tolist() == [["vllm-2026", "vllm-v1"], ["sglang-2026", "sglang"]]
+
+
+def test_an_engine_sets_nothing_a_run_does_not_read(tmp_path: Path) -> None:
+    """(Review of the above.) A disaggregated run's pools run their own schedulers: --engine sglang-2026 there was
+    refused for a --scheduler nobody typed; a pool on its own GPU took --gpu's tables; calibrate-engine's table fit
+    was refused for a --kernels nobody typed; a sweep's --kernels roofline typed at its default was overridden; an
+    error the engine did not bring blamed it."""
+    code, output = invoke("run", "--engine", "sglang-2026", "--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)",
+                          "--num-requests", "10", "--no-progress")
+    assert code == 0, output
+    code, output = invoke("run", "--engine", "trtllm-2026", "--prefill-pool", "1x(tp=1,gpu=a100-40gb)",
+                          "--decode-pool", "1x(tp=1,gpu=a100-40gb)", "--num-requests", "10", "--no-progress")
+    assert code == 0, output
+    table = tmp_path / "steps.csv"
+    rows = [f"1,0,0,{n},512,{0.015 + 0.0006 * n:.4f}" for n in (4, 8, 16, 32, 64, 128)]
+    rows += [f"1,1,{t},0,0,{0.01 + 0.00007 * t:.4f}" for t in (256, 512, 1024, 2048, 4096, 8192)]
+    table.write_text("tp,num_prefills,prefill_tokens,num_decodes,decode_context,measured_s\n" + "\n".join(rows) + "\n")
+    code, output = invoke("calibrate-engine", "--table", str(table), "--engine", "sglang-2026", "--out",
+                          str(tmp_path / "e.json"))
+    assert code == 0 and (tmp_path / "e.json").is_file(), output
+    out = tmp_path / "sweep"
+    code, output = invoke("sweep", "--engine", "sglang-2026", "--scheduler", "vllm-v1", "--gpu", "rtx-4090",
+                          "--num-requests", "10", "--grid", "tp=1,2", "--out", str(out))
+    assert code == 0, output
+    assert "scheduler" not in pd.read_csv(out / "results.csv").columns  # (nothing set: the typed default runs)
+    line = refused("run", "--engine", "sglang-2026", "--gpu", "rtx-4090", "--scheduler-recv-interval", "2", "--qps", "-1")
+    assert "--qps: must be positive" in line and "--engine sglang-2026 runs" not in line
+
+
+def test_a_users_sweep_refuses_a_first_users_above_its_limit_before_any_trial(tmp_path: Path) -> None:
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('mode = "capacity"\n[base]\nusers = true\nmax_users = 32\nnum_requests = 40\n'
+                     "[grid]\nconcurrency = [8, 64]\n")
+    line = refused("sweep", str(sweep), "--out", str(tmp_path / "out"))
+    assert "sweep point concurrency=64: workload.concurrency: the search's first users, 64, are above" in line
+    assert not (tmp_path / "out").exists()

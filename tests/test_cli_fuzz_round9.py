@@ -344,8 +344,13 @@ def test_tau_refuses_a_decode_context_without_decodes() -> None:
 
 
 def test_an_engine_artifacts_own_scheduler_is_said_like_a_presets(tmp_path: Path) -> None:
-    proc = simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "8", "--engine",
-                           str(_artifact(tmp_path, scheduler="sglang")))
+    """An artifact's scheduler is run where --scheduler is not given, as a preset's is; another given is said."""
+    artifact = str(_artifact(tmp_path, scheduler="sglang"))
+    proc = simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "8", "--engine", artifact)
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert " · sglang (" in proc.stdout and "fitted with --scheduler" not in proc.stdout
+    proc = simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "8", "--engine", artifact,
+                           "--scheduler", "vllm-v1")
     assert proc.returncode == 0, proc.stderr[-1500:]
     assert "engine.json was fitted with --scheduler sglang" in " ".join(proc.stdout.split())
 

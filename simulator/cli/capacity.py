@@ -82,7 +82,7 @@ def capacity(
     run_flags = given_run_flags(ctx)  # (a value equal to the default, given, does nothing as much as another)
     _refuse_unread(config, planner, _typed(ctx, planner), run_flags)
     slo, settings = slo_and_settings(planner)
-    check_searchable(config, settings.users, offer_users=True, given=run_flags)
+    check_searchable(config, settings.users, offer_users=True, given=run_flags, max_users=settings.max_users)
     seeds = planner["seeds"]
     # (the run options' own check judged the config before --users makes each trial a closed loop; a sweep's
     # --seeds holds at its points that draw)

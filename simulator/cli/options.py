@@ -322,20 +322,19 @@ def _hidden(param: inspect.Parameter) -> inspect.Parameter:
 
 def engine_implies(run_kwargs: dict[str, Any], command: str) -> dict[str, str]:
     """What ``--engine`` sets where the command line does not (:func:`simulator.costmodel.engine_model.implied_options`:
-    the scheduler and kernel tables its preset was fitted with): not beside a ``--config`` file (its own hold), not
-    the scheduler of disagg split and compare (their pools run theirs), not the kernels of a plan (its GPUs vary) or
-    of a run priced by another cost model."""
+    the scheduler and kernel tables its preset was fitted with, where a run reads them): not beside a ``--config``
+    file (its own hold) nor for calibrate-engine (a fit's data say them), not the scheduler of disagg split and
+    compare (their pools run theirs), not the kernels of a plan (its GPUs vary)."""
     engine = run_kwargs.get("engine")
-    if engine is None or run_kwargs.get("config_file") is not None:
-        return {}
+    if engine is None or run_kwargs.get("config_file") is not None or command == "calibrate_engine":
+        return {}  # (a fit's own prices and policy: its --table, --bench or --rows say them)
     from simulator.costmodel.engine_model import implied_options
 
-    skip = {"scheduler"} if command in ("split", "compare") else set()
-    if command == "plan" or run_kwargs.get("cost_model") not in (None, "roofline"):
-        skip.add("kernels")
-    gpu = run_kwargs.get("gpu") or RunConfig().replica.gpu
-    return {name: value for name, value in implied_options(engine, gpu).items()
-            if name not in skip and run_kwargs.get(name) is None}
+    pools = [run_kwargs.get(name) for name in ("prefill_pool", "decode_pool", "mixed_pool")]
+    return {name: value for name, value in implied_options(engine, run_kwargs.get("gpu") or RunConfig().replica.gpu,
+                                                           pools, run_kwargs.get("cost_model")).items()
+            if run_kwargs.get(name) is None and not (name == "scheduler" and command in ("split", "compare"))
+            and not (name == "kernels" and command == "plan")}
 
 
 def _caused_by(implied: dict[str, str], err: ConfigError, base: RunConfig | None, command: str,
@@ -343,8 +342,8 @@ def _caused_by(implied: dict[str, str], err: ConfigError, base: RunConfig | None
     """Whether what ``--engine`` set (``implied``) brought refusal ``err``: the config without it is not refused so."""
     try:
         build_config(command=command, base=base, **{**run_kwargs, **dict.fromkeys(implied)})
-    except ConfigError as other:
-        return (other.field, other.problem) != (err.field, err.problem)
+    except ConfigError:
+        return False  # (refused without them too: whatever the first refusal names, they did not bring it alone)
     return True
 
 

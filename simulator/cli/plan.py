@@ -189,6 +189,11 @@ def plan(
                   f"{a.units(result.load_qps) * a.layout.num_gpus} {a.layout.gpu} GPUs, "
                   f"${a.usd_per_hour(result.load_qps):,.2f}/hour[/bold] (price: {a.price.price_source or 'given'})",
                   highlight=False)
+    priced = {c.layout.gpu: c.price for c in result.ranked()}
+    if len({p.price_source for p in priced.values()}) > 1:  # said: a ranking across price lists is only as fair as they are
+        console.print("note: the ranked GPUs' prices come from different lists: " + "; ".join(
+            f"{gpu} ${p.usd_per_gpu_hour:g}/GPU-hour ({p.price_source or 'given'})" for gpu, p in priced.items())
+            + " (--price GPU=USD sets one)", highlight=False)
     console.print(f"launch ({engine}), one per unit, {a.units(result.load_qps)} units behind a load balancer:", highlight=False)
     for line in launch_command(a, config, engine):
         typer.echo(f"  {line}")

@@ -924,12 +924,17 @@ def check_fits(config: RunConfig) -> None:
 
 
 def check_searchable(config: RunConfig, users: bool = False, offer_users: bool = False,
-                     given: Collection[str] = ()) -> None:
+                     given: Collection[str] = (), max_users: int | None = None) -> None:
     """Refuse a config the search cannot vary: a rate search needs a rate process, a users search a
     closed loop without one (its users send as fast as their requests end). ``offer_users``: the
     command can search users (``simulate capacity --users``), and a closed loop's refusal says so.
     ``given``: the run options given on the command line (a value equal to the default is given too)."""
     if users:
+        concurrency = config.workload.concurrency or 0
+        if max_users is not None and concurrency > max_users:  # (it was lowered to the limit, unsaid)
+            flag = "--concurrency" if "concurrency" in given or offer_users else "workload.concurrency"
+            raise ConfigError(flag, f"the search's first users, {concurrency:,}, are above the most it may try, "
+                              f"{max_users:,} (max_users)", "lower the concurrency, or raise max_users (--max-users)")
         if config.workload.arrival not in ("burst", "poisson") or "arrival" in given or (
                 config.workload.arrival == "poisson" and ("qps" in given or config.workload.qps != WorkloadConfig().qps)):
             # (an --arrival typed is refused whatever its process: the trials send as users free up, burst or not)
@@ -962,10 +967,7 @@ def check_searchable(config: RunConfig, users: bool = False, offer_users: bool =
 def _search_plan(config: RunConfig, settings: SearchSettings) -> tuple[float, Limits, tuple[bool, bool, bool]]:
     """A seed's search: its first load, its limits and :func:`run_trial`'s switches (early exits, users)."""
     switches = (settings.early_exit, settings.tbt_early_exit, settings.users)
-    if settings.users:  # whole users from 1 to max_users, from the config's concurrency
-        if (config.workload.concurrency or 0) > settings.max_users:  # (it was lowered to the limit, unsaid)
-            raise ConfigError("--concurrency", f"the search's first users, {config.workload.concurrency:,}, are above "
-                              f"--max-users {settings.max_users:,}", "lower --concurrency, or raise --max-users")
+    if settings.users:  # whole users from 1 to max_users, from the config's concurrency (check_searchable)
         first = min(max(config.workload.concurrency or DEFAULT_FIRST_USERS, 1), settings.max_users)
         return first, Limits(settings.rel_tol, 1, settings.max_users, settings.max_trials, integer=True), switches
     qps = settings.qps_start or config.workload.qps
@@ -1058,7 +1060,7 @@ def search_seed(config: RunConfig, slo: SLO, settings: SearchSettings = SearchSe
                 on_trial: Callable[[Trial], None] | None = None) -> SeedResult:
     """Bisection for one seed (``config.seed``), one trial after another; ``on_trial(trial)``
     as each ends. (:func:`find_capacity` with workers runs trials ahead of need instead.)"""
-    check_searchable(config, settings.users, offer_users=True)
+    check_searchable(config, settings.users, offer_users=True, max_users=settings.max_users)
     reason = impossible_reason(config, slo)
     if reason is not None:
         return SeedResult(config.seed, 0.0, reason)
@@ -1132,7 +1134,7 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
                           "pass --seeds N (3-10 show the spread of the capacity)")
     if workers < 1:
         raise ConfigError("capacity.workers", f"must be >= 1, got {workers}")
-    check_searchable(config, settings.users, offer_users=True)
+    check_searchable(config, settings.users, offer_users=True, max_users=settings.max_users)
     check_fits(config)
     start = time.perf_counter()
     jobs = [(config.replace(seed=config.seed + i), slo, settings) for i in range(num_seeds)]

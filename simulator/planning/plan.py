@@ -262,12 +262,14 @@ class Layout:
 def candidate_gpus(base: RunConfig, space: SearchSpace, prices: dict[str, GPUPrice] | None) -> tuple[list[str], list[str]]:
     """The GPUs to search and, for the others considered, why not (no price, cannot hold the model)."""
     names = [get_gpu(g).name for g in space.gpus] if space.gpus else [g for g in GPUS if g != "cpu"]
-    keep, notes = [], []
+    keep, unpriced = [], []
     for name in dict.fromkeys(names):
         if price_of(name, prices).usd_per_gpu_hour is None:
-            notes.append(f"{name}: no price (give --price {name}=USD)")
+            unpriced.append(name)
             continue
         keep.append(name)
+    # One line for them all (a line each crowded the answer: 12 of the catalog's GPUs have no list price)
+    notes = [f"no price, not searched: {', '.join(unpriced)} (give --price GPU=USD)"] if unpriced else []
     return keep, notes
 
 

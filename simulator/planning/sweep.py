@@ -323,10 +323,12 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         if imply_engine and values.get("engine") is not None:
             from simulator.costmodel.engine_model import implied_options
 
-            implied = implied_options(values["engine"], values.get("gpu") or RunConfig().replica.gpu)
-            if values.get("cost_model") not in (None, "roofline"):
-                implied.pop("kernels", None)
-            values.update({name: value for name, value in implied.items() if values.get(name) is None})
+            implied = implied_options(values["engine"], values.get("gpu") or RunConfig().replica.gpu,
+                                      [values.get(k) for k in ("prefill_pool", "decode_pool", "mixed_pool")],
+                                      values.get("cost_model"))
+            # (a flag typed at its default value is given, though the CLI's base leaves it out as a default)
+            values.update({name: value for name, value in implied.items()
+                           if values.get(name) is None and name not in given})
         try:
             config = _point_config(values, where)
         except ConfigError:
@@ -351,10 +353,10 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
             from simulator.planning.capacity import check_searchable
 
             try:
-                check_searchable(config, bool(options["users"]))
+                check_searchable(config, bool(options["users"]), max_users=options["max_users"])
             except ConfigError as err:
                 fix = ("set users = true to search the most users (concurrency starts it), or drop concurrency"
-                       if err.field == "--concurrency" else err.fix)
+                       if err.field == "--concurrency" and not options["users"] else err.fix)
                 raise ConfigError(where, f"{err.field}: {err.problem}", fix) from None
         key = point_key(mode, config, options)
         if key in seen:

@@ -166,7 +166,8 @@ def knee_tokens(cost: CostModel, max_tokens: int = 8192, flat_tokens: int = 1) -
     if slope <= 0:
         return hi  # never leaves the memory-bound regime within the grid
     intercept = t_hi - slope * hi
-    return int(max(1, round((t1 - intercept) / slope)))
+    # (not below flat_tokens: short of it an MoE's cost still grows with the experts it reads, not its compute)
+    return int(max(1, flat_tokens, round((t1 - intercept) / slope)))
 
 
 def choose_tau(config: RunConfig, tbt_slo_s: float, mix: DecodeMix | None = None, max_tokens: int = 8192,

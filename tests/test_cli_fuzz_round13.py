@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -250,3 +251,31 @@ def test_a_users_sweep_refuses_a_first_users_above_its_limit_before_any_trial(tm
     line = refused("sweep", str(sweep), "--out", str(tmp_path / "out"))
     assert "sweep point concurrency=64: workload.concurrency: the search's first users, 64, are above" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_capacity_reads_one_ttft_limit_and_reports_throughput() -> None:
+    """(A second walkthrough.) capacity --ttft-slo 30 printed goodput against 2 s (--goodput-ttft-slo's default) beside
+    a passing trial; --users gave no throughput, the question a users search answers."""
+    code, output = invoke("capacity", "--ttft-slo", "30", "--num-requests", "100", "--max-qps", "2")
+    assert code == 0, output
+    flat = " ".join(output.split())
+    assert "TTFT<=30s" in flat.replace(" ", "") and "goodput" in flat and "(TTFT <= 30s" in flat
+    code, output = invoke("capacity", "--users", "--num-requests", "100", "--max-users", "16")
+    assert code == 0, output
+    found = re.search(r"output ([\d,]+) tok/s", " ".join(output.split()))
+    assert found and float(found.group(1).replace(",", "")) > 0, output
+
+
+def test_equal_lengths_in_a_closed_loop_are_said_to_move_in_waves() -> None:
+    code, output = invoke("run", "--concurrency", "8", "--workload", "fixed", "--num-requests", "24", "--no-progress")
+    assert code == 0 and "users move in lock-stepped waves" in " ".join(output.split()), output
+    code, output = invoke("run", "--concurrency", "8", "--workload", "fixed", "--random-range-ratio", "0.8",
+                          "--range-style", "sglang", "--num-requests", "24", "--no-progress")
+    assert code == 0 and "lock-stepped" not in output, output
+
+
+def test_small_headers_and_fields_name_what_was_given() -> None:
+    code, output = invoke("run", "--metrics", "vllm", "--num-requests", "10", "--no-progress")
+    assert code == 0 and "(tp=1, pp=1, dp=1, ep=1) · 1 replica" in output and "kernels roofline" in output, output
+    assert refused("run", "--gpu", "h100-sxm", "--chunk-size", "512").startswith(
+        "error: --chunk-size: 512 tokens is below max_num_seqs 1,024")

@@ -419,6 +419,11 @@ def _loop_note(config: RunConfig) -> str:
     if w.concurrency is None:  # (an open loop's warm-up: its first requests sent, left out of every figure below)
         return f" · the first {w.num_warmup:,} requests a warm-up left out" if w.num_warmup else ""
     warm = f", the first {w.num_warmup:,} requests a warm-up left out ({w.warmup_mode})" if w.num_warmup else ""
+    exact = (w.trace is None and w.name in ("fixed", "random") and not w.prompt_tokens_stddev
+             and not w.output_tokens_stddev and w.range_ratio == (1.0 if w.range_style == "sglang" else 0.0))
+    if exact and w.arrival == "burst":  # said: equal requests sent together stay together, wave after wave
+        warm += (" · note: every request the same length, so the users move in lock-stepped waves (their figures "
+                 "alike); --random-range-ratio 0.8 --range-style sglang draws InferenceX's [0.8 len, len] band")
     return (f" · closed loop: {w.concurrency:,} users, each sending its next request when its last ends{warm}"
             if w.arrival == "burst" else f" · at most {w.concurrency:,} requests in flight (a request waits for "
             f"one to end, vLLM's --max-concurrency){warm}")
@@ -513,9 +518,10 @@ class BenchOptions:
         from simulator.report.benchmark import format_vllm
 
         r = config.replica
-        out.print(f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, ep={r.ep}) x{config.num_replicas}"
-                  f"{_router(config)} · "
-                  f"{config.scheduler.name} · engine {config.engine} · workload: {summary['workload']}", markup=False)
+        replicas = f"{config.num_replicas} replica{'s' if config.num_replicas > 1 else ''}"
+        out.print(f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) · "
+                  f"{replicas}{_router(config)} · {config.scheduler.name} · engine {config.engine} · kernels "
+                  f"{r.kernels} · workload: {summary['workload']}", markup=False)
         out.print(format_vllm(summary["benchmark"], summary["benchmark"], self.percentiles), markup=False,
                   highlight=False)
 

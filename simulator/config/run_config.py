@@ -903,7 +903,8 @@ class RunConfig:
             budget = sched.token_budget(self.replica.effective_max_model_len, self.replica.gpu_spec)
             seqs = sched.seq_limit(self.replica.gpu_spec)
             if budget < seqs:
-                raise ConfigError("scheduler.max_num_batched_tokens", f"{budget:,} tokens is below max_num_seqs "
+                field = "scheduler.max_num_batched_tokens" if sched.max_num_batched_tokens else "scheduler.chunk_size"
+                raise ConfigError(field, f"{budget:,} tokens is below max_num_seqs "
                                   f"{seqs:,}{'' if sched.max_num_seqs else ' (the default)'}: a step carries a token a "
                                   "sequence, so no more than the budget ever run (vLLM refuses it)",
                                   f"pass --max-num-seqs {budget} or fewer, or a budget of at least {seqs}")

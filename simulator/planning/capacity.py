@@ -127,6 +127,8 @@ class Trial:
     # cannot sustain passes such a trial, so it counts as no pass (:func:`run_trial`); ``passed`` is False.
     too_short: bool = False
     reject_reason: str = ""  # one rejected request's reason ("" when none was): refused by size, at any load
+    # Output tokens a second over the measured load (vllm bench serve's output throughput); NaN: stopped early
+    output_tok_s: float = math.nan
 
     @property
     def all_rejected(self) -> bool:
@@ -237,6 +239,7 @@ class CapacityReport:
             "tpot_s_p99_at_capacity": self.at_capacity_mean("tpot_s_p99"),
             "sched_delay_s_q_at_capacity": self.at_capacity_mean("sched_delay_s_q"),
             "goodput_fraction_at_capacity": self.at_capacity_mean("goodput_fraction"),
+            "output_tok_s_at_capacity": self.at_capacity_mean("output_tok_s"),
             "reason": "; ".join(sorted({s.reason for s in self.seeds})),
             "slo": self.slo.describe(),
         }
@@ -611,10 +614,14 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     too_short = False
     if not reasons and not users:  # (a closed loop's users wait for their replies: its queue cannot outgrow them)
         reasons, too_short = sustained(result, cols, slo, delays, span)
+    from simulator.report.benchmark import measured_window
+
+    begin, end = measured_window(result, cols)
+    output_tok_s = float(cols["num_output_tokens"][is_finished].sum()) / (end - begin) if end > begin else math.nan
     return Trial(cfg.seed, qps, not reasons, "; ".join(reasons), tbt_q, sched_q, tbt_p99,
                  _quantile(ttft, 50.0), _quantile(ttft, 99.0), tpot_q, _quantile(tpot, 50.0), _quantile(tpot, 99.0),
                  goodput, num_finished, num_rejected, False, time.perf_counter() - start, span, too_short,
-                 rejected_why)
+                 rejected_why, output_tok_s)
 
 
 def judged_requests(result: RunResult, slo: SLO) -> tuple[dict[str, np.ndarray], np.ndarray]:

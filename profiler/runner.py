@@ -137,9 +137,13 @@ class ProfileConfig:
             if bad:
                 raise ConfigError("world_sizes", f"world sizes must be >= 2, got {bad}")
             if self.device == "cpu" and max(self.world_sizes, default=0) > MAX_CPU_WORLD_SIZE:
-                raise ConfigError("world_sizes", f"at most {MAX_CPU_WORLD_SIZE} CPU processes")
+                raise ConfigError("--world-size", f"at most {MAX_CPU_WORLD_SIZE} CPU processes, got "
+                                  f"{max(self.world_sizes)}", f"pass --world-size {MAX_CPU_WORLD_SIZE} or fewer")
         if self.num_threads is not None and self.num_threads <= 0:
-            raise ConfigError("num_threads", f"must be positive, got {self.num_threads}")
+            raise ConfigError("--threads", f"must be positive, got {self.num_threads}", "e.g. --threads 1")
+        if self.tp != (1,) and set(self.ops) <= set(COMM_OPS):  # (the groups are --world-size's, whatever --tp says)
+            raise ConfigError("--tp", "the communication ops are timed over --world-size process groups, not per TP "
+                              "shard, so --tp would do nothing", "drop --tp, or add compute ops to --ops")
         if self.num_threads is not None and self.num_threads > MAX_THREADS:  # torch allocates per thread: 1e5 ran out
             raise ConfigError("--threads", f"must be at most {MAX_THREADS:,}, got {self.num_threads:,}",
                               f"pass --threads {os.cpu_count() or 1} (this machine's CPUs) or fewer")

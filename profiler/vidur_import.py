@@ -151,6 +151,13 @@ def _gpu_from_path(path: Path) -> tuple[str | None, GPUSpec | None]:
     elif "network" in parts and parts.index("network") + 1 < len(parts) - 1:
         folder = parts[parts.index("network") + 1]
     elif len(parts) >= 2:
+        # Outside compute/ or network/: the nearest folder up that names a catalog GPU (a copy of Vidur's
+        # compute/<gpu>/<org>/<model>/ without its root), else the file's own folder (no GPU's)
+        for part in reversed(parts[:-1]):
+            try:
+                return part, get_gpu(part.split("_")[0])
+            except ConfigError:
+                continue
         folder = parts[-2]
     if folder is None:
         return None, None
@@ -365,6 +372,9 @@ def import_vidur_file(path: str | Path, *, model: str | None = None, gpu: str | 
             raise ConfigError("--gpu", f"{path} is in Vidur's folder of {named} profiles ({folder}), not {gpu}'s",
                               f"drop --gpu (the folder says {spec_gpu.name}), or import a profile of {gpu}")
         spec_gpu, folder = given, folder or gpu
+    if spec_gpu is None:  # (the rows were labelled with the folder's name, which no fit or check then matched)
+        raise ConfigError("--gpu", f"{path}: its folder ({folder}) names no catalog GPU, as Vidur's layout "
+                          "(compute/<gpu>/...) would", "pass --gpu (and --model for compute tables)")
     model_spec = get_model(model) if model else _model_from_path(path)
     if kind == "attention":
         rows, num_blank = _read_attention(df, path, model_spec)

@@ -230,8 +230,9 @@ def test_validate_out_is_rewritten_whole_or_left_as_it_was(tmp_path: Path, monke
     out = tmp_path / "validation"
     (out / "silicon").mkdir(parents=True)
     (out / "silicon" / "fit_report.py").write_text("kept")
-    for name in ("README.md", "splitwise_summary.csv"):
-        (out / name).write_text("old")
+    old = {"README.md": "# Validation against real engines\nold", "splitwise_summary.csv": "old"}  # (its own README)
+    for name, text in old.items():
+        (out / name).write_text(text)
 
     def report(folder, data=None, progress=None, stop=True):  # noqa: ANN001, ANN202 - a table, then Ctrl-C
         (Path(folder) / "splitwise_summary.csv").write_text("new")
@@ -244,8 +245,7 @@ def test_validate_out_is_rewritten_whole_or_left_as_it_was(tmp_path: Path, monke
     res = runner.invoke(app, ["validate", "--out", str(out)])
     assert res.exit_code == 130, res.output
     assert f"interrupted: nothing written, {out} left as it was" in res.stderr
-    assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == {"README.md": "old",
-                                                                            "splitwise_summary.csv": "old"}
+    assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == old
     assert _leftovers(tmp_path) == ["validation"]  # no temporary folder left beside it
     monkeypatch.setattr(validation, "write_report", lambda folder, data=None, progress=None: report(folder, stop=False))
     res = runner.invoke(app, ["validate", "--out", str(out)])

@@ -191,6 +191,16 @@ def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "
     empty = (df.num_prefills == 0) & (df.num_decodes == 0)
     if empty.any():
         raise ConfigError(where, f"{int(empty.sum())} row(s) describe an empty batch", "each row needs prefills or decodes")
+    # Steps no engine runs (priced as they read, they were fitted as measured): a prefill of no tokens, prompt tokens
+    # with no prefill, a decode with no context, a prefill context on a step without prefills (read by nothing)
+    for wrong, what in (((df.num_prefills > 0) & (df.prefill_tokens == 0), "has prefills of 0 tokens"),
+                        ((df.num_prefills == 0) & (df.prefill_tokens > 0), "has prefill_tokens but no prefills"),
+                        ((df.num_decodes > 0) & (df.decode_context == 0), "has decodes over a context of 0 tokens"),
+                        ((df.num_prefills == 0) & (df.prefill_context > 0), "has a prefill_context but no prefills")):
+        if wrong.any():
+            line = int(np.flatnonzero(wrong.to_numpy())[0]) + 2
+            raise ConfigError(where, f"row on line {line} {what}: no engine runs that step",
+                              "give each row one measured step's counts")
     want_model = get_model(model).name
     for col, want, lookup in (("model", want_model, get_model), ("gpu", get_gpu(gpu).name, get_gpu)):
         if col in df.columns:
@@ -608,6 +618,10 @@ def read_bench(path: Path, max_model_len: int | None = None, model: str | None =
                               "rejected", "pass the --model the benchmark served, or a --max-model-len that holds it")
     ttfts = [data["ttfts"][i] for i in idx]
     _check_numbers(path, "ttfts", ttfts)
+    zero = next((int(i) for i, t in zip(idx, ttfts, strict=True) if t == 0), None)
+    if zero is not None:  # (no first token comes back at its send: the fit and its report left TTFT out, unsaid)
+        raise ConfigError("bench", f"{path}: ttfts[{zero}] is 0, and no request's first token comes back the instant "
+                          "it is sent", "pass the JSON `vllm bench serve --save-result --save-detailed` wrote")
     for i in idx:
         if data["itls"][i] is not None and not isinstance(data["itls"][i], list):
             raise ConfigError("bench", f"{path}: itls[{i}] must be a list of gaps (s), got {data['itls'][i]!r:.40}",

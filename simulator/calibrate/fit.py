@@ -296,6 +296,32 @@ def _check_shape(rows: pd.DataFrame, model: str, tp: int) -> None:
                               "fit attention tables of the same model")
 
 
+def _check_gemm_shapes(table: pd.DataFrame, spec: Any, tp: int) -> None:
+    """Refuse GEMM rows timed on another model's shapes than ``spec``'s at ``tp``: their work (the flops the profiler
+    or ``import-vidur`` computed from the shapes they timed) against this model's. A table that names no model (a
+    Vidur one imported without --model) was fitted to any --model given, pricing Qwen-72B with Llama-2-7B's GEMMs."""
+    from profiler.shapes import ShardedShapes
+    from profiler.work import token_op_work
+
+    gemms = ("qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down")
+    if "flops" not in table or "num_tokens" not in table:  # (a table without the work columns: nothing to check)
+        return
+    rows = table[table["op"].isin(gemms) & (table["tp"] == tp) & (pd.to_numeric(table["flops"], errors="coerce") > 0)]
+    if rows.empty:
+        return
+    try:
+        shapes = ShardedShapes(spec, tp)
+    except ConfigError:
+        return  # (the fit's own checks say why this TP cannot shard the model)
+    for op, part in rows.groupby("op", sort=True):
+        expected = np.array([token_op_work(str(op), int(t), shapes, 2).flops for t in part["num_tokens"]])
+        ratio = float(np.median(part["flops"].to_numpy(dtype=float) / expected))
+        if not 0.9 <= ratio <= 1.1:
+            raise ConfigError("model", f"the profile's {op} rows do {ratio:.3g}x the work of {spec.name}'s {op} at tp "
+                              f"{tp}: they were timed on another model's shapes",
+                              "pass the --model the profile was timed for (import-vidur --model names it)")
+
+
 def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None = None, tp: int | None = None,
                holdout: float = 0.2, seed: int = 0, sources: list[str] | None = None,
                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -343,6 +369,11 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
             raise ConfigError("tp", f"profile covers tp {compute_tps or tps}", "pass --tp to choose one")
         tp = compute_tps[0]
     spec = get_model(model)
+    _check_gemm_shapes(table, spec, tp)
+    from simulator.config.hf_config import is_path_like
+
+    if is_path_like(model) and Path(model).is_file():  # (a config.json: the run names it from any folder)
+        model = str(Path(model).resolve())
     artifact: dict[str, Any] = {
         "format_version": FORMAT_VERSION, "kind": "servesim-learned-cost-model", "model": model, "gpu": gpu, "tp": tp,
         "dtype_bytes": 2, "gemm_dtype": gemm_dtype, "sklearn_version": sklearn.__version__, "numpy_version": np.__version__,

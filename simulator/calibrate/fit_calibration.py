@@ -237,16 +237,22 @@ def calibrate_all(root: str | Path | None = None, progress: Callable[[str, int, 
     """Calibrated constants per GPU; ``progress(gpu, done, total)`` as each GPU starts."""
     root = data_dir(root)
     out: dict[str, RooflineCalibration] = {}
-    fitted_any = False
+    missing = []
     for done, src in enumerate(SOURCES):
         if progress:
             progress(src.gpu, done, len(SOURCES))
         cal, used = calibrate_gpu(src, root)
         out[src.gpu] = replace(cal, source="fitted by `simulate calibrate` to " + "; ".join(used))
-        fitted_any = fitted_any or bool(used)
-    if not fitted_any:  # constants fitted to nothing would be the defaults dressed up as a fit
+        if not used:
+            missing.append(src.gpu)
+    # Constants fitted to nothing would be the defaults dressed up as a fit (and --write would put them in place of
+    # the calibrated ones): a folder without every GPU's profiles is refused, naming those it lacks.
+    if len(missing) == len(SOURCES):
         raise ConfigError("--data", f"no Vidur or LLMServingSim profiles under {root}",
                           "pass the profiles folder (../shared/data/profiles)")
+    if missing:
+        raise ConfigError("--data", f"no profiles under {root} for {', '.join(missing)}, whose constants would be the "
+                          "defaults", "pass the whole profiles folder (../shared/data/profiles)")
     attn_fields = ("attn_prefill_compute_eff", "attn_decode_memory_eff", "attn_decode_per_seq_s")
     for gpu, parent in ATTENTION_FROM.items():
         out[gpu] = replace(out[gpu], **{f: getattr(out[parent], f) for f in attn_fields},

@@ -46,6 +46,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.calibration import calibration_for
 from simulator.costmodel.roofline import RooflineCostModel
+from simulator.report.titles import FIDELITY_TITLE
 
 HOLDOUT = 0.2
 SEED = 0
@@ -318,7 +319,7 @@ def _pct(v: float) -> str:
 def render_readme(summary: pd.DataFrame, plots: list[Path]) -> str:
     wide = summary.pivot_table(index=["gpu", "source", "op"], columns="method", values=["median_ape", "p95_ape"])
     lines = [
-        "# Cost-model fidelity",
+        FIDELITY_TITLE,
         "",
         "Held-out error of the learned cost model (`simulate fit`) and of the calibrated roofline",
         "(constants in `simulator/costmodel/calibration.py`, fitted by `simulate calibrate`) against the",

@@ -57,6 +57,7 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import TabulatedCostModel
 from simulator.costmodel.calibration import KERNEL_BACKENDS, calibration_for
 from simulator.costmodel.roofline import RooflineCostModel
+from simulator.report.titles import PROFILE_FIDELITY_TITLE
 from simulator.util.paths import check_profile_tables
 
 HOLDOUT = 0.2
@@ -361,7 +362,7 @@ def _environment_lines(envs: dict[str, dict]) -> list[str]:
 def render_readme(summary: pd.DataFrame, envs: dict[str, dict], plots: list[Path], command: str) -> str:
     methods = list(dict.fromkeys(summary["method"]))
     lines = [
-        "# Cost models against measured kernels",
+        PROFILE_FIDELITY_TITLE,
         "",
         "What each cost model charges for the shapes a `simulate profile` run measured, divided by what the",
         "kernel took (`simulator/calibrate/profile_fidelity.py` says what is compared and how). Regenerate with",

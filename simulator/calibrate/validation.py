@@ -39,6 +39,7 @@ from simulator.calibrate.engine_fit import (
 from simulator.config.errors import ConfigError
 from simulator.config.shared_data import SHARED_DATA
 from simulator.costmodel.engine_model import ENGINES, EngineCostModel, EngineModel
+from simulator.report.titles import VALIDATION_TITLE
 
 # The preset fitted to the Splitwise rows this report compares against (named: not the run default).
 SPLITWISE_PRESET = "vllm-2023-splitwise"
@@ -260,7 +261,7 @@ def _readme(rows: pd.DataFrame, summary: pd.DataFrame, fitted: dict[str, EngineM
 
     kv_tokens = plan_memory(ReplicaConfig(model="llama-2-70b", gpu="a100-80gb", tp=2), 4096, 256).num_kv_tokens
     not_lines = [f"- {r.source}: {r.what} ({r.rows} rows): {r.reason}" for r in unusable.itertuples()]
-    return f"""# Validation against real engines
+    return f"""{VALIDATION_TITLE}
 
 Regenerate: `simulate validate --out results/validation` (reads `../shared/data/profiles`;
 a few seconds on two cores). Predictions use the calibrated roofline kernels plus an

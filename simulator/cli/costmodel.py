@@ -18,12 +18,13 @@ from simulator.cli.app import console as app_console
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, KERNEL_TABLES, ReplicaConfig
+from simulator.report.titles import FIDELITY_TITLE, PROFILE_FIDELITY_TITLE
 from simulator.util.paths import (
     atomic_file,
     check_in_dir,
-    check_out_dir,
     check_out_file,
     check_profile_tables,
+    check_report_dir,
 )
 from simulator.util.progress import StepProgress
 from simulator.util.text import comma_list
@@ -219,6 +220,8 @@ def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roof
 def _split_ints(values: list[str] | None, name: str) -> list[int]:
     out: list[int] = []
     for v in values or []:
+        if "," in str(v) and not all(part.strip() for part in str(v).split(",")):  # ("8,": a slip, not one chunk)
+            raise ConfigError(f"--{name}", f"{v!r} has an empty item", f"pass --{name} 512 or --{name} 512,1024")
         for part in comma_list(str(v)):
             try:
                 out.append(int(part))
@@ -357,12 +360,14 @@ def fidelity(
             raise ConfigError("--data", "names the public profiles, which --profile replaces, so it would do nothing",
                               "drop --data or --profile")
         backends = comma_list(kernels)
+        if len(set(backends)) < len(backends):  # (its columns would be scored twice)
+            raise ConfigError("--kernels", f"names a backend twice ({kernels!r})", "name each once")
         bad = [b for b in backends if b not in TABLE_BACKENDS]
         if bad or not backends:
             raise ConfigError("--kernels", f"unknown backend(s) {', '.join(bad)}" if bad else "no backend given",
                               f"pass some of {','.join(TABLE_BACKENDS)}, comma-separated")
         out = out or Path("fidelity_profile")
-        check_out_dir(out, "--out", existing_ok=True)
+        check_report_dir(out, PROFILE_FIDELITY_TITLE)
         check_profile_tables(profile)
         from rich.console import Console
 
@@ -381,7 +386,7 @@ def fidelity(
         raise ConfigError("--kernels", "picks the tables scored against a --profile, so without one it would do "
                           "nothing", "add --profile, or drop --kernels")
     out = out or Path("results/fidelity")
-    check_out_dir(out, "--out", existing_ok=True)
+    check_report_dir(out, FIDELITY_TITLE)
     if data is not None:
         _check_profiles(data)
     from rich.console import Console

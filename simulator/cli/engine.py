@@ -19,8 +19,16 @@ from simulator.cli.options import escape_markup, given_run_flags, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import DEFAULT_ENGINE, RunConfig
+from simulator.report.titles import VALIDATION_TITLE
 from simulator.util.jsonio import jsonable
-from simulator.util.paths import atomic_file, atomic_update, check_in_dir, check_in_file, check_out_dir, check_out_file
+from simulator.util.paths import (
+    atomic_file,
+    atomic_update,
+    check_in_dir,
+    check_in_file,
+    check_out_file,
+    check_report_dir,
+)
 
 
 @app.command()
@@ -110,7 +118,9 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     if bench is not None:  # the result names its requests, arrivals and client cap; the run's flags the engine
         from simulator.config.options import is_workload_option
 
-        unread = [name for name in sorted(given) if is_workload_option(name) and name != "concurrency"]
+        # (and --seed: a replay of recorded requests draws nothing; two seeds wrote the same artifact)
+        unread = [name for name in sorted(given)
+                  if (is_workload_option(name) and name != "concurrency") or name == "seed"]
         if unread:
             flag = "--" + unread[0].replace("_", "-")
             raise ConfigError(flag, "a --bench fit replays the benchmark's own requests (their lengths, its rate, "
@@ -279,7 +289,7 @@ def validate(
 ) -> None:
     """Predicted vs measured for every public real-engine measurement at hand (tables, plots, README)."""
     # Paths first (a wrong one answers before the heavy imports); a report folder is regenerated in place.
-    check_out_dir(out, "--out", existing_ok=True)
+    check_report_dir(out, VALIDATION_TITLE)
     if data is not None:
         check_in_dir(data, "--data", "pass the profiles folder (../shared/data/profiles)")
     from rich.console import Console

@@ -18,6 +18,10 @@ from simulator.cli.app import app, console, fail
 from simulator.config.errors import ConfigError
 from simulator.util.paths import check_out_dir
 
+# What a profile folder holds (profiler.runner's TABLE_FILE and METADATA_FILE, and their atomic writes' temporaries):
+# rerunning resumes into it; a folder holding anything else is another's.
+PROFILE_FILES = ("profile.csv", "metadata.json", "*.tmp")
+
 # The plain pin resolves to the CPU build where no CUDA wheel applies, e.g. in the README's CI line;
 # on a Linux machine with a GPU driver the default index serves the CUDA build instead.
 TORCH_HINT = ("install the profile extra: pip install 'servesim[profile]' (CPU-only machine: "
@@ -61,7 +65,7 @@ def profile(
     Rerunning the same command resumes: points already in the table are skipped.
     """
     folder = out or Path(f"profile_{Path(model).stem if model.endswith('.json') else model.replace('/', '_')}_{device}")
-    check_out_dir(folder, "--out", existing_ok=True)  # rerunning resumes into the same folder
+    check_out_dir(folder, "--out", replaceable=PROFILE_FILES)  # rerunning resumes into the same folder
     if not torch_available():
         fail(TORCH_HINT)
     from profiler.runner import ProfileConfig, run_profile
@@ -99,7 +103,7 @@ def import_vidur(
     for path in paths:  # every path before anything is read (or imported)
         if not path.exists():
             raise ConfigError("import-vidur", f"{path} does not exist", "pass Vidur CSV files or folders holding them")
-    check_out_dir(out, "--out", existing_ok=True)  # rows are merged into a profile.csv already there
+    check_out_dir(out, "--out", replaceable=PROFILE_FILES)  # rows are merged into a profile.csv already there
     from profiler.vidur_import import import_to_folder
 
     skipped: list[tuple[Path, int]] = []

@@ -419,9 +419,7 @@ def _loop_note(config: RunConfig) -> str:
     if w.concurrency is None:  # (an open loop's warm-up: its first requests sent, left out of every figure below)
         return f" · the first {w.num_warmup:,} requests a warm-up left out" if w.num_warmup else ""
     warm = f", the first {w.num_warmup:,} requests a warm-up left out ({w.warmup_mode})" if w.num_warmup else ""
-    exact = (w.trace is None and w.name in ("fixed", "random") and not w.prompt_tokens_stddev
-             and not w.output_tokens_stddev and w.range_ratio == (1.0 if w.range_style == "sglang" else 0.0))
-    if exact and w.arrival == "burst":  # said: equal requests sent together stay together, wave after wave
+    if w.exact_lengths and w.arrival == "burst":  # said: equal requests sent together stay together, wave after wave
         warm += (" · note: every request the same length, so the users move in lock-stepped waves (their figures "
                  "alike); --random-range-ratio 0.8 --range-style sglang draws InferenceX's [0.8 len, len] band")
     return (f" · closed loop: {w.concurrency:,} users, each sending its next request when its last ends{warm}"

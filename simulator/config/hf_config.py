@@ -407,7 +407,9 @@ def _attention_windows(f: _Fields, model_type: str, num_layers: int) -> tuple[in
     else:
         f.refuse_unused(("use_sliding_window",), f"model_type {model_type} reads sliding_window alone (qwen2, qwen3 "
                         "and qwen3_moe read use_sliding_window)")
-        num_sliding = num_layers if window else 0
+        # use_sliding_window false turns the window off whatever the model type, as vLLM reads it
+        # (ModelConfig.get_hf_config_sliding_window); it was applied here
+        num_sliding = num_layers if window and f.cfg.get("use_sliding_window") is not False else 0
     return num_sliding, window, None
 
 

@@ -312,6 +312,10 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if w.concurrency is None or w.num_warmup == 0:
         out["warmup_mode"] = ("the warm-up mode is a closed loop's (--concurrency) with --num-warmup requests",
                               "add --concurrency N and --num-warmup M, or drop {flag}")
+    if w.exact_lengths:  # (a limit below them is refused: workload._check_total)
+        out["max_total_tokens"] = (f"every request of the {w.name} workload is {w.prompt_tokens:,} + {w.output_tokens:,} "
+                                   "tokens, so no limit that lets them run drops any",
+                                   "drop {flag}, or give the lengths a band (--random-range-ratio) or a spread")
     if w.trace is None or w.max_total_tokens is None:
         out["over_length"] = ("it says what becomes of trace rows longer than --max-total-tokens",
                               "add --trace and --max-total-tokens, or drop {flag}")

@@ -71,6 +71,18 @@ def load_artifact(path: str | Path, replica: ReplicaConfig, engine: object = Non
     return LearnedCostModel(replica, read_artifact(path), source=str(path), engine=engine)
 
 
+def same_model_file(a: Any, b: Any) -> bool:  # noqa: ANN401 - an artifact's value, of any JSON type
+    """Whether two --model values name one config.json file (as typed from two folders, or resolved by the fit)."""
+    from simulator.config.hf_config import is_path_like
+
+    if not (isinstance(a, str) and isinstance(b, str) and is_path_like(a) and is_path_like(b)):
+        return False
+    try:
+        return Path(a).resolve(strict=True) == Path(b).resolve(strict=True)
+    except OSError:
+        return False
+
+
 class LearnedCostModel(TabulatedCostModel):
     """Cost model from fitted profile curves; same interface and contract as the roofline."""
 
@@ -81,7 +93,7 @@ class LearnedCostModel(TabulatedCostModel):
                  engine: object = None) -> None:
         super().__init__(replica)
         for key, want in (("model", replica.model), ("tp", replica.tp), ("gpu", replica.gpu)):
-            if artifact.get(key) != want:
+            if artifact.get(key) != want and not (key == "model" and same_model_file(artifact.get(key), want)):
                 raise ConfigError("cost_model", f"{source} was fitted for {key}={artifact.get(key)!r}, the run has "
                                   f"{key}={want}", f"fit an artifact for {key}={want} or use --cost-model roofline")
         if replica.model_spec.is_hybrid:  # the profiler times softmax attention only: every layer would be priced so

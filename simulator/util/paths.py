@@ -94,6 +94,21 @@ def check_out_dir(path: Path | str, field: str = "--out", replaceable: Iterable[
     return path
 
 
+def check_report_dir(path: Path | str, title: str, field: str = "--out") -> Path:
+    """An output folder a report regenerates in place (:func:`check_out_dir` with ``existing_ok``), refused where
+    its ``README.md`` is another's: one whose first line is not ``title`` would be overwritten (``validate --out``
+    a project folder replaced its README)."""
+    path = check_out_dir(path, field, existing_ok=True)
+    readme = path / "README.md"
+    if readme.is_file():
+        with readme.open(encoding="utf-8", errors="replace") as f:
+            first = f.readline().strip()
+        if first != title:
+            raise ConfigError(field, f"{readme} is not this report's (its first line is {first[:60]!r}, not {title!r}), "
+                              "and the report would overwrite it", "pass a new folder, or the report's own")
+    return path
+
+
 def _kind(mode: int) -> str:
     for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),

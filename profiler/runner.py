@@ -141,7 +141,9 @@ class ProfileConfig:
                                   f"{max(self.world_sizes)}", f"pass --world-size {MAX_CPU_WORLD_SIZE} or fewer")
         if self.num_threads is not None and self.num_threads <= 0:
             raise ConfigError("--threads", f"must be positive, got {self.num_threads}", "e.g. --threads 1")
-        if self.tp != (1,) and set(self.ops) <= set(COMM_OPS):  # (the groups are --world-size's, whatever --tp says)
+        if (self.tp != (1,) and set(self.ops) <= set(COMM_OPS)
+                and (self.device == "cpu" or self.world_sizes is not None)):
+            # (the groups are --world-size's, or on CPU two processes: --tp adds a group size only on CUDA without it)
             raise ConfigError("--tp", "the communication ops are timed over --world-size process groups, not per TP "
                               "shard, so --tp would do nothing", "drop --tp, or add compute ops to --ops")
         if self.num_threads is not None and self.num_threads > MAX_THREADS:  # torch allocates per thread: 1e5 ran out

@@ -76,6 +76,7 @@ from profiler.shapes import ShardedShapes
 from profiler.work import comm_work, decode_work, prefill_work, token_op_work
 from simulator.config.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
 from simulator.config.errors import ConfigError
+from simulator.config.hf_config import is_path_like
 
 MS = 1e-3
 VIDUR_DTYPE = "float16"
@@ -151,20 +152,26 @@ def _gpu_from_path(path: Path) -> tuple[str | None, GPUSpec | None]:
     elif "network" in parts and parts.index("network") + 1 < len(parts) - 1:
         folder = parts[parts.index("network") + 1]
     elif len(parts) >= 2:
-        # Outside compute/ or network/: the nearest folder up that names a catalog GPU (a copy of Vidur's
-        # compute/<gpu>/<org>/<model>/ without its root), else the file's own folder (no GPU's)
-        for part in reversed(parts[:-1]):
-            try:
-                return part, get_gpu(part.split("_")[0])
-            except ConfigError:
-                continue
+        # Outside compute/ or network/: where Vidur's layout puts the GPU, <gpu>/<org>/<model>/<table>.csv (a copy of
+        # its compute/ folder without the root) or <gpu>_<topology>/<table>.csv, else the file's own folder (no GPU's)
+        for part in (parts[-4] if len(parts) >= 4 else None, parts[-2]):
+            if part is not None and _catalog_gpu(part) is not None:
+                return part, _catalog_gpu(part)
         folder = parts[-2]
     if folder is None:
         return None, None
+    return folder, _catalog_gpu(folder)
+
+
+def _catalog_gpu(folder: str) -> GPUSpec | None:
+    """The catalog GPU a Vidur folder names (``a100``, ``h100_pairwise_nvlink``), by name only (never a file)."""
+    name = folder.split("_")[0]
+    if is_path_like(name):  # (get_gpu would read a GPU table of that name from the working folder)
+        return None
     try:
-        return folder, get_gpu(folder.split("_")[0])
+        return get_gpu(name)
     except ConfigError:
-        return folder, None
+        return None
 
 
 def _model_from_path(path: Path) -> ModelSpec | None:
@@ -360,6 +367,11 @@ def import_vidur_file(path: str | Path, *, model: str | None = None, gpu: str | 
     if kind is None:
         raise _bad(path, "not a Vidur profile (expected mlp.csv, attention.csv, all_reduce.csv or send_recv.csv)")
     _check_keys(df, path)
+    if "llmservingsim" in (part.lower() for part in path.resolve().parts):
+        # (its tables share Vidur's columns, not their meaning: a prefill's kv_context counts the chunk, a decode's
+        # context is the batch's total; simulate calibrate and fidelity read them as LLMServingSim wrote them)
+        raise _bad(path, "is one of LLMServingSim's profiles, whose columns mean other things than Vidur's",
+                   "import Vidur's own profiles; simulate calibrate and fidelity read LLMServingSim's")
     folder, spec_gpu = _gpu_from_path(path)
     if gpu is not None:
         given = get_gpu(gpu)

@@ -49,7 +49,7 @@ def test_calibrate_refuses_a_folder_without_every_gpus_profiles(tmp_path: Path) 
 
     (tmp_path / "vidur" / "compute").mkdir(parents=True)
     shutil.copytree(VIDUR / "compute" / "a100", tmp_path / "vidur" / "compute" / "a100")
-    with pytest.raises(ConfigError, match="no profiles under .* for .*h100-sxm.*whose constants would be the defaults"):
+    with pytest.raises(ConfigError, match="lacks vidur/legacy_2024-05/a100/attention.csv, .* and 5 more, whose constants"):
         calibrate_all(tmp_path)
 
 
@@ -122,3 +122,29 @@ def test_a_learned_artifact_names_its_model_file_from_any_folder(tmp_path: Path)
     (tmp_path / "m" / "config.json").write_text("{}")
     assert same_model_file(str(tmp_path / "m" / "config.json"), str(tmp_path / "m" / ".." / "m" / "config.json"))
     assert not same_model_file("llama-2-7b", "llama-2-7b") and not same_model_file(str(tmp_path / "m"), "x/y.json")
+
+
+def test_review_of_round_14(tmp_path: Path) -> None:
+    """A profile folder with an interrupted write's temporary, or a fidelity report inside it, resumes; a GPU named
+    higher up the path is not the file's; a speculating bench fit reads --seed; --max-total-tokens above the context
+    replaces the run's cap; a model folder matches its config.json."""
+    from simulator.cli.profile import check_profile_dir
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / ".profile.csv.tmp-123").write_text("")
+    check_profile_dir(tmp_path / "p")
+    (tmp_path / "p" / "metadata.json").write_text("{}")
+    (tmp_path / "p" / "fidelity").mkdir()
+    check_profile_dir(tmp_path / "p")
+    from profiler.vidur_import import _gpu_from_path
+
+    assert _gpu_from_path(tmp_path / "h100" / "x" / "y" / "z" / "loose" / "mlp.csv")[1] is None
+    assert _gpu_from_path(tmp_path / "h100" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv")[1].name == "h100-sxm"
+    code, output = invoke("run", "--model", "llama-2-7b", "--workload", "fixed", "--prompt-tokens", "4000",
+                          "--output-tokens", "200", "--max-total-tokens", "5000", "--num-requests", "4", "--no-progress")
+    assert code == 0 and "rejected" in output, output
+    from simulator.costmodel.learned import same_model_file
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    assert same_model_file(str(tmp_path / "m"), str(tmp_path / "m" / "config.json"))

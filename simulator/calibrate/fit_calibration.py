@@ -232,27 +232,37 @@ def calibrate_gpu(src: GpuSources, root: Path, base: RooflineCalibration = DEFAU
     return cal, used
 
 
+def expected_tables(src: GpuSources) -> list[str]:
+    """The tables (paths or a glob, relative to the profiles folder) ``src``'s constants are fitted to."""
+    return [src.mlp_glob, *src.extra_layers, *(path for path, _, _ in src.attention),
+            *(p for p in (src.all_reduce, src.send_recv) if p)]
+
+
+def missing_tables(src: GpuSources, root: Path) -> list[str]:
+    """Those of :func:`expected_tables` that ``root`` lacks (a glob: matching nothing)."""
+    return [t for t in expected_tables(src) if not (any(root.glob(t)) if "*" in t else (root / t).is_file())]
+
+
 def calibrate_all(root: str | Path | None = None, progress: Callable[[str, int, int], None] | None = None,
                   ) -> dict[str, RooflineCalibration]:
     """Calibrated constants per GPU; ``progress(gpu, done, total)`` as each GPU starts."""
     root = data_dir(root)
+    # Constants fitted to nothing would be the defaults dressed up as a fit (and --write would put them in place of
+    # the calibrated ones): a folder without every table a GPU's constants come from is refused, naming them.
+    missing = [table for src in SOURCES for table in missing_tables(src, root)]
+    if len(missing) == sum(len(expected_tables(src)) for src in SOURCES):
+        raise ConfigError("--data", f"no Vidur or LLMServingSim profiles under {root}",
+                          "pass the profiles folder (../shared/data/profiles)")
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ConfigError("--data", f"{root} lacks {shown}, whose constants would be the defaults",
+                          "pass the whole profiles folder (../shared/data/profiles)")
     out: dict[str, RooflineCalibration] = {}
-    missing = []
     for done, src in enumerate(SOURCES):
         if progress:
             progress(src.gpu, done, len(SOURCES))
         cal, used = calibrate_gpu(src, root)
         out[src.gpu] = replace(cal, source="fitted by `simulate calibrate` to " + "; ".join(used))
-        if not used:
-            missing.append(src.gpu)
-    # Constants fitted to nothing would be the defaults dressed up as a fit (and --write would put them in place of
-    # the calibrated ones): a folder without every GPU's profiles is refused, naming those it lacks.
-    if len(missing) == len(SOURCES):
-        raise ConfigError("--data", f"no Vidur or LLMServingSim profiles under {root}",
-                          "pass the profiles folder (../shared/data/profiles)")
-    if missing:
-        raise ConfigError("--data", f"no profiles under {root} for {', '.join(missing)}, whose constants would be the "
-                          "defaults", "pass the whole profiles folder (../shared/data/profiles)")
     attn_fields = ("attn_prefill_compute_eff", "attn_decode_memory_eff", "attn_decode_per_seq_s")
     for gpu, parent in ATTENTION_FROM.items():
         out[gpu] = replace(out[gpu], **{f: getattr(out[parent], f) for f in attn_fields},

@@ -118,9 +118,11 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     if bench is not None:  # the result names its requests, arrivals and client cap; the run's flags the engine
         from simulator.config.options import is_workload_option
 
-        # (and --seed: a replay of recorded requests draws nothing; two seeds wrote the same artifact)
+        # (and --seed where nothing draws: a replay of recorded requests draws no lengths or arrivals, so only a
+        # speculating run's acceptances and a random router read it; two seeds wrote the same artifact)
+        seeded = config.speculative is not None or (config.num_replicas > 1 and config.router == "random")
         unread = [name for name in sorted(given)
-                  if (is_workload_option(name) and name != "concurrency") or name == "seed"]
+                  if (is_workload_option(name) and name != "concurrency") or (name == "seed" and not seeded)]
         if unread:
             flag = "--" + unread[0].replace("_", "-")
             raise ConfigError(flag, "a --bench fit replays the benchmark's own requests (their lengths, its rate, "

@@ -18,9 +18,16 @@ from simulator.cli.app import app, console, fail
 from simulator.config.errors import ConfigError
 from simulator.util.paths import check_out_dir
 
-# What a profile folder holds (profiler.runner's TABLE_FILE and METADATA_FILE, and their atomic writes' temporaries):
-# rerunning resumes into it; a folder holding anything else is another's.
-PROFILE_FILES = ("profile.csv", "metadata.json", "*.tmp")
+# What a profile folder holds (profiler.runner's TABLE_FILE and METADATA_FILE, and the temporaries of their atomic
+# writes, .profile.csv.tmp-<pid>): a new folder may hold only these; one holding its metadata.json is a profile's,
+# which a rerun resumes whatever else it holds (a fidelity report inside it, as the README writes one).
+PROFILE_FILES = ("profile.csv", "metadata.json", ".*.tmp-*")
+
+
+def check_profile_dir(out: Path) -> None:
+    """Refuse an output folder that is neither new, empty, a profile's, nor holding only a profile's files."""
+    ours = (out / "metadata.json").is_file()
+    check_out_dir(out, "--out", replaceable=PROFILE_FILES, existing_ok=ours)
 
 # The plain pin resolves to the CPU build where no CUDA wheel applies, e.g. in the README's CI line;
 # on a Linux machine with a GPU driver the default index serves the CUDA build instead.
@@ -65,7 +72,7 @@ def profile(
     Rerunning the same command resumes: points already in the table are skipped.
     """
     folder = out or Path(f"profile_{Path(model).stem if model.endswith('.json') else model.replace('/', '_')}_{device}")
-    check_out_dir(folder, "--out", replaceable=PROFILE_FILES)  # rerunning resumes into the same folder
+    check_profile_dir(folder)  # rerunning resumes into the same folder
     if not torch_available():
         fail(TORCH_HINT)
     from profiler.runner import ProfileConfig, run_profile
@@ -103,7 +110,7 @@ def import_vidur(
     for path in paths:  # every path before anything is read (or imported)
         if not path.exists():
             raise ConfigError("import-vidur", f"{path} does not exist", "pass Vidur CSV files or folders holding them")
-    check_out_dir(out, "--out", replaceable=PROFILE_FILES)  # rows are merged into a profile.csv already there
+    check_profile_dir(out)  # rows are merged into a profile.csv already there
     from profiler.vidur_import import import_to_folder
 
     skipped: list[tuple[Path, int]] = []

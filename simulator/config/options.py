@@ -312,7 +312,8 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     if w.concurrency is None or w.num_warmup == 0:
         out["warmup_mode"] = ("the warm-up mode is a closed loop's (--concurrency) with --num-warmup requests",
                               "add --concurrency N and --num-warmup M, or drop {flag}")
-    if w.exact_lengths:  # (a limit below them is refused: workload._check_total)
+    if w.exact_lengths and w.prompt_tokens + w.output_tokens <= r.effective_max_model_len:
+        # (a limit below them is refused: workload._check_total; above the context it replaces the run's own cap)
         out["max_total_tokens"] = (f"every request of the {w.name} workload is {w.prompt_tokens:,} + {w.output_tokens:,} "
                                    "tokens, so no limit that lets them run drops any",
                                    "drop {flag}, or give the lengths a band (--random-range-ratio) or a spread")

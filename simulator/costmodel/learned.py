@@ -77,8 +77,12 @@ def same_model_file(a: Any, b: Any) -> bool:  # noqa: ANN401 - an artifact's val
 
     if not (isinstance(a, str) and isinstance(b, str) and is_path_like(a) and is_path_like(b)):
         return False
+    def file_of(name: str) -> Path:
+        path = Path(name).resolve(strict=True)
+        return path / "config.json" if path.is_dir() else path  # (a model folder names its config.json)
+
     try:
-        return Path(a).resolve(strict=True) == Path(b).resolve(strict=True)
+        return file_of(a) == file_of(b)
     except OSError:
         return False
 

@@ -132,12 +132,14 @@ def test_bad_nic_counts_are_one_line_config_errors(link: str) -> None:
     assert err.value.field == "replica.intra_node_link"
 
 
-def test_kv_link_with_nics_is_all_of_them_together() -> None:
+def test_kv_link_with_nics_is_a_workers_share_or_all_of_them_shared() -> None:
     one, eight = parse_link("infiniband-400g", "h100-sxm"), parse_link("infiniband-400g-x8", "h100-sxm")
     assert one.bytes_per_s == 400 * GBIT * IB_EFF and eight.bytes_per_s == 8 * 400 * GBIT * IB_EFF
     assert eight.latency_s == one.latency_s == IB_LATENCY
     cfg = RunConfig(prefill_pool="1x(tp=2)", decode_pool="1x(tp=2)", kv_link="infiniband-400g-x8")
-    assert layout_of(cfg).link == eight.__class__("infiniband-400g-x8", 8 * 400 * GBIT * IB_EFF, IB_LATENCY)
+    # a TP2 worker's link: two of the node's eight NICs (one a GPU), not all eight
+    assert layout_of(cfg).link == eight.__class__("infiniband-400g-x8", 2 * 400 * GBIT * IB_EFF, IB_LATENCY)
+    assert layout_of(cfg.replace(kv_link_scope="shared")).link == eight
     with pytest.raises(ConfigError) as err:
         RunConfig(prefill_pool="1x(tp=2)", decode_pool="1x(tp=2)", kv_link="infiniband-400g-x0")
     assert err.value.field == "kv_link"

@@ -242,7 +242,9 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     from simulator.config.disagg_layout import layout_of
 
     priced = f"engine {cfg.engine} · kernels {r.kernels}"  # (what priced the trials, as run's header names them)
-    title = (f"{r.model} disaggregated: {layout_of(cfg).describe()} · {priced} · {slo.describe()}"
+    link = (f"({'a KV link per worker' if cfg.kv_link_scope == 'per-worker' else 'one shared KV link'}"
+            f"{'; the first token from the prefill worker' if cfg.first_token_at == 'prefill' else ''})")
+    title = (f"{r.model} disaggregated: {layout_of(cfg).describe()} {link} · {priced} · {slo.describe()}"
              if cfg.is_disaggregated else
              f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {priced} · {slo.describe()}")
     rows = []

@@ -287,6 +287,8 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
 
         scope = "a KV link per worker" if config.kv_link_scope == "per-worker" else "one shared KV link"
+        if config.first_token_at == "prefill":  # (the default, decode, is the deployments'; this one is said)
+            scope += "; the first token from the prefill worker"
         title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({scope}){_router(config)} · "
                  f"engine {config.engine} · "
                  f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")

@@ -192,8 +192,10 @@ def parse_pool(text: str, field: str) -> PoolSpec:
         if key in ("gpu", "sched", "moe"):
             values[key] = value.lower()
         else:
-            if not value.isdigit() or int(value) <= 0:
-                raise ConfigError(field, f"{key} must be a positive integer, got {value!r}", fix)
+            least = 0 if key == "redundant" else 1  # (no redundant experts is a pool's own choice, as the run's 0)
+            if not value.isdigit() or int(value) < least:
+                raise ConfigError(field, f"{key} must be {'a whole number' if least == 0 else 'a positive integer'}, "
+                                  f"got {value!r}", fix)
             values[key] = int(value)
     num = int(m.group(1))
     if num <= 0:
@@ -208,6 +210,9 @@ def parse_pool(text: str, field: str) -> PoolSpec:
         raise ConfigError(field, f"budget={budget:,} tokens an iteration is beyond any model's context (at most "
                           f"{MAX_TOKENS:,})", "give budget=N with a token budget, e.g. budget=8192")
     return PoolSpec(num, **values)  # type: ignore[arg-type]
+
+
+MAX_LINK_LATENCY_S = 10.0  # a KV link's latency, at most (RDMA's is microseconds; a WAN's under a second)
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,9 @@ def _bandwidth_link(text: str, field: str) -> KVLink | None:
     if m.group(3):
         latency_unit = m.group(4).lower()
         latency = float(m.group(3)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[latency_unit]
+        if not latency <= MAX_LINK_LATENCY_S:  # (1e20 s ran, and its times lost their precision: TBT 0)
+            raise ConfigError(field, f"latency {m.group(3)}{latency_unit} is over {MAX_LINK_LATENCY_S:g} s, no link's",
+                              "give a link's latency in us or ms, e.g. '25GB/s@10us'")
         name += f"@{m.group(3)}{latency_unit}"
     return KVLink(name, bytes_per_s, latency)
 
@@ -259,9 +267,11 @@ def check_link_name(text: str, field: str = "kv_link") -> None:
                           "e.g. '25GB/s@10us', or 'infinite'")
 
 
-def parse_link(text: str, gpu: str, field: str = "kv_link") -> KVLink:
-    """A topology link name (a NIC's ``-x<N>``: its ``N`` NICs together), ``<n>GB/s`` (bytes) /
-    ``<n>Gb/s`` / ``<n>Gbps`` (bits) with optional ``@<latency>``, or ``infinite``."""
+def parse_link(text: str, gpu: str, field: str = "kv_link", senders: int | None = None) -> KVLink:
+    """A topology link name (a NIC's ``-x<N>``: a node's ``N`` NICs), ``<n>GB/s`` (bytes) /
+    ``<n>Gb/s`` / ``<n>Gbps`` (bits) with optional ``@<latency>``, or ``infinite``. ``senders``: the GPUs of the
+    worker whose link it is (a per-worker link: its share of the node's NICs, one a GPU where there are as many,
+    at least one); None: the node's NICs together (one shared link)."""
     bandwidth = _bandwidth_link((text or "").strip(), field)
     if bandwidth is not None:
         return bandwidth
@@ -272,9 +282,13 @@ def parse_link(text: str, gpu: str, field: str = "kv_link") -> KVLink:
     from simulator.config.topology import get_link, group_link
 
     check_link_name(key, field)
+    from simulator.config.topology import MAX_GPUS_PER_NODE
+
     spec = get_gpu(gpu)
     link = group_link(get_link(key, spec, field), spec, 2)  # a worker's GPU to its peer's (one mesh link)
-    return KVLink(key, link.effective_bytes_per_s * link.nics_per_node, link.latency_s)  # -x<N>: the N NICs together
+    nics = float(link.nics_per_node) if senders is None else min(
+        max(senders * link.nics_per_node / MAX_GPUS_PER_NODE, 1.0), float(link.nics_per_node))
+    return KVLink(key, link.effective_bytes_per_s * nics, link.latency_s)
 
 
 @dataclass(frozen=True)
@@ -345,6 +359,21 @@ def state_bytes_per_seq(replica: ReplicaConfig) -> float:
     return m.num_linear_layers * m.linear_state_bytes_per_gpu_layer(replica.dtype_bytes, 1) + window
 
 
+# A run flag a pool's key sets for it: a fix written for the run ("pass --nodes 2") names the pool's key instead.
+_POOL_FLAG_KEYS = {"--nodes": "nodes=", "--tp": "tp=", "--pp": "pp=", "--attention-dp": "dp=", "--ep": "ep=",
+                   "--redundant-experts": "redundant=", "--moe-kernel": "moe=", "--max-num-seqs": "seqs="}
+
+
+def pool_fix(fix: str | None) -> str | None:
+    """``fix`` as a pool's: its run flags named by the pool keys that set them (``--nodes 2`` -> ``nodes=2``)."""
+    if fix is None:
+        return None
+    flags = "|".join(re.escape(f) for f in _POOL_FLAG_KEYS)
+    fix = re.sub(rf"({flags}) <= (\d+)", lambda m: f"{_POOL_FLAG_KEYS[m.group(1)]}{m.group(2)} or less", fix)
+    fix = re.sub(rf"({flags}) (\d+)", lambda m: f"{_POOL_FLAG_KEYS[m.group(1)]}{m.group(2)}", fix)
+    return re.sub(rf"({flags})(?![\w-])", lambda m: _POOL_FLAG_KEYS[m.group(1)], fix)
+
+
 def layout_of(config: RunConfig) -> DisaggLayout | None:
     """The run's disaggregated layout, or None for an aggregated run. Validates every pool."""
     if config.prefill_pool is None and config.decode_pool is None:
@@ -366,7 +395,7 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
         try:
             return pool.replica_config(config.replica), pool.scheduler_config(base, default)
         except ConfigError as err:
-            raise ConfigError(f"{field} ({err.field})", err.problem, err.fix) from None
+            raise ConfigError(f"{field} ({err.field})", err.problem, pool_fix(err.fix)) from None
 
     base = config.scheduler
     # The prefill pool caches prefixes where its sched= or the run's engine would (pool_prefix_cache); the decode pool
@@ -385,7 +414,11 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
     m_rep, m_sched = build(mixed, "mixed_pool", None, base) if mixed is not None else (None, None)
     if m_sched is not None and m_sched.prefix_cache is None:  # (a CPU tier is the prefix cache's: the pools that cache)
         m_sched = replace(m_sched, cpu_kv_gib=0.0)
-    link = parse_link(config.kv_link, p_rep.gpu)
+    # A worker's link is its share of the node's NICs (per-worker; every transfer's in one shared link), as the
+    # slower end sees it: a pool on GPUs without the link is refused, and the transfer runs at the slower side's rate
+    senders = p_rep.num_gpus if config.kv_link_scope == "per-worker" else None
+    link = min((parse_link(config.kv_link, rep.gpu, senders=senders) for rep in (p_rep, d_rep)),
+               key=lambda k: (k.bytes_per_s, -k.latency_s))
     return DisaggLayout(prefill, decode, mixed, link, p_rep, d_rep, m_rep, p_sched, d_sched, m_sched)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +203,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
     "decode_pool": ("decode_pool", str, "Disaggregated: decode pool, e.g. '1x(tp=4,gpu=a100-80gb)' or '1x(tp=1,dp=16,ep=16,nodes=2)'."),
     "mixed_pool": ("mixed_pool", str, "Disaggregated: Splitwise mixed pool (aggregated replicas for overflow)."),
     "kv_link": ("kv_link", str, "Disaggregated: KV link (infiniband-200g, 25GB/s@10us in bytes, 200Gb/s in bits, infinite): one worker's "
-                "NICs, or the one shared link with --kv-link-scope shared."),
+                "NICs (a node's -x<N> NICs: the worker's share, one a GPU, at least one), or the one shared link with "
+                "--kv-link-scope shared (a node's N NICs together); priced at the slower of the two pools' GPUs."),
     "kv_link_scope": ("kv_link_scope", str, "Disaggregated: per-worker (each prefill worker's egress is a --kv-link, "
                       "each decode worker's ingress takes its GPUs // a prefill worker's GPUs transfers at once; "
                       "transfers of different prefill workers run in parallel; default) or shared (one --kv-link, "
@@ -580,7 +582,9 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         out["redundant_experts"] = (f"{named} each set ep= or redundant= themselves (a pool's own ep= places no "
                                     "redundant experts unless it sets redundant=)", "give the pools redundant=N, or drop {flag}")
     prefill_sched = pools["--prefill-pool"][0].sched or DEFAULT_POOL_SCHEDULER
-    if ("--mixed-pool" not in pools and config.scheduler.chunk_size is None and config.scheduler.max_num_batched_tokens is None
+    # (a mixed pool runs --scheduler unless its own sched= says another)
+    mixed_runs_it = "--mixed-pool" in pools and pools["--mixed-pool"][0].sched is None
+    if (not mixed_runs_it and config.scheduler.chunk_size is None and config.scheduler.max_num_batched_tokens is None
             and config.scheduler.recv_interval == 1
             and (config.workload.trace is None or pool_prefix_cache(config.scheduler, prefill_sched)
                  == pool_prefix_cache(config.scheduler, prefill_sched, SchedulerConfig().name))):
@@ -588,6 +592,8 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         # intake interval, which only --scheduler sglang takes) they keep, and, over a trace (whose prompts may
         # name blocks), whether and how the prefill pool caches prefixes by default (disagg_layout.pool_prefix_cache).
         out["scheduler"] = (f"{named} run their own scheduler (sched=, else {DEFAULT_POOL_SCHEDULER})",
+                            "leave sched= out of --mixed-pool (it then runs --scheduler), or drop {flag}"
+                            if "--mixed-pool" in pools else
                             "set sched= in a pool, add --mixed-pool (which runs --scheduler), or drop {flag}")
     if all(pool.budget is not None or (pool.sched or default) != config.scheduler.name for pool, default in pools.values()):
         # Each pool as it is: its own budget=, or another scheduler than the one whose budget the flag is.
@@ -850,6 +856,11 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     if expert_parallel:
         from simulator.config.catalog import get_model
 
+        pools = [out.get(k) or getattr(base, k) for k in ("prefill_pool", "decode_pool", "mixed_pool")]
+        if any(p and re.search(r"\b(tp|dp)\s*=", p) for p in pools):  # (its EP is the run's tp x dp, not theirs)
+            raise ConfigError("--enable-expert-parallel", "sets --ep to --tp x --attention-dp, and a pool sets its own "
+                              "tp= or dp=", "give each such pool its own ep=N, or drop --enable-expert-parallel")
+
         model = out.get("model") or base.replica.model
         if not get_model(model).is_moe:
             raise ConfigError("--enable-expert-parallel", f"{model} has no experts", "drop it for a dense model")
@@ -872,6 +883,12 @@ def build_config(config_file: Path | None = None, command: str = "run", base: Ru
     the options name (a trace replay's row count, :func:`simulator.cli.options.replay_whole`)."""
     base = load_config_file(config_file) if config_file else base or RunConfig()
     typed = {name for name, value in options.items() if value is not None}
+    if options.get("enable_expert_parallel") and command in SET_BY_COMMAND and "ep" in SET_BY_COMMAND[command]:
+        # (it sets --ep, which the command sets in every layout; its own check asked for --tp, refused there too)
+        where = command if command == "plan" else f"disagg {command}"
+        raise ConfigError("--enable-expert-parallel", f"{where} sets each layout's EP itself "
+                          f"({SET_BY_COMMAND[command]['ep']}), so --enable-expert-parallel would do nothing",
+                          "drop --enable-expert-parallel")
     options = resolve_aliases(options, base, from_file=config_file is not None)
     if isinstance(options.get("scheduler"), str):  # any case, as SchedulerConfig reads it (every check below sees one)
         options["scheduler"] = options["scheduler"].lower()

@@ -150,7 +150,8 @@ def get_link(name: str, gpu: GPUSpec, field: str = "link") -> Link:
                           f"known: {', '.join(LINK_NAMES)}; a NIC name takes -x<N> for N NICs per node")
     if key.startswith("nvlink"):
         if gpu.nvlink_bytes_per_s <= 0:
-            raise ConfigError(field, f"{gpu.name} has no NVLink", "use --intra-node-link pcie")
+            flag = "--kv-link" if field == "kv_link" else "--intra-node-link"  # (the flag that named it)
+            raise ConfigError(field, f"{gpu.name} has no NVLink", f"use {flag} pcie")
         pairwise = key == "nvlink-pairwise" or (key == "nvlink" and gpu.name not in NVSWITCH_GPUS
                                                  and not gpu.nvlink_switch)
         latency, eff = _KIND_PARAMS["nvlink"]

@@ -214,19 +214,22 @@ class Layout:
                                 replica__tp=self.tp, replica__ep=self.ep, replica__attention_dp=self.attention_dp,
                                 **common, **budget)
         budget = f",budget={self.budget}" if self.budget else ""
-        link = base.kv_link
+        link, scope = base.kv_link, base.kv_link_scope
         if units > 1 and base.kv_link_scope == "shared":
-            # Each unit brings its own NIC: the fleet's one (FIFO) KV link has the units' bandwidth together.
-            # (Per-worker links need nothing: each of the fleet's workers has its own.)
+            # Each unit brings its own link, shared by its prefill workers. A run has one shared link or one per
+            # worker: the fleet's workers each get their unit's link's share (1 / its prefill workers; the whole
+            # link where it has one, as shared). One FIFO link of the units' bandwidth together ran each transfer
+            # units times faster, and passed fleets that miss the SLO. (Per-worker links need nothing.)
             from simulator.config.disagg_layout import parse_link
 
             one = parse_link(base.kv_link, self.gpu)
             if math.isfinite(one.bytes_per_s):
-                link = f"{units * one.bytes_per_s / 1e9:.9g}GB/s@{one.latency_s * 1e6:.9g}us"
+                link = f"{one.bytes_per_s / self.num_prefill / 1e9:.9g}GB/s@{one.latency_s * 1e6:.9g}us"
+                scope = "per-worker"
         # Both pools run the plan's scheduler where its engine deploys disaggregated pools (plan_pool_scheduler), so
         # its memory rules, budget and prefix cache are the engine's the launch command starts; said in the pools.
         sched = f",sched={self.scheduler(base)}"
-        return base.replace(kv_link=link,
+        return base.replace(kv_link=link, kv_link_scope=scope,
                             prefill_pool=f"{units * self.num_prefill}x(tp={self.prefill_tp}{budget}{sched})",
                             decode_pool=f"{units * self.num_decode}x(tp={self.tp},seqs={self.max_num_seqs}{sched})",
                             mixed_pool=None, num_replicas=1, replica__tp=self.tp, **common)

@@ -554,11 +554,13 @@ class TableCostModel(TabulatedCostModel):
                 if hits:
                     return dtype, hits[0], table
         where = f"{self.system} or {sibling}" if sibling else self.system
+        others = [k for k in SHARED_MOE_KERNELS if k not in name]  # (not the one just refused)
         raise ConfigError("replica.moe_kernel", f"no table of {where} times a MoE kernel {name!r} for "
                           f"{self.model.name}'s experts" + (f" in {dtypes[0]}" if len(dtypes) == 1 else ""),
                           f"use auto, one of the {self.backend} tables' "
-                          f"({', '.join(dict.fromkeys(known)) or 'none: no MoE rows for its expert shape'}), or a "
-                          f"kernel the engines share that another backend's tables time ({', '.join(SHARED_MOE_KERNELS)})")
+                          f"({', '.join(dict.fromkeys(known)) or 'none: no MoE rows for its expert shape'})"
+                          + (f", or a kernel the engines share that another backend's tables may time at other "
+                             f"shapes ({', '.join(others)})" if others else ""))
 
     def _load_moe_low(self, ref: T.TableRef, src: str, shape: tuple, dtype: str, moe_tp: int, moe_ep: int,
                       dist: str) -> None:

@@ -260,6 +260,9 @@ def test_capacity_reads_one_ttft_limit_and_reports_throughput() -> None:
     assert code == 0, output
     flat = " ".join(output.split())
     assert "TTFT<=30s" in flat.replace(" ", "") and "goodput" in flat and "(TTFT <= 30s" in flat
+    code, output = invoke("capacity", "--ttft-slo", "30", "--min-goodput", "0.5", "--num-requests", "100",
+                          "--max-qps", "2")  # (goodput judged: its own limit, 2 s)
+    assert code == 0 and "(TTFT <= 2s" in " ".join(output.split()), output
     code, output = invoke("capacity", "--users", "--num-requests", "100", "--max-users", "16")
     assert code == 0, output
     found = re.search(r"output ([\d,]+) tok/s", " ".join(output.split()))

@@ -1,5 +1,4 @@
-"""CLI fuzzing, round 15 (deployment layouts): a plan's fleet over one shared KV link ran each transfer units times
-faster, a NIC link's -xN gave every worker the node's N NICs, a KV link priced from the prefill pool's GPU alone,
+"""CLI fuzzing, round 15 (deployment layouts): a NIC link's -xN gave every worker the node's N NICs, a KV link priced from the prefill pool's GPU alone,
 EP flags beside pools that set their own TP, a link latency of 1e20 s, headers silent on what changed the answer, a
 --scheduler no pool ran, a MoE kernel refusal suggesting itself, and pool errors naming run flags.
 """
@@ -11,20 +10,14 @@ from test_cli_fuzz_round13 import invoke, refused
 from simulator.config.run_config import RunConfig
 
 
-def test_a_shared_link_fleet_gives_each_worker_its_units_share() -> None:
-    from simulator.config.disagg_layout import layout_of, parse_link
-    from simulator.planning.plan import Layout
+def test_a_nic_link_is_a_workers_share_of_the_nodes_nics() -> None:
+    from simulator.config.disagg_layout import parse_link
 
-    base = RunConfig().replace(kv_link="2GB/s", kv_link_scope="shared")
-    unit = Layout("a100-80gb", "disagg", "bf16", tp=1, prefill_tp=1, num_prefill=2, num_decode=1)
-    fleet = unit.config(base, units=4)
-    link = layout_of(fleet).link
-    assert fleet.kv_link_scope == "per-worker" and abs(link.bytes_per_s - 1e9) < 1  # (2 GB/s over 2 prefill workers)
-    assert unit.config(base, units=1).kv_link_scope == "shared"  # one unit keeps its own shared link
     one = parse_link("infiniband-400g", "h100-sxm")
     assert parse_link("infiniband-400g-x8", "h100-sxm", senders=1).bytes_per_s == one.bytes_per_s
     assert parse_link("infiniband-400g-x8", "h100-sxm", senders=4).bytes_per_s == 4 * one.bytes_per_s
     assert parse_link("infiniband-400g-x8", "h100-sxm").bytes_per_s == 8 * one.bytes_per_s  # (shared: the node's)
+    assert parse_link("infiniband-400g-x8", "h100-sxm", senders=16).bytes_per_s == 16 * one.bytes_per_s  # (2 nodes)
 
 
 def test_a_kv_link_is_checked_and_priced_at_both_ends() -> None:
@@ -44,7 +37,11 @@ def test_a_kv_link_is_checked_and_priced_at_both_ends() -> None:
 def test_expert_parallel_flags_beside_pools_and_in_a_plan() -> None:
     line = refused("run", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--prefill-pool", "1x(tp=2)",
                    "--decode-pool", "1x(tp=2)", "--attention-dp", "2", "--enable-expert-parallel")
-    assert "a pool sets its own tp= or dp=" in line and "ep=N" in line
+    assert "--prefill-pool has 4 GPUs in its MoE group" in line and "its own ep=N" in line
+    code, output = invoke("run", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--prefill-pool", "1x(tp=2,ep=4)",
+                          "--decode-pool", "1x", "--attention-dp", "2", "--enable-expert-parallel",
+                          "--num-requests", "5", "--no-progress")
+    assert code == 0, output  # (a pool with its own ep=, and one whose tp x dp is the run's, take it)
     line = refused("plan", "--model", "qwen3-30b-a3b", "--qps", "1", "--tps", "2", "--enable-expert-parallel")
     assert "plan sets each layout's EP itself" in line
 
@@ -63,3 +60,6 @@ def test_headers_pools_and_messages_say_what_runs() -> None:
     from simulator.config.disagg_layout import pool_fix
 
     assert pool_fix("use --nodes <= 1") == "use nodes=1 or less" and pool_fix("drop --moe-kernel") == "drop moe="
+    code, output = invoke("run", "--metrics", "vllm", "--prefill-pool", "2x(tp=2)", "--decode-pool", "1x(tp=4)",
+                          "--num-requests", "10", "--no-progress")
+    assert code == 0 and "disaggregated: prefill 2x(tp=2) + decode 1x(tp=4)" in output, output

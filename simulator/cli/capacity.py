@@ -82,9 +82,11 @@ def capacity(
     run_flags = given_run_flags(ctx)  # (a value equal to the default, given, does nothing as much as another)
     typed = _typed(ctx, planner)
     _refuse_unread(config, planner, typed, run_flags)
-    if "ttft_slo" in typed and "goodput_ttft_slo" not in typed:
-        # One TTFT limit where one is given: goodput's own (2 s by default) judged the requests against another, so
-        # a trial passing --ttft-slo 30 printed 11% goodput beside it
+    if ("ttft_slo" in typed and not typed & {"goodput_ttft_slo", "min_goodput"}
+            and planner.get("criterion") != "goodput"):
+        # One TTFT limit where one is given and goodput is only reported: goodput's own (2 s by default) judged the
+        # requests against another, so a trial passing --ttft-slo 30 printed 11% goodput beside it. (Where goodput
+        # is judged, --min-goodput or --criterion goodput, its limit stays its own.)
         planner = {**planner, "goodput_ttft_slo": planner["ttft_slo"]}
     slo, settings = slo_and_settings(planner)
     check_searchable(config, settings.users, offer_users=True, given=run_flags, max_users=settings.max_users)

@@ -518,10 +518,16 @@ class BenchOptions:
         from simulator.report.benchmark import format_vllm
 
         r = config.replica
-        replicas = f"{config.num_replicas} replica{'s' if config.num_replicas > 1 else ''}"
-        out.print(f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}) · "
-                  f"{replicas}{_router(config)} · {config.scheduler.name} · engine {config.engine} · kernels "
-                  f"{r.kernels} · workload: {summary['workload']}", markup=False)
+        if config.is_disaggregated:  # (its pools, not the base replica the flags describe)
+            from simulator.config.disagg_layout import layout_of
+
+            deployment = f"{r.model} disaggregated: {layout_of(config).describe()}{_router(config)}"
+        else:
+            replicas = f"{config.num_replicas} replica{'s' if config.num_replicas > 1 else ''}"
+            deployment = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, "
+                          f"ep={r.ep}) · {replicas}{_router(config)} · {config.scheduler.name}")
+        out.print(f"{deployment} · engine {config.engine} · kernels {r.kernels} · workload: {summary['workload']}",
+                  markup=False)
         out.print(format_vllm(summary["benchmark"], summary["benchmark"], self.percentiles), markup=False,
                   highlight=False)
 

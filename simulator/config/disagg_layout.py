@@ -286,8 +286,9 @@ def parse_link(text: str, gpu: str, field: str = "kv_link", senders: int | None 
 
     spec = get_gpu(gpu)
     link = group_link(get_link(key, spec, field), spec, 2)  # a worker's GPU to its peer's (one mesh link)
+    nodes = 1 if senders is None else -(-senders // MAX_GPUS_PER_NODE)  # (a worker over several nodes has theirs)
     nics = float(link.nics_per_node) if senders is None else min(
-        max(senders * link.nics_per_node / MAX_GPUS_PER_NODE, 1.0), float(link.nics_per_node))
+        max(senders * link.nics_per_node / MAX_GPUS_PER_NODE, 1.0), float(link.nics_per_node * nodes))
     return KVLink(key, link.effective_bytes_per_s * nics, link.latency_s)
 
 

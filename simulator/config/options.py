@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -855,11 +854,19 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
         out["cv"] = None if burstiness == 1 else 1.0 / burstiness**0.5
     if expert_parallel:
         from simulator.config.catalog import get_model
+        from simulator.config.disagg_layout import parse_pool
 
-        pools = [out.get(k) or getattr(base, k) for k in ("prefill_pool", "decode_pool", "mixed_pool")]
-        if any(p and re.search(r"\b(tp|dp)\s*=", p) for p in pools):  # (its EP is the run's tp x dp, not theirs)
-            raise ConfigError("--enable-expert-parallel", "sets --ep to --tp x --attention-dp, and a pool sets its own "
-                              "tp= or dp=", "give each such pool its own ep=N, or drop --enable-expert-parallel")
+        tp_run = out.get("tp") or base.replica.tp
+        dp_run = out.get("attention_dp") or getattr(base.replica, "attention_dp", 1)
+        for key in ("prefill_pool", "decode_pool", "mixed_pool"):
+            text = out.get(key) or getattr(base, key)
+            pool = parse_pool(text, key) if text else None
+            # (its EP is the run's tp x dp: a pool of other tp x dp without an ep= of its own would get the wrong one)
+            if pool is not None and pool.ep is None and (pool.tp or tp_run) * (pool.dp or dp_run) != tp_run * dp_run:
+                raise ConfigError("--enable-expert-parallel", f"sets --ep to --tp x --attention-dp = "
+                                  f"{tp_run * dp_run}, and --{key.replace('_', '-')} has "
+                                  f"{(pool.tp or tp_run) * (pool.dp or dp_run)} GPUs in its MoE group",
+                                  "give that pool its own ep=N, or drop --enable-expert-parallel")
 
         model = out.get("model") or base.replica.model
         if not get_model(model).is_moe:

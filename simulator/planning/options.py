@@ -271,7 +271,9 @@ PLANNER_OPTIONS: dict[str, PlannerOption] = {
     "min_goodput": PlannerOption("slo.min_goodput", float, "Optional: minimum share of requests with TTFT <= "
                                  "--goodput-ttft-slo and max TBT <= --tbt-slo (TPOT <= --goodput-tpot-slo where "
                                  "given); with --criterion goodput, the target (default 0.9).", SLO_PANEL),
-    "goodput_ttft_slo": PlannerOption("slo.goodput_ttft_s", float, "TTFT (s) a request must meet to count in goodput.",
+    "goodput_ttft_slo": PlannerOption("slo.goodput_ttft_s", float, "TTFT (s) a request must meet to count in goodput "
+                                      "(simulate capacity: --ttft-slo's where that is given and goodput is only "
+                                      "reported, not judged by --min-goodput or --criterion goodput).",
                                       SLO_PANEL),
     "goodput_tpot_slo": PlannerOption("slo.goodput_tpot_s", float, "TPOT (s) a request must meet to count in goodput "
                                       "(default: its max TBT <= --tbt-slo; with --criterion goodput, TPOT <= "

@@ -214,22 +214,22 @@ class Layout:
                                 replica__tp=self.tp, replica__ep=self.ep, replica__attention_dp=self.attention_dp,
                                 **common, **budget)
         budget = f",budget={self.budget}" if self.budget else ""
-        link, scope = base.kv_link, base.kv_link_scope
+        link = base.kv_link
         if units > 1 and base.kv_link_scope == "shared":
-            # Each unit brings its own link, shared by its prefill workers. A run has one shared link or one per
-            # worker: the fleet's workers each get their unit's link's share (1 / its prefill workers; the whole
-            # link where it has one, as shared). One FIFO link of the units' bandwidth together ran each transfer
-            # units times faster, and passed fleets that miss the SLO. (Per-worker links need nothing.)
+            # Each unit brings its own NIC: the fleet's one (FIFO) KV link has the units' bandwidth together.
+            # (Per-worker links need nothing: each of the fleet's workers has its own.) An approximation that runs each
+            # transfer units times faster than its unit's link would: a fleet of links per unit is not modelled (each
+            # prefill worker's share of its unit's link choked the decode workers' ingress where a unit has more
+            # prefill workers than decode workers, and failed fleets a unit's capacity said would pass).
             from simulator.config.disagg_layout import parse_link
 
             one = parse_link(base.kv_link, self.gpu)
             if math.isfinite(one.bytes_per_s):
-                link = f"{one.bytes_per_s / self.num_prefill / 1e9:.9g}GB/s@{one.latency_s * 1e6:.9g}us"
-                scope = "per-worker"
+                link = f"{units * one.bytes_per_s / 1e9:.9g}GB/s@{one.latency_s * 1e6:.9g}us"
         # Both pools run the plan's scheduler where its engine deploys disaggregated pools (plan_pool_scheduler), so
         # its memory rules, budget and prefix cache are the engine's the launch command starts; said in the pools.
         sched = f",sched={self.scheduler(base)}"
-        return base.replace(kv_link=link, kv_link_scope=scope,
+        return base.replace(kv_link=link,
                             prefill_pool=f"{units * self.num_prefill}x(tp={self.prefill_tp}{budget}{sched})",
                             decode_pool=f"{units * self.num_decode}x(tp={self.tp},seqs={self.max_num_seqs}{sched})",
                             mixed_pool=None, num_replicas=1, replica__tp=self.tp, **common)

@@ -447,8 +447,6 @@ def _point_config(values: dict[str, Any], where: str) -> RunConfig:
 def _point_options(values: dict[str, Any], mode: str, where: str) -> dict[str, Any]:
     options = {k: v[1] for k, v in POINT_OPTIONS.items() if mode in v[2]}
     options.update({k: v for k, v in values.items() if k in POINT_OPTIONS})
-    if values.get("ttft_slo") is not None and "goodput_ttft_slo" not in values and "goodput_ttft_slo" in options:
-        options["goodput_ttft_slo"] = values["ttft_slo"]  # one TTFT limit where one is given (as simulate capacity)
     try:
         if mode == "capacity":
             _slo_and_settings(options)

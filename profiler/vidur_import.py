@@ -155,8 +155,8 @@ def _gpu_from_path(path: Path) -> tuple[str | None, GPUSpec | None]:
         # Outside compute/ or network/: where Vidur's layout puts the GPU, <gpu>/<org>/<model>/<table>.csv (a copy of
         # its compute/ folder without the root) or <gpu>_<topology>/<table>.csv, else the file's own folder (no GPU's)
         for part in (parts[-4] if len(parts) >= 4 else None, parts[-2]):
-            if part is not None and _catalog_gpu(part) is not None:
-                return part, _catalog_gpu(part)
+            if part is not None and (found := _catalog_gpu(part)) is not None:
+                return part, found
         folder = parts[-2]
     if folder is None:
         return None, None

@@ -267,7 +267,7 @@ def predict_cmd(
     if kernels is None:  # as run's --engine: the tables its preset was fitted over, where the GPU has them
         from simulator.costmodel.engine_model import implied_options
 
-        kernels = implied_options(engine, gpu).get("kernels", "roofline") if cost_model == "roofline" else "roofline"
+        kernels = implied_options({"engine": engine, "gpu": gpu, "cost_model": cost_model}).get("kernels", "roofline")
     replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp, ep=ep, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
                             kernels=kernels, moe_kernel=moe_kernel, attention_dp=attention_dp,
                             moe_imbalance=moe_imbalance, roofline_calibration=roofline_calibration)

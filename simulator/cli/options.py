@@ -325,16 +325,12 @@ def engine_implies(run_kwargs: dict[str, Any], command: str) -> dict[str, str]:
     the scheduler and kernel tables its preset was fitted with, where a run reads them): not beside a ``--config``
     file (its own hold) nor for calibrate-engine (a fit's data say them), not the scheduler of disagg split and
     compare (their pools run theirs), not the kernels of a plan (its GPUs vary)."""
-    engine = run_kwargs.get("engine")
-    if engine is None or run_kwargs.get("config_file") is not None or command == "calibrate_engine":
+    if run_kwargs.get("engine") is None or run_kwargs.get("config_file") is not None or command == "calibrate_engine":
         return {}  # (a fit's own prices and policy: its --table, --bench or --rows say them)
     from simulator.costmodel.engine_model import implied_options
 
-    pools = [run_kwargs.get(name) for name in ("prefill_pool", "decode_pool", "mixed_pool")]
-    return {name: value for name, value in implied_options(engine, run_kwargs.get("gpu") or RunConfig().replica.gpu,
-                                                           pools, run_kwargs.get("cost_model")).items()
-            if run_kwargs.get(name) is None and not (name == "scheduler" and command in ("split", "compare"))
-            and not (name == "kernels" and command == "plan")}
+    skip = {"split": "scheduler", "compare": "scheduler", "plan": "kernels"}.get(command)
+    return {name: value for name, value in implied_options(run_kwargs).items() if name != skip}
 
 
 def _caused_by(implied: dict[str, str], err: ConfigError, base: RunConfig | None, command: str,

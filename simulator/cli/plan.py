@@ -127,7 +127,7 @@ def plan(
     if top < 0:
         raise ConfigError("--top", f"must be >= 0, got {top}", "e.g. --top 12")
     w = config.workload
-    if mix and w.trace is None and w.name in ("fixed", "random") and not w.is_banded and not w.is_spread:
+    if mix and w.exact_lengths:
         # (it failed after the whole search, on an empty long half)
         raise ConfigError("--mix", f"splits the traffic at the median length, and the {w.name} workload gives every "
                           "request the same lengths: there is no long half to price", "drop --mix, or vary the lengths "

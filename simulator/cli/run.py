@@ -284,12 +284,9 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     preset = load_engine(config.engine)  # a preset, one with terms overridden, or an artifact's terms (the run read it)
     unlike: list[str] = []  # how this run differs from what its engine terms were fitted under
     if config.is_disaggregated:
-        from simulator.config.disagg_layout import layout_of  # late: keeps the CLI's import light
+        from simulator.config.disagg_layout import layout_of, link_words  # late: keeps the CLI's import light
 
-        scope = "a KV link per worker" if config.kv_link_scope == "per-worker" else "one shared KV link"
-        if config.first_token_at == "prefill":  # (the default, decode, is the deployments'; this one is said)
-            scope += "; the first token from the prefill worker"
-        title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({scope}){_router(config)} · "
+        title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({link_words(config)}){_router(config)} · "
                  f"engine {config.engine} · "
                  f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.

@@ -279,11 +279,9 @@ def parse_link(text: str, gpu: str, field: str = "kv_link", senders: int | None 
     if key in ("inf", "infinite"):
         return KVLink("infinite", math.inf, 0.0)
     from simulator.config.catalog import get_gpu
-    from simulator.config.topology import get_link, group_link
+    from simulator.config.topology import MAX_GPUS_PER_NODE, get_link, group_link
 
     check_link_name(key, field)
-    from simulator.config.topology import MAX_GPUS_PER_NODE
-
     spec = get_gpu(gpu)
     link = group_link(get_link(key, spec, field), spec, 2)  # a worker's GPU to its peer's (one mesh link)
     nodes = 1 if senders is None else -(-senders // MAX_GPUS_PER_NODE)  # (a worker over several nodes has theirs)
@@ -373,6 +371,13 @@ def pool_fix(fix: str | None) -> str | None:
     fix = re.sub(rf"({flags}) <= (\d+)", lambda m: f"{_POOL_FLAG_KEYS[m.group(1)]}{m.group(2)} or less", fix)
     fix = re.sub(rf"({flags}) (\d+)", lambda m: f"{_POOL_FLAG_KEYS[m.group(1)]}{m.group(2)}", fix)
     return re.sub(rf"({flags})(?![\w-])", lambda m: _POOL_FLAG_KEYS[m.group(1)], fix)
+
+
+def link_words(config: RunConfig) -> str:
+    """A disaggregated run's KV link scope, and who delivers the first token where not the decode worker (the
+    deployments' default), as headers say them."""
+    words = "a KV link per worker" if config.kv_link_scope == "per-worker" else "one shared KV link"
+    return words + ("; the first token from the prefill worker" if config.first_token_at == "prefill" else "")
 
 
 def layout_of(config: RunConfig) -> DisaggLayout | None:

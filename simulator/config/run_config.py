@@ -720,12 +720,6 @@ class WorkloadConfig:
     # ends, plus its recorded think_time (simulator.engine.sessions).
     session_replay: str = "open"
 
-    @property
-    def exact_lengths(self) -> bool:
-        """Every request is ``prompt_tokens`` + ``output_tokens`` long (fixed or random lengths, no band, no spread)."""
-        return (self.trace is None and self.name in ("fixed", "random") and not self.prompt_tokens_stddev
-                and not self.output_tokens_stddev and self.range_ratio == (1.0 if self.range_style == "sglang" else 0.0))
-
     def __post_init__(self) -> None:
         if self.normalize_arrivals not in (True, False):
             raise ConfigError("workload.normalize_arrivals", f"must be true or false, got {self.normalize_arrivals!r}")
@@ -839,6 +833,11 @@ class WorkloadConfig:
     def is_spread(self) -> bool:
         """Whether fixed lengths are drawn around their value (``*_tokens_stddev`` > 0)."""
         return self.prompt_tokens_stddev > 0 or self.output_tokens_stddev > 0
+
+    @property
+    def exact_lengths(self) -> bool:
+        """Every request is ``prompt_tokens`` + ``output_tokens`` long (fixed or random lengths, no band, no spread)."""
+        return self.trace is None and self.name in ("fixed", "random") and not self.is_banded and not self.is_spread
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from itertools import accumulate
 from pathlib import Path
@@ -342,36 +342,36 @@ assert tuple(ENGINES) == ENGINE_PRESETS, "config.ENGINE_PRESETS must list the pr
 assert DEFAULT_ENGINE in ENGINES  # the run config's default names a preset
 
 
-def implied_options(engine: str, gpu: str, pools: Iterable[str | None] = (),
-                    cost_model: str | None = None) -> dict[str, str]:
-    """What a run naming ``engine`` takes from it where nothing else sets them (the CLI's ``--engine``, a sweep
-    point's ``engine``): the scheduling policy its terms were fitted under, where it is not the run's default, and
-    the kernel tables they were fitted over, where ``gpu`` has them here (elsewhere the roofline prices the run, and
-    its header says the preset was fitted over tables). Option name -> value; {} for an engine that fixes neither,
-    or one that does not load (the run's own check says why). A disaggregated run (``pools``: its pool specs) takes
-    no scheduler (its pools run their own) and no kernels where a pool names its own GPU; a run priced by another
-    ``cost_model`` than the roofline no kernels."""
+def implied_options(options: Mapping[str, Any]) -> dict[str, str]:
+    """What a run naming an engine takes from it where its options (by name: ``engine``, ``gpu``, the pools,
+    ``cost_model``, ...; the CLI's flags, a sweep point's values) set nothing: the scheduling policy its terms were
+    fitted under, where it is not the run's default, and the kernel tables they were fitted over, where the GPU has
+    them here (elsewhere the roofline prices the run, and its header says the preset was fitted over tables).
+    Option name -> value; {} for an engine that fixes neither, or one that does not load (the run's own check says
+    why). A disaggregated run takes no scheduler (its pools run their own) and no kernels where a pool names its own
+    GPU; a run priced by another cost model than the roofline no kernels."""
     from simulator.config.catalog import get_gpu
-    from simulator.config.run_config import SchedulerConfig
+    from simulator.config.disagg_layout import parse_pool
+    from simulator.config.run_config import ReplicaConfig, SchedulerConfig
     from simulator.costmodel.aic import tables
 
     try:
-        preset = load_engine(engine)
-    except ConfigError:
+        preset = load_engine(options["engine"])
+        pools = [parse_pool(options[k], k) for k in ("prefill_pool", "decode_pool", "mixed_pool") if options.get(k)]
+    except ConfigError:  # (the run's own checks say why)
         return {}
     out = {}
-    pools = [p for p in pools if p]
     if preset.scheduler is not None and preset.scheduler != SchedulerConfig().name and not pools:
         out["scheduler"] = preset.scheduler
-    if (preset.kernels is not None and cost_model in (None, "roofline")
-            and not any("gpu=" in p.replace(" ", "") for p in pools)):
+    if (preset.kernels is not None and options.get("cost_model") in (None, "roofline")
+            and all(pool.gpu is None for pool in pools)):
         try:
-            system = tables.system_for(get_gpu(gpu).name)
+            system = tables.system_for(get_gpu(options.get("gpu") or ReplicaConfig().gpu).name)
             if tables.find_table(system, preset.kernels, "gemm") is not None:
                 out["kernels"] = preset.kernels
         except ConfigError:  # a GPU without tables, or no database here: the roofline prices it (said)
             pass
-    return out
+    return {name: value for name, value in out.items() if options.get(name) is None}
 
 
 def load_engine(spec: str | EngineModel) -> EngineModel:

@@ -323,12 +323,8 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         if imply_engine and values.get("engine") is not None:
             from simulator.costmodel.engine_model import implied_options
 
-            implied = implied_options(values["engine"], values.get("gpu") or RunConfig().replica.gpu,
-                                      [values.get(k) for k in ("prefill_pool", "decode_pool", "mixed_pool")],
-                                      values.get("cost_model"))
             # (a flag typed at its default value is given, though the CLI's base leaves it out as a default)
-            values.update({name: value for name, value in implied.items()
-                           if values.get(name) is None and name not in given})
+            values.update({name: value for name, value in implied_options(values).items() if name not in given})
         try:
             config = _point_config(values, where)
         except ConfigError:

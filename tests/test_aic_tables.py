@@ -440,11 +440,29 @@ def test_vllm_blackwell_experts_are_priced_by_the_flashinfer_kernels_todays_vllm
     # falls back, as vLLM does, to the kernel the lane's own rows time
     narrow = _model(aic, model="qwen3-235b-a22b", gpu="b200", tp=8)
     assert narrow.moe_source == "vllm_fused_moe" and "moe_experts" not in narrow.roofline_ops
-    assert any("donor has no bfloat16 MoE rows for moe_tp=8 x moe_ep=1" in n for n in narrow.notes)
+    assert any("bfloat16 MoE at moe_tp=8 x moe_ep=1 priced by its own vllm_fused_moe rows (the lane's donor has none "
+               "there)" in n for n in narrow.notes)
     assert "moe_experts" in _model(aic, model="qwen3-235b-a22b", gpu="gb200", tp=8).roofline_ops  # no rows of its own
     assert "(gb200 " not in _model(aic, model="deepseek-v3", gpu="b200", tp=8, dtype="nvfp4").moe_source
     assert "(gb200 " not in _model(aic, backend="trtllm", model="qwen3-235b-a22b", gpu="b200", tp=8).moe_source
     assert "(" not in _model(aic, model="qwen3-235b-a22b", gpu="h200", tp=8).moe_source
+
+
+def test_a_split_the_widest_kernel_was_not_timed_at_is_priced_by_the_kernel_that_was(aic) -> None:  # noqa: ANN001
+    """vLLM's H100 tables time its block-FP8 experts as FlashInfer's CUTLASS kernel under EP (EP 2-128, the most rows)
+    and as Triton's at EP 1 (TP 1 and 2): the collector times the kernel the engine picks at each layout. A run at
+    EP 1 is priced by the Triton rows, not by the roofline; a run under EP keeps the CUTLASS rows."""
+    shape = BatchShape.from_requests(decodes=[1000] * 32)
+    single = _model(aic, model="qwen3-30b-a3b", dtype="fp8-block")
+    assert single.moe_source == "vllm_fp8moe_triton_tritonexperts" and "moe_experts" not in single.roofline_ops
+    assert any("fp8_block MoE at moe_tp=1 x moe_ep=1 priced by its own vllm_fp8moe_triton_tritonexperts rows (its "
+               "vllm_fp8moe_flashinfer_cutlass_flashinferexperts rows, the kernel timed over the most shapes, have none "
+               "there" in n for n in single.notes)
+    assert single.breakdown(shape)["moe_experts"] > 0
+    ep = _model(aic, model="qwen3-30b-a3b", dtype="fp8-block", tp=2, ep=2)
+    assert ep.moe_source == "vllm_fp8moe_flashinfer_cutlass_flashinferexperts" and not any("have none" in n for n in ep.notes)
+    # where no kernel of the lane was timed at the split, the roofline still prices it (and says so)
+    assert "moe_experts" in _model(aic, model="qwen3-30b-a3b", dtype="fp8-block", tp=4).roofline_ops
 
 
 def test_mxfp4_experts_take_mxfp8_activations_on_blackwell_datacenter_gpus(aic) -> None:  # noqa: ANN001

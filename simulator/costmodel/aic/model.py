@@ -466,15 +466,29 @@ class TableCostModel(TabulatedCostModel):
             return {"num_tokens": rows["num_tokens"][keep], "latency": rows["latency"][keep]}
 
         d = split(d)
-        if ref is not own_ref and len(d["latency"]) < 2 and named is None:
-            # A lane donor's collector did not time this split (its kernel does not take the slice, e.g. FlashInfer's
-            # TensorRT-LLM bf16 experts want a multiple of 128 columns): the engine falls back to the kernel the
-            # lane's own rows time, so those price it.
-            own_src, own = T.read_source_rows(own_ref, dtype, cols, shape)
-            if own_src is not None and len((own := split(own))["latency"]) >= 2:
-                src, d, ref = own_src, own, own_ref
-                notes = (f"{self.backend} tables of {self.system}: the lane's donor has no {dtype} MoE rows for "
-                         f"moe_tp={moe_tp} x moe_ep={moe_ep}: its own {own_src} rows price it",)
+        if len(d["latency"]) < 2 and named is None:
+            # The kernel priced (a lane donor's, or the one the collector swept widest) was not timed at this split:
+            # its kernel does not take the slice (FlashInfer's TensorRT-LLM bf16 experts want a multiple of 128
+            # columns) or the engine runs another kernel there (vLLM's block-FP8 experts on H100: FlashInfer CUTLASS
+            # under EP, Triton at EP 1, and the collector times what the engine picks). The lane's own kernel that
+            # was timed at the split prices it: the one swept widest where it was, else the one with the most rows
+            # there (ties by name).
+            widest = T.pick_source(own_ref, dtype, shape)
+            best: tuple[int, str, dict[str, Any]] | None = None
+            for name in T.kernel_sources(own_ref, dtype, shape):
+                if ref is own_ref and name == src:
+                    continue  # the rows just found wanting
+                own_src, own = T.read_source_rows(own_ref, dtype, cols, shape, source=name)
+                n = len((own := split(own))["latency"]) if own_src is not None else 0
+                if n >= 2 and (best is None or name == widest or (n > best[0] and best[1] != widest)):
+                    best = (n, name, own)
+            if best is not None:
+                why = ("the lane's donor has none there" if ref is not own_ref
+                       else f"its {src} rows, the kernel timed over the most shapes, have none there: the engine runs "
+                            f"another kernel at this layout")
+                src, d, ref = best[1], best[2], own_ref
+                notes = (f"{self.backend} tables of {self.system}: {dtype} MoE at moe_tp={moe_tp} x moe_ep={moe_ep} "
+                         f"priced by its own {src} rows ({why})",)
         self.notes.extend(notes)
         if len(d["latency"]) < 2 and named is not None:
             raise ConfigError("replica.moe_kernel", f"{ref.backend} tables of {ref.system} time {src} for "

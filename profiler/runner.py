@@ -12,7 +12,8 @@ size, dtype, output folder) and is validated on construction, without torch.
 3. write the table atomically (temporary file, then rename) every :data:`FLUSH_EVERY_S`
    seconds (longer where one write takes over a tenth of that) and when the run ends or is interrupted, so a killed
    run loses at most the last few points. ``metadata.json`` says ``"complete": false``
-   until every point of the grid is in the table.
+   until every point of the grid is in the table; it describes this run (``config``), and a resumed table's
+   earlier runs under other settings (another ``--dtype``, ``--tp`` or ``--ops``) in ``earlier_configs``.
 """
 
 from __future__ import annotations
@@ -359,10 +360,17 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
     settings = BenchSettings.quick() if cfg.quick else BenchSettings()
     settings = BenchSettings(**{**settings.__dict__, "cuda_graphs": cfg.cuda_graphs,
                                 "l2_flush": cfg.effective_l2_flush})
+    # A resumed table keeps the rows of the runs before this one (another --dtype, --tp or --ops keys rows of its
+    # own): their configs stay on record beside this run's, which "config" describes.
+    config = cfg.to_dict()
+    earlier = list(old_meta.get("earlier_configs") or []) if len(existing) else []
+    if len(existing) and isinstance(old_cfg, dict) and old_cfg and old_cfg != config and old_cfg not in earlier:
+        earlier.append(old_cfg)
     meta = {
         "model": spec.name,
         "device": label,
-        "config": cfg.to_dict(),
+        "config": config,
+        "earlier_configs": [c for c in earlier if c != config],
         "world_sizes": list(world_sizes),
         # (only the CUDA timer flushes L2: a CPU table's settings say none, as its config does)
         "bench": {**settings.__dict__, "l2_flush": settings.l2_flush if cfg.device == "cuda" else None},

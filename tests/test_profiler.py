@@ -319,6 +319,14 @@ def test_cli_writes_table_and_resumes(tmp_path: Path) -> None:
     assert n == len(OP_FAMILIES["linear"]) * 8  # quick: tokens 1..8, enough for `simulate fit`
     second = run_cli(*args)
     assert second.returncode == 0 and f"0 measured, {n} already there" in " ".join(second.stdout.split())
+    meta = json.loads((tmp_path / "o" / "metadata.json").read_text())
+    assert meta["config"]["dtype"] == "float32" and meta["earlier_configs"] == []  # the same run again
+    # resumed with another dtype: the table holds both dtypes' rows, and its metadata both runs' configs
+    third = run_cli(*args, "--dtype", "bfloat16")
+    assert third.returncode == 0, third.stderr
+    assert set(read_table(tmp_path / "o" / TABLE_FILE)["dtype"]) == {"float32", "bfloat16"}
+    meta = json.loads((tmp_path / "o" / "metadata.json").read_text())
+    assert meta["config"]["dtype"] == "bfloat16" and [c["dtype"] for c in meta["earlier_configs"]] == ["float32"]
 
 
 def test_profiler_imports_without_torch() -> None:

@@ -595,6 +595,9 @@ def plot(
                           f"{num_failed} failed); plotting the {num_ok} finished")
         written = plot_sweep(path, out or path, x=x or "qps", hue=hue or "scheduler")
     else:
-        written = plots.plot_run(path, out or (path if path.is_dir() else path.parent))
+        notes: list[str] = []
+        written = plots.plot_run(path, out or (path if path.is_dir() else path.parent), notes)
+        for line in notes:
+            console.print(f"warning: {line}", markup=False)
     for p in written:
         console.print(f"wrote {p}")

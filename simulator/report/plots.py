@@ -440,15 +440,42 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
     return latency_vs_qps(table, Path(out) / f"latency_vs_{x}", x=x, hue=hue, title=title)
 
 
-def plot_run(path: Path, out: Path) -> list[Path]:
-    """Re-simulate a run from its ``config.json`` (bit-for-bit) and draw TBT CDF, timeline and PP Gantt."""
+# The figures of summary.json a re-simulation must give again, bit for bit, for its plots to be the run's.
+REPRODUCED_FIGURES = ("num_requests", "num_finished", "num_rejected", "num_iterations", "ttft_s_mean", "tpot_s_mean",
+                      "e2e_s_max")
+
+
+def unreproduced(summary_path: Path, summary: dict[str, Any]) -> str | None:
+    """What of the run's ``summary.json`` at ``summary_path`` a re-simulation's ``summary`` does not give again
+    (one line), None where every figure of :data:`REPRODUCED_FIGURES` it has is equal, or it has none (no file,
+    unreadable)."""
+    import json
+
+    try:
+        old = json.loads(summary_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(old, dict):
+        return None
+    differ = [f"{k} {old[k]!r} -> {summary.get(k)!r}" for k in REPRODUCED_FIGURES if k in old and old[k] != summary.get(k)]
+    return "; ".join(differ) or None
+
+
+def plot_run(path: Path, out: Path, notes: list[str] | None = None) -> list[Path]:
+    """Re-simulate a run from its ``config.json`` (bit-for-bit) and draw TBT CDF, timeline and PP Gantt; where the
+    folder's ``summary.json`` says otherwise than the re-simulation (a run made by other code), a line in ``notes``."""
     from simulator.config.options import load_config_file
-    from simulator.report.metrics import request_frame, tbt_samples
+    from simulator.report.metrics import request_frame, summarize, tbt_samples
     from simulator.simulation import simulate
 
     path = Path(path)
-    config = load_config_file(path / "config.json" if path.is_dir() else path, field="plot run")
+    config_path = path / "config.json" if path.is_dir() else path
+    config = load_config_file(config_path, field="plot run")
     result = simulate(config)
+    differ = unreproduced(config_path.parent / "summary.json", summarize(result))
+    if differ is not None and notes is not None:
+        notes.append(f"the re-simulation of {config_path} does not reproduce its summary.json ({differ}): the run "
+                     f"was made by other code (or its config.json edited since), and these figures are this code's")
     out = Path(out)
     label = config.scheduler.name
     written = tbt_cdf({label: tbt_samples(result)}, out / "tbt_cdf", title=f"TBT CDF: {config.replica.model}, {label}")

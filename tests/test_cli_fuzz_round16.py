@@ -1,0 +1,25 @@
+"""CLI fuzzing, round 16: a run's figures redrawn by code that no longer reproduces the run, said nowhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_cli_fuzz_round13 import invoke
+
+
+def test_plot_run_says_when_its_re_simulation_is_not_the_runs(tmp_path: Path) -> None:
+    """`plot run` re-simulates config.json; where the folder's summary.json says otherwise (other code made the run,
+    or its config was edited) the figures are not the run's, and a warning says which figures moved."""
+    run = tmp_path / "run"
+    code, output = invoke("run", "--num-requests", "8", "--out", str(run))
+    assert code == 0, output
+    code, output = invoke("plot", "run", str(run), "--out", str(tmp_path / "a"))
+    assert code == 0 and "warning" not in output and (tmp_path / "a" / "tbt_cdf.png").is_file(), output
+    summary = json.loads((run / "summary.json").read_text())
+    summary["num_iterations"] += 1
+    (run / "summary.json").write_text(json.dumps(summary))
+    code, output = invoke("plot", "run", str(run / "config.json"), "--out", str(tmp_path / "b"))
+    assert code == 0 and (tmp_path / "b" / "tbt_cdf.png").is_file(), output
+    warning = next(line for line in output.splitlines() if line.startswith("warning:"))
+    assert "does not reproduce its summary.json (num_iterations" in warning and "this code's" in warning

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_cli_fuzz_round13 import invoke
+import pytest
+from test_cli_fuzz_round13 import invoke, refused
 
 
 def test_plot_run_says_when_its_re_simulation_is_not_the_runs(tmp_path: Path) -> None:
@@ -23,3 +24,20 @@ def test_plot_run_says_when_its_re_simulation_is_not_the_runs(tmp_path: Path) ->
     assert code == 0 and (tmp_path / "b" / "tbt_cdf.png").is_file(), output
     warning = next(line for line in output.splitlines() if line.startswith("warning:"))
     assert "does not reproduce its summary.json (num_iterations" in warning and "this code's" in warning
+
+
+@pytest.mark.parametrize(("link", "says"), [
+    ("infiniband-400gx8", "did you mean 'infiniband-400g-x8'?"),
+    ("ib-400g", "did you mean 'infiniband-400g'?"),
+    ("nvlnk", "did you mean 'nvlink'?"),
+    ("infiniband-400g@3us", "a link name takes no latency ('@3us')"),
+    ("25GB/s@3", "the latency '3' is not a time in us, ms or s"),
+    ("25GB/s@", "the latency '' is not a time"),
+    ("token-ring", "use a link name (nvlink,"),
+])
+def test_a_malformed_kv_link_says_which_part_is_wrong(link: str, says: str) -> None:
+    """`--kv-link` answered "unknown link" whatever was wrong: a misspelt name, a NIC count without its dash, a
+    latency on a named link (whose latency is its kind's), a bandwidth's latency without a unit (read lower-cased,
+    which then blamed the bandwidth's unit)."""
+    line = refused("run", "--prefill-pool", "1x", "--decode-pool", "1x", "--kv-link", link, "--num-requests", "4")
+    assert line.startswith("error: --kv-link: ") and says in line, line

@@ -262,9 +262,25 @@ def check_link_name(text: str, field: str = "kv_link") -> None:
 
     key = (text or "").strip()
     if _bandwidth_link(key, field) is None and key.lower() not in ("inf", "infinite") and not is_link_name(key):
-        raise ConfigError(field, f"unknown link {text!r}",
-                          f"use a link name ({', '.join(LINK_NAMES)}; a NIC's with -x<N> for N NICs), "
-                          "e.g. '25GB/s@10us', or 'infinite'")
+        import difflib
+
+        name, at, latency = key.partition("@")
+        if at and is_link_name(name):  # (a named link's latency is its kind's: only a bandwidth takes one)
+            raise ConfigError(field, f"{text!r}: a link name takes no latency ('@{latency}')",
+                              f"drop '@{latency}', or give the link as a bandwidth with one, e.g. '50GB/s@{latency}'")
+        if at and _bandwidth_link(name, field) is not None:
+            raise ConfigError(field, f"{text!r}: the latency {latency!r} is not a time in us, ms or s",
+                              f"write e.g. '{name}@10us', or drop '@{latency}'")
+        lowered = name.lower()
+        nics = re.fullmatch(r"(.+?)-?x(\d+)", lowered)  # 'infiniband-400gx8': the NIC count's dash missing
+        base, suffix = (nics.group(1), f"-x{nics.group(2)}") if nics else (lowered, "")
+        close = difflib.get_close_matches(base, LINK_NAMES, n=1, cutoff=0.6)
+        if close and is_link_name(close[0] + suffix):
+            fix = f"did you mean {close[0] + suffix!r}? (links: {', '.join(LINK_NAMES)}; a NIC's with -x<N> for N NICs)"
+        else:
+            fix = (f"use a link name ({', '.join(LINK_NAMES)}; a NIC's with -x<N> for N NICs), a bandwidth "
+                   "('25GB/s@10us' in bytes, '200Gb/s' in bits), or 'infinite'")
+        raise ConfigError(field, f"unknown link {text!r}", fix)
 
 
 def parse_link(text: str, gpu: str, field: str = "kv_link", senders: int | None = None) -> KVLink:
@@ -281,7 +297,7 @@ def parse_link(text: str, gpu: str, field: str = "kv_link", senders: int | None 
     from simulator.config.catalog import get_gpu
     from simulator.config.topology import MAX_GPUS_PER_NODE, get_link, group_link
 
-    check_link_name(key, field)
+    check_link_name((text or "").strip(), field)  # (as typed: a bandwidth's unit is case-sensitive)
     spec = get_gpu(gpu)
     link = group_link(get_link(key, spec, field), spec, 2)  # a worker's GPU to its peer's (one mesh link)
     nodes = 1 if senders is None else -(-senders // MAX_GPUS_PER_NODE)  # (a worker over several nodes has theirs)

@@ -41,3 +41,17 @@ def test_a_malformed_kv_link_says_which_part_is_wrong(link: str, says: str) -> N
     which then blamed the bandwidth's unit)."""
     line = refused("run", "--prefill-pool", "1x", "--decode-pool", "1x", "--kv-link", link, "--num-requests", "4")
     assert line.startswith("error: --kv-link: ") and says in line, line
+
+
+def test_a_sweep_refuses_two_spellings_of_one_deployment(tmp_path: Path) -> None:
+    """'1x' takes the run's tp: beside tp 1 it is '1x(tp=1)', and a grid of both ran one deployment twice, as two
+    rows of results.csv; across a product grid only the points where they meet are one."""
+    line = refused("sweep", "--grid", "prefill_pool=1x(tp=1),1x", "--decode-pool", "1x", "--num-requests", "4",
+                   "--out", str(tmp_path / "a"))
+    assert "points 0 (prefill_pool=1x(tp=1)) and 1 (prefill_pool=1x) spell one deployment" in line, line
+    line = refused("sweep", "--grid", "prefill_pool=1x(tp=2),1x", "--grid", "tp=1,2", "--decode-pool", "1x",
+                   "--num-requests", "4", "--out", str(tmp_path / "b"))
+    assert "points 1 (prefill_pool=1x(tp=2), tp=2) and 3 (prefill_pool=1x, tp=2) spell one deployment" in line, line
+    code, output = invoke("sweep", "--grid", "prefill_pool=1x(tp=2),1x", "--decode-pool", "1x", "--num-requests", "4",
+                          "--out", str(tmp_path / "c"))
+    assert code == 0 and "ran 2 points (0 failed)" in output, output

@@ -314,7 +314,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         base["num_requests"] = CAPACITY_DEFAULT_NUM_REQUESTS
 
     spec = SweepSpec(mode, base, grid)
-    seen: dict[str, int] = {}
+    seen: dict[str, tuple[int, str]] = {}
     for index, combo in enumerate(itertools.product(*grid.values()) if grid else [()]):
         values = dict(base)
         for names, row in zip(grid, combo, strict=True):
@@ -355,10 +355,16 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                        if err.field == "--concurrency" and not options["users"] else err.fix)
                 raise ConfigError(where, f"{err.field}: {err.problem}", fix) from None
         key = point_key(mode, config, options)
-        if key in seen:
-            raise ConfigError("sweep.grid", f"points {seen[key]} and {index} are the same configuration ({where})",
-                              "remove the duplicate values")
-        seen[key] = index
+        same = point_key(mode, _spelled_out(config), options)  # ('1x' and '1x(tp=1)' beside --tp 1: one run)
+        if same in seen:
+            first, first_where = seen[same]
+            if point_key(mode, spec.points[first].config, options) == key:
+                raise ConfigError("sweep.grid", f"points {first} and {index} are the same configuration ({where})",
+                                  "remove the duplicate values")
+            raise ConfigError("sweep.grid", f"points {first} ({first_where.removeprefix('sweep point ')}) and {index} "
+                              f"({where.removeprefix('sweep point ')}) spell one deployment", "give each pool its layout "
+                              "in full (e.g. 1x(tp=2) for 1x beside tp=2), or drop one of the values")
+        seen[same] = (index, where)
         spec.points.append(Point(index, values, config, options, key))
     # What an engine set at some point is a column: the other points' values of it are their configs'.
     from simulator.config.options import option_value
@@ -377,6 +383,20 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                           "(the sweep's) sets it too and wins at every point, so it would do nothing",
                           "give one of qps and qps_start")
     return spec
+
+
+def _spelled_out(config: RunConfig) -> RunConfig:
+    """``config`` with each pool written with the layout it takes from the run (``PoolSpec.effective``): two
+    spellings of one deployment, one run."""
+    from simulator.config.disagg_layout import layout_of
+
+    layout = layout_of(config)
+    if layout is None:
+        return config
+    return config.replace(prefill_pool=layout.prefill.effective(layout.prefill_replica),
+                          decode_pool=layout.decode.effective(layout.decode_replica),
+                          mixed_pool=None if layout.mixed is None or layout.mixed_replica is None
+                          else layout.mixed.effective(layout.mixed_replica))
 
 
 def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[Any, ...]]], given: set[str],

@@ -55,3 +55,18 @@ def test_a_sweep_refuses_two_spellings_of_one_deployment(tmp_path: Path) -> None
     code, output = invoke("sweep", "--grid", "prefill_pool=1x(tp=2),1x", "--decode-pool", "1x", "--num-requests", "4",
                           "--out", str(tmp_path / "c"))
     assert code == 0 and "ran 2 points (0 failed)" in output, output
+
+
+def test_a_run_under_a_prefill_floor_says_what_it_holds_a_step_to() -> None:
+    """sglang-2026's fitted prefill floor (3.48 ms a layer) holds any step with prompt tokens of an 80-layer model to
+    279 ms, decodes batched or waiting behind it included: a TBT/TPOT capacity met it first, said nowhere."""
+    code, output = invoke("run", "--engine", "sglang-2026", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4",
+                          "--dtype", "fp8", "--num-requests", "8")
+    assert code == 0, output
+    assert "engine sglang-2026 (a step carrying prompt tokens takes >= 279 ms: its prefill floor, 3.48 ms x 80 " \
+           "layers)" in " ".join(output.split()), output
+    code, output = invoke("capacity", "--engine", "trtllm-2026", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                          "--num-requests", "64")
+    assert code == 0 and "its prefill floor, 0.86 ms x 32 layers" in " ".join(output.split()), output
+    code, output = invoke("run", "--num-requests", "8")  # vllm-2026 has no floor: the title names the engine alone
+    assert code == 0 and "prefill floor" not in output and "engine vllm-2026 ·" in " ".join(output.split()), output

@@ -228,6 +228,23 @@ def _overload_fix(config: RunConfig) -> str:
     return "lower --qps or find the sustainable rate with `simulate capacity` (same options)"
 
 
+def engine_words(config: RunConfig) -> str:
+    """``engine NAME``, with the least a step carrying prompt tokens takes where the engine has a prefill floor
+    (SGLang's and TensorRT-LLM's fitted presets): on a short prompt it is the whole step, and the decodes batched or
+    waiting behind it wait as long, so a TBT or TPOT limit meets it first."""
+    from simulator.costmodel.engine_model import load_engine
+
+    engine = load_engine(config.engine)
+    per_layer = getattr(engine, "prefill_floor_per_layer_s", 0.0)
+    if not per_layer:
+        return f"engine {config.engine}"
+    layers = config.replica.model_spec.num_layers
+    above = getattr(engine, "prefill_floor_above_tokens", 0)
+    which = f"more than {above:,} prompt tokens" if above else "prompt tokens"
+    return (f"engine {config.engine} (a step carrying {which} takes >= {per_layer * layers * 1e3:.0f} ms: its prefill "
+            f"floor, {per_layer * 1e3:.2f} ms x {layers} layers)")
+
+
 def _router(config: RunConfig) -> str:
     """The title's router, where it has a choice to make (two runs that differ in it alone must not read the same):
     among the replicas (their attention-DP ranks), or in a disaggregated run among the prefill workers."""
@@ -277,7 +294,7 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         knobs += ")" + _kv_memory(config)
     spare = f" +{r.redundant_experts} redundant experts" if r.redundant_experts else ""
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}{spare}) · "
-             f"{count(config.num_replicas, 'replica')}{_router(config)} · {s.name}{knobs} · engine {config.engine} · "
+             f"{count(config.num_replicas, 'replica')}{_router(config)} · {s.name}{knobs} · {engine_words(config)} · "
              f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
     from simulator.costmodel.engine_model import load_engine
 
@@ -287,7 +304,7 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         from simulator.config.disagg_layout import layout_of, link_words  # late: keeps the CLI's import light
 
         title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({link_words(config)}){_router(config)} · "
-                 f"engine {config.engine} · "
+                 f"{engine_words(config)} · "
                  f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"

@@ -27,6 +27,7 @@ from simulator.planning.plan import (
     frontier,
     plan,
     search_settings,
+    verify_num_requests,
 )
 
 runner = CliRunner()
@@ -73,6 +74,14 @@ def test_plan_equals_exhaustive_capacity_grid(tmp_path) -> None:  # noqa: ANN001
             assert c.lower_bound_usd(LOAD) >= result.answer.usd_per_hour(LOAD) - 1e-9
 
 
+def test_a_verification_runs_long_enough_for_the_steady_state() -> None:
+    base = _base()
+    assert verify_num_requests(base, 12.0, SLO, 256, 1) == 2048  # a capacity search's trial
+    assert verify_num_requests(base, 12.0, SLO, 256, 10) == 2560  # 256 a unit
+    assert verify_num_requests(base, 400.0, SLO, 256, 2) == 8000  # 20 TTFT limits of arrivals (1 s each)
+    assert verify_num_requests(base.replace(workload__num_requests=9000), 12.0, SLO, 256, 1) == 9000  # the trials'
+
+
 def test_bound_is_above_capacity_and_resume(tmp_path) -> None:  # noqa: ANN001
     base = _base()
     out = tmp_path / "p"
@@ -85,6 +94,9 @@ def test_bound_is_above_capacity_and_resume(tmp_path) -> None:  # noqa: ANN001
     assert first.answer is not None and first.answer.verified is not None and first.answer.verified["passed"]
     # The verified fleet is the one reported (a unit added per miss, verified again).
     assert first.answer.verified["units"] == first.answer.units(LOAD)
+    # ... over a capacity trial's requests and 20 TTFT limits of arrivals at least, though the searches' trials
+    # send 64: a verdict on the fleet's first seconds would pass what the short trials overstated
+    assert first.answer.verified["num_requests"] == max(2048, math.ceil(20 * SLO.ttft_s * LOAD))
     assert first.answer.units(LOAD) >= math.ceil(LOAD / first.answer.capacity_qps - 1e-9)
     for c in first.candidates:
         if c.feasible():

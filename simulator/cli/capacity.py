@@ -28,7 +28,7 @@ from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError, WorkerDied
 from simulator.config.run_config import RunConfig
-from simulator.planning.options import SEARCH_PANEL, slo_and_settings
+from simulator.planning.options import CAPACITY_DEFAULT_NUM_REQUESTS, SEARCH_PANEL, slo_and_settings
 from simulator.util.jsonio import jsonable
 from simulator.util.paths import atomic_dir, check_in_dir, check_in_file, check_out_dir, check_out_file
 from simulator.util.progress import StepProgress
@@ -63,7 +63,7 @@ SWEEP_FILES = ("sweep.json", "points", "results.csv", "results.parquet", "*.png"
 
 
 @app.command()
-@default_option("num_requests", 2048)
+@default_option("num_requests", CAPACITY_DEFAULT_NUM_REQUESTS)
 @run_options
 @planner_options("capacity", after={"workers": "seeds"})
 def capacity(

@@ -25,6 +25,7 @@ from simulator.util.text import percent
 
 CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
 DEFAULT_GOODPUT_TARGET = 0.9  # DistServe: 90% of requests meet both SLOs
+CAPACITY_DEFAULT_NUM_REQUESTS = 2048  # a capacity trial's requests where none are given (CLI, sweep, plan's verdicts)
 
 
 def _field_default(holder: type, name: str) -> Any:

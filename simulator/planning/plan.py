@@ -31,7 +31,8 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
    limits (``max_gpus``, ``max_usd_per_hour``) rule it out. The fleet of a searched layout
    is ``ceil(load / capacity)`` units. The answer is the one an exhaustive grid of
    capacity searches would give (tested), with fewer searches.
-4. **Verify**: the cheapest fleet is simulated whole behind its router at the load; if it
+4. **Verify**: the cheapest fleet is simulated whole behind its router at the load, long enough for its
+   steady state whatever the searches' trials were (:func:`verify_num_requests`); if it
    misses the SLO it grows (a unit at least, faster after each miss and to what its own
    throughput says the load needs) and is verified again, and once a size passes the fewest
    units between is bisected (:meth:`Candidate.units_after`); if that makes it dearer than
@@ -78,7 +79,12 @@ from simulator.costmodel import load_cost_model
 from simulator.costmodel.base import BatchShape
 from simulator.planning.capacity import SearchSettings, find_capacity, judged_requests, run_trial
 from simulator.planning.launch import LAUNCH_ENGINES, launch_command
-from simulator.planning.options import PLAN_REL_TOL, PlanSLO, connect_ray  # declared with the planner options
+from simulator.planning.options import (  # declared with the planner options
+    CAPACITY_DEFAULT_NUM_REQUESTS,
+    PLAN_REL_TOL,
+    PlanSLO,
+    connect_ray,
+)
 from simulator.planning.split import fits
 from simulator.report.benchmark import measured_window, output_throughput_per_user
 from simulator.util.text import percent
@@ -91,6 +97,7 @@ SHORT_TRIAL_TTFTS = 10  # trials whose arrivals span fewer TTFT limits than this
 CEILING_LOADS = 4.0  # a layout's search tries a unit at up to this many times the load (search_ceiling) ...
 MIN_CEILING_QPS = 1000.0  # ... and at least this many req/s (the ceiling plans had, for small loads alike)
 MIN_MISSES_JUDGED = 10  # a verification allowing fewer late requests than this is said to be a thin verdict
+VERIFY_TTFTS = 20  # a verification's arrivals span at least this many TTFT limits (verify_num_requests)
 
 
 @dataclass(frozen=True)
@@ -1045,11 +1052,21 @@ class PlanResult:
         return pd.DataFrame(rows)
 
 
+def verify_num_requests(base: RunConfig, load_qps: float, slo: PlanSLO, requests_per_unit: int, units: int) -> int:
+    """Requests a fleet's verification sends: the search's trials', ``requests_per_unit`` a unit, a capacity
+    search's trial (``simulate capacity``'s default) and :data:`VERIFY_TTFTS` TTFT limits of arrivals, whichever is
+    most. The searches' short trials overstate a unit's capacity (their queues have no time to grow: 512 requests
+    put a B200 unit at 13.6 req/s where 2,048 pass 12.75 and fail 13), and the verdict is what catches it, at the
+    steady state a deployment runs in, not in its first seconds."""
+    return max(base.workload.num_requests, requests_per_unit * units, CAPACITY_DEFAULT_NUM_REQUESTS,
+               math.ceil(VERIFY_TTFTS * slo.ttft_s * load_qps))
+
+
 def verify(candidate: Candidate, base: RunConfig, load_qps: float, slo: PlanSLO, requests_per_unit: int) -> dict[str, Any]:
     """Simulate the candidate's whole fleet behind its router at ``load_qps`` and judge it."""
     units = candidate.units(load_qps)
     config = candidate.layout.config(base, units=units)
-    num_requests = max(base.workload.num_requests, requests_per_unit * units)
+    num_requests = verify_num_requests(base, load_qps, slo, requests_per_unit, units)
     figures = measure(config.replace(workload__num_requests=num_requests), load_qps, slo)
     figures["passed"] = figures["goodput"] >= slo.attainment
     figures["units"] = units

@@ -62,6 +62,7 @@ from simulator.config.limits import MAX_SEEDS
 from simulator.config.options import RUN_OPTIONS, alias_of, default_random_input_len
 from simulator.config.run_config import RunConfig
 from simulator.planning.options import (
+    CAPACITY_DEFAULT_NUM_REQUESTS,
     PLANNER_OPTIONS,
     SLO,
     SWEEP_KEYS,
@@ -79,7 +80,6 @@ if TYPE_CHECKING:  # pandas loads with the first table, not with a sweep's valid
 
 MODES = ("run", "capacity")
 TOP_LEVEL_KEYS = ("mode", "base", "grid")
-CAPACITY_DEFAULT_NUM_REQUESTS = 2048
 
 # Point options beyond the run options: the planner's options (simulator.planning.options), by their
 # sweep-file key -> (type, default, modes it applies to, help).

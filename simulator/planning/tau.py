@@ -166,6 +166,12 @@ def knee_tokens(cost: CostModel, max_tokens: int = 8192, flat_tokens: int = 1) -
     if slope <= 0:
         return hi  # never leaves the memory-bound regime within the grid
     intercept = t_hi - slope * hi
+    if intercept >= t1:
+        # The compute-bound end is concave (measured GEMMs keep gaining efficiency up to thousands of tokens), so its
+        # asymptote starts above the flat cost and meets it nowhere: the ridge of max(flat, per-token cost at the
+        # end) instead, where the end's average cost a token reaches the flat cost (FP8 Llama-3.1-70B over
+        # vLLM's H100 tables: 1 -> a few hundred tokens).
+        return int(max(1, flat_tokens, round(t1 * hi / t_hi)))
     # (not below flat_tokens: short of it an MoE's cost still grows with the experts it reads, not its compute)
     return int(max(1, flat_tokens, round((t1 - intercept) / slope)))
 

@@ -83,3 +83,56 @@ def test_a_knee_over_measured_gemms_is_not_one_token(aic: Path) -> None:
     assert code == 0, output
     knee = int(re.search(r"knee at ~([\d,]+) tokens", " ".join(output.split())).group(1).replace(",", ""))
     assert 100 <= knee <= 600, output
+
+
+def _trace(path: Path, first_prompt: int) -> Path:
+    path.write_text(f"arrived_at,num_prefill_tokens,num_decode_tokens\n0,{first_prompt},20\n0.5,200,30\n1.0,50,10\n")
+    return path
+
+
+def test_a_reproduction_over_an_edited_trace_says_so(tmp_path: Path) -> None:
+    """config.json named its trace by path only: `run --config` over a trace edited since ran other requests under
+    the same name, said nowhere. It records each file's sha256 and the reproduction warns where one reads otherwise."""
+    trace = _trace(tmp_path / "t.csv", 100)
+    code, output = invoke("run", "--trace", str(trace), "--arrival", "trace", "--out", str(tmp_path / "r"))
+    assert code == 0, output
+    record = json.loads((tmp_path / "r" / "config.json").read_text())["inputs"]
+    assert record["workload.trace"]["path"] == str(trace.resolve()) and len(record["workload.trace"]["sha256"]) == 64
+    code, output = invoke("run", "--config", str(tmp_path / "r" / "config.json"))
+    assert code == 0 and "warning" not in output, output
+    _trace(trace, 4000)
+    code, output = invoke("run", "--config", str(tmp_path / "r" / "config.json"))
+    assert code == 0, output
+    assert "workload.trace" in output and "changed since the run" in output and "not the one it reproduces" in output
+
+
+def test_a_sweep_over_an_edited_trace_is_not_resumed_beside_its_old_points(tmp_path: Path) -> None:
+    """A sweep's points were keyed by the trace's path: edited in place, the sweep resumed its stored points as done
+    (and a point added ran on the new contents beside them, one results.csv over two traces)."""
+    trace = _trace(tmp_path / "t.csv", 100)
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(f'mode = "run"\n[base]\ntrace = "{trace}"\narrival = "trace"\nnum_requests = 3\n'
+                     "[grid]\nmax_num_seqs = [8, 16]\n")
+    out = str(tmp_path / "o")
+    code, output = invoke("sweep", str(sweep), "--out", out)
+    assert code == 0 and "ran 2 points" in output, output
+    code, output = invoke("sweep", str(sweep), "--out", out)
+    assert code == 0 and "2 already done" in output, output
+    _trace(trace, 4000)
+    code, output = invoke("sweep", str(sweep), "--out", out)  # (after the sweep's header line)
+    line = output.strip().splitlines()[-1]
+    assert code == 2 and line.startswith("error: --out: ") and "points run on other contents of" in line, output
+    assert str(trace.resolve()) in line and "Traceback" not in output, output
+    code, output = invoke("sweep", str(sweep), "--out", str(tmp_path / "new"))
+    assert code == 0 and "ran 2 points" in output, output
+
+
+def test_a_run_that_reads_no_file_keeps_its_result_key() -> None:
+    """The files enter a search's resume key only where a run reads one: stored sweeps and plans of runs that read
+    none resume as before."""
+    from simulator.config.inputs import fingerprints
+    from simulator.config.run_config import RunConfig
+
+    config = RunConfig()
+    assert fingerprints(config) == {}
+    assert config.result_key(mode="run") == RunConfig.from_dict(config.to_dict()).result_key(mode="run")

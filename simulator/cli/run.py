@@ -594,6 +594,19 @@ def file_report_options(ctx: typer.Context) -> dict[str, Any]:
     return out
 
 
+def changed_file_inputs(ctx: typer.Context, config: RunConfig) -> list[str]:
+    """The files a ``--config`` file's run read that read otherwise now (simulator.config.inputs), one line each;
+    [] without one."""
+    from simulator.config.inputs import INPUTS_KEY, changed_inputs
+    from simulator.config.json_types import loads_once
+
+    path = ctx.params.get("config_file")
+    if path is None:
+        return []
+    data = loads_once(Path(path).read_text(encoding="utf-8-sig"), str(path))
+    return changed_inputs(config, data.get(INPUTS_KEY))
+
+
 @app.command()
 @run_options
 def run(
@@ -651,6 +664,7 @@ def run(
     if out is not None:
         check_out_dir(out)
     check_run_fits(config.workload.num_requests)  # refuse, with the figure, a run that cannot fit in memory
+    changed = changed_file_inputs(ctx, config)  # a reproduction over files edited since: said, before and after
     num_workers = parse_workers(workers, lambda: run_auto_workers(config))
     reporter = RunProgress() if progress and not json_out else None
     write_error = None
@@ -689,6 +703,9 @@ def run(
         warning = extrapolation_warning(summary)  # in either view: the summary's figures lean on it
         if warning is not None:
             out_console.print(f"[yellow]{warning}[/yellow]", highlight=False)
+        for line in changed:
+            out_console.print(f"warning: --config {ctx.params.get('config_file')}: {line}: this run is not the one it "
+                              "reproduces", markup=False, highlight=False)
         if bench.save_result is not None:
             out_console.print(f"wrote {bench.save_result} (vllm bench serve's result JSON)", markup=False)
         if out is not None and write_error is None:

@@ -20,6 +20,7 @@ from typing import Any
 from simulator.config.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
 from simulator.config.disagg_layout import DisaggLayout, check_link_name, prefix_cache_schedulers
 from simulator.config.errors import ConfigError
+from simulator.config.inputs import INPUTS_KEY
 from simulator.config.json_types import check_json_types
 from simulator.config.limits import (  # the bounds (re-exported: callers import them from here too)
     CV_RANGE,
@@ -1037,6 +1038,11 @@ class RunConfig:
         resolved["scheduler"].pop("dp_padding", None)
         if self._routes_own_dp_tokens():
             resolved["scheduler"]["dp_padding"] = "sum"
+        from simulator.config.inputs import fingerprints
+
+        # The files it reads, by content (a trace edited in place is another run); none: the key results had before
+        if files := fingerprints(self):
+            context = {**context, "inputs": files}
         blob = json.dumps({**context, "config": resolved}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -1070,8 +1076,8 @@ class RunConfig:
         kwargs: dict[str, Any] = {}
         known = {f.name for f in dataclasses.fields(cls)}
         for key, value in data.items():
-            if key == REPORT_KEY:  # how `simulate run` reported the run (its SLOs, views): read there, not a field
-                continue
+            if key in (REPORT_KEY, INPUTS_KEY):  # how `simulate run` reported the run (its SLOs, views) and the files
+                continue  # it read: read by the reproduction (simulator.cli.run), not fields
             if key not in known:
                 raise ConfigError(f"config.{key}", "unknown key", f"known: {', '.join(sorted(known))}")
             if key in sections and not isinstance(value, dict):

@@ -399,6 +399,13 @@ def _spelled_out(config: RunConfig) -> RunConfig:
                           else layout.mixed.effective(layout.mixed_replica))
 
 
+def _sweep_inputs(spec: SweepSpec) -> dict[str, str]:
+    """The files the sweep's points read, path -> sha256 (simulator.config.inputs): its points' keys hold them."""
+    from simulator.config.inputs import inputs_record
+
+    return {entry["path"]: entry["sha256"] for p in spec.points for entry in inputs_record(p.config).values()}
+
+
 def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[Any, ...]]], given: set[str],
                    file_keys: dict[str, str]) -> None:
     """Refuse an option that no point of the sweep reads (:func:`simulator.config.options.inert_options`): a
@@ -750,6 +757,12 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
             then, now = before.get("base", {}), jsonable(spec.base)
             changed = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
             what = f" (the base differs in {', '.join(changed)})" if changed else ""
+            files_then = before.get("inputs") if isinstance(before.get("inputs"), dict) else {}
+            edited = sorted(path for path, sha in _sweep_inputs(spec).items() if files_then.get(path, sha) != sha)
+            if edited and not changed:
+                raise ConfigError("--out", f"{out} holds this sweep's points run on other contents of "
+                                  f"{', '.join(edited)} (edited since): they would sit beside points of the new one",
+                                  "pass a new folder for the new contents, or restore the file to resume")
             raise ConfigError("--out", f"{out} holds another sweep: its sweep.json has points this one does not{what}",
                               "pass a new folder, or the same sweep file and options to resume it")
     # A point not done (never run, or failed and rerun with --retry-failed) has no doc yet.
@@ -762,7 +775,8 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
     (out / "sweep.json").write_text(json.dumps(jsonable({
         "mode": spec.mode, "base": spec.base,
         "grid": {",".join(k): [list(r) for r in v] for k, v in spec.grid.items()},
-        "points": [{"index": p.index, "key": p.key, "params": p.params} for p in spec.points]}), indent=1))
+        "points": [{"index": p.index, "key": p.key, "params": p.params} for p in spec.points],
+        "inputs": _sweep_inputs(spec)}), indent=1))
     table_path = out / f"results.{fmt}"
     param_names = _param_names(spec)
 

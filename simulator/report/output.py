@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simulator.config.errors import ConfigError
+from simulator.config.inputs import INPUTS_KEY, inputs_record
 from simulator.config.run_config import REPORT_KEY
 from simulator.util.jsonio import jsonable
 
@@ -146,6 +147,8 @@ def write_run(result: RunResult, out_dir: Path, fmt: str = "parquet", summary: d
     data = portable_config(result.config)
     if report is not None:
         data[REPORT_KEY] = report
+    if files := inputs_record(result.config):  # what each file it read held: a reproduction can tell it changed
+        data[INPUTS_KEY] = files
     paths["config"].write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return paths
 

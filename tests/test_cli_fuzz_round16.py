@@ -136,3 +136,33 @@ def test_a_run_that_reads_no_file_keeps_its_result_key() -> None:
     config = RunConfig()
     assert fingerprints(config) == {}
     assert config.result_key(mode="run") == RunConfig.from_dict(config.to_dict()).result_key(mode="run")
+
+
+def test_a_think_time_past_any_run_is_refused(tmp_path: Path) -> None:
+    """A closed session replay sent the next turn 1e300 s on: duration 1e300 s and its TTFT and TBT 0 (the times
+    lost their precision); open replays already refused arrivals past 1e9 s."""
+    trace = tmp_path / "s.json"
+    trace.write_text(json.dumps({"block_size": 64, "requests": [{"t": 0, "in": 200, "out": 10, "api_time": 1},
+                                                                {"t": 1, "in": 200, "out": 10, "think_time": 1e300}]}))
+    line = refused("run", "--trace", str(trace), "--arrival", "trace", "--session-replay", "closed")
+    assert "request 1: think_time 1e+300 s is past 1e+09 s" in line, line
+
+
+@pytest.mark.parametrize("row", ['{"input_toks": [], "output_toks": 10}', '{"input_toks": [1, 2], "output_toks": 10}',
+                                 '{"input_toks": {"a": 1}, "output_toks": 10}'])
+def test_a_jsonl_trace_with_a_list_for_a_count_is_refused_in_one_line(tmp_path: Path, row: str) -> None:
+    """pd.isna of a list is a list: a JSONL count given as a list raised a ValueError traceback."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(row + "\n" + '{"input_toks": 5, "output_toks": 10}\n')
+    line = refused("run", "--trace", str(trace), "--num-requests", "2")
+    assert "line 1, column input_toks:" in line and "is not a number" in line, line
+
+
+def test_a_bench_files_model_id_that_is_no_name_is_refused(tmp_path: Path) -> None:
+    """A numeric model_id in a vllm bench JSON raised an AttributeError traceback."""
+    data = json.loads((Path(__file__).parent / "data" / "vllm_bench_fixture.json").read_text())
+    data["model_id"] = 5
+    bench = tmp_path / "b.json"
+    bench.write_text(json.dumps(data))
+    line = refused("calibrate-engine", "--bench", str(bench), "--out", str(tmp_path / "e.json"))
+    assert "model_id must be the served model's name, got 5" in line, line

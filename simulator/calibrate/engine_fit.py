@@ -639,6 +639,9 @@ def read_bench(path: Path, max_model_len: int | None = None, model: str | None =
                               f"{data['output_lens'][i] - 1})", "pass the lists as vllm bench wrote them, from a "
                               "server that streamed one token a chunk: speculative decoding and --stream-interval "
                               "stream several")
+    if data.get("model_id") is not None and not isinstance(data["model_id"], str):
+        raise ConfigError("bench", f"{path}: model_id must be the served model's name, got {data['model_id']!r:.40}",
+                          "pass the JSON `vllm bench serve --save-result` wrote, or drop model_id")
     return BenchRun(model_id=data.get("model_id"), request_rate=rate, arrival_at=arrival,
                     input_lens=np.asarray(data["input_lens"], dtype=np.int64)[idx],
                     output_lens=np.asarray(data["output_lens"], dtype=np.int64)[idx],

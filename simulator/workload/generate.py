@@ -151,6 +151,10 @@ class RequestTable:
             think = np.array(self.think_s, dtype=np.float64)
             if self.session_id is None or think.shape != arrival.shape or np.any(think < 0):
                 raise ConfigError("requests", "think_s needs session_id and one delay >= 0 (or NaN) per request")
+            if float(np.nansum(think)) + (float(arrival[-1]) if len(arrival) else 0.0) > MAX_ARRIVAL_S:
+                # (each turn waits for the one before it: the sends reach at most the last arrival plus every think)
+                raise ConfigError("requests", f"think times add up to {float(np.nansum(think)):.3g} s, past "
+                                  f"{MAX_ARRIVAL_S:g} s (~31 years)", "fix the sessions' think times")
             think.setflags(write=False)
             object.__setattr__(self, "think_s", think)
         if self.after is not None:
@@ -560,6 +564,14 @@ def _one_line(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _missing(value: object) -> bool:
+    """An empty cell (None, NaN); a JSONL line's list or object is a value, not a missing one (pd.isna of a list is
+    a list)."""
+    import pandas as pd
+
+    return value is None or (pd.api.types.is_scalar(value) and bool(pd.isna(value)))
+
+
 def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str, zero_ok: bool = False) -> np.ndarray:
     """Token counts: numeric, integral, > 0 (>= 0 with ``zero_ok``: output lengths, whose 0s
     :func:`_zero_outputs_given_one` turns to 1); otherwise a ConfigError naming the line and column."""
@@ -569,7 +581,7 @@ def _validate_lengths(raw: pd.Series, col: str, lines: np.ndarray, path: str, ze
     bad = np.isnan(values)
     if bad.any():
         i = int(np.argmax(bad))
-        shown = "empty or NaN value" if pd.isna(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
+        shown = "empty or NaN value" if _missing(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
         raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {shown}", "give a positive integer token count")
     bad = (values < 0 if zero_ok else values <= 0) | (values != np.floor(values)) | ~np.isfinite(values)
     if bad.any():
@@ -614,7 +626,7 @@ def _validate_times(raw: pd.Series, col: str, unit: str, lines: np.ndarray, path
         bad = ~np.isfinite(seconds)
         if bad.any():
             i = int(np.argmax(bad))
-            shown = "empty or NaN value" if pd.isna(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
+            shown = "empty or NaN value" if _missing(raw.iloc[i]) else f"{_one_line(raw.iloc[i])} is not a number"
             raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {shown}", "give a timestamp")
         if (seconds < 0).any():
             i = int(np.argmax(seconds < 0))

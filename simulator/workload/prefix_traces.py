@@ -45,7 +45,7 @@ import numpy as np
 
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
-from simulator.config.limits import MAX_TOKENS
+from simulator.config.limits import MAX_ARRIVAL_S, MAX_TOKENS
 
 if TYPE_CHECKING:
     from simulator.config.run_config import RunConfig
@@ -288,6 +288,9 @@ def _optional_seconds(req: dict, key: str, path: str, where: str) -> float | Non
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise ConfigError(_FIELD, f"{path}: {where}: {key} must be a number of seconds >= 0, got {value!r}",
+                          "fix that request, or replay the sessions at their recorded times (--session-replay open)")
+    if value > MAX_ARRIVAL_S:  # (a closed replay sent the next turn 1e300 s on: its times lost their precision)
+        raise ConfigError(_FIELD, f"{path}: {where}: {key} {value:.3g} s is past {MAX_ARRIVAL_S:g} s (~31 years)",
                           "fix that request, or replay the sessions at their recorded times (--session-replay open)")
     return float(value)
 

@@ -166,3 +166,27 @@ def test_a_bench_files_model_id_that_is_no_name_is_refused(tmp_path: Path) -> No
     bench.write_text(json.dumps(data))
     line = refused("calibrate-engine", "--bench", str(bench), "--out", str(tmp_path / "e.json"))
     assert "model_id must be the served model's name, got 5" in line, line
+
+
+def test_a_sweep_file_that_gives_an_option_twice_is_refused(tmp_path: Path) -> None:
+    """A [base] with tp and tensor_parallel_size ran the last one, unsaid (the CLI refuses --tp given twice); a YAML
+    table with a key twice likewise (TOML and JSON refuse it themselves)."""
+    toml = tmp_path / "s.toml"
+    toml.write_text('mode = "run"\n[base]\ntp = 1\ntensor_parallel_size = 2\n')
+    line = refused("sweep", str(toml), "--out", str(tmp_path / "a"))
+    assert line.startswith("error: sweep.base.tensor_parallel_size: tp is given twice, also as tp"), line
+    yaml_file = tmp_path / "s.yaml"
+    yaml_file.write_text("mode: run\nbase:\n  num_requests: 32\n  num_requests: 16\n")
+    pytest.importorskip("yaml")
+    line = refused("sweep", str(yaml_file), "--out", str(tmp_path / "b"))
+    assert "line 4: key 'num_requests' is given twice in its table" in line, line
+
+
+def test_a_sweep_point_too_big_for_memory_is_refused_before_it_runs(tmp_path: Path) -> None:
+    """simulate run refuses a run whose requests cannot fit in memory; a sweep's points drew them until numpy gave up
+    (a failed point with a ValueError) or the machine ran out."""
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('mode = "run"\n[base]\nnum_requests = 99999999999999\n[grid]\nmax_num_seqs = [8, 16]\n')
+    line = refused("sweep", str(sweep), "--out", str(tmp_path / "o"))
+    assert line.startswith("error: sweep.base.num_requests: 99,999,999,999,999 requests need about"), line
+    assert "use num_requests" in line and not (tmp_path / "o").exists(), line

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 from simulator.config.errors import ConfigError, WorkerDied
 from simulator.config.limits import MAX_SEEDS
 from simulator.config.options import RUN_OPTIONS, alias_of, default_random_input_len
+from simulator.config.resources import check_run_fits
 from simulator.config.run_config import RunConfig
 from simulator.planning.options import (
     CAPACITY_DEFAULT_NUM_REQUESTS,
@@ -175,8 +176,22 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
             import yaml
         except ImportError:
             raise ConfigError("sweep", "YAML sweep files need PyYAML", "pip install pyyaml, or write TOML") from None
+        class UniqueKeys(yaml.SafeLoader):  # TOML refuses a key given twice; PyYAML's last one won, unsaid
+            pass
+
+        def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen = set()
+            for key_node, _ in node.value:
+                key = loader.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise ConfigError("sweep", f"{path}: line {key_node.start_mark.line + 1}: key {key!r} is given "
+                                      "twice in its table", "give each key once")
+                seen.add(key)
+            return loader.construct_mapping(node, deep)
+
+        UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=UniqueKeys)  # noqa: S506 - a SafeLoader
         except yaml.YAMLError as exc:
             raise ConfigError("sweep", f"{path} is not valid YAML ({str(exc).splitlines()[0]})") from None
     else:
@@ -260,6 +275,12 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
             raise ConfigError(f"sweep.{section}", "must be a table of options")
 
     base: dict[str, Any] = {}
+    spelled: dict[str, str] = {}  # the file's base key each option came from
+    for key in raw_base:
+        if (name := _canonical(key)) in spelled:  # (tp and tensor_parallel_size: the last one won, unsaid)
+            raise ConfigError(f"sweep.base.{key}", f"{name} is given twice, also as {spelled[name]}",
+                              "give it once")
+        spelled[name] = key
     for key, value in [*raw_base.items(), *(base_overrides or {}).items()]:
         name = _canonical(key)
         _check_name(f"sweep.base.{key}", name, mode)
@@ -345,6 +366,11 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                 raise failing[0] from None
             raise
         options = _point_options(values, mode, where)
+        try:  # as simulate run refuses it: a point's requests must fit in memory (1e20 drew until numpy gave up)
+            check_run_fits(config.workload.num_requests)
+        except ConfigError as err:
+            field = "sweep.base.num_requests" if "num_requests" in base and "num_requests" not in spec.varied else where
+            raise ConfigError(field, err.problem, err.fix.replace("--num-requests", "num_requests")) from None
         if mode == "capacity":  # what no trial could search is refused here, not point by point after they run
             from simulator.planning.capacity import check_searchable
 

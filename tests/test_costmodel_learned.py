@@ -427,3 +427,17 @@ def test_predict_counts_an_extrapolated_lookup_once(artifact, replica, tmp_path,
         cm = load_cost_model(path, replica, engine)
         cm.iteration_time(shape)
         assert predict(replica, shape, path, engine)["num_extrapolations"] == cm.num_extrapolations > 0
+
+
+def test_an_artifact_says_what_it_prices_by_what_it_holds(artifact, replica):
+    """An artifact without curves was priced by the roofline whole while its own learned_ops list named the curves
+    it no longer had; the lists are what it holds, and one without curves is refused."""
+    model = LearnedCostModel(replica, artifact)
+    assert model.learned_ops == artifact["learned_ops"] and model.roofline_ops == artifact["roofline_ops"]
+    edited = {k: v for k, v in artifact.items() if k != "curves"}
+    with pytest.raises(ConfigError, match="lacks curves"):
+        LearnedCostModel(replica, edited)
+    fewer = {**artifact, "curves": {k: v for k, v in artifact["curves"].items() if k != "qkv_proj"},
+             "learned_ops": ["qkv_proj", "bogus"]}
+    model = LearnedCostModel(replica, fewer)
+    assert "qkv_proj" not in model.learned_ops and "qkv_proj" in model.roofline_ops and "bogus" not in model.learned_ops

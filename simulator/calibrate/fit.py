@@ -53,7 +53,7 @@ from sklearn.preprocessing import PolynomialFeatures, SplineTransformer
 from simulator.calibrate.fit_data import REQUIRED_BY_OP, TIDY_COLUMNS, validate
 from simulator.config.catalog import get_gpu, get_model
 from simulator.config.errors import ConfigError
-from simulator.costmodel.learned import LINEAR_OPS
+from simulator.costmodel.learned import LINEAR_OPS, roofline_ops_of
 from simulator.costmodel.learned_schema import (
     COLLECTIVE_OPS,
     FORMAT_VERSION,
@@ -453,26 +453,8 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         raise ConfigError("profile", f"no rows for {model} at tp={tp}", "check the table's tp and op columns")
     learned = [r["op"] for r in report]
     artifact["learned_ops"] = learned
-    artifact["roofline_ops"] = _roofline_ops(learned, spec.parallel_attn_mlp, tp)
+    artifact["roofline_ops"] = roofline_ops_of(learned, tp)
     return artifact
-
-
-def _roofline_ops(learned: list[str], parallel: bool, tp: int) -> list[str]:
-    """The cost-model ops the artifact leaves to the calibrated roofline."""
-    ops = ["qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary", "residual_add",
-           "tp_all_reduce", "embedding", "attn_prefill", "attn_decode", "lm_head_sampling", "cpu_overhead", "send_recv"]
-    covered = set(learned)
-    if "all_reduce" in covered or tp == 1:
-        covered.add("tp_all_reduce")
-    if "lm_head" in covered:
-        covered.add("lm_head_sampling")
-    ops += ["moe_router", "moe_experts", "moe_act"]
-    for learned_op, priced_op in (("moe_gate", "moe_router"), ("moe_expert_act", "moe_act")):
-        if learned_op in covered:
-            covered.add(priced_op)
-    if {"moe_expert_up", "moe_expert_down"} <= covered:
-        covered.add("moe_experts")
-    return [op for op in ops if op not in covered]
 
 
 def save_artifact(artifact: dict[str, Any], path: str | Path) -> Path:

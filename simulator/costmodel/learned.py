@@ -87,6 +87,25 @@ def same_model_file(a: Any, b: Any) -> bool:  # noqa: ANN401 - an artifact's val
         return False
 
 
+
+def roofline_ops_of(learned: list[str], tp: int) -> list[str]:
+    """The cost-model ops an artifact that learned ``learned`` (its curves' and attention models' names) leaves to
+    the calibrated roofline."""
+    ops = ["qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_act", "mlp_down", "norms", "rotary", "residual_add",
+           "tp_all_reduce", "embedding", "attn_prefill", "attn_decode", "lm_head_sampling", "cpu_overhead", "send_recv"]
+    covered = set(learned)
+    if "all_reduce" in covered or tp == 1:
+        covered.add("tp_all_reduce")
+    if "lm_head" in covered:
+        covered.add("lm_head_sampling")
+    ops += ["moe_router", "moe_experts", "moe_act"]
+    for learned_op, priced_op in (("moe_gate", "moe_router"), ("moe_expert_act", "moe_act")):
+        if learned_op in covered:
+            covered.add(priced_op)
+    if {"moe_expert_up", "moe_expert_down"} <= covered:
+        covered.add("moe_experts")
+    return [op for op in ops if op not in covered]
+
 class LearnedCostModel(TabulatedCostModel):
     """Cost model from fitted profile curves; same interface and contract as the roofline."""
 
@@ -129,7 +148,9 @@ class LearnedCostModel(TabulatedCostModel):
         self.source = source
         # The ops it leaves to the roofline get the constants a roofline run with this engine gets
         self.roofline = RooflineCostModel(replica, table_tokens=1, engine=engine)
-        curves = artifact.get("curves", {})
+        if "curves" not in artifact:  # (every op was priced by the roofline, the header saying they were learned)
+            raise ConfigError("cost_model.curves", f"{source}: lacks curves", "pass the artifact `simulate fit` wrote")
+        curves = artifact["curves"]
         if not isinstance(curves, dict):
             raise ConfigError("cost_model.curves", f"{source}: must map op names to curves, got {curves!r:.40}",
                               "pass the artifact `simulate fit` wrote")
@@ -151,8 +172,10 @@ class LearnedCostModel(TabulatedCostModel):
             what = (f"lacks {exc}" if isinstance(exc, KeyError) else str(exc) if isinstance(exc, ValueError)
                     else "is not the shape `simulate fit` writes")
             raise ConfigError(f"cost_model.{part}", f"{source}: {what}", "pass the artifact `simulate fit` wrote") from None
-        self.learned_ops = list(artifact.get("learned_ops", []))
-        self.roofline_ops = list(artifact.get("roofline_ops", []))
+        # What the artifact prices, from what it holds (its own lists, edited by hand, could say otherwise)
+        self.learned_ops = [*self.curves, *(["attn_decode"] if self.decode is not None else []),
+                            *(["attn_prefill"] if self.prefill is not None else [])]
+        self.roofline_ops = roofline_ops_of(self.learned_ops, replica.tp)
         self.num_extrapolations = 0
         self.extrapolations_by_op: dict[str, int] = {}
         layer_ops = [op for op in TOKEN_OPS if op in self.curves]

@@ -190,3 +190,33 @@ def test_a_sweep_point_too_big_for_memory_is_refused_before_it_runs(tmp_path: Pa
     line = refused("sweep", str(sweep), "--out", str(tmp_path / "o"))
     assert line.startswith("error: sweep.base.num_requests: 99,999,999,999,999 requests need about"), line
     assert "use num_requests" in line and not (tmp_path / "o").exists(), line
+
+
+@pytest.mark.parametrize(("change", "says"), [("drop k", "the gemm table lacks its key column k"),
+                                              ("m -5", "the gemm table has m = -5 (no size)")])
+def test_an_aiconfigurator_export_refuses_a_table_it_would_mangle(aic: Path, tmp_path: Path, change: str,
+                                                                  says: str) -> None:
+    """import-aiconfigurator wrote a GEMM table without its k column (every row's shape lost) or with m = -5, rc 0."""
+    import shutil
+
+    import pandas as pd
+
+    root = tmp_path / "db"
+    (root / "systems").mkdir(parents=True)
+    shutil.copy(aic / "systems" / "a100_sxm.yaml", root / "systems")
+    source = next((aic / "systems" / "data" / "a100_sxm" / "gemm" / "vllm").iterdir())
+    target = root / "systems" / "data" / "a100_sxm" / "gemm" / "vllm" / source.name
+    shutil.copytree(source, target)
+    table = next(target.glob("*.parquet"))
+    frame = pd.read_parquet(table)
+    frame = frame.drop(columns="k") if change == "drop k" else frame.assign(m=frame["m"].where(frame.index != 3, -5))
+    frame.to_parquet(table)
+    line = refused("import-aiconfigurator", "--gpu", "a100_sxm", "--backend", "vllm", "--data", str(root), "--out",
+                   str(tmp_path / "o"))
+    assert line.startswith("error: --data: ") and says in line, line
+    ok = tmp_path / "ok"
+    shutil.copytree(root, ok)
+    shutil.copy(source / table.name, next((ok / "systems" / "data" / "a100_sxm" / "gemm" / "vllm").iterdir()))
+    code, output = invoke("import-aiconfigurator", "--gpu", "a100_sxm", "--backend", "vllm", "--data", str(ok),
+                          "--out", str(tmp_path / "o2"))
+    assert code == 0, output

@@ -710,6 +710,7 @@ def tidy_tables(gpu_or_system: str, backend: str, root: str | Path | None = None
         dcol = DTYPE_COLUMN[table]
         data = read_table(ref, ("kernel_source", dcol, *keys, "latency"))
         rows = int(data.pop("_rows"))
+        _check_tidy_keys(ref, keys, data)
         frame = pd.DataFrame({k: v for k, v in data.items() if v is not None})
         frame["warm_in_l2"] = _warm_in_l2(ref, dcol, data)
         frame = frame.rename(columns={dcol: "dtype"})
@@ -724,6 +725,27 @@ def tidy_tables(gpu_or_system: str, backend: str, root: str | Path | None = None
     if not frames:
         raise ConfigError("backend", f"{system} has no {backend} tables in this database")
     return pd.concat(frames, ignore_index=True, sort=False)
+
+
+OPTIONAL_TIDY_KEYS = frozenset({"window_size"})  # (older collectors' attention tables lack it: no sliding window)
+
+
+def _check_tidy_keys(ref: TableRef, keys: tuple[str, ...], data: dict[str, Any]) -> None:
+    """Refuse a table whose key columns an export would drop or carry as nonsense: a key column missing (its
+    rows' shapes lost, unsaid), or a number in one that is no size (negative, NaN, infinite)."""
+    import numpy as np
+
+    for key in keys:
+        values = data.get(key)
+        if values is None:
+            if key in OPTIONAL_TIDY_KEYS:
+                continue
+            raise ConfigError("--data", f"{ref.paths[0]}: the {ref.table} table lacks its key column {key}",
+                              "pass the database as AIConfigurator wrote it")
+        if values.dtype.kind in "iuf" and len(values) and not (np.isfinite(values) & (values >= 0)).all():
+            bad = values[~(np.isfinite(values) & (values >= 0))][0]
+            raise ConfigError("--data", f"{ref.paths[0]}: the {ref.table} table has {key} = {bad} (no size)",
+                              "pass the database as AIConfigurator wrote it")
 
 
 def _warm_in_l2(ref: TableRef, dcol: str, data: dict[str, Any]) -> Any:

@@ -122,7 +122,7 @@ def _check_keys(df: pd.DataFrame, path: Path) -> None:
                        "fix or delete that row")
     for col in (c for c in df.columns if str(c).startswith("time_stats.")):
         values = pd.to_numeric(df[col], errors="coerce")
-        bad = (values.isna() & df[col].notna()).to_numpy()
+        bad = ((values.isna() & df[col].notna()) | np.isinf(values)).to_numpy()  # (inf was read as a blank, unsaid)
         if str(col).endswith(".median"):  # a negative time is no kernel's (it was written, marked suspect); Vidur
             bad = bad | (values < 0).to_numpy()  # times its reshapes at 0.0, which stay
         if bad.any():  # blank is fine (an op a row did not run); text is not

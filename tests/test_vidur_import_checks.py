@@ -55,3 +55,21 @@ def test_a_message_smaller_than_one_token_has_no_token_count(tmp_path):
     tokens = dict(zip(table["message_bytes"], table["num_tokens"], strict=True))
     assert tokens[1048576] == 1048576 // (4096 * 2) and pd.isna(tokens[1024])
     validate(table, "imported table")  # refused 'num_tokens is 0' before
+
+
+def test_an_infinite_median_is_refused_and_times_in_seconds_are_said(tmp_path):
+    """An 'inf' median was read as a blank (its row left out as untimed); a file whose times are in seconds, where
+    Vidur writes milliseconds, imported with rc 0, every row marked suspect, said nowhere."""
+    from test_cli_fuzz_round13 import invoke, refused
+
+    mlp = tmp_path / "mlp.csv"
+    mlp.write_text(MLP_HEADER + "32,32,4096,11008,32000,True,8,1,inf,0.04\n")
+    line = refused("import-vidur", str(mlp), "--model", "llama-2-7b", "--gpu", "a100-80gb", "--out", str(tmp_path / "a"))
+    assert "column time_stats.mlp_up_proj.median: 'inf' is not a time in ms >= 0" in line, line
+    seconds = "".join(f"32,32,4096,11008,32000,True,{n},1,{0.05 * n / 8e3:.3g},{0.04 * n / 8e3:.3g}\n"
+                      for n in (256, 512, 1024, 2048))
+    mlp.write_text(MLP_HEADER + seconds)
+    code, output = invoke("import-vidur", str(mlp), "--model", "llama-2-7b", "--gpu", "a100-80gb", "--out",
+                          str(tmp_path / "b"))
+    assert code == 0 and "warning: 8 of 8 rows are faster than the GPU's peaks" in output, output
+    assert "look like times in seconds" in output, output

@@ -121,3 +121,10 @@ def import_vidur(
     for path, n in skipped:  # said, not dropped silently
         console().print(f"left out {n} row{'s' if n != 1 else ''} of {path} without a median time "
                         "(a kernel Vidur did not time)", markup=False)
+    suspect = int(table["suspect"].fillna(False).astype(bool).sum())
+    if suspect:  # (simulate fit leaves them out; nearly all of them: times written in seconds, not Vidur's ms)
+        most = 2 * suspect > len(table)
+        console().print(f"{'warning: ' if most else ''}{suspect:,} of {len(table):,} rows are faster than the GPU's "
+                        "peaks (marked suspect; simulate fit leaves them out)"
+                        + ("; so many look like times in seconds, where Vidur writes milliseconds" if most else ""),
+                        markup=False)

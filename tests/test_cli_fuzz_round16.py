@@ -220,3 +220,12 @@ def test_an_aiconfigurator_export_refuses_a_table_it_would_mangle(aic: Path, tmp
     code, output = invoke("import-aiconfigurator", "--gpu", "a100_sxm", "--backend", "vllm", "--data", str(ok),
                           "--out", str(tmp_path / "o2"))
     assert code == 0, output
+
+
+def test_a_bench_files_request_rate_of_true_is_no_rate(tmp_path: Path) -> None:
+    data = json.loads((Path(__file__).parent / "data" / "vllm_bench_fixture.json").read_text())
+    data["request_rate"] = True  # (read as 1.0 req/s)
+    bench = tmp_path / "b.json"
+    bench.write_text(json.dumps(data))
+    line = refused("calibrate-engine", "--bench", str(bench), "--out", str(tmp_path / "e.json"))
+    assert "request_rate True is not a number" in line, line

@@ -582,6 +582,8 @@ def read_bench(path: Path, max_model_len: int | None = None, model: str | None =
         rate = math.nan
     else:
         try:
+            if isinstance(rate, bool):  # (float(True) is 1.0: a rate of 1/s nobody gave)
+                raise TypeError
             rate = float(rate)
         except (TypeError, ValueError):
             raise ConfigError("bench", f"request_rate {rate!r} is not a number") from None

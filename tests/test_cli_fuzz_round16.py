@@ -229,3 +229,22 @@ def test_a_bench_files_request_rate_of_true_is_no_rate(tmp_path: Path) -> None:
     bench.write_text(json.dumps(data))
     line = refused("calibrate-engine", "--bench", str(bench), "--out", str(tmp_path / "e.json"))
     assert "request_rate True is not a number" in line, line
+
+
+def test_messages_that_named_the_wrong_thing(tmp_path: Path) -> None:
+    """A CSV naming a column twice was blamed on an unknown column 'tp.1' (pandas' rename); a numeric timestamp column
+    was 'not a date-time' without naming the column of seconds; a sweep point of a grid-less sweep was 'sweep
+    point : ...'."""
+    rows = tmp_path / "rows.csv"
+    rows.write_text("backend,model,gpu,isl,osl,concurrency,ttft_ms,tpot_ms,tp,tp\n"
+                    "vllm,llama-3.1-8b,h100-sxm,1024,128,4,50,10,1,1\n")
+    line = refused("calibrate-engine", "--rows", str(rows), "--out", str(tmp_path / "e.json"))
+    assert "names column 'tp' twice" in line, line
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,num_prefill_tokens,num_decode_tokens\n2023-11-16 18:15:46,10,10\n5,10,10\n")
+    line = refused("run", "--trace", str(trace), "--arrival", "trace", "--num-requests", "2")
+    assert "is not a date-time" in line and "or name a column of seconds arrived_at" in line, line
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('mode = "capacity"\n[base]\nnum_requests = 64\nconcurrency = 4\n')
+    line = refused("sweep", str(sweep), "--out", str(tmp_path / "o"))
+    assert line.startswith("error: sweep point 0: --concurrency: "), line

@@ -27,6 +27,13 @@ def read_csv_checked(path: Path | str, field: str, fix: str | None = None, requi
         df = pd.read_csv(path)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise ConfigError(field, f"{path} is not a readable CSV ({type(exc).__name__})", fix) from None
+    import csv
+
+    with path.open(newline="", encoding="utf-8-sig", errors="replace") as f:  # pandas renamed a second tp "tp.1"
+        header = [name.strip() for name in next(csv.reader(f), [])]
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise ConfigError(field, f"{path} names column {twice[0]!r} twice", "give each column once")
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ConfigError(field, f"{path} lacks column(s) {', '.join(missing)}", columns_fix or fix)

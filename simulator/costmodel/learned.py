@@ -115,6 +115,9 @@ class LearnedCostModel(TabulatedCostModel):
     def __init__(self, replica: ReplicaConfig, artifact: dict[str, Any], source: str = "<memory>",
                  engine: object = None) -> None:
         super().__init__(replica)
+        if not isinstance(artifact.get("tp"), int) or isinstance(artifact.get("tp"), bool):  # ("fitted for tp='1'")
+            raise ConfigError("cost_model.tp", f"{source}: tp must be a whole number, got {artifact.get('tp')!r}",
+                              "pass the artifact `simulate fit` wrote")
         for key, want in (("model", replica.model), ("tp", replica.tp), ("gpu", replica.gpu)):
             if artifact.get(key) != want and not (key == "model" and same_model_file(artifact.get(key), want)):
                 raise ConfigError("cost_model", f"{source} was fitted for {key}={artifact.get(key)!r}, the run has "

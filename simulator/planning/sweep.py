@@ -340,7 +340,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         values = dict(base)
         for names, row in zip(grid, combo, strict=True):
             values.update(zip(names, row, strict=True))
-        where = "sweep point " + ", ".join(f"{k}={v}" for k, v in values.items() if k in spec.varied)
+        where = "sweep point " + (", ".join(f"{k}={v}" for k, v in values.items() if k in spec.varied) or str(index))
         if imply_engine and values.get("engine") is not None:
             from simulator.costmodel.engine_model import implied_options
 

@@ -619,7 +619,8 @@ def _validate_times(raw: pd.Series, col: str, unit: str, lines: np.ndarray, path
         if bad.any():
             i = int(np.argmax(bad))
             raise ConfigError(_FIELD, f"{path}: line {lines[i]}, column {col}: {_one_line(raw.iloc[i])} is not a "
-                              "date-time", "use ISO format like 2023-11-16 18:15:46.680590")
+                              "date-time", f"use ISO format like 2023-11-16 18:15:46.680590 in {col}, or name a column "
+                              "of seconds arrived_at")
         seconds = (stamps - stamps.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64)
     else:
         seconds = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)

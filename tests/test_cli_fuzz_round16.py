@@ -248,3 +248,14 @@ def test_messages_that_named_the_wrong_thing(tmp_path: Path) -> None:
     sweep.write_text('mode = "capacity"\n[base]\nnum_requests = 64\nconcurrency = 4\n')
     line = refused("sweep", str(sweep), "--out", str(tmp_path / "o"))
     assert line.startswith("error: sweep point 0: --concurrency: "), line
+
+
+def test_a_users_search_over_exact_lengths_says_its_users_move_in_waves() -> None:
+    """simulate run says exact lengths lock a closed loop's users into waves; capacity --users, whose answer they
+    shape (the README's example: P99 TTFT 15 s at its answer), said nothing."""
+    args = ("capacity", "--users", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--workload", "random",
+            "--prompt-tokens", "1024", "--output-tokens", "256", "--num-requests", "400")
+    code, output = invoke(*args)
+    assert code == 0 and "users move in lock-stepped waves" in " ".join(output.split()), output
+    code, output = invoke(*args, "--random-range-ratio", "0.8", "--range-style", "sglang")
+    assert code == 0 and "lock-stepped" not in output, output

@@ -328,6 +328,10 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                       "capacity, so the first wave (every user at once) weighs in the figures; raise --num-requests "
                       f"(e.g. {10 * math.ceil(summary[key]):,}, ten a user, as InferenceX runs)",
                       highlight=False)
+    if users and report.config.workload.exact_lengths:  # as run's title says it (simulator.cli.run._loop_note)
+        console.print("note: every request the same length, so each trial's users move in lock-stepped waves (a "
+                      "wave's prompts arrive together, its TTFTs queue behind one another); --random-range-ratio 0.8 "
+                      "--range-style sglang draws InferenceX's [0.8 len, len] band", highlight=False)
 
 
 def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | None, decode_context: int | None,

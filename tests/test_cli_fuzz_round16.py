@@ -259,3 +259,10 @@ def test_a_users_search_over_exact_lengths_says_its_users_move_in_waves() -> Non
     assert code == 0 and "users move in lock-stepped waves" in " ".join(output.split()), output
     code, output = invoke(*args, "--random-range-ratio", "0.8", "--range-style", "sglang")
     assert code == 0 and "lock-stepped" not in output, output
+
+
+def test_no_split_fits_names_the_widest_layouts_reason() -> None:
+    """Without --max-model-len, Llama-3.1-70B's 128K context stops the TP2 workers on 4 H100s (their KV cache), but
+    the refusal quoted TP1's weights, which raising the TPs cannot lift (they were already allowed)."""
+    line = refused("disagg", "split", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--dtype", "fp8")
+    assert "(the widest: P 1x(tp=2) + D 1x(tp=2): the KV cache holds" in line and "max_model_len 131072" in line, line

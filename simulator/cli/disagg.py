@@ -116,7 +116,9 @@ def _no_layout(config: RunConfig, gpus: int, tps: list[int], split_only: bool, d
         who = "a prefill and a decode worker" if split_only else "one replica"
         return ConfigError("--gpus", f"{who} of at least {layout} need {least} GPUs, and --gpus is {gpus}",
                            f"raise --gpus to {least} or more" + (", or allow --tps 1" if min(tps) > 1 else ""))
-    first = f" (e.g. {dropped[0]})" if dropped else ""
+    # The layout of the widest workers is the nearest to fitting: its reason is the one to lift (TP1's weights,
+    # which the first layout names, are not what stops TP2 when its KV cache cannot hold the context)
+    first = f" (the widest: {dropped[-1]})" if dropped else ""
     return ConfigError("--gpus", f"no layout of {gpus} GPUs at --tps {','.join(map(str, tps))} holds "
                        f"{config.replica.model} in memory{first}", "raise --gpus, allow larger --tps, or lower "
                        "--max-model-len")

@@ -275,3 +275,14 @@ def test_a_split_search_over_short_trials_says_its_rates_lean_high() -> None:
     args = ("disagg", "split", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "2", "--tps", "1")
     code, output = invoke(*args, "--num-requests", "200")
     assert code == 0 and "note: 200-request trials, where simulate capacity runs 2,048" in " ".join(output.split())
+
+
+def test_a_capacity_sweep_refuses_an_slo_key_no_point_reads(tmp_path: Path) -> None:
+    """simulate capacity refuses --sched-delay-slo under --criterion goodput; a capacity sweep ran two points of one
+    capacity that differed in that column only. Where some point reads it (criterion tbt), it stays."""
+    base = ("sweep", "--mode", "capacity", "--model", "llama-3.1-8b", "--num-requests", "64")
+    line = refused(*base, "--grid", "criterion=goodput", "--grid", "sched_delay_slo=0.5,1", "--out", str(tmp_path / "a"))
+    assert "sched_delay_slo=0.5: --sched-delay-slo: --criterion goodput judges a trial by its goodput alone" in line
+    code, output = invoke(*base, "--grid", "criterion=goodput,tbt", "--grid", "sched_delay_slo=0.5,1", "--out",
+                          str(tmp_path / "b"))
+    assert code == 0 and "ran 4 points (0 failed)" in output, output

@@ -28,7 +28,12 @@ from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError, WorkerDied
 from simulator.config.run_config import RunConfig
-from simulator.planning.options import CAPACITY_DEFAULT_NUM_REQUESTS, SEARCH_PANEL, slo_and_settings
+from simulator.planning.options import (
+    CAPACITY_DEFAULT_NUM_REQUESTS,
+    SEARCH_PANEL,
+    refuse_unread_planner_options,
+    slo_and_settings,
+)
 from simulator.util.jsonio import jsonable
 from simulator.util.paths import atomic_dir, check_in_dir, check_in_file, check_out_dir, check_out_file
 from simulator.util.progress import StepProgress
@@ -81,7 +86,7 @@ def capacity(
 
     run_flags = given_run_flags(ctx)  # (a value equal to the default, given, does nothing as much as another)
     typed = _typed(ctx, planner)
-    _refuse_unread(config, planner, typed, run_flags)
+    refuse_unread_planner_options(config, planner, typed, run_flags)
     if ("ttft_slo" in typed and not typed & {"goodput_ttft_slo", "min_goodput"}
             and planner.get("criterion") != "goodput"):
         # One TTFT limit where one is given and goodput is only reported: goodput's own (2 s by default) judged the
@@ -156,45 +161,6 @@ def _typed(ctx: typer.Context, planner: dict) -> set[str]:
     sources = {name: ctx.get_parameter_source(name) for name in planner}
     return {name for name, source in sources.items()
             if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")}
-
-
-def _refuse_unread(config: RunConfig, planner: dict, typed: set[str] | frozenset[str] = frozenset(),
-                   run_flags: set[str] | frozenset[str] = frozenset()) -> None:
-    """Refuse search and SLO options that this search would not read (given, they would change
-    nothing); ``typed``: the planner options typed on the command line (:func:`_typed`), ``run_flags``
-    the run options (:func:`given_run_flags`): a value equal to the default, typed, is refused as any other."""
-    from simulator.config.run_config import WorkloadConfig
-    from simulator.planning.options import PLANNER_OPTIONS
-
-    def given(name: str) -> bool:  # typed, or (a --config file, a caller's dict) away from the default
-        return name in typed or (planner.get(name) is not None
-                                 and planner[name] != PLANNER_OPTIONS[name].for_command("capacity").default)
-
-    if "tbt_early_exit" in typed or given("tbt_early_exit"):  # read only by the TBT criterion's early exit
-        flag = "--tbt-early-exit" if planner["tbt_early_exit"] else "--no-tbt-early-exit"
-        if planner.get("early_exit") is False:
-            raise ConfigError(flag, f"says whether trials stop early on the TBT limit, but --no-early-exit runs every "
-                              f"trial to the end, so {flag} would do nothing", f"drop {flag} or --no-early-exit")
-        if planner.get("criterion") == "goodput":
-            raise ConfigError(flag, f"says whether trials stop early on the TBT limit, but --criterion goodput stops "
-                              f"them on the TTFT goodput alone, so {flag} would do nothing",
-                              f"drop {flag}, or use --criterion tbt")
-
-    if given("qps_start") and ("qps" in run_flags or config.workload.qps != WorkloadConfig().qps):
-        raise ConfigError("--qps-start", f"--qps {config.workload.qps:g} sets the first trial's rate too, and "
-                          f"--qps-start {planner['qps_start']:g} would win over it", "give one of them")
-    if planner.get("criterion") == "goodput":  # the goodput target alone judges a trial
-        for name in ("sched_delay_slo", "sched_delay_quantile", "tbt_quantile"):
-            if given(name):
-                flag = "--" + name.replace("_", "-")
-                raise ConfigError(flag, f"--criterion goodput judges a trial by its goodput alone, so {flag} "
-                                  "would do nothing", f"drop {flag}, or use --criterion tbt")
-        # A good request's TPOT limit is --goodput-tpot-slo where given, else --tbt-slo (SLO.__post_init__): with
-        # both, no figure of the search reads --tbt-slo.
-        if given("tbt_slo") and given("goodput_tpot_slo"):
-            raise ConfigError("--tbt-slo", f"--criterion goodput holds a good request's TPOT to --goodput-tpot-slo "
-                              f"{planner['goodput_tpot_slo']:g}, so --tbt-slo would do nothing",
-                              "drop --tbt-slo (it is the TPOT limit only without --goodput-tpot-slo)")
 
 
 def _against(value: float | None, limit: float | None) -> str:

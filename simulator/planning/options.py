@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.config.errors import ConfigError
-from simulator.config.run_config import MAX_QPS, MIN_QPS
+from simulator.config.run_config import MAX_QPS, MIN_QPS, RunConfig
 from simulator.util.text import percent
 
 CRITERIA = ("tbt", "goodput")  # what a trial is judged on: Sarathi-Serve's latency limits, or DistServe's goodput
@@ -363,3 +363,43 @@ def connect_ray(ray: Any, address: str) -> None:
     except (ValueError, ConnectionError) as exc:
         raise ConfigError("--ray-address", f"cannot connect to {address!r} ({' '.join(str(exc).split())})",
                           "pass a Ray cluster address (host:port or ray://host:port), or 'local'") from None
+
+
+def refuse_unread_planner_options(config: RunConfig, planner: dict, typed: set[str] | frozenset[str] = frozenset(),
+                                  run_flags: set[str] | frozenset[str] = frozenset(), qps_start: bool = True) -> None:
+    """Refuse search and SLO options that this search would not read (given, they would change
+    nothing), in a capacity search (``simulate capacity``, a capacity sweep's points); ``typed``: the planner options
+    typed on the command line (or given by a sweep point), ``run_flags`` the run options given: a value equal to the
+    default, typed, is refused as any other; ``qps_start``: also a --qps-start beside a --qps (a sweep says it in its
+    own terms)."""
+    from simulator.config.run_config import WorkloadConfig
+
+    def given(name: str) -> bool:  # typed, or (a --config file, a caller's dict) away from the default
+        return name in typed or (planner.get(name) is not None
+                                 and planner[name] != PLANNER_OPTIONS[name].for_command("capacity").default)
+
+    if "tbt_early_exit" in typed or given("tbt_early_exit"):  # read only by the TBT criterion's early exit
+        flag = "--tbt-early-exit" if planner["tbt_early_exit"] else "--no-tbt-early-exit"
+        if planner.get("early_exit") is False:
+            raise ConfigError(flag, f"says whether trials stop early on the TBT limit, but --no-early-exit runs every "
+                              f"trial to the end, so {flag} would do nothing", f"drop {flag} or --no-early-exit")
+        if planner.get("criterion") == "goodput":
+            raise ConfigError(flag, f"says whether trials stop early on the TBT limit, but --criterion goodput stops "
+                              f"them on the TTFT goodput alone, so {flag} would do nothing",
+                              f"drop {flag}, or use --criterion tbt")
+
+    if qps_start and given("qps_start") and ("qps" in run_flags or config.workload.qps != WorkloadConfig().qps):
+        raise ConfigError("--qps-start", f"--qps {config.workload.qps:g} sets the first trial's rate too, and "
+                          f"--qps-start {planner['qps_start']:g} would win over it", "give one of them")
+    if planner.get("criterion") == "goodput":  # the goodput target alone judges a trial
+        for name in ("sched_delay_slo", "sched_delay_quantile", "tbt_quantile"):
+            if given(name):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(flag, f"--criterion goodput judges a trial by its goodput alone, so {flag} "
+                                  "would do nothing", f"drop {flag}, or use --criterion tbt")
+        # A good request's TPOT limit is --goodput-tpot-slo where given, else --tbt-slo (SLO.__post_init__): with
+        # both, no figure of the search reads --tbt-slo.
+        if given("tbt_slo") and given("goodput_tpot_slo"):
+            raise ConfigError("--tbt-slo", f"--criterion goodput holds a good request's TPOT to --goodput-tpot-slo "
+                              f"{planner['goodput_tpot_slo']:g}, so --tbt-slo would do nothing",
+                              "drop --tbt-slo (it is the TPOT limit only without --goodput-tpot-slo)")

@@ -69,6 +69,7 @@ from simulator.planning.options import (
     SWEEP_KEYS,
     SearchSettings,
     connect_ray,
+    refuse_unread_planner_options,
     slo_and_settings,
 )
 from simulator.report.output import FORMATS, check_format, write_table
@@ -336,6 +337,8 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
 
     spec = SweepSpec(mode, base, grid)
     seen: dict[str, tuple[int, str]] = {}
+    unread_by: dict[str, list[ConfigError]] = {}  # a capacity point's unread planner key (its flag): the points
+    points_given: set[str] = set()
     for index, combo in enumerate(itertools.product(*grid.values()) if grid else [()]):
         values = dict(base)
         for names, row in zip(grid, combo, strict=True):
@@ -374,6 +377,17 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         if mode == "capacity":  # what no trial could search is refused here, not point by point after they run
             from simulator.planning.capacity import check_searchable
 
+            # An SLO or search key a point's search would not read, as simulate capacity refuses it (under
+            # criterion = "goodput", sched_delay_slo = [0.5, 1] gave two points of one capacity, differing in a
+            # column): refused where no point given it reads it, as a run option no point reads
+            planner = {SWEEP_KEYS[key]: value for key, value in options.items()}
+            named = {SWEEP_KEYS[key] for key in values if key in POINT_OPTIONS}
+            try:
+                refuse_unread_planner_options(config, planner, named, qps_start=False)  # (below: a sweep's terms)
+            except ConfigError as err:
+                unread_by.setdefault(err.field, []).append(ConfigError(where, f"{err.field}: {err.problem}", err.fix))
+            points_given.update(named)
+
             try:
                 check_searchable(config, bool(options["users"]), max_users=options["max_users"])
             except ConfigError as err:
@@ -392,6 +406,11 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                               "in full (e.g. 1x(tp=2) for 1x beside tp=2), or drop one of the values")
         seen[same] = (index, where)
         spec.points.append(Point(index, values, config, options, key))
+    for flag, errors in unread_by.items():
+        name = flag.removeprefix("--").replace("-", "_")
+        given_at = sum(1 for p in spec.points if any(SWEEP_KEYS.get(k) == name for k in p.params))
+        if len(errors) >= given_at:  # no point given it reads it
+            raise errors[0]
     # What an engine set at some point is a column: the other points' values of it are their configs'.
     from simulator.config.options import option_value
 

@@ -286,3 +286,16 @@ def test_a_capacity_sweep_refuses_an_slo_key_no_point_reads(tmp_path: Path) -> N
     code, output = invoke(*base, "--grid", "criterion=goodput,tbt", "--grid", "sched_delay_slo=0.5,1", "--out",
                           str(tmp_path / "b"))
     assert code == 0 and "ran 4 points (0 failed)" in output, output
+
+
+def test_a_mixed_pool_says_how_many_requests_it_took() -> None:
+    """A mixed pool takes a request only while every prefill worker has a queue: at a light load it took none, and
+    --chunk-size or --scheduler (its knobs) changed nothing, said only in summary.json's num_mixed."""
+    args = ("run", "--num-requests", "64", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--prefill-pool", "2x(tp=1)",
+            "--decode-pool", "1x(tp=1)", "--mixed-pool", "1x(tp=1)")
+    code, output = invoke(*args, "--qps", "1")
+    assert code == 0 and "the mixed pool took 0 requests (busy 0%; it takes one only while every prefill worker has " \
+                         "a queue" in " ".join(output.split()), output
+    code, output = invoke(*args, "--qps", "30")
+    took = re.search(r"the mixed pool took (\d+) requests? \(busy", " ".join(output.split()))
+    assert code == 0 and took is not None and int(took.group(1)) > 0, output

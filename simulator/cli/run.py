@@ -463,7 +463,11 @@ def _disagg_line(d: dict[str, Any]) -> str:
         f"{d['prefill_busy_fraction']:.0%} decode {d['decode_busy_fraction']:.0%} · KV occupancy mean prefill "
         f"{_pct(d.get('prefill_kv_occupancy_mean', float('nan')), 0)} "
         f"decode {_pct(d.get('decode_kv_occupancy_mean', float('nan')), 0)}"
-        f" · SLO attainment {d['slo_attainment']:.1%} (TTFT<={d['ttft_slo_s']}s, TPOT<={d['tpot_slo_s']}s)")
+        + (f" · the mixed pool took {count(d['num_mixed'], 'request')} (busy {d['mixed_busy_fraction']:.0%}; it takes "
+           "one only while every prefill worker has a queue, so its own knobs moved nothing)" if d.get("num_mixed") == 0
+           and "mixed_busy_fraction" in d else f" · the mixed pool took {count(d['num_mixed'], 'request')} (busy "
+           f"{d['mixed_busy_fraction']:.0%})" if "mixed_busy_fraction" in d else "")
+        + f" · SLO attainment {d['slo_attainment']:.1%} (TTFT<={d['ttft_slo_s']}s, TPOT<={d['tpot_slo_s']}s)")
 
 
 def _speculative_line(config: RunConfig, sp: dict[str, Any]) -> str:

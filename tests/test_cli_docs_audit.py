@@ -90,6 +90,6 @@ def test_orca_header_claims_no_token_budget_and_the_written_files_are_listed(tmp
     res = runner.invoke(app, ["run", "--scheduler", "orca", "--num-requests", "8", "--pp", "2", "--out", str(out)])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
-    assert "orca (<= 128 seqs)" in text and "token budget" not in text
+    assert "orca (<= 128 seqs, context 4,096)" in text and "token budget" not in text
     assert "(requests, iterations, stages, summary.json, config.json)" in text
     assert {p.stem for p in out.iterdir()} == {"requests", "iterations", "stages", "summary", "config"}

@@ -299,3 +299,9 @@ def test_a_mixed_pool_says_how_many_requests_it_took() -> None:
     code, output = invoke(*args, "--qps", "30")
     took = re.search(r"the mixed pool took (\d+) requests? \(busy", " ".join(output.split()))
     assert code == 0 and took is not None and int(took.group(1)) > 0, output
+
+
+def test_a_runs_title_gives_its_context_length() -> None:
+    """--max-model-len (vLLM's flag) changed nothing where every request fits, and the title never showed it."""
+    code, output = invoke("run", "--num-requests", "8", "--model", "llama-3.1-8b", "--max-model-len", "32768")
+    assert code == 0 and "seqs, context 32,768)" in " ".join(output.split()), output

@@ -287,7 +287,8 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         per_rank = " a rank" if r.attention_dp > 1 else ""
         budget = (f"{s.token_budget(max_len, r.gpu_spec, r.attention_dp):,}-token budget{per_rank}, "
                   if SCHEDULER_ENTRIES[s.name].token_budget else "")  # (Orca's, FasterTransformer's steps have none)
-        knobs = f" ({budget}<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs{_intake(s)}"
+        knobs = (f" ({budget}<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs, "
+                 f"context {max_len:,}{_intake(s)}")  # (--max-model-len: read, though no request may come near it)
         if r.attention_dp > 1 and r.model_spec.is_moe:  # what its MoE layers carry (DPGroup.routes_own_tokens)
             knobs += (", prompt steps' MoE on the ranks' own tokens" if s.dp_padding_rule() == "sum"
                       else ", MoE padded to the largest rank")

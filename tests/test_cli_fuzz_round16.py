@@ -305,3 +305,12 @@ def test_a_runs_title_gives_its_context_length() -> None:
     """--max-model-len (vLLM's flag) changed nothing where every request fits, and the title never showed it."""
     code, output = invoke("run", "--num-requests", "8", "--model", "llama-3.1-8b", "--max-model-len", "32768")
     assert code == 0 and "seqs, context 32,768)" in " ".join(output.split()), output
+
+
+def test_a_rows_fit_refuses_normalize_arrivals(tmp_path: Path) -> None:
+    """Every benchmark row replays as a closed loop, which has no random gaps to rescale: --normalize-arrivals did
+    nothing (simulate run refuses it in a closed loop)."""
+    rows = tmp_path / "rows.csv"
+    rows.write_text("backend,model,gpu,isl,osl,concurrency,ttft_ms,tpot_ms\nvllm,llama-3.1-8b,h100-sxm,1024,128,4,50,10\n")
+    line = refused("calibrate-engine", "--rows", str(rows), "--normalize-arrivals", "--out", str(tmp_path / "e.json"))
+    assert line.startswith("error: --normalize-arrivals: a --rows fit replays each row as a closed loop"), line

@@ -314,3 +314,13 @@ def test_a_rows_fit_refuses_normalize_arrivals(tmp_path: Path) -> None:
     rows.write_text("backend,model,gpu,isl,osl,concurrency,ttft_ms,tpot_ms\nvllm,llama-3.1-8b,h100-sxm,1024,128,4,50,10\n")
     line = refused("calibrate-engine", "--rows", str(rows), "--normalize-arrivals", "--out", str(tmp_path / "e.json"))
     assert line.startswith("error: --normalize-arrivals: a --rows fit replays each row as a closed loop"), line
+
+
+def test_tau_over_exact_lengths_refuses_seed_and_names_no_arrivals() -> None:
+    """tau reads lengths only: --seed over exact lengths did nothing (run refuses it), and its header named the
+    arrivals ('poisson 1 qps') it never reads."""
+    args = ("tau", "--model", "llama-3.1-8b", "--workload", "fixed", "--prompt-tokens", "1000", "--output-tokens", "200")
+    line = refused(*args, "--seed", "3")
+    assert line.startswith("error: --seed: tau reads the workload's lengths, and every request is the same length")
+    code, output = invoke(*args)
+    assert code == 0 and "qps" not in output and "(fixed 1000 prompt / 200 output tokens)" in " ".join(output.split())

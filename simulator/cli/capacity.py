@@ -326,9 +326,13 @@ def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | N
     if num_decodes == 0 and decode_context is not None:  # (predict refuses its --context alike)
         raise ConfigError("--decode-context", "--num-decodes 0 puts no decode in the batch, so --decode-context would "
                           "do nothing", "drop --decode-context, or give --num-decodes N")
+    flags = given_run_flags(ctx)
+    if "seed" in flags and config.workload.exact_lengths and config.workload.trace is None:  # (as run refuses it)
+        raise ConfigError("--seed", "tau reads the workload's lengths, and every request is the same length, so --seed "
+                          "would do nothing", "drop --seed, or give the lengths a spread (--random-range-ratio)")
     if None in (num_decodes, decode_context, chunk_context):
         return
-    for name in sorted(given_run_flags(ctx)):
+    for name in sorted(flags):
         if is_workload_option(name) or name == "seed":
             flag = f"--{name.replace('_', '-')}"
             raise ConfigError(flag, "--num-decodes, --decode-context and --chunk-context give the whole batch, so "

@@ -30,6 +30,7 @@ gives both good TBT and good throughput.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +127,8 @@ def workload_mix(config: RunConfig, num_decodes: int | None = None, decode_conte
         num_decodes=num_decodes,
         decode_context=int(round(np.mean(prompt + output / 2))) if decode_context is None else decode_context,
         chunk_context=int(round(np.mean(prompt) / 2)) if chunk_context is None else chunk_context,
-        source=table.source,
+        # (the lengths only: the arrivals drawn beside them, "poisson 1 qps", are no part of a step's shape)
+        source=re.sub(r", (poisson|gamma|fixed|burst|closed)[^,]*$", "", table.source),
     )
 
 

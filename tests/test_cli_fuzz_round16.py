@@ -324,3 +324,12 @@ def test_tau_over_exact_lengths_refuses_seed_and_names_no_arrivals() -> None:
     assert line.startswith("error: --seed: tau reads the workload's lengths, and every request is the same length")
     code, output = invoke(*args)
     assert code == 0 and "qps" not in output and "(fixed 1000 prompt / 200 output tokens)" in " ".join(output.split())
+
+
+def test_plan_refuses_a_router_or_node_link_no_layout_reads(tmp_path: Path) -> None:
+    """--router with --no-verify over one-replica units, and --intra-node-link over one-GPU layouts, changed
+    neither the table nor answer.json."""
+    args = ("plan", "--model", "llama-3.1-8b", "--gpus", "h100-sxm", "--tps", "1", "--modes", "agg", "--budgets", "2048",
+            "--seqs", "256", "--qps", "30", "--num-requests", "128", "--out", str(tmp_path / "p"))
+    assert "nothing is routed" in refused(*args, "--no-verify", "--router", "least_outstanding")
+    assert "exchange nothing over the node's links" in refused(*args, "--intra-node-link", "pcie")

@@ -152,7 +152,7 @@ def plan(
         if given[flag] is not None:  # a default the layouts do not read is fine; a value given is not
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix)
     typed = given_run_flags(ctx)  # (a --config file's values are not the command line's to drop)
-    for name, (why, fix) in unread_run_options(config, space).items():
+    for name, (why, fix) in unread_run_options(config, space, verify).items():
         if name in typed:
             flag = given_flag(name, option_value(config, name))
             problem = why.replace("{flag}", flag) if "{flag}" in why else f"{why}, so {flag} would do nothing"

@@ -377,14 +377,23 @@ def unread_space_options(base: RunConfig, modes: Sequence[str]) -> dict[str, tup
     return out
 
 
-def unread_run_options(base: RunConfig, space: SearchSpace) -> dict[str, tuple[str, str]]:
+def unread_run_options(base: RunConfig, space: SearchSpace, verify: bool = True) -> dict[str, tuple[str, str]]:
     """Run options whose reader is a layout shape the planner chooses (attention DP, an aggregated
     replica), where no layout of ``space`` has that shape: option name -> (why, fix). The run options'
     own check leaves these to the plan (its layouts, not the base config, have the DP ranks), so a
     value given here would otherwise do nothing. A ``why`` that names ``{flag}`` is the whole problem (it says
-    itself what the flag fails to do); ``{flag}`` in either stands for the flag as given."""
+    itself what the flag fails to do); ``{flag}`` in either stands for the flag as given. ``verify``: the answer's
+    fleet is simulated whole (behind the run's router)."""
     out: dict[str, tuple[str, str]] = {}
     dp_layouts = base.replica.model_spec.is_moe and "agg" in space.modes and max(space.attention_dps) > 1
+    routed = "disagg" in space.modes and any(p > 1 for p, _ in space.ratios)  # a unit's prefill workers
+    if not (verify or routed or dp_layouts):  # (a unit of one replica, one rank, and no fleet simulated whole)
+        out["router"] = ("every unit the plan searches is one replica (or one prefill worker) and --no-verify "
+                         "simulates no fleet, so nothing is routed", "drop {flag}, or drop --no-verify")
+    if max(space.tps) == 1 and max(space.pps) == 1 and not dp_layouts:  # (within a replica only)
+        out["intra_node_link"] = ("every layout the plan searches is one GPU a replica (--tps 1, --pps 1), whose "
+                                  "layers exchange nothing over the node's links", "drop {flag}, or search --tps 2 "
+                                  "or more")
     if not dp_layouts:
         why = (f"attention DP is searched for MoE models only, and {base.replica.model} has no experts"
                if not base.replica.model_spec.is_moe else

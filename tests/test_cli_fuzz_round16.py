@@ -333,3 +333,12 @@ def test_plan_refuses_a_router_or_node_link_no_layout_reads(tmp_path: Path) -> N
             "--seqs", "256", "--qps", "30", "--num-requests", "128", "--out", str(tmp_path / "p"))
     assert "nothing is routed" in refused(*args, "--no-verify", "--router", "least_outstanding")
     assert "exchange nothing over the node's links" in refused(*args, "--intra-node-link", "pcie")
+
+
+def test_predict_names_its_kv_cache_dtype() -> None:
+    """predict --kv-cache-dtype fp8 on a batch whose prices it does not move (a prefill under the roofline) showed
+    the same table, header and JSON as without it."""
+    code, output = invoke("predict", "--model", "llama-3.1-8b", "--prefill", "512", "--kv-cache-dtype", "fp8")
+    assert code == 0 and "dtype bf16, KV cache fp8" in output, output
+    code, output = invoke("predict", "--model", "llama-3.1-8b", "--prefill", "512", "--kv-cache-dtype", "fp8", "--json")
+    assert code == 0 and json.loads(output)["kv_cache_dtype"] == "fp8", output

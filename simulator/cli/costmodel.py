@@ -202,7 +202,7 @@ def predict(replica: ReplicaConfig, shape: "BatchShape", cost_model: str = "roof
     tables = kernels.describe() if replica.kernels != "roofline" else None
     return {"model": replica.model, "gpu": replica.gpu, "tp": replica.tp, "pp": replica.pp,
             "attention_dp": replica.attention_dp, "ep": replica.ep, "dtype": replica.dtype,
-            "cost_model": cm.name, "engine": getattr(getattr(cm, "engine", None), "name", None),
+            "kv_cache_dtype": replica.kv_cache_dtype, "cost_model": cm.name, "engine": getattr(getattr(cm, "engine", None), "name", None),
             "kernels": replica.kernels, "moe_kernel": replica.moe_kernel, "tables": tables,
             "table_notes": list(dict.fromkeys(getattr(kernels, "notes", []))) if tables else [],
             # families the tables lack rows for, priced by the roofline instead (empty without --kernels)
@@ -283,7 +283,7 @@ def predict_cmd(
 
     total = result["iteration_time_s"]
     layout = f"tp={tp} pp={pp}" + (f" attention_dp={attention_dp}" if attention_dp > 1 else "") + (
-        f" ep={ep}" if ep > 1 else "")
+        f" ep={ep}" if ep > 1 else "") + f" · dtype {result['dtype']}, KV cache {result['kv_cache_dtype']}"
     table = Table("op", "ms", "share", "from",
                   title=f"{model} on {gpu} {layout} · {shape.num_prefills} prefill(s), "
                         f"{shape.num_decodes} decode(s), {shape.num_tokens} tokens · {result['cost_model']}",

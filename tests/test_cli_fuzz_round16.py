@@ -342,3 +342,12 @@ def test_predict_names_its_kv_cache_dtype() -> None:
     assert code == 0 and "dtype bf16, KV cache fp8" in output, output
     code, output = invoke("predict", "--model", "llama-3.1-8b", "--prefill", "512", "--kv-cache-dtype", "fp8", "--json")
     assert code == 0 and json.loads(output)["kv_cache_dtype"] == "fp8", output
+
+
+def test_a_split_searchs_header_says_what_shapes_its_figures() -> None:
+    """--first-token-at prefill and --router changed trials.csv but neither the printed table nor its header."""
+    code, output = invoke("disagg", "compare", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "2", "--tps",
+                          "1", "--taus", "512", "--num-requests", "100", "--first-token-at", "prefill", "--router",
+                          "least_outstanding")
+    text = " ".join(output.split())
+    assert code == 0 and "the first token from the prefill worker" in text and "· router least_outstanding" in text

@@ -205,10 +205,16 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
     requests, source, _ = prepare_table(config, None, None)
     source = source.replace(f" {config.workload.qps:g} qps", " at each trial's rate")  # (the search varies it)
     out_console = console()
+    from simulator.config.disagg_layout import link_words
+
+    # what shapes the splits' figures and is said nowhere else (results.csv holds none of it)
+    extras = [f"router {config.router}" if config.router != type(config)().router else "",
+              f"CPU KV tier {config.scheduler.cpu_kv_gib:g} GiB" if config.scheduler.cpu_kv_gib else "",
+              f"block size {config.replica.block_size}" if config.replica.block_size is not None else ""]
     out_console.print(f"{config.replica.model} on {config.replica.gpu} · engine {config.engine} · kernels "
                       f"{config.replica.kernels} · workload {source}, "
                       f"{count(len(requests.arrival_at), 'request')} per trial · KV link {link} "
-                      f"({'one per worker' if config.kv_link_scope == 'per-worker' else 'one shared'})",
+                      f"({link_words(config)})" + "".join(f" · {e}" for e in extras if e),
                       highlight=False)
     print_table(out_console, table)
     if len(bounds):

@@ -73,6 +73,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS
 from simulator.config.precision import canonical_weight_format
 from simulator.config.prices import GPUPrice, gpu_power_w, price_of
+from simulator.config.resources import check_run_fits
 from simulator.config.run_config import WEIGHT_DTYPE_BYTES, RunConfig
 from simulator.config.schedulers import CHUNKING_SCHEDULERS, POOL_SCHEDULERS
 from simulator.costmodel import load_cost_model
@@ -97,7 +98,8 @@ SHORT_TRIAL_TTFTS = 10  # trials whose arrivals span fewer TTFT limits than this
 CEILING_LOADS = 4.0  # a layout's search tries a unit at up to this many times the load (search_ceiling) ...
 MIN_CEILING_QPS = 1000.0  # ... and at least this many req/s (the ceiling plans had, for small loads alike)
 MIN_MISSES_JUDGED = 10  # a verification allowing fewer late requests than this is said to be a thin verdict
-VERIFY_TTFTS = 20  # a verification's arrivals span at least this many TTFT limits (verify_num_requests)
+VERIFY_TTFTS = 20  # a verification's arrivals span at least this many TTFT limits (verify_num_requests) ...
+VERIFY_MAX_SPAN_REQUESTS = 16_384  # ... as far as this many requests
 
 
 @dataclass(frozen=True)
@@ -1067,8 +1069,9 @@ def verify_num_requests(base: RunConfig, load_qps: float, slo: PlanSLO, requests
     most. The searches' short trials overstate a unit's capacity (their queues have no time to grow: 512 requests
     put a B200 unit at 13.6 req/s where 2,048 pass 12.75 and fail 13), and the verdict is what catches it, at the
     steady state a deployment runs in, not in its first seconds."""
-    return max(base.workload.num_requests, requests_per_unit * units, CAPACITY_DEFAULT_NUM_REQUESTS,
-               math.ceil(VERIFY_TTFTS * slo.ttft_s * load_qps))
+    # (the TTFT span at most VERIFY_MAX_SPAN_REQUESTS: a --ttft-slo of 2,000 s asked 200,000 requests of a 5 req/s plan)
+    span = min(math.ceil(VERIFY_TTFTS * slo.ttft_s * load_qps), VERIFY_MAX_SPAN_REQUESTS)
+    return max(base.workload.num_requests, requests_per_unit * units, CAPACITY_DEFAULT_NUM_REQUESTS, span)
 
 
 def verify(candidate: Candidate, base: RunConfig, load_qps: float, slo: PlanSLO, requests_per_unit: int) -> dict[str, Any]:
@@ -1076,6 +1079,7 @@ def verify(candidate: Candidate, base: RunConfig, load_qps: float, slo: PlanSLO,
     units = candidate.units(load_qps)
     config = candidate.layout.config(base, units=units)
     num_requests = verify_num_requests(base, load_qps, slo, requests_per_unit, units)
+    check_run_fits(num_requests)  # (a fleet's requests: --num-requests 256 a unit of a thousand-unit fleet)
     figures = measure(config.replace(workload__num_requests=num_requests), load_qps, slo)
     figures["passed"] = figures["goodput"] >= slo.attainment
     figures["units"] = units

@@ -129,13 +129,43 @@ def test_a_sweep_over_an_edited_trace_is_not_resumed_beside_its_old_points(tmp_p
 
 def test_a_run_that_reads_no_file_keeps_its_result_key() -> None:
     """The files enter a search's resume key only where a run reads one: stored sweeps and plans of runs that read
-    none resume as before."""
+    none resume as before (these keys are the ones the code before the fingerprints gave, at da86975)."""
     from simulator.config.inputs import fingerprints
     from simulator.config.run_config import RunConfig
 
-    config = RunConfig()
-    assert fingerprints(config) == {}
-    assert config.result_key(mode="run") == RunConfig.from_dict(config.to_dict()).result_key(mode="run")
+    assert fingerprints(RunConfig()) == {}
+    assert RunConfig().result_key(mode="run") == "e2e383bc5b17d73a"
+    other = RunConfig().replace(replica__model="llama-3.1-8b", scheduler__name="sarathi")
+    assert other.result_key(mode="capacity", options={"x": 1}) == "b6db91e165f14d4e"
+
+
+def test_a_model_folder_is_fingerprinted_by_the_config_it_reads(tmp_path: Path) -> None:
+    """A model given as a folder is read for its config.json alone: a README added beside it (or a checkpoint's
+    weights) is no change of input; a file given in a recorded one's place on the command line is the user's
+    choice, not a changed input; with --json the warning goes to stderr, the JSON alone to stdout."""
+    from test_profiler import tiny_config
+
+    from simulator.config.inputs import fingerprints
+    from simulator.config.run_config import RunConfig
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    tiny_config(tmp_path).rename(folder / "config.json")
+    config = RunConfig().replace(replica__model=str(folder))
+    before = fingerprints(config)
+    (folder / "README.md").write_text("notes")
+    (folder / "model.safetensors").write_bytes(b"\0" * 1024)
+    assert fingerprints(config) == before and set(before) == {"replica.model"}
+    trace = _trace(tmp_path / "t.csv", 100)
+    code, output = invoke("run", "--trace", str(trace), "--arrival", "trace", "--out", str(tmp_path / "r"))
+    assert code == 0, output
+    other = _trace(tmp_path / "u.csv", 999)
+    code, output = invoke("run", "--config", str(tmp_path / "r" / "config.json"), "--trace", str(other))
+    assert code == 0 and "warning" not in output, output
+    _trace(trace, 999)
+    code, output = invoke("run", "--config", str(tmp_path / "r" / "config.json"), "--json")
+    lines = output.strip().splitlines()
+    assert code == 0 and lines[-1].startswith("warning: ") and "changed since the run" in lines[-1], output
 
 
 def test_a_think_time_past_any_run_is_refused(tmp_path: Path) -> None:

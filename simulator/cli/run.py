@@ -671,7 +671,7 @@ def run(
     if out is not None:
         check_out_dir(out)
     check_run_fits(config.workload.num_requests)  # refuse, with the figure, a run that cannot fit in memory
-    changed = changed_file_inputs(ctx, config)  # a reproduction over files edited since: said, before and after
+    changed = changed_file_inputs(ctx, config)  # a reproduction over files edited since: said after the figures
     num_workers = parse_workers(workers, lambda: run_auto_workers(config))
     reporter = RunProgress() if progress and not json_out else None
     write_error = None
@@ -698,8 +698,12 @@ def run(
     finally:
         if reporter is not None:
             reporter.close()
+    changed_lines = [f"warning: --config {ctx.params.get('config_file')}: {line}: this run is not the one it "
+                     "reproduces" for line in changed]
     if json_out:
         typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
+        for line in changed_lines:  # (stdout holds the JSON alone)
+            typer.echo(line, err=True)
     else:
         out_console = console()
         if bench.view == "vllm":
@@ -710,9 +714,8 @@ def run(
         warning = extrapolation_warning(summary)  # in either view: the summary's figures lean on it
         if warning is not None:
             out_console.print(f"[yellow]{warning}[/yellow]", highlight=False)
-        for line in changed:
-            out_console.print(f"warning: --config {ctx.params.get('config_file')}: {line}: this run is not the one it "
-                              "reproduces", markup=False, highlight=False)
+        for line in changed_lines:
+            out_console.print(line, markup=False, highlight=False)
         if bench.save_result is not None:
             out_console.print(f"wrote {bench.save_result} (vllm bench serve's result JSON)", markup=False)
         if out is not None and write_error is None:

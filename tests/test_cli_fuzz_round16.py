@@ -381,3 +381,27 @@ def test_a_split_searchs_header_says_what_shapes_its_figures() -> None:
                           "least_outstanding")
     text = " ".join(output.split())
     assert code == 0 and "the first token from the prefill worker" in text and "· router least_outstanding" in text
+
+
+def test_sweep_files_yaml_merges_and_older_sweeps(tmp_path: Path) -> None:
+    """The duplicate-key check kept YAML's merge keys ('<<:') working and refuses a key that is no name in one line
+    (a TypeError before); a sweep folder written before the points were keyed by their files' contents says so."""
+    pytest.importorskip("yaml")
+    merged = tmp_path / "m.yaml"
+    merged.write_text("mode: run\nbase:\n  <<: {num_requests: 4}\n  num_requests: 8\ngrid:\n  max_num_seqs: [8]\n")
+    code, output = invoke("sweep", str(merged), "--out", str(tmp_path / "a"))
+    assert code == 0 and "ran 1 point" in output, output
+    listed = tmp_path / "l.yaml"
+    listed.write_text("mode: run\nbase:\n  ? [a, b]\n  : 3\n")
+    assert "a key must be a name, got a list" in refused("sweep", str(listed), "--out", str(tmp_path / "b"))
+    trace = _trace(tmp_path / "t.csv", 100)
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(f'mode = "run"\n[base]\ntrace = "{trace}"\narrival = "trace"\nnum_requests = 3\n'
+                     "[grid]\nmax_num_seqs = [8]\n")
+    out = tmp_path / "o"
+    out.mkdir()
+    base = {"trace": str(trace), "arrival": "trace", "num_requests": 3}
+    (out / "sweep.json").write_text(json.dumps({"mode": "run", "base": base, "grid": {}, "points": [
+        {"index": 0, "key": "0123456789abcdef", "params": {}}]}))  # (as the code before the fingerprints wrote it)
+    code, output = invoke("sweep", str(sweep), "--out", str(out))
+    assert code == 2 and "written before servesim keyed a point by the contents of the files" in output, output

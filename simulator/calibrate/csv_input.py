@@ -31,7 +31,7 @@ def read_csv_checked(path: Path | str, field: str, fix: str | None = None, requi
 
     with path.open(newline="", encoding="utf-8-sig", errors="replace") as f:  # pandas renamed a second tp "tp.1"
         header = [name.strip() for name in next(csv.reader(f), [])]
-    twice = sorted({name for name in header if header.count(name) > 1})
+    twice = sorted({name for name in header if name and header.count(name) > 1})  # (blank ones: pandas' "Unnamed")
     if twice:
         raise ConfigError(field, f"{path} names column {twice[0]!r} twice", "give each column once")
     missing = [c for c in required if c not in df.columns]

@@ -183,7 +183,12 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
         def mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
             seen = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # ('<<: *base': its keys may be given again, and win)
+                    continue
                 key = loader.construct_object(key_node, deep=deep)
+                if not isinstance(key, str | int | float | bool) and key is not None:  # (a list as a key: unhashable)
+                    raise ConfigError("sweep", f"{path}: line {key_node.start_mark.line + 1}: a key must be a name, "
+                                      f"got a {type(key).__name__}", "write the sweep file's keys as names")
                 if key in seen:
                     raise ConfigError("sweep", f"{path}: line {key_node.start_mark.line + 1}: key {key!r} is given "
                                       "twice in its table", "give each key once")
@@ -808,6 +813,10 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
                 raise ConfigError("--out", f"{out} holds this sweep's points run on other contents of "
                                   f"{', '.join(edited)} (edited since): they would sit beside points of the new one",
                                   "pass a new folder for the new contents, or restore the file to resume")
+            if "inputs" not in before and _sweep_inputs(spec) and not changed:  # (written before the fingerprints)
+                raise ConfigError("--out", f"{out} holds a sweep written before servesim keyed a point by the contents "
+                                  "of the files it reads (its sweep.json records none), so its points cannot be told "
+                                  "from this sweep's", "pass a new folder (its points run again)")
             raise ConfigError("--out", f"{out} holds another sweep: its sweep.json has points this one does not{what}",
                               "pass a new folder, or the same sweep file and options to resume it")
     # A point not done (never run, or failed and rerun with --retry-failed) has no doc yet.

@@ -441,3 +441,16 @@ def test_an_artifact_says_what_it_prices_by_what_it_holds(artifact, replica):
              "learned_ops": ["qkv_proj", "bogus"]}
     model = LearnedCostModel(replica, fewer)
     assert "qkv_proj" not in model.learned_ops and "qkv_proj" in model.roofline_ops and "bogus" not in model.learned_ops
+
+
+def test_a_runs_title_names_the_ops_the_roofline_prices_beside_an_artifact(artifact, tmp_path):
+    """The title read the artifact's own roofline_ops list: one edited to drop a curve priced that op by the
+    roofline while the title left it out."""
+    from simulator.cli.run import _pricing_note
+    from simulator.config.run_config import RunConfig
+
+    fewer = {**artifact, "curves": {k: v for k, v in artifact["curves"].items() if k != "qkv_proj"}}
+    path = save_artifact(fewer, tmp_path / "cm.json")
+    config = RunConfig().replace(replica__model=MODEL, replica__gpu=GPU, replica__tp=TP, cost_model=str(path))
+    left = _pricing_note(config).split("roofline for: ")[1].split(" · ")[0].split(", ")
+    assert "qkv_proj" in left and "mlp_down" not in left, left

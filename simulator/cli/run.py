@@ -418,9 +418,11 @@ def _pricing_note(config: RunConfig) -> str:
         kernels = ("cost model: kernel tables · kernels: "
                    + "; ".join(table_cost_model(rep, rep.kernels).describe() for rep in tables))
     if config.cost_model != "roofline":  # a fitted artifact learns some ops; the roofline prices the rest: said
-        from simulator.costmodel.learned import read_artifact
+        from simulator.costmodel.learned import read_artifact, roofline_ops_of
 
-        left = read_artifact(config.cost_model).get("roofline_ops") or []
+        art = read_artifact(config.cost_model)  # (what it holds, as the model prices it: not its own list)
+        curves = art.get("curves") if isinstance(art.get("curves"), dict) else {}
+        left = roofline_ops_of([*curves, *(k for k in ("attn_decode", "attn_prefill") if k in art)], config.replica.tp)
         if left:
             kernels += f" · roofline for: {', '.join(left)}"
     kernels += " · roofline calibration: " + "; ".join(

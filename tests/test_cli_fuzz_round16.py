@@ -405,3 +405,21 @@ def test_sweep_files_yaml_merges_and_older_sweeps(tmp_path: Path) -> None:
         {"index": 0, "key": "0123456789abcdef", "params": {}}]}))  # (as the code before the fingerprints wrote it)
     code, output = invoke("sweep", str(sweep), "--out", str(out))
     assert code == 2 and "written before servesim keyed a point by the contents of the files" in output, output
+
+
+def test_think_times_are_bounded_per_session() -> None:
+    """Each turn waits for its own session's: the bound is the longest session's thinks, not every session's
+    together (a long trace of many short sessions is no long one)."""
+    import numpy as np
+
+    from simulator.config.errors import ConfigError
+    from simulator.workload.generate import RequestTable
+
+    def table(sessions: list[int], think: list[float]) -> RequestTable:
+        n = len(sessions)
+        return RequestTable(np.zeros(n), np.full(n, 10), np.full(n, 10), "-", session_id=np.array(sessions),
+                            think_s=np.array(think))
+
+    table([0, 1, 2, 3], [6e8, 6e8, 6e8, 6e8])  # 2.4e9 s in all, 6e8 a session
+    with pytest.raises(ConfigError, match="a session's think times add up to 1.2e\\+09 s"):
+        table([0, 0, 1, 1], [6e8, 6e8, 1.0, 1.0])

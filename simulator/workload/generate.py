@@ -151,10 +151,14 @@ class RequestTable:
             think = np.array(self.think_s, dtype=np.float64)
             if self.session_id is None or think.shape != arrival.shape or np.any(think < 0):
                 raise ConfigError("requests", "think_s needs session_id and one delay >= 0 (or NaN) per request")
-            if float(np.nansum(think)) + (float(arrival[-1]) if len(arrival) else 0.0) > MAX_ARRIVAL_S:
-                # (each turn waits for the one before it: the sends reach at most the last arrival plus every think)
-                raise ConfigError("requests", f"think times add up to {float(np.nansum(think)):.3g} s, past "
-                                  f"{MAX_ARRIVAL_S:g} s (~31 years)", "fix the sessions' think times")
+            if len(think):
+                # A turn waits for its session's one before it: the sends reach at most the latest recorded arrival
+                # plus the longest session's thinks (a trace of many short sessions is no long one)
+                _, which = np.unique(np.asarray(self.session_id), return_inverse=True)
+                longest = float(np.bincount(which, weights=np.nan_to_num(think)).max())
+                if longest + float(np.max(arrival)) > MAX_ARRIVAL_S:
+                    raise ConfigError("requests", f"a session's think times add up to {longest:.3g} s, past "
+                                      f"{MAX_ARRIVAL_S:g} s (~31 years)", "fix the sessions' think times")
             think.setflags(write=False)
             object.__setattr__(self, "think_s", think)
         if self.after is not None:

@@ -363,14 +363,18 @@ def run_profile(cfg: ProfileConfig, *, progress: bool = True,
     # A resumed table keeps the rows of the runs before this one (another --dtype, --tp or --ops keys rows of its
     # own): their configs stay on record beside this run's, which "config" describes.
     config = cfg.to_dict()
-    earlier = list(old_meta.get("earlier_configs") or []) if len(existing) else []
-    if len(existing) and isinstance(old_cfg, dict) and old_cfg and old_cfg != config and old_cfg not in earlier:
+
+    def same(a: dict, b: dict) -> bool:  # (the folder spelled another way, relative or absolute, is no other run)
+        return {k: v for k, v in a.items() if k != "out"} == {k: v for k, v in b.items() if k != "out"}
+
+    earlier = [c for c in (old_meta.get("earlier_configs") or []) if isinstance(c, dict)] if len(existing) else []
+    if len(existing) and isinstance(old_cfg, dict) and old_cfg and not any(same(old_cfg, c) for c in [config, *earlier]):
         earlier.append(old_cfg)
     meta = {
         "model": spec.name,
         "device": label,
         "config": config,
-        "earlier_configs": [c for c in earlier if c != config],
+        "earlier_configs": [c for c in earlier if not same(c, config)],
         "world_sizes": list(world_sizes),
         # (only the CUDA timer flushes L2: a CPU table's settings say none, as its config does)
         "bench": {**settings.__dict__, "l2_flush": settings.l2_flush if cfg.device == "cuda" else None},

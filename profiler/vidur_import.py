@@ -461,8 +461,10 @@ def _is_network_file(path: Path) -> bool:
 
 def import_to_folder(paths: Iterable[str | Path], out: str | Path, *, model: str | None = None,
                      gpu: str | None = None, all_topologies: bool = False,
-                     skipped: list[tuple[Path, int]] | None = None) -> pd.DataFrame:
-    """Import into ``<out>/profile.csv`` (merged with rows already there, new ones win) plus metadata."""
+                     skipped: list[tuple[Path, int]] | None = None,
+                     imported: list[pd.DataFrame] | None = None) -> pd.DataFrame:
+    """Import into ``<out>/profile.csv`` (merged with rows already there, new ones win) plus metadata; the merged
+    table is returned, this import's own rows appended to ``imported`` where given."""
     import datetime as dt
     import json
     import sys
@@ -472,6 +474,8 @@ def import_to_folder(paths: Iterable[str | Path], out: str | Path, *, model: str
 
     paths = [Path(p) for p in paths]
     table = import_vidur(paths, model=model, gpu=gpu, all_topologies=all_topologies, skipped=skipped)
+    if imported is not None:
+        imported.append(table)
     models = sorted(set(table["model"].dropna()))
     if len(models) > 1:
         raise ConfigError("model", f"the files hold several models ({', '.join(models)})",

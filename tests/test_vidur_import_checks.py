@@ -71,5 +71,5 @@ def test_an_infinite_median_is_refused_and_times_in_seconds_are_said(tmp_path):
     mlp.write_text(MLP_HEADER + seconds)
     code, output = invoke("import-vidur", str(mlp), "--model", "llama-2-7b", "--gpu", "a100-80gb", "--out",
                           str(tmp_path / "b"))
-    assert code == 0 and "warning: 8 of 8 rows are faster than the GPU's peaks" in output, output
+    assert code == 0 and "warning: 8 of the 8 rows imported are faster than the GPU's peaks" in output, output
     assert "look like times in seconds" in output, output

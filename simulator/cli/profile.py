@@ -114,17 +114,21 @@ def import_vidur(
     from profiler.vidur_import import import_to_folder
 
     skipped: list[tuple[Path, int]] = []
-    table = import_to_folder(paths, out, model=model, gpu=gpu, all_topologies=all_topologies, skipped=skipped)
+    imported: list = []
+    table = import_to_folder(paths, out, model=model, gpu=gpu, all_topologies=all_topologies, skipped=skipped,
+                             imported=imported)
     counts = table["op"].value_counts().sort_index()
     console().print(f"{len(table)} rows in {out / 'profile.csv'}: "
                     + ", ".join(f"{op} {n}" for op, n in counts.items()), markup=False)
     for path, n in skipped:  # said, not dropped silently
         console().print(f"left out {n} row{'s' if n != 1 else ''} of {path} without a median time "
                         "(a kernel Vidur did not time)", markup=False)
-    suspect = int(table["suspect"].fillna(False).astype(bool).sum())
+    new = imported[0]  # (this import's rows: a profile.csv it merged into holds others)
+    suspect = int(new["suspect"].fillna(False).astype(bool).sum())
     if suspect:  # (simulate fit leaves them out; nearly all of them: times written in seconds, not Vidur's ms)
-        most = 2 * suspect > len(table)
-        console().print(f"{'warning: ' if most else ''}{suspect:,} of {len(table):,} rows are faster than the GPU's "
+        most = 2 * suspect > len(new)
+        console().print(f"{'warning: ' if most else ''}{suspect:,} of the {len(new):,} rows imported are faster than "
+                        "the GPU's "
                         "peaks (marked suspect; simulate fit leaves them out)"
                         + ("; so many look like times in seconds, where Vidur writes milliseconds" if most else ""),
                         markup=False)

@@ -267,7 +267,8 @@ def check_link_name(text: str, field: str = "kv_link") -> None:
         name, at, latency = key.partition("@")
         if at and is_link_name(name):  # (a named link's latency is its kind's: only a bandwidth takes one)
             raise ConfigError(field, f"{text!r}: a link name takes no latency ('@{latency}')",
-                              f"drop '@{latency}', or give the link as a bandwidth with one, e.g. '50GB/s@{latency}'")
+                              f"drop '@{latency}', or give the link as a bandwidth with one, e.g. "
+                              f"'50GB/s@{latency or '3us'}'")
         if at and _bandwidth_link(name, field) is not None:
             raise ConfigError(field, f"{text!r}: the latency {latency!r} is not a time in us, ms or s",
                               f"write e.g. '{name}@10us', or drop '@{latency}'")

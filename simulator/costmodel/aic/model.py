@@ -478,7 +478,8 @@ class TableCostModel(TabulatedCostModel):
             for name in T.kernel_sources(own_ref, dtype, shape):
                 if ref is own_ref and name == src:
                     continue  # the rows just found wanting
-                own_src, own = T.read_source_rows(own_ref, dtype, cols, shape, source=name)
+                # (as the lane's rows are read: warm-in-L2 rows held to the kernel's sustained bandwidth)
+                own_src, own, _, _ = T.read_priced_rows(own_ref, dtype, cols, shape, self.root, at=at, source=name)
                 n = len((own := split(own))["latency"]) if own_src is not None else 0
                 if n >= 2 and (best is None or name == widest or (n > best[0] and best[1] != widest)):
                     best = (n, name, own)

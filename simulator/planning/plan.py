@@ -928,7 +928,7 @@ def plan_identity(base: RunConfig, load_qps: float, slo: PlanSLO, rel_tol: float
 PER_USER_DEFINITION = "mean 1/TPOT"
 
 
-def _read_done(out: Path, identity: str) -> tuple[dict[str, dict[str, Any]], bool]:
+def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dict[str, dict[str, Any]], bool]:
     """The layouts an earlier run of this plan searched (by key), from ``out`` (its plan.json read once), and
     whether those rows hold tokens/s per user as :data:`PER_USER_DEFINITION` (plan.json says so; True where there
     are no rows). A folder written before the definition was recorded gives its rows' tokens/s per user as unknown
@@ -945,8 +945,10 @@ def _read_done(out: Path, identity: str) -> tuple[dict[str, dict[str, Any]], boo
         return {}, True
     current = data.get("per_user") == PER_USER_DEFINITION
     if data.get("identity") != identity:
-        raise ConfigError("--out", f"{out} holds another plan (other model, traffic, SLO or search settings, or "
-                          "disaggregated pools run under another scheduler)",
+        files = (", other contents of the files it reads (a --trace edited since), or a plan written before servesim "
+                 "keyed plans by those contents" if reads_files else "")
+        raise ConfigError("--out", f"{out} holds another plan (other model, traffic, SLO or search settings, "
+                          f"disaggregated pools run under another scheduler{files})",
                           "pass a new --out folder, or delete that one")
     path = out / "layouts.csv"
     if not path.is_file():
@@ -1123,7 +1125,9 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        done, current = _read_done(out, identity)
+        from simulator.config.inputs import input_files
+
+        done, current = _read_done(out, identity, bool(input_files(base)))
         # The rows appended here hold the current per-user figure; a folder with older rows stays unmarked (its
         # figures all read as unknown on a later resume: never two definitions in one column).
         marker = {"per_user": PER_USER_DEFINITION} if current else {}

@@ -423,3 +423,12 @@ def test_think_times_are_bounded_per_session() -> None:
     table([0, 1, 2, 3], [6e8, 6e8, 6e8, 6e8])  # 2.4e9 s in all, 6e8 a session
     with pytest.raises(ConfigError, match="a session's think times add up to 1.2e\\+09 s"):
         table([0, 0, 1, 1], [6e8, 6e8, 1.0, 1.0])
+
+
+def test_a_run_sized_by_num_gpu_blocks_says_so() -> None:
+    """Beside --num-gpu-blocks (vLLM's override) the title said 'KV cache memory 0.5 of total' as if
+    --gpu-memory-utilization sized the cache, which it no longer does."""
+    code, output = invoke("run", "--num-requests", "8", "--num-gpu-blocks", "2000", "--gpu-memory-utilization", "0.5")
+    text = " ".join(output.split())
+    assert code == 0 and "KV cache 2,000 blocks (--num-gpu-blocks, over the memory plan)" in text, output
+    assert "KV cache memory 0.5" not in text, output

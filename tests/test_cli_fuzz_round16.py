@@ -432,3 +432,19 @@ def test_a_run_sized_by_num_gpu_blocks_says_so() -> None:
     text = " ".join(output.split())
     assert code == 0 and "KV cache 2,000 blocks (--num-gpu-blocks, over the memory plan)" in text, output
     assert "KV cache memory 0.5" not in text, output
+
+
+def test_a_rows_fits_model_options_are_judged_by_the_rows_model(tmp_path: Path) -> None:
+    """--moe-imbalance beside rows of an MoE model was refused as 'llama-2-7b is a dense model', and --max-model-len
+    against Llama-2-7B's context: the defaults, which no row names."""
+    rows = tmp_path / "rows.csv"
+    rows.write_text("backend,model,gpu,isl,osl,concurrency,ttft_ms,tpot_ms\n" + "".join(
+        f"vllm,qwen3-30b-a3b,h100-sxm,1024,128,{c},{40 + c},{10 + c / 8}\n" for c in (4, 8, 16, 32)))
+    code, output = invoke("calibrate-engine", "--rows", str(rows), "--moe-imbalance", "1.5",
+                          "--out", str(tmp_path / "e.json"))
+    assert code == 0 and "dense model" not in output, output
+    code, output = invoke("calibrate-engine", "--rows", str(rows), "--max-model-len", "8192",
+                          "--out", str(tmp_path / "f.json"))
+    assert code == 0, output
+    line = refused("calibrate-engine", "--rows", str(rows), "--model", "qwen3-30b-a3b", "--out", str(tmp_path / "g"))
+    assert line.startswith("error: --model: a --rows fit replays each row"), line

@@ -139,7 +139,8 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
                               f"--model, --gpu, --cost-model and --engine only, so {flag} would do nothing",
                               f"drop {flag}")
     if rows is not None:  # the rows name their own model, GPU, layout, backend, lengths and concurrency
-        unread = [name for name in options if name in ROWS_SET]
+        # (the first row's model and GPU are the options' defaults here, cli.options.rows_base: no flag gave them)
+        unread = [name for name in options if name in ROWS_SET and (name in given or name not in ("model", "gpu"))]
         if unread:
             flag, column = "--" + unread[0].replace("_", "-"), ROWS_SET[unread[0]]
             raise ConfigError(flag, "a --rows fit replays each row as a closed loop of its own model, GPU, layout, "

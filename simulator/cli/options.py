@@ -170,6 +170,25 @@ def replay_whole(given: dict[str, Any]) -> RunConfig | None:
     return RunConfig().replace(workload__num_requests=rows) if rows > 0 else None
 
 
+def rows_base(path: Path) -> RunConfig | None:
+    """The defaults a ``calibrate-engine --rows`` fit's options are checked against: its first row's model and GPU
+    (a model's options, --moe-imbalance, --max-model-len, were judged against the default Llama-2-7B, which no row
+    names); None where that row does not read as one (the fit refuses the file in its own terms)."""
+    import csv
+
+    from simulator.calibrate.silicon import SYSTEMS, _model
+
+    try:
+        with Path(path).open(newline="", encoding="utf-8-sig") as f:
+            row = next(csv.DictReader(f), None)
+        if not row or not row.get("model") or not row.get("gpu"):
+            return None
+        return RunConfig().replace(replica__model=_model(row["model"].strip()),
+                                   replica__gpu=SYSTEMS.get(row["gpu"].strip(), row["gpu"].strip()))
+    except (OSError, UnicodeDecodeError, csv.Error, ConfigError, KeyError, ValueError):
+        return None
+
+
 def check_trace_given(config: RunConfig, options: dict[str, Any], command: str = "run") -> None:
     """Refuse prefix-cache options and ``--session-replay`` that were given (``options``: the command line's, not
     ``--config``'s) but that ``config`` would not read because of what its ``--trace`` holds: only a trace naming its
@@ -358,6 +377,8 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
         run_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RUN_OPTIONS or k in DERIVED_OPTIONS
                       or k in ALIAS_NAMES or k == "config_file"}
         base = replay_whole(run_kwargs)
+        if fn.__name__ == "calibrate_engine" and kwargs.get("rows") is not None:
+            base = rows_base(kwargs["rows"]) or base
         implied = {} if as_overrides else engine_implies(run_kwargs, fn.__name__)  # (a sweep's points: its own)
         run_kwargs.update(implied)
         try:

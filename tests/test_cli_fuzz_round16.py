@@ -294,8 +294,10 @@ def test_a_users_search_over_exact_lengths_says_its_users_move_in_waves() -> Non
 def test_no_split_fits_names_the_widest_layouts_reason() -> None:
     """Without --max-model-len, Llama-3.1-70B's 128K context stops the TP2 workers on 4 H100s (their KV cache), but
     the refusal quoted TP1's weights, which raising the TPs cannot lift (they were already allowed)."""
-    line = refused("disagg", "split", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--dtype", "fp8")
-    assert "(the widest: P 1x(tp=2) + D 1x(tp=2): the KV cache holds" in line and "max_model_len 131072" in line, line
+    for tps in ("1,2,4,8", "2,1"):  # (whatever order --tps gives them in)
+        line = refused("disagg", "split", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--dtype",
+                       "fp8", "--tps", tps)
+        assert "(the widest: P 1x(tp=2) + D 1x(tp=2): the KV cache holds" in line and "max_model_len 131072" in line
 
 
 def test_a_split_search_over_short_trials_says_its_rates_lean_high() -> None:
@@ -304,7 +306,8 @@ def test_a_split_search_over_short_trials_says_its_rates_lean_high() -> None:
     from 27% to 9% (a walkthrough), said nowhere."""
     args = ("disagg", "split", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "2", "--tps", "1")
     code, output = invoke(*args, "--num-requests", "200")
-    assert code == 0 and "note: 200-request trials, where simulate capacity runs 2,048" in " ".join(output.split())
+    text = " ".join(output.split())
+    assert code == 0 and "note: 200-request trials, where simulate capacity runs 2,048" in text and "about 10x" in text
 
 
 def test_a_capacity_sweep_refuses_an_slo_key_no_point_reads(tmp_path: Path) -> None:
@@ -316,6 +319,12 @@ def test_a_capacity_sweep_refuses_an_slo_key_no_point_reads(tmp_path: Path) -> N
     code, output = invoke(*base, "--grid", "criterion=goodput,tbt", "--grid", "sched_delay_slo=0.5,1", "--out",
                           str(tmp_path / "b"))
     assert code == 0 and "ran 4 points (0 failed)" in output, output
+    # a flag refused by its --no- spelling, read by some point (early exit on, TBT criterion): kept
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('mode = "capacity"\n[base]\nmodel = "llama-3.1-8b"\nnum_requests = 64\ntbt_early_exit = false\n'
+                     "[grid]\nearly_exit = [true, false]\n")
+    code, output = invoke("sweep", str(sweep), "--out", str(tmp_path / "c"))
+    assert code == 0 and "ran 2 points (0 failed)" in output, output
 
 
 def test_a_mixed_pool_says_how_many_requests_it_took() -> None:
@@ -346,7 +355,7 @@ def test_a_rows_fit_refuses_normalize_arrivals(tmp_path: Path) -> None:
     assert line.startswith("error: --normalize-arrivals: a --rows fit replays each row as a closed loop"), line
 
 
-def test_tau_over_exact_lengths_refuses_seed_and_names_no_arrivals() -> None:
+def test_tau_over_exact_lengths_refuses_seed_and_names_no_arrivals(tmp_path: Path) -> None:
     """tau reads lengths only: --seed over exact lengths did nothing (run refuses it), and its header named the
     arrivals ('poisson 1 qps') it never reads."""
     args = ("tau", "--model", "llama-3.1-8b", "--workload", "fixed", "--prompt-tokens", "1000", "--output-tokens", "200")
@@ -354,6 +363,11 @@ def test_tau_over_exact_lengths_refuses_seed_and_names_no_arrivals() -> None:
     assert line.startswith("error: --seed: tau reads the workload's lengths, and every request is the same length")
     code, output = invoke(*args)
     assert code == 0 and "qps" not in output and "(fixed 1000 prompt / 200 output tokens)" in " ".join(output.split())
+    # a run's config.json may hold --normalize-arrivals (tau refuses the flag): no arrivals named either
+    code, output = invoke("run", *args[1:], "--normalize-arrivals", "--num-requests", "8", "--out", str(tmp_path / "r"))
+    assert code == 0, output
+    code, output = invoke("tau", "--config", str(tmp_path / "r" / "config.json"))
+    assert code == 0 and "rescaled" not in output and "qps" not in output, output
 
 
 def test_plan_refuses_a_router_or_node_link_no_layout_reads(tmp_path: Path) -> None:
@@ -394,6 +408,9 @@ def test_sweep_files_yaml_merges_and_older_sweeps(tmp_path: Path) -> None:
     listed = tmp_path / "l.yaml"
     listed.write_text("mode: run\nbase:\n  ? [a, b]\n  : 3\n")
     assert "a key must be a name, got a list" in refused("sweep", str(listed), "--out", str(tmp_path / "b"))
+    for key in ("1", "true", "~"):  # (an AttributeError traceback: no option's name)
+        listed.write_text(f"mode: run\nbase:\n  {key}: 3\n")
+        assert "a key must be a name, got a" in refused("sweep", str(listed), "--out", str(tmp_path / "b"))
     trace = _trace(tmp_path / "t.csv", 100)
     sweep = tmp_path / "s.toml"
     sweep.write_text(f'mode = "run"\n[base]\ntrace = "{trace}"\narrival = "trace"\nnum_requests = 3\n'
@@ -430,7 +447,7 @@ def test_a_run_sized_by_num_gpu_blocks_says_so() -> None:
     --gpu-memory-utilization sized the cache, which it no longer does."""
     code, output = invoke("run", "--num-requests", "8", "--num-gpu-blocks", "2000", "--gpu-memory-utilization", "0.5")
     text = " ".join(output.split())
-    assert code == 0 and "KV cache 2,000 blocks (--num-gpu-blocks, over the memory plan)" in text, output
+    assert code == 0 and "KV cache 2,000 blocks of 16 tokens (--num-gpu-blocks, over the memory plan)" in text, output
     assert "KV cache memory 0.5" not in text, output
 
 

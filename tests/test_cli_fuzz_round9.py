@@ -543,7 +543,7 @@ def test_compare_says_when_no_disaggregated_layout_fits() -> None:
     proc = simulate_module("disagg", "compare", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4",
                            "--tps", "2,4", "--num-requests", "32")
     assert proc.returncode == 0, proc.stderr[-1500:]
-    assert "note: no disaggregated layout of 4 GPUs fits, so none is compared (e.g. P 1x(tp=2)" in " ".join(proc.stdout.split())
+    assert "note: no disaggregated layout of 4 GPUs fits, so none is compared (the widest: P 1x(tp=2)" in " ".join(proc.stdout.split())
 
 
 def test_a_disaggregated_runs_header_names_its_pools_gpus_calibration() -> None:

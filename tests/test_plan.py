@@ -80,7 +80,8 @@ def test_a_verification_runs_long_enough_for_the_steady_state() -> None:
     assert verify_num_requests(base, 12.0, SLO, 256, 10) == 2560  # 256 a unit
     assert verify_num_requests(base, 400.0, SLO, 256, 2) == 8000  # 20 TTFT limits of arrivals (1 s each)
     assert verify_num_requests(base.replace(workload__num_requests=9000), 12.0, SLO, 256, 1) == 9000  # the trials'
-    assert verify_num_requests(base, 5.0, dataclasses.replace(SLO, ttft_s=2000.0), 256, 1) == 16_384  # at most
+    assert verify_num_requests(base, 5.0, dataclasses.replace(SLO, ttft_s=2000.0), 256, 1) == 3000  # 10 minutes
+    assert verify_num_requests(base, 2000.0, SLO, 256, 80) == 40_000  # 20 TTFT limits of a high load
 
 
 def test_bound_is_above_capacity_and_resume(tmp_path) -> None:  # noqa: ANN001

@@ -105,6 +105,19 @@ def _tps(config: RunConfig, text: str) -> tuple[int, ...]:
     return tps
 
 
+def widest(dropped: list[str]) -> str:
+    """Of the layouts refused (``"P 1x(tp=2) + D 1x(tp=2): why"``), the one whose workers are widest: the nearest to
+    fitting, whose reason is the one to lift (TP1's weights, the first refused, are not what stops TP2 when its KV
+    cache cannot hold the context)."""
+    import re
+
+    def width(line: str) -> tuple[int, int]:
+        tps = [int(t) for t in re.findall(r"tp=(\d+)", line.split(":")[0])]
+        return (min(tps, default=0), sum(tps))
+
+    return max(dropped, key=width)  # (ties: the first)
+
+
 def _no_layout(config: RunConfig, gpus: int, tps: list[int], split_only: bool, dropped: list[str]) -> ConfigError:
     """Why no layout of ``gpus`` GPUs is searched: too few GPUs for a worker of each kind, or none holds the model
     (``dropped``: the splits refused, with why)."""
@@ -116,9 +129,7 @@ def _no_layout(config: RunConfig, gpus: int, tps: list[int], split_only: bool, d
         who = "a prefill and a decode worker" if split_only else "one replica"
         return ConfigError("--gpus", f"{who} of at least {layout} need {least} GPUs, and --gpus is {gpus}",
                            f"raise --gpus to {least} or more" + (", or allow --tps 1" if min(tps) > 1 else ""))
-    # The layout of the widest workers is the nearest to fitting: its reason is the one to lift (TP1's weights,
-    # which the first layout names, are not what stops TP2 when its KV cache cannot hold the context)
-    first = f" (the widest: {dropped[-1]})" if dropped else ""
+    first = f" (the widest: {widest(dropped)})" if dropped else ""
     return ConfigError("--gpus", f"no layout of {gpus} GPUs at --tps {','.join(map(str, tps))} holds "
                        f"{config.replica.model} in memory{first}", "raise --gpus, allow larger --tps, or lower "
                        "--max-model-len")
@@ -246,7 +257,8 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
         out_console.print(f"note: {len(requests.arrival_at):,}-request trials, where simulate capacity runs "
                           f"{CAPACITY_DEFAULT_NUM_REQUESTS:,}: a short trial's queue has less time to grow, so these "
                           f"rates lean high, and so may the margins between layouts (--num-requests "
-                          f"{CAPACITY_DEFAULT_NUM_REQUESTS} for rates to compare with capacity's, about 5x longer)",
+                          f"{CAPACITY_DEFAULT_NUM_REQUESTS} for rates to compare with capacity's, about "
+                          f"{CAPACITY_DEFAULT_NUM_REQUESTS / len(requests.arrival_at):.2g}x longer)",
                           highlight=False)
     if out is not None:
         written = ["results.csv", "trials.csv", "summary.json"]
@@ -309,7 +321,7 @@ def compare(ctx: typer.Context, config: RunConfig, gpus: GPUS = 8, ttft_slo: TTF
     splits = split_candidates(config, gpus, tp_list, dropped)
     if not splits and candidates:  # said, not silent: the comparison has one side
         console().print(f"note: no disaggregated layout of {gpus} GPUs fits, so none is compared"
-                            + (f" (e.g. {dropped[0]})" if dropped else ""), highlight=False)
+                            + (f" (the widest: {widest(dropped)})" if dropped else ""), highlight=False)
     candidates += [("disagg", c) for c in splits]
     _refuse_unread(ctx, "compare", candidates)
     results = _search(candidates, slo, qps_start, _workers(workers, config, len(candidates)),

@@ -67,7 +67,7 @@ ROWS_SET: dict[str, str | None] = {
     "workload": "isl and osl", "trace": "isl and osl", "prompt_tokens": "isl", "prompt_tokens_max": "isl",
     "output_tokens": "osl", "output_tokens_max": "osl", "concurrency": "concurrency", "num_requests": "num_prompts",
     "num_warmup": "concurrency", "warmup_mode": "client", "arrival": "concurrency", "qps": "concurrency",
-    "cv": "concurrency", "burstiness": "concurrency", "normalize_arrivals": "concurrency", "time_scale": None,
+    "cv": "concurrency", "burstiness": "concurrency", "normalize_arrivals": None, "time_scale": None,
     "replicas": None, "router": None, "prefill_pool": None, "decode_pool": None, "mixed_pool": None, "kv_link": None, "kv_link_scope": None, "first_token_at": None}
 
 # Of those, the ones the rows' benchmark client sets (--client and the client columns): how it drew the lengths,

@@ -266,7 +266,9 @@ def _kv_memory(config: RunConfig) -> str:
     out = "" if (fraction, basis) == (DEFAULT_MEMORY_FRACTION, "total") else (
         f" · KV cache memory {fraction:g} {MEMORY_BASIS_WORDS[basis]}")
     if r.num_gpu_blocks is not None:  # (the fraction then sizes nothing: vLLM's num_gpu_blocks_override wins)
-        return f" · KV cache {r.num_gpu_blocks:,} blocks (--num-gpu-blocks, over the memory plan)"
+        size = r.block_size or SCHEDULER_ENTRIES[s.name].block_size
+        return (f" · KV cache {r.num_gpu_blocks:,} blocks of {size} tokens (--num-gpu-blocks, over the memory "
+                "plan)")
     block = SCHEDULER_ENTRIES[s.name].block_size
     if r.block_size is None and block != SCHEDULER_ENTRIES["vllm"].block_size:
         out += f"{',' if out else ' · KV cache in'} {block}-token blocks"

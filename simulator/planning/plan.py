@@ -99,7 +99,7 @@ CEILING_LOADS = 4.0  # a layout's search tries a unit at up to this many times t
 MIN_CEILING_QPS = 1000.0  # ... and at least this many req/s (the ceiling plans had, for small loads alike)
 MIN_MISSES_JUDGED = 10  # a verification allowing fewer late requests than this is said to be a thin verdict
 VERIFY_TTFTS = 20  # a verification's arrivals span at least this many TTFT limits (verify_num_requests) ...
-VERIFY_MAX_SPAN_REQUESTS = 16_384  # ... as far as this many requests
+VERIFY_MAX_SPAN_S = 600.0  # ... as far as ten minutes of them
 
 
 @dataclass(frozen=True)
@@ -945,10 +945,11 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
         return {}, True
     current = data.get("per_user") == PER_USER_DEFINITION
     if data.get("identity") != identity:
-        files = (", other contents of the files it reads (a --trace edited since), or a plan written before servesim "
-                 "keyed plans by those contents" if reads_files else "")
-        raise ConfigError("--out", f"{out} holds another plan (other model, traffic, SLO or search settings, "
-                          f"disaggregated pools run under another scheduler{files})",
+        why = ["other model, traffic, SLO or search settings", "disaggregated pools run under another scheduler"]
+        if reads_files:
+            why += ["other contents of the files it reads (a --trace edited since)",
+                    "a plan written before servesim keyed plans by those contents"]
+        raise ConfigError("--out", f"{out} holds another plan ({', '.join(why[:-1])}, or {why[-1]})",
                           "pass a new --out folder, or delete that one")
     path = out / "layouts.csv"
     if not path.is_file():
@@ -1067,12 +1068,12 @@ class PlanResult:
 
 def verify_num_requests(base: RunConfig, load_qps: float, slo: PlanSLO, requests_per_unit: int, units: int) -> int:
     """Requests a fleet's verification sends: the search's trials', ``requests_per_unit`` a unit, a capacity
-    search's trial (``simulate capacity``'s default) and :data:`VERIFY_TTFTS` TTFT limits of arrivals, whichever is
-    most. The searches' short trials overstate a unit's capacity (their queues have no time to grow: 512 requests
+    search's trial (``simulate capacity``'s default) and :data:`VERIFY_TTFTS` TTFT limits of arrivals (at most
+    :data:`VERIFY_MAX_SPAN_S` of them), whichever is most. The searches' short trials overstate a unit's capacity (their queues have no time to grow: 512 requests
     put a B200 unit at 13.6 req/s where 2,048 pass 12.75 and fail 13), and the verdict is what catches it, at the
     steady state a deployment runs in, not in its first seconds."""
-    # (the TTFT span at most VERIFY_MAX_SPAN_REQUESTS: a --ttft-slo of 2,000 s asked 200,000 requests of a 5 req/s plan)
-    span = min(math.ceil(VERIFY_TTFTS * slo.ttft_s * load_qps), VERIFY_MAX_SPAN_REQUESTS)
+    # (the span at most VERIFY_MAX_SPAN_S of arrivals: a --ttft-slo of 2,000 s asked 200,000 requests of 5 req/s)
+    span = math.ceil(min(VERIFY_TTFTS * slo.ttft_s, VERIFY_MAX_SPAN_S) * load_qps)
     return max(base.workload.num_requests, requests_per_unit * units, CAPACITY_DEFAULT_NUM_REQUESTS, span)
 
 

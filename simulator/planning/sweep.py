@@ -186,7 +186,7 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
                 if key_node.tag == "tag:yaml.org,2002:merge":  # ('<<: *base': its keys may be given again, and win)
                     continue
                 key = loader.construct_object(key_node, deep=deep)
-                if not isinstance(key, str | int | float | bool) and key is not None:  # (a list as a key: unhashable)
+                if not isinstance(key, str):  # (a list is unhashable; a number, true or null no option's name)
                     raise ConfigError("sweep", f"{path}: line {key_node.start_mark.line + 1}: a key must be a name, "
                                       f"got a {type(key).__name__}", "write the sweep file's keys as names")
                 if key in seen:
@@ -343,7 +343,6 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
     spec = SweepSpec(mode, base, grid)
     seen: dict[str, tuple[int, str]] = {}
     unread_by: dict[str, list[ConfigError]] = {}  # a capacity point's unread planner key (its flag): the points
-    points_given: set[str] = set()
     for index, combo in enumerate(itertools.product(*grid.values()) if grid else [()]):
         values = dict(base)
         for names, row in zip(grid, combo, strict=True):
@@ -391,7 +390,6 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                 refuse_unread_planner_options(config, planner, named, qps_start=False)  # (below: a sweep's terms)
             except ConfigError as err:
                 unread_by.setdefault(err.field, []).append(ConfigError(where, f"{err.field}: {err.problem}", err.fix))
-            points_given.update(named)
 
             try:
                 check_searchable(config, bool(options["users"]), max_users=options["max_users"])
@@ -412,7 +410,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         seen[same] = (index, where)
         spec.points.append(Point(index, values, config, options, key))
     for flag, errors in unread_by.items():
-        name = flag.removeprefix("--").replace("-", "_")
+        name = flag.removeprefix("--").removeprefix("no-").replace("-", "_")  # (--no-tbt-early-exit: tbt_early_exit)
         given_at = sum(1 for p in spec.points if any(SWEEP_KEYS.get(k) == name for k in p.params))
         if len(errors) >= given_at:  # no point given it reads it
             raise errors[0]

@@ -128,7 +128,8 @@ def workload_mix(config: RunConfig, num_decodes: int | None = None, decode_conte
         decode_context=int(round(np.mean(prompt + output / 2))) if decode_context is None else decode_context,
         chunk_context=int(round(np.mean(prompt) / 2)) if chunk_context is None else chunk_context,
         # (the lengths only: the arrivals drawn beside them, "poisson 1 qps", are no part of a step's shape)
-        source=re.sub(r", (poisson|gamma|fixed|burst|closed)[^,]*$", "", table.source),
+        source=table.length_source or re.sub(r", (poisson|gamma|fixed|burst|closed|trace timestamps)\b.*$", "",
+                                             table.source),
     )
 
 

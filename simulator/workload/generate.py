@@ -117,6 +117,7 @@ class RequestTable:
     session_id: np.ndarray | None = None
     think_s: np.ndarray | None = None
     after: np.ndarray | None = None
+    length_source: str | None = None  # what drew the lengths alone (``source`` says the arrivals too)
 
     def __post_init__(self) -> None:
         arrival = np.array(self.arrival_at, dtype=np.float64)
@@ -233,7 +234,7 @@ def generate_requests(cfg: WorkloadConfig, rng: np.random.Generator) -> RequestT
         arrival_desc = f"trace timestamps{scale}"
     else:
         arrival, arrival_desc = _arrivals(cfg, n, rng)
-    return RequestTable(arrival, prompt, output, f"{length_desc}, {arrival_desc}")
+    return RequestTable(arrival, prompt, output, f"{length_desc}, {arrival_desc}", length_source=length_desc)
 
 
 def _normalized(cfg: WorkloadConfig, arrival: np.ndarray, n: int, desc: str) -> tuple[np.ndarray, str]:

@@ -465,3 +465,14 @@ def test_a_rows_fits_model_options_are_judged_by_the_rows_model(tmp_path: Path) 
     assert code == 0, output
     line = refused("calibrate-engine", "--rows", str(rows), "--model", "qwen3-30b-a3b", "--out", str(tmp_path / "g"))
     assert line.startswith("error: --model: a --rows fit replays each row"), line
+
+
+def test_tau_over_a_trace_leaves_out_what_the_context_rejects(shared_data: Path) -> None:
+    """tau over Claude Code sessions (prompts of tens of thousands of tokens) priced a chunk after 51,844 tokens on
+    Llama-2-7B's 4K context, and on Llama-3.1-8B blamed a --num-decodes nobody gave: the engine rejects the longer
+    requests, so no batch holds them."""
+    sessions = str(shared_data / "traces" / "weka_claude_code" / "sessions")
+    line = refused("tau", "--trace", sessions)
+    assert line.startswith("error: workload: no request of trace sessions") and "4,096-token context" in line, line
+    code, output = invoke("tau", "--model", "llama-3.1-8b", "--trace", sessions)
+    assert code == 0 and "longer than the 131,072-token context" in " ".join(output.split()), output

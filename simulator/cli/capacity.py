@@ -139,10 +139,11 @@ def capacity(
         app_console().print(f"wrote {out}/ (capacity.json, trials.csv)")
 
 
-def _check_mix_fits(config: RunConfig, mix: Any) -> None:  # noqa: ANN401 - a planning.tau.DecodeMix
-    """A hybrid batch the replica could hold, its decodes and a chunk after ``chunk_context`` tokens
-    (:func:`~simulator.engine.kvcache.batch_fit_problem`, which ``predict`` refuses by too), else tau
-    would price batches no engine runs."""
+def _check_mix_fits(config: RunConfig, mix: Any, given: frozenset[str] = frozenset()) -> None:  # noqa: ANN401
+    """A hybrid batch (a planning.tau.DecodeMix) the replica could hold, its decodes and a chunk after
+    ``chunk_context`` tokens (:func:`~simulator.engine.kvcache.batch_fit_problem`, which ``predict`` refuses by too),
+    else tau would price batches no engine runs. ``given``: the batch flags typed; a figure drawn from the workload is
+    blamed on it, not on a flag nobody gave."""
     from simulator.engine.kvcache import batch_fit_problem
     from simulator.planning.tau import hybrid_shape
 
@@ -153,6 +154,10 @@ def _check_mix_fits(config: RunConfig, mix: Any) -> None:  # noqa: ANN401 - a pl
         flag, fix = {"prefill": ("--chunk-context", f"pass --chunk-context below {limit}"),
                      "decode": ("--decode-context", f"pass --decode-context <= {limit}"),
                      "kv": ("--num-decodes", "lower --num-decodes or --decode-context, or add GPUs (--tp)")}[problem[0]]
+        if flag.removeprefix("--").replace("-", "_") not in given:  # (drawn from the workload: its mean figures)
+            raise ConfigError("workload", f"{problem[1]} (the workload's batch: {mix.num_decodes:,} decodes x "
+                              f"{mix.decode_context:,} tokens, a chunk after {mix.chunk_context:,})",
+                              f"give the batch with {flag} (and the other batch flags), or add GPUs (--tp)")
         raise ConfigError(flag, problem[1], fix)
 
 
@@ -385,7 +390,8 @@ def tau(
     _check_tau_reads(ctx, config, num_decodes, decode_context, chunk_context)
     unread = tau_unread(config)
     mix = workload_mix(config, num_decodes, decode_context, chunk_context)
-    _check_mix_fits(config, mix)
+    _check_mix_fits(config, mix, frozenset(name for name, value in (("num_decodes", num_decodes), (
+        "decode_context", decode_context), ("chunk_context", chunk_context)) if value is not None))
     result = choose_tau(config, tbt_slo, mix, max_tokens=max_tokens)
     paths = []
     if plot is not None:

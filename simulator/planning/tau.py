@@ -117,6 +117,17 @@ def workload_mix(config: RunConfig, num_decodes: int | None = None, decode_conte
     table = generate_requests(workload, np.random.default_rng(config.seed))
     prompt = np.asarray(table.num_prompt_tokens, dtype=np.float64)
     output = np.asarray(table.num_output_tokens, dtype=np.float64)
+    limit = config.replica.effective_max_model_len
+    fits = prompt + output <= limit  # (a trace's longer rows: the engine rejects them, no batch holds them)
+    source = table.length_source or re.sub(r", (poisson|gamma|fixed|burst|closed|trace timestamps)\b.*$", "",
+                                           table.source)
+    if not fits.all():
+        if not fits.any():
+            raise ConfigError("workload", f"no request of {source} fits the {limit:,}-token context of "
+                              f"{config.replica.model} (every one is longer)", "raise --max-model-len, or give the "
+                              "batch with --num-decodes, --decode-context and --chunk-context")
+        source += f"; {int((~fits).sum()):,} of {len(fits):,} drawn left out, longer than the {limit:,}-token context"
+        prompt, output = prompt[fits], output[fits]
     if num_decodes is None:
         sched, plan = build_scheduler(config)
         # The cache is paged: a sequence holds whole blocks (its last one part-filled), and a
@@ -128,8 +139,7 @@ def workload_mix(config: RunConfig, num_decodes: int | None = None, decode_conte
         decode_context=int(round(np.mean(prompt + output / 2))) if decode_context is None else decode_context,
         chunk_context=int(round(np.mean(prompt) / 2)) if chunk_context is None else chunk_context,
         # (the lengths only: the arrivals drawn beside them, "poisson 1 qps", are no part of a step's shape)
-        source=table.length_source or re.sub(r", (poisson|gamma|fixed|burst|closed|trace timestamps)\b.*$", "",
-                                             table.source),
+        source=source,
     )
 
 

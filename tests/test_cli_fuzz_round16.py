@@ -476,3 +476,18 @@ def test_tau_over_a_trace_leaves_out_what_the_context_rejects(shared_data: Path)
     assert line.startswith("error: workload: no request of trace sessions") and "4,096-token context" in line, line
     code, output = invoke("tau", "--model", "llama-3.1-8b", "--trace", sessions)
     assert code == 0 and "longer than the 131,072-token context" in " ".join(output.split()), output
+
+
+def test_a_sweeps_concurrency_grid_is_a_closed_loop_as_the_flag_is(tmp_path: Path) -> None:
+    """--concurrency N alone is N users in a closed loop; a sweep's concurrency grid ran each point as the default
+    1 req/s Poisson load capped at N in flight, every point of a throughput curve alike (~915 tok/s from 16 to 512)."""
+    code, output = invoke("sweep", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--grid", "concurrency=4,64",
+                          "--workload", "random", "--prompt-tokens", "512", "--output-tokens", "128", "--num-requests",
+                          "256", "--out", str(tmp_path / "s"))
+    assert code == 0, output
+    import csv
+
+    rows = {r["concurrency"]: float(r["output_tokens_per_s"]) for r in csv.DictReader((tmp_path / "s" / "results.csv").open())}
+    assert rows["64"] > 3 * rows["4"], rows  # (at 1 req/s both carried about the same)
+    point = json.loads(next((tmp_path / "s" / "points").glob("*.json")).read_text())
+    assert point["config"]["workload"]["arrival"] == "burst", point["config"]["workload"]

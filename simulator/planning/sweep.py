@@ -504,6 +504,11 @@ def _point_config(values: dict[str, Any], where: str) -> RunConfig:
 
     values = dict(values)
     default_random_input_len(values)  # as `simulate run --workload random` reads it
+    if (values.get("concurrency") is not None and values.get("qps") is None and values.get("arrival") is None
+            and values.get("burstiness") is None):
+        # As `simulate run --concurrency N` reads it (config.options.resolve_aliases): N users in a closed loop. A
+        # grid's concurrency = [16, 64] ran a 1 req/s Poisson load capped at N in flight: every point alike
+        values["arrival"] = "burst"
     changes = {RUN_OPTIONS[k][0]: v for k, v in values.items() if k in RUN_OPTIONS}
     try:
         config = RunConfig().replace(**changes)

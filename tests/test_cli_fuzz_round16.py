@@ -491,3 +491,29 @@ def test_a_sweeps_concurrency_grid_is_a_closed_loop_as_the_flag_is(tmp_path: Pat
     assert rows["64"] > 3 * rows["4"], rows  # (at 1 req/s both carried about the same)
     point = json.loads(next((tmp_path / "s" / "points").glob("*.json")).read_text())
     assert point["config"]["workload"]["arrival"] == "burst", point["config"]["workload"]
+
+
+def test_a_disaggregated_run_names_its_pools_scheduler() -> None:
+    """The pools run vllm (V0: whole prompts, no token budget) unless a pool's sched= says otherwise, beside a run
+    whose --scheduler (vllm-v1) is never theirs: a DeepSeek prefill rank took 22 prompts (161,683 tokens) in one
+    14 s step, and the title named no pool scheduler."""
+    args = ("run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-requests", "8", "--prefill-pool", "1x")
+    code, output = invoke(*args, "--decode-pool", "1x")
+    text = " ".join(output.split())
+    assert code == 0 and "· pools run vllm (vLLM V0: whole prompts, no token budget; a pool's sched=vllm-v1" in text
+    code, output = invoke(*args[:7], "--prefill-pool", "1x(sched=vllm-v1)", "--decode-pool",
+                          "1x(sched=vllm-v1)")
+    text = " ".join(output.split())
+    assert code == 0 and "· pools run vllm-v1 ·" in text and "V0" not in text, output
+
+
+def test_a_closed_loop_beyond_its_kv_cache_says_how_many_users_it_holds() -> None:
+    """256 users of 8K/1K on DeepSeek-R1 FP8 over 8 B200s: TTFT p50 46 s and preemptions, with no word that the KV
+    cache holds ~150 users' contexts; an overloaded closed loop was told to 'lower --qps', which it has none of."""
+    code, output = invoke("run", "--model", "deepseek-v3", "--gpu", "b200", "--tp", "8", "--dtype", "fp8",
+                          "--concurrency", "256", "--workload", "random", "--prompt-tokens", "8192", "--output-tokens",
+                          "1024", "--random-range-ratio", "0.8", "--range-style", "sglang", "--num-requests", "512")
+    text = " ".join(output.split())
+    users = re.search(r"note: the KV cache holds [\d,]+ tokens, about ([\d,]+) of the 256 users' contexts", text)
+    assert code == 0 and users is not None and 100 < int(users.group(1).replace(",", "")) < 256, output
+    assert "lower --qps" not in text, output

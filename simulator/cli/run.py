@@ -196,17 +196,40 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     if summary.get("rejected_by_reason"):
         console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()))
     if summary.get("overloaded"):
+        closed = config.workload.concurrency is not None and config.workload.arrival == "burst"
         console.print(
             f"[bold]load exceeds capacity:[/bold] scheduling delay rose from {summary['sched_delay_s_p50_first_quarter']:.3g} s "
             f"(P50, first quarter of arrivals) to {summary['sched_delay_s_p50_last_quarter']:.3g} s (last quarter) and "
             f"{count(summary['num_waiting_at_last_arrival'], 'request')} "
             f"{'was' if summary['num_waiting_at_last_arrival'] == 1 else 'were'} still queued at the last arrival, so "
-            "latencies grow with the run's length; " + _overload_fix(config))
+            + ("the engine cannot take its users at once (a closed loop's queue holds at most its users, who wait "
+               "their turn); " if closed else "latencies grow with the run's length; ") + _overload_fix(config))
     if "stage_busy_fraction" in summary:
         for replica_id, busy in enumerate(summary["stage_busy_fraction"]):
             stages = ", ".join(f"{b:.0%}" for b in busy)
             console.print(f"pipeline replica {replica_id}: stage busy {stages}; "
                           f"bubble fraction sum {sum(1 - b for b in busy):.2f}")
+
+
+def kv_users_note(config: RunConfig, summary: dict[str, Any], requests: Any) -> str | None:  # noqa: ANN401
+    """Said where a closed loop's users outnumber the contexts one engine's KV cache holds (their requests at full
+    length): the others wait for blocks or are preempted, which the TTFT shows and nothing else said (DeepSeek-R1 FP8
+    on 8 B200s, 256 users of 8K/1K: TTFT p50 46 s, 44 preemptions, the cache holding ~160 users). One replica of
+    one rank only (a router spreads several's users unevenly); None otherwise."""
+    w = config.workload
+    tokens = summary.get("kv_cache_tokens")
+    if (w.concurrency is None or config.is_disaggregated or config.num_ranks != 1 or not tokens or requests is None
+            or "num_prompt_tokens" not in requests):
+        return None
+    import numpy as np  # (late: the CLI starts without it)
+
+    context = float(np.mean(np.asarray(requests["num_prompt_tokens"]) + np.asarray(requests["num_output_tokens"])))
+    if not context or tokens / context >= w.concurrency:
+        return None
+    return (f"note: the KV cache holds {tokens:,} tokens, about {tokens / context:,.0f} of the {w.concurrency:,} "
+            f"users' contexts (a request's {context:,.0f} tokens at its end): the others wait for blocks or are "
+            f"preempted ({summary.get('num_preemptions', 0):,} preemptions), which their TTFT shows (--kv-cache-dtype "
+            "fp8, more GPUs or fewer users hold them all)")
 
 
 def extrapolation_warning(summary: dict[str, Any]) -> str | None:
@@ -225,7 +248,20 @@ def _overload_fix(config: RunConfig) -> str:
     if config.workload.arrival == "trace":
         return ("replay the trace slower with --time-scale below 1 (0.5 halves its rate), or serve it with more "
                 "--replicas")
+    if config.workload.concurrency is not None and config.workload.arrival == "burst":  # (a closed loop has no rate)
+        return "lower --concurrency or find the most users it serves with `simulate capacity --users` (same options)"
     return "lower --qps or find the sustainable rate with `simulate capacity` (same options)"
+
+
+def _pool_schedulers(config: RunConfig, layout: Any) -> str:  # noqa: ANN401 - a DisaggLayout
+    """Which policy each pool runs (a pool's sched=, else vllm), said: the pools ran vLLM V0's whole prompts beside a
+    run whose --scheduler (vllm-v1 by default) was never theirs, and nothing said so."""
+    names = {"prefill": layout.prefill_scheduler.name, "decode": layout.decode_scheduler.name}
+    said = (f"pools run {names['prefill']}" if names["prefill"] == names["decode"] else
+            f"prefill pool runs {names['prefill']}, decode pool {names['decode']}")
+    if "vllm" in names.values() and config.scheduler.name != "vllm":
+        said += " (vLLM V0: whole prompts, no token budget; a pool's sched=vllm-v1 runs V1's chunked prefill)"
+    return said
 
 
 def engine_words(config: RunConfig) -> str:
@@ -308,8 +344,9 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     if config.is_disaggregated:
         from simulator.config.disagg_layout import layout_of, link_words  # late: keeps the CLI's import light
 
-        title = (f"{r.model} disaggregated: {layout_of(config).describe()} ({link_words(config)}){_router(config)} · "
-                 f"{engine_words(config)} · "
+        layout = layout_of(config)
+        title = (f"{r.model} disaggregated: {layout.describe()} ({link_words(config)}){_router(config)} · "
+                 f"{_pool_schedulers(config, layout)} · {engine_words(config)} · "
                  f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"
@@ -718,6 +755,8 @@ def run(
         warning = extrapolation_warning(summary)  # in either view: the summary's figures lean on it
         if warning is not None:
             out_console.print(f"[yellow]{warning}[/yellow]", highlight=False)
+        if (note := kv_users_note(config, summary, requests)) is not None:
+            out_console.print(note, highlight=False)
         for line in changed_lines:
             out_console.print(line, markup=False, highlight=False)
         if bench.save_result is not None:

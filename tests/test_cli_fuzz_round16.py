@@ -517,3 +517,19 @@ def test_a_closed_loop_beyond_its_kv_cache_says_how_many_users_it_holds() -> Non
     users = re.search(r"note: the KV cache holds [\d,]+ tokens, about ([\d,]+) of the 256 users' contexts", text)
     assert code == 0 and users is not None and 100 < int(users.group(1).replace(",", "")) < 256, output
     assert "lower --qps" not in text, output
+
+
+def test_vllms_documented_speculative_json_runs_with_its_unread_keys_said() -> None:
+    """vLLM's docs write EAGLE configs with "draft_tensor_parallel_size": 1 and "max_model_len": the first was refused
+    as doing nothing (a head runs on the target's GPUs), the second as an unknown key. They run, said as not modelled
+    (round 9 refused the first; a pasted config is vLLM's, not a flag typed)."""
+    spec = ('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3, '
+            '"draft_tensor_parallel_size": 1, "max_model_len": 2048, "acceptance_rate": 0.7}')
+    code, output = invoke("run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "2", "--num-requests", "8",
+                          "--speculative-config", spec)
+    text = " ".join(output.split())
+    assert code == 0 and "not modelled: draft_tensor_parallel_size (a head or lookup runs inside the target's step" \
+        in text and "max_model_len (the drafts' context is the target's --max-model-len)" in text, output
+    bad = spec.replace('"draft_tensor_parallel_size": 1', '"draft_tensor_parallel_size": 0')
+    assert "must be an integer >= 1, got 0" in refused("run", "--model", "llama-3.1-8b", "--num-requests", "8",
+                                                        "--speculative-config", bad)

@@ -210,9 +210,6 @@ def test_a_plan_over_its_limits_says_which_limit_and_what_was_verified(tmp_path:
     (["--over-length", "drop"], "--over-length: it says what becomes of trace rows"),
     (["--prefill-pool", "1x(tp=1)", "--decode-pool", "2x(tp=1)", "--kv-link-scope", "shared"],
      "--kv-link-scope: one prefill worker sends every transfer"),
-    (["--tp", "2", "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3, '
-      '"draft_tensor_parallel_size": 1}', "--acceptance-rate", "0.7"],
-     "--speculative-config.draft_tensor_parallel_size: eagle3 has no draft model of its own"),
 ])
 def test_an_explicit_default_the_run_does_not_read_is_refused(args: list[str], needle: str) -> None:
     assert needle in one_line_error(simulate_module("run", "--model", "llama-3.1-8b", "--num-requests", "8", *args))

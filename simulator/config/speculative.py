@@ -55,7 +55,10 @@ _VLLM_METHODS = {"draft_model": "draft_model", "eagle": "eagle", "eagle3": "eagl
 # vLLM keys a pasted config may carry that do not change a simulated run, and why (said in the run's header).
 UNMODELLED_KEYS = {"prompt_lookup_max": "n-gram match lengths act through the acceptance rates",
                    "prompt_lookup_min": "n-gram match lengths act through the acceptance rates",
-                   "quantization": "the draft model is priced at the target's --dtype"}
+                   "quantization": "the draft model is priced at the target's --dtype",
+                   # (vLLM's docs write it in their EAGLE examples: a head runs on the target's GPUs, whatever it says)
+                   "draft_tensor_parallel_size": "a head or lookup runs inside the target's step, on its GPUs",
+                   "max_model_len": "the drafts' context is the target's --max-model-len"}
 # Draft tokens a step at most: far past any drafter's (and past 2^63 the verify step's arrays overflow).
 MAX_SPECULATIVE_TOKENS = 256
 _VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
@@ -537,10 +540,11 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
     if data.get("quantization") is not None and ours == "ngram":
         raise ConfigError("--speculative-config.quantization", "ngram looks its drafts up in the request's own tokens "
                           "and has no draft model to quantize, so it would do nothing", "drop quantization")
-    if data.get("draft_tensor_parallel_size") is not None and ours != "draft_model":
-        raise ConfigError("--speculative-config.draft_tensor_parallel_size", f"{method} has no draft model of its own "
-                          "to lay out (its heads or lookups run inside the target's step), so it would do nothing",
-                          "drop draft_tensor_parallel_size")
+    draft_tp = data.get("draft_tensor_parallel_size")
+    if draft_tp is not None and ours != "draft_model" and (not isinstance(draft_tp, int) or isinstance(draft_tp, bool)
+                                                           or draft_tp < 1):
+        raise ConfigError("--speculative-config.draft_tensor_parallel_size", f"must be an integer >= 1, got "
+                          f"{draft_tp!r}", "drop draft_tensor_parallel_size, or give it as vLLM takes it")
     parallel = data.get("parallel_drafting")
     if parallel is not None and not isinstance(parallel, bool):
         raise ConfigError("--speculative-config.parallel_drafting", f"must be true or false, got {parallel!r}",
@@ -548,11 +552,13 @@ def vllm_json_fields(text: str) -> dict[str, Any]:
     return {"method": ours, "num_speculative_tokens": data["num_speculative_tokens"],
             "draft_model": None if model == "[ngram]" else model, "acceptance_rates": rates,
             "acceptance_source": source,
-            # None (vLLM's default) is the target's TP; a 0 or -1 typed is refused by SpeculativeConfig, not read as None
-            "draft_tp": data.get("draft_tensor_parallel_size"),
+            # None (vLLM's default) is the target's TP; a 0 or -1 typed is refused by SpeculativeConfig, not read as None;
+            # a head's or a lookup's is read nowhere (it runs on the target's GPUs): said as unmodelled
+            "draft_tp": draft_tp if ours == "draft_model" else None,
             "disable_by_batch_size": data.get("disable_by_batch_size"),
             "reduce_k_batch_size": data.get("reduce_k_batch_size"),
-            "unmodelled_keys": tuple(key for key in UNMODELLED_KEYS if data.get(key) is not None),
+            "unmodelled_keys": tuple(key for key in UNMODELLED_KEYS if data.get(key) is not None
+                                     and not (key == "draft_tensor_parallel_size" and ours == "draft_model")),
             "token_tree": tree, "parallel_drafting": bool(parallel)}
 
 

@@ -533,3 +533,12 @@ def test_vllms_documented_speculative_json_runs_with_its_unread_keys_said() -> N
     bad = spec.replace('"draft_tensor_parallel_size": 1', '"draft_tensor_parallel_size": 0')
     assert "must be an integer >= 1, got 0" in refused("run", "--model", "llama-3.1-8b", "--num-requests", "8",
                                                         "--speculative-config", bad)
+
+
+def test_a_model_too_big_even_at_fp8_is_pointed_to_4_bits() -> None:
+    """gpt-oss-120b at bf16 on one H100 was told to quantise to FP8, which needs 112 GiB too; it ships in MXFP4."""
+    line = refused("run", "--model", "gpt-oss-120b", "--gpu", "h100-sxm", "--num-requests", "4")
+    assert "quantise the weights to 4 bits (--dtype mxfp4 or nvfp4" in line and "FP8 still needs ~" in line, line
+    code, output = invoke("run", "--model", "gpt-oss-120b", "--gpu", "h100-sxm", "--dtype", "mxfp4", "--num-requests",
+                          "4")
+    assert code == 0, output

@@ -38,6 +38,8 @@ def test_profile_fit_simulate_on_cpu(tmp_path: Path):
     shown = simulate_cli(*[a for a in common if a != "--json"], "--cost-model", str(art), "--no-progress")
     assert shown.returncode == 0 and "roofline for: " in shown.stdout
     assert "attn_decode" in shown.stdout.split("roofline for: ")[1].split(" · ")[0]
+    # ... and that a CPU profile's float32 kernels price the run's 16-bit weights
+    assert "learned from float32 kernels (the profile's --dtype)" in " ".join(shown.stdout.split())
     # An artifact is for one model: another model is refused in one line.
     bad = simulate_cli("run", "--model", "llama-2-7b", "--gpu", "cpu", "--cost-model", str(art), "--num-requests", "2")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -462,6 +462,8 @@ def _pricing_note(config: RunConfig) -> str:
         art = read_artifact(config.cost_model)  # (what it holds, as the model prices it: not its own list)
         curves = art.get("curves") if isinstance(art.get("curves"), dict) else {}
         left = roofline_ops_of([*curves, *(k for k in ("attn_decode", "attn_prefill") if k in art)], config.replica.tp)
+        if art.get("gemm_dtype") == "float32":  # (a CPU profile's: its kernels price the run's 16-bit weights)
+            kernels += " · learned from float32 kernels (the profile's --dtype), pricing the run's 16-bit weights"
         if left:
             kernels += f" · roofline for: {', '.join(left)}"
     kernels += " · roofline calibration: " + "; ".join(

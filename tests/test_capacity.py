@@ -585,8 +585,9 @@ def test_tau_decode_batch_counts_whole_blocks():
         config = base.replace(replica__block_size=size)
         _, plan = build_scheduler(config)
         per_seq = -(-120 // size)  # 120 tokens a sequence, in whole blocks
+        chunk = -(-(50 + 1) // size)  # the step's chunk after 50 prompt tokens holds its own (a one-token chunk)
         batches[size] = workload_mix(config).num_decodes
-        assert batches[size] == plan.num_blocks // per_seq
+        assert batches[size] == (plan.num_blocks - chunk) // per_seq
     assert batches[256] < batches[128]
 
 

@@ -542,3 +542,20 @@ def test_a_model_too_big_even_at_fp8_is_pointed_to_4_bits() -> None:
     code, output = invoke("run", "--model", "gpt-oss-120b", "--gpu", "h100-sxm", "--dtype", "mxfp4", "--num-requests",
                           "4")
     assert code == 0, output
+
+
+def test_tau_sizes_its_own_batch_to_leave_its_chunk_room() -> None:
+    """The decodes tau drew filled the cache with full-length sequences and left the chunk none: it refused its own
+    batch (Llama-2-7B, fixed 4,060/10), blaming the workload."""
+    code, output = invoke("tau", "--model", "llama-2-7b", "--workload", "fixed", "--prompt-tokens", "4060",
+                          "--output-tokens", "10")
+    assert code == 0 and "knee" in output, output
+
+
+def test_a_rows_fit_whose_first_row_is_unknown_is_refused_in_its_own_terms(tmp_path: Path) -> None:
+    """rows_base read the first row's model through the silicon reader, whose Unexpressible escaped as a traceback;
+    the first row that resolves gives the defaults, and a file of none is the fit's to refuse."""
+    rows = tmp_path / "rows.csv"
+    rows.write_text("backend,model,gpu,isl,osl,concurrency,ttft_ms,tpot_ms\nvllm,nosuch-model,h100-sxm,1024,128,4,50,10\n")
+    line = refused("calibrate-engine", "--rows", str(rows), "--out", str(tmp_path / "e.json"))
+    assert line.startswith("error: rows: ") and "nosuch-model is not in the catalog" in line, line

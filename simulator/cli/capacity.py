@@ -154,6 +154,8 @@ def _check_mix_fits(config: RunConfig, mix: Any, given: frozenset[str] = frozens
         flag, fix = {"prefill": ("--chunk-context", f"pass --chunk-context below {limit}"),
                      "decode": ("--decode-context", f"pass --decode-context <= {limit}"),
                      "kv": ("--num-decodes", "lower --num-decodes or --decode-context, or add GPUs (--tp)")}[problem[0]]
+        if problem[0] == "kv" and "num_decodes" not in given and "decode_context" in given:
+            flag, fix = "--decode-context", "lower --decode-context, or give --num-decodes, or add GPUs (--tp)"
         if flag.removeprefix("--").replace("-", "_") not in given:  # (drawn from the workload: its mean figures)
             raise ConfigError("workload", f"{problem[1]} (the workload's batch: {mix.num_decodes:,} decodes x "
                               f"{mix.decode_context:,} tokens, a chunk after {mix.chunk_context:,})",

@@ -180,13 +180,17 @@ def rows_base(path: Path) -> RunConfig | None:
 
     try:
         with Path(path).open(newline="", encoding="utf-8-sig") as f:
-            row = next(csv.DictReader(f), None)
-        if not row or not row.get("model") or not row.get("gpu"):
-            return None
-        return RunConfig().replace(replica__model=_model(row["model"].strip()),
-                                   replica__gpu=SYSTEMS.get(row["gpu"].strip(), row["gpu"].strip()))
-    except (OSError, UnicodeDecodeError, csv.Error, ConfigError, KeyError, ValueError):
+            for i, row in enumerate(csv.DictReader(f)):
+                if i >= 1000:  # (the fit refuses a file none of whose first rows reads, in its own terms)
+                    return None
+                model, gpu = (row.get("model") or "").strip(), (row.get("gpu") or "").strip()
+                try:  # the first row whose model and GPU the catalog knows (an unknown one is the fit's to refuse)
+                    return RunConfig().replace(replica__model=_model(model), replica__gpu=SYSTEMS.get(gpu, gpu))
+                except Exception:  # noqa: BLE001 - any row that does not read as a run: the next one
+                    continue
+    except (OSError, UnicodeDecodeError, csv.Error):
         return None
+    return None
 
 
 def check_trace_given(config: RunConfig, options: dict[str, Any], command: str = "run") -> None:

@@ -216,20 +216,24 @@ def kv_users_note(config: RunConfig, summary: dict[str, Any], requests: Any) -> 
     length): the others wait for blocks or are preempted, which the TTFT shows and nothing else said (DeepSeek-R1 FP8
     on 8 B200s, 256 users of 8K/1K: TTFT p50 46 s, 44 preemptions, the cache holding ~160 users). One replica of
     one rank only (a router spreads several's users unevenly); None otherwise."""
-    w = config.workload
+    w, m = config.workload, config.replica.model_spec
     tokens = summary.get("kv_cache_tokens")
     if (w.concurrency is None or config.is_disaggregated or config.num_ranks != 1 or not tokens or requests is None
-            or "num_prompt_tokens" not in requests):
-        return None
+            or "num_prompt_tokens" not in requests or m.is_hybrid or m.num_sliding_layers):
+        return None  # (a hybrid's state, a window's KV: a request does not hold its context's tokens; not said)
     import numpy as np  # (late: the CLI starts without it)
 
     context = float(np.mean(np.asarray(requests["num_prompt_tokens"]) + np.asarray(requests["num_output_tokens"])))
     if not context or tokens / context >= w.concurrency:
         return None
+    r = config.replica
+    fix = ("more --num-gpu-blocks or fewer users" if r.num_gpu_blocks is not None else
+           "more GPUs or fewer users" if r.kv_cache_bytes < r.dtype_bytes or r.kv_cache_dtype == "fp8" else
+           "--kv-cache-dtype fp8, more GPUs or fewer users")
     return (f"note: the KV cache holds {tokens:,} tokens, about {tokens / context:,.0f} of the {w.concurrency:,} "
             f"users' contexts (a request's {context:,.0f} tokens at its end): the others wait for blocks or are "
-            f"preempted ({summary.get('num_preemptions', 0):,} preemptions), which their TTFT shows (--kv-cache-dtype "
-            "fp8, more GPUs or fewer users hold them all)")
+            f"preempted ({summary.get('num_preemptions', 0):,} preemptions), which their TTFT shows ({fix} hold "
+            "them all)")
 
 
 def extrapolation_warning(summary: dict[str, Any]) -> str | None:
@@ -302,7 +306,9 @@ def _kv_memory(config: RunConfig) -> str:
     out = "" if (fraction, basis) == (DEFAULT_MEMORY_FRACTION, "total") else (
         f" · KV cache memory {fraction:g} {MEMORY_BASIS_WORDS[basis]}")
     if r.num_gpu_blocks is not None:  # (the fraction then sizes nothing: vLLM's num_gpu_blocks_override wins)
-        size = r.block_size or SCHEDULER_ENTRIES[s.name].block_size
+        from simulator.engine.kvcache import engine_block_size  # (a hybrid's pages hold its state: vLLM's rule)
+
+        size = engine_block_size(r, s.name)
         return (f" · KV cache {r.num_gpu_blocks:,} blocks of {size} tokens (--num-gpu-blocks, over the memory "
                 "plan)")
     block = SCHEDULER_ENTRIES[s.name].block_size

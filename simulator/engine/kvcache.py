@@ -216,7 +216,7 @@ def plan_memory(replica: ReplicaConfig, max_num_batched_tokens: int, max_num_seq
             fix = "raise --tp/--pp or use a larger GPU"
             if replica.dtype in ("bf16", "fp16"):  # 16-bit weights: an FP8 checkpoint holds them in half the bytes
                 fix = "raise --tp/--pp, quantise the weights (--dtype fp8) or use a larger GPU"
-                if w / 2 + beside >= usable:  # (gpt-oss-120b on one GPU: FP8 fails too; it ships in MXFP4)
+                if w / 2 + beside >= usable > w / 4 + beside:  # (gpt-oss-120b on one GPU: FP8 fails too; MXFP4 fits)
                     fix = (f"raise --tp/--pp, quantise the weights to 4 bits (--dtype mxfp4 or nvfp4, as gpt-oss's and "
                            f"NVFP4 checkpoints ship; FP8 still needs ~{(w / 2 + beside) / GiB:.0f} GiB) or use a "
                            "larger GPU")

@@ -99,7 +99,8 @@ CEILING_LOADS = 4.0  # a layout's search tries a unit at up to this many times t
 MIN_CEILING_QPS = 1000.0  # ... and at least this many req/s (the ceiling plans had, for small loads alike)
 MIN_MISSES_JUDGED = 10  # a verification allowing fewer late requests than this is said to be a thin verdict
 VERIFY_TTFTS = 20  # a verification's arrivals span at least this many TTFT limits (verify_num_requests) ...
-VERIFY_MAX_SPAN_S = 600.0  # ... as far as ten minutes of them
+VERIFY_MAX_SPAN_S = 600.0  # ... as far as ten minutes of them ...
+VERIFY_MAX_SPAN_REQUESTS = 100_000  # ... and this many requests (10,000 req/s at a 30 s TTFT asked 6 million)
 
 
 @dataclass(frozen=True)
@@ -1073,7 +1074,7 @@ def verify_num_requests(base: RunConfig, load_qps: float, slo: PlanSLO, requests
     put a B200 unit at 13.6 req/s where 2,048 pass 12.75 and fail 13), and the verdict is what catches it, at the
     steady state a deployment runs in, not in its first seconds."""
     # (the span at most VERIFY_MAX_SPAN_S of arrivals: a --ttft-slo of 2,000 s asked 200,000 requests of 5 req/s)
-    span = math.ceil(min(VERIFY_TTFTS * slo.ttft_s, VERIFY_MAX_SPAN_S) * load_qps)
+    span = min(math.ceil(min(VERIFY_TTFTS * slo.ttft_s, VERIFY_MAX_SPAN_S) * load_qps), VERIFY_MAX_SPAN_REQUESTS)
     return max(base.workload.num_requests, requests_per_unit * units, CAPACITY_DEFAULT_NUM_REQUESTS, span)
 
 

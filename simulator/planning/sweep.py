@@ -354,7 +354,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
             # (a flag typed at its default value is given, though the CLI's base leaves it out as a default)
             values.update({name: value for name, value in implied_options(values).items() if name not in given})
         try:
-            config = _point_config(values, where)
+            config = _point_config(values, where, closed_loop=mode == "run")
         except ConfigError:
             # Blame the base where no grid value alone on it makes it valid, else a grid value that fails
             # alone on it, else the point; only a point that fails (never the base alone, whose defaults
@@ -364,11 +364,12 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                 for row in rows:
                     try:
                         _point_config({**base, **dict(zip(grid_names, row, strict=True))},
-                                      f"sweep.grid.{','.join(grid_names)}={','.join(map(str, row))}")
+                                      f"sweep.grid.{','.join(grid_names)}={','.join(map(str, row))}",
+                                      closed_loop=mode == "run")
                     except ConfigError as err:
                         failing.append(err)
             if len(failing) == sum(len(rows) for rows in grid.values()):
-                _point_config(base, "sweep.base")
+                _point_config(base, "sweep.base", closed_loop=mode == "run")
             if failing:
                 raise failing[0] from None
             raise
@@ -497,15 +498,17 @@ def _check_name(where: str, name: str, mode: str) -> None:
                           f"remove it or set mode = \"{POINT_OPTIONS[name][2][0]}\"")
 
 
-def _point_config(values: dict[str, Any], where: str) -> RunConfig:
+def _point_config(values: dict[str, Any], where: str, closed_loop: bool = True) -> RunConfig:
     """A point's config, refused as ``simulate run`` refuses it; its router too, where the point's workload gives it
-    nothing to route by (``prefix_aware`` on ShareGPT ran as least outstanding under the router's name)."""
+    nothing to route by (``prefix_aware`` on ShareGPT ran as least outstanding under the router's name).
+    ``closed_loop``: a concurrency without a rate is N users in a closed loop, as ``--concurrency N`` is (a run
+    point's; a capacity point's users search sends its own, and a rate search refuses a concurrency)."""
     from simulator.workload.prefix_traces import check_router  # (reads a trace's first line only)
 
     values = dict(values)
     default_random_input_len(values)  # as `simulate run --workload random` reads it
-    if (values.get("concurrency") is not None and values.get("qps") is None and values.get("arrival") is None
-            and values.get("burstiness") is None):
+    if (closed_loop and values.get("concurrency") is not None and values.get("qps") is None
+            and values.get("arrival") is None and values.get("burstiness") is None):
         # As `simulate run --concurrency N` reads it (config.options.resolve_aliases): N users in a closed loop. A
         # grid's concurrency = [16, 64] ran a 1 req/s Poisson load capped at N in flight: every point alike
         values["arrival"] = "burst"
@@ -820,6 +823,13 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
                 raise ConfigError("--out", f"{out} holds a sweep written before servesim keyed a point by the contents "
                                   "of the files it reads (its sweep.json records none), so its points cannot be told "
                                   "from this sweep's", "pass a new folder (its points run again)")
+            grid_now = jsonable({",".join(k): [list(r) for r in v] for k, v in spec.grid.items()})
+            if not changed and before.get("grid") == grid_now and before.get("mode") == spec.mode:
+                # (the same file and options: the code keyed its points otherwise when it ran them)
+                raise ConfigError("--out", f"{out} holds this sweep's points as other code keyed them (a point's key "
+                                  "is everything its result depends on, and what the code reads of it changed since: "
+                                  "a concurrency grid runs closed loops, files are read by their contents)",
+                                  "pass a new folder (its points run again)")
             raise ConfigError("--out", f"{out} holds another sweep: its sweep.json has points this one does not{what}",
                               "pass a new folder, or the same sweep file and options to resume it")
     # A point not done (never run, or failed and rerun with --retry-failed) has no doc yet.

@@ -128,16 +128,19 @@ def workload_mix(config: RunConfig, num_decodes: int | None = None, decode_conte
                               "batch with --num-decodes, --decode-context and --chunk-context")
         source += f"; {int((~fits).sum()):,} of {len(fits):,} drawn left out, longer than the {limit:,}-token context"
         prompt, output = prompt[fits], output[fits]
+    chunk_context = int(round(np.mean(prompt) / 2)) if chunk_context is None else chunk_context
     if num_decodes is None:
         sched, plan = build_scheduler(config)
         # The cache is paged: a sequence holds whole blocks (its last one part-filled), and a
-        # hybrid's also its recurrent state's blocks.
+        # hybrid's also its recurrent state's blocks; the step's chunk and the tokens before it hold theirs too (a
+        # cache filled with decodes left the chunk no room, and tau refused its own batch)
         blocks_per_seq = float(np.mean(np.ceil((prompt + output) / plan.block_size))) + plan.num_state_blocks
-        num_decodes = int(min(sched.max_num_seqs, plan.num_blocks // max(blocks_per_seq, 1.0)))
+        chunk_blocks = math.ceil((chunk_context + 1) / plan.block_size) + plan.num_state_blocks
+        num_decodes = int(min(sched.max_num_seqs, max(plan.num_blocks - chunk_blocks, 0) // max(blocks_per_seq, 1.0)))
     return DecodeMix(
         num_decodes=num_decodes,
         decode_context=int(round(np.mean(prompt + output / 2))) if decode_context is None else decode_context,
-        chunk_context=int(round(np.mean(prompt) / 2)) if chunk_context is None else chunk_context,
+        chunk_context=chunk_context,
         # (the lengths only: the arrivals drawn beside them, "poisson 1 qps", are no part of a step's shape)
         source=source,
     )

@@ -559,3 +559,20 @@ def test_a_rows_fit_whose_first_row_is_unknown_is_refused_in_its_own_terms(tmp_p
     rows.write_text("backend,model,gpu,isl,osl,concurrency,ttft_ms,tpot_ms\nvllm,nosuch-model,h100-sxm,1024,128,4,50,10\n")
     line = refused("calibrate-engine", "--rows", str(rows), "--out", str(tmp_path / "e.json"))
     assert line.startswith("error: rows: ") and "nosuch-model is not in the catalog" in line, line
+
+
+def test_a_mean_gap_is_the_same_bits_whatever_blas_threads_it_ran_under() -> None:
+    """np.dot (BLAS) split a long weighted sum by its thread count: a sweep's points on Ray workers (one thread) and
+    locally (two) differed in tbt_s_mean's last digit, and a resumed sweep mixed both."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; from simulator.engine.tbt import quantile_stats; "
+            "from simulator.report.benchmark import _weighted_stats; rng = np.random.default_rng(0); "
+            "v = np.sort(rng.random(400_000)); c = rng.integers(1, 50, 400_000); "
+            "print(repr(quantile_stats(v, c, 'tbt_s')['tbt_s_mean']), repr(_weighted_stats(v, c, 'itl', [99.0])))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                           env={**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}).stdout
+            for threads in ("1", "2", "4")}
+    assert len(outs) == 1, outs

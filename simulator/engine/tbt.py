@@ -209,7 +209,9 @@ def quantile_stats(values: np.ndarray, counts: np.ndarray, prefix: str) -> dict[
     out: dict[str, float] = {}
     for q, v in zip(QUANTILES, percentiles(values, counts, QUANTILES), strict=True):
         out[f"{prefix}_p{q}"] = v
-    out[f"{prefix}_mean"] = float(np.dot(values, counts.astype(np.float64)) / n)
+    # np.sum's pairwise sum, not np.dot: BLAS splits a long dot by its thread count, so one run's mean moved in its
+    # last digit between a Ray worker (one thread) and a local process (bit for bit is the contract)
+    out[f"{prefix}_mean"] = float(np.sum(values * counts.astype(np.float64)) / n)
     out[f"{prefix}_max"] = float(values[counts > 0].max())
     return out
 

@@ -124,9 +124,9 @@ def _weighted_stats(values: np.ndarray, counts: np.ndarray, name: str, qs: Seque
         return _stats(np.zeros(0), name, qs)
     ms = values * 1000
     weights = counts.astype(np.float64)
-    mean = float(np.dot(ms, weights) / n)
+    mean = float(np.sum(ms * weights) / n)  # (np.sum, not BLAS's np.dot: the same bits whatever the thread count)
     out = {f"mean_{name}_ms": mean, f"median_{name}_ms": percentiles(ms, counts, [50.0])[0],
-           f"std_{name}_ms": float(math.sqrt(max(float(np.dot((ms - mean) ** 2, weights)) / n, 0.0)))}
+           f"std_{name}_ms": float(math.sqrt(max(float(np.sum((ms - mean) ** 2 * weights)) / n, 0.0)))}
     for p, v in zip(qs, percentiles(ms, counts, qs), strict=True):
         out[f"p{_word(p)}_{name}_ms"] = v
     return out

@@ -576,3 +576,19 @@ def test_a_mean_gap_is_the_same_bits_whatever_blas_threads_it_ran_under() -> Non
                            env={**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}).stdout
             for threads in ("1", "2", "4")}
     assert len(outs) == 1, outs
+
+
+def test_a_pools_gpu_file_is_an_input_too(tmp_path: Path) -> None:
+    """A GPU file named by a pool's gpu= was no recorded input: edited, `run --config` reproduced another run
+    silently and a sweep resumed its stale points."""
+    from simulator.config.inputs import fingerprints
+    from simulator.config.run_config import RunConfig
+
+    gpu = tmp_path / "g.toml"
+    gpu.write_text("bf16_tflops = 989\nhbm_gb_per_s = 3350\nmemory_gb = 80\n")
+    config = RunConfig().replace(replica__model="llama-3.1-8b", prefill_pool=f"1x(tp=1,gpu={gpu})",
+                                 decode_pool=f"1x(tp=1,gpu={gpu})")
+    before, key = fingerprints(config), config.result_key(mode="run")
+    assert set(before) == {"prefill_pool.gpu", "decode_pool.gpu"}
+    gpu.write_text("bf16_tflops = 989\nhbm_gb_per_s = 2000\nmemory_gb = 80\n")
+    assert fingerprints(config) != before and config.result_key(mode="run") != key

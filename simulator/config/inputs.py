@@ -32,6 +32,12 @@ def named_paths(config: Any) -> dict[str, str]:  # noqa: ANN401 - a RunConfig (i
     named = {"workload.trace": config.workload.trace, "replica.model": config.replica.model,
              "replica.gpu": config.replica.gpu, "cost_model": config.cost_model, "engine": config.engine,
              "speculative.draft_model": getattr(spec, "draft_model", None) if spec is not None else None}
+    for pool in ("prefill_pool", "decode_pool", "mixed_pool"):  # (a pool's gpu= may name a GPU's file too)
+        text = getattr(config, pool, None)
+        if text:
+            from simulator.config.disagg_layout import parse_pool
+
+            named[f"{pool}.gpu"] = parse_pool(text, pool).gpu
     return {role: value for role, value in named.items() if isinstance(value, str)}
 
 

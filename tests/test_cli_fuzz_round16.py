@@ -592,3 +592,17 @@ def test_a_pools_gpu_file_is_an_input_too(tmp_path: Path) -> None:
     assert set(before) == {"prefill_pool.gpu", "decode_pool.gpu"}
     gpu.write_text("bf16_tflops = 989\nhbm_gb_per_s = 2000\nmemory_gb = 80\n")
     assert fingerprints(config) != before and config.result_key(mode="run") != key
+
+
+def test_a_sweep_files_trace_replays_whole_as_the_flags_do(tmp_path: Path) -> None:
+    """[base] trace + arrival = "trace" replayed the default 256 rows, where the same sweep given --trace --arrival
+    trace as flags, and simulate run, replay every row."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + "".join(
+        f"{i * 0.1:.1f},{50 + i % 7},{5 + i % 3}\n" for i in range(300)))
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(f'mode = "run"\n[base]\ntrace = "{trace}"\narrival = "trace"\n[grid]\nmax_num_seqs = [8]\n')
+    code, output = invoke("sweep", str(sweep), "--out", str(tmp_path / "o"))
+    assert code == 0, output
+    point = json.loads(next((tmp_path / "o" / "points").glob("*.json")).read_text())
+    assert point["config"]["workload"]["num_requests"] == 300, point["config"]["workload"]

@@ -44,6 +44,7 @@ columns, so it is identical whatever the backend or the number of workers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import math
@@ -507,6 +508,16 @@ def _point_config(values: dict[str, Any], where: str, closed_loop: bool = True) 
 
     values = dict(values)
     default_random_input_len(values)  # as `simulate run --workload random` reads it
+    if values.get("arrival") == "trace" and values.get("trace") and values.get("num_requests") is None:
+        # As `simulate run --trace T --arrival trace` replays it (config.options.replay_whole): every row, not the
+        # default 256 (a sweep file's [base] trace replayed 256 where the same flags replayed 8,819)
+        from simulator.config.inputs import digest  # (the rows of the file as it is now: an edit is read again)
+
+        path = Path(str(values["trace"]))
+        rows = _replayable_rows(str(path), digest(path) if path.exists() else "", values.get("max_total_tokens"),
+                                values.get("over_length"))
+        if rows > 0:
+            values["num_requests"] = rows
     if (closed_loop and values.get("concurrency") is not None and values.get("qps") is None
             and values.get("arrival") is None and values.get("burstiness") is None):
         # As `simulate run --concurrency N` reads it (config.options.resolve_aliases): N users in a closed loop. A
@@ -521,6 +532,20 @@ def _point_config(values: dict[str, Any], where: str, closed_loop: bool = True) 
         raise ConfigError(where, f"{err.field}: {err.problem}", err.fix) from None
     except (TypeError, ValueError) as err:
         raise ConfigError(where, str(err)) from None
+
+
+@functools.lru_cache(maxsize=16)
+def _replayable_rows(trace: str, contents: str, max_total_tokens: int | None, over_length: str | None) -> int:
+    """:func:`~simulator.workload.generate.replayable_rows` of a trace, read once for a sweep's points (0 where it
+    does not read: the point's own config refuses it in its terms); ``contents``: its digest, a key only."""
+    from simulator.config.run_config import WorkloadConfig
+    from simulator.workload.generate import replayable_rows
+
+    try:
+        return replayable_rows(WorkloadConfig(trace=trace, arrival="trace", max_total_tokens=max_total_tokens,
+                                              over_length=over_length or WorkloadConfig.over_length))
+    except ConfigError:
+        return 0
 
 
 def _point_options(values: dict[str, Any], mode: str, where: str) -> dict[str, Any]:

@@ -451,7 +451,7 @@ def test_a_run_sized_by_num_gpu_blocks_says_so() -> None:
     assert "KV cache memory 0.5" not in text, output
 
 
-def test_a_rows_fits_model_options_are_judged_by_the_rows_model(tmp_path: Path) -> None:
+def test_a_rows_fits_model_options_are_judged_by_the_rows_model(aic: Path, tmp_path: Path) -> None:
     """--moe-imbalance beside rows of an MoE model was refused as 'llama-2-7b is a dense model', and --max-model-len
     against Llama-2-7B's context: the defaults, which no row names."""
     rows = tmp_path / "rows.csv"

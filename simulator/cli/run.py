@@ -463,11 +463,10 @@ def _pricing_note(config: RunConfig) -> str:
         kernels = ("cost model: kernel tables · kernels: "
                    + "; ".join(table_cost_model(rep, rep.kernels).describe() for rep in tables))
     if config.cost_model != "roofline":  # a fitted artifact learns some ops; the roofline prices the rest: said
-        from simulator.costmodel.learned import read_artifact, roofline_ops_of
+        from simulator.costmodel.learned import learned_ops_of, read_artifact, roofline_ops_of
 
         art = read_artifact(config.cost_model)  # (what it holds, as the model prices it: not its own list)
-        curves = art.get("curves") if isinstance(art.get("curves"), dict) else {}
-        left = roofline_ops_of([*curves, *(k for k in ("attn_decode", "attn_prefill") if k in art)], config.replica.tp)
+        left = roofline_ops_of(learned_ops_of(art), config.replica.tp)
         if art.get("gemm_dtype") == "float32":  # (a CPU profile's: its kernels price the run's 16-bit weights)
             kernels += " · learned from float32 kernels (the profile's --dtype), pricing the run's 16-bit weights"
         if left:
@@ -623,14 +622,12 @@ REPORT_OPTIONS: dict[str, tuple[str, str, tuple[type, ...]]] = {
 def file_report_options(ctx: typer.Context) -> dict[str, Any]:
     """What a ``--config`` file's report section sets of the options not given on this command line (a reproduction
     writes the first run's summary.json, goodput at its SLOs included), by parameter name; {} without one."""
-    from simulator.config.json_types import loads_once
     from simulator.config.run_config import REPORT_KEY
 
     path = ctx.params.get("config_file")
     if path is None:
         return {}
-    data = loads_once(Path(path).read_text(encoding="utf-8-sig"), str(path))  # (read whole once already)
-    report = data.get(REPORT_KEY)
+    report = _config_file(path).get(REPORT_KEY)
     if report is None:
         return {}
     where = f"--config {path}"
@@ -654,13 +651,17 @@ def changed_file_inputs(ctx: typer.Context, config: RunConfig) -> list[str]:
     """The files a ``--config`` file's run read that read otherwise now (simulator.config.inputs), one line each;
     [] without one."""
     from simulator.config.inputs import INPUTS_KEY, changed_inputs
-    from simulator.config.json_types import loads_once
 
     path = ctx.params.get("config_file")
-    if path is None:
-        return []
-    data = loads_once(Path(path).read_text(encoding="utf-8-sig"), str(path))
-    return changed_inputs(config, data.get(INPUTS_KEY))
+    return [] if path is None else changed_inputs(config, _config_file(path).get(INPUTS_KEY))
+
+
+def _config_file(path: Path | str) -> dict[str, Any]:
+    """A ``--config`` file's object, for the sections beside its fields (the config was built from it already, so it
+    reads as JSON)."""
+    from simulator.config.json_types import loads_once
+
+    return loads_once(Path(path).read_text(encoding="utf-8-sig"), str(path))
 
 
 @app.command()

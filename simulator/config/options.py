@@ -755,6 +755,13 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
                           "add --prefill-pool and --decode-pool, or drop handoff_s")
 
 
+def closes_the_loop(values: dict[str, Any]) -> bool:
+    """Whether run options ``values`` (by option name) make a concurrency N users in a closed loop: one given with no
+    rate, arrival process or burstiness (``--concurrency N`` alone; a sweep point's concurrency alone)."""
+    return (values.get("concurrency") is not None and values.get("qps") is None and values.get("arrival") is None
+            and values.get("burstiness") is None)
+
+
 def alias_of(name: str) -> str:
     """The RUN_OPTIONS name that ``name`` (an option name or one of vLLM's) stands for."""
     for canonical, aliases in OPTION_ALIASES.items():
@@ -824,9 +831,8 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
             raise ConfigError(flag, f"inf sends every request at once, but --arrival is {out['arrival']}",
                               "drop one of them")
         out["qps"], out["arrival"] = None, "burst"
-    elif (out.get("concurrency") is not None and qps is None and out.get("arrival") is None and not from_file
-          and not (partial and burstiness is not None)):  # (a sweep's burstiness waits for its grid's qps)
-        out["arrival"] = "burst"
+    elif not from_file and closes_the_loop({**out, "qps": qps, "burstiness": burstiness if partial else None}):
+        out["arrival"] = "burst"  # (a sweep's burstiness waits for its grid's qps)
     # The arrivals the flags leave: theirs, else a --config file's where no gaps could follow from the flags
     # (every request at once, or a trace's times) and no rate given here replaces them.
     file_arrival = base.workload.arrival if from_file and out.get("qps") is None and not partial else None

@@ -88,6 +88,13 @@ def same_model_file(a: Any, b: Any) -> bool:  # noqa: ANN401 - an artifact's val
 
 
 
+def learned_ops_of(artifact: dict[str, Any]) -> list[str]:
+    """The ops an artifact prices by what it holds: its curves' names, then its attention models' (its own
+    ``learned_ops`` list, edited by hand, could say otherwise)."""
+    curves = artifact.get("curves") if isinstance(artifact.get("curves"), dict) else {}
+    return [*curves, *(op for op in ("attn_decode", "attn_prefill") if op in artifact)]
+
+
 def roofline_ops_of(learned: list[str], tp: int) -> list[str]:
     """The cost-model ops an artifact that learned ``learned`` (its curves' and attention models' names) leaves to
     the calibrated roofline."""
@@ -175,9 +182,7 @@ class LearnedCostModel(TabulatedCostModel):
             what = (f"lacks {exc}" if isinstance(exc, KeyError) else str(exc) if isinstance(exc, ValueError)
                     else "is not the shape `simulate fit` writes")
             raise ConfigError(f"cost_model.{part}", f"{source}: {what}", "pass the artifact `simulate fit` wrote") from None
-        # What the artifact prices, from what it holds (its own lists, edited by hand, could say otherwise)
-        self.learned_ops = [*self.curves, *(["attn_decode"] if self.decode is not None else []),
-                            *(["attn_prefill"] if self.prefill is not None else [])]
+        self.learned_ops = learned_ops_of(artifact)
         self.roofline_ops = roofline_ops_of(self.learned_ops, replica.tp)
         self.num_extrapolations = 0
         self.extrapolations_by_op: dict[str, int] = {}

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.config.errors import ConfigError, WorkerDied
 from simulator.config.limits import MAX_SEEDS
-from simulator.config.options import RUN_OPTIONS, alias_of, default_random_input_len
+from simulator.config.options import RUN_OPTIONS, alias_of, closes_the_loop, default_random_input_len
 from simulator.config.resources import check_run_fits
 from simulator.config.run_config import RunConfig
 from simulator.planning.options import (
@@ -518,8 +518,7 @@ def _point_config(values: dict[str, Any], where: str, closed_loop: bool = True) 
                                 values.get("over_length"))
         if rows > 0:
             values["num_requests"] = rows
-    if (closed_loop and values.get("concurrency") is not None and values.get("qps") is None
-            and values.get("arrival") is None and values.get("burstiness") is None):
+    if closed_loop and closes_the_loop(values):
         # As `simulate run --concurrency N` reads it (config.options.resolve_aliases): N users in a closed loop. A
         # grid's concurrency = [16, 64] ran a 1 req/s Poisson load capped at N in flight: every point alike
         values["arrival"] = "burst"

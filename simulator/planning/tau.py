@@ -30,7 +30,6 @@ gives both good TBT and good throughput.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,8 +118,7 @@ def workload_mix(config: RunConfig, num_decodes: int | None = None, decode_conte
     output = np.asarray(table.num_output_tokens, dtype=np.float64)
     limit = config.replica.effective_max_model_len
     fits = prompt + output <= limit  # (a trace's longer rows: the engine rejects them, no batch holds them)
-    source = table.length_source or re.sub(r", (poisson|gamma|fixed|burst|closed|trace timestamps)\b.*$", "",
-                                           table.source)
+    source = table.length_source or table.source
     if not fits.all():
         if not fits.any():
             raise ConfigError("workload", f"no request of {source} fits the {limit:,}-token context of "

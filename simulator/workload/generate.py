@@ -981,6 +981,7 @@ def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.G
             raise ConfigError("workload.max_total_tokens", f"no row of {name} has total tokens <= "
                               f"{cfg.max_total_tokens}", "raise --max-total-tokens")
     desc += ")"
+    lengths = desc  # (what the rows are, before how they are sent)
     n, rows = cfg.num_requests, len(keep)
     after = think = None
     if cfg.session_replay == "closed" and trace.after is None:  # (Mooncake: no sessions)
@@ -1008,4 +1009,4 @@ def prefix_trace_table(cfg: WorkloadConfig, trace: PrefixTrace, rng: np.random.G
     return RequestTable(arrival, trace.num_prompt_tokens[idx], trace.num_output_tokens[idx], desc,
                         block_hashes=tuple(trace.block_hashes[i] for i in idx.tolist()),
                         hash_block_size=trace.hash_block_size, session_id=trace.session_id[idx], think_s=think,
-                        after=after)
+                        after=after, length_source=lengths)

@@ -154,7 +154,12 @@ def test_messages_name_the_flag_given_and_what_the_pools_run() -> None:
     with pytest.raises(ConfigError, match=r"^--price: 'nope=2': unknown GPU 'nope'"):
         parse_price_flags(["nope=2"], {})
     with pytest.raises(ConfigError, match="--prefill-pool runs vllm; --decode-pool runs vllm, not --scheduler vllm-v1"):
-        build_config(chunk_size=256, prefill_pool="1x(tp=1)", decode_pool="1x(tp=1)")
+        build_config(chunk_size=256, prefill_pool="1x(tp=1,sched=vllm)", decode_pool="1x(tp=1,sched=vllm)")
+    # (pools without sched= run --scheduler's, vllm-v1 here, and keep its budget)
+    from simulator.config.disagg_layout import layout_of
+
+    layout = layout_of(build_config(max_num_batched_tokens=512, prefill_pool="1x", decode_pool="1x"))
+    assert layout.decode_scheduler.name == "vllm-v1" and layout.decode_scheduler.max_num_batched_tokens == 512
     with pytest.raises(ConfigError, match="--prefill-pool sets budget=; --decode-pool runs sarathi, not --scheduler"):
         build_config(chunk_size=256, prefill_pool="1x(budget=512)", decode_pool="1x(sched=sarathi)")
 

@@ -52,7 +52,8 @@ def test_headers_pools_and_messages_say_what_runs() -> None:
     assert code == 0 and "the first token from the prefill worker" in output, output
     line = refused("run", "--prefill-pool", "1x(tp=1,sched=orca)", "--decode-pool", "1x(tp=1,sched=orca)",
                    "--mixed-pool", "1x(tp=1,sched=orca)", "--scheduler", "sarathi")
-    assert "--scheduler would do nothing" in line and "leave sched= out of --mixed-pool" in line
+    assert "--scheduler would do nothing" in line and "each set sched= themselves" in line
+    assert "leave sched= out of a pool (it then runs --scheduler's)" in line
     assert "(pass nodes=2 or lower tp=/pp=)" in refused("run", "--prefill-pool", "1x(tp=16)", "--decode-pool", "1x")
     code, output = invoke("run", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--prefill-pool",
                           "1x(tp=2,ep=2,redundant=0)", "--decode-pool", "1x(tp=2)", "--num-requests", "5", "--no-progress")

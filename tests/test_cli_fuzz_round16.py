@@ -297,7 +297,7 @@ def test_no_split_fits_names_the_widest_layouts_reason() -> None:
     for tps in ("1,2,4,8", "2,1"):  # (whatever order --tps gives them in)
         line = refused("disagg", "split", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4", "--dtype",
                        "fp8", "--tps", tps)
-        assert "(the widest: P 1x(tp=2) + D 1x(tp=2): the KV cache holds" in line and "max_model_len 131072" in line
+        assert "(the widest: P 1x(tp=2,sched=vllm) + D 1x(tp=2,sched=vllm): the KV cache holds" in line and "max_model_len 131072" in line
 
 
 def test_a_split_search_over_short_trials_says_its_rates_lean_high() -> None:
@@ -494,11 +494,15 @@ def test_a_sweeps_concurrency_grid_is_a_closed_loop_as_the_flag_is(tmp_path: Pat
 
 
 def test_a_disaggregated_run_names_its_pools_scheduler() -> None:
-    """The pools run vllm (V0: whole prompts, no token budget) unless a pool's sched= says otherwise, beside a run
-    whose --scheduler (vllm-v1) is never theirs: a DeepSeek prefill rank took 22 prompts (161,683 tokens) in one
-    14 s step, and the title named no pool scheduler."""
+    """The pools ran vllm (V0: whole prompts, no token budget) unless a pool's sched= said otherwise, beside a run
+    whose --scheduler (vllm-v1) was never theirs: a DeepSeek prefill rank took 22 prompts (161,683 tokens) in one
+    14 s step, and the title named no pool scheduler. They run --scheduler's now (vLLM's NIXL workers run V1), and
+    the title says which; a research policy's pools run vllm, said so."""
     args = ("run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-requests", "8", "--prefill-pool", "1x")
     code, output = invoke(*args, "--decode-pool", "1x")
+    text = " ".join(output.split())
+    assert code == 0 and "· pools run vllm-v1 ·" in text and "V0" not in text, output
+    code, output = invoke(*args, "--decode-pool", "1x", "--scheduler", "sarathi")
     text = " ".join(output.split())
     assert code == 0 and "· pools run vllm (vLLM V0: whole prompts, no token budget; a pool's sched=vllm-v1" in text
     code, output = invoke(*args[:7], "--prefill-pool", "1x(sched=vllm-v1)", "--decode-pool",

@@ -218,7 +218,8 @@ def test_sglang_pools_take_the_intake_interval() -> None:
 
 def test_a_pool_of_another_scheduler_names_sched_not_scheduler() -> None:
     line = one_line_error(simulate("run", "--scheduler", "sglang", "--scheduler-recv-interval", "4", "--prefill-pool",
-                                   "1x(sched=sglang)", "--decode-pool", "1x", "--num-requests", "4", "--no-progress"))
+                                   "1x(sched=sglang)", "--decode-pool", "1x(sched=vllm-v1)", "--num-requests", "4",
+                                   "--no-progress"))
     assert line.startswith("error: decode_pool (scheduler.recv_interval): ") and "set sched=sglang" in line, line
 
 

@@ -363,7 +363,7 @@ def test_a_pool_shows_the_layout_it_inherits_and_split_says_why_nothing_fits() -
                                  decode_pool="1x(tp=1)")
     assert layout_of(config).describe().startswith("prefill 1x(tp=1,pp=2) + decode 1x(tp=1,pp=2)")
     pools = {(c.prefill_pool, c.decode_pool) for c in split_candidates(config, 4, (1,))}
-    assert pools == {("1x(tp=1,pp=2)", "1x(tp=1,pp=2)")}  # each passed back to `run` alone is the same layout
+    assert pools == {("1x(tp=1,pp=2,sched=vllm)", "1x(tp=1,pp=2,sched=vllm)")}  # each passed back to `run` alone is the same layout
     line = one_line_error(simulate_module("disagg", "split", "--model", "llama-3.1-8b", "--gpus", "2", "--tps", "2",
                                           "--num-requests", "16"))
     assert "a prefill and a decode worker of at least tp=2 need 4 GPUs, and --gpus is 2" in line and "--tps 1" in line
@@ -536,11 +536,11 @@ def test_compare_says_when_no_disaggregated_layout_fits() -> None:
     config = RunConfig().replace(replica__model="llama-3.1-70b", replica__gpu="h100-sxm")
     dropped: list[str] = []
     assert split_candidates(config, 4, (2, 4), dropped) == []
-    assert dropped and dropped[0].startswith("P 1x(tp=2) + D 1x(tp=2): ") and "does not fit" in dropped[0]
+    assert dropped and dropped[0].startswith("P 1x(tp=2,sched=vllm) + D 1x(tp=2,sched=vllm): ") and "does not fit" in dropped[0]
     proc = simulate_module("disagg", "compare", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "4",
                            "--tps", "2,4", "--num-requests", "32")
     assert proc.returncode == 0, proc.stderr[-1500:]
-    assert "note: no disaggregated layout of 4 GPUs fits, so none is compared (the widest: P 1x(tp=2)" in " ".join(proc.stdout.split())
+    assert "note: no disaggregated layout of 4 GPUs fits, so none is compared (the widest: P 1x(tp=2,sched=vllm)" in " ".join(proc.stdout.split())
 
 
 def test_a_disaggregated_runs_header_names_its_pools_gpus_calibration() -> None:

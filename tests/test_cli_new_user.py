@@ -86,8 +86,9 @@ BAD_INPUT = [
     # disaggregated: options every pool overrides, a pool key given twice
     (["--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)", "--tp", "2"], "--tp"),
     (["--prefill-pool", "1x(gpu=h100-sxm)", "--decode-pool", "1x(gpu=h100-sxm)", "--gpu", "a100-80gb"], "--gpu"),
-    (["--prefill-pool", "1x", "--decode-pool", "1x", "--scheduler", "sarathi"], "--scheduler"),
-    (["--prefill-pool", "1x", "--decode-pool", "1x", "--max-num-batched-tokens", "512"], "--max-num-batched-tokens"),
+    (["--prefill-pool", "1x(sched=vllm)", "--decode-pool", "1x(sched=vllm)", "--scheduler", "sarathi"], "--scheduler"),
+    (["--prefill-pool", "1x(sched=vllm)", "--decode-pool", "1x(sched=vllm)", "--max-num-batched-tokens", "512"],
+     "--max-num-batched-tokens"),
     (["--prefill-pool", "1x(tp=1,tp=2)", "--decode-pool", "1x"], "tp given twice"),
     # a draft TP of 0 was read as 1 (braces doubled: the arguments are format strings)
     (["--speculative-config", '{{"method": "eagle3", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 0}}',

@@ -341,12 +341,13 @@ def test_split_candidates_use_exactly_the_gpus_and_fit() -> None:
     base = RunConfig().replace(replica__model="llama-2-13b")
     splits = split_candidates(base, 8)
     labels = {(c.prefill_pool, c.decode_pool) for c in splits}
-    assert ("4x(tp=1)", "1x(tp=4)") in labels and ("1x(tp=1)", "7x(tp=1)") in labels
+    assert ("4x(tp=1,sched=vllm)", "1x(tp=4,sched=vllm)") in labels
+    assert ("1x(tp=1,sched=vllm)", "7x(tp=1,sched=vllm)") in labels
     assert all(num_gpus_of(c) == 8 and fits(c) for c in splits)
     assert len(labels) == len(splits)
     # Llama-2-70B does not fit one A100-80GB: no pool of tp=1 is offered.
     big = split_candidates(RunConfig().replace(replica__model="llama-2-70b"), 8)
-    assert big and all("tp=1)" not in c.prefill_pool + c.decode_pool for c in big)
+    assert big and all("(tp=1," not in c.prefill_pool + c.decode_pool for c in big)
     agg = aggregated_candidates(base, 8, taus=(512,))
     assert {(f, c.num_replicas, c.replica.tp) for f, c in agg} >= {("vllm", 8, 1), ("sarathi", 4, 2)}
 

@@ -188,8 +188,12 @@ def test_the_prefix_cache_flags_are_refused_where_no_pool_caches(mooncake: str) 
     # --scheduler is read where it changes whether the prefill pool caches (over a trace)
     build_config(**DIS, trace=mooncake, scheduler="vllm")
     build_config(**DIS, trace=mooncake, scheduler="sglang")  # (radix-lru in the prefill pool)
-    with pytest.raises(ConfigError, match="--scheduler"):
-        build_config(**DIS, workload="sharegpt", scheduler="sglang")  # no blocks to cache: the pools' own schedulers
+    with pytest.raises(ConfigError, match="--scheduler"):  # no blocks to cache: the pools' own schedulers
+        build_config(**{**DIS, "prefill_pool": "2x(tp=1,sched=vllm)", "decode_pool": "1x(tp=1,sched=vllm)"},
+                     workload="sharegpt", scheduler="sglang")
+    # (pools without sched= run --scheduler's: it is read there, sglang in both pools)
+    layout = layout_of(build_config(**DIS, workload="sharegpt", scheduler="sglang"))
+    assert layout.prefill_scheduler.name == layout.decode_scheduler.name == "sglang"
 
 
 def test_a_cpu_tier_is_refused_on_a_pipelined_prefill_pool(mooncake: str) -> None:

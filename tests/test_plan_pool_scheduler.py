@@ -114,7 +114,7 @@ def test_plan_modes_disagg_still_refuses_a_scheduler_that_no_pool_runs(tmp_path:
 def test_a_folder_whose_pools_ran_vllm_is_not_resumed_as_a_plan_of_the_engines_pools(tmp_path: Path) -> None:
     """The pools' scheduler is part of the plan's identity where it moved off vllm: a folder made when the
     pools of a --scheduler sglang plan ran vllm holds rows of other layouts under the same keys."""
-    from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER
+    from simulator.config.disagg_layout import FALLBACK_POOL_SCHEDULER
     from simulator.planning.options import PlanSLO
     from simulator.planning.plan import plan_identity
 
@@ -122,5 +122,5 @@ def test_a_folder_whose_pools_ran_vllm_is_not_resumed_as_a_plan_of_the_engines_p
     base = _base("sglang")
     then = base.result_key(load_qps=2.0, slo={"ttft_s": 1.0, "tpot_s": 0.05, "attainment": 0.9}, rel_tol=0.05)
     assert plan_identity(base, 2.0, slo, 0.05) != then
-    vllm = _base(DEFAULT_POOL_SCHEDULER)  # whose pools ran vllm before and do now: its folders resume
+    vllm = _base(FALLBACK_POOL_SCHEDULER)  # whose pools ran vllm before and do now: its folders resume
     assert plan_identity(vllm, 2.0, slo, 0.05) == vllm.result_key(load_qps=2.0, slo=slo.__dict__, rel_tol=0.05)

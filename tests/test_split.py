@@ -81,7 +81,7 @@ def test_split_says_at_least_when_its_trials_are_too_short(tmp_path) -> None:  #
     assert row["rate_qps"] < 16 and row["at_least"] and row["limited_by_trial_length"]
     assert f"at least {row['rate_qps']:.3g}" in res.output and "too short to judge" in res.output
     assert "raise --num-requests" in res.output
-    assert "best: P 1x(tp=1) + D 1x(tp=1) at least" in res.output
+    assert "best: P 1x(tp=1,sched=vllm) + D 1x(tp=1,sched=vllm) at least" in res.output
 
 
 def _disagg_params(command: str) -> dict:

@@ -72,6 +72,9 @@ FIRST_TOKEN_AT = "prefill"
 KV_LINK_SCOPE = "shared"
 # The batch cap these tables were made with (vLLM V1's default is now the engine's: 256 on the A100).
 MAX_NUM_SEQS = 128
+# The pools' scheduler, pinned: DistServe's prefill instance (whole prompts), as these tables were made (a pool without
+# sched= now runs the run's --scheduler's, vllm-v1; disagg split's layouts, from split_candidates, write sched=vllm).
+POOL_SCHEDULER = "vllm"
 # The roofline's constants, pinned: these tables were made under the 2023 calibration (the run default is now
 # 'today', fitted to today's kernel tables; a rerun under it is a separate change).
 CALIBRATION = "2023"
@@ -278,7 +281,9 @@ def distserve_fig2(n: int) -> pd.DataFrame:
     cands = [("vllm", base.replace(scheduler__name="vllm"))]
     cands += [("sarathi", base.replace(scheduler__name="sarathi", scheduler__chunk_size=t)) for t in (128, 256, 512)]
     cands += [("disagg", base.replace(prefill_pool=p, decode_pool=d))
-              for p, d in (("2x(tp=1)", "1x(tp=1)"), ("1x(tp=1)", "1x(tp=1)"), ("1x(tp=1)", "2x(tp=1)"))]
+              for p, d in ((f"2x(tp=1,sched={POOL_SCHEDULER})", f"1x(tp=1,sched={POOL_SCHEDULER})"),
+                           (f"1x(tp=1,sched={POOL_SCHEDULER})", f"1x(tp=1,sched={POOL_SCHEDULER})"),
+                           (f"1x(tp=1,sched={POOL_SCHEDULER})", f"2x(tp=1,sched={POOL_SCHEDULER})"))]
     log("DistServe Fig. 2 setting")
     return results_frame(search_all(cands, slo, qps_start=1.0, prune=False))
 

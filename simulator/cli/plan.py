@@ -25,7 +25,7 @@ from simulator.cli.options import (
 )
 from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
-from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER
+from simulator.config.disagg_layout import FALLBACK_POOL_SCHEDULER
 from simulator.config.errors import ConfigError, WorkerDied
 from simulator.config.options import given_flag, option_value
 from simulator.config.run_config import RunConfig
@@ -88,7 +88,7 @@ def plan(
     config: RunConfig,
     planner: dict[str, Any],
     gpus: Annotated[str | None, typer.Option(help="Candidate GPUs, comma-separated (default: every priced catalog GPU that holds the model).", rich_help_panel=SPACE_PANEL)] = None,
-    modes: Annotated[str, typer.Option(help=f"agg, disagg or both (disaggregated pools run --scheduler where its engine deploys them: {', '.join(POOL_SCHEDULERS)}; else {DEFAULT_POOL_SCHEDULER}).", rich_help_panel=SPACE_PANEL)] = "agg,disagg",
+    modes: Annotated[str, typer.Option(help=f"agg, disagg or both (disaggregated pools run --scheduler where its engine deploys them: {', '.join(POOL_SCHEDULERS)}; else {FALLBACK_POOL_SCHEDULER}).", rich_help_panel=SPACE_PANEL)] = "agg,disagg",
     tps: Annotated[str, typer.Option(help="Tensor-parallel degrees.", rich_help_panel=SPACE_PANEL)] = "1,2,4,8",
     pps: Annotated[str, typer.Option(help="Pipeline-parallel degrees (a pipeline is kept only where no TP layout of as many GPUs fits).", rich_help_panel=SPACE_PANEL)] = "1",
     dtypes: Annotated[str | None, typer.Option(help="Weight precisions allowed (default: --dtype).", rich_help_panel=SPACE_PANEL)] = None,
@@ -110,7 +110,7 @@ def plan(
 ) -> None:
     """The cheapest fleet (GPU type, layout, engine knobs, replicas) that serves --qps within the SLO, with its cost, energy and launch command."""
     check_out_dir(out, "--out", replaceable=PLAN_FILES)  # a plan folder is resumed; another command's is refused
-    from simulator.config.disagg_layout import plan_pool_scheduler
+    from simulator.config.disagg_layout import default_pool_scheduler
     from simulator.config.prices import load_price_file, parse_price_flags
     from simulator.planning.capacity import check_searchable
     from simulator.planning.launch import LAUNCH_ENGINES, default_launch, launch_command
@@ -163,7 +163,7 @@ def plan(
 
     num_workers = parse_workers(workers, lambda: auto_workers(64, config.workload.num_requests))
     console = app_console()
-    pools = plan_pool_scheduler(config.scheduler.name)
+    pools = default_pool_scheduler(config.scheduler.name)
     pools_text = f" (disaggregated pools: {pools})" if "disagg" in space.modes and pools != config.scheduler.name else ""
     console.print(f"plan: {config.replica.model}, {config.workload.name if not config.workload.trace else config.workload.trace} "
                   f"at {config.workload.qps:g} req/s; SLO: {slo.describe()}; engine {config.engine}, scheduler "

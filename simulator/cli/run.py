@@ -258,8 +258,9 @@ def _overload_fix(config: RunConfig) -> str:
 
 
 def _pool_schedulers(config: RunConfig, layout: Any) -> str:  # noqa: ANN401 - a DisaggLayout
-    """Which policy each pool runs (a pool's sched=, else vllm), said: the pools ran vLLM V0's whole prompts beside a
-    run whose --scheduler (vllm-v1 by default) was never theirs, and nothing said so."""
+    """Which policy each pool runs (a pool's sched=, else disagg_layout.default_pool_scheduler's), said: the pools ran
+    vLLM V0's whole prompts beside a run whose --scheduler (vllm-v1 by default) was never theirs, and nothing said so;
+    V0 is said as such where a pool runs it under another --scheduler (a research policy's pools)."""
     names = {"prefill": layout.prefill_scheduler.name, "decode": layout.decode_scheduler.name}
     said = (f"pools run {names['prefill']}" if names["prefill"] == names["decode"] else
             f"prefill pool runs {names['prefill']}, decode pool {names['decode']}")

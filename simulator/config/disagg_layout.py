@@ -11,12 +11,14 @@ replica: ``--attention-dp``), ``ep`` (expert parallelism over the replica's ``tp
 GPUs: ``--ep``), ``nodes`` (nodes each replica spans: ``--nodes``), ``gpu``, ``sched``
 (scheduler name), ``budget`` (the pool's token budget: ``max_num_batched_tokens``, or the
 chunk size for sarathi) and ``seqs`` (``max_num_seqs``). Keys not given come from the run options,
-except the scheduler, which defaults to ``vllm`` in both pools: a prefill pool batches
-whole prompts under its token budget (DistServe's prefill instance), a decode pool only
-ever receives decodes, so vLLM's continuous batching is all it needs (``simulate plan`` writes
-``sched=`` in its layouts' pools: the plan's engine's, :func:`plan_pool_scheduler`). ``--mixed-pool``
-(same syntax) adds Splitwise's mixed machines: aggregated replicas running the run's own
-scheduler, which take whole requests when every prefill replica is backed up.
+the scheduler too: both pools run ``--scheduler`` where its engine deploys disaggregated pools
+(``vllm-v1``, the default, as vLLM's NIXL-connected workers run it: chunked prefill under the token
+budget; ``sglang``; ``vllm``), else ``vllm`` (a research policy, sarathi, orca or fastertransformer,
+that no engine deploys disaggregated: :func:`default_pool_scheduler`). ``disagg split`` and
+``compare`` write ``sched=vllm`` in their pools (DistServe's prefill instance, whole prompts),
+``simulate plan`` the plan's. ``--mixed-pool`` (same syntax) adds Splitwise's mixed machines:
+aggregated replicas running the run's own scheduler, which take whole requests when every
+prefill replica is backed up.
 
 xPyD layouts as deployed today (Dynamo, vLLM/SGLang with NIXL-style KV connectors) give each
 pool its own TP, attention DP and EP: ``--prefill-pool '2x(tp=1,dp=8,ep=8)' --decode-pool
@@ -57,7 +59,12 @@ POOL_KEYS = ("tp", "pp", "dp", "ep", "redundant", "nodes", "gpu", "moe", "sched"
 # Pool keys that override ReplicaConfig fields, and the field each sets (redundant: PoolSpec.redundant_of).
 _REPLICA_KEYS = {"tp": "tp", "pp": "pp", "dp": "attention_dp", "ep": "ep", "nodes": "num_nodes", "gpu": "gpu",
                  "moe": "moe_kernel"}
-DEFAULT_POOL_SCHEDULER = "vllm"
+# The pools' scheduler under a research policy that no engine deploys disaggregated (default_pool_scheduler), and
+# what every pool without sched= ran before pools followed --scheduler (resume keys name any other: RunConfig.result_key)
+FALLBACK_POOL_SCHEDULER = "vllm"
+# disagg split and compare's pools (simulator.planning.split): DistServe's prefill instance, whole prompts under its
+# budget; written as each pool's sched=, so a row's layout passed back to run is the layout it searched
+SPLIT_POOL_SCHEDULER = "vllm"
 _POOL_RE = re.compile(r"^\s*(\d+)\s*x\s*(?:\((.*)\))?\s*$", re.IGNORECASE)
 # The unit is matched in any case, then read case-sensitively (_BW_UNITS): B is bytes, b bits, as link
 # datasheets write them; a spelling that does not say which (gb/s, GBPS) is refused, not guessed.
@@ -159,7 +166,7 @@ class PoolSpec:
             raise ConfigError(field, f"a replica's tp x pp x dp = {num_gpus} GPUs do not fit {nodes} node(s) of "
                               f"{MAX_GPUS_PER_NODE} GPUs", f"add nodes={need} to {flag}")
 
-    def scheduler_config(self, base: SchedulerConfig, default: str | None = DEFAULT_POOL_SCHEDULER) -> SchedulerConfig:
+    def scheduler_config(self, base: SchedulerConfig, default: str | None = None) -> SchedulerConfig:
         """The pool's scheduler: ``sched`` (else ``default``, else the run's) with the pool's knobs."""
         name = self.sched or default or base.name
         seqs = self.seqs or base.max_num_seqs
@@ -428,11 +435,12 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
     if prefill.sched is not None and prefill.sched not in SCHEDULER_NAMES:  # (before its prefix cache is looked up)
         raise ConfigError("prefill_pool (scheduler)", f"unknown scheduler {prefill.sched!r}",
                           f"known: {', '.join(SCHEDULER_NAMES)}")
-    policy = pool_prefix_cache(base, prefill.sched or DEFAULT_POOL_SCHEDULER)
-    p_rep, p_sched = build(prefill, "prefill_pool", DEFAULT_POOL_SCHEDULER,
+    pools_run = default_pool_scheduler(base.name)
+    policy = pool_prefix_cache(base, prefill.sched or pools_run)
+    p_rep, p_sched = build(prefill, "prefill_pool", pools_run,
                            replace(base, prefix_caching=policy is not None, prefix_cache_policy=policy,
                                    cpu_kv_gib=base.cpu_kv_gib if policy is not None else 0.0))
-    d_rep, d_sched = build(decode, "decode_pool", DEFAULT_POOL_SCHEDULER,
+    d_rep, d_sched = build(decode, "decode_pool", pools_run,
                            replace(base, prefix_caching=False, prefix_cache_policy=None, cpu_kv_gib=0.0))
     m_rep, m_sched = build(mixed, "mixed_pool", None, base) if mixed is not None else (None, None)
     if m_sched is not None and m_sched.prefix_cache is None:  # (a CPU tier is the prefix cache's: the pools that cache)
@@ -463,26 +471,29 @@ def pool_prefix_cache(base: SchedulerConfig, pool_scheduler: str, run_scheduler:
     return base.prefix_cache_policy or default or "vllm-lru"
 
 
-def plan_pool_scheduler(run_scheduler: str) -> str:
-    """The scheduler both pools of a planned disaggregated layout run under ``--scheduler run_scheduler``
-    (``simulate plan`` writes it as each pool's ``sched=``): the run's own where its engine serves disaggregated
-    pools with it (``SchedulerEntry.serves_pools``: a plan of SGLang compares SGLang's aggregated replicas with
-    SGLang's PD pools, and launches what it simulated), else :data:`DEFAULT_POOL_SCHEDULER` (a research policy,
-    sarathi, orca or fastertransformer, that no engine deploys disaggregated)."""
+def default_pool_scheduler(run_scheduler: str) -> str:
+    """The scheduler a prefill or decode pool without ``sched=`` runs under ``--scheduler run_scheduler`` (and the
+    one ``simulate plan`` writes as each pool's ``sched=``): the run's own where its engine serves disaggregated
+    pools with it (``SchedulerEntry.serves_pools``: vLLM V1's NIXL-connected workers, SGLang's PD pools; a plan of
+    SGLang compares SGLang's aggregated replicas with SGLang's PD pools, and launches what it simulated), else
+    :data:`FALLBACK_POOL_SCHEDULER` (a research policy, sarathi, orca or fastertransformer, that no engine deploys
+    disaggregated)."""
     from simulator.config.schedulers import SCHEDULERS
 
-    return run_scheduler if SCHEDULERS[run_scheduler].serves_pools else DEFAULT_POOL_SCHEDULER
+    return run_scheduler if SCHEDULERS[run_scheduler].serves_pools else FALLBACK_POOL_SCHEDULER
 
 
 def prefix_cache_schedulers(config: RunConfig) -> dict[str, str]:
     """The schedulers whose engines' defaults decide whether replicas of ``config`` keep a prefix cache, by where they
     run: ``run`` (``--scheduler``: an aggregated run's replicas, and a prefill pool caches where the run's engine would,
-    :func:`pool_prefix_cache`), ``prefill`` (the prefill pool's ``sched=``, else vllm) and ``mixed`` (the mixed pool's
+    :func:`pool_prefix_cache`), ``prefill`` (the prefill pool's ``sched=``, else
+    :func:`default_pool_scheduler`'s) and ``mixed`` (the mixed pool's
     ``sched=``, else the run's). The decode pool never caches. Reads only the pools' ``sched=`` (:func:`layout_of`
     checks the rest), so a check that runs before the layout is built sees the pools' schedulers, not only the run's."""
     out = {"run": config.scheduler.name}
     if config.prefill_pool is not None:
-        out["prefill"] = parse_pool(config.prefill_pool, "prefill_pool").sched or DEFAULT_POOL_SCHEDULER
+        out["prefill"] = (parse_pool(config.prefill_pool, "prefill_pool").sched
+                          or default_pool_scheduler(config.scheduler.name))
     if config.mixed_pool is not None:
         out["mixed"] = parse_pool(config.mixed_pool, "mixed_pool").sched or config.scheduler.name
     return out

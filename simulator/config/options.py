@@ -16,8 +16,9 @@ from typing import Any
 
 from simulator.config.catalog import GPUS
 from simulator.config.disagg_layout import (
-    DEFAULT_POOL_SCHEDULER,
+    SPLIT_POOL_SCHEDULER,
     DisaggLayout,
+    default_pool_scheduler,
     layout_of,
     parse_pool,
     pool_prefix_cache,
@@ -198,7 +199,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                "prefill worker (a decode worker is the least loaded with free blocks for the request)."),
     "seed": ("seed", int, "Random seed."),
     "fast_forward": ("fast_forward", bool, "Skip stretches of like iterations (decodes only, or a long prompt's chunks beside them) in one step (same results; off = step by step)."),
-    "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)' or '2x(tp=1,dp=8,ep=8)' (keys tp, pp, dp = attention DP, ep, redundant = redundant expert copies, nodes, gpu, moe = the pool's --moe-kernel, sched, budget, seqs)."),
+    "prefill_pool": ("prefill_pool", str, "Disaggregated: prefill pool, e.g. '2x(tp=2,gpu=h100-sxm)' or '2x(tp=1,dp=8,ep=8)' (keys tp, pp, dp = attention DP, ep, redundant = redundant expert copies, nodes, gpu, moe = the pool's --moe-kernel, sched (default: the run scheduler where its engine deploys disaggregated pools, else vllm), budget, seqs)."),
     "decode_pool": ("decode_pool", str, "Disaggregated: decode pool, e.g. '1x(tp=4,gpu=a100-80gb)' or '1x(tp=1,dp=16,ep=16,nodes=2)'."),
     "mixed_pool": ("mixed_pool", str, "Disaggregated: Splitwise mixed pool (aggregated replicas for overflow)."),
     "kv_link": ("kv_link", str, "Disaggregated: KV link (infiniband-200g, 25GB/s@10us in bytes, 200Gb/s in bits, infinite): one worker's "
@@ -566,8 +567,9 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
     sets that key itself, or (budgets) sets ``budget`` or runs another scheduler than ``--scheduler``
     (whose budget knobs it then drops: :meth:`PoolSpec.scheduler_config`)."""
     # flag -> (pool, the scheduler it runs unless it sets sched): the mixed pool runs the run's own.
-    pools = {"--prefill-pool": (parse_pool(config.prefill_pool, "prefill_pool"), DEFAULT_POOL_SCHEDULER),
-             "--decode-pool": (parse_pool(config.decode_pool, "decode_pool"), DEFAULT_POOL_SCHEDULER)}
+    pools_run = default_pool_scheduler(config.scheduler.name)
+    pools = {"--prefill-pool": (parse_pool(config.prefill_pool, "prefill_pool"), pools_run),
+             "--decode-pool": (parse_pool(config.decode_pool, "decode_pool"), pools_run)}
     if config.mixed_pool is not None:
         pools["--mixed-pool"] = (parse_pool(config.mixed_pool, "mixed_pool"), config.scheduler.name)
     named = " and ".join(pools)
@@ -580,20 +582,18 @@ def _pool_inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
                                               for pool, _ in pools.values()):
         out["redundant_experts"] = (f"{named} each set ep= or redundant= themselves (a pool's own ep= places no "
                                     "redundant experts unless it sets redundant=)", "give the pools redundant=N, or drop {flag}")
-    prefill_sched = pools["--prefill-pool"][0].sched or DEFAULT_POOL_SCHEDULER
-    # (a mixed pool runs --scheduler unless its own sched= says another)
-    mixed_runs_it = "--mixed-pool" in pools and pools["--mixed-pool"][0].sched is None
-    if (not mixed_runs_it and config.scheduler.chunk_size is None and config.scheduler.max_num_batched_tokens is None
+    prefill_sched = pools["--prefill-pool"][0].sched or pools_run
+    # (a pool without sched= runs --scheduler's: default_pool_scheduler; a mixed pool --scheduler itself)
+    if (all(pool.sched is not None for pool, _ in pools.values())
+            and config.scheduler.chunk_size is None and config.scheduler.max_num_batched_tokens is None
             and config.scheduler.recv_interval == 1
             and (config.workload.trace is None or pool_prefix_cache(config.scheduler, prefill_sched)
                  == pool_prefix_cache(config.scheduler, prefill_sched, SchedulerConfig().name))):
-        # The prefill and decode pools run sched= or vllm; --scheduler only says whose budget knobs (and SGLang's
-        # intake interval, which only --scheduler sglang takes) they keep, and, over a trace (whose prompts may
-        # name blocks), whether and how the prefill pool caches prefixes by default (disagg_layout.pool_prefix_cache).
-        out["scheduler"] = (f"{named} run their own scheduler (sched=, else {DEFAULT_POOL_SCHEDULER})",
-                            "leave sched= out of --mixed-pool (it then runs --scheduler), or drop {flag}"
-                            if "--mixed-pool" in pools else
-                            "set sched= in a pool, add --mixed-pool (which runs --scheduler), or drop {flag}")
+        # Every pool runs its own sched=; --scheduler only says whose budget knobs (and SGLang's intake interval,
+        # which only --scheduler sglang takes) they keep, and, over a trace (whose prompts may name blocks), whether
+        # and how the prefill pool caches prefixes by default (disagg_layout.pool_prefix_cache).
+        out["scheduler"] = (f"{named} each set sched= themselves",
+                            "leave sched= out of a pool (it then runs --scheduler's), or drop {flag}")
     if all(pool.budget is not None or (pool.sched or default) != config.scheduler.name for pool, default in pools.values()):
         # Each pool as it is: its own budget=, or another scheduler than the one whose budget the flag is.
         parts = [f"{flag} sets budget=" if pool.budget is not None
@@ -622,7 +622,7 @@ DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {
 
 # Options that a command sets itself in every config it builds from the base, so a value given would do
 # nothing: command -> {option name: what sets it}. disagg split/compare lay out pools of one TP each
-# (--tps) that run the pools' default scheduler (DEFAULT_POOL_SCHEDULER, vllm; simulator.planning.split),
+# (--tps) that run vllm (SPLIT_POOL_SCHEDULER, written as each pool's sched=; simulator.planning.split),
 # and compare's aggregated arms run vllm and sarathi at --tps and --taus; --scheduler vllm still says
 # whose budget the pools keep (PoolSpec.scheduler_config).
 # disagg split and compare's goodput trials judge every request (planning.split.attainment_at): a warm-up is not
@@ -704,12 +704,12 @@ def _set_by_command(options: dict[str, Any], command: str, scheduler: str, typed
     sets = dict(SET_BY_COMMAND.get(command, {}))
     if command == "plan" and scheduler in CHUNKING_SCHEDULERS:  # its --budgets are a chunking scheduler's budget
         sets["chunk_size"] = sets["max_num_batched_tokens"] = "from --budgets"
-    if command in ("split", "compare") and options.get("scheduler") not in (None, DEFAULT_POOL_SCHEDULER):
-        sets["scheduler"] = f"pools run {DEFAULT_POOL_SCHEDULER}; compare's aggregated arms vllm and sarathi"
-    if command in ("split", "compare") and options.get("scheduler") != DEFAULT_POOL_SCHEDULER:
+    if command in ("split", "compare") and options.get("scheduler") not in (None, SPLIT_POOL_SCHEDULER):
+        sets["scheduler"] = f"pools run {SPLIT_POOL_SCHEDULER}; compare's aggregated arms vllm and sarathi"
+    if command in ("split", "compare") and options.get("scheduler") != SPLIT_POOL_SCHEDULER:
         # the pools keep no other scheduler's budget
         sets["max_num_batched_tokens"] = (
-            f"pools run {DEFAULT_POOL_SCHEDULER}, which keeps a budget only with --scheduler {DEFAULT_POOL_SCHEDULER}")
+            f"pools run {SPLIT_POOL_SCHEDULER}, which keeps a budget only with --scheduler {SPLIT_POOL_SCHEDULER}")
     for name, setter in sets.items():
         if options.get(name) is not None:
             flag = (typed_as or {}).get(name) or given_flag(name, options[name])

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.catalog import MODELS, GPUSpec, ModelSpec, get_gpu, get_model
-from simulator.config.disagg_layout import DisaggLayout, check_link_name, prefix_cache_schedulers
+from simulator.config.disagg_layout import (
+    FALLBACK_POOL_SCHEDULER,
+    DisaggLayout,
+    check_link_name,
+    prefix_cache_schedulers,
+)
 from simulator.config.errors import ConfigError
 from simulator.config.inputs import INPUTS_KEY
 from simulator.config.json_types import check_json_types
@@ -1043,8 +1048,23 @@ class RunConfig:
         # The files it reads, by content (a trace edited in place is another run); none: the key results had before
         if files := fingerprints(self):
             context = {**context, "inputs": files}
+        # A pool without sched= runs --scheduler's pool scheduler; results stored before it did ran vllm's, keyed alike
+        if (pools := self._unnamed_pool_scheduler()) not in (None, FALLBACK_POOL_SCHEDULER):
+            context = {**context, "pool_scheduler": pools}
         blob = json.dumps({**context, "config": resolved}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def _unnamed_pool_scheduler(self) -> str | None:
+        """The scheduler the prefill or decode pool runs where one sets no ``sched=`` (None: aggregated, or both set
+        theirs): :func:`~simulator.config.disagg_layout.default_pool_scheduler` of ``--scheduler``."""
+        if not self.is_disaggregated or self.decode_pool is None:
+            return None
+        from simulator.config.disagg_layout import default_pool_scheduler, parse_pool
+
+        if all(parse_pool(text, field).sched is not None
+               for text, field in ((self.prefill_pool, "prefill_pool"), (self.decode_pool, "decode_pool"))):
+            return None
+        return default_pool_scheduler(self.scheduler.name)
 
     def scheduler_replicas(self) -> list[tuple[SchedulerConfig, ReplicaConfig]]:
         """The run's replicas as they are built, each with the scheduler that runs it: the run's own, or a

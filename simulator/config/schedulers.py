@@ -52,9 +52,9 @@ class SchedulerEntry:
     decode-only steps still padded to the largest rank (both engines' CUDA graphs and ``MAX_LEN`` gathers).
     ``serves_pools``: its engine's disaggregated deployments run this policy in their prefill and decode workers
     (vLLM's NIXL-connected workers, which only its V1 engine runs; SGLang's PD disaggregation; TensorRT-LLM's context
-    and generation servers), so a plan's disaggregated layouts run
-    it in both pools (:func:`simulator.config.disagg_layout.plan_pool_scheduler`); a plan under any other policy lays
-    its pools out under ``vllm``, the pools' default (``DEFAULT_POOL_SCHEDULER``)."""
+    and generation servers), so a disaggregated run's pools without ``sched=`` and a plan's disaggregated layouts run
+    it in both pools (:func:`simulator.config.disagg_layout.default_pool_scheduler`); under any other policy the pools
+    run ``vllm`` (``FALLBACK_POOL_SCHEDULER``)."""
 
     policy: str
     chunks_prompts: bool = False

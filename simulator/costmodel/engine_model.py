@@ -348,8 +348,9 @@ def implied_options(options: Mapping[str, Any]) -> dict[str, str]:
     fitted under, where it is not the run's default, and the kernel tables they were fitted over, where the GPU has
     them here (elsewhere the roofline prices the run, and its header says the preset was fitted over tables).
     Option name -> value; {} for an engine that fixes neither, or one that does not load (the run's own check says
-    why). A disaggregated run takes no scheduler (its pools run their own) and no kernels where a pool names its own
-    GPU; a run priced by another cost model than the roofline no kernels."""
+    why). A disaggregated run takes the scheduler where a pool sets no ``sched=`` (such a pool runs the run's
+    scheduler's: :func:`~simulator.config.disagg_layout.default_pool_scheduler`) and no kernels where a pool names
+    its own GPU; a run priced by another cost model than the roofline no kernels."""
     from simulator.config.catalog import get_gpu
     from simulator.config.disagg_layout import parse_pool
     from simulator.config.run_config import ReplicaConfig, SchedulerConfig
@@ -361,7 +362,9 @@ def implied_options(options: Mapping[str, Any]) -> dict[str, str]:
     except ConfigError:  # (the run's own checks say why)
         return {}
     out = {}
-    if preset.scheduler is not None and preset.scheduler != SchedulerConfig().name and not pools:
+    # (a pool without sched= runs the run's scheduler's pools: disagg_layout.default_pool_scheduler)
+    if (preset.scheduler is not None and preset.scheduler != SchedulerConfig().name
+            and (not pools or any(pool.sched is None for pool in pools))):
         out["scheduler"] = preset.scheduler
     if (preset.kernels is not None and options.get("cost_model") in (None, "roofline")
             and all(pool.gpu is None for pool in pools)):

@@ -8,7 +8,7 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
    attention DP for MoE models), aggregated or disaggregated (a *unit* of ``num_prefill``
    prefill replicas and ``num_decode`` decode replicas, each pool its own TP, both running the
    plan's scheduler where its engine deploys disaggregated pools, else vllm:
-   :func:`~simulator.config.disagg_layout.plan_pool_scheduler`), and the
+   :func:`~simulator.config.disagg_layout.default_pool_scheduler`), and the
    engine knobs (token budget, ``max_num_seqs``). Dropped before any simulation: layouts that
    do not fit (:func:`simulator.engine.replica.memory_shortfall`, the one memory check, through
    :func:`simulator.planning.split.fits`), pipeline layouts where a TP-only layout of as many
@@ -68,7 +68,7 @@ import numpy as np
 
 from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
-from simulator.config.disagg_layout import plan_pool_scheduler, pool_prefix_cache
+from simulator.config.disagg_layout import default_pool_scheduler, pool_prefix_cache
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS
 from simulator.config.precision import canonical_weight_format
@@ -236,7 +236,7 @@ class Layout:
             one = parse_link(base.kv_link, self.gpu)
             if math.isfinite(one.bytes_per_s):
                 link = f"{units * one.bytes_per_s / 1e9:.9g}GB/s@{one.latency_s * 1e6:.9g}us"
-        # Both pools run the plan's scheduler where its engine deploys disaggregated pools (plan_pool_scheduler), so
+        # Both pools run the plan's scheduler where its engine deploys disaggregated pools (default_pool_scheduler), so
         # its memory rules, budget and prefix cache are the engine's the launch command starts; said in the pools.
         sched = f",sched={self.scheduler(base)}"
         return base.replace(kv_link=link,
@@ -246,8 +246,8 @@ class Layout:
 
     def scheduler(self, base: RunConfig) -> str:
         """The scheduler this layout's replicas run under ``base``: the run's, a disaggregated layout's pools
-        :func:`~simulator.config.disagg_layout.plan_pool_scheduler`'s."""
-        return plan_pool_scheduler(base.scheduler.name) if self.mode == "disagg" else base.scheduler.name
+        :func:`~simulator.config.disagg_layout.default_pool_scheduler`'s."""
+        return default_pool_scheduler(base.scheduler.name) if self.mode == "disagg" else base.scheduler.name
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -416,9 +416,9 @@ def unread_run_options(base: RunConfig, space: SearchSpace, verify: bool = True)
         for name in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"):
             out[name] = ("--modes disagg searches only disaggregated pools, which never run a step that mixes prompts "
                          "and decodes, the steps batch waiting holds", "add agg to --modes, or drop {flag}")
-        # The pools run --scheduler where its engine deploys disaggregated pools (plan_pool_scheduler), else vllm: a
+        # The pools run --scheduler where its engine deploys disaggregated pools (default_pool_scheduler), else vllm: a
         # research policy named there schedules no layout (its pools run vllm, as under --scheduler vllm).
-        pools = plan_pool_scheduler(base.scheduler.name)
+        pools = default_pool_scheduler(base.scheduler.name)
         if pools != base.scheduler.name:  # (the flag still changes the pools, to vllm's: "would do nothing" is untrue)
             out["scheduler"] = (f"--modes disagg searches only disaggregated pools, which run {pools} under --scheduler "
                                 f"{base.scheduler.name} (a plan's pools run its --scheduler where that engine deploys "
@@ -681,7 +681,7 @@ def search_layout(layout_dict: dict[str, Any], base_dict: dict[str, Any], slo_di
     trials: list[dict[str, Any]] = []
     try:
         base = RunConfig.from_dict(base_dict)
-        row["scheduler"] = layout.scheduler(base)  # (a disaggregated layout's pools': plan_pool_scheduler)
+        row["scheduler"] = layout.scheduler(base)  # (a disaggregated layout's pools': default_pool_scheduler)
         config = layout.config(base)
         if need_qps is not None:
             first = run_trial(config, need_qps, slo.capacity_slo())
@@ -914,12 +914,12 @@ def _append(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) 
 
 def plan_identity(base: RunConfig, load_qps: float, slo: PlanSLO, rel_tol: float) -> str:
     """What a searched layout's result depends on besides the layout (its resume key). The pools' scheduler where
-    it is not the one every plan's pools ran before they ran the plan's engine (DEFAULT_POOL_SCHEDULER): a folder
+    it is not the one every plan's pools ran before they ran the plan's engine (FALLBACK_POOL_SCHEDULER): a folder
     whose disaggregated rows ran vllm pools under this --scheduler is another plan, never resumed into this one."""
-    from simulator.config.disagg_layout import DEFAULT_POOL_SCHEDULER
+    from simulator.config.disagg_layout import FALLBACK_POOL_SCHEDULER
 
-    pools = plan_pool_scheduler(base.scheduler.name)
-    context = {"pool_scheduler": pools} if pools != DEFAULT_POOL_SCHEDULER else {}
+    pools = default_pool_scheduler(base.scheduler.name)
+    context = {"pool_scheduler": pools} if pools != FALLBACK_POOL_SCHEDULER else {}
     return base.result_key(load_qps=load_qps, slo=asdict(slo), rel_tol=rel_tol, **context)
 
 
@@ -1135,7 +1135,7 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
         marker = {"per_user": PER_USER_DEFINITION} if current else {}
         (out / "plan.json").write_text(json.dumps({"identity": identity, "load_qps": load_qps, "slo": asdict(slo),
                                                    "rel_tol": rel_tol, "config": base.to_dict(),
-                                                   "pool_scheduler": plan_pool_scheduler(base.scheduler.name),
+                                                   "pool_scheduler": default_pool_scheduler(base.scheduler.name),
                                                    **marker}, indent=1))
     base_dict, slo_dict = base.to_dict(), asdict(slo)
     order = sorted(candidates, key=lambda c: (c.lower_bound_usd(load_qps), c.layout.key))

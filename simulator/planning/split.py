@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from simulator import simulation
-from simulator.config.disagg_layout import layout_of, num_gpus_of
+from simulator.config.disagg_layout import SPLIT_POOL_SCHEDULER, layout_of, num_gpus_of
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.config.schedulers import SCHEDULERS
@@ -229,9 +229,10 @@ def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 
     out = []
     base = config.replace(prefill_pool=None, decode_pool=None, mixed_pool=None)
     per_tp = base.replica.pp * base.replica.attention_dp  # GPUs a replica holds per TP rank
-    # The pools' strings say the pp and dp they keep: a row's pool, passed back to `run`, is the same layout.
+    # The pools' strings say the pp and dp they keep and the scheduler they run (DistServe's whole prompts, not the
+    # run's --scheduler a pool without sched= takes): a row's pool, passed back to `run`, is the same layout.
     keep = (f",pp={base.replica.pp}" if base.replica.pp > 1 else "") + (
-        f",dp={base.replica.attention_dp}" if base.replica.attention_dp > 1 else "")
+        f",dp={base.replica.attention_dp}" if base.replica.attention_dp > 1 else "") + f",sched={SPLIT_POOL_SCHEDULER}"
     for tp_p in tps:
         for tp_d in tps:
             g_p, g_d = tp_p * per_tp, tp_d * per_tp

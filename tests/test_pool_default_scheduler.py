@@ -1,0 +1,71 @@
+"""A disaggregated pool without ``sched=`` runs the run's scheduler where its engine deploys disaggregated pools
+(vLLM V1's NIXL-connected workers, SGLang's PD pools), else vllm: it ran vLLM V0 (whole prompts, no token budget)
+beside a run and a plan whose engine was V1, so ``run`` and ``plan`` simulated one layout two ways."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.config.disagg_layout import layout_of
+from simulator.config.errors import ConfigError
+from simulator.config.options import build_config
+from simulator.config.run_config import RunConfig
+from simulator.costmodel.engine_model import implied_options
+from simulator.planning.plan import Layout
+
+POOLS = {"prefill_pool": "1x(tp=1)", "decode_pool": "1x(tp=1)"}
+
+
+@pytest.mark.parametrize(("scheduler", "pools"), [(None, "vllm-v1"), ("vllm", "vllm"), ("sglang", "sglang"),
+                                                  ("sarathi", "vllm"), ("orca", "vllm")])
+def test_pools_run_the_runs_scheduler_where_its_engine_deploys_pools(scheduler: str | None, pools: str) -> None:
+    config = build_config(**POOLS, **({"scheduler": scheduler} if scheduler else {}))
+    layout = layout_of(config)
+    assert layout.prefill_scheduler.name == layout.decode_scheduler.name == pools
+    # a pool's own sched= still rules
+    named = layout_of(config.replace(prefill_pool="1x(tp=1,sched=orca)"))
+    assert named.prefill_scheduler.name == "orca" and named.decode_scheduler.name == pools
+
+
+def test_a_run_and_a_plan_simulate_one_layout_alike() -> None:
+    """The plan writes its pools' sched=; the same pools without it, passed to run, now run the same scheduler."""
+    base = RunConfig().replace(replica__model="llama-3.1-8b", replica__gpu="h100-sxm")
+    planned = Layout(gpu="h100-sxm", mode="disagg", dtype="bf16", tp=1, prefill_tp=1, num_prefill=1, num_decode=1,
+                     max_num_seqs=256).config(base)
+    plain = planned.replace(prefill_pool=planned.prefill_pool.replace(",sched=vllm-v1", ""),
+                            decode_pool=planned.decode_pool.replace(",sched=vllm-v1", ""))
+    assert "sched=vllm-v1" in planned.prefill_pool and "sched" not in plain.prefill_pool + plain.decode_pool
+    assert layout_of(plain).prefill_scheduler == layout_of(planned).prefill_scheduler
+    assert layout_of(plain).decode_scheduler == layout_of(planned).decode_scheduler
+
+
+def test_the_pools_budget_follows_the_run() -> None:
+    """--max-num-batched-tokens is the pools' budget where they run --scheduler's (it did nothing beside V0 pools)."""
+    layout = layout_of(build_config(**POOLS, max_num_batched_tokens=2048))
+    assert layout.prefill_scheduler.max_num_batched_tokens == layout.decode_scheduler.max_num_batched_tokens == 2048
+    with pytest.raises(ConfigError, match="--max-num-batched-tokens"):  # pools of another scheduler keep none of it
+        build_config(prefill_pool="1x(sched=vllm)", decode_pool="1x(sched=vllm)", max_num_batched_tokens=2048)
+
+
+def test_resume_keys_tell_the_former_default_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Results stored when every pool without sched= ran vllm are not those of vllm-v1 pools: their keys differ;
+    where the pools run vllm now too (--scheduler vllm, a research policy) or name their own, keys are unchanged."""
+    v1 = RunConfig().replace(**POOLS)
+    configs = {"vllm-v1 pools": v1, "vllm pools": v1.replace(scheduler__name="vllm"),
+               "sarathi's pools": v1.replace(scheduler__name="sarathi", scheduler__chunk_size=512),
+               "named pools": v1.replace(prefill_pool="1x(tp=1,sched=vllm-v1)", decode_pool="1x(tp=1,sched=sglang)"),
+               "aggregated": RunConfig()}
+    now = {name: config.result_key() for name, config in configs.items()}
+    # the keys as they were: no pool scheduler in them
+    monkeypatch.setattr(RunConfig, "_unnamed_pool_scheduler", lambda self: None)
+    before = {name: config.result_key() for name, config in configs.items()}
+    assert {name for name in configs if now[name] != before[name]} == {"vllm-v1 pools"}
+    assert RunConfig().result_key(mode="run") == "e2e383bc5b17d73a"  # (an aggregated run, as before: round16)
+
+
+def test_an_engine_sets_the_scheduler_of_pools_that_name_none() -> None:
+    """--engine sglang-2026 on a disaggregated run: its pools run sglang (the policy it was fitted under), unless both
+    name their own, where an implied --scheduler would do nothing (and is not refused as if given)."""
+    assert implied_options({"engine": "sglang-2026", "gpu": "h100-sxm", **POOLS}).get("scheduler") == "sglang"
+    both = {"prefill_pool": "1x(sched=vllm-v1)", "decode_pool": "1x(sched=vllm-v1)"}
+    assert "scheduler" not in implied_options({"engine": "sglang-2026", "gpu": "h100-sxm", **both})

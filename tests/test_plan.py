@@ -588,3 +588,34 @@ def test_a_plan_json_that_is_no_object_reads_as_unreadable(tmp_path, text: bytes
 
     (tmp_path / "plan.json").write_bytes(text)
     assert _read_done(tmp_path, "identity") == ({}, True)
+
+
+def test_parallel_searches_write_the_same_files_whatever_finishes_first(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """With --workers 2 the same plan twice wrote different layouts.csv and trials.csv: each search was judged
+    against the fleets of whichever searches had finished by then (cut short in one run, searched in full in the
+    other). A fake pool of 3 workers that finishes its searches newest-first, then oldest-first, writes the same."""
+    import simulator.planning.plan as plan_module
+
+    class Ordered(plan_module.Runner):
+        newest_first = False
+
+        def __init__(self, workers: int = 1, ray_address: str | None = None) -> None:
+            super().__init__(3)
+
+        def submit(self, tag, args) -> None:  # noqa: ANN001 - run now, hand back when wait() chooses
+            self._pending[object()] = (tag, plan_module.search_layout(*args))
+
+        def wait(self):  # noqa: ANN202
+            key = list(self._pending)[-1 if self.newest_first else 0]
+            return [self._pending.pop(key)]
+
+    files = {}
+    for newest_first in (False, True):
+        Ordered.newest_first = newest_first
+        monkeypatch.setattr(plan_module, "Runner", Ordered)
+        out = tmp_path / f"newest_{newest_first}"
+        plan(_base(), LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=False, frontier_per_group=0, workers=3, out=out)
+        layouts = [line.rsplit(",", 1)[0] for line in (out / "layouts.csv").read_text().splitlines()]  # (not wall_s)
+        files[newest_first] = (layouts, (out / "trials.csv").read_text())
+    assert files[False] == files[True]
+    assert len(files[False][0]) > 3  # (several searches ran, so their order could matter)

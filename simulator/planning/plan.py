@@ -45,8 +45,8 @@ search space, :func:`plan` answers with the cheapest fleet in $/hour.
    halves apart on each GPU type (is a mix of GPU types cheaper?); the answer's launch
    command comes from :func:`simulator.planning.launch.launch_command`.
 
-Every searched layout is appended at once to ``OUT/layouts.csv`` and its trials to
-``OUT/trials.csv``; a rerun with the same plan (``OUT/plan.json`` holds its identity)
+Every searched layout is appended to ``OUT/layouts.csv`` and its trials to ``OUT/trials.csv`` as soon
+as every search submitted before it has been (in submission order: the same files whatever finished first); a rerun with the same plan (``OUT/plan.json`` holds its identity)
 skips the layouts already there, so an interrupted plan resumes (a layout an earlier run cut as
 unable to win is searched again unless this run's own incumbent still rules it out: the search
 space and limits are not part of the identity). Searches run in-process, in local worker
@@ -1144,8 +1144,9 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
             c.row = done[c.layout.key]
             result.num_resumed += 1
 
-    def incumbent() -> float:
-        fleets = [c.usd_per_hour(load_qps) for c in candidates if c.feasible() and within(c, load_qps, limits)]
+    def incumbent(known: Callable[[Candidate], bool] = lambda c: True) -> float:
+        fleets = [c.usd_per_hour(load_qps) for c in candidates
+                  if c.feasible() and within(c, load_qps, limits) and known(c)]
         return min(fleets, default=math.inf)
 
     def search_round(runner: Runner, label: str = "") -> None:
@@ -1153,15 +1154,31 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
         total = len(queue)
         finished = 0
         spent = 0.0
+        # Same plan, same files, whatever the timing: the n-th search of a round is judged (pruned, or told the least
+        # capacity that could win) against the fleets of the searches up to n - workers only, every one of which has
+        # finished before it starts (with one worker: all before it, the sequential search); a search that finished
+        # sooner is not seen early. Results are written in submission order. (Another --workers may cut other layouts
+        # short; the answer is the same.)
+        index: dict[int, int] = {}  # id(candidate) -> its submission number this round
+        results: dict[int, tuple[Candidate, dict[str, Any]]] = {}
+        num_submitted = num_written = 0
+        lag = runner.workers - 1
+
+        def known_before(n: int) -> Callable[[Candidate], bool]:
+            return lambda c: id(c) not in index or index[id(c)] < n - lag
+
         while queue or runner._pending:
-            while queue and runner.free > 0:
+            # (the searches a submission is judged by have all finished: every number below num_written has)
+            while queue and runner.free > 0 and num_written >= num_submitted - lag:
                 c = queue.pop(0)
-                best = incumbent()
+                best = incumbent(known_before(num_submitted))
                 if prune and c.lower_bound_usd(load_qps) > best + 1e-9:
                     c.pruned = "bound"
                     total -= 1
                     continue
                 need = c.need_qps(load_qps, best) if prune else None
+                index[id(c)] = num_submitted
+                num_submitted += 1
                 runner.submit(c, (c.layout.to_dict(), base_dict, slo_dict, c.bound_qps, load_qps, rel_tol, need))
             for c, record in runner.wait():
                 c.row = record["row"]
@@ -1169,9 +1186,13 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                 finished += 1
                 result.num_searched += 1
                 spent = time.perf_counter() - start
-                if out is not None:
-                    _append(out / "layouts.csv", LAYOUT_COLUMNS, [record["row"]])
-                    _append(out / "trials.csv", TRIAL_COLUMNS, record["trials"])
+                results[index[id(c)]] = (c, record)
+                while num_written in results:  # (in submission order: the files read alike whatever finished first)
+                    _, done_record = results[num_written]
+                    num_written += 1
+                    if out is not None:
+                        _append(out / "layouts.csv", LAYOUT_COLUMNS, [done_record["row"]])
+                        _append(out / "trials.csv", TRIAL_COLUMNS, done_record["trials"])
                 if on_progress is not None:
                     left = total - finished
                     eta = spent / finished * left / max(1, runner.workers) if finished else math.nan

@@ -140,7 +140,7 @@ PLAN = ["plan", "--gpus", "a100-80gb", "--modes", "disagg", "--tps", "1", "--seq
 def test_plan_without_aggregated_layouts_refuses_what_only_they_read(flag: list[str], mooncake: str,
                                                                      tmp_path: Path) -> None:
     """Every layout of --modes disagg runs the pools' scheduler: a research policy's pools run vllm, so --scheduler
-    sarathi schedules none of them (an engine's, sglang or trtllm, runs its pools: tests/test_default_pool_scheduler.py).
+    sarathi schedules none of them (an engine's, sglang or trtllm, runs its pools: tests/test_plan_pool_scheduler.py).
     Under --scheduler vllm no prefill pool caches by default: --no-prefix-caching does nothing."""
     err = refusal(*PLAN, "--trace", mooncake, "--out", str(tmp_path / "plan"), *flag)
     named = flag[-1] if flag[-1].startswith("--") else flag[0]

@@ -502,7 +502,7 @@ def test_a_disaggregated_run_names_its_pools_scheduler() -> None:
     code, output = invoke(*args, "--decode-pool", "1x")
     text = " ".join(output.split())
     assert code == 0 and "· pools run vllm-v1 ·" in text and "V0" not in text, output
-    code, output = invoke(*args, "--decode-pool", "1x", "--scheduler", "sarathi")
+    code, output = invoke(*args, "--decode-pool", "1x", "--mixed-pool", "1x", "--scheduler", "sarathi")
     text = " ".join(output.split())
     assert code == 0 and "· pools run vllm (vLLM V0: whole prompts, no token budget; a pool's sched=vllm-v1" in text
     code, output = invoke(*args[:7], "--prefill-pool", "1x(sched=vllm-v1)", "--decode-pool",

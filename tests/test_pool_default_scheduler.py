@@ -17,10 +17,13 @@ POOLS = {"prefill_pool": "1x(tp=1)", "decode_pool": "1x(tp=1)"}
 
 
 @pytest.mark.parametrize(("scheduler", "pools"), [(None, "vllm-v1"), ("vllm", "vllm"), ("sglang", "sglang"),
-                                                  ("sarathi", "vllm"), ("orca", "vllm")])
+                                                  ("trtllm", "trtllm"), ("sarathi", "vllm"), ("orca", "vllm")])
 def test_pools_run_the_runs_scheduler_where_its_engine_deploys_pools(scheduler: str | None, pools: str) -> None:
-    config = build_config(**POOLS, **({"scheduler": scheduler} if scheduler else {}))
+    # (a research policy runs only where a pool runs it: here the mixed pool; without it, below)
+    mixed = {"mixed_pool": "1x(tp=1)"} if pools != (scheduler or "vllm-v1") else {}
+    config = build_config(**POOLS, **mixed, **({"scheduler": scheduler} if scheduler else {}))
     layout = layout_of(config)
+    assert (layout.mixed_scheduler.name == scheduler) if mixed else layout.mixed_scheduler is None
     assert layout.prefill_scheduler.name == layout.decode_scheduler.name == pools
     # a pool's own sched= still rules
     named = layout_of(config.replace(prefill_pool="1x(tp=1,sched=orca)"))
@@ -39,6 +42,14 @@ def test_a_run_and_a_plan_simulate_one_layout_alike() -> None:
     assert layout_of(plain).decode_scheduler == layout_of(planned).decode_scheduler
 
 
+@pytest.mark.parametrize("scheduler", ["sarathi", "orca", "fastertransformer"])
+def test_a_research_policy_no_pool_runs_is_refused(scheduler: str) -> None:
+    """Its pools without sched= run vllm: the same run as --scheduler vllm (a sweep of both simulated it twice)."""
+    with pytest.raises(ConfigError, match=f"^scheduler: no pool runs {scheduler}: .* as under --scheduler vllm"):
+        build_config(**POOLS, scheduler=scheduler)
+    build_config(prefill_pool=f"1x(sched={scheduler})", decode_pool="1x", scheduler=scheduler)  # (one pool runs it)
+
+
 def test_the_pools_budget_follows_the_run() -> None:
     """--max-num-batched-tokens is the pools' budget where they run --scheduler's (it did nothing beside V0 pools)."""
     layout = layout_of(build_config(**POOLS, max_num_batched_tokens=2048))
@@ -52,7 +63,7 @@ def test_resume_keys_tell_the_former_default_apart(monkeypatch: pytest.MonkeyPat
     where the pools run vllm now too (--scheduler vllm, a research policy) or name their own, keys are unchanged."""
     v1 = RunConfig().replace(**POOLS)
     configs = {"vllm-v1 pools": v1, "vllm pools": v1.replace(scheduler__name="vllm"),
-               "sarathi's pools": v1.replace(scheduler__name="sarathi", scheduler__chunk_size=512),
+               "sarathi's pools": v1.replace(scheduler__name="sarathi", scheduler__chunk_size=512, mixed_pool="1x(tp=1)"),
                "named pools": v1.replace(prefill_pool="1x(tp=1,sched=vllm-v1)", decode_pool="1x(tp=1,sched=sglang)"),
                "aggregated": RunConfig()}
     now = {name: config.result_key() for name, config in configs.items()}

@@ -436,6 +436,14 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
         raise ConfigError("prefill_pool (scheduler)", f"unknown scheduler {prefill.sched!r}",
                           f"known: {', '.join(SCHEDULER_NAMES)}")
     pools_run = default_pool_scheduler(base.name)
+    runs = {prefill.sched or pools_run, decode.sched or pools_run} | ({mixed.sched or base.name} if mixed else set())
+    if pools_run != base.name and base.name not in runs and (prefill.sched is None or decode.sched is None):
+        # A research policy no pool runs: the pools without sched= run vllm, the same run as --scheduler vllm's (a sweep
+        # over both would simulate one deployment twice); plan refuses it alike (planning.plan.unread_run_options)
+        raise ConfigError("scheduler", f"no pool runs {base.name}: a pool without sched= runs vllm under a research "
+                          f"policy (sarathi, orca, fastertransformer), as under --scheduler vllm",
+                          f"pass --scheduler vllm (the same pools), set sched={base.name} in a pool, or add --mixed-pool "
+                          "(which runs --scheduler)")
     policy = pool_prefix_cache(base, prefill.sched or pools_run)
     p_rep, p_sched = build(prefill, "prefill_pool", pools_run,
                            replace(base, prefix_caching=policy is not None, prefix_cache_policy=policy,

@@ -188,8 +188,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                              "reproductions')."),
     "engine": ("engine", str, "Engine overheads: a preset (vllm-2026, the default: today's vLLM; sglang-2026 "
                "and trtllm-2026, which run the --scheduler and --kernels they were fitted with where those are not "
-               "given and the run reads them (not beside --config; a disaggregated run's pools keep their "
-               "schedulers): sglang and sglang's tables, trtllm's tables; vllm-v1; the 2023 vllm-2023-splitwise and "
+               "given and the run reads them (not beside --config; a disaggregated run's pools that set sched= keep "
+               "it): sglang and sglang's tables, trtllm's tables; vllm-v1; the 2023 vllm-2023-splitwise and "
                "sarathi-2023-vidur of the paper reproductions; ideal, handset) or an artifact from "
                "`simulate calibrate-engine`."),
     "replicas": ("num_replicas", int, "Replicas behind the router."),

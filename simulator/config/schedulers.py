@@ -91,7 +91,8 @@ class SchedulerEntry:
 
 _POLICIES = "simulator.engine.schedulers"
 SCHEDULERS: dict[str, SchedulerEntry] = {
-    # (the pools' default: DistServe's prefill and decode instances)
+    # (V0; the pools' scheduler under a research policy and disagg split/compare's: DistServe's prefill and decode
+    # instances, disagg_layout.FALLBACK_POOL_SCHEDULER and SPLIT_POOL_SCHEDULER)
     "vllm": SchedulerEntry(f"{_POLICIES}.vllm:VLLMScheduler", hybrid_page=True, serves_pools=True),
     "orca": SchedulerEntry(f"{_POLICIES}.orca:OrcaScheduler", token_budget=False),
     "fastertransformer": SchedulerEntry(f"{_POLICIES}.fastertransformer:FasterTransformerScheduler",

@@ -58,6 +58,7 @@ from simulator.costmodel.base import TabulatedCostModel
 from simulator.costmodel.calibration import KERNEL_BACKENDS, calibration_for
 from simulator.costmodel.roofline import RooflineCostModel
 from simulator.report.titles import PROFILE_FIDELITY_TITLE
+from simulator.util.figures import from_matplotlib
 from simulator.util.paths import check_profile_tables
 
 HOLDOUT = 0.2
@@ -400,7 +401,12 @@ def write_report(paths: list[Path], out: Path, backends: tuple[str, ...] = KERNE
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(points)
     summary.to_csv(out / "fidelity.csv", index=False)
-    plots = [plot_profile(points, label, int(tp), out)
-             for (label, tp) in points[["profile", "tp"]].drop_duplicates().itertuples(index=False)]
+    try:
+        plots = [plot_profile(points, label, int(tp), out)
+                 for (label, tp) in points[["profile", "tp"]].drop_duplicates().itertuples(index=False)]
+    except Exception as err:  # (the tables and their README are kept; the caller says why the figures are not)
+        if from_matplotlib(err):
+            (out / "README.md").write_text(render_readme(summary, envs, [], command))
+        raise
     (out / "README.md").write_text(render_readme(summary, envs, plots, command))
     return summary

@@ -206,5 +206,19 @@ def main() -> None:
     except typer.Abort:  # end of input at a prompt
         typer.echo("Aborted!", err=True)
         sys.exit(1)
+    except BrokenPipeError:  # (stdout closed by a pager or `head`: nothing more to say on it)
+        sys.exit(1)
+    except OSError as err:  # a file the work ends by writing: a full disk, a folder made read-only meanwhile
+        where = f"{err.filename}: " if err.filename else ""
+        typer.echo(f"error: {where}{err.strerror or err} (what is printed above stands; free space or permissions "
+                   "there, or another --out, then run again)", err=True)
+        sys.exit(1)
+    except Exception as err:
+        from simulator.util.figures import from_matplotlib, skipped
+
+        if not from_matplotlib(err):
+            raise
+        typer.echo(f"error: {skipped('a figure', err)}", err=True)
+        sys.exit(1)
     # A command's typer.Exit(code), or Ctrl-C's 130, comes back as the exit code; a finished command as None.
     sys.exit(code if isinstance(code, int) else 0)

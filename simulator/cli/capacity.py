@@ -124,6 +124,11 @@ def capacity(
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM with --workers, whose workers are stopped)
         fail("interrupted: the search was stopped and nothing was written", code=130)
     data = report.to_dict()
+    # Said before it is written: a write that fails at the end (a full disk) does not take the answer with it
+    if json_out:
+        typer.echo(json.dumps(jsonable(data), indent=2, sort_keys=True))
+    else:
+        print_capacity(report, app_console())
     if out is not None:
         try:
             with atomic_dir(out) as folder:  # out ends up whole or as it was
@@ -131,12 +136,8 @@ def capacity(
                 report.trials_frame().to_csv(folder / "trials.csv", index=False)
         except KeyboardInterrupt:
             fail(f"interrupted: nothing written to {out}", code=130)
-    if json_out:
-        typer.echo(json.dumps(jsonable(data), indent=2, sort_keys=True))
-        return
-    print_capacity(report, app_console())
-    if out is not None:
-        app_console().print(f"wrote {out}/ (capacity.json, trials.csv)")
+        if not json_out:
+            app_console().print(f"wrote {out}/ (capacity.json, trials.csv)")
 
 
 def _check_mix_fits(config: RunConfig, mix: Any, given: frozenset[str] = frozenset()) -> None:  # noqa: ANN401

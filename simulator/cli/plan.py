@@ -182,6 +182,7 @@ def plan(
     print_plan(result, top, console)
     if result.answer is None:
         console.print(f"[bold]{result.why_no_answer()}[/bold]", highlight=False)
+        _say_write_error(result, out)
         raise typer.Exit(1)
     engine = launch or default_launch(config)
     a = result.answer
@@ -207,12 +208,22 @@ def plan(
             pd.DataFrame(note.rows).to_csv(out / "mix" / "mix.csv", index=False)
             console.print(f"mix: {note.describe()} (short/long split at the median prompt + output length; "
                           f"{out}/mix/mix.csv)", highlight=False)
-    console.print(f"wrote {out}/plan.csv, layouts.csv, trials.csv, answer.json, frontier.png; {result.num_searched} "
+    _say_write_error(result, out)
+    figure = ", frontier.png" if out / "frontier.png" in result.written else ""
+    console.print(f"wrote {out}/plan.csv, layouts.csv, trials.csv, answer.json{figure}; {result.num_searched} "
                   f"layouts searched, {result.num_resumed} resumed, "
                   f"{sum(1 for c in result.candidates if c.pruned)} pruned of {len(result.candidates)}"
                   + (f", {below} cut after a trial showed they cannot win (in layouts.csv, not in the table)"
                      if (below := sum(1 for c in result.candidates if (c.row or {}).get("status") == "below")) else "")
                   + f", {result.wall_s:.0f}s", highlight=False)
+
+
+def _say_write_error(result, out: Path) -> None:  # noqa: ANN001 - a PlanResult
+    """The plan is shown; its last files could not all be written (a full disk, a folder made read-only): one line."""
+    err = result.write_error
+    if err is not None:
+        fail(f"{err.filename or out}: {err.strerror or err}: plan.csv and answer.json were not both written; the plan "
+             "above stands (free space or permissions there, then the same command resumes from layouts.csv)", code=1)
 
 
 def _f(value: float, fmt: str) -> str:

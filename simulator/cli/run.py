@@ -543,6 +543,7 @@ class BenchOptions:
     def __init__(self, goodput_ms: dict[str, float], view: str, save_result: Path | None,
                  percentiles: tuple[float, ...]) -> None:
         self.goodput_ms, self.view, self.save_result, self.percentiles = goodput_ms, view, save_result, percentiles
+        self.save_error: str | None = None  # why --save-result's JSON could not be written (said after the summary)
 
     @classmethod
     def parse(cls, goodput: str | None, view: str, save_result: Path | None, percentiles: str | None,
@@ -581,7 +582,11 @@ class BenchOptions:
         cols = requests if isinstance(requests, dict) else request_columns(result)
         figures = benchmark_metrics(result, cols, self.goodput_ms, self.percentiles)
         if self.save_result is not None:
-            save_result(self.save_result, result_json(result, figures, cols))
+            try:
+                save_result(self.save_result, result_json(result, figures, cols))
+            except OSError as exc:  # (writable when the run began: a full disk, a folder made read-only since)
+                self.save_error = (f"--save-result: could not write {self.save_result} ({exc.strerror or exc}); the "
+                                   "summary is above")
         return {**load_settings(result), **figures}
 
     def print_vllm(self, config: RunConfig, summary: dict[str, Any], out: Console) -> None:
@@ -769,10 +774,12 @@ def run(
             out_console.print(note, highlight=False)
         for line in changed_lines:
             out_console.print(line, markup=False, highlight=False)
-        if bench.save_result is not None:
+        if bench.save_result is not None and bench.save_error is None:
             out_console.print(f"wrote {bench.save_result} (vllm bench serve's result JSON)", markup=False)
         if out is not None and write_error is None:
             out_console.print(f"wrote {out}/ ({', '.join(written)})")
-    if write_error is not None:
-        typer.echo(f"error: {write_error}", err=True)
+    errors = [e for e in (write_error, bench.save_error) if e is not None]
+    for error in errors:
+        typer.echo(f"error: {error}", err=True)
+    if errors:
         raise typer.Exit(1)

@@ -88,6 +88,7 @@ from simulator.planning.options import (  # declared with the planner options
 )
 from simulator.planning.split import fits
 from simulator.report.benchmark import measured_window, output_throughput_per_user
+from simulator.util.figures import from_matplotlib, skipped
 from simulator.util.text import percent
 from simulator.workload.request import Status
 
@@ -996,6 +997,8 @@ class PlanResult:
     wall_s: float = 0.0
     num_verified: int = 0  # fleets simulated whole
     unconverged: Candidate | None = None  # the cheapest, whose verifications the rounds ran out before settling
+    written: list[Path] = field(default_factory=list)  # the files write_outputs wrote (a figure may be skipped)
+    write_error: OSError | None = None  # why write_outputs failed (a full disk): the caller says so after the plan
 
     def why_no_answer(self) -> str:
         """Why no fleet is the answer, from the cheapest layout's side of it."""
@@ -1296,7 +1299,10 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                                 "firmer verdict")
     result.wall_s = time.perf_counter() - start
     if out is not None:
-        write_outputs(result, out)
+        try:
+            result.written = write_outputs(result, out)
+        except OSError as err:  # (the plan is made: its caller shows it, then says what could not be written)
+            result.write_error = err
     return result
 
 
@@ -1448,7 +1454,13 @@ def write_outputs(result: PlanResult, out: Path) -> list[Path]:
         "num_pruned": sum(1 for c in result.candidates if c.pruned), "num_layouts": len(result.candidates),
         "mean_prompt_tokens": result.lengths.mean_prompt, "mean_output_tokens": result.lengths.mean_output},
         indent=1, default=str))
-    from simulator.report.plots import save
+    try:
+        from simulator.report.plots import save
 
-    paths = save(frontier_figure(result), out / "frontier")
+        paths = save(frontier_figure(result), out / "frontier")
+    except Exception as err:
+        if not from_matplotlib(err):
+            raise
+        result.notes.append(skipped("frontier.png", err))
+        paths = []
     return [out / "plan.csv", out / "answer.json", *paths]

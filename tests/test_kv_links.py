@@ -118,8 +118,10 @@ def test_per_worker_links_lose_no_request_and_balance_kv(prefill: str, decode: s
     rng = np.random.default_rng(11)
     n = 60
     arrivals = np.sort(rng.uniform(0, 1.0, n))
-    config = disagg_config(prefill=prefill, decode=decode, link="0.5GB/s@1ms", util=0.2, kv_link_scope="per-worker",
-                           scheduler__name="sarathi", scheduler__chunk_size=256)
+    # (the pools run vllm, as this test's --scheduler sarathi left them before a research policy no pool runs was
+    # refused)
+    config = disagg_config(prefill=prefill.replace(")", ",sched=vllm)"), decode=decode.replace(")", ",sched=vllm)"),
+                           link="0.5GB/s@1ms", util=0.2, kv_link_scope="per-worker")
     check_invariants(config, table(arrivals, rng.integers(2, 900, n), rng.integers(1, 40, n)))
 
 

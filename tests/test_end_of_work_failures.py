@@ -61,7 +61,8 @@ def test_capacity_prints_its_answer_before_writing_it(tmp_path: Path, monkeypatc
     lines = output.strip().splitlines()
     assert code == 1 and "Traceback" not in output, output
     assert "· at capacity: P99 TBT" in output  # (the answer, printed before the write)
-    assert lines[-1].startswith("error: /somewhere/full: No space left on device (what is printed above stands")
+    assert lines[-1] == (f"error: --out: could not write {tmp_path / 'cap'} (No space left on device); the capacity is "
+                         "above")
 
 
 def test_a_result_json_that_cannot_be_written_keeps_the_summary_and_the_folder(tmp_path: Path,
@@ -91,8 +92,11 @@ def test_only_matplotlibs_own_errors_are_taken_for_a_broken_install() -> None:
     except ValueError as err:
         assert not from_matplotlib(err)  # (a bug of ours stays a traceback, to be fixed)
     import matplotlib
+    from matplotlib.figure import Figure
 
-    try:
-        matplotlib.use("no-such-backend")
-    except ValueError as err:
-        assert from_matplotlib(err)
+    with pytest.raises(ValueError) as err:
+        matplotlib.use("no-such-backend")  # (its configuration)
+    assert from_matplotlib(err.value)
+    with pytest.raises(ValueError) as err:
+        Figure().add_subplot().scatter([1, 2, 3], [1, 2])  # (a bad argument of ours: a bug, kept a traceback)
+    assert not from_matplotlib(err.value)

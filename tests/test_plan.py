@@ -619,3 +619,33 @@ def test_parallel_searches_write_the_same_files_whatever_finishes_first(tmp_path
         files[newest_first] = (layouts, (out / "trials.csv").read_text())
     assert files[False] == files[True]
     assert len(files[False][0]) > 3  # (several searches ran, so their order could matter)
+
+
+def test_an_interrupted_parallel_plan_keeps_every_search_that_finished(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """Rows finished but waiting to be written in number order were dropped on Ctrl-C ('the layouts searched so far
+    are in layouts.csv' overstated it); now they are written as the interrupt passes."""
+    import simulator.planning.plan as plan_module
+
+    finished: list[str] = []
+
+    class Interrupted(plan_module.Runner):
+        def __init__(self, workers: int = 1, ray_address: str | None = None) -> None:
+            super().__init__(3)
+
+        def submit(self, tag, args) -> None:  # noqa: ANN001
+            self._pending[object()] = (tag, plan_module.search_layout(*args))
+
+        def wait(self):  # noqa: ANN202 - newest first, and Ctrl-C after four
+            if len(finished) == 4:
+                raise KeyboardInterrupt
+            done = self._pending.pop(list(self._pending)[-1])
+            finished.append(done[1]["row"]["key"])
+            return [done]
+
+    monkeypatch.setattr(plan_module, "Runner", Interrupted)
+    out = tmp_path / "p"
+    with pytest.raises(KeyboardInterrupt):
+        plan(_base(), LOAD, SLO, SPACE, rel_tol=0.2, verify_fleet=False, frontier_per_group=0, workers=3, out=out)
+    import pandas as pd
+
+    assert sorted(pd.read_csv(out / "layouts.csv")["key"]) == sorted(finished)

@@ -10,6 +10,7 @@ code 2, so users never see a traceback for their own mistakes; a worker process 
 from __future__ import annotations
 
 import copy
+import errno
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -170,6 +171,10 @@ def as_flag(err: ConfigError, argv: list[str]) -> ConfigError:
     return ConfigError(given[0], err.problem, err.fix) if given else err
 
 
+# What a failed write at the end of the work raises: no space, no quota, no permission, a read-only or full file system
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG})
+
+
 def _click_errors() -> tuple[type[Exception], type[Exception]]:
     """(UsageError, ClickException) of the click that typer runs on: the click package, or the copy
     newer typers vendor (typer._click); both are found from the public ``typer.BadParameter``."""
@@ -206,19 +211,21 @@ def main() -> None:
     except typer.Abort:  # end of input at a prompt
         typer.echo("Aborted!", err=True)
         sys.exit(1)
-    except BrokenPipeError:  # (stdout closed by a pager or `head`: nothing more to say on it)
-        sys.exit(1)
-    except OSError as err:  # a file the work ends by writing: a full disk, a folder made read-only meanwhile
-        where = f"{err.filename}: " if err.filename else ""
-        typer.echo(f"error: {where}{err.strerror or err} (what is printed above stands; free space or permissions "
-                   "there, or another --out, then run again)", err=True)
+    except OSError as err:
+        # A file the work ends by writing: a full disk, a folder made read-only meanwhile. Any other OSError (a lost
+        # Ray connection, a timeout, a file missing) is not this, and keeps its own message or traceback.
+        if err.filename is None or err.errno not in WRITE_ERRNOS:
+            raise
+        typer.echo(f"error: could not write {err.filename} ({err.strerror}): what is printed above stands; free space "
+                   "or permissions there, or another --out, then run again", err=True)
         sys.exit(1)
     except Exception as err:
-        from simulator.util.figures import from_matplotlib, skipped
+        from simulator.util.figures import from_matplotlib
 
         if not from_matplotlib(err):
             raise
-        typer.echo(f"error: {skipped('a figure', err)}", err=True)
+        typer.echo(f"error: matplotlib could not be loaded ({type(err).__name__}: {' '.join(str(err).split())}): "
+                   "check MPLBACKEND and the matplotlib install; what is printed above stands", err=True)
         sys.exit(1)
     # A command's typer.Exit(code), or Ctrl-C's 130, comes back as the exit code; a finished command as None.
     sys.exit(code if isinstance(code, int) else 0)

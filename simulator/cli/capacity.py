@@ -136,6 +136,8 @@ def capacity(
                 report.trials_frame().to_csv(folder / "trials.csv", index=False)
         except KeyboardInterrupt:
             fail(f"interrupted: nothing written to {out}", code=130)
+        except OSError as exc:  # (writable when the search began: a full disk, a folder made read-only since)
+            fail(f"--out: could not write {out} ({exc.strerror or exc}); the capacity is above", code=1)
         if not json_out:
             app_console().print(f"wrote {out}/ (capacity.json, trials.csv)")
 

@@ -282,6 +282,8 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
                         out_console.print(f"note: {skipped('comparison.png', err)}", highlight=False)
         except KeyboardInterrupt:
             fail(f"interrupted: nothing written to {out}", code=130)
+        except OSError as exc:  # (writable when the search began: a full disk, a folder made read-only since)
+            fail(f"--out: could not write {out} ({exc.strerror or exc}); the table is above", code=1)
         out_console.print(f"wrote {out}/ ({', '.join(written)})")
 
 

@@ -198,6 +198,7 @@ def plan(
     console.print(f"launch ({engine}), one per unit, {a.units(result.load_qps)} units behind a load balancer:", highlight=False)
     for line in launch_command(a, config, engine):
         typer.echo(f"  {line}")
+    _say_write_error(result, out)  # (before --mix's search, which would write beside the files that failed)
     if mix:
         import pandas as pd
 
@@ -208,7 +209,6 @@ def plan(
             pd.DataFrame(note.rows).to_csv(out / "mix" / "mix.csv", index=False)
             console.print(f"mix: {note.describe()} (short/long split at the median prompt + output length; "
                           f"{out}/mix/mix.csv)", highlight=False)
-    _say_write_error(result, out)
     figure = ", frontier.png" if out / "frontier.png" in result.written else ""
     console.print(f"wrote {out}/plan.csv, layouts.csv, trials.csv, answer.json{figure}; {result.num_searched} "
                   f"layouts searched, {result.num_resumed} resumed, "

@@ -1,26 +1,51 @@
-"""Figures are a command's last and least output: one that fails to draw, because the environment's matplotlib is
-broken or misconfigured (an unknown ``MPLBACKEND``, a missing font cache folder, a half-installed package), must not
+"""Figures are a command's last and least output: one that cannot be drawn because the environment's matplotlib is
+broken or misconfigured (an unknown ``MPLBACKEND``, a half-installed package or one of its dependencies) must not
 take the tables computed before it, nor end in a traceback. :func:`from_matplotlib` tells such a failure from a bug
-of ours; commands skip the figure with :func:`skipped` (a one-line note) and keep what they wrote."""
+of ours (a bad argument to a drawing call stays a traceback, to be fixed); commands skip the figure with
+:func:`skipped` (a one-line note) and keep what they wrote."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
-# The packages a figure is drawn with: an error raised inside them is the environment's, not the command's
+# The packages a figure is drawn with: a failure to load them (or matplotlib's backend) is the environment's
 _PACKAGES = ("matplotlib", "fontTools", "PIL", "kiwisolver", "pyparsing")
+# Where matplotlib chooses and loads its backend and fonts: an error raised there is its configuration's
+_SETUP_FILES = ("rcsetup.py", "font_manager.py", f"backends{os.sep}")
+
+
+def _roots() -> list[str]:
+    """The folders the figure packages load from (found, not imported: one may be the broken one)."""
+    out = []
+    for name in _PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for location in (spec.submodule_search_locations or []) if spec is not None else []:
+            out.append(os.path.join(os.path.realpath(location), ""))
+    return out
 
 
 def from_matplotlib(err: BaseException) -> bool:
-    """Whether ``err`` was raised while importing or running matplotlib (or a package it draws with)."""
+    """Whether ``err`` is the environment's matplotlib failing to load: an import of one of its packages failing,
+    an error raised while one of them was being imported, or one raised where matplotlib sets up its backend and
+    fonts. An error a drawing call raises on our arguments is not."""
     if isinstance(err, ImportError) and (err.name or "").split(".")[0] in _PACKAGES:
         return True
+    frames = []  # (file, function) from the outermost frame to where it was raised
     tb = err.__traceback__
     while tb is not None:
-        if any(f"{os.sep}{name}{os.sep}" in tb.tb_frame.f_code.co_filename for name in _PACKAGES):
-            return True
+        frames.append((os.path.realpath(tb.tb_frame.f_code.co_filename), tb.tb_frame.f_code.co_name))
         tb = tb.tb_next
-    return False
+    roots = _roots()
+    theirs = [(path, name) for path, name in frames if any(path.startswith(root) for root in roots)]
+    if not frames or frames[-1] not in theirs:
+        return False  # (raised in our code, or elsewhere)
+    # a module of theirs failing as it is imported (its body running), or their backend and font set-up
+    return (isinstance(err, ImportError) or any(name == "<module>" for _, name in theirs)
+            or any(part in frames[-1][0] for part in _SETUP_FILES))
 
 
 def skipped(what: str, err: BaseException) -> str:

@@ -113,7 +113,10 @@ def capacity(
         verdict = "passes" if t.passed else f"fails ({t.reason})"
         steps.update(f"trial {num_trials} (seed {t.seed}): {format_load(t.qps, settings.users)} {verdict}", num_trials)
 
+    seeds_done: list[str] = []  # (said if the search is stopped: a seed's answer is not lost with the rest)
+
     def on_seed_done(seed) -> None:  # noqa: ANN001
+        seeds_done.append(f"seed {seed.seed}: {format_load(seed.capacity_qps, settings.users)}")
         steps.update(f"seed {seed.seed} done: capacity {format_load(seed.capacity_qps, settings.users)}")
 
     # Progress on stderr, one step per trial (per seed when seeds run in parallel); --json stays quiet.
@@ -122,7 +125,8 @@ def capacity(
             report = find_capacity(config, slo, settings, num_seeds=seeds, workers=num_workers,
                                    on_seed_done=on_seed_done, on_trial=on_trial)
     except KeyboardInterrupt:  # Ctrl-C (or SIGTERM with --workers, whose workers are stopped)
-        fail("interrupted: the search was stopped and nothing was written", code=130)
+        finished = f" (finished: {'; '.join(seeds_done)})" if seeds_done else ""
+        fail(f"interrupted: the search was stopped and nothing was written{finished}", code=130)
     data = report.to_dict()
     # Said before it is written: a write that fails at the end (a full disk) does not take the answer with it
     if json_out:

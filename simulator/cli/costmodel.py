@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from simulator.cli.app import app
+from simulator.cli.app import app, fail
 from simulator.cli.app import console as app_console
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
@@ -338,6 +338,11 @@ def calibrate(
         typer.echo(block)
 
 
+# (the report's files are written once every point is scored: a stop before then leaves the folder as it was)
+_FIDELITY_INTERRUPTED = ("interrupted: the report in {out} is written once every point is scored, so it is as it was "
+                         "unless the stop came while it was being written; run it again")
+
+
 @app.command()
 def fidelity(
     out: Annotated[Path | None, typer.Option(
@@ -378,8 +383,11 @@ def fidelity(
             Console(stderr=True).print("note: AIConfigurator's kernel tables are not under ../shared/data/profiles/aiconfigurator: "
                             "the tables columns are left out")
         command = "simulate fidelity " + " ".join(f"--profile {p}" for p in profile) + f" --out {out}"
-        with StepProgress("fidelity") as steps:
-            summary = pf.write_report(list(profile), out, backends, tables, command, progress=steps.update)
+        try:
+            with StepProgress("fidelity") as steps:
+                summary = pf.write_report(list(profile), out, backends, tables, command, progress=steps.update)
+        except KeyboardInterrupt:
+            fail(_FIDELITY_INTERRUPTED.format(out=out), code=130)
         Console(stderr=True).print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")
         return
     if kernels != ",".join(TABLE_BACKENDS):
@@ -394,6 +402,9 @@ def fidelity(
     from simulator.calibrate.fit_fidelity import write_report
 
     console = Console(stderr=True)
-    with StepProgress("fidelity") as steps:
-        summary = write_report(out, data, progress=steps.update)
+    try:
+        with StepProgress("fidelity") as steps:
+            summary = write_report(out, data, progress=steps.update)
+    except KeyboardInterrupt:
+        fail(_FIDELITY_INTERRUPTED.format(out=out), code=130)
     console.print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")

@@ -80,3 +80,35 @@ def test_an_engine_sets_the_scheduler_of_pools_that_name_none() -> None:
     assert implied_options({"engine": "sglang-2026", "gpu": "h100-sxm", **POOLS}).get("scheduler") == "sglang"
     both = {"prefill_pool": "1x(sched=vllm-v1)", "decode_pool": "1x(sched=vllm-v1)"}
     assert "scheduler" not in implied_options({"engine": "sglang-2026", "gpu": "h100-sxm", **both})
+
+
+def test_a_sweep_refuses_two_spellings_of_one_pool_scheduler_or_gpu(tmp_path) -> None:  # noqa: ANN001
+    """'1x(tp=1)' and '1x(tp=1,sched=vllm-v1)' are one deployment under the default --scheduler (as '1x(gpu=h100-sxm)'
+    beside --gpu h100-sxm): a sweep ran both as two points of identical results; 'sched=vllm' is another."""
+    from simulator.planning.sweep import build_spec, load_sweep_file
+
+    def spec(pairs: list[list[str]], **base: object) -> None:
+        path = tmp_path / "s.toml"
+        base_lines = "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in {"num_requests": 20, **base}.items())
+        rows = ", ".join("[" + ", ".join(f'"{p}"' for p in pair) + "]" for pair in pairs)
+        path.write_text(f'mode = "run"\n[base]\n{base_lines}\n[grid]\n"prefill_pool,decode_pool" = [{rows}]\n')
+        build_spec(load_sweep_file(path))
+
+    for pairs, base in (([["1x(tp=1)", "1x(tp=1)"], ["1x(tp=1,sched=vllm-v1)", "1x(tp=1,sched=vllm-v1)"]], {}),
+                        ([["1x(tp=1)", "1x(tp=1)"], ["1x(tp=1,gpu=h100-sxm)", "1x(tp=1)"]], {"gpu": "h100-sxm"})):
+        with pytest.raises(ConfigError, match="spell one deployment"):
+            spec(pairs, **base)
+    spec([["1x(tp=1)", "1x(tp=1)"], ["1x(tp=1,sched=vllm)", "1x(tp=1,sched=vllm)"]])  # (V0 pools: another run)
+
+
+def test_capacity_and_run_titles_say_what_the_pools_run() -> None:
+    from test_cli_fuzz_round13 import invoke
+
+    code, output = invoke("capacity", "--scheduler", "sglang", "--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)",
+                          "--num-requests", "100")
+    assert code == 0 and "· pools run sglang ·" in " ".join(output.split()), output
+    code, output = invoke("run", "--engine", "sglang-2026", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                          "--prefill-pool", "1x(sched=vllm-v1)", "--decode-pool", "1x", "--num-requests", "5",
+                          "--no-progress")
+    assert code == 0 and "note: sglang-2026 was fitted with --scheduler sglang (a pool here runs vllm-v1)" in " ".join(
+        output.split()), output

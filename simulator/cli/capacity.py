@@ -221,11 +221,12 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     good_limit = 100 * slo.min_goodput if slo.min_goodput else None
     judged = slo.criterion != "goodput"  # under goodput, TBT and scheduling delay are shown, not judged
     cfg = report.config
-    from simulator.cli.run import engine_words
+    from simulator.cli.run import engine_words, pool_schedulers
     from simulator.config.disagg_layout import layout_of, link_words
 
     priced = f"{engine_words(cfg)} · kernels {r.kernels}"  # (what priced the trials, as run's header names them)
-    title = (f"{r.model} disaggregated: {layout_of(cfg).describe()} ({link_words(cfg)}) · {priced} · {slo.describe()}"
+    title = (f"{r.model} disaggregated: {layout_of(cfg).describe()} ({link_words(cfg)}) · "
+             f"{pool_schedulers(cfg, layout_of(cfg))} · {priced} · {slo.describe()}"
              if cfg.is_disaggregated else
              f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}) · {s.name} · {priced} · {slo.describe()}")
     rows = []

@@ -257,7 +257,7 @@ def _overload_fix(config: RunConfig) -> str:
     return "lower --qps or find the sustainable rate with `simulate capacity` (same options)"
 
 
-def _pool_schedulers(config: RunConfig, layout: Any) -> str:  # noqa: ANN401 - a DisaggLayout
+def pool_schedulers(config: RunConfig, layout: Any) -> str:  # noqa: ANN401 - a DisaggLayout
     """Which policy each pool runs (a pool's sched=, else disagg_layout.default_pool_scheduler's), said: the pools ran
     vLLM V0's whole prompts beside a run whose --scheduler (vllm-v1 by default) was never theirs, and nothing said so;
     V0 is said as such where a pool runs it under another --scheduler (a research policy's pools)."""
@@ -353,16 +353,19 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
 
         layout = layout_of(config)
         title = (f"{r.model} disaggregated: {layout.describe()} ({link_words(config)}){_router(config)} · "
-                 f"{_pool_schedulers(config, layout)} · {engine_words(config)} · "
+                 f"{pool_schedulers(config, layout)} · {engine_words(config)} · "
                  f"dtype {_dtype(r, config.engine)}{_experts_only(r)}{kv}")
         # Said, not silent: the pools run the plain loop whatever --fast-forward says.
         title += " · pools step one iteration at a time (no event skipping for disaggregated pools)"
-    else:
-        from simulator.engine.schedulers import SCHEDULERS
+    from simulator.engine.schedulers import SCHEDULERS
 
-        fitted_with = getattr(preset, "scheduler", None)
-        if fitted_with is not None and SCHEDULERS[fitted_with] is not SCHEDULERS[s.name]:  # said, not silent
-            unlike.append(f"--scheduler {fitted_with}")
+    fitted_with = getattr(preset, "scheduler", None)
+    if fitted_with is not None and config.is_disaggregated:  # (a pool's sched= may run another policy: said)
+        others = sorted({sc.name for sc, _ in layout.pools() if SCHEDULERS[sc.name] is not SCHEDULERS[fitted_with]})
+        if others:
+            unlike.append(f"--scheduler {fitted_with} (a pool here runs {', '.join(others)})")
+    elif fitted_with is not None and SCHEDULERS[fitted_with] is not SCHEDULERS[s.name]:  # said, not silent
+        unlike.append(f"--scheduler {fitted_with}")
     fitted_over = getattr(preset, "kernels", None)
     if fitted_over is not None and fitted_over != r.kernels:
         unlike.append(f"--kernels {fitted_over}")

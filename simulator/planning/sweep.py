@@ -436,17 +436,24 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
 
 
 def _spelled_out(config: RunConfig) -> RunConfig:
-    """``config`` with each pool written with the layout it takes from the run (``PoolSpec.effective``): two
-    spellings of one deployment, one run."""
+    """``config`` with each pool written with the layout it takes from the run (``PoolSpec.effective``), its GPU and
+    the scheduler it runs: two spellings of one deployment (``1x`` and ``1x(tp=1,sched=vllm-v1)`` beside the
+    defaults), one run."""
+    from dataclasses import replace
+
     from simulator.config.disagg_layout import layout_of
 
     layout = layout_of(config)
     if layout is None:
         return config
-    return config.replace(prefill_pool=layout.prefill.effective(layout.prefill_replica),
-                          decode_pool=layout.decode.effective(layout.decode_replica),
+
+    def spelled(pool, replica, scheduler) -> str:  # noqa: ANN001 - a PoolSpec, its ReplicaConfig, its SchedulerConfig
+        return replace(pool, sched=scheduler.name, gpu=replica.gpu).effective(replica)
+
+    return config.replace(prefill_pool=spelled(layout.prefill, layout.prefill_replica, layout.prefill_scheduler),
+                          decode_pool=spelled(layout.decode, layout.decode_replica, layout.decode_scheduler),
                           mixed_pool=None if layout.mixed is None or layout.mixed_replica is None
-                          else layout.mixed.effective(layout.mixed_replica))
+                          else spelled(layout.mixed, layout.mixed_replica, layout.mixed_scheduler))
 
 
 def _sweep_inputs(spec: SweepSpec) -> dict[str, str]:

@@ -100,3 +100,18 @@ def test_only_matplotlibs_own_errors_are_taken_for_a_broken_install() -> None:
     with pytest.raises(ValueError) as err:
         Figure().add_subplot().scatter([1, 2, 3], [1, 2])  # (a bad argument of ours: a bug, kept a traceback)
     assert not from_matplotlib(err.value)
+
+
+def test_a_plans_answer_config_reproduces_its_verification(tmp_path: Path) -> None:
+    """A plan's answer named a layout but no run: its pools and fleet had to be rebuilt from the layout key to check
+    it (a walkthrough did so by hand). answer_config.json is the verifying run; simulate run --config reproduces it."""
+    import json
+
+    out = tmp_path / "plan"
+    code, output = invoke(*PLAN, "--out", str(out))
+    assert code == 0 and f"simulate run --config {out}/answer_config.json" in output, output
+    verified = json.loads((out / "answer.json").read_text())["answer"]["verified"]
+    code, output = invoke("run", "--config", str(out / "answer_config.json"), "--json")
+    ran = json.loads(output)
+    assert code == 0 and ran["num_finished"] == verified["num_requests"]
+    assert (ran["ttft_s_p99"], ran["tpot_s_p99"]) == (verified["ttft_s_p99"], verified["tpot_s_p99"])

@@ -36,7 +36,8 @@ from simulator.util.progress import StepProgress
 from simulator.util.text import comma_list
 
 # What plan --out holds (its resume state, tables and figures): a folder holding anything else is another's
-PLAN_FILES = ("plan.json", "layouts.csv", "trials.csv", "plan.csv", "answer.json", "frontier.png", "frontier.svg", "mix")
+PLAN_FILES = ("plan.json", "layouts.csv", "trials.csv", "plan.csv", "answer.json", "answer_config.json", "frontier.png",
+              "frontier.svg", "mix")
 SPACE_PANEL = "Search space"
 COST_PANEL = "Cost and limits"
 # The search-space flags a layout may not read (simulator.planning.plan.unread_space_options) default
@@ -106,7 +107,7 @@ def plan(
     launch: Annotated[str | None, typer.Option(help="Launch command for vllm, sglang or trtllm (default: the --kernels backend's, else the --engine preset's, else vllm).")] = None,
     mix: Annotated[bool, typer.Option(help="Also price short and long requests (split at the median length) on their own GPU types: is a mix cheaper? (a capacity search per half for the 2 cheapest layouts of each GPU type).")] = False,
     top: Annotated[int, typer.Option(help="Rows of the ranked table printed.")] = 12,
-    out: Annotated[Path, typer.Option(help="Folder: layouts.csv and trials.csv (as the search goes; a rerun resumes), plan.csv, answer.json, frontier.png.")] = Path("plan-out"),
+    out: Annotated[Path, typer.Option(help="Folder: layouts.csv and trials.csv (as the search goes; a rerun resumes), plan.csv, answer.json, answer_config.json (the run that verified the answer: simulate run --config), frontier.png.")] = Path("plan-out"),
 ) -> None:
     """The cheapest fleet (GPU type, layout, engine knobs, replicas) that serves --qps within the SLO, with its cost, energy and launch command."""
     check_out_dir(out, "--out", replaceable=PLAN_FILES)  # a plan folder is resumed; another command's is refused
@@ -210,6 +211,8 @@ def plan(
             console.print(f"mix: {note.describe()} (short/long split at the median prompt + output length; "
                           f"{out}/mix/mix.csv)", highlight=False)
     figure = ", frontier.png" if out / "frontier.png" in result.written else ""
+    if out / "answer_config.json" in result.written:
+        console.print(f"reproduce the verification: simulate run --config {out}/answer_config.json", highlight=False)
     console.print(f"wrote {out}/plan.csv, layouts.csv, trials.csv, answer.json{figure}; {result.num_searched} "
                   f"layouts searched, {result.num_resumed} resumed, "
                   f"{sum(1 for c in result.candidates if c.pruned)} pruned of {len(result.candidates)}"

@@ -1446,12 +1446,30 @@ def frontier_figure(result: PlanResult):  # noqa: ANN201
     return fig
 
 
+def answer_config(result: PlanResult) -> RunConfig | None:
+    """The run that verified the answer's fleet (its units, its request count, the load): ``simulate run --config``
+    of it reproduces the verification's TTFT and TPOT; None where no fleet was verified."""
+    a = result.answer
+    if a is None or a.verified is None:
+        return None
+    v = a.verified
+    return a.layout.config(result.base, units=int(v["units"])).replace(
+        workload__num_requests=int(v["num_requests"]), workload__qps=result.load_qps)
+
+
 def write_outputs(result: PlanResult, out: Path) -> list[Path]:
-    """``plan.csv`` (the ranked table), ``answer.json``, ``frontier.png``; layouts.csv and
-    trials.csv are written as the search goes."""
+    """``plan.csv`` (the ranked table), ``answer.json``, ``answer_config.json`` (the run that verified the answer),
+    ``frontier.png``; layouts.csv and trials.csv are written as the search goes."""
     out = Path(out)
     table = result.table()
     table.to_csv(out / "plan.csv", index=False)
+    written = [out / "plan.csv", out / "answer.json"]
+    verified_run = answer_config(result)
+    if verified_run is not None:
+        (out / "answer_config.json").write_text(json.dumps(verified_run.to_dict(), indent=1, default=str))
+        written.append(out / "answer_config.json")
+    else:  # (an earlier plan's in this folder is not this one's)
+        (out / "answer_config.json").unlink(missing_ok=True)
     answer = None
     if result.answer is not None:
         a = result.answer
@@ -1475,4 +1493,4 @@ def write_outputs(result: PlanResult, out: Path) -> list[Path]:
             raise
         result.notes.append(skipped("frontier.png", err))
         paths = []
-    return [out / "plan.csv", out / "answer.json", *paths]
+    return [*written, *paths]

@@ -112,3 +112,24 @@ def test_capacity_and_run_titles_say_what_the_pools_run() -> None:
                           "--no-progress")
     assert code == 0 and "note: sglang-2026 was fitted with --scheduler sglang (a pool here runs vllm-v1)" in " ".join(
         output.split()), output
+
+
+def test_spelled_out_pools_keep_a_gpu_files_path_and_the_runs_redundant_experts(tmp_path) -> None:  # noqa: ANN001
+    """The duplicate check wrote the run's GPU into each pool, and pool text lowercases gpu=: a GPU file 'G/MyGPU.toml'
+    became 'g/mygpu.toml', missing, and every point was refused. '1x' beside --ep 4 --redundant-experts 4 keeps the
+    run's 4 copies, '1x(ep=4)' places none: they were read as one deployment."""
+    from simulator.planning.sweep import build_spec, load_sweep_file
+
+    folder = tmp_path / "G"
+    folder.mkdir()
+    (folder / "MyGPU.toml").write_text("bf16_tflops = 400\nhbm_gb_per_s = 2000\nmemory_gb = 80\n")
+
+    def points(base: str, pairs: str) -> int:
+        path = tmp_path / "s.toml"
+        path.write_text(f'mode = "run"\n[base]\nnum_requests = 20\n{base}\n[grid]\n"prefill_pool,decode_pool" = {pairs}\n')
+        return len(build_spec(load_sweep_file(path)).points)
+
+    assert points(f'gpu = "{folder / "MyGPU.toml"}"\nkv_link = "100GB/s"',
+                  '[["1x(tp=1)", "1x(tp=1)"], ["2x(tp=1)", "1x(tp=1)"]]') == 2
+    assert points('model = "qwen3-30b-a3b"\ngpu = "h100-sxm"\ntp = 4\nep = 4\nredundant_experts = 4',
+                  '[["1x", "1x"], ["1x(ep=4)", "1x"]]') == 2

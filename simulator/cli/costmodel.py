@@ -339,8 +339,9 @@ def calibrate(
 
 
 # (the report's files are written once every point is scored: a stop before then leaves the folder as it was)
-_FIDELITY_INTERRUPTED = ("interrupted: the report in {out} is written once every point is scored, so it is as it was "
-                         "unless the stop came while it was being written; run it again")
+_FIDELITY_INTERRUPTED = ("interrupted: {out}'s fidelity.csv, figures and README.md are rewritten in that order once "
+                         "every point is scored: a stop before then leaves them as they were, one after it some new and "
+                         "some old; run it again")
 
 
 @app.command()

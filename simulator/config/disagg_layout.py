@@ -104,7 +104,10 @@ class PoolSpec:
         them): passed back as a pool, it is the same layout without the run's --pp, --attention-dp or --ep."""
         inherited = {"tp": replica.tp, "pp": replica.pp if replica.pp > 1 else None,
                      "dp": replica.attention_dp if replica.attention_dp > 1 else None,
-                     "ep": replica.ep if replica.ep > 1 else None}
+                     "ep": replica.ep if replica.ep > 1 else None,
+                     # (the run's redundant experts go with the run's EP: written, or '1x' beside --ep 4
+                     # --redundant-experts 4 would read as '1x(ep=4)', which places none)
+                     "redundant": replica.redundant_experts if replica.redundant_experts else None}
         return replace(self, **{k: getattr(self, k) if getattr(self, k) is not None else v
                                 for k, v in inherited.items()}).canonical()
 

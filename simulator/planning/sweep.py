@@ -442,13 +442,16 @@ def _spelled_out(config: RunConfig) -> RunConfig:
     from dataclasses import replace
 
     from simulator.config.disagg_layout import layout_of
+    from simulator.config.hf_config import is_path_like
 
     layout = layout_of(config)
     if layout is None:
         return config
 
     def spelled(pool, replica, scheduler) -> str:  # noqa: ANN001 - a PoolSpec, its ReplicaConfig, its SchedulerConfig
-        return replace(pool, sched=scheduler.name, gpu=replica.gpu).effective(replica)
+        # (a GPU file's path stays as the pool gives it: pool text lowercases gpu=, and a path is case-sensitive)
+        gpu = pool.gpu if is_path_like(replica.gpu) else replica.gpu
+        return replace(pool, sched=scheduler.name, gpu=gpu).effective(replica)
 
     return config.replace(prefill_pool=spelled(layout.prefill, layout.prefill_replica, layout.prefill_scheduler),
                           decode_pool=spelled(layout.decode, layout.decode_replica, layout.decode_scheduler),

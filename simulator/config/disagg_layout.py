@@ -101,7 +101,8 @@ class PoolSpec:
 
     def effective(self, replica: ReplicaConfig) -> str:
         """The pool's string with the layout its replicas take from the run filled in (``replica``: one of
-        them): passed back as a pool, it is the same layout without the run's --pp, --attention-dp or --ep."""
+        them): passed back as a pool, it is the same layout without the run's --pp, --attention-dp, --ep or
+        --redundant-experts."""
         inherited = {"tp": replica.tp, "pp": replica.pp if replica.pp > 1 else None,
                      "dp": replica.attention_dp if replica.attention_dp > 1 else None,
                      "ep": replica.ep if replica.ep > 1 else None,

@@ -133,3 +133,11 @@ def test_spelled_out_pools_keep_a_gpu_files_path_and_the_runs_redundant_experts(
                   '[["1x(tp=1)", "1x(tp=1)"], ["2x(tp=1)", "1x(tp=1)"]]') == 2
     assert points('model = "qwen3-30b-a3b"\ngpu = "h100-sxm"\ntp = 4\nep = 4\nredundant_experts = 4',
                   '[["1x", "1x"], ["1x(ep=4)", "1x"]]') == 2
+
+
+def test_the_title_names_a_mixed_pools_scheduler() -> None:
+    from test_cli_fuzz_round13 import invoke
+
+    code, output = invoke("run", "--prefill-pool", "1x", "--decode-pool", "1x", "--mixed-pool", "1x", "--scheduler",
+                          "sarathi", "--num-requests", "5", "--no-progress")
+    assert code == 0 and "runs V1's chunked prefill); mixed pool sarathi ·" in " ".join(output.split()), output

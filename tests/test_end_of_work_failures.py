@@ -100,6 +100,28 @@ def test_only_matplotlibs_own_errors_are_taken_for_a_broken_install() -> None:
     with pytest.raises(ValueError) as err:
         Figure().add_subplot().scatter([1, 2, 3], [1, 2])  # (a bad argument of ours: a bug, kept a traceback)
     assert not from_matplotlib(err.value)
+    with pytest.raises(ValueError) as err:  # (raised in the font manager's file, on our argument)
+        Figure().add_subplot().set_title("x", fontsize="huge")
+    assert not from_matplotlib(err.value)
+
+
+def test_a_write_failure_the_command_does_not_catch_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli.app.main's net: a failed write (here tau's figure) is one line naming the file, exit 1; another OSError
+    (not a write's errno, or no file named) is not taken for one."""
+    import simulator.report.plots as plots
+
+    monkeypatch.setattr(plots, "tau_plot", _disk_full)
+    code, output = invoke("tau", "--plot", str(tmp_path / "t"))
+    assert code == 1 and output.strip().splitlines()[-1] == (
+        "error: /somewhere/full: No space left on device (free space or permissions there, or another --out; what is "
+        "printed above stands)"), output
+
+    def lost(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("the Ray client lost its server")
+
+    monkeypatch.setattr(plots, "tau_plot", lost)
+    with pytest.raises(ConnectionError):
+        invoke("tau", "--plot", str(tmp_path / "t"))
 
 
 def test_a_plans_answer_config_reproduces_its_verification(tmp_path: Path) -> None:

@@ -216,8 +216,8 @@ def main() -> None:
         # Ray connection, a timeout, a file missing) is not this, and keeps its own message or traceback.
         if err.filename is None or err.errno not in WRITE_ERRNOS:
             raise
-        typer.echo(f"error: could not write {err.filename} ({err.strerror}): what is printed above stands; free space "
-                   "or permissions there, or another --out, then run again", err=True)
+        typer.echo(f"error: {err.filename}: {err.strerror} (free space or permissions there, or another --out; what is "
+                   "printed above stands)", err=True)
         sys.exit(1)
     except Exception as err:
         from simulator.util.figures import from_matplotlib

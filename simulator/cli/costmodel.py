@@ -344,6 +344,19 @@ _FIDELITY_INTERRUPTED = ("interrupted: {out}'s fidelity.csv, figures and README.
                          "some old; run it again")
 
 
+def _figures_skipped(err: Exception, out: Path) -> None:
+    """A report's figures that matplotlib could not draw (its tables and README are written first): said, not a
+    failure; any other error is raised on."""
+    from rich.console import Console
+
+    from simulator.util.figures import from_matplotlib, skipped
+
+    if not from_matplotlib(err):
+        raise err
+    Console(stderr=True).print(f"note: {skipped('the figures', err)}\nwrote {out}/fidelity.csv and README.md",
+                               highlight=False)
+
+
 @app.command()
 def fidelity(
     out: Annotated[Path | None, typer.Option(
@@ -389,6 +402,9 @@ def fidelity(
                 summary = pf.write_report(list(profile), out, backends, tables, command, progress=steps.update)
         except KeyboardInterrupt:
             fail(_FIDELITY_INTERRUPTED.format(out=out), code=130)
+        except Exception as err:
+            _figures_skipped(err, out)
+            return
         Console(stderr=True).print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")
         return
     if kernels != ",".join(TABLE_BACKENDS):
@@ -408,4 +424,7 @@ def fidelity(
             summary = write_report(out, data, progress=steps.update)
     except KeyboardInterrupt:
         fail(_FIDELITY_INTERRUPTED.format(out=out), code=130)
+    except Exception as err:
+        _figures_skipped(err, out)
+        return
     console.print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")

@@ -264,10 +264,11 @@ def pool_schedulers(config: RunConfig, layout: Any) -> str:  # noqa: ANN401 - a 
     names = {"prefill": layout.prefill_scheduler.name, "decode": layout.decode_scheduler.name}
     said = (f"pools run {names['prefill']}" if names["prefill"] == names["decode"] else
             f"prefill pool runs {names['prefill']}, decode pool {names['decode']}")
-    if "vllm" in names.values() and config.scheduler.name != "vllm":
+    mixed = layout.mixed_scheduler.name if layout.mixed_scheduler is not None else None
+    if "vllm" in (*names.values(), mixed) and config.scheduler.name != "vllm":
         said += " (vLLM V0: whole prompts, no token budget; a pool's sched=vllm-v1 runs V1's chunked prefill)"
-    if layout.mixed_scheduler is not None:  # (the mixed pool runs --scheduler, or its own sched=)
-        said += f"; mixed pool {layout.mixed_scheduler.name}"
+    if mixed is not None:  # (the mixed pool runs --scheduler, or its own sched=)
+        said += f"; mixed pool {mixed}"
     return said
 
 

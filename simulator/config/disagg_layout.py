@@ -13,7 +13,7 @@ GPUs: ``--ep``), ``nodes`` (nodes each replica spans: ``--nodes``), ``gpu``, ``s
 chunk size for sarathi) and ``seqs`` (``max_num_seqs``). Keys not given come from the run options,
 the scheduler too: both pools run ``--scheduler`` where its engine deploys disaggregated pools
 (``vllm-v1``, the default, as vLLM's NIXL-connected workers run it: chunked prefill under the token
-budget; ``sglang``; ``vllm``), else ``vllm`` (a research policy, sarathi, orca or fastertransformer,
+budget; ``sglang``; ``trtllm``; ``vllm``), else ``vllm`` (a research policy, sarathi, orca or fastertransformer,
 that no engine deploys disaggregated: :func:`default_pool_scheduler`). ``disagg split`` and
 ``compare`` write ``sched=vllm`` in their pools (DistServe's prefill instance, whole prompts),
 ``simulate plan`` the plan's. ``--mixed-pool`` (same syntax) adds Splitwise's mixed machines:

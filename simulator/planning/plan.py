@@ -55,6 +55,7 @@ processes or on Ray.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -1217,7 +1218,8 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                         on_progress(f"{label}{c.layout.key}: {what}{incumbent_text}; ETA {eta:.0f}s at most "
                                     "(the rest may be pruned)", finished, total)
         except BaseException:
-            write_rest()
+            with contextlib.suppress(OSError):  # (the disk that stopped it: the first error is the one to say)
+                write_rest()
             raise
 
     with Runner(workers, ray_address) as runner:

@@ -11,8 +11,9 @@ import os
 
 # The packages a figure is drawn with: a failure to load them (or matplotlib's backend) is the environment's
 _PACKAGES = ("matplotlib", "fontTools", "PIL", "kiwisolver", "pyparsing")
-# Where matplotlib chooses and loads its backend and fonts: an error raised there is its configuration's
-_SETUP_FILES = ("rcsetup.py", "font_manager.py", f"backends{os.sep}")
+# Where matplotlib chooses and loads its backend and fonts: an error raised under these is its configuration's (a
+# drawing call's bad argument raised in a backend's or the font manager's file is not: those files are not matched)
+_SETUP_FUNCTIONS = frozenset({"use", "switch_backend", "_get_backend_mod", "_load_fontmanager", "get_backend"})
 
 
 def _roots() -> list[str]:
@@ -44,8 +45,7 @@ def from_matplotlib(err: BaseException) -> bool:
     if not frames or frames[-1] not in theirs:
         return False  # (raised in our code, or elsewhere)
     # a module of theirs failing as it is imported (its body running), or their backend and font set-up
-    return (isinstance(err, ImportError) or any(name == "<module>" for _, name in theirs)
-            or any(part in frames[-1][0] for part in _SETUP_FILES))
+    return isinstance(err, ImportError) or any(name == "<module>" or name in _SETUP_FUNCTIONS for _, name in theirs)
 
 
 def skipped(what: str, err: BaseException) -> str:

@@ -141,3 +141,20 @@ def test_the_title_names_a_mixed_pools_scheduler() -> None:
     code, output = invoke("run", "--prefill-pool", "1x", "--decode-pool", "1x", "--mixed-pool", "1x", "--scheduler",
                           "sarathi", "--num-requests", "5", "--no-progress")
     assert code == 0 and "runs V1's chunked prefill); mixed pool sarathi ·" in " ".join(output.split()), output
+
+
+def test_a_sweep_drains_vllms_warmups_in_a_closed_loop_as_run_does(tmp_path) -> None:  # noqa: ANN001
+    """`run --concurrency N --num-warmups W` (vLLM's spelling) drains the warm-up first, as vllm bench serve does; a
+    sweep's concurrency grid beside the same flag kept the steady warm-up, so its points were not the runs."""
+    from simulator.planning.sweep import build_spec, load_sweep_file
+
+    def modes(base: str, grid: str = "concurrency = [4, 8]", **kw: object) -> list[str]:
+        path = tmp_path / "s.toml"
+        path.write_text(f'mode = "run"\n[base]\nnum_requests = 40\n{base}\n[grid]\n{grid}\n')
+        return [p.config.workload.warmup_mode for p in build_spec(load_sweep_file(path), **kw).points]
+
+    assert modes("num_warmups = 8") == ["drain", "drain"]  # (the file's own spelling)
+    assert modes("num_warmup = 8") == ["steady", "steady"]  # (ours: steady, as run's --num-warmup)
+    assert modes("num_warmup = 8", vllm_warmups=True) == ["drain", "drain"]  # (--num-warmups typed)
+    assert modes('num_warmups = 8\nwarmup_mode = "steady"') == ["steady", "steady"]  # (a mode given stands)
+    assert modes("num_warmups = 8", grid="qps = [1, 2]") == ["steady", "steady"]  # (an open loop has no drain)

@@ -492,7 +492,8 @@ def sweep(
     flags = given_run_flags(ctx)
     spec = build_spec(data, mode=mode, base_overrides=config, grid_overrides=parse_cli_grid(grid or []),
                       imply_engine=ctx.params.get("config_file") is None,
-                      given_flags=flags)
+                      given_flags=flags, vllm_warmups=getattr(ctx.get_parameter_source("num_warmups"), "name", None)
+                      in ("COMMANDLINE", "ENVIRONMENT"))
     # --burstiness with a closed loop waited for the grid's rate (given_overrides): no rate anywhere would run
     # every point as gamma arrivals at the default 1 qps, where `run` refuses the same flags.
     looped = "concurrency" in spec.base or "concurrency" in spec.varied

@@ -260,7 +260,7 @@ def split_grid_values(text: str) -> list[str]:
 
 def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: dict[str, Any] | None = None,
                grid_overrides: dict[str, Any] | None = None, given_flags: Collection[str] | None = None,
-               imply_engine: bool = True) -> SweepSpec:
+               imply_engine: bool = True, vllm_warmups: bool = False) -> SweepSpec:
     """Validate a sweep (file content plus CLI overrides) and resolve all its points.
 
     ``given_flags``: the run options given as flags, where ``base_overrides`` holds more (a
@@ -268,7 +268,10 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
     A flag that a grid varies too, or that no point reads, is refused (it would do nothing).
     ``imply_engine``: a point naming an engine takes the scheduler and kernels its preset was fitted with where the
     point sets none (:func:`~simulator.costmodel.engine_model.implied_options`, as ``simulate run --engine``); off
-    for a base from a ``--config`` file, which holds its own."""
+    for a base from a ``--config`` file, which holds its own. ``vllm_warmups``: the warm-up was given in vLLM's
+    spelling on the command line (``--num-warmups``); the sweep file's ``num_warmups`` says so itself. A closed-loop
+    point then drains its warm-up first, as ``simulate run`` reads that spelling (config.options.resolve_aliases),
+    unless a warm-up mode is given."""
     for key in data:
         if key not in TOP_LEVEL_KEYS:
             raise ConfigError(f"sweep.{key}", "unknown key", f"known: {', '.join(TOP_LEVEL_KEYS)}")
@@ -342,6 +345,9 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         base["num_requests"] = CAPACITY_DEFAULT_NUM_REQUESTS
 
     spec = SweepSpec(mode, base, grid)
+    # vllm bench serve's --num-warmups is a phase of its own: a closed-loop point drains it, as `run` does
+    drain_warmups = ((vllm_warmups or spelled.get("num_warmup") == "num_warmups") and "warmup_mode" not in base
+                     and not any("warmup_mode" in names for names in grid))
     seen: dict[str, tuple[int, str]] = {}
     unread_by: dict[str, list[ConfigError]] = {}  # a capacity point's unread planner key (its flag): the points
     for index, combo in enumerate(itertools.product(*grid.values()) if grid else [()]):
@@ -349,6 +355,8 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         for names, row in zip(grid, combo, strict=True):
             values.update(zip(names, row, strict=True))
         where = "sweep point " + (", ".join(f"{k}={v}" for k, v in values.items() if k in spec.varied) or str(index))
+        if drain_warmups and mode == "run" and values.get("num_warmup") and closes_the_loop(values):
+            values["warmup_mode"] = "drain"
         if imply_engine and values.get("engine") is not None:
             from simulator.costmodel.engine_model import implied_options
 

@@ -137,3 +137,18 @@ def test_a_plans_answer_config_reproduces_its_verification(tmp_path: Path) -> No
     ran = json.loads(output)
     assert code == 0 and ran["num_finished"] == verified["num_requests"]
     assert (ran["ttft_s_p99"], ran["tpot_s_p99"]) == (verified["ttft_s_p99"], verified["tpot_s_p99"])
+
+
+def test_fidelity_leaves_out_figures_a_broken_matplotlib_cannot_draw(tmp_path: Path) -> None:
+    fake = tmp_path / "fake" / "matplotlib"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('this matplotlib is broken')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(ROOT)])}
+    out = tmp_path / "fid"
+    proc = subprocess.run([sys.executable, "-m", "simulator", "fidelity", "--profile",
+                           str(ROOT / "results" / "h200" / "llama-3.1-8b_tp1"), "--out", str(out)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0 and "Traceback" not in text, text[-2000:]
+    assert "note: the figures not drawn: matplotlib failed (ImportError: this matplotlib is broken)" in text
+    assert (out / "fidelity.csv").exists() and (out / "README.md").exists() and not list(out.glob("*.png"))

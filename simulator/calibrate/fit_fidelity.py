@@ -47,7 +47,7 @@ from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.calibration import calibration_for
 from simulator.costmodel.roofline import RooflineCostModel
 from simulator.report.titles import FIDELITY_TITLE
-from simulator.util.figures import from_matplotlib
+from simulator.util.figures import or_skipped
 
 HOLDOUT = 0.2
 SEED = 0
@@ -294,8 +294,10 @@ def plot_collectives(points: pd.DataFrame, out: Path) -> Path:
 
 
 def write_report(out: str | Path, root: str | Path | None = None,
-                 progress: Callable[[str, int, int], None] | None = None) -> pd.DataFrame:
-    """Write the report; ``progress(step, done, total)`` as each step starts."""
+                 progress: Callable[[str, int, int], None] | None = None,
+                 notes: list[str] | None = None) -> pd.DataFrame:
+    """Write the report; ``progress(step, done, total)`` as each step starts; figures matplotlib cannot draw are
+    left out of it, said in ``notes``."""
     root = data_dir(root)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -305,15 +307,12 @@ def write_report(out: str | Path, root: str | Path | None = None,
     if progress:
         num_steps = len(_point_steps(root)) + 1
         progress("plots", num_steps - 1, num_steps)
-    try:
+    plots: list[Path | None] = []
+    with or_skipped("the figures", notes if notes is not None else []):
         plots = [plot_token_ops(root, out, d, "meta-llama/Llama-2-7b-hf", 1) for d in GPU_DIRS]
         plots.append(plot_token_ops(root, out, "a100", "meta-llama/Llama-2-70b-hf", 4))
         plots += plot_attention(points, out)
         plots.append(plot_collectives(points, out))
-    except Exception as err:  # (the table and its README are kept; the caller says why the figures are not)
-        if from_matplotlib(err):
-            (out / "README.md").write_text(render_readme(summary, []))
-        raise
     (out / "README.md").write_text(render_readme(summary, [p for p in plots if p is not None]))
     return summary
 

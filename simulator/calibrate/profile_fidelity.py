@@ -58,7 +58,7 @@ from simulator.costmodel.base import TabulatedCostModel
 from simulator.costmodel.calibration import KERNEL_BACKENDS, calibration_for
 from simulator.costmodel.roofline import RooflineCostModel
 from simulator.report.titles import PROFILE_FIDELITY_TITLE
-from simulator.util.figures import from_matplotlib
+from simulator.util.figures import or_skipped
 from simulator.util.paths import check_profile_tables
 
 HOLDOUT = 0.2
@@ -395,18 +395,17 @@ def render_readme(summary: pd.DataFrame, envs: dict[str, dict], plots: list[Path
 
 def write_report(paths: list[Path], out: Path, backends: tuple[str, ...] = KERNEL_BACKENDS, tables: bool = True,
                  command: str = "simulate fidelity --profile ...",
-                 progress: Callable[[str, int, int], None] | None = None) -> pd.DataFrame:
-    """Score every profile and write ``fidelity.csv``, one plot per profile and ``README.md`` to ``out``."""
+                 progress: Callable[[str, int, int], None] | None = None,
+                 notes: list[str] | None = None) -> pd.DataFrame:
+    """Score every profile and write ``fidelity.csv``, one plot per profile and ``README.md`` to ``out``; plots
+    matplotlib cannot draw are left out, said in ``notes``."""
     points, envs = score_profiles(paths, backends, tables, progress)
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(points)
     summary.to_csv(out / "fidelity.csv", index=False)
-    try:
+    plots: list[Path] = []
+    with or_skipped("the figures", notes if notes is not None else []):
         plots = [plot_profile(points, label, int(tp), out)
                  for (label, tp) in points[["profile", "tp"]].drop_duplicates().itertuples(index=False)]
-    except Exception as err:  # (the tables and their README are kept; the caller says why the figures are not)
-        if from_matplotlib(err):
-            (out / "README.md").write_text(render_readme(summary, envs, [], command))
-        raise
     (out / "README.md").write_text(render_readme(summary, envs, plots, command))
     return summary

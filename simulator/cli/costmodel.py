@@ -344,17 +344,14 @@ _FIDELITY_INTERRUPTED = ("interrupted: {out}'s fidelity.csv, figures and README.
                          "some old; run it again")
 
 
-def _figures_skipped(err: Exception, out: Path) -> None:
-    """A report's figures that matplotlib could not draw (its tables and README are written first): said, not a
-    failure; any other error is raised on."""
+def _say_written(out: Path, num_rows: int, notes: list[str]) -> None:
+    """The report written, and a note for figures matplotlib could not draw (left out of it)."""
     from rich.console import Console
 
-    from simulator.util.figures import from_matplotlib, skipped
-
-    if not from_matplotlib(err):
-        raise err
-    Console(stderr=True).print(f"note: {skipped('the figures', err)}\nwrote {out}/fidelity.csv and README.md",
-                               highlight=False)
+    console = Console(stderr=True)
+    for note in notes:
+        console.print(f"note: {note}", highlight=False)
+    console.print(f"wrote {out}/fidelity.csv ({num_rows} rows), {'' if notes else 'plots and '}README.md")
 
 
 @app.command()
@@ -397,15 +394,14 @@ def fidelity(
             Console(stderr=True).print("note: AIConfigurator's kernel tables are not under ../shared/data/profiles/aiconfigurator: "
                             "the tables columns are left out")
         command = "simulate fidelity " + " ".join(f"--profile {p}" for p in profile) + f" --out {out}"
+        notes: list[str] = []
         try:
             with StepProgress("fidelity") as steps:
-                summary = pf.write_report(list(profile), out, backends, tables, command, progress=steps.update)
+                summary = pf.write_report(list(profile), out, backends, tables, command, progress=steps.update,
+                                          notes=notes)
         except KeyboardInterrupt:
             fail(_FIDELITY_INTERRUPTED.format(out=out), code=130)
-        except Exception as err:
-            _figures_skipped(err, out)
-            return
-        Console(stderr=True).print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")
+        _say_written(out, len(summary), notes)
         return
     if kernels != ",".join(TABLE_BACKENDS):
         raise ConfigError("--kernels", "picks the tables scored against a --profile, so without one it would do "
@@ -414,17 +410,12 @@ def fidelity(
     check_report_dir(out, FIDELITY_TITLE)
     if data is not None:
         _check_profiles(data)
-    from rich.console import Console
-
     from simulator.calibrate.fit_fidelity import write_report
 
-    console = Console(stderr=True)
+    notes: list[str] = []
     try:
         with StepProgress("fidelity") as steps:
-            summary = write_report(out, data, progress=steps.update)
+            summary = write_report(out, data, progress=steps.update, notes=notes)
     except KeyboardInterrupt:
         fail(_FIDELITY_INTERRUPTED.format(out=out), code=130)
-    except Exception as err:
-        _figures_skipped(err, out)
-        return
-    console.print(f"wrote {out}/fidelity.csv ({len(summary)} rows), plots and README.md")
+    _say_written(out, len(summary), notes)

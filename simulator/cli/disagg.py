@@ -30,7 +30,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS, MIN_QPS
 from simulator.config.run_config import RunConfig
 from simulator.report.output import jsonable
-from simulator.util.figures import from_matplotlib, skipped
+from simulator.util.figures import or_skipped
 from simulator.util.paths import atomic_dir, check_out_dir
 from simulator.util.progress import StepProgress
 from simulator.util.text import count
@@ -271,15 +271,14 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
                 (folder / "summary.json").write_text(
                     json.dumps(jsonable(summary), indent=2, sort_keys=True, default=str) + "\n")
                 if plot:
-                    try:
+                    notes: list[str] = []  # (the tables are kept: a figure matplotlib cannot draw is skipped, said)
+                    with or_skipped("comparison.png", notes):
                         from simulator.planning.split import comparison_plot
 
                         written += [p.name for p in comparison_plot(df, trials_frame(results), slo,
                                                                     folder / "comparison", title)]
-                    except Exception as err:  # (the tables are kept: the figure alone is skipped, said)
-                        if not from_matplotlib(err):
-                            raise
-                        out_console.print(f"note: {skipped('comparison.png', err)}", highlight=False)
+                    for note in notes:
+                        out_console.print(f"note: {note}", highlight=False)
         except KeyboardInterrupt:
             fail(f"interrupted: nothing written to {out}", code=130)
         except OSError as exc:  # (writable when the search began: a full disk, a folder made read-only since)

@@ -89,7 +89,7 @@ from simulator.planning.options import (  # declared with the planner options
 )
 from simulator.planning.split import fits
 from simulator.report.benchmark import measured_window, output_throughput_per_user
-from simulator.util.figures import from_matplotlib, skipped
+from simulator.util.figures import or_skipped
 from simulator.util.text import percent
 from simulator.workload.request import Status
 
@@ -1082,13 +1082,18 @@ def verify_num_requests(base: RunConfig, load_qps: float, slo: PlanSLO, requests
     return max(base.workload.num_requests, requests_per_unit * units, CAPACITY_DEFAULT_NUM_REQUESTS, span)
 
 
+def fleet_run(layout: Layout, base: RunConfig, units: int, num_requests: int, load_qps: float) -> RunConfig:
+    """The run that verifies ``units`` units of ``layout``: the whole fleet behind its router, ``num_requests``
+    requests at ``load_qps``."""
+    return layout.config(base, units=units).replace(workload__num_requests=num_requests, workload__qps=load_qps)
+
+
 def verify(candidate: Candidate, base: RunConfig, load_qps: float, slo: PlanSLO, requests_per_unit: int) -> dict[str, Any]:
     """Simulate the candidate's whole fleet behind its router at ``load_qps`` and judge it."""
     units = candidate.units(load_qps)
-    config = candidate.layout.config(base, units=units)
     num_requests = verify_num_requests(base, load_qps, slo, requests_per_unit, units)
     check_run_fits(num_requests)  # (a fleet's requests: --num-requests 256 a unit of a thousand-unit fleet)
-    figures = measure(config.replace(workload__num_requests=num_requests), load_qps, slo)
+    figures = measure(fleet_run(candidate.layout, base, units, num_requests, load_qps), load_qps, slo)
     figures["passed"] = figures["goodput"] >= slo.attainment
     figures["units"] = units
     figures["num_requests"] = num_requests
@@ -1166,18 +1171,19 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
         # a little pruning. Results are written in submission order. (Another --workers may cut other layouts short;
         # the answer is the same.)
         index: dict[int, int] = {}  # id(candidate) -> its submission number this round
-        results: dict[int, tuple[Candidate, dict[str, Any]]] = {}
+        results: dict[int, dict[str, Any]] = {}  # submission number -> its search's record, until written
         num_submitted = num_written = 0
         lag = 2 * (runner.workers - 1)
 
         def known_before(n: int) -> Callable[[Candidate], bool]:
             return lambda c: id(c) not in index or index[id(c)] < n - lag
 
-        def write_rest() -> None:  # (interrupted: what finished is kept, in number order, for a resume to read)
-            for n in sorted(i for i in results if i >= num_written):
+        def write(numbers: Iterable[int]) -> None:
+            for n in numbers:
+                record = results.pop(n)
                 if out is not None:
-                    _append(out / "layouts.csv", LAYOUT_COLUMNS, [results[n][1]["row"]])
-                    _append(out / "trials.csv", TRIAL_COLUMNS, results[n][1]["trials"])
+                    _append(out / "layouts.csv", LAYOUT_COLUMNS, [record["row"]])
+                    _append(out / "trials.csv", TRIAL_COLUMNS, record["trials"])
 
         try:
             while queue or runner._pending:
@@ -1199,13 +1205,10 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                     finished += 1
                     result.num_searched += 1
                     spent = time.perf_counter() - start
-                    results[index[id(c)]] = (c, record)
+                    results[index[id(c)]] = record
                     while num_written in results:  # (in submission order: the files read alike whatever finished first)
-                        _, done_record = results[num_written]
+                        write([num_written])
                         num_written += 1
-                        if out is not None:
-                            _append(out / "layouts.csv", LAYOUT_COLUMNS, [done_record["row"]])
-                            _append(out / "trials.csv", TRIAL_COLUMNS, done_record["trials"])
                     if on_progress is not None:
                         left = total - finished
                         eta = spent / finished * left / max(1, runner.workers) if finished else math.nan
@@ -1218,8 +1221,10 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                         on_progress(f"{label}{c.layout.key}: {what}{incumbent_text}; ETA {eta:.0f}s at most "
                                     "(the rest may be pruned)", finished, total)
         except BaseException:
-            with contextlib.suppress(OSError):  # (the disk that stopped it: the first error is the one to say)
-                write_rest()
+            # (interrupted: what finished is kept, in number order, for a resume to read; the disk that stopped it
+            # does not replace the first error)
+            with contextlib.suppress(OSError):
+                write(sorted(results))
             raise
 
     with Runner(workers, ray_address) as runner:
@@ -1455,8 +1460,7 @@ def answer_config(result: PlanResult) -> RunConfig | None:
     if a is None or a.verified is None:
         return None
     v = a.verified
-    return a.layout.config(result.base, units=int(v["units"])).replace(
-        workload__num_requests=int(v["num_requests"]), workload__qps=result.load_qps)
+    return fleet_run(a.layout, result.base, int(v["units"]), int(v["num_requests"]), result.load_qps)
 
 
 def write_outputs(result: PlanResult, out: Path) -> list[Path]:
@@ -1486,13 +1490,8 @@ def write_outputs(result: PlanResult, out: Path) -> list[Path]:
         "num_pruned": sum(1 for c in result.candidates if c.pruned), "num_layouts": len(result.candidates),
         "mean_prompt_tokens": result.lengths.mean_prompt, "mean_output_tokens": result.lengths.mean_output},
         indent=1, default=str))
-    try:
+    with or_skipped("frontier.png", result.notes):
         from simulator.report.plots import save
 
-        paths = save(frontier_figure(result), out / "frontier")
-    except Exception as err:
-        if not from_matplotlib(err):
-            raise
-        result.notes.append(skipped("frontier.png", err))
-        paths = []
-    return [*written, *paths]
+        written += save(frontier_figure(result), out / "frontier")
+    return written

@@ -1,13 +1,15 @@
 """Figures are a command's last and least output: one that cannot be drawn because the environment's matplotlib is
 broken or misconfigured (an unknown ``MPLBACKEND``, a half-installed package or one of its dependencies) must not
 take the tables computed before it, nor end in a traceback. :func:`from_matplotlib` tells such a failure from a bug
-of ours (a bad argument to a drawing call stays a traceback, to be fixed); commands skip the figure with
-:func:`skipped` (a one-line note) and keep what they wrote."""
+of ours (a bad argument to a drawing call stays a traceback, to be fixed); commands draw under :func:`or_skipped`,
+which turns such a failure into a one-line note (:func:`skipped`), and keep what they wrote."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from collections.abc import Iterator
 
 # The packages a figure is drawn with: a failure to load them (or matplotlib's backend) is the environment's
 _PACKAGES = ("matplotlib", "fontTools", "PIL", "kiwisolver", "pyparsing")
@@ -52,3 +54,15 @@ def skipped(what: str, err: BaseException) -> str:
     """The one line that says figure ``what`` was not drawn, and why."""
     return (f"{what} not drawn: matplotlib failed ({type(err).__name__}: {' '.join(str(err).split())}); check "
             "MPLBACKEND and the matplotlib install (the tables before it stand)")
+
+
+@contextlib.contextmanager
+def or_skipped(what: str, notes: list[str]) -> Iterator[None]:
+    """Draw figure(s) ``what`` in the block; where matplotlib cannot (:func:`from_matplotlib`), append the note that
+    says so to ``notes`` and go on; any other error is raised."""
+    try:
+        yield
+    except Exception as err:
+        if not from_matplotlib(err):
+            raise
+        notes.append(skipped(what, err))

@@ -544,9 +544,10 @@ def read_bench(path: Path, max_model_len: int | None = None, model: str | None =
         raise ConfigError("bench", f"{path} is not valid JSON ({type(exc).__name__})") from None
     if not isinstance(data, dict):
         raise ConfigError("bench", f"{path} must hold a JSON object")
-    missing = [k for k in BENCH_KEYS if k not in data]
+    missing = [k for k in BENCH_KEYS if data.get(k) is None]  # (null is no list either)
     if missing:
-        raise ConfigError("bench", f"{path} lacks {', '.join(missing)}",
+        raise ConfigError("bench", f"{path} lacks {', '.join(missing)}" + (
+            f" ({', '.join(k for k in missing if k in data)} null)" if any(k in data for k in missing) else ""),
                           "save it with `vllm bench serve --save-result --save-detailed`")
     wrote = "pass the JSON `vllm bench serve --save-result --save-detailed` wrote"
     for key in (*BENCH_KEYS, "errors", "request_submit_times", "start_times"):
@@ -602,14 +603,17 @@ def read_bench(path: Path, max_model_len: int | None = None, model: str | None =
     if submits and len(submits) != n:  # (they were dropped for Poisson arrivals without a word)
         key = "request_submit_times" if data.get("request_submit_times") else "start_times"
         raise ConfigError("bench", f"{path}: {key} has {len(submits)} entries for {n} requests", wrote)
-    if submits:
-        _check_numbers(path, "request_submit_times", submits)
-        s = np.asarray(submits, dtype=float)[ok]
-        arrival = np.sort(s - s.min()) if len(s) else None
     if ok.sum() < MIN_ROWS:
         raise ConfigError("bench", f"only {int(ok.sum())} successful requests with 2+ output tokens; "
                           f"the fit needs {MIN_ROWS}", "benchmark more prompts")
     idx = np.flatnonzero(ok)
+    if submits:
+        _check_numbers(path, "request_submit_times", submits)
+        sent = np.asarray(submits, dtype=float)
+        # The requests in the order they were sent, each with its own lengths, TTFT and gaps (sorting the times
+        # alone gave one request's send time to another's lengths)
+        idx = idx[np.argsort(sent[idx], kind="stable")]
+        arrival = sent[idx] - sent[idx].min()
     if max_model_len is not None:
         long = next((int(i) for i in idx if data["input_lens"][i] + data["output_lens"][i] > max_model_len), None)
         if long is not None:  # the server did serve it: its context was longer than the replica's

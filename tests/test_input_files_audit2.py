@@ -47,3 +47,65 @@ def test_a_bench_list_given_as_null_is_refused(tmp_path: Path, key: str) -> None
     path = _bench(tmp_path, **{key: None})
     with pytest.raises(ConfigError, match=f"^bench: {path} lacks {key} \\({key} null\\)"):
         read_bench(path)
+
+
+# -- CSV tables (calibrate-engine --rows / --table, fit --profile) ---------------------------------------------------
+
+ROWS_HEADER = "backend,model,gpu,isl,osl,concurrency,ttft_ms,tpot_ms"
+ROW = "vllm,llama-3.1-8b,h100-sxm,1024,128,{c},50,10"
+
+
+def test_a_csv_row_is_numbered_by_its_line_and_read_cell_by_cell(tmp_path: Path) -> None:
+    from simulator.calibrate.csv_input import read_csv_checked
+
+    path = tmp_path / "rows.csv"
+    # a trailing comma on each row: pandas took the first column for the index, shifting every cell left
+    path.write_text(ROWS_HEADER + "\n" + "\n".join(ROW.format(c=c) + "," for c in (4, 8)) + "\n\n\n")
+    df = read_csv_checked(path, "rows")
+    assert df["backend"].tolist() == ["vllm", "vllm"] and df["concurrency"].tolist() == [4, 8]
+    assert df["concurrency"].dtype.kind == "i"  # the trailing blank lines leave no column float
+    path.write_text(ROWS_HEADER + "\n" + ROW.format(c=4) + "\n\n" + ROW.format(c=8) + "\n")
+    with pytest.raises(ConfigError, match=f"^rows: {path} line 3 is blank"):  # (was dropped, so later lines were
+        read_csv_checked(path, "rows")                                         # named one line early)
+    path.write_text(ROWS_HEADER + "\n" + ROW.format(c=4) + ",EXTRA\n")
+    with pytest.raises(ConfigError, match=f"^rows: {path} line 2 has 9 cells under a header of 8"):
+        read_csv_checked(path, "rows")
+
+
+@pytest.mark.parametrize(("row", "needle"), [
+    (",llama-3.1-8b,h100-sxm,1024,128,4,50,10,1", "line 2: backend is empty"),  # was "backend np.float64(nan)"
+    ("vllm,,h100-sxm,1024,128,4,50,10,1", "line 2: model is empty"),
+    ("vllm,llama-3.1-8b,h100-sxm,1024,128,4,50,10,true", "line 2: tp must be a whole number >= 1, got True"),
+])
+def test_a_benchmark_row_with_an_empty_or_boolean_cell_is_refused(tmp_path: Path, row: str, needle: str) -> None:
+    from simulator.calibrate.silicon_fit import read_user_rows
+
+    path = tmp_path / "rows.csv"
+    path.write_text(ROWS_HEADER + ",tp\n" + "\n".join([row] * 4) + "\n")
+    with pytest.raises(ConfigError, match=f"^rows: {path} {needle}"):
+        read_user_rows(path)
+
+
+def test_an_iteration_table_row_without_its_model_is_refused(tmp_path: Path) -> None:
+    from simulator.calibrate.engine_fit import check_iteration_table, read_iteration_table
+
+    path = tmp_path / "t.csv"
+    path.write_text("tp,num_prefills,prefill_tokens,num_decodes,decode_context,measured_s,model\n"
+                    + "".join(f"1,0,0,{b},1000,0.0{b + 10},\n" for b in range(8, 16)))
+    with pytest.raises(ConfigError, match="^table: row on line 2 has no model"):  # (an AttributeError traceback)
+        check_iteration_table(read_iteration_table(path), "llama-2-7b", "a100-80gb")
+
+
+@pytest.mark.parametrize(("column", "value"), [("gpu", "h100-sxm"), ("tp_size", "2")])
+def test_a_tidy_profile_column_the_fit_does_not_read_is_refused(tmp_path: Path, column: str, value: str) -> None:
+    """A "gpu" column was not read (the fit took --gpu's label for H100 timings), nor a "tp_size" one (TP-2
+    timings fitted as TP 1)."""
+    from simulator.calibrate.fit_data import read_profile
+
+    path = tmp_path / "p.csv"
+    path.write_text(f"op,num_tokens,{column},model,median_s\n"
+                    + "".join(f"qkv_proj,{n},{value},llama-2-7b,{n * 1e-6}\n" for n in (1, 2, 4, 8)))
+    with pytest.raises(ConfigError, match=f"unknown column\\(s\\) {column}"):
+        read_profile(path, device="a100-80gb")
+    path.write_text(path.read_text().replace(column, "device" if column == "gpu" else "tp"))
+    assert len(read_profile(path, device="h100-sxm")) == 4

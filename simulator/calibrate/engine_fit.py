@@ -204,6 +204,10 @@ def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "
     want_model = get_model(model).name
     for col, want, lookup in (("model", want_model, get_model), ("gpu", get_gpu(gpu).name, get_gpu)):
         if col in df.columns:
+            empty = df[col].isna() | (df[col].astype(str).str.strip() == "")
+            if empty.any():  # (pandas keeps NaN through astype(str): the lookup below got a float)
+                raise ConfigError(where, f"row on line {int(np.flatnonzero(empty.to_numpy())[0]) + 2} has no {col}",
+                                  f"fill it in ({want}), or drop the {col} column")
             names = set()
             for v in df[col].astype(str).unique():
                 try:

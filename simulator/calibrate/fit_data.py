@@ -243,7 +243,20 @@ def _lss_layers(df: pd.DataFrame, path: Path, device: str, model: str) -> pd.Dat
     return out
 
 
+def _tidy_columns() -> frozenset[str]:
+    """The columns a tidy table may hold: the fit's, the shape ones, a time unit and the profiler's schema."""
+    try:
+        from profiler.schema import COLUMNS
+    except ImportError:  # pragma: no cover - the simulator runs without the profiler
+        COLUMNS = ()  # noqa: N806
+    return frozenset((*TIDY_COLUMNS, *SHAPE_COLUMNS, "unit", "dtype", *COLUMNS))
+
+
 def _tidy(df: pd.DataFrame, path: Path, device: str, model: str) -> pd.DataFrame:
+    unknown = [str(c) for c in df.columns if c not in _tidy_columns()]
+    if unknown:  # a misspelt one was read as absent: a "gpu" column's GPU, a "tp_size" column's TP, not used
+        raise _bad(path, f"unknown column(s) {', '.join(unknown)}",
+                   "name the GPU `device` and the TP degree `tp` (the columns of profiler.schema), or drop them")
     if "unit" in df and df["unit"].nunique() > 1:
         raise _bad(path, f"mixed time units {sorted(df['unit'].unique())}", "convert every row to seconds")
     if "unit" in df and str(df["unit"].iloc[0]).lower() not in ("s", "sec", "seconds"):
@@ -257,8 +270,9 @@ def _tidy(df: pd.DataFrame, path: Path, device: str, model: str) -> pd.DataFrame
         mixed = out.groupby("op")["dtype"].nunique()
         raise _bad(path, f"{', '.join(mixed[mixed > 1].index)} measured in more than one dtype "
                    f"{sorted(map(str, out['dtype'].dropna().unique()))}", "profile one dtype per op and table")
-    out["device"] = out["device"].fillna(device).astype(str).map(lambda s: _catalog_gpu(s) if s else s)
-    out["model"] = out["model"].fillna(model).astype(str).map(lambda s: _catalog_model(s) if s else s)
+    # (astype(object) first: an all-empty column is float, which a future pandas will not fill with text)
+    out["device"] = out["device"].astype(object).fillna(device).astype(str).map(lambda s: _catalog_gpu(s) if s else s)
+    out["model"] = out["model"].astype(object).fillna(model).astype(str).map(lambda s: _catalog_model(s) if s else s)
     out["source"] = str(path)
     return out
 

@@ -498,8 +498,14 @@ def read_user_rows(path: Path, client: dict[str, Any] | None = None) -> Any:
     checks = [(col, col in ("isl", "osl", "concurrency"), False) for col in ("isl", "osl", "concurrency", "ttft_ms",
                                                                               "tpot_ms")]
     checks += [(col, True, True) for col in ("tp", "pp", "attention_dp", "ep") if col in df.columns]
+    for col in ("backend", "model", "gpu"):  # (an empty cell read as NaN: "backend np.float64(nan) is not ...")
+        empty = df[col].isna() | (df[col].astype(str).str.strip() == "")
+        if empty.any():
+            raise ConfigError("rows", f"{path} line {int(np.argmax(empty.to_numpy())) + 2}: {col} is empty",
+                              "fill it in, or drop the line")
     for col, whole, optional in checks:
-        values = pd.to_numeric(df[col], errors="coerce")
+        # (a column of true/false cells is read as booleans, which to_numeric takes for 1 and 0)
+        values = pd.to_numeric(df[col], errors="coerce") if df[col].dtype != bool else pd.Series(np.nan, df.index)
         bad = ~((values > 0) & np.isfinite(values))  # (inf is no measurement either)
         if whole:
             bad |= values != values.round()

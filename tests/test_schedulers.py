@@ -313,6 +313,19 @@ def test_sglang_refuses_a_prompt_whose_predicted_usage_exceeds_the_cache():
     assert s.batch_is_full and s.admission_blocked  # no prefill is tried until the running batch shrinks
 
 
+def test_sglang_an_empty_running_batch_is_never_full():
+    # A disaggregated prefill pool: a prompt refused while the pool's blocks held KV parked for a transfer (nothing
+    # running) marked the batch full, and with nothing left to shrink the running batch it stayed full after the
+    # transfer freed the blocks: the pool's waiting requests stalled (a RuntimeError at --scheduler-recv-interval 3).
+    s = make("sglang", num_blocks=20)
+    parked = Request(99, 0.0, 300, 10)
+    s.blocks.reserve(parked, 300)  # 19 of the 20 blocks
+    w = waiting(s, 1, 64)
+    assert not s.schedule() and s.batch_is_full and not s.running
+    s.blocks.free(parked)  # the transfer is done
+    assert entries(s.schedule()) == [(1, 64)] and list(s.running) == [w]
+
+
 def _decode_steps(s, num_steps: int, t: float = 1.0) -> float:
     for _ in range(num_steps):
         batch = s.schedule()

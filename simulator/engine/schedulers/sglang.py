@@ -133,8 +133,11 @@ class SGLangScheduler(Scheduler):
     def schedule(self) -> Batch:
         if self.recv_interval != 1:
             self._receive()
-        if self.batch_is_full and not self.admission_blocked:
-            self.batch_is_full = False  # a request left the running batch (a prefill pool's finished prompt)
+        if self.batch_is_full and (not self.running or not self.admission_blocked):
+            # a request left the running batch (a prefill pool's finished prompt), or none is left: an empty
+            # running batch is never full (its prompts' KV may have left with a transfer, not through retire;
+            # kept full, the pool's waiting requests stalled)
+            self.batch_is_full = False
         batch = Batch()
         budget, used = self.token_budget, 0
         finishing = None  # the prompt under way, where this step takes its last chunk

@@ -3,6 +3,10 @@ effect or is refused in one line naming the flag and the fix."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
 from test_cli_fuzz_round13 import invoke
 
 
@@ -11,3 +15,50 @@ def test_sglang_disaggregated_pools_at_a_receive_interval_run_to_the_end() -> No
     code, out = invoke("run", "--scheduler", "sglang", "--prefill-pool", "1x", "--decode-pool", "1x",
                        "--scheduler-recv-interval", "3", "--qps", "8", "--num-requests", "300", "--no-progress")
     assert code == 0 and "requests: 300 finished, 0 rejected" in out, out
+
+
+@pytest.mark.parametrize(("engine", "extra", "needle"), [
+    ("vllm-2026:overlap_pipeline=true", ("--pp", "2"), "overlap_pipeline=true would do nothing: vllm-2026 has no overlap_cpu"),
+    ("vllm-v1:overlap_pipeline=false", (), "overlap_pipeline keeps async scheduling under pipeline parallelism, and "
+     "the run has none (--pp 1)"),
+    ("vllm-2026:prefill_floor_above_tokens=5000", (), "vllm-2026 has no prefill_floor_per_layer_s"),
+    ("vllm-2026:prefill_excess_threshold_tokens=16", (), "vllm-2026 has no prefill_excess_token_s"),
+    ("vllm-2026:rpc_per_seq_s=0.001", (), "rpc_per_seq_s is the RPC to a TP group's workers, and the run has none"),
+    ("vllm-2026:drafter_in_graph=true", (), "drafter_in_graph is a speculating engine's term, and the run does not"),
+    ("vllm-2026:overlap_any_drafter=true", ("--tp", "2"), "overlap_any_drafter is a speculating engine's term"),
+])
+def test_an_engine_term_the_run_never_reads_is_refused(engine: str, extra: tuple[str, ...], needle: str) -> None:
+    # (each ran as the preset alone, byte for byte, with no word)
+    code, out = invoke("run", "--engine", engine, *extra, "--num-requests", "20", "--no-progress")
+    assert code == 2 and out.startswith("error: --engine: ") and needle in out, out
+
+
+def test_engine_terms_are_read_where_the_run_has_what_they_price() -> None:
+    code, out = invoke("run", "--engine", "vllm-v1:overlap_pipeline=false", "--pp", "2", "--num-requests", "20",
+                       "--no-progress")
+    assert code == 0, out
+    with_handoff = invoke("run", "--engine", "vllm-2026:handoff_s=0.4", "--prefill-pool", "1x", "--decode-pool", "1x",
+                          "--num-requests", "20", "--no-progress", "--json")
+    plain = invoke("run", "--prefill-pool", "1x", "--decode-pool", "1x", "--num-requests", "20", "--no-progress",
+                   "--json")
+    assert with_handoff[0] == plain[0] == 0
+    # (the preset's own handoff is 150 ms)
+    assert json.loads(with_handoff[1])["ttft_s_p50"] > json.loads(plain[1])["ttft_s_p50"] + 0.2
+
+
+def test_disagg_split_takes_a_handoff_every_layout_it_searches_waits_out(tmp_path: Path) -> None:
+    # (refused as "the run is not disaggregated": the pool-less base was judged, not the layouts searched)
+    code, out = invoke("disagg", "split", "--engine", "vllm-2026:handoff_s=0.05", "--gpus", "2", "--num-requests", "30")
+    assert code == 0 and "best: P 1x" in out, out
+
+
+def test_a_sweep_engine_term_no_point_reads_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('[base]\nnum_requests = 20\n[grid]\nengine = ["vllm-2026", "vllm-2026:handoff_s=0.5"]\n')
+    code, out = invoke("sweep", str(path), "--out", str(tmp_path / "o"))  # (two rows alike but for that column)
+    assert code == 2 and out.startswith("error: sweep.grid.engine: vllm-2026:handoff_s=0.5: at every point running "
+                                        "it, handoff_s is waited out"), out
+    path.write_text('[base]\nnum_requests = 20\nengine = "vllm-2026:handoff_s=0.5"\n[grid]\n'
+                    'prefill_pool = ["1x", "1x(tp=2)"]\ndecode_pool = ["1x"]\n')
+    code, out = invoke("sweep", str(path), "--out", str(tmp_path / "o2"))  # every point disaggregated: read
+    assert code == 0, out

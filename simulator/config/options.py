@@ -748,11 +748,34 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
         if options.get(name) is not None and name not in decided:
             flag = given_flag(name, options[name])
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
-    if ("handoff_s" in engine_override_terms(options.get("engine") or "") and not config.is_disaggregated
-            and "engine" not in decided):
-        raise ConfigError("--engine", "handoff_s is waited out between a disaggregated run's prefill and decode "
-                          "workers, and the run is not disaggregated, so it would do nothing",
-                          "add --prefill-pool and --decode-pool, or drop handoff_s")
+    if command in ("run", "capacity") and options.get("engine") is not None:  # (plan, split, compare lay out pools)
+        check_engine_terms_read(config, "--engine")
+
+
+def engine_terms_unread(config: RunConfig) -> dict[str, tuple[str, str]]:
+    """The ``--engine`` override terms (``PRESET:term=value``) that ``config``'s run never reads: term -> (why, fix).
+    (Terms that do nothing on any run are refused where the engine loads: ``engine_model.check_override_effects``.)"""
+    terms = engine_override_terms(config.engine) if isinstance(config.engine, str) else []
+    r = config.replica
+    pools = config.is_disaggregated  # (a pool may set its own tp= and pp=: judged on the aggregated replica only)
+    tp_rpc = ("is the RPC to a TP group's workers, and the run has none (--tp 1)", "add --tp 2 or more")
+    drafting = ("is a speculating engine's term, and the run does not speculate", "add --speculative-config")
+    unread = {
+        "handoff_s": (not pools, ("is waited out between a disaggregated run's prefill and decode workers, and the "
+                                  "run is not disaggregated", "add --prefill-pool and --decode-pool")),
+        "overlap_pipeline": (not pools and r.pp == 1, ("keeps async scheduling under pipeline parallelism, and the "
+                                                      "run has none (--pp 1)", "add --pp 2 or more")),
+        "rpc_s": (not pools and r.tp == 1, tp_rpc), "rpc_per_seq_s": (not pools and r.tp == 1, tp_rpc),
+        "overlap_any_drafter": (config.speculative is None, drafting),
+        "drafter_in_graph": (config.speculative is None, drafting),
+    }
+    return {t: unread[t][1] for t in terms if t in unread and unread[t][0]}
+
+
+def check_engine_terms_read(config: RunConfig, field: str) -> None:
+    """Refuse the first of :func:`engine_terms_unread`, on ``field`` (the option that gave the engine)."""
+    for term, (why, fix) in engine_terms_unread(config).items():
+        raise ConfigError(field, f"{term} {why}, so it would do nothing", f"{fix}, or drop {term}")
 
 
 def closes_the_loop(values: dict[str, Any]) -> bool:

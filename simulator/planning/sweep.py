@@ -499,6 +499,20 @@ def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[A
             raise ConfigError(flag if name in given else f"sweep.base.{flag}",
                               f"no point of the sweep reads it ({why}), so {flag} would do nothing",
                               inert[0][name][1].replace("{flag}", flag))
+    # An engine's override term that no point running that engine reads (handoff_s with no pools): its rows would
+    # differ from the plain preset's, where the grid has it, in that column and nothing else
+    from simulator.config.options import engine_terms_unread
+
+    by_engine: dict[str, list[dict[str, tuple[str, str]]]] = {}
+    for point in points:
+        by_engine.setdefault(str(point.config.engine), []).append(engine_terms_unread(point.config))
+    for engine, unread_at in by_engine.items():
+        for term, (why, fix) in unread_at[0].items():
+            if all(term in off for off in unread_at):
+                flag = ("sweep.grid.engine" if any("engine" in names for names in grid) else
+                        "--engine" if "engine" in given else "sweep.base.engine")
+                raise ConfigError(flag, f"{engine}: at every point running it, {term} {why}, so it would do nothing",
+                                  f"{fix}, or drop {term}")
     for names in grid:
         for name in names:
             why = unread(name)

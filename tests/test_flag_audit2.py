@@ -62,3 +62,26 @@ def test_a_sweep_engine_term_no_point_reads_is_refused(tmp_path: Path) -> None:
                     'prefill_pool = ["1x", "1x(tp=2)"]\ndecode_pool = ["1x"]\n')
     code, out = invoke("sweep", str(path), "--out", str(tmp_path / "o2"))  # every point disaggregated: read
     assert code == 0, out
+
+
+def _sweep_file(tmp_path: Path, trace: Path, grid: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(f'[base]\ntrace = "{trace}"\nnum_requests = 8\n[grid]\n{grid}\n')
+    return path
+
+
+def test_a_sweep_prefix_cache_option_no_point_s_trace_reads_is_refused(tmp_path: Path) -> None:
+    # (run refuses these beside a trace without block hashes; a sweep ran them, its rows alike but for that column)
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("".join(json.dumps({"num_prompt_tokens": 64, "num_output_tokens": 8, "arrived_at": i * 0.1}) + "\n"
+                             for i in range(8)))
+    code, out = invoke("sweep", str(_sweep_file(tmp_path, plain, "cpu_kv_gib = [0, 10]")), "--out", str(tmp_path / "a"))
+    assert code == 2 and out.startswith("error: sweep.grid.cpu_kv_gib: no point's trace names its prompts' blocks"), out
+    code, out = invoke("sweep", str(_sweep_file(tmp_path, plain, "qps = [1, 2]")), "--out", str(tmp_path / "b"),
+                       "--no-prefix-caching")
+    assert code == 2 and out.startswith("error: --no-prefix-caching: no point's trace names its prompts' blocks"), out
+    hashed = tmp_path / "hashed.jsonl"
+    hashed.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 2048, "output_length": 8,
+                                          "hash_ids": [1, 2, 3, 4 + i]}) + "\n" for i in range(8)))
+    code, out = invoke("sweep", str(_sweep_file(tmp_path, hashed, "cpu_kv_gib = [0, 10]")), "--out", str(tmp_path / "c"))
+    assert code == 0, out

@@ -501,9 +501,10 @@ def sweep(
         raise ConfigError("--burstiness", "shapes the gaps between arrivals at a rate, but no point has one (with "
                           "--concurrency and no --qps every user sends at once)",
                           "give --qps, or vary qps in the grid (--grid qps=1,2)")
-    from simulator.cli.options import read_sweep_traces
+    from simulator.cli.options import check_sweep_trace_options, read_sweep_traces
 
     read_sweep_traces([p.config for p in spec.points], spec.varied, flags)  # (paths of the points: checked as built)
+    check_sweep_trace_options(spec, flags)
     num_workers = parse_workers(workers, lambda: auto_workers(
         len(spec.points), max((p.config.workload.num_requests for p in spec.points), default=1)))
     console = Console()

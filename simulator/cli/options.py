@@ -203,8 +203,8 @@ def check_trace_given(config: RunConfig, options: dict[str, Any], command: str =
     where it has nothing to route by (:func:`simulator.workload.prefix_traces.check_router`): the run
     would be labelled with a router it never ran."""
     decided = DECIDED_BY_COMMAND.get(command, frozenset())
-    if decided is None:  # a sweep's grid may change the trace, the scheduler or the router: each point is checked
-        return
+    if decided is None:  # a sweep's grid may change the trace, the scheduler or the router: each point's router is
+        return           # checked as it is built, its trace's options over all points (check_sweep_trace_options)
     if "router" not in decided:
         from simulator.workload.prefix_traces import check_router  # late: reads the trace's first line only
 
@@ -249,6 +249,39 @@ def read_sweep_traces(configs: list[RunConfig], varied: list[str], flags: set[st
             read_prefix_trace(trace) or load_trace(trace)  # a hashed trace, or any other (as the point reads it)
         except ConfigError as err:
             raise ConfigError(field, err.problem, err.fix) from None
+
+
+def check_sweep_trace_options(spec: Any, flags: set[str]) -> None:
+    """Refuse a sweep's prefix-cache options and ``session_replay`` (given in its base or varied by its grid) that no
+    point reads because of what its trace holds, as :func:`check_trace_given` refuses them for a run: only a trace
+    naming its prompts' blocks shares prefixes, only Weka sessions name sessions to replay. (Points without a trace
+    are the config layer's: ``_refuse_unread`` in :mod:`simulator.planning.sweep`.)"""
+    from simulator.workload.prefix_traces import prefix_trace_format  # late: reads a trace's first line only
+
+    formats: dict[str, str | None] = {}
+
+    def fmt(trace: str) -> str | None:
+        if trace not in formats:
+            formats[trace] = prefix_trace_format(trace) if Path(trace).is_file() else None
+        return formats[trace]
+
+    traces = [p.config.workload.trace for p in spec.points]
+    if not traces or any(t is None for t in traces):
+        return  # a point with a built-in workload: the config layer judges it
+    for name in ("prefix_cache_policy", "cpu_kv_gib", "prefix_caching", "session_replay"):
+        if name not in spec.base and name not in spec.varied:
+            continue
+        wants = ("weka-sessions",) if name == "session_replay" else None
+        if any((fmt(t) in wants) if wants else fmt(t) is not None for t in traces):
+            continue  # some point reads it
+        flag = (f"sweep.grid.{name}" if name in spec.varied else
+                ("--no-prefix-caching" if name == "prefix_caching" and spec.base.get(name) is False else _flag(name))
+                if name in flags else f"sweep.base.{name}")
+        what = ("names sessions (only Claude Code session files do)" if wants else
+                "names its prompts' blocks (only a trace with block hashes shares prefixes: Mooncake JSONL, Weka "
+                "sessions)")
+        raise ConfigError(flag, f"no point's trace {what}, so {flag} would do nothing",
+                          f"give the points a trace that does, or drop {flag}")
 
 
 def given_run_flags(ctx: typer.Context) -> set[str]:

@@ -85,3 +85,22 @@ def test_a_sweep_prefix_cache_option_no_point_s_trace_reads_is_refused(tmp_path:
                                           "hash_ids": [1, 2, 3, 4 + i]}) + "\n" for i in range(8)))
     code, out = invoke("sweep", str(_sweep_file(tmp_path, hashed, "cpu_kv_gib = [0, 10]")), "--out", str(tmp_path / "c"))
     assert code == 0, out
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ('num_seeds = 2\n[grid]\nmax_num_seqs = [8, 16]\n', "error: sweep.base.num_seeds: nothing in the search's trials is "
+     "drawn at random"),
+    ('[grid]\nseed = [0, 1]\n', "error: sweep point seed=0: seed: nothing in the search's trials is drawn at random"),
+])
+def test_a_capacity_sweep_seed_no_point_draws_with_is_refused(tmp_path: Path, text: str, needle: str) -> None:
+    # (simulate capacity refuses --seeds and --seed there; a sweep searched the very same trials, its spread 0)
+    path = tmp_path / "c.toml"
+    path.write_text('mode = "capacity"\n[base]\nusers = true\nworkload = "fixed"\nnum_requests = 40\n' + text)
+    code, out = invoke("sweep", str(path), "--out", str(tmp_path / "o"))
+    assert code == 2 and out.startswith(needle), out
+    # kept where some point draws (ShareGPT's lengths)
+    path.write_text('mode = "capacity"\n[base]\nusers = true\nnum_seeds = 2\nnum_requests = 40\n[grid]\n'
+                    'workload = ["fixed", "sharegpt"]\n')
+    from simulator.planning.sweep import build_spec, load_sweep_file
+
+    assert len(build_spec(load_sweep_file(path)).points) == 2

@@ -349,6 +349,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
     drain_warmups = ((vllm_warmups or spelled.get("num_warmup") == "num_warmups") and "warmup_mode" not in base
                      and not any("warmup_mode" in names for names in grid))
     seen: dict[str, tuple[int, str]] = {}
+    unread_seed: list[ConfigError] = []  # the capacity points given a seed that none of their trials draws with
     unread_by: dict[str, list[ConfigError]] = {}  # a capacity point's unread planner key (its flag): the points
     for index, combo in enumerate(itertools.product(*grid.values()) if grid else [()]):
         values = dict(base)
@@ -389,7 +390,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
             field = "sweep.base.num_requests" if "num_requests" in base and "num_requests" not in spec.varied else where
             raise ConfigError(field, err.problem, err.fix.replace("--num-requests", "num_requests")) from None
         if mode == "capacity":  # what no trial could search is refused here, not point by point after they run
-            from simulator.planning.capacity import check_searchable
+            from simulator.planning.capacity import check_searchable, seed_unread
 
             # An SLO or search key a point's search would not read, as simulate capacity refuses it (under
             # criterion = "goodput", sched_delay_slo = [0.5, 1] gave two points of one capacity, differing in a
@@ -401,6 +402,21 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
             except ConfigError as err:
                 unread_by.setdefault(err.field, []).append(ConfigError(where, f"{err.field}: {err.problem}", err.fix))
 
+            # Seeds where nothing in a point's trials is drawn at random (a closed loop of fixed lengths): as
+            # simulate capacity refuses --seeds and --seed there, refused where no point given them reads them
+            if (unread := seed_unread(config, bool(options["users"]))) is not None:
+                def at(key: str, where: str = where) -> tuple[str, str]:  # (the field blamed; the key in its problem)
+                    return ((f"sweep.base.{key}", "") if key in base and key not in spec.varied else (where, f"{key}: "))
+
+                if options["num_seeds"] > 1:
+                    field, name = at("num_seeds")
+                    unread_by.setdefault("--seeds", []).append(ConfigError(
+                        field, f"{name}{unread[0]}, so each of the {options['num_seeds']} seeds would search the "
+                        "very same trials", unread[1].replace("{flag}", "num_seeds")))
+                if "seed" in values:
+                    field, name = at("seed")
+                    unread_seed.append(ConfigError(field, f"{name}{unread[0]}, so seed would do nothing",
+                                                   unread[1].replace("{flag}", "seed")))
             try:
                 check_searchable(config, bool(options["users"]), max_users=options["max_users"])
             except ConfigError as err:
@@ -424,6 +440,8 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         given_at = sum(1 for p in spec.points if any(SWEEP_KEYS.get(k) == name for k in p.params))
         if len(errors) >= given_at:  # no point given it reads it
             raise errors[0]
+    if unread_seed and len(unread_seed) == sum(1 for p in spec.points if "seed" in p.params):
+        raise unread_seed[0]
     # What an engine set at some point is a column: the other points' values of it are their configs'.
     from simulator.config.options import option_value
 

@@ -104,3 +104,18 @@ def test_a_capacity_sweep_seed_no_point_draws_with_is_refused(tmp_path: Path, te
     from simulator.planning.sweep import build_spec, load_sweep_file
 
     assert len(build_spec(load_sweep_file(path)).points) == 2
+
+
+SPEC = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}'
+NOTE = "note: --speculative-config not modelled: prompt_lookup_max"
+
+
+@pytest.mark.parametrize("view", [("run", "--json"), ("run", "--metrics", "vllm"), ("capacity", "--json")])
+def test_a_speculative_key_left_unmodelled_is_said_in_every_view(view: tuple[str, ...]) -> None:
+    # (said in run's table header only: --json, vllm's block and capacity ran it with no word)
+    code, out = invoke(*view, "--speculative-config", SPEC, "--acceptance-rate", "0.6", "--num-requests", "20",
+                       "--no-progress" if view[0] == "run" else "--max-trials", *(() if view[0] == "run" else ("3",)))
+    assert code == 0 and NOTE in out, out
+    if view[-1] == "--json" and view[0] == "run":
+        summary = json.loads(out[:out.index(NOTE)])
+        assert list(summary["speculative"]["not_modelled"]) == ["prompt_lookup_max"]

@@ -129,10 +129,15 @@ def capacity(
         fail(f"interrupted: the search was stopped and nothing was written{finished}", code=130)
     data = report.to_dict()
     # Said before it is written: a write that fails at the end (a full disk) does not take the answer with it
+    spec_note = config.speculative.unmodelled_line() if config.speculative is not None else None
     if json_out:
         typer.echo(json.dumps(jsonable(data), indent=2, sort_keys=True))
+        if spec_note:  # (stdout holds the JSON alone)
+            typer.echo(spec_note, err=True)
     else:
         print_capacity(report, app_console())
+        if spec_note:
+            app_console().print(spec_note, markup=False, highlight=False)
     if out is not None:
         try:
             with atomic_dir(out) as folder:  # out ends up whole or as it was
@@ -509,6 +514,10 @@ def sweep(
         len(spec.points), max((p.config.workload.num_requests for p in spec.points), default=1)))
     console = Console()
     console.print(f"sweep: {count(len(spec.points), 'point')} ({spec.mode}), varying {', '.join(spec.varied) or 'nothing'} -> {out}/")
+    for note in dict.fromkeys(p.config.speculative.unmodelled_line() for p in spec.points
+                              if p.config.speculative is not None):
+        if note:  # (the points' rows show the figures, no run header: said once)
+            console.print(note, markup=False, highlight=False)
     try:
         result = run_sweep(spec, out, workers=num_workers, ray_address=ray_address, fmt=fmt, progress=progress,
                            retry_failed=retry_failed)

@@ -95,6 +95,10 @@ def _simulate_and_summarize(config: RunConfig, progress: bool | RunProgress, ttf
         # the ITL views over the measured requests, as every other figure (the engine's logs hold the warm-up's)
         summary["speculative"] = {**result.extra["speculative"],
                                   **measured_itl_views(result)}
+        if config.speculative is not None and config.speculative.unmodelled_keys:  # (given, read, changing nothing)
+            from simulator.config.speculative import UNMODELLED_KEYS
+
+            summary["speculative"]["not_modelled"] = {k: UNMODELLED_KEYS[k] for k in config.speculative.unmodelled_keys}
     if result.disagg is not None:  # disaggregated prefill/decode: pool, handoff and link metrics
         from simulator.report.disagg_metrics import disagg_summary
 
@@ -400,8 +404,8 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
             tree += " drafted in parallel (one drafter pass a step)"
         title += (f" · speculative {sp.method}{drafter} k={sp.k}{tree}, expected AL {sp.mean_acceptance_length:.2f} · "
                   "loop step by step (no lockstep or event skipping with speculation)")
-        if note := sp.unmodelled_note():  # which keys given were read but not modelled, before the figures
-            title += f" · note: --speculative-config {note}"
+        if note := sp.unmodelled_line():  # which keys given were read but not modelled, before the figures
+            title += f" · {note}"
     title += _hybrid_block_note(config)
     if "prefix_caching" in summary:  # on (simulator.engine.prefix_cache); said when turned off by hand
         pc = summary["prefix_caching"]
@@ -762,14 +766,17 @@ def run(
             reporter.close()
     changed_lines = [f"warning: --config {ctx.params.get('config_file')}: {line}: this run is not the one it "
                      "reproduces" for line in changed]
+    spec_note = config.speculative.unmodelled_line() if config.speculative is not None else None
     if json_out:
         typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
-        for line in changed_lines:  # (stdout holds the JSON alone)
+        for line in ([spec_note] if spec_note else []) + changed_lines:  # (stdout holds the JSON alone)
             typer.echo(line, err=True)
     else:
         out_console = console()
-        if bench.view == "vllm":
+        if bench.view == "vllm":  # (no run header: its note here)
             bench.print_vllm(config, summary, out_console)
+            if spec_note:
+                out_console.print(spec_note, markup=False, highlight=False)
         else:
             print_summary(config, summary, result.wall_s, out_console)
             bench.print_goodput(summary, out_console)

@@ -207,6 +207,11 @@ class SpeculativeConfig:
             return ""
         return "not modelled: " + "; ".join(f"{key} ({UNMODELLED_KEYS[key]})" for key in self.unmodelled_keys)
 
+    def unmodelled_line(self) -> str | None:
+        """The note a command prints where it shows no run header (``--json`` on stderr, ``--metrics vllm``,
+        ``capacity``, ``sweep``): the same words as the header's; None if every key given is modelled."""
+        return f"note: --speculative-config {note}" if (note := self.unmodelled_note()) else None
+
     @property
     def k(self) -> int:
         return self.num_speculative_tokens

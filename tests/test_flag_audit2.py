@@ -119,3 +119,14 @@ def test_a_speculative_key_left_unmodelled_is_said_in_every_view(view: tuple[str
     if view[-1] == "--json" and view[0] == "run":
         summary = json.loads(out[:out.index(NOTE)])
         assert list(summary["speculative"]["not_modelled"]) == ["prompt_lookup_max"]
+
+
+def test_a_pool_budget_under_a_scheduler_without_one_is_refused() -> None:
+    # (--scheduler orca --max-num-batched-tokens is refused; the pool's budget= moved its KV blocks alone)
+    code, out = invoke("run", "--prefill-pool", "1x(sched=orca,budget=1024)", "--decode-pool", "1x", "--num-requests",
+                       "20", "--no-progress")
+    assert code == 2 and out.startswith("error: prefill_pool (budget): the pool runs orca, whose steps no token "
+                                        "budget bounds, so budget= would do nothing"), out
+    code, out = invoke("run", "--prefill-pool", "1x(sched=vllm-v1,budget=1024)", "--decode-pool", "1x",
+                       "--num-requests", "20", "--no-progress")
+    assert code == 0, out

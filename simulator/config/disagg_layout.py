@@ -182,6 +182,12 @@ class PoolSpec:
         else:  # the run's budget knobs belong to the run's scheduler, not this one
             cfg = replace(base, name=name, max_num_seqs=seqs, chunk_size=None, max_num_batched_tokens=None)
         if self.budget is not None:
+            from simulator.config.schedulers import BUDGETED_SCHEDULERS, UNBUDGETED_SCHEDULERS
+
+            if name in UNBUDGETED_SCHEDULERS:  # (it moved the KV reservation for activations alone)
+                raise ConfigError("budget", f"the pool runs {name}, whose steps no token budget bounds, so budget= "
+                                  "would do nothing", f"drop budget=, or set a budgeted sched= "
+                                  f"({', '.join(BUDGETED_SCHEDULERS)})")
             cfg = replace(cfg, chunk_size=None, max_num_batched_tokens=self.budget)
         return cfg
 

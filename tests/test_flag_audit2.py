@@ -130,3 +130,14 @@ def test_a_pool_budget_under_a_scheduler_without_one_is_refused() -> None:
     code, out = invoke("run", "--prefill-pool", "1x(sched=vllm-v1,budget=1024)", "--decode-pool", "1x",
                        "--num-requests", "20", "--no-progress")
     assert code == 0, out
+
+
+def test_plan_pipeline_degrees_no_disaggregated_layout_takes_are_refused(tmp_path: Path) -> None:
+    # (the same layouts as --pps 1, no word; --pps 2 alone ended in "no layout fits ... (allow more GPUs ...)")
+    code, out = invoke("plan", "--qps", "1", "--gpus", "a100-80gb", "--modes", "disagg", "--pps", "1,2",
+                       "--num-requests", "50", "--no-verify", "--out", str(tmp_path / "p"))
+    assert code == 2 and out.startswith("error: --pps: disaggregated pools are searched at pipeline parallelism 1 "
+                                        "only"), out
+    code, out = invoke("plan", "--qps", "1", "--gpus", "a100-80gb", "--modes", "agg", "--engine",
+                       "vllm-2026:handoff_s=0.05", "--num-requests", "50", "--no-verify", "--out", str(tmp_path / "q"))
+    assert code == 2 and out.startswith("error: --engine: handoff_s is waited out between a disaggregated layout's"), out

@@ -148,10 +148,17 @@ def plan(
             if name not in searched:
                 raise ConfigError("--price", f"{item} prices {name}, and --gpus {gpus} does not search it, so the "
                                   "--price would do nothing", f"add {name} to --gpus, or drop --price {item}")
-    given = {"--budgets": budgets, "--attention-dps": attention_dps, "--ratios": ratios}
+    given = {"--budgets": budgets, "--attention-dps": attention_dps, "--ratios": ratios,
+             "--pps": pps if max(space.pps) > 1 else None}  # (pp 1 is searched in every mode)
     for flag, (why, fix) in unread_space_options(config, space.modes).items():
         if given[flag] is not None:  # a default the layouts do not read is fine; a value given is not
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix)
+    from simulator.config.run_config import engine_override_terms
+
+    if "disagg" not in space.modes and "handoff_s" in engine_override_terms(str(config.engine)):
+        raise ConfigError("--engine", "handoff_s is waited out between a disaggregated layout's prefill and decode "
+                          f"workers, and --modes {','.join(space.modes)} searches none, so it would do nothing",
+                          "add disagg to --modes, or drop handoff_s")
     typed = given_run_flags(ctx)  # (a --config file's values are not the command line's to drop)
     for name, (why, fix) in unread_run_options(config, space, verify).items():
         if name in typed:

@@ -379,6 +379,9 @@ def unread_space_options(base: RunConfig, modes: Sequence[str]) -> dict[str, tup
     elif "agg" not in modes:
         out["--budgets"] = ("disaggregated pools keep their own token budget, and --modes disagg searches no "
                             "aggregated layout", "add agg to --modes, or drop --budgets")
+    if "agg" not in modes:  # (enumerate_layouts lays out pools of TP replicas)
+        out["--pps"] = ("disaggregated pools are searched at pipeline parallelism 1 only, and --modes disagg searches "
+                        "no aggregated layout", "add agg to --modes, or drop --pps")
     return out
 
 

@@ -141,3 +141,20 @@ def test_plan_pipeline_degrees_no_disaggregated_layout_takes_are_refused(tmp_pat
     code, out = invoke("plan", "--qps", "1", "--gpus", "a100-80gb", "--modes", "agg", "--engine",
                        "vllm-2026:handoff_s=0.05", "--num-requests", "50", "--no-verify", "--out", str(tmp_path / "q"))
     assert code == 2 and out.startswith("error: --engine: handoff_s is waited out between a disaggregated layout's"), out
+
+
+@pytest.mark.parametrize(("args", "why"), [
+    (("--scheduler", "vllm"), "--scheduler vllm caches no prefixes by default"),
+    (("--speculative-config", '{"method":"ngram","num_speculative_tokens":3}', "--acceptance-rate", "0.5"),
+     "speculative decoding turns prefix caching off"),
+])
+def test_no_prefix_caching_where_nothing_caches_is_refused(tmp_path: Path, args: tuple[str, ...], why: str) -> None:
+    trace = tmp_path / "hashed.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 2048, "output_length": 8,
+                                         "hash_ids": [1, 2, 3, 4 + i]}) + "\n" for i in range(10)))
+    code, out = invoke("run", *args, "--no-prefix-caching", "--trace", str(trace), "--num-requests", "10",
+                       "--no-progress")
+    assert code == 2 and out.startswith(f"error: --no-prefix-caching: {why}, so --no-prefix-caching would do "
+                                        "nothing"), out
+    code, out = invoke("run", "--no-prefix-caching", "--trace", str(trace), "--num-requests", "10", "--no-progress")
+    assert code == 0, out  # vllm-v1 caches by default: the flag turns it off

@@ -329,6 +329,11 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
         out.update(_pool_cache_inert_options(config, layout))
     elif s.prefix_cache is None:
         out["prefix_cache_policy"] = ("prefix caching is off" + _spec_off(config), _cache_on(config, "or drop {flag}"))
+        # --no-prefix-caching where the run would cache nothing without it
+        if s.prefix_caching is False and SCHEDULERS[s.name].prefix_cache is None:
+            out["prefix_caching"] = (f"--scheduler {s.name} caches no prefixes by default", "drop {flag}")
+        elif s.prefix_caching is False and config.speculative is not None:
+            out["prefix_caching"] = ("speculative decoding turns prefix caching off", "drop {flag}")
     if not config.is_disaggregated:
         for name in ("kv_link", "kv_link_scope", "first_token_at"):
             out[name] = ("the run is not disaggregated", "add --prefill-pool and --decode-pool, or drop {flag}")

@@ -158,3 +158,33 @@ def test_no_prefix_caching_where_nothing_caches_is_refused(tmp_path: Path, args:
                                         "nothing"), out
     code, out = invoke("run", "--no-prefix-caching", "--trace", str(trace), "--num-requests", "10", "--no-progress")
     assert code == 0, out  # vllm-v1 caches by default: the flag turns it off
+
+
+def test_sweep_workers_size_a_local_ray_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (Ray started with every CPU whatever --workers said, and nothing said so)
+    import types
+
+    import simulator.planning.sweep as sweep_module
+
+    seen: dict[str, object] = {}
+
+    def fake_run_sweep(spec, out, **kwargs):  # noqa: ANN001, ANN202 - run_sweep's signature
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(sweep_module, "run_sweep", fake_run_sweep)
+    path = tmp_path / "s.toml"
+    path.write_text("[base]\nnum_requests = 8\n[grid]\nqps = [1, 2]\n")
+    invoke("sweep", str(path), "--out", str(tmp_path / "o"), "--ray-address", "local", "--workers", "3")
+    assert seen["ray_cpus"] == 3
+    invoke("sweep", str(path), "--out", str(tmp_path / "o"), "--ray-address", "local")
+    assert seen["ray_cpus"] is None  # every CPU, as before
+    code, out = invoke("sweep", str(path), "--out", str(tmp_path / "o"), "--ray-address", "10.0.0.1:6379",
+                       "--workers", "3")
+    assert code == 2 and out.startswith("error: --workers: sets local processes, and --ray-address 10.0.0.1:6379"), out
+    # the local instance is started with them
+    calls: dict[str, object] = {}
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=lambda **kw: calls.update(kw))
+    monkeypatch.setitem(__import__("sys").modules, "ray", fake)
+    sweep_module._connect("local", 3)
+    assert calls["num_cpus"] == 3

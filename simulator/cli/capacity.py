@@ -465,7 +465,7 @@ def sweep(
     grid: Annotated[list[str] | None, typer.Option("--grid", help="NAME=V1,V2,... (repeatable); adds to the file's grid.")] = None,
     mode: Annotated[str | None, typer.Option(help="run or capacity (default: the file's, else run).")] = None,
     out: Annotated[Path, typer.Option(help="Sweep folder: points/<key>.json and results.csv.")] = Path("sweep-out"),
-    workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Local worker processes; auto: one per available CPU, at most one a point and what memory holds.")] = "1",
+    workers: Annotated[str, typer.Option(metavar=WORKERS_METAVAR, help="Local worker processes (with --ray-address local: the CPUs of the Ray instance it starts); auto: one per available CPU, at most one a point and what memory holds.")] = "1",
     ray_address: Annotated[str | None, typer.Option(help="Run on Ray: a cluster address, or 'local' to start one.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="Results table format: csv or parquet.")] = "csv",
     retry_failed: Annotated[bool, typer.Option(help="Rerun points that failed before.")] = False,
@@ -512,6 +512,13 @@ def sweep(
     check_sweep_trace_options(spec, flags)
     num_workers = parse_workers(workers, lambda: auto_workers(
         len(spec.points), max((p.config.workload.num_requests for p in spec.points), default=1)))
+    ray_cpus = None  # (a local Ray instance takes every CPU unless --workers says how many)
+    if ray_address is not None and getattr(ctx.get_parameter_source("workers"), "name", None) == "COMMANDLINE":
+        if ray_address != "local":  # (the cluster's CPUs say how many points run at once)
+            raise ConfigError("--workers", f"sets local processes, and --ray-address {ray_address} runs the points "
+                              "on that cluster's CPUs, so --workers would do nothing",
+                              "drop --workers, or drop --ray-address to run local processes")
+        ray_cpus = num_workers
     console = Console()
     console.print(f"sweep: {count(len(spec.points), 'point')} ({spec.mode}), varying {', '.join(spec.varied) or 'nothing'} -> {out}/")
     for note in dict.fromkeys(p.config.speculative.unmodelled_line() for p in spec.points
@@ -520,7 +527,7 @@ def sweep(
             console.print(note, markup=False, highlight=False)
     try:
         result = run_sweep(spec, out, workers=num_workers, ray_address=ray_address, fmt=fmt, progress=progress,
-                           retry_failed=retry_failed)
+                           retry_failed=retry_failed, ray_cpus=ray_cpus)
     except SweepInterrupted as stop:
         left = stop.num_total - stop.num_done
         what = f"error: {WorkerDied.MESSAGE};" if stop.worker_died else f"interrupted ({stop.signal_name}):"

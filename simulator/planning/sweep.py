@@ -765,9 +765,9 @@ def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callab
             raise
 
 
-def _connect(address: str) -> tuple[Any, bool]:
-    """Ray, connected to ``address`` ('local' starts an instance), and whether this call started it;
-    a missing Ray or an unreachable address refused in one line."""
+def _connect(address: str, num_cpus: int | None = None) -> tuple[Any, bool]:
+    """Ray, connected to ``address`` ('local' starts an instance of ``num_cpus`` CPUs, default all), and whether
+    this call started it; a missing Ray or an unreachable address refused in one line."""
     try:
         import ray
     except ImportError:
@@ -777,7 +777,7 @@ def _connect(address: str) -> tuple[Any, bool]:
     if started_here:
         with signals_blocked():  # Ray's own processes must not take the Ctrl-C meant for the sweep
             if address == "local":
-                ray.init(include_dashboard=False, log_to_driver=False)
+                ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
             else:
                 connect_ray(ray, address)
     return ray, started_here
@@ -861,8 +861,10 @@ def read_sweep_folder(folder: Path) -> tuple[dict[str, Any], pd.DataFrame]:
 
 
 def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | None = None, fmt: str = "csv",
-              progress: bool = False, retry_failed: bool = False) -> SweepResult:
-    """Run the points of ``spec`` not yet done under ``out``, keeping the results table current.
+              progress: bool = False, retry_failed: bool = False, ray_cpus: int | None = None) -> SweepResult:
+    """Run the points of ``spec`` not yet done under ``out``, keeping the results table current: in ``workers``
+    local processes, or on Ray at ``ray_address`` ('local': an instance of ``ray_cpus`` CPUs, default all; one
+    point a CPU).
 
     Raises :class:`SweepInterrupted` on SIGINT/SIGTERM (from the main thread), or when a worker
     process dies, after stopping the workers and writing the table of the points finished so far.
@@ -912,7 +914,7 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
     docs = {key: doc if _is_done(doc, retry_failed) else None for key, doc in docs.items()}
     todo = [p for p in spec.points if docs[p.key] is None]
     # Ray first: an address that cannot be reached is refused before the folder is written.
-    session = _connect(ray_address) if ray_address and todo else None
+    session = _connect(ray_address, ray_cpus) if ray_address and todo else None
     (out / "points").mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(json.dumps(jsonable({
         "mode": spec.mode, "base": spec.base,

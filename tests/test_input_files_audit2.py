@@ -109,3 +109,48 @@ def test_a_tidy_profile_column_the_fit_does_not_read_is_refused(tmp_path: Path, 
         read_profile(path, device="a100-80gb")
     path.write_text(path.read_text().replace(column, "device" if column == "gpu" else "tp"))
     assert len(read_profile(path, device="h100-sxm")) == 4
+
+
+# -- resuming an --out folder whose tables were edited --------------------------------------------------------------
+
+PLAN = ["plan", "--qps", "1", "--gpus", "a100-80gb", "--modes", "agg", "--tps", "1", "--seqs", "128", "--budgets", "512",
+        "--no-verify", "--num-requests", "100"]
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda t: t.replace("\n", ",EXTRA\n", 2).replace(",EXTRA\n", "\n", 1), "line 2 has more cells than the header"),
+    (lambda t: t.split("\n")[0] + "\n" + t.split("\n")[1].rsplit(",", 3)[0] + "\n", "line 2 has fewer cells"),
+    (lambda t: t.replace("key,", "KEY,", 1), "line 2 has no key or status"),
+    (lambda t: t.replace(",ok,,", ",ok,,x", 1), "has capacity_qps 'x"),
+])
+def test_a_plan_resumed_from_an_edited_layouts_table_is_refused(tmp_path: Path, edit, needle: str) -> None:  # noqa: ANN001
+    # (TypeError, KeyError or ValueError tracebacks, or a UnicodeDecodeError for other bytes)
+    from test_cli_fuzz_round13 import invoke
+
+    out = tmp_path / "plan"
+    code, text = invoke(*PLAN, "--out", str(out))
+    assert code == 0, text
+    table = out / "layouts.csv"
+    table.write_text(edit(table.read_text()))
+    code, text = invoke(*PLAN, "--out", str(out))
+    assert code == 2 and f"\nerror: --out: {table} " in text and needle in text, text
+    table.write_bytes(b"\xff\xfe" + table.read_bytes())
+    code, text = invoke(*PLAN, "--out", str(out))
+    assert code == 2 and "is not a plan's layouts table (UnicodeDecodeError)" in text, text
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: {**d, "base": [], "points": [*d["points"], {"key": "another"}]},  # (AttributeError)
+    lambda d: {**d, "points": [{**d["points"][0], "key": ["x"]}]},  # (TypeError: unhashable list)
+])
+def test_a_sweep_resumed_from_an_edited_record_is_refused(tmp_path: Path, edit) -> None:  # noqa: ANN001
+    from test_cli_fuzz_round13 import invoke
+
+    path = tmp_path / "s.toml"
+    path.write_text("[base]\nnum_requests = 8\n[grid]\nqps = [1, 2]\n")
+    out = tmp_path / "o"
+    assert invoke("sweep", str(path), "--out", str(out))[0] == 0
+    record = out / "sweep.json"
+    record.write_text(json.dumps(edit(json.loads(record.read_text()))))
+    code, text = invoke("sweep", str(path), "--out", str(out))
+    assert code == 2 and f"error: --out: {record} is not a sweep's record (unreadable, or edited by hand)" in text, text

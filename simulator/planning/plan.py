@@ -961,23 +961,38 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
     if not path.is_file():
         return {}, True
     done = {}
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            parsed: dict[str, Any] = {}
-            for k, v in row.items():
-                if k in ("key", "gpu", "mode", "dtype", "scheduler", "status", "error", "reason"):
-                    parsed[k] = v
-                elif k == "capacity_is_lower_bound":
-                    parsed[k] = v == "True"
-                else:
-                    try:
-                        parsed[k] = float(v) if v not in ("", "None") else math.nan
-                    except ValueError:
-                        parsed[k] = v
-            if not current:
-                parsed["at_capacity_tokens_per_s_per_user"] = math.nan
-            if parsed.get("status") in ("ok", "below"):
-                done[parsed["key"]] = parsed
+    text_columns = ("key", "gpu", "mode", "dtype", "scheduler", "status", "error", "reason")
+
+    def edited(line: int, what: str) -> ConfigError:  # (the plan writes every row whole: this is no row of its)
+        return ConfigError("--out", f"{path} line {line} {what}, so the plan cannot resume from it",
+                           "pass a new --out folder, or delete that one")
+
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(enumerate(csv.DictReader(f), start=2))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ConfigError("--out", f"{path} is not a plan's layouts table ({type(exc).__name__})",
+                          "pass a new --out folder, or delete that one") from None
+    for line, row in rows:
+        if None in row or None in row.values():
+            raise edited(line, "has " + ("more" if None in row else "fewer") + " cells than the header")
+        if not row.get("key") or "status" not in row:
+            raise edited(line, "has no key or status")
+        parsed: dict[str, Any] = {}
+        for k, v in row.items():
+            if k in text_columns:
+                parsed[k] = v
+            elif k == "capacity_is_lower_bound":
+                parsed[k] = v == "True"
+            else:
+                try:
+                    parsed[k] = float(v) if v not in ("", "None") else math.nan
+                except ValueError:
+                    raise edited(line, f"has {k} {v!r}, not a number") from None
+        if not current:
+            parsed["at_capacity_tokens_per_s_per_user"] = math.nan
+        if parsed.get("status") in ("ok", "below"):
+            done[parsed["key"]] = parsed
     return done, current or not done
 
 

@@ -882,10 +882,12 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             before = None
         keys = {p.key for p in spec.points}
-        if not isinstance(before, dict) or not isinstance(before.get("points"), list):
+        if (not isinstance(before, dict) or not isinstance(before.get("points"), list)
+                or not all(isinstance(p, dict) and isinstance(p.get("key"), str) for p in before["points"])
+                or not isinstance(before.get("base", {}), dict)):  # (what the sweep writes: read below as such)
             raise ConfigError("--out", f"{earlier} is not a sweep's record (unreadable, or edited by hand)",
                               "pass a new folder, or restore the sweep.json the sweep wrote")
-        if {p.get("key") for p in before["points"] if isinstance(p, dict)} - keys:
+        if {p["key"] for p in before["points"]} - keys:
             then, now = before.get("base", {}), jsonable(spec.base)
             changed = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
             what = f" (the base differs in {', '.join(changed)})" if changed else ""

@@ -154,3 +154,24 @@ def test_a_sweep_resumed_from_an_edited_record_is_refused(tmp_path: Path, edit) 
     record.write_text(json.dumps(edit(json.loads(record.read_text()))))
     code, text = invoke("sweep", str(path), "--out", str(out))
     assert code == 2 and f"error: --out: {record} is not a sweep's record (unreadable, or edited by hand)" in text, text
+
+
+@pytest.mark.parametrize(("key", "value", "needle"), [
+    ("ttft_slo_s", -1, "must be a positive number of seconds, got -1"),
+    ("format", "xls", "unknown format 'xls'"),
+    ("metrics", "foo", "unknown view 'foo'"),
+    ("goodput", "ttft:abc", "expected NAME:MILLISECONDS"),
+])
+def test_a_bad_value_of_a_config_file_s_report_section_is_the_file_s(tmp_path: Path, key: str, value: object,
+                                                                       needle: str) -> None:
+    # (blamed on --ttft-slo, --format, ...: flags the user never typed)
+    from test_cli_fuzz_round13 import invoke
+
+    assert invoke("run", "--num-requests", "10", "--no-progress", "--out", str(tmp_path / "r"))[0] == 0
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    config["report"][key] = value
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(config))
+    code, out = invoke("run", "--config", str(path), "--no-progress", "--out", str(tmp_path / "r2"))
+    assert code == 2 and out.startswith(f"error: --config {path}: report.{key}: ") and needle in out, out
+    assert f"(correct report.{key} in the file)" in out

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -663,6 +665,22 @@ def file_report_options(ctx: typer.Context) -> dict[str, Any]:
     return out
 
 
+@contextlib.contextmanager
+def _from_file(ctx: typer.Context, from_file: dict[str, Any]) -> Iterator[None]:
+    """Re-raise a refusal of a report option whose value came from the ``--config`` file (``from_file``, by parameter
+    name) as the file's: the flag it names was never typed."""
+    try:
+        yield
+    except ConfigError as err:
+        from simulator.config.run_config import REPORT_KEY
+
+        key = next((k for k, (name, flag, _) in REPORT_OPTIONS.items() if flag == err.field and name in from_file), None)
+        if key is None:
+            raise
+        raise ConfigError(f"--config {ctx.params.get('config_file')}", f"{REPORT_KEY}.{key}: {err.problem}",
+                          f"correct {REPORT_KEY}.{key} in the file") from None
+
+
 def changed_file_inputs(ctx: typer.Context, config: RunConfig) -> list[str]:
     """The files a ``--config`` file's run read that read otherwise now (simulator.config.inputs), one line each;
     [] without one."""
@@ -722,11 +740,12 @@ def run(
         raise ConfigError("--format", "sets the format of the tables --out writes, but no --out was given",
                           "add --out DIR, or drop --format")
     fmt = fmt or "parquet"
-    check_format(fmt)
-    for flag, seconds in (("--ttft-slo", ttft_slo), ("--tbt-slo", tbt_slo)):
-        if not (math.isfinite(seconds) and seconds > 0):  # else every request misses it: goodput 0% that looks measured
-            raise ConfigError(flag, f"must be a positive number of seconds, got {seconds}", f"e.g. {flag} 0.2")
-    bench = BenchOptions.parse(goodput, metrics, save_result, metric_percentiles, json_out)
+    with _from_file(ctx, from_file):  # (a bad value of the --config's report section is the file's, not a flag's)
+        check_format(fmt)
+        for flag, seconds in (("--ttft-slo", ttft_slo), ("--tbt-slo", tbt_slo)):
+            if not (math.isfinite(seconds) and seconds > 0):  # else every request misses it: goodput 0% that looks measured
+                raise ConfigError(flag, f"must be a positive number of seconds, got {seconds}", f"e.g. {flag} 0.2")
+        bench = BenchOptions.parse(goodput, metrics, save_result, metric_percentiles, json_out)
     if bench.view == "vllm" and not json_out and out is None:  # vllm's block shows no goodput at these SLOs
         for flag, seconds, default in (("--ttft-slo", ttft_slo, TTFT_SLO_S), ("--tbt-slo", tbt_slo, TBT_SLO_S)):
             if seconds != default and flag[2:].replace("-", "_") not in from_file:  # (a --config's: not typed)

@@ -175,3 +175,48 @@ def test_a_bad_value_of_a_config_file_s_report_section_is_the_file_s(tmp_path: P
     code, out = invoke("run", "--config", str(path), "--no-progress", "--out", str(tmp_path / "r2"))
     assert code == 2 and out.startswith(f"error: --config {path}: report.{key}: ") and needle in out, out
     assert f"(correct report.{key} in the file)" in out
+
+
+@pytest.mark.parametrize("value", ["010", "1:30", "0x10", "0b11"])
+def test_a_yaml_sweep_number_yaml_1_1_reads_in_another_base_is_refused(tmp_path: Path, value: str) -> None:
+    # (max_num_seqs: 010 ran as 8, 1:30 as 90)
+    from simulator.planning.sweep import load_sweep_file
+
+    path = tmp_path / "s.yaml"
+    path.write_text(f"base:\n  num_requests: 8\ngrid:\n  max_num_seqs: [{value}]\n")
+    with pytest.raises(ConfigError, match=f"line 4: '{value}' is read by YAML 1.1 as a binary, octal"):
+        load_sweep_file(path)
+    path.write_text("base:\n  num_requests: 1_000\n  qps: .5\ngrid:\n  max_num_seqs: [8, -2]\n  cv: [0.5]\n")
+    assert load_sweep_file(path) == {"base": {"num_requests": 1000, "qps": 0.5}, "grid": {"max_num_seqs": [8, -2],
+                                                                                         "cv": [0.5]}}
+
+
+# -- smaller misreads: engine artifacts, prices, HF configs --------------------------------------------------------
+
+def test_an_engine_artifact_s_tp_given_twice_or_a_term_of_hours_is_refused() -> None:
+    from simulator.costmodel.engine_model import ENGINES
+
+    base = ENGINES["vllm-v1"].to_dict()
+    with pytest.raises(ConfigError, match=r"^engine\.rpc_s: tp=2 is given twice"):  # (the smaller one won, unsaid)
+        type(ENGINES["vllm-v1"]).from_dict({**base, "rpc_s": [[2, 0.5], [2, 0.001]]})
+    with pytest.raises(ConfigError, match=r"^engine\.cpu_iteration_s: 1e\+300 s is more than an hour"):
+        type(ENGINES["vllm-v1"]).from_dict({**base, "cpu_iteration_s": 1e300})  # (ran to TTFTs of 1e300 s)
+
+
+def test_a_prices_csv_gpu_the_catalog_lacks_names_the_file_and_line(tmp_path: Path) -> None:
+    from simulator.config.prices import load_price_file
+
+    path = tmp_path / "p.csv"
+    path.write_text("gpu,usd_per_gpu_hour\nh100-sxm,6\nbanana,3\n")
+    with pytest.raises(ConfigError, match=f"^--prices {path}: line 3: unknown GPU 'banana'"):
+        load_price_file(path)
+
+
+def test_an_hf_quantization_config_that_is_no_object_is_refused(tmp_path: Path) -> None:
+    from simulator.config.hf_config import load_hf_model
+
+    model = json.loads((ROOT / "tests" / "data" / "hf_configs" / "llama-3.1-8b" / "config.json").read_text())
+    model["quantization_config"] = [1]  # (read as an unquantized checkpoint)
+    (tmp_path / "config.json").write_text(json.dumps(model))
+    with pytest.raises(ConfigError, match=r"^model\.quantization_config: .*must be an object"):
+        load_hf_model(str(tmp_path / "config.json"))

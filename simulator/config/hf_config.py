@@ -166,7 +166,11 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
     if context_assumed:
         kwargs["max_model_len_assumed"] = True
     tied = f.flag("tie_word_embeddings")
-    kwargs["checkpoint_quant"] = checkpoint_quant(cfg.get("quantization_config"))
+    quant = cfg.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):  # (read as an unquantized checkpoint, unsaid)
+        raise ConfigError("model.quantization_config", f"{where}: must be an object (quant_method, ...), got "
+                          f"{quant!r:.40}", "give the checkpoint's quantization_config, or drop it")
+    kwargs["checkpoint_quant"] = checkpoint_quant(quant)
     vocab = f.need("vocab_size")
     try:
         return ModelSpec(

@@ -196,7 +196,10 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
         if lacking:  # (an optional max_w cell left off reads as empty, as a blank one does)
             raise ConfigError(where, f"line {line} lacks {' and '.join(lacking)}", "one cell a column: gpu,usd_per_gpu_hour")
         name = row["gpu"].strip()
-        canonical = get_gpu(name).name
+        try:
+            canonical = get_gpu(name).name
+        except ConfigError as err:  # (as the JSON/TOML branch: the file and its line, not a bare "gpu: unknown GPU")
+            raise ConfigError(where, f"line {line}: {err.problem}", err.fix) from None
         if canonical in seen:  # two prices for one GPU: which one the plan took would be a guess
             raise ConfigError(where, f"{name} is priced twice", "give each GPU one row")
         seen.add(canonical)

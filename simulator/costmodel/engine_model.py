@@ -97,6 +97,11 @@ def tp_lookup(table: TPTable, tp: int) -> float:
     return points[-1][1]  # unreachable: tp lies in some interval
 
 
+# The most any time term of an engine may be (s): a step, a request's share of it or a handoff of an hour or more is
+# a unit slip (1e300 ran to "4 finished" at TTFTs of 1e300 s).
+MAX_TERM_S = 3600.0
+
+
 @dataclass(frozen=True)
 class EngineModel:
     """One engine's overhead terms (seconds). Contract: every time term is finite; all but
@@ -144,11 +149,17 @@ class EngineModel:
             if f.name in ("rpc_s", "collective_extra_s"):
                 object.__setattr__(self, f.name, tuple(sorted((int(t), float(v)) for t, v in value)))
                 for t, v in getattr(self, f.name):
-                    if t < 1 or not math.isfinite(v) or (f.name == "rpc_s" and v < 0):
+                    if t < 1 or not math.isfinite(v) or (f.name == "rpc_s" and v < 0) or abs(v) > MAX_TERM_S:
                         raise ConfigError(f"engine.{f.name}", f"bad entry tp={t}: {v}", "use tp >= 1 and finite seconds")
+                tps = [t for t, _ in getattr(self, f.name)]
+                if len(set(tps)) < len(tps):  # (the lookup took the first after sorting: the smaller, unsaid)
+                    twice = next(t for t in tps if tps.count(t) > 1)
+                    raise ConfigError(f"engine.{f.name}", f"tp={twice} is given twice", "give each TP degree once")
             elif (isinstance(value, int | float) and not isinstance(value, bool)  # ints too: -1.0 is -1 in JSON
                   and (not math.isfinite(value) or value < 0)):
                 raise ConfigError(f"engine.{f.name}", f"must be finite and >= 0, got {value}")
+            elif f.name.endswith("_s") and isinstance(value, int | float) and value > MAX_TERM_S:
+                raise ConfigError(f"engine.{f.name}", f"{value:g} s is more than an hour", "give it in seconds")
         if self.kernels is not None and self.kernels not in KERNEL_TABLES:
             raise ConfigError("engine.kernels", f"unknown kernel prices {self.kernels!r}", f"known: {', '.join(KERNEL_TABLES)}")
         if self.roofline_prices is not None and self.roofline_prices not in (*KERNEL_BACKENDS, POOLED):

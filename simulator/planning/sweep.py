@@ -196,7 +196,19 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
                 seen.add(key)
             return loader.construct_mapping(node, deep)
 
+        def number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:  # noqa: ANN401 - an int or a float
+            # YAML 1.1 reads 010 as 8 (octal), 0x10 as 16 and 1:30 as 90 (base 60): no number a sweep means
+            text = node.value.replace("_", "")
+            if re.fullmatch(r"[-+]?(0|[1-9][0-9]*)(\.[0-9]*)?([eE][-+]?[0-9]+)?|[-+]?\.[0-9]+([eE][-+]?[0-9]+)?"
+                            r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)", text) is None:
+                raise ConfigError("sweep", f"{path}: line {node.start_mark.line + 1}: {node.value!r} is read by YAML "
+                                  "1.1 as a binary, octal, hexadecimal or base-60 number", "write the number in decimal "
+                                  f"(or quote {node.value!r} if it is text)")
+            return (loader.construct_yaml_int if node.tag.endswith(":int") else loader.construct_yaml_float)(node)
+
         UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+        UniqueKeys.add_constructor("tag:yaml.org,2002:int", number)
+        UniqueKeys.add_constructor("tag:yaml.org,2002:float", number)
         try:
             data = yaml.load(text, Loader=UniqueKeys)  # noqa: S506 - a SafeLoader
         except yaml.YAMLError as exc:

@@ -188,3 +188,32 @@ def test_sweep_workers_size_a_local_ray_instance(tmp_path: Path, monkeypatch: py
     monkeypatch.setitem(__import__("sys").modules, "ray", fake)
     sweep_module._connect("local", 3)
     assert calls["num_cpus"] == 3
+
+
+def test_capacity_users_beside_burstiness_names_burstiness() -> None:
+    code, out = invoke("capacity", "--users", "--burstiness", "0.5", "--num-requests", "50")  # (it named --arrival)
+    assert code == 2 and out.startswith("error: --burstiness: --users searches a closed loop"), out
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("max_users = 8\n[grid]\nmax_num_seqs = [8, 16]\n", "error: sweep.base.max_users: it sets a users search, and no "
+     "point searches the users"),
+    ("users = true\n[grid]\nmax_qps = [8, 16]\n", "error: sweep point max_qps=8.0: max_qps: it sets a rate search, "
+     "and this point searches the users"),  # (not "points 0 and 1 are the same configuration")
+    ("[grid]\nengine = [\"vllm-2026:foo=1\"]\n", "error: sweep.grid.engine: vllm-2026:foo=1: 'foo' is not a term"),
+])
+def test_capacity_sweep_search_keys_are_judged_over_the_points(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('mode = "capacity"\n[base]\nnum_requests = 40\n' + text)
+    code, out = invoke("sweep", str(path), "--out", str(tmp_path / "o"))  # (the engine: every point failed, one by one)
+    assert code == 2 and out.startswith(needle), out
+
+
+def test_a_users_only_search_key_is_kept_where_some_point_searches_the_users(tmp_path: Path) -> None:
+    # (refused at the rate point: "--max-users: caps a users search, and this search varies the rate")
+    from simulator.planning.sweep import build_spec, load_sweep_file
+
+    path = tmp_path / "c.toml"
+    path.write_text('mode = "capacity"\n[base]\nmax_users = 8\nnum_requests = 40\n[grid]\nusers = [true, false]\n')
+    points = build_spec(load_sweep_file(path)).points
+    assert [p.options["max_users"] for p in points] == [8, 4096]  # the rate point as it is without it

@@ -189,10 +189,10 @@ def test_yaml_and_cli_grid(tmp_path: Path):
 
 def test_cli_grid_keeps_commas_inside_a_value():
     # An engine spec's terms, a pool's layout and a JSON config carry commas of their own.
-    grid = parse_cli_grid(["engine=vllm-2026:cpu_iteration_s=0.02,cpu_per_step_s=0.001,sglang-2026",
+    grid = parse_cli_grid(["engine=vllm-2026:cpu_iteration_s=0.02,cpu_per_seq_s=0.001,sglang-2026",
                            "prefill_pool=2x(tp=2,pp=1),1x(tp=4)",
                            'speculative_config={"method":"ngram","num_speculative_tokens":3},off'])
-    assert grid == {"engine": ["vllm-2026:cpu_iteration_s=0.02,cpu_per_step_s=0.001", "sglang-2026"],
+    assert grid == {"engine": ["vllm-2026:cpu_iteration_s=0.02,cpu_per_seq_s=0.001", "sglang-2026"],
                     "prefill_pool": ["2x(tp=2,pp=1)", "1x(tp=4)"],
                     "speculative_config": ['{"method":"ngram","num_speculative_tokens":3}', "off"]}
     spec = build_spec({"base": {"num_requests": 10}}, grid_overrides={"engine": grid["engine"]})

@@ -945,7 +945,8 @@ def check_searchable(config: RunConfig, users: bool = False, offer_users: bool =
         if config.workload.arrival not in ("burst", "poisson") or "arrival" in given or (
                 config.workload.arrival == "poisson" and ("qps" in given or config.workload.qps != WorkloadConfig().qps)):
             # (an --arrival typed is refused whatever its process: the trials send as users free up, burst or not)
-            flag = "--qps" if "arrival" not in given and config.workload.arrival == "poisson" else "--arrival"
+            flag = ("--burstiness" if "burstiness" in given and "arrival" not in given else  # (its gamma arrivals)
+                    "--qps" if "arrival" not in given and config.workload.arrival == "poisson" else "--arrival")
             raise ConfigError(flag, "--users searches a closed loop whose users send their next request as soon as "
                               f"their last ends, with no rate, so {flag} would do nothing",
                               f"drop {flag}, or drop --users to search the rate")

@@ -395,7 +395,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
             if failing:
                 raise failing[0] from None
             raise
-        options = _point_options(values, mode, where)
+        options = _point_options(values, mode, where, unread_by, frozenset(base) - frozenset(spec.varied))
         try:  # as simulate run refuses it: a point's requests must fit in memory (1e20 drew until numpy gave up)
             check_run_fits(config.workload.num_requests)
         except ConfigError as err:
@@ -439,6 +439,11 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         same = point_key(mode, _spelled_out(config), options)  # ('1x' and '1x(tp=1)' beside --tp 1: one run)
         if same in seen:
             first, first_where = seen[same]
+            differ = {k for k in set(values) | set(spec.points[first].params)
+                      if values.get(k) != spec.points[first].params.get(k)}
+            unread_here = [unread_by[f] for f in (f"--{k.replace('_', '-')}" for k in differ) if f in unread_by]
+            if differ and len(unread_here) == len(differ):  # (they differ in keys neither reads: say that)
+                raise unread_here[0][0]
             if point_key(mode, spec.points[first].config, options) == key:
                 raise ConfigError("sweep.grid", f"points {first} and {index} are the same configuration ({where})",
                                   "remove the duplicate values")
@@ -536,11 +541,17 @@ def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[A
     by_engine: dict[str, list[dict[str, tuple[str, str]]]] = {}
     for point in points:
         by_engine.setdefault(str(point.config.engine), []).append(engine_terms_unread(point.config))
+    from simulator.costmodel.engine_model import load_engine
+
     for engine, unread_at in by_engine.items():
+        flag = ("sweep.grid.engine" if any("engine" in names for names in grid) else
+                "--engine" if "engine" in given else "sweep.base.engine")
+        try:  # (a term no engine has ran every point to its failure, one by one)
+            load_engine(engine)
+        except ConfigError as err:
+            raise ConfigError(flag, f"{engine}: {err.problem}", err.fix) from None
         for term, (why, fix) in unread_at[0].items():
             if all(term in off for off in unread_at):
-                flag = ("sweep.grid.engine" if any("engine" in names for names in grid) else
-                        "--engine" if "engine" in given else "sweep.base.engine")
                 raise ConfigError(flag, f"{engine}: at every point running it, {term} {why}, so it would do nothing",
                                   f"{fix}, or drop {term}")
     for names in grid:
@@ -609,9 +620,32 @@ def _replayable_rows(trace: str, contents: str, max_total_tokens: int | None, ov
         return 0
 
 
-def _point_options(values: dict[str, Any], mode: str, where: str) -> dict[str, Any]:
+# A capacity point's search keys that only one kind of search reads: users (True) reads max_users; a rate search
+# (False) reads the rate's keys. Given at a point of the other kind they are left at their default there (the point
+# is what it would be without them) and refused only where no point given them reads them (build_spec).
+SEARCH_KIND_KEYS: dict[str, bool] = {"max_users": True, "qps_start": False, "min_qps": False, "max_qps": False}
+
+
+def _point_options(values: dict[str, Any], mode: str, where: str,
+                   unread: dict[str, list[ConfigError]] | None = None, base_only: frozenset[str] = frozenset()
+                   ) -> dict[str, Any]:
+    """A point's search and SLO options (its ``values``, the rest at their defaults), checked; ``unread``: where a
+    search key only the other kind of search reads is noted (:data:`SEARCH_KIND_KEYS`); ``base_only``: the keys given
+    in the sweep's base alone (blamed there)."""
     options = {k: v[1] for k, v in POINT_OPTIONS.items() if mode in v[2]}
     options.update({k: v for k, v in values.items() if k in POINT_OPTIONS})
+    if mode == "capacity" and unread is not None:
+        for key, users in SEARCH_KIND_KEYS.items():
+            if key in values and bool(options["users"]) != users and options[key] != POINT_OPTIONS[key][1]:
+                options[key] = POINT_OPTIONS[key][1]
+                search = "a users search" if users else "a rate search"
+                field, name = (f"sweep.base.{key}", "") if key in base_only else (where, f"{key}: ")
+                unread.setdefault(f"--{key.replace('_', '-')}", []).append(ConfigError(
+                    field, f"{name}it sets {search}, and " + (f"no point searches the {'users' if users else 'rate'}"
+                                                               if key in base_only else "this point searches the "
+                                                               f"{'rate' if users else 'users'}") +
+                    f", so {key} would do nothing",
+                    f"set users = {'true' if users else 'false'} at some point, or drop {key}"))
     try:
         if mode == "capacity":
             _slo_and_settings(options)

@@ -42,14 +42,15 @@ POOR_FIT_APE = 0.25
 
 def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: str | None = None,
                 tp: int | None = None, holdout: float = 0.2, seed: int = 0, quiet: bool = True,
-                ops: list[str] | None = None) -> dict[str, Any]:
-    """Read ``profiles``, fit (``ops``: only those families or ops), write the artifact to ``out``; return it."""
+                ops: list[str] | None = None, write: bool = True) -> dict[str, Any]:
+    """Read ``profiles``, fit (``ops``: only those families or ops), write the artifact to ``out`` (``write`` False:
+    left to :func:`write_fit`, after the command says the fit); return it."""
     check_out_file(out, "--out")  # every path before the fit (and before scikit-learn loads)
     profiles = check_profile_tables(profiles)
     from rich.console import Console
 
     from profiler.runner import resolve_ops
-    from simulator.calibrate.fit import fit_tables, save_artifact
+    from simulator.calibrate.fit import fit_tables
     from simulator.calibrate.fit_data import read_profiles
 
     wanted = resolve_ops(tuple(ops)) if ops else None
@@ -81,9 +82,17 @@ def fit_command(profiles: list[Path], out: Path, model: str | None = None, gpu: 
     if dropped:  # not fitted, and said: the profiler's own verdict on those timings
         console.print(f"left out {sum(dropped.values())} row(s) the profiler marked suspect (faster than the device's "
                       f"peak, or not positive): {', '.join(f'{op} {n}' for op, n in dropped.items())}")
-    with atomic_file(out) as tmp:  # out ends up whole or as it was
-        save_artifact(artifact, tmp)
+    if write:
+        write_fit(artifact, out)
     return artifact
+
+
+def write_fit(artifact: dict[str, Any], out: Path) -> None:
+    """Write :func:`fit_command`'s artifact to ``out`` (whole, or ``out`` as it was)."""
+    from simulator.calibrate.fit import save_artifact
+
+    with atomic_file(out) as tmp:
+        save_artifact(artifact, tmp)
 
 
 @app.command()
@@ -105,9 +114,9 @@ def fit(
     """Fit a learned cost model to profile tables (or `simulate profile` folders) and write a versioned artifact."""
     from rich.table import Table
 
-    artifact = fit_command(profile, out, model, gpu, tp, holdout, seed, quiet=False, ops=ops)
+    artifact = fit_command(profile, out, model, gpu, tp, holdout, seed, quiet=False, ops=ops, write=False)
     table = Table("op", "family", "train", "held out", "median APE", "P95 APE",
-                  title=f"{artifact['model']} on {artifact['gpu']}, tp={artifact['tp']} -> {out}", title_justify="left")
+                  title=f"{artifact['model']} on {artifact['gpu']}, tp={artifact['tp']}", title_justify="left")
     for r in artifact["report"]:
         med, p95 = r["holdout_median_ape"], r["holdout_p95_ape"]
         table.add_row(r["op"], r["family"], str(r["num_train"]), str(r["num_holdout"]),
@@ -122,6 +131,14 @@ def fit(
         console.print(f"warning: held-out median error above {POOR_FIT_APE:.0%}: "
                       f"{', '.join(f'{op} {100 * e:.0f}%' for op, e in poor.items())}; profile more sizes of these "
                       f"ops{why}, or leave them to the roofline with --ops")
+    # Written after it is said: a write that fails at the end (a full disk) does not take the fit with it
+    try:
+        write_fit(artifact, out)
+    except KeyboardInterrupt:
+        fail(f"interrupted: nothing written to {out}", code=130)
+    except OSError as exc:  # (writable when the fit began: a full disk, a folder made read-only since)
+        fail(f"--out: could not write {out} ({exc.strerror or exc}); the fit is above", code=1)
+    console.print(f"wrote {out} (pass it to --cost-model)")
 
 
 # -- predict -------------------------------------------------------------------------------------------------

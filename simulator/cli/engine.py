@@ -95,12 +95,15 @@ def _fmt(report: dict[str, Any]) -> str:
 def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = None, bench: Path | None = None,
                              holdout: float = 0.25, seed: int = 0, name: str | None = None,
                              max_evals: int = 40, quiet: bool = True, rows: Path | None = None,
-                             given: Collection[str] = (), client: str | None = None) -> dict[str, Any]:
+                             given: Collection[str] = (), client: str | None = None,
+                             write: bool = True) -> dict[str, Any]:
     """Fit engine terms to an iteration table, a vLLM bench result or aggregate benchmark rows
     (a CSV: backend, model, gpu, isl, osl, concurrency, ttft_ms, tpot_ms [, tp, pp, attention_dp,
     ep, dtype, client columns]) and write the artifact. ``given``: the run options given as flags (beyond
     those ``config`` holds other than the defaults), refused where the fit does not read them.
-    ``client``: the benchmark client that measured the rows (``NAME[,key=value,...]``), default vllm-bench."""
+    ``client``: the benchmark client that measured the rows (``NAME[,key=value,...]``), default vllm-bench.
+    ``write`` False: the artifact is left to :func:`write_engine_result` (the command says the fit first, so a
+    write that fails at the end does not take it along)."""
     if sum(x is not None for x in (table, bench, rows)) != 1:
         raise ConfigError("calibrate-engine", "give exactly one of --table, --bench and --rows")
     if seed < 0:  # (numpy's generators take none below 0)
@@ -165,7 +168,6 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
     from rich.console import Console
 
     from simulator.calibrate import engine_fit
-    from simulator.costmodel.engine_model import save_engine_artifact
 
     console = Console(stderr=True, quiet=quiet)
     label = name or Path(out).stem
@@ -208,10 +210,18 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
             + f"Nelder-Mead over the exposed CPU terms (fixed, per request) matching TTFT and ITL quantiles "
               f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests"
             + (" fitted them no better" if result["report"]["kept_base_engine"] else ""))
-    with atomic_file(out) as tmp:  # out ends up whole or as it was
-        save_engine_artifact(result["engine"], tmp, {**labels, "cost_model": config.cost_model,
-                                                     "report": jsonable(result["report"])})
+    result["artifact"] = {**labels, "cost_model": config.cost_model, "report": jsonable(result["report"])}
+    if write:
+        write_engine_result(result, out)
     return result
+
+
+def write_engine_result(result: dict[str, Any], out: Path) -> None:
+    """Write :func:`calibrate_engine_command`'s fitted engine to ``out`` (whole, or ``out`` as it was)."""
+    from simulator.costmodel.engine_model import save_engine_artifact
+
+    with atomic_file(out) as tmp:
+        save_engine_artifact(result["engine"], tmp, result["artifact"])
 
 
 @app.command(name="calibrate-engine")
@@ -254,10 +264,10 @@ def calibrate_engine(
     from rich.console import Console
 
     result = calibrate_engine_command(config, out, table, bench, holdout, fit_seed, name, max_evals, quiet=False,
-                                      rows=rows, given=given_run_flags(ctx), client=client)
+                                      rows=rows, given=given_run_flags(ctx), client=client, write=False)
     console = Console()
     report = result["report"]
-    console.print(f"{report['kind']}: fitted {result['engine'].name} -> {out}")
+    console.print(f"{report['kind']}: fitted {result['engine'].name}")
     if "token_budget" in report:  # the rows' replays: what each step could carry
         console.print(f"token budget: {report['token_budget']}")
     if "client" in report:  # the rows' replays: how their client drew lengths and sent requests
@@ -282,6 +292,14 @@ def calibrate_engine(
                       "[/yellow] (no TTFT or token times recorded)", highlight=False)
     terms = {k: v for k, v in result["engine"].to_dict().items() if k not in ("name", "source", "fitted")}
     console.print(json.dumps(terms))
+    # Written after it is said: a write that fails at the end (a full disk) does not take the fit with it
+    try:
+        write_engine_result(result, out)
+    except KeyboardInterrupt:
+        fail(f"interrupted: nothing written to {out}", code=130)
+    except OSError as exc:  # (writable when the fit began: a full disk, a folder made read-only since)
+        fail(f"--out: could not write {out} ({exc.strerror or exc}); the fit is above", code=1)
+    console.print(f"wrote {out} (pass it to --engine)")
 
 
 @app.command()

@@ -42,3 +42,17 @@ def test_fit_prints_the_cost_model_before_a_failed_write(tmp_path: Path, monkeyp
     code, text = invoke(*args)
     assert code == 1 and "roofline fallback for" in text and not out.exists(), text
     assert text.rstrip().endswith(f"error: --out: could not write {out} (No space left on device); the fit is above")
+
+
+def test_a_fit_takes_the_threshold_of_a_term_its_starting_engine_lacks(tmp_path: Path) -> None:
+    # calibrate-engine fits the excess rate above the starting engine's threshold: a run refuses the threshold alone
+    # (the rate is 0 there), a fit must not (it was refused as 'would do nothing').
+    table = tmp_path / "t.csv"
+    _per_chunk_table().to_csv(table, index=False)
+    engine = "vllm-2026:prefill_excess_threshold_tokens=1024"
+    code, text = invoke("calibrate-engine", "--table", str(table), "--model", "llama-2-7b", "--gpu", "a100-80gb",
+                        "--engine", engine, "--out", str(tmp_path / "e.json"))
+    assert code == 0, text
+    code, text = invoke("run", "--engine", engine, "--num-requests", "10", "--no-progress")
+    assert code == 2 and "prefill_excess_threshold_tokens=1024 would do nothing: vllm-2026 has no " \
+        "prefill_excess_token_s" in text, text

@@ -85,6 +85,16 @@ def test_a_sweep_prefix_cache_option_no_point_s_trace_reads_is_refused(tmp_path:
                                           "hash_ids": [1, 2, 3, 4 + i]}) + "\n" for i in range(8)))
     code, out = invoke("sweep", str(_sweep_file(tmp_path, hashed, "cpu_kv_gib = [0, 10]")), "--out", str(tmp_path / "c"))
     assert code == 0, out
+    sessions = tmp_path / "sessions"  # a folder of session files: sessions and block hashes
+    sessions.mkdir()
+    for n in range(2):
+        (sessions / f"trace_000{n}.json").write_text(json.dumps({"block_size": 64, "requests": [
+            {"t": 0, "in": 200, "out": 4, "hash_ids": [1, 2, 3, 4 + n], "api_time": 1},
+            {"t": 2, "in": 260, "out": 4, "hash_ids": [1, 2, 3, 4 + n, 9], "think_time": 1}]}))
+    path = tmp_path / "w.toml"
+    path.write_text(f'[base]\ntrace = "{sessions}"\narrival = "trace"\n[grid]\nsession_replay = ["open", "closed"]\n')
+    code, out = invoke("sweep", str(path), "--out", str(tmp_path / "d"))  # (refused: a folder was read as no trace)
+    assert code == 0, out
 
 
 @pytest.mark.parametrize(("text", "needle"), [

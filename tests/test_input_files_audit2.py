@@ -174,7 +174,7 @@ def test_a_bad_value_of_a_config_file_s_report_section_is_the_file_s(tmp_path: P
     path.write_text(json.dumps(config))
     code, out = invoke("run", "--config", str(path), "--no-progress", "--out", str(tmp_path / "r2"))
     assert code == 2 and out.startswith(f"error: --config {path}: report.{key}: ") and needle in out, out
-    assert f"(correct report.{key} in the file)" in out
+    assert out.rstrip().endswith(f"correct report.{key} in the file)"), out
 
 
 @pytest.mark.parametrize("value", ["010", "1:30", "0x10", "0b11"])
@@ -220,3 +220,33 @@ def test_an_hf_quantization_config_that_is_no_object_is_refused(tmp_path: Path) 
     (tmp_path / "config.json").write_text(json.dumps(model))
     with pytest.raises(ConfigError, match=r"^model\.quantization_config: .*must be an object"):
         load_hf_model(str(tmp_path / "config.json"))
+
+
+def test_a_csv_line_of_spaces_or_before_the_header_or_a_later_row_s_extra_cells(tmp_path: Path) -> None:
+    from simulator.calibrate.csv_input import read_csv_checked
+
+    path = tmp_path / "rows.csv"
+    path.write_text(ROWS_HEADER + "\n" + ROW.format(c=4) + "\n" + ROW.format(c=8) + "\n  \n\t\n,,\n")
+    df = read_csv_checked(path, "rows")  # (lines of spaces or commas after the rows: dropped, as blank ones are)
+    assert df["concurrency"].tolist() == [4, 8] and df["concurrency"].dtype.kind == "i"
+    path.write_text(ROWS_HEADER + "\n" + ROW.format(c=4) + "\n   \n" + ROW.format(c=8) + "\n")
+    with pytest.raises(ConfigError, match=f"^rows: {path} line 3 is blank"):  # (was read as a row of text)
+        read_csv_checked(path, "rows")
+    path.write_text("\n" + ROWS_HEADER + "\n" + ROW.format(c=4) + "\n")
+    with pytest.raises(ConfigError, match=f"^rows: {path} line 1 is blank, where its header should be"):
+        read_csv_checked(path, "rows")
+    path.write_text(ROWS_HEADER + "\n" + ROW.format(c=4) + "\n" + ROW.format(c=8) + ",9\n")
+    with pytest.raises(ConfigError, match=f"^rows: {path} line 3 has 9 cells"):  # (was a ParserError)
+        read_csv_checked(path, "rows")
+    path.write_text(ROWS_HEADER + "\n" + ROW.format(c=4) + "\n" + ROW.format(c=8) + ",\n")  # one trailing comma
+    assert read_csv_checked(path, "rows")["concurrency"].tolist() == [4, 8]
+
+
+def test_a_boolean_tp_cell_beside_an_empty_one_is_refused(tmp_path: Path) -> None:
+    from simulator.calibrate.silicon_fit import read_user_rows
+
+    path = tmp_path / "rows.csv"  # (pandas reads true as True beside an empty cell: to_numeric took it for 1)
+    path.write_text(ROWS_HEADER + ",tp\n" + "\n".join(ROW.format(c=4) + cell for cell in (",true", ",", ",true",
+                                                                                           ",true")) + "\n")
+    with pytest.raises(ConfigError, match=f"^rows: {path} line 2: tp must be a whole number >= 1, got True"):
+        read_user_rows(path)

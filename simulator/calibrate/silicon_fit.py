@@ -504,8 +504,11 @@ def read_user_rows(path: Path, client: dict[str, Any] | None = None) -> Any:
             raise ConfigError("rows", f"{path} line {int(np.argmax(empty.to_numpy())) + 2}: {col} is empty",
                               "fill it in, or drop the line")
     for col, whole, optional in checks:
-        # (a column of true/false cells is read as booleans, which to_numeric takes for 1 and 0)
-        values = pd.to_numeric(df[col], errors="coerce") if df[col].dtype != bool else pd.Series(np.nan, df.index)
+        # (true/false cells are read as booleans, which to_numeric takes for 1 and 0: each is no number)
+        values = pd.to_numeric(df[col], errors="coerce")
+        boolean = df[col].map(lambda v: isinstance(v, bool | np.bool_))
+        if boolean.any():
+            values = values.astype(float).where(~boolean)
         bad = ~((values > 0) & np.isfinite(values))  # (inf is no measurement either)
         if whole:
             bad |= values != values.round()

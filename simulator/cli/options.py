@@ -262,7 +262,7 @@ def check_sweep_trace_options(spec: Any, flags: set[str]) -> None:
 
     def fmt(trace: str) -> str | None:
         if trace not in formats:
-            formats[trace] = prefix_trace_format(trace) if Path(trace).is_file() else None
+            formats[trace] = prefix_trace_format(trace) if Path(trace).exists() else None  # (a folder of sessions)
         return formats[trace]
 
     traces = [p.config.workload.trace for p in spec.points]
@@ -430,6 +430,10 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
                 raise
             return fn(config=given_overrides(**run_kwargs), **kwargs)
         check_trace_given(config, run_kwargs, fn.__name__)
+        if fn.__name__ != "calibrate_engine" and isinstance(config.engine, str):  # (a fit may read what a run does not)
+            from simulator.costmodel.engine_model import check_engine_spec_read
+
+            check_engine_spec_read(config.engine)
         if as_overrides:
             from simulator.config.options import config_overrides
 

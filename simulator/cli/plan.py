@@ -155,11 +155,12 @@ def plan(
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix)
     from simulator.config.run_config import engine_override_terms
 
-    if "disagg" not in space.modes and "handoff_s" in engine_override_terms(str(config.engine)):
+    typed = given_run_flags(ctx)  # (a --config file's values are not the command line's to drop)
+    if ("engine" in typed and "disagg" not in space.modes
+            and "handoff_s" in engine_override_terms(str(config.engine))):
         raise ConfigError("--engine", "handoff_s is waited out between a disaggregated layout's prefill and decode "
                           f"workers, and --modes {','.join(space.modes)} searches none, so it would do nothing",
                           "add disagg to --modes, or drop handoff_s")
-    typed = given_run_flags(ctx)  # (a --config file's values are not the command line's to drop)
     for name, (why, fix) in unread_run_options(config, space, verify).items():
         if name in typed:
             flag = given_flag(name, option_value(config, name))

@@ -678,7 +678,7 @@ def _from_file(ctx: typer.Context, from_file: dict[str, Any]) -> Iterator[None]:
         if key is None:
             raise
         raise ConfigError(f"--config {ctx.params.get('config_file')}", f"{REPORT_KEY}.{key}: {err.problem}",
-                          f"correct {REPORT_KEY}.{key} in the file") from None
+                          f"{err.fix + ', or ' if err.fix else ''}correct {REPORT_KEY}.{key} in the file") from None
 
 
 def changed_file_inputs(ctx: typer.Context, config: RunConfig) -> list[str]:

@@ -770,7 +770,7 @@ def engine_terms_unread(config: RunConfig) -> dict[str, tuple[str, str]]:
                                   "run is not disaggregated", "add --prefill-pool and --decode-pool")),
         "overlap_pipeline": (not pools and r.pp == 1, ("keeps async scheduling under pipeline parallelism, and the "
                                                       "run has none (--pp 1)", "add --pp 2 or more")),
-        "rpc_s": (not pools and r.tp == 1, tp_rpc), "rpc_per_seq_s": (not pools and r.tp == 1, tp_rpc),
+        "rpc_per_seq_s": (not pools and r.tp == 1, tp_rpc),  # (rpc_s, a TP table, is no override)
         "overlap_any_drafter": (config.speculative is None, drafting),
         "drafter_in_graph": (config.speculative is None, drafting),
     }

@@ -459,23 +459,33 @@ def parse_overrides(text: str) -> dict[str, Any]:
 
 
 def check_override_effects(base: EngineModel, terms: dict[str, Any]) -> None:
-    """Refuse terms that change nothing on ``base``, whatever the run: a launch floor needs both CUDA graphs off and a
-    per-kernel launch time (every preset has none: cuda_graphs=false alone left a step as it was); a term's bound or
-    mode, its term. (Terms a given run does not read: ``config.options.check_engine_terms_read``.)"""
+    """Refuse launch terms that change nothing on ``base``: a launch floor needs both CUDA graphs off and a per-kernel
+    launch time (every preset has none: cuda_graphs=false alone left a step as it was)."""
     merged = replace(base, **terms)
     if ("cuda_graphs" in terms or "launch_per_kernel_s" in terms) and (merged.cuda_graphs or
                                                                        not merged.launch_per_kernel_s):
         given = " and ".join(f"{k}={str(terms[k]).lower()}" for k in ("cuda_graphs", "launch_per_kernel_s") if k in terms)
         raise ConfigError("engine", f"{given} would do nothing: a step's launch floor needs cuda_graphs=false and a "
                           "launch_per_kernel_s above 0", "give both, e.g. cuda_graphs=false,launch_per_kernel_s=4e-6")
-    # A bound or a mode of a term the engine does not have (its rate or floor 0, its CPU not overlapped)
+
+
+def check_engine_spec_read(spec: str, field: str = "--engine") -> None:
+    """Refuse an override of ``spec`` (``PRESET:term=value``) that a simulation under it never reads: a bound or a mode
+    of a term the engine does not have (its rate or floor 0, its CPU not overlapped). A fit from that engine may read
+    them (``calibrate-engine`` fits the excess rate above its threshold): the simulating commands call this, not
+    :func:`load_engine`. (Terms a given run's shape leaves unread: ``config.options.engine_terms_unread``.)"""
+    base_spec, overrides = split_engine_spec(spec)
+    if not overrides:
+        return
+    terms = parse_overrides(overrides)
+    merged = load_engine(base_spec).with_terms(**terms)
     for given, needs, example in (("overlap_pipeline", "overlap_cpu", "overlap_cpu=true"),
                                   ("prefill_floor_above_tokens", "prefill_floor_per_layer_s",
                                    "prefill_floor_per_layer_s=1e-3"),
                                   ("prefill_excess_threshold_tokens", "prefill_excess_token_s",
                                    "prefill_excess_token_s=5e-5")):
         if given in terms and not getattr(merged, needs):
-            raise ConfigError("engine", f"{given}={str(terms[given]).lower()} would do nothing: {base.name} has no "
+            raise ConfigError(field, f"{given}={str(terms[given]).lower()} would do nothing: {base_spec} has no "
                               f"{needs}", f"give {example} too, or drop {given}")
 
 

@@ -942,7 +942,7 @@ def check_searchable(config: RunConfig, users: bool = False, offer_users: bool =
             flag = "--concurrency" if "concurrency" in given or offer_users else "workload.concurrency"
             raise ConfigError(flag, f"the search's first users, {concurrency:,}, are above the most it may try, "
                               f"{max_users:,} (max_users)", "lower the concurrency, or raise max_users (--max-users)")
-        if config.workload.arrival not in ("burst", "poisson") or "arrival" in given or (
+        if config.workload.arrival not in ("burst", "poisson") or "arrival" in given or "burstiness" in given or (
                 config.workload.arrival == "poisson" and ("qps" in given or config.workload.qps != WorkloadConfig().qps)):
             # (an --arrival typed is refused whatever its process: the trials send as users free up, burst or not)
             flag = ("--burstiness" if "burstiness" in given and "arrival" not in given else  # (its gamma arrivals)

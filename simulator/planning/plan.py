@@ -901,9 +901,9 @@ def _append(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) 
     header = None
     try:
         if path.exists():  # a resumed folder keeps its own header (one written before a column was added lacks it)
-            with path.open(newline="") as f:
+            with path.open(newline="", encoding="utf-8", errors="replace") as f:  # (read back as UTF-8: _read_done)
                 header = next(csv.reader(f), None)
-        f = path.open("a", newline="")
+        f = path.open("a", newline="", encoding="utf-8")
     except OSError as exc:  # (a file made read-only inside a writable folder: a PermissionError traceback)
         raise ConfigError("--out", f"cannot write {path} ({exc.strerror or type(exc).__name__})",
                           "make the plan folder's files writable, or pass a new folder") from None
@@ -969,7 +969,10 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
 
     try:
         with path.open(newline="", encoding="utf-8") as f:
-            rows = list(enumerate(csv.DictReader(f), start=2))
+            reader, rows, line = csv.DictReader(f), [], 2
+            for row in reader:  # (a row starts on the line after the last one ended: a reason may hold a newline)
+                rows.append((line, row))
+                line = reader.line_num + 1
     except (UnicodeDecodeError, csv.Error) as exc:
         raise ConfigError("--out", f"{path} is not a plan's layouts table ({type(exc).__name__})",
                           "pass a new --out folder, or delete that one") from None

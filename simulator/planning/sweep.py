@@ -197,14 +197,13 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
             return loader.construct_mapping(node, deep)
 
         def number(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:  # noqa: ANN401 - an int or a float
-            # YAML 1.1 reads 010 as 8 (octal), 0x10 as 16 and 1:30 as 90 (base 60): no number a sweep means
-            text = node.value.replace("_", "")
-            if re.fullmatch(r"[-+]?(0|[1-9][0-9]*)(\.[0-9]*)?([eE][-+]?[0-9]+)?|[-+]?\.[0-9]+([eE][-+]?[0-9]+)?"
-                            r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)", text) is None:
+            # YAML 1.1 reads 010 as 8 (octal), 0x10 as 16, 0b11 as 3 and 1:30 as 90 (base 60): no number a sweep means
+            text, is_int = node.value.replace("_", ""), node.tag.endswith(":int")
+            if (re.fullmatch(r"[-+]?(0|[1-9][0-9]*)", text) is None) if is_int else (":" in text):
                 raise ConfigError("sweep", f"{path}: line {node.start_mark.line + 1}: {node.value!r} is read by YAML "
                                   "1.1 as a binary, octal, hexadecimal or base-60 number", "write the number in decimal "
                                   f"(or quote {node.value!r} if it is text)")
-            return (loader.construct_yaml_int if node.tag.endswith(":int") else loader.construct_yaml_float)(node)
+            return (loader.construct_yaml_int if is_int else loader.construct_yaml_float)(node)
 
         UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
         UniqueKeys.add_constructor("tag:yaml.org,2002:int", number)
@@ -361,6 +360,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
     drain_warmups = ((vllm_warmups or spelled.get("num_warmup") == "num_warmups") and "warmup_mode" not in base
                      and not any("warmup_mode" in names for names in grid))
     seen: dict[str, tuple[int, str]] = {}
+    base_only = frozenset(base) - frozenset(spec.varied)  # (a key unread there is blamed on the base)
     unread_seed: list[ConfigError] = []  # the capacity points given a seed that none of their trials draws with
     unread_by: dict[str, list[ConfigError]] = {}  # a capacity point's unread planner key (its flag): the points
     for index, combo in enumerate(itertools.product(*grid.values()) if grid else [()]):
@@ -395,7 +395,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
             if failing:
                 raise failing[0] from None
             raise
-        options = _point_options(values, mode, where, unread_by, frozenset(base) - frozenset(spec.varied))
+        options = _point_options(values, mode, where, unread_by, base_only)
         try:  # as simulate run refuses it: a point's requests must fit in memory (1e20 drew until numpy gave up)
             check_run_fits(config.workload.num_requests)
         except ConfigError as err:
@@ -417,16 +417,15 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
             # Seeds where nothing in a point's trials is drawn at random (a closed loop of fixed lengths): as
             # simulate capacity refuses --seeds and --seed there, refused where no point given them reads them
             if (unread := seed_unread(config, bool(options["users"]))) is not None:
-                def at(key: str, where: str = where) -> tuple[str, str]:  # (the field blamed; the key in its problem)
-                    return ((f"sweep.base.{key}", "") if key in base and key not in spec.varied else (where, f"{key}: "))
-
-                if options["num_seeds"] > 1:
-                    field, name = at("num_seeds")
+                if options["num_seeds"] > 1 or "num_seeds" in spec.varied:  # (a grid [1, 2]: two rows alike)
+                    field, name = _blamed("num_seeds", where, base_only)
+                    seeds = options["num_seeds"]
                     unread_by.setdefault("--seeds", []).append(ConfigError(
-                        field, f"{name}{unread[0]}, so each of the {options['num_seeds']} seeds would search the "
-                        "very same trials", unread[1].replace("{flag}", "num_seeds")))
+                        field, f"{name}{unread[0]}, so " + (f"each of the {seeds} seeds would search the very same "
+                                                            "trials" if seeds > 1 else "num_seeds would do nothing"),
+                        unread[1].replace("{flag}", "num_seeds")))
                 if "seed" in values:
-                    field, name = at("seed")
+                    field, name = _blamed("seed", where, base_only)
                     unread_seed.append(ConfigError(field, f"{name}{unread[0]}, so seed would do nothing",
                                                    unread[1].replace("{flag}", "seed")))
             try:
@@ -439,11 +438,20 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         same = point_key(mode, _spelled_out(config), options)  # ('1x' and '1x(tp=1)' beside --tp 1: one run)
         if same in seen:
             first, first_where = seen[same]
-            differ = {k for k in set(values) | set(spec.points[first].params)
-                      if values.get(k) != spec.points[first].params.get(k)}
-            unread_here = [unread_by[f] for f in (f"--{k.replace('_', '-')}" for k in differ) if f in unread_by]
-            if differ and len(unread_here) == len(differ):  # (they differ in keys neither reads: say that)
-                raise unread_here[0][0]
+            differ = sorted(k for k in set(values) | set(spec.points[first].params)
+                            if values.get(k) != spec.points[first].params.get(k))
+            if differ and all(k in SEARCH_KIND_KEYS and SEARCH_KIND_KEYS[k] != bool(options["users"]) for k in differ):
+                # (a grid crossing users with a key only one kind of search reads: its other points read it)
+                k, reads_users = differ[0], SEARCH_KIND_KEYS[differ[0]]
+                if "users" not in spec.varied:  # (no point reads it: said so)
+                    raise unread_by[f"--{k.replace('_', '-')}"][0]
+                reader, made = (("a users search", "a rate search") if reads_users else
+                                ("a rate search", "a users search"))
+                raise ConfigError("sweep.grid", f"points {first} and {index} run the same search ({where}): "
+                                  f"{', '.join(differ)} only set{'s' if len(differ) == 1 else ''} {reader}, and they "
+                                  f"make {made}", f"zip the keys in the grid, e.g. \"users,{k}\" = "
+                                  f"[[{str(reads_users).lower()}, V1], [{str(reads_users).lower()}, V2], "
+                                  f"[{str(not reads_users).lower()}, {POINT_OPTIONS[k][1]}]]")
             if point_key(mode, spec.points[first].config, options) == key:
                 raise ConfigError("sweep.grid", f"points {first} and {index} are the same configuration ({where})",
                                   "remove the duplicate values")
@@ -516,7 +524,7 @@ def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[A
     nothing, or a grid key, whose points would differ in that column and nothing else (``chunk_size`` under
     ``--scheduler orca``, ``cv`` without gamma arrivals). One that some point reads is kept (``--chunk-size``
     beside ``scheduler = vllm, sarathi``)."""
-    from simulator.config.options import inert_options
+    from simulator.config.options import given_flag, inert_options, option_value
 
     inert = [inert_options(point.config) for point in points]
 
@@ -530,7 +538,8 @@ def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[A
     for name in sorted(given) + sorted(file_keys):
         why = unread(name)
         if why is not None:
-            flag = f"--{name.replace('_', '-')}" if name in given else file_keys[name]
+            # (the spelling typed: --no-prefix-caching gives prefix_caching false)
+            flag = given_flag(name, option_value(points[0].config, name)) if name in given else file_keys[name]
             raise ConfigError(flag if name in given else f"sweep.base.{flag}",
                               f"no point of the sweep reads it ({why}), so {flag} would do nothing",
                               inert[0][name][1].replace("{flag}", flag))
@@ -541,13 +550,14 @@ def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[A
     by_engine: dict[str, list[dict[str, tuple[str, str]]]] = {}
     for point in points:
         by_engine.setdefault(str(point.config.engine), []).append(engine_terms_unread(point.config))
-    from simulator.costmodel.engine_model import load_engine
+    from simulator.costmodel.engine_model import check_engine_spec_read, load_engine
 
     for engine, unread_at in by_engine.items():
         flag = ("sweep.grid.engine" if any("engine" in names for names in grid) else
                 "--engine" if "engine" in given else "sweep.base.engine")
         try:  # (a term no engine has ran every point to its failure, one by one)
             load_engine(engine)
+            check_engine_spec_read(engine)
         except ConfigError as err:
             raise ConfigError(flag, f"{engine}: {err.problem}", err.fix) from None
         for term, (why, fix) in unread_at[0].items():
@@ -620,6 +630,12 @@ def _replayable_rows(trace: str, contents: str, max_total_tokens: int | None, ov
         return 0
 
 
+def _blamed(key: str, where: str, base_only: frozenset[str]) -> tuple[str, str]:
+    """Where a point's unread ``key`` is blamed, and how its problem names it: the sweep's base where only the base
+    gives it (every point alike), else the point."""
+    return (f"sweep.base.{key}", "") if key in base_only else (where, f"{key}: ")
+
+
 # A capacity point's search keys that only one kind of search reads: users (True) reads max_users; a rate search
 # (False) reads the rate's keys. Given at a point of the other kind they are left at their default there (the point
 # is what it would be without them) and refused only where no point given them reads them (build_spec).
@@ -639,7 +655,7 @@ def _point_options(values: dict[str, Any], mode: str, where: str,
             if key in values and bool(options["users"]) != users and options[key] != POINT_OPTIONS[key][1]:
                 options[key] = POINT_OPTIONS[key][1]
                 search = "a users search" if users else "a rate search"
-                field, name = (f"sweep.base.{key}", "") if key in base_only else (where, f"{key}: ")
+                field, name = _blamed(key, where, base_only)
                 unread.setdefault(f"--{key.replace('_', '-')}", []).append(ConfigError(
                     field, f"{name}it sets {search}, and " + (f"no point searches the {'users' if users else 'rate'}"
                                                                if key in base_only else "this point searches the "

@@ -72,6 +72,9 @@ def _sweep_file(tmp_path: Path, trace: Path, grid: str) -> Path:
 
 def test_a_sweep_prefix_cache_option_no_point_s_trace_reads_is_refused(tmp_path: Path) -> None:
     # (run refuses these beside a trace without block hashes; a sweep ran them, its rows alike but for that column)
+    hashed = tmp_path / "hashed.jsonl"
+    hashed.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 2048, "output_length": 8,
+                                          "hash_ids": [1, 2, 3, 4 + i]}) + "\n" for i in range(8)))
     plain = tmp_path / "plain.jsonl"
     plain.write_text("".join(json.dumps({"num_prompt_tokens": 64, "num_output_tokens": 8, "arrived_at": i * 0.1}) + "\n"
                              for i in range(8)))
@@ -80,9 +83,9 @@ def test_a_sweep_prefix_cache_option_no_point_s_trace_reads_is_refused(tmp_path:
     code, out = invoke("sweep", str(_sweep_file(tmp_path, plain, "qps = [1, 2]")), "--out", str(tmp_path / "b"),
                        "--no-prefix-caching")
     assert code == 2 and out.startswith("error: --no-prefix-caching: no point's trace names its prompts' blocks"), out
-    hashed = tmp_path / "hashed.jsonl"
-    hashed.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 2048, "output_length": 8,
-                                          "hash_ids": [1, 2, 3, 4 + i]}) + "\n" for i in range(8)))
+    code, out = invoke("sweep", str(_sweep_file(tmp_path, tmp_path / "hashed.jsonl", 'scheduler = ["vllm", "orca"]')),
+                       "--out", str(tmp_path / "b2"), "--no-prefix-caching")  # (named --prefix-caching)
+    assert code == 2 and out.startswith("error: --no-prefix-caching: no point of the sweep reads it"), out
     code, out = invoke("sweep", str(_sweep_file(tmp_path, hashed, "cpu_kv_gib = [0, 10]")), "--out", str(tmp_path / "c"))
     assert code == 0, out
     sessions = tmp_path / "sessions"  # a folder of session files: sessions and block hashes
@@ -200,8 +203,9 @@ def test_sweep_workers_size_a_local_ray_instance(tmp_path: Path, monkeypatch: py
     assert calls["num_cpus"] == 3
 
 
-def test_capacity_users_beside_burstiness_names_burstiness() -> None:
-    code, out = invoke("capacity", "--users", "--burstiness", "0.5", "--num-requests", "50")  # (it named --arrival)
+@pytest.mark.parametrize("burstiness", ["0.5", "1"])  # (0.5 named --arrival; 1, Poisson's, ran)
+def test_capacity_users_beside_burstiness_names_burstiness(burstiness: str) -> None:
+    code, out = invoke("capacity", "--users", "--burstiness", burstiness, "--num-requests", "50")
     assert code == 2 and out.startswith("error: --burstiness: --users searches a closed loop"), out
 
 
@@ -211,6 +215,11 @@ def test_capacity_users_beside_burstiness_names_burstiness() -> None:
     ("users = true\n[grid]\nmax_qps = [8, 16]\n", "error: sweep point max_qps=8.0: max_qps: it sets a rate search, "
      "and this point searches the users"),  # (not "points 0 and 1 are the same configuration")
     ("[grid]\nengine = [\"vllm-2026:foo=1\"]\n", "error: sweep.grid.engine: vllm-2026:foo=1: 'foo' is not a term"),
+    # (a grid crossing users with max_users: its users points read it, the two rate points run one search)
+    ("[grid]\nusers = [true, false]\nmax_users = [8, 16]\n", "error: sweep.grid: points 2 and 3 run the same "
+     "search (sweep point users=False, max_users=16): max_users only sets a users search, and they make a rate search"),
+    ("users = true\nworkload = \"fixed\"\n[grid]\nnum_seeds = [1, 2]\n", "error: sweep point num_seeds=1: "
+     "num_seeds: nothing in the search's trials is drawn at random"),  # (two rows alike)
 ])
 def test_capacity_sweep_search_keys_are_judged_over_the_points(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "c.toml"

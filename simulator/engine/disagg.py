@@ -499,6 +499,9 @@ class DisaggCluster:
         if reason is not None:
             req.status = Status.REJECTED
             req.reject_reason = f"decode pool: {reason}"
+            # Counted against the decode worker whose rule refused it (each replica's rows sum to the run's: it was
+            # on no replica, and the per-replica breakdown lost it)
+            req.replica_id = self.decode[0].replica_id
             self.decode[0].recorder.on_reject(req)
             return
         if self.mixed and all(r.scheduler.waiting for r in self.prefill):

@@ -33,7 +33,7 @@ from simulator.config.options import (
     alias_of,
     build_config,
 )
-from simulator.config.run_config import RunConfig
+from simulator.config.run_config import RunConfig, engine_override_terms
 from simulator.util.text import comma_list
 
 WORKERS_METAVAR = "N|auto"
@@ -430,7 +430,8 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
                 raise
             return fn(config=given_overrides(**run_kwargs), **kwargs)
         check_trace_given(config, run_kwargs, fn.__name__)
-        if fn.__name__ != "calibrate_engine" and isinstance(config.engine, str):  # (a fit may read what a run does not)
+        if (fn.__name__ != "calibrate_engine" and isinstance(config.engine, str)  # (a fit may read what a run does not)
+                and engine_override_terms(config.engine)):  # (overrides only: the cost model loads late)
             from simulator.costmodel.engine_model import check_engine_spec_read
 
             check_engine_spec_read(config.engine)

@@ -9,9 +9,12 @@ code 2, so users never see a traceback for their own mistakes; a worker process 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -48,6 +51,19 @@ def fail(message: str, code: int = 2) -> None:
     """Print one line to stderr and exit non-zero."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def said_then_written(out: Path, what: str) -> Iterator[None]:
+    """Around the write of a command's result to ``out``, once the command has shown it: a write that fails (a full
+    disk, a folder made read-only since the command began) or Ctrl-C ends in one line that points at ``what`` above,
+    exit 1 or 130, not in a traceback that takes the result with it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        fail(f"interrupted: nothing written to {out}", code=130)
+    except OSError as exc:
+        fail(f"--out: could not write {out} ({exc.strerror or exc}); the {what} is above", code=1)
 
 
 def command_line(argv: list[str]):  # noqa: ANN201 - a click command

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from simulator.cli.app import app, fail
+from simulator.cli.app import app, fail, said_then_written
 from simulator.cli.app import console as app_console
 from simulator.cli.options import (
     WORKERS_METAVAR,
@@ -139,14 +139,9 @@ def capacity(
         if spec_note:
             app_console().print(spec_note, markup=False, highlight=False)
     if out is not None:
-        try:
-            with atomic_dir(out) as folder:  # out ends up whole or as it was
-                (folder / "capacity.json").write_text(json.dumps(jsonable(data), indent=2, sort_keys=True))
-                report.trials_frame().to_csv(folder / "trials.csv", index=False)
-        except KeyboardInterrupt:
-            fail(f"interrupted: nothing written to {out}", code=130)
-        except OSError as exc:  # (writable when the search began: a full disk, a folder made read-only since)
-            fail(f"--out: could not write {out} ({exc.strerror or exc}); the capacity is above", code=1)
+        with said_then_written(out, "capacity"), atomic_dir(out) as folder:  # out ends up whole or as it was
+            (folder / "capacity.json").write_text(json.dumps(jsonable(data), indent=2, sort_keys=True))
+            report.trials_frame().to_csv(folder / "trials.csv", index=False)
         if not json_out:
             app_console().print(f"wrote {out}/ (capacity.json, trials.csv)")
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from simulator.cli.app import app, fail
+from simulator.cli.app import app, fail, said_then_written
 from simulator.cli.app import console as app_console
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
@@ -132,12 +132,8 @@ def fit(
                       f"{', '.join(f'{op} {100 * e:.0f}%' for op, e in poor.items())}; profile more sizes of these "
                       f"ops{why}, or leave them to the roofline with --ops")
     # Written after it is said: a write that fails at the end (a full disk) does not take the fit with it
-    try:
+    with said_then_written(out, "fit"):
         write_fit(artifact, out)
-    except KeyboardInterrupt:
-        fail(f"interrupted: nothing written to {out}", code=130)
-    except OSError as exc:  # (writable when the fit began: a full disk, a folder made read-only since)
-        fail(f"--out: could not write {out} ({exc.strerror or exc}); the fit is above", code=1)
     console.print(f"wrote {out} (pass it to --cost-model)")
 
 

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from simulator.cli.app import app, console, fail
+from simulator.cli.app import app, console, fail, said_then_written
 from simulator.cli.options import (
     WORKERS_METAVAR,
     default_option,
@@ -263,26 +263,21 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
                           highlight=False)
     if out is not None:
         written = ["results.csv", "trials.csv", "summary.json"]
-        try:
-            with atomic_dir(out) as folder:  # out ends up whole or as it was
-                df.to_csv(folder / "results.csv", index=False)
-                trials_frame(results).to_csv(folder / "trials.csv", index=False)
-                summary = {"slo": slo_dict(slo), "best": best.to_dict(), "config": config.to_dict()}
-                (folder / "summary.json").write_text(
-                    json.dumps(jsonable(summary), indent=2, sort_keys=True, default=str) + "\n")
-                if plot:
-                    notes: list[str] = []  # (the tables are kept: a figure matplotlib cannot draw is skipped, said)
-                    with or_skipped("comparison.png", notes):
-                        from simulator.planning.split import comparison_plot
+        with said_then_written(out, "table"), atomic_dir(out) as folder:  # out ends up whole or as it was
+            df.to_csv(folder / "results.csv", index=False)
+            trials_frame(results).to_csv(folder / "trials.csv", index=False)
+            summary = {"slo": slo_dict(slo), "best": best.to_dict(), "config": config.to_dict()}
+            (folder / "summary.json").write_text(
+                json.dumps(jsonable(summary), indent=2, sort_keys=True, default=str) + "\n")
+            if plot:
+                notes: list[str] = []  # (the tables are kept: a figure matplotlib cannot draw is skipped, said)
+                with or_skipped("comparison.png", notes):
+                    from simulator.planning.split import comparison_plot
 
-                        written += [p.name for p in comparison_plot(df, trials_frame(results), slo,
-                                                                    folder / "comparison", title)]
-                    for note in notes:
-                        out_console.print(f"note: {note}", highlight=False)
-        except KeyboardInterrupt:
-            fail(f"interrupted: nothing written to {out}", code=130)
-        except OSError as exc:  # (writable when the search began: a full disk, a folder made read-only since)
-            fail(f"--out: could not write {out} ({exc.strerror or exc}); the table is above", code=1)
+                    written += [p.name for p in comparison_plot(df, trials_frame(results), slo,
+                                                                folder / "comparison", title)]
+                for note in notes:
+                    out_console.print(f"note: {note}", highlight=False)
         out_console.print(f"wrote {out}/ ({', '.join(written)})")
 
 

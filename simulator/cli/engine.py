@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from simulator.cli.app import app, fail
+from simulator.cli.app import app, fail, said_then_written
 from simulator.cli.options import escape_markup, given_run_flags, run_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError
@@ -293,12 +293,8 @@ def calibrate_engine(
     terms = {k: v for k, v in result["engine"].to_dict().items() if k not in ("name", "source", "fitted")}
     console.print(json.dumps(terms))
     # Written after it is said: a write that fails at the end (a full disk) does not take the fit with it
-    try:
+    with said_then_written(out, "fit"):
         write_engine_result(result, out)
-    except KeyboardInterrupt:
-        fail(f"interrupted: nothing written to {out}", code=130)
-    except OSError as exc:  # (writable when the fit began: a full disk, a folder made read-only since)
-        fail(f"--out: could not write {out} ({exc.strerror or exc}); the fit is above", code=1)
     console.print(f"wrote {out} (pass it to --engine)")
 
 

@@ -655,8 +655,10 @@ class SchedulerConfig:
                               "give --batch-wait-timeout-iters N and --batch-wait-max-tokens-ratio R together, "
                               "or neither")
         if timeout and self.name not in BATCH_WAIT_SCHEDULERS:
-            raise ConfigError("scheduler.batch_wait_timeout_iters", f"holds the prompts of steps that mix prompts "
-                              f"and decodes, which {self.name} never runs", "drop --batch-wait-timeout-iters and "
+            # (orca mixes whole prompts with decodes, but under no budget whose share batch waiting judges)
+            raise ConfigError("scheduler.batch_wait_timeout_iters", "holds back the new prompts of a budgeted step "
+                              f"that mixes prompts and decodes, which {self.name} never runs", "drop "
+                              "--batch-wait-timeout-iters and "
                               f"--batch-wait-max-tokens-ratio, or use --scheduler {' or '.join(BATCH_WAIT_SCHEDULERS)}")
 
     def token_budget(self, max_model_len: int, gpu: GPUSpec | None = None, attention_dp: int = 1) -> int:

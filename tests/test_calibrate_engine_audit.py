@@ -226,7 +226,7 @@ def test_a_term_at_its_search_bound_is_warned(aic: Path, tmp_path: Path, monkeyp
     _rows_frame(rows, sf.Params(False, np.array([2e-3, 20e-6, 0.0, 0.0]))).to_csv(csv, index=False)
     report = calibrate_engine_command(RunConfig(), tmp_path / "e.json", rows=csv)["report"]
     assert report["warnings"] == []
-    monkeypatch.setattr(sf, "UPPER", np.array([1e-3, 2e-3, 20e-6, 2e-3, 10e-3]))  # the per-step CPU capped under 2 ms
+    monkeypatch.setattr(sf, "UPPER", np.array([1e-3, 2e-3, 20e-6, 2e-3, 10e-3, 50e-3]))  # the per-step CPU capped under 2 ms
     report = calibrate_engine_command(RunConfig(), tmp_path / "e.json", rows=csv)["report"]
     assert report["warnings"] == ["cpu_iteration_s ended at its search bound (0.001 s): the rows ask for more than "
                                   "the fit allows"]

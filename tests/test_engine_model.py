@@ -450,3 +450,15 @@ def test_overrides_of_roofline_prices_and_launch_terms_take_effect_or_are_refuse
     shape = BatchShape.from_requests(decodes=[500])
     assert (load_cost_model("roofline", replica, floor).iteration_time(shape)
             > load_cost_model("roofline", replica, "vllm-2026").iteration_time(shape))
+
+
+def test_cpu_time_per_prompt_chunk_charges_the_prompt_steps_only():
+    chunky = replace(ENGINES["ideal"], overlap_cpu=False, cpu_per_prefill_seq_s=3e-3)
+    plain, cm = engine_model("ideal"), engine_model(chunky)
+    two = BatchShape.from_requests([(256, 0), (128, 512)], [64, 64])  # two prompt chunks beside two decodes
+    assert cm.iteration_time(two) == pytest.approx(plain.iteration_time(two) + 2 * 3e-3)
+    decodes = BatchShape.from_requests(decodes=[64] * 8)
+    assert cm.iteration_time(decodes) == plain.iteration_time(decodes)
+    parts = cm.breakdown(two)
+    assert parts["engine_cpu_per_prefill"] == pytest.approx(6e-3)
+    assert sum(parts.values()) == pytest.approx(cm.iteration_time(two), rel=1e-9)

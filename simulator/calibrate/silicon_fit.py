@@ -6,12 +6,13 @@ this module fits are those of :class:`~simulator.costmodel.engine_model.EngineMo
 measured kernels of the row's backend (``--kernels vllm|sglang|trtllm``):
 
     cpu  = cpu_iteration_s + cpu_per_seq_s * seqs + cpu_per_prefill_token_s * prefill_tokens
+           + cpu_per_prefill_seq_s * prefills
     gpu  = kernels + collectives * collective_extra_s
     gpu  = max(gpu, prefill_floor_per_layer_s * layers)   where the step carries > floor_above_tokens prompt tokens
     step = max(cpu, gpu)   with async scheduling (overlap_cpu), else cpu + gpu
 
-Four or five free numbers a backend (scheduler/input-preparation CPU time per step and per request, per
-prompt token, the per-collective extra, the prefill step's floor per layer; overlap chosen by
+Five or six free numbers a backend (scheduler/input-preparation CPU time per step and per request, per
+prompt token and per prompt chunk, the per-collective extra, the prefill step's floor per layer; overlap chosen by
 fit cost). ``floor_above_tokens`` is not fitted: it is the engine's CUDA-graph bound
 (:data:`FLOOR_ABOVE_TOKENS`, which also says which backends get a floor).
 
@@ -53,19 +54,27 @@ from simulator.costmodel.engine_model import EngineModel
 
 # The free terms, in the order of the parameter vector, with their bounds (seconds).
 TERMS = ("cpu_iteration_s", "cpu_per_seq_s", "cpu_per_prefill_token_s", "collective_extra_s",
-         "prefill_floor_per_layer_s")
-LOWER = np.array([0.0, 0.0, 0.0, -30e-6, 0.0])
-UPPER = np.array([50e-3, 2e-3, 20e-6, 2e-3, 10e-3])
+         "prefill_floor_per_layer_s", "cpu_per_prefill_seq_s")
+FLOOR = TERMS.index("prefill_floor_per_layer_s")
+LOWER = np.array([0.0, 0.0, 0.0, -30e-6, 0.0, 0.0])
+UPPER = np.array([50e-3, 2e-3, 20e-6, 2e-3, 10e-3, 50e-3])
 # The floor starts where it binds on most steps that carry a prompt: a floor below every step's
 # time has no gradient, so a fit started there would never move it.
-START = np.array([1e-3, 10e-6, 0.1e-6, 0.0, 1e-3])
-X_SCALE = np.array([1e-3, 1e-5, 1e-7, 1e-5, 1e-4])
+START = np.array([1e-3, 10e-6, 0.1e-6, 0.0, 1e-3, 1e-3])
+X_SCALE = np.array([1e-3, 1e-5, 1e-7, 1e-5, 1e-4, 1e-3])
 # The backends whose prefill floor is fitted, and the prompt tokens a step may carry and still run
 # in their CUDA graphs: SGLang runs every extend batch and TensorRT-LLM every context phase outside
 # them. vLLM is fitted without one: it captures mixed steps up to 512 tokens and compiles the rest
 # (torch.compile), and a floor fitted on its rows (0.85 ms a layer above 512 prompt tokens) moved the
 # held-out errors by under a point while pricing small fast models' prefill steps too slow.
 FLOOR_ABOVE_TOKENS = {"sglang": 0, "trtllm": 0}
+# The backends whose CPU time per prompt chunk is fitted: vLLM V1 schedules every prompt chunk of a mixed step
+# through per-request work (its blocks and prefix hashes, its attention metadata), which its rows show (leave one
+# GPU out, 506 replayed rows: TTFT 17.8% -> 15.3%, TPOT 9.0% -> 8.0%, from a per-token term alone). SGLang's and
+# TensorRT-LLM's prompt steps run outside their decode graphs with the prefill floor above standing for their fixed
+# cost: on their rows the term fitted to 0 (SGLang) or traded TPOT for TTFT (TensorRT-LLM: 7.9% -> 9.3%, 25.5% ->
+# 23.7%), and their held-out errors are kept without it.
+PREFILL_SEQ_BACKENDS = ("vllm",)
 
 # A user's benchmark CSV: required and optional columns (layout columns as the silicon sample names them).
 MAX_ROW_USERS = 65_536  # a benchmark row's users, at most (the silicon rows reach 3,072)
@@ -91,6 +100,7 @@ class Trace:
     kernel_ttft_ms: float = math.nan  # the kernels-only figures, for the report
     kernel_tpot_ms: float = math.nan
     num_layers: int = -1  # the model's (the prefill floor is per layer); -1: a trace cached before the field
+    num_prefills: np.ndarray | None = None  # per step: prompt chunks (None: a trace cached before the field)
 
 
 @dataclass
@@ -103,15 +113,15 @@ class Params:
 
     def __post_init__(self) -> None:
         self.values = np.asarray(self.values, dtype=float)
-        if self.values.shape == (len(TERMS) - 1,):  # four terms: no prefill floor
-            self.values = np.append(self.values, 0.0)
+        if self.values.ndim == 1 and 4 <= len(self.values) < len(TERMS):  # the first terms given: the rest at 0
+            self.values = np.append(self.values, np.zeros(len(TERMS) - len(self.values)))
         if self.values.shape != (len(TERMS),):
             raise ConfigError("engine terms", f"{len(self.values)} values for {len(TERMS)} terms", ", ".join(TERMS))
 
     def engine(self, name: str, source: str, fitted: str) -> EngineModel:
-        a, b, p, c, f = (float(v) for v in self.values)
+        a, b, p, c, f, q = (float(v) for v in self.values)
         return EngineModel(name=name, source=source, fitted=fitted, overlap_cpu=self.overlap_cpu,
-                           cpu_iteration_s=a, cpu_per_seq_s=b, cpu_per_prefill_token_s=p,
+                           cpu_iteration_s=a, cpu_per_seq_s=b, cpu_per_prefill_token_s=p, cpu_per_prefill_seq_s=q,
                            collective_extra_s=tuple((t, c) for t in (2, 4, 8, 16, 32, 64, 72)),
                            prefill_floor_per_layer_s=f, prefill_floor_above_tokens=self.floor_above_tokens)
 
@@ -119,7 +129,8 @@ class Params:
     def from_engine(cls, e: EngineModel) -> Params:
         c = e.collective_extra_s[0][1] if e.collective_extra_s else 0.0
         return cls(e.overlap_cpu, np.array([e.cpu_iteration_s, e.cpu_per_seq_s, e.cpu_per_prefill_token_s, c,
-                                            e.prefill_floor_per_layer_s]), e.prefill_floor_above_tokens)
+                                            e.prefill_floor_per_layer_s, e.cpu_per_prefill_seq_s]),
+                   e.prefill_floor_above_tokens)
 
 
 # -- traces ---------------------------------------------------------------------------------------------------------
@@ -165,12 +176,13 @@ def trace_of(config: Any) -> Trace | None:
                  num_output_tokens=np.asarray(req["num_output_tokens"])[keep],
                  kernel_ttft_ms=float(np.mean(req["ttft_s"][keep])) * 1e3,
                  kernel_tpot_ms=float(np.nanmean(req["tpot_s"][keep])) * 1e3,
-                 num_layers=config.replica.model_spec.num_layers)
+                 num_layers=config.replica.model_spec.num_layers,
+                 num_prefills=np.asarray(cols["num_prefills"], dtype=np.int32))
 
 
 def replay(trace: Trace, params: Params) -> tuple[float, float]:
     """Mean TTFT and TPOT (ms) the simulator gives the traced run under ``params``'s terms."""
-    a, b, p, c, f = params.values
+    a, b, p, c, f, q = params.values
     c = max(c, trace.min_collective_extra_s)
     gpu = trace.kernel_s + trace.num_collectives * c
     if f > 0:  # the prefill floor (EngineCostModel._floor), on the steps that carry prompt tokens
@@ -178,6 +190,11 @@ def replay(trace: Trace, params: Params) -> tuple[float, float]:
             raise ConfigError("trace", "a trace cached before num_layers cannot price a prefill floor", "rebuild the cache")
         gpu = np.where(trace.prefill_tokens > params.floor_above_tokens, np.maximum(gpu, f * trace.num_layers), gpu)
     cpu = a + b * trace.seqs + p * trace.prefill_tokens
+    if q:
+        if trace.num_prefills is None:
+            raise ConfigError("trace", "a trace cached before num_prefills cannot price a term per prompt chunk",
+                              "rebuild the cache")
+        cpu = cpu + q * trace.num_prefills
     step = np.maximum(gpu, cpu) if params.overlap_cpu else gpu + cpu
     end = np.cumsum(step)
     arrived = np.where(trace.arrive_step < 0, 0.0, end[np.maximum(trace.arrive_step, 0)])
@@ -206,7 +223,8 @@ class TraceCache:
             except Exception:  # noqa: BLE001 - a stale or broken cache is rebuilt
                 self.items = {}
             # traces cached before a field they now need are rebuilt
-            self.items = {k: t for k, t in self.items.items() if t is None or "num_layers" in vars(t)}
+            self.items = {k: t for k, t in self.items.items()
+                          if t is None or ("num_layers" in vars(t) and getattr(t, "num_prefills", None) is not None)}
 
     def get(self, config: Any) -> Trace | None:
         key = cache_key(config)
@@ -223,40 +241,62 @@ class TraceCache:
 
 
 # -- fitting --------------------------------------------------------------------------------------------------------
+COLLECTIVE = TERMS.index("collective_extra_s")
+PREFILL_SEQ = TERMS.index("cpu_per_prefill_seq_s")
+
+
+def _free(floor_above_tokens: int | None, collectives: bool = True, prefill_seq: bool = False) -> np.ndarray:
+    """The positions of :data:`TERMS` a fit moves: all of them, but the prefill floor where none is fitted (None), the
+    CPU per prompt chunk where it is not (:data:`PREFILL_SEQ_BACKENDS`) and the collective extra where no step has a
+    collective (``collectives`` False: TP 1 rows, which cannot identify it; a term without a gradient wandered to a
+    bound of its search)."""
+    return np.array([i for i in range(len(TERMS)) if not (i == FLOOR and floor_above_tokens is None)
+                     and not (i == PREFILL_SEQ and not prefill_seq) and not (i == COLLECTIVE and not collectives)])
+
+
+def _full(free_values: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """A fit's free values (at :func:`_free`'s positions) as every term's, the ones it does not move at 0."""
+    values = np.zeros(len(TERMS))
+    values[free] = free_values
+    return values
+
+
 def _residuals(values: np.ndarray, overlap: bool, traces: list[Trace], ttft: np.ndarray, tpot: np.ndarray,
-               ttft_weight: float, floor_above_tokens: int | None = 0) -> np.ndarray:
-    params = Params(overlap, values, floor_above_tokens or 0)  # None: no floor fitted (four values)
+               ttft_weight: float, floor_above_tokens: int | None, free: np.ndarray) -> np.ndarray:
+    params = Params(overlap, _full(values, free), floor_above_tokens or 0)
     pred = np.array([replay(t, params) for t in traces])
     return np.concatenate([ttft_weight * np.log(pred[:, 0] / ttft), np.log(pred[:, 1] / tpot)])
 
 
 def fit(traces: list[Trace], ttft_ms: np.ndarray, tpot_ms: np.ndarray, overlap: bool | None = None,
-        ttft_weight: float = 0.5, start: Params | None = None, floor_above_tokens: int | None = 0) -> Params:
+        ttft_weight: float = 0.5, start: Params | None = None, floor_above_tokens: int | None = 0,
+        prefill_seq: bool = False) -> Params:
     """Least squares of log(predicted / measured) TTFT and TPOT (soft-L1 loss: a few odd rows do
     not pull the rest), bounded terms. ``overlap`` None: both tried, the lower cost kept.
     ``floor_above_tokens``: the prefill floor's bound (not fitted; see :data:`FLOOR_ABOVE_TOKENS`),
-    or None to fit no floor."""
+    or None to fit no floor; ``prefill_seq``: fit the CPU time per prompt chunk (:data:`PREFILL_SEQ_BACKENDS`)."""
     from scipy.optimize import least_squares
 
     ttft_ms, tpot_ms = np.asarray(ttft_ms, float), np.asarray(tpot_ms, float)
     if not traces:
         raise ConfigError("rows", "no replayable rows to fit", "give aggregated closed-loop rows")
-    n = len(TERMS) - (floor_above_tokens is None)  # without a floor, its value stays 0
+    # (without a floor, or without a collective in any step, that term's value stays 0)
+    free = _free(floor_above_tokens, any(t.num_collectives for t in traces), prefill_seq)
     best: tuple[float, Params] | None = None
     for ov in ((True, False) if overlap is None else (overlap,)):
-        x0 = np.clip(start.values if start is not None else START, LOWER, UPPER)[:n]
-        sol = least_squares(_residuals, x0, bounds=(LOWER[:n], UPPER[:n]), loss="soft_l1", f_scale=0.1,
-                            args=(ov, traces, ttft_ms, tpot_ms, ttft_weight, floor_above_tokens), x_scale=X_SCALE[:n],
-                            max_nfev=200)
+        x0 = np.clip(start.values if start is not None else START, LOWER, UPPER)[free]
+        sol = least_squares(_residuals, x0, bounds=(LOWER[free], UPPER[free]), loss="soft_l1", f_scale=0.1,
+                            args=(ov, traces, ttft_ms, tpot_ms, ttft_weight, floor_above_tokens, free),
+                            x_scale=X_SCALE[free], max_nfev=200)
         if best is None or sol.cost < best[0]:
-            best = (float(sol.cost), Params(ov, sol.x, floor_above_tokens or 0))
+            best = (float(sol.cost), Params(ov, _full(sol.x, free), floor_above_tokens or 0))
     assert best is not None
     return best[1]
 
 
 def floor_binds(traces: list[Trace], params: Params) -> bool:
     """Whether ``params``'s prefill floor lengthens any step of ``traces`` (as :func:`replay` prices it)."""
-    c, f = params.values[3], params.values[4]
+    c, f = params.values[3], params.values[FLOOR]
     if f <= 0:
         return False
     for t in traces:
@@ -270,9 +310,11 @@ def without_unbound_floor(params: Params, traces: list[Trace]) -> Params:
     """``params`` with its prefill floor at 0 where it binds on no step of the ``traces`` it was fitted on: such a
     floor has no gradient there, so the fit leaves it at its start (:data:`START`), a value the rows never saw,
     which priced a short prompt's step of other rows 4x too slow; 0 is all the rows say. Else ``params``."""
-    if params.values[4] <= 0 or floor_binds(traces, params):
+    if params.values[FLOOR] <= 0 or floor_binds(traces, params):
         return params
-    return Params(params.overlap_cpu, np.append(params.values[:4], 0.0), params.floor_above_tokens)
+    values = params.values.copy()
+    values[FLOOR] = 0.0
+    return Params(params.overlap_cpu, values, params.floor_above_tokens)
 
 
 def predict(traces: list[Trace], params: Params) -> np.ndarray:
@@ -280,7 +322,8 @@ def predict(traces: list[Trace], params: Params) -> np.ndarray:
 
 
 def fold_params(rows: Any, traces: list[Trace], group: str, held_values: Iterable[Any] | None = None,
-                overlap: bool | None = None, min_train: int = 8, floor_above_tokens: int | None = 0) -> dict[Any, Params]:
+                overlap: bool | None = None, min_train: int = 8, floor_above_tokens: int | None = 0,
+                prefill_seq: bool = False) -> dict[Any, Params]:
     """For each held-out ``group`` value (``gpu`` or ``model``; by default those of ``rows``,
     or ``held_values``), the terms fitted on the rows without it; absent where fewer than
     ``min_train`` rows remain."""
@@ -292,18 +335,19 @@ def fold_params(rows: Any, traces: list[Trace], group: str, held_values: Iterabl
         if train.sum() < min_train:
             continue
         out[held] = fit([t for t, k in zip(traces, train, strict=True) if k], ttft[train], tpot[train], overlap,
-                        floor_above_tokens=floor_above_tokens)
+                        floor_above_tokens=floor_above_tokens, prefill_seq=prefill_seq)
     return out
 
 
 def cross_validate(rows: Any, traces: list[Trace], group: str, overlap: bool | None = None,
                    min_train: int = 8, folds: dict[Any, Params] | None = None,
-                   floor_above_tokens: int | None = 0) -> np.ndarray:
+                   floor_above_tokens: int | None = 0, prefill_seq: bool = False) -> np.ndarray:
     """Held-out predictions (n x 2: TTFT, TPOT ms) per row, each from a fit without its
     ``group`` value (``gpu`` or ``model``); NaN where too few rows remain to train on."""
     out = np.full((len(traces), 2), np.nan)
     values = np.asarray(rows[group])
-    folds = fold_params(rows, traces, group, None, overlap, min_train, floor_above_tokens) if folds is None else folds
+    folds = (fold_params(rows, traces, group, None, overlap, min_train, floor_above_tokens, prefill_seq)
+             if folds is None else folds)
     for held, params in folds.items():
         test = values == held
         if test.any():
@@ -655,7 +699,8 @@ def replay_gaps(engine: EngineModel, configs: Iterable[Any]) -> list[str]:
     first = Params.from_engine(engine).values[3]  # the one collective extra a replay prices every TP at
     if any(num_collectives(c.replica) and tp_lookup(engine.collective_extra_s, c.replica.tp) != first for c in configs):
         gaps.append("collective_extra_s by TP")
-    cpu = engine.cpu_iteration_s or engine.cpu_per_seq_s or engine.cpu_per_prefill_token_s  # (none: nothing to hide)
+    cpu = (engine.cpu_iteration_s or engine.cpu_per_seq_s or engine.cpu_per_prefill_token_s
+           or engine.cpu_per_prefill_seq_s)  # (none: nothing to hide)
     if cpu and engine.overlap_cpu and not engine.overlap_pipeline and any(c.replica.pp > 1 for c in configs):
         gaps.append("overlap_cpu off under pipeline parallelism (overlap_pipeline false)")
     ideal = ENGINES["ideal"]  # the kernels-only replays' roofline constants (trace_of runs the ideal engine)
@@ -756,11 +801,12 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     # above the base engine's CUDA-graph bound (not fitted); none for vLLM, whose fitted floor never bound on its
     # rows yet priced small models' prefills too slow (the artifact keeps the base engine's bound, at no floor).
     above = base_params.floor_above_tokens if str(rows["backend"].iloc[0]) in FLOOR_ABOVE_TOKENS else None
-    num_terms = len(TERMS) - (above is None)
+    prefill_seq = str(rows["backend"].iloc[0]) in PREFILL_SEQ_BACKENDS
+    num_terms = len(_free(above, prefill_seq=prefill_seq))
     if 2 * len(tr) <= num_terms:  # each row is two measurements (TTFT, TPOT): no more than the terms fits anything
         raise ConfigError("rows", f"{len(rows)} usable rows leave {len(tr)} to fit {num_terms} terms on "
                           f"(--holdout {holdout:g} keeps {int(test.sum())} apart)", "give more rows or a smaller --holdout")
-    split_fit = fit(tr, ttft[train], tpot[train], floor_above_tokens=above)
+    split_fit = fit(tr, ttft[train], tpot[train], floor_above_tokens=above, prefill_seq=prefill_seq)
     notes = []
     if capped:  # the first wave (every user at once) weighs more in fewer requests
         notes.append(f"{capped} row(s) replay {MAX_ROW_REQUESTS:,} of the requests their client sent (the most a row "
@@ -778,7 +824,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
         before = error_row(predict(te, base_params), rows[test])
     # (the final fit starts where the split's ended, its floor included: a floor the split's rows left unbound may
     # bind on the held-out rows)
-    final = fit(traces, ttft, tpot, start=split_fit, floor_above_tokens=above)
+    final = fit(traces, ttft, tpot, start=split_fit, floor_above_tokens=above, prefill_seq=prefill_seq)
     final.floor_above_tokens = base_params.floor_above_tokens
     # Each fit's prefill floor as the rows it was fitted on identify it (the artifact's, the split's that the
     # held-out error judges, the folds' below): where it bound on none of their steps, 0.
@@ -786,7 +832,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     after = error_row(predict(te, split_fit), rows[test])
     identified = without_unbound_floor(final, traces)
     if identified is not final:
-        notes.append(f"the prefill floor the fit left at {final.values[4] * 1e3:.3g} ms a layer lengthened no step of "
+        notes.append(f"the prefill floor the fit left at {final.values[FLOOR] * 1e3:.3g} ms a layer lengthened no step of "
                      "the rows: not identified by them, written as 0")
         final = identified
     rows["pred_ttft_ms"], rows["pred_tpot_ms"] = predict(traces, final).T
@@ -807,7 +853,8 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
         if rows[group].nunique() > 1:
             groups = np.asarray(rows[group])
             folds = {held: without_unbound_floor(p, [t for t, g in zip(traces, groups, strict=True) if g != held])
-                     for held, p in fold_params(rows, traces, group, floor_above_tokens=above).items()}
+                     for held, p in fold_params(rows, traces, group, floor_above_tokens=above,
+                                                prefill_seq=prefill_seq).items()}
             cv = cross_validate(rows, traces, group, folds=folds)
             report[f"leave_one_{group}_out"] = error_row(cv, rows)
             rows[f"cv_{group}_ttft_ms"], rows[f"cv_{group}_tpot_ms"] = cv.T

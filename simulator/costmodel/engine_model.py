@@ -9,7 +9,7 @@ measurements at hand, large prefills running slower per token than the kernels p
 This module names those terms per engine, as a layer *on top of* any kernel cost model:
 
     cpu   = cpu_iteration_s + cpu_per_seq_s * seqs + cpu_per_prefill_token_s * prefill_tokens
-            + [tp > 1] (rpc_s(tp) + rpc_per_seq_s * seqs)
+            + cpu_per_prefill_seq_s * prefills + [tp > 1] (rpc_s(tp) + rpc_per_seq_s * seqs)
     gpu   = kernels + collectives * collective_extra_s(tp)
             + prefill_excess_token_s * max(0, prefill_tokens - prefill_excess_threshold_tokens)
     gpu   = max(gpu, launch)      where the engine has no CUDA graphs (launch-bound steps)
@@ -21,7 +21,9 @@ and, for disaggregated deployments only, ``handoff_s`` per request between the p
 KV transfer (:class:`~simulator.engine.disagg.DisaggCluster`): the serving stack's second hop and the
 KV connector's handshake, which no kernel or link shows.
 
-``seqs`` counts the requests in the batch (prefill chunks plus decodes), ``collectives`` the
+``seqs`` counts the requests in the batch (prefill chunks plus decodes), ``prefills`` the prompt chunks among
+them (each a request's scheduling and input preparation beyond a decode's: its blocks and prefix hashes, its
+attention metadata; a speculative verify is none), ``collectives`` the
 TP collectives of one forward pass (two all-reduces a layer, one for parallel attention/MLP
 blocks, plus the LM head's vocab gather). The prefill floor is the least a step carrying
 prompt tokens takes: today's engines capture decode steps in CUDA graphs but run prefill
@@ -120,6 +122,7 @@ class EngineModel:
     cpu_iteration_s: float = 0.0  # per step: schedule, prepare inputs, sampler launch, process outputs
     cpu_per_seq_s: float = 0.0  # per request in the batch (block tables, sampling params, detokenize)
     cpu_per_prefill_token_s: float = 0.0  # per prompt token (token lists, positions, slot mapping)
+    cpu_per_prefill_seq_s: float = 0.0  # per prompt chunk in the step (its blocks, prefix hashes, attention metadata)
     rpc_s: TPTable = ()  # per step, shipping the step to TP workers, by TP degree
     rpc_per_seq_s: float = 0.0  # per request in the batch, when tp > 1
     collective_extra_s: TPTable = ()  # per collective beyond the kernel model's latency, by TP degree
@@ -572,6 +575,7 @@ class EngineCostModel(CostModel):
         self.overlap = e.overlap_cpu and (replica.pp == 1 or e.overlap_pipeline)
         self._excess_threshold, self._excess_s = e.prefill_excess_threshold_tokens, e.prefill_excess_token_s
         self._cpu_token_s = e.cpu_per_prefill_token_s
+        self._cpu_prefill_s = e.cpu_per_prefill_seq_s
         self._num_layers = replica.model_spec.num_layers
         self._pre, self._layer, self._post = kernels.pre_time, kernels.layer_time, kernels.post_time
         # Re-export what other code reads from a kernel model; PP hops are the kernels' own
@@ -609,7 +613,7 @@ class EngineCostModel(CostModel):
     # speculative verify's query rows are no prompt (``num_prompt_tokens`` leaves them out), as for the floor.
     def cpu_time(self, shape: BatchShape) -> float:
         return (self.cpu_fixed_s + self.cpu_seq_s * (shape.num_prefills + shape.num_decodes)
-                + self._cpu_token_s * shape.num_prompt_tokens)
+                + self._cpu_token_s * shape.num_prompt_tokens + self._cpu_prefill_s * shape.num_prefills)
 
     def prefill_excess_time(self, shape: BatchShape) -> float:
         over = shape.num_prompt_tokens - self._excess_threshold
@@ -975,6 +979,7 @@ class EngineCostModel(CostModel):
         cpu_terms = {"engine_cpu_iteration": e.cpu_iteration_s, "engine_cpu_per_seq": e.cpu_per_seq_s * seqs,
                      # the prompts' tokens, as cpu_time charges them (a verify's query rows are none)
                      "engine_cpu_prefill_tokens": e.cpu_per_prefill_token_s * shape.num_prompt_tokens,
+                     "engine_cpu_per_prefill": e.cpu_per_prefill_seq_s * shape.num_prefills,
                      "engine_rpc_tp_workers": rpc}
         excess = self.prefill_excess_time(shape)
         gpu = kernel_s + self.collective_s + excess

@@ -495,7 +495,7 @@ def _plots(pred: pd.DataFrame, summary: pd.DataFrame, out: Path) -> None:
 def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int:  # noqa: ANN001
     import tempfile
 
-    from simulator.calibrate.silicon_fit import FLOOR_ABOVE_TOKENS, cross_validate, fit, predict
+    from simulator.calibrate.silicon_fit import FLOOR_ABOVE_TOKENS, PREFILL_SEQ_BACKENDS, cross_validate, fit, predict
 
     for i, why in failed.items():
         r = rows.iloc[i]
@@ -525,20 +525,24 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
         pred.loc[idx, "pred_ttft_ms_kernel"] = [t.kernel_ttft_ms for t in tr]
         pred.loc[idx, "pred_tpot_ms_kernel"] = [t.kernel_tpot_ms for t in tr]
         above = FLOOR_ABOVE_TOKENS.get(backend)  # None: no prefill floor fitted
-        params = fit(tr, sub["measured_ttft_ms"], sub["measured_tpot_ms"], floor_above_tokens=above)
+        prefill_seq = backend in PREFILL_SEQ_BACKENDS
+        params = fit(tr, sub["measured_ttft_ms"], sub["measured_tpot_ms"], floor_above_tokens=above,
+                     prefill_seq=prefill_seq)
         p = predict(tr, params)
         pred.loc[idx, "pred_ttft_ms_fit"], pred.loc[idx, "pred_tpot_ms_fit"] = p[:, 0], p[:, 1]
         pred.loc[idx, "how"] = "replayed"
         folds = {}
         for group in ("gpu", "model"):
-            folds[group] = fold_params(sub, tr, group, rows.loc[in_backend, group].unique(), floor_above_tokens=above)
+            folds[group] = fold_params(sub, tr, group, rows.loc[in_backend, group].unique(), floor_above_tokens=above,
+                                       prefill_seq=prefill_seq)
             cv = cross_validate(sub, tr, group, folds=folds[group])
             pred.loc[idx, f"pred_ttft_ms_cv_{group}"], pred.loc[idx, f"pred_tpot_ms_cv_{group}"] = cv[:, 0], cv[:, 1]
-        a, b, pt, c, fl = params.values
+        a, b, pt, c, fl, ps = params.values
         presets.append({"backend": backend, "preset": PRESETS.get(backend, backend), "num_rows": len(sub),
                         "gpus": " ".join(sorted(sub["gpu"].unique())), "models": " ".join(sorted(sub["model"].unique())),
                         "overlap_cpu": params.overlap_cpu, "cpu_iteration_ms": a * 1e3, "cpu_per_seq_us": b * 1e6,
-                        "cpu_per_prefill_token_us": pt * 1e6, "collective_extra_us": c * 1e6,
+                        "cpu_per_prefill_token_us": pt * 1e6, "cpu_per_prefill_seq_ms": ps * 1e3,
+                        "collective_extra_us": c * 1e6,
                         "prefill_floor_per_layer_ms": fl * 1e3,
                         "prefill_floor_above_tokens": above if above is not None else -1})
         print(f"  {backend}: {len(sub)} rows fitted and cross-validated, {time.perf_counter() - started:.0f} s "

@@ -68,13 +68,14 @@ X_SCALE = np.array([1e-3, 1e-5, 1e-7, 1e-5, 1e-4, 1e-3])
 # (torch.compile), and a floor fitted on its rows (0.85 ms a layer above 512 prompt tokens) moved the
 # held-out errors by under a point while pricing small fast models' prefill steps too slow.
 FLOOR_ABOVE_TOKENS = {"sglang": 0, "trtllm": 0}
-# The backends whose CPU time per prompt chunk is fitted: vLLM V1 schedules every prompt chunk of a mixed step
-# through per-request work (its blocks and prefix hashes, its attention metadata), which its rows show (leave one
-# GPU out, 506 replayed rows: TTFT 17.8% -> 15.3%, TPOT 9.0% -> 8.0%, from a per-token term alone). SGLang's and
-# TensorRT-LLM's prompt steps run outside their decode graphs with the prefill floor above standing for their fixed
-# cost: on their rows the term fitted to 0 (SGLang) or traded TPOT for TTFT (TensorRT-LLM: 7.9% -> 9.3%, 25.5% ->
-# 23.7%), and their held-out errors are kept without it.
-PREFILL_SEQ_BACKENDS = ("vllm",)
+# The backends whose CPU time per prompt chunk is fitted (``fit(prefill_seq=True)``): none yet. On vLLM's 506 replayed
+# rows the term (beside the per-token one) fitted to 10.3 ms a chunk and moved leave-one-GPU-out TTFT 17.8% -> 15.3%,
+# TPOT 9.0% -> 8.0% (a scratch fit, not this module's report); but a fixed 10 ms a prompt is what vLLM's large models
+# there (32-120B active and MoE, 36-80 layers) show, and priced a small model's short prompt twice as slow (Llama-3.1-8B,
+# 128 tokens: TTFT 12 -> 22 ms) where no row measures one; on SGLang's rows it fitted to 0 (its prefill floor stands
+# for a prompt step's fixed cost) and on TensorRT-LLM's it traded TPOT for TTFT. A term that scales with the model
+# (e.g. per layer) is the next thing to try before a preset takes it.
+PREFILL_SEQ_BACKENDS: tuple[str, ...] = ()
 
 # A user's benchmark CSV: required and optional columns (layout columns as the silicon sample names them).
 MAX_ROW_USERS = 65_536  # a benchmark row's users, at most (the silicon rows reach 3,072)
@@ -802,7 +803,7 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
     # rows yet priced small models' prefills too slow (the artifact keeps the base engine's bound, at no floor).
     above = base_params.floor_above_tokens if str(rows["backend"].iloc[0]) in FLOOR_ABOVE_TOKENS else None
     prefill_seq = str(rows["backend"].iloc[0]) in PREFILL_SEQ_BACKENDS
-    num_terms = len(_free(above, prefill_seq=prefill_seq))
+    num_terms = len(_free(above, any(t.num_collectives for t in traces), prefill_seq))
     if 2 * len(tr) <= num_terms:  # each row is two measurements (TTFT, TPOT): no more than the terms fits anything
         raise ConfigError("rows", f"{len(rows)} usable rows leave {len(tr)} to fit {num_terms} terms on "
                           f"(--holdout {holdout:g} keeps {int(test.sum())} apart)", "give more rows or a smaller --holdout")

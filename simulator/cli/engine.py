@@ -39,7 +39,7 @@ def engines() -> None:
 
     from simulator.costmodel.engine_model import ENGINES, tp_lookup
 
-    table = Table("engine", "async", "CUDA graphs", "CPU/step ms", "CPU/req us", "CPU/prompt token us", "CPU/prompt ms",
+    table = Table("engine", "async", "CUDA graphs", "CPU/step ms", "CPU/req us", "CPU/prompt token us", "CPU/prompt chunk ms",
                   "collective +us (tp 2/4/8)", "prefill floor ms/layer", "P/D handoff ms", "fitted with",
                   title=f"engine presets (default: {DEFAULT_ENGINE})", title_justify="left")
     for name, e in ENGINES.items():
@@ -208,7 +208,8 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
                                f"scheduler {config.scheduler.name})",
             fitted=(f"{result['report']['base_engine']}'s terms, kept: " if result["report"]["kept_base_engine"]
                     else "")
-            + f"Nelder-Mead over the exposed CPU terms (fixed, per request) matching TTFT and ITL quantiles "
+            + "a grid, then a bounded Brent search, over the CPU time a step (the base engine's other terms kept) "
+              "matching TTFT and ITL quantiles "
               f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests"
             + (" fitted them no better" if result["report"]["kept_base_engine"] else ""))
     result["artifact"] = {**labels, "cost_model": config.cost_model, "report": jsonable(result["report"])}

@@ -236,3 +236,17 @@ def test_a_users_only_search_key_is_kept_where_some_point_searches_the_users(tmp
     path.write_text('mode = "capacity"\n[base]\nmax_users = 8\nnum_requests = 40\n[grid]\nusers = [true, false]\n')
     points = build_spec(load_sweep_file(path)).points
     assert [p.options["max_users"] for p in points] == [8, 4096]  # the rate point as it is without it
+
+
+def test_a_typed_seed_or_a_file_s_engine_is_blamed_where_it_was_given(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('mode = "capacity"\n[base]\nusers = true\nworkload = "fixed"\nnum_requests = 40\n')
+    code, out = invoke("sweep", str(path), "--out", str(tmp_path / "o"), "--seed", "3")  # (was sweep.base.seed)
+    assert code == 2 and out.startswith("error: --seed: nothing in the search's trials is drawn at random"), out
+    assert invoke("run", "--num-requests", "10", "--no-progress", "--out", str(tmp_path / "r"))[0] == 0
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    config["engine"] = "vllm-2026:overlap_pipeline=true"
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(config))
+    code, out = invoke("run", "--config", str(cfg), "--pp", "2", "--no-progress")  # (was blamed on --engine)
+    assert code == 2 and out.startswith("error: engine: overlap_pipeline=true would do nothing"), out

@@ -250,3 +250,13 @@ def test_a_boolean_tp_cell_beside_an_empty_one_is_refused(tmp_path: Path) -> Non
                                                                                            ",true")) + "\n")
     with pytest.raises(ConfigError, match=f"^rows: {path} line 2: tp must be a whole number >= 1, got True"):
         read_user_rows(path)
+
+
+def test_a_csv_quote_never_closed_is_refused_not_read_as_one_cell(tmp_path: Path) -> None:
+    # (csv's lenient reader kept it as one cell holding every later row: a --rows fit ran on the rows before it)
+    from simulator.calibrate.csv_input import read_csv_checked
+
+    path = tmp_path / "rows.csv"
+    path.write_text(ROWS_HEADER + ",backend_version\n" + ROW.format(c=4) + ',"0.6\n' + ROW.format(c=8) + ",0.7\n")
+    with pytest.raises(ConfigError, match=f"^rows: {path} line 2 is not a readable CSV record"):
+        read_csv_checked(path, "rows")

@@ -39,13 +39,17 @@ def read_csv_checked(path: Path | str, field: str, fix: str | None = None, requi
     records: list[tuple[int, list[str]]] = []  # (the line each record starts on, its cells)
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:  # (a spreadsheet's byte-order mark is no column)
-            reader = csv.reader(f)
+            # strict: a quote never closed is refused (not read as one cell holding every later row)
+            reader = csv.reader(f, strict=True)
             start = 1
             for cells in reader:
                 records.append((start, cells))
                 start = reader.line_num + 1
-    except (UnicodeDecodeError, csv.Error) as exc:
+    except UnicodeDecodeError as exc:
         raise ConfigError(field, f"{path} is not a readable CSV ({type(exc).__name__})", fix) from None
+    except csv.Error as exc:
+        raise ConfigError(field, f"{path} line {start} is not a readable CSV record ({exc})",
+                          "close each quoted cell, and double a quote inside one") from None
     if not records:
         raise ConfigError(field, f"{path} is not a readable CSV (EmptyDataError)", fix)
     line, header = records[0]

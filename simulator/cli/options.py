@@ -434,7 +434,8 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
                 and engine_override_terms(config.engine)):  # (overrides only: the cost model loads late)
             from simulator.costmodel.engine_model import check_engine_spec_read
 
-            check_engine_spec_read(config.engine)
+            # (the flag where it was typed; a --config file's engine is the file's)
+            check_engine_spec_read(config.engine, "--engine" if run_kwargs.get("engine") is not None else "engine")
         if as_overrides:
             from simulator.config.options import config_overrides
 

@@ -68,7 +68,9 @@ rank holds all of its requests' KV, sharded only over its own TP GPUs).
 
 Replica ids (one per rank): prefill ``0..P-1``, decode ``P..P+D-1``, mixed after them, where
 ``P`` is prefill replicas x their ``dp`` (likewise ``D``). A request's ``replica_id`` is where it
-finished (its decode rank); the handoff timeline is in :class:`HandoffLog`.
+finished (its decode rank), or, refused up front by the decode pool's rule (longer than it can ever hold), the
+first decode rank, whose rule it is (so each replica's rows sum to the run's); the handoff timeline is in
+:class:`HandoffLog`.
 """
 
 from __future__ import annotations

@@ -425,7 +425,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                                                             "trials" if seeds > 1 else "num_seeds would do nothing"),
                         unread[1].replace("{flag}", "num_seeds")))
                 if "seed" in values:
-                    field, name = _blamed("seed", where, base_only)
+                    field, name = _blamed("seed", where, base_only, given)
                     unread_seed.append(ConfigError(field, f"{name}{unread[0]}, so seed would do nothing",
                                                    unread[1].replace("{flag}", "seed")))
             try:
@@ -449,9 +449,9 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                                 ("a rate search", "a users search"))
                 raise ConfigError("sweep.grid", f"points {first} and {index} run the same search ({where}): "
                                   f"{', '.join(differ)} only set{'s' if len(differ) == 1 else ''} {reader}, and they "
-                                  f"make {made}", f"zip the keys in the grid, e.g. \"users,{k}\" = "
-                                  f"[[{str(reads_users).lower()}, V1], [{str(reads_users).lower()}, V2], "
-                                  f"[{str(not reads_users).lower()}, {POINT_OPTIONS[k][1]}]]")
+                                  f"make {made}", f"give the points making {made} one value of {k}: zip the keys "
+                                  f"in the grid, e.g. \"users,{k}\" = [[{str(reads_users).lower()}, V1], "
+                                  f"[{str(reads_users).lower()}, V2], [{str(not reads_users).lower()}, V1]]")
             if point_key(mode, spec.points[first].config, options) == key:
                 raise ConfigError("sweep.grid", f"points {first} and {index} are the same configuration ({where})",
                                   "remove the duplicate values")
@@ -630,9 +630,12 @@ def _replayable_rows(trace: str, contents: str, max_total_tokens: int | None, ov
         return 0
 
 
-def _blamed(key: str, where: str, base_only: frozenset[str]) -> tuple[str, str]:
-    """Where a point's unread ``key`` is blamed, and how its problem names it: the sweep's base where only the base
-    gives it (every point alike), else the point."""
+def _blamed(key: str, where: str, base_only: frozenset[str], typed: Collection[str] = ()) -> tuple[str, str]:
+    """Where a point's unread ``key`` is blamed, and how its problem names it: its flag where it was typed (``typed``:
+    the run options given as flags), the sweep's base where only the base gives it (every point alike), else the
+    point."""
+    if key in typed:
+        return f"--{key.replace('_', '-')}", ""
     return (f"sweep.base.{key}", "") if key in base_only else (where, f"{key}: ")
 
 

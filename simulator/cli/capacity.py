@@ -28,6 +28,7 @@ from simulator.cli.planner_options import planner_options
 from simulator.cli.tables import print_table
 from simulator.config.errors import ConfigError, WorkerDied
 from simulator.config.run_config import RunConfig
+from simulator.config.speculative import unmodelled_line
 from simulator.planning.options import (
     CAPACITY_DEFAULT_NUM_REQUESTS,
     SEARCH_PANEL,
@@ -129,7 +130,7 @@ def capacity(
         fail(f"interrupted: the search was stopped and nothing was written{finished}", code=130)
     data = report.to_dict()
     # Said before it is written: a write that fails at the end (a full disk) does not take the answer with it
-    spec_note = config.speculative.unmodelled_line() if config.speculative is not None else None
+    spec_note = unmodelled_line(config.speculative)
     if json_out:
         typer.echo(json.dumps(jsonable(data), indent=2, sort_keys=True))
         if spec_note:  # (stdout holds the JSON alone)
@@ -516,8 +517,7 @@ def sweep(
         ray_cpus = num_workers
     console = Console()
     console.print(f"sweep: {count(len(spec.points), 'point')} ({spec.mode}), varying {', '.join(spec.varied) or 'nothing'} -> {out}/")
-    for note in dict.fromkeys(p.config.speculative.unmodelled_line() for p in spec.points
-                              if p.config.speculative is not None):
+    for note in dict.fromkeys(unmodelled_line(p.config.speculative) for p in spec.points):
         if note:  # (the points' rows show the figures, no run header: said once)
             console.print(note, markup=False, highlight=False)
     try:

@@ -18,6 +18,7 @@ from simulator.config.errors import ConfigError
 from simulator.config.resources import auto_workers, check_run_fits
 from simulator.config.run_config import DEFAULT_MEMORY_FRACTION, MEMORY_BASIS_WORDS, RunConfig, SchedulerConfig
 from simulator.config.schedulers import SCHEDULERS as SCHEDULER_ENTRIES
+from simulator.config.speculative import unmodelled_line
 from simulator.report.output import FORMATS, check_format, check_out_dir, jsonable, write_run
 from simulator.util.progress import RunProgress
 from simulator.util.text import count
@@ -406,7 +407,7 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
             tree += " drafted in parallel (one drafter pass a step)"
         title += (f" · speculative {sp.method}{drafter} k={sp.k}{tree}, expected AL {sp.mean_acceptance_length:.2f} · "
                   "loop step by step (no lockstep or event skipping with speculation)")
-        if note := sp.unmodelled_line():  # which keys given were read but not modelled, before the figures
+        if note := unmodelled_line(sp):  # which keys given were read but not modelled, before the figures
             title += f" · {note}"
     title += _hybrid_block_note(config)
     if "prefix_caching" in summary:  # on (simulator.engine.prefix_cache); said when turned off by hand
@@ -785,7 +786,7 @@ def run(
             reporter.close()
     changed_lines = [f"warning: --config {ctx.params.get('config_file')}: {line}: this run is not the one it "
                      "reproduces" for line in changed]
-    spec_note = config.speculative.unmodelled_line() if config.speculative is not None else None
+    spec_note = unmodelled_line(config.speculative)
     if json_out:
         typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
         for line in ([spec_note] if spec_note else []) + changed_lines:  # (stdout holds the JSON alone)

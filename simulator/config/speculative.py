@@ -207,11 +207,6 @@ class SpeculativeConfig:
             return ""
         return "not modelled: " + "; ".join(f"{key} ({UNMODELLED_KEYS[key]})" for key in self.unmodelled_keys)
 
-    def unmodelled_line(self) -> str | None:
-        """The note a command prints where it shows no run header (``--json`` on stderr, ``--metrics vllm``,
-        ``capacity``, ``sweep``): the same words as the header's; None if every key given is modelled."""
-        return f"note: --speculative-config {note}" if (note := self.unmodelled_note()) else None
-
     @property
     def k(self) -> int:
         return self.num_speculative_tokens
@@ -601,3 +596,10 @@ def from_vllm_json(text: str, acceptance_rates: tuple[float, ...] = (), acceptan
         kwargs["acceptance_source"] = acceptance_source
     kwargs.update(overrides)
     return SpeculativeConfig(**kwargs)
+
+
+def unmodelled_line(spec: SpeculativeConfig | None) -> str | None:
+    """The note naming the ``--speculative-config`` keys given that do not change the run, as a run's header says it
+    and as a command prints it where it shows no header (``--json`` on stderr, ``--metrics vllm``, ``capacity``,
+    ``sweep``); None without speculation or where every key given is modelled."""
+    return f"note: --speculative-config {note}" if spec is not None and (note := spec.unmodelled_note()) else None

@@ -361,7 +361,6 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                      and not any("warmup_mode" in names for names in grid))
     seen: dict[str, tuple[int, str]] = {}
     base_only = frozenset(base) - frozenset(spec.varied)  # (a key unread there is blamed on the base)
-    unread_seed: list[ConfigError] = []  # the capacity points given a seed that none of their trials draws with
     unread_by: dict[str, list[ConfigError]] = {}  # a capacity point's unread planner key (its flag): the points
     for index, combo in enumerate(itertools.product(*grid.values()) if grid else [()]):
         values = dict(base)
@@ -426,8 +425,8 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
                         unread[1].replace("{flag}", "num_seeds")))
                 if "seed" in values:
                     field, name = _blamed("seed", where, base_only, given)
-                    unread_seed.append(ConfigError(field, f"{name}{unread[0]}, so seed would do nothing",
-                                                   unread[1].replace("{flag}", "seed")))
+                    unread_by.setdefault("--seed", []).append(ConfigError(
+                        field, f"{name}{unread[0]}, so seed would do nothing", unread[1].replace("{flag}", "seed")))
             try:
                 check_searchable(config, bool(options["users"]), max_users=options["max_users"])
             except ConfigError as err:
@@ -462,11 +461,10 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         spec.points.append(Point(index, values, config, options, key))
     for flag, errors in unread_by.items():
         name = flag.removeprefix("--").removeprefix("no-").replace("-", "_")  # (--no-tbt-early-exit: tbt_early_exit)
-        given_at = sum(1 for p in spec.points if any(SWEEP_KEYS.get(k) == name for k in p.params))
+        # (a planner key by its sweep key, num_seeds for --seeds; a run option, seed, by its own name)
+        given_at = sum(1 for p in spec.points if any(SWEEP_KEYS.get(k, k) == name for k in p.params))
         if len(errors) >= given_at:  # no point given it reads it
             raise errors[0]
-    if unread_seed and len(unread_seed) == sum(1 for p in spec.points if "seed" in p.params):
-        raise unread_seed[0]
     # What an engine set at some point is a column: the other points' values of it are their configs'.
     from simulator.config.options import option_value
 
@@ -524,7 +522,8 @@ def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[A
     nothing, or a grid key, whose points would differ in that column and nothing else (``chunk_size`` under
     ``--scheduler orca``, ``cv`` without gamma arrivals). One that some point reads is kept (``--chunk-size``
     beside ``scheduler = vllm, sarathi``)."""
-    from simulator.config.options import given_flag, inert_options, option_value
+    from simulator.config.options import engine_terms_unread, given_flag, inert_options, option_value
+    from simulator.costmodel.engine_model import check_engine_spec_read, load_engine
 
     inert = [inert_options(point.config) for point in points]
 
@@ -545,13 +544,9 @@ def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[A
                               inert[0][name][1].replace("{flag}", flag))
     # An engine's override term that no point running that engine reads (handoff_s with no pools): its rows would
     # differ from the plain preset's, where the grid has it, in that column and nothing else
-    from simulator.config.options import engine_terms_unread
-
     by_engine: dict[str, list[dict[str, tuple[str, str]]]] = {}
     for point in points:
         by_engine.setdefault(str(point.config.engine), []).append(engine_terms_unread(point.config))
-    from simulator.costmodel.engine_model import check_engine_spec_read, load_engine
-
     for engine, unread_at in by_engine.items():
         flag = ("sweep.grid.engine" if any("engine" in names for names in grid) else
                 "--engine" if "engine" in given else "sweep.base.engine")

@@ -115,7 +115,9 @@ class SGLangScheduler(Scheduler):
     @property
     def admission_blocked(self) -> bool:
         """Whether the next ``schedule()`` tries no prefill (``batch_is_full`` and nobody left the running batch)."""
-        return self.batch_is_full and len(self.running) >= self._num_running_seen
+        # (an empty running batch is never full: its prompts' KV may have left with a transfer, not through retire,
+        # and nothing could shrink it further; kept full, a disaggregated prefill pool's waiting requests stalled)
+        return self.batch_is_full and bool(self.running) and len(self.running) >= self._num_running_seen
 
     def retire(self, finished: list[Request], now: float) -> None:
         super().retire(finished, now)
@@ -133,11 +135,8 @@ class SGLangScheduler(Scheduler):
     def schedule(self) -> Batch:
         if self.recv_interval != 1:
             self._receive()
-        if self.batch_is_full and (not self.running or not self.admission_blocked):
-            # a request left the running batch (a prefill pool's finished prompt), or none is left: an empty
-            # running batch is never full (its prompts' KV may have left with a transfer, not through retire;
-            # kept full, the pool's waiting requests stalled)
-            self.batch_is_full = False
+        if self.batch_is_full and not self.admission_blocked:
+            self.batch_is_full = False  # a request left the running batch (a prefill pool's finished prompt), or none is left
         batch = Batch()
         budget, used = self.token_budget, 0
         finishing = None  # the prompt under way, where this step takes its last chunk

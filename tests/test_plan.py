@@ -35,7 +35,7 @@ runner = CliRunner()
 LOAD = 12.0
 SLO = PlanSLO(ttft_s=1.0, tpot_s=0.03, attainment=0.95)
 # One model, two GPU types, a handful of layouts (TP 1/2, two budgets, a disaggregated unit).
-SPACE = SearchSpace(gpus=("a100-80gb", "h100-sxm"), modes=("agg", "disagg"), tps=(1, 2), budgets=(256, 1024),
+SPACE = SearchSpace(engine_defaults=False, gpus=("a100-80gb", "h100-sxm"), modes=("agg", "disagg"), tps=(1, 2), budgets=(256, 1024),
                     max_num_seqs=(64,), ratios=((1, 1),))
 
 
@@ -243,6 +243,9 @@ def test_cli_plan(tmp_path) -> None:  # noqa: ANN001
     assert res.exit_code == 0, res.output
     assert "answer:" in res.output and "vllm serve meta-llama/Llama-3.1-8B" in res.output
     assert (out / "plan.csv").is_file()
+    # --budgets / --seqs given: their grid alone (vLLM V1's own 8192 / 1024 on an H100 not added)
+    assert [line.split(",")[0] for line in (out / "layouts.csv").read_text().splitlines()[1:]] == [
+        "h100-sxm agg bf16 tp1 b512 s64"]
     bad = runner.invoke(app, ["plan", "--gpus", "h100-sxm", "--price", "oops", "--out", str(tmp_path / "x")])
     assert bad.exit_code != 0
 
@@ -278,7 +281,7 @@ def test_a_fleet_far_short_of_the_load_grows_until_its_verification_settles() ->
     "the limits" no one had set. It grows faster now, bisects once a size passes, and settles on the fewest units
     that pass; rounds that run out say the verification did not converge, with the short-trial note."""
     base = RunConfig().replace(replica__model="mistral-7b", workload__num_requests=16, workload__qps=20.0)
-    space = SearchSpace(gpus=("l40s",), modes=("agg",), tps=(1,), budgets=(2048,), max_num_seqs=(128,))
+    space = SearchSpace(engine_defaults=False, gpus=("l40s",), modes=("agg",), tps=(1,), budgets=(2048,), max_num_seqs=(128,))
     slo = PlanSLO(attainment=0.9)
     result = plan(base, 20.0, slo, space, frontier_per_group=0)
     answer = result.answer
@@ -306,7 +309,7 @@ def test_a_units_capacity_the_search_could_not_bound_is_a_lower_bound(tmp_path) 
     # 64 requests of 1B-model traffic: every trial passes until too short to judge, so no failure bounds it.
     base = RunConfig().replace(replica__model="tiny-llama-1b", workload__name="random", workload__prompt_tokens=64,
                                workload__output_tokens=16, workload__num_requests=64)
-    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
+    space = SearchSpace(engine_defaults=False, gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
     result = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
     row = result.table().iloc[0]
     assert row["capacity_is_lower_bound"] and row["units"] == 1
@@ -327,7 +330,7 @@ def test_the_plan_table_says_what_it_prices_and_the_target_it_was_given(tmp_path
 
     base = RunConfig().replace(replica__model="tiny-llama-1b", workload__name="random", workload__prompt_tokens=64,
                                workload__output_tokens=16, workload__num_requests=64)
-    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
+    space = SearchSpace(engine_defaults=False, gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
     result = plan(base, 5.0, dataclasses.replace(SLO, attainment=0.999), space, verify_fleet=False,
                   frontier_per_group=0)
     console = Console(file=io.StringIO(), width=250, record=True)
@@ -383,7 +386,7 @@ def test_a_disaggregated_bound_holds_at_a_long_context_budget() -> None:
     packed into budgets, keep it above."""
     base = RunConfig().replace(replica__model="llama-3.1-8b", scheduler__name="vllm-v1", engine="vllm-v1",
                                workload__name="sharegpt", workload__num_requests=128)
-    space = SearchSpace(gpus=("h100-sxm",), modes=("disagg",), tps=(1,), budgets=(2048,), max_num_seqs=(128,),
+    space = SearchSpace(engine_defaults=False, gpus=("h100-sxm",), modes=("disagg",), tps=(1,), budgets=(2048,), max_num_seqs=(128,),
                         ratios=((1, 1),))
     slo = PlanSLO(ttft_s=2.0, tpot_s=0.03, attainment=0.95)
     layouts, _ = enumerate_layouts(base, space, space.gpus)
@@ -421,7 +424,7 @@ def test_a_disaggregated_bound_holds_over_a_prefix_cache(tmp_path) -> None:  # n
     trace = tmp_path / "shared.jsonl"
     trace.write_text("".join(json.dumps(row) + "\n" for row in rows))
     base = build_config(model="llama-3.1-8b", trace=str(trace), num_requests=200, qps=1.0, max_model_len=16384)
-    space = SearchSpace(gpus=("h100-sxm",), modes=("disagg",), tps=(1,), max_num_seqs=(128,), ratios=((1, 1),))
+    space = SearchSpace(engine_defaults=False, gpus=("h100-sxm",), modes=("disagg",), tps=(1,), max_num_seqs=(128,), ratios=((1, 1),))
     slo = PlanSLO(ttft_s=0.5, tpot_s=0.05, attainment=0.9)
     (layout,), _ = enumerate_layouts(base, space, space.gpus)
     lengths = Lengths.of(base)
@@ -442,7 +445,7 @@ def test_a_resumed_narrower_plan_answers_what_a_fresh_one_does(tmp_path) -> None
     base = RunConfig().replace(replica__model="llama-3-8b", workload__name="sharegpt", workload__num_requests=128)
     slo = PlanSLO(ttft_s=2.0, tpot_s=0.05, attainment=0.99)
     # (a budget of 256 tokens: tp2 carries fewer requests a GPU than tp1 there, so the wide plan cuts it)
-    wide = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1, 2), budgets=(256,), max_num_seqs=(128,))
+    wide = SearchSpace(engine_defaults=False, gpus=("h100-sxm",), modes=("agg",), tps=(1, 2), budgets=(256,), max_num_seqs=(128,))
     narrow = dataclasses.replace(wide, tps=(2,))
     out = tmp_path / "p"
     first = plan(base, LOAD, slo, wide, verify_fleet=False, out=out)
@@ -461,7 +464,7 @@ def test_the_frontier_fill_leaves_a_layout_searched_in_full_alone(tmp_path) -> N
     base = RunConfig().replace(replica__model="llama-3-8b", scheduler__name="vllm", engine="vllm-v1",
                                scheduler__max_num_batched_tokens=4096, workload__name="sharegpt",
                                workload__num_requests=64)
-    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), max_num_seqs=(128,))
+    space = SearchSpace(engine_defaults=False, gpus=("h100-sxm",), modes=("agg",), tps=(1,), max_num_seqs=(128,))
     slo = PlanSLO(ttft_s=2.0, tpot_s=0.05, attainment=0.99)
     result = plan(base, 5.0, slo, space, verify_fleet=False, out=tmp_path / "p")
     assert result.answer is None and result.num_searched == 1
@@ -538,7 +541,7 @@ def test_a_resumed_plan_never_mixes_two_per_user_definitions(tmp_path) -> None: 
 
     base = RunConfig().replace(replica__model="tiny-llama-1b", workload__name="random", workload__prompt_tokens=64,
                                workload__output_tokens=16, workload__num_requests=64)
-    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
+    space = SearchSpace(engine_defaults=False, gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
     out = tmp_path / "p"
     first = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=out)
     per_user = first.table().iloc[0]["tokens_per_s_per_user"]
@@ -563,7 +566,7 @@ def test_the_answer_is_a_fleet_that_passed_however_the_bisection_ends(monkeypatc
 
     base = RunConfig().replace(replica__model="tiny-llama-1b", workload__name="random", workload__prompt_tokens=64,
                                workload__output_tokens=16, workload__num_requests=64)
-    space = SearchSpace(gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
+    space = SearchSpace(engine_defaults=False, gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,), max_num_seqs=(64,))
     slo = PlanSLO(attainment=0.9)
     planned = plan(base, 5.0, slo, space, verify_fleet=False, frontier_per_group=0).answer.units(5.0)
     need = planned + extra
@@ -649,3 +652,22 @@ def test_an_interrupted_parallel_plan_keeps_every_search_that_finished(tmp_path,
     import pandas as pd
 
     assert sorted(pd.read_csv(out / "layouts.csv")["key"]) == sorted(finished)
+
+
+def test_the_default_space_searches_each_shape_at_its_engines_own_budget_and_cap() -> None:
+    """A launch without --max-num-batched-tokens / --max-num-seqs runs the engine's own pair (vLLM V1 on an H100: 8192
+    tokens, 1024 sequences): the planner searched 512/2048 x 128/256 only, and for SGLang picked a fleet 2.6x the
+    price of one at its own 8192-token chunk (a read-only audit's plan). Where the grid holds the pair (vLLM V1 on an
+    A100: 2048, 256), nothing is added; a space without engine_defaults (the CLI's, given --budgets or --seqs) is the
+    grid alone; a disaggregated layout's pools take their scheduler's own cap."""
+    base = _base()
+    space = dataclasses.replace(SPACE, gpus=("a100-80gb", "h100-sxm"), modes=("agg", "disagg"), tps=(1,),
+                                budgets=(512, 2048), max_num_seqs=(128, 256), ratios=((1, 1),), engine_defaults=True)
+    layouts, _ = enumerate_layouts(base, space, space.gpus)
+    knobs = {(lay.gpu, lay.mode, lay.budget, lay.max_num_seqs) for lay in layouts}
+    grid = {(b, s) for b in (512, 2048) for s in (128, 256)}
+    assert {(b, s) for g, m, b, s in knobs if g == "h100-sxm" and m == "agg"} == grid | {(8192, 1024)}
+    assert {(b, s) for g, m, b, s in knobs if g == "a100-80gb" and m == "agg"} == grid
+    assert {s for g, m, b, s in knobs if g == "h100-sxm" and m == "disagg"} == {128, 256, 1024}
+    grid_only, _ = enumerate_layouts(base, dataclasses.replace(space, engine_defaults=False), space.gpus)
+    assert {(lay.budget, lay.max_num_seqs) for lay in grid_only if lay.mode == "agg"} == grid

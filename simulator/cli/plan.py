@@ -42,7 +42,9 @@ SPACE_PANEL = "Search space"
 COST_PANEL = "Cost and limits"
 # The search-space flags a layout may not read (simulator.planning.plan.unread_space_options) default
 # to None, so a value given is told from the default (which always applies); these are the defaults.
-BUDGETS, ATTENTION_DPS, RATIOS = "512,2048", "1,2", "1:1,1:2,2:1"
+BUDGETS, SEQS, ATTENTION_DPS, RATIOS = "512,2048", "128,256", "1,2", "1:1,1:2,2:1"
+# ... and, where neither --budgets nor --seqs is given, each shape also at its engine's own budget and cap
+ENGINE_PAIR = "each shape also at the engine's own budget and max_num_seqs on its GPU unless --budgets or --seqs is given"
 
 
 def _given_names(text: str | None, flag: str, example: str) -> tuple[str, ...]:
@@ -93,8 +95,8 @@ def plan(
     tps: Annotated[str, typer.Option(help="Tensor-parallel degrees.", rich_help_panel=SPACE_PANEL)] = "1,2,4,8",
     pps: Annotated[str, typer.Option(help="Pipeline-parallel degrees (a pipeline is kept only where no TP layout of as many GPUs fits).", rich_help_panel=SPACE_PANEL)] = "1",
     dtypes: Annotated[str | None, typer.Option(help="Weight precisions allowed (default: --dtype).", rich_help_panel=SPACE_PANEL)] = None,
-    budgets: Annotated[str | None, typer.Option(help=f"Token budgets (chunk sizes) of a chunking scheduler (default: {BUDGETS}).", rich_help_panel=SPACE_PANEL)] = None,
-    seqs: Annotated[str, typer.Option(help="max_num_seqs values.", rich_help_panel=SPACE_PANEL)] = "128,256",
+    budgets: Annotated[str | None, typer.Option(help=f"Token budgets (chunk sizes) of a chunking scheduler (default: {BUDGETS}; {ENGINE_PAIR}).", rich_help_panel=SPACE_PANEL)] = None,
+    seqs: Annotated[str | None, typer.Option(help=f"max_num_seqs values (default: {SEQS}; {ENGINE_PAIR}).", rich_help_panel=SPACE_PANEL)] = None,
     attention_dps: Annotated[str | None, typer.Option(help=f"Attention DP ranks (MoE models; default: {ATTENTION_DPS}).", rich_help_panel=SPACE_PANEL)] = None,
     ratios: Annotated[str | None, typer.Option(help=f"Disaggregated units, prefill:decode replicas (default: {RATIOS}).", rich_help_panel=SPACE_PANEL)] = None,
     price: Annotated[list[str] | None, typer.Option(help="GPU=USD per GPU-hour, over the built-in table (repeatable).", rich_help_panel=COST_PANEL)] = None,
@@ -135,8 +137,8 @@ def plan(
                           "(--random-range-ratio, --isl-stddev, a dataset or a trace)")
     limits = Limits(max_gpus, max_cost)
     space = SearchSpace(gpus=_gpu_names(gpus), modes=comma_list(modes), tps=parse_ints(tps, "--tps"), pps=parse_ints(pps, "--pps"),
-                        dtypes=_given_names(dtypes, "--dtypes", "bf16,fp8"), budgets=parse_ints(budgets or BUDGETS, "--budgets"),
-                        max_num_seqs=parse_ints(seqs, "--seqs"),
+                        dtypes=_given_names(dtypes, "--dtypes", "bf16,fp8"), budgets=parse_ints(BUDGETS if budgets is None else budgets, "--budgets"),
+                        max_num_seqs=parse_ints(SEQS if seqs is None else seqs, "--seqs"), engine_defaults=budgets is None and seqs is None,
                         attention_dps=parse_ints(attention_dps or ATTENTION_DPS, "--attention-dps"),
                         ratios=_ratios(ratios or RATIOS))
     if space.gpus:  # a --price of a GPU the plan does not search prices nothing (a --prices file is a whole table)

@@ -107,7 +107,10 @@ VERIFY_MAX_SPAN_REQUESTS = 100_000  # ... and this many requests (10,000 req/s a
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """What the planner may choose. Empty ``gpus``: every priced catalog GPU that holds the model."""
+    """What the planner may choose. Empty ``gpus``: every priced catalog GPU that holds the model.
+    ``engine_defaults``: each parallel shape also at the engine's own token budget and sequence cap on its
+    GPU (what a launch without those flags runs: vLLM V1's 8192 tokens and 1024 sequences on an H100, SGLang's
+    chunk by memory), beside the ``budgets`` x ``max_num_seqs`` grid."""
 
     gpus: tuple[str, ...] = ()
     modes: tuple[str, ...] = MODES
@@ -119,6 +122,7 @@ class SearchSpace:
     attention_dps: tuple[int, ...] = (1, 2)  # MoE models only
     ratios: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 1))  # disaggregated units: prefill:decode replicas
     max_gpus_per_replica: int = 8  # one node
+    engine_defaults: bool = True
 
     def __post_init__(self) -> None:
         if not self.modes:  # else "no layout fits", which sends the user after the wrong option
@@ -296,6 +300,22 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
     dtypes = space.dtypes or (base.replica.dtype,)
     chunking = base.scheduler.name in CHUNKING
     budgets: tuple[int | None, ...] = space.budgets if chunking else (None,)
+    pool_scheduler = replace(base.scheduler, name=default_pool_scheduler(base.scheduler.name), chunk_size=None,
+                             max_num_batched_tokens=None, max_num_seqs=None)
+
+    def knobs(gpu: str, mode: str) -> list[tuple[int | None, int]]:
+        """The (token budget, sequence cap) pairs a shape is searched at on ``gpu``: the grid, and with
+        ``engine_defaults`` the engine's own pair where the grid lacks it (a disaggregated layout's pools keep
+        their own budget: its budget is None)."""
+        grid = [(b, s) for s in space.max_num_seqs for b in (budgets if mode == "agg" else (None,))]
+        if space.engine_defaults:
+            spec = get_gpu(gpu)
+            own = replace(base.scheduler, max_num_seqs=None) if mode == "agg" else pool_scheduler
+            budget = own.token_budget(base.replica.effective_max_model_len, spec) if mode == "agg" and chunking else None
+            pair = (budget, own.seq_limit(spec))
+            if pair not in grid:
+                grid.append(pair)
+        return grid
     dropped = {"memory": 0, "invalid": 0, "pipeline dominated": 0}
     invalid_example: list[str] = []  # why the layouts the config refuses are refused (the first one)
     out: list[Layout] = []
@@ -333,14 +353,13 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
                     if pp > 1 and tp * pp * adp in agg_tp_only_sizes:
                         dropped["pipeline dominated"] += 1
                         continue
-                    for seqs in space.max_num_seqs:
-                        for budget in budgets:
-                            layout = Layout(gpu, "agg", dtype, tp, pp, ep, adp, budget, seqs)
-                            if not fits_layout(layout):
-                                continue
-                            if pp == 1:
-                                agg_tp_only_sizes.add(tp * adp)
-                            out.append(layout)
+                    for budget, seqs in knobs(gpu, "agg"):
+                        layout = Layout(gpu, "agg", dtype, tp, pp, ep, adp, budget, seqs)
+                        if not fits_layout(layout):
+                            continue
+                        if pp == 1:
+                            agg_tp_only_sizes.add(tp * adp)
+                        out.append(layout)
             if "disagg" in space.modes:
                 tps = [tp for tp, pp, ep, adp in shapes if pp == 1 and ep == 1 and adp == 1]
                 for tp_p in tps:
@@ -348,7 +367,7 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
                         for n_p, n_d in space.ratios:
                             # Pools keep their scheduler's own token budget (its engine's default, or a
                             # --max-num-batched-tokens of the run's where they run --scheduler), not --budgets.
-                            for seqs in space.max_num_seqs:
+                            for _, seqs in knobs(gpu, "disagg"):
                                 layout = Layout(gpu, "disagg", dtype, tp_d, 1, 1, 1, None, seqs, tp_p, n_p, n_d)
                                 if not fits_layout(layout):
                                     continue

@@ -452,13 +452,16 @@ def test_overrides_of_roofline_prices_and_launch_terms_take_effect_or_are_refuse
             > load_cost_model("roofline", replica, "vllm-2026").iteration_time(shape))
 
 
-def test_cpu_time_per_prompt_chunk_charges_the_prompt_steps_only():
-    chunky = replace(ENGINES["ideal"], overlap_cpu=False, cpu_per_prefill_seq_s=3e-3)
+def test_cpu_time_per_prompt_chunk_and_layer_charges_the_prompt_steps_only():
+    chunky = replace(ENGINES["ideal"], overlap_cpu=False, cpu_per_prefill_seq_layer_s=0.1e-3)
     plain, cm = engine_model("ideal"), engine_model(chunky)
+    layers = cm.replica.model_spec.num_layers
     two = BatchShape.from_requests([(256, 0), (128, 512)], [64, 64])  # two prompt chunks beside two decodes
-    assert cm.iteration_time(two) == pytest.approx(plain.iteration_time(two) + 2 * 3e-3)
+    assert cm.iteration_time(two) == pytest.approx(plain.iteration_time(two) + 2 * layers * 0.1e-3)
     decodes = BatchShape.from_requests(decodes=[64] * 8)
     assert cm.iteration_time(decodes) == plain.iteration_time(decodes)
     parts = cm.breakdown(two)
-    assert parts["engine_cpu_per_prefill"] == pytest.approx(6e-3)
+    assert parts["engine_cpu_per_prefill"] == pytest.approx(2 * layers * 0.1e-3)
+    shallow = engine_model(chunky, tp=1, model="llama-3.1-8b")  # 32 layers to llama-2-70b's 80: a chunk costs 32/80
+    assert shallow.breakdown(two)["engine_cpu_per_prefill"] == pytest.approx(2 * 32 * 0.1e-3) and layers == 80
     assert sum(parts.values()) == pytest.approx(cm.iteration_time(two), rel=1e-9)

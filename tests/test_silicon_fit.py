@@ -312,15 +312,15 @@ def test_user_rows_refusals_and_duplicates(simulated_rows, tmp_path: Path) -> No
     assert json.loads((tmp_path / "d.json").read_text())["engine"]["prefill_floor_per_layer_s"] == 0.0
 
 
-def test_replay_and_fit_of_a_cpu_time_per_prompt_chunk(tmp_path: Path) -> None:
-    """The CPU time per prompt chunk of a step (vLLM's fitted term: PREFILL_SEQ_BACKENDS) replays as the engine prices
-    it, lengthens the prompts' steps only, and a fit given it recovers it where rows of short and long prompts at
-    several loads tell it from the per-token time; fits without it keep it at exactly 0."""
-    truth = sf.Params(False, np.array([1.0e-3, 20e-6, 0.5e-6, 0.0, 0.0, 4.0e-3]))
+def test_replay_and_fit_of_a_time_per_prompt_chunk_and_layer(tmp_path: Path) -> None:
+    """The time per prompt chunk and layer of a step (PREFILL_SEQ_BACKENDS) replays as the engine prices it (x the
+    model's layers: 28 to 36 here), lengthens the prompts' steps only, and a fit given it recovers it where rows of
+    short and long prompts at several loads tell it from the per-token time; fits without it keep it at exactly 0."""
+    truth = sf.Params(False, np.array([1.0e-3, 20e-6, 0.5e-6, 0.0, 0.0, 0.125e-3]))
     artifact = tmp_path / "chunk.json"
     save_engine_artifact(truth.engine("chunk", "test", "test"), artifact, {})
-    assert truth.engine("x", "-", "-").cpu_per_prefill_seq_s == 4.0e-3
-    assert sf.Params.from_engine(truth.engine("x", "-", "-")).values[sf.PREFILL_SEQ] == 4.0e-3
+    assert truth.engine("x", "-", "-").cpu_per_prefill_seq_layer_s == 0.125e-3
+    assert sf.Params.from_engine(truth.engine("x", "-", "-")).values[sf.PREFILL_SEQ] == 0.125e-3
     cases = [("llama-3.1-8b", 1, 256, 32, 16), ("llama-3.1-8b", 1, 2048, 32, 4), ("qwen3-8b", 1, 512, 48, 32),
              ("qwen3-8b", 1, 3000, 32, 8), ("llama-3.2-3b", 1, 128, 64, 24)]
     traces, ttft, tpot = [], [], []
@@ -338,7 +338,7 @@ def test_replay_and_fit_of_a_cpu_time_per_prompt_chunk(tmp_path: Path) -> None:
         ttft.append(m["mean_ttft_ms"])
         tpot.append(m["mean_tpot_ms"])
     fitted = sf.fit(traces, np.array(ttft), np.array(tpot), overlap=False, floor_above_tokens=None, prefill_seq=True)
-    assert fitted.values[sf.PREFILL_SEQ] == pytest.approx(4.0e-3, rel=0.1)
+    assert fitted.values[sf.PREFILL_SEQ] == pytest.approx(0.125e-3, rel=0.1)
     assert fitted.values[0] == pytest.approx(1.0e-3, rel=0.15)
     plain = sf.fit(traces, np.array(ttft), np.array(tpot), overlap=False, floor_above_tokens=None)
     assert plain.values[sf.PREFILL_SEQ] == 0.0

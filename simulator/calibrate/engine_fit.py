@@ -250,7 +250,7 @@ def _features(df: pd.DataFrame, kernels_by_tp: dict[int, EngineCostModel], thres
         kernel.append(cm._kernel_time(shape))
         seqs = shape.num_prefills + shape.num_decodes
         feats = {"cpu_iteration_s": 1.0, "cpu_per_seq_s": seqs, "cpu_per_prefill_token_s": shape.num_prefill_tokens,
-                 "cpu_per_prefill_seq_s": shape.num_prefills,
+                 "cpu_per_prefill_seq_layer_s": shape.num_prefills * cm.replica.model_spec.num_layers,
                  "prefill_excess_token_s": max(0, shape.num_prefill_tokens - threshold)}
         for name in cols:
             if name.startswith("collective_extra_s@"):

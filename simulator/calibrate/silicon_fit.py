@@ -6,13 +6,13 @@ this module fits are those of :class:`~simulator.costmodel.engine_model.EngineMo
 measured kernels of the row's backend (``--kernels vllm|sglang|trtllm``):
 
     cpu  = cpu_iteration_s + cpu_per_seq_s * seqs + cpu_per_prefill_token_s * prefill_tokens
-           + cpu_per_prefill_seq_s * prefills
+           + cpu_per_prefill_seq_layer_s * prefills * layers
     gpu  = kernels + collectives * collective_extra_s
     gpu  = max(gpu, prefill_floor_per_layer_s * layers)   where the step carries > floor_above_tokens prompt tokens
     step = max(cpu, gpu)   with async scheduling (overlap_cpu), else cpu + gpu
 
 Five or six free numbers a backend (scheduler/input-preparation CPU time per step and per request, per
-prompt token and per prompt chunk, the per-collective extra, the prefill step's floor per layer; overlap chosen by
+prompt token and per prompt chunk and layer, the per-collective extra, the prefill step's floor per layer; overlap chosen by
 fit cost). ``floor_above_tokens`` is not fitted: it is the engine's CUDA-graph bound
 (:data:`FLOOR_ABOVE_TOKENS`, which also says which backends get a floor).
 
@@ -54,27 +54,28 @@ from simulator.costmodel.engine_model import EngineModel
 
 # The free terms, in the order of the parameter vector, with their bounds (seconds).
 TERMS = ("cpu_iteration_s", "cpu_per_seq_s", "cpu_per_prefill_token_s", "collective_extra_s",
-         "prefill_floor_per_layer_s", "cpu_per_prefill_seq_s")
+         "prefill_floor_per_layer_s", "cpu_per_prefill_seq_layer_s")
 FLOOR = TERMS.index("prefill_floor_per_layer_s")
 LOWER = np.array([0.0, 0.0, 0.0, -30e-6, 0.0, 0.0])
-UPPER = np.array([50e-3, 2e-3, 20e-6, 2e-3, 10e-3, 50e-3])
+UPPER = np.array([50e-3, 2e-3, 20e-6, 2e-3, 10e-3, 2e-3])
 # The floor starts where it binds on most steps that carry a prompt: a floor below every step's
 # time has no gradient, so a fit started there would never move it.
-START = np.array([1e-3, 10e-6, 0.1e-6, 0.0, 1e-3, 1e-3])
-X_SCALE = np.array([1e-3, 1e-5, 1e-7, 1e-5, 1e-4, 1e-3])
+START = np.array([1e-3, 10e-6, 0.1e-6, 0.0, 1e-3, 1e-4])
+X_SCALE = np.array([1e-3, 1e-5, 1e-7, 1e-5, 1e-4, 1e-4])
 # The backends whose prefill floor is fitted, and the prompt tokens a step may carry and still run
 # in their CUDA graphs: SGLang runs every extend batch and TensorRT-LLM every context phase outside
 # them. vLLM is fitted without one: it captures mixed steps up to 512 tokens and compiles the rest
 # (torch.compile), and a floor fitted on its rows (0.85 ms a layer above 512 prompt tokens) moved the
 # held-out errors by under a point while pricing small fast models' prefill steps too slow.
 FLOOR_ABOVE_TOKENS = {"sglang": 0, "trtllm": 0}
-# The backends whose CPU time per prompt chunk is fitted (``fit(prefill_seq=True)``): none yet. On vLLM's 506 replayed
-# rows the term (beside the per-token one) fitted to 10.3 ms a chunk and moved leave-one-GPU-out TTFT 17.8% -> 15.3%,
-# TPOT 9.0% -> 8.0% (a scratch fit, not this module's report); but a fixed 10 ms a prompt is what vLLM's large models
-# there (32-120B active and MoE, 36-80 layers) show, and priced a small model's short prompt twice as slow (Llama-3.1-8B,
-# 128 tokens: TTFT 12 -> 22 ms) where no row measures one; on SGLang's rows it fitted to 0 (its prefill floor stands
-# for a prompt step's fixed cost) and on TensorRT-LLM's it traded TPOT for TTFT. A term that scales with the model
-# (e.g. per layer) is the next thing to try before a preset takes it.
+# The backends whose time per prompt chunk and layer is fitted (``fit(prefill_seq=True)``): none yet. On vLLM's 506
+# replayed rows (scratch fits over this module's traces, fit and folds) a time per prompt chunk moved leave-one-GPU-out
+# TTFT 17.8% -> 15.3%, TPOT 9.0% -> 8.0%, at 10.3 ms a chunk: what vLLM's large models there (36-80 layers) show, which
+# priced a small model's short prompt twice as slow (Llama-3.1-8B, 128 tokens: TTFT 12 -> 22 ms) where no row measures
+# one. Per layer (0.187 ms a layer, 4.1 us a prompt token beside it) it did as well (15.4%, 7.7%) and held the shallow
+# models out better (leave one model out: gpt-oss-120b's 36 layers TTFT 18.2% per chunk, 11.7% per layer; all models
+# 15.9% / 14.7%). On SGLang's rows a per-chunk time fitted to 0 (its prefill floor stands for a prompt step's fixed
+# cost) and on TensorRT-LLM's it traded TPOT for TTFT.
 PREFILL_SEQ_BACKENDS: tuple[str, ...] = ()
 
 # A user's benchmark CSV: required and optional columns (layout columns as the silicon sample names them).
@@ -122,7 +123,7 @@ class Params:
     def engine(self, name: str, source: str, fitted: str) -> EngineModel:
         a, b, p, c, f, q = (float(v) for v in self.values)
         return EngineModel(name=name, source=source, fitted=fitted, overlap_cpu=self.overlap_cpu,
-                           cpu_iteration_s=a, cpu_per_seq_s=b, cpu_per_prefill_token_s=p, cpu_per_prefill_seq_s=q,
+                           cpu_iteration_s=a, cpu_per_seq_s=b, cpu_per_prefill_token_s=p, cpu_per_prefill_seq_layer_s=q,
                            collective_extra_s=tuple((t, c) for t in (2, 4, 8, 16, 32, 64, 72)),
                            prefill_floor_per_layer_s=f, prefill_floor_above_tokens=self.floor_above_tokens)
 
@@ -130,7 +131,7 @@ class Params:
     def from_engine(cls, e: EngineModel) -> Params:
         c = e.collective_extra_s[0][1] if e.collective_extra_s else 0.0
         return cls(e.overlap_cpu, np.array([e.cpu_iteration_s, e.cpu_per_seq_s, e.cpu_per_prefill_token_s, c,
-                                            e.prefill_floor_per_layer_s, e.cpu_per_prefill_seq_s]),
+                                            e.prefill_floor_per_layer_s, e.cpu_per_prefill_seq_layer_s]),
                    e.prefill_floor_above_tokens)
 
 
@@ -193,9 +194,12 @@ def replay(trace: Trace, params: Params) -> tuple[float, float]:
     cpu = a + b * trace.seqs + p * trace.prefill_tokens
     if q:
         if trace.num_prefills is None:
-            raise ConfigError("trace", "a trace cached before num_prefills cannot price a term per prompt chunk",
+            raise ConfigError("trace", "a trace cached before num_prefills cannot price a term per prompt chunk and layer",
                               "rebuild the cache")
-        cpu = cpu + q * trace.num_prefills
+        if trace.num_layers < 1:
+            raise ConfigError("trace", "a trace cached before num_layers cannot price a term per prompt chunk and layer",
+                              "rebuild the cache")
+        cpu = cpu + q * trace.num_layers * trace.num_prefills
     step = np.maximum(gpu, cpu) if params.overlap_cpu else gpu + cpu
     end = np.cumsum(step)
     arrived = np.where(trace.arrive_step < 0, 0.0, end[np.maximum(trace.arrive_step, 0)])
@@ -243,12 +247,12 @@ class TraceCache:
 
 # -- fitting --------------------------------------------------------------------------------------------------------
 COLLECTIVE = TERMS.index("collective_extra_s")
-PREFILL_SEQ = TERMS.index("cpu_per_prefill_seq_s")
+PREFILL_SEQ = TERMS.index("cpu_per_prefill_seq_layer_s")
 
 
 def _free(floor_above_tokens: int | None, collectives: bool = True, prefill_seq: bool = False) -> np.ndarray:
     """The positions of :data:`TERMS` a fit moves: all of them, but the prefill floor where none is fitted (None), the
-    CPU per prompt chunk where it is not (:data:`PREFILL_SEQ_BACKENDS`) and the collective extra where no step has a
+    time per prompt chunk and layer where it is not (:data:`PREFILL_SEQ_BACKENDS`) and the collective extra where no step has a
     collective (``collectives`` False: TP 1 rows, which cannot identify it; a term without a gradient wandered to a
     bound of its search)."""
     return np.array([i for i in range(len(TERMS)) if not (i == FLOOR and floor_above_tokens is None)
@@ -275,7 +279,7 @@ def fit(traces: list[Trace], ttft_ms: np.ndarray, tpot_ms: np.ndarray, overlap: 
     """Least squares of log(predicted / measured) TTFT and TPOT (soft-L1 loss: a few odd rows do
     not pull the rest), bounded terms. ``overlap`` None: both tried, the lower cost kept.
     ``floor_above_tokens``: the prefill floor's bound (not fitted; see :data:`FLOOR_ABOVE_TOKENS`),
-    or None to fit no floor; ``prefill_seq``: fit the CPU time per prompt chunk (:data:`PREFILL_SEQ_BACKENDS`)."""
+    or None to fit no floor; ``prefill_seq``: fit the time per prompt chunk and layer (:data:`PREFILL_SEQ_BACKENDS`)."""
     from scipy.optimize import least_squares
 
     ttft_ms, tpot_ms = np.asarray(ttft_ms, float), np.asarray(tpot_ms, float)
@@ -701,7 +705,7 @@ def replay_gaps(engine: EngineModel, configs: Iterable[Any]) -> list[str]:
     if any(num_collectives(c.replica) and tp_lookup(engine.collective_extra_s, c.replica.tp) != first for c in configs):
         gaps.append("collective_extra_s by TP")
     cpu = (engine.cpu_iteration_s or engine.cpu_per_seq_s or engine.cpu_per_prefill_token_s
-           or engine.cpu_per_prefill_seq_s)  # (none: nothing to hide)
+           or engine.cpu_per_prefill_seq_layer_s)  # (none: nothing to hide)
     if cpu and engine.overlap_cpu and not engine.overlap_pipeline and any(c.replica.pp > 1 for c in configs):
         gaps.append("overlap_cpu off under pipeline parallelism (overlap_pipeline false)")
     ideal = ENGINES["ideal"]  # the kernels-only replays' roofline constants (trace_of runs the ideal engine)

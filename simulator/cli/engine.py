@@ -39,7 +39,7 @@ def engines() -> None:
 
     from simulator.costmodel.engine_model import ENGINES, tp_lookup
 
-    table = Table("engine", "async", "CUDA graphs", "CPU/step ms", "CPU/req us", "CPU/prompt token us", "CPU/prompt chunk ms",
+    table = Table("engine", "async", "CUDA graphs", "CPU/step ms", "CPU/req us", "CPU/prompt token us", "CPU/prompt chunk/layer us",
                   "collective +us (tp 2/4/8)", "prefill floor ms/layer", "P/D handoff ms", "fitted with",
                   title=f"engine presets (default: {DEFAULT_ENGINE})", title_justify="left")
     for name, e in ENGINES.items():
@@ -51,7 +51,7 @@ def engines() -> None:
         table.add_row(name, "yes" if e.overlap_cpu else "no", "yes" if e.cuda_graphs else "no",
                       f"{e.cpu_iteration_s * 1e3:.2f}", f"{e.cpu_per_seq_s * 1e6:.0f}",
                       f"{e.cpu_per_prefill_token_s * 1e6:.1f}",
-                      f"{e.cpu_per_prefill_seq_s * 1e3:.2f}" if e.cpu_per_prefill_seq_s else "-", coll, floor,
+                      f"{e.cpu_per_prefill_seq_layer_s * 1e6:.1f}" if e.cpu_per_prefill_seq_layer_s else "-", coll, floor,
                       f"{e.handoff_s * 1e3:.0f}" if e.handoff_s else "-", fitted_with or "-")
     console = Console()
     print_table(console, table)

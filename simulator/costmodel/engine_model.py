@@ -9,7 +9,7 @@ measurements at hand, large prefills running slower per token than the kernels p
 This module names those terms per engine, as a layer *on top of* any kernel cost model:
 
     cpu   = cpu_iteration_s + cpu_per_seq_s * seqs + cpu_per_prefill_token_s * prefill_tokens
-            + cpu_per_prefill_seq_s * prefills + [tp > 1] (rpc_s(tp) + rpc_per_seq_s * seqs)
+            + cpu_per_prefill_seq_layer_s * prefills * layers + [tp > 1] (rpc_s(tp) + rpc_per_seq_s * seqs)
     gpu   = kernels + collectives * collective_extra_s(tp)
             + prefill_excess_token_s * max(0, prefill_tokens - prefill_excess_threshold_tokens)
     gpu   = max(gpu, launch)      where the engine has no CUDA graphs (launch-bound steps)
@@ -22,8 +22,10 @@ KV transfer (:class:`~simulator.engine.disagg.DisaggCluster`): the serving stack
 KV connector's handshake, which no kernel or link shows.
 
 ``seqs`` counts the requests in the batch (prefill chunks plus decodes), ``prefills`` the prompt chunks among
-them (each a request's scheduling and input preparation beyond a decode's: its blocks and prefix hashes, its
-attention metadata; a speculative verify is none), ``collectives`` the
+them (a speculative verify is none) and ``layers`` the model's: what a prompt chunk costs beyond the kernel tables
+and beyond a decode's scheduling, found to grow with the model's depth on vLLM's measured rows (its blocks and
+prefix hashes, attention metadata, the kernels of a varlen prefill outside the tables' timed shapes: the rows
+cannot tell which), ``collectives`` the
 TP collectives of one forward pass (two all-reduces a layer, one for parallel attention/MLP
 blocks, plus the LM head's vocab gather). The prefill floor is the least a step carrying
 prompt tokens takes: today's engines capture decode steps in CUDA graphs but run prefill
@@ -122,7 +124,7 @@ class EngineModel:
     cpu_iteration_s: float = 0.0  # per step: schedule, prepare inputs, sampler launch, process outputs
     cpu_per_seq_s: float = 0.0  # per request in the batch (block tables, sampling params, detokenize)
     cpu_per_prefill_token_s: float = 0.0  # per prompt token (token lists, positions, slot mapping)
-    cpu_per_prefill_seq_s: float = 0.0  # per prompt chunk in the step (its blocks, prefix hashes, attention metadata)
+    cpu_per_prefill_seq_layer_s: float = 0.0  # per prompt chunk in the step and model layer (see the module docstring)
     rpc_s: TPTable = ()  # per step, shipping the step to TP workers, by TP degree
     rpc_per_seq_s: float = 0.0  # per request in the batch, when tp > 1
     collective_extra_s: TPTable = ()  # per collective beyond the kernel model's latency, by TP degree
@@ -575,7 +577,7 @@ class EngineCostModel(CostModel):
         self.overlap = e.overlap_cpu and (replica.pp == 1 or e.overlap_pipeline)
         self._excess_threshold, self._excess_s = e.prefill_excess_threshold_tokens, e.prefill_excess_token_s
         self._cpu_token_s = e.cpu_per_prefill_token_s
-        self._cpu_prefill_s = e.cpu_per_prefill_seq_s
+        self._cpu_prefill_s = e.cpu_per_prefill_seq_layer_s * replica.model_spec.num_layers
         self._num_layers = replica.model_spec.num_layers
         self._pre, self._layer, self._post = kernels.pre_time, kernels.layer_time, kernels.post_time
         # Re-export what other code reads from a kernel model; PP hops are the kernels' own
@@ -979,7 +981,7 @@ class EngineCostModel(CostModel):
         cpu_terms = {"engine_cpu_iteration": e.cpu_iteration_s, "engine_cpu_per_seq": e.cpu_per_seq_s * seqs,
                      # the prompts' tokens, as cpu_time charges them (a verify's query rows are none)
                      "engine_cpu_prefill_tokens": e.cpu_per_prefill_token_s * shape.num_prompt_tokens,
-                     "engine_cpu_per_prefill": e.cpu_per_prefill_seq_s * shape.num_prefills,
+                     "engine_cpu_per_prefill": self._cpu_prefill_s * shape.num_prefills,
                      "engine_rpc_tp_workers": rpc}
         excess = self.prefill_excess_time(shape)
         gpu = kernel_s + self.collective_s + excess

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import errno
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,6 +199,20 @@ def _click_errors() -> tuple[type[Exception], type[Exception]]:
     return by_name["UsageError"], by_name["ClickException"]
 
 
+_WITH_UNIT = re.compile(r"'([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([a-zA-Z%µ/]+)' is not a valid (?:float|integer)")
+
+
+def _unit_hint(message: str) -> str:
+    """A number typed with its unit (``--tpot-slo 50ms``) told how the flag reads it: a bare number, in the unit its
+    help names (time limits are seconds: 50 ms is 0.05)."""
+    found = _WITH_UNIT.search(message)
+    if not found:
+        return message
+    number, unit = found.groups()
+    seconds = f"; where it takes seconds, {number}{unit} is {float(number) / 1000:g}" if unit.lower() == "ms" else ""
+    return f"{message} Give a bare number, in the unit the flag's help names{seconds}."
+
+
 def main() -> None:
     usage_error, click_exception = _click_errors()
     argv = joined_values(sys.argv[1:])
@@ -217,7 +232,7 @@ def main() -> None:
     except usage_error as err:  # a bad value's type, an unknown option or command, a missing argument
         ctx = getattr(err, "ctx", None)
         where = ctx.command_path if ctx is not None else " ".join(["simulate", *argv[:1]])
-        message = " ".join(err.format_message().split())
+        message = _unit_hint(" ".join(err.format_message().split()))
         if message:  # empty for a group run bare, whose help is already printed
             typer.echo(f"error: {message} (see '{where} --help')", err=True)
         sys.exit(getattr(err, "exit_code", 2))

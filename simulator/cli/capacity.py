@@ -62,7 +62,7 @@ def _s(value: float, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
 
 
-MIN_REQUESTS_PER_USER = 4  # below this many a user at a users capacity, the answer says the first wave weighs in
+MIN_REQUESTS_PER_USER = 10  # below this many a user at a users capacity, the answer says the first wave weighs in
 CAPACITY_FILES = ("capacity.json", "trials.csv")  # what capacity --out holds (an earlier one is replaced whole)
 # What sweep --out holds: its record, point files, results table and `plot sweep`'s figures (written beside them)
 SWEEP_FILES = ("sweep.json", "points", "results.csv", "results.parquet", "*.png", "*.svg")
@@ -95,6 +95,8 @@ def capacity(
         # is judged, --min-goodput or --criterion goodput, its limit stays its own.)
         planner = {**planner, "goodput_ttft_slo": planner["ttft_slo"]}
     slo, settings = slo_and_settings(planner)
+    for note in slo.unit_notes():  # said before the search, on stderr (a --json answer is stdout alone)
+        typer.echo(f"note: {note}", err=True)
     check_searchable(config, settings.users, offer_users=True, given=run_flags, max_users=settings.max_users)
     seeds = planner["seeds"]
     # (the run options' own check judged the config before --users makes each trial a closed loop; a sweep's
@@ -137,6 +139,8 @@ def capacity(
             typer.echo(spec_note, err=True)
     else:
         print_capacity(report, app_console())
+        if (note := default_tbt_decided(report, typed)) is not None:
+            app_console().print(f"note: {note}", highlight=False)
         if spec_note:
             app_console().print(spec_note, markup=False, highlight=False)
     if out is not None:
@@ -145,6 +149,24 @@ def capacity(
             report.trials_frame().to_csv(folder / "trials.csv", index=False)
         if not json_out:
             app_console().print(f"wrote {out}/ (capacity.json, trials.csv)")
+
+
+def default_tbt_decided(report: Any, typed: set[str] | frozenset[str]) -> str | None:  # noqa: ANN401
+    """Where a user set a TPOT or TTFT limit but not --tbt-slo, and the TBT limit's default alone broke a seed's
+    lowest failing load: what decided the capacity was a limit nobody asked for (a read-only audit took a vLLM
+    answer of 1.59 req/s for its TPOT limit's; the default P99 TBT <= 0.2 s had set it, 2.6 without it)."""
+    slo = report.slo
+    if slo.criterion != "tbt" or "tbt_slo" in typed or (slo.tpot_s is None and slo.ttft_s is None):
+        return None
+    tbt_alone = f"P{slo.tbt_quantile:g} TBT "
+    for seed in report.seeds:
+        above = [t for t in seed.trials if not t.passed and t.qps > seed.capacity_qps]
+        lowest = min(above, key=lambda t: t.qps) if above else None
+        if lowest is not None and lowest.reason.startswith(tbt_alone) and ";" not in lowest.reason:
+            return (f"the TBT limit's default decided the capacity (P{slo.tbt_quantile:g} TBT <= {slo.tbt_s:g} s, "
+                    f"judged beside the limits given): the lowest failing load failed on it, not on those; --tbt-slo "
+                    "sets another (a large one judges the limits given alone)")
+    return None
 
 
 def _check_mix_fits(config: RunConfig, mix: Any, given: frozenset[str] = frozenset()) -> None:  # noqa: ANN401
@@ -266,7 +288,8 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                           highlight=False)
     summary = report.summary()
     key = f"capacity_{report.unit}"
-    spread = (f" ± {summary[key + '_std']:.3g} (min {summary[key + '_min']:.4g}, max "
+    # Over seeds the headline is their mean, which some seed may fail: the least is the load every seed held.
+    spread = (f" (mean) ± {summary[key + '_std']:.3g} (min {summary[key + '_min']:.4g}: every seed held it; max "
               f"{summary[key + '_max']:.4g}, {len(report.seeds)} seeds)") if len(report.seeds) > 1 else ""
     # What a planner needs at the answer, whatever the criterion: tail TBT, tail TTFT and goodput.
     goodput = summary["goodput_fraction_at_capacity"]

@@ -164,6 +164,14 @@ def _refuse_unread(ctx: typer.Context, command: str, candidates: list[tuple[str,
                               f"{'; ...' if len(whys) > 2 else ''}), so {flag} would do nothing", f"drop {flag}")
 
 
+def _say_units(ttft_slo: float, tpot_slo: float) -> None:
+    """Limits far beyond any serving SLO said before the search, on stderr (planning.options.limit_notes)."""
+    from simulator.planning.options import limit_notes
+
+    for note in limit_notes({"--tpot-slo": tpot_slo}, {"--ttft-slo": ttft_slo}):
+        typer.echo(f"note: {note}", err=True)
+
+
 def _search(candidates, slo, qps_start: float, workers: int, no_layout: ConfigError):  # noqa: ANN001, ANN202
     from simulator.planning.split import search_all
 
@@ -293,6 +301,7 @@ def split(ctx: typer.Context, config: RunConfig, gpus: GPUS = 8, ttft_slo: TTFT 
     from simulator.planning.split import GoodputSLO, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
+    _say_units(ttft_slo, tpot_slo)
     _check_search(config, gpus)
     tp_list = _tps(config, tps)
     dropped: list[str] = []
@@ -316,6 +325,7 @@ def compare(ctx: typer.Context, config: RunConfig, gpus: GPUS = 8, ttft_slo: TTF
     from simulator.planning.split import GoodputSLO, aggregated_candidates, split_candidates
 
     slo = GoodputSLO(ttft_slo, tpot_slo, attainment)
+    _say_units(ttft_slo, tpot_slo)
     _check_search(config, gpus)
     tp_list = _tps(config, tps)
     candidates = aggregated_candidates(config, gpus, tp_list, parse_ints(taus, "--taus"))

@@ -124,6 +124,8 @@ def plan(
     table = load_price_file(prices) if prices is not None else {}
     table = parse_price_flags(price, table)
     slo = plan_slo(planner)
+    for note in slo.unit_notes():  # said before the search, on stderr
+        typer.echo(f"note: {note}", err=True)
     rel_tol = planner["rel_tol"]
     if not 0 < rel_tol < 1:  # else every layout's search fails on it, one by one
         raise ConfigError("--rel-tol", f"must be in (0, 1), got {rel_tol}", "e.g. --rel-tol 0.05")

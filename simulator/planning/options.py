@@ -33,7 +33,22 @@ def _field_default(holder: type, name: str) -> Any:
     return next(f.default for f in dataclasses.fields(holder) if f.name == name)
 
 
+# Limits beyond these are said (SLO.unit_notes): most likely milliseconds typed where seconds are read.
+MAX_TOKEN_LIMIT_S = 5.0  # a TPOT or TBT limit, seconds a token
+MAX_WAIT_LIMIT_S = 600.0  # a TTFT or scheduling-delay limit
 _SLO_EXAMPLES = {"tbt_s": 0.2, "sched_delay_s": 2, "goodput_ttft_s": 2, "ttft_s": 2, "tpot_s": 0.05}  # error fixes
+
+
+def limit_notes(per_token_s: Mapping[str, float | None], waits_s: Mapping[str, float | None]) -> list[str]:
+    """Limits far beyond any serving SLO, by flag, said (not refused: a huge limit is how one switches a limit off):
+    a TPOT or TBT limit of 50 is 50 seconds a token, most likely 50 ms typed as milliseconds."""
+    out = []
+    for limits, most in ((per_token_s, MAX_TOKEN_LIMIT_S), (waits_s, MAX_WAIT_LIMIT_S)):
+        for flag, value in limits.items():
+            if value is not None and value > most:
+                out.append(f"{flag} {value:g} is {value:g} seconds (limits are in seconds: {value:g} ms would be "
+                           f"{value / 1000:g})")
+    return out
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,9 @@ class SLO:
             value = getattr(self, name)
             if not 0 < value <= 100:
                 raise ConfigError(f"slo.{name}", f"must be a percentile in (0, 100], got {value}", "e.g. 99 for P99")
+            if value < 1:  # (0.99 read as P0.99: the fastest request's figure, a limit every load meets)
+                raise ConfigError(f"slo.{name}", f"is a percentile, and {value:g} would judge P{value:g} (next to the "
+                                  "fastest request)", f"for P{100 * value:g} pass {100 * value:g}")
         if self.ttft_s is None and self.ttft_quantile != _field_default(SLO, "ttft_quantile"):
             raise ConfigError("slo.ttft_quantile", f"P{self.ttft_quantile:g} of TTFT is held to no limit",
                               "add --ttft-slo SECONDS (ttft_slo in a sweep file), or drop --ttft-quantile")
@@ -87,6 +105,12 @@ class SLO:
                               "add --tpot-slo SECONDS (tpot_slo in a sweep file), or drop --tpot-quantile")
         if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
             raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
+
+    def unit_notes(self) -> list[str]:
+        """Limits far beyond any serving SLO (:func:`limit_notes`)."""
+        return limit_notes({"--tbt-slo": self.tbt_s, "--tpot-slo": self.tpot_s, "--goodput-tpot-slo": self.goodput_tpot_s},
+                           {"--ttft-slo": self.ttft_s, "--goodput-ttft-slo": self.goodput_ttft_s,
+                            "--sched-delay-slo": self.sched_delay_s})
 
     def wait_limit(self) -> tuple[float, float, str]:
         """The shortest limit judged on a wait that a growing queue lengthens (the scheduling delay, TTFT,
@@ -202,6 +226,10 @@ class PlanSLO:
                                   f"must be a positive number of seconds, got {value}")
         if not 0 < self.attainment <= 1:
             raise ConfigError("--attainment", f"must be a fraction in (0, 1], got {self.attainment}", "e.g. 0.99 for P99")
+
+    def unit_notes(self) -> list[str]:
+        """Limits far beyond any serving SLO (:func:`limit_notes`)."""
+        return limit_notes({"--tpot-slo": self.tpot_s}, {"--ttft-slo": self.ttft_s})
 
     def capacity_slo(self) -> SLO:
         return SLO(criterion="goodput", tbt_s=self.tpot_s, goodput_ttft_s=self.ttft_s, goodput_tpot_s=self.tpot_s,

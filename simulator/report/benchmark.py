@@ -65,6 +65,9 @@ METRICS = (("ttft", "TTFT", "Time to First Token"),
            ("e2el", "E2EL", "End-to-end Latency"))
 
 
+MIN_GOODPUT_BOUND_MS = 1.0  # a goodput bound below this no LLM request meets (a token, a first token, a request)
+
+
 def parse_goodput(pairs: Sequence[str] | str | None) -> dict[str, float]:
     """``--goodput`` pairs (``ttft:300 tpot:50``, milliseconds; space- or comma-separated, in
     one argument or several) as ``{"ttft": 300.0, ...}``; a bad pair is one clear error."""
@@ -83,6 +86,9 @@ def parse_goodput(pairs: Sequence[str] | str | None) -> dict[str, float]:
         if name not in GOODPUT_METRICS or not bound >= 0 or math.isinf(bound):
             raise ConfigError("--goodput", f"expected NAME:MILLISECONDS with NAME one of {', '.join(GOODPUT_METRICS)} "
                               f"and a non-negative bound, got {pair!r}", "e.g. --goodput 'ttft:300 tpot:50'")
+        if bound < MIN_GOODPUT_BOUND_MS:  # (0.05 meant 50 ms: a goodput of 0 at any load, said as a figure)
+            raise ConfigError("--goodput", f"{pair} bounds {name} at {bound:g} ms (bounds are milliseconds, as vLLM's "
+                              f"--goodput), which no request meets", f"for {bound:g} s pass {name}:{bound * 1000:g}")
         if name in out:  # vLLM keeps the last; two bounds for one metric is a typo, not a wish
             raise ConfigError("--goodput", f"{name} given twice ({out[name]:g} and {bound:g} ms)", "give each metric once")
         out[name] = bound

@@ -1,0 +1,64 @@
+"""Planner answers read as asked: percentiles typed as fractions, milliseconds typed where seconds are read (and the
+reverse for a bench --goodput), a number typed with its unit, the TBT limit's default deciding a capacity nobody
+asked it for, and a multi-seed headline that says it is a mean (a read-only audit of the planning workflow)."""
+
+from __future__ import annotations
+
+import pytest
+from test_cli_fuzz_round13 import invoke, refused
+
+from simulator.config.errors import ConfigError
+from simulator.planning.options import SLO, PlanSLO
+from simulator.report.benchmark import parse_goodput
+
+SEVENTY_B = ("--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "--dtype", "fp8", "--kernels", "vllm",
+             "--num-requests", "512")
+
+
+def test_a_percentile_typed_as_a_fraction_is_refused() -> None:
+    with pytest.raises(ConfigError, match="for P99 pass 99"):
+        SLO(tpot_s=0.05, tpot_quantile=0.99)
+    assert "for P50 pass 50" in refused("capacity", "--tbt-quantile", "0.5")
+    assert SLO(tpot_s=0.05, tpot_quantile=1).tpot_quantile == 1  # P1 is a percentile
+
+
+def test_limits_far_beyond_any_slo_are_said_as_seconds() -> None:
+    assert SLO().unit_notes() == [] and PlanSLO().unit_notes() == []
+    (note,) = SLO(tpot_s=50).unit_notes()
+    assert note.startswith("--tpot-slo 50 is 50 seconds") and "50 ms would be 0.05" in note
+    assert PlanSLO(ttft_s=2000).unit_notes()[0].startswith("--ttft-slo 2000 is 2000 seconds")
+    assert SLO(tbt_s=5).unit_notes() == []  # (at the bound: a limit switched off by hand stays quiet up to it)
+    code, out = invoke("capacity", "--model", "llama-3.1-8b", "--num-requests", "64", "--max-trials", "2",
+                       "--tpot-slo", "50", "--tbt-slo", "1")
+    assert code == 0 and "note: --tpot-slo 50 is 50 seconds" in out
+
+
+def test_a_goodput_bound_below_a_millisecond_is_refused() -> None:
+    with pytest.raises(ConfigError, match="for 0.05 s pass tpot:50"):
+        parse_goodput("ttft:300 tpot:0.05")
+    assert parse_goodput("ttft:300 tpot:1") == {"ttft": 300.0, "tpot": 1.0}
+
+
+def test_a_number_typed_with_its_unit_is_told_how_the_flag_reads_it() -> None:
+    assert "where it takes seconds, 50ms is 0.05" in refused("capacity", "--tpot-slo", "50ms")
+    assert "Give a bare number" in refused("capacity", "--tpot-slo", "2s")
+    assert "Give a bare number" not in refused("capacity", "--tpot-slo", "fast")
+
+
+def test_the_tbt_limits_default_deciding_a_capacity_is_said() -> None:
+    code, out = invoke("capacity", *SEVENTY_B, "--tpot-slo", "0.05")
+    assert code == 0 and "note: the TBT limit's default decided the capacity" in out
+    code, out = invoke("capacity", *SEVENTY_B, "--tpot-slo", "0.05", "--tbt-slo", "0.2")  # typed: the user's limit
+    assert code == 0 and "default decided" not in out
+
+
+def test_a_multi_seed_capacity_says_it_is_a_mean_and_what_every_seed_held() -> None:
+    code, out = invoke("capacity", "--model", "llama-3.1-8b", "--num-requests", "128", "--seeds", "2",
+                       "--max-trials", "4")
+    assert code == 0 and "(mean) ±" in out and "every seed held it" in out
+
+
+def test_a_users_capacity_with_fewer_than_ten_requests_a_user_says_so() -> None:
+    code, out = invoke("capacity", "--model", "llama-3.1-8b", "--users", "--num-requests", "200", "--max-trials", "4",
+                       "--tpot-slo", "0.05", "--tbt-slo", "1")
+    assert code == 0 and "so the first wave (every user at once) weighs in the figures" in out

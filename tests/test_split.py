@@ -50,7 +50,8 @@ def test_a_goodput_trial_too_short_to_build_a_queue_is_no_pass(constant_cost):
     row = results_frame([res]).iloc[0]
     assert row["at_least"] and row["limited_by_trial_length"]
     trials = trials_frame([res])
-    assert list(trials.columns) == ["label", "family", "qps", "attainment", "passed", "reason", "too_short"]
+    assert list(trials.columns) == ["label", "family", "qps", "attainment", "passed", "reason", "too_short",
+                                    "stopped_early"]
     assert trials["too_short"].sum() == len(short)
 
 
@@ -169,3 +170,21 @@ def test_compare_keeps_its_aggregated_arms_beside_a_cpu_tier_for_the_prefill_poo
         res = CliRunner().invoke(app, ["disagg", "compare", *SHARED, *trace, "--taus", "512", *flags, "--out", str(out)])
         assert res.exit_code == 0, res.output
         assert sorted(pd.read_csv(out / "results.csv")["family"]) == ["disagg", "sarathi", "vllm"]
+
+
+def test_a_trial_stopped_once_certain_to_fail_is_marked_a_bound(constant_cost):
+    """A trial stopped early reports the attainment bound it was stopped at: trials.csv says which trials those are,
+    and the comparison plot draws them hollow beside the measured curve (drawn joined into it, a bound read as a
+    recovery: sarathi at 15 QPS 'at' 0.8975, a read-only audit)."""
+    from simulator.planning.split import comparison_figure
+
+    slo = GoodputSLO(ttft_s=0.8, tpot_s=0.05, attainment=0.9)
+    res = goodput_search(slots_config(512), slo, qps_start=10.0)
+    trials = trials_frame([res])
+    stopped = trials[trials["stopped_early"]]
+    assert len(stopped) and not stopped["passed"].any() and (stopped["qps"] > res.rate_qps).all()
+    assert not trials.loc[~trials["stopped_early"], "reason"].str.contains("certain").any()
+    fig = comparison_figure(results_frame([res]), trials, slo)
+    lines = fig.axes[1].get_lines()
+    hollow = [ln for ln in lines if ln.get_markerfacecolor() == "none"]
+    assert len(hollow) == 1 and len(hollow[0].get_xdata()) == len(stopped)

@@ -72,6 +72,7 @@ class GoodputTrial(NamedTuple):
     passed: bool
     reason: str = ""
     too_short: bool = False
+    stopped_early: bool = False  # stopped once certain to fail: ``attainment`` is the bound it was stopped at
 
 
 @dataclass
@@ -123,7 +124,7 @@ def goodput_trial(config: RunConfig, qps: float, slo: GoodputSLO, early_exit: bo
     result = simulation.simulate(config.replace(workload__qps=qps), watch=watch if early_exit else None)
     stopped = result.extra.get("stopped")
     if stopped is not None:  # certain miss: report the bound it was stopped at
-        return GoodputTrial(qps, 1.0 - watch.num_late / watch.num_requests, False, str(stopped))
+        return GoodputTrial(qps, 1.0 - watch.num_late / watch.num_requests, False, str(stopped), stopped_early=True)
     as_capacity = slo.capacity_slo()  # DistServe's goodput as capacity's --criterion goodput judges it
     cols, good = judged_requests(result, as_capacity)
     attainment = float(good.mean()) if len(good) else math.nan
@@ -383,10 +384,15 @@ def comparison_figure(results: pd.DataFrame, trials: pd.DataFrame, slo: GoodputS
     best = results.sort_values("goodput_per_gpu", ascending=False, kind="stable").groupby("family", sort=False).head(1)
     for row in best.itertuples():
         t = trials[trials["label"] == row.label].sort_values("qps")
-        ax2.plot(t["qps"], t["attainment"], "o-", color=FAMILY_COLORS.get(row.family, "C7"),
+        color = FAMILY_COLORS.get(row.family, "C7")
+        # a trial stopped once certain to fail is a bound (hollow), not a measurement: the line joins measured ones
+        stopped = t["stopped_early"].astype(bool) if "stopped_early" in t else pd.Series(False, index=t.index)
+        measured = t[~stopped]
+        ax2.plot(measured["qps"], measured["attainment"], "o-", color=color,
                  label=f"{row.label} ({row.goodput_per_gpu:.2f}/GPU)")
+        ax2.plot(t.loc[stopped, "qps"], t.loc[stopped, "attainment"], "o", mfc="none", color=color)
     ax2.axhline(slo.attainment, color="k", ls="--", lw=1)
-    ax2.set_xlabel("request rate (QPS); stopped trials at their upper bound")
+    ax2.set_xlabel("request rate (QPS); hollow: stopped once certain to fail, at the bound it was stopped at")
     ax2.set_ylabel("SLO attainment")
     ax2.set_title(f"best of each: {slo.describe()}", fontsize=9)
     ax2.legend(fontsize=7, loc="lower left")

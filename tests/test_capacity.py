@@ -662,7 +662,8 @@ def test_a_disaggregated_trial_judges_the_wait_for_a_decode_seat_too():
     log = result.disagg.handoff
     waited = np.nan_to_num(log.decode_reserved_at - log.prefill_done_at)[cols["request_id"]]
     seat = np.nan_to_num(log.decode_seated_at - log.transfer_end_at)[cols["request_id"]]
-    assert np.allclose(delays, cols["sched_delay_s"] + waited + seat, equal_nan=True)
+    link = np.nan_to_num(log.transfer_start_at - log.handoff_done_at)[cols["request_id"]]
+    assert np.allclose(delays, cols["sched_delay_s"] + waited + link + seat, equal_nan=True)
     assert np.mean(waited) > 2.0 > np.nanmedian(cols["sched_delay_s"])  # overloaded past the prefill queue
     report = find_capacity(config, SLO(tbt_s=0.2), SearchSettings(qps_start=6.0, rel_tol=0.1))
     assert report.capacity_qps < 6.0
@@ -687,6 +688,30 @@ def test_a_disaggregated_trial_judges_the_wait_for_a_decode_seat_after_the_trans
     assert np.median(scheduling_delays(result, cols)) > 2.0 > np.median(cols["sched_delay_s"])
     report = find_capacity(config, SLO(tbt_s=0.2), SearchSettings(qps_start=20.0, rel_tol=0.1))
     assert report.capacity_qps < 10.0
+
+
+def test_a_disaggregated_trial_judges_the_wait_for_the_kv_link_too():
+    """Transfers queue FIFO behind the link: a 1 GB/s link carries ~0.67 s of Llama-3.1-70B KV for each 2,048-token
+    prompt, at most ~1.5 req/s, and capacity said 4 req/s (the run: TTFT median 86 s, 1.46 req/s delivered, and
+    'overloaded' false: the prefill queue never grew). The link's queue is a wait like the others now, for the
+    search and for the run's own verdict."""
+    from simulator.planning.capacity import scheduling_delays
+    from simulator.report.metrics import request_columns, summarize
+
+    config = RunConfig().replace(replica__model="llama-3.1-70b", prefill_pool="1x(tp=4,gpu=h100-sxm)",
+                                 decode_pool="1x(tp=4,gpu=h100-sxm)", workload__name="fixed",
+                                 workload__prompt_tokens=2048, workload__output_tokens=256, workload__num_requests=300,
+                                 workload__qps=3.0, kv_link="1GB/s@10us")
+    result = simulate(config)
+    cols = request_columns(result)
+    log = result.disagg.handoff
+    link = (log.transfer_start_at - log.handoff_done_at)[cols["request_id"]]
+    assert np.nanmedian(link) > 10.0 > np.nanmedian(cols["sched_delay_s"])  # the queue is the link's
+    assert np.median(scheduling_delays(result, cols)) > 10.0
+    assert summarize(result, cols)["overloaded"]
+    report = find_capacity(config, SLO(tbt_s=0.2), SearchSettings(qps_start=3.0, rel_tol=0.1))
+    per_request_s = float(np.nanmedian(log.transfer_end_at - log.transfer_start_at))
+    assert report.capacity_qps < 1.0 / per_request_s  # what the link can carry
 
 
 @pytest.mark.parametrize("workers", [1, 2])  # one trial after another; trials run ahead in processes

@@ -228,7 +228,7 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                                                           else f"TPOT\n<={slo.goodput_tpot_s:g}s")]
     caption = (f"P{slo.tbt_quantile:g} TBT: percentile of every gap between consecutive output tokens of all "
                f"requests (the SLO's TBT). Scheduling delay: first scheduled - arrival"
-               + (", plus the waits after the prompt for decode blocks and a decode seat" if report.config.prefill_pool
+               + (", plus the waits after the prompt for decode blocks, the KV link and a decode seat" if report.config.prefill_pool
                   else "")
                + ". TTFT: first token - "
                f"arrival. Goodput: share of all requests with TTFT <= {slo.goodput_ttft_s:g}s "

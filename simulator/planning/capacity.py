@@ -85,6 +85,7 @@ from simulator.report.benchmark import measured_gaps
 from simulator.report.metrics import (
     measured_columns,
     overload_summary,
+    queue_delays,
     request_columns,
     within_slo,
 )
@@ -510,21 +511,9 @@ def _quantile(values: np.ndarray, q: float) -> float:
 
 
 def scheduling_delays(result: RunResult, cols: dict[str, np.ndarray]) -> np.ndarray:
-    """Each request's scheduling delay as the capacity criterion judges it: the wait for its first
-    scheduled step, and, in a disaggregated deployment, also its waits after its prompt: for decode
-    blocks (backpressure: the prefill worker holds the KV) and, its KV landed, for a decode seat while
-    ``max_num_seqs`` requests run there. A decode pool that cannot keep up queues requests at one of
-    those, not in the prefill queue: the first wait alone passed rates whose TTFTs were half a minute,
-    and without the seat wait 45 QPS passed on a 16-seat decode worker that serves ~8."""
-    delay = cols["sched_delay_s"]
-    if result.disagg is None:
-        return delay
-    log = result.disagg.handoff
-    ids = cols["request_id"]
-    backpressure = (log.decode_reserved_at - log.prefill_done_at)[ids]
-    seat = (log.decode_seated_at - log.transfer_end_at)[ids]
-    # NaN: served by a mixed replica (no handoff), or a run stopped before the step
-    return delay + np.nan_to_num(backpressure, nan=0.0) + np.nan_to_num(seat, nan=0.0)
+    """Each request's scheduling delay as the capacity criterion judges it: its waits in every queue on its way,
+    a disaggregated request's after its prompt included (:func:`~simulator.report.metrics.queue_delays`)."""
+    return queue_delays(result, cols)[0]
 
 
 def trial_config(config: RunConfig, load: float, users: bool = False) -> RunConfig:
@@ -663,13 +652,14 @@ def sustained(result: RunResult, cols: dict[str, np.ndarray], slo: SLO, delays: 
       (its backlog need not wait that long), so it is too short to judge, neither pass nor failure; the
       search's answer below it is then a lower bound (:func:`_seed_result`), not a capacity.
     """
+    delays_now, left = queue_delays(result, cols)
     if delays is None:
-        delays = scheduling_delays(result, cols)
+        delays = delays_now
     if span_s is None:
         arrivals = cols["arrival_at"]
         span_s = float(arrivals.max() - arrivals.min()) if len(arrivals) else math.nan
     limit_s, quantile, limit_name = slo.wait_limit()
-    overload = overload_summary({**cols, "sched_delay_s": delays}, limit_s, quantile)
+    overload = overload_summary({**cols, "sched_delay_s": delays, "left_queue_at": left}, limit_s, quantile)
     if overload["overloaded"]:
         first, last = (overload[f"sched_delay_s_p{quantile:g}_{part}_quarter"] for part in ("first", "last"))
         return [f"overloaded: the P{quantile:g} scheduling delay rose from {first:.3g}s (first quarter of arrivals) "

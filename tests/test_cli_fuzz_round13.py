@@ -280,6 +280,8 @@ def test_equal_lengths_in_a_closed_loop_are_said_to_move_in_waves() -> None:
 
 def test_small_headers_and_fields_name_what_was_given() -> None:
     code, output = invoke("run", "--metrics", "vllm", "--num-requests", "10", "--no-progress")
-    assert code == 0 and "(tp=1, pp=1, dp=1, ep=1) · 1 replica" in output and "kernels roofline" in output, output
+    assert code == 0 and "(tp=1, pp=1, dp=1, ep=1) · 1 replica" in output and "cost model: roofline" in output, output
+    # the default view's header: the policy's effective knobs, dtype and prefix cache (the vLLM view dropped them)
+    assert "2,048-token budget, <= 256 seqs" in output and "dtype bf16" in output and "prefix caching: on" in output
     assert refused("run", "--gpu", "h100-sxm", "--chunk-size", "512").startswith(
         "error: --chunk-size: 512 tokens is below max_num_seqs 1,024")

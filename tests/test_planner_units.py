@@ -62,3 +62,34 @@ def test_a_users_capacity_with_fewer_than_ten_requests_a_user_says_so() -> None:
     code, out = invoke("capacity", "--model", "llama-3.1-8b", "--users", "--num-requests", "200", "--max-trials", "4",
                        "--tpot-slo", "0.05", "--tbt-slo", "1")
     assert code == 0 and "so the first wave (every user at once) weighs in the figures" in out
+
+
+def test_help_into_a_pipe_keeps_every_option_name_whole() -> None:
+    """At rich's default 80 columns the help's option column cut 50 of run's names (``--max-num-batched-t…``)."""
+    for command in ("run", "capacity", "plan", "sweep"):
+        code, out = invoke(command, "--help")
+        assert code == 0 and "…" not in out, command
+    assert "--max-num-batched-tokens" in invoke("run", "--help")[1]
+
+
+def test_an_unknown_name_one_separator_away_is_offered_its_catalog_spelling() -> None:
+    assert "unknown model 'llama3.1-70b' (did you mean llama-3.1-70b?)" in refused("run", "--model", "llama3.1-70b")
+    assert "(did you mean h100-sxm?)" in refused("run", "--gpu", "H100_SXM")
+    assert "did you mean" not in refused("run", "--model", "foo")
+
+
+def test_a_capacity_of_zero_prints_no_nan() -> None:
+    code, out = invoke("capacity", "--model", "llama-3.1-8b", "--num-requests", "64", "--qps", "1000", "--min-qps",
+                       "500", "--max-trials", "2")
+    assert code == 0 and "capacity 0 QPS" in out and "nan" not in out and "output - tok/s" in out
+
+
+def test_a_policy_reserving_the_whole_context_says_how_few_requests_the_cache_holds() -> None:
+    code, out = invoke("run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--scheduler", "orca", "--num-requests",
+                       "16", "--no-progress")
+    line = " ".join(out.split())
+    assert code == 0 and "note: orca reserves the whole context (131,072 tokens) for each request" in line
+    assert "--max-model-len sets the reserve" in line
+    code, out = invoke("run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--scheduler", "vllm-v1",
+                       "--num-requests", "16", "--no-progress")
+    assert code == 0 and "reserves" not in out

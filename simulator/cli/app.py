@@ -213,9 +213,21 @@ def _unit_hint(message: str) -> str:
     return f"{message} Give a bare number, in the unit the flag's help names{seconds}."
 
 
+def _wide_help() -> None:
+    """Help into a file or pipe at 160 columns, as the commands print: at rich's default 80 its option column cut
+    the longer names (``--max-num-batched-t…``), which then could not be read or copied. A width set by the user
+    (``TERMINAL_WIDTH``, typer's) stands."""
+    import typer.rich_utils
+
+    if typer.rich_utils.MAX_WIDTH is None:
+        typer.rich_utils.MAX_WIDTH = 160
+
+
 def main() -> None:
     usage_error, click_exception = _click_errors()
     argv = joined_values(sys.argv[1:])
+    if not sys.stdout.isatty() and ("--help" in argv or "-h" in argv or len(argv) <= 1):
+        _wide_help()
     try:
         refuse_blank_values(argv)
         # Not standalone: click's own handling would print a usage error as a boxed block of

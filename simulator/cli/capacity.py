@@ -62,6 +62,11 @@ def _s(value: float, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
 
 
+def _tok_s(value: float) -> str:
+    """Tokens a second, or "-" where no trial passed (capacity 0: no figure at capacity)."""
+    return "-" if value is None or math.isnan(value) else f"{value:,.0f}"
+
+
 MIN_REQUESTS_PER_USER = 10  # below this many a user at a users capacity, the answer says the first wave weighs in
 CAPACITY_FILES = ("capacity.json", "trials.csv")  # what capacity --out holds (an earlier one is replaced whole)
 # What sweep --out holds: its record, point files, results table and `plot sweep`'s figures (written beside them)
@@ -314,7 +319,7 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                   f"{_against(summary['tbt_s_p99_at_capacity'], tbt_limit)} s, P50 TTFT "
                   f"{_s(summary['ttft_s_p50_at_capacity'])} s, P99 TTFT {_s(summary['ttft_s_p99_at_capacity'])} s, "
                   f"P{tpot_q:g} TPOT {_against(summary['tpot_s_q_at_capacity'], slo.tpot_s)} s, "
-                  f"goodput {good} ({slo.good_request}), output {summary['output_tok_s_at_capacity']:,.0f} tok/s"
+                  f"goodput {good} ({slo.good_request}), output {_tok_s(summary['output_tok_s_at_capacity'])} tok/s"
                   f" · {count(summary['num_trials'], 'trial')} in "
                   f"{report.wall_s:.1f}s")
     for seed in report.seeds:

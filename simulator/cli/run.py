@@ -150,6 +150,26 @@ def _intake(s: SchedulerConfig) -> str:
     return out
 
 
+def _context_reserve_note(config: RunConfig, summary: dict[str, Any]) -> str | None:
+    """Where the policy reserves the whole context for each request (Orca, FasterTransformer) and the KV cache then
+    holds fewer requests than its sequence cap: said, with the flag that sets the reserve (Llama-3.1-8B on an H100
+    at its 131,072-token context holds 2, and a run at 2 req/s queued for a minute with no word why)."""
+    r, s = config.replica, config.scheduler
+    if config.is_disaggregated or not SCHEDULER_ENTRIES[s.name].reserves_context:
+        return None
+    max_len = r.effective_max_model_len
+    held = summary["kv_cache_tokens"] // max_len
+    cap = s.seq_limit(r.gpu_spec, summary["kv_cache_tokens"], max_len)
+    if held >= cap:
+        return None
+    if r.max_model_len is not None:  # the user's reserve: said, no fix offered
+        return (f"note: {s.name} reserves --max-model-len ({max_len:,} tokens) for each request at admission, so the KV "
+                f"cache holds {held:,} at once (its cap {cap:,})")
+    return (f"note: {s.name} reserves the whole context ({max_len:,} tokens) for each request at admission, so the KV "
+            f"cache holds {held:,} at once (its cap {cap:,}); --max-model-len sets the reserve (e.g. the workload's "
+            "longest request)")
+
+
 def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, console: Console) -> None:
     """A run's answer on the terminal: what ran (title), its load and pricing, the latency table,
     the totals, then a line for each feature the run used."""
@@ -200,6 +220,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
         console.print(_disagg_line(summary["disagg"]))
     if "speculative" in summary:
         console.print(_speculative_line(config, summary["speculative"]), highlight=False)
+    if (note := _context_reserve_note(config, summary)) is not None:
+        console.print(note, highlight=False)
     if summary.get("rejected_by_reason"):
         console.print("rejected: " + "; ".join(f"{n:,} {kind}" for kind, n in summary["rejected_by_reason"].items()))
     if summary.get("overloaded"):
@@ -603,19 +625,14 @@ class BenchOptions:
         return {**load_settings(result), **figures}
 
     def print_vllm(self, config: RunConfig, summary: dict[str, Any], out: Console) -> None:
+        """vLLM's result block under the run's own two header lines (what ran, its effective knobs, dtype, prefix
+        cache and pricing: the default view's, so the two views of one run name the same deployment)."""
         from simulator.report.benchmark import format_vllm
 
-        r = config.replica
-        if config.is_disaggregated:  # (its pools, not the base replica the flags describe)
-            from simulator.config.disagg_layout import layout_of
-
-            deployment = f"{r.model} disaggregated: {layout_of(config).describe()}{_router(config)}"
-        else:
-            replicas = f"{config.num_replicas} replica{'s' if config.num_replicas > 1 else ''}"
-            deployment = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, "
-                          f"ep={r.ep}) · {replicas}{_router(config)} · {config.scheduler.name}")
-        out.print(f"{deployment} · engine {config.engine} · kernels {r.kernels} · workload: {summary['workload']}",
-                  markup=False)
+        title = run_title(config, summary)
+        pricing = _pricing_note(config)
+        out.print(title, markup=False, highlight=False)
+        out.print(f"workload: {summary['workload']}{_loop_note(config)} · {pricing}", markup=False, highlight=False)
         out.print(format_vllm(summary["benchmark"], summary["benchmark"], self.percentiles), markup=False,
                   highlight=False)
 

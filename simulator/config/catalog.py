@@ -13,6 +13,9 @@ vendors' datasheets (dense, i.e. without structured sparsity).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 from simulator.config.errors import ConfigError
 from simulator.config.hf_config import is_path_like, load_gpu_file, load_hf_model
 from simulator.config.specs import GB, TFLOPS, GiB, GPUSpec, ModelSpec
@@ -305,6 +308,20 @@ _MODEL_KEYS.update(_repo_names(_MODELS, _MODEL_KEYS))
 _GPU_KEYS = _index(_GPUS)
 
 
+def _nearest(name: str, names: Iterable[str]) -> str:
+    """" (did you mean X?)" where one catalog name is ``name`` but for its separators and case (``llama3.1-70b``,
+    ``h100sxm``) or close to it by spelling; else ""."""
+    import difflib
+
+    def squeeze(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+
+    names = list(names)
+    same = [n for n in names if squeeze(n) == squeeze(name)]
+    close = same or difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def get_model(name: str) -> ModelSpec:
     """Exact lookup by short name or Hugging Face id (case-insensitive); a path to a Hugging Face
     ``config.json`` (or its folder) is read by :mod:`simulator.config.hf_config`."""
@@ -313,7 +330,7 @@ def get_model(name: str) -> ModelSpec:
     except KeyError:
         if is_path_like(name):
             return load_hf_model(name)
-        raise ConfigError("model", f"unknown model {name!r}",
+        raise ConfigError("model", f"unknown model {name!r}{_nearest(name, MODELS)}",
                           f"known: {', '.join(MODELS)} (`simulate models` lists them); or pass the path of the "
                           "model's Hugging Face config.json") from None
 
@@ -326,5 +343,5 @@ def get_gpu(name: str) -> GPUSpec:
     except KeyError:
         if is_path_like(name):
             return load_gpu_file(name)
-        raise ConfigError("gpu", f"unknown GPU {name!r}",
+        raise ConfigError("gpu", f"unknown GPU {name!r}{_nearest(name, GPUS)}",
                           f"known: {', '.join(GPUS)}; `simulate gpus` lists them") from None

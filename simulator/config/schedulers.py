@@ -66,6 +66,7 @@ class SchedulerEntry:
     block_size: int = 16
     dp_padding: str = "max"
     serves_pools: bool = False
+    reserves_context: bool = False
 
     def __post_init__(self) -> None:
         module, _, cls = self.policy.partition(":")
@@ -94,9 +95,9 @@ SCHEDULERS: dict[str, SchedulerEntry] = {
     # (V0; the pools' scheduler under a research policy and disagg split/compare's: DistServe's prefill and decode
     # instances, disagg_layout.FALLBACK_POOL_SCHEDULER and SPLIT_POOL_SCHEDULER)
     "vllm": SchedulerEntry(f"{_POLICIES}.vllm:VLLMScheduler", hybrid_page=True, serves_pools=True),
-    "orca": SchedulerEntry(f"{_POLICIES}.orca:OrcaScheduler", token_budget=False),
+    "orca": SchedulerEntry(f"{_POLICIES}.orca:OrcaScheduler", token_budget=False, reserves_context=True),
     "fastertransformer": SchedulerEntry(f"{_POLICIES}.fastertransformer:FasterTransformerScheduler",
-                                        token_budget=False),
+                                        token_budget=False, reserves_context=True),
     "sarathi": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True),
     # Sarathi's policy under vLLM's default budget (SchedulerConfig.token_budget).
     "vllm-v1": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True,

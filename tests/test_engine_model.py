@@ -30,6 +30,7 @@ from simulator.costmodel.engine_model import (
     EngineCostModel,
     EngineModel,
     load_engine,
+    parse_overrides,
     tp_lookup,
 )
 from simulator.costmodel.roofline import RooflineCostModel
@@ -465,3 +466,17 @@ def test_cpu_time_per_prompt_chunk_and_layer_charges_the_prompt_steps_only():
     shallow = engine_model(chunky, tp=1, model="llama-3.1-8b")  # 32 layers to llama-2-70b's 80: a chunk costs 32/80
     assert shallow.breakdown(two)["engine_cpu_per_prefill"] == pytest.approx(2 * 32 * 0.1e-3) and layers == 80
     assert sum(parts.values()) == pytest.approx(cm.iteration_time(two), rel=1e-9)
+
+
+def test_an_artifact_written_before_the_per_layer_rename_still_loads():
+    """Artifacts write every term: those written while the prompt-chunk term was per chunk hold it, at 0 unless a
+    user set it. At 0 they load; a value set is refused with the conversion (it was per chunk, now per chunk and
+    layer), and so is an override naming the old term."""
+    data = ENGINES["vllm-2026"].to_dict()
+    data["cpu_per_prefill_seq_s"] = data.pop("cpu_per_prefill_seq_layer_s")
+    assert EngineModel.from_dict(data) == ENGINES["vllm-2026"]
+    data["cpu_per_prefill_seq_s"] = 0.01
+    with pytest.raises(ConfigError, match="divide it by the model's layers"):
+        EngineModel.from_dict(data)
+    with pytest.raises(ConfigError, match="give cpu_per_prefill_seq_layer_s=SECONDS"):
+        parse_overrides("cpu_per_prefill_seq_s=0.01")

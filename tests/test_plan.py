@@ -671,3 +671,21 @@ def test_the_default_space_searches_each_shape_at_its_engines_own_budget_and_cap
     assert {s for g, m, b, s in knobs if g == "h100-sxm" and m == "disagg"} == {128, 256, 1024}
     grid_only, _ = enumerate_layouts(base, dataclasses.replace(space, engine_defaults=False), space.gpus)
     assert {(lay.budget, lay.max_num_seqs) for lay in grid_only if lay.mode == "agg"} == grid
+
+
+def test_the_engines_own_cap_is_the_one_its_run_takes_sglangs_by_its_kv_cache() -> None:
+    """SGLang's own running-request cap follows its KV cache (the memory plan); the plan took its rule without one
+    (2,048) and launched --max-running-requests 2048 where a launch without the flag runs 4,096."""
+    import re
+
+    from test_cli_fuzz_round13 import invoke
+
+    base = RunConfig().replace(replica__model="llama-3.1-70b", replica__max_model_len=8192, scheduler__name="sglang",
+                               engine="sglang-2026", workload__name="sharegpt", workload__num_requests=64)
+    space = SearchSpace(gpus=("h200",), modes=("agg",), tps=(4,), budgets=(2048,), max_num_seqs=(128,))
+    layouts, _ = enumerate_layouts(base, space, space.gpus)
+    own = [lay for lay in layouts if (lay.budget, lay.max_num_seqs) != (2048, 128)]
+    code, out = invoke("run", "--model", "llama-3.1-70b", "--max-model-len", "8192", "--gpu", "h200", "--tp", "4",
+                       "--scheduler", "sglang", "--engine", "sglang-2026", "--num-requests", "4", "--no-progress")
+    cap = int(re.search(r"<= ([\d,]+) seqs", out).group(1).replace(",", ""))
+    assert code == 0 and len(own) == 1 and own[0].max_num_seqs == cap > 2048

@@ -242,6 +242,7 @@ def test_presets_carry_the_committed_reports_fit() -> None:
         assert engine.cpu_per_seq_s == pytest.approx(fit.cpu_per_seq_us / 1e6, **near), fit.preset
         assert engine.cpu_per_prefill_token_s == pytest.approx(fit.cpu_per_prefill_token_us / 1e6, **near), fit.preset
         assert engine.prefill_floor_per_layer_s == pytest.approx(fit.prefill_floor_per_layer_ms / 1e3, **near)
+        assert engine.cpu_per_prefill_seq_layer_s == pytest.approx(fit.cpu_per_prefill_seq_layer_us / 1e6, **near)
         assert [v for _, v in engine.collective_extra_s] == pytest.approx(
             [fit.collective_extra_us / 1e6] * len(engine.collective_extra_s), **near), fit.preset
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import errno
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -213,21 +214,32 @@ def _unit_hint(message: str) -> str:
     return f"{message} Give a bare number, in the unit the flag's help names{seconds}."
 
 
-def _wide_help() -> None:
+@contextlib.contextmanager
+def _wide_help() -> Iterator[None]:
     """Help into a file or pipe at 160 columns, as the commands print: at rich's default 80 its option column cut
     the longer names (``--max-num-batched-t…``), which then could not be read or copied. A width set by the user
-    (``TERMINAL_WIDTH``, typer's) stands."""
+    (``TERMINAL_WIDTH``, typer's; ``COLUMNS``) stands; typer's width is put back after (a process running the CLI
+    more than once, as tests do, keeps its own)."""
     import typer.rich_utils
 
-    if typer.rich_utils.MAX_WIDTH is None:
+    before = typer.rich_utils.MAX_WIDTH
+    if before is None and "COLUMNS" not in os.environ:
         typer.rich_utils.MAX_WIDTH = 160
+    try:
+        yield
+    finally:
+        typer.rich_utils.MAX_WIDTH = before
 
 
 def main() -> None:
-    usage_error, click_exception = _click_errors()
     argv = joined_values(sys.argv[1:])
-    if not sys.stdout.isatty() and ("--help" in argv or "-h" in argv or len(argv) <= 1):
-        _wide_help()
+    wide = not sys.stdout.isatty() and ("--help" in argv or "-h" in argv or len(argv) <= 1)
+    with _wide_help() if wide else contextlib.nullcontext():
+        _main(argv)
+
+
+def _main(argv: list[str]) -> None:
+    usage_error, click_exception = _click_errors()
     try:
         refuse_blank_values(argv)
         # Not standalone: click's own handling would print a usage error as a boxed block of

@@ -31,6 +31,7 @@ from simulator.config.run_config import RunConfig
 from simulator.config.speculative import unmodelled_line
 from simulator.planning.options import (
     CAPACITY_DEFAULT_NUM_REQUESTS,
+    MAX_TOKEN_LIMIT_S,
     SEARCH_PANEL,
     refuse_unread_planner_options,
     slo_and_settings,
@@ -100,7 +101,8 @@ def capacity(
         # is judged, --min-goodput or --criterion goodput, its limit stays its own.)
         planner = {**planner, "goodput_ttft_slo": planner["ttft_slo"]}
     slo, settings = slo_and_settings(planner)
-    for note in slo.unit_notes():  # said before the search, on stderr (a --json answer is stdout alone)
+    # said before the search, on stderr (a --json answer is stdout alone); of the limits typed
+    for note in slo.unit_notes({f"--{name.replace('_', '-')}" for name in typed}):
         typer.echo(f"note: {note}", err=True)
     check_searchable(config, settings.users, offer_users=True, given=run_flags, max_users=settings.max_users)
     seeds = planner["seeds"]
@@ -142,6 +144,8 @@ def capacity(
         typer.echo(json.dumps(jsonable(data), indent=2, sort_keys=True))
         if spec_note:  # (stdout holds the JSON alone)
             typer.echo(spec_note, err=True)
+        if (note := default_tbt_decided(report, typed)) is not None:
+            typer.echo(f"note: {note}", err=True)
     else:
         print_capacity(report, app_console())
         if (note := default_tbt_decided(report, typed)) is not None:
@@ -164,14 +168,22 @@ def default_tbt_decided(report: Any, typed: set[str] | frozenset[str]) -> str | 
     if slo.criterion != "tbt" or "tbt_slo" in typed or (slo.tpot_s is None and slo.ttft_s is None):
         return None
     tbt_alone = f"P{slo.tbt_quantile:g} TBT "
+    found = None
     for seed in report.seeds:
         above = [t for t in seed.trials if not t.passed and t.qps > seed.capacity_qps]
         lowest = min(above, key=lambda t: t.qps) if above else None
         if lowest is not None and lowest.reason.startswith(tbt_alone) and ";" not in lowest.reason:
-            return (f"the TBT limit's default decided the capacity (P{slo.tbt_quantile:g} TBT <= {slo.tbt_s:g} s, "
-                    f"judged beside the limits given): the lowest failing load failed on it, not on those; --tbt-slo "
-                    "sets another (a large one judges the limits given alone)")
-    return None
+            # (a trial stopped early on TBT judged nothing else: the limits given may have failed there too)
+            found = "may have decided" if lowest.stopped_early else "decided"
+            if not lowest.stopped_early:
+                break
+    if found is None:
+        return None
+    why = ("the lowest failing load failed on it, not on those" if found == "decided" else
+           "the lowest failing load was stopped on it before the others were judged (--no-tbt-early-exit judges them)")
+    return (f"the TBT limit's default {found} the capacity (P{slo.tbt_quantile:g} TBT <= {slo.tbt_s:g} s, judged "
+            f"beside the limits given): {why}; --tbt-slo sets another (e.g. --tbt-slo {MAX_TOKEN_LIMIT_S:g} to judge "
+            "the limits given alone)")
 
 
 def _check_mix_fits(config: RunConfig, mix: Any, given: frozenset[str] = frozenset()) -> None:  # noqa: ANN401
@@ -336,7 +348,8 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
         # Every user sends its first request at once: with few requests each, that wave is much of a trial.
         console.print(f"note: {num_requests:,} requests a trial are {num_requests / summary[key]:.2g} a user at "
                       "capacity, so the first wave (every user at once) weighs in the figures; raise --num-requests "
-                      f"(e.g. {10 * math.ceil(summary[key]):,}, ten a user, as InferenceX runs)",
+                      f"(e.g. {MIN_REQUESTS_PER_USER * math.ceil(summary[key]):,}, {MIN_REQUESTS_PER_USER} a user, as "
+                      "InferenceX runs)",
                       highlight=False)
     if users and report.config.workload.exact_lengths:  # as run's title says it (simulator.cli.run._loop_note)
         console.print("note: every request the same length, so each trial's users move in lock-stepped waves (a "

@@ -150,6 +150,15 @@ def _intake(s: SchedulerConfig) -> str:
     return out
 
 
+def _wait_words(config: RunConfig) -> str:
+    """What the overload verdict judged (report.metrics.queue_delays): the scheduling delay, and in a disaggregated
+    run also each request's waits after its prompt (the table's scheduling delay is the first wait alone)."""
+    if config.is_disaggregated:
+        return ("the queue wait (scheduling delay plus the waits after the prompt for decode blocks, the KV link and a "
+                "decode seat)")
+    return "scheduling delay"
+
+
 def _context_reserve_note(config: RunConfig, summary: dict[str, Any]) -> str | None:
     """Where the policy reserves the whole context for each request (Orca, FasterTransformer) and the KV cache then
     holds fewer requests than its sequence cap: said, with the flag that sets the reserve (Llama-3.1-8B on an H100
@@ -227,7 +236,8 @@ def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, con
     if summary.get("overloaded"):
         closed = config.workload.concurrency is not None and config.workload.arrival == "burst"
         console.print(
-            f"[bold]load exceeds capacity:[/bold] scheduling delay rose from {summary['sched_delay_s_p50_first_quarter']:.3g} s "
+            f"[bold]load exceeds capacity:[/bold] {_wait_words(config)} rose from "
+            f"{summary['sched_delay_s_p50_first_quarter']:.3g} s "
             f"(P50, first quarter of arrivals) to {summary['sched_delay_s_p50_last_quarter']:.3g} s (last quarter) and "
             f"{count(summary['num_waiting_at_last_arrival'], 'request')} "
             f"{'was' if summary['num_waiting_at_last_arrival'] == 1 else 'were'} still queued at the last arrival, so "

@@ -14,7 +14,7 @@ vendors' datasheets (dense, i.e. without structured sparsity).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 from simulator.config.errors import ConfigError
 from simulator.config.hf_config import is_path_like, load_gpu_file, load_hf_model
@@ -308,18 +308,19 @@ _MODEL_KEYS.update(_repo_names(_MODELS, _MODEL_KEYS))
 _GPU_KEYS = _index(_GPUS)
 
 
-def _nearest(name: str, names: Iterable[str]) -> str:
-    """" (did you mean X?)" where one catalog name is ``name`` but for its separators and case (``llama3.1-70b``,
-    ``h100sxm``) or close to it by spelling; else ""."""
+def _nearest(name: str, keys: Mapping[str, ModelSpec | GPUSpec]) -> str:
+    """" (did you mean X?)" where one catalog name or alias (``keys``) is ``name`` but for its separators and case
+    (``llama3.1-70b``, ``h200sxm``) or close to it by spelling with the same numbers (``qwen3-32``; never
+    ``llama-3.1-7b`` for llama-3.1-70b, another model), X the canonical name; else ""."""
     import difflib
 
     def squeeze(text: str) -> str:
         return re.sub(r"[^a-z0-9]", "", text.lower())
 
-    names = list(names)
-    same = [n for n in names if squeeze(n) == squeeze(name)]
-    close = same or difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.8)
-    return f" (did you mean {close[0]}?)" if close else ""
+    same = [k for k in keys if squeeze(k) == squeeze(name)]
+    close = same or [k for k in difflib.get_close_matches(name.lower(), list(keys), n=3, cutoff=0.8)
+                     if re.findall(r"\d+", k) == re.findall(r"\d+", name.lower())]
+    return f" (did you mean {keys[close[0]].name}?)" if close else ""
 
 
 def get_model(name: str) -> ModelSpec:
@@ -330,7 +331,7 @@ def get_model(name: str) -> ModelSpec:
     except KeyError:
         if is_path_like(name):
             return load_hf_model(name)
-        raise ConfigError("model", f"unknown model {name!r}{_nearest(name, MODELS)}",
+        raise ConfigError("model", f"unknown model {name!r}{_nearest(name, _MODEL_KEYS)}",
                           f"known: {', '.join(MODELS)} (`simulate models` lists them); or pass the path of the "
                           "model's Hugging Face config.json") from None
 
@@ -343,5 +344,5 @@ def get_gpu(name: str) -> GPUSpec:
     except KeyError:
         if is_path_like(name):
             return load_gpu_file(name)
-        raise ConfigError("gpu", f"unknown GPU {name!r}{_nearest(name, GPUS)}",
+        raise ConfigError("gpu", f"unknown GPU {name!r}{_nearest(name, _GPU_KEYS)}",
                           f"known: {', '.join(GPUS)}; `simulate gpus` lists them") from None

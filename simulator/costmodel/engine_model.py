@@ -185,6 +185,7 @@ class EngineModel:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EngineModel:
         known = {f.name for f in fields(cls)}
+        data = _renamed_terms(data)
         bad = set(data) - known
         if bad:
             raise ConfigError("engine", f"unknown engine term {sorted(bad)[0]!r}", f"known: {', '.join(sorted(known))}")
@@ -196,6 +197,22 @@ class EngineModel:
         for key in ("rpc_s", "collective_extra_s"):
             data[key] = tuple((int(t), float(v)) for t, v in data.get(key, ()))
         return cls(**data)
+
+
+# Terms renamed with a change of unit: an artifact (every term written, at 0 where unused) or override naming the old
+# one is read where it is 0 and refused, with the conversion, where not.
+RENAMED_TERMS = {"cpu_per_prefill_seq_s": ("cpu_per_prefill_seq_layer_s", "a time per prompt chunk, now per prompt chunk "
+                                           "and model layer: divide it by the model's layers")}
+
+
+def _renamed_terms(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without a renamed term at 0 (what every artifact written before the rename holds); one set refused."""
+    for old, (new, why) in RENAMED_TERMS.items():
+        if old in data:
+            if data[old] not in (0, 0.0) or isinstance(data[old], bool):
+                raise ConfigError("engine", f"{old} is {why}", f"give {new} (seconds a chunk and layer) instead")
+            data = {k: v for k, v in data.items() if k != old}
+    return data
 
 
 # -- presets ------------------------------------------------------------------------------------------------------
@@ -438,6 +455,9 @@ def parse_overrides(text: str) -> dict[str, Any]:
         key, value = key.strip(), value.strip()
         if key in out:
             raise ConfigError("engine", f"{key} given twice", "give each term once")
+        if key in RENAMED_TERMS:
+            renamed, why = RENAMED_TERMS[key]
+            raise ConfigError("engine", f"{key} is {why}", f"give {renamed}=SECONDS instead")
         if key not in OVERRIDABLE:
             raise ConfigError("engine", f"{key!r} is not a term an override may set",
                               f"one of {', '.join(OVERRIDABLE)}, e.g. --engine vllm-2026:handoff_s=0.02")

@@ -652,9 +652,9 @@ def sustained(result: RunResult, cols: dict[str, np.ndarray], slo: SLO, delays: 
       (its backlog need not wait that long), so it is too short to judge, neither pass nor failure; the
       search's answer below it is then a lower bound (:func:`_seed_result`), not a capacity.
     """
-    delays_now, left = queue_delays(result, cols)
-    if delays is None:
-        delays = delays_now
+    judged, left = queue_delays(result, cols)
+    if delays is None:  # (given: the trial's own, judged over the same requests)
+        delays = judged
     if span_s is None:
         arrivals = cols["arrival_at"]
         span_s = float(arrivals.max() - arrivals.min()) if len(arrivals) else math.nan

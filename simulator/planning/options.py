@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +96,8 @@ class SLO:
                 raise ConfigError(f"slo.{name}", f"must be a percentile in (0, 100], got {value}", "e.g. 99 for P99")
             if value < 1:  # (0.99 read as P0.99: the fastest request's figure, a limit every load meets)
                 raise ConfigError(f"slo.{name}", f"is a percentile, and {value:g} would judge P{value:g} (next to the "
-                                  "fastest request)", f"for P{100 * value:g} pass {100 * value:g}")
+                                  "fastest request)", f"for P{100 * value:g} pass {100 * value:g}" if value >= 0.01
+                                  else "e.g. 99 for P99")
         if self.ttft_s is None and self.ttft_quantile != _field_default(SLO, "ttft_quantile"):
             raise ConfigError("slo.ttft_quantile", f"P{self.ttft_quantile:g} of TTFT is held to no limit",
                               "add --ttft-slo SECONDS (ttft_slo in a sweep file), or drop --ttft-quantile")
@@ -106,11 +107,16 @@ class SLO:
         if self.min_goodput is not None and not 0 < self.min_goodput <= 1:
             raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
 
-    def unit_notes(self) -> list[str]:
-        """Limits far beyond any serving SLO (:func:`limit_notes`)."""
-        return limit_notes({"--tbt-slo": self.tbt_s, "--tpot-slo": self.tpot_s, "--goodput-tpot-slo": self.goodput_tpot_s},
-                           {"--ttft-slo": self.ttft_s, "--goodput-ttft-slo": self.goodput_ttft_s,
-                            "--sched-delay-slo": self.sched_delay_s})
+    def unit_notes(self, given: Collection[str] | None = None) -> list[str]:
+        """Limits far beyond any serving SLO (:func:`limit_notes`), of the flags ``given`` (None: every limit): a limit
+        the command copied from another (goodput's TTFT from --ttft-slo) is said once, as the flag typed."""
+        per_token = {"--tbt-slo": self.tbt_s, "--tpot-slo": self.tpot_s, "--goodput-tpot-slo": self.goodput_tpot_s}
+        waits = {"--ttft-slo": self.ttft_s, "--goodput-ttft-slo": self.goodput_ttft_s,
+                 "--sched-delay-slo": self.sched_delay_s}
+        if given is not None:
+            per_token = {k: v for k, v in per_token.items() if k in given}
+            waits = {k: v for k, v in waits.items() if k in given}
+        return limit_notes(per_token, waits)
 
     def wait_limit(self) -> tuple[float, float, str]:
         """The shortest limit judged on a wait that a growing queue lengthens (the scheduling delay, TTFT,

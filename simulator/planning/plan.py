@@ -87,7 +87,7 @@ from simulator.planning.options import (  # declared with the planner options
     PlanSLO,
     connect_ray,
 )
-from simulator.planning.split import fits
+from simulator.planning.split import engine_seq_limit, fits
 from simulator.report.benchmark import measured_window, output_throughput_per_user
 from simulator.util.figures import or_skipped
 from simulator.util.text import percent
@@ -300,21 +300,21 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
     dtypes = space.dtypes or (base.replica.dtype,)
     chunking = base.scheduler.name in CHUNKING
     budgets: tuple[int | None, ...] = space.budgets if chunking else (None,)
-    pool_scheduler = replace(base.scheduler, name=default_pool_scheduler(base.scheduler.name), chunk_size=None,
-                             max_num_batched_tokens=None, max_num_seqs=None)
 
-    def knobs(gpu: str, mode: str) -> list[tuple[int | None, int]]:
-        """The (token budget, sequence cap) pairs a shape is searched at on ``gpu``: the grid, and with
-        ``engine_defaults`` the engine's own pair where the grid lacks it (a disaggregated layout's pools keep
-        their own budget: its budget is None)."""
-        grid = [(b, s) for s in space.max_num_seqs for b in (budgets if mode == "agg" else (None,))]
+    def knobs(probe: Layout) -> list[tuple[int | None, int]]:
+        """The (token budget, sequence cap) pairs the shape of ``probe`` (its knobs aside) is searched at: the grid,
+        and with ``engine_defaults`` the engine's own pair on its GPU where the grid lacks it (a disaggregated
+        layout's pools keep their own budget: its budget is None; the cap is its decode pool's)."""
+        grid = [(b, s) for s in space.max_num_seqs for b in (budgets if probe.mode == "agg" else (None,))]
         if space.engine_defaults:
-            spec = get_gpu(gpu)
-            own = replace(base.scheduler, max_num_seqs=None) if mode == "agg" else pool_scheduler
-            budget = own.token_budget(base.replica.effective_max_model_len, spec) if mode == "agg" and chunking else None
-            pair = (budget, own.seq_limit(spec))
-            if pair not in grid:
-                grid.append(pair)
+            budget = (base.scheduler.token_budget(base.replica.effective_max_model_len, get_gpu(probe.gpu))
+                      if probe.mode == "agg" and chunking else None)
+            try:
+                seqs = engine_seq_limit(replace(probe, budget=budget).config(base))
+            except ConfigError:  # (a shape the config refuses: counted as invalid with the grid's layouts)
+                return grid
+            if (budget, seqs) not in grid:
+                grid.append((budget, seqs))
         return grid
     dropped = {"memory": 0, "invalid": 0, "pipeline dominated": 0}
     invalid_example: list[str] = []  # why the layouts the config refuses are refused (the first one)
@@ -353,7 +353,7 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
                     if pp > 1 and tp * pp * adp in agg_tp_only_sizes:
                         dropped["pipeline dominated"] += 1
                         continue
-                    for budget, seqs in knobs(gpu, "agg"):
+                    for budget, seqs in knobs(Layout(gpu, "agg", dtype, tp, pp, ep, adp)):
                         layout = Layout(gpu, "agg", dtype, tp, pp, ep, adp, budget, seqs)
                         if not fits_layout(layout):
                             continue
@@ -367,7 +367,7 @@ def enumerate_layouts(base: RunConfig, space: SearchSpace, gpus: Sequence[str]) 
                         for n_p, n_d in space.ratios:
                             # Pools keep their scheduler's own token budget (its engine's default, or a
                             # --max-num-batched-tokens of the run's where they run --scheduler), not --budgets.
-                            for _, seqs in knobs(gpu, "disagg"):
+                            for _, seqs in knobs(Layout(gpu, "disagg", dtype, tp_d, 1, 1, 1, None, 1, tp_p, n_p, n_d)):
                                 layout = Layout(gpu, "disagg", dtype, tp_d, 1, 1, 1, None, seqs, tp_p, n_p, n_d)
                                 if not fits_layout(layout):
                                     continue

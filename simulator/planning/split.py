@@ -40,6 +40,7 @@ from simulator.config.disagg_layout import SPLIT_POOL_SCHEDULER, layout_of, num_
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import RunConfig
 from simulator.config.schedulers import SCHEDULERS
+from simulator.engine.kvcache import build_kv_cache
 from simulator.engine.replica import memory_shortfall
 from simulator.planning.capacity import TTFTWatch, format_against, judged_requests, sustained
 from simulator.planning.options import PlanSLO
@@ -203,6 +204,22 @@ def fits(config: RunConfig) -> bool:
     its run sizes the cache (watermark included). Stricter than a run for a prefill pool,
     which a run lets reject long prompts one by one: a planner's layout serves every request."""
     return fit_problem(config) is None
+
+
+def engine_seq_limit(config: RunConfig) -> int:
+    """The sequence cap the engine of ``config``'s decoding replicas takes with no ``--max-num-seqs`` (a
+    disaggregated config's decode pool's): the policy's own rule on that replica's GPU and KV cache (SGLang's by its
+    cache, which only the memory plan knows; the others' by the GPU alone)."""
+    layout = layout_of(config)
+    replica, sched = ((layout.decode_replica, layout.decode_scheduler) if layout is not None
+                      else (config.replica, config.scheduler))
+    sched = replace(sched, max_num_seqs=None)
+    try:
+        blocks, _ = build_kv_cache(replica, sched)
+        kv_tokens: int | None = blocks.num_blocks * blocks.block_size
+    except ConfigError:  # (a layout that cannot hold the model: fits() drops it)
+        kv_tokens = None
+    return sched.seq_limit(replica.gpu_spec, kv_tokens, replica.effective_max_model_len)
 
 
 def fit_problem(config: RunConfig) -> str | None:

@@ -87,8 +87,9 @@ def parse_goodput(pairs: Sequence[str] | str | None) -> dict[str, float]:
             raise ConfigError("--goodput", f"expected NAME:MILLISECONDS with NAME one of {', '.join(GOODPUT_METRICS)} "
                               f"and a non-negative bound, got {pair!r}", "e.g. --goodput 'ttft:300 tpot:50'")
         if bound < MIN_GOODPUT_BOUND_MS:  # (0.05 meant 50 ms: a goodput of 0 at any load, said as a figure)
+            fix = f"for {bound:g} s pass {name}:{bound * 1000:g}" if bound > 0 else f"give a bound, e.g. {name}:50"
             raise ConfigError("--goodput", f"{pair} bounds {name} at {bound:g} ms (bounds are milliseconds, as vLLM's "
-                              f"--goodput), which no request meets", f"for {bound:g} s pass {name}:{bound * 1000:g}")
+                              f"--goodput), which no request meets", fix)
         if name in out:  # vLLM keeps the last; two bounds for one metric is a typo, not a wish
             raise ConfigError("--goodput", f"{name} given twice ({out[name]:g} and {bound:g} ms)", "give each metric once")
         out[name] = bound

@@ -541,13 +541,14 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
         presets.append({"backend": backend, "preset": PRESETS.get(backend, backend), "num_rows": len(sub),
                         "gpus": " ".join(sorted(sub["gpu"].unique())), "models": " ".join(sorted(sub["model"].unique())),
                         "overlap_cpu": params.overlap_cpu, "cpu_iteration_ms": a * 1e3, "cpu_per_seq_us": b * 1e6,
-                        "cpu_per_prefill_token_us": pt * 1e6, "cpu_per_prefill_seq_ms": ps * 1e3,
+                        "cpu_per_prefill_token_us": pt * 1e6, "cpu_per_prefill_seq_layer_us": ps * 1e6,
                         "collective_extra_us": c * 1e6,
                         "prefill_floor_per_layer_ms": fl * 1e3,
                         "prefill_floor_above_tokens": above if above is not None else -1})
         print(f"  {backend}: {len(sub)} rows fitted and cross-validated, {time.perf_counter() - started:.0f} s "
               f"(overlap {params.overlap_cpu}, {a * 1e3:.3f} ms/step, {b * 1e6:.1f} us/req, {pt * 1e6:.3f} us/prompt "
-              f"token, {c * 1e6:.1f} us/collective, prefill floor {fl * 1e3:.3f} ms/layer above {above} tokens)", flush=True)
+              f"token, {ps * 1e6:.1f} us/prompt chunk/layer, {c * 1e6:.1f} us/collective, prefill floor {fl * 1e3:.3f} ms/layer "
+              f"above {above} tokens)", flush=True)
         # Rows not replayed (disaggregated pools, attention-DP ranks): simulated with the same terms, below.
         if args.no_disagg:
             continue

@@ -110,3 +110,11 @@ def test_a_policy_reserving_the_whole_context_says_how_few_requests_the_cache_ho
     code, out = invoke("run", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--scheduler", "vllm-v1",
                        "--num-requests", "16", "--no-progress")
     assert code == 0 and "reserves" not in out
+
+
+def test_a_sweep_files_limit_far_beyond_any_slo_is_said(tmp_path) -> None:  # noqa: ANN001
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('mode = "capacity"\n[base]\nmodel = "llama-3.1-8b"\nnum_requests = 64\ntpot_slo = 50\n'
+                     'max_trials = 2\n[grid]\nqps_start = [1, 2]\n')
+    code, out = invoke("sweep", str(sweep), "--out", str(tmp_path / "out"))
+    assert code == 0 and out.count("note: tpot_slo 50 is 50 seconds") == 1  # (once, for both points)

@@ -160,6 +160,20 @@ def capacity(
             app_console().print(f"wrote {out}/ (capacity.json, trials.csv)")
 
 
+def _sweep_unit_notes(points: list[Any]) -> list[str]:
+    """Each SLO limit of a sweep's points far beyond any serving SLO (planning.options.limit_notes), once, by its key
+    (a file's tpot_slo = 50 is 50 seconds a token, as capacity's --tpot-slo 50 is)."""
+    from simulator.planning.options import limit_notes
+
+    notes: dict[str, None] = {}
+    for point in points:
+        o = point.options
+        for note in limit_notes({k: o.get(k) for k in ("tbt_slo", "tpot_slo", "goodput_tpot_slo")},
+                                {k: o.get(k) for k in ("ttft_slo", "goodput_ttft_slo", "sched_delay_slo")}):
+            notes[note] = None
+    return list(notes)
+
+
 def default_tbt_decided(report: Any, typed: set[str] | frozenset[str]) -> str | None:  # noqa: ANN401
     """Where a user set a TPOT or TTFT limit but not --tbt-slo, and the TBT limit's default alone broke a seed's
     lowest failing load: what decided the capacity was a limit nobody asked for (a read-only audit took a vLLM
@@ -547,6 +561,8 @@ def sweep(
 
     read_sweep_traces([p.config for p in spec.points], spec.varied, flags)  # (paths of the points: checked as built)
     check_sweep_trace_options(spec, flags)
+    for note in _sweep_unit_notes(spec.points):  # said before the points run, on stderr
+        typer.echo(f"note: {note}", err=True)
     num_workers = parse_workers(workers, lambda: auto_workers(
         len(spec.points), max((p.config.workload.num_requests for p in spec.points), default=1)))
     ray_cpus = None  # (a local Ray instance takes every CPU unless --workers says how many)

@@ -689,3 +689,28 @@ def test_the_engines_own_cap_is_the_one_its_run_takes_sglangs_by_its_kv_cache() 
                        "--scheduler", "sglang", "--engine", "sglang-2026", "--num-requests", "4", "--no-progress")
     cap = int(re.search(r"<= ([\d,]+) seqs", out).group(1).replace(",", ""))
     assert code == 0 and len(own) == 1 and own[0].max_num_seqs == cap > 2048
+
+
+def test_a_plan_folder_judged_without_the_kv_link_wait_searches_its_disaggregated_layouts_again(tmp_path) -> None:  # noqa: ANN001
+    """Disaggregated capacities count the KV link's queue as a wait since plan.json records DISAGG_WAITS: a folder
+    without it searches its disaggregated layouts again, their old rows out of layouts.csv before the marker is
+    written (a resume killed in between never reads them back as current); a folder with it resumes them."""
+    import csv
+    import json
+
+    base = _base()
+    space = SearchSpace(engine_defaults=False, gpus=("h100-sxm",), modes=("disagg",), tps=(1,), max_num_seqs=(64,),
+                        ratios=((1, 1),))
+    first = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    assert first.num_searched == 1
+    again = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    assert again.num_resumed == 1 and again.num_searched == 0
+    info = tmp_path / "p" / "plan.json"
+    data = json.loads(info.read_text())
+    del data["disagg_waits"]
+    info.write_text(json.dumps(data))
+    resumed = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    assert resumed.num_resumed == 0 and resumed.num_searched == 1
+    with (tmp_path / "p" / "layouts.csv").open() as f:
+        assert [row["mode"] for row in csv.DictReader(f)] == ["disagg"]  # the stale row gone, the new one once
+    assert json.loads(info.read_text())["disagg_waits"]

@@ -416,3 +416,20 @@ def test_a_random_workload_point_takes_vllm_benchs_prompt_length_as_run_does() -
     assert {p.config.workload.prompt_tokens for p in spec.points} == {VLLM_RANDOM_INPUT_LEN}
     spec = build_spec({"base": {"num_requests": 8}, "grid": {"workload,prompt_tokens": [["random", 300], ["fixed", 300]]}})
     assert {p.config.workload.prompt_tokens for p in spec.points} == {300}
+
+
+def test_a_disaggregated_capacity_points_key_names_the_waits_it_judged():
+    """A disaggregated capacity point judged before the KV link's queue counted as a wait is another point (run
+    again on a resume, never kept beside new ones); an aggregated point's key stays as it was."""
+    from simulator.planning.sweep import LATER_OPTION_DEFAULTS, point_key
+
+    def key_before(point) -> str:  # noqa: ANN001 - point_key as it was
+        options = {k: v for k, v in point.options.items()
+                   if k not in LATER_OPTION_DEFAULTS or v != LATER_OPTION_DEFAULTS[k]}
+        return point.config.result_key(mode="capacity", options=options)
+
+    agg = build_spec({"mode": "capacity", "base": {"model": "mistral-7b"}}).points[0]
+    disagg = build_spec({"mode": "capacity", "base": {"model": "mistral-7b", "prefill_pool": "1x",
+                                                      "decode_pool": "1x"}}).points[0]
+    assert point_key("capacity", agg.config, agg.options) == key_before(agg)
+    assert point_key("capacity", disagg.config, disagg.options) != key_before(disagg)

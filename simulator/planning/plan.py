@@ -89,6 +89,7 @@ from simulator.planning.options import (  # declared with the planner options
 )
 from simulator.planning.split import engine_seq_limit, fits
 from simulator.report.benchmark import measured_window, output_throughput_per_user
+from simulator.report.metrics import DISAGG_WAITS
 from simulator.util.figures import or_skipped
 from simulator.util.text import percent
 from simulator.workload.request import Status
@@ -951,6 +952,8 @@ def plan_identity(base: RunConfig, load_qps: float, slo: PlanSLO, rel_tol: float
 # output tok/s per user (report.benchmark.output_throughput_per_user). A folder without it was written when the
 # column held 1 / median TPOT.
 PER_USER_DEFINITION = "mean 1/TPOT"
+# plan.json's "disagg_waits" (report.metrics.DISAGG_WAITS): a folder without it judged no wait for the KV link, so
+# its disaggregated rows are searched again on a resume (never two verdicts in one table).
 
 
 def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dict[str, dict[str, Any]], bool]:
@@ -1013,9 +1016,31 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
                     raise edited(line, f"has {k} {v!r}, not a number") from None
         if not current:
             parsed["at_capacity_tokens_per_s_per_user"] = math.nan
+        if parsed.get("mode") == "disagg" and data.get("disagg_waits") != DISAGG_WAITS:
+            continue  # judged without a wait it now has: searched again (_drop_stale_disagg takes it out of the file)
         if parsed.get("status") in ("ok", "below"):
             done[parsed["key"]] = parsed
     return done, current or not done
+
+
+def _drop_stale_disagg(out: Path) -> None:
+    """Take the disaggregated rows out of ``out``'s layouts.csv where its plan.json predates :data:`DISAGG_WAITS`
+    (their capacities judged no wait for the KV link), before plan.json is rewritten with the marker: a resume killed
+    before it searched them again must not read them back as current."""
+    info, path = out / "plan.json", out / "layouts.csv"
+    try:
+        marked = json.loads(info.read_text()).get("disagg_waits") == DISAGG_WAITS
+    except (OSError, ValueError, AttributeError):
+        return
+    if marked or not path.is_file():
+        return
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        header, rows = reader.fieldnames or [], [row for row in reader if row.get("mode") != "disagg"]
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, header)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1179,13 +1204,14 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
         from simulator.config.inputs import input_files
 
         done, current = _read_done(out, identity, bool(input_files(base)))
+        _drop_stale_disagg(out)
         # The rows appended here hold the current per-user figure; a folder with older rows stays unmarked (its
         # figures all read as unknown on a later resume: never two definitions in one column).
         marker = {"per_user": PER_USER_DEFINITION} if current else {}
         (out / "plan.json").write_text(json.dumps({"identity": identity, "load_qps": load_qps, "slo": asdict(slo),
                                                    "rel_tol": rel_tol, "config": base.to_dict(),
                                                    "pool_scheduler": default_pool_scheduler(base.scheduler.name),
-                                                   **marker}, indent=1))
+                                                   "disagg_waits": DISAGG_WAITS, **marker}, indent=1))
     base_dict, slo_dict = base.to_dict(), asdict(slo)
     order = sorted(candidates, key=lambda c: (c.lower_bound_usd(load_qps), c.layout.key))
     for c in order:

@@ -687,6 +687,10 @@ LATER_OPTION_DEFAULTS: dict[str, Any] = {"criterion": "tbt", "goodput_tpot_slo":
 def point_key(mode: str, config: RunConfig, options: dict[str, Any]) -> str:
     """Identity of a point: a hash of everything that determines its result."""
     options = {k: v for k, v in options.items() if k not in LATER_OPTION_DEFAULTS or v != LATER_OPTION_DEFAULTS[k]}
+    if mode == "capacity" and config.is_disaggregated:  # judged with the KV link's wait: never an older point's
+        from simulator.report.metrics import DISAGG_WAITS
+
+        options = {**options, "disagg_waits": DISAGG_WAITS}
     return config.result_key(mode=mode, options=options)
 
 

@@ -330,6 +330,12 @@ OVERLOAD_SCHED_DELAY_S = 2.0
 OVERLOAD_GROWTH = 2.0
 
 
+# What queue_delays counts as a disaggregated request's waits: recorded beside results judged by it (a plan's
+# plan.json, a capacity sweep's disaggregated point keys) so those judged before the KV link's wait counted are
+# searched again, never resumed beside them.
+DISAGG_WAITS = "scheduling, decode blocks, KV link, decode seat"
+
+
 def queue_delays(result: RunResult, cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Each request's waits in queues and when it left its last one: the wait for its first scheduled step, and, in
     a disaggregated deployment, also its waits after its prompt: for decode blocks (backpressure: the prefill worker

@@ -709,8 +709,17 @@ def test_a_plan_folder_judged_without_the_kv_link_wait_searches_its_disaggregate
     data = json.loads(info.read_text())
     del data["disagg_waits"]
     info.write_text(json.dumps(data))
+    with (tmp_path / "p" / "trials.csv").open() as f:
+        num_trials = len(list(csv.DictReader(f)))
     resumed = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
     assert resumed.num_resumed == 0 and resumed.num_searched == 1
     with (tmp_path / "p" / "layouts.csv").open() as f:
         assert [row["mode"] for row in csv.DictReader(f)] == ["disagg"]  # the stale row gone, the new one once
+    with (tmp_path / "p" / "trials.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == num_trials  # the old trials gone, the new ones once
     assert json.loads(info.read_text())["disagg_waits"]
+    info.write_text("")  # a plan.json lost: its rows' judgement unknown, searched again
+    lost = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    assert lost.num_searched == 1
+    again = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    assert again.num_resumed == 1

@@ -93,6 +93,7 @@ def test_an_unknown_name_one_separator_away_is_offered_its_catalog_spelling() ->
     assert "did you mean" not in refused("run", "--model", "foo")
     assert "(did you mean h200?)" in refused("run", "--gpu", "h200sxm")  # (its alias h200-sxm, squeezed)
     assert "did you mean" not in refused("run", "--model", "llama-3.1-7b")  # (llama-3.1-70b is another model)
+    assert "did you mean" not in refused("run", "--gpu", "h100-80gb")  # (a100-80gb is another GPU)
 
 
 def test_a_capacity_of_zero_prints_no_nan() -> None:

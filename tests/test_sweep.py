@@ -433,3 +433,5 @@ def test_a_disaggregated_capacity_points_key_names_the_waits_it_judged():
                                                       "decode_pool": "1x"}}).points[0]
     assert point_key("capacity", agg.config, agg.options) == key_before(agg)
     assert point_key("capacity", disagg.config, disagg.options) != key_before(disagg)
+    run = build_spec({"base": {"model": "mistral-7b", "prefill_pool": "1x", "decode_pool": "1x"}}).points[0]
+    assert point_key("run", run.config, run.options) != run.config.result_key(mode="run", options=run.options)

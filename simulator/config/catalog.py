@@ -310,8 +310,8 @@ _GPU_KEYS = _index(_GPUS)
 
 def _nearest(name: str, keys: Mapping[str, ModelSpec | GPUSpec]) -> str:
     """" (did you mean X?)" where one catalog name or alias (``keys``) is ``name`` but for its separators and case
-    (``llama3.1-70b``, ``h200sxm``) or close to it by spelling with the same numbers (``qwen3-32``; never
-    ``llama-3.1-7b`` for llama-3.1-70b, another model), X the canonical name; else ""."""
+    (``llama3.1-70b``, ``h200sxm``) or close to it by spelling with the same numbered words (``qwen3-32``; never
+    ``llama-3.1-7b`` for llama-3.1-70b nor ``h100-80gb`` for a100-80gb, others), X the canonical name; else ""."""
     import difflib
 
     def squeeze(text: str) -> str:
@@ -319,7 +319,7 @@ def _nearest(name: str, keys: Mapping[str, ModelSpec | GPUSpec]) -> str:
 
     same = [k for k in keys if squeeze(k) == squeeze(name)]
     close = same or [k for k in difflib.get_close_matches(name.lower(), list(keys), n=3, cutoff=0.8)
-                     if re.findall(r"\d+", k) == re.findall(r"\d+", name.lower())]
+                     if re.findall(r"[a-z]*\d+", k) == re.findall(r"[a-z]*\d+", name.lower())]
     return f" (did you mean {keys[close[0]].name}?)" if close else ""
 
 

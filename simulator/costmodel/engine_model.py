@@ -209,8 +209,11 @@ def _renamed_terms(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` without a renamed term at 0 (what every artifact written before the rename holds); one set refused."""
     for old, (new, why) in RENAMED_TERMS.items():
         if old in data:
-            if data[old] not in (0, 0.0) or isinstance(data[old], bool):
-                raise ConfigError("engine", f"{old} is {why}", f"give {new} (seconds a chunk and layer) instead")
+            value = data[old]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"engine.{old}", f"is {value!r}, not a number", f"write {new}, a number of seconds")
+            if value != 0:
+                raise ConfigError(f"engine.{old}", f"is {why}", f"write {new} (seconds a chunk and layer) instead")
             data = {k: v for k, v in data.items() if k != old}
     return data
 

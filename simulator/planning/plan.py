@@ -1024,23 +1024,33 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
 
 
 def _drop_stale_disagg(out: Path) -> None:
-    """Take the disaggregated rows out of ``out``'s layouts.csv where its plan.json predates :data:`DISAGG_WAITS`
-    (their capacities judged no wait for the KV link), before plan.json is rewritten with the marker: a resume killed
-    before it searched them again must not read them back as current."""
-    info, path = out / "plan.json", out / "layouts.csv"
+    """Take the disaggregated rows out of ``out``'s layouts.csv and trials.csv where its plan.json does not record
+    :data:`DISAGG_WAITS` (their capacities judged no wait for the KV link; a plan.json lost or unreadable records
+    nothing), before plan.json is rewritten with the marker: a resume killed before it searched them again must not
+    read them back as current, nor show old trials beside new ones. Each file is replaced whole."""
     try:
-        marked = json.loads(info.read_text()).get("disagg_waits") == DISAGG_WAITS
+        marked = json.loads((out / "plan.json").read_text()).get("disagg_waits") == DISAGG_WAITS
     except (OSError, ValueError, AttributeError):
+        marked = False
+    if marked:
         return
-    if marked or not path.is_file():
-        return
-    with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        header, rows = reader.fieldnames or [], [row for row in reader if row.get("mode") != "disagg"]
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, header)
-        writer.writeheader()
-        writer.writerows(rows)
+    for name, is_disagg in (("layouts.csv", lambda row: row.get("mode") == "disagg"),
+                            ("trials.csv", lambda row: " disagg " in f" {row.get('key', '')} ")):
+        path = out / name
+        if not path.is_file():
+            continue
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            header, rows = reader.fieldnames or [], list(reader)
+        kept = [row for row in rows if not is_disagg(row)]
+        if len(kept) == len(rows):
+            continue
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, header)
+            writer.writeheader()
+            writer.writerows(kept)
+        tmp.replace(path)
 
 
 # ---------------------------------------------------------------------------------------------

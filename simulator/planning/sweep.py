@@ -687,7 +687,7 @@ LATER_OPTION_DEFAULTS: dict[str, Any] = {"criterion": "tbt", "goodput_tpot_slo":
 def point_key(mode: str, config: RunConfig, options: dict[str, Any]) -> str:
     """Identity of a point: a hash of everything that determines its result."""
     options = {k: v for k, v in options.items() if k not in LATER_OPTION_DEFAULTS or v != LATER_OPTION_DEFAULTS[k]}
-    if mode == "capacity" and config.is_disaggregated:  # judged with the KV link's wait: never an older point's
+    if config.is_disaggregated:  # judged (capacity) and reported (a run's overload) with the KV link's wait
         from simulator.report.metrics import DISAGG_WAITS
 
         options = {**options, "disagg_waits": DISAGG_WAITS}

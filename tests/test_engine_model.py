@@ -472,9 +472,9 @@ def test_an_artifact_written_before_the_per_layer_rename_still_loads():
     """Artifacts write every term: those written while the prompt-chunk term was per chunk hold it, at 0 unless a
     user set it. At 0 they load; a value set is refused with the conversion (it was per chunk, now per chunk and
     layer), and so is an override naming the old term."""
-    data = ENGINES["vllm-2026"].to_dict()
+    data = ENGINES["sglang-2026"].to_dict()  # (a preset without the term: what such an artifact held)
     data["cpu_per_prefill_seq_s"] = data.pop("cpu_per_prefill_seq_layer_s")
-    assert EngineModel.from_dict(data) == ENGINES["vllm-2026"]
+    assert EngineModel.from_dict(data) == ENGINES["sglang-2026"]
     data["cpu_per_prefill_seq_s"] = 0.01
     with pytest.raises(ConfigError, match="divide it by the model's layers"):
         EngineModel.from_dict(data)

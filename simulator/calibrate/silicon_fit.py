@@ -68,15 +68,15 @@ X_SCALE = np.array([1e-3, 1e-5, 1e-7, 1e-5, 1e-4, 1e-4])
 # (torch.compile), and a floor fitted on its rows (0.85 ms a layer above 512 prompt tokens) moved the
 # held-out errors by under a point while pricing small fast models' prefill steps too slow.
 FLOOR_ABOVE_TOKENS = {"sglang": 0, "trtllm": 0}
-# The backends whose time per prompt chunk and layer is fitted (``fit(prefill_seq=True)``): none yet. On vLLM's 506
-# replayed rows (scratch fits over this module's traces, fit and folds) a time per prompt chunk moved leave-one-GPU-out
-# TTFT 17.8% -> 15.3%, TPOT 9.0% -> 8.0%, at 10.3 ms a chunk: what vLLM's large models there (36-80 layers) show, which
-# priced a small model's short prompt twice as slow (Llama-3.1-8B, 128 tokens: TTFT 12 -> 22 ms) where no row measures
-# one. Per layer (0.187 ms a layer, 4.1 us a prompt token beside it) it did as well (15.4%, 7.7%) and held the shallow
-# models out better (leave one model out: gpt-oss-120b's 36 layers TTFT 18.2% per chunk, 11.7% per layer; all models
-# 15.9% / 14.7%). On SGLang's rows a per-chunk time fitted to 0 (its prefill floor stands for a prompt step's fixed
-# cost) and on TensorRT-LLM's it traded TPOT for TTFT.
-PREFILL_SEQ_BACKENDS: tuple[str, ...] = ()
+# The backends whose time per prompt chunk and layer is fitted (``fit(prefill_seq=True)``): vLLM's. On its 506
+# replayed rows (scratch fits over this module's traces, fit and folds; the report at the commit that took it agrees)
+# a time per prompt chunk moved leave-one-GPU-out TTFT 17.8% -> 15.3%, TPOT 9.0% -> 8.0%, at 10.3 ms a chunk: what
+# vLLM's large models there (36-80 layers) show, which priced a small model's short prompt twice as slow (Llama-3.1-8B,
+# 128 tokens: TTFT 12 -> 22 ms) where no row measures one. Per layer (0.187 ms a layer, 4.1 us a prompt token beside
+# it) it did as well (15.4%, 7.7%) and held the shallow models out better (leave one model out: gpt-oss-120b's 36
+# layers TTFT 18.2% per chunk, 11.7% per layer; all models 15.9% / 14.7%). On SGLang's rows a per-chunk time fitted to
+# 0 (its prefill floor stands for a prompt step's fixed cost) and on TensorRT-LLM's it traded TPOT for TTFT.
+PREFILL_SEQ_BACKENDS: tuple[str, ...] = ("vllm",)
 
 # A user's benchmark CSV: required and optional columns (layout columns as the silicon sample names them).
 MAX_ROW_USERS = 65_536  # a benchmark row's users, at most (the silicon rows reach 3,072)

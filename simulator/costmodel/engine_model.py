@@ -220,7 +220,7 @@ def _renamed_terms(data: dict[str, Any]) -> dict[str, Any]:
 
 # -- presets ------------------------------------------------------------------------------------------------------
 # The 2026 presets' handoff latency, each backend's: see the comment above vllm-2026.
-SILICON_HANDOFF_S = {"vllm": 0.150, "sglang": 0.205, "trtllm": 0.100}
+SILICON_HANDOFF_S = {"vllm": 0.140, "sglang": 0.205, "trtllm": 0.100}
 
 
 def _handoff_fitted(backend: str) -> str:
@@ -297,7 +297,8 @@ ENGINES: dict[str, EngineModel] = {
     # silicon rows (TRT-LLM 211, SGLang 105; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added
     # to their TTFT simulated without one (silicon_fit.fit_handoffs; results/validation/silicon/fit_report.py, which
     # also holds each GPU out: SGLang 195-225 ms, TRT-LLM 45-140 ms); vLLM's 13 rows (all GB200) are too few
-    # (MIN_OWN_HANDOFF_ROWS), so it takes the one fitted on all 329 (150 ms; 155-195 ms leaving one GPU out). In the
+    # (MIN_OWN_HANDOFF_ROWS), so it takes the one fitted on all 329 (140 ms; 155-195 ms leaving one GPU out; 150 ms
+    # before vLLM's preset took its time per prompt chunk and layer). In the
     # report at bfc593d, before the all-to-alls counted a token once a rank: 205, 75 and 85 ms. Until that report one
     # pooled constant served all three: 85 ms (75 ms at 81e2597, 85 ms at 5d6b194, 90 ms at cac8f5b, 95 ms at 31d497d,
     # 135 ms at code 0c78f9c).
@@ -313,16 +314,18 @@ ENGINES: dict[str, EngineModel] = {
                "client made (fit_report.py --client benchmark: InferenceX's [0.8 len, len] band or AIPerf's exact "
                "lengths, warm-up a phase of its own, every request the client sent; --kernels vllm with the tables' "
                "gaps priced by the 'today' roofline, scheduler vllm-v1, budget 8192, 2048 for AIConfigurator's own "
-               "runs: silicon.AIPERF_BUDGETS; MoE at AIConfigurator's default routing): median abs error TTFT 17%, "
-               "TPOT 9% in-sample (kernels alone 40%, 11%), leave-one-GPU-out 18%, 9.6% (attention-DP "
-               "engines included), leave-one-model-out 17%, 12%. Its CPU a step fits to none (0.26 ms in the report at "
-               "31d497d, whose kernel prices have moved since: the silicon README's revisions). The 10 us a prompt "
-               "token stands "
-               "for what a prefill costs beyond the tables' kernels (input preparation, the API server's tokenizing, "
-               "kernels slower in the engine than alone): the rows cannot tell these apart. A prefill floor (SGLang's "
-               "and TensorRT-LLM's term) fits to zero here" + _handoff_fitted("vllm"),
-        cpu_per_prefill_token_s=10.13e-6,
-        collective_extra_s=((2, 4.407e-6), (4, 4.407e-6), (8, 4.407e-6)),
+               "runs: silicon.AIPERF_BUDGETS; MoE at AIConfigurator's default routing): median abs error TTFT 14%, "
+               "TPOT 7% in-sample (kernels alone 40%, 11%), leave-one-GPU-out 16%, 8.3% (attention-DP engines "
+               "included), leave-one-model-out 15%, 11% (before the term a prompt chunk and layer below: 17%, 9%; "
+               "18%, 9.6%; 17%, 12%). Its CPU a step fits to none (0.26 ms in the report at 31d497d, whose kernel "
+               "prices have moved since: the silicon README's revisions). What a prefill costs beyond the tables' "
+               "kernels (input preparation, the API server's tokenizing, kernels slower in the engine than alone; the "
+               "rows cannot tell these apart) is 4.1 us a prompt token and 0.187 ms a prompt chunk and model layer "
+               "(15 ms a prompt for an 80-layer model, 6 ms for a 32-layer one; a fixed time a chunk, 10 ms, held "
+               "the shallow models out worse: silicon_fit.PREFILL_SEQ_BACKENDS); 10 us a prompt token alone before. "
+               "A prefill floor (SGLang's and TensorRT-LLM's term) fits to zero here" + _handoff_fitted("vllm"),
+        cpu_per_prefill_token_s=4.051e-6, cpu_per_prefill_seq_layer_s=0.18697e-3,
+        collective_extra_s=((2, 4.036e-6), (4, 4.036e-6), (8, 4.036e-6)),
         scheduler="vllm-v1", handoff_s=SILICON_HANDOFF_S["vllm"],
     ),
     "sglang-2026": EngineModel(

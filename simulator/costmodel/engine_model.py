@@ -307,7 +307,7 @@ ENGINES: dict[str, EngineModel] = {
     "vllm-2026": EngineModel(
         name="vllm-2026",
         source="AIConfigurator silicon_train.csv, vLLM 0.11-0.19 aggregated rows (506 replayed: H100, B200, B300; "
-               "Llama-3.1-70B, Qwen3-32B, gpt-oss-120b, Kimi-K2.5, MiniMax-M2.5; ISL 1K-8K, OSL 1K-8K, concurrency "
+               "Llama-3.1-70B, Qwen3-32B, gpt-oss-120b, Kimi-K2.5, MiniMax-M2.5; ISL 1K-8K, OSL 128-8K, concurrency "
                "4-512), wip rows dropped, repeated measurements once; versions not separable (each version is one GPU "
                "x model); repeated measurements found to 0.01 ms",
         fitted="soft-L1 least squares of log TTFT/TPOT ratios over closed-loop replays under the load each row's "

@@ -462,7 +462,13 @@ def test_a_wholly_cached_prompt_costs_one_token_of_prefill():
     off = simulate(_engine_config(1_000, caching=False, max_model_len=8192), table).iteration_frame()
     assert on["num_prefill_tokens"].tolist() == [prompt, 1]
     assert off["num_prefill_tokens"].tolist() == [prompt, prompt]
-    assert on["duration_s"].iloc[1] < off["duration_s"].iloc[1] / 5  # one token over a 1,600-token context
+    # The kernels: one token over a 1,600-token context (the default engine adds what a prompt chunk costs beyond
+    # them, cached or not: vllm-2026's time a chunk and layer, the request's scheduling and input preparation)
+    kernels_on = simulate(_engine_config(1_000, max_model_len=8192).replace(engine="ideal"), table).iteration_frame()
+    kernels_off = simulate(_engine_config(1_000, caching=False, max_model_len=8192).replace(engine="ideal"),
+                           table).iteration_frame()
+    assert kernels_on["duration_s"].iloc[1] < kernels_off["duration_s"].iloc[1] / 5
+    assert on["duration_s"].iloc[1] < off["duration_s"].iloc[1] / 2
 
 
 def test_caching_off_and_caching_without_shared_prefixes_reproduce_todays_runs(shared_data):

@@ -718,8 +718,9 @@ def test_a_plan_folder_judged_without_the_kv_link_wait_searches_its_disaggregate
     with (tmp_path / "p" / "trials.csv").open() as f:
         assert len(list(csv.DictReader(f))) == num_trials  # the old trials gone, the new ones once
     assert json.loads(info.read_text())["disagg_waits"]
-    info.write_text("")  # a plan.json lost: its rows' judgement unknown, searched again
-    lost = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
-    assert lost.num_searched == 1
-    again = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
-    assert again.num_resumed == 1
+    info.write_text("")  # a plan.json lost: its rows are no plan's anyone can name, never appended to
+    with pytest.raises(ConfigError, match="no readable plan.json"):
+        plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    info.unlink()
+    with pytest.raises(ConfigError, match="no readable plan.json"):
+        plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")

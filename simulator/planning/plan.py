@@ -963,13 +963,14 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
     (NaN): another figure (1 / median TPOT), which a resumed table would otherwise rank and plot beside this one
     unsaid."""
     info = out / "plan.json"
-    if not info.is_file():
-        return {}, True
     try:
-        data = json.loads(info.read_text())
+        data = json.loads(info.read_text()) if info.is_file() else None
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return {}, True
-    if not isinstance(data, dict):  # valid JSON, not a plan's record ([], a number): unreadable as one
+        data = None
+    if not isinstance(data, dict):  # none, or not a plan's record ([], a number): unreadable as one
+        if (out / "layouts.csv").is_file():  # rows of a plan nothing says is this one: never appended to
+            raise ConfigError("--out", f"{out} holds a plan's layouts.csv but no readable plan.json saying which plan "
+                              "its rows are", "pass a new --out folder, or delete that one")
         return {}, True
     current = data.get("per_user") == PER_USER_DEFINITION
     if data.get("identity") != identity:
@@ -1028,7 +1029,7 @@ def _drop_stale_disagg(out: Path) -> None:
     :data:`DISAGG_WAITS` (their capacities judged no wait for the KV link; a plan.json lost or unreadable records
     nothing), before plan.json is rewritten with the marker: a resume killed before it searched them again must not
     read them back as current, nor show old trials beside new ones. Each file is replaced whole."""
-    try:
+    try:  # (plan.json is readable here: _read_done refused the folder where it was not and rows were left)
         marked = json.loads((out / "plan.json").read_text()).get("disagg_waits") == DISAGG_WAITS
     except (OSError, ValueError, AttributeError):
         marked = False

@@ -724,3 +724,30 @@ def test_a_plan_folder_judged_without_the_kv_link_wait_searches_its_disaggregate
     info.unlink()
     with pytest.raises(ConfigError, match="no readable plan.json"):
         plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    (tmp_path / "p" / "layouts.csv").unlink()  # its trials alone: refused as well
+    with pytest.raises(ConfigError, match="holds a plan's trials.csv but no readable plan.json"):
+        plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+
+
+def test_a_failed_write_of_plan_json_leaves_the_one_before(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """plan.json is replaced whole: a full disk while writing it left it empty, and the folder's rows were then
+    refused as no plan's on the rerun the error asked for (a review's repro)."""
+    import simulator.planning.plan as plan_module
+
+    base = _base()
+    space = SearchSpace(engine_defaults=False, gpus=("h100-sxm",), modes=("agg",), tps=(1,), budgets=(512,),
+                        max_num_seqs=(64,))
+    plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    before = (tmp_path / "p" / "plan.json").read_text()
+
+    def full_disk(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plan_module.json, "dumps", full_disk)
+    with pytest.raises(OSError):
+        plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    monkeypatch.undo()
+    assert (tmp_path / "p" / "plan.json").read_text() == before
+    assert [p.name for p in (tmp_path / "p").iterdir() if p.name.startswith(".servesim-tmp-")] == []
+    again = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
+    assert again.num_resumed == 1

@@ -31,13 +31,13 @@ from simulator.config.options import given_flag, option_value
 from simulator.config.run_config import RunConfig
 from simulator.config.schedulers import POOL_SCHEDULERS
 from simulator.planning.options import plan_slo
-from simulator.util.paths import check_out_dir
+from simulator.util.paths import TMP_PREFIX, check_out_dir
 from simulator.util.progress import StepProgress
 from simulator.util.text import comma_list
 
 # What plan --out holds (its resume state, tables and figures): a folder holding anything else is another's
 PLAN_FILES = ("plan.json", "layouts.csv", "trials.csv", "plan.csv", "answer.json", "answer_config.json", "frontier.png",
-              "frontier.svg", "mix")
+              "frontier.svg", "mix", f"{TMP_PREFIX}*")  # (the last: a file being replaced when a run was killed)
 SPACE_PANEL = "Search space"
 COST_PANEL = "Cost and limits"
 # The search-space flags a layout may not read (simulator.planning.plan.unread_space_options) default

@@ -91,6 +91,7 @@ from simulator.planning.split import engine_seq_limit, fits
 from simulator.report.benchmark import measured_window, output_throughput_per_user
 from simulator.report.metrics import DISAGG_WAITS
 from simulator.util.figures import or_skipped
+from simulator.util.paths import atomic_file
 from simulator.util.text import percent
 from simulator.workload.request import Status
 
@@ -968,9 +969,10 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
     except (json.JSONDecodeError, UnicodeDecodeError):
         data = None
     if not isinstance(data, dict):  # none, or not a plan's record ([], a number): unreadable as one
-        if (out / "layouts.csv").is_file():  # rows of a plan nothing says is this one: never appended to
-            raise ConfigError("--out", f"{out} holds a plan's layouts.csv but no readable plan.json saying which plan "
-                              "its rows are", "pass a new --out folder, or delete that one")
+        held = [name for name in ("layouts.csv", "trials.csv") if (out / name).is_file()]
+        if held:  # rows of a plan nothing says is this one: never appended to
+            raise ConfigError("--out", f"{out} holds a plan's {' and '.join(held)} but no readable plan.json saying "
+                              "which plan its rows are", "pass a new --out folder, or delete that one")
         return {}, True
     current = data.get("per_user") == PER_USER_DEFINITION
     if data.get("identity") != identity:
@@ -1026,9 +1028,10 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
 
 def _drop_stale_disagg(out: Path) -> None:
     """Take the disaggregated rows out of ``out``'s layouts.csv and trials.csv where its plan.json does not record
-    :data:`DISAGG_WAITS` (their capacities judged no wait for the KV link; a plan.json lost or unreadable records
-    nothing), before plan.json is rewritten with the marker: a resume killed before it searched them again must not
-    read them back as current, nor show old trials beside new ones. Each file is replaced whole."""
+    :data:`DISAGG_WAITS` (their capacities judged no wait for the KV link; a folder with rows and no readable plan.json
+    was refused by :func:`_read_done`), before plan.json is rewritten with the marker: a resume killed before it
+    searched them again must not read them back as current, nor show old trials beside new ones. Each file is
+    replaced whole."""
     try:  # (plan.json is readable here: _read_done refused the folder where it was not and rows were left)
         marked = json.loads((out / "plan.json").read_text()).get("disagg_waits") == DISAGG_WAITS
     except (OSError, ValueError, AttributeError):
@@ -1046,12 +1049,10 @@ def _drop_stale_disagg(out: Path) -> None:
         kept = [row for row in rows if not is_disagg(row)]
         if len(kept) == len(rows):
             continue
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("w", newline="", encoding="utf-8") as f:
+        with atomic_file(path) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, header)
             writer.writeheader()
             writer.writerows(kept)
-        tmp.replace(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1219,10 +1220,13 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
         # The rows appended here hold the current per-user figure; a folder with older rows stays unmarked (its
         # figures all read as unknown on a later resume: never two definitions in one column).
         marker = {"per_user": PER_USER_DEFINITION} if current else {}
-        (out / "plan.json").write_text(json.dumps({"identity": identity, "load_qps": load_qps, "slo": asdict(slo),
-                                                   "rel_tol": rel_tol, "config": base.to_dict(),
-                                                   "pool_scheduler": default_pool_scheduler(base.scheduler.name),
-                                                   "disagg_waits": DISAGG_WAITS, **marker}, indent=1))
+        # Replaced whole (a full disk or a kill mid-write must not leave it empty: the folder's rows would then be
+        # refused as no plan's, every layout searched so far lost)
+        with atomic_file(out / "plan.json") as tmp:
+            tmp.write_text(json.dumps({"identity": identity, "load_qps": load_qps, "slo": asdict(slo),
+                                       "rel_tol": rel_tol, "config": base.to_dict(),
+                                       "pool_scheduler": default_pool_scheduler(base.scheduler.name),
+                                       "disagg_waits": DISAGG_WAITS, **marker}, indent=1))
     base_dict, slo_dict = base.to_dict(), asdict(slo)
     order = sorted(candidates, key=lambda c: (c.lower_bound_usd(load_qps), c.layout.key))
     for c in order:

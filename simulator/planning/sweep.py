@@ -971,7 +971,8 @@ def run_sweep(spec: SweepSpec, out: Path, workers: int = 1, ray_address: str | N
                 raise ConfigError("--out", f"{out} holds this sweep's points as other code keyed them (a point's key "
                                   "is everything its result depends on, and what the code reads of it changed since: "
                                   "a concurrency grid runs closed loops, files are read by their contents, a "
-                                  "disaggregated pool without sched= runs --scheduler's)",
+                                  "disaggregated pool without sched= runs --scheduler's, a disaggregated point's "
+                                  "waits include the KV link's)",
                                   "pass a new folder (its points run again)")
             raise ConfigError("--out", f"{out} holds another sweep: its sweep.json has points this one does not{what}",
                               "pass a new folder, or the same sweep file and options to resume it")

@@ -590,7 +590,7 @@ def test_a_plan_json_that_is_no_object_reads_as_unreadable(tmp_path, text: bytes
     from simulator.planning.plan import _read_done
 
     (tmp_path / "plan.json").write_bytes(text)
-    assert _read_done(tmp_path, "identity") == ({}, True)
+    assert _read_done(tmp_path, "identity") == ({}, True, False)
 
 
 def test_parallel_searches_write_the_same_files_whatever_finishes_first(tmp_path, monkeypatch) -> None:  # noqa: ANN001

@@ -194,12 +194,9 @@ def replay(trace: Trace, params: Params) -> tuple[float, float]:
         gpu = np.where(trace.prefill_tokens > params.floor_above_tokens, np.maximum(gpu, f * trace.num_layers), gpu)
     cpu = a + b * trace.seqs + p * trace.prefill_tokens
     if q:
-        if trace.num_prefills is None:
-            raise ConfigError("trace", "a trace cached before num_prefills cannot price a term per prompt chunk and layer",
-                              "rebuild the cache")
-        if trace.num_layers < 1:
-            raise ConfigError("trace", "a trace cached before num_layers cannot price a term per prompt chunk and layer",
-                              "rebuild the cache")
+        if trace.num_prefills is None or trace.num_layers < 1:
+            raise ConfigError("trace", "a trace cached before num_prefills and num_layers cannot price a term per prompt "
+                              "chunk and layer", "rebuild the cache")
         cpu = cpu + q * trace.num_layers * trace.num_prefills
     step = np.maximum(gpu, cpu) if params.overlap_cpu else gpu + cpu
     end = np.cumsum(step)

@@ -102,7 +102,7 @@ def capacity(
         planner = {**planner, "goodput_ttft_slo": planner["ttft_slo"]}
     slo, settings = slo_and_settings(planner)
     # said before the search, on stderr (a --json answer is stdout alone); of the limits typed
-    for note in slo.unit_notes({f"--{name.replace('_', '-')}" for name in typed}):
+    for note in slo.unit_notes(typed):
         typer.echo(f"note: {note}", err=True)
     check_searchable(config, settings.users, offer_users=True, given=run_flags, max_users=settings.max_users)
     seeds = planner["seeds"]
@@ -163,15 +163,10 @@ def capacity(
 def _sweep_unit_notes(points: list[Any]) -> list[str]:
     """Each SLO limit of a sweep's points far beyond any serving SLO (planning.options.limit_notes), once, by its key
     (a file's tpot_slo = 50 is 50 seconds a token, as capacity's --tpot-slo 50 is)."""
-    from simulator.planning.options import limit_notes
+    from simulator.planning.options import LIMIT_KINDS, limit_notes
 
-    notes: dict[str, None] = {}
-    for point in points:
-        o = point.options
-        for note in limit_notes({k: o.get(k) for k in ("tbt_slo", "tpot_slo", "goodput_tpot_slo")},
-                                {k: o.get(k) for k in ("ttft_slo", "goodput_ttft_slo", "sched_delay_slo")}):
-            notes[note] = None
-    return list(notes)
+    notes = (limit_notes({k: p.options.get(k) for k in LIMIT_KINDS}, as_flags=False) for p in points)
+    return list(dict.fromkeys(note for point_notes in notes for note in point_notes))
 
 
 def default_tbt_decided(report: Any, typed: set[str] | frozenset[str]) -> str | None:  # noqa: ANN401

@@ -168,7 +168,7 @@ def _say_units(ttft_slo: float, tpot_slo: float) -> None:
     """Limits far beyond any serving SLO said before the search, on stderr (planning.options.limit_notes)."""
     from simulator.planning.options import limit_notes
 
-    for note in limit_notes({"--tpot-slo": tpot_slo}, {"--ttft-slo": ttft_slo}):
+    for note in limit_notes({"tpot_slo": tpot_slo, "ttft_slo": ttft_slo}):
         typer.echo(f"note: {note}", err=True)
 
 

@@ -179,16 +179,20 @@ def _context_reserve_note(config: RunConfig, summary: dict[str, Any]) -> str | N
             "longest request)")
 
 
+def header_lines(config: RunConfig, summary: dict[str, Any]) -> tuple[str, str]:
+    """A run's two header lines, every view's: what ran (:func:`run_title`), then its load and pricing."""
+    title = run_title(config, summary)
+    pricing = _pricing_note(config)  # (loading a kernel table may print its notes: before the title, as ever)
+    return title, f"workload: {summary['workload']}{_loop_note(config)} · {pricing}"
+
+
 def print_summary(config: RunConfig, summary: dict[str, Any], wall_s: float, console: Console) -> None:
     """A run's answer on the terminal: what ran (title), its load and pricing, the latency table,
     the totals, then a line for each feature the run used."""
     from rich.table import Table
 
-    title = run_title(config, summary)
-    pricing = _pricing_note(config)  # (loading a kernel table may print its notes: before the title, as ever)
-    console.print(title, highlight=False)
-    console.print(f"workload: {summary['workload']}{_loop_note(config)} · {pricing}",
-                  highlight=False)
+    for line in header_lines(config, summary):
+        console.print(line, highlight=False)
     table = Table("metric (ms)", "p50", "p90", "p99", "max")
     for key, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"),
                        ("sched_delay_s", "scheduling delay")):
@@ -639,10 +643,8 @@ class BenchOptions:
         cache and pricing: the default view's, so the two views of one run name the same deployment)."""
         from simulator.report.benchmark import format_vllm
 
-        title = run_title(config, summary)
-        pricing = _pricing_note(config)
-        out.print(title, markup=False, highlight=False)
-        out.print(f"workload: {summary['workload']}{_loop_note(config)} · {pricing}", markup=False, highlight=False)
+        for line in header_lines(config, summary):
+            out.print(line, markup=False, highlight=False)
         out.print(format_vllm(summary["benchmark"], summary["benchmark"], self.percentiles), markup=False,
                   highlight=False)
 

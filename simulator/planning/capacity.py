@@ -574,8 +574,8 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
     values, counts, _ = measured_gaps(result)
     # No TBT gaps at all (every output is one token) means the TBT limit holds vacuously.
     tbt_q, tbt_p99 = percentiles(values, counts, (slo.tbt_quantile, 99.0)) if len(values) else (0.0, 0.0)
-    delays = scheduling_delays(result, cols)
-    sched_q = _quantile(delays[is_finished], slo.sched_delay_quantile)
+    waits = queue_delays(result, cols)  # (once a trial: judged here and by sustained below)
+    sched_q = _quantile(waits[0][is_finished], slo.sched_delay_quantile)
     ttft = cols["ttft_s"][is_finished]
     ttft_q = _quantile(ttft, slo.ttft_quantile)
     tpot = cols["tpot_s"][is_finished]  # NaN for a one-token output (no TPOT): _quantile leaves it out
@@ -602,7 +602,7 @@ def run_trial(config: RunConfig, qps: float, slo: SLO, early_exit: bool = True, 
                            f"< {100 * slo.min_goodput:g}%")
     too_short = False
     if not reasons and not users:  # (a closed loop's users wait for their replies: its queue cannot outgrow them)
-        reasons, too_short = sustained(result, cols, slo, delays, span)
+        reasons, too_short = sustained(result, cols, slo, waits, span)
     from simulator.report.benchmark import measured_window
 
     begin, end = measured_window(result, cols)
@@ -629,12 +629,12 @@ def judged_requests(result: RunResult, slo: SLO) -> tuple[dict[str, np.ndarray],
     return cols, good
 
 
-def sustained(result: RunResult, cols: dict[str, np.ndarray], slo: SLO, delays: np.ndarray | None = None,
-              span_s: float | None = None) -> tuple[list[str], bool]:
+def sustained(result: RunResult, cols: dict[str, np.ndarray], slo: SLO,
+              waits: tuple[np.ndarray, np.ndarray] | None = None, span_s: float | None = None) -> tuple[list[str], bool]:
     """Why a rate trial that met ``slo`` still shows no sustainable rate (an empty list where it does), and
     whether that is because it was too short to judge. ``cols``: the requests judged (:func:`judged_requests`);
-    ``delays``: their :func:`scheduling_delays` and ``span_s``: their first to last arrival, each computed here
-    where not given. The judgement of :func:`run_trial` and of the disaggregation planner's goodput trials
+    ``waits``: their :func:`~simulator.report.metrics.queue_delays` and ``span_s``: their first to last arrival,
+    each computed here where not given. The judgement of :func:`run_trial` and of the disaggregation planner's goodput trials
     (:func:`simulator.planning.split.goodput_trial`, its SLO as :meth:`PlanSLO.capacity_slo`).
 
     Capacity is the largest rate the server sustains, and a finite trial at a rate above that meets the SLO
@@ -652,9 +652,7 @@ def sustained(result: RunResult, cols: dict[str, np.ndarray], slo: SLO, delays: 
       (its backlog need not wait that long), so it is too short to judge, neither pass nor failure; the
       search's answer below it is then a lower bound (:func:`_seed_result`), not a capacity.
     """
-    judged, left = queue_delays(result, cols)
-    if delays is None:  # (given: the trial's own, judged over the same requests)
-        delays = judged
+    delays, left = waits if waits is not None else queue_delays(result, cols)
     if span_s is None:
         arrivals = cols["arrival_at"]
         span_s = float(arrivals.max() - arrivals.min()) if len(arrivals) else math.nan

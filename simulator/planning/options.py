@@ -39,15 +39,22 @@ MAX_WAIT_LIMIT_S = 600.0  # a TTFT or scheduling-delay limit
 _SLO_EXAMPLES = {"tbt_s": 0.2, "sched_delay_s": 2, "goodput_ttft_s": 2, "ttft_s": 2, "tpot_s": 0.05}  # error fixes
 
 
-def limit_notes(per_token_s: Mapping[str, float | None], waits_s: Mapping[str, float | None]) -> list[str]:
-    """Limits far beyond any serving SLO, by flag, said (not refused: a huge limit is how one switches a limit off):
-    a TPOT or TBT limit of 50 is 50 seconds a token, most likely 50 ms typed as milliseconds."""
+# Each SLO limit by its sweep key (its flag: ``--`` and dashes), and whether it is a time a token or a wait.
+LIMIT_KINDS = {"tbt_slo": "token", "tpot_slo": "token", "goodput_tpot_slo": "token", "ttft_slo": "wait",
+               "goodput_ttft_slo": "wait", "sched_delay_slo": "wait"}
+
+
+def limit_notes(limits: Mapping[str, float | None], as_flags: bool = True) -> list[str]:
+    """Limits far beyond any serving SLO (``limits``: seconds by :data:`LIMIT_KINDS` key), said by flag (or, not
+    ``as_flags``, by a sweep file's key), not refused: a huge limit is how one switches a limit off. A TPOT or TBT
+    limit of 50 is 50 seconds a token, most likely 50 ms typed as milliseconds."""
     out = []
-    for limits, most in ((per_token_s, MAX_TOKEN_LIMIT_S), (waits_s, MAX_WAIT_LIMIT_S)):
-        for flag, value in limits.items():
-            if value is not None and value > most:
-                out.append(f"{flag} {value:g} is {value:g} seconds (limits are in seconds: {value:g} ms would be "
-                           f"{value / 1000:g})")
+    for key, value in limits.items():
+        most = MAX_TOKEN_LIMIT_S if LIMIT_KINDS[key] == "token" else MAX_WAIT_LIMIT_S
+        if value is not None and value > most:
+            name = f"--{key.replace('_', '-')}" if as_flags else key
+            out.append(f"{name} {value:g} is {value:g} seconds (limits are in seconds: {value:g} ms would be "
+                       f"{value / 1000:g})")
     return out
 
 
@@ -108,15 +115,12 @@ class SLO:
             raise ConfigError("slo.min_goodput", f"must be a fraction in (0, 1], got {self.min_goodput}", "e.g. 0.9")
 
     def unit_notes(self, given: Collection[str] | None = None) -> list[str]:
-        """Limits far beyond any serving SLO (:func:`limit_notes`), of the flags ``given`` (None: every limit): a limit
-        the command copied from another (goodput's TTFT from --ttft-slo) is said once, as the flag typed."""
-        per_token = {"--tbt-slo": self.tbt_s, "--tpot-slo": self.tpot_s, "--goodput-tpot-slo": self.goodput_tpot_s}
-        waits = {"--ttft-slo": self.ttft_s, "--goodput-ttft-slo": self.goodput_ttft_s,
-                 "--sched-delay-slo": self.sched_delay_s}
-        if given is not None:
-            per_token = {k: v for k, v in per_token.items() if k in given}
-            waits = {k: v for k, v in waits.items() if k in given}
-        return limit_notes(per_token, waits)
+        """Limits far beyond any serving SLO (:func:`limit_notes`), of the keys ``given`` (the planner options typed;
+        None: every limit): a limit the command copied from another (goodput's TTFT from --ttft-slo) is said once,
+        as the flag typed."""
+        limits = {"tbt_slo": self.tbt_s, "tpot_slo": self.tpot_s, "goodput_tpot_slo": self.goodput_tpot_s,
+                  "ttft_slo": self.ttft_s, "goodput_ttft_slo": self.goodput_ttft_s, "sched_delay_slo": self.sched_delay_s}
+        return limit_notes({k: v for k, v in limits.items() if given is None or k in given})
 
     def wait_limit(self) -> tuple[float, float, str]:
         """The shortest limit judged on a wait that a growing queue lengthens (the scheduling delay, TTFT,
@@ -235,7 +239,7 @@ class PlanSLO:
 
     def unit_notes(self) -> list[str]:
         """Limits far beyond any serving SLO (:func:`limit_notes`)."""
-        return limit_notes({"--tpot-slo": self.tpot_s}, {"--ttft-slo": self.ttft_s})
+        return limit_notes({"tpot_slo": self.tpot_s, "ttft_slo": self.ttft_s})
 
     def capacity_slo(self) -> SLO:
         return SLO(criterion="goodput", tbt_s=self.tpot_s, goodput_ttft_s=self.ttft_s, goodput_tpot_s=self.tpot_s,

@@ -953,16 +953,16 @@ def plan_identity(base: RunConfig, load_qps: float, slo: PlanSLO, rel_tol: float
 # output tok/s per user (report.benchmark.output_throughput_per_user). A folder without it was written when the
 # column held 1 / median TPOT.
 PER_USER_DEFINITION = "mean 1/TPOT"
-# plan.json's "disagg_waits" (report.metrics.DISAGG_WAITS): a folder without it judged no wait for the KV link, so
-# its disaggregated rows are searched again on a resume (never two verdicts in one table).
 
 
-def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dict[str, dict[str, Any]], bool]:
-    """The layouts an earlier run of this plan searched (by key), from ``out`` (its plan.json read once), and
-    whether those rows hold tokens/s per user as :data:`PER_USER_DEFINITION` (plan.json says so; True where there
-    are no rows). A folder written before the definition was recorded gives its rows' tokens/s per user as unknown
-    (NaN): another figure (1 / median TPOT), which a resumed table would otherwise rank and plot beside this one
-    unsaid."""
+def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dict[str, dict[str, Any]], bool, bool]:
+    """The layouts an earlier run of this plan searched (by key), from ``out`` (its plan.json read once), whether
+    those rows hold tokens/s per user as :data:`PER_USER_DEFINITION` (plan.json says so; True where there are no
+    rows), and whether its disaggregated rows were judged without a wait they now have (plan.json's "disagg_waits"
+    is not :data:`~simulator.report.metrics.DISAGG_WAITS`): those are left out, to be searched again (never two
+    verdicts in one table; :func:`_drop_stale_disagg`). A folder written before the per-user definition was recorded
+    gives its rows' tokens/s per user as unknown (NaN): another figure (1 / median TPOT), which a resumed table would
+    otherwise rank and plot beside this one unsaid."""
     info = out / "plan.json"
     try:
         data = json.loads(info.read_text()) if info.is_file() else None
@@ -973,8 +973,9 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
         if held:  # rows of a plan nothing says is this one: never appended to
             raise ConfigError("--out", f"{out} holds a plan's {' and '.join(held)} but no readable plan.json saying "
                               "which plan its rows are", "pass a new --out folder, or delete that one")
-        return {}, True
+        return {}, True, False
     current = data.get("per_user") == PER_USER_DEFINITION
+    stale = data.get("disagg_waits") != DISAGG_WAITS
     if data.get("identity") != identity:
         why = ["other model, traffic, SLO or search settings", "disaggregated pools run under another scheduler"]
         if reads_files:
@@ -984,7 +985,7 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
                           "pass a new --out folder, or delete that one")
     path = out / "layouts.csv"
     if not path.is_file():
-        return {}, True
+        return {}, True, stale
     done = {}
     text_columns = ("key", "gpu", "mode", "dtype", "scheduler", "status", "error", "reason")
 
@@ -1019,25 +1020,17 @@ def _read_done(out: Path, identity: str, reads_files: bool = False) -> tuple[dic
                     raise edited(line, f"has {k} {v!r}, not a number") from None
         if not current:
             parsed["at_capacity_tokens_per_s_per_user"] = math.nan
-        if parsed.get("mode") == "disagg" and data.get("disagg_waits") != DISAGG_WAITS:
+        if parsed.get("mode") == "disagg" and stale:
             continue  # judged without a wait it now has: searched again (_drop_stale_disagg takes it out of the file)
         if parsed.get("status") in ("ok", "below"):
             done[parsed["key"]] = parsed
-    return done, current or not done
+    return done, current or not done, stale
 
 
 def _drop_stale_disagg(out: Path) -> None:
-    """Take the disaggregated rows out of ``out``'s layouts.csv and trials.csv where its plan.json does not record
-    :data:`DISAGG_WAITS` (their capacities judged no wait for the KV link; a folder with rows and no readable plan.json
-    was refused by :func:`_read_done`), before plan.json is rewritten with the marker: a resume killed before it
-    searched them again must not read them back as current, nor show old trials beside new ones. Each file is
-    replaced whole."""
-    try:  # (plan.json is readable here: _read_done refused the folder where it was not and rows were left)
-        marked = json.loads((out / "plan.json").read_text()).get("disagg_waits") == DISAGG_WAITS
-    except (OSError, ValueError, AttributeError):
-        marked = False
-    if marked:
-        return
+    """Take the disaggregated rows out of ``out``'s layouts.csv and trials.csv, judged without a wait they now have
+    (:func:`_read_done`), before plan.json is rewritten with the marker: a resume killed before it searched them again
+    must not read them back as current, nor show old trials beside new ones. Each file is replaced whole."""
     for name, is_disagg in (("layouts.csv", lambda row: row.get("mode") == "disagg"),
                             ("trials.csv", lambda row: " disagg " in f" {row.get('key', '')} ")):
         path = out / name
@@ -1215,8 +1208,9 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
         out.mkdir(parents=True, exist_ok=True)
         from simulator.config.inputs import input_files
 
-        done, current = _read_done(out, identity, bool(input_files(base)))
-        _drop_stale_disagg(out)
+        done, current, stale = _read_done(out, identity, bool(input_files(base)))
+        if stale:
+            _drop_stale_disagg(out)
         # The rows appended here hold the current per-user figure; a folder with older rows stays unmarked (its
         # figures all read as unknown on a later resume: never two definitions in one column).
         marker = {"per_user": PER_USER_DEFINITION} if current else {}

@@ -234,7 +234,7 @@ def test_a_lone_prompt_pays_one_ranks_experts_where_the_engine_routes_the_ranks_
     replica = ReplicaConfig(**{**MOE, "ep": 4}, attention_dp=4, kernels=kernels)
     table = _table([0.0], [6000], [3])
     steps = {}
-    for padding in ("max", "sum"):
+    for padding in ("max", "sum", "graphs"):
         config = RunConfig(replica=replica, scheduler=SchedulerConfig("vllm-v1", dp_padding=padding),
                            workload=WorkloadConfig(name="fixed", num_requests=1, prompt_tokens=6000, output_tokens=3))
         steps[padding] = _first_step_s(simulate(config, table))
@@ -243,7 +243,75 @@ def test_a_lone_prompt_pays_one_ranks_experts_where_the_engine_routes_the_ranks_
     assert steps["max"] == cost.iteration_time(shape)
     shape.moe_group_tokens = 6000
     assert steps["sum"] == cost.iteration_time(shape)
+    assert steps["graphs"] == steps["sum"]  # 6,000 tokens: far above vLLM's largest CUDA graph (512)
     assert steps["sum"] < 0.8 * steps["max"]  # Qwen3-30B-A3B's experts are most of a prompt step
+
+
+def test_vllm_pads_a_prompt_step_that_fits_a_cuda_graph_and_not_one_that_does_not() -> None:
+    # vLLM V1 ("graphs"): a 300-token prompt alone runs in a captured graph (at most 512 tokens), so the group
+    # pads the idle ranks to it, as "max" prices it; a 600-token prompt runs eagerly and routes its own tokens.
+    replica = ReplicaConfig(**{**MOE, "ep": 4}, attention_dp=4)
+    for prompt, padded in ((300, True), (600, False)):
+        steps = {}
+        for padding in ("max", "sum", "graphs"):
+            config = RunConfig(replica=replica, scheduler=SchedulerConfig("vllm-v1", dp_padding=padding),
+                               workload=WorkloadConfig(name="fixed", num_requests=1, prompt_tokens=prompt,
+                                                       output_tokens=3))
+            steps[padding] = _first_step_s(simulate(config, _table([0.0], [prompt], [3])))
+        assert steps["sum"] < steps["max"]
+        assert steps["graphs"] == (steps["max"] if padded else steps["sum"]), prompt
+
+
+def test_the_group_routes_own_tokens_by_its_rule() -> None:
+    # DPGroup._own_tokens on hand-made steps: "sum" (graph_tokens 0) routes the ranks' own tokens in a step that
+    # carries a prompt; "graphs" in a step some rank runs above its largest CUDA graph, prompt or not.
+    from types import SimpleNamespace
+
+    from simulator.engine.dp_group import DPGroup
+
+    def step(*shapes: BatchShape | None) -> list:
+        return [None if shape is None else SimpleNamespace(shape=shape) for shape in shapes]
+
+    decodes = lambda n: BatchShape(num_decodes=n, num_logits=n)  # noqa: E731
+    prompt = lambda n, d=0: BatchShape(num_prefill_tokens=n, num_prefills=1, num_decodes=d, num_logits=1 + d)  # noqa: E731
+    assert DPGroup._own_tokens(step(decodes(100), decodes(50)), 0) == 0
+    assert DPGroup._own_tokens(step(prompt(300), decodes(3), None), 0) == 303
+    assert DPGroup._own_tokens(step(decodes(100), decodes(50)), 512) == 0
+    assert DPGroup._own_tokens(step(prompt(300, 10), decodes(3)), 512) == 0  # a chunk under a graph: padded
+    assert DPGroup._own_tokens(step(prompt(600), decodes(3), None), 512) == 603
+    assert DPGroup._own_tokens(step(decodes(600), decodes(10)), 512) == 610  # decodes above the largest graph
+
+
+def test_vllms_largest_cuda_graph_follows_its_defaults() -> None:
+    # min(2 x max_num_seqs x (1 + drafts), 512, budget): vLLM's max_cudagraph_capture_size when unset.
+    from types import SimpleNamespace
+
+    from simulator.engine.dp_group import graph_tokens
+
+    def rank(seqs: int, budget: int, drafts: int | None = None) -> SimpleNamespace:
+        spec = None if drafts is None else SimpleNamespace(config=SimpleNamespace(k=drafts))
+        return SimpleNamespace(speculation=spec, max_num_seqs=seqs, token_budget=budget)
+
+    assert graph_tokens(rank(1024, 8192)) == 512
+    assert graph_tokens(rank(64, 8192)) == 128
+    assert graph_tokens(rank(64, 8192, drafts=3)) == 512
+    assert graph_tokens(rank(16, 8192, drafts=3)) == 128
+    assert graph_tokens(rank(1024, 256)) == 256
+
+
+def test_a_group_skips_exactly_beside_decode_steps_above_vllms_largest_graph(monkeypatch) -> None:  # noqa: ANN001
+    # Above 512 decodes a rank (1,101 users on two ranks: 551 and 550), vLLM's steps route the ranks' own tokens, not
+    # the larger rank's padded: the group must not skip such
+    # stretches (no rank's stretch knows the others'), and skipping on and off still give the same tables.
+    stretches = record_stretches(monkeypatch)
+    replica = ReplicaConfig(**MOE, attention_dp=2)
+    config = RunConfig(replica=replica, scheduler=SchedulerConfig("vllm-v1", max_num_seqs=1024),
+                       workload=WorkloadConfig(name="fixed", arrival="burst", num_requests=1151, concurrency=1101, prompt_tokens=16,
+                                               output_tokens=24), seed=1)
+    assert_same_run(config)
+    frame = simulate(config).iteration_frame()
+    assert (frame.num_decodes > 512).any()  # some steps were above the largest graph
+    assert stretches
 
 
 @pytest.mark.parametrize("kernels", ["roofline", "vllm"])
@@ -281,7 +349,7 @@ def test_dp_padding_is_the_engines_and_refused_where_nothing_reads_it() -> None:
     from simulator.config.options import build_config
 
     assert [SchedulerConfig(name).dp_padding_rule() for name in ("vllm", "vllm-v1", "sglang", "trtllm")] == [
-        "max", "max", "sum", "sum"]
+        "max", "graphs", "sum", "sum"]
     assert SchedulerConfig("sglang", dp_padding="max").dp_padding_rule() == "max"
     with pytest.raises(ConfigError, match="unknown attention-DP padding"):
         SchedulerConfig("vllm-v1", dp_padding="min")
@@ -294,13 +362,15 @@ def test_dp_padding_is_the_engines_and_refused_where_nothing_reads_it() -> None:
 
 
 def test_result_keys_name_the_padding_rule_where_it_changes_results() -> None:
-    # A stored point resumes by its key: an SGLang or TensorRT-LLM attention-DP MoE run's key says the engine's
-    # rule (its results changed with it), a vLLM run's key is the one it had before the rule existed.
+    # A stored point resumes by its key: an attention-DP MoE run's key says the engine's rule where it is not
+    # "max" (its results changed with it: SGLang's and TensorRT-LLM's "sum", vLLM V1's "graphs"), a run under
+    # "max" has the key it had before the rules existed.
     moe = RunConfig(replica=ReplicaConfig(**MOE, attention_dp=2))
-    for name in ("sglang", "trtllm"):
+    for name, rule in (("sglang", "sum"), ("trtllm", "sum"), ("vllm-v1", "graphs")):
         run = moe.replace(scheduler__name=name)
-        assert run.result_key() == run.replace(scheduler__dp_padding="sum").result_key()
+        assert run.result_key() == run.replace(scheduler__dp_padding=rule).result_key()  # the rule in force
         assert run.result_key() != run.replace(scheduler__dp_padding="max").result_key()
-    run = moe.replace(scheduler__name="vllm-v1")
-    assert run.result_key() != run.replace(scheduler__dp_padding="sum").result_key()
-    assert run.result_key() == run.replace(scheduler__dp_padding="max").result_key()  # the rule in force, not typed
+        others = {"sum", "graphs"} - {rule}
+        assert all(run.result_key() != run.replace(scheduler__dp_padding=o).result_key() for o in others)
+    run = moe.replace(scheduler__name="vllm")
+    assert run.result_key() == run.replace(scheduler__dp_padding="max").result_key()

@@ -167,7 +167,7 @@ def test_each_backends_rows_plan_the_kv_cache_by_its_engines_rule(silicon):
         _, plan = build_kv_cache(config.replica, config.scheduler)
         assert (plan.memory_basis, plan.block_size) == (fraction_of, block)
         # ... and its attention-DP steps' MoE layers as its engine runs them (TensorRT-LLM's: the ranks' own tokens)
-        assert config.scheduler.dp_padding_rule() == ("max" if backend == "vllm" else "sum")
+        assert config.scheduler.dp_padding_rule() == ("graphs" if backend == "vllm" else "sum")
     trt = first_config(kept[(kept["mode"] == "disagg") & (kept["backend"] == "trtllm")])
     pools = layout_of(trt)
     for pool in (pools.prefill_replica, pools.decode_replica):

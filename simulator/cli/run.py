@@ -383,8 +383,9 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
         knobs = (f" ({budget}<= {s.seq_limit(r.gpu_spec, summary.get('kv_cache_tokens'), max_len):,} seqs, "
                  f"context {max_len:,}{_intake(s)}")  # (--max-model-len: read, though no request may come near it)
         if r.attention_dp > 1 and r.model_spec.is_moe:  # what its MoE layers carry (DPGroup.routes_own_tokens)
-            knobs += (", prompt steps' MoE on the ranks' own tokens" if s.dp_padding_rule() == "sum"
-                      else ", MoE padded to the largest rank")
+            knobs += {"sum": ", prompt steps' MoE on the ranks' own tokens",
+                      "graphs": ", MoE padded to the largest rank under CUDA graphs, else the ranks' own tokens",
+                      }.get(s.dp_padding_rule(), ", MoE padded to the largest rank")
         knobs += ")" + _kv_memory(config)
     spare = f" +{r.redundant_experts} redundant experts" if r.redundant_experts else ""
     title = (f"{r.model} on {r.num_gpus}x {r.gpu} (tp={r.tp}, pp={r.pp}, dp={r.attention_dp}, ep={r.ep}{spare}) · "

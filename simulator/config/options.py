@@ -101,10 +101,12 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                                        "every rank has a prompt while all decode, hold them this many iterations more "
                                        "(TensorRT-LLM's batching_wait_iters; default 0)."),
     "dp_padding": ("scheduler__dp_padding", str, "Attention DP with a MoE model: what a step's MoE layers carry "
-                   "(default: the engine's): max, every rank padded to the largest rank's tokens (vLLM's, the vllm and "
-                   "vllm-v1 schedulers' default), or sum, a step that carries a prompt routes the ranks' own tokens "
-                   "only (SGLang's SUM_LEN, TensorRT-LLM's context steps: the sglang and trtllm schedulers' default), "
-                   "decode-only steps padded to the largest rank."),
+                   "(default: the engine's): max, every rank padded to the largest rank's tokens (the vllm "
+                   "scheduler's default); sum, a step that carries a prompt routes the ranks' own tokens only, "
+                   "decode-only steps padded to the largest rank (SGLang's SUM_LEN, TensorRT-LLM's context steps: the "
+                   "sglang and trtllm schedulers' default); or graphs, padded while every rank's step fits a captured "
+                   "CUDA graph (min(2 x max seqs, 512) tokens), else the ranks' own tokens (vLLM V1's, the vllm-v1 "
+                   "scheduler's default)."),
     "batch_wait_timeout_iters": ("scheduler__batch_wait_timeout_iters", int, "Hold the new prompts of a step that "
                                  "also decodes until the step's tokens reach --batch-wait-max-tokens-ratio of the "
                                  "budget, at most this many such steps (TensorRT-LLM's batch_wait_timeout_iters; "

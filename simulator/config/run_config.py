@@ -505,8 +505,9 @@ class SchedulerConfig:
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
     # What the MoE layers of an attention-DP step carry (schedulers.DP_PADDINGS): None is the engine's own
-    # (SchedulerEntry.dp_padding: vLLM pads every rank to the largest; SGLang and TensorRT-LLM route the ranks' own
-    # tokens in a step that carries a prompt). Read only by an attention-DP replica of a MoE model.
+    # (SchedulerEntry.dp_padding: vLLM V1 pads every rank to the largest while each runs in a CUDA graph; SGLang and
+    # TensorRT-LLM route the ranks' own tokens in a step that carries a prompt). Read only by an attention-DP replica
+    # of a MoE model.
     dp_padding: str | None = None
 
     def __post_init__(self) -> None:
@@ -1040,11 +1041,12 @@ class RunConfig:
             for (section, name), former in FORMER_DEFAULTS_ON_TOTAL.items():
                 if resolved[section].get(name) is None:
                     resolved[section][name] = former
-        # The rule in effect, not the flag typed: "sum" where it is read and in force (results stored before the rule
-        # existed lacked it), nothing otherwise ("max", typed or the engine's, is what every earlier result ran).
+        # The rule in effect, not the flag typed: "sum" or "graphs" where it is read and in force (results stored
+        # before the rule existed lacked it), nothing otherwise ("max", typed or the engine's, is what every earlier
+        # result ran).
         resolved["scheduler"].pop("dp_padding", None)
-        if self._routes_own_dp_tokens():
-            resolved["scheduler"]["dp_padding"] = "sum"
+        if rules := self._dp_token_routing():
+            resolved["scheduler"]["dp_padding"] = ",".join(rules)
         from simulator.config.inputs import fingerprints
 
         # The files it reads, by content (a trace edited in place is another run); none: the key results had before
@@ -1077,11 +1079,12 @@ class RunConfig:
 
         return layout_of(self).pools()
 
-    def _routes_own_dp_tokens(self) -> bool:
-        """Some attention-DP replica of a MoE model in the run steps under the ``sum`` padding rule
-        (:meth:`SchedulerConfig.dp_padding_rule`)."""
-        return self.replica.model_spec.is_moe and any(
-            r.attention_dp > 1 and s.dp_padding_rule() == "sum" for s, r in self.scheduler_replicas())
+    def _dp_token_routing(self) -> list[str]:
+        """The padding rules other than ``max`` under which the run's attention-DP replicas of a MoE model step
+        (:meth:`SchedulerConfig.dp_padding_rule`), sorted; empty where none does."""
+        if not self.replica.model_spec.is_moe:
+            return []
+        return sorted({s.dp_padding_rule() for s, r in self.scheduler_replicas() if r.attention_dp > 1} - {"max"})
 
     def _plans_on_total_memory(self) -> bool:
         """Every scheduler of the run (a disaggregated run's pools' too) plans its KV cache on the total basis."""

@@ -23,8 +23,9 @@ PREFIX_CACHE_POLICIES = ("vllm-lru", "radix-lru")
 MEMORY_BASES = ("total", "static", "free")
 # What the MoE layers of an attention-DP step carry (SchedulerEntry.dp_padding, --dp-padding;
 # simulator.engine.dp_group): "max", every rank padded to the largest rank's tokens; "sum", the ranks' own tokens
-# in a step that carries a prompt (decode-only steps padded as under "max").
-DP_PADDINGS = ("max", "sum")
+# in a step that carries a prompt (decode-only steps padded as under "max"); "graphs", padded as under "max" while
+# every rank's step fits its largest captured CUDA graph, the ranks' own tokens once one does not.
+DP_PADDINGS = ("max", "sum", "graphs")
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,13 @@ class SchedulerEntry:
     ``block_size``: its engine's KV page in tokens, unless ``--block-size`` says (vLLM's 16; TensorRT-LLM's
     tokens_per_block 32).
     ``dp_padding``: what the MoE layers of its engine's attention-DP steps carry (:data:`DP_PADDINGS`), unless
-    ``--dp-padding`` says: ``max``, every rank padded to the largest rank's tokens (vLLM pads each DP rank's batch
-    to the largest across the group); ``sum``, a step that carries a prompt routes the ranks' own tokens only
-    (SGLang's ``SUM_LEN`` gather whenever a rank extends, TensorRT-LLM's padded rows skipped by its MoE), its
-    decode-only steps still padded to the largest rank (both engines' CUDA graphs and ``MAX_LEN`` gathers).
+    ``--dp-padding`` says: ``max``, every rank padded to the largest rank's tokens; ``sum``, a step that carries a
+    prompt routes the ranks' own tokens only (SGLang's ``SUM_LEN`` gather whenever a rank extends, TensorRT-LLM's
+    padded rows skipped by its MoE), its decode-only steps still padded to the largest rank (both engines' CUDA
+    graphs and ``MAX_LEN`` gathers); ``graphs``, vLLM V1's: the ranks agree each step on a CUDA-graph mode (the
+    least of theirs) and pad to the largest rank only under a graph, so a step in which some rank runs more tokens
+    than its largest captured graph (``min(2 x max_num_seqs x (1 + drafts), 512, budget)``) routes the ranks' own
+    tokens (vLLM's ``coordinate_batch_across_dp``), whether or not it carries a prompt.
     ``serves_pools``: its engine's disaggregated deployments run this policy in their prefill and decode workers
     (vLLM's NIXL-connected workers, which only its V1 engine runs; SGLang's PD disaggregation; TensorRT-LLM's context
     and generation servers), so a disaggregated run's pools without ``sched=`` and a plan's disaggregated layouts run
@@ -101,7 +105,7 @@ SCHEDULERS: dict[str, SchedulerEntry] = {
     "sarathi": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True),
     # Sarathi's policy under vLLM's default budget (SchedulerConfig.token_budget).
     "vllm-v1": SchedulerEntry(f"{_POLICIES}.sarathi:SarathiScheduler", chunks_prompts=True, batch_wait=True,
-                              prefix_cache="vllm-lru", hybrid_page=True, serves_pools=True),
+                              prefix_cache="vllm-lru", hybrid_page=True, dp_padding="graphs", serves_pools=True),
     # SGLang sizes its pool by --mem-fraction-static (weights and KV pool). Its page is 1 token by default; the
     # simulator keeps 16-token blocks (at most 15 tokens a request apart, and a radix cache named per token
     # would cost 16 times the lookups).

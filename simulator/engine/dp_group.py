@@ -20,12 +20,16 @@ records nothing and is not counted busy (its dummy pass has no tokens).
 
 **What the MoE layers carry** (``--dp-padding``, the engine's rule by default:
 :meth:`~simulator.config.run_config.SchedulerConfig.dp_padding_rule`). Priced as above, every rank is
-padded to the busiest rank's tokens: vLLM's rule (it pads each DP rank's batch to the largest across the
-group). SGLang and TensorRT-LLM route the ranks' own tokens in a step that carries a prompt (SGLang gathers
-with ``SUM_LEN`` whenever a rank extends; TensorRT-LLM's MoE skips the padded rows of its context steps): there
-the group sets each rank's :attr:`~simulator.costmodel.base.BatchShape.moe_group_tokens` to the sum of the
-ranks' tokens for the pricing, so one rank's long prompt beside idle ranks costs one prompt's experts, not
-``attention_dp`` of them. Their decode-only steps stay padded to the largest rank (CUDA graphs, ``MAX_LEN``).
+padded to the busiest rank's tokens (``max``). SGLang and TensorRT-LLM route the ranks' own tokens in a step
+that carries a prompt (``sum``: SGLang gathers with ``SUM_LEN`` whenever a rank extends; TensorRT-LLM's MoE
+skips the padded rows of its context steps): there the group sets each rank's
+:attr:`~simulator.costmodel.base.BatchShape.moe_group_tokens` to the sum of the ranks' tokens for the pricing,
+so one rank's long prompt beside idle ranks costs one prompt's experts, not ``attention_dp`` of them. Their
+decode-only steps stay padded to the largest rank (CUDA graphs, ``MAX_LEN``). vLLM V1 (``graphs``) pads to the
+largest rank only where every rank's step runs in a captured CUDA graph: its ranks agree each step on the least
+of their graph modes, and a rank whose step has more tokens than its largest captured graph runs eagerly, so
+the step routes the ranks' own tokens (:attr:`DPGroup.graph_tokens`; a prompt chunk of a few hundred tokens
+beside decodes stays padded).
 
 TensorRT-LLM can also *balance* the ranks (``attention_dp_config.enable_balance``, which
 InferenceX's TensorRT-LLM recipes turn on with DP attention): since a rank's prompt stalls every
@@ -62,9 +66,12 @@ class DPGroup:
         self.env = env
         self.ranks = ranks
         self.balance = PromptBalance.of(ranks[0].scheduler.config)
-        # Whether a prompt step's MoE layers carry the ranks' own tokens (module docstring).
-        self.routes_own_tokens = (ranks[0].scheduler.config.dp_padding_rule() == "sum"
-                                  and ranks[0].cost_model.model.is_moe)
+        # Whether some steps' MoE layers carry the ranks' own tokens, not the largest rank's padded (module
+        # docstring): "sum" a step that carries a prompt, "graphs" a step some rank runs outside a CUDA graph.
+        rule = ranks[0].scheduler.config.dp_padding_rule()
+        self.routes_own_tokens = rule != "max" and ranks[0].cost_model.model.is_moe
+        # Under "graphs", the most tokens a rank's step may carry and still be padded (0: the "sum" rule).
+        self.graph_tokens = graph_tokens(ranks[0].scheduler) if rule == "graphs" else 0
         self.process = env.process(self.run())
 
     def _sleep(self) -> simpy.Event:
@@ -87,7 +94,7 @@ class DPGroup:
         """One group step over ``batches`` (None: an idle rank): the slowest rank's time, then every rank applies."""
         started_at = self.env.now
         ranks = self.ranks
-        group = self._own_tokens(batches) if self.routes_own_tokens else 0
+        group = self._own_tokens(batches, self.graph_tokens) if self.routes_own_tokens else 0
         if group:
             for batch in batches:
                 if batch is not None:
@@ -105,11 +112,15 @@ class DPGroup:
 
 
     @staticmethod
-    def _own_tokens(batches: list[Batch | None]) -> int:
-        """The tokens the MoE layers route in a step that carries a prompt on some rank (every rank's own), or 0
-        for a decode-only step (padded to the largest rank, as priced by default)."""
+    def _own_tokens(batches: list[Batch | None], graph_tokens: int) -> int:
+        """The tokens the MoE layers route (every rank's own) in a step that is not padded, or 0 for a padded
+        one (priced by default). ``graph_tokens`` 0 (``sum``): padded unless some rank's step carries a prompt;
+        else (``graphs``): padded unless some rank's step has more than ``graph_tokens`` tokens."""
         shapes = [batch.shape for batch in batches if batch is not None]
-        if not any(shape.num_prompt_tokens for shape in shapes):
+        if graph_tokens:
+            if all(shape.num_tokens <= graph_tokens for shape in shapes):
+                return 0
+        elif not any(shape.num_prompt_tokens for shape in shapes):
             return 0
         return sum(shape.num_tokens for shape in shapes)
 
@@ -192,6 +203,20 @@ def _view(scheduler: Scheduler) -> tuple[bool, bool, bool]:
         head = waiting[0]
         has_prompt = scheduler.blocks.can_admit(scheduler.reserve_tokens(head), head)
     return has_prompt, has_decode, free
+
+
+# vLLM V1's largest captured CUDA graph by default (CompilationConfig.max_cudagraph_capture_size, unset):
+# min(2 x max_num_seqs x decode query length, 512), and never above the step's token budget.
+MAX_GRAPH_TOKENS = 512
+
+
+def graph_tokens(scheduler: Scheduler) -> int:
+    """The most tokens a step of ``scheduler``'s rank runs in a captured CUDA graph under vLLM V1's defaults:
+    ``min(2 x max_num_seqs x (1 + drafts), 512, token budget)`` (a speculating rank's decode query is its drafts
+    and one token)."""
+    spec = scheduler.speculation
+    query = 1 + (spec.config.k if spec is not None else 0)
+    return max(1, min(2 * scheduler.max_num_seqs * query, MAX_GRAPH_TOKENS, scheduler.token_budget))
 
 
 def group_ranks(env: simpy.Environment, ranks: list[Replica], attention_dp: int,

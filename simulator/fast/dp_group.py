@@ -44,7 +44,7 @@ class SkippingDPGroup(DPGroup):
         env, ranks = self.env, self.ranks
         lead = ranks[0]  # the ranks share the cluster's horizon and its straddle rule
         horizon, straddle = lead.horizon, lead.horizon_is_arrival
-        # A chunked-prefill stretch's steps carry a prompt, which the group prices at the ranks' own tokens where
+        # A chunked-prefill stretch's steps carry a prompt, which the group may price at the ranks' own tokens where
         # its engine routes them (DPGroup.routes_own_tokens): no rank's stretch knows the others', so none is taken.
         chunk_ok = [rank.cost_model.fast_chunk_stretches and not self.routes_own_tokens for rank in ranks]
         modes = [0] * len(ranks)  # per rank, what its last step allows (_DECODE, _CHUNK or 0)
@@ -110,6 +110,10 @@ class SkippingDPGroup(DPGroup):
         for rank, mode in busy:
             if mode == _DECODE:
                 if rank.steady is None or not rank.steady.decode(rank.scheduler):
+                    return None
+                # Under vLLM's rule a decode step above the largest CUDA graph routes the ranks' own tokens, which
+                # no rank's stretch knows (its decodes are one token each: a speculating run takes the plain loop).
+                if self.graph_tokens and len(rank.scheduler.running) > self.graph_tokens:
                     return None
                 steps = _steps_to_first_finish(rank.scheduler)
                 if steps < 2:

@@ -1,8 +1,9 @@
 """Engine cost of attention data parallelism: CPU time per run and iterations per CPU-second.
 
 Qwen3-30B-A3B on one H100 per rank (``--attention-dp N --ep N``), the built-in ``sharegpt``
-distribution at each of ``--qps`` (Poisson, one seed), under ``--scheduler`` (vllm-v1 by default; sglang or
-trtllm price a prompt step's MoE at the ranks' own tokens, ``--dp-padding sum``), DP1, DP2 and DP8, each with the fast paths
+distribution at each of ``--qps`` (Poisson, one seed), under ``--scheduler`` (vllm-v1 by default, whose steps above
+its largest CUDA graph price the MoE at the ranks' own tokens, ``--dp-padding graphs``; sglang or trtllm do so in a
+prompt step, ``--dp-padding sum``), DP1, DP2 and DP8, each with the fast paths
 off (``--no-fast-forward``: the plain loop) and on (lockstep decodes and event skipping; a DP
 replica's ranks step together, :mod:`simulator.engine.dp_group`, and skip together,
 :mod:`simulator.fast.dp_group`). Iterations count each rank's. Best of ``--repeats`` (the machine

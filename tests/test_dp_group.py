@@ -248,18 +248,23 @@ def test_a_lone_prompt_pays_one_ranks_experts_where_the_engine_routes_the_ranks_
 
 
 def test_vllm_pads_a_prompt_step_that_fits_a_cuda_graph_and_not_one_that_does_not() -> None:
-    # vLLM V1 ("graphs"): a 300-token prompt alone runs in a captured graph (at most 512 tokens), so the group
-    # pads the idle ranks to it, as "max" prices it; a 600-token prompt runs eagerly and routes its own tokens.
+    # vLLM V1 ("graphs"): a prompt of at most 512 tokens alone runs in a captured graph, so the group pads the idle
+    # ranks to it, as "max" prices it; one token more runs eagerly and routes its own tokens; an engine without CUDA
+    # graphs (the 2023 preset) never pads; a budget within the largest graph always does.
     replica = ReplicaConfig(**{**MOE, "ep": 4}, attention_dp=4)
-    for prompt, padded in ((300, True), (600, False)):
+    cases = ((300, "vllm-2026", None, True), (512, "vllm-2026", None, True), (513, "vllm-2026", None, False),
+             (300, "vllm-2023-splitwise", None, False), (300, "vllm-2026", 320, True))
+    for prompt, engine, budget, padded in cases:
         steps = {}
         for padding in ("max", "sum", "graphs"):
-            config = RunConfig(replica=replica, scheduler=SchedulerConfig("vllm-v1", dp_padding=padding),
+            config = RunConfig(replica=replica, engine=engine,
+                               scheduler=SchedulerConfig("vllm-v1", dp_padding=padding, max_num_batched_tokens=budget,
+                                                         max_num_seqs=budget),
                                workload=WorkloadConfig(name="fixed", num_requests=1, prompt_tokens=prompt,
                                                        output_tokens=3))
             steps[padding] = _first_step_s(simulate(config, _table([0.0], [prompt], [3])))
         assert steps["sum"] < steps["max"]
-        assert steps["graphs"] == (steps["max"] if padded else steps["sum"]), prompt
+        assert steps["graphs"] == (steps["max"] if padded else steps["sum"]), (prompt, engine, budget)
 
 
 def test_the_group_routes_own_tokens_by_its_rule() -> None:

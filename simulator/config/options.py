@@ -105,8 +105,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str]] = {
                    "scheduler's default); sum, a step that carries a prompt routes the ranks' own tokens only, "
                    "decode-only steps padded to the largest rank (SGLang's SUM_LEN, TensorRT-LLM's context steps: the "
                    "sglang and trtllm schedulers' default); or graphs, padded while every rank's step fits a captured "
-                   "CUDA graph (min(2 x max seqs, 512) tokens), else the ranks' own tokens (vLLM V1's, the vllm-v1 "
-                   "scheduler's default)."),
+                   "CUDA graph (min(2 x max seqs x (1 + drafts), 512, budget) tokens), else the ranks' own tokens (vLLM V1's "
+                   "since early 2026, the vllm-v1 scheduler's default)."),
     "batch_wait_timeout_iters": ("scheduler__batch_wait_timeout_iters", int, "Hold the new prompts of a step that "
                                  "also decodes until the step's tokens reach --batch-wait-max-tokens-ratio of the "
                                  "budget, at most this many such steps (TensorRT-LLM's batch_wait_timeout_iters; "

@@ -53,7 +53,8 @@ class SchedulerEntry:
     graphs and ``MAX_LEN`` gathers); ``graphs``, vLLM V1's: the ranks agree each step on a CUDA-graph mode (the
     least of theirs) and pad to the largest rank only under a graph, so a step in which some rank runs more tokens
     than its largest captured graph (``min(2 x max_num_seqs x (1 + drafts), 512, budget)``) routes the ranks' own
-    tokens (vLLM's ``coordinate_batch_across_dp``), whether or not it carries a prompt.
+    tokens (vLLM's ``coordinate_batch_across_dp`` since early 2026; releases before it padded every step while CUDA
+    graphs were on, ``max``), whether or not it carries a prompt.
     ``serves_pools``: its engine's disaggregated deployments run this policy in their prefill and decode workers
     (vLLM's NIXL-connected workers, which only its V1 engine runs; SGLang's PD disaggregation; TensorRT-LLM's context
     and generation servers), so a disaggregated run's pools without ``sched=`` and a plan's disaggregated layouts run

@@ -56,7 +56,8 @@ class BatchShape:
     decode_max_kv: int = 0
     num_logits: int = 0  # entries that produce an output token this iteration
     # Tokens entering the routed experts this step across an attention-DP group, where the engine routes the
-    # ranks' own tokens (a prompt step under ``--dp-padding sum``: :mod:`simulator.engine.dp_group`); 0 is the
+    # ranks' own tokens (a prompt step under ``--dp-padding sum``, a step above the largest CUDA graph under
+    # ``graphs``: :mod:`simulator.engine.dp_group`); 0 is the
     # default reading, ``num_tokens x attention_dp`` (every rank padded to this one's tokens). Set by the
     # group for one pricing only, never by a scheduler.
     moe_group_tokens: int = 0

@@ -6,8 +6,8 @@ With DP attention (SGLang's ``--enable-dp-attention``, vLLM's ``--data-parallel-
 layers between the attention layers are one collective over all ranks (the all-to-all dispatch
 and combine, or an all-gather and reduce-scatter): no rank can start its next forward pass
 before every rank has finished this one. The engines keep the ranks in step: while any rank has
-work, every rank runs a forward pass each step, an idle one a dummy batch (vLLM also pads every
-rank's batch to the largest rank's token count for its CUDA graphs and MoE dispatch).
+work, every rank runs a forward pass each step, an idle one a dummy batch (and pads the ranks' batches to
+the largest rank's token count for their CUDA graphs and MoE dispatch: by the rules below).
 
 :class:`DPGroup` is that barrier as a mechanism. One SimPy process steps the group's ranks
 (plain :class:`~simulator.engine.replica.Replica` objects built without a process of their own):
@@ -25,11 +25,13 @@ that carries a prompt (``sum``: SGLang gathers with ``SUM_LEN`` whenever a rank 
 skips the padded rows of its context steps): there the group sets each rank's
 :attr:`~simulator.costmodel.base.BatchShape.moe_group_tokens` to the sum of the ranks' tokens for the pricing,
 so one rank's long prompt beside idle ranks costs one prompt's experts, not ``attention_dp`` of them. Their
-decode-only steps stay padded to the largest rank (CUDA graphs, ``MAX_LEN``). vLLM V1 (``graphs``) pads to the
-largest rank only where every rank's step runs in a captured CUDA graph: its ranks agree each step on the least
-of their graph modes, and a rank whose step has more tokens than its largest captured graph runs eagerly, so
-the step routes the ranks' own tokens (:attr:`DPGroup.graph_tokens`; a prompt chunk of a few hundred tokens
-beside decodes stays padded).
+decode-only steps stay padded to the largest rank (CUDA graphs, ``MAX_LEN``). vLLM V1 (``graphs``, its
+``coordinate_batch_across_dp`` as of early 2026; its earlier releases padded every step while CUDA graphs were on,
+``max``) pads to the largest rank only where every rank's step runs in a captured CUDA graph: its ranks agree
+each step on the least of their graph modes, and a rank whose step has more tokens than its largest captured
+graph runs eagerly, so the step routes the ranks' own tokens (:attr:`DPGroup.graph_tokens`; a prompt chunk of a
+few hundred tokens beside decodes stays padded; an engine without CUDA graphs never pads). The padded count is
+the largest rank's tokens, not the graph size they round up to (a few percent at most).
 
 TensorRT-LLM can also *balance* the ranks (``attention_dp_config.enable_balance``, which
 InferenceX's TensorRT-LLM recipes turn on with DP attention): since a rank's prompt stalls every
@@ -68,10 +70,15 @@ class DPGroup:
         self.balance = PromptBalance.of(ranks[0].scheduler.config)
         # Whether some steps' MoE layers carry the ranks' own tokens, not the largest rank's padded (module
         # docstring): "sum" a step that carries a prompt, "graphs" a step some rank runs outside a CUDA graph.
-        rule = ranks[0].scheduler.config.dp_padding_rule()
-        self.routes_own_tokens = rule != "max" and ranks[0].cost_model.model.is_moe
-        # Under "graphs", the most tokens a rank's step may carry and still be padded (0: the "sum" rule).
-        self.graph_tokens = graph_tokens(ranks[0].scheduler) if rule == "graphs" else 0
+        rule, lead = ranks[0].scheduler.config.dp_padding_rule(), ranks[0]
+        # Under "graphs", the most tokens a rank's step may carry and still be padded (0: the "sum" rule; -1: an
+        # engine without CUDA graphs, whose steps are never padded).
+        engine = getattr(lead.cost_model, "engine", None)
+        self.graph_tokens = 0 if rule != "graphs" else graph_tokens(lead.scheduler) if getattr(
+            engine, "cuda_graphs", True) else -1
+        # (a budget within the largest graph pads every step, as "max" does: nothing to route)
+        self.routes_own_tokens = lead.cost_model.model.is_moe and (
+            rule == "sum" or (rule == "graphs" and not 0 < lead.scheduler.token_budget <= self.graph_tokens))
         self.process = env.process(self.run())
 
     def _sleep(self) -> simpy.Event:
@@ -115,7 +122,7 @@ class DPGroup:
     def _own_tokens(batches: list[Batch | None], graph_tokens: int) -> int:
         """The tokens the MoE layers route (every rank's own) in a step that is not padded, or 0 for a padded
         one (priced by default). ``graph_tokens`` 0 (``sum``): padded unless some rank's step carries a prompt;
-        else (``graphs``): padded unless some rank's step has more than ``graph_tokens`` tokens."""
+        else (``graphs``): padded unless some rank's step has more than ``graph_tokens`` tokens (-1: never)."""
         shapes = [batch.shape for batch in batches if batch is not None]
         if graph_tokens:
             if all(shape.num_tokens <= graph_tokens for shape in shapes):

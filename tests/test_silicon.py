@@ -62,7 +62,7 @@ def _row(**fields):  # noqa: ANN003, ANN202 - a hand-made CSV row, as itertuples
     ((16, 1, 4, 4), (4, 1, 1, 4)),  # SGLang/TRT-LLM tp4 ep4, as the later dumps write it
     ((64, 1, 8, 8), (8, 1, 1, 8)),
     ((1, 64, 8, 8), (1, 8, 1, 8)),  # tp8 ep8 with DP attention
-    ((4, 4, 1, 16), (1, 4, 1, 4)),  # vLLM's DP+EP recipe
+    ((4, 4, 1, 16), (1, 4, 1, 4)),  # a DP+EP form (InferenceX's vLLM rows of known scripts: _vllm_script_layout)
 ])
 def test_a_layout_recorded_scaled_by_its_ep_width_is_read_as_its_node(recorded, read_as):
     from simulator.calibrate.silicon import _single_node_layout
@@ -71,6 +71,45 @@ def test_a_layout_recorded_scaled_by_its_ep_width_is_read_as_its_node(recorded, 
     fixed = _single_node_layout(_row(tp_size=tp, attention_dp_size=adp, moe_tp_size=moe_tp, moe_ep_size=ep))
     assert fixed is not None
     assert (fixed["tp_size"], fixed["attention_dp_size"], fixed["moe_tp_size"], fixed["moe_ep_size"]) == read_as
+
+
+_KIMI, _MINIMAX = "moonshotai/Kimi-K2.5", "MiniMaxAI/MiniMax-M2.5"
+_DB = "db-dump/2026-04-27; config_id=635; silicon_concurrency=4; measured=2026-03-27T00:00:00.000Z"
+
+
+@pytest.mark.parametrize(("model", "recorded", "read_as"), [
+    (_KIMI, (4, 4, 1, 16), (4, 1, 4, 1)),  # filed as DP4/EP16 (tp x ep GPUs): its script runs TP4, no EP
+    (_KIMI, (4, 1, 1, 4), (4, 1, 4, 1)),  # an ep 4 entry: Kimi's script never passes --enable-expert-parallel
+    (_MINIMAX, (4, 4, 1, 16), (4, 1, 1, 4)),  # MiniMax's passes it: EP over the TP group
+    (_MINIMAX, (2, 2, 1, 4), (2, 1, 1, 2)),
+    (_KIMI, (8, 1, 8, 1), None),  # filed as run
+    (_MINIMAX, (4, 1, 1, 4), None),
+    ("meta-llama/Llama-3.1-70B", (4, 4, 1, 16), None),  # a script the table does not know: left to the general rule
+])
+def test_inferencex_vllm_rows_are_read_as_their_script_launched_them(model, recorded, read_as):
+    from simulator.calibrate.silicon import _vllm_script_layout
+
+    tp, adp, moe_tp, ep = recorded
+    row = _row(backend="vllm", model_path=model, silicon_data_source=_DB, tp_size=tp, attention_dp_size=adp,
+               moe_tp_size=moe_tp, moe_ep_size=ep)
+    fixed = _vllm_script_layout(row)
+    got = None if fixed is None else (fixed["tp_size"], fixed["attention_dp_size"], fixed["moe_tp_size"],
+                                      fixed["moe_ep_size"])
+    assert got == read_as
+    # Another backend's row, or one the gap analyses ran (not InferenceX's scripts), is not read this way.
+    assert _vllm_script_layout(_row(**{**vars(row), "backend": "sglang"})) is None
+    assert _vllm_script_layout(_row(**{**vars(row), "silicon_data_source": "source_file=kimi-k2.5-gap-analysis.csv"})) is None
+
+
+def test_no_vllm_row_runs_attention_dp_and_each_read_row_says_why(silicon):
+    # Every aggregated vLLM row of the sample ran without attention DP (its scripts never pass --data-parallel-size);
+    # the rows read otherwise than filed say so.
+    kept, _ = silicon
+    vllm = kept[(kept["backend"] == "vllm") & (kept["mode"] == "agg")]
+    assert (vllm["attention_dp_size"].fillna(1) == 1).all()
+    read = vllm[vllm["layout_read_as"].str.contains("vLLM script", na=False)]
+    assert len(read) > 20
+    assert read["layout_read_as"].str.startswith("recorded tp/adp/moe_tp/moe_ep").all()
 
 
 @pytest.mark.parametrize("fields", [

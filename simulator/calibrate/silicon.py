@@ -504,6 +504,17 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: boo
     df["layout_read_as"] = ""
     recorded = df[["mode", "batch_size", "attention_dp_size", "concurrency"]].copy()
     for i, row in zip(df.index, df.itertuples(), strict=True):
+        fixed = _vllm_script_layout(row)
+        if fixed is not None:
+            before = "/".join(str(_int(getattr(row, c))) for c in ("tp_size", "attention_dp_size", "moe_tp_size",
+                                                                      "moe_ep_size"))
+            for col, value in fixed.items():
+                df.at[i, col] = value
+            df.at[i, "layout_read_as"] = (
+                f"recorded tp/adp/moe_tp/moe_ep {before} ({_recorded_gpus(row)} GPUs), read as {fixed['tp_size']}/1/"
+                f"{fixed['moe_tp_size']}/{fixed['moe_ep_size']}: InferenceX's vLLM script launches "
+                f"--tensor-parallel-size only{'' if fixed['moe_ep_size'] > 1 else ' (no --enable-expert-parallel)'}")
+            continue
         fixed = _single_node_layout(row)
         if fixed is not None:
             before = "/".join(str(_int(getattr(row, c))) for c in ("tp_size", "attention_dp_size", "moe_tp_size",
@@ -636,9 +647,10 @@ def _single_node_layout(row: Any) -> dict[str, int] | None:
     db-dump as ``tp=16, moe_tp=4, moe_ep=4``; ``tp8 ep8`` with DP attention as ``adp=8, moe_ep=8`` and
     as ``adp=64, moe_tp=8, moe_ep=8``: 24 such measurement groups, every one this way round. Every
     aggregated row on an 8-GPU-node system with an engine above 8 GPUs has this form: ``G*G`` GPUs with
-    ``moe_tp = moe_ep = G`` (SGLang, TensorRT-LLM), or ``tp = adp = G``, ``moe_ep = G*G`` (vLLM's
-    DP+EP recipes). Read as ``G`` GPUs with expert parallelism over all of them: ``tp=G`` without
-    attention DP, else ``adp=G`` of one GPU each (the first dump's encoding of DP attention)."""
+    ``moe_tp = moe_ep = G`` (SGLang, TensorRT-LLM), or ``tp = adp = G``, ``moe_ep = G*G`` (vLLM's rows, which
+    :func:`_vllm_script_layout` reads first where it knows the row's script: none of them ran DP attention). Read
+    as ``G`` GPUs with expert parallelism over all of them: ``tp=G`` without attention DP, else ``adp=G`` of one
+    GPU each (the first dump's encoding of DP attention)."""
     if getattr(row, "mode", "") != "agg" or getattr(row, "system", "") not in _NODE_SYSTEMS:
         return None
     tp, adp = _int(row.tp_size, 1) or 1, _int(row.attention_dp_size, 1) or 1
@@ -655,6 +667,46 @@ def _single_node_layout(row: Any) -> dict[str, int] | None:
         return None
     return {"tp_size": 1 if dp_attention else g, "attention_dp_size": g if dp_attention else 1,
             "moe_tp_size": 1, "moe_ep_size": g}
+
+
+# InferenceX's vLLM single-node scripts (benchmarks/single_node/<model>_<precision>_<gpu>.sh, through April 2026) start
+# `vllm serve --tensor-parallel-size $TP`, with `--enable-expert-parallel` where the matrix entry's ep is above 1 for
+# the models marked True (MiniMax-M2.5's scripts read EP_SIZE; Kimi-K2.5's never pass it); none passes
+# --data-parallel-size (the workflow exports the entry's dp-attn as DP_ATTENTION, which none of them reads). Their
+# result database counts a legacy run's GPUs as tp x ep, and the export reads GPUs / tp as attention-DP ranks with the
+# experts over all of them: a tp 4, ep 4 point is filed as tp 4, attention DP 4, EP 16 (16 GPUs), a tp 2, ep 2 one
+# as tp 2, attention DP 2, EP 4. (SemiAnalysisAI/InferenceX's scripts and its app's ETL, read for the silicon report;
+# the filed 'DP' rows measure as the plain TP engine: Kimi-K2.5 on B200 at 4 users, TP4 'DP4/EP16' 8.36 ms a token
+# and 170 ms to the first, a TP4 row of the same weeks 8.42 and 177.)
+VLLM_SCRIPT_EXPERT_PARALLEL = {"moonshotai/kimi-k2.5": False, "minimaxai/minimax-m2.5": True}
+
+
+def _vllm_script_layout(row: Any) -> dict[str, int] | None:
+    """The layout fields of an aggregated InferenceX vLLM row of a model whose script :data:`VLLM_SCRIPT_EXPERT_PARALLEL`
+    knows, where they differ from what was filed: ``tp`` GPUs without attention DP, the experts over all of them
+    (``moe_ep = tp``, vLLM's EP over its TP group) where the script passes ``--enable-expert-parallel`` and the entry's
+    ep is above 1, else tensor-parallel (``moe_tp = tp``). None for other rows, and for rows filed as run."""
+    if getattr(row, "mode", "") != "agg" or getattr(row, "backend", "") != "vllm" or not _is_inferencex(row):
+        return None
+    expert_parallel = VLLM_SCRIPT_EXPERT_PARALLEL.get(str(getattr(row, "model_path", "")).lower())
+    if expert_parallel is None:
+        return None
+    tp, adp = _int(row.tp_size, 1) or 1, _int(row.attention_dp_size, 1) or 1
+    moe_tp, ep, pp = _int(row.moe_tp_size, 1) or 1, _int(row.moe_ep_size, 1) or 1, _int(row.pp_size, 1) or 1
+    if pp != 1:
+        return None
+    if adp > 1:  # the export's form: adp = tp, the experts over tp x the entry's ep
+        if adp != tp or moe_tp != 1 or ep % tp:
+            return None
+        entry_ep = ep // tp
+    elif moe_tp * ep == tp:
+        entry_ep = ep
+    else:
+        return None
+    run_ep = tp if expert_parallel and entry_ep > 1 else 1
+    if adp == 1 and (moe_tp, ep) == (tp // run_ep, run_ep):
+        return None
+    return {"tp_size": tp, "attention_dp_size": 1, "moe_tp_size": tp // run_ep, "moe_ep_size": run_ep}
 
 
 def _int(value: Any, default: int | None = None) -> int | None:

@@ -84,6 +84,7 @@ _DB = "db-dump/2026-04-27; config_id=635; silicon_concurrency=4; measured=2026-0
     (_MINIMAX, (2, 2, 1, 4), (2, 1, 1, 2)),
     (_KIMI, (8, 1, 8, 1), None),  # filed as run
     (_MINIMAX, (4, 1, 1, 4), None),
+    (_MINIMAX, (2, 1, 2, 1), None),  # an ep 1 entry of a script that reads EP_SIZE: TP alone, as filed
     ("meta-llama/Llama-3.1-70B", (4, 4, 1, 16), None),  # a script the table does not know: left to the general rule
 ])
 def test_inferencex_vllm_rows_are_read_as_their_script_launched_them(model, recorded, read_as):
@@ -99,6 +100,17 @@ def test_inferencex_vllm_rows_are_read_as_their_script_launched_them(model, reco
     # Another backend's row, or one the gap analyses ran (not InferenceX's scripts), is not read this way.
     assert _vllm_script_layout(_row(**{**vars(row), "backend": "sglang"})) is None
     assert _vllm_script_layout(_row(**{**vars(row), "silicon_data_source": "source_file=kimi-k2.5-gap-analysis.csv"})) is None
+
+
+def test_minimax_b200_rows_of_the_0_17_image_ran_expert_parallel_at_every_point():
+    # That script passed --enable-expert-parallel whatever the entry's ep: a tp 2 point filed without EP ran EP 2.
+    from simulator.calibrate.silicon import _vllm_script_layout
+
+    row = _row(backend="vllm", model_path=_MINIMAX, silicon_data_source=_DB, tp_size=2, attention_dp_size=1,
+               moe_tp_size=2, moe_ep_size=1, backend_version="0.17.0")
+    assert _vllm_script_layout(row) == {"tp_size": 2, "attention_dp_size": 1, "moe_tp_size": 1, "moe_ep_size": 2}
+    assert _vllm_script_layout(_row(**{**vars(row), "backend_version": "0.19.0"})) is None
+    assert _vllm_script_layout(_row(**{**vars(row), "system": "b300_sxm"})) is None
 
 
 def test_no_vllm_row_runs_attention_dp_and_each_read_row_says_why(silicon):

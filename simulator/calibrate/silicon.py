@@ -513,7 +513,7 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: boo
             df.at[i, "layout_read_as"] = (
                 f"recorded tp/adp/moe_tp/moe_ep {before} ({_recorded_gpus(row)} GPUs), read as {fixed['tp_size']}/1/"
                 f"{fixed['moe_tp_size']}/{fixed['moe_ep_size']}: InferenceX's vLLM script launches "
-                f"--tensor-parallel-size only{'' if fixed['moe_ep_size'] > 1 else ' (no --enable-expert-parallel)'}")
+                f"--tensor-parallel-size{' and --enable-expert-parallel' if fixed['moe_ep_size'] > 1 else ' only'}")
             continue
         fixed = _single_node_layout(row)
         if fixed is not None:
@@ -671,26 +671,34 @@ def _single_node_layout(row: Any) -> dict[str, int] | None:
 
 # InferenceX's vLLM single-node scripts (benchmarks/single_node/<model>_<precision>_<gpu>.sh, through April 2026) start
 # `vllm serve --tensor-parallel-size $TP`, with `--enable-expert-parallel` where the matrix entry's ep is above 1 for
-# the models marked True (MiniMax-M2.5's scripts read EP_SIZE; Kimi-K2.5's never pass it); none passes
+# the models marked "entry" (MiniMax-M2.5's scripts read EP_SIZE; Kimi-K2.5's, "never", do not pass it; MiniMax's
+# B200 script of the vLLM 0.17.0 image passed it at every point, :data:`VLLM_SCRIPT_ALWAYS_EP`); none passes
 # --data-parallel-size (the workflow exports the entry's dp-attn as DP_ATTENTION, which none of them reads). Their
 # result database counts a legacy run's GPUs as tp x ep, and the export reads GPUs / tp as attention-DP ranks with the
 # experts over all of them: a tp 4, ep 4 point is filed as tp 4, attention DP 4, EP 16 (16 GPUs), a tp 2, ep 2 one
 # as tp 2, attention DP 2, EP 4. (SemiAnalysisAI/InferenceX's scripts and its app's ETL, read for the silicon report;
 # the filed 'DP' rows measure as the plain TP engine: Kimi-K2.5 on B200 at 4 users, TP4 'DP4/EP16' 8.36 ms a token
 # and 170 ms to the first, a TP4 row of the same weeks 8.42 and 177.)
-VLLM_SCRIPT_EXPERT_PARALLEL = {"moonshotai/kimi-k2.5": False, "minimaxai/minimax-m2.5": True}
+VLLM_SCRIPT_EXPERT_PARALLEL = {"moonshotai/kimi-k2.5": "never", "minimaxai/minimax-m2.5": "entry"}
+# (model, system, vLLM version) whose script passed --enable-expert-parallel whatever the entry's ep: MiniMax-M2.5's
+# B200 FP8 script until the matrix moved it to the 0.19.0 image (benchmarks/single_node/minimaxm2.5_fp8_b200.sh).
+VLLM_SCRIPT_ALWAYS_EP = {("minimaxai/minimax-m2.5", "b200_sxm", "0.17.0")}
 
 
 def _vllm_script_layout(row: Any) -> dict[str, int] | None:
     """The layout fields of an aggregated InferenceX vLLM row of a model whose script :data:`VLLM_SCRIPT_EXPERT_PARALLEL`
     knows, where they differ from what was filed: ``tp`` GPUs without attention DP, the experts over all of them
-    (``moe_ep = tp``, vLLM's EP over its TP group) where the script passes ``--enable-expert-parallel`` and the entry's
-    ep is above 1, else tensor-parallel (``moe_tp = tp``). None for other rows, and for rows filed as run."""
+    (``moe_ep = tp``, vLLM's EP over its TP group) where the script passes ``--enable-expert-parallel`` (where the
+    entry's ep is above 1, or at every point: :data:`VLLM_SCRIPT_ALWAYS_EP`), else tensor-parallel (``moe_tp = tp``).
+    None for other rows, and for rows filed as run."""
     if getattr(row, "mode", "") != "agg" or getattr(row, "backend", "") != "vllm" or not _is_inferencex(row):
         return None
-    expert_parallel = VLLM_SCRIPT_EXPERT_PARALLEL.get(str(getattr(row, "model_path", "")).lower())
+    model = str(getattr(row, "model_path", "")).lower()
+    expert_parallel = VLLM_SCRIPT_EXPERT_PARALLEL.get(model)
     if expert_parallel is None:
         return None
+    if (model, getattr(row, "system", ""), str(getattr(row, "backend_version", ""))) in VLLM_SCRIPT_ALWAYS_EP:
+        expert_parallel = "always"
     tp, adp = _int(row.tp_size, 1) or 1, _int(row.attention_dp_size, 1) or 1
     moe_tp, ep, pp = _int(row.moe_tp_size, 1) or 1, _int(row.moe_ep_size, 1) or 1, _int(row.pp_size, 1) or 1
     if pp != 1:
@@ -703,7 +711,7 @@ def _vllm_script_layout(row: Any) -> dict[str, int] | None:
         entry_ep = ep
     else:
         return None
-    run_ep = tp if expert_parallel and entry_ep > 1 else 1
+    run_ep = tp if expert_parallel == "always" or (expert_parallel == "entry" and entry_ep > 1) else 1
     if adp == 1 and (moe_tp, ep) == (tp // run_ep, run_ep):
         return None
     return {"tp_size": tp, "attention_dp_size": 1, "moe_tp_size": tp // run_ep, "moe_ep_size": run_ep}

@@ -669,20 +669,21 @@ def _single_node_layout(row: Any) -> dict[str, int] | None:
             "moe_tp_size": 1, "moe_ep_size": g}
 
 
-# InferenceX's vLLM single-node scripts (benchmarks/single_node/<model>_<precision>_<gpu>.sh, through April 2026) start
-# `vllm serve --tensor-parallel-size $TP`, with `--enable-expert-parallel` where the matrix entry's ep is above 1 for
-# the models marked "entry" (MiniMax-M2.5's scripts read EP_SIZE; Kimi-K2.5's, "never", do not pass it; MiniMax's
-# B200 script of the vLLM 0.17.0 image passed it at every point, :data:`VLLM_SCRIPT_ALWAYS_EP`); none passes
-# --data-parallel-size (the workflow exports the entry's dp-attn as DP_ATTENTION, which none of them reads). Their
-# result database counts a legacy run's GPUs as tp x ep, and the export reads GPUs / tp as attention-DP ranks with the
-# experts over all of them: a tp 4, ep 4 point is filed as tp 4, attention DP 4, EP 16 (16 GPUs), a tp 2, ep 2 one
-# as tp 2, attention DP 2, EP 4. (SemiAnalysisAI/InferenceX's scripts and its app's ETL, read for the silicon report;
-# the filed 'DP' rows measure as the plain TP engine: Kimi-K2.5 on B200 at 4 users, TP4 'DP4/EP16' 8.36 ms a token
-# and 170 ms to the first, a TP4 row of the same weeks 8.42 and 177.)
-VLLM_SCRIPT_EXPERT_PARALLEL = {"moonshotai/kimi-k2.5": "never", "minimaxai/minimax-m2.5": "entry"}
-# (model, system, vLLM version) whose script passed --enable-expert-parallel whatever the entry's ep: MiniMax-M2.5's
-# B200 FP8 script until the matrix moved it to the 0.19.0 image (benchmarks/single_node/minimaxm2.5_fp8_b200.sh).
-VLLM_SCRIPT_ALWAYS_EP = {("minimaxai/minimax-m2.5", "b200_sxm", "0.17.0")}
+# InferenceX's vLLM single-node scripts (benchmarks/single_node/<model>_<precision>_<gpu>.sh, through April 2026) for
+# the (model, precision) pairs below start `vllm serve --tensor-parallel-size $TP`, with `--enable-expert-parallel`
+# where the matrix entry's ep is above 1 ("entry": MiniMax-M2.5 FP8's scripts read EP_SIZE) or never ("never":
+# Kimi-K2.5's); none of them passes --data-parallel-size (the workflow exports the entry's dp-attn as DP_ATTENTION,
+# which none of them reads). Their result database counts a legacy run's GPUs as tp x ep, and the export reads GPUs /
+# tp as attention-DP ranks with the experts over all of them: a tp 4, ep 4 point is filed as tp 4, attention DP 4,
+# EP 16 (16 GPUs), a tp 2, ep 2 one as tp 2, attention DP 2, EP 4. (SemiAnalysisAI/InferenceX's scripts and its
+# app's ETL, read for the silicon report.) MiniMax-M2.5 FP4's scripts are not here: some versions run DP attention
+# where DP_ATTENTION is set (`--tensor-parallel-size=1 --data-parallel-size=$TP --enable-expert-parallel`), and a row
+# does not record whether its entry set it.
+VLLM_SCRIPT_EXPERT_PARALLEL = {("moonshotai/kimi-k2.5", "fp4"): "never", ("moonshotai/kimi-k2.5", "int4"): "never",
+                               ("minimaxai/minimax-m2.5", "fp8"): "entry"}
+# (model, precision, system, vLLM version) whose script passed --enable-expert-parallel whatever the entry's ep:
+# MiniMax-M2.5 FP8's B200 script until the matrix moved it to the 0.19.0 image (minimaxm2.5_fp8_b200.sh).
+VLLM_SCRIPT_ALWAYS_EP = {("minimaxai/minimax-m2.5", "fp8", "b200_sxm", "0.17.0")}
 
 
 def _vllm_script_layout(row: Any) -> dict[str, int] | None:
@@ -693,11 +694,11 @@ def _vllm_script_layout(row: Any) -> dict[str, int] | None:
     None for other rows, and for rows filed as run."""
     if getattr(row, "mode", "") != "agg" or getattr(row, "backend", "") != "vllm" or not _is_inferencex(row):
         return None
-    model = str(getattr(row, "model_path", "")).lower()
-    expert_parallel = VLLM_SCRIPT_EXPERT_PARALLEL.get(model)
+    model, precision = str(getattr(row, "model_path", "")).lower(), str(getattr(row, "precision", ""))
+    expert_parallel = VLLM_SCRIPT_EXPERT_PARALLEL.get((model, precision))
     if expert_parallel is None:
         return None
-    if (model, getattr(row, "system", ""), str(getattr(row, "backend_version", ""))) in VLLM_SCRIPT_ALWAYS_EP:
+    if (model, precision, getattr(row, "system", ""), str(getattr(row, "backend_version", ""))) in VLLM_SCRIPT_ALWAYS_EP:
         expert_parallel = "always"
     tp, adp = _int(row.tp_size, 1) or 1, _int(row.attention_dp_size, 1) or 1
     moe_tp, ep, pp = _int(row.moe_tp_size, 1) or 1, _int(row.moe_ep_size, 1) or 1, _int(row.pp_size, 1) or 1

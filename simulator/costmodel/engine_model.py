@@ -306,7 +306,7 @@ ENGINES: dict[str, EngineModel] = {
     # prefill + KV transfer + one decode step (vLLM's Kimi-K2.5 rows on GB200: ~175 ms at 1K and at 8K prompts).
     "vllm-2026": EngineModel(
         name="vllm-2026",
-        source="AIConfigurator silicon_train.csv, vLLM 0.11-0.19 aggregated rows (506 replayed: H100, B200, B300; "
+        source="AIConfigurator silicon_train.csv, vLLM 0.11-0.19 aggregated rows (546 replayed: H100, B200, B300; "
                "Llama-3.1-70B, Qwen3-32B, gpt-oss-120b, Kimi-K2.5, MiniMax-M2.5; ISL 1K-8K, OSL 128-8K, concurrency "
                "4-512), wip rows dropped, repeated measurements once; versions not separable (each version is one GPU "
                "x model); repeated measurements found to 0.01 ms",
@@ -314,9 +314,10 @@ ENGINES: dict[str, EngineModel] = {
                "client made (fit_report.py --client benchmark: InferenceX's [0.8 len, len] band or AIPerf's exact "
                "lengths, warm-up a phase of its own, every request the client sent; --kernels vllm with the tables' "
                "gaps priced by the 'today' roofline, scheduler vllm-v1, budget 8192, 2048 for AIConfigurator's own "
-               "runs: silicon.AIPERF_BUDGETS; MoE at AIConfigurator's default routing): median abs error TTFT 14%, "
-               "TPOT 7% in-sample (kernels alone 40%, 11%), leave-one-GPU-out 16%, 8.3% (attention-DP engines "
-               "included), leave-one-model-out 15%, 11% (before the term a prompt chunk and layer below: 17%, 9%; "
+               "runs: silicon.AIPERF_BUDGETS; MoE at AIConfigurator's default routing; InferenceX's vLLM rows as their "
+               "scripts launched them: silicon._vllm_script_layout): median abs error TTFT 14%, "
+               "TPOT 7% in-sample (kernels alone 40%, 10%), leave-one-GPU-out 15.6%, 7.8% (attention-DP engines "
+               "included), leave-one-model-out 15%, 10% (before the term a prompt chunk and layer below: 17%, 9%; "
                "18%, 9.6%; 17%, 12%). Its CPU a step fits to none (0.26 ms in the report at 31d497d, whose kernel "
                "prices have moved since: the silicon README's revisions). What a prefill costs beyond the tables' "
                "kernels (input preparation, the API server's tokenizing, kernels slower in the engine than alone; the "
@@ -324,8 +325,8 @@ ENGINES: dict[str, EngineModel] = {
                "(15 ms a prompt for an 80-layer model, 6 ms for a 32-layer one; a fixed time a chunk, 10 ms, held "
                "the shallow models out worse: silicon_fit.PREFILL_SEQ_BACKENDS); 10 us a prompt token alone before. "
                "A prefill floor (SGLang's and TensorRT-LLM's term) fits to zero here" + _handoff_fitted("vllm"),
-        cpu_per_prefill_token_s=4.051e-6, cpu_per_prefill_seq_layer_s=0.18697e-3,
-        collective_extra_s=((2, 4.036e-6), (4, 4.036e-6), (8, 4.036e-6)),
+        cpu_per_prefill_token_s=4.0925e-6, cpu_per_prefill_seq_layer_s=0.18757e-3,
+        collective_extra_s=((2, 3.936e-6), (4, 3.936e-6), (8, 3.936e-6)),
         scheduler="vllm-v1", handoff_s=SILICON_HANDOFF_S["vllm"],
     ),
     "sglang-2026": EngineModel(

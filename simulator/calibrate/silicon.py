@@ -504,25 +504,18 @@ def read_silicon(path: Path, recipes_path: Path = RECIPES_PATH, *, with_mtp: boo
     df["layout_read_as"] = ""
     recorded = df[["mode", "batch_size", "attention_dp_size", "concurrency"]].copy()
     for i, row in zip(df.index, df.itertuples(), strict=True):
-        fixed = _vllm_script_layout(row)
-        if fixed is not None:
-            before = "/".join(str(_int(getattr(row, c))) for c in ("tp_size", "attention_dp_size", "moe_tp_size",
-                                                                      "moe_ep_size"))
-            for col, value in fixed.items():
-                df.at[i, col] = value
-            df.at[i, "layout_read_as"] = (
-                f"recorded tp/adp/moe_tp/moe_ep {before} ({_recorded_gpus(row)} GPUs), read as {fixed['tp_size']}/1/"
-                f"{fixed['moe_tp_size']}/{fixed['moe_ep_size']}: InferenceX's vLLM script launches "
-                f"--tensor-parallel-size{' and --enable-expert-parallel' if fixed['moe_ep_size'] > 1 else ' only'}")
+        script = _vllm_script_layout(row)
+        fixed = script or _single_node_layout(row)
+        if fixed is None:
             continue
-        fixed = _single_node_layout(row)
-        if fixed is not None:
-            before = "/".join(str(_int(getattr(row, c))) for c in ("tp_size", "attention_dp_size", "moe_tp_size",
-                                                                      "moe_ep_size"))
-            for col, value in fixed.items():
-                df.at[i, col] = value
-            df.at[i, "layout_read_as"] = (f"recorded tp/adp/moe_tp/moe_ep {before} ({_recorded_gpus(row)} GPUs), read as "
-                                          f"{fixed['tp_size']}/{fixed['attention_dp_size']}/1/{fixed['moe_ep_size']}")
+        layout = ("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+        before = "/".join(str(_int(getattr(row, c))) for c in layout)
+        for col, value in fixed.items():
+            df.at[i, col] = value
+        why = ("" if script is None else ": InferenceX's vLLM script launches --tensor-parallel-size"
+               + (" and --enable-expert-parallel" if script["moe_ep_size"] > 1 else " only"))
+        df.at[i, "layout_read_as"] = (f"recorded tp/adp/moe_tp/moe_ep {before} ({_recorded_gpus(row)} GPUs), read as "
+                                      + "/".join(str(fixed[c]) for c in layout) + why)
     df["recipe_refusal"] = ""
     df["workers_from_recipe"] = False
     df["mtp_drafts"] = 0

@@ -321,7 +321,7 @@ ENGINES: dict[str, EngineModel] = {
                "18%, 9.6%; 17%, 12%). Its CPU a step fits to none (0.26 ms in the report at 31d497d, whose kernel "
                "prices have moved since: the silicon README's revisions). What a prefill costs beyond the tables' "
                "kernels (input preparation, the API server's tokenizing, kernels slower in the engine than alone; the "
-               "rows cannot tell these apart) is 4.1 us a prompt token and 0.187 ms a prompt chunk and model layer "
+               "rows cannot tell these apart) is 4.1 us a prompt token and 0.188 ms a prompt chunk and model layer "
                "(15 ms a prompt for an 80-layer model, 6 ms for a 32-layer one; a fixed time a chunk, 10 ms, held "
                "the shallow models out worse: silicon_fit.PREFILL_SEQ_BACKENDS); 10 us a prompt token alone before. "
                "A prefill floor (SGLang's and TensorRT-LLM's term) fits to zero here" + _handoff_fitted("vllm"),

@@ -268,8 +268,9 @@ def test_vllm_pads_a_prompt_step_that_fits_a_cuda_graph_and_not_one_that_does_no
 
 
 def test_the_group_routes_own_tokens_by_its_rule() -> None:
-    # DPGroup._own_tokens on hand-made steps: "sum" (graph_tokens 0) routes the ranks' own tokens in a step that
-    # carries a prompt; "graphs" in a step some rank runs above its largest CUDA graph, prompt or not.
+    # DPGroup._own_tokens on hand-made steps: "sum" (graph_tokens None) routes the ranks' own tokens in a step that
+    # carries a prompt; "graphs" in a step some rank runs above its largest CUDA graph (0 without graphs), prompt or
+    # not.
     from types import SimpleNamespace
 
     from simulator.engine.dp_group import DPGroup
@@ -279,12 +280,13 @@ def test_the_group_routes_own_tokens_by_its_rule() -> None:
 
     decodes = lambda n: BatchShape(num_decodes=n, num_logits=n)  # noqa: E731
     prompt = lambda n, d=0: BatchShape(num_prefill_tokens=n, num_prefills=1, num_decodes=d, num_logits=1 + d)  # noqa: E731
-    assert DPGroup._own_tokens(step(decodes(100), decodes(50)), 0) == 0
-    assert DPGroup._own_tokens(step(prompt(300), decodes(3), None), 0) == 303
+    assert DPGroup._own_tokens(step(decodes(100), decodes(50)), None) == 0
+    assert DPGroup._own_tokens(step(prompt(300), decodes(3), None), None) == 303
     assert DPGroup._own_tokens(step(decodes(100), decodes(50)), 512) == 0
     assert DPGroup._own_tokens(step(prompt(300, 10), decodes(3)), 512) == 0  # a chunk under a graph: padded
     assert DPGroup._own_tokens(step(prompt(600), decodes(3), None), 512) == 603
     assert DPGroup._own_tokens(step(decodes(600), decodes(10)), 512) == 610  # decodes above the largest graph
+    assert DPGroup._own_tokens(step(decodes(3), decodes(1)), 0) == 4  # an engine without CUDA graphs
 
 
 def test_vllms_largest_cuda_graph_follows_its_defaults() -> None:

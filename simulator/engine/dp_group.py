@@ -71,14 +71,15 @@ class DPGroup:
         # Whether some steps' MoE layers carry the ranks' own tokens, not the largest rank's padded (module
         # docstring): "sum" a step that carries a prompt, "graphs" a step some rank runs outside a CUDA graph.
         rule, lead = ranks[0].scheduler.config.dp_padding_rule(), ranks[0]
-        # Under "graphs", the most tokens a rank's step may carry and still be padded (0: the "sum" rule; -1: an
-        # engine without CUDA graphs, whose steps are never padded).
-        engine = getattr(lead.cost_model, "engine", None)
-        self.graph_tokens = 0 if rule != "graphs" else graph_tokens(lead.scheduler) if getattr(
-            engine, "cuda_graphs", True) else -1
+        # Under "graphs", the most tokens a rank's step may carry and still run in a CUDA graph, so be padded (0: an
+        # engine without CUDA graphs, whose steps are never padded); None under the other rules.
+        self.graph_tokens: int | None = None
+        if rule == "graphs":
+            engine = getattr(lead.cost_model, "engine", None)
+            self.graph_tokens = graph_tokens(lead.scheduler) if getattr(engine, "cuda_graphs", True) else 0
         # (a budget within the largest graph pads every step, as "max" does: nothing to route)
         self.routes_own_tokens = lead.cost_model.model.is_moe and (
-            rule == "sum" or (rule == "graphs" and not 0 < lead.scheduler.token_budget <= self.graph_tokens))
+            rule == "sum" or (self.graph_tokens is not None and lead.scheduler.token_budget > self.graph_tokens))
         self.process = env.process(self.run())
 
     def _sleep(self) -> simpy.Event:
@@ -119,15 +120,15 @@ class DPGroup:
 
 
     @staticmethod
-    def _own_tokens(batches: list[Batch | None], graph_tokens: int) -> int:
+    def _own_tokens(batches: list[Batch | None], graph_tokens: int | None) -> int:
         """The tokens the MoE layers route (every rank's own) in a step that is not padded, or 0 for a padded
-        one (priced by default). ``graph_tokens`` 0 (``sum``): padded unless some rank's step carries a prompt;
-        else (``graphs``): padded unless some rank's step has more than ``graph_tokens`` tokens (-1: never)."""
+        one (priced by default). ``graph_tokens`` None (``sum``): padded unless some rank's step carries a prompt;
+        else (``graphs``): padded unless some rank's step has more than ``graph_tokens`` tokens."""
         shapes = [batch.shape for batch in batches if batch is not None]
-        if graph_tokens:
-            if all(shape.num_tokens <= graph_tokens for shape in shapes):
+        if graph_tokens is None:
+            if not any(shape.num_prompt_tokens for shape in shapes):
                 return 0
-        elif not any(shape.num_prompt_tokens for shape in shapes):
+        elif all(shape.num_tokens <= graph_tokens for shape in shapes):
             return 0
         return sum(shape.num_tokens for shape in shapes)
 

@@ -113,7 +113,7 @@ class SkippingDPGroup(DPGroup):
                     return None
                 # Under vLLM's rule a decode step above the largest CUDA graph routes the ranks' own tokens, which
                 # no rank's stretch knows (its decodes are one token each: a speculating run takes the plain loop).
-                if self.graph_tokens and len(rank.scheduler.running) > self.graph_tokens:
+                if self.graph_tokens is not None and len(rank.scheduler.running) > self.graph_tokens:
                     return None
                 steps = _steps_to_first_finish(rank.scheduler)
                 if steps < 2:

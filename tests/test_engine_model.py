@@ -468,6 +468,29 @@ def test_cpu_time_per_prompt_chunk_and_layer_charges_the_prompt_steps_only():
     assert sum(parts.values()) == pytest.approx(cm.iteration_time(two), rel=1e-9)
 
 
+def test_the_time_per_prompt_chunk_is_charged_for_no_more_chunks_than_its_cap():
+    """A fitted preset charges its time per prompt chunk and layer for at most the chunks a step of its rows held:
+    512 short prompts in one step once cost 14x one prompt of their tokens under vllm-2026 (3.1 s of CPU on 8,192
+    prompt tokens of Llama-3.1-8B). The cap is a field of the artifact, refused below 1."""
+    capped = replace(ENGINES["ideal"], overlap_cpu=False, cpu_per_prefill_seq_layer_s=0.1e-3,
+                     prefill_seq_layer_max_chunks=3)
+    uncapped = replace(capped, prefill_seq_layer_max_chunks=None)
+    cm, free = engine_model(capped), engine_model(uncapped)
+    layers = cm.replica.model_spec.num_layers
+    for n in (1, 3, 4, 40):
+        shape = BatchShape.from_requests([(16, 0)] * n, [64, 64])
+        assert cm.breakdown(shape)["engine_cpu_per_prefill"] == pytest.approx(min(n, 3) * layers * 0.1e-3)
+        assert free.breakdown(shape)["engine_cpu_per_prefill"] == pytest.approx(n * layers * 0.1e-3)
+        assert sum(cm.breakdown(shape).values()) == pytest.approx(cm.iteration_time(shape), rel=1e-9)
+    assert EngineModel.from_dict(capped.to_dict()).prefill_seq_layer_max_chunks == 3
+    with pytest.raises(ConfigError, match="prefill_seq_layer_max_chunks"):
+        replace(capped, prefill_seq_layer_max_chunks=0)
+    # today's vLLM preset: 512 prompts of 16 tokens cost no more CPU a step than 11 such prompts
+    vllm = engine_model("vllm-2026", tp=1, model="llama-3.1-8b")
+    many, few = BatchShape.from_requests([(16, 0)] * 512), BatchShape.from_requests([(16, 0)] * 11)
+    assert vllm.breakdown(many)["engine_cpu_per_prefill"] == vllm.breakdown(few)["engine_cpu_per_prefill"] > 0
+
+
 def test_an_artifact_written_before_the_per_layer_rename_still_loads():
     """Artifacts write every term: those written while the prompt-chunk term was per chunk hold it, at 0 unless a
     user set it. At 0 they load; a value set is refused with the conversion (it was per chunk, now per chunk and

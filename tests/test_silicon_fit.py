@@ -243,6 +243,7 @@ def test_presets_carry_the_committed_reports_fit() -> None:
         assert engine.cpu_per_prefill_token_s == pytest.approx(fit.cpu_per_prefill_token_us / 1e6, **near), fit.preset
         assert engine.prefill_floor_per_layer_s == pytest.approx(fit.prefill_floor_per_layer_ms / 1e3, **near)
         assert engine.cpu_per_prefill_seq_layer_s == pytest.approx(fit.cpu_per_prefill_seq_layer_us / 1e6, **near)
+        assert (engine.prefill_seq_layer_max_chunks or 0) == fit.prefill_seq_layer_max_chunks, fit.preset
         assert [v for _, v in engine.collective_extra_s] == pytest.approx(
             [fit.collective_extra_us / 1e6] * len(engine.collective_extra_s), **near), fit.preset
 
@@ -343,3 +344,13 @@ def test_replay_and_fit_of_a_time_per_prompt_chunk_and_layer(tmp_path: Path) -> 
     assert fitted.values[0] == pytest.approx(1.0e-3, rel=0.15)
     plain = sf.fit(traces, np.array(ttft), np.array(tpot), overlap=False, floor_above_tokens=None)
     assert plain.values[sf.PREFILL_SEQ] == 0.0
+    # the fit charges the term for at most the chunks a step of its rows held, and its engine says so
+    most = max(int(t.num_prefills.max()) for t in traces)
+    assert fitted.max_chunks == sf.most_chunks(traces) == most and plain.max_chunks is None
+    assert fitted.engine("x", "-", "-").prefill_seq_layer_max_chunks == most
+    assert sf.Params.from_engine(fitted.engine("x", "-", "-")).max_chunks == most
+    # replayed under a lower cap, a trace whose steps carry more chunks comes out faster, as the engine prices it
+    busy = max(traces, key=lambda t: int(t.num_prefills.max()))
+    low = sf.Params(False, truth.values, 0, 1)
+    assert int(busy.num_prefills.max()) > 1
+    assert sf.replay(busy, low)[0] < sf.replay(busy, truth)[0]

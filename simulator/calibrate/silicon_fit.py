@@ -113,6 +113,8 @@ class Params:
     overlap_cpu: bool
     values: np.ndarray = field(default_factory=lambda: START.copy())
     floor_above_tokens: int = 0  # EngineModel.prefill_floor_above_tokens (not fitted)
+    # EngineModel.prefill_seq_layer_max_chunks: not fitted, the most prompt chunks a step of the fit's rows held
+    max_chunks: int | None = None
 
     def __post_init__(self) -> None:
         self.values = np.asarray(self.values, dtype=float)
@@ -126,14 +128,15 @@ class Params:
         return EngineModel(name=name, source=source, fitted=fitted, overlap_cpu=self.overlap_cpu,
                            cpu_iteration_s=a, cpu_per_seq_s=b, cpu_per_prefill_token_s=p, cpu_per_prefill_seq_layer_s=q,
                            collective_extra_s=tuple((t, c) for t in (2, 4, 8, 16, 32, 64, 72)),
-                           prefill_floor_per_layer_s=f, prefill_floor_above_tokens=self.floor_above_tokens)
+                           prefill_floor_per_layer_s=f, prefill_floor_above_tokens=self.floor_above_tokens,
+                           prefill_seq_layer_max_chunks=self.max_chunks if q else None)
 
     @classmethod
     def from_engine(cls, e: EngineModel) -> Params:
         c = e.collective_extra_s[0][1] if e.collective_extra_s else 0.0
         return cls(e.overlap_cpu, np.array([e.cpu_iteration_s, e.cpu_per_seq_s, e.cpu_per_prefill_token_s, c,
                                             e.prefill_floor_per_layer_s, e.cpu_per_prefill_seq_layer_s]),
-                   e.prefill_floor_above_tokens)
+                   e.prefill_floor_above_tokens, e.prefill_seq_layer_max_chunks)
 
 
 # -- traces ---------------------------------------------------------------------------------------------------------
@@ -197,7 +200,8 @@ def replay(trace: Trace, params: Params) -> tuple[float, float]:
         if trace.num_prefills is None or trace.num_layers < 1:
             raise ConfigError("trace", "a trace cached before num_prefills and num_layers cannot price a term per prompt "
                               "chunk and layer", "rebuild the cache")
-        cpu = cpu + q * trace.num_layers * trace.num_prefills
+        chunks = trace.num_prefills if params.max_chunks is None else np.minimum(trace.num_prefills, params.max_chunks)
+        cpu = cpu + q * trace.num_layers * chunks
     step = np.maximum(gpu, cpu) if params.overlap_cpu else gpu + cpu
     end = np.cumsum(step)
     arrived = np.where(trace.arrive_step < 0, 0.0, end[np.maximum(trace.arrive_step, 0)])
@@ -265,8 +269,9 @@ def _full(free_values: np.ndarray, free: np.ndarray) -> np.ndarray:
 
 
 def _residuals(values: np.ndarray, overlap: bool, traces: list[Trace], ttft: np.ndarray, tpot: np.ndarray,
-               ttft_weight: float, floor_above_tokens: int | None, free: np.ndarray) -> np.ndarray:
-    params = Params(overlap, _full(values, free), floor_above_tokens or 0)
+               ttft_weight: float, floor_above_tokens: int | None, free: np.ndarray,
+               max_chunks: int | None = None) -> np.ndarray:
+    params = Params(overlap, _full(values, free), floor_above_tokens or 0, max_chunks)
     pred = np.array([replay(t, params) for t in traces])
     return np.concatenate([ttft_weight * np.log(pred[:, 0] / ttft), np.log(pred[:, 1] / tpot)])
 
@@ -285,16 +290,26 @@ def fit(traces: list[Trace], ttft_ms: np.ndarray, tpot_ms: np.ndarray, overlap: 
         raise ConfigError("rows", "no replayable rows to fit", "give aggregated closed-loop rows")
     # (without a floor, or without a collective in any step, that term's value stays 0)
     free = _free(floor_above_tokens, any(t.num_collectives for t in traces), prefill_seq)
+    # the term per prompt chunk is charged for at most the chunks a step of these rows held: beyond them it is
+    # an extrapolation the rows do not support (a step of 512 short prompts)
+    max_chunks = most_chunks(traces) if prefill_seq else None
     best: tuple[float, Params] | None = None
     for ov in ((True, False) if overlap is None else (overlap,)):
         x0 = np.clip(start.values if start is not None else START, LOWER, UPPER)[free]
         sol = least_squares(_residuals, x0, bounds=(LOWER[free], UPPER[free]), loss="soft_l1", f_scale=0.1,
-                            args=(ov, traces, ttft_ms, tpot_ms, ttft_weight, floor_above_tokens, free),
+                            args=(ov, traces, ttft_ms, tpot_ms, ttft_weight, floor_above_tokens, free, max_chunks),
                             x_scale=X_SCALE[free], max_nfev=200)
         if best is None or sol.cost < best[0]:
-            best = (float(sol.cost), Params(ov, _full(sol.x, free), floor_above_tokens or 0))
+            best = (float(sol.cost), Params(ov, _full(sol.x, free), floor_above_tokens or 0, max_chunks))
     assert best is not None
     return best[1]
+
+
+def most_chunks(traces: list[Trace]) -> int | None:
+    """The most prompt chunks one step of ``traces`` carries (None: no trace records them, or none carries one)."""
+    most = max((int(t.num_prefills.max()) for t in traces if t.num_prefills is not None and len(t.num_prefills)),
+               default=0)
+    return most or None
 
 
 def floor_binds(traces: list[Trace], params: Params) -> bool:
@@ -317,7 +332,7 @@ def without_unbound_floor(params: Params, traces: list[Trace]) -> Params:
         return params
     values = params.values.copy()
     values[FLOOR] = 0.0
-    return Params(params.overlap_cpu, values, params.floor_above_tokens)
+    return Params(params.overlap_cpu, values, params.floor_above_tokens, params.max_chunks)
 
 
 def predict(traces: list[Trace], params: Params) -> np.ndarray:

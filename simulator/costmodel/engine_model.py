@@ -9,7 +9,8 @@ measurements at hand, large prefills running slower per token than the kernels p
 This module names those terms per engine, as a layer *on top of* any kernel cost model:
 
     cpu   = cpu_iteration_s + cpu_per_seq_s * seqs + cpu_per_prefill_token_s * prefill_tokens
-            + cpu_per_prefill_seq_layer_s * prefills * layers + [tp > 1] (rpc_s(tp) + rpc_per_seq_s * seqs)
+            + cpu_per_prefill_seq_layer_s * min(prefills, prefill_seq_layer_max_chunks) * layers
+            + [tp > 1] (rpc_s(tp) + rpc_per_seq_s * seqs)
     gpu   = kernels + collectives * collective_extra_s(tp)
             + prefill_excess_token_s * max(0, prefill_tokens - prefill_excess_threshold_tokens)
     gpu   = max(gpu, launch)      where the engine has no CUDA graphs (launch-bound steps)
@@ -25,7 +26,8 @@ KV connector's handshake, which no kernel or link shows.
 them (a speculative verify is none) and ``layers`` the model's: what a prompt chunk costs beyond the kernel tables
 and beyond a decode's scheduling, found to grow with the model's depth on vLLM's measured rows (its blocks and
 prefix hashes, attention metadata, the kernels of a varlen prefill outside the tables' timed shapes: the rows
-cannot tell which), ``collectives`` the
+cannot tell which; a fitted preset charges it for no more chunks than a step of its rows held,
+``prefill_seq_layer_max_chunks``), ``collectives`` the
 TP collectives of one forward pass (two all-reduces a layer, one for parallel attention/MLP
 blocks, plus the LM head's vocab gather). The prefill floor is the least a step carrying
 prompt tokens takes: today's engines capture decode steps in CUDA graphs but run prefill
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -125,6 +128,10 @@ class EngineModel:
     cpu_per_seq_s: float = 0.0  # per request in the batch (block tables, sampling params, detokenize)
     cpu_per_prefill_token_s: float = 0.0  # per prompt token (token lists, positions, slot mapping)
     cpu_per_prefill_seq_layer_s: float = 0.0  # per prompt chunk in the step and model layer (see the module docstring)
+    # ... for at most this many prompt chunks of a step (None: every chunk). A fitted preset takes the most chunks a
+    # step held in its rows: beyond them the data says nothing, and the term extrapolated linearly priced 512 short
+    # prompts in one step 14x slower than one prompt of their tokens.
+    prefill_seq_layer_max_chunks: int | None = None
     rpc_s: TPTable = ()  # per step, shipping the step to TP workers, by TP degree
     rpc_per_seq_s: float = 0.0  # per request in the batch, when tp > 1
     collective_extra_s: TPTable = ()  # per collective beyond the kernel model's latency, by TP degree
@@ -165,6 +172,9 @@ class EngineModel:
                 raise ConfigError(f"engine.{f.name}", f"must be finite and >= 0, got {value}")
             elif f.name.endswith("_s") and isinstance(value, int | float) and value > MAX_TERM_S:
                 raise ConfigError(f"engine.{f.name}", f"{value:g} s is more than an hour", "give it in seconds")
+        if self.prefill_seq_layer_max_chunks is not None and self.prefill_seq_layer_max_chunks < 1:
+            raise ConfigError("engine.prefill_seq_layer_max_chunks", f"must be >= 1, got {self.prefill_seq_layer_max_chunks}",
+                              "give the most prompt chunks a step is charged for, or null for every chunk")
         if self.kernels is not None and self.kernels not in KERNEL_TABLES:
             raise ConfigError("engine.kernels", f"unknown kernel prices {self.kernels!r}", f"known: {', '.join(KERNEL_TABLES)}")
         if self.roofline_prices is not None and self.roofline_prices not in (*KERNEL_BACKENDS, POOLED):
@@ -325,7 +335,7 @@ ENGINES: dict[str, EngineModel] = {
                "(15 ms a prompt for an 80-layer model, 6 ms for a 32-layer one; a fixed time a chunk, 10 ms, held "
                "the shallow models out worse: silicon_fit.PREFILL_SEQ_BACKENDS); 10 us a prompt token alone before. "
                "A prefill floor (SGLang's and TensorRT-LLM's term) fits to zero here" + _handoff_fitted("vllm"),
-        cpu_per_prefill_token_s=4.0925e-6, cpu_per_prefill_seq_layer_s=0.18757e-3,
+        cpu_per_prefill_token_s=4.0925e-6, cpu_per_prefill_seq_layer_s=0.18757e-3, prefill_seq_layer_max_chunks=11,
         collective_extra_s=((2, 3.936e-6), (4, 3.936e-6), (8, 3.936e-6)),
         scheduler="vllm-v1", handoff_s=SILICON_HANDOFF_S["vllm"],
     ),
@@ -605,6 +615,8 @@ class EngineCostModel(CostModel):
         self._excess_threshold, self._excess_s = e.prefill_excess_threshold_tokens, e.prefill_excess_token_s
         self._cpu_token_s = e.cpu_per_prefill_token_s
         self._cpu_prefill_s = e.cpu_per_prefill_seq_layer_s * replica.model_spec.num_layers
+        # the chunks a step is charged for, at most (a huge int where uncapped: min() stays one call in the hot path)
+        self._max_prefills = e.prefill_seq_layer_max_chunks or sys.maxsize
         self._num_layers = replica.model_spec.num_layers
         self._pre, self._layer, self._post = kernels.pre_time, kernels.layer_time, kernels.post_time
         # Re-export what other code reads from a kernel model; PP hops are the kernels' own
@@ -642,7 +654,7 @@ class EngineCostModel(CostModel):
     # speculative verify's query rows are no prompt (``num_prompt_tokens`` leaves them out), as for the floor.
     def cpu_time(self, shape: BatchShape) -> float:
         return (self.cpu_fixed_s + self.cpu_seq_s * (shape.num_prefills + shape.num_decodes)
-                + self._cpu_token_s * shape.num_prompt_tokens + self._cpu_prefill_s * shape.num_prefills)
+                + self._cpu_token_s * shape.num_prompt_tokens + self._cpu_prefill_s * min(shape.num_prefills, self._max_prefills))
 
     def prefill_excess_time(self, shape: BatchShape) -> float:
         over = shape.num_prompt_tokens - self._excess_threshold
@@ -1008,7 +1020,7 @@ class EngineCostModel(CostModel):
         cpu_terms = {"engine_cpu_iteration": e.cpu_iteration_s, "engine_cpu_per_seq": e.cpu_per_seq_s * seqs,
                      # the prompts' tokens, as cpu_time charges them (a verify's query rows are none)
                      "engine_cpu_prefill_tokens": e.cpu_per_prefill_token_s * shape.num_prompt_tokens,
-                     "engine_cpu_per_prefill": self._cpu_prefill_s * shape.num_prefills,
+                     "engine_cpu_per_prefill": self._cpu_prefill_s * min(shape.num_prefills, self._max_prefills),
                      "engine_rpc_tp_workers": rpc}
         excess = self.prefill_excess_time(shape)
         gpu = kernel_s + self.collective_s + excess

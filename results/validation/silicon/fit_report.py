@@ -544,7 +544,9 @@ def report(args, total, distinct, rows, configs, traces, failed, not_run) -> int
                         "cpu_per_prefill_token_us": pt * 1e6, "cpu_per_prefill_seq_layer_us": ps * 1e6,
                         "collective_extra_us": c * 1e6,
                         "prefill_floor_per_layer_ms": fl * 1e3,
-                        "prefill_floor_above_tokens": above if above is not None else -1})
+                        "prefill_floor_above_tokens": above if above is not None else -1,
+                        # the most prompt chunks a step of the rows held: the term per chunk is charged for no more
+                        "prefill_seq_layer_max_chunks": params.max_chunks or 0})
         print(f"  {backend}: {len(sub)} rows fitted and cross-validated, {time.perf_counter() - started:.0f} s "
               f"(overlap {params.overlap_cpu}, {a * 1e3:.3f} ms/step, {b * 1e6:.1f} us/req, {pt * 1e6:.3f} us/prompt "
               f"token, {ps * 1e6:.1f} us/prompt chunk/layer, {c * 1e6:.1f} us/collective, prefill floor {fl * 1e3:.3f} ms/layer "

@@ -122,6 +122,9 @@ BAD_INPUT = [
     (["--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)", "--num-gpu-blocks", "100"], "--num-gpu-blocks"),
     (["--speculative-config", '{{"method": "ngram", "num_speculative_tokens": 3}}', "--acceptance-rate", "0.7",
       "--spec-disable-batch-size", "2", "--spec-reduce-k-batch-size", "4"], "--spec-reduce-k-batch-size"),
+    # a new-user audit: naming the default arrival process beside --concurrency made a closed loop 1 QPS
+    (["--concurrency", "8", "--arrival", "poisson"], "--arrival"),
+    (["--concurrency", "8", "--burstiness", "0.5"], "--burstiness"),
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),

@@ -852,6 +852,16 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     if (options.get("num_warmups") and out.get("warmup_mode") is None and not from_file
             and concurrency is not None):
         out["warmup_mode"] = "drain"
+    # --concurrency with an arrival process or a burstiness but no rate was a capped open loop at the default 1 QPS,
+    # unsaid: naming the default --arrival poisson turned a closed loop of N users into 1 QPS (a new-user audit).
+    # The gaps need a rate; without one the flag is refused (a --config file's or a sweep grid's rate may follow).
+    if (not from_file and not partial and out.get("concurrency") is not None and out.get("qps") is None
+            and (out.get("arrival") in ("poisson", "gamma") or out.get("burstiness") is not None)):
+        flag = "--arrival" if out.get("arrival") in ("poisson", "gamma") else "--burstiness"
+        raise ConfigError(flag, f"shapes the gaps between arrivals at a rate, but no --qps is given beside "
+                          f"--concurrency {out['concurrency']} (a closed loop sends as requests end)",
+                          f"give --qps R for an open loop of at most {out['concurrency']} requests in flight, or drop "
+                          f"{flag} for a closed loop of {out['concurrency']} users")
     burstiness = out.pop("burstiness", None)
     expert_parallel = out.pop("enable_expert_parallel", None)
     qps = out.get("qps")

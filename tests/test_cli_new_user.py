@@ -699,3 +699,23 @@ def test_an_unreachable_ray_address_is_refused_in_seconds() -> None:
     with pytest.raises(ConfigError, match="not a number"):
         probe_address("127.0.0.1:abc")
     probe_address("local")  # Ray's own names pass
+
+
+def test_errors_of_a_new_user_audit_name_what_is_missing(tmp_path: Path) -> None:
+    """An override without its value, an engine file that is not JSON, a Mooncake trace without its hash_ids and a
+    HF config.json without model_type: each one line saying what is missing (they said "neither a preset nor an
+    artifact", "JSONDecodeError", an unknown format naming no Mooncake key, and "unsupported model_type ''")."""
+    bad_json = tmp_path / "engine.json"
+    bad_json.write_text('{"format": 1,\n "x": }')
+    mooncake = tmp_path / "mooncake.jsonl"
+    mooncake.write_text('{"timestamp": 0, "input_length": 100, "output_length": 10}\n')
+    hf = tmp_path / "config.json"
+    hf.write_text('{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000, '
+                  '"intermediate_size": 11008}')
+    cases = [(["--engine", "vllm-2026:cpu_iteration_s"], "the override 'cpu_iteration_s' has no value"),
+             (["--engine", str(bad_json)], "line 2 column 7"),
+             (["--trace", str(mooncake)], "input_length/output_length with hash_ids"),
+             (["--model", str(hf)], "model.model_type: " + str(hf) + ": missing")]
+    for args, needle in cases:
+        line = one_line_error(simulate("run", "--no-progress", *args))
+        assert needle in line, line

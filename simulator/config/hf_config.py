@@ -263,6 +263,9 @@ def _text_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
                                                                       cfg["text_config"].get("tie_word_embeddings"))}
     _check_fields(cfg, where)
     model_type = str(cfg.get("model_type", outer_type))
+    if not model_type:
+        raise ConfigError("model.model_type", f"{where}: missing", f"a HF config.json names its architecture's "
+                          f"model_type, one of {', '.join(MODEL_TYPES)}")
     if model_type not in MODEL_TYPES:
         raise ConfigError("model.model_type", f"{where}: unsupported model_type {model_type!r}",
                           f"supported: {', '.join(MODEL_TYPES)}")

@@ -981,6 +981,11 @@ class RunConfig:
             raise ConfigError("seed", f"must be >= 0, got {self.seed}")
         # A preset or an artifact (parsed on load), either with ':term=value,...' overrides (checked on load).
         base, _ = split_engine_spec(self.engine)
+        head, colon, tail = base.rpartition(":")
+        if colon and base not in ENGINE_PRESETS and not Path(base).is_file() and (
+                head in ENGINE_PRESETS or Path(head).is_file()):  # a term given without its value
+            raise ConfigError("engine", f"{base!r}: the override {tail!r} has no value",
+                              f"give NAME=VALUE after the colon, e.g. {head}:handoff_s=0.02")
         if base not in ENGINE_PRESETS and not Path(base).is_file():
             raise ConfigError("engine", f"{base!r} is neither a preset nor an engine artifact",
                               f"presets: {', '.join(ENGINE_PRESETS)}; or the JSON written by `simulate calibrate-engine`; "

@@ -440,13 +440,21 @@ def load_engine(spec: str | EngineModel) -> EngineModel:
     if spec in ENGINES:
         return ENGINES[spec]
     path = Path(spec)
+    head, colon, tail = spec.rpartition(":")
+    if not path.is_file() and colon and (head in ENGINES or Path(head).is_file()):
+        raise ConfigError("engine", f"{spec!r}: the override {tail!r} has no value",
+                          f"give NAME=VALUE after the colon, e.g. {head}:handoff_s=0.02")
     if not path.is_file():
         raise ConfigError("engine", f"{spec!r} is neither a preset nor an engine artifact",
                           f"presets: {', '.join(ENGINES)}; or the JSON written by `simulate calibrate-engine`")
     try:
         data = loads_once(path.read_text(), str(path))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError("engine", f"{path} is not readable JSON ({type(exc).__name__})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError("engine", f"{path} is not readable JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                          "give the JSON `simulate calibrate-engine` wrote") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("engine", f"{path} is not readable JSON ({type(exc).__name__})",
+                          "give the JSON `simulate calibrate-engine` wrote") from None
     if not isinstance(data, dict) or data.get("format") != ARTIFACT_FORMAT:
         raise ConfigError("engine", f"{path} is not a servesim engine artifact", "pass a file written by `simulate calibrate-engine`")
     if data.get("format_version") != ARTIFACT_VERSION:
@@ -486,12 +494,15 @@ def parse_overrides(text: str) -> dict[str, Any]:
                 out[key] = value.lower() in ("true", "1")
             elif kind in ("int", int):
                 out[key] = int(value)
+            elif kind in ("int | None", int | None):  # prefill_seq_layer_max_chunks: a count, or none for every chunk
+                out[key] = None if value.lower() in ("none", "null") else int(value)
             elif "str" in str(kind):  # roofline_prices: whose 'today' constants price the roofline under it
                 out[key] = value
             else:
                 out[key] = float(value)
         except ValueError:
-            raise ConfigError("engine", f"{key}={value!r} is not a {getattr(kind, '__name__', kind)}",
+            words = "whole number (or none)" if kind in ("int | None", int | None) else getattr(kind, "__name__", kind)
+            raise ConfigError("engine", f"{key}={value!r} is not a {words}",
                               f"e.g. {key}=0.02" if "float" in str(kind) else f"give {key} a valid value") from None
     choices = (*KERNEL_BACKENDS, POOLED)
     if "roofline_prices" in out and out["roofline_prices"] not in choices:
@@ -509,6 +520,10 @@ def check_override_effects(base: EngineModel, terms: dict[str, Any]) -> None:
         given = " and ".join(f"{k}={str(terms[k]).lower()}" for k in ("cuda_graphs", "launch_per_kernel_s") if k in terms)
         raise ConfigError("engine", f"{given} would do nothing: a step's launch floor needs cuda_graphs=false and a "
                           "launch_per_kernel_s above 0", "give both, e.g. cuda_graphs=false,launch_per_kernel_s=4e-6")
+    if "prefill_seq_layer_max_chunks" in terms and not merged.cpu_per_prefill_seq_layer_s:
+        raise ConfigError("engine", "prefill_seq_layer_max_chunks would do nothing: it caps the chunks "
+                          "cpu_per_prefill_seq_layer_s is charged for, and that term is 0 here",
+                          "give cpu_per_prefill_seq_layer_s too, or drop prefill_seq_layer_max_chunks")
 
 
 def check_engine_spec_read(spec: str, field: str = "--engine") -> None:

@@ -561,7 +561,8 @@ def _columns_error(path: str, columns: list[str], where: str = "columns") -> Con
     shown = ", ".join(map(str, columns[:8])) + (", ..." if len(columns) > 8 else "")
     return ConfigError(_FIELD, f"{path}: unknown trace format, {where} [{shown}]",
                        "need num_prefill_tokens,num_decode_tokens[,arrived_at] (Vidur/Sarathi) or "
-                       "TIMESTAMP,ContextTokens,GeneratedTokens (Azure) or JSONL input_toks/output_toks")
+                       "TIMESTAMP,ContextTokens,GeneratedTokens (Azure) or JSONL input_toks/output_toks, or Mooncake's JSONL "
+                       "timestamp/input_length/output_length with hash_ids (its prefix blocks)")
 
 
 def _one_line(value: Any) -> str:

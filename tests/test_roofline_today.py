@@ -409,3 +409,26 @@ def test_moe_routings_relate_to_the_runtimes_by_a_fitted_ep_load():
     for g in (groups[0], groups[2]):
         assert R.predict("moe", g.terms, truth)[big] == pytest.approx(R.predict("moe", ref, truth)[big], rel=1e-6)
         assert not np.allclose(R.predict("moe", g.terms, truth)[~ep1], R.predict("moe", ref, truth)[~ep1])
+
+
+def test_a_gpu_the_constants_were_not_fitted_on_moves_its_gemm_knee_with_its_ridge():
+    """The H20 is a Hopper part with a sixth of the H100's FLOPs and more HBM bandwidth: priced by the H100/H200
+    constants with their knee fixed in tokens, its batch-1 decode came out 1.6x slower than the H100's and slower
+    again at FP8 (a new-user audit). Its knee now moves with its ridge point: a memory-bound decode is no slower
+    than on the H100 and faster at FP8; the GPUs the constants were fitted on keep theirs."""
+    from simulator.calibrate.roofline_from_tables import CATALOG_GPU, GENERATIONS
+    from simulator.config.catalog import get_gpu
+    from simulator.costmodel.calibration import FITTED_ON, ridge_knee_scale
+
+    assert {g: tuple(CATALOG_GPU[s] for s in systems) for g, systems in GENERATIONS.items()} == FITTED_ON
+    for names in FITTED_ON.values():
+        assert all(ridge_knee_scale(get_gpu(n), "today") == 1.0 for n in names)
+    assert ridge_knee_scale(get_gpu("h20"), "2023") == 1.0
+    assert ridge_knee_scale(get_gpu("h20"), "today") < 0.2  # 148 TF / 4.0 TB/s against the H100's and H200's
+
+    def decode_s(gpu: str, dtype: str = "bf16") -> float:
+        replica = ReplicaConfig("llama-3.1-8b", gpu, dtype=dtype, roofline_calibration="today")
+        return float(RooflineCostModel(replica).iteration_time(BatchShape.from_requests(decodes=[1])))
+
+    assert decode_s("h200") < decode_s("h20") < decode_s("h100-sxm")  # 4.8 > 4.0 > 3.35 TB/s
+    assert decode_s("h20", "fp8") < decode_s("h20")

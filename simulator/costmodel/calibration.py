@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 # Weight format (simulator.config.precision) -> the lane of kernels one efficiency curve describes (GEMMs
 # and MoE experts); a lane a calibration has no curve for takes LANE_FALLBACK's, else the bf16 one.
 # MXFP4 has a lane per activation format (precision.kernel_format resolves a run's ``mxfp4``): ``mxfp4`` holds the
@@ -257,6 +259,13 @@ GENERATION: dict[str, str] = {
     "rtx-5090": "blackwell",
     "l40s": "ada", "l4": "ada", "l40": "ada", "rtx-4090": "ada", "rtx-6000-ada": "ada",
 }
+# The catalog GPUs each generation's "today" constants were fitted on (simulator.calibrate.roofline_from_tables'
+# GENERATIONS, by catalog name; a test keeps the two the same). Another GPU of a generation is priced by constants
+# fitted on these: its GEMM knee moves with its ridge point (ridge_knee_scale).
+FITTED_ON: dict[str, tuple[str, ...]] = {
+    "ampere": ("a100-80gb",), "hopper": ("h100-sxm", "h200"),
+    "blackwell": ("b200", "b300", "gb200", "gb300", "rtx-pro-6000"), "ada": ("l40s",),
+}
 CALIBRATIONS = ("2023", "today")  # config.run_config.ROOFLINE_CALIBRATIONS names the same
 # "today" constants are fitted per engine backend (their kernels differ by more than the fit's error) and to
 # every backend's rows pooled: a run names a backend by --kernels, else by its engine preset's first word.
@@ -318,3 +327,22 @@ def calibration_for(gpu_name: str, which: str = "2023", backend: str | None = No
     fits = TODAY[generation]
     cal = replace(BY_GPU.get(gpu_name, DEFAULT), **fits.get(backend or POOLED, fits[POOLED]))
     return cal.for_weights(weight_format) if weight_format else cal
+
+
+def ridge_knee_scale(gpu: Any, which: str) -> float:
+    """How far the GEMM efficiency ramp's knee (in tokens) moves on ``gpu`` (a GPUSpec) under calibration ``which``:
+    1.0 on a GPU the "today" constants were fitted on (and under 2023's, or a GPU of no measured generation); on
+    another GPU of a fitted generation, its ridge point (bf16 peak over HBM bandwidth) over the fitted GPUs'
+    (geometric mean). The ramp stands for the weight-streaming regime of small batches, whose extent in tokens is
+    the ridge: fixed in tokens, the H100/H200 knee priced the H20 (a sixth of their FLOPs, more bandwidth) 1.6x
+    slower than an H100 at batch-1 decode, and slower still at FP8."""
+    if which != "today":
+        return 1.0
+    generation = today_generation(gpu.name)
+    if generation is None or gpu.name in FITTED_ON.get(generation, (gpu.name,)):
+        return 1.0
+    from simulator.config.catalog import get_gpu
+
+    ridges = [get_gpu(name).bf16_flops / get_gpu(name).hbm_bytes_per_s for name in FITTED_ON[generation]]
+    reference = float(np.exp(np.mean(np.log(ridges))))
+    return gpu.bf16_flops / gpu.hbm_bytes_per_s / reference

@@ -38,7 +38,7 @@ from simulator.config.precision import WEIGHT_FORMATS, kernel_format
 from simulator.config.run_config import ReplicaConfig
 from simulator.config.topology import topology_for
 from simulator.costmodel.base import BatchShape, TabulatedCostModel
-from simulator.costmodel.calibration import RooflineCalibration, calibration_for, roofline_backend
+from simulator.costmodel.calibration import RooflineCalibration, calibration_for, ridge_knee_scale, roofline_backend
 from simulator.costmodel.linear_attention import hybrid_token_ops, linear_attention_time, linear_geometry
 from simulator.costmodel.moe import (
     mla_attention_decode,
@@ -74,6 +74,7 @@ class RooflineCostModel(TabulatedCostModel):
         backend = roofline_backend(replica.kernels, engine)
         # The format the kernels run: --dtype, except mxfp4, which the backend's MXFP4 MoE kernel makes w4a16 or w4a8.
         self.kernel_format = kernel_format(replica.dtype, backend, replica.gpu_spec)
+        self._explicit_calibration = calibration is not None
         self.cal = calibration or calibration_for(replica.gpu, replica.roofline_calibration, backend,
                                                   self.kernel_format)
         m, tp, db = self.model, replica.tp, replica.dtype_bytes
@@ -106,7 +107,11 @@ class RooflineCostModel(TabulatedCostModel):
         # The calibrated small-batch ramp of GEMM efficiency stands for the weight-streaming regime
         # of bf16 kernels; a weight-only quantized kernel (int4, mxfp4-w4a16, or fp8/fp4 without those
         # tensor cores) streams weight_bytes/dtype_bytes as much, so its knee moves to as many fewer tokens.
-        self.gemm_knee_scale = self.weight_bytes / self.dtype_bytes if fmt.runs_weight_only(r.gpu_spec) else 1.0
+        # On a GPU its generation's constants were not fitted on, the knee moves with the GPU's ridge point too
+        # (calibration.ridge_knee_scale; 1.0 where an explicit calibration is given).
+        self.ridge_scale = 1.0 if self._explicit_calibration else ridge_knee_scale(r.gpu_spec, r.roofline_calibration)
+        self.gemm_knee_scale = ((self.weight_bytes / self.dtype_bytes if fmt.runs_weight_only(r.gpu_spec) else 1.0)
+                                * self.ridge_scale)
         # This dtype's GEMM curve (the calibration's gemm_* fields unless it has one for the dtype's class).
         self.gemm_constants = self.cal.gemm_constants(self.kernel_format)
         # A 4-bit MoE checkpoint's attention projections and router, and those of a checkpoint that keeps its
@@ -168,7 +173,8 @@ class RooflineCostModel(TabulatedCostModel):
         """A GEMM a quantized checkpoint keeps at 16 bits (weights at ``dtype_bytes``, the bf16 peak and
         curve): its LM head always (FP8, NVFP4 and MXFP4 checkpoints leave ``lm_head`` unquantized, and
         memory is planned so), and a 4-bit MoE checkpoint's attention and router."""
-        return self._gemm_time(tokens, k, n, float(self.dtype_bytes), self.gpu.bf16_flops, self._bf16_constants, 1.0)
+        return self._gemm_time(tokens, k, n, float(self.dtype_bytes), self.gpu.bf16_flops, self._bf16_constants,
+                               self.ridge_scale)
 
     def attn_gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
         """An attention projection's or the router's GEMM: :meth:`gemm`, or :meth:`gemm16` where the checkpoint

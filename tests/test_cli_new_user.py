@@ -719,3 +719,16 @@ def test_errors_of_a_new_user_audit_name_what_is_missing(tmp_path: Path) -> None
     for args, needle in cases:
         line = one_line_error(simulate("run", "--no-progress", *args))
         assert needle in line, line
+
+
+def test_capacity_says_when_num_gpu_blocks_gives_a_cache_larger_than_the_memory() -> None:
+    """--num-gpu-blocks may exceed what the GPU holds (vLLM's override, asked for); run's header said so, capacity's
+    answer did not, and a 500x cache raised a user capacity 14 -> 59 without a word (a new-user audit)."""
+    args = ["capacity", "--users", "--model", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "4096", "--workload",
+            "fixed", "--prompt-tokens", "1024", "--output-tokens", "64", "--tpot-slo", "0.2", "--tbt-slo", "1",
+            "--num-requests", "40", "--max-users", "8"]
+    big = simulate(*args, "--num-gpu-blocks", "10000000")
+    assert big.returncode == 0, big.stderr
+    assert "note: --num-gpu-blocks sets a KV cache of 160,000,000 tokens" in big.stdout
+    plain = simulate(*args)
+    assert plain.returncode == 0 and "--num-gpu-blocks" not in plain.stdout

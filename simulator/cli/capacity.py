@@ -364,6 +364,15 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
         console.print("note: every request the same length, so each trial's users move in lock-stepped waves (a "
                       "wave's prompts arrive together, its TTFTs queue behind one another); --random-range-ratio 0.8 "
                       "--range-style sglang draws InferenceX's [0.8 len, len] band", highlight=False)
+    if report.config.replica.num_gpu_blocks is not None and not report.config.is_disaggregated:
+        from simulator.engine.kvcache import build_kv_cache
+
+        plan = build_kv_cache(report.config.replica, report.config.scheduler)[1]
+        held = plan.num_memory_tokens
+        if held is not None and plan.num_kv_tokens > held:  # said, as run's header says it: the cache was given
+            console.print(f"note: --num-gpu-blocks sets a KV cache of {plan.num_kv_tokens:,} tokens, "
+                          f"{plan.num_kv_tokens / max(held, 1):.3g}x the {held:,} the memory plan gives: the capacity "
+                          "is that cache's, more than the GPUs hold", highlight=False)
 
 
 def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | None, decode_context: int | None,

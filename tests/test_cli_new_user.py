@@ -125,6 +125,11 @@ BAD_INPUT = [
     # a new-user audit: naming the default arrival process beside --concurrency made a closed loop 1 QPS
     (["--concurrency", "8", "--arrival", "poisson"], "--arrival"),
     (["--concurrency", "8", "--burstiness", "0.5"], "--burstiness"),
+    # an NVLink KV link between two machines (a new-user audit)
+    (["--gpu", "h100-sxm", "--prefill-pool", "1x(tp=8)", "--decode-pool", "1x(tp=8)", "--kv-link", "nvlink"],
+     "one NVLink domain (8 on h100-sxm)"),
+    (["--prefill-pool", "1x(gpu=h100-sxm)", "--decode-pool", "1x(gpu=a100-80gb)", "--kv-link", "nvlink"],
+     "the prefill pool runs on h100-sxm and the decode pool on a100-80gb"),
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),

@@ -468,7 +468,27 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
     senders = p_rep.num_gpus if config.kv_link_scope == "per-worker" else None
     link = min((parse_link(config.kv_link, rep.gpu, senders=senders) for rep in (p_rep, d_rep)),
                key=lambda k: (k.bytes_per_s, -k.latency_s))
+    if (config.kv_link or "").strip().lower().startswith("nvlink"):  # (after a GPU without NVLink is refused)
+        _check_nvlink_pair(p_rep, d_rep)
     return DisaggLayout(prefill, decode, mixed, link, p_rep, d_rep, m_rep, p_sched, d_sched, m_sched)
+
+
+def _check_nvlink_pair(p_rep: ReplicaConfig, d_rep: ReplicaConfig) -> None:
+    """Refuse an NVLink KV link between workers that cannot share an NVLink domain: two GPU types (two machines),
+    or a prefill and a decode worker with more GPUs together than one domain holds (an HGX node's 8; an NVL72
+    rack's 72). Such a handoff crosses the nodes' NICs (a new-user audit found 8 H100s and 8 A100s joined by
+    NVLink)."""
+    from simulator.config.topology import MAX_GPUS_PER_NODE
+
+    fix = "give the NICs between the nodes, e.g. --kv-link infiniband-400g-x8, or a bandwidth such as 50GB/s"
+    if p_rep.gpu != d_rep.gpu:
+        raise ConfigError("kv_link", f"nvlink joins GPUs of one machine, but the prefill pool runs on {p_rep.gpu} and "
+                          f"the decode pool on {d_rep.gpu}", fix)
+    domain = p_rep.gpu_spec.nvlink_domain_gpus or MAX_GPUS_PER_NODE
+    if p_rep.num_gpus + d_rep.num_gpus > domain:
+        raise ConfigError("kv_link", f"nvlink joins the GPUs of one NVLink domain ({domain} on {p_rep.gpu}), but a "
+                          f"prefill worker ({p_rep.num_gpus} GPUs) and a decode worker ({d_rep.num_gpus}) are "
+                          f"{p_rep.num_gpus + d_rep.num_gpus}", fix)
 
 
 def pool_prefix_cache(base: SchedulerConfig, pool_scheduler: str, run_scheduler: str | None = None) -> str | None:

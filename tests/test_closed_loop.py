@@ -179,6 +179,13 @@ def test_disaggregated_closed_loop():
     cols = request_columns(result)
     assert (cols["status"] == "finished").all()
     assert max_in_flight(cols["arrival_at"], cols["completed_at"]) == 8
+    # per-GPU throughputs are over every GPU of the deployment (2 here): output and total tokens (InferenceX's
+    # output_tput_per_gpu and tput_per_gpu)
+    m = benchmark_metrics(result, cols)
+    assert m["num_gpus"] == 2
+    assert m["output_throughput_per_gpu"] == pytest.approx(m["output_throughput"] / 2)
+    assert m["total_token_throughput_per_gpu"] == pytest.approx(m["total_token_throughput"] / 2)
+    assert m["total_token_throughput_per_gpu"] > m["output_throughput_per_gpu"]
 
 
 @pytest.mark.parametrize("changes, field", [

@@ -375,6 +375,8 @@ def benchmark_metrics(result: RunResult, cols: dict[str, np.ndarray], goodput_ms
     # Ours (vLLM has no key for them): the Pareto axes, the deployment and the load.
     out["num_gpus"] = gpus
     out["output_throughput_per_gpu"] = total_output / duration / gpus
+    # InferenceX's tput_per_gpu (the x axis of its throughput-per-GPU charts): input and output tokens, every GPU
+    out["total_token_throughput_per_gpu"] = out["total_token_throughput"] / gpus
     out["output_throughput_per_user"] = output_throughput_per_user(tpot)
     out["num_warmup"] = num_warmup
     out["itl_excludes_warmup"] = itl_measured
@@ -431,6 +433,8 @@ def format_vllm(metrics: dict[str, Any], settings: dict[str, Any] | None = None,
     row("Peak concurrent requests:", metrics["max_concurrent_requests"], ".2f")
     row("Total Token throughput (tok/s):", metrics["total_token_throughput"], ".2f")
     row(f"Output tok/s per GPU ({metrics['num_gpus']} GPUs):", metrics["output_throughput_per_gpu"], ".2f")
+    if "total_token_throughput_per_gpu" in metrics:  # (a metrics dict saved before the key)
+        row("Total tok/s per GPU:", metrics["total_token_throughput_per_gpu"], ".2f")
     per_user = metrics["output_throughput_per_user"]
     if math.isnan(per_user):  # no measured TPOT above 0 to invert (1-token outputs; 2 tokens delivered at once)
         row("Output tok/s per user (mean 1/TPOT):", "n/a (no request with a TPOT above 0)")

@@ -124,12 +124,13 @@ BAD_INPUT = [
       "--spec-disable-batch-size", "2", "--spec-reduce-k-batch-size", "4"], "--spec-reduce-k-batch-size"),
     # a new-user audit: naming the default arrival process beside --concurrency made a closed loop 1 QPS
     (["--concurrency", "8", "--arrival", "poisson"], "--arrival"),
-    (["--concurrency", "8", "--burstiness", "0.5"], "--burstiness"),
     # an NVLink KV link between two machines (a new-user audit)
     (["--gpu", "h100-sxm", "--prefill-pool", "1x(tp=8)", "--decode-pool", "1x(tp=8)", "--kv-link", "nvlink"],
      "one NVLink domain (8 on h100-sxm)"),
     (["--prefill-pool", "1x(gpu=h100-sxm)", "--decode-pool", "1x(gpu=a100-80gb)", "--kv-link", "nvlink"],
      "the prefill pool runs on h100-sxm and the decode pool on a100-80gb"),
+    (["--gpu", "a40", "--prefill-pool", "1x(tp=2)", "--decode-pool", "1x(tp=2)", "--kv-link", "nvlink"],
+     "one NVLink domain (2 on a40)"),  # bridged pairs
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),
@@ -737,3 +738,38 @@ def test_capacity_says_when_num_gpu_blocks_gives_a_cache_larger_than_the_memory(
     assert "note: --num-gpu-blocks sets a KV cache of 160,000,000 tokens" in big.stdout
     plain = simulate(*args)
     assert plain.returncode == 0 and "--num-gpu-blocks" not in plain.stdout
+
+
+def test_an_arrival_process_beside_a_concurrency_needs_a_rate_in_run_config_and_sweep(tmp_path: Path) -> None:
+    """--arrival poisson beside --concurrency and no rate ran a capped open loop at the default 1 QPS, in `run`, over
+    a closed loop's --config file and in a sweep file (a typed default --arrival in a sweep was dropped: closed
+    loops). Each is refused; with a rate (typed, or a grid's) it runs; vLLM's --max-concurrency --burstiness 1 stays
+    a closed loop."""
+    assert "--arrival: poisson shapes the gaps" in one_line_error(
+        simulate("run", "--no-progress", "--concurrency", "4", "--arrival", "poisson"))
+    folder = tmp_path / "closed"
+    assert simulate("run", "--no-progress", "--concurrency", "4", "--num-requests", "8", "--out",
+                    str(folder)).returncode == 0
+    config = str(folder / "config.json")
+    assert "no --qps is given beside --concurrency 4" in one_line_error(
+        simulate("run", "--no-progress", "--config", config, "--arrival", "poisson"))
+    assert simulate("run", "--no-progress", "--config", config, "--arrival", "poisson", "--qps", "3").returncode == 0
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('mode = "run"\n[base]\nconcurrency = 8\narrival = "poisson"\nnum_requests = 8\n[grid]\nseed = [0, 1]\n')
+    assert "--arrival: poisson shapes the gaps" in one_line_error(simulate("sweep", str(sweep), "--out",
+                                                                            str(tmp_path / "o1")))
+    assert "--arrival: poisson shapes the gaps" in one_line_error(simulate(
+        "sweep", "--grid", "seed=0,1", "--concurrency", "8", "--arrival", "poisson", "--num-requests", "8", "--out",
+        str(tmp_path / "o2")))
+    assert simulate("sweep", "--grid", "qps=1,2", "--concurrency", "8", "--arrival", "poisson", "--num-requests", "8",
+                    "--out", str(tmp_path / "o3")).returncode == 0
+    closed = simulate("run", "--no-progress", "--max-concurrency", "8", "--burstiness", "1", "--num-requests", "8")
+    assert closed.returncode == 0 and "closed loop: 8 users" in closed.stdout
+
+
+def test_disagg_split_says_the_kv_link_refused_its_layouts_not_memory() -> None:
+    """Every split of 16 H100s at TP 8 joins 16 GPUs by --kv-link nvlink, which one node's NVLink cannot: the search
+    blamed memory ('no layout ... holds llama-3.1-8b in memory', raise --gpus)."""
+    line = one_line_error(simulate("disagg", "split", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "16",
+                                   "--tps", "8", "--kv-link", "nvlink"))
+    assert line.startswith("error: --kv-link: no layout of 16 GPUs at --tps 8 can run its handoff over nvlink"), line

@@ -432,3 +432,15 @@ def test_a_gpu_the_constants_were_not_fitted_on_moves_its_gemm_knee_with_its_rid
 
     assert decode_s("h200") < decode_s("h20") < decode_s("h100-sxm")  # 4.8 > 4.0 > 3.35 TB/s
     assert decode_s("h20", "fp8") < decode_s("h20")
+    # a MoE's expert GEMMs move their knee too (Mixtral-8x7B TP2 at batch 1 was 20 ms on the H20, 8 on the H100)
+    def moe_s(gpu: str) -> float:
+        replica = ReplicaConfig("mixtral-8x7b", gpu, tp=2, roofline_calibration="today")
+        return float(RooflineCostModel(replica).iteration_time(BatchShape.from_requests(decodes=[1])))
+
+    assert moe_s("h200") < moe_s("h20") < moe_s("h100-sxm")
+    # a pricer given its calibration outright takes the scale it is given (simulate fidelity's 'roofline today')
+    replica = ReplicaConfig("llama-3.1-8b", "h20", roofline_calibration="today")
+    given = RooflineCostModel(replica, calibration_for("h20", "today"), table_tokens=1,
+                              ridge_scale=ridge_knee_scale(get_gpu("h20"), "today"))
+    assert given.ridge_scale == RooflineCostModel(replica).ridge_scale < 0.2
+    assert RooflineCostModel(replica, calibration_for("h20", "today"), table_tokens=1).ridge_scale == 1.0

@@ -55,7 +55,7 @@ from simulator.config.catalog import ModelSpec, get_model
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import ReplicaConfig
 from simulator.costmodel.base import TabulatedCostModel
-from simulator.costmodel.calibration import KERNEL_BACKENDS, calibration_for
+from simulator.costmodel.calibration import KERNEL_BACKENDS, calibration_for, ridge_knee_scale
 from simulator.costmodel.roofline import RooflineCostModel
 from simulator.report.titles import PROFILE_FIDELITY_TITLE
 from simulator.util.figures import or_skipped
@@ -98,7 +98,7 @@ def pricers(model: str, gpu: str, tp: int, backends: tuple[str, ...], tables: bo
     out: dict[str, TabulatedCostModel] = {  # the roofline and the table model price the same ops
         f"roofline today ({backends[0] if backends else 'all'})":
             RooflineCostModel(replica, calibration_for(gpu, "today", backends[0] if backends else None),
-                              table_tokens=1),
+                              table_tokens=1, ridge_scale=ridge_knee_scale(replica.gpu_spec, "today")),
         "roofline 2023": RooflineCostModel(replica, calibration_for(gpu, "2023"), table_tokens=1),
     }
     if tables:

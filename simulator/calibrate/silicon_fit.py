@@ -6,7 +6,7 @@ this module fits are those of :class:`~simulator.costmodel.engine_model.EngineMo
 measured kernels of the row's backend (``--kernels vllm|sglang|trtllm``):
 
     cpu  = cpu_iteration_s + cpu_per_seq_s * seqs + cpu_per_prefill_token_s * prefill_tokens
-           + cpu_per_prefill_seq_layer_s * prefills * layers
+           + cpu_per_prefill_seq_layer_s * min(prefills, max_chunks) * layers
     gpu  = kernels + collectives * collective_extra_s
     gpu  = max(gpu, prefill_floor_per_layer_s * layers)   where the step carries > floor_above_tokens prompt tokens
     step = max(cpu, gpu)   with async scheduling (overlap_cpu), else cpu + gpu
@@ -14,7 +14,8 @@ measured kernels of the row's backend (``--kernels vllm|sglang|trtllm``):
 Five or six free numbers a backend (scheduler/input-preparation CPU time per step and per request, per
 prompt token and per prompt chunk and layer, the per-collective extra, the prefill step's floor per layer; overlap chosen by
 fit cost). ``floor_above_tokens`` is not fitted: it is the engine's CUDA-graph bound
-(:data:`FLOOR_ABOVE_TOKENS`, which also says which backends get a floor).
+(:data:`FLOOR_ABOVE_TOKENS`, which also says which backends get a floor); nor is ``max_chunks``, the most prompt
+chunks a step of the fitted rows held (:func:`most_chunks`): the term per chunk is charged for no more.
 
 **Why a fit can be cheap (the replay).** Under a closed loop with fixed lengths a new request
 arrives exactly when another finishes, so the engine is never idle and which requests share

@@ -561,6 +561,16 @@ def sweep(
         raise ConfigError("--burstiness", "shapes the gaps between arrivals at a rate, but no point has one (with "
                           "--concurrency and no --qps every user sends at once)",
                           "give --qps, or vary qps in the grid (--grid qps=1,2)")
+    from simulator.config.options import check_paced_arrivals
+
+    # So does an arrival process that shapes gaps (typed, or a sweep file's): without a rate anywhere the points ran
+    # it at the default 1 qps (a file's), or dropped a typed default --arrival poisson and ran closed loops.
+    if spec.mode == "run" and looped and "qps" not in spec.base and "qps" not in spec.varied:
+        paced = [p.config.workload for p in spec.points if p.config.workload.concurrency is not None
+                 and p.config.workload.arrival in ("poisson", "gamma")]
+        if paced or "arrival" in flags:
+            w = paced[0] if paced else spec.points[0].config.workload
+            check_paced_arrivals(w.concurrency, w.arrival if paced else str(ctx.params.get("arrival")), None)
     from simulator.cli.options import check_sweep_trace_options, read_sweep_traces
 
     read_sweep_traces([p.config for p in spec.points], spec.varied, flags)  # (paths of the points: checked as built)

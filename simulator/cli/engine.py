@@ -51,7 +51,9 @@ def engines() -> None:
         table.add_row(name, "yes" if e.overlap_cpu else "no", "yes" if e.cuda_graphs else "no",
                       f"{e.cpu_iteration_s * 1e3:.2f}", f"{e.cpu_per_seq_s * 1e6:.0f}",
                       f"{e.cpu_per_prefill_token_s * 1e6:.1f}",
-                      f"{e.cpu_per_prefill_seq_layer_s * 1e6:.1f}" if e.cpu_per_prefill_seq_layer_s else "-", coll, floor,
+                      (f"{e.cpu_per_prefill_seq_layer_s * 1e6:.1f}" + (f" (<= {e.prefill_seq_layer_max_chunks} chunks)"
+                                                                           if e.prefill_seq_layer_max_chunks else "")
+                       if e.cpu_per_prefill_seq_layer_s else "-"), coll, floor,
                       f"{e.handoff_s * 1e3:.0f}" if e.handoff_s else "-", fitted_with or "-")
     console = Console()
     print_table(console, table)

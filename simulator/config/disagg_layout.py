@@ -478,13 +478,15 @@ def _check_nvlink_pair(p_rep: ReplicaConfig, d_rep: ReplicaConfig) -> None:
     or a prefill and a decode worker with more GPUs together than one domain holds (an HGX node's 8; an NVL72
     rack's 72). Such a handoff crosses the nodes' NICs (a new-user audit found 8 H100s and 8 A100s joined by
     NVLink)."""
-    from simulator.config.topology import MAX_GPUS_PER_NODE
+    from simulator.config.topology import MAX_GPUS_PER_NODE, get_link
 
     fix = "give the NICs between the nodes, e.g. --kv-link infiniband-400g-x8, or a bandwidth such as 50GB/s"
-    if p_rep.gpu != d_rep.gpu:
+    if p_rep.gpu_spec != d_rep.gpu_spec:  # (specs, not names: one GPU file spelled two ways is one GPU)
         raise ConfigError("kv_link", f"nvlink joins GPUs of one machine, but the prefill pool runs on {p_rep.gpu} and "
                           f"the decode pool on {d_rep.gpu}", fix)
-    domain = p_rep.gpu_spec.nvlink_domain_gpus or MAX_GPUS_PER_NODE
+    spec = p_rep.gpu_spec
+    # a bridged part (A40, workstation cards) joins GPUs in pairs; an NVSwitch node its 8; an NVL72 rack its 72
+    domain = 2 if get_link("nvlink", spec).pairwise else spec.nvlink_domain_gpus or MAX_GPUS_PER_NODE
     if p_rep.num_gpus + d_rep.num_gpus > domain:
         raise ConfigError("kv_link", f"nvlink joins the GPUs of one NVLink domain ({domain} on {p_rep.gpu}), but a "
                           f"prefill worker ({p_rep.num_gpus} GPUs) and a decode worker ({d_rep.num_gpus}) are "

@@ -255,14 +255,14 @@ def checkpoint_quant(quant: object) -> str:
 def _text_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
     """The language model's fields (a multimodal wrapper's ``text_config``, its top level checked
     too) and its ``model_type``, which must be one this module reads."""
-    outer_type = str(cfg.get("model_type", ""))
+    outer_type = str(cfg.get("model_type") or "")  # (null is missing too)
     if outer_type in _TEXT_WRAPPERS and isinstance(cfg.get("text_config"), dict):
         top_level = {k: v for k, v in cfg.items() if k != "text_config"}
         _check_fields(top_level, where)
         cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings",
                                                                       cfg["text_config"].get("tie_word_embeddings"))}
     _check_fields(cfg, where)
-    model_type = str(cfg.get("model_type", outer_type))
+    model_type = str(cfg.get("model_type") or outer_type)
     if not model_type:
         raise ConfigError("model.model_type", f"{where}: missing", f"a HF config.json names its architecture's "
                           f"model_type, one of {', '.join(MODEL_TYPES)}")

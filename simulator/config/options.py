@@ -792,6 +792,17 @@ def closes_the_loop(values: dict[str, Any]) -> bool:
             and values.get("burstiness") is None)
 
 
+def check_paced_arrivals(concurrency: int | None, arrival: str | None, qps: float | None, field: str = "--arrival") -> None:
+    """Refuse an arrival process that shapes gaps (poisson, gamma) typed beside a concurrency with no rate: it ran a
+    capped open loop at the default 1 QPS, unsaid, so naming the default ``--arrival poisson`` turned a closed loop
+    of N users into 1 QPS (a new-user audit). ``qps``: the rate given (typed, or a sweep point's), None where none."""
+    if concurrency is not None and qps is None and arrival in ("poisson", "gamma"):
+        raise ConfigError(field, f"{arrival} shapes the gaps between arrivals at a rate, but no --qps is given beside "
+                          f"--concurrency {concurrency} (a closed loop sends as requests end)",
+                          f"give --qps R for an open loop of at most {concurrency} requests in flight, or drop "
+                          f"--arrival for a closed loop of {concurrency} users")
+
+
 def alias_of(name: str) -> str:
     """The RUN_OPTIONS name that ``name`` (an option name or one of vLLM's) stands for."""
     for canonical, aliases in OPTION_ALIASES.items():
@@ -852,16 +863,6 @@ def resolve_aliases(options: dict[str, Any], base: RunConfig, from_file: bool = 
     if (options.get("num_warmups") and out.get("warmup_mode") is None and not from_file
             and concurrency is not None):
         out["warmup_mode"] = "drain"
-    # --concurrency with an arrival process or a burstiness but no rate was a capped open loop at the default 1 QPS,
-    # unsaid: naming the default --arrival poisson turned a closed loop of N users into 1 QPS (a new-user audit).
-    # The gaps need a rate; without one the flag is refused (a --config file's or a sweep grid's rate may follow).
-    if (not from_file and not partial and out.get("concurrency") is not None and out.get("qps") is None
-            and (out.get("arrival") in ("poisson", "gamma") or out.get("burstiness") is not None)):
-        flag = "--arrival" if out.get("arrival") in ("poisson", "gamma") else "--burstiness"
-        raise ConfigError(flag, f"shapes the gaps between arrivals at a rate, but no --qps is given beside "
-                          f"--concurrency {out['concurrency']} (a closed loop sends as requests end)",
-                          f"give --qps R for an open loop of at most {out['concurrency']} requests in flight, or drop "
-                          f"{flag} for a closed loop of {out['concurrency']} users")
     burstiness = out.pop("burstiness", None)
     expert_parallel = out.pop("enable_expert_parallel", None)
     qps = out.get("qps")
@@ -942,6 +943,10 @@ def build_config(config_file: Path | None = None, command: str = "run", base: Ru
         raise ConfigError("--enable-expert-parallel", f"{where} sets each layout's EP itself "
                           f"({SET_BY_COMMAND[command]['ep']}), so --enable-expert-parallel would do nothing",
                           "drop --enable-expert-parallel")
+    if command == "run" and "arrival" in typed and "qps" not in typed and "request_rate" not in typed and (
+            config_file is None or base.workload.arrival == "burst"):  # (a file's open loop keeps its own rate)
+        check_paced_arrivals(options.get("concurrency") or options.get("max_concurrency")
+                             or base.workload.concurrency, options.get("arrival"), None)
     options = resolve_aliases(options, base, from_file=config_file is not None)
     if isinstance(options.get("scheduler"), str):  # any case, as SchedulerConfig reads it (every check below sees one)
         options["scheduler"] = options["scheduler"].lower()

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,16 @@ def split_engine_spec(spec: str) -> tuple[str, str]:
     artifact and its term overrides ('' where none; a Windows drive's ``C:`` has no ``=`` after it)."""
     base, sep, overrides = spec.rpartition(":")
     return (base, overrides) if sep and "=" in overrides else (spec, "")
+
+
+def check_override_has_value(spec: str, is_base: Callable[[str], bool]) -> None:
+    """Refuse ``vllm-2026:cpu_iteration_s``, an override given without its ``=value`` (split_engine_spec reads it as
+    no override at all, and the whole spec as a path): where what precedes the colon ``is_base`` (a preset or an
+    artifact) and the whole spec is not, say the value is missing (it said "neither a preset nor an artifact")."""
+    head, colon, tail = spec.rpartition(":")
+    if colon and "=" not in tail and not is_base(spec) and is_base(head):
+        raise ConfigError("engine", f"{spec!r}: the override {tail!r} has no value",
+                          f"give NAME=VALUE after the colon, e.g. {head}:handoff_s=0.02")
 
 
 # config.json's section of what `simulate run` reported the run with (its summary's SLOs, its views, the tables'
@@ -981,11 +992,7 @@ class RunConfig:
             raise ConfigError("seed", f"must be >= 0, got {self.seed}")
         # A preset or an artifact (parsed on load), either with ':term=value,...' overrides (checked on load).
         base, _ = split_engine_spec(self.engine)
-        head, colon, tail = base.rpartition(":")
-        if colon and base not in ENGINE_PRESETS and not Path(base).is_file() and (
-                head in ENGINE_PRESETS or Path(head).is_file()):  # a term given without its value
-            raise ConfigError("engine", f"{base!r}: the override {tail!r} has no value",
-                              f"give NAME=VALUE after the colon, e.g. {head}:handoff_s=0.02")
+        check_override_has_value(base, lambda name: name in ENGINE_PRESETS or Path(name).is_file())
         if base not in ENGINE_PRESETS and not Path(base).is_file():
             raise ConfigError("engine", f"{base!r} is neither a preset nor an engine artifact",
                               f"presets: {', '.join(ENGINE_PRESETS)}; or the JSON written by `simulate calibrate-engine`; "

@@ -67,6 +67,7 @@ from simulator.config.run_config import (
     ENGINE_PRESETS,
     KERNEL_TABLES,
     ReplicaConfig,
+    check_override_has_value,
     split_engine_spec,
 )
 from simulator.config.schedulers import SCHEDULER_NAMES
@@ -172,8 +173,11 @@ class EngineModel:
                 raise ConfigError(f"engine.{f.name}", f"must be finite and >= 0, got {value}")
             elif f.name.endswith("_s") and isinstance(value, int | float) and value > MAX_TERM_S:
                 raise ConfigError(f"engine.{f.name}", f"{value:g} s is more than an hour", "give it in seconds")
-        if self.prefill_seq_layer_max_chunks is not None and self.prefill_seq_layer_max_chunks < 1:
-            raise ConfigError("engine.prefill_seq_layer_max_chunks", f"must be >= 1, got {self.prefill_seq_layer_max_chunks}",
+        if self.prefill_seq_layer_max_chunks is not None and (
+                isinstance(self.prefill_seq_layer_max_chunks, bool) or not isinstance(self.prefill_seq_layer_max_chunks, int)
+                or self.prefill_seq_layer_max_chunks < 1):
+            raise ConfigError("engine.prefill_seq_layer_max_chunks",
+                              f"must be a whole number >= 1, got {self.prefill_seq_layer_max_chunks!r}",
                               "give the most prompt chunks a step is charged for, or null for every chunk")
         if self.kernels is not None and self.kernels not in KERNEL_TABLES:
             raise ConfigError("engine.kernels", f"unknown kernel prices {self.kernels!r}", f"known: {', '.join(KERNEL_TABLES)}")
@@ -333,7 +337,9 @@ ENGINES: dict[str, EngineModel] = {
                "kernels (input preparation, the API server's tokenizing, kernels slower in the engine than alone; the "
                "rows cannot tell these apart) is 4.1 us a prompt token and 0.188 ms a prompt chunk and model layer "
                "(15 ms a prompt for an 80-layer model, 6 ms for a 32-layer one; a fixed time a chunk, 10 ms, held "
-               "the shallow models out worse: silicon_fit.PREFILL_SEQ_BACKENDS); 10 us a prompt token alone before. "
+               "the shallow models out worse: silicon_fit.PREFILL_SEQ_BACKENDS), charged for at most 11 chunks a "
+               "step, the most a step of the rows held (charged for every chunk, 512 prompts of 16 tokens in one "
+               "step cost 3.1 s); 10 us a prompt token alone before. "
                "A prefill floor (SGLang's and TensorRT-LLM's term) fits to zero here" + _handoff_fitted("vllm"),
         cpu_per_prefill_token_s=4.0925e-6, cpu_per_prefill_seq_layer_s=0.18757e-3, prefill_seq_layer_max_chunks=11,
         collective_extra_s=((2, 3.936e-6), (4, 3.936e-6), (8, 3.936e-6)),
@@ -440,10 +446,7 @@ def load_engine(spec: str | EngineModel) -> EngineModel:
     if spec in ENGINES:
         return ENGINES[spec]
     path = Path(spec)
-    head, colon, tail = spec.rpartition(":")
-    if not path.is_file() and colon and (head in ENGINES or Path(head).is_file()):
-        raise ConfigError("engine", f"{spec!r}: the override {tail!r} has no value",
-                          f"give NAME=VALUE after the colon, e.g. {head}:handoff_s=0.02")
+    check_override_has_value(spec, lambda name: name in ENGINES or Path(name).is_file())
     if not path.is_file():
         raise ConfigError("engine", f"{spec!r} is neither a preset nor an engine artifact",
                           f"presets: {', '.join(ENGINES)}; or the JSON written by `simulate calibrate-engine`")

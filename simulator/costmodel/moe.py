@@ -170,7 +170,8 @@ def moe_token_ops(rf: RooflineCostModel, tokens: np.ndarray) -> dict[str, np.nda
     weight_bytes = (up_mult + 1) * h * f_local * wb
     act_bytes = per_expert * (2 * h + (up_mult + 1) * f_local) * db
     ec = expert_calibration(rf)
-    eff_c = ec.compute_eff * per_expert / (per_expert + ec.half_tokens)
+    # (the knee moves with the ridge point on a GPU the constants were not fitted on, as the dense GEMMs' does)
+    eff_c = ec.compute_eff * per_expert / (per_expert + ec.half_tokens * rf.ridge_scale)
     with np.errstate(divide="ignore", invalid="ignore"):
         compute = np.where(per_expert > 0, flops / (rf.gemm_peak_flops * eff_c), 0.0)
     memory = (weight_bytes + act_bytes) / (g.hbm_bytes_per_s * ec.memory_eff)

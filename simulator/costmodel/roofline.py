@@ -67,14 +67,16 @@ class RooflineCostModel(TabulatedCostModel):
     STRETCH_FORMS = frozenset({"decode-terms", "chunk-terms"})
 
     def __init__(self, replica: ReplicaConfig, calibration: RooflineCalibration | None = None,
-                 table_tokens: int = 16384, engine: object = None) -> None:
+                 table_tokens: int = 16384, engine: object = None, ridge_scale: float | None = None) -> None:
         super().__init__(replica)
         # The calibration's constants for this GPU, engine backend ("today": --kernels' backend, else the
         # engine preset's, else every backend's pooled) and weight format (its MoE expert lane).
         backend = roofline_backend(replica.kernels, engine)
         # The format the kernels run: --dtype, except mxfp4, which the backend's MXFP4 MoE kernel makes w4a16 or w4a8.
         self.kernel_format = kernel_format(replica.dtype, backend, replica.gpu_spec)
-        self._explicit_calibration = calibration is not None
+        # The GEMM knee's ridge scale (calibration.ridge_knee_scale): given, else the replica's where its calibration
+        # prices the run, else 1.0 (a calibration given outright: a fitter's constants on the GPUs they are fitted on)
+        self._ridge_scale_given = ridge_scale if ridge_scale is not None else 1.0 if calibration is not None else None
         self.cal = calibration or calibration_for(replica.gpu, replica.roofline_calibration, backend,
                                                   self.kernel_format)
         m, tp, db = self.model, replica.tp, replica.dtype_bytes
@@ -107,9 +109,9 @@ class RooflineCostModel(TabulatedCostModel):
         # The calibrated small-batch ramp of GEMM efficiency stands for the weight-streaming regime
         # of bf16 kernels; a weight-only quantized kernel (int4, mxfp4-w4a16, or fp8/fp4 without those
         # tensor cores) streams weight_bytes/dtype_bytes as much, so its knee moves to as many fewer tokens.
-        # On a GPU its generation's constants were not fitted on, the knee moves with the GPU's ridge point too
-        # (calibration.ridge_knee_scale; 1.0 where an explicit calibration is given).
-        self.ridge_scale = 1.0 if self._explicit_calibration else ridge_knee_scale(r.gpu_spec, r.roofline_calibration)
+        # On a GPU its generation's constants were not fitted on, the knee moves with the GPU's ridge point too.
+        self.ridge_scale = (self._ridge_scale_given if self._ridge_scale_given is not None
+                            else ridge_knee_scale(r.gpu_spec, r.roofline_calibration))
         self.gemm_knee_scale = ((self.weight_bytes / self.dtype_bytes if fmt.runs_weight_only(r.gpu_spec) else 1.0)
                                 * self.ridge_scale)
         # This dtype's GEMM curve (the calibration's gemm_* fields unless it has one for the dtype's class).

@@ -261,7 +261,9 @@ def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 
                 try:
                     cand = base.replace(prefill_pool=f"{n_p}x(tp={tp_p}{keep})", decode_pool=f"{rest // g_d}x(tp={tp_d}{keep})",
                                         num_replicas=1)
-                except ConfigError:
+                except ConfigError as err:  # (a layout the config refuses, e.g. an NVLink KV link across nodes: said)
+                    if dropped is not None:
+                        dropped.append(f"P {n_p}x(tp={tp_p}) + D {rest // g_d}x(tp={tp_d}): {err.problem}")
                     continue
                 problem = fit_problem(cand)
                 if problem is None:

@@ -629,7 +629,7 @@ class TableCostModel(TabulatedCostModel):
                 from dataclasses import replace
 
                 self._rf_even = RooflineCostModel(replace(self.replica, moe_imbalance=1.0), self.rf.cal, table_tokens=1,
-                                                  engine=self.backend)
+                                                  engine=self.backend, ridge_scale=self.rf.ridge_scale)
             base = moe_token_ops(self._rf_even, t)["moe_experts"]
             out = np.where(base > 0, out * roofline_experts / np.where(base > 0, base, 1.0), out)
         return out

@@ -751,3 +751,28 @@ def test_a_failed_write_of_plan_json_leaves_the_one_before(tmp_path, monkeypatch
     assert [p.name for p in (tmp_path / "p").iterdir() if p.name.startswith(".servesim-tmp-")] == []
     again = plan(base, 5.0, SLO, space, verify_fleet=False, frontier_per_group=0, out=tmp_path / "p")
     assert again.num_resumed == 1
+
+
+def test_planner_audit_fixes() -> None:
+    """A planner audit: a --tps or --pps no replica of the plan can hold was dropped unsaid (then 'no layout fits,
+    allow more --tps'); one price list (CoreWeave's H100, H200 and B200 rows) was called several; a bad --price
+    named price.<gpu>; J/tok took a disaggregated layout's ranks' plain mean busy time, not its GPUs'."""
+    with pytest.raises(ConfigError, match="--tps") as err:
+        dataclasses.replace(SPACE, tps=(8, 16))
+    assert "16: a replica of the plan holds at most 8 GPUs" in str(err.value)
+    with pytest.raises(ConfigError, match="--pps"):
+        dataclasses.replace(SPACE, tps=(8,), pps=(1, 2))
+    assert len({PRICES[g].price_list for g in ("h100-sxm", "h200", "b200")}) == 1
+    assert PRICES["h100-pcie"].price_list != PRICES["h100-sxm"].price_list
+    with pytest.raises(ConfigError) as bad:
+        parse_price_flags(["h100-sxm=-1"])
+    assert bad.value.field == "--price"
+    from simulator.planning.plan import measure
+
+    config = _base().replace(prefill_pool="1x(tp=2)", decode_pool="1x(tp=1)", workload__num_requests=24)
+    figures = measure(config, 2.0, SLO)
+    result = __import__("simulator.simulation", fromlist=["simulate"]).simulate(config.replace(workload__qps=2.0),
+                                                                                 record_iterations=False)
+    busy = np.asarray(result.replica_busy_s) / result.sim_end_at
+    assert result.disagg.pools == ["prefill", "decode"] and busy[0] != busy[1]
+    assert figures["busy_fraction"] == pytest.approx((2 * busy[0] + busy[1]) / 3)

@@ -204,7 +204,7 @@ def plan(
                   f"${a.usd_per_hour(result.load_qps):,.2f}/hour[/bold] (price: {a.price.price_source or 'given'})",
                   highlight=False)
     priced = {c.layout.gpu: c.price for c in result.ranked()}
-    if len({p.price_source for p in priced.values()}) > 1:  # said: a ranking across price lists is only as fair as they are
+    if len({p.price_list for p in priced.values()}) > 1:  # said: a ranking across price lists is only as fair as they are
         console.print("note: the ranked GPUs' prices come from different lists: " + "; ".join(
             f"{gpu} ${p.usd_per_gpu_hour:g}/GPU-hour ({p.price_source or 'given'})" for gpu, p in priced.items())
             + " (--price GPU=USD sets one)", highlight=False)
@@ -255,8 +255,8 @@ def print_plan(result, top: int, console) -> None:  # noqa: ANN001
                   f"{result.slo.describe()}", title_justify="left", box=box.SIMPLE_HEAD,
                   caption="headroom: units x per-unit capacity over the load, - 1 (>=: the unit's capacity is a lower "
                           "bound, its search still passing at its ceiling). $/Mtok: USD per million output tokens at the "
-                          "load. tok/s per user: output tok/s per user, the mean over requests of 1/TPOT "
-                          "(AIPerf's; simulate run's), at per-unit capacity. J/tok: GPU board power (idle to max by busy time) per output token.",
+                          "load. tok/s per GPU: output tok/s at the load over the fleet's GPUs (the frontier plot's is at each unit's capacity). tok/s per user: output tok/s per user, the mean over requests of 1/TPOT "
+                          "(AIPerf's; simulate run's), at per-unit capacity. J/tok: GPU board power (idle to max by each GPU's busy time) per output token.",
                   caption_justify="left")
     for row in df.head(top).itertuples():
         verified = "-" if not row.verified else f"{_f(100 * row.verified_goodput, '.1f')}% {row.verified}"

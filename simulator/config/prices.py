@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,6 +50,12 @@ class GPUPrice:
     price_source: str = ""
     price_date: str = ""
     power_source: str = ""
+
+    @property
+    def price_list(self) -> str:
+        """The list the price comes from, without what it says of this GPU's node: the part before a colon
+        (``CoreWeave on-demand list price, mid-2025: HGX H100 node $49.24/h``), parentheses dropped."""
+        return re.sub(r"\s*\([^)]*\)", "", self.price_source.split(":")[0]).strip()
 
     @property
     def idle_w(self) -> float:
@@ -136,7 +143,10 @@ def _with_price(name: str, value: object, where: str, current: dict[str, GPUPric
     except (TypeError, ValueError):
         raise ConfigError(where, f"price of {name} is not a number: {value!r}", "give USD per GPU-hour, e.g. 6.16") from None
     row = price_of(name, current)
-    return replace(row, usd_per_gpu_hour=usd, price_source=f"given ({where})", price_date="")
+    try:
+        return replace(row, usd_per_gpu_hour=usd, price_source=f"given ({where})", price_date="")
+    except ConfigError as err:  # (the row's own check names price.<gpu>: the flag or file given says it here)
+        raise ConfigError(where, f"price of {name}: {err.problem}", err.fix) from None
 
 
 PRICE_COLUMNS = ("gpu", "usd_per_gpu_hour", "max_w")

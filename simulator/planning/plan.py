@@ -138,6 +138,15 @@ class SearchSpace:
         for name in ("tps", "pps", "budgets", "max_num_seqs", "attention_dps"):
             if not getattr(self, name) or any(v < 1 for v in getattr(self, name)):
                 raise ConfigError(f"--{name.replace('_', '-')}", "must list positive integers")
+        # A replica of the plan stays in one node: a degree that never fits one was dropped unsaid, and the search
+        # then said no layout fits, asking for more --tps (--tps 16 for Llama-3.1-70B on H100s; a planner audit).
+        most = self.max_gpus_per_replica
+        for name, over in (("--tps", [tp for tp in self.tps if tp > most]),
+                           ("--pps", [pp for pp in self.pps if pp * min(self.tps) > most])):
+            if over:
+                raise ConfigError(name, f"{', '.join(map(str, over))}: a replica of the plan holds at most {most} GPUs "
+                                  f"(one node: tp x pp x attention-dp)", f"give degrees whose replicas fit {most} GPUs; "
+                                  "a replica across nodes can be run with `simulate run --tp N --pp M --nodes K`")
         # A value given twice would search its layouts twice (every row and trial doubled), not more of the space.
         flags = {"max_num_seqs": "--seqs"}
         for name, canonical in (("gpus", lambda n: get_gpu(n).name), ("modes", str), ("dtypes", canonical_weight_format),
@@ -674,6 +683,15 @@ def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
     span = end - start if finished.any() else math.nan
     out_tokens = float(cols["num_output_tokens"][finished].sum())
     busy = np.asarray(result.replica_busy_s, dtype=np.float64)
+    # The GPUs' mean busy fraction (what their power follows): each rank weighs its GPUs, so a disaggregated layout's
+    # 4-GPU prefill rank and 2-GPU decode rank are not one each (J/tok took the ranks' plain mean; a planner audit).
+    weights = np.ones(len(busy))
+    if result.disagg is not None and len(result.disagg.pools) == len(busy):
+        from simulator.config.disagg_layout import layout_of
+
+        layout = layout_of(result.config)
+        pools = {"prefill": layout.prefill_replica, "decode": layout.decode_replica, "mixed": layout.mixed_replica}
+        weights = np.array([pools[p].tp * pools[p].pp for p in result.disagg.pools], dtype=np.float64)
     return {
         "goodput": float(good.mean()) if len(good) else 0.0,
         "ttft_s_p99": float(np.percentile(ttft_f, 99)) if len(ttft_f) else math.nan,
@@ -684,7 +702,8 @@ def measure(config: RunConfig, qps: float, slo: PlanSLO) -> dict[str, float]:
         # simulate run's figure (mean 1/TPOT, AIPerf's), under the name plan's tables have always given it; it was
         # 1 / median TPOT before plan.json recorded PER_USER_DEFINITION (an older folder's rows read as unknown)
         "tokens_per_s_per_user": output_throughput_per_user(tpot_f),
-        "busy_fraction": float(busy.mean() / result.sim_end_at) if len(busy) and result.sim_end_at > 0 else math.nan,
+        "busy_fraction": (float(np.average(busy, weights=weights) / result.sim_end_at)
+                          if len(busy) and result.sim_end_at > 0 else math.nan),
         "num_rejected": int((cols["status"] == Status.REJECTED.value).sum()),
     }
 

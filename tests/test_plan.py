@@ -776,3 +776,18 @@ def test_planner_audit_fixes() -> None:
     busy = np.asarray(result.replica_busy_s) / result.sim_end_at
     assert result.disagg.pools == ["prefill", "decode"] and busy[0] != busy[1]
     assert figures["busy_fraction"] == pytest.approx((2 * busy[0] + busy[1]) / 3)
+
+
+def test_a_row_whose_fleet_missed_shows_its_headroom_below_the_verifications_bound() -> None:
+    """16-request trials overstate Mistral-7B on one L40S (8.1 req/s a unit, about 17 units for 20 req/s): a row whose
+    fleet missed its verification at V units showed the trials' headroom (+131% beside '42% missed at 1', a planner
+    audit). A unit carries under load / V there, so U units' headroom is shown under U / V - 1, marked as a bound."""
+    base = RunConfig().replace(replica__model="mistral-7b", workload__num_requests=16, workload__qps=20.0)
+    space = SearchSpace(engine_defaults=False, gpus=("l40s",), modes=("agg",), tps=(1,), budgets=(2048,), max_num_seqs=(128,))
+    cut = plan(base, 20.0, PlanSLO(attainment=0.9), space, frontier_per_group=0, max_verify_rounds=1)
+    missed = cut.table().query("verified == 'missed'")
+    assert len(missed) and missed["headroom_is_upper_bound"].all()
+    for row in missed.itertuples():
+        trials = row.units * row.capacity_qps_per_unit / 20.0 - 1
+        assert row.headroom == pytest.approx(row.units / row.verified_units - 1)
+        assert row.headroom < trials

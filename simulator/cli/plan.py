@@ -254,7 +254,8 @@ def print_plan(result, top: int, console) -> None:  # noqa: ANN001
                   "tok/s\nper GPU", "tok/s\nper user", "J/tok", title=f"cheapest fleets for {result.load_qps:g} req/s: "
                   f"{result.slo.describe()}", title_justify="left", box=box.SIMPLE_HEAD,
                   caption="headroom: units x per-unit capacity over the load, - 1 (>=: the unit's capacity is a lower "
-                          "bound, its search still passing at its ceiling). $/Mtok: USD per million output tokens at the "
+                          "bound, its search still passing at its ceiling; <: a bound from a fleet's missed verification, "
+                          "which the search's shorter trials overstated). $/Mtok: USD per million output tokens at the "
                           "load. tok/s per GPU: output tok/s at the load over the fleet's GPUs (the frontier plot's is at each unit's capacity). tok/s per user: output tok/s per user, the mean over requests of 1/TPOT "
                           "(AIPerf's; simulate run's), at per-unit capacity. J/tok: GPU board power (idle to max by each GPU's busy time) per output token.",
                   caption_justify="left")
@@ -266,7 +267,8 @@ def print_plan(result, top: int, console) -> None:  # noqa: ANN001
         over_usd = "*" if row.over_limit.startswith("--max-cost") else ""
         table.add_row(str(row.rank), row.layout, str(row.units), f"{row.gpus}{over_gpus}", f"{row.usd_per_hour:,.2f}{over_usd}",
                       _f(row.usd_per_mtok, ".3f"),
-                      f"{'>=' if row.capacity_is_lower_bound else ''}{100 * row.headroom:+.0f}%", verified,
+                      f"{'<' if row.headroom_is_upper_bound else '>=' if row.capacity_is_lower_bound else ''}"
+                      f"{100 * row.headroom:+.0f}%", verified,
                       _f(row.tokens_per_s_per_gpu, ",.0f"), _f(row.tokens_per_s_per_user, ".1f"),
                       _f(row.j_per_output_token, ".2f"))
     print_table(console, table)

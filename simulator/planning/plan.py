@@ -1139,13 +1139,22 @@ class PlanResult:
             row = c.row or {}
             figures = c.verified or {}
             busy = figures.get("busy_fraction", row.get("at_capacity_busy_fraction", math.nan))
+            # The search's short trials overstate a unit's capacity (verify_num_requests); where the fleet's
+            # verification missed at V units, a unit carries under load / V, so U units' headroom is under U / V - 1
+            # (a row showed +131% beside "42% missed at 1"; a planner audit).
+            headroom = units * c.capacity_qps / self.load_qps - 1
+            capped = bool(c.verified is not None and not c.verified["passed"] and figures.get("units")
+                          and headroom > units / figures["units"] - 1)
+            if capped:
+                headroom = units / figures["units"] - 1
             watts = gpus * gpu_power_w(c.price, busy) if c.price.max_w and not math.isnan(busy) else math.nan
             rows.append({
                 "rank": rank, "layout": c.layout.key, "gpu": c.layout.gpu, "mode": c.layout.mode,
                 "gpus_per_unit": c.layout.num_gpus, "units": units, "gpus": gpus, "usd_per_hour": usd,
                 "usd_per_mtok": usd / (out_tok_s * 3600) * 1e6,
-                "capacity_qps_per_unit": c.capacity_qps, "headroom": units * c.capacity_qps / self.load_qps - 1,
+                "capacity_qps_per_unit": c.capacity_qps, "headroom": headroom,
                 "capacity_is_lower_bound": c.capacity_is_lower_bound,  # the headroom is at least the figure
+                "headroom_is_upper_bound": capped,  # a missed verification's bound: the headroom is below the figure
                 "tokens_per_s_per_gpu": out_tok_s / gpus,
                 "tokens_per_s_per_user": row.get("at_capacity_tokens_per_s_per_user", math.nan),
                 "j_per_output_token": watts / out_tok_s if out_tok_s else math.nan,

@@ -1419,6 +1419,13 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                                 f"{(1 - slo.attainment) * v['num_requests']:.0f} may miss the SLO at "
                                 f"{percent(slo.attainment)}: a handful of requests decides it; raise --num-requests for a "
                                 "firmer verdict")
+        a = result.answer
+        if a.layout.mode == "disagg" and a.units(load_qps) > 1 and base.kv_link_scope == "shared":
+            # (Layout.config: the fleet's one link runs each transfer units times faster than a unit's own would)
+            result.notes.append(f"--kv-link-scope shared: the answer's fleet of {a.units(load_qps)} units was checked "
+                                f"on one KV link with the units' bandwidth together, which runs each transfer "
+                                f"{a.units(load_qps)}x faster than a unit's own link would (optimistic where a unit's "
+                                "link saturates); --kv-link-scope per-worker gives each worker its own")
     result.wall_s = time.perf_counter() - start
     if out is not None:
         try:

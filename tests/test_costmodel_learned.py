@@ -454,3 +454,16 @@ def test_a_runs_title_names_the_ops_the_roofline_prices_beside_an_artifact(artif
     config = RunConfig().replace(replica__model=MODEL, replica__gpu=GPU, replica__tp=TP, cost_model=str(path))
     left = _pricing_note(config).split("roofline for: ")[1].split(" · ")[0].split(", ")
     assert "qkv_proj" in left and "mlp_down" not in left, left
+
+
+def test_a_fit_turns_on_neither_the_rows_order_nor_a_profile_given_twice(artifact):
+    """A shuffled profile chose other families (qkv_proj poly-3-log -> isotonic) and a profile passed under two paths
+    scored its held-out rows against their own twins (0.0%; an audit): rows are read in a canonical order, the same
+    measurement twice is one point, and a distinct input's repeats go to one side of the split."""
+    table = synthetic_table()
+    shuffled = fit_tables(table.sample(frac=1.0, random_state=7).reset_index(drop=True), seed=0)
+    assert shuffled["curves"] == artifact["curves"] and shuffled["report"] == artifact["report"]
+    twice = pd.concat([table, table.assign(source="copy.csv")], ignore_index=True)
+    doubled = fit_tables(twice, seed=0)
+    assert doubled["curves"] == artifact["curves"]
+    assert [r["holdout_median_ape"] for r in doubled["report"]] == [r["holdout_median_ape"] for r in artifact["report"]]

@@ -340,6 +340,13 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
             table[column] = np.nan
     for column in ("model", "device"):
         table[column] = table[column].astype(object).where(table[column].notna(), "").astype(str)
+    # The same measurement twice (one profile passed under two paths: only its source differs) is one point: a
+    # held-out row's twin in the training split scored 0.0% (an audit); and the rows in a canonical order, so the
+    # splits and CV folds, seeded, do not turn on the order the tables were read in (a shuffled profile chose
+    # other families).
+    measured = [c for c in table.columns if c != "source"]
+    table = (table.drop_duplicates(subset=measured).sort_values(measured, kind="mergesort", na_position="last")
+             .reset_index(drop=True))
     models = sorted({m for m in table["model"].astype(str) if m and m != "nan"})
     model = get_model(model).name if model else (models[0] if len(models) == 1 else None)
     if model is None:
@@ -392,7 +399,11 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
         num_total = len(np.unique(keys, axis=0))
         if num_total < MIN_POINTS:
             raise _too_few(op, num_total, suspect_by_op.get(op, 0))
-        tr, te = split_holdout(len(keys), holdout, _op_rng(seed, op))
+        # a distinct input's repeated measurements go to one side (a repeat on the other would score its own twin)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        tr_keys, te_keys = split_holdout(len(uniq), holdout, _op_rng(seed, op))
+        held = np.isin(np.asarray(inverse).ravel(), te_keys)
+        tr, te = np.flatnonzero(~held), np.flatnonzero(held)
         _check_train(op, len(np.unique(keys[tr], axis=0)), num_total, holdout)
         return tr, te
 

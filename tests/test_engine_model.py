@@ -503,3 +503,32 @@ def test_an_artifact_written_before_the_per_layer_rename_still_loads():
         EngineModel.from_dict(data)
     with pytest.raises(ConfigError, match="give cpu_per_prefill_seq_layer_s=SECONDS"):
         parse_overrides("cpu_per_prefill_seq_s=0.01")
+
+
+def test_a_table_of_one_tp_puts_its_floor_on_the_step_and_the_fit_turns_on_no_row_order():
+    """A calibration audit: a tp-8 table's 2 ms a step landed on its 161 collectives (interchangeable with a
+    constant at one TP), so the artifact lost it at other TPs and models; a reversed table gave other held-out
+    figures; one step measured many times passed as many points and scored its held-out repeats against their twins;
+    a fit that misses its held-out rows badly wrote its artifact without a word."""
+    truth = replace(ENGINES["ideal"], name="truth", overlap_cpu=False, cpu_iteration_s=2e-3, cpu_per_seq_s=50e-6)
+    table = simulated_table(truth, n=60).query("tp == 8").reset_index(drop=True)
+    out = calibrate_table(table, "llama-2-7b", "a100-80gb", base="handset")
+    assert out["engine"].cpu_iteration_s == pytest.approx(2e-3, rel=0.05)
+    assert all(v == 0 for _, v in out["engine"].collective_extra_s)
+    reversed_out = calibrate_table(table.iloc[::-1].reset_index(drop=True), "llama-2-7b", "a100-80gb", base="handset")
+    assert reversed_out["report"] == out["report"] and reversed_out["engine"] == out["engine"]
+    one_step = pd.concat([table.head(1)] * 12, ignore_index=True)
+    with pytest.raises(ConfigError, match="only 1 distinct steps"):
+        calibrate_table(one_step, "llama-2-7b", "a100-80gb", base="handset")
+
+
+def test_a_fit_that_misses_its_held_out_rows_says_so(tmp_path: Path):
+    from simulator.cli.engine import calibrate_engine_command
+
+    table = simulated_table(ENGINES["ideal"], n=24)
+    table["measured_s"] = table["measured_s"] * np.where(np.arange(len(table)) % 2, 0.5, 3.0)  # no engine's terms
+    path = tmp_path / "table.csv"
+    table.to_csv(path, index=False)
+    config = RunConfig().replace(replica__model="llama-2-7b", replica__gpu="a100-80gb")
+    result = calibrate_engine_command(config, tmp_path / "out.json", table=path, write=False)
+    assert any(w.startswith("held-out median_ape") and "above 25%" in w for w in result["report"]["warnings"])

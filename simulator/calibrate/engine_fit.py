@@ -240,6 +240,11 @@ def _features(df: pd.DataFrame, kernels_by_tp: dict[int, EngineCostModel], thres
     tps = sorted({int(t) for t in df.tp})
     cols: dict[str, list[float]] = {name: [] for name in fit_terms if name != "collective_extra_s"}
     coll_names = [f"collective_extra_s@{t}" for t in tps if t > 1] if "collective_extra_s" in fit_terms else []
+    if len(tps) == 1 and "cpu_iteration_s" in fit_terms:
+        # One TP degree: its collectives are as many in every step, a constant the time a step already is; fitted
+        # both, the floor landed on either (a tp-8 table put 2 ms a step on 161 collectives, and the artifact lost
+        # it at other TPs and models; a calibration audit). One TP: one floor, on the step.
+        coll_names = []
     for name in coll_names:
         cols[name] = []
     kernel = []
@@ -350,9 +355,18 @@ def calibrate_table(df: pd.DataFrame, model: str, gpu: str, cost_model: str = "r
                     name: str = "calibrated", source: str = "iteration table") -> dict[str, Any]:
     """Check, fit on a split, report held-out error before/after, refit on all rows."""
     df = check_iteration_table(df, model, gpu)
+    # In a canonical order, the held-out split by distinct step: a reversed table gave other held-out figures, and a
+    # step measured eight times scored its held-out repeats against their twins (0.0%; a calibration audit).
+    steps = ["tp", "num_prefills", "prefill_tokens", "prefill_context", "num_decodes", "decode_context"]
+    df = df.sort_values([*steps, "measured_s"], kind="mergesort").reset_index(drop=True)
+    keys = df[steps].to_numpy(float)
+    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
+    if len(distinct) < MIN_ROWS:
+        raise ConfigError("table", f"only {len(distinct)} distinct steps ({len(df)} rows); the fit needs at least "
+                          f"{MIN_ROWS}", "measure more batch shapes (repeats of one step are one point)")
     check_units(df.measured_s, predict_rows(df, ENGINES["ideal"], model, gpu, cost_model), "table", "measured_s", "s")
     base_engine = load_engine(base)
-    mask = holdout_split(len(df), holdout, seed)
+    mask = holdout_split(len(distinct), holdout, seed)[np.asarray(inverse).ravel()]
     train, test = df[~mask], df[mask]
     if len(train) < MIN_ROWS // 2:
         raise ConfigError("table", f"only {len(train)} training rows after the hold-out", "lower --holdout or add rows")
@@ -367,7 +381,8 @@ def calibrate_table(df: pd.DataFrame, model: str, gpu: str, cost_model: str = "r
         warnings.append(f"prefill_tokens is each prefill chunk's tokens; read as each step's total, the rows fit with "
                         f"{100 * total_reading[1]:.1f}% median error, against {100 * total_reading[0]:.1f}% as "
                         f"chunks: if they are totals, name the column {TOTAL_PREFILL_COLUMN}")
-    return {"engine": engine, "report": {"kind": "iteration table", "rows": len(df), "holdout_rows": int(mask.sum()),
+    return {"engine": engine, "report": {"kind": "iteration table", "rows": len(df), "distinct_steps": len(distinct),
+                                         "holdout_rows": int(mask.sum()),
                                          "base_engine": base_engine.name, "cost_model": cost_model,
                                          "holdout_before": before, "holdout_after": after, "warnings": warnings}}
 

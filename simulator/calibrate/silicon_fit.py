@@ -811,7 +811,10 @@ def calibrate_rows(df: Any, base: Any, name: str, source: str, holdout: float = 
         check_units(measured, kernels_only, "rows", column, "ms")
     rng = np.random.default_rng(seed)
     test = np.zeros(len(rows), bool)
-    test[rng.permutation(len(rows))[:max(1, int(round(holdout * len(rows))))]] = True
+    # The seeded draw over the rows in a canonical order (by their cells), so which rows are held out does not turn
+    # on the order of the file's lines (a reversed file held out others: TTFT after 4.6% against 28.6%; an audit).
+    canonical = np.argsort(rows.astype(str).agg("|".join, axis=1).to_numpy(), kind="stable")
+    test[canonical[rng.permutation(len(rows))][:max(1, int(round(holdout * len(rows))))]] = True
     train = ~test
     base_params = Params.from_engine(load_engine(base.engine))
     tr = [t for t, k in zip(traces, train, strict=True) if k]

@@ -95,6 +95,11 @@ def _fmt(report: dict[str, Any]) -> str:
     return ", ".join(f"{k} {100 * v:.1f}%" if isinstance(v, float) else f"{k} {v}" for k, v in report.items())
 
 
+# The held-out errors a fit's report gives that say how it does on a typical row or request: an iteration table's
+# median, benchmark rows' TTFT and TPOT medians, a bench file's median TTFT and ITL.
+HELD_OUT_MEDIANS = ("median_ape", "ttft_median", "tpot_median", "ttft_p50", "itl_p50")
+
+
 def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = None, bench: Path | None = None,
                              holdout: float = 0.25, seed: int = 0, name: str | None = None,
                              max_evals: int = 40, quiet: bool = True, rows: Path | None = None,
@@ -214,6 +219,18 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
               "matching TTFT and ITL quantiles "
               f"on {result['report']['requests'] - result['report']['holdout_requests']} training requests"
             + (" fitted them no better" if result["report"]["kept_base_engine"] else ""))
+    # A fit that still misses its held-out rows by more than `simulate fit` warns of: said, not written in silence
+    # (a table at half the kernels' time fitted every term to 0 at 92% held out; a bench file's TTFTs in ms and ITLs
+    # in s fitted 75 ms a step at 500% ITL error; a calibration audit).
+    from simulator.cli.costmodel import POOR_FIT_APE
+
+    after = result["report"].get("holdout_after") or {}
+    poor = {k: v for k, v in after.items() if k in HELD_OUT_MEDIANS and isinstance(v, float) and v > POOR_FIT_APE}
+    if poor:
+        result["report"].setdefault("warnings", []).append(
+            "held-out " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in poor.items()) + f" after the fit (above "
+            f"{100 * POOR_FIT_APE:.0f}%): the engine's terms do not describe these measurements over "
+            f"{config.cost_model}'s kernels; check their units, model, GPU and layout before using the artifact")
     result["artifact"] = {**labels, "cost_model": config.cost_model, "report": jsonable(result["report"])}
     if write:
         write_engine_result(result, out)

@@ -131,6 +131,8 @@ BAD_INPUT = [
      "the prefill pool runs on h100-sxm and the decode pool on a100-80gb"),
     (["--gpu", "a40", "--prefill-pool", "1x(tp=2)", "--decode-pool", "1x(tp=2)", "--kv-link", "nvlink"],
      "one NVLink domain (2 on a40)"),  # bridged pairs
+    (["--gpu", "h100-sxm", "--prefill-pool", "3x(tp=4)", "--decode-pool", "1x(tp=4)", "--kv-link", "nvlink"],
+     "the prefill pool (12 GPUs) and the decode pool (4) are 16"),  # a pair fits a node, the deployment does not
     # click's usage errors: one line too, not a boxed usage block
     (["--qps", "abc"], "--qps"),
     (["--qpss", "3"], "--qpss"),
@@ -751,7 +753,7 @@ def test_an_arrival_process_beside_a_concurrency_needs_a_rate_in_run_config_and_
     assert simulate("run", "--no-progress", "--concurrency", "4", "--num-requests", "8", "--out",
                     str(folder)).returncode == 0
     config = str(folder / "config.json")
-    assert "no --qps is given beside --concurrency 4" in one_line_error(
+    assert "no --qps is given beside a concurrency of 4" in one_line_error(
         simulate("run", "--no-progress", "--config", config, "--arrival", "poisson"))
     assert simulate("run", "--no-progress", "--config", config, "--arrival", "poisson", "--qps", "3").returncode == 0
     sweep = tmp_path / "s.toml"
@@ -768,8 +770,12 @@ def test_an_arrival_process_beside_a_concurrency_needs_a_rate_in_run_config_and_
 
 
 def test_disagg_split_says_the_kv_link_refused_its_layouts_not_memory() -> None:
-    """Every split of 16 H100s at TP 8 joins 16 GPUs by --kv-link nvlink, which one node's NVLink cannot: the search
-    blamed memory ('no layout ... holds llama-3.1-8b in memory', raise --gpus)."""
+    """Every split of 16 H100s at TP 8 joins 16 GPUs by --kv-link nvlink, which one node's NVLink cannot (and no
+    split of L40S GPUs has NVLink at all): the search blamed memory ('no layout ... holds llama-3.1-8b in memory',
+    raise --gpus)."""
     line = one_line_error(simulate("disagg", "split", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "16",
                                    "--tps", "8", "--kv-link", "nvlink"))
     assert line.startswith("error: --kv-link: no layout of 16 GPUs at --tps 8 can run its handoff over nvlink"), line
+    line = one_line_error(simulate("disagg", "split", "--model", "llama-3.1-8b", "--gpu", "l40s", "--gpus", "4",
+                                   "--tps", "1", "--kv-link", "nvlink"))
+    assert line.startswith("error: --kv-link:") and "l40s has no NVLink" in line, line

@@ -463,6 +463,8 @@ def test_a_fit_turns_on_neither_the_rows_order_nor_a_profile_given_twice(artifac
     table = synthetic_table()
     shuffled = fit_tables(table.sample(frac=1.0, random_state=7).reset_index(drop=True), seed=0)
     assert shuffled["curves"] == artifact["curves"] and shuffled["report"] == artifact["report"]
+    columns = fit_tables(table[table.columns[::-1]], seed=0)  # (a file with its columns in another order)
+    assert columns["curves"] == artifact["curves"] and columns["report"] == artifact["report"]
     twice = pd.concat([table, table.assign(source="copy.csv")], ignore_index=True)
     doubled = fit_tables(twice, seed=0)
     assert doubled["curves"] == artifact["curves"]

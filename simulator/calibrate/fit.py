@@ -344,7 +344,7 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
     # held-out row's twin in the training split scored 0.0% (an audit); and the rows in a canonical order, so the
     # splits and CV folds, seeded, do not turn on the order the tables were read in (a shuffled profile chose
     # other families).
-    measured = [c for c in table.columns if c != "source"]
+    measured = sorted(c for c in table.columns if c != "source")  # (by name: the files' column order may differ)
     table = (table.drop_duplicates(subset=measured).sort_values(measured, kind="mergesort", na_position="last")
              .reset_index(drop=True))
     models = sorted({m for m in table["model"].astype(str) if m and m != "nan"})

@@ -131,7 +131,7 @@ def _no_layout(config: RunConfig, gpus: int, tps: list[int], split_only: bool, d
         return ConfigError("--gpus", f"{who} of at least {layout} need {least} GPUs, and --gpus is {gpus}",
                            f"raise --gpus to {least} or more" + (", or allow --tps 1" if min(tps) > 1 else ""))
     first = f" (the widest: {widest(dropped)})" if dropped else ""
-    if dropped and all("nvlink" in line for line in dropped):  # (refused by the link, not by memory)
+    if dropped and all("nvlink" in line.lower() for line in dropped):  # (refused by the link, not by memory)
         return ConfigError("--kv-link", f"no layout of {gpus} GPUs at --tps {','.join(map(str, tps))} can run its "
                            f"handoff over nvlink{first}", "give the NICs between the nodes (e.g. --kv-link "
                            "infiniband-400g-x8), or smaller --tps or --gpus")

@@ -469,15 +469,15 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
     link = min((parse_link(config.kv_link, rep.gpu, senders=senders) for rep in (p_rep, d_rep)),
                key=lambda k: (k.bytes_per_s, -k.latency_s))
     if (config.kv_link or "").strip().lower().startswith("nvlink"):  # (after a GPU without NVLink is refused)
-        _check_nvlink_pair(p_rep, d_rep)
+        _check_nvlink_pools(p_rep, prefill.num_replicas, d_rep, decode.num_replicas)
     return DisaggLayout(prefill, decode, mixed, link, p_rep, d_rep, m_rep, p_sched, d_sched, m_sched)
 
 
-def _check_nvlink_pair(p_rep: ReplicaConfig, d_rep: ReplicaConfig) -> None:
-    """Refuse an NVLink KV link between workers that cannot share an NVLink domain: two GPU types (two machines),
-    or a prefill and a decode worker with more GPUs together than one domain holds (an HGX node's 8; an NVL72
-    rack's 72). Such a handoff crosses the nodes' NICs (a new-user audit found 8 H100s and 8 A100s joined by
-    NVLink)."""
+def _check_nvlink_pools(p_rep: ReplicaConfig, num_prefill: int, d_rep: ReplicaConfig, num_decode: int) -> None:
+    """Refuse an NVLink KV link between pools that cannot share an NVLink domain: two GPU types (two machines), or
+    prefill and decode pools with more GPUs together than one domain holds (an HGX node's 8, a bridged part's pair,
+    an NVL72 rack's 72): the router sends any prefill worker's requests to any decode worker, so some handoffs would
+    cross the nodes' NICs (a new-user audit found 8 H100s and 8 A100s joined by NVLink)."""
     from simulator.config.topology import MAX_GPUS_PER_NODE, get_link
 
     fix = "give the NICs between the nodes, e.g. --kv-link infiniband-400g-x8, or a bandwidth such as 50GB/s"
@@ -485,12 +485,11 @@ def _check_nvlink_pair(p_rep: ReplicaConfig, d_rep: ReplicaConfig) -> None:
         raise ConfigError("kv_link", f"nvlink joins GPUs of one machine, but the prefill pool runs on {p_rep.gpu} and "
                           f"the decode pool on {d_rep.gpu}", fix)
     spec = p_rep.gpu_spec
-    # a bridged part (A40, workstation cards) joins GPUs in pairs; an NVSwitch node its 8; an NVL72 rack its 72
     domain = 2 if get_link("nvlink", spec).pairwise else spec.nvlink_domain_gpus or MAX_GPUS_PER_NODE
-    if p_rep.num_gpus + d_rep.num_gpus > domain:
-        raise ConfigError("kv_link", f"nvlink joins the GPUs of one NVLink domain ({domain} on {p_rep.gpu}), but a "
-                          f"prefill worker ({p_rep.num_gpus} GPUs) and a decode worker ({d_rep.num_gpus}) are "
-                          f"{p_rep.num_gpus + d_rep.num_gpus}", fix)
+    prefill, decode = num_prefill * p_rep.num_gpus, num_decode * d_rep.num_gpus
+    if prefill + decode > domain:
+        raise ConfigError("kv_link", f"nvlink joins the GPUs of one NVLink domain ({domain} on {p_rep.gpu}), but the "
+                          f"prefill pool ({prefill} GPUs) and the decode pool ({decode}) are {prefill + decode}", fix)
 
 
 def pool_prefix_cache(base: SchedulerConfig, pool_scheduler: str, run_scheduler: str | None = None) -> str | None:

@@ -798,7 +798,7 @@ def check_paced_arrivals(concurrency: int | None, arrival: str | None, qps: floa
     of N users into 1 QPS (a new-user audit). ``qps``: the rate given (typed, or a sweep point's), None where none."""
     if concurrency is not None and qps is None and arrival in ("poisson", "gamma"):
         raise ConfigError(field, f"{arrival} shapes the gaps between arrivals at a rate, but no --qps is given beside "
-                          f"--concurrency {concurrency} (a closed loop sends as requests end)",
+                          f"a concurrency of {concurrency} (a closed loop sends as requests end)",
                           f"give --qps R for an open loop of at most {concurrency} requests in flight, or drop "
                           f"--arrival for a closed loop of {concurrency} users")
 

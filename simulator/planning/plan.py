@@ -69,7 +69,7 @@ import numpy as np
 
 from simulator import simulation
 from simulator.config.catalog import GPUS, get_gpu, get_model
-from simulator.config.disagg_layout import default_pool_scheduler, pool_prefix_cache
+from simulator.config.disagg_layout import default_pool_scheduler, parse_link, pool_prefix_cache
 from simulator.config.errors import ConfigError
 from simulator.config.limits import MAX_QPS
 from simulator.config.precision import canonical_weight_format
@@ -141,12 +141,13 @@ class SearchSpace:
         # A replica of the plan stays in one node: a degree that never fits one was dropped unsaid, and the search
         # then said no layout fits, asking for more --tps (--tps 16 for Llama-3.1-70B on H100s; a planner audit).
         most = self.max_gpus_per_replica
-        for name, over in (("--tps", [tp for tp in self.tps if tp > most]),
-                           ("--pps", [pp for pp in self.pps if pp * min(self.tps) > most])):
+        for name, over, beside in (("--tps", [tp for tp in self.tps if tp > most], ""),
+                                   ("--pps", [pp for pp in self.pps if pp * min(self.tps) > most],
+                                    f" beside the least --tps, {min(self.tps)}")):
             if over:
-                raise ConfigError(name, f"{', '.join(map(str, over))}: a replica of the plan holds at most {most} GPUs "
-                                  f"(one node: tp x pp x attention-dp)", f"give degrees whose replicas fit {most} GPUs; "
-                                  "a replica across nodes can be run with `simulate run --tp N --pp M --nodes K`")
+                raise ConfigError(name, f"{', '.join(map(str, over))}{beside}: a replica of the plan holds at most {most} "
+                                  f"GPUs (one node: tp x pp x attention-dp)", f"give degrees whose replicas fit {most} "
+                                  "GPUs; a replica across nodes can be run with `simulate run --tp N --pp M --nodes K`")
         # A value given twice would search its layouts twice (every row and trial doubled), not more of the space.
         flags = {"max_num_seqs": "--seqs"}
         for name, canonical in (("gpus", lambda n: get_gpu(n).name), ("modes", str), ("dtypes", canonical_weight_format),
@@ -248,8 +249,6 @@ class Layout:
             # transfer units times faster than its unit's link would: a fleet of links per unit is not modelled (each
             # prefill worker's share of its unit's link choked the decode workers' ingress where a unit has more
             # prefill workers than decode workers, and failed fleets a unit's capacity said would pass).
-            from simulator.config.disagg_layout import parse_link
-
             one = parse_link(base.kv_link, self.gpu)
             if math.isfinite(one.bytes_per_s):
                 link = f"{units * one.bytes_per_s / 1e9:.9g}GB/s@{one.latency_s * 1e6:.9g}us"
@@ -1420,7 +1419,8 @@ def plan(base: RunConfig, load_qps: float, slo: PlanSLO, space: SearchSpace = Se
                                 f"{percent(slo.attainment)}: a handful of requests decides it; raise --num-requests for a "
                                 "firmer verdict")
         a = result.answer
-        if a.layout.mode == "disagg" and a.units(load_qps) > 1 and base.kv_link_scope == "shared":
+        if (verify_fleet and a.layout.mode == "disagg" and a.units(load_qps) > 1 and base.kv_link_scope == "shared"
+                and math.isfinite(parse_link(base.kv_link, a.layout.gpu).bytes_per_s)):
             # (Layout.config: the fleet's one link runs each transfer units times faster than a unit's own would)
             result.notes.append(f"--kv-link-scope shared: the answer's fleet of {a.units(load_qps)} units was checked "
                                 f"on one KV link with the units' bandwidth together, which runs each transfer "

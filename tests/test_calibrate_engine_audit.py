@@ -139,8 +139,9 @@ def test_before_is_simulated_for_a_preset_the_replay_cannot_express(aic: Path, t
     report = calibrate_engine_command(base, tmp_path / "e.json", rows=csv, holdout=0.25, seed=3)["report"]
     assert any("the replay cannot express vllm-2023-splitwise's prefill_excess_token_s" in n for n in report["notes"])
     # the held-out rows (calibrate_rows' seeded split), simulated under the preset
-    test = np.zeros(len(rows), bool)
-    test[np.random.default_rng(3).permutation(len(rows))[:2]] = True
+    read = sf.read_user_rows(csv).rename(columns={"ttft_ms": "measured_ttft_ms", "tpot_ms": "measured_tpot_ms"})
+    test = sf.held_out_rows(read, 0.25, 3)
+    assert test.sum() == 2
     sims = np.array([simulate_row(sf.user_row_config(r, base, None)) for r, k in zip(rows, test, strict=True) if k])
     held = frame[test].rename(columns={"ttft_ms": "measured_ttft_ms", "tpot_ms": "measured_tpot_ms"})
     assert report["holdout_before"] == pytest.approx(sf.error_row(sims, held), rel=1e-9)

@@ -31,6 +31,7 @@ from simulator.costmodel.engine_model import (
     EngineModel,
     load_engine,
     parse_overrides,
+    save_engine_artifact,
     tp_lookup,
 )
 from simulator.costmodel.roofline import RooflineCostModel
@@ -532,3 +533,22 @@ def test_a_fit_that_misses_its_held_out_rows_says_so(tmp_path: Path):
     config = RunConfig().replace(replica__model="llama-2-7b", replica__gpu="a100-80gb")
     result = calibrate_engine_command(config, tmp_path / "out.json", table=path, write=False)
     assert any(w.startswith("held-out median_ape") and "above 25%" in w for w in result["report"]["warnings"])
+
+
+def test_a_run_says_when_its_engine_artifact_was_fitted_on_another_model_gpu_or_cost_model(tmp_path: Path):
+    """An artifact records the model, GPU and kernel cost model its terms were fitted on; run over others, it was
+    used without a word (fitted over a CPU profile's learned model and run over the roofline: TPOT 133 ms against
+    426; a calibration audit). The run's title says so, as it says a preset's scheduler and kernels."""
+    artifact = tmp_path / "fitted.json"
+    save_engine_artifact(replace(ENGINES["ideal"], name="fitted", cpu_iteration_s=1e-3), artifact,
+                         {"model": "llama-2-7b", "gpu": "a100-80gb", "cost_model": "learned.json"})
+
+    def title(*args: str) -> str:
+        res = CliRunner().invoke(app, ["run", "--engine", str(artifact), "--num-requests", "4", "--no-progress", *args])
+        assert res.exit_code == 0, res.output
+        return " ".join(res.output.split())
+
+    plain = title("--model", "llama-2-7b", "--gpu", "a100-80gb")
+    assert "was fitted with --cost-model learned.json" in plain and "--model" not in plain.split("fitted with")[1][:60]
+    other = title("--model", "llama-2-13b", "--gpu", "h100-sxm")
+    assert "--cost-model learned.json and --model llama-2-7b and --gpu a100-80gb" in other

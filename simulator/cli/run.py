@@ -416,6 +416,7 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
     fitted_over = getattr(preset, "kernels", None)
     if fitted_over is not None and fitted_over != r.kernels:
         unlike.append(f"--kernels {fitted_over}")
+    unlike += _artifact_unlike(config)
     calibration = getattr(preset, "roofline_calibration", None)  # (its terms sit on those prices: ~10% apart)
     if (calibration is not None and calibration != r.roofline_calibration and config.cost_model == "roofline"
             and (fitted_over or "roofline") == r.kernels == "roofline"):
@@ -846,3 +847,35 @@ def run(
         typer.echo(f"error: {error}", err=True)
     if errors:
         raise typer.Exit(1)
+
+
+def _artifact_unlike(config: RunConfig) -> list[str]:
+    """How the run differs from what its engine artifact was fitted on (its model, GPU and kernel cost model; a
+    calibration audit found an artifact fitted over a CPU profile's learned model run over the roofline, TPOT 133 ms
+    against 426, and one fitted on Llama-2-70B run on Llama-2-7B, without a word)."""
+    from simulator.config.catalog import get_gpu, get_model
+    from simulator.costmodel.engine_model import artifact_fitted_on
+
+    fitted_on = artifact_fitted_on(config.engine)
+    out = []
+
+    def same_file(a: str, b: str) -> bool:
+        return Path(a).is_file() and Path(b).is_file() and Path(a).resolve() == Path(b).resolve()
+
+    cost_model = fitted_on.get("cost_model")
+    if cost_model and cost_model != config.cost_model and not same_file(cost_model, config.cost_model):
+        out.append(f"--cost-model {cost_model}")
+    checks = [("model", config.replica.model, get_model)] + (
+        [] if config.is_disaggregated else [("gpu", config.replica.gpu, get_gpu)])  # (pools may name their own)
+    for key, value, lookup in checks:
+        names = [n.strip() for n in fitted_on.get(key, "").split(",") if n.strip()]
+
+        def canonical(name: str, lookup=lookup) -> str:  # noqa: ANN001 - a catalog lookup
+            try:
+                return lookup(name).name
+            except ConfigError:
+                return name
+
+        if names and canonical(value) not in {canonical(n) for n in names}:
+            out.append(f"--{key} {fitted_on[key]}")
+    return out

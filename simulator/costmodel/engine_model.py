@@ -549,6 +549,20 @@ def check_engine_spec_read(spec: str, field: str = "--engine") -> None:
                               f"{needs}", f"give {example} too, or drop {given}")
 
 
+def artifact_fitted_on(spec: str) -> dict[str, str]:
+    """What an engine artifact (``calibrate-engine``'s JSON, overrides after its name allowed) says its terms were
+    fitted on: its top-level ``model``, ``gpu`` (a rows fit's: each row's, comma-separated) and ``cost_model``, where
+    it gives them; empty for a preset (whose ``kernels`` and ``scheduler`` say theirs)."""
+    base, _ = split_engine_spec(spec)
+    if base in ENGINES or not Path(base).is_file():
+        return {}
+    try:
+        data = json.loads(Path(base).read_text())
+    except (OSError, ValueError):  # (load_engine reads it first, and says what is wrong)
+        return {}
+    return {key: str(data[key]) for key in ("model", "gpu", "cost_model") if isinstance(data, dict) and data.get(key)}
+
+
 def save_engine_artifact(engine: EngineModel, path: Path, extra: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -396,12 +396,12 @@ def fit_tables(table: pd.DataFrame, *, model: str | None = None, gpu: str | None
 
     def split(op: str, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``op``'s (train, held out) rows; ``keys``: one row per row, its distinct inputs (a 2-D array)."""
-        num_total = len(np.unique(keys, axis=0))
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        num_total = len(uniq)
         if num_total < MIN_POINTS:
             raise _too_few(op, num_total, suspect_by_op.get(op, 0))
         # a distinct input's repeated measurements go to one side (a repeat on the other would score its own twin)
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        tr_keys, te_keys = split_holdout(len(uniq), holdout, _op_rng(seed, op))
+        _, te_keys = split_holdout(num_total, holdout, _op_rng(seed, op))
         held = np.isin(np.asarray(inverse).ravel(), te_keys)
         tr, te = np.flatnonzero(~held), np.flatnonzero(held)
         _check_train(op, len(np.unique(keys[tr], axis=0)), num_total, holdout)

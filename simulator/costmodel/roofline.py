@@ -74,9 +74,11 @@ class RooflineCostModel(TabulatedCostModel):
         backend = roofline_backend(replica.kernels, engine)
         # The format the kernels run: --dtype, except mxfp4, which the backend's MXFP4 MoE kernel makes w4a16 or w4a8.
         self.kernel_format = kernel_format(replica.dtype, backend, replica.gpu_spec)
-        # The GEMM knee's ridge scale (calibration.ridge_knee_scale): given, else the replica's where its calibration
-        # prices the run, else 1.0 (a calibration given outright: a fitter's constants on the GPUs they are fitted on)
-        self._ridge_scale_given = ridge_scale if ridge_scale is not None else 1.0 if calibration is not None else None
+        # How far the GEMM knee moves with this GPU's ridge point (calibration.ridge_knee_scale; on a GPU its
+        # generation's constants were not fitted on): given, else the replica's where its calibration prices the
+        # run, else 1.0 (a calibration given outright: a fitter's constants on the GPUs they are fitted on)
+        self.ridge_scale = (ridge_scale if ridge_scale is not None else 1.0 if calibration is not None
+                            else ridge_knee_scale(replica.gpu_spec, replica.roofline_calibration))
         self.cal = calibration or calibration_for(replica.gpu, replica.roofline_calibration, backend,
                                                   self.kernel_format)
         m, tp, db = self.model, replica.tp, replica.dtype_bytes
@@ -110,8 +112,6 @@ class RooflineCostModel(TabulatedCostModel):
         # of bf16 kernels; a weight-only quantized kernel (int4, mxfp4-w4a16, or fp8/fp4 without those
         # tensor cores) streams weight_bytes/dtype_bytes as much, so its knee moves to as many fewer tokens.
         # On a GPU its generation's constants were not fitted on, the knee moves with the GPU's ridge point too.
-        self.ridge_scale = (self._ridge_scale_given if self._ridge_scale_given is not None
-                            else ridge_knee_scale(r.gpu_spec, r.roofline_calibration))
         self.gemm_knee_scale = ((self.weight_bytes / self.dtype_bytes if fmt.runs_weight_only(r.gpu_spec) else 1.0)
                                 * self.ridge_scale)
         # This dtype's GEMM curve (the calibration's gemm_* fields unless it has one for the dtype's class).

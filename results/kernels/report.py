@@ -339,7 +339,7 @@ where deployed with `VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`, as gpt-oss recipes 
 for gpt-oss (its 0.19 collector's `vllm_mxfp4_moe`, a median 10.8x vLLM 0.24's FlashInfer rows of the same die at <= 256
 tokens), so it and B300's (no lane) are priced by the GB200/GB300 rows of that kernel; no vLLM collector timed the MXFP8
 kernel at gpt-oss's shapes, so vLLM's w4a8 experts on datacenter Blackwell are SGLang's GB200/GB300 rows of it. On the
-silicon rows (`results/validation/silicon/README.md`) vLLM's gpt-oss on B200 measures a TPOT 4.4x below what the 0.19 lane
+silicon rows (`results/validation/silicon/`) vLLM's gpt-oss on B200 measures a TPOT 4.4x below what the 0.19 lane
 priced at TP1. Held out in this report: TensorRT-LLM's w4a16 groups on B200/B300/GB200/GB300 0.65-0.69 -> 0.07, its w4a8
 groups 0.17-0.23 -> 0.16-0.17, GB200/GB300 vLLM and SGLang 0.15-0.24 -> 0.11-0.17, B200 vLLM 0.95 -> 0.09 (now the
 donor's rows, as a run prices them); the RTX PRO 6000's w4a16 groups moved 0.39 -> 0.44 (vLLM) and 0.57 -> 0.58
@@ -407,7 +407,7 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   tables' compressed-tensors Marlin experts, H100) is within 5% of SGLang's (median 1.05x over 1,053). Both engines
   run the same kernel, so `--kernels vllm` prices INT4 experts on those systems by SGLang's Marlin rows (a note says
   so; `LANE_DONORS` in `simulator/costmodel/aic/tables.py`). On the 31 Kimi-K2.5 INT4 silicon rows (vLLM, B200 TP8,
-  `vllm-2026`) the median TPOT error went from +88% to -3% (`results/validation/silicon/README.md`).
+  `vllm-2026`) the median TPOT error went from +88% to -3% (`results/validation/silicon/`).
 - vLLM's block-FP8 GEMM rows of its 0.18 and 0.24 collectors run each GEMM at a median 6.9x (H100, DeepGEMM),
   7.6x (H200), 46-50x (GB200, GB300, DeepGEMM), 18.5x (L40S, Triton) and 86x (RTX PRO 6000, CUTLASS) the same
   table's bf16 GEMM at the same shape (m <= 256), where SGLang's block-FP8 rows (DeepGEMM) of the same GPUs run at
@@ -471,7 +471,7 @@ the roofline (one note line each at load). `decode_step.csv` has every op.
   time to read the experts' weights once, so the H100 vLLM step above is 119 ms of MoE; SGLang's NVFP4 MoE on B300
   grows linearly with tokens at moe_ep 1 (3.5 ms a layer at 8,192 tokens, moe_tp 4) but not with expert
   parallelism (0.46 ms at moe_tp 2 x moe_ep 2), a gap the silicon rows do not show
-  (`results/validation/silicon/README.md`).
+  (`results/validation/silicon/`).
 - Kernel source: per table and dtype the one with the most rows. vLLM's FP8-block GEMM rows on H100 (DeepGEMM
   80-140 us, FlashInfer 55-75 us at m <= 128 for n=2048, k=7168; ~90 us for each MLA projection shape) are
   5-10x SGLang's DeepGEMM rows: DeepSeek-V3

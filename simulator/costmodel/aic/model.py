@@ -427,7 +427,7 @@ class TableCostModel(TabulatedCostModel):
         # Routing as AIConfigurator prices it by default (its ModelConfig's workload_distribution "power_law":
         # the power_law_1.01 rows); the "balanced" rows (every expert given an equal share, so a decode batch
         # touches n x top-k distinct experts) price small batches as if a real router never repeated an expert.
-        # On the silicon rows the power-law rows fit better (results/validation/silicon/README.md: vLLM's
+        # On the silicon rows the power-law rows fit better (results/validation/silicon/HISTORY.md: vLLM's
         # held-out TPOT 11.7% -> 9.4%). --moe-imbalance above 1 scales these rows by the roofline's own
         # imbalance effect (_moe_experts): the tables' power_law_1.2 rows record no imbalance a flag could name.
         dist = MOE_ROUTING

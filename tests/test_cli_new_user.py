@@ -747,8 +747,11 @@ def test_an_arrival_process_beside_a_concurrency_needs_a_rate_in_run_config_and_
     a closed loop's --config file and in a sweep file (a typed default --arrival in a sweep was dropped: closed
     loops). Each is refused; with a rate (typed, or a grid's) it runs; vLLM's --max-concurrency --burstiness 1 stays
     a closed loop."""
-    assert "--arrival: poisson shapes the gaps" in one_line_error(
+    assert "--arrival: poisson spaces arrivals at a rate" in one_line_error(
         simulate("run", "--no-progress", "--concurrency", "4", "--arrival", "poisson"))
+    # fixed gaps too: it ran at the default 1 QPS, unsaid (an audit)
+    assert "--arrival: fixed spaces arrivals at a rate, but no --qps" in one_line_error(
+        simulate("run", "--no-progress", "--concurrency", "4", "--arrival", "fixed"))
     folder = tmp_path / "closed"
     assert simulate("run", "--no-progress", "--concurrency", "4", "--num-requests", "8", "--out",
                     str(folder)).returncode == 0
@@ -758,9 +761,9 @@ def test_an_arrival_process_beside_a_concurrency_needs_a_rate_in_run_config_and_
     assert simulate("run", "--no-progress", "--config", config, "--arrival", "poisson", "--qps", "3").returncode == 0
     sweep = tmp_path / "s.toml"
     sweep.write_text('mode = "run"\n[base]\nconcurrency = 8\narrival = "poisson"\nnum_requests = 8\n[grid]\nseed = [0, 1]\n')
-    assert "--arrival: poisson shapes the gaps" in one_line_error(simulate("sweep", str(sweep), "--out",
+    assert "--arrival: poisson spaces arrivals at a rate" in one_line_error(simulate("sweep", str(sweep), "--out",
                                                                             str(tmp_path / "o1")))
-    assert "--arrival: poisson shapes the gaps" in one_line_error(simulate(
+    assert "--arrival: poisson spaces arrivals at a rate" in one_line_error(simulate(
         "sweep", "--grid", "seed=0,1", "--concurrency", "8", "--arrival", "poisson", "--num-requests", "8", "--out",
         str(tmp_path / "o2")))
     assert simulate("sweep", "--grid", "qps=1,2", "--concurrency", "8", "--arrival", "poisson", "--num-requests", "8",

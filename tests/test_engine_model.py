@@ -206,7 +206,7 @@ def test_a_table_fit_keeps_no_term_of_its_starting_preset_it_did_not_fit(base: s
     (lambda df: df.head(5), "at least"),
     (lambda df: df.assign(model="llama-2-13b"), "the fit is for llama-2-7b"),
     (lambda df: df.assign(tp=3), "does not match"),
-    (lambda df: df.assign(measured_s=-1.0), "negative"),
+    (lambda df: df.assign(measured_s=-1.0), "measured_s is -1 \\(negative\\)"),
 ])
 def test_table_calibration_refuses_unusable_data(change, needle):
     df = change(simulated_table(ENGINES["handset"], n=12))

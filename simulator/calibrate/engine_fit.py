@@ -138,6 +138,24 @@ def read_iteration_table(path: Path) -> pd.DataFrame:
     return df
 
 
+def _first_unusable(raw: pd.Series, value: pd.Series, columns: list[str], counts: tuple[str, ...]) -> tuple[str, str]:
+    """The first of ``columns`` an iteration table's row cannot use, and why (an empty optional cell, read as NaN,
+    was unnamed among "missing, non-numeric, infinite, fractional or negative"; an audit)."""
+    for c in columns:
+        v = value[c]
+        if pd.isna(raw[c]):
+            return c, "missing"
+        if np.isnan(v):
+            return c, "non-numeric"
+        if not np.isfinite(v):
+            return c, "infinite"
+        if v < 0 or (c == "measured_s" and v == 0):
+            return c, "negative" if v < 0 else "zero"
+        if c in counts and v != round(v):
+            return c, "fractional"
+    raise AssertionError("no unusable value in a row judged unusable")
+
+
 def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "table") -> pd.DataFrame:
     """Columns present, values usable, rows for this model and GPU; refuses otherwise. A table with the
     steps' total prompt tokens (:data:`TOTAL_PREFILL_COLUMN`) for ``prefill_tokens`` gets each chunk's
@@ -161,9 +179,14 @@ def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "
     bad = (~np.isfinite(values).all(axis=1) | (values["measured_s"] <= 0) | (counts < 0).any(axis=1)
            | (counts != counts.round()).any(axis=1) | (values[["decode_context", "prefill_context"]] < 0).any(axis=1))
     if bad.any():
-        line = int(np.flatnonzero(bad.to_numpy())[0]) + 2
-        raise ConfigError(where, f"row on line {line} has a missing, non-numeric, infinite, fractional or negative "
-                          "value", "measured_s > 0 seconds, whole counts >= 0")
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        column, reason = _first_unusable(df.iloc[row], values.iloc[row], given, tuple(counts.columns))
+        held = df[column].iloc[row]
+        shown = ("empty" if pd.isna(held) else f"{held!r} ({reason})" if isinstance(held, str)
+                 else f"{float(held):g} ({reason})" if isinstance(held, int | float | np.number) else f"{held} ({reason})")
+        raise ConfigError(where, f"row on line {row + 2}: {column} is {shown}", f"give {column} as "
+                          + ("seconds > 0" if column == "measured_s" else "a whole count >= 0"
+                             if column in counts.columns else "tokens >= 0"))
     if total:
         per_chunk = (values[TOTAL_PREFILL_COLUMN] / values.num_prefills.where(values.num_prefills > 0)).fillna(0.0)
         # a total without chunks, or a total and per-chunk tokens that disagree: one of them is not what it says

@@ -120,7 +120,7 @@ def calibrate_engine_command(config: RunConfig, out: Path, table: Path | None = 
         raise ConfigError("--client", "names the client that measured --rows; a --table or --bench fit reads its "
                           "own requests", "drop --client")
     if not 0 < holdout < 1:
-        raise ConfigError("holdout", f"must be in (0, 1), got {holdout}")
+        raise ConfigError("--holdout", f"must be in (0, 1), got {holdout}", "e.g. --holdout 0.2")
     if bench is not None and max_evals < 1:
         raise ConfigError("--max-evals", f"must be >= 1, got {max_evals}", "e.g. --max-evals 40")
     if bench is None and max_evals != 40:  # only the bench fit simulates; the others are least squares

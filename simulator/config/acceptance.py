@@ -220,4 +220,12 @@ def speculative_from_options(current: SpeculativeConfig | None, options: dict[st
         rates = fields["acceptance_rates"]
         if len(rates) > 1 and len(set(rates)) == 1:  # i.i.d.: one rate, repeated to the (new) k
             fields["acceptance_rates"] = rates[:1]
-    return SpeculativeConfig(**fields)
+    try:
+        return SpeculativeConfig(**fields)
+    except ConfigError as err:  # the flag typed, not the config's field (--acceptance-rate 1.2 named
+        # speculative.acceptance_rates; an audit); a field the JSON or a --config gave keeps its name
+        name = err.field.removeprefix("speculative.")
+        option = forms[0] if name == "acceptance_rates" and forms else name
+        if option in given and option in SPECULATIVE_FLAGS:
+            raise ConfigError(SPECULATIVE_FLAGS[option], err.problem, err.fix) from None
+        raise

@@ -336,6 +336,7 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
             out["prefix_caching"] = (f"--scheduler {s.name} caches no prefixes by default", "drop {flag}")
         elif s.prefix_caching is False and config.speculative is not None:
             out["prefix_caching"] = ("speculative decoding turns prefix caching off", "drop {flag}")
+    out.update(_adaptive_speculation_inert(config))
     if not config.is_disaggregated:
         for name in ("kv_link", "kv_link_scope", "first_token_at"):
             out[name] = ("the run is not disaggregated", "add --prefill-pool and --decode-pool, or drop {flag}")
@@ -779,6 +780,31 @@ def engine_terms_unread(config: RunConfig) -> dict[str, tuple[str, str]]:
     return {t: unread[t][1] for t in terms if t in unread and unread[t][0]}
 
 
+def _adaptive_speculation_inert(config: RunConfig) -> dict[str, tuple[str, str]]:
+    """The adaptive speculation thresholds no step of ``config`` can reach: a step runs at most the scheduler's
+    sequence cap, and at most the users (or the cap on requests in flight) of ``--concurrency``, so a threshold above
+    that left every step at full k, unsaid (an audit). A disaggregated run's pools hold their own caps: not judged."""
+    spec, s, w = config.speculative, config.scheduler, config.workload
+    if spec is None or config.is_disaggregated or (spec.disable_by_batch_size is None
+                                                   and spec.reduce_k_batch_size is None):
+        return {}
+    # (SGLang's own cap grows with its KV cache up to 4,096: the most it can be, so only what no step can reach)
+    cap = s.max_num_seqs or (4096 if s.name == "sglang" else s.seq_limit(config.replica.gpu_spec))
+    held = f"max_num_seqs {cap:,}{'' if s.max_num_seqs else ' (the default)'}"
+    if w.concurrency is not None and w.concurrency < cap:
+        cap, held = w.concurrency, f"--concurrency {w.concurrency:,}"
+    out = {}
+    if spec.disable_by_batch_size is not None and cap < spec.disable_by_batch_size:
+        out["spec_disable_batch_size"] = (
+            f"speculation turns off at {spec.disable_by_batch_size:,} running requests, but {held} holds every step "
+            f"to {cap:,}", f"give {{flag}} at most {cap:,}, or drop it" if cap >= 2 else "drop {flag}")
+    if spec.reduce_k_batch_size is not None and cap <= spec.reduce_k_batch_size:
+        out["spec_reduce_k_batch_size"] = (
+            f"k shrinks above {spec.reduce_k_batch_size:,} running requests, but {held} holds every step to {cap:,}",
+            f"give {{flag}} below {cap:,}, or drop it" if cap >= 2 else "drop {flag}")
+    return out
+
+
 def check_engine_terms_read(config: RunConfig, field: str) -> None:
     """Refuse the first of :func:`engine_terms_unread`, on ``field`` (the option that gave the engine)."""
     for term, (why, fix) in engine_terms_unread(config).items():
@@ -793,11 +819,11 @@ def closes_the_loop(values: dict[str, Any]) -> bool:
 
 
 def check_paced_arrivals(concurrency: int | None, arrival: str | None, qps: float | None, field: str = "--arrival") -> None:
-    """Refuse an arrival process that shapes gaps (poisson, gamma) typed beside a concurrency with no rate: it ran a
+    """Refuse an arrival process that spaces requests (poisson, gamma, fixed) typed beside a concurrency with no rate: it ran a
     capped open loop at the default 1 QPS, unsaid, so naming the default ``--arrival poisson`` turned a closed loop
     of N users into 1 QPS (a new-user audit). ``qps``: the rate given (typed, or a sweep point's), None where none."""
-    if concurrency is not None and qps is None and arrival in ("poisson", "gamma"):
-        raise ConfigError(field, f"{arrival} shapes the gaps between arrivals at a rate, but no --qps is given beside "
+    if concurrency is not None and qps is None and arrival in ("poisson", "gamma", "fixed"):
+        raise ConfigError(field, f"{arrival} spaces arrivals at a rate, but no --qps is given beside "
                           f"a concurrency of {concurrency} (a closed loop sends as requests end)",
                           f"give --qps R for an open loop of at most {concurrency} requests in flight, or drop "
                           f"--arrival for a closed loop of {concurrency} users")

@@ -122,6 +122,7 @@ def gpu_power_w(row: GPUPrice, busy_fraction: float) -> float:
 def parse_price_flags(items: list[str] | None, base: dict[str, GPUPrice] | None = None) -> dict[str, GPUPrice]:
     """``["h100-sxm=6.5", ...]`` (``--price``) on top of ``base``: each GPU's row with its price replaced."""
     out = dict(base or {})
+    given: dict[str, str] = {}  # each GPU's --price (a --prices file's row beneath it is replaced, as meant)
     for item in items or []:
         if "=" not in item:
             raise ConfigError("--price", f"{item!r} is not GPU=USD_PER_GPU_HOUR", "e.g. --price h100-sxm=6.16")
@@ -130,6 +131,9 @@ def parse_price_flags(items: list[str] | None, base: dict[str, GPUPrice] | None 
             gpu = get_gpu(name).name
         except ConfigError as err:  # (it named the catalog's field: "gpu")
             raise ConfigError("--price", f"{item!r}: {err.problem}", err.fix) from None
+        if gpu in given:  # (the last one won, unsaid: a --prices file's repeated row is refused too)
+            raise ConfigError("--price", f"{gpu} is priced twice: {given[gpu]!r} and {item!r}", "give it once")
+        given[gpu] = item
         out[gpu] = _with_price(name, value, "--price", out)
     return out
 

@@ -100,6 +100,15 @@ def split_engine_spec(spec: str) -> tuple[str, str]:
     return (base, overrides) if sep and "=" in overrides else (spec, "")
 
 
+def check_override_separators(spec: str, is_base: Callable[[str], bool]) -> None:
+    """Refuse ``vllm-2026:a=1:b=2``, overrides joined by colons: split_engine_spec takes all but the last for the
+    preset's name, which then is neither a preset nor an artifact (said so, with no word of the separator)."""
+    first, colon, rest = spec.partition(":")
+    if colon and ":" in rest and "=" in rest and is_base(first) and not is_base(spec):
+        raise ConfigError("engine", f"{spec!r}: overrides are separated by commas, not colons",
+                          f"e.g. {first}:{rest.replace(':', ',')}")
+
+
 def check_override_has_value(spec: str, is_base: Callable[[str], bool]) -> None:
     """Refuse ``vllm-2026:cpu_iteration_s``, an override given without its ``=value`` (split_engine_spec reads it as
     no override at all, and the whole spec as a path): where what precedes the colon ``is_base`` (a preset or an
@@ -991,6 +1000,7 @@ class RunConfig:
         if self.seed < 0:
             raise ConfigError("seed", f"must be >= 0, got {self.seed}")
         # A preset or an artifact (parsed on load), either with ':term=value,...' overrides (checked on load).
+        check_override_separators(self.engine, lambda name: name in ENGINE_PRESETS or Path(name).is_file())
         base, _ = split_engine_spec(self.engine)
         check_override_has_value(base, lambda name: name in ENGINE_PRESETS or Path(name).is_file())
         if base not in ENGINE_PRESETS and not Path(base).is_file():

@@ -147,7 +147,8 @@ class SpeculativeConfig:
                               f"give one rate (i.i.d.) or exactly {k}, one a draft position")
         for r in rates:
             if not (0.0 <= r <= 1.0) or math.isnan(r):
-                raise ConfigError("speculative.acceptance_rates", f"rates must lie in [0, 1], got {r}")
+                raise ConfigError("speculative.acceptance_rates", f"rates must lie in [0, 1], got {r}",
+                                  "give each a probability between 0 and 1")
         object.__setattr__(self, "acceptance_rates", rates)
         if self.draft_tp is not None and (not isinstance(self.draft_tp, int) or isinstance(self.draft_tp, bool)
                                           or self.draft_tp < 1):

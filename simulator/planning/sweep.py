@@ -357,8 +357,10 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
 
     spec = SweepSpec(mode, base, grid)
     # vllm bench serve's --num-warmups is a phase of its own: a closed-loop point drains it, as `run` does
-    drain_warmups = ((vllm_warmups or spelled.get("num_warmup") == "num_warmups") and "warmup_mode" not in base
-                     and not any("warmup_mode" in names for names in grid))
+    # (a grid column spelled num_warmups too: its points drained nothing, unlike the run they stand for; an audit)
+    grid_vllm_warmups = any(k.strip().replace("-", "_") == "num_warmups" for key, _, _ in entries for k in key.split(","))
+    drain_warmups = ((vllm_warmups or spelled.get("num_warmup") == "num_warmups" or grid_vllm_warmups)
+                     and "warmup_mode" not in base and not any("warmup_mode" in names for names in grid))
     seen: dict[str, tuple[int, str]] = {}
     base_only = frozenset(base) - frozenset(spec.varied)  # (a key unread there is blamed on the base)
     unread_by: dict[str, list[ConfigError]] = {}  # a capacity point's unread planner key (its flag): the points
@@ -367,7 +369,9 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         for names, row in zip(grid, combo, strict=True):
             values.update(zip(names, row, strict=True))
         where = "sweep point " + (", ".join(f"{k}={v}" for k, v in values.items() if k in spec.varied) or str(index))
-        if drain_warmups and mode == "run" and values.get("num_warmup") and closes_the_loop(values):
+        # (burst arrivals beside a concurrency are a closed loop too: the command line's --concurrency alone is so)
+        if drain_warmups and mode == "run" and values.get("num_warmup") and closes_the_loop(
+                {**values, "arrival": None} if values.get("arrival") == "burst" else values):
             values["warmup_mode"] = "drain"
         if imply_engine and values.get("engine") is not None:
             from simulator.costmodel.engine_model import implied_options

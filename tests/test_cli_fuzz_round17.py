@@ -1,0 +1,112 @@
+"""Round 17 of the CLI audit: warm-ups that a sweep grid or a users search did not drain, adaptive-speculation
+thresholds no step can reach, fixed arrivals beside a concurrency with no rate, a GPU priced twice, and errors that
+named a config field or no column instead of what was typed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_cli_fuzz_round13 import invoke, refused
+
+SPEC = ["--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3}', "--acceptance-rate", "0.7"]
+
+
+def _timeless(value: object) -> object:
+    """A JSON answer without its wall-clock times (the only part that differs between identical searches)."""
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if k != "wall_s"}
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    return value
+
+
+def _duration_s(folder: Path) -> float:
+    return json.loads((folder / "summary.json").read_text())["duration_s"]
+
+
+def test_a_sweep_grid_in_vllms_spelling_drains_the_warm_up_as_run_does(tmp_path: Path) -> None:
+    """`--grid num_warmups=...` ran each closed-loop point's warm-up beside its measured requests, where
+    `run --num-warmups` drains it first (vLLM's phase): the points now match the runs they stand for, and our own
+    spelling keeps the steady default in both."""
+    code, out = invoke("run", "--no-progress", "--concurrency", "8", "--num-requests", "32", "--num-warmups", "4",
+                       "--out", str(tmp_path / "run"))
+    assert code == 0, out
+    code, out = invoke("sweep", "--grid", "num_warmups=4", "--concurrency", "8", "--num-requests", "32",
+                       "--out", str(tmp_path / "sweep"))
+    assert code == 0, out
+    point = pd.read_csv(tmp_path / "sweep" / "results.csv").iloc[0]
+    assert point["warmup_mode"] == "drain"
+    assert point["duration_s"] == _duration_s(tmp_path / "run")
+    code, out = invoke("sweep", "--grid", "num_warmup=4", "--concurrency", "8", "--num-requests", "32",
+                       "--out", str(tmp_path / "ours"))
+    assert code == 0, out
+    assert "warmup_mode" not in pd.read_csv(tmp_path / "ours" / "results.csv").columns
+
+
+def test_a_users_search_reads_its_warm_up_as_a_closed_loops(tmp_path: Path) -> None:
+    """`capacity --users` searches closed loops, but without --concurrency its config had none: --num-warmups ran
+    steady (unlike the same search with --concurrency 16, its first trial anyway) and --warmup-mode drain was
+    refused for want of a concurrency."""
+    args = ["capacity", "--users", "--num-warmups", "8", "--num-requests", "64", "--max-trials", "2", "--json"]
+    code, bare = invoke(*args)
+    assert code == 0, bare
+    code, typed = invoke(*args, "--concurrency", "16")
+    assert code == 0, typed
+    assert _timeless(json.loads(bare)) == _timeless(json.loads(typed))
+    code, out = invoke("capacity", "--users", "--num-warmup", "8", "--warmup-mode", "drain", "--num-requests", "64",
+                       "--max-trials", "2")
+    assert code == 0, out
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--max-num-seqs", "4", "--qps", "20", "--spec-disable-batch-size", "10"],
+     "--spec-disable-batch-size: speculation turns off at 10 running requests, but max_num_seqs 4 holds"),
+    (["--concurrency", "2", "--spec-reduce-k-batch-size", "2"],
+     "--spec-reduce-k-batch-size: k shrinks above 2 running requests, but --concurrency 2 holds every step to 2"),
+    (["--scheduler", "vllm-v1", "--qps", "2", "--spec-disable-batch-size", "300"],
+     "max_num_seqs 256 (the default) holds every step to 256"),
+])
+def test_an_adaptive_speculation_threshold_no_step_reaches_is_refused(args: list[str], says: str) -> None:
+    """A threshold above the most requests a step can run left every step at full k, the run identical to one
+    without the flag."""
+    assert says in refused("run", "--no-progress", "--num-requests", "16", *SPEC, *args)
+
+
+def test_an_adaptive_speculation_threshold_a_step_reaches_still_runs() -> None:
+    code, out = invoke("run", "--no-progress", "--num-requests", "16", *SPEC, "--concurrency", "8",
+                       "--spec-disable-batch-size", "8")
+    assert code == 0, out
+
+
+def test_a_gpu_priced_twice_on_the_command_line_is_refused() -> None:
+    """The last --price of a GPU won, unsaid; a --prices file pricing a GPU twice was already refused."""
+    line = refused("plan", "--gpus", "a100-80gb", "--modes", "agg", "--tps", "1", "--budgets", "2048", "--seqs",
+                   "128", "--no-verify", "--num-requests", "64", "--qps", "2", "--price", "a100-80gb=1",
+                   "--price", "a100-80gb=5")
+    assert "--price: a100-80gb is priced twice: 'a100-80gb=1' and 'a100-80gb=5'" in line
+
+
+@pytest.mark.parametrize(("row", "says"), [
+    ("1,1,512,0,0,0.05,", "prefill_context is empty"),
+    ("1,1,512,0,0,abc,0", "measured_s is 'abc' (non-numeric)"),
+    ("1,1,512,0,-5,0.05,0", "decode_context is -5 (negative)"),
+])
+def test_an_unusable_iteration_table_cell_is_named(tmp_path: Path, row: str, says: str) -> None:
+    """One message covered an empty optional cell, a word and a negative number alike, naming no column."""
+    table = tmp_path / "t.csv"
+    table.write_text("tp,num_prefills,prefill_tokens,num_decodes,decode_context,measured_s,prefill_context\n"
+                     f"{row}\n1,0,0,8,600,0.02,0\n")
+    line = refused("calibrate-engine", "--table", str(table), "--model", "llama-2-7b", "--gpu", "a100-80gb",
+                   "--out", str(tmp_path / "e.json"))
+    assert line.startswith("error: table: row on line 2: ") and says in line, line
+
+
+def test_errors_name_what_was_typed() -> None:
+    assert refused("run", "--no-progress", *SPEC[:2], "--acceptance-rate", "1.2").startswith(
+        "error: --acceptance-rate: rates must lie in [0, 1], got 1.2")
+    line = refused("run", "--no-progress", "--engine", "vllm-2026:cpu_iteration_s=0.001:cpu_per_seq_s=0.0001")
+    assert "overrides are separated by commas, not colons (e.g. vllm-2026:cpu_iteration_s=0.001," \
+           "cpu_per_seq_s=0.0001)" in line

@@ -44,6 +44,13 @@ def test_a_sweep_grid_in_vllms_spelling_drains_the_warm_up_as_run_does(tmp_path:
                        "--out", str(tmp_path / "ours"))
     assert code == 0, out
     assert "warmup_mode" not in pd.read_csv(tmp_path / "ours" / "results.csv").columns
+    # an open loop capped at 8 in flight drains it too, as run does (resolve_aliases: any concurrency)
+    capped = ["--concurrency", "8", "--qps", "4", "--num-requests", "32"]
+    code, out = invoke("run", "--no-progress", *capped, "--num-warmups", "4", "--out", str(tmp_path / "capped-run"))
+    assert code == 0, out
+    code, out = invoke("sweep", "--grid", "num_warmups=4", *capped, "--out", str(tmp_path / "capped"))
+    assert code == 0, out
+    assert pd.read_csv(tmp_path / "capped" / "results.csv").iloc[0]["duration_s"] == _duration_s(tmp_path / "capped-run")
 
 
 def test_a_users_search_reads_its_warm_up_as_a_closed_loops(tmp_path: Path) -> None:
@@ -56,9 +63,15 @@ def test_a_users_search_reads_its_warm_up_as_a_closed_loops(tmp_path: Path) -> N
     code, typed = invoke(*args, "--concurrency", "16")
     assert code == 0, typed
     assert _timeless(json.loads(bare)) == _timeless(json.loads(typed))
-    code, out = invoke("capacity", "--users", "--num-warmup", "8", "--warmup-mode", "drain", "--num-requests", "64",
-                       "--max-trials", "2")
+    # a capacity sweep's users points alike
+    sweep = tmp_path / "users.toml"
+    sweep.write_text('mode = "capacity"\n[base]\nusers = true\nnum_warmups = 8\nnum_requests = 64\n'
+                     'max_trials = 2\n[grid]\nseed = [0]\n')
+    code, out = invoke("sweep", str(sweep), "--out", str(tmp_path / "users"))
     assert code == 0, out
+    point = pd.read_csv(tmp_path / "users" / "results.csv").iloc[0]
+    assert point["warmup_mode"] == "drain"
+    assert point["output_tok_s_at_capacity"] == json.loads(bare)["output_tok_s_at_capacity"]
 
 
 @pytest.mark.parametrize(("args", "says"), [
@@ -79,6 +92,18 @@ def test_an_adaptive_speculation_threshold_a_step_reaches_still_runs() -> None:
     code, out = invoke("run", "--no-progress", "--num-requests", "16", *SPEC, "--concurrency", "8",
                        "--spec-disable-batch-size", "8")
     assert code == 0, out
+    # a users search raises its concurrency trial by trial: its first users bound no threshold
+    code, out = invoke("capacity", "--users", *SPEC, "--concurrency", "16", "--spec-disable-batch-size", "20",
+                       "--num-requests", "48", "--max-trials", "2")
+    assert code == 0, out
+
+
+def test_fixed_arrivals_in_a_sweep_file_beside_a_concurrency_need_a_rate(tmp_path: Path) -> None:
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('mode = "run"\n[base]\nconcurrency = 8\narrival = "fixed"\nnum_requests = 8\n'
+                     '[grid]\nseed = [0, 1]\n')
+    assert "fixed spaces arrivals at a rate, but no --qps" in refused("sweep", str(sweep), "--out",
+                                                                      str(tmp_path / "out"))
 
 
 def test_a_gpu_priced_twice_on_the_command_line_is_refused() -> None:

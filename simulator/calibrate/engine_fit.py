@@ -183,7 +183,7 @@ def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "
         column, reason = _first_unusable(df.iloc[row], values.iloc[row], given, tuple(counts.columns))
         held = df[column].iloc[row]
         shown = ("empty" if pd.isna(held) else f"{held!r} ({reason})" if isinstance(held, str)
-                 else f"{float(held):g} ({reason})" if isinstance(held, int | float | np.number) else f"{held} ({reason})")
+                 else f"{float(held):.15g} ({reason})" if isinstance(held, int | float | np.number) else f"{held} ({reason})")
         raise ConfigError(where, f"row on line {row + 2}: {column} is {shown}", f"give {column} as "
                           + ("seconds > 0" if column == "measured_s" else "a whole count >= 0"
                              if column in counts.columns else "tokens >= 0"))

@@ -114,6 +114,7 @@ def capacity(
                               "trials", unread[1].replace("{flag}", "--seeds"))
         if "seed" in run_flags:
             raise ConfigError("--seed", f"{unread[0]}, so --seed would do nothing", unread[1].replace("{flag}", "--seed"))
+    config = _users_drain_warmups(ctx, config, settings)
     num_workers = parse_workers(workers, lambda: capacity_auto_workers(seeds, config.workload.num_requests))
     num_trials = 0
 
@@ -217,6 +218,25 @@ def _check_mix_fits(config: RunConfig, mix: Any, given: frozenset[str] = frozens
                               f"{mix.decode_context:,} tokens, a chunk after {mix.chunk_context:,})",
                               f"give the batch with {flag} (and the other batch flags), or add GPUs (--tp)")
         raise ConfigError(flag, problem[1], fix)
+
+
+def _typed_on_command_line(ctx: typer.Context, name: str) -> bool:
+    return getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def _users_drain_warmups(ctx: typer.Context, config: RunConfig, settings: Any) -> RunConfig:
+    """A users search's trials are closed loops: vLLM's ``--num-warmups`` drains each one's warm-up first, as
+    ``run --concurrency N --num-warmups M`` does, where the config names no concurrency (its first trial's users
+    then, as the search reads it). It ran beside the measured requests (an audit: P99 TBT 0.1647 s against 0.1636
+    with --concurrency 16 typed, the same first trial)."""
+    from simulator.planning.capacity import DEFAULT_FIRST_USERS
+
+    w = config.workload
+    if (not settings.users or w.concurrency is not None or not w.num_warmup
+            or not _typed_on_command_line(ctx, "num_warmups") or _typed_on_command_line(ctx, "warmup_mode")):
+        return config
+    return config.replace(workload__concurrency=min(DEFAULT_FIRST_USERS, settings.max_users),
+                          workload__arrival="burst", workload__warmup_mode="drain")
 
 
 def _typed(ctx: typer.Context, planner: dict) -> set[str]:
@@ -561,13 +581,13 @@ def sweep(
         raise ConfigError("--burstiness", "shapes the gaps between arrivals at a rate, but no point has one (with "
                           "--concurrency and no --qps every user sends at once)",
                           "give --qps, or vary qps in the grid (--grid qps=1,2)")
-    from simulator.config.options import check_paced_arrivals
+    from simulator.config.options import PACED_ARRIVALS, check_paced_arrivals
 
     # So does an arrival process that shapes gaps (typed, or a sweep file's): without a rate anywhere the points ran
     # it at the default 1 qps (a file's), or dropped a typed default --arrival poisson and ran closed loops.
     if spec.mode == "run" and looped and "qps" not in spec.base and "qps" not in spec.varied:
         paced = [p.config.workload for p in spec.points if p.config.workload.concurrency is not None
-                 and p.config.workload.arrival in ("poisson", "gamma")]
+                 and p.config.workload.arrival in PACED_ARRIVALS]
         if paced or "arrival" in flags:
             w = paced[0] if paced else spec.points[0].config.workload
             check_paced_arrivals(w.concurrency, w.arrival if paced else str(ctx.params.get("arrival")), None)

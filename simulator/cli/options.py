@@ -399,22 +399,6 @@ def _caused_by(implied: dict[str, str], err: ConfigError, base: RunConfig | None
     return True
 
 
-def _users_close_the_loop(command: str, kwargs: dict[str, Any], run_kwargs: dict[str, Any],
-                          base: RunConfig | None) -> None:
-    """``capacity --users`` searches closed loops from ``--concurrency`` users (16 where none is given): where a
-    warm-up is given without a concurrency, the config takes that first one, so the warm-up reads as a closed
-    loop's, as each trial runs it (vLLM's --num-warmups drained nothing, and --warmup-mode drain was refused for
-    want of a concurrency; an audit). ``run_kwargs``: the run options given, completed in place."""
-    if command != "capacity" or not kwargs.get("users") or (base is not None and base.workload.concurrency is not None):
-        return
-    if run_kwargs.get("concurrency") is not None or run_kwargs.get("max_concurrency") is not None:
-        return
-    if run_kwargs.get("num_warmups") or run_kwargs.get("warmup_mode") is not None:
-        from simulator.planning.capacity import DEFAULT_FIRST_USERS
-
-        run_kwargs["concurrency"] = min(DEFAULT_FIRST_USERS, kwargs.get("max_users") or DEFAULT_FIRST_USERS)
-
-
 def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201 - decorator over typer commands
     """Add the shared run options to ``fn`` and pass it ``config: RunConfig``; with ``as_overrides``,
     ``config: dict`` instead: the options given as :func:`given_overrides` reads them, for a command
@@ -432,7 +416,6 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
         base = replay_whole(run_kwargs)
         if fn.__name__ == "calibrate_engine" and kwargs.get("rows") is not None:
             base = rows_base(kwargs["rows"]) or base
-        _users_close_the_loop(fn.__name__, kwargs, run_kwargs, base)
         implied = {} if as_overrides else engine_implies(run_kwargs, fn.__name__)  # (a sweep's points: its own)
         run_kwargs.update(implied)
         try:

@@ -290,9 +290,10 @@ def is_workload_option(name: str) -> bool:
     return name in RUN_OPTIONS and RUN_OPTIONS[name][0].startswith("workload__")
 
 
-def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
+def inert_options(config: RunConfig, users_search: bool = False) -> dict[str, tuple[str, str]]:
     """Options that ``config`` would not read: option name -> (why, fix), ``{flag}`` in the fix
-    standing for the option's flag."""
+    standing for the option's flag. ``users_search``: ``config`` starts a search of the most users (``capacity
+    --users``), whose concurrency is only its first trial's."""
     out: dict[str, tuple[str, str]] = {}
     r, w, s = config.replica, config.workload, config.scheduler
     if s.name not in CHUNKING_SCHEDULERS:
@@ -336,7 +337,7 @@ def inert_options(config: RunConfig) -> dict[str, tuple[str, str]]:
             out["prefix_caching"] = (f"--scheduler {s.name} caches no prefixes by default", "drop {flag}")
         elif s.prefix_caching is False and config.speculative is not None:
             out["prefix_caching"] = ("speculative decoding turns prefix caching off", "drop {flag}")
-    out.update(_adaptive_speculation_inert(config))
+    out.update(_adaptive_speculation_inert(config, users_search))
     if not config.is_disaggregated:
         for name in ("kv_link", "kv_link_scope", "first_token_at"):
             out[name] = ("the run is not disaggregated", "add --prefill-pool and --decode-pool, or drop {flag}")
@@ -624,7 +625,9 @@ POOL_OPTIONS = frozenset({"kv_link", "kv_link_scope", "first_token_at", "router"
 # (simulator.planning.plan.unread_run_options).
 DECIDED_BY_COMMAND: dict[str, frozenset[str] | None] = {
     "split": POOL_OPTIONS, "compare": POOL_OPTIONS,
-    "plan": POOL_OPTIONS | {"dp_balance_timeout_iters", "dp_balance_batching_wait_iters", "dp_padding"},
+    # (plan searches max_num_seqs itself: an adaptive speculation threshold is judged against the seqs it tries)
+    "plan": POOL_OPTIONS | {"dp_balance_timeout_iters", "dp_balance_batching_wait_iters", "dp_padding",
+                            "spec_disable_batch_size", "spec_reduce_k_batch_size"},
     "sweep": None}
 
 
@@ -752,7 +755,8 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
     decided = DECIDED_BY_COMMAND.get(command, frozenset())
     if decided is None:
         return
-    for name, (why, fix) in inert_options(config).items():
+    # (a capacity search's concurrency is a users search's first trial: a rate search refuses one)
+    for name, (why, fix) in inert_options(config, users_search=command == "capacity").items():
         if options.get(name) is not None and name not in decided:
             flag = given_flag(name, options[name])
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
@@ -780,10 +784,11 @@ def engine_terms_unread(config: RunConfig) -> dict[str, tuple[str, str]]:
     return {t: unread[t][1] for t in terms if t in unread and unread[t][0]}
 
 
-def _adaptive_speculation_inert(config: RunConfig) -> dict[str, tuple[str, str]]:
+def _adaptive_speculation_inert(config: RunConfig, users_search: bool = False) -> dict[str, tuple[str, str]]:
     """The adaptive speculation thresholds no step of ``config`` can reach: a step runs at most the scheduler's
     sequence cap, and at most the users (or the cap on requests in flight) of ``--concurrency``, so a threshold above
-    that left every step at full k, unsaid (an audit). A disaggregated run's pools hold their own caps: not judged."""
+    that left every step at full k, unsaid (an audit). A disaggregated run's pools hold their own caps: not judged;
+    nor a users search's concurrency, which its trials raise (``users_search``)."""
     spec, s, w = config.speculative, config.scheduler, config.workload
     if spec is None or config.is_disaggregated or (spec.disable_by_batch_size is None
                                                    and spec.reduce_k_batch_size is None):
@@ -791,7 +796,7 @@ def _adaptive_speculation_inert(config: RunConfig) -> dict[str, tuple[str, str]]
     # (SGLang's own cap grows with its KV cache up to 4,096: the most it can be, so only what no step can reach)
     cap = s.max_num_seqs or (4096 if s.name == "sglang" else s.seq_limit(config.replica.gpu_spec))
     held = f"max_num_seqs {cap:,}{'' if s.max_num_seqs else ' (the default)'}"
-    if w.concurrency is not None and w.concurrency < cap:
+    if w.concurrency is not None and w.concurrency < cap and not users_search:
         cap, held = w.concurrency, f"--concurrency {w.concurrency:,}"
     out = {}
     if spec.disable_by_batch_size is not None and cap < spec.disable_by_batch_size:
@@ -818,11 +823,15 @@ def closes_the_loop(values: dict[str, Any]) -> bool:
             and values.get("burstiness") is None)
 
 
+# Arrival processes that space requests at a rate (a closed loop's users send as their requests end instead).
+PACED_ARRIVALS = ("poisson", "gamma", "fixed")
+
+
 def check_paced_arrivals(concurrency: int | None, arrival: str | None, qps: float | None, field: str = "--arrival") -> None:
     """Refuse an arrival process that spaces requests (poisson, gamma, fixed) typed beside a concurrency with no rate: it ran a
     capped open loop at the default 1 QPS, unsaid, so naming the default ``--arrival poisson`` turned a closed loop
     of N users into 1 QPS (a new-user audit). ``qps``: the rate given (typed, or a sweep point's), None where none."""
-    if concurrency is not None and qps is None and arrival in ("poisson", "gamma", "fixed"):
+    if concurrency is not None and qps is None and arrival in PACED_ARRIVALS:
         raise ConfigError(field, f"{arrival} spaces arrivals at a rate, but no --qps is given beside "
                           f"a concurrency of {concurrency} (a closed loop sends as requests end)",
                           f"give --qps R for an open loop of at most {concurrency} requests in flight, or drop "

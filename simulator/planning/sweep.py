@@ -369,10 +369,16 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
         for names, row in zip(grid, combo, strict=True):
             values.update(zip(names, row, strict=True))
         where = "sweep point " + (", ".join(f"{k}={v}" for k, v in values.items() if k in spec.varied) or str(index))
-        # (burst arrivals beside a concurrency are a closed loop too: the command line's --concurrency alone is so)
-        if drain_warmups and mode == "run" and values.get("num_warmup") and closes_the_loop(
-                {**values, "arrival": None} if values.get("arrival") == "burst" else values):
-            values["warmup_mode"] = "drain"
+        if drain_warmups and values.get("num_warmup"):
+            # as run's resolve_aliases: any concurrency (a closed loop, or an open one capped) drains vLLM's warm-up;
+            # a users search's trials are closed loops from its concurrency (the search's first users where none)
+            if mode == "run" and values.get("concurrency") is not None:
+                values["warmup_mode"] = "drain"
+            elif mode == "capacity" and values.get("users"):
+                from simulator.planning.capacity import DEFAULT_FIRST_USERS
+
+                values.setdefault("concurrency", DEFAULT_FIRST_USERS)
+                values["warmup_mode"] = "drain"
         if imply_engine and values.get("engine") is not None:
             from simulator.costmodel.engine_model import implied_options
 
@@ -529,7 +535,7 @@ def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[A
     from simulator.config.options import engine_terms_unread, given_flag, inert_options, option_value
     from simulator.costmodel.engine_model import check_engine_spec_read, load_engine
 
-    inert = [inert_options(point.config) for point in points]
+    inert = [inert_options(point.config, users_search=bool(point.options.get("users"))) for point in points]
 
     def unread(name: str) -> str | None:
         """Why no point reads ``name`` (up to two reasons), or None if one does."""

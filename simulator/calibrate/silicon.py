@@ -718,15 +718,9 @@ def _int(value: Any, default: int | None = None) -> int | None:
 
 
 # Models of the sample whose architecture the simulator's model form cannot express (so they are
-# not in the catalog): what is missing, from their config.json as AIConfigurator keeps it
-# (ai-dynamo/aiconfigurator src/aiconfigurator/model_configs/).
-UNMODELLED = {
-    "zhipuai/glm-5": (
-        "GLM-5 (glm_moe_dsa) uses DeepSeek Sparse Attention (MLA whose lightning indexer picks the top "
-        "index_topk=2048 keys per query), which the simulator does not model (nor are AIConfigurator's "
-        "sparse_attention kernel tables in the shared subset)"),
-}
-UNMODELLED["zai-org/glm-5"] = UNMODELLED["zhipuai/glm-5"]
+# not in the catalog), by lowercased model path: what is missing. None now: GLM-5's DeepSeek Sparse Attention
+# was the last (ModelSpec.index_topk).
+UNMODELLED: dict[str, str] = {}
 
 
 def _model(model_path: str) -> str:

@@ -20,6 +20,8 @@ def models() -> None:
         attention = "MLA" if m.is_mla else ("MHA" if m.num_kv_heads == m.num_heads else "GQA")
         if m.num_sliding_layers:
             attention += f", {m.num_sliding_layers} window-{m.sliding_window} layers"
+        if m.is_sparse_attention:
+            attention += f", sparse (top {m.index_topk} keys)"
         if m.num_linear_layers:
             attention += f", {m.num_linear_layers} Gated DeltaNet layers"
         table.add_row(m.name, m.hf_id, str(m.num_layers), str(m.hidden_size), str(m.num_heads), str(m.num_kv_heads),

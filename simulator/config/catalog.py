@@ -71,6 +71,24 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
               num_mtp_layers=1,
               source="deepseek-ai/DeepSeek-V3 config.json (the 14B multi-token-prediction module serves only as "
                      "the mtp drafter)"),
+    # DeepSeek Sparse Attention (index_*): DeepSeek-V3's shape with a lightning indexer of 64 heads of 128 picking
+    # 2,048 keys a query (deepseek-ai/DeepSeek-V3.2-Exp inference/model.py ModelArgs at 6d8cb70; AIConfigurator's
+    # sdk/operations/dsa.py DSA_MODEL_DIMS the same).
+    ModelSpec("deepseek-v3.2", "deepseek-ai/DeepSeek-V3.2", 61, 7168, 128, 128, 18432, 129280, 163840,
+              num_experts=256, num_experts_per_tok=8, expert_ffn_size=2048, num_shared_experts=1,
+              num_dense_layers=3, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+              v_head_dim=128, index_topk=2048, index_num_heads=64, index_head_dim=128, num_mtp_layers=1,
+              aliases=("deepseek-ai/DeepSeek-V3.2-Exp",),
+              source="deepseek-ai/DeepSeek-V3.2-Exp config.json / inference/model.py (DeepSeek-V3 with DSA)"),
+    # GLM-5 (glm_moe_dsa): MLA at 64 heads (qk 192 + 64 rope, v 256), DSA with a 32-head indexer, 3 dense layers
+    # then 256 experts top-8 and one shared (transformers' GlmMoeDsaConfig; ai-dynamo/aiconfigurator
+    # src/aiconfigurator/model_configs/zai-org--GLM-5-FP8_config.json at 691ec90, which omits the index_* keys).
+    ModelSpec("glm-5", "zai-org/GLM-5", 78, 6144, 64, 64, 12288, 154880, 202752,
+              num_experts=256, num_experts_per_tok=8, expert_ffn_size=2048, num_shared_experts=1,
+              num_dense_layers=3, q_lora_rank=2048, kv_lora_rank=512, qk_nope_head_dim=192, qk_rope_head_dim=64,
+              v_head_dim=256, index_topk=2048, index_num_heads=32, index_head_dim=128, num_mtp_layers=1,
+              aliases=("zhipuai/GLM-5", "zai-org/GLM-5-FP8"),
+              source="zai-org/GLM-5 config.json (GlmMoeDsaConfig; via AIConfigurator's model_configs)"),
     # GPT-OSS: every other layer attends over a 128-token sliding window (layer_types).
     ModelSpec("gpt-oss-20b", "openai/gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072, explicit_head_dim=64,
               num_experts=32, num_experts_per_tok=4, expert_ffn_size=2880, sliding_window=128, num_sliding_layers=12,

@@ -9,7 +9,8 @@ profiler times the shapes the simulator prices and refuses what it refuses.
 
 Families read (``model_type``): dense ``llama``, ``mistral``, ``qwen2``, ``qwen3``; MoE
 ``mixtral``, ``qwen3_moe``, ``gpt_oss``, ``llama4`` / ``llama4_text`` (the text model of a
-multimodal config's ``text_config``); MLA + MoE ``deepseek_v3`` / ``deepseek_v2``; hybrid linear
+multimodal config's ``text_config``); MLA + MoE ``deepseek_v3`` / ``deepseek_v2``, and with DeepSeek Sparse Attention (``index_topk``,
+``index_n_heads``, ``index_head_dim``) ``deepseek_v32`` / ``glm_moe_dsa``; hybrid linear
 attention + MoE ``qwen3_next`` and ``qwen3_5_moe`` (Gated DeltaNet layers from ``layer_types`` or
 ``full_attention_interval``; Qwen3.5's text model from its ``text_config``).
 
@@ -46,7 +47,10 @@ from simulator.config.limits import MAX_TOKENS
 from simulator.config.specs import GB, TFLOPS, GPUSpec, ModelSpec
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",
-               "deepseek_v3", "deepseek_v2", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text")
+               "deepseek_v3", "deepseek_v2", "deepseek_v32", "glm_moe_dsa", "qwen3_next", "qwen3_5_moe",
+               "qwen3_5_moe_text")
+# DeepSeek Sparse Attention's families: an indexer picks each query's keys (index_topk).
+_SPARSE_ATTENTION = ("deepseek_v32", "glm_moe_dsa")
 # Multimodal wrappers whose text model sits in ``text_config`` (the vision tower is not served).
 _TEXT_WRAPPERS = ("llama4", "qwen3_5_moe")
 # Hybrids whose full-attention q_proj also emits an output gate even where the config does not say so.
@@ -65,6 +69,7 @@ _READ = frozenset({
     "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules",
     "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
     "attn_output_gate", "shared_expert_intermediate_size", "mamba_ssm_dtype", "rope_scaling", "rope_parameters",
+    "index_topk", "index_n_heads", "index_head_dim",
 })
 # Fields that change neither shapes nor costs the simulator models.
 _IGNORED = frozenset({
@@ -138,6 +143,9 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
     if not ffn:
         raise ConfigError("model.intermediate_size", f"{where}: needs a positive integer, got {cfg.get('intermediate_size')!r}")
     _latent_attention(f, kwargs)
+    if model_type in _SPARSE_ATTENTION and not kwargs.get("index_topk"):  # (read as dense MLA, unsaid)
+        raise ConfigError("model.index_topk", f"{where}: model_type {model_type} attends sparsely, but no index_topk "
+                          "is given", "give index_topk, index_n_heads and index_head_dim (its indexer)")
     num_sliding, window, layer_types = _attention_windows(f, model_type, num_layers)
     _linear_attention(f, layer_types, num_layers, kwargs)
     if f.flag("attn_output_gate", model_type in _GATED_ATTENTION):
@@ -230,7 +238,8 @@ def _context(f: _Fields, model_type: str) -> tuple[int, bool, bool]:
 _HF_NAMES = {"num_kv_heads": "num_key_value_heads", "num_heads": "num_attention_heads", "num_layers": "num_hidden_layers",
              "ffn_size": "intermediate_size", "num_dense_layers": "first_k_dense_replace",
              "expert_ffn_size": "moe_intermediate_size", "num_shared_experts": "n_shared_experts",
-             "max_model_len": "max_position_embeddings", "num_sliding_layers": "layer_types"}
+             "max_model_len": "max_position_embeddings", "num_sliding_layers": "layer_types",
+             "index_num_heads": "index_n_heads"}
 
 
 def checkpoint_quant(quant: object) -> str:
@@ -377,13 +386,18 @@ def _experts(f: _Fields, model_type: str, num_layers: int, kwargs: dict[str, Any
 def _latent_attention(f: _Fields, kwargs: dict[str, Any]) -> None:
     """Multi-head latent attention (DeepSeek's MLA): its ranks and head widths into ``kwargs``."""
     if not f.opt("kv_lora_rank"):
-        f.refuse_unused(("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
-                        "latent attention needs kv_lora_rank")
+        f.refuse_unused(("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "index_topk",
+                         "index_n_heads", "index_head_dim"), "latent attention needs kv_lora_rank")
         return
     kwargs.update(q_lora_rank=f.opt("q_lora_rank"), kv_lora_rank=f.opt("kv_lora_rank"),
                   qk_nope_head_dim=f.need("qk_nope_head_dim"), qk_rope_head_dim=f.need("qk_rope_head_dim"),
                   v_head_dim=f.need("v_head_dim"))
     kwargs.pop("explicit_head_dim", None)
+    if f.opt("index_topk"):  # DeepSeek Sparse Attention's indexer (DeepSeek-V3.2, GLM-5)
+        kwargs.update(index_topk=f.need("index_topk"), index_num_heads=f.need("index_n_heads"),
+                      index_head_dim=f.need("index_head_dim"))
+    else:
+        f.refuse_unused(("index_n_heads", "index_head_dim"), "sparse attention needs index_topk")
 
 
 def _attention_windows(f: _Fields, model_type: str, num_layers: int) -> tuple[int, int, list | None]:

@@ -19,6 +19,9 @@ GiB = 1024**3
 TFLOPS = 1e12
 
 
+# The scale bytes a DSA indexer key carries per 128 FP8 values (one fp32).
+INDEX_KEY_SCALE_BYTES = 4
+
 # The longest sliding window whose layers are charged per sequence rather than per token
 # (ModelSpec.num_windowed_layers): a sequence shorter than the window is overcharged by at most this.
 WINDOWED_KV_MAX_TOKENS = 1024
@@ -61,6 +64,13 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5; 0: dense): on MLA, a lightning indexer of ``index_num_heads``
+    # heads of ``index_head_dim`` scores every cached key for each query (FP8), and the attention proper reads only
+    # the top ``index_topk`` of them. The indexer keeps its own key cache, one FP8 key of ``index_head_dim`` and a
+    # scale a token and layer (:data:`INDEX_KEY_SCALE_BYTES`), beside the latent.
+    index_topk: int = 0
+    index_num_heads: int = 0
+    index_head_dim: int = 0
     # Sliding-window attention on ``num_sliding_layers`` of the layers (0: full attention everywhere).
     sliding_window: int = 0
     num_sliding_layers: int = 0
@@ -116,6 +126,13 @@ class ModelSpec:
             raise ConfigError("model.num_dense_layers", f"must be in 0..{self.num_layers}, got {self.num_dense_layers}")
         if self.kv_lora_rank and (self.qk_rope_head_dim <= 0 or self.qk_nope_head_dim <= 0 or self.v_head_dim <= 0):
             raise ConfigError("model.kv_lora_rank", "MLA needs positive qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
+        if self.index_topk or self.index_num_heads or self.index_head_dim:
+            if not self.is_mla or min(self.index_topk, self.index_num_heads, self.index_head_dim) <= 0:
+                raise ConfigError("model.index_topk", f"sparse attention needs MLA and a positive index_topk, "
+                                  f"index_num_heads and index_head_dim, got {self.index_topk}, "
+                                  f"{self.index_num_heads}, {self.index_head_dim}")
+            if self.num_sliding_layers:
+                raise ConfigError("model.index_topk", "sparse attention beside sliding-window layers is not modelled")
         if not 0 <= self.num_sliding_layers <= self.num_layers or (self.num_sliding_layers and self.sliding_window <= 0):
             raise ConfigError("model.num_sliding_layers", f"{self.num_sliding_layers} sliding layers with window "
                               f"{self.sliding_window} for {self.num_layers} layers")
@@ -154,6 +171,17 @@ class ModelSpec:
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
+
+    @property
+    def is_sparse_attention(self) -> bool:
+        """DeepSeek Sparse Attention: each query attends to at most ``index_topk`` keys its indexer picks."""
+        return self.index_topk > 0
+
+    @property
+    def index_key_bytes(self) -> float:
+        """One token's indexer key in one layer: FP8 values and a 4-byte scale per 128 of them (SGLang's and
+        vLLM's DSA caches: 132 bytes at head dim 128), whatever the latent cache's dtype."""
+        return self.index_head_dim + INDEX_KEY_SCALE_BYTES * -(-self.index_head_dim // 128)
 
     @property
     def num_moe_layers(self) -> int:
@@ -228,7 +256,10 @@ class ModelSpec:
                 else h * self.num_heads * qk
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + \
                 self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv + self.num_heads * self.v_head_dim * h
+            # DSA's indexer: its queries from the query latent, one key and a weight a head from the hidden state
+            index = (self.q_lora_rank or h) * self.index_num_heads * self.index_head_dim + \
+                h * (self.index_head_dim + self.index_num_heads)
+            return q + kv + self.num_heads * self.v_head_dim * h + index
         gate = self.q_size if self.attn_output_gate else 0
         return h * (self.q_size + gate + 2 * self.kv_size) + self.q_size * h
 
@@ -290,8 +321,8 @@ class ModelSpec:
     def kv_bytes_per_token_per_layer(self, dtype_bytes: float = 2) -> float:
         """K and V for one token in one layer, all KV heads (before TP sharding); for MLA the
         compressed latent ``kv_lora_rank + qk_rope_head_dim``."""
-        if self.is_mla:
-            return (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes
+        if self.is_mla:  # (with DSA the indexer's key too, FP8 whatever the latent's dtype)
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes + self.index_key_bytes
         return 2 * self.num_kv_heads * self.head_dim * dtype_bytes
 
     def kv_bytes_per_token_per_gpu_layer(self, dtype_bytes: float, tp: int) -> float:

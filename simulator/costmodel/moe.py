@@ -226,6 +226,10 @@ def mla_projections(rf: RooflineCostModel, tokens: np.ndarray) -> tuple[np.ndarr
     # kv_b: in prefill it up-projects the keys and values; in absorbed decode the same weights
     # are applied to the queries and outputs instead; either way they are read once.
     proj = proj + gemm(tokens, m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim))
+    if m.is_sparse_attention:  # DSA's indexer: queries from the query latent, a key and head weights from the
+        # hidden state, every head on every TP rank (replicated weights)
+        proj = proj + gemm(tokens, m.q_lora_rank or m.hidden_size, m.index_num_heads * m.index_head_dim)
+        proj = proj + gemm(tokens, m.hidden_size, m.index_head_dim + m.index_num_heads)
     out = gemm(tokens, heads * m.v_head_dim, m.hidden_size)
     return proj, out
 

@@ -121,11 +121,19 @@ class RooflineCostModel(TabulatedCostModel):
         self.attn_16bit = r.attention_16bit
         self._bf16_constants = self.cal.gemm_constants("bf16")
         if r.kv_cache_dtype != "auto" or m.is_mla:
-            self.kv_bytes_per_token = m.kv_bytes_per_token_per_gpu_layer(r.kv_cache_bytes, r.tp)
+            # (attention reads the latents; a DSA model's indexer keys are read by its indexer: indexer_time)
+            self.kv_bytes_per_token = m.kv_bytes_per_token_per_gpu_layer(r.kv_cache_bytes, r.tp) - m.index_key_bytes
         # Share of layers with a dense MLP (the per-layer tables are means over layers).
         self.dense_fraction = 1.0 - m.num_moe_layers / m.num_layers
         self.sliding_fraction = m.num_sliding_layers / m.num_layers
         self.sliding_window = m.sliding_window
+        # DeepSeek Sparse Attention: every layer's queries attend to at most index_topk keys, the ones its indexer
+        # picks; as many as a window of that size holds, so the window's pricing caps them (keys capped at
+        # n x topk over a batch: exact where every sequence is on one side of topk, above it where they straddle
+        # it). The indexer itself scores every key: indexer_time.
+        self.sparse = m.is_sparse_attention
+        if self.sparse:
+            self.sliding_fraction, self.sliding_window = 1.0, m.index_topk
         linear_geometry(self)  # a hybrid's share of Gated DeltaNet layers (linear_fraction) and their shapes
         self.mla = m.is_mla  # checked once per attention call: keep it a plain attribute
         # Seconds per prefilling sequence of its per-(sequence, head) cost (0.0 in the 2023 calibrations).
@@ -274,7 +282,22 @@ class RooflineCostModel(TabulatedCostModel):
             t += self.sliding_fraction * (local - t)
         if self.linear_fraction:  # a hybrid's linear layers run their recurrence instead
             t += self.linear_fraction * (linear_attention_time(self, shape.num_prefill_tokens, shape.num_prefills) - t)
+        if self.sparse:
+            t += self.indexer_time(shape.prefill_attn_pairs, shape.prefill_kv_tokens, shape.num_prefill_tokens)
         return t
+
+    def indexer_time(self, pairs: float, kv_tokens: float, num_queries: float) -> float:
+        """One layer's DeepSeek Sparse Attention indexer: ``num_queries`` queries each score every causal key
+        (``pairs`` query-key pairs in all; a decode's are its KV length) with all ``index_num_heads`` heads on FP8
+        tensor cores, reading ``kv_tokens`` keys of its cache, then pick their top-k. Every TP rank runs all the
+        indexer's heads (SGLang's and vLLM's indexer weights are replicated), so TP does not divide it. One
+        kernel floor for the logits and one for the top-k."""
+        m, c, g = self.model, self.cal, self.gpu
+        flops = 2.0 * m.index_num_heads * m.index_head_dim * pairs
+        nbytes = kv_tokens * m.index_key_bytes + num_queries * m.index_num_heads * m.index_head_dim
+        peak = g.fp8_flops or g.bf16_flops
+        return (max(flops / (peak * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
+                + 2.0 * c.kernel_floor_s)
 
     def _attention_prefill(self, pairs: float, kv_tokens: float, num_tokens: int, num_prefills: float = 1.0) -> float:
         if self.mla:
@@ -328,6 +351,8 @@ class RooflineCostModel(TabulatedCostModel):
             t += self.sliding_fraction * (local - t)
         if self.linear_fraction:
             t += self.linear_fraction * (linear_attention_time(self, shape.num_decodes, shape.num_decodes) - t)
+        if self.sparse:
+            t += self.indexer_time(shape.decode_kv_tokens, shape.decode_kv_tokens, shape.num_decodes)
         return t
 
     def _attention_decode(self, kv_tokens: float, num_decodes: int) -> float:
@@ -357,6 +382,8 @@ class RooflineCostModel(TabulatedCostModel):
             t += self.sliding_fraction * (local - t)
         if self.linear_fraction:
             t += self.linear_fraction * (linear_attention_time(self, num_queries, num_seqs) - t)
+        if self.sparse:
+            t += self.indexer_time(query_pairs, kv_tokens, num_queries)
         return t
 
     def _attention_verify(self, kv_tokens: float, num_seqs: int, query_pairs: float, num_queries: int) -> float:

@@ -797,6 +797,11 @@ class TableCostModel(TabulatedCostModel):
             local = self._prefill_series(full, True) if capped is None else self._prefill_series(capped, False)
             frac = self.sliding_fraction
             out = [t + frac * (loc - t) for t, loc in zip(out, local, strict=True)]
+        if self.rf.sparse:  # attention_prefill's indexer, on one chunk's pairs, keys and queries
+            indexer = self.rf.indexer_time
+            out = [t + indexer(pairs, p + chunk, chunk)
+                   for t, pairs, p in zip(out, full, range(kv_before, kv_before + chunk * num_iterations, chunk),
+                                          strict=True)]
         return out
 
     def count_chunk_stretch(self, num_decodes: int, kv_max: int, chunk: int, kv_before: int,
@@ -848,6 +853,8 @@ class TableCostModel(TabulatedCostModel):
             t += self.sliding_fraction * (local - t)
         if self.linear_fraction:  # a hybrid's linear layers run their recurrence instead
             t += self.linear_fraction * (linear_attention_time(self.rf, shape.num_prefill_tokens, shape.num_prefills) - t)
+        if self.rf.sparse:  # DSA's indexer: no table times it (the roofline's)
+            t += self.rf.indexer_time(shape.prefill_attn_pairs, shape.prefill_kv_tokens, shape.num_prefill_tokens)
         return t
 
     def decode_attention_curve(self, n: int) -> tuple[list[float], list[float], list[float]]:
@@ -892,6 +899,10 @@ class TableCostModel(TabulatedCostModel):
             frac, g = self.linear_fraction, linear_attention_time(self.rf, n, n)
             fs = [f + frac * (g - f) for f in fs]
             slopes = [(1.0 - frac) * slope for slope in slopes]
+        if self.rf.sparse:  # DSA's indexer scores every key: a line in them (max(compute, read) + floors, both linear)
+            at_zero, per_key = self.rf.indexer_time(0.0, 0.0, n), self.rf.indexer_time(1.0, 1.0, n)
+            fs = [f + self.rf.indexer_time(x, x, n) for f, x in zip(fs, xs, strict=True)]
+            slopes = [slope + (per_key - at_zero) for slope in slopes]
         return xs, fs, slopes, limit
 
     def _window_curve(self, n: int) -> tuple[list[float], list[float], list[float], float]:

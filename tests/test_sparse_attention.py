@@ -1,0 +1,110 @@
+"""DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the spec, its config.json reading, its KV cache and its
+pricing (the attention proper over at most index_topk keys a query, the indexer over every key)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from helpers import assert_same_run
+
+from simulator.config.catalog import get_model
+from simulator.config.errors import ConfigError
+from simulator.config.run_config import ReplicaConfig, RunConfig
+from simulator.costmodel.base import BatchShape
+from simulator.costmodel.roofline import RooflineCostModel
+
+GLM5_CONFIG = {
+    "architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "hidden_size": 6144,
+    "num_hidden_layers": 78, "num_attention_heads": 64, "num_key_value_heads": 64, "head_dim": 64,
+    "q_lora_rank": 2048, "kv_lora_rank": 512, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
+    "intermediate_size": 12288, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "vocab_size": 154880, "max_position_embeddings": 202752,
+    "index_topk": 2048, "index_n_heads": 32, "index_head_dim": 128, "num_nextn_predict_layers": 1,
+    "tie_word_embeddings": False, "hidden_act": "silu"}
+
+
+def test_the_catalog_models_carry_their_published_size_and_an_indexer_key_a_token():
+    glm, v32, alias = get_model("glm-5"), get_model("deepseek-v3.2"), get_model("zai-org/GLM-5-FP8")
+    assert alias is glm and glm.is_sparse_attention and not get_model("deepseek-v3").is_sparse_attention
+    assert abs(glm.num_params / 1e9 - 744) < 2  # GLM-5's model card: 744B (its MTP layer is the drafter's)
+    # the latent (512 + 64 at the KV dtype) and the indexer's FP8 key of 128 plus one fp32 scale
+    assert v32.kv_bytes_per_token_per_layer(1) == 576 + 132
+    assert v32.kv_bytes_per_token_per_layer(2) == get_model("deepseek-v3").kv_bytes_per_token_per_layer(2) + 132
+
+
+def test_sparse_attention_needs_mla_and_its_whole_indexer():
+    dense = get_model("llama-3.1-8b")
+    with pytest.raises(ConfigError, match="model.index_topk: sparse attention needs MLA"):
+        replace(dense, index_topk=2048, index_num_heads=32, index_head_dim=128)
+    with pytest.raises(ConfigError, match="model.index_topk"):
+        replace(get_model("deepseek-v3"), index_topk=2048)
+
+
+def test_a_glm5_config_json_reads_as_the_catalog_entry(tmp_path: Path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GLM5_CONFIG))
+    read, entry = get_model(str(path)), get_model("glm-5")
+    for field in ("num_layers", "hidden_size", "num_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                  "v_head_dim", "num_experts", "num_dense_layers", "index_topk", "index_num_heads", "index_head_dim"):
+        assert getattr(read, field) == getattr(entry, field), field
+    assert read.num_params == entry.num_params
+    # a sparse family without its indexer would be read as dense MLA: refused
+    path.write_text(json.dumps({k: v for k, v in GLM5_CONFIG.items() if not k.startswith("index_")}))
+    with pytest.raises(ConfigError, match="model.index_topk: .*attends sparsely, but no index_topk"):
+        get_model(str(path))
+    # an indexer without latent attention would be dropped: refused
+    dense = {k: v for k, v in GLM5_CONFIG.items() if k not in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                                                "qk_rope_head_dim", "v_head_dim")}
+    path.write_text(json.dumps({**dense, "model_type": "deepseek_v3", "head_dim": 96}))
+    with pytest.raises(ConfigError, match="model.index_topk: .*latent attention needs kv_lora_rank"):
+        get_model(str(path))
+
+
+def _roofline(model: str) -> RooflineCostModel:
+    return RooflineCostModel(ReplicaConfig(model=model, gpu="b200", tp=8, dtype="fp8"))
+
+
+def test_the_attention_reads_at_most_topk_keys_a_query_and_the_indexer_scores_them_all():
+    """DeepSeek-V3.2 is DeepSeek-V3 with DSA: its attention proper at any context is V3's at min(context, 2048),
+    and what it adds is the indexer's time, which grows with every key."""
+    sparse, dense = _roofline("deepseek-v3.2"), _roofline("deepseek-v3")
+    n = 16
+    for ctx in (512, 2048, 8192, 65536):
+        shape = BatchShape.decode_only(n, n * ctx, n * ctx * ctx, ctx)
+        capped = BatchShape.decode_only(n, n * min(ctx, 2048), n * min(ctx, 2048) ** 2, min(ctx, 2048))
+        indexer = sparse.indexer_time(n * ctx, n * ctx, n)
+        assert sparse.attention_decode(shape) == pytest.approx(dense.attention_decode(capped) + indexer, rel=1e-12)
+    longer = [sparse.indexer_time(n * ctx, n * ctx, n) for ctx in (8192, 16384, 32768)]
+    assert longer[0] < longer[1] < longer[2]
+    # a prompt's chunk: at most 2,048 keys a query for the attention, every causal pair for the indexer
+    chunk, before = 1024, 16384
+    shape = BatchShape.from_requests(prefills=[(chunk, before)])
+    windowed = dense._attention_prefill(chunk * 2048, chunk + 2048, chunk, 1)
+    indexer = sparse.indexer_time(shape.prefill_attn_pairs, shape.prefill_kv_tokens, chunk)
+    assert sparse.attention_prefill(shape) == pytest.approx(windowed + indexer, rel=1e-12)
+    assert sparse.attention_prefill(shape) < dense.attention_prefill(shape)
+
+
+def _glm5_closed_loop(kernels: str) -> RunConfig:
+    return RunConfig().replace(replica__model="glm-5", replica__gpu="b200", replica__tp=8, replica__dtype="fp8",
+                               replica__kernels=kernels, engine="sglang-2026", scheduler__name="sglang",
+                               workload__name="fixed", workload__prompt_tokens=3000, workload__output_tokens=64,
+                               workload__concurrency=8, workload__arrival="burst", workload__num_requests=24)
+
+
+def test_a_sparse_model_runs_the_same_stepped_or_fast_forwarded_over_the_roofline():
+    """The fast paths (decode stretches, a prompt's successive chunks) price a DSA step as stepping does."""
+    assert_same_run(_glm5_closed_loop("roofline"))
+
+
+def test_a_sparse_model_runs_the_same_stepped_or_fast_forwarded_over_the_tables(aic) -> None:  # noqa: ANN001
+    """The same over SGLang's tables, whose decode curve carries the indexer's line and whose prompt chunks add it."""
+    from simulator.simulation import simulate
+
+    config = _glm5_closed_loop("sglang")
+    assert_same_run(config)
+    run = simulate(config)
+    assert len(run.requests) == 24 and all(r.completed_at is not None for r in run.requests)

@@ -327,8 +327,10 @@ def search_all(candidates: Sequence[tuple[str, RunConfig]], slo: GoodputSLO, qps
     ``prune`` (sequential only): each search starts at the best rate its family (vllm,
     sarathi, disagg) has reached so far and bisects a layout that misses it only coarsely
     (branch and bound: each family's best and its rate are exact to ``rel_tol``, the
-    others' rates to 25%). ``workers > 1`` runs every search in full in a process pool.
-    Either way the results are deterministic.
+    others' rates to 25%), and a search started at the incumbent bisects other rates than one
+    started at ``qps_start``: the rows, and the best layout within the tolerance, differ from
+    unpruned searches. ``workers > 1`` runs every search in full in a process pool: the same
+    results as ``workers=1, prune=False``. Either way the results are deterministic.
     """
     jobs = [(cfg, slo, family, qps_start) for family, cfg in candidates]
     results: list[GoodputResult] = []

@@ -126,6 +126,10 @@ class ProfileConfig:
             raise ConfigError("model", f"{spec.name} is a hybrid: {spec.num_linear_layers} of its {spec.num_layers} "
                               "layers are Gated DeltaNet, which the profiler has no kernels for",
                               "price it with --cost-model roofline or --kernels vllm|sglang|trtllm")
+        if spec.is_sparse_attention:
+            raise ConfigError("model", f"{spec.name} attends sparsely (DeepSeek Sparse Attention: an indexer picks "
+                              f"{spec.index_topk} keys a query), which the profiler has no kernels for",
+                              "price it with --cost-model roofline or --kernels vllm|sglang|trtllm")
         for tp in self.tp:
             ShardedShapes(spec, tp)  # raises when tp does not divide the heads
         if self.max_tokens is not None and self.max_tokens <= 0:

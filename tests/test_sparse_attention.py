@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import assert_same_run
 
@@ -30,9 +31,20 @@ def test_the_catalog_models_carry_their_published_size_and_an_indexer_key_a_toke
     glm, v32, alias = get_model("glm-5"), get_model("deepseek-v3.2"), get_model("zai-org/GLM-5-FP8")
     assert alias is glm and glm.is_sparse_attention and not get_model("deepseek-v3").is_sparse_attention
     assert abs(glm.num_params / 1e9 - 744) < 2  # GLM-5's model card: 744B (its MTP layer is the drafter's)
-    # the latent (512 + 64 at the KV dtype) and the indexer's FP8 key of 128 plus one fp32 scale
-    assert v32.kv_bytes_per_token_per_layer(1) == 576 + 132
+    # the latent and the indexer's FP8 key of 128 plus one fp32 scale; an FP8 latent keeps its scales and a 16-bit
+    # rotary key (vLLM's fp8_ds_mla, 656 bytes), a 16-bit one is DeepSeek-V3's
+    assert v32.kv_bytes_per_token_per_layer(1) == 512 + 4 * 4 + 2 * 64 + 132 == 788
     assert v32.kv_bytes_per_token_per_layer(2) == get_model("deepseek-v3").kv_bytes_per_token_per_layer(2) + 132
+
+
+def test_sparse_attention_needs_fp8_tensor_cores_and_no_profile():
+    with pytest.raises(ConfigError, match="replica.gpu: glm-5's sparse attention runs FP8 indexer kernels, and "
+                                          "a100-80gb has no FP8 tensor cores"):
+        ReplicaConfig(model="glm-5", gpu="a100-80gb", tp=8, dtype="fp8")
+    from profiler.runner import ProfileConfig
+
+    with pytest.raises(ConfigError, match="attends sparsely"):
+        ProfileConfig(model="deepseek-v3.2", out=Path("unused"), device="cpu", tp=(8,))
 
 
 def test_sparse_attention_needs_mla_and_its_whole_indexer():
@@ -108,3 +120,25 @@ def test_a_sparse_model_runs_the_same_stepped_or_fast_forwarded_over_the_tables(
     assert_same_run(config)
     run = simulate(config)
     assert len(run.requests) == 24 and all(r.completed_at is not None for r in run.requests)
+
+
+def test_the_tables_decode_curve_is_the_capped_rows_plus_the_indexer_between_its_knots(aic) -> None:  # noqa: ANN001
+    """Over the tables the decode attention is a curve in the batch's keys: at any point it is the capped
+    attention's curve plus the indexer's own price (a line), and no long context reads past the rows."""
+    from bisect import bisect_right
+
+    from simulator.costmodel.aic.model import table_cost_model
+
+    cost = table_cost_model(ReplicaConfig(model="glm-5", gpu="b200", tp=8, dtype="fp8"), "sglang")
+    rf = cost.rf
+    for n in (1, 16, 64):
+        xs, fs, slopes, limit = cost._decode_curve(n)
+        assert limit == float("inf")
+        capped = cost._window_curve(n)
+        for x in np.geomspace(1, 4e6 * n, 40):
+            j, k = bisect_right(xs, x) - 1, bisect_right(capped[0], x) - 1
+            attention = capped[1][k] + (x - capped[0][k]) * capped[2][k]
+            assert fs[j] + (x - xs[j]) * slopes[j] == pytest.approx(attention + rf.indexer_time(x, x, n), rel=1e-9)
+    before = cost.num_extrapolations
+    cost.attention_decode(BatchShape.decode_only(4, 4 * 150_000, 4 * 150_000**2, 150_000))
+    assert cost.num_extrapolations == before  # (150K keys a sequence beyond the rows: read at 2,048)

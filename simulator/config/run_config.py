@@ -261,6 +261,10 @@ class ReplicaConfig:
         shard = tp_shard_problem(spec, self.tp)
         if shard is not None:
             raise ConfigError("replica.tp", *shard)
+        if spec.is_sparse_attention and not get_gpu(self.gpu).fp8_flops:
+            # (its indexer's DeepGEMM FP8 kernels; vLLM's and SGLang's DSA backends run on Hopper and Blackwell only)
+            raise ConfigError("replica.gpu", f"{spec.name}'s sparse attention runs FP8 indexer kernels, and "
+                              f"{self.gpu} has no FP8 tensor cores", "pick a Hopper or Blackwell GPU (simulate gpus)")
         if self.dtype not in WEIGHT_FORMATS:
             raise ConfigError("replica.dtype", f"unknown weight dtype {self.dtype!r}", f"use one of {', '.join(WEIGHT_FORMATS)}")
         if self.kernels not in KERNEL_TABLES:

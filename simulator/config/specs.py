@@ -322,6 +322,11 @@ class ModelSpec:
         """K and V for one token in one layer, all KV heads (before TP sharding); for MLA the
         compressed latent ``kv_lora_rank + qk_rope_head_dim``."""
         if self.is_mla:  # (with DSA the indexer's key too, FP8 whatever the latent's dtype)
+            if self.is_sparse_attention and dtype_bytes == 1:
+                # a DSA model's FP8 cache keeps the latent's scales (an fp32 per 128) and its rotary key at 16 bits:
+                # vLLM's fp8_ds_mla and SGLang's NSA cache, 656 bytes at DeepSeek's widths
+                latent = self.kv_lora_rank + INDEX_KEY_SCALE_BYTES * -(-self.kv_lora_rank // 128) + 2 * self.qk_rope_head_dim
+                return latent + self.index_key_bytes
             return (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes + self.index_key_bytes
         return 2 * self.num_kv_heads * self.head_dim * dtype_bytes
 

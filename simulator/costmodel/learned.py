@@ -132,6 +132,9 @@ class LearnedCostModel(TabulatedCostModel):
         if replica.model_spec.is_hybrid:  # the profiler times softmax attention only: every layer would be priced so
             raise ConfigError("cost_model", f"{replica.model} is a hybrid (Gated DeltaNet layers), which learned "
                               "profiles do not cover", "use --cost-model roofline or --kernels vllm|sglang|trtllm")
+        if replica.model_spec.is_sparse_attention:  # (dense attention over every key, no indexer: priced so)
+            raise ConfigError("cost_model", f"{replica.model} attends sparsely (DeepSeek Sparse Attention), which "
+                              "learned profiles do not cover", "use --cost-model roofline or --kernels vllm|sglang|trtllm")
         # The profiles time 16-bit kernels (bf16/fp16 GEMMs over a 16-bit KV cache): an FP8/FP4/INT4 run's
         # weights or an FP8 cache would be priced at 16-bit speed by a learned curve, with only their memory
         # changed. (Ops the artifact leaves to the roofline price either format.)

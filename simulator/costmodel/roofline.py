@@ -289,12 +289,15 @@ class RooflineCostModel(TabulatedCostModel):
     def indexer_time(self, pairs: float, kv_tokens: float, num_queries: float) -> float:
         """One layer's DeepSeek Sparse Attention indexer: ``num_queries`` queries each score every causal key
         (``pairs`` query-key pairs in all; a decode's are its KV length) with all ``index_num_heads`` heads on FP8
-        tensor cores, reading ``kv_tokens`` keys of its cache, then pick their top-k. Every TP rank runs all the
-        indexer's heads (SGLang's and vLLM's indexer weights are replicated), so TP does not divide it. One
-        kernel floor for the logits and one for the top-k."""
+        tensor cores, reading ``kv_tokens`` keys of its cache and writing a float32 score a pair, which the top-k
+        reads back. Every TP rank runs all the indexer's heads (SGLang's and vLLM's indexer weights are
+        replicated), so TP does not divide it. One kernel floor for the logits and one for the top-k. Linear in
+        the keys for a batch (the decode curves rely on it): the read outweighs the math on every GPU with FP8
+        tensor cores, the only ones a DSA model runs on (ReplicaConfig)."""
         m, c, g = self.model, self.cal, self.gpu
         flops = 2.0 * m.index_num_heads * m.index_head_dim * pairs
-        nbytes = kv_tokens * m.index_key_bytes + num_queries * m.index_num_heads * m.index_head_dim
+        nbytes = (kv_tokens * m.index_key_bytes + num_queries * m.index_num_heads * m.index_head_dim
+                  + 2 * 4 * pairs)
         peak = g.fp8_flops or g.bf16_flops
         return (max(flops / (peak * c.attn_prefill_compute_eff), nbytes / (g.hbm_bytes_per_s * c.gemm_memory_eff))
                 + 2.0 * c.kernel_floor_s)

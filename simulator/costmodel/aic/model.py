@@ -761,6 +761,9 @@ class TableCostModel(TabulatedCostModel):
         arguments), else None. Both non-decreasing step by step."""
         half = chunk * (chunk + 1) / 2
         full = [chunk * p + half for p in range(kv_before, kv_before + chunk * num_iterations, chunk)]
+        if self.rf.sparse:  # DSA: every query's keys capped at index_topk, on these rows alone (attention_prefill)
+            cap = chunk * self.sliding_window
+            return [min(pairs, cap) for pairs in full], None
         if not self.sliding_fraction or "context" in self._window_grids:
             return full, None
         cap = chunk * self.sliding_window
@@ -793,15 +796,14 @@ class TableCostModel(TabulatedCostModel):
             return None
         full, capped = self._chunk_pairs(chunk, kv_before, num_iterations)
         out = self._prefill_series(full, False)
-        if self.sliding_fraction:  # window layers: the window kernel, or each query's keys capped at the window
+        if self.sliding_fraction and not self.rf.sparse:  # window layers: the window kernel, or keys capped at it
             local = self._prefill_series(full, True) if capped is None else self._prefill_series(capped, False)
             frac = self.sliding_fraction
             out = [t + frac * (loc - t) for t, loc in zip(out, local, strict=True)]
-        if self.rf.sparse:  # attention_prefill's indexer, on one chunk's pairs, keys and queries
-            indexer = self.rf.indexer_time
-            out = [t + indexer(pairs, p + chunk, chunk)
-                   for t, pairs, p in zip(out, full, range(kv_before, kv_before + chunk * num_iterations, chunk),
-                                          strict=True)]
+        if self.rf.sparse:  # attention_prefill's indexer, over one chunk's every causal pair, keys and queries
+            indexer, half = self.rf.indexer_time, chunk * (chunk + 1) / 2
+            out = [t + indexer(chunk * p + half, p + chunk, chunk)
+                   for t, p in zip(out, range(kv_before, kv_before + chunk * num_iterations, chunk), strict=True)]
         return out
 
     def count_chunk_stretch(self, num_decodes: int, kv_max: int, chunk: int, kv_before: int,
@@ -818,7 +820,7 @@ class TableCostModel(TabulatedCostModel):
         full, capped = self._chunk_pairs(chunk, kv_before, m)
         sqrt, overs = math.sqrt, []
         series = [(full, False)]
-        if self.sliding_fraction:
+        if self.sliding_fraction and not self.rf.sparse:
             series.append((full, True) if capped is None else (capped, False))
         for pairs_list, window in series:
             limit = self._prefill_row(1, window)[3]
@@ -839,6 +841,12 @@ class TableCostModel(TabulatedCostModel):
     def attention_prefill(self, shape: BatchShape) -> float:
         if shape.num_prefills == 0:
             return 0.0
+        if self.rf.sparse:  # DSA: every query's keys capped at index_topk (its indexer's picks), then the indexer
+            w = self.sliding_window
+            t = self._prefill_one(min(shape.prefill_attn_pairs, shape.num_prefill_tokens * w), shape.num_prefills,
+                                  shape.num_prefill_tokens,
+                                  min(shape.prefill_kv_tokens, shape.num_prefill_tokens + shape.num_prefills * w))
+            return t + self.rf.indexer_time(shape.prefill_attn_pairs, shape.prefill_kv_tokens, shape.num_prefill_tokens)
         t = self._prefill_one(shape.prefill_attn_pairs, shape.num_prefills, shape.num_prefill_tokens,
                               shape.prefill_kv_tokens)
         if self.sliding_fraction:  # window layers: the window kernel, or each query's keys capped at the window
@@ -853,8 +861,6 @@ class TableCostModel(TabulatedCostModel):
             t += self.sliding_fraction * (local - t)
         if self.linear_fraction:  # a hybrid's linear layers run their recurrence instead
             t += self.linear_fraction * (linear_attention_time(self.rf, shape.num_prefill_tokens, shape.num_prefills) - t)
-        if self.rf.sparse:  # DSA's indexer: no table times it (the roofline's)
-            t += self.rf.indexer_time(shape.prefill_attn_pairs, shape.prefill_kv_tokens, shape.num_prefill_tokens)
         return t
 
     def decode_attention_curve(self, n: int) -> tuple[list[float], list[float], list[float]]:
@@ -899,10 +905,12 @@ class TableCostModel(TabulatedCostModel):
             frac, g = self.linear_fraction, linear_attention_time(self.rf, n, n)
             fs = [f + frac * (g - f) for f in fs]
             slopes = [(1.0 - frac) * slope for slope in slopes]
-        if self.rf.sparse:  # DSA's indexer scores every key: a line in them (max(compute, read) + floors, both linear)
+        if self.rf.sparse:  # DSA's indexer scores every key: a line in them (its read, RooflineCostModel.indexer_time)
             at_zero, per_key = self.rf.indexer_time(0.0, 0.0, n), self.rf.indexer_time(1.0, 1.0, n)
             fs = [f + self.rf.indexer_time(x, x, n) for f, x in zip(fs, xs, strict=True)]
             slopes = [slope + (per_key - at_zero) for slope in slopes]
+            if limit >= self.sliding_window:  # the rows are read at index_topk keys a sequence at most
+                limit = math.inf
         return xs, fs, slopes, limit
 
     def _window_curve(self, n: int) -> tuple[list[float], list[float], list[float], float]:

@@ -241,14 +241,17 @@ def _read_mlp(df: pd.DataFrame, path: Path, model: ModelSpec | None) -> tuple[li
             raise _bad(path, f"row {i}: {err}") from None
         tokens = int(rec["num_tokens"])
         by_op: dict[str, tuple[float, int]] = {}
+        blank = False
         for vop in present:
             op, calls = MLP_OP_MAP[vop]
             t = ms[vop][i] * calls
             if not np.isfinite(t):
+                blank = True
                 continue
             prev_t, prev_calls = by_op.get(op, (0.0, 0))
             by_op[op] = (prev_t + t, prev_calls + calls)
-        num_blank += not by_op
+        # a row with any kernel untimed is counted (its other kernels kept): a blank column dropped an op unsaid
+        num_blank += blank
         for op, (t, calls) in by_op.items():
             w = token_op_work(op, tokens, shapes, VIDUR_DTYPE_BYTES)
             # Scale per-layer work by the kernels Vidur actually timed (e.g. one norm for phi-2).

@@ -466,7 +466,7 @@ def test_cli_capacity_searches_users(tmp_path):
                                  "--concurrency", "8", "--tpot-slo", "0.03", "--rel-tol", "0.1", "--out", str(tmp_path),
                                  "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)  # (its notes are on stderr)
     assert data["capacity_users"] >= 1 and float(data["capacity_users"]).is_integer() and "capacity_qps" not in data
     assert data["tpot_s_q_at_capacity"] <= 0.03 and data["trials"][0]["users"] == 8 and "qps" not in data["trials"][0]
     assert "users" in (tmp_path / "trials.csv").read_text().splitlines()[0].split(",")

@@ -23,6 +23,11 @@ def _timeless(value: object) -> object:
     return value
 
 
+def _answer(output: str) -> dict:
+    """The JSON answer of an output that also holds the notes said beside it (stderr, after the answer)."""
+    return json.loads(output[output.index("{"):output.rindex("}") + 1])
+
+
 def _duration_s(folder: Path) -> float:
     return json.loads((folder / "summary.json").read_text())["duration_s"]
 
@@ -62,7 +67,7 @@ def test_a_users_search_reads_its_warm_up_as_a_closed_loops(tmp_path: Path) -> N
     assert code == 0, bare
     code, typed = invoke(*args, "--concurrency", "16")
     assert code == 0, typed
-    assert _timeless(json.loads(bare)) == _timeless(json.loads(typed))
+    assert _timeless(_answer(bare)) == _timeless(_answer(typed))
     # a capacity sweep's users points alike
     sweep = tmp_path / "users.toml"
     sweep.write_text('mode = "capacity"\n[base]\nusers = true\nnum_warmups = 8\nnum_requests = 64\n'
@@ -71,7 +76,7 @@ def test_a_users_search_reads_its_warm_up_as_a_closed_loops(tmp_path: Path) -> N
     assert code == 0, out
     point = pd.read_csv(tmp_path / "users" / "results.csv").iloc[0]
     assert point["warmup_mode"] == "drain"
-    assert point["output_tok_s_at_capacity"] == json.loads(bare)["output_tok_s_at_capacity"]
+    assert point["output_tok_s_at_capacity"] == _answer(bare)["output_tok_s_at_capacity"]
 
 
 @pytest.mark.parametrize(("args", "says"), [
@@ -135,3 +140,23 @@ def test_errors_name_what_was_typed() -> None:
     line = refused("run", "--no-progress", "--engine", "vllm-2026:cpu_iteration_s=0.001:cpu_per_seq_s=0.0001")
     assert "overrides are separated by commas, not colons (e.g. vllm-2026:cpu_iteration_s=0.001," \
            "cpu_per_seq_s=0.0001)" in line
+
+
+def test_plot_sweep_says_when_its_points_lack_the_latency_columns(tmp_path: Path) -> None:
+    """Points written without the metrics a latency plot draws (another version's) ended in a KeyError."""
+    code, out = invoke("sweep", "--grid", "qps=1,2", "--num-requests", "16", "--out", str(tmp_path / "s"))
+    assert code == 0, out
+    for path in (tmp_path / "s" / "points").glob("*.json"):
+        point = json.loads(path.read_text())
+        point["metrics"] = {k: v for k, v in point["metrics"].items() if not k.startswith(("tbt", "ttft"))}
+        path.write_text(json.dumps(point))
+    assert "record none of tbt_s_p99, ttft_s_p50" in refused("plot", "sweep", str(tmp_path / "s"),
+                                                            "--out", str(tmp_path / "p"))
+
+
+def test_a_users_search_gives_its_notes_beside_the_json_answer() -> None:
+    """--json printed the answer alone: the note that a trial's few requests a user leave the first wave in the
+    figures (and the other answer notes) went unsaid there."""
+    code, out = invoke("capacity", "--users", "--num-requests", "48", "--max-trials", "2", "--json")
+    assert code == 0 and "note: 48 requests a trial are" in out, out
+

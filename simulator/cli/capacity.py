@@ -147,6 +147,8 @@ def capacity(
             typer.echo(spec_note, err=True)
         if (note := default_tbt_decided(report, typed)) is not None:
             typer.echo(f"note: {note}", err=True)
+        for line in answer_notes(report):
+            typer.echo(line, err=True)
     else:
         print_capacity(report, app_console())
         if (note := default_tbt_decided(report, typed)) is not None:
@@ -260,7 +262,7 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
     from rich.measure import Measurement
     from rich.table import Column, Table
 
-    from simulator.planning.capacity import format_load, load_number, rejection_fix
+    from simulator.planning.capacity import format_load, load_number
 
     r, s, slo = report.config.replica, report.config.scheduler, report.slo
     # One definition per column, named in its header and spelled out in the caption.
@@ -365,34 +367,47 @@ def print_capacity(report, console: "Console") -> None:  # noqa: ANN001
                   f"{report.wall_s:.1f}s")
     for seed in report.seeds:
         console.print(f"seed {seed.seed}: {seed.reason}")
+    for line in answer_notes(report):
+        console.print(line, highlight=False)
+
+
+def answer_notes(report) -> list[str]:  # noqa: ANN001
+    """The notes under a capacity answer (rejected requests, too few requests a user, lock-stepped users, a KV
+    cache larger than the memory holds), each a ``note: ...`` line: printed under the table, and on stderr beside
+    --json's answer (which left them out; an audit)."""
+    from simulator.planning.capacity import rejection_fix
+
+    out: list[str] = []
+    summary, w, users = report.summary(), report.config.workload, report.settings.users
+    key = f"capacity_{report.unit}"
     rejecting = [t for seed in report.seeds for t in seed.trials if t.num_rejected and t.num_finished]
     if rejecting:  # said, not silent: the TBT, TTFT and TPOT figures are over the finished requests only
         most = max(rejecting, key=lambda t: t.num_rejected)
-        console.print(f"note: up to {most.num_rejected:,} of a trial's {w.num_requests:,} requests were rejected on "
-                      f"arrival ({most.reject_reason}), at any load: they count as misses in goodput only, the other "
-                      f"figures are over the finished requests ({rejection_fix(most.reject_reason)}; a trace's "
-                      "--max-total-tokens leaves its longer rows out)", highlight=False)
+        out.append(f"note: up to {most.num_rejected:,} of a trial's {w.num_requests:,} requests were rejected on "
+                   f"arrival ({most.reject_reason}), at any load: they count as misses in goodput only, the other "
+                   f"figures are over the finished requests ({rejection_fix(most.reject_reason)}; a trace's "
+                   "--max-total-tokens leaves its longer rows out)")
     num_requests = report.config.workload.num_requests
     if users and summary[key] > 0 and num_requests < MIN_REQUESTS_PER_USER * summary[key]:
         # Every user sends its first request at once: with few requests each, that wave is much of a trial.
-        console.print(f"note: {num_requests:,} requests a trial are {num_requests / summary[key]:.2g} a user at "
-                      "capacity, so the first wave (every user at once) weighs in the figures; raise --num-requests "
-                      f"(e.g. {MIN_REQUESTS_PER_USER * math.ceil(summary[key]):,}, {MIN_REQUESTS_PER_USER} a user, as "
-                      "InferenceX runs)",
-                      highlight=False)
+        out.append(f"note: {num_requests:,} requests a trial are {num_requests / summary[key]:.2g} a user at "
+                   "capacity, so the first wave (every user at once) weighs in the figures; raise --num-requests "
+                   f"(e.g. {MIN_REQUESTS_PER_USER * math.ceil(summary[key]):,}, {MIN_REQUESTS_PER_USER} a user, as "
+                   "InferenceX runs)")
     if users and report.config.workload.exact_lengths:  # as run's title says it (simulator.cli.run._loop_note)
-        console.print("note: every request the same length, so each trial's users move in lock-stepped waves (a "
-                      "wave's prompts arrive together, its TTFTs queue behind one another); --random-range-ratio 0.8 "
-                      "--range-style sglang draws InferenceX's [0.8 len, len] band", highlight=False)
+        out.append("note: every request the same length, so each trial's users move in lock-stepped waves (a "
+                   "wave's prompts arrive together, its TTFTs queue behind one another); --random-range-ratio 0.8 "
+                   "--range-style sglang draws InferenceX's [0.8 len, len] band")
     if report.config.replica.num_gpu_blocks is not None and not report.config.is_disaggregated:
         from simulator.engine.kvcache import build_kv_cache
 
         plan = build_kv_cache(report.config.replica, report.config.scheduler)[1]
         held = plan.num_memory_tokens
         if held is not None and plan.num_kv_tokens > held:  # said, as run's header says it: the cache was given
-            console.print(f"note: --num-gpu-blocks sets a KV cache of {plan.num_kv_tokens:,} tokens, "
-                          f"{plan.num_kv_tokens / max(held, 1):.3g}x the {held:,} the memory plan gives: the capacity "
-                          "is that cache's, more than the GPUs hold", highlight=False)
+            out.append(f"note: --num-gpu-blocks sets a KV cache of {plan.num_kv_tokens:,} tokens, "
+                       f"{plan.num_kv_tokens / max(held, 1):.3g}x the {held:,} the memory plan gives: the capacity "
+                       "is that cache's, more than the GPUs hold")
+    return out
 
 
 def _check_tau_reads(ctx: typer.Context, config: RunConfig, num_decodes: int | None, decode_context: int | None,

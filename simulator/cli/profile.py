@@ -121,8 +121,8 @@ def import_vidur(
     console().print(f"{len(table)} rows in {out / 'profile.csv'}: "
                     + ", ".join(f"{op} {n}" for op, n in counts.items()), markup=False)
     for path, n in skipped:  # said, not dropped silently
-        console().print(f"left out {n} row{'s' if n != 1 else ''} of {path} without a median time "
-                        "(a kernel Vidur did not time)", markup=False)
+        console().print(f"left out {n} row{'s' if n != 1 else ''} of {path}, or a kernel of {'them' if n != 1 else 'it'}, "
+                        "without a median time (a kernel Vidur did not time)", markup=False)
     new = imported[0]  # (this import's rows: a profile.csv it merged into holds others)
     suspect = int(new["suspect"].fillna(False).astype(bool).sum())
     if suspect:  # (simulate fit leaves them out; nearly all of them: times written in seconds, not Vidur's ms)

@@ -131,8 +131,11 @@ def capacity_bars(df: pd.DataFrame, stem: str | Path | None, **kwargs: Any) -> l
     return _maybe_save(capacity_bars_figure(df, **kwargs), stem)
 
 
+LATENCY_METRICS = (("tbt_s_p99", "P99 TBT (s)"), ("ttft_s_p50", "P50 TTFT (s)"))
+
+
 def latency_vs_qps_figure(df: pd.DataFrame, x: str = "qps", hue: str = "scheduler",
-                          metrics: Sequence[tuple[str, str]] = (("tbt_s_p99", "P99 TBT (s)"), ("ttft_s_p50", "P50 TTFT (s)")),
+                          metrics: Sequence[tuple[str, str]] = LATENCY_METRICS,
                           slo: Mapping[str, float] | None = None, title: str = "", logy: bool = True) -> Figure:
     """One panel per metric, metric against ``x``, one line per ``hue`` value; SLO lines dashed."""
     fig = Figure(figsize=(4.2 * len(metrics), 3.5), layout="constrained")
@@ -437,7 +440,13 @@ def plot_sweep_table(info: dict, table: pd.DataFrame, folder: Path, out: Path, x
     elif len(keys) > 1:
         table, hue = table.assign(series=table.apply(_setting_label, axis=1, names=keys)), "series"
     title = f"latency against {x}" + (f" · {base}" if base else "") + note
-    return latency_vs_qps(table, Path(out) / f"latency_vs_{x}", x=x, hue=hue, title=title)
+    # (points written without these metrics, by another version, ended in a KeyError traceback; an audit)
+    metrics = tuple((c, label) for c, label in LATENCY_METRICS if c in table and table[c].notna().any())
+    if not metrics:
+        raise ConfigError("plot sweep", f"{folder}'s finished points record none of "
+                          f"{', '.join(c for c, _ in LATENCY_METRICS)} (written by another version of servesim?)",
+                          "rerun the sweep into a new --out")
+    return latency_vs_qps(table, Path(out) / f"latency_vs_{x}", x=x, hue=hue, title=title, metrics=metrics)
 
 
 # The figures of summary.json a re-simulation must give again, bit for bit, for its plots to be the run's.

@@ -50,6 +50,7 @@ from profiler.timing import L2_FLUSH_MODES
 from profiler.work import comm_work
 from simulator.config.catalog import ModelSpec, get_model
 from simulator.config.errors import ConfigError
+from simulator.config.hf_config import is_path_like
 
 FLUSH_EVERY_S = 2.0
 # Piped or redirected (no terminal for the live bar), progress is a plain line this often (RunProgress).
@@ -121,6 +122,9 @@ class ProfileConfig:
             raise ConfigError("dtype", f"unknown dtype {self.dtype!r}", f"use one of {', '.join(DTYPES)}")
         if not self.tp:
             raise ConfigError("tp", "no TP degree given", "pass --tp 1 (repeat --tp for several)")
+        if is_path_like(self.model) and Path(self.model).exists():
+            # (the table names its model: a relative config.json was read from elsewhere as no file; an audit)
+            object.__setattr__(self, "model", str(Path(self.model).resolve()))
         spec = self.model_spec  # raises for an unknown model
         if spec.is_hybrid:
             raise ConfigError("model", f"{spec.name} is a hybrid: {spec.num_linear_layers} of its {spec.num_layers} "

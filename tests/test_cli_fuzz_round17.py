@@ -160,3 +160,24 @@ def test_a_users_search_gives_its_notes_beside_the_json_answer() -> None:
     code, out = invoke("capacity", "--users", "--num-requests", "48", "--max-trials", "2", "--json")
     assert code == 0 and "note: 48 requests a trial are" in out, out
 
+
+def test_a_report_is_not_written_among_another_folders_files(tmp_path: Path) -> None:
+    """validate (and fidelity) --out a run's folder wrote the report among the run's files."""
+    code, out = invoke("run", "--no-progress", "--num-requests", "4", "--out", str(tmp_path / "run"))
+    assert code == 0, out
+    line = refused("validate", "--out", str(tmp_path / "run"))
+    assert "holds other files (config.json," in line and "no README of this report" in line
+
+
+def test_a_profile_names_its_config_json_by_an_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative --model config.json was recorded as given, so the table named a file no other folder has."""
+    from profiler.runner import ProfileConfig
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+        "num_key_value_heads": 8, "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 2048}))
+    monkeypatch.chdir(tmp_path)
+    config = ProfileConfig(model="m/config.json", out=Path("p"))
+    assert config.model == str(tmp_path / "m" / "config.json") and config.to_dict()["model"] == config.model
+

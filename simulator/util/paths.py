@@ -100,6 +100,11 @@ def check_report_dir(path: Path | str, title: str, field: str = "--out") -> Path
     a project folder replaced its README)."""
     path = check_out_dir(path, field, existing_ok=True)
     readme = path / "README.md"
+    if not readme.is_file() and path.is_dir() and any(path.iterdir()):
+        # (a run's folder took the report's files among its own; an audit): a report's folder is new, or its own
+        held = ", ".join(sorted(f.name for f in path.iterdir())[:3])
+        raise ConfigError(field, f"{path} holds other files ({held}, ...) and no README of this report, which would be "
+                          "written among them", "pass a new folder, or the report's own")
     if readme.is_file():
         with readme.open(encoding="utf-8", errors="replace") as f:
             first = f.readline().strip()

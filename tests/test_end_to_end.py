@@ -23,6 +23,10 @@ def test_profile_fit_simulate_on_cpu(tmp_path: Path):
     assert p.returncode == 0, p.stderr
     f = simulate_cli("fit", "--profile", str(prof / "profile.csv"), "--out", str(art))
     assert f.returncode == 0, f.stderr
+    # scored against every cost model: a CPU has no today constants, and its 'roofline today' column says whose
+    fid = simulate_cli("fidelity", "--profile", str(prof), "--kernels", "trtllm", "--out", str(tmp_path / "fid"))
+    assert fid.returncode == 0, fid.stderr
+    assert "cpu is of no generation the today constants were fitted for" in " ".join(fid.stderr.split())
     artifact = json.loads(art.read_text())
     assert {"qkv_proj", "mlp_down", "lm_head"} <= set(artifact["learned_ops"])
     common = ["run", "--model", "tiny-llama-1b", "--gpu", "cpu", "--workload", "fixed", "--prompt-tokens", "24",

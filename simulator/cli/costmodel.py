@@ -408,12 +408,15 @@ def fidelity(
                             "the tables columns are left out")
         command = "simulate fidelity " + " ".join(f"--profile {p}" for p in profile) + f" --out {out}"
         notes: list[str] = []
+        remarks: list[str] = []
         try:
             with StepProgress("fidelity") as steps:
                 summary = pf.write_report(list(profile), out, backends, tables, command, progress=steps.update,
-                                          notes=notes)
+                                          notes=notes, remarks=remarks)
         except KeyboardInterrupt:
             fail(_FIDELITY_INTERRUPTED.format(out=out), code=130)
+        for remark in remarks:
+            Console(stderr=True).print(f"note: {remark}", highlight=False)
         _say_written(out, len(summary), notes)
         return
     if kernels != ",".join(TABLE_BACKENDS):

@@ -181,3 +181,16 @@ def test_a_profile_names_its_config_json_by_an_absolute_path(tmp_path: Path, mon
     config = ProfileConfig(model="m/config.json", out=Path("p"))
     assert config.model == str(tmp_path / "m" / "config.json") and config.to_dict()["model"] == config.model
 
+
+@pytest.mark.parametrize("link", ["-5GB/s", "1e9GB/s"])
+def test_a_kv_link_number_the_bandwidth_form_cannot_read_is_said(link: str) -> None:
+    line = refused("run", "--no-progress", "--num-requests", "4", "--prefill-pool", "1x", "--decode-pool", "1x",
+                   "--kv-link", link)
+    assert f"'{link}' is no bandwidth: a positive decimal number and a unit" in line
+
+
+def test_the_first_token_point_takes_any_case() -> None:
+    code, out = invoke("run", "--no-progress", "--num-requests", "4", "--prefill-pool", "1x", "--decode-pool", "1x",
+                       "--first-token-at", "Prefill")
+    assert code == 0, out
+

@@ -989,6 +989,8 @@ class RunConfig:
                 if staged:
                     raise ConfigError("scheduler.cpu_kv_gib", f"a CPU KV tier is modelled for one-stage replicas only, "
                                       f"and {' and '.join(staged)} set pp > 1", "drop --cpu-kv-gib, or pp= from the pool")
+        if isinstance(self.first_token_at, str):  # (Prefill was refused for its case, where GPU and link names are not)
+            object.__setattr__(self, "first_token_at", self.first_token_at.strip().lower())
         if self.first_token_at not in FIRST_TOKEN_AT:
             raise ConfigError("first_token_at", f"unknown delivery point {self.first_token_at!r}",
                               f"use one of {', '.join(FIRST_TOKEN_AT)}")

@@ -253,7 +253,11 @@ def _check_out_folder(out: Path, model_name: str | None, device: str | None) -> 
     models = set(table["model"].dropna().unique())
     if meta.get("model"):
         models.add(meta["model"])
-    others = sorted(m for m in models if m != model_name)
+    def same_file(recorded: str) -> bool:  # (earlier versions recorded a relative config.json as typed)
+        return (model_name is not None and is_path_like(recorded) and Path(recorded).exists()
+                and Path(recorded).resolve() == Path(model_name).resolve())
+
+    others = sorted(m for m in models if m != model_name and not same_file(str(m)))
     if model_name is not None and others:
         raise ConfigError("out", f"{out} holds a profile of {', '.join(others)}, not {model_name}",
                           "choose another --out folder (one model per folder)")

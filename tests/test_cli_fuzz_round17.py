@@ -186,11 +186,38 @@ def test_a_profile_names_its_config_json_by_an_absolute_path(tmp_path: Path, mon
 def test_a_kv_link_number_the_bandwidth_form_cannot_read_is_said(link: str) -> None:
     line = refused("run", "--no-progress", "--num-requests", "4", "--prefill-pool", "1x", "--decode-pool", "1x",
                    "--kv-link", link)
-    assert f"'{link}' is no bandwidth: a positive decimal number and a unit" in line
+    assert f"'{link}' is no bandwidth this reads: digits with an optional fraction, then GB/s" in line
 
 
 def test_the_first_token_point_takes_any_case() -> None:
     code, out = invoke("run", "--no-progress", "--num-requests", "4", "--prefill-pool", "1x", "--decode-pool", "1x",
                        "--first-token-at", "Prefill")
     assert code == 0, out
+
+
+def test_a_users_search_takes_a_typed_warm_up_mode_without_a_concurrency(tmp_path: Path) -> None:
+    """--warmup-mode drain beside --users was refused for want of a concurrency (the search's trials have one), and
+    a sweep's users points asked for users above their max_users."""
+    args = ["capacity", "--users", "--num-requests", "64", "--max-trials", "2", "--json"]
+    code, typed = invoke(*args, "--num-warmup", "8", "--warmup-mode", "drain")
+    assert code == 0, typed
+    code, vllm = invoke(*args, "--num-warmups", "8")
+    assert code == 0 and _timeless(_answer(typed)) == _timeless(_answer(vllm)), vllm
+    assert "no warm-up is given" in refused("capacity", "--users", "--warmup-mode", "drain", "--num-requests", "64")
+    sweep = tmp_path / "few.toml"
+    sweep.write_text('mode = "capacity"\n[base]\nusers = true\nnum_warmups = 4\nmax_users = 8\n'
+                     'num_requests = 64\nmax_trials = 2\n[grid]\nseed = [0]\n')
+    code, out = invoke("sweep", str(sweep), "--out", str(tmp_path / "few"))
+    assert code == 0, out
+
+
+def test_a_report_folder_may_hold_hidden_files_and_what_an_interrupted_report_left(tmp_path: Path) -> None:
+    from simulator.util.paths import check_report_dir
+
+    for name, files in (("hidden", (".gitkeep",)), ("left", ("fidelity.csv", "ratio_x.png"))):
+        folder = tmp_path / name
+        folder.mkdir()
+        for f in files:
+            (folder / f).write_text("x")
+        assert check_report_dir(folder, "# title") == folder
 

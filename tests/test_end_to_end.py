@@ -27,6 +27,7 @@ def test_profile_fit_simulate_on_cpu(tmp_path: Path):
     fid = simulate_cli("fidelity", "--profile", str(prof), "--kernels", "trtllm", "--out", str(tmp_path / "fid"))
     assert fid.returncode == 0, fid.stderr
     assert "cpu is of no generation the today constants were fitted for" in " ".join(fid.stderr.split())
+    assert "cpu is of no generation" in (tmp_path / "fid" / "README.md").read_text()  # (what stays)
     artifact = json.loads(art.read_text())
     assert {"qkv_proj", "mlp_down", "lm_head"} <= set(artifact["learned_ops"])
     common = ["run", "--model", "tiny-llama-1b", "--gpu", "cpu", "--workload", "fixed", "--prompt-tokens", "24",

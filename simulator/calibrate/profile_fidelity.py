@@ -360,7 +360,8 @@ def _environment_lines(envs: dict[str, dict]) -> list[str]:
     return lines
 
 
-def render_readme(summary: pd.DataFrame, envs: dict[str, dict], plots: list[Path], command: str) -> str:
+def render_readme(summary: pd.DataFrame, envs: dict[str, dict], plots: list[Path], command: str,
+                  remarks: list[str] | None = None) -> str:
     methods = list(dict.fromkeys(summary["method"]))
     lines = [
         PROFILE_FIDELITY_TITLE,
@@ -389,6 +390,8 @@ def render_readme(summary: pd.DataFrame, envs: dict[str, dict], plots: list[Path
                      for m in methods]
             points = int(by["num_points"].max())
             lines.append(f"| {op} | {regime} | {points} | " + " | ".join(cells) + " |")
+    if remarks:  # (said on the terminal too; the README is what stays)
+        lines += ["", *(f"Note: {remark}." for remark in remarks)]
     lines += ["", "Plots:", ""] + [f"- `{p.name}`" for p in plots]
     return "\n".join(lines) + "\n"
 
@@ -414,5 +417,5 @@ def write_report(paths: list[Path], out: Path, backends: tuple[str, ...] = KERNE
     with or_skipped("the figures", notes if notes is not None else []):
         plots = [plot_profile(points, label, int(tp), out)
                  for (label, tp) in points[["profile", "tp"]].drop_duplicates().itertuples(index=False)]
-    (out / "README.md").write_text(render_readme(summary, envs, plots, command))
+    (out / "README.md").write_text(render_readme(summary, envs, plots, command, remarks))
     return summary

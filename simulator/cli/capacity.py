@@ -227,15 +227,21 @@ def _typed_on_command_line(ctx: typer.Context, name: str) -> bool:
 
 
 def _users_drain_warmups(ctx: typer.Context, config: RunConfig, settings: Any) -> RunConfig:
-    """A users search's trials are closed loops: vLLM's ``--num-warmups`` drains each one's warm-up first, as
-    ``run --concurrency N --num-warmups M`` does, where the config names no concurrency (its first trial's users
-    then, as the search reads it). It ran beside the measured requests (an audit: P99 TBT 0.1647 s against 0.1636
-    with --concurrency 16 typed, the same first trial)."""
+    """A users search's trials are closed loops: vLLM's ``--num-warmups`` (or ``--warmup-mode drain``) drains each
+    one's warm-up first, as ``run --concurrency N --num-warmups M`` does, where the config names no concurrency (its
+    first trial's users then, as the search reads it). It ran beside the measured requests (an audit: P99 TBT
+    0.1647 s against 0.1636 with --concurrency 16 typed, the same first trial), and --warmup-mode was refused."""
     from simulator.planning.capacity import DEFAULT_FIRST_USERS
 
     w = config.workload
-    if (not settings.users or w.concurrency is not None or not w.num_warmup
-            or not _typed_on_command_line(ctx, "num_warmups") or _typed_on_command_line(ctx, "warmup_mode")):
+    if not settings.users or w.concurrency is not None:
+        return config
+    typed = ctx.params.get("warmup_mode") if _typed_on_command_line(ctx, "warmup_mode") else None
+    mode = typed or ("drain" if _typed_on_command_line(ctx, "num_warmups") else None)
+    if typed is not None and not w.num_warmup:  # (run_options left it to this command: said here)
+        raise ConfigError("--warmup-mode", f"{typed!r} is the warm-up's, and no warm-up is given",
+                          "add --num-warmup M, or drop --warmup-mode")
+    if mode != "drain" or not w.num_warmup:
         return config
     return config.replace(workload__concurrency=min(DEFAULT_FIRST_USERS, settings.max_users),
                           workload__arrival="burst", workload__warmup_mode="drain")

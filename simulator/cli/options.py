@@ -416,6 +416,12 @@ def run_options(fn=None, *, as_overrides: bool = False):  # noqa: ANN001, ANN201
         base = replay_whole(run_kwargs)
         if fn.__name__ == "calibrate_engine" and kwargs.get("rows") is not None:
             base = rows_base(kwargs["rows"]) or base
+        if (fn.__name__ == "capacity" and kwargs.get("users") and run_kwargs.get("warmup_mode") is not None
+                and run_kwargs.get("concurrency") is None and run_kwargs.get("max_concurrency") is None
+                and (base is None or base.workload.concurrency is None)):
+            # a users search's trials are closed loops from its first users: their warm-up mode is the command's
+            # to apply (capacity._users_drain_warmups); a config without a concurrency refuses one
+            run_kwargs["warmup_mode"] = None
         implied = {} if as_overrides else engine_implies(run_kwargs, fn.__name__)  # (a sweep's points: its own)
         run_kwargs.update(implied)
         try:

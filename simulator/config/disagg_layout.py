@@ -290,8 +290,8 @@ def check_link_name(text: str, field: str = "kv_link") -> None:
             raise ConfigError(field, f"{text!r}: the latency {latency!r} is not a time in us, ms or s",
                               f"write e.g. '{name}@10us', or drop '@{latency}'")
         if re.match(r"\s*[-+]?\.?\d", name):  # a number the bandwidth form does not read (-5GB/s, 1e9GB/s)
-            raise ConfigError(field, f"{text!r} is no bandwidth: a positive decimal number and a unit",
-                              "e.g. '25GB/s@10us' in bytes, '200Gb/s' in bits")
+            raise ConfigError(field, f"{text!r} is no bandwidth this reads: digits with an optional fraction, then "
+                              "GB/s (bytes), Gb/s or Gbps (bits)", "e.g. '0.5GB/s', '25GB/s@10us', '200Gb/s'")
         lowered = name.lower()
         nics = re.fullmatch(r"(.+?)-?x(\d+)", lowered)  # 'infiniband-400gx8': the NIC count's dash missing
         base, suffix = (nics.group(1), f"-x{nics.group(2)}") if nics else (lowered, "")

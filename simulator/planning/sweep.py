@@ -377,7 +377,7 @@ def build_spec(data: dict[str, Any], mode: str | None = None, base_overrides: di
             elif mode == "capacity" and values.get("users"):
                 from simulator.planning.capacity import DEFAULT_FIRST_USERS
 
-                values.setdefault("concurrency", DEFAULT_FIRST_USERS)
+                values.setdefault("concurrency", min(DEFAULT_FIRST_USERS, values.get("max_users") or DEFAULT_FIRST_USERS))
                 values["warmup_mode"] = "drain"
         if imply_engine and values.get("engine") is not None:
             from simulator.costmodel.engine_model import implied_options

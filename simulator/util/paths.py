@@ -94,16 +94,23 @@ def check_out_dir(path: Path | str, field: str = "--out", replaceable: Iterable[
     return path
 
 
+# What a report writes beside its README.md (tables and figures): a folder holding only these is a report's.
+REPORT_SUFFIXES = (".csv", ".png", ".svg")
+
+
 def check_report_dir(path: Path | str, title: str, field: str = "--out") -> Path:
     """An output folder a report regenerates in place (:func:`check_out_dir` with ``existing_ok``), refused where
     its ``README.md`` is another's: one whose first line is not ``title`` would be overwritten (``validate --out``
     a project folder replaced its README)."""
     path = check_out_dir(path, field, existing_ok=True)
     readme = path / "README.md"
-    if not readme.is_file() and path.is_dir() and any(path.iterdir()):
-        # (a run's folder took the report's files among its own; an audit): a report's folder is new, or its own
-        held = ", ".join(sorted(f.name for f in path.iterdir())[:3])
-        raise ConfigError(field, f"{path} holds other files ({held}, ...) and no README of this report, which would be "
+    # (a run's folder took the report's files among its own; an audit): a report's folder is new, or its own, or
+    # what an interrupted report left (its tables and figures: README.md is written last); hidden files are no one's
+    foreign = sorted(f.name for f in path.iterdir() if not f.name.startswith(".")
+                     and not (f.is_file() and f.suffix in REPORT_SUFFIXES)) if path.is_dir() else []
+    if not readme.is_file() and foreign:
+        held = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise ConfigError(field, f"{path} holds other files ({held}) and no README of this report, which would be "
                           "written among them", "pass a new folder, or the report's own")
     if readme.is_file():
         with readme.open(encoding="utf-8", errors="replace") as f:

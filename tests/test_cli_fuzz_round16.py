@@ -59,12 +59,12 @@ def test_a_sweep_refuses_two_spellings_of_one_deployment(tmp_path: Path) -> None
 
 
 def test_a_run_under_a_prefill_floor_says_what_it_holds_a_step_to() -> None:
-    """sglang-2026's fitted prefill floor (3.48 ms a layer) holds any step with prompt tokens of an 80-layer model to
-    279 ms, decodes batched or waiting behind it included: a TBT/TPOT capacity met it first, said nowhere."""
+    """sglang-2026's fitted prefill floor (3.33 ms a layer) holds any step with prompt tokens of an 80-layer model to
+    266 ms, decodes batched or waiting behind it included: a TBT/TPOT capacity met it first, said nowhere."""
     code, output = invoke("run", "--engine", "sglang-2026", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4",
                           "--dtype", "fp8", "--num-requests", "8")
     assert code == 0, output
-    assert "engine sglang-2026 (a step carrying prompt tokens takes >= 279 ms: its prefill floor, 3.48 ms x 80 " \
+    assert "engine sglang-2026 (a step carrying prompt tokens takes >= 266 ms: its prefill floor, 3.33 ms x 80 " \
            "layers)" in " ".join(output.split()), output
     code, output = invoke("capacity", "--engine", "trtllm-2026", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
                           "--num-requests", "64")

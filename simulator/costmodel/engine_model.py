@@ -234,7 +234,7 @@ def _renamed_terms(data: dict[str, Any]) -> dict[str, Any]:
 
 # -- presets ------------------------------------------------------------------------------------------------------
 # The 2026 presets' handoff latency, each backend's: see the comment above vllm-2026.
-SILICON_HANDOFF_S = {"vllm": 0.140, "sglang": 0.205, "trtllm": 0.100}
+SILICON_HANDOFF_S = {"vllm": 0.165, "sglang": 0.220, "trtllm": 0.100}
 
 
 def _handoff_fitted(backend: str) -> str:
@@ -310,9 +310,10 @@ ENGINES: dict[str, EngineModel] = {
     # SGLang's bootstrap server and transfer engine, vLLM's NIXL connector), fitted on its simulated disaggregated
     # silicon rows (TRT-LLM 211, SGLang 105; H100, B200, B300, GB200, GB300) as the median-abs-log-error constant added
     # to their TTFT simulated without one (silicon_fit.fit_handoffs; results/validation/silicon/fit_report.py, which
-    # also holds each GPU out: SGLang 195-225 ms, TRT-LLM 45-140 ms); vLLM's 13 rows (all GB200) are too few
-    # (MIN_OWN_HANDOFF_ROWS), so it takes the one fitted on all 329 (140 ms; 155-195 ms leaving one GPU out; 150 ms
-    # before vLLM's preset took its time per prompt chunk and layer). In the
+    # also holds each GPU out: SGLang 175-245 ms, TRT-LLM 45-140 ms); vLLM's 13 rows (all GB200) are too few
+    # (MIN_OWN_HANDOFF_ROWS), so it takes the one fitted on all 329 (165 ms; 140-205 ms leaving one GPU out; 140 ms
+    # and SGLang's 205 before GLM-5's rows refitted sglang-2026, whose disaggregated base moved; 150 ms before vLLM's
+    # preset took its time per prompt chunk and layer). In the
     # report at bfc593d, before the all-to-alls counted a token once a rank: 205, 75 and 85 ms. Until that report one
     # pooled constant served all three: 85 ms (75 ms at 81e2597, 85 ms at 5d6b194, 90 ms at cac8f5b, 95 ms at 31d497d,
     # 135 ms at code 0c78f9c).
@@ -347,27 +348,28 @@ ENGINES: dict[str, EngineModel] = {
     ),
     "sglang-2026": EngineModel(
         name="sglang-2026",
-        source="AIConfigurator silicon_train.csv, SGLang 0.5.x aggregated rows (288 replayed: H100, B200, B300; "
-               "DeepSeek-V3/R1, Qwen3-32B, Qwen3.5-397B-A17B), wip rows dropped, repeated measurements once, "
+        source="AIConfigurator silicon_train.csv, SGLang 0.5.x aggregated rows (312 replayed: H100, B200, B300; "
+               "DeepSeek-V3/R1, GLM-5, Qwen3-32B, Qwen3.5-397B-A17B), wip rows dropped, repeated measurements once, "
                "rows the InferenceX matrix says ran MTP refused",
         fitted="as vllm-2026 with --kernels sglang and SGLang's own policy (--scheduler sglang: prefill batches "
                "first, never mixed with decodes; use it with this preset) and InferenceX's SGLang request intake, "
                "each layout read as the node it ran on, MoE at AIConfigurator's default routing: median abs error TTFT "
-               "26%, TPOT 10% in-sample (kernels alone 49%, 11%), leave-one-GPU-out 41%, 12%, leave-one-model-out "
-               "32%, 11%. Its CPU is 0.98 ms a step and 5.4 us a request in the batch (the two trade off along a flat "
-               "direction of the fit: 0.83 ms and 10 us in the report at cac8f5b, none a step and 13 us before it; "
+               "27%, TPOT 11% in-sample (kernels alone 46%, 13%), leave-one-GPU-out 42%, 13%, leave-one-model-out "
+               "35%, 13%. Its CPU is none a step and 5.8 us a request in the batch (the two trade off along a flat "
+               "direction of the fit: 0.98 ms and 5.4 us before GLM-5's 24 rows joined it, 0.83 ms and 10 us in the "
+               "report at cac8f5b, none a step and 13 us before it; "
                "run with their launch scripts' chunk, memory fraction and running cap, InferenceX's rows fit none a "
                "step, 7.5 us a request and 7.9 us a prompt token, which put SGLang's EAGLE-3 speedup at batch 1 "
-               "+47% over the measured where this fit is +9%: results/validation/silicon/HISTORY.md). The floor, "
-               "3.4 ms a layer on "
+               "+47% over the measured where this fit was +9%: results/validation/silicon/HISTORY.md). The floor, "
+               "3.3 ms a layer on "
                "every step that carries a prompt (SGLang runs extend batches outside its CUDA graphs), is far above "
                "launch latency alone: it holds what a prefill step costs that the tables do not show (at 4 users the "
                "measured TTFT is 150-200 ms at 1K prompt tokens and grows slowly to 8K). Every SGLang row is a "
-               "60-64-layer model, so whether the floor goes per layer or per step is not identified: on a 32-layer "
-               "model it holds a prefill step to at least 108 ms" + _handoff_fitted("sglang"),
-        cpu_iteration_s=0.9769e-3, cpu_per_seq_s=5.450e-6, cpu_per_prefill_token_s=1.960e-6,
-        prefill_floor_per_layer_s=3.482e-3,
-        collective_extra_s=((2, -7.652e-6), (4, -7.652e-6), (8, -7.652e-6)), scheduler="sglang", kernels="sglang",
+               "60-78-layer model (GLM-5's 78), so whether the floor goes per layer or per step is not identified: "
+               "on a 32-layer model it holds a prefill step to at least 107 ms" + _handoff_fitted("sglang"),
+        cpu_iteration_s=0.0, cpu_per_seq_s=5.7615e-6, cpu_per_prefill_token_s=2.9418e-6,
+        prefill_floor_per_layer_s=3.3283e-3,
+        collective_extra_s=((2, 3.1978e-6), (4, 3.1978e-6), (8, 3.1978e-6)), scheduler="sglang", kernels="sglang",
         handoff_s=SILICON_HANDOFF_S["sglang"],
     ),
     "trtllm-2026": EngineModel(

@@ -99,7 +99,9 @@ def interrupt_when(proc: subprocess.Popen, ready: Callable[[], bool], how: str, 
             os.killpg(proc.pid, signal.SIGINT)
         else:
             os.kill(proc.pid, signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
+        # (60 s: once, under the whole suite on two busy cores, an interrupted sweep of two workers took over 30 s
+        # to exit; alone it exits in a second or two)
+        _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

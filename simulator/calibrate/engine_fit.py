@@ -138,22 +138,16 @@ def read_iteration_table(path: Path) -> pd.DataFrame:
     return df
 
 
-def _first_unusable(raw: pd.Series, value: pd.Series, columns: list[str], counts: tuple[str, ...]) -> tuple[str, str]:
-    """The first of ``columns`` an iteration table's row cannot use, and why (an empty optional cell, read as NaN,
-    was unnamed among "missing, non-numeric, infinite, fractional or negative"; an audit)."""
-    for c in columns:
-        v = value[c]
-        if pd.isna(raw[c]):
-            return c, "missing"
-        if np.isnan(v):
-            return c, "non-numeric"
-        if not np.isfinite(v):
-            return c, "infinite"
-        if v < 0 or (c == "measured_s" and v == 0):
-            return c, "negative" if v < 0 else "zero"
-        if c in counts and v != round(v):
-            return c, "fractional"
-    raise AssertionError("no unusable value in a row judged unusable")
+def _unusable_cells(raw: pd.DataFrame, values: pd.DataFrame, counts: tuple[str, ...]) -> list[tuple[str, pd.DataFrame]]:
+    """What makes an iteration table's cell unusable, in the order a message names it, as one boolean frame each
+    (``raw`` the cells as read, ``values`` as numbers): a row any of whose cells is true is refused, naming its first
+    such cell (an empty optional cell, read as NaN, was unnamed among "missing, non-numeric, infinite, fractional or
+    negative"; an audit). Inf passes a sign check and ended the fit in a traceback; a fractional count is no batch."""
+    numeric = values.notna()
+    return [("missing", raw.isna()), ("non-numeric", ~numeric & raw.notna()),
+            ("infinite", numeric & ~np.isfinite(values.fillna(0.0))), ("negative", values < 0),
+            ("zero", (values == 0) & (values.columns == "measured_s")),
+            ("fractional", (values != values.round()) & numeric & values.columns.isin(counts))]
 
 
 def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "table") -> pd.DataFrame:
@@ -175,12 +169,12 @@ def check_iteration_table(df: pd.DataFrame, model: str, gpu: str, where: str = "
     values = df[given].apply(pd.to_numeric, errors="coerce")
     counts = values[[c for c in ("tp", "num_prefills", "num_decodes", "prefill_tokens", TOTAL_PREFILL_COLUMN)
                      if c in given]]
-    # inf passes a sign check and ends the fit in a traceback; a fractional count is no batch (it was truncated)
-    bad = (~np.isfinite(values).all(axis=1) | (values["measured_s"] <= 0) | (counts < 0).any(axis=1)
-           | (counts != counts.round()).any(axis=1) | (values[["decode_context", "prefill_context"]] < 0).any(axis=1))
+    cells = _unusable_cells(df[given], values, tuple(counts.columns))
+    bad = np.logical_or.reduce([frame.to_numpy() for _, frame in cells])
     if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
-        column, reason = _first_unusable(df.iloc[row], values.iloc[row], given, tuple(counts.columns))
+        row = int(np.flatnonzero(bad.any(axis=1))[0])
+        column = given[int(np.flatnonzero(bad[row])[0])]
+        reason = next(why for why, frame in cells if frame[column].iloc[row])
         held = df[column].iloc[row]
         shown = ("empty" if pd.isna(held) else f"{held!r} ({reason})" if isinstance(held, str)
                  else f"{float(held):.15g} ({reason})" if isinstance(held, int | float | np.number) else f"{held} ({reason})")

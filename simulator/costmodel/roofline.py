@@ -272,14 +272,15 @@ class RooflineCostModel(TabulatedCostModel):
     def attention_prefill(self, shape: BatchShape) -> float:
         if shape.num_prefills == 0:
             return 0.0
-        t = self._attention_prefill(shape.prefill_attn_pairs, shape.prefill_kv_tokens, shape.num_prefill_tokens,
-                                    shape.num_prefills)
+        # (a DSA model's every layer is capped: its full-attention price would be computed only to be replaced)
+        t = 0.0 if self.sparse else self._attention_prefill(shape.prefill_attn_pairs, shape.prefill_kv_tokens,
+                                                             shape.num_prefill_tokens, shape.num_prefills)
         if self.sliding_fraction:  # window layers: each query sees at most `window` keys
             w = self.sliding_window
             local = self._attention_prefill(min(shape.prefill_attn_pairs, shape.num_prefill_tokens * w),
                                             min(shape.prefill_kv_tokens, shape.num_prefill_tokens + shape.num_prefills * w),
                                             shape.num_prefill_tokens, shape.num_prefills)
-            t += self.sliding_fraction * (local - t)
+            t = local if self.sparse else t + self.sliding_fraction * (local - t)
         if self.linear_fraction:  # a hybrid's linear layers run their recurrence instead
             t += self.linear_fraction * (linear_attention_time(self, shape.num_prefill_tokens, shape.num_prefills) - t)
         if self.sparse:
@@ -347,11 +348,11 @@ class RooflineCostModel(TabulatedCostModel):
     def attention_decode(self, shape: BatchShape) -> float:
         if shape.num_decodes == 0:
             return 0.0
-        t = self._attention_decode(shape.decode_kv_tokens, shape.num_decodes)
+        t = 0.0 if self.sparse else self._attention_decode(shape.decode_kv_tokens, shape.num_decodes)
         if self.sliding_fraction:
             local = self._attention_decode(min(shape.decode_kv_tokens, shape.num_decodes * self.sliding_window),
                                            shape.num_decodes)
-            t += self.sliding_fraction * (local - t)
+            t = local if self.sparse else t + self.sliding_fraction * (local - t)
         if self.linear_fraction:
             t += self.linear_fraction * (linear_attention_time(self, shape.num_decodes, shape.num_decodes) - t)
         if self.sparse:
@@ -377,12 +378,12 @@ class RooflineCostModel(TabulatedCostModel):
         ``kv_tokens`` keys are read once while the math covers ``query_pairs`` query-key pairs of
         ``num_queries`` query tokens. With one query a sequence this is :meth:`attention_decode`'s
         price plus the (memory-bound) math bound."""
-        t = self._attention_verify(kv_tokens, num_seqs, query_pairs, num_queries)
+        t = 0.0 if self.sparse else self._attention_verify(kv_tokens, num_seqs, query_pairs, num_queries)
         if self.sliding_fraction:
             w = self.sliding_window
             local = self._attention_verify(min(kv_tokens, num_seqs * w), num_seqs, min(query_pairs, num_queries * w),
                                            num_queries)
-            t += self.sliding_fraction * (local - t)
+            t = local if self.sparse else t + self.sliding_fraction * (local - t)
         if self.linear_fraction:
             t += self.linear_fraction * (linear_attention_time(self, num_queries, num_seqs) - t)
         if self.sparse:

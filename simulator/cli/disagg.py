@@ -159,7 +159,8 @@ def _refuse_unread(ctx: typer.Context, command: str, candidates: list[tuple[str,
         option_value,
     )
 
-    decided = (DECIDED_BY_COMMAND[command] or frozenset()) | PREFIX_CACHE_OPTIONS
+    # (--[no-]fast-forward too: the base config is not disaggregated, so its own check keeps it)
+    decided = (DECIDED_BY_COMMAND[command] or frozenset()) | PREFIX_CACHE_OPTIONS | {"fast_forward"}
     typed = sorted(name for name in given_run_flags(ctx) if name in decided)
     if not typed or not candidates:  # (no layout at all: the search says why)
         return

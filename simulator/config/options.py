@@ -338,6 +338,10 @@ def inert_options(config: RunConfig, users_search: bool = False) -> dict[str, tu
         elif s.prefix_caching is False and config.speculative is not None:
             out["prefix_caching"] = ("speculative decoding turns prefix caching off", "drop {flag}")
     out.update(_adaptive_speculation_inert(config, users_search))
+    if config.is_disaggregated:  # (simulation: the pools run the plain loop)
+        out["fast_forward"] = ("disaggregated pools step one iteration at a time (no event skipping)", "drop {flag}")
+    elif config.speculative is not None:  # (simulation: several tokens a step, so the plain loop)
+        out["fast_forward"] = ("a speculating run steps one iteration at a time (no event skipping)", "drop {flag}")
     if not config.is_disaggregated:
         for name in ("kv_link", "kv_link_scope", "first_token_at"):
             out[name] = ("the run is not disaggregated", "add --prefill-pool and --decode-pool, or drop {flag}")

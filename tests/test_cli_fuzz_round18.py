@@ -1,0 +1,24 @@
+"""Round 18 of the CLI audit: flags accepted where nothing reads them (fast-forwarding a loop that never skips)."""
+
+from __future__ import annotations
+
+from test_cli_fuzz_round13 import invoke, refused
+
+POOLS = ["--model", "llama-3.1-8b", "--gpu", "h100", "--num-requests", "20"]
+SPEC = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}', "--acceptance-rate", "0.6"]
+
+
+def test_fast_forward_is_refused_where_the_loop_steps_one_iteration_at_a_time() -> None:
+    """Disaggregated pools and speculating runs take the plain loop whatever --[no-]fast-forward says: either value
+    typed there did nothing, unsaid (disagg split too, whose every layout is disaggregated)."""
+    pools = [*POOLS, "--prefill-pool", "1x(tp=1)", "--decode-pool", "1x(tp=1)"]
+    assert "disaggregated pools step one iteration at a time" in refused("run", *pools, "--no-fast-forward")
+    assert "a speculating run steps one iteration" in refused("run", *POOLS, *SPEC, "--fast-forward")
+    line = refused("disagg", "split", *POOLS, "--gpus", "2", "--no-fast-forward")
+    assert line.startswith("error: --no-fast-forward: no layout of the search reads it"), line
+    # where the loop does skip, the flag is taken, and changes no result
+    code, fast = invoke("run", *POOLS, "--fast-forward")
+    code_slow, slow = invoke("run", *POOLS, "--no-fast-forward")
+    assert code == code_slow == 0, (fast, slow)
+    table = [line for line in fast.splitlines() if line.startswith("│")]
+    assert table and table == [line for line in slow.splitlines() if line.startswith("│")]

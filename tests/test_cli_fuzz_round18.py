@@ -1,6 +1,9 @@
-"""Round 18 of the CLI audit: flags accepted where nothing reads them (fast-forwarding a loop that never skips)."""
+"""Round 18 of the CLI audit: flags accepted where nothing reads them (fast-forwarding a loop that never skips, a
+prices file that prices none of the GPUs searched)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from test_cli_fuzz_round13 import invoke, refused
 
@@ -22,3 +25,14 @@ def test_fast_forward_is_refused_where_the_loop_steps_one_iteration_at_a_time() 
     assert code == code_slow == 0, (fast, slow)
     table = [line for line in fast.splitlines() if line.startswith("│")]
     assert table and table == [line for line in slow.splitlines() if line.startswith("│")]
+
+
+def test_a_prices_file_that_prices_none_of_the_searched_gpus_is_refused(tmp_path: Path) -> None:
+    """A --prices file is a whole table, so one GPU of it that the plan searches makes it count; pricing none of
+    --gpus, the plan ran on the catalog's list prices as if the file had not been given."""
+    prices = tmp_path / "prices.csv"
+    prices.write_text("gpu,usd_per_gpu_hour\nb200,5.0\n")
+    line = refused("plan", "--model", "llama-3.1-8b", "--gpus", "h100", "--prices", str(prices), "--qps", "2",
+                   "--out", str(tmp_path / "plan"))
+    assert line.startswith("error: --prices: ") and "none of which --gpus h100 searches" in line, line
+    assert not (tmp_path / "plan" / "layouts.csv").exists()

@@ -122,6 +122,7 @@ def plan(
 
     check_searchable(config)  # each layout's capacity search varies --qps: refuse rate-less arrivals before 1,000 searches do
     table = load_price_file(prices) if prices is not None else {}
+    from_file = set(table)
     table = parse_price_flags(price, table)
     slo = plan_slo(planner)
     for note in slo.unit_notes():  # said before the search, on stderr
@@ -152,6 +153,9 @@ def plan(
             if name not in searched:
                 raise ConfigError("--price", f"{item} prices {name}, and --gpus {gpus} does not search it, so the "
                                   "--price would do nothing", f"add {name} to --gpus, or drop --price {item}")
+        if prices is not None and not from_file & searched:  # (one it prices is enough: the file is a whole table)
+            raise ConfigError("--prices", f"{prices} prices {', '.join(sorted(from_file))}, none of which --gpus {gpus} "
+                              "searches, so the file would do nothing", "add one of them to --gpus, or drop --prices")
     given = {"--budgets": budgets, "--attention-dps": attention_dps, "--ratios": ratios,
              "--pps": pps if max(space.pps) > 1 else None}  # (pp 1 is searched in every mode)
     for flag, (why, fix) in unread_space_options(config, space.modes).items():

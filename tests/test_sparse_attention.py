@@ -37,6 +37,17 @@ def test_the_catalog_models_carry_their_published_size_and_an_indexer_key_a_toke
     assert v32.kv_bytes_per_token_per_layer(2) == get_model("deepseek-v3").kv_bytes_per_token_per_layer(2) + 132
 
 
+def test_the_indexer_weights_are_whole_on_every_tp_rank():
+    """vLLM and SGLang build the indexer's projections as replicated linears: a TP rank holds its share of the rest of
+    the model and the whole indexer (it was counted sharded, 0.72 GiB a GPU short for DeepSeek-V3.2 at TP8)."""
+    per_gpu = {tp: ReplicaConfig(model="deepseek-v3.2", gpu="b200", tp=tp, dtype="fp8").layer_weights_bytes(61)
+               for tp in (1, 2, 8)}
+    indexer = 61 * get_model("deepseek-v3.2").indexer_params * 1.0  # bytes at FP8, every layer has one
+    for tp in (2, 8):
+        assert per_gpu[tp] == pytest.approx((per_gpu[1] - indexer) / tp + indexer, rel=1e-12)
+    assert get_model("deepseek-v3").indexer_params == 0
+
+
 def test_sparse_attention_needs_fp8_tensor_cores_and_no_profile():
     with pytest.raises(ConfigError, match="replica.gpu: glm-5's sparse attention runs FP8 indexer kernels, and "
                                           "a100-80gb has no FP8 tensor cores"):

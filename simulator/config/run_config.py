@@ -409,7 +409,8 @@ class ReplicaConfig:
         over ``tp``; a 4-bit MoE checkpoint's attention projections and router at ``dtype_bytes``, as a checkpoint's
         that keeps its attention so. The memory plan's layers and an MTP/EAGLE drafter's layer alike. The dense MLPs
         a checkpoint keeps at 16 bits (:attr:`mlp_16bit_layers`) are counted in the layers ``first_layer`` onwards
-        (a pipeline stage's), or, without it, as their mean share of ``num_layers``."""
+        (a pipeline stage's), or, without it, as their mean share of ``num_layers``. DSA's indexer is whole on every
+        TP rank (``ModelSpec.indexer_params``)."""
         m, tp, wb, dp = self.model_spec, self.tp, self.weight_bytes, self.attention_dp
         # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
         experts_per_layer = m.num_moe_layers * m.num_experts * m.expert_params / m.num_layers
@@ -428,6 +429,9 @@ class ReplicaConfig:
             held = (len(kept) * num_layers / m.num_layers if first_layer is None
                     else sum(first_layer <= i < first_layer + num_layers for i in kept))
             w += held * m.mlp_params(m.ffn_size) / tp * (self.dtype_bytes - wb)
+        if m.indexer_params and tp > 1:  # DSA's indexer is replicated on every TP rank: the rest of it beside its share
+            indexer_bytes = self.dtype_bytes if p16 else wb
+            w += num_layers * m.num_kv_layers / m.num_layers * m.indexer_params * (1 - 1 / tp) * indexer_bytes
         return w + num_layers * redundant_per_layer / (tp * dp) * wb
 
     @property

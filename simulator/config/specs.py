@@ -256,12 +256,20 @@ class ModelSpec:
                 else h * self.num_heads * qk
             kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + \
                 self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
-            # DSA's indexer: its queries from the query latent, one key and a weight a head from the hidden state
-            index = (self.q_lora_rank or h) * self.index_num_heads * self.index_head_dim + \
-                h * (self.index_head_dim + self.index_num_heads)
-            return q + kv + self.num_heads * self.v_head_dim * h + index
+            return q + kv + self.num_heads * self.v_head_dim * h + self.indexer_params
         gate = self.q_size if self.attn_output_gate else 0
         return h * (self.q_size + gate + 2 * self.kv_size) + self.q_size * h
+
+    @property
+    def indexer_params(self) -> int:
+        """DSA's indexer weights in one attention block (0 without sparse attention): its queries from the query
+        latent, one key and a weight a head from the hidden state. Engines replicate them on every TP rank (vLLM's
+        and SGLang's ``Indexer`` build them as replicated linears), so they are not sharded with the rest."""
+        if not self.is_sparse_attention:
+            return 0
+        h = self.hidden_size
+        return (self.q_lora_rank or h) * self.index_num_heads * self.index_head_dim + \
+            h * (self.index_head_dim + self.index_num_heads)
 
     @property
     def mixer_params(self) -> float:

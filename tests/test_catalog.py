@@ -52,3 +52,14 @@ def test_a_max_model_len_beyond_the_models_context_is_refused() -> None:
         ReplicaConfig("yi-34b", tp=2, max_model_len=16384)
     assert ReplicaConfig("yi-34b", tp=2, max_model_len=4096).effective_max_model_len == 4096
     assert ReplicaConfig("yi-34b-200k", tp=2, max_model_len=16384).effective_max_model_len == 16384
+
+
+def test_the_qwen3_2507_updates_are_their_own_entries_with_their_262k_context() -> None:
+    """Qwen3's 2507 updates keep the first release's shapes and give a native context of 262,144 (their
+    config.json), where the first release's is 40,960: as aliases of it they refused a 131,072-token limit."""
+    for first, update in (("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B-Instruct-2507"),
+                          ("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B-Thinking-2507")):
+        m = get_model(update)
+        assert m.name == f"{first}-2507" and m.max_model_len == 262144 and MODELS[first].max_model_len == 40960
+        assert m.num_params == MODELS[first].num_params and m.num_active_params == MODELS[first].num_active_params
+    assert ReplicaConfig("qwen3-30b-a3b-2507", "h100", max_model_len=131072).effective_max_model_len == 131072

@@ -509,3 +509,38 @@ def test_the_kv_figure_says_it_is_the_whole_pool_and_gives_vllms_beside_it():
                                    "--workload", "fixed", "--num-requests", "2", "--no-progress"]).output
     assert 'KV cache 255,120 tokens of full attention, the whole pool (vLLM\'s "GPU KV cache size" 127,552' in \
         " ".join(out.split())
+
+
+def test_kimi_k25s_int4_checkpoint_by_hand():
+    """Kimi-K2.5's own checkpoint (compressed-tensors INT4, group 32, its ignore list: self_attn, shared_experts and
+    layer 0's mlp) at --dtype int4: 0.5 + 2/32 bytes a routed-expert weight, the rest 16-bit. It was priced as GPTQ's
+    group of 128 with its shared experts and dense MLP at 4 bits: 6 GiB a GPU short at TP8 (594 GB published)."""
+    m = MODELS["kimi-k2.5"]
+    r = ReplicaConfig("kimi-k2.5", "b200", tp=8, dtype="int4")
+    assert r.weight_bytes == 0.5 + 2 / 32 and r.shared_experts_16bit and r.mlp_16bit_layers == (0,)
+    experts = m.num_moe_layers * m.num_experts * m.expert_params
+    sixteen = m.num_params - experts - 2 * m.embedding_params  # all else 16-bit (but the norms: 1.3 MB)
+    assert 8 * r.layer_weights_bytes(m.num_layers) == pytest.approx(experts * (0.5 + 2 / 32) + sixteen * 2, rel=1e-5)
+    total_gb = (8 * r.layer_weights_bytes(m.num_layers) + 2 * m.embedding_params * 2) / 1e9
+    assert 590 < total_gb < 600  # the checkpoint's published ~594 GB
+    # another format of the shape (NVIDIA's NVFP4 checkpoint) is not that checkpoint: its own rules
+    fp4 = ReplicaConfig("kimi-k2.5", "b200", tp=8, dtype="nvfp4")
+    assert fp4.weight_bytes == 0.5625 and not fp4.shared_experts_16bit and fp4.mlp_16bit_layers == ()
+
+
+def test_a_config_jsons_int4_group_is_read(tmp_path: Path):
+    """A compressed-tensors or GPTQ config.json's group size prices the scales (128 is the format's own)."""
+    from simulator.config.hf_config import model_from_hf_dict
+
+    cfg = json.loads((Path(__file__).parent / "data" / "hf_configs" / "deepseek-v3" / "config.json").read_text())
+    packed = {"format": "pack-quantized", "quant_method": "compressed-tensors",
+              "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32}}}}
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "quantization_config": packed}))
+    spec = model_from_hf_dict({**cfg, "quantization_config": packed}, "x")
+    assert (spec.checkpoint_quant, spec.int4_group_size) == ("int4", 32)
+    assert ReplicaConfig(str(tmp_path), "b200", tp=8, dtype="int4").weight_bytes == 0.5625
+    assert ReplicaConfig(str(tmp_path), "b200", tp=8, dtype="nvfp4").weight_bytes == 0.5625  # (NVFP4's own 1/16)
+    gptq = model_from_hf_dict({**cfg, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}, "x")
+    assert (gptq.checkpoint_quant, gptq.int4_group_size) == ("int4", 0)
+    per_channel = {"quant_method": "gptq", "bits": 4, "group_size": -1}
+    assert model_from_hf_dict({**cfg, "quantization_config": per_channel}, "x").int4_group_size == 0

@@ -129,11 +129,15 @@ def _dtype(r: Any, engine: str) -> str:
 def _experts_only(r: Any) -> str:
     """Said in the title: a 4-bit MoE checkpoint's attention and router are 16-bit (ReplicaConfig.experts_only_quantized),
     as what a checkpoint keeps so (ReplicaConfig.attention_16bit, mlp_16bit_layers: Meta's FP8 Llama-3.1-405B)."""
-    if r.experts_only_quantized:
-        return " (experts; attention and router 16-bit)"
     kept = ["attention"] if r.attention_16bit else []
     if r.mlp_16bit_layers:
         kept.append(f"layer {' and '.join(map(str, r.mlp_16bit_layers))}'s MLPs")
+    if r.shared_experts_16bit:
+        kept.append("shared experts")
+    group = r.model_spec.int4_group_size if r.runs_checkpoint_format else 0
+    scales = f", a scale every {group} weights" if group else ""
+    if r.experts_only_quantized:
+        return f" (experts{scales}; {', '.join(['attention and router', *kept[1:]])} 16-bit)"
     return f" (the checkpoint's {' and '.join(kept)} 16-bit)" if kept else ""
 
 

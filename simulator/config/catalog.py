@@ -119,9 +119,12 @@ _MODELS_2025: tuple[ModelSpec, ...] = (
     ModelSpec("kimi-k2.5", "moonshotai/Kimi-K2.5", 61, 7168, 64, 64, 18432, 163840, 262144,
               num_experts=384, num_experts_per_tok=8, expert_ffn_size=2048, num_shared_experts=1,
               num_dense_layers=1, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-              v_head_dim=128,
+              v_head_dim=128, checkpoint_quant="int4", int4_group_size=32, quant_16bit_mlp_layers=(0,),
+              quant_16bit_shared_experts=True,
               source="moonshotai/Kimi-K2.5 config.json text_config (via ai-dynamo/aiconfigurator "
-                     "src/aiconfigurator/model_configs/moonshotai--Kimi-K2.5_config.json); language model only"),
+                     "src/aiconfigurator/model_configs/moonshotai--Kimi-K2.5_config.json); language model only. Its "
+                     "checkpoint is INT4 (compressed-tensors pack-quantized, group_size 32, the routed experts only: "
+                     "self_attn, shared_experts and the dense layer's mlp are in its ignore list, as Kimi-K2-Thinking's)"),
     # MiniMax-M2.5: full softmax attention on every layer (attn_type_list all 1), GQA 48/8 with
     # head_dim 128 (not hidden / heads = 64), 256 routed experts top-8 of width 1536 on all 62 layers,
     # no shared expert (shared_intermediate_size 0), vocab 200064, 196608 positions, untied

@@ -179,6 +179,8 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
         raise ConfigError("model.quantization_config", f"{where}: must be an object (quant_method, ...), got "
                           f"{quant!r:.40}", "give the checkpoint's quantization_config, or drop it")
     kwargs["checkpoint_quant"] = checkpoint_quant(quant)
+    if kwargs["checkpoint_quant"] == "int4" and (group := int4_group_size(quant)) not in (None, 128):
+        kwargs["int4_group_size"] = group
     vocab = f.need("vocab_size")
     try:
         return ModelSpec(
@@ -259,6 +261,18 @@ def checkpoint_quant(quant: object) -> str:
     if method in ("awq", "gptq") and quant.get("bits") == 4 or fmt == "pack-quantized":
         return "int4"
     return method or "quantized"
+
+
+def int4_group_size(quant: dict[str, Any]) -> int | None:
+    """An INT4 ``quantization_config``'s scale group: GPTQ/AWQ's ``group_size``, or compressed-tensors' first config
+    group's ``weights.group_size``; None where it names none (or none that is a positive integer: -1 is per channel)."""
+    group = quant.get("group_size")
+    if group is None:
+        groups = quant.get("config_groups")
+        first = next(iter(groups.values()), None) if isinstance(groups, dict) and groups else None
+        weights = first.get("weights") if isinstance(first, dict) else None
+        group = weights.get("group_size") if isinstance(weights, dict) else None
+    return group if isinstance(group, int) and not isinstance(group, bool) and group > 0 else None
 
 
 def _text_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:

@@ -34,7 +34,9 @@ the attention projections and the router gate stay at 16 bits, as the published 
 (gpt-oss's MXFP4 experts, Kimi-K2's INT4 experts, NVIDIA's NVFP4 DeepSeek-R1 and MiniMax-M2.5
 checkpoints, whose ModelOpt exclusion lists name ``self_attn`` and the MoE ``gate``; DeepSeek-R1-0528-FP4
 v2 quantises the attention output too, which this rule prices at 16 bits). Shared experts and dense
-layers' MLPs are priced at the format (Kimi-K2 keeps its shared expert at 16 bits: not modelled). A dense
+layers' MLPs are priced at the format, but for a catalog checkpoint that keeps them at 16 bits where ``--dtype`` is
+its format (Kimi-K2.5's INT4: its shared experts and layer 0's MLP, in memory; its scales every 32 weights,
+``ModelSpec.int4_group_size``, in memory and GEMMs). A dense
 model's 4-bit checkpoint quantises every linear layer of its decoder, as a dense model's FP8 one does, but for a catalog
 entry of a checkpoint that keeps more at 16 bits where ``--dtype`` is its format (``ModelSpec.quant_16bit_attention``,
 ``quant_16bit_mlp_layers``: Meta's FP8 Llama-3.1-405B keeps self-attention and layers 0 and 125's MLPs at BF16, Llama 3

@@ -365,6 +365,9 @@ class ReplicaConfig:
     @property
     def weight_bytes(self) -> float:
         """Bytes per weight of the transformer layers (embeddings and LM head stay at ``dtype_bytes``)."""
+        group = self.model_spec.int4_group_size if self.runs_checkpoint_format else 0
+        if group:  # the checkpoint's own INT4 group (a bf16 scale each; ModelSpec.int4_group_size)
+            return 0.5 + 2.0 / group
         return WEIGHT_DTYPE_BYTES[self.dtype] if self.dtype not in ("bf16", "fp16") else float(self.dtype_bytes)
 
     @property
@@ -393,6 +396,12 @@ class ReplicaConfig:
         return self.model_spec.quant_16bit_mlp_layers if self.runs_checkpoint_format else ()
 
     @property
+    def shared_experts_16bit(self) -> bool:
+        """The run's checkpoint keeps its shared experts at ``dtype_bytes`` (``ModelSpec.quant_16bit_shared_experts``,
+        where ``dtype`` is its format). Memory only, as :attr:`mlp_16bit_layers`."""
+        return self.runs_checkpoint_format and self.model_spec.quant_16bit_shared_experts
+
+    @property
     def params_16bit_per_layer(self) -> float:
         """Weights of a layer (the mean over layers) held at ``dtype_bytes`` whatever ``dtype`` says: the
         softmax-attention projections (:attr:`attention_16bit`) and a 4-bit MoE checkpoint's router gate, else 0.
@@ -409,7 +418,8 @@ class ReplicaConfig:
         over ``tp``; a 4-bit MoE checkpoint's attention projections and router at ``dtype_bytes``, as a checkpoint's
         that keeps its attention so. The memory plan's layers and an MTP/EAGLE drafter's layer alike. The dense MLPs
         a checkpoint keeps at 16 bits (:attr:`mlp_16bit_layers`) are counted in the layers ``first_layer`` onwards
-        (a pipeline stage's), or, without it, as their mean share of ``num_layers``. DSA's indexer is whole on every
+        (a pipeline stage's), or, without it, as their mean share of ``num_layers``; shared experts it keeps so
+        (:attr:`shared_experts_16bit`) as their mean share. DSA's indexer is whole on every
         TP rank (``ModelSpec.indexer_params``)."""
         m, tp, wb, dp = self.model_spec, self.tp, self.weight_bytes, self.attention_dp
         # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
@@ -429,6 +439,9 @@ class ReplicaConfig:
             held = (len(kept) * num_layers / m.num_layers if first_layer is None
                     else sum(first_layer <= i < first_layer + num_layers for i in kept))
             w += held * m.mlp_params(m.ffn_size) / tp * (self.dtype_bytes - wb)
+        if self.shared_experts_16bit:  # sharded by TP like a dense MLP
+            shared_per_layer = m.num_moe_layers * m.shared_expert_params / m.num_layers
+            w += num_layers * shared_per_layer / tp * (self.dtype_bytes - wb)
         if m.indexer_params and tp > 1:  # DSA's indexer is replicated on every TP rank: the rest of it beside its share
             indexer_bytes = self.dtype_bytes if p16 else wb
             w += num_layers * m.num_kv_layers / m.num_layers * m.indexer_params * (1 - 1 / tp) * indexer_bytes

@@ -102,6 +102,13 @@ class ModelSpec:
     # and the dense MLPs of these layers (indices). Meta's FP8 Llama-3.1-405B keeps both (its first and last).
     quant_16bit_attention: bool = False
     quant_16bit_mlp_layers: tuple[int, ...] = ()
+    # ... and its shared experts (Kimi-K2's INT4 checkpoint: its ignore list names self_attn, shared_experts and
+    # the dense layer's mlp).
+    quant_16bit_shared_experts: bool = False
+    # An INT4 checkpoint's scale group where it is not GPTQ/AWQ's 128, where the run's --dtype is int4 and
+    # checkpoint_quant: Kimi-K2's quantization-aware checkpoint keeps a bf16 scale every 32 weights (0.5625 bytes a
+    # weight, not 0.5156). 0: the format's 128.
+    int4_group_size: int = 0
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_size", "vocab_size"):
@@ -122,6 +129,12 @@ class ModelSpec:
                 for i in self.quant_16bit_mlp_layers):  # (a MoE layer's experts are not one dense MLP)
             raise ConfigError("model.quant_16bit_mlp_layers", f"{self.quant_16bit_mlp_layers} must name dense-MLP "
                               f"layers of a quantized checkpoint (checkpoint_quant {self.checkpoint_quant!r})")
+        if self.int4_group_size and (self.int4_group_size < 0 or self.checkpoint_quant != "int4"):
+            raise ConfigError("model.int4_group_size", f"{self.int4_group_size} must be a positive group of an int4 "
+                              f"checkpoint (checkpoint_quant {self.checkpoint_quant!r})")
+        if self.quant_16bit_shared_experts and not (self.checkpoint_quant and self.num_shared_experts):
+            raise ConfigError("model.quant_16bit_shared_experts", "needs a quantized checkpoint (checkpoint_quant) of "
+                              "a model with shared experts")
         if not 0 <= self.num_dense_layers <= self.num_layers:
             raise ConfigError("model.num_dense_layers", f"must be in 0..{self.num_layers}, got {self.num_dense_layers}")
         if self.kv_lora_rank and (self.qk_rope_head_dim <= 0 or self.qk_nope_head_dim <= 0 or self.v_head_dim <= 0):

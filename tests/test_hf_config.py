@@ -208,3 +208,17 @@ def test_a_bad_rope_scaling_is_refused_in_one_line(rope: object) -> None:
     with pytest.raises(ConfigError) as err:
         model_from_hf_dict({**_base(), "rope_scaling": rope}, "x")
     assert err.value.field == "model.rope_scaling" and "\n" not in str(err.value)
+
+
+def test_kimi_k2_and_its_k25_wrapper_read_as_deepseek_v3s_architecture():
+    """Kimi-K2's config.json names model_type kimi_k2 (DeepseekV3ForCausalLM), Kimi-K2.5's kimi_k25 around its text
+    model: both were refused as unsupported. Kimi's shape (64 heads, 384 experts, one dense layer) is the catalog's."""
+    ds = json.loads((FIXTURES / "deepseek-v3" / "config.json").read_text())
+    kimi = {**ds, "model_type": "kimi_k2", "num_attention_heads": 64, "num_key_value_heads": 64,
+            "n_routed_experts": 384, "first_k_dense_replace": 1, "vocab_size": 163840}
+    wrapped = {"model_type": "kimi_k25", "architectures": ["KimiK25ForConditionalGeneration"], "text_config": kimi,
+               "vision_config": {"patch_size": 14}}
+    catalog = MODELS["kimi-k2.5"]
+    for spec in (model_from_hf_dict(kimi, "k2"), model_from_hf_dict(wrapped, "k25")):
+        for field in SHAPE_FIELDS:
+            assert getattr(spec, field) == getattr(catalog, field), field

@@ -10,7 +10,8 @@ profiler times the shapes the simulator prices and refuses what it refuses.
 Families read (``model_type``): dense ``llama``, ``mistral``, ``qwen2``, ``qwen3``; MoE
 ``mixtral``, ``qwen3_moe``, ``gpt_oss``, ``llama4`` / ``llama4_text`` (the text model of a
 multimodal config's ``text_config``); MLA + MoE ``deepseek_v3`` / ``deepseek_v2``, and with DeepSeek Sparse Attention (``index_topk``,
-``index_n_heads``, ``index_head_dim``) ``deepseek_v32`` / ``glm_moe_dsa``; hybrid linear
+``index_n_heads``, ``index_head_dim``) ``deepseek_v32`` / ``glm_moe_dsa``; Kimi-K2's ``kimi_k2`` (DeepSeek-V3's
+architecture) and Kimi-K2.5's ``kimi_k25`` (its text model); hybrid linear
 attention + MoE ``qwen3_next`` and ``qwen3_5_moe`` (Gated DeltaNet layers from ``layer_types`` or
 ``full_attention_interval``; Qwen3.5's text model from its ``text_config``).
 
@@ -48,11 +49,11 @@ from simulator.config.specs import GB, TFLOPS, GPUSpec, ModelSpec
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",
                "deepseek_v3", "deepseek_v2", "deepseek_v32", "glm_moe_dsa", "qwen3_next", "qwen3_5_moe",
-               "qwen3_5_moe_text")
+               "qwen3_5_moe_text", "kimi_k2", "kimi_k25")
 # DeepSeek Sparse Attention's families: an indexer picks each query's keys (index_topk).
 _SPARSE_ATTENTION = ("deepseek_v32", "glm_moe_dsa")
 # Multimodal wrappers whose text model sits in ``text_config`` (the vision tower is not served).
-_TEXT_WRAPPERS = ("llama4", "qwen3_5_moe")
+_TEXT_WRAPPERS = ("llama4", "qwen3_5_moe", "kimi_k25")
 # Hybrids whose full-attention q_proj also emits an output gate even where the config does not say so.
 _GATED_ATTENTION = ("qwen3_next",)
 

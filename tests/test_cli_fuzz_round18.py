@@ -36,3 +36,16 @@ def test_a_prices_file_that_prices_none_of_the_searched_gpus_is_refused(tmp_path
                    "--out", str(tmp_path / "plan"))
     assert line.startswith("error: --prices: ") and "none of which --gpus h100 searches" in line, line
     assert not (tmp_path / "plan" / "layouts.csv").exists()
+
+
+def test_an_import_says_which_tables_it_found_no_rows_of_and_takes_a_gpu_alias(aic: Path, tmp_path: Path) -> None:
+    """import-aiconfigurator wrote a backend's file without a word where a table was absent or empty (a run over it
+    finds nothing there to look up), and refused `--gpu h100`, the alias every run takes."""
+    code, output = invoke("import-aiconfigurator", "--gpu", "h100", "--backend", "vllm", "--data", str(aic),
+                          "--out", str(tmp_path / "out"))
+    assert code == 0, output
+    assert "note: h100_sxm vllm: no rows of context_mla, generation_mla" in output  # (vLLM's H100 tables: no MLA)
+    assert (tmp_path / "out" / "h100_sxm_vllm_0.24.0.parquet").is_file()
+    code, output = invoke("import-aiconfigurator", "--gpu", "h100", "--backend", "sglang", "--data", str(aic),
+                          "--out", str(tmp_path / "sglang"))
+    assert code == 0 and "note:" not in output, output  # (SGLang's has every table)

@@ -37,5 +37,8 @@ def import_aiconfigurator(
     except ConfigError as err:
         raise ConfigError("--data", err.problem, "pass --data FOLDER, the database folder holding "
                           "systems/data") from None
-    for path in write_tidy(gpu, tuple(backend or BACKENDS), out, fmt, data):
+    def say_lacking(system: str, name: str, tables: list[str]) -> None:  # said on stderr: the paths stay stdout's
+        typer.echo(f"note: {system} {name}: no rows of {', '.join(tables)}", err=True)
+
+    for path in write_tidy(gpu, tuple(backend or BACKENDS), out, fmt, data, on_lacking=say_lacking):
         typer.echo(str(path))

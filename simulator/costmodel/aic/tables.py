@@ -24,12 +24,14 @@ milliseconds in this module and become seconds in the model.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.config.catalog import get_gpu
 from simulator.config.errors import ConfigError
 from simulator.config.run_config import KERNEL_TABLES
 from simulator.config.shared_data import SHARED_DATA
@@ -680,6 +682,10 @@ TIDY_KEYS: dict[str, tuple[str, ...]] = {
 def _check_export(gpu_or_system: str, backends: tuple[str, ...] | list[str], root: str | Path | None) -> str:
     """The system folder ``gpu_or_system`` names, once it and every backend are known to the database."""
     system = SYSTEMS.get(gpu_or_system, gpu_or_system)
+    if gpu_or_system not in SYSTEMS and Path(gpu_or_system).name == gpu_or_system \
+            and not gpu_or_system.lower().endswith((".json", ".toml")):  # a catalog alias (h100), as a run takes it
+        with contextlib.suppress(ConfigError):
+            system = SYSTEMS.get(get_gpu(gpu_or_system).name, system)
     # (an empty or path-like name would be the systems folder itself, or one outside it)
     if system.strip() in ("", ".", "..") or Path(system).name != system or not (data_root(root) / "systems" / "data" / system).is_dir():
         raise ConfigError("--gpu", f"no AIConfigurator system {gpu_or_system!r}",
@@ -765,11 +771,19 @@ def _warm_in_l2(ref: TableRef, dcol: str, data: dict[str, Any]) -> Any:
     return out
 
 
+def lacking_tables(frame: Any) -> list[str]:
+    """The tables of :data:`TIDY_KEYS` a backend's tidy frame holds no row of (absent from the database, or empty):
+    what an export says it lacks, where a run over it would find nothing to look up."""
+    held = set(frame.loc[frame["latency_s"].notna(), "table"].astype(str)) if len(frame) else set()
+    return [table for table in TIDY_KEYS if table not in held]
+
+
 def write_tidy(gpu_or_system: str, backends: tuple[str, ...] | list[str], out: str | Path, fmt: str = "parquet",
-               root: str | Path | None = None) -> list[Path]:
+               root: str | Path | None = None, on_lacking: Any = None) -> list[Path]:
     """``simulate import-aiconfigurator``: one tidy file per backend, all its versions in it
     (``<system>_<backend>_<versions>.<fmt>``, the versions joined by ``-``) under ``out``, from
-    :func:`tidy_tables`; returns the paths written."""
+    :func:`tidy_tables`; returns the paths written. ``on_lacking(system, backend, tables)`` hears the tables a
+    backend holds no row of (:func:`lacking_tables`), where there are any."""
     if fmt not in ("parquet", "csv"):
         raise ConfigError("--format", f"unknown format {fmt!r}", "use parquet or csv")
     _check_export(gpu_or_system, backends, root)  # before the folder is made: a refusal leaves nothing behind
@@ -779,6 +793,8 @@ def write_tidy(gpu_or_system: str, backends: tuple[str, ...] | list[str], out: s
     for backend in backends:
         frame = tidy_tables(gpu_or_system, backend, root)
         system = str(frame["system"].iloc[0])
+        if on_lacking is not None and (lacking := lacking_tables(frame)):
+            on_lacking(system, backend, lacking)
         version = "-".join(sorted(set(frame["version"].astype(str)), key=_version_key)).replace(" ", "")
         path = out / f"{system}_{backend}_{re.sub(r'[^0-9A-Za-z.+_-]', '', version)}.{fmt}"
         if fmt == "csv":

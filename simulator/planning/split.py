@@ -382,9 +382,9 @@ def comparison_figure(results: pd.DataFrame, trials: pd.DataFrame, slo: GoodputS
     each family, the target marked."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(12, 4.8))
-    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.4, 1]})
     df = results.sort_values(["family", "goodput_per_gpu"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    fig = Figure(figsize=(12, max(4.8, 1.6 + 0.2 * len(df))))  # (a bar a fifth of an inch: 21 layouts were crammed)
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.4, 1]})
     colors = [FAMILY_COLORS.get(f, "C7") for f in df["family"]]
     coarse = df["coarse"].astype(bool) if "coarse" in df else pd.Series(False, index=df.index)
     # a lower bound either way: searched coarsely, or no trial above it failed or was long enough to judge
@@ -397,7 +397,9 @@ def comparison_figure(results: pd.DataFrame, trials: pd.DataFrame, slo: GoodputS
     ax.set_yticks(range(len(df)), [f"{label} (bound)" if b else label for label, b in zip(df["label"], coarse, strict=True)],
                   fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("goodput per GPU (req/s at which the SLO attainment holds)")
+    if len(df) and df["goodput_per_gpu"].max() > 0:  # room for the value labels right of the longest bar
+        ax.set_xlim(0, 1.2 * float(df["goodput_per_gpu"].max()))
+    ax.set_xlabel("goodput per GPU\n(req/s at which the SLO attainment holds)")  # (two lines: one ran into ax2's)
     ax.set_title(title or "goodput per GPU", fontsize=10)
     for i, row in df.iterrows():
         ax.text(row["goodput_per_gpu"], i, f" {'>= ' if bound[i] else ''}{row['goodput_per_gpu']:.2f}", va="center",
@@ -413,7 +415,7 @@ def comparison_figure(results: pd.DataFrame, trials: pd.DataFrame, slo: GoodputS
                  label=f"{row.label} ({row.goodput_per_gpu:.2f}/GPU)")
         ax2.plot(t.loc[stopped, "qps"], t.loc[stopped, "attainment"], "o", mfc="none", color=color)
     ax2.axhline(slo.attainment, color="k", ls="--", lw=1)
-    ax2.set_xlabel("request rate (QPS); hollow: stopped once certain to fail, at the bound it was stopped at")
+    ax2.set_xlabel("request rate (QPS)\nhollow: stopped once certain to fail, at the rate it was stopped at")
     ax2.set_ylabel("SLO attainment")
     ax2.set_title(f"best of each: {slo.describe()}", fontsize=9)
     ax2.legend(fontsize=7, loc="lower left")

@@ -49,3 +49,22 @@ def test_an_import_says_which_tables_it_found_no_rows_of_and_takes_a_gpu_alias(a
     code, output = invoke("import-aiconfigurator", "--gpu", "h100", "--backend", "sglang", "--data", str(aic),
                           "--out", str(tmp_path / "sglang"))
     assert code == 0 and "note:" not in output, output  # (SGLang's has every table)
+
+
+SPEC_EAGLE = ["--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3}', "--acceptance-rate", "0.7"]
+
+
+def test_a_users_search_refuses_a_speculation_threshold_above_its_max_users(tmp_path: Path) -> None:
+    """A users search's trials never pass --max-users, so a threshold above it left every trial at full k, unsaid
+    (its concurrency alone was judged, which the trials raise); in a sweep's users points alike."""
+    line = refused("capacity", "--users", "--max-users", "16", *SPEC_EAGLE, "--spec-disable-batch-size", "20",
+                   "--num-requests", "48")
+    assert "but --max-users 16 holds every step to 16" in line, line
+    code, out = invoke("capacity", "--users", "--max-users", "16", *SPEC_EAGLE, "--spec-disable-batch-size", "12",
+                       "--num-requests", "48", "--max-trials", "2")
+    assert code == 0, out
+    sweep = tmp_path / "users.toml"
+    sweep.write_text('mode = "capacity"\n[base]\nusers = true\nmax_users = 8\nnum_requests = 48\nmax_trials = 2\n'
+                     '[grid]\nseed = [0, 1]\n')
+    line = refused("sweep", str(sweep), *SPEC_EAGLE, "--spec-disable-batch-size", "20", "--out", str(tmp_path / "s"))
+    assert "--max-users 8 holds every step to 8" in line, line

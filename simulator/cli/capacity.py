@@ -105,6 +105,10 @@ def capacity(
     for note in slo.unit_notes(typed):
         typer.echo(f"note: {note}", err=True)
     check_searchable(config, settings.users, offer_users=True, given=run_flags, max_users=settings.max_users)
+    if settings.users:
+        from simulator.config.options import check_users_search_speculation
+
+        check_users_search_speculation(config, settings.max_users, run_flags)
     seeds = planner["seeds"]
     # (the run options' own check judged the config before --users makes each trial a closed loop; a sweep's
     # --seeds holds at its points that draw)

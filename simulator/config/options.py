@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -290,10 +291,10 @@ def is_workload_option(name: str) -> bool:
     return name in RUN_OPTIONS and RUN_OPTIONS[name][0].startswith("workload__")
 
 
-def inert_options(config: RunConfig, users_search: bool = False) -> dict[str, tuple[str, str]]:
+def inert_options(config: RunConfig, users_search: bool = False, max_users: int | None = None) -> dict[str, tuple[str, str]]:
     """Options that ``config`` would not read: option name -> (why, fix), ``{flag}`` in the fix
     standing for the option's flag. ``users_search``: ``config`` starts a search of the most users (``capacity
-    --users``), whose concurrency is only its first trial's."""
+    --users``), whose concurrency is only its first trial's, up to ``max_users`` where given."""
     out: dict[str, tuple[str, str]] = {}
     r, w, s = config.replica, config.workload, config.scheduler
     if s.name not in CHUNKING_SCHEDULERS:
@@ -337,7 +338,7 @@ def inert_options(config: RunConfig, users_search: bool = False) -> dict[str, tu
             out["prefix_caching"] = (f"--scheduler {s.name} caches no prefixes by default", "drop {flag}")
         elif s.prefix_caching is False and config.speculative is not None:
             out["prefix_caching"] = ("speculative decoding turns prefix caching off", "drop {flag}")
-    out.update(_adaptive_speculation_inert(config, users_search))
+    out.update(_adaptive_speculation_inert(config, users_search, max_users))
     if config.is_disaggregated:  # (simulation: the pools run the plain loop)
         out["fast_forward"] = ("disaggregated pools step one iteration at a time (no event skipping)", "drop {flag}")
     elif config.speculative is not None:  # (simulation: several tokens a step, so the plain loop)
@@ -788,11 +789,13 @@ def engine_terms_unread(config: RunConfig) -> dict[str, tuple[str, str]]:
     return {t: unread[t][1] for t in terms if t in unread and unread[t][0]}
 
 
-def _adaptive_speculation_inert(config: RunConfig, users_search: bool = False) -> dict[str, tuple[str, str]]:
+def _adaptive_speculation_inert(config: RunConfig, users_search: bool = False,
+                                max_users: int | None = None) -> dict[str, tuple[str, str]]:
     """The adaptive speculation thresholds no step of ``config`` can reach: a step runs at most the scheduler's
     sequence cap, and at most the users (or the cap on requests in flight) of ``--concurrency``, so a threshold above
     that left every step at full k, unsaid (an audit). A disaggregated run's pools hold their own caps: not judged;
-    nor a users search's concurrency, which its trials raise (``users_search``)."""
+    nor a users search's concurrency, which its trials raise (``users_search``), but for its ceiling ``max_users``
+    (``capacity --users --max-users``), which no trial passes."""
     spec, s, w = config.speculative, config.scheduler, config.workload
     if spec is None or config.is_disaggregated or (spec.disable_by_batch_size is None
                                                    and spec.reduce_k_batch_size is None):
@@ -802,6 +805,8 @@ def _adaptive_speculation_inert(config: RunConfig, users_search: bool = False) -
     held = f"max_num_seqs {cap:,}{'' if s.max_num_seqs else ' (the default)'}"
     if w.concurrency is not None and w.concurrency < cap and not users_search:
         cap, held = w.concurrency, f"--concurrency {w.concurrency:,}"
+    if users_search and max_users is not None and max_users < cap:
+        cap, held = max_users, f"--max-users {max_users:,}"
     out = {}
     if spec.disable_by_batch_size is not None and cap < spec.disable_by_batch_size:
         out["spec_disable_batch_size"] = (
@@ -812,6 +817,16 @@ def _adaptive_speculation_inert(config: RunConfig, users_search: bool = False) -
             f"k shrinks above {spec.reduce_k_batch_size:,} running requests, but {held} holds every step to {cap:,}",
             f"give {{flag}} below {cap:,}, or drop it" if cap >= 2 else "drop {flag}")
     return out
+
+
+def check_users_search_speculation(config: RunConfig, max_users: int, given: Collection[str]) -> None:
+    """Refuse an adaptive speculation threshold given (``given``: option names typed) that a users search up to
+    ``max_users`` never reaches (:func:`_adaptive_speculation_inert`; the options' own check cannot know the
+    ceiling, a capacity setting)."""
+    for name, (why, fix) in _adaptive_speculation_inert(config, users_search=True, max_users=max_users).items():
+        if name in given:
+            flag = given_flag(name, option_value(config, name))
+            raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
 
 
 def check_engine_terms_read(config: RunConfig, field: str) -> None:

@@ -535,7 +535,9 @@ def _refuse_unread(points: list[Point], grid: dict[tuple[str, ...], list[tuple[A
     from simulator.config.options import engine_terms_unread, given_flag, inert_options, option_value
     from simulator.costmodel.engine_model import check_engine_spec_read, load_engine
 
-    inert = [inert_options(point.config, users_search=bool(point.options.get("users"))) for point in points]
+    inert = [inert_options(point.config, users_search=bool(point.options.get("users")),
+                           max_users=point.options.get("max_users") if point.options.get("users") else None)
+             for point in points]
 
     def unread(name: str) -> str | None:
         """Why no point reads ``name`` (up to two reasons), or None if one does."""

@@ -68,3 +68,29 @@ def test_a_users_search_refuses_a_speculation_threshold_above_its_max_users(tmp_
                      '[grid]\nseed = [0, 1]\n')
     line = refused("sweep", str(sweep), *SPEC_EAGLE, "--spec-disable-batch-size", "20", "--out", str(tmp_path / "s"))
     assert "--max-users 8 holds every step to 8" in line, line
+
+
+def test_workers_beyond_four_a_cpu_are_refused_before_any_process_starts(tmp_path: Path) -> None:
+    """A pool starts its processes at once: --workers 100000 started ~4,100 before the OOM killer ended the plan,
+    leaving the rest orphaned."""
+    from simulator.cli.options import max_workers
+
+    for command in (["plan", "--gpus", "h100-sxm", "--modes", "agg", "--tps", "1", "--qps", "2", "--no-verify",
+                     "--out", str(tmp_path / "plan")], ["capacity", "--num-requests", "20"],
+                    ["disagg", "split", "--gpus", "2", "--num-requests", "20"]):
+        line = refused(*command, "--workers", "100000")
+        assert line.startswith(f"error: --workers: 100,000 processes is beyond {max_workers():,}"), line
+
+
+def test_a_plan_launches_its_canonical_format_and_refuses_a_dtype_its_dtypes_replace(tmp_path: Path) -> None:
+    """`--dtypes fp4` (nvfp4's other spelling) was priced as NVFP4 and launched with no --quantization; --dtype beside
+    --dtypes did nothing; a --launch engine other than the one simulated was printed without a word."""
+    args = ["plan", "--model", "llama-3.1-8b", "--gpus", "b200", "--modes", "agg", "--tps", "1", "--qps", "2",
+            "--no-verify", "--num-requests", "60"]
+    code, out = invoke(*args, "--dtypes", "fp4", "--out", str(tmp_path / "fp4"))
+    assert code == 0, out
+    assert "--quantization modelopt_fp4" in out and "1 unit behind" in out, out
+    line = refused(*args, "--dtypes", "bf16", "--dtype", "fp8", "--out", str(tmp_path / "both"))
+    assert line.startswith("error: --dtype: --dtypes bf16 gives the weight formats searched"), line
+    code, out = invoke(*args, "--launch", "sglang", "--out", str(tmp_path / "sglang"))
+    assert code == 0 and "note: the fleet was simulated as vllm" in out, out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import os
 import re
 import typing
 from collections.abc import Callable
@@ -104,7 +105,17 @@ def parse_workers(text: str, auto: Callable[[], int]) -> int:
     if count < 1:
         raise ConfigError("--workers", f"expected a positive integer or 'auto', got {text!r}",
                           "e.g. --workers 2, or --workers auto for one process per CPU")
+    limit = max_workers()
+    if count > limit:  # (a pool starts its processes at once: 100,000 took the machine down, the OOM killer after it)
+        raise ConfigError("--workers", f"{count:,} processes is beyond {limit:,}, four per CPU of this machine or 64",
+                          "give at most that, or --workers auto")
     return count
+
+
+def max_workers() -> int:
+    """The most ``--workers`` a command takes: four processes per CPU, or 64 where that is more (a Ray cluster's
+    tasks are bounded by its own CPUs, not this machine's)."""
+    return max(64, 4 * (os.cpu_count() or 1))
 
 
 @functools.cache

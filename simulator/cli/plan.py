@@ -164,6 +164,9 @@ def plan(
     from simulator.config.run_config import engine_override_terms
 
     typed = given_run_flags(ctx)  # (a --config file's values are not the command line's to drop)
+    if "dtype" in typed and dtypes is not None:  # (every layout takes --dtypes' formats: the base's went unread)
+        raise ConfigError("--dtype", f"--dtypes {dtypes} gives the weight formats searched, so --dtype "
+                          f"{config.replica.dtype} would do nothing", "drop --dtype, or name its format in --dtypes")
     if ("engine" in typed and "disagg" not in space.modes
             and "handoff_s" in engine_override_terms(str(config.engine))):
         raise ConfigError("--engine", "handoff_s is waited out between a disaggregated layout's prefill and decode "
@@ -212,7 +215,14 @@ def plan(
         console.print("note: the ranked GPUs' prices come from different lists: " + "; ".join(
             f"{gpu} ${p.usd_per_gpu_hour:g}/GPU-hour ({p.price_source or 'given'})" for gpu, p in priced.items())
             + " (--price GPU=USD sets one)", highlight=False)
-    console.print(f"launch ({engine}), one per unit, {a.units(result.load_qps)} units behind a load balancer:", highlight=False)
+    units = a.units(result.load_qps)
+    console.print(f"launch ({engine}), one per unit, {units} unit{'s' if units != 1 else ''} behind a load balancer:",
+                  highlight=False)
+    if launch is not None and launch != default_launch(config):  # said: another engine than the one simulated
+        console.print(f"note: the fleet was simulated as {default_launch(config)} (engine {config.engine}, scheduler "
+                      f"{config.scheduler.name}, kernels {config.replica.kernels}); {launch} schedules and sizes its "
+                      f"memory its own way, so this command may not hold the SLO (--engine {launch}-2026 --kernels {launch} "
+                      "simulate it)", highlight=False)
     for line in launch_command(a, config, engine):
         typer.echo(f"  {line}")
     _say_write_error(result, out)  # (before --mix's search, which would write beside the files that failed)

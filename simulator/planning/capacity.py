@@ -1146,7 +1146,7 @@ def find_capacity(config: RunConfig, slo: SLO, settings: SearchSettings = Search
         from simulator.util.interrupts import WorkerPool
 
         # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the seeds still searching are stopped.
-        with WorkerPool(workers) as pool:
+        with WorkerPool(min(workers, len(jobs))) as pool:  # (no idle processes started)
             for future in pool.submit_all(search_seed, jobs):
                 results.append(future.result())
                 if on_seed_done:

@@ -163,6 +163,8 @@ class SearchSpace:
                                       f"{shown} is given twice{again}, so its layouts would be searched twice",
                                       "name each value once")
                 seen[key] = value
+        # each format by its catalog name, as a run's --dtype is (`fp4` is nvfp4: the launch command looks it up)
+        object.__setattr__(self, "dtypes", tuple(canonical_weight_format(d) for d in self.dtypes))
 
 
 @dataclass(frozen=True)

@@ -346,7 +346,7 @@ def search_all(candidates: Sequence[tuple[str, RunConfig]], slo: GoodputSLO, qps
                 on_done(res)
     else:
         # Ctrl-C or SIGTERM: KeyboardInterrupt here, and the searches still running are stopped.
-        with WorkerPool(workers) as pool:
+        with WorkerPool(min(workers, len(jobs))) as pool:  # (no idle processes started)
             for future in pool.submit_all(_job, jobs):
                 results.append(future.result())
                 if on_done:

@@ -820,7 +820,8 @@ def _run_local(spec: SweepSpec, todo: list[Point], workers: int, on_done: Callab
         for point in todo:
             on_done(point, run_point(spec.mode, point.config.to_dict(), point.options))
         return
-    with WorkerPool(workers, signals_interrupt=False) as pool:  # run_sweep handles the signals
+    # run_sweep handles the signals; no idle processes started
+    with WorkerPool(min(workers, len(todo)), signals_interrupt=False) as pool:
         jobs = [(spec.mode, p.config.to_dict(), p.options) for p in todo]
         futures = dict(zip(pool.submit_all(run_point, jobs), todo, strict=True))
         handled: set[Future] = set()

@@ -94,3 +94,9 @@ def test_a_plan_launches_its_canonical_format_and_refuses_a_dtype_its_dtypes_rep
     assert line.startswith("error: --dtype: --dtypes bf16 gives the weight formats searched"), line
     code, out = invoke(*args, "--launch", "sglang", "--out", str(tmp_path / "sglang"))
     assert code == 0 and "note: the fleet was simulated as vllm" in out, out
+
+
+def test_a_compare_budget_no_layout_fits_is_refused_on_taus_before_any_search() -> None:
+    """`disagg compare --taus 99999999`: one search ran, then the comparison died naming --max-num-batched-tokens."""
+    line = refused("disagg", "compare", "--gpus", "2", "--taus", "256,99999999", "--num-requests", "20")
+    assert line.startswith("error: --taus: a token budget of 99,999,999 fits no layout (tp=1: "), line

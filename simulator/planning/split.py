@@ -277,8 +277,10 @@ def split_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 
 def aggregated_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] = (1, 2, 4, 8),
                           taus: Sequence[int] = DEFAULT_TAUS) -> list[tuple[str, RunConfig]]:
     """vllm and sarathi (each tau) on ``num_gpus`` GPUs: ``num_gpus / (tp x pp x dp)`` replicas of each TP
-    that fits (a replica keeps the run's ``pp`` and attention DP)."""
+    that fits (a replica keeps the run's ``pp`` and attention DP); a tau whose arm fits at no TP where vllm's does is
+    refused on ``--taus``."""
     out = []
+    unfit: dict[int, str] = {}  # tau -> why its arm does not fit (the first TP's)
     base = config.replace(prefill_pool=None, decode_pool=None, mixed_pool=None)
     per_tp = base.replica.pp * base.replica.attention_dp
     # The arms take the prefix-cache flags as a run of vllm or sarathi would: neither caches by default, so a
@@ -303,8 +305,17 @@ def aggregated_candidates(config: RunConfig, num_gpus: int, tps: Sequence[int] =
             continue
         out.append(("vllm", vllm))
         for tau in taus:
-            out.append(("sarathi", vllm.replace(scheduler__name="sarathi", scheduler__chunk_size=tau,
-                                                scheduler__cpu_kv_gib=cpu_kv_gib("sarathi"))))
+            sarathi = vllm.replace(scheduler__name="sarathi", scheduler__chunk_size=tau,
+                                   scheduler__cpu_kv_gib=cpu_kv_gib("sarathi"))
+            problem = fit_problem(sarathi)  # (a budget's activations may not fit where vllm's do)
+            if problem is None:
+                out.append(("sarathi", sarathi))
+            else:
+                unfit.setdefault(tau, f"tp={tp}: {problem}")
+    held = {c.scheduler.chunk_size for name, c in out if name == "sarathi"}
+    if out and (never := [tau for tau in taus if tau not in held]):  # (it failed after a search, naming another flag)
+        raise ConfigError("--taus", f"a token budget of {never[0]:,} fits no layout ({unfit[never[0]]})",
+                          "give --taus budgets whose steps fit, e.g. 256,512,1024,2048")
     return out
 
 

@@ -100,3 +100,27 @@ def test_a_compare_budget_no_layout_fits_is_refused_on_taus_before_any_search() 
     """`disagg compare --taus 99999999`: one search ran, then the comparison died naming --max-num-batched-tokens."""
     line = refused("disagg", "compare", "--gpus", "2", "--taus", "256,99999999", "--num-requests", "20")
     assert line.startswith("error: --taus: a token budget of 99,999,999 fits no layout (tp=1: "), line
+
+
+def test_engine_terms_no_step_reads_are_refused_by_predict_tau_and_plan(tmp_path: Path) -> None:
+    """predict, tau and plan took --engine override terms their steps never read (a handoff, a TP group's RPC at
+    tp 1): identical answers, the label alone changed."""
+    line = refused("predict", "--engine", "vllm-2026:handoff_s=5", "--decode", "4", "--context", "100")
+    assert "handoff_s is waited out between a disaggregated run's prefill and decode workers, and the batch " \
+           "predicted is not disaggregated" in line, line
+    assert "rpc_per_seq_s is the RPC" in refused("predict", "--engine", "vllm-2026:rpc_per_seq_s=0.01", "--decode",
+                                                 "4", "--context", "100")
+    code, out = invoke("predict", "--engine", "vllm-2026:rpc_per_seq_s=0.01", "--tp", "2", "--decode", "4",
+                       "--context", "100", "--json")
+    assert code == 0, out
+    assert refused("tau", "--engine", "vllm-2026:handoff_s=5").endswith("(drop handoff_s)")
+    line = refused("plan", "--gpus", "h100-sxm", "--modes", "agg", "--tps", "1", "--qps", "2", "--no-verify",
+                   "--engine", "vllm-2026:rpc_per_seq_s=0.01", "--out", str(tmp_path / "plan"))
+    assert "and --tps searches only tp 1" in line, line
+
+
+def test_predict_names_its_flags_in_its_errors() -> None:
+    """predict's errors named `prefill:` and `context:`, not the flags typed."""
+    assert refused("predict", "--prefill", "x").startswith("error: --prefill: 'x' is not an integer")
+    assert refused("predict", "--decode", "2", "--context", "0").startswith("error: --context: ")
+    assert refused("predict", "--decode", "2", "--context", "1,2,3").startswith("error: --context: got 3 values")

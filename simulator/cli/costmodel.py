@@ -160,17 +160,17 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
     from simulator.costmodel import BatchShape
 
     if any(p <= 0 for p in prefill):
-        raise ConfigError("prefill", "chunk sizes must be positive", "pass --prefill N with N > 0")
+        raise ConfigError("--prefill", "chunk sizes must be positive", "pass --prefill N with N > 0")
     if decode < 0:
-        raise ConfigError("decode", f"must be >= 0, got {decode}")
+        raise ConfigError("--decode", f"must be >= 0, got {decode}")
     if decode > MAX_BATCH_REQUESTS:
         raise ConfigError("--decode", f"{decode:,} decodes are more than one batch holds (at most "
                           f"{MAX_BATCH_REQUESTS:,}, a token each)", f"pass --decode {MAX_BATCH_REQUESTS:,} or fewer")
     if not prefill and decode == 0:
         raise ConfigError("batch", "the batch is empty", "pass --prefill N and/or --decode N")
-    pctx = _expand(prefill_context or [0], len(prefill), "prefill-context") if prefill else []
+    pctx = _expand(prefill_context or [0], len(prefill), "--prefill-context") if prefill else []
     if any(c < 0 for c in pctx):
-        raise ConfigError("prefill-context", "must be >= 0")
+        raise ConfigError("--prefill-context", "must be >= 0")
     if decode and not context:  # before _expand, whose "0 values for N requests" would not say what is missing
         raise ConfigError("--context", "decodes need their KV length", "pass --context N (one, or one per decode)")
     if context and not decode:
@@ -179,9 +179,9 @@ def build_shape(prefill: list[int], prefill_context: list[int], decode: int, con
     if prefill_context and not prefill:
         raise ConfigError("--prefill-context", "gives the prompt chunks' cached tokens, and the batch has no chunk, so it "
                           "would do nothing", "add --prefill N, or drop --prefill-context")
-    dctx = _expand(context or [], decode, "context") if decode else []
+    dctx = _expand(context or [], decode, "--context") if decode else []
     if any(c <= 0 for c in dctx):
-        raise ConfigError("context", "KV lengths must be positive")
+        raise ConfigError("--context", "KV lengths must be positive")
     return BatchShape.from_requests(list(zip(prefill, pctx, strict=True)), dctx)
 
 
@@ -193,8 +193,8 @@ def _check_batch_fits(replica: ReplicaConfig, shape: "BatchShape") -> None:
     problem = batch_fit_problem(replica, shape)
     if problem is not None:
         limit = replica.effective_max_model_len
-        field, fix = {"prefill": ("prefill", f"keep chunk + --prefill-context <= {limit}"),
-                      "decode": ("context", f"pass --context <= {limit}"),
+        field, fix = {"prefill": ("--prefill", f"keep chunk + --prefill-context <= {limit}"),
+                      "decode": ("--context", f"pass --context <= {limit}"),
                       "kv": ("batch", "shrink --prefill/--decode/--context, or raise --tp")}[problem[0]]
         raise ConfigError(field, problem[1], fix)
 
@@ -239,7 +239,7 @@ def _split_ints(values: list[str] | None, name: str) -> list[int]:
             try:
                 out.append(int(part))
             except ValueError:
-                raise ConfigError(name, f"{part!r} is not an integer", f"pass --{name} 512 or --{name} 512,1024") from None
+                raise ConfigError(f"--{name}", f"{part!r} is not an integer", f"pass --{name} 512 or --{name} 512,1024") from None
     return out
 
 
@@ -284,6 +284,13 @@ def predict_cmd(
     replica = ReplicaConfig(model=model, gpu=gpu, tp=tp, pp=pp, ep=ep, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
                             kernels=kernels, moe_kernel=moe_kernel, attention_dp=attention_dp,
                             moe_imbalance=moe_imbalance, roofline_calibration=roofline_calibration)
+    from simulator.config.options import engine_terms_unread
+    from simulator.config.run_config import RunConfig
+
+    # (a term predict's one aggregated, non-speculating PP-1 step never reads changed the label alone)
+    for term, (why, _) in engine_terms_unread(RunConfig(replica=replica, engine=engine)).items():
+        raise ConfigError("--engine", f"{term} {why.replace('the run', 'the batch predicted')}, so it would do "
+                          "nothing", f"drop {term}")
     shape = build_shape(_split_ints(prefill, "prefill"), _split_ints(prefill_context, "prefill-context"), decode,
                         _split_ints(context, "context"))
     _check_batch_fits(replica, shape)

@@ -172,6 +172,19 @@ def plan(
         raise ConfigError("--engine", "handoff_s is waited out between a disaggregated layout's prefill and decode "
                           f"workers, and --modes {','.join(space.modes)} searches none, so it would do nothing",
                           "add disagg to --modes, or drop handoff_s")
+    if "engine" in typed:  # the terms no layout of the search reads (a run's own check judges one layout)
+        unread = {"rpc_per_seq_s": (max(space.tps) == 1, "is the RPC to a TP group's workers, and --tps searches "
+                                    "only tp 1", "add a --tps degree above 1"),
+                  "overlap_pipeline": (max(space.pps) == 1, "keeps async scheduling under pipeline parallelism, and "
+                                       "--pps searches none", "add a --pps degree above 1"),
+                  "overlap_any_drafter": (config.speculative is None, "is a speculating engine's term, and the plan "
+                                          "does not speculate", "add --speculative-config"),
+                  "drafter_in_graph": (config.speculative is None, "is a speculating engine's term, and the plan "
+                                       "does not speculate", "add --speculative-config")}
+        for term in engine_override_terms(str(config.engine)):
+            if term in unread and unread[term][0]:
+                raise ConfigError("--engine", f"{term} {unread[term][1]}, so it would do nothing",
+                                  f"{unread[term][2]}, or drop {term}")
     for name, (why, fix) in unread_run_options(config, space, verify).items():
         if name in typed:
             flag = given_flag(name, option_value(config, name))

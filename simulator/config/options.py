@@ -765,8 +765,8 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
         if options.get(name) is not None and name not in decided:
             flag = given_flag(name, options[name])
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
-    if command in ("run", "capacity") and options.get("engine") is not None:  # (plan, split, compare lay out pools)
-        check_engine_terms_read(config, "--engine")
+    if command in ("run", "capacity", "tau") and options.get("engine") is not None:  # (plan, split, compare: pools)
+        check_engine_terms_read(config, "--engine", one_step=command == "tau")
 
 
 def engine_terms_unread(config: RunConfig) -> dict[str, tuple[str, str]]:
@@ -829,10 +829,12 @@ def check_users_search_speculation(config: RunConfig, max_users: int, given: Col
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix.replace("{flag}", flag))
 
 
-def check_engine_terms_read(config: RunConfig, field: str) -> None:
-    """Refuse the first of :func:`engine_terms_unread`, on ``field`` (the option that gave the engine)."""
+def check_engine_terms_read(config: RunConfig, field: str, one_step: bool = False) -> None:
+    """Refuse the first of :func:`engine_terms_unread`, on ``field`` (the option that gave the engine). ``one_step``:
+    the command prices one aggregated step (tau), whose layout no flag turns into one that reads the term."""
     for term, (why, fix) in engine_terms_unread(config).items():
-        raise ConfigError(field, f"{term} {why}, so it would do nothing", f"{fix}, or drop {term}")
+        raise ConfigError(field, f"{term} {why}, so it would do nothing", f"drop {term}" if one_step
+                          else f"{fix}, or drop {term}")
 
 
 def closes_the_loop(values: dict[str, Any]) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 from test_cli_fuzz_round13 import invoke, refused
 
 POOLS = ["--model", "llama-3.1-8b", "--gpu", "h100", "--num-requests", "20"]
@@ -124,3 +125,20 @@ def test_predict_names_its_flags_in_its_errors() -> None:
     assert refused("predict", "--prefill", "x").startswith("error: --prefill: 'x' is not an integer")
     assert refused("predict", "--decode", "2", "--context", "0").startswith("error: --context: ")
     assert refused("predict", "--decode", "2", "--context", "1,2,3").startswith("error: --context: got 3 values")
+
+
+def test_input_files_that_said_nothing_or_the_wrong_thing(tmp_path: Path) -> None:
+    """An empty {} prices table priced nothing, unsaid; a folder given as --prices 'did not exist'; a JSON sweep file
+    was refused as invalid TOML (it is read now, repeated keys refused as in every JSON input)."""
+    plan = ["plan", "--gpus", "h100-sxm", "--modes", "agg", "--tps", "1", "--qps", "2", "--no-verify",
+            "--out", str(tmp_path / "plan")]
+    empty = tmp_path / "prices.json"
+    empty.write_text("{}")
+    assert "and it names none" in refused(*plan, "--prices", str(empty))
+    assert refused(*plan, "--prices", str(tmp_path)).startswith(f"error: --prices: {tmp_path} is a folder")
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text('{"mode": "run", "base": {"num_requests": 8}, "grid": {"seed": [0, 1]}}')
+    code, out = invoke("sweep", str(sweep), "--out", str(tmp_path / "sweep"))
+    assert code == 0 and len(pd.read_csv(tmp_path / "sweep" / "results.csv")) == 2, out
+    sweep.write_text('{"mode": "run", "mode": "capacity"}')
+    assert "given twice" in refused("sweep", str(sweep), "--out", str(tmp_path / "again"))

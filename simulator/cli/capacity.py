@@ -561,7 +561,7 @@ def tau_unread(config: RunConfig) -> list[str]:
 def sweep(
     ctx: typer.Context,
     config: dict[str, Any],
-    file: Annotated[Path | None, typer.Argument(help="Sweep file (TOML, or YAML with PyYAML): mode, \\[base], \\[grid].")] = None,
+    file: Annotated[Path | None, typer.Argument(help="Sweep file (TOML, JSON, or YAML with PyYAML): mode, \\[base], \\[grid].")] = None,
     grid: Annotated[list[str] | None, typer.Option("--grid", help="NAME=V1,V2,... (repeatable); adds to the file's grid.")] = None,
     mode: Annotated[str | None, typer.Option(help="run or capacity (default: the file's, else run).")] = None,
     out: Annotated[Path, typer.Option(help="Sweep folder: points/<key>.json and results.csv.")] = Path("sweep-out"),

@@ -162,7 +162,8 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
     optionally ``max_w``), or a TOML/JSON table ``{gpu = usd_per_gpu_hour}``."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("--prices", f"{path} does not exist", "pass a CSV (gpu,usd_per_gpu_hour) or TOML/JSON file")
+        raise ConfigError("--prices", f"{path} {'is a folder' if path.is_dir() else 'does not exist'}",
+                          "pass a CSV (gpu,usd_per_gpu_hour) or TOML/JSON file")
     out = dict(base or {})
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -174,8 +175,10 @@ def load_price_file(path: Path, base: dict[str, GPUPrice] | None = None) -> dict
             data = tomllib.loads(text) if path.suffix.lower() == ".toml" else loads_once(text, where)
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
             raise ConfigError("--prices", f"{path} cannot be read ({exc})") from None
-        if not isinstance(data, dict):
-            raise ConfigError("--prices", f"{path} must map GPU names to USD per GPU-hour")
+        if not isinstance(data, dict) or not data:  # (an empty table priced nothing, unsaid)
+            raise ConfigError("--prices", f"{path} must map GPU names to USD per GPU-hour"
+                              f"{', and it names none' if isinstance(data, dict) else ''}",
+                              'e.g. h100-sxm = 6.16 (TOML) or {"h100-sxm": 6.16} (JSON)')
         named: dict[str, str] = {}
         for name, value in data.items():
             if isinstance(value, dict):  # ([prices] as a table of its own: 'prices' read as a GPU's name)

@@ -167,7 +167,7 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
     if path.is_dir():
         raise ConfigError("sweep", f"{path} is a folder, not a sweep file", "pass a .toml sweep file")
     if not path.is_file():
-        raise ConfigError("sweep", f"{path} does not exist", "pass a .toml sweep file")
+        raise ConfigError("sweep", f"{path} does not exist", "pass a sweep file (.toml, .json or .yaml)")
     try:
         text = path.read_text(encoding="utf-8-sig")  # (a byte-order mark is no part of the table)
     except UnicodeDecodeError as exc:  # a binary file, or another encoding (UTF-16's byte-order mark)
@@ -212,6 +212,13 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
             data = yaml.load(text, Loader=UniqueKeys)  # noqa: S506 - a SafeLoader
         except yaml.YAMLError as exc:
             raise ConfigError("sweep", f"{path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    elif path.suffix.lower() == ".json":  # (the same table as JSON: it was read as TOML and refused as such)
+        from simulator.config.json_types import loads_once
+
+        try:
+            data = loads_once(text, str(path))
+        except json.JSONDecodeError as exc:
+            raise ConfigError("sweep", f"{path} is not valid JSON ({exc})") from None
     else:
         try:
             data = tomllib.loads(text)

@@ -431,7 +431,7 @@ def test_bad_inputs_are_config_errors():
 
 def test_cli_capacity_json_reports_zero_for_an_impossible_slo():
     result = runner.invoke(app, ["capacity", "--model", "mistral-7b", "--tbt-slo", "0.0005", "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # (no answer: exit 1, the JSON written)
     data = json.loads(result.output)
     assert data["capacity_qps"] == 0.0
     assert "no QPS can meet it" in data["reason"]

@@ -185,7 +185,7 @@ def test_cli_capacity_names_speculation_when_it_refuses() -> None:
                                       "--speculative-config", NGRAM,
                                       "--acceptance-rate", "1.0", "--tbt-slo", "0.003", "--criterion", "goodput",
                                       "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # (no answer: exit 1, the JSON written)
     data = json.loads(result.output)
     assert data["capacity_qps"] == 0.0 and data["num_trials"] == 0
     assert "speculative decoding (ngram, k=3)" in data["reason"] and "at most 4 tokens" in data["reason"]

@@ -589,7 +589,7 @@ def test_a_malformed_ray_address_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["--num-decodes", "100000000"], "--num-decodes"),
-    (["--max-tokens", "1000000000"], "tau.max_tokens"),
+    (["--max-tokens", "1000000000"], "--max-tokens"),
     (["--qps", "5"], "--qps"),
     (["--num-requests", "50"], "--num-requests"),
     (["--chunk-size", "512"], "--chunk-size"),

@@ -165,6 +165,8 @@ def capacity(
             report.trials_frame().to_csv(folder / "trials.csv", index=False)
         if not json_out:
             app_console().print(f"wrote {out}/ (capacity.json, trials.csv)")
+    if report.capacity_qps == 0:  # no load met the SLO: no answer, as plan's (exit 1), its why said above
+        raise typer.Exit(1)
 
 
 def _sweep_unit_notes(points: list[Any]) -> list[str]:
@@ -518,6 +520,8 @@ def tau(
         summary["unread_config_fields"] = unread
     if json_out:
         typer.echo(json.dumps(jsonable(summary), indent=2, sort_keys=True))
+        if result.tau == 0:
+            raise typer.Exit(1)
         return
     from rich.console import Console
     from rich.table import Table
@@ -543,6 +547,8 @@ def tau(
         console.print(f"note: the config's {', '.join(unread)} do nothing here: tau prices one iteration from the "
                       "workload's lengths and chooses the budget (a run's config is read for its model, GPU, layout, "
                       "engine and workload)")
+    if result.tau == 0:  # no budget fits the SLO: no answer, as plan's (exit 1), its why said above
+        raise typer.Exit(1)
 
 
 def tau_unread(config: RunConfig) -> list[str]:

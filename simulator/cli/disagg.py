@@ -261,10 +261,12 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
         others = f" ({count(len(short) - 1, 'other layout')} likewise)" if len(short) > 1 else ""
         out_console.print(f"{short.iloc[0]['label']}: {short.iloc[0]['reason']}{others}", highlight=False)
     best = ranked.iloc[0] if len(ranked) else df.iloc[0]
+    no_answer = False
     if not best["rate_qps"]:  # said, not a 'best' at 0 req/s: no layout met the SLO, or no trial could tell
         verdict = ("no rate found: no trial was long enough to judge" if best["limited_by_trial_length"]
                    else "none meets the SLO at any rate searched")
         out_console.print(f"[bold]{verdict}[/bold] ({best['label']}: {best['reason']})", highlight=False)
+        no_answer = True
     else:
         out_console.print(f"[bold]best: {best['label']} at {'least ' if best['at_least'] else ''}"
                           f"{best['goodput_per_gpu']:.3g} req/s per GPU[/bold]")
@@ -296,6 +298,8 @@ def _report(config: RunConfig, results, slo, out: Path | None, title: str, plot:
                 for note in notes:
                     out_console.print(f"note: {note}", highlight=False)
         out_console.print(f"wrote {out}/ ({', '.join(written)})")
+    if no_answer:  # no layout met the SLO: no answer, as plan's (exit 1), after the tables are written
+        raise typer.Exit(1)
 
 
 @disagg_app.command()

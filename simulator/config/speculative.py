@@ -61,9 +61,10 @@ UNMODELLED_KEYS = {"prompt_lookup_max": "n-gram match lengths act through the ac
                    "max_model_len": "the drafts' context is the target's --max-model-len"}
 # Draft tokens a step at most: far past any drafter's (and past 2^63 the verify step's arrays overflow).
 MAX_SPECULATIVE_TOKENS = 256
-_VLLM_KEYS = ("method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
-              "acceptance_rate", "acceptance_rates", "reduce_k_batch_size", "acceptance_source", "speculative_token_tree",
-              "parallel_drafting", *UNMODELLED_KEYS)
+_VLLM_KEYS = tuple(dict.fromkeys((  # (draft_tensor_parallel_size is also an unmodelled one's key: named once)
+    "method", "num_speculative_tokens", "model", "disable_by_batch_size", "draft_tensor_parallel_size",
+    "acceptance_rate", "acceptance_rates", "reduce_k_batch_size", "acceptance_source", "speculative_token_tree",
+    "parallel_drafting", *UNMODELLED_KEYS)))
 # The methods whose drafter can propose its k drafts in one pass (vLLM's unified parallel drafting: EAGLE heads
 # trained for it, P-EAGLE, and parallel draft models, PARD). Medusa's heads are parallel already; n-gram and MTP
 # modules are not trained for it.

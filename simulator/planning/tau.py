@@ -194,9 +194,9 @@ def choose_tau(config: RunConfig, tbt_slo_s: float, mix: DecodeMix | None = None
                step: int = 16) -> TauResult:
     """Largest budget (any integer up to ``max_tokens``) whose hybrid iteration fits ``tbt_slo_s``."""
     if not (math.isfinite(tbt_slo_s) and tbt_slo_s > 0):
-        raise ConfigError("tbt_slo", f"must be a positive number of seconds, got {tbt_slo_s}", "e.g. --tbt-slo 0.1")
+        raise ConfigError("--tbt-slo", f"must be a positive number of seconds, got {tbt_slo_s}", "e.g. --tbt-slo 0.1")
     if not 16 <= max_tokens <= MAX_TAU_TOKENS:  # the grid is priced every 16 tokens: a huge bound never ends
-        raise ConfigError("tau.max_tokens", f"must be in [16, {MAX_TAU_TOKENS:,}], got {max_tokens:,}",
+        raise ConfigError("--max-tokens", f"must be in [16, {MAX_TAU_TOKENS:,}], got {max_tokens:,}",
                           "e.g. --max-tokens 8192")
     mix = mix or workload_mix(config)
     cost = load_cost_model(config.cost_model, config.replica, config.engine)

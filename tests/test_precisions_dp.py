@@ -392,7 +392,8 @@ def test_four_bit_moe_checkpoints_keep_attention_and_the_router_at_16_bits():
     # The memory plan holds those weights at 2 bytes, the rest at 0.5625.
     uniform = m.num_layers * m.params_per_layer / 8 * 0.5625 + 2 * m.vocab_size * m.hidden_size * 2 / 8
     extra = m.num_layers * fp4.params_16bit_per_layer / 8 * (2 - 0.5625)
-    assert plan_memory(fp4, 2048, 64).weights_bytes[0] == pytest.approx(uniform + extra, rel=1e-9)
+    whole = m.num_layers * m.replicated_attention_params * (1 - 1 / 8) * 2  # MLA's latent projections on every rank
+    assert plan_memory(fp4, 2048, 64).weights_bytes[0] == pytest.approx(uniform + extra + whole, rel=1e-9)
     # The roofline prices the projections as the bf16 checkpoint's (the router's GEMM too; its routing
     # overhead is the expert lane's own constant), and the experts at FP4.
     shape = BatchShape.from_requests(decodes=[1500] * 4)
@@ -520,12 +521,15 @@ def test_kimi_k25s_int4_checkpoint_by_hand():
     assert r.weight_bytes == 0.5 + 2 / 32 and r.shared_experts_16bit and r.mlp_16bit_layers == (0,)
     experts = m.num_moe_layers * m.num_experts * m.expert_params
     sixteen = m.num_params - experts - 2 * m.embedding_params  # all else 16-bit (but the norms: 1.3 MB)
-    assert 8 * r.layer_weights_bytes(m.num_layers) == pytest.approx(experts * (0.5 + 2 / 32) + sixteen * 2, rel=1e-5)
-    total_gb = (8 * r.layer_weights_bytes(m.num_layers) + 2 * m.embedding_params * 2) / 1e9
+    whole = m.num_layers * m.replicated_attention_params * (1 - 1 / 8) * 2  # MLA's latent projections on every rank
+    per_gpu = r.layer_weights_bytes(m.num_layers)
+    assert per_gpu == pytest.approx((experts * (0.5 + 2 / 32) + sixteen * 2) / 8 + whole, rel=1e-5)
+    total_gb = (8 * (per_gpu - whole) + 2 * m.embedding_params * 2) / 1e9
     assert 590 < total_gb < 600  # the checkpoint's published ~594 GB
     # another format of the shape (NVIDIA's NVFP4 checkpoint) is not that checkpoint: its own rules
     fp4 = ReplicaConfig("kimi-k2.5", "b200", tp=8, dtype="nvfp4")
-    assert fp4.weight_bytes == 0.5625 and not fp4.shared_experts_16bit and fp4.mlp_16bit_layers == ()
+    assert not fp4.runs_checkpoint_format and not fp4.shared_experts_16bit and fp4.mlp_16bit_layers == ()
+    assert ReplicaConfig("kimi-k2.5", "b200", tp=8, dtype="mxfp4").weight_bytes == 0.5 + 1 / 32  # (no group of 32)
 
 
 def test_a_config_jsons_int4_group_is_read(tmp_path: Path):
@@ -539,7 +543,7 @@ def test_a_config_jsons_int4_group_is_read(tmp_path: Path):
     spec = model_from_hf_dict({**cfg, "quantization_config": packed}, "x")
     assert (spec.checkpoint_quant, spec.int4_group_size) == ("int4", 32)
     assert ReplicaConfig(str(tmp_path), "b200", tp=8, dtype="int4").weight_bytes == 0.5625
-    assert ReplicaConfig(str(tmp_path), "b200", tp=8, dtype="nvfp4").weight_bytes == 0.5625  # (NVFP4's own 1/16)
+    assert ReplicaConfig(str(tmp_path), "b200", tp=8, dtype="mxfp4").weight_bytes == 0.5 + 1 / 32  # (its own scales)
     gptq = model_from_hf_dict({**cfg, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}, "x")
     assert (gptq.checkpoint_quant, gptq.int4_group_size) == ("int4", 0)
     per_channel = {"quant_method": "gptq", "bits": 4, "group_size": -1}

@@ -37,15 +37,20 @@ def test_the_catalog_models_carry_their_published_size_and_an_indexer_key_a_toke
     assert v32.kv_bytes_per_token_per_layer(2) == get_model("deepseek-v3").kv_bytes_per_token_per_layer(2) + 132
 
 
-def test_the_indexer_weights_are_whole_on_every_tp_rank():
-    """vLLM and SGLang build the indexer's projections as replicated linears: a TP rank holds its share of the rest of
-    the model and the whole indexer (it was counted sharded, 0.72 GiB a GPU short for DeepSeek-V3.2 at TP8)."""
-    per_gpu = {tp: ReplicaConfig(model="deepseek-v3.2", gpu="b200", tp=tp, dtype="fp8").layer_weights_bytes(61)
+@pytest.mark.parametrize("model", ["deepseek-v3.2", "deepseek-v3"])
+def test_the_indexer_and_mla_down_projections_are_whole_on_every_tp_rank(model: str):
+    """vLLM and SGLang build the indexer's projections and MLA's down-projections to its latents (fused_qkv_a_proj)
+    as replicated linears: a TP rank holds its share of the rest of the model and those whole (they were counted
+    sharded: 1.4 GiB a GPU short for DeepSeek-V3.2 at TP8, 0.7 for DeepSeek-V3)."""
+    m = get_model(model)
+    per_gpu = {tp: ReplicaConfig(model=model, gpu="b200", tp=tp, dtype="fp8").layer_weights_bytes(61)
                for tp in (1, 2, 8)}
-    indexer = 61 * get_model("deepseek-v3.2").indexer_params * 1.0  # bytes at FP8, every layer has one
+    whole = 61 * m.replicated_attention_params * 1.0  # bytes at FP8, every layer has them
+    down = m.hidden_size * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+    assert m.replicated_attention_params == down + m.indexer_params and (m.indexer_params > 0) == m.is_sparse_attention
     for tp in (2, 8):
-        assert per_gpu[tp] == pytest.approx((per_gpu[1] - indexer) / tp + indexer, rel=1e-12)
-    assert get_model("deepseek-v3").indexer_params == 0
+        assert per_gpu[tp] == pytest.approx((per_gpu[1] - whole) / tp + whole, rel=1e-12)
+    assert get_model("llama-3.1-8b").replicated_attention_params == 0
 
 
 def test_sparse_attention_needs_fp8_tensor_cores_and_no_profile():

@@ -420,7 +420,7 @@ class ReplicaConfig:
         a checkpoint keeps at 16 bits (:attr:`mlp_16bit_layers`) are counted in the layers ``first_layer`` onwards
         (a pipeline stage's), or, without it, as their mean share of ``num_layers``; shared experts it keeps so
         (:attr:`shared_experts_16bit`) as their mean share. DSA's indexer is whole on every
-        TP rank (``ModelSpec.indexer_params``)."""
+        TP rank, as MLA's down-projections are (``ModelSpec.replicated_attention_params``)."""
         m, tp, wb, dp = self.model_spec, self.tp, self.weight_bytes, self.attention_dp
         # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
         experts_per_layer = m.num_moe_layers * m.num_experts * m.expert_params / m.num_layers
@@ -442,9 +442,10 @@ class ReplicaConfig:
         if self.shared_experts_16bit:  # sharded by TP like a dense MLP
             shared_per_layer = m.num_moe_layers * m.shared_expert_params / m.num_layers
             w += num_layers * shared_per_layer / tp * (self.dtype_bytes - wb)
-        if m.indexer_params and tp > 1:  # DSA's indexer is replicated on every TP rank: the rest of it beside its share
-            indexer_bytes = self.dtype_bytes if p16 else wb
-            w += num_layers * m.num_kv_layers / m.num_layers * m.indexer_params * (1 - 1 / tp) * indexer_bytes
+        if m.replicated_attention_params and tp > 1:  # whole on every TP rank: the rest of them beside the share
+            replicated_bytes = self.dtype_bytes if p16 else wb
+            w += (num_layers * m.num_kv_layers / m.num_layers * m.replicated_attention_params * (1 - 1 / tp)
+                  * replicated_bytes)
         return w + num_layers * redundant_per_layer / (tp * dp) * wb
 
     @property

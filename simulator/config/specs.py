@@ -285,6 +285,16 @@ class ModelSpec:
             h * (self.index_head_dim + self.index_num_heads)
 
     @property
+    def replicated_attention_params(self) -> int:
+        """Weights of one attention block that engines keep whole on every TP rank (0 for GQA): MLA's down-projections
+        to the query and KV latents (vLLM's fused_qkv_a_proj with disable_tp, SGLang's replicated linear; the cost
+        model prices them unsharded too, ``moe.mla_projections``) and DSA's indexer (:attr:`indexer_params`)."""
+        if not self.is_mla:
+            return 0
+        return self.hidden_size * ((self.q_lora_rank or 0) + self.kv_lora_rank + self.qk_rope_head_dim) \
+            + self.indexer_params
+
+    @property
     def mixer_params(self) -> float:
         """Token-mixer weights of a layer, the mean over layers (softmax attention, or a hybrid's mix of
         it and linear attention); an int for models without linear layers."""

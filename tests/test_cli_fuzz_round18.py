@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from test_cli_fuzz_round13 import invoke, refused
+
+from simulator.config.errors import ConfigError
 
 POOLS = ["--model", "llama-3.1-8b", "--gpu", "h100", "--num-requests", "20"]
 SPEC = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}', "--acceptance-rate", "0.6"]
@@ -142,3 +145,18 @@ def test_input_files_that_said_nothing_or_the_wrong_thing(tmp_path: Path) -> Non
     assert code == 0 and len(pd.read_csv(tmp_path / "sweep" / "results.csv")) == 2, out
     sweep.write_text('{"mode": "run", "mode": "capacity"}')
     assert "given twice" in refused("sweep", str(sweep), "--out", str(tmp_path / "again"))
+
+
+def test_plan_refuses_fast_forward_where_its_layouts_step_one_iteration_at_a_time(tmp_path: Path) -> None:
+    line = refused("plan", "--gpus", "h100-sxm", "--modes", "disagg", "--tps", "1", "--qps", "2", "--no-verify",
+                   "--no-fast-forward", "--out", str(tmp_path / "plan"))
+    assert "--modes disagg searches only disaggregated pools, which step one iteration at a time" in line, line
+
+
+def test_a_ray_clusters_workers_are_not_held_to_this_machines_cpus() -> None:
+    """--workers for plan on a Ray cluster is its tasks in flight, bounded by the cluster's CPUs, not this machine's."""
+    from simulator.cli.options import max_workers, parse_workers
+
+    assert parse_workers(str(max_workers() + 1), lambda: 1, remote=True) == max_workers() + 1
+    with pytest.raises(ConfigError, match="--workers"):
+        parse_workers(str(max_workers() + 1), lambda: 1)

@@ -222,3 +222,25 @@ def test_kimi_k2_and_its_k25_wrapper_read_as_deepseek_v3s_architecture():
     for spec in (model_from_hf_dict(kimi, "k2"), model_from_hf_dict(wrapped, "k25")):
         for field in SHAPE_FIELDS:
             assert getattr(spec, field) == getattr(catalog, field), field
+
+
+def test_a_quantized_checkpoints_exclusion_list_and_wrapper_are_read():
+    """Kimi-K2.5's config.json gives its INT4 quantization_config beside its text_config (it was dropped: read as
+    unquantized) and keeps self_attn, shared_experts and the dense MLP at 16 bits in its ignore list (read as 4-bit
+    everywhere); a pack-quantized config of 8 bits is no int4."""
+    ds = {k: v for k, v in json.loads((FIXTURES / "deepseek-v3" / "config.json").read_text()).items()
+          if k != "quantization_config"}
+    kimi = {**ds, "model_type": "kimi_k2", "num_attention_heads": 64, "num_key_value_heads": 64,
+            "n_routed_experts": 384, "first_k_dense_replace": 1, "vocab_size": 163840}
+    quant = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+             "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32}}},
+             "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"]}
+    spec = model_from_hf_dict({"model_type": "kimi_k25", "text_config": kimi, "quantization_config": quant}, "k25")
+    catalog = MODELS["kimi-k2.5"]
+    for field in ("checkpoint_quant", "int4_group_size", "quant_16bit_shared_experts", "quant_16bit_mlp_layers"):
+        assert getattr(spec, field) == getattr(catalog, field), field
+    named = {**quant, "ignore": ["lm_head", "model.layers.0.mlp.down_proj", "model.layers.2.mlp.experts.0.up_proj"]}
+    spec = model_from_hf_dict({**kimi, "quantization_config": named}, "k2")
+    assert spec.quant_16bit_mlp_layers == (0,) and not spec.quant_16bit_shared_experts
+    eight = {**quant, "config_groups": {"group_0": {"weights": {"num_bits": 8, "group_size": 64}}}}
+    assert model_from_hf_dict({**kimi, "quantization_config": eight}, "k8").checkpoint_quant == "int8"

@@ -92,9 +92,10 @@ def parse_ints(text: str, flag: str) -> tuple[int, ...]:
     return values
 
 
-def parse_workers(text: str, auto: Callable[[], int]) -> int:
+def parse_workers(text: str, auto: Callable[[], int], remote: bool = False) -> int:
     """``--workers``: a positive integer, or ``auto``, which ``auto()`` turns into one (what
-    the command can use of this machine's CPUs and memory)."""
+    the command can use of this machine's CPUs and memory). At most :func:`max_workers` local processes; ``remote``:
+    the workers are a Ray cluster's tasks in flight (plan --ray-address HOST), which its own CPUs bound."""
     value = text.strip().lower()
     if value == "auto":
         return auto()
@@ -106,15 +107,14 @@ def parse_workers(text: str, auto: Callable[[], int]) -> int:
         raise ConfigError("--workers", f"expected a positive integer or 'auto', got {text!r}",
                           "e.g. --workers 2, or --workers auto for one process per CPU")
     limit = max_workers()
-    if count > limit:  # (a pool starts its processes at once: 100,000 took the machine down, the OOM killer after it)
+    if count > limit and not remote:  # (a pool starts its processes at once: 100,000 took the machine down, the OOM killer after it)
         raise ConfigError("--workers", f"{count:,} processes is beyond {limit:,}, four per CPU of this machine or 64",
                           "give at most that, or --workers auto")
     return count
 
 
 def max_workers() -> int:
-    """The most ``--workers`` a command takes: four processes per CPU, or 64 where that is more (a Ray cluster's
-    tasks are bounded by its own CPUs, not this machine's)."""
+    """The most local ``--workers`` a command takes: four processes per CPU, or 64 where that is more."""
     return max(64, 4 * (os.cpu_count() or 1))
 
 

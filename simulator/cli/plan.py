@@ -166,7 +166,7 @@ def plan(
     typed = given_run_flags(ctx)  # (a --config file's values are not the command line's to drop)
     if "dtype" in typed and dtypes is not None:  # (every layout takes --dtypes' formats: the base's went unread)
         raise ConfigError("--dtype", f"--dtypes {dtypes} gives the weight formats searched, so --dtype "
-                          f"{config.replica.dtype} would do nothing", "drop --dtype, or name its format in --dtypes")
+                          f"{config.replica.dtype} would do nothing", "drop --dtype (--dtypes names the formats)")
     if ("engine" in typed and "disagg" not in space.modes
             and "handoff_s" in engine_override_terms(str(config.engine))):
         raise ConfigError("--engine", "handoff_s is waited out between a disaggregated layout's prefill and decode "
@@ -194,7 +194,8 @@ def plan(
         raise ConfigError("--launch", f"unknown engine {launch!r}", f"use {', '.join(LAUNCH_ENGINES)}")
     from simulator.config.resources import auto_workers
 
-    num_workers = parse_workers(workers, lambda: auto_workers(64, config.workload.num_requests))
+    num_workers = parse_workers(workers, lambda: auto_workers(64, config.workload.num_requests),
+                                remote=ray_address not in (None, "local"))  # (a cluster's tasks: its CPUs bound them)
     console = app_console()
     pools = default_pool_scheduler(config.scheduler.name)
     pools_text = f" (disaggregated pools: {pools})" if "disagg" in space.modes and pools != config.scheduler.name else ""

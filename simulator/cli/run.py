@@ -432,7 +432,13 @@ def run_title(config: RunConfig, summary: dict[str, Any]) -> str:
                   f"{r.model_spec.max_model_len:,} tokens assumed, as vLLM does (--max-model-len gives it)")
     quant = r.model_spec.checkpoint_quant  # a config.json's quantization_config (said, not read)
     if quant and quant != r.dtype:
-        title += f" · note: the checkpoint's config.json is quantized ({quant}); the run prices --dtype {r.dtype}"
+        from simulator.config.catalog import MODELS
+
+        if MODELS.get(r.model_spec.name) is r.model_spec:  # a catalog entry: its published checkpoint, no file read
+            title += (f" · note: {r.model}'s published checkpoint is {quant}; the run prices --dtype {r.dtype} "
+                      "(another checkpoint of its shape)")
+        else:
+            title += f" · note: the checkpoint's config.json is quantized ({quant}); the run prices --dtype {r.dtype}"
     if config.speculative is not None:
         sp = config.speculative
         drafter = f" ({sp.draft_model})" if sp.draft_model else ""

@@ -182,6 +182,9 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
     kwargs["checkpoint_quant"] = checkpoint_quant(quant)
     if kwargs["checkpoint_quant"] == "int4" and (group := int4_group_size(quant)) not in (None, 128):
         kwargs["int4_group_size"] = group
+    if kwargs["checkpoint_quant"]:
+        dense = kwargs.get("num_dense_layers", 0) if kwargs.get("num_experts") else num_layers  # (whose MLP is dense)
+        kwargs.update(kept_16bit(quant, dense, kwargs.get("num_shared_experts", 0)))
     vocab = f.need("vocab_size")
     try:
         return ModelSpec(
@@ -259,9 +262,42 @@ def checkpoint_quant(quant: object) -> str:
         return "nvfp4"
     if method == "mxfp4":
         return "mxfp4"
-    if method in ("awq", "gptq") and quant.get("bits") == 4 or fmt == "pack-quantized":
+    if method in ("awq", "gptq") and quant.get("bits") == 4:
         return "int4"
+    if fmt == "pack-quantized":  # (compressed-tensors packs other widths too: int8 is no int4)
+        bits = _first_group_weights(quant).get("num_bits", 4)
+        return "int4" if bits == 4 else f"int{bits}"
     return method or "quantized"
+
+
+def kept_16bit(quant: dict[str, Any], num_dense_layers: int, num_shared_experts: int) -> dict[str, Any]:
+    """What a checkpoint's exclusion list (compressed-tensors' ``ignore``, ModelOpt's ``exclude_modules``, the
+    FP8 configs' ``modules_to_not_convert``) keeps at 16 bits, as ModelSpec fields: every layer's attention where
+    it names ``self_attn``, the shared experts where it names ``shared_experts`` (Kimi-K2's INT4 checkpoint), the
+    dense MLPs of the layers it names (``layers.0.mlp``; an MoE layer's experts are no dense MLP), or of every dense
+    layer where a pattern names MLP projections without a layer."""
+    names = [str(n) for key in ("ignore", "exclude_modules", "modules_to_not_convert")
+             for n in (quant.get(key) or []) if isinstance(quant.get(key), list)]
+    out: dict[str, Any] = {}
+    if any("self_attn" in n for n in names):
+        out["quant_16bit_attention"] = True
+    if num_shared_experts and any("shared_expert" in n for n in names):
+        out["quant_16bit_shared_experts"] = True
+    layers = sorted({int(m.group(1)) for n in names if (m := re.search(r"layers\.(\d+)\.mlp\b(?!\.experts)", n))
+                     and not re.search(r"mlp\.(experts|shared_expert|gate\b)", n) and int(m.group(1)) < num_dense_layers})
+    if any(n.startswith("re:") and "mlp" in n and "expert" not in n and "layers" not in n for n in names):
+        layers = list(range(num_dense_layers))  # (a pattern for every dense MLP: re:.*mlp\.(gate|up|down)_proj.*)
+    if layers:
+        out["quant_16bit_mlp_layers"] = tuple(layers)
+    return out
+
+
+def _first_group_weights(quant: dict[str, Any]) -> dict[str, Any]:
+    """compressed-tensors' first config group's ``weights`` scheme ({} where it names none)."""
+    groups = quant.get("config_groups")
+    first = next(iter(groups.values()), None) if isinstance(groups, dict) and groups else None
+    weights = first.get("weights") if isinstance(first, dict) else None
+    return weights if isinstance(weights, dict) else {}
 
 
 def int4_group_size(quant: dict[str, Any]) -> int | None:
@@ -269,10 +305,7 @@ def int4_group_size(quant: dict[str, Any]) -> int | None:
     group's ``weights.group_size``; None where it names none (or none that is a positive integer: -1 is per channel)."""
     group = quant.get("group_size")
     if group is None:
-        groups = quant.get("config_groups")
-        first = next(iter(groups.values()), None) if isinstance(groups, dict) and groups else None
-        weights = first.get("weights") if isinstance(first, dict) else None
-        group = weights.get("group_size") if isinstance(weights, dict) else None
+        group = _first_group_weights(quant).get("group_size")
     return group if isinstance(group, int) and not isinstance(group, bool) and group > 0 else None
 
 
@@ -283,8 +316,10 @@ def _text_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
     if outer_type in _TEXT_WRAPPERS and isinstance(cfg.get("text_config"), dict):
         top_level = {k: v for k, v in cfg.items() if k != "text_config"}
         _check_fields(top_level, where)
-        cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings",
-                                                                      cfg["text_config"].get("tie_word_embeddings"))}
+        text = cfg["text_config"]
+        cfg = {**text, "tie_word_embeddings": cfg.get("tie_word_embeddings", text.get("tie_word_embeddings"))}
+        if top_level.get("quantization_config") is not None:  # (Kimi-K2.5 gives it beside its text_config)
+            cfg["quantization_config"] = top_level["quantization_config"]
     _check_fields(cfg, where)
     model_type = str(cfg.get("model_type") or outer_type)
     if not model_type:

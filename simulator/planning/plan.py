@@ -448,6 +448,10 @@ def unread_run_options(base: RunConfig, space: SearchSpace, verify: bool = True)
             out[name] = ("it applies to disaggregated layouts (their KV handoff, where the first token is "
                          f"delivered), and --modes {','.join(space.modes)} searches none",
                          "add disagg to --modes, or drop {flag}")
+    if "agg" not in space.modes or base.speculative is not None:  # (their steps take the plain loop: simulation)
+        out["fast_forward"] = ("--modes disagg searches only disaggregated pools, which step one iteration at a time"
+                               if "agg" not in space.modes else "speculating layouts step one iteration at a time",
+                               "drop {flag}")
     if "agg" not in space.modes:
         for name in ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"):
             out[name] = ("--modes disagg searches only disaggregated pools, which never run a step that mixes prompts "

@@ -162,10 +162,10 @@ def _coerce(where: str, name: str, value: Any) -> Any:
 
 
 def load_sweep_file(path: Path) -> dict[str, Any]:
-    """A sweep file's raw content (TOML, or YAML if PyYAML is installed)."""
+    """A sweep file's raw content (TOML, JSON, or YAML if PyYAML is installed), by its suffix in any case."""
     path = Path(path)
     if path.is_dir():
-        raise ConfigError("sweep", f"{path} is a folder, not a sweep file", "pass a .toml sweep file")
+        raise ConfigError("sweep", f"{path} is a folder, not a sweep file", "pass a sweep file (.toml, .json or .yaml)")
     if not path.is_file():
         raise ConfigError("sweep", f"{path} does not exist", "pass a sweep file (.toml, .json or .yaml)")
     try:
@@ -173,7 +173,7 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:  # a binary file, or another encoding (UTF-16's byte-order mark)
         raise ConfigError("sweep", f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})",
                           "save the sweep file as UTF-8") from None
-    if path.suffix in (".yaml", ".yml"):
+    if path.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
         except ImportError:

@@ -139,7 +139,7 @@ def test_the_option_leaves_stored_sweep_keys_as_they_were() -> None:
 @pytest.mark.skipif(not WEKA.is_dir(), reason="the Weka Claude Code sessions are not in ../shared")
 def test_the_claude_code_sessions_replayed_closed_never_send_a_turn_early() -> None:
     """The audit's case: the first 258 requests on two replicas; open sends most later turns before the turn
-    they waited for ended (199 of 216 here), closed none, each exactly its think time after."""
+    they waited for ended (over 190 of 216 here), closed none, each exactly its think time after."""
     config = build_config(model="llama-3.1-8b", gpu="h100-sxm", replicas=2, router="least_outstanding",
                           trace=str(WEKA), arrival="trace", num_requests=258, session_replay="closed")
     table, _, _ = prepare_table(config, None, None)
@@ -155,4 +155,4 @@ def test_the_claude_code_sessions_replayed_closed_never_send_a_turn_early() -> N
             if replay == "closed":
                 assert r.arrival_at == pytest.approx(end + think, abs=1e-9)
         counts[replay] = early
-    assert counts["closed"] == 0 and counts["open"] > 100
+    assert counts["closed"] == 0 and counts["open"] > 190  # (the README says so)

@@ -244,3 +244,20 @@ def test_a_quantized_checkpoints_exclusion_list_and_wrapper_are_read():
     assert spec.quant_16bit_mlp_layers == (0,) and not spec.quant_16bit_shared_experts
     eight = {**quant, "config_groups": {"group_0": {"weights": {"num_bits": 8, "group_size": 64}}}}
     assert model_from_hf_dict({**kimi, "quantization_config": eight}, "k8").checkpoint_quant == "int8"
+
+
+@pytest.mark.parametrize(("names", "dense", "kept"), [
+    # Qwen's FP8 lists: attention norms and the shared expert's scalar gate are no projections kept at 16 bits
+    (["lm_head", "model.layers.0.self_attn.q_norm", "model.layers.0.mlp.shared_expert_gate"], 3, {}),
+    (["lm_head", "re:.*mlp.gate$"], 3, {}),  # llm-compressor's router exclusion: no dense MLP
+    (["vision_model.model.layers.0.self_attn.q_proj", "vision_model.model.layers.0.mlp.fc1"], 3, {}),  # not the text's
+    (["model.layers.0.mlp.down_proj", "model.layers.125.mlp.up_proj", "model.layers.3.self_attn.q_proj"], 126,
+     {"quant_16bit_attention": True, "quant_16bit_mlp_layers": (0, 125)}),  # Meta's FP8 405B
+    (["model.layers.*.self_attn", "model.layers.*.mlp.router", "lm_head"], 3, {"quant_16bit_attention": True}),
+    (["*.mlp.shared_expert.*"], 3, {"quant_16bit_shared_experts": True}),
+])
+def test_an_exclusion_list_keeps_projections_not_norms_gates_or_another_towers(names, dense, kept):  # noqa: ANN001
+    from simulator.config.hf_config import checkpoint_quant, kept_16bit
+
+    assert kept_16bit({"ignore": names}, dense, 1) == kept
+    assert checkpoint_quant({"quant_method": "fbgemm_fp8"}) == "fp8"  # (Meta's FP8 405B: its list is read)

@@ -256,7 +256,7 @@ def checkpoint_quant(quant: object) -> str:
     method = str(quant.get("quant_method", "")).lower()
     algo = str(quant.get("quant_algo", "")).upper()  # (ModelOpt's)
     fmt = str(quant.get("format", "")).lower()  # (compressed-tensors')
-    if method == "fp8" or algo == "FP8" or fmt == "float-quantized":
+    if method in ("fp8", "fbgemm_fp8") or algo == "FP8" or fmt == "float-quantized":  # (fbgemm: Meta's FP8 405B)
         return "fp8-block" if quant.get("weight_block_size") else "fp8"
     if algo == "NVFP4" or fmt == "nvfp4-pack-quantized":
         return "nvfp4"
@@ -271,22 +271,26 @@ def checkpoint_quant(quant: object) -> str:
 
 
 def kept_16bit(quant: dict[str, Any], num_dense_layers: int, num_shared_experts: int) -> dict[str, Any]:
-    """What a checkpoint's exclusion list (compressed-tensors' ``ignore``, ModelOpt's ``exclude_modules``, the
+    r"""What a checkpoint's exclusion list (compressed-tensors' ``ignore``, ModelOpt's ``exclude_modules``, the
     FP8 configs' ``modules_to_not_convert``) keeps at 16 bits, as ModelSpec fields: every layer's attention where
-    it names ``self_attn``, the shared experts where it names ``shared_experts`` (Kimi-K2's INT4 checkpoint), the
-    dense MLPs of the layers it names (``layers.0.mlp``; an MoE layer's experts are no dense MLP), or of every dense
-    layer where a pattern names MLP projections without a layer."""
+    it names attention projections (``self_attn``, its norms aside), the shared experts where it names them
+    (Kimi-K2's INT4 checkpoint; Qwen's scalar ``shared_expert_gate`` aside), the dense MLPs of the layers it names
+    (``layers.0.mlp``, ``layers.0.mlp.down_proj``), or of every dense layer where a pattern names MLP projections
+    without a layer (``re:.*mlp\.(gate|up|down)_proj.*``; a router's ``mlp.gate`` is no projection). A multimodal
+    checkpoint's vision tower and an MTP module's names are not the text model's."""
     names = [str(n) for key in ("ignore", "exclude_modules", "modules_to_not_convert")
              for n in (quant.get(key) or []) if isinstance(quant.get(key), list)]
+    names = [n for n in names if not re.search(r"vision|visual|mm_projector|multi_modal|\bmtp\b", n)]
     out: dict[str, Any] = {}
-    if any("self_attn" in n for n in names):
+    if any("self_attn" in n and not re.search(r"norm|rotary", n) for n in names):
         out["quant_16bit_attention"] = True
-    if num_shared_experts and any("shared_expert" in n for n in names):
+    if num_shared_experts and any(re.search(r"shared_experts?(?!_gate)", n) for n in names):
         out["quant_16bit_shared_experts"] = True
-    layers = sorted({int(m.group(1)) for n in names if (m := re.search(r"layers\.(\d+)\.mlp\b(?!\.experts)", n))
-                     and not re.search(r"mlp\.(experts|shared_expert|gate\b)", n) and int(m.group(1)) < num_dense_layers})
-    if any(n.startswith("re:") and "mlp" in n and "expert" not in n and "layers" not in n for n in names):
-        layers = list(range(num_dense_layers))  # (a pattern for every dense MLP: re:.*mlp\.(gate|up|down)_proj.*)
+    mlp = r"layers\.(\d+)\.mlp(?:\.(?:gate_up|gate|up|down)_proj)?(?:$|\*|\.\*|\.weight)"
+    layers = sorted({int(m.group(1)) for n in names if (m := re.search(mlp, n)) and int(m.group(1)) < num_dense_layers})
+    if any(n.startswith("re:") and "mlp" in n and "_proj" in n and "expert" not in n and "layers" not in n
+           for n in names):
+        layers = list(range(num_dense_layers))  # (a pattern for every dense MLP's projections)
     if layers:
         out["quant_16bit_mlp_layers"] = tuple(layers)
     return out

@@ -161,30 +161,16 @@ def plan(
     for flag, (why, fix) in unread_space_options(config, space.modes).items():
         if given[flag] is not None:  # a default the layouts do not read is fine; a value given is not
             raise ConfigError(flag, f"{why}, so {flag} would do nothing", fix)
-    from simulator.config.run_config import engine_override_terms
+    from simulator.config.options import engine_terms_unread
 
     typed = given_run_flags(ctx)  # (a --config file's values are not the command line's to drop)
     if "dtype" in typed and dtypes is not None:  # (every layout takes --dtypes' formats: the base's went unread)
         raise ConfigError("--dtype", f"--dtypes {dtypes} gives the weight formats searched, so --dtype "
                           f"{config.replica.dtype} would do nothing", "drop --dtype (--dtypes names the formats)")
-    if ("engine" in typed and "disagg" not in space.modes
-            and "handoff_s" in engine_override_terms(str(config.engine))):
-        raise ConfigError("--engine", "handoff_s is waited out between a disaggregated layout's prefill and decode "
-                          f"workers, and --modes {','.join(space.modes)} searches none, so it would do nothing",
-                          "add disagg to --modes, or drop handoff_s")
     if "engine" in typed:  # the terms no layout of the search reads (a run's own check judges one layout)
-        unread = {"rpc_per_seq_s": (max(space.tps) == 1, "is the RPC to a TP group's workers, and --tps searches "
-                                    "only tp 1", "add a --tps degree above 1"),
-                  "overlap_pipeline": (max(space.pps) == 1, "keeps async scheduling under pipeline parallelism, and "
-                                       "--pps searches none", "add a --pps degree above 1"),
-                  "overlap_any_drafter": (config.speculative is None, "is a speculating engine's term, and the plan "
-                                          "does not speculate", "add --speculative-config"),
-                  "drafter_in_graph": (config.speculative is None, "is a speculating engine's term, and the plan "
-                                       "does not speculate", "add --speculative-config")}
-        for term in engine_override_terms(str(config.engine)):
-            if term in unread and unread[term][0]:
-                raise ConfigError("--engine", f"{term} {unread[term][1]}, so it would do nothing",
-                                  f"{unread[term][2]}, or drop {term}")
+        search = (max(space.tps), max(space.pps), tuple(space.modes))
+        for term, (why, fix) in engine_terms_unread(config, search).items():
+            raise ConfigError("--engine", f"{term} {why}, so it would do nothing", f"{fix}, or drop {term}")
     for name, (why, fix) in unread_run_options(config, space, verify).items():
         if name in typed:
             flag = given_flag(name, option_value(config, name))

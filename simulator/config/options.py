@@ -769,23 +769,37 @@ def check_given(config: RunConfig, options: dict[str, Any], command: str = "run"
         check_engine_terms_read(config, "--engine", one_step=command == "tau")
 
 
-def engine_terms_unread(config: RunConfig) -> dict[str, tuple[str, str]]:
+def engine_terms_unread(config: RunConfig, search: tuple[int, int, tuple[str, ...]] | None = None,
+                        ) -> dict[str, tuple[str, str]]:
     """The ``--engine`` override terms (``PRESET:term=value``) that ``config``'s run never reads: term -> (why, fix).
-    (Terms that do nothing on any run are refused where the engine loads: ``engine_model.check_override_effects``.)"""
+    ``search``: (the largest TP, the largest PP, the modes) of the layouts a plan searches, judged instead of the
+    config's one layout. (Terms that do nothing on any run are refused where the engine loads:
+    ``engine_model.check_override_effects``.)"""
     terms = engine_override_terms(config.engine) if isinstance(config.engine, str) else []
     r = config.replica
     pools = config.is_disaggregated  # (a pool may set its own tp= and pp=: judged on the aggregated replica only)
-    tp_rpc = ("is the RPC to a TP group's workers, and the run has none (--tp 1)", "add --tp 2 or more")
-    drafting = ("is a speculating engine's term, and the run does not speculate", "add --speculative-config")
-    unread = {
-        "handoff_s": (not pools, ("is waited out between a disaggregated run's prefill and decode workers, and the "
-                                  "run is not disaggregated", "add --prefill-pool and --decode-pool")),
-        "overlap_pipeline": (not pools and r.pp == 1, ("keeps async scheduling under pipeline parallelism, and the "
-                                                      "run has none (--pp 1)", "add --pp 2 or more")),
-        "rpc_per_seq_s": (not pools and r.tp == 1, tp_rpc),  # (rpc_s, a TP table, is no override)
-        "overlap_any_drafter": (config.speculative is None, drafting),
-        "drafter_in_graph": (config.speculative is None, drafting),
-    }
+    subject = "the run" if search is None else "the plan"
+    drafting = (f"is a speculating engine's term, and {subject} does not speculate", "add --speculative-config")
+    if search is None:
+        handoff = (not pools, ("is waited out between a disaggregated run's prefill and decode workers, and the "
+                               "run is not disaggregated", "add --prefill-pool and --decode-pool"))
+        pipeline = (not pools and r.pp == 1, ("keeps async scheduling under pipeline parallelism, and the run has "
+                                              "none (--pp 1)", "add --pp 2 or more"))
+        rpc = (not pools and r.tp == 1, ("is the RPC to a TP group's workers, and the run has none (--tp 1)",
+                                         "add --tp 2 or more"))
+    else:
+        max_tp, max_pp, modes = search
+        handoff = ("disagg" not in modes, ("is waited out between a disaggregated layout's prefill and decode "
+                                           f"workers, and --modes {','.join(modes)} searches none",
+                                           "add disagg to --modes"))
+        pipeline = (max_pp == 1, ("keeps async scheduling under pipeline parallelism, and --pps searches none",
+                                  "add a --pps degree above 1"))
+        rpc = (max_tp == 1, ("is the RPC to a TP group's workers, and --tps searches only tp 1",
+                             "add a --tps degree above 1"))
+    unread = {"handoff_s": handoff, "overlap_pipeline": pipeline,
+              "rpc_per_seq_s": rpc,  # (rpc_s, a TP table, is no override)
+              "overlap_any_drafter": (config.speculative is None, drafting),
+              "drafter_in_graph": (config.speculative is None, drafting)}
     return {t: unread[t][1] for t in terms if t in unread and unread[t][0]}
 
 

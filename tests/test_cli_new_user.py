@@ -709,6 +709,40 @@ def test_an_unreachable_ray_address_is_refused_in_seconds() -> None:
     probe_address("local")  # Ray's own names pass
 
 
+@pytest.mark.parametrize(("reply", "is_ray"), [(b"HTTP/1.0 400 Bad Request\r\n\r\n", False), (b"", False),
+                                               (b"\x00\x00\x18\x04\x00\x00\x00\x00\x00", True)])
+def test_a_ray_address_that_answers_but_not_as_ray_is_refused(reply: bytes, is_ray: bool) -> None:
+    """A port that takes the connection but is no Ray cluster (an HTTP server; a server that closes at once) is
+    refused in one line: ``ray.init`` retried it for minutes. A server that answers HTTP/2's preface with a SETTINGS
+    frame, as Ray's GCS and client server (gRPC) do, passes."""
+    import socket
+    import threading
+
+    from simulator.planning.options import probe_address
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(64)
+            if reply:
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        if is_ray:
+            probe_address(f"127.0.0.1:{port}", timeout_s=2.0)
+        else:
+            with pytest.raises(ConfigError, match="--ray-address: something answers .* not as a Ray cluster"):
+                probe_address(f"127.0.0.1:{port}", timeout_s=2.0)
+    finally:
+        thread.join(timeout=5)
+        server.close()
+
+
 def test_errors_of_a_new_user_audit_name_what_is_missing(tmp_path: Path) -> None:
     """An override without its value, an engine file that is not JSON, a Mooncake trace without its hash_ids and a
     HF config.json without model_type: each one line saying what is missing (they said "neither a preset nor an

@@ -373,9 +373,35 @@ def plan_slo(values: Mapping[str, Any]) -> PlanSLO:
     return PlanSLO(**fields_set("plan", values).get("plan", {}))
 
 
+# A gRPC server (Ray's GCS at host:port, its client server at ray://host:port) answers HTTP/2's client preface with
+# a SETTINGS frame: a 9-byte frame header whose fourth byte is the frame type, 0x4.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _answers_http2(sock: Any, timeout_s: float) -> bool:
+    """Whether the server on ``sock`` answers HTTP/2's preface with a SETTINGS frame within ``timeout_s``."""
+    import time
+
+    sock.settimeout(timeout_s)
+    header, deadline = b"", time.monotonic() + timeout_s
+    try:
+        sock.sendall(_HTTP2_PREFACE)
+        while len(header) < 4 and time.monotonic() < deadline:
+            chunk = sock.recv(9 - len(header))
+            if not chunk:
+                break
+            header += chunk
+    except OSError:  # a timeout (TimeoutError) or a reset
+        return False
+    return len(header) >= 4 and header[3] == 0x4
+
+
 def probe_address(address: str, timeout_s: float = 5.0) -> None:
     """Refuse a ``host:port`` (or ``ray://host:port``) that takes no TCP connection within
-    ``timeout_s``; names Ray resolves itself (``auto``, ``local``) pass untouched."""
+    ``timeout_s``, or takes one but does not speak gRPC as Ray does (an HTTP server, a database: Ray would retry it
+    for minutes); names Ray resolves itself (``auto``, ``local``) pass untouched, and with ``RAY_USE_TLS`` set the
+    gRPC check is skipped (the server then speaks TLS first)."""
+    import os
     import socket
 
     host, sep, port = address.removeprefix("ray://").rpartition(":")
@@ -385,10 +411,16 @@ def probe_address(address: str, timeout_s: float = 5.0) -> None:
         raise ConfigError("--ray-address", f"{address!r}: the port {port!r} is not a number",
                           "pass host:port (e.g. 10.0.0.1:6379) or ray://host:10001")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        sock = socket.create_connection((host, int(port)), timeout=timeout_s)
     except OSError as exc:
         raise ConfigError("--ray-address", f"nothing answers at {address!r} ({exc.strerror or exc})",
                           "start the cluster (`ray start --head`) or pass its address, or 'local'") from None
+    with sock:
+        tls = os.environ.get("RAY_USE_TLS", "").lower() in ("1", "true")
+        if not tls and not _answers_http2(sock, timeout_s):
+            raise ConfigError("--ray-address", f"something answers at {address!r} but not as a Ray cluster does "
+                              "(no gRPC reply)", "pass the head's GCS address (host:6379 by default, as `ray start "
+                              "--head` prints it) or ray://host:10001, or 'local'")
 
 
 def connect_ray(ray: Any, address: str) -> None:
@@ -400,7 +432,8 @@ def connect_ray(ray: Any, address: str) -> None:
         ray.init(address=address, log_to_driver=False)
     except (ValueError, ConnectionError) as exc:
         raise ConfigError("--ray-address", f"cannot connect to {address!r} ({' '.join(str(exc).split())})",
-                          "pass a Ray cluster address (host:port or ray://host:port), or 'local'") from None
+                          "pass a Ray cluster address (host:port or ray://host:port), or 'local'; a cluster with "
+                          "token authentication (Ray's default) needs RAY_AUTH_MODE=token here too") from None
 
 
 def refuse_unread_planner_options(config: RunConfig, planner: dict, typed: set[str] | frozenset[str] = frozenset(),

@@ -351,6 +351,22 @@ def test_drafter_costs() -> None:
     assert 0.5e9 < w < 1.5e9 and kv > 0  # ~0.5B params in bf16 on the draft's one GPU
 
 
+def test_an_mla_draft_model_keeps_its_down_projections_whole_on_every_rank() -> None:
+    """A draft model is laid out as a target is (its weights at 16 bits): an MLA draft's down-projections to its latents are whole on every
+    TP rank (vLLM's fused_qkv_a_proj; the memory plan's ``layer_weights_bytes``), not an eighth of them each."""
+    from simulator.config.catalog import get_model
+    from simulator.costmodel.speculative import draft_replica
+
+    m = get_model("deepseek-v3")
+    replica = ReplicaConfig("deepseek-v3", "h100-sxm", tp=8)
+    spec = SpeculativeConfig("draft_model", 3, "deepseek-v3", acceptance_rates=(0.7,))
+    assert draft_replica(replica, spec).tp == 8
+    sharded = (m.num_layers * m.params_per_layer + 2 * m.embedding_params) / 8 * 2
+    whole = m.num_layers * m.replicated_attention_params * (1 - 1 / 8) * 2
+    assert m.replicated_attention_params > 0
+    assert drafter_memory(replica, spec)[0] == pytest.approx(sharded + whole)
+
+
 def test_an_unset_draft_tp_is_the_targets() -> None:
     """vLLM sets an unset draft_tensor_parallel_size to the target's TP (only mlp_speculator gets 1): a 3B draft
     beside a TP-4 70B target was priced on one GPU (its passes at TP 1, its weights whole on every GPU: TPOT

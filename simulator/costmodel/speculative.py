@@ -448,8 +448,9 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
     if spec.method == "draft_model":
         d = draft_replica(replica, spec)
         dm = d.model_spec
-        weights = (dm.num_layers * dm.params_per_layer + dm.embedding_params * (1 if dm.tied_embeddings else 2)) \
-            / d.tp * replica.dtype_bytes
+        # Its layers as the target's are laid out (MLA's down-projections whole on every rank), at 16 bits.
+        weights = d.layer_weights_bytes(dm.num_layers) \
+            + dm.embedding_params * (1 if dm.tied_embeddings else 2) / d.tp * replica.dtype_bytes
         kv = dm.num_layers * dm.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, d.tp)
         return weights, kv
     if spec.method == "medusa":  # k heads: a hidden x hidden block and an LM head (16-bit, as the target's) each, no KV

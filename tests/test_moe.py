@@ -180,12 +180,13 @@ def test_bad_moe_and_dtype_options(kwargs, field):
 
 
 def test_moe_memory_counts_every_expert_by_hand():
-    # Mixtral-8x7B on 2x H100: all 8 experts of every layer are resident.
+    # Mixtral-8x7B on 2x H100: all 8 experts of every layer are resident; the router gate (4096 x 8) is whole on
+    # both GPUs, as vLLM's replicated gate is.
     m = MODELS["mixtral-8x7b"]
     per_layer = 4096 * 6144 + 4096 * 4096 + 8 * 3 * 4096 * 14336 + 4096 * 8 + 2 * 4096
     weights = (32 * per_layer + 2 * 32000 * 4096) * 2 / 2
     plan = plan_memory(ReplicaConfig("mixtral-8x7b", "h100-sxm", tp=2), 512, 128)
-    assert plan.weights_bytes[0] == pytest.approx(weights, rel=1e-9)
+    assert plan.weights_bytes[0] == pytest.approx(weights + 32 * 4096 * 8 * 2 / 2, rel=1e-9)
     # KV: 32 layers x 2 x (8 KV heads / 2) x 128 x 2 B per token on each GPU.
     assert plan.kv_bytes_per_token[0] == 32 * 2 * 4 * 128 * 2
     assert m.num_params * 2 / 2 == pytest.approx(weights, rel=1e-6)

@@ -382,18 +382,27 @@ def test_sglang_divides_its_chunked_prefill_size_over_the_attention_dp_ranks():
 def test_four_bit_moe_checkpoints_keep_attention_and_the_router_at_16_bits():
     """gpt-oss (MXFP4), Kimi-K2 (INT4) and NVIDIA's NVFP4 MoE checkpoints quantise the experts only: the
     attention projections and the router gate are priced and stored at 16 bits; a dense model's 4-bit
-    checkpoint and an FP8 MoE checkpoint quantise every layer as before."""
+    checkpoint and an FP8 MoE checkpoint quantise every layer as before. The router gate is whole on every GPU
+    at 16 bits in every checkpoint (vLLM's and SGLang's gates are replicated, unquantised linears)."""
     m = MODELS["deepseek-v3"]
     fp4 = ReplicaConfig("deepseek-v3", "b200", tp=8, dtype="nvfp4")
     assert fp4.experts_only_quantized and ReplicaConfig("gpt-oss-120b", "b200", dtype="mxfp4").experts_only_quantized
     assert not ReplicaConfig("llama-3.1-70b", "b200", tp=2, dtype="nvfp4").experts_only_quantized
     assert not ReplicaConfig("deepseek-v3", "b200", tp=8, dtype="fp8-block").experts_only_quantized
-    assert fp4.params_16bit_per_layer == pytest.approx((61 * m.attention_params + 58 * 7168 * 256) / 61)
-    # The memory plan holds those weights at 2 bytes, the rest at 0.5625.
-    uniform = m.num_layers * m.params_per_layer / 8 * 0.5625 + 2 * m.vocab_size * m.hidden_size * 2 / 8
+    assert fp4.params_16bit_per_layer == pytest.approx(61 * m.attention_params / 61)
+    # The memory plan holds those weights at 2 bytes, the rest at 0.5625, and the router whole at 2.
+    router = 58 * 7168 * 256
+    uniform = (m.num_layers * m.params_per_layer - router) / 8 * 0.5625 + 2 * m.vocab_size * m.hidden_size * 2 / 8
     extra = m.num_layers * fp4.params_16bit_per_layer / 8 * (2 - 0.5625)
     whole = m.num_layers * m.replicated_attention_params * (1 - 1 / 8) * 2  # MLA's latent projections on every rank
-    assert plan_memory(fp4, 2048, 64).weights_bytes[0] == pytest.approx(uniform + extra + whole, rel=1e-9)
+    assert plan_memory(fp4, 2048, 64).weights_bytes[0] == pytest.approx(uniform + extra + whole + router * 2, rel=1e-9)
+    # An FP8 checkpoint's router too: 16 bits, whole on each of the tp x attention-DP GPUs.
+    for dp in (1, 4):
+        fp8 = ReplicaConfig("deepseek-v3", "h200", tp=8 // dp, attention_dp=dp, dtype="fp8-block")
+        assert fp8.params_16bit_per_layer == 0
+        shards = [(m.num_layers * m.params_per_layer - router - 58 * 256 * m.expert_params) / (8 // dp),
+                  58 * 256 * m.expert_params / 8, m.num_layers * m.replicated_attention_params * (1 - dp / 8)]
+        assert fp8.layer_weights_bytes(61) == pytest.approx(sum(shards) * fp8.weight_bytes + router * 2, rel=1e-9)
     # The roofline prices the projections as the bf16 checkpoint's (the router's GEMM too; its routing
     # overhead is the expert lane's own constant), and the experts at FP4.
     shape = BatchShape.from_requests(decodes=[1500] * 4)
@@ -522,6 +531,7 @@ def test_kimi_k25s_int4_checkpoint_by_hand():
     experts = m.num_moe_layers * m.num_experts * m.expert_params
     sixteen = m.num_params - experts - 2 * m.embedding_params  # all else 16-bit (but the norms: 1.3 MB)
     whole = m.num_layers * m.replicated_attention_params * (1 - 1 / 8) * 2  # MLA's latent projections on every rank
+    whole += m.num_moe_layers * m.hidden_size * m.num_experts * (1 - 1 / 8) * 2  # and the router gate
     per_gpu = r.layer_weights_bytes(m.num_layers)
     assert per_gpu == pytest.approx((experts * (0.5 + 2 / 32) + sixteen * 2) / 8 + whole, rel=1e-5)
     total_gb = (8 * (per_gpu - whole) + 2 * m.embedding_params * 2) / 1e9

@@ -40,12 +40,13 @@ def test_the_catalog_models_carry_their_published_size_and_an_indexer_key_a_toke
 @pytest.mark.parametrize("model", ["deepseek-v3.2", "deepseek-v3"])
 def test_the_indexer_and_mla_down_projections_are_whole_on_every_tp_rank(model: str):
     """vLLM and SGLang build the indexer's projections and MLA's down-projections to its latents (fused_qkv_a_proj)
-    as replicated linears: a TP rank holds its share of the rest of the model and those whole (they were counted
-    sharded: 1.4 GiB a GPU short for DeepSeek-V3.2 at TP8, 0.7 for DeepSeek-V3)."""
+    as replicated linears, as they do the router gate: a TP rank holds its share of the rest and those whole (they
+    were counted sharded: 1.4 GiB a GPU short for DeepSeek-V3.2 at TP8, 0.7 for DeepSeek-V3)."""
     m = get_model(model)
     per_gpu = {tp: ReplicaConfig(model=model, gpu="b200", tp=tp, dtype="fp8").layer_weights_bytes(61)
                for tp in (1, 2, 8)}
     whole = 61 * m.replicated_attention_params * 1.0  # bytes at FP8, every layer has them
+    whole += 58 * m.hidden_size * m.num_experts * 2.0  # the router gate, 16-bit in an FP8 checkpoint
     down = m.hidden_size * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
     assert m.replicated_attention_params == down + m.indexer_params and (m.indexer_params > 0) == m.is_sparse_attention
     for tp in (2, 8):

@@ -353,7 +353,8 @@ def test_drafter_costs() -> None:
 
 def test_an_mla_draft_model_keeps_its_down_projections_whole_on_every_rank() -> None:
     """A draft model is laid out as a target is (its weights at 16 bits): an MLA draft's down-projections to its latents are whole on every
-    TP rank (vLLM's fused_qkv_a_proj; the memory plan's ``layer_weights_bytes``), not an eighth of them each."""
+    TP rank (vLLM's fused_qkv_a_proj; the memory plan's ``layer_weights_bytes``), not an eighth of them each, as
+    is its router gate."""
     from simulator.config.catalog import get_model
     from simulator.costmodel.speculative import draft_replica
 
@@ -362,7 +363,8 @@ def test_an_mla_draft_model_keeps_its_down_projections_whole_on_every_rank() -> 
     spec = SpeculativeConfig("draft_model", 3, "deepseek-v3", acceptance_rates=(0.7,))
     assert draft_replica(replica, spec).tp == 8
     sharded = (m.num_layers * m.params_per_layer + 2 * m.embedding_params) / 8 * 2
-    whole = m.num_layers * m.replicated_attention_params * (1 - 1 / 8) * 2
+    whole = (m.num_layers * m.replicated_attention_params + m.num_moe_layers * m.hidden_size * m.num_experts) \
+        * (1 - 1 / 8) * 2
     assert m.replicated_attention_params > 0
     assert drafter_memory(replica, spec)[0] == pytest.approx(sharded + whole)
 
@@ -951,14 +953,14 @@ def test_an_mtp_layer_is_sharded_as_the_targets_layers_are() -> None:
     are: DeepSeek-V3 FP8 on H200 at --tp 1 --attention-dp 8 --ep 8 held 10.22 GiB of MTP weights a GPU (its
     experts divided by tp alone) where --tp 8 --ep 8 holds 1.28 GiB, and the KV cache fell from 458,448 tokens to
     297,472 for one MTP layer. Now 1.48 GiB (its attention whole on each DP rank), one mean layer of the plan's
-    (at --tp 8, 1.289 GiB: MLA's down-projections whole on every TP rank)."""
+    (at --tp 8, 1.292 GiB: MLA's down-projections and the router gate whole on every TP rank)."""
     from simulator.engine.kvcache import plan_memory
 
     spec = SpeculativeConfig("mtp", 1, None, (0.7,))
     dep = ReplicaConfig("deepseek-v3", "h200", dtype="fp8", tp=1, attention_dp=8, ep=8)
     tep = ReplicaConfig("deepseek-v3", "h200", dtype="fp8", tp=8, ep=8)
     w_dep, w_tep = drafter_memory(dep, spec)[0], drafter_memory(tep, spec)[0]
-    assert w_tep < w_dep < 1.25 * w_tep and w_tep == pytest.approx(1.289 * 2**30, rel=1e-3)
+    assert w_tep < w_dep < 1.25 * w_tep and w_tep == pytest.approx(1.2925 * 2**30, rel=1e-4)
     m = dep.model_spec
     layers = plan_memory(dep, 8192, 256).weights_bytes[0] - 2 * m.vocab_size * m.hidden_size * dep.dtype_bytes
     assert w_dep == pytest.approx(layers / m.num_layers, rel=1e-12)

@@ -403,37 +403,42 @@ class ReplicaConfig:
 
     @property
     def params_16bit_per_layer(self) -> float:
-        """Weights of a layer (the mean over layers) held at ``dtype_bytes`` whatever ``dtype`` says: the
-        softmax-attention projections (:attr:`attention_16bit`) and a 4-bit MoE checkpoint's router gate, else 0.
-        (The MLPs of :attr:`mlp_16bit_layers` are counted where their layers are: :meth:`layer_weights_bytes`.)"""
+        """Weights of a layer (the mean over layers) held at ``dtype_bytes`` whatever ``dtype`` says and sharded over
+        TP: the softmax-attention projections (:attr:`attention_16bit`), else 0. (The MLPs of :attr:`mlp_16bit_layers`
+        are counted where their layers are, and the router gate, 16-bit and whole on every GPU in every checkpoint,
+        apart: :meth:`layer_weights_bytes`.)"""
         if not self.attention_16bit:
             return 0.0
         m = self.model_spec
-        router = m.num_moe_layers * m.hidden_size * m.num_experts if self.experts_only_quantized else 0
-        return (m.num_kv_layers * m.attention_params + router) / m.num_layers
+        return m.num_kv_layers * m.attention_params / m.num_layers
 
     def layer_weights_bytes(self, num_layers: int | float, first_layer: int | None = None) -> float:
         """Bytes on one GPU of ``num_layers`` mean layers (``ModelSpec.params_per_layer``): routed experts, and
         EPLB's redundant copies of them, sharded over the whole MoE group (``tp x attention_dp`` GPUs), the rest
-        over ``tp``; a 4-bit MoE checkpoint's attention projections and router at ``dtype_bytes``, as a checkpoint's
-        that keeps its attention so. The memory plan's layers and an MTP/EAGLE drafter's layer alike. The dense MLPs
-        a checkpoint keeps at 16 bits (:attr:`mlp_16bit_layers`) are counted in the layers ``first_layer`` onwards
-        (a pipeline stage's), or, without it, as their mean share of ``num_layers``; shared experts it keeps so
-        (:attr:`shared_experts_16bit`) as their mean share. DSA's indexer is whole on every
-        TP rank, as MLA's down-projections are (``ModelSpec.replicated_attention_params``)."""
+        over ``tp``; a 4-bit MoE checkpoint's attention projections at ``dtype_bytes``, as a checkpoint's that keeps
+        its attention so. The router gate is whole on every GPU at ``dtype_bytes`` in every checkpoint (vLLM's and
+        SGLang's gates are replicated, unquantised linears; FP8 and 4-bit checkpoints keep them at 16 bits). The
+        memory plan's layers and an MTP/EAGLE drafter's layer alike. The dense MLPs a checkpoint keeps at 16 bits
+        (:attr:`mlp_16bit_layers`) are counted in the layers ``first_layer`` onwards (a pipeline stage's), or,
+        without it, as their mean share of ``num_layers``; shared experts it keeps so (:attr:`shared_experts_16bit`)
+        as their mean share. DSA's indexer is whole on every TP rank, as MLA's down-projections are
+        (``ModelSpec.replicated_attention_params``)."""
         m, tp, wb, dp = self.model_spec, self.tp, self.weight_bytes, self.attention_dp
         # Routed experts' share of a layer (mean over layers): sharded over the whole MoE group.
         experts_per_layer = m.num_moe_layers * m.num_experts * m.expert_params / m.num_layers
         # Redundant copies of experts (EPLB) on top, spread over every GPU of the MoE group like the rest.
         redundant_per_layer = m.num_moe_layers * self.redundant_experts * m.expert_params / m.num_layers
-        # A 4-bit MoE checkpoint keeps its attention projections and router at 16 bits (0 otherwise).
+        # A 4-bit MoE checkpoint keeps its attention projections at 16 bits (0 otherwise).
         p16 = self.params_16bit_per_layer
+        router_per_layer = m.num_moe_layers * m.hidden_size * m.num_experts / m.num_layers
+        rest = m.params_per_layer - p16 - router_per_layer
         if dp == 1:
-            w = num_layers * (m.params_per_layer - p16) / tp * wb
+            w = num_layers * rest / tp * wb
         else:
-            w = num_layers * ((m.params_per_layer - p16 - experts_per_layer) / tp + experts_per_layer / (tp * dp)) * wb
+            w = num_layers * ((rest - experts_per_layer) / tp + experts_per_layer / (tp * dp)) * wb
         if p16:
             w += num_layers * p16 / tp * self.dtype_bytes
+        w += num_layers * router_per_layer * self.dtype_bytes
         kept = self.mlp_16bit_layers
         if kept:  # each such MLP at dtype_bytes where the mean layer has it at wb
             held = (len(kept) * num_layers / m.num_layers if first_layer is None

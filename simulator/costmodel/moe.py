@@ -178,7 +178,8 @@ def moe_token_ops(rf: RooflineCostModel, tokens: np.ndarray) -> dict[str, np.nda
     experts = np.where(t > 0, touched * np.maximum(compute, memory) + 2 * c.kernel_floor_s, 0.0)
     if c.expert_permute_s:  # a calibration with a token-permutation term ("today"; 2023 has none)
         experts = experts + np.where(t > 0, group * k * h * c.expert_permute_s, 0.0)
-    router = np.where(t > 0, rf.attn_gemm(t, h, num_e) + ec.router_overhead_s, 0.0)
+    # The router gate is a 16-bit GEMM in every checkpoint (engines build it as an unquantised replicated linear).
+    router = np.where(t > 0, rf.gemm16(t, h, num_e) + ec.router_overhead_s, 0.0)
     act = rf.elementwise(r.moe_imbalance * assignments, (up_mult + 1) * f_local * db)
     shared_width = m.num_shared_experts * (m.shared_expert_ffn_size or m.expert_ffn_size) // r.tp
     shared = (rf.gemm(t, h, up_mult * shared_width) + rf.gemm(t, shared_width, h)

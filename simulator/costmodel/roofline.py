@@ -116,8 +116,8 @@ class RooflineCostModel(TabulatedCostModel):
                                 * self.ridge_scale)
         # This dtype's GEMM curve (the calibration's gemm_* fields unless it has one for the dtype's class).
         self.gemm_constants = self.cal.gemm_constants(self.kernel_format)
-        # A 4-bit MoE checkpoint's attention projections and router, and those of a checkpoint that keeps its
-        # attention at 16 bits (Meta's FP8 Llama-3.1-405B), run 16-bit GEMMs (attn_gemm).
+        # A 4-bit MoE checkpoint's attention projections, and those of a checkpoint that keeps its attention at 16
+        # bits (Meta's FP8 Llama-3.1-405B), run 16-bit GEMMs (attn_gemm); the router gate always does (gemm16).
         self.attn_16bit = r.attention_16bit
         self._bf16_constants = self.cal.gemm_constants("bf16")
         if r.kv_cache_dtype != "auto" or m.is_mla:
@@ -181,14 +181,14 @@ class RooflineCostModel(TabulatedCostModel):
 
     def gemm16(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
         """A GEMM a quantized checkpoint keeps at 16 bits (weights at ``dtype_bytes``, the bf16 peak and
-        curve): its LM head always (FP8, NVFP4 and MXFP4 checkpoints leave ``lm_head`` unquantized, and
-        memory is planned so), and a 4-bit MoE checkpoint's attention and router."""
+        curve): its LM head and MoE router gate always (FP8, NVFP4 and MXFP4 checkpoints leave ``lm_head`` and the
+        gate unquantized, and memory is planned so), and a 4-bit MoE checkpoint's attention."""
         return self._gemm_time(tokens, k, n, float(self.dtype_bytes), self.gpu.bf16_flops, self._bf16_constants,
                                self.ridge_scale)
 
     def attn_gemm(self, tokens: np.ndarray, k: int, n: int) -> np.ndarray:
-        """An attention projection's or the router's GEMM: :meth:`gemm`, or :meth:`gemm16` where the checkpoint
-        keeps them at 16 bits (``ReplicaConfig.attention_16bit``)."""
+        """An attention projection's GEMM: :meth:`gemm`, or :meth:`gemm16` where the checkpoint keeps them at 16 bits
+        (``ReplicaConfig.attention_16bit``)."""
         return self.gemm16(tokens, k, n) if self.attn_16bit else self.gemm(tokens, k, n)
 
     def _gemm_time(self, tokens: np.ndarray, k: int, n: int, weight_bytes: float, peak_flops: float,

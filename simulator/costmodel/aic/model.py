@@ -249,8 +249,8 @@ class TableCostModel(TabulatedCostModel):
 
     def _load_attn_gemm(self) -> None:
         """``gemm16``: the GEMMs a quantized checkpoint keeps at 16 bits, on the bfloat16 rows (the
-        roofline's 16-bit GEMM past them): its LM head always (FP8 and FP4 checkpoints leave ``lm_head``
-        unquantized), and ``attn_gemm``, the attention projections and router, where a 4-bit MoE
+        roofline's 16-bit GEMM past them): its LM head and MoE router gate always (FP8 and FP4 checkpoints leave
+        ``lm_head`` and the gate unquantized), and ``attn_gemm``, the attention projections, where a 4-bit MoE
         checkpoint, or one that keeps its attention at 16 bits, has them so (``ReplicaConfig.attention_16bit``;
         else :meth:`gemm` itself).
         At bfloat16 both are :meth:`gemm`."""
@@ -270,8 +270,8 @@ class TableCostModel(TabulatedCostModel):
             if "gemm" in twin.borrowed:
                 self.borrowed["gemm"] = twin.borrowed["gemm"]
         if not twin._gemm_index:
-            self._lack("gemm16", "no bfloat16 GEMM rows for the LM head (and a 4-bit MoE checkpoint's attention "
-                       "projections and router) that the checkpoint keeps at 16 bits")
+            self._lack("gemm16", "no bfloat16 GEMM rows for the LM head and router gate (and a 4-bit MoE "
+                       "checkpoint's attention projections) that the checkpoint keeps at 16 bits")
         self.gemm16 = twin.gemm
         self._head_16 = True
         if self.replica.attention_16bit:
@@ -1034,7 +1034,7 @@ class TableCostModel(TabulatedCostModel):
             k = 2 if m.gated_mlp else 1
             shared_width = m.num_shared_experts * (m.shared_expert_ffn_size or m.expert_ffn_size) // self.replica.tp
             moe = {
-                "moe_router": np.where(t > 0, self.attn_gemm(t, h, m.num_experts), 0.0),
+                "moe_router": np.where(t > 0, self.gemm16(t, h, m.num_experts), 0.0),  # 16-bit in every checkpoint
                 "moe_experts": self._moe_experts(t, rf_ops["moe_experts"]) if self._moe is not None
                 else rf_ops["moe_experts"],
                 # the fused MoE kernels measured include the activation (and routing/permutation)
@@ -1086,13 +1086,13 @@ class TableCostModel(TabulatedCostModel):
     def roofline_breakdown_ops(self) -> dict[str, str]:
         """The :meth:`breakdown` ops the roofline prices, each ``"roofline"`` (all of it) or ``"tables + roofline"``
         (some of its layers: a hybrid's linear ones); the others are the tables'. ``roofline_ops`` names families
-        (``gemm``: every GEMM the run's dtype prices; ``gemm16``: the LM head, and a 4-bit MoE checkpoint's
-        attention projections and router); this names the ops they price."""
+        (``gemm``: every GEMM the run's dtype prices; ``gemm16``: the LM head and the router gate, and a 4-bit MoE
+        checkpoint's attention projections); this names the ops they price."""
         attn, head = ("gemm16" if self._attn_16 else "gemm"), ("gemm16" if self._head_16 else "gemm")
         linear = ("linear_attn",) if self.linear_fraction else ()
         priced = {  # op -> the families pricing its parts (a hybrid's linear layers: plain GEMMs, the recurrence)
             "qkv_proj": (attn, *("gemm" for _ in linear)), "attn_out_proj": (attn, *("gemm" for _ in linear)),
-            "moe_router": (attn,), "mlp_up_gate": ("gemm",), "mlp_down": ("gemm",), "moe_shared_experts": ("gemm",),
+            "moe_router": (head,), "mlp_up_gate": ("gemm",), "mlp_down": ("gemm",), "moe_shared_experts": ("gemm",),
             "lm_head_sampling": (head,), "moe_experts": ("moe_experts",), "moe_act": ("moe_experts",),
             "attn_prefill": ("attn_prefill", *linear), "attn_decode": ("attn_decode", *linear),
             "tp_all_reduce": ("tp_all_reduce",), "ep_all_to_all": ("ep_all_to_all",)}

@@ -57,7 +57,8 @@ def test_vllm_duration_waits_for_the_refused_request(tmp_path):
     trace.write_text("num_prefill_tokens,num_decode_tokens,arrived_at\n200,1,0.0\n300,50,0.1\n100,20,0.2\n"
                      "900,500,30.0\n")
     res = CliRunner().invoke(app, ["run", "--trace", str(trace), "--arrival", "trace", "--scheduler", "vllm",
-                                   "--max-num-batched-tokens", "1024", "--json", "--goodput", "ttft:1000"])
+                                   "--max-model-len", "1024", "--max-num-batched-tokens", "1024", "--json",
+                                   "--goodput", "ttft:1000"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["num_rejected"] == 1

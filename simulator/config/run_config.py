@@ -969,6 +969,17 @@ class RunConfig:
                                   f"{seqs:,}{'' if sched.max_num_seqs else ' (the default)'}: a step carries a token a "
                                   "sequence, so no more than the budget ever run (vLLM refuses it)",
                                   f"pass --max-num-seqs {budget} or fewer, or a budget of at least {seqs}")
+        if sched.name == "vllm" and sched.max_num_batched_tokens and not self.is_disaggregated \
+                and sched.max_num_batched_tokens < self.replica.effective_max_model_len:
+            # vLLM V0 without chunked prefill runs a prompt in one step, so it refuses at start a budget below its
+            # context (SchedulerConfig: "max_num_batched_tokens ... is smaller than max_model_len"), rather than
+            # rejecting every longer request.
+            context = self.replica.effective_max_model_len
+            raise ConfigError("scheduler.max_num_batched_tokens", f"{sched.max_num_batched_tokens:,} tokens is below "
+                              f"max_model_len {context:,}: --scheduler vllm runs a whole prompt in one step, so vLLM "
+                              "refuses a budget below the context it serves", f"pass --max-model-len "
+                              f"{sched.max_num_batched_tokens} or less, --max-num-batched-tokens {context} or more, "
+                              "or a chunking scheduler (vllm-v1)")
         if self.scheduler.batch_wait_timeout_iters:
             if self.replica.attention_dp > 1 or self.is_disaggregated:
                 raise ConfigError("scheduler.batch_wait_timeout_iters", "TensorRT-LLM applies batch waiting only to a "

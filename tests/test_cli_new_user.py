@@ -709,6 +709,34 @@ def test_an_unreachable_ray_address_is_refused_in_seconds() -> None:
     probe_address("local")  # Ray's own names pass
 
 
+def test_a_bracketed_ipv6_ray_address_is_probed_as_ray_reads_it() -> None:
+    """``[::1]:6379`` is Ray's form of an IPv6 address; the probe looked the bracketed name up and refused it."""
+    import socket
+    import threading
+
+    from simulator.planning.options import probe_address
+
+    try:
+        server = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    port = server.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(64)
+            conn.sendall(b"\x00\x00\x18\x04\x00\x00\x00\x00\x00")  # a SETTINGS frame, as gRPC answers
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        probe_address(f"[::1]:{port}", timeout_s=2.0)
+    finally:
+        thread.join(timeout=5)
+        server.close()
+
+
 @pytest.mark.parametrize(("reply", "is_ray"), [(b"HTTP/1.0 400 Bad Request\r\n\r\n", False), (b"", False),
                                                (b"\x00\x00\x18\x04\x00\x00\x00\x00\x00", True)])
 def test_a_ray_address_that_answers_but_not_as_ray_is_refused(reply: bytes, is_ray: bool) -> None:

@@ -387,6 +387,7 @@ def _answers_http2(sock: Any, timeout_s: float) -> bool:
     try:
         sock.sendall(_HTTP2_PREFACE)
         while len(header) < 4 and time.monotonic() < deadline:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))  # the whole reply within timeout_s
             chunk = sock.recv(9 - len(header))
             if not chunk:
                 break
@@ -407,6 +408,8 @@ def probe_address(address: str, timeout_s: float = 5.0) -> None:
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host:
         return
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 literal, [::1]:6379, as Ray parses it
+        host = host[1:-1]
     if not port.isdigit():
         raise ConfigError("--ray-address", f"{address!r}: the port {port!r} is not a number",
                           "pass host:port (e.g. 10.0.0.1:6379) or ray://host:10001")
@@ -426,14 +429,16 @@ def probe_address(address: str, timeout_s: float = 5.0) -> None:
 def connect_ray(ray: Any, address: str) -> None:
     """``ray.init(address=...)`` for ``--ray-address``, a malformed or unreachable address refused
     in one line (Ray raises ValueError or ConnectionError, which would end in a traceback). A
-    ``host:port`` nobody answers on is refused after a 5 s probe: Ray itself retries for minutes."""
+    ``host:port`` nobody answers on, or that answers but not as Ray's gRPC servers do, is refused after a 5 s
+    probe (:func:`probe_address`): Ray itself retries for minutes."""
     probe_address(address)
     try:
         ray.init(address=address, log_to_driver=False)
     except (ValueError, ConnectionError) as exc:
         raise ConfigError("--ray-address", f"cannot connect to {address!r} ({' '.join(str(exc).split())})",
                           "pass a Ray cluster address (host:port or ray://host:port), or 'local'; a cluster with "
-                          "token authentication (Ray's default) needs RAY_AUTH_MODE=token here too") from None
+                          "token authentication needs RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN or "
+                          "~/.ray/auth_token) here too") from None
 
 
 def refuse_unread_planner_options(config: RunConfig, planner: dict, typed: set[str] | frozenset[str] = frozenset(),

@@ -175,6 +175,25 @@ def test_pipeline_stages_split_weights_and_the_tightest_stage_decides():
                                                                   strict=True)) // BLOCK * BLOCK
 
 
+def test_a_pipeline_stage_holds_its_own_layers_dense_and_moe_mlps():
+    """DeepSeek-V3's first 3 layers are dense: at --pp 2 the first stage (layers 0-30) holds 3 dense MLPs and 28 MoE
+    layers' experts, the second (31-60) 30 MoE layers'. Each was charged the mean share, which put 2.5 GiB a GPU
+    of the second stage's experts on the first and overstated the second's KV cache."""
+    r = ReplicaConfig("deepseek-v3", "h200", tp=4, pp=2, dtype="fp8-block")
+    m, wb = r.model_spec, r.weight_bytes
+    first, second = plan_memory(r, BUDGET, SEQS).weights_bytes
+    moe_layer = ((m.attention_params + 2 * m.hidden_size + m.shared_expert_params + m.num_experts * m.expert_params)
+                 / 4 * wb + m.replicated_attention_params * (1 - 1 / 4) * wb + m.hidden_size * m.num_experts * 2)
+    lm_head = m.vocab_size * m.hidden_size / 4 * 2
+    assert second == pytest.approx(30 * moe_layer + lm_head, rel=1e-9)
+    dense_layer = moe_layer + (m.mlp_params(m.ffn_size) - m.shared_expert_params - m.num_experts * m.expert_params) \
+        / 4 * wb - m.hidden_size * m.num_experts * 2
+    assert first == pytest.approx(3 * dense_layer + 28 * moe_layer + m.embedding_params / 4 * 2, rel=1e-9)
+    assert second - first > 2 * 2**30
+    whole = r.layer_weights_bytes(m.num_layers)  # the stages' layers add up to the model's
+    assert r.layer_weights_bytes(31, 0) + r.layer_weights_bytes(30, 31) == pytest.approx(whole, rel=1e-12)
+
+
 @pytest.mark.parametrize(("model", "gpu", "tp", "pp", "nodes"), [
     ("falcon-180b", "a100-80gb", 4, 1, 1),  # 90 GB of weights per GPU
     ("llama-2-70b", "a40", 1, 1, 1),

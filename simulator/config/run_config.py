@@ -420,7 +420,7 @@ class ReplicaConfig:
         SGLang's gates are replicated, unquantised linears; FP8 and 4-bit checkpoints keep them at 16 bits). The
         memory plan's layers and an MTP/EAGLE drafter's layer alike. The dense MLPs a checkpoint keeps at 16 bits
         (:attr:`mlp_16bit_layers`) are counted in the layers ``first_layer`` onwards (a pipeline stage's), or,
-        without it, as their mean share of ``num_layers``; shared experts it keeps so (:attr:`shared_experts_16bit`)
+        without it, as their mean share of ``num_layers``, and so are the dense and MoE layers' MLPs; shared experts it keeps so (:attr:`shared_experts_16bit`)
         as their mean share. DSA's indexer is whole on every TP rank, as MLA's down-projections are
         (``ModelSpec.replicated_attention_params``)."""
         m, tp, wb, dp = self.model_spec, self.tp, self.weight_bytes, self.attention_dp
@@ -451,7 +451,17 @@ class ReplicaConfig:
             replicated_bytes = self.dtype_bytes if p16 else wb
             w += (num_layers * m.num_kv_layers / m.num_layers * m.replicated_attention_params * (1 - 1 / tp)
                   * replicated_bytes)
-        return w + num_layers * redundant_per_layer / (tp * dp) * wb
+        w += num_layers * redundant_per_layer / (tp * dp) * wb
+        if first_layer is not None and m.num_moe_layers and m.num_dense_layers:
+            # A stage holds its own layers' MLPs: the dense ones are the first num_dense_layers (DeepSeek's
+            # first_k_dense_replace), so the first stage has more of them than the mean share, and the rest fewer.
+            held_dense = max(0, min(m.num_dense_layers, first_layer + num_layers) - first_layer)
+            dense_mlp = m.mlp_params(m.ffn_size) / tp * wb  # (a 16-bit one's extra is counted with kept above)
+            moe_mlp = ((m.num_experts + self.redundant_experts) * m.expert_params / (tp * dp) * wb
+                       + m.hidden_size * m.num_experts * self.dtype_bytes
+                       + m.shared_expert_params / tp * (self.dtype_bytes if self.shared_experts_16bit else wb))
+            w += (held_dense - num_layers * m.num_dense_layers / m.num_layers) * (dense_mlp - moe_mlp)
+        return w
 
     @property
     def kv_cache_bytes(self) -> float:

@@ -351,10 +351,32 @@ def test_drafter_costs() -> None:
     assert 0.5e9 < w < 1.5e9 and kv > 0  # ~0.5B params in bf16 on the draft's one GPU
 
 
+@pytest.mark.parametrize(("method", "width_first", "width_later"), [("mtp", 2, 2), ("eagle", 2, 2), ("eagle3", 3, 0)])
+def test_an_mtp_or_eagle_pass_runs_its_input_projection(method: str, width_first: int, width_later: int) -> None:
+    """An MTP module's eh_proj and an EAGLE head's fc fold the token's embedding and the target's hidden state into
+    one (2 hidden -> hidden) every pass; EAGLE-3's fc folds three of the target's layers once a step (its later
+    passes read the head's own hidden state). Whole on every GPU at 16 bits: the target's gemm16 of the full width."""
+    target, cost = _costs(method)
+    verify = SpecBatchShape()
+    for _ in range(6):
+        verify.add_verify(4, 999)
+    kernels, h = cost.kernels, cost.model.hidden_size
+    expected = 0.0
+    for j in range(4):
+        d = cost._pass_shape(verify, j)
+        width = width_first if j == 0 else width_later
+        proj = float(kernels.gemm16(np.array([6.0]), width * h, h)[0]) if width else 0.0
+        expected += kernels.pre_time(d) + proj + kernels.layer_time(d) + kernels.post_time(d) + cost.pass_cpu_s
+    assert cost.draft_time(verify) == pytest.approx(expected, rel=1e-12)
+    assert float(kernels.gemm16(np.array([6.0]), 2 * h, h)[0]) > 0
+    w, _ = drafter_memory(target.replica, cost.spec)
+    assert w == pytest.approx(target.replica.layer_weights_bytes(1, 79) + width_first * h * h * 2, rel=1e-12)
+
+
 def test_an_mla_draft_model_keeps_its_down_projections_whole_on_every_rank() -> None:
-    """A draft model is laid out as a target is (its weights at 16 bits): an MLA draft's down-projections to its latents are whole on every
-    TP rank (vLLM's fused_qkv_a_proj; the memory plan's ``layer_weights_bytes``), not an eighth of them each, as
-    is its router gate."""
+    """A draft model is laid out as a target is (its weights at 16 bits): an MLA draft's down-projections to its
+    latents are whole on every TP rank (vLLM's fused_qkv_a_proj; the memory plan's ``layer_weights_bytes``), not an
+    eighth of them each, as is its router gate."""
     from simulator.config.catalog import get_model
     from simulator.costmodel.speculative import draft_replica
 
@@ -952,18 +974,23 @@ def test_an_mtp_layer_is_sharded_as_the_targets_layers_are() -> None:
     """An MoE MTP layer's experts are spread over the MoE group's tp x attention-DP GPUs, as the target's layers'
     are: DeepSeek-V3 FP8 on H200 at --tp 1 --attention-dp 8 --ep 8 held 10.22 GiB of MTP weights a GPU (its
     experts divided by tp alone) where --tp 8 --ep 8 holds 1.28 GiB, and the KV cache fell from 458,448 tokens to
-    297,472 for one MTP layer. Now 1.48 GiB (its attention whole on each DP rank), one mean layer of the plan's
-    (at --tp 8, 1.292 GiB: MLA's down-projections and the router gate whole on every TP rank)."""
+    297,472 for one MTP layer. It is the target's last layer as the plan holds it (an MoE layer, not the mean of 3
+    dense and 58 MoE ones), and its eh_proj (2 hidden -> hidden), an nn.Linear in vLLM: whole, 16-bit."""
     from simulator.engine.kvcache import plan_memory
 
     spec = SpeculativeConfig("mtp", 1, None, (0.7,))
     dep = ReplicaConfig("deepseek-v3", "h200", dtype="fp8", tp=1, attention_dp=8, ep=8)
     tep = ReplicaConfig("deepseek-v3", "h200", dtype="fp8", tp=8, ep=8)
     w_dep, w_tep = drafter_memory(dep, spec)[0], drafter_memory(tep, spec)[0]
-    assert w_tep < w_dep < 1.25 * w_tep and w_tep == pytest.approx(1.2925 * 2**30, rel=1e-4)
+    assert w_tep < w_dep < 1.25 * w_tep
     m = dep.model_spec
-    layers = plan_memory(dep, 8192, 256).weights_bytes[0] - 2 * m.vocab_size * m.hidden_size * dep.dtype_bytes
-    assert w_dep == pytest.approx(layers / m.num_layers, rel=1e-12)
+    eh_proj = 2 * m.hidden_size * m.hidden_size * 2
+    for r, w in ((dep, w_dep), (tep, w_tep)):
+        assert w == pytest.approx(r.layer_weights_bytes(1, m.num_layers - 1) + eh_proj, rel=1e-12)
+    # one of the 58 MoE layers (3 to 60) as a pipeline stage holding them would
+    assert w_tep - eh_proj == pytest.approx(tep.layer_weights_bytes(58, 3) / 58, rel=1e-12)
+    mean = (plan_memory(tep, 8192, 256).weights_bytes[0] - 2 * m.vocab_size * m.hidden_size / 8 * 2) / m.num_layers
+    assert mean < w_tep - eh_proj < 1.1 * mean
 
 
 def test_medusa_heads_hold_their_lm_heads_at_16_bits_as_they_are_priced() -> None:

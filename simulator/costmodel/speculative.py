@@ -31,7 +31,8 @@ The drafter's cost is added per step by :class:`SpeculativeCostModel`, from the 
   vLLM sets it; the calibration the target's engine selects), kernels only plus the per-pass CPU below;
 - ``eagle``/``eagle3``/``mtp``: ``k`` sequential passes of one target-sized decoder layer plus
   the LM head over the speculating requests (an EAGLE head or MTP module is one layer reusing
-  the target's head), kernels plus the per-pass CPU below; a known EAGLE head
+  the target's head, behind its input projection: MTP's eh_proj and EAGLE's fc over two hidden states each pass,
+  EAGLE-3's over three on a step's first), kernels plus the per-pass CPU below; a known EAGLE head
   (:data:`~simulator.config.speculative.DRAFT_HEADS`) as its own layers and draft vocabulary's LM head, priced
   as a draft model is, with an EAGLE-3 head's wider inputs (the embedding beside the hidden state into its first
   layer's q, k and v each pass; the fc over three target hidden states on a step's first pass);
@@ -56,7 +57,8 @@ overhead, as it does the target's step. vLLM's async scheduling takes EAGLE, MTP
 off, its CPU added to every step and pass: :func:`synchronous_unless_async_drafter`).
 
 Memory (:func:`speculative_memory_plan`): a draft model holds its weights and a KV cache of
-its own for every token the target caches; an EAGLE/MTP head, one layer's weights and KV.
+its own for every token the target caches; an EAGLE/MTP head, one layer's weights (the target's last layer's, an
+MoE one where the target's last is) and its input projection (16-bit, whole on every GPU), and one layer's KV.
 The target's KV blocks shrink accordingly.
 """
 
@@ -279,6 +281,7 @@ class SpeculativeCostModel(CostModel):
         self.name = f"{target.name} + speculative {spec.method} k={spec.k}{tree}"
         self.draft: CostModel | None = None
         self._head_input_s: dict[tuple[int, bool], float] = {}  # _head_inputs by (rows, first pass)
+        self._input_proj_s: dict[tuple[int, bool], float] = {}  # _input_proj by (rows, first pass)
         if spec.method == "draft_model" or spec.known_head is not None:
             from simulator.costmodel.roofline import RooflineCostModel
 
@@ -352,14 +355,29 @@ class SpeculativeCostModel(CostModel):
             block = float(k.gemm(np.array([n], dtype=np.float64), h, h // self.replica.tp)[0]) if hasattr(k, "gemm") else 0.0
             return shape.spec_k * (block + k.post_time(d)) + self.pass_cpu_s
         for j in range(shape.spec_k):  # one decoder layer + LM head per draft position
-            total += self._target_layer_pass(self._pass_shape(shape, j))
+            total += self._target_layer_pass(self._pass_shape(shape, j), first=j == 0)
         return total
 
-    def _target_layer_pass(self, d: BatchShape) -> float:
-        """An unknown EAGLE head's or an MTP module's pass: one layer of the target and its LM head, plus
-        :attr:`pass_cpu_s`."""
+    def _target_layer_pass(self, d: BatchShape, first: bool = True) -> float:
+        """An unknown EAGLE head's or an MTP module's pass: its input projection (:meth:`_input_proj`), one layer of
+        the target and its LM head, plus :attr:`pass_cpu_s`."""
         k = self.kernels
-        return k.pre_time(d) + k.layer_time(d) + k.post_time(d) + self.pass_cpu_s
+        return (k.pre_time(d) + self._input_proj(d.num_tokens, first) + k.layer_time(d) + k.post_time(d)
+                + self.pass_cpu_s)
+
+    def _input_proj(self, rows: int, first: bool) -> float:
+        """The projection an MTP module or unknown EAGLE head runs before its layer, whole on every GPU at 16 bits
+        (:func:`input_proj_params`): MTP's eh_proj and EAGLE's fc (``2 hidden -> hidden``) every pass, EAGLE-3's fc
+        (``3 hidden -> hidden``) on a step's first pass only (later passes feed the head's own hidden state)."""
+        key = (rows, first)
+        if (t := self._input_proj_s.get(key)) is not None:  # (every drafter pass asks: a step's rows repeat)
+            return t
+        h, width = self.model.hidden_size, input_proj_width(self.spec, first)
+        k = self.kernels
+        gemm16 = getattr(k, "gemm16", None) or getattr(getattr(k, "roofline", None), "gemm16", None)
+        t = float(gemm16(np.array([rows], dtype=np.float64), width * h, h)[0]) if width and gemm16 and rows else 0.0
+        self._input_proj_s[key] = t
+        return t
 
     def _pass_shape(self, shape: SpecBatchShape, j: int) -> BatchShape:
         """Draft pass ``j``'s batch: a decode per speculating request at its context plus ``j``; a
@@ -397,7 +415,7 @@ class SpeculativeCostModel(CostModel):
         if self.draft is not None:
             return self._draft_pass(p)
         k = self.kernels
-        return k.pre_time(p) + k.layer_time(p) + self.pass_cpu_s
+        return k.pre_time(p) + self._input_proj(p.num_tokens, True) + k.layer_time(p) + self.pass_cpu_s
 
     # -- CostModel interface -----------------------------------------------------------------------------------
     def layer_time(self, shape: BatchShape) -> float:
@@ -456,9 +474,29 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
     if spec.method == "medusa":  # k heads: a hidden x hidden block and an LM head (16-bit, as the target's) each, no KV
         head = m.hidden_size * m.hidden_size * replica.weight_bytes + m.hidden_size * m.vocab_size * replica.dtype_bytes
         return spec.k * head / replica.tp, 0.0
-    # EAGLE / MTP: one decoder layer, sharded as the target's are (an MoE layer's experts over the tp x attention-DP
-    # GPUs of the MoE group, a 4-bit checkpoint's attention at 16 bits), and its KV; the LM head is shared.
-    return (replica.layer_weights_bytes(1), m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp))
+    # EAGLE / MTP: one decoder layer, sharded as the target's last one is (an MoE layer's experts over the tp x
+    # attention-DP GPUs of the MoE group, a 4-bit checkpoint's attention at 16 bits), its input projection whole at
+    # 16 bits, and its KV; the LM head and embedding are shared.
+    layer = replica.layer_weights_bytes(1, m.num_layers - 1)
+    return (layer + input_proj_params(m, spec) * replica.dtype_bytes,
+            m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp))
+
+
+def input_proj_width(spec: SpeculativeConfig, first: bool = True) -> int:
+    """Hidden states an MTP module's or unknown EAGLE head's input projection reads a row (0 for other drafters):
+    MTP's eh_proj and EAGLE's fc 2 (the token's embedding beside the target's hidden state), EAGLE-3's fc 3 (three
+    of the target's layers) on a step's first pass and 0 after. A known head (``spec.known_head``) prices its own."""
+    if spec.known_head is not None or spec.method not in ("mtp", "eagle", "eagle3"):
+        return 0
+    if spec.method == "eagle3":
+        return 3 if first else 0
+    return 2
+
+
+def input_proj_params(model: ModelSpec, spec: SpeculativeConfig) -> int:
+    """Weights of that projection (``width x hidden x hidden``): vLLM and SGLang build it as a plain or replicated
+    linear (DeepSeek's eh_proj an ``nn.Linear``), whole on every GPU, and checkpoints keep it at 16 bits."""
+    return input_proj_width(spec) * model.hidden_size * model.hidden_size
 
 
 def drafter_kv_bytes_per_token(replica: ReplicaConfig, spec: SpeculativeConfig) -> float:

@@ -259,5 +259,5 @@ def test_a_quantized_checkpoints_exclusion_list_and_wrapper_are_read():
 def test_an_exclusion_list_keeps_projections_not_norms_gates_or_another_towers(names, dense, kept):  # noqa: ANN001
     from simulator.config.hf_config import checkpoint_quant, kept_16bit
 
-    assert kept_16bit({"ignore": names}, dense, 1) == kept
+    assert kept_16bit({"ignore": names}, range(dense), 1) == kept
     assert checkpoint_quant({"quant_method": "fbgemm_fp8"}) == "fp8"  # (Meta's FP8 405B: its list is read)

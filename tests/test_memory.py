@@ -194,6 +194,31 @@ def test_a_pipeline_stage_holds_its_own_layers_dense_and_moe_mlps():
     assert r.layer_weights_bytes(31, 0) + r.layer_weights_bytes(30, 31) == pytest.approx(whole, rel=1e-12)
 
 
+def test_interleaved_moe_layers_are_counted_where_they_are(tmp_path):
+    """Llama-4 Maverick's MoE layers alternate with dense ones (interleave_moe_layer_step 2: layers 1, 3, ... MoE), so
+    each stage of a --pp 2 split holds 12 of each: the stage count read them as the first 24 layers, all dense, and
+    put every expert on the second stage (refused as 21 GiB short on H100)."""
+    import json
+    from pathlib import Path
+
+    from simulator.config.catalog import ModelSpec
+    from simulator.config.errors import ConfigError
+
+    scout = json.loads((Path(__file__).parent / "data" / "hf_configs" / "llama-4-scout" / "config.json").read_text())
+    text = {**scout["text_config"], "interleave_moe_layer_step": 2, "num_local_experts": 128}
+    (tmp_path / "config.json").write_text(json.dumps({**scout, "text_config": text}))
+    r = ReplicaConfig(str(tmp_path), "h100-sxm", tp=4, pp=2, dtype="fp8")
+    m = r.model_spec
+    assert (m.moe_layer_step, m.num_dense_layers, m.num_dense_layers_in(0, 24), m.num_dense_layers_in(1, 3)) == (2, 24,
+                                                                                                              12, 1)
+    first, second = plan_memory(r, BUDGET, SEQS).weights_bytes
+    assert first == pytest.approx(second, rel=1e-3)  # (the embedding on one, the LM head on the other)
+    assert r.layer_weights_bytes(24, 0) == pytest.approx(r.layer_weights_bytes(48) / 2, rel=1e-12)
+    with pytest.raises(ConfigError, match="moe_layer_step"):
+        ModelSpec("x", "x", 48, 5120, 40, 8, 16384, 202048, 8192, num_experts=128, num_experts_per_tok=1,
+                  expert_ffn_size=8192, num_dense_layers=10, moe_layer_step=2)
+
+
 @pytest.mark.parametrize(("model", "gpu", "tp", "pp", "nodes"), [
     ("falcon-180b", "a100-80gb", 4, 1, 1),  # 90 GB of weights per GPU
     ("llama-2-70b", "a40", 1, 1, 1),

@@ -436,7 +436,10 @@ def layout_of(config: RunConfig) -> DisaggLayout | None:
     def build(pool: PoolSpec, field: str, default: str | None, base: SchedulerConfig):  # noqa: ANN202
         pool.check(config.replica, field)
         try:
-            return pool.replica_config(config.replica), pool.scheduler_config(base, default)
+            replica, sched = pool.replica_config(config.replica), pool.scheduler_config(base, default)
+            sched.refuse_budget_below_context(replica.effective_max_model_len,
+                                              "budget=" if pool.budget is not None else "--max-num-batched-tokens")
+            return replica, sched
         except ConfigError as err:
             raise ConfigError(f"{field} ({err.field})", err.problem, pool_fix(err.fix)) from None
 

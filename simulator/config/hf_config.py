@@ -38,6 +38,7 @@ import math
 import os
 import re
 import tomllib
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from typing import Any
 from simulator.config.errors import ConfigError
 from simulator.config.json_types import loads_once
 from simulator.config.limits import MAX_TOKENS
-from simulator.config.specs import GB, TFLOPS, GPUSpec, ModelSpec
+from simulator.config.specs import GB, TFLOPS, GPUSpec, ModelSpec, is_dense_layer
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt_oss", "llama4", "llama4_text",
                "deepseek_v3", "deepseek_v2", "deepseek_v32", "glm_moe_dsa", "qwen3_next", "qwen3_5_moe",
@@ -184,7 +185,8 @@ def model_from_hf_dict(cfg: dict[str, Any], name: str, where: str = "config.json
         kwargs["int4_group_size"] = group
     if kwargs["checkpoint_quant"]:
         dense = kwargs.get("num_dense_layers", 0) if kwargs.get("num_experts") else num_layers  # (whose MLP is dense)
-        kwargs.update(kept_16bit(quant, dense, kwargs.get("num_shared_experts", 0)))
+        dense_layers = [i for i in range(num_layers) if is_dense_layer(i, dense, kwargs.get("moe_layer_step", 1))]
+        kwargs.update(kept_16bit(quant, dense_layers, kwargs.get("num_shared_experts", 0)))
     vocab = f.need("vocab_size")
     try:
         return ModelSpec(
@@ -270,7 +272,7 @@ def checkpoint_quant(quant: object) -> str:
     return method or "quantized"
 
 
-def kept_16bit(quant: dict[str, Any], num_dense_layers: int, num_shared_experts: int) -> dict[str, Any]:
+def kept_16bit(quant: dict[str, Any], dense_layers: Sequence[int], num_shared_experts: int) -> dict[str, Any]:
     r"""What a checkpoint's exclusion list (compressed-tensors' ``ignore``, ModelOpt's ``exclude_modules``, the
     FP8 configs' ``modules_to_not_convert``) keeps at 16 bits, as ModelSpec fields: every layer's attention where
     it names attention projections (``self_attn``, its norms aside), the shared experts where it names them
@@ -287,10 +289,11 @@ def kept_16bit(quant: dict[str, Any], num_dense_layers: int, num_shared_experts:
     if num_shared_experts and any(re.search(r"shared_experts?(?!_gate)", n) for n in names):
         out["quant_16bit_shared_experts"] = True
     mlp = r"layers\.(\d+)\.mlp(?:\.(?:gate_up|gate|up|down)_proj)?(?:$|\*|\.\*|\.weight)"
-    layers = sorted({int(m.group(1)) for n in names if (m := re.search(mlp, n)) and int(m.group(1)) < num_dense_layers})
+    dense = set(dense_layers)
+    layers = sorted({int(m.group(1)) for n in names if (m := re.search(mlp, n)) and int(m.group(1)) in dense})
     if any(n.startswith("re:") and "mlp" in n and "_proj" in n and "expert" not in n and "layers" not in n
            for n in names):
-        layers = list(range(num_dense_layers))  # (a pattern for every dense MLP's projections)
+        layers = sorted(dense)  # (a pattern for every dense MLP's projections)
     if layers:
         out["quant_16bit_mlp_layers"] = tuple(layers)
     return out
@@ -416,6 +419,7 @@ def _experts(f: _Fields, model_type: str, num_layers: int, kwargs: dict[str, Any
     step = f.opt("interleave_moe_layer_step", 1)
     if step > 1:  # Llama-4 Maverick: every step-th layer is MoE, the others dense
         num_dense = num_layers - num_layers // step
+        kwargs["moe_layer_step"] = step
     moe_layers = f.cfg.get("moe_layers")  # Llama-4's configs (transformers >= 4.51) list the MoE layers too
     if moe_layers is not None:
         if (not isinstance(moe_layers, list) or not moe_layers or len(set(map(repr, moe_layers))) != len(moe_layers)
@@ -426,6 +430,11 @@ def _experts(f: _Fields, model_type: str, num_layers: int, kwargs: dict[str, Any
         if listed_dense != (num_dense or 0):
             raise ConfigError("model.moe_layers", f"{f.where}: lists {len(moe_layers)} MoE layers of {num_layers}, "
                               f"but the other fields give {num_layers - (num_dense or 0)}", "make them agree")
+        implied = [i for i in range(num_layers) if not is_dense_layer(i, num_dense or 0, step)]
+        if sorted(moe_layers) != implied:  # (where a stage's own layers are is what its memory reads)
+            raise ConfigError("model.moe_layers", f"{f.where}: lists MoE layers {sorted(moe_layers)[:4]}... where "
+                              f"the other fields place them at {implied[:4]}...", "make them agree (the dense "
+                              "layers first, or every interleave_moe_layer_step-th layer MoE)")
     shared_width = f.opt("shared_expert_intermediate_size")
     shared = f.opt("n_shared_experts") or (1 if model_type.startswith("llama4") or shared_width else 0)
     if shared_width and shared_width != expert_ffn:

@@ -420,7 +420,8 @@ class ReplicaConfig:
         SGLang's gates are replicated, unquantised linears; FP8 and 4-bit checkpoints keep them at 16 bits). The
         memory plan's layers and an MTP/EAGLE drafter's layer alike. The dense MLPs a checkpoint keeps at 16 bits
         (:attr:`mlp_16bit_layers`) are counted in the layers ``first_layer`` onwards (a pipeline stage's), or,
-        without it, as their mean share of ``num_layers``, and so are the dense and MoE layers' MLPs; shared experts it keeps so (:attr:`shared_experts_16bit`)
+        without it, as their mean share of ``num_layers``, and so are the dense and MoE layers' MLPs
+        (``ModelSpec.num_dense_layers_in``); shared experts it keeps so (:attr:`shared_experts_16bit`)
         as their mean share. DSA's indexer is whole on every TP rank, as MLA's down-projections are
         (``ModelSpec.replicated_attention_params``)."""
         m, tp, wb, dp = self.model_spec, self.tp, self.weight_bytes, self.attention_dp
@@ -453,9 +454,9 @@ class ReplicaConfig:
                   * replicated_bytes)
         w += num_layers * redundant_per_layer / (tp * dp) * wb
         if first_layer is not None and m.num_moe_layers and m.num_dense_layers:
-            # A stage holds its own layers' MLPs: the dense ones are the first num_dense_layers (DeepSeek's
-            # first_k_dense_replace), so the first stage has more of them than the mean share, and the rest fewer.
-            held_dense = max(0, min(m.num_dense_layers, first_layer + num_layers) - first_layer)
+            # A stage holds its own layers' MLPs (DeepSeek's dense ones are its first layers, so its first stage holds
+            # more of them than the mean share and the rest fewer; Llama-4 Maverick's alternate, ModelSpec.moe_layer_step).
+            held_dense = m.num_dense_layers_in(first_layer, round(num_layers))
             dense_mlp = m.mlp_params(m.ffn_size) / tp * wb  # (a 16-bit one's extra is counted with kept above)
             moe_mlp = ((m.num_experts + self.redundant_experts) * m.expert_params / (tp * dp) * wb
                        + m.hidden_size * m.num_experts * self.dtype_bytes
@@ -719,6 +720,19 @@ class SchedulerConfig:
                               "--batch-wait-timeout-iters and "
                               f"--batch-wait-max-tokens-ratio, or use --scheduler {' or '.join(BATCH_WAIT_SCHEDULERS)}")
 
+    def refuse_budget_below_context(self, max_model_len: int, budget_flag: str = "--max-num-batched-tokens") -> None:
+        """vLLM V0 without chunked prefill (``vllm``) runs a whole prompt in one step, so it refuses at start a
+        budget below its context (its SchedulerConfig: "max_num_batched_tokens ... is smaller than max_model_len"),
+        rather than rejecting every longer request; ``budget_flag``: what set the budget (a pool's ``budget=``)."""
+        budget = self.max_num_batched_tokens
+        if self.name != "vllm" or not budget or budget >= max_model_len:
+            return
+        raise ConfigError("scheduler.max_num_batched_tokens", f"{budget:,} tokens is below max_model_len "
+                          f"{max_model_len:,}: --scheduler vllm (vLLM V0 without chunked prefill) runs a whole prompt "
+                          "in one step, and vLLM refuses a budget below the context it serves", f"pass --max-model-len "
+                          f"{budget} or less, {budget_flag}{'' if budget_flag.endswith('=') else ' '}{max_model_len} or more, or a "
+                          "chunking scheduler (vllm-v1)")
+
     def token_budget(self, max_model_len: int, gpu: GPUSpec | None = None, attention_dp: int = 1) -> int:
         """Tokens one iteration of one replica (one attention-DP rank) may carry under this policy
         (prompt tokens for vllm). ``gpu``: the replica's GPU, where a policy's default depends on it
@@ -979,17 +993,8 @@ class RunConfig:
                                   f"{seqs:,}{'' if sched.max_num_seqs else ' (the default)'}: a step carries a token a "
                                   "sequence, so no more than the budget ever run (vLLM refuses it)",
                                   f"pass --max-num-seqs {budget} or fewer, or a budget of at least {seqs}")
-        if sched.name == "vllm" and sched.max_num_batched_tokens and not self.is_disaggregated \
-                and sched.max_num_batched_tokens < self.replica.effective_max_model_len:
-            # vLLM V0 without chunked prefill runs a prompt in one step, so it refuses at start a budget below its
-            # context (SchedulerConfig: "max_num_batched_tokens ... is smaller than max_model_len"), rather than
-            # rejecting every longer request.
-            context = self.replica.effective_max_model_len
-            raise ConfigError("scheduler.max_num_batched_tokens", f"{sched.max_num_batched_tokens:,} tokens is below "
-                              f"max_model_len {context:,}: --scheduler vllm runs a whole prompt in one step, so vLLM "
-                              "refuses a budget below the context it serves", f"pass --max-model-len "
-                              f"{sched.max_num_batched_tokens} or less, --max-num-batched-tokens {context} or more, "
-                              "or a chunking scheduler (vllm-v1)")
+        if not self.is_disaggregated:  # (a disaggregated run's pools are checked each: disagg_layout.layout_of)
+            sched.refuse_budget_below_context(self.replica.effective_max_model_len)
         if self.scheduler.batch_wait_timeout_iters:
             if self.replica.attention_dp > 1 or self.is_disaggregated:
                 raise ConfigError("scheduler.batch_wait_timeout_iters", "TensorRT-LLM applies batch waiting only to a "

@@ -27,6 +27,14 @@ INDEX_KEY_SCALE_BYTES = 4
 WINDOWED_KV_MAX_TOKENS = 1024
 
 
+def is_dense_layer(index: int, num_dense_layers: int, moe_layer_step: int = 1) -> bool:
+    """Whether layer ``index`` has a dense MLP: the first ``num_dense_layers`` (DeepSeek's first_k_dense_replace), or,
+    with ``moe_layer_step`` n > 1, all but every n-th (Llama-4 Maverick's interleave_moe_layer_step)."""
+    if moe_layer_step > 1:
+        return (index + 1) % moe_layer_step != 0
+    return index < num_dense_layers
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Shape of a decoder-only transformer, as the cost model and KV cache see it."""
@@ -57,6 +65,9 @@ class ModelSpec:
     num_shared_experts: int = 0
     shared_expert_ffn_size: int = 0
     num_dense_layers: int = 0  # layers with a dense MLP of ``ffn_size`` (DeepSeek's first_k_dense_replace)
+    # Where they are (:meth:`is_dense_layer`): 1, the first num_dense_layers; n > 1, all but every n-th (layer i is MoE
+    # where (i + 1) % n == 0: Llama-4 Maverick's interleave_moe_layer_step).
+    moe_layer_step: int = 1
     # Multi-head latent attention (DeepSeek-V2/V3; 0: standard attention). The KV cache keeps one
     # compressed latent of ``kv_lora_rank + qk_rope_head_dim`` per token per layer, shared by all heads.
     q_lora_rank: int = 0
@@ -125,7 +136,7 @@ class ModelSpec:
             if self.expert_ffn_size <= 0:
                 raise ConfigError("model.expert_ffn_size", f"must be positive for a MoE model, got {self.expert_ffn_size}")
         if self.quant_16bit_mlp_layers and not self.checkpoint_quant or any(
-                not 0 <= i < (self.num_dense_layers if self.num_experts else self.num_layers)
+                not 0 <= i < self.num_layers or not self.is_dense_layer(i)
                 for i in self.quant_16bit_mlp_layers):  # (a MoE layer's experts are not one dense MLP)
             raise ConfigError("model.quant_16bit_mlp_layers", f"{self.quant_16bit_mlp_layers} must name dense-MLP "
                               f"layers of a quantized checkpoint (checkpoint_quant {self.checkpoint_quant!r})")
@@ -137,6 +148,12 @@ class ModelSpec:
                               "a model with shared experts")
         if not 0 <= self.num_dense_layers <= self.num_layers:
             raise ConfigError("model.num_dense_layers", f"must be in 0..{self.num_layers}, got {self.num_dense_layers}")
+        if self.moe_layer_step < 1 or self.moe_layer_step > 1 and (
+                not self.num_experts or self.num_dense_layers != self.num_layers - self.num_layers // self.moe_layer_step):
+            raise ConfigError("model.moe_layer_step", f"{self.moe_layer_step} must be 1, or make every n-th of a MoE "
+                              f"model's {self.num_layers} layers MoE (num_dense_layers "
+                              f"{self.num_layers - self.num_layers // max(self.moe_layer_step, 1)}, got "
+                              f"{self.num_dense_layers})")
         if self.kv_lora_rank and (self.qk_rope_head_dim <= 0 or self.qk_nope_head_dim <= 0 or self.v_head_dim <= 0):
             raise ConfigError("model.kv_lora_rank", "MLA needs positive qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
         if self.index_topk or self.index_num_heads or self.index_head_dim:
@@ -199,6 +216,19 @@ class ModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    def is_dense_layer(self, index: int) -> bool:
+        """Whether layer ``index`` has a dense MLP (every layer of a dense model; see :attr:`moe_layer_step`)."""
+        return is_dense_layer(index, self.num_dense_layers if self.is_moe else self.num_layers, self.moe_layer_step)
+
+    def num_dense_layers_in(self, first: int, count: int) -> int:
+        """Dense-MLP layers among layers ``first`` to ``first + count - 1`` (a pipeline stage's)."""
+        if not self.is_moe:
+            return count
+        end = first + count
+        if self.moe_layer_step > 1:  # layers step-1, 2*step-1, ... are MoE
+            return count - (end // self.moe_layer_step - first // self.moe_layer_step)
+        return max(0, min(self.num_dense_layers, end) - first)
 
     @property
     def num_kv_layers(self) -> int:

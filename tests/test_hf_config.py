@@ -255,6 +255,7 @@ def test_a_quantized_checkpoints_exclusion_list_and_wrapper_are_read():
      {"quant_16bit_attention": True, "quant_16bit_mlp_layers": (0, 125)}),  # Meta's FP8 405B
     (["model.layers.*.self_attn", "model.layers.*.mlp.router", "lm_head"], 3, {"quant_16bit_attention": True}),
     (["*.mlp.shared_expert.*"], 3, {"quant_16bit_shared_experts": True}),
+    (["language_model.model.layers.2.feed_forward"], 4, {"quant_16bit_mlp_layers": (2,)}),  # Llama-4's dense MLP name
 ])
 def test_an_exclusion_list_keeps_projections_not_norms_gates_or_another_towers(names, dense, kept):  # noqa: ANN001
     from simulator.config.hf_config import checkpoint_quant, kept_16bit

@@ -214,9 +214,18 @@ def test_interleaved_moe_layers_are_counted_where_they_are(tmp_path):
     first, second = plan_memory(r, BUDGET, SEQS).weights_bytes
     assert first == pytest.approx(second, rel=1e-3)  # (the embedding on one, the LM head on the other)
     assert r.layer_weights_bytes(24, 0) == pytest.approx(r.layer_weights_bytes(48) / 2, rel=1e-12)
-    with pytest.raises(ConfigError, match="moe_layer_step"):
-        ModelSpec("x", "x", 48, 5120, 40, 8, 16384, 202048, 8192, num_experts=128, num_experts_per_tok=1,
-                  expert_ffn_size=8192, num_dense_layers=10, moe_layer_step=2)
+    shape = dict(name="x", hf_id="x", num_layers=48, hidden_size=5120, num_heads=40, num_kv_heads=8, ffn_size=16384,
+                 vocab_size=202048, max_model_len=8192)
+    moe = dict(num_experts=128, num_experts_per_tok=1, expert_ffn_size=8192)
+    for fields, says in (({**moe, "num_dense_layers": 10, "moe_layer_step": 2}, "model.num_dense_layers: 10, but one "
+                          "layer in every 2 MoE (moe_layer_step) leaves 24 of 48 dense"),
+                         ({"moe_layer_step": 2}, "model.moe_layer_step: 2 places MoE layers, but the model has no "
+                          "experts"),
+                         ({**moe, "moe_layer_step": 0}, r"model.moe_layer_step: must be in 1..48"),
+                         ({**moe, "moe_layer_step": 64}, r"model.moe_layer_step: must be in 1..48")):
+        with pytest.raises(ConfigError) as err:
+            ModelSpec(**shape, **fields)
+        assert str(err.value).startswith(says), str(err.value)
 
 
 @pytest.mark.parametrize(("model", "gpu", "tp", "pp", "nodes"), [

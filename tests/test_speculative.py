@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -1119,6 +1120,10 @@ def test_a_known_head_is_priced_and_held_as_its_own_layers() -> None:
     inputs = h * (64 + 2 * 8) * 64 + 3 * h * h  # the embedding's q, k, v inputs and the fc (EAGLE-3)
     assert layer * 4 + inputs < w / 2 - h * 32000 < (layer * 4 + inputs) * 1.01  # bf16: norms are the rest
     assert kv == 4 * 2 * 8 * 64 * 1  # 4 layers of K and V, 8 heads of 64, FP8
+    # over 2 GPUs all but the fc is halved: vLLM's EAGLE-3 fc is a ReplicatedLinear, whole on each
+    fc = 3 * h * h * 2
+    w2, _ = drafter_memory(dataclasses.replace(GPT_OSS, tp=2), spec)
+    assert w2 == pytest.approx((w - fc) / 2 + fc, rel=1e-12)
     from simulator.planning.launch import _vllm_speculative
 
     out = _vllm_speculative(SpeculativeConfig("eagle3", 7, P_EAGLE, acceptance_rates=(0.7,), parallel_drafting=True))

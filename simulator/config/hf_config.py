@@ -288,7 +288,8 @@ def kept_16bit(quant: dict[str, Any], dense_layers: Sequence[int], num_shared_ex
         out["quant_16bit_attention"] = True
     if num_shared_experts and any(re.search(r"shared_experts?(?!_gate)", n) for n in names):
         out["quant_16bit_shared_experts"] = True
-    mlp = r"layers\.(\d+)\.mlp(?:\.(?:gate_up|gate|up|down)_proj)?(?:$|\*|\.\*|\.weight)"
+    # (Llama-4 names a dense MLP feed_forward)
+    mlp = r"layers\.(\d+)\.(?:mlp|feed_forward)(?:\.(?:gate_up|gate|up|down)_proj)?(?:$|\*|\.\*|\.weight)"
     dense = set(dense_layers)
     layers = sorted({int(m.group(1)) for n in names if (m := re.search(mlp, n)) and int(m.group(1)) in dense})
     if any(n.startswith("re:") and "mlp" in n and "_proj" in n and "expert" not in n and "layers" not in n

@@ -148,12 +148,18 @@ class ModelSpec:
                               "a model with shared experts")
         if not 0 <= self.num_dense_layers <= self.num_layers:
             raise ConfigError("model.num_dense_layers", f"must be in 0..{self.num_layers}, got {self.num_dense_layers}")
-        if self.moe_layer_step < 1 or self.moe_layer_step > 1 and (
-                not self.num_experts or self.num_dense_layers != self.num_layers - self.num_layers // self.moe_layer_step):
-            raise ConfigError("model.moe_layer_step", f"{self.moe_layer_step} must be 1, or make every n-th of a MoE "
-                              f"model's {self.num_layers} layers MoE (num_dense_layers "
-                              f"{self.num_layers - self.num_layers // max(self.moe_layer_step, 1)}, got "
-                              f"{self.num_dense_layers})")
+        if not 1 <= self.moe_layer_step <= self.num_layers:
+            raise ConfigError("model.moe_layer_step", f"must be in 1..{self.num_layers} (every n-th layer MoE), got "
+                              f"{self.moe_layer_step}")
+        if self.moe_layer_step > 1:
+            if not self.num_experts:
+                raise ConfigError("model.moe_layer_step", f"{self.moe_layer_step} places MoE layers, but the model "
+                                  "has no experts", "drop moe_layer_step, or give num_experts")
+            dense = self.num_layers - self.num_layers // self.moe_layer_step
+            if self.num_dense_layers != dense:
+                raise ConfigError("model.num_dense_layers", f"{self.num_dense_layers}, but one layer in every "
+                                  f"{self.moe_layer_step} MoE (moe_layer_step) leaves {dense} of {self.num_layers} "
+                                  "dense", f"give num_dense_layers {dense}")
         if self.kv_lora_rank and (self.qk_rope_head_dim <= 0 or self.qk_nope_head_dim <= 0 or self.v_head_dim <= 0):
             raise ConfigError("model.kv_lora_rank", "MLA needs positive qk_rope_head_dim, qk_nope_head_dim and v_head_dim")
         if self.index_topk or self.index_num_heads or self.index_head_dim:

@@ -318,16 +318,18 @@ class SpeculativeCostModel(CostModel):
     def _head_inputs(self, rows: int, first: bool) -> float:
         """An EAGLE-3 head's GEMMs beyond its layers as a model: its first layer's attention projections read the
         token's embedding beside the hidden state (``hidden`` more inputs to q, k and v), and, once a step, the
-        fc folds three of the target's hidden states into one (``3 hidden -> hidden``, sharded as the layer's
-        projections are)."""
+        fc folds three of the target's hidden states into one (``3 hidden -> hidden``, a replicated linear in vLLM:
+        whole on every GPU)."""
         key = (rows, first)
         if (t := self._head_input_s.get(key)) is not None:  # (every drafter pass asks: a step's rows repeat)
             return t
         d, head = self.draft, self.spec.known_head
         assert d is not None and head is not None
         x = np.array([rows], dtype=np.float64)
-        gemms = head.input_gemms if first else head.input_gemms[:1]
-        t = sum(float(d.gemm(x, k, n // d.replica.tp)[0]) for k, n in gemms)
+        (qkv_k, qkv_n), (fc_k, fc_n) = head.input_gemms
+        t = float(d.gemm(x, qkv_k, qkv_n // d.replica.tp)[0])  # sharded with the layer's q, k and v
+        if first:  # the fc, a replicated linear (vLLM's ReplicatedLinear): whole on every GPU
+            t += float(d.gemm(x, fc_k, fc_n)[0])
         self._head_input_s[key] = t
         return t
 
@@ -374,6 +376,7 @@ class SpeculativeCostModel(CostModel):
             return t
         h, width = self.model.hidden_size, input_proj_width(self.spec, first)
         k = self.kernels
+        # (a learned model prices it by its roofline; a kernel model without GEMMs, a test's constant one, not at all)
         gemm16 = getattr(k, "gemm16", None) or getattr(getattr(k, "roofline", None), "gemm16", None)
         t = float(gemm16(np.array([rows], dtype=np.float64), width * h, h)[0]) if width and gemm16 and rows else 0.0
         self._input_proj_s[key] = t
@@ -459,9 +462,9 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
         return 0.0, 0.0
     if spec.known_head is not None:  # its layers, wider inputs (module docstring) and draft vocabulary's LM head
         head = spec.known_head.spec  # (the embedding is the target's), 16-bit
-        inputs = sum(k * n for k, n in spec.known_head.input_gemms)
-        weights = (head.num_layers * head.params_per_layer + inputs + head.vocab_size * head.hidden_size) \
-            / replica.tp * replica.dtype_bytes
+        (qkv_k, qkv_n), (fc_k, fc_n) = spec.known_head.input_gemms
+        weights = ((head.num_layers * head.params_per_layer + qkv_k * qkv_n + head.vocab_size * head.hidden_size)
+                   / replica.tp + fc_k * fc_n) * replica.dtype_bytes  # (the fc whole on every GPU)
         return weights, head.num_layers * head.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp)
     if spec.method == "draft_model":
         d = draft_replica(replica, spec)
@@ -474,10 +477,12 @@ def drafter_memory(replica: ReplicaConfig, spec: SpeculativeConfig) -> tuple[flo
     if spec.method == "medusa":  # k heads: a hidden x hidden block and an LM head (16-bit, as the target's) each, no KV
         head = m.hidden_size * m.hidden_size * replica.weight_bytes + m.hidden_size * m.vocab_size * replica.dtype_bytes
         return spec.k * head / replica.tp, 0.0
-    # EAGLE / MTP: one decoder layer, sharded as the target's last one is (an MoE layer's experts over the tp x
-    # attention-DP GPUs of the MoE group, a 4-bit checkpoint's attention at 16 bits), its input projection whole at
-    # 16 bits, and its KV; the LM head and embedding are shared.
-    layer = replica.layer_weights_bytes(1, m.num_layers - 1)
+    # EAGLE / MTP: one decoder layer, sharded as the target's are (an MoE layer's experts over the tp x attention-DP
+    # GPUs of the MoE group, a 4-bit checkpoint's attention at 16 bits), its input projection whole at 16 bits, and
+    # its KV; the LM head and embedding are shared.
+    # (an MTP module is the model's next layer, an MoE one where the model's last is; an EAGLE head of unknown shape
+    # is taken as the mean layer)
+    layer = replica.layer_weights_bytes(1, m.num_layers - 1) if spec.method == "mtp" else replica.layer_weights_bytes(1)
     return (layer + input_proj_params(m, spec) * replica.dtype_bytes,
             m.kv_bytes_per_token_per_gpu_layer(replica.kv_cache_bytes, replica.tp))
 
@@ -495,7 +500,8 @@ def input_proj_width(spec: SpeculativeConfig, first: bool = True) -> int:
 
 def input_proj_params(model: ModelSpec, spec: SpeculativeConfig) -> int:
     """Weights of that projection (``width x hidden x hidden``): vLLM and SGLang build it as a plain or replicated
-    linear (DeepSeek's eh_proj an ``nn.Linear``), whole on every GPU, and checkpoints keep it at 16 bits."""
+    linear (DeepSeek's eh_proj an ``nn.Linear``), whole on every GPU, and checkpoints keep it at 16 bits. (Not
+    modelled: TensorRT-LLM's MTP shards it by rows without attention DP, and vLLM's Qwen3-Next MTP by columns.)"""
     return input_proj_width(spec) * model.hidden_size * model.hidden_size
 
 

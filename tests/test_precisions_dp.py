@@ -389,7 +389,7 @@ def test_four_bit_moe_checkpoints_keep_attention_and_the_router_at_16_bits():
     assert fp4.experts_only_quantized and ReplicaConfig("gpt-oss-120b", "b200", dtype="mxfp4").experts_only_quantized
     assert not ReplicaConfig("llama-3.1-70b", "b200", tp=2, dtype="nvfp4").experts_only_quantized
     assert not ReplicaConfig("deepseek-v3", "b200", tp=8, dtype="fp8-block").experts_only_quantized
-    assert fp4.params_16bit_per_layer == pytest.approx(61 * m.attention_params / 61)
+    assert fp4.params_16bit_per_layer == pytest.approx(m.num_kv_layers * m.attention_params / m.num_layers)
     # The memory plan holds those weights at 2 bytes, the rest at 0.5625, and the router whole at 2.
     router = 58 * 7168 * 256
     uniform = (m.num_layers * m.params_per_layer - router) / 8 * 0.5625 + 2 * m.vocab_size * m.hidden_size * 2 / 8

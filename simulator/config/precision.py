@@ -41,8 +41,9 @@ model's 4-bit checkpoint quantises every linear layer of its decoder, as a dense
 entry of a checkpoint that keeps more at 16 bits where ``--dtype`` is its format (``ModelSpec.quant_16bit_attention``,
 ``quant_16bit_mlp_layers``: Meta's FP8 Llama-3.1-405B keeps self-attention and layers 0 and 125's MLPs at BF16, Llama 3
 paper section 6.2; the attention is priced at 16 bits in memory and GEMMs, those two MLPs in memory). **Every quantized checkpoint keeps its
-LM head (and embeddings) at 16 bits** (``lm_head`` is in every FP8/FP4 exclusion list): memory plans it so and
-the cost models price it so (``gemm16``).
+LM head (and embeddings) and MoE router gate at 16 bits** (``lm_head`` is in every FP8/FP4 exclusion list; engines
+build the gate unquantised and whole on every GPU): memory plans them so and the cost models price them so
+(``gemm16``).
 
 Attention math stays at the bf16 peak for every format (FP8-KV decode kernels dequantise in
 registers; decode attention is memory-bound, so the KV bytes are what changes its time).

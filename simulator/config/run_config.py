@@ -385,7 +385,7 @@ class ReplicaConfig:
     @property
     def attention_16bit(self) -> bool:
         """Attention projections at ``dtype_bytes`` whatever ``dtype`` says, in memory and in their GEMMs: a 4-bit
-        MoE checkpoint's (its router too), or a checkpoint's that keeps them so (``ModelSpec.quant_16bit_attention``,
+        MoE checkpoint's, or a checkpoint's that keeps them so (``ModelSpec.quant_16bit_attention``,
         Meta's FP8 Llama-3.1-405B) where ``dtype`` is its format."""
         return self.experts_only_quantized or (self.runs_checkpoint_format and self.model_spec.quant_16bit_attention)
 
@@ -431,7 +431,8 @@ class ReplicaConfig:
         redundant_per_layer = m.num_moe_layers * self.redundant_experts * m.expert_params / m.num_layers
         # A 4-bit MoE checkpoint keeps its attention projections at 16 bits (0 otherwise).
         p16 = self.params_16bit_per_layer
-        router_per_layer = m.num_moe_layers * m.hidden_size * m.num_experts / m.num_layers
+        router = m.hidden_size * m.num_experts  # one MoE layer's gate
+        router_per_layer = m.num_moe_layers * router / m.num_layers
         rest = m.params_per_layer - p16 - router_per_layer
         if dp == 1:
             w = num_layers * rest / tp * wb
@@ -455,11 +456,12 @@ class ReplicaConfig:
         w += num_layers * redundant_per_layer / (tp * dp) * wb
         if first_layer is not None and m.num_moe_layers and m.num_dense_layers:
             # A stage holds its own layers' MLPs (DeepSeek's dense ones are its first layers, so its first stage holds
-            # more of them than the mean share and the rest fewer; Llama-4 Maverick's alternate, ModelSpec.moe_layer_step).
+            # more of them than the mean share and the rest fewer; Llama-4 Maverick's alternate:
+            # ModelSpec.moe_layer_step).
             held_dense = m.num_dense_layers_in(first_layer, round(num_layers))
             dense_mlp = m.mlp_params(m.ffn_size) / tp * wb  # (a 16-bit one's extra is counted with kept above)
             moe_mlp = ((m.num_experts + self.redundant_experts) * m.expert_params / (tp * dp) * wb
-                       + m.hidden_size * m.num_experts * self.dtype_bytes
+                       + router * self.dtype_bytes
                        + m.shared_expert_params / tp * (self.dtype_bytes if self.shared_experts_16bit else wb))
             w += (held_dense - num_layers * m.num_dense_layers / m.num_layers) * (dense_mlp - moe_mlp)
         return w
@@ -528,7 +530,8 @@ class SchedulerConfig:
 
     ``chunk_size`` is Sarathi-Serve's token budget tau (prefill chunks plus decodes per
     iteration). For ``sarathi``/``vllm-v1``/``sglang`` ``max_num_batched_tokens`` is the same
-    budget; give one or the other. For ``vllm`` it caps the prompt tokens of one prefill batch.
+    budget; give one or the other. For ``vllm`` it caps the prompt tokens of one prefill batch, and must hold
+    the context (:meth:`refuse_budget_below_context`).
     The default policy is today's vLLM's (V1: mixed batches under one budget, prefix caching on).
     ``max_num_seqs`` None is the policy's own default (:meth:`seq_limit`).
     """
@@ -727,10 +730,11 @@ class SchedulerConfig:
         budget = self.max_num_batched_tokens
         if self.name != "vllm" or not budget or budget >= max_model_len:
             return
+        sep = "" if budget_flag.endswith("=") else " "
         raise ConfigError("scheduler.max_num_batched_tokens", f"{budget:,} tokens is below max_model_len "
                           f"{max_model_len:,}: --scheduler vllm (vLLM V0 without chunked prefill) runs a whole prompt "
                           "in one step, and vLLM refuses a budget below the context it serves", f"pass --max-model-len "
-                          f"{budget} or less, {budget_flag}{'' if budget_flag.endswith('=') else ' '}{max_model_len} or more, or a "
+                          f"{budget} or less, {budget_flag}{sep}{max_model_len} or more, or a "
                           "chunking scheduler (vllm-v1)")
 
     def token_budget(self, max_model_len: int, gpu: GPUSpec | None = None, attention_dp: int = 1) -> int:

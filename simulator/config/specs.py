@@ -150,7 +150,7 @@ class ModelSpec:
             raise ConfigError("model.num_dense_layers", f"must be in 0..{self.num_layers}, got {self.num_dense_layers}")
         if not 1 <= self.moe_layer_step <= self.num_layers:
             raise ConfigError("model.moe_layer_step", f"must be in 1..{self.num_layers} (every n-th layer MoE), got "
-                              f"{self.moe_layer_step}")
+                              f"{self.moe_layer_step}", "give interleave_moe_layer_step between 1 and num_layers")
         if self.moe_layer_step > 1:
             if not self.num_experts:
                 raise ConfigError("model.moe_layer_step", f"{self.moe_layer_step} places MoE layers, but the model "

@@ -57,8 +57,9 @@ overhead, as it does the target's step. vLLM's async scheduling takes EAGLE, MTP
 off, its CPU added to every step and pass: :func:`synchronous_unless_async_drafter`).
 
 Memory (:func:`speculative_memory_plan`): a draft model holds its weights and a KV cache of
-its own for every token the target caches; an EAGLE/MTP head, one layer's weights (the target's last layer's, an
-MoE one where the target's last is) and its input projection (16-bit, whole on every GPU), and one layer's KV.
+its own for every token the target caches; an EAGLE/MTP head, one layer's weights (an MTP module the target's last
+layer's, an MoE one where the last is; an unknown EAGLE head the mean layer's) and its input projection (16-bit,
+whole on every GPU), and one layer's KV. (Its time prices the mean layer for both.)
 The target's KV blocks shrink accordingly.
 """
 

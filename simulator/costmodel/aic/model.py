@@ -255,7 +255,8 @@ class TableCostModel(TabulatedCostModel):
         else :meth:`gemm` itself).
         At bfloat16 both are :meth:`gemm`."""
         self.attn_gemm = self.gemm16 = self.gemm
-        # Which priced by the bfloat16 rows (the twin below), for roofline_breakdown_ops: the LM head, the attention.
+        # Which priced by the bfloat16 rows (the twin below), for roofline_breakdown_ops: the LM head and router gate,
+        # the attention.
         self._head_16 = self._attn_16 = False
         if self._gemm_dtype == "bfloat16":
             return

@@ -21,7 +21,8 @@ class VLLMScheduler(Scheduler):
     def rejection_reason(self, req):  # type: ignore[override]
         # max_model_len first, as vLLM answers it: its OpenAI server refuses prompt + max_tokens over max_model_len
         # ("This model's maximum context length is ...", OpenAIServing._validate_prompt_and_tokenize) before the
-        # scheduler ever sees the request; only one within it meets the scheduler's token budget.
+        # scheduler ever sees the request; only one within it meets the scheduler's token budget (which a run's config
+        # holds to the context at start, SchedulerConfig.refuse_budget_below_context; a policy built by hand may not).
         reason = super().rejection_reason(req)
         if reason is None and req.num_prompt_tokens + req.num_output_tokens - 1 > self.token_budget:
             reason = (f"prompt+output = {req.num_prompt_tokens + req.num_output_tokens} tokens exceeds "

@@ -382,8 +382,7 @@ def _answers_http2(sock: Any, timeout_s: float) -> bool:
     """Whether the server on ``sock`` answers HTTP/2's preface with a SETTINGS frame within ``timeout_s``."""
     import time
 
-    sock.settimeout(timeout_s)
-    header, deadline = b"", time.monotonic() + timeout_s
+    header, deadline = b"", time.monotonic() + timeout_s  # (sendall runs under create_connection's timeout_s)
     try:
         sock.sendall(_HTTP2_PREFACE)
         while len(header) < 4 and time.monotonic() < deadline:
